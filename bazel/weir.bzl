@@ -1,0 +1,95 @@
+"""Thin project macros: copts, the shared test main, protos and CUDA objects.
+
+No logic lives here beyond naming conventions; see README.md "Build".
+"""
+
+WEIR_COPTS = [
+    "-Wall",
+    "-Wextra",
+    "-Wno-unused-parameter",
+    "-Wno-missing-field-initializers",
+    "-Werror=return-type",
+]
+
+def weir_cc_library(name, copts = [], **kwargs):
+    native.cc_library(name = name, copts = WEIR_COPTS + copts, **kwargs)
+
+def weir_cc_binary(name, copts = [], **kwargs):
+    native.cc_binary(name = name, copts = WEIR_COPTS + copts, **kwargs)
+
+def weir_cc_test(name, copts = [], deps = [], size = "small", **kwargs):
+    """A gtest binary linked with GoogleTest's main unless it brings its own."""
+    native.cc_test(
+        name = name,
+        copts = WEIR_COPTS + copts,
+        size = size,
+        deps = deps + ["@system//:gtest_main"],
+        **kwargs
+    )
+
+def weir_proto_library(name, srcs, proto_deps = [], grpc = True, visibility = None):
+    """Generates C++ (and gRPC) code for `srcs` with the system protoc.
+
+    Creates `<name>` (a cc_library). `proto_deps` are other weir_proto_library
+    names whose .proto files `srcs` import. Imports are rooted at the
+    workspace: `import "proto/common.proto";`.
+    """
+    outs = []
+    for src in srcs:
+        base = src[:-len(".proto")]
+        outs += [base + ".pb.h", base + ".pb.cc"]
+        if grpc:
+            outs += [base + ".grpc.pb.h", base + ".grpc.pb.cc"]
+    dep_srcs = [d + "_srcs" for d in proto_deps]
+    native.filegroup(
+        name = name + "_srcs",
+        srcs = srcs + dep_srcs,
+        visibility = visibility,
+    )
+    pkg = native.package_name()
+    grpc_flags = ""
+    if grpc:
+        grpc_flags = "--grpc_out=$(GENDIR) --plugin=protoc-gen-grpc=$$(command -v grpc_cpp_plugin) "
+    native.genrule(
+        name = name + "_gen",
+        srcs = srcs + dep_srcs,
+        outs = outs,
+        cmd = "protoc -I. --cpp_out=$(GENDIR) " + grpc_flags +
+              " ".join([pkg + "/" + s for s in srcs]),
+    )
+    native.cc_library(
+        name = name,
+        srcs = [o for o in outs if o.endswith(".cc")],
+        hdrs = [o for o in outs if o.endswith(".h")],
+        deps = proto_deps + ["@system//:grpc", "@system//:protobuf"],
+        visibility = visibility,
+    )
+
+def weir_cuda_library(name, srcs, hdrs = [], deps = [], cuda_hdrs = [], visibility = None, **kwargs):
+    """Compiles each .cu in `srcs` with nvcc for sm_90a into an object file
+    and wraps the objects, `hdrs` and the static CUDA runtime in a cc_library.
+
+    Compiles and links on machines without a GPU; the code runs on Hopper.
+    `cuda_hdrs` are headers (.cuh, .h) the .cu files include.
+    """
+    objs = []
+    for src in srcs:
+        obj = src[:-len(".cu")] + ".cu.o"
+        objs.append(obj)
+        native.genrule(
+            name = name + "_" + src.replace("/", "_").replace(".", "_"),
+            srcs = [src] + hdrs + cuda_hdrs + ["@cuda//:headers"],
+            outs = [obj],
+            tools = ["@cuda//:nvcc"],
+            cmd = ("$(location @cuda//:nvcc) -std=c++20 -O3 " +
+                   "-gencode=arch=compute_90a,code=sm_90a " +
+                   "-Xcompiler -fPIC -I. -I$(GENDIR) -c $(location " + src + ") -o $@"),
+        )
+    native.cc_library(
+        name = name,
+        srcs = objs,
+        hdrs = hdrs,
+        deps = deps + ["@cuda//:cudart_static"],
+        visibility = visibility,
+        **kwargs
+    )
