@@ -1,0 +1,70 @@
+// kernels/common/numeric_formats.h
+//
+// Scalar conversions between fp32 and the narrow formats DeepSeek-V4.1 stores
+// (spec §4.9, §9): bf16, FP8 e4m3fn, FP4 e2m1, E8M0 (UE8M0) and E4M3 block
+// scales. Every rounding is spelled out, because these functions are the
+// specification the CUDA kernels are tested against bit for bit.
+//
+// Thread safety: pure functions, no state.
+
+#ifndef WEIR_KERNELS_COMMON_NUMERIC_FORMATS_H_
+#define WEIR_KERNELS_COMMON_NUMERIC_FORMATS_H_
+
+#include <cstdint>
+
+namespace weir::kernels {
+
+// ---- bf16 (1-8-7) ----------------------------------------------------------
+
+// Returns the bf16 bit pattern nearest to `x`, ties to even. NaN stays NaN
+// (quiet bit forced, sign kept); values past the largest bf16 round to +-Inf.
+uint16_t FloatToBf16Bits(float x);
+
+// Returns the fp32 value of a bf16 bit pattern (exact).
+float Bf16BitsToFloat(uint16_t bits);
+
+// Returns `x` rounded to the nearest bf16 value, as an fp32.
+float RoundToBf16(float x);
+
+// ---- FP8 e4m3fn (1-4-3, bias 7, no Inf, NaN = S.1111.111) -----------------
+
+inline constexpr float kE4m3Max = 448.0f;
+
+// Returns the e4m3fn code nearest to `x`, ties to even, subnormals kept
+// (smallest 2^-9). Saturating (like CUDA's __NV_SATFINITE): |x| > 448 and
+// +-Inf give +-448; NaN gives 0x7F with the sign of `x`.
+uint8_t FloatToE4m3(float x);
+
+// Returns the fp32 value of an e4m3fn code (exact); 0x7F / 0xFF give NaN.
+float E4m3ToFloat(uint8_t code);
+
+// ---- FP4 e2m1 (1-2-1, bias 1, values 0 .5 1 1.5 2 3 4 6) -----------------
+
+inline constexpr float kE2m1Max = 6.0f;
+
+// Returns the 4-bit e2m1 code (low nibble; bit 3 = sign) nearest to `x`, ties
+// to the even code (0.25->0, 0.75->1, 1.25->1, 1.75->2, 2.5->2, 3.5->4, 5->4).
+// Saturating: |x| > 6 and +-Inf give +-6. e2m1 has no NaN: NaN gives +0
+// (callers flag non-finite blocks through the block scale instead).
+uint8_t FloatToE2m1(float x);
+
+// Returns the fp32 value of the e2m1 code in the low nibble of `code`.
+float E2m1ToFloat(uint8_t code);
+
+// ---- E8M0 / UE8M0 scales (8-bit biased exponent, value 2^(e-127)) --------
+
+inline constexpr uint8_t kE8m0Nan = 0xFF;
+
+// Returns the fp32 value 2^(code-127) (code 0 is the fp32 subnormal 2^-127);
+// 0xFF gives NaN.
+float E8m0ToFloat(uint8_t code);
+
+// Returns the E8M0 code of 2^ceil(log2(v)) for v >= 0, computed from the fp32
+// bits exactly as DeepSeek's kernels do: biased exponent field plus one if any
+// mantissa bit is set (so an fp32 subnormal v maps to 2^-126, v = 0 to
+// 2^-127). +Inf, NaN and values whose ceiling passes 2^127 give 0xFF (NaN).
+uint8_t Ue8m0CeilCode(float v);
+
+}  // namespace weir::kernels
+
+#endif  // WEIR_KERNELS_COMMON_NUMERIC_FORMATS_H_
