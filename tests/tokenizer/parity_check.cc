@@ -1,0 +1,100 @@
+// Compares weir's tokenizer with the Hugging Face reference output written by
+// hf_dump.js: ids with and without special tokens, and decoded text with and
+// without skip_special_tokens, for every input file. Exits non-zero on any
+// mismatch after printing the first differing position of each.
+//
+//   parity_check <tokenizer.json> <hf.jsonl> <input files...>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "coordinator/tokenizer/tokenizer.h"
+#include "nlohmann/json.hpp"
+
+namespace {
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Returns the number of mismatching fields (0 or 1) and reports the first
+// differing index.
+int CompareIds(const std::string& what, const std::vector<int32_t>& want,
+               const std::vector<int32_t>& got) {
+  if (want == got) return 0;
+  size_t i = 0;
+  while (i < want.size() && i < got.size() && want[i] == got[i]) ++i;
+  std::cerr << "MISMATCH " << what << ": hf " << want.size() << " ids, weir " << got.size()
+            << " ids, first difference at " << i << ":";
+  for (size_t k = i; k < i + 8 && k < want.size(); ++k) std::cerr << " hf=" << want[k];
+  for (size_t k = i; k < i + 8 && k < got.size(); ++k) std::cerr << " weir=" << got[k];
+  std::cerr << "\n";
+  return 1;
+}
+
+int CompareText(const std::string& what, const std::string& want, const std::string& got) {
+  if (want == got) return 0;
+  size_t i = 0;
+  while (i < want.size() && i < got.size() && want[i] == got[i]) ++i;
+  std::cerr << "MISMATCH " << what << ": text differs at byte " << i << " (hf " << want.size()
+            << " bytes, weir " << got.size() << ")\n";
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::cerr << "usage: parity_check <tokenizer.json> <hf.jsonl> <inputs...>\n";
+    return 2;
+  }
+  auto tok = weir::tokenizer::Tokenizer::FromJson(ReadFile(argv[1]));
+  if (!tok.ok()) {
+    std::cerr << "load failed: " << tok.status() << "\n";
+    return 1;
+  }
+  std::ifstream hf(argv[2]);
+  std::string line;
+  int mismatches = 0, inputs = 0;
+  size_t bytes = 0, tokens = 0;
+  for (int a = 3; a < argc; ++a) {
+    if (!std::getline(hf, line)) {
+      std::cerr << "reference output has fewer records than inputs\n";
+      return 1;
+    }
+    const nlohmann::json rec = nlohmann::json::parse(line, nullptr, false);
+    if (rec.is_discarded()) {
+      std::cerr << "bad reference record " << a - 3 << "\n";
+      return 1;
+    }
+    const std::string text = ReadFile(argv[a]);
+    const std::string name = rec["name"].get<std::string>();
+    auto ids = (*tok)->Encode(text, true);
+    auto plain = (*tok)->Encode(text, false);
+    if (!ids.ok() || !plain.ok()) {
+      std::cerr << "encode failed on " << name << ": " << ids.status() << "\n";
+      ++mismatches;
+      continue;
+    }
+    mismatches += CompareIds(name + " ids", rec["ids"].get<std::vector<int32_t>>(), *ids);
+    mismatches +=
+        CompareIds(name + " plain_ids", rec["plain_ids"].get<std::vector<int32_t>>(), *plain);
+    mismatches += CompareText(name + " decoded", rec["decoded"].get<std::string>(),
+                              (*tok)->Decode(*ids, false));
+    mismatches += CompareText(name + " decoded_skip", rec["decoded_skip"].get<std::string>(),
+                              (*tok)->Decode(*ids, true));
+    ++inputs;
+    bytes += text.size();
+    tokens += ids->size();
+  }
+  std::cout << argv[1] << ": " << inputs << " inputs, " << bytes << " bytes, " << tokens
+            << " tokens, " << mismatches << " mismatches\n";
+  return mismatches == 0 ? 0 : 1;
+}
