@@ -1,0 +1,73 @@
+// base/grpc_util.h
+//
+// What every weir gRPC server and client shares: Status conversion at the RPC
+// edge, explicit message-size limits, and a server start helper that turns on
+// health checking and reflection.
+//
+// Thread safety: free functions, thread-safe.
+
+#ifndef WEIR_BASE_GRPC_UTIL_H_
+#define WEIR_BASE_GRPC_UTIL_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "grpcpp/grpcpp.h"
+
+namespace weir {
+
+// Receive/send limits of the control plane (StepPlans, expert maps, loads).
+inline constexpr int kControlMaxMessageBytes = 256 << 20;
+// Receive limit of the public API (a GenerateBatch with many items).
+inline constexpr int kPublicMaxRequestBytes = 64 << 20;
+// Send limit of the public API (a Final with logprobs of a long output).
+inline constexpr int kPublicMaxResponseBytes = 64 << 20;
+
+// absl::StatusCode and grpc::StatusCode share numbering: map 1:1.
+grpc::Status ToGrpcStatus(const absl::Status& status);
+absl::Status FromGrpcStatus(const grpc::Status& status);
+
+struct ServerOptions {
+  // "host:port"; port 0 picks a free port.
+  std::string address;
+  int max_receive_bytes = kControlMaxMessageBytes;
+  int max_send_bytes = kControlMaxMessageBytes;
+  int max_concurrent_streams = 1024;
+};
+
+struct StartedServer {
+  std::unique_ptr<grpc::Server> server;
+  // The port actually bound (differs from the request when it asked for 0).
+  int port = 0;
+  // "host:port" with the bound port, for handing to peers.
+  std::string address;
+};
+
+// Builds and starts a server for `services` (not owned; must outlive the
+// server) with gRPC's health service and reflection enabled. The overall ("")
+// health status is SERVING (liveness); callers publish per-service readiness
+// with GetHealthCheckService()->SetServingStatus. SO_REUSEPORT is off, so a
+// busy port is an error: returns UNAVAILABLE if the address cannot be bound.
+absl::StatusOr<StartedServer> StartServer(const ServerOptions& options,
+                                          const std::vector<grpc::Service*>& services);
+
+// A channel with the control-plane message limits.
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                           int max_message_bytes = kControlMaxMessageBytes);
+
+// Calls grpc.health.v1.Health/Check for `service` on `channel`. Returns the
+// serving status name ("SERVING", "NOT_SERVING", ...) or the RPC error.
+absl::StatusOr<std::string> CheckHealth(grpc::Channel& channel, const std::string& service,
+                                        std::chrono::milliseconds timeout);
+
+// Deadline `timeout` from now, for ClientContext::set_deadline.
+std::chrono::system_clock::time_point DeadlineIn(std::chrono::milliseconds timeout);
+
+}  // namespace weir
+
+#endif  // WEIR_BASE_GRPC_UTIL_H_

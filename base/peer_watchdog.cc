@@ -1,0 +1,42 @@
+#include "base/peer_watchdog.h"
+
+#include "absl/strings/str_cat.h"
+#include "base/grpc_util.h"
+#include "base/logging.h"
+
+namespace weir {
+
+PeerWatchdog::PeerWatchdog(std::string address, absl::Duration timeout, absl::Duration interval,
+                           std::function<void(const std::string& why)> on_lost)
+    : address_(std::move(address)),
+      timeout_(timeout),
+      interval_(interval),
+      on_lost_(std::move(on_lost)),
+      thread_([this] { Loop(); }) {}
+
+PeerWatchdog::~PeerWatchdog() {
+  stop_.Notify();
+  thread_.join();
+}
+
+void PeerWatchdog::Loop() {
+  auto channel = MakeChannel(address_);
+  absl::Time last_seen = absl::Now();
+  while (!stop_.WaitForNotificationWithTimeout(interval_)) {
+    const absl::Duration check_timeout = std::min(interval_, absl::Seconds(1));
+    absl::StatusOr<std::string> health =
+        CheckHealth(*channel, "", absl::ToChronoMilliseconds(check_timeout));
+    if (health.ok()) {
+      last_seen = absl::Now();
+      continue;
+    }
+    if (absl::Now() - last_seen > timeout_) {
+      on_lost_(absl::StrCat(address_, " unreachable for ",
+                            absl::FormatDuration(absl::Now() - last_seen), ": ",
+                            health.status().ToString()));
+      return;
+    }
+  }
+}
+
+}  // namespace weir

@@ -1,0 +1,159 @@
+#include "coordinator/cluster_controller.h"
+
+#include "absl/strings/str_cat.h"
+#include "base/logging.h"
+#include "base/status_macros.h"
+
+namespace weir::coordinator {
+
+ClusterController::ClusterController(ClusterState& cluster, ControllerOptions options)
+    : cluster_(cluster), options_(std::move(options)) {}
+
+ClusterController::~ClusterController() { StopMonitor(); }
+
+std::vector<std::shared_ptr<WorkerClient>> ClusterController::Clients() {
+  absl::MutexLock lock(&mu_);
+  return clients_;
+}
+
+absl::Status ClusterController::BringUp() {
+  std::vector<WorkerRecord> workers = cluster_.Workers();
+  if (static_cast<int>(workers.size()) != cluster_.world_size()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "BringUp: ", workers.size(), " of ", cluster_.world_size(), " workers registered"));
+  }
+  std::vector<std::shared_ptr<WorkerClient>> clients;
+  v1::InitRequest init;
+  init.set_coordinator_epoch(options_.epoch);
+  init.mutable_layout()->set_world_size(cluster_.world_size());
+  init.mutable_layout()->set_dp_size(cluster_.world_size());
+  init.mutable_layout()->set_ep_size(cluster_.world_size());
+  init.set_eplb_address(cluster_.eplb_address());
+  for (const WorkerRecord& w : workers) {
+    clients.push_back(std::make_shared<WorkerClient>(w.address));
+    v1::PeerInfo* peer = init.add_peers();
+    peer->set_rank(w.rank.value());
+    peer->set_address(w.address);
+    peer->set_hostname(w.hostname);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    clients_ = clients;
+  }
+  for (const WorkerRecord& w : workers) {
+    init.set_rank(w.rank.value());
+    absl::StatusOr<v1::InitResponse> reply =
+        clients[w.rank.value()]->Init(init, options_.rpc_timeout);
+    RETURN_IF_ERROR(reply.status()) << "Init of worker rank " << w.rank << " at " << w.address;
+  }
+  v1::LoadWeightsRequest load;
+  load.set_coordinator_epoch(options_.epoch);
+  load.set_model_dir(options_.model_dir);
+  for (const WorkerRecord& w : workers) {
+    RETURN_IF_ERROR(cluster_.SetWorkerStatus(w.rank, WorkerStatus::kLoading, ""));
+    absl::StatusOr<v1::LoadWeightsResponse> reply =
+        clients[w.rank.value()]->LoadWeights(load, options_.load_timeout);
+    RETURN_IF_ERROR(reply.status())
+        << "LoadWeights of worker rank " << w.rank << " at " << w.address;
+    RETURN_IF_ERROR(cluster_.SetWorkerStatus(w.rank, WorkerStatus::kReady, ""));
+    WEIR_LOG(INFO) << "worker rank " << w.rank << " at " << w.address << " loaded "
+                   << reply->model_name() << " (revision " << reply->revision() << ")";
+  }
+  return absl::OkStatus();
+}
+
+void ClusterController::StartMonitor(std::function<void()> on_change) {
+  {
+    absl::MutexLock lock(&mu_);
+    on_change_ = std::move(on_change);
+  }
+  monitor_ = std::thread([this] { MonitorLoop(); });
+}
+
+void ClusterController::StopMonitor() {
+  if (!stop_monitor_.HasBeenNotified()) stop_monitor_.Notify();
+  if (monitor_.joinable()) monitor_.join();
+}
+
+void ClusterController::MarkDead(Rank rank, const std::string& detail) {
+  std::vector<WorkerRecord> before = cluster_.Workers();
+  bool was_dead = false;
+  for (const WorkerRecord& w : before) {
+    if (w.rank == rank) was_dead = w.status == WorkerStatus::kDead;
+  }
+  if (was_dead || !cluster_.SetWorkerStatus(rank, WorkerStatus::kDead, detail).ok()) return;
+  if (cluster_.lifecycle() == ClusterLifecycle::kStopping) {
+    WEIR_LOG(INFO) << "worker rank " << rank << " stopped: " << detail;
+  } else {
+    WEIR_LOG(ERROR) << "worker rank " << rank << " is DEAD: " << detail
+                    << "; cluster is " << LifecycleName(cluster_.lifecycle());
+  }
+  std::function<void()> on_change;
+  {
+    absl::MutexLock lock(&mu_);
+    on_change = on_change_;
+  }
+  if (on_change) on_change();
+}
+
+void ClusterController::ReportExit(int64_t pid, const std::string& description) {
+  absl::StatusOr<Rank> rank = cluster_.RankOfPid(pid);
+  if (!rank.ok()) return;
+  MarkDead(*rank, "process " + description);
+}
+
+void ClusterController::MonitorLoop() {
+  std::vector<int> failures(cluster_.world_size(), 0);
+  while (!stop_monitor_.WaitForNotificationWithTimeout(options_.health_interval)) {
+    std::vector<std::shared_ptr<WorkerClient>> clients = Clients();
+    for (const WorkerRecord& w : cluster_.Workers()) {
+      if (w.status == WorkerStatus::kDead || w.status == WorkerStatus::kStopped) continue;
+      const int r = w.rank.value();
+      if (r >= static_cast<int>(clients.size())) continue;
+      absl::StatusOr<std::string> health = clients[r]->Health(options_.health_timeout);
+      if (health.ok() && *health == "SERVING") {
+        failures[r] = 0;
+        continue;
+      }
+      if (++failures[r] >= options_.failure_threshold) {
+        MarkDead(w.rank, absl::StrCat("health check failed ", failures[r], " times: ",
+                                      health.ok() ? *health : health.status().ToString()));
+      }
+    }
+  }
+}
+
+absl::Status ClusterController::CommitExpertMap(uint64_t version) {
+  std::vector<std::shared_ptr<WorkerClient>> clients = Clients();
+  if (clients.empty()) return absl::FailedPreconditionError("no workers brought up yet");
+  for (size_t r = 0; r < clients.size(); ++r) {
+    absl::StatusOr<v1::CommitExpertMapResponse> reply =
+        clients[r]->CommitExpertMap(version, options_.rpc_timeout);
+    if (!reply.ok()) {
+      return absl::AbortedError(absl::StrCat("worker rank ", r, " refused expert map ", version,
+                                             ": ", reply.status().ToString()));
+    }
+  }
+  cluster_.set_expert_map_version(version);
+  return absl::OkStatus();
+}
+
+void ClusterController::ShutdownWorkers(const std::string& reason) {
+  std::vector<std::thread> calls;
+  std::vector<std::shared_ptr<WorkerClient>> clients = Clients();
+  for (const WorkerRecord& w : cluster_.Workers()) {
+    if (w.status == WorkerStatus::kDead || w.rank.value() >= static_cast<int>(clients.size())) {
+      continue;
+    }
+    std::shared_ptr<WorkerClient> client = clients[w.rank.value()];
+    calls.emplace_back([client, reason] {
+      absl::Status status = client->Shutdown(reason, absl::Seconds(3));
+      if (!status.ok()) {
+        WEIR_LOG(WARNING) << "Shutdown of " << client->address() << ": " << status;
+      }
+    });
+  }
+  for (std::thread& call : calls) call.join();
+}
+
+}  // namespace weir::coordinator

@@ -1,0 +1,86 @@
+// coordinator/cluster_controller.h
+//
+// ClusterController drives the registered workers through their lifecycle:
+// bring-up (Init with the peer table, then LoadWeights), liveness monitoring
+// (periodic health checks; a worker that fails `failure_threshold` checks in a
+// row, or whose process exits, is DEAD), expert-map commits, and shutdown.
+//
+// Thread safety: thread-safe. The monitor runs on its own thread and calls
+// `on_change` there whenever a worker's status changes.
+
+#ifndef WEIR_COORDINATOR_CLUSTER_CONTROLLER_H_
+#define WEIR_COORDINATOR_CLUSTER_CONTROLLER_H_
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "coordinator/cluster_state.h"
+#include "coordinator/worker_client.h"
+
+namespace weir::coordinator {
+
+struct ControllerOptions {
+  std::string model_dir;
+  uint64_t epoch = 0;
+  absl::Duration rpc_timeout = absl::Seconds(10);
+  absl::Duration load_timeout = absl::Minutes(10);
+  absl::Duration health_interval = absl::Milliseconds(500);
+  absl::Duration health_timeout = absl::Seconds(1);
+  int failure_threshold = 3;
+};
+
+class ClusterController {
+ public:
+  // Does not take ownership; `cluster` must outlive the controller.
+  ClusterController(ClusterState& cluster, ControllerOptions options);
+  ~ClusterController();
+
+  // Sends Init (rank, layout, peer table, EPLB address) and then LoadWeights
+  // to every registered worker, marking each LOADING and then READY.
+  // REQUIRES: every rank registered. Returns the first worker error, with
+  // the rank and address added.
+  absl::Status BringUp();
+
+  // Starts the liveness monitor. `on_change` runs on the monitor thread (or
+  // on the caller of ReportExit) after any worker status change.
+  void StartMonitor(std::function<void()> on_change);
+  void StopMonitor();
+
+  // Records that worker process `pid` ended (from the launcher). No-op for
+  // pids that are not workers.
+  void ReportExit(int64_t pid, const std::string& description);
+
+  // Commits prepared expert-map `version` on every worker. ABORTED (naming the
+  // worker) if any worker refuses; the cluster's version changes only if all
+  // commit.
+  absl::Status CommitExpertMap(uint64_t version);
+
+  // Asks every live worker to shut down (best effort, in parallel).
+  void ShutdownWorkers(const std::string& reason);
+
+ private:
+  void MonitorLoop();
+  void MarkDead(Rank rank, const std::string& detail);
+  std::vector<std::shared_ptr<WorkerClient>> Clients();
+
+  ClusterState& cluster_;
+  const ControllerOptions options_;
+  absl::Mutex mu_;
+  // Guarded by mu_: one client per rank, created at BringUp.
+  std::vector<std::shared_ptr<WorkerClient>> clients_ ABSL_GUARDED_BY(mu_);
+  std::function<void()> on_change_ ABSL_GUARDED_BY(mu_);
+  absl::Notification stop_monitor_;
+  std::thread monitor_;
+};
+
+}  // namespace weir::coordinator
+
+#endif  // WEIR_COORDINATOR_CLUSTER_CONTROLLER_H_

@@ -1,0 +1,153 @@
+#include "coordinator/cluster_state.h"
+
+#include "absl/strings/str_cat.h"
+#include "base/logging.h"
+
+namespace weir::coordinator {
+
+const char* WorkerStatusName(WorkerStatus status) {
+  switch (status) {
+    case WorkerStatus::kRegistered: return "REGISTERED";
+    case WorkerStatus::kLoading: return "LOADING";
+    case WorkerStatus::kReady: return "READY";
+    case WorkerStatus::kDead: return "DEAD";
+    case WorkerStatus::kStopped: return "STOPPED";
+  }
+  return "?";
+}
+
+const char* LifecycleName(ClusterLifecycle lifecycle) {
+  switch (lifecycle) {
+    case ClusterLifecycle::kStarting: return "STARTING";
+    case ClusterLifecycle::kReady: return "READY";
+    case ClusterLifecycle::kDegraded: return "DEGRADED";
+    case ClusterLifecycle::kDraining: return "DRAINING";
+    case ClusterLifecycle::kStopping: return "STOPPING";
+  }
+  return "?";
+}
+
+ClusterState::ClusterState(int world_size) : world_size_(world_size), workers_(world_size) {
+  WEIR_CHECK_GE(world_size, 1);
+}
+
+absl::StatusOr<Rank> ClusterState::RegisterWorker(const std::string& address,
+                                                  const std::string& hostname, int64_t pid,
+                                                  int requested_rank) {
+  if (address.empty()) return absl::InvalidArgumentError("Register: empty address");
+  if (requested_rank < -1 || requested_rank >= world_size_) {
+    return absl::InvalidArgumentError(absl::StrCat("Register: requested rank ", requested_rank,
+                                                   " outside [-1, ", world_size_, ")"));
+  }
+  absl::MutexLock lock(&mu_);
+  for (const WorkerRecord& w : workers_) {
+    if (w.address == address) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("Register: ", address, " already holds rank ", w.rank.value()));
+    }
+  }
+  int rank = -1;
+  if (requested_rank >= 0 && workers_[requested_rank].address.empty()) {
+    rank = requested_rank;
+  } else {
+    for (int r = 0; r < world_size_; ++r) {
+      if (workers_[r].address.empty()) {
+        rank = r;
+        break;
+      }
+    }
+  }
+  if (rank < 0) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("Register: all ", world_size_, " ranks are taken"));
+  }
+  workers_[rank] = WorkerRecord{.rank = Rank(rank), .address = address, .hostname = hostname,
+                                .pid = pid, .status = WorkerStatus::kRegistered};
+  ++registered_;
+  return Rank(rank);
+}
+
+void ClusterState::RegisterEplb(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  eplb_address_ = address;
+}
+
+std::string ClusterState::eplb_address() const {
+  absl::MutexLock lock(&mu_);
+  return eplb_address_;
+}
+
+bool ClusterState::WaitAllRegistered(absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto all = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return registered_ == world_size_; };
+  return mu_.AwaitWithTimeout(absl::Condition(&all), timeout);
+}
+
+absl::Status ClusterState::SetWorkerStatus(Rank rank, WorkerStatus status,
+                                           const std::string& detail) {
+  absl::MutexLock lock(&mu_);
+  if (rank.value() < 0 || rank.value() >= world_size_ ||
+      workers_[rank.value()].address.empty()) {
+    return absl::NotFoundError(absl::StrCat("no worker with rank ", rank.value()));
+  }
+  WorkerRecord& w = workers_[rank.value()];
+  if (w.status == WorkerStatus::kDead && status != WorkerStatus::kDead) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", rank.value(), " is dead: ", w.detail));
+  }
+  if (w.status == WorkerStatus::kDead) return absl::OkStatus();  // Keep the first cause.
+  w.status = status;
+  w.detail = detail;
+  if (status == WorkerStatus::kDead && (lifecycle_ == ClusterLifecycle::kReady ||
+                                        lifecycle_ == ClusterLifecycle::kStarting)) {
+    lifecycle_ = ClusterLifecycle::kDegraded;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Rank> ClusterState::RankOfPid(int64_t pid) const {
+  absl::MutexLock lock(&mu_);
+  for (const WorkerRecord& w : workers_) {
+    if (!w.address.empty() && w.pid == pid) return w.rank;
+  }
+  return absl::NotFoundError(absl::StrCat("no worker with pid ", pid));
+}
+
+std::vector<WorkerRecord> ClusterState::Workers() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<WorkerRecord> out;
+  for (const WorkerRecord& w : workers_) {
+    if (!w.address.empty()) out.push_back(w);
+  }
+  return out;
+}
+
+bool ClusterState::AllReady() const {
+  absl::MutexLock lock(&mu_);
+  for (const WorkerRecord& w : workers_) {
+    if (w.address.empty() || w.status != WorkerStatus::kReady) return false;
+  }
+  return true;
+}
+
+ClusterLifecycle ClusterState::lifecycle() const {
+  absl::MutexLock lock(&mu_);
+  return lifecycle_;
+}
+
+void ClusterState::set_lifecycle(ClusterLifecycle lifecycle) {
+  absl::MutexLock lock(&mu_);
+  lifecycle_ = lifecycle;
+}
+
+uint64_t ClusterState::expert_map_version() const {
+  absl::MutexLock lock(&mu_);
+  return expert_map_version_;
+}
+
+void ClusterState::set_expert_map_version(uint64_t version) {
+  absl::MutexLock lock(&mu_);
+  expert_map_version_ = version;
+}
+
+}  // namespace weir::coordinator

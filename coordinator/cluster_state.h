@@ -1,0 +1,100 @@
+// coordinator/cluster_state.h
+//
+// ClusterState is the coordinator's registry of the processes it drives: which
+// worker holds which rank, at which address, and whether it is alive and
+// ready; plus the EPLB service's address and the cluster's lifecycle.
+// Plain C++ (no protobuf): the gRPC services convert at their edge.
+//
+// Thread safety: thread-safe; every method may be called from any thread.
+
+#ifndef WEIR_COORDINATOR_CLUSTER_STATE_H_
+#define WEIR_COORDINATOR_CLUSTER_STATE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "base/strong_id.h"
+
+namespace weir::coordinator {
+
+enum class WorkerStatus { kRegistered, kLoading, kReady, kDead, kStopped };
+enum class ClusterLifecycle { kStarting, kReady, kDegraded, kDraining, kStopping };
+
+const char* WorkerStatusName(WorkerStatus status);
+const char* LifecycleName(ClusterLifecycle lifecycle);
+
+struct WorkerRecord {
+  Rank rank;
+  std::string address;
+  std::string hostname;
+  int64_t pid = 0;
+  WorkerStatus status = WorkerStatus::kRegistered;
+  // Why the worker is in its status ("killed by signal 9", "health check
+  // failed 3 times: ..."); empty when READY.
+  std::string detail;
+};
+
+class ClusterState {
+ public:
+  // A cluster that expects exactly `world_size` workers.
+  // REQUIRES: world_size >= 1.
+  explicit ClusterState(int world_size);
+
+  int world_size() const { return world_size_; }
+
+  // Registers a worker. It gets `requested_rank` if that is in [0, world_size)
+  // and free, otherwise the lowest free rank. Errors: INVALID_ARGUMENT for an
+  // empty address or a requested rank outside [-1, world_size);
+  // ALREADY_EXISTS if `address` is registered; RESOURCE_EXHAUSTED if every
+  // rank is taken.
+  absl::StatusOr<Rank> RegisterWorker(const std::string& address, const std::string& hostname,
+                                      int64_t pid, int requested_rank);
+
+  // Records the EPLB service's address (a later call replaces it).
+  void RegisterEplb(const std::string& address);
+  std::string eplb_address() const;
+
+  // Waits until every rank is registered or `timeout` passes. Returns true if
+  // all registered.
+  bool WaitAllRegistered(absl::Duration timeout) const;
+
+  // Sets a worker's status. NOT_FOUND for an unregistered rank. A DEAD worker
+  // stays DEAD (returns FAILED_PRECONDITION for any other new status), so a
+  // late success report cannot resurrect it. Marking a worker DEAD while the
+  // cluster is READY makes the cluster DEGRADED.
+  absl::Status SetWorkerStatus(Rank rank, WorkerStatus status, const std::string& detail);
+
+  // Finds the rank of a worker by pid (for child-exit reports). NOT_FOUND if none.
+  absl::StatusOr<Rank> RankOfPid(int64_t pid) const;
+
+  // Copies of every registered worker, by rank.
+  std::vector<WorkerRecord> Workers() const;
+
+  // True if every rank is registered and READY.
+  bool AllReady() const;
+
+  ClusterLifecycle lifecycle() const;
+  void set_lifecycle(ClusterLifecycle lifecycle);
+
+  // Expert-map version committed on every worker (0 = initial map).
+  uint64_t expert_map_version() const;
+  void set_expert_map_version(uint64_t version);
+
+ private:
+  const int world_size_;
+  mutable absl::Mutex mu_;
+  // Guarded by mu_: indexed by rank; address empty = not registered.
+  std::vector<WorkerRecord> workers_ ABSL_GUARDED_BY(mu_);
+  int registered_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string eplb_address_ ABSL_GUARDED_BY(mu_);
+  ClusterLifecycle lifecycle_ ABSL_GUARDED_BY(mu_) = ClusterLifecycle::kStarting;
+  uint64_t expert_map_version_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace weir::coordinator
+
+#endif  // WEIR_COORDINATOR_CLUSTER_STATE_H_

@@ -1,0 +1,81 @@
+#include "coordinator/cluster_state.h"
+
+#include <thread>
+
+#include "gtest/gtest.h"
+
+namespace weir::coordinator {
+namespace {
+
+TEST(ClusterStateTest, AssignsRequestedThenLowestFreeRank) {
+  ClusterState cluster(3);
+  EXPECT_EQ(*cluster.RegisterWorker("h:1", "h", 10, 2), Rank(2));
+  EXPECT_EQ(*cluster.RegisterWorker("h:2", "h", 11, 2), Rank(0));  // 2 is taken.
+  EXPECT_EQ(*cluster.RegisterWorker("h:3", "h", 12, -1), Rank(1));
+  EXPECT_EQ(cluster.RegisterWorker("h:4", "h", 13, -1).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(cluster.WaitAllRegistered(absl::ZeroDuration()));
+}
+
+TEST(ClusterStateTest, RejectsBadRegistrations) {
+  ClusterState cluster(2);
+  EXPECT_EQ(cluster.RegisterWorker("", "h", 1, -1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cluster.RegisterWorker("h:1", "h", 1, 2).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cluster.RegisterWorker("h:1", "h", 1, -7).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(cluster.RegisterWorker("h:1", "h", 1, -1).ok());
+  EXPECT_EQ(cluster.RegisterWorker("h:1", "h", 2, -1).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_FALSE(cluster.WaitAllRegistered(absl::Milliseconds(10)));
+}
+
+TEST(ClusterStateTest, WaitAllRegisteredWakesOnLastRegistration) {
+  ClusterState cluster(2);
+  ASSERT_TRUE(cluster.RegisterWorker("h:1", "h", 1, -1).ok());
+  std::thread late([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    ASSERT_TRUE(cluster.RegisterWorker("h:2", "h", 2, -1).ok());
+  });
+  EXPECT_TRUE(cluster.WaitAllRegistered(absl::Seconds(10)));
+  late.join();
+}
+
+TEST(ClusterStateTest, DeadIsFinalAndDegradesTheCluster) {
+  ClusterState cluster(2);
+  ASSERT_TRUE(cluster.RegisterWorker("h:1", "h", 100, 0).ok());
+  ASSERT_TRUE(cluster.RegisterWorker("h:2", "h", 200, 1).ok());
+  EXPECT_FALSE(cluster.AllReady());
+  ASSERT_TRUE(cluster.SetWorkerStatus(Rank(0), WorkerStatus::kReady, "").ok());
+  ASSERT_TRUE(cluster.SetWorkerStatus(Rank(1), WorkerStatus::kReady, "").ok());
+  EXPECT_TRUE(cluster.AllReady());
+  cluster.set_lifecycle(ClusterLifecycle::kReady);
+
+  EXPECT_EQ(*cluster.RankOfPid(200), Rank(1));
+  ASSERT_TRUE(cluster.SetWorkerStatus(Rank(1), WorkerStatus::kDead, "killed by signal 9").ok());
+  EXPECT_EQ(cluster.lifecycle(), ClusterLifecycle::kDegraded);
+  EXPECT_FALSE(cluster.AllReady());
+  // A second report keeps the first cause; nothing revives the worker.
+  ASSERT_TRUE(cluster.SetWorkerStatus(Rank(1), WorkerStatus::kDead, "health failed").ok());
+  EXPECT_EQ(cluster.SetWorkerStatus(Rank(1), WorkerStatus::kReady, "").code(),
+            absl::StatusCode::kFailedPrecondition);
+  std::vector<WorkerRecord> workers = cluster.Workers();
+  ASSERT_EQ(workers.size(), 2u);
+  EXPECT_EQ(workers[1].status, WorkerStatus::kDead);
+  EXPECT_EQ(workers[1].detail, "killed by signal 9");
+  EXPECT_EQ(cluster.SetWorkerStatus(Rank(5), WorkerStatus::kReady, "").code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(cluster.RankOfPid(999).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(ClusterStateTest, DeathDuringShutdownDoesNotDegrade) {
+  ClusterState cluster(1);
+  ASSERT_TRUE(cluster.RegisterWorker("h:1", "h", 1, 0).ok());
+  cluster.set_lifecycle(ClusterLifecycle::kStopping);
+  ASSERT_TRUE(cluster.SetWorkerStatus(Rank(0), WorkerStatus::kDead, "exited").ok());
+  EXPECT_EQ(cluster.lifecycle(), ClusterLifecycle::kStopping);
+}
+
+}  // namespace
+}  // namespace weir::coordinator

@@ -1,0 +1,177 @@
+#include "coordinator/inference_service.h"
+
+#include "absl/container/flat_hash_set.h"
+
+namespace weir::coordinator {
+namespace {
+
+constexpr char kVersion[] = "weir 0.1.0";
+constexpr char kNoGeneration[] =
+    "generation is not available yet: this build of weir serves cluster bring-up, health, "
+    "model info and server state; the model runtime and step loop are not built in";
+constexpr char kNoBatchJobs[] =
+    "batch jobs are not available yet: they run on the generation path, which this build of "
+    "weir does not have";
+
+v1::Lifecycle ToProto(ClusterLifecycle lifecycle) {
+  switch (lifecycle) {
+    case ClusterLifecycle::kStarting: return v1::LIFECYCLE_STARTING;
+    case ClusterLifecycle::kReady: return v1::LIFECYCLE_READY;
+    case ClusterLifecycle::kDegraded: return v1::LIFECYCLE_DEGRADED;
+    case ClusterLifecycle::kDraining: return v1::LIFECYCLE_DRAINING;
+    case ClusterLifecycle::kStopping: return v1::LIFECYCLE_STOPPING;
+  }
+  return v1::LIFECYCLE_UNSPECIFIED;
+}
+
+v1::WorkerState ToProto(WorkerStatus status) {
+  switch (status) {
+    case WorkerStatus::kRegistered: return v1::WORKER_STATE_REGISTERED;
+    case WorkerStatus::kLoading: return v1::WORKER_STATE_LOADING;
+    case WorkerStatus::kReady: return v1::WORKER_STATE_READY;
+    case WorkerStatus::kDead: return v1::WORKER_STATE_DEAD;
+    case WorkerStatus::kStopped: return v1::WORKER_STATE_STOPPED;
+  }
+  return v1::WORKER_STATE_UNSPECIFIED;
+}
+
+}  // namespace
+
+InferenceService::InferenceService(ModelSummary model, ClusterState& cluster, ApiLimits limits)
+    : model_(std::move(model)), cluster_(cluster), limits_(limits) {}
+
+grpc::Status InferenceService::CheckModel(const std::string& model) const {
+  if (model.empty() || model == model_.name) return grpc::Status::OK;
+  return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                      "unknown model \"" + model + "\"; this server serves \"" + model_.name + "\"");
+}
+
+grpc::Status InferenceService::Generate(grpc::ServerContext* context,
+                                        const v1::GenerateRequest* request,
+                                        grpc::ServerWriter<v1::GenerateEvent>* writer) {
+  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, kNoGeneration);
+}
+
+grpc::Status InferenceService::GenerateBatch(grpc::ServerContext* context,
+                                             const v1::GenerateBatchRequest* request,
+                                             grpc::ServerWriter<v1::BatchEvent>* writer) {
+  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, kNoGeneration);
+}
+
+grpc::Status InferenceService::Cancel(grpc::ServerContext* context,
+                                      const v1::CancelRequest* request,
+                                      v1::CancelResponse* response) {
+  if (request->request_ids().empty() && !request->has_batch_id()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "Cancel: give request_ids or batch_id");
+  }
+  if (static_cast<uint32_t>(request->request_ids_size()) > limits_.max_cancel_ids) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "Cancel: more than " + std::to_string(limits_.max_cancel_ids) + " ids");
+  }
+  // Nothing is admitted without the generation path, so no id can be in flight.
+  absl::flat_hash_set<std::string> seen;
+  for (const std::string& id : request->request_ids()) {
+    if (!seen.insert(id).second) continue;
+    v1::CancelResponse::Result* result = response->add_results();
+    result->set_id(id);
+    result->set_outcome(v1::CancelResponse::OUTCOME_NOT_FOUND);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status InferenceService::Tokenize(grpc::ServerContext* context,
+                                        const v1::TokenizeRequest* request,
+                                        v1::TokenizeResponse* response) {
+  if (grpc::Status s = CheckModel(request->model()); !s.ok()) return s;
+  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                      "Tokenize: no tokenizer is built into this weir binary yet");
+}
+
+grpc::Status InferenceService::GetModelInfo(grpc::ServerContext* context,
+                                            const v1::GetModelInfoRequest* request,
+                                            v1::ModelInfo* response) {
+  if (grpc::Status s = CheckModel(request->model()); !s.ok()) return s;
+  response->set_name(model_.name);
+  response->set_revision(model_.revision);
+  response->set_quantization(model_.quantization);
+  response->set_max_context_tokens(model_.max_context_tokens);
+  response->set_max_prompt_tokens(model_.max_context_tokens);
+  response->set_max_new_tokens_limit(model_.max_context_tokens);
+  response->set_vocab_size(model_.vocab_size);
+  for (int64_t eos : model_.eos_token_ids) response->add_eos_token_ids(eos);
+  if (model_.bos_token_id) response->set_bos_token_id(*model_.bos_token_id);
+  if (model_.pad_token_id) response->set_pad_token_id(*model_.pad_token_id);
+  v1::ModelInfo::Features* f = response->mutable_features();
+  f->set_max_top_logprobs(limits_.max_top_logprobs);
+  f->set_max_num_samples(limits_.max_num_samples);
+  f->set_max_stop_sequences(limits_.max_stop_sequences);
+  f->set_max_stop_string_len(limits_.max_stop_string_len);
+  f->set_max_logit_bias_entries(limits_.max_logit_bias_entries);
+  f->set_max_batch_items(limits_.max_batch_items);
+  f->set_max_request_bytes(limits_.max_request_bytes);
+  f->set_max_schema_bytes(limits_.max_schema_bytes);
+  v1::ModelInfo::Parallelism* p = response->mutable_parallelism();
+  p->set_tp(1);
+  p->set_pp(1);
+  p->set_dp(cluster_.world_size());
+  p->set_ep(cluster_.world_size());
+  p->set_num_experts(model_.num_routed_experts);
+  return grpc::Status::OK;
+}
+
+grpc::Status InferenceService::GetServerState(grpc::ServerContext* context,
+                                              const v1::GetServerStateRequest* request,
+                                              v1::ServerState* response) {
+  const ClusterLifecycle lifecycle = cluster_.lifecycle();
+  response->set_lifecycle(ToProto(lifecycle));
+  response->set_version(kVersion);
+  response->set_uptime_s(absl::ToDoubleSeconds(absl::Now() - start_time_));
+  response->set_eplb_address(cluster_.eplb_address());
+  response->set_expert_map_version(cluster_.expert_map_version());
+  for (const WorkerRecord& w : cluster_.Workers()) {
+    v1::ServerState::Worker* out = response->add_workers();
+    out->set_rank(w.rank.value());
+    out->set_address(w.address);
+    out->set_state(ToProto(w.status));
+    out->set_detail(w.detail);
+    out->set_pid(w.pid);
+  }
+  // One EP group spans every worker: it is READY only if all workers are.
+  ClusterLifecycle group_state = lifecycle;
+  if (!cluster_.AllReady() && lifecycle == ClusterLifecycle::kReady) {
+    group_state = ClusterLifecycle::kDegraded;
+  }
+  v1::ServerState::Group* group = response->add_per_group();
+  group->set_id(0);
+  group->set_state(ToProto(group_state));
+  v1::ServerState::Admission* admission = response->mutable_admission();
+  admission->set_limit_requests(0);
+  admission->set_limit_tokens(0);
+  return grpc::Status::OK;
+}
+
+grpc::Status BatchJobsService::CreateBatchJob(grpc::ServerContext*,
+                                              const v1::CreateBatchJobRequest*, v1::BatchJob*) {
+  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, kNoBatchJobs);
+}
+grpc::Status BatchJobsService::GetBatchJob(grpc::ServerContext*, const v1::GetBatchJobRequest*,
+                                           v1::BatchJob*) {
+  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, kNoBatchJobs);
+}
+grpc::Status BatchJobsService::ListBatchJobs(grpc::ServerContext*,
+                                             const v1::ListBatchJobsRequest*,
+                                             v1::ListBatchJobsResponse*) {
+  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, kNoBatchJobs);
+}
+grpc::Status BatchJobsService::CancelBatchJob(grpc::ServerContext*,
+                                              const v1::CancelBatchJobRequest*, v1::BatchJob*) {
+  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, kNoBatchJobs);
+}
+grpc::Status BatchJobsService::ReadBatchResults(grpc::ServerContext*,
+                                                const v1::ReadBatchResultsRequest*,
+                                                grpc::ServerWriter<v1::BatchItemResult>*) {
+  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, kNoBatchJobs);
+}
+
+}  // namespace weir::coordinator

@@ -1,0 +1,86 @@
+// coordinator/inference_service.h
+//
+// InferenceService implements the public weir.v1.Inference API, and
+// BatchJobsService weir.v1.BatchJobs. Model info and server state are served
+// from the model summary and the cluster registry. Generation, batch jobs and
+// text tokenization need the model runtime and tokenizer and answer
+// UNIMPLEMENTED with a message saying so.
+//
+// Thread safety: gRPC calls them from many threads; they read only immutable
+// data and the thread-safe ClusterState.
+
+#ifndef WEIR_COORDINATOR_INFERENCE_SERVICE_H_
+#define WEIR_COORDINATOR_INFERENCE_SERVICE_H_
+
+#include "absl/time/clock.h"
+#include "coordinator/cluster_state.h"
+#include "base/model_summary.h"
+#include "proto/batch.grpc.pb.h"
+#include "proto/inference.grpc.pb.h"
+
+namespace weir::coordinator {
+
+// Limits advertised in ModelInfo.features and enforced at admission.
+struct ApiLimits {
+  uint32_t max_num_samples = 16;
+  uint32_t max_stop_sequences = 16;
+  uint32_t max_stop_string_len = 256;
+  uint32_t max_logit_bias_entries = 1024;
+  uint32_t max_top_logprobs = 20;
+  uint32_t max_batch_items = 50000;
+  uint64_t max_request_bytes = 64 << 20;
+  uint64_t max_schema_bytes = 1 << 20;
+  uint32_t max_cancel_ids = 1024;
+};
+
+class InferenceService final : public v1::Inference::Service {
+ public:
+  // Does not take ownership; `cluster` must outlive the service.
+  InferenceService(ModelSummary model, ClusterState& cluster, ApiLimits limits);
+
+  grpc::Status Generate(grpc::ServerContext* context, const v1::GenerateRequest* request,
+                        grpc::ServerWriter<v1::GenerateEvent>* writer) override;
+  grpc::Status GenerateBatch(grpc::ServerContext* context,
+                             const v1::GenerateBatchRequest* request,
+                             grpc::ServerWriter<v1::BatchEvent>* writer) override;
+  grpc::Status Cancel(grpc::ServerContext* context, const v1::CancelRequest* request,
+                      v1::CancelResponse* response) override;
+  grpc::Status Tokenize(grpc::ServerContext* context, const v1::TokenizeRequest* request,
+                        v1::TokenizeResponse* response) override;
+  grpc::Status GetModelInfo(grpc::ServerContext* context, const v1::GetModelInfoRequest* request,
+                            v1::ModelInfo* response) override;
+  grpc::Status GetServerState(grpc::ServerContext* context,
+                              const v1::GetServerStateRequest* request,
+                              v1::ServerState* response) override;
+
+ private:
+  // OK if `model` is empty or names the served model; NOT_FOUND otherwise.
+  grpc::Status CheckModel(const std::string& model) const;
+
+  const ModelSummary model_;
+  ClusterState& cluster_;
+  const ApiLimits limits_;
+  const absl::Time start_time_ = absl::Now();
+};
+
+class BatchJobsService final : public v1::BatchJobs::Service {
+ public:
+  grpc::Status CreateBatchJob(grpc::ServerContext* context,
+                              const v1::CreateBatchJobRequest* request,
+                              v1::BatchJob* response) override;
+  grpc::Status GetBatchJob(grpc::ServerContext* context, const v1::GetBatchJobRequest* request,
+                           v1::BatchJob* response) override;
+  grpc::Status ListBatchJobs(grpc::ServerContext* context,
+                             const v1::ListBatchJobsRequest* request,
+                             v1::ListBatchJobsResponse* response) override;
+  grpc::Status CancelBatchJob(grpc::ServerContext* context,
+                              const v1::CancelBatchJobRequest* request,
+                              v1::BatchJob* response) override;
+  grpc::Status ReadBatchResults(grpc::ServerContext* context,
+                                const v1::ReadBatchResultsRequest* request,
+                                grpc::ServerWriter<v1::BatchItemResult>* writer) override;
+};
+
+}  // namespace weir::coordinator
+
+#endif  // WEIR_COORDINATOR_INFERENCE_SERVICE_H_

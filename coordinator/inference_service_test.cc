@@ -1,0 +1,100 @@
+#include "coordinator/inference_service.h"
+
+#include "gtest/gtest.h"
+
+namespace weir::coordinator {
+namespace {
+
+ModelSummary TinySummary() {
+  ModelSummary m;
+  m.name = "tiny";
+  m.revision = "0123456789abcdef";
+  m.vocab_size = 4096;
+  m.max_context_tokens = 8192;
+  m.num_layers = 8;
+  m.num_routed_experts = 16;
+  m.bos_token_id = 0;
+  m.eos_token_ids = {1};
+  return m;
+}
+
+TEST(InferenceServiceTest, ModelInfoComesFromConfigAndLayout) {
+  ClusterState cluster(4);
+  InferenceService service(TinySummary(), cluster, ApiLimits{});
+  grpc::ServerContext context;
+  v1::GetModelInfoRequest request;
+  v1::ModelInfo info;
+  ASSERT_TRUE(service.GetModelInfo(&context, &request, &info).ok());
+  EXPECT_EQ(info.name(), "tiny");
+  EXPECT_EQ(info.vocab_size(), 4096u);
+  EXPECT_EQ(info.max_context_tokens(), 8192u);
+  EXPECT_EQ(info.bos_token_id(), 0u);
+  ASSERT_EQ(info.eos_token_ids_size(), 1);
+  EXPECT_EQ(info.parallelism().ep(), 4u);
+  EXPECT_EQ(info.parallelism().num_experts(), 16u);
+  EXPECT_GT(info.features().max_request_bytes(), 0u);
+
+  request.set_model("other");
+  EXPECT_EQ(service.GetModelInfo(&context, &request, &info).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+}
+
+TEST(InferenceServiceTest, ServerStateReflectsWorkers) {
+  ClusterState cluster(2);
+  InferenceService service(TinySummary(), cluster, ApiLimits{});
+  ASSERT_TRUE(cluster.RegisterWorker("127.0.0.1:7001", "h", 41, 0).ok());
+  ASSERT_TRUE(cluster.RegisterWorker("127.0.0.1:7002", "h", 42, 1).ok());
+  ASSERT_TRUE(cluster.SetWorkerStatus(Rank(0), WorkerStatus::kReady, "").ok());
+  ASSERT_TRUE(cluster.SetWorkerStatus(Rank(1), WorkerStatus::kReady, "").ok());
+  cluster.set_lifecycle(ClusterLifecycle::kReady);
+  grpc::ServerContext context;
+  v1::GetServerStateRequest request;
+  v1::ServerState state;
+  ASSERT_TRUE(service.GetServerState(&context, &request, &state).ok());
+  EXPECT_EQ(state.lifecycle(), v1::LIFECYCLE_READY);
+  ASSERT_EQ(state.workers_size(), 2);
+  EXPECT_EQ(state.workers(1).pid(), 42);
+  EXPECT_EQ(state.per_group(0).state(), v1::LIFECYCLE_READY);
+
+  ASSERT_TRUE(cluster.SetWorkerStatus(Rank(1), WorkerStatus::kDead, "killed by signal 9").ok());
+  state.Clear();
+  ASSERT_TRUE(service.GetServerState(&context, &request, &state).ok());
+  EXPECT_EQ(state.lifecycle(), v1::LIFECYCLE_DEGRADED);
+  EXPECT_EQ(state.workers(1).state(), v1::WORKER_STATE_DEAD);
+  EXPECT_EQ(state.workers(1).detail(), "killed by signal 9");
+  EXPECT_EQ(state.per_group(0).state(), v1::LIFECYCLE_DEGRADED);
+}
+
+TEST(InferenceServiceTest, GenerationIsExplicitlyUnimplemented) {
+  ClusterState cluster(1);
+  InferenceService service(TinySummary(), cluster, ApiLimits{});
+  grpc::ServerContext context;
+  v1::GenerateRequest request;
+  grpc::Status status = service.Generate(&context, &request, nullptr);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_NE(status.error_message().find("not available"), std::string::npos);
+}
+
+TEST(InferenceServiceTest, CancelValidatesAndReportsUnknownIds) {
+  ClusterState cluster(1);
+  ApiLimits limits;
+  limits.max_cancel_ids = 3;
+  InferenceService service(TinySummary(), cluster, limits);
+  grpc::ServerContext context;
+  v1::CancelRequest request;
+  v1::CancelResponse response;
+  EXPECT_EQ(service.Cancel(&context, &request, &response).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  request.add_request_ids("a");
+  request.add_request_ids("a");
+  request.add_request_ids("b");
+  ASSERT_TRUE(service.Cancel(&context, &request, &response).ok());
+  ASSERT_EQ(response.results_size(), 2);  // Duplicates answered once.
+  EXPECT_EQ(response.results(0).outcome(), v1::CancelResponse::OUTCOME_NOT_FOUND);
+  for (int i = 0; i < 4; ++i) request.add_request_ids("x" + std::to_string(i));
+  EXPECT_EQ(service.Cancel(&context, &request, &response).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+}  // namespace
+}  // namespace weir::coordinator

@@ -1,0 +1,231 @@
+// The weir coordinator. With no arguments it starts a local cluster on the
+// embedded tiny model: it spawns --workers worker processes and the EPLB
+// service, waits until every worker is registered and loaded, prints one
+// "weir ready" line, and serves until SIGINT/SIGTERM. With --expect_workers=N
+// it spawns nothing and waits for N remote workers started with
+// --coordinator=HOST:PORT.
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "base/grpc_util.h"
+#include "base/init.h"
+#include "base/logging.h"
+#include "base/model_summary.h"
+#include "base/signals.h"
+#include "coordinator/cluster_controller.h"
+#include "coordinator/cluster_state.h"
+#include "coordinator/control_service.h"
+#include "coordinator/inference_service.h"
+#include "coordinator/launcher.h"
+#include "tools/cpp/runfiles/runfiles.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
+          "Address of the public and control gRPC server (port 0 picks one).");
+ABSL_FLAG(int, workers, 2, "Local cluster: number of worker processes to start.");
+ABSL_FLAG(int, expect_workers, 0,
+          "Multi-node: start no workers and wait for this many remote workers to register.");
+ABSL_FLAG(bool, eplb, true, "Local cluster: also start the EPLB service.");
+ABSL_FLAG(std::string, model_dir, "", "Model directory (config.json); default: the tiny model.");
+ABSL_FLAG(std::string, worker_binary, "", "Worker executable; default: the one built with us.");
+ABSL_FLAG(std::string, eplb_binary, "", "EPLB executable; default: the one built with us.");
+ABSL_FLAG(int, startup_timeout_s, 120, "Give up if the workers are not ready by then.");
+ABSL_FLAG(int, health_interval_ms, 500, "Worker liveness check period.");
+ABSL_FLAG(int, health_failures, 3, "Consecutive failed checks before a worker is DEAD.");
+ABSL_FLAG(int, stop_grace_s, 5, "Time children get to exit before SIGKILL.");
+ABSL_FLAG(std::string, address_file, "",
+          "If set, write the bound HOST:PORT here as soon as the server listens (for "
+          "launchers that start remote workers).");
+
+namespace weir::coordinator {
+namespace {
+
+using bazel::tools::cpp::runfiles::Runfiles;
+
+constexpr char kUsage[] =
+    "weir coordinator.\n"
+    "  main                         local cluster: 2 workers + EPLB on the tiny model\n"
+    "  main --expect_workers=N      wait for N remote workers (worker --coordinator=HOST:PORT)";
+
+// Resolves a data dependency shipped next to this binary.
+std::string Locate(const Runfiles* runfiles, const std::string& flag_value,
+                   const std::string& runfile) {
+  if (!flag_value.empty()) return flag_value;
+  return runfiles == nullptr ? "" : runfiles->Rlocation(runfile);
+}
+
+int Run(int argc, char** argv) {
+  absl::Notification stop;
+  InstallTerminationHandler([&stop](int signo, int count) {
+    if (count == 1) {
+      WEIR_LOG(INFO) << "signal " << signo << ": shutting down (again to abort)";
+      stop.Notify();
+      return;
+    }
+    // Immediate abort: children die with us through PR_SET_PDEATHSIG.
+    WEIR_LOG(WARNING) << "second signal: aborting now";
+    _exit(1);
+  });
+  InitProcess(argc, argv, kUsage, "coordinator");
+
+  std::string error;
+  std::unique_ptr<Runfiles> runfiles(Runfiles::Create(argv[0], &error));
+  const int expect_remote = absl::GetFlag(FLAGS_expect_workers);
+  const bool local = expect_remote == 0;
+  const int world = local ? absl::GetFlag(FLAGS_workers) : expect_remote;
+  if (world < 1) {
+    std::cerr << "weir: need at least one worker (--workers / --expect_workers)\n";
+    return 2;
+  }
+  const std::string model_dir =
+      Locate(runfiles.get(), absl::GetFlag(FLAGS_model_dir), "weir/models/tiny");
+  absl::StatusOr<ModelSummary> model = LoadModelSummary(model_dir);
+  if (!model.ok()) {
+    std::cerr << "weir: cannot load model from " << model_dir << ": " << model.status() << "\n";
+    return 1;
+  }
+
+  std::random_device entropy;
+  const uint64_t epoch = (uint64_t{entropy()} << 32) ^ entropy() ^ getpid();
+  ClusterState cluster(world);
+  ClusterController controller(
+      cluster, ControllerOptions{.model_dir = model_dir,
+                                 .epoch = epoch,
+                                 .health_interval =
+                                     absl::Milliseconds(absl::GetFlag(FLAGS_health_interval_ms)),
+                                 .failure_threshold = absl::GetFlag(FLAGS_health_failures)});
+  InferenceService inference(*model, cluster, ApiLimits{});
+  BatchJobsService batch_jobs;
+  ControlService control(cluster, controller, epoch);
+  absl::StatusOr<StartedServer> server =
+      StartServer({.address = absl::GetFlag(FLAGS_listen),
+                   .max_receive_bytes = kPublicMaxRequestBytes,
+                   .max_send_bytes = kPublicMaxResponseBytes},
+                  {&inference, &batch_jobs, &control});
+  if (!server.ok()) {
+    std::cerr << "weir: " << server.status().message()
+              << " (is another coordinator running? pick a port with --listen)\n";
+    return 1;
+  }
+  grpc::HealthCheckServiceInterface* health = server->server->GetHealthCheckService();
+  health->SetServingStatus("weir.v1.Inference", false);
+  health->SetServingStatus("weir.v1.BatchJobs", false);
+  health->SetServingStatus("weir.v1.Coordinator", true);
+  WEIR_LOG(INFO) << "listening on " << server->address << " (epoch " << epoch << ")";
+  if (const std::string path = absl::GetFlag(FLAGS_address_file); !path.empty()) {
+    // Written to a temporary name and renamed, so readers never see half.
+    const std::string tmp = path + ".tmp";
+    std::ofstream(tmp) << server->address << "\n";
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+      std::cerr << "weir: cannot write --address_file " << path << "\n";
+      return 1;
+    }
+  }
+
+  std::atomic<int> early_worker_exits{0};
+  Launcher launcher([&](const ChildExit& exit) {
+    if (exit.name.rfind("worker", 0) == 0) {
+      ++early_worker_exits;
+      controller.ReportExit(exit.pid, exit.Describe());
+    } else if (cluster.lifecycle() != ClusterLifecycle::kStopping) {
+      WEIR_LOG(ERROR) << exit.name << " " << exit.Describe()
+                      << "; serving continues on the current expert map";
+    }
+  });
+
+  auto shutdown = [&](int code) {
+    cluster.set_lifecycle(ClusterLifecycle::kStopping);
+    health->SetServingStatus("weir.v1.Inference", false);
+    health->SetServingStatus("weir.v1.BatchJobs", false);
+    controller.StopMonitor();
+    controller.ShutdownWorkers("coordinator stopping");
+    launcher.StopAll(absl::Seconds(absl::GetFlag(FLAGS_stop_grace_s)));
+    server->server->Shutdown(DeadlineIn(std::chrono::seconds(2)));
+    WEIR_LOG(INFO) << "stopped";
+    return code;
+  };
+
+  if (local) {
+    const std::string worker_bin =
+        Locate(runfiles.get(), absl::GetFlag(FLAGS_worker_binary), "weir/worker/main");
+    const std::string eplb_bin =
+        Locate(runfiles.get(), absl::GetFlag(FLAGS_eplb_binary), "weir/eplb/main");
+    if (absl::GetFlag(FLAGS_eplb)) {
+      absl::StatusOr<pid_t> pid = launcher.Spawn(
+          "eplb", {eplb_bin, "--coordinator=" + server->address, "--listen=127.0.0.1:0"});
+      if (!pid.ok()) WEIR_LOG(ERROR) << "cannot start EPLB: " << pid.status();
+    }
+    for (int r = 0; r < world; ++r) {
+      absl::StatusOr<pid_t> pid =
+          launcher.Spawn(absl::StrCat("worker ", r),
+                         {worker_bin, "--coordinator=" + server->address,
+                          "--listen=127.0.0.1:0", absl::StrCat("--rank=", r)});
+      if (!pid.ok()) {
+        std::cerr << "weir: cannot start worker " << r << ": " << pid.status() << "\n";
+        return shutdown(1);
+      }
+    }
+  } else {
+    WEIR_LOG(INFO) << "waiting for " << world << " workers to register at " << server->address;
+  }
+
+  // Wait for registrations, a signal, a dead local worker, or the timeout.
+  const absl::Time deadline =
+      absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s));
+  while (!cluster.WaitAllRegistered(absl::Milliseconds(100))) {
+    if (stop.HasBeenNotified()) return shutdown(0);
+    if (early_worker_exits > 0) {
+      std::cerr << "weir: a worker exited during start-up (see log above)\n";
+      return shutdown(1);
+    }
+    if (absl::Now() > deadline) {
+      std::cerr << "weir: only " << cluster.Workers().size() << " of " << world
+                << " workers registered in time\n";
+      return shutdown(1);
+    }
+  }
+  // Workers learn the EPLB address at Init, so give EPLB a moment to register.
+  if (local && absl::GetFlag(FLAGS_eplb)) {
+    while (cluster.eplb_address().empty() && absl::Now() < deadline && !stop.HasBeenNotified()) {
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  }
+  if (absl::Status up = controller.BringUp(); !up.ok()) {
+    std::cerr << "weir: start-up failed: " << up << "\n";
+    return shutdown(1);
+  }
+  if (stop.HasBeenNotified()) return shutdown(0);
+
+  cluster.set_lifecycle(ClusterLifecycle::kReady);
+  health->SetServingStatus("weir.v1.Inference", true);
+  health->SetServingStatus("weir.v1.BatchJobs", true);
+  controller.StartMonitor([&] {
+    if (!cluster.AllReady()) {
+      health->SetServingStatus("weir.v1.Inference", false);
+      health->SetServingStatus("weir.v1.BatchJobs", false);
+    }
+  });
+  const std::string eplb = cluster.eplb_address();
+  std::cout << "weir ready at " << server->address << " (model " << model->name << ", " << world
+            << " workers" << (eplb.empty() ? "" : ", eplb " + eplb)
+            << "). Try: tools/bazel run //tools:weir -- info --server=" << server->address
+            << std::endl;
+
+  stop.WaitForNotification();
+  return shutdown(0);
+}
+
+}  // namespace
+}  // namespace weir::coordinator
+
+int main(int argc, char** argv) { return weir::coordinator::Run(argc, argv); }

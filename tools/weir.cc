@@ -1,0 +1,101 @@
+// weir: the command-line client of a weir server.
+//
+//   weir health [--server=HOST:PORT] [--service=weir.v1.Inference]
+//   weir info   [--server=HOST:PORT]
+//
+// Exit code 0 on success (for `health`: the service is SERVING), 1 otherwise.
+
+#include <iostream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_format.h"
+#include "base/grpc_util.h"
+#include "base/init.h"
+#include "proto/inference.grpc.pb.h"
+
+ABSL_FLAG(std::string, server, "127.0.0.1:50051", "Coordinator address.");
+ABSL_FLAG(std::string, service, "weir.v1.Inference",
+          "health: service to check (\"\" = process liveness).");
+ABSL_FLAG(int, timeout_ms, 5000, "Deadline of each call.");
+
+namespace weir {
+namespace {
+
+constexpr char kUsage[] =
+    "weir client.\n"
+    "  weir health [--server=HOST:PORT] [--service=NAME]   readiness of a service\n"
+    "  weir info   [--server=HOST:PORT]                    model and cluster state";
+
+int Health(grpc::Channel& channel) {
+  const std::string service = absl::GetFlag(FLAGS_service);
+  absl::StatusOr<std::string> status = CheckHealth(
+      channel, service, std::chrono::milliseconds(absl::GetFlag(FLAGS_timeout_ms)));
+  if (!status.ok()) {
+    std::cerr << "health: " << status.status() << "\n";
+    return 1;
+  }
+  std::cout << (service.empty() ? "(liveness)" : service) << ": " << *status << "\n";
+  return *status == "SERVING" ? 0 : 1;
+}
+
+int Info(const std::shared_ptr<grpc::Channel>& channel) {
+  auto stub = v1::Inference::NewStub(channel);
+  const auto deadline = std::chrono::milliseconds(absl::GetFlag(FLAGS_timeout_ms));
+  v1::ModelInfo info;
+  {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineIn(deadline));
+    grpc::Status status = stub->GetModelInfo(&context, v1::GetModelInfoRequest(), &info);
+    if (!status.ok()) {
+      std::cerr << "info: GetModelInfo: " << FromGrpcStatus(status) << "\n";
+      return 1;
+    }
+  }
+  v1::ServerState state;
+  {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineIn(deadline));
+    grpc::Status status = stub->GetServerState(&context, v1::GetServerStateRequest(), &state);
+    if (!status.ok()) {
+      std::cerr << "info: GetServerState: " << FromGrpcStatus(status) << "\n";
+      return 1;
+    }
+  }
+  std::cout << absl::StrFormat(
+      "model      %s (revision %s, %s)\n"
+      "vocab      %d tokens, context %d, %d routed experts\n"
+      "server     %s, %s, up %.1f s\n"
+      "parallel   DP %d x EP %d; expert map version %d\n"
+      "eplb       %s\n",
+      info.name(), info.revision(), info.quantization(), info.vocab_size(),
+      info.max_context_tokens(), info.parallelism().num_experts(), state.version(),
+      v1::Lifecycle_Name(state.lifecycle()), state.uptime_s(), info.parallelism().dp(),
+      info.parallelism().ep(), state.expert_map_version(),
+      state.eplb_address().empty() ? "(none)" : state.eplb_address());
+  std::cout << "workers\n";
+  for (const v1::ServerState::Worker& w : state.workers()) {
+    std::cout << absl::StrFormat("  rank %-3d %-22s pid %-8d %s%s\n", w.rank(), w.address(),
+                                 w.pid(), v1::WorkerState_Name(w.state()),
+                                 w.detail().empty() ? "" : " (" + w.detail() + ")");
+  }
+  return 0;
+}
+
+int Run(int argc, char** argv) {
+  std::vector<std::string> args = InitProcess(argc, argv, kUsage, "weir");
+  if (args.size() != 2) {
+    std::cerr << kUsage << "\n";
+    return 2;
+  }
+  auto channel = MakeChannel(absl::GetFlag(FLAGS_server));
+  if (args[1] == "health") return Health(*channel);
+  if (args[1] == "info") return Info(channel);
+  std::cerr << "unknown command \"" << args[1] << "\"\n" << kUsage << "\n";
+  return 2;
+}
+
+}  // namespace
+}  // namespace weir
+
+int main(int argc, char** argv) { return weir::Run(argc, argv); }

@@ -1,0 +1,114 @@
+// A weir worker: one rank of the cluster. Starts its gRPC server, registers
+// with the coordinator (--coordinator=HOST:PORT), then serves Init,
+// LoadWeights, Steps, expert-map and Shutdown calls. Exits when asked to,
+// on SIGINT/SIGTERM, or when the coordinator has been unreachable for
+// --coordinator_timeout_s (self-fencing).
+
+#include <unistd.h>
+
+#include <iostream>
+#include <memory>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "base/grpc_util.h"
+#include "base/init.h"
+#include "base/logging.h"
+#include "base/peer_watchdog.h"
+#include "base/signals.h"
+#include "coordinator/registration_client.h"
+#include "worker/worker_service.h"
+
+ABSL_FLAG(std::string, coordinator, "", "Coordinator address HOST:PORT (required).");
+ABSL_FLAG(std::string, listen, "127.0.0.1:0", "Address of this worker's gRPC server.");
+ABSL_FLAG(std::string, advertise_host, "",
+          "Host peers use to reach this worker; default: the --listen host.");
+ABSL_FLAG(int, rank, -1, "Rank to ask for (-1: any free rank).");
+ABSL_FLAG(int, register_timeout_s, 60, "How long to retry registering.");
+ABSL_FLAG(int, coordinator_timeout_s, 10, "Exit after the coordinator is gone this long.");
+
+namespace weir::worker {
+namespace {
+
+std::string HostName() {
+  char name[256] = {};
+  gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+int Run(int argc, char** argv) {
+  absl::Notification stop;
+  InstallTerminationHandler([&stop](int signo, int count) {
+    if (count > 1) _exit(1);
+    if (!stop.HasBeenNotified()) stop.Notify();
+  });
+  InitProcess(argc, argv, "weir worker: --coordinator=HOST:PORT [--listen=HOST:PORT]", "worker");
+  const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
+  if (coordinator.empty()) {
+    std::cerr << "worker: --coordinator=HOST:PORT is required\n";
+    return 2;
+  }
+
+  grpc::HealthCheckServiceInterface* health = nullptr;
+  WorkerService service(WorkerHooks{
+      .set_serving =
+          [&health](bool serving) {
+            if (health != nullptr) health->SetServingStatus("weir.v1.Worker", serving);
+          },
+      .request_stop =
+          [&stop](const std::string&) {
+            if (!stop.HasBeenNotified()) stop.Notify();
+          }});
+  absl::StatusOr<StartedServer> server =
+      StartServer({.address = absl::GetFlag(FLAGS_listen)}, {&service});
+  if (!server.ok()) {
+    std::cerr << "worker: " << server.status() << "\n";
+    return 1;
+  }
+  health = server->server->GetHealthCheckService();
+  health->SetServingStatus("weir.v1.Worker", false);
+
+  std::string host = server->address.substr(0, server->address.rfind(':'));
+  if (!absl::GetFlag(FLAGS_advertise_host).empty()) host = absl::GetFlag(FLAGS_advertise_host);
+  if (host == "0.0.0.0" || host == "[::]" || host.empty()) host = HostName();
+  const std::string address = absl::StrCat(host, ":", server->port);
+
+  v1::RegisterRequest request;
+  request.set_role(v1::PROCESS_ROLE_WORKER);
+  request.set_address(address);
+  request.set_hostname(HostName());
+  request.set_pid(getpid());
+  request.set_requested_rank(absl::GetFlag(FLAGS_rank));
+  absl::StatusOr<v1::RegisterResponse> reply = coordinator::RegisterWithCoordinator(
+      coordinator, request, absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s)));
+  if (!reply.ok()) {
+    std::cerr << "worker: registration failed: " << reply.status() << "\n";
+    server->server->Shutdown(DeadlineIn(std::chrono::seconds(1)));
+    return 1;
+  }
+  service.SetIdentity(reply->coordinator_epoch(), reply->rank());
+  SetLogTag(absl::StrCat("worker ", reply->rank()));
+  WEIR_LOG(INFO) << "serving at " << address << " as rank " << reply->rank() << " of "
+                 << reply->world_size();
+
+  int exit_code = 0;
+  {
+    PeerWatchdog watchdog(coordinator, absl::Seconds(absl::GetFlag(FLAGS_coordinator_timeout_s)),
+                          absl::Milliseconds(500), [&](const std::string& why) {
+                            WEIR_LOG(ERROR) << "coordinator lost (" << why << "); exiting";
+                            exit_code = 1;
+                            if (!stop.HasBeenNotified()) stop.Notify();
+                          });
+    stop.WaitForNotification();
+  }
+  health->SetServingStatus("weir.v1.Worker", false);
+  server->server->Shutdown(DeadlineIn(std::chrono::seconds(2)));
+  WEIR_LOG(INFO) << "stopped";
+  return exit_code;
+}
+
+}  // namespace
+}  // namespace weir::worker
+
+int main(int argc, char** argv) { return weir::worker::Run(argc, argv); }

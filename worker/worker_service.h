@@ -1,0 +1,88 @@
+// worker/worker_service.h
+//
+// WorkerService implements weir.v1.Worker for one rank: it takes its rank
+// and peer table (Init), loads the model (LoadWeights), executes StepPlans in
+// order on the Steps stream, keeps the versioned expert map, and stops on
+// Shutdown. Health ("weir.v1.Worker") is SERVING only after LoadWeights.
+//
+// The model forward is not part of this build: a plan with rows is answered
+// with an UNIMPLEMENTED error in its StepResult; empty plans (a rank with no
+// work this step) complete normally.
+//
+// Thread safety: gRPC calls it from many threads; state is guarded by mu_.
+
+#ifndef WEIR_WORKER_WORKER_SERVICE_H_
+#define WEIR_WORKER_WORKER_SERVICE_H_
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "base/model_summary.h"
+#include "proto/worker.grpc.pb.h"
+#include "worker/expert_map_state.h"
+
+namespace weir::worker {
+
+struct WorkerHooks {
+  // Called with true once the model is loaded (and false if it is unloaded).
+  std::function<void(bool serving)> set_serving;
+  // Called once when Shutdown is requested.
+  std::function<void(const std::string& reason)> request_stop;
+};
+
+class WorkerService final : public v1::Worker::Service {
+ public:
+  explicit WorkerService(WorkerHooks hooks);
+
+  // Sets the coordinator epoch and rank that registration returned. The
+  // server runs before registration (its address is registered), so calls
+  // that arrive first wait up to 10 s for this, then fail UNAVAILABLE.
+  void SetIdentity(uint64_t epoch, int rank);
+
+  grpc::Status Init(grpc::ServerContext* context, const v1::InitRequest* request,
+                    v1::InitResponse* response) override;
+  grpc::Status LoadWeights(grpc::ServerContext* context, const v1::LoadWeightsRequest* request,
+                           v1::LoadWeightsResponse* response) override;
+  grpc::Status Steps(grpc::ServerContext* context,
+                     grpc::ServerReaderWriter<v1::StepResult, v1::StepPlan>* stream) override;
+  grpc::Status PrepareExpertMap(grpc::ServerContext* context,
+                                const v1::PrepareExpertMapRequest* request,
+                                v1::PrepareExpertMapResponse* response) override;
+  grpc::Status CommitExpertMap(grpc::ServerContext* context,
+                               const v1::CommitExpertMapRequest* request,
+                               v1::CommitExpertMapResponse* response) override;
+  grpc::Status Shutdown(grpc::ServerContext* context, const v1::ShutdownRequest* request,
+                        v1::ShutdownResponse* response) override;
+
+  // Executes one plan (validated by the caller's sequencer) into `result`.
+  // Exposed for tests of the step contract without a stream.
+  void ExecutePlan(const v1::StepPlan& plan, v1::StepResult& result);
+
+ private:
+  // Waits for SetIdentity, then checks `epoch` against it.
+  grpc::Status CheckEpoch(uint64_t epoch);
+
+  WorkerHooks hooks_;
+  absl::Notification identity_set_;
+  // Written once before identity_set_ is notified; read-only afterwards.
+  uint64_t epoch_ = 0;
+  int rank_ = -1;
+
+  absl::Mutex mu_;
+  // Guarded by mu_.
+  bool initialized_ ABSL_GUARDED_BY(mu_) = false;
+  int world_size_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::string> peer_addresses_ ABSL_GUARDED_BY(mu_);
+  std::optional<ModelSummary> model_ ABSL_GUARDED_BY(mu_);
+  std::optional<ExpertMapState> experts_ ABSL_GUARDED_BY(mu_);
+  bool steps_active_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace weir::worker
+
+#endif  // WEIR_WORKER_WORKER_SERVICE_H_
