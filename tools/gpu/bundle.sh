@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Builds the GPU test binaries here and bundles them, with the shared libraries
+# the GPU machine lacks, into one folder that the runner executes there.
+#
+#   tools/gpu/bundle.sh [OUT_DIR]        # default: .gpu_bundle (git-ignored)
+#
+# Left out of the bundle: glibc, libstdc++/libgcc, CUDA and NCCL libraries (the
+# GPU machine has its own, and cuBLASLt/NCCL are linked by soname for that).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out="${1:-.gpu_bundle}"
+
+# Every test tagged `gpu`, plus their runtime data.
+mapfile -t targets < <(tools/bazel query 'attr(tags, "\bgpu\b", tests(//...))' 2>/dev/null)
+if ((${#targets[@]} == 0)); then
+  echo "bundle: no gpu-tagged tests found" >&2
+  exit 1
+fi
+tools/bazel build --strip=always "${targets[@]}" >&2
+
+rm -rf "${out}"
+mkdir -p "${out}/bin" "${out}/lib"
+bin_dir="$(tools/bazel info bazel-bin 2>/dev/null)"
+for target in "${targets[@]}"; do
+  path="${target#//}"
+  path="${path/://}"
+  cp "${bin_dir}/${path}" "${out}/bin/$(echo "${path}" | tr '/' '_')"
+done
+
+# Shared libraries the binaries need, minus what the GPU machine provides.
+skip='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|librt\.|libpthread\.|libstdc\+\+|libgcc_s|libcuda\.|libcudart|libcublas|libnccl|libnvidia)'
+for binary in "${out}"/bin/*; do
+  ldd "${binary}" | awk '/=> \//{print $1" "$3}' | while read -r name lib; do
+    if [[ ! "${name}" =~ ${skip} && ! -e "${out}/lib/${name}" ]]; then
+      cp -L "${lib}" "${out}/lib/${name}"
+    fi
+  done
+done
+cp tools/gpu/run_all.sh "${out}/"
+du -sh "${out}" >&2
+echo "${out}"
