@@ -6,6 +6,7 @@
 #include "eplb/policy/packing.h"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 
 #include "base/logging.h"
@@ -18,6 +19,8 @@ namespace {
 constexpr double kSwapWorkBudget = 4e7;
 // Relative tolerance under which two costs count as equal.
 constexpr double kRelTol = 1e-12;
+// A swap must lower the objective by this fraction to be applied.
+constexpr double kMinRelGain = 1e-9;
 
 class Packer {
  public:
@@ -29,7 +32,9 @@ class Packer {
         c_(c),
         bin_load_(static_cast<size_t>(b) * w, 0.0),
         members_(b),
-        bin_of_(n, -1) {}
+        bin_of_(n, -1),
+        unique_max_windows_(b),
+        their_sum_(n, 0.0) {}
 
   void Greedy();
   void LocalSearch();
@@ -41,6 +46,27 @@ class Packer {
   void Place(int item, int bin);
   // Fills top_value_/top_bin_ with the three largest bin loads of each window.
   void ComputeTop3();
+  double Top(int w) const { return top_value_[static_cast<size_t>(w) * 3]; }
+  double Gap(const std::vector<int>& windows) const {
+    double gap = 0;
+    for (const int w : windows) gap += Top(w) - std::max(0.0, top_value_[static_cast<size_t>(w) * 3 + 1]);
+    return gap;
+  }
+  static double WindowSum(const double* x, const std::vector<int>& windows) {
+    double sum = 0;
+    for (const int w : windows) sum += x[w];
+    return sum;
+  }
+  // The bin that alone holds window w's maximum load, or -1 on a tie.
+  int UniqueMaxBin(int w) const {
+    const size_t base = static_cast<size_t>(w) * 3;
+    return top_value_[base] > top_value_[base + 1] ? top_bin_[base] : -1;
+  }
+  // Applies the exchange of an item of bin `p` with an item of another bin
+  // that lowers the objective most, if it lowers it by more than `min_gain`.
+  // Returns the other bin of the swap, or -1 if none. Adds the work done to
+  // `work`.
+  int ImproveBin(int p, double min_gain, double& work);
 
   absl::Span<const double> loads_;
   const int n_, w_, b_, c_;
@@ -49,6 +75,9 @@ class Packer {
   std::vector<int> bin_of_;                // [items]
   std::vector<double> top_value_;          // [windows, 3]
   std::vector<int> top_bin_;               // [windows, 3]
+  std::vector<std::vector<int>> unique_max_windows_;  // [bins][...]: windows it tops alone.
+  std::vector<int> rest_;                             // Scratch of ImproveBin.
+  std::vector<double> own_sum_, their_sum_;           // Scratch of ImproveBin: [items].
 };
 
 void Packer::Place(int item, int bin) {
@@ -116,26 +145,24 @@ void Packer::ComputeTop3() {
 
 void Packer::LocalSearch() {
   if (b_ < 2) return;
-  std::vector<double> other(w_);
   std::vector<double> priority(b_);
   std::vector<int> candidates;
+  std::vector<char> stale(b_, 0);
   double work = 0;
   while (work < kSwapWorkBudget) {
     ComputeTop3();
     double objective = 0;
     for (int w = 0; w < w_; ++w) objective += top_value_[static_cast<size_t>(w) * 3];
-    const double min_gain = 1e-9 * objective;
-    // Bins attaining some window's maximum, heaviest windows first.
+    if (objective <= 0) return;
+    // Only a bin that is the unique maximum of some window can start an
+    // improving exchange (a swap cannot lower two tied bins at once).
     std::fill(priority.begin(), priority.end(), 0.0);
+    for (std::vector<int>& windows : unique_max_windows_) windows.clear();
     for (int w = 0; w < w_; ++w) {
-      const double top = top_value_[static_cast<size_t>(w) * 3];
-      for (int k = 0; k < 3; ++k) {
-        const int b = top_bin_[static_cast<size_t>(w) * 3 + k];
-        if (b >= 0 && top > 0 &&
-            top_value_[static_cast<size_t>(w) * 3 + k] >= top * (1 - kRelTol)) {
-          priority[b] += top;
-        }
-      }
+      const int b = UniqueMaxBin(w);
+      if (b < 0) continue;
+      priority[b] += Top(w) - top_value_[static_cast<size_t>(w) * 3 + 1];
+      unique_max_windows_[b].push_back(w);
     }
     candidates.clear();
     for (int b = 0; b < b_; ++b) {
@@ -143,57 +170,101 @@ void Packer::LocalSearch() {
     }
     std::stable_sort(candidates.begin(), candidates.end(),
                      [&](int a, int b) { return priority[a] > priority[b]; });
-    bool swapped = false;
+    // A bin whose search failed is skipped until a swap touches it; before
+    // stopping, one full pass re-checks every bin.
+    bool swapped = false, skipped = false;
     for (const int p : candidates) {
-      double best_delta = -min_gain;
-      int best_a = -1, best_b = -1;
-      const double* lp = Bin(p);
-      for (int q = 0; q < b_; ++q) {
-        if (q == p) continue;
-        for (int w = 0; w < w_; ++w) {
-          const size_t base = static_cast<size_t>(w) * 3;
-          int k = 0;
-          while (k < 3 && (top_bin_[base + k] == p || top_bin_[base + k] == q)) ++k;
-          other[w] = k < 3 ? std::max(0.0, top_value_[base + k]) : 0.0;
-        }
-        const double* lq = Bin(q);
-        for (const int a : members_[p]) {
-          const double* xa = Item(a);
-          for (const int b : members_[q]) {
-            const double* xb = Item(b);
-            double sum = 0;
-            for (int w = 0; w < w_; ++w) {
-              const double d = xb[w] - xa[w];
-              sum += std::max(other[w], std::max(lp[w] + d, lq[w] - d));
-            }
-            if (sum - objective < best_delta) {
-              best_delta = sum - objective;
-              best_a = a;
-              best_b = b;
-            }
-          }
-        }
-        work += static_cast<double>(members_[p].size()) * members_[q].size() * w_;
+      if (stale[p]) {
+        skipped = true;
+        continue;
       }
-      if (best_a < 0) continue;
-      const int q = bin_of_[best_b];
-      std::replace(members_[p].begin(), members_[p].end(), best_a, best_b);
-      std::replace(members_[q].begin(), members_[q].end(), best_b, best_a);
-      bin_of_[best_a] = q;
-      bin_of_[best_b] = p;
-      double* mp = Bin(p);
-      double* mq = Bin(q);
-      const double* xa = Item(best_a);
-      const double* xb = Item(best_b);
-      for (int w = 0; w < w_; ++w) {
-        mp[w] += xb[w] - xa[w];
-        mq[w] += xa[w] - xb[w];
+      const int q = ImproveBin(p, kMinRelGain * objective, work);
+      if (q >= 0) {
+        stale[q] = 0;
+        swapped = true;
+        break;
       }
-      swapped = true;
-      break;
+      stale[p] = 1;
     }
-    if (!swapped) break;
+    if (!swapped) {
+      if (!skipped) return;
+      std::fill(stale.begin(), stale.end(), 0);
+    }
   }
+}
+
+int Packer::ImproveBin(int p, double min_gain, double& work) {
+  const double* lp = Bin(p);
+  // Windows where p is not the unique maximum: there a swap out of p can
+  // only raise the objective.
+  rest_.clear();
+  for (int w = 0; w < w_; ++w) {
+    if (UniqueMaxBin(w) != p) rest_.push_back(w);
+  }
+  const std::vector<int>& own = unique_max_windows_[p];
+  // For an O(1) bound per pair: over a bin's own windows the max drops by at
+  // most the bin's total gap and by at most the load the bin sheds there.
+  const double gap_p = Gap(own);
+  own_sum_.assign(n_, 0.0);
+  for (int i = 0; i < n_; ++i) own_sum_[i] = WindowSum(Item(i), own);
+  double best_delta = -min_gain;
+  int best_a = -1, best_b = -1;
+  for (int q = 0; q < b_; ++q) {
+    if (q == p) continue;
+    const double* lq = Bin(q);
+    const std::vector<int>& theirs = unique_max_windows_[q];
+    const double gap_q = Gap(theirs);
+    for (const int i : members_[p]) their_sum_[i] = WindowSum(Item(i), theirs);
+    for (const int i : members_[q]) their_sum_[i] = WindowSum(Item(i), theirs);
+    // Change of window w's maximum when `d` moves from q to p.
+    const auto term = [&](int w, double d) {
+      const int* id = &top_bin_[static_cast<size_t>(w) * 3];
+      const double* v = &top_value_[static_cast<size_t>(w) * 3];
+      const int k = (id[0] != p && id[0] != q) ? 0 : (id[1] != p && id[1] != q) ? 1 : 2;
+      const double other = (k < 2 || (id[2] != p && id[2] != q)) ? std::max(0.0, v[k]) : 0.0;
+      return std::max(other, std::max(lp[w] + d, lq[w] - d)) - v[0];
+    };
+    for (const int a : members_[p]) {
+      const double* xa = Item(a);
+      for (const int b : members_[q]) {
+        const double bound = std::max(-gap_p, own_sum_[b] - own_sum_[a]) +
+                             std::max(-gap_q, their_sum_[a] - their_sum_[b]);
+        if (bound >= best_delta) continue;
+        const double* xb = Item(b);
+        // Only p's and q's own windows can lower the objective; every other
+        // window can only raise it, so stop once the swap cannot win.
+        double delta = 0;
+        for (const int w : own) delta += term(w, xb[w] - xa[w]);
+        for (const int w : theirs) delta += term(w, xb[w] - xa[w]);
+        int k = 0;
+        for (; k < static_cast<int>(rest_.size()) && delta < best_delta; ++k) {
+          const int w = rest_[k];
+          if (UniqueMaxBin(w) != q) delta += term(w, xb[w] - xa[w]);
+        }
+        work += own.size() + theirs.size() + k + 1;
+        if (delta < best_delta) {
+          best_delta = delta;
+          best_a = a;
+          best_b = b;
+        }
+      }
+    }
+  }
+  if (best_a < 0) return -1;
+  const int q = bin_of_[best_b];
+  std::replace(members_[p].begin(), members_[p].end(), best_a, best_b);
+  std::replace(members_[q].begin(), members_[q].end(), best_b, best_a);
+  bin_of_[best_a] = q;
+  bin_of_[best_b] = p;
+  double* mp = Bin(p);
+  double* mq = Bin(q);
+  const double* xa = Item(best_a);
+  const double* xb = Item(best_b);
+  for (int w = 0; w < w_; ++w) {
+    mp[w] += xb[w] - xa[w];
+    mq[w] += xa[w] - xb[w];
+  }
+  return q;
 }
 
 }  // namespace
