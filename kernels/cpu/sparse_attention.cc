@@ -87,4 +87,23 @@ absl::Status WindowIndices(int64_t start_pos, int64_t queries, int window, std::
   return absl::OkStatus();
 }
 
+absl::Status DsparkIndices(int64_t start_pos, int window, int block, std::span<int32_t> out) {
+  if (start_pos < 1 || window <= 0 || block <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("DsparkIndices: start_pos ", start_pos,
+                                                   " window ", window, " block ", block));
+  }
+  const int64_t n_ring = std::min<int64_t>(window, start_pos + 1);
+  const int64_t width = n_ring + block;
+  if (static_cast<int64_t>(out.size()) != block * width) {
+    return absl::InvalidArgumentError(absl::StrCat("DsparkIndices: out has ", out.size(),
+                                                   " entries, expected ", block * width));
+  }
+  for (int64_t q = 0; q < block; ++q) {
+    for (int64_t j = 0; j < width; ++j) {
+      out[q * width + j] = static_cast<int32_t>(j < n_ring ? j : window + (j - n_ring));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace weir::kernels::cpu

@@ -52,6 +52,14 @@ absl::Status SparseAttention(const SparseAttentionArgs& args);
 // window for decode. Returns INVALID_ARGUMENT for decode with queries != 1.
 absl::Status WindowIndices(int64_t start_pos, int64_t queries, int window, std::span<int32_t> out);
 
+// Builds the index rows of a DSpark draft block (spec §4.8): each of the
+// `block` queries sees ring slots 0 .. min(window, start_pos+1)-1 of the
+// stage's window cache and all `block` draft entries, stored after the ring
+// (kv = [ring (window rows); block rows]): row = [0 .. n_ring-1, window ..
+// window+block-1]. `out` is [block, n_ring + block]. INVALID_ARGUMENT if
+// start_pos < 1 (prefill only seeds the ring) or sizes mismatch.
+absl::Status DsparkIndices(int64_t start_pos, int window, int block, std::span<int32_t> out);
+
 }  // namespace weir::kernels::cpu
 
 #endif  // WEIR_KERNELS_CPU_SPARSE_ATTENTION_H_

@@ -112,5 +112,17 @@ TEST(WindowIndices, PrefillRowsAndDecodeRing) {
   EXPECT_FALSE(WindowIndices(0, 3, 4, filling).ok());  // needs 3 x 3 entries
 }
 
+TEST(DsparkIndices, RingPrefixThenTheWholeBlock) {
+  std::vector<int32_t> early(2 * 5);
+  ASSERT_TRUE(DsparkIndices(2, 8, 2, early).ok());  // positions 0..2 written: 3 ring slots
+  EXPECT_EQ(early, (std::vector<int32_t>{0, 1, 2, 8, 9, 0, 1, 2, 8, 9}));
+  std::vector<int32_t> full(3 * 7);
+  ASSERT_TRUE(DsparkIndices(100, 4, 3, full).ok());  // ring full: all 4 slots, then 4..6
+  EXPECT_EQ(std::vector<int32_t>(full.begin(), full.begin() + 7),
+            (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6}));
+  EXPECT_FALSE(DsparkIndices(0, 4, 3, full).ok());
+  EXPECT_FALSE(DsparkIndices(100, 4, 2, full).ok());
+}
+
 }  // namespace
 }  // namespace weir::kernels::cpu
