@@ -170,7 +170,9 @@ bool IsWordChar(char32_t cp) {
                            UTF8PROC_CATEGORY_PC, UTF8PROC_CATEGORY_NL});
 }
 
-bool IsNonspacingMark(char32_t cp) { return InCategories(cp, {UTF8PROC_CATEGORY_MN}); }
+bool IsMark(char32_t cp) {
+  return InCategories(cp, {UTF8PROC_CATEGORY_MN, UTF8PROC_CATEGORY_MC, UTF8PROC_CATEGORY_ME});
+}
 
 std::string Lowercase(std::string_view text) {
   std::string out;
@@ -181,32 +183,6 @@ std::string Lowercase(std::string_view text) {
     const int n = DecodeUtf8(text, i, &cp);
     if (cp == 0x130) {
       out += "i\xCC\x87";
-    } else if (cp == 0x3A3) {
-      // Final sigma: preceded by a cased letter and not followed by one.
-      auto is_cased = [](char32_t c) {
-        return utf8proc_tolower(c) != static_cast<utf8proc_int32_t>(c) ||
-               utf8proc_toupper(c) != static_cast<utf8proc_int32_t>(c);
-      };
-      bool before = false, after = false;
-      size_t j = i;
-      while (j > 0) {
-        size_t k = j - 1;
-        while (k > 0 && (static_cast<unsigned char>(text[k]) & 0xC0) == 0x80) --k;
-        char32_t c;
-        DecodeUtf8(text, k, &c);
-        j = k;
-        if (utf8proc_category(c) == UTF8PROC_CATEGORY_MN) continue;  // case-ignorable
-        before = is_cased(c);
-        break;
-      }
-      for (size_t k = i + n; k < text.size();) {
-        char32_t c;
-        k += DecodeUtf8(text, k, &c);
-        if (utf8proc_category(c) == UTF8PROC_CATEGORY_MN) continue;
-        after = is_cased(c);
-        break;
-      }
-      AppendUtf8(before && !after ? 0x3C2 : 0x3C3, out);
     } else {
       AppendUtf8(static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(cp))), out);
     }

@@ -47,11 +47,13 @@ bool IsNumeric(char32_t cp);
 // Regex `\w` in Unicode mode: letters, marks, decimal digits, connector
 // punctuation, letter numbers, and the joiners U+200C/U+200D.
 bool IsWordChar(char32_t cp);
-// General category Mn (nonspacing mark), used to strip accents.
-bool IsNonspacingMark(char32_t cp);
+// General category M (Mn, Mc, Me): what Hugging Face's StripAccents removes.
+bool IsMark(char32_t cp);
 
-// Returns the full lowercase mapping of `text` as Python's str.lower() does it
-// (including U+0130 -> "i\u0307" and final sigma). REQUIRES: valid UTF-8.
+// Returns `text` lowercased character by character with the full mapping
+// (Rust `char::to_lowercase`, as Hugging Face's Lowercase normalizer does):
+// U+0130 becomes "i\u0307", and there is no final-sigma rule.
+// REQUIRES: valid UTF-8.
 std::string Lowercase(std::string_view text);
 
 }  // namespace weir::tokenizer
