@@ -17,12 +17,17 @@ def weir_cc_library(name, copts = [], **kwargs):
 def weir_cc_binary(name, copts = [], **kwargs):
     native.cc_binary(name = name, copts = WEIR_COPTS + copts, **kwargs)
 
-def weir_cc_test(name, copts = [], deps = [], size = "small", **kwargs):
-    """A gtest binary linked with GoogleTest's main unless it brings its own."""
+def weir_cc_test(name, copts = [], deps = [], size = "small", linkstatic = True, **kwargs):
+    """A gtest binary linked with GoogleTest's main.
+
+    Project libraries are linked statically so a test binary can be copied to
+    another machine (tools/gpu/bundle.sh) with only system libraries beside it.
+    """
     native.cc_test(
         name = name,
         copts = WEIR_COPTS + copts,
         size = size,
+        linkstatic = linkstatic,
         deps = deps + ["@system//:gtest_main"],
         **kwargs
     )

@@ -12,10 +12,11 @@ printf '%-40s %-6s %s\n' "binary" "result" "seconds" | tee "${results}/summary.t
 status=0
 for binary in "${here}"/bin/*; do
   name="$(basename "${binary}")"
-  start=$(date +%s.%N)
+  start=$(date +%s%N)
   if "${binary}" > "${results}/${name}.log" 2>&1; then result=PASS; else result=FAIL; status=1; fi
-  end=$(date +%s.%N)
-  printf '%-40s %-6s %.2f\n' "${name}" "${result}" "$(echo "${end} - ${start}" | bc)" \
+  end=$(date +%s%N)
+  elapsed_ms=$(( (end - start) / 1000000 ))
+  printf '%-40s %-6s %d.%03d\n' "${name}" "${result}" $((elapsed_ms / 1000)) $((elapsed_ms % 1000)) \
     | tee -a "${results}/summary.txt"
 done
 exit "${status}"
