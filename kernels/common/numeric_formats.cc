@@ -51,15 +51,6 @@ uint8_t FloatToE4m3(float x) {
   return sign | static_cast<uint8_t>(((exponent + 7) << 3) | (q - 8));
 }
 
-float E4m3ToFloat(uint8_t code) {
-  const float sign = (code & 0x80) ? -1.0f : 1.0f;
-  const int exponent = (code >> 3) & 0xF;
-  const int mantissa = code & 0x7;
-  if (exponent == 0xF && mantissa == 0x7) return std::numeric_limits<float>::quiet_NaN();
-  if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), -9);
-  return sign * std::ldexp(static_cast<float>(8 + mantissa), exponent - 10);
-}
-
 uint8_t FloatToE2m1(float x) {
   if (std::isnan(x)) return 0;
   const uint8_t sign = std::signbit(x) ? 0x8 : 0x0;
@@ -78,17 +69,6 @@ uint8_t FloatToE2m1(float x) {
   }
   // a < 6 keeps exponent + 1 <= 3 with q == 3 at most: code 0x7 = 6.
   return sign | static_cast<uint8_t>(((exponent + 1) << 1) | (q - 2));
-}
-
-float E2m1ToFloat(uint8_t code) {
-  static constexpr float kMagnitude[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-  const float m = kMagnitude[code & 0x7];
-  return (code & 0x8) ? -m : m;
-}
-
-float E8m0ToFloat(uint8_t code) {
-  if (code == kE8m0Nan) return std::numeric_limits<float>::quiet_NaN();
-  return std::ldexp(1.0f, static_cast<int>(code) - 127);
 }
 
 uint8_t Ue8m0CeilCode(float v) {

@@ -10,9 +10,48 @@
 #ifndef WEIR_KERNELS_COMMON_NUMERIC_FORMATS_H_
 #define WEIR_KERNELS_COMMON_NUMERIC_FORMATS_H_
 
+#include <array>
 #include <cstdint>
+#include <limits>
 
 namespace weir::kernels {
+namespace internal {
+
+// Decode tables, built at compile time with exact power-of-two arithmetic so
+// that the hot dequantization loops are a load instead of an ldexp.
+constexpr float ExactPow2(int e) {
+  float r = 1.0f;
+  for (; e > 0; --e) r *= 2.0f;
+  for (; e < 0; ++e) r *= 0.5f;
+  return r;
+}
+
+constexpr std::array<float, 256> MakeE4m3Table() {
+  std::array<float, 256> t{};
+  for (int code = 0; code < 256; ++code) {
+    const int exponent = (code >> 3) & 0xF, mantissa = code & 0x7;
+    float v = exponent == 0 ? static_cast<float>(mantissa) * ExactPow2(-9)
+                            : static_cast<float>(8 + mantissa) * ExactPow2(exponent - 10);
+    if (exponent == 0xF && mantissa == 0x7) v = std::numeric_limits<float>::quiet_NaN();
+    t[code] = (code & 0x80) ? -v : v;
+  }
+  return t;
+}
+
+constexpr std::array<float, 256> MakeE8m0Table() {
+  std::array<float, 256> t{};
+  for (int code = 0; code < 255; ++code) t[code] = ExactPow2(code - 127);
+  t[255] = std::numeric_limits<float>::quiet_NaN();
+  return t;
+}
+
+inline constexpr std::array<float, 256> kE4m3Values = MakeE4m3Table();
+inline constexpr std::array<float, 256> kE8m0Values = MakeE8m0Table();
+inline constexpr std::array<float, 16> kE2m1Values = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,
+                                                      4.0f,  6.0f,  -0.0f, -0.5f, -1.0f, -1.5f,
+                                                      -2.0f, -3.0f, -4.0f, -6.0f};
+
+}  // namespace internal
 
 // ---- bf16 (1-8-7) ----------------------------------------------------------
 
@@ -36,7 +75,7 @@ inline constexpr float kE4m3Max = 448.0f;
 uint8_t FloatToE4m3(float x);
 
 // Returns the fp32 value of an e4m3fn code (exact); 0x7F / 0xFF give NaN.
-float E4m3ToFloat(uint8_t code);
+inline float E4m3ToFloat(uint8_t code) { return internal::kE4m3Values[code]; }
 
 // ---- FP4 e2m1 (1-2-1, bias 1, values 0 .5 1 1.5 2 3 4 6) -----------------
 
@@ -49,7 +88,7 @@ inline constexpr float kE2m1Max = 6.0f;
 uint8_t FloatToE2m1(float x);
 
 // Returns the fp32 value of the e2m1 code in the low nibble of `code`.
-float E2m1ToFloat(uint8_t code);
+inline float E2m1ToFloat(uint8_t code) { return internal::kE2m1Values[code & 0xF]; }
 
 // ---- E8M0 / UE8M0 scales (8-bit biased exponent, value 2^(e-127)) --------
 
@@ -57,7 +96,7 @@ inline constexpr uint8_t kE8m0Nan = 0xFF;
 
 // Returns the fp32 value 2^(code-127) (code 0 is the fp32 subnormal 2^-127);
 // 0xFF gives NaN.
-float E8m0ToFloat(uint8_t code);
+inline float E8m0ToFloat(uint8_t code) { return internal::kE8m0Values[code]; }
 
 // Returns the E8M0 code of 2^ceil(log2(v)) for v >= 0, computed from the fp32
 // bits exactly as DeepSeek's kernels do: biased exponent field plus one if any

@@ -47,6 +47,23 @@ TEST(Bf16, RoundTripOfEveryFiniteBf16) {
   }
 }
 
+TEST(DecodeTables, MatchLdexpFormulas) {
+  for (int c = 0; c < 256; ++c) {
+    const int e = (c >> 3) & 0xF, m = c & 7;
+    const float s = (c & 0x80) ? -1.0f : 1.0f;
+    const float want = e == 0 ? s * std::ldexp(float(m), -9) : s * std::ldexp(float(8 + m), e - 10);
+    if (e == 0xF && m == 7) {
+      EXPECT_TRUE(std::isnan(E4m3ToFloat(uint8_t(c))));
+    } else {
+      EXPECT_EQ(E4m3ToFloat(uint8_t(c)), want) << c;
+    }
+    if (c < 255) EXPECT_EQ(E8m0ToFloat(uint8_t(c)), std::ldexp(1.0f, c - 127)) << c;
+  }
+  EXPECT_EQ(E4m3ToFloat(0x01), Pow2(-9));
+  EXPECT_EQ(E8m0ToFloat(0), Pow2(-127));  // fp32 subnormal, exact
+  EXPECT_EQ(E2m1ToFloat(0xF7), 6.0f);     // only the low nibble counts
+}
+
 TEST(E4m3, KnownCodes) {
   EXPECT_EQ(FloatToE4m3(1.0f), 0x38);
   EXPECT_EQ(FloatToE4m3(-1.0f), 0xB8);

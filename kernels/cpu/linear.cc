@@ -74,17 +74,23 @@ void DequantizeRows(const LinearWeight& w, int64_t r0, int64_t r1, float* out) {
       const int64_t scale_cols = (k + w.block - 1) / w.block;
       for (int64_t r = r0; r < r1; ++r) {
         const uint8_t* scale_row = w.scales.data() + (r / w.block) * scale_cols;
-        for (int64_t c = 0; c < k; ++c) {
-          *out++ = E4m3ToFloat(w.data[r * k + c]) * E8m0ToFloat(scale_row[c / w.block]);
+        const uint8_t* codes = w.data.data() + r * k;
+        for (int64_t c0 = 0; c0 < k; c0 += w.block) {  // one scale per run of `block`
+          const float s = E8m0ToFloat(scale_row[c0 / w.block]);
+          const int64_t c1 = std::min<int64_t>(k, c0 + w.block);
+          for (int64_t c = c0; c < c1; ++c) *out++ = E4m3ToFloat(codes[c]) * s;
         }
       }
       break;
     }
     case WeightFormat::kMxfp4:
-      for (int64_t i = r0 * k; i < r1 * k; ++i) {
-        const uint8_t byte = w.data[i / 2];
-        const uint8_t code = (i % 2 == 0) ? (byte & 0xF) : (byte >> 4);
-        *out++ = E2m1ToFloat(code) * E8m0ToFloat(w.scales[i / kMxfp4Block]);
+      for (int64_t b = r0 * k / kMxfp4Block; b < r1 * k / kMxfp4Block; ++b) {
+        const float s = E8m0ToFloat(w.scales[b]);
+        const uint8_t* bytes = w.data.data() + b * (kMxfp4Block / 2);
+        for (int i = 0; i < kMxfp4Block / 2; ++i) {
+          *out++ = E2m1ToFloat(bytes[i] & 0xF) * s;  // element 2i: low nibble
+          *out++ = E2m1ToFloat(bytes[i] >> 4) * s;
+        }
       }
       break;
   }
