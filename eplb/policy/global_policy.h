@@ -18,6 +18,8 @@
 
 namespace weir::eplb::policy {
 
+inline constexpr int kMaxPolicyThreads = 256;
+
 // Returns a placement of `load.num_logical_experts()` logical experts per
 // layer onto `num_physical` slots over `num_ranks` ranks
 // (num_physical / num_ranks slots each), every layer planned independently.
@@ -31,10 +33,13 @@ namespace weir::eplb::policy {
 //   ASSIGN_OR_RETURN(Placement next, RebalanceGlobal(load, /*num_physical=*/448,
 //                                                    /*num_ranks=*/64));
 //
+// Layers are planned on up to `num_threads` threads (the caller's included);
+// the result does not depend on the thread count.
 // Returns INVALID_ARGUMENT if num_ranks < 1, num_physical is not a multiple
-// of num_ranks, or num_physical < num_logical_experts.
+// of num_ranks, num_physical < num_logical_experts, or num_threads is outside
+// [1, kMaxPolicyThreads].
 absl::StatusOr<Placement> RebalanceGlobal(const ExpertLoad& load, int32_t num_physical,
-                                          int32_t num_ranks);
+                                          int32_t num_ranks, int num_threads = 1);
 
 }  // namespace weir::eplb::policy
 

@@ -51,6 +51,10 @@ TEST(RebalanceGlobalTest, IsDeterministic) {
   absl::StatusOr<Placement> b = RebalanceGlobal(ExpertLoad(load), 32, 8);
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(*a, *b);
+  // Layers planned on several threads give the same placement.
+  absl::StatusOr<Placement> threaded = RebalanceGlobal(load, 32, 8, /*num_threads=*/3);
+  ASSERT_TRUE(threaded.ok());
+  EXPECT_EQ(*a, *threaded);
 }
 
 TEST(RebalanceGlobalTest, OneExpertTakesAllLoad) {
@@ -114,6 +118,7 @@ TEST(RebalanceGlobalTest, RejectsBadShapes) {
   EXPECT_EQ(RebalanceGlobal(load, 8, 0).status().code(), kInvalid);
   EXPECT_EQ(RebalanceGlobal(load, -8, -4).status().code(), kInvalid);
   EXPECT_EQ(RebalanceGlobal(load, 8, 16).status().code(), kInvalid);  // 8 % 16 != 0.
+  EXPECT_EQ(RebalanceGlobal(load, 8, 4, /*num_threads=*/0).status().code(), kInvalid);
 }
 
 }  // namespace

@@ -17,6 +17,11 @@ absl::Status CheckOptions(const ExpertLoad& load, const HierarchicalOptions& o) 
   RETURN_IF_ERROR(CheckPlacementShape(load.num_layers(), load.num_logical_experts(), o.num_physical,
                                       o.num_ranks))
       << "in RebalanceHierarchical";
+  if (o.num_threads < 1 || o.num_threads > kMaxPolicyThreads) {
+    return absl::InvalidArgumentError(absl::StrCat("RebalanceHierarchical: num_threads ",
+                                                   o.num_threads, " outside [1, ",
+                                                   kMaxPolicyThreads, "]"));
+  }
   if (o.num_nodes < 1 || o.num_groups < 1 || o.num_ranks % o.num_nodes != 0 ||
       load.num_logical_experts() % o.num_groups != 0 || o.num_groups % o.num_nodes != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -44,7 +49,7 @@ absl::StatusOr<Placement> RebalanceHierarchical(const ExpertLoad& load,
   const size_t slots_per_node = static_cast<size_t>(ranks_per_node) * slots_per_rank;
 
   std::vector<int32_t> map(static_cast<size_t>(num_layers) * options.num_physical);
-  for (int l = 0; l < num_layers; ++l) {
+  ForEachLayer(num_layers, options.num_threads, [&](int l) {
     const std::vector<double> layer = load.LayerByExpert(l);  // [E, W]
     std::vector<double> group_loads(static_cast<size_t>(num_groups) * num_windows, 0.0);
     for (int e = 0; e < num_logical; ++e) {
@@ -71,7 +76,7 @@ absl::StatusOr<Placement> RebalanceHierarchical(const ExpertLoad& load,
                     static_cast<size_t>(l) * options.num_physical + node * slots_per_node,
                     slots_per_node));
     }
-  }
+  });
   return PlacementFromPhysicalMap(num_layers, num_logical, options.num_ranks, std::move(map));
 }
 

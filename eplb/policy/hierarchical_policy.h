@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "eplb/policy/expert_load.h"
+#include "eplb/policy/global_policy.h"
 #include "eplb/policy/placement.h"
 
 namespace weir::eplb::policy {
@@ -26,6 +27,7 @@ struct HierarchicalOptions {
   int32_t num_nodes = 1;
   int32_t num_groups = 1;  // Expert groups; group g = logical experts
                            // [g * E / num_groups, (g + 1) * E / num_groups).
+  int num_threads = 1;     // Layers planned concurrently; the result does not depend on it.
 };
 
 // Returns a placement in which every replica of a logical expert lives on
@@ -36,7 +38,8 @@ struct HierarchicalOptions {
 // Deterministic; ties go to the lowest index.
 // Returns INVALID_ARGUMENT for the shape errors of RebalanceGlobal, or if
 // num_nodes < 1, num_groups < 1, num_ranks % num_nodes != 0,
-// num_logical % num_groups != 0 or num_groups % num_nodes != 0.
+// num_logical % num_groups != 0, num_groups % num_nodes != 0, or num_threads
+// is outside [1, kMaxPolicyThreads].
 absl::StatusOr<Placement> RebalanceHierarchical(const ExpertLoad& load,
                                                 const HierarchicalOptions& options);
 

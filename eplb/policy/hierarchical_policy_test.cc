@@ -43,6 +43,9 @@ TEST(RebalanceHierarchicalTest, KeepsEachGroupOnOneNode) {
   ASSERT_TRUE(trivial.ok());
   EXPECT_LT(SumOfMaxRankLoad(*p, load), SumOfMaxRankLoad(*trivial, load));
   EXPECT_EQ(*p, *RebalanceHierarchical(load, options));
+  HierarchicalOptions threaded = options;
+  threaded.num_threads = 2;
+  EXPECT_EQ(*p, *RebalanceHierarchical(load, threaded));
 }
 
 TEST(RebalanceHierarchicalTest, SpreadsHotGroupsOverNodes) {
@@ -81,6 +84,10 @@ TEST(RebalanceHierarchicalTest, RejectsBadOptions) {
             kInvalid);  // Fewer slots than experts.
   EXPECT_EQ(code({.num_physical = 14, .num_ranks = 4, .num_nodes = 2, .num_groups = 4}),
             kInvalid);  // Slots do not divide over ranks.
+  EXPECT_EQ(
+      code(
+          {.num_physical = 12, .num_ranks = 4, .num_nodes = 2, .num_groups = 4, .num_threads = -1}),
+      kInvalid);
 }
 
 }  // namespace

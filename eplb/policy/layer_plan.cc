@@ -3,6 +3,8 @@
 #include "eplb/policy/layer_plan.h"
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <vector>
 
 #include "base/logging.h"
@@ -44,6 +46,17 @@ void PlanLayer(absl::Span<const double> expert_loads, absl::Span<const int32_t> 
     auto begin = slots.begin() + static_cast<ptrdiff_t>(rank) * slots_per_rank;
     std::sort(begin, begin + slots_per_rank);
   }
+}
+
+void ForEachLayer(int num_layers, int num_threads, const std::function<void(int)>& fn) {
+  std::atomic<int> next{0};
+  const auto work = [&] {
+    for (int l = next.fetch_add(1); l < num_layers; l = next.fetch_add(1)) fn(l);
+  };
+  std::vector<std::thread> helpers;
+  for (int t = 1; t < std::min(num_threads, num_layers); ++t) helpers.emplace_back(work);
+  work();
+  for (std::thread& helper : helpers) helper.join();
 }
 
 }  // namespace weir::eplb::policy

@@ -10,6 +10,7 @@
 #define WEIR_EPLB_POLICY_LAYER_PLAN_H_
 
 #include <cstdint>
+#include <functional>
 
 #include "absl/types/span.h"
 
@@ -26,6 +27,13 @@ namespace weir::eplb::policy {
 //           slots.size() == num_ranks * slots_per_rank, num_windows >= 1.
 void PlanLayer(absl::Span<const double> expert_loads, absl::Span<const int32_t> experts,
                int num_windows, int num_ranks, int slots_per_rank, absl::Span<int32_t> slots);
+
+// Calls fn(layer) once for every layer in [0, num_layers), on up to
+// `num_threads` threads (the calling thread included); returns when all
+// calls have returned. Layers are claimed in increasing order, so the result
+// is the same for every thread count when fn(l) writes only layer l's output.
+// REQUIRES: num_threads >= 1; fn is safe to call concurrently for different layers.
+void ForEachLayer(int num_layers, int num_threads, const std::function<void(int)>& fn);
 
 }  // namespace weir::eplb::policy
 

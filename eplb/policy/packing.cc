@@ -46,10 +46,15 @@ class Packer {
   void Place(int item, int bin);
   // Fills top_value_/top_bin_ with the three largest bin loads of each window.
   void ComputeTop3();
+  void RecomputeTop3(int w);
+  // Refreshes the windows whose top three may have changed after bins `p`
+  // and `q` exchanged items.
+  void UpdateTop3(int p, int q);
   double Top(int w) const { return top_value_[static_cast<size_t>(w) * 3]; }
   double Gap(const std::vector<int>& windows) const {
     double gap = 0;
-    for (const int w : windows) gap += Top(w) - std::max(0.0, top_value_[static_cast<size_t>(w) * 3 + 1]);
+    for (const int w : windows)
+      gap += Top(w) - std::max(0.0, top_value_[static_cast<size_t>(w) * 3 + 1]);
     return gap;
   }
   static double WindowSum(const double* x, const std::vector<int>& windows) {
@@ -70,11 +75,11 @@ class Packer {
 
   absl::Span<const double> loads_;
   const int n_, w_, b_, c_;
-  std::vector<double> bin_load_;           // [bins, windows]
-  std::vector<std::vector<int>> members_;  // [bins][<= capacity]
-  std::vector<int> bin_of_;                // [items]
-  std::vector<double> top_value_;          // [windows, 3]
-  std::vector<int> top_bin_;               // [windows, 3]
+  std::vector<double> bin_load_;                      // [bins, windows]
+  std::vector<std::vector<int>> members_;             // [bins][<= capacity]
+  std::vector<int> bin_of_;                           // [items]
+  std::vector<double> top_value_;                     // [windows, 3]
+  std::vector<int> top_bin_;                          // [windows, 3]
   std::vector<std::vector<int>> unique_max_windows_;  // [bins][...]: windows it tops alone.
   std::vector<int> rest_;                             // Scratch of ImproveBin.
   std::vector<double> own_sum_, their_sum_;           // Scratch of ImproveBin: [items].
@@ -104,12 +109,14 @@ void Packer::Greedy() {
     for (int b = 0; b < b_; ++b) {
       if (static_cast<int>(members_[b].size()) == c_) continue;
       const double* l = Bin(b);
-      double inc = 0, dot = 0;
-      for (int w = 0; w < w_; ++w) {
-        inc += std::max(0.0, l[w] + x[w] - cur_max[w]);
-        dot += l[w] * x[w];
-      }
-      if (best < 0 || inc < best_inc - tol || (inc <= best_inc + tol && dot < best_dot)) {
+      // The objective increase first: most bins lose on it before the end.
+      const double limit = best < 0 ? std::numeric_limits<double>::infinity() : best_inc + tol;
+      double inc = 0;
+      for (int w = 0; w < w_ && inc <= limit; ++w) inc += std::max(0.0, l[w] + x[w] - cur_max[w]);
+      if (inc > limit) continue;
+      double dot = 0;
+      for (int w = 0; w < w_; ++w) dot += l[w] * x[w];
+      if (best < 0 || inc < best_inc - tol || dot < best_dot) {
         best = b;
         best_inc = inc;
         best_dot = dot;
@@ -125,20 +132,38 @@ void Packer::Greedy() {
 void Packer::ComputeTop3() {
   top_value_.assign(static_cast<size_t>(w_) * 3, -1.0);
   top_bin_.assign(static_cast<size_t>(w_) * 3, -1);
+  for (int w = 0; w < w_; ++w) RecomputeTop3(w);
+}
+
+void Packer::RecomputeTop3(int w) {
+  double* v = &top_value_[static_cast<size_t>(w) * 3];
+  int* id = &top_bin_[static_cast<size_t>(w) * 3];
+  v[0] = v[1] = v[2] = -1.0;
+  id[0] = id[1] = id[2] = -1;
   for (int b = 0; b < b_; ++b) {
-    const double* l = Bin(b);
-    for (int w = 0; w < w_; ++w) {
-      double* v = &top_value_[static_cast<size_t>(w) * 3];
-      int* id = &top_bin_[static_cast<size_t>(w) * 3];
-      if (l[w] <= v[2]) continue;
-      int k = 2;
-      while (k > 0 && l[w] > v[k - 1]) {
-        v[k] = v[k - 1];
-        id[k] = id[k - 1];
-        --k;
-      }
-      v[k] = l[w];
-      id[k] = b;
+    const double load = bin_load_[static_cast<size_t>(b) * w_ + w];
+    if (load <= v[2]) continue;
+    int k = 2;
+    while (k > 0 && load > v[k - 1]) {
+      v[k] = v[k - 1];
+      id[k] = id[k - 1];
+      --k;
+    }
+    v[k] = load;
+    id[k] = b;
+  }
+}
+
+void Packer::UpdateTop3(int p, int q) {
+  const double* lp = Bin(p);
+  const double* lq = Bin(q);
+  for (int w = 0; w < w_; ++w) {
+    const size_t base = static_cast<size_t>(w) * 3;
+    const int* id = &top_bin_[base];
+    const bool listed =
+        id[0] == p || id[1] == p || id[2] == p || id[0] == q || id[1] == q || id[2] == q;
+    if (listed || lp[w] > top_value_[base + 2] || lq[w] > top_value_[base + 2]) {
+      RecomputeTop3(w);
     }
   }
 }
@@ -149,8 +174,8 @@ void Packer::LocalSearch() {
   std::vector<int> candidates;
   std::vector<char> stale(b_, 0);
   double work = 0;
+  ComputeTop3();
   while (work < kSwapWorkBudget) {
-    ComputeTop3();
     double objective = 0;
     for (int w = 0; w < w_; ++w) objective += top_value_[static_cast<size_t>(w) * 3];
     if (objective <= 0) return;
@@ -264,6 +289,7 @@ int Packer::ImproveBin(int p, double min_gain, double& work) {
     mp[w] += xb[w] - xa[w];
     mq[w] += xa[w] - xb[w];
   }
+  UpdateTop3(p, q);
   return q;
 }
 

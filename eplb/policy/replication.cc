@@ -48,11 +48,17 @@ std::vector<int> ReplicateGreedy(absl::Span<const double> loads, int num_items, 
       const double after = loads[static_cast<size_t>(i) * w_count + w] / (count[i] + 1);
       gain[i] += top1[w] - std::max(top2[w], after);
     }
-    // Items tied at a window's maximum: progress toward breaking the tie.
-    for (int i = 0; i < n; ++i) {
-      const double* v = &per_replica[static_cast<size_t>(i) * w_count];
-      for (int w = 0; w < w_count; ++w) {
-        if (v[w] >= top1[w] * (1 - 1e-12)) tie_gain[i] += v[w] - v[w] * count[i] / (count[i] + 1);
+    // Items at (or tied at) a window's maximum: progress toward lowering it.
+    // Only windows with a near-tie need a scan over all items.
+    for (int w = 0; w < w_count; ++w) {
+      const double threshold = top1[w] * (1 - 1e-12);
+      if (top2[w] < threshold) {
+        tie_gain[arg1[w]] += top1[w] / (count[arg1[w]] + 1);
+        continue;
+      }
+      for (int i = 0; i < n; ++i) {
+        const double v = per_replica[static_cast<size_t>(i) * w_count + w];
+        if (v >= threshold) tie_gain[i] += v / (count[i] + 1);
       }
     }
     const auto key = [&](int j) {

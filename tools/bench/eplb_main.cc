@@ -39,6 +39,7 @@ ABSL_FLAG(std::vector<std::string>, redundant, std::vector<std::string>({"0", "3
           "Redundant slot counts (physical - logical experts).");
 ABSL_FLAG(bool, summed_rows, true,
           "Also run the global policy on the seen windows summed into one (window-blind).");
+ABSL_FLAG(int, threads, 1, "Threads the policy plans layers on.");
 ABSL_FLAG(int, nodes, 8, "Nodes of the hierarchical rows (0: no hierarchical rows).");
 ABSL_FLAG(uint64_t, seed, 1, "Trace seed.");
 
@@ -76,9 +77,9 @@ int Run() {
   trace.tokens_per_window = absl::GetFlag(FLAGS_tokens);
   const std::vector<int64_t> counts = GenerateTrace(trace);
   const size_t per_window = static_cast<size_t>(trace.num_layers) * trace.num_experts;
-  absl::StatusOr<ExpertLoad> seen = ExpertLoad::FromCounts(
-      train, trace.num_layers, trace.num_experts,
-      absl::MakeConstSpan(counts).subspan(0, train * per_window));
+  absl::StatusOr<ExpertLoad> seen =
+      ExpertLoad::FromCounts(train, trace.num_layers, trace.num_experts,
+                             absl::MakeConstSpan(counts).subspan(0, train * per_window));
   absl::StatusOr<ExpertLoad> held_out = ExpertLoad::FromCounts(
       test, trace.num_layers, trace.num_experts,
       absl::MakeConstSpan(counts).subspan(train * per_window, test * per_window));
@@ -93,13 +94,16 @@ int Run() {
     std::fprintf(stderr, "bad trace: %s\n", seen.status().ToString().c_str());
     return 1;
   }
-  std::printf("trace: %lld tokens x top-%d per window, %d experts x %d layers, zipf %.2f, drift %.3f, groups of %d, burst sigma "
-              "%.2f corr %.2f; policy sees %d windows, %d held out\n\n",
-              static_cast<long long>(trace.tokens_per_window), trace.top_k, trace.num_experts,
-              trace.num_layers, trace.zipf_exponent, trace.drift_swaps,
-              trace.group_size, trace.burst_sigma, trace.burst_corr, train, test);
-  std::printf("| policy | ranks | redundant | before seen | after seen | bound seen | "
-              "before held-out | after held-out | bound held-out | policy ms |\n");
+  std::printf(
+      "trace: %lld tokens x top-%d per window, %d experts x %d layers, zipf %.2f, drift %.3f, "
+      "groups of %d, burst sigma "
+      "%.2f corr %.2f; policy sees %d windows, %d held out; %d policy thread(s)\n\n",
+      static_cast<long long>(trace.tokens_per_window), trace.top_k, trace.num_experts,
+      trace.num_layers, trace.zipf_exponent, trace.drift_swaps, trace.group_size, trace.burst_sigma,
+      trace.burst_corr, train, test, absl::GetFlag(FLAGS_threads));
+  std::printf(
+      "| policy | ranks | redundant | before seen | after seen | bound seen | "
+      "before held-out | after held-out | bound held-out | policy ms |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   std::vector<int> rank_counts, redundant_counts;
   for (const std::string& r : absl::GetFlag(FLAGS_ranks)) rank_counts.push_back(std::stoi(r));
@@ -123,22 +127,21 @@ int Run() {
 
   for (const Row& row : rows) {
     const int physical = trace.num_experts + row.redundant;
-    absl::StatusOr<Placement> before =
-        eplb::policy::TrivialPlacement(trace.num_layers, trace.num_experts, trace.num_experts,
-                                       row.ranks);
+    absl::StatusOr<Placement> before = eplb::policy::TrivialPlacement(
+        trace.num_layers, trace.num_experts, trace.num_experts, row.ranks);
     const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<Placement> after =
         row.nodes == 1
             ? eplb::policy::RebalanceGlobal(row.policy == "global" ? *seen : *seen_sum, physical,
-                                            row.ranks)
-                       : eplb::policy::RebalanceHierarchical(
-                             *seen, {.num_physical = physical,
-                                     .num_ranks = row.ranks,
-                                     .num_nodes = row.nodes,
-                                     .num_groups = trace.num_experts / trace.group_size});
+                                            row.ranks, absl::GetFlag(FLAGS_threads))
+            : eplb::policy::RebalanceHierarchical(
+                  *seen, {.num_physical = physical,
+                          .num_ranks = row.ranks,
+                          .num_nodes = row.nodes,
+                          .num_groups = trace.num_experts / trace.group_size,
+                          .num_threads = absl::GetFlag(FLAGS_threads)});
     const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-            .count();
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (!before.ok() || !after.ok()) {
       const absl::Status& s = before.ok() ? after.status() : before.status();
       std::printf("| %s | %d | %d | n/a: %s |||||||\n", row.policy.c_str(), row.ranks,
@@ -146,8 +149,7 @@ int Run() {
       continue;
     }
     const double bound_seen = *eplb::policy::BalanceRatioLowerBound(*seen, physical, row.ranks);
-    const double bound_test =
-        *eplb::policy::BalanceRatioLowerBound(*held_out, physical, row.ranks);
+    const double bound_test = *eplb::policy::BalanceRatioLowerBound(*held_out, physical, row.ranks);
     std::printf("| %s | %d | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.0f |\n",
                 row.policy.c_str(), row.ranks, row.redundant, Ratio(*before, *seen),
                 Ratio(*after, *seen), bound_seen, Ratio(*before, *held_out),
