@@ -1,0 +1,195 @@
+#include "worker/sampling/sampler.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace weir::worker::sampling {
+namespace {
+
+SampleRow Row(const std::vector<float>& logits, const SamplingParams& params,
+              int64_t position = 0) {
+  SampleRow row;
+  row.logits = logits.data();
+  row.params = &params;
+  row.position = position;
+  return row;
+}
+
+int32_t SampleOne(const std::vector<float>& logits, const SamplingParams& params,
+                  int64_t position = 0) {
+  SampleRow row = Row(logits, params, position);
+  std::vector<SampleResult> r = SampleBatch({&row, 1}, static_cast<int32_t>(logits.size()));
+  EXPECT_TRUE(r[0].status.ok()) << r[0].status;
+  return r[0].token;
+}
+
+TEST(SamplerTest, GreedyTakesArgmaxWithTiesToLowestId) {
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  EXPECT_EQ(SampleOne({0.1f, 3.0f, -1.0f, 3.0f}, greedy), 1);
+  SampleRow row = Row({0.0f, std::log(3.0f)}, greedy);
+  std::vector<float> logits = {0.0f, std::log(3.0f)};
+  row.logits = logits.data();
+  SampleResult r = SampleBatch({&row, 1}, 2)[0];
+  EXPECT_EQ(r.token, 1);
+  EXPECT_NEAR(r.logprob, std::log(0.75f), 1e-6);
+}
+
+TEST(SamplerTest, TopKOneAndTinyTopPAreGreedy) {
+  const std::vector<float> logits = {0.5f, 2.0f, 1.9f, -3.0f};
+  SamplingParams top1;
+  top1.top_k = 1;
+  SamplingParams tiny_p;
+  tiny_p.top_p = 1e-6f;
+  for (int64_t pos = 0; pos < 50; ++pos) {
+    EXPECT_EQ(SampleOne(logits, top1, pos), 1);
+    EXPECT_EQ(SampleOne(logits, tiny_p, pos), 1);
+  }
+}
+
+TEST(SamplerTest, MinPDropsUnlikelyTokens) {
+  // Probabilities 0.5, 0.25, 0.25 * e^-5 ...: min_p 0.4 keeps only the top two.
+  const std::vector<float> logits = {std::log(2.0f), 0.0f, -5.0f, -5.0f};
+  SamplingParams params;
+  params.min_p = 0.4f;
+  for (int64_t pos = 0; pos < 200; ++pos) EXPECT_LT(SampleOne(logits, params, pos), 2);
+}
+
+TEST(SamplerTest, EmpiricalFrequenciesFollowSoftmax) {
+  const std::vector<float> logits = {1.0f, 0.0f, -1.0f, 0.5f};
+  SamplingParams params;
+  params.temperature = 1.0f;
+  params.seed = 42;
+  std::vector<int> counts(4, 0);
+  const int n = 40000;
+  for (int64_t pos = 0; pos < n; ++pos) ++counts[SampleOne(logits, params, pos)];
+  double z = 0.0;
+  for (float l : logits) z += std::exp(l);
+  for (int i = 0; i < 4; ++i) {
+    const double expected = std::exp(logits[i]) / z;
+    // 5 standard deviations of a binomial proportion; the seed is fixed.
+    const double sigma = std::sqrt(expected * (1 - expected) / n);
+    EXPECT_NEAR(counts[i] / static_cast<double>(n), expected, 5 * sigma) << "token " << i;
+  }
+}
+
+TEST(SamplerTest, TemperatureSharpens) {
+  const std::vector<float> logits = {1.0f, 0.0f};
+  SamplingParams cold;
+  cold.temperature = 0.05f;
+  int top = 0;
+  for (int64_t pos = 0; pos < 1000; ++pos) top += SampleOne(logits, cold, pos) == 0;
+  EXPECT_GT(top, 995);  // P(token 1) = e^-20.
+}
+
+TEST(SamplerTest, SeededDrawIgnoresBatchCompositionAndOrder) {
+  std::vector<float> a(64), b(64), c(64);
+  for (int i = 0; i < 64; ++i) {
+    a[i] = std::sin(i * 0.7f);
+    b[i] = std::cos(i * 0.3f);
+    c[i] = 0.01f * i;
+  }
+  SamplingParams pa, pb, pc;
+  pa.seed = 7;
+  pb.seed = 8;
+  pc.seed = 9;
+  SampleRow ra = Row(a, pa, 10), rb = Row(b, pb, 3), rc = Row(c, pc, 99);
+  const int32_t alone = SampleBatch({&ra, 1}, 64)[0].token;
+  std::vector<SampleRow> batch = {rb, rc, ra};
+  EXPECT_EQ(SampleBatch(batch, 64)[2].token, alone);
+  // Draft and target draws at the same position differ in identity.
+  EXPECT_NE(DrawUniform(7, 10, false), DrawUniform(7, 10, true));
+  EXPECT_EQ(DrawUniform(7, 10, false), DrawUniform(7, 10, false));
+}
+
+TEST(SamplerTest, PenaltiesAndBias) {
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  std::vector<float> logits = {2.0f, 1.5f, 0.0f};
+  std::vector<int32_t> output = {0, 0};
+  SampleRow row = Row(logits, greedy);
+  row.output_tokens = output;
+  EXPECT_EQ(SampleBatch({&row, 1}, 3)[0].token, 0);
+
+  SamplingParams rep = greedy;
+  rep.repetition_penalty = 2.0f;  // 2.0 -> 1.0 < 1.5
+  row.params = &rep;
+  EXPECT_EQ(SampleBatch({&row, 1}, 3)[0].token, 1);
+
+  SamplingParams freq = greedy;
+  freq.frequency_penalty = 0.3f;  // 2.0 - 0.6 = 1.4 < 1.5
+  row.params = &freq;
+  EXPECT_EQ(SampleBatch({&row, 1}, 3)[0].token, 1);
+
+  SamplingParams presence = greedy;
+  presence.presence_penalty = 0.4f;  // once: 1.6 > 1.5
+  row.params = &presence;
+  EXPECT_EQ(SampleBatch({&row, 1}, 3)[0].token, 0);
+
+  SamplingParams bias = greedy;
+  bias.logit_bias = {{2, 500.0f}};  // Clamped to +100: still wins.
+  row.params = &bias;
+  SampleResult r = SampleBatch({&row, 1}, 3)[0];
+  EXPECT_EQ(r.token, 2);
+  SamplingParams ban;
+  ban.logit_bias = {{0, -100.0f}, {1, -100.0f}};
+  row.params = &ban;
+  for (int64_t pos = 0; pos < 20; ++pos) {
+    row.position = pos;
+    EXPECT_EQ(SampleBatch({&row, 1}, 3)[0].token, 2);
+  }
+}
+
+TEST(SamplerTest, BadRowsFailAloneWithoutHarmingOthers) {
+  SamplingParams params;
+  std::vector<float> good = {0.0f, 1.0f};
+  std::vector<float> nan = {std::nanf(""), 1.0f};
+  std::vector<float> masked(2, -std::numeric_limits<float>::infinity());
+  std::vector<SampleRow> rows = {Row(nan, params), Row(good, params), Row(masked, params),
+                                 SampleRow{}};
+  std::vector<SampleResult> r = SampleBatch(rows, 2);
+  EXPECT_EQ(r[0].status.code(), absl::StatusCode::kInternal);
+  EXPECT_NE(r[0].status.message().find("NUMERICAL_ERROR"), std::string::npos);
+  EXPECT_EQ(r[0].token, -1);
+  EXPECT_TRUE(r[1].status.ok());
+  EXPECT_GE(r[1].token, 0);
+  EXPECT_EQ(r[2].status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r[3].status.code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SamplingParamsTest, RejectsOutOfRangeValues) {
+  SamplingLimits limits{.vocab_size = 100, .max_logit_bias_entries = 2};
+  EXPECT_TRUE(ValidateSamplingParams(SamplingParams{}, limits).ok());
+  auto bad = [&](auto mutate) {
+    SamplingParams p;
+    mutate(p);
+    return ValidateSamplingParams(p, limits).code() == absl::StatusCode::kInvalidArgument;
+  };
+  EXPECT_TRUE(bad([](SamplingParams& p) { p.temperature = -1; }));
+  EXPECT_TRUE(bad([](SamplingParams& p) { p.temperature = std::nanf(""); }));
+  EXPECT_TRUE(bad([](SamplingParams& p) { p.temperature = INFINITY; }));
+  EXPECT_TRUE(bad([](SamplingParams& p) { p.top_p = 0; }));
+  EXPECT_TRUE(bad([](SamplingParams& p) { p.top_p = 1.5f; }));
+  EXPECT_TRUE(bad([](SamplingParams& p) { p.top_p = std::nanf(""); }));
+  EXPECT_TRUE(bad([](SamplingParams& p) { p.top_k = -1; }));
+  EXPECT_TRUE(bad([](SamplingParams& p) { p.min_p = 2; }));
+  EXPECT_TRUE(bad([](SamplingParams& p) { p.repetition_penalty = 0; }));
+  EXPECT_TRUE(bad([](SamplingParams& p) { p.frequency_penalty = 3; }));
+  EXPECT_TRUE(bad([](SamplingParams& p) { p.presence_penalty = std::nanf(""); }));
+  EXPECT_TRUE(bad([](SamplingParams& p) { p.logit_bias = {{100, 1.0f}}; }));
+  EXPECT_TRUE(bad([](SamplingParams& p) { p.logit_bias = {{-1, 1.0f}}; }));
+  EXPECT_TRUE(bad([](SamplingParams& p) { p.logit_bias = {{1, NAN}}; }));
+  EXPECT_TRUE(bad([](SamplingParams& p) { p.logit_bias = {{1, 1}, {2, 1}, {3, 1}}; }));
+  SamplingParams p;
+  p.top_p = 0.0f;
+  EXPECT_NE(ValidateSamplingParams(p, limits).message().find("top_p"), std::string::npos);
+  p.top_p = 1.0f;
+  p.logit_bias = {{5, 1000.0f}};  // Large biases are clamped, not refused.
+  EXPECT_TRUE(ValidateSamplingParams(p, limits).ok());
+}
+
+}  // namespace
+}  // namespace weir::worker::sampling
