@@ -23,6 +23,8 @@ namespace weir::eplb::policy {
 // for an absurd allocation.
 inline constexpr int64_t kMaxDim = int64_t{1} << 20;
 inline constexpr int64_t kMaxElements = int64_t{1} << 28;
+// Upper bound on one load value, so that sums over a whole tensor stay finite.
+inline constexpr double kMaxLoadValue = 1e18;
 
 class ExpertLoad {
  public:
@@ -30,7 +32,7 @@ class ExpertLoad {
   // num_logical_experts], row-major.
   // Returns INVALID_ARGUMENT if a dimension is < 1 or > kMaxDim, the element
   // count exceeds kMaxElements or differs from counts.size(), or a count is
-  // negative.
+  // negative or above kMaxLoadValue.
   static absl::StatusOr<ExpertLoad> FromCounts(int64_t num_windows, int64_t num_layers,
                                                int64_t num_logical_experts,
                                                absl::Span<const int64_t> counts);

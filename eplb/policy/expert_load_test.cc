@@ -59,6 +59,8 @@ TEST(ExpertLoadTest, RejectsNonPositiveAndHugeDimensions) {
 TEST(ExpertLoadTest, RejectsNegativeAndNonFiniteValues) {
   EXPECT_EQ(ExpertLoad::FromCounts(1, 1, 2, std::vector<int64_t>{3, -1}).status().code(),
             absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ExpertLoad::FromCounts(1, 1, 1, std::vector<int64_t>{int64_t{1} << 62}).status().code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ExpertLoad::FromFloats(1, 1, 1, std::vector<float>{std::nanf("")}).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(

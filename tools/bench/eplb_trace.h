@@ -23,10 +23,10 @@ struct TraceOptions {
   int top_k = 6;
   int64_t tokens_per_window = 128 * 256;  // stat_interval steps x tokens per step.
   double zipf_exponent = 0.9;             // Popularity of the r-th expert ~ 1 / (r + 1)^s.
-  double drift_swaps = 0.05;              // Adjacent popularity swaps per window, per expert.
+  double drift_swaps = 0.005;             // Adjacent popularity swaps per window, per expert.
   int group_size = 4;                     // Experts that are hot together.
-  double burst_sigma = 0.4;               // Log-normal sigma of a group's activity factor.
-  double burst_corr = 0.98;               // Window-to-window correlation of that factor.
+  double burst_sigma = 0.3;               // Log-normal sigma of a group's activity factor.
+  double burst_corr = 0.995;              // Window-to-window correlation of that factor.
   uint64_t seed = 1;
 };
 
