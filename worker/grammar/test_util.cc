@@ -2,6 +2,7 @@
 
 #include "worker/grammar/test_util.h"
 
+#include <cctype>
 #include <set>
 #include <utility>
 #include <vector>
@@ -48,7 +49,7 @@ std::vector<std::string> MultiByteTokens() {
 
 bool IsCloser(std::string_view t) {
   for (char c : t) {
-    if (c == '"' || c == '}' || c == ']' || c == ')' || c == '\n') return true;
+    if (std::ispunct(static_cast<unsigned char>(c)) || c == '\n') return true;
   }
   return false;
 }
@@ -96,8 +97,17 @@ absl::StatusOr<std::string> RandomWalk(Matcher& matcher, std::mt19937_64& rng, i
     int32_t pick;
     if (can_stop && (step >= soft_limit || rng() % 4 == 0)) {
       pick = kTestStopId;
-    } else if (step >= soft_limit && !closers.empty() && rng() % 5 != 0) {
-      pick = closers[rng() % closers.size()];
+    } else if (step >= soft_limit && rng() % 5 != 0) {
+      // Prefer tokens that complete the match, then punctuation.
+      std::vector<int32_t> finishing;
+      for (int32_t id : allowed) {
+        if (vocab.is_stop(id) || !matcher.AcceptToken(id).ok()) continue;
+        if (matcher.CanTerminate()) finishing.push_back(id);
+        (void)matcher.Rollback(1);
+      }
+      const std::vector<int32_t>& from =
+          !finishing.empty() ? finishing : !closers.empty() ? closers : allowed;
+      pick = from[rng() % from.size()];
     } else {
       pick = allowed[rng() % allowed.size()];
     }

@@ -37,9 +37,10 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompileForTest(
 
 // Samples allowed tokens (checking each mask is non-empty and each sampled
 // token is accepted) until the matcher terminates; returns the bytes
-// produced. After `soft_limit` tokens it prefers closing tokens ("}])\n and
-// stop) so walks end. Errors: INTERNAL if the mask is empty before the end,
-// a masked-in token is rejected, or `hard_limit` tokens pass.
+// produced. After `soft_limit` tokens it prefers the stop token, then tokens
+// that complete a match, then tokens with punctuation or newlines, so walks
+// end. Errors: INTERNAL if the mask is empty before the end, a masked-in
+// token is rejected, or `hard_limit` tokens pass.
 absl::StatusOr<std::string> RandomWalk(Matcher& matcher, std::mt19937_64& rng,
                                        int soft_limit = 24, int hard_limit = 4000);
 
