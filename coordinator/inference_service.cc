@@ -1,6 +1,9 @@
 #include "coordinator/inference_service.h"
 
+#include <map>
+
 #include "absl/container/flat_hash_set.h"
+#include "coordinator/tokenizer/chat_template.h"
 
 namespace weir::coordinator {
 namespace {
@@ -24,6 +27,10 @@ v1::Lifecycle ToProto(ClusterLifecycle lifecycle) {
   return v1::LIFECYCLE_UNSPECIFIED;
 }
 
+grpc::Status ToGrpc(const absl::Status& status) {
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
 v1::WorkerState ToProto(WorkerStatus status) {
   switch (status) {
     case WorkerStatus::kRegistered: return v1::WORKER_STATE_REGISTERED;
@@ -37,8 +44,14 @@ v1::WorkerState ToProto(WorkerStatus status) {
 
 }  // namespace
 
-InferenceService::InferenceService(ModelSummary model, ClusterState& cluster, ApiLimits limits)
-    : model_(std::move(model)), cluster_(cluster), limits_(limits) {}
+InferenceService::InferenceService(ModelSummary model, ClusterState& cluster, ApiLimits limits,
+                                   std::unique_ptr<tokenizer::Tokenizer> tokenizer,
+                                   std::string tokenizer_fingerprint)
+    : model_(std::move(model)),
+      cluster_(cluster),
+      limits_(limits),
+      tokenizer_(std::move(tokenizer)),
+      tokenizer_fingerprint_(std::move(tokenizer_fingerprint)) {}
 
 grpc::Status InferenceService::CheckModel(const std::string& model) const {
   if (model.empty() || model == model_.name) return grpc::Status::OK;
@@ -84,8 +97,41 @@ grpc::Status InferenceService::Tokenize(grpc::ServerContext* context,
                                         const v1::TokenizeRequest* request,
                                         v1::TokenizeResponse* response) {
   if (grpc::Status s = CheckModel(request->model()); !s.ok()) return s;
-  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                      "Tokenize: no tokenizer is built into this weir binary yet");
+  if (tokenizer_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "Tokenize: the served model has no tokenizer.json");
+  }
+  absl::StatusOr<std::vector<int32_t>> ids;
+  switch (request->input_case()) {
+    case v1::TokenizeRequest::kText:
+      ids = tokenizer_->Encode(request->text(), request->add_special_tokens());
+      break;
+    case v1::TokenizeRequest::kChat: {
+      const std::map<std::string, std::string> kwargs(request->chat().template_kwargs().begin(),
+                                                      request->chat().template_kwargs().end());
+      absl::StatusOr<tokenizer::ChatOptions> options = tokenizer::ParseTemplateKwargs(kwargs);
+      if (!options.ok()) return ToGrpc(options.status());
+      std::vector<tokenizer::ChatMessage> messages;
+      for (const v1::ChatMessage& m : request->chat().messages()) {
+        messages.push_back({m.role(), m.content()});
+      }
+      ids = tokenizer::EncodeChat(*tokenizer_, messages, *options);
+      break;
+    }
+    default:
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Tokenize: give text or chat");
+  }
+  if (!ids.ok()) return ToGrpc(ids.status());
+  for (int32_t id : *ids) {
+    response->add_ids(static_cast<uint32_t>(id));
+    if (request->return_pieces()) {
+      // Pieces are raw byte strings; a proto string must be valid UTF-8, so
+      // the decoded text of each id is returned (U+FFFD for partial bytes).
+      response->add_pieces(tokenizer_->Decode(std::span<const int32_t>(&id, 1), false));
+    }
+  }
+  response->set_count(static_cast<uint32_t>(ids->size()));
+  return grpc::Status::OK;
 }
 
 grpc::Status InferenceService::GetModelInfo(grpc::ServerContext* context,
@@ -94,6 +140,7 @@ grpc::Status InferenceService::GetModelInfo(grpc::ServerContext* context,
   if (grpc::Status s = CheckModel(request->model()); !s.ok()) return s;
   response->set_name(model_.name);
   response->set_revision(model_.revision);
+  response->set_tokenizer_fingerprint(tokenizer_fingerprint_);
   response->set_quantization(model_.quantization);
   response->set_max_context_tokens(model_.max_context_tokens);
   response->set_max_prompt_tokens(model_.max_context_tokens);

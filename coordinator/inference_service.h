@@ -2,9 +2,9 @@
 //
 // InferenceService implements the public weir.v1.Inference API, and
 // BatchJobsService weir.v1.BatchJobs. Model info and server state are served
-// from the model summary and the cluster registry. Generation, batch jobs and
-// text tokenization need the model runtime and tokenizer and answer
-// UNIMPLEMENTED with a message saying so.
+// from the model summary and the cluster registry, Tokenize from the model's
+// tokenizer and chat template. Generation and batch jobs need the model
+// runtime and answer UNIMPLEMENTED with a message saying so.
 //
 // Thread safety: gRPC calls them from many threads; they read only immutable
 // data and the thread-safe ClusterState.
@@ -14,6 +14,7 @@
 
 #include "absl/time/clock.h"
 #include "coordinator/cluster_state.h"
+#include "coordinator/tokenizer/tokenizer.h"
 #include "base/model_summary.h"
 #include "proto/batch.grpc.pb.h"
 #include "proto/inference.grpc.pb.h"
@@ -35,8 +36,12 @@ struct ApiLimits {
 
 class InferenceService final : public v1::Inference::Service {
  public:
-  // Does not take ownership; `cluster` must outlive the service.
-  InferenceService(ModelSummary model, ClusterState& cluster, ApiLimits limits);
+  // Does not take ownership; `cluster` must outlive the service. `tokenizer`
+  // may be null (a model without tokenizer.json): Tokenize then answers
+  // FAILED_PRECONDITION.
+  InferenceService(ModelSummary model, ClusterState& cluster, ApiLimits limits,
+                   std::unique_ptr<tokenizer::Tokenizer> tokenizer = nullptr,
+                   std::string tokenizer_fingerprint = "");
 
   grpc::Status Generate(grpc::ServerContext* context, const v1::GenerateRequest* request,
                         grpc::ServerWriter<v1::GenerateEvent>* writer) override;
@@ -60,6 +65,8 @@ class InferenceService final : public v1::Inference::Service {
   const ModelSummary model_;
   ClusterState& cluster_;
   const ApiLimits limits_;
+  const std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  const std::string tokenizer_fingerprint_;
   const absl::Time start_time_ = absl::Now();
 };
 

@@ -1,5 +1,8 @@
 #include "coordinator/inference_service.h"
 
+#include <cstdlib>
+#include <fstream>
+
 #include "gtest/gtest.h"
 
 namespace weir::coordinator {
@@ -73,6 +76,57 @@ TEST(InferenceServiceTest, GenerationIsExplicitlyUnimplemented) {
   grpc::Status status = service.Generate(&context, &request, nullptr);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
   EXPECT_NE(status.error_message().find("not available"), std::string::npos);
+}
+
+std::unique_ptr<tokenizer::Tokenizer> TinyTokenizer() {
+  const std::string dir = std::string(std::getenv("TEST_SRCDIR")) + "/weir/models/tiny/";
+  auto read = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
+  auto tok = tokenizer::Tokenizer::FromJson(read(dir + "tokenizer.json"),
+                                            read(dir + "tokenizer_config.json"));
+  EXPECT_TRUE(tok.ok()) << tok.status();
+  return tok.ok() ? std::move(*tok) : nullptr;
+}
+
+TEST(InferenceServiceTest, TokenizeTextAndChat) {
+  ClusterState cluster(1);
+  InferenceService service(TinySummary(), cluster, ApiLimits{}, TinyTokenizer(), "xxh64:1");
+  grpc::ServerContext context;
+  v1::TokenizeRequest request;
+  v1::TokenizeResponse response;
+  request.set_text("hello world, hello weir");
+  request.set_return_pieces(true);
+  ASSERT_TRUE(service.Tokenize(&context, &request, &response).ok());
+  ASSERT_GT(response.count(), 0u);
+  EXPECT_EQ(response.ids_size(), static_cast<int>(response.count()));
+  std::string joined;
+  for (const std::string& piece : response.pieces()) joined += piece;
+  EXPECT_EQ(joined, "hello world, hello weir");
+
+  v1::TokenizeRequest chat;
+  v1::ChatMessage* user = chat.mutable_chat()->add_messages();
+  user->set_role("user");
+  user->set_content("hi");
+  v1::TokenizeResponse chat_ids;
+  ASSERT_TRUE(service.Tokenize(&context, &chat, &chat_ids).ok());
+  EXPECT_GT(chat_ids.count(), 2u);  // BOS, role tokens, text.
+
+  user->set_role("wizard");
+  EXPECT_EQ(service.Tokenize(&context, &chat, &chat_ids).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  (*chat.mutable_chat()->mutable_template_kwargs())["rm -rf"] = "1";
+  user->set_role("user");
+  EXPECT_EQ(service.Tokenize(&context, &chat, &chat_ids).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  v1::TokenizeRequest empty;
+  EXPECT_EQ(service.Tokenize(&context, &empty, &chat_ids).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+
+  InferenceService no_tokenizer(TinySummary(), cluster, ApiLimits{});
+  EXPECT_EQ(no_tokenizer.Tokenize(&context, &request, &response).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
 }
 
 TEST(InferenceServiceTest, CancelValidatesAndReportsUnknownIds) {

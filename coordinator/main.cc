@@ -16,7 +16,12 @@
 #include <string>
 
 #include "absl/flags/flag.h"
+#include <xxhash.h>
+
+#include <optional>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "base/grpc_util.h"
 #include "base/init.h"
@@ -28,6 +33,7 @@
 #include "coordinator/control_service.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/launcher.h"
+#include "coordinator/tokenizer/tokenizer.h"
 #include "tools/cpp/runfiles/runfiles.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
@@ -56,6 +62,22 @@ constexpr char kUsage[] =
     "weir coordinator.\n"
     "  main                         local cluster: 2 workers + EPLB on the tiny model\n"
     "  main --expect_workers=N      wait for N remote workers (worker --coordinator=HOST:PORT)";
+
+// Loads `<model_dir>/tokenizer.json` (+ tokenizer_config.json) if present.
+// Returns null without error when the model has no tokenizer.
+absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> LoadTokenizer(const std::string& model_dir,
+                                                                     std::string& fingerprint) {
+  auto read = [](const std::string& path) -> std::optional<std::string> {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return std::nullopt;
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
+  std::optional<std::string> json = read(model_dir + "/tokenizer.json");
+  if (!json) return std::unique_ptr<tokenizer::Tokenizer>();
+  std::string config = read(model_dir + "/tokenizer_config.json").value_or("");
+  fingerprint = absl::StrFormat("xxh64:%016x", XXH64(json->data(), json->size(), 0));
+  return tokenizer::Tokenizer::FromJson(*json, config);
+}
 
 // Resolves a data dependency shipped next to this binary.
 std::string Locate(const Runfiles* runfiles, const std::string& flag_value,
@@ -104,7 +126,17 @@ int Run(int argc, char** argv) {
                                  .health_interval =
                                      absl::Milliseconds(absl::GetFlag(FLAGS_health_interval_ms)),
                                  .failure_threshold = absl::GetFlag(FLAGS_health_failures)});
-  InferenceService inference(*model, cluster, ApiLimits{});
+  std::string tokenizer_fingerprint;
+  absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> tokenizer =
+      LoadTokenizer(model_dir, tokenizer_fingerprint);
+  if (!tokenizer.ok()) {
+    std::cerr << "weir: cannot load the tokenizer of " << model_dir << ": " << tokenizer.status()
+              << "\n";
+    return 1;
+  }
+  if (*tokenizer == nullptr) WEIR_LOG(WARNING) << "model has no tokenizer.json; Tokenize is off";
+  InferenceService inference(*model, cluster, ApiLimits{}, std::move(*tokenizer),
+                             tokenizer_fingerprint);
   BatchJobsService batch_jobs;
   ControlService control(cluster, controller, epoch);
   absl::StatusOr<StartedServer> server =

@@ -25,7 +25,8 @@ namespace {
 constexpr char kUsage[] =
     "weir client.\n"
     "  weir health [--server=HOST:PORT] [--service=NAME]   readiness of a service\n"
-    "  weir info   [--server=HOST:PORT]                    model and cluster state";
+    "  weir info   [--server=HOST:PORT]                    model and cluster state\n"
+    "  weir tokenize TEXT [--server=HOST:PORT]             token ids and pieces of TEXT";
 
 int Health(grpc::Channel& channel) {
   const std::string service = absl::GetFlag(FLAGS_service);
@@ -82,13 +83,35 @@ int Info(const std::shared_ptr<grpc::Channel>& channel) {
   return 0;
 }
 
+int Tokenize(const std::shared_ptr<grpc::Channel>& channel, const std::string& text) {
+  auto stub = v1::Inference::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineIn(std::chrono::milliseconds(absl::GetFlag(FLAGS_timeout_ms))));
+  v1::TokenizeRequest request;
+  request.set_text(text);
+  request.set_return_pieces(true);
+  v1::TokenizeResponse response;
+  grpc::Status status = stub->Tokenize(&context, request, &response);
+  if (!status.ok()) {
+    std::cerr << "tokenize: " << FromGrpcStatus(status) << "\n";
+    return 1;
+  }
+  std::cout << response.count() << " tokens\n";
+  for (int i = 0; i < response.ids_size(); ++i) {
+    std::cout << absl::StrFormat("  %6d  %s\n", response.ids(i),
+                                 i < response.pieces_size() ? response.pieces(i) : "");
+  }
+  return 0;
+}
+
 int Run(int argc, char** argv) {
   std::vector<std::string> args = InitProcess(argc, argv, kUsage, "weir");
-  if (args.size() != 2) {
+  if (args.size() < 2) {
     std::cerr << kUsage << "\n";
     return 2;
   }
   auto channel = MakeChannel(absl::GetFlag(FLAGS_server));
+  if (args[1] == "tokenize" && args.size() == 3) return Tokenize(channel, args[2]);
   if (args[1] == "health") return Health(*channel);
   if (args[1] == "info") return Info(channel);
   std::cerr << "unknown command \"" << args[1] << "\"\n" << kUsage << "\n";
