@@ -38,9 +38,9 @@ absl::StatusOr<std::vector<double>> ToDoubles(absl::Span<const T> in) {
   std::vector<double> out(in.size());
   for (size_t i = 0; i < in.size(); ++i) {
     const double v = static_cast<double>(in[i]);
-    if (!std::isfinite(v) || v < 0) {
+    if (!std::isfinite(v) || v < 0 || v > kMaxLoadValue) {
       return absl::InvalidArgumentError(absl::StrCat("expert load: value ", v, " at flat index ", i,
-                                                     " is negative or not finite"));
+                                                     " is negative, too large or not finite"));
     }
     out[i] = v;
   }

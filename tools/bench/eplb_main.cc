@@ -144,6 +144,7 @@ int Run() {
                           .num_threads = absl::GetFlag(FLAGS_threads)});
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    const double cpu_ms = 1e3 * static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
     if (!before.ok() || !after.ok()) {
       const absl::Status& s = before.ok() ? after.status() : before.status();
       std::printf("| %s | %d | %d | n/a: %s ||||||||\n", row.policy.c_str(), row.ranks,
