@@ -243,7 +243,25 @@ TEST(ClusterTest, RemoteWorkersRegisterAndFenceThemselvesWhenCoordinatorDies) {
     EXPECT_EQ(w.state(), v1::WORKER_STATE_READY);
   }
 
-  // The coordinator vanishes without a word: each worker notices and exits.
+  // A remote worker dies: no exit report reaches the coordinator, so its
+  // health checks must find out.
+  const int victim_rank = state.workers(1).pid() == workers[1]->pid ? 1 : 0;
+  ASSERT_EQ(kill(workers[1]->pid, SIGKILL), 0);
+  ASSERT_NE(workers[1]->Wait(absl::Seconds(5)), -1);
+  const absl::Time dead_by = absl::Now() + absl::Seconds(10);
+  bool reported = false;
+  while (!reported && absl::Now() < dead_by) {
+    state = GetState(*stub);
+    reported = state.workers(victim_rank).state() == v1::WORKER_STATE_DEAD;
+    if (!reported) absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_TRUE(reported) << "coordinator did not notice the dead remote worker";
+  EXPECT_NE(state.workers(victim_rank).detail().find("health check failed"), std::string::npos)
+      << state.workers(victim_rank).detail();
+  EXPECT_EQ(Health(address, "weir.v1.Inference"), "NOT_SERVING");
+  workers.pop_back();
+
+  // The coordinator vanishes without a word: the remaining worker notices and exits.
   ASSERT_EQ(kill(coordinator.pid, SIGKILL), 0);
   for (auto& worker : workers) {
     const int status = worker->Wait(absl::Seconds(15));
