@@ -1,6 +1,8 @@
 #include "coordinator/tokenizer/tokenizer.h"
 
 #include <deque>
+#include <fstream>
+#include <sstream>
 #include <utility>
 
 #include "base/status_macros.h"
@@ -21,7 +23,25 @@ std::string ConfigToken(const Json& config, const char* key) {
   return "";
 }
 
+bool ReadFile(const std::string& path, std::string* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  *out = ss.str();
+  return static_cast<bool>(in) || in.eof();
+}
+
 }  // namespace
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromDirectory(const std::string& dir) {
+  std::string json, config;
+  if (!ReadFile(dir + "/tokenizer.json", &json)) {
+    return absl::NotFoundError("cannot read " + dir + "/tokenizer.json");
+  }
+  ReadFile(dir + "/tokenizer_config.json", &config);  // optional
+  return FromJson(json, config);
+}
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view json,
                                                                std::string_view config_json) {

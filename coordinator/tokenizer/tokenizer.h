@@ -49,6 +49,10 @@ class Tokenizer {
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromJson(std::string_view json,
                                                              std::string_view config_json = {});
 
+  // Loads `dir`/tokenizer.json and, if present, `dir`/tokenizer_config.json.
+  // NOT_FOUND if tokenizer.json cannot be read; otherwise as FromJson.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromDirectory(const std::string& dir);
+
   // Returns the ids of `text`; with `add_special_tokens` the post-processor's
   // template (e.g. BOS) is applied. Invalid UTF-8 is encoded as U+FFFD.
   // INTERNAL only if the regex engine fails (e.g. its stack limit).

@@ -145,6 +145,24 @@ TEST(TokenizerTest, RejectsUnknownFieldsAndComponentsByName) {
   EXPECT_FALSE(Tokenizer::FromJson("{not json").ok());
 }
 
+TEST(TokenizerTest, LoadsTinyModelDirectory) {
+  const std::string dir = std::string(std::getenv("TEST_SRCDIR")) + "/" +
+                          std::getenv("TEST_WORKSPACE") + "/models/tiny";
+  auto tok = Tokenizer::FromDirectory(dir);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ((*tok)->vocab_size(), 4096);
+  EXPECT_EQ((*tok)->bos_id(), 0);  // models/tiny/config.json: bos 0, eos 1, pad 2
+  EXPECT_EQ((*tok)->eos_id(), 1);
+  EXPECT_EQ((*tok)->TokenToId("<｜▁pad▁｜>"), 2);
+  auto ids = (*tok)->Encode("Permission is hereby granted", true);
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(ids->front(), 0);
+  EXPECT_LE(ids->size(), 8u);  // BOS + about one token per word
+  EXPECT_EQ((*tok)->Decode(*ids, true), "Permission is hereby granted");
+  EXPECT_EQ(Tokenizer::FromDirectory("/nonexistent").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 TEST(TokenizerTest, ConcurrentEncodesAgree) {
   auto tok = Load(ByteLevelTokenizer(kMerges));
   ASSERT_NE(tok, nullptr);
