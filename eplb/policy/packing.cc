@@ -19,8 +19,9 @@ namespace {
 constexpr double kSwapWorkBudget = 4e7;
 // Relative tolerance under which two costs count as equal.
 constexpr double kRelTol = 1e-12;
-// A swap must lower the objective by this fraction to be applied.
-constexpr double kMinRelGain = 1e-9;
+// A swap must lower the objective by this fraction to be applied: smaller
+// gains are within the noise of the loads and cost most of the search time.
+constexpr double kMinRelGain = 1e-5;
 
 class Packer {
  public:
@@ -56,6 +57,11 @@ class Packer {
     for (const int w : windows)
       gap += Top(w) - std::max(0.0, top_value_[static_cast<size_t>(w) * 3 + 1]);
     return gap;
+  }
+  double Headroom(const double* load, const std::vector<int>& windows) const {
+    double headroom = 0;
+    for (const int w : windows) headroom += Top(w) - load[w];
+    return headroom;
   }
   static double WindowSum(const double* x, const std::vector<int>& windows) {
     double sum = 0;
@@ -241,6 +247,10 @@ int Packer::ImproveBin(int p, double min_gain, double& work) {
     const double gap_q = Gap(theirs);
     for (const int i : members_[p]) their_sum_[i] = WindowSum(Item(i), theirs);
     for (const int i : members_[q]) their_sum_[i] = WindowSum(Item(i), theirs);
+    // Headroom of q below the maximum in p's windows, and of p in q's: the
+    // receiving bin's new load bounds the new maximum from below.
+    const double head_q = Headroom(lq, own);
+    const double head_p = Headroom(lp, theirs);
     // Change of window w's maximum when `d` moves from q to p.
     const auto term = [&](int w, double d) {
       const int* id = &top_bin_[static_cast<size_t>(w) * 3];
@@ -252,8 +262,10 @@ int Packer::ImproveBin(int p, double min_gain, double& work) {
     for (const int a : members_[p]) {
       const double* xa = Item(a);
       for (const int b : members_[q]) {
-        const double bound = std::max(-gap_p, own_sum_[b] - own_sum_[a]) +
-                             std::max(-gap_q, their_sum_[a] - their_sum_[b]);
+        const double shed_p = own_sum_[a] - own_sum_[b];
+        const double shed_q = their_sum_[b] - their_sum_[a];
+        const double bound = std::max({-gap_p, -shed_p, shed_p - head_q}) +
+                             std::max({-gap_q, -shed_q, shed_q - head_p});
         if (bound >= best_delta) continue;
         const double* xb = Item(b);
         // Only p's and q's own windows can lower the objective; every other

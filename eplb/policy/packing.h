@@ -21,7 +21,7 @@ namespace weir::eplb::policy {
 // descending; each to the open bin whose load vector grows the objective
 // least, ties to the bin least correlated with the item, then the lowest
 // index), then swaps of two items between bins while one lowers the
-// objective. `loads` is [num_items, num_windows] row-major.
+// objective by more than 1e-5 of its value. `loads` is [num_items, num_windows] row-major.
 // Deterministic: the same input gives the same output.
 // REQUIRES: num_bins >= 1, capacity >= 1, num_items == num_bins * capacity,
 //           num_windows >= 1, loads.size() == num_items * num_windows,
