@@ -1,0 +1,177 @@
+// coordinator/scheduler/rank_scheduler.cc
+//
+// Admission, cancellation, results. Planning is in rank_scheduler_plan.cc.
+
+#include "coordinator/scheduler/rank_scheduler.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/logging.h"
+
+namespace weir::coordinator::scheduler {
+
+absl::StatusOr<std::unique_ptr<RankScheduler>> RankScheduler::Create(
+    const RankSchedulerConfig& config) {
+  absl::StatusOr<BlockManager> blocks = BlockManager::Create(config.kv);
+  if (!blocks.ok()) return blocks.status();
+  if (config.max_model_len < 2 || config.max_prefill_tokens < 1 || config.max_decode_batch < 1 ||
+      config.max_running < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("need max_model_len >= 2, max_prefill_tokens >= 1, max_decode_batch >= 1, "
+                     "max_running >= 0; got ",
+                     config.max_model_len, ", ", config.max_prefill_tokens, ", ",
+                     config.max_decode_batch, ", ", config.max_running));
+  }
+  RankSchedulerConfig c = config;
+  if (c.max_running == 0) c.max_running = c.max_decode_batch;
+  return std::unique_ptr<RankScheduler>(new RankScheduler(c, *std::move(blocks)));
+}
+
+RankScheduler::RankScheduler(const RankSchedulerConfig& config, BlockManager blocks)
+    : config_(config), blocks_(std::move(blocks)) {}
+
+absl::Status RankScheduler::Add(SeqRequest request) {
+  const int64_t prompt_len = static_cast<int64_t>(request.prompt.size());
+  if (prompt_len == 0 || request.max_new_tokens == 0) {
+    return absl::InvalidArgumentError("need a non-empty prompt and max_new_tokens >= 1");
+  }
+  if (prompt_len >= config_.max_model_len) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt of ", prompt_len,
+                                                   " tokens leaves no room under max_model_len ",
+                                                   config_.max_model_len));
+  }
+  const int64_t longest =
+      std::min<int64_t>(prompt_len + request.max_new_tokens, config_.max_model_len);
+  if (BlocksForTokens(config_.kv, longest) > blocks_.num_blocks()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a sequence of ", longest, " tokens needs ", BlocksForTokens(config_.kv, longest),
+        " KV blocks; the pool has ", blocks_.num_blocks()));
+  }
+  if (seqs_.contains(request.id)) {
+    return absl::AlreadyExistsError(absl::StrCat("request ", request.id.value(), " is live"));
+  }
+  const RequestId id = request.id;
+  Sequence seq;
+  seq.tokens = request.prompt;
+  seq.request = std::move(request);
+  seq.arrival = next_arrival_++;
+  seq.ticket = next_ticket_++;
+  seq.prefill_len = prompt_len;
+  seqs_.emplace(id, std::move(seq));
+  waiting_.push_back(id);
+  return absl::OkStatus();
+}
+
+absl::Status RankScheduler::Cancel(RequestId id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) {
+    return absl::NotFoundError(absl::StrCat("request ", id.value(), " is not live"));
+  }
+  Sequence& seq = it->second;
+  if (seq.state == SeqState::kWaiting) {
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), id));
+  } else {
+    ReleaseKv(seq);
+    Unlist(id, seq.state);
+  }
+  seqs_.erase(it);
+  return absl::OkStatus();
+}
+
+RankLoad RankScheduler::Load() const {
+  RankLoad load;
+  load.num_waiting = static_cast<int64_t>(waiting_.size());
+  load.num_prefilling = static_cast<int64_t>(prefilling_.size());
+  load.num_running = static_cast<int64_t>(running_.size());
+  load.num_free_blocks = blocks_.num_free_blocks();
+  load.num_used_blocks = blocks_.num_used_blocks();
+  load.num_blocks = blocks_.num_blocks();
+  load.has_decode_work = !running_.empty();
+  bool head_admissible = false;
+  if (!waiting_.empty() && load.num_prefilling + load.num_running < config_.max_running) {
+    head_admissible = blocks_.CanAllocate(seqs_.at(waiting_.front()).prefill_len);
+  }
+  load.has_prefill_work = !prefilling_.empty() || head_admissible;
+  return load;
+}
+
+void RankScheduler::ReleaseKv(Sequence& seq) {
+  const SeqAllocation* alloc = blocks_.Find(seq.request.id);
+  if (alloc == nullptr) return;
+  release_next_.push_back(alloc->slot);
+  const absl::Status s = seq.last_step.has_value()
+                             ? blocks_.ReleaseAfterStep(seq.request.id, *seq.last_step)
+                             : blocks_.Free(seq.request.id);
+  WEIR_CHECK(s.ok()) << s << " (the allocation was just found)";
+}
+
+void RankScheduler::Unlist(RequestId id, SeqState state) {
+  std::vector<RequestId>& list = state == SeqState::kPrefilling ? prefilling_ : running_;
+  list.erase(std::find(list.begin(), list.end(), id));
+}
+
+void RankScheduler::Preempt(Sequence& seq) {
+  ReleaseKv(seq);
+  Unlist(seq.request.id, seq.state);
+  seq.state = SeqState::kWaiting;
+  ++seq.reset_epoch;
+  seq.ticket = next_ticket_++;
+  seq.prefill_len = static_cast<int64_t>(seq.tokens.size());
+  seq.num_scheduled = 0;
+  seq.blocks_sent = 0;
+  seq.pending_outputs = 0;
+  seq.last_step.reset();
+  seq.last_row = -1;
+  waiting_.push_front(seq.request.id);
+  ++num_preemptions_;
+}
+
+absl::StatusOr<std::vector<SeqUpdate>> RankScheduler::OnResult(const RankStepResult& result) {
+  if (in_flight_.empty() || in_flight_.front().step_id != result.step_id) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "result of step ", result.step_id, " but the oldest unreturned step is ",
+        in_flight_.empty() ? std::string("none") : absl::StrCat(in_flight_.front().step_id)));
+  }
+  const std::vector<RowRef>& refs = in_flight_.front().rows;
+  if (result.rows.size() != refs.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("step ", result.step_id, " planned ",
+                                                   refs.size(), " rows, result has ",
+                                                   result.rows.size()));
+  }
+  auto live = [&](const RowRef& ref) -> Sequence* {
+    auto it = seqs_.find(ref.request);
+    return it != seqs_.end() && it->second.ticket == ref.ticket ? &it->second : nullptr;
+  };
+  for (size_t i = 0; i < refs.size(); ++i) {
+    if (refs[i].samples && result.rows[i].tokens.empty() && live(refs[i]) != nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("step ", result.step_id, " row ", i, " sampled no token"));
+    }
+  }
+  std::vector<SeqUpdate> updates;
+  for (size_t i = 0; i < refs.size(); ++i) {
+    Sequence* seq = refs[i].samples ? live(refs[i]) : nullptr;
+    if (seq == nullptr) continue;  // an intermediate chunk, or a dropped epoch
+    WEIR_DCHECK(seq->pending_outputs > 0);
+    --seq->pending_outputs;
+    seq->tokens.push_back(result.rows[i].tokens[0]);
+    SeqUpdate update{seq->request.id, {result.rows[i].tokens[0]}, FinishReason::kNone};
+    update.finish = CheckStop(*seq, config_.eos_token_ids, config_.max_model_len);
+    if (update.finish == FinishReason::kNone && result.rows[i].finished) {
+      update.finish = FinishReason::kWorkerEnded;
+    }
+    if (update.finish != FinishReason::kNone) {
+      ReleaseKv(*seq);
+      Unlist(seq->request.id, seq->state);
+      seqs_.erase(seq->request.id);
+    }
+    updates.push_back(std::move(update));
+  }
+  in_flight_.pop_front();
+  blocks_.OnStepReturned(result.step_id);
+  return updates;
+}
+
+}  // namespace weir::coordinator::scheduler

@@ -1,0 +1,141 @@
+// coordinator/scheduler/rank_scheduler.h
+//
+// RankScheduler: the queues and KV books of one DP rank. It admits requests,
+// plans one step at a time (chunked prefill under a token budget, or a decode
+// batch), preempts by recompute when blocks run out, and applies step
+// results (tokens, stop conditions). It works the same whether plan t+1 is
+// built before or after result t arrives (zero-overhead or plain stepping);
+// see README.md "Zero-overhead stepping" for the exact rules.
+//
+// Thread safety: not thread-safe; one owner (the step-loop thread).
+
+#ifndef WEIR_COORDINATOR_SCHEDULER_RANK_SCHEDULER_H_
+#define WEIR_COORDINATOR_SCHEDULER_RANK_SCHEDULER_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/container/node_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "coordinator/scheduler/block_manager.h"
+#include "coordinator/scheduler/sequence.h"
+#include "coordinator/scheduler/step_plan.h"
+
+namespace weir::coordinator::scheduler {
+
+struct RankSchedulerConfig {
+  KvLayout kv;
+  // Longest sequence (prompt + output) in tokens.
+  int64_t max_model_len = 4096;
+  // Per-step token budget of a prefill step (sum of chunk lengths).
+  int64_t max_prefill_tokens = 2048;
+  // Most rows in a decode step; over it, the latest arrivals are chosen (LCFS).
+  int32_t max_decode_batch = 64;
+  // Most sequences admitted (prefilling + running) at once; 0 = max_decode_batch.
+  int32_t max_running = 0;
+  // Model end tokens (EOS).
+  std::vector<uint32_t> eos_token_ids;
+};
+
+// Usage (plain stepping; zero-overhead builds plan s+1 before OnResult(s)):
+//   ASSIGN_OR_RETURN(auto sched, RankScheduler::Create(config));
+//   RETURN_IF_ERROR(sched->Add(std::move(request)));
+//   ASSIGN_OR_RETURN(RankStepPlan plan, sched->BuildPlan(step, type));
+//   ...send, receive RankStepResult result...
+//   ASSIGN_OR_RETURN(std::vector<SeqUpdate> updates, sched->OnResult(result));
+class RankScheduler {
+ public:
+  // INVALID_ARGUMENT for a bad layout or a non-positive limit.
+  static absl::StatusOr<std::unique_ptr<RankScheduler>> Create(const RankSchedulerConfig& config);
+
+  // Queues `request` (FCFS). INVALID_ARGUMENT for an empty prompt,
+  // max_new_tokens == 0, a prompt of max_model_len tokens or more, or a
+  // request whose longest possible sequence needs more blocks than the pool
+  // has (it could never run); ALREADY_EXISTS if its id is live here.
+  absl::Status Add(SeqRequest request);
+
+  // Drops `id` wherever it is; its KV is released after the last planned
+  // step that uses it has returned, and its slot is listed in the next plan's
+  // release_slots. Outputs still in flight for it are discarded.
+  // NOT_FOUND if `id` is not live here (never added, finished or cancelled).
+  absl::Status Cancel(RequestId id);
+
+  // Returns the rank's load for the step-type vote and the router.
+  RankLoad Load() const;
+
+  // Plans step `step_id` of type `type`. Releases first (see
+  // RankStepPlan::release_slots), then rows: for kPrefill, prefill chunks
+  // of admitted sequences in admission order, then newly admitted ones from
+  // the waiting queue (head first, never skipping the head), until the token
+  // budget is spent; for kDecode, one row per selected running sequence.
+  // An empty plan is valid (the rank still takes part in the step).
+  // FAILED_PRECONDITION if `step_id` is not one more than the previous
+  // plan's, or if two planned steps have not returned yet (the scheduler
+  // plans at most one step ahead of the results).
+  absl::StatusOr<RankStepPlan> BuildPlan(uint64_t step_id, StepType type);
+
+  // Applies the result of the oldest unreturned step: appends sampled
+  // tokens, checks stop conditions, finishes sequences, then completes the
+  // deferred releases due at this step. Returns one update per request that
+  // got a token or finished, in row order. Outputs of rows whose sequence
+  // finished, was cancelled or preempted since the plan are discarded.
+  // FAILED_PRECONDITION if `result.step_id` is not the oldest unreturned
+  // step; INVALID_ARGUMENT if the row count differs from the plan's or a used
+  // sampling row has no token. On error nothing changes.
+  absl::StatusOr<std::vector<SeqUpdate>> OnResult(const RankStepResult& result);
+
+  // The KV books (read-only), for accounting checks and server state.
+  const BlockManager& blocks() const { return blocks_; }
+  // Sequences preempted (recompute) since creation.
+  int64_t num_preemptions() const { return num_preemptions_; }
+  // Live sequences (waiting, prefilling or running).
+  int64_t num_live() const { return static_cast<int64_t>(seqs_.size()); }
+
+ private:
+  struct RowRef {
+    RequestId request;
+    uint64_t ticket = 0;
+    bool samples = false;
+  };
+  struct InFlightStep {
+    uint64_t step_id = 0;
+    std::vector<RowRef> rows;
+  };
+
+  RankScheduler(const RankSchedulerConfig& config, BlockManager blocks);
+
+  void SchedulePrefill(RankStepPlan& plan);
+  void ScheduleDecode(RankStepPlan& plan);
+  // Appends a prefill row of up to `budget` tokens; returns its length.
+  int64_t AddPrefillChunk(Sequence& seq, int64_t budget, RankStepPlan& plan);
+  void AddDecodeRow(Sequence& seq, RankStepPlan& plan);
+  // Appends to `row` the blocks of `seq` not yet announced.
+  void AnnounceBlocks(Sequence& seq, PlanRow& row);
+  // Releases the KV and slot of `seq` (deferred past its last planned step).
+  void ReleaseKv(Sequence& seq);
+  // Drops KV and requeues `seq` at the head of the waiting queue, new epoch.
+  void Preempt(Sequence& seq);
+  // Removes `id` from the prefilling or running list it is in.
+  void Unlist(RequestId id, SeqState state);
+
+  RankSchedulerConfig config_;
+  BlockManager blocks_;
+  absl::node_hash_map<RequestId, Sequence> seqs_;
+  std::deque<RequestId> waiting_;       // head = next to admit
+  std::vector<RequestId> prefilling_;   // admission order
+  std::vector<RequestId> running_;      // order of prefill completion
+  std::deque<InFlightStep> in_flight_;  // planned, result not applied yet
+  std::vector<SeqSlot> release_next_;   // slots for the next plan
+  std::optional<uint64_t> last_planned_step_;
+  int64_t next_arrival_ = 0;
+  uint64_t next_ticket_ = 1;
+  int64_t num_preemptions_ = 0;
+};
+
+}  // namespace weir::coordinator::scheduler
+
+#endif  // WEIR_COORDINATOR_SCHEDULER_RANK_SCHEDULER_H_

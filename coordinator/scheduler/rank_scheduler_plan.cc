@@ -1,0 +1,177 @@
+// coordinator/scheduler/rank_scheduler_plan.cc
+//
+// Building one step's plan: chunked prefill and admission, decode selection
+// (LCFS over the batch limit), block growth and preemption by recompute.
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/logging.h"
+#include "coordinator/scheduler/rank_scheduler.h"
+
+namespace weir::coordinator::scheduler {
+
+absl::StatusOr<RankStepPlan> RankScheduler::BuildPlan(uint64_t step_id, StepType type) {
+  if (last_planned_step_.has_value() && step_id != *last_planned_step_ + 1) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("step ", step_id, " planned after step ", *last_planned_step_));
+  }
+  if (in_flight_.size() >= 2) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("steps ", in_flight_[0].step_id, " and ", in_flight_[1].step_id,
+                     " have not returned; plan at most one step ahead"));
+  }
+  last_planned_step_ = step_id;
+  RankStepPlan plan;
+  plan.step_id = step_id;
+  plan.type = type;
+  if (type == StepType::kPrefill) {
+    SchedulePrefill(plan);
+  } else {
+    ScheduleDecode(plan);
+  }
+  // Preemption above may have added slots; all go before the rows.
+  plan.release_slots = std::move(release_next_);
+  release_next_.clear();
+  InFlightStep step{step_id, {}};
+  step.rows.reserve(plan.rows.size());
+  for (const PlanRow& row : plan.rows) {
+    step.rows.push_back({row.request, seqs_.at(row.request).ticket, row.samples});
+  }
+  in_flight_.push_back(std::move(step));
+  return plan;
+}
+
+void RankScheduler::AnnounceBlocks(Sequence& seq, PlanRow& row) {
+  const SeqAllocation* alloc = blocks_.Find(seq.request.id);
+  WEIR_CHECK(alloc != nullptr) << "a planned sequence holds KV";
+  row.slot = alloc->slot;
+  const int64_t needed = BlocksForTokens(config_.kv, seq.num_scheduled);
+  for (; seq.blocks_sent < needed; ++seq.blocks_sent) {
+    row.new_blocks.push_back(alloc->blocks[seq.blocks_sent]);
+  }
+}
+
+int64_t RankScheduler::AddPrefillChunk(Sequence& seq, int64_t budget, RankStepPlan& plan) {
+  const int64_t n = std::min(budget, seq.prefill_len - seq.num_scheduled);
+  PlanRow row;
+  row.request = seq.request.id;
+  row.reset_epoch = seq.reset_epoch;
+  row.start_pos = seq.num_scheduled;
+  row.input_tokens.assign(seq.tokens.begin() + seq.num_scheduled,
+                          seq.tokens.begin() + seq.num_scheduled + n);
+  seq.num_scheduled += n;
+  row.samples = seq.num_scheduled == seq.prefill_len;
+  AnnounceBlocks(seq, row);
+  seq.last_step = plan.step_id;
+  seq.last_row = static_cast<int32_t>(plan.rows.size());
+  if (row.samples) {
+    ++seq.pending_outputs;
+    Unlist(seq.request.id, SeqState::kPrefilling);
+    seq.state = SeqState::kRunning;
+    running_.push_back(seq.request.id);
+  }
+  plan.rows.push_back(std::move(row));
+  return n;
+}
+
+void RankScheduler::SchedulePrefill(RankStepPlan& plan) {
+  int64_t budget = config_.max_prefill_tokens;
+  // Copy: a chunk that completes a prefill moves the sequence to running_.
+  const std::vector<RequestId> prefilling = prefilling_;
+  for (RequestId id : prefilling) {
+    if (budget == 0) return;
+    budget -= AddPrefillChunk(seqs_.at(id), budget, plan);
+  }
+  while (budget > 0 && !waiting_.empty() &&
+         static_cast<int64_t>(prefilling_.size() + running_.size()) < config_.max_running) {
+    Sequence& seq = seqs_.at(waiting_.front());
+    // The whole prefill is reserved at admission, so a started prefill never
+    // waits for blocks; the head is never skipped (FCFS).
+    if (!blocks_.Allocate(seq.request.id, seq.prefill_len).ok()) return;
+    waiting_.pop_front();
+    seq.state = SeqState::kPrefilling;
+    prefilling_.push_back(seq.request.id);
+    budget -= AddPrefillChunk(seq, budget, plan);
+  }
+}
+
+void RankScheduler::AddDecodeRow(Sequence& seq, RankStepPlan& plan) {
+  PlanRow row;
+  row.request = seq.request.id;
+  row.reset_epoch = seq.reset_epoch;
+  row.start_pos = seq.num_scheduled;
+  row.samples = true;
+  if (seq.pending_outputs == 0) {
+    row.input_tokens.push_back(seq.tokens[seq.num_scheduled]);
+  } else {
+    // Guaranteed by BuildPlan: only the previous step may be unreturned.
+    WEIR_DCHECK(seq.last_step.has_value() && *seq.last_step + 1 == plan.step_id);
+    row.remap = seq.last_row;
+  }
+  ++seq.num_scheduled;
+  ++seq.pending_outputs;
+  AnnounceBlocks(seq, row);
+  seq.last_step = plan.step_id;
+  seq.last_row = static_cast<int32_t>(plan.rows.size());
+  plan.rows.push_back(std::move(row));
+}
+
+void RankScheduler::ScheduleDecode(RankStepPlan& plan) {
+  // Sequences sure to end by length once their planned outputs arrive get no
+  // row: it would be wasted work.
+  std::vector<Sequence*> selected;
+  for (RequestId id : running_) {
+    Sequence& seq = seqs_.at(id);
+    if (!EndsByLength(seq, config_.max_model_len)) selected.push_back(&seq);
+  }
+  if (static_cast<int64_t>(selected.size()) > config_.max_decode_batch) {
+    std::sort(selected.begin(), selected.end(),
+              [](const Sequence* a, const Sequence* b) { return a->arrival > b->arrival; });
+    selected.resize(config_.max_decode_batch);
+  }
+  // Victim order: shortest output first, the latest arrival on ties (LCFS).
+  auto victim_before = [](const Sequence* a, const Sequence* b) {
+    if (a->num_generated() != b->num_generated()) return a->num_generated() < b->num_generated();
+    return a->arrival > b->arrival;
+  };
+  // Rows go to the least likely victims first, so a victim never has a row
+  // in this plan already.
+  std::sort(selected.begin(), selected.end(),
+            [&](const Sequence* a, const Sequence* b) { return victim_before(b, a); });
+  for (Sequence* seq : selected) {
+    if (seq->state != SeqState::kRunning) continue;  // preempted while growing another
+    const RequestId id = seq->request.id;
+    const int64_t new_len = seq->num_scheduled + 1;
+    bool runs = true;
+    while (!blocks_.CanGrow(id, new_len)) {
+      const int64_t shortfall = BlocksForTokens(config_.kv, new_len) -
+                                static_cast<int64_t>(blocks_.Find(id)->blocks.size());
+      if (blocks_.num_free_blocks() + blocks_.num_pending_release_blocks() >= shortfall) {
+        // Enough blocks return once the in-flight step does: wait one step
+        // instead of preempting more (zero-overhead stepping only).
+        runs = false;
+        break;
+      }
+      Sequence* victim = nullptr;
+      for (RequestId other : running_) {
+        Sequence& cand = seqs_.at(other);
+        const bool has_row = cand.last_step == plan.step_id;
+        if (has_row || EndsByLength(cand, config_.max_model_len)) continue;
+        if (victim == nullptr || victim_before(&cand, victim)) victim = &cand;
+      }
+      WEIR_CHECK(victim != nullptr) << "the growing sequence itself is a candidate";
+      Preempt(*victim);
+      if (victim == seq) {
+        runs = false;
+        break;
+      }
+    }
+    if (!runs) continue;
+    WEIR_CHECK_OK(blocks_.Grow(id, new_len));
+    AddDecodeRow(*seq, plan);
+  }
+}
+
+}  // namespace weir::coordinator::scheduler

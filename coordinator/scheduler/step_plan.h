@@ -1,0 +1,123 @@
+// coordinator/scheduler/step_plan.h
+//
+// Plain structs that cross the scheduler's boundary: the requests it is
+// given, the per-rank plan it builds for one step, the per-rank result it is
+// fed back, and the token/finish updates it returns. The step driver converts
+// RankStepPlan to the StepPlan proto and the StepResult proto to
+// RankStepResult; nothing here knows about protobuf.
+//
+// Thread safety: value types.
+
+#ifndef WEIR_COORDINATOR_SCHEDULER_STEP_PLAN_H_
+#define WEIR_COORDINATOR_SCHEDULER_STEP_PLAN_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "base/strong_id.h"
+
+namespace weir::coordinator::scheduler {
+
+// Every rank of a group runs the same type of step.
+enum class StepType { kPrefill, kDecode };
+
+const char* StepTypeName(StepType type);
+
+// One generation request as the scheduler needs it (already validated and
+// tokenized by the API layer).
+struct SeqRequest {
+  RequestId id;
+  std::vector<uint32_t> prompt;  // [prompt_len], prompt_len >= 1
+  uint32_t max_new_tokens = 16;  // >= 1
+  // EOS and stop tokens end the sequence only once this many were generated.
+  uint32_t min_new_tokens = 0;
+  std::vector<uint32_t> stop_token_ids;
+  bool ignore_eos = false;
+};
+
+// Why a sequence ended; mirrors weir.v1.FinishReason.
+enum class FinishReason {
+  kNone = 0,
+  kEos,           // a model end token (unless ignore_eos)
+  kStopToken,     // one of stop_token_ids
+  kMaxTokens,     // max_new_tokens generated
+  kContextLimit,  // prompt + output reached max_model_len
+  kCancelled,     // Cancel()
+  kWorkerEnded,   // the worker flagged the row finished (e.g. grammar terminated)
+};
+
+const char* FinishReasonName(FinishReason reason);
+
+// One row of a rank's plan: a chunk of consecutive positions of one sequence.
+struct PlanRow {
+  RequestId request;
+  SeqSlot slot;
+  // Bumped each time the sequence is preempted and recomputed; every rolling
+  // state of the slot (lengths, compressor partial groups, draft and grammar
+  // state) belongs to one epoch.
+  uint32_t reset_epoch = 0;
+  // Position of the first input token of this row.
+  int64_t start_pos = 0;
+  // [num_tokens] inputs for positions start_pos...; empty iff remap >= 0.
+  std::vector<uint32_t> input_tokens;
+  // >= 0: the single input token is the output token of row `remap` of the
+  // previous step (resolved on the worker; the coordinator does not know it
+  // yet). -1: the inputs are in input_tokens.
+  int32_t remap = -1;
+  // KV blocks newly given to this sequence, in block-table order.
+  std::vector<BlockId> new_blocks;
+  // True if the row's sampled token is used: a decode row or the last chunk
+  // of a prefill. Outputs of other rows are ignored.
+  bool samples = false;
+
+  int64_t num_tokens() const { return remap >= 0 ? 1 : static_cast<int64_t>(input_tokens.size()); }
+};
+
+// The plan of one rank for one step.
+struct RankStepPlan {
+  uint64_t step_id = 0;
+  StepType type = StepType::kDecode;
+  std::vector<PlanRow> rows;
+  // Slots whose state the worker drops before running any row of this step.
+  std::vector<SeqSlot> release_slots;
+};
+
+// The output of one row of a step.
+struct RowOutput {
+  // Sampled tokens; the scheduler uses the first one of a sampling row.
+  std::vector<uint32_t> tokens;
+  // The worker ended this sequence (e.g. its grammar terminated).
+  bool finished = false;
+};
+
+// The result of one rank for one step: one RowOutput per plan row, in order.
+struct RankStepResult {
+  uint64_t step_id = 0;
+  std::vector<RowOutput> rows;
+};
+
+// What a result changed for one request: tokens to stream, and the end.
+struct SeqUpdate {
+  RequestId request;
+  std::vector<uint32_t> new_tokens;
+  FinishReason finish = FinishReason::kNone;
+};
+
+// What the step-type vote and the router need from a rank.
+struct RankLoad {
+  // A prefill step would have rows: a prefill in progress, or an admissible
+  // request at the head of the waiting queue.
+  bool has_prefill_work = false;
+  // Some admitted sequence is decoding.
+  bool has_decode_work = false;
+  int64_t num_waiting = 0;
+  int64_t num_prefilling = 0;
+  int64_t num_running = 0;
+  int64_t num_free_blocks = 0;
+  int64_t num_used_blocks = 0;
+  int64_t num_blocks = 0;
+};
+
+}  // namespace weir::coordinator::scheduler
+
+#endif  // WEIR_COORDINATOR_SCHEDULER_STEP_PLAN_H_
