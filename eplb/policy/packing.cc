@@ -73,8 +73,10 @@ class Packer {
     const size_t base = static_cast<size_t>(w) * 3;
     return top_value_[base] > top_value_[base + 1] ? top_bin_[base] : -1;
   }
-  // Applies the exchange of an item of bin `p` with an item of another bin
-  // that lowers the objective most, if it lowers it by more than `min_gain`.
+  // Applies an exchange of an item of bin `p` with an item of another bin
+  // that lowers the objective by more than `min_gain`: partner bins are tried
+  // by decreasing room below the maximum in p's windows, and the best
+  // exchange with the first partner that has one is applied.
   // Returns the other bin of the swap, or -1 if none. Adds the work done to
   // `work`.
   int ImproveBin(int p, double min_gain, double& work);
@@ -87,7 +89,8 @@ class Packer {
   std::vector<double> top_value_;                     // [windows, 3]
   std::vector<int> top_bin_;                          // [windows, 3]
   std::vector<std::vector<int>> unique_max_windows_;  // [bins][...]: windows it tops alone.
-  std::vector<int> rest_;                             // Scratch of ImproveBin.
+  std::vector<int> rest_, partners_;                  // Scratch of ImproveBin.
+  std::vector<double> partner_room_;                  // Scratch of ImproveBin: [bins].
   std::vector<double> own_sum_, their_sum_;           // Scratch of ImproveBin: [items].
 };
 
@@ -240,8 +243,19 @@ int Packer::ImproveBin(int p, double min_gain, double& work) {
   for (int i = 0; i < n_; ++i) own_sum_[i] = WindowSum(Item(i), own);
   double best_delta = -min_gain;
   int best_a = -1, best_b = -1;
+  // Partners with the most room in p's windows first; the first partner
+  // with an improving swap wins (its best swap is applied).
+  partners_.clear();
+  partner_room_.assign(b_, 0.0);
   for (int q = 0; q < b_; ++q) {
     if (q == p) continue;
+    partners_.push_back(q);
+    partner_room_[q] = Headroom(Bin(q), own);
+  }
+  std::stable_sort(partners_.begin(), partners_.end(),
+                   [&](int a, int b) { return partner_room_[a] > partner_room_[b]; });
+  for (const int q : partners_) {
+    if (best_a >= 0) break;
     const double* lq = Bin(q);
     const std::vector<int>& theirs = unique_max_windows_[q];
     const double gap_q = Gap(theirs);
@@ -249,7 +263,7 @@ int Packer::ImproveBin(int p, double min_gain, double& work) {
     for (const int i : members_[q]) their_sum_[i] = WindowSum(Item(i), theirs);
     // Headroom of q below the maximum in p's windows, and of p in q's: the
     // receiving bin's new load bounds the new maximum from below.
-    const double head_q = Headroom(lq, own);
+    const double head_q = partner_room_[q];
     const double head_p = Headroom(lp, theirs);
     // Change of window w's maximum when `d` moves from q to p.
     const auto term = [&](int w, double d) {
