@@ -1,0 +1,112 @@
+// worker/grammar/compiler_test.cc
+
+#include "worker/grammar/compiler.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "worker/grammar/matcher.h"
+#include "worker/grammar/test_util.h"
+
+namespace weir::grammar {
+namespace {
+
+Constraint Regex(std::string text) {
+  Constraint c;
+  c.kind = ConstraintKind::kRegex;
+  c.text = std::move(text);
+  return c;
+}
+
+TEST(CompilerTest, CompilesEveryKindAndCachesByValue) {
+  GrammarCompiler compiler(testing::TestVocabulary());
+  Constraint schema{ConstraintKind::kJsonSchema, R"({"type":"integer"})", {}};
+  Constraint object{ConstraintKind::kJsonObject, "", {}};
+  Constraint ebnf{ConstraintKind::kEbnf, "root ::= \"a\"+", {}};
+  Constraint choice{ConstraintKind::kChoice, "", {"yes", "no"}};
+  for (const Constraint& c : {Regex("[0-9]+"), schema, object, ebnf, choice}) {
+    CompileResult r = compiler.Compile(c);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(compiler.Compile(c)->get(), r->get());  // cache hit: same grammar
+  }
+  EXPECT_EQ(compiler.cache_entries(), 5);
+  Matcher m(*compiler.Compile(choice));
+  EXPECT_TRUE(m.AcceptBytes("yes").ok());
+  EXPECT_TRUE(m.IsTerminated());
+}
+
+TEST(CompilerTest, ErrorsReachOnlyTheirRequestAndAreCached) {
+  GrammarCompiler compiler(testing::TestVocabulary());
+  CompileFuture bad = compiler.CompileAsync(Regex("(unclosed"));
+  CompileFuture good = compiler.CompileAsync(Regex("ok"));
+  EXPECT_EQ(bad.Wait().status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(good.Wait().ok());
+  EXPECT_TRUE(bad.Ready());
+  EXPECT_TRUE(bad.WaitFor(absl::ZeroDuration()));
+  EXPECT_EQ(compiler.cache_entries(), 2);
+}
+
+TEST(CompilerTest, HugeAlternationsAreTooComplex) {
+  CompilerOptions options;
+  options.grammar_limits.max_exprs = 20000;
+  GrammarCompiler compiler(testing::TestVocabulary(), options);
+  std::string schema = R"({"enum":[)";
+  for (int i = 0; i < 5000; ++i) absl::StrAppend(&schema, i ? "," : "", "\"value_", i, "\"");
+  schema += "]}";
+  CompileResult r = compiler.Compile(Constraint{ConstraintKind::kJsonSchema, schema, {}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(std::string(r.status().message()).find("GRAMMAR_TOO_COMPLEX"), std::string::npos);
+  r = compiler.Compile(Regex("((a{1000}){1000}){1000}"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(std::string(r.status().message()).find("GRAMMAR_TOO_COMPLEX"), std::string::npos);
+}
+
+TEST(CompilerTest, CompileTimeLimit) {
+  CompilerOptions options;
+  options.compile_timeout = absl::ZeroDuration();
+  GrammarCompiler compiler(testing::TestVocabulary(), options);
+  CompileResult r = compiler.Compile(Regex("abc"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(std::string(r.status().message()).find("GRAMMAR_TOO_COMPLEX: compile exceeded"),
+            std::string::npos);
+}
+
+TEST(CompilerTest, CacheStaysWithinByteBudget) {
+  CompilerOptions options;
+  options.cache_bytes = 64 << 10;
+  GrammarCompiler compiler(testing::TestVocabulary(), options);
+  std::vector<std::shared_ptr<const CompiledGrammar>> held;
+  for (int i = 0; i < 200; ++i) {
+    CompileResult r = compiler.Compile(Regex(absl::StrCat("[a-z]{", i % 50 + 1, "}x", i)));
+    ASSERT_TRUE(r.ok()) << r.status();
+    Matcher m(*r);  // builds a token cache, so entries grow after insertion
+    std::vector<uint32_t> mask((*r)->vocab().mask_words());
+    m.FillNextTokenBitmask(mask);
+    if (i == 0) held.push_back(*r);
+  }
+  compiler.Compile(Regex("final")).IgnoreError();
+  EXPECT_LE(compiler.cache_bytes(), options.cache_bytes);
+  EXPECT_LT(compiler.cache_entries(), 200);
+  // An evicted grammar stays usable by whoever still holds it.
+  Matcher m(held[0]);
+  EXPECT_TRUE(m.AcceptBytes("ax0").ok());
+}
+
+TEST(CompilerTest, ShutdownWithQueuedWorkReleasesWaiters) {
+  std::vector<CompileFuture> futures;
+  {
+    CompilerOptions options;
+    options.num_threads = 1;
+    GrammarCompiler compiler(testing::TestVocabulary(), options);
+    for (int i = 0; i < 50; ++i) futures.push_back(compiler.CompileAsync(Regex(absl::StrCat("q", i))));
+  }
+  for (const CompileFuture& f : futures) {
+    CompileResult r = f.Wait();  // never hangs: compiled or cancelled
+    EXPECT_TRUE(r.ok() || r.status().code() == absl::StatusCode::kCancelled) << r.status();
+  }
+}
+
+}  // namespace
+}  // namespace weir::grammar
