@@ -4,65 +4,35 @@
 
 #include "coordinator/scheduler/rank_scheduler.h"
 
-#include <numeric>
 #include <vector>
 
+#include "coordinator/scheduler/test_util.h"
 #include "gtest/gtest.h"
 
 namespace weir::coordinator::scheduler {
 namespace {
 
-RankSchedulerConfig Config(int32_t blocks, int64_t budget = 2048, int32_t batch = 8) {
-  RankSchedulerConfig c;
-  c.kv.block_tokens = 4;
-  c.kv.compress_ratios = {1};
-  c.kv.num_blocks = blocks;
-  c.kv.num_seq_slots = 8;
-  c.max_model_len = 64;
-  c.max_prefill_tokens = budget;
-  c.max_decode_batch = batch;
-  c.eos_token_ids = {0};
-  return c;
-}
-
-SeqRequest Request(uint64_t id, int prompt_len, uint32_t max_new = 16) {
-  SeqRequest r;
-  r.id = RequestId(id);
-  r.prompt.resize(prompt_len);
-  std::iota(r.prompt.begin(), r.prompt.end(), 100 + 10 * id);
-  r.max_new_tokens = max_new;
-  return r;
-}
-
-// A result that samples `token` on every row.
-RankStepResult Result(const RankStepPlan& plan, uint32_t token) {
-  RankStepResult r;
-  r.step_id = plan.step_id;
-  r.rows.resize(plan.rows.size(), RowOutput{{token}, false});
-  return r;
-}
-
 TEST(RankSchedulerTest, RejectsBadRequests) {
-  auto s = *RankScheduler::Create(Config(16));
-  EXPECT_EQ(s->Add(Request(1, 0)).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(s->Add(Request(1, 4, 0)).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(s->Add(Request(1, 64)).code(), absl::StatusCode::kInvalidArgument);
+  auto s = *RankScheduler::Create(SmallConfig(16));
+  EXPECT_EQ(s->Add(MakeRequest(1, 0)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->Add(MakeRequest(1, 4, 0)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->Add(MakeRequest(1, 64)).code(), absl::StatusCode::kInvalidArgument);
   // 60 + 16 tokens, capped at 64, need 16 blocks: fits exactly; 17 would not.
-  EXPECT_TRUE(s->Add(Request(1, 60)).ok());
-  EXPECT_EQ(s->Add(Request(1, 4)).code(), absl::StatusCode::kAlreadyExists);
-  auto small = *RankScheduler::Create(Config(15));
-  EXPECT_EQ(small->Add(Request(2, 60)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(s->Add(MakeRequest(1, 60)).ok());
+  EXPECT_EQ(s->Add(MakeRequest(1, 4)).code(), absl::StatusCode::kAlreadyExists);
+  auto small = *RankScheduler::Create(SmallConfig(15));
+  EXPECT_EQ(small->Add(MakeRequest(2, 60)).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s->Cancel(RequestId(9)).code(), absl::StatusCode::kNotFound);
-  RankSchedulerConfig bad = Config(16);
+  RankSchedulerConfig bad = SmallConfig(16);
   bad.max_prefill_tokens = 0;
   EXPECT_FALSE(RankScheduler::Create(bad).ok());
 }
 
 TEST(RankSchedulerTest, ChunkedPrefillRespectsTheBudget) {
-  auto s = *RankScheduler::Create(Config(64, /*budget=*/16));
-  ASSERT_TRUE(s->Add(Request(1, 10)).ok());
-  ASSERT_TRUE(s->Add(Request(2, 25)).ok());
-  ASSERT_TRUE(s->Add(Request(3, 7)).ok());
+  auto s = *RankScheduler::Create(SmallConfig(64, /*budget=*/16));
+  ASSERT_TRUE(s->Add(MakeRequest(1, 10)).ok());
+  ASSERT_TRUE(s->Add(MakeRequest(2, 25)).ok());
+  ASSERT_TRUE(s->Add(MakeRequest(3, 7)).ok());
   std::vector<int64_t> next_pos(4, 0);
   int64_t prefilled = 0;
   for (uint64_t step = 0; s->Load().has_prefill_work; ++step) {
@@ -81,7 +51,7 @@ TEST(RankSchedulerTest, ChunkedPrefillRespectsTheBudget) {
     }
     EXPECT_LE(tokens, 16);
     prefilled += tokens;
-    ASSERT_TRUE(s->OnResult(Result(plan, 5)).ok());
+    ASSERT_TRUE(s->OnResult(UniformResult(plan, 5)).ok());
   }
   EXPECT_EQ(prefilled, 42);
   EXPECT_EQ(next_pos[2], 25);
@@ -89,9 +59,9 @@ TEST(RankSchedulerTest, ChunkedPrefillRespectsTheBudget) {
 }
 
 TEST(RankSchedulerTest, DecodeRemapsWhenTheResultIsLate) {
-  auto s = *RankScheduler::Create(Config(64));
-  ASSERT_TRUE(s->Add(Request(1, 5)).ok());
-  ASSERT_TRUE(s->Add(Request(2, 3)).ok());
+  auto s = *RankScheduler::Create(SmallConfig(64));
+  ASSERT_TRUE(s->Add(MakeRequest(1, 5)).ok());
+  ASSERT_TRUE(s->Add(MakeRequest(2, 3)).ok());
   RankStepPlan p0 = *s->BuildPlan(0, StepType::kPrefill);
   ASSERT_EQ(p0.rows.size(), 2u);
   // Zero-overhead: plan 1 before result 0; inputs come from plan 0's rows.
@@ -105,12 +75,13 @@ TEST(RankSchedulerTest, DecodeRemapsWhenTheResultIsLate) {
   // Two steps in flight: no third plan.
   EXPECT_EQ(s->BuildPlan(2, StepType::kDecode).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(s->OnResult(Result(p1, 7)).status().code(), absl::StatusCode::kFailedPrecondition);
-  RankStepResult short_result = Result(p0, 7);
+  EXPECT_EQ(s->OnResult(UniformResult(p1, 7)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  RankStepResult short_result = UniformResult(p0, 7);
   short_result.rows.pop_back();
   EXPECT_EQ(s->OnResult(short_result).status().code(), absl::StatusCode::kInvalidArgument);
-  ASSERT_EQ(s->OnResult(Result(p0, 7))->size(), 2u);
-  ASSERT_TRUE(s->OnResult(Result(p1, 8)).ok());
+  ASSERT_EQ(s->OnResult(UniformResult(p0, 7))->size(), 2u);
+  ASSERT_TRUE(s->OnResult(UniformResult(p1, 8)).ok());
   // Plain: every input is known.
   RankStepPlan p2 = *s->BuildPlan(2, StepType::kDecode);
   for (const PlanRow& row : p2.rows) {
@@ -122,13 +93,13 @@ TEST(RankSchedulerTest, DecodeRemapsWhenTheResultIsLate) {
 }
 
 TEST(RankSchedulerTest, DecodeSelectionIsLcfsOverTheBatchLimit) {
-  RankSchedulerConfig c = Config(64, 2048, /*batch=*/2);
+  RankSchedulerConfig c = SmallConfig(64, 2048, /*batch=*/2);
   c.max_running = 4;
   auto s = *RankScheduler::Create(c);
-  for (uint64_t id = 1; id <= 4; ++id) ASSERT_TRUE(s->Add(Request(id, 3)).ok());
+  for (uint64_t id = 1; id <= 4; ++id) ASSERT_TRUE(s->Add(MakeRequest(id, 3)).ok());
   RankStepPlan p0 = *s->BuildPlan(0, StepType::kPrefill);
   ASSERT_EQ(p0.rows.size(), 4u);
-  ASSERT_TRUE(s->OnResult(Result(p0, 7)).ok());
+  ASSERT_TRUE(s->OnResult(UniformResult(p0, 7)).ok());
   RankStepPlan p1 = *s->BuildPlan(1, StepType::kDecode);
   ASSERT_EQ(p1.rows.size(), 2u);
   std::vector<uint64_t> ids = {p1.rows[0].request.value(), p1.rows[1].request.value()};
