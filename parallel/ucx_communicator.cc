@@ -239,7 +239,10 @@ void UcxCommunicator::Abort(std::vector<Pending>& pending) {
   // Sends (and matched receives) cannot be cancelled; force-closing the
   // endpoints completes them with an error. The communicator is broken now.
   if (options_.peer_failure_detection) CloseEndpoints(/*force=*/true);
-  const absl::Time deadline = absl::Now() + absl::Seconds(1);
+  // Force-closed requests complete at once; without it, give in-flight
+  // messages of live peers a moment before abandoning what is left.
+  const absl::Time deadline =
+      absl::Now() + (options_.peer_failure_detection ? absl::Seconds(1) : kFailedPeerGrace);
   bool outstanding = true;
   while (outstanding && absl::Now() < deadline) {
     ucp_worker_progress(worker);

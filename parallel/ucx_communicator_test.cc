@@ -147,7 +147,11 @@ TEST(UcxCommunicatorTest, KilledPeerMakesCollectivesUnavailableWithinTheTimeout)
           if (took > timeout + absl::Seconds(3)) {
             return absl::InternalError(absl::StrCat("took ", absl::FormatDuration(took)));
           }
-          if (s.message().find("3") == absl::string_view::npos) {
+          std::fprintf(stderr, "rank %d: failed after %s: %s\n", c.rank().value(),
+                       absl::FormatDuration(took).c_str(), s.ToString().c_str());
+          const size_t list = s.message().find("waiting for ranks ");
+          if (list == absl::string_view::npos ||
+              s.message().substr(list).find("3") == absl::string_view::npos) {
             return absl::InternalError(absl::StrCat("peer not named: ", s.ToString()));
           }
           // Broken from now on: fails at once.
@@ -156,6 +160,34 @@ TEST(UcxCommunicatorTest, KilledPeerMakesCollectivesUnavailableWithinTheTimeout)
         });
     EXPECT_THAT(outcome, ElementsAre(0, 0, 0, 128 + SIGKILL));
   }
+}
+
+// Rank 2 is alive but never joins: the others must give up after the timeout.
+TEST(UcxCommunicatorTest, HungPeerTimesOutNamingIt) {
+  const absl::Duration timeout = absl::Milliseconds(800);
+  std::vector<int> outcome =
+      RunUcxRanks(3, "tcp,self", timeout, [&](UcxCommunicator& c) -> absl::Status {
+        RETURN_IF_ERROR(c.Barrier());
+        if (c.rank() == Rank(2)) {
+          absl::SleepFor(2 * timeout);
+          return absl::OkStatus();
+        }
+        int64_t x = 5;
+        const absl::Time start = absl::Now();
+        absl::Status s = c.AllReduce(&x, &x, 1, DataType::kInt64, ReduceOp::kMax);
+        const absl::Duration took = absl::Now() - start;
+        if (!absl::IsUnavailable(s)) return absl::InternalError(absl::StrCat("got ", s.ToString()));
+        if (took < timeout || took > timeout + absl::Seconds(2)) {
+          return absl::InternalError(absl::StrCat("took ", absl::FormatDuration(took)));
+        }
+        const size_t list = s.message().find("waiting for ranks ");
+        if (list == absl::string_view::npos ||
+            s.message().substr(list).find("2") == absl::string_view::npos) {
+          return absl::InternalError(absl::StrCat("peer not named: ", s.ToString()));
+        }
+        return absl::OkStatus();
+      });
+  EXPECT_THAT(outcome, ElementsAre(0, 0, 0));
 }
 
 TEST(UcxCommunicatorTest, CreateRejectsBadTables) {
