@@ -1,0 +1,182 @@
+#include "worker/model/cpu_ops.h"
+
+#include <chrono>
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/quant.h"
+#include "kernels/cpu/rms_norm.h"
+#include "worker/model/row_gemm.h"
+
+namespace weir::model {
+namespace cpu = ::weir::kernels::cpu;
+namespace {
+
+class MatmulTimer {
+ public:
+  MatmulTimer(OpsStats& stats, int64_t flops)
+      : stats_(stats), start_(std::chrono::steady_clock::now()) {
+    stats_.matmul_flops += flops;
+  }
+  ~MatmulTimer() {
+    stats_.matmul_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  OpsStats& stats_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+absl::Status CheckMatmul(const DenseWeight& w, size_t x, int64_t rows, size_t y) {
+  if (rows <= 0 || static_cast<int64_t>(w.w.size()) != w.out * w.in ||
+      static_cast<int64_t>(x) != rows * w.in || static_cast<int64_t>(y) != rows * w.out) {
+    return absl::InvalidArgumentError(absl::StrCat("Matmul: x ", x, " y ", y, " rows ", rows,
+                                                   " weight [", w.out, ", ", w.in, "]"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CpuOps::Matmul(const DenseWeight& w, std::span<const float> x, int64_t rows,
+                            std::span<float> y) {
+  RETURN_IF_ERROR(CheckMatmul(w, x.size(), rows, y.size()));
+  MatmulTimer timer(stats_, 2 * rows * w.out * w.in);
+  const float* in = x.data();
+  std::vector<float> xq;
+  if (w.fp8_activation) {
+    xq.assign(x.begin(), x.end());
+    RETURN_IF_ERROR(cpu::FakeQuantFp8(xq, cpu::kFp8Block)) << "Matmul activation";
+    in = xq.data();
+  }
+  RowStableGemm(in, w.w.data(), y.data(), rows, w.out, w.in);
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::Logits(const DenseWeight& head, std::span<const float> x, int64_t rows,
+                            std::span<float> y) {
+  RETURN_IF_ERROR(CheckMatmul(head, x.size(), rows, y.size()));
+  MatmulTimer timer(stats_, 2 * rows * head.out * head.in);
+  const cpu::LinearWeight w{.format = cpu::WeightFormat::kF32, .out_features = head.out,
+                            .in_features = head.in, .f32 = head.w};
+  return cpu::Linear(w, {.x = x, .y = y, .rows = rows, .act_quant = cpu::ActQuant::kNone});
+}
+
+absl::Status CpuOps::RmsNorm(std::span<const float> x, std::span<const float> weight,
+                             int64_t rows, int64_t dim, float eps, std::span<float> out) {
+  return cpu::RmsNorm(
+      {.x = x, .weight = weight, .out = out, .rows = rows, .dim = dim, .eps = eps});
+}
+
+absl::Status CpuOps::Rope(const cpu::RopeTable& table, const cpu::RopeArgs& args) {
+  return cpu::ApplyRope(table, args);
+}
+
+absl::Status CpuOps::FakeQuant(std::span<float> x, FakeQuantFormat format) {
+  switch (format) {
+    case FakeQuantFormat::kFp8:
+      return cpu::FakeQuantFp8(x, cpu::kFp8Block);
+    case FakeQuantFormat::kMxfp4:
+      return cpu::FakeQuantFp4(x, cpu::kMxfp4Block, cpu::Fp4Scale::kE8m0);
+    case FakeQuantFormat::kNvfp4Kv:
+      return cpu::FakeQuantFp4(x, cpu::kKvFp4Block, cpu::Fp4Scale::kE4m3);
+  }
+  return absl::InvalidArgumentError("FakeQuant: unknown format");
+}
+
+void CpuOps::RoundBf16(std::span<float> x) { cpu::RoundToBf16InPlace(x); }
+
+absl::Status CpuOps::SparseAttention(const cpu::SparseAttentionArgs& args) {
+  return cpu::SparseAttention(args);
+}
+
+absl::Status CpuOps::CompressorPool(const cpu::CompressorPoolArgs& args) {
+  return cpu::CompressorPool(args);
+}
+
+absl::Status CpuOps::IndexerScore(const cpu::IndexerScoreArgs& args) {
+  return cpu::IndexerScore(args);
+}
+
+absl::Status CpuOps::TopkPositions(const cpu::TopkArgs& args) { return cpu::TopkPositions(args); }
+
+absl::Status CpuOps::CandidateBlocks(const cpu::CandidateBlocksArgs& args) {
+  return cpu::CandidateBlocks(args);
+}
+
+absl::Status CpuOps::MoeGate(const cpu::MoeGateParams& params, const cpu::MoeGateArgs& args) {
+  // One token per call: the kernel's sgemm is not batch-invariant.
+  const int64_t d = args.dim, k = params.topk;
+  if (args.tokens <= 0 || d <= 0 || k <= 0 ||
+      static_cast<int64_t>(args.x.size()) != args.tokens * d ||
+      static_cast<int64_t>(args.indices.size()) != args.tokens * k ||
+      static_cast<int64_t>(args.weights.size()) != args.tokens * k ||
+      !(args.image_mask.empty() || static_cast<int64_t>(args.image_mask.size()) == args.tokens)) {
+    return absl::InvalidArgumentError("MoeGate: bad shapes");
+  }
+  for (int64_t t = 0; t < args.tokens; ++t) {
+    cpu::MoeGateArgs one = args;
+    one.x = args.x.subspan(t * d, d);
+    one.indices = args.indices.subspan(t * k, k);
+    one.weights = args.weights.subspan(t * k, k);
+    one.image_mask = args.image_mask.empty() ? args.image_mask : args.image_mask.subspan(t, 1);
+    one.tokens = 1;
+    RETURN_IF_ERROR(cpu::MoeGate(params, one));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::HcMix(const cpu::HcParams& params, const cpu::HcMixArgs& args) {
+  const int64_t n = params.hc_mult, t = args.tokens, d = args.dim, n_mix = (2 + n) * n;
+  if (n < 1 || t <= 0 || d <= 0 || static_cast<int64_t>(args.x.size()) != t * n * d ||
+      static_cast<int64_t>(args.hc_fn.size()) != n_mix * n * d ||
+      static_cast<int64_t>(args.pre.size()) != t * n ||
+      static_cast<int64_t>(args.post.size()) != t * n ||
+      static_cast<int64_t>(args.comb.size()) != t * n * n) {
+    return absl::InvalidArgumentError(absl::StrCat("HcMix: bad shapes for tokens ", t));
+  }
+  std::vector<float> mixes(t * n_mix);
+  {
+    MatmulTimer timer(stats_, 2 * t * n_mix * n * d);
+    RowStableGemm(args.x.data(), args.hc_fn.data(), mixes.data(), t, n_mix, n * d);
+  }
+  for (int64_t i = 0; i < t; ++i) {
+    // rsqrt(mean(v^2) + eps) exactly as kernels/cpu/mhc.cc (double sum of squares).
+    const float* v = args.x.data() + i * n * d;
+    double sum_sq = 0.0;
+    for (int64_t c = 0; c < n * d; ++c) sum_sq += static_cast<double>(v[c]) * v[c];
+    const float mean = static_cast<float>(sum_sq) / static_cast<float>(n * d);
+    const float rsqrt = 1.0f / std::sqrt(mean + params.norm_eps);
+    std::span<float> m(mixes.data() + i * n_mix, n_mix);
+    for (float& value : m) value *= rsqrt;
+    RETURN_IF_ERROR(cpu::HcSplitSinkhorn(params, m, args.scale, args.base,
+                                         args.pre.subspan(i * n, n), args.post.subspan(i * n, n),
+                                         args.comb.subspan(i * n * n, n * n)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::HcCollapse(std::span<const float> x, std::span<const float> pre,
+                                int64_t tokens, int hc_mult, int64_t dim, std::span<float> out) {
+  return cpu::HcCollapse(x, pre, tokens, hc_mult, dim, /*bf16_boundaries=*/true, out);
+}
+
+absl::Status CpuOps::HcExpand(std::span<const float> x, std::span<const float> y,
+                              std::span<const float> post, std::span<const float> comb,
+                              int64_t tokens, int hc_mult, int64_t dim, std::span<float> out) {
+  return cpu::HcExpand(x, y, post, comb, tokens, hc_mult, dim, /*bf16_boundaries=*/true, out);
+}
+
+absl::Status CpuOps::EngramLookup(std::span<const uint8_t> table, std::span<const uint8_t> scales,
+                                  int64_t table_rows, int64_t dim, std::span<const int64_t> ids,
+                                  std::span<float> out) {
+  return cpu::EngramLookup(table, scales, table_rows, dim, ids, out);
+}
+
+absl::Status CpuOps::EngramGate(const cpu::EngramGateArgs& args) { return cpu::EngramGate(args); }
+
+}  // namespace weir::model

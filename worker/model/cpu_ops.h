@@ -1,0 +1,54 @@
+// worker/model/cpu_ops.h
+//
+// CpuOps: the Ops interface (ops.h) over the CPU reference kernels of
+// kernels/cpu. Matrix products use RowStableGemm (row_gemm.h) so that every
+// op is batch-invariant; only the vocabulary head (Logits) uses OpenBLAS
+// sgemm, whose summation order depends on the row count. Kernels that run
+// an sgemm inside (MoeGate) are called one token at a time for the same
+// reason; HcMix computes its mixes with RowStableGemm and then follows
+// kernels/cpu/mhc.h exactly.
+//
+// Thread safety: not thread-safe (accumulates OpsStats); one per forward thread.
+
+#ifndef WEIR_WORKER_MODEL_CPU_OPS_H_
+#define WEIR_WORKER_MODEL_CPU_OPS_H_
+
+#include "worker/model/ops.h"
+
+namespace weir::model {
+
+class CpuOps : public Ops {
+ public:
+  absl::Status Matmul(const DenseWeight& w, std::span<const float> x, int64_t rows,
+                      std::span<float> y) override;
+  absl::Status Logits(const DenseWeight& head, std::span<const float> x, int64_t rows,
+                      std::span<float> y) override;
+  absl::Status RmsNorm(std::span<const float> x, std::span<const float> weight, int64_t rows,
+                       int64_t dim, float eps, std::span<float> out) override;
+  absl::Status Rope(const kernels::cpu::RopeTable& table,
+                    const kernels::cpu::RopeArgs& args) override;
+  absl::Status FakeQuant(std::span<float> x, FakeQuantFormat format) override;
+  void RoundBf16(std::span<float> x) override;
+  absl::Status SparseAttention(const kernels::cpu::SparseAttentionArgs& args) override;
+  absl::Status CompressorPool(const kernels::cpu::CompressorPoolArgs& args) override;
+  absl::Status IndexerScore(const kernels::cpu::IndexerScoreArgs& args) override;
+  absl::Status TopkPositions(const kernels::cpu::TopkArgs& args) override;
+  absl::Status CandidateBlocks(const kernels::cpu::CandidateBlocksArgs& args) override;
+  absl::Status MoeGate(const kernels::cpu::MoeGateParams& params,
+                       const kernels::cpu::MoeGateArgs& args) override;
+  absl::Status HcMix(const kernels::cpu::HcParams& params,
+                     const kernels::cpu::HcMixArgs& args) override;
+  absl::Status HcCollapse(std::span<const float> x, std::span<const float> pre, int64_t tokens,
+                          int hc_mult, int64_t dim, std::span<float> out) override;
+  absl::Status HcExpand(std::span<const float> x, std::span<const float> y,
+                        std::span<const float> post, std::span<const float> comb, int64_t tokens,
+                        int hc_mult, int64_t dim, std::span<float> out) override;
+  absl::Status EngramLookup(std::span<const uint8_t> table, std::span<const uint8_t> scales,
+                            int64_t table_rows, int64_t dim, std::span<const int64_t> ids,
+                            std::span<float> out) override;
+  absl::Status EngramGate(const kernels::cpu::EngramGateArgs& args) override;
+};
+
+}  // namespace weir::model
+
+#endif  // WEIR_WORKER_MODEL_CPU_OPS_H_

@@ -1,0 +1,50 @@
+// worker/model/dspark.h
+//
+// The DSpark draft module of V4.1 (spec §4.8): three SWA-only stages
+// (mtp.0..2) that draft `dspark_block_size` tokens after the target's token
+// t* from the target's features.
+//   * UpdateDsparkRings: after every target forward, main_x =
+//     main_norm(main_proj(main_hidden)) of each processed position is turned
+//     into each stage's window K/V and stored in the stage's ring (this is the
+//     reference's prefill seeding, applied to every position: a draft after a
+//     multi-token forward sees the same ring as after one-token decodes).
+//   * DsparkDraft: block [t*, noise x (B-1)] at positions p+1..p+B attends to
+//     ring slots [0, min(W, p+1)) and bidirectionally to itself; mHC + MoE
+//     (DSpark experts) per stage; final collapse, norm, head; the Markov head
+//     adds a low-rank bigram bias sequentially; confidence = proj([h ; e]).
+// Drafts are greedy (temperature 0: argmax, first index on ties).
+//
+// Thread safety: functions over caller-owned state.
+
+#ifndef WEIR_WORKER_MODEL_DSPARK_H_
+#define WEIR_WORKER_MODEL_DSPARK_H_
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/model/model_runtime.h"
+#include "worker/model/sequence_state.h"
+
+namespace weir::model {
+
+struct DraftResult {
+  std::vector<int64_t> tokens;       // [B] drafted tokens for positions p+2 .. p+B+1
+  std::vector<float> confidence;     // [B] logits; sigmoid = P(accept i | prefix accepted)
+  std::vector<float> logits;         // [B, vocab] draft logits incl. the Markov bias
+};
+
+// Writes the stages' ring rows for positions [start_pos, start_pos + tokens)
+// from main_hidden [tokens, dspark_main_dim].
+absl::Status UpdateDsparkRings(const ModelRuntime& rt, std::span<const float> main_hidden,
+                               int64_t start_pos, int64_t tokens, SequenceState& state);
+
+// Drafts after `next_token` (the target's token for position state.length()).
+// REQUIRES (checked by Model::Draft): state.length() >= 2, token in vocab.
+absl::StatusOr<DraftResult> DsparkDraft(const ModelRuntime& rt, const SequenceState& state,
+                                        int64_t next_token);
+
+}  // namespace weir::model
+
+#endif  // WEIR_WORKER_MODEL_DSPARK_H_

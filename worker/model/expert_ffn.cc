@@ -1,0 +1,45 @@
+#include "worker/model/expert_ffn.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+
+namespace weir::model {
+
+absl::Status SwigluExpertForward(Ops& ops, const ExpertWeightsF32& expert,
+                                 std::span<const float> x, int64_t rows,
+                                 std::span<const float> route_weight, float swiglu_limit,
+                                 std::span<float> y) {
+  const int64_t inter = expert.w1.out, dim = expert.w1.in;
+  if (expert.w3.out != inter || expert.w3.in != dim || expert.w2.out != dim ||
+      expert.w2.in != inter ||
+      !(route_weight.empty() || static_cast<int64_t>(route_weight.size()) == rows)) {
+    return absl::InvalidArgumentError(absl::StrCat("SwigluExpert: shapes for dim ", dim));
+  }
+  std::vector<float> gate(rows * inter), up(rows * inter);
+  RETURN_IF_ERROR(ops.Matmul(expert.w1, x, rows, gate));
+  RETURN_IF_ERROR(ops.Matmul(expert.w3, x, rows, up));
+  ops.RoundBf16(gate);
+  ops.RoundBf16(up);
+  const float limit = swiglu_limit;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = r * inter; i < (r + 1) * inter; ++i) {
+      float g = gate[i], u = up[i];
+      if (limit > 0.0f) {
+        u = std::clamp(u, -limit, limit);
+        g = std::min(g, limit);
+      }
+      const float h = (g / (1.0f + std::exp(-g))) * u;
+      gate[i] = route_weight.empty() ? h : route_weight[r] * h;
+    }
+  }
+  ops.RoundBf16(gate);
+  RETURN_IF_ERROR(ops.Matmul(expert.w2, gate, rows, y));
+  ops.RoundBf16(y);
+  return absl::OkStatus();
+}
+
+}  // namespace weir::model

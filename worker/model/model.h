@@ -1,0 +1,106 @@
+// worker/model/model.h
+//
+// Model: the DeepSeek-V4.1 forward (spec §4) on an Ops backend (CpuOps for
+// now), over the weights of a Checkpoint.
+//
+//   ASSIGN_OR_RETURN(auto model, Model::Create(config, *checkpoint));
+//   std::unique_ptr<SequenceState> seq = model->NewSequence();
+//   ASSIGN_OR_RETURN(auto logits, model->Forward(*seq, prompt, 0));      // prefill
+//   ASSIGN_OR_RETURN(logits, model->Forward(*seq, {next}, seq->length()));  // decode
+//   ASSIGN_OR_RETURN(DraftResult d, model->Draft(*seq, next2));          // DSpark
+//
+// Semantics: Forward(tokens, start_pos) of any length at any start_pos is
+// defined as running the tokens one at a time (spec §11 item 1); the CPU
+// backend meets it to fp32 rounding (batch-invariant ops; only the vocabulary
+// head's sgemm order may differ between chunkings). Cross-layer sharing
+// follows LayerRoles; each indexer reads its own kv source's index keys.
+//
+// Thread safety: Forward / Draft mutate per-model scratch (ops statistics,
+// expert executor, load counters): call them from one thread at a time.
+// Different SequenceStates may be interleaved freely.
+
+#ifndef WEIR_WORKER_MODEL_MODEL_H_
+#define WEIR_WORKER_MODEL_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/cpu/rope.h"
+#include "worker/model/checkpoint.h"
+#include "worker/model/config.h"
+#include "worker/model/dspark.h"
+#include "worker/model/engram_layer.h"
+#include "worker/model/expert_executor.h"
+#include "worker/model/layer_roles.h"
+#include "worker/model/ops.h"
+#include "worker/model/sequence_state.h"
+#include "worker/model/weights.h"
+
+namespace weir::model {
+
+struct ModelOptions {
+  // Positions a SequenceState can roll back; -1 = dspark_block_size + 1 (a
+  // rejected verification block).
+  int64_t max_rollback = -1;
+  // Token id -> Engram compressed id [vocab] (from the tokenizer); empty =
+  // identity, valid only if engram_compressed_vocab_size == vocab_size.
+  std::vector<int64_t> engram_token_map;
+};
+
+class Model {
+ public:
+  // Loads the weights of `checkpoint` for `config` onto the CPU backend.
+  // INVALID_ARGUMENT if the checkpoint does not hold config's layout (names
+  // the tensor), the Engram map or primes do not fit, or options are bad.
+  // REQUIRES: `checkpoint` outlives the model (Engram tables stay mapped).
+  static absl::StatusOr<std::unique_ptr<Model>> Create(const ModelConfig& config,
+                                                       const Checkpoint& checkpoint,
+                                                       ModelOptions options = {});
+
+  // Returns an empty sequence for this model.
+  std::unique_ptr<SequenceState> NewSequence() const;
+
+  // Runs `tokens` at positions start_pos.. and returns logits [tokens, vocab]
+  // (fp32). Advances `state` by tokens.size(). INVALID_ARGUMENT (state
+  // unchanged) when tokens is empty, a token is outside [0, vocab),
+  // start_pos != state.length(), or `state` belongs to another model shape.
+  absl::StatusOr<std::vector<float>> Forward(SequenceState& state,
+                                             std::span<const int64_t> tokens, int64_t start_pos);
+
+  // DSpark: drafts dspark_block_size tokens following `next_token`, the
+  // target's token for position state.length(), from the features of the
+  // last forwarded position. Does not change `state`. INVALID_ARGUMENT if the
+  // token is out of range, the state holds fewer than 2 positions, or the
+  // model has no DSpark stages.
+  absl::StatusOr<DraftResult> Draft(const SequenceState& state, int64_t next_token);
+
+  const ModelConfig& config() const { return config_; }
+  const LayerRoles& roles() const { return roles_; }
+  // Routed (token, expert) counts per (layer, logical expert), DSpark stages included.
+  ExpertLoad& expert_load() { return *load_; }
+  const OpsStats& ops_stats() const { return ops_->stats(); }
+
+ private:
+  Model(const ModelConfig& config, ModelOptions options);
+  absl::Status CheckTokens(std::span<const int64_t> tokens) const;
+  absl::Status RunBackbone(SequenceState& state, std::span<const int64_t> tokens,
+                           int64_t start_pos, std::vector<float>& logits);
+
+  ModelConfig config_;
+  LayerRoles roles_;
+  ModelOptions options_;
+  ModelWeights weights_;
+  std::unique_ptr<kernels::cpu::RopeTable> rope_swa_, rope_compressed_;
+  std::vector<const kernels::cpu::RopeTable*> rope_;  // per layer
+  std::unique_ptr<Ops> ops_;
+  std::unique_ptr<ExpertExecutor> executor_;
+  std::unique_ptr<ExpertLoad> load_;
+  std::unique_ptr<EngramHasher> engram_;
+};
+
+}  // namespace weir::model
+
+#endif  // WEIR_WORKER_MODEL_MODEL_H_

@@ -1,0 +1,207 @@
+// Contract tests of Model on a generated `tiny` checkpoint (window 8, ratio-2
+// encoder sources, ratio-1 decoder with candidate pool and Reindex layers,
+// Engram, 3 DSpark stages).
+#include "worker/model/model.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "worker/model/tiny_checkpoint.h"
+
+namespace weir::model {
+namespace {
+
+// One checkpoint per test binary (generation dominates the setup time).
+const Checkpoint& Tiny() {
+  static const Checkpoint* ckpt = [] {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    auto c = GenerateAndOpenCheckpoint("models/tiny/config.json",
+                                       std::string(tmp ? tmp : "/tmp") + "/tiny_model", 11);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? c->release() : nullptr;
+  }();
+  return *ckpt;
+}
+
+std::unique_ptr<Model> NewModel() {
+  auto m = Model::Create(Tiny().config(), Tiny());
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? std::move(*m) : nullptr;
+}
+
+std::vector<int64_t> Tokens(int n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int64_t> u(0, 4095);
+  std::vector<int64_t> t(n);
+  for (int64_t& x : t) x = u(gen);
+  return t;
+}
+
+// Runs `tokens` in chunks of the given sizes; returns all logits.
+std::vector<float> RunChunks(Model& model, SequenceState& seq, const std::vector<int64_t>& tokens,
+                             const std::vector<int>& chunks) {
+  std::vector<float> all;
+  size_t pos = 0;
+  for (int c : chunks) {
+    std::span<const int64_t> part(tokens.data() + pos, c);
+    auto logits = model.Forward(seq, part, static_cast<int64_t>(pos));
+    EXPECT_TRUE(logits.ok()) << logits.status();
+    if (!logits.ok()) return {};
+    all.insert(all.end(), logits->begin(), logits->end());
+    pos += c;
+  }
+  EXPECT_EQ(pos, tokens.size());
+  return all;
+}
+
+// Max over rows of max|a - b| / max|b|.
+double MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t r = 0; r * vocab < std::min(a.size(), b.size()); ++r) {
+    double diff = 0, scale = 1e-30;
+    for (int64_t i = 0; i < vocab; ++i) {
+      diff = std::max(diff, double{std::fabs(a[r * vocab + i] - b[r * vocab + i])});
+      scale = std::max(scale, double{std::fabs(b[r * vocab + i])});
+    }
+    worst = std::max(worst, diff / scale);
+  }
+  return worst;
+}
+
+constexpr double kTol = 1e-4;
+constexpr int64_t kVocab = 4096;
+
+TEST(ModelTest, PrefillShapesAndFiniteLogits) {
+  auto model = NewModel();
+  ASSERT_NE(model, nullptr);
+  auto seq = model->NewSequence();
+  const std::vector<int64_t> tokens = Tokens(21, 1);
+  auto logits = model->Forward(*seq, tokens, 0);
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  ASSERT_EQ(logits->size(), tokens.size() * kVocab);
+  for (float v : *logits) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_EQ(seq->length(), 21);
+  // Different positions see different contexts: logits differ between rows.
+  EXPECT_GT(MaxRelDiff(std::vector<float>(logits->begin(), logits->begin() + kVocab),
+                       std::vector<float>(logits->end() - kVocab, logits->end()), kVocab),
+            1e-3);
+}
+
+// 40 positions cross the window (8) many times, complete ratio-2 groups at
+// odd positions, and exceed index_topk (8) and the candidate pool (4 blocks
+// of 4) of the ratio-1 decoder layers.
+TEST(ModelTest, ChunkedPrefillEqualsOneAtATime) {
+  auto model = NewModel();
+  ASSERT_NE(model, nullptr);
+  const std::vector<int64_t> tokens = Tokens(40, 2);
+  auto seq1 = model->NewSequence();
+  const std::vector<float> one = RunChunks(*model, *seq1, tokens, std::vector<int>(40, 1));
+  auto seq2 = model->NewSequence();
+  const std::vector<float> whole = RunChunks(*model, *seq2, tokens, {40});
+  auto seq3 = model->NewSequence();
+  const std::vector<float> mixed = RunChunks(*model, *seq3, tokens, {3, 1, 8, 9, 2, 17});
+  EXPECT_LT(MaxRelDiff(whole, one, kVocab), kTol);
+  EXPECT_LT(MaxRelDiff(mixed, one, kVocab), kTol);
+}
+
+TEST(ModelTest, RandomChunkingsAgree) {
+  auto model = NewModel();
+  ASSERT_NE(model, nullptr);
+  const std::vector<int64_t> tokens = Tokens(33, 3);
+  auto ref_seq = model->NewSequence();
+  const std::vector<float> ref = RunChunks(*model, *ref_seq, tokens, {33});
+  std::mt19937 gen(5);
+  for (int trial = 0; trial < 4; ++trial) {
+    std::vector<int> chunks;
+    for (int left = 33; left > 0;) {
+      const int c = std::min<int>(left, 1 + static_cast<int>(gen() % 11));
+      chunks.push_back(c);
+      left -= c;
+    }
+    auto seq = model->NewSequence();
+    EXPECT_LT(MaxRelDiff(RunChunks(*model, *seq, tokens, chunks), ref, kVocab), kTol)
+        << "trial " << trial;
+  }
+}
+
+TEST(ModelTest, RollbackThenReplayEqualsNeverDrafted) {
+  auto model = NewModel();
+  ASSERT_NE(model, nullptr);
+  const std::vector<int64_t> tokens = Tokens(30, 4);
+  auto ref_seq = model->NewSequence();
+  const std::vector<float> ref = RunChunks(*model, *ref_seq, tokens, {19, 1, 10});
+
+  auto seq = model->NewSequence();
+  ASSERT_TRUE(model->Forward(*seq, std::span(tokens).first(19), 0).ok());
+  for (int k : {6, 1, 3}) {  // reject blocks of several sizes at odd and even lengths
+    const std::vector<int64_t> junk = Tokens(k, 100 + k);
+    const int64_t at = seq->length();
+    ASSERT_TRUE(model->Forward(*seq, junk, at).ok());
+    ASSERT_TRUE(seq->Rollback(k).ok());
+    EXPECT_EQ(seq->length(), at);
+  }
+  std::vector<float> replay;
+  for (int64_t p = 19; p < 30; p += 1) {
+    auto l = model->Forward(*seq, std::span(tokens).subspan(p, 1), p);
+    ASSERT_TRUE(l.ok()) << l.status();
+    replay.insert(replay.end(), l->begin(), l->end());
+  }
+  EXPECT_LT(MaxRelDiff(replay, std::vector<float>(ref.begin() + 19 * kVocab, ref.end()), kVocab),
+            kTol);
+}
+
+TEST(ModelTest, DeterministicAcrossModelsAndSequences) {
+  auto a = NewModel();
+  auto b = NewModel();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const std::vector<int64_t> tokens = Tokens(12, 6);
+  auto sa = a->NewSequence();
+  auto sb = b->NewSequence();
+  const std::vector<float> la = RunChunks(*a, *sa, tokens, {5, 7});
+  const std::vector<float> lb = RunChunks(*b, *sb, tokens, {5, 7});
+  ASSERT_EQ(la.size(), lb.size());
+  EXPECT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)));
+}
+
+TEST(ModelTest, BadInputIsInvalidArgumentAndLeavesStateUsable) {
+  auto model = NewModel();
+  ASSERT_NE(model, nullptr);
+  auto seq = model->NewSequence();
+  const int64_t too_big[] = {1, kVocab};
+  const int64_t negative[] = {-1};
+  const int64_t ok[] = {7, 8};
+  EXPECT_EQ(model->Forward(*seq, too_big, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(model->Forward(*seq, negative, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(model->Forward(*seq, {}, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(model->Forward(*seq, ok, 3).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(seq->length(), 0);
+  ASSERT_TRUE(model->Forward(*seq, ok, 0).ok());
+  EXPECT_EQ(model->Forward(*seq, ok, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(seq->Rollback(3).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(seq->Rollback(-1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(seq->length(), 2);
+  EXPECT_TRUE(model->Forward(*seq, ok, 2).ok());
+}
+
+TEST(ModelTest, ExpertLoadCountsEveryRoutedToken) {
+  auto model = NewModel();
+  ASSERT_NE(model, nullptr);
+  auto seq = model->NewSequence();
+  ASSERT_TRUE(model->Forward(*seq, Tokens(10, 7), 0).ok());
+  const ModelConfig& c = model->config();
+  for (int layer = 0; layer < c.n_layers; ++layer) {
+    int64_t total = 0;
+    for (int64_t n : model->expert_load().layer_counts(layer)) total += n;
+    EXPECT_EQ(total, 10 * c.n_activated_experts) << "layer " << layer;
+  }
+}
+
+}  // namespace
+}  // namespace weir::model

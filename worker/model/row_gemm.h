@@ -1,0 +1,31 @@
+// worker/model/row_gemm.h
+//
+// RowStableGemm: y = x W^T in fp32 where every output element is computed by
+// the same sequence of operations whatever the number of rows. OpenBLAS picks
+// different micro-kernels (and summation orders) for different row counts, so
+// a token's activations would depend on how many tokens share its forward;
+// the model requires a chunked forward to equal token-by-token decoding, so
+// every product whose result feeds a rounding or a discrete choice (bf16
+// boundaries, top-k, expert routing) goes through this routine. (Model-local
+// kernel: kernels/cpu has no batch-invariant matrix product.)
+//
+// Order: y[m, n] = reduce(lanes), lane l = sum over k = l (mod 4), k ascending,
+// of x[m, k] * w[n, k] (separate multiply and add), reduce = (l0 + l1) + (l2 + l3).
+//
+// Thread safety: pure function over caller-owned memory.
+
+#ifndef WEIR_WORKER_MODEL_ROW_GEMM_H_
+#define WEIR_WORKER_MODEL_ROW_GEMM_H_
+
+#include <cstdint>
+
+namespace weir::model {
+
+// Computes y[rows, out] = x[rows, in] * w[out, in]^T. Pointers must not be
+// null for positive sizes; y must not overlap x or w.
+void RowStableGemm(const float* x, const float* w, float* y, int64_t rows, int64_t out,
+                   int64_t in);
+
+}  // namespace weir::model
+
+#endif  // WEIR_WORKER_MODEL_ROW_GEMM_H_
