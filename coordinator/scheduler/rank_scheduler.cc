@@ -59,6 +59,7 @@ absl::Status RankScheduler::Add(SeqRequest request) {
   seq.arrival = next_arrival_++;
   seq.ticket = next_ticket_++;
   seq.prefill_len = prompt_len;
+  waiting_blocks_ += BlocksForTokens(config_.kv, seq.prefill_len);
   seqs_.emplace(id, std::move(seq));
   waiting_.push_back(id);
   return absl::OkStatus();
@@ -72,6 +73,7 @@ absl::Status RankScheduler::Cancel(RequestId id) {
   Sequence& seq = it->second;
   if (seq.state == SeqState::kWaiting) {
     waiting_.erase(std::find(waiting_.begin(), waiting_.end(), id));
+    waiting_blocks_ -= BlocksForTokens(config_.kv, seq.prefill_len);
   } else {
     ReleaseKv(seq);
     Unlist(id, seq.state);
@@ -83,6 +85,7 @@ absl::Status RankScheduler::Cancel(RequestId id) {
 RankLoad RankScheduler::Load() const {
   RankLoad load;
   load.num_waiting = static_cast<int64_t>(waiting_.size());
+  load.num_waiting_blocks = waiting_blocks_;
   load.num_prefilling = static_cast<int64_t>(prefilling_.size());
   load.num_running = static_cast<int64_t>(running_.size());
   load.num_free_blocks = blocks_.num_free_blocks();
@@ -125,6 +128,7 @@ void RankScheduler::Preempt(Sequence& seq) {
   seq.last_step.reset();
   seq.last_row = -1;
   waiting_.push_front(seq.request.id);
+  waiting_blocks_ += BlocksForTokens(config_.kv, seq.prefill_len);
   ++num_preemptions_;
 }
 

@@ -131,6 +131,7 @@ class RankScheduler {
   std::deque<InFlightStep> in_flight_;  // planned, result not applied yet
   std::vector<SeqSlot> release_next_;   // slots for the next plan
   std::optional<uint64_t> last_planned_step_;
+  int64_t waiting_blocks_ = 0;  // sum of BlocksForTokens(prefill_len) over waiting_
   int64_t next_arrival_ = 0;
   uint64_t next_ticket_ = 1;
   int64_t num_preemptions_ = 0;

@@ -91,6 +91,7 @@ void RankScheduler::SchedulePrefill(RankStepPlan& plan) {
     // waits for blocks; the head is never skipped (FCFS).
     if (!blocks_.Allocate(seq.request.id, seq.prefill_len).ok()) return;
     waiting_.pop_front();
+    waiting_blocks_ -= BlocksForTokens(config_.kv, seq.prefill_len);
     seq.state = SeqState::kPrefilling;
     prefilling_.push_back(seq.request.id);
     budget -= AddPrefillChunk(seq, budget, plan);

@@ -111,6 +111,8 @@ struct RankLoad {
   // Some admitted sequence is decoding.
   bool has_decode_work = false;
   int64_t num_waiting = 0;
+  // Blocks the waiting queue's prefills will take when admitted.
+  int64_t num_waiting_blocks = 0;
   int64_t num_prefilling = 0;
   int64_t num_running = 0;
   int64_t num_free_blocks = 0;
