@@ -130,7 +130,7 @@ int Run() {
   std::printf(
       "trace: %lld tokens x top-%d per window, %d experts x %d layers, zipf %.2f, drift %.3f, "
       "groups of %d, burst sigma "
-      "%.2f corr %.2f; policy sees %d windows, %d held out; %d policy thread(s)\n\n",
+      "%.2f corr %.3f; policy sees %d windows, %d held out; %d policy thread(s)\n\n",
       static_cast<long long>(trace.tokens_per_window), trace.top_k, trace.num_experts,
       trace.num_layers, trace.zipf_exponent, trace.drift_swaps, trace.group_size, trace.burst_sigma,
       trace.burst_corr, train, test, absl::GetFlag(FLAGS_threads));
