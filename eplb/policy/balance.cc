@@ -11,7 +11,9 @@
 
 namespace weir::eplb::policy {
 
-absl::StatusOr<double> PredictBalanceRatio(const Placement& placement, const ExpertLoad& load) {
+namespace {
+
+absl::Status CheckMatches(const Placement& placement, const ExpertLoad& load) {
   RETURN_IF_ERROR(ValidatePlacement(placement));
   if (placement.num_layers != load.num_layers() ||
       placement.num_logical != load.num_logical_experts()) {
@@ -19,6 +21,28 @@ absl::StatusOr<double> PredictBalanceRatio(const Placement& placement, const Exp
         "placement has ", placement.num_layers, " layers x ", placement.num_logical,
         " logical experts, load has ", load.num_layers(), " x ", load.num_logical_experts()));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<double>> RankLoads(const Placement& placement, const ExpertLoad& load) {
+  RETURN_IF_ERROR(CheckMatches(placement, load));
+  std::vector<double> out(static_cast<size_t>(placement.num_layers) * placement.num_ranks, 0.0);
+  for (int w = 0; w < load.num_windows(); ++w) {
+    for (int l = 0; l < placement.num_layers; ++l) {
+      for (int p = 0; p < placement.num_physical; ++p) {
+        const ExpertId e = placement.LogicalOf(LayerId(l), p);
+        out[static_cast<size_t>(l) * placement.num_ranks + placement.RankOfSlot(p).value()] +=
+            load.at(w, l, e.value()) / placement.ReplicasOf(LayerId(l), e);
+      }
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<double> PredictBalanceRatio(const Placement& placement, const ExpertLoad& load) {
+  RETURN_IF_ERROR(CheckMatches(placement, load));
   const int num_ranks = placement.num_ranks;
   const int slots_per_rank = placement.slots_per_rank();
   std::vector<double> rank_load(num_ranks);

@@ -12,6 +12,7 @@
 #define WEIR_EPLB_POLICY_BALANCE_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "eplb/policy/expert_load.h"
@@ -25,6 +26,12 @@ namespace weir::eplb::policy {
 // (ValidatePlacement) or its layer or logical expert count differs from the
 // load's.
 absl::StatusOr<double> PredictBalanceRatio(const Placement& placement, const ExpertLoad& load);
+
+// Returns the load each rank serves under `placement`, summed over the
+// windows of `load`: [num_layers, num_ranks], row-major (for per-rank views
+// such as `weir info`).
+// Returns INVALID_ARGUMENT as PredictBalanceRatio does.
+absl::StatusOr<std::vector<double>> RankLoads(const Placement& placement, const ExpertLoad& load);
 
 struct BalanceGain {
   double current_ratio = 1.0;   // PredictBalanceRatio(current, load).

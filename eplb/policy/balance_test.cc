@@ -28,6 +28,19 @@ TEST(PredictBalanceRatioTest, AveragesMaxOverMeanPerWindowAndLayer) {
   EXPECT_DOUBLE_EQ(*PredictBalanceRatio(*r, *load), 1.125);
 }
 
+TEST(RankLoadsTest, SumsReplicaSharesOverWindows) {
+  const std::vector<double> values = {3, 1, 2, 2, 6, 0, 1, 1};  // [2 windows, 1 layer, 4]
+  absl::StatusOr<ExpertLoad> load = ExpertLoad::FromDoubles(2, 1, 4, values);
+  ASSERT_TRUE(load.ok());
+  // Rank 0: two of expert 0's three replicas and expert 1; rank 1: experts 2, 3, 0.
+  absl::StatusOr<std::vector<double>> ranks =
+      RankLoads(*PlacementFromPhysicalMap(1, 4, 2, {0, 1, 0, 2, 3, 0}), *load);
+  ASSERT_TRUE(ranks.ok());
+  EXPECT_EQ(*ranks, (std::vector<double>{(1 + 1 + 1) + (2 + 0 + 2), (2 + 2 + 1) + (1 + 1 + 2)}));
+  EXPECT_EQ(RankLoads(*TrivialPlacement(2, 4, 4, 2), *load).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(PredictBalanceRatioTest, ZeroLoadIsBalanced) {
   const ExpertLoad zero = MakeLoad(2, 2, 4, [](int, int, int) { return 0.0; });
   EXPECT_DOUBLE_EQ(*PredictBalanceRatio(*TrivialPlacement(2, 4, 4, 2), zero), 1.0);
