@@ -40,7 +40,11 @@ class Packer {
         unique_max_windows_(b),
         their_sum_(n, 0.0) {}
 
+  // Places every item, largest total first, on the open bin that raises the
+  // objective least (ties: least correlated bin, then lowest index).
   void Greedy();
+  // Applies improving exchanges until no bin has one or the work budget is
+  // spent. REQUIRES: Greedy() ran.
   void LocalSearch();
   std::vector<int> TakeBins() { return std::move(bin_of_); }
 
