@@ -4,6 +4,8 @@
 #include "worker/model/model.h"
 
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <random>
 #include <string>
@@ -105,8 +107,34 @@ TEST(ModelTest, ChunkedPrefillEqualsOneAtATime) {
   const std::vector<float> whole = RunChunks(*model, *seq2, tokens, {40});
   auto seq3 = model->NewSequence();
   const std::vector<float> mixed = RunChunks(*model, *seq3, tokens, {3, 1, 8, 9, 2, 17});
+  std::printf("max relative logit difference: whole %.3g, mixed %.3g\n",
+              MaxRelDiff(whole, one, kVocab), MaxRelDiff(mixed, one, kVocab));
   EXPECT_LT(MaxRelDiff(whole, one, kVocab), kTol);
   EXPECT_LT(MaxRelDiff(mixed, one, kVocab), kTol);
+
+}
+
+// The candidate pool (4 blocks of 4 entries at the ratio-1 decoder) only
+// restricts the Reindex layers once a query sees more than 16 entries: with
+// the pool disabled, positions 0..15 are unchanged and later ones differ.
+TEST(ModelTest, CandidatePoolRestrictsReindexLayersOnlyBeyondItsSize) {
+  auto model = NewModel();
+  ASSERT_NE(model, nullptr);
+  ModelConfig no_pool = Tiny().config();
+  no_pool.candidate_source_layer = -1;
+  auto other = Model::Create(no_pool, Tiny());
+  ASSERT_TRUE(other.ok()) << other.status();
+  const std::vector<int64_t> tokens = Tokens(28, 8);
+  auto s1 = model->NewSequence();
+  auto s2 = (*other)->NewSequence();
+  const std::vector<float> with = RunChunks(*model, *s1, tokens, {28});
+  const std::vector<float> without = RunChunks(**other, *s2, tokens, {28});
+  const int64_t pool = 16;
+  auto rows = [&](const std::vector<float>& v, int64_t a, int64_t b) {
+    return std::vector<float>(v.begin() + a * kVocab, v.begin() + b * kVocab);
+  };
+  EXPECT_LT(MaxRelDiff(rows(with, 0, pool), rows(without, 0, pool), kVocab), kTol);
+  EXPECT_GT(MaxRelDiff(rows(with, pool, 28), rows(without, pool, 28), kVocab), 1e-3);
 }
 
 TEST(ModelTest, RandomChunkingsAgree) {
