@@ -26,6 +26,7 @@ absl::Status GroupDriver::Apply(std::vector<RankStepResult>& results) {
       }
       s.tokens.insert(s.tokens.end(), u.new_tokens.begin(), u.new_tokens.end());
       s.finish = u.finish;
+      num_finished_ += u.finish != FinishReason::kNone;
       ++last_updates_;
     }
   }

@@ -43,11 +43,16 @@ class GroupDriver {
   // DEADLINE_EXCEEDED after `max_steps` steps.
   absl::Status RunToIdle(int64_t max_steps);
   // Records a cancellation done by the caller.
-  void RecordCancel(RequestId id) { streams_[id].finish = FinishReason::kCancelled; }
+  void RecordCancel(RequestId id) {
+    streams_[id].finish = FinishReason::kCancelled;
+    ++num_finished_;
+  }
 
   const absl::flat_hash_map<RequestId, Stream>& streams() const { return streams_; }
   int64_t num_steps() const { return static_cast<int64_t>(next_step_); }
   int64_t num_prefill_steps() const { return prefill_steps_; }
+  // Requests finished, cancellations included.
+  int64_t num_finished() const { return num_finished_; }
   // Updates (tokens or finishes) applied by the last Step or Flush.
   int64_t last_updates() const { return last_updates_; }
 
@@ -61,6 +66,7 @@ class GroupDriver {
   uint64_t next_step_ = 0;
   int64_t prefill_steps_ = 0;
   int64_t last_updates_ = 0;
+  int64_t num_finished_ = 0;
   std::optional<std::vector<RankStepResult>> undelivered_;
   absl::flat_hash_map<RequestId, Stream> streams_;
 };

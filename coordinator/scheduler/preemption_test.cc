@@ -87,6 +87,25 @@ TEST(PreemptionTest, RecomputeReplaysPromptAndOutputInANewEpoch) {
   EXPECT_EQ(row->new_blocks.size(), 3u);
 }
 
+TEST(PreemptionTest, APrefillingSequenceCanBeTheVictim) {
+  // Request 2 is still prefilling (budget 6) and holds 3 blocks; when
+  // request 1 needs its third block, request 2 (no output yet) goes.
+  auto s = *RankScheduler::Create(SmallConfig(5, /*budget=*/6));
+  ASSERT_TRUE(s->Add(MakeRequest(1, 4)).ok());
+  ASSERT_TRUE(s->Add(MakeRequest(2, 12, 8)).ok());
+  uint64_t step = 0;
+  PlanAndApply(*s, step++, StepType::kPrefill);
+  EXPECT_EQ(s->Load().num_prefilling, 1);
+  for (int i = 0; i < 4; ++i) PlanAndApply(*s, step++, StepType::kDecode);  // positions 4..7
+  EXPECT_EQ(s->num_preemptions(), 0);
+  RankStepPlan plan = PlanAndApply(*s, step++, StepType::kDecode);
+  EXPECT_EQ(s->num_preemptions(), 1);
+  ASSERT_EQ(plan.rows.size(), 1u);
+  EXPECT_EQ(plan.rows[0].request, RequestId(1));
+  EXPECT_EQ(s->Load().num_prefilling, 0);
+  EXPECT_EQ(s->Load().num_waiting, 1);
+}
+
 TEST(PreemptionTest, LoneSequenceThatCannotGrowPreemptsItself) {
   // Two sequences, one preempted first; the survivor always fits alone.
   auto s = *RankScheduler::Create(SmallConfig(4));

@@ -94,10 +94,20 @@ RankLoad RankScheduler::Load() const {
   load.has_decode_work = !running_.empty();
   bool head_admissible = false;
   if (!waiting_.empty() && load.num_prefilling + load.num_running < config_.max_running) {
-    head_admissible = blocks_.CanAllocate(seqs_.at(waiting_.front()).prefill_len);
+    head_admissible = CanAdmit(seqs_.at(waiting_.front()));
   }
   load.has_prefill_work = !prefilling_.empty() || head_admissible;
   return load;
+}
+
+bool RankScheduler::CanAdmit(const Sequence& seq) const {
+  int64_t reserved = 0;
+  for (const auto& [id, shortfall] : starved_) {
+    auto it = seqs_.find(id);
+    if (it != seqs_.end() && it->second.state == SeqState::kRunning) reserved += shortfall;
+  }
+  return blocks_.num_free_slots() > 0 &&
+         BlocksForTokens(config_.kv, seq.prefill_len) + reserved <= blocks_.num_free_blocks();
 }
 
 void RankScheduler::ReleaseKv(Sequence& seq) {

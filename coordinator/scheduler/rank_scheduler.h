@@ -2,7 +2,8 @@
 //
 // RankScheduler: the queues and KV books of one DP rank. It admits requests,
 // plans one step at a time (chunked prefill under a token budget, or a decode
-// batch), preempts by recompute when blocks run out, and applies step
+// batch), preempts by recompute when blocks run out (the admitted sequence
+// with the shortest output so far, the latest arrival on ties), and applies step
 // results (tokens, stop conditions). It works the same whether plan t+1 is
 // built before or after result t arrives (zero-overhead or plain stepping);
 // see README.md "Zero-overhead stepping" for the exact rules.
@@ -16,6 +17,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/container/node_hash_map.h"
@@ -115,6 +117,9 @@ class RankScheduler {
   void AddDecodeRow(Sequence& seq, RankStepPlan& plan);
   // Appends to `row` the blocks of `seq` not yet announced.
   void AnnounceBlocks(Sequence& seq, PlanRow& row);
+  // True if `seq` (waiting) may be admitted now: a slot, and blocks for its
+  // prefill beyond those reserved for starved running sequences.
+  bool CanAdmit(const Sequence& seq) const;
   // Releases the KV and slot of `seq` (deferred past its last planned step).
   void ReleaseKv(Sequence& seq);
   // Drops KV and requeues `seq` at the head of the waiting queue, new epoch.
@@ -131,6 +136,10 @@ class RankScheduler {
   std::deque<InFlightStep> in_flight_;  // planned, result not applied yet
   std::vector<SeqSlot> release_next_;   // slots for the next plan
   std::optional<uint64_t> last_planned_step_;
+  // Blocks running sequences lacked in the last decode plan while blocks of
+  // an in-flight step were about to return; admission leaves them free, so
+  // a re-admitted victim cannot take them back (zero-overhead livelock).
+  std::vector<std::pair<RequestId, int64_t>> starved_;  // (sequence, shortfall)
   int64_t waiting_blocks_ = 0;  // sum of BlocksForTokens(prefill_len) over waiting_
   int64_t next_arrival_ = 0;
   uint64_t next_ticket_ = 1;

@@ -89,7 +89,8 @@ void RankScheduler::SchedulePrefill(RankStepPlan& plan) {
     Sequence& seq = seqs_.at(waiting_.front());
     // The whole prefill is reserved at admission, so a started prefill never
     // waits for blocks; the head is never skipped (FCFS).
-    if (!blocks_.Allocate(seq.request.id, seq.prefill_len).ok()) return;
+    if (!CanAdmit(seq)) return;
+    WEIR_CHECK_OK(blocks_.Allocate(seq.request.id, seq.prefill_len));
     waiting_.pop_front();
     waiting_blocks_ -= BlocksForTokens(config_.kv, seq.prefill_len);
     seq.state = SeqState::kPrefilling;
@@ -120,6 +121,7 @@ void RankScheduler::AddDecodeRow(Sequence& seq, RankStepPlan& plan) {
 }
 
 void RankScheduler::ScheduleDecode(RankStepPlan& plan) {
+  starved_.clear();
   // Sequences sure to end by length once their planned outputs arrive get no
   // row: it would be wasted work.
   std::vector<Sequence*> selected;
@@ -152,15 +154,20 @@ void RankScheduler::ScheduleDecode(RankStepPlan& plan) {
       if (blocks_.num_free_blocks() + blocks_.num_pending_release_blocks() >= shortfall) {
         // Enough blocks return once the in-flight step does: wait one step
         // instead of preempting more (zero-overhead stepping only).
+        starved_.emplace_back(id, shortfall);
         runs = false;
         break;
       }
+      // Victims: admitted sequences (running or prefilling) without a row in
+      // this plan; those about to end by length are left to end.
       Sequence* victim = nullptr;
-      for (RequestId other : running_) {
-        Sequence& cand = seqs_.at(other);
-        const bool has_row = cand.last_step == plan.step_id;
-        if (has_row || EndsByLength(cand, config_.max_model_len)) continue;
-        if (victim == nullptr || victim_before(&cand, victim)) victim = &cand;
+      for (const std::vector<RequestId>* list : {&running_, &prefilling_}) {
+        for (RequestId other : *list) {
+          Sequence& cand = seqs_.at(other);
+          const bool has_row = cand.last_step == plan.step_id;
+          if (has_row || EndsByLength(cand, config_.max_model_len)) continue;
+          if (victim == nullptr || victim_before(&cand, victim)) victim = &cand;
+        }
       }
       WEIR_CHECK(victim != nullptr) << "the growing sequence itself is a candidate";
       Preempt(*victim);
