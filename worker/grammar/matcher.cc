@@ -126,7 +126,9 @@ void Matcher::FillNextTokenBitmask(std::span<uint32_t> mask) {
   std::fill(mask.begin(), mask.begin() + vocab.mask_words(), 0u);
   if (current_.terminated) return;
   dfa_.TrimMemo(kMaxMemoStates);
-  for (const Frame& f : current_.frames) {
+  // Copied: CheckUncertain may add states, which may move the state table.
+  const FrameSet ready = dfa_.Ready(dfa_.Intern(current_.frames));
+  for (const Frame& f : ready) {
     const NodeTokenCache& cache = grammar_->TokenCache(f.node);
     cache.OrAccepted(mask.data());
     if (!cache.uncertain.empty()) CheckUncertain(f, cache, mask.data());

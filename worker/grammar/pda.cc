@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "worker/grammar/rule_inliner.h"
 
 namespace weir::grammar {
 
@@ -29,6 +30,7 @@ class PdaBuilder {
 
   absl::StatusOr<Pda> Build() {
     RETURN_IF_ERROR(g_.Validate());
+    inline_ = InlinableRules(g_, limits_.max_inline_nodes);
     std::vector<int32_t> raw_start(g_.num_rules());
     for (RuleId r = 0; r < g_.num_rules(); ++r) {
       ASSIGN_OR_RETURN(raw_start[r], NewNode());
@@ -62,6 +64,7 @@ class PdaBuilder {
         return to;
       }
       case ExprKind::kRuleRef: {
+        if (inline_[e.rule]) return Emit(g_.rule(e.rule).body, from);
         ASSIGN_OR_RETURN(int32_t to, NewNode());
         raw_[from].rules.push_back(RuleEdge{e.rule, to});
         return to;
@@ -179,6 +182,7 @@ class PdaBuilder {
   const Grammar& g_;
   PdaLimits limits_;
   std::vector<RawNode> raw_;
+  std::vector<bool> inline_;  // per rule: copied into callers
   Pda pda_;
 };
 

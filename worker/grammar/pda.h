@@ -21,6 +21,9 @@ namespace weir::grammar {
 struct PdaLimits {
   int64_t max_nodes = 200'000;  // NFA nodes before epsilon removal
   int64_t max_edges = 2'000'000;
+  // Non-recursive rules whose expansion is at most this many nodes are
+  // copied into their callers (see rule_inliner.h); 0 disables inlining.
+  int64_t max_inline_nodes = 64;
 };
 
 struct ByteEdge {

@@ -63,6 +63,9 @@ class StackDfa {
   StateId Next(StateId state, uint8_t byte);
 
   const FrameSet& Frames(StateId s) const { return states_[s].frames; }
+  // The frames that consume the next byte once calls and returns are
+  // expanded (sorted); every path out of `s` starts at one of them.
+  const FrameSet& Ready(StateId s) const { return states_[s].ready; }
   // True if some stack of `s` can pop past the root: the input may end here.
   bool CanFinish(StateId s) const { return states_[s].can_finish; }
   // True if some stack of `s` can pop into kBoundaryStack.

@@ -30,7 +30,9 @@ NodeTokenCache BuildNodeTokenCache(const Pda& pda, const Vocabulary& vocab, int3
   for (size_t i = 0; i < trie.size();) {
     const TrieNode& t = trie[i];
     const StackDfa::StateId prev = state[t.depth - 1];
-    const bool ctx = context[t.depth - 1] || dfa.HitsBoundary(prev);
+    // A return before the first byte is not counted: the matcher expands it
+    // into the caller's own frames, which have their own caches.
+    const bool ctx = context[t.depth - 1] || (t.depth > 1 && dfa.HitsBoundary(prev));
     const StackDfa::StateId s = dfa.Next(prev, t.byte);
     if (s == StackDfa::kDead) {
       if (ctx) {

@@ -7,6 +7,10 @@
 //   rejected  - dies before the rule could return to any caller,
 //   uncertain - needs the caller after the rule returns mid-token.
 // Only uncertain tokens are re-checked against the real stack per step.
+// The cache is used for "ready" frames (those that consume the next byte
+// after the state's calls and returns are expanded), so a return before the
+// first byte is not a reason for uncertainty: the caller's frames are ready
+// frames of their own.
 //
 // Thread safety: immutable values; BuildNodeTokenCache is a pure function.
 
