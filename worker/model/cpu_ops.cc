@@ -45,7 +45,6 @@ absl::Status CheckMatmul(const DenseWeight& w, size_t x, int64_t rows, size_t y)
 absl::Status CpuOps::Matmul(const DenseWeight& w, std::span<const float> x, int64_t rows,
                             std::span<float> y) {
   RETURN_IF_ERROR(CheckMatmul(w, x.size(), rows, y.size()));
-  MatmulTimer timer(stats_, 2 * rows * w.out * w.in);
   const float* in = x.data();
   std::vector<float> xq;
   if (w.fp8_activation) {
@@ -53,6 +52,7 @@ absl::Status CpuOps::Matmul(const DenseWeight& w, std::span<const float> x, int6
     RETURN_IF_ERROR(cpu::FakeQuantFp8(xq, cpu::kFp8Block)) << "Matmul activation";
     in = xq.data();
   }
+  MatmulTimer timer(stats_, 2 * rows * w.out * w.in);  // the product only, not the quantization
   RowStableGemm(in, w.w.data(), y.data(), rows, w.out, w.in);
   return absl::OkStatus();
 }

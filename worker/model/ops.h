@@ -50,7 +50,8 @@ enum class FakeQuantFormat {
   kNvfp4Kv,   // e2m1, 16-blocks, E4M3 scale: main compressed KV
 };
 
-// Time spent in the matrix-product ops since construction (Matmul + Logits).
+// Time spent in matrix products since construction (Matmul and Logits, the
+// mHC mixes; not the FP8 activation quantization before a product).
 struct OpsStats {
   double matmul_seconds = 0;
   int64_t matmul_flops = 0;

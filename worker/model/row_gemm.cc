@@ -70,6 +70,30 @@ void Tile2x4(const float* x0, const float* x1, const float* w, int64_t in, float
   y1[3] = Reduce(a13);
 }
 
+// A 1 x 4 tile (the last odd row, or decode): same per-element arithmetic.
+void Tile1x4(const float* x0, const float* w, int64_t in, float* y0) {
+  const float* w1 = w + in;
+  const float* w2 = w + 2 * in;
+  const float* w3 = w + 3 * in;
+  V4 a0 = {0, 0, 0, 0}, a1 = a0, a2 = a0, a3 = a0;
+  const int64_t k4 = in & ~int64_t{3};
+  for (int64_t k = 0; k < k4; k += 4) {
+    const V4 u = Load(x0 + k);
+    a0 += u * Load(w + k);
+    a1 += u * Load(w1 + k);
+    a2 += u * Load(w2 + k);
+    a3 += u * Load(w3 + k);
+  }
+  Tail(x0, w, k4, in, a0);
+  Tail(x0, w1, k4, in, a1);
+  Tail(x0, w2, k4, in, a2);
+  Tail(x0, w3, k4, in, a3);
+  y0[0] = Reduce(a0);
+  y0[1] = Reduce(a1);
+  y0[2] = Reduce(a2);
+  y0[3] = Reduce(a3);
+}
+
 }  // namespace
 
 void RowStableGemm(const float* x, const float* w, float* y, int64_t rows, int64_t out,
@@ -88,7 +112,8 @@ void RowStableGemm(const float* x, const float* w, float* y, int64_t rows, int64
     }
   }
   for (; m < rows; ++m) {
-    for (int64_t n = 0; n < out; ++n) y[m * out + n] = Dot(x + m * in, w + n * in, in);
+    for (int64_t n = 0; n < n4; n += 4) Tile1x4(x + m * in, w + n * in, in, y + m * out + n);
+    for (int64_t n = n4; n < out; ++n) y[m * out + n] = Dot(x + m * in, w + n * in, in);
   }
 }
 
