@@ -7,10 +7,12 @@
 
 #include <algorithm>
 #include <set>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/logging.h"
+#include "base/status_macros.h"
 
 namespace weir::parallel {
 namespace {
@@ -84,7 +86,53 @@ absl::StatusOr<std::unique_ptr<UcxCommunicator>> UcxCommunicator::Create(
           absl::StrCat("endpoint to rank ", p, ": ", ucs_status_string(st)));
     }
   }
+  RETURN_IF_ERROR(comm->WireUp());
   return comm;
+}
+
+absl::Status UcxCommunicator::WireUp() {
+  // A zero-byte message each way between every pair (tag 0: no operation uses
+  // op code 0), then a flush of every endpoint.
+  std::vector<Transfer> transfers;
+  for (int s = 1; s < world_size(); ++s) {
+    const int me = rank().value();
+    transfers.push_back({Transfer::Kind::kSend, (me + s) % world_size(), nullptr, 0, 0});
+    transfers.push_back({Transfer::Kind::kRecv, (me - s + world_size()) % world_size(), nullptr, 0,
+                         0});
+  }
+  RETURN_IF_ERROR(Exchange(transfers, "connecting")) << "while wiring up rank " << rank().value();
+  std::vector<std::pair<int, void*>> flushes;
+  for (int p = 0; p < world_size(); ++p) {
+    if (peers_[p].ep == nullptr) continue;
+    ucp_request_param_t param{};
+    void* request = ucp_ep_flush_nbx(peers_[p].ep, &param);
+    if (UCS_PTR_IS_ERR(request)) {
+      return absl::UnavailableError(absl::StrCat("flushing the endpoint to rank ", p, ": ",
+                                                 ucs_status_string(UCS_PTR_STATUS(request))));
+    }
+    if (request != nullptr) flushes.emplace_back(p, request);
+  }
+  const absl::Time deadline = absl::Now() + options_.timeout;
+  absl::Status status;
+  while (!flushes.empty()) {
+    ucp_worker_progress(context_.worker());
+    std::erase_if(flushes, [&](const std::pair<int, void*>& f) {
+      const ucs_status_t st = ucp_request_check_status(f.second);
+      if (st == UCS_INPROGRESS) return false;
+      if (st != UCS_OK && status.ok()) {
+        status = absl::UnavailableError(absl::StrCat("flushing the endpoint to rank ", f.first,
+                                                     ": ", ucs_status_string(st)));
+      }
+      ucp_request_free(f.second);
+      return true;
+    });
+    if (!flushes.empty() && absl::Now() > deadline) {
+      for (auto& f : flushes) ucp_request_cancel(context_.worker(), f.second);
+      return absl::UnavailableError(absl::StrCat("flushing endpoints timed out, e.g. to rank ",
+                                                 flushes.front().first));
+    }
+  }
+  return status;
 }
 
 UcxCommunicator::UcxCommunicator(UcxContext& context, int rank, int world_size,
@@ -96,10 +144,10 @@ UcxCommunicator::UcxCommunicator(UcxContext& context, int rank, int world_size,
 
 UcxCommunicator::~UcxCommunicator() {
   // Progressing could complete abandoned receives into freed buffers.
-  if (!abandoned_requests_) CloseEndpoints(/*force=*/false);
+  if (!abandoned_requests_) CloseEndpoints();
 }
 
-void UcxCommunicator::CloseEndpoints(bool force) {
+void UcxCommunicator::CloseEndpoints() {
   ucp_worker_h worker = context_.worker();
   std::vector<void*> requests;
   for (int p = 0; p < world_size(); ++p) {
@@ -107,7 +155,7 @@ void UcxCommunicator::CloseEndpoints(bool force) {
     if (peer.ep == nullptr) continue;
     ucp_request_param_t param{};
     // Force-closing is defined only with peer error handling on both sides.
-    if (options_.peer_failure_detection && (force || peer.failed)) {
+    if (options_.peer_failure_detection && peer.failed) {
       param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
       param.flags = UCP_EP_CLOSE_FLAG_FORCE;
     }
@@ -141,7 +189,7 @@ absl::Status UcxCommunicator::Exchange(std::span<const Transfer> transfers,
   ucp_worker_h worker = context_.worker();
   const int me = rank().value();
   std::vector<Pending> pending(transfers.size());
-  std::set<int> failed_peers;  // a send failed or the connection broke
+  std::set<int> failed_peers;  // a transfer failed or the connection broke
   int remaining = 0;
   for (size_t i = 0; i < transfers.size(); ++i) {
     const Transfer& t = transfers[i];
@@ -170,15 +218,20 @@ absl::Status UcxCommunicator::Exchange(std::span<const Transfer> transfers,
       ++remaining;
     }
   }
+  // Progress until every transfer is done or belongs to a failed peer. Transfers
+  // with live peers keep going after a peer failed, so that the survivors of a
+  // group finish their mutual messages and only the failed peer's endpoint has
+  // to be torn down.
   const absl::Time deadline = absl::Now() + options_.timeout;
   bool timed_out = false;
   int idle = 0;
-  while (remaining > 0 && failed_peers.empty()) {
+  while (true) {
     if (ucp_worker_progress(worker) == 0 && ++idle > kSpinsBeforeYield) {
       sched_yield();
       idle = 0;
     }
     const absl::Time now = absl::Now();
+    int live_outstanding = 0;
     for (Pending& p : pending) {
       if (p.done) continue;
       const Transfer& t = *p.transfer;
@@ -188,6 +241,7 @@ absl::Status UcxCommunicator::Exchange(std::span<const Transfer> transfers,
       if (st == UCS_INPROGRESS) {
         const Peer& peer = peers_[t.peer];
         if (peer.failed && now - peer.failed_at > kFailedPeerGrace) failed_peers.insert(t.peer);
+        if (!failed_peers.contains(t.peer)) ++live_outstanding;
         continue;
       }
       ucp_request_free(p.request);
@@ -197,7 +251,8 @@ absl::Status UcxCommunicator::Exchange(std::span<const Transfer> transfers,
       --remaining;
       if (st != UCS_OK && st != UCS_ERR_MESSAGE_TRUNCATED) failed_peers.insert(t.peer);
     }
-    if (remaining > 0 && now > deadline) {
+    if (live_outstanding == 0) break;
+    if (now > deadline) {
       timed_out = true;
       break;
     }
@@ -208,10 +263,10 @@ absl::Status UcxCommunicator::Exchange(std::span<const Transfer> transfers,
       if (!p.done) waiting.insert(p.transfer->peer);
     }
     std::vector<std::string> reasons;
-    for (int r : failed_peers) {
+    for (int r : waiting) {
       if (peers_[r].failed) reasons.push_back(absl::StrCat("rank ", r, ": ", peers_[r].error));
     }
-    Abort(pending);
+    Abort(pending, waiting);
     return absl::UnavailableError(absl::StrCat(
         what, timed_out ? absl::StrCat(": timed out after ", absl::FormatDuration(options_.timeout))
                         : ": peer connection failed",
@@ -231,16 +286,18 @@ absl::Status UcxCommunicator::Exchange(std::span<const Transfer> transfers,
   return absl::OkStatus();
 }
 
-void UcxCommunicator::Abort(std::vector<Pending>& pending) {
+void UcxCommunicator::Abort(std::vector<Pending>& pending, const std::set<int>& peers) {
   ucp_worker_h worker = context_.worker();
   for (Pending& p : pending) {
     if (!p.done) ucp_request_cancel(worker, p.request);
   }
   // Sends (and matched receives) cannot be cancelled; force-closing the
   // endpoints completes them with an error. The communicator is broken now.
-  if (options_.peer_failure_detection) CloseEndpoints(/*force=*/true);
+  if (options_.peer_failure_detection) {
+    for (int r : peers) ForceClose(r);
+  }
   // Force-closed requests complete at once; without it, give in-flight
-  // messages of live peers a moment before abandoning what is left.
+  // messages a moment before abandoning what is left.
   const absl::Time deadline =
       absl::Now() + (options_.peer_failure_detection ? absl::Seconds(1) : kFailedPeerGrace);
   bool outstanding = true;
@@ -263,6 +320,22 @@ void UcxCommunicator::Abort(std::vector<Pending>& pending) {
     ucp_request_free(p.request);  // UCX releases it if it ever completes
     abandoned_requests_ = true;
   }
+}
+
+void UcxCommunicator::ForceClose(int peer) {
+  Peer& p = peers_[peer];
+  if (p.ep == nullptr) return;
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  void* request = ucp_ep_close_nbx(p.ep, &param);
+  p.ep = nullptr;
+  if (request == nullptr || UCS_PTR_IS_ERR(request)) return;
+  const absl::Time deadline = absl::Now() + absl::Seconds(1);
+  while (ucp_request_check_status(request) == UCS_INPROGRESS && absl::Now() < deadline) {
+    ucp_worker_progress(context_.worker());
+  }
+  ucp_request_free(request);  // released by UCX when done
 }
 
 }  // namespace weir::parallel

@@ -10,11 +10,13 @@
 // and every receive matches the full tag, so messages of different
 // collectives, senders and communicators never mix.
 //
-// Failure: a send failing or the communicator's timeout passing cancels every
-// outstanding request, closes the endpoints (with peer_failure_detection, the
-// default) and returns UNAVAILABLE naming the peers still outstanding. A peer
-// whose connection UCX reported failed is given up on after a short grace
-// period instead of the whole timeout.
+// Failure: a peer whose transfer failed or whose connection UCX reported
+// failed is given up on (after a short grace period for data in flight);
+// transfers with the other peers continue, so the survivors of a group finish
+// their mutual messages. When only given-up transfers remain, or the timeout
+// passes, the outstanding requests are cancelled, the endpoints of the peers
+// involved are force-closed (with peer_failure_detection, the default) and the
+// operation returns UNAVAILABLE naming those peers.
 //
 // Thread safety: not thread-safe; use it from the thread that uses its
 // UcxContext (see ucx_context.h).
@@ -24,6 +26,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -56,11 +59,13 @@ struct UcxOptions {
 class UcxCommunicator final : public PointToPointCommunicator {
  public:
   // Connects rank `rank` of `address_table.size()` ranks; address_table[r] is
-  // rank r's UcxContext::address(). Endpoint wire-up completes lazily with the
-  // first messages, so peers need not be ready yet.
+  // rank r's UcxContext::address(). Collective: every rank calls Create, which
+  // exchanges a message with every peer and flushes every endpoint, so the
+  // connections are fully wired up before the first operation.
   // Returns INVALID_ARGUMENT if the table is empty or larger than 65536, `rank`
   // is outside it, address_table[rank] is not `context`'s address, or the
-  // channel is out of range; UNAVAILABLE if an endpoint cannot be created.
+  // channel is out of range; UNAVAILABLE if an endpoint cannot be created or a
+  // peer does not connect within the timeout.
   // Does not take ownership; `context` must outlive the communicator.
   static absl::StatusOr<std::unique_ptr<UcxCommunicator>> Create(
       UcxContext& context, Rank rank, std::span<const std::string> address_table,
@@ -88,11 +93,15 @@ class UcxCommunicator final : public PointToPointCommunicator {
 
   UcxCommunicator(UcxContext& context, int rank, int world_size, const UcxOptions& options);
   uint64_t FullTag(int sender, uint64_t tag) const;
-  // Cancels outstanding requests of `pending`, force-closes the endpoints
-  // (with peer failure detection) and waits, bounded, until UCX has released
-  // every buffer.
-  void Abort(std::vector<Pending>& pending);
-  void CloseEndpoints(bool force);
+  // Exchanges a message with every peer and flushes every endpoint.
+  absl::Status WireUp();
+  // Cancels outstanding requests of `pending`, force-closes the endpoints of
+  // `peers` (with peer failure detection) and waits, bounded, until UCX has
+  // released every buffer.
+  void Abort(std::vector<Pending>& pending, const std::set<int>& peers);
+  void ForceClose(int peer);
+  // Flush-closes every endpoint still open (force-closes failed ones).
+  void CloseEndpoints();
 
   UcxContext& context_;
   UcxOptions options_;

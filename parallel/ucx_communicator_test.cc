@@ -45,6 +45,17 @@ int Fail(int rank, const absl::Status& status) {
   return 1;
 }
 
+// The rank list of an UNAVAILABLE message: "...; waiting for ranks 1, 3 (...)".
+std::string WaitingFor(const absl::Status& status) {
+  const std::string message(status.message());
+  const std::string key = "waiting for ranks ";
+  const size_t begin = message.find(key);
+  if (begin == std::string::npos) return "";
+  const size_t end = message.find(" (", begin);
+  return message.substr(begin + key.size(),
+                        end == std::string::npos ? std::string::npos : end - begin - key.size());
+}
+
 // Runs body(comm) on `world` forked ranks connected over UCX with
 // `transports`; returns the exit code of every rank (0 = body returned OK).
 std::vector<int> RunUcxRanks(int world, const std::string& transports, absl::Duration timeout,
@@ -149,9 +160,7 @@ TEST(UcxCommunicatorTest, KilledPeerMakesCollectivesUnavailableWithinTheTimeout)
           }
           std::fprintf(stderr, "rank %d: failed after %s: %s\n", c.rank().value(),
                        absl::FormatDuration(took).c_str(), s.ToString().c_str());
-          const size_t list = s.message().find("waiting for ranks ");
-          if (list == absl::string_view::npos ||
-              s.message().substr(list).find("3") == absl::string_view::npos) {
+          if (WaitingFor(s) != "3") {
             return absl::InternalError(absl::StrCat("peer not named: ", s.ToString()));
           }
           // Broken from now on: fails at once.
@@ -180,9 +189,7 @@ TEST(UcxCommunicatorTest, HungPeerTimesOutNamingIt) {
         if (took < timeout || took > timeout + absl::Seconds(2)) {
           return absl::InternalError(absl::StrCat("took ", absl::FormatDuration(took)));
         }
-        const size_t list = s.message().find("waiting for ranks ");
-        if (list == absl::string_view::npos ||
-            s.message().substr(list).find("2") == absl::string_view::npos) {
+        if (WaitingFor(s) != "2") {
           return absl::InternalError(absl::StrCat("peer not named: ", s.ToString()));
         }
         return absl::OkStatus();

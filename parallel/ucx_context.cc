@@ -2,11 +2,13 @@
 
 #include "parallel/ucx_context.h"
 
+#include <sched.h>
 #include <ucp/api/ucp.h>
 
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace weir::parallel {
 
@@ -59,6 +61,18 @@ UcxContext::UcxContext(ucp_context_h context, ucp_worker_h worker, std::string a
     : context_(context), worker_(worker), address_(std::move(address)) {}
 
 UcxContext::~UcxContext() {
+  // Let UCX finish its own connection messages (e.g. after endpoints were
+  // force-closed) before the worker goes: UCX 1.13 asserts when
+  // ucp_worker_destroy purges a pending wire-up reply.
+  const absl::Time deadline = absl::Now() + absl::Milliseconds(200);
+  absl::Time last_event = absl::Now();
+  while (absl::Now() < deadline && absl::Now() - last_event < absl::Milliseconds(20)) {
+    if (ucp_worker_progress(worker_) > 0) {
+      last_event = absl::Now();
+    } else {
+      sched_yield();
+    }
+  }
   ucp_worker_destroy(worker_);
   ucp_cleanup(context_);
 }
