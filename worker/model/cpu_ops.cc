@@ -9,6 +9,7 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/rms_norm.h"
+#include "worker/model/indexer_score_bf16.h"
 #include "worker/model/row_gemm.h"
 
 namespace weir::model {
@@ -99,7 +100,7 @@ absl::Status CpuOps::CompressorPool(const cpu::CompressorPoolArgs& args) {
 }
 
 absl::Status CpuOps::IndexerScore(const cpu::IndexerScoreArgs& args) {
-  return cpu::IndexerScore(args);
+  return IndexerScoreBf16(args);
 }
 
 absl::Status CpuOps::TopkPositions(const cpu::TopkArgs& args) { return cpu::TopkPositions(args); }

@@ -6,7 +6,8 @@
 // sgemm, whose summation order depends on the row count. Kernels that run
 // an sgemm inside (MoeGate) are called one token at a time for the same
 // reason; HcMix computes its mixes with RowStableGemm and then follows
-// kernels/cpu/mhc.h exactly.
+// kernels/cpu/mhc.h exactly. IndexerScore rounds at the reference's bf16
+// points (indexer_score_bf16.h).
 //
 // Thread safety: not thread-safe (accumulates OpsStats); one per forward thread.
 

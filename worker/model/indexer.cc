@@ -109,7 +109,6 @@ absl::Status IndexScores(const AttentionContext& ctx, std::span<const float> x,
       {.q = q, .k = std::span<const float>(src.index_k).first(entries * di), .weights = weights,
        .visible_len = visible, .out = scores, .queries = s, .heads = static_cast<int>(nh),
        .dim = static_cast<int>(di), .keys = entries}));
-  ops.RoundBf16(scores);  // the reference's index score is bf16
   return absl::OkStatus();
 }
 

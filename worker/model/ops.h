@@ -82,6 +82,8 @@ class Ops {
 
   virtual absl::Status SparseAttention(const kernels::cpu::SparseAttentionArgs& args) = 0;
   virtual absl::Status CompressorPool(const kernels::cpu::CompressorPoolArgs& args) = 0;
+  // Index scores with the reference's bf16 rounding of the per-head dot, the
+  // weighted term and the head sum (indexer_score_bf16.h).
   virtual absl::Status IndexerScore(const kernels::cpu::IndexerScoreArgs& args) = 0;
   virtual absl::Status TopkPositions(const kernels::cpu::TopkArgs& args) = 0;
   virtual absl::Status CandidateBlocks(const kernels::cpu::CandidateBlocksArgs& args) = 0;
