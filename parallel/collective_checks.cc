@@ -78,7 +78,8 @@ absl::Status CheckAllToAllV(Communicator& comm, uint64_t seed, int64_t max_count
   const std::vector<std::byte> send = RandomBytes(rng, DataType::kInt32, send_total);
   // Receive blocks in reverse peer order, to exercise arbitrary offsets.
   int64_t at = 0;
-  for (int p = n - 1; p >= 0; --p) recv_counts[p] = counts[p][me], recv_offsets[p] = at, at += counts[p][me];
+  for (int p = n - 1; p >= 0; --p)
+    recv_counts[p] = counts[p][me], recv_offsets[p] = at, at += counts[p][me];
   std::vector<std::byte> recv(at * 4), want(at * 4);
   for (int p = 0; p < n; ++p) {
     std::vector<int64_t> p_offsets;
@@ -178,8 +179,8 @@ absl::Status CheckEveryCollective(Communicator& comm, uint64_t seed) {
   for (int64_t max_count : {0, 1, 5, 300}) {
     RETURN_IF_ERROR(CheckAllToAllV(comm, seed++, max_count));
   }
-  for (DataType dtype : {DataType::kFloat32, DataType::kInt64, DataType::kFloat64,
-                         DataType::kInt32, DataType::kUint8}) {
+  for (DataType dtype : {DataType::kFloat32, DataType::kInt64, DataType::kFloat64, DataType::kInt32,
+                         DataType::kUint8}) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax}) {
       for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{n - 1}, int64_t{1000 + n}}) {
         RETURN_IF_ERROR(CheckAllReduce(comm, seed++, dtype, op, count, count % 2 == 1));

@@ -71,9 +71,9 @@ struct AllToAllVArgs {
 struct P2POp {
   enum class Kind { kSend, kRecv };
   Kind kind = Kind::kSend;
-  Rank peer;                // rank in this communicator; may be this rank
-  void* data = nullptr;     // kSend: read only; kRecv: written
-  int64_t count = 0;        // elements of dtype
+  Rank peer;             // rank in this communicator; may be this rank
+  void* data = nullptr;  // kSend: read only; kRecv: written
+  int64_t count = 0;     // elements of dtype
   DataType dtype = DataType::kUint8;
 };
 

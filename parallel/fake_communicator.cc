@@ -80,9 +80,9 @@ absl::Status FakeCommunicator::Exchange(std::span<const Transfer> transfers,
           waiting.push_back(transfers[j].peer);
         }
       }
-      return absl::UnavailableError(absl::StrCat(
-          what, ": ", f.dead_[t.peer] ? "peer died" : "timed out", "; waiting for ranks ",
-          absl::StrJoin(waiting, ", ")));
+      return absl::UnavailableError(
+          absl::StrCat(what, ": ", f.dead_[t.peer] ? "peer died" : "timed out",
+                       "; waiting for ranks ", absl::StrJoin(waiting, ", ")));
     }
     std::vector<std::byte> message = std::move(box.front());
     box.pop_front();
@@ -95,9 +95,8 @@ absl::Status FakeCommunicator::Exchange(std::span<const Transfer> transfers,
   return absl::OkStatus();
 }
 
-std::vector<absl::Status> RunOnRankThreads(
-    std::span<const std::unique_ptr<FakeCommunicator>> comms,
-    const std::function<absl::Status(Communicator&)>& fn) {
+std::vector<absl::Status> RunOnRankThreads(std::span<const std::unique_ptr<FakeCommunicator>> comms,
+                                           const std::function<absl::Status(Communicator&)>& fn) {
   std::vector<absl::Status> statuses(comms.size());
   std::vector<std::thread> threads;
   for (size_t r = 0; r < comms.size(); ++r) {

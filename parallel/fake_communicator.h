@@ -67,9 +67,8 @@ class FakeCommunicator final : public PointToPointCommunicator {
 
 // Runs fn(communicator) for every communicator on its own thread and returns
 // the statuses, indexed by rank. Blocks until all threads have finished.
-std::vector<absl::Status> RunOnRankThreads(
-    std::span<const std::unique_ptr<FakeCommunicator>> comms,
-    const std::function<absl::Status(Communicator&)>& fn);
+std::vector<absl::Status> RunOnRankThreads(std::span<const std::unique_ptr<FakeCommunicator>> comms,
+                                           const std::function<absl::Status(Communicator&)>& fn);
 
 }  // namespace weir::parallel
 

@@ -21,7 +21,8 @@ namespace {
 using ::testing::HasSubstr;
 
 void ExpectAllOk(const std::vector<absl::Status>& statuses) {
-  for (size_t r = 0; r < statuses.size(); ++r) EXPECT_TRUE(statuses[r].ok()) << r << ": " << statuses[r];
+  for (size_t r = 0; r < statuses.size(); ++r)
+    EXPECT_TRUE(statuses[r].ok()) << r << ": " << statuses[r];
 }
 
 TEST(FakeCommunicatorTest, EveryCollectiveMatchesTheContract) {
@@ -49,12 +50,20 @@ TEST(FakeCommunicatorTest, RejectsBadArgumentsWithoutSending) {
   Communicator& c = *comms[0];
   std::vector<int64_t> one = {4}, two = {4, 4}, neg = {4, -1};
   std::vector<float> buf(16);
-  EXPECT_EQ(c.AllToAllV({.send = buf.data(), .send_counts = one, .send_offsets = one,
-                         .recv = buf.data(), .recv_counts = two, .recv_offsets = two})
+  EXPECT_EQ(c.AllToAllV({.send = buf.data(),
+                         .send_counts = one,
+                         .send_offsets = one,
+                         .recv = buf.data(),
+                         .recv_counts = two,
+                         .recv_offsets = two})
                 .code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(c.AllToAllV({.send = buf.data(), .send_counts = neg, .send_offsets = two,
-                         .recv = buf.data(), .recv_counts = two, .recv_offsets = two})
+  EXPECT_EQ(c.AllToAllV({.send = buf.data(),
+                         .send_counts = neg,
+                         .send_offsets = two,
+                         .recv = buf.data(),
+                         .recv_counts = two,
+                         .recv_offsets = two})
                 .code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(c.AllReduce(nullptr, buf.data(), 4, DataType::kFloat32, ReduceOp::kSum).code(),

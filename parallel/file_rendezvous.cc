@@ -13,9 +13,9 @@
 namespace weir::parallel {
 
 absl::StatusOr<std::vector<std::string>> ExchangeThroughDirectory(const std::string& dir, int rank,
-                                                                 int world_size,
-                                                                 const std::string& mine,
-                                                                 absl::Duration timeout) {
+                                                                  int world_size,
+                                                                  const std::string& mine,
+                                                                  absl::Duration timeout) {
   const std::string path = absl::StrCat(dir, "/rank.", rank);
   const std::string tmp = absl::StrCat(path, ".tmp");
   {

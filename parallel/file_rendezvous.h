@@ -25,9 +25,9 @@ namespace weir::parallel {
 // it), INTERNAL if the directory cannot be written or read.
 // REQUIRES: `dir` exists; it holds no entries of an earlier exchange.
 absl::StatusOr<std::vector<std::string>> ExchangeThroughDirectory(const std::string& dir, int rank,
-                                                                 int world_size,
-                                                                 const std::string& mine,
-                                                                 absl::Duration timeout);
+                                                                  int world_size,
+                                                                  const std::string& mine,
+                                                                  absl::Duration timeout);
 
 }  // namespace weir::parallel
 

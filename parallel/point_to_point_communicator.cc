@@ -108,10 +108,10 @@ absl::Status PointToPointCommunicator::AllToAllV(const AllToAllVArgs& a, const E
   for (int s = 1; s < world_size_; ++s) {
     const int to = (rank_ + s) % world_size_;
     const int from = (rank_ - s + world_size_) % world_size_;
-    transfers.push_back({Kind::kSend, to, At(a.send, a.send_offsets[to], es),
-                         a.send_counts[to] * es, tag});
-    transfers.push_back({Kind::kRecv, from, At(a.recv, a.recv_offsets[from], es),
-                         a.recv_counts[from] * es, tag});
+    transfers.push_back(
+        {Kind::kSend, to, At(a.send, a.send_offsets[to], es), a.send_counts[to] * es, tag});
+    transfers.push_back(
+        {Kind::kRecv, from, At(a.recv, a.recv_offsets[from], es), a.recv_counts[from] * es, tag});
   }
   if (a.send_counts[rank_] > 0) {
     std::memcpy(At(a.recv, a.recv_offsets[rank_], es), At(a.send, a.send_offsets[rank_], es),
@@ -141,8 +141,8 @@ absl::Status PointToPointCommunicator::AllReduce(const void* send, void* recv, i
     const int64_t to_begin = ChunkBegin(count, n, to);
     transfers.push_back({Kind::kSend, to, At(send, to_begin, es),
                          (ChunkBegin(count, n, to + 1) - to_begin) * es, tag});
-    transfers.push_back({Kind::kRecv, from, At(scratch_.data(), from * my_len, es), my_len * es,
-                         tag});
+    transfers.push_back(
+        {Kind::kRecv, from, At(scratch_.data(), from * my_len, es), my_len * es, tag});
   }
   if (my_len > 0) {
     std::memcpy(At(scratch_.data(), rank_ * my_len, es), At(send, my_begin, es), my_len * es);

@@ -36,9 +36,9 @@ namespace weir::parallel {
 struct Transfer {
   enum class Kind { kSend, kRecv };
   Kind kind = Kind::kSend;
-  int peer = 0;             // never this rank
-  void* data = nullptr;     // kSend: read only
-  size_t bytes = 0;         // kRecv: the exact size expected
+  int peer = 0;          // never this rank
+  void* data = nullptr;  // kSend: read only
+  size_t bytes = 0;      // kRecv: the exact size expected
   uint64_t tag = 0;
 };
 
@@ -90,12 +90,12 @@ class PointToPointCommunicator : public Communicator {
 
   const int rank_;
   const int world_size_;
-  uint64_t seq_ = 0;                        // collectives started so far
-  std::vector<uint64_t> p2p_send_seq_;      // [world_size] sends posted to each peer
-  std::vector<uint64_t> p2p_recv_seq_;      // [world_size] receives posted from each peer
-  absl::Status broken_;                     // UNAVAILABLE once broken, sticky
-  std::string what_;                        // "all_reduce #12", for error messages
-  std::vector<std::byte> scratch_;          // AllReduce staging, reused
+  uint64_t seq_ = 0;                    // collectives started so far
+  std::vector<uint64_t> p2p_send_seq_;  // [world_size] sends posted to each peer
+  std::vector<uint64_t> p2p_recv_seq_;  // [world_size] receives posted from each peer
+  absl::Status broken_;                 // UNAVAILABLE once broken, sticky
+  std::string what_;                    // "all_reduce #12", for error messages
+  std::vector<std::byte> scratch_;      // AllReduce staging, reused
 };
 
 }  // namespace weir::parallel

@@ -19,8 +19,8 @@ std::vector<int> Members(const ProcessGroup& g) {
 }
 
 TEST(ProcessGroupTest, PureDpAndEpAreTheWorld) {
-  absl::StatusOr<RankGroups> g = GroupsForRank({.world_size = 4, .dp_size = 4, .ep_size = 4},
-                                               Rank(2));
+  absl::StatusOr<RankGroups> g =
+      GroupsForRank({.world_size = 4, .dp_size = 4, .ep_size = 4}, Rank(2));
   ASSERT_TRUE(g.ok()) << g.status();
   EXPECT_THAT(Members(g->world), ElementsAre(0, 1, 2, 3));
   EXPECT_THAT(Members(g->dp), ElementsAre(0, 1, 2, 3));

@@ -15,8 +15,8 @@ namespace weir::parallel {
 
 // Sets acc[i] = acc[i] op in[i] for i in [0, count), reading `dtype` elements.
 // kMin/kMax keep `acc[i]` unless `in[i]` compares strictly less/greater, so a
-// NaN in `in` never replaces a value. Integer sums wrap (two's complement). REQUIRES: acc and in do not overlap
-// partially (they may be equal); both hold `count` elements.
+// NaN in `in` never replaces a value. Integer sums wrap (two's complement). REQUIRES: acc and in do
+// not overlap partially (they may be equal); both hold `count` elements.
 void ReduceInto(DataType dtype, ReduceOp op, void* acc, const void* in, int64_t count);
 
 }  // namespace weir::parallel

@@ -85,7 +85,7 @@ class UcxCommunicator final : public PointToPointCommunicator {
     UcxCommunicator* self = nullptr;
     int rank = 0;
     ucp_ep_h ep = nullptr;
-    bool failed = false;       // UCX reported the connection failed
+    bool failed = false;  // UCX reported the connection failed
     absl::Time failed_at;
     std::string error;
   };

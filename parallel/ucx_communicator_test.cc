@@ -71,12 +71,11 @@ std::vector<int> RunUcxRanks(int world, const std::string& transports, absl::Dur
         absl::StatusOr<std::vector<std::string>> table =
             ExchangeThroughDirectory(dir, rank, world, (*ctx)->address(), absl::Seconds(20));
         if (!table.ok()) return Fail(rank, table.status());
-        absl::StatusOr<std::unique_ptr<UcxCommunicator>> comm =
-            UcxCommunicator::Create(**ctx, Rank(rank), *table,
-                                    {.timeout = timeout,
-                                     // UCX 1.13 shared memory has no peer error handling.
-                                     .peer_failure_detection = transports.find("tcp") !=
-                                                               std::string::npos});
+        absl::StatusOr<std::unique_ptr<UcxCommunicator>> comm = UcxCommunicator::Create(
+            **ctx, Rank(rank), *table,
+            {.timeout = timeout,
+             // UCX 1.13 shared memory has no peer error handling.
+             .peer_failure_detection = transports.find("tcp") != std::string::npos});
         if (!comm.ok()) return Fail(rank, comm.status());
         const absl::Status status = body(**comm);
         comm->reset();
@@ -149,12 +148,16 @@ TEST(UcxCommunicatorTest, KilledPeerMakesCollectivesUnavailableWithinTheTimeout)
           for (int p = 0; p < n; ++p) offsets[p] = p * counts[p];
           std::vector<float> send(n << 18, 1.0f), recv(n << 18);
           const absl::Time start = absl::Now();
-          absl::Status s = c.AllToAllV({.send = send.data(), .send_counts = counts,
-                                        .send_offsets = offsets, .recv = recv.data(),
-                                        .recv_counts = counts, .recv_offsets = offsets,
+          absl::Status s = c.AllToAllV({.send = send.data(),
+                                        .send_counts = counts,
+                                        .send_offsets = offsets,
+                                        .recv = recv.data(),
+                                        .recv_counts = counts,
+                                        .recv_offsets = offsets,
                                         .dtype = DataType::kFloat32});
           const absl::Duration took = absl::Now() - start;
-          if (!absl::IsUnavailable(s)) return absl::InternalError(absl::StrCat("got ", s.ToString()));
+          if (!absl::IsUnavailable(s))
+            return absl::InternalError(absl::StrCat("got ", s.ToString()));
           if (took > timeout + absl::Seconds(3)) {
             return absl::InternalError(absl::StrCat("took ", absl::FormatDuration(took)));
           }
@@ -164,7 +167,8 @@ TEST(UcxCommunicatorTest, KilledPeerMakesCollectivesUnavailableWithinTheTimeout)
             return absl::InternalError(absl::StrCat("peer not named: ", s.ToString()));
           }
           // Broken from now on: fails at once.
-          if (!absl::IsUnavailable(c.Barrier())) return absl::InternalError("barrier after failure");
+          if (!absl::IsUnavailable(c.Barrier()))
+            return absl::InternalError("barrier after failure");
           return absl::OkStatus();
         });
     EXPECT_THAT(outcome, ElementsAre(0, 0, 0, 128 + SIGKILL));

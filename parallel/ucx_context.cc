@@ -22,8 +22,8 @@ absl::StatusOr<std::unique_ptr<UcxContext>> UcxContext::Create(const UcxContextO
     st = ucp_config_modify(config, "TLS", options.transports.c_str());
     if (st != UCS_OK) {
       ucp_config_release(config);
-      return absl::InvalidArgumentError(absl::StrCat("UCX transports '", options.transports,
-                                                     "': ", ucs_status_string(st)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("UCX transports '", options.transports, "': ", ucs_status_string(st)));
     }
   }
   ucp_params_t params{};

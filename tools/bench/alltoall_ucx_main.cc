@@ -82,8 +82,12 @@ absl::Status RunRank(UcxCommunicator& comm, const std::string& tls,
     for (int p = 0; p < n; ++p) offsets[p] = p * block;
     std::vector<uint8_t> send(n * block), recv(n * block, 0);
     for (int p = 0; p < n; ++p) std::memset(send.data() + p * block, (me * 31 + p) & 0xFF, block);
-    const AllToAllVArgs args{.send = send.data(), .send_counts = counts, .send_offsets = offsets,
-                             .recv = recv.data(), .recv_counts = counts, .recv_offsets = offsets};
+    const AllToAllVArgs args{.send = send.data(),
+                             .send_counts = counts,
+                             .send_offsets = offsets,
+                             .recv = recv.data(),
+                             .recv_counts = counts,
+                             .recv_offsets = offsets};
     RETURN_IF_ERROR(comm.AllToAllV(args));  // warm-up, and a correctness check
     for (int p = 0; p < n; ++p) {
       if (block > 0 && (recv[p * block] != ((p * 31 + me) & 0xFF) ||
@@ -102,8 +106,7 @@ absl::Status RunRank(UcxCommunicator& comm, const std::string& tls,
       const double rank_bw = static_cast<double>(block) * (n - 1) / lat;
       std::printf("%-4s %5d %10lld %6lld %10.1f %9.3f %9.3f %11.3f %10.3f\n", tls.c_str(), n,
                   static_cast<long long>(block), static_cast<long long>(iters), lat * 1e6,
-                  rank_bw / 1e9, rank_bw * n / 1e9, memcpy_bw[s] / 1e9,
-                  rank_bw * n / memcpy_bw[s]);
+                  rank_bw / 1e9, rank_bw * n / 1e9, memcpy_bw[s] / 1e9, rank_bw * n / memcpy_bw[s]);
       std::fflush(stdout);
     }
   }
@@ -115,7 +118,8 @@ int Main() {
   std::vector<int> worlds;
   for (const std::string& v : absl::GetFlag(FLAGS_sizes)) {
     int64_t x = 0;
-    if (!absl::SimpleAtoi(v, &x) || x < 0) return std::fprintf(stderr, "bad size %s\n", v.c_str()), 2;
+    if (!absl::SimpleAtoi(v, &x) || x < 0)
+      return std::fprintf(stderr, "bad size %s\n", v.c_str()), 2;
     sizes.push_back(x);
   }
   for (const std::string& v : absl::GetFlag(FLAGS_ranks)) {
@@ -129,10 +133,12 @@ int Main() {
               "lat_us", "rank_GB/s", "agg_GB/s", "memcpy_GB/s", "agg/memcpy");
   const char* tmp = std::getenv("TMPDIR");
   for (const std::string& tls : absl::GetFlag(FLAGS_transports)) {
-    if (tls != "sm" && tls != "tcp") return std::fprintf(stderr, "bad transport %s\n", tls.c_str()), 2;
+    if (tls != "sm" && tls != "tcp")
+      return std::fprintf(stderr, "bad transport %s\n", tls.c_str()), 2;
     for (int world : worlds) {
       std::vector<double> memcpy_bw;
-      for (int64_t block : sizes) memcpy_bw.push_back(MemcpyBandwidth(std::max<int64_t>(1, block * (world - 1))));
+      for (int64_t block : sizes)
+        memcpy_bw.push_back(MemcpyBandwidth(std::max<int64_t>(1, block * (world - 1))));
       std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/alltoall_ucx_XXXXXX");
       if (mkdtemp(dir.data()) == nullptr) return std::perror("mkdtemp"), 1;
       absl::StatusOr<std::vector<int>> outcome = ForkRanks(
@@ -141,8 +147,8 @@ int Main() {
             auto ctx = UcxContext::Create({.transports = absl::StrCat(tls, ",self")});
             absl::Status st = ctx.status();
             if (st.ok()) {
-              auto table = ExchangeThroughDirectory(dir, rank, world, (*ctx)->address(),
-                                                    absl::Seconds(60));
+              auto table =
+                  ExchangeThroughDirectory(dir, rank, world, (*ctx)->address(), absl::Seconds(60));
               st = table.status();
               if (st.ok()) {
                 auto comm = UcxCommunicator::Create(
@@ -155,7 +161,8 @@ int Main() {
             return st.ok() ? 0 : 1;
           },
           absl::Minutes(10));
-      if (!outcome.ok() || std::any_of(outcome->begin(), outcome->end(), [](int c) { return c != 0; })) {
+      if (!outcome.ok() ||
+          std::any_of(outcome->begin(), outcome->end(), [](int c) { return c != 0; })) {
         std::fprintf(stderr, "%s with %d ranks failed\n", tls.c_str(), world);
         return 1;
       }
