@@ -59,7 +59,7 @@ absl::Status AttendAndProject(Ops& ops, const ModelConfig& config, const Attenti
                                        .head_dim = static_cast<int>(d),
                                        .kv_len = static_cast<int64_t>(table.size()) / d,
                                        .topk = width,
-                                       .scale = 1.0f / std::sqrt(static_cast<float>(d))}));
+                                       .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)))}));
   ops.RoundBf16(o);
   RETURN_IF_ERROR(ops.Rope(rope, {.x = o, .positions = positions, .num_tokens = s,
                                   .num_heads = static_cast<int>(h),
