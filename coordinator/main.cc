@@ -18,6 +18,7 @@
 #include "absl/flags/flag.h"
 #include <xxhash.h>
 
+#include <filesystem>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -33,6 +34,7 @@
 #include "coordinator/control_service.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/launcher.h"
+#include "coordinator/model_provisioning.h"
 #include "coordinator/tokenizer/tokenizer.h"
 #include "tools/cpp/runfiles/runfiles.h"
 
@@ -49,6 +51,10 @@ ABSL_FLAG(int, startup_timeout_s, 120, "Give up if the workers are not ready by 
 ABSL_FLAG(int, health_interval_ms, 500, "Worker liveness check period.");
 ABSL_FLAG(int, health_failures, 3, "Consecutive failed checks before a worker is DEAD.");
 ABSL_FLAG(int, stop_grace_s, 5, "Time children get to exit before SIGKILL.");
+ABSL_FLAG(std::string, model_cache_dir, "",
+          "Where generated weights for a config-only model directory go; default "
+          "~/.cache/weir/models.");
+ABSL_FLAG(uint64_t, weights_seed, 0, "Seed of generated weights (config-only model dirs).");
 ABSL_FLAG(std::string, address_file, "",
           "If set, write the bound HOST:PORT here as soon as the server listens (for "
           "launchers that start remote workers).");
@@ -109,9 +115,20 @@ int Run(int argc, char** argv) {
     std::cerr << "weir: need at least one worker (--workers / --expect_workers)\n";
     return 2;
   }
-  const std::string model_dir =
+  const std::string source_dir =
       Locate(runfiles.get(), absl::GetFlag(FLAGS_model_dir), "weir/models/tiny");
+  std::string cache_dir = absl::GetFlag(FLAGS_model_cache_dir);
+  if (cache_dir.empty()) cache_dir = DefaultModelCacheDir();
+  absl::StatusOr<std::string> weights_dir =
+      EnsureWeights(source_dir, cache_dir, absl::GetFlag(FLAGS_weights_seed));
+  if (!weights_dir.ok()) {
+    std::cerr << "weir: cannot prepare weights for " << source_dir << ": "
+              << weights_dir.status() << "\n";
+    return 1;
+  }
+  const std::string model_dir = *weights_dir;
   absl::StatusOr<ModelSummary> model = LoadModelSummary(model_dir);
+  if (model.ok()) model->name = std::filesystem::path(source_dir).filename().string();
   if (!model.ok()) {
     std::cerr << "weir: cannot load model from " << model_dir << ": " << model.status() << "\n";
     return 1;

@@ -27,6 +27,7 @@ ABSL_FLAG(std::string, advertise_host, "",
 ABSL_FLAG(int, rank, -1, "Rank to ask for (-1: any free rank).");
 ABSL_FLAG(int, register_timeout_s, 60, "How long to retry registering.");
 ABSL_FLAG(int, coordinator_timeout_s, 10, "Exit after the coordinator is gone this long.");
+ABSL_FLAG(int, max_slots, 256, "Sequence slots (concurrent sequences) of this rank.");
 
 namespace weir::worker {
 namespace {
@@ -44,6 +45,10 @@ int Run(int argc, char** argv) {
     if (!stop.HasBeenNotified()) stop.Notify();
   });
   InitProcess(argc, argv, "weir worker: --coordinator=HOST:PORT [--listen=HOST:PORT]", "worker");
+  if (absl::GetFlag(FLAGS_max_slots) < 1) {
+    std::cerr << "worker: --max_slots must be >= 1\n";
+    return 2;
+  }
   const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
   if (coordinator.empty()) {
     std::cerr << "worker: --coordinator=HOST:PORT is required\n";
@@ -59,7 +64,8 @@ int Run(int argc, char** argv) {
       .request_stop =
           [&stop](const std::string&) {
             if (!stop.HasBeenNotified()) stop.Notify();
-          }});
+          }},
+      WorkerOptions{.max_slots = absl::GetFlag(FLAGS_max_slots)});
   absl::StatusOr<StartedServer> server =
       StartServer({.address = absl::GetFlag(FLAGS_listen)}, {&service});
   if (!server.ok()) {

@@ -2,7 +2,12 @@
 
 #include <filesystem>
 
+#include <algorithm>
+
 #include "absl/container/flat_hash_set.h"
+#include "absl/time/clock.h"
+#include "coordinator/tokenizer/engram_vocab.h"
+#include "coordinator/tokenizer/tokenizer.h"
 #include "absl/strings/str_cat.h"
 #include "base/grpc_util.h"
 #include "base/logging.h"
@@ -29,7 +34,10 @@ ExpertMap FromProto(const v1::ExpertMap& proto) {
 
 }  // namespace
 
-WorkerService::WorkerService(WorkerHooks hooks) : hooks_(std::move(hooks)) {}
+WorkerService::WorkerService(WorkerHooks hooks, WorkerOptions options)
+    : hooks_(std::move(hooks)), options_(options) {}
+
+WorkerService::~WorkerService() = default;
 
 void WorkerService::SetIdentity(uint64_t epoch, int rank) {
   epoch_ = epoch;
@@ -94,6 +102,32 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
   }
   absl::StatusOr<ModelSummary> model = LoadModelSummary(request->model_dir());
   if (!model.ok()) return ToGrpcStatus(model.status());
+  {
+    absl::MutexLock lock(&mu_);
+    if (steps_active_) {
+      return Error(grpc::StatusCode::FAILED_PRECONDITION, "LoadWeights while Steps is open");
+    }
+  }
+  absl::StatusOr<std::unique_ptr<model::Checkpoint>> checkpoint =
+      model::Checkpoint::Open(request->model_dir());
+  if (!checkpoint.ok()) return ToGrpcStatus(checkpoint.status());
+  model::ModelOptions model_options;
+  if (absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> tok =
+          tokenizer::Tokenizer::FromDirectory(request->model_dir());
+      tok.ok()) {
+    // The tokenizer's compressed vocabulary is used when the config
+    // declares its size; otherwise (the tiny test model) Engram hashes the
+    // raw ids, which the model accepts only when the sizes equal the vocab.
+    absl::StatusOr<tokenizer::EngramVocab> engram = tokenizer::BuildEngramVocab(**tok);
+    if (!engram.ok()) return ToGrpcStatus(engram.status());
+    if (engram->size == (*checkpoint)->config().engram_compressed_vocab_size) {
+      model_options.engram_token_map.assign(engram->compressed_id.begin(),
+                                            engram->compressed_id.end());
+    }
+  }
+  absl::StatusOr<std::unique_ptr<model::Model>> runtime =
+      model::Model::Create((*checkpoint)->config(), **checkpoint, std::move(model_options));
+  if (!runtime.ok()) return ToGrpcStatus(runtime.status());
   std::optional<ExpertMapState> experts;
   if (request->has_expert_map()) {
     ExpertMap map = FromProto(request->expert_map());
@@ -103,14 +137,18 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     experts.emplace(IdentityExpertMap(static_cast<int>(model->num_layers),
                                       static_cast<int>(model->num_routed_experts), world));
   }
-  std::error_code ec;
-  const auto config_bytes =
-      std::filesystem::file_size(std::filesystem::path(request->model_dir()) / "config.json", ec);
+  uint64_t bytes = 0;
+  for (const std::string& name : (*checkpoint)->tensors().Names()) {
+    if (const model::TensorInfo* info = (*checkpoint)->Info(name)) bytes += info->num_bytes();
+  }
   response->set_model_name(model->name);
   response->set_revision(model->revision);
-  response->set_bytes_loaded(ec ? 0 : config_bytes);
+  response->set_bytes_loaded(bytes);
   {
     absl::MutexLock lock(&mu_);
+    executor_ = std::make_unique<StepExecutor>(**runtime, options_.max_slots);
+    model_runtime_ = std::move(*runtime);
+    checkpoint_ = std::move(*checkpoint);
     model_ = std::move(*model);
     experts_ = std::move(experts);
   }
@@ -120,13 +158,59 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
 
 void WorkerService::ExecutePlan(const v1::StepPlan& plan, v1::StepResult& result) {
   result.set_step_id(plan.step_id());
-  if (plan.rows_size() > 0) {
-    result.mutable_error()->set_code(static_cast<int>(grpc::StatusCode::UNIMPLEMENTED));
-    result.mutable_error()->set_message(
-        "this worker has no model forward built in; only empty steps run");
+  std::vector<RowPlan> rows;
+  rows.reserve(plan.rows_size());
+  for (const v1::StepRow& in : plan.rows()) {
+    RowPlan row{.slot = in.seq_slot(),
+                .start_pos = in.start_pos(),
+                .tokens = {in.input_tokens().begin(), in.input_tokens().end()},
+                .remap = in.has_remap() ? in.remap() : -1,
+                .sample = in.sample(),
+                .return_top_k = static_cast<int32_t>(in.return_top_k())};
+    const v1::SamplingParams& p = in.sampling();
+    row.sampling.temperature = p.has_temperature() ? p.temperature() : 1.0f;
+    row.sampling.top_k = p.has_top_k() ? p.top_k() : 0;
+    row.sampling.top_p = p.has_top_p() ? p.top_p() : 1.0f;
+    row.sampling.min_p = p.has_min_p() ? p.min_p() : 0.0f;
+    row.sampling.repetition_penalty = p.has_repetition_penalty() ? p.repetition_penalty() : 1.0f;
+    row.sampling.frequency_penalty = p.has_frequency_penalty() ? p.frequency_penalty() : 0.0f;
+    row.sampling.presence_penalty = p.has_presence_penalty() ? p.presence_penalty() : 0.0f;
+    for (const auto& [id, bias] : p.logit_bias()) {
+      row.sampling.logit_bias.emplace_back(static_cast<int32_t>(id), bias);
+    }
+    std::sort(row.sampling.logit_bias.begin(), row.sampling.logit_bias.end());
+    row.sampling.seed = in.seed();
+    rows.push_back(std::move(row));
+  }
+  std::vector<int32_t> release(plan.release_slots().begin(), plan.release_slots().end());
+  if (executor_ == nullptr) {
+    result.mutable_error()->set_code(static_cast<int>(absl::StatusCode::kFailedPrecondition));
+    result.mutable_error()->set_message("no model loaded");
     return;
   }
-  // An empty plan: this rank has no rows this step. Nothing to compute.
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::vector<RowOutcome>> outcomes = executor_->Execute(rows, release);
+  result.set_forward_ms(absl::ToDoubleMilliseconds(absl::Now() - start));
+  if (!outcomes.ok()) {
+    result.mutable_error()->set_code(static_cast<int>(outcomes.status().code()));
+    result.mutable_error()->set_message(std::string(outcomes.status().message()));
+    return;
+  }
+  for (const RowOutcome& outcome : *outcomes) {
+    v1::RowResult* row = result.add_rows();
+    if (outcome.token.has_value()) {
+      row->add_tokens(static_cast<uint32_t>(*outcome.token));
+      row->add_logprobs(outcome.logprob);
+    }
+    for (size_t k = 0; k < outcome.top_ids.size(); ++k) {
+      row->add_top_ids(static_cast<uint32_t>(outcome.top_ids[k]));
+      row->add_top_logits(outcome.top_logits[k]);
+    }
+    if (!outcome.status.ok()) {
+      row->mutable_error()->set_code(static_cast<int>(outcome.status.code()));
+      row->mutable_error()->set_message(std::string(outcome.status.message()));
+    }
+  }
 }
 
 grpc::Status WorkerService::Steps(grpc::ServerContext* context,

@@ -5,9 +5,10 @@
 // order on the Steps stream, keeps the versioned expert map, and stops on
 // Shutdown. Health ("weir.v1.Worker") is SERVING only after LoadWeights.
 //
-// The model forward is not part of this build: a plan with rows is answered
-// with an UNIMPLEMENTED error in its StepResult; empty plans (a rank with no
-// work this step) complete normally.
+// LoadWeights opens the checkpoint in the model directory and builds the
+// Model; Steps runs each plan's rows through a StepExecutor (one sequence
+// slot per row, sampling on the worker). Empty plans (a rank with no work
+// this step) complete normally.
 //
 // Thread safety: gRPC calls it from many threads; state is guarded by mu_.
 
@@ -24,8 +25,16 @@
 #include "base/model_summary.h"
 #include "proto/worker.grpc.pb.h"
 #include "worker/expert_map_state.h"
+#include "worker/model/checkpoint.h"
+#include "worker/model/model.h"
+#include "worker/step_executor.h"
 
 namespace weir::worker {
+
+struct WorkerOptions {
+  // Sequence slots (concurrent sequences) this rank holds.
+  int32_t max_slots = 256;
+};
 
 struct WorkerHooks {
   // Called with true once the model is loaded (and false if it is unloaded).
@@ -36,7 +45,8 @@ struct WorkerHooks {
 
 class WorkerService final : public v1::Worker::Service {
  public:
-  explicit WorkerService(WorkerHooks hooks);
+  explicit WorkerService(WorkerHooks hooks, WorkerOptions options = {});
+  ~WorkerService() override;
 
   // Sets the coordinator epoch and rank that registration returned. The
   // server runs before registration (its address is registered), so calls
@@ -67,6 +77,7 @@ class WorkerService final : public v1::Worker::Service {
   grpc::Status CheckEpoch(uint64_t epoch);
 
   WorkerHooks hooks_;
+  const WorkerOptions options_;
   absl::Notification identity_set_;
   // Written once before identity_set_ is notified; read-only afterwards.
   uint64_t epoch_ = 0;
@@ -79,6 +90,11 @@ class WorkerService final : public v1::Worker::Service {
   std::vector<std::string> peer_addresses_ ABSL_GUARDED_BY(mu_);
   std::optional<ModelSummary> model_ ABSL_GUARDED_BY(mu_);
   std::optional<ExpertMapState> experts_ ABSL_GUARDED_BY(mu_);
+  // The loaded model; the Steps thread uses it without mu_ (one stream at a
+  // time, and LoadWeights refuses to replace it while a stream is open).
+  std::unique_ptr<model::Checkpoint> checkpoint_;
+  std::unique_ptr<model::Model> model_runtime_;
+  std::unique_ptr<StepExecutor> executor_;
   bool steps_active_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -5,14 +5,23 @@
 
 #include "base/grpc_util.h"
 #include "gtest/gtest.h"
+#include "worker/model/tiny_checkpoint.h"
 
 namespace weir::worker {
 namespace {
 
 constexpr uint64_t kEpoch = 1234;
 
+// The tiny model with generated weights, made once per test binary.
 std::string TinyModelDir() {
-  return std::string(std::getenv("TEST_SRCDIR")) + "/weir/models/tiny";
+  static const std::string dir = [] {
+    const std::string out = std::string(std::getenv("TEST_TMPDIR")) + "/tiny";
+    auto opened = model::GenerateAndOpenCheckpoint(
+        std::string(std::getenv("TEST_SRCDIR")) + "/weir/models/tiny/config.json", out, 1);
+    EXPECT_TRUE(opened.ok()) << opened.status();
+    return out;
+  }();
+  return dir;
 }
 
 // A worker service behind a real gRPC server on a free loopback port.
@@ -96,16 +105,36 @@ TEST(WorkerServiceTest, StepsRunInOrderAndRefuseGaps) {
     plan.set_coordinator_epoch(kEpoch);
     plan.set_step_id(step);
     plan.set_type(v1::STEP_TYPE_DECODE);
-    if (step == 2) plan.add_rows()->add_input_tokens(5);
+    if (step >= 1) {
+      v1::StepRow* row = plan.add_rows();
+      row->set_seq_slot(0);
+      row->set_start_pos(step == 1 ? 0 : 3);
+      if (step == 1) {
+        for (uint32_t t : {5u, 6u, 7u}) row->add_input_tokens(t);
+      } else {
+        row->set_remap(0);  // The token step 1 sampled.
+      }
+      row->set_sample(true);
+      row->mutable_sampling()->set_temperature(0.0f);
+    }
     ASSERT_TRUE(stream->Write(plan));
     ASSERT_TRUE(stream->Read(&result));
     EXPECT_EQ(result.step_id(), step);
-    // Rows need the model forward, which this build lacks: an explicit error.
-    EXPECT_EQ(result.error().code(), step == 2 ? grpc::StatusCode::UNIMPLEMENTED : 0);
+    EXPECT_EQ(result.error().code(), 0) << result.error().message();
+    EXPECT_EQ(result.rows_size(), step >= 1 ? 1 : 0);
+    if (step >= 1) EXPECT_EQ(result.rows(0).tokens_size(), 1);
   }
+  // A bad row (slot out of range) is this step's error; the stream goes on.
+  v1::StepPlan bad;
+  bad.set_coordinator_epoch(kEpoch);
+  bad.set_step_id(3);
+  bad.add_rows()->set_seq_slot(100000);
+  ASSERT_TRUE(stream->Write(bad));
+  ASSERT_TRUE(stream->Read(&result));
+  EXPECT_EQ(result.error().code(), grpc::StatusCode::INVALID_ARGUMENT);
   v1::StepPlan gap;
   gap.set_coordinator_epoch(kEpoch);
-  gap.set_step_id(7);
+  gap.set_step_id(9);
   ASSERT_TRUE(stream->Write(gap));
   stream->WritesDone();
   EXPECT_FALSE(stream->Read(&result));
