@@ -54,12 +54,13 @@ absl::Status AttendAndProject(Ops& ops, const ModelConfig& config, const Attenti
   const int64_t s = static_cast<int64_t>(positions.size());
   const int64_t h = config.n_heads, d = config.head_dim;
   std::vector<float> o(s * h * d);
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   RETURN_IF_ERROR(ops.SparseAttention({.q = q, .kv = table, .sink = w.attn_sink, .index = index,
                                        .out = o, .queries = s, .heads = static_cast<int>(h),
                                        .head_dim = static_cast<int>(d),
                                        .kv_len = static_cast<int64_t>(table.size()) / d,
                                        .topk = width,
-                                       .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)))}));
+                                       .scale = scale}));
   ops.RoundBf16(o);
   RETURN_IF_ERROR(ops.Rope(rope, {.x = o, .positions = positions, .num_tokens = s,
                                   .num_heads = static_cast<int>(h),

@@ -37,8 +37,9 @@ class Loader {
     } else if (info->dtype == DType::kF32) {
       std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
     } else {
-      return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " is ",
-                                                     std::string(DTypeName(info->dtype)), ", not BF16/F32"));
+      const std::string dtype(DTypeName(info->dtype));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor ", name, " is ", dtype, ", not BF16/F32"));
     }
     return out;
   }
@@ -125,7 +126,9 @@ class Loader {
   absl::StatusOr<MoeWeights> Moe(const std::string& p, const LayerRole& role) const {
     const ModelConfig& c = config_;
     int64_t n_experts = c.n_routed_experts;
-    if (role.is_dspark_stage && c.dspark_n_routed_experts > 0) n_experts = c.dspark_n_routed_experts;
+    if (role.is_dspark_stage && c.dspark_n_routed_experts > 0) {
+      n_experts = c.dspark_n_routed_experts;
+    }
     MoeWeights m;
     const std::string f = p + "ffn.";
     ASSIGN_OR_RETURN(m.gate, Floats(f + "gate.weight", n_experts * c.dim));
