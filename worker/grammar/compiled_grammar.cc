@@ -24,8 +24,19 @@ const NodeTokenCache& CompiledGrammar::TokenCache(int32_t node) const {
   cache = caches_[node].load(std::memory_order_acquire);
   if (cache != nullptr) return *cache;
   cache_bytes_.fetch_add(built->MemoryBytes(), std::memory_order_relaxed);
+  num_caches_.fetch_add(1, std::memory_order_relaxed);
   caches_[node].store(built.get(), std::memory_order_release);
   return *built.release();
+}
+
+int32_t CompiledGrammar::PrecomputeTokenCaches(absl::Duration budget) const {
+  const absl::Time deadline = absl::Now() + budget;
+  const int32_t before = num_token_caches();
+  for (int32_t n = 0; n < pda_.num_nodes() && absl::Now() < deadline; ++n) {
+    const PdaNode& node = pda_.node(n);
+    if (node.byte_begin != node.byte_end) TokenCache(n);
+  }
+  return num_token_caches() - before;
 }
 
 int64_t CompiledGrammar::MemoryBytes() const {

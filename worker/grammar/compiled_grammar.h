@@ -16,6 +16,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "worker/grammar/pda.h"
 #include "worker/grammar/token_cache.h"
 #include "worker/grammar/vocabulary.h"
@@ -36,6 +37,14 @@ class CompiledGrammar {
   // for the lifetime of this object. REQUIRES: 0 <= node < pda().num_nodes().
   const NodeTokenCache& TokenCache(int32_t node) const;
 
+  // Builds the token caches of every node that can consume a byte, in node
+  // order, until done or `budget` has passed; the rest stay lazy. Returns
+  // the number of caches built by this call.
+  int32_t PrecomputeTokenCaches(absl::Duration budget) const;
+
+  // Number of token caches built so far.
+  int32_t num_token_caches() const { return num_caches_.load(std::memory_order_relaxed); }
+
   // Bytes held: PDA plus the token caches built so far (grows with use).
   int64_t MemoryBytes() const;
 
@@ -44,6 +53,7 @@ class CompiledGrammar {
   std::shared_ptr<const Vocabulary> vocab_;
   mutable std::vector<std::atomic<const NodeTokenCache*>> caches_;
   mutable std::atomic<int64_t> cache_bytes_{0};
+  mutable std::atomic<int32_t> num_caches_{0};
   mutable absl::Mutex mu_;  // serializes publication into caches_
 };
 

@@ -81,7 +81,9 @@ CompileResult GrammarCompiler::CompileNow(const Constraint& constraint) const {
   auto pda = Pda::Build(*grammar, options_.pda_limits);
   if (!pda.ok()) return pda.status();
   if (absl::Now() >= deadline) return too_slow();
-  return std::make_shared<const CompiledGrammar>(*std::move(pda), vocab_);
+  auto compiled = std::make_shared<const CompiledGrammar>(*std::move(pda), vocab_);
+  compiled->PrecomputeTokenCaches(options_.precompute_budget);
+  return compiled;
 }
 
 CompileFuture GrammarCompiler::CompileAsync(const Constraint& constraint) {

@@ -69,6 +69,32 @@ StackDfa::StateId StackDfa::Intern(const FrameSet& frames) {
   return id;
 }
 
+void StackDfa::Successors(const FrameSet& ready, uint8_t byte, FrameSet* out) const {
+  out->clear();
+  for (const Frame& f : ready) {
+    const PdaNode& node = pda_.node(f.node);
+    const ByteEdge* edges = pda_.byte_edges(node);
+    for (int32_t i = 0; i < node.byte_end - node.byte_begin; ++i) {
+      if (edges[i].lo <= byte && byte <= edges[i].hi) out->push_back(Frame{edges[i].target, f.parent});
+    }
+  }
+  std::sort(out->begin(), out->end());
+  out->erase(std::unique(out->begin(), out->end()), out->end());
+}
+
+const ByteSet& StackDfa::SelfLoops(StateId s) {
+  State& state = states_[s];
+  if (!state.self_loops_known) {
+    FrameSet out;
+    for (int b = 0; b < 256; ++b) {
+      Successors(state.ready, static_cast<uint8_t>(b), &out);
+      if (!out.empty() && out == state.frames) state.self_loops.set(b);
+    }
+    state.self_loops_known = true;
+  }
+  return state.self_loops;
+}
+
 StackDfa::StateId StackDfa::Next(StateId s, uint8_t byte) {
   if (states_[s].next == nullptr) {
     states_[s].next = std::make_unique<std::array<StateId, 256>>();
@@ -77,15 +103,7 @@ StackDfa::StateId StackDfa::Next(StateId s, uint8_t byte) {
   StateId cached = (*states_[s].next)[byte];
   if (cached != -2) return cached;
   FrameSet out;
-  for (const Frame& f : states_[s].ready) {
-    const PdaNode& node = pda_.node(f.node);
-    const ByteEdge* edges = pda_.byte_edges(node);
-    for (int32_t i = 0; i < node.byte_end - node.byte_begin; ++i) {
-      if (edges[i].lo <= byte && byte <= edges[i].hi) out.push_back(Frame{edges[i].target, f.parent});
-    }
-  }
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
+  Successors(states_[s].ready, byte, &out);
   const StateId result = out.empty() ? kDead : Intern(out);
   (*states_[s].next)[byte] = result;  // states_ may have grown: index again
   return result;

@@ -70,6 +70,8 @@ class StackDfa {
   bool CanFinish(StateId s) const { return states_[s].can_finish; }
   // True if some stack of `s` can pop into kBoundaryStack.
   bool HitsBoundary(StateId s) const { return states_[s].hits_boundary; }
+  // The bytes b with Next(s, b) == s (computed once per state).
+  const ByteSet& SelfLoops(StateId s);
   // True if no byte can follow in `s`.
   bool AtEnd(StateId s) const { return states_[s].ready.empty(); }
 
@@ -84,10 +86,14 @@ class StackDfa {
     FrameSet ready;  // closure frames whose node has byte edges
     bool can_finish = false;
     bool hits_boundary = false;
+    bool self_loops_known = false;
+    ByteSet self_loops;
     std::unique_ptr<std::array<StateId, 256>> next;  // -2 = not computed
   };
 
   StackId InternStack(int32_t node, StackId parent);
+  // The frames reached from `ready` by `byte`, sorted and unique.
+  void Successors(const FrameSet& ready, uint8_t byte, FrameSet* out) const;
   void Close(State& state);
 
   const Pda& pda_;

@@ -41,6 +41,14 @@ NodeTokenCache BuildNodeTokenCache(const Pda& pda, const Vocabulary& vocab, int3
       i = t.subtree_end;
       continue;
     }
+    // If the automaton loops on every byte below, the whole subtree stays in
+    // state `s`: accept it without walking (strings, digit runs).
+    if (t.subtree_end > static_cast<int32_t>(i) + 1 &&
+        (vocab.subtree_bytes()[i] & ~dfa.SelfLoops(s)).none()) {
+      for (int32_t k = t.token_begin; k < t.token_end; ++k) accepted.push_back(sorted[k]);
+      i = t.subtree_end;
+      continue;
+    }
     for (int32_t k = t.token_begin; k < t.own_end; ++k) accepted.push_back(sorted[k]);
     if (state.size() <= t.depth) {
       state.resize(t.depth + 1);

@@ -49,6 +49,7 @@ void Vocabulary::BuildTrie() {
   // the common prefix with the previous token. Open nodes are closed (their
   // subtree_end/token_end fixed) when a later token diverges above them.
   std::vector<int32_t> open;  // open[d-1] = node index at depth d
+  std::vector<int32_t> parent;
   const int32_t n = static_cast<int32_t>(sorted_ids_.size());
   auto close_to = [&](size_t depth, int32_t token_index) {
     while (open.size() > depth) {
@@ -64,6 +65,7 @@ void Vocabulary::BuildTrie() {
     while (lcp < prev.size() && lcp < t.size() && prev[lcp] == t[lcp]) ++lcp;
     close_to(lcp, k);
     for (size_t d = lcp; d < t.size(); ++d) {
+      parent.push_back(open.empty() ? -1 : open.back());
       open.push_back(static_cast<int32_t>(trie_.size()));
       trie_.push_back(TrieNode{static_cast<uint8_t>(t[d]), static_cast<uint16_t>(d + 1), 0, k,
                                k, 0});
@@ -73,11 +75,17 @@ void Vocabulary::BuildTrie() {
     prev = t;
   }
   close_to(0, n);
+  subtree_bytes_.assign(trie_.size(), {});
+  for (size_t j = trie_.size(); j-- > 0;) {
+    if (parent[j] < 0) continue;
+    subtree_bytes_[parent[j]] |= subtree_bytes_[j];
+    subtree_bytes_[parent[j]].set(trie_[j].byte);
+  }
 }
 
 int64_t Vocabulary::MemoryBytes() const {
-  int64_t bytes = static_cast<int64_t>(trie_.size() * sizeof(TrieNode) + sorted_ids_.size() * 4 +
-                                       kind_.size());
+  int64_t bytes = static_cast<int64_t>(trie_.size() * (sizeof(TrieNode) + 32) +
+                                       sorted_ids_.size() * 4 + kind_.size());
   for (const std::string& t : tokens_) bytes += static_cast<int64_t>(t.capacity() + sizeof(t));
   return bytes;
 }

@@ -10,6 +10,7 @@
 #ifndef WEIR_WORKER_GRAMMAR_VOCABULARY_H_
 #define WEIR_WORKER_GRAMMAR_VOCABULARY_H_
 
+#include <bitset>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -52,6 +53,9 @@ class Vocabulary {
   // Ordinary tokens sorted by bytes, and the trie over them in preorder.
   const std::vector<int32_t>& sorted_ids() const { return sorted_ids_; }
   const std::vector<TrieNode>& trie() const { return trie_; }
+  // Per trie node: every byte that occurs below it (its descendants' bytes).
+  // Lets a walk accept a whole subtree when the automaton loops on them.
+  const std::vector<std::bitset<256>>& subtree_bytes() const { return subtree_bytes_; }
   // Stable identity for cache keys (hash of all token bytes and kinds).
   uint64_t fingerprint() const { return fingerprint_; }
   int64_t MemoryBytes() const;
@@ -66,6 +70,7 @@ class Vocabulary {
   std::vector<int32_t> stop_ids_;
   std::vector<int32_t> sorted_ids_;
   std::vector<TrieNode> trie_;
+  std::vector<std::bitset<256>> subtree_bytes_;
   uint64_t fingerprint_ = 0;
 };
 
