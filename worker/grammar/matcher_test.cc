@@ -8,6 +8,8 @@
 
 #include "gtest/gtest.h"
 #include "worker/grammar/ebnf_parser.h"
+#include "worker/grammar/json_schema.h"
+#include "worker/grammar/json_schema_corpus.h"
 #include "worker/grammar/test_util.h"
 
 namespace weir::grammar {
@@ -56,6 +58,37 @@ TEST(MatcherTest, MaskEqualsBruteForceAlongWalks) {
       ASSERT_TRUE(m.AcceptToken(allowed[rng() % allowed.size()]).ok());
     }
   }
+}
+
+// Same check on JSON Schema grammars, which exercise rule inlining, the
+// self-loop subtree shortcut and uncertain-token checks across rule returns.
+TEST(MatcherTest, JsonSchemaMasksEqualBruteForce) {
+  std::mt19937_64 rng(3);
+  int schemas = 0;
+  for (const CorpusSchema& entry : JsonSchemaCorpus()) {
+    if (entry.name != "order" && entry.name != "tree" && entry.name != "unicode_text" &&
+        entry.name != "package_manifest" && entry.name != "nullable_fields") {
+      continue;
+    }
+    ++schemas;
+    auto grammar = JsonSchemaToGrammar(entry.schema);
+    ASSERT_TRUE(grammar.ok());
+    auto g = testing::CompileForTest(*grammar);
+    ASSERT_TRUE(g.ok());
+    Matcher m(*g);
+    std::vector<uint32_t> mask((*g)->vocab().mask_words());
+    for (int step = 0; step < 40 && !m.IsTerminated(); ++step) {
+      m.FillNextTokenBitmask(mask);
+      ASSERT_EQ(mask, BruteForceMask(m)) << entry.name << " step " << step;
+      std::vector<int32_t> allowed;
+      for (int32_t id = 0; id < (*g)->vocab().size(); ++id) {
+        if (Allowed(mask, id)) allowed.push_back(id);
+      }
+      ASSERT_FALSE(allowed.empty());
+      ASSERT_TRUE(m.AcceptToken(allowed[rng() % allowed.size()]).ok());
+    }
+  }
+  EXPECT_EQ(schemas, 5);
 }
 
 TEST(MatcherTest, StopTokenOnlyAtEndAndSpecialNever) {
