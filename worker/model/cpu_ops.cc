@@ -89,7 +89,9 @@ absl::Status CpuOps::FakeQuant(std::span<float> x, FakeQuantFormat format) {
   return absl::InvalidArgumentError("FakeQuant: unknown format");
 }
 
-void CpuOps::RoundBf16(std::span<float> x) { cpu::RoundToBf16InPlace(x); }
+void CpuOps::RoundBf16(std::span<float> x) {
+  if (bf16()) cpu::RoundToBf16InPlace(x);
+}
 
 absl::Status CpuOps::SparseAttention(const cpu::SparseAttentionArgs& args) {
   return cpu::SparseAttention(args);
@@ -100,7 +102,7 @@ absl::Status CpuOps::CompressorPool(const cpu::CompressorPoolArgs& args) {
 }
 
 absl::Status CpuOps::IndexerScore(const cpu::IndexerScoreArgs& args) {
-  return IndexerScoreBf16(args);
+  return bf16() ? IndexerScoreBf16(args) : cpu::IndexerScore(args);
 }
 
 absl::Status CpuOps::TopkPositions(const cpu::TopkArgs& args) { return cpu::TopkPositions(args); }
@@ -163,13 +165,13 @@ absl::Status CpuOps::HcMix(const cpu::HcParams& params, const cpu::HcMixArgs& ar
 
 absl::Status CpuOps::HcCollapse(std::span<const float> x, std::span<const float> pre,
                                 int64_t tokens, int hc_mult, int64_t dim, std::span<float> out) {
-  return cpu::HcCollapse(x, pre, tokens, hc_mult, dim, /*bf16_boundaries=*/true, out);
+  return cpu::HcCollapse(x, pre, tokens, hc_mult, dim, bf16(), out);
 }
 
 absl::Status CpuOps::HcExpand(std::span<const float> x, std::span<const float> y,
                               std::span<const float> post, std::span<const float> comb,
                               int64_t tokens, int hc_mult, int64_t dim, std::span<float> out) {
-  return cpu::HcExpand(x, y, post, comb, tokens, hc_mult, dim, /*bf16_boundaries=*/true, out);
+  return cpu::HcExpand(x, y, post, comb, tokens, hc_mult, dim, bf16(), out);
 }
 
 absl::Status CpuOps::EngramLookup(std::span<const uint8_t> table, std::span<const uint8_t> scales,
@@ -178,6 +180,10 @@ absl::Status CpuOps::EngramLookup(std::span<const uint8_t> table, std::span<cons
   return cpu::EngramLookup(table, scales, table_rows, dim, ids, out);
 }
 
-absl::Status CpuOps::EngramGate(const cpu::EngramGateArgs& args) { return cpu::EngramGate(args); }
+absl::Status CpuOps::EngramGate(const cpu::EngramGateArgs& args) {
+  cpu::EngramGateArgs a = args;
+  a.bf16_boundaries = bf16();
+  return cpu::EngramGate(a);
+}
 
 }  // namespace weir::model

@@ -20,6 +20,10 @@ namespace weir::model {
 
 class CpuOps : public Ops {
  public:
+  explicit CpuOps(ActivationPrecision precision = ActivationPrecision::kBf16)
+      : precision_(precision) {}
+  ActivationPrecision precision() const override { return precision_; }
+
   absl::Status Matmul(const DenseWeight& w, std::span<const float> x, int64_t rows,
                       std::span<float> y) override;
   absl::Status Logits(const DenseWeight& head, std::span<const float> x, int64_t rows,
@@ -48,6 +52,10 @@ class CpuOps : public Ops {
                             int64_t table_rows, int64_t dim, std::span<const int64_t> ids,
                             std::span<float> out) override;
   absl::Status EngramGate(const kernels::cpu::EngramGateArgs& args) override;
+
+ private:
+  bool bf16() const { return precision_ == ActivationPrecision::kBf16; }
+  ActivationPrecision precision_;
 };
 
 }  // namespace weir::model

@@ -52,7 +52,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config,
                                                      c.engram_num_embeddings[l]));
     }
   }
-  m->ops_ = std::make_unique<CpuOps>();
+  m->ops_ = std::make_unique<CpuOps>(m->options_.precision);
   m->executor_ = std::make_unique<LocalExpertExecutor>(*m->ops_, m->weights_,
                                                        static_cast<float>(c.swiglu_limit));
   std::vector<int64_t> experts;

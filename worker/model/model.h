@@ -48,6 +48,9 @@ struct ModelOptions {
   // Token id -> Engram compressed id [vocab] (from the tokenizer); empty =
   // identity, valid only if engram_compressed_vocab_size == vocab_size.
   std::vector<int64_t> engram_token_map;
+  // kBf16: the reference's own precision; kFp32: fp32 activations (the
+  // golden reference run of tests/golden is fp32).
+  ActivationPrecision precision = ActivationPrecision::kBf16;
 };
 
 class Model {

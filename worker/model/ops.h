@@ -50,6 +50,12 @@ enum class FakeQuantFormat {
   kNvfp4Kv,   // e2m1, 16-blocks, E4M3 scale: main compressed KV
 };
 
+// Where activations are rounded (spec §4.9 "reference simulates"): kBf16
+// rounds at the reference's bf16 storage points (its own precision, as its
+// generate script runs); kFp32 keeps activations fp32 (the reference run with
+// torch's default dtype fp32). Quantization (FP8/FP4) is simulated in both.
+enum class ActivationPrecision { kBf16, kFp32 };
+
 // Time spent in matrix products since construction (Matmul and Logits, the
 // mHC mixes; not the FP8 activation quantization before a product).
 struct OpsStats {
@@ -77,13 +83,14 @@ class Ops {
                             const kernels::cpu::RopeArgs& args) = 0;
   // Replaces x by quantize->dequantize in `format` (blocks along the last dim).
   virtual absl::Status FakeQuant(std::span<float> x, FakeQuantFormat format) = 0;
-  // Rounds to bf16 (nearest even) in place: the reference's storage dtype.
+  // Rounds to bf16 (nearest even) in place at a reference storage point;
+  // a no-op under ActivationPrecision::kFp32.
   virtual void RoundBf16(std::span<float> x) = 0;
 
   virtual absl::Status SparseAttention(const kernels::cpu::SparseAttentionArgs& args) = 0;
   virtual absl::Status CompressorPool(const kernels::cpu::CompressorPoolArgs& args) = 0;
-  // Index scores with the reference's bf16 rounding of the per-head dot, the
-  // weighted term and the head sum (indexer_score_bf16.h).
+  // Index scores; under kBf16 with the reference's bf16 rounding of the
+  // per-head dot, the weighted term and the head sum (indexer_score_bf16.h).
   virtual absl::Status IndexerScore(const kernels::cpu::IndexerScoreArgs& args) = 0;
   virtual absl::Status TopkPositions(const kernels::cpu::TopkArgs& args) = 0;
   virtual absl::Status CandidateBlocks(const kernels::cpu::CandidateBlocksArgs& args) = 0;
@@ -107,6 +114,10 @@ class Ops {
                                     int64_t dim, std::span<const int64_t> ids,
                                     std::span<float> out) = 0;
   virtual absl::Status EngramGate(const kernels::cpu::EngramGateArgs& args) = 0;
+
+  // The activation precision; HcCollapse / HcExpand / EngramGate round their
+  // outputs to bf16 exactly when it is kBf16.
+  virtual ActivationPrecision precision() const = 0;
 
   const OpsStats& stats() const { return stats_; }
 
