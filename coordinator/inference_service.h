@@ -3,8 +3,10 @@
 // InferenceService implements the public weir.v1.Inference API, and
 // BatchJobsService weir.v1.BatchJobs. Model info and server state are served
 // from the model summary and the cluster registry, Tokenize from the model's
-// tokenizer and chat template. Generation and batch jobs need the model
-// runtime and answer UNIMPLEMENTED with a message saying so.
+// tokenizer and chat template. Generate validates and tokenizes the request,
+// submits it to the StepDriver and streams its tokens back; it answers
+// UNAVAILABLE until the driver is set (workers ready). Batch jobs answer
+// UNIMPLEMENTED with a message saying so.
 //
 // Thread safety: gRPC calls them from many threads; they read only immutable
 // data and the thread-safe ClusterState.
@@ -12,7 +14,13 @@
 #ifndef WEIR_COORDINATOR_INFERENCE_SERVICE_H_
 #define WEIR_COORDINATOR_INFERENCE_SERVICE_H_
 
+#include <atomic>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "coordinator/request_builder.h"
+#include "coordinator/step_driver.h"
 #include "coordinator/cluster_state.h"
 #include "coordinator/tokenizer/tokenizer.h"
 #include "base/model_summary.h"
@@ -43,6 +51,14 @@ class InferenceService final : public v1::Inference::Service {
                    std::unique_ptr<tokenizer::Tokenizer> tokenizer = nullptr,
                    std::string tokenizer_fingerprint = "");
 
+  // Makes Generate available. Does not take ownership; `driver` must outlive
+  // the service or be reset to null first.
+  void SetDriver(StepDriver* driver) { driver_.store(driver); }
+  void SetRequestLimits(const RequestLimits& limits) {
+    absl::MutexLock lock(&mu_);
+    request_limits_ = limits;
+  }
+
   grpc::Status Generate(grpc::ServerContext* context, const v1::GenerateRequest* request,
                         grpc::ServerWriter<v1::GenerateEvent>* writer) override;
   grpc::Status GenerateBatch(grpc::ServerContext* context,
@@ -68,6 +84,12 @@ class InferenceService final : public v1::Inference::Service {
   const std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   const std::string tokenizer_fingerprint_;
   const absl::Time start_time_ = absl::Now();
+  std::atomic<StepDriver*> driver_{nullptr};
+  std::atomic<uint64_t> next_request_{1};
+  absl::Mutex mu_;
+  // Guarded by mu_: client request ids in flight -> server ids.
+  absl::flat_hash_map<std::string, RequestId> in_flight_ ABSL_GUARDED_BY(mu_);
+  RequestLimits request_limits_ ABSL_GUARDED_BY(mu_);
 };
 
 class BatchJobsService final : public v1::BatchJobs::Service {

@@ -68,14 +68,13 @@ TEST(InferenceServiceTest, ServerStateReflectsWorkers) {
   EXPECT_EQ(state.per_group(0).state(), v1::LIFECYCLE_DEGRADED);
 }
 
-TEST(InferenceServiceTest, GenerationIsExplicitlyUnimplemented) {
+TEST(InferenceServiceTest, GenerateIsUnavailableUntilTheWorkersAreReady) {
   ClusterState cluster(1);
   InferenceService service(TinySummary(), cluster, ApiLimits{});
   grpc::ServerContext context;
   v1::GenerateRequest request;
   grpc::Status status = service.Generate(&context, &request, nullptr);
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
-  EXPECT_NE(status.error_message().find("not available"), std::string::npos);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
 }
 
 std::unique_ptr<tokenizer::Tokenizer> TinyTokenizer() {

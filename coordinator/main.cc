@@ -35,6 +35,9 @@
 #include "coordinator/inference_service.h"
 #include "coordinator/launcher.h"
 #include "coordinator/model_provisioning.h"
+#include "coordinator/request_builder.h"
+#include "coordinator/step_driver.h"
+#include "worker/model/config.h"
 #include "coordinator/tokenizer/tokenizer.h"
 #include "tools/cpp/runfiles/runfiles.h"
 
@@ -55,6 +58,13 @@ ABSL_FLAG(std::string, model_cache_dir, "",
           "Where generated weights for a config-only model directory go; default "
           "~/.cache/weir/models.");
 ABSL_FLAG(uint64_t, weights_seed, 0, "Seed of generated weights (config-only model dirs).");
+ABSL_FLAG(bool, zero_overhead, true,
+          "Send plan t+1 before result t arrives (inputs resolved on the worker).");
+ABSL_FLAG(int, kv_blocks_per_rank, 4096, "KV blocks of each rank's pool.");
+ABSL_FLAG(int, kv_block_tokens, 64, "Token positions per KV block.");
+ABSL_FLAG(int, max_seqs_per_rank, 64, "Concurrent sequences per rank (<= worker --max_slots).");
+ABSL_FLAG(int, max_prefill_tokens, 2048, "Token budget of one prefill step per rank.");
+ABSL_FLAG(int, default_max_new_tokens, 256, "max_new_tokens of requests that set none.");
 ABSL_FLAG(std::string, address_file, "",
           "If set, write the bound HOST:PORT here as soon as the server listens (for "
           "launchers that start remote workers).");
@@ -255,6 +265,45 @@ int Run(int argc, char** argv) {
   }
   if (stop.HasBeenNotified()) return shutdown(0);
 
+  // The step loop over every worker's Steps stream.
+  absl::StatusOr<model::ModelConfig> config = model::LoadModelConfig(model_dir + "/config.json");
+  if (!config.ok()) {
+    std::cerr << "weir: " << config.status() << "\n";
+    return shutdown(1);
+  }
+  StepDriverOptions driver_options;
+  driver_options.epoch = epoch;
+  driver_options.zero_overhead = absl::GetFlag(FLAGS_zero_overhead);
+  driver_options.rank.kv.block_tokens = absl::GetFlag(FLAGS_kv_block_tokens);
+  driver_options.rank.kv.compress_ratios.clear();
+  for (int64_t layer : config->kv_source_layers) {
+    const int64_t ratio = config->compress_ratios[layer];
+    if (ratio > 0) driver_options.rank.kv.compress_ratios.push_back(static_cast<int32_t>(ratio));
+  }
+  driver_options.rank.kv.num_blocks = absl::GetFlag(FLAGS_kv_blocks_per_rank);
+  driver_options.rank.kv.num_seq_slots = absl::GetFlag(FLAGS_max_seqs_per_rank);
+  driver_options.rank.max_model_len = model->max_context_tokens;
+  driver_options.rank.max_prefill_tokens = absl::GetFlag(FLAGS_max_prefill_tokens);
+  driver_options.rank.max_decode_batch = absl::GetFlag(FLAGS_max_seqs_per_rank);
+  for (int64_t eos : model->eos_token_ids) {
+    driver_options.rank.eos_token_ids.push_back(static_cast<uint32_t>(eos));
+  }
+  std::vector<std::string> worker_addresses;
+  for (const WorkerRecord& w : cluster.Workers()) worker_addresses.push_back(w.address);
+  absl::StatusOr<std::unique_ptr<StepDriver>> driver =
+      StepDriver::Create(worker_addresses, driver_options);
+  if (!driver.ok()) {
+    std::cerr << "weir: cannot start the step loop: " << driver.status() << "\n";
+    return shutdown(1);
+  }
+  RequestLimits request_limits;
+  request_limits.vocab_size = model->vocab_size;
+  request_limits.max_context_tokens = model->max_context_tokens;
+  request_limits.default_max_new_tokens = absl::GetFlag(FLAGS_default_max_new_tokens);
+  request_limits.eos_token_ids = driver_options.rank.eos_token_ids;
+  inference.SetRequestLimits(request_limits);
+  inference.SetDriver(driver->get());
+
   cluster.set_lifecycle(ClusterLifecycle::kReady);
   health->SetServingStatus("weir.v1.Inference", true);
   health->SetServingStatus("weir.v1.BatchJobs", true);
@@ -271,6 +320,8 @@ int Run(int argc, char** argv) {
             << std::endl;
 
   stop.WaitForNotification();
+  inference.SetDriver(nullptr);
+  (*driver)->Stop();
   return shutdown(0);
 }
 

@@ -52,7 +52,18 @@ absl::StatusOr<std::string> EnsureWeights(const std::string& model_dir,
   const std::string name = source.filename().string();
   const fs::path target = fs::path(cache_dir) / absl::StrFormat(
       "%s-%016x-seed%d", name, XXH64(config_json.data(), config_json.size(), 0), seed);
-  if (HasShards(target)) return target.string();
+  auto copy_tokenizer = [&source](const fs::path& dir) {
+    for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
+      std::error_code ignored;
+      if (fs::exists(source / file) && !fs::exists(dir / file)) {
+        fs::copy_file(source / file, dir / file, ignored);
+      }
+    }
+  };
+  if (HasShards(target)) {
+    copy_tokenizer(target);  // A cache made from a config without tokenizer files.
+    return target.string();
+  }
 
   WEIR_LOG(INFO) << "generating random weights for " << name << " (seed " << seed << ") in "
                  << target.string();
@@ -67,9 +78,7 @@ absl::StatusOr<std::string> EnsureWeights(const std::string& model_dir,
     fs::remove_all(staging, ec);
     return s;
   }
-  for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
-    if (fs::exists(source / file)) fs::copy_file(source / file, staging / file, ec);
-  }
+  copy_tokenizer(staging);
   fs::rename(staging, target, ec);
   if (ec) {
     fs::remove_all(staging);

@@ -9,7 +9,10 @@
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "base/grpc_util.h"
 #include "base/init.h"
 #include "proto/inference.grpc.pb.h"
@@ -17,7 +20,11 @@
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "Coordinator address.");
 ABSL_FLAG(std::string, service, "weir.v1.Inference",
           "health: service to check (\"\" = process liveness).");
-ABSL_FLAG(int, timeout_ms, 5000, "Deadline of each call.");
+ABSL_FLAG(int, timeout_ms, 5000, "Deadline of each call (generate: 10x).");
+ABSL_FLAG(std::string, ids, "", "generate: comma-separated prompt token ids instead of text.");
+ABSL_FLAG(int, max_new_tokens, 32, "generate: tokens to generate at most.");
+ABSL_FLAG(double, temperature, 0.0, "generate: 0 = greedy.");
+ABSL_FLAG(bool, chat, false, "generate: send TEXT as one user turn through the chat template.");
 
 namespace weir {
 namespace {
@@ -26,7 +33,9 @@ constexpr char kUsage[] =
     "weir client.\n"
     "  weir health [--server=HOST:PORT] [--service=NAME]   readiness of a service\n"
     "  weir info   [--server=HOST:PORT]                    model and cluster state\n"
-    "  weir tokenize TEXT [--server=HOST:PORT]             token ids and pieces of TEXT";
+    "  weir tokenize TEXT [--server=HOST:PORT]             token ids and pieces of TEXT\n"
+    "  weir generate TEXT | --ids=1,2,3 [--max_new_tokens=N] [--temperature=T] [--chat]\n"
+    "                                                      stream a generation";
 
 int Health(grpc::Channel& channel) {
   const std::string service = absl::GetFlag(FLAGS_service);
@@ -104,6 +113,55 @@ int Tokenize(const std::shared_ptr<grpc::Channel>& channel, const std::string& t
   return 0;
 }
 
+int Generate(const std::shared_ptr<grpc::Channel>& channel, const std::string& text) {
+  auto stub = v1::Inference::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(
+      DeadlineIn(std::chrono::milliseconds(10 * absl::GetFlag(FLAGS_timeout_ms))));
+  v1::GenerateRequest request;
+  if (!absl::GetFlag(FLAGS_ids).empty()) {
+    for (absl::string_view piece : absl::StrSplit(absl::GetFlag(FLAGS_ids), ',')) {
+      uint32_t id = 0;
+      if (!absl::SimpleAtoi(piece, &id)) {
+        std::cerr << "generate: bad id \"" << piece << "\"\n";
+        return 2;
+      }
+      request.mutable_tokens()->add_ids(id);
+    }
+  } else if (absl::GetFlag(FLAGS_chat)) {
+    v1::ChatMessage* message = request.mutable_chat()->add_messages();
+    message->set_role("user");
+    message->set_content(text);
+  } else {
+    request.set_text(text);
+  }
+  request.mutable_stop()->set_max_new_tokens(absl::GetFlag(FLAGS_max_new_tokens));
+  request.mutable_sampling()->set_temperature(absl::GetFlag(FLAGS_temperature));
+  request.mutable_output()->set_stream_tokens(true);
+  auto reader = stub->Generate(&context, request);
+  v1::GenerateEvent event;
+  std::vector<uint32_t> ids;
+  while (reader->Read(&event)) {
+    if (event.has_delta()) {
+      std::cout << event.delta().text() << std::flush;
+      ids.insert(ids.end(), event.delta().token_ids().begin(), event.delta().token_ids().end());
+    } else if (event.has_final()) {
+      std::cout << "\n[" << v1::FinishReason_Name(event.final().reason()) << ", "
+                << event.final().usage().prompt_tokens() << " prompt + "
+                << event.final().usage().completion_tokens() << " generated tokens, "
+                << absl::StrFormat("%.0f ms, ids %s]", event.final().timings().total_ms(),
+                                   absl::StrJoin(ids, ","))
+                << "\n";
+    }
+  }
+  grpc::Status status = reader->Finish();
+  if (!status.ok()) {
+    std::cerr << "generate: " << FromGrpcStatus(status) << "\n";
+    return 1;
+  }
+  return 0;
+}
+
 int Run(int argc, char** argv) {
   std::vector<std::string> args = InitProcess(argc, argv, kUsage, "weir");
   if (args.size() < 2) {
@@ -112,6 +170,7 @@ int Run(int argc, char** argv) {
   }
   auto channel = MakeChannel(absl::GetFlag(FLAGS_server));
   if (args[1] == "tokenize" && args.size() == 3) return Tokenize(channel, args[2]);
+  if (args[1] == "generate") return Generate(channel, args.size() >= 3 ? args[2] : "");
   if (args[1] == "health") return Health(*channel);
   if (args[1] == "info") return Info(channel);
   std::cerr << "unknown command \"" << args[1] << "\"\n" << kUsage << "\n";

@@ -1,0 +1,62 @@
+// coordinator/request_builder.h
+//
+// BuildRequest turns a public GenerateRequest into what the step loop runs:
+// the prompt ids (from token ids, text, or a chat through the chat
+// template), stop conditions, validated sampling parameters and a seed, and
+// the output options. Every field is checked against the model and the
+// advertised limits; the first problem is an INVALID_ARGUMENT naming the field.
+//
+// Thread safety: pure function; the tokenizer is only read.
+
+#ifndef WEIR_COORDINATOR_REQUEST_BUILDER_H_
+#define WEIR_COORDINATOR_REQUEST_BUILDER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "coordinator/tokenizer/tokenizer.h"
+#include "proto/inference.pb.h"
+
+namespace weir::coordinator {
+
+struct RequestLimits {
+  int64_t vocab_size = 0;
+  int64_t max_context_tokens = 0;
+  uint32_t default_max_new_tokens = 256;
+  uint32_t max_num_samples = 1;
+  uint32_t max_stop_sequences = 16;
+  uint32_t max_stop_string_len = 256;
+  uint32_t max_logit_bias_entries = 1024;
+  uint32_t max_top_logprobs = 0;
+  uint32_t max_request_id_bytes = 128;
+  std::vector<uint32_t> eos_token_ids;
+};
+
+struct BuiltRequest {
+  std::vector<uint32_t> prompt;
+  uint32_t max_new_tokens = 0;
+  uint32_t min_new_tokens = 0;
+  std::vector<uint32_t> stop_token_ids;
+  bool ignore_eos = false;
+  std::vector<std::string> stop_strings;
+  bool include_stop_in_output = false;
+  v1::SamplingParams sampling;  // validated; defaults filled in
+  uint64_t seed = 0;
+  bool stream_tokens = false;
+  bool return_text = true;
+  bool return_token_ids = true;
+  bool skip_special_tokens = false;
+};
+
+// `tokenizer` may be null (text and chat inputs are then FAILED_PRECONDITION).
+// `random_seed` is used when the request sets no seed.
+absl::StatusOr<BuiltRequest> BuildRequest(const v1::GenerateRequest& request,
+                                          const RequestLimits& limits,
+                                          const tokenizer::Tokenizer* tokenizer,
+                                          uint64_t random_seed);
+
+}  // namespace weir::coordinator
+
+#endif  // WEIR_COORDINATOR_REQUEST_BUILDER_H_

@@ -1,0 +1,277 @@
+#include "coordinator/step_driver.h"
+
+#include "absl/strings/str_cat.h"
+#include "base/grpc_util.h"
+#include "base/logging.h"
+
+namespace weir::coordinator {
+namespace {
+
+using scheduler::FinishReason;
+using scheduler::RankLoad;
+using scheduler::RankStepPlan;
+using scheduler::RankStepResult;
+
+v1::StepType ToProto(scheduler::StepType type) {
+  return type == scheduler::StepType::kPrefill ? v1::STEP_TYPE_PREFILL : v1::STEP_TYPE_DECODE;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<StepDriver>> StepDriver::Create(
+    const std::vector<std::string>& worker_addresses, StepDriverOptions options) {
+  if (worker_addresses.empty()) return absl::InvalidArgumentError("StepDriver: no workers");
+  absl::StatusOr<scheduler::StepTypePolicy> policy =
+      scheduler::StepTypePolicy::Create(options.policy);
+  if (!policy.ok()) return policy.status();
+  std::unique_ptr<StepDriver> driver(new StepDriver(options, *policy));
+  for (const std::string& address : worker_addresses) {
+    absl::StatusOr<std::unique_ptr<scheduler::RankScheduler>> rank =
+        scheduler::RankScheduler::Create(options.rank);
+    if (!rank.ok()) return rank.status();
+    driver->ranks_.push_back(std::move(*rank));
+    Worker worker;
+    worker.stub = v1::Worker::NewStub(MakeChannel(address));
+    worker.context = std::make_unique<grpc::ClientContext>();
+    worker.stream = worker.stub->Steps(worker.context.get());
+    driver->workers_.push_back(std::move(worker));
+  }
+  driver->loads_.resize(worker_addresses.size());
+  driver->thread_ = std::thread([d = driver.get()] { d->Loop(); });
+  return driver;
+}
+
+StepDriver::StepDriver(StepDriverOptions options, scheduler::StepTypePolicy policy)
+    : options_(std::move(options)), policy_(std::move(policy)) {}
+
+StepDriver::~StepDriver() { Stop(); }
+
+absl::Status StepDriver::Submit(SeqSubmission submission) {
+  absl::MutexLock lock(&mu_);
+  if (!failure_.ok()) return absl::UnavailableError("step loop failed: " + failure_.ToString());
+  if (stopping_) return absl::UnavailableError("server is stopping");
+  const RequestId id = submission.request.id;
+  if (!known_.emplace(id, true).second) {
+    return absl::AlreadyExistsError(absl::StrCat("request ", id.value(), " is in flight"));
+  }
+  inbox_.push_back(std::move(submission));
+  return absl::OkStatus();
+}
+
+absl::Status StepDriver::Cancel(RequestId id) {
+  absl::MutexLock lock(&mu_);
+  if (!known_.contains(id)) return absl::NotFoundError("request not in flight");
+  cancels_.push_back(id);
+  return absl::OkStatus();
+}
+
+void StepDriver::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_ && !thread_.joinable()) return;
+    stopping_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+  FailAll(absl::UnavailableError("server is stopping"));
+  for (Worker& worker : workers_) {
+    if (worker.context) worker.context->TryCancel();
+  }
+}
+
+std::vector<RankLoad> StepDriver::Loads() const {
+  absl::MutexLock lock(&mu_);
+  return loads_;
+}
+
+int64_t StepDriver::steps() const {
+  absl::MutexLock lock(&mu_);
+  return steps_;
+}
+
+void StepDriver::Loop() {
+  while (Iterate()) {
+  }
+}
+
+bool StepDriver::Iterate() {
+  std::vector<SeqSubmission> inbox;
+  std::vector<RequestId> cancels;
+  {
+    absl::MutexLock lock(&mu_);
+    const bool busy = !live_.empty() || !in_flight_.empty();
+    if (!busy) {
+      auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !inbox_.empty() || !cancels_.empty();
+      };
+      mu_.AwaitWithTimeout(absl::Condition(&wake), absl::Milliseconds(200));
+    }
+    if (stopping_) return false;
+    inbox.swap(inbox_);
+    cancels.swap(cancels_);
+  }
+  for (SeqSubmission& sub : inbox) {
+    std::vector<RankLoad> loads;
+    for (const auto& rank : ranks_) loads.push_back(rank->Load());
+    const RequestId id = sub.request.id;
+    absl::StatusOr<Rank> rank = router_.Route(sub.request, loads);
+    absl::Status added = rank.ok() ? ranks_[rank->value()]->Add(std::move(sub.request))
+                                   : rank.status();
+    if (!added.ok()) {
+      sub.sink(SeqEvent{.error = added});
+      absl::MutexLock lock(&mu_);
+      known_.erase(id);
+      continue;
+    }
+    live_[id] = Live{.rank = rank->value(), .sampling = std::move(sub.sampling),
+                     .seed = sub.seed, .sink = std::move(sub.sink)};
+  }
+  for (RequestId id : cancels) {
+    auto it = live_.find(id);
+    if (it == live_.end()) continue;
+    if (ranks_[it->second.rank]->Cancel(id).ok()) {
+      Finish(id, SeqEvent{.finish = FinishReason::kCancelled});
+    }
+  }
+
+  bool work = false;
+  std::vector<RankLoad> loads;
+  for (const auto& rank : ranks_) {
+    work |= rank->num_live() > 0;
+    loads.push_back(rank->Load());
+  }
+  if (work) {
+    const scheduler::StepType type = policy_.Decide(loads);
+    std::vector<RankStepPlan> plans;
+    for (auto& rank : ranks_) {
+      absl::StatusOr<RankStepPlan> plan = rank->BuildPlan(next_step_, type);
+      if (!plan.ok()) {
+        FailAll(absl::InternalError("planning failed: " + plan.status().ToString()));
+        return false;
+      }
+      plans.push_back(std::move(*plan));
+    }
+    if (absl::Status sent = SendPlans(plans); !sent.ok()) {
+      FailAll(sent);
+      return false;
+    }
+    std::vector<std::vector<RequestId>> rows(plans.size());
+    for (size_t r = 0; r < plans.size(); ++r) {
+      for (const scheduler::PlanRow& row : plans[r].rows) rows[r].push_back(row.request);
+    }
+    in_flight_.push_back(std::move(rows));
+    ++next_step_;
+  }
+  const bool must_read = !in_flight_.empty() &&
+                         (!options_.zero_overhead || in_flight_.size() >= 2 || !work);
+  if (must_read) {
+    if (absl::Status applied = ReadAndApply(); !applied.ok()) {
+      FailAll(applied);
+      return false;
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  loads_.clear();
+  for (const auto& rank : ranks_) loads_.push_back(rank->Load());
+  steps_ = static_cast<int64_t>(next_step_);
+  return true;
+}
+
+absl::Status StepDriver::SendPlans(const std::vector<RankStepPlan>& plans) {
+  for (size_t r = 0; r < plans.size(); ++r) {
+    const RankStepPlan& plan = plans[r];
+    v1::StepPlan out;
+    out.set_coordinator_epoch(options_.epoch);
+    out.set_step_id(plan.step_id);
+    out.set_type(ToProto(plan.type));
+    for (const scheduler::PlanRow& row : plan.rows) {
+      v1::StepRow* proto = out.add_rows();
+      proto->set_seq_slot(row.slot.value());
+      proto->set_start_pos(static_cast<uint32_t>(row.start_pos));
+      for (uint32_t t : row.input_tokens) proto->add_input_tokens(t);
+      if (row.remap >= 0) proto->set_remap(row.remap);
+      for (BlockId block : row.new_blocks) proto->add_new_blocks(block.value());
+      proto->set_sample(row.samples);
+      auto live = live_.find(row.request);
+      if (live != live_.end()) {
+        *proto->mutable_sampling() = live->second.sampling;
+        proto->set_seed(live->second.seed);
+      }
+    }
+    for (SeqSlot slot : plan.release_slots) out.add_release_slots(slot.value());
+    if (!workers_[r].stream->Write(out)) {
+      return absl::UnavailableError(absl::StrCat("worker rank ", r, " closed its Steps stream"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StepDriver::ReadAndApply() {
+  std::vector<std::vector<RequestId>> rows_of = std::move(in_flight_.front());
+  in_flight_.erase(in_flight_.begin());
+  for (size_t r = 0; r < workers_.size(); ++r) {
+    v1::StepResult result;
+    if (!workers_[r].stream->Read(&result)) {
+      return absl::UnavailableError(absl::StrCat("worker rank ", r, " closed its Steps stream"));
+    }
+    if (result.error().code() != 0) {
+      return absl::Status(static_cast<absl::StatusCode>(result.error().code()),
+                          absl::StrCat("worker rank ", r, " failed step ", result.step_id(),
+                                       ": ", result.error().message()));
+    }
+    if (static_cast<size_t>(result.rows_size()) != rows_of[r].size()) {
+      return absl::InternalError(absl::StrCat("worker rank ", r, " returned ", result.rows_size(),
+                                              " rows for ", rows_of[r].size()));
+    }
+    RankStepResult applied{.step_id = result.step_id()};
+    for (int i = 0; i < result.rows_size(); ++i) {
+      const v1::RowResult& row = result.rows(i);
+      applied.rows.push_back({.tokens = {row.tokens().begin(), row.tokens().end()}});
+      if (row.error().code() != 0 && live_.contains(rows_of[r][i])) {
+        const RequestId id = rows_of[r][i];
+        ranks_[r]->Cancel(id).IgnoreError();
+        Finish(id, SeqEvent{.error = absl::Status(static_cast<absl::StatusCode>(
+                                                      row.error().code()),
+                                                  row.error().message())});
+      }
+    }
+    absl::StatusOr<std::vector<scheduler::SeqUpdate>> updates = ranks_[r]->OnResult(applied);
+    if (!updates.ok()) return updates.status();
+    for (scheduler::SeqUpdate& update : *updates) {
+      auto live = live_.find(update.request);
+      if (live == live_.end()) continue;
+      SeqEvent event{.tokens = std::move(update.new_tokens), .finish = update.finish};
+      if (event.done()) {
+        Finish(update.request, event);
+      } else {
+        live->second.sink(event);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void StepDriver::Finish(RequestId id, const SeqEvent& event) {
+  auto it = live_.find(id);
+  if (it == live_.end()) return;
+  it->second.sink(event);
+  live_.erase(it);
+  absl::MutexLock lock(&mu_);
+  known_.erase(id);
+}
+
+void StepDriver::FailAll(const absl::Status& status) {
+  if (!live_.empty()) WEIR_LOG(ERROR) << "failing " << live_.size() << " requests: " << status;
+  for (auto& [id, live] : live_) live.sink(SeqEvent{.error = status});
+  live_.clear();
+  in_flight_.clear();
+  std::vector<SeqSubmission> inbox;
+  {
+    absl::MutexLock lock(&mu_);
+    if (failure_.ok()) failure_ = status;
+    inbox.swap(inbox_);
+    known_.clear();
+  }
+  for (SeqSubmission& sub : inbox) sub.sink(SeqEvent{.error = status});
+}
+
+}  // namespace weir::coordinator

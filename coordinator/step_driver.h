@@ -1,0 +1,133 @@
+// coordinator/step_driver.h
+//
+// StepDriver is the coordinator's step loop for one group of DP ranks (one
+// worker each). On its own thread it routes new requests to ranks, votes the
+// step type, has every RankScheduler build its plan, sends plan t to every
+// worker over the worker's Steps stream, and applies results — with
+// zero-overhead scheduling (default) plan t+1 is sent before result t is
+// read, and rows that need step t's token take it on the worker via remap.
+// Each request's tokens and finish reach its sink.
+//
+// Thread safety: Submit, Cancel and Stop are thread-safe. Sinks run on the
+// driver thread and must not block (push to a queue).
+
+#ifndef WEIR_COORDINATOR_STEP_DRIVER_H_
+#define WEIR_COORDINATOR_STEP_DRIVER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "coordinator/scheduler/rank_scheduler.h"
+#include "coordinator/scheduler/router.h"
+#include "coordinator/scheduler/step_type_policy.h"
+#include "proto/worker.grpc.pb.h"
+
+namespace weir::coordinator {
+
+struct StepDriverOptions {
+  scheduler::RankSchedulerConfig rank;
+  scheduler::StepTypePolicyConfig policy;
+  bool zero_overhead = true;
+  uint64_t epoch = 0;
+};
+
+// What a request's sink receives: new tokens (possibly none), and once, a
+// finish reason or an error.
+struct SeqEvent {
+  std::vector<uint32_t> tokens;
+  std::vector<float> logprobs;
+  scheduler::FinishReason finish = scheduler::FinishReason::kNone;
+  // Not OK when the request failed (worker error, NaN logits, lost worker).
+  absl::Status error;
+  bool done() const { return finish != scheduler::FinishReason::kNone || !error.ok(); }
+};
+
+struct SeqSubmission {
+  scheduler::SeqRequest request;
+  v1::SamplingParams sampling;
+  uint64_t seed = 0;
+  // Runs on the driver thread for every event of the request.
+  std::function<void(const SeqEvent&)> sink;
+};
+
+class StepDriver {
+ public:
+  // Opens a Steps stream to each worker (rank r at worker_addresses[r]) and
+  // starts the loop. INVALID_ARGUMENT for bad scheduler/policy configs.
+  static absl::StatusOr<std::unique_ptr<StepDriver>> Create(
+      const std::vector<std::string>& worker_addresses, StepDriverOptions options);
+  ~StepDriver();
+
+  // Queues a request. ALREADY_EXISTS for a live id; UNAVAILABLE once the
+  // driver failed or stopped; INVALID_ARGUMENT from the scheduler's checks
+  // arrives through the sink (as the error of the first event).
+  absl::Status Submit(SeqSubmission submission);
+
+  // Cancels a live request: it finishes with kCancelled (its sink is told)
+  // and its KV is freed after the last step that used it returned.
+  // NOT_FOUND if the id is not live.
+  absl::Status Cancel(RequestId id);
+
+  // Fails every live request with UNAVAILABLE and stops the loop.
+  void Stop();
+
+  // Scheduler loads per rank (for GetServerState).
+  std::vector<scheduler::RankLoad> Loads() const;
+  int64_t steps() const;
+
+ private:
+  struct Worker {
+    std::unique_ptr<v1::Worker::Stub> stub;
+    std::unique_ptr<grpc::ClientContext> context;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::StepPlan, v1::StepResult>> stream;
+  };
+  struct Live {
+    int rank = 0;
+    v1::SamplingParams sampling;
+    uint64_t seed = 0;
+    std::function<void(const SeqEvent&)> sink;
+  };
+
+  StepDriver(StepDriverOptions options, scheduler::StepTypePolicy policy);
+  void Loop();
+  // One iteration; false when the loop must stop.
+  bool Iterate();
+  absl::Status SendPlans(const std::vector<scheduler::RankStepPlan>& plans);
+  absl::Status ReadAndApply();
+  void Finish(RequestId id, const SeqEvent& event);
+  void FailAll(const absl::Status& status);
+
+  const StepDriverOptions options_;
+  scheduler::StepTypePolicy policy_;
+  scheduler::LeastLoadedRouter router_;
+  std::vector<Worker> workers_;
+
+  mutable absl::Mutex mu_;
+  // Guarded by mu_: the inbox, and everything the loop shares with callers.
+  std::vector<SeqSubmission> inbox_ ABSL_GUARDED_BY(mu_);
+  std::vector<RequestId> cancels_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<RequestId, bool> known_ ABSL_GUARDED_BY(mu_);  // live or queued
+  std::vector<scheduler::RankLoad> loads_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+  int64_t steps_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // Owned by the loop thread.
+  std::vector<std::unique_ptr<scheduler::RankScheduler>> ranks_;
+  absl::flat_hash_map<RequestId, Live> live_;
+  // Per in-flight step: for each rank, the request of each row.
+  std::vector<std::vector<std::vector<RequestId>>> in_flight_;
+  uint64_t next_step_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace weir::coordinator
+
+#endif  // WEIR_COORDINATOR_STEP_DRIVER_H_
