@@ -27,6 +27,13 @@ int32_t StepExecutor::used_slots() const {
 absl::Status StepExecutor::Validate(const std::vector<RowPlan>& rows,
                                     const std::vector<int32_t>& release) const {
   const int64_t vocab = model_.config().vocab_size;
+  for (int32_t slot : release) {
+    if (slot < 0 || slot >= max_slots()) {
+      return absl::InvalidArgumentError(absl::StrCat("release of slot ", slot, " outside [0, ",
+                                                     max_slots(), ")"));
+    }
+  }
+  const absl::flat_hash_set<int32_t> released(release.begin(), release.end());
   absl::flat_hash_set<int32_t> used;
   for (size_t i = 0; i < rows.size(); ++i) {
     const RowPlan& row = rows[i];
@@ -37,7 +44,8 @@ absl::Status StepExecutor::Validate(const std::vector<RowPlan>& rows,
       return RowError(i, absl::StrCat("slot ", row.slot, " appears twice"));
     }
     const Slot& slot = slots_[row.slot];
-    const int64_t length = slot.state == nullptr ? 0 : slot.state->length();
+    const int64_t length =
+        slot.state == nullptr || released.contains(row.slot) ? 0 : slot.state->length();
     if (row.start_pos != 0 && row.start_pos != length) {
       return RowError(i, absl::StrCat("start_pos ", row.start_pos, " but slot ", row.slot,
                                       " holds ", length, " positions"));
@@ -61,12 +69,6 @@ absl::Status StepExecutor::Validate(const std::vector<RowPlan>& rows,
       return RowError(i, std::string(s.message()));
     }
   }
-  for (int32_t slot : release) {
-    if (slot < 0 || slot >= max_slots()) {
-      return absl::InvalidArgumentError(absl::StrCat("release of slot ", slot, " outside [0, ",
-                                                     max_slots(), ")"));
-    }
-  }
   return absl::OkStatus();
 }
 
@@ -76,6 +78,8 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::Execute(
   const int64_t vocab = model_.config().vocab_size;
   std::vector<RowOutcome> outcomes(rows.size());
   std::vector<int32_t> samples(rows.size(), -1);
+  // Releases come first: a slot freed by this plan may be reused by its rows.
+  for (int32_t slot : release) slots_[slot] = Slot{};
   for (size_t i = 0; i < rows.size(); ++i) {
     const RowPlan& row = rows[i];
     Slot& slot = slots_[row.slot];
@@ -122,7 +126,6 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::Execute(
       slot.sampled_once = true;
     }
   }
-  for (int32_t slot : release) slots_[slot] = Slot{};
   previous_samples_ = std::move(samples);
   return outcomes;
 }

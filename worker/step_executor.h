@@ -52,8 +52,9 @@ class StepExecutor {
   // Validates every row first (slot in range and used once, positions
   // consistent with the slot, tokens in the vocabulary, remap naming a row of
   // the previous step that sampled, sampling parameters): INVALID_ARGUMENT
-  // naming the row, and nothing runs. Then runs the rows in order and
-  // returns one outcome per row. `release` slots are dropped after the rows.
+  // naming the row, and nothing runs. Then drops the `release` slots, runs
+  // the rows in order (a released slot may be reused by a row starting at
+  // position 0) and returns one outcome per row.
   absl::StatusOr<std::vector<RowOutcome>> Execute(const std::vector<RowPlan>& rows,
                                                   const std::vector<int32_t>& release);
 

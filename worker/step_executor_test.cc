@@ -64,6 +64,15 @@ TEST(StepExecutorTest, PrefillThenDecodeWithRemapMatchesTheModel) {
 
   ASSERT_TRUE(executor.Execute({}, {0}).ok());
   EXPECT_EQ(executor.used_slots(), 1);
+
+  // A plan that releases slot 1 and starts a new sequence in it: release first.
+  auto reuse = executor.Execute({Greedy(1, 0, {5, 6, 7, 8})}, {1});
+  ASSERT_TRUE(reuse.ok()) << reuse.status();
+  EXPECT_EQ(*(*reuse)[0].token, a1);
+  // Continuing the released sequence in the same plan is refused.
+  EXPECT_FALSE(executor.Execute({Greedy(1, 4, {a1})}, {1}).ok());
+  auto cont = executor.Execute({Greedy(1, 4, {a1})}, {});
+  ASSERT_TRUE(cont.ok()) << cont.status();
 }
 
 TEST(StepExecutorTest, BadPlansAreRefusedWithoutSideEffects) {
