@@ -81,9 +81,7 @@ CompileResult GrammarCompiler::CompileNow(const Constraint& constraint) const {
   auto pda = Pda::Build(*grammar, options_.pda_limits);
   if (!pda.ok()) return pda.status();
   if (absl::Now() >= deadline) return too_slow();
-  auto compiled = std::make_shared<const CompiledGrammar>(*std::move(pda), vocab_);
-  compiled->PrecomputeTokenCaches(options_.precompute_budget);
-  return compiled;
+  return std::make_shared<const CompiledGrammar>(*std::move(pda), vocab_);
 }
 
 CompileFuture GrammarCompiler::CompileAsync(const Constraint& constraint) {
@@ -97,7 +95,14 @@ CompileFuture GrammarCompiler::CompileAsync(const Constraint& constraint) {
   future.state_ = std::make_shared<CompileFuture::State>();
   lru_.push_front(Entry{key, future});
   index_.emplace(std::move(key), lru_.begin());
-  queue_.push_back([this, constraint, state = future.state_] { Finish(state, CompileNow(constraint)); });
+  queue_.push_back([this, constraint, state = future.state_] {
+    CompileResult result = CompileNow(constraint);
+    std::shared_ptr<const CompiledGrammar> grammar = result.ok() ? *result : nullptr;
+    Finish(state, std::move(result));
+    // The request may start now; its first steps race these builds harmlessly
+    // (a cache is published once, whoever finishes first).
+    if (grammar != nullptr) grammar->PrecomputeTokenCaches(options_.precompute_budget);
+  });
   EvictLocked();
   return future;
 }

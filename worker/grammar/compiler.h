@@ -61,8 +61,9 @@ struct CompilerOptions {
   // A compile running longer is abandoned with GRAMMAR_TOO_COMPLEX (checked
   // between phases; the size limits bound each phase).
   absl::Duration compile_timeout = absl::Seconds(10);
-  // After compiling, token caches are built on the compile thread for up to
-  // this long, so early decode steps find them ready (zero: all lazy).
+  // After a compile is ready, its token caches are built on the compile
+  // thread for up to this long, so most decode steps find them ready (zero:
+  // all lazy). The future does not wait for this.
   absl::Duration precompute_budget = absl::Milliseconds(500);
 };
 

@@ -10,8 +10,9 @@
 namespace weir::grammar {
 namespace {
 
-// Bounds the matcher's memoized DFA (each state may hold a 1 KiB table).
-constexpr int32_t kMaxMemoStates = 4096;
+// Bounds the matcher's memoized DFA (each state may hold a 1 KiB table), so
+// a matcher's memo stays under about 1.5 MiB.
+constexpr int32_t kMaxMemoStates = 1024;
 
 }  // namespace
 

@@ -63,6 +63,8 @@ class Pda {
 
  private:
   friend class PdaBuilder;
+  friend absl::Status CheckLeftRecursion(const Grammar& g, const Pda& pda);
+  friend absl::Status TrimDeadEnds(const Grammar& g, const PdaLimits& limits, Pda& pda);
   std::vector<PdaNode> nodes_;
   std::vector<ByteEdge> byte_edges_;
   std::vector<RuleEdge> rule_edges_;
