@@ -9,6 +9,9 @@
 #ifndef WEIR_WORKER_GRAMMAR_JSON_RULES_H_
 #define WEIR_WORKER_GRAMMAR_JSON_RULES_H_
 
+#include <cstdint>
+#include <optional>
+
 #include "absl/status/statusor.h"
 #include "worker/grammar/grammar.h"
 #include "worker/grammar/utf8.h"
@@ -33,6 +36,9 @@ class JsonRules {
   absl::StatusOr<ExprId> Char();         // one unescaped char or escape sequence
   absl::StatusOr<ExprId> String();       // "..." of any chars
   absl::StatusOr<ExprId> Integer();      // -?(0|[1-9][0-9]{0,17}): fits int64
+  // Integers in [lo, hi] (either bound may be absent), no leading zeros, at
+  // most 18 digits. INVALID_ARGUMENT if the range is empty.
+  absl::StatusOr<ExprId> IntegerRange(std::optional<int64_t> lo, std::optional<int64_t> hi);
   absl::StatusOr<ExprId> Number();       // JSON number
   absl::StatusOr<ExprId> Boolean();
   absl::StatusOr<ExprId> Null();
@@ -49,6 +55,11 @@ class JsonRules {
   absl::StatusOr<ExprId> Punct(char c);
 
  private:
+  // Digit strings of exactly `width` digits (leading zeros allowed) whose
+  // value is in [a, b]. REQUIRES: 0 <= a <= b < 10^width.
+  absl::StatusOr<ExprId> FixedWidthRange(int64_t a, int64_t b, int width);
+  // Unsigned integers in [a, b] without leading zeros. REQUIRES: 0 <= a <= b.
+  absl::StatusOr<ExprId> MagnitudeRange(int64_t a, int64_t b);
   // -?(0|[1-9][0-9]*) with at most `max_digits` digits (or kUnbounded).
   absl::StatusOr<ExprId> IntegerPart(int32_t max_digits);
   // Returns a reference to the rule cached in `*slot`, defining it with

@@ -8,7 +8,8 @@
 // maxItems, anyOf, oneOf (as anyOf: branches should be disjoint), allOf with
 // one branch, $ref to "#", "#/$defs/...", "#/definitions/..." (or any local
 // JSON pointer; recursion allowed), string pattern (search semantics),
-// minLength, maxLength. Annotations are ignored: title, description,
+// minLength, maxLength, and minimum/maximum/exclusiveMinimum/exclusiveMaximum
+// on integers (not on type number). Annotations are ignored: title, description,
 // default, examples, $schema, $id, $comment, format, deprecated, readOnly,
 // writeOnly. Any other keyword is rejected with INVALID_ARGUMENT naming it
 // and its location. Properties are emitted in declaration order.

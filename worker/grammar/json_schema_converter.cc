@@ -6,7 +6,9 @@
 
 #include "worker/grammar/json_schema_converter.h"
 
+#include <cmath>
 #include <exception>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -26,7 +28,8 @@ const absl::flat_hash_set<std::string>& Supported() {
   static const auto* set = new absl::flat_hash_set<std::string>{
       "type",     "properties", "required",  "additionalProperties", "enum",      "const",
       "items",    "minItems",   "maxItems",  "anyOf",                "oneOf",     "allOf",
-      "$ref",     "pattern",    "minLength", "maxLength"};
+      "$ref",     "pattern",    "minLength", "maxLength",            "minimum",   "maximum",
+      "exclusiveMinimum", "exclusiveMaximum"};
   return *set;
 }
 
@@ -147,11 +150,39 @@ absl::StatusOr<ExprId> SchemaConverter::Ref(const std::string& ref, const std::s
   return g_.AddRuleRef(rule);
 }
 
+absl::StatusOr<ExprId> SchemaConverter::IntegerBounds(const Json& s, const std::string& path) {
+  std::optional<int64_t> lo, hi;
+  // Bounds beyond +-1e18 are clamped by IntegerRange (18-digit integers).
+  auto clamp = [](double v) { return static_cast<int64_t>(std::clamp(v, -1e18, 1e18)); };
+  for (const char* key : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
+    auto it = s.find(key);
+    if (it == s.end()) continue;
+    if (!it->is_number()) return Error(path, absl::StrCat("'", key, "' must be a number"));
+    const double v = it->get<double>();
+    const std::string k = key;
+    if (k == "minimum") lo = std::max(lo.value_or(INT64_MIN), clamp(std::ceil(v)));
+    if (k == "exclusiveMinimum") lo = std::max(lo.value_or(INT64_MIN), clamp(std::floor(v) + 1));
+    if (k == "maximum") hi = std::min(hi.value_or(INT64_MAX), clamp(std::floor(v)));
+    if (k == "exclusiveMaximum") hi = std::min(hi.value_or(INT64_MAX), clamp(std::ceil(v) - 1));
+  }
+  auto range = rules_.IntegerRange(lo, hi);
+  if (!range.ok() && range.status().code() == absl::StatusCode::kInvalidArgument &&
+      range.status().message().find("GRAMMAR_TOO_COMPLEX") == absl::string_view::npos) {
+    return Error(path, std::string(range.status().message()));
+  }
+  return range;
+}
+
 absl::StatusOr<ExprId> SchemaConverter::Type(const std::string& type, const Json& s,
                                              const std::string& path, int depth) {
   if (type == "string") return String(s, path);
-  if (type == "integer") return rules_.Integer();
-  if (type == "number") return rules_.Number();
+  const bool bounded = s.contains("minimum") || s.contains("maximum") ||
+                       s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum");
+  if (type == "integer") return bounded ? IntegerBounds(s, path) : rules_.Integer();
+  if (type == "number") {
+    if (bounded) return Error(path, "numeric bounds on type 'number' are unsupported");
+    return rules_.Number();
+  }
   if (type == "boolean") return rules_.Boolean();
   if (type == "null") return rules_.Null();
   if (type == "array") return Array(s, path, depth);

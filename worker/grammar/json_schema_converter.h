@@ -64,6 +64,7 @@ class SchemaConverter {
   absl::StatusOr<ExprId> Type(const std::string& type, const Json& s, const std::string& path,
                               int depth);
   absl::StatusOr<ExprId> String(const Json& s, const std::string& path);
+  absl::StatusOr<ExprId> IntegerBounds(const Json& s, const std::string& path);
   absl::StatusOr<ExprId> Array(const Json& s, const std::string& path, int depth);
   absl::StatusOr<ExprId> Object(const Json& s, const std::string& path, int depth);
 

@@ -60,6 +60,8 @@ const std::vector<CorpusSchema>& JsonSchemaCorpus() {
       {"pydantic_style", R"({"$defs":{"Pet":{"title":"Pet","type":"object","properties":{"name":{"title":"Name","type":"string"},"species":{"title":"Species","enum":["cat","dog"]}},"required":["name","species"]}},"title":"Owner","type":"object","properties":{"owner":{"title":"Owner","type":"string"},"pet":{"allOf":[{"$ref":"#/$defs/Pet"}]},"tags":{"title":"Tags","type":"array","items":{"type":"string"},"default":[]}},"required":["owner","pet"]})"},
       {"json_patch", R"({"type":"array","items":{"type":"object","properties":{"op":{"enum":["add","remove","replace"]},"path":{"type":"string","pattern":"^(/[a-z0-9]+)+$"},"value":true},"required":["op","path"]},"maxItems":4})"},
       {"unicode_text", R"({"type":"object","properties":{"lang":{"enum":["fr","de","zh"]},"greeting":{"type":"string","minLength":1,"maxLength":5}},"required":["lang","greeting"]})"},
+      {"bounded_integers", R"({"type":"object","properties":{"age":{"type":"integer","minimum":0,"maximum":150},"rating":{"type":"integer","minimum":1,"maximum":5},"offset":{"type":"integer","minimum":-273,"maximum":58},"retries":{"type":"integer","exclusiveMinimum":9},"delta":{"type":"integer","exclusiveMaximum":-7}},"required":["age","rating","offset","retries","delta"]})"},
+      {"paging_params", R"({"type":"object","properties":{"page":{"type":"integer","minimum":1},"page_size":{"type":"integer","minimum":10,"maximum":1000},"sort":{"enum":["asc","desc"]}},"required":["page","page_size"]})"},
   };
   return *corpus;
 }

@@ -3,6 +3,9 @@
 #include "worker/grammar/json_schema.h"
 
 #include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
 
 #include "gtest/gtest.h"
 #include "worker/grammar/matcher.h"
@@ -68,6 +71,31 @@ TEST(JsonSchemaTest, PatternSearchSemanticsAndRefs) {
   EXPECT_TRUE(Accepts(g, R"({"next":{"next":{"next":null}}})"));
 }
 
+TEST(JsonSchemaTest, IntegerBoundsAreExact) {
+  // Every integer in a window around each range, accepted iff inside it.
+  const std::pair<int64_t, int64_t> ranges[] = {{0, 150}, {-273, 58}, {7, 7}, {-99, -10},
+                                                {95, 1203}, {-1000, 1000}};
+  for (auto [lo, hi] : ranges) {
+    auto g = JsonSchemaToGrammar(
+        absl::StrCat(R"({"type":"integer","minimum":)", lo, R"(,"maximum":)", hi, "}"));
+    ASSERT_TRUE(g.ok()) << g.status();
+    auto compiled = testing::CompileForTest(*g);
+    ASSERT_TRUE(compiled.ok());
+    for (int64_t x = lo - 300; x <= hi + 300; ++x) {
+      Matcher m(*compiled);
+      const bool ok = m.AcceptBytes(absl::StrCat(x)).ok() && m.CanTerminate();
+      ASSERT_EQ(ok, lo <= x && x <= hi) << x << " in [" << lo << "," << hi << "]";
+    }
+    Matcher m(*compiled);
+    EXPECT_FALSE(m.AcceptBytes("007").ok() && m.CanTerminate());
+  }
+  auto open = JsonSchemaToGrammar(R"({"type":"integer","exclusiveMinimum":9})");
+  EXPECT_FALSE(Accepts(open, "9"));
+  EXPECT_TRUE(Accepts(open, "10"));
+  EXPECT_TRUE(Accepts(open, "123456789012345678"));
+  EXPECT_FALSE(Accepts(open, "1234567890123456789"));  // 19 digits
+}
+
 TEST(JsonSchemaTest, AnyJson) {
   auto obj = AnyJsonGrammar(/*object_only=*/true);
   EXPECT_TRUE(Accepts(obj, R"({"a":[1,2,{"b":null}],"c":"d"})"));
@@ -76,8 +104,11 @@ TEST(JsonSchemaTest, AnyJson) {
 }
 
 TEST(JsonSchemaTest, ErrorsNameKeywordAndLocation) {
-  EXPECT_NE(ErrorOf(R"({"type":"object","properties":{"x":{"type":"integer","minimum":0}}})")
-                .find("unsupported keyword 'minimum' at #/properties/x"),
+  EXPECT_NE(ErrorOf(R"({"type":"object","properties":{"x":{"type":"integer","multipleOf":2}}})")
+                .find("unsupported keyword 'multipleOf' at #/properties/x"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"type":"number","minimum":0})").find("type 'number'"), std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"type":"integer","minimum":5,"maximum":4})").find("empty integer range"),
             std::string::npos);
   EXPECT_NE(ErrorOf(R"({"allOf":[{},{}]})").find("allOf"), std::string::npos);
   EXPECT_NE(ErrorOf(R"({"$ref":"#/$defs/missing"})").find("unresolvable"), std::string::npos);

@@ -78,6 +78,17 @@ std::string CheckSchema(const Json& v, const Json& s, const Json& root, bool str
       return "pattern mismatch: " + str;
     }
   }
+  if (v.is_number()) {
+    const double x = v.get<double>();
+    if (s.contains("minimum") && x < s["minimum"].get<double>()) return "below minimum";
+    if (s.contains("maximum") && x > s["maximum"].get<double>()) return "above maximum";
+    if (s.contains("exclusiveMinimum") && x <= s["exclusiveMinimum"].get<double>()) {
+      return "not above exclusiveMinimum";
+    }
+    if (s.contains("exclusiveMaximum") && x >= s["exclusiveMaximum"].get<double>()) {
+      return "not below exclusiveMaximum";
+    }
+  }
   if (v.is_array()) {
     if (s.contains("minItems") && v.size() < s["minItems"].get<size_t>()) return "too few items";
     if (s.contains("maxItems") && v.size() > s["maxItems"].get<size_t>()) return "too many items";
