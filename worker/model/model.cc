@@ -24,7 +24,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config,
   RETURN_IF_ERROR(CheckCheckpoint(config, checkpoint.tensors()).ToStatus());
   if (options.max_rollback < 0) options.max_rollback = config.dspark_block_size + 1;
   std::unique_ptr<Model> m(new Model(config, std::move(options)));
-  ASSIGN_OR_RETURN(m->weights_, LoadModelWeights(m->config_, m->roles_, checkpoint));
+  ASSIGN_OR_RETURN(m->weights_, LoadModelWeights(m->config_, m->roles_, checkpoint,
+                                                 m->options_.expert_filter));
   const ModelConfig& c = m->config_;
   auto table = [&](int ratio) {
     return cpu::RopeTable::Create(cpu::LayerRopeConfig(
@@ -55,6 +56,12 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config,
   m->ops_ = std::make_unique<CpuOps>(m->options_.precision);
   m->executor_ = std::make_unique<LocalExpertExecutor>(*m->ops_, m->weights_,
                                                        static_cast<float>(c.swiglu_limit));
+  if (m->options_.make_executor) {
+    m->local_executor_ = std::move(m->executor_);
+    m->executor_ = m->options_.make_executor(*m->ops_, m->weights_);
+    m->options_.make_executor = nullptr;  // may capture the caller's locals
+    if (m->executor_ == nullptr) return absl::InvalidArgumentError("make_executor gave null");
+  }
   std::vector<int64_t> experts;
   for (const LayerRole& role : m->roles_.layers()) experts.push_back(MoeExperts(c, role));
   m->load_ = std::make_unique<ExpertLoad>(std::move(experts));
@@ -78,6 +85,13 @@ absl::Status Model::CheckTokens(std::span<const int64_t> tokens) const {
 absl::StatusOr<std::vector<float>> Model::Forward(SequenceState& state,
                                                   std::span<const int64_t> tokens,
                                                   int64_t start_pos) {
+  if (local_executor_ != nullptr) {  // expert-parallel: a one-row collective step
+    SequenceState* const states[] = {&state};
+    const std::span<const int64_t> rows[] = {tokens};
+    const int64_t starts[] = {start_pos};
+    ASSIGN_OR_RETURN(std::vector<std::vector<float>> logits, ForwardBatch(states, rows, starts));
+    return std::move(logits[0]);
+  }
   if (tokens.empty()) return absl::InvalidArgumentError("Forward: no tokens");
   RETURN_IF_ERROR(CheckTokens(tokens));
   if (state.num_layers() != roles_.size() ||
@@ -189,7 +203,8 @@ absl::StatusOr<DraftResult> Model::Draft(const SequenceState& state, int64_t nex
     return absl::InvalidArgumentError(
         absl::StrCat("Draft: needs 2 forwarded positions, the sequence holds ", state.length()));
   }
-  const ModelRuntime rt{config_, roles_, weights_, rope_, *ops_, *executor_, load_.get()};
+  ExpertExecutor& stages = local_executor_ ? *local_executor_ : *executor_;
+  const ModelRuntime rt{config_, roles_, weights_, rope_, *ops_, stages, load_.get()};
   absl::StatusOr<DraftResult> r = DsparkDraft(rt, state, next_token);
   if (!r.ok()) return absl::InternalError(absl::StrCat("Draft: ", r.status().message()));
   return r;

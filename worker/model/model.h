@@ -23,6 +23,7 @@
 #define WEIR_WORKER_MODEL_MODEL_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -51,6 +52,14 @@ struct ModelOptions {
   // kBf16: the reference's own precision; kFp32: fp32 activations (the
   // golden reference run of tests/golden is fp32).
   ActivationPrecision precision = ActivationPrecision::kBf16;
+  // Expert parallelism (expert_parallel_model.h sets both): which routed
+  // experts of the backbone this process loads, and the executor that runs
+  // the backbone's MoE layers over the loaded weights. When make_executor is
+  // set the backbone's MoE is collective: every rank must run the same number
+  // of forwards (ForwardBatch, zero rows allowed), in the same order. DSpark
+  // stages always load all their experts and run them locally.
+  ExpertFilter expert_filter;
+  std::function<std::unique_ptr<ExpertExecutor>(Ops&, const ModelWeights&)> make_executor;
 };
 
 class Model {
@@ -73,6 +82,21 @@ class Model {
   absl::StatusOr<std::vector<float>> Forward(SequenceState& state,
                                              std::span<const int64_t> tokens, int64_t start_pos);
 
+  // One step over several sequences: row i runs tokens[i] on *states[i] at
+  // start_pos[i]; returns logits [tokens[i].size(), vocab] per row, equal to
+  // Forward of each row alone (bit-identical on the CPU backend). Every layer
+  // processes all rows together, so each backbone MoE layer calls the expert
+  // executor exactly once per step; with zero rows an expert-parallel model
+  // still joins every layer's exchange (a rank without work). Rows are
+  // validated as in Forward, and a state may appear only once; on a bad row
+  // nothing changes and INVALID_ARGUMENT is returned (an expert-parallel
+  // model first joins the step with zero rows, so its peers do not stall).
+  // INTERNAL (all states of the step broken) if the step fails later, e.g.
+  // UNAVAILABLE from the communicator.
+  absl::StatusOr<std::vector<std::vector<float>>> ForwardBatch(
+      std::span<SequenceState* const> states,
+      std::span<const std::span<const int64_t>> tokens, std::span<const int64_t> start_pos);
+
   // DSpark: drafts dspark_block_size tokens following `next_token`, the
   // target's token for position state.length(), from the features of the
   // last forwarded position. Does not change `state`. INVALID_ARGUMENT if the
@@ -89,6 +113,16 @@ class Model {
  private:
   Model(const ModelConfig& config, ModelOptions options);
   absl::Status CheckTokens(std::span<const int64_t> tokens) const;
+  // Validation of one Forward row (INVALID_ARGUMENT / FAILED_PRECONDITION).
+  absl::Status CheckRow(const SequenceState& state, std::span<const int64_t> tokens,
+                        int64_t start_pos) const;
+  // The backbone of ForwardBatch (model_batch.cc); rows validated.
+  absl::Status RunBatch(std::span<SequenceState* const> states,
+                        std::span<const std::span<const int64_t>> tokens,
+                        std::span<const int64_t> start_pos,
+                        std::vector<std::vector<float>>& logits);
+  // An expert-parallel step without rows: every backbone MoE exchange, empty.
+  absl::Status RunEmptyStep();
   absl::Status RunBackbone(SequenceState& state, std::span<const int64_t> tokens,
                            int64_t start_pos, std::vector<float>& logits);
 
@@ -99,7 +133,8 @@ class Model {
   std::unique_ptr<kernels::cpu::RopeTable> rope_swa_, rope_compressed_;
   std::vector<const kernels::cpu::RopeTable*> rope_;  // per layer
   std::unique_ptr<Ops> ops_;
-  std::unique_ptr<ExpertExecutor> executor_;
+  std::unique_ptr<ExpertExecutor> executor_;        // backbone MoE layers
+  std::unique_ptr<ExpertExecutor> local_executor_;  // DSpark stages (if executor_ is not local)
   std::unique_ptr<ExpertLoad> load_;
   std::unique_ptr<EngramHasher> engram_;
 };

@@ -15,7 +15,8 @@ namespace {
 
 class Loader {
  public:
-  Loader(const ModelConfig& config, const Checkpoint& ckpt) : config_(config), ckpt_(ckpt) {}
+  Loader(const ModelConfig& config, const Checkpoint& ckpt, const ExpertFilter& filter)
+      : config_(config), ckpt_(ckpt), filter_(filter) {}
 
   // fp32 values of a BF16 or F32 tensor, optionally checking its element count.
   absl::StatusOr<std::vector<float>> Floats(const std::string& name, int64_t numel = -1) const {
@@ -137,6 +138,10 @@ class Loader {
       ASSIGN_OR_RETURN(m.bias_vl, Floats(f + "gate.bias_vl", n_experts));
     }
     for (int64_t e = 0; e < n_experts; ++e) {
+      if (!role.is_dspark_stage && filter_ && !filter_(role.layer, e)) {
+        m.experts.emplace_back();  // not held by this process
+        continue;
+      }
       ASSIGN_OR_RETURN(ExpertWeightsF32 w,
                        Expert(absl::StrCat(f, "experts.", e, "."), c.moe_inter_dim));
       m.experts.push_back(std::move(w));
@@ -194,13 +199,15 @@ class Loader {
  private:
   const ModelConfig& config_;
   const Checkpoint& ckpt_;
+  const ExpertFilter& filter_;
 };
 
 }  // namespace
 
 absl::StatusOr<ModelWeights> LoadModelWeights(const ModelConfig& config, const LayerRoles& roles,
-                                              const Checkpoint& checkpoint) {
-  Loader load(config, checkpoint);
+                                              const Checkpoint& checkpoint,
+                                              const ExpertFilter& filter) {
+  Loader load(config, checkpoint, filter);
   ModelWeights w;
   ASSIGN_OR_RETURN(w.embed, load.Floats("embed.weight", config.vocab_size * config.dim));
   ASSIGN_OR_RETURN(w.norm, load.Floats("norm.weight", config.dim));

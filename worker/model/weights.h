@@ -13,6 +13,7 @@
 #define WEIR_WORKER_MODEL_WEIGHTS_H_
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -89,12 +90,20 @@ struct ModelWeights {
   DsparkWeights dspark;              // empty when n_mtp_layers == 0
 };
 
-// Loads every parameter. Errors: NOT_FOUND naming a missing tensor,
-// INVALID_ARGUMENT naming a tensor whose dtype or shape does not fit.
+// Which routed experts of the backbone layers (0 <= layer < n_layers) to
+// load: filter(layer, logical expert). An expert it rejects stays an empty
+// ExpertWeightsF32 (out = in = 0) in MoeWeights::experts. DSpark stages always
+// load every expert. Empty = load all.
+using ExpertFilter = std::function<bool(int layer, int64_t expert)>;
+
+// Loads every parameter (routed experts of the backbone as `filter` says).
+// Errors: NOT_FOUND naming a missing tensor, INVALID_ARGUMENT naming a tensor
+// whose dtype or shape does not fit.
 // REQUIRES: `checkpoint` holds `config`'s layout and outlives the result
 // (Engram tables are views into its mapping).
 absl::StatusOr<ModelWeights> LoadModelWeights(const ModelConfig& config, const LayerRoles& roles,
-                                              const Checkpoint& checkpoint);
+                                              const Checkpoint& checkpoint,
+                                              const ExpertFilter& filter = {});
 
 }  // namespace weir::model
 

@@ -1,0 +1,183 @@
+// Model::ForwardBatch: one step over several sequences, every layer over all
+// rows at once (attention per row, everything else batched), so that each
+// backbone MoE layer makes one executor call per step.
+#include <algorithm>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "worker/model/attention.h"
+#include "worker/model/mhc.h"
+#include "worker/model/model.h"
+#include "worker/model/model_runtime.h"
+#include "worker/model/moe_layer.h"
+
+namespace weir::model {
+
+absl::Status Model::CheckRow(const SequenceState& state, std::span<const int64_t> tokens,
+                             int64_t start_pos) const {
+  if (tokens.empty()) return absl::InvalidArgumentError("no tokens");
+  RETURN_IF_ERROR(CheckTokens(tokens));
+  if (state.num_layers() != roles_.size() ||
+      state.window(0).capacity() != config_.window_size + state.max_rollback()) {
+    return absl::InvalidArgumentError("the sequence state belongs to another model");
+  }
+  if (state.broken()) return absl::FailedPreconditionError("the sequence state is broken");
+  if (start_pos != state.length()) {
+    return absl::InvalidArgumentError(absl::StrCat("start_pos ", start_pos,
+                                                   " but the sequence holds ", state.length(),
+                                                   " positions"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::vector<float>>> Model::ForwardBatch(
+    std::span<SequenceState* const> states, std::span<const std::span<const int64_t>> tokens,
+    std::span<const int64_t> start_pos) {
+  absl::Status bad;
+  if (tokens.size() != states.size() || start_pos.size() != states.size()) {
+    bad = absl::InvalidArgumentError(absl::StrCat("ForwardBatch: ", states.size(), " states, ",
+                                                  tokens.size(), " token rows, ",
+                                                  start_pos.size(), " start positions"));
+  }
+  absl::flat_hash_set<const SequenceState*> seen;
+  for (size_t i = 0; bad.ok() && i < states.size(); ++i) {
+    if (states[i] == nullptr || !seen.insert(states[i]).second) {
+      bad = absl::InvalidArgumentError(absl::StrCat("ForwardBatch: row ", i,
+                                                    ": null or repeated sequence state"));
+      break;
+    }
+    absl::Status st = CheckRow(*states[i], tokens[i], start_pos[i]);
+    if (!st.ok()) bad = absl::Status(st.code(), absl::StrCat("ForwardBatch: row ", i, ": ",
+                                                             st.message()));
+  }
+  if (!bad.ok() || states.empty()) {
+    if (local_executor_ != nullptr) {  // expert-parallel: peers wait for our exchanges
+      absl::Status st = RunEmptyStep();
+      if (!st.ok() && bad.ok()) return absl::InternalError(absl::StrCat("ForwardBatch: ",
+                                                                       st.message()));
+    }
+    if (!bad.ok()) return bad;
+    return std::vector<std::vector<float>>{};
+  }
+  std::vector<std::vector<float>> logits;
+  absl::Status st = RunBatch(states, tokens, start_pos, logits);
+  if (!st.ok()) {
+    for (SequenceState* s : states) s->MarkBroken();
+    return absl::InternalError(absl::StrCat("ForwardBatch: ", st.message()));
+  }
+  for (size_t i = 0; i < states.size(); ++i) {
+    states[i]->Advance(static_cast<int64_t>(tokens[i].size()));
+  }
+  return logits;
+}
+
+absl::Status Model::RunEmptyStep() {
+  for (int layer = 0; layer < config_.n_layers; ++layer) {
+    const ExpertAssignments none{.tokens = 0, .topk = MoeTopk(config_, roles_[layer])};
+    RETURN_IF_ERROR(executor_->Dispatch(layer, {}, none)) << "layer " << layer;
+    RETURN_IF_ERROR(executor_->RunExperts()) << "layer " << layer;
+    RETURN_IF_ERROR(executor_->Combine({})) << "layer " << layer;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Model::RunBatch(std::span<SequenceState* const> states,
+                             std::span<const std::span<const int64_t>> tokens,
+                             std::span<const int64_t> start_pos,
+                             std::vector<std::vector<float>>& logits) {
+  const ModelConfig& c = config_;
+  const size_t rows = states.size();
+  const int64_t d = c.dim, n = c.hc_mult;
+  std::vector<int64_t> off(rows + 1, 0);  // first token of each row in the batch
+  for (size_t i = 0; i < rows; ++i) off[i + 1] = off[i] + static_cast<int64_t>(tokens[i].size());
+  const int64_t total = off[rows];
+  // Engram rows [T, layers, cols], each row hashed over its own history.
+  const int64_t e_layers = engram_->num_layers(), cols = engram_->cols();
+  std::vector<int64_t> engram_rows(total * e_layers * cols);
+  for (size_t i = 0; i < rows && e_layers > 0; ++i) {
+    std::vector<int64_t>& history = states[i]->engram_history();
+    for (int64_t t : tokens[i]) history.push_back(engram_->Compress(t));
+    RETURN_IF_ERROR(engram_->Hash(history, start_pos[i],
+                                  std::span<int64_t>(engram_rows).subspan(
+                                      off[i] * e_layers * cols, (off[i + 1] - off[i]) * e_layers * cols)));
+  }
+  std::vector<float> x(total * n * d);
+  for (size_t i = 0; i < rows; ++i) {
+    for (int64_t t = 0; t < off[i + 1] - off[i]; ++t) {
+      for (int64_t k = 0; k < n; ++k) {
+        std::copy_n(weights_.embed.data() + tokens[i][t] * d, d,
+                    x.data() + ((off[i] + t) * n + k) * d);
+      }
+    }
+  }
+  std::vector<float> pre = IdentityPreMix(total, static_cast<int>(n));
+  const int64_t n_targets = static_cast<int64_t>(c.dspark_target_layer_ids.size());
+  std::vector<float> main_hidden(total * n_targets * d);
+  std::vector<AttentionShared> shared(rows);
+  for (int layer = 0; layer < c.n_layers; ++layer) {
+    const LayerRole& role = roles_[layer];
+    const BlockWeights& w = weights_.layers[layer];
+    if (role.has_engram) {
+      const int e = c.engram_index(layer);
+      std::vector<int64_t> layer_rows(total * cols);
+      for (int64_t t = 0; t < total; ++t) {
+        std::copy_n(engram_rows.data() + (t * e_layers + e) * cols, cols,
+                    layer_rows.data() + t * cols);
+      }
+      RETURN_IF_ERROR(EngramForward(*ops_, c, w.engram, layer_rows, total, x));
+    }
+    for (int64_t i = 0; i < n_targets; ++i) {
+      if (c.dspark_target_layer_ids[i] != layer) continue;
+      for (int64_t t = 0; t < total; ++t) {  // mean over the streams, bf16 below
+        float* dst = main_hidden.data() + (t * n_targets + i) * d;
+        for (int64_t ch = 0; ch < d; ++ch) {
+          float sum = 0.0f;
+          for (int64_t k = 0; k < n; ++k) sum += x[(t * n + k) * d + ch];
+          dst[ch] = sum / static_cast<float>(n);
+        }
+      }
+    }
+    const MoeContext mctx{*ops_, c, role, w.ffn, *executor_, load_.get()};
+    RETURN_IF_ERROR(BlockForward(
+        *ops_, c, w, total,
+        [&](std::span<const float> in, std::span<float> out) -> absl::Status {
+          for (size_t i = 0; i < rows; ++i) {  // attention reads each row's own state
+            const int64_t s = off[i + 1] - off[i];
+            const AttentionContext actx{*ops_, c,         role,         w.attn, *rope_[layer],
+                                        *states[i], shared[i], start_pos[i], s};
+            RETURN_IF_ERROR(AttentionForward(actx, in.subspan(off[i] * d, s * d),
+                                             out.subspan(off[i] * d, s * d)))
+                << "row " << i;
+          }
+          return absl::OkStatus();
+        },
+        [&](std::span<const float> in, std::span<float> out) {
+          return MoeForward(mctx, in, total, {}, out);
+        },
+        x, pre))
+        << "layer " << layer;
+  }
+  ops_->RoundBf16(main_hidden);
+  std::vector<float> h(total * d);
+  RETURN_IF_ERROR(Collapse(*ops_, c, x, pre, total, h));
+  RETURN_IF_ERROR(ops_->RmsNorm(h, weights_.norm, total, d, static_cast<float>(c.norm_eps), h));
+  ops_->RoundBf16(h);
+  const ModelRuntime rt{c, roles_, weights_, rope_, *ops_, *executor_, load_.get()};
+  logits.resize(rows);
+  for (size_t i = 0; i < rows; ++i) {  // the head per row: the same sgemm shape as Forward
+    const int64_t s = off[i + 1] - off[i];
+    logits[i].assign(s * c.vocab_size, 0.0f);
+    RETURN_IF_ERROR(ops_->Logits(weights_.head, std::span<const float>(h).subspan(off[i] * d, s * d),
+                                 s, logits[i]));
+    if (c.n_mtp_layers > 0 && n_targets > 0) {
+      RETURN_IF_ERROR(UpdateDsparkRings(
+          rt, std::span<const float>(main_hidden).subspan(off[i] * n_targets * d, s * n_targets * d),
+          start_pos[i], s, *states[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace weir::model
