@@ -101,7 +101,10 @@ CompileFuture GrammarCompiler::CompileAsync(const Constraint& constraint) {
     Finish(state, std::move(result));
     // The request may start now; its first steps race these builds harmlessly
     // (a cache is published once, whoever finishes first).
-    if (grammar != nullptr) grammar->PrecomputeTokenCaches(options_.precompute_budget);
+    if (grammar != nullptr && grammar->PrecomputeTokenCaches(options_.precompute_budget) > 0) {
+      absl::MutexLock lock(&mu_);
+      EvictLocked();  // the entry grew
+    }
   });
   EvictLocked();
   return future;

@@ -3,6 +3,7 @@
 #include "worker/grammar/compiler.h"
 
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -76,6 +77,8 @@ TEST(CompilerTest, CompileTimeLimit) {
 TEST(CompilerTest, CacheStaysWithinByteBudget) {
   CompilerOptions options;
   options.cache_bytes = 64 << 10;
+  // Caches are built below by the test itself, so the sizes are deterministic.
+  options.precompute_budget = absl::ZeroDuration();
   GrammarCompiler compiler(testing::TestVocabulary(), options);
   std::vector<std::shared_ptr<const CompiledGrammar>> held;
   for (int i = 0; i < 200; ++i) {
@@ -92,6 +95,36 @@ TEST(CompilerTest, CacheStaysWithinByteBudget) {
   // An evicted grammar stays usable by whoever still holds it.
   Matcher m(held[0]);
   EXPECT_TRUE(m.AcceptBytes("ax0").ok());
+}
+
+TEST(CompilerTest, MatchersOnManyThreadsShareOneGrammar) {
+  // Token caches are built lazily by whichever thread needs them first.
+  CompilerOptions options;
+  options.precompute_budget = absl::ZeroDuration();
+  GrammarCompiler compiler(testing::TestVocabulary(), options);
+  Constraint c{ConstraintKind::kJsonSchema,
+               R"({"type":"object","properties":{"a":{"type":"string"},"b":{"type":"array",)"
+               R"("items":{"type":"integer"}}},"required":["a","b"]})",
+               {}};
+  auto g = compiler.Compile(c);
+  ASSERT_TRUE(g.ok());
+  const std::string text = R"({"a":"xyz","b":[1,22,333]})";
+  std::vector<std::vector<uint32_t>> masks(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      Matcher m(*g);
+      std::vector<uint32_t> mask((*g)->vocab().mask_words());
+      for (char ch : text) {
+        m.FillNextTokenBitmask(mask);
+        masks[t].insert(masks[t].end(), mask.begin(), mask.end());
+        if (!m.AcceptBytes(std::string(1, ch)).ok()) return;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int t = 1; t < 4; ++t) EXPECT_EQ(masks[t], masks[0]);
+  EXPECT_EQ(masks[0].size(), text.size() * (*g)->vocab().mask_words());
 }
 
 TEST(CompilerTest, ShutdownWithQueuedWorkReleasesWaiters) {
