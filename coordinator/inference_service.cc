@@ -368,14 +368,32 @@ grpc::Status InferenceService::GetServerState(grpc::ServerContext* context,
     out->set_detail(w.detail);
     out->set_pid(w.pid);
   }
-  // One EP group spans every worker: it is READY only if all workers are.
+  // Every worker is one DP rank of the group; the group is READY only if all are.
   ClusterLifecycle group_state = lifecycle;
   if (!cluster_.AllReady() && lifecycle == ClusterLifecycle::kReady) {
     group_state = ClusterLifecycle::kDegraded;
   }
-  v1::ServerState::Group* group = response->add_per_group();
-  group->set_id(0);
-  group->set_state(ToProto(group_state));
+  StepDriver* driver = driver_.load();
+  std::vector<scheduler::RankLoad> loads;
+  if (driver != nullptr) {
+    loads = driver->Loads();
+    response->set_preemptions(driver->preemptions());
+    response->set_steps(driver->steps());
+  }
+  const size_t groups = std::max<size_t>(loads.size(), 1);
+  for (size_t g = 0; g < groups; ++g) {
+    v1::ServerState::Group* group = response->add_per_group();
+    group->set_id(static_cast<uint32_t>(g));
+    group->set_state(ToProto(group_state));
+    if (g < loads.size()) {
+      group->set_running(static_cast<uint32_t>(loads[g].num_running + loads[g].num_prefilling));
+      group->set_waiting(static_cast<uint32_t>(loads[g].num_waiting));
+      if (loads[g].num_blocks > 0) {
+        group->set_kv_usage(static_cast<float>(loads[g].num_used_blocks) /
+                            static_cast<float>(loads[g].num_blocks));
+      }
+    }
+  }
   v1::ServerState::Admission* admission = response->mutable_admission();
   admission->set_limit_requests(0);
   admission->set_limit_tokens(0);

@@ -83,6 +83,11 @@ std::vector<RankLoad> StepDriver::Loads() const {
   return loads_;
 }
 
+int64_t StepDriver::preemptions() const {
+  absl::MutexLock lock(&mu_);
+  return preemptions_;
+}
+
 int64_t StepDriver::steps() const {
   absl::MutexLock lock(&mu_);
   return steps_;
@@ -171,7 +176,11 @@ bool StepDriver::Iterate() {
   }
   absl::MutexLock lock(&mu_);
   loads_.clear();
-  for (const auto& rank : ranks_) loads_.push_back(rank->Load());
+  preemptions_ = 0;
+  for (const auto& rank : ranks_) {
+    loads_.push_back(rank->Load());
+    preemptions_ += rank->num_preemptions();
+  }
   steps_ = static_cast<int64_t>(next_step_);
   return true;
 }

@@ -81,6 +81,8 @@ class StepDriver {
   // Scheduler loads per rank (for GetServerState).
   std::vector<scheduler::RankLoad> Loads() const;
   int64_t steps() const;
+  // Preemptions over all ranks since start.
+  int64_t preemptions() const;
 
  private:
   struct Worker {
@@ -118,6 +120,7 @@ class StepDriver {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   int64_t steps_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t preemptions_ ABSL_GUARDED_BY(mu_) = 0;
 
   // Owned by the loop thread.
   std::vector<std::unique_ptr<scheduler::RankScheduler>> ranks_;

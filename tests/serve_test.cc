@@ -1,0 +1,248 @@
+// End to end over gRPC on real processes: a local cluster (2 CPU workers)
+// generates greedily for a mixed batch of concurrent prompts, and every
+// output must equal the single-process model's; with zero-overhead
+// scheduling on and off, and with a KV pool small enough to force
+// preemption. Bad requests get INVALID_ARGUMENT and the server keeps serving.
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "base/grpc_util.h"
+#include "coordinator/model_provisioning.h"
+#include "gtest/gtest.h"
+#include "proto/inference.grpc.pb.h"
+#include "worker/model/checkpoint.h"
+#include "worker/model/model.h"
+
+namespace weir {
+namespace {
+
+std::string Runfile(const std::string& path) {
+  return std::string(std::getenv("TEST_SRCDIR")) + "/weir/" + path;
+}
+
+std::string CacheDir() { return std::string(std::getenv("TEST_TMPDIR")) + "/models"; }
+
+// The coordinator as a child process; its address is read from --address_file
+// and readiness from health.
+class Cluster {
+ public:
+  explicit Cluster(std::vector<std::string> flags) {
+    const std::string address_file =
+        absl::StrCat(std::getenv("TEST_TMPDIR"), "/addr", counter_++);
+    std::vector<std::string> argv = {Runfile("coordinator/main"), "--listen=127.0.0.1:0",
+                                     "--model_cache_dir=" + CacheDir(),
+                                     "--address_file=" + address_file, "--eplb=false"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    std::vector<char*> args;
+    for (std::string& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    pid_ = fork();
+    if (pid_ == 0) {
+      execv(args[0], args.data());
+      _exit(127);
+    }
+    const absl::Time deadline = absl::Now() + absl::Seconds(90);
+    while (absl::Now() < deadline) {
+      std::ifstream(address_file) >> address_;
+      if (!address_.empty()) {
+        auto channel = MakeChannel(address_);
+        absl::StatusOr<std::string> health =
+            CheckHealth(*channel, "weir.v1.Inference", std::chrono::seconds(1));
+        if (health.ok() && *health == "SERVING") break;
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    stub_ = v1::Inference::NewStub(MakeChannel(address_));
+  }
+  ~Cluster() {
+    kill(pid_, SIGTERM);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  }
+
+  v1::Inference::Stub& stub() { return *stub_; }
+
+  // Runs one greedy request; returns the status and fills `tokens`.
+  grpc::Status Greedy(const std::vector<uint32_t>& prompt, uint32_t max_new,
+                      std::vector<uint32_t>& tokens, v1::FinishReason* reason = nullptr) {
+    v1::GenerateRequest request;
+    for (uint32_t t : prompt) request.mutable_tokens()->add_ids(t);
+    request.mutable_stop()->set_max_new_tokens(max_new);
+    request.mutable_stop()->set_ignore_eos(true);
+    request.mutable_sampling()->set_temperature(0.0f);
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineIn(std::chrono::seconds(120)));
+    auto reader = stub_->Generate(&context, request);
+    v1::GenerateEvent event;
+    while (reader->Read(&event)) {
+      if (event.has_final()) {
+        tokens.assign(event.final().full_token_ids().begin(),
+                      event.final().full_token_ids().end());
+        if (reason != nullptr) *reason = event.final().reason();
+      }
+    }
+    return reader->Finish();
+  }
+
+ private:
+  static inline int counter_ = 0;
+  pid_t pid_ = -1;
+  std::string address_;
+  std::unique_ptr<v1::Inference::Stub> stub_;
+};
+
+// The reference: the same weights in this process, one sequence at a time.
+std::vector<uint32_t> ReferenceGreedy(model::Model& m, const std::vector<uint32_t>& prompt,
+                                      uint32_t max_new) {
+  auto seq = m.NewSequence();
+  std::vector<int64_t> input(prompt.begin(), prompt.end());
+  std::vector<uint32_t> out;
+  const int64_t vocab = m.config().vocab_size;
+  while (out.size() < max_new) {
+    auto logits = m.Forward(*seq, input, seq->length());
+    EXPECT_TRUE(logits.ok()) << logits.status();
+    const float* last = logits->data() + (input.size() - 1) * vocab;
+    const int64_t next = std::max_element(last, last + vocab) - last;
+    out.push_back(static_cast<uint32_t>(next));
+    input = {next};
+  }
+  return out;
+}
+
+std::vector<std::vector<uint32_t>> Prompts() {
+  std::vector<std::vector<uint32_t>> prompts;
+  for (int i = 0; i < 12; ++i) {
+    std::vector<uint32_t> p;
+    for (int j = 0; j < 3 + (i * 7) % 29; ++j) p.push_back(static_cast<uint32_t>(7 + i * 31 + j * 13) % 4000);
+    prompts.push_back(p);
+  }
+  return prompts;
+}
+
+void ExpectMatchesReference(Cluster& cluster, uint32_t max_new) {
+  absl::StatusOr<std::string> dir =
+      coordinator::EnsureWeights(Runfile("models/tiny"), CacheDir(), 0);
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  auto checkpoint = model::Checkpoint::Open(*dir);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  auto reference = model::Model::Create((*checkpoint)->config(), **checkpoint);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+
+  const auto prompts = Prompts();
+  std::vector<std::vector<uint32_t>> outputs(prompts.size());
+  std::vector<grpc::Status> statuses(prompts.size());
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    clients.emplace_back([&, i] { statuses[i] = cluster.Greedy(prompts[i], max_new, outputs[i]); });
+  }
+  for (std::thread& t : clients) t.join();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_TRUE(statuses[i].ok()) << i << ": " << statuses[i].error_message();
+    EXPECT_EQ(outputs[i], ReferenceGreedy(**reference, prompts[i], max_new)) << "prompt " << i;
+  }
+}
+
+TEST(ServeTest, ConcurrentGreedyEqualsSingleProcessZeroOverhead) {
+  Cluster cluster({"--workers=2", "--zero_overhead=true"});
+  ExpectMatchesReference(cluster, 12);
+}
+
+TEST(ServeTest, ConcurrentGreedyEqualsSingleProcessPlainStepping) {
+  Cluster cluster({"--workers=2", "--zero_overhead=false", "--max_prefill_tokens=16"});
+  ExpectMatchesReference(cluster, 12);
+}
+
+v1::ServerState State(Cluster& cluster) {
+  grpc::ClientContext context;
+  v1::ServerState state;
+  EXPECT_TRUE(cluster.stub().GetServerState(&context, v1::GetServerStateRequest(), &state).ok());
+  return state;
+}
+
+TEST(ServeTest, PreemptionKeepsGreedyOutputs) {
+  // 8 blocks of 16 tokens per rank: the 12 sequences cannot all stay resident.
+  Cluster cluster({"--workers=2", "--kv_blocks_per_rank=8", "--kv_block_tokens=16"});
+  ExpectMatchesReference(cluster, 24);
+  v1::ServerState state = State(cluster);
+  EXPECT_GT(state.preemptions(), 0u);
+  // Idle again: every block is back.
+  for (const v1::ServerState::Group& group : state.per_group()) {
+    EXPECT_EQ(group.kv_usage(), 0.0f);
+    EXPECT_EQ(group.running() + group.waiting(), 0u);
+  }
+}
+
+TEST(ServeTest, BadRequestsFailAloneAndTheServerKeepsServing) {
+  Cluster cluster({"--workers=1"});
+  std::vector<uint32_t> tokens;
+  EXPECT_EQ(cluster.Greedy({5, 4096}, 4, tokens).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(cluster.Greedy({0xFFFFFFFFu}, 4, tokens).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(cluster.Greedy({}, 4, tokens).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::GenerateRequest hot;
+  hot.mutable_tokens()->add_ids(3);
+  hot.mutable_sampling()->set_temperature(-1.0f);
+  grpc::ClientContext context;
+  auto reader = cluster.stub().Generate(&context, hot);
+  v1::GenerateEvent event;
+  while (reader->Read(&event)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::FinishReason reason = v1::FINISH_REASON_UNSPECIFIED;
+  ASSERT_TRUE(cluster.Greedy({5, 6, 7}, 5, tokens, &reason).ok());
+  EXPECT_EQ(tokens.size(), 5u);
+  EXPECT_EQ(reason, v1::FINISH_REASON_MAX_TOKENS);
+}
+
+TEST(ServeTest, CancelByRequestIdEndsTheStream) {
+  Cluster cluster({"--workers=1"});
+  v1::GenerateRequest request;
+  request.set_request_id("long-one");
+  request.mutable_tokens()->add_ids(9);
+  request.mutable_stop()->set_max_new_tokens(100000);
+  request.mutable_stop()->set_ignore_eos(true);
+  request.mutable_output()->set_stream_tokens(true);
+  grpc::ClientContext context;
+  auto reader = cluster.stub().Generate(&context, request);
+  v1::GenerateEvent event;
+  ASSERT_TRUE(reader->Read(&event));  // Accepted
+  ASSERT_TRUE(reader->Read(&event));  // first delta: it is running
+  // The same id again while in flight.
+  std::vector<uint32_t> ignored;
+  {
+    grpc::ClientContext dup_context;
+    auto dup = cluster.stub().Generate(&dup_context, request);
+    while (dup->Read(&event)) {
+    }
+    EXPECT_EQ(dup->Finish().error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  }
+  grpc::ClientContext cancel_context;
+  v1::CancelRequest cancel;
+  cancel.add_request_ids("long-one");
+  cancel.add_request_ids("never-sent");
+  v1::CancelResponse response;
+  ASSERT_TRUE(cluster.stub().Cancel(&cancel_context, cancel, &response).ok());
+  ASSERT_EQ(response.results_size(), 2);
+  EXPECT_EQ(response.results(0).outcome(), v1::CancelResponse::OUTCOME_CANCELLED);
+  EXPECT_EQ(response.results(1).outcome(), v1::CancelResponse::OUTCOME_NOT_FOUND);
+  v1::FinishReason reason = v1::FINISH_REASON_UNSPECIFIED;
+  while (reader->Read(&event)) {
+    if (event.has_final()) reason = event.final().reason();
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(reason, v1::FINISH_REASON_CANCELLED);
+}
+
+}  // namespace
+}  // namespace weir
