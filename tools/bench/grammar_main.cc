@@ -48,9 +48,7 @@ double Percentile(std::vector<double> v, double q) {
   return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
 }
 
-bool IsCloser(std::string_view t) {
-  return t.find_first_of("\"}],") != std::string_view::npos;
-}
+bool IsCloser(std::string_view t) { return t.find_first_of("\"}],") != std::string_view::npos; }
 
 // The naive mask: every token accepted and rolled back individually.
 void NaiveMask(Matcher& m, std::vector<uint32_t>& mask) {
@@ -88,7 +86,8 @@ bool RunMode(const std::shared_ptr<const grammar::Vocabulary>& vocab, bool preco
       auto start = Clock::now();
       auto g = grammar::ConstraintToGrammar(c, {});
       auto pda = g.ok() ? grammar::Pda::Build(*g) : absl::StatusOr<grammar::Pda>(g.status());
-      if (!pda.ok()) return std::printf("%s: %s\n", entry.name.c_str(), pda.status().ToString().c_str()), false;
+      if (!pda.ok())
+        return std::printf("%s: %s\n", entry.name.c_str(), pda.status().ToString().c_str()), false;
       compiled = std::make_shared<const CompiledGrammar>(*std::move(pda), vocab);
       compile_times.push_back(Micros(Clock::now() - start));
     }
@@ -112,7 +111,8 @@ bool RunMode(const std::shared_ptr<const grammar::Vocabulary>& vocab, bool preco
           NaiveMask(m, naive_mask);
           st.naive.push_back(Micros(Clock::now() - nstart));
           st.fast_same_steps.push_back(us);
-          if (naive_mask != mask) return std::printf("%s: naive mask differs\n", entry.name.c_str()), false;
+          if (naive_mask != mask)
+            return std::printf("%s: naive mask differs\n", entry.name.c_str()), false;
         }
         allowed.clear();
         closers.clear();
@@ -158,15 +158,17 @@ void PrintMode(const char* title, const ModeStats& st) {
               Percentile(st.compiles, 0.5), Percentile(st.compiles, 0.99),
               Percentile(st.compiles, 1.0));
   if (!st.precomputes.empty()) {
-    std::printf("  token-cache precompute per schema:    median %.0f us  p99 %.0f us  max %.0f us\n",
-                Percentile(st.precomputes, 0.5), Percentile(st.precomputes, 0.99),
-                Percentile(st.precomputes, 1.0));
+    std::printf(
+        "  token-cache precompute per schema:    median %.0f us  p99 %.0f us  max %.0f us\n",
+        Percentile(st.precomputes, 0.5), Percentile(st.precomputes, 0.99),
+        Percentile(st.precomputes, 1.0));
   }
   if (!st.naive.empty()) {
-    std::printf("  baseline, naive per-token check on %zu of the same steps: median %.0f us vs"
-                " %.1f us (%.0fx)\n",
-                st.naive.size(), Percentile(st.naive, 0.5), Percentile(st.fast_same_steps, 0.5),
-                Percentile(st.naive, 0.5) / std::max(1e-3, Percentile(st.fast_same_steps, 0.5)));
+    std::printf(
+        "  baseline, naive per-token check on %zu of the same steps: median %.0f us vs"
+        " %.1f us (%.0fx)\n",
+        st.naive.size(), Percentile(st.naive, 0.5), Percentile(st.fast_same_steps, 0.5),
+        Percentile(st.naive, 0.5) / std::max(1e-3, Percentile(st.fast_same_steps, 0.5)));
   }
 }
 

@@ -9,14 +9,15 @@
 namespace weir::bench {
 namespace {
 
-const char* const kOnsets[] = {"b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r",
-                               "s", "t", "v", "w", "z", "st", "tr", "ch", "sh", "th", "pr", "cl"};
+const char* const kOnsets[] = {"b",  "c",  "d",  "f",  "g",  "h",  "j", "k", "l",
+                               "m",  "n",  "p",  "r",  "s",  "t",  "v", "w", "z",
+                               "st", "tr", "ch", "sh", "th", "pr", "cl"};
 const char* const kNuclei[] = {"a", "e", "i", "o", "u", "ea", "ou", "io", "ai", "y"};
 const char* const kCodas[] = {"", "", "n", "r", "s", "t", "l", "nd", "ng", "st", "ck", "m"};
-const char* const kPunct[] = {"\"", "{", "}", "[", "]", ":", ",", ".", "(", ")", "-", "_",
-                              "/", "\\", "'", ";", "!", "?", "=", "<", ">", "*", "#", "@"};
-const char* const kUtf8[] = {"é", "è", "ü", "ñ", "ç", "中", "文", "的", "一", "是", "日", "本",
-                             "語", "한", "국", "ж", "д", "λ", "π", "→", "—", "“", "”", "😀"};
+const char* const kPunct[] = {"\"", "{",  "}", "[", "]", ":", ",", ".", "(", ")", "-", "_",
+                              "/",  "\\", "'", ";", "!", "?", "=", "<", ">", "*", "#", "@"};
+const char* const kUtf8[] = {"é",  "è",  "ü",  "ñ", "ç", "中", "文", "的", "一", "是", "日", "本",
+                             "語", "한", "국", "ж", "д", "λ",  "π",  "→",  "—",  "“",  "”",  "😀"};
 
 std::string Word(std::mt19937_64& rng) {
   std::string w;
@@ -46,10 +47,14 @@ std::string Piece(std::mt19937_64& rng) {
     const int n = 1 + static_cast<int>(rng() % 3);
     for (int i = 0; i < n; ++i) p += kPunct[rng() % std::size(kPunct)];
     switch (rng() % 4) {
-      case 0: return p + Word(rng);
-      case 1: return Word(rng) + p;
-      case 2: return " " + p;
-      default: return p + (rng() % 2 ? " " : "");
+      case 0:
+        return p + Word(rng);
+      case 1:
+        return Word(rng) + p;
+      case 2:
+        return " " + p;
+      default:
+        return p + (rng() % 2 ? " " : "");
     }
   }
   if (kind < 84) {  // whitespace and indentation
@@ -85,8 +90,10 @@ SyntheticVocab MakeSyntheticVocab(int32_t size, uint64_t seed) {
     if (p.size() > 1 && seen.insert(p).second) v.tokens.push_back(std::move(p));
   }
   for (int i = 0; i < kSpecials; ++i) {
-    if (i == 0) v.stop_ids.push_back(static_cast<int32_t>(v.tokens.size()));
-    else v.special_ids.push_back(static_cast<int32_t>(v.tokens.size()));
+    if (i == 0)
+      v.stop_ids.push_back(static_cast<int32_t>(v.tokens.size()));
+    else
+      v.special_ids.push_back(static_cast<int32_t>(v.tokens.size()));
     v.tokens.push_back("<|special_" + std::to_string(i) + "|>");
   }
   return v;

@@ -17,9 +17,9 @@
 namespace weir::bench {
 
 struct SyntheticVocab {
-  std::vector<std::string> tokens;  // id -> bytes
-  std::vector<int32_t> stop_ids;    // e.g. end of sentence
-  std::vector<int32_t> special_ids; // never generated under a grammar
+  std::vector<std::string> tokens;   // id -> bytes
+  std::vector<int32_t> stop_ids;     // e.g. end of sentence
+  std::vector<int32_t> special_ids;  // never generated under a grammar
 };
 
 // Returns `size` tokens: ids 0..255 are the single bytes, the last few are

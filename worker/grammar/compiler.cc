@@ -57,9 +57,8 @@ void GrammarCompiler::WorkerLoop() {
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
-          +[](GrammarCompiler* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu_) {
-            return c->stopping_ || !c->queue_.empty();
-          },
+          +[](GrammarCompiler* c)
+               ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu_) { return c->stopping_ || !c->queue_.empty(); },
           this));
       if (stopping_) return;
       task = std::move(queue_.front());
@@ -72,8 +71,8 @@ void GrammarCompiler::WorkerLoop() {
 CompileResult GrammarCompiler::CompileNow(const Constraint& constraint) const {
   const absl::Time deadline = absl::Now() + options_.compile_timeout;
   auto too_slow = [&] {
-    return TooComplexError(absl::StrCat("compile exceeded ",
-                                        absl::FormatDuration(options_.compile_timeout)));
+    return TooComplexError(
+        absl::StrCat("compile exceeded ", absl::FormatDuration(options_.compile_timeout)));
   };
   auto grammar = ConstraintToGrammar(constraint, options_.grammar_limits);
   if (!grammar.ok()) return grammar.status();

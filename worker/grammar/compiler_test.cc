@@ -133,7 +133,8 @@ TEST(CompilerTest, ShutdownWithQueuedWorkReleasesWaiters) {
     CompilerOptions options;
     options.num_threads = 1;
     GrammarCompiler compiler(testing::TestVocabulary(), options);
-    for (int i = 0; i < 50; ++i) futures.push_back(compiler.CompileAsync(Regex(absl::StrCat("q", i))));
+    for (int i = 0; i < 50; ++i)
+      futures.push_back(compiler.CompileAsync(Regex(absl::StrCat("q", i))));
   }
   for (const CompileFuture& f : futures) {
     CompileResult r = f.Wait();  // never hangs: compiled or cancelled

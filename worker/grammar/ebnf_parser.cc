@@ -129,8 +129,8 @@ class EbnfParser {
       const char c = text_[pos_];
       if (c == '*' || c == '+' || c == '?') {
         ++pos_;
-        ASSIGN_OR_RETURN(item, grammar_.AddRepeat(item, c == '+' ? 1 : 0,
-                                                  c == '?' ? 1 : kUnbounded));
+        ASSIGN_OR_RETURN(item,
+                         grammar_.AddRepeat(item, c == '+' ? 1 : 0, c == '?' ? 1 : kUnbounded));
       } else if (c == '{') {
         ++pos_;
         ASSIGN_OR_RETURN(int32_t lo, ReadInt());

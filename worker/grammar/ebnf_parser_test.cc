@@ -55,8 +55,7 @@ TEST(EbnfParserTest, ErrorsNamePosition) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(status.message()).find("unterminated string"), std::string::npos);
   status = ParseEbnf("root ::= a\nb ::= \"x\"").status();
-  EXPECT_NE(std::string(status.message()).find("undefined rule 'a'"), std::string::npos)
-      << status;
+  EXPECT_NE(std::string(status.message()).find("undefined rule 'a'"), std::string::npos) << status;
   status = ParseEbnf("root ::= \"x\"\n  ) ").status();
   EXPECT_NE(std::string(status.message()).find("line 2, column 3"), std::string::npos) << status;
   EXPECT_FALSE(ParseEbnf("other ::= \"x\"").ok());

@@ -32,11 +32,27 @@ std::string Mutate(const std::string& seed, bool structural, std::mt19937_64& rn
     const size_t pos = s.empty() ? 0 : rng() % (s.size() + 1);
     switch (structural && rng() % 4 != 0 ? 5 : rng() % 6) {
       case 5: {  // swap a quoted word for a keyword or value (reaches schema semantics)
-        static const char* const kWords[] = {
-            "\"type\"", "\"items\"", "\"enum\"", "\"anyOf\"", "\"$ref\"", "\"minItems\"",
-            "\"properties\"", "\"required\"", "\"pattern\"", "\"additionalProperties\"",
-            "\"integer\"", "\"object\"", "\"#/$defs/x\"", "\"#\"", "null", "-1", "[]", "{}",
-            "true", "\"(\"", "4097"};
+        static const char* const kWords[] = {"\"type\"",
+                                             "\"items\"",
+                                             "\"enum\"",
+                                             "\"anyOf\"",
+                                             "\"$ref\"",
+                                             "\"minItems\"",
+                                             "\"properties\"",
+                                             "\"required\"",
+                                             "\"pattern\"",
+                                             "\"additionalProperties\"",
+                                             "\"integer\"",
+                                             "\"object\"",
+                                             "\"#/$defs/x\"",
+                                             "\"#\"",
+                                             "null",
+                                             "-1",
+                                             "[]",
+                                             "{}",
+                                             "true",
+                                             "\"(\"",
+                                             "4097"};
         const size_t open = s.find('"', pos);
         const size_t close = open == std::string::npos ? open : s.find('"', open + 1);
         if (close != std::string::npos) {
@@ -81,8 +97,8 @@ void FuzzKind(ConstraintKind kind, const std::vector<std::string>& seeds, uint64
         auto pda = Pda::Build(*grammar, pda_limits);
         status = pda.status();
         if (pda.ok()) {
-          auto g = std::make_shared<const CompiledGrammar>(*std::move(pda),
-                                                           testing::TestVocabulary());
+          auto g =
+              std::make_shared<const CompiledGrammar>(*std::move(pda), testing::TestVocabulary());
           Matcher m(g);
           std::vector<uint32_t> mask(g->vocab().mask_words());
           m.FillNextTokenBitmask(mask);
@@ -101,8 +117,8 @@ void FuzzKind(ConstraintKind kind, const std::vector<std::string>& seeds, uint64
 
 TEST(FuzzTest, Regex) {
   FuzzKind(ConstraintKind::kRegex,
-           {"[a-z]+@[a-z]+\\.(com|org)", "\\d{3}-\\d{4}", "(a|b)*c?[^x-z]{2,5}", "(?:\\w+\\s?){1,3}",
-            "\"[^\"]*\"", "^v\\d+\\.\\d+$"},
+           {"[a-z]+@[a-z]+\\.(com|org)", "\\d{3}-\\d{4}", "(a|b)*c?[^x-z]{2,5}",
+            "(?:\\w+\\s?){1,3}", "\"[^\"]*\"", "^v\\d+\\.\\d+$"},
            1);
 }
 

@@ -71,8 +71,7 @@ absl::StatusOr<ExprId> Grammar::AddRepeat(ExprId child, int32_t min, int32_t max
     return absl::InvalidArgumentError(absl::StrFormat("bad repetition bounds {%d,%d}", min, max));
   }
   if (min > limits_.max_repeat || max > limits_.max_repeat) {
-    return TooComplexError(
-        absl::StrCat("repetition bound above ", limits_.max_repeat));
+    return TooComplexError(absl::StrCat("repetition bound above ", limits_.max_repeat));
   }
   if (min == 1 && max == 1) return child;
   Expr e;
@@ -113,7 +112,8 @@ absl::Status Grammar::Validate() const {
   if (root_ < 0 || root_ >= num_rules()) return absl::InvalidArgumentError("grammar has no root");
   for (const Rule& r : rules_) {
     if (r.body < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("rule '", r.name, "' is used but not defined"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("rule '", r.name, "' is used but not defined"));
     }
   }
   return absl::OkStatus();

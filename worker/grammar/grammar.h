@@ -31,10 +31,10 @@ inline constexpr int32_t kUnbounded = -1;
 // Limits every front-end enforces while building. Exceeding one yields
 // INVALID_ARGUMENT whose message starts with "GRAMMAR_TOO_COMPLEX".
 struct GrammarLimits {
-  int64_t max_exprs = 1'000'000;     // expression nodes in the IR
-  int32_t max_nesting = 128;         // parser recursion depth (groups, schemas)
-  int32_t max_repeat = 4096;         // largest finite bound in {m,n}
-  int64_t max_input_bytes = 1 << 20; // source text size
+  int64_t max_exprs = 1'000'000;      // expression nodes in the IR
+  int32_t max_nesting = 128;          // parser recursion depth (groups, schemas)
+  int32_t max_repeat = 4096;          // largest finite bound in {m,n}
+  int64_t max_input_bytes = 1 << 20;  // source text size
 };
 
 enum class ExprKind : uint8_t {
@@ -49,10 +49,10 @@ enum class ExprKind : uint8_t {
 struct Expr {
   ExprKind kind = ExprKind::kEmpty;
   std::vector<ExprId> children;
-  ByteSet bytes;          // kBytes
-  RuleId rule = -1;       // kRuleRef
-  int32_t min = 0;        // kRepeat
-  int32_t max = 0;        // kRepeat
+  ByteSet bytes;     // kBytes
+  RuleId rule = -1;  // kRuleRef
+  int32_t min = 0;   // kRepeat
+  int32_t max = 0;   // kRepeat
 };
 
 struct Rule {

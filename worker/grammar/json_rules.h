@@ -32,19 +32,19 @@ class JsonRules {
   // Code points allowed unescaped inside a JSON string (no '"', '\\', controls).
   static std::vector<CodepointRange> PlainStringChars();
 
-  absl::StatusOr<ExprId> Whitespace();   // "" when compact
-  absl::StatusOr<ExprId> Char();         // one unescaped char or escape sequence
-  absl::StatusOr<ExprId> String();       // "..." of any chars
-  absl::StatusOr<ExprId> Integer();      // -?(0|[1-9][0-9]{0,17}): fits int64
+  absl::StatusOr<ExprId> Whitespace();  // "" when compact
+  absl::StatusOr<ExprId> Char();        // one unescaped char or escape sequence
+  absl::StatusOr<ExprId> String();      // "..." of any chars
+  absl::StatusOr<ExprId> Integer();     // -?(0|[1-9][0-9]{0,17}): fits int64
   // Integers in [lo, hi] (either bound may be absent), no leading zeros, at
   // most 18 digits. INVALID_ARGUMENT if the range is empty.
   absl::StatusOr<ExprId> IntegerRange(std::optional<int64_t> lo, std::optional<int64_t> hi);
-  absl::StatusOr<ExprId> Number();       // JSON number
+  absl::StatusOr<ExprId> Number();  // JSON number
   absl::StatusOr<ExprId> Boolean();
   absl::StatusOr<ExprId> Null();
-  absl::StatusOr<ExprId> AnyValue();     // any JSON value
-  absl::StatusOr<ExprId> AnyObject();    // any JSON object
-  absl::StatusOr<ExprId> AnyArray();     // any JSON array
+  absl::StatusOr<ExprId> AnyValue();   // any JSON value
+  absl::StatusOr<ExprId> AnyObject();  // any JSON object
+  absl::StatusOr<ExprId> AnyArray();   // any JSON array
 
   // `open` ws [item (ws "," ws item)*] ws `close`, with min..max items
   // (max may be kUnbounded). `item` should be a rule reference.
@@ -69,8 +69,8 @@ class JsonRules {
 
   Grammar& g_;
   JsonWhitespace whitespace_;
-  RuleId ws_ = -1, char_ = -1, string_ = -1, integer_ = -1, number_ = -1, boolean_ = -1,
-         null_ = -1, value_ = -1, object_ = -1, array_ = -1;
+  RuleId ws_ = -1, char_ = -1, string_ = -1, integer_ = -1, number_ = -1, boolean_ = -1, null_ = -1,
+         value_ = -1, object_ = -1, array_ = -1;
 };
 
 }  // namespace weir::grammar

@@ -20,8 +20,10 @@ bool NestingWithin(std::string_view text, int max_depth) {
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
     } else if (c == '"') {
       in_string = true;
     } else if (c == '{' || c == '[') {
@@ -43,8 +45,9 @@ absl::StatusOr<Grammar> JsonSchemaToGrammar(std::string_view schema_json,
   if (!NestingWithin(schema_json, 4 * options.limits.max_nesting)) {
     return TooComplexError("JSON Schema nested too deeply");
   }
-  const internal::Json schema = internal::Json::parse(schema_json.begin(), schema_json.end(), nullptr,
-                                  /*allow_exceptions=*/false);
+  const internal::Json schema =
+      internal::Json::parse(schema_json.begin(), schema_json.end(), nullptr,
+                            /*allow_exceptions=*/false);
   if (schema.is_discarded()) return absl::InvalidArgumentError("JSON Schema: malformed JSON");
   try {
     return internal::SchemaConverter(schema, options).Run();

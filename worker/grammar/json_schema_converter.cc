@@ -19,24 +19,38 @@ namespace {
 
 const absl::flat_hash_set<std::string>& Annotations() {
   static const auto* set = new absl::flat_hash_set<std::string>{
-      "title",    "description", "default",  "examples",  "$schema", "$id",
-      "$comment", "format",      "deprecated", "readOnly", "writeOnly", "$defs", "definitions"};
+      "title",  "description", "default",  "examples",  "$schema", "$id",        "$comment",
+      "format", "deprecated",  "readOnly", "writeOnly", "$defs",   "definitions"};
   return *set;
 }
 
 const absl::flat_hash_set<std::string>& Supported() {
-  static const auto* set = new absl::flat_hash_set<std::string>{
-      "type",     "properties", "required",  "additionalProperties", "enum",      "const",
-      "items",    "minItems",   "maxItems",  "anyOf",                "oneOf",     "allOf",
-      "$ref",     "pattern",    "minLength", "maxLength",            "minimum",   "maximum",
-      "exclusiveMinimum", "exclusiveMaximum"};
+  static const auto* set = new absl::flat_hash_set<std::string>{"type",
+                                                                "properties",
+                                                                "required",
+                                                                "additionalProperties",
+                                                                "enum",
+                                                                "const",
+                                                                "items",
+                                                                "minItems",
+                                                                "maxItems",
+                                                                "anyOf",
+                                                                "oneOf",
+                                                                "allOf",
+                                                                "$ref",
+                                                                "pattern",
+                                                                "minLength",
+                                                                "maxLength",
+                                                                "minimum",
+                                                                "maximum",
+                                                                "exclusiveMinimum",
+                                                                "exclusiveMaximum"};
   return *set;
 }
 
 }  // namespace
 
-absl::StatusOr<ExprId> SchemaConverter::Convert(const Json& s, const std::string& path,
-                                                int depth) {
+absl::StatusOr<ExprId> SchemaConverter::Convert(const Json& s, const std::string& path, int depth) {
   if (depth > options_.limits.max_nesting) return TooComplexError("JSON Schema nested too deeply");
   if (s.is_boolean()) {
     if (s.get<bool>()) return rules_.AnyValue();
@@ -54,7 +68,8 @@ absl::StatusOr<ExprId> SchemaConverter::ConvertBody(const Json& s, const std::st
   std::vector<std::string> constraints;
   for (const auto& [key, value] : s.items()) {
     if (Annotations().contains(key)) continue;
-    if (!Supported().contains(key)) return Error(path, absl::StrCat("unsupported keyword '", key, "'"));
+    if (!Supported().contains(key))
+      return Error(path, absl::StrCat("unsupported keyword '", key, "'"));
     constraints.push_back(key);
   }
   for (const char* combinator : {"$ref", "anyOf", "oneOf", "allOf", "const", "enum"}) {
@@ -62,8 +77,8 @@ absl::StatusOr<ExprId> SchemaConverter::ConvertBody(const Json& s, const std::st
     for (const std::string& key : constraints) {
       if (key != combinator && !(key == "type" && (std::string(combinator) == "const" ||
                                                    std::string(combinator) == "enum"))) {
-        return Error(path, absl::StrCat("keyword '", key, "' next to '", combinator,
-                                        "' is unsupported"));
+        return Error(path,
+                     absl::StrCat("keyword '", key, "' next to '", combinator, "' is unsupported"));
       }
     }
   }
@@ -92,7 +107,8 @@ absl::StatusOr<ExprId> SchemaConverter::ConvertBody(const Json& s, const std::st
     }
     std::vector<ExprId> alts;
     for (size_t i = 0; i < it->size(); ++i) {
-      ASSIGN_OR_RETURN(ExprId sub, Convert((*it)[i], absl::StrCat(path, "/", key, "/", i), depth + 1));
+      ASSIGN_OR_RETURN(ExprId sub,
+                       Convert((*it)[i], absl::StrCat(path, "/", key, "/", i), depth + 1));
       alts.push_back(sub);
     }
     return g_.AddAlt(std::move(alts));
@@ -137,7 +153,8 @@ absl::StatusOr<ExprId> SchemaConverter::Ref(const std::string& ref, const std::s
   if (ref != "#") {
     try {
       const nlohmann::json_pointer<std::string> pointer(ref.substr(1));
-      if (!root_.contains(pointer)) return Error(path, absl::StrCat("unresolvable $ref '", ref, "'"));
+      if (!root_.contains(pointer))
+        return Error(path, absl::StrCat("unresolvable $ref '", ref, "'"));
       target = &root_.at(pointer);
     } catch (const std::exception&) {
       return Error(path, absl::StrCat("malformed $ref '", ref, "'"));

@@ -75,7 +75,6 @@ class SchemaConverter {
   absl::flat_hash_map<std::string, RuleId> ref_rules_;
 };
 
-
 }  // namespace weir::grammar::internal
 
 #endif  // WEIR_WORKER_GRAMMAR_JSON_SCHEMA_CONVERTER_H_

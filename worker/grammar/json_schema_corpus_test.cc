@@ -4,13 +4,14 @@
 // output parsed by nlohmann::json and checked by the independent
 // schema_checker. Alternates compact and flexible whitespace.
 
+#include "worker/grammar/json_schema_corpus.h"
+
 #include <random>
 #include <string>
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "worker/grammar/json_schema.h"
-#include "worker/grammar/json_schema_corpus.h"
 #include "worker/grammar/matcher.h"
 #include "worker/grammar/schema_checker.h"
 #include "worker/grammar/test_util.h"

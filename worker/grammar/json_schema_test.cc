@@ -6,7 +6,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-
 #include "gtest/gtest.h"
 #include "worker/grammar/matcher.h"
 #include "worker/grammar/test_util.h"
@@ -47,7 +46,8 @@ TEST(JsonSchemaTest, WhitespacePolicyAndNonStrictExtras) {
   flexible.whitespace = JsonWhitespace::kFlexible;
   flexible.strict_properties = false;
   const std::string schema = R"({"type":"object","properties":{"a":{"type":"array"}}})";
-  EXPECT_TRUE(Accepts(JsonSchemaToGrammar(schema, flexible), "{ \"a\" : [ 1 , {\"x\":null} ] ,\n \"z\":2 }"));
+  EXPECT_TRUE(Accepts(JsonSchemaToGrammar(schema, flexible),
+                      "{ \"a\" : [ 1 , {\"x\":null} ] ,\n \"z\":2 }"));
   EXPECT_FALSE(Accepts(JsonSchemaToGrammar(schema), "{ \"a\":[]}"));
   EXPECT_TRUE(Accepts(JsonSchemaToGrammar(schema), "{\"a\":[1,\"s\"]}"));
 }
@@ -73,8 +73,8 @@ TEST(JsonSchemaTest, PatternSearchSemanticsAndRefs) {
 
 TEST(JsonSchemaTest, IntegerBoundsAreExact) {
   // Every integer in a window around each range, accepted iff inside it.
-  const std::pair<int64_t, int64_t> ranges[] = {{0, 150}, {-273, 58}, {7, 7}, {-99, -10},
-                                                {95, 1203}, {-1000, 1000}};
+  const std::pair<int64_t, int64_t> ranges[] = {{0, 150},   {-273, 58}, {7, 7},
+                                                {-99, -10}, {95, 1203}, {-1000, 1000}};
   for (auto [lo, hi] : ranges) {
     auto g = JsonSchemaToGrammar(
         absl::StrCat(R"({"type":"integer","minimum":)", lo, R"(,"maximum":)", hi, "}"));

@@ -30,8 +30,8 @@ absl::StatusOr<ExprId> SchemaConverter::String(const Json& s, const std::string&
     regex_options.search = true;
     auto body = AddRegex(g_, it->get<std::string>(), regex_options);
     if (!body.ok()) {
-      return absl::Status(body.status().code(),
-                          absl::StrCat("JSON Schema: 'pattern' at ", path, ": ", body.status().message()));
+      return absl::Status(body.status().code(), absl::StrCat("JSON Schema: 'pattern' at ", path,
+                                                             ": ", body.status().message()));
     }
     return g_.AddSeq({open, *body, close});
   }
@@ -55,8 +55,7 @@ absl::StatusOr<ExprId> SchemaConverter::Array(const Json& s, const std::string& 
   return rules_.List('[', item, min, max, ']');
 }
 
-absl::StatusOr<ExprId> SchemaConverter::Object(const Json& s, const std::string& path,
-                                               int depth) {
+absl::StatusOr<ExprId> SchemaConverter::Object(const Json& s, const std::string& path, int depth) {
   static const Json kEmpty = Json::object();
   const Json* props = &kEmpty;
   if (auto it = s.find("properties"); it != s.end()) {
@@ -92,7 +91,8 @@ absl::StatusOr<ExprId> SchemaConverter::Object(const Json& s, const std::string&
   std::vector<std::pair<ExprId, bool>> pairs;  // (pair, required)
   for (const auto& [name, sub] : props->items()) {
     ASSIGN_OR_RETURN(ExprId key, Literal(Json(name)));
-    ASSIGN_OR_RETURN(ExprId value, Convert(sub, absl::StrCat(path, "/properties/", name), depth + 1));
+    ASSIGN_OR_RETURN(ExprId value,
+                     Convert(sub, absl::StrCat(path, "/properties/", name), depth + 1));
     ASSIGN_OR_RETURN(ExprId pair, rules_.Pair(key, value));
     pairs.emplace_back(pair, required.contains(name));
   }

@@ -51,12 +51,18 @@ int32_t ParseCommonEscape(std::string_view text, size_t* pos) {
   if (*pos >= text.size()) return -1;
   const char c = text[(*pos)++];
   switch (c) {
-    case 'n': return '\n';
-    case 'r': return '\r';
-    case 't': return '\t';
-    case 'f': return '\f';
-    case 'v': return '\v';
-    case '0': return 0;
+    case 'n':
+      return '\n';
+    case 'r':
+      return '\r';
+    case 't':
+      return '\t';
+    case 'f':
+      return '\f';
+    case 'v':
+      return '\v';
+    case '0':
+      return 0;
     case 'x': {
       const int64_t v = ReadHex(text, pos, 2);
       return static_cast<int32_t>(v);

@@ -86,16 +86,12 @@ absl::Status Matcher::Rollback(int k) {
   return absl::OkStatus();
 }
 
-bool Matcher::CanTerminate() const {
-  auto& dfa = const_cast<StackDfa&>(dfa_);  // memo only; observable state unchanged
-  return dfa.CanFinish(dfa.Intern(current_.frames));
-}
+bool Matcher::CanTerminate() const { return dfa_.CanFinish(dfa_.Intern(current_.frames)); }
 
 bool Matcher::IsTerminated() const {
   if (current_.terminated) return true;
-  auto& dfa = const_cast<StackDfa&>(dfa_);
-  const StackDfa::StateId s = dfa.Intern(current_.frames);
-  return dfa.CanFinish(s) && dfa.AtEnd(s);
+  const StackDfa::StateId s = dfa_.Intern(current_.frames);
+  return dfa_.CanFinish(s) && dfa_.AtEnd(s);
 }
 
 void Matcher::CheckUncertain(const Frame& f, const NodeTokenCache& cache, uint32_t* mask) {

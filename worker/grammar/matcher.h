@@ -85,9 +85,9 @@ class Matcher {
 
   std::shared_ptr<const CompiledGrammar> grammar_;
   int max_rollback_;
-  StackDfa dfa_;
+  mutable StackDfa dfa_;  // a memo: const queries may fill it
   Step current_;
-  std::deque<Step> history_;  // oldest first; at most max_rollback_
+  std::deque<Step> history_;             // oldest first; at most max_rollback_
   std::vector<StackDfa::StateId> walk_;  // scratch for CheckUncertain
 };
 

@@ -26,7 +26,9 @@ std::shared_ptr<const CompiledGrammar> Compile(const std::string& ebnf) {
   return *c;
 }
 
-bool Allowed(const std::vector<uint32_t>& mask, int32_t id) { return mask[id >> 5] >> (id & 31) & 1; }
+bool Allowed(const std::vector<uint32_t>& mask, int32_t id) {
+  return mask[id >> 5] >> (id & 31) & 1;
+}
 
 // Reference: a token is allowed iff accepting it succeeds on a copy.
 std::vector<uint32_t> BruteForceMask(const Matcher& m) {

@@ -193,9 +193,12 @@ class RegexParser {
       case '.':
         ++pos_;
         return AddSet({{0, '\n' - 1}, {'\n' + 1, kMaxCodepoint}});
-      case '*': case '+': case '?':
+      case '*':
+      case '+':
+      case '?':
         return Error("quantifier without an operand");
-      case '^': case '$':
+      case '^':
+      case '$':
         return Error("anchors are only supported at the start and end");
       case '\\': {
         std::vector<CodepointRange> ranges;
@@ -218,10 +221,17 @@ class RegexParser {
     const char c = text_[pos_ + 1];
     const std::vector<CodepointRange>* base = nullptr;
     switch (std::tolower(static_cast<unsigned char>(c))) {
-      case 'd': base = &kDigit; break;
-      case 'w': base = &kWord; break;
-      case 's': base = &kSpace; break;
-      default: return false;
+      case 'd':
+        base = &kDigit;
+        break;
+      case 'w':
+        base = &kWord;
+        break;
+      case 's':
+        base = &kSpace;
+        break;
+      default:
+        return false;
     }
     pos_ += 2;
     *out = std::isupper(static_cast<unsigned char>(c)) ? ComplementRanges(*base) : *base;

@@ -85,9 +85,9 @@ TEST(RegexParserTest, ChoiceLists) {
   GrammarLimits small;
   small.max_exprs = 1000;
   std::vector<std::string> many(5000, "option");
-  EXPECT_NE(std::string(ChoicesToGrammar(many, small).status().message())
-                .find("GRAMMAR_TOO_COMPLEX"),
-            std::string::npos);
+  EXPECT_NE(
+      std::string(ChoicesToGrammar(many, small).status().message()).find("GRAMMAR_TOO_COMPLEX"),
+      std::string::npos);
 }
 
 }  // namespace

@@ -22,7 +22,10 @@ void CollectRefs(const Grammar& g, ExprId id, std::vector<RuleId>* out) {
 class SizeEstimator {
  public:
   SizeEstimator(const Grammar& g, const std::vector<bool>& recursive, int64_t max_nodes)
-      : g_(g), recursive_(recursive), max_nodes_(max_nodes), rule_size_(g.num_rules(), -1),
+      : g_(g),
+        recursive_(recursive),
+        max_nodes_(max_nodes),
+        rule_size_(g.num_rules(), -1),
         inline_(g.num_rules(), false) {}
 
   // Size of rule `r` when inlined; decides inline_[r]. Rules form a DAG

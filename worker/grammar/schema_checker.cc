@@ -104,7 +104,8 @@ std::string CheckSchema(const Json& v, const Json& s, const Json& root, bool str
     const Json props = s.value("properties", Json::object());
     // Strictness applies to schemas that describe objects, not to combinators.
     bool object_schema = s.contains("properties") || s.contains("required");
-    if (s.contains("type")) object_schema |= s["type"].dump().find("\"object\"") != std::string::npos;
+    if (s.contains("type"))
+      object_schema |= s["type"].dump().find("\"object\"") != std::string::npos;
     for (const Json& name : s.value("required", Json::array())) {
       if (!v.contains(name.get<std::string>())) return "missing " + name.get<std::string>();
     }

@@ -40,9 +40,8 @@ void StackDfa::Close(State& state) {
     for (int32_t i = 0; i < node.rule_end - node.rule_begin; ++i) {
       const int32_t start = pda_.rule_start(calls[i].rule);
       // A call whose return point can only end is a tail call.
-      const StackId parent = pda_.node(calls[i].target).pure_end
-                                 ? f.parent
-                                 : InternStack(calls[i].target, f.parent);
+      const StackId parent =
+          pda_.node(calls[i].target).pure_end ? f.parent : InternStack(calls[i].target, f.parent);
       visit(Frame{start, parent});
     }
     if (node.can_end) {
@@ -75,7 +74,8 @@ void StackDfa::Successors(const FrameSet& ready, uint8_t byte, FrameSet* out) co
     const PdaNode& node = pda_.node(f.node);
     const ByteEdge* edges = pda_.byte_edges(node);
     for (int32_t i = 0; i < node.byte_end - node.byte_begin; ++i) {
-      if (edges[i].lo <= byte && byte <= edges[i].hi) out->push_back(Frame{edges[i].target, f.parent});
+      if (edges[i].lo <= byte && byte <= edges[i].hi)
+        out->push_back(Frame{edges[i].target, f.parent});
     }
   }
   std::sort(out->begin(), out->end());

@@ -15,12 +15,13 @@ namespace {
 
 std::vector<std::string> MultiByteTokens() {
   std::set<std::string> out;
-  const char* words[] = {"name", "id", "type", "value", "items", "true", "false", "null",
-                         "user", "email", "the", "and", "data", "error", "status", "ok",
-                         "a", "b", "x", "é", "中文", "ü", "😀", "http", "com", "0", "1"};
-  const char* puncts[] = {"\"", "\":", "\": ", "\", \"", "\",\"", "{\"", "{", "}", "[", "]",
-                          "},", "}]", "]}", "[{", "\\\"", "\\n", "\\u00", ",", ", ", " ",
-                          "  ", "\n", "\n  ", ":", "-", ".", "@", "_", "/", "\\"};
+  const char* words[] = {"name",   "id",   "type",  "value", "items", "true", "false",
+                         "null",   "user", "email", "the",   "and",   "data", "error",
+                         "status", "ok",   "a",     "b",     "x",     "é",    "中文",
+                         "ü",      "😀",    "http",  "com",   "0",     "1"};
+  const char* puncts[] = {"\"", "\":", "\": ", "\", \"", "\",\"", "{\"", "{",     "}", "[",  "]",
+                          "},", "}]",  "]}",   "[{",     "\\\"",  "\\n", "\\u00", ",", ", ", " ",
+                          "  ", "\n",  "\n  ", ":",      "-",     ".",   "@",     "_", "/",  "\\"};
   for (const char* w : words) {
     for (const char* p : puncts) {
       out.insert(absl::StrCat(w, p));
@@ -105,15 +106,16 @@ absl::StatusOr<std::string> RandomWalk(Matcher& matcher, std::mt19937_64& rng, i
         if (matcher.CanTerminate()) finishing.push_back(id);
         (void)matcher.Rollback(1);
       }
-      const std::vector<int32_t>& from =
-          !finishing.empty() ? finishing : !closers.empty() ? closers : allowed;
+      const std::vector<int32_t>& from = !finishing.empty() ? finishing
+                                         : !closers.empty() ? closers
+                                                            : allowed;
       pick = from[rng() % from.size()];
     } else {
       pick = allowed[rng() % allowed.size()];
     }
     if (absl::Status s = matcher.AcceptToken(pick); !s.ok()) {
-      return absl::InternalError(absl::StrCat("masked-in token ", pick, " rejected: ",
-                                              s.message(), " after: ", out));
+      return absl::InternalError(
+          absl::StrCat("masked-in token ", pick, " rejected: ", s.message(), " after: ", out));
     }
     if (!vocab.is_stop(pick)) out += vocab.token(pick);
   }

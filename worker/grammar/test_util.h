@@ -41,8 +41,8 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompileForTest(
 // that complete a match, then tokens with punctuation or newlines, so walks
 // end. Errors: INTERNAL if the mask is empty before the end, a masked-in
 // token is rejected, or `hard_limit` tokens pass.
-absl::StatusOr<std::string> RandomWalk(Matcher& matcher, std::mt19937_64& rng,
-                                       int soft_limit = 24, int hard_limit = 4000);
+absl::StatusOr<std::string> RandomWalk(Matcher& matcher, std::mt19937_64& rng, int soft_limit = 24,
+                                       int hard_limit = 4000);
 
 }  // namespace weir::grammar::testing
 

@@ -67,8 +67,8 @@ void Vocabulary::BuildTrie() {
     for (size_t d = lcp; d < t.size(); ++d) {
       parent.push_back(open.empty() ? -1 : open.back());
       open.push_back(static_cast<int32_t>(trie_.size()));
-      trie_.push_back(TrieNode{static_cast<uint8_t>(t[d]), static_cast<uint16_t>(d + 1), 0, k,
-                               k, 0});
+      trie_.push_back(
+          TrieNode{static_cast<uint8_t>(t[d]), static_cast<uint16_t>(d + 1), 0, k, k, 0});
     }
     // Token k ends at the deepest open node (duplicates extend own_end).
     trie_[open.back()].own_end = k + 1;

@@ -25,9 +25,9 @@ namespace weir::grammar {
 // sorted_ids()[token_begin, token_end); those equal to the node's prefix come
 // first, ending at own_end.
 struct TrieNode {
-  uint8_t byte;        // the last byte of the prefix
-  uint16_t depth;      // prefix length, >= 1
-  int32_t subtree_end; // preorder index after the subtree
+  uint8_t byte;         // the last byte of the prefix
+  uint16_t depth;       // prefix length, >= 1
+  int32_t subtree_end;  // preorder index after the subtree
   int32_t token_begin;
   int32_t own_end;
   int32_t token_end;
