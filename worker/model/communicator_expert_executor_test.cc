@@ -6,6 +6,7 @@
 #include "worker/model/communicator_expert_executor.h"
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -22,7 +23,7 @@ namespace {
 using parallel::Communicator;
 using parallel::FakeCommunicator;
 
-constexpr int kLayers = 2, kExperts = 6, kTopk = 2;
+constexpr int kLayers = 2, kExperts = 6, kTopk = 3;  // 3: the summation order matters
 constexpr int64_t kDim = 64, kInter = 32;
 
 DenseWeight RandomDense(int64_t out, int64_t in, std::mt19937& gen) {
@@ -90,7 +91,10 @@ RankInput RandomInput(int64_t tokens, uint32_t seed) {
     std::shuffle(ids.begin(), ids.end(), gen);  // distinct, unsorted experts per token
     for (int k = 0; k < kTopk; ++k) {
       in.experts.push_back(ids[k]);
-      in.weights.push_back(0.2f + 0.5f * (u(gen) + 1.0f));
+      // Magnitudes 2^-12..2^12 apart, so the fp32 sum of the bf16 outputs
+      // depends on its order (the contract: ascending expert id).
+      in.weights.push_back(std::ldexp(0.5f + 0.25f * (u(gen) + 1.0f),
+                                      static_cast<int>(gen() % 25) - 12));
     }
   }
   return in;
