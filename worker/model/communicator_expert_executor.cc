@@ -40,22 +40,19 @@ absl::StatusOr<std::unique_ptr<CommunicatorExpertExecutor>> CommunicatorExpertEx
   RETURN_IF_ERROR(ValidatePlacement(placement));
   if (placement.world_size != comm.world_size()) {
     return absl::InvalidArgumentError(absl::StrCat("expert placement for ", placement.world_size,
-                                                   " ranks, communicator has ",
-                                                   comm.world_size()));
+                                                   " ranks, communicator has ", comm.world_size()));
   }
   if (placement.num_layers > static_cast<int>(weights.layers.size())) {
     return absl::InvalidArgumentError(absl::StrCat("expert placement has ", placement.num_layers,
-                                                   " layers, the model ",
-                                                   weights.layers.size()));
+                                                   " layers, the model ", weights.layers.size()));
   }
   const int rank = comm.rank().value();
   int64_t dim = -1;  // from this rank's first expert; all must agree
   for (int l = 0; l < placement.num_layers; ++l) {
     const std::vector<ExpertWeightsF32>& experts = weights.layers[l].ffn.experts;
     if (static_cast<int>(experts.size()) != placement.num_logical) {
-      return absl::InvalidArgumentError(absl::StrCat("layer ", l, " has ", experts.size(),
-                                                     " experts, the placement ",
-                                                     placement.num_logical));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "layer ", l, " has ", experts.size(), " experts, the placement ", placement.num_logical));
     }
     for (int s = rank * placement.slots_per_rank; s < (rank + 1) * placement.slots_per_rank; ++s) {
       const ExpertWeightsF32& w = experts[placement.logical(l, s)];
@@ -67,8 +64,8 @@ absl::StatusOr<std::unique_ptr<CommunicatorExpertExecutor>> CommunicatorExpertEx
       }
     }
   }
-  return std::unique_ptr<CommunicatorExpertExecutor>(new CommunicatorExpertExecutor(
-      comm, ops, weights, std::move(placement), swiglu_limit, dim));
+  return std::unique_ptr<CommunicatorExpertExecutor>(
+      new CommunicatorExpertExecutor(comm, ops, weights, std::move(placement), swiglu_limit, dim));
 }
 
 CommunicatorExpertExecutor::CommunicatorExpertExecutor(parallel::Communicator& comm, Ops& ops,
@@ -95,8 +92,8 @@ absl::Status CommunicatorExpertExecutor::Dispatch(int layer, std::span<const flo
                                                   const ExpertAssignments& a) {
   if (phase_ != Phase::kIdle) return absl::FailedPreconditionError("Dispatch: step open");
   if (layer < 0 || layer >= placement_.num_layers) {
-    return absl::InvalidArgumentError(absl::StrCat("Dispatch: layer ", layer, " of ",
-                                                   placement_.num_layers));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Dispatch: layer ", layer, " of ", placement_.num_layers));
   }
   if (a.tokens < 0 || a.topk <= 0 || static_cast<int64_t>(a.experts.size()) != a.tokens * a.topk ||
       a.weights.size() != a.experts.size() || static_cast<int64_t>(x.size()) != a.tokens * dim_) {
@@ -104,8 +101,8 @@ absl::Status CommunicatorExpertExecutor::Dispatch(int layer, std::span<const flo
   }
   for (int32_t e : a.experts) {
     if (e < 0 || e >= placement_.num_logical) {
-      return absl::InvalidArgumentError(absl::StrCat("Dispatch: expert ", e, " of ",
-                                                     placement_.num_logical));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Dispatch: expert ", e, " of ", placement_.num_logical));
     }
   }
   const int world = comm_.world_size(), rank = comm_.rank().value();
@@ -132,9 +129,12 @@ absl::Status CommunicatorExpertExecutor::Dispatch(int layer, std::span<const flo
   // Record counts, then the records.
   recv_counts_.assign(world, 0);
   const std::vector<int64_t> ones(world, 1), index = Offsets(ones);
-  absl::Status s = comm_.AllToAllV({.send = send_counts_.data(), .send_counts = ones,
-                                    .send_offsets = index, .recv = recv_counts_.data(),
-                                    .recv_counts = ones, .recv_offsets = index,
+  absl::Status s = comm_.AllToAllV({.send = send_counts_.data(),
+                                    .send_counts = ones,
+                                    .send_offsets = index,
+                                    .recv = recv_counts_.data(),
+                                    .recv_counts = ones,
+                                    .recv_offsets = index,
                                     .dtype = DataType::kInt64});
   if (!s.ok()) return Fail(s);
   for (int64_t c : recv_counts_) {
@@ -143,8 +143,12 @@ absl::Status CommunicatorExpertExecutor::Dispatch(int layer, std::span<const flo
   const std::vector<int64_t> sc = Scaled(send_counts_, st), rc = Scaled(recv_counts_, st);
   const std::vector<int64_t> so = Offsets(sc), ro = Offsets(rc);
   recv_.assign(Sum(rc), 0.0f);
-  s = comm_.AllToAllV({.send = send.data(), .send_counts = sc, .send_offsets = so,
-                       .recv = recv_.data(), .recv_counts = rc, .recv_offsets = ro,
+  s = comm_.AllToAllV({.send = send.data(),
+                       .send_counts = sc,
+                       .send_offsets = so,
+                       .recv = recv_.data(),
+                       .recv_counts = rc,
+                       .recv_offsets = ro,
                        .dtype = DataType::kFloat32});
   if (!s.ok()) return Fail(s);
   layer_ = layer;
@@ -195,8 +199,10 @@ absl::Status CommunicatorExpertExecutor::RunExperts() {
     served.insert(served.end(), m, logical);
   }
   std::vector<float> unit(served.size(), 1.0f);
-  served_.Record(layer_, {.experts = served, .weights = unit,
-                          .tokens = static_cast<int64_t>(served.size()), .topk = 1});
+  served_.Record(layer_, {.experts = served,
+                          .weights = unit,
+                          .tokens = static_cast<int64_t>(served.size()),
+                          .topk = 1});
   phase_ = Phase::kRan;
   return absl::OkStatus();
 }
@@ -209,8 +215,12 @@ absl::Status CommunicatorExpertExecutor::Combine(std::span<float> y) {
   const std::vector<int64_t> sc = Scaled(recv_counts_, dim_), rc = Scaled(send_counts_, dim_);
   const std::vector<int64_t> so = Offsets(sc), ro = Offsets(rc);
   std::vector<float> back(Sum(rc));
-  absl::Status s = comm_.AllToAllV({.send = out_.data(), .send_counts = sc, .send_offsets = so,
-                                    .recv = back.data(), .recv_counts = rc, .recv_offsets = ro,
+  absl::Status s = comm_.AllToAllV({.send = out_.data(),
+                                    .send_counts = sc,
+                                    .send_offsets = so,
+                                    .recv = back.data(),
+                                    .recv_counts = rc,
+                                    .recv_offsets = ro,
                                     .dtype = DataType::kFloat32});
   if (!s.ok()) return Fail(s);
   std::fill(y.begin(), y.end(), 0.0f);

@@ -57,8 +57,7 @@ class CommunicatorExpertExecutor : public ExpertExecutor {
       parallel::Communicator& comm, Ops& ops, const ModelWeights& weights,
       ExpertPlacement placement, float swiglu_limit);
 
-  absl::Status Dispatch(int layer, std::span<const float> x,
-                        const ExpertAssignments& a) override;
+  absl::Status Dispatch(int layer, std::span<const float> x, const ExpertAssignments& a) override;
   absl::Status RunExperts() override;
   absl::Status Combine(std::span<float> y) override;
 
@@ -70,7 +69,7 @@ class CommunicatorExpertExecutor : public ExpertExecutor {
   CommunicatorExpertExecutor(parallel::Communicator& comm, Ops& ops, const ModelWeights& weights,
                              ExpertPlacement placement, float swiglu_limit, int64_t dim);
   int64_t stride() const { return dim_ + 2; }  // floats per dispatched record
-  absl::Status Fail(absl::Status status);    // closes the step, returns status
+  absl::Status Fail(absl::Status status);      // closes the step, returns status
 
   parallel::Communicator& comm_;
   Ops& ops_;
@@ -85,12 +84,12 @@ class CommunicatorExpertExecutor : public ExpertExecutor {
   enum class Phase { kIdle, kDispatched, kRan } phase_ = Phase::kIdle;
   int layer_ = -1;
   int64_t tokens_ = 0;
-  std::vector<int32_t> experts_;              // [tokens * topk] copy of the assignment
+  std::vector<int32_t> experts_;  // [tokens * topk] copy of the assignment
   int topk_ = 0;
-  std::vector<int64_t> record_of_;            // [tokens * topk] -> index in the send order
+  std::vector<int64_t> record_of_;                  // [tokens * topk] -> index in the send order
   std::vector<int64_t> send_counts_, recv_counts_;  // records per peer
-  std::vector<float> recv_;                   // [received, stride]
-  std::vector<float> out_;                    // [received, dim] expert outputs
+  std::vector<float> recv_;                         // [received, stride]
+  std::vector<float> out_;                          // [received, dim] expert outputs
 };
 
 }  // namespace weir::model

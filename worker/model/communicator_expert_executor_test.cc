@@ -60,8 +60,10 @@ ModelWeights Filtered(const ModelWeights& all, const ExpertFilter& filter) {
 // Random placement: every expert once, then random replicas in the spare slots.
 ExpertPlacement Redundant(int world, int slots_per_rank, uint32_t seed) {
   std::mt19937 gen(seed);
-  ExpertPlacement p{.num_layers = kLayers, .num_logical = kExperts,
-                    .slots_per_rank = slots_per_rank, .world_size = world};
+  ExpertPlacement p{.num_layers = kLayers,
+                    .num_logical = kExperts,
+                    .slots_per_rank = slots_per_rank,
+                    .world_size = world};
   for (int l = 0; l < kLayers; ++l) {
     std::vector<int32_t> slots(p.num_physical());
     for (int s = 0; s < p.num_physical(); ++s) slots[s] = s < kExperts ? s : gen() % kExperts;
@@ -93,8 +95,8 @@ RankInput RandomInput(int64_t tokens, uint32_t seed) {
       in.experts.push_back(ids[k]);
       // Magnitudes 2^-12..2^12 apart, so the fp32 sum of the bf16 outputs
       // depends on its order (the contract: ascending expert id).
-      in.weights.push_back(std::ldexp(0.5f + 0.25f * (u(gen) + 1.0f),
-                                      static_cast<int>(gen() % 25) - 12));
+      in.weights.push_back(
+          std::ldexp(0.5f + 0.25f * (u(gen) + 1.0f), static_cast<int>(gen() % 25) - 12));
     }
   }
   return in;
@@ -116,8 +118,8 @@ void CheckWorld(const ExpertPlacement& placement, const std::vector<int64_t>& to
     for (int step = 0; step < 3; ++step) {
       for (int layer = 0; layer < kLayers; ++layer) {
         const RankInput in = RandomInput(tokens_per_rank[r], 100 * step + 10 * layer + r);
-        const ExpertAssignments a{.experts = in.experts, .weights = in.weights,
-                                  .tokens = in.tokens, .topk = kTopk};
+        const ExpertAssignments a{
+            .experts = in.experts, .weights = in.weights, .tokens = in.tokens, .topk = kTopk};
         std::vector<float> got(in.tokens * kDim, -1.0f), want(in.tokens * kDim);
         if (absl::Status s = (*ep)->Dispatch(layer, in.x, a); !s.ok()) return s;
         if (absl::Status s = (*ep)->RunExperts(); !s.ok()) return s;
@@ -137,8 +139,9 @@ void CheckWorld(const ExpertPlacement& placement, const std::vector<int64_t>& to
     return absl::OkStatus();
   });
   for (int r = 0; r < world; ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r];
-  const int64_t routed = 3 * kLayers * kTopk *
-                         std::accumulate(tokens_per_rank.begin(), tokens_per_rank.end(), int64_t{0});
+  const int64_t routed =
+      3 * kLayers * kTopk *
+      std::accumulate(tokens_per_rank.begin(), tokens_per_rank.end(), int64_t{0});
   int64_t total = 0;
   for (const auto& counts : served) total = std::accumulate(counts.begin(), counts.end(), total);
   EXPECT_EQ(total, routed);
@@ -184,12 +187,13 @@ TEST(CommunicatorExpertExecutorTest, ArgumentErrors) {
   const RankInput in = RandomInput(2, 9);
   std::vector<int32_t> bad = in.experts;
   bad[1] = kExperts;
-  EXPECT_EQ((*ep)->Dispatch(0, in.x, {.experts = bad, .weights = in.weights, .tokens = 2,
-                                      .topk = kTopk})
-                .code(),
-            absl::StatusCode::kInvalidArgument);
-  const ExpertAssignments a{.experts = in.experts, .weights = in.weights, .tokens = 2,
-                            .topk = kTopk};
+  EXPECT_EQ(
+      (*ep)
+          ->Dispatch(0, in.x, {.experts = bad, .weights = in.weights, .tokens = 2, .topk = kTopk})
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+  const ExpertAssignments a{
+      .experts = in.experts, .weights = in.weights, .tokens = 2, .topk = kTopk};
   EXPECT_EQ((*ep)->Dispatch(kLayers, in.x, a).code(), absl::StatusCode::kInvalidArgument);
   std::vector<float> y(2 * kDim);
   EXPECT_EQ((*ep)->RunExperts().code(), absl::StatusCode::kFailedPrecondition);

@@ -92,7 +92,8 @@ double CompareResults(const std::vector<SequenceResult>& got,
     return INFINITY;
   }
   for (size_t i = 0; i < got.size(); ++i) {
-    if (got[i].tokens != want[i].tokens || got[i].last_logits.size() != want[i].last_logits.size()) {
+    if (got[i].tokens != want[i].tokens ||
+        got[i].last_logits.size() != want[i].last_logits.size()) {
       if (mismatch->empty()) *mismatch = absl::StrCat("sequence ", i, ": greedy tokens differ");
       continue;
     }

@@ -13,16 +13,14 @@ absl::StatusOr<ExpertParallelModel> CreateExpertParallelModel(const ModelConfig&
                                                               parallel::Communicator& comm,
                                                               ModelOptions options) {
   RETURN_IF_ERROR(ValidatePlacement(placement));
-  if (placement.num_layers != config.n_layers ||
-      placement.num_logical != config.n_routed_experts) {
+  if (placement.num_layers != config.n_layers || placement.num_logical != config.n_routed_experts) {
     return absl::InvalidArgumentError(absl::StrCat(
         "expert placement covers ", placement.num_layers, " layers x ", placement.num_logical,
         " experts, the model has ", config.n_layers, " x ", config.n_routed_experts));
   }
   if (placement.world_size != comm.world_size()) {
     return absl::InvalidArgumentError(absl::StrCat("expert placement for ", placement.world_size,
-                                                   " ranks, communicator has ",
-                                                   comm.world_size()));
+                                                   " ranks, communicator has ", comm.world_size()));
   }
   const int rank = comm.rank().value();
   options.expert_filter = OwnedExpertFilter(placement, rank);

@@ -64,7 +64,8 @@ ExpertPlacement Redundant(int world, int slots_per_rank, uint32_t seed) {
   std::mt19937 gen(seed);
   ExpertPlacement p{.num_layers = static_cast<int>(c.n_layers),
                     .num_logical = static_cast<int>(c.n_routed_experts),
-                    .slots_per_rank = slots_per_rank, .world_size = world};
+                    .slots_per_rank = slots_per_rank,
+                    .world_size = world};
   for (int l = 0; l < p.num_layers; ++l) {
     std::vector<int32_t> slots(p.num_physical());
     for (int s = 0; s < p.num_physical(); ++s) {

@@ -60,8 +60,8 @@ int RunRank(int rank, const std::string& dir, const ExpertPlacement& placement,
   auto table = parallel::ExchangeThroughDirectory(dir, rank, placement.world_size,
                                                   (*ctx)->address(), absl::Seconds(20));
   if (!table.ok()) return Fail(rank, table.status());
-  auto comm = parallel::UcxCommunicator::Create(**ctx, Rank(rank), *table,
-                                                {.timeout = absl::Seconds(20)});
+  auto comm =
+      parallel::UcxCommunicator::Create(**ctx, Rank(rank), *table, {.timeout = absl::Seconds(20)});
   if (!comm.ok()) return Fail(rank, comm.status());
   {
     auto ep = CreateExpertParallelModel(Tiny().config(), Tiny(), placement, **comm);
@@ -82,8 +82,7 @@ void RunOverUcx(const ExpertPlacement& placement, const std::vector<ScheduledSeq
   const std::string dir = FreshDir("ep");
   ASSERT_FALSE(dir.empty());
   auto outcome = parallel::ForkRanks(
-      world, [&](int rank) { return RunRank(rank, dir, placement, schedule); },
-      absl::Seconds(60));
+      world, [&](int rank) { return RunRank(rank, dir, placement, schedule); }, absl::Seconds(60));
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   for (int r = 0; r < world; ++r) ASSERT_EQ((*outcome)[r], 0) << "rank " << r;
   // The reference runs in the parent after the children are gone.
@@ -112,10 +111,10 @@ void RunOverUcx(const ExpertPlacement& placement, const std::vector<ScheduledSeq
 
 TEST(ExpertParallelUcxTest, TwoRanks) {
   const ModelConfig& c = Tiny().config();
-  RunOverUcx(IdentityPlacement(static_cast<int>(c.n_layers),
-                               static_cast<int>(c.n_routed_experts), 2),
-             {{.rank = 0, .start_step = 0, .prompt = Tokens(8, 1), .decode_steps = 3},
-              {.rank = 1, .start_step = 1, .prompt = Tokens(5, 2), .decode_steps = 3}});
+  RunOverUcx(
+      IdentityPlacement(static_cast<int>(c.n_layers), static_cast<int>(c.n_routed_experts), 2),
+      {{.rank = 0, .start_step = 0, .prompt = Tokens(8, 1), .decode_steps = 3},
+       {.rank = 1, .start_step = 1, .prompt = Tokens(5, 2), .decode_steps = 3}});
 }
 
 TEST(ExpertParallelUcxTest, FourRanksWithReplicasAndAnIdleRank) {

@@ -14,25 +14,23 @@ absl::Status ValidatePlacement(const ExpertPlacement& p) {
   }
   const size_t want = static_cast<size_t>(p.num_layers) * p.num_physical();
   if (p.physical_to_logical.size() != want) {
-    return absl::InvalidArgumentError(absl::StrCat("expert placement: ",
-                                                   p.physical_to_logical.size(),
-                                                   " entries, expected ", want));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expert placement: ", p.physical_to_logical.size(), " entries, expected ", want));
   }
   for (int l = 0; l < p.num_layers; ++l) {
     std::vector<bool> present(p.num_logical, false);
     for (int s = 0; s < p.num_physical(); ++s) {
       const int32_t e = p.logical(l, s);
       if (e < 0 || e >= p.num_logical) {
-        return absl::InvalidArgumentError(absl::StrCat("expert placement: layer ", l, " slot ",
-                                                       s, " holds expert ", e, " of ",
-                                                       p.num_logical));
+        return absl::InvalidArgumentError(absl::StrCat("expert placement: layer ", l, " slot ", s,
+                                                       " holds expert ", e, " of ", p.num_logical));
       }
       present[e] = true;
     }
     for (int e = 0; e < p.num_logical; ++e) {
       if (!present[e]) {
-        return absl::InvalidArgumentError(absl::StrCat("expert placement: layer ", l,
-                                                       " has no slot for expert ", e));
+        return absl::InvalidArgumentError(
+            absl::StrCat("expert placement: layer ", l, " has no slot for expert ", e));
       }
     }
   }
@@ -51,8 +49,8 @@ ExpertPlacement IdentityPlacement(int num_layers, int num_logical, int world_siz
 }
 
 std::vector<std::vector<std::vector<int>>> ReplicaSlots(const ExpertPlacement& p) {
-  std::vector<std::vector<std::vector<int>>> slots(
-      p.num_layers, std::vector<std::vector<int>>(p.num_logical));
+  std::vector<std::vector<std::vector<int>>> slots(p.num_layers,
+                                                   std::vector<std::vector<int>>(p.num_logical));
   for (int l = 0; l < p.num_layers; ++l) {
     for (int s = 0; s < p.num_physical(); ++s) slots[l][p.logical(l, s)].push_back(s);
   }
@@ -61,8 +59,8 @@ std::vector<std::vector<std::vector<int>>> ReplicaSlots(const ExpertPlacement& p
 
 ExpertFilter OwnedExpertFilter(const ExpertPlacement& p, int rank) {
   // owned[layer * num_logical + expert]
-  auto owned = std::make_shared<std::vector<bool>>(
-      static_cast<size_t>(p.num_layers) * p.num_logical, false);
+  auto owned =
+      std::make_shared<std::vector<bool>>(static_cast<size_t>(p.num_layers) * p.num_logical, false);
   for (int l = 0; l < p.num_layers; ++l) {
     for (int s = rank * p.slots_per_rank; s < (rank + 1) * p.slots_per_rank; ++s) {
       (*owned)[static_cast<size_t>(l) * p.num_logical + p.logical(l, s)] = true;

@@ -27,8 +27,8 @@
 namespace weir::model {
 
 struct ExpertPlacement {
-  int num_layers = 0;      // backbone MoE layers (ModelConfig::n_layers)
-  int num_logical = 0;     // routed experts per layer (ModelConfig::n_routed_experts)
+  int num_layers = 0;   // backbone MoE layers (ModelConfig::n_layers)
+  int num_logical = 0;  // routed experts per layer (ModelConfig::n_routed_experts)
   int slots_per_rank = 0;
   int world_size = 0;
   std::vector<int32_t> physical_to_logical;  // [num_layers, num_physical]

@@ -25,9 +25,8 @@ absl::Status Model::CheckRow(const SequenceState& state, std::span<const int64_t
   }
   if (state.broken()) return absl::FailedPreconditionError("the sequence state is broken");
   if (start_pos != state.length()) {
-    return absl::InvalidArgumentError(absl::StrCat("start_pos ", start_pos,
-                                                   " but the sequence holds ", state.length(),
-                                                   " positions"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "start_pos ", start_pos, " but the sequence holds ", state.length(), " positions"));
   }
   return absl::OkStatus();
 }
@@ -38,25 +37,25 @@ absl::StatusOr<std::vector<std::vector<float>>> Model::ForwardBatch(
   absl::Status bad;
   if (tokens.size() != states.size() || start_pos.size() != states.size()) {
     bad = absl::InvalidArgumentError(absl::StrCat("ForwardBatch: ", states.size(), " states, ",
-                                                  tokens.size(), " token rows, ",
-                                                  start_pos.size(), " start positions"));
+                                                  tokens.size(), " token rows, ", start_pos.size(),
+                                                  " start positions"));
   }
   absl::flat_hash_set<const SequenceState*> seen;
   for (size_t i = 0; bad.ok() && i < states.size(); ++i) {
     if (states[i] == nullptr || !seen.insert(states[i]).second) {
-      bad = absl::InvalidArgumentError(absl::StrCat("ForwardBatch: row ", i,
-                                                    ": null or repeated sequence state"));
+      bad = absl::InvalidArgumentError(
+          absl::StrCat("ForwardBatch: row ", i, ": null or repeated sequence state"));
       break;
     }
     absl::Status st = CheckRow(*states[i], tokens[i], start_pos[i]);
-    if (!st.ok()) bad = absl::Status(st.code(), absl::StrCat("ForwardBatch: row ", i, ": ",
-                                                             st.message()));
+    if (!st.ok())
+      bad = absl::Status(st.code(), absl::StrCat("ForwardBatch: row ", i, ": ", st.message()));
   }
   if (!bad.ok() || states.empty()) {
     if (local_executor_ != nullptr) {  // expert-parallel: peers wait for our exchanges
       absl::Status st = RunEmptyStep();
-      if (!st.ok() && bad.ok()) return absl::InternalError(absl::StrCat("ForwardBatch: ",
-                                                                       st.message()));
+      if (!st.ok() && bad.ok())
+        return absl::InternalError(absl::StrCat("ForwardBatch: ", st.message()));
     }
     if (!bad.ok()) return bad;
     return std::vector<std::vector<float>>{};
@@ -99,9 +98,10 @@ absl::Status Model::RunBatch(std::span<SequenceState* const> states,
   for (size_t i = 0; i < rows && e_layers > 0; ++i) {
     std::vector<int64_t>& history = states[i]->engram_history();
     for (int64_t t : tokens[i]) history.push_back(engram_->Compress(t));
-    RETURN_IF_ERROR(engram_->Hash(history, start_pos[i],
-                                  std::span<int64_t>(engram_rows).subspan(
-                                      off[i] * e_layers * cols, (off[i + 1] - off[i]) * e_layers * cols)));
+    RETURN_IF_ERROR(engram_->Hash(
+        history, start_pos[i],
+        std::span<int64_t>(engram_rows)
+            .subspan(off[i] * e_layers * cols, (off[i + 1] - off[i]) * e_layers * cols)));
   }
   std::vector<float> x(total * n * d);
   for (size_t i = 0; i < rows; ++i) {
@@ -145,7 +145,7 @@ absl::Status Model::RunBatch(std::span<SequenceState* const> states,
         [&](std::span<const float> in, std::span<float> out) -> absl::Status {
           for (size_t i = 0; i < rows; ++i) {  // attention reads each row's own state
             const int64_t s = off[i + 1] - off[i];
-            const AttentionContext actx{*ops_, c,         role,         w.attn, *rope_[layer],
+            const AttentionContext actx{*ops_,      c,         role,         w.attn, *rope_[layer],
                                         *states[i], shared[i], start_pos[i], s};
             RETURN_IF_ERROR(AttentionForward(actx, in.subspan(off[i] * d, s * d),
                                              out.subspan(off[i] * d, s * d)))
@@ -169,11 +169,12 @@ absl::Status Model::RunBatch(std::span<SequenceState* const> states,
   for (size_t i = 0; i < rows; ++i) {  // the head per row: the same sgemm shape as Forward
     const int64_t s = off[i + 1] - off[i];
     logits[i].assign(s * c.vocab_size, 0.0f);
-    RETURN_IF_ERROR(ops_->Logits(weights_.head, std::span<const float>(h).subspan(off[i] * d, s * d),
-                                 s, logits[i]));
+    RETURN_IF_ERROR(ops_->Logits(
+        weights_.head, std::span<const float>(h).subspan(off[i] * d, s * d), s, logits[i]));
     if (c.n_mtp_layers > 0 && n_targets > 0) {
       RETURN_IF_ERROR(UpdateDsparkRings(
-          rt, std::span<const float>(main_hidden).subspan(off[i] * n_targets * d, s * n_targets * d),
+          rt,
+          std::span<const float>(main_hidden).subspan(off[i] * n_targets * d, s * n_targets * d),
           start_pos[i], s, *states[i]));
     }
   }
