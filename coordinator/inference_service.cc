@@ -9,14 +9,14 @@
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/tokenizer/chat_template.h"
+#include "coordinator/batch_run.h"
+#include "coordinator/generation_tracker.h"
 #include "coordinator/tokenizer/incremental_decoder.h"
 
 namespace weir::coordinator {
 namespace {
 
 constexpr char kVersion[] = "weir 0.1.0";
-constexpr char kNoBatch[] =
-    "GenerateBatch is not available yet: send the items as separate Generate calls";
 constexpr char kNoBatchJobs[] =
     "batch jobs are not available yet: submit items with Generate";
 
@@ -63,45 +63,6 @@ grpc::Status InferenceService::CheckModel(const std::string& model) const {
                       "unknown model \"" + model + "\"; this server serves \"" + model_.name + "\"");
 }
 
-namespace {
-
-// The events of one request, filled by the driver thread, drained by the
-// gRPC handler. Shared because the driver may deliver after the handler left.
-class EventQueue {
- public:
-  void Push(const SeqEvent& event) {
-    absl::MutexLock lock(&mu_);
-    events_.push_back(event);
-  }
-  // Waits up to `timeout` for an event.
-  std::optional<SeqEvent> Pop(absl::Duration timeout) {
-    absl::MutexLock lock(&mu_);
-    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !events_.empty(); };
-    if (!mu_.AwaitWithTimeout(absl::Condition(&ready), timeout)) return std::nullopt;
-    SeqEvent event = std::move(events_.front());
-    events_.pop_front();
-    return event;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::deque<SeqEvent> events_ ABSL_GUARDED_BY(mu_);
-};
-
-v1::FinishReason ToProto(scheduler::FinishReason reason) {
-  switch (reason) {
-    case scheduler::FinishReason::kEos: return v1::FINISH_REASON_EOS;
-    case scheduler::FinishReason::kStopToken: return v1::FINISH_REASON_STOP_TOKEN;
-    case scheduler::FinishReason::kMaxTokens: return v1::FINISH_REASON_MAX_TOKENS;
-    case scheduler::FinishReason::kContextLimit: return v1::FINISH_REASON_CONTEXT_LIMIT;
-    case scheduler::FinishReason::kCancelled: return v1::FINISH_REASON_CANCELLED;
-    case scheduler::FinishReason::kWorkerEnded: return v1::FINISH_REASON_GRAMMAR_TERMINATED;
-    case scheduler::FinishReason::kNone: break;
-  }
-  return v1::FINISH_REASON_UNSPECIFIED;
-}
-
-}  // namespace
 
 grpc::Status InferenceService::Generate(grpc::ServerContext* context,
                                         const v1::GenerateRequest* request,
@@ -136,37 +97,19 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* context,
     in_flight_.erase(client_id);
   });
 
-  auto queue = std::make_shared<EventQueue>();
-  SeqSubmission submission;
-  submission.request = scheduler::SeqRequest{.id = id,
-                                             .prompt = built->prompt,
-                                             .max_new_tokens = built->max_new_tokens,
-                                             .min_new_tokens = built->min_new_tokens,
-                                             .stop_token_ids = built->stop_token_ids,
-                                             .ignore_eos = built->ignore_eos};
-  submission.sampling = built->sampling;
-  submission.seed = built->seed;
-  submission.sink = [queue](const SeqEvent& event) { queue->Push(event); };
-  if (absl::Status s = driver->Submit(std::move(submission)); !s.ok()) return ToGrpc(s);
-
+  auto queue = std::make_shared<SeqEventQueue>();
+  if (absl::Status s = driver->Submit(MakeSubmission(id, *built, queue, 0)); !s.ok()) {
+    return ToGrpc(s);
+  }
   v1::GenerateEvent accepted;
   accepted.mutable_accepted()->set_server_request_id(absl::StrCat("weir-", id.value()));
   accepted.mutable_accepted()->set_model_revision(model_.revision);
   accepted.mutable_accepted()->set_prompt_tokens(built->prompt.size());
   writer->Write(accepted);
 
-  std::optional<tokenizer::IncrementalDecoder> decoder;
-  if (tokenizer_ != nullptr && built->return_text) {
-    decoder.emplace(*tokenizer_, tokenizer::IncrementalDecoderOptions{
-                                     .skip_special_tokens = built->skip_special_tokens,
-                                     .stop_strings = built->stop_strings,
-                                     .include_stop_in_output = built->include_stop_in_output});
-  }
-  std::vector<uint32_t> all_ids;
-  std::string all_text;
-  std::optional<absl::Time> first_token;
+  GenerationTracker tracker(*built, tokenizer_.get(), start);
   while (true) {
-    std::optional<SeqEvent> event = queue->Pop(absl::Milliseconds(50));
+    auto event = queue->Pop(absl::Milliseconds(50));
     if (!event.has_value()) {
       if (context->IsCancelled()) {
         driver->Cancel(id).IgnoreError();
@@ -174,68 +117,21 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* context,
       }
       continue;
     }
-    if (!event->error.ok()) {
-      if (!all_ids.empty()) {
-        return grpc::Status(grpc::StatusCode::ABORTED,
-                            absl::StrCat("failed after ", all_ids.size(),
-                                         " tokens: ", event->error.message()));
-      }
-      return ToGrpc(event->error);
-    }
-    v1::GenerateEvent delta;
-    scheduler::FinishReason finish = event->finish;
-    bool stop_string = false;
-    for (uint32_t token : event->tokens) {
-      if (!first_token) first_token = absl::Now();
-      all_ids.push_back(token);
-      if (built->return_token_ids) delta.mutable_delta()->add_token_ids(token);
-      if (decoder.has_value() && !decoder->stopped()) {
-        delta.mutable_delta()->mutable_text()->append(decoder->Add(static_cast<int32_t>(token)));
-        if (decoder->stopped()) {
-          stop_string = true;
-          break;
-        }
-      }
-    }
-    if (stop_string && finish == scheduler::FinishReason::kNone) {
-      driver->Cancel(id).IgnoreError();
-    }
-    const bool done = finish != scheduler::FinishReason::kNone || stop_string;
-    if (done && decoder.has_value()) {
-      delta.mutable_delta()->mutable_text()->append(decoder->Finish());
-    }
-    all_text += delta.delta().text();
+    GenerationTracker::Update update = tracker.Apply(event->second);
+    if (!update.error.ok()) return ToGrpc(update.error);
+    if (update.cancel_in_driver) driver->Cancel(id).IgnoreError();
     if (built->stream_tokens &&
-        (delta.delta().token_ids_size() > 0 || !delta.delta().text().empty())) {
+        (update.delta.token_ids_size() > 0 || !update.delta.text().empty())) {
+      v1::GenerateEvent delta;
+      *delta.mutable_delta() = std::move(update.delta);
       if (!writer->Write(delta)) {
         driver->Cancel(id).IgnoreError();
         return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
       }
     }
-    if (!done) continue;
+    if (!update.done) continue;
     v1::GenerateEvent final_event;
-    v1::GenerateEvent::Final* out = final_event.mutable_final();
-    if (stop_string) {
-      out->set_reason(v1::FINISH_REASON_STOP_SEQUENCE);
-      out->set_stop_text(built->stop_strings[decoder->stop_index()]);
-    } else {
-      out->set_reason(ToProto(finish));
-      if (finish == scheduler::FinishReason::kStopToken && !all_ids.empty()) {
-        out->set_stop_token_id(all_ids.back());
-      }
-    }
-    if (!built->stream_tokens) {
-      out->set_full_text(all_text);
-      if (built->return_token_ids) {
-        for (uint32_t t : all_ids) out->add_full_token_ids(t);
-      }
-    }
-    out->mutable_usage()->set_prompt_tokens(built->prompt.size());
-    out->mutable_usage()->set_completion_tokens(all_ids.size());
-    out->mutable_timings()->set_total_ms(absl::ToDoubleMilliseconds(absl::Now() - start));
-    if (first_token) {
-      out->mutable_timings()->set_ttft_ms(absl::ToDoubleMilliseconds(*first_token - start));
-    }
+    *final_event.mutable_final() = tracker.Final(/*with_full_output=*/!built->stream_tokens);
     writer->Write(final_event);
     return grpc::Status::OK;
   }
@@ -244,7 +140,39 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* context,
 grpc::Status InferenceService::GenerateBatch(grpc::ServerContext* context,
                                              const v1::GenerateBatchRequest* request,
                                              grpc::ServerWriter<v1::BatchEvent>* writer) {
-  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, kNoBatch);
+  StepDriver* driver = driver_.load();
+  if (driver == nullptr) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is not ready");
+  }
+  const int n = request->items_size();
+  if (n == 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "GenerateBatch: no items");
+  if (static_cast<uint32_t>(n) > limits_.max_batch_items) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("GenerateBatch: ", n, " items; at most ",
+                                     limits_.max_batch_items));
+  }
+  absl::flat_hash_set<std::string> ids;
+  for (const v1::BatchItem& item : request->items()) {
+    if (item.custom_id().empty() || item.custom_id().size() > 64) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "GenerateBatch: custom_id must be 1..64 bytes");
+    }
+    if (!ids.insert(item.custom_id()).second) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "GenerateBatch: duplicate custom_id \"" + item.custom_id() + "\"");
+    }
+  }
+  RequestLimits limits;
+  {
+    absl::MutexLock lock(&mu_);
+    limits = request_limits_;
+  }
+  BatchRun run(*request, limits, BatchRun::Env{.driver = *driver,
+                                              .tokenizer = tokenizer_.get(),
+                                              .model_name = model_.name,
+                                              .next_request = next_request_},
+               *writer);
+  return run.Run(*context);
 }
 
 grpc::Status InferenceService::Cancel(grpc::ServerContext* context,

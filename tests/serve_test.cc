@@ -205,6 +205,69 @@ TEST(ServeTest, BadRequestsFailAloneAndTheServerKeepsServing) {
   EXPECT_EQ(reason, v1::FINISH_REASON_MAX_TOKENS);
 }
 
+TEST(ServeTest, BatchMixesGoodAndBadItemsInInputOrder) {
+  Cluster cluster({"--workers=2"});
+  v1::GenerateBatchRequest batch;
+  batch.set_ordering(v1::BATCH_ORDERING_INPUT_ORDER);
+  batch.mutable_defaults()->mutable_sampling()->set_temperature(0.0f);
+  batch.mutable_defaults()->mutable_stop()->set_max_new_tokens(6);
+  batch.mutable_defaults()->mutable_stop()->set_ignore_eos(true);
+  const auto prompts = Prompts();
+  for (int i = 0; i < 10; ++i) {
+    v1::BatchItem* item = batch.add_items();
+    item->set_custom_id(absl::StrCat("item-", i));
+    if (i == 3) {
+      item->mutable_request()->mutable_tokens()->add_ids(99999);  // out of vocabulary
+    } else {
+      for (uint32_t t : prompts[i]) item->mutable_request()->mutable_tokens()->add_ids(t);
+    }
+  }
+  grpc::ClientContext context;
+  auto reader = cluster.stub().GenerateBatch(&context, batch);
+  v1::BatchEvent event;
+  std::vector<std::string> order;
+  bool summary = false;
+  while (reader->Read(&event)) {
+    if (event.has_item_result()) {
+      const auto& r = event.item_result();
+      order.push_back(r.custom_id());
+      if (r.index() == 3) {
+        EXPECT_EQ(r.error().code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+      } else {
+        ASSERT_TRUE(r.has_result()) << r.custom_id() << ": " << r.error().message();
+        std::vector<uint32_t> alone;
+        ASSERT_TRUE(cluster.Greedy(prompts[r.index()], 6, alone).ok());
+        EXPECT_EQ(std::vector<uint32_t>(r.result().samples(0).full_token_ids().begin(),
+                                        r.result().samples(0).full_token_ids().end()),
+                  alone)
+            << r.custom_id();
+      }
+    }
+    if (event.has_summary()) {
+      summary = true;
+      EXPECT_EQ(event.summary().counts().completed(), 9u);
+      EXPECT_EQ(event.summary().counts().failed(), 1u);
+    }
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_TRUE(summary);
+  ASSERT_EQ(order.size(), 10u);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(order[i], absl::StrCat("item-", i));
+
+  // Structural errors reject the whole batch before anything runs.
+  v1::GenerateBatchRequest duplicate;
+  for (int i = 0; i < 2; ++i) {
+    v1::BatchItem* item = duplicate.add_items();
+    item->set_custom_id("same");
+    item->mutable_request()->mutable_tokens()->add_ids(1);
+  }
+  grpc::ClientContext dup_context;
+  auto dup_reader = cluster.stub().GenerateBatch(&dup_context, duplicate);
+  while (dup_reader->Read(&event)) {
+  }
+  EXPECT_EQ(dup_reader->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
 TEST(ServeTest, CancelByRequestIdEndsTheStream) {
   Cluster cluster({"--workers=1"});
   v1::GenerateRequest request;

@@ -1,0 +1,169 @@
+#include "coordinator/batch_run.h"
+
+#include "absl/random/random.h"
+#include "absl/time/clock.h"
+
+namespace weir::coordinator {
+
+v1::GenerateRequest MergeItem(const v1::GenerateRequest& defaults,
+                              const v1::GenerateRequest& item) {
+  v1::GenerateRequest merged = defaults;
+  switch (item.input_case()) {
+    case v1::GenerateRequest::kText: merged.set_text(item.text()); break;
+    case v1::GenerateRequest::kTokens: *merged.mutable_tokens() = item.tokens(); break;
+    case v1::GenerateRequest::kChat: *merged.mutable_chat() = item.chat(); break;
+    default: break;
+  }
+  if (item.has_sampling()) *merged.mutable_sampling() = item.sampling();
+  if (item.has_stop()) *merged.mutable_stop() = item.stop();
+  if (item.has_output()) *merged.mutable_output() = item.output();
+  if (item.has_constraint()) *merged.mutable_constraint() = item.constraint();
+  if (!item.model().empty()) merged.set_model(item.model());
+  merged.set_request_id(item.request_id());
+  return merged;
+}
+
+BatchRun::BatchRun(const v1::GenerateBatchRequest& request, const RequestLimits& limits, Env env,
+                   grpc::ServerWriter<v1::BatchEvent>& writer)
+    : request_(request), limits_(limits), env_(env), writer_(writer), n_(request.items_size()),
+      items_(n_) {
+  counts_.set_total(n_);
+}
+
+void BatchRun::Emit(int index, v1::BatchEvent event) {
+  ++finished_;
+  if (request_.ordering() != v1::BATCH_ORDERING_INPUT_ORDER) {
+    writer_.Write(event);
+    return;
+  }
+  items_[index].held = std::move(event);
+  while (next_emit_ < n_ && items_[next_emit_].held.has_value()) {
+    writer_.Write(*items_[next_emit_].held);
+    items_[next_emit_].held.reset();
+    ++next_emit_;
+  }
+}
+
+void BatchRun::ItemError(int index, const absl::Status& status) {
+  v1::BatchEvent event;
+  v1::BatchEvent::ItemResult* result = event.mutable_item_result();
+  result->set_custom_id(request_.items(index).custom_id());
+  result->set_index(index);
+  result->mutable_error()->set_code(static_cast<int>(status.code()));
+  result->mutable_error()->set_message(std::string(status.message()));
+  if (status.code() == absl::StatusCode::kCancelled) {
+    counts_.set_cancelled(counts_.cancelled() + 1);
+  } else {
+    counts_.set_failed(counts_.failed() + 1);
+  }
+  Emit(index, std::move(event));
+}
+
+void BatchRun::CancelRunning() {
+  for (Item& item : items_) {
+    if (item.running) env_.driver.Cancel(item.id).IgnoreError();
+  }
+}
+
+void BatchRun::SubmitMore() {
+  while (!failing_ && next_submit_ < n_ && in_flight_ < kMaxInFlight) {
+    const int index = next_submit_++;
+    Item& item = items_[index];
+    item.id = RequestId(env_.next_request.fetch_add(1));
+    const v1::GenerateRequest merged =
+        MergeItem(request_.defaults(), request_.items(index).request());
+    absl::Status submitted;
+    if (!merged.model().empty() && merged.model() != env_.model_name) {
+      submitted = absl::NotFoundError("unknown model \"" + merged.model() + "\"");
+    } else {
+      absl::StatusOr<BuiltRequest> built =
+          BuildRequest(merged, limits_, env_.tokenizer,
+                       absl::Uniform<uint64_t>(absl::BitGen(), 0, UINT64_MAX));
+      submitted = built.status();
+      if (built.ok()) {
+        item.built = std::move(*built);
+        item.tracker.emplace(*item.built, env_.tokenizer, absl::Now());
+        submitted = env_.driver.Submit(MakeSubmission(item.id, *item.built, queue_, index));
+      }
+    }
+    if (!submitted.ok()) {
+      ItemError(index, submitted);
+      if (request_.fail_fast()) failing_ = true;
+      continue;
+    }
+    item.running = true;
+    ++in_flight_;
+  }
+}
+
+grpc::Status BatchRun::Run(grpc::ServerContext& context) {
+  const absl::Time start = absl::Now();
+  absl::Time last_progress = start;
+  while (finished_ < n_) {
+    SubmitMore();
+    if (failing_ && in_flight_ == 0) {
+      while (next_submit_ < n_) {
+        ItemError(next_submit_++, absl::CancelledError("not run: an earlier item failed"));
+      }
+      continue;
+    }
+    auto event = queue_->Pop(absl::Milliseconds(50));
+    if (context.IsCancelled()) {
+      CancelRunning();
+      return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
+    }
+    if (absl::Now() - last_progress > absl::Seconds(1)) {
+      last_progress = absl::Now();
+      v1::BatchEvent progress;
+      *progress.mutable_progress() = counts_;
+      progress.mutable_progress()->set_running(in_flight_);
+      progress.mutable_progress()->set_queued(n_ - next_submit_);
+      writer_.Write(progress);
+    }
+    if (!event.has_value()) continue;
+    const int index = static_cast<int>(event->first);
+    Item& item = items_[index];
+    if (!item.running) continue;  // An event after the item ended.
+    GenerationTracker::Update update = item.tracker->Apply(event->second);
+    if (update.cancel_in_driver) env_.driver.Cancel(item.id).IgnoreError();
+    if (!update.error.ok()) {
+      item.running = false;
+      --in_flight_;
+      ItemError(index, update.error);
+      if (request_.fail_fast() && !failing_) {
+        failing_ = true;
+        CancelRunning();
+      }
+      continue;
+    }
+    if (request_.stream_item_tokens() && update.delta.token_ids_size() > 0) {
+      v1::BatchEvent delta;
+      delta.mutable_item_delta()->set_custom_id(request_.items(index).custom_id());
+      *delta.mutable_item_delta()->mutable_event()->mutable_delta() = update.delta;
+      writer_.Write(delta);
+    }
+    if (!update.done) continue;
+    item.running = false;
+    --in_flight_;
+    v1::BatchEvent done;
+    v1::BatchEvent::ItemResult* result = done.mutable_item_result();
+    result->set_custom_id(request_.items(index).custom_id());
+    result->set_index(index);
+    v1::GenerateEvent::Final final_message = item.tracker->Final(/*with_full_output=*/true);
+    if (final_message.reason() == v1::FINISH_REASON_CANCELLED) {
+      counts_.set_cancelled(counts_.cancelled() + 1);
+    } else {
+      counts_.set_completed(counts_.completed() + 1);
+    }
+    *result->mutable_result()->add_samples() = std::move(final_message);
+    result->mutable_result()->mutable_accepted()->set_prompt_tokens(item.built->prompt.size());
+    Emit(index, std::move(done));
+  }
+  v1::BatchEvent summary;
+  *summary.mutable_summary()->mutable_counts() = counts_;
+  summary.mutable_summary()->set_wall_ms(absl::ToDoubleMilliseconds(absl::Now() - start));
+  writer_.Write(summary);
+  return grpc::Status::OK;
+}
+
+}  // namespace weir::coordinator

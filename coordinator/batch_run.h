@@ -1,0 +1,83 @@
+// coordinator/batch_run.h
+//
+// BatchRun executes one GenerateBatch call: items (defaults merged field by
+// field) are admitted gradually — at most kMaxInFlight at once, so a huge
+// batch never floods the queue and a slow reader only slows its own
+// admission — and each finished item is written as an ItemResult, out of
+// order or in input order. A per-item error never ends the stream;
+// fail_fast cancels the rest. Progress is sent about once a second and a
+// Summary last.
+//
+// Thread safety: one BatchRun per call, on the gRPC handler thread.
+
+#ifndef WEIR_COORDINATOR_BATCH_RUN_H_
+#define WEIR_COORDINATOR_BATCH_RUN_H_
+
+#include <atomic>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "coordinator/generation_tracker.h"
+#include "coordinator/request_builder.h"
+#include "coordinator/step_driver.h"
+#include "proto/inference.grpc.pb.h"
+
+namespace weir::coordinator {
+
+class BatchRun {
+ public:
+  static constexpr int kMaxInFlight = 64;
+
+  struct Env {
+    StepDriver& driver;
+    const tokenizer::Tokenizer* tokenizer;  // may be null
+    const std::string& model_name;
+    std::atomic<uint64_t>& next_request;    // server request ids
+  };
+
+  // REQUIRES: `request` passed the structural checks (item count, unique
+  // custom ids). Does not take ownership of anything.
+  BatchRun(const v1::GenerateBatchRequest& request, const RequestLimits& limits, Env env,
+           grpc::ServerWriter<v1::BatchEvent>& writer);
+
+  // Runs to the Summary. CANCELLED if the client goes away (in-flight items
+  // are cancelled in the driver).
+  grpc::Status Run(grpc::ServerContext& context);
+
+ private:
+  struct Item {
+    std::optional<BuiltRequest> built;
+    std::optional<GenerationTracker> tracker;
+    RequestId id;
+    bool running = false;
+    std::optional<v1::BatchEvent> held;  // a result waiting for its turn (INPUT_ORDER)
+  };
+
+  void SubmitMore();
+  void Emit(int index, v1::BatchEvent event);
+  void ItemError(int index, const absl::Status& status);
+  void CancelRunning();
+
+  const v1::GenerateBatchRequest& request_;
+  const RequestLimits limits_;
+  Env env_;
+  grpc::ServerWriter<v1::BatchEvent>& writer_;
+  const int n_;
+  std::vector<Item> items_;
+  std::shared_ptr<SeqEventQueue> queue_ = std::make_shared<SeqEventQueue>();
+  v1::BatchEvent::Progress counts_;
+  int next_submit_ = 0;
+  int next_emit_ = 0;
+  int in_flight_ = 0;
+  int finished_ = 0;
+  bool failing_ = false;
+};
+
+// Item fields replace the batch defaults field by field (whole sub-messages).
+v1::GenerateRequest MergeItem(const v1::GenerateRequest& defaults,
+                              const v1::GenerateRequest& item);
+
+}  // namespace weir::coordinator
+
+#endif  // WEIR_COORDINATOR_BATCH_RUN_H_

@@ -1,0 +1,122 @@
+#include "coordinator/generation_tracker.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace weir::coordinator {
+namespace {
+
+v1::FinishReason ToProto(scheduler::FinishReason reason) {
+  switch (reason) {
+    case scheduler::FinishReason::kEos: return v1::FINISH_REASON_EOS;
+    case scheduler::FinishReason::kStopToken: return v1::FINISH_REASON_STOP_TOKEN;
+    case scheduler::FinishReason::kMaxTokens: return v1::FINISH_REASON_MAX_TOKENS;
+    case scheduler::FinishReason::kContextLimit: return v1::FINISH_REASON_CONTEXT_LIMIT;
+    case scheduler::FinishReason::kCancelled: return v1::FINISH_REASON_CANCELLED;
+    case scheduler::FinishReason::kWorkerEnded: return v1::FINISH_REASON_GRAMMAR_TERMINATED;
+    case scheduler::FinishReason::kNone: break;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
+
+}  // namespace
+
+void SeqEventQueue::Push(size_t index, const SeqEvent& event) {
+  absl::MutexLock lock(&mu_);
+  events_.emplace_back(index, event);
+}
+
+std::optional<std::pair<size_t, SeqEvent>> SeqEventQueue::Pop(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !events_.empty(); };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&ready), timeout)) return std::nullopt;
+  auto event = std::move(events_.front());
+  events_.pop_front();
+  return event;
+}
+
+SeqSubmission MakeSubmission(RequestId id, const BuiltRequest& built,
+                             std::shared_ptr<SeqEventQueue> queue, size_t index) {
+  SeqSubmission submission;
+  submission.request = scheduler::SeqRequest{.id = id,
+                                             .prompt = built.prompt,
+                                             .max_new_tokens = built.max_new_tokens,
+                                             .min_new_tokens = built.min_new_tokens,
+                                             .stop_token_ids = built.stop_token_ids,
+                                             .ignore_eos = built.ignore_eos};
+  submission.sampling = built.sampling;
+  submission.seed = built.seed;
+  submission.sink = [queue, index](const SeqEvent& event) { queue->Push(index, event); };
+  return submission;
+}
+
+GenerationTracker::GenerationTracker(const BuiltRequest& built,
+                                     const tokenizer::Tokenizer* tokenizer, absl::Time start)
+    : built_(built), start_(start) {
+  if (tokenizer != nullptr && built.return_text) {
+    decoder_.emplace(*tokenizer, tokenizer::IncrementalDecoderOptions{
+                                     .skip_special_tokens = built.skip_special_tokens,
+                                     .stop_strings = built.stop_strings,
+                                     .include_stop_in_output = built.include_stop_in_output});
+  }
+}
+
+GenerationTracker::Update GenerationTracker::Apply(const SeqEvent& event) {
+  Update update;
+  if (!event.error.ok()) {
+    update.error = ids_.empty() ? event.error
+                                : absl::AbortedError(absl::StrCat("failed after ", ids_.size(),
+                                                                  " tokens: ",
+                                                                  event.error.message()));
+    return update;
+  }
+  bool stop_string = false;
+  for (uint32_t token : event.tokens) {
+    if (!first_token_) first_token_ = absl::Now();
+    ids_.push_back(token);
+    if (built_.return_token_ids) update.delta.add_token_ids(token);
+    if (decoder_.has_value()) {
+      update.delta.mutable_text()->append(decoder_->Add(static_cast<int32_t>(token)));
+      if (decoder_->stopped()) {
+        stop_string = true;
+        break;
+      }
+    }
+  }
+  if (stop_string) {
+    reason_ = v1::FINISH_REASON_STOP_SEQUENCE;
+    stop_text_ = built_.stop_strings[decoder_->stop_index()];
+    update.cancel_in_driver = event.finish == scheduler::FinishReason::kNone;
+  } else if (event.finish != scheduler::FinishReason::kNone) {
+    reason_ = ToProto(event.finish);
+  }
+  update.done = reason_ != v1::FINISH_REASON_UNSPECIFIED;
+  if (update.done && decoder_.has_value()) update.delta.mutable_text()->append(decoder_->Finish());
+  text_ += update.delta.text();
+  return update;
+}
+
+v1::GenerateEvent::Final GenerationTracker::Final(bool with_full_output) const {
+  v1::GenerateEvent::Final out;
+  out.set_reason(reason_);
+  if (reason_ == v1::FINISH_REASON_STOP_SEQUENCE) {
+    out.set_stop_text(stop_text_);
+  } else if (reason_ == v1::FINISH_REASON_STOP_TOKEN && !ids_.empty()) {
+    out.set_stop_token_id(ids_.back());
+  }
+  if (with_full_output) {
+    out.set_full_text(text_);
+    if (built_.return_token_ids) {
+      for (uint32_t t : ids_) out.add_full_token_ids(t);
+    }
+  }
+  out.mutable_usage()->set_prompt_tokens(built_.prompt.size());
+  out.mutable_usage()->set_completion_tokens(ids_.size());
+  out.mutable_timings()->set_total_ms(absl::ToDoubleMilliseconds(absl::Now() - start_));
+  if (first_token_) {
+    out.mutable_timings()->set_ttft_ms(absl::ToDoubleMilliseconds(*first_token_ - start_));
+  }
+  return out;
+}
+
+}  // namespace weir::coordinator

@@ -1,0 +1,91 @@
+// coordinator/generation_tracker.h
+//
+// GenerationTracker follows one sequence's events from the step loop and
+// turns them into the public API's Delta and Final messages: token ids, text
+// through the incremental detokenizer (UTF-8 safe, stop strings across token
+// boundaries), finish reason, usage and timings. Generate and GenerateBatch
+// share it.
+//
+// Thread safety: not thread-safe; one tracker per sequence, one thread.
+
+#ifndef WEIR_COORDINATOR_GENERATION_TRACKER_H_
+#define WEIR_COORDINATOR_GENERATION_TRACKER_H_
+
+#include <deque>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "coordinator/request_builder.h"
+#include "coordinator/step_driver.h"
+#include "coordinator/tokenizer/incremental_decoder.h"
+#include "proto/inference.pb.h"
+
+namespace weir::coordinator {
+
+// Events of one or more sequences (by index), filled by the driver thread and
+// drained by a gRPC handler. Held by shared_ptr: the driver may deliver after
+// the handler left. Thread-safe.
+class SeqEventQueue {
+ public:
+  void Push(size_t index, const SeqEvent& event);
+  // Waits up to `timeout` for the next event.
+  std::optional<std::pair<size_t, SeqEvent>> Pop(absl::Duration timeout);
+
+ private:
+  absl::Mutex mu_;
+  std::deque<std::pair<size_t, SeqEvent>> events_ ABSL_GUARDED_BY(mu_);
+};
+
+// The step-loop submission of `built` as request `id`, whose events go to
+// `queue` under `index`.
+SeqSubmission MakeSubmission(RequestId id, const BuiltRequest& built,
+                             std::shared_ptr<SeqEventQueue> queue, size_t index);
+
+class GenerationTracker {
+ public:
+  // Does not take ownership; `built` and `tokenizer` (may be null) must
+  // outlive the tracker.
+  GenerationTracker(const BuiltRequest& built, const tokenizer::Tokenizer* tokenizer,
+                    absl::Time start);
+
+  struct Update {
+    // New token ids and text (text may be empty mid-character).
+    v1::GenerateEvent::Delta delta;
+    // The sequence is over: Final() is ready.
+    bool done = false;
+    // A stop string ended the sequence before the step loop did: the caller
+    // must cancel it in the driver.
+    bool cancel_in_driver = false;
+    // The sequence failed: ABORTED if tokens were already produced (the
+    // caller decides what to do with them), else the step loop's error.
+    absl::Status error;
+  };
+
+  Update Apply(const SeqEvent& event);
+
+  // The Final message; `with_full_output` adds the full text and ids (for
+  // callers that did not stream).
+  v1::GenerateEvent::Final Final(bool with_full_output) const;
+
+  size_t num_tokens() const { return ids_.size(); }
+
+ private:
+  const BuiltRequest& built_;
+  std::optional<tokenizer::IncrementalDecoder> decoder_;
+  const absl::Time start_;
+  std::optional<absl::Time> first_token_;
+  std::vector<uint32_t> ids_;
+  std::string text_;
+  v1::FinishReason reason_ = v1::FINISH_REASON_UNSPECIFIED;
+  std::string stop_text_;
+};
+
+}  // namespace weir::coordinator
+
+#endif  // WEIR_COORDINATOR_GENERATION_TRACKER_H_
