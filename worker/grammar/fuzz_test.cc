@@ -140,6 +140,16 @@ TEST(FuzzTest, JsonSchema) {
 
 TEST(FuzzTest, PathologicalInputsAreBounded) {
   GrammarLimits limits;
+  std::string chain = "root ::= r0\n";  // 30k rules, each calling the next
+  for (int i = 0; i < 30000; ++i)
+    chain += "r" + std::to_string(i) + " ::= \"x\" r" + std::to_string(i + 1) + "?\n";
+  chain += "r30000 ::= \"y\"\n";
+  {
+    auto g = ConstraintToGrammar(Constraint{ConstraintKind::kEbnf, chain, {}}, limits);
+    ASSERT_TRUE(g.ok()) << g.status();
+    auto pda = Pda::Build(*g);  // compiles (or is too complex), never overflows the stack
+    EXPECT_TRUE(pda.ok() || pda.status().code() == absl::StatusCode::kInvalidArgument);
+  }
   for (const Constraint& c : {
            Constraint{ConstraintKind::kRegex, std::string(200000, '('), {}},
            Constraint{ConstraintKind::kRegex, "((((a{4096}){4096}){4096}){4096})", {}},

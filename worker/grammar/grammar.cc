@@ -90,21 +90,23 @@ absl::StatusOr<ExprId> Grammar::AddRuleRef(RuleId rule) {
 }
 
 RuleId Grammar::FindRule(std::string_view name) const {
-  for (RuleId i = 0; i < num_rules(); ++i) {
-    if (rules_[i].name == name) return i;
-  }
-  return -1;
+  auto it = rule_ids_.find(std::string(name));
+  return it == rule_ids_.end() ? -1 : it->second;
 }
 
 RuleId Grammar::DeclareRule(std::string_view name) {
   const RuleId found = FindRule(name);
   if (found >= 0) return found;
   rules_.push_back(Rule{std::string(name), -1});
+  rule_ids_.emplace(std::string(name), num_rules() - 1);
   return num_rules() - 1;
 }
 
 RuleId Grammar::NewRule(std::string_view hint) {
-  rules_.push_back(Rule{absl::StrCat(std::string(hint), "#", rules_.size()), -1});
+  // '#' cannot appear in an EBNF name, so generated names never collide.
+  std::string name = absl::StrCat(std::string(hint), "#", rules_.size());
+  rules_.push_back(Rule{name, -1});
+  rule_ids_.emplace(std::move(name), num_rules() - 1);
   return num_rules() - 1;
 }
 

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
@@ -114,6 +115,7 @@ class Grammar {
   GrammarLimits limits_;
   std::vector<Expr> exprs_;
   std::vector<Rule> rules_;
+  absl::flat_hash_map<std::string, RuleId> rule_ids_;
   RuleId root_ = -1;
 };
 
