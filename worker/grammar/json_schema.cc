@@ -35,6 +35,32 @@ bool NestingWithin(std::string_view text, int max_depth) {
   return true;
 }
 
+// Records where nlohmann's parser failed; accepts everything else.
+class ErrorLocator : public nlohmann::json_sax<internal::Json> {
+ public:
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return true; }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return true; }
+  bool start_array(std::size_t) override { return true; }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t position, const std::string& last_token,
+                   const nlohmann::detail::exception&) override {
+    // nlohmann counts characters read (1-based); report the 0-based offset
+    // like the other front-ends.
+    message = absl::StrCat("JSON Schema: malformed JSON at byte ", position > 0 ? position - 1 : 0,
+                           " near '", last_token.substr(0, 20), "'");
+    return false;
+  }
+  std::string message = "JSON Schema: malformed JSON";
+};
+
 }  // namespace
 
 absl::StatusOr<Grammar> JsonSchemaToGrammar(std::string_view schema_json,
@@ -48,7 +74,14 @@ absl::StatusOr<Grammar> JsonSchemaToGrammar(std::string_view schema_json,
   const internal::Json schema =
       internal::Json::parse(schema_json.begin(), schema_json.end(), nullptr,
                             /*allow_exceptions=*/false);
-  if (schema.is_discarded()) return absl::InvalidArgumentError("JSON Schema: malformed JSON");
+  if (schema.is_discarded()) {
+    ErrorLocator locator;
+    try {
+      internal::Json::sax_parse(schema_json.begin(), schema_json.end(), &locator);
+    } catch (const std::exception&) {  // the message below is still accurate
+    }
+    return absl::InvalidArgumentError(locator.message);
+  }
   try {
     return internal::SchemaConverter(schema, options).Run();
   } catch (const std::exception& e) {  // nlohmann accessors on unexpected shapes

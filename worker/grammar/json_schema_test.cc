@@ -118,7 +118,8 @@ TEST(JsonSchemaTest, ErrorsNameKeywordAndLocation) {
   EXPECT_NE(ErrorOf(R"({"type":"strin"})").find("unknown type"), std::string::npos);
   EXPECT_NE(ErrorOf(R"({"type":"string","pattern":"(a"})").find("'pattern' at #"),
             std::string::npos);
-  EXPECT_NE(ErrorOf("{\"type\":").find("malformed JSON"), std::string::npos);
+  EXPECT_NE(ErrorOf("{\"type\":").find("malformed JSON at byte 8"), std::string::npos)
+      << ErrorOf("{\"type\":");
   EXPECT_NE(ErrorOf(R"({"type":"object","required":["x"]})").find("'x'"), std::string::npos);
   EXPECT_NE(ErrorOf(std::string(5000, '[')).find("GRAMMAR_TOO_COMPLEX"), std::string::npos);
   EXPECT_NE(ErrorOf(R"({"type":"string","maxLength":100000})").find("GRAMMAR_TOO_COMPLEX"),
