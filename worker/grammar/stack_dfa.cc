@@ -91,6 +91,7 @@ const ByteSet& StackDfa::SelfLoops(StateId s) {
       if (!out.empty() && out == state.frames) state.self_loops.set(b);
     }
     state.self_loops_known = true;
+    state.has_self_loops = state.self_loops.any();
   }
   return state.self_loops;
 }

@@ -72,6 +72,11 @@ class StackDfa {
   bool HitsBoundary(StateId s) const { return states_[s].hits_boundary; }
   // The bytes b with Next(s, b) == s (computed once per state).
   const ByteSet& SelfLoops(StateId s);
+  // Equivalent to SelfLoops(s).any(), without scanning the set.
+  bool HasSelfLoops(StateId s) {
+    SelfLoops(s);
+    return states_[s].has_self_loops;
+  }
   // True if no byte can follow in `s`.
   bool AtEnd(StateId s) const { return states_[s].ready.empty(); }
 
@@ -87,6 +92,7 @@ class StackDfa {
     bool can_finish = false;
     bool hits_boundary = false;
     bool self_loops_known = false;
+    bool has_self_loops = false;
     ByteSet self_loops;
     std::unique_ptr<std::array<StateId, 256>> next;  // -2 = not computed
   };

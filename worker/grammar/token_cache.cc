@@ -43,7 +43,7 @@ NodeTokenCache BuildNodeTokenCache(const Pda& pda, const Vocabulary& vocab, int3
     }
     // If the automaton loops on every byte below, the whole subtree stays in
     // state `s`: accept it without walking (strings, digit runs).
-    if (t.subtree_end > static_cast<int32_t>(i) + 1 &&
+    if (t.subtree_end > static_cast<int32_t>(i) + 1 && dfa.HasSelfLoops(s) &&
         (vocab.subtree_bytes()[i] & ~dfa.SelfLoops(s)).none()) {
       for (int32_t k = t.token_begin; k < t.token_end; ++k) accepted.push_back(sorted[k]);
       i = t.subtree_end;
