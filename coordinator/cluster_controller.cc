@@ -1,5 +1,7 @@
 #include "coordinator/cluster_controller.h"
 
+#include <thread>
+
 #include "absl/strings/str_cat.h"
 #include "base/logging.h"
 #include "base/status_macros.h"
@@ -40,24 +42,47 @@ absl::Status ClusterController::BringUp() {
     absl::MutexLock lock(&mu_);
     clients_ = clients;
   }
+  std::vector<std::string> tensor_addresses(workers.size());
   for (const WorkerRecord& w : workers) {
     init.set_rank(w.rank.value());
     absl::StatusOr<v1::InitResponse> reply =
         clients[w.rank.value()]->Init(init, options_.rpc_timeout);
     RETURN_IF_ERROR(reply.status()) << "Init of worker rank " << w.rank << " at " << w.address;
+    tensor_addresses[w.rank.value()] = reply->tensor_address();
   }
+  // LoadWeights connects the tensor plane, which is collective: every worker
+  // must be inside it at once, so the calls run in parallel.
   v1::LoadWeightsRequest load;
   load.set_coordinator_epoch(options_.epoch);
   load.set_model_dir(options_.model_dir);
   for (const WorkerRecord& w : workers) {
+    v1::PeerInfo* peer = load.add_peers();
+    peer->set_rank(w.rank.value());
+    peer->set_address(w.address);
+    peer->set_hostname(w.hostname);
+    peer->set_tensor_address(tensor_addresses[w.rank.value()]);
+  }
+  for (const WorkerRecord& w : workers) {
     RETURN_IF_ERROR(cluster_.SetWorkerStatus(w.rank, WorkerStatus::kLoading, ""));
-    absl::StatusOr<v1::LoadWeightsResponse> reply =
-        clients[w.rank.value()]->LoadWeights(load, options_.load_timeout);
+  }
+  std::vector<absl::StatusOr<v1::LoadWeightsResponse>> replies(
+      workers.size(), absl::UnknownError("not called"));
+  {
+    std::vector<std::thread> calls;
+    for (const WorkerRecord& w : workers) {
+      const int r = w.rank.value();
+      calls.emplace_back([&, r] { replies[r] = clients[r]->LoadWeights(load, options_.load_timeout); });
+    }
+    for (std::thread& call : calls) call.join();
+  }
+  for (const WorkerRecord& w : workers) {
+    const auto& reply = replies[w.rank.value()];
     RETURN_IF_ERROR(reply.status())
         << "LoadWeights of worker rank " << w.rank << " at " << w.address;
     RETURN_IF_ERROR(cluster_.SetWorkerStatus(w.rank, WorkerStatus::kReady, ""));
     WEIR_LOG(INFO) << "worker rank " << w.rank << " at " << w.address << " loaded "
-                   << reply->model_name() << " (revision " << reply->revision() << ")";
+                   << reply->model_name() << " (revision " << reply->revision() << ", "
+                   << reply->bytes_loaded() << " bytes)";
   }
   return absl::OkStatus();
 }

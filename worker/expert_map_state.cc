@@ -13,10 +13,10 @@ ExpertMap IdentityExpertMap(int num_layers, int num_logical, int world_size) {
   ExpertMap map;
   map.num_layers = num_layers;
   map.num_logical = num_logical;
-  map.num_physical = num_logical;
-  map.slots_per_rank = world_size > 0 ? num_logical / world_size : 0;
+  map.slots_per_rank = world_size > 0 ? (num_logical + world_size - 1) / world_size : 0;
+  map.num_physical = map.slots_per_rank * world_size;
   for (int l = 0; l < num_layers; ++l) {
-    for (int p = 0; p < num_logical; ++p) map.physical_to_logical.push_back(p);
+    for (int p = 0; p < map.num_physical; ++p) map.physical_to_logical.push_back(p % num_logical);
   }
   return map;
 }

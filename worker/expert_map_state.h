@@ -32,7 +32,9 @@ struct ExpertMap {
   std::vector<int32_t> ExpertsOnRank(int layer, int rank) const;
 };
 
-// The identity map of version 0: slot p holds logical expert p.
+// The initial map (version 0): slot p holds logical expert p % num_logical,
+// with ceil(num_logical / world_size) slots per rank; when the experts do
+// not split evenly over the ranks, the first ones get a second replica.
 ExpertMap IdentityExpertMap(int num_layers, int num_logical, int world_size);
 
 // Checks a map against the world: shapes, ids in range, every logical expert

@@ -28,6 +28,13 @@ TEST(ExpertMapTest, IdentityIsValidAndSplitsByRank) {
   EXPECT_TRUE(ValidateExpertMap(id, 4).ok());
   EXPECT_EQ(id.ExpertsOnRank(2, 3), (std::vector<int32_t>{6, 7}));
   EXPECT_EQ(Redundant(1).ExpertsOnRank(1, 1), (std::vector<int32_t>{0, 3, 2}));
+  // 8 experts over 64 ranks: one slot each, every expert replicated 8 times.
+  ExpertMap wide = IdentityExpertMap(2, 8, 64);
+  EXPECT_TRUE(ValidateExpertMap(wide, 64).ok());
+  EXPECT_EQ(wide.num_physical, 64);
+  EXPECT_EQ(wide.ExpertsOnRank(1, 63), (std::vector<int32_t>{7}));
+  // 8 experts over 3 ranks: 3 slots each, experts 0 and 1 twice.
+  EXPECT_TRUE(ValidateExpertMap(IdentityExpertMap(1, 8, 3), 3).ok());
 }
 
 TEST(ExpertMapTest, ValidationNamesTheProblem) {

@@ -28,6 +28,9 @@ ABSL_FLAG(int, rank, -1, "Rank to ask for (-1: any free rank).");
 ABSL_FLAG(int, register_timeout_s, 60, "How long to retry registering.");
 ABSL_FLAG(int, coordinator_timeout_s, 10, "Exit after the coordinator is gone this long.");
 ABSL_FLAG(int, max_slots, 256, "Sequence slots (concurrent sequences) of this rank.");
+ABSL_FLAG(std::string, ucx_transports, "tcp,self",
+          "UCX transports of the tensor plane (UCX_TLS syntax), e.g. sm,self on one host.");
+ABSL_FLAG(int, collective_timeout_s, 60, "A collective fails after waiting this long for a peer.");
 
 namespace weir::worker {
 namespace {
@@ -65,7 +68,10 @@ int Run(int argc, char** argv) {
           [&stop](const std::string&) {
             if (!stop.HasBeenNotified()) stop.Notify();
           }},
-      WorkerOptions{.max_slots = absl::GetFlag(FLAGS_max_slots)});
+      WorkerOptions{.max_slots = absl::GetFlag(FLAGS_max_slots),
+                    .ucx_transports = absl::GetFlag(FLAGS_ucx_transports),
+                    .collective_timeout =
+                        absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_s))});
   absl::StatusOr<StartedServer> server =
       StartServer({.address = absl::GetFlag(FLAGS_listen)}, {&service});
   if (!server.ok()) {

@@ -74,28 +74,42 @@ absl::Status StepExecutor::Validate(const std::vector<RowPlan>& rows,
 
 absl::StatusOr<std::vector<RowOutcome>> StepExecutor::Execute(
     const std::vector<RowPlan>& rows, const std::vector<int32_t>& release) {
-  if (absl::Status s = Validate(rows, release); !s.ok()) return s;
+  if (absl::Status s = Validate(rows, release); !s.ok()) {
+    // An expert-parallel step is a collective: join it with no rows so the
+    // other ranks are not left waiting, then report the bad plan.
+    model_.ForwardBatch({}, {}, {}).IgnoreError();
+    return s;
+  }
   const int64_t vocab = model_.config().vocab_size;
   std::vector<RowOutcome> outcomes(rows.size());
   std::vector<int32_t> samples(rows.size(), -1);
   // Releases come first: a slot freed by this plan may be reused by its rows.
   for (int32_t slot : release) slots_[slot] = Slot{};
+  std::vector<std::vector<int64_t>> inputs(rows.size());
+  std::vector<model::SequenceState*> states;
+  std::vector<std::span<const int64_t>> tokens;
+  std::vector<int64_t> starts;
   for (size_t i = 0; i < rows.size(); ++i) {
     const RowPlan& row = rows[i];
     Slot& slot = slots_[row.slot];
     if (row.start_pos == 0) slot = Slot{.state = model_.NewSequence()};
-    std::vector<int64_t> tokens = row.tokens;
-    if (row.remap >= 0) tokens.push_back(previous_samples_[row.remap]);
-    absl::StatusOr<std::vector<float>> logits =
-        model_.Forward(*slot.state, tokens, slot.state->length());
-    if (!logits.ok()) {
-      outcomes[i].status = logits.status();
-      continue;
-    }
-    for (int64_t t : tokens) {
+    inputs[i] = row.tokens;
+    if (row.remap >= 0) inputs[i].push_back(previous_samples_[row.remap]);
+    states.push_back(slot.state.get());
+    tokens.emplace_back(inputs[i]);
+    starts.push_back(slot.state->length());
+  }
+  // One batched forward for every row: each MoE layer runs once per step.
+  absl::StatusOr<std::vector<std::vector<float>>> logits =
+      model_.ForwardBatch(states, tokens, starts);
+  if (!logits.ok()) return logits.status();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const RowPlan& row = rows[i];
+    Slot& slot = slots_[row.slot];
+    for (int64_t t : inputs[i]) {
       (slot.sampled_once ? slot.output : slot.prompt).push_back(static_cast<int32_t>(t));
     }
-    const float* last = logits->data() + (tokens.size() - 1) * vocab;
+    const float* last = (*logits)[i].data() + (inputs[i].size() - 1) * vocab;
     RowOutcome& out = outcomes[i];
     if (row.return_top_k > 0) {
       std::vector<int32_t> order(vocab);

@@ -11,6 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "base/grpc_util.h"
 #include "base/logging.h"
+#include "parallel/ucx_communicator.h"
+#include "worker/model/expert_parallel_model.h"
 #include "worker/step_sequencer.h"
 
 namespace weir::worker {
@@ -81,6 +83,13 @@ grpc::Status WorkerService::Init(grpc::ServerContext* context, const v1::InitReq
     return Error(grpc::StatusCode::FAILED_PRECONDITION,
                  "Init: already initialized with a different layout");
   }
+  if (world > 1 && ucx_ == nullptr) {
+    absl::StatusOr<std::unique_ptr<parallel::UcxContext>> ucx =
+        parallel::UcxContext::Create({.transports = options_.ucx_transports});
+    if (!ucx.ok()) return ToGrpcStatus(ucx.status());
+    ucx_ = std::move(*ucx);
+  }
+  if (ucx_ != nullptr) response->set_tensor_address(ucx_->address());
   initialized_ = true;
   world_size_ = world;
   peer_addresses_ = std::move(peers);
@@ -125,18 +134,52 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
                                             engram->compressed_id.end());
     }
   }
-  absl::StatusOr<std::unique_ptr<model::Model>> runtime =
-      model::Model::Create((*checkpoint)->config(), **checkpoint, std::move(model_options));
-  if (!runtime.ok()) return ToGrpcStatus(runtime.status());
-  std::optional<ExpertMapState> experts;
-  if (request->has_expert_map()) {
-    ExpertMap map = FromProto(request->expert_map());
-    if (absl::Status s = ValidateExpertMap(map, world); !s.ok()) return ToGrpcStatus(s);
-    experts.emplace(std::move(map));
-  } else if (model->num_routed_experts > 0 && model->num_routed_experts % world == 0) {
-    experts.emplace(IdentityExpertMap(static_cast<int>(model->num_layers),
-                                      static_cast<int>(model->num_routed_experts), world));
+  const model::ModelConfig& config = (*checkpoint)->config();
+  ExpertMap map = request->has_expert_map()
+                      ? FromProto(request->expert_map())
+                      : IdentityExpertMap(static_cast<int>(config.n_layers),
+                                          static_cast<int>(config.n_routed_experts), world);
+  if (absl::Status s = ValidateExpertMap(map, world); !s.ok()) return ToGrpcStatus(s);
+  absl::StatusOr<std::unique_ptr<model::Model>> runtime;
+  if (world == 1) {
+    runtime = model::Model::Create(config, **checkpoint, std::move(model_options));
+  } else {
+    if (request->peers_size() != world) {
+      return Error(grpc::StatusCode::INVALID_ARGUMENT,
+                   absl::StrCat("LoadWeights: ", request->peers_size(), " peer addresses for ",
+                                world, " ranks"));
+    }
+    std::vector<std::string> table(world);
+    for (const v1::PeerInfo& peer : request->peers()) {
+      if (peer.rank() < 0 || peer.rank() >= world || peer.tensor_address().empty()) {
+        return Error(grpc::StatusCode::INVALID_ARGUMENT,
+                     absl::StrCat("LoadWeights: bad tensor address of rank ", peer.rank()));
+      }
+      table[peer.rank()] = peer.tensor_address();
+    }
+    if (communicator_ == nullptr) {
+      absl::StatusOr<std::unique_ptr<parallel::UcxCommunicator>> comm =
+          parallel::UcxCommunicator::Create(*ucx_, Rank(rank_), table,
+                                            {.timeout = options_.collective_timeout});
+      if (!comm.ok()) return ToGrpcStatus(comm.status());
+      // A rank that leaves Create stops progressing UCX until its next
+      // collective, while a slower peer may still be flushing its endpoint to
+      // it; the barrier keeps every rank progressing until all are connected.
+      if (absl::Status s = (*comm)->Barrier(); !s.ok()) return ToGrpcStatus(s);
+      communicator_ = std::move(*comm);
+    }
+    model::ExpertPlacement placement{.num_layers = map.num_layers,
+                                     .num_logical = map.num_logical,
+                                     .slots_per_rank = map.slots_per_rank,
+                                     .world_size = world,
+                                     .physical_to_logical = map.physical_to_logical};
+    absl::StatusOr<model::ExpertParallelModel> ep = model::CreateExpertParallelModel(
+        config, **checkpoint, placement, *communicator_, std::move(model_options));
+    if (!ep.ok()) return ToGrpcStatus(ep.status());
+    runtime = std::move(ep->model);
   }
+  if (!runtime.ok()) return ToGrpcStatus(runtime.status());
+  std::optional<ExpertMapState> experts(std::move(map));
   uint64_t bytes = 0;
   for (const std::string& name : (*checkpoint)->tensors().Names()) {
     if (const model::TensorInfo* info = (*checkpoint)->Info(name)) bytes += info->num_bytes();

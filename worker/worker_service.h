@@ -5,10 +5,13 @@
 // order on the Steps stream, keeps the versioned expert map, and stops on
 // Shutdown. Health ("weir.v1.Worker") is SERVING only after LoadWeights.
 //
-// LoadWeights opens the checkpoint in the model directory and builds the
-// Model; Steps runs each plan's rows through a StepExecutor (one sequence
-// slot per row, sampling on the worker). Empty plans (a rank with no work
-// this step) complete normally.
+// Init also opens the rank's UCX context (its address goes back to the
+// coordinator); LoadWeights connects the communicator to every peer, opens
+// the checkpoint and builds the Model — expert-parallel over the
+// communicator when there is more than one rank, loading only the experts
+// the expert map gives this rank. Steps runs each plan's rows through a
+// StepExecutor (one batched forward per step; an empty plan still joins
+// every MoE exchange, so all ranks take part in every step).
 //
 // Thread safety: gRPC calls it from many threads; state is guarded by mu_.
 
@@ -22,9 +25,12 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "base/model_summary.h"
 #include "proto/worker.grpc.pb.h"
 #include "worker/expert_map_state.h"
+#include "parallel/communicator.h"
+#include "parallel/ucx_context.h"
 #include "worker/model/checkpoint.h"
 #include "worker/model/model.h"
 #include "worker/step_executor.h"
@@ -34,6 +40,11 @@ namespace weir::worker {
 struct WorkerOptions {
   // Sequence slots (concurrent sequences) this rank holds.
   int32_t max_slots = 256;
+  // UCX transports of the tensor plane (UCX_TLS syntax). tcp detects a dead
+  // peer at once; shared memory only through the timeout.
+  std::string ucx_transports = "tcp,self";
+  // Longest a collective may wait for a peer before the step fails.
+  absl::Duration collective_timeout = absl::Seconds(60);
 };
 
 struct WorkerHooks {
@@ -92,6 +103,11 @@ class WorkerService final : public v1::Worker::Service {
   std::optional<ExpertMapState> experts_ ABSL_GUARDED_BY(mu_);
   // The loaded model; the Steps thread uses it without mu_ (one stream at a
   // time, and LoadWeights refuses to replace it while a stream is open).
+  // The tensor plane (more than one rank): UCX context from Init, the
+  // communicator connected at LoadWeights. Declared before the model, which
+  // uses them, so they are destroyed after it.
+  std::unique_ptr<parallel::UcxContext> ucx_;
+  std::unique_ptr<parallel::Communicator> communicator_;
   std::unique_ptr<model::Checkpoint> checkpoint_;
   std::unique_ptr<model::Model> model_runtime_;
   std::unique_ptr<StepExecutor> executor_;
