@@ -4,10 +4,15 @@
 
 #include <utility>
 
+#include "worker/grammar/node_classes.h"
+
 namespace weir::grammar {
 
 CompiledGrammar::CompiledGrammar(Pda pda, std::shared_ptr<const Vocabulary> vocab)
-    : pda_(std::move(pda)), vocab_(std::move(vocab)), caches_(pda_.num_nodes()) {
+    : pda_(std::move(pda)),
+      vocab_(std::move(vocab)),
+      representative_(TokenCacheRepresentatives(pda_, vocab_->max_token_bytes())),
+      caches_(pda_.num_nodes()) {
   for (auto& c : caches_) c.store(nullptr, std::memory_order_relaxed);
 }
 
@@ -16,6 +21,7 @@ CompiledGrammar::~CompiledGrammar() {
 }
 
 const NodeTokenCache& CompiledGrammar::TokenCache(int32_t node) const {
+  node = representative_[node];
   const NodeTokenCache* cache = caches_[node].load(std::memory_order_acquire);
   if (cache != nullptr) return *cache;
   // Built outside the lock so matchers needing other nodes are not blocked.
@@ -41,7 +47,7 @@ int32_t CompiledGrammar::PrecomputeTokenCaches(absl::Duration budget) const {
 
 int64_t CompiledGrammar::MemoryBytes() const {
   return static_cast<int64_t>(sizeof(*this)) + pda_.MemoryBytes() +
-         static_cast<int64_t>(caches_.size() * sizeof(void*)) +
+         static_cast<int64_t>(caches_.size() * (sizeof(void*) + sizeof(int32_t))) +
          cache_bytes_.load(std::memory_order_relaxed);
 }
 

@@ -1,7 +1,8 @@
 // worker/grammar/compiled_grammar.h
 //
 // A grammar compiled against one vocabulary: the PDA plus the per-node token
-// caches (built lazily, once per node, on first use by any matcher).
+// caches (built lazily, once per class of equivalent nodes, on first use by
+// any matcher; see node_classes.h).
 //
 // Thread safety: thread-safe. Matchers on many threads share one instance;
 // TokenCache may build a cache concurrently, and the first to finish wins.
@@ -51,7 +52,8 @@ class CompiledGrammar {
  private:
   Pda pda_;
   std::shared_ptr<const Vocabulary> vocab_;
-  mutable std::vector<std::atomic<const NodeTokenCache*>> caches_;
+  std::vector<int32_t> representative_;  // node -> node whose cache it shares
+  mutable std::vector<std::atomic<const NodeTokenCache*>> caches_;  // by representative
   mutable std::atomic<int64_t> cache_bytes_{0};
   mutable std::atomic<int32_t> num_caches_{0};
   mutable absl::Mutex mu_;  // serializes publication into caches_

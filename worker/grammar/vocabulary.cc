@@ -75,6 +75,7 @@ void Vocabulary::BuildTrie() {
     prev = t;
   }
   close_to(0, n);
+  for (const TrieNode& t : trie_) max_token_bytes_ = std::max<int32_t>(max_token_bytes_, t.depth);
   subtree_bytes_.assign(trie_.size(), {});
   for (size_t j = trie_.size(); j-- > 0;) {
     if (parent[j] < 0) continue;

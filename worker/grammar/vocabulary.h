@@ -56,6 +56,8 @@ class Vocabulary {
   // Per trie node: every byte that occurs below it (its descendants' bytes).
   // Lets a walk accept a whole subtree when the automaton loops on them.
   const std::vector<std::bitset<256>>& subtree_bytes() const { return subtree_bytes_; }
+  // Length in bytes of the longest ordinary token (0 if none).
+  int32_t max_token_bytes() const { return max_token_bytes_; }
   // Stable identity for cache keys (hash of all token bytes and kinds).
   uint64_t fingerprint() const { return fingerprint_; }
   int64_t MemoryBytes() const;
@@ -72,6 +74,7 @@ class Vocabulary {
   std::vector<TrieNode> trie_;
   std::vector<std::bitset<256>> subtree_bytes_;
   uint64_t fingerprint_ = 0;
+  int32_t max_token_bytes_ = 0;
 };
 
 }  // namespace weir::grammar
