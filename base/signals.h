@@ -1,11 +1,13 @@
 // base/signals.h
 //
-// Termination signals (SIGINT, SIGTERM) delivered to one dedicated thread
-// instead of interrupting arbitrary threads, and the matching reset for child
-// processes.
+// Termination signals (SIGINT, SIGTERM) handled on one dedicated thread, and
+// the matching reset for child processes. The signal handler itself only
+// posts a semaphore (async-signal-safe), so it does not matter which thread
+// the kernel delivers the signal to (libraries such as UCX start threads with
+// their own signal masks).
 //
-// Thread safety: InstallTerminationHandler must be called from main() before
-// any other thread starts (the signal mask is inherited by new threads).
+// Thread safety: call InstallTerminationHandler once, from main(), after
+// InitProcess (whose failure signal handler would otherwise take SIGTERM).
 
 #ifndef WEIR_BASE_SIGNALS_H_
 #define WEIR_BASE_SIGNALS_H_
@@ -14,9 +16,8 @@
 
 namespace weir {
 
-// Blocks SIGINT and SIGTERM in the calling thread (and so in every thread it
-// starts later) and starts a detached thread that waits for them. Each signal
-// calls `on_signal(signo, count)` on that thread, where `count` is 1 for the
+// Installs handlers for SIGINT and SIGTERM and starts a detached thread that
+// calls `on_signal(signo, count)` for each one, where `count` is 1 for the
 // first termination signal, 2 for the second, ...
 void InstallTerminationHandler(std::function<void(int signo, int count)> on_signal);
 

@@ -29,6 +29,7 @@
 #include "base/logging.h"
 #include "base/model_summary.h"
 #include "base/signals.h"
+#include "coordinator/batch_client.h"
 #include "coordinator/cluster_controller.h"
 #include "coordinator/cluster_state.h"
 #include "coordinator/control_service.h"
@@ -65,6 +66,13 @@ ABSL_FLAG(int, kv_block_tokens, 64, "Token positions per KV block.");
 ABSL_FLAG(int, max_seqs_per_rank, 64, "Concurrent sequences per rank (<= worker --max_slots).");
 ABSL_FLAG(int, max_prefill_tokens, 2048, "Token budget of one prefill step per rank.");
 ABSL_FLAG(int, default_max_new_tokens, 256, "max_new_tokens of requests that set none.");
+ABSL_FLAG(int, max_queued_requests, 4096,
+          "Unfinished requests beyond which new ones get RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int64_t, max_queued_prompt_tokens, int64_t{1} << 22,
+          "Prompt tokens of unfinished requests beyond which new ones get RESOURCE_EXHAUSTED.");
+ABSL_FLAG(std::string, input, "",
+          "Offline mode: run this JSON Lines batch through the server, write --output, exit.");
+ABSL_FLAG(std::string, output, "", "Offline mode: results (JSON Lines); default stdout.");
 ABSL_FLAG(std::string, address_file, "",
           "If set, write the bound HOST:PORT here as soon as the server listens (for "
           "launchers that start remote workers).");
@@ -104,6 +112,7 @@ std::string Locate(const Runfiles* runfiles, const std::string& flag_value,
 
 int Run(int argc, char** argv) {
   absl::Notification stop;
+  InitProcess(argc, argv, kUsage, "coordinator");
   InstallTerminationHandler([&stop](int signo, int count) {
     if (count == 1) {
       WEIR_LOG(INFO) << "signal " << signo << ": shutting down (again to abort)";
@@ -114,7 +123,6 @@ int Run(int argc, char** argv) {
     WEIR_LOG(WARNING) << "second signal: aborting now";
     _exit(1);
   });
-  InitProcess(argc, argv, kUsage, "coordinator");
 
   std::string error;
   std::unique_ptr<Runfiles> runfiles(Runfiles::Create(argv[0], &error));
@@ -274,6 +282,8 @@ int Run(int argc, char** argv) {
   StepDriverOptions driver_options;
   driver_options.epoch = epoch;
   driver_options.zero_overhead = absl::GetFlag(FLAGS_zero_overhead);
+  driver_options.max_requests = absl::GetFlag(FLAGS_max_queued_requests);
+  driver_options.max_prompt_tokens = absl::GetFlag(FLAGS_max_queued_prompt_tokens);
   driver_options.rank.kv.block_tokens = absl::GetFlag(FLAGS_kv_block_tokens);
   driver_options.rank.kv.compress_ratios.clear();
   for (int64_t layer : config->kv_source_layers) {
@@ -318,6 +328,37 @@ int Run(int argc, char** argv) {
             << " workers" << (eplb.empty() ? "" : ", eplb " + eplb)
             << "). Try: tools/bazel run //tools:weir -- info --server=" << server->address
             << std::endl;
+
+  if (const std::string input = absl::GetFlag(FLAGS_input); !input.empty()) {
+    // Offline mode: the batch goes through the public API like any client's.
+    std::ifstream in(input, std::ios::binary);
+    if (!in) {
+      std::cerr << "weir: cannot read --input " << input << "\n";
+      inference.SetDriver(nullptr);
+      (*driver)->Stop();
+      return shutdown(1);
+    }
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ofstream file;
+    const std::string output = absl::GetFlag(FLAGS_output);
+    if (!output.empty()) file.open(output, std::ios::binary | std::ios::trunc);
+    std::ostream& out = output.empty() ? std::cout : file;
+    const absl::Time start = absl::Now();
+    absl::StatusOr<BatchCounts> counts = RunJsonlBatch(
+        MakeChannel(server->address, kPublicMaxRequestBytes), text, out, [&](int done, int total) {
+          std::cerr << "\rweir: " << done << "/" << total << " requests done" << std::flush;
+        });
+    std::cerr << "\n";
+    inference.SetDriver(nullptr);
+    (*driver)->Stop();
+    if (!counts.ok()) {
+      std::cerr << "weir: batch failed: " << counts.status() << "\n";
+      return shutdown(1);
+    }
+    std::cerr << "weir: " << counts->completed << " completed, " << counts->failed
+              << " failed in " << absl::FormatDuration(absl::Now() - start) << "\n";
+    return shutdown(0);
+  }
 
   stop.WaitForNotification();
   inference.SetDriver(nullptr);

@@ -51,9 +51,20 @@ absl::Status StepDriver::Submit(SeqSubmission submission) {
   if (!failure_.ok()) return absl::UnavailableError("step loop failed: " + failure_.ToString());
   if (stopping_) return absl::UnavailableError("server is stopping");
   const RequestId id = submission.request.id;
-  if (!known_.emplace(id, true).second) {
+  const int64_t tokens = static_cast<int64_t>(submission.request.prompt.size());
+  if (static_cast<int64_t>(known_.size()) >= options_.max_requests) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("queue full: ", known_.size(), " requests in flight; retry later"));
+  }
+  if (known_tokens_ + tokens > options_.max_prompt_tokens) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "queue full: ", known_tokens_, " prompt tokens in flight, limit ",
+        options_.max_prompt_tokens, "; retry later"));
+  }
+  if (!known_.emplace(id, tokens).second) {
     return absl::AlreadyExistsError(absl::StrCat("request ", id.value(), " is in flight"));
   }
+  known_tokens_ += tokens;
   inbox_.push_back(std::move(submission));
   return absl::OkStatus();
 }
@@ -124,7 +135,7 @@ bool StepDriver::Iterate() {
     if (!added.ok()) {
       sub.sink(SeqEvent{.error = added});
       absl::MutexLock lock(&mu_);
-      known_.erase(id);
+      Forget(id);
       continue;
     }
     live_[id] = Live{.rank = rank->value(), .sampling = std::move(sub.sampling),
@@ -265,7 +276,14 @@ void StepDriver::Finish(RequestId id, const SeqEvent& event) {
   it->second.sink(event);
   live_.erase(it);
   absl::MutexLock lock(&mu_);
-  known_.erase(id);
+  Forget(id);
+}
+
+void StepDriver::Forget(RequestId id) {
+  auto it = known_.find(id);
+  if (it == known_.end()) return;
+  known_tokens_ -= it->second;
+  known_.erase(it);
 }
 
 void StepDriver::FailAll(const absl::Status& status) {
@@ -279,6 +297,7 @@ void StepDriver::FailAll(const absl::Status& status) {
     if (failure_.ok()) failure_ = status;
     inbox.swap(inbox_);
     known_.clear();
+    known_tokens_ = 0;
   }
   for (SeqSubmission& sub : inbox) sub.sink(SeqEvent{.error = status});
 }

@@ -36,6 +36,10 @@ struct StepDriverOptions {
   scheduler::StepTypePolicyConfig policy;
   bool zero_overhead = true;
   uint64_t epoch = 0;
+  // Admission limits over requests not yet finished (queued or running):
+  // beyond either, Submit answers RESOURCE_EXHAUSTED at once.
+  int64_t max_requests = 4096;
+  int64_t max_prompt_tokens = int64_t{1} << 22;
 };
 
 // What a request's sink receives: new tokens (possibly none), and once, a
@@ -66,8 +70,9 @@ class StepDriver {
   ~StepDriver();
 
   // Queues a request. ALREADY_EXISTS for a live id; UNAVAILABLE once the
-  // driver failed or stopped; INVALID_ARGUMENT from the scheduler's checks
-  // arrives through the sink (as the error of the first event).
+  // driver failed or stopped; RESOURCE_EXHAUSTED beyond the admission limits
+  // (requests or prompt tokens in flight); INVALID_ARGUMENT from the
+  // scheduler's checks arrives through the sink (as the first event's error).
   absl::Status Submit(SeqSubmission submission);
 
   // Cancels a live request: it finishes with kCancelled (its sink is told)
@@ -104,6 +109,7 @@ class StepDriver {
   absl::Status SendPlans(const std::vector<scheduler::RankStepPlan>& plans);
   absl::Status ReadAndApply();
   void Finish(RequestId id, const SeqEvent& event);
+  void Forget(RequestId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailAll(const absl::Status& status);
 
   const StepDriverOptions options_;
@@ -115,7 +121,9 @@ class StepDriver {
   // Guarded by mu_: the inbox, and everything the loop shares with callers.
   std::vector<SeqSubmission> inbox_ ABSL_GUARDED_BY(mu_);
   std::vector<RequestId> cancels_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<RequestId, bool> known_ ABSL_GUARDED_BY(mu_);  // live or queued
+  // Live or queued requests -> their prompt tokens.
+  absl::flat_hash_map<RequestId, int64_t> known_ ABSL_GUARDED_BY(mu_);
+  int64_t known_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<scheduler::RankLoad> loads_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);

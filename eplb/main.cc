@@ -28,11 +28,11 @@ namespace {
 
 int Run(int argc, char** argv) {
   absl::Notification stop;
+  InitProcess(argc, argv, "weir EPLB service: --coordinator=HOST:PORT", "eplb");
   InstallTerminationHandler([&stop](int, int count) {
     if (count > 1) _exit(1);
     if (!stop.HasBeenNotified()) stop.Notify();
   });
-  InitProcess(argc, argv, "weir EPLB service: --coordinator=HOST:PORT", "eplb");
   const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
   if (coordinator.empty() || absl::GetFlag(FLAGS_window_size) < 1) {
     std::cerr << "eplb: --coordinator=HOST:PORT and a positive --window_size are required\n";

@@ -5,6 +5,7 @@
 //
 // Exit code 0 on success (for `health`: the service is SERVING), 1 otherwise.
 
+#include <fstream>
 #include <iostream>
 #include <string>
 
@@ -15,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "base/grpc_util.h"
 #include "base/init.h"
+#include "coordinator/batch_client.h"
 #include "proto/inference.grpc.pb.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "Coordinator address.");
@@ -24,6 +26,7 @@ ABSL_FLAG(int, timeout_ms, 5000, "Deadline of each call (generate: 10x).");
 ABSL_FLAG(std::string, ids, "", "generate: comma-separated prompt token ids instead of text.");
 ABSL_FLAG(int, max_new_tokens, 32, "generate: tokens to generate at most.");
 ABSL_FLAG(double, temperature, 0.0, "generate: 0 = greedy.");
+ABSL_FLAG(std::string, output, "", "batch: where result lines go (default stdout).");
 ABSL_FLAG(bool, chat, false, "generate: send TEXT as one user turn through the chat template.");
 
 namespace weir {
@@ -35,7 +38,8 @@ constexpr char kUsage[] =
     "  weir info   [--server=HOST:PORT]                    model and cluster state\n"
     "  weir tokenize TEXT [--server=HOST:PORT]             token ids and pieces of TEXT\n"
     "  weir generate TEXT | --ids=1,2,3 [--max_new_tokens=N] [--temperature=T] [--chat]\n"
-    "                                                      stream a generation";
+    "                                                      stream a generation\n"
+    "  weir batch FILE.jsonl [--output=results.jsonl]      run a JSON Lines batch";
 
 int Health(grpc::Channel& channel) {
   const std::string service = absl::GetFlag(FLAGS_service);
@@ -162,6 +166,29 @@ int Generate(const std::shared_ptr<grpc::Channel>& channel, const std::string& t
   return 0;
 }
 
+int Batch(const std::shared_ptr<grpc::Channel>& channel, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    std::cerr << "batch: cannot read " << path << "\n";
+    return 2;
+  }
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::ofstream file;
+  if (!absl::GetFlag(FLAGS_output).empty()) file.open(absl::GetFlag(FLAGS_output));
+  std::ostream& out = absl::GetFlag(FLAGS_output).empty() ? std::cout : file;
+  absl::StatusOr<coordinator::BatchCounts> counts =
+      coordinator::RunJsonlBatch(channel, text, out, [](int done, int total) {
+        std::cerr << "\r" << done << "/" << total << " done" << std::flush;
+      });
+  std::cerr << "\n";
+  if (!counts.ok()) {
+    std::cerr << "batch: " << counts.status() << "\n";
+    return 1;
+  }
+  std::cerr << counts->completed << " completed, " << counts->failed << " failed\n";
+  return counts->failed == 0 ? 0 : 1;
+}
+
 int Run(int argc, char** argv) {
   std::vector<std::string> args = InitProcess(argc, argv, kUsage, "weir");
   if (args.size() < 2) {
@@ -171,6 +198,7 @@ int Run(int argc, char** argv) {
   auto channel = MakeChannel(absl::GetFlag(FLAGS_server));
   if (args[1] == "tokenize" && args.size() == 3) return Tokenize(channel, args[2]);
   if (args[1] == "generate") return Generate(channel, args.size() >= 3 ? args[2] : "");
+  if (args[1] == "batch" && args.size() == 3) return Batch(channel, args[2]);
   if (args[1] == "health") return Health(*channel);
   if (args[1] == "info") return Info(channel);
   std::cerr << "unknown command \"" << args[1] << "\"\n" << kUsage << "\n";

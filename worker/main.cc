@@ -43,11 +43,11 @@ std::string HostName() {
 
 int Run(int argc, char** argv) {
   absl::Notification stop;
+  InitProcess(argc, argv, "weir worker: --coordinator=HOST:PORT [--listen=HOST:PORT]", "worker");
   InstallTerminationHandler([&stop](int signo, int count) {
     if (count > 1) _exit(1);
     if (!stop.HasBeenNotified()) stop.Notify();
   });
-  InitProcess(argc, argv, "weir worker: --coordinator=HOST:PORT [--listen=HOST:PORT]", "worker");
   if (absl::GetFlag(FLAGS_max_slots) < 1) {
     std::cerr << "worker: --max_slots must be >= 1\n";
     return 2;
