@@ -170,6 +170,100 @@ v1::ServerState State(Cluster& cluster) {
   return state;
 }
 
+TEST(ServeTest, FourRanksExpertParallelEqualsSingleProcess) {
+  // DP4 x EP4: 8 experts over 4 ranks, 2 each, exchanged over UCX every layer.
+  Cluster cluster({"--workers=4"});
+  ExpectMatchesReference(cluster, 8);
+}
+
+// Seeded sampling: the same (seed, prompt) gives the same tokens alone and
+// inside a crowd of other requests.
+TEST(ServeTest, SeededSamplingIgnoresBatchComposition) {
+  Cluster cluster({"--workers=2"});
+  auto sample = [&](uint64_t seed, const std::vector<uint32_t>& prompt) {
+    v1::GenerateRequest request;
+    for (uint32_t t : prompt) request.mutable_tokens()->add_ids(t);
+    request.mutable_stop()->set_max_new_tokens(10);
+    request.mutable_stop()->set_ignore_eos(true);
+    request.mutable_sampling()->set_temperature(1.0f);
+    request.mutable_sampling()->set_top_p(0.9f);
+    request.mutable_sampling()->set_seed(seed);
+    grpc::ClientContext context;
+    auto reader = cluster.stub().Generate(&context, request);
+    v1::GenerateEvent event;
+    std::vector<uint32_t> out;
+    while (reader->Read(&event)) {
+      if (event.has_final()) out.assign(event.final().full_token_ids().begin(),
+                                        event.final().full_token_ids().end());
+    }
+    EXPECT_TRUE(reader->Finish().ok());
+    return out;
+  };
+  const std::vector<uint32_t> prompt = {17, 99, 4, 250};
+  const std::vector<uint32_t> alone = sample(1234, prompt);
+  ASSERT_EQ(alone.size(), 10u);
+  std::vector<std::vector<uint32_t>> crowd(9);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 9; ++i) {
+    threads.emplace_back([&, i] {
+      crowd[i] = i == 4 ? sample(1234, prompt) : sample(500 + i, {static_cast<uint32_t>(i + 1), 7});
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(crowd[4], alone);
+  EXPECT_NE(sample(1235, prompt), alone);  // Another seed, another sample (10 tokens).
+}
+
+TEST(ServeTest, FullQueueIsResourceExhausted) {
+  Cluster cluster({"--workers=1", "--max_queued_requests=2"});
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::GenerateEvent>>> readers;
+  v1::GenerateRequest request;
+  request.mutable_tokens()->add_ids(3);
+  request.mutable_stop()->set_max_new_tokens(100000);
+  request.mutable_stop()->set_ignore_eos(true);
+  v1::GenerateEvent event;
+  for (int i = 0; i < 2; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    readers.push_back(cluster.stub().Generate(contexts.back().get(), request));
+    ASSERT_TRUE(readers.back()->Read(&event));  // Accepted: admitted.
+  }
+  std::vector<uint32_t> tokens;
+  EXPECT_EQ(cluster.Greedy({3}, 2, tokens).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  for (auto& context : contexts) context->TryCancel();
+  for (auto& reader : readers) {
+    while (reader->Read(&event)) {
+    }
+    reader->Finish();
+  }
+  // Once the long requests are gone (client cancellation), there is room again.
+  absl::Time deadline = absl::Now() + absl::Seconds(10);
+  grpc::Status status;
+  do {
+    status = cluster.Greedy({3}, 2, tokens);
+  } while (!status.ok() && absl::Now() < deadline);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+}
+
+TEST(ServeTest, OfflineModeRunsAJsonlBatchAndExits) {
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  std::ofstream(dir + "/in.jsonl") << "{\"custom_id\": \"a\", \"tokens\": [5, 6], "
+                                      "\"max_new_tokens\": 3, \"temperature\": 0}\n"
+                                      "{\"custom_id\": \"b\", \"tokens\": [99999]}\n";
+  const std::string command =
+      Runfile("coordinator/main") + " --listen=127.0.0.1:0 --eplb=false --workers=1" +
+      " --model_cache_dir=" + CacheDir() + " --input=" + dir + "/in.jsonl --output=" + dir +
+      "/out.jsonl 2>/dev/null";
+  ASSERT_EQ(std::system(command.c_str()), 0);
+  std::ifstream out(dir + "/out.jsonl");
+  std::string first, second;
+  std::getline(out, first);
+  std::getline(out, second);
+  EXPECT_NE(first.find("\"custom_id\":\"a\""), std::string::npos) << first;
+  EXPECT_NE(first.find("\"finish_reason\":\"MAX_TOKENS\""), std::string::npos) << first;
+  EXPECT_NE(second.find("INVALID_ARGUMENT"), std::string::npos) << second;
+}
+
 TEST(ServeTest, PreemptionKeepsGreedyOutputs) {
   // 8 blocks of 16 tokens per rank: the 12 sequences cannot all stay resident.
   Cluster cluster({"--workers=2", "--kv_blocks_per_rank=8", "--kv_block_tokens=16"});
