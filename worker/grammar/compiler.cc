@@ -92,6 +92,13 @@ CompileFuture GrammarCompiler::CompileAsync(const Constraint& constraint) {
   }
   CompileFuture future;
   future.state_ = std::make_shared<CompileFuture::State>();
+  if (static_cast<int>(queue_.size()) >= options_.max_pending) {
+    absl::MutexLock state_lock(&future.state_->mu);
+    future.state_->result = absl::ResourceExhaustedError(
+        absl::StrCat(queue_.size(), " grammar compiles already pending"));
+    future.state_->done = true;
+    return future;
+  }
   lru_.push_front(Entry{key, future});
   index_.emplace(std::move(key), lru_.begin());
   queue_.push_back([this, constraint, state = future.state_] {

@@ -56,6 +56,10 @@ class CompileFuture {
 struct CompilerOptions {
   int64_t cache_bytes = 512ll << 20;  // bound on cached grammars, incl. token caches
   int num_threads = 2;
+  // Compiles waiting for a thread; beyond this CompileAsync answers
+  // RESOURCE_EXHAUSTED at once (a flood of distinct constraints cannot grow
+  // the queue without bound).
+  int max_pending = 1024;
   GrammarLimits grammar_limits;
   PdaLimits pda_limits;
   // A compile running longer is abandoned with GRAMMAR_TOO_COMPLEX (checked
@@ -78,7 +82,8 @@ class GrammarCompiler {
   // compile of an identical one). Never blocks on compilation. The result
   // is the grammar or the front-end's INVALID_ARGUMENT (incl.
   // GRAMMAR_TOO_COMPLEX); errors are cached too, so a hostile constraint
-  // is not recompiled.
+  // is not recompiled. RESOURCE_EXHAUSTED (not cached; retry later) when
+  // max_pending compiles are already queued.
   CompileFuture CompileAsync(const Constraint& constraint);
 
   // CompileAsync(constraint).Wait().

@@ -127,6 +127,29 @@ TEST(CompilerTest, MatchersOnManyThreadsShareOneGrammar) {
   EXPECT_EQ(masks[0].size(), text.size() * (*g)->vocab().mask_words());
 }
 
+TEST(CompilerTest, PendingQueueIsBounded) {
+  CompilerOptions options;
+  options.num_threads = 1;
+  options.max_pending = 4;
+  GrammarCompiler compiler(testing::TestVocabulary(), options);
+  int exhausted = 0, first_exhausted = -1;
+  std::vector<CompileFuture> futures;
+  for (int i = 0; i < 200; ++i) {
+    futures.push_back(compiler.CompileAsync(Regex(absl::StrCat("p", i))));
+  }
+  for (int i = 0; i < 200; ++i) {
+    CompileResult r = futures[i].Wait();
+    if (r.ok()) continue;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+    if (first_exhausted < 0) first_exhausted = i;
+    ++exhausted;
+  }
+  ASSERT_GT(exhausted, 0);
+  EXPECT_EQ(compiler.cache_entries(), 200 - exhausted);
+  // Not cached as an error: once the queue drained, the same constraint compiles.
+  EXPECT_TRUE(compiler.Compile(Regex(absl::StrCat("p", first_exhausted))).ok());
+}
+
 TEST(CompilerTest, ShutdownWithQueuedWorkReleasesWaiters) {
   std::vector<CompileFuture> futures;
   {
