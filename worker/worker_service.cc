@@ -239,6 +239,18 @@ void WorkerService::ExecutePlan(const v1::StepPlan& plan, v1::StepResult& result
     result.mutable_error()->set_message(std::string(outcomes.status().message()));
     return;
   }
+  if (plan.return_expert_load()) {
+    // Routed (token, expert) pairs of this rank's rows since the last report,
+    // [n_layers, n_routed_experts] (backbone layers only).
+    model::ExpertLoad& load = model_runtime_->expert_load();
+    const model::ModelConfig& config = model_runtime_->config();
+    for (int layer = 0; layer < config.n_layers && layer < load.num_layers(); ++layer) {
+      for (int64_t count : load.layer_counts(layer)) {
+        result.add_expert_load(static_cast<uint64_t>(count));
+      }
+    }
+    load.Reset();
+  }
   for (const RowOutcome& outcome : *outcomes) {
     v1::RowResult* row = result.add_rows();
     if (outcome.token.has_value()) {

@@ -124,10 +124,30 @@ TEST(WorkerServiceTest, StepsRunInOrderAndRefuseGaps) {
     EXPECT_EQ(result.rows_size(), step >= 1 ? 1 : 0);
     if (step >= 1) EXPECT_EQ(result.rows(0).tokens_size(), 1);
   }
+  // Expert load on demand: [layers, experts] counts of the rows so far, then reset.
+  v1::StepPlan load_plan;
+  load_plan.set_coordinator_epoch(kEpoch);
+  load_plan.set_step_id(3);
+  load_plan.set_return_expert_load(true);
+  ASSERT_TRUE(stream->Write(load_plan));
+  ASSERT_TRUE(stream->Read(&result));
+  ASSERT_GT(result.expert_load_size(), 0);
+  uint64_t routed = 0;
+  for (uint64_t c : result.expert_load()) routed += c;
+  // 4 tokens (3 prompt + 1 decode) x top-k experts x layers, all counted once.
+  EXPECT_GT(routed, 0u);
+  EXPECT_EQ(routed % 4, 0u);
+  load_plan.set_step_id(4);
+  ASSERT_TRUE(stream->Write(load_plan));
+  ASSERT_TRUE(stream->Read(&result));
+  uint64_t after = 0;
+  for (uint64_t c : result.expert_load()) after += c;
+  EXPECT_EQ(after, 0u);  // Reset by the previous report.
+
   // A bad row (slot out of range) is this step's error; the stream goes on.
   v1::StepPlan bad;
   bad.set_coordinator_epoch(kEpoch);
-  bad.set_step_id(3);
+  bad.set_step_id(5);
   bad.add_rows()->set_seq_slot(100000);
   ASSERT_TRUE(stream->Write(bad));
   ASSERT_TRUE(stream->Read(&result));
