@@ -1,5 +1,7 @@
 #include "base/peer_watchdog.h"
 
+#include <atomic>
+
 #include "absl/strings/str_cat.h"
 #include "base/grpc_util.h"
 #include "base/logging.h"
@@ -37,6 +39,25 @@ void PeerWatchdog::Loop() {
       return;
     }
   }
+}
+
+int ServeUntilStoppedOrFenced(grpc::Server& server, const std::string& service,
+                              const std::string& coordinator, absl::Duration timeout,
+                              absl::Notification& stop) {
+  std::atomic<int> exit_code{0};
+  {
+    PeerWatchdog watchdog(coordinator, timeout, absl::Milliseconds(500),
+                          [&](const std::string& why) {
+                            WEIR_LOG(ERROR) << "coordinator lost (" << why << "); exiting";
+                            exit_code = 1;
+                            if (!stop.HasBeenNotified()) stop.Notify();
+                          });
+    stop.WaitForNotification();
+  }
+  server.GetHealthCheckService()->SetServingStatus(service, false);
+  server.Shutdown(DeadlineIn(std::chrono::seconds(2)));
+  WEIR_LOG(INFO) << "stopped";
+  return exit_code.load();
 }
 
 }  // namespace weir

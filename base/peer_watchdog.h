@@ -16,6 +16,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
 
 namespace weir {
 
@@ -40,6 +41,15 @@ class PeerWatchdog {
   absl::Notification stop_;
   std::thread thread_;
 };
+
+// Serves until `stop` is notified or the coordinator at `coordinator` has
+// been unreachable for `timeout` (then logs why). Afterwards marks `service`
+// NOT_SERVING and shuts `server` down with a 2 s grace. Returns the process
+// exit code: 0 when stopped, 1 when the coordinator was lost.
+// REQUIRES: `stop` is notified at most once by others (this notifies it too).
+int ServeUntilStoppedOrFenced(grpc::Server& server, const std::string& service,
+                              const std::string& coordinator, absl::Duration timeout,
+                              absl::Notification& stop);
 
 }  // namespace weir
 

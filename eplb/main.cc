@@ -64,20 +64,9 @@ int Run(int argc, char** argv) {
   WEIR_LOG(INFO) << "serving at " << server->address << " for " << reply->world_size()
                  << " ranks";
 
-  int exit_code = 0;
-  {
-    PeerWatchdog watchdog(coordinator, absl::Seconds(absl::GetFlag(FLAGS_coordinator_timeout_s)),
-                          absl::Milliseconds(500), [&](const std::string& why) {
-                            WEIR_LOG(ERROR) << "coordinator lost (" << why << "); exiting";
-                            exit_code = 1;
-                            if (!stop.HasBeenNotified()) stop.Notify();
-                          });
-    stop.WaitForNotification();
-  }
-  health->SetServingStatus("weir.v1.Eplb", false);
-  server->server->Shutdown(DeadlineIn(std::chrono::seconds(2)));
-  WEIR_LOG(INFO) << "stopped";
-  return exit_code;
+  return ServeUntilStoppedOrFenced(*server->server, "weir.v1.Eplb", coordinator,
+                                   absl::Seconds(absl::GetFlag(FLAGS_coordinator_timeout_s)),
+                                   stop);
 }
 
 }  // namespace
