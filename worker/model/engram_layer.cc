@@ -62,11 +62,16 @@ absl::Status EngramHasher::Hash(std::span<const int64_t> history, int64_t start_
 }
 
 absl::Status EngramForward(Ops& ops, const ModelConfig& config, const EngramWeights& w,
-                           std::span<const int64_t> rows, int64_t tokens, std::span<float> x) {
+                           EngramGather& gather, int layer, std::span<const int64_t> rows,
+                           int64_t tokens, std::span<float> x) {
   const int64_t cols = config.engram_hash_cols(), hd = config.engram_head_dim;
   const int64_t d = config.dim, n = config.hc_mult;
+  if (static_cast<int64_t>(rows.size()) != tokens * cols) {
+    return absl::InvalidArgumentError("EngramForward: rows size");
+  }
   std::vector<float> emb(tokens * cols * hd);
-  RETURN_IF_ERROR(ops.EngramLookup(w.table, w.scales, w.rows, hd, rows, emb));
+  RETURN_IF_ERROR(gather.Gather(layer, rows, emb));
+  if (tokens == 0) return absl::OkStatus();
   ops.RoundBf16(emb);
   std::vector<float> kv(tokens * (n + 1) * d);
   RETURN_IF_ERROR(ops.Matmul(w.wkv, emb, tokens, kv));

@@ -3,11 +3,13 @@
 // Engram of V4.1 (spec §4.7): EngramHasher turns a sequence's compressed
 // token ids into table rows per Engram layer (n-gram hash with numpy-derived
 // odd multipliers and per-(size, head) primes, kernels/cpu/engram.h);
-// EngramForward looks the rows up (FP8 rows, E8M0 per 32), projects them with
-// wkv into hc_mult keys and one value, and adds the gated value to each
-// residual stream (before the block).
+// EngramForward gathers the rows (EngramGather: FP8 rows, E8M0 per 32, held
+// here or row-sharded over ranks), projects them with wkv into hc_mult keys
+// and one value, and adds the gated value to each residual stream (before
+// the block).
 //
-// Thread safety: EngramHasher is immutable after Create; functions are pure.
+// Thread safety: EngramHasher is immutable after Create; EngramForward
+// follows the rules of its Ops and EngramGather (one thread at a time).
 
 #ifndef WEIR_WORKER_MODEL_ENGRAM_LAYER_H_
 #define WEIR_WORKER_MODEL_ENGRAM_LAYER_H_
@@ -18,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/model/config.h"
+#include "worker/model/engram_gather.h"
 #include "worker/model/ops.h"
 #include "worker/model/weights.h"
 
@@ -55,10 +58,13 @@ class EngramHasher {
   int64_t pad_id_ = 0;
 };
 
-// Applies the Engram module with rows [tokens, cols] to the streams
-// x [tokens, hc_mult, dim] in place.
+// Applies the Engram module of backbone layer `layer` with rows [tokens,
+// cols] to the streams x [tokens, hc_mult, dim] in place; the table rows come
+// from `gather` (one Gather call, also when tokens == 0: a collective gather
+// must be joined; nothing else happens then).
 absl::Status EngramForward(Ops& ops, const ModelConfig& config, const EngramWeights& w,
-                           std::span<const int64_t> rows, int64_t tokens, std::span<float> x);
+                           EngramGather& gather, int layer, std::span<const int64_t> rows,
+                           int64_t tokens, std::span<float> x);
 
 }  // namespace weir::model
 

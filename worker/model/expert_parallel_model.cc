@@ -11,7 +11,8 @@ absl::StatusOr<ExpertParallelModel> CreateExpertParallelModel(const ModelConfig&
                                                               const Checkpoint& checkpoint,
                                                               const ExpertPlacement& placement,
                                                               parallel::Communicator& comm,
-                                                              ModelOptions options) {
+                                                              ModelOptions options,
+                                                              ExpertParallelOptions ep_options) {
   RETURN_IF_ERROR(ValidatePlacement(placement));
   if (placement.num_layers != config.n_layers || placement.num_logical != config.n_routed_experts) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -38,11 +39,25 @@ absl::StatusOr<ExpertParallelModel> CreateExpertParallelModel(const ModelConfig&
     executor = e->get();
     return std::move(*e);
   };
+  CommunicatorEngramGather* engram = nullptr;
+  if (ep_options.shard_engram) {
+    options.engram_row_filter = ShardedEngramRowFilter(rank, comm.world_size());
+    options.make_engram_gather = [&](const ModelConfig& c, Ops& ops, const ModelWeights& weights)
+        -> absl::StatusOr<std::unique_ptr<EngramGather>> {
+      ASSIGN_OR_RETURN(std::unique_ptr<CommunicatorEngramGather> g,
+                       CommunicatorEngramGather::Create(comm, c, ops, weights));
+      engram = g.get();
+      return std::unique_ptr<EngramGather>(std::move(g));
+    };
+  } else {
+    options.engram_row_filter = nullptr;
+    options.make_engram_gather = nullptr;
+  }
   absl::StatusOr<std::unique_ptr<Model>> model =
       Model::Create(config, checkpoint, std::move(options));
   RETURN_IF_ERROR(executor_status);
   if (!model.ok()) return model.status();
-  return ExpertParallelModel{.model = std::move(*model), .executor = executor};
+  return ExpertParallelModel{.model = std::move(*model), .executor = executor, .engram = engram};
 }
 
 }  // namespace weir::model

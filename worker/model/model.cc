@@ -24,8 +24,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config,
   RETURN_IF_ERROR(CheckCheckpoint(config, checkpoint.tensors()).ToStatus());
   if (options.max_rollback < 0) options.max_rollback = config.dspark_block_size + 1;
   std::unique_ptr<Model> m(new Model(config, std::move(options)));
-  ASSIGN_OR_RETURN(m->weights_, LoadModelWeights(m->config_, m->roles_, checkpoint,
-                                                 m->options_.expert_filter));
+  ASSIGN_OR_RETURN(m->weights_,
+                   LoadModelWeights(m->config_, m->roles_, checkpoint, m->options_.expert_filter,
+                                    m->options_.engram_row_filter));
   const ModelConfig& c = m->config_;
   auto table = [&](int ratio) {
     return cpu::RopeTable::Create(cpu::LayerRopeConfig(
@@ -62,6 +63,16 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config,
     m->options_.make_executor = nullptr;  // may capture the caller's locals
     if (m->executor_ == nullptr) return absl::InvalidArgumentError("make_executor gave null");
   }
+  if (m->options_.make_engram_gather) {
+    ASSIGN_OR_RETURN(m->engram_gather_, m->options_.make_engram_gather(c, *m->ops_, m->weights_));
+    m->options_.make_engram_gather = nullptr;  // may capture the caller's locals
+    if (m->engram_gather_ == nullptr) {
+      return absl::InvalidArgumentError("make_engram_gather gave null");
+    }
+  } else {
+    ASSIGN_OR_RETURN(m->engram_gather_, LocalEngramGather::Create(c, *m->ops_, m->weights_));
+  }
+  m->collective_ = m->local_executor_ != nullptr || m->engram_gather_->collective();
   std::vector<int64_t> experts;
   for (const LayerRole& role : m->roles_.layers()) experts.push_back(MoeExperts(c, role));
   m->load_ = std::make_unique<ExpertLoad>(std::move(experts));
@@ -85,7 +96,7 @@ absl::Status Model::CheckTokens(std::span<const int64_t> tokens) const {
 absl::StatusOr<std::vector<float>> Model::Forward(SequenceState& state,
                                                   std::span<const int64_t> tokens,
                                                   int64_t start_pos) {
-  if (local_executor_ != nullptr) {  // expert-parallel: a one-row collective step
+  if (collective_) {  // expert-parallel or sharded Engram: a one-row collective step
     SequenceState* const states[] = {&state};
     const std::span<const int64_t> rows[] = {tokens};
     const int64_t starts[] = {start_pos};
@@ -150,7 +161,7 @@ absl::Status Model::RunBackbone(SequenceState& state, std::span<const int64_t> t
         std::copy_n(engram_rows.data() + (t * engram_->num_layers() + e) * cols, cols,
                     rows.data() + t * cols);
       }
-      RETURN_IF_ERROR(EngramForward(*ops_, c, w.engram, rows, s, x));
+      RETURN_IF_ERROR(EngramForward(*ops_, c, w.engram, *engram_gather_, layer, rows, s, x));
     }
     for (int64_t i = 0; i < n_targets; ++i) {
       if (c.dspark_target_layer_ids[i] != layer) continue;

@@ -33,6 +33,7 @@
 #include "worker/model/checkpoint.h"
 #include "worker/model/config.h"
 #include "worker/model/dspark.h"
+#include "worker/model/engram_gather.h"
 #include "worker/model/engram_layer.h"
 #include "worker/model/expert_executor.h"
 #include "worker/model/layer_roles.h"
@@ -60,6 +61,15 @@ struct ModelOptions {
   // stages always load all their experts and run them locally.
   ExpertFilter expert_filter;
   std::function<std::unique_ptr<ExpertExecutor>(Ops&, const ModelWeights&)> make_executor;
+  // Engram row sharding (expert_parallel_model.h sets both): which rows of
+  // each Engram table this process holds, and the gather that serves the
+  // Engram lookups (empty = LocalEngramGather, which needs whole tables).
+  // With a collective gather every rank must run the same forwards, as with
+  // make_executor.
+  EngramRowFilter engram_row_filter;
+  std::function<absl::StatusOr<std::unique_ptr<EngramGather>>(const ModelConfig&, Ops&,
+                                                              const ModelWeights&)>
+      make_engram_gather;
 };
 
 class Model {
@@ -108,6 +118,8 @@ class Model {
   const LayerRoles& roles() const { return roles_; }
   // Routed (token, expert) counts per (layer, logical expert), DSpark stages included.
   ExpertLoad& expert_load() { return *load_; }
+  // The loaded weights (routed experts and Engram rows as the options said).
+  const ModelWeights& weights() const { return weights_; }
   const OpsStats& ops_stats() const { return ops_->stats(); }
 
  private:
@@ -121,7 +133,8 @@ class Model {
                         std::span<const std::span<const int64_t>> tokens,
                         std::span<const int64_t> start_pos,
                         std::vector<std::vector<float>>& logits);
-  // An expert-parallel step without rows: every backbone MoE exchange, empty.
+  // A collective step without rows: every backbone Engram gather (if
+  // collective) and MoE exchange (if expert-parallel), empty.
   absl::Status RunEmptyStep();
   absl::Status RunBackbone(SequenceState& state, std::span<const int64_t> tokens,
                            int64_t start_pos, std::vector<float>& logits);
@@ -137,6 +150,10 @@ class Model {
   std::unique_ptr<ExpertExecutor> local_executor_;  // DSpark stages (if executor_ is not local)
   std::unique_ptr<ExpertLoad> load_;
   std::unique_ptr<EngramHasher> engram_;
+  std::unique_ptr<EngramGather> engram_gather_;
+  // Forwards are collective steps (an expert-parallel executor or a
+  // collective Engram gather): Forward is a one-row ForwardBatch.
+  bool collective_ = false;
 };
 
 }  // namespace weir::model

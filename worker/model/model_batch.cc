@@ -52,7 +52,7 @@ absl::StatusOr<std::vector<std::vector<float>>> Model::ForwardBatch(
       bad = absl::Status(st.code(), absl::StrCat("ForwardBatch: row ", i, ": ", st.message()));
   }
   if (!bad.ok() || states.empty()) {
-    if (local_executor_ != nullptr) {  // expert-parallel: peers wait for our exchanges
+    if (collective_) {  // expert-parallel or sharded Engram: peers wait for our exchanges
       absl::Status st = RunEmptyStep();
       if (!st.ok() && bad.ok())
         return absl::InternalError(absl::StrCat("ForwardBatch: ", st.message()));
@@ -74,6 +74,10 @@ absl::StatusOr<std::vector<std::vector<float>>> Model::ForwardBatch(
 
 absl::Status Model::RunEmptyStep() {
   for (int layer = 0; layer < config_.n_layers; ++layer) {
+    if (roles_[layer].has_engram && engram_gather_->collective()) {
+      RETURN_IF_ERROR(engram_gather_->Gather(layer, {}, {})) << "layer " << layer;
+    }
+    if (local_executor_ == nullptr) continue;  // MoE runs locally
     const ExpertAssignments none{.tokens = 0, .topk = MoeTopk(config_, roles_[layer])};
     RETURN_IF_ERROR(executor_->Dispatch(layer, {}, none)) << "layer " << layer;
     RETURN_IF_ERROR(executor_->RunExperts()) << "layer " << layer;
@@ -126,7 +130,8 @@ absl::Status Model::RunBatch(std::span<SequenceState* const> states,
         std::copy_n(engram_rows.data() + (t * e_layers + e) * cols, cols,
                     layer_rows.data() + t * cols);
       }
-      RETURN_IF_ERROR(EngramForward(*ops_, c, w.engram, layer_rows, total, x));
+      RETURN_IF_ERROR(EngramForward(*ops_, c, w.engram, *engram_gather_, layer, layer_rows,
+                                    total, x));
     }
     for (int64_t i = 0; i < n_targets; ++i) {
       if (c.dspark_target_layer_ids[i] != layer) continue;

@@ -15,8 +15,9 @@ namespace {
 
 class Loader {
  public:
-  Loader(const ModelConfig& config, const Checkpoint& ckpt, const ExpertFilter& filter)
-      : config_(config), ckpt_(ckpt), filter_(filter) {}
+  Loader(const ModelConfig& config, const Checkpoint& ckpt, const ExpertFilter& filter,
+         const EngramRowFilter& engram_filter)
+      : config_(config), ckpt_(ckpt), filter_(filter), engram_filter_(engram_filter) {}
 
   // fp32 values of a BF16 or F32 tensor, optionally checking its element count.
   absl::StatusOr<std::vector<float>> Floats(const std::string& name, int64_t numel = -1) const {
@@ -169,8 +170,23 @@ class Loader {
         return absl::InvalidArgumentError(absl::StrCat(en, "embed.weight: missing or bad shape"));
       }
       e.rows = info->shape[0];
-      ASSIGN_OR_RETURN(e.table, ckpt_.Bytes(en + "embed.weight"));
-      ASSIGN_OR_RETURN(e.scales, ckpt_.Bytes(en + "embed.scale"));
+      const EngramRowRange range =
+          engram_filter_ ? engram_filter_(role.layer, e.rows) : EngramRowRange{0, e.rows};
+      if (range.begin < 0 || range.begin > range.end || range.end > e.rows) {
+        return absl::InvalidArgumentError(absl::StrCat(en, "embed: row range [", range.begin, ", ",
+                                                       range.end, ") of ", e.rows, " rows"));
+      }
+      e.row_begin = range.begin;
+      e.row_end = range.end;
+      const int64_t hd = c.engram_head_dim, blocks = hd / 32;
+      ASSIGN_OR_RETURN(std::span<const uint8_t> table, ckpt_.Bytes(en + "embed.weight"));
+      ASSIGN_OR_RETURN(std::span<const uint8_t> scales, ckpt_.Bytes(en + "embed.scale"));
+      if (hd % 32 != 0 || static_cast<int64_t>(table.size()) != e.rows * hd ||
+          static_cast<int64_t>(scales.size()) != e.rows * blocks) {
+        return absl::InvalidArgumentError(absl::StrCat(en, "embed: table or scales size"));
+      }
+      e.table = table.subspan(range.begin * hd, (range.end - range.begin) * hd);
+      e.scales = scales.subspan(range.begin * blocks, (range.end - range.begin) * blocks);
       ASSIGN_OR_RETURN(e.wkv, Dense(en + "wkv", (c.hc_mult + 1) * c.dim, c.engram_embed_dim()));
       ASSIGN_OR_RETURN(std::vector<float> q, Floats(en + "q_weight", c.hc_mult * c.dim));
       ASSIGN_OR_RETURN(std::vector<float> k, Floats(en + "k_weight", c.hc_mult * c.dim));
@@ -200,14 +216,16 @@ class Loader {
   const ModelConfig& config_;
   const Checkpoint& ckpt_;
   const ExpertFilter& filter_;
+  const EngramRowFilter& engram_filter_;
 };
 
 }  // namespace
 
 absl::StatusOr<ModelWeights> LoadModelWeights(const ModelConfig& config, const LayerRoles& roles,
                                               const Checkpoint& checkpoint,
-                                              const ExpertFilter& filter) {
-  Loader load(config, checkpoint, filter);
+                                              const ExpertFilter& filter,
+                                              const EngramRowFilter& engram_filter) {
+  Loader load(config, checkpoint, filter, engram_filter);
   ModelWeights w;
   ASSIGN_OR_RETURN(w.embed, load.Floats("embed.weight", config.vocab_size * config.dim));
   ASSIGN_OR_RETURN(w.norm, load.Floats("norm.weight", config.dim));

@@ -56,10 +56,14 @@ struct MoeWeights {
   ExpertWeightsF32 shared;
 };
 
+// An Engram table, or the rows [row_begin, row_end) of it that this process
+// holds (EngramRowFilter); the other rows of the mapping are never read.
 struct EngramWeights {
-  std::span<const uint8_t> table;   // e4m3 [rows, head_dim], in the checkpoint mapping
-  std::span<const uint8_t> scales;  // E8M0 [rows, head_dim/32]
-  int64_t rows = 0;
+  std::span<const uint8_t> table;   // e4m3 [row_end - row_begin, head_dim], in the mapping
+  std::span<const uint8_t> scales;  // E8M0 [row_end - row_begin, head_dim/32]
+  int64_t rows = 0;                 // rows of the whole table
+  int64_t row_begin = 0;            // first held row (table[0] is row row_begin)
+  int64_t row_end = 0;              // one past the last held row
   DenseWeight wkv;                  // [(n+1)*dim, engram_embed_dim]
   std::vector<float> gate_weight;   // [n, dim] = q_weight * k_weight
 };
@@ -96,14 +100,29 @@ struct ModelWeights {
 // load every expert. Empty = load all.
 using ExpertFilter = std::function<bool(int layer, int64_t expert)>;
 
-// Loads every parameter (routed experts of the backbone as `filter` says).
+// Rows [begin, end) of one Engram table.
+struct EngramRowRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+
+// Which rows of each Engram table to hold: filter(layer, table rows) for the
+// backbone layer `layer` (one of engram_layer_ids) returns a range within
+// [0, table rows) (empty allowed). Rows outside it are not referenced by
+// EngramWeights, so their pages of the mapping are never touched. Empty =
+// hold every row.
+using EngramRowFilter = std::function<EngramRowRange(int layer, int64_t rows)>;
+
+// Loads every parameter (routed experts of the backbone as `filter` says,
+// Engram rows as `engram_filter` says).
 // Errors: NOT_FOUND naming a missing tensor, INVALID_ARGUMENT naming a tensor
-// whose dtype or shape does not fit.
+// whose dtype or shape does not fit, or an Engram row range outside the table.
 // REQUIRES: `checkpoint` holds `config`'s layout and outlives the result
 // (Engram tables are views into its mapping).
 absl::StatusOr<ModelWeights> LoadModelWeights(const ModelConfig& config, const LayerRoles& roles,
                                               const Checkpoint& checkpoint,
-                                              const ExpertFilter& filter = {});
+                                              const ExpertFilter& filter = {},
+                                              const EngramRowFilter& engram_filter = {});
 
 }  // namespace weir::model
 
