@@ -2,7 +2,9 @@
 // with its own Model holding only its experts, and its own sequences): the
 // logits of every rank's sequences over prefill + decode steps equal a
 // single-process run of each sequence alone, for 2 and 4 ranks, identity and
-// redundant-replica placements, ranks with zero rows at some or all steps.
+// redundant-replica placements, ranks with zero rows at some or all steps;
+// Engram tables row-sharded (each rank holds 1/W of the rows, idle ranks
+// serve theirs) or whole.
 #include "worker/model/expert_parallel_model.h"
 
 #include <cstdio>
@@ -83,10 +85,45 @@ ExpertPlacement Identity(int world) {
                            world);
 }
 
+// Engram rows held per (rank, Engram layer) and gather counters per rank.
+struct EngramStats {
+  std::vector<std::vector<int64_t>> held;  // [rank][engram layer] rows referenced
+  std::vector<std::vector<int64_t>> served, requested;
+};
+
+// Checks the Engram tables of a `world`-rank run: sharded = each rank holds
+// exactly its EngramShardRange (at most ceil(N/W) rows, the shards adding up
+// to N) and every rank, idle ones included, served rows; else whole tables.
+void CheckEngram(const EngramStats& s, int world, bool sharded) {
+  const ModelConfig& c = Tiny().config();
+  for (size_t l = 0; l < c.engram_layer_ids.size(); ++l) {
+    const int64_t rows = c.engram_num_embeddings[l];
+    int64_t total = 0, served = 0, requested = 0;
+    for (int r = 0; r < world; ++r) {
+      const int64_t held = s.held[r][l];
+      total += held;
+      if (sharded) {
+        const EngramRowRange want = EngramShardRange(rows, r, world);
+        EXPECT_EQ(held, want.end - want.begin) << "rank " << r << " Engram layer " << l;
+        EXPECT_LE(held, (rows + world - 1) / world);
+        EXPECT_GT(s.served[r][l], 0) << "rank " << r << " Engram layer " << l;
+        served += s.served[r][l];
+        requested += s.requested[r][l];
+      } else {
+        EXPECT_EQ(held, rows) << "rank " << r;
+      }
+    }
+    EXPECT_EQ(total, sharded ? rows : rows * world);
+    EXPECT_EQ(served, requested);
+  }
+  std::printf("world %d: Engram rows per rank %s\n", world, sharded ? "1/W" : "all");
+}
+
 // Runs the schedule on `placement.world_size` ranks and compares with the
 // single-process run; returns the largest relative logit difference.
 double RunAndCompare(const ExpertPlacement& placement,
-                     const std::vector<ScheduledSequence>& schedule) {
+                     const std::vector<ScheduledSequence>& schedule,
+                     ExpertParallelOptions ep_options = {}) {
   const int world = placement.world_size;
   auto reference = Model::Create(Tiny().config(), Tiny());
   EXPECT_TRUE(reference.ok()) << reference.status();
@@ -95,15 +132,29 @@ double RunAndCompare(const ExpertPlacement& placement,
   EXPECT_TRUE(want.ok()) << want.status();
   std::vector<std::vector<SequenceResult>> got(world);
   std::vector<std::vector<int64_t>> routed(world), served(world);
+  EngramStats engram{.held = std::vector<std::vector<int64_t>>(world),
+                     .served = std::vector<std::vector<int64_t>>(world),
+                     .requested = std::vector<std::vector<int64_t>>(world)};
   auto comms = FakeCommunicator::CreateWorld(world, {.timeout = absl::Seconds(30)});
   std::vector<absl::Status> st = parallel::RunOnRankThreads(comms, [&](Communicator& c) {
     const int r = c.rank().value();
     absl::StatusOr<ExpertParallelModel> ep =
-        CreateExpertParallelModel(Tiny().config(), Tiny(), placement, c);
+        CreateExpertParallelModel(Tiny().config(), Tiny(), placement, c, {}, ep_options);
     if (!ep.ok()) return ep.status();
+    EXPECT_EQ(ep->engram != nullptr, ep_options.shard_engram);
     absl::StatusOr<std::vector<SequenceResult>> res = RunRankSchedule(*ep->model, schedule, r);
     if (!res.ok()) return res.status();
     got[r] = std::move(*res);
+    for (int layer : Tiny().config().engram_layer_ids) {
+      const EngramWeights& e = ep->model->weights().layers[layer].engram;
+      const int64_t held = e.row_end - e.row_begin;
+      EXPECT_EQ(static_cast<int64_t>(e.table.size()), held * Tiny().config().engram_head_dim);
+      engram.held[r].push_back(held);
+    }
+    if (ep->engram != nullptr) {
+      engram.served[r] = ep->engram->served();
+      engram.requested[r] = ep->engram->requested();
+    }
     for (int l = 0; l < Tiny().config().n_layers; ++l) {
       for (int64_t n : ep->model->expert_load().layer_counts(l)) routed[r].push_back(n);
       for (int64_t n : ep->executor->served().layer_counts(l)) served[r].push_back(n);
@@ -130,6 +181,7 @@ double RunAndCompare(const ExpertPlacement& placement,
   for (int64_t n : want_load) total_routed += n;
   EXPECT_EQ(routed_sum, want_load);
   EXPECT_EQ(total_served, total_routed);
+  CheckEngram(engram, world, ep_options.shard_engram);
   std::printf("world %d, %d slots/rank: max relative logit difference %.3g\n", world,
               placement.slots_per_rank, rel);
   return rel;
@@ -151,6 +203,17 @@ TEST(ExpertParallelModelTest, FourRanksIdentity) {
 
 TEST(ExpertParallelModelTest, FourRanksRedundantReplicas) {
   EXPECT_LE(RunAndCompare(Redundant(4, 3, 2), FourRankSchedule()), kTol);
+}
+
+TEST(ExpertParallelModelTest, TwoRanksWholeEngramTables) {
+  EXPECT_LE(RunAndCompare(Identity(2), TwoRankSchedule(), {.shard_engram = false}), kTol);
+}
+
+TEST(ExpertParallelModelTest, ShardedEngramTablesNeedAGather) {
+  ModelOptions options;
+  options.engram_row_filter = ShardedEngramRowFilter(0, 2);  // no make_engram_gather
+  EXPECT_EQ(Model::Create(Tiny().config(), Tiny(), std::move(options)).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ExpertParallelModelTest, LoadsOnlyOwnedExperts) {
