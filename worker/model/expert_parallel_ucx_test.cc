@@ -1,7 +1,8 @@
 // Expert-parallel models in forked rank processes connected over UCX
-// (tcp,self): every rank loads only its experts from the shared checkpoint,
-// runs its sequences (some ranks idle at some steps) and writes its results;
-// the parent compares them with a single-process run of every sequence alone.
+// (tcp,self): every rank loads only its experts and its rows of the Engram
+// tables from the shared checkpoint, runs its sequences (some ranks idle at
+// some steps) and writes its results; the parent compares them with a
+// single-process run of every sequence alone.
 #include <stdlib.h>
 
 #include <cstdio>
@@ -68,6 +69,16 @@ int RunRank(int rank, const std::string& dir, const ExpertPlacement& placement,
     if (!ep.ok()) return Fail(rank, ep.status());
     auto results = RunRankSchedule(*ep->model, schedule, rank);
     if (!results.ok()) return Fail(rank, results.status());
+    // Engram tables are row-sharded: this rank holds its shard and served rows.
+    const ModelConfig& c = Tiny().config();
+    for (size_t l = 0; l < c.engram_layer_ids.size(); ++l) {
+      const EngramWeights& e = ep->model->weights().layers[c.engram_layer_ids[l]].engram;
+      const EngramRowRange want = EngramShardRange(e.rows, rank, placement.world_size);
+      if (ep->engram == nullptr || e.row_begin != want.begin || e.row_end != want.end ||
+          ep->engram->served()[l] == 0) {
+        return Fail(rank, absl::InternalError(absl::StrCat("Engram layer ", l, " not sharded")));
+      }
+    }
     std::ofstream out(absl::StrCat(dir, "/result.", rank), std::ios::binary);
     out << SerializeResults(*results);
     if (!out.good()) return Fail(rank, absl::InternalError("cannot write results"));
