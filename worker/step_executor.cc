@@ -1,6 +1,7 @@
 #include "worker/step_executor.h"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 
 #include "absl/container/flat_hash_set.h"
@@ -16,8 +17,91 @@ absl::Status RowError(size_t row, const std::string& why) {
 
 }  // namespace
 
-StepExecutor::StepExecutor(model::Model& model, int32_t max_slots)
-    : model_(model), slots_(max_slots) {}
+StepExecutor::StepExecutor(model::Model& model, int32_t max_slots,
+                           grammar::GrammarCompiler* grammar, StepGrammarOptions options)
+    : model_(model), grammar_(grammar), grammar_options_(options), slots_(max_slots) {}
+
+absl::Status StepExecutor::StartGrammar(const RowPlan& row, Slot& slot) {
+  if (grammar_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "structured output needs the model's tokenizer, which this worker has not loaded");
+  }
+  if (row.constrained_from < 0) {
+    return absl::InvalidArgumentError("constrained_from is negative");
+  }
+  grammar::CompileFuture future = grammar_->CompileAsync(*row.constraint);
+  if (!future.WaitFor(grammar_options_.compile_wait)) {
+    return absl::DeadlineExceededError("the constraint did not compile in time");
+  }
+  grammar::CompileResult compiled = future.Wait();
+  if (!compiled.ok()) return compiled.status();
+  if ((*compiled)->vocab().size() != model_.config().vocab_size) {
+    return absl::InternalError("grammar vocabulary size differs from the model's");
+  }
+  slot.matcher = std::make_unique<grammar::Matcher>(std::move(*compiled));
+  slot.accepted_upto = row.constrained_from;
+  return absl::OkStatus();
+}
+
+absl::Status StepExecutor::AcceptInputs(Slot& slot, int64_t start,
+                                        const std::vector<int64_t>& inputs) {
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const int64_t pos = start + static_cast<int64_t>(k);
+    // Earlier positions are prompt, or a sample the matcher already accepted.
+    if (pos < slot.accepted_upto) continue;
+    if (absl::Status s = slot.matcher->AcceptToken(static_cast<int32_t>(inputs[k])); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("token ", inputs[k], " at position ", pos,
+                                                     " violates the constraint: ", s.message()));
+    }
+    slot.accepted_upto = pos + 1;
+  }
+  return absl::OkStatus();
+}
+
+void StepExecutor::SampleConstrained(Slot& slot, const float* logits,
+                                     const sampling::SampleRow& base, RowOutcome& out) {
+  const int64_t vocab = model_.config().vocab_size;
+  grammar::Matcher& matcher = *slot.matcher;
+  sampling::SampleRow row = base;
+  const bool terminated = matcher.IsTerminated();
+  if (!terminated) {
+    // The constraint decides which tokens may come next.
+    mask_.assign(matcher.grammar().vocab().mask_words(), 0);
+    matcher.FillNextTokenBitmask(mask_);
+    masked_logits_.assign(vocab, -std::numeric_limits<float>::infinity());
+    bool any = false;
+    for (int64_t id = 0; id < vocab; ++id) {
+      if ((mask_[id / 32] >> (id % 32)) & 1u) {
+        masked_logits_[id] = logits[id];
+        any = true;
+      }
+    }
+    if (!any) {
+      out.status = absl::InvalidArgumentError(
+          "the constraint allows no token here (the vocabulary cannot continue it)");
+      return;
+    }
+    row.logits = masked_logits_.data();
+  }
+  sampling::SampleResult result = sampling::SampleBatch({&row, 1}, static_cast<int32_t>(vocab))[0];
+  out.status = result.status;
+  if (!result.status.ok()) return;
+  out.token = result.token;
+  out.logprob = result.logprob;
+  if (terminated) {
+    // A row planned before the termination was seen: its token is discarded.
+    out.finished = true;
+    return;
+  }
+  if (absl::Status s = matcher.AcceptToken(result.token); !s.ok()) {
+    out.status = absl::InternalError(absl::StrCat("sampled token ", result.token,
+                                                  " was masked in but rejected: ", s.message()));
+    out.token.reset();
+    return;
+  }
+  slot.accepted_upto = base.position + 1;
+  out.finished = matcher.IsTerminated();
+}
 
 int32_t StepExecutor::used_slots() const {
   return static_cast<int32_t>(std::count_if(slots_.begin(), slots_.end(),
@@ -92,9 +176,16 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::Execute(
   for (size_t i = 0; i < rows.size(); ++i) {
     const RowPlan& row = rows[i];
     Slot& slot = slots_[row.slot];
-    if (row.start_pos == 0) slot = Slot{.state = model_.NewSequence()};
+    if (row.start_pos == 0) {
+      slot = Slot{.state = model_.NewSequence()};
+      if (row.constraint.has_value()) slot.grammar_status = StartGrammar(row, slot);
+    }
     inputs[i] = row.tokens;
     if (row.remap >= 0) inputs[i].push_back(previous_samples_[row.remap]);
+    if (slot.matcher != nullptr && slot.grammar_status.ok()) {
+      slot.grammar_status = AcceptInputs(slot, slot.state->length(), inputs[i]);
+    }
+    outcomes[i].status = slot.grammar_status;
     states.push_back(slot.state.get());
     tokens.emplace_back(inputs[i]);
     starts.push_back(slot.state->length());
@@ -123,13 +214,21 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::Execute(
         out.top_logits.push_back(last[order[k]]);
       }
     }
-    if (!row.sample) continue;
+    if (!row.sample || !out.status.ok()) continue;
     sampling::SampleRow sample_row{.logits = last,
                                    .params = &row.sampling,
                                    .prompt_tokens = slot.prompt,
                                    .output_tokens = slot.output,
                                    .position = slot.state->length(),
                                    .is_draft = false};
+    if (slot.matcher != nullptr) {
+      SampleConstrained(slot, last, sample_row, out);
+      if (out.token.has_value()) {
+        samples[i] = *out.token;
+        slot.sampled_once = true;
+      }
+      continue;
+    }
     sampling::SampleResult result =
         sampling::SampleBatch({&sample_row, 1}, static_cast<int32_t>(vocab))[0];
     out.status = result.status;

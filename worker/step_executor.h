@@ -5,6 +5,16 @@
 // remaps from the previous step's samples, runs the forward, samples, and
 // releases slots. Plain C++ in and out; the Worker service converts protos.
 //
+// Structured output: a row that starts a slot (start_pos 0) with a
+// constraint gets a grammar Matcher for that slot (compiled through the
+// executor's GrammarCompiler and its cache). Input tokens at positions >=
+// constrained_from are generated tokens the matcher must accept (a
+// recompute after preemption replays them); before sampling, the tokens the
+// grammar forbids get -inf logits; the sampled token is accepted, and once the
+// matcher terminates the row reports `finished`. Grammar failures (a compile
+// error, a rejected token, an empty mask) are that row's error
+// (INVALID_ARGUMENT); unconstrained rows in the same step are unaffected.
+//
 // Thread safety: not thread-safe; owned by the thread serving the Steps stream.
 
 #ifndef WEIR_WORKER_STEP_EXECUTOR_H_
@@ -17,7 +27,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "worker/grammar/compiler.h"
+#include "worker/grammar/constraint.h"
+#include "worker/grammar/matcher.h"
 #include "worker/model/model.h"
+#include "worker/sampling/sampler.h"
 #include "worker/sampling/sampling_params.h"
 
 namespace weir::worker {
@@ -32,6 +47,10 @@ struct RowPlan {
   bool sample = false;
   sampling::SamplingParams sampling;
   int32_t return_top_k = 0;
+  // Structured output; read only when start_pos == 0 (the slot keeps it).
+  std::optional<grammar::Constraint> constraint;
+  // Positions >= this are generated tokens the constraint must accept.
+  int64_t constrained_from = 0;
 };
 
 struct RowOutcome {
@@ -41,13 +60,23 @@ struct RowOutcome {
   std::vector<float> top_logits;
   // A per-row failure (the rest of the step is unaffected).
   absl::Status status;
+  // The row's constraint terminated (after accepting `token`, or before).
+  bool finished = false;
+};
+
+struct StepGrammarOptions {
+  // Longest a row waits for its constraint to compile (the compiler's own
+  // compile timeout normally ends it first).
+  absl::Duration compile_wait = absl::Seconds(30);
 };
 
 class StepExecutor {
  public:
-  // Does not take ownership; `model` must outlive the executor.
-  // REQUIRES: max_slots >= 1.
-  StepExecutor(model::Model& model, int32_t max_slots);
+  // Does not take ownership; `model` (and `grammar`, if not null) must
+  // outlive the executor. Without a compiler, constrained rows fail with
+  // FAILED_PRECONDITION. REQUIRES: max_slots >= 1.
+  StepExecutor(model::Model& model, int32_t max_slots,
+               grammar::GrammarCompiler* grammar = nullptr, StepGrammarOptions options = {});
 
   // Validates every row first (slot in range and used once, positions
   // consistent with the slot, tokens in the vocabulary, remap naming a row of
@@ -68,13 +97,31 @@ class StepExecutor {
     std::vector<int32_t> prompt;  // tokens forwarded before the first sample
     std::vector<int32_t> output;  // sampled tokens fed back as inputs
     bool sampled_once = false;
+    // Structured output: the slot's matcher, the first constrained position,
+    // and the position after the last token the matcher accepted.
+    std::unique_ptr<grammar::Matcher> matcher;
+    int64_t accepted_upto = 0;
+    // A grammar failure sticks to the slot until it is released.
+    absl::Status grammar_status;
   };
+
+  // Creates `slot`'s matcher for `row` (start_pos 0, constrained).
+  absl::Status StartGrammar(const RowPlan& row, Slot& slot);
+  // Feeds `inputs` starting at position `start` to the slot's matcher.
+  absl::Status AcceptInputs(Slot& slot, int64_t start, const std::vector<int64_t>& inputs);
+  // Samples from `logits` masked by the slot's grammar, and accepts the token.
+  void SampleConstrained(Slot& slot, const float* logits, const sampling::SampleRow& base,
+                         RowOutcome& out);
 
   absl::Status Validate(const std::vector<RowPlan>& rows,
                         const std::vector<int32_t>& release) const;
 
   model::Model& model_;
+  grammar::GrammarCompiler* const grammar_;
+  const StepGrammarOptions grammar_options_;
   std::vector<Slot> slots_;
+  std::vector<uint32_t> mask_;       // scratch: next-token bitmask
+  std::vector<float> masked_logits_;  // scratch: logits with forbidden tokens at -inf
   // Token each row of the previous step sampled (-1 if it did not).
   std::vector<int32_t> previous_samples_;
 };

@@ -14,6 +14,7 @@
 #include "parallel/ucx_communicator.h"
 #include "worker/model/expert_parallel_model.h"
 #include "worker/step_sequencer.h"
+#include "worker/structured_output.h"
 
 namespace weir::worker {
 namespace {
@@ -121,9 +122,17 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
       model::Checkpoint::Open(request->model_dir());
   if (!checkpoint.ok()) return ToGrpcStatus(checkpoint.status());
   model::ModelOptions model_options;
+  std::unique_ptr<grammar::GrammarCompiler> grammar;
   if (absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> tok =
           tokenizer::Tokenizer::FromDirectory(request->model_dir());
       tok.ok()) {
+    // Structured output: token id -> bytes of the served vocabulary.
+    std::vector<int32_t> eos(model->eos_token_ids.begin(), model->eos_token_ids.end());
+    absl::StatusOr<std::shared_ptr<const grammar::Vocabulary>> vocab = BuildGrammarVocabulary(
+        **tok, (*checkpoint)->config().vocab_size, std::move(eos));
+    if (!vocab.ok()) return ToGrpcStatus(vocab.status());
+    grammar = std::make_unique<grammar::GrammarCompiler>(
+        *vocab, grammar::CompilerOptions{.num_threads = 1});
     // The tokenizer's compressed vocabulary is used when the config
     // declares its size; otherwise (the tiny test model) Engram hashes the
     // raw ids, which the model accepts only when the sizes equal the vocab.
@@ -189,7 +198,9 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
   response->set_bytes_loaded(bytes);
   {
     absl::MutexLock lock(&mu_);
-    executor_ = std::make_unique<StepExecutor>(**runtime, options_.max_slots);
+    executor_.reset();
+    grammar_ = std::move(grammar);
+    executor_ = std::make_unique<StepExecutor>(**runtime, options_.max_slots, grammar_.get());
     model_runtime_ = std::move(*runtime);
     checkpoint_ = std::move(*checkpoint);
     model_ = std::move(*model);
@@ -203,6 +214,8 @@ void WorkerService::ExecutePlan(const v1::StepPlan& plan, v1::StepResult& result
   result.set_step_id(plan.step_id());
   std::vector<RowPlan> rows;
   rows.reserve(plan.rows_size());
+  // Rows whose constraint message is malformed fail alone, after the step.
+  std::vector<std::pair<size_t, absl::Status>> bad_constraints;
   for (const v1::StepRow& in : plan.rows()) {
     RowPlan row{.slot = in.seq_slot(),
                 .start_pos = in.start_pos(),
@@ -223,6 +236,15 @@ void WorkerService::ExecutePlan(const v1::StepPlan& plan, v1::StepResult& result
     }
     std::sort(row.sampling.logit_bias.begin(), row.sampling.logit_bias.end());
     row.sampling.seed = in.seed();
+    if (in.start_pos() == 0 && HasConstraint(in.constraint())) {
+      absl::StatusOr<grammar::Constraint> constraint = ConstraintFromProto(in.constraint());
+      if (constraint.ok()) {
+        row.constraint = std::move(*constraint);
+        row.constrained_from = in.constrained_from();
+      } else {
+        bad_constraints.emplace_back(rows.size(), constraint.status());
+      }
+    }
     rows.push_back(std::move(row));
   }
   std::vector<int32_t> release(plan.release_slots().begin(), plan.release_slots().end());
@@ -251,8 +273,13 @@ void WorkerService::ExecutePlan(const v1::StepPlan& plan, v1::StepResult& result
     }
     load.Reset();
   }
+  for (auto& [index, status] : bad_constraints) {
+    (*outcomes)[index].status = status;
+    (*outcomes)[index].token.reset();
+  }
   for (const RowOutcome& outcome : *outcomes) {
     v1::RowResult* row = result.add_rows();
+    row->set_finished(outcome.finished);
     if (outcome.token.has_value()) {
       row->add_tokens(static_cast<uint32_t>(*outcome.token));
       row->add_logprobs(outcome.logprob);

@@ -11,7 +11,9 @@
 // communicator when there is more than one rank, loading only the experts
 // the expert map gives this rank. Steps runs each plan's rows through a
 // StepExecutor (one batched forward per step; an empty plan still joins
-// every MoE exchange, so all ranks take part in every step).
+// every MoE exchange, so all ranks take part in every step). With a
+// tokenizer in the model directory, LoadWeights also builds the grammar
+// vocabulary and a GrammarCompiler, so rows may carry constraints.
 //
 // Thread safety: gRPC calls it from many threads; state is guarded by mu_.
 
@@ -33,6 +35,7 @@
 #include "parallel/ucx_context.h"
 #include "worker/model/checkpoint.h"
 #include "worker/model/model.h"
+#include "worker/grammar/compiler.h"
 #include "worker/step_executor.h"
 
 namespace weir::worker {
@@ -110,6 +113,10 @@ class WorkerService final : public v1::Worker::Service {
   std::unique_ptr<parallel::Communicator> communicator_;
   std::unique_ptr<model::Checkpoint> checkpoint_;
   std::unique_ptr<model::Model> model_runtime_;
+  // Structured output: compiles constraints against the model's tokenizer
+  // vocabulary (null when the model directory has no tokenizer). Declared
+  // before the executor, which uses it.
+  std::unique_ptr<grammar::GrammarCompiler> grammar_;
   std::unique_ptr<StepExecutor> executor_;
   bool steps_active_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
