@@ -73,7 +73,8 @@ CommunicatorEngramGather::CommunicatorEngramGather(parallel::Communicator& comm,
 absl::Status CommunicatorEngramGather::Gather(int layer, std::span<const int64_t> ids,
                                               std::span<float> out) {
   if (layer < 0 || layer >= static_cast<int>(engram_index_.size()) || engram_index_[layer] < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("EngramGather: layer ", layer, " has no Engram"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("EngramGather: layer ", layer, " has no Engram"));
   }
   const EngramWeights& e = weights_.layers[layer].engram;
   if (out.size() != ids.size() * head_dim_) {

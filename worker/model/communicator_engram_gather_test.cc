@@ -39,7 +39,8 @@ Tables MakeTables(int64_t rows_a, int64_t rows_b) {
   for (int64_t rows : {rows_a, rows_b}) {
     std::vector<uint8_t> c(rows * kHeadDim), s(rows * kHeadDim / 32);
     for (uint8_t& v : c) {
-      do v = static_cast<uint8_t>(gen()); while ((v & 0x7F) == 0x7F);  // no NaN codes
+      do v = static_cast<uint8_t>(gen());
+      while ((v & 0x7F) == 0x7F);  // no NaN codes
     }
     for (uint8_t& v : s) v = static_cast<uint8_t>(110 + gen() % 30);
     t.codes.push_back(std::move(c));
@@ -55,14 +56,14 @@ ModelWeights Held(const Tables& t, const EngramRowFilter& filter) {
   for (size_t l = 0; l < t.config.engram_layer_ids.size(); ++l) {
     BlockWeights& b = w.layers[t.config.engram_layer_ids[l]];
     const int64_t rows = t.config.engram_num_embeddings[l];
-    const EngramRowRange r = filter ? filter(t.config.engram_layer_ids[l], rows)
-                                    : EngramRowRange{0, rows};
+    const EngramRowRange r =
+        filter ? filter(t.config.engram_layer_ids[l], rows) : EngramRowRange{0, rows};
     b.has_engram = true;
     b.engram.rows = rows;
     b.engram.row_begin = r.begin;
     b.engram.row_end = r.end;
-    b.engram.table =
-        std::span<const uint8_t>(t.codes[l]).subspan(r.begin * kHeadDim, (r.end - r.begin) * kHeadDim);
+    b.engram.table = std::span<const uint8_t>(t.codes[l])
+                         .subspan(r.begin * kHeadDim, (r.end - r.begin) * kHeadDim);
     b.engram.scales = std::span<const uint8_t>(t.scales[l])
                           .subspan(r.begin * kHeadDim / 32, (r.end - r.begin) * kHeadDim / 32);
   }
@@ -195,19 +196,31 @@ TEST(CommunicatorEngramGatherTest, PeerAskingForAnUnownedRow) {
     }
     const int64_t ones[] = {1, 1}, index[] = {0, 1};
     int64_t counts[] = {1, 0}, got_counts[] = {-1, -1};
-    absl::Status s = c.AllToAllV({.send = counts, .send_counts = ones, .send_offsets = index,
-                                  .recv = got_counts, .recv_counts = ones, .recv_offsets = index,
+    absl::Status s = c.AllToAllV({.send = counts,
+                                  .send_counts = ones,
+                                  .send_offsets = index,
+                                  .recv = got_counts,
+                                  .recv_counts = ones,
+                                  .recv_offsets = index,
                                   .dtype = parallel::DataType::kInt64});
     if (!s.ok()) return s;
     const int64_t id = 30;  // rank 1's row
     const int64_t one_zero[] = {1, 0}, zeros[] = {0, 0}, none[] = {0, 0};
-    s = c.AllToAllV({.send = &id, .send_counts = one_zero, .send_offsets = zeros,
-                     .recv = nullptr, .recv_counts = none, .recv_offsets = zeros,
+    s = c.AllToAllV({.send = &id,
+                     .send_counts = one_zero,
+                     .send_offsets = zeros,
+                     .recv = nullptr,
+                     .recv_counts = none,
+                     .recv_offsets = zeros,
                      .dtype = parallel::DataType::kInt64});
     if (!s.ok()) return s;
     const int64_t row_bytes[] = {static_cast<int64_t>(reply.size()), 0};
-    return c.AllToAllV({.send = nullptr, .send_counts = none, .send_offsets = zeros,
-                        .recv = reply.data(), .recv_counts = row_bytes, .recv_offsets = zeros,
+    return c.AllToAllV({.send = nullptr,
+                        .send_counts = none,
+                        .send_offsets = zeros,
+                        .recv = reply.data(),
+                        .recv_counts = row_bytes,
+                        .recv_offsets = zeros,
                         .dtype = parallel::DataType::kUint8});
   });
   EXPECT_EQ(st[0].code(), absl::StatusCode::kInternal) << st[0];

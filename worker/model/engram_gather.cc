@@ -34,9 +34,9 @@ absl::StatusOr<std::unique_ptr<LocalEngramGather>> LocalEngramGather::Create(
     }
     const EngramWeights& e = weights.layers[layer].engram;
     if (e.row_begin != 0 || e.row_end != e.rows) {
-      return absl::InvalidArgumentError(absl::StrCat("Engram table of layer ", layer, " holds rows [",
-                                                     e.row_begin, ", ", e.row_end, ") of ", e.rows,
-                                                     "; a local gather needs all"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Engram table of layer ", layer, " holds rows [", e.row_begin, ", ",
+                       e.row_end, ") of ", e.rows, "; a local gather needs all"));
     }
   }
   return std::unique_ptr<LocalEngramGather>(
@@ -47,7 +47,8 @@ absl::Status LocalEngramGather::Gather(int layer, std::span<const int64_t> ids,
                                        std::span<float> out) {
   if (layer < 0 || layer >= static_cast<int>(weights_.layers.size()) ||
       !weights_.layers[layer].has_engram) {
-    return absl::InvalidArgumentError(absl::StrCat("EngramGather: layer ", layer, " has no Engram"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("EngramGather: layer ", layer, " has no Engram"));
   }
   if (out.size() != ids.size() * head_dim_) {
     return absl::InvalidArgumentError("EngramGather: output size");

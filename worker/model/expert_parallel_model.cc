@@ -7,12 +7,9 @@
 
 namespace weir::model {
 
-absl::StatusOr<ExpertParallelModel> CreateExpertParallelModel(const ModelConfig& config,
-                                                              const Checkpoint& checkpoint,
-                                                              const ExpertPlacement& placement,
-                                                              parallel::Communicator& comm,
-                                                              ModelOptions options,
-                                                              ExpertParallelOptions ep_options) {
+absl::StatusOr<ExpertParallelModel> CreateExpertParallelModel(
+    const ModelConfig& config, const Checkpoint& checkpoint, const ExpertPlacement& placement,
+    parallel::Communicator& comm, ModelOptions options, ExpertParallelOptions ep_options) {
   RETURN_IF_ERROR(ValidatePlacement(placement));
   if (placement.num_layers != config.n_layers || placement.num_logical != config.n_routed_experts) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -42,8 +39,9 @@ absl::StatusOr<ExpertParallelModel> CreateExpertParallelModel(const ModelConfig&
   CommunicatorEngramGather* engram = nullptr;
   if (ep_options.shard_engram) {
     options.engram_row_filter = ShardedEngramRowFilter(rank, comm.world_size());
-    options.make_engram_gather = [&](const ModelConfig& c, Ops& ops, const ModelWeights& weights)
-        -> absl::StatusOr<std::unique_ptr<EngramGather>> {
+    options.make_engram_gather =
+        [&](const ModelConfig& c, Ops& ops,
+            const ModelWeights& weights) -> absl::StatusOr<std::unique_ptr<EngramGather>> {
       ASSIGN_OR_RETURN(std::unique_ptr<CommunicatorEngramGather> g,
                        CommunicatorEngramGather::Create(comm, c, ops, weights));
       engram = g.get();

@@ -62,12 +62,9 @@ struct ExpertParallelOptions {
 // REQUIRES: `checkpoint` and `comm` outlive the model. Not collective (no
 // message is exchanged), but every rank of `comm` must build one before the
 // first step.
-absl::StatusOr<ExpertParallelModel> CreateExpertParallelModel(const ModelConfig& config,
-                                                              const Checkpoint& checkpoint,
-                                                              const ExpertPlacement& placement,
-                                                              parallel::Communicator& comm,
-                                                              ModelOptions options = {},
-                                                              ExpertParallelOptions ep_options = {});
+absl::StatusOr<ExpertParallelModel> CreateExpertParallelModel(
+    const ModelConfig& config, const Checkpoint& checkpoint, const ExpertPlacement& placement,
+    parallel::Communicator& comm, ModelOptions options = {}, ExpertParallelOptions ep_options = {});
 
 }  // namespace weir::model
 

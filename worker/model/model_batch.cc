@@ -130,8 +130,8 @@ absl::Status Model::RunBatch(std::span<SequenceState* const> states,
         std::copy_n(engram_rows.data() + (t * e_layers + e) * cols, cols,
                     layer_rows.data() + t * cols);
       }
-      RETURN_IF_ERROR(EngramForward(*ops_, c, w.engram, *engram_gather_, layer, layer_rows,
-                                    total, x));
+      RETURN_IF_ERROR(
+          EngramForward(*ops_, c, w.engram, *engram_gather_, layer, layer_rows, total, x));
     }
     for (int64_t i = 0; i < n_targets; ++i) {
       if (c.dspark_target_layer_ids[i] != layer) continue;
