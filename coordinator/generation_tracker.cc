@@ -46,6 +46,7 @@ SeqSubmission MakeSubmission(RequestId id, const BuiltRequest& built,
                                              .ignore_eos = built.ignore_eos};
   submission.sampling = built.sampling;
   submission.seed = built.seed;
+  submission.constraint = built.constraint;
   submission.sink = [queue, index](const SeqEvent& event) { queue->Push(index, event); };
   return submission;
 }

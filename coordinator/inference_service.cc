@@ -12,6 +12,8 @@
 #include "coordinator/batch_run.h"
 #include "coordinator/generation_tracker.h"
 #include "coordinator/tokenizer/incremental_decoder.h"
+#include "base/logging.h"
+#include "worker/structured_output.h"
 
 namespace weir::coordinator {
 namespace {
@@ -55,7 +57,22 @@ InferenceService::InferenceService(ModelSummary model, ClusterState& cluster, Ap
       cluster_(cluster),
       limits_(limits),
       tokenizer_(std::move(tokenizer)),
-      tokenizer_fingerprint_(std::move(tokenizer_fingerprint)) {}
+      tokenizer_fingerprint_(std::move(tokenizer_fingerprint)) {
+  if (tokenizer_ == nullptr) return;
+  std::vector<int32_t> eos(model_.eos_token_ids.begin(), model_.eos_token_ids.end());
+  absl::StatusOr<std::shared_ptr<const grammar::Vocabulary>> vocab =
+      worker::BuildGrammarVocabulary(*tokenizer_, model_.vocab_size, std::move(eos));
+  if (!vocab.ok()) {
+    WEIR_LOG(WARNING) << "structured output is off: " << vocab.status();
+    return;
+  }
+  // Admission only checks that a constraint compiles; the workers build the
+  // token caches they use, so none are precomputed here.
+  grammar_ = std::make_unique<grammar::GrammarCompiler>(
+      *vocab, grammar::CompilerOptions{.cache_bytes = 128ll << 20,
+                                       .num_threads = 1,
+                                       .precompute_budget = absl::ZeroDuration()});
+}
 
 grpc::Status InferenceService::CheckModel(const std::string& model) const {
   if (model.empty() || model == model_.name) return grpc::Status::OK;
@@ -78,6 +95,8 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* context,
     absl::MutexLock lock(&mu_);
     limits = request_limits_;
   }
+  limits.max_schema_bytes = limits_.max_schema_bytes;
+  limits.grammar = grammar_.get();
   const RequestId id(next_request_.fetch_add(1));
   absl::StatusOr<BuiltRequest> built =
       BuildRequest(*request, limits, tokenizer_.get(),
@@ -167,6 +186,8 @@ grpc::Status InferenceService::GenerateBatch(grpc::ServerContext* context,
     absl::MutexLock lock(&mu_);
     limits = request_limits_;
   }
+  limits.max_schema_bytes = limits_.max_schema_bytes;
+  limits.grammar = grammar_.get();
   BatchRun run(*request, limits, BatchRun::Env{.driver = *driver,
                                               .tokenizer = tokenizer_.get(),
                                               .model_name = model_.name,
@@ -262,6 +283,11 @@ grpc::Status InferenceService::GetModelInfo(grpc::ServerContext* context,
   if (model_.bos_token_id) response->set_bos_token_id(*model_.bos_token_id);
   if (model_.pad_token_id) response->set_pad_token_id(*model_.pad_token_id);
   v1::ModelInfo::Features* f = response->mutable_features();
+  if (grammar_ != nullptr) {
+    for (const std::string& kind : worker::StructuredOutputKinds()) {
+      f->add_structured_output_kinds(kind);
+    }
+  }
   f->set_max_top_logprobs(limits_.max_top_logprobs);
   f->set_max_num_samples(limits_.max_num_samples);
   f->set_max_stop_sequences(limits_.max_stop_sequences);

@@ -5,7 +5,10 @@
 // from the model summary and the cluster registry, Tokenize from the model's
 // tokenizer and chat template. Generate validates and tokenizes the request,
 // submits it to the StepDriver and streams its tokens back; it answers
-// UNAVAILABLE until the driver is set (workers ready). Batch jobs answer
+// UNAVAILABLE until the driver is set (workers ready). With a tokenizer,
+// structured-output constraints are compiled once at admission by the
+// service's GrammarCompiler (bad ones are INVALID_ARGUMENT before anything is
+// queued) and applied on the workers. Batch jobs answer
 // UNIMPLEMENTED with a message saying so.
 //
 // Thread safety: gRPC calls them from many threads; they read only immutable
@@ -26,6 +29,7 @@
 #include "base/model_summary.h"
 #include "proto/batch.grpc.pb.h"
 #include "proto/inference.grpc.pb.h"
+#include "worker/grammar/compiler.h"
 
 namespace weir::coordinator {
 
@@ -83,6 +87,8 @@ class InferenceService final : public v1::Inference::Service {
   const ApiLimits limits_;
   const std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   const std::string tokenizer_fingerprint_;
+  // Checks constraints against the served vocabulary; null without tokenizer.
+  std::unique_ptr<grammar::GrammarCompiler> grammar_;
   const absl::Time start_time_ = absl::Now();
   std::atomic<StepDriver*> driver_{nullptr};
   std::atomic<uint64_t> next_request_{1};

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/tokenizer/chat_template.h"
 #include "worker/sampling/sampling_params.h"
+#include "worker/structured_output.h"
 
 namespace weir::coordinator {
 namespace {
@@ -55,6 +56,29 @@ absl::StatusOr<std::vector<uint32_t>> Prompt(const v1::GenerateRequest& request,
   }
   if (ids.empty()) return Bad("input", "the prompt is empty");
   return ids;
+}
+
+absl::Status CheckConstraint(const v1::StructuredOutput& constraint, const RequestLimits& limits) {
+  if (limits.grammar == nullptr) {
+    return absl::FailedPreconditionError(
+        "structured output needs the model's tokenizer, which this server has not loaded");
+  }
+  uint64_t bytes = constraint.json_schema().size() + constraint.regex().size() +
+                   constraint.ebnf().size() + constraint.whitespace_pattern().size();
+  for (const std::string& c : constraint.choice().choices()) bytes += c.size();
+  if (bytes > limits.max_schema_bytes) {
+    return Bad("constraint", absl::StrCat("GRAMMAR_TOO_COMPLEX: ", bytes, " bytes, limit ",
+                                          limits.max_schema_bytes));
+  }
+  absl::StatusOr<grammar::Constraint> converted = worker::ConstraintFromProto(constraint);
+  if (!converted.ok()) return converted.status();
+  grammar::CompileResult compiled = limits.grammar->Compile(*converted);
+  if (!compiled.ok()) {
+    absl::Status error = worker::GrammarError(compiled.status());
+    if (error.code() != absl::StatusCode::kInvalidArgument) return error;
+    return Bad("constraint", std::string(error.message()));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -137,8 +161,9 @@ absl::StatusOr<BuiltRequest> BuildRequest(const v1::GenerateRequest& request,
     return Bad("output.top_logprobs", absl::StrCat("at most ", limits.max_top_logprobs));
   }
   if (out.has_prompt_logprobs()) return Bad("output.prompt_logprobs", "not supported");
-  if (request.constraint().kind_case() != v1::StructuredOutput::KIND_NOT_SET) {
-    return absl::FailedPreconditionError("structured output is not enabled on this server");
+  if (worker::HasConstraint(request.constraint())) {
+    if (absl::Status s = CheckConstraint(request.constraint(), limits); !s.ok()) return s;
+    built.constraint = request.constraint();
   }
   built.stream_tokens = out.stream_tokens();
   built.return_text = !out.has_return_text() || out.return_text();

@@ -5,6 +5,9 @@
 // template), stop conditions, validated sampling parameters and a seed, and
 // the output options. Every field is checked against the model and the
 // advertised limits; the first problem is an INVALID_ARGUMENT naming the field.
+// A structured-output constraint is compiled once here (against the served
+// vocabulary) so a bad schema, regex or EBNF is refused before admission
+// (INVALID_ARGUMENT with GRAMMAR_INVALID or GRAMMAR_TOO_COMPLEX).
 //
 // Thread safety: pure function; the tokenizer is only read.
 
@@ -18,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "coordinator/tokenizer/tokenizer.h"
 #include "proto/inference.pb.h"
+#include "worker/grammar/compiler.h"
 
 namespace weir::coordinator {
 
@@ -32,6 +36,11 @@ struct RequestLimits {
   uint32_t max_top_logprobs = 0;
   uint32_t max_request_id_bytes = 128;
   std::vector<uint32_t> eos_token_ids;
+  // Bound on a constraint's text (schema, regex, EBNF, all choices).
+  uint64_t max_schema_bytes = 1 << 20;
+  // Compiles constraints against the served vocabulary; null: constraints
+  // are refused (FAILED_PRECONDITION). Not owned.
+  grammar::GrammarCompiler* grammar = nullptr;
 };
 
 struct BuiltRequest {
@@ -48,10 +57,14 @@ struct BuiltRequest {
   bool return_text = true;
   bool return_token_ids = true;
   bool skip_special_tokens = false;
+  // The request's constraint (no kind set: unconstrained); it compiled.
+  v1::StructuredOutput constraint;
 };
 
 // `tokenizer` may be null (text and chat inputs are then FAILED_PRECONDITION).
-// `random_seed` is used when the request sets no seed.
+// `random_seed` is used when the request sets no seed. With a constraint,
+// blocks this thread while it compiles (bounded by the compiler's timeout;
+// cached afterwards).
 absl::StatusOr<BuiltRequest> BuildRequest(const v1::GenerateRequest& request,
                                           const RequestLimits& limits,
                                           const tokenizer::Tokenizer* tokenizer,

@@ -129,6 +129,7 @@ bool StepDriver::Iterate() {
     std::vector<RankLoad> loads;
     for (const auto& rank : ranks_) loads.push_back(rank->Load());
     const RequestId id = sub.request.id;
+    const uint32_t prompt_len = static_cast<uint32_t>(sub.request.prompt.size());
     absl::StatusOr<Rank> rank = router_.Route(sub.request, loads);
     absl::Status added = rank.ok() ? ranks_[rank->value()]->Add(std::move(sub.request))
                                    : rank.status();
@@ -139,7 +140,8 @@ bool StepDriver::Iterate() {
       continue;
     }
     live_[id] = Live{.rank = rank->value(), .sampling = std::move(sub.sampling),
-                     .seed = sub.seed, .sink = std::move(sub.sink)};
+                     .seed = sub.seed, .constraint = std::move(sub.constraint),
+                     .prompt_len = prompt_len, .sink = std::move(sub.sink)};
   }
   for (RequestId id : cancels) {
     auto it = live_.find(id);
@@ -215,6 +217,13 @@ absl::Status StepDriver::SendPlans(const std::vector<RankStepPlan>& plans) {
       if (live != live_.end()) {
         *proto->mutable_sampling() = live->second.sampling;
         proto->set_seed(live->second.seed);
+        if (row.start_pos == 0 &&
+            live->second.constraint.kind_case() != v1::StructuredOutput::KIND_NOT_SET) {
+          // A recompute's prompt includes the generated tokens: the worker
+          // replays those (positions >= the original prompt) through the grammar.
+          *proto->mutable_constraint() = live->second.constraint;
+          proto->set_constrained_from(live->second.prompt_len);
+        }
       }
     }
     for (SeqSlot slot : plan.release_slots) out.add_release_slots(slot.value());
@@ -245,7 +254,8 @@ absl::Status StepDriver::ReadAndApply() {
     RankStepResult applied{.step_id = result.step_id()};
     for (int i = 0; i < result.rows_size(); ++i) {
       const v1::RowResult& row = result.rows(i);
-      applied.rows.push_back({.tokens = {row.tokens().begin(), row.tokens().end()}});
+      applied.rows.push_back(
+          {.tokens = {row.tokens().begin(), row.tokens().end()}, .finished = row.finished()});
       if (row.error().code() != 0 && live_.contains(rows_of[r][i])) {
         const RequestId id = rows_of[r][i];
         ranks_[r]->Cancel(id).IgnoreError();

@@ -6,7 +6,9 @@
 // worker over the worker's Steps stream, and applies results — with
 // zero-overhead scheduling (default) plan t+1 is sent before result t is
 // read, and rows that need step t's token take it on the worker via remap.
-// Each request's tokens and finish reach its sink.
+// Each request's tokens and finish reach its sink. A request's constraint
+// goes with every row that (re)starts its slot; a worker's `finished` flag
+// (the grammar terminated) ends the sequence with kWorkerEnded.
 //
 // Thread safety: Submit, Cancel and Stop are thread-safe. Sinks run on the
 // driver thread and must not block (push to a queue).
@@ -57,6 +59,9 @@ struct SeqSubmission {
   scheduler::SeqRequest request;
   v1::SamplingParams sampling;
   uint64_t seed = 0;
+  // Structured output (no kind set: none). Sent with every row that starts
+  // the sequence's slot, with constrained_from = the original prompt length.
+  v1::StructuredOutput constraint;
   // Runs on the driver thread for every event of the request.
   std::function<void(const SeqEvent&)> sink;
 };
@@ -99,6 +104,8 @@ class StepDriver {
     int rank = 0;
     v1::SamplingParams sampling;
     uint64_t seed = 0;
+    v1::StructuredOutput constraint;
+    uint32_t prompt_len = 0;
     std::function<void(const SeqEvent&)> sink;
   };
 
