@@ -1,0 +1,29 @@
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "kernels/cuda/rms_norm.cuh"
+#include "kernels/cuda/rms_norm.h"
+
+namespace weir::kernels::cuda {
+
+bool SupportsRmsNorm(const RmsNormParams& p) {
+  return p.rows > 0 && p.dim > 0 && p.dim % 4 == 0 && p.x != nullptr && p.out != nullptr &&
+         p.eps >= 0.0f && p.rows <= 0x7fffffff;
+}
+
+absl::Status RmsNorm(const RmsNormParams& p, cudaStream_t stream) {
+  if (!SupportsRmsNorm(p)) {
+    return absl::InvalidArgumentError(
+        "RmsNorm: needs rows > 0, dim > 0 and a multiple of 4, x and out, eps >= 0");
+  }
+  constexpr int kThreads = 256;
+  RmsNormKernel<kThreads><<<static_cast<unsigned>(p.rows), kThreads, 0, stream>>>(
+      p.x, p.weight, p.out, p.dim, p.eps);
+  if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
+    return absl::InternalError(std::string("RmsNorm launch: ") + cudaGetErrorString(err));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace weir::kernels::cuda

@@ -1,0 +1,40 @@
+// kernels/cuda/rms_norm.h
+//
+// RmsNorm on the GPU: the CUDA backend of kernels/cpu/rms_norm.h, same
+// formula and rounding order (sum of squares reduced in fp32 in a block tree,
+// so results match the CPU reference to fp32 reduction-order tolerance):
+//   y[r, i] = weight[i] * (x[r, i] * rsqrt(mean_i(x[r, i]^2) + eps))
+//
+// Thread safety: stateless; safe from any thread.
+
+#ifndef WEIR_KERNELS_CUDA_RMS_NORM_H_
+#define WEIR_KERNELS_CUDA_RMS_NORM_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace weir::kernels::cuda {
+
+struct RmsNormParams {
+  const float* x = nullptr;       // device [rows, dim]
+  const float* weight = nullptr;  // device [dim]; null means all ones
+  float* out = nullptr;           // device [rows, dim]; may alias x
+  int64_t rows = 0;
+  int64_t dim = 0;
+  float eps = 1e-20f;
+};
+
+// Returns true if the launcher handles `params` (positive dims, dim a
+// multiple of 4 for vectorized loads, non-null x/out, eps >= 0).
+bool SupportsRmsNorm(const RmsNormParams& params);
+
+// Enqueues the normalization on `stream`. INVALID_ARGUMENT when
+// SupportsRmsNorm is false; INTERNAL with the CUDA error if the launch fails.
+absl::Status RmsNorm(const RmsNormParams& params, cudaStream_t stream);
+
+}  // namespace weir::kernels::cuda
+
+#endif  // WEIR_KERNELS_CUDA_RMS_NORM_H_

@@ -1,0 +1,71 @@
+#include "kernels/cuda/rms_norm.h"
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/rms_norm.h"
+
+namespace weir::kernels::cuda {
+namespace {
+
+// Relative error ||a - b|| / ||b||.
+double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / den);
+}
+
+TEST(RmsNormCudaTest, MatchesTheCpuReference) {
+  // V4.1 shapes: hidden 5120 (and hc_mult x hidden 20480), small and large rows.
+  for (auto [rows, dim] : {std::pair<int64_t, int64_t>{1, 5120}, {7, 512}, {64, 20480},
+                           {333, 256}}) {
+    std::mt19937 rng(rows * 31 + dim);
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    std::vector<float> x(rows * dim), w(dim), expect(rows * dim), got(rows * dim);
+    for (float& v : x) v = normal(rng);
+    for (float& v : w) v = 1.0f + 0.1f * normal(rng);
+    ASSERT_TRUE(cpu::RmsNorm({.x = x, .weight = w, .out = expect, .rows = rows, .dim = dim}).ok());
+
+    float *dx, *dw, *dout;
+    ASSERT_EQ(cudaMalloc(&dx, x.size() * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dw, w.size() * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dout, x.size() * 4), cudaSuccess);
+    cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(dw, w.data(), w.size() * 4, cudaMemcpyHostToDevice);
+    cudaMemset(dout, 0xFF, x.size() * 4);  // Poison (NaN).
+    ASSERT_TRUE(RmsNorm({.x = dx, .weight = dw, .out = dout, .rows = rows, .dim = dim},
+                        nullptr).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    cudaMemcpy(got.data(), dout, got.size() * 4, cudaMemcpyDeviceToHost);
+    // fp32 with a different reduction order than the CPU's double sum.
+    EXPECT_LT(RelativeError(got, expect), 1e-6) << rows << "x" << dim;
+    // In place, no weight.
+    ASSERT_TRUE(cpu::RmsNorm({.x = x, .out = expect, .rows = rows, .dim = dim}).ok());
+    ASSERT_TRUE(RmsNorm({.x = dx, .out = dx, .rows = rows, .dim = dim}, nullptr).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    cudaMemcpy(got.data(), dx, got.size() * 4, cudaMemcpyDeviceToHost);
+    EXPECT_LT(RelativeError(got, expect), 1e-6) << rows << "x" << dim << " in place";
+    cudaFree(dx);
+    cudaFree(dw);
+    cudaFree(dout);
+  }
+}
+
+TEST(RmsNormCudaTest, RefusesWhatItDoesNotSupport) {
+  float* p = reinterpret_cast<float*>(16);
+  EXPECT_FALSE(SupportsRmsNorm({.x = p, .out = p, .rows = 1, .dim = 6}));
+  EXPECT_EQ(RmsNorm({.x = p, .out = p, .rows = 0, .dim = 8}, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RmsNorm({.x = nullptr, .out = p, .rows = 1, .dim = 8}, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace weir::kernels::cuda
