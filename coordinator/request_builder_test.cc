@@ -86,5 +86,47 @@ TEST(RequestBuilderTest, BadInputsAreInvalidArguments) {
             absl::StatusCode::kFailedPrecondition);  // No tokenizer.
 }
 
+TEST(RequestBuilderTest, ConstraintsCompileAtAdmission) {
+  // A byte-level vocabulary: ids 0..255 are single bytes, 256 is EOS.
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) tokens.push_back(std::string(1, static_cast<char>(b)));
+  tokens.push_back("");
+  auto vocab = grammar::Vocabulary::Create(std::move(tokens), {256}, {});
+  ASSERT_TRUE(vocab.ok()) << vocab.status();
+  grammar::GrammarCompiler compiler(*vocab);
+  RequestLimits limits = Limits();
+  limits.grammar = &compiler;
+  limits.max_schema_bytes = 64;
+  auto build = [&](auto&& edit) {
+    v1::GenerateRequest r = Tokens({1, 2});
+    edit(*r.mutable_constraint());
+    return BuildRequest(r, limits, nullptr, 0);
+  };
+  auto ok = build([](v1::StructuredOutput& c) { c.set_regex("[0-9]{3}"); });
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->constraint.regex(), "[0-9]{3}");
+  EXPECT_TRUE(build([](v1::StructuredOutput& c) { c.set_json_schema(R"({"type":"integer"})"); })
+                  .ok());
+  for (auto status : {build([](v1::StructuredOutput& c) { c.set_regex("(a"); }).status(),
+                      build([](v1::StructuredOutput& c) { c.set_json_schema("{"); }).status(),
+                      build([](v1::StructuredOutput& c) { c.set_ebnf("root ::= ("); }).status(),
+                      build([](v1::StructuredOutput& c) { c.set_json_object(false); }).status(),
+                      build([](v1::StructuredOutput& c) {
+                        c.set_json_object(true);
+                        c.set_whitespace_pattern("x*");
+                      }).status()}) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_NE(status.message().find("GRAMMAR_INVALID"), absl::string_view::npos) << status;
+  }
+  absl::Status big = build([](v1::StructuredOutput& c) { c.set_regex(std::string(65, 'a')); })
+                         .status();
+  EXPECT_EQ(big.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(big.message().find("GRAMMAR_TOO_COMPLEX"), absl::string_view::npos) << big;
+  // Without a constraint nothing is compiled and none is carried.
+  auto plain = BuildRequest(Tokens({1, 2}), limits, nullptr, 0);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->constraint.kind_case(), v1::StructuredOutput::KIND_NOT_SET);
+}
+
 }  // namespace
 }  // namespace weir::coordinator

@@ -3,6 +3,8 @@
 // output must equal the single-process model's; with zero-overhead
 // scheduling on and off, and with a KV pool small enough to force
 // preemption. Bad requests get INVALID_ARGUMENT and the server keeps serving.
+// Structured output: constrained requests at temperature 1 produce valid
+// output and finish with GRAMMAR_TERMINATED (or EOS).
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -11,6 +13,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,6 +22,7 @@
 #include "base/grpc_util.h"
 #include "coordinator/model_provisioning.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "proto/inference.grpc.pb.h"
 #include "worker/model/checkpoint.h"
 #include "worker/model/model.h"
@@ -399,6 +403,117 @@ TEST(ServeTest, CancelByRequestIdEndsTheStream) {
   }
   EXPECT_TRUE(reader->Finish().ok());
   EXPECT_EQ(reason, v1::FINISH_REASON_CANCELLED);
+}
+
+struct Constrained {
+  grpc::Status status;
+  std::string text;
+  v1::FinishReason reason = v1::FINISH_REASON_UNSPECIFIED;
+};
+
+Constrained GenerateConstrained(Cluster& cluster, const v1::StructuredOutput& constraint,
+                                uint64_t seed) {
+  v1::GenerateRequest request;
+  request.set_text("Answer:");
+  *request.mutable_constraint() = constraint;
+  request.mutable_stop()->set_max_new_tokens(2000);
+  request.mutable_sampling()->set_temperature(1.0f);
+  request.mutable_sampling()->set_seed(seed);
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineIn(std::chrono::seconds(120)));
+  auto reader = cluster.stub().Generate(&context, request);
+  v1::GenerateEvent event;
+  Constrained out;
+  while (reader->Read(&event)) {
+    if (event.has_final()) {
+      out.text = event.final().full_text();
+      out.reason = event.final().reason();
+    }
+  }
+  out.status = reader->Finish();
+  return out;
+}
+
+TEST(ServeTest, StructuredOutputIsValidAndEndsWithTheGrammar) {
+  Cluster cluster({"--workers=2"});
+  {
+    grpc::ClientContext context;
+    v1::ModelInfo info;
+    ASSERT_TRUE(cluster.stub().GetModelInfo(&context, v1::GetModelInfoRequest(), &info).ok());
+    EXPECT_GE(info.features().structured_output_kinds_size(), 5);
+  }
+  // Bounded strings, so random weights still end the output quickly.
+  v1::StructuredOutput schema;
+  schema.set_json_schema(R"({"type": "object",
+      "properties": {"name": {"type": "string", "maxLength": 6},
+                     "age": {"type": "integer", "minimum": 0, "maximum": 120},
+                     "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]},
+                              "maxItems": 3},
+                     "ok": {"type": "boolean"}},
+      "required": ["name", "age", "tags", "ok"]})");
+  v1::StructuredOutput regex;
+  regex.set_regex("[0-9]{3}-[a-z]{2,4}");
+  std::vector<Constrained> json_out(3), regex_out(3);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i) {
+    threads.emplace_back([&, i] { json_out[i] = GenerateConstrained(cluster, schema, 10 + i); });
+    threads.emplace_back([&, i] { regex_out[i] = GenerateConstrained(cluster, regex, 20 + i); });
+  }
+  for (std::thread& t : threads) t.join();
+  auto ended = [](v1::FinishReason r) {
+    return r == v1::FINISH_REASON_GRAMMAR_TERMINATED || r == v1::FINISH_REASON_EOS;
+  };
+  for (const Constrained& c : json_out) {
+    ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+    EXPECT_TRUE(ended(c.reason)) << c.reason << ": " << c.text;
+    const auto value = nlohmann::json::parse(c.text, nullptr, /*allow_exceptions=*/false);
+    ASSERT_FALSE(value.is_discarded()) << c.text;
+    ASSERT_TRUE(value.is_object()) << c.text;
+    EXPECT_EQ(value.size(), 4u) << c.text;
+    ASSERT_TRUE(value.contains("name") && value["name"].is_string()) << c.text;
+    const std::string name = value["name"].get<std::string>();
+    // maxLength counts code points: UTF-8 bytes that do not continue one.
+    EXPECT_LE(std::count_if(name.begin(), name.end(), [](char b) { return (b & 0xC0) != 0x80; }),
+              6)
+        << c.text;
+    ASSERT_TRUE(value.contains("age") && value["age"].is_number_integer()) << c.text;
+    EXPECT_GE(value["age"].get<int64_t>(), 0);
+    EXPECT_LE(value["age"].get<int64_t>(), 120);
+    ASSERT_TRUE(value.contains("tags") && value["tags"].is_array()) << c.text;
+    EXPECT_LE(value["tags"].size(), 3u);
+    for (const auto& tag : value["tags"]) {
+      EXPECT_TRUE(tag == "a" || tag == "b" || tag == "c") << c.text;
+    }
+    EXPECT_TRUE(value.contains("ok") && value["ok"].is_boolean()) << c.text;
+  }
+  for (const Constrained& c : regex_out) {
+    ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+    EXPECT_TRUE(ended(c.reason)) << c.reason << ": " << c.text;
+    EXPECT_TRUE(std::regex_match(c.text, std::regex("[0-9]{3}-[a-z]{2,4}"))) << c.text;
+  }
+}
+
+TEST(ServeTest, InvalidConstraintFailsAloneBeforeAdmission) {
+  Cluster cluster({"--workers=1"});
+  std::vector<uint32_t> tokens;
+  grpc::Status plain;
+  std::thread unconstrained([&] { plain = cluster.Greedy({5, 6, 7}, 20, tokens); });
+  for (const std::string& bad : {std::string(R"({"type": "object", "properties": )"),
+                                 std::string(R"({"type": "string", "format": 5, "allOf": [{}, {}]})")}) {
+    v1::StructuredOutput schema;
+    schema.set_json_schema(bad);
+    Constrained c = GenerateConstrained(cluster, schema, 1);
+    EXPECT_EQ(c.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
+    EXPECT_NE(c.status.error_message().find("GRAMMAR_"), std::string::npos)
+        << c.status.error_message();
+  }
+  v1::StructuredOutput regex;
+  regex.set_regex("(unclosed");
+  EXPECT_EQ(GenerateConstrained(cluster, regex, 1).status.error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  unconstrained.join();
+  ASSERT_TRUE(plain.ok()) << plain.error_message();
+  EXPECT_EQ(tokens.size(), 20u);
 }
 
 }  // namespace
