@@ -80,10 +80,13 @@ absl::StatusOr<ExprId> JsonRules::Integer() {
 }
 
 absl::StatusOr<ExprId> JsonRules::Number() {
+  // At most 16 integer digits, 16 fraction digits and a 2-digit exponent:
+  // |value| < 1e115 and any non-zero value > 1e-115, so every JSON parser
+  // reads it as a finite double (an unbounded exponent overflows them).
   return Cached(&number_, "json_number", [&]() -> absl::StatusOr<ExprId> {
-    ASSIGN_OR_RETURN(ExprId integer, IntegerPart(kUnbounded));
+    ASSIGN_OR_RETURN(ExprId integer, IntegerPart(16));
     ASSIGN_OR_RETURN(ExprId digit, g_.AddByteRange('0', '9'));
-    ASSIGN_OR_RETURN(ExprId digits, g_.AddRepeat(digit, 1, kUnbounded));
+    ASSIGN_OR_RETURN(ExprId digits, g_.AddRepeat(digit, 1, 16));
     ASSIGN_OR_RETURN(ExprId dot, g_.AddString("."));
     ASSIGN_OR_RETURN(ExprId frac, g_.AddSeq({dot, digits}));
     ASSIGN_OR_RETURN(ExprId frac_opt, g_.AddRepeat(frac, 0, 1));
@@ -95,7 +98,7 @@ absl::StatusOr<ExprId> JsonRules::Number() {
     ASSIGN_OR_RETURN(ExprId e_expr, g_.AddBytes(e));
     ASSIGN_OR_RETURN(ExprId sign_expr, g_.AddBytes(sign));
     ASSIGN_OR_RETURN(ExprId sign_opt, g_.AddRepeat(sign_expr, 0, 1));
-    ASSIGN_OR_RETURN(ExprId digits2, g_.AddRepeat(digit, 1, kUnbounded));
+    ASSIGN_OR_RETURN(ExprId digits2, g_.AddRepeat(digit, 1, 2));
     ASSIGN_OR_RETURN(ExprId exp, g_.AddSeq({e_expr, sign_opt, digits2}));
     ASSIGN_OR_RETURN(ExprId exp_opt, g_.AddRepeat(exp, 0, 1));
     return g_.AddSeq({integer, frac_opt, exp_opt});
