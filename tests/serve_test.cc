@@ -126,7 +126,7 @@ std::vector<uint32_t> ReferenceGreedy(model::Model& m, const std::vector<uint32_
 
 std::vector<std::vector<uint32_t>> Prompts() {
   std::vector<std::vector<uint32_t>> prompts;
-  for (int i = 0; i < 12; ++i) {
+  for (int i = 0; i < 32; ++i) {
     std::vector<uint32_t> p;
     for (int j = 0; j < 3 + (i * 7) % 29; ++j) p.push_back(static_cast<uint32_t>(7 + i * 31 + j * 13) % 4000);
     prompts.push_back(p);
@@ -403,6 +403,38 @@ TEST(ServeTest, CancelByRequestIdEndsTheStream) {
   }
   EXPECT_TRUE(reader->Finish().ok());
   EXPECT_EQ(reason, v1::FINISH_REASON_CANCELLED);
+  // The cancelled sequence's KV comes back (after the last step that used it).
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  v1::ServerState state;
+  do {
+    grpc::ClientContext state_context;
+    state.Clear();
+    ASSERT_TRUE(
+        cluster.stub().GetServerState(&state_context, v1::GetServerStateRequest(), &state).ok());
+  } while (state.per_group(0).kv_usage() != 0.0f && absl::Now() < deadline);
+  EXPECT_EQ(state.per_group(0).kv_usage(), 0.0f);
+  EXPECT_EQ(state.per_group(0).running(), 0u);
+
+  // A client that disconnects mid-stream (no Cancel call) frees its KV too.
+  auto disconnecting = std::make_unique<grpc::ClientContext>();
+  request.set_request_id("goes-away");
+  auto gone = cluster.stub().Generate(disconnecting.get(), request);
+  ASSERT_TRUE(gone->Read(&event));
+  ASSERT_TRUE(gone->Read(&event));
+  disconnecting->TryCancel();
+  while (gone->Read(&event)) {
+  }
+  gone->Finish();
+  const absl::Time freed_by = absl::Now() + absl::Seconds(5);
+  do {
+    grpc::ClientContext state_context;
+    state.Clear();
+    ASSERT_TRUE(
+        cluster.stub().GetServerState(&state_context, v1::GetServerStateRequest(), &state).ok());
+  } while ((state.per_group(0).kv_usage() != 0.0f || state.per_group(0).running() != 0) &&
+           absl::Now() < freed_by);
+  EXPECT_EQ(state.per_group(0).kv_usage(), 0.0f);
+  EXPECT_EQ(state.per_group(0).running(), 0u);
 }
 
 struct Constrained {
