@@ -2,6 +2,8 @@
 
 #include "parallel/communicator.h"
 
+#include "absl/strings/str_cat.h"
+
 namespace weir::parallel {
 
 size_t DataTypeSize(DataType dtype) {
@@ -44,6 +46,31 @@ const char* ReduceOpName(ReduceOp op) {
       return "max";
   }
   return "unknown";
+}
+
+absl::Status CheckElementCount(int64_t count, const void* data, const char* name) {
+  if (count < 0) return absl::InvalidArgumentError(absl::StrCat(name, " count ", count, " < 0"));
+  if (count > 0 && data == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " is null with count ", count));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckPeerBlocks(std::span<const int64_t> counts, std::span<const int64_t> offsets,
+                             const void* data, int world, const char* name) {
+  if (static_cast<int>(counts.size()) != world || static_cast<int>(offsets.size()) != world) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " counts/offsets have ", counts.size(),
+                                                   "/", offsets.size(), " entries, want ", world));
+  }
+  for (int p = 0; p < world; ++p) {
+    if (offsets[p] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " offset ", offsets[p], " < 0"));
+    }
+    if (absl::Status s = CheckElementCount(counts[p], data, name); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(s.message(), " for peer ", p));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace weir::parallel

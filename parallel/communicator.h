@@ -134,6 +134,13 @@ class Communicator {
   virtual absl::Status GroupSendRecv(std::span<const P2POp> ops, const ExecContext& ctx = {}) = 0;
 };
 
+// Argument checks shared by the implementations (INVALID_ARGUMENT naming
+// `name`): a count must be >= 0 and its buffer non-null when it is > 0; a
+// per-peer block list must have `world` counts and offsets, offsets >= 0.
+absl::Status CheckElementCount(int64_t count, const void* data, const char* name);
+absl::Status CheckPeerBlocks(std::span<const int64_t> counts, std::span<const int64_t> offsets,
+                             const void* data, int world, const char* name);
+
 }  // namespace weir::parallel
 
 #endif  // WEIR_PARALLEL_COMMUNICATOR_H_

@@ -36,28 +36,6 @@ ncclRedOp_t NcclOp(ReduceOp op) {
   return ncclSum;
 }
 
-absl::Status CheckCount(int64_t count, const void* data, const char* name) {
-  if (count < 0) return absl::InvalidArgumentError(absl::StrCat(name, " count ", count, " < 0"));
-  if (count > 0 && data == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(name, " is null with count ", count));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckBlocks(std::span<const int64_t> counts, std::span<const int64_t> offsets,
-                         const void* data, int world, const char* name) {
-  if (static_cast<int>(counts.size()) != world || static_cast<int>(offsets.size()) != world) {
-    return absl::InvalidArgumentError(absl::StrCat(name, " counts/offsets have ", counts.size(),
-                                                   "/", offsets.size(), " entries, want ", world));
-  }
-  for (int p = 0; p < world; ++p) {
-    if (offsets[p] < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(name, " offset ", offsets[p], " < 0"));
-    }
-    RETURN_IF_ERROR(CheckCount(counts[p], data, name)) << "for peer " << p;
-  }
-  return absl::OkStatus();
-}
 
 absl::Status CheckPeer(Rank peer, int world, const char* role) {
   if (peer.value() < 0 || peer.value() >= world) {
@@ -79,8 +57,8 @@ cudaStream_t Stream(const ExecContext& ctx) { return static_cast<cudaStream_t>(c
 }  // namespace
 
 absl::Status NcclCommunicator::AllToAllV(const AllToAllVArgs& a, const ExecContext& ctx) {
-  RETURN_IF_ERROR(CheckBlocks(a.send_counts, a.send_offsets, a.send, world_size_, "send"));
-  RETURN_IF_ERROR(CheckBlocks(a.recv_counts, a.recv_offsets, a.recv, world_size_, "recv"));
+  RETURN_IF_ERROR(CheckPeerBlocks(a.send_counts, a.send_offsets, a.send, world_size_, "send"));
+  RETURN_IF_ERROR(CheckPeerBlocks(a.recv_counts, a.recv_offsets, a.recv, world_size_, "recv"));
   if (a.send_counts[rank_] != a.recv_counts[rank_]) {
     return absl::InvalidArgumentError(absl::StrCat("self block sends ", a.send_counts[rank_],
                                                    " elements, receives ", a.recv_counts[rank_]));
@@ -109,8 +87,8 @@ absl::Status NcclCommunicator::AllToAllV(const AllToAllVArgs& a, const ExecConte
 
 absl::Status NcclCommunicator::AllReduce(const void* send, void* recv, int64_t count,
                                          DataType dtype, ReduceOp op, const ExecContext& ctx) {
-  RETURN_IF_ERROR(CheckCount(count, send, "send"));
-  RETURN_IF_ERROR(CheckCount(count, recv, "recv"));
+  RETURN_IF_ERROR(CheckElementCount(count, send, "send"));
+  RETURN_IF_ERROR(CheckElementCount(count, recv, "recv"));
   RETURN_IF_ERROR(Begin(ctx));
   if (count == 0) return absl::OkStatus();
   return Await(ncclAllReduce(send, recv, count, NcclType(dtype), NcclOp(op), comm_, Stream(ctx)),
@@ -119,8 +97,8 @@ absl::Status NcclCommunicator::AllReduce(const void* send, void* recv, int64_t c
 
 absl::Status NcclCommunicator::AllGather(const void* send, void* recv, int64_t count,
                                          DataType dtype, const ExecContext& ctx) {
-  RETURN_IF_ERROR(CheckCount(count, send, "send"));
-  RETURN_IF_ERROR(CheckCount(count, recv, "recv"));
+  RETURN_IF_ERROR(CheckElementCount(count, send, "send"));
+  RETURN_IF_ERROR(CheckElementCount(count, recv, "recv"));
   RETURN_IF_ERROR(Begin(ctx));
   if (count == 0) return absl::OkStatus();
   return Await(ncclAllGather(send, recv, count, NcclType(dtype), comm_, Stream(ctx)),
@@ -129,7 +107,7 @@ absl::Status NcclCommunicator::AllGather(const void* send, void* recv, int64_t c
 
 absl::Status NcclCommunicator::Broadcast(void* data, int64_t count, DataType dtype, Rank root,
                                          const ExecContext& ctx) {
-  RETURN_IF_ERROR(CheckCount(count, data, "data"));
+  RETURN_IF_ERROR(CheckElementCount(count, data, "data"));
   RETURN_IF_ERROR(CheckPeer(root, world_size_, "root"));
   RETURN_IF_ERROR(Begin(ctx));
   if (count == 0) return absl::OkStatus();
@@ -142,7 +120,7 @@ absl::Status NcclCommunicator::GroupSendRecv(std::span<const P2POp> ops, const E
   std::vector<const P2POp*> self_sends, self_recvs;
   for (const P2POp& op : ops) {
     RETURN_IF_ERROR(CheckPeer(op.peer, world_size_, "peer"));
-    RETURN_IF_ERROR(CheckCount(op.count, op.data, "data"));
+    RETURN_IF_ERROR(CheckElementCount(op.count, op.data, "data"));
     if (op.peer.value() == rank_) {
       (op.kind == P2POp::Kind::kSend ? self_sends : self_recvs).push_back(&op);
     }

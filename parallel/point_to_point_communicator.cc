@@ -18,28 +18,6 @@ using Kind = Transfer::Kind;
 // First element of chunk `c` when `count` elements are split into `n` chunks.
 int64_t ChunkBegin(int64_t count, int n, int c) { return count * c / n; }
 
-absl::Status CheckCount(int64_t count, const void* data, const char* name) {
-  if (count < 0) return absl::InvalidArgumentError(absl::StrCat(name, " count ", count, " < 0"));
-  if (count > 0 && data == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(name, " is null with count ", count));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckBlocks(std::span<const int64_t> counts, std::span<const int64_t> offsets,
-                         const void* data, int world, const char* name) {
-  if (static_cast<int>(counts.size()) != world || static_cast<int>(offsets.size()) != world) {
-    return absl::InvalidArgumentError(absl::StrCat(name, " counts/offsets have ", counts.size(),
-                                                   "/", offsets.size(), " entries, want ", world));
-  }
-  for (int p = 0; p < world; ++p) {
-    if (offsets[p] < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(name, " offset ", offsets[p], " < 0"));
-    }
-    RETURN_IF_ERROR(CheckCount(counts[p], data, name)) << "for peer " << p;
-  }
-  return absl::OkStatus();
-}
 
 std::byte* At(void* base, int64_t elems, size_t esize) {
   return static_cast<std::byte*>(base) + elems * static_cast<int64_t>(esize);
@@ -94,8 +72,8 @@ absl::Status PointToPointCommunicator::CheckPeer(Rank peer, const char* role) co
 }
 
 absl::Status PointToPointCommunicator::AllToAllV(const AllToAllVArgs& a, const ExecContext& ctx) {
-  RETURN_IF_ERROR(CheckBlocks(a.send_counts, a.send_offsets, a.send, world_size_, "send"));
-  RETURN_IF_ERROR(CheckBlocks(a.recv_counts, a.recv_offsets, a.recv, world_size_, "recv"));
+  RETURN_IF_ERROR(CheckPeerBlocks(a.send_counts, a.send_offsets, a.send, world_size_, "send"));
+  RETURN_IF_ERROR(CheckPeerBlocks(a.recv_counts, a.recv_offsets, a.recv, world_size_, "recv"));
   RETURN_IF_ERROR(Begin(ctx, "all_to_all_v"));
   const size_t es = DataTypeSize(a.dtype);
   if (a.send_counts[rank_] != a.recv_counts[rank_]) {
@@ -123,8 +101,8 @@ absl::Status PointToPointCommunicator::AllToAllV(const AllToAllVArgs& a, const E
 absl::Status PointToPointCommunicator::AllReduce(const void* send, void* recv, int64_t count,
                                                  DataType dtype, ReduceOp op,
                                                  const ExecContext& ctx) {
-  RETURN_IF_ERROR(CheckCount(count, send, "send"));
-  RETURN_IF_ERROR(CheckCount(count, recv, "recv"));
+  RETURN_IF_ERROR(CheckElementCount(count, send, "send"));
+  RETURN_IF_ERROR(CheckElementCount(count, recv, "recv"));
   RETURN_IF_ERROR(Begin(ctx, "all_reduce"));
   const size_t es = DataTypeSize(dtype);
   const int n = world_size_;
@@ -169,8 +147,8 @@ absl::Status PointToPointCommunicator::AllReduce(const void* send, void* recv, i
 
 absl::Status PointToPointCommunicator::AllGather(const void* send, void* recv, int64_t count,
                                                  DataType dtype, const ExecContext& ctx) {
-  RETURN_IF_ERROR(CheckCount(count, send, "send"));
-  RETURN_IF_ERROR(CheckCount(count, recv, "recv"));
+  RETURN_IF_ERROR(CheckElementCount(count, send, "send"));
+  RETURN_IF_ERROR(CheckElementCount(count, recv, "recv"));
   RETURN_IF_ERROR(Begin(ctx, "all_gather"));
   const size_t es = DataTypeSize(dtype);
   const uint64_t tag = MakeTag(OpCode::kAllGather, seq_, 0);
@@ -188,7 +166,7 @@ absl::Status PointToPointCommunicator::AllGather(const void* send, void* recv, i
 
 absl::Status PointToPointCommunicator::Broadcast(void* data, int64_t count, DataType dtype,
                                                  Rank root, const ExecContext& ctx) {
-  RETURN_IF_ERROR(CheckCount(count, data, "data"));
+  RETURN_IF_ERROR(CheckElementCount(count, data, "data"));
   RETURN_IF_ERROR(CheckPeer(root, "root"));
   RETURN_IF_ERROR(Begin(ctx, "broadcast"));
   const size_t bytes = count * DataTypeSize(dtype);
@@ -221,7 +199,7 @@ absl::Status PointToPointCommunicator::GroupSendRecv(std::span<const P2POp> ops,
   std::vector<const P2POp*> self_sends, self_recvs;
   for (const P2POp& op : ops) {
     RETURN_IF_ERROR(CheckPeer(op.peer, "peer"));
-    RETURN_IF_ERROR(CheckCount(op.count, op.data, "data"));
+    RETURN_IF_ERROR(CheckElementCount(op.count, op.data, "data"));
     if (op.peer.value() == rank_) {
       (op.kind == P2POp::Kind::kSend ? self_sends : self_recvs).push_back(&op);
     }
