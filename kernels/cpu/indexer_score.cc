@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/common/numeric_formats.h"
 
 namespace weir::kernels::cpu {
 
@@ -23,6 +24,7 @@ absl::Status IndexerScore(const IndexerScoreArgs& a) {
       return absl::InvalidArgumentError(absl::StrCat("IndexerScore: visible_len ", v));
     }
   }
+  auto round = [&a](float x) { return a.round_bf16 ? RoundToBf16(x) : x; };
   for (int64_t s = 0; s < s_n; ++s) {
     float* row = a.out.data() + s * t_n;
     std::fill(row, row + t_n, -std::numeric_limits<float>::infinity());
@@ -33,9 +35,9 @@ absl::Status IndexerScore(const IndexerScoreArgs& a) {
         const float* q = a.q.data() + (s * h_n + h) * d;
         float dot = 0.0f;
         for (int64_t c = 0; c < d; ++c) dot += q[c] * k[c];
-        total += std::max(dot, 0.0f) * a.weights[s * h_n + h];
+        total += round(std::max(round(dot), 0.0f) * a.weights[s * h_n + h]);
       }
-      row[t] = total;
+      row[t] = round(total);
     }
   }
   return absl::OkStatus();

@@ -31,6 +31,9 @@ struct IndexerScoreArgs {
   int heads = 0;
   int dim = 0;
   int64_t keys = 0;
+  // Round the per-head dot product, each weighted head term and the head sum
+  // to bf16 (round to nearest even), as the reference does in bf16 mode.
+  bool round_bf16 = false;
 };
 
 // Fills args.out. Returns INVALID_ARGUMENT on mis-sized spans or a

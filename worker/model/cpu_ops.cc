@@ -9,7 +9,6 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/rms_norm.h"
-#include "worker/model/indexer_score_bf16.h"
 #include "worker/model/row_gemm.h"
 
 namespace weir::model {
@@ -102,7 +101,9 @@ absl::Status CpuOps::CompressorPool(const cpu::CompressorPoolArgs& args) {
 }
 
 absl::Status CpuOps::IndexerScore(const cpu::IndexerScoreArgs& args) {
-  return bf16() ? IndexerScoreBf16(args) : cpu::IndexerScore(args);
+  cpu::IndexerScoreArgs rounded = args;
+  rounded.round_bf16 = bf16();
+  return cpu::IndexerScore(rounded);
 }
 
 absl::Status CpuOps::TopkPositions(const cpu::TopkArgs& args) { return cpu::TopkPositions(args); }

@@ -7,7 +7,7 @@
 // an sgemm inside (MoeGate) are called one token at a time for the same
 // reason; HcMix computes its mixes with RowStableGemm and then follows
 // kernels/cpu/mhc.h exactly. IndexerScore rounds at the reference's bf16
-// points (indexer_score_bf16.h).
+// points (IndexerScoreArgs::round_bf16).
 //
 // Thread safety: not thread-safe (accumulates OpsStats); one per forward thread.
 

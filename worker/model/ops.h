@@ -90,7 +90,7 @@ class Ops {
   virtual absl::Status SparseAttention(const kernels::cpu::SparseAttentionArgs& args) = 0;
   virtual absl::Status CompressorPool(const kernels::cpu::CompressorPoolArgs& args) = 0;
   // Index scores; under kBf16 with the reference's bf16 rounding of the
-  // per-head dot, the weighted term and the head sum (indexer_score_bf16.h).
+  // per-head dot, the weighted term and the head sum (IndexerScoreArgs::round_bf16).
   virtual absl::Status IndexerScore(const kernels::cpu::IndexerScoreArgs& args) = 0;
   virtual absl::Status TopkPositions(const kernels::cpu::TopkArgs& args) = 0;
   virtual absl::Status CandidateBlocks(const kernels::cpu::CandidateBlocksArgs& args) = 0;
