@@ -217,6 +217,9 @@ absl::Status StepDriver::SendPlans(const std::vector<RankStepPlan>& plans) {
       if (live != live_.end()) {
         *proto->mutable_sampling() = live->second.sampling;
         proto->set_seed(live->second.seed);
+        // Past the original prompt, a (recomputed) sequence's inputs are its
+        // own earlier output: they count as output for the penalties.
+        if (row.start_pos == 0) proto->set_output_from(live->second.prompt_len);
         if (row.start_pos == 0 &&
             live->second.constraint.kind_case() != v1::StructuredOutput::KIND_NOT_SET) {
           // A recompute's prompt includes the generated tokens: the worker

@@ -178,6 +178,7 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::Execute(
     Slot& slot = slots_[row.slot];
     if (row.start_pos == 0) {
       slot = Slot{.state = model_.NewSequence()};
+      if (row.output_from > 0) slot.output_from = row.output_from;
       if (row.constraint.has_value()) slot.grammar_status = StartGrammar(row, slot);
     }
     inputs[i] = row.tokens;
@@ -197,8 +198,10 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::Execute(
   for (size_t i = 0; i < rows.size(); ++i) {
     const RowPlan& row = rows[i];
     Slot& slot = slots_[row.slot];
-    for (int64_t t : inputs[i]) {
-      (slot.sampled_once ? slot.output : slot.prompt).push_back(static_cast<int32_t>(t));
+    for (size_t j = 0; j < inputs[i].size(); ++j) {
+      const bool generated =
+          slot.sampled_once || starts[i] + static_cast<int64_t>(j) >= slot.output_from;
+      (generated ? slot.output : slot.prompt).push_back(static_cast<int32_t>(inputs[i][j]));
     }
     const float* last = (*logits)[i].data() + (inputs[i].size() - 1) * vocab;
     RowOutcome& out = outcomes[i];

@@ -21,6 +21,7 @@
 #define WEIR_WORKER_STEP_EXECUTOR_H_
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -51,6 +52,9 @@ struct RowPlan {
   std::optional<grammar::Constraint> constraint;
   // Positions >= this are generated tokens the constraint must accept.
   int64_t constrained_from = 0;
+  // With start_pos 0: positions >= this were generated before (a recompute)
+  // and count as output for the penalties; <= 0 means all input is prompt.
+  int64_t output_from = 0;
 };
 
 struct RowOutcome {
@@ -97,6 +101,8 @@ class StepExecutor {
     std::vector<int32_t> prompt;  // tokens forwarded before the first sample
     std::vector<int32_t> output;  // sampled tokens fed back as inputs
     bool sampled_once = false;
+    // Input positions >= this are output (recomputed generations).
+    int64_t output_from = std::numeric_limits<int64_t>::max();
     // Structured output: the slot's matcher, the first constrained position,
     // and the position after the last token the matcher accepted.
     std::unique_ptr<grammar::Matcher> matcher;

@@ -120,6 +120,38 @@ TEST(StepExecutorTest, SeededSamplingIgnoresBatchComposition) {
   EXPECT_EQ(*(*a)[0].token, *(*b)[1].token);
 }
 
+TEST(StepExecutorTest, RecomputeKeepsPenaltiesOnGeneratedTokens) {
+  Fixture f;
+  // Strong negative penalties (rewarding repeats) make the next token depend
+  // on which earlier tokens count as output.
+  auto penalized = [](int32_t slot, int64_t start, std::vector<int64_t> tokens) {
+    RowPlan row = Greedy(slot, start, std::move(tokens));
+    row.sampling.frequency_penalty = -2.0f;
+    row.sampling.presence_penalty = -2.0f;
+    return row;
+  };
+  StepExecutor executor(*f.model, 4);
+  std::vector<int64_t> history = {5, 6, 7};
+  auto first = executor.Execute({penalized(0, 0, history)}, {});
+  ASSERT_TRUE(first.ok());
+  std::vector<int64_t> generated = {*(*first)[0].token};
+  for (int step = 0; step < 4; ++step) {
+    const int64_t pos = 3 + static_cast<int64_t>(generated.size()) - 1;
+    auto next = executor.Execute({penalized(0, pos, {generated.back()})}, {});
+    ASSERT_TRUE(next.ok()) << next.status();
+    generated.push_back(*(*next)[0].token);
+  }
+  // Recompute after a preemption: prompt + all but the last generated token
+  // as one prefill; the tokens past the prompt are marked as output.
+  std::vector<int64_t> replay = history;
+  replay.insert(replay.end(), generated.begin(), generated.end() - 1);
+  RowPlan recompute = penalized(1, 0, replay);
+  recompute.output_from = 3;
+  auto again = executor.Execute({recompute}, {});
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*(*again)[0].token, generated.back());
+}
+
 TEST(StepExecutorTest, TopKLogitsAreSortedAndNotSampledRowsStaySilent) {
   Fixture f;
   StepExecutor executor(*f.model, 1);

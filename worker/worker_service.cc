@@ -236,6 +236,7 @@ void WorkerService::ExecutePlan(const v1::StepPlan& plan, v1::StepResult& result
     }
     std::sort(row.sampling.logit_bias.begin(), row.sampling.logit_bias.end());
     row.sampling.seed = in.seed();
+    row.output_from = in.output_from();
     if (in.start_pos() == 0 && HasConstraint(in.constraint())) {
       absl::StatusOr<grammar::Constraint> constraint = ConstraintFromProto(in.constraint());
       if (constraint.ok()) {
