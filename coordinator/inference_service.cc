@@ -74,6 +74,22 @@ InferenceService::InferenceService(ModelSummary model, ClusterState& cluster, Ap
                                        .precompute_budget = absl::ZeroDuration()});
 }
 
+RequestLimits InferenceService::CurrentLimits() {
+  RequestLimits limits;
+  {
+    absl::MutexLock lock(&mu_);
+    limits = request_limits_;
+  }
+  // What ModelInfo advertises is what admission enforces.
+  limits.max_num_samples = limits_.max_num_samples;
+  limits.max_stop_sequences = limits_.max_stop_sequences;
+  limits.max_stop_string_len = limits_.max_stop_string_len;
+  limits.max_logit_bias_entries = limits_.max_logit_bias_entries;
+  limits.max_top_logprobs = limits_.max_top_logprobs;
+  limits.max_schema_bytes = limits_.max_schema_bytes;
+  return limits;
+}
+
 grpc::Status InferenceService::CheckModel(const std::string& model) const {
   if (model.empty() || model == model_.name) return grpc::Status::OK;
   return grpc::Status(grpc::StatusCode::NOT_FOUND,
@@ -90,12 +106,7 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* context,
   }
   if (grpc::Status s = CheckModel(request->model()); !s.ok()) return s;
   const absl::Time start = absl::Now();
-  RequestLimits limits;
-  {
-    absl::MutexLock lock(&mu_);
-    limits = request_limits_;
-  }
-  limits.max_schema_bytes = limits_.max_schema_bytes;
+  RequestLimits limits = CurrentLimits();
   limits.grammar = grammar_.get();
   const RequestId id(next_request_.fetch_add(1));
   absl::StatusOr<BuiltRequest> built =
@@ -181,12 +192,7 @@ grpc::Status InferenceService::GenerateBatch(grpc::ServerContext* context,
                           "GenerateBatch: duplicate custom_id \"" + item.custom_id() + "\"");
     }
   }
-  RequestLimits limits;
-  {
-    absl::MutexLock lock(&mu_);
-    limits = request_limits_;
-  }
-  limits.max_schema_bytes = limits_.max_schema_bytes;
+  RequestLimits limits = CurrentLimits();
   limits.grammar = grammar_.get();
   BatchRun run(*request, limits, BatchRun::Env{.driver = *driver,
                                               .tokenizer = tokenizer_.get(),

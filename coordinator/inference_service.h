@@ -35,11 +35,11 @@ namespace weir::coordinator {
 
 // Limits advertised in ModelInfo.features and enforced at admission.
 struct ApiLimits {
-  uint32_t max_num_samples = 16;
+  uint32_t max_num_samples = 1;
   uint32_t max_stop_sequences = 16;
   uint32_t max_stop_string_len = 256;
   uint32_t max_logit_bias_entries = 1024;
-  uint32_t max_top_logprobs = 20;
+  uint32_t max_top_logprobs = 0;
   uint32_t max_batch_items = 50000;
   uint64_t max_request_bytes = 64 << 20;
   uint64_t max_schema_bytes = 1 << 20;
@@ -79,6 +79,8 @@ class InferenceService final : public v1::Inference::Service {
                               v1::ServerState* response) override;
 
  private:
+  // The request limits, with the advertised ApiLimits applied.
+  RequestLimits CurrentLimits();
   // OK if `model` is empty or names the served model; NOT_FOUND otherwise.
   grpc::Status CheckModel(const std::string& model) const;
 
