@@ -29,7 +29,16 @@ absl::Status StepExecutor::StartGrammar(const RowPlan& row, Slot& slot) {
   if (row.constrained_from < 0) {
     return absl::InvalidArgumentError("constrained_from is negative");
   }
-  grammar::CompileFuture future = grammar_->CompileAsync(*row.constraint);
+  // The compile runs on the compiler's threads while this step's forward
+  // runs; FinishGrammar waits only when a row needs the matcher.
+  slot.pending_grammar = grammar_->CompileAsync(*row.constraint);
+  slot.accepted_upto = row.constrained_from;
+  return absl::OkStatus();
+}
+
+absl::Status StepExecutor::FinishGrammar(Slot& slot) {
+  grammar::CompileFuture future = std::move(*slot.pending_grammar);
+  slot.pending_grammar.reset();
   if (!future.WaitFor(grammar_options_.compile_wait)) {
     return absl::DeadlineExceededError("the constraint did not compile in time");
   }
@@ -39,7 +48,6 @@ absl::Status StepExecutor::StartGrammar(const RowPlan& row, Slot& slot) {
     return absl::InternalError("grammar vocabulary size differs from the model's");
   }
   slot.matcher = std::make_unique<grammar::Matcher>(std::move(*compiled));
-  slot.accepted_upto = row.constrained_from;
   return absl::OkStatus();
 }
 
@@ -198,6 +206,17 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::Execute(
   for (size_t i = 0; i < rows.size(); ++i) {
     const RowPlan& row = rows[i];
     Slot& slot = slots_[row.slot];
+    // A constraint still compiling is finished only once a row needs it: it
+    // samples, or feeds positions the matcher must accept.
+    const int64_t end = starts[i] + static_cast<int64_t>(inputs[i].size());
+    if (slot.pending_grammar.has_value() && slot.grammar_status.ok() &&
+        (row.sample || end > slot.accepted_upto)) {
+      slot.grammar_status = FinishGrammar(slot);
+      if (slot.grammar_status.ok()) {
+        slot.grammar_status = AcceptInputs(slot, starts[i], inputs[i]);
+      }
+      outcomes[i].status = slot.grammar_status;
+    }
     for (size_t j = 0; j < inputs[i].size(); ++j) {
       const bool generated =
           slot.sampled_once || starts[i] + static_cast<int64_t>(j) >= slot.output_from;

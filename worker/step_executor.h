@@ -106,13 +106,17 @@ class StepExecutor {
     // Structured output: the slot's matcher, the first constrained position,
     // and the position after the last token the matcher accepted.
     std::unique_ptr<grammar::Matcher> matcher;
+    // The constraint's compile, until a row needs the matcher.
+    std::optional<grammar::CompileFuture> pending_grammar;
     int64_t accepted_upto = 0;
     // A grammar failure sticks to the slot until it is released.
     absl::Status grammar_status;
   };
 
-  // Creates `slot`'s matcher for `row` (start_pos 0, constrained).
+  // Starts compiling `row`'s constraint for `slot` (start_pos 0, constrained).
   absl::Status StartGrammar(const RowPlan& row, Slot& slot);
+  // Waits for the slot's pending compile and creates its matcher.
+  absl::Status FinishGrammar(Slot& slot);
   // Feeds `inputs` starting at position `start` to the slot's matcher.
   absl::Status AcceptInputs(Slot& slot, int64_t start, const std::vector<int64_t>& inputs);
   // Samples from `logits` masked by the slot's grammar, and accepts the token.
