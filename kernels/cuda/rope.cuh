@@ -1,0 +1,35 @@
+// kernels/cuda/rope.cuh — device code of ApplyRope. No host dependencies.
+#ifndef WEIR_KERNELS_CUDA_ROPE_CUH_
+#define WEIR_KERNELS_CUDA_ROPE_CUH_
+
+#include <cstdint>
+
+namespace weir::kernels::cuda {
+
+// One thread per (token, head, pair).
+__global__ void RopeKernel(float* x, const int64_t* __restrict__ positions,
+                           const float* __restrict__ freqs, int64_t num_pairs_total,
+                           int num_heads, int head_dim, int rope_dim, bool inverse) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= num_pairs_total) return;
+  const int half = rope_dim / 2;
+  const int pair = static_cast<int>(idx % half);
+  const int64_t vec = idx / half;  // token * num_heads + head
+  const int64_t token = vec / num_heads;
+  const float angle = __fmul_rn(static_cast<float>(positions[token]), freqs[pair]);
+  const float c = cosf(angle);
+  const float s = sinf(angle);
+  float* v = x + vec * head_dim + (head_dim - rope_dim) + 2 * pair;
+  const float a = v[0], b = v[1];
+  if (!inverse) {
+    v[0] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+    v[1] = __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
+  } else {
+    v[0] = __fadd_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+    v[1] = __fsub_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+  }
+}
+
+}  // namespace weir::kernels::cuda
+
+#endif  // WEIR_KERNELS_CUDA_ROPE_CUH_

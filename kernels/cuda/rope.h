@@ -1,0 +1,43 @@
+// kernels/cuda/rope.h
+//
+// ApplyRope on the GPU: the CUDA backend of kernels/cpu/rope.h. Rotates the
+// last rope_dim dims of every head vector as adjacent (2i, 2i+1) pairs by
+// angle fl(fl(pos) * f_i), with the frequency table of kernels/cpu::RopeTable
+// copied to the device. Products are rounded one by one (no FMA) as on the
+// CPU; cosf/sinf are CUDA's (within 2 ulp of libm), so results match the CPU
+// reference to a few ulp.
+//
+// Thread safety: stateless; safe from any thread.
+
+#ifndef WEIR_KERNELS_CUDA_ROPE_H_
+#define WEIR_KERNELS_CUDA_ROPE_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace weir::kernels::cuda {
+
+struct RopeParams {
+  float* x = nullptr;                // device [num_tokens, num_heads, head_dim], in place
+  const int64_t* positions = nullptr;  // device [num_tokens], >= 0
+  const float* freqs = nullptr;      // device [rope_dim / 2] (RopeTable::freqs())
+  int64_t num_tokens = 0;
+  int num_heads = 0;
+  int head_dim = 0;
+  int rope_dim = 64;
+  bool inverse = false;              // the conjugate rotation (spec §4.3.7)
+};
+
+// True for positive sizes, an even rope_dim <= head_dim and non-null pointers.
+bool SupportsRope(const RopeParams& params);
+
+// Enqueues the rotation on `stream`. INVALID_ARGUMENT when unsupported;
+// INTERNAL with the CUDA error if the launch fails.
+absl::Status ApplyRope(const RopeParams& params, cudaStream_t stream);
+
+}  // namespace weir::kernels::cuda
+
+#endif  // WEIR_KERNELS_CUDA_ROPE_H_
