@@ -66,6 +66,8 @@ ABSL_FLAG(int, kv_block_tokens, 64, "Token positions per KV block.");
 ABSL_FLAG(int, max_seqs_per_rank, 64, "Concurrent sequences per rank (<= worker --max_slots).");
 ABSL_FLAG(int, max_prefill_tokens, 2048, "Token budget of one prefill step per rank.");
 ABSL_FLAG(int, default_max_new_tokens, 256, "max_new_tokens of requests that set none.");
+ABSL_FLAG(int, eplb_stat_interval, 128,
+          "Every this many steps the workers' expert load goes to the EPLB service.");
 ABSL_FLAG(int, max_queued_requests, 4096,
           "Unfinished requests beyond which new ones get RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int64_t, max_queued_prompt_tokens, int64_t{1} << 22,
@@ -284,6 +286,10 @@ int Run(int argc, char** argv) {
   driver_options.zero_overhead = absl::GetFlag(FLAGS_zero_overhead);
   driver_options.max_requests = absl::GetFlag(FLAGS_max_queued_requests);
   driver_options.max_prompt_tokens = absl::GetFlag(FLAGS_max_queued_prompt_tokens);
+  driver_options.eplb_address = cluster.eplb_address();
+  driver_options.stat_interval = absl::GetFlag(FLAGS_eplb_stat_interval);
+  driver_options.moe_layers = config->n_layers;
+  driver_options.num_logical = config->n_routed_experts;
   driver_options.rank.kv.block_tokens = absl::GetFlag(FLAGS_kv_block_tokens);
   driver_options.rank.kv.compress_ratios.clear();
   for (int64_t layer : config->kv_source_layers) {

@@ -23,6 +23,7 @@
 #include "coordinator/model_provisioning.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "proto/eplb.grpc.pb.h"
 #include "proto/inference.grpc.pb.h"
 #include "worker/model/checkpoint.h"
 #include "worker/model/model.h"
@@ -364,6 +365,31 @@ TEST(ServeTest, BatchMixesGoodAndBadItemsInInputOrder) {
   while (dup_reader->Read(&event)) {
   }
   EXPECT_EQ(dup_reader->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST(ServeTest, ExpertLoadReachesTheEplbService) {
+  Cluster cluster({"--workers=2", "--eplb=true", "--eplb_stat_interval=4"});
+  std::vector<uint32_t> tokens;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(cluster.Greedy({static_cast<uint32_t>(10 + i), 20, 30}, 12, tokens).ok());
+  }
+  v1::ServerState state = State(cluster);
+  ASSERT_FALSE(state.eplb_address().empty());
+  auto eplb = v1::Eplb::NewStub(MakeChannel(state.eplb_address()));
+  v1::EplbState eplb_state;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  do {
+    grpc::ClientContext context;
+    eplb_state.Clear();
+    ASSERT_TRUE(eplb->GetState(&context, v1::GetEplbStateRequest(), &eplb_state).ok());
+  } while (eplb_state.reports_total() == 0 && absl::Now() < deadline);
+  // Every 4 steps each of the 2 ranks reports [layers, experts] routed counts.
+  EXPECT_GT(eplb_state.reports_total(), 0u);
+  ASSERT_EQ(eplb_state.rank_loads_size(), 2);
+  uint64_t tokens_routed = 0;
+  for (const auto& load : eplb_state.rank_loads()) tokens_routed += load.tokens();
+  EXPECT_GT(tokens_routed, 0u);
+  EXPECT_GE(eplb_state.balance_ratio(), 1.0);
 }
 
 TEST(ServeTest, CancelByRequestIdEndsTheStream) {

@@ -17,6 +17,7 @@
 #include "base/grpc_util.h"
 #include "base/init.h"
 #include "coordinator/batch_client.h"
+#include "proto/eplb.grpc.pb.h"
 #include "proto/inference.grpc.pb.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "Coordinator address.");
@@ -87,6 +88,18 @@ int Info(const std::shared_ptr<grpc::Channel>& channel) {
       v1::Lifecycle_Name(state.lifecycle()), state.uptime_s(), info.parallelism().dp(),
       info.parallelism().ep(), state.expert_map_version(),
       state.eplb_address().empty() ? "(none)" : state.eplb_address());
+  if (!state.eplb_address().empty()) {
+    auto eplb = v1::Eplb::NewStub(MakeChannel(state.eplb_address()));
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineIn(deadline));
+    v1::EplbState eplb_state;
+    if (eplb->GetState(&context, v1::GetEplbStateRequest(), &eplb_state).ok()) {
+      std::cout << absl::StrFormat(
+          "expert load %d reports (%d in the window of %d), rank balance max/mean %.3f\n",
+          eplb_state.reports_total(), eplb_state.window_reports(), eplb_state.window_size(),
+          eplb_state.balance_ratio());
+    }
+  }
   std::cout << "workers\n";
   for (const v1::ServerState::Worker& w : state.workers()) {
     std::cout << absl::StrFormat("  rank %-3d %-22s pid %-8d %s%s\n", w.rank(), w.address(),
