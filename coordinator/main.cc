@@ -105,6 +105,65 @@ absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> LoadTokenizer(const std::s
   return tokenizer::Tokenizer::FromJson(*json, config);
 }
 
+// The step loop's options: scheduler limits from the flags, the KV layout
+// and EPLB statistics from the model.
+StepDriverOptions DriverOptionsFromFlags(const model::ModelConfig& config,
+                                         const ModelSummary& model, uint64_t epoch,
+                                         const std::string& eplb_address) {
+  StepDriverOptions driver_options;
+  driver_options.epoch = epoch;
+  driver_options.zero_overhead = absl::GetFlag(FLAGS_zero_overhead);
+  driver_options.max_requests = absl::GetFlag(FLAGS_max_queued_requests);
+  driver_options.max_prompt_tokens = absl::GetFlag(FLAGS_max_queued_prompt_tokens);
+  driver_options.eplb_address = eplb_address;
+  driver_options.stat_interval = absl::GetFlag(FLAGS_eplb_stat_interval);
+  driver_options.moe_layers = config.n_layers;
+  driver_options.num_logical = config.n_routed_experts;
+  driver_options.rank.kv.block_tokens = absl::GetFlag(FLAGS_kv_block_tokens);
+  driver_options.rank.kv.compress_ratios.clear();
+  for (int64_t layer : config.kv_source_layers) {
+    const int64_t ratio = config.compress_ratios[layer];
+    if (ratio > 0) driver_options.rank.kv.compress_ratios.push_back(static_cast<int32_t>(ratio));
+  }
+  driver_options.rank.kv.num_blocks = absl::GetFlag(FLAGS_kv_blocks_per_rank);
+  driver_options.rank.kv.num_seq_slots = absl::GetFlag(FLAGS_max_seqs_per_rank);
+  driver_options.rank.max_model_len = model.max_context_tokens;
+  driver_options.rank.max_prefill_tokens = absl::GetFlag(FLAGS_max_prefill_tokens);
+  driver_options.rank.max_decode_batch = absl::GetFlag(FLAGS_max_seqs_per_rank);
+  for (int64_t eos : model.eos_token_ids) {
+    driver_options.rank.eos_token_ids.push_back(static_cast<uint32_t>(eos));
+  }
+  return driver_options;
+}
+
+// Offline mode: the JSON Lines batch at `input` goes through our own public
+// API like any client's; results go to `output` (stdout if empty). Returns
+// the process exit code.
+int RunOffline(const std::string& input, const std::string& output, const std::string& address) {
+  std::ifstream in(input, std::ios::binary);
+  if (!in) {
+    std::cerr << "weir: cannot read --input " << input << "\n";
+    return 1;
+  }
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::ofstream file;
+  if (!output.empty()) file.open(output, std::ios::binary | std::ios::trunc);
+  std::ostream& out = output.empty() ? std::cout : file;
+  const absl::Time start = absl::Now();
+  absl::StatusOr<BatchCounts> counts = RunJsonlBatch(
+      MakeChannel(address, kPublicMaxRequestBytes), text, out, [](int done, int total) {
+        std::cerr << "\rweir: " << done << "/" << total << " requests done" << std::flush;
+      });
+  std::cerr << "\n";
+  if (!counts.ok()) {
+    std::cerr << "weir: batch failed: " << counts.status() << "\n";
+    return 1;
+  }
+  std::cerr << "weir: " << counts->completed << " completed, " << counts->failed << " failed in "
+            << absl::FormatDuration(absl::Now() - start) << "\n";
+  return 0;
+}
+
 // Resolves a data dependency shipped next to this binary.
 std::string Locate(const Runfiles* runfiles, const std::string& flag_value,
                    const std::string& runfile) {
@@ -281,29 +340,8 @@ int Run(int argc, char** argv) {
     std::cerr << "weir: " << config.status() << "\n";
     return shutdown(1);
   }
-  StepDriverOptions driver_options;
-  driver_options.epoch = epoch;
-  driver_options.zero_overhead = absl::GetFlag(FLAGS_zero_overhead);
-  driver_options.max_requests = absl::GetFlag(FLAGS_max_queued_requests);
-  driver_options.max_prompt_tokens = absl::GetFlag(FLAGS_max_queued_prompt_tokens);
-  driver_options.eplb_address = cluster.eplb_address();
-  driver_options.stat_interval = absl::GetFlag(FLAGS_eplb_stat_interval);
-  driver_options.moe_layers = config->n_layers;
-  driver_options.num_logical = config->n_routed_experts;
-  driver_options.rank.kv.block_tokens = absl::GetFlag(FLAGS_kv_block_tokens);
-  driver_options.rank.kv.compress_ratios.clear();
-  for (int64_t layer : config->kv_source_layers) {
-    const int64_t ratio = config->compress_ratios[layer];
-    if (ratio > 0) driver_options.rank.kv.compress_ratios.push_back(static_cast<int32_t>(ratio));
-  }
-  driver_options.rank.kv.num_blocks = absl::GetFlag(FLAGS_kv_blocks_per_rank);
-  driver_options.rank.kv.num_seq_slots = absl::GetFlag(FLAGS_max_seqs_per_rank);
-  driver_options.rank.max_model_len = model->max_context_tokens;
-  driver_options.rank.max_prefill_tokens = absl::GetFlag(FLAGS_max_prefill_tokens);
-  driver_options.rank.max_decode_batch = absl::GetFlag(FLAGS_max_seqs_per_rank);
-  for (int64_t eos : model->eos_token_ids) {
-    driver_options.rank.eos_token_ids.push_back(static_cast<uint32_t>(eos));
-  }
+  const StepDriverOptions driver_options =
+      DriverOptionsFromFlags(*config, *model, epoch, cluster.eplb_address());
   std::vector<std::string> worker_addresses;
   for (const WorkerRecord& w : cluster.Workers()) worker_addresses.push_back(w.address);
   absl::StatusOr<std::unique_ptr<StepDriver>> driver =
@@ -336,34 +374,10 @@ int Run(int argc, char** argv) {
             << std::endl;
 
   if (const std::string input = absl::GetFlag(FLAGS_input); !input.empty()) {
-    // Offline mode: the batch goes through the public API like any client's.
-    std::ifstream in(input, std::ios::binary);
-    if (!in) {
-      std::cerr << "weir: cannot read --input " << input << "\n";
-      inference.SetDriver(nullptr);
-      (*driver)->Stop();
-      return shutdown(1);
-    }
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::ofstream file;
-    const std::string output = absl::GetFlag(FLAGS_output);
-    if (!output.empty()) file.open(output, std::ios::binary | std::ios::trunc);
-    std::ostream& out = output.empty() ? std::cout : file;
-    const absl::Time start = absl::Now();
-    absl::StatusOr<BatchCounts> counts = RunJsonlBatch(
-        MakeChannel(server->address, kPublicMaxRequestBytes), text, out, [&](int done, int total) {
-          std::cerr << "\rweir: " << done << "/" << total << " requests done" << std::flush;
-        });
-    std::cerr << "\n";
+    const int code = RunOffline(input, absl::GetFlag(FLAGS_output), server->address);
     inference.SetDriver(nullptr);
     (*driver)->Stop();
-    if (!counts.ok()) {
-      std::cerr << "weir: batch failed: " << counts.status() << "\n";
-      return shutdown(1);
-    }
-    std::cerr << "weir: " << counts->completed << " completed, " << counts->failed
-              << " failed in " << absl::FormatDuration(absl::Now() - start) << "\n";
-    return shutdown(0);
+    return shutdown(code);
   }
 
   stop.WaitForNotification();
