@@ -25,7 +25,18 @@ std::map<std::string, std::vector<uint32_t>> RunBatch(int workers) {
       std::getenv("TEST_SRCDIR"), "/weir/coordinator/main --listen=127.0.0.1:0 --eplb=false",
       " --workers=", workers, " --startup_timeout_s=600 --model_cache_dir=", Dir(), "/models",
       " --input=", Dir(), "/in.jsonl --output=", output, " 2>", Dir(), "/log", workers);
-  EXPECT_EQ(std::system(command.c_str()), 0) << "see the log of the " << workers << "-rank run";
+  const int status = std::system(command.c_str());
+  if (status != 0) {
+    // Show the end of the coordinator's log: start-up or step errors are there.
+    std::ifstream log(absl::StrCat(Dir(), "/log", workers));
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(log, line);) lines.push_back(line);
+    std::string tail;
+    for (size_t i = lines.size() > 40 ? lines.size() - 40 : 0; i < lines.size(); ++i) {
+      tail += lines[i] + "\n";
+    }
+    ADD_FAILURE() << "the " << workers << "-rank run exited with " << status << ":\n" << tail;
+  }
   std::map<std::string, std::vector<uint32_t>> tokens;
   std::ifstream in(output);
   std::string line;
