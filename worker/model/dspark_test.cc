@@ -12,28 +12,14 @@
 #include "gtest/gtest.h"
 #include "worker/model/model.h"
 #include "worker/model/tiny_checkpoint.h"
+#include "worker/model/tiny_model_test_util.h"
 
 namespace weir::model {
 namespace {
 
-const Checkpoint& Tiny() {
-  static const Checkpoint* ckpt = [] {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    auto c = GenerateAndOpenCheckpoint("models/tiny/config.json",
-                                       std::string(tmp ? tmp : "/tmp") + "/tiny_dspark", 12);
-    EXPECT_TRUE(c.ok()) << c.status();
-    return c.ok() ? c->release() : nullptr;
-  }();
-  return *ckpt;
-}
+const Checkpoint& Tiny() { return TinyCheckpoint(12); }
 
-std::vector<int64_t> Tokens(int n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_int_distribution<int64_t> u(0, 4094);
-  std::vector<int64_t> t(n);
-  for (int64_t& x : t) x = u(gen);
-  return t;
-}
+std::vector<int64_t> Tokens(int n, uint32_t seed) { return RandomTokens(n, seed, 4094); }
 
 double MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b) {
   EXPECT_EQ(a.size(), b.size());

@@ -18,6 +18,7 @@
 #include "parallel/fake_communicator.h"
 #include "worker/model/ep_schedule_test_util.h"
 #include "worker/model/tiny_checkpoint.h"
+#include "worker/model/tiny_model_test_util.h"
 
 namespace weir::model {
 namespace {
@@ -25,24 +26,9 @@ namespace {
 using parallel::Communicator;
 using parallel::FakeCommunicator;
 
-const Checkpoint& Tiny() {
-  static const Checkpoint* ckpt = [] {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    auto c = GenerateAndOpenCheckpoint("models/tiny/config.json",
-                                       std::string(tmp ? tmp : "/tmp") + "/tiny_ep", 11);
-    EXPECT_TRUE(c.ok()) << c.status();
-    return c.ok() ? c->release() : nullptr;
-  }();
-  return *ckpt;
-}
+const Checkpoint& Tiny() { return TinyCheckpoint(11); }
 
-std::vector<int64_t> Tokens(int n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_int_distribution<int64_t> u(0, 4095);
-  std::vector<int64_t> t(n);
-  for (int64_t& x : t) x = u(gen);
-  return t;
-}
+std::vector<int64_t> Tokens(int n, uint32_t seed) { return RandomTokens(n, seed); }
 
 // Rank 1 idles at steps 0-1, rank 0 at steps 5-6.
 std::vector<ScheduledSequence> TwoRankSchedule() {

@@ -20,6 +20,7 @@
 #include "worker/model/ep_schedule_test_util.h"
 #include "worker/model/expert_parallel_model.h"
 #include "worker/model/tiny_checkpoint.h"
+#include "worker/model/tiny_model_test_util.h"
 
 namespace weir::model {
 namespace {
@@ -40,13 +41,7 @@ const Checkpoint& Tiny() {
   return *ckpt;
 }
 
-std::vector<int64_t> Tokens(int n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_int_distribution<int64_t> u(0, 4095);
-  std::vector<int64_t> t(n);
-  for (int64_t& x : t) x = u(gen);
-  return t;
-}
+std::vector<int64_t> Tokens(int n, uint32_t seed) { return RandomTokens(n, seed); }
 
 int Fail(int rank, const absl::Status& status) {
   std::fprintf(stderr, "rank %d: %s\n", rank, status.ToString().c_str());

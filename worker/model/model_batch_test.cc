@@ -10,20 +10,12 @@
 #include "worker/model/ep_schedule_test_util.h"
 #include "worker/model/model.h"
 #include "worker/model/tiny_checkpoint.h"
+#include "worker/model/tiny_model_test_util.h"
 
 namespace weir::model {
 namespace {
 
-const Checkpoint& Tiny() {
-  static const Checkpoint* ckpt = [] {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    auto c = GenerateAndOpenCheckpoint("models/tiny/config.json",
-                                       std::string(tmp ? tmp : "/tmp") + "/tiny_batch", 11);
-    EXPECT_TRUE(c.ok()) << c.status();
-    return c.ok() ? c->release() : nullptr;
-  }();
-  return *ckpt;
-}
+const Checkpoint& Tiny() { return TinyCheckpoint(11); }
 
 std::unique_ptr<Model> NewModel() {
   auto m = Model::Create(Tiny().config(), Tiny());
@@ -31,13 +23,7 @@ std::unique_ptr<Model> NewModel() {
   return m.ok() ? std::move(*m) : nullptr;
 }
 
-std::vector<int64_t> Tokens(int n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_int_distribution<int64_t> u(0, 4095);
-  std::vector<int64_t> t(n);
-  for (int64_t& x : t) x = u(gen);
-  return t;
-}
+std::vector<int64_t> Tokens(int n, uint32_t seed) { return RandomTokens(n, seed); }
 
 TEST(ModelBatchTest, BatchEqualsRowsAloneBitwise) {
   // Rows start at different steps, so batches mix prefills with decodes;

@@ -13,21 +13,13 @@
 
 #include "gtest/gtest.h"
 #include "worker/model/tiny_checkpoint.h"
+#include "worker/model/tiny_model_test_util.h"
 
 namespace weir::model {
 namespace {
 
 // One checkpoint per test binary (generation dominates the setup time).
-const Checkpoint& Tiny() {
-  static const Checkpoint* ckpt = [] {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    auto c = GenerateAndOpenCheckpoint("models/tiny/config.json",
-                                       std::string(tmp ? tmp : "/tmp") + "/tiny_model", 11);
-    EXPECT_TRUE(c.ok()) << c.status();
-    return c.ok() ? c->release() : nullptr;
-  }();
-  return *ckpt;
-}
+const Checkpoint& Tiny() { return TinyCheckpoint(11); }
 
 std::unique_ptr<Model> NewModel() {
   auto m = Model::Create(Tiny().config(), Tiny());
@@ -35,13 +27,7 @@ std::unique_ptr<Model> NewModel() {
   return m.ok() ? std::move(*m) : nullptr;
 }
 
-std::vector<int64_t> Tokens(int n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_int_distribution<int64_t> u(0, 4095);
-  std::vector<int64_t> t(n);
-  for (int64_t& x : t) x = u(gen);
-  return t;
-}
+std::vector<int64_t> Tokens(int n, uint32_t seed) { return RandomTokens(n, seed); }
 
 // Runs `tokens` in chunks of the given sizes; returns all logits.
 std::vector<float> RunChunks(Model& model, SequenceState& seq, const std::vector<int64_t>& tokens,

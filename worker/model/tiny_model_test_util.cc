@@ -1,0 +1,39 @@
+#include "worker/model/tiny_model_test_util.h"
+
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "worker/model/tiny_checkpoint.h"
+
+namespace weir::model {
+
+const Checkpoint& TinyCheckpoint(uint64_t seed) {
+  static std::mutex mu;
+  static auto* checkpoints = new std::map<uint64_t, std::unique_ptr<Checkpoint>>();
+  std::lock_guard<std::mutex> lock(mu);
+  std::unique_ptr<Checkpoint>& slot = (*checkpoints)[seed];
+  if (slot == nullptr) {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    auto c = GenerateAndOpenCheckpoint(
+        "models/tiny/config.json",
+        std::string(tmp ? tmp : "/tmp") + "/tiny_seed" + std::to_string(seed), seed);
+    EXPECT_TRUE(c.ok()) << c.status();
+    if (c.ok()) slot = std::move(*c);
+  }
+  return *slot;
+}
+
+std::vector<int64_t> RandomTokens(int n, uint32_t seed, int64_t max_id) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int64_t> u(0, max_id);
+  std::vector<int64_t> t(n);
+  for (int64_t& x : t) x = u(gen);
+  return t;
+}
+
+}  // namespace weir::model

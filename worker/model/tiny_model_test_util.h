@@ -1,0 +1,27 @@
+// worker/model/tiny_model_test_util.h
+//
+// Fixtures shared by the model tests: the tiny checkpoint (generated once per
+// test binary and seed under TEST_TMPDIR) and seeded random token ids.
+//
+// Thread safety: TinyCheckpoint is safe to call from several threads.
+
+#ifndef WEIR_WORKER_MODEL_TINY_MODEL_TEST_UTIL_H_
+#define WEIR_WORKER_MODEL_TINY_MODEL_TEST_UTIL_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "worker/model/checkpoint.h"
+
+namespace weir::model {
+
+// The tiny checkpoint of models/tiny/config.json generated with `seed`; lives
+// until the process ends. A generation failure is a test failure.
+const Checkpoint& TinyCheckpoint(uint64_t seed);
+
+// `n` token ids drawn uniformly from [0, max_id] with `seed`.
+std::vector<int64_t> RandomTokens(int n, uint32_t seed, int64_t max_id = 4095);
+
+}  // namespace weir::model
+
+#endif  // WEIR_WORKER_MODEL_TINY_MODEL_TEST_UTIL_H_
