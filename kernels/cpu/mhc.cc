@@ -78,6 +78,17 @@ absl::Status HcMix(const HcParams& params, const HcMixArgs& args) {
   LinearWeight fn{.format = WeightFormat::kF32, .out_features = n_mix, .in_features = n * d,
                   .f32 = args.hc_fn};
   RETURN_IF_ERROR(Linear(fn, {.x = args.x, .y = mixes, .rows = t, .act_quant = ActQuant::kNone}));
+  return HcMixFromProducts(params, args, mixes);
+}
+
+absl::Status HcMixFromProducts(const HcParams& params, const HcMixArgs& args,
+                               std::span<float> mixes) {
+  const int n = params.hc_mult;
+  const int64_t t = args.tokens, d = args.dim, n_mix = static_cast<int64_t>(2 + n) * n;
+  if (!Sized(mixes, t * n_mix)) {
+    return absl::InvalidArgumentError(absl::StrCat("HcMixFromProducts: ", mixes.size(),
+                                                   " mixes for tokens ", t));
+  }
   for (int64_t i = 0; i < t; ++i) {
     const float* v = args.x.data() + i * n * d;
     double sum_sq = 0.0;

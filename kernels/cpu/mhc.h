@@ -51,6 +51,14 @@ struct HcMixArgs {
 // INVALID_ARGUMENT on bad params (hc_mult < 1, iters < 1) or mis-sized spans.
 absl::Status HcMix(const HcParams& params, const HcMixArgs& args);
 
+// HcMix after the mixing product: scales each token's row of `mixes`
+// [tokens, (2+n)*n] = x . hc_fn^T (in place) by rsqrt(mean(x^2) + eps) of its
+// stream x [tokens, n*dim] (sum of squares in double) and splits it into
+// pre/post/comb. For backends that compute the product themselves.
+// REQUIRES: `args` passed HcMix's shape checks; mixes.size() == tokens*(2+n)*n.
+absl::Status HcMixFromProducts(const HcParams& params, const HcMixArgs& args,
+                               std::span<float> mixes);
+
 // The split + Sinkhorn step alone, for one token: `mixes` [(2+n)*n] ->
 // pre [n], post [n], comb [n, n]. Same errors.
 absl::Status HcSplitSinkhorn(const HcParams& params, std::span<const float> mixes,

@@ -148,20 +148,7 @@ absl::Status CpuOps::HcMix(const cpu::HcParams& params, const cpu::HcMixArgs& ar
     MatmulTimer timer(stats_, 2 * t * n_mix * n * d);
     RowStableGemm(args.x.data(), args.hc_fn.data(), mixes.data(), t, n_mix, n * d);
   }
-  for (int64_t i = 0; i < t; ++i) {
-    // rsqrt(mean(v^2) + eps) exactly as kernels/cpu/mhc.cc (double sum of squares).
-    const float* v = args.x.data() + i * n * d;
-    double sum_sq = 0.0;
-    for (int64_t c = 0; c < n * d; ++c) sum_sq += static_cast<double>(v[c]) * v[c];
-    const float mean = static_cast<float>(sum_sq) / static_cast<float>(n * d);
-    const float rsqrt = 1.0f / std::sqrt(mean + params.norm_eps);
-    std::span<float> m(mixes.data() + i * n_mix, n_mix);
-    for (float& value : m) value *= rsqrt;
-    RETURN_IF_ERROR(cpu::HcSplitSinkhorn(params, m, args.scale, args.base,
-                                         args.pre.subspan(i * n, n), args.post.subspan(i * n, n),
-                                         args.comb.subspan(i * n * n, n * n)));
-  }
-  return absl::OkStatus();
+  return cpu::HcMixFromProducts(params, args, mixes);
 }
 
 absl::Status CpuOps::HcCollapse(std::span<const float> x, std::span<const float> pre,
