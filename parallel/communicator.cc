@@ -73,4 +73,32 @@ absl::Status CheckPeerBlocks(std::span<const int64_t> counts, std::span<const in
   return absl::OkStatus();
 }
 
+absl::Status CheckGroupOps(std::span<const P2POp> ops, int self, int world,
+                           std::vector<const P2POp*>& self_sends,
+                           std::vector<const P2POp*>& self_recvs) {
+  for (const P2POp& op : ops) {
+    if (op.peer.value() < 0 || op.peer.value() >= world) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("peer ", op.peer.value(), " outside [0, ", world, ")"));
+    }
+    if (absl::Status s = CheckElementCount(op.count, op.data, "data"); !s.ok()) return s;
+    if (op.peer.value() == self) {
+      (op.kind == P2POp::Kind::kSend ? self_sends : self_recvs).push_back(&op);
+    }
+  }
+  if (self_sends.size() != self_recvs.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(self_sends.size(), " sends to self but ",
+                                                   self_recvs.size(), " receives from self"));
+  }
+  for (size_t i = 0; i < self_sends.size(); ++i) {
+    const size_t sb = self_sends[i]->count * DataTypeSize(self_sends[i]->dtype);
+    const size_t rb = self_recvs[i]->count * DataTypeSize(self_recvs[i]->dtype);
+    if (sb != rb) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("self send ", i, " has ", sb, " bytes, its receive ", rb));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace weir::parallel

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "base/strong_id.h"
@@ -140,6 +141,13 @@ class Communicator {
 absl::Status CheckElementCount(int64_t count, const void* data, const char* name);
 absl::Status CheckPeerBlocks(std::span<const int64_t> counts, std::span<const int64_t> offsets,
                              const void* data, int world, const char* name);
+
+// Checks grouped point-to-point `ops` of rank `self` in a world of `world`:
+// peers in range, counts, and sends to self paired in order with receives
+// from self of the same byte size; the self ops are returned in order.
+absl::Status CheckGroupOps(std::span<const P2POp> ops, int self, int world,
+                           std::vector<const P2POp*>& self_sends,
+                           std::vector<const P2POp*>& self_recvs);
 
 }  // namespace weir::parallel
 

@@ -118,25 +118,7 @@ absl::Status NcclCommunicator::Broadcast(void* data, int64_t count, DataType dty
 
 absl::Status NcclCommunicator::GroupSendRecv(std::span<const P2POp> ops, const ExecContext& ctx) {
   std::vector<const P2POp*> self_sends, self_recvs;
-  for (const P2POp& op : ops) {
-    RETURN_IF_ERROR(CheckPeer(op.peer, world_size_, "peer"));
-    RETURN_IF_ERROR(CheckElementCount(op.count, op.data, "data"));
-    if (op.peer.value() == rank_) {
-      (op.kind == P2POp::Kind::kSend ? self_sends : self_recvs).push_back(&op);
-    }
-  }
-  if (self_sends.size() != self_recvs.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(self_sends.size(), " sends to self but ",
-                                                   self_recvs.size(), " receives from self"));
-  }
-  for (size_t i = 0; i < self_sends.size(); ++i) {
-    const size_t sb = self_sends[i]->count * DataTypeSize(self_sends[i]->dtype);
-    const size_t rb = self_recvs[i]->count * DataTypeSize(self_recvs[i]->dtype);
-    if (sb != rb) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("self send ", i, " has ", sb, " bytes, its receive ", rb));
-    }
-  }
+  RETURN_IF_ERROR(CheckGroupOps(ops, rank_, world_size_, self_sends, self_recvs));
   RETURN_IF_ERROR(Begin(ctx));
   for (size_t i = 0; i < self_sends.size(); ++i) {
     RETURN_IF_ERROR(Copy(self_recvs[i]->data, self_sends[i]->data,
