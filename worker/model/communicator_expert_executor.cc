@@ -32,21 +32,19 @@ int64_t Sum(std::span<const int64_t> counts) {
   return s;
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<CommunicatorExpertExecutor>> CommunicatorExpertExecutor::Create(
-    parallel::Communicator& comm, Ops& ops, const ModelWeights& weights, ExpertPlacement placement,
-    float swiglu_limit) {
+// Checks `placement` against the world and the weights loaded here; returns
+// the experts' model dimension.
+absl::StatusOr<int64_t> CheckPlacementFits(const ExpertPlacement& placement, int rank,
+                                           int world_size, const ModelWeights& weights) {
   RETURN_IF_ERROR(ValidatePlacement(placement));
-  if (placement.world_size != comm.world_size()) {
+  if (placement.world_size != world_size) {
     return absl::InvalidArgumentError(absl::StrCat("expert placement for ", placement.world_size,
-                                                   " ranks, communicator has ", comm.world_size()));
+                                                   " ranks, communicator has ", world_size));
   }
   if (placement.num_layers > static_cast<int>(weights.layers.size())) {
     return absl::InvalidArgumentError(absl::StrCat("expert placement has ", placement.num_layers,
                                                    " layers, the model ", weights.layers.size()));
   }
-  const int rank = comm.rank().value();
   int64_t dim = -1;  // from this rank's first expert; all must agree
   for (int l = 0; l < placement.num_layers; ++l) {
     const std::vector<ExpertWeightsF32>& experts = weights.layers[l].ffn.experts;
@@ -64,8 +62,33 @@ absl::StatusOr<std::unique_ptr<CommunicatorExpertExecutor>> CommunicatorExpertEx
       }
     }
   }
+  return dim;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CommunicatorExpertExecutor>> CommunicatorExpertExecutor::Create(
+    parallel::Communicator& comm, Ops& ops, const ModelWeights& weights, ExpertPlacement placement,
+    float swiglu_limit) {
+  ASSIGN_OR_RETURN(int64_t dim, CheckPlacementFits(placement, comm.rank().value(),
+                                                   comm.world_size(), weights));
   return std::unique_ptr<CommunicatorExpertExecutor>(
       new CommunicatorExpertExecutor(comm, ops, weights, std::move(placement), swiglu_limit, dim));
+}
+
+absl::Status CommunicatorExpertExecutor::SetPlacement(ExpertPlacement placement) {
+  if (phase_ != Phase::kIdle) {
+    return absl::FailedPreconditionError("expert placement changed inside a MoE step");
+  }
+  ASSIGN_OR_RETURN(int64_t dim, CheckPlacementFits(placement, comm_.rank().value(),
+                                                   comm_.world_size(), weights_));
+  if (placement.num_layers != placement_.num_layers ||
+      placement.num_logical != placement_.num_logical || dim != dim_) {
+    return absl::InvalidArgumentError("expert placement of another shape than the current one");
+  }
+  replicas_ = ReplicaSlots(placement);
+  placement_ = std::move(placement);
+  return absl::OkStatus();
 }
 
 CommunicatorExpertExecutor::CommunicatorExpertExecutor(parallel::Communicator& comm, Ops& ops,

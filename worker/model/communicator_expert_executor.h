@@ -61,9 +61,17 @@ class CommunicatorExpertExecutor : public ExpertExecutor {
   absl::Status RunExperts() override;
   absl::Status Combine(std::span<float> y) override;
 
+  // Switches to `placement` between steps (EPLB commit). The experts of this
+  // rank's new slots must already be loaded in the weights the executor
+  // reads. INVALID_ARGUMENT (nothing changes) under Create's conditions or
+  // for another shape (layers, logical experts, model dimension);
+  // FAILED_PRECONDITION inside a step.
+  absl::Status SetPlacement(ExpertPlacement placement);
+
   // Rows computed here per (layer, logical expert).
   ExpertLoad& served() { return served_; }
   const ExpertPlacement& placement() const { return placement_; }
+  int rank() const { return comm_.rank().value(); }
 
  private:
   CommunicatorExpertExecutor(parallel::Communicator& comm, Ops& ops, const ModelWeights& weights,
@@ -74,8 +82,8 @@ class CommunicatorExpertExecutor : public ExpertExecutor {
   parallel::Communicator& comm_;
   Ops& ops_;
   const ModelWeights& weights_;
-  const ExpertPlacement placement_;
-  const std::vector<std::vector<std::vector<int>>> replicas_;  // [layer][logical] -> slots
+  ExpertPlacement placement_;
+  std::vector<std::vector<std::vector<int>>> replicas_;  // [layer][logical] -> slots
   const float swiglu_limit_;
   const int64_t dim_;
   ExpertLoad served_;

@@ -120,6 +120,13 @@ class Model {
   ExpertLoad& expert_load() { return *load_; }
   // The loaded weights (routed experts and Engram rows as the options said).
   const ModelWeights& weights() const { return weights_; }
+  // The routed experts of backbone layer `layer` (< n_layers), for the expert
+  // re-placement of the load balancer (expert_moves.h), which installs and
+  // frees experts here and then switches the executor's placement. Only
+  // between forwards. REQUIRES: 0 <= layer < n_layers.
+  std::vector<ExpertWeightsF32>& mutable_routed_experts(int layer) {
+    return weights_.layers[layer].ffn.experts;
+  }
   const OpsStats& ops_stats() const { return ops_->stats(); }
 
  private:
