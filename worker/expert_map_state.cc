@@ -99,4 +99,9 @@ std::optional<uint64_t> ExpertMapState::staged_version() const {
   return staged_->version;
 }
 
+absl::StatusOr<ExpertMap> ExpertMapState::staged() const {
+  if (!staged_.has_value()) return absl::FailedPreconditionError("no expert map is staged");
+  return *staged_;
+}
+
 }  // namespace weir::worker

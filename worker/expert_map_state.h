@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace weir::worker {
 
@@ -59,6 +60,8 @@ class ExpertMapState {
 
   const ExpertMap& committed() const { return committed_; }
   std::optional<uint64_t> staged_version() const;
+  // The staged map; FAILED_PRECONDITION if none.
+  absl::StatusOr<ExpertMap> staged() const;
 
  private:
   ExpertMap committed_;

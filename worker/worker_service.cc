@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/grpc_util.h"
 #include "base/logging.h"
+#include "base/status_macros.h"
 #include "parallel/ucx_communicator.h"
 #include "worker/model/expert_parallel_model.h"
 #include "worker/step_sequencer.h"
@@ -33,6 +34,14 @@ ExpertMap FromProto(const v1::ExpertMap& proto) {
   map.physical_to_logical.assign(proto.physical_to_logical().begin(),
                                  proto.physical_to_logical().end());
   return map;
+}
+
+model::ExpertPlacement ToPlacement(const ExpertMap& map, int world) {
+  return {.num_layers = map.num_layers,
+          .num_logical = map.num_logical,
+          .slots_per_rank = map.slots_per_rank,
+          .world_size = world,
+          .physical_to_logical = map.physical_to_logical};
 }
 
 }  // namespace
@@ -79,6 +88,7 @@ grpc::Status WorkerService::Init(grpc::ServerContext* context, const v1::InitReq
     }
     peers[peer.rank()] = peer.address();
   }
+  absl::MutexLock staging_lock(&staging_mu_);
   absl::MutexLock lock(&mu_);
   if (initialized_ && (world != world_size_ || peers != peer_addresses_)) {
     return Error(grpc::StatusCode::FAILED_PRECONDITION,
@@ -90,6 +100,13 @@ grpc::Status WorkerService::Init(grpc::ServerContext* context, const v1::InitReq
     if (!ucx.ok()) return ToGrpcStatus(ucx.status());
     ucx_ = std::move(*ucx);
   }
+  if (world > 1 && staging_ucx_ == nullptr) {
+    absl::StatusOr<std::unique_ptr<parallel::UcxContext>> ucx =
+        parallel::UcxContext::Create({.transports = options_.ucx_transports});
+    if (!ucx.ok()) return ToGrpcStatus(ucx.status());
+    staging_ucx_ = std::move(*ucx);
+  }
+  if (staging_ucx_ != nullptr) response->set_staging_address(staging_ucx_->address());
   if (ucx_ != nullptr) response->set_tensor_address(ucx_->address());
   initialized_ = true;
   world_size_ = world;
@@ -150,6 +167,7 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
                                           static_cast<int>(config.n_routed_experts), world);
   if (absl::Status s = ValidateExpertMap(map, world); !s.ok()) return ToGrpcStatus(s);
   absl::StatusOr<std::unique_ptr<model::Model>> runtime;
+  model::CommunicatorExpertExecutor* ep_executor = nullptr;
   if (world == 1) {
     runtime = model::Model::Create(config, **checkpoint, std::move(model_options));
   } else {
@@ -158,13 +176,18 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
                    absl::StrCat("LoadWeights: ", request->peers_size(), " peer addresses for ",
                                 world, " ranks"));
     }
-    std::vector<std::string> table(world);
+    std::vector<std::string> table(world), staging(world);
     for (const v1::PeerInfo& peer : request->peers()) {
       if (peer.rank() < 0 || peer.rank() >= world || peer.tensor_address().empty()) {
         return Error(grpc::StatusCode::INVALID_ARGUMENT,
                      absl::StrCat("LoadWeights: bad tensor address of rank ", peer.rank()));
       }
       table[peer.rank()] = peer.tensor_address();
+      staging[peer.rank()] = peer.staging_address();
+    }
+    {
+      absl::MutexLock lock(&staging_mu_);
+      staging_table_ = std::move(staging);
     }
     if (communicator_ == nullptr) {
       absl::StatusOr<std::unique_ptr<parallel::UcxCommunicator>> comm =
@@ -177,14 +200,10 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
       if (absl::Status s = (*comm)->Barrier(); !s.ok()) return ToGrpcStatus(s);
       communicator_ = std::move(*comm);
     }
-    model::ExpertPlacement placement{.num_layers = map.num_layers,
-                                     .num_logical = map.num_logical,
-                                     .slots_per_rank = map.slots_per_rank,
-                                     .world_size = world,
-                                     .physical_to_logical = map.physical_to_logical};
     absl::StatusOr<model::ExpertParallelModel> ep = model::CreateExpertParallelModel(
-        config, **checkpoint, placement, *communicator_, std::move(model_options));
+        config, **checkpoint, ToPlacement(map, world), *communicator_, std::move(model_options));
     if (!ep.ok()) return ToGrpcStatus(ep.status());
+    ep_executor = ep->executor;
     runtime = std::move(ep->model);
   }
   if (!runtime.ok()) return ToGrpcStatus(runtime.status());
@@ -202,6 +221,8 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     grammar_ = std::move(grammar);
     executor_ = std::make_unique<StepExecutor>(**runtime, options_.max_slots, grammar_.get());
     model_runtime_ = std::move(*runtime);
+    ep_executor_ = ep_executor;
+    map_broken_ = absl::OkStatus();
     checkpoint_ = std::move(*checkpoint);
     model_ = std::move(*model);
     experts_ = std::move(experts);
@@ -254,6 +275,28 @@ void WorkerService::ExecutePlan(const v1::StepPlan& plan, v1::StepResult& result
     result.mutable_error()->set_message("no model loaded");
     return;
   }
+  if (plan.commit_expert_map() != 0) {
+    if (absl::Status s = CommitStaged(plan.commit_expert_map()); !s.ok()) {
+      WEIR_LOG(ERROR) << "rank " << rank_ << " cannot commit expert map "
+                      << plan.commit_expert_map() << ": " << s;
+      absl::MutexLock lock(&mu_);
+      if (map_broken_.ok()) {
+        map_broken_ = absl::FailedPreconditionError(absl::StrCat(
+            "rank ", rank_, " could not switch to expert map ", plan.commit_expert_map(), ": ",
+            s.message()));
+      }
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (!map_broken_.ok()) {
+      // Running on another placement than the peers would be silently wrong.
+      result.mutable_error()->set_code(static_cast<int>(map_broken_.code()));
+      result.mutable_error()->set_message(std::string(map_broken_.message()));
+      return;
+    }
+    result.set_expert_map_version(experts_.has_value() ? experts_->committed().version : 0);
+  }
   const absl::Time start = absl::Now();
   absl::StatusOr<std::vector<RowOutcome>> outcomes = executor_->Execute(rows, release);
   result.set_forward_ms(absl::ToDoubleMilliseconds(absl::Now() - start));
@@ -267,12 +310,19 @@ void WorkerService::ExecutePlan(const v1::StepPlan& plan, v1::StepResult& result
     // [n_layers, n_routed_experts] (backbone layers only).
     model::ExpertLoad& load = model_runtime_->expert_load();
     const model::ModelConfig& config = model_runtime_->config();
+    // Rows this rank's experts computed per layer: the executor's served
+    // counts when expert-parallel, else every routed pair (all local).
+    model::ExpertLoad& served = ep_executor_ != nullptr ? ep_executor_->served() : load;
     for (int layer = 0; layer < config.n_layers && layer < load.num_layers(); ++layer) {
       for (int64_t count : load.layer_counts(layer)) {
         result.add_expert_load(static_cast<uint64_t>(count));
       }
+      uint64_t rows = 0;
+      for (int64_t count : served.layer_counts(layer)) rows += static_cast<uint64_t>(count);
+      result.add_served_load(rows);
     }
     load.Reset();
+    if (ep_executor_ != nullptr) ep_executor_->served().Reset();
   }
   for (auto& [index, status] : bad_constraints) {
     (*outcomes)[index].status = status;
@@ -330,29 +380,101 @@ grpc::Status WorkerService::PrepareExpertMap(grpc::ServerContext* context,
                                              const v1::PrepareExpertMapRequest* request,
                                              v1::PrepareExpertMapResponse* response) {
   if (grpc::Status s = CheckEpoch(request->coordinator_epoch()); !s.ok()) return s;
+  absl::MutexLock staging_lock(&staging_mu_);
+  ExpertMap current;
+  int world = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!experts_.has_value()) {
+      return Error(grpc::StatusCode::FAILED_PRECONDITION,
+                   "no expert map: model not loaded or has no routed experts");
+    }
+    if (!map_broken_.ok()) return ToGrpcStatus(map_broken_);
+    if (absl::Status s = experts_->Prepare(FromProto(request->map()), world_size_); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
+    current = experts_->committed();
+    world = world_size_;
+  }
+  const ExpertMap next = FromProto(request->map());
+  staged_version_ = 0;
+  staged_experts_ = {};
+  const absl::Time start = absl::Now();
+  if (world > 1) {
+    if (staging_comm_ == nullptr) {
+      if (staging_ucx_ == nullptr || static_cast<int>(staging_table_.size()) != world) {
+        return Error(grpc::StatusCode::FAILED_PRECONDITION, "no expert staging plane");
+      }
+      for (const std::string& address : staging_table_) {
+        if (address.empty()) {
+          return Error(grpc::StatusCode::FAILED_PRECONDITION,
+                       "a peer announced no expert staging address");
+        }
+      }
+      // Collective: every rank's PrepareExpertMap connects here the first time.
+      absl::StatusOr<std::unique_ptr<parallel::UcxCommunicator>> comm =
+          parallel::UcxCommunicator::Create(*staging_ucx_, Rank(rank_), staging_table_,
+                                            {.timeout = options_.collective_timeout});
+      if (!comm.ok()) return ToGrpcStatus(comm.status());
+      if (absl::Status s = (*comm)->Barrier(); !s.ok()) return ToGrpcStatus(s);
+      staging_comm_ = std::move(*comm);
+    }
+    const std::vector<model::ExpertMove> moves =
+        model::PlanExpertMoves(ToPlacement(current, world), ToPlacement(next, world));
+    absl::StatusOr<model::StagedExperts> staged = model::ExchangeExperts(
+        *staging_comm_, moves, model_runtime_->weights(), current.num_layers);
+    if (!staged.ok()) return ToGrpcStatus(staged.status());
+    staged_experts_ = std::move(*staged);
+  }
+  staged_version_ = next.version;
+  response->set_prepared_version(next.version);
+  response->set_bytes_staged(staged_experts_.bytes_received);
+  WEIR_LOG(INFO) << "rank " << rank_ << " prepared expert map " << next.version << ": "
+                 << staged_experts_.experts.size() << " experts received ("
+                 << staged_experts_.bytes_received << " bytes) in "
+                 << absl::ToDoubleMilliseconds(absl::Now() - start) << " ms";
+  return grpc::Status::OK;
+}
+
+absl::Status WorkerService::CommitStaged(uint64_t version) {
+  absl::MutexLock staging_lock(&staging_mu_);
   absl::MutexLock lock(&mu_);
   if (!experts_.has_value()) {
-    return Error(grpc::StatusCode::FAILED_PRECONDITION,
-                 "no expert map: model not loaded or has no routed experts");
+    return absl::FailedPreconditionError("no expert map: model not loaded");
   }
-  if (absl::Status s = experts_->Prepare(FromProto(request->map()), world_size_); !s.ok()) {
-    return ToGrpcStatus(s);
+  if (experts_->committed().version == version) return absl::OkStatus();
+  if (experts_->staged_version() != version || staged_version_ != version) {
+    return absl::AbortedError(absl::StrCat("expert map ", version,
+                                           " was not prepared on this rank (committed ",
+                                           experts_->committed().version, ")"));
   }
-  response->set_prepared_version(request->map().version());
-  // No expert weights are resident in this build, so nothing moves yet.
-  response->set_bytes_staged(0);
-  return grpc::Status::OK;
+  if (ep_executor_ != nullptr) {
+    // The staged map's placement: ExpertMapState validated it at prepare.
+    absl::StatusOr<ExpertMap> next = experts_->staged();
+    if (!next.ok()) return next.status();
+    RETURN_IF_ERROR(model::InstallPlacement(*model_runtime_, *ep_executor_,
+                                            ToPlacement(*next, world_size_),
+                                            std::move(staged_experts_)));
+  }
+  staged_experts_ = {};
+  staged_version_ = 0;
+  RETURN_IF_ERROR(experts_->Commit(version));
+  WEIR_LOG(INFO) << "rank " << rank_ << " switched to expert map " << version;
+  return absl::OkStatus();
 }
 
 grpc::Status WorkerService::CommitExpertMap(grpc::ServerContext* context,
                                             const v1::CommitExpertMapRequest* request,
                                             v1::CommitExpertMapResponse* response) {
-  absl::MutexLock lock(&mu_);
-  if (!experts_.has_value()) {
-    return Error(grpc::StatusCode::FAILED_PRECONDITION,
-                 "no expert map: model not loaded or has no routed experts");
+  {
+    absl::MutexLock lock(&mu_);
+    if (steps_active_) {
+      return Error(grpc::StatusCode::FAILED_PRECONDITION,
+                   "a Steps stream is open: commits ride on StepPlan.commit_expert_map");
+    }
   }
-  if (absl::Status s = experts_->Commit(request->version()); !s.ok()) return ToGrpcStatus(s);
+  if (absl::Status s = CommitStaged(request->version()); !s.ok()) return ToGrpcStatus(s);
+  absl::MutexLock lock(&mu_);
   response->set_committed_version(experts_->committed().version);
   return grpc::Status::OK;
 }

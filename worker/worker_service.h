@@ -15,7 +15,19 @@
 // tokenizer in the model directory, LoadWeights also builds the grammar
 // vocabulary and a GrammarCompiler, so rows may carry constraints.
 //
-// Thread safety: gRPC calls it from many threads; state is guarded by mu_.
+// Expert re-placement (EPLB): Init also opens a second UCX context, the
+// staging plane. PrepareExpertMap (collective over the ranks) validates the
+// map, plans the expert moves from the committed placement and exchanges
+// the weights over a staging communicator (connected at the first prepare),
+// on the gRPC thread, while steps go on. A StepPlan with commit_expert_map
+// installs the staged experts, frees the dropped ones and switches the
+// executor before that step runs, on every rank at the same step. A rank
+// that cannot commit fails that step and every later one.
+//
+// Thread safety: gRPC calls it from many threads; state is guarded by mu_;
+// the staging plane and the staged experts by staging_mu_, which the step
+// thread also takes for a commit (so weights are never written while a
+// prepare reads them). Lock order: staging_mu_, then mu_.
 
 #ifndef WEIR_WORKER_WORKER_SERVICE_H_
 #define WEIR_WORKER_WORKER_SERVICE_H_
@@ -34,6 +46,8 @@
 #include "parallel/communicator.h"
 #include "parallel/ucx_context.h"
 #include "worker/model/checkpoint.h"
+#include "worker/model/communicator_expert_executor.h"
+#include "worker/model/expert_moves.h"
 #include "worker/model/model.h"
 #include "worker/grammar/compiler.h"
 #include "worker/step_executor.h"
@@ -89,6 +103,8 @@ class WorkerService final : public v1::Worker::Service {
  private:
   // Waits for SetIdentity, then checks `epoch` against it.
   grpc::Status CheckEpoch(uint64_t epoch);
+  // Switches to the staged map `version` (step thread, or no stream open).
+  absl::Status CommitStaged(uint64_t version);
 
   WorkerHooks hooks_;
   const WorkerOptions options_;
@@ -113,6 +129,19 @@ class WorkerService final : public v1::Worker::Service {
   std::unique_ptr<parallel::Communicator> communicator_;
   std::unique_ptr<model::Checkpoint> checkpoint_;
   std::unique_ptr<model::Model> model_runtime_;
+  // The backbone executor of an expert-parallel model (owned by it), else null.
+  model::CommunicatorExpertExecutor* ep_executor_ = nullptr;
+  // Set when a commit failed: every later step fails with it.
+  absl::Status map_broken_ ABSL_GUARDED_BY(mu_);
+
+  // Staging plane (more than one rank).
+  absl::Mutex staging_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::unique_ptr<parallel::UcxContext> staging_ucx_ ABSL_GUARDED_BY(staging_mu_);
+  std::vector<std::string> staging_table_ ABSL_GUARDED_BY(staging_mu_);
+  std::unique_ptr<parallel::Communicator> staging_comm_ ABSL_GUARDED_BY(staging_mu_);
+  // The experts received for the staged map, and its version.
+  uint64_t staged_version_ ABSL_GUARDED_BY(staging_mu_) = 0;
+  model::StagedExperts staged_experts_ ABSL_GUARDED_BY(staging_mu_);
   // Structured output: compiles constraints against the model's tokenizer
   // vocabulary (null when the model directory has no tokenizer). Declared
   // before the executor, which uses it.
