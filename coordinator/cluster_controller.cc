@@ -42,13 +42,14 @@ absl::Status ClusterController::BringUp() {
     absl::MutexLock lock(&mu_);
     clients_ = clients;
   }
-  std::vector<std::string> tensor_addresses(workers.size());
+  std::vector<std::string> tensor_addresses(workers.size()), staging_addresses(workers.size());
   for (const WorkerRecord& w : workers) {
     init.set_rank(w.rank.value());
     absl::StatusOr<v1::InitResponse> reply =
         clients[w.rank.value()]->Init(init, options_.rpc_timeout);
     RETURN_IF_ERROR(reply.status()) << "Init of worker rank " << w.rank << " at " << w.address;
     tensor_addresses[w.rank.value()] = reply->tensor_address();
+    staging_addresses[w.rank.value()] = reply->staging_address();
   }
   // LoadWeights connects the tensor plane, which is collective: every worker
   // must be inside it at once, so the calls run in parallel.
@@ -61,6 +62,11 @@ absl::Status ClusterController::BringUp() {
     peer->set_address(w.address);
     peer->set_hostname(w.hostname);
     peer->set_tensor_address(tensor_addresses[w.rank.value()]);
+    peer->set_staging_address(staging_addresses[w.rank.value()]);
+  }
+  // The initial expert map (redundant slots included), when one was set.
+  if (v1::ExpertMap map = cluster_.expert_map(); map.num_layers() > 0) {
+    *load.mutable_expert_map() = std::move(map);
   }
   for (const WorkerRecord& w : workers) {
     RETURN_IF_ERROR(cluster_.SetWorkerStatus(w.rank, WorkerStatus::kLoading, ""));
@@ -146,21 +152,6 @@ void ClusterController::MonitorLoop() {
       }
     }
   }
-}
-
-absl::Status ClusterController::CommitExpertMap(uint64_t version) {
-  std::vector<std::shared_ptr<WorkerClient>> clients = Clients();
-  if (clients.empty()) return absl::FailedPreconditionError("no workers brought up yet");
-  for (size_t r = 0; r < clients.size(); ++r) {
-    absl::StatusOr<v1::CommitExpertMapResponse> reply =
-        clients[r]->CommitExpertMap(version, options_.rpc_timeout);
-    if (!reply.ok()) {
-      return absl::AbortedError(absl::StrCat("worker rank ", r, " refused expert map ", version,
-                                             ": ", reply.status().ToString()));
-    }
-  }
-  cluster_.set_expert_map_version(version);
-  return absl::OkStatus();
 }
 
 void ClusterController::ShutdownWorkers(const std::string& reason) {

@@ -58,11 +58,6 @@ class ClusterController {
   // pids that are not workers.
   void ReportExit(int64_t pid, const std::string& description);
 
-  // Commits prepared expert-map `version` on every worker. ABORTED (naming the
-  // worker) if any worker refuses; the cluster's version changes only if all
-  // commit.
-  absl::Status CommitExpertMap(uint64_t version);
-
   // Asks every live worker to shut down (best effort, in parallel).
   void ShutdownWorkers(const std::string& reason);
 

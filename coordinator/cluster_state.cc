@@ -142,12 +142,17 @@ void ClusterState::set_lifecycle(ClusterLifecycle lifecycle) {
 
 uint64_t ClusterState::expert_map_version() const {
   absl::MutexLock lock(&mu_);
-  return expert_map_version_;
+  return expert_map_.version();
 }
 
-void ClusterState::set_expert_map_version(uint64_t version) {
+v1::ExpertMap ClusterState::expert_map() const {
   absl::MutexLock lock(&mu_);
-  expert_map_version_ = version;
+  return expert_map_;
+}
+
+void ClusterState::set_expert_map(v1::ExpertMap map) {
+  absl::MutexLock lock(&mu_);
+  expert_map_ = std::move(map);
 }
 
 }  // namespace weir::coordinator

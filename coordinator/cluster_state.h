@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "proto/common.pb.h"
 #include "absl/time/time.h"
 #include "base/strong_id.h"
 
@@ -80,9 +81,11 @@ class ClusterState {
   ClusterLifecycle lifecycle() const;
   void set_lifecycle(ClusterLifecycle lifecycle);
 
-  // Expert-map version committed on every worker (0 = initial map).
+  // The expert map committed on every worker (version 0 = the initial map
+  // sent at LoadWeights; empty before it is set).
   uint64_t expert_map_version() const;
-  void set_expert_map_version(uint64_t version);
+  v1::ExpertMap expert_map() const;
+  void set_expert_map(v1::ExpertMap map);
 
  private:
   const int world_size_;
@@ -92,7 +95,7 @@ class ClusterState {
   int registered_ ABSL_GUARDED_BY(mu_) = 0;
   std::string eplb_address_ ABSL_GUARDED_BY(mu_);
   ClusterLifecycle lifecycle_ ABSL_GUARDED_BY(mu_) = ClusterLifecycle::kStarting;
-  uint64_t expert_map_version_ ABSL_GUARDED_BY(mu_) = 0;
+  v1::ExpertMap expert_map_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace weir::coordinator

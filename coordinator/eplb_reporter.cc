@@ -19,13 +19,16 @@ EplbReporter::~EplbReporter() {
 }
 
 void EplbReporter::Enqueue(int rank, uint64_t step_id, int num_layers, int num_logical,
-                           std::vector<uint64_t> counts) {
+                           std::vector<uint64_t> counts, uint64_t map_version,
+                           std::vector<uint64_t> served) {
   v1::LoadReport report;
   report.set_rank(rank);
   report.set_step_id(step_id);
   report.set_num_moe_layers(num_layers);
   report.set_num_logical(num_logical);
   report.mutable_counts()->Add(counts.begin(), counts.end());
+  report.set_map_version(map_version);
+  report.mutable_served()->Add(served.begin(), served.end());
   absl::MutexLock lock(&mu_);
   if (queue_.size() >= kMaxQueued) {
     ++dropped_;

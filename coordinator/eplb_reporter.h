@@ -31,10 +31,13 @@ class EplbReporter {
   // Flushes nothing further, closes the stream and joins the writer.
   ~EplbReporter();
 
-  // Queues rank `rank`'s counts [num_layers, num_logical] of step `step_id`.
-  // Drops the report (and counts it) if kMaxQueued reports are waiting.
+  // Queues rank `rank`'s counts [num_layers, num_logical] of step `step_id`,
+  // made under expert map `map_version`, with the rows its experts computed
+  // per layer (`served` [num_layers]). Drops the report (and counts it) if
+  // kMaxQueued reports are waiting.
   void Enqueue(int rank, uint64_t step_id, int num_layers, int num_logical,
-               std::vector<uint64_t> counts);
+               std::vector<uint64_t> counts, uint64_t map_version = 0,
+               std::vector<uint64_t> served = {});
 
   uint64_t sent() const;
   uint64_t dropped() const;

@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <fstream>
@@ -23,6 +24,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "base/grpc_util.h"
 #include "base/init.h"
@@ -66,6 +68,13 @@ ABSL_FLAG(int, kv_block_tokens, 64, "Token positions per KV block.");
 ABSL_FLAG(int, max_seqs_per_rank, 64, "Concurrent sequences per rank (<= worker --max_slots).");
 ABSL_FLAG(int, max_prefill_tokens, 2048, "Token budget of one prefill step per rank.");
 ABSL_FLAG(int, default_max_new_tokens, 256, "max_new_tokens of requests that set none.");
+ABSL_FLAG(int, num_redundant_experts, 0,
+          "Extra routed-expert slots per MoE layer (over all ranks) that EPLB may fill "
+          "with replicas of hot experts; the slots are rounded up to a multiple of the "
+          "workers.");
+ABSL_FLAG(std::string, eplb_flags, "",
+          "Local cluster: extra flags for the EPLB service, space-separated, e.g. "
+          "\"--rearrange_interval=4 --gain_threshold=0.02\".");
 ABSL_FLAG(int, eplb_stat_interval, 128,
           "Every this many steps the workers' expert load goes to the EPLB service.");
 ABSL_FLAG(int, max_queued_requests, 4096,
@@ -213,9 +222,25 @@ int Run(int argc, char** argv) {
     return 1;
   }
 
+  absl::StatusOr<model::ModelConfig> config = model::LoadModelConfig(model_dir + "/config.json");
+  if (!config.ok()) {
+    std::cerr << "weir: " << config.status() << "\n";
+    return 1;
+  }
+  const int redundant = absl::GetFlag(FLAGS_num_redundant_experts);
+  if (redundant < 0 || redundant > 64 * std::max<int64_t>(1, config->n_routed_experts)) {
+    std::cerr << "weir: --num_redundant_experts must be in [0, 64 x routed experts]\n";
+    return 2;
+  }
+
   std::random_device entropy;
   const uint64_t epoch = (uint64_t{entropy()} << 32) ^ entropy() ^ getpid();
   ClusterState cluster(world);
+  if (config->n_routed_experts > 0) {
+    cluster.set_expert_map(InitialExpertMap(static_cast<int>(config->n_layers),
+                                            static_cast<int>(config->n_routed_experts), world,
+                                            redundant));
+  }
   ClusterController controller(
       cluster, ControllerOptions{.model_dir = model_dir,
                                  .epoch = epoch,
@@ -289,8 +314,13 @@ int Run(int argc, char** argv) {
     const std::string eplb_bin =
         Locate(runfiles.get(), absl::GetFlag(FLAGS_eplb_binary), "weir/eplb/main");
     if (absl::GetFlag(FLAGS_eplb)) {
-      absl::StatusOr<pid_t> pid = launcher.Spawn(
-          "eplb", {eplb_bin, "--coordinator=" + server->address, "--listen=127.0.0.1:0"});
+      std::vector<std::string> eplb_argv = {eplb_bin, "--coordinator=" + server->address,
+                                            "--listen=127.0.0.1:0"};
+      for (absl::string_view flag :
+           absl::StrSplit(absl::GetFlag(FLAGS_eplb_flags), ' ', absl::SkipEmpty())) {
+        eplb_argv.emplace_back(flag);
+      }
+      absl::StatusOr<pid_t> pid = launcher.Spawn("eplb", eplb_argv);
       if (!pid.ok()) WEIR_LOG(ERROR) << "cannot start EPLB: " << pid.status();
     }
     for (int r = 0; r < world; ++r) {
@@ -335,11 +365,6 @@ int Run(int argc, char** argv) {
   if (stop.HasBeenNotified()) return shutdown(0);
 
   // The step loop over every worker's Steps stream.
-  absl::StatusOr<model::ModelConfig> config = model::LoadModelConfig(model_dir + "/config.json");
-  if (!config.ok()) {
-    std::cerr << "weir: " << config.status() << "\n";
-    return shutdown(1);
-  }
   const StepDriverOptions driver_options =
       DriverOptionsFromFlags(*config, *model, epoch, cluster.eplb_address());
   std::vector<std::string> worker_addresses;
@@ -357,6 +382,7 @@ int Run(int argc, char** argv) {
   request_limits.eos_token_ids = driver_options.rank.eos_token_ids;
   inference.SetRequestLimits(request_limits);
   inference.SetDriver(driver->get());
+  control.SetDriver(driver->get());
 
   cluster.set_lifecycle(ClusterLifecycle::kReady);
   health->SetServingStatus("weir.v1.Inference", true);
@@ -376,12 +402,14 @@ int Run(int argc, char** argv) {
   if (const std::string input = absl::GetFlag(FLAGS_input); !input.empty()) {
     const int code = RunOffline(input, absl::GetFlag(FLAGS_output), server->address);
     inference.SetDriver(nullptr);
+    control.SetDriver(nullptr);
     (*driver)->Stop();
     return shutdown(code);
   }
 
   stop.WaitForNotification();
   inference.SetDriver(nullptr);
+  control.SetDriver(nullptr);
   (*driver)->Stop();
   return shutdown(0);
 }

@@ -93,6 +93,29 @@ void StepDriver::Stop() {
   }
 }
 
+absl::Status StepDriver::CommitExpertMap(uint64_t version,
+                                         std::function<void(absl::Status)> done) {
+  absl::MutexLock lock(&mu_);
+  if (stopping_ || !failure_.ok()) {
+    return absl::UnavailableError("the step loop is not running");
+  }
+  if (commit_.has_value()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("expert map ", commit_->version, " is still being committed"));
+  }
+  commit_ = PendingCommit{.version = version, .done = std::move(done)};
+  return absl::OkStatus();
+}
+
+void StepDriver::ResolveCommit(const absl::Status& status) {
+  std::optional<PendingCommit> commit;
+  {
+    absl::MutexLock lock(&mu_);
+    commit.swap(commit_);
+  }
+  if (commit.has_value()) commit->done(status);
+}
+
 std::vector<RankLoad> StepDriver::Loads() const {
   absl::MutexLock lock(&mu_);
   return loads_;
@@ -121,7 +144,8 @@ bool StepDriver::Iterate() {
     const bool busy = !live_.empty() || !in_flight_.empty();
     if (!busy) {
       auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !inbox_.empty() || !cancels_.empty();
+        return stopping_ || !inbox_.empty() || !cancels_.empty() ||
+               (commit_.has_value() && !commit_->sent);
       };
       mu_.AwaitWithTimeout(absl::Condition(&wake), absl::Milliseconds(200));
     }
@@ -129,6 +153,7 @@ bool StepDriver::Iterate() {
     inbox.swap(inbox_);
     cancels.swap(cancels_);
   }
+  uint64_t commit_version = 0;
   for (SeqSubmission& sub : inbox) {
     std::vector<RankLoad> loads;
     for (const auto& rank : ranks_) loads.push_back(rank->Load());
@@ -161,7 +186,16 @@ bool StepDriver::Iterate() {
     work |= rank->num_live() > 0;
     loads.push_back(rank->Load());
   }
-  if (work) {
+  {
+    // An expert-map commit rides on the next step (an empty one when idle).
+    absl::MutexLock lock(&mu_);
+    if (commit_.has_value() && !commit_->sent) {
+      commit_->sent = true;
+      commit_->step_id = next_step_;
+      commit_version = commit_->version;
+    }
+  }
+  if (work || commit_version != 0) {
     const scheduler::StepType type = policy_.Decide(loads);
     std::vector<RankStepPlan> plans;
     for (auto& rank : ranks_) {
@@ -172,7 +206,7 @@ bool StepDriver::Iterate() {
       }
       plans.push_back(std::move(*plan));
     }
-    if (absl::Status sent = SendPlans(plans); !sent.ok()) {
+    if (absl::Status sent = SendPlans(plans, commit_version); !sent.ok()) {
       FailAll(sent);
       return false;
     }
@@ -183,8 +217,8 @@ bool StepDriver::Iterate() {
     in_flight_.push_back(std::move(rows));
     ++next_step_;
   }
-  const bool must_read = !in_flight_.empty() &&
-                         (!options_.zero_overhead || in_flight_.size() >= 2 || !work);
+  const bool must_read = !in_flight_.empty() && (!options_.zero_overhead ||
+                                                 in_flight_.size() >= 2 || !work);
   if (must_read) {
     if (absl::Status applied = ReadAndApply(); !applied.ok()) {
       FailAll(applied);
@@ -202,11 +236,13 @@ bool StepDriver::Iterate() {
   return true;
 }
 
-absl::Status StepDriver::SendPlans(const std::vector<RankStepPlan>& plans) {
+absl::Status StepDriver::SendPlans(const std::vector<RankStepPlan>& plans,
+                                   uint64_t commit_version) {
   for (size_t r = 0; r < plans.size(); ++r) {
     const RankStepPlan& plan = plans[r];
     v1::StepPlan out;
     out.set_coordinator_epoch(options_.epoch);
+    out.set_commit_expert_map(commit_version);
     out.set_step_id(plan.step_id);
     out.set_type(ToProto(plan.type));
     for (const scheduler::PlanRow& row : plan.rows) {
@@ -249,6 +285,7 @@ absl::Status StepDriver::SendPlans(const std::vector<RankStepPlan>& plans) {
 absl::Status StepDriver::ReadAndApply() {
   std::vector<std::vector<RequestId>> rows_of = std::move(in_flight_.front());
   in_flight_.erase(in_flight_.begin());
+  uint64_t step_id = 0;
   for (size_t r = 0; r < workers_.size(); ++r) {
     v1::StepResult result;
     if (!workers_[r].stream->Read(&result)) {
@@ -269,8 +306,11 @@ absl::Status StepDriver::ReadAndApply() {
         static_cast<size_t>(result.expert_load_size()) == load_size) {
       eplb_->Enqueue(static_cast<int>(r), result.step_id(), options_.moe_layers,
                      options_.num_logical, {result.expert_load().begin(),
-                                            result.expert_load().end()});
+                                            result.expert_load().end()},
+                     result.expert_map_version(),
+                     {result.served_load().begin(), result.served_load().end()});
     }
+    step_id = result.step_id();
     RankStepResult applied{.step_id = result.step_id()};
     for (int i = 0; i < result.rows_size(); ++i) {
       const v1::RowResult& row = result.rows(i);
@@ -297,8 +337,15 @@ absl::Status StepDriver::ReadAndApply() {
       }
     }
   }
+  bool committed = false;
+  {
+    absl::MutexLock lock(&mu_);
+    committed = commit_.has_value() && commit_->sent && commit_->step_id == step_id;
+  }
+  if (committed) ResolveCommit(absl::OkStatus());
   return absl::OkStatus();
 }
+
 
 void StepDriver::Finish(RequestId id, const SeqEvent& event) {
   auto it = live_.find(id);
@@ -330,6 +377,7 @@ void StepDriver::FailAll(const absl::Status& status) {
     known_tokens_ = 0;
   }
   for (SeqSubmission& sub : inbox) sub.sink(SeqEvent{.error = status});
+  ResolveCommit(status);
 }
 
 }  // namespace weir::coordinator

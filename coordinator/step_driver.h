@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -96,6 +97,15 @@ class StepDriver {
   // Fails every live request with UNAVAILABLE and stops the loop.
   void Stop();
 
+  // Switches every worker to the prepared expert map `version` at the next
+  // step boundary: the next step's plans carry it (an idle loop runs an
+  // empty step for it). `done` runs once, on the driver thread or the
+  // caller's: OK after every worker ran that step (on the new map); the step's
+  // error if it failed; UNAVAILABLE if the driver stops first. Returns
+  // FAILED_PRECONDITION (and never calls `done`) while another commit is
+  // pending, UNAVAILABLE once the driver failed or stopped.
+  absl::Status CommitExpertMap(uint64_t version, std::function<void(absl::Status)> done);
+
   // Scheduler loads per rank (for GetServerState).
   std::vector<scheduler::RankLoad> Loads() const;
   int64_t steps() const;
@@ -121,7 +131,10 @@ class StepDriver {
   void Loop();
   // One iteration; false when the loop must stop.
   bool Iterate();
-  absl::Status SendPlans(const std::vector<scheduler::RankStepPlan>& plans);
+  absl::Status SendPlans(const std::vector<scheduler::RankStepPlan>& plans,
+                         uint64_t commit_version);
+  // Resolves the pending expert-map commit (if any) with `status`.
+  void ResolveCommit(const absl::Status& status);
   absl::Status ReadAndApply();
   void Finish(RequestId id, const SeqEvent& event);
   void Forget(RequestId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -145,6 +158,15 @@ class StepDriver {
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   int64_t steps_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t preemptions_ ABSL_GUARDED_BY(mu_) = 0;
+  // The expert-map commit asked for, until resolved; `commit_step_` is the
+  // step that carries it once sent.
+  struct PendingCommit {
+    uint64_t version = 0;
+    std::function<void(absl::Status)> done;
+    bool sent = false;
+    uint64_t step_id = 0;
+  };
+  std::optional<PendingCommit> commit_ ABSL_GUARDED_BY(mu_);
 
   // Owned by the loop thread.
   std::vector<std::unique_ptr<scheduler::RankScheduler>> ranks_;

@@ -34,18 +34,6 @@ absl::StatusOr<v1::LoadWeightsResponse> WorkerClient::LoadWeights(
   return response;
 }
 
-absl::StatusOr<v1::CommitExpertMapResponse> WorkerClient::CommitExpertMap(
-    uint64_t version, absl::Duration timeout) {
-  grpc::ClientContext context;
-  SetDeadline(context, timeout);
-  v1::CommitExpertMapRequest request;
-  request.set_version(version);
-  v1::CommitExpertMapResponse response;
-  grpc::Status status = stub_->CommitExpertMap(&context, request, &response);
-  if (!status.ok()) return FromGrpcStatus(status);
-  return response;
-}
-
 absl::Status WorkerClient::Shutdown(const std::string& reason, absl::Duration timeout) {
   grpc::ClientContext context;
   SetDeadline(context, timeout);

@@ -28,8 +28,6 @@ class WorkerClient {
   absl::StatusOr<v1::InitResponse> Init(const v1::InitRequest& request, absl::Duration timeout);
   absl::StatusOr<v1::LoadWeightsResponse> LoadWeights(const v1::LoadWeightsRequest& request,
                                                       absl::Duration timeout);
-  absl::StatusOr<v1::CommitExpertMapResponse> CommitExpertMap(uint64_t version,
-                                                              absl::Duration timeout);
   absl::Status Shutdown(const std::string& reason, absl::Duration timeout);
 
   // grpc.health.v1 status of the worker's "weir.v1.Worker" service.

@@ -95,9 +95,21 @@ int Info(const std::shared_ptr<grpc::Channel>& channel) {
     v1::EplbState eplb_state;
     if (eplb->GetState(&context, v1::GetEplbStateRequest(), &eplb_state).ok()) {
       std::cout << absl::StrFormat(
-          "expert load %d reports (%d in the window of %d), rank balance max/mean %.3f\n",
+          "expert load %d reports (%d in the window of %d), rank balance max/mean %.3f "
+          "predicted, %.3f measured under map %d\n",
           eplb_state.reports_total(), eplb_state.window_reports(), eplb_state.window_size(),
-          eplb_state.balance_ratio());
+          eplb_state.balance_ratio(), eplb_state.measured_ratio(),
+          eplb_state.committed_version());
+      std::cout << absl::StrFormat("rebalances %d proposed, %d skipped (gain below threshold)\n",
+                                   eplb_state.proposals(), eplb_state.skipped_low_gain());
+      for (const v1::EplbState::Rebalance& r : eplb_state.history()) {
+        std::cout << absl::StrFormat(
+            "  map %-4d %-9s predicted %.3f -> %.3f, measured before %.3f, %d bytes moved, "
+            "prepare %.1f ms, commit %.1f ms%s\n",
+            r.version(), r.committed() ? "committed" : "refused", r.ratio_before(),
+            r.ratio_after(), r.measured_before(), r.bytes_moved(), r.prepare_ms(), r.commit_ms(),
+            r.detail().empty() ? "" : " (" + r.detail() + ")");
+      }
     }
   }
   std::cout << "workers\n";
