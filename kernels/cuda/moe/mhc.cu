@@ -1,0 +1,97 @@
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/moe/mhc.cuh"
+#include "kernels/cuda/moe/mhc.h"
+
+namespace weir::kernels::cuda {
+
+static_assert(kHcMaxMult == moe::kHcMaxN);
+
+namespace {
+
+absl::Status LaunchStatus(const char* what) {
+  if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
+    return absl::InternalError(std::string(what) + " launch: " + cudaGetErrorString(err));
+  }
+  return absl::OkStatus();
+}
+
+bool ShapeOk(int64_t tokens, int64_t dim, int n) {
+  return tokens > 0 && dim > 0 && n >= 1 && n <= kHcMaxMult && tokens * n * dim < (int64_t{1} << 38);
+}
+
+constexpr int kElementThreads = 256;
+
+unsigned ElementBlocks(int64_t elements) {
+  return static_cast<unsigned>((elements + kElementThreads - 1) / kElementThreads);
+}
+
+}  // namespace
+
+bool SupportsHcMix(const HcMixParams& p) {
+  return ShapeOk(p.tokens, p.dim, p.hc_mult) && p.tokens <= 0x7fffffff && p.sinkhorn_iters >= 1 &&
+         p.x != nullptr && p.hc_fn != nullptr && p.scale != nullptr && p.base != nullptr &&
+         p.pre != nullptr && p.post != nullptr && p.comb != nullptr;
+}
+
+absl::Status HcMix(const HcMixParams& p, cudaStream_t stream) {
+  if (!SupportsHcMix(p)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "HcMix: unsupported (tokens ", p.tokens, ", dim ", p.dim, ", hc_mult ", p.hc_mult,
+        ", iters ", p.sinkhorn_iters, "; needs 1 <= hc_mult <= ", kHcMaxMult,
+        ", iters >= 1, non-null arrays)"));
+  }
+  const moe::HcMixKernelArgs args{.x = p.x,
+                                  .hc_fn = p.hc_fn,
+                                  .scale = p.scale,
+                                  .base = p.base,
+                                  .pre = p.pre,
+                                  .post = p.post,
+                                  .comb = p.comb,
+                                  .dim = p.dim,
+                                  .n = p.hc_mult,
+                                  .iters = p.sinkhorn_iters,
+                                  .hc_eps = p.hc_eps,
+                                  .norm_eps = p.norm_eps};
+  constexpr int kThreads = 256;
+  moe::HcMixKernel<kThreads><<<static_cast<unsigned>(p.tokens), kThreads, 0, stream>>>(args);
+  return LaunchStatus("HcMix");
+}
+
+bool SupportsHcCollapse(const HcCollapseParams& p) {
+  return ShapeOk(p.tokens, p.dim, p.hc_mult) && p.x != nullptr && p.pre != nullptr &&
+         p.out != nullptr;
+}
+
+absl::Status HcCollapse(const HcCollapseParams& p, cudaStream_t stream) {
+  if (!SupportsHcCollapse(p)) {
+    return absl::InvalidArgumentError(absl::StrCat("HcCollapse: unsupported (tokens ", p.tokens,
+                                                   ", dim ", p.dim, ", hc_mult ", p.hc_mult,
+                                                   ")"));
+  }
+  moe::HcCollapseKernel<<<ElementBlocks(p.tokens * p.dim), kElementThreads, 0, stream>>>(
+      p.x, p.pre, p.out, p.tokens, p.dim, p.hc_mult, p.round_bf16);
+  return LaunchStatus("HcCollapse");
+}
+
+bool SupportsHcExpand(const HcExpandParams& p) {
+  return ShapeOk(p.tokens, p.dim, p.hc_mult) && p.x != nullptr && p.y != nullptr &&
+         p.post != nullptr && p.comb != nullptr && p.out != nullptr;
+}
+
+absl::Status HcExpand(const HcExpandParams& p, cudaStream_t stream) {
+  if (!SupportsHcExpand(p)) {
+    return absl::InvalidArgumentError(absl::StrCat("HcExpand: unsupported (tokens ", p.tokens,
+                                                   ", dim ", p.dim, ", hc_mult ", p.hc_mult,
+                                                   ")"));
+  }
+  moe::HcExpandKernel<<<ElementBlocks(p.tokens * p.hc_mult * p.dim), kElementThreads, 0,
+                        stream>>>(p.x, p.y, p.post, p.comb, p.out, p.tokens, p.dim, p.hc_mult,
+                                  p.round_bf16);
+  return LaunchStatus("HcExpand");
+}
+
+}  // namespace weir::kernels::cuda

@@ -1,0 +1,133 @@
+// kernels/cuda/moe/mhc.cuh — device code of HcMix, HcCollapse and HcExpand.
+// No host dependencies.
+#ifndef WEIR_KERNELS_CUDA_MOE_MHC_CUH_
+#define WEIR_KERNELS_CUDA_MOE_MHC_CUH_
+
+#include <cstdint>
+
+#include "kernels/cuda/moe/numerics.cuh"
+
+namespace weir::kernels::cuda::moe {
+
+inline constexpr int kHcMaxN = 8;
+
+struct HcMixKernelArgs {
+  const float* x;
+  const float* hc_fn;
+  const float* scale;
+  const float* base;
+  float* pre;
+  float* post;
+  float* comb;
+  int64_t dim;
+  int n;
+  int iters;
+  float hc_eps;
+  float norm_eps;
+};
+
+// The split + Sinkhorn of kernels/cpu/mhc.cc HcSplitSinkhorn for one token,
+// in its exact operation order (one thread).
+__device__ inline void HcSplitSinkhornSerial(const HcMixKernelArgs& a, const float* mixes,
+                                             float* pre, float* post, float* comb) {
+  const int n = a.n;
+  const float eps = a.hc_eps;
+  const float s0 = a.scale[0], s1 = a.scale[1], s2 = a.scale[2];
+  float c[kHcMaxN * kHcMaxN];
+  for (int j = 0; j < n; ++j) {
+    pre[j] = __fadd_rn(SigmoidF(__fadd_rn(__fmul_rn(mixes[j], s0), a.base[j])), eps);
+    post[j] = __fmul_rn(2.0f, SigmoidF(__fadd_rn(__fmul_rn(mixes[n + j], s1), a.base[n + j])));
+  }
+  for (int j = 0; j < n; ++j) {  // row softmax over k
+    float* row = c + j * n;
+    for (int k = 0; k < n; ++k) {
+      row[k] = __fadd_rn(__fmul_rn(mixes[2 * n + j * n + k], s2), a.base[2 * n + j * n + k]);
+    }
+    float m = row[0];
+    for (int k = 1; k < n; ++k) m = row[k] > m ? row[k] : m;
+    float sum = 0.0f;
+    for (int k = 0; k < n; ++k) sum = __fadd_rn(sum, row[k] = ExpF(__fsub_rn(row[k], m)));
+    for (int k = 0; k < n; ++k) row[k] = __fadd_rn(__fdiv_rn(row[k], sum), eps);
+  }
+  auto normalize_columns = [&] {
+    for (int k = 0; k < n; ++k) {
+      float sum = 0.0f;
+      for (int j = 0; j < n; ++j) sum = __fadd_rn(sum, c[j * n + k]);
+      for (int j = 0; j < n; ++j) c[j * n + k] = __fdiv_rn(c[j * n + k], __fadd_rn(sum, eps));
+    }
+  };
+  normalize_columns();
+  for (int it = 1; it < a.iters; ++it) {
+    for (int j = 0; j < n; ++j) {
+      float sum = 0.0f;
+      for (int k = 0; k < n; ++k) sum = __fadd_rn(sum, c[j * n + k]);
+      for (int k = 0; k < n; ++k) c[j * n + k] = __fdiv_rn(c[j * n + k], __fadd_rn(sum, eps));
+    }
+    normalize_columns();
+  }
+  for (int i = 0; i < n * n; ++i) comb[i] = c[i];
+}
+
+// One block per token: warps take the (2+n)n products round robin.
+template <int kThreads>
+__global__ void HcMixKernel(HcMixKernelArgs a) {
+  constexpr int kWarps = kThreads / 32;
+  __shared__ float s_mix[(2 + kHcMaxN) * kHcMaxN];
+  __shared__ double s_red[kWarps];
+  const int64_t token = blockIdx.x;
+  const int n = a.n, n_mix = (2 + n) * n;
+  const int64_t nd = n * a.dim;
+  const float* v = a.x + token * nd;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int m = warp; m < n_mix; m += kWarps) {
+    const float* fn = a.hc_fn + m * nd;
+    float acc = 0.0f;
+    for (int64_t c = lane; c < nd; c += 32) acc = fmaf(v[c], fn[c], acc);
+    acc = WarpSum(acc);
+    if (lane == 0) s_mix[m] = acc;
+  }
+  double sq = 0.0;
+  for (int64_t c = threadIdx.x; c < nd; c += kThreads) {
+    sq += static_cast<double>(v[c]) * static_cast<double>(v[c]);  // exact product
+  }
+  const double total = BlockSum<kThreads>(sq, s_red);  // also orders s_mix
+  if (threadIdx.x == 0) {
+    const float mean = __fdiv_rn(static_cast<float>(total), static_cast<float>(nd));
+    const float rsqrt = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, a.norm_eps)));
+    for (int m = 0; m < n_mix; ++m) s_mix[m] = __fmul_rn(s_mix[m], rsqrt);
+    HcSplitSinkhornSerial(a, s_mix, a.pre + token * n, a.post + token * n,
+                          a.comb + token * n * n);
+  }
+}
+
+// One thread per out[t, c].
+__global__ void HcCollapseKernel(const float* __restrict__ x, const float* __restrict__ pre,
+                                 float* __restrict__ out, int64_t tokens, int64_t dim, int n,
+                                 bool round_bf16) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= tokens * dim) return;
+  const int64_t t = i / dim, c = i % dim;
+  float acc = 0.0f;
+  for (int j = 0; j < n; ++j) acc = __fadd_rn(acc, __fmul_rn(pre[t * n + j], x[(t * n + j) * dim + c]));
+  out[i] = round_bf16 ? RoundBf16(acc) : acc;
+}
+
+// One thread per out[t, k, c].
+__global__ void HcExpandKernel(const float* __restrict__ x, const float* __restrict__ y,
+                               const float* __restrict__ post, const float* __restrict__ comb,
+                               float* __restrict__ out, int64_t tokens, int64_t dim, int n,
+                               bool round_bf16) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= tokens * n * dim) return;
+  const int64_t c = i % dim, tk = i / dim, t = tk / n, k = tk % n;
+  float mixed = 0.0f;
+  for (int j = 0; j < n; ++j) {
+    mixed = __fadd_rn(mixed, __fmul_rn(comb[(t * n + j) * n + k], x[(t * n + j) * dim + c]));
+  }
+  const float v = __fadd_rn(__fmul_rn(post[t * n + k], y[t * dim + c]), mixed);
+  out[i] = round_bf16 ? RoundBf16(v) : v;
+}
+
+}  // namespace weir::kernels::cuda::moe
+
+#endif  // WEIR_KERNELS_CUDA_MOE_MHC_CUH_

@@ -1,0 +1,97 @@
+// kernels/cuda/moe/mhc.h
+//
+// Manifold-constrained hyper-connections on the GPU: the CUDA backend of
+// kernels/cpu/mhc.h (spec §4.6) and of worker/model/ops.h HcMix / HcCollapse /
+// HcExpand.
+//
+// HcMix, one thread block per token:
+//   mixes = (hc_fn v) * rsqrt(mean(v^2) + norm_eps)   v = X_t flattened [n*dim]
+//     each product: lanes of a warp sum strided shares of n*dim (fma,
+//     ascending), then a fixed xor butterfly; sum(v^2) in double, block tree
+//   then HcMixFromProducts' scale + split + Sinkhorn, run by one thread in the
+//   CPU's exact operation order (exp in double rounded to fp32, as glibc's
+//   expf). Differences from the CPU come only from the product's reduction
+//   order (the CPU backend sums in RowStableGemm's order): ~1e-7 relative in
+//   mixes, carried smoothly through sigmoid / softmax / Sinkhorn.
+// HcCollapse / HcExpand: one thread per output element, sums over j in index
+//   order with separate fp32 multiply and add, like the CPU: bit-identical to
+//   kernels/cpu, including the optional bf16 rounding (nearest even) of the
+//   outputs.
+//
+// Thread safety: stateless; safe from any thread.
+
+#ifndef WEIR_KERNELS_CUDA_MOE_MHC_H_
+#define WEIR_KERNELS_CUDA_MOE_MHC_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace weir::kernels::cuda {
+
+inline constexpr int kHcMaxMult = 8;
+
+struct HcMixParams {
+  const float* x = nullptr;      // device [tokens, n, dim] residual streams
+  const float* hc_fn = nullptr;  // device [(2+n)*n, n*dim] fp32
+  const float* scale = nullptr;  // device [3]
+  const float* base = nullptr;   // device [(2+n)*n]
+  float* pre = nullptr;          // device out [tokens, n]
+  float* post = nullptr;         // device out [tokens, n]
+  float* comb = nullptr;         // device out [tokens, n, n], comb[j, k]
+  int64_t tokens = 0;
+  int64_t dim = 0;
+  int hc_mult = 4;
+  int sinkhorn_iters = 20;
+  float hc_eps = 1e-6f;
+  float norm_eps = 1e-20f;
+};
+
+// True for tokens, dim > 0, 1 <= hc_mult <= kHcMaxMult, sinkhorn_iters >= 1
+// and non-null arrays.
+bool SupportsHcMix(const HcMixParams& params);
+
+// Enqueues pre/post/comb of every token on `stream`. INVALID_ARGUMENT when
+// SupportsHcMix is false; INTERNAL with the CUDA error if the launch fails.
+absl::Status HcMix(const HcMixParams& params, cudaStream_t stream);
+
+struct HcCollapseParams {
+  const float* x = nullptr;    // device [tokens, n, dim]
+  const float* pre = nullptr;  // device [tokens, n]
+  float* out = nullptr;        // device [tokens, dim]; must not overlap x
+  int64_t tokens = 0;
+  int64_t dim = 0;
+  int hc_mult = 4;
+  bool round_bf16 = true;      // round out to bf16 (ActivationPrecision::kBf16)
+};
+
+// True for tokens, dim > 0, 1 <= hc_mult <= kHcMaxMult, non-null arrays.
+bool SupportsHcCollapse(const HcCollapseParams& params);
+
+// Enqueues out[t, c] = sum_j pre[t, j] * x[t, j, c] on `stream`. Errors as HcMix.
+absl::Status HcCollapse(const HcCollapseParams& params, cudaStream_t stream);
+
+struct HcExpandParams {
+  const float* x = nullptr;     // device [tokens, n, dim]
+  const float* y = nullptr;     // device [tokens, dim] sublayer output
+  const float* post = nullptr;  // device [tokens, n]
+  const float* comb = nullptr;  // device [tokens, n, n]
+  float* out = nullptr;         // device [tokens, n, dim]; must not overlap x
+  int64_t tokens = 0;
+  int64_t dim = 0;
+  int hc_mult = 4;
+  bool round_bf16 = true;       // round out to bf16 (ActivationPrecision::kBf16)
+};
+
+// True for tokens, dim > 0, 1 <= hc_mult <= kHcMaxMult, non-null arrays.
+bool SupportsHcExpand(const HcExpandParams& params);
+
+// Enqueues out[t, k, c] = post[t, k] * y[t, c] + sum_j comb[t, j, k] * x[t, j, c]
+// on `stream`. Errors as HcMix.
+absl::Status HcExpand(const HcExpandParams& params, cudaStream_t stream);
+
+}  // namespace weir::kernels::cuda
+
+#endif  // WEIR_KERNELS_CUDA_MOE_MHC_H_

@@ -1,0 +1,143 @@
+#include "kernels/cuda/moe/mhc.h"
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/mhc.h"
+#include "kernels/cuda/moe/test_util.h"
+
+namespace weir::kernels::cuda {
+namespace {
+
+using moe_test::BitMismatches;
+using moe_test::DeviceBuffer;
+using moe_test::MaxAbsError;
+using moe_test::RelativeError;
+using moe_test::Synced;
+
+struct HcCase {
+  int64_t tokens, dim;
+  int n;
+};
+
+std::vector<float> Random(size_t size, float stddev, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, stddev);
+  std::vector<float> v(size);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+TEST(HcMixCudaTest, MatchesTheCpuReference) {
+  for (const HcCase& c : {HcCase{1, 64, 4}, HcCase{7, 1000, 4}, HcCase{33, 256, 1},
+                          HcCase{3, 4096, 4}, HcCase{5, 96, 8}}) {
+    std::mt19937 rng(c.tokens * 1000 + c.dim + c.n);
+    const int64_t n = c.n, n_mix = (2 + n) * n;
+    const std::vector<float> x = Random(c.tokens * n * c.dim, 1.0f, rng);
+    const std::vector<float> fn = Random(n_mix * n * c.dim, 0.05f, rng);
+    const std::vector<float> scale = {0.8f, 1.2f, 2.0f};
+    const std::vector<float> base = Random(n_mix, 0.5f, rng);
+    const cpu::HcParams params{.hc_mult = c.n, .sinkhorn_iters = 20, .hc_eps = 1e-6f,
+                               .norm_eps = 1e-20f};
+    std::vector<float> pre(c.tokens * n), post(c.tokens * n), comb(c.tokens * n * n);
+    const absl::Status cpu_status =
+        cpu::HcMix(params, {.x = x, .hc_fn = fn, .scale = scale, .base = base, .pre = pre,
+                            .post = post, .comb = comb, .tokens = c.tokens, .dim = c.dim});
+    ASSERT_TRUE(cpu_status.ok()) << cpu_status;
+
+    DeviceBuffer<float> dx(x), dfn(fn), dscale(scale), dbase(base);
+    DeviceBuffer<float> dpre(pre.size()), dpost(post.size()), dcomb(comb.size());
+    dpre.Poison();
+    dpost.Poison();
+    dcomb.Poison();
+    ASSERT_TRUE(HcMix({.x = dx.get(), .hc_fn = dfn.get(), .scale = dscale.get(),
+                       .base = dbase.get(), .pre = dpre.get(), .post = dpost.get(),
+                       .comb = dcomb.get(), .tokens = c.tokens, .dim = c.dim, .hc_mult = c.n,
+                       .sinkhorn_iters = 20, .hc_eps = 1e-6f, .norm_eps = 1e-20f},
+                      nullptr)
+                    .ok());
+    ASSERT_TRUE(Synced());
+    // The mixing products differ from the CPU's sgemm by fp32 reduction order
+    // (~1e-7 relative); sigmoid, softmax and Sinkhorn carry that smoothly
+    // (values in [0, 2]), so 1e-5 absolute / relative is several times margin.
+    const std::vector<float> gpre = dpre.Download(), gpost = dpost.Download(),
+                             gcomb = dcomb.Download();
+    const double err = std::max({MaxAbsError(gpre, pre), MaxAbsError(gpost, post),
+                                 MaxAbsError(gcomb, comb)});
+    const double rel = std::max({RelativeError(gpre, pre), RelativeError(gpost, post),
+                                 RelativeError(gcomb, comb)});
+    EXPECT_LT(err, 1e-5) << c.tokens << "x" << c.n << "x" << c.dim;
+    EXPECT_LT(rel, 1e-5) << c.tokens << "x" << c.n << "x" << c.dim;
+    std::printf("HcMix %lldx%dx%lld: max abs err %.3g, rel err %.3g\n",
+                static_cast<long long>(c.tokens), c.n, static_cast<long long>(c.dim), err, rel);
+  }
+}
+
+// Collapse and expand use the CPU's operation order exactly: bit-identical.
+TEST(HcCollapseExpandCudaTest, BitIdenticalToTheCpu) {
+  for (const HcCase& c : {HcCase{1, 7, 4}, HcCase{5, 5120, 4}, HcCase{3, 33, 1},
+                          HcCase{2, 100, 8}}) {
+    for (bool bf16 : {false, true}) {
+      std::mt19937 rng(c.tokens * 77 + c.dim + c.n + bf16);
+      const int64_t n = c.n;
+      const std::vector<float> x = Random(c.tokens * n * c.dim, 1.0f, rng);
+      const std::vector<float> y = Random(c.tokens * c.dim, 1.0f, rng);
+      const std::vector<float> pre = Random(c.tokens * n, 0.5f, rng);
+      const std::vector<float> post = Random(c.tokens * n, 0.5f, rng);
+      const std::vector<float> comb = Random(c.tokens * n * n, 0.3f, rng);
+      std::vector<float> want_in(c.tokens * c.dim), want_out(x.size());
+      ASSERT_TRUE(cpu::HcCollapse(x, pre, c.tokens, c.n, c.dim, bf16, want_in).ok());
+      ASSERT_TRUE(cpu::HcExpand(x, y, post, comb, c.tokens, c.n, c.dim, bf16, want_out).ok());
+
+      DeviceBuffer<float> dx(x), dy(y), dpre(pre), dpost(post), dcomb(comb);
+      DeviceBuffer<float> din(want_in.size()), dout(want_out.size());
+      din.Poison();
+      dout.Poison();
+      ASSERT_TRUE(HcCollapse({.x = dx.get(), .pre = dpre.get(), .out = din.get(),
+                              .tokens = c.tokens, .dim = c.dim, .hc_mult = c.n,
+                              .round_bf16 = bf16},
+                             nullptr)
+                      .ok());
+      ASSERT_TRUE(HcExpand({.x = dx.get(), .y = dy.get(), .post = dpost.get(),
+                            .comb = dcomb.get(), .out = dout.get(), .tokens = c.tokens,
+                            .dim = c.dim, .hc_mult = c.n, .round_bf16 = bf16},
+                           nullptr)
+                      .ok());
+      ASSERT_TRUE(Synced());
+      const std::vector<float> got_in = din.Download(), got_out = dout.Download();
+      EXPECT_EQ(BitMismatches(got_in, want_in), 0)
+          << "collapse " << c.tokens << "x" << c.n << "x" << c.dim << " bf16 " << bf16
+          << ", max abs err " << MaxAbsError(got_in, want_in);
+      EXPECT_EQ(BitMismatches(got_out, want_out), 0)
+          << "expand " << c.tokens << "x" << c.n << "x" << c.dim << " bf16 " << bf16
+          << ", max abs err " << MaxAbsError(got_out, want_out);
+      std::printf("HcCollapse/HcExpand %lldx%dx%lld bf16 %d: max abs err %.3g / %.3g\n",
+                  static_cast<long long>(c.tokens), c.n, static_cast<long long>(c.dim), bf16,
+                  MaxAbsError(got_in, want_in), MaxAbsError(got_out, want_out));
+    }
+  }
+}
+
+TEST(HcCudaTest, RefusesBadArguments) {
+  float* p = reinterpret_cast<float*>(256);
+  HcMixParams mix{.x = p, .hc_fn = p, .scale = p, .base = p, .pre = p, .post = p, .comb = p,
+                  .tokens = 1, .dim = 8};
+  EXPECT_TRUE(SupportsHcMix(mix));
+  mix.hc_mult = kHcMaxMult + 1;
+  EXPECT_EQ(HcMix(mix, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  mix.hc_mult = 4;
+  mix.sinkhorn_iters = 0;
+  EXPECT_EQ(HcMix(mix, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(HcCollapse({.x = p, .pre = p, .out = p, .tokens = 0, .dim = 8}, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(HcExpand({.x = p, .y = nullptr, .post = p, .comb = p, .out = p, .tokens = 1,
+                      .dim = 8},
+                     nullptr)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace weir::kernels::cuda

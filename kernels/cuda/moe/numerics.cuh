@@ -1,0 +1,96 @@
+// kernels/cuda/moe/numerics.cuh — device arithmetic shared by the kernels of
+// this package, written to reproduce the CPU reference's roundings (no host
+// dependencies).
+//
+// The CPU reference is compiled without FMA contraction, so every "a * b + c"
+// there is two roundings; device code that must match it uses the explicit
+// __fmul_rn / __fadd_rn intrinsics (nvcc would otherwise fuse them).
+#ifndef WEIR_KERNELS_CUDA_MOE_NUMERICS_CUH_
+#define WEIR_KERNELS_CUDA_MOE_NUMERICS_CUH_
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+namespace weir::kernels::cuda::moe {
+
+// exp(x) correctly rounded to fp32 (computed in double), as glibc's expf
+// returns it for all but a vanishing fraction of inputs.
+__device__ __forceinline__ float ExpF(float x) {
+  return static_cast<float>(exp(static_cast<double>(x)));
+}
+
+// 1 / (1 + exp(-v)), the CPU's Sigmoid.
+__device__ __forceinline__ float SigmoidF(float v) {
+  return __fdiv_rn(1.0f, __fadd_rn(1.0f, ExpF(-v)));
+}
+
+// Nearest bf16 value (ties to even), as an fp32.
+__device__ __forceinline__ float RoundBf16(float x) {
+  return __bfloat162float(__float2bfloat16_rn(x));
+}
+
+// fp32 value of an E8M0 code: 2^(code - 127); code 0 is the subnormal 2^-127,
+// 0xFF is NaN.
+__device__ __forceinline__ float E8m0Value(uint32_t code) {
+  if (code == 0u) return __uint_as_float(0x00400000u);
+  if (code >= 0xFFu) return __uint_as_float(0x7FC00000u);
+  return __uint_as_float(code << 23);
+}
+
+// fp32 value of an e4m3fn code (exact; 0x7F / 0xFF are NaN).
+__device__ __forceinline__ float E4m3Value(uint8_t code) {
+  const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code), __NV_E4M3);
+  return __half2float(__half(h));
+}
+
+// FP8 e4m3 + UE8M0 quantize->dequantize of one block of 32 values held one
+// per lane of a full warp (every lane must call it). Same rules as
+// kernels/cpu/quant.h FakeQuantFp8: s = 2^ceil(log2(max(amax, 1e-4) * fl(1/448))),
+// q = e4m3(clamp(v / s, +-448)), value q * s; a block holding NaN or Inf
+// becomes all NaN.
+__device__ __forceinline__ float Fp8FakeQuantWarp(float v) {
+  float amax = fabsf(v);
+  for (int offset = 16; offset > 0; offset /= 2) {
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+  }
+  if (!__all_sync(0xffffffffu, isfinite(v))) return __uint_as_float(0x7FC00000u);
+  const float inv448 = static_cast<float>(1.0 / 448.0);
+  const uint32_t bits = __float_as_uint(__fmul_rn(fmaxf(amax, 1e-4f), inv448));
+  uint32_t code = ((bits >> 23) & 0xFFu) + ((bits & 0x7FFFFFu) != 0u ? 1u : 0u);
+  code = code >= 0xFFu ? 0xFFu : code;
+  const float s = E8m0Value(code);
+  const float q = fminf(fmaxf(__fdiv_rn(v, s), -448.0f), 448.0f);
+  const __nv_fp8_storage_t c = __nv_cvt_float_to_fp8(q, __NV_SATFINITE, __NV_E4M3);
+  return __fmul_rn(E4m3Value(c), s);
+}
+
+// Sum of a float over a full warp (xor butterfly: every lane gets the sum).
+__device__ __forceinline__ float WarpSum(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+__device__ __forceinline__ double WarpSum(double v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// Sum over a block of kThreads threads; every thread gets the result.
+// `scratch` is shared memory of kThreads / 32 elements. Fixed order.
+template <int kThreads, typename T>
+__device__ __forceinline__ T BlockSum(T v, T* scratch) {
+  v = WarpSum(v);
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
+  __syncthreads();
+  T total = 0;
+  for (int w = 0; w < kThreads / 32; ++w) total += scratch[w];
+  __syncthreads();  // scratch may be reused right after
+  return total;
+}
+
+}  // namespace weir::kernels::cuda::moe
+
+#endif  // WEIR_KERNELS_CUDA_MOE_NUMERICS_CUH_
