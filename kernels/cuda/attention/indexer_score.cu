@@ -1,0 +1,67 @@
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "kernels/cuda/attention/indexer_score.cuh"
+#include "kernels/cuda/attention/indexer_score.h"
+
+namespace weir::kernels::cuda {
+namespace {
+
+constexpr size_t kDefaultSharedBytes = 48 * 1024;
+constexpr size_t kHopperMaxSharedBytes = 227 * 1024;
+
+template <bool kRoundBf16>
+absl::Status Launch(const IndexerScoreParams& p, cudaStream_t stream) {
+  const size_t shared = IndexerScoreSharedBytes(p.heads, p.dim);
+  if (shared > kDefaultSharedBytes) {
+    if (cudaError_t err = cudaFuncSetAttribute(IndexerScoreKernel<kRoundBf16>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(shared));
+        err != cudaSuccess) {
+      return absl::InternalError(std::string("IndexerScore shared memory: ") +
+                                 cudaGetErrorString(err));
+    }
+  }
+  const dim3 grid(static_cast<unsigned>((p.keys + kIndexerKeyTile - 1) / kIndexerKeyTile),
+                  static_cast<unsigned>(std::min<int64_t>(p.queries, 65535)));
+  IndexerScoreKernel<kRoundBf16><<<grid, kIndexerKeyTile, shared, stream>>>(
+      p.q, p.k, p.weights, p.visible_len, p.out, p.queries, p.heads, p.dim, p.keys);
+  if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
+    return absl::InternalError(std::string("IndexerScore launch: ") + cudaGetErrorString(err));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+size_t IndexerScoreSharedBytes(int heads, int dim) {
+  return (static_cast<size_t>(kIndexerKeyTile) * (static_cast<size_t>(dim) + 1) +
+          static_cast<size_t>(heads) * dim) *
+         sizeof(float);
+}
+
+bool SupportsIndexerScore(const IndexerScoreParams& p) {
+  if (p.queries < 0 || p.heads <= 0 || p.dim <= 0 || p.keys < 0) return false;
+  if (p.heads > (1 << 20) || p.dim > (1 << 20) ||
+      IndexerScoreSharedBytes(p.heads, p.dim) > kHopperMaxSharedBytes) {
+    return false;
+  }
+  if (p.queries == 0 || p.keys == 0) return true;
+  return p.q != nullptr && p.k != nullptr && p.weights != nullptr && p.visible_len != nullptr &&
+         p.out != nullptr;
+}
+
+absl::Status IndexerScore(const IndexerScoreParams& p, cudaStream_t stream) {
+  if (!SupportsIndexerScore(p)) {
+    return absl::InvalidArgumentError(
+        "IndexerScore: needs queries >= 0, heads > 0, dim > 0, keys >= 0, shared memory " +
+        std::to_string(IndexerScoreSharedBytes(std::max(p.heads, 0), std::max(p.dim, 0))) +
+        " <= " + std::to_string(kHopperMaxSharedBytes) + " bytes and the pointers");
+  }
+  if (p.queries == 0 || p.keys == 0) return absl::OkStatus();
+  return p.round_bf16 ? Launch<true>(p, stream) : Launch<false>(p, stream);
+}
+
+}  // namespace weir::kernels::cuda

@@ -1,0 +1,61 @@
+// kernels/cuda/attention/indexer_score.h
+//
+// IndexerScore on the GPU: the CUDA backend of kernels/cpu/indexer_score.h
+// (lightning-indexer score of index-source layers, spec §4.3.3):
+//   I[s, t] = sum_h relu(q[s, h] . k[t]) * w[s, h]      t < visible_len[s]
+//   I[s, t] = -inf                                      t >= visible_len[s]
+// with, when round_bf16 is set, the per-head dot, each weighted head term and
+// the head sum rounded to bf16 (nearest even) at the CPU kernel's points.
+//
+// Order of operations: one thread per (query, key) runs the CPU's loops —
+// heads ascending, channels ascending, each product and sum rounded on its
+// own (no fused multiply-add), relu as std::max(x, 0) (NaN and -0 kept) — so
+// the result is bit-identical to the CPU reference in both modes.
+//
+// Thread safety: stateless; safe from any thread.
+
+#ifndef WEIR_KERNELS_CUDA_ATTENTION_INDEXER_SCORE_H_
+#define WEIR_KERNELS_CUDA_ATTENTION_INDEXER_SCORE_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace weir::kernels::cuda {
+
+struct IndexerScoreParams {
+  const float* q = nullptr;              // device [queries, heads, dim]
+  const float* k = nullptr;              // device [keys, dim]
+  const float* weights = nullptr;        // device [queries, heads]
+  const int64_t* visible_len = nullptr;  // device [queries], each in [0, keys]
+  float* out = nullptr;                  // device [queries, keys]; must not alias the inputs
+  int64_t queries = 0;
+  int heads = 0;
+  int dim = 0;
+  int64_t keys = 0;
+  bool round_bf16 = false;  // the reference's bf16 mode (IndexerScoreArgs::round_bf16)
+};
+
+// Shared memory one block of the launcher needs: a tile of 128 keys plus the
+// query's heads, (128 * (dim + 1) + heads * dim) * 4 bytes.
+size_t IndexerScoreSharedBytes(int heads, int dim);
+
+// Returns true if the launcher handles `params`: queries >= 0, heads > 0,
+// dim > 0, keys >= 0, IndexerScoreSharedBytes(heads, dim) within the 227 KiB
+// a Hopper block may use (heads * dim <= 41600 at dim 128), and non-null
+// pointers wherever queries * keys > 0.
+bool SupportsIndexerScore(const IndexerScoreParams& params);
+
+// Enqueues the scoring on `stream`; writes every element of out. A
+// visible_len outside [0, keys] is clamped into it (the device cannot report
+// it, unlike the CPU reference, which returns INVALID_ARGUMENT). Returns
+// INVALID_ARGUMENT when SupportsIndexerScore is false; INTERNAL with the CUDA
+// error if the launch fails. queries * keys == 0 enqueues nothing.
+absl::Status IndexerScore(const IndexerScoreParams& params, cudaStream_t stream);
+
+}  // namespace weir::kernels::cuda
+
+#endif  // WEIR_KERNELS_CUDA_ATTENTION_INDEXER_SCORE_H_

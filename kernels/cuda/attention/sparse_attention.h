@@ -1,0 +1,67 @@
+// kernels/cuda/attention/sparse_attention.h
+//
+// SparseAttention on the GPU: the CUDA backend of kernels/cpu/sparse_attention.h
+// (sparse MQA over per-query index lists into one shared K=V table, with a
+// per-head attention sink), same formula:
+//   z_t = scale * (q[s,h] . kv[t]) for the valid slots t of index row s,
+//   m = max z_t (the sink does not enter m),
+//   o = sum_t exp(z_t - m) kv[t] / (sum_t exp(z_t - m) + exp(sink[h] - m)),
+// and o = 0 for a row without a valid slot.
+//
+// Order of operations: each dot product is reduced across a warp (lane c
+// takes channels c, c+32, ...; then a shuffle tree); the denominator is
+// reduced across the block; the output channel c sums p_t * kv[t][c] over
+// the index row in list order, as the CPU does, then divides by the
+// denominator. exp is CUDA's expf (within 2 ulp). Results therefore match the
+// CPU reference to fp32 reduction-order tolerance (relative error ~1e-6), not
+// bit for bit.
+//
+// Thread safety: stateless; safe from any thread.
+
+#ifndef WEIR_KERNELS_CUDA_ATTENTION_SPARSE_ATTENTION_H_
+#define WEIR_KERNELS_CUDA_ATTENTION_SPARSE_ATTENTION_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace weir::kernels::cuda {
+
+// Longest index row the launcher takes (its logits and indices live in
+// shared memory).
+inline constexpr int kSparseAttentionMaxTopk = 4096;
+
+struct SparseAttentionParams {
+  const float* q = nullptr;        // device [queries, heads, head_dim]
+  const float* kv = nullptr;       // device [kv_len, head_dim]; K and V are the same vector
+  const float* sink = nullptr;     // device [heads] attention-sink logits
+  const int32_t* index = nullptr;  // device [queries, topk]; entries in [0, kv_len) or -1
+  float* out = nullptr;            // device [queries, heads, head_dim]; must not alias q or kv
+  int64_t queries = 0;
+  int heads = 0;
+  int head_dim = 0;
+  int64_t kv_len = 0;
+  int topk = 0;
+  float scale = 0.0f;              // 0 means head_dim^-0.5
+};
+
+// Returns true if the launcher handles `params`: queries >= 0, heads > 0,
+// head_dim > 0, kv_len >= 0, 0 <= topk <= kSparseAttentionMaxTopk,
+// queries * heads < 2^31, and non-null pointers wherever the sizes make them
+// read or written (q, sink, out when queries > 0; index when queries * topk >
+// 0; kv when kv_len > 0).
+bool SupportsSparseAttention(const SparseAttentionParams& params);
+
+// Enqueues the attention on `stream`; writes every element of out.
+// Index entries outside [-1, kv_len) are treated as -1 (never read): the
+// device cannot report them, unlike the CPU reference, which returns
+// INVALID_ARGUMENT; callers that need that check make it on the host.
+// Returns INVALID_ARGUMENT when SupportsSparseAttention is false; INTERNAL
+// with the CUDA error if the launch fails. queries == 0 enqueues nothing.
+absl::Status SparseAttention(const SparseAttentionParams& params, cudaStream_t stream);
+
+}  // namespace weir::kernels::cuda
+
+#endif  // WEIR_KERNELS_CUDA_ATTENTION_SPARSE_ATTENTION_H_

@@ -1,0 +1,148 @@
+#include "kernels/cuda/attention/sparse_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/sparse_attention.h"
+#include "kernels/cuda/attention/device_buffer.h"
+
+namespace weir::kernels::cuda {
+namespace {
+
+using testing::DeviceBuffer;
+
+struct Shape {
+  int64_t queries;
+  int heads;
+  int head_dim;
+  int64_t kv_len;
+  int topk;
+  double empty_fraction;  // share of -1 slots
+};
+
+// Runs both backends on fresh random inputs and compares. Tolerance: the GPU
+// sums each dot product and the denominator in another order than the CPU
+// (and uses CUDA's expf), so outputs agree to fp32 reduction-order error:
+// ||got - want|| / ||want|| < 2e-6 and |got - want| <= 1e-5 * (1 + |want|)
+// elementwise (logits are O(10), so exp amplifies their ~1e-6 error).
+void Compare(const Shape& shape, uint32_t seed, float scale = 0.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  const int64_t qn = shape.queries * shape.heads * shape.head_dim;
+  std::vector<float> q(qn), kv(shape.kv_len * shape.head_dim), sink(shape.heads);
+  for (float& v : q) v = normal(rng);
+  for (float& v : kv) v = normal(rng);
+  for (float& v : sink) v = 2.0f * normal(rng);
+  std::vector<int32_t> index(shape.queries * shape.topk);
+  std::uniform_int_distribution<int32_t> pick(0, std::max<int64_t>(shape.kv_len - 1, 0));
+  for (int32_t& t : index) {
+    t = (shape.kv_len == 0 || unit(rng) < shape.empty_fraction) ? -1 : pick(rng);
+  }
+  std::vector<float> want(qn);
+  ASSERT_TRUE(cpu::SparseAttention({.q = q, .kv = kv, .sink = sink, .index = index, .out = want,
+                                    .queries = shape.queries, .heads = shape.heads,
+                                    .head_dim = shape.head_dim, .kv_len = shape.kv_len,
+                                    .topk = shape.topk, .scale = scale})
+                  .ok());
+
+  DeviceBuffer<float> dq(q), dkv(kv), dsink(sink), dout(qn);
+  DeviceBuffer<int32_t> dindex(index);
+  dout.Poison();
+  ASSERT_TRUE(SparseAttention({.q = dq.get(), .kv = dkv.get(), .sink = dsink.get(),
+                               .index = dindex.get(), .out = dout.get(),
+                               .queries = shape.queries, .heads = shape.heads,
+                               .head_dim = shape.head_dim, .kv_len = shape.kv_len,
+                               .topk = shape.topk, .scale = scale},
+                              nullptr)
+                  .ok());
+  const std::vector<float> got = dout.Download();
+
+  double num = 0, den = 0, max_abs = 0;
+  int64_t bad = 0, first_bad = -1;
+  for (int64_t i = 0; i < qn; ++i) {
+    const double diff = std::fabs(double(got[i]) - want[i]);
+    num += diff * diff;
+    den += double(want[i]) * want[i];
+    max_abs = std::max(max_abs, diff);
+    if (!(diff <= 1e-5 * (1.0 + std::fabs(want[i])))) {
+      if (bad++ == 0) first_bad = i;
+    }
+  }
+  const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  std::printf("queries %lld heads %d head_dim %d kv_len %lld topk %d: rel %.3g max_abs %.3g\n",
+              static_cast<long long>(shape.queries), shape.heads, shape.head_dim,
+              static_cast<long long>(shape.kv_len), shape.topk, rel, max_abs);
+  EXPECT_LT(rel, 2e-6);
+  EXPECT_EQ(bad, 0) << "first mismatch at " << first_bad << ": got "
+                    << (first_bad >= 0 ? got[first_bad] : 0.f) << " want "
+                    << (first_bad >= 0 ? want[first_bad] : 0.f);
+}
+
+TEST(SparseAttentionCudaTest, MatchesTheCpuReference) {
+  const Shape shapes[] = {
+      // V4.1: 64 heads of 512, window 128 + index_topk 512.
+      {.queries = 3, .heads = 64, .head_dim = 512, .kv_len = 2000, .topk = 640,
+       .empty_fraction = 0.1},
+      {.queries = 1, .heads = 1, .head_dim = 512, .kv_len = 1, .topk = 1, .empty_fraction = 0},
+      // Sizes that are multiples of nothing; many empty slots.
+      {.queries = 17, .heads = 5, .head_dim = 33, .kv_len = 50, .topk = 77,
+       .empty_fraction = 0.7},
+      // A prefill chunk of the window path: every row full.
+      {.queries = 64, .heads = 8, .head_dim = 128, .kv_len = 64, .topk = 64,
+       .empty_fraction = 0},
+      // The longest row the launcher takes.
+      {.queries = 2, .heads = 2, .head_dim = 64, .kv_len = 9000,
+       .topk = kSparseAttentionMaxTopk, .empty_fraction = 0.2},
+  };
+  uint32_t seed = 1;
+  for (const Shape& shape : shapes) Compare(shape, seed++);
+  // An explicit scale.
+  Compare(shapes[2], seed++, 0.3f);
+}
+
+TEST(SparseAttentionCudaTest, EmptyRowsGiveZero) {
+  // All slots -1 (and kv_len 0): o = 0 for every head, as on the CPU.
+  Compare({.queries = 4, .heads = 3, .head_dim = 16, .kv_len = 0, .topk = 5,
+           .empty_fraction = 1.0},
+          7);
+  Compare({.queries = 4, .heads = 3, .head_dim = 16, .kv_len = 10, .topk = 5,
+           .empty_fraction = 1.0},
+          8);
+  // topk 0.
+  Compare({.queries = 2, .heads = 2, .head_dim = 8, .kv_len = 3, .topk = 0,
+           .empty_fraction = 0},
+          9);
+}
+
+TEST(SparseAttentionCudaTest, RefusesWhatItDoesNotSupport) {
+  float* f = reinterpret_cast<float*>(16);
+  int32_t* i = reinterpret_cast<int32_t*>(16);
+  const SparseAttentionParams good{.q = f, .kv = f, .sink = f, .index = i, .out = f,
+                                   .queries = 1, .heads = 1, .head_dim = 8, .kv_len = 4,
+                                   .topk = 4};
+  EXPECT_TRUE(SupportsSparseAttention(good));
+  SparseAttentionParams p = good;
+  p.topk = kSparseAttentionMaxTopk + 1;
+  EXPECT_EQ(SparseAttention(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  p = good;
+  p.heads = 0;
+  EXPECT_EQ(SparseAttention(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  p = good;
+  p.index = nullptr;
+  EXPECT_EQ(SparseAttention(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  p = good;
+  p.kv = nullptr;
+  EXPECT_EQ(SparseAttention(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  // Nothing to do is fine, and launches nothing.
+  p = good;
+  p.queries = 0;
+  EXPECT_TRUE(SparseAttention(p, nullptr).ok());
+}
+
+}  // namespace
+}  // namespace weir::kernels::cuda

@@ -1,0 +1,66 @@
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "kernels/cuda/attention/topk.cuh"
+#include "kernels/cuda/attention/topk.h"
+
+namespace weir::kernels::cuda {
+namespace {
+
+absl::Status LaunchError(const char* what) {
+  if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
+    return absl::InternalError(std::string(what) + " launch: " + cudaGetErrorString(err));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool SupportsTopkPositions(const TopkParams& p) {
+  if (p.rows < 0 || p.rows > 0x7fffffff || p.width < 0 || p.width > 0x7fffffff || p.k < 0) {
+    return false;
+  }
+  if (p.rows == 0) return true;
+  return p.visible_len != nullptr && (p.width == 0 || p.scores != nullptr) &&
+         (p.k == 0 || p.out != nullptr);
+}
+
+absl::Status TopkPositions(const TopkParams& p, cudaStream_t stream) {
+  if (!SupportsTopkPositions(p)) {
+    return absl::InvalidArgumentError(
+        "TopkPositions: needs 0 <= rows < 2^31, 0 <= width < 2^31, k >= 0 and the pointers; got "
+        "rows " + std::to_string(p.rows) + " width " + std::to_string(p.width) + " k " +
+        std::to_string(p.k));
+  }
+  if (p.rows == 0) return absl::OkStatus();
+  TopkPositionsKernel<kTopkThreads><<<static_cast<unsigned>(p.rows), kTopkThreads, 0, stream>>>(
+      p.scores, p.visible_len, p.out, p.width, p.k, p.offset);
+  return LaunchError("TopkPositions");
+}
+
+bool SupportsCandidateBlocks(const CandidateBlocksParams& p) {
+  if (p.rows < 0 || p.rows > 0x7fffffff || p.width < 0 || p.width > 0x7fffffff ||
+      p.topk_blocks <= 0 || p.block_size <= 0) {
+    return false;
+  }
+  if (p.rows == 0 || p.width == 0) return true;
+  return p.scores != nullptr && p.visible_len != nullptr && p.pool != nullptr;
+}
+
+absl::Status CandidateBlocks(const CandidateBlocksParams& p, cudaStream_t stream) {
+  if (!SupportsCandidateBlocks(p)) {
+    return absl::InvalidArgumentError(
+        "CandidateBlocks: needs 0 <= rows < 2^31, 0 <= width < 2^31, topk_blocks > 0, "
+        "block_size > 0 and the pointers; got rows " + std::to_string(p.rows) + " width " +
+        std::to_string(p.width) + " topk_blocks " + std::to_string(p.topk_blocks) +
+        " block_size " + std::to_string(p.block_size));
+  }
+  if (p.rows == 0 || p.width == 0) return absl::OkStatus();
+  CandidateBlocksKernel<kTopkThreads>
+      <<<static_cast<unsigned>(p.rows), kTopkThreads, 0, stream>>>(
+          p.scores, p.visible_len, p.pool, p.width, p.topk_blocks, p.block_size);
+  return LaunchError("CandidateBlocks");
+}
+
+}  // namespace weir::kernels::cuda
