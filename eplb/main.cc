@@ -1,11 +1,16 @@
 // The weir EPLB service: registers with the coordinator, collects expert-load
-// reports from workers over a sliding window, and serves its state. Exits on
+// reports from workers over a sliding window, rearranges the experts every
+// --rearrange_interval report rounds when the predicted gain is worth it
+// (prepare on every worker, then commit through the coordinator), and serves
+// its state. Exits on
 // SIGINT/SIGTERM or when the coordinator has been gone for
 // --coordinator_timeout_s.
 
 #include <unistd.h>
 
 #include <iostream>
+#include <optional>
+#include <string>
 
 #include "absl/flags/flag.h"
 #include "absl/synchronization/notification.h"
@@ -16,12 +21,23 @@
 #include "base/signals.h"
 #include "coordinator/registration_client.h"
 #include "eplb/eplb_service.h"
+#include "eplb/grpc_cluster_link.h"
+#include "eplb/policy/global_policy.h"
+#include "eplb/rebalancer.h"
 
 ABSL_FLAG(std::string, coordinator, "", "Coordinator address HOST:PORT (required).");
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "Address of the EPLB gRPC server.");
 ABSL_FLAG(int, window_size, 100, "Number of load reports in the sliding window.");
 ABSL_FLAG(int, register_timeout_s, 60, "How long to retry registering.");
 ABSL_FLAG(int, coordinator_timeout_s, 10, "Exit after the coordinator is gone this long.");
+ABSL_FLAG(bool, rearrange, true, "Rearrange experts (false: only collect load and report it).");
+ABSL_FLAG(int, rearrange_interval, 10, "Complete report rounds between rearrange attempts.");
+ABSL_FLAG(int, min_window_rounds, 2, "Complete report rounds the window needs before any attempt.");
+ABSL_FLAG(double, gain_threshold, 0.05,
+          "Smallest predicted relative gain of the balance ratio worth moving weights for.");
+ABSL_FLAG(int, prepare_timeout_s, 60, "Deadline of PrepareExpertMap on the workers.");
+ABSL_FLAG(int, commit_timeout_s, 60, "Deadline of the coordinator's CommitExpertMap.");
+ABSL_FLAG(int, policy_threads, 1, "Threads the placement policy may use.");
 
 namespace weir::eplb {
 namespace {
@@ -38,7 +54,26 @@ int Run(int argc, char** argv) {
     std::cerr << "eplb: --coordinator=HOST:PORT and a positive --window_size are required\n";
     return 2;
   }
-  EplbService service(absl::GetFlag(FLAGS_window_size));
+  const RebalancerOptions options{
+      .rearrange_interval = absl::GetFlag(FLAGS_rearrange_interval),
+      .min_window_rounds = absl::GetFlag(FLAGS_min_window_rounds),
+      .gain_threshold = absl::GetFlag(FLAGS_gain_threshold),
+      .prepare_timeout = absl::Seconds(absl::GetFlag(FLAGS_prepare_timeout_s)),
+      .commit_timeout = absl::Seconds(absl::GetFlag(FLAGS_commit_timeout_s)),
+      .policy_threads = absl::GetFlag(FLAGS_policy_threads)};
+  if (options.rearrange_interval < 1 || options.min_window_rounds < 1 ||
+      options.policy_threads < 1 || options.policy_threads > policy::kMaxPolicyThreads ||
+      absl::GetFlag(FLAGS_prepare_timeout_s) < 1 || absl::GetFlag(FLAGS_commit_timeout_s) < 1) {
+    std::cerr << "eplb: --rearrange_interval, --min_window_rounds, --prepare_timeout_s and "
+                 "--commit_timeout_s must be positive, --policy_threads in [1, "
+              << policy::kMaxPolicyThreads << "]\n";
+    return 2;
+  }
+  GrpcClusterLink link(coordinator);
+  std::optional<Rebalancer> rebalancer;
+  if (absl::GetFlag(FLAGS_rearrange)) rebalancer.emplace(options, &link);
+  EplbService service(absl::GetFlag(FLAGS_window_size),
+                      rebalancer.has_value() ? &*rebalancer : nullptr);
   absl::StatusOr<StartedServer> server =
       StartServer({.address = absl::GetFlag(FLAGS_listen)}, {&service});
   if (!server.ok()) {
@@ -62,7 +97,10 @@ int Run(int argc, char** argv) {
   service.SetWorldSize(static_cast<int>(reply->world_size()));
   health->SetServingStatus("weir.v1.Eplb", true);
   WEIR_LOG(INFO) << "serving at " << server->address << " for " << reply->world_size()
-                 << " ranks";
+                 << " ranks; rearranging "
+                 << (rebalancer.has_value()
+                         ? "every " + std::to_string(options.rearrange_interval) + " rounds"
+                         : std::string("off"));
 
   return ServeUntilStoppedOrFenced(*server->server, "weir.v1.Eplb", coordinator,
                                    absl::Seconds(absl::GetFlag(FLAGS_coordinator_timeout_s)),
