@@ -1,0 +1,110 @@
+// kernels/cuda/dense/fake_quant.cuh — device code of FakeQuant. No host
+// dependencies. Each conversion mirrors kernels/common/numeric_formats.h.
+#ifndef WEIR_KERNELS_CUDA_DENSE_FAKE_QUANT_CUH_
+#define WEIR_KERNELS_CUDA_DENSE_FAKE_QUANT_CUH_
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+namespace weir::kernels::cuda::dense {
+
+// E8M0 code of 2^ceil(log2(v)) for finite v >= 0: the biased exponent field
+// plus one if any mantissa bit is set; 0xFF (NaN) when that passes 254.
+__device__ __forceinline__ uint32_t Ue8m0CeilCode(float v) {
+  const uint32_t bits = __float_as_uint(v);
+  const uint32_t code = ((bits >> 23) & 0xFFu) + ((bits & 0x7FFFFFu) != 0u ? 1u : 0u);
+  return code >= 0xFFu ? 0xFFu : code;
+}
+
+// 2^(code - 127); code 0 is the fp32 subnormal 2^-127, 0xFF is NaN.
+__device__ __forceinline__ float E8m0ToFloat(uint32_t code) {
+  if (code == 0xFFu) return __uint_as_float(0x7FC00000u);
+  if (code == 0u) return __uint_as_float(0x00400000u);
+  return __uint_as_float(code << 23);
+}
+
+// e4m3fn code -> fp32, exact (every e4m3 value is a half value).
+__device__ __forceinline__ float E4m3ToFloat(uint8_t code) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(code, __NV_E4M3)));
+}
+
+// Nearest e4m3fn code, ties to even, saturating to +-448 (as FloatToE4m3).
+__device__ __forceinline__ uint8_t FloatToE4m3(float v) {
+  return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+}
+
+// Value of the e2m1 nearest to `v`, |v| <= 6, ties to the even code
+// (FloatToE2m1 then E2m1ToFloat): 0 .5 1 1.5 2 3 4 6 with the sign of v
+// (-0 stays -0). Midpoints 0.25, 1.25, 2.5 and 5 go down, 0.75, 1.75, 3.5 up.
+__device__ __forceinline__ float RoundToE2m1(float v) {
+  const float a = fabsf(v);
+  float q;
+  if (a <= 0.25f) {
+    q = 0.0f;
+  } else if (a < 0.75f) {
+    q = 0.5f;
+  } else if (a <= 1.25f) {
+    q = 1.0f;
+  } else if (a < 1.75f) {
+    q = 1.5f;
+  } else if (a <= 2.5f) {
+    q = 2.0f;
+  } else if (a < 3.5f) {
+    q = 3.0f;
+  } else if (a <= 5.0f) {
+    q = 4.0f;
+  } else {
+    q = 6.0f;
+  }
+  return copysignf(q, v);
+}
+
+enum class DeviceFakeQuantFormat { kFp8, kMxfp4, kNvfp4Kv };
+
+// One thread per element; the kBlock lanes of a block are consecutive lanes
+// of one warp (kBlock divides 32), so the amax is a shuffle reduction inside
+// the block's lanes. n is a multiple of kBlock.
+template <DeviceFakeQuantFormat kFormat, int kBlock>
+__global__ void FakeQuantKernel(const float* x, float* out, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const bool active = i < n;
+  const float v = active ? x[i] : 0.0f;
+  float amax = fabsf(v);
+  int nonfinite = isfinite(v) ? 0 : 1;
+#pragma unroll
+  for (int offset = kBlock / 2; offset > 0; offset /= 2) {
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+    nonfinite |= __shfl_xor_sync(0xffffffffu, nonfinite, offset);
+  }
+  if (!active) return;
+  if (nonfinite) {
+    out[i] = __uint_as_float(0x7FC00000u);
+    return;
+  }
+  float result;
+  if constexpr (kFormat == DeviceFakeQuantFormat::kFp8) {
+    const float inv448 = static_cast<float>(1.0 / 448.0);
+    const float s = E8m0ToFloat(Ue8m0CeilCode(__fmul_rn(fmaxf(amax, 1e-4f), inv448)));
+    const float q = fminf(fmaxf(__fdiv_rn(v, s), -448.0f), 448.0f);
+    result = __fmul_rn(E4m3ToFloat(FloatToE4m3(q)), s);
+  } else {
+    float s;
+    if constexpr (kFormat == DeviceFakeQuantFormat::kMxfp4) {
+      const float inv6 = static_cast<float>(1.0 / 6.0);
+      const float floor = 6.0f * 0x1p-126f;
+      s = E8m0ToFloat(Ue8m0CeilCode(__fmul_rn(fmaxf(amax, floor), inv6)));
+    } else {
+      const float floor = 6.0f * 0x1p-9f;
+      s = E4m3ToFloat(FloatToE4m3(__fdiv_rn(fmaxf(amax, floor), 6.0f)));
+    }
+    const float q = fminf(fmaxf(__fdiv_rn(v, s), -6.0f), 6.0f);
+    result = __fmul_rn(RoundToE2m1(q), s);
+  }
+  out[i] = result;
+}
+
+}  // namespace weir::kernels::cuda::dense
+
+#endif  // WEIR_KERNELS_CUDA_DENSE_FAKE_QUANT_CUH_

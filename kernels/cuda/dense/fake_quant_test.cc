@@ -1,0 +1,150 @@
+#include "kernels/cuda/dense/fake_quant.h"
+
+#include <cuda_runtime.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/quant.h"
+
+namespace weir::kernels::cuda::dense {
+namespace {
+
+// The CPU reference of `format` (worker/model/cpu_ops.cc FakeQuant).
+absl::Status CpuFakeQuant(std::vector<float>& x, FakeQuantFormat format) {
+  switch (format) {
+    case FakeQuantFormat::kFp8:
+      return cpu::FakeQuantFp8(x, cpu::kFp8Block);
+    case FakeQuantFormat::kMxfp4:
+      return cpu::FakeQuantFp4(x, cpu::kMxfp4Block, cpu::Fp4Scale::kE8m0);
+    case FakeQuantFormat::kNvfp4Kv:
+      return cpu::FakeQuantFp4(x, cpu::kKvFp4Block, cpu::Fp4Scale::kE4m3);
+  }
+  return absl::InternalError("format");
+}
+
+const char* Name(FakeQuantFormat format) {
+  switch (format) {
+    case FakeQuantFormat::kFp8:
+      return "fp8";
+    case FakeQuantFormat::kMxfp4:
+      return "mxfp4";
+    case FakeQuantFormat::kNvfp4Kv:
+      return "nvfp4kv";
+  }
+  return "?";
+}
+
+// Random blocks, each with its own magnitude (2^-140 .. 2^100, so the amax
+// floors, fp32 subnormals and huge scales are all hit), plus hand-made blocks:
+// all zero, NaN, +-Inf, saturation, signed zeros and exact e2m1 midpoints.
+std::vector<float> MakeInput(int64_t n, int block, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-140, 100);
+  std::vector<float> x(n);
+  for (int64_t b = 0; b < n / block; ++b) {
+    const float scale = std::ldexp(1.0f, exponent(rng));
+    for (int i = 0; i < block; ++i) x[b * block + i] = normal(rng) * scale;
+  }
+  const int64_t blocks = n / block;
+  auto at = [&](int64_t b, int i) -> float& { return x[(b % blocks) * block + i]; };
+  for (int i = 0; i < block; ++i) at(0, i) = 0.0f;
+  at(1, 3) = std::numeric_limits<float>::quiet_NaN();
+  at(2, block - 1) = std::numeric_limits<float>::infinity();
+  at(3, 0) = -std::numeric_limits<float>::infinity();
+  for (int i = 0; i < block; ++i) at(4, i) = i % 2 ? 448.0f * 1e20f : -3.0e38f;
+  for (int i = 0; i < block; ++i) at(5, i) = i % 2 ? -0.0f : 0.0f;
+  at(5, 1) = 1e-42f;  // fp32 subnormal
+  // amax 6 (scale 1 for E8M0): the elements sit on e2m1 midpoints and values.
+  const float points[] = {6.0f, 0.25f, -0.75f, 1.25f, -1.75f, 2.5f, 3.5f, -5.0f,
+                          0.5f, 4.0f,  -0.0f,  5.5f,  0.1f,   1.0f, 3.0f, -6.0f};
+  for (int i = 0; i < block; ++i) at(6, i) = points[i % 16];
+  for (int i = 0; i < block; ++i) at(7, i) = points[i % 16] * 0x1p-20f;
+  return x;
+}
+
+// Bitwise equality, except that any NaN matches any NaN.
+bool SameBits(float a, float b) {
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
+  return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b);
+}
+
+TEST(FakeQuantCudaTest, BitIdenticalToTheCpuReference) {
+  for (FakeQuantFormat format :
+       {FakeQuantFormat::kFp8, FakeQuantFormat::kMxfp4, FakeQuantFormat::kNvfp4Kv}) {
+    const int block = FakeQuantBlock(format);
+    // One block; an odd number of blocks (partial last warp / thread block);
+    // a large buffer.
+    for (int64_t n : {int64_t{block}, int64_t{block} * 37, int64_t{1} << 20}) {
+      std::vector<float> x = MakeInput(n, block, static_cast<uint32_t>(n) * 3 + block);
+      std::vector<float> want = x;
+      ASSERT_TRUE(CpuFakeQuant(want, format).ok());
+
+      float *dx, *dout;
+      ASSERT_EQ(cudaMalloc(&dx, n * 4), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&dout, n * 4), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(dx, x.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaMemset(dout, 0x7F, n * 4), cudaSuccess);  // Poison.
+      // Out of place, then in place.
+      ASSERT_TRUE(FakeQuant({.x = dx, .out = dout, .n = n, .format = format}, nullptr).ok());
+      ASSERT_TRUE(FakeQuant({.x = dx, .out = dx, .n = n, .format = format}, nullptr).ok());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<float> got(n), got_in_place(n);
+      cudaMemcpy(got.data(), dout, n * 4, cudaMemcpyDeviceToHost);
+      cudaMemcpy(got_in_place.data(), dx, n * 4, cudaMemcpyDeviceToHost);
+      cudaFree(dx);
+      cudaFree(dout);
+
+      int64_t mismatches = 0, first = -1;
+      for (int64_t i = 0; i < n; ++i) {
+        if (!SameBits(got[i], want[i]) || !SameBits(got_in_place[i], want[i])) {
+          if (first < 0) first = i;
+          ++mismatches;
+        }
+      }
+      EXPECT_EQ(mismatches, 0) << Name(format) << " n=" << n << " first at " << first
+                               << ": x=" << (first >= 0 ? x[first] : 0.0f)
+                               << " gpu=" << (first >= 0 ? got[first] : 0.0f)
+                               << " cpu=" << (first >= 0 ? want[first] : 0.0f);
+      // The hand-made blocks did what they are for.
+      const int64_t blocks = n / block;
+      if (blocks > 3) {
+        EXPECT_TRUE(std::isnan(got[1 * block])) << Name(format);
+        EXPECT_TRUE(std::isnan(got[3 * block + 1])) << Name(format);
+        EXPECT_EQ(got[0], 0.0f);
+      }
+      std::printf("%-8s n=%-8lld bit-identical elements: %lld / %lld\n", Name(format),
+                  static_cast<long long>(n), static_cast<long long>(n - mismatches),
+                  static_cast<long long>(n));
+    }
+  }
+}
+
+TEST(FakeQuantCudaTest, RefusesBadArguments) {
+  auto* p = reinterpret_cast<float*>(256);
+  EXPECT_EQ(FakeQuant({.x = p, .out = p, .n = 48, .format = FakeQuantFormat::kFp8}, nullptr)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(FakeQuant({.x = p, .out = p, .n = 24, .format = FakeQuantFormat::kNvfp4Kv}, nullptr)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(FakeQuant({.x = p, .out = p, .n = 0, .format = FakeQuantFormat::kMxfp4}, nullptr)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(FakeQuant({.x = nullptr, .out = p, .n = 32, .format = FakeQuantFormat::kMxfp4},
+                      nullptr)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  // 48 is fine for the 16-blocks of NVFP4 KV.
+  EXPECT_TRUE(SupportsFakeQuant({.x = p, .out = p, .n = 48, .format = FakeQuantFormat::kNvfp4Kv}));
+}
+
+}  // namespace
+}  // namespace weir::kernels::cuda::dense

@@ -1,0 +1,60 @@
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "kernels/cuda/dense/fake_quant.h"
+#include "kernels/cuda/dense/row_stable_matmul.cuh"
+#include "kernels/cuda/dense/row_stable_matmul.h"
+
+namespace weir::kernels::cuda::dense {
+namespace {
+
+// Few rows (decode): 4 rows x 32 outputs per block, wide K slices so each
+// thread keeps 32 weight loads in flight.
+constexpr int kSmallRows = 4;
+// Grid y (column tiles) is limited to 65535; the narrower tile sets the limit.
+constexpr int64_t kMaxOut = int64_t{65535} * 32;
+
+template <int kThreads, int kRowGroups, int kTm, int kTn, int kBk>
+void Launch(const float* x, const MatmulParams& p, cudaStream_t stream) {
+  constexpr int kBm = kRowGroups * kTm;
+  constexpr int kBn = kThreads / 4 / kRowGroups * kTn;
+  const dim3 grid(static_cast<unsigned>((p.rows + kBm - 1) / kBm),
+                  static_cast<unsigned>((p.out + kBn - 1) / kBn));
+  RowStableMatmulKernel<kThreads, kRowGroups, kTm, kTn, kBk>
+      <<<grid, kThreads, 0, stream>>>(x, p.w, p.y, p.rows, p.out, p.in);
+}
+
+}  // namespace
+
+bool SupportsRowStableMatmul(const MatmulParams& p) {
+  return CheckMatmulParams(p).ok() && p.out <= kMaxOut;
+}
+
+absl::Status RowStableMatmul(const MatmulParams& p, cudaStream_t stream) {
+  if (absl::Status s = CheckMatmulParams(p); !s.ok()) return s;
+  if (p.out > kMaxOut) {
+    return absl::InvalidArgumentError("RowStableMatmul: out too large for the launch grid");
+  }
+  const float* x = p.x;
+  if (p.fp8_activation) {
+    if (absl::Status s = FakeQuant({.x = p.x, .out = p.act_scratch, .n = p.rows * p.in,
+                                    .format = FakeQuantFormat::kFp8},
+                                   stream);
+        !s.ok()) {
+      return s;
+    }
+    x = p.act_scratch;
+  }
+  if (p.rows <= kSmallRows) {
+    Launch<128, 1, 4, 1, 128>(x, p, stream);
+  } else {
+    Launch<256, 4, 4, 4, 32>(x, p, stream);
+  }
+  if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
+    return absl::InternalError(std::string("RowStableMatmul launch: ") + cudaGetErrorString(err));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace weir::kernels::cuda::dense

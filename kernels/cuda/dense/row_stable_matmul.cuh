@@ -1,0 +1,114 @@
+// kernels/cuda/dense/row_stable_matmul.cuh — device code of RowStableMatmul.
+// No host dependencies.
+#ifndef WEIR_KERNELS_CUDA_DENSE_ROW_STABLE_MATMUL_CUH_
+#define WEIR_KERNELS_CUDA_DENSE_ROW_STABLE_MATMUL_CUH_
+
+#include <cstdint>
+
+namespace weir::kernels::cuda::dense {
+
+// A thread block computes a kBm x kBn tile of y, staging kBk-wide slices of x
+// and W through shared memory (the next slice is prefetched into registers
+// while the current one is used). Thread t owns summation lane l = t % 4 of
+// kTm x kTn outputs: it accumulates k = k0 + l, k0 + l + 4, ... in ascending
+// order; the four lanes of an output sit in four adjacent threads and are
+// combined as (l0 + l1) + (l2 + l3) with two shuffles. Out-of-range k are
+// staged as zeros on both sides: adding the product +0 leaves a lane sum
+// unchanged (a lane sum that starts at +0 is never -0), so the tail needs no
+// special case. Tiling changes data movement only, never the arithmetic, so
+// every configuration gives the same bits.
+template <int kThreads, int kRowGroups, int kTm, int kTn, int kBk>
+__global__ void __launch_bounds__(kThreads)
+    RowStableMatmulKernel(const float* __restrict__ x, const float* __restrict__ w,
+                          float* __restrict__ y, int64_t rows, int64_t out, int64_t in) {
+  constexpr int kColGroups = kThreads / 4 / kRowGroups;
+  constexpr int kBm = kRowGroups * kTm;
+  constexpr int kBn = kColGroups * kTn;
+  // Padding so the 8 column groups x 4 lanes of a warp hit 32 distinct banks.
+  constexpr int kWStride = kBk + 4 / kTn;
+  constexpr int kXLoads = kBm * kBk / kThreads;
+  constexpr int kWLoads = kBn * kBk / kThreads;
+  static_assert(kThreads % (4 * kRowGroups) == 0 && kColGroups % 8 == 0);
+  static_assert(kTn == 1 || kTn == 2 || kTn == 4);
+  static_assert(kXLoads * kThreads == kBm * kBk && kWLoads * kThreads == kBn * kBk);
+  __shared__ float xs[kBm * kBk];
+  __shared__ float ws[kBn * kWStride];
+
+  const int t = threadIdx.x;
+  const int lane = t & 3;
+  const int group = t >> 2;
+  const int col_group = group % kColGroups;
+  const int row_group = group / kColGroups;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kBm;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kBn;
+
+  float xr[kXLoads];
+  float wr[kWLoads];
+  auto load = [&](int64_t k0) {
+#pragma unroll
+    for (int q = 0; q < kXLoads; ++q) {
+      const int idx = t + q * kThreads;
+      const int64_t m = m0 + idx / kBk;
+      const int64_t k = k0 + idx % kBk;
+      xr[q] = (m < rows && k < in) ? x[m * in + k] : 0.0f;
+    }
+#pragma unroll
+    for (int q = 0; q < kWLoads; ++q) {
+      const int idx = t + q * kThreads;
+      const int64_t n = n0 + idx / kBk;
+      const int64_t k = k0 + idx % kBk;
+      wr[q] = (n < out && k < in) ? w[n * in + k] : 0.0f;
+    }
+  };
+
+  float acc[kTm][kTn];
+#pragma unroll
+  for (int i = 0; i < kTm; ++i) {
+#pragma unroll
+    for (int j = 0; j < kTn; ++j) acc[i][j] = 0.0f;
+  }
+  load(0);
+  for (int64_t k0 = 0; k0 < in; k0 += kBk) {
+    __syncthreads();  // Everyone is done reading the previous slice.
+#pragma unroll
+    for (int q = 0; q < kXLoads; ++q) xs[t + q * kThreads] = xr[q];
+#pragma unroll
+    for (int q = 0; q < kWLoads; ++q) {
+      const int idx = t + q * kThreads;
+      ws[(idx / kBk) * kWStride + idx % kBk] = wr[q];
+    }
+    __syncthreads();
+    if (k0 + kBk < in) load(k0 + kBk);
+#pragma unroll 4
+    for (int kk = 0; kk < kBk; kk += 4) {
+      float xv[kTm];
+      float wv[kTn];
+#pragma unroll
+      for (int i = 0; i < kTm; ++i) xv[i] = xs[(row_group * kTm + i) * kBk + kk + lane];
+#pragma unroll
+      for (int j = 0; j < kTn; ++j) wv[j] = ws[(col_group * kTn + j) * kWStride + kk + lane];
+#pragma unroll
+      for (int i = 0; i < kTm; ++i) {
+#pragma unroll
+        for (int j = 0; j < kTn; ++j) acc[i][j] = __fadd_rn(acc[i][j], __fmul_rn(xv[i], wv[j]));
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kTm; ++i) {
+#pragma unroll
+    for (int j = 0; j < kTn; ++j) {
+      // Lanes 0+1 and 2+3, then (0+1) + (2+3); float addition is commutative,
+      // so lanes 1 and 3 compute the same sums and nothing depends on them.
+      const float pair = __fadd_rn(acc[i][j], __shfl_xor_sync(0xffffffffu, acc[i][j], 1));
+      const float sum = __fadd_rn(pair, __shfl_xor_sync(0xffffffffu, pair, 2));
+      const int64_t m = m0 + row_group * kTm + i;
+      const int64_t n = n0 + col_group * kTn + j;
+      if (lane == 0 && m < rows && n < out) y[m * out + n] = sum;
+    }
+  }
+}
+
+}  // namespace weir::kernels::cuda::dense
+
+#endif  // WEIR_KERNELS_CUDA_DENSE_ROW_STABLE_MATMUL_CUH_

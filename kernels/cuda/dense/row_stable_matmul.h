@@ -1,0 +1,50 @@
+// kernels/cuda/dense/row_stable_matmul.h
+//
+// RowStableMatmul: y [rows, out] = act(x) [rows, in] * W^T in fp32 on the
+// GPU where every output element is computed by one fixed sequence of
+// operations, whatever `rows` is (the batch-invariance contract of
+// worker/model/ops.h: a token's result does not depend on the other tokens of
+// the call).
+//
+// Order (the one of worker/model/row_gemm.h RowStableGemm): y[m, n] =
+// (l0 + l1) + (l2 + l3), lane l = sum over k = l (mod 4), k ascending, of
+// x[m, k] * w[n, k], each product rounded before its addition (no FMA),
+// starting from +0. The CPU routine does the same operations in the same
+// order (it is compiled without FMA contraction), so the two agree bit for
+// bit; against kernels/cpu Linear (OpenBLAS sgemm, order unspecified) they
+// agree to fp32 reduction-order error.
+//
+// Which product to use:
+//   * RowStableMatmul for Ops::Matmul and every product whose result feeds a
+//     rounding or a discrete choice (bf16 storage points, top-k, routing):
+//     batch invariance is part of the model's contract.
+//   * GemmHandle::Matmul (gemm_handle.h, cuBLASLt) where any summation order
+//     is allowed: Ops::Logits (the vocabulary head), benchmarks, and products
+//     whose consumers tolerate row-count-dependent rounding. It is several
+//     times faster for large rows (tensor-core-free fp32 either way).
+//
+// Thread safety: stateless; safe from any thread.
+
+#ifndef WEIR_KERNELS_CUDA_DENSE_ROW_STABLE_MATMUL_H_
+#define WEIR_KERNELS_CUDA_DENSE_ROW_STABLE_MATMUL_H_
+
+#include "absl/status/status.h"
+#include "kernels/cuda/dense/matmul_params.h"
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace weir::kernels::cuda::dense {
+
+// Returns true when CheckMatmulParams(params) is OK and the launch grid fits
+// (out < 2^16 * 64).
+bool SupportsRowStableMatmul(const MatmulParams& params);
+
+// Enqueues, on `stream`: with fp8_activation, FakeQuant kFp8 of x into
+// act_scratch; then y = act(x) W^T in the order above. No allocation.
+// INVALID_ARGUMENT when unsupported (see CheckMatmulParams); INTERNAL with
+// the CUDA error string if a launch fails.
+absl::Status RowStableMatmul(const MatmulParams& params, cudaStream_t stream);
+
+}  // namespace weir::kernels::cuda::dense
+
+#endif  // WEIR_KERNELS_CUDA_DENSE_ROW_STABLE_MATMUL_H_
