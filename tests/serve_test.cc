@@ -24,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "proto/eplb.grpc.pb.h"
+#include "tests/local_cluster.h"
 #include "proto/inference.grpc.pb.h"
 #include "worker/model/checkpoint.h"
 #include "worker/model/model.h"
@@ -31,81 +32,9 @@
 namespace weir {
 namespace {
 
-std::string Runfile(const std::string& path) {
-  return std::string(std::getenv("TEST_SRCDIR")) + "/weir/" + path;
-}
-
-std::string CacheDir() { return std::string(std::getenv("TEST_TMPDIR")) + "/models"; }
-
-// The coordinator as a child process; its address is read from --address_file
-// and readiness from health.
-class Cluster {
- public:
-  explicit Cluster(std::vector<std::string> flags) {
-    const std::string address_file =
-        absl::StrCat(std::getenv("TEST_TMPDIR"), "/addr", counter_++);
-    std::vector<std::string> argv = {Runfile("coordinator/main"), "--listen=127.0.0.1:0",
-                                     "--model_cache_dir=" + CacheDir(),
-                                     "--address_file=" + address_file, "--eplb=false"};
-    argv.insert(argv.end(), flags.begin(), flags.end());
-    std::vector<char*> args;
-    for (std::string& a : argv) args.push_back(a.data());
-    args.push_back(nullptr);
-    pid_ = fork();
-    if (pid_ == 0) {
-      execv(args[0], args.data());
-      _exit(127);
-    }
-    const absl::Time deadline = absl::Now() + absl::Seconds(90);
-    while (absl::Now() < deadline) {
-      std::ifstream(address_file) >> address_;
-      if (!address_.empty()) {
-        auto channel = MakeChannel(address_);
-        absl::StatusOr<std::string> health =
-            CheckHealth(*channel, "weir.v1.Inference", std::chrono::seconds(1));
-        if (health.ok() && *health == "SERVING") break;
-      }
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    stub_ = v1::Inference::NewStub(MakeChannel(address_));
-  }
-  ~Cluster() {
-    kill(pid_, SIGTERM);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-  }
-
-  v1::Inference::Stub& stub() { return *stub_; }
-
-  // Runs one greedy request; returns the status and fills `tokens`.
-  grpc::Status Greedy(const std::vector<uint32_t>& prompt, uint32_t max_new,
-                      std::vector<uint32_t>& tokens, v1::FinishReason* reason = nullptr) {
-    v1::GenerateRequest request;
-    for (uint32_t t : prompt) request.mutable_tokens()->add_ids(t);
-    request.mutable_stop()->set_max_new_tokens(max_new);
-    request.mutable_stop()->set_ignore_eos(true);
-    request.mutable_sampling()->set_temperature(0.0f);
-    grpc::ClientContext context;
-    context.set_deadline(DeadlineIn(std::chrono::seconds(120)));
-    auto reader = stub_->Generate(&context, request);
-    v1::GenerateEvent event;
-    while (reader->Read(&event)) {
-      if (event.has_final()) {
-        tokens.assign(event.final().full_token_ids().begin(),
-                      event.final().full_token_ids().end());
-        if (reason != nullptr) *reason = event.final().reason();
-      }
-    }
-    return reader->Finish();
-  }
-
- private:
-  static inline int counter_ = 0;
-  pid_t pid_ = -1;
-  std::string address_;
-  std::unique_ptr<v1::Inference::Stub> stub_;
-};
+using testing_util::CacheDir;
+using testing_util::Cluster;
+using testing_util::Runfile;
 
 // The reference: the same weights in this process, one sequence at a time.
 std::vector<uint32_t> ReferenceGreedy(model::Model& m, const std::vector<uint32_t>& prompt,

@@ -21,6 +21,9 @@ ABSL_FLAG(std::string, config, "", "path of the model config.json");
 ABSL_FLAG(std::string, out, "", "output directory (created if missing)");
 ABSL_FLAG(uint64_t, seed, 0, "seed of the value generator");
 ABSL_FLAG(int64_t, max_shard_mb, 2048, "largest shard size in MiB");
+ABSL_FLAG(float, gate_bias_skew, 0,
+          "added to the routing bias of the first quarter of each MoE layer's experts "
+          "(a skewed router for load-balancing tests)");
 
 int main(int argc, char** argv) {
   weir::InitProcess(argc, argv, "gen_model --config=FILE --out=DIR [--seed=N]", "gen_model");
@@ -44,6 +47,7 @@ int main(int argc, char** argv) {
   }
   weir::model::GenerateOptions options;
   options.seed = absl::GetFlag(FLAGS_seed);
+  options.gate_bias_skew = absl::GetFlag(FLAGS_gate_bias_skew);
   options.max_shard_bytes = absl::GetFlag(FLAGS_max_shard_mb) << 20;
   const auto start = std::chrono::steady_clock::now();
   if (absl::Status s = weir::model::GenerateCheckpoint(*config, text.str(), out, options); !s.ok()) {

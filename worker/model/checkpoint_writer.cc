@@ -1,5 +1,7 @@
 #include "worker/model/checkpoint_writer.h"
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -32,9 +34,15 @@ uint64_t NameHash(std::string_view name) {  // FNV-1a
 }
 
 // Produces the stored bytes of every tensor of one parameter.
-absl::Status Encode(const ParamSpec& p, const ModelConfig& c, uint64_t seed,
+absl::Status Encode(const ParamSpec& p, const ModelConfig& c, const GenerateOptions& options,
                     std::vector<std::vector<uint8_t>>& out) {
-  const std::vector<float> v = GenerateParamValues(p, seed);
+  std::vector<float> v = GenerateParamValues(p, options.seed);
+  if (options.gate_bias_skew != 0 && p.name.starts_with("layers.") &&
+      p.name.ends_with(".ffn.gate.bias")) {
+    // A skewed router: the first quarter of the experts (at least one) wins more often.
+    const size_t hot = std::max<size_t>(1, v.size() / 4);
+    for (size_t e = 0; e < hot && e < v.size(); ++e) v[e] += options.gate_bias_skew;
+  }
   const std::vector<TensorDecl> decls = StoredTensors(p, c);
   out.assign(decls.size(), {});
   for (size_t i = 0; i < decls.size(); ++i) out[i].assign(decls[i].num_bytes(), 0);
@@ -133,7 +141,7 @@ absl::Status GenerateCheckpoint(const ModelConfig& config, std::string_view conf
     auto fill = [&](const TensorDecl& d, std::span<uint8_t> out) -> absl::Status {
       const auto& [param, part] = owner.at(d.name);
       if (param != cached) {
-        if (absl::Status st = Encode(*param, config, options.seed, encoded); !st.ok()) return st;
+        if (absl::Status st = Encode(*param, config, options, encoded); !st.ok()) return st;
         cached = param;
       }
       std::memcpy(out.data(), encoded[part].data(), out.size());

@@ -28,6 +28,10 @@ struct GenerateOptions {
   // Shards are cut before a tensor that would push one past this size (a
   // single larger tensor gets a shard of its own).
   int64_t max_shard_bytes = int64_t{2} << 30;
+  // Added to the routing bias (gate.bias) of the first quarter (at least one)
+  // of every backbone MoE layer's experts: a skewed router, for
+  // load-balancing tests. 0 = the plain generated values.
+  float gate_bias_skew = 0;
 };
 
 // Returns the fp32 values gen_model draws for `param` [prod(shape)] (before

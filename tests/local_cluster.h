@@ -1,0 +1,59 @@
+// tests/local_cluster.h
+//
+// A local weir cluster for end-to-end tests: the coordinator binary as a
+// child process (it launches its workers and, with --eplb=true, EPLB), its
+// address read from --address_file, ready once health says SERVING.
+//
+//   Cluster cluster({"--workers=2"});
+//   std::vector<uint32_t> tokens;
+//   ASSERT_TRUE(cluster.Greedy({10, 20, 30}, 12, tokens).ok());
+//
+// The destructor sends SIGTERM and expects a clean exit (status 0).
+//
+// Thread safety: Greedy may be called from several threads at once (each
+// call is one Generate stream); construction and destruction are not.
+
+#ifndef WEIR_TESTS_LOCAL_CLUSTER_H_
+#define WEIR_TESTS_LOCAL_CLUSTER_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "grpcpp/grpcpp.h"
+#include "proto/inference.grpc.pb.h"
+
+namespace weir::testing_util {
+
+// A file of the test's runfiles (under the weir workspace).
+std::string Runfile(const std::string& path);
+// A model cache directory under the test's TEST_TMPDIR.
+std::string CacheDir();
+
+class Cluster {
+ public:
+  // Starts `coordinator/main` with a fresh address file, the test cache dir,
+  // --eplb=false (flags may override it) and `flags`; waits up to 90 s.
+  explicit Cluster(std::vector<std::string> flags);
+  ~Cluster();
+
+  v1::Inference::Stub& stub() { return *stub_; }
+  const std::string& address() const { return address_; }
+
+  // Runs one greedy request (ignore_eos); returns the status and fills `tokens`.
+  grpc::Status Greedy(const std::vector<uint32_t>& prompt, uint32_t max_new,
+                      std::vector<uint32_t>& tokens, v1::FinishReason* reason = nullptr);
+
+ private:
+  static inline int counter_ = 0;
+  pid_t pid_ = -1;
+  std::string address_;
+  std::unique_ptr<v1::Inference::Stub> stub_;
+};
+
+}  // namespace weir::testing_util
+
+#endif  // WEIR_TESTS_LOCAL_CLUSTER_H_
