@@ -52,11 +52,19 @@ void EplbReporter::Loop() {
   std::unique_ptr<grpc::ClientContext> context;
   std::unique_ptr<grpc::ClientWriter<v1::LoadReport>> stream;
   v1::ReportLoadResponse response;
+  // Failures in a row: the first is logged, then every 1000th (EPLB down
+  // means one failed report per stat interval per rank).
+  uint64_t failures = 0;
   auto close = [&] {
     if (stream == nullptr) return;
     stream->WritesDone();
     grpc::Status status = stream->Finish();
-    if (!status.ok()) WEIR_LOG(WARNING) << "EPLB ReportLoad ended: " << FromGrpcStatus(status);
+    if (status.ok()) {
+      failures = 0;
+    } else if (failures++ % 1000 == 0) {
+      WEIR_LOG(WARNING) << "EPLB ReportLoad ended: " << FromGrpcStatus(status) << " ("
+                        << failures << " failed in a row; serving goes on)";
+    }
     stream.reset();
     absl::MutexLock lock(&mu_);
     active_context_ = nullptr;
@@ -84,6 +92,7 @@ void EplbReporter::Loop() {
       stream = stub->ReportLoad(context.get(), &response);
     }
     if (stream->Write(report)) {
+      failures = 0;
       absl::MutexLock lock(&mu_);
       ++sent_;
     } else {

@@ -6,7 +6,10 @@
 // coordinator switch the map at a step boundary. The outputs must equal a
 // run without EPLB token for token, the committed map's predicted balance
 // must beat the initial one, and the balance measured from the ranks'
-// served rows must improve with it.
+// served rows must improve with it. With EPLB killed afterwards, serving
+// goes on, on the last committed map.
+#include <signal.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -76,10 +79,15 @@ std::vector<std::vector<uint32_t>> RunBatch(Cluster& cluster) {
   return out;
 }
 
-v1::EplbState EplbState(Cluster& cluster) {
+v1::ServerState ServerState(Cluster& cluster) {
   grpc::ClientContext context;
   v1::ServerState state;
   EXPECT_TRUE(cluster.stub().GetServerState(&context, v1::GetServerStateRequest(), &state).ok());
+  return state;
+}
+
+v1::EplbState EplbState(Cluster& cluster) {
+  const v1::ServerState state = ServerState(cluster);
   v1::EplbState eplb_state;
   if (state.eplb_address().empty()) return eplb_state;
   auto eplb = v1::Eplb::NewStub(MakeChannel(state.eplb_address()));
@@ -132,6 +140,21 @@ TEST(EplbTest, RebalancesWhileDecodingWithIdenticalOutputs) {
       first.ratio_after(), first.measured_before(), state.measured_ratio(),
       static_cast<unsigned long long>(first.bytes_moved()), first.prepare_ms(),
       first.commit_ms());
+
+  // EPLB down: serving continues on the last committed map.
+  const pid_t eplb = cluster.ChildPid("eplb/main");
+  ASSERT_GT(eplb, 0);
+  ASSERT_EQ(kill(eplb, SIGKILL), 0);
+  // A commit EPLB asked for just before may still land in the next step.
+  std::vector<uint32_t> ignored;
+  ASSERT_TRUE(cluster.Greedy({5, 6, 7}, 4, ignored).ok());
+  const uint64_t version = ServerState(cluster).expert_map_version();
+  EXPECT_GE(version, state.committed_version());
+  const std::vector<std::vector<uint32_t>> after = RunBatch(cluster);
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(after[i], want[i]) << "request " << i << " (EPLB down)";
+  }
+  EXPECT_EQ(ServerState(cluster).expert_map_version(), version);
 }
 
 }  // namespace

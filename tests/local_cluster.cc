@@ -5,7 +5,10 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -54,6 +57,29 @@ Cluster::~Cluster() {
   int status = 0;
   waitpid(pid_, &status, 0);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+pid_t Cluster::ChildPid(const std::string& needle) const {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    // pid (comm) state ppid ...: the comm may hold spaces, so parse after ')'.
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 1));
+    std::string state;
+    pid_t ppid = -1;
+    rest >> state >> ppid;
+    if (ppid != pid_) continue;
+    std::ifstream cmdline_file(entry.path() / "cmdline");
+    std::string cmdline((std::istreambuf_iterator<char>(cmdline_file)),
+                        std::istreambuf_iterator<char>());
+    if (cmdline.find(needle) != std::string::npos) return std::stoi(name);
+  }
+  return -1;
 }
 
 grpc::Status Cluster::Greedy(const std::vector<uint32_t>& prompt, uint32_t max_new,

@@ -42,6 +42,10 @@ class Cluster {
 
   v1::Inference::Stub& stub() { return *stub_; }
   const std::string& address() const { return address_; }
+  pid_t pid() const { return pid_; }
+  // A child process of the coordinator whose command line contains
+  // `needle` (e.g. "eplb/main"); -1 if none.
+  pid_t ChildPid(const std::string& needle) const;
 
   // Runs one greedy request (ignore_eos); returns the status and fills `tokens`.
   grpc::Status Greedy(const std::vector<uint32_t>& prompt, uint32_t max_new,
