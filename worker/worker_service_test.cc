@@ -182,6 +182,71 @@ TEST(WorkerServiceTest, ExpertMapPrepareCommitIsVersioned) {
             grpc::StatusCode::ABORTED);
 }
 
+// The tiny model's expert map of one rank, version `version`, experts reversed.
+v1::ExpertMap ReversedMap(uint64_t version) {
+  v1::ExpertMap map;
+  map.set_version(version);
+  map.set_num_layers(12);
+  map.set_num_logical(8);
+  map.set_num_physical(8);
+  map.set_slots_per_rank(8);
+  for (int l = 0; l < 12; ++l) {
+    for (int p = 0; p < 8; ++p) map.add_physical_to_logical(7 - p);
+  }
+  return map;
+}
+
+TEST(WorkerServiceTest, StepCommitsOnlyAPreparedMapAndRefusesAfterAMiss) {
+  Harness h(0);
+  ASSERT_TRUE(h.Init(0, 1).ok());
+  v1::LoadWeightsResponse loaded;
+  ASSERT_TRUE(h.Load(TinyModelDir(), &loaded).ok());
+  v1::PrepareExpertMapRequest prepare;
+  prepare.set_coordinator_epoch(kEpoch);
+  *prepare.mutable_map() = ReversedMap(1);
+  grpc::ClientContext c1;
+  v1::PrepareExpertMapResponse prepared;
+  ASSERT_TRUE(h.stub->PrepareExpertMap(&c1, prepare, &prepared).ok());
+  EXPECT_EQ(prepared.prepared_version(), 1u);
+
+  grpc::ClientContext context;
+  auto stream = h.stub->Steps(&context);
+  // With a stream open, commits ride on the plans only.
+  grpc::ClientContext c2;
+  v1::CommitExpertMapRequest commit;
+  commit.set_version(1);
+  v1::CommitExpertMapResponse committed;
+  EXPECT_EQ(h.stub->CommitExpertMap(&c2, commit, &committed).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  v1::StepResult result;
+  auto step = [&](uint64_t id, uint64_t commit_version) {
+    v1::StepPlan plan;
+    plan.set_coordinator_epoch(kEpoch);
+    plan.set_step_id(id);
+    plan.set_commit_expert_map(commit_version);
+    v1::StepRow* row = plan.add_rows();
+    row->set_seq_slot(static_cast<int>(id));
+    for (uint32_t t : {5u, 6u, 7u}) row->add_input_tokens(t);
+    row->set_sample(true);
+    row->mutable_sampling()->set_temperature(0.0f);
+    EXPECT_TRUE(stream->Write(plan));
+    EXPECT_TRUE(stream->Read(&result));
+  };
+  step(0, 1);  // the prepared map: switched before the step runs
+  EXPECT_EQ(result.error().code(), 0) << result.error().message();
+  EXPECT_EQ(result.expert_map_version(), 1u);
+  step(1, 1);  // the committed version again: a no-op
+  EXPECT_EQ(result.error().code(), 0) << result.error().message();
+  step(2, 2);  // never prepared: this step fails...
+  EXPECT_EQ(result.error().code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(result.error().message().find("expert map 2"), std::string::npos)
+      << result.error().message();
+  step(3, 0);  // ...and so does every later one
+  EXPECT_EQ(result.error().code(), grpc::StatusCode::FAILED_PRECONDITION);
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
 TEST(WorkerServiceTest, ShutdownStopsOnce) {
   Harness h(0);
   grpc::ClientContext context;
