@@ -40,7 +40,7 @@ namespace weir::kernels::cuda {
 struct GroupedExpertFfnParams {
   const float* x = nullptr;              // device [rows, dim], grouped by expert
   const int64_t* group_offsets = nullptr;  // device [num_groups + 1], nondecreasing,
-                                           // offsets[0] = 0, offsets[num_groups] = rows
+                                           // offsets[0] = 0, offsets[num_groups] <= rows
   const float* route_weight = nullptr;   // device [rows]; null = 1 (e.g. shared expert)
   // Device arrays [num_groups] of device pointers (the dequantized fp32 weights,
   // DenseWeight::w). A null pointer of a group with rows makes its y rows NaN.
@@ -49,7 +49,8 @@ struct GroupedExpertFfnParams {
   const float* const* w2 = nullptr;      // each [dim, inter]
   float* hidden = nullptr;               // device scratch [rows, inter] (fp32)
   float* y = nullptr;                    // device out [rows, dim]; must not overlap x
-  int64_t rows = 0;                      // may be 0 (nothing to do)
+  int64_t rows = 0;  // rows of x / y, may be 0; may exceed offsets[num_groups] (an upper
+                     // bound such as tokens * topk, so no host read of the offsets is needed)
   int64_t dim = 0;
   int64_t inter = 0;
   int num_groups = 0;
@@ -72,8 +73,8 @@ bool SupportsGroupedExpertFfn(const GroupedExpertFfnParams& params);
 
 // Enqueues both GEMMs on `stream` (nothing when rows == 0). The offsets are
 // device data and are not read here: REQUIRES they satisfy the contract above
-// (rows outside every group are left untouched; groups are clipped to
-// [0, rows)). INVALID_ARGUMENT when unsupported; INTERNAL with the CUDA error
+// (rows outside every group, e.g. past offsets[num_groups], are left
+// untouched; groups are clipped to [0, rows)). INVALID_ARGUMENT when unsupported; INTERNAL with the CUDA error
 // if a launch fails.
 absl::Status GroupedExpertFfn(const GroupedExpertFfnParams& params, cudaStream_t stream);
 

@@ -8,10 +8,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kernels/cpu/linear.h"
 #include "kernels/cpu/moe_expert.h"
-#include "kernels/cpu/weight_quant.h"
 #include "kernels/cuda/moe/test_util.h"
+#include "kernels/cuda/moe/weight_test_util.h"
 
 namespace weir::kernels::cuda {
 namespace {
@@ -21,46 +20,8 @@ using moe_test::DeviceBuffer;
 using moe_test::MaxAbsError;
 using moe_test::RelativeError;
 using moe_test::Synced;
-
-// One stored weight (as a checkpoint holds it) and its exact dequantization
-// (as the backend holds it, DenseWeight::w).
-struct StoredWeight {
-  cpu::WeightFormat format;
-  int64_t out, in;
-  std::vector<float> f32, dequant;
-  std::vector<uint8_t> data, scales;
-
-  cpu::LinearWeight View() const {
-    return {.format = format, .out_features = out, .in_features = in, .f32 = f32,
-            .data = data, .scales = scales, .block = 32};
-  }
-};
-
-StoredWeight MakeWeight(cpu::WeightFormat format, int64_t out, int64_t in, float stddev,
-                        std::mt19937& rng) {
-  StoredWeight w{format, out, in};
-  std::normal_distribution<float> normal(0.0f, stddev);
-  if (format == cpu::WeightFormat::kMxfp4) {
-    w.data.resize(out * in / 2);
-    w.scales.resize(out * in / 32);
-    for (uint8_t& b : w.data) b = static_cast<uint8_t>(rng());
-    // e2m1 values reach 6; aim the scales at stddev.
-    const int base = 127 + static_cast<int>(std::lround(std::log2(stddev / 2.0f)));
-    for (uint8_t& s : w.scales) s = static_cast<uint8_t>(base - 1 + static_cast<int>(rng() % 3));
-  } else {
-    w.f32.resize(out * in);
-    for (float& v : w.f32) v = normal(rng);
-    if (format == cpu::WeightFormat::kFp8) {
-      w.data.resize(out * in);
-      w.scales.resize(cpu::Fp8WeightScaleCount(out, in, 32));
-      EXPECT_TRUE(cpu::QuantizeFp8Weight(w.f32, out, in, 32, w.data, w.scales).ok());
-      w.f32.clear();
-    }
-  }
-  w.dequant.resize(out * in);
-  EXPECT_TRUE(cpu::DequantizeWeight(w.View(), w.dequant).ok());
-  return w;
-}
+using moe_test::MakeWeight;
+using moe_test::StoredWeight;
 
 struct FfnCase {
   cpu::WeightFormat format;
@@ -177,6 +138,29 @@ TEST(GroupedExpertFfnCudaTest, MatchesTheCpuExperts) {
   };
   int seed = 11;
   for (const FfnCase& c : cases) RunCase(c, seed++);
+}
+
+TEST(GroupedExpertFfnCudaTest, MissingWeightsGiveNanRowsOnlyForTheirGroup) {
+  const int64_t dim = 64, inter = 32, rows = 5;
+  std::mt19937 rng(1);
+  const StoredWeight w1 = MakeWeight(cpu::WeightFormat::kF32, inter, dim, 0.1f, rng);
+  const StoredWeight w2 = MakeWeight(cpu::WeightFormat::kF32, dim, inter, 0.1f, rng);
+  DeviceBuffer<float> d1(w1.dequant), d2(w2.dequant), x(std::vector<float>(rows * dim, 0.5f));
+  DeviceBuffer<const float*> p13(std::vector<const float*>{d1.get(), d1.get()});
+  DeviceBuffer<const float*> p2(std::vector<const float*>{d2.get(), nullptr});
+  DeviceBuffer<int64_t> off(std::vector<int64_t>{0, 2, rows});
+  DeviceBuffer<float> hidden(rows * inter), y(rows * dim);
+  ASSERT_TRUE(GroupedExpertFfn({.x = x.get(), .group_offsets = off.get(), .w1 = p13.get(),
+                                .w3 = p13.get(), .w2 = p2.get(), .hidden = hidden.get(),
+                                .y = y.get(), .rows = rows, .dim = dim, .inter = inter,
+                                .num_groups = 2},
+                               nullptr)
+                  .ok());
+  ASSERT_TRUE(Synced());
+  const std::vector<float> got = y.Download();
+  for (int64_t i = 0; i < rows * dim; ++i) {
+    EXPECT_EQ(std::isnan(got[i]), i >= 2 * dim) << i;
+  }
 }
 
 TEST(GroupedExpertFfnCudaTest, RefusesBadArguments) {

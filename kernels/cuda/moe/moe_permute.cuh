@@ -1,0 +1,113 @@
+// kernels/cuda/moe/moe_permute.cuh — device code of MoeGroupRows and
+// MoeCombine. No host dependencies.
+#ifndef WEIR_KERNELS_CUDA_MOE_MOE_PERMUTE_CUH_
+#define WEIR_KERNELS_CUDA_MOE_MOE_PERMUTE_CUH_
+
+#include <cstdint>
+
+#include "kernels/cuda/moe/numerics.cuh"
+
+namespace weir::kernels::cuda::moe {
+
+inline constexpr int kGroupThreads = 1024;  // one thread per group
+inline constexpr int kCombineMaxTopk = 64;
+
+// One block of kGroupThreads. Thread g counts, then numbers, the pairs of
+// group g, reading the pair list in chunks through shared memory (ascending
+// pair order, so rows within a group ascend).
+__global__ void __launch_bounds__(kGroupThreads)
+    GroupRowsKernel(const int32_t* __restrict__ groups, int64_t pairs, int num_groups,
+                    int64_t* __restrict__ offsets, int32_t* __restrict__ pair_row) {
+  __shared__ int32_t s_chunk[kGroupThreads];
+  __shared__ int64_t s_start[kGroupThreads];
+  const int g = threadIdx.x;
+  for (int pass = 0; pass < 2; ++pass) {
+    int64_t count = 0;
+    if (pass == 1 && g < num_groups) count = s_start[g];
+    for (int64_t base = 0; base < pairs; base += kGroupThreads) {
+      __syncthreads();
+      const int64_t mine = base + threadIdx.x;
+      if (mine < pairs) {
+        s_chunk[threadIdx.x] = groups[mine];
+        if (pass == 1 && (groups[mine] < 0 || groups[mine] >= num_groups)) pair_row[mine] = -1;
+      }
+      __syncthreads();
+      const int n = pairs - base < kGroupThreads ? static_cast<int>(pairs - base) : kGroupThreads;
+      if (g >= num_groups) continue;
+      for (int i = 0; i < n; ++i) {
+        if (s_chunk[i] != g) continue;
+        if (pass == 1) pair_row[base + i] = static_cast<int32_t>(count);
+        ++count;
+      }
+    }
+    if (pass == 0) {
+      __syncthreads();
+      if (g < num_groups) s_start[g] = count;
+      __syncthreads();
+      if (threadIdx.x == 0) {  // exclusive scan of the counts
+        int64_t total = 0;
+        offsets[0] = 0;
+        for (int e = 0; e < num_groups; ++e) {
+          const int64_t c = s_start[e];
+          s_start[e] = total;
+          total += c;
+          offsets[e + 1] = total;
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
+// One block per pair: copies x[t] to its grouped row.
+__global__ void GatherRowsKernel(const float* __restrict__ x, const float* __restrict__ route_weight,
+                                 const int32_t* __restrict__ pair_row, float* __restrict__ x_grouped,
+                                 float* __restrict__ weight_grouped, int64_t dim, int topk) {
+  const int64_t pair = blockIdx.x;
+  const int32_t row = pair_row[pair];
+  if (row < 0) return;
+  const float* src = x + (pair / topk) * dim;
+  float* dst = x_grouped + static_cast<int64_t>(row) * dim;
+  for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) dst[c] = src[c];
+  if (threadIdx.x == 0 && route_weight != nullptr) weight_grouped[row] = route_weight[pair];
+}
+
+// One block per token: thread 0 orders the token's rows by expert id
+// (insertion sort, stable), then every thread sums its columns in that order.
+__global__ void CombineKernel(const float* __restrict__ y_grouped,
+                              const int32_t* __restrict__ pair_row,
+                              const int32_t* __restrict__ experts,
+                              const float* __restrict__ shared, float* __restrict__ out,
+                              int64_t dim, int topk, bool round_bf16) {
+  __shared__ int32_t s_row[kCombineMaxTopk];
+  __shared__ int32_t s_key[kCombineMaxTopk];
+  __shared__ int s_n;
+  const int64_t t = blockIdx.x;
+  if (threadIdx.x == 0) {
+    int n = 0;
+    for (int k = 0; k < topk; ++k) {
+      const int32_t row = pair_row[t * topk + k], key = experts[t * topk + k];
+      if (row < 0) continue;
+      int j = n++;
+      for (; j > 0 && s_key[j - 1] > key; --j) {
+        s_key[j] = s_key[j - 1];
+        s_row[j] = s_row[j - 1];
+      }
+      s_key[j] = key;
+      s_row[j] = row;
+    }
+    s_n = n;
+  }
+  __syncthreads();
+  const int n = s_n;
+  for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) {
+    float acc = 0.0f;
+    for (int j = 0; j < n; ++j) acc = __fadd_rn(acc, y_grouped[static_cast<int64_t>(s_row[j]) * dim + c]);
+    if (shared != nullptr) acc = __fadd_rn(acc, shared[t * dim + c]);
+    out[t * dim + c] = round_bf16 ? RoundBf16(acc) : acc;
+  }
+}
+
+}  // namespace weir::kernels::cuda::moe
+
+#endif  // WEIR_KERNELS_CUDA_MOE_MOE_PERMUTE_CUH_

@@ -1,0 +1,80 @@
+// kernels/cuda/moe/moe_permute.h
+//
+// The glue around GroupedExpertFfn on the GPU, as the CPU's
+// worker/model/local_expert_executor.cc and kernels/cpu/moe_expert.h (Moe)
+// arrange it:
+//   MoeGroupRows: the (token t, k) pair i = t * topk + k goes to group
+//     groups[i] (an expert, or a local slot); within a group the rows are in
+//     ascending pair index. Writes the group offsets, each pair's grouped row,
+//     and gathers x rows and route weights into that order. Integer
+//     bookkeeping only: exact and deterministic.
+//   MoeCombine: out[t] = ((0 + Y_{e_1}) + Y_{e_2} + ...) + shared[t], over the
+//     pairs of t in ascending expert id, fp32 adds, then bf16 if asked: the
+//     CPU's combine operation for operation, so bit-identical given equal
+//     expert outputs.
+//
+// Thread safety: stateless; safe from any thread.
+
+#ifndef WEIR_KERNELS_CUDA_MOE_MOE_PERMUTE_H_
+#define WEIR_KERNELS_CUDA_MOE_MOE_PERMUTE_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace weir::kernels::cuda {
+
+inline constexpr int kMoeGroupRowsMaxGroups = 1024;
+
+struct MoeGroupRowsParams {
+  const int32_t* groups = nullptr;      // device [tokens, topk] group of each pair; a value
+                                        // outside [0, num_groups) is not handled here
+                                        // (e.g. a remote expert): its pair_row is -1
+  const float* x = nullptr;             // device [tokens, dim]
+  const float* route_weight = nullptr;  // device [tokens, topk]; null = no weight gather
+  int64_t* group_offsets = nullptr;     // device out [num_groups + 1]
+  int32_t* pair_row = nullptr;          // device out [tokens, topk] grouped row or -1
+  float* x_grouped = nullptr;           // device out [tokens * topk, dim]; rows past
+                                        // group_offsets[num_groups] untouched
+  float* weight_grouped = nullptr;      // device out [tokens * topk]; needed iff route_weight
+  int64_t tokens = 0;
+  int64_t dim = 0;
+  int topk = 0;
+  int num_groups = 0;
+};
+
+// True for tokens, dim, topk > 0, 1 <= num_groups <= kMoeGroupRowsMaxGroups,
+// tokens * topk < 2^31, non-null groups/x/group_offsets/pair_row/x_grouped, and
+// weight_grouped non-null when route_weight is.
+bool SupportsMoeGroupRows(const MoeGroupRowsParams& params);
+
+// Enqueues the grouping (one block) and the gather on `stream`. The result
+// feeds GroupedExpertFfn with rows = tokens * topk (an upper bound: no host
+// read needed). INVALID_ARGUMENT when unsupported; INTERNAL on launch failure.
+absl::Status MoeGroupRows(const MoeGroupRowsParams& params, cudaStream_t stream);
+
+struct MoeCombineParams {
+  const float* y_grouped = nullptr;  // device [>= rows used, dim] expert outputs, grouped
+  const int32_t* pair_row = nullptr; // device [tokens, topk] from MoeGroupRows (-1: skip)
+  const int32_t* experts = nullptr;  // device [tokens, topk] expert ids: the summation order
+  const float* shared = nullptr;     // device [tokens, dim] shared expert output; may be null
+  float* out = nullptr;              // device out [tokens, dim]; must not overlap the inputs
+  int64_t tokens = 0;
+  int64_t dim = 0;
+  int topk = 0;
+  bool round_bf16 = true;            // ActivationPrecision::kBf16
+};
+
+// True for tokens, dim > 0, 1 <= topk <= 64, tokens < 2^31 and non-null
+// y_grouped/pair_row/experts/out.
+bool SupportsMoeCombine(const MoeCombineParams& params);
+
+// Enqueues the combine on `stream`. INVALID_ARGUMENT when unsupported;
+// INTERNAL on launch failure.
+absl::Status MoeCombine(const MoeCombineParams& params, cudaStream_t stream);
+
+}  // namespace weir::kernels::cuda
+
+#endif  // WEIR_KERNELS_CUDA_MOE_MOE_PERMUTE_H_

@@ -1,0 +1,298 @@
+#include "kernels/cuda/moe/moe_permute.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/common/numeric_formats.h"
+#include "kernels/cpu/moe_expert.h"
+#include "kernels/cuda/moe/expert_ffn.h"
+#include "kernels/cuda/moe/test_util.h"
+#include "kernels/cuda/moe/weight_test_util.h"
+
+namespace weir::kernels::cuda {
+namespace {
+
+using moe_test::BitMismatches;
+using moe_test::DeviceBuffer;
+using moe_test::MakeWeight;
+using moe_test::MaxAbsError;
+using moe_test::RelativeError;
+using moe_test::StoredWeight;
+using moe_test::Synced;
+
+// Per token, topk distinct groups out of `num`; a fraction `invalid` of the
+// pairs is replaced by ids outside [0, num) (not handled locally).
+std::vector<int32_t> RandomRouting(int64_t tokens, int topk, int num, double invalid,
+                                   std::mt19937& rng) {
+  std::vector<int32_t> ids(num), out;
+  std::iota(ids.begin(), ids.end(), 0);
+  std::uniform_real_distribution<double> u(0, 1);
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::shuffle(ids.begin(), ids.end(), rng);
+    for (int k = 0; k < topk; ++k) {
+      out.push_back(u(rng) < invalid ? (k % 2 ? -1 : num + 3) : ids[k % num]);
+    }
+  }
+  return out;
+}
+
+// The CPU executors' grouping: rows of a group in ascending pair index.
+void ReferenceGrouping(const std::vector<int32_t>& groups, int num, std::vector<int64_t>* offsets,
+                       std::vector<int32_t>* pair_row) {
+  offsets->assign(num + 1, 0);
+  for (int32_t g : groups) {
+    if (g >= 0 && g < num) ++(*offsets)[g + 1];
+  }
+  for (int g = 0; g < num; ++g) (*offsets)[g + 1] += (*offsets)[g];
+  std::vector<int64_t> next(offsets->begin(), offsets->end() - 1);
+  pair_row->clear();
+  for (int32_t g : groups) pair_row->push_back(g >= 0 && g < num ? next[g]++ : -1);
+}
+
+TEST(MoeGroupRowsCudaTest, GroupsAsTheCpuExecutorDoes) {
+  struct Case {
+    int64_t tokens;
+    int topk, groups;
+    double invalid;
+    int64_t dim;
+  };
+  for (const Case& c : {Case{1, 1, 1, 0.0, 8}, Case{300, 8, 256, 0.0, 64},
+                        Case{2000, 6, 37, 0.1, 33}, Case{5, 4, 1024, 0.0, 128}}) {
+    std::mt19937 rng(c.tokens + c.topk + c.groups);
+    const std::vector<int32_t> groups = RandomRouting(c.tokens, c.topk, c.groups, c.invalid, rng);
+    const int64_t pairs = c.tokens * c.topk;
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> x(c.tokens * c.dim), rw(pairs);
+    for (float& v : x) v = normal(rng);
+    for (float& v : rw) v = normal(rng);
+    std::vector<int64_t> want_off;
+    std::vector<int32_t> want_row;
+    ReferenceGrouping(groups, c.groups, &want_off, &want_row);
+
+    DeviceBuffer<int32_t> dgroups(groups), drow(pairs);
+    DeviceBuffer<float> dx(x), drw(rw), dxg(pairs * c.dim), dwg(pairs);
+    DeviceBuffer<int64_t> doff(c.groups + 1);
+    drow.Poison();
+    doff.Poison();
+    ASSERT_TRUE(MoeGroupRows({.groups = dgroups.get(), .x = dx.get(), .route_weight = drw.get(),
+                              .group_offsets = doff.get(), .pair_row = drow.get(),
+                              .x_grouped = dxg.get(), .weight_grouped = dwg.get(),
+                              .tokens = c.tokens, .dim = c.dim, .topk = c.topk,
+                              .num_groups = c.groups},
+                             nullptr)
+                    .ok());
+    ASSERT_TRUE(Synced());
+    EXPECT_EQ(doff.Download(), want_off) << c.tokens << "x" << c.topk << " groups " << c.groups;
+    EXPECT_EQ(drow.Download(), want_row) << c.tokens << "x" << c.topk << " groups " << c.groups;
+    const std::vector<float> xg = dxg.Download(), wg = dwg.Download();
+    for (int64_t i = 0; i < pairs; ++i) {
+      if (want_row[i] < 0) continue;
+      const int64_t r = want_row[i], t = i / c.topk;
+      ASSERT_TRUE(std::equal(x.begin() + t * c.dim, x.begin() + (t + 1) * c.dim,
+                             xg.begin() + r * c.dim))
+          << "pair " << i;
+      ASSERT_EQ(wg[r], rw[i]) << "pair " << i;
+    }
+  }
+}
+
+TEST(MoeCombineCudaTest, BitIdenticalToTheCpuSum) {
+  for (bool bf16 : {false, true}) {
+    for (bool with_shared : {false, true}) {
+      const int64_t tokens = 77, dim = 300;
+      const int topk = 6, experts = 20;
+      std::mt19937 rng(bf16 * 2 + with_shared);
+      const std::vector<int32_t> ids = RandomRouting(tokens, topk, experts, 0.15, rng);
+      std::vector<int64_t> offsets;
+      std::vector<int32_t> pair_row;
+      ReferenceGrouping(ids, experts, &offsets, &pair_row);
+      const int64_t rows = offsets.back();
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      std::vector<float> yg(rows * dim), shared(tokens * dim);
+      for (float& v : yg) v = RoundToBf16(normal(rng));
+      for (float& v : shared) v = RoundToBf16(normal(rng));
+      // CPU Moe / LocalExpertExecutor: acc = 0, += each expert's rows in
+      // ascending expert id, += shared, then bf16.
+      std::vector<float> want(tokens * dim, 0.0f);
+      for (int e = 0; e < experts; ++e) {
+        for (int64_t i = 0; i < tokens * topk; ++i) {
+          if (ids[i] != e) continue;
+          for (int64_t c = 0; c < dim; ++c) want[(i / topk) * dim + c] += yg[pair_row[i] * dim + c];
+        }
+      }
+      for (int64_t i = 0; i < tokens * dim; ++i) {
+        if (with_shared) want[i] += shared[i];
+        if (bf16) want[i] = RoundToBf16(want[i]);
+      }
+      DeviceBuffer<float> dyg(yg), dshared(shared), out(tokens * dim);
+      DeviceBuffer<int32_t> drow(pair_row), dids(ids);
+      out.Poison();
+      ASSERT_TRUE(MoeCombine({.y_grouped = dyg.get(), .pair_row = drow.get(),
+                              .experts = dids.get(),
+                              .shared = with_shared ? dshared.get() : nullptr, .out = out.get(),
+                              .tokens = tokens, .dim = dim, .topk = topk, .round_bf16 = bf16},
+                             nullptr)
+                      .ok());
+      ASSERT_TRUE(Synced());
+      const std::vector<float> got = out.Download();
+      EXPECT_EQ(BitMismatches(got, want), 0) << "bf16 " << bf16 << " shared " << with_shared
+                                             << ", max abs err " << MaxAbsError(got, want);
+    }
+  }
+}
+
+struct MoeCase {
+  cpu::WeightFormat routed, shared;
+  int64_t tokens, dim, inter;
+  int experts, topk;
+  std::vector<int> not_held;  // experts another rank holds
+  bool bf16;
+  double tolerance;
+};
+
+// Gate output -> MoeGroupRows -> GroupedExpertFfn (routed, and the shared
+// expert as one group) -> MoeCombine, against kernels/cpu Moe.
+void RunMoe(const MoeCase& c, int seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t pairs = c.tokens * c.topk;
+  const std::vector<int32_t> indices = RandomRouting(c.tokens, c.topk, c.experts, 0.0, rng);
+  std::vector<float> x(c.tokens * c.dim), weights(pairs);
+  for (float& v : x) v = normal(rng);
+  for (float& v : weights) v = 0.05f + 0.5f * std::fabs(normal(rng));
+  auto make_expert = [&](cpu::WeightFormat f) {
+    return std::vector<StoredWeight>{
+        MakeWeight(f, c.inter, c.dim, 4.0f / std::sqrt(float(c.dim)), rng),
+        MakeWeight(f, c.dim, c.inter, 1.0f / std::sqrt(float(c.inter)), rng),
+        MakeWeight(f, c.inter, c.dim, 2.0f / std::sqrt(float(c.dim)), rng)};  // w1, w2, w3
+  };
+  std::vector<std::vector<StoredWeight>> routed;
+  for (int e = 0; e < c.experts; ++e) routed.push_back(make_expert(c.routed));
+  const std::vector<StoredWeight> shared = make_expert(c.shared);
+  // CPU.
+  std::vector<cpu::ExpertWeights> views;
+  for (const auto& w : routed) views.push_back({w[0].View(), w[1].View(), w[2].View()});
+  std::vector<const cpu::ExpertWeights*> held(c.experts);
+  std::vector<int32_t> local_of(c.experts, -1);
+  int num_local = 0;
+  for (int e = 0; e < c.experts; ++e) {
+    if (std::find(c.not_held.begin(), c.not_held.end(), e) != c.not_held.end()) continue;
+    held[e] = &views[e];
+    local_of[e] = num_local++;
+  }
+  const cpu::ExpertWeights shared_view{shared[0].View(), shared[1].View(), shared[2].View()};
+  std::vector<float> want(c.tokens * c.dim);
+  const absl::Status cpu_status =
+      cpu::Moe({.x = x, .indices = indices, .weights = weights, .experts = held,
+                .shared = &shared_view, .y = want, .tokens = c.tokens, .topk = c.topk,
+                .swiglu_limit = 10.0f, .bf16_boundaries = c.bf16});
+  ASSERT_TRUE(cpu_status.ok()) << cpu_status;
+  // GPU.
+  std::vector<int32_t> groups(pairs);
+  for (int64_t i = 0; i < pairs; ++i) groups[i] = local_of[indices[i]];
+  std::vector<std::unique_ptr<DeviceBuffer<float>>> owned;
+  auto upload = [&](const StoredWeight& w) {
+    owned.push_back(std::make_unique<DeviceBuffer<float>>(w.dequant));
+    return static_cast<const float*>(owned.back()->get());
+  };
+  std::vector<const float*> p1, p2, p3;
+  for (int e = 0; e < c.experts; ++e) {
+    if (local_of[e] < 0) continue;
+    p1.push_back(upload(routed[e][0]));
+    p2.push_back(upload(routed[e][1]));
+    p3.push_back(upload(routed[e][2]));
+  }
+  const std::vector<const float*> s1 = {upload(shared[0])}, s2 = {upload(shared[1])},
+                                  s3 = {upload(shared[2])};
+  DeviceBuffer<const float*> d1(p1), d2(p2), d3(p3), ds1(s1), ds2(s2), ds3(s3);
+  DeviceBuffer<int32_t> dgroups(groups), dindices(indices), drow(pairs);
+  DeviceBuffer<float> dx(x), dw(weights), xg(pairs * c.dim), wg(pairs), yg(pairs * c.dim);
+  DeviceBuffer<float> hidden(std::max(pairs, c.tokens) * c.inter), sy(c.tokens * c.dim);
+  DeviceBuffer<float> out(c.tokens * c.dim);
+  DeviceBuffer<int64_t> doff(num_local + 1), dshared_off(std::vector<int64_t>{0, c.tokens});
+  out.Poison();
+  const bool rq = c.routed != cpu::WeightFormat::kF32, sq = c.shared != cpu::WeightFormat::kF32;
+  ASSERT_TRUE(MoeGroupRows({.groups = dgroups.get(), .x = dx.get(), .route_weight = dw.get(),
+                            .group_offsets = doff.get(), .pair_row = drow.get(),
+                            .x_grouped = xg.get(), .weight_grouped = wg.get(),
+                            .tokens = c.tokens, .dim = c.dim, .topk = c.topk,
+                            .num_groups = num_local},
+                           nullptr)
+                  .ok());
+  ASSERT_TRUE(GroupedExpertFfn({.x = xg.get(), .group_offsets = doff.get(),
+                                .route_weight = wg.get(), .w1 = d1.get(), .w3 = d3.get(),
+                                .w2 = d2.get(), .hidden = hidden.get(), .y = yg.get(),
+                                .rows = pairs, .dim = c.dim, .inter = c.inter,
+                                .num_groups = num_local, .swiglu_limit = 10.0f,
+                                .w13_fp8_activation = rq, .w2_fp8_activation = rq,
+                                .round_bf16 = c.bf16},
+                               nullptr)
+                  .ok());
+  ASSERT_TRUE(GroupedExpertFfn({.x = dx.get(), .group_offsets = dshared_off.get(),
+                                .w1 = ds1.get(), .w3 = ds3.get(), .w2 = ds2.get(),
+                                .hidden = hidden.get(), .y = sy.get(), .rows = c.tokens,
+                                .dim = c.dim, .inter = c.inter, .num_groups = 1,
+                                .swiglu_limit = 10.0f, .w13_fp8_activation = sq,
+                                .w2_fp8_activation = sq, .round_bf16 = c.bf16},
+                               nullptr)
+                  .ok());
+  ASSERT_TRUE(MoeCombine({.y_grouped = yg.get(), .pair_row = drow.get(),
+                          .experts = dindices.get(), .shared = sy.get(), .out = out.get(),
+                          .tokens = c.tokens, .dim = c.dim, .topk = c.topk,
+                          .round_bf16 = c.bf16},
+                         nullptr)
+                  .ok());
+  ASSERT_TRUE(Synced());
+  const std::vector<float> got = out.Download();
+  const double rel = RelativeError(got, want);
+  const int64_t differ = BitMismatches(got, want);
+  EXPECT_LT(rel, c.tolerance) << "tokens " << c.tokens << " dim " << c.dim;
+  if (c.bf16) {
+    EXPECT_LE(differ * 20, c.tokens * c.dim) << differ << " of " << c.tokens * c.dim;
+  }
+  std::printf("MoE pipeline tokens %lld dim %lld inter %lld experts %d (held %d) topk %d bf16 %d: "
+              "rel err %.3g, max abs err %.3g, %lld/%lld differ\n",
+              static_cast<long long>(c.tokens), static_cast<long long>(c.dim),
+              static_cast<long long>(c.inter), c.experts, num_local, c.topk, c.bf16, rel,
+              MaxAbsError(got, want), static_cast<long long>(differ),
+              static_cast<long long>(c.tokens * c.dim));
+}
+
+// Tolerances as in expert_ffn_test.cc: fp32 1e-5; FP8/MXFP4 activations
+// with bf16 boundaries 5e-3 and at most 5% of outputs differing at all.
+TEST(MoePipelineCudaTest, MatchesTheCpuMoe) {
+  using F = cpu::WeightFormat;
+  RunMoe({F::kF32, F::kF32, 40, 96, 64, 8, 3, {}, false, 1e-5}, 1);
+  RunMoe({F::kMxfp4, F::kFp8, 50, 256, 128, 16, 4, {3, 7}, true, 5e-3}, 2);
+  RunMoe({F::kMxfp4, F::kFp8, 1, 512, 256, 32, 6, {0}, true, 5e-3}, 3);
+}
+
+TEST(MoePermuteCudaTest, RefusesBadArguments) {
+  float* f = reinterpret_cast<float*>(256);
+  int32_t* i = reinterpret_cast<int32_t*>(256);
+  int64_t* o = reinterpret_cast<int64_t*>(256);
+  const MoeGroupRowsParams good{.groups = i, .x = f, .group_offsets = o, .pair_row = i,
+                                .x_grouped = f, .tokens = 2, .dim = 8, .topk = 2,
+                                .num_groups = 4};
+  EXPECT_TRUE(SupportsMoeGroupRows(good));
+  MoeGroupRowsParams bad = good;
+  bad.num_groups = kMoeGroupRowsMaxGroups + 1;
+  EXPECT_EQ(MoeGroupRows(bad, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  bad = good;
+  bad.route_weight = f;  // without weight_grouped
+  EXPECT_EQ(MoeGroupRows(bad, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MoeCombine({.y_grouped = f, .pair_row = i, .experts = i, .out = f, .tokens = 1,
+                        .dim = 8, .topk = 65},
+                       nullptr)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace weir::kernels::cuda
