@@ -54,7 +54,13 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config,
                                                      c.engram_num_embeddings[l]));
     }
   }
-  m->ops_ = std::make_unique<CpuOps>(m->options_.precision);
+  if (m->options_.make_ops) {
+    ASSIGN_OR_RETURN(m->ops_, m->options_.make_ops(m->options_.precision));
+    m->options_.make_ops = nullptr;  // may capture the caller's locals
+    if (m->ops_ == nullptr) return absl::InvalidArgumentError("make_ops gave null");
+  } else {
+    m->ops_ = std::make_unique<CpuOps>(m->options_.precision);
+  }
   m->executor_ = std::make_unique<LocalExpertExecutor>(*m->ops_, m->weights_,
                                                        static_cast<float>(c.swiglu_limit));
   if (m->options_.make_executor) {

@@ -70,6 +70,9 @@ struct ModelOptions {
   std::function<absl::StatusOr<std::unique_ptr<EngramGather>>(const ModelConfig&, Ops&,
                                                               const ModelWeights&)>
       make_engram_gather;
+  // The Ops backend of the forward, made once in Create with `precision`
+  // (e.g. CudaOps::Create, cuda_ops.h); its error fails Create. Empty = CpuOps.
+  std::function<absl::StatusOr<std::unique_ptr<Ops>>(ActivationPrecision)> make_ops;
 };
 
 class Model {
