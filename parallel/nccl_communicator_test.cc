@@ -1,10 +1,11 @@
 // parallel/nccl_communicator_test.cc
 //
 // NcclCommunicator on a GPU machine (tag `gpu`). The shared conformance checks
-// (collective_checks.h) run on host data; StagedCommunicator copies every
-// buffer to device memory, runs the NCCL collective on a stream, waits with
-// Synchronize() and copies the results back, so each check compares NCCL's
-// device result with the contract's answer.
+// (collective_checks.h) run on host data through HostStagedCommunicator,
+// which copies every buffer to device memory, runs the NCCL collective on a
+// stream, waits with Synchronize() and copies the results back, so each check
+// compares NCCL's device result with the contract's answer (and checks the
+// host-staged communicator the worker uses).
 // World 1 always runs; world 2 in one process needs two GPUs (NCCL rejects two
 // ranks of one communicator on the same GPU: "Duplicate GPU detected").
 
@@ -21,106 +22,12 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "parallel/collective_checks.h"
+#include "parallel/host_staged_communicator.h"
 
 namespace weir::parallel {
 namespace {
 
 constexpr ExecContext kHostCtx = {.memory = MemoryKind::kHost};
-
-// Host-memory facade over an NcclCommunicator: stages buffers through device
-// memory. Buffers of one call are mapped by host address, so aliasing
-// (in-place AllReduce, AllGather from its own block) carries over.
-class StagedCommunicator final : public Communicator {
- public:
-  explicit StagedCommunicator(NcclCommunicator& comm) : comm_(comm) {
-    cudaSetDevice(comm.device().value());
-    EXPECT_EQ(cudaStreamCreate(&stream_), cudaSuccess);
-  }
-  ~StagedCommunicator() override { cudaStreamDestroy(stream_); }
-
-  Rank rank() const override { return comm_.rank(); }
-  int world_size() const override { return comm_.world_size(); }
-
-  absl::Status AllToAllV(const AllToAllVArgs& a, const ExecContext&) override {
-    int64_t send_end = 0, recv_end = 0;
-    for (size_t p = 0; p < a.send_counts.size(); ++p) {
-      send_end = std::max(send_end, a.send_offsets[p] + a.send_counts[p]);
-      recv_end = std::max(recv_end, a.recv_offsets[p] + a.recv_counts[p]);
-    }
-    const size_t es = DataTypeSize(a.dtype);
-    AllToAllVArgs d = a;
-    d.send = Stage(a.send, send_end * es, true);
-    d.recv = Stage(a.recv, recv_end * es, true);
-    return Finish(comm_.AllToAllV(d, Ctx()));
-  }
-  absl::Status AllReduce(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op,
-                         const ExecContext&) override {
-    const size_t bytes = count * DataTypeSize(dtype);
-    void* s = Stage(send, bytes, true);
-    void* r = Stage(recv, bytes, false);
-    return Finish(comm_.AllReduce(s, r, count, dtype, op, Ctx()));
-  }
-  absl::Status AllGather(const void* send, void* recv, int64_t count, DataType dtype,
-                         const ExecContext&) override {
-    const size_t bytes = count * DataTypeSize(dtype);
-    std::byte* r = static_cast<std::byte*>(Stage(recv, bytes * world_size(), false));
-    const auto* own = static_cast<const std::byte*>(recv) + bytes * rank().value();
-    void* s = (send == own && count > 0) ? r + bytes * rank().value() : Stage(send, bytes, true);
-    if (s != nullptr && send == own) cudaMemcpy(s, send, bytes, cudaMemcpyHostToDevice);
-    return Finish(comm_.AllGather(s, r, count, dtype, Ctx()));
-  }
-  absl::Status Broadcast(void* data, int64_t count, DataType dtype, Rank root,
-                         const ExecContext&) override {
-    void* d = Stage(data, count * DataTypeSize(dtype), true);
-    return Finish(comm_.Broadcast(d, count, dtype, root, Ctx()));
-  }
-  absl::Status Barrier(const ExecContext&) override { return comm_.Barrier(Ctx()); }
-  absl::Status GroupSendRecv(std::span<const P2POp> ops, const ExecContext&) override {
-    std::vector<P2POp> d(ops.begin(), ops.end());
-    for (P2POp& op : d) op.data = Stage(op.data, op.count * DataTypeSize(op.dtype), true);
-    return Finish(comm_.GroupSendRecv(d, Ctx()));
-  }
-
- private:
-  struct Staged {
-    void* device = nullptr;
-    size_t bytes = 0;
-  };
-  ExecContext Ctx() const { return {.memory = MemoryKind::kDevice, .stream = stream_}; }
-
-  // Returns a device copy of `host` [bytes] (uploaded when `upload`, else
-  // poisoned), the same one for the same address within a call.
-  void* Stage(const void* host, size_t bytes, bool upload) {
-    if (host == nullptr || bytes == 0) return nullptr;
-    Staged& s = staged_[host];
-    if (s.device != nullptr) return s.device;
-    s.bytes = bytes;
-    EXPECT_EQ(cudaMalloc(&s.device, bytes), cudaSuccess);
-    if (upload) {
-      EXPECT_EQ(cudaMemcpy(s.device, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
-    } else {
-      EXPECT_EQ(cudaMemset(s.device, 0xA5, bytes), cudaSuccess);
-    }
-    return s.device;
-  }
-  // Waits for the stream, copies every staged buffer back (sends are
-  // unchanged by the contract, so copying them back is harmless) and frees.
-  absl::Status Finish(absl::Status status) {
-    if (status.ok()) status = comm_.Synchronize(Ctx());
-    for (auto& [host, s] : staged_) {
-      if (status.ok()) {
-        cudaMemcpy(const_cast<void*>(host), s.device, s.bytes, cudaMemcpyDeviceToHost);
-      }
-      cudaFree(s.device);
-    }
-    staged_.clear();
-    return status;
-  }
-
-  NcclCommunicator& comm_;
-  cudaStream_t stream_ = nullptr;
-  std::map<const void*, Staged> staged_;
-};
 
 int DeviceCount() {
   int n = 0;
@@ -148,11 +55,17 @@ TEST(NcclCommunicatorTest, OneRankMatchesTheContract) {
   ASSERT_GT(DeviceCount(), 0) << "no usable CUDA device";
   auto comms = CreateWorld(1);
   ASSERT_TRUE(comms[0].ok()) << comms[0].status();
-  StagedCommunicator staged(**comms[0]);
-  EXPECT_TRUE(CheckEveryCollective(staged, 7).ok());
+  // A small staging size, so the larger checks grow the buffers.
+  auto staged = HostStagedCommunicator::Create(std::move(*comms[0]), {.staging_bytes = 4096});
+  ASSERT_TRUE(staged.ok()) << staged.status();
+  EXPECT_TRUE(CheckEveryCollective(**staged, 7).ok());
   // Larger than NCCL's small-message protocols.
-  EXPECT_TRUE(CheckAllToAllV(staged, 8, 1 << 20).ok());
-  EXPECT_TRUE(CheckAllReduce(staged, 9, DataType::kFloat32, ReduceOp::kSum, 3 << 20, true).ok());
+  EXPECT_TRUE(CheckAllToAllV(**staged, 8, 1 << 20).ok());
+  EXPECT_TRUE(CheckAllReduce(**staged, 9, DataType::kFloat32, ReduceOp::kSum, 3 << 20, true).ok());
+  EXPECT_GT((*staged)->bytes_staged(), 3 << 20);
+  // Device memory is the NcclCommunicator's business.
+  EXPECT_EQ((*staged)->Barrier({.memory = MemoryKind::kDevice}).code(),
+            absl::StatusCode::kUnimplemented);
 }
 
 TEST(NcclCommunicatorTest, TwoRanksOnTwoDevicesMatchTheContract) {
@@ -163,8 +76,8 @@ TEST(NcclCommunicatorTest, TwoRanksOnTwoDevicesMatchTheContract) {
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
-      StagedCommunicator staged(**comms[r]);
-      results[r] = CheckEveryCollective(staged, 11);
+      auto staged = HostStagedCommunicator::Create(std::move(*comms[r]));
+      results[r] = staged.ok() ? CheckEveryCollective(**staged, 11) : staged.status();
     });
   }
   for (std::thread& t : threads) t.join();
