@@ -43,6 +43,7 @@ absl::Status ClusterController::BringUp() {
     clients_ = clients;
   }
   std::vector<std::string> tensor_addresses(workers.size()), staging_addresses(workers.size());
+  std::string nccl_unique_id;  // CUDA backend: made by rank 0, joined by all
   for (const WorkerRecord& w : workers) {
     init.set_rank(w.rank.value());
     absl::StatusOr<v1::InitResponse> reply =
@@ -50,12 +51,14 @@ absl::Status ClusterController::BringUp() {
     RETURN_IF_ERROR(reply.status()) << "Init of worker rank " << w.rank << " at " << w.address;
     tensor_addresses[w.rank.value()] = reply->tensor_address();
     staging_addresses[w.rank.value()] = reply->staging_address();
+    if (w.rank.value() == 0) nccl_unique_id = reply->nccl_unique_id();
   }
   // LoadWeights connects the tensor plane, which is collective: every worker
   // must be inside it at once, so the calls run in parallel.
   v1::LoadWeightsRequest load;
   load.set_coordinator_epoch(options_.epoch);
   load.set_model_dir(options_.model_dir);
+  load.set_nccl_unique_id(nccl_unique_id);
   for (const WorkerRecord& w : workers) {
     v1::PeerInfo* peer = load.add_peers();
     peer->set_rank(w.rank.value());

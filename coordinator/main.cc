@@ -68,6 +68,12 @@ ABSL_FLAG(int, kv_block_tokens, 64, "Token positions per KV block.");
 ABSL_FLAG(int, max_seqs_per_rank, 64, "Concurrent sequences per rank (<= worker --max_slots).");
 ABSL_FLAG(int, max_prefill_tokens, 2048, "Token budget of one prefill step per rank.");
 ABSL_FLAG(int, default_max_new_tokens, 256, "max_new_tokens of requests that set none.");
+ABSL_FLAG(std::string, backend, "cpu",
+          "Local cluster: the workers' backend, cpu or cuda (worker r on GPU r mod the "
+          "visible devices).");
+ABSL_FLAG(std::vector<std::string>, worker_flags, {},
+          "Local cluster: extra flags for every worker, comma-separated, e.g. "
+          "--worker_flags=--gpu_memory_fraction=0.5");
 ABSL_FLAG(int, num_redundant_experts, 0,
           "Extra routed-expert slots per MoE layer (over all ranks) that EPLB may fill "
           "with replicas of hot experts; the slots are rounded up to a multiple of the "
@@ -227,6 +233,10 @@ int Run(int argc, char** argv) {
     std::cerr << "weir: " << config.status() << "\n";
     return 1;
   }
+  if (absl::GetFlag(FLAGS_backend) != "cpu" && absl::GetFlag(FLAGS_backend) != "cuda") {
+    std::cerr << "weir: --backend must be cpu or cuda\n";
+    return 2;
+  }
   const int redundant = absl::GetFlag(FLAGS_num_redundant_experts);
   if (redundant < 0 || redundant > 64 * std::max<int64_t>(1, config->n_routed_experts)) {
     std::cerr << "weir: --num_redundant_experts must be in [0, 64 x routed experts]\n";
@@ -324,10 +334,13 @@ int Run(int argc, char** argv) {
       if (!pid.ok()) WEIR_LOG(ERROR) << "cannot start EPLB: " << pid.status();
     }
     for (int r = 0; r < world; ++r) {
-      absl::StatusOr<pid_t> pid =
-          launcher.Spawn(absl::StrCat("worker ", r),
-                         {worker_bin, "--coordinator=" + server->address,
-                          "--listen=127.0.0.1:0", absl::StrCat("--rank=", r)});
+      std::vector<std::string> worker_argv = {
+          worker_bin, "--coordinator=" + server->address, "--listen=127.0.0.1:0",
+          absl::StrCat("--rank=", r), "--backend=" + absl::GetFlag(FLAGS_backend)};
+      for (const std::string& flag : absl::GetFlag(FLAGS_worker_flags)) {
+        worker_argv.push_back(flag);
+      }
+      absl::StatusOr<pid_t> pid = launcher.Spawn(absl::StrCat("worker ", r), worker_argv);
       if (!pid.ok()) {
         std::cerr << "weir: cannot start worker " << r << ": " << pid.status() << "\n";
         return shutdown(1);

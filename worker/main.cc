@@ -31,6 +31,11 @@ ABSL_FLAG(int, max_slots, 256, "Sequence slots (concurrent sequences) of this ra
 ABSL_FLAG(std::string, ucx_transports, "tcp,self",
           "UCX transports of the tensor plane (UCX_TLS syntax), e.g. sm,self on one host.");
 ABSL_FLAG(int, collective_timeout_s, 60, "A collective fails after waiting this long for a peer.");
+ABSL_FLAG(std::string, backend, "cpu",
+          "cpu, or cuda: the model's ops on GPU (rank mod the visible devices) and the "
+          "expert-parallel exchange over NCCL.");
+ABSL_FLAG(double, gpu_memory_fraction, 0.9,
+          "CUDA backend: share of the device memory this worker takes.");
 
 namespace weir::worker {
 namespace {
@@ -52,6 +57,10 @@ int Run(int argc, char** argv) {
     std::cerr << "worker: --max_slots must be >= 1\n";
     return 2;
   }
+  if (absl::GetFlag(FLAGS_backend) != "cpu" && absl::GetFlag(FLAGS_backend) != "cuda") {
+    std::cerr << "worker: --backend must be cpu or cuda\n";
+    return 2;
+  }
   const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
   if (coordinator.empty()) {
     std::cerr << "worker: --coordinator=HOST:PORT is required\n";
@@ -71,7 +80,9 @@ int Run(int argc, char** argv) {
       WorkerOptions{.max_slots = absl::GetFlag(FLAGS_max_slots),
                     .ucx_transports = absl::GetFlag(FLAGS_ucx_transports),
                     .collective_timeout =
-                        absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_s))});
+                        absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_s)),
+                    .backend = absl::GetFlag(FLAGS_backend),
+                    .gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction)});
   absl::StatusOr<StartedServer> server =
       StartServer({.address = absl::GetFlag(FLAGS_listen)}, {&service});
   if (!server.ok()) {

@@ -1,5 +1,7 @@
 #include "worker/worker_service.h"
 
+#include <cuda_runtime.h>
+
 #include <filesystem>
 
 #include <algorithm>
@@ -12,7 +14,10 @@
 #include "base/grpc_util.h"
 #include "base/logging.h"
 #include "base/status_macros.h"
+#include "parallel/host_staged_communicator.h"
+#include "parallel/nccl_communicator.h"
 #include "parallel/ucx_communicator.h"
+#include "worker/model/cuda_ops.h"
 #include "worker/model/expert_parallel_model.h"
 #include "worker/step_sequencer.h"
 #include "worker/structured_output.h"
@@ -34,6 +39,44 @@ ExpertMap FromProto(const v1::ExpertMap& proto) {
   map.physical_to_logical.assign(proto.physical_to_logical().begin(),
                                  proto.physical_to_logical().end());
   return map;
+}
+
+// The CUDA device of `rank`: rank mod the devices this process sees.
+absl::StatusOr<int> CudaDeviceOfRank(int rank) {
+  int count = 0;
+  if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess || count == 0) {
+    return absl::UnavailableError(absl::StrCat("--backend=cuda but no CUDA device: ",
+                                               e == cudaSuccess ? "none found"
+                                                                : cudaGetErrorString(e)));
+  }
+  return rank % count;
+}
+
+// Sizes CudaOps from the device's memory: `fraction` of it, less what the
+// arena and the GEMM workspace take, is the weight region.
+absl::StatusOr<model::CudaOpsOptions> CudaOpsOptionsFor(int device, double fraction) {
+  if (!(fraction > 0 && fraction <= 1)) {
+    return absl::InvalidArgumentError("--gpu_memory_fraction must be in (0, 1]");
+  }
+  if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
+    return absl::UnavailableError(absl::StrCat("cudaSetDevice: ", cudaGetErrorString(e)));
+  }
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaError_t e = cudaMemGetInfo(&free_bytes, &total_bytes); e != cudaSuccess) {
+    return absl::UnavailableError(absl::StrCat("cudaMemGetInfo: ", cudaGetErrorString(e)));
+  }
+  model::CudaOpsOptions options;
+  options.device = device;
+  const double budget = std::min<double>(fraction * static_cast<double>(total_bytes),
+                                         static_cast<double>(free_bytes));
+  const double reserved =
+      static_cast<double>(options.arena_bytes + options.gemm_workspace_bytes) + (256 << 20);
+  if (budget <= reserved + (64 << 20)) {
+    return absl::ResourceExhaustedError(absl::StrCat("device ", device, " has ", free_bytes,
+                                                     " bytes free, too few for the CUDA ops"));
+  }
+  options.weight_bytes = static_cast<size_t>(budget - reserved);
+  return options;
 }
 
 model::ExpertPlacement ToPlacement(const ExpertMap& map, int world) {
@@ -108,6 +151,17 @@ grpc::Status WorkerService::Init(grpc::ServerContext* context, const v1::InitReq
   }
   if (staging_ucx_ != nullptr) response->set_staging_address(staging_ucx_->address());
   if (ucx_ != nullptr) response->set_tensor_address(ucx_->address());
+  if (options_.backend == "cuda") {
+    absl::StatusOr<int> device = CudaDeviceOfRank(rank_);
+    if (!device.ok()) return ToGrpcStatus(device.status());
+    cuda_device_ = *device;
+    if (rank_ == 0 && nccl_unique_id_.empty()) {
+      absl::StatusOr<std::string> id = parallel::NcclCommunicator::MakeUniqueId();
+      if (!id.ok()) return ToGrpcStatus(id.status());
+      nccl_unique_id_ = std::move(*id);
+    }
+    response->set_nccl_unique_id(nccl_unique_id_);
+  }
   initialized_ = true;
   world_size_ = world;
   peer_addresses_ = std::move(peers);
@@ -166,30 +220,56 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
                       : IdentityExpertMap(static_cast<int>(config.n_layers),
                                           static_cast<int>(config.n_routed_experts), world);
   if (absl::Status s = ValidateExpertMap(map, world); !s.ok()) return ToGrpcStatus(s);
+  const bool cuda = options_.backend == "cuda";
+  if (cuda) {
+    absl::StatusOr<model::CudaOpsOptions> ops_options =
+        CudaOpsOptionsFor(cuda_device_, options_.gpu_memory_fraction);
+    if (!ops_options.ok()) return ToGrpcStatus(ops_options.status());
+    model_options.make_ops =
+        [o = *ops_options](
+            model::ActivationPrecision precision) -> absl::StatusOr<std::unique_ptr<model::Ops>> {
+      ASSIGN_OR_RETURN(std::unique_ptr<model::CudaOps> ops, model::CudaOps::Create(precision, o));
+      return std::unique_ptr<model::Ops>(std::move(ops));
+    };
+  }
   absl::StatusOr<std::unique_ptr<model::Model>> runtime;
   model::CommunicatorExpertExecutor* ep_executor = nullptr;
-  if (world == 1) {
+  if (world == 1 && !cuda) {
     runtime = model::Model::Create(config, **checkpoint, std::move(model_options));
   } else {
-    if (request->peers_size() != world) {
-      return Error(grpc::StatusCode::INVALID_ARGUMENT,
-                   absl::StrCat("LoadWeights: ", request->peers_size(), " peer addresses for ",
-                                world, " ranks"));
-    }
+    // UCX addresses: the tensor plane (CPU backend) and the staging plane.
     std::vector<std::string> table(world), staging(world);
-    for (const v1::PeerInfo& peer : request->peers()) {
-      if (peer.rank() < 0 || peer.rank() >= world || peer.tensor_address().empty()) {
+    if (world > 1) {
+      if (request->peers_size() != world) {
         return Error(grpc::StatusCode::INVALID_ARGUMENT,
-                     absl::StrCat("LoadWeights: bad tensor address of rank ", peer.rank()));
+                     absl::StrCat("LoadWeights: ", request->peers_size(), " peer addresses for ",
+                                  world, " ranks"));
       }
-      table[peer.rank()] = peer.tensor_address();
-      staging[peer.rank()] = peer.staging_address();
-    }
-    {
+      for (const v1::PeerInfo& peer : request->peers()) {
+        if (peer.rank() < 0 || peer.rank() >= world || peer.tensor_address().empty()) {
+          return Error(grpc::StatusCode::INVALID_ARGUMENT,
+                       absl::StrCat("LoadWeights: bad tensor address of rank ", peer.rank()));
+        }
+        table[peer.rank()] = peer.tensor_address();
+        staging[peer.rank()] = peer.staging_address();
+      }
       absl::MutexLock lock(&staging_mu_);
       staging_table_ = std::move(staging);
     }
-    if (communicator_ == nullptr) {
+    if (cuda && communicator_ == nullptr) {
+      // The expert-parallel exchange over NCCL (collective: every rank is in
+      // LoadWeights now); one rank is a world of 1.
+      absl::StatusOr<std::unique_ptr<parallel::NcclCommunicator>> nccl =
+          parallel::NcclCommunicator::Create(
+              Rank(rank_), world, request->nccl_unique_id(),
+              {.timeout = options_.collective_timeout, .device = DeviceOrdinal(cuda_device_)});
+      if (!nccl.ok()) return ToGrpcStatus(nccl.status());
+      absl::StatusOr<std::unique_ptr<parallel::HostStagedCommunicator>> staged =
+          parallel::HostStagedCommunicator::Create(std::move(*nccl));
+      if (!staged.ok()) return ToGrpcStatus(staged.status());
+      communicator_ = std::move(*staged);
+    }
+    if (communicator_ == nullptr && !cuda) {
       absl::StatusOr<std::unique_ptr<parallel::UcxCommunicator>> comm =
           parallel::UcxCommunicator::Create(*ucx_, Rank(rank_), table,
                                             {.timeout = options_.collective_timeout});

@@ -62,6 +62,13 @@ struct WorkerOptions {
   std::string ucx_transports = "tcp,self";
   // Longest a collective may wait for a peer before the step fails.
   absl::Duration collective_timeout = absl::Seconds(60);
+  // "cpu" or "cuda". With "cuda" the model's ops run on GPU rank % devices
+  // (model/cuda_ops.h) and the expert-parallel exchange goes over NCCL (host
+  // staged; a world of 1 too), the UCX context serving only expert staging.
+  std::string backend = "cpu";
+  // CUDA backend: the share of the device's memory the worker takes (the
+  // ops' arena and weight region come out of it).
+  double gpu_memory_fraction = 0.9;
 };
 
 struct WorkerHooks {
@@ -126,6 +133,9 @@ class WorkerService final : public v1::Worker::Service {
   // communicator connected at LoadWeights. Declared before the model, which
   // uses them, so they are destroyed after it.
   std::unique_ptr<parallel::UcxContext> ucx_;
+  // CUDA backend: this rank's device, and (rank 0) the NCCL unique id made at Init.
+  int cuda_device_ = -1;
+  std::string nccl_unique_id_;
   std::unique_ptr<parallel::Communicator> communicator_;
   std::unique_ptr<model::Checkpoint> checkpoint_;
   std::unique_ptr<model::Model> model_runtime_;
