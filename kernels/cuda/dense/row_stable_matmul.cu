@@ -9,9 +9,13 @@
 namespace weir::kernels::cuda::dense {
 namespace {
 
-// Few rows (decode): 4 rows x 32 outputs per block, wide K slices so each
-// thread keeps 32 weight loads in flight.
+// Kernel choice by rows (boundaries measured with dense_bench on an H200,
+// out 4096, in 7168). Up to 16 rows the products are weight-bandwidth bound:
+// each output's four lanes go to four threads (parallelism) and K slices are
+// wide (loads in flight). From 129 rows on, the 64 x 64 register tile wins.
 constexpr int kSmallRows = 4;
+constexpr int kMediumRows = 16;
+constexpr int kLargeRows = 128;
 // Grid y (column tiles) is limited to 65535; the narrower tile sets the limit.
 constexpr int64_t kMaxOut = int64_t{65535} * 32;
 
@@ -48,8 +52,14 @@ absl::Status RowStableMatmul(const MatmulParams& p, cudaStream_t stream) {
   }
   if (p.rows <= kSmallRows) {
     Launch<128, 1, 4, 1, 128>(x, p, stream);
-  } else {
+  } else if (p.rows <= kMediumRows) {
+    Launch<128, 1, 8, 1, 128>(x, p, stream);
+  } else if (p.rows <= kLargeRows) {
     Launch<256, 4, 4, 4, 32>(x, p, stream);
+  } else {
+    const dim3 grid(static_cast<unsigned>((p.rows + 63) / 64),
+                    static_cast<unsigned>((p.out + 63) / 64));
+    RowStableMatmulTiledKernel<32><<<grid, 256, 0, stream>>>(x, p.w, p.y, p.rows, p.out, p.in);
   }
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
     return absl::InternalError(std::string("RowStableMatmul launch: ") + cudaGetErrorString(err));

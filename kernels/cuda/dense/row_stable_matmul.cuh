@@ -109,6 +109,97 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The many-rows variant: a thread owns all four lanes of a 4 x 4 block of
+// outputs (rows tr + 16 i, columns tc + 16 j of a 64 x 64 tile) and reads
+// x and W four k at a time (lanes 0..3) as float4 from shared memory. Same
+// arithmetic per output element as RowStableMatmulKernel.
+template <int kBk>
+__global__ void __launch_bounds__(256)
+    RowStableMatmulTiledKernel(const float* __restrict__ x, const float* __restrict__ w,
+                               float* __restrict__ y, int64_t rows, int64_t out, int64_t in) {
+  constexpr int kThreads = 256;
+  constexpr int kTile = 64;
+  constexpr int kStride = kBk + 4;  // 16-byte rows, 8 consecutive rows on distinct banks
+  constexpr int kLoads = kTile * kBk / kThreads;
+  static_assert(kBk % 4 == 0 && kLoads * kThreads == kTile * kBk);
+  __shared__ __align__(16) float xs[kTile * kStride];
+  __shared__ __align__(16) float ws[kTile * kStride];
+
+  const int t = threadIdx.x;
+  const int tr = t / 16;
+  const int tc = t % 16;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kTile;
+
+  float xr[kLoads];
+  float wr[kLoads];
+  auto load = [&](int64_t k0) {
+#pragma unroll
+    for (int q = 0; q < kLoads; ++q) {
+      const int idx = t + q * kThreads;
+      const int64_t k = k0 + idx % kBk;
+      const int64_t m = m0 + idx / kBk;
+      const int64_t n = n0 + idx / kBk;
+      xr[q] = (m < rows && k < in) ? x[m * in + k] : 0.0f;
+      wr[q] = (n < out && k < in) ? w[n * in + k] : 0.0f;
+    }
+  };
+
+  float acc[4][4][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+#pragma unroll
+      for (int l = 0; l < 4; ++l) acc[i][j][l] = 0.0f;
+    }
+  }
+  load(0);
+  for (int64_t k0 = 0; k0 < in; k0 += kBk) {
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < kLoads; ++q) {
+      const int idx = t + q * kThreads;
+      xs[(idx / kBk) * kStride + idx % kBk] = xr[q];
+      ws[(idx / kBk) * kStride + idx % kBk] = wr[q];
+    }
+    __syncthreads();
+    if (k0 + kBk < in) load(k0 + kBk);
+#pragma unroll 2
+    for (int kk = 0; kk < kBk; kk += 4) {
+      float4 xv[4];
+      float4 wv[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        xv[i] = *reinterpret_cast<const float4*>(&xs[(tr + 16 * i) * kStride + kk]);
+        wv[i] = *reinterpret_cast<const float4*>(&ws[(tc + 16 * i) * kStride + kk]);
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          acc[i][j][0] = __fadd_rn(acc[i][j][0], __fmul_rn(xv[i].x, wv[j].x));
+          acc[i][j][1] = __fadd_rn(acc[i][j][1], __fmul_rn(xv[i].y, wv[j].y));
+          acc[i][j][2] = __fadd_rn(acc[i][j][2], __fmul_rn(xv[i].z, wv[j].z));
+          acc[i][j][3] = __fadd_rn(acc[i][j][3], __fmul_rn(xv[i].w, wv[j].w));
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t m = m0 + tr + 16 * i;
+      const int64_t n = n0 + tc + 16 * j;
+      if (m < rows && n < out) {
+        y[m * out + n] = __fadd_rn(__fadd_rn(acc[i][j][0], acc[i][j][1]),
+                                   __fadd_rn(acc[i][j][2], acc[i][j][3]));
+      }
+    }
+  }
+}
+
 }  // namespace weir::kernels::cuda::dense
 
 #endif  // WEIR_KERNELS_CUDA_DENSE_ROW_STABLE_MATMUL_CUH_

@@ -19,9 +19,11 @@
 //     rounding or a discrete choice (bf16 storage points, top-k, routing):
 //     batch invariance is part of the model's contract.
 //   * GemmHandle::Matmul (gemm_handle.h, cuBLASLt) where any summation order
-//     is allowed: Ops::Logits (the vocabulary head), benchmarks, and products
-//     whose consumers tolerate row-count-dependent rounding. It is several
-//     times faster for large rows (tensor-core-free fp32 either way).
+//     is allowed: Ops::Logits (the vocabulary head), and products whose
+//     consumers tolerate row-count-dependent rounding. Measured on an H200
+//     (dense_bench, fp32 in both): cuBLASLt is 1.6x (8 rows) to 3.6x (vocab
+//     head, 64 rows) faster; this kernel reaches ~1.1 TB/s of weight traffic
+//     at 1-4 rows and ~18 TFLOP/s (no FMA, by design) at many rows.
 //
 // Thread safety: stateless; safe from any thread.
 

@@ -81,7 +81,9 @@ constexpr double kSgemmTolerance = 1e-5;
 const Shape kShapes[] = {
     {1, 1, 1},        {1, 4096, 7168},  // decode-sized (attention output, V4.1 hidden)
     {2, 33, 7},       {3, 129, 100},    // non-multiples of every tile edge
-    {4, 64, 4096},    {5, 65, 96},      // both kernels' row boundary
+    {4, 64, 4096},    {5, 65, 96},      // row boundaries of the four kernel choices
+    {16, 70, 256},    {17, 70, 256},    {128, 70, 256}, {129, 70, 256},
+    {9, 50, 13},      {40, 70, 37},     {150, 70, 37},  // K tails (in % 4 != 0)
     {17, 257, 1000},  {64, 512, 1024},  // prefill-sized
     {333, 100, 64},
 };
@@ -113,15 +115,15 @@ TEST(RowStableMatmulCudaTest, MatchesTheDocumentedOrderBitForBitAndCpuLinear) {
 }
 
 TEST(RowStableMatmulCudaTest, ARowsResultDoesNotDependOnTheOtherRows) {
-  const Shape all{37, 300, 512};
+  const Shape all{150, 300, 512};
   const std::vector<float> x = Random(all.rows * all.in, 1, 1.0f);
   const std::vector<float> w = Random(all.out * all.in, 2, 0.05f);
   for (bool fp8 : {false, true}) {
     const std::vector<float> batch = RunGpu(x, w, all, fp8);
     ASSERT_EQ(batch.size(), static_cast<size_t>(all.rows * all.out));
-    // Rows alone (few-row kernel) and in small groups (both kernels).
-    for (auto [first_row, count] : {std::pair<int64_t, int64_t>{0, 1}, {5, 1}, {36, 1},
-                                    {8, 3}, {10, 9}, {20, 17}}) {
+    // Every kernel choice: the batch of 150 runs the register-tile kernel.
+    for (auto [first_row, count] : {std::pair<int64_t, int64_t>{0, 1}, {5, 1}, {149, 1},
+                                    {8, 3}, {10, 9}, {20, 17}, {100, 40}}) {
       const std::vector<float> part(x.begin() + first_row * all.in,
                                     x.begin() + (first_row + count) * all.in);
       const std::vector<float> got = RunGpu(part, w, {count, all.out, all.in}, fp8);

@@ -1,0 +1,150 @@
+// kernels/cuda/dense/dense_bench.cc
+//
+// Times the dense products (RowStableMatmul against cuBLASLt fp32 in the same
+// process) and the logits selections on the GPU: CUDA events, warm-up, median
+// of repetitions. Prints time, achieved weight bandwidth and FLOP rate.
+//
+//   dense_bench            (on the GPU machine)
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "kernels/cuda/dense/gemm_handle.h"
+#include "kernels/cuda/dense/row_stable_matmul.h"
+#include "kernels/cuda/dense/sampling.h"
+
+namespace weir::kernels::cuda::dense {
+namespace {
+
+// Median milliseconds of `reps` runs of `fn`, after 3 warm-up runs.
+double MedianMs(const std::function<void()>& fn, int reps) {
+  for (int i = 0; i < 3; ++i) fn();
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  std::vector<float> ms(reps);
+  for (int i = 0; i < reps; ++i) {
+    cudaEventRecord(start);
+    fn();
+    cudaEventRecord(stop);
+    cudaEventSynchronize(stop);
+    cudaEventElapsedTime(&ms[i], start, stop);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::nth_element(ms.begin(), ms.begin() + reps / 2, ms.end());
+  return ms[reps / 2];
+}
+
+float* DeviceRandom(int64_t n, uint32_t seed) {
+  std::vector<float> host(n);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& f : host) f = normal(rng);
+  float* d = nullptr;
+  cudaMalloc(&d, n * sizeof(float));
+  cudaMemcpy(d, host.data(), n * sizeof(float), cudaMemcpyHostToDevice);
+  return d;
+}
+
+int Run() {
+  absl::StatusOr<std::unique_ptr<GemmHandle>> gemm = GemmHandle::Create();
+  if (!gemm.ok()) {
+    std::fprintf(stderr, "%s\n", gemm.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("%-6s %-7s %-6s %-4s | %-22s | %-22s | %s\n", "rows", "out", "in", "fp8",
+              "row-stable us GB/s TF/s", "cuBLASLt us GB/s TF/s", "row-stable / Lt");
+  struct Shape {
+    int64_t rows, out, in;
+  };
+  for (const Shape& s : {Shape{1, 4096, 7168}, Shape{4, 4096, 7168}, Shape{8, 4096, 7168},
+                         Shape{16, 4096, 7168}, Shape{32, 4096, 7168}, Shape{128, 4096, 7168},
+                         Shape{64, 4096, 7168}, Shape{256, 4096, 7168},
+                         Shape{2048, 4096, 7168}, Shape{1, 129280, 4096},
+                         Shape{64, 129280, 4096}}) {
+    for (bool fp8 : {false, true}) {
+      float* x = DeviceRandom(s.rows * s.in, 1);
+      float* w = DeviceRandom(s.out * s.in, 2);
+      float *y, *scratch;
+      cudaMalloc(&y, s.rows * s.out * sizeof(float));
+      cudaMalloc(&scratch, s.rows * s.in * sizeof(float));
+      const MatmulParams p{.x = x, .w = w, .y = y, .rows = s.rows, .out = s.out, .in = s.in,
+                           .fp8_activation = fp8, .act_scratch = scratch};
+      const int reps = s.rows >= 1024 ? 5 : 20;
+      const double stable_ms = MedianMs([&] { (void)RowStableMatmul(p, nullptr); }, reps);
+      const double lt_ms = MedianMs([&] { (void)(*gemm)->Matmul(p, nullptr); }, reps);
+      if (cudaError_t err = cudaDeviceSynchronize(); err != cudaSuccess) {
+        std::fprintf(stderr, "CUDA error: %s\n", cudaGetErrorString(err));
+        return 1;
+      }
+      const double bytes = 4.0 * (s.out * s.in + s.rows * (s.in + s.out));
+      const double flops = 2.0 * s.rows * s.out * s.in;
+      std::printf("%-6lld %-7lld %-6lld %-4d | %8.1f %6.0f %6.2f | %8.1f %6.0f %6.2f | %.2f\n",
+                  static_cast<long long>(s.rows), static_cast<long long>(s.out),
+                  static_cast<long long>(s.in), fp8, stable_ms * 1e3, bytes / stable_ms / 1e6,
+                  flops / stable_ms / 1e9, lt_ms * 1e3, bytes / lt_ms / 1e6,
+                  flops / lt_ms / 1e9, stable_ms / lt_ms);
+      cudaFree(x);
+      cudaFree(w);
+      cudaFree(y);
+      cudaFree(scratch);
+      if (s.rows >= 256) break;  // the FP8 activation pass is visible at small rows only
+    }
+  }
+  std::printf("\n%-6s %-7s | %-12s | %-12s | %-12s | %s\n", "rows", "vocab", "argmax us",
+              "top-20 us", "top-1024 us", "logsumexp us");
+  for (int64_t rows : {1, 8, 64, 256}) {
+    const int64_t vocab = 129280;
+    float* logits = DeviceRandom(rows * vocab, 3);
+    int32_t* ids;
+    float* values;
+    float* max;
+    double* sum;
+    cudaMalloc(&ids, rows * kMaxTopK * sizeof(int32_t));
+    cudaMalloc(&values, rows * kMaxTopK * sizeof(float));
+    cudaMalloc(&max, rows * sizeof(float));
+    cudaMalloc(&sum, rows * sizeof(double));
+    const double argmax = MedianMs(
+        [&] {
+          (void)ArgmaxRows({.logits = logits, .rows = rows, .vocab = vocab, .ids = ids}, nullptr);
+        },
+        20);
+    auto topk = [&](int k) {
+      return MedianMs(
+          [&] {
+            (void)TopKRows({.logits = logits, .rows = rows, .vocab = vocab, .k = k,
+                            .values = values, .ids = ids},
+                           nullptr);
+          },
+          20);
+    };
+    const double top20 = topk(20), top1024 = topk(kMaxTopK);
+    const double lse = MedianMs(
+        [&] {
+          (void)RowLogSumExp(
+              {.logits = logits, .rows = rows, .vocab = vocab, .max = max, .sum = sum}, nullptr);
+        },
+        20);
+    std::printf("%-6lld %-7lld | %12.1f | %12.1f | %12.1f | %.1f\n", static_cast<long long>(rows),
+                static_cast<long long>(vocab), argmax * 1e3, top20 * 1e3, top1024 * 1e3,
+                lse * 1e3);
+    cudaFree(logits);
+    cudaFree(ids);
+    cudaFree(values);
+    cudaFree(max);
+    cudaFree(sum);
+  }
+  return cudaDeviceSynchronize() == cudaSuccess ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace weir::kernels::cuda::dense
+
+int main() { return weir::kernels::cuda::dense::Run(); }
