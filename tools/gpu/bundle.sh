@@ -16,7 +16,9 @@ if ((${#targets[@]} == 0)); then
   echo "bundle: no gpu-tagged tests found" >&2
   exit 1
 fi
-tools/bazel build --strip=always "${targets[@]}" >&2
+# The serving binaries, for serve_smoke.sh (the small model over gRPC).
+serving=(//coordinator:main //worker:main //eplb:main //tools:weir)
+tools/bazel build --strip=always "${targets[@]}" "${serving[@]}" >&2
 
 rm -rf "${out}"
 mkdir -p "${out}/bin" "${out}/lib"
@@ -27,15 +29,22 @@ for target in "${targets[@]}"; do
   cp "${bin_dir}/${path}" "${out}/bin/$(echo "${path}" | tr '/' '_')"
 done
 
+mkdir -p "${out}/serve"
+for target in "${serving[@]}"; do
+  path="${target#//}"
+  path="${path/://}"
+  cp "${bin_dir}/${path}" "${out}/serve/$(echo "${path}" | tr '/' '_')"
+done
+
 # Shared libraries the binaries need, minus what the GPU machine provides.
 skip='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|librt\.|libpthread\.|libstdc\+\+|libgcc_s|libcuda\.|libcudart|libcublas|libnccl|libnvidia)'
-for binary in "${out}"/bin/*; do
+for binary in "${out}"/bin/* "${out}"/serve/*; do
   ldd "${binary}" | awk '/=> \//{print $1" "$3}' | while read -r name lib; do
     if [[ ! "${name}" =~ ${skip} && ! -e "${out}/lib/${name}" ]]; then
       cp -L "${lib}" "${out}/lib/${name}"
     fi
   done
 done
-cp tools/gpu/run_all.sh "${out}/"
+cp tools/gpu/run_all.sh tools/gpu/serve_smoke.sh "${out}/"
 du -sh "${out}" >&2
 echo "${out}"
