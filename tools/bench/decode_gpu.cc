@@ -1,0 +1,207 @@
+// Decode step time of the V4.1 model on the CUDA backend (CudaOps) through
+// Model::ForwardBatch, at several batch sizes, against a memory floor
+// measured in the same process:
+//   floor = (weight bytes + KV bytes the step's kernels read) / device copy
+//           bandwidth (cudaMemcpy device-to-device, read + write counted)
+// The bytes are counted by CudaOps itself (CudaOpsStats::weight_bytes_read,
+// kv_bytes_read): the fp32 weights this backend holds, as every kernel of
+// the step was given them, plus the gathered KV rows and index keys.
+// Also reported per step: the device time inside kernels and copies (CUDA
+// events around every op), the time the GPU runs no kernel (step time minus
+// kernel time), and the host time outside the ops (the model's own host
+// code). CudaOps copies activations to and from the host around every op and
+// synchronizes after each, so the step is expected to be far above the
+// floor: this binary is the measurement harness for the backends that follow.
+//
+//   tools/bazel build //tools/bench:decode_gpu   (run on the GPU machine from
+//   the repository root: it reads models/small/config.json)
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "base/init.h"
+#include "base/logging.h"
+#include "worker/model/cuda_ops.h"
+#include "worker/model/model.h"
+#include "worker/model/tiny_checkpoint.h"
+
+ABSL_FLAG(std::string, config, "models/small/config.json", "config.json of the model.");
+ABSL_FLAG(std::string, dir, "", "Where to generate the checkpoint (default: a temp dir).");
+ABSL_FLAG(std::string, batches, "1,8,32,64", "Batch sizes (sequences per decode step).");
+ABSL_FLAG(int, prompt, 16, "Prompt tokens per sequence (one prefill step for the batch).");
+ABSL_FLAG(int, warmup, 2, "Decode steps before timing.");
+ABSL_FLAG(int, steps, 8, "Timed decode steps per batch size.");
+ABSL_FLAG(bool, bf16, true, "ActivationPrecision::kBf16 (else kFp32).");
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using weir::model::CudaOps;
+using weir::model::CudaOpsStats;
+
+double Seconds(Clock::time_point a) {
+  return std::chrono::duration<double>(Clock::now() - a).count();
+}
+
+// Device copy bandwidth in bytes/s (read + write counted), median of 9 copies
+// of 1 GiB, after one warm-up copy.
+double CopyBandwidth() {
+  const size_t bytes = size_t{1} << 30;
+  void *a = nullptr, *b = nullptr;
+  WEIR_CHECK(cudaMalloc(&a, bytes) == cudaSuccess && cudaMalloc(&b, bytes) == cudaSuccess);
+  WEIR_CHECK(cudaMemset(a, 1, bytes) == cudaSuccess);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::vector<float> ms;
+  for (int i = 0; i < 10; ++i) {
+    cudaEventRecord(e0);
+    WEIR_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice) == cudaSuccess);
+    cudaEventRecord(e1);
+    WEIR_CHECK(cudaEventSynchronize(e1) == cudaSuccess);
+    float t = 0;
+    cudaEventElapsedTime(&t, e0, e1);
+    if (i > 0) ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * static_cast<double>(bytes) / (ms[ms.size() / 2] * 1e-3);
+}
+
+int64_t Argmax(const std::vector<float>& row) {
+  return std::max_element(row.begin(), row.end()) - row.begin();
+}
+
+CudaOpsStats Delta(const CudaOpsStats& b, const CudaOpsStats& a) {
+  CudaOpsStats d;
+  d.calls = b.calls - a.calls;
+  d.host_seconds = b.host_seconds - a.host_seconds;
+  d.upload_seconds = b.upload_seconds - a.upload_seconds;
+  d.kernel_seconds = b.kernel_seconds - a.kernel_seconds;
+  d.download_seconds = b.download_seconds - a.download_seconds;
+  d.upload_bytes = b.upload_bytes - a.upload_bytes;
+  d.download_bytes = b.download_bytes - a.download_bytes;
+  d.weight_bytes_read = b.weight_bytes_read - a.weight_bytes_read;
+  d.kv_bytes_read = b.kv_bytes_read - a.kv_bytes_read;
+  d.weight_uploads = b.weight_uploads - a.weight_uploads;
+  d.cpu_fallbacks = b.cpu_fallbacks - a.cpu_fallbacks;
+  return d;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  weir::InitProcess(argc, argv, "Decode step time on the CUDA backend", "decode_gpu");
+  std::vector<int> batches;
+  for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_batches), ',')) {
+    int b = 0;
+    WEIR_CHECK(absl::SimpleAtoi(part, &b) && b > 0) << "bad --batches";
+    batches.push_back(b);
+  }
+  const int prompt = absl::GetFlag(FLAGS_prompt), steps = absl::GetFlag(FLAGS_steps);
+  WEIR_CHECK(prompt >= 1 && steps >= 1) << "need --prompt >= 1 and --steps >= 1";
+
+  const double bandwidth = CopyBandwidth();
+  std::printf("device copy bandwidth (read + write): %.0f GB/s\n", bandwidth * 1e-9);
+
+  std::string dir = absl::GetFlag(FLAGS_dir);
+  if (dir.empty()) dir = (std::filesystem::temp_directory_path() / "weir_decode_gpu").string();
+  auto t0 = Clock::now();
+  auto ckpt = weir::model::GenerateAndOpenCheckpoint(absl::GetFlag(FLAGS_config), dir, 1);
+  WEIR_CHECK(ckpt.ok()) << ckpt.status();
+  weir::model::ModelOptions options;
+  options.precision = absl::GetFlag(FLAGS_bf16) ? weir::model::ActivationPrecision::kBf16
+                                                : weir::model::ActivationPrecision::kFp32;
+  CudaOps* cuda = nullptr;
+  options.make_ops = [&cuda](weir::model::ActivationPrecision p)
+      -> absl::StatusOr<std::unique_ptr<weir::model::Ops>> {
+    auto ops = CudaOps::Create(p, {.time_ops = true});
+    if (!ops.ok()) return ops.status();
+    cuda = ops->get();
+    return std::unique_ptr<weir::model::Ops>(std::move(*ops));
+  };
+  auto model = weir::model::Model::Create((*ckpt)->config(), **ckpt, std::move(options));
+  WEIR_CHECK(model.ok()) << model.status();
+  const weir::model::ModelConfig& c = (*model)->config();
+  std::printf("model %s (%s activations): dim %lld, %d layers, %lld routed experts (top %lld), "
+              "vocab %lld; checkpoint + load %.1f s\n",
+              absl::GetFlag(FLAGS_config).c_str(), absl::GetFlag(FLAGS_bf16) ? "bf16" : "fp32",
+              static_cast<long long>(c.dim), c.n_layers,
+              static_cast<long long>(c.n_routed_experts),
+              static_cast<long long>(c.n_activated_experts), static_cast<long long>(c.vocab_size),
+              Seconds(t0));
+  std::printf("%5s %10s %10s %10s %7s %10s %10s %10s %10s %9s %9s %7s\n", "batch", "step_ms",
+              "floor_ms", "ratio", "tok/s", "kernel_ms", "copy_ms", "gpu_idle", "host_ops",
+              "w_MiB", "kv_MiB", "ops");
+
+  for (int batch : batches) {
+    std::vector<std::unique_ptr<weir::model::SequenceState>> seqs;
+    std::vector<weir::model::SequenceState*> states;
+    std::vector<std::vector<int64_t>> tokens(batch);
+    std::vector<int64_t> starts(batch, 0);
+    for (int b = 0; b < batch; ++b) {
+      seqs.push_back((*model)->NewSequence());
+      states.push_back(seqs.back().get());
+      for (int i = 0; i < prompt; ++i) tokens[b].push_back((b * 7919 + i * 104729) % c.vocab_size);
+    }
+    auto step = [&]() -> std::vector<std::vector<float>> {
+      std::vector<std::span<const int64_t>> rows(tokens.begin(), tokens.end());
+      auto logits = (*model)->ForwardBatch(states, rows, starts);
+      WEIR_CHECK(logits.ok()) << logits.status();
+      for (int b = 0; b < batch; ++b) {
+        starts[b] += static_cast<int64_t>(tokens[b].size());
+        const int64_t v = c.vocab_size;
+        std::vector<float>& l = (*logits)[b];
+        std::vector<float> last(l.end() - v, l.end());
+        tokens[b] = {Argmax(last)};  // greedy next token
+      }
+      return std::move(*logits);
+    };
+    step();  // prefill: `prompt` tokens per sequence in one step
+    for (int i = 0; i < absl::GetFlag(FLAGS_warmup); ++i) step();
+    const CudaOpsStats before = cuda->cuda_stats();
+    std::vector<double> times;
+    for (int i = 0; i < steps; ++i) {
+      const auto s0 = Clock::now();
+      step();
+      times.push_back(Seconds(s0));
+    }
+    const CudaOpsStats d = Delta(cuda->cuda_stats(), before);
+    double total = 0;
+    for (double t : times) total += t;
+    std::sort(times.begin(), times.end());
+    const double step_s = times[times.size() / 2];  // median
+    const double mean_s = total / steps;
+    const double kernel_s = d.kernel_seconds / steps;
+    const double copy_s = (d.upload_seconds + d.download_seconds) / steps;
+    const double bytes = static_cast<double>(d.weight_bytes_read + d.kv_bytes_read) / steps;
+    const double floor_s = bytes / bandwidth;
+    std::printf("%5d %10.3f %10.4f %10.0f %7.0f %10.3f %10.3f %10.3f %10.3f %9.1f %9.2f %7lld\n",
+                batch, step_s * 1e3, floor_s * 1e3, step_s / floor_s, batch / step_s,
+                kernel_s * 1e3, copy_s * 1e3, (mean_s - kernel_s) * 1e3,
+                (d.host_seconds / steps) * 1e3,
+                d.weight_bytes_read / steps / 1048576.0, d.kv_bytes_read / steps / 1048576.0,
+                static_cast<long long>(d.calls / steps));
+    if (d.cpu_fallbacks > 0 || d.weight_uploads > 0) {
+      std::printf("      (%lld CPU fallbacks, %lld weight uploads during the timed steps)\n",
+                  static_cast<long long>(d.cpu_fallbacks), static_cast<long long>(d.weight_uploads));
+    }
+  }
+  std::printf("columns: step_ms median decode step; floor_ms (w_MiB + kv_MiB) / copy bandwidth; "
+              "ratio step / floor; kernel_ms and copy_ms device time (mean per step); gpu_idle "
+              "mean step minus kernel time; host_ops wall time inside the ops (the rest of the "
+              "step is the model's host code); ops = Ops calls per step\n");
+  return 0;
+}
