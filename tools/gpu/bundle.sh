@@ -18,7 +18,9 @@ if ((${#targets[@]} == 0)); then
 fi
 # The serving binaries, for serve_smoke.sh (the small model over gRPC).
 serving=(//coordinator:main //worker:main //eplb:main //tools:weir)
-tools/bazel build --strip=always "${targets[@]}" "${serving[@]}" >&2
+# Benchmarks tagged `gpu` (cc_binary), into OUT/tools; run_all.sh does not run them.
+mapfile -t tool_targets < <(tools/bazel query 'attr(tags, "\bgpu\b", kind("cc_binary rule", //...))' 2>/dev/null)
+tools/bazel build --strip=always "${targets[@]}" "${serving[@]}" "${tool_targets[@]}" >&2
 
 rm -rf "${out}"
 mkdir -p "${out}/bin" "${out}/lib"
@@ -36,9 +38,17 @@ for target in "${serving[@]}"; do
   cp "${bin_dir}/${path}" "${out}/serve/$(echo "${path}" | tr '/' '_')"
 done
 
+mkdir -p "${out}/tools"
+for target in "${tool_targets[@]}"; do
+  path="${target#//}"
+  path="${path/://}"
+  cp "${bin_dir}/${path}" "${out}/tools/$(basename "${path}")"
+done
+
 # Shared libraries the binaries need, minus what the GPU machine provides.
 skip='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|librt\.|libpthread\.|libstdc\+\+|libgcc_s|libcuda\.|libcudart|libcublas|libnccl|libnvidia)'
-for binary in "${out}"/bin/* "${out}"/serve/*; do
+for binary in "${out}"/bin/* "${out}"/serve/* "${out}"/tools/*; do
+  [[ -f "${binary}" ]] || continue
   ldd "${binary}" | awk '/=> \//{print $1" "$3}' | while read -r name lib; do
     if [[ ! "${name}" =~ ${skip} && ! -e "${out}/lib/${name}" ]]; then
       cp -L "${lib}" "${out}/lib/${name}"
