@@ -130,10 +130,9 @@ StepDriverOptions DriverOptionsFromFlags(const model::ModelConfig& config,
   driver_options.zero_overhead = absl::GetFlag(FLAGS_zero_overhead);
   driver_options.max_requests = absl::GetFlag(FLAGS_max_queued_requests);
   driver_options.max_prompt_tokens = absl::GetFlag(FLAGS_max_queued_prompt_tokens);
-  driver_options.eplb_address = eplb_address;
+  // Without routed experts there is nothing to balance.
+  driver_options.eplb_address = config.n_routed_experts > 0 ? eplb_address : "";
   driver_options.stat_interval = absl::GetFlag(FLAGS_eplb_stat_interval);
-  driver_options.moe_layers = config.n_layers;
-  driver_options.num_logical = config.n_routed_experts;
   driver_options.rank.kv.block_tokens = absl::GetFlag(FLAGS_kv_block_tokens);
   driver_options.rank.kv.compress_ratios.clear();
   for (int64_t layer : config.kv_source_layers) {

@@ -37,10 +37,6 @@ absl::StatusOr<std::unique_ptr<StepDriver>> StepDriver::Create(
     driver->workers_.push_back(std::move(worker));
   }
   driver->loads_.resize(worker_addresses.size());
-  if (!options.eplb_address.empty() && options.stat_interval > 0 && options.moe_layers > 0 &&
-      options.num_logical > 0) {
-    driver->eplb_ = std::make_unique<EplbReporter>(options.eplb_address);
-  }
   driver->thread_ = std::thread([d = driver.get()] { d->Loop(); });
   return driver;
 }
@@ -270,7 +266,7 @@ absl::Status StepDriver::SendPlans(const std::vector<RankStepPlan>& plans,
       }
     }
     for (SeqSlot slot : plan.release_slots) out.add_release_slots(slot.value());
-    if (eplb_ != nullptr &&
+    if (!options_.eplb_address.empty() && options_.stat_interval > 0 &&
         plan.step_id % options_.stat_interval ==
             static_cast<uint64_t>(options_.stat_interval - 1)) {
       out.set_return_expert_load(true);
@@ -299,16 +295,6 @@ absl::Status StepDriver::ReadAndApply() {
     if (static_cast<size_t>(result.rows_size()) != rows_of[r].size()) {
       return absl::InternalError(absl::StrCat("worker rank ", r, " returned ", result.rows_size(),
                                               " rows for ", rows_of[r].size()));
-    }
-    const size_t load_size =
-        static_cast<size_t>(options_.moe_layers) * static_cast<size_t>(options_.num_logical);
-    if (eplb_ != nullptr && load_size > 0 &&
-        static_cast<size_t>(result.expert_load_size()) == load_size) {
-      eplb_->Enqueue(static_cast<int>(r), result.step_id(), options_.moe_layers,
-                     options_.num_logical, {result.expert_load().begin(),
-                                            result.expert_load().end()},
-                     result.expert_map_version(),
-                     {result.served_load().begin(), result.served_load().end()});
     }
     step_id = result.step_id();
     RankStepResult applied{.step_id = result.step_id()};

@@ -27,7 +27,6 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "coordinator/eplb_reporter.h"
 #include "coordinator/scheduler/rank_scheduler.h"
 #include "coordinator/scheduler/router.h"
 #include "coordinator/scheduler/step_type_policy.h"
@@ -44,13 +43,11 @@ struct StepDriverOptions {
   // beyond either, Submit answers RESOURCE_EXHAUSTED at once.
   int64_t max_requests = 4096;
   int64_t max_prompt_tokens = int64_t{1} << 22;
-  // Expert-load statistics for the EPLB service: every `stat_interval` steps
-  // each worker returns its routed (token, expert) counts [moe_layers,
-  // num_logical], which go to `eplb_address` (empty = no EPLB).
+  // Expert-load statistics for the EPLB service (empty address = no EPLB):
+  // every `stat_interval` steps the plans ask each worker to take its load
+  // (StepPlan.return_expert_load), which the worker streams to EPLB itself.
   std::string eplb_address;
   int stat_interval = 128;
-  int moe_layers = 0;
-  int num_logical = 0;
 };
 
 // What a request's sink receives: new tokens (possibly none), and once, a
@@ -144,7 +141,6 @@ class StepDriver {
   scheduler::StepTypePolicy policy_;
   scheduler::LeastLoadedRouter router_;
   std::vector<Worker> workers_;
-  std::unique_ptr<EplbReporter> eplb_;  // null without an EPLB service
 
   mutable absl::Mutex mu_;
   // Guarded by mu_: the inbox, and everything the loop shares with callers.

@@ -1,14 +1,14 @@
-#include "coordinator/eplb_reporter.h"
+#include "eplb/load_reporter.h"
 
 #include "base/grpc_util.h"
 #include "base/logging.h"
 
-namespace weir::coordinator {
+namespace weir::eplb {
 
-EplbReporter::EplbReporter(const std::string& eplb_address)
+LoadReporter::LoadReporter(const std::string& eplb_address)
     : address_(eplb_address), writer_([this] { Loop(); }) {}
 
-EplbReporter::~EplbReporter() {
+LoadReporter::~LoadReporter() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
@@ -18,7 +18,7 @@ EplbReporter::~EplbReporter() {
   writer_.join();
 }
 
-void EplbReporter::Enqueue(int rank, uint64_t step_id, int num_layers, int num_logical,
+void LoadReporter::Enqueue(int rank, uint64_t step_id, int num_layers, int num_logical,
                            std::vector<uint64_t> counts, uint64_t map_version,
                            std::vector<uint64_t> served) {
   v1::LoadReport report;
@@ -37,17 +37,17 @@ void EplbReporter::Enqueue(int rank, uint64_t step_id, int num_layers, int num_l
   queue_.push_back(std::move(report));
 }
 
-uint64_t EplbReporter::sent() const {
+uint64_t LoadReporter::sent() const {
   absl::MutexLock lock(&mu_);
   return sent_;
 }
 
-uint64_t EplbReporter::dropped() const {
+uint64_t LoadReporter::dropped() const {
   absl::MutexLock lock(&mu_);
   return dropped_;
 }
 
-void EplbReporter::Loop() {
+void LoadReporter::Loop() {
   auto stub = v1::Eplb::NewStub(MakeChannel(address_));
   std::unique_ptr<grpc::ClientContext> context;
   std::unique_ptr<grpc::ClientWriter<v1::LoadReport>> stream;
@@ -104,4 +104,4 @@ void EplbReporter::Loop() {
   close();
 }
 
-}  // namespace weir::coordinator
+}  // namespace weir::eplb

@@ -1,15 +1,15 @@
-// coordinator/eplb_reporter.h
+// eplb/load_reporter.h
 //
-// EplbReporter forwards the expert load the workers return (every
-// `stat_interval` steps) to the EPLB service over one ReportLoad client
-// stream. The step loop only enqueues; a thread of its own writes, so a slow
-// or absent EPLB never stalls a step: when the bounded queue is full a report
+// LoadReporter streams a worker's expert load (taken every `stat_interval`
+// steps, when the step plan asks) to the EPLB service over one ReportLoad
+// client stream. The worker's step thread only enqueues; a thread of its own
+// writes, so a slow or absent EPLB never stalls a step: when the bounded queue is full a report
 // is dropped, and a broken stream is reopened on the next report.
 //
 // Thread safety: Enqueue is thread-safe; the writer runs on its own thread.
 
-#ifndef WEIR_COORDINATOR_EPLB_REPORTER_H_
-#define WEIR_COORDINATOR_EPLB_REPORTER_H_
+#ifndef WEIR_EPLB_LOAD_REPORTER_H_
+#define WEIR_EPLB_LOAD_REPORTER_H_
 
 #include <cstdint>
 #include <deque>
@@ -21,15 +21,15 @@
 #include "absl/synchronization/mutex.h"
 #include "proto/eplb.grpc.pb.h"
 
-namespace weir::coordinator {
+namespace weir::eplb {
 
-class EplbReporter {
+class LoadReporter {
  public:
   static constexpr size_t kMaxQueued = 256;
 
-  explicit EplbReporter(const std::string& eplb_address);
+  explicit LoadReporter(const std::string& eplb_address);
   // Flushes nothing further, closes the stream and joins the writer.
-  ~EplbReporter();
+  ~LoadReporter();
 
   // Queues rank `rank`'s counts [num_layers, num_logical] of step `step_id`,
   // made under expert map `map_version`, with the rows its experts computed
@@ -57,6 +57,6 @@ class EplbReporter {
   std::thread writer_;
 };
 
-}  // namespace weir::coordinator
+}  // namespace weir::eplb
 
-#endif  // WEIR_COORDINATOR_EPLB_REPORTER_H_
+#endif  // WEIR_EPLB_LOAD_REPORTER_H_

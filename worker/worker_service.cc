@@ -151,6 +151,9 @@ grpc::Status WorkerService::Init(grpc::ServerContext* context, const v1::InitReq
   }
   if (staging_ucx_ != nullptr) response->set_staging_address(staging_ucx_->address());
   if (ucx_ != nullptr) response->set_tensor_address(ucx_->address());
+  if (!request->eplb_address().empty() && load_reporter_ == nullptr) {
+    load_reporter_ = std::make_unique<eplb::LoadReporter>(request->eplb_address());
+  }
   if (options_.backend == "cuda") {
     absl::StatusOr<int> device = CudaDeviceOfRank(rank_);
     if (!device.ok()) return ToGrpcStatus(device.status());
@@ -393,16 +396,25 @@ void WorkerService::ExecutePlan(const v1::StepPlan& plan, v1::StepResult& result
     // Rows this rank's experts computed per layer: the executor's served
     // counts when expert-parallel, else every routed pair (all local).
     model::ExpertLoad& served = ep_executor_ != nullptr ? ep_executor_->served() : load;
-    for (int layer = 0; layer < config.n_layers && layer < load.num_layers(); ++layer) {
-      for (int64_t count : load.layer_counts(layer)) {
-        result.add_expert_load(static_cast<uint64_t>(count));
-      }
+    std::vector<uint64_t> counts, served_rows;
+    const int layers = static_cast<int>(std::min<int64_t>(config.n_layers, load.num_layers()));
+    for (int layer = 0; layer < layers; ++layer) {
+      for (int64_t count : load.layer_counts(layer)) counts.push_back(static_cast<uint64_t>(count));
       uint64_t rows = 0;
       for (int64_t count : served.layer_counts(layer)) rows += static_cast<uint64_t>(count);
-      result.add_served_load(rows);
+      served_rows.push_back(rows);
     }
     load.Reset();
     if (ep_executor_ != nullptr) ep_executor_->served().Reset();
+    if (load_reporter_ != nullptr) {
+      // Straight to EPLB, off this thread; the step result stays small.
+      load_reporter_->Enqueue(rank_, plan.step_id(), layers,
+                              static_cast<int>(config.n_routed_experts), std::move(counts),
+                              result.expert_map_version(), std::move(served_rows));
+    } else {
+      result.mutable_expert_load()->Add(counts.begin(), counts.end());
+      result.mutable_served_load()->Add(served_rows.begin(), served_rows.end());
+    }
   }
   for (auto& [index, status] : bad_constraints) {
     (*outcomes)[index].status = status;

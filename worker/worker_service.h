@@ -43,6 +43,7 @@
 #include "base/model_summary.h"
 #include "proto/worker.grpc.pb.h"
 #include "worker/expert_map_state.h"
+#include "eplb/load_reporter.h"
 #include "parallel/communicator.h"
 #include "parallel/ucx_context.h"
 #include "worker/model/checkpoint.h"
@@ -133,6 +134,9 @@ class WorkerService final : public v1::Worker::Service {
   // communicator connected at LoadWeights. Declared before the model, which
   // uses them, so they are destroyed after it.
   std::unique_ptr<parallel::UcxContext> ucx_;
+  // Streams expert load to the EPLB service (its address comes with Init);
+  // null without one.
+  std::unique_ptr<eplb::LoadReporter> load_reporter_;
   // CUDA backend: this rank's device, and (rank 0) the NCCL unique id made at Init.
   int cuda_device_ = -1;
   std::string nccl_unique_id_;
