@@ -183,8 +183,9 @@ TEST(CudaOpsTest, RmsNormRopeFakeQuant) {
 
   for (FakeQuantFormat f :
        {FakeQuantFormat::kFp8, FakeQuantFormat::kMxfp4, FakeQuantFormat::kNvfp4Kv}) {
-    std::vector<float> x = Normal(3 * 512, 31, 2.0f), x_ref = x;
+    std::vector<float> x = Normal(3 * 512, 31, 2.0f);
     x[5] = 0.0f;
+    std::vector<float> x_ref = x;
     ASSERT_TRUE(ops->FakeQuant(x, f).ok());
     ASSERT_TRUE(ref.FakeQuant(x_ref, f).ok());
     Report("FakeQuant", x, x_ref);
