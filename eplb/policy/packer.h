@@ -2,7 +2,8 @@
 //
 // Packer: the state of one PackBalanced call (bin loads, members, per-window
 // top three bins). Internal to the packing library; see packing.h for the
-// contract. packing.cc holds the greedy, packing_swaps.cc the local search.
+// contract. packing.cc holds the start, packing_variance.cc the variance
+// descent, packing_swaps.cc the local search on the objective.
 //
 // Thread safety: one Packer per call; not shared.
 
@@ -20,11 +21,15 @@ namespace weir::eplb::policy::internal {
 // Upper bound on swap evaluations (times num_windows) per call; keeps the
 // worst case bounded while typical inputs converge well before it.
 constexpr double kSwapWorkBudget = 4e7;
-// Relative tolerance under which two costs count as equal.
-constexpr double kRelTol = 1e-12;
 // A swap must lower the objective by this fraction to be applied: smaller
 // gains are within the noise of the loads and cost most of the search time.
 constexpr double kMinRelGain = 1e-5;
+// Sweeps of the variance descent in PackBalanced: later sweeps move the sum
+// of squares little and the objective not at all on typical inputs.
+constexpr int kVarianceSweeps = 4;
+// The variance descent keeps an [items, items] Gram matrix; above this many
+// items (32 MiB of it) PackBalanced skips the descent.
+constexpr int kMaxVarianceItems = 2048;
 
 class Packer {
  public:
@@ -40,18 +45,34 @@ class Packer {
         unique_max_windows_(b),
         their_sum_(n, 0.0) {}
 
-  // Places every item, largest total first, on the open bin that raises the
-  // objective least (ties: least correlated bin, then lowest index).
-  void Greedy();
+  // Places every item, largest total first, on the open bin with the least
+  // total load (ties: lowest index).
+  void LargestFirst();
+  // Exchanges items of two bins while an exchange lowers the sum over windows
+  // and bins of the squared bin load (the spread of the bin loads around each
+  // window's mean), for at most `max_sweeps` sweeps over the items. Returns
+  // the number of exchanges applied. REQUIRES: LargestFirst() ran.
+  int BalanceVariance(int max_sweeps);
+  // Returns the packing objective (sum over windows of the largest bin load).
+  double Objective() const;
+  // Returns true if some item's total load is at least the mean bin's total:
+  // that item's bin then sets the objective and spreading the rest is moot.
+  bool HasDominantItem() const;
+  // The current bin of every item, and setting it back (bins rebuilt).
+  const std::vector<int>& bins() const { return bin_of_; }
+  void Assign(const std::vector<int>& bin_of);
   // Applies improving exchanges until no bin has one or the work budget is
-  // spent. REQUIRES: Greedy() ran.
+  // spent. REQUIRES: LargestFirst() ran.
   void LocalSearch();
   std::vector<int> TakeBins() { return std::move(bin_of_); }
 
  private:
   const double* Item(int i) const { return loads_.data() + static_cast<size_t>(i) * w_; }
   double* Bin(int b) { return bin_load_.data() + static_cast<size_t>(b) * w_; }
+  const double* Bin(int b) const { return bin_load_.data() + static_cast<size_t>(b) * w_; }
   void Place(int item, int bin);
+  // Moves item `a` (in bin p) to bin q and item `b` (in bin q) to bin p.
+  void Exchange(int a, int b);
   // Fills top_value_/top_bin_ with the three largest bin loads of each window.
   void ComputeTop3();
   void RecomputeTop3(int w);

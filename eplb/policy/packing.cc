@@ -1,12 +1,12 @@
 // eplb/policy/packing.cc
 //
-// Greedy longest-processing-time packing on window vectors (the swap search
-// is in packing_swaps.cc). Hot loops use plain ints and raw rows.
+// PackBalanced: largest-first start, variance descent
+// (packing_variance.cc), then the swap search on the objective
+// (packing_swaps.cc). Hot loops use plain ints and raw rows.
 
 #include "eplb/policy/packing.h"
 
 #include <algorithm>
-#include <limits>
 #include <numeric>
 
 #include "base/logging.h"
@@ -23,40 +23,66 @@ void Packer::Place(int item, int bin) {
   for (int w = 0; w < w_; ++w) l[w] += x[w];
 }
 
-void Packer::Greedy() {
+void Packer::Exchange(int a, int b) {
+  const int p = bin_of_[a];
+  const int q = bin_of_[b];
+  std::replace(members_[p].begin(), members_[p].end(), a, b);
+  std::replace(members_[q].begin(), members_[q].end(), b, a);
+  bin_of_[a] = q;
+  bin_of_[b] = p;
+  double* lp = Bin(p);
+  double* lq = Bin(q);
+  const double* xa = Item(a);
+  const double* xb = Item(b);
+  for (int w = 0; w < w_; ++w) {
+    lp[w] += xb[w] - xa[w];
+    lq[w] += xa[w] - xb[w];
+  }
+}
+
+void Packer::Assign(const std::vector<int>& bin_of) {
+  std::fill(bin_load_.begin(), bin_load_.end(), 0.0);
+  for (std::vector<int>& m : members_) m.clear();
+  for (int i = 0; i < n_; ++i) Place(i, bin_of[i]);
+}
+
+void Packer::LargestFirst() {
   std::vector<double> total(n_, 0.0);
   for (int i = 0; i < n_; ++i) total[i] = std::accumulate(Item(i), Item(i) + w_, 0.0);
   std::vector<int> order(n_);
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return total[a] > total[b]; });
-  std::vector<double> cur_max(w_, 0.0);
+  std::vector<double> bin_total(b_, 0.0);
   for (const int item : order) {
-    const double* x = Item(item);
-    const double scale = std::accumulate(cur_max.begin(), cur_max.end(), total[item]);
-    const double tol = kRelTol * scale;
     int best = -1;
-    double best_inc = 0, best_dot = 0;
     for (int b = 0; b < b_; ++b) {
       if (static_cast<int>(members_[b].size()) == c_) continue;
-      const double* l = Bin(b);
-      // The objective increase first: most bins lose on it before the end.
-      const double limit = best < 0 ? std::numeric_limits<double>::infinity() : best_inc + tol;
-      double inc = 0;
-      for (int w = 0; w < w_ && inc <= limit; ++w) inc += std::max(0.0, l[w] + x[w] - cur_max[w]);
-      if (inc > limit) continue;
-      double dot = 0;
-      for (int w = 0; w < w_; ++w) dot += l[w] * x[w];
-      if (best < 0 || inc < best_inc - tol || dot < best_dot) {
-        best = b;
-        best_inc = inc;
-        best_dot = dot;
-      }
+      if (best < 0 || bin_total[b] < bin_total[best]) best = b;
     }
     WEIR_CHECK(best >= 0) << "num_items == num_bins * capacity leaves a free slot";
     Place(item, best);
-    const double* l = Bin(best);
-    for (int w = 0; w < w_; ++w) cur_max[w] = std::max(cur_max[w], l[w]);
+    bin_total[best] += total[item];
   }
+}
+
+double Packer::Objective() const {
+  double objective = 0;
+  for (int w = 0; w < w_; ++w) {
+    double top = 0;
+    for (int b = 0; b < b_; ++b) top = std::max(top, Bin(b)[w]);
+    objective += top;
+  }
+  return objective;
+}
+
+bool Packer::HasDominantItem() const {
+  double sum = 0, largest = 0;
+  for (int i = 0; i < n_; ++i) {
+    const double total = std::accumulate(Item(i), Item(i) + w_, 0.0);
+    sum += total;
+    largest = std::max(largest, total);
+  }
+  return largest > 0 && largest >= sum / b_;
 }
 
 void Packer::ComputeTop3() {
@@ -109,7 +135,17 @@ std::vector<int> PackBalanced(absl::Span<const double> loads, int num_items, int
              loads.size() == static_cast<size_t>(num_items) * num_windows)
       << "guaranteed by the policy's input validation";
   Packer packer(loads, num_items, num_windows, num_bins, capacity);
-  packer.Greedy();
+  packer.LargestFirst();
+  if (num_items <= internal::kMaxVarianceItems && !packer.HasDominantItem()) {
+    // The descent spreads load evenly, which usually lowers the objective but
+    // need not: keep the start if it does not.
+    const std::vector<int> start = packer.bins();
+    const double start_objective = packer.Objective();
+    if (packer.BalanceVariance(internal::kVarianceSweeps) > 0 &&
+        packer.Objective() > start_objective) {
+      packer.Assign(start);
+    }
+  }
   packer.LocalSearch();
   return packer.TakeBins();
 }

@@ -4,7 +4,6 @@
 // between bins, started from bins that alone hold some window's maximum.
 
 #include <algorithm>
-#include <limits>
 
 #include "eplb/policy/packer.h"
 
@@ -136,18 +135,7 @@ int Packer::ImproveBin(int p, double min_gain, double& work) {
   }
   if (best_a < 0) return -1;
   const int q = bin_of_[best_b];
-  std::replace(members_[p].begin(), members_[p].end(), best_a, best_b);
-  std::replace(members_[q].begin(), members_[q].end(), best_b, best_a);
-  bin_of_[best_a] = q;
-  bin_of_[best_b] = p;
-  double* mp = Bin(p);
-  double* mq = Bin(q);
-  const double* xa = Item(best_a);
-  const double* xb = Item(best_b);
-  for (int w = 0; w < w_; ++w) {
-    mp[w] += xb[w] - xa[w];
-    mq[w] += xa[w] - xb[w];
-  }
+  Exchange(best_a, best_b);
   UpdateTop3(p, q);
   return q;
 }

@@ -65,6 +65,69 @@ TEST(PackBalancedTest, ResultIsSwapOptimalAndBeatsContiguousAssignment) {
   }
 }
 
+// Largest-first on totals, written independently: the start PackBalanced
+// never ends above.
+std::vector<int> LargestFirstOnTotals(const std::vector<double>& loads, int n, int windows,
+                                      int bins, int capacity) {
+  std::vector<double> total(n, 0.0);
+  for (int i = 0; i < n; ++i) {
+    for (int w = 0; w < windows; ++w) total[i] += loads[i * windows + w];
+  }
+  std::vector<int> order(n);
+  for (int i = 0; i < n; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return total[a] > total[b]; });
+  std::vector<double> bin_total(bins, 0.0);
+  std::vector<int> size(bins, 0), bin_of(n, -1);
+  for (const int i : order) {
+    int best = -1;
+    for (int b = 0; b < bins; ++b) {
+      if (size[b] < capacity && (best < 0 || bin_total[b] < bin_total[best])) best = b;
+    }
+    bin_of[i] = best;
+    ++size[best];
+    bin_total[best] += total[i];
+  }
+  return bin_of;
+}
+
+TEST(PackBalancedTest, NeverEndsAboveTheLargestFirstStart) {
+  std::mt19937 rng(5);
+  std::gamma_distribution<double> size(0.8, 10.0);
+  std::lognormal_distribution<double> burst(0.0, 0.5);
+  for (int trial = 0; trial < 12; ++trial) {
+    const int bins = 2 + trial % 6, capacity = 2 + trial % 5, windows = 3 + trial % 9;
+    const int n = bins * capacity;
+    // Items come in groups of `bins` sharing one activity factor per window:
+    // a group is best spread over all bins.
+    std::vector<double> factor(static_cast<size_t>(capacity) * windows);
+    for (double& f : factor) f = burst(rng);
+    std::vector<double> loads(static_cast<size_t>(n) * windows);
+    for (int i = 0; i < n; ++i) {
+      const double base = size(rng);
+      for (int w = 0; w < windows; ++w) {
+        loads[i * windows + w] = base * factor[(i / bins) * windows + w];
+      }
+    }
+    const std::vector<int> bin_of = PackBalanced(loads, n, windows, bins, capacity);
+    EXPECT_EQ(Capacities(bin_of, bins), std::vector<int>(bins, capacity));
+    const double objective = PackingObjective(loads, n, windows, bins, bin_of);
+    const std::vector<int> start = LargestFirstOnTotals(loads, n, windows, bins, capacity);
+    EXPECT_LE(objective, PackingObjective(loads, n, windows, bins, start) * (1 + 1e-12))
+        << "trial " << trial;
+  }
+}
+
+TEST(PackBalancedTest, SpreadsGroupsThatLargestFirstStacks) {
+  // [16 items, 4 windows]: item i carries 10 in window i % 4 only. All totals
+  // tie, so largest-first puts each window's four items in one bin (160).
+  std::vector<double> loads(16 * 4, 0.0);
+  for (int i = 0; i < 16; ++i) loads[i * 4 + i % 4] = 10;
+  const std::vector<int> start = LargestFirstOnTotals(loads, 16, 4, 4, 4);
+  EXPECT_DOUBLE_EQ(PackingObjective(loads, 16, 4, 4, start), 160.0);
+  const std::vector<int> bin_of = PackBalanced(loads, 16, 4, 4, 4);
+  EXPECT_DOUBLE_EQ(PackingObjective(loads, 16, 4, 4, bin_of), 40.0);
+}
+
 TEST(PackBalancedTest, IsDeterministicAndHandlesZeroLoad) {
   const std::vector<double> zero(8 * 2, 0.0);
   const std::vector<int> first = PackBalanced(zero, 8, 2, 4, 2);
