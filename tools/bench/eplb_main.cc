@@ -6,7 +6,9 @@
 // averaged over windows and layers) of the identity placement and of the
 // policy's placement, on the windows the policy saw and on the next
 // --test_windows windows it did not see, next to the lower bound for the
-// slot budget, and the policy's wall time measured in this process.
+// slot budget, and the policy's wall time measured in this process. Physical
+// slots are logical + redundant rounded up to a multiple of the ranks, as the
+// coordinator sizes its initial map; the table says when it rounded.
 
 #include <chrono>
 #include <cstdio>
@@ -38,7 +40,8 @@ ABSL_FLAG(int64_t, tokens, 128 * 256, "Tokens per window (steps per report x bat
 ABSL_FLAG(std::vector<std::string>, ranks, std::vector<std::string>({"8", "16", "64"}),
           "Rank counts to place onto.");
 ABSL_FLAG(std::vector<std::string>, redundant, std::vector<std::string>({"0", "32", "64"}),
-          "Redundant slot counts (physical - logical experts).");
+          "Redundant slot counts (physical - logical experts), rounded up so that the "
+          "physical slots divide over the ranks.");
 ABSL_FLAG(bool, summed_rows, true,
           "Also run the global policy on the seen windows summed into one (window-blind).");
 ABSL_FLAG(int, threads, 1, "Threads the policy plans layers on.");
@@ -58,13 +61,26 @@ struct Row {
   int nodes = 1;
 };
 
+// Physical slots of a row: like the coordinator's initial map, logical +
+// redundant rounded up to a multiple of the ranks (equal slots per rank).
+int PhysicalSlots(const Row& row, int num_logical) {
+  return (num_logical + row.redundant + row.ranks - 1) / row.ranks * row.ranks;
+}
+
+// "32", or "32 (rounded to 64)" when the rounding added slots.
+std::string RedundantLabel(const Row& row, int num_logical) {
+  const int used = PhysicalSlots(row, num_logical) - num_logical;
+  return used == row.redundant ? std::to_string(row.redundant)
+                               : absl::StrFormat("%d (rounded to %d)", row.redundant, used);
+}
+
 double Ratio(const Placement& p, const ExpertLoad& load) {
   absl::StatusOr<double> r = eplb::policy::PredictBalanceRatio(p, load);
   return r.ok() ? *r : -1;
 }
 
 absl::StatusOr<Placement> Plan(const Row& row, const ExpertLoad& load, int num_groups) {
-  const int physical = load.num_logical_experts() + row.redundant;
+  const int physical = PhysicalSlots(row, load.num_logical_experts());
   if (row.nodes == 1) {
     return eplb::policy::RebalanceGlobal(load, physical, row.ranks, absl::GetFlag(FLAGS_threads));
   }
@@ -160,7 +176,8 @@ int Run() {
   }
 
   for (const Row& row : rows) {
-    const int physical = trace.num_experts + row.redundant;
+    const int physical = PhysicalSlots(row, trace.num_experts);
+    const std::string redundant = RedundantLabel(row, trace.num_experts);
     absl::StatusOr<Placement> before = eplb::policy::TrivialPlacement(
         trace.num_layers, trace.num_experts, trace.num_experts, row.ranks);
     const bool summed_row = row.policy == "global, summed";
@@ -173,8 +190,8 @@ int Run() {
     const double cpu_ms = 1e3 * static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
     if (!before.ok() || !after.ok()) {
       const absl::Status& s = before.ok() ? after.status() : before.status();
-      std::printf("| %s | %d | %d | n/a: %s |||||||||\n", row.policy.c_str(), row.ranks,
-                  row.redundant, std::string(s.message()).c_str());
+      std::printf("| %s | %d | %s | n/a: %s |||||||||\n", row.policy.c_str(), row.ranks,
+                  redundant.c_str(), std::string(s.message()).c_str());
       continue;
     }
     const double bound_seen = *eplb::policy::BalanceRatioLowerBound(*seen, physical, row.ranks);
@@ -184,8 +201,8 @@ int Run() {
             ? "-"
             : absl::StrFormat("%.3f", PerWindowOracle(row, counts, train, test, trace.num_layers,
                                                       trace.num_experts, num_groups));
-    std::printf("| %s | %d | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %s | %.3f | %.0f | %.0f |\n",
-                row.policy.c_str(), row.ranks, row.redundant, Ratio(*before, *seen),
+    std::printf("| %s | %d | %s | %.3f | %.3f | %.3f | %.3f | %.3f | %s | %.3f | %.0f | %.0f |\n",
+                row.policy.c_str(), row.ranks, redundant.c_str(), Ratio(*before, *seen),
                 Ratio(*after, *seen), bound_seen, Ratio(*before, *held_out),
                 Ratio(*after, *held_out), oracle.c_str(), bound_test, ms, cpu_ms);
     std::fflush(stdout);
