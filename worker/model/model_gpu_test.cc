@@ -11,7 +11,13 @@
 // trajectory is not expected to stay within fp32 tolerance, and the test
 // measures that in-process: the same trajectory on a CPU backend whose only
 // change is a one-ulp nudge of every 7th RmsNorm output (PerturbedCpuOps) is
-// the chaos baseline printed next to the GPU's.
+// the chaos baseline printed next to the GPU's. It perturbs far fewer
+// elements than the GPU does (the GPU's HcMix / MoeGate / EngramGate outputs
+// differ by ~2e-7 in every element, and each FP8 activation quantization of
+// ~150k elements per token turns that into about one flip every other token),
+// so it diverges later: on the H200 (2026-11-29) the GPU trajectory left fp32
+// tolerance at row 43 (tiny fp32), row 5 (tiny bf16) and row 0 (small), the
+// baseline at row 30 (small bf16) and never within 80 rows otherwise.
 //
 // What is required:
 //   * single forwards (32 fresh one-token sequences, 12 layers each): median
