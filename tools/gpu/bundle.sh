@@ -3,6 +3,7 @@
 # the GPU machine lacks, into one folder that the runner executes there.
 #
 #   tools/gpu/bundle.sh [OUT_DIR]        # default: .gpu_bundle (git-ignored)
+#   -> also .gpu_pack/bundle.tar.xz (git-ignored), the packed bundle to carry
 #
 # Left out of the bundle: glibc, libstdc++/libgcc, CUDA and NCCL libraries (the
 # GPU machine has its own, and cuBLASLt/NCCL are linked by soname for that).
@@ -57,4 +58,10 @@ for binary in "${out}"/bin/* "${out}"/serve/* "${out}"/tools/*; do
 done
 cp tools/gpu/run_all.sh tools/gpu/serve_smoke.sh "${out}/"
 du -sh "${out}" >&2
+# The device runner carries at most 64 MiB; OpenBLAS alone is 36 MB, so the
+# bundle travels packed (about 17 MB) and is unpacked there first:
+#   run(carry=[".gpu_pack"], command="tar -xJf .gpu_pack/bundle.tar.xz && ...")
+mkdir -p .gpu_pack
+tar -cJf .gpu_pack/bundle.tar.xz "${out}"
+du -sh .gpu_pack/bundle.tar.xz >&2
 echo "${out}"
