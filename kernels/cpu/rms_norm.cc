@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/common/fmath.h"
 
 namespace weir::kernels::cpu {
 
@@ -25,8 +26,7 @@ absl::Status RmsNorm(const RmsNormArgs& args) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* x = args.x.data() + r * dim;
     float* y = args.out.data() + r * dim;
-    double sum_sq = 0.0;
-    for (int64_t i = 0; i < dim; ++i) sum_sq += static_cast<double>(x[i]) * x[i];
+    const double sum_sq = fmath::LaneSumSquares(x, dim);
     const float var = static_cast<float>(sum_sq) / static_cast<float>(dim);
     const float inv = 1.0f / std::sqrt(var + args.eps);
     for (int64_t i = 0; i < dim; ++i) {

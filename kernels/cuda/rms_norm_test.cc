@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -20,6 +21,13 @@ double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
     den += double(b[i]) * b[i];
   }
   return std::sqrt(num / den);
+}
+
+// Elements whose bits differ.
+int64_t Mismatches(const std::vector<float>& a, const std::vector<float>& b) {
+  int64_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  return n;
 }
 
 TEST(RmsNormCudaTest, MatchesTheCpuReference) {
@@ -44,14 +52,17 @@ TEST(RmsNormCudaTest, MatchesTheCpuReference) {
                         nullptr).ok());
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     cudaMemcpy(got.data(), dout, got.size() * 4, cudaMemcpyDeviceToHost);
-    // fp32 with a different reduction order than the CPU's double sum.
-    EXPECT_LT(RelativeError(got, expect), 1e-6) << rows << "x" << dim;
+    // Same double sum order (fmath::LaneSum) and the same IEEE operations as
+    // the CPU: bit-identical.
+    EXPECT_EQ(Mismatches(got, expect), 0) << rows << "x" << dim << ", relative error "
+                                          << RelativeError(got, expect);
     // In place, no weight.
     ASSERT_TRUE(cpu::RmsNorm({.x = x, .out = expect, .rows = rows, .dim = dim}).ok());
     ASSERT_TRUE(RmsNorm({.x = dx, .out = dx, .rows = rows, .dim = dim}, nullptr).ok());
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     cudaMemcpy(got.data(), dx, got.size() * 4, cudaMemcpyDeviceToHost);
-    EXPECT_LT(RelativeError(got, expect), 1e-6) << rows << "x" << dim << " in place";
+    EXPECT_EQ(Mismatches(got, expect), 0) << rows << "x" << dim << " in place, relative error "
+                                          << RelativeError(got, expect);
     cudaFree(dx);
     cudaFree(dw);
     cudaFree(dout);
