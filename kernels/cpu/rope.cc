@@ -71,18 +71,17 @@ absl::Status ApplyRope(const RopeTable& table, const RopeArgs& args) {
         args.head_dim, "], positions ", args.positions.size(), ", rope_dim ", d));
   }
   const bool inverse = args.direction == RopeDirection::kInverse;
-  const std::vector<float>& freqs = table.freqs();
+  std::vector<float> cos_sin(static_cast<size_t>(args.num_tokens) * d);
+  if (absl::Status st = RopeCosSin(table, args.positions, cos_sin); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("ApplyRope: ", st.message()));
+  }
   for (int64_t t = 0; t < args.num_tokens; ++t) {
-    if (args.positions[t] < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("ApplyRope: position ", args.positions[t]));
-    }
-    const float pos = static_cast<float>(args.positions[t]);
+    const float* cs = cos_sin.data() + t * d;
     for (int h = 0; h < args.num_heads; ++h) {
       float* v = args.x.data() + (t * args.num_heads + h) * args.head_dim + (args.head_dim - d);
       for (int i = 0; i < d / 2; ++i) {
-        const float angle = pos * freqs[i];
-        const float c = std::cos(angle);
-        const float s = std::sin(angle);
+        const float c = cs[2 * i];
+        const float s = cs[2 * i + 1];
         const float a = v[2 * i], b = v[2 * i + 1];
         if (inverse) {
           v[2 * i] = a * c + b * s;
@@ -92,6 +91,30 @@ absl::Status ApplyRope(const RopeTable& table, const RopeArgs& args) {
           v[2 * i + 1] = a * s + b * c;
         }
       }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RopeCosSin(const RopeTable& table, std::span<const int64_t> positions,
+                        std::span<float> out) {
+  const int d = table.rope_dim();
+  if (out.size() != positions.size() * static_cast<size_t>(d)) {
+    return absl::InvalidArgumentError(absl::StrCat("RopeCosSin: out has ", out.size(),
+                                                   " floats for ", positions.size(),
+                                                   " positions of rope_dim ", d));
+  }
+  const std::vector<float>& freqs = table.freqs();
+  for (size_t t = 0; t < positions.size(); ++t) {
+    if (positions[t] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("RopeCosSin: position ", positions[t]));
+    }
+    const float pos = static_cast<float>(positions[t]);
+    float* cs = out.data() + t * d;
+    for (int i = 0; i < d / 2; ++i) {
+      const float angle = pos * freqs[i];
+      cs[2 * i] = std::cos(angle);
+      cs[2 * i + 1] = std::sin(angle);
     }
   }
   return absl::OkStatus();

@@ -82,6 +82,14 @@ struct RopeArgs {
 // rope_dim, or a negative position.
 absl::Status ApplyRope(const RopeTable& table, const RopeArgs& args);
 
+// The rotation ApplyRope uses at each position: out [positions, rope_dim / 2,
+// 2] holds (cos, sin) of the angle fl(fl(pos) * freqs[i]), the same values
+// bit for bit. A device backend uploads these instead of computing its own
+// sin/cos (which differ from glibc's in the last ulp). INVALID_ARGUMENT on a
+// negative position or a mis-sized `out`.
+absl::Status RopeCosSin(const RopeTable& table, std::span<const int64_t> positions,
+                        std::span<float> out);
+
 }  // namespace weir::kernels::cpu
 
 #endif  // WEIR_KERNELS_CPU_ROPE_H_

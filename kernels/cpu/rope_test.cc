@@ -106,5 +106,30 @@ TEST(Rope, RejectsBadArgs) {
   EXPECT_TRUE(ApplyRope(table, {.x = x, .positions = pos, .num_tokens = 2, .head_dim = 4}).ok());
 }
 
+TEST(Rope, CosSinAreTheValuesApplyRopeRotatesBy) {
+  RopeTable table = Table({.rope_dim = 8, .theta = 10000.0f});
+  std::vector<int64_t> pos = {0, 3, 70001};
+  std::vector<float> cs(pos.size() * 8);
+  ASSERT_TRUE(RopeCosSin(table, pos, cs).ok());
+  for (size_t t = 0; t < pos.size(); ++t) {
+    for (int i = 0; i < 4; ++i) {
+      const float angle = static_cast<float>(pos[t]) * table.freqs()[i];
+      EXPECT_EQ(cs[t * 8 + 2 * i], std::cos(angle));
+      EXPECT_EQ(cs[t * 8 + 2 * i + 1], std::sin(angle));
+      // Rotating (1, 0) yields (cos, sin) exactly.
+      std::vector<float> x(8, 0.0f);
+      x[2 * i] = 1.0f;
+      std::vector<int64_t> one = {pos[t]};
+      ASSERT_TRUE(ApplyRope(table, {.x = x, .positions = one, .num_tokens = 1, .head_dim = 8}).ok());
+      EXPECT_EQ(x[2 * i], cs[t * 8 + 2 * i]);
+      EXPECT_EQ(x[2 * i + 1], cs[t * 8 + 2 * i + 1]);
+    }
+  }
+  std::vector<float> short_out(8);
+  EXPECT_EQ(RopeCosSin(table, pos, short_out).code(), absl::StatusCode::kInvalidArgument);
+  std::vector<int64_t> neg = {-1};
+  EXPECT_EQ(RopeCosSin(table, neg, short_out).code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace weir::kernels::cpu

@@ -8,7 +8,8 @@
 namespace weir::kernels::cuda {
 
 bool SupportsRope(const RopeParams& p) {
-  return p.x != nullptr && p.positions != nullptr && p.freqs != nullptr && p.num_tokens > 0 &&
+  return p.x != nullptr && p.positions != nullptr &&
+         (p.freqs != nullptr || p.cos_sin != nullptr) && p.num_tokens > 0 &&
          p.num_heads > 0 && p.rope_dim > 0 && p.rope_dim % 2 == 0 && p.rope_dim <= p.head_dim;
 }
 
@@ -21,7 +22,7 @@ absl::Status ApplyRope(const RopeParams& p, cudaStream_t stream) {
   constexpr int kThreads = 256;
   const int64_t grid = (pairs + kThreads - 1) / kThreads;
   RopeKernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(
-      p.x, p.positions, p.freqs, pairs, p.num_heads, p.head_dim, p.rope_dim, p.inverse);
+      p.x, p.positions, p.freqs, p.cos_sin, pairs, p.num_heads, p.head_dim, p.rope_dim, p.inverse);
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
     return absl::InternalError(std::string("ApplyRope launch: ") + cudaGetErrorString(err));
   }

@@ -8,7 +8,8 @@ namespace weir::kernels::cuda {
 
 // One thread per (token, head, pair).
 __global__ void RopeKernel(float* x, const int64_t* __restrict__ positions,
-                           const float* __restrict__ freqs, int64_t num_pairs_total,
+                           const float* __restrict__ freqs,
+                           const float* __restrict__ cos_sin, int64_t num_pairs_total,
                            int num_heads, int head_dim, int rope_dim, bool inverse) {
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= num_pairs_total) return;
@@ -16,9 +17,15 @@ __global__ void RopeKernel(float* x, const int64_t* __restrict__ positions,
   const int pair = static_cast<int>(idx % half);
   const int64_t vec = idx / half;  // token * num_heads + head
   const int64_t token = vec / num_heads;
-  const float angle = __fmul_rn(static_cast<float>(positions[token]), freqs[pair]);
-  const float c = cosf(angle);
-  const float s = sinf(angle);
+  float c, s;
+  if (cos_sin != nullptr) {  // the CPU's values
+    c = cos_sin[(token * half + pair) * 2];
+    s = cos_sin[(token * half + pair) * 2 + 1];
+  } else {
+    const float angle = __fmul_rn(static_cast<float>(positions[token]), freqs[pair]);
+    c = cosf(angle);
+    s = sinf(angle);
+  }
   float* v = x + vec * head_dim + (head_dim - rope_dim) + 2 * pair;
   const float a = v[0], b = v[1];
   if (!inverse) {

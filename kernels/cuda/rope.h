@@ -4,8 +4,9 @@
 // last rope_dim dims of every head vector as adjacent (2i, 2i+1) pairs by
 // angle fl(fl(pos) * f_i), with the frequency table of kernels/cpu::RopeTable
 // copied to the device. Products are rounded one by one (no FMA) as on the
-// CPU; cosf/sinf are CUDA's (within 2 ulp of libm), so results match the CPU
-// reference to a few ulp.
+// CPU. With `cos_sin` (the CPU's cpu::RopeCosSin values uploaded) the result
+// is bit-identical to the CPU reference; with only `freqs`, cosf/sinf are
+// CUDA's (within 2 ulp of libm) and results match to a few ulp.
 //
 // Thread safety: stateless; safe from any thread.
 
@@ -24,6 +25,9 @@ struct RopeParams {
   float* x = nullptr;                // device [num_tokens, num_heads, head_dim], in place
   const int64_t* positions = nullptr;  // device [num_tokens], >= 0
   const float* freqs = nullptr;      // device [rope_dim / 2] (RopeTable::freqs())
+  // device [num_tokens, rope_dim / 2, 2] (cos, sin) from cpu::RopeCosSin, or
+  // null; takes precedence over freqs (which may then be null).
+  const float* cos_sin = nullptr;
   int64_t num_tokens = 0;
   int num_heads = 0;
   int head_dim = 0;
@@ -31,7 +35,8 @@ struct RopeParams {
   bool inverse = false;              // the conjugate rotation (spec §4.3.7)
 };
 
-// True for positive sizes, an even rope_dim <= head_dim and non-null pointers.
+// True for positive sizes, an even rope_dim <= head_dim, non-null x and
+// positions, and freqs or cos_sin.
 bool SupportsRope(const RopeParams& params);
 
 // Enqueues the rotation on `stream`. INVALID_ARGUMENT when unsupported;

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -65,6 +66,24 @@ TEST(RopeCudaTest, MatchesTheCpuReferenceForwardAndInverse) {
       // cosf/sinf differ from libm by an ulp or two; the rest is bit-exact.
       EXPECT_LT(std::sqrt(num / den), 1e-6) << "inverse " << inverse;
       EXPECT_EQ(untouched_mismatch, 0);  // Only the last rope_dim dims rotate.
+      // With the CPU's cos/sin table (cpu::RopeCosSin): bit-identical.
+      std::vector<float> cos_sin(tokens * config.rope_dim);
+      ASSERT_TRUE(cpu::RopeCosSin(*table, positions, cos_sin).ok());
+      float* dcs;
+      cudaMalloc(&dcs, cos_sin.size() * 4);
+      cudaMemcpy(dcs, cos_sin.data(), cos_sin.size() * 4, cudaMemcpyHostToDevice);
+      cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice);
+      ASSERT_TRUE(ApplyRope({.x = dx, .positions = dpos, .cos_sin = dcs, .num_tokens = tokens,
+                             .num_heads = heads, .head_dim = head_dim, .inverse = inverse},
+                            nullptr).ok());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      cudaMemcpy(got.data(), dx, got.size() * 4, cudaMemcpyDeviceToHost);
+      int64_t mismatches = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        mismatches += std::memcmp(&got[i], &want[i], sizeof(float)) != 0;
+      }
+      EXPECT_EQ(mismatches, 0) << "inverse " << inverse << " with the CPU's cos/sin";
+      cudaFree(dcs);
       cudaFree(dx);
       cudaFree(dfreqs);
       cudaFree(dpos);
