@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/common/fmath.h"
 
 namespace weir::kernels::cpu {
 
@@ -38,7 +39,7 @@ absl::Status CompressorPool(const CompressorPoolArgs& a) {
       float m = a.score_state[c];
       for (int64_t j = 1; j < r; ++j) m = std::max(m, a.score_state[j * d + c]);
       float sum = 0.0f;
-      for (int64_t j = 0; j < r; ++j) sum += (weight[j] = std::exp(a.score_state[j * d + c] - m));
+      for (int64_t j = 0; j < r; ++j) sum += (weight[j] = fmath::ExpF(a.score_state[j * d + c] - m));
       float acc = 0.0f;
       for (int64_t j = 0; j < r; ++j) acc += a.kv_state[j * d + c] * (weight[j] / sum);
       latent[c] = acc;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/common/fmath.h"
 
 namespace weir::kernels::cpu {
 
@@ -37,9 +38,7 @@ absl::Status SparseAttention(const SparseAttentionArgs& a) {
       for (int64_t j = 0; j < k; ++j) {
         if (idx[j] < 0) continue;
         const float* kv = a.kv.data() + static_cast<int64_t>(idx[j]) * d;
-        float dot = 0.0f;
-        for (int64_t c = 0; c < d; ++c) dot += q[c] * kv[c];
-        z[j] = scale * dot;
+        z[j] = scale * fmath::LaneDot(q, kv, d);
         m = std::max(m, z[j]);
       }
       std::fill(o, o + d, 0.0f);
@@ -47,12 +46,12 @@ absl::Status SparseAttention(const SparseAttentionArgs& a) {
       float denom = 0.0f;
       for (int64_t j = 0; j < k; ++j) {
         if (idx[j] < 0) continue;
-        const float p = std::exp(z[j] - m);
+        const float p = fmath::ExpF(z[j] - m);
         denom += p;
         const float* kv = a.kv.data() + static_cast<int64_t>(idx[j]) * d;
         for (int64_t c = 0; c < d; ++c) o[c] += p * kv[c];
       }
-      denom += std::exp(a.sink[h] - m);
+      denom += fmath::ExpF(a.sink[h] - m);
       for (int64_t c = 0; c < d; ++c) o[c] /= denom;
     }
   }

@@ -5,9 +5,12 @@
 
 #include <cstdint>
 
+#include "kernels/common/fmath.h"
+
 namespace weir::kernels::cuda {
 
-// One thread per (emitted group e, channel c). Slot i of group j = first + e
+// One thread per (emitted group e, channel c); the CPU kernel's loops with
+// the same roundings and exp (fmath::ExpF): bit-identical. Slot i of group j = first + e
 // is position j*r + i: a token of this chunk when at or past start_pos, else
 // the incoming state (only in the first group, when start_pos % r != 0).
 __global__ void CompressorPoolKernel(const float* __restrict__ kv, const float* __restrict__ score,
@@ -29,10 +32,13 @@ __global__ void CompressorPoolKernel(const float* __restrict__ kv, const float* 
     m = m < s ? s : m;  // std::max(m, s)
   }
   float sum = 0.0f;
-  for (int i = 0; i < ratio; ++i) sum = __fadd_rn(sum, expf(at(score, score_state, i) - m));
+  namespace fm = ::weir::kernels::fmath;
+  for (int i = 0; i < ratio; ++i) {
+    sum = __fadd_rn(sum, fm::ExpF(__fsub_rn(at(score, score_state, i), m)));
+  }
   float acc = 0.0f;
   for (int i = 0; i < ratio; ++i) {
-    const float w = expf(at(score, score_state, i) - m);
+    const float w = fm::ExpF(__fsub_rn(at(score, score_state, i), m));
     acc = __fadd_rn(acc, __fmul_rn(at(kv, kv_state, i), __fdiv_rn(w, sum)));
   }
   out[e * dim + c] = acc;

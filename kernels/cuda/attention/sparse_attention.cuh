@@ -5,11 +5,16 @@
 
 #include <cstdint>
 
+#include "kernels/common/fmath.h"
+
 namespace weir::kernels::cuda {
 
 // One block per (query, head), row = query * heads + head. Dynamic shared
 // memory: topk floats (logits, then probabilities) + topk ints (the index row
-// with invalid entries replaced by -1).
+// with invalid entries replaced by -1). Bit-identical to the CPU kernel: the
+// dots in fmath::LaneSum order (one warp per slot), fmath::ExpF, the
+// denominator summed by one thread in list order, each output channel summed
+// in list order, every operation rounded on its own (no FMA).
 template <int kThreads>
 __global__ void SparseAttentionKernel(const float* __restrict__ q, const float* __restrict__ kv,
                                       const float* __restrict__ sink,
@@ -24,6 +29,7 @@ __global__ void SparseAttentionKernel(const float* __restrict__ q, const float* 
   __shared__ float row_max;
   __shared__ float row_denom;
 
+  namespace fm = ::weir::kernels::fmath;
   const int64_t row = blockIdx.x;
   const int64_t query = row / heads;
   const int head = static_cast<int>(row % heads);
@@ -46,10 +52,9 @@ __global__ void SparseAttentionKernel(const float* __restrict__ q, const float* 
       continue;
     }
     const float* kr = kv + static_cast<int64_t>(t) * head_dim;
-    float dot = 0.0f;
-    for (int c = lane; c < head_dim; c += 32) dot += qv[c] * kr[c];
-    for (int offset = 16; offset > 0; offset /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
-    const float zj = scale * dot;
+    const float dot =
+        fm::WarpLaneSum<float>(head_dim, [&](int64_t c) { return fm::FMul(qv[c], kr[c]); });
+    const float zj = fm::FMul(scale, dot);
     if (lane == 0) z[j] = zj;
     // As the CPU's std::max(m, z): a NaN logit never becomes the maximum.
     local_max = local_max < zj ? zj : local_max;
@@ -68,24 +73,18 @@ __global__ void SparseAttentionKernel(const float* __restrict__ q, const float* 
     return;
   }
 
-  // Probabilities and their sum.
-  float local_sum = 0.0f;
+  // Probabilities, then their sum in list order (one thread, as the CPU).
   for (int j = threadIdx.x; j < topk; j += kThreads) {
     if (slots[j] < 0) continue;
-    const float p = expf(z[j] - m);
-    z[j] = p;
-    local_sum += p;
+    z[j] = fm::ExpF(fm::FSub(z[j], m));
   }
-  for (int offset = 16; offset > 0; offset /= 2) {
-    local_sum += __shfl_xor_sync(0xffffffffu, local_sum, offset);
-  }
-  __syncthreads();  // every warp is done with partial[] (max) and z[] holds p
-  if (lane == 0) partial[warp] = local_sum;
   __syncthreads();
   if (threadIdx.x == 0) {
     float denom = 0.0f;
-    for (int w = 0; w < kWarps; ++w) denom += partial[w];
-    row_denom = denom + expf(sink[head] - m);
+    for (int j = 0; j < topk; ++j) {
+      if (slots[j] >= 0) denom = fm::FAdd(denom, z[j]);
+    }
+    row_denom = fm::FAdd(denom, fm::ExpF(fm::FSub(sink[head], m)));
   }
   __syncthreads();
   const float denom = row_denom;
