@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "kernels/common/fmath.h"
 #include "kernels/common/numeric_formats.h"
 #include "kernels/cpu/quant.h"
 
@@ -157,8 +158,7 @@ absl::Status EngramGate(const EngramGateArgs& a) {
   }
   const float inv_sqrt_dim = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   auto rsqrt_mean_sq = [&](const float* v) {
-    double sum = 0.0;
-    for (int64_t c = 0; c < d; ++c) sum += static_cast<double>(v[c]) * v[c];
+    const double sum = fmath::LaneSumSquares(v, d);
     return 1.0f / std::sqrt(static_cast<float>(sum) / static_cast<float>(d) + a.eps);
   };
   for (int64_t t = 0; t < t_n; ++t) {
@@ -169,11 +169,12 @@ absl::Status EngramGate(const EngramGateArgs& a) {
       const float* key = a.key.data() + (t * n + k) * d;
       float gate = 0.0f;
       if (on) {
-        float sum = 0.0f;
-        for (int64_t c = 0; c < d; ++c) sum += x[c] * a.weight[k * d + c] * key[c];
+        const float* w = a.weight.data() + k * d;
+        const float sum = fmath::LaneSum<float>(
+            d, [&](int64_t c) { return fmath::FMul(fmath::FMul(x[c], w[c]), key[c]); });
         const float dot = sum * (rsqrt_mean_sq(x) * rsqrt_mean_sq(key)) * inv_sqrt_dim;
         const float mag = std::sqrt(std::max(std::fabs(dot), 1e-6f));
-        gate = 1.0f / (1.0f + std::exp(-std::copysign(mag, dot)));
+        gate = fmath::SigmoidF(std::copysign(mag, dot));
       }
       for (int64_t c = 0; c < d; ++c) {
         const float v = x[c] + gate * value[c];

@@ -8,13 +8,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "kernels/common/fmath.h"
 #include "kernels/common/numeric_formats.h"
 #include "kernels/cpu/linear.h"
 
 namespace weir::kernels::cpu {
 namespace {
 
-float Sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+using fmath::SigmoidF;
 
 template <typename T>
 bool Sized(std::span<T> s, int64_t n) {
@@ -36,15 +37,15 @@ absl::Status HcSplitSinkhorn(const HcParams& params, std::span<const float> mixe
   }
   const float eps = params.hc_eps;
   for (int j = 0; j < n; ++j) {
-    pre[j] = Sigmoid(mixes[j] * scale[0] + base[j]) + eps;
-    post[j] = 2.0f * Sigmoid(mixes[n + j] * scale[1] + base[n + j]);
+    pre[j] = SigmoidF(mixes[j] * scale[0] + base[j]) + eps;
+    post[j] = 2.0f * SigmoidF(mixes[n + j] * scale[1] + base[n + j]);
   }
   for (int j = 0; j < n; ++j) {  // row softmax over k
     float* row = comb.data() + j * n;
     for (int k = 0; k < n; ++k) row[k] = mixes[2 * n + j * n + k] * scale[2] + base[2 * n + j * n + k];
     const float m = *std::max_element(row, row + n);
     float sum = 0.0f;
-    for (int k = 0; k < n; ++k) sum += (row[k] = std::exp(row[k] - m));
+    for (int k = 0; k < n; ++k) sum += (row[k] = fmath::ExpF(row[k] - m));
     for (int k = 0; k < n; ++k) row[k] = row[k] / sum + eps;
   }
   auto normalize_columns = [&] {
@@ -91,8 +92,7 @@ absl::Status HcMixFromProducts(const HcParams& params, const HcMixArgs& args,
   }
   for (int64_t i = 0; i < t; ++i) {
     const float* v = args.x.data() + i * n * d;
-    double sum_sq = 0.0;
-    for (int64_t c = 0; c < n * d; ++c) sum_sq += static_cast<double>(v[c]) * v[c];
+    const double sum_sq = fmath::LaneSumSquares(v, n * d);
     const float mean = static_cast<float>(sum_sq) / static_cast<float>(n * d);
     const float rsqrt = 1.0f / std::sqrt(mean + params.norm_eps);
     std::span<float> m(mixes.data() + i * n_mix, n_mix);

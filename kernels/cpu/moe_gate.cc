@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "kernels/cpu/linear.h"
+#include "kernels/common/fmath.h"
 
 namespace weir::kernels::cpu {
 namespace {
@@ -17,15 +17,15 @@ namespace {
 void Score(ScoreFunc func, std::span<float> row) {
   switch (func) {
     case ScoreFunc::kSqrtSoftplus:
-      for (float& l : row) l = std::sqrt(l > 20.0f ? l : std::log1p(std::exp(l)));
+      for (float& l : row) l = std::sqrt(l > 20.0f ? l : fmath::Log1pF(fmath::ExpF(l)));
       break;
     case ScoreFunc::kSigmoid:
-      for (float& l : row) l = 1.0f / (1.0f + std::exp(-l));
+      for (float& l : row) l = fmath::SigmoidF(l);
       break;
     case ScoreFunc::kSoftmax: {
       const float m = *std::max_element(row.begin(), row.end());
       float sum = 0.0f;
-      for (float& l : row) sum += (l = std::exp(l - m));
+      for (float& l : row) sum += (l = fmath::ExpF(l - m));
       for (float& l : row) l /= sum;
       break;
     }
@@ -47,10 +47,14 @@ absl::Status MoeGate(const MoeGateParams& params, const MoeGateArgs& args) {
                                                    ", dim ", d, ", experts ", e, ", topk ", k,
                                                    ")"));
   }
+  // Gate logits in the fixed LaneDot order (batch-invariant, and the order
+  // the CUDA kernel reproduces).
   std::vector<float> scores(t * e);
-  LinearWeight w{.format = WeightFormat::kF32, .out_features = e, .in_features = d,
-                 .f32 = args.weight};
-  RETURN_IF_ERROR(Linear(w, {.x = args.x, .y = scores, .rows = t, .act_quant = ActQuant::kNone}));
+  for (int64_t i = 0; i < t; ++i) {
+    for (int64_t j = 0; j < e; ++j) {
+      scores[i * e + j] = fmath::LaneDot(args.x.data() + i * d, args.weight.data() + j * d, d);
+    }
+  }
   std::vector<float> biased(e);
   std::vector<int32_t> order(e);
   for (int64_t i = 0; i < t; ++i) {

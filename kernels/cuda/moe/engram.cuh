@@ -27,40 +27,47 @@ __global__ void EngramLookupKernel(const uint8_t* __restrict__ table,
   out[i] = __fmul_rn(E4m3Value(table[row * dim + c]), s);
 }
 
-// One block per (token, stream).
+// One block per (token, stream). The first warp takes the three sums in
+// fmath::LaneSum order (the dot in fp32, the squares in double), as the CPU
+// kernel does, and one lane forms the gate: bit-identical to kernels/cpu.
 template <int kThreads>
 __global__ void EngramGateKernel(float* x, const float* __restrict__ key,
                                  const float* __restrict__ value, const float* __restrict__ weight,
                                  const uint8_t* __restrict__ token_mask, int n, int64_t dim,
                                  float eps, float inv_sqrt_dim, bool round_bf16) {
-  __shared__ float s_f[kThreads / 32];
-  __shared__ double s_d[kThreads / 32];
+  namespace fm = ::weir::kernels::fmath;
+  __shared__ float s_gate;
   const int64_t tk = blockIdx.x, t = tk / n, k = tk % n;
   float* xs = x + tk * dim;
   const float* ks = key + tk * dim;
   const float* ws = weight + k * dim;
   const float* vs = value + t * dim;
   const bool on = token_mask == nullptr || token_mask[t] != 0;
-  float gate = 0.0f;
-  if (on) {  // uniform over the block
-    float dot = 0.0f;
-    double sx = 0.0, sk = 0.0;
-    for (int64_t c = threadIdx.x; c < dim; c += kThreads) {
-      const float xv = xs[c], kv = ks[c];
-      dot = __fadd_rn(dot, __fmul_rn(__fmul_rn(xv, ws[c]), kv));
-      sx += static_cast<double>(xv) * static_cast<double>(xv);
-      sk += static_cast<double>(kv) * static_cast<double>(kv);
+  if (threadIdx.x < 32) {
+    float gate = 0.0f;
+    if (on) {
+      float dot = fm::WarpLaneSum<float>(
+          dim, [&](int64_t c) { return fm::FMul(fm::FMul(xs[c], ws[c]), ks[c]); });
+      const double sx = fm::WarpLaneSum<double>(dim, [&](int64_t c) {
+        const double v = xs[c];
+        return fm::DMul(v, v);
+      });
+      const double sk = fm::WarpLaneSum<double>(dim, [&](int64_t c) {
+        const double v = ks[c];
+        return fm::DMul(v, v);
+      });
+      const float fd = static_cast<float>(dim);
+      const float rx = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(static_cast<float>(sx), fd), eps)));
+      const float rk = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(static_cast<float>(sk), fd), eps)));
+      dot = __fmul_rn(__fmul_rn(dot, __fmul_rn(rx, rk)), inv_sqrt_dim);
+      const float ad = fabsf(dot);
+      const float mag = __fsqrt_rn(ad < 1e-6f ? 1e-6f : ad);  // std::max(|dot|, 1e-6f)
+      gate = SigmoidF(copysignf(mag, dot));
     }
-    dot = BlockSum<kThreads>(dot, s_f);
-    sx = BlockSum<kThreads>(sx, s_d);
-    sk = BlockSum<kThreads>(sk, s_d);
-    const float fd = static_cast<float>(dim);
-    const float rx = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(static_cast<float>(sx), fd), eps)));
-    const float rk = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(static_cast<float>(sk), fd), eps)));
-    dot = __fmul_rn(__fmul_rn(dot, __fmul_rn(rx, rk)), inv_sqrt_dim);
-    const float mag = __fsqrt_rn(fmaxf(fabsf(dot), 1e-6f));
-    gate = SigmoidF(copysignf(mag, dot));
+    if (threadIdx.x == 0) s_gate = gate;
   }
+  __syncthreads();
+  const float gate = s_gate;
   for (int64_t c = threadIdx.x; c < dim; c += kThreads) {
     const float v = __fadd_rn(xs[c], __fmul_rn(gate, vs[c]));
     xs[c] = round_bf16 ? RoundBf16(v) : v;

@@ -33,7 +33,7 @@ unsigned ElementBlocks(int64_t elements) {
 
 bool SupportsHcMix(const HcMixParams& p) {
   return ShapeOk(p.tokens, p.dim, p.hc_mult) && p.tokens <= 0x7fffffff && p.sinkhorn_iters >= 1 &&
-         p.x != nullptr && p.hc_fn != nullptr && p.scale != nullptr && p.base != nullptr &&
+         p.x != nullptr && (p.hc_fn != nullptr || p.mixes != nullptr) && p.scale != nullptr && p.base != nullptr &&
          p.pre != nullptr && p.post != nullptr && p.comb != nullptr;
 }
 
@@ -46,6 +46,7 @@ absl::Status HcMix(const HcMixParams& p, cudaStream_t stream) {
   }
   const moe::HcMixKernelArgs args{.x = p.x,
                                   .hc_fn = p.hc_fn,
+                                  .mixes = p.mixes,
                                   .scale = p.scale,
                                   .base = p.base,
                                   .pre = p.pre,

@@ -14,6 +14,7 @@ inline constexpr int kHcMaxN = 8;
 struct HcMixKernelArgs {
   const float* x;
   const float* hc_fn;
+  const float* mixes;  // precomputed products [tokens, (2+n)n], or null
   const float* scale;
   const float* base;
   float* pre;
@@ -68,30 +69,41 @@ __device__ inline void HcSplitSinkhornSerial(const HcMixKernelArgs& a, const flo
   for (int i = 0; i < n * n; ++i) comb[i] = c[i];
 }
 
-// One block per token: warps take the (2+n)n products round robin.
+// One block per token. The (2+n)n products come precomputed (a.mixes) or
+// are taken by the warps round robin in fmath::LaneSum order; the first warp
+// sums v^2 in double in fmath::LaneSum order, as kernels/cpu
+// HcMixFromProducts does; one thread then runs the split + Sinkhorn. Given
+// the CPU's products, bit-identical to HcMixFromProducts.
 template <int kThreads>
 __global__ void HcMixKernel(HcMixKernelArgs a) {
+  namespace fm = ::weir::kernels::fmath;
   constexpr int kWarps = kThreads / 32;
   __shared__ float s_mix[(2 + kHcMaxN) * kHcMaxN];
-  __shared__ double s_red[kWarps];
+  __shared__ double s_total;
   const int64_t token = blockIdx.x;
   const int n = a.n, n_mix = (2 + n) * n;
   const int64_t nd = n * a.dim;
   const float* v = a.x + token * nd;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int m = warp; m < n_mix; m += kWarps) {
-    const float* fn = a.hc_fn + m * nd;
-    float acc = 0.0f;
-    for (int64_t c = lane; c < nd; c += 32) acc = fmaf(v[c], fn[c], acc);
-    acc = WarpSum(acc);
-    if (lane == 0) s_mix[m] = acc;
+  if (a.mixes != nullptr) {
+    for (int m = threadIdx.x; m < n_mix; m += kThreads) s_mix[m] = a.mixes[token * n_mix + m];
+  } else {
+    for (int m = warp; m < n_mix; m += kWarps) {
+      const float* fn = a.hc_fn + m * nd;
+      const float acc = fm::WarpLaneSum<float>(nd, [&](int64_t c) { return fm::FMul(v[c], fn[c]); });
+      if (lane == 0) s_mix[m] = acc;
+    }
   }
-  double sq = 0.0;
-  for (int64_t c = threadIdx.x; c < nd; c += kThreads) {
-    sq += static_cast<double>(v[c]) * static_cast<double>(v[c]);  // exact product
+  if (warp == 0) {
+    const double total = fm::WarpLaneSum<double>(nd, [&](int64_t c) {
+      const double x = v[c];
+      return fm::DMul(x, x);  // exact product
+    });
+    if (lane == 0) s_total = total;
   }
-  const double total = BlockSum<kThreads>(sq, s_red);  // also orders s_mix
+  __syncthreads();
   if (threadIdx.x == 0) {
+    const double total = s_total;
     const float mean = __fdiv_rn(static_cast<float>(total), static_cast<float>(nd));
     const float rsqrt = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, a.norm_eps)));
     for (int m = 0; m < n_mix; ++m) s_mix[m] = __fmul_rn(s_mix[m], rsqrt);

@@ -36,6 +36,11 @@ inline constexpr int kHcMaxMult = 8;
 struct HcMixParams {
   const float* x = nullptr;      // device [tokens, n, dim] residual streams
   const float* hc_fn = nullptr;  // device [(2+n)*n, n*dim] fp32
+  // device [tokens, (2+n)*n]: the products x . hc_fn computed elsewhere (e.g.
+  // dense::RowStableMatmul, bit-identical to the CPU's RowStableGemm), or
+  // null to compute them here (fmath::LaneSum order). When set, hc_fn is not
+  // read and the result is bit-identical to cpu::HcMixFromProducts.
+  const float* mixes = nullptr;
   const float* scale = nullptr;  // device [3]
   const float* base = nullptr;   // device [(2+n)*n]
   float* pre = nullptr;          // device out [tokens, n]

@@ -72,6 +72,40 @@ TEST(HcMixCudaTest, MatchesTheCpuReference) {
     EXPECT_LT(rel, 1e-5) << c.tokens << "x" << c.n << "x" << c.dim;
     std::printf("HcMix %lldx%dx%lld: max abs err %.3g, rel err %.3g\n",
                 static_cast<long long>(c.tokens), c.n, static_cast<long long>(c.dim), err, rel);
+
+    // Given the products (any order; here a plain loop), the rest is the
+    // CPU's HcMixFromProducts exactly: bit-identical.
+    std::vector<float> mixes(c.tokens * n_mix);
+    for (int64_t t = 0; t < c.tokens; ++t) {
+      for (int64_t m = 0; m < n_mix; ++m) {
+        float acc = 0.0f;
+        for (int64_t k = 0; k < n * c.dim; ++k) {
+          acc += x[t * n * c.dim + k] * fn[m * n * c.dim + k];
+        }
+        mixes[t * n_mix + m] = acc;
+      }
+    }
+    DeviceBuffer<float> dmixes(mixes);
+    std::vector<float> mixes_cpu = mixes;  // scaled in place by the CPU
+    ASSERT_TRUE(cpu::HcMixFromProducts(params,
+                                       {.x = x, .hc_fn = fn, .scale = scale, .base = base,
+                                        .pre = pre, .post = post, .comb = comb,
+                                        .tokens = c.tokens, .dim = c.dim},
+                                       mixes_cpu)
+                    .ok());
+    dpre.Poison();
+    dpost.Poison();
+    dcomb.Poison();
+    ASSERT_TRUE(HcMix({.x = dx.get(), .mixes = dmixes.get(), .scale = dscale.get(),
+                       .base = dbase.get(), .pre = dpre.get(), .post = dpost.get(),
+                       .comb = dcomb.get(), .tokens = c.tokens, .dim = c.dim, .hc_mult = c.n,
+                       .sinkhorn_iters = 20, .hc_eps = 1e-6f, .norm_eps = 1e-20f},
+                      nullptr)
+                    .ok());
+    ASSERT_TRUE(Synced());
+    EXPECT_EQ(BitMismatches(dpre.Download(), pre), 0) << "pre, given products";
+    EXPECT_EQ(BitMismatches(dpost.Download(), post), 0) << "post, given products";
+    EXPECT_EQ(BitMismatches(dcomb.Download(), comb), 0) << "comb, given products";
   }
 }
 

@@ -54,9 +54,9 @@ __global__ void MoeGateKernel(GateKernelArgs a) {
   const float* xr = a.x + token * a.dim;
   for (int e = warp; e < num_e; e += kWarps) {
     const float* wr = a.weight + static_cast<int64_t>(e) * a.dim;
-    float acc = 0.0f;
-    for (int64_t c = lane; c < a.dim; c += 32) acc = fmaf(xr[c], wr[c], acc);
-    acc = WarpSum(acc);
+    // The CPU's fmath::LaneDot order: bit-identical logits.
+    const float acc = ::weir::kernels::fmath::WarpLaneSum<float>(
+        a.dim, [&](int64_t c) { return __fmul_rn(xr[c], wr[c]); });
     if (lane == 0) s_score[e] = __fdiv_rn(acc, a.gate_temp);
   }
   __syncthreads();
@@ -77,7 +77,7 @@ __global__ void MoeGateKernel(GateKernelArgs a) {
       if (a.score == kScoreSigmoid) {
         s_score[e] = SigmoidF(l);
       } else {
-        const float sp = l > 20.0f ? l : static_cast<float>(log1p(static_cast<double>(ExpF(l))));
+        const float sp = l > 20.0f ? l : ::weir::kernels::fmath::Log1pF(ExpF(l));
         s_score[e] = __fsqrt_rn(sp);
       }
     }

@@ -14,17 +14,17 @@
 
 #include <cstdint>
 
+#include "kernels/common/fmath.h"
+
 namespace weir::kernels::cuda::moe {
 
-// exp(x) correctly rounded to fp32 (computed in double), as glibc's expf
-// returns it for all but a vanishing fraction of inputs.
-__device__ __forceinline__ float ExpF(float x) {
-  return static_cast<float>(exp(static_cast<double>(x)));
-}
+// exp(x) as kernels/common/fmath.h computes it (the CPU kernels use the same
+// function, so results are bit-identical); within 1 ulp of the exact value.
+__device__ __forceinline__ float ExpF(float x) { return ::weir::kernels::fmath::ExpF(x); }
 
-// 1 / (1 + exp(-v)), the CPU's Sigmoid.
+// 1 / (1 + exp(-v)), the CPU's fmath::SigmoidF.
 __device__ __forceinline__ float SigmoidF(float v) {
-  return __fdiv_rn(1.0f, __fadd_rn(1.0f, ExpF(-v)));
+  return ::weir::kernels::fmath::SigmoidF(v);
 }
 
 // Nearest bf16 value (ties to even), as an fp32.
