@@ -61,6 +61,10 @@ absl::Status CpuOps::Logits(const DenseWeight& head, std::span<const float> x, i
                             std::span<float> y) {
   RETURN_IF_ERROR(CheckMatmul(head, x.size(), rows, y.size()));
   MatmulTimer timer(stats_, 2 * rows * head.out * head.in);
+  if (options_.row_stable_logits) {
+    RowStableGemm(x.data(), head.w.data(), y.data(), rows, head.out, head.in);
+    return absl::OkStatus();
+  }
   const cpu::LinearWeight w{.format = cpu::WeightFormat::kF32, .out_features = head.out,
                             .in_features = head.in, .f32 = head.w};
   return cpu::Linear(w, {.x = x, .y = y, .rows = rows, .act_quant = cpu::ActQuant::kNone});

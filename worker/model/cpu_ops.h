@@ -3,10 +3,11 @@
 // CpuOps: the Ops interface (ops.h) over the CPU reference kernels of
 // kernels/cpu. Matrix products use RowStableGemm (row_gemm.h) so that every
 // op is batch-invariant; only the vocabulary head (Logits) uses OpenBLAS
-// sgemm, whose summation order depends on the row count. Kernels that run
-// an sgemm inside (MoeGate) are called one token at a time for the same
-// reason; HcMix computes its mixes with RowStableGemm and then follows
-// kernels/cpu/mhc.h exactly. IndexerScore rounds at the reference's bf16
+// sgemm by default, whose summation order depends on the row count
+// (CpuOpsOptions::row_stable_logits switches it to RowStableGemm, the order
+// CudaOps's row-stable Logits reproduces bit for bit). MoeGate is called one
+// token at a time; HcMix computes its mixes with RowStableGemm and then
+// follows kernels/cpu/mhc.h exactly. IndexerScore rounds at the reference's bf16
 // points (IndexerScoreArgs::round_bf16).
 //
 // Thread safety: not thread-safe (accumulates OpsStats); one per forward thread.
@@ -18,10 +19,17 @@
 
 namespace weir::model {
 
+struct CpuOpsOptions {
+  // Logits through RowStableGemm instead of OpenBLAS sgemm: same bits as
+  // CudaOps (whose Logits uses the row-stable kernel) and as a one-row call.
+  bool row_stable_logits = false;
+};
+
 class CpuOps : public Ops {
  public:
-  explicit CpuOps(ActivationPrecision precision = ActivationPrecision::kBf16)
-      : precision_(precision) {}
+  explicit CpuOps(ActivationPrecision precision = ActivationPrecision::kBf16,
+                  const CpuOpsOptions& options = {})
+      : precision_(precision), options_(options) {}
   ActivationPrecision precision() const override { return precision_; }
 
   absl::Status Matmul(const DenseWeight& w, std::span<const float> x, int64_t rows,
@@ -56,6 +64,7 @@ class CpuOps : public Ops {
  private:
   bool bf16() const { return precision_ == ActivationPrecision::kBf16; }
   ActivationPrecision precision_;
+  CpuOpsOptions options_;
 };
 
 }  // namespace weir::model

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/logging.h"
@@ -198,7 +199,9 @@ class CudaOps::Call {
 };
 
 CudaOps::CudaOps(ActivationPrecision precision, const CudaOpsOptions& options)
-    : precision_(precision), options_(options), cpu_(precision) {}
+    : precision_(precision),
+      options_(options),
+      cpu_(precision, CpuOpsOptions{.row_stable_logits = options.row_stable_logits}) {}
 
 absl::StatusOr<std::unique_ptr<CudaOps>> CudaOps::Create(ActivationPrecision precision,
                                                          const CudaOpsOptions& options) {
@@ -289,7 +292,8 @@ void CudaOps::NoteFallback(const char* op) {
 }
 
 absl::Status CudaOps::Product(const DenseWeight& w, std::span<const float> x, int64_t rows,
-                              std::span<float> y, bool row_stable) {
+                              std::span<float> y, bool logits) {
+  const bool row_stable = !logits || options_.row_stable_logits;
   RETURN_IF_ERROR(CheckMatmul(w, x.size(), rows, y.size()));
   const Clock::time_point t0 = Clock::now();
   stats_.matmul_flops += 2 * rows * w.out * w.in;
@@ -298,7 +302,7 @@ absl::Status CudaOps::Product(const DenseWeight& w, std::span<const float> x, in
     Call call(*this);
     ASSIGN_OR_RETURN(const float* dx, call.In(x));
     ASSIGN_OR_RETURN(float* dy, call.Alloc<float>(y.size()));
-    const bool fp8 = row_stable && w.fp8_activation;
+    const bool fp8 = !logits && w.fp8_activation;
     float* scratch = nullptr;
     if (fp8) {
       ASSIGN_OR_RETURN(scratch, call.Alloc<float>(dense::MatmulScratchFloats(rows, w.in, true)));
@@ -306,8 +310,8 @@ absl::Status CudaOps::Product(const DenseWeight& w, std::span<const float> x, in
     const dense::MatmulParams p{.x = dx, .w = dw, .y = dy, .rows = rows, .out = w.out,
                                 .in = w.in, .fp8_activation = fp8, .act_scratch = scratch};
     if (row_stable && !dense::SupportsRowStableMatmul(p)) {
-      NoteFallback("Matmul");
-      return cpu_.Matmul(w, x, rows, y);
+      NoteFallback(logits ? "Logits" : "Matmul");
+      return logits ? cpu_.Logits(w, x, rows, y) : cpu_.Matmul(w, x, rows, y);
     }
     call.Kernels();
     RETURN_IF_ERROR(row_stable ? dense::RowStableMatmul(p, stream_) : gemm_->Matmul(p, stream_));
@@ -320,12 +324,12 @@ absl::Status CudaOps::Product(const DenseWeight& w, std::span<const float> x, in
 
 absl::Status CudaOps::Matmul(const DenseWeight& w, std::span<const float> x, int64_t rows,
                              std::span<float> y) {
-  return Product(w, x, rows, y, /*row_stable=*/true);
+  return Product(w, x, rows, y, /*logits=*/false);
 }
 
 absl::Status CudaOps::Logits(const DenseWeight& head, std::span<const float> x, int64_t rows,
                              std::span<float> y) {
-  return Product(head, x, rows, y, /*row_stable=*/false);
+  return Product(head, x, rows, y, /*logits=*/true);
 }
 
 absl::Status CudaOps::RmsNorm(std::span<const float> x, std::span<const float> weight,
@@ -363,11 +367,14 @@ absl::Status CudaOps::Rope(const cpu::RopeTable& table, const cpu::RopeArgs& arg
     if (pos < 0) return absl::InvalidArgumentError(absl::StrCat("Rope: position ", pos));
   }
   if (t == 0) return absl::OkStatus();
-  ASSIGN_OR_RETURN(const float* freqs, Weight(std::span<const float>(table.freqs())));
+  // The CPU's cos/sin values (bit-identical rotation; t * rope_dim floats).
+  std::vector<float> cos_sin(static_cast<size_t>(t) * table.rope_dim());
+  RETURN_IF_ERROR(cpu::RopeCosSin(table, args.positions, cos_sin));
   Call call(*this);
   ASSIGN_OR_RETURN(float* dx, call.In(args.x));
   ASSIGN_OR_RETURN(const int64_t* dpos, call.In(args.positions));
-  const kc::RopeParams p{.x = dx, .positions = dpos, .freqs = freqs, .num_tokens = t,
+  ASSIGN_OR_RETURN(const float* dcs, call.In(std::span<const float>(cos_sin)));
+  const kc::RopeParams p{.x = dx, .positions = dpos, .cos_sin = dcs, .num_tokens = t,
                          .num_heads = args.num_heads, .head_dim = args.head_dim,
                          .rope_dim = table.rope_dim(),
                          .inverse = args.direction == cpu::RopeDirection::kInverse};
@@ -608,15 +615,21 @@ absl::Status CudaOps::HcMix(const cpu::HcParams& params, const cpu::HcMixArgs& a
     ASSIGN_OR_RETURN(float* pre, call.Alloc<float>(a.pre.size()));
     ASSIGN_OR_RETURN(float* post, call.Alloc<float>(a.post.size()));
     ASSIGN_OR_RETURN(float* comb, call.Alloc<float>(a.comb.size()));
-    const kc::HcMixParams p{.x = x, .hc_fn = fn, .scale = scale, .base = base, .pre = pre,
+    // The products with the row-stable kernel (CpuOps::HcMix's RowStableGemm
+    // bits); the kernel then follows cpu::HcMixFromProducts exactly.
+    ASSIGN_OR_RETURN(float* mixes, call.Alloc<float>(t * n_mix));
+    const dense::MatmulParams mp{.x = x, .w = fn, .y = mixes, .rows = t, .out = n_mix,
+                                 .in = n * d};
+    const kc::HcMixParams p{.x = x, .hc_fn = fn, .mixes = mixes, .scale = scale, .base = base, .pre = pre,
                             .post = post, .comb = comb, .tokens = t, .dim = d,
                             .hc_mult = params.hc_mult, .sinkhorn_iters = params.sinkhorn_iters,
                             .hc_eps = params.hc_eps, .norm_eps = params.norm_eps};
-    if (!kc::SupportsHcMix(p)) {
+    if (!kc::SupportsHcMix(p) || !dense::SupportsRowStableMatmul(mp)) {
       NoteFallback("HcMix");
       return cpu_.HcMix(params, a);
     }
     call.Kernels();
+    RETURN_IF_ERROR(dense::RowStableMatmul(mp, stream_));
     RETURN_IF_ERROR(kc::HcMix(p, stream_));
     RETURN_IF_ERROR(call.Out(a.pre, pre));
     RETURN_IF_ERROR(call.Out(a.post, post));

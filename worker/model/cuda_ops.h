@@ -12,8 +12,14 @@
 // Kernels per op (all batch-invariant except Logits, as ops.h requires):
 //   Matmul            dense::RowStableMatmul (RowStableGemm's order; the FP8
 //                     activation fake-quant inside)
-//   Logits            dense::GemmHandle (cuBLASLt, fp32 compute)
-//   RmsNorm, Rope     cuda::RmsNorm, cuda::ApplyRope
+//   Logits            dense::RowStableMatmul (no activation quantization;
+//                     bit-identical to CpuOps with row_stable_logits), or
+//                     dense::GemmHandle (cuBLASLt) when
+//                     CudaOpsOptions::row_stable_logits is false
+//   RmsNorm, Rope     cuda::RmsNorm, cuda::ApplyRope (with the CPU's cos/sin
+//                     values, cpu::RopeCosSin, computed on the host)
+//   HcMix             dense::RowStableMatmul for the products, then
+//                     cuda::HcMix on them
 //   FakeQuant         dense::FakeQuant (FP8 / MXFP4 / NVFP4-KV)
 //   SparseAttention, CompressorPool, IndexerScore, TopkPositions,
 //   CandidateBlocks   kernels/cuda/attention
@@ -36,7 +42,7 @@
 //   * The weight region (CudaOpsOptions::weight_bytes) holds weights uploaded on
 //     first use and kept: DenseWeight::w, RmsNorm weights, the attention sink,
 //     MoeGate weight / bias / bias_vl, HcMix hc_fn / scale / base, Engram
-//     table / scales and gate weight, RopeTable frequencies. A single region
+//     table / scales and gate weight. A single region
 //     (rather than one cudaMalloc per weight) keeps the op path free of
 //     allocation and makes the device footprint one number the caller sizes;
 //     RESOURCE_EXHAUSTED when it is full. Entries are keyed by the host data
@@ -86,6 +92,9 @@ struct CudaOpsOptions {
   // cuBLASLt workspace of the Logits product (a third allocation, made by the
   // GemmHandle in Create).
   size_t gemm_workspace_bytes = size_t{32} << 20;
+  // Logits with the row-stable kernel (RowStableGemm's bits) rather than
+  // cuBLASLt; the CPU fallback backend gets the same choice.
+  bool row_stable_logits = true;
   // Record CUDA events around each op's uploads, kernels and downloads and
   // add their elapsed times to CudaOpsStats (costs two event queries per op).
   bool time_ops = false;
@@ -182,10 +191,10 @@ class CudaOps : public Ops {
 
   CudaOps(ActivationPrecision precision, const CudaOpsOptions& options);
   bool bf16() const { return precision_ == ActivationPrecision::kBf16; }
-  // Matmul (row_stable: RowStableMatmul with the FP8 activation) and Logits
-  // (cuBLASLt, no activation quantization).
+  // Matmul (RowStableMatmul with the FP8 activation) and Logits (no
+  // activation quantization; RowStableMatmul or cuBLASLt).
   absl::Status Product(const DenseWeight& w, std::span<const float> x, int64_t rows,
-                       std::span<float> y, bool row_stable);
+                       std::span<float> y, bool logits);
 
   // Returns the device copy of `bytes` host bytes at `host`, uploading it on
   // a miss. Null for bytes == 0. Counts the bytes in weight_bytes_read.
