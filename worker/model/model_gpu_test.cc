@@ -13,13 +13,11 @@
 // arithmetic keeps a 64-step greedy trajectory identical.
 //
 // What is required:
-//   * tiny, fp32 and bf16: every logit of the prefill and of the 64 decode
-//     steps bit-identical, the same greedy tokens, and 32 fresh one-token
-//     forwards bit-identical;
-//   * small (both precisions): reported the same way (mismatching rows,
-//     first differing token); required are single forwards within 1e-3
-//     (fp32) / 5e-2 (bf16) median max|gpu - cpu| / max|cpu|;
-//   * everywhere: every op on the GPU (no CPU fallback), finite logits.
+//   * tiny and small, fp32 and bf16: every logit of the prefill and of the 64
+//     decode steps bit-identical, the same greedy tokens, and 32 fresh
+//     one-token forwards bit-identical (on the H200, 2026-11-29: all four
+//     identical); a failure prints the per-row max|gpu - cpu| / max|cpu|;
+//   * every op on the GPU (no CPU fallback), finite logits.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -146,7 +144,7 @@ double Median(std::vector<double> v) {
 }
 
 void CheckModel(const Checkpoint& ckpt, const char* name, ActivationPrecision precision,
-                const std::vector<int64_t>& prompt, bool require_identical) {
+                const std::vector<int64_t>& prompt) {
   const bool fp32 = precision == ActivationPrecision::kFp32;
   const int64_t v = ckpt.config().vocab_size;
   const std::vector<int64_t> singles = RandomTokens(32, 9);
@@ -206,25 +204,19 @@ void CheckModel(const Checkpoint& ckpt, const char* name, ActivationPrecision pr
   for (const std::vector<float>& row : gpu_trace.rows) {
     for (float x : row) ASSERT_TRUE(std::isfinite(x));
   }
-  if (require_identical) {
-    EXPECT_EQ(gpu_trace.tokens, cpu_trace.tokens) << "greedy tokens";
-    EXPECT_EQ(c.differing_rows, 0) << "first differing row " << c.first_differing;
-    EXPECT_EQ(singles_differing, 0);
-  } else {
-    EXPECT_LT(single_median, fp32 ? 1e-3 : 5e-2);
-  }
+  EXPECT_EQ(gpu_trace.tokens, cpu_trace.tokens) << "greedy tokens";
+  EXPECT_EQ(c.differing_rows, 0) << "first differing row " << c.first_differing;
+  EXPECT_EQ(singles_differing, 0);
   // The comparison can see a difference: two positions' logits are far apart.
   EXPECT_GT(RowRel(cpu_trace.rows.front().data(), cpu_trace.rows.back().data(), v), 1e-2);
 }
 
 TEST(ModelGpuTest, TinyFp32) {
-  CheckModel(TinyCheckpoint(11), "tiny", ActivationPrecision::kFp32, RandomTokens(16, 1),
-             /*require_identical=*/true);
+  CheckModel(TinyCheckpoint(11), "tiny", ActivationPrecision::kFp32, RandomTokens(16, 1));
 }
 
 TEST(ModelGpuTest, TinyBf16) {
-  CheckModel(TinyCheckpoint(11), "tiny", ActivationPrecision::kBf16, RandomTokens(16, 1),
-             /*require_identical=*/true);
+  CheckModel(TinyCheckpoint(11), "tiny", ActivationPrecision::kBf16, RandomTokens(16, 1));
 }
 
 const Checkpoint* Small() {
@@ -240,14 +232,12 @@ const Checkpoint* Small() {
 
 TEST(ModelGpuTest, SmallFp32) {
   ASSERT_NE(Small(), nullptr);
-  CheckModel(*Small(), "small", ActivationPrecision::kFp32, RandomTokens(16, 2),
-             /*require_identical=*/false);
+  CheckModel(*Small(), "small", ActivationPrecision::kFp32, RandomTokens(16, 2));
 }
 
 TEST(ModelGpuTest, SmallBf16) {
   ASSERT_NE(Small(), nullptr);
-  CheckModel(*Small(), "small", ActivationPrecision::kBf16, RandomTokens(16, 2),
-             /*require_identical=*/false);
+  CheckModel(*Small(), "small", ActivationPrecision::kBf16, RandomTokens(16, 2));
 }
 
 }  // namespace
