@@ -5,7 +5,8 @@
 //   latent_j[c] = sum_i softmax_i(score_i[c]) * kv_i[c]     (per channel, i in order)
 // with kv = wkv_c x and score = wgate x (both fp32 [tokens, dim], computed by
 // the caller with cpu::Linear). softmax_i(s)[i] = exp(s_i - max) / sum exp(...)
-// in fp32, then multiplied with kv_i and summed over i ascending.
+// in fp32 (exp = kernels/common/fmath.h ExpF), then multiplied with kv_i and
+// summed over i ascending.
 // Tokens are consumed one at a time at absolute positions p: slot p % r of
 // the partial-group state takes (kv, score), and when (p+1) % r == 0 group
 // p / r is emitted. A chunk at any start_pos therefore equals running its

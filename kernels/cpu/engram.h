@@ -16,7 +16,9 @@
 //   dot = sum_c (X_k[c] * weight[k,c]) * key_k[c] * rsqrt(mean X_k^2 + eps)
 //         * rsqrt(mean key_k^2 + eps) * d^-0.5
 //   gate = sigmoid(sign(dot) * sqrt(max(|dot|, 1e-6)));  X_k += gate * value
-// Masked tokens (image spans) keep X unchanged.
+// Masked tokens (image spans) keep X unchanged. The dot (fp32) and the sums of
+// squares (double) run in the kernels/common/fmath.h LaneSum order; sigmoid is
+// fmath::SigmoidF.
 //
 // Thread safety: pure functions over caller-owned memory.
 

@@ -12,7 +12,8 @@
 //   collapse: x_in[c]  = sum_j pre[j] * X[j, c]                (HcCollapse)
 //   expand:   X'[k, c] = post[k] * y[c] + sum_j C[j,k] X[j,c]  (HcExpand)
 // Sums over j and k run in index order in fp32; sum(v^2) is accumulated in
-// double. The single-pass schedule (which pre collapses which sublayer) is
+// double in the kernels/common/fmath.h LaneSum order; exp and sigmoid are
+// fmath's. The single-pass schedule (which pre collapses which sublayer) is
 // the model's business. With `bf16_boundaries` the collapsed input and the
 // expanded streams are rounded to bf16, as the reference stores them.
 //

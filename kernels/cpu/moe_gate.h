@@ -1,12 +1,15 @@
 // kernels/cpu/moe_gate.h
 //
 // MoE router of DeepSeek-V4.1 (spec §4.5):
-//   logits = (x W^T) / gate_temp                       fp32, W [experts, dim] fp32
+//   logits = (x W^T) / gate_temp                       fp32, W [experts, dim] fp32,
+//                                                      each dot in fmath::LaneDot order
 //   s      = score(logits)                             sqrtsoftplus: sqrt(softplus(l))
 //   idx    = top-k of (s + bias)                       bias = bias_vl for image tokens
 //   w      = s[idx]; if norm_topk_prob && k > 1: w /= (sum(w) + 1e-20); w *= route_scale
 // The bias steers selection only; weights come from the unbiased scores.
 // softplus follows torch (beta 1, threshold 20): l > 20 ? l : log1p(exp(l)).
+// exp / log1p / sigmoid are kernels/common/fmath.h's (a GPU kernel can match
+// them bit for bit).
 // Top-k ties go to the lower expert id; the k outputs are ordered by
 // descending biased score. sum(w) adds the k weights in that order (fp32).
 //

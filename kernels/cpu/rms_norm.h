@@ -2,7 +2,8 @@
 //
 // RMSNorm over the last dimension (spec §4.3, §4.6; V4.1 eps = 1e-20):
 //   y[r, i] = weight[i] * (x[r, i] * rsqrt(mean_i(x[r, i]^2) + eps))
-// The sum of squares is accumulated in double and rounded to fp32 once, then
+// The sum of squares is accumulated in double in the kernels/common/fmath.h
+// LaneSum order (the order a CUDA warp reproduces) and rounded to fp32 once, then
 // var = sum / dim and r = 1 / sqrt(var + eps) in fp32; the two products are
 // rounded separately in the order shown (the reference's order).
 //

@@ -6,9 +6,10 @@
 //     z_t = scale * (q[s,h] . kv[t])             scale = head_dim^-0.5 by default
 //     m   = max_{t in I} z_t                     (the sink does not enter m)
 //     o   = sum_t exp(z_t - m) kv[t] / (sum_t exp(z_t - m) + exp(sink[h] - m))
-// An all-empty row gives o = 0. Dot products and sums are fp32 in index-list
-// order (a GPU kernel may differ in order and in the bf16 rounding of the
-// probabilities: compare with a tolerance). The inverse RoPE of the output
+// An all-empty row gives o = 0. Dot products are fp32 in the
+// kernels/common/fmath.h LaneDot order (32 strided lanes, then a fixed
+// butterfly: the order a warp reproduces); the denominator and the outputs
+// sum in index-list order; exp is fmath::ExpF. The inverse RoPE of the output
 // (§4.3 step 7) and the bf16 rounding are the caller's.
 //
 // Thread safety: pure function over caller-owned memory.

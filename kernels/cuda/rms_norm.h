@@ -1,8 +1,9 @@
 // kernels/cuda/rms_norm.h
 //
 // RmsNorm on the GPU: the CUDA backend of kernels/cpu/rms_norm.h, same
-// formula and rounding order (sum of squares reduced in fp32 in a block tree,
-// so results match the CPU reference to fp32 reduction-order tolerance):
+// formula and rounding order (sum of squares in double in the
+// kernels/common/fmath.h LaneSum order by one warp, as the CPU; every other
+// step one IEEE operation), so results are bit-identical to the CPU:
 //   y[r, i] = weight[i] * (x[r, i] * rsqrt(mean_i(x[r, i]^2) + eps))
 //
 // Thread safety: stateless; safe from any thread.

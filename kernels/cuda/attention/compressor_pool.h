@@ -9,9 +9,8 @@
 //
 // Order of operations: one thread per (group, channel) runs the CPU's loops
 // (max, then the exp sum, then the weighted sum, i ascending) with the same
-// roundings and no fused multiply-add; only exp differs (CUDA's expf, within
-// 2 ulp of the CPU's), so results match the CPU reference to a few ulp. Ratio
-// 1 copies kv exactly. The state holds the same values bit for bit.
+// roundings, the same exp (kernels/common/fmath.h ExpF) and no fused
+// multiply-add: latents and state are bit-identical to the CPU reference.
 //
 // Thread safety: stateless; safe from any thread.
 

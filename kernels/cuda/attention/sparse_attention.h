@@ -8,13 +8,13 @@
 //   o = sum_t exp(z_t - m) kv[t] / (sum_t exp(z_t - m) + exp(sink[h] - m)),
 // and o = 0 for a row without a valid slot.
 //
-// Order of operations: each dot product is reduced across a warp (lane c
-// takes channels c, c+32, ...; then a shuffle tree); the denominator is
-// reduced across the block; the output channel c sums p_t * kv[t][c] over
-// the index row in list order, as the CPU does, then divides by the
-// denominator. exp is CUDA's expf (within 2 ulp). Results therefore match the
-// CPU reference to fp32 reduction-order tolerance (relative error ~1e-6), not
-// bit for bit.
+// Order of operations, the CPU's exactly: each dot product is reduced across
+// a warp in the kernels/common/fmath.h LaneSum order (lane c takes channels
+// c, c+32, ...; then the fixed xor butterfly), the CPU's fmath::LaneDot; the
+// denominator is summed by one thread in list order; the output channel c
+// sums p_t * kv[t][c] over the index row in list order, then divides by the
+// denominator; exp is fmath::ExpF; no fused multiply-add. Results are
+// bit-identical to the CPU reference.
 //
 // Thread safety: stateless; safe from any thread.
 

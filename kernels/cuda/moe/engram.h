@@ -15,9 +15,9 @@
 //          (sums of squares in double, as the CPU)
 //   gate = sigmoid(sign(dot) * sqrt(max(|dot|, 1e-6)));  X_k += gate * value
 //   then the optional bf16 rounding of X_k (masked tokens: gate 0, still
-//   rounded, as the CPU). The only difference from the CPU is the fp32 order of
-//   the dot (~1e-7 relative in the gate), so fp32 outputs agree to ~1e-7 and
-//   bf16 outputs are equal except for rare one-ulp flips at rounding ties.
+//   rounded, as the CPU). The three sums run in the CPU's fmath::LaneSum order
+//   (one warp) and the sigmoid is fmath::SigmoidF: bit-identical to the CPU,
+//   fp32 and bf16.
 //
 // Thread safety: stateless; safe from any thread.
 

@@ -6,13 +6,13 @@
 //
 // HcMix, one thread block per token:
 //   mixes = (hc_fn v) * rsqrt(mean(v^2) + norm_eps)   v = X_t flattened [n*dim]
-//     each product: lanes of a warp sum strided shares of n*dim (fma,
-//     ascending), then a fixed xor butterfly; sum(v^2) in double, block tree
+//     each product: given (HcMixParams::mixes, e.g. from RowStableMatmul) or
+//     summed by a warp in the fmath::LaneSum order; sum(v^2) in double in the
+//     fmath::LaneSum order, as the CPU's HcMixFromProducts
 //   then HcMixFromProducts' scale + split + Sinkhorn, run by one thread in the
-//   CPU's exact operation order (exp in double rounded to fp32, as glibc's
-//   expf). Differences from the CPU come only from the product's reduction
-//   order (the CPU backend sums in RowStableGemm's order): ~1e-7 relative in
-//   mixes, carried smoothly through sigmoid / softmax / Sinkhorn.
+//   CPU's exact operation order (fmath::ExpF / SigmoidF). Given the CPU's
+//   products, bit-identical to HcMixFromProducts; with its own products it
+//   differs from cpu::HcMix (OpenBLAS sgemm) by the products' order only.
 // HcCollapse / HcExpand: one thread per output element, sums over j in index
 //   order with separate fp32 multiply and add, like the CPU: bit-identical to
 //   kernels/cpu, including the optional bf16 rounding (nearest even) of the

@@ -14,10 +14,10 @@
 //                                     biased score, exactly as the CPU orders them
 //   w      = s[idx]; if norm && k > 1: w /= (sum_k w + 1e-20); w *= route_scale
 //                                     (sum in output order, fp32, as the CPU)
-// The logits differ from the CPU's sgemm by fp32 reduction order only (about
-// 1e-7 relative), so selections agree except where two biased scores are that
-// close; given identical logits (e.g. exact dyadic inputs) the selection and
-// its tie-breaking are identical.
+// The logits are summed by a warp in the CPU's fmath::LaneDot order (separate
+// multiply and add), and exp / log1p / sigmoid are kernels/common/fmath.h's,
+// so logits, selection (ties included) and weights are bit-identical to the
+// CPU reference.
 //
 // ExpertSlots, per (token t, k): the chosen logical expert e goes to replica
 // (t + rank) mod replicas(e) of e's slots in ascending slot order, as

@@ -74,31 +74,6 @@ GateOutputs RunGpu(const GateCase& c, const GateInputs& in, const cpu::MoeGatePa
   return {indices.Download(), weights.Download()};
 }
 
-// Biased scores of token t in double precision: the judge of near ties.
-std::vector<double> BiasedScores(const GateCase& c, const GateInputs& in,
-                                 const cpu::MoeGateParams& params, int64_t t) {
-  std::vector<double> s(c.experts);
-  for (int e = 0; e < c.experts; ++e) {
-    double dot = 0;
-    for (int64_t k = 0; k < c.dim; ++k) dot += double(in.x[t * c.dim + k]) * in.w[e * c.dim + k];
-    s[e] = dot / params.gate_temp;
-  }
-  double m = s[0], sum = 0;
-  for (double v : s) m = std::max(m, v);
-  for (double& v : s) {
-    if (c.score == GateScore::kSqrtSoftplus) v = std::sqrt(v > 20 ? v : std::log1p(std::exp(v)));
-    if (c.score == GateScore::kSigmoid) v = 1 / (1 + std::exp(-v));
-    if (c.score == GateScore::kSoftmax) sum += (v = std::exp(v - m));
-  }
-  const bool image = !in.mask.empty() && in.mask[t] != 0;
-  const std::vector<float>& bias = (image && !in.bias_vl.empty()) ? in.bias_vl : in.bias;
-  for (int e = 0; e < c.experts; ++e) {
-    if (c.score == GateScore::kSoftmax) s[e] /= sum;
-    if (!bias.empty()) s[e] += bias[e];
-  }
-  return s;
-}
-
 TEST(MoeGateCudaTest, MatchesTheCpuReferenceOnRandomInputs) {
   const std::vector<GateCase> cases = {
       {1, 64, 8, 2, GateScore::kSqrtSoftplus},   {37, 256, 64, 6, GateScore::kSqrtSoftplus},
