@@ -17,6 +17,8 @@
 //     decode steps bit-identical, the same greedy tokens, and 32 fresh
 //     one-token forwards bit-identical (on the H200, 2026-11-29: all four
 //     identical); a failure prints the per-row max|gpu - cpu| / max|cpu|;
+//   * the DSpark drafts after every decode step (stages, Markov head,
+//     confidence) bit-identical, tokens and values;
 //   * every op on the GPU (no CPU fallback), finite logits.
 #include <algorithm>
 #include <cmath>
@@ -77,7 +79,23 @@ double RowRel(const float* a, const float* b, int64_t n) {
 struct Trace {
   std::vector<std::vector<float>> rows;  // logits per position [vocab]
   std::vector<int64_t> tokens;           // prompt, then the fed decode tokens
+  // DSpark after every forward (models with stages): drafted tokens, and the
+  // draft logits followed by the confidences.
+  std::vector<std::vector<int64_t>> draft_tokens;
+  std::vector<std::vector<float>> draft_values;
 };
+
+// Drafts after the last forward of `seq` (the target's next token given).
+void RecordDraft(Model& model, const SequenceState& seq, int64_t next, Trace& t) {
+  if (model.config().n_mtp_layers == 0) return;
+  auto draft = model.Draft(seq, next);
+  EXPECT_TRUE(draft.ok()) << draft.status();
+  if (!draft.ok()) return;
+  t.draft_tokens.push_back(draft->tokens);
+  std::vector<float> values = draft->logits;
+  values.insert(values.end(), draft->confidence.begin(), draft->confidence.end());
+  t.draft_values.push_back(std::move(values));
+}
 
 // Prefill `prompt`, then kDecodeSteps greedy steps (each feeds its own argmax).
 Trace Run(Model& model, const std::vector<int64_t>& prompt) {
@@ -94,6 +112,7 @@ Trace Run(Model& model, const std::vector<int64_t>& prompt) {
   for (int i = 0; i < kDecodeSteps; ++i) {
     const size_t pos = prompt.size() + i;
     const int64_t next = Argmax(t.rows.back().data(), v);
+    if (pos >= 2) RecordDraft(model, *seq, next, t);
     t.tokens.push_back(next);
     const int64_t one[] = {next};
     auto step = model.Forward(*seq, one, static_cast<int64_t>(pos));
@@ -207,6 +226,17 @@ void CheckModel(const Checkpoint& ckpt, const char* name, ActivationPrecision pr
   EXPECT_EQ(gpu_trace.tokens, cpu_trace.tokens) << "greedy tokens";
   EXPECT_EQ(c.differing_rows, 0) << "first differing row " << c.first_differing;
   EXPECT_EQ(singles_differing, 0);
+  // DSpark drafts (stages, Markov head, confidence) on the same ops.
+  ASSERT_EQ(gpu_trace.draft_values.size(), cpu_trace.draft_values.size());
+  int drafts_differing = 0;
+  for (size_t i = 0; i < gpu_trace.draft_values.size(); ++i) {
+    drafts_differing += !BitEqual(gpu_trace.draft_values[i], cpu_trace.draft_values[i]) ||
+                        gpu_trace.draft_tokens[i] != cpu_trace.draft_tokens[i];
+  }
+  std::printf("%s %s: %zu DSpark drafts, %d not bit-identical\n", name, fp32 ? "fp32" : "bf16",
+              gpu_trace.draft_values.size(), drafts_differing);
+  EXPECT_GT(cpu_trace.draft_values.size(), 0u);
+  EXPECT_EQ(drafts_differing, 0);
   // The comparison can see a difference: two positions' logits are far apart.
   EXPECT_GT(RowRel(cpu_trace.rows.front().data(), cpu_trace.rows.back().data(), v), 1e-2);
 }
