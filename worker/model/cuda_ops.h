@@ -50,8 +50,9 @@
 //     the host data with those seen at upload: a mismatch (the host buffer
 //     was freed and its address reused, or the weight was rewritten) uploads
 //     the weight again. Changes that miss the samples are not detected:
-//     call ForgetWeights() after changing weights in place (e.g. expert
-//     moves).
+//     call ForgetWeights() after changing weights in place; Model::
+//     WeightsChanged (called after expert moves) reaches it through
+//     Ops::InvalidateWeights.
 //
 // Thread safety: not thread-safe; one forward at a time (like CpuOps). All
 // device work is on the stream the instance owns, and every op has finished
@@ -172,6 +173,7 @@ class CudaOps : public Ops {
   // Drops every cached weight; the next use of each uploads it again. Call it
   // after changing weights in place (the sampled check may miss a change).
   void ForgetWeights();
+  void InvalidateWeights() override { ForgetWeights(); }
 
   const CudaOpsStats& cuda_stats() const { return cuda_stats_; }
   void ResetCudaStats() { cuda_stats_ = {}; }

@@ -178,6 +178,7 @@ absl::Status InstallPlacement(Model& model, CommunicatorExpertExecutor& executor
     for (const auto& [l, e] : installed) model.mutable_routed_experts(l)[e] = ExpertWeightsF32{};
     return s;
   }
+  model.WeightsChanged();  // e.g. CudaOps' device copies of freed experts
   for (int l = 0; l < next.num_layers; ++l) {
     const std::set<int32_t> keep = HeldBy(next, l, self);
     std::vector<ExpertWeightsF32>& experts = model.mutable_routed_experts(l);

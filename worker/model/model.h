@@ -130,6 +130,9 @@ class Model {
   std::vector<ExpertWeightsF32>& mutable_routed_experts(int layer) {
     return weights_.layers[layer].ffn.experts;
   }
+  // Tells the ops that weights were replaced (after mutable_routed_experts
+  // changes), so a backend caching them on a device drops its copies.
+  void WeightsChanged() { ops_->InvalidateWeights(); }
   const OpsStats& ops_stats() const { return ops_->stats(); }
 
  private:

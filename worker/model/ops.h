@@ -119,6 +119,11 @@ class Ops {
   // outputs to bf16 exactly when it is kBf16.
   virtual ActivationPrecision precision() const = 0;
 
+  // Weights the ops were given may have been replaced or freed (the load
+  // balancer moved experts): a backend that caches weights drops its copies.
+  // Between forwards only.
+  virtual void InvalidateWeights() {}
+
   const OpsStats& stats() const { return stats_; }
 
  protected:
