@@ -10,6 +10,7 @@
 // goes on, on the last committed map.
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -25,6 +26,7 @@
 #include "gtest/gtest.h"
 #include "proto/eplb.grpc.pb.h"
 #include "proto/inference.grpc.pb.h"
+#include "proto/worker.grpc.pb.h"
 #include "tests/local_cluster.h"
 #include "worker/model/checkpoint_writer.h"
 #include "worker/model/config.h"
@@ -155,6 +157,92 @@ TEST(EplbTest, RebalancesWhileDecodingWithIdenticalOutputs) {
     EXPECT_EQ(after[i], want[i]) << "request " << i << " (EPLB down)";
   }
   EXPECT_EQ(ServerState(cluster).expert_map_version(), version);
+}
+
+// The control plane without EPLB, on an idle cluster: a map prepared on every
+// worker (in parallel: the prepare is collective) and committed through the
+// coordinator switches at the next step (an empty one, since nothing runs),
+// GetPlacement shows it, and outputs do not change. Stale and malformed
+// commits are refused.
+TEST(EplbTest, IdleClusterCommitsAPreparedMap) {
+  Cluster cluster({"--workers=2", "--num_redundant_experts=2"});
+  std::vector<uint32_t> before, after;
+  ASSERT_TRUE(cluster.Greedy({9, 8, 7, 6}, 12, before).ok());
+  auto coordinator = v1::Coordinator::NewStub(MakeChannel(cluster.address()));
+  v1::PlacementInfo placement;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(coordinator->GetPlacement(&context, v1::GetPlacementRequest(), &placement).ok());
+  }
+  ASSERT_EQ(placement.workers_size(), 2);
+  v1::ExpertMap map = placement.committed_map();
+  ASSERT_EQ(map.version(), 0u);
+  ASSERT_EQ(map.num_physical(), 10u);  // 8 experts + 2 redundant over 2 ranks
+  // Reverse every layer's slots: each rank gains the experts the other held.
+  map.set_version(1);
+  for (uint32_t l = 0; l < map.num_layers(); ++l) {
+    auto* p = map.mutable_physical_to_logical();
+    std::reverse(p->begin() + l * map.num_physical(), p->begin() + (l + 1) * map.num_physical());
+  }
+  std::vector<grpc::Status> prepared(2);
+  std::vector<v1::PrepareExpertMapResponse> responses(2);
+  std::vector<std::thread> calls;
+  for (int r = 0; r < 2; ++r) {
+    calls.emplace_back([&, r] {
+      auto worker = v1::Worker::NewStub(MakeChannel(placement.workers(r).address()));
+      v1::PrepareExpertMapRequest request;
+      request.set_coordinator_epoch(placement.coordinator_epoch());
+      *request.mutable_map() = map;
+      grpc::ClientContext context;
+      prepared[r] = worker->PrepareExpertMap(&context, request, &responses[r]);
+    });
+  }
+  for (std::thread& t : calls) t.join();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(prepared[r].ok()) << prepared[r].error_message();
+    EXPECT_EQ(responses[r].prepared_version(), 1u);
+    EXPECT_GT(responses[r].bytes_staged(), 0u);
+  }
+  {
+    v1::CommitExpertMapRequest request;
+    request.set_version(1);
+    *request.mutable_map() = map;
+    v1::CommitExpertMapResponse response;
+    grpc::ClientContext context;
+    grpc::Status s = coordinator->CommitExpertMap(&context, request, &response);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(response.committed_version(), 1u);
+  }
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(coordinator->GetPlacement(&context, v1::GetPlacementRequest(), &placement).ok());
+    EXPECT_EQ(placement.committed_map().version(), 1u);
+    EXPECT_EQ(placement.committed_map().physical_to_logical(0), map.physical_to_logical(0));
+  }
+  ASSERT_TRUE(cluster.Greedy({9, 8, 7, 6}, 12, after).ok());
+  EXPECT_EQ(after, before);
+  EXPECT_EQ(ServerState(cluster).expert_map_version(), 1u);
+  // Not newer than the committed map: ABORTED. Another shape: INVALID_ARGUMENT.
+  {
+    v1::CommitExpertMapRequest request;
+    request.set_version(1);
+    *request.mutable_map() = map;
+    v1::CommitExpertMapResponse response;
+    grpc::ClientContext context;
+    EXPECT_EQ(coordinator->CommitExpertMap(&context, request, &response).error_code(),
+              grpc::StatusCode::ABORTED);
+  }
+  {
+    v1::CommitExpertMapRequest request;
+    request.set_version(2);
+    *request.mutable_map() = map;
+    request.mutable_map()->set_version(2);
+    request.mutable_map()->set_num_physical(12);
+    v1::CommitExpertMapResponse response;
+    grpc::ClientContext context;
+    EXPECT_EQ(coordinator->CommitExpertMap(&context, request, &response).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+  }
 }
 
 }  // namespace
