@@ -22,9 +22,14 @@ int64_t Extent(std::span<const int64_t> counts, std::span<const int64_t> offsets
   return end;
 }
 
-absl::Status HostOnly(const ExecContext& ctx) {
+absl::Status HostOnly(const ExecContext& ctx, int device) {
   if (ctx.memory != MemoryKind::kHost) {
     return absl::UnimplementedError("HostStagedCommunicator takes host buffers only");
+  }
+  // Staging buffers, copies and growth belong to the communicator's device,
+  // whatever the calling thread had current.
+  if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
+    return CudaError(e, "cudaSetDevice");
   }
   return absl::OkStatus();
 }
@@ -102,7 +107,7 @@ absl::Status HostStagedCommunicator::AllToAllV(const AllToAllVArgs& args, const 
   const int world = world_size();
   RETURN_IF_ERROR(CheckPeerBlocks(args.send_counts, args.send_offsets, args.send, world, "send"));
   RETURN_IF_ERROR(CheckPeerBlocks(args.recv_counts, args.recv_offsets, args.recv, world, "recv"));
-  RETURN_IF_ERROR(HostOnly(ctx));
+  RETURN_IF_ERROR(HostOnly(ctx, nccl_->device().value()));
   const int64_t size = static_cast<int64_t>(DataTypeSize(args.dtype));
   const int64_t send_extent = Extent(args.send_counts, args.send_offsets) * size;
   const int64_t recv_extent = Extent(args.recv_counts, args.recv_offsets) * size;
@@ -126,7 +131,7 @@ absl::Status HostStagedCommunicator::AllReduce(const void* send, void* recv, int
                                                const ExecContext& ctx) {
   RETURN_IF_ERROR(CheckElementCount(count, send, "send"));
   RETURN_IF_ERROR(CheckElementCount(count, recv, "recv"));
-  RETURN_IF_ERROR(HostOnly(ctx));
+  RETURN_IF_ERROR(HostOnly(ctx, nccl_->device().value()));
   const int64_t bytes = count * static_cast<int64_t>(DataTypeSize(dtype));
   RETURN_IF_ERROR(Reserve(bytes, bytes));
   RETURN_IF_ERROR(ToDevice(send_, send, bytes));
@@ -139,7 +144,7 @@ absl::Status HostStagedCommunicator::AllGather(const void* send, void* recv, int
                                                DataType dtype, const ExecContext& ctx) {
   RETURN_IF_ERROR(CheckElementCount(count, send, "send"));
   RETURN_IF_ERROR(CheckElementCount(count, recv, "recv"));
-  RETURN_IF_ERROR(HostOnly(ctx));
+  RETURN_IF_ERROR(HostOnly(ctx, nccl_->device().value()));
   const int64_t bytes = count * static_cast<int64_t>(DataTypeSize(dtype));
   RETURN_IF_ERROR(Reserve(bytes, bytes * world_size()));
   RETURN_IF_ERROR(ToDevice(send_, send, bytes));
@@ -151,7 +156,7 @@ absl::Status HostStagedCommunicator::AllGather(const void* send, void* recv, int
 absl::Status HostStagedCommunicator::Broadcast(void* data, int64_t count, DataType dtype,
                                                Rank root, const ExecContext& ctx) {
   RETURN_IF_ERROR(CheckElementCount(count, data, "data"));
-  RETURN_IF_ERROR(HostOnly(ctx));
+  RETURN_IF_ERROR(HostOnly(ctx, nccl_->device().value()));
   const int64_t bytes = count * static_cast<int64_t>(DataTypeSize(dtype));
   RETURN_IF_ERROR(Reserve(bytes, 0));
   if (root == rank()) RETURN_IF_ERROR(ToDevice(send_, data, bytes));
@@ -161,7 +166,7 @@ absl::Status HostStagedCommunicator::Broadcast(void* data, int64_t count, DataTy
 }
 
 absl::Status HostStagedCommunicator::Barrier(const ExecContext& ctx) {
-  RETURN_IF_ERROR(HostOnly(ctx));
+  RETURN_IF_ERROR(HostOnly(ctx, nccl_->device().value()));
   return nccl_->Barrier(DeviceContext());
 }
 
@@ -169,7 +174,7 @@ absl::Status HostStagedCommunicator::GroupSendRecv(std::span<const P2POp> ops,
                                                    const ExecContext& ctx) {
   std::vector<const P2POp*> self_sends, self_recvs;
   RETURN_IF_ERROR(CheckGroupOps(ops, rank().value(), world_size(), self_sends, self_recvs));
-  RETURN_IF_ERROR(HostOnly(ctx));
+  RETURN_IF_ERROR(HostOnly(ctx, nccl_->device().value()));
   // Sends packed into the send buffer, receives into the receive buffer, in op order.
   int64_t send_total = 0, recv_total = 0;
   for (const P2POp& op : ops) {

@@ -17,6 +17,9 @@
 // NCCL failure or timeout); INTERNAL on a CUDA copy or allocation failure;
 // UNIMPLEMENTED for ExecContext.memory == kDevice (use the NcclCommunicator).
 //
+// Every operation makes the communicator's device current on the calling
+// thread (cudaSetDevice) and leaves it so.
+//
 // Thread safety: not thread-safe, like the communicator it wraps.
 
 #ifndef WEIR_PARALLEL_HOST_STAGED_COMMUNICATOR_H_
