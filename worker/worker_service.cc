@@ -41,7 +41,9 @@ ExpertMap FromProto(const v1::ExpertMap& proto) {
   return map;
 }
 
-// The CUDA device of `rank`: rank mod the devices this process sees.
+// The CUDA device of `rank`: rank mod the devices this process sees (NCCL
+// needs each rank of a host on a GPU of its own; LoadWeights says so when
+// the NCCL communicator cannot be made).
 absl::StatusOr<int> CudaDeviceOfRank(int rank) {
   int count = 0;
   if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess || count == 0) {
@@ -266,7 +268,14 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
           parallel::NcclCommunicator::Create(
               Rank(rank_), world, request->nccl_unique_id(),
               {.timeout = options_.collective_timeout, .device = DeviceOrdinal(cuda_device_)});
-      if (!nccl.ok()) return ToGrpcStatus(nccl.status());
+      if (!nccl.ok()) {
+      int count = 0;
+      cudaGetDeviceCount(&count);
+      return ToGrpcStatus(absl::Status(
+          nccl.status().code(),
+          absl::StrCat(nccl.status().message(), " (rank ", rank_, " on GPU ", cuda_device_, " of ",
+                       count, "; NCCL needs each rank of a host on a GPU of its own)")));
+    }
       absl::StatusOr<std::unique_ptr<parallel::HostStagedCommunicator>> staged =
           parallel::HostStagedCommunicator::Create(std::move(*nccl));
       if (!staged.ok()) return ToGrpcStatus(staged.status());
