@@ -26,25 +26,26 @@ tools/bazel build --strip=always "${targets[@]}" "${serving[@]}" "${tool_targets
 rm -rf "${out}"
 mkdir -p "${out}/bin" "${out}/lib"
 bin_dir="$(tools/bazel info bazel-bin 2>/dev/null)"
-for target in "${targets[@]}"; do
-  path="${target#//}"
-  path="${path/://}"
-  cp "${bin_dir}/${path}" "${out}/bin/$(echo "${path}" | tr '/' '_')"
-done
+# copy_targets DIR NAMING TARGET...: NAMING "path" names a binary after its
+# package path (a/b:c -> a_b_c), "base" after the target alone.
+copy_targets() {
+  local dir="$1" naming="$2" target path
+  shift 2
+  mkdir -p "${out}/${dir}"
+  for target in "$@"; do
+    path="${target#//}"
+    path="${path/://}"
+    if [[ "${naming}" == path ]]; then
+      cp "${bin_dir}/${path}" "${out}/${dir}/$(echo "${path}" | tr '/' '_')"
+    else
+      cp "${bin_dir}/${path}" "${out}/${dir}/$(basename "${path}")"
+    fi
+  done
+}
+copy_targets bin path "${targets[@]}"
+copy_targets serve path "${serving[@]}"
 
-mkdir -p "${out}/serve"
-for target in "${serving[@]}"; do
-  path="${target#//}"
-  path="${path/://}"
-  cp "${bin_dir}/${path}" "${out}/serve/$(echo "${path}" | tr '/' '_')"
-done
-
-mkdir -p "${out}/tools"
-for target in "${tool_targets[@]}"; do
-  path="${target#//}"
-  path="${path/://}"
-  cp "${bin_dir}/${path}" "${out}/tools/$(basename "${path}")"
-done
+copy_targets tools base "${tool_targets[@]}"
 
 # Shared libraries the binaries need, minus what the GPU machine provides.
 skip='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|librt\.|libpthread\.|libstdc\+\+|libgcc_s|libcuda\.|libcudart|libcublas|libnccl|libnvidia)'
