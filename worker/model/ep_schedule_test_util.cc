@@ -1,6 +1,9 @@
 #include "worker/model/ep_schedule_test_util.h"
 
 #include <algorithm>
+#include <random>
+
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <span>
@@ -167,6 +170,24 @@ absl::StatusOr<std::vector<SequenceResult>> ParseResults(const std::string& byte
     }
   }
   return results;
+}
+
+ExpertPlacement ShuffledPlacement(const ModelConfig& config, int world, int slots_per_rank,
+                                  uint32_t seed) {
+  std::mt19937 gen(seed);
+  ExpertPlacement p{.num_layers = static_cast<int>(config.n_layers),
+                    .num_logical = static_cast<int>(config.n_routed_experts),
+                    .slots_per_rank = slots_per_rank,
+                    .world_size = world};
+  for (int l = 0; l < p.num_layers; ++l) {
+    std::vector<int32_t> slots(p.num_physical());
+    for (int s = 0; s < p.num_physical(); ++s) {
+      slots[s] = s < p.num_logical ? s : static_cast<int32_t>(gen() % p.num_logical);
+    }
+    std::shuffle(slots.begin(), slots.end(), gen);
+    p.physical_to_logical.insert(p.physical_to_logical.end(), slots.begin(), slots.end());
+  }
+  return p;
 }
 
 }  // namespace weir::model

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "worker/model/expert_placement.h"
 #include "worker/model/model.h"
 
 namespace weir::model {
@@ -34,6 +35,12 @@ struct SequenceResult {
   std::vector<std::vector<float>> last_logits;
   std::vector<int64_t> tokens;
 };
+
+// A placement of `config`'s routed experts over `world` ranks of
+// `slots_per_rank` slots: per layer every expert once, then replicas drawn
+// with `seed`, shuffled. REQUIRES: world * slots_per_rank >= n_routed_experts.
+ExpertPlacement ShuffledPlacement(const ModelConfig& config, int world, int slots_per_rank,
+                                  uint32_t seed);
 
 // Steps of the schedule (last step of any sequence + 1).
 int ScheduleSteps(const std::vector<ScheduledSequence>& schedule);

@@ -11,6 +11,7 @@
 
 #include "gtest/gtest.h"
 #include "parallel/fake_communicator.h"
+#include "worker/model/ep_schedule_test_util.h"
 #include "worker/model/expert_parallel_model.h"
 #include "worker/model/tiny_checkpoint.h"
 #include "worker/model/tiny_model_test_util.h"
@@ -23,23 +24,8 @@ using parallel::FakeCommunicator;
 
 const Checkpoint& Tiny() { return TinyCheckpoint(11); }
 
-// Every expert once, then random replicas, shuffled, per layer.
 ExpertPlacement Shuffled(int world, int slots_per_rank, uint32_t seed) {
-  const ModelConfig& c = Tiny().config();
-  std::mt19937 gen(seed);
-  ExpertPlacement p{.num_layers = static_cast<int>(c.n_layers),
-                    .num_logical = static_cast<int>(c.n_routed_experts),
-                    .slots_per_rank = slots_per_rank,
-                    .world_size = world};
-  for (int l = 0; l < p.num_layers; ++l) {
-    std::vector<int32_t> slots(p.num_physical());
-    for (int s = 0; s < p.num_physical(); ++s) {
-      slots[s] = s < p.num_logical ? s : static_cast<int32_t>(gen() % p.num_logical);
-    }
-    std::shuffle(slots.begin(), slots.end(), gen);
-    p.physical_to_logical.insert(p.physical_to_logical.end(), slots.begin(), slots.end());
-  }
-  return p;
+  return ShuffledPlacement(Tiny().config(), world, slots_per_rank, seed);
 }
 
 std::set<int32_t> Held(const ExpertPlacement& p, int layer, int rank) {

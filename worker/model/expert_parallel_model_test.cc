@@ -46,23 +46,8 @@ std::vector<ScheduledSequence> FourRankSchedule() {
           {.rank = 3, .start_step = 0, .prompt = Tokens(1, 8), .decode_steps = 5}};
 }
 
-// Every expert once, then random replicas, shuffled, per layer.
 ExpertPlacement Redundant(int world, int slots_per_rank, uint32_t seed) {
-  const ModelConfig& c = Tiny().config();
-  std::mt19937 gen(seed);
-  ExpertPlacement p{.num_layers = static_cast<int>(c.n_layers),
-                    .num_logical = static_cast<int>(c.n_routed_experts),
-                    .slots_per_rank = slots_per_rank,
-                    .world_size = world};
-  for (int l = 0; l < p.num_layers; ++l) {
-    std::vector<int32_t> slots(p.num_physical());
-    for (int s = 0; s < p.num_physical(); ++s) {
-      slots[s] = s < p.num_logical ? s : static_cast<int32_t>(gen() % p.num_logical);
-    }
-    std::shuffle(slots.begin(), slots.end(), gen);
-    p.physical_to_logical.insert(p.physical_to_logical.end(), slots.begin(), slots.end());
-  }
-  return p;
+  return ShuffledPlacement(Tiny().config(), world, slots_per_rank, seed);
 }
 
 ExpertPlacement Identity(int world) {
