@@ -5,7 +5,6 @@
 #include "worker/model/expert_moves.h"
 
 #include <cmath>
-#include <random>
 #include <set>
 #include <vector>
 
