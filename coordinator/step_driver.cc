@@ -213,8 +213,8 @@ bool StepDriver::Iterate() {
     in_flight_.push_back(std::move(rows));
     ++next_step_;
   }
-  const bool must_read = !in_flight_.empty() && (!options_.zero_overhead ||
-                                                 in_flight_.size() >= 2 || !work);
+  const bool must_read = !in_flight_.empty() &&
+                         (!options_.zero_overhead || in_flight_.size() >= 2 || !work);
   if (must_read) {
     if (absl::Status applied = ReadAndApply(); !applied.ok()) {
       FailAll(applied);
