@@ -61,6 +61,11 @@ int Run(int argc, char** argv) {
     std::cerr << "worker: --backend must be cpu or cuda\n";
     return 2;
   }
+  if (!(absl::GetFlag(FLAGS_gpu_memory_fraction) > 0 &&
+        absl::GetFlag(FLAGS_gpu_memory_fraction) <= 1)) {
+    std::cerr << "worker: --gpu_memory_fraction must be in (0, 1]\n";
+    return 2;
+  }
   const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
   if (coordinator.empty()) {
     std::cerr << "worker: --coordinator=HOST:PORT is required\n";
