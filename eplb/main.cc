@@ -38,6 +38,10 @@ ABSL_FLAG(double, gain_threshold, 0.05,
 ABSL_FLAG(int, prepare_timeout_s, 60, "Deadline of PrepareExpertMap on the workers.");
 ABSL_FLAG(int, commit_timeout_s, 60, "Deadline of the coordinator's CommitExpertMap.");
 ABSL_FLAG(int, policy_threads, 1, "Threads the placement policy may use.");
+ABSL_FLAG(int, nodes, 0,
+          "0: the global policy (decode). N: the hierarchical policy over N nodes (each "
+          "expert group's replicas stay on one node; multi-node prefill).");
+ABSL_FLAG(int, groups, 1, "Hierarchical policy: expert groups (a multiple of --nodes).");
 
 namespace weir::eplb {
 namespace {
@@ -60,7 +64,14 @@ int Run(int argc, char** argv) {
       .gain_threshold = absl::GetFlag(FLAGS_gain_threshold),
       .prepare_timeout = absl::Seconds(absl::GetFlag(FLAGS_prepare_timeout_s)),
       .commit_timeout = absl::Seconds(absl::GetFlag(FLAGS_commit_timeout_s)),
-      .policy_threads = absl::GetFlag(FLAGS_policy_threads)};
+      .policy_threads = absl::GetFlag(FLAGS_policy_threads),
+      .nodes = absl::GetFlag(FLAGS_nodes),
+      .groups = absl::GetFlag(FLAGS_groups)};
+  if (options.nodes < 0 || options.groups < 1 ||
+      (options.nodes > 0 && options.groups % options.nodes != 0)) {
+    std::cerr << "eplb: --nodes must be >= 0 and --groups a positive multiple of --nodes\n";
+    return 2;
+  }
   if (options.rearrange_interval < 1 || options.min_window_rounds < 1 ||
       options.policy_threads < 1 || options.policy_threads > policy::kMaxPolicyThreads ||
       absl::GetFlag(FLAGS_prepare_timeout_s) < 1 || absl::GetFlag(FLAGS_commit_timeout_s) < 1) {

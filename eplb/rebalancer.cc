@@ -8,6 +8,7 @@
 #include "eplb/expert_map.h"
 #include "eplb/policy/balance.h"
 #include "eplb/policy/global_policy.h"
+#include "eplb/policy/hierarchical_policy.h"
 
 namespace weir::eplb {
 namespace {
@@ -182,7 +183,13 @@ AttemptOutcome Rebalancer::RebalanceOnce(const LoadSnapshot& snapshot) {
   // 2. A proposal of the same shape, and whether it is worth moving weights.
   const int world = static_cast<int>(workers->size());
   absl::StatusOr<policy::Placement> proposed =
-      policy::RebalanceGlobal(load, current->num_physical, world, options_.policy_threads);
+      options_.nodes == 0
+          ? policy::RebalanceGlobal(load, current->num_physical, world, options_.policy_threads)
+          : policy::RebalanceHierarchical(load, {.num_physical = current->num_physical,
+                                                 .num_ranks = world,
+                                                 .num_nodes = options_.nodes,
+                                                 .num_groups = options_.groups,
+                                                 .num_threads = options_.policy_threads});
   if (!proposed.ok()) return fail(proposed.status());
   absl::StatusOr<policy::BalanceGain> gain = policy::PredictGain(*current, *proposed, load);
   if (!gain.ok()) return fail(gain.status());

@@ -40,8 +40,14 @@ struct RebalancerOptions {
   absl::Duration placement_timeout = absl::Seconds(10);
   absl::Duration prepare_timeout = absl::Seconds(60);
   absl::Duration commit_timeout = absl::Seconds(60);
-  // Threads for RebalanceGlobal (the result does not depend on it).
+  // Threads for the policy (the result does not depend on it).
   int policy_threads = 1;
+  // 0: the global policy (every rank may hold any expert; decode). N >= 1:
+  // the hierarchical policy over N nodes and `groups` expert groups (every
+  // replica of a group stays on its node; multi-node prefill), ranks
+  // [n * world / N, (n + 1) * world / N) on node n.
+  int nodes = 0;
+  int groups = 1;
   // Attempts kept in the history.
   int max_history = 32;
 };

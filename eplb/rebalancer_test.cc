@@ -105,6 +105,35 @@ TEST_F(RebalancerTest, SkewedLoadIsPreparedOnEveryRankAtOnceThenCommitted) {
   EXPECT_EQ(link_.prepare_calls().size(), static_cast<size_t>(kWorld));
 }
 
+// The hierarchical policy over 2 nodes (ranks 0-1 and 2-3) and 2 expert
+// groups (experts 0-3 and 4-7): every replica of a group stays on one node,
+// and the hot experts 0 and 1 (one group) still end up on different ranks.
+TEST_F(RebalancerTest, HierarchicalPolicyKeepsGroupsOnTheirNode) {
+  RebalancerOptions options = Options();
+  options.nodes = 2;
+  options.groups = 2;
+  Rebalancer rebalancer(options, &link_);
+  ASSERT_EQ(rebalancer.RebalanceOnce(Snapshot(/*skewed=*/true)), AttemptOutcome::kCommitted)
+      << rebalancer.State().history.back().detail();
+  std::vector<v1::CommitExpertMapRequest> commits = link_.commits();
+  ASSERT_EQ(commits.size(), 1u);
+  absl::StatusOr<policy::Placement> placed = FromExpertMapProto(commits[0].map());
+  ASSERT_TRUE(placed.ok()) << placed.status();
+  for (int l = 0; l < kLayers; ++l) {
+    std::set<int> node_of_group[2];
+    std::set<int> hot_ranks;
+    for (int p = 0; p < placed->num_physical; ++p) {
+      const int e = placed->LogicalOf(LayerId(l), p).value();
+      const int rank = placed->RankOfSlot(p).value();
+      node_of_group[e / 4].insert(rank / 2);
+      if (e < 2) hot_ranks.insert(rank);
+    }
+    EXPECT_EQ(node_of_group[0].size(), 1u) << "layer " << l;
+    EXPECT_EQ(node_of_group[1].size(), 1u) << "layer " << l;
+    EXPECT_EQ(hot_ranks.size(), 2u) << "layer " << l;
+  }
+}
+
 TEST_F(RebalancerTest, LowGainMovesNothing) {
   Rebalancer rebalancer(Options(), &link_);
   EXPECT_EQ(rebalancer.RebalanceOnce(Snapshot(/*skewed=*/false)),
