@@ -94,12 +94,18 @@ int Info(const std::shared_ptr<grpc::Channel>& channel) {
     context.set_deadline(DeadlineIn(deadline));
     v1::EplbState eplb_state;
     if (eplb->GetState(&context, v1::GetEplbStateRequest(), &eplb_state).ok()) {
-      std::cout << absl::StrFormat(
-          "expert load %d reports (%d in the window of %d), rank balance max/mean %.3f "
-          "predicted, %.3f measured under map %d\n",
-          eplb_state.reports_total(), eplb_state.window_reports(), eplb_state.window_size(),
-          eplb_state.balance_ratio(), eplb_state.measured_ratio(),
-          eplb_state.committed_version());
+      if (eplb_state.reports_total() == 0) {
+        std::cout << "expert load no reports yet (they come every --eplb_stat_interval steps)\n";
+      } else {
+        std::cout << absl::StrFormat(
+            "expert load %d reports (%d in the window of %d), rank balance max/mean %.3f "
+            "predicted, %s measured under map %d\n",
+            eplb_state.reports_total(), eplb_state.window_reports(), eplb_state.window_size(),
+            eplb_state.balance_ratio(),
+            eplb_state.measured_ratio() > 0 ? absl::StrFormat("%.3f", eplb_state.measured_ratio())
+                                            : std::string("not yet"),
+            eplb_state.committed_version());
+      }
       std::cout << absl::StrFormat("rebalances %d proposed, %d skipped (gain below threshold)\n",
                                    eplb_state.proposals(), eplb_state.skipped_low_gain());
       for (const v1::EplbState::Rebalance& r : eplb_state.history()) {
