@@ -19,8 +19,6 @@ namespace weir::coordinator {
 namespace {
 
 constexpr char kVersion[] = "weir 0.1.0";
-constexpr char kNoBatchJobs[] =
-    "batch jobs are not available yet: submit items with Generate";
 
 v1::Lifecycle ToProto(ClusterLifecycle lifecycle) {
   switch (lifecycle) {
@@ -88,6 +86,16 @@ RequestLimits InferenceService::CurrentLimits() {
   limits.max_top_logprobs = limits_.max_top_logprobs;
   limits.max_schema_bytes = limits_.max_schema_bytes;
   return limits;
+}
+
+absl::StatusOr<BuiltRequest> InferenceService::BuildItem(const v1::GenerateRequest& request) {
+  if (!request.model().empty() && request.model() != model_.name) {
+    return absl::NotFoundError("unknown model \"" + request.model() + "\"");
+  }
+  RequestLimits limits = CurrentLimits();
+  limits.grammar = grammar_.get();
+  return BuildRequest(request, limits, tokenizer_.get(),
+                      absl::Uniform<uint64_t>(absl::BitGen(), 0, UINT64_MAX));
 }
 
 grpc::Status InferenceService::CheckModel(const std::string& model) const {
@@ -358,29 +366,6 @@ grpc::Status InferenceService::GetServerState(grpc::ServerContext* context,
   admission->set_limit_requests(0);
   admission->set_limit_tokens(0);
   return grpc::Status::OK;
-}
-
-grpc::Status BatchJobsService::CreateBatchJob(grpc::ServerContext*,
-                                              const v1::CreateBatchJobRequest*, v1::BatchJob*) {
-  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, kNoBatchJobs);
-}
-grpc::Status BatchJobsService::GetBatchJob(grpc::ServerContext*, const v1::GetBatchJobRequest*,
-                                           v1::BatchJob*) {
-  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, kNoBatchJobs);
-}
-grpc::Status BatchJobsService::ListBatchJobs(grpc::ServerContext*,
-                                             const v1::ListBatchJobsRequest*,
-                                             v1::ListBatchJobsResponse*) {
-  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, kNoBatchJobs);
-}
-grpc::Status BatchJobsService::CancelBatchJob(grpc::ServerContext*,
-                                              const v1::CancelBatchJobRequest*, v1::BatchJob*) {
-  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, kNoBatchJobs);
-}
-grpc::Status BatchJobsService::ReadBatchResults(grpc::ServerContext*,
-                                                const v1::ReadBatchResultsRequest*,
-                                                grpc::ServerWriter<v1::BatchItemResult>*) {
-  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, kNoBatchJobs);
 }
 
 }  // namespace weir::coordinator

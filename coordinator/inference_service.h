@@ -1,15 +1,15 @@
 // coordinator/inference_service.h
 //
-// InferenceService implements the public weir.v1.Inference API, and
-// BatchJobsService weir.v1.BatchJobs. Model info and server state are served
+// InferenceService implements the public weir.v1.Inference API (batch jobs
+// are BatchJobsService, which runs its items through BuildItem and the
+// driver). Model info and server state are served
 // from the model summary and the cluster registry, Tokenize from the model's
 // tokenizer and chat template. Generate validates and tokenizes the request,
 // submits it to the StepDriver and streams its tokens back; it answers
 // UNAVAILABLE until the driver is set (workers ready). With a tokenizer,
 // structured-output constraints are compiled once at admission by the
 // service's GrammarCompiler (bad ones are INVALID_ARGUMENT before anything is
-// queued) and applied on the workers. Batch jobs answer
-// UNIMPLEMENTED with a message saying so.
+// queued) and applied on the workers.
 //
 // Thread safety: gRPC calls them from many threads; they read only immutable
 // data and the thread-safe ClusterState.
@@ -27,7 +27,6 @@
 #include "coordinator/cluster_state.h"
 #include "coordinator/tokenizer/tokenizer.h"
 #include "base/model_summary.h"
-#include "proto/batch.grpc.pb.h"
 #include "proto/inference.grpc.pb.h"
 #include "worker/grammar/compiler.h"
 
@@ -62,6 +61,16 @@ class InferenceService final : public v1::Inference::Service {
     absl::MutexLock lock(&mu_);
     request_limits_ = limits;
   }
+
+  // For batch jobs: the step loop (null until ready or after shutdown), one
+  // item built as GenerateBatch builds it (NOT_FOUND for another model,
+  // INVALID_ARGUMENT from BuildRequest), server request ids, the tokenizer
+  // (may be null) and the item limit.
+  StepDriver* driver() const { return driver_.load(); }
+  absl::StatusOr<BuiltRequest> BuildItem(const v1::GenerateRequest& request);
+  RequestId NextRequestId() { return RequestId(next_request_.fetch_add(1)); }
+  const tokenizer::Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  uint32_t max_batch_items() const { return limits_.max_batch_items; }
 
   grpc::Status Generate(grpc::ServerContext* context, const v1::GenerateRequest* request,
                         grpc::ServerWriter<v1::GenerateEvent>* writer) override;
@@ -98,24 +107,6 @@ class InferenceService final : public v1::Inference::Service {
   // Guarded by mu_: client request ids in flight -> server ids.
   absl::flat_hash_map<std::string, RequestId> in_flight_ ABSL_GUARDED_BY(mu_);
   RequestLimits request_limits_ ABSL_GUARDED_BY(mu_);
-};
-
-class BatchJobsService final : public v1::BatchJobs::Service {
- public:
-  grpc::Status CreateBatchJob(grpc::ServerContext* context,
-                              const v1::CreateBatchJobRequest* request,
-                              v1::BatchJob* response) override;
-  grpc::Status GetBatchJob(grpc::ServerContext* context, const v1::GetBatchJobRequest* request,
-                           v1::BatchJob* response) override;
-  grpc::Status ListBatchJobs(grpc::ServerContext* context,
-                             const v1::ListBatchJobsRequest* request,
-                             v1::ListBatchJobsResponse* response) override;
-  grpc::Status CancelBatchJob(grpc::ServerContext* context,
-                              const v1::CancelBatchJobRequest* request,
-                              v1::BatchJob* response) override;
-  grpc::Status ReadBatchResults(grpc::ServerContext* context,
-                                const v1::ReadBatchResultsRequest* request,
-                                grpc::ServerWriter<v1::BatchItemResult>* writer) override;
 };
 
 }  // namespace weir::coordinator

@@ -35,6 +35,7 @@
 #include "coordinator/cluster_controller.h"
 #include "coordinator/cluster_state.h"
 #include "coordinator/control_service.h"
+#include "coordinator/batch_jobs_service.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/launcher.h"
 #include "coordinator/model_provisioning.h"
@@ -87,6 +88,11 @@ ABSL_FLAG(int, max_queued_requests, 4096,
           "Unfinished requests beyond which new ones get RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int64_t, max_queued_prompt_tokens, int64_t{1} << 22,
           "Prompt tokens of unfinished requests beyond which new ones get RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int, batch_jobs_concurrency, 2, "Batch jobs (BatchJobs API) that run at once.");
+ABSL_FLAG(int, batch_job_max_in_flight, 16,
+          "Items of one BATCH-priority batch job in the step loop at once.");
+ABSL_FLAG(int64_t, batch_result_ttl_s, 24 * 3600,
+          "How long an ended batch job and its results are kept (in memory).");
 ABSL_FLAG(std::string, input, "",
           "Offline mode: run this JSON Lines batch through the server, write --output, exit.");
 ABSL_FLAG(std::string, output, "", "Offline mode: results (JSON Lines); default stdout.");
@@ -267,7 +273,12 @@ int Run(int argc, char** argv) {
   if (*tokenizer == nullptr) WEIR_LOG(WARNING) << "model has no tokenizer.json; Tokenize is off";
   InferenceService inference(*model, cluster, ApiLimits{}, std::move(*tokenizer),
                              tokenizer_fingerprint);
-  BatchJobsService batch_jobs;
+  std::unique_ptr<BatchItemBackend> batch_backend = MakeInferenceBackend(inference);
+  BatchJobsService batch_jobs(
+      *batch_backend,
+      BatchJobsOptions{.max_concurrent_jobs = absl::GetFlag(FLAGS_batch_jobs_concurrency),
+                       .batch_max_in_flight = absl::GetFlag(FLAGS_batch_job_max_in_flight),
+                       .result_ttl = absl::Seconds(absl::GetFlag(FLAGS_batch_result_ttl_s))});
   ControlService control(cluster, controller, epoch);
   absl::StatusOr<StartedServer> server =
       StartServer({.address = absl::GetFlag(FLAGS_listen),
@@ -413,6 +424,7 @@ int Run(int argc, char** argv) {
 
   if (const std::string input = absl::GetFlag(FLAGS_input); !input.empty()) {
     const int code = RunOffline(input, absl::GetFlag(FLAGS_output), server->address);
+    batch_jobs.Stop();
     inference.SetDriver(nullptr);
     control.SetDriver(nullptr);
     (*driver)->Stop();
@@ -420,6 +432,7 @@ int Run(int argc, char** argv) {
   }
 
   stop.WaitForNotification();
+  batch_jobs.Stop();
   inference.SetDriver(nullptr);
   control.SetDriver(nullptr);
   (*driver)->Stop();
