@@ -4,19 +4,9 @@
 
 #include "kernels/cuda/attention/topk.cuh"
 #include "kernels/cuda/attention/topk.h"
+#include "kernels/cuda/launch_status.h"
 
 namespace weir::kernels::cuda {
-namespace {
-
-absl::Status LaunchError(const char* what) {
-  if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
-    return absl::InternalError(std::string(what) + " launch: " + cudaGetErrorString(err));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 bool SupportsTopkPositions(const TopkParams& p) {
   if (p.rows < 0 || p.rows > 0x7fffffff || p.width < 0 || p.width > 0x7fffffff || p.k < 0) {
     return false;
@@ -36,7 +26,7 @@ absl::Status TopkPositions(const TopkParams& p, cudaStream_t stream) {
   if (p.rows == 0) return absl::OkStatus();
   TopkPositionsKernel<kTopkThreads><<<static_cast<unsigned>(p.rows), kTopkThreads, 0, stream>>>(
       p.scores, p.visible_len, p.out, p.width, p.k, p.offset);
-  return LaunchError("TopkPositions");
+  return LaunchStatus("TopkPositions");
 }
 
 bool SupportsCandidateBlocks(const CandidateBlocksParams& p) {
@@ -60,7 +50,7 @@ absl::Status CandidateBlocks(const CandidateBlocksParams& p, cudaStream_t stream
   CandidateBlocksKernel<kTopkThreads>
       <<<static_cast<unsigned>(p.rows), kTopkThreads, 0, stream>>>(
           p.scores, p.visible_len, p.pool, p.width, p.topk_blocks, p.block_size);
-  return LaunchError("CandidateBlocks");
+  return LaunchStatus("CandidateBlocks");
 }
 
 }  // namespace weir::kernels::cuda

@@ -4,6 +4,7 @@
 
 #include "kernels/cuda/dense/sampling.cuh"
 #include "kernels/cuda/dense/sampling.h"
+#include "kernels/cuda/launch_status.h"
 
 namespace weir::kernels::cuda::dense {
 namespace {
@@ -13,13 +14,6 @@ constexpr int kThreads = 512;
 
 bool GoodShape(int64_t rows, int64_t vocab) {
   return rows >= 1 && rows < kMaxIndex && vocab >= 1 && vocab < kMaxIndex;
-}
-
-absl::Status LaunchStatus(const char* op) {
-  if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
-    return absl::InternalError(std::string(op) + " launch: " + cudaGetErrorString(err));
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace

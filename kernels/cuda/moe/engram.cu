@@ -6,19 +6,9 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/moe/engram.cuh"
 #include "kernels/cuda/moe/engram.h"
+#include "kernels/cuda/launch_status.h"
 
 namespace weir::kernels::cuda {
-namespace {
-
-absl::Status LaunchStatus(const char* what) {
-  if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
-    return absl::InternalError(std::string(what) + " launch: " + cudaGetErrorString(err));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 bool SupportsEngramLookup(const EngramLookupParams& p) {
   return p.table_rows > 0 && p.num_ids > 0 && p.dim > 0 && p.dim % 32 == 0 &&
          p.num_ids * p.dim < (int64_t{1} << 38) && p.table != nullptr && p.scales != nullptr &&

@@ -5,19 +5,13 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/moe/mhc.cuh"
 #include "kernels/cuda/moe/mhc.h"
+#include "kernels/cuda/launch_status.h"
 
 namespace weir::kernels::cuda {
 
 static_assert(kHcMaxMult == moe::kHcMaxN);
 
 namespace {
-
-absl::Status LaunchStatus(const char* what) {
-  if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
-    return absl::InternalError(std::string(what) + " launch: " + cudaGetErrorString(err));
-  }
-  return absl::OkStatus();
-}
 
 bool ShapeOk(int64_t tokens, int64_t dim, int n) {
   return tokens > 0 && dim > 0 && n >= 1 && n <= kHcMaxMult && tokens * n * dim < (int64_t{1} << 38);

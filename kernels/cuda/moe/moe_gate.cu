@@ -5,21 +5,11 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/moe/moe_gate.cuh"
 #include "kernels/cuda/moe/moe_gate.h"
+#include "kernels/cuda/launch_status.h"
 
 namespace weir::kernels::cuda {
 
 static_assert(kMoeGateMaxExperts == moe::kGateMaxExperts && kMoeGateMaxTopk == moe::kGateMaxTopk);
-
-namespace {
-
-absl::Status LaunchStatus(const char* what) {
-  if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
-    return absl::InternalError(std::string(what) + " launch: " + cudaGetErrorString(err));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 bool SupportsMoeGate(const MoeGateParams& p) {
   return p.tokens > 0 && p.tokens <= 0x7fffffff && p.dim > 0 && p.num_experts >= 1 &&

@@ -5,21 +5,11 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/moe/moe_permute.cuh"
 #include "kernels/cuda/moe/moe_permute.h"
+#include "kernels/cuda/launch_status.h"
 
 namespace weir::kernels::cuda {
 
 static_assert(kMoeGroupRowsMaxGroups == moe::kGroupThreads);
-
-namespace {
-
-absl::Status LaunchStatus(const char* what) {
-  if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
-    return absl::InternalError(std::string(what) + " launch: " + cudaGetErrorString(err));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 bool SupportsMoeGroupRows(const MoeGroupRowsParams& p) {
   return p.tokens > 0 && p.dim > 0 && p.topk > 0 && p.num_groups >= 1 &&
