@@ -211,13 +211,6 @@ TEST(WorkerServiceTest, StepCommitsOnlyAPreparedMapAndRefusesAfterAMiss) {
 
   grpc::ClientContext context;
   auto stream = h.stub->Steps(&context);
-  // With a stream open, commits ride on the plans only.
-  grpc::ClientContext c2;
-  v1::CommitExpertMapRequest commit;
-  commit.set_version(1);
-  v1::CommitExpertMapResponse committed;
-  EXPECT_EQ(h.stub->CommitExpertMap(&c2, commit, &committed).error_code(),
-            grpc::StatusCode::FAILED_PRECONDITION);
   v1::StepResult result;
   auto step = [&](uint64_t id, uint64_t commit_version) {
     v1::StepPlan plan;
@@ -232,16 +225,27 @@ TEST(WorkerServiceTest, StepCommitsOnlyAPreparedMapAndRefusesAfterAMiss) {
     EXPECT_TRUE(stream->Write(plan));
     EXPECT_TRUE(stream->Read(&result));
   };
-  step(0, 1);  // the prepared map: switched before the step runs
+  step(0, 0);  // the stream is open (its handler runs) once a step came back
+  EXPECT_EQ(result.error().code(), 0) << result.error().message();
+  EXPECT_EQ(result.expert_map_version(), 0u);
+  // With a stream open, commits ride on the plans only.
+  grpc::ClientContext c2;
+  v1::CommitExpertMapRequest commit;
+  commit.set_version(1);
+  v1::CommitExpertMapResponse committed;
+  EXPECT_EQ(h.stub->CommitExpertMap(&c2, commit, &committed).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  step(1, 1);  // the prepared map: switched before the step runs
   EXPECT_EQ(result.error().code(), 0) << result.error().message();
   EXPECT_EQ(result.expert_map_version(), 1u);
-  step(1, 1);  // the committed version again: a no-op
+  step(2, 1);  // the committed version again: a no-op
   EXPECT_EQ(result.error().code(), 0) << result.error().message();
-  step(2, 2);  // never prepared: this step fails...
+  EXPECT_EQ(result.expert_map_version(), 1u);
+  step(3, 2);  // never prepared: this step fails...
   EXPECT_EQ(result.error().code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_NE(result.error().message().find("expert map 2"), std::string::npos)
       << result.error().message();
-  step(3, 0);  // ...and so does every later one
+  step(4, 0);  // ...and so does every later one
   EXPECT_EQ(result.error().code(), grpc::StatusCode::FAILED_PRECONDITION);
   stream->WritesDone();
   EXPECT_TRUE(stream->Finish().ok());
