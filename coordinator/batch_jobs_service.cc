@@ -1,5 +1,7 @@
 #include "coordinator/batch_jobs_service.h"
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -265,7 +267,23 @@ absl::StatusOr<std::vector<v1::BatchItem>> BatchJobsService::LoadItems(
         return absl::InvalidArgumentError(
             "CreateBatchJob: input_uri must be file://<absolute path>");
       }
-      std::ifstream in(path, std::ios::binary);
+      if (options_.input_root.empty()) {
+        return absl::FailedPreconditionError(
+            "CreateBatchJob: file inputs are off (the server was started without "
+            "--batch_input_root)");
+      }
+      std::error_code error;
+      const std::filesystem::path root =
+          std::filesystem::weakly_canonical(options_.input_root, error);
+      const std::filesystem::path resolved = std::filesystem::weakly_canonical(path, error);
+      if (error) return absl::InvalidArgumentError("CreateBatchJob: cannot resolve input_uri");
+      const auto [root_end, unused] =
+          std::mismatch(root.begin(), root.end(), resolved.begin(), resolved.end());
+      if (root_end != root.end()) {
+        return absl::PermissionDeniedError(
+            "CreateBatchJob: input_uri is outside the server's --batch_input_root");
+      }
+      std::ifstream in(resolved, std::ios::binary);
       if (!in) return absl::InvalidArgumentError("CreateBatchJob: cannot read input_uri");
       std::string text;
       char buffer[1 << 16];

@@ -14,6 +14,8 @@
 //   <= 512 bytes), a completion_window outside [1 s, 7 days], an input_uri
 //   that is not `file://<absolute path>`, an unreadable file or a malformed
 //   JSON Lines file (format of jsonl_batch.h) -> INVALID_ARGUMENT, and no job.
+//   File inputs are read only from under `input_root` (FAILED_PRECONDITION
+//   when it is unset, PERMISSION_DENIED for a path outside it).
 //   Per-item problems (bad token id, prompt too long, unknown model, bad
 //   sampling) are failed results of the running job, as in GenerateBatch.
 //   UNAVAILABLE while the server is not ready.
@@ -112,6 +114,10 @@ struct BatchJobsOptions {
   // How long a cancelled or expired job waits for its in-flight items to
   // acknowledge the cancellation before it gives up on them.
   absl::Duration cancel_grace = absl::Seconds(10);
+  // Directory `file://` inputs must lie in (after resolving symlinks and
+  // ".."); empty = file inputs are refused, so a client cannot make the
+  // server read arbitrary files.
+  std::string input_root;
 };
 
 class BatchJobsService final : public v1::BatchJobs::Service {

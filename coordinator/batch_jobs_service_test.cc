@@ -239,8 +239,9 @@ TEST(BatchJobsServiceTest, ValidationRejectsTheWholeJob) {
   EXPECT_EQ(CreateCode(service, uri), grpc::StatusCode::INVALID_ARGUMENT);
   uri.set_input_uri("file://relative/path.jsonl");
   EXPECT_EQ(CreateCode(service, uri), grpc::StatusCode::INVALID_ARGUMENT);
+  // File inputs are off unless the server names a directory for them.
   uri.set_input_uri("file:///nonexistent/dir/input.jsonl");
-  EXPECT_EQ(CreateCode(service, uri), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(CreateCode(service, uri), grpc::StatusCode::FAILED_PRECONDITION);
   v1::CreateBatchJobRequest label = Request({1});
   (*label.mutable_labels())[""] = "x";
   EXPECT_EQ(CreateCode(service, label), grpc::StatusCode::INVALID_ARGUMENT);
@@ -255,7 +256,8 @@ TEST(BatchJobsServiceTest, ReadsAJsonLinesFile) {
   std::ofstream(path) << "{\"custom_id\": \"a\", \"tokens\": [11, 3]}\n"
                       << "{\"custom_id\": \"b\", \"tokens\": [12, 3], \"max_new_tokens\": 2}\n";
   FakeBackend backend;
-  BatchJobsService service(backend, BatchJobsOptions{});
+  BatchJobsService service(backend,
+                           BatchJobsOptions{.input_root = tmp != nullptr ? tmp : "/tmp"});
   v1::CreateBatchJobRequest request;
   request.set_input_uri("file://" + path);
   const v1::BatchJob created = Create(service, request);
@@ -265,6 +267,15 @@ TEST(BatchJobsServiceTest, ReadsAJsonLinesFile) {
 
   std::ofstream(path) << "{not json\n";
   EXPECT_EQ(CreateCode(service, request), grpc::StatusCode::INVALID_ARGUMENT);
+  // Nothing outside the input root, ".." included.
+  v1::CreateBatchJobRequest outside;
+  outside.set_input_uri("file:///etc/passwd");
+  EXPECT_EQ(CreateCode(service, outside), grpc::StatusCode::PERMISSION_DENIED);
+  outside.set_input_uri("file://" + path + "/../../batch_input.jsonl");
+  EXPECT_EQ(CreateCode(service, outside), grpc::StatusCode::PERMISSION_DENIED);
+  v1::CreateBatchJobRequest missing;
+  missing.set_input_uri("file://" + std::string(tmp != nullptr ? tmp : "/tmp") + "/absent.jsonl");
+  EXPECT_EQ(CreateCode(service, missing), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 TEST(BatchJobsServiceTest, IdempotencyKeyReturnsTheSameJob) {

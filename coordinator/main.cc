@@ -91,6 +91,8 @@ ABSL_FLAG(int64_t, max_queued_prompt_tokens, int64_t{1} << 22,
 ABSL_FLAG(int, batch_jobs_concurrency, 2, "Batch jobs (BatchJobs API) that run at once.");
 ABSL_FLAG(int, batch_job_max_in_flight, 16,
           "Items of one BATCH-priority batch job in the step loop at once.");
+ABSL_FLAG(std::string, batch_input_root, "",
+          "Directory batch jobs may read file:// inputs from (empty: file inputs are off).");
 ABSL_FLAG(int64_t, batch_result_ttl_s, 24 * 3600,
           "How long an ended batch job and its results are kept (in memory).");
 ABSL_FLAG(std::string, input, "",
@@ -278,7 +280,8 @@ int Run(int argc, char** argv) {
       *batch_backend,
       BatchJobsOptions{.max_concurrent_jobs = absl::GetFlag(FLAGS_batch_jobs_concurrency),
                        .batch_max_in_flight = absl::GetFlag(FLAGS_batch_job_max_in_flight),
-                       .result_ttl = absl::Seconds(absl::GetFlag(FLAGS_batch_result_ttl_s))});
+                       .result_ttl = absl::Seconds(absl::GetFlag(FLAGS_batch_result_ttl_s)),
+                       .input_root = absl::GetFlag(FLAGS_batch_input_root)});
   ControlService control(cluster, controller, epoch);
   absl::StatusOr<StartedServer> server =
       StartServer({.address = absl::GetFlag(FLAGS_listen),
