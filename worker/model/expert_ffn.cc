@@ -1,11 +1,11 @@
 #include "worker/model/expert_ffn.h"
 
 #include <algorithm>
-#include <cmath>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "kernels/common/fmath.h"
 
 namespace weir::model {
 
@@ -32,7 +32,8 @@ absl::Status SwigluExpertForward(Ops& ops, const ExpertWeightsF32& expert,
         u = std::clamp(u, -limit, limit);
         g = std::min(g, limit);
       }
-      const float h = (g / (1.0f + std::exp(-g))) * u;
+      // fmath::ExpF gives the same bits on the GPU (kernels/cuda/decode/swiglu.h).
+      const float h = (g / (1.0f + kernels::fmath::ExpF(-g))) * u;
       gate[i] = route_weight.empty() ? h : route_weight[r] * h;
     }
   }
