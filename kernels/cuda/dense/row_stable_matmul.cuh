@@ -17,10 +17,19 @@ namespace weir::kernels::cuda::dense {
 // unchanged (a lane sum that starts at +0 is never -0), so the tail needs no
 // special case. Tiling changes data movement only, never the arithmetic, so
 // every configuration gives the same bits.
+//
+// RowStableMatmulTile is that block's work for the tile whose first row is m0
+// and first column n0, on x [rows, in], w [out, in], y [rows, out] (the
+// caller may pass a row range of a larger x and y); every thread of the block
+// must call it (it synchronizes). RowStableMatmulKernel and the grouped
+// product (grouped_row_stable_matmul.cuh) both run it, so they compute every
+// element with the same operations.
 template <int kThreads, int kRowGroups, int kTm, int kTn, int kBk>
-__global__ void __launch_bounds__(kThreads)
-    RowStableMatmulKernel(const float* __restrict__ x, const float* __restrict__ w,
-                          float* __restrict__ y, int64_t rows, int64_t out, int64_t in) {
+__device__ __forceinline__ void RowStableMatmulTile(const float* __restrict__ x,
+                                                    const float* __restrict__ w,
+                                                    float* __restrict__ y, int64_t rows,
+                                                    int64_t out, int64_t in, int64_t m0,
+                                                    int64_t n0) {
   constexpr int kColGroups = kThreads / 4 / kRowGroups;
   constexpr int kBm = kRowGroups * kTm;
   constexpr int kBn = kColGroups * kTn;
@@ -39,8 +48,6 @@ __global__ void __launch_bounds__(kThreads)
   const int group = t >> 2;
   const int col_group = group % kColGroups;
   const int row_group = group / kColGroups;
-  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kBm;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kBn;
 
   float xr[kXLoads];
   float wr[kWLoads];
@@ -107,6 +114,18 @@ __global__ void __launch_bounds__(kThreads)
       if (lane == 0 && m < rows && n < out) y[m * out + n] = sum;
     }
   }
+}
+
+// Grid (ceil(rows / kBm), ceil(out / kBn)): one RowStableMatmulTile per block.
+template <int kThreads, int kRowGroups, int kTm, int kTn, int kBk>
+__global__ void __launch_bounds__(kThreads)
+    RowStableMatmulKernel(const float* __restrict__ x, const float* __restrict__ w,
+                          float* __restrict__ y, int64_t rows, int64_t out, int64_t in) {
+  constexpr int kBm = kRowGroups * kTm;
+  constexpr int kBn = kThreads / 4 / kRowGroups * kTn;
+  RowStableMatmulTile<kThreads, kRowGroups, kTm, kTn, kBk>(
+      x, w, y, rows, out, in, static_cast<int64_t>(blockIdx.x) * kBm,
+      static_cast<int64_t>(blockIdx.y) * kBn);
 }
 
 // The many-rows variant: a thread owns all four lanes of a 4 x 4 block of

@@ -1,0 +1,106 @@
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/dense/fake_quant.h"
+#include "kernels/cuda/dense/grouped_row_stable_matmul.cuh"
+#include "kernels/cuda/dense/grouped_row_stable_matmul.h"
+#include "kernels/cuda/launch_status.h"
+
+namespace weir::kernels::cuda::dense {
+namespace {
+
+constexpr int64_t kMaxDim = int64_t{1} << 31;
+constexpr int64_t kMaxGridYZ = 65535;
+// Grid y (column tiles of 32 at the narrowest) is limited to 65535.
+constexpr int64_t kMaxOut = kMaxGridYZ * 32;
+// Tile choice by mean group size, as RowStableMatmul chooses by rows (the
+// 64 x 64 register tile of its many-rows path is not used here).
+constexpr int64_t kSmallRows = 4;
+constexpr int64_t kMediumRows = 16;
+
+// True when [a, a + a_floats) and [b, b + b_floats) share a byte.
+bool Overlap(const float* a, int64_t a_floats, const float* b, int64_t b_floats) {
+  if (a == nullptr || b == nullptr) return false;
+  const auto a0 = reinterpret_cast<uintptr_t>(a);
+  const auto b0 = reinterpret_cast<uintptr_t>(b);
+  const auto a1 = a0 + static_cast<uintptr_t>(a_floats) * sizeof(float);
+  const auto b1 = b0 + static_cast<uintptr_t>(b_floats) * sizeof(float);
+  return a0 < b1 && b0 < a1;
+}
+
+absl::Status Check(const GroupedMatmulParams& p) {
+  if (p.rows <= 0 || p.out <= 0 || p.in <= 0 || p.rows >= kMaxDim || p.out >= kMaxDim ||
+      p.in >= kMaxDim || p.num_groups <= 0 || p.num_groups > kMaxGridYZ ||
+      p.max_group_rows < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RowStableGroupedMatmul: bad shape rows ", p.rows, " out ", p.out, " in ",
+                     p.in, " num_groups ", p.num_groups, " max_group_rows ", p.max_group_rows));
+  }
+  if (p.out > kMaxOut) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RowStableGroupedMatmul: out ", p.out, " too large for the launch grid"));
+  }
+  if (p.x == nullptr || p.group_offsets == nullptr || p.w == nullptr || p.y == nullptr) {
+    return absl::InvalidArgumentError("RowStableGroupedMatmul: null x, group_offsets, w or y");
+  }
+  if (p.fp8_activation && (p.in % 32 != 0 || p.act_scratch == nullptr)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RowStableGroupedMatmul: the FP8 activation needs in (", p.in,
+                     ") a multiple of 32 and act_scratch"));
+  }
+  const int64_t y_floats = p.rows * p.out;
+  const int64_t x_floats = p.rows * p.in;
+  const float* scratch = p.fp8_activation ? p.act_scratch : nullptr;
+  if (Overlap(p.y, y_floats, p.x, x_floats) || Overlap(p.y, y_floats, scratch, x_floats) ||
+      Overlap(scratch, x_floats, p.x, x_floats)) {
+    return absl::InvalidArgumentError(
+        "RowStableGroupedMatmul: y, x and act_scratch must not overlap");
+  }
+  return absl::OkStatus();
+}
+
+template <int kThreads, int kRowGroups, int kTm, int kTn, int kBk>
+void Launch(const float* x, const GroupedMatmulParams& p, int64_t grid_rows,
+            cudaStream_t stream) {
+  constexpr int kBm = kRowGroups * kTm;
+  constexpr int kBn = kThreads / 4 / kRowGroups * kTn;
+  const dim3 grid(static_cast<unsigned>((grid_rows + kBm - 1) / kBm),
+                  static_cast<unsigned>((p.out + kBn - 1) / kBn),
+                  static_cast<unsigned>(p.num_groups));
+  RowStableGroupedMatmulKernel<kThreads, kRowGroups, kTm, kTn, kBk>
+      <<<grid, kThreads, 0, stream>>>(x, p.group_offsets, p.w, p.y, p.rows, p.out, p.in);
+}
+
+}  // namespace
+
+bool SupportsRowStableGroupedMatmul(const GroupedMatmulParams& p) { return Check(p).ok(); }
+
+absl::Status RowStableGroupedMatmul(const GroupedMatmulParams& p, cudaStream_t stream) {
+  if (absl::Status s = Check(p); !s.ok()) return s;
+  const float* x = p.x;
+  if (p.fp8_activation) {
+    if (absl::Status s = FakeQuant({.x = p.x, .out = p.act_scratch, .n = p.rows * p.in,
+                                    .format = FakeQuantFormat::kFp8},
+                                   stream);
+        !s.ok()) {
+      return s;
+    }
+    x = p.act_scratch;
+  }
+  // Row tiles a group may need: its size is at most rows and at most the hint.
+  const int64_t grid_rows = p.max_group_rows > 0 ? std::min(p.rows, p.max_group_rows) : p.rows;
+  const int64_t mean_rows = std::min(grid_rows, (p.rows + p.num_groups - 1) / p.num_groups);
+  if (mean_rows <= kSmallRows) {
+    Launch<128, 1, 4, 1, 128>(x, p, grid_rows, stream);
+  } else if (mean_rows <= kMediumRows) {
+    Launch<128, 1, 8, 1, 128>(x, p, grid_rows, stream);
+  } else {
+    Launch<256, 4, 4, 4, 32>(x, p, grid_rows, stream);
+  }
+  return LaunchStatus("RowStableGroupedMatmul");
+}
+
+}  // namespace weir::kernels::cuda::dense

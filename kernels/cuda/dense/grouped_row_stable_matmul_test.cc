@@ -1,0 +1,298 @@
+#include "kernels/cuda/dense/grouped_row_stable_matmul.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cuda/dense/row_stable_matmul.h"
+#include "kernels/cuda/dense/test_util.h"
+
+namespace weir::kernels::cuda::dense {
+namespace {
+
+// What y holds before the call (not NaN, so NaN rows are told apart): rows
+// past the last group must still hold it afterwards.
+constexpr int kUntouchedByte = 0x7B;
+
+float UntouchedValue() {
+  uint32_t bits = 0x7B7B7B7Bu;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+std::vector<float> Random(int64_t n, std::mt19937& rng, float stddev) {
+  std::normal_distribution<float> normal(0.0f, stddev);
+  std::vector<float> v(n);
+  for (float& f : v) f = normal(rng);
+  return v;
+}
+
+struct Case {
+  const char* name;
+  std::vector<int64_t> sizes;  // rows per group
+  int64_t slack;               // rows of the bound past the last group
+  int64_t out, in;
+  std::vector<int> null_groups;  // groups whose weight pointer is null
+  int64_t max_group_rows = 0;
+};
+
+// RowStableMatmul of `rows` rows of x against w, on the GPU (the reference
+// the grouped product must equal bit for bit).
+std::vector<float> Reference(const float* x, int64_t rows, const std::vector<float>& w,
+                             int64_t out, int64_t in, bool fp8) {
+  std::vector<float> xs(x, x + rows * in);
+  DeviceBuffer<float> dx(xs), dw(w), dy(rows * out), scratch(rows * in);
+  if (!dx.ok() || !dw.ok() || !dy.ok() || !scratch.ok()) return {};
+  dy.Poison(0xFF);
+  const absl::Status status =
+      RowStableMatmul({.x = dx.get(), .w = dw.get(), .y = dy.get(), .rows = rows, .out = out,
+                       .in = in, .fp8_activation = fp8, .act_scratch = scratch.get()},
+                      nullptr);
+  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  return dy.ToHost();
+}
+
+void RunCase(const Case& c, bool fp8, uint32_t seed) {
+  SCOPED_TRACE(::testing::Message() << c.name << " fp8 " << fp8);
+  const int num_groups = static_cast<int>(c.sizes.size());
+  std::vector<int64_t> offsets(num_groups + 1, 0);
+  std::partial_sum(c.sizes.begin(), c.sizes.end(), offsets.begin() + 1);
+  const int64_t used = offsets.back();
+  const int64_t rows = used + c.slack;
+  std::mt19937 rng(seed);
+  const std::vector<float> x = Random(rows * c.in, rng, 1.0f);
+  std::vector<std::vector<float>> w(num_groups);
+  std::vector<std::unique_ptr<DeviceBuffer<float>>> dw(num_groups);
+  std::vector<const float*> w_ptrs(num_groups, nullptr);
+  for (int g = 0; g < num_groups; ++g) {
+    w[g] = Random(c.out * c.in, rng, 0.05f);
+    if (std::find(c.null_groups.begin(), c.null_groups.end(), g) != c.null_groups.end()) {
+      continue;
+    }
+    dw[g] = std::make_unique<DeviceBuffer<float>>(w[g]);
+    ASSERT_TRUE(dw[g]->ok());
+    w_ptrs[g] = dw[g]->get();
+  }
+  DeviceBuffer<float> dx(x), dy(rows * c.out), scratch(rows * c.in);
+  DeviceBuffer<int64_t> doffsets(offsets);
+  DeviceBuffer<const float*> dptrs(w_ptrs);
+  ASSERT_TRUE(dx.ok() && dy.ok() && scratch.ok() && doffsets.ok() && dptrs.ok());
+  dy.Poison(kUntouchedByte);
+  const GroupedMatmulParams params{
+      .x = dx.get(), .group_offsets = doffsets.get(), .w = dptrs.get(), .y = dy.get(),
+      .rows = rows, .out = c.out, .in = c.in, .num_groups = num_groups, .fp8_activation = fp8,
+      .act_scratch = scratch.get(), .max_group_rows = c.max_group_rows};
+  ASSERT_TRUE(SupportsRowStableGroupedMatmul(params));
+  const absl::Status status = RowStableGroupedMatmul(params, nullptr);
+  ASSERT_TRUE(status.ok()) << status;
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<float> y = dy.ToHost();
+
+  int64_t mismatches = 0, nan_rows = 0, compared = 0;
+  for (int g = 0; g < num_groups; ++g) {
+    if (c.sizes[g] == 0) continue;
+    const std::vector<float> got(y.begin() + offsets[g] * c.out,
+                                 y.begin() + offsets[g + 1] * c.out);
+    if (w_ptrs[g] == nullptr) {
+      int64_t not_nan = 0;
+      for (float v : got) not_nan += !std::isnan(v);
+      EXPECT_EQ(not_nan, 0) << "group " << g << " has a null weight: its rows must be NaN";
+      nan_rows += c.sizes[g];
+      continue;
+    }
+    const std::vector<float> want =
+        Reference(x.data() + offsets[g] * c.in, c.sizes[g], w[g], c.out, c.in, fp8);
+    int64_t first = -1;
+    const int64_t bad = BitMismatches(got, want, &first);
+    EXPECT_EQ(bad, 0) << "group " << g << " (" << c.sizes[g] << " rows from " << offsets[g]
+                      << "): first mismatch at row " << first / c.out << " col "
+                      << first % c.out << ": got " << (first >= 0 ? got[first] : 0.0f)
+                      << " want " << (first >= 0 ? want[first] : 0.0f);
+    mismatches += bad;
+    compared += static_cast<int64_t>(got.size());
+  }
+  int64_t touched = 0;
+  const float untouched = UntouchedValue();
+  for (int64_t i = used * c.out; i < rows * c.out; ++i) {
+    touched += std::memcmp(&y[i], &untouched, sizeof(float)) != 0;
+  }
+  EXPECT_EQ(touched, 0) << "rows past offsets[num_groups] must not be written";
+  std::printf("%-28s fp8 %d: groups %d rows %lld/%lld out %lld in %lld: %lld values compared, "
+              "%lld bit mismatches, %lld NaN rows (null weights), %lld written past the end\n",
+              c.name, fp8, num_groups, static_cast<long long>(used),
+              static_cast<long long>(rows), static_cast<long long>(c.out),
+              static_cast<long long>(c.in), static_cast<long long>(compared),
+              static_cast<long long>(mismatches), static_cast<long long>(nan_rows),
+              static_cast<long long>(touched));
+}
+
+// `count` group sizes drawn from {0, 1, ..., max}, with an empty and a 1-row
+// group at fixed places.
+std::vector<int64_t> RandomSizes(int count, int64_t max, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int64_t> pick(0, max);
+  std::vector<int64_t> sizes(count);
+  for (int64_t& s : sizes) s = pick(rng);
+  if (count > 2) {
+    sizes[1] = 0;
+    sizes[2] = 1;
+  }
+  return sizes;
+}
+
+TEST(RowStableGroupedMatmulCudaTest, EachGroupIsBitIdenticalToRowStableMatmulOfItsRows) {
+  const Case cases[] = {
+      {"one group", {5}, 0, 70, 256},
+      {"one group of one row", {1}, 3, 33, 64},
+      {"64 groups, decode-like", RandomSizes(64, 4, 7), 9, 96, 128},
+      {"64 groups, empty and 1-row", RandomSizes(64, 1, 8), 0, 65, 96},
+      {"8 groups, medium tiles", RandomSizes(8, 24, 9), 5, 70, 256},
+      {"2 groups, large tiles", {150, 37}, 2, 129, 96},
+      {"K tail (in 37)", {3, 0, 17, 1}, 4, 33, 37},
+      {"first and last empty", {0, 6, 2, 0}, 1, 40, 64},
+      {"null weights", {4, 3, 0, 2}, 2, 50, 64, {1, 2}},
+      // A hint smaller than the largest group only narrows the grid: blocks
+      // loop over the group's remaining row tiles.
+      {"hint below the largest group", {150, 3, 40}, 0, 64, 64, {}, 8},
+      {"exact hint", RandomSizes(16, 6, 10), 3, 64, 160, {}, 6},
+  };
+  uint32_t seed = 100;
+  for (const Case& c : cases) {
+    for (bool fp8 : {false, true}) {
+      if (fp8 && c.in % 32 != 0) continue;
+      RunCase(c, fp8, seed++);
+    }
+  }
+}
+
+// The decode step captures the launch in a CUDA graph once and replays it with
+// new group sizes written to the device: each replay must use the sizes of
+// its time.
+TEST(RowStableGroupedMatmulCudaTest, AGraphReplayFollowsTheOffsetsOnTheDevice) {
+  constexpr int kGroups = 6;
+  constexpr int64_t kRows = 24, kOut = 48, kIn = 64;
+  std::mt19937 rng(5);
+  const std::vector<float> x = Random(kRows * kIn, rng, 1.0f);
+  std::vector<std::vector<float>> w(kGroups);
+  std::vector<std::unique_ptr<DeviceBuffer<float>>> dw(kGroups);
+  std::vector<const float*> w_ptrs(kGroups);
+  for (int g = 0; g < kGroups; ++g) {
+    w[g] = Random(kOut * kIn, rng, 0.05f);
+    dw[g] = std::make_unique<DeviceBuffer<float>>(w[g]);
+    ASSERT_TRUE(dw[g]->ok());
+    w_ptrs[g] = dw[g]->get();
+  }
+  DeviceBuffer<float> dx(x), dy(kRows * kOut), scratch(kRows * kIn);
+  DeviceBuffer<int64_t> doffsets(kGroups + 1);
+  DeviceBuffer<const float*> dptrs(w_ptrs);
+  ASSERT_TRUE(dx.ok() && dy.ok() && scratch.ok() && doffsets.ok() && dptrs.ok());
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  const absl::Status status = RowStableGroupedMatmul(
+      {.x = dx.get(), .group_offsets = doffsets.get(), .w = dptrs.get(), .y = dy.get(),
+       .rows = kRows, .out = kOut, .in = kIn, .num_groups = kGroups, .fp8_activation = true,
+       .act_scratch = scratch.get()},
+      stream);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_TRUE(status.ok()) << status;
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  const std::vector<std::vector<int64_t>> size_sets = {
+      {4, 4, 4, 4, 4, 4}, {0, 24, 0, 0, 0, 0}, {1, 0, 7, 2, 0, 3}, {0, 0, 0, 0, 0, 1}};
+  for (const std::vector<int64_t>& sizes : size_sets) {
+    std::vector<int64_t> offsets(kGroups + 1, 0);
+    std::partial_sum(sizes.begin(), sizes.end(), offsets.begin() + 1);
+    ASSERT_EQ(cudaMemcpy(doffsets.get(), offsets.data(), offsets.size() * sizeof(int64_t),
+                         cudaMemcpyHostToDevice),
+              cudaSuccess);
+    dy.Poison(kUntouchedByte);
+    // The copy and the memset ran on the legacy stream, which a non-blocking
+    // stream does not wait for.
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    const std::vector<float> y = dy.ToHost();
+    int64_t mismatches = 0;
+    for (int g = 0; g < kGroups; ++g) {
+      if (sizes[g] == 0) continue;
+      const std::vector<float> want =
+          Reference(x.data() + offsets[g] * kIn, sizes[g], w[g], kOut, kIn, true);
+      const std::vector<float> got(y.begin() + offsets[g] * kOut,
+                                   y.begin() + offsets[g + 1] * kOut);
+      int64_t first = -1;
+      mismatches += BitMismatches(got, want, &first);
+    }
+    const float untouched = UntouchedValue();
+    int64_t touched = 0;
+    for (int64_t i = offsets.back() * kOut; i < kRows * kOut; ++i) {
+      touched += std::memcmp(&y[i], &untouched, sizeof(float)) != 0;
+    }
+    EXPECT_EQ(mismatches, 0) << "replay with " << offsets.back() << " rows in use";
+    EXPECT_EQ(touched, 0) << "replay with " << offsets.back() << " rows in use";
+    std::printf("graph replay, %lld rows in use: %lld bit mismatches\n",
+                static_cast<long long>(offsets.back()), static_cast<long long>(mismatches));
+  }
+  EXPECT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+  EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+}
+
+TEST(RowStableGroupedMatmulCudaTest, RefusesBadArguments) {
+  DeviceBuffer<float> a(64 * 64), b(64 * 64), c(64 * 64);
+  DeviceBuffer<int64_t> offsets(3);
+  DeviceBuffer<const float*> ptrs(2);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok() && offsets.ok() && ptrs.ok());
+  const GroupedMatmulParams good{.x = a.get(), .group_offsets = offsets.get(), .w = ptrs.get(),
+                                 .y = b.get(), .rows = 4, .out = 8, .in = 64, .num_groups = 2,
+                                 .fp8_activation = true, .act_scratch = c.get()};
+  EXPECT_TRUE(SupportsRowStableGroupedMatmul(good));
+  auto code = [](const GroupedMatmulParams& p) {
+    return RowStableGroupedMatmul(p, nullptr).code();
+  };
+  std::vector<std::pair<const char*, GroupedMatmulParams>> bad;
+  auto with = [&](const char* what, auto change) {
+    GroupedMatmulParams p = good;
+    change(p);
+    bad.emplace_back(what, p);
+  };
+  with("rows 0", [](auto& p) { p.rows = 0; });
+  with("out 0", [](auto& p) { p.out = 0; });
+  with("in -1", [](auto& p) { p.in = -1; });
+  with("no groups", [](auto& p) { p.num_groups = 0; });
+  with("too many groups for grid z", [](auto& p) { p.num_groups = 65536; });
+  with("out past the grid", [](auto& p) { p.out = int64_t{65535} * 32 + 1; });
+  with("negative hint", [](auto& p) { p.max_group_rows = -1; });
+  with("null x", [](auto& p) { p.x = nullptr; });
+  with("null offsets", [](auto& p) { p.group_offsets = nullptr; });
+  with("null weight array", [](auto& p) { p.w = nullptr; });
+  with("null y", [](auto& p) { p.y = nullptr; });
+  with("FP8 with in 48", [](auto& p) { p.in = 48; });
+  with("FP8 without scratch", [](auto& p) { p.act_scratch = nullptr; });
+  with("y overlaps x", [&](auto& p) { p.y = a.get() + 10; });
+  with("scratch overlaps y", [&](auto& p) { p.act_scratch = b.get() + 1; });
+  for (const auto& [what, p] : bad) {
+    EXPECT_FALSE(SupportsRowStableGroupedMatmul(p)) << what;
+    EXPECT_EQ(code(p), absl::StatusCode::kInvalidArgument) << what;
+  }
+  GroupedMatmulParams no_fp8 = good;  // without FP8 the scratch is not needed
+  no_fp8.fp8_activation = false;
+  no_fp8.act_scratch = nullptr;
+  no_fp8.in = 37;
+  EXPECT_TRUE(SupportsRowStableGroupedMatmul(no_fp8));
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // nothing was launched
+}
+
+}  // namespace
+}  // namespace weir::kernels::cuda::dense
