@@ -6,11 +6,13 @@
 
 namespace weir::kernels::cuda {
 
-// One thread per (token, head, pair).
+// One thread per (token, head, pair). cos_sin_rows > 0 selects the
+// by-position table: row positions[token], NaN outside [0, cos_sin_rows).
 __global__ void RopeKernel(float* x, const int64_t* __restrict__ positions,
                            const float* __restrict__ freqs,
-                           const float* __restrict__ cos_sin, int64_t num_pairs_total,
-                           int num_heads, int head_dim, int rope_dim, bool inverse) {
+                           const float* __restrict__ cos_sin, int64_t cos_sin_rows,
+                           int64_t num_pairs_total, int num_heads, int head_dim, int rope_dim,
+                           bool inverse) {
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= num_pairs_total) return;
   const int half = rope_dim / 2;
@@ -18,7 +20,15 @@ __global__ void RopeKernel(float* x, const int64_t* __restrict__ positions,
   const int64_t vec = idx / half;  // token * num_heads + head
   const int64_t token = vec / num_heads;
   float c, s;
-  if (cos_sin != nullptr) {  // the CPU's values
+  if (cos_sin != nullptr && cos_sin_rows > 0) {  // the CPU's values, by position
+    const int64_t row = positions[token];
+    if (row >= 0 && row < cos_sin_rows) {
+      c = cos_sin[(row * half + pair) * 2];
+      s = cos_sin[(row * half + pair) * 2 + 1];
+    } else {
+      c = s = __int_as_float(0x7fffffff);
+    }
+  } else if (cos_sin != nullptr) {  // the CPU's values, by token
     c = cos_sin[(token * half + pair) * 2];
     s = cos_sin[(token * half + pair) * 2 + 1];
   } else {
