@@ -1,0 +1,70 @@
+// kernels/cuda/decode/compressor_decode.h
+//
+// CompressorDecode: the KV compressor of kv-source layers (spec §4.3.1;
+// kernels/cpu/compressor.h, kernels/cuda/attention/compressor_pool.h) for a
+// batched DECODE step, where every row is one token of a different sequence
+// at its own position. Each sequence keeps its partial group in a slot of a
+// state pool; slot s's block [ratio, dim] has the layout of the `kv_state` /
+// `score_state` of CompressorPool (entry p % ratio holds the latest token of
+// that residue class), so a prefill by CompressorPool on the block and decode
+// steps here continue each other.
+//
+// For each row t with slot s = state_slot[t] and position p = positions[t]:
+//   1. kv_state[s, p % ratio, :] = kv[t, :]; score_state[s, p % ratio, :] = score[t, :]
+//   2. if (p + 1) % ratio == 0 (the token completes group p / ratio):
+//        out[t, c] = sum_i kv_i[c] * (exp(score_i[c] - max) / sum_j exp(score_j[c] - max))
+//      over the group's entries i = 0 .. ratio-1 (position p + 1 - ratio + i), else
+//      out[t, :] = +0.
+// Step 2 uses exactly the arithmetic of the CPU kernel and of
+// CompressorPoolKernel (max with std::max's comparison, then the exp sum,
+// then the weighted sum, i ascending, fmath::ExpF, each step one fp32 IEEE
+// operation, no FMA): latents and state are bit-identical to running
+// cpu::CompressorPool (or cuda::CompressorPool) on the sequence token by token.
+//
+// Padding rows: a row with state_slot < 0, positions < 0, or (when slots > 0)
+// state_slot >= slots touches no state and gets out[t, :] = +0, so a captured
+// graph can run a fixed batch with unused rows.
+//
+// Thread safety: stateless; safe from any thread.
+
+#ifndef WEIR_KERNELS_CUDA_DECODE_COMPRESSOR_DECODE_H_
+#define WEIR_KERNELS_CUDA_DECODE_COMPRESSOR_DECODE_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace weir::kernels::cuda::decode {
+
+struct CompressorDecodeParams {
+  const float* kv = nullptr;     // device [rows, dim] this token's compressor kv projection
+  const float* score = nullptr;  // device [rows, dim] this token's gate projection
+  // device pool [slots, ratio, dim]: slot s's partial group, entry s * ratio + (pos % ratio)
+  float* kv_state = nullptr;
+  float* score_state = nullptr;          // device pool [slots, ratio, dim]
+  const int32_t* state_slot = nullptr;   // device [rows] the state block row t uses
+  const int64_t* positions = nullptr;    // device [rows] the token's position
+  float* out = nullptr;                  // device [rows, dim]: pooled latent or zeros
+  int64_t rows = 0, dim = 0;
+  int ratio = 2;           // >= 2 (ratio 1 needs no pooling)
+  int64_t slots = 0;       // pool size, to bound state_slot; 0 = unchecked (trusted)
+};
+
+// Returns true if CompressorDecode handles `p`: rows >= 0 (at most 2^31 - 1),
+// dim >= 0, ratio >= 2, slots >= 0 and, when rows * dim > 0, every pointer
+// non-null.
+bool SupportsCompressorDecode(const CompressorDecodeParams& p);
+
+// Enqueues the store and pooling on `stream` (one kernel, one thread per
+// (row, channel) doing both for its channel: race-free). Returns
+// INVALID_ARGUMENT when SupportsCompressorDecode is false; INTERNAL with the
+// CUDA error if the launch fails. rows * dim == 0 enqueues nothing.
+// REQUIRES: no two non-padding rows use the same slot; with slots == 0 every
+// state_slot < the pool's slot count; out overlaps no other buffer.
+absl::Status CompressorDecode(const CompressorDecodeParams& p, cudaStream_t stream);
+
+}  // namespace weir::kernels::cuda::decode
+
+#endif  // WEIR_KERNELS_CUDA_DECODE_COMPRESSOR_DECODE_H_

@@ -1,0 +1,88 @@
+// kernels/cuda/decode/rows.cuh — device code of the row glue in rows.h. No
+// host dependencies.
+#ifndef WEIR_KERNELS_CUDA_DECODE_ROWS_CUH_
+#define WEIR_KERNELS_CUDA_DECODE_ROWS_CUH_
+
+#include <cstdint>
+
+#include "kernels/cuda/decode/bf16.cuh"
+
+namespace weir::kernels::cuda::decode {
+
+// Blocks stride over tokens; the threads of a block read each embedding
+// channel once and write it to every stream.
+__global__ void EmbedStreamsKernel(const float* __restrict__ embed,
+                                   const int64_t* __restrict__ tokens, float* __restrict__ out,
+                                   int32_t* bad_count, int64_t n_tokens, int64_t vocab,
+                                   int64_t dim, int copies) {
+  for (int64_t t = blockIdx.x; t < n_tokens; t += gridDim.x) {
+    const int64_t id = tokens[t];
+    const bool ok = id >= 0 && id < vocab;
+    if (!ok && bad_count != nullptr && threadIdx.x == 0) atomicAdd(bad_count, 1);
+    float* dst = out + t * copies * dim;  // [copies, dim]
+    for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) {
+      const float v = ok ? embed[id * dim + c] : __uint_as_float(0x7FC00000u);
+      for (int k = 0; k < copies; ++k) dst[k * dim + c] = v;
+    }
+  }
+}
+
+__global__ void RoundBf16Kernel(float* x, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    x[i] = RoundBf16Value(x[i]);
+  }
+}
+
+// Blocks stride over the row list; the threads of a block copy one row.
+// Strides are already resolved (non-zero).
+__global__ void CopyRowsKernel(const float* __restrict__ src, float* __restrict__ dst,
+                               const int32_t* __restrict__ src_rows,
+                               const int32_t* __restrict__ dst_rows, int64_t rows, int64_t width,
+                               int64_t src_stride, int64_t dst_stride, int64_t src_capacity,
+                               int64_t dst_capacity) {
+  for (int64_t i = blockIdx.x; i < rows; i += gridDim.x) {
+    const int64_t s = src_rows != nullptr ? src_rows[i] : i;
+    const int64_t d = dst_rows != nullptr ? dst_rows[i] : i;
+    if (d < 0 || (dst_capacity > 0 && d >= dst_capacity)) continue;
+    const bool zero = s < 0 || (src_capacity > 0 && s >= src_capacity);
+    float* out = dst + d * dst_stride;
+    const float* in = src + (zero ? 0 : s) * src_stride;
+    for (int64_t c = threadIdx.x; c < width; c += blockDim.x) out[c] = zero ? 0.0f : in[c];
+  }
+}
+
+// Grid-stride over dst elements [b, a, width].
+__global__ void SwapAxesKernel(const float* __restrict__ src, float* __restrict__ dst, int64_t a,
+                               int64_t b, int64_t width) {
+  const int64_t n = a * b * width;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
+       e += stride) {
+    const int64_t c = e % width, q = e / width;
+    const int64_t i = q % a, j = q / a;
+    dst[e] = src[(i * b + j) * width + c];
+  }
+}
+
+// Grid-stride over (token, channel); each thread runs the CPU's loop for its
+// channel: fp32 adds k ascending from +0, then one divide. No FMA involved.
+__global__ void StreamMeanKernel(const float* __restrict__ x, float* __restrict__ out,
+                                 int64_t tokens, int64_t dim, int copies, int64_t out_stride) {
+  const int64_t n = tokens * dim;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const float divisor = static_cast<float>(copies);
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
+       e += stride) {
+    const int64_t t = e / dim, c = e % dim;
+    const float* xt = x + t * copies * dim + c;
+    float sum = 0.0f;
+    for (int k = 0; k < copies; ++k) sum = __fadd_rn(sum, xt[k * dim]);
+    out[t * out_stride + c] = __fdiv_rn(sum, divisor);
+  }
+}
+
+}  // namespace weir::kernels::cuda::decode
+
+#endif  // WEIR_KERNELS_CUDA_DECODE_ROWS_CUH_

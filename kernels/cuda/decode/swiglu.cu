@@ -1,0 +1,37 @@
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "kernels/cuda/decode/launch_util.h"
+#include "kernels/cuda/decode/swiglu.cuh"
+#include "kernels/cuda/decode/swiglu.h"
+#include "kernels/cuda/launch_status.h"
+
+namespace weir::kernels::cuda::decode {
+
+bool SupportsSwiglu(const SwigluParams& p) {
+  int64_t n = 0;
+  if (p.rows < 0 || p.inter < 0 || !internal::CheckedProduct({p.rows, p.inter}, &n)) return false;
+  return n == 0 || (p.gate != nullptr && p.up != nullptr && p.out != nullptr);
+}
+
+absl::Status Swiglu(const SwigluParams& p, cudaStream_t stream) {
+  if (!SupportsSwiglu(p)) {
+    return absl::InvalidArgumentError(
+        "Swiglu: needs rows, inter >= 0 and gate, up, out when there is output; got rows " +
+        std::to_string(p.rows) + " inter " + std::to_string(p.inter));
+  }
+  const int64_t n = p.rows * p.inter;
+  if (n == 0) return absl::OkStatus();
+  const unsigned blocks = internal::BlocksFor(n);
+  if (p.round_bf16) {
+    SwigluKernel<true><<<blocks, internal::kThreads, 0, stream>>>(
+        p.gate, p.up, p.route_weight, p.out, p.rows, p.inter, p.limit);
+  } else {
+    SwigluKernel<false><<<blocks, internal::kThreads, 0, stream>>>(
+        p.gate, p.up, p.route_weight, p.out, p.rows, p.inter, p.limit);
+  }
+  return LaunchStatus("Swiglu");
+}
+
+}  // namespace weir::kernels::cuda::decode

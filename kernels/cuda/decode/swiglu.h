@@ -1,0 +1,51 @@
+// kernels/cuda/decode/swiglu.h
+//
+// Swiglu: the SwiGLU activation of worker/model/expert_ffn.cc
+// SwigluExpertForward (between the w1/w3 and the w2 products) as one
+// element-wise kernel. For each element (row r, column i):
+//   g = gate[r, i], u = up[r, i];  if round_bf16: g = bf16(g), u = bf16(u)
+//   if limit > 0: u = clamp(u, -limit, limit); g = min(g, limit)
+//   h = (g / (1 + ExpF(-g))) * u;  out = route_weight ? route_weight[r] * h : h
+//   if round_bf16: out = bf16(out)
+// with clamp and min as std::clamp / std::min (NaN passes through), ExpF from
+// kernels/common/fmath.h, bf16 round-to-nearest-even as
+// kernels/common/numeric_formats.h, and every other step one fp32 IEEE
+// operation in that order (no fused multiply-add): bit-identical to the CPU
+// loop (whose ops.RoundBf16 calls are the round_bf16 steps).
+//
+// Thread safety: stateless; safe from any thread.
+
+#ifndef WEIR_KERNELS_CUDA_DECODE_SWIGLU_H_
+#define WEIR_KERNELS_CUDA_DECODE_SWIGLU_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace weir::kernels::cuda::decode {
+
+struct SwigluParams {
+  const float* gate = nullptr;          // device [rows, inter]
+  const float* up = nullptr;            // device [rows, inter]
+  const float* route_weight = nullptr;  // device [rows] or null (no weighting)
+  float* out = nullptr;                 // device [rows, inter]; may alias gate or up exactly
+  int64_t rows = 0, inter = 0;
+  float limit = 0.0f;  // > 0 enables the clamp; 0, negative or NaN disables it
+  bool round_bf16 = false;
+};
+
+// Returns true if Swiglu handles `p`: rows, inter >= 0 and, when rows * inter
+// > 0, non-null gate, up and out.
+bool SupportsSwiglu(const SwigluParams& p);
+
+// Enqueues the activation on `stream` (one thread per element). Returns
+// INVALID_ARGUMENT when SupportsSwiglu is false; INTERNAL with the CUDA error
+// if the launch fails. rows * inter == 0 enqueues nothing.
+// REQUIRES: out either equals gate or up, or overlaps neither.
+absl::Status Swiglu(const SwigluParams& p, cudaStream_t stream);
+
+}  // namespace weir::kernels::cuda::decode
+
+#endif  // WEIR_KERNELS_CUDA_DECODE_SWIGLU_H_

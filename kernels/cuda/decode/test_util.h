@@ -1,0 +1,129 @@
+// kernels/cuda/decode/test_util.h — device buffers and exact comparisons for
+// the GPU-vs-CPU tests of this package (testonly).
+//
+// Thread safety: DeviceBuffer is not thread-safe; the functions are pure.
+
+#ifndef WEIR_KERNELS_CUDA_DECODE_TEST_UTIL_H_
+#define WEIR_KERNELS_CUDA_DECODE_TEST_UTIL_H_
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace weir::kernels::cuda::decode::testing {
+
+// A cudaMalloc'ed array of T, freed on destruction. CUDA failures fail the
+// current test (ADD_FAILURE) and leave the buffer null.
+template <typename T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t n) : n_(n) {
+    if (n == 0) return;
+    if (cudaError_t e = cudaMalloc(&ptr_, n * sizeof(T)); e != cudaSuccess) {
+      ADD_FAILURE() << "cudaMalloc " << n * sizeof(T) << ": " << cudaGetErrorString(e);
+      ptr_ = nullptr;
+    }
+  }
+  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { Upload(host); }
+  ~DeviceBuffer() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  T* get() const { return ptr_; }
+  size_t size() const { return n_; }
+
+  void Upload(const std::vector<T>& host) {
+    ASSERT_EQ(host.size(), n_);
+    if (n_ == 0 || ptr_ == nullptr) return;
+    ASSERT_EQ(cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  // Fills every byte with `byte` (0xFF: NaN for floats, -1 for integers).
+  void Poison(int byte = 0xFF) {
+    if (n_ > 0 && ptr_ != nullptr) {
+      ASSERT_EQ(cudaMemset(ptr_, byte, n_ * sizeof(T)), cudaSuccess);
+    }
+  }
+  // Waits for the device (so kernel errors surface here) and copies back.
+  std::vector<T> Download() const {
+    std::vector<T> host(n_);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError());
+    if (n_ > 0 && ptr_ != nullptr) {
+      EXPECT_EQ(cudaMemcpy(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost),
+                cudaSuccess);
+    }
+    return host;
+  }
+
+ private:
+  size_t n_ = 0;
+  T* ptr_ = nullptr;
+};
+
+inline uint32_t Bits(float v) {
+  uint32_t b;
+  std::memcpy(&b, &v, sizeof(b));
+  return b;
+}
+
+inline float FromBits(uint32_t b) {
+  float v;
+  std::memcpy(&v, &b, sizeof(v));
+  return v;
+}
+
+// Succeeds if `got` and `want` have the same size and identical bits
+// everywhere (NaN payloads included); otherwise names the mismatch count and
+// the first few offending elements, plus the max abs error over finite pairs.
+inline ::testing::AssertionResult SameBits(const std::vector<float>& got,
+                                           const std::vector<float>& want) {
+  if (got.size() != want.size()) {
+    return ::testing::AssertionFailure() << "sizes " << got.size() << " vs " << want.size();
+  }
+  int64_t mismatches = 0;
+  double max_abs = 0;
+  std::ostringstream first;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (Bits(got[i]) == Bits(want[i])) continue;
+    if (std::isfinite(got[i]) && std::isfinite(want[i])) {
+      max_abs = std::fmax(max_abs, std::fabs(double(got[i]) - double(want[i])));
+    }
+    if (mismatches++ < 5) {
+      first << "\n  [" << i << "] got " << got[i] << " (0x" << std::hex << Bits(got[i])
+            << ") want " << want[i] << " (0x" << Bits(want[i]) << std::dec << ")";
+    }
+  }
+  if (mismatches == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << mismatches << " of " << got.size()
+                                       << " elements differ in bits (max abs error over finite "
+                                       << max_abs << "); first:" << first.str();
+}
+
+// The same for integers.
+template <typename T>
+::testing::AssertionResult SameValues(const std::vector<T>& got, const std::vector<T>& want) {
+  if (got.size() != want.size()) {
+    return ::testing::AssertionFailure() << "sizes " << got.size() << " vs " << want.size();
+  }
+  int64_t mismatches = 0;
+  std::ostringstream first;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] == want[i]) continue;
+    if (mismatches++ < 5) first << "\n  [" << i << "] got " << got[i] << " want " << want[i];
+  }
+  if (mismatches == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << mismatches << " of " << got.size()
+                                       << " elements differ; first:" << first.str();
+}
+
+}  // namespace weir::kernels::cuda::decode::testing
+
+#endif  // WEIR_KERNELS_CUDA_DECODE_TEST_UTIL_H_
