@@ -27,7 +27,8 @@ absl::Status Launch(const IndexerScoreParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.keys + kIndexerKeyTile - 1) / kIndexerKeyTile),
                   static_cast<unsigned>(std::min<int64_t>(p.queries, 65535)));
   IndexerScoreKernel<kRoundBf16><<<grid, kIndexerKeyTile, shared, stream>>>(
-      p.q, p.k, p.weights, p.visible_len, p.out, p.queries, p.heads, p.dim, p.keys);
+      p.q, p.k, p.weights, p.visible_len, p.key_offset, p.out, p.queries, p.heads, p.dim,
+      p.keys);
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
     return absl::InternalError(std::string("IndexerScore launch: ") + cudaGetErrorString(err));
   }

@@ -11,15 +11,20 @@ namespace weir::kernels::cuda {
 
 inline constexpr int kIndexerKeyTile = 128;  // keys per block = threads per block
 
-// Block (x = key tile, y = first query): the tile of keys is staged in shared
-// memory (row stride dim + 1, so a warp's threads hit distinct banks), then
-// for each query s = y, y + gridDim.y, ... the query's heads are staged and
-// thread i scores key tile_start + i. Dynamic shared memory:
-// kIndexerKeyTile * (dim + 1) + heads * dim floats.
+// Block (x = key tile, y = first query): for each query s = y, y + gridDim.y,
+// ... the query's heads are staged in shared memory and thread i scores key
+// tile_start + i. The tile of keys is staged too (row stride dim + 1, so a
+// warp's threads hit distinct banks): once for all queries when key_offset is
+// null, else per query from rows key_offset[s] + tile_start + i, and then
+// only the rows below visible_len[s] (the others are never read, so a
+// query's keys need to exist only up to its visible length). A negative
+// key_offset[s] reads nothing and scores that query's visible keys NaN.
+// Dynamic shared memory: kIndexerKeyTile * (dim + 1) + heads * dim floats.
 template <bool kRoundBf16>
 __global__ void IndexerScoreKernel(const float* __restrict__ q, const float* __restrict__ k,
                                    const float* __restrict__ weights,
                                    const int64_t* __restrict__ visible_len,
+                                   const int64_t* __restrict__ key_offset,
                                    float* __restrict__ out, int64_t queries, int heads, int dim,
                                    int64_t keys) {
   extern __shared__ float shared[];
@@ -28,10 +33,13 @@ __global__ void IndexerScoreKernel(const float* __restrict__ q, const float* __r
   const int64_t tile_start = static_cast<int64_t>(blockIdx.x) * kIndexerKeyTile;
   const int rows = static_cast<int>(keys - tile_start < kIndexerKeyTile ? keys - tile_start
                                                                      : kIndexerKeyTile);
-  for (int e = threadIdx.x; e < rows * dim; e += kIndexerKeyTile) {
-    const int r = e / dim, c = e % dim;
-    tile[r * (dim + 1) + c] = k[(tile_start + r) * dim + c];
-  }
+  auto load_tile = [&](int64_t first_key, int count) {
+    for (int e = threadIdx.x; e < count * dim; e += kIndexerKeyTile) {
+      const int r = e / dim, c = e % dim;
+      tile[r * (dim + 1) + c] = k[(first_key + r) * dim + c];
+    }
+  };
+  if (key_offset == nullptr) load_tile(tile_start, rows);
   auto round = [](float x) { return kRoundBf16 ? RoundToBf16(x) : x; };
   const int64_t t = tile_start + threadIdx.x;
   const float* kr = tile + threadIdx.x * (dim + 1);
@@ -39,8 +47,15 @@ __global__ void IndexerScoreKernel(const float* __restrict__ q, const float* __r
     const int64_t v = visible_len[s];
     const int64_t visible = v < 0 ? 0 : (v > keys ? keys : v);
     const bool any_visible = tile_start < visible;  // block-uniform
-    __syncthreads();  // the tile is loaded; the previous query's heads are used up
-    if (any_visible) {
+    const int64_t offset = key_offset == nullptr ? 0 : key_offset[s];
+    const bool bad_offset = offset < 0;             // block-uniform
+    __syncthreads();  // the tile is loaded; the previous query's tile and heads are used up
+    if (any_visible && !bad_offset) {
+      if (key_offset != nullptr) {
+        const int64_t visible_in_tile = visible - tile_start;
+        load_tile(offset + tile_start,
+                  visible_in_tile < rows ? static_cast<int>(visible_in_tile) : rows);
+      }
       for (int e = threadIdx.x; e < heads * dim; e += kIndexerKeyTile) {
         qs[e] = q[s * heads * dim + e];
       }
@@ -49,6 +64,10 @@ __global__ void IndexerScoreKernel(const float* __restrict__ q, const float* __r
     if (t >= keys) continue;
     if (t >= visible) {
       out[s * keys + t] = -INFINITY;
+      continue;
+    }
+    if (bad_offset) {
+      out[s * keys + t] = __int_as_float(0x7fffffff);
       continue;
     }
     float total = 0.0f;

@@ -7,6 +7,11 @@
 // with, when round_bf16 is set, the per-head dot, each weighted head term and
 // the head sum rounded to bf16 (nearest even) at the CPU kernel's points.
 //
+// With key_offset, every query scores its own block of a shared key pool
+// (query s: pool rows key_offset[s] + t), as a batched decode step does with
+// one index-key pool for all sequences; row s then equals the CPU reference
+// run on that query alone with its block of keys.
+//
 // Order of operations: one thread per (query, key) runs the CPU's loops —
 // heads ascending, channels ascending, each product and sum rounded on its
 // own (no fused multiply-add), relu as std::max(x, 0) (NaN and -0 kept) — so
@@ -28,7 +33,9 @@ namespace weir::kernels::cuda {
 
 struct IndexerScoreParams {
   const float* q = nullptr;              // device [queries, heads, dim]
-  const float* k = nullptr;              // device [keys, dim]
+  // device [keys, dim]; with key_offset, a key pool [pool_rows, dim] holding
+  // rows key_offset[s] .. key_offset[s] + visible_len[s] - 1 for every s.
+  const float* k = nullptr;
   const float* weights = nullptr;        // device [queries, heads]
   const int64_t* visible_len = nullptr;  // device [queries], each in [0, keys]
   float* out = nullptr;                  // device [queries, keys]; must not alias the inputs
@@ -37,16 +44,23 @@ struct IndexerScoreParams {
   int dim = 0;
   int64_t keys = 0;
   bool round_bf16 = false;  // the reference's bf16 mode (IndexerScoreArgs::round_bf16)
+  // device [queries]: query s scores keys k[(key_offset[s] + t) * dim ...]
+  // for t < keys; null = 0 (every query scores the same keys). Only the rows
+  // below visible_len[s] are read. Cannot be checked on the host: a negative
+  // key_offset[s] reads nothing and makes that query's visible scores NaN.
+  const int64_t* key_offset = nullptr;
 };
 
 // Shared memory one block of the launcher needs: a tile of 128 keys plus the
-// query's heads, (128 * (dim + 1) + heads * dim) * 4 bytes.
+// query's heads, (128 * (dim + 1) + heads * dim) * 4 bytes (with or without
+// key_offset: the tile is then restaged per query).
 size_t IndexerScoreSharedBytes(int heads, int dim);
 
 // Returns true if the launcher handles `params`: queries >= 0, heads > 0,
 // dim > 0, keys >= 0, IndexerScoreSharedBytes(heads, dim) within the 227 KiB
 // a Hopper block may use (heads * dim <= 41600 at dim 128), and non-null
-// pointers wherever queries * keys > 0.
+// q, k, weights, visible_len and out wherever queries * keys > 0. key_offset
+// is optional (null = 0); its values live on the device and are not checked.
 bool SupportsIndexerScore(const IndexerScoreParams& params);
 
 // Enqueues the scoring on `stream`; writes every element of out. A

@@ -1,9 +1,11 @@
 #include "kernels/cuda/attention/indexer_score.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -99,6 +101,165 @@ TEST(IndexerScoreCudaTest, BitIdenticalToTheCpuReference) {
   }
 }
 
+// Per-query key blocks of one pool (key_offset): row s must equal the CPU
+// reference run on query s alone with the `keys` pool rows from
+// key_offset[s], bit for bit, -inf past visible_len[s]. Blocks overlap, one
+// query repeats another's offset, and the last query's visible keys end
+// exactly at the pool's end (rows past a query's visible length need not
+// exist: the kernel must not read them).
+void CompareWithOffsets(const Shape& shape, int64_t pool_rows, bool round_bf16, uint32_t seed) {
+  SCOPED_TRACE(::testing::Message() << "key_offset: queries " << shape.queries << " heads "
+                                    << shape.heads << " dim " << shape.dim << " keys "
+                                    << shape.keys << " pool " << pool_rows << " bf16 "
+                                    << round_bf16);
+  ASSERT_GE(pool_rows, 1);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto value = [&](float scale) {
+    const float v = scale * normal(rng);
+    return round_bf16 ? RoundToBf16(v) : v;
+  };
+  const int64_t qsize = int64_t{shape.heads} * shape.dim;
+  std::vector<float> q(shape.queries * qsize), pool(pool_rows * shape.dim),
+      weights(shape.queries * shape.heads);
+  for (float& v : q) v = value(1.0f);
+  for (float& v : pool) v = value(1.0f);
+  for (float& v : weights) v = value(0.02f);
+  // Each query: an offset into the pool and a visible length that fits it.
+  std::vector<int64_t> offset(shape.queries), visible(shape.queries);
+  std::uniform_int_distribution<int64_t> pick_offset(0, pool_rows - 1);
+  for (int64_t s = 0; s < shape.queries; ++s) {
+    offset[s] = pick_offset(rng);
+    const int64_t room = std::min(shape.keys, pool_rows - offset[s]);
+    visible[s] = std::uniform_int_distribution<int64_t>(0, room)(rng);
+  }
+  if (shape.queries > 1) {  // the last query's visible keys end at the pool's end
+    const int64_t s = shape.queries - 1;
+    visible[s] = std::min(shape.keys, pool_rows);
+    offset[s] = pool_rows - visible[s];
+  }
+  if (shape.queries > 2) {  // offset 0 with every key visible, shared with query 1
+    offset[0] = 0;
+    visible[0] = std::min(shape.keys, pool_rows);
+    offset[1] = 0;
+  }
+  DeviceBuffer<float> dq(q), dpool(pool), dweights(weights), dout(shape.queries * shape.keys);
+  DeviceBuffer<int64_t> dvisible(visible), doffset(offset);
+  dout.Poison();
+  ASSERT_TRUE(IndexerScore({.q = dq.get(), .k = dpool.get(), .weights = dweights.get(),
+                            .visible_len = dvisible.get(), .out = dout.get(),
+                            .queries = shape.queries, .heads = shape.heads, .dim = shape.dim,
+                            .keys = shape.keys, .round_bf16 = round_bf16,
+                            .key_offset = doffset.get()},
+                           nullptr)
+                  .ok());
+  const std::vector<float> got = dout.Download();
+  int64_t mismatches = 0, finite = 0, first = -1;
+  std::vector<float> block(shape.keys * shape.dim), want(shape.keys);
+  for (int64_t s = 0; s < shape.queries; ++s) {
+    // The query's own keys; rows past the pool (never visible) are filled
+    // with a value the scores would show.
+    for (int64_t t = 0; t < shape.keys; ++t) {
+      for (int c = 0; c < shape.dim; ++c) {
+        const int64_t row = offset[s] + t;
+        block[t * shape.dim + c] = row < pool_rows ? pool[row * shape.dim + c] : 1e30f;
+      }
+    }
+    const int64_t vis = visible[s];
+    ASSERT_TRUE(cpu::IndexerScore({.q = std::span<const float>(q).subspan(s * qsize, qsize),
+                                   .k = block,
+                                   .weights = std::span<const float>(weights).subspan(
+                                       s * shape.heads, shape.heads),
+                                   .visible_len = std::span<const int64_t>(&vis, 1),
+                                   .out = want, .queries = 1, .heads = shape.heads,
+                                   .dim = shape.dim, .keys = shape.keys,
+                                   .round_bf16 = round_bf16})
+                    .ok());
+    for (int64_t t = 0; t < shape.keys; ++t) {
+      const float g = got[s * shape.keys + t];
+      finite += std::isfinite(want[t]);
+      if (std::memcmp(&g, &want[t], sizeof(float)) != 0) {
+        if (mismatches++ == 0) first = s * shape.keys + t;
+      }
+      if (t >= vis && g != -INFINITY) ++mismatches;  // redundant with the CPU, but explicit
+    }
+  }
+  std::printf("key_offset: queries %lld heads %d dim %d keys %lld pool %lld bf16 %d: %lld finite "
+              "scores, %lld differ\n",
+              static_cast<long long>(shape.queries), shape.heads, shape.dim,
+              static_cast<long long>(shape.keys), static_cast<long long>(pool_rows), round_bf16,
+              static_cast<long long>(finite), static_cast<long long>(mismatches));
+  EXPECT_GT(finite, 0);
+  EXPECT_EQ(mismatches, 0) << "first at query " << first / shape.keys << " key "
+                           << first % shape.keys << " (offset "
+                           << (first >= 0 ? offset[first / shape.keys] : -1) << ", visible "
+                           << (first >= 0 ? visible[first / shape.keys] : -1) << ")";
+}
+
+TEST(IndexerScoreCudaTest, PerQueryKeyOffsetsAreBitIdenticalToTheCpuOnEachBlock) {
+  struct OffsetCase {
+    Shape shape;
+    int64_t pool_rows;
+  };
+  const OffsetCase cases[] = {
+      {{.queries = 6, .heads = 32, .dim = 128, .keys = 300}, 1000},  // V4.1 heads, tile tails
+      {{.queries = 9, .heads = 3, .dim = 37, .keys = 129}, 200},
+      {{.queries = 1, .heads = 2, .dim = 16, .keys = 50}, 50},       // one query, whole pool
+      {{.queries = 4, .heads = 1, .dim = 1, .keys = 1}, 3},
+      // More queries than one grid column takes: a block restages the tile
+      // for each of its queries.
+      {{.queries = 70000, .heads = 1, .dim = 4, .keys = 3}, 500},
+  };
+  uint32_t seed = 50;
+  for (const OffsetCase& c : cases) {
+    for (bool round_bf16 : {false, true}) {
+      CompareWithOffsets(c.shape, c.pool_rows, round_bf16, seed++);
+    }
+  }
+}
+
+// A negative offset cannot be refused on the host: that query reads no keys
+// and scores its visible keys NaN (-inf past visible_len); the other queries
+// are unaffected.
+TEST(IndexerScoreCudaTest, ANegativeKeyOffsetGivesNaNForThatQueryOnly) {
+  constexpr int kHeads = 4, kDim = 8;
+  constexpr int64_t kKeys = 140, kQueries = 3;
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> q(kQueries * kHeads * kDim), pool(kKeys * kDim), weights(kQueries * kHeads);
+  for (float& v : q) v = normal(rng);
+  for (float& v : pool) v = normal(rng);
+  for (float& v : weights) v = 0.02f * normal(rng);
+  const std::vector<int64_t> offset = {0, -5, 0}, visible = {kKeys, 130, 7};
+  std::vector<float> want(kQueries * kKeys);
+  ASSERT_TRUE(cpu::IndexerScore({.q = q, .k = pool, .weights = weights, .visible_len = visible,
+                                 .out = want, .queries = kQueries, .heads = kHeads, .dim = kDim,
+                                 .keys = kKeys})
+                  .ok());
+  DeviceBuffer<float> dq(q), dpool(pool), dweights(weights), dout(want.size());
+  DeviceBuffer<int64_t> dvisible(visible), doffset(offset);
+  dout.Poison(0);
+  ASSERT_TRUE(IndexerScore({.q = dq.get(), .k = dpool.get(), .weights = dweights.get(),
+                            .visible_len = dvisible.get(), .out = dout.get(),
+                            .queries = kQueries, .heads = kHeads, .dim = kDim, .keys = kKeys,
+                            .key_offset = doffset.get()},
+                           nullptr)
+                  .ok());
+  const std::vector<float> got = dout.Download();
+  int64_t wrong = 0;
+  for (int64_t s = 0; s < kQueries; ++s) {
+    for (int64_t t = 0; t < kKeys; ++t) {
+      const float g = got[s * kKeys + t];
+      if (s == 1) {
+        wrong += t < visible[s] ? !std::isnan(g) : g != -INFINITY;
+      } else {
+        wrong += std::memcmp(&g, &want[s * kKeys + t], sizeof(float)) != 0;
+      }
+    }
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
 TEST(IndexerScoreCudaTest, RefusesWhatItDoesNotSupport) {
   float* f = reinterpret_cast<float*>(16);
   int64_t* v = reinterpret_cast<int64_t*>(16);
@@ -116,6 +277,12 @@ TEST(IndexerScoreCudaTest, RefusesWhatItDoesNotSupport) {
   EXPECT_EQ(IndexerScore(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
   p = good;
   p.keys = -1;
+  EXPECT_EQ(IndexerScore(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  // key_offset is optional; the key pool is still required.
+  p = good;
+  p.key_offset = v;
+  EXPECT_TRUE(SupportsIndexerScore(p));
+  p.k = nullptr;
   EXPECT_EQ(IndexerScore(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
 }
 
