@@ -1,8 +1,10 @@
 // kernels/cuda/dense/dense_bench.cc
 //
 // Times the dense products (RowStableMatmul against cuBLASLt fp32 in the same
-// process) and the logits selections on the GPU: CUDA events, warm-up, median
-// of repetitions. Prints time, achieved weight bandwidth and FLOP rate.
+// process), the grouped MoE product (RowStableGroupedMatmul against one
+// RowStableMatmul per group) and the logits selections on the GPU: CUDA
+// events, warm-up, median of repetitions. Prints time, achieved weight
+// bandwidth and FLOP rate.
 //
 //   dense_bench            (on the GPU machine)
 
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "kernels/cuda/dense/gemm_handle.h"
+#include "kernels/cuda/dense/grouped_row_stable_matmul.h"
 #include "kernels/cuda/dense/row_stable_matmul.h"
 #include "kernels/cuda/dense/sampling.h"
 
@@ -98,6 +101,65 @@ int Run() {
       if (s.rows >= 256) break;  // the FP8 activation pass is visible at small rows only
     }
   }
+  // MoE expert product of a decode step: tokens * 8 rows over 32 local
+  // experts (w1 shape 2048 x 7168), routed at random. Baseline: one
+  // RowStableMatmul per non-empty group with host-known sizes (what a CPU-
+  // driven step would launch); the grouped launch needs no host sizes.
+  std::printf("\n%-6s %-6s %-7s | %-14s | %-14s | %-14s | %s\n", "tokens", "groups", "out x in",
+              "grouped us", "hinted us", "per-group us", "grouped / per-group");
+  for (int64_t tokens : {1, 8, 64}) {
+    constexpr int kGroups = 32;
+    constexpr int64_t kOut = 2048, kIn = 7168;
+    const int64_t rows = tokens * 8;
+    std::vector<int64_t> sizes(kGroups, 0);
+    std::mt19937 rng(static_cast<uint32_t>(tokens));
+    std::uniform_int_distribution<int> pick(0, kGroups - 1);
+    for (int64_t r = 0; r < rows; ++r) ++sizes[pick(rng)];
+    std::vector<int64_t> offsets(kGroups + 1, 0);
+    for (int g = 0; g < kGroups; ++g) offsets[g + 1] = offsets[g] + sizes[g];
+    std::vector<float*> w(kGroups);
+    for (int g = 0; g < kGroups; ++g) w[g] = DeviceRandom(kOut * kIn, 10 + g);
+    float* x = DeviceRandom(rows * kIn, 4);
+    float* y;
+    int64_t* d_offsets;
+    const float** d_w;
+    cudaMalloc(&y, rows * kOut * sizeof(float));
+    cudaMalloc(&d_offsets, offsets.size() * sizeof(int64_t));
+    cudaMalloc(&d_w, kGroups * sizeof(float*));
+    cudaMemcpy(d_offsets, offsets.data(), offsets.size() * sizeof(int64_t),
+               cudaMemcpyHostToDevice);
+    cudaMemcpy(d_w, w.data(), kGroups * sizeof(float*), cudaMemcpyHostToDevice);
+    GroupedMatmulParams p{.x = x, .group_offsets = d_offsets, .w = d_w, .y = y, .rows = rows,
+                          .out = kOut, .in = kIn, .num_groups = kGroups};
+    const double grouped = MedianMs([&] { (void)RowStableGroupedMatmul(p, nullptr); }, 20);
+    p.max_group_rows = tokens;  // a token picks an expert at most once
+    const double hinted = MedianMs([&] { (void)RowStableGroupedMatmul(p, nullptr); }, 20);
+    const double per_group = MedianMs(
+        [&] {
+          for (int g = 0; g < kGroups; ++g) {
+            if (sizes[g] == 0) continue;
+            (void)RowStableMatmul({.x = x + offsets[g] * kIn, .w = w[g],
+                                   .y = y + offsets[g] * kOut, .rows = sizes[g], .out = kOut,
+                                   .in = kIn},
+                                  nullptr);
+          }
+        },
+        20);
+    if (cudaError_t err = cudaDeviceSynchronize(); err != cudaSuccess) {
+      std::fprintf(stderr, "CUDA error: %s\n", cudaGetErrorString(err));
+      return 1;
+    }
+    std::printf("%-6lld %-6d %4lldx%-4lld | %14.1f | %14.1f | %14.1f | %.2f\n",
+                static_cast<long long>(tokens), kGroups, static_cast<long long>(kOut),
+                static_cast<long long>(kIn), grouped * 1e3, hinted * 1e3, per_group * 1e3,
+                hinted / per_group);
+    for (float* wg : w) cudaFree(wg);
+    cudaFree(x);
+    cudaFree(y);
+    cudaFree(d_offsets);
+    cudaFree(d_w);
+  }
+
   std::printf("\n%-6s %-7s | %-12s | %-12s | %-12s | %s\n", "rows", "vocab", "argmax us",
               "top-20 us", "top-1024 us", "logsumexp us");
   for (int64_t rows : {1, 8, 64, 256}) {
