@@ -11,11 +11,11 @@
 //
 // Group sizes live on the device (written by an earlier kernel of the same
 // stream or graph), so nothing of the launch depends on them: the grid is
-// (ceil(min(rows, max_group_rows) / kBm), ceil(out / kBn), num_groups); a
-// block walks the row tiles of its group it is given (x, x + gridDim.x, ...)
-// and returns at once when there are none. `rows` is an upper bound on the rows
-// in use (e.g. tokens * topk); rows at or past offsets[num_groups] are not
-// written. The launcher neither allocates nor synchronizes, so it may be
+// (ceil(R / kBm), ceil(out / kBn), num_groups) with R = rows, or
+// min(rows, max_group_rows) when that hint is set; block x walks its group's
+// row tiles x, x + gridDim.x, ... and returns at once when there are none.
+// `rows` is an upper bound on the rows in use (e.g. tokens * topk); rows at or
+// past offsets[num_groups] are not written. The launcher neither allocates nor synchronizes, so it may be
 // captured into a CUDA graph.
 //
 // Device-side contract (not checkable on the host): offsets nondecreasing,
