@@ -81,10 +81,14 @@ inline float FromBits(uint32_t b) {
 }
 
 // Succeeds if `got` and `want` have the same size and identical bits
-// everywhere (NaN payloads included); otherwise names the mismatch count and
-// the first few offending elements, plus the max abs error over finite pairs.
+// everywhere; otherwise names the mismatch count, the first few offending
+// elements and the max abs error over finite pairs. NaN payloads count
+// unless nan_matches_nan: then any NaN matches any NaN, for arithmetic
+// results, whose NaN payloads legitimately differ between the CPU (x86 keeps
+// an operand's payload) and the GPU (canonical NaN). Copies compare payloads.
 inline ::testing::AssertionResult SameBits(const std::vector<float>& got,
-                                           const std::vector<float>& want) {
+                                           const std::vector<float>& want,
+                                           bool nan_matches_nan = false) {
   if (got.size() != want.size()) {
     return ::testing::AssertionFailure() << "sizes " << got.size() << " vs " << want.size();
   }
@@ -93,6 +97,7 @@ inline ::testing::AssertionResult SameBits(const std::vector<float>& got,
   std::ostringstream first;
   for (size_t i = 0; i < got.size(); ++i) {
     if (Bits(got[i]) == Bits(want[i])) continue;
+    if (nan_matches_nan && std::isnan(got[i]) && std::isnan(want[i])) continue;
     if (std::isfinite(got[i]) && std::isfinite(want[i])) {
       max_abs = std::fmax(max_abs, std::fabs(double(got[i]) - double(want[i])));
     }

@@ -1,0 +1,268 @@
+#include "kernels/cuda/decode/compressor_decode.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/compressor.h"
+#include "kernels/cuda/decode/test_util.h"
+
+namespace weir::kernels::cuda::decode {
+namespace {
+
+using testing::DeviceBuffer;
+using testing::SameBits;
+
+std::vector<float> Normal(int64_t n, float stddev, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, stddev);
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+// One sequence: a prefill of `prefill` tokens (run on the CPU; its state is
+// where decoding starts), then `decode` tokens fed one decode step each.
+struct Sequence {
+  int slot;
+  int64_t prefill, decode;
+  std::vector<float> kv, score;  // [prefill + decode, dim]
+  std::vector<float> kv_state, score_state;  // [ratio, dim] after the prefill
+  std::vector<float> latents;  // [groups completed by the decode tokens, dim], CPU
+};
+
+struct Config {
+  int ratio;
+  int64_t dim;
+  bool graph;  // capture one launch as a CUDA graph and replay it every step
+};
+
+// Random sequences in random slots of a pool, decoded as batches of rows at
+// mixed positions (plus padding rows), against cpu::CompressorPool per
+// sequence: every latent, every zero row and the final pool bit-identical.
+void RunDecode(const Config& cfg) {
+  const int r = cfg.ratio;
+  const int64_t d = cfg.dim;
+  constexpr int kSlots = 7, kSequences = 5;
+  const int64_t rows = kSequences + 1;  // the last row is always padding
+  std::mt19937 rng(r * 1000 + d + cfg.graph);
+  // The pool starts with arbitrary contents (a slot's old sequence).
+  const std::vector<float> pool_kv0 = Normal(int64_t{kSlots} * r * d, 1.0f, rng);
+  const std::vector<float> pool_score0 = Normal(int64_t{kSlots} * r * d, 2.0f, rng);
+  std::vector<float> pool_kv(pool_kv0), pool_score(pool_score0);  // expected, filled below
+
+  std::vector<int> slots(kSlots);
+  for (int i = 0; i < kSlots; ++i) slots[i] = i;
+  std::shuffle(slots.begin(), slots.end(), rng);
+  std::uniform_int_distribution<int64_t> prefill_len(0, 3 * r), decode_len(1, 3 * r + 2);
+  std::vector<Sequence> seqs(kSequences);
+  for (int q = 0; q < kSequences; ++q) {
+    Sequence& s = seqs[q];
+    s.slot = slots[q];
+    s.prefill = prefill_len(rng);
+    s.decode = q == 0 ? 1 : decode_len(rng);  // one sequence finishes at once
+    s.kv = Normal((s.prefill + s.decode) * d, 1.0f, rng);
+    s.score = Normal((s.prefill + s.decode) * d, 2.0f, rng);
+    // Start from the slot's old contents, as the device does.
+    s.kv_state.assign(pool_kv0.begin() + s.slot * r * d, pool_kv0.begin() + (s.slot + 1) * r * d);
+    s.score_state.assign(pool_score0.begin() + s.slot * r * d,
+                         pool_score0.begin() + (s.slot + 1) * r * d);
+    std::vector<float> prefill_out(cpu::CompressedCount(0, s.prefill, r) * d);
+    ASSERT_TRUE(cpu::CompressorPool({.kv = {s.kv.data(), size_t(s.prefill * d)},
+                                     .score = {s.score.data(), size_t(s.prefill * d)},
+                                     .kv_state = s.kv_state,
+                                     .score_state = s.score_state,
+                                     .out = prefill_out,
+                                     .start_pos = 0,
+                                     .tokens = s.prefill,
+                                     .dim = d,
+                                     .ratio = r})
+                    .ok());
+    std::copy(s.kv_state.begin(), s.kv_state.end(), pool_kv.begin() + s.slot * r * d);
+    std::copy(s.score_state.begin(), s.score_state.end(), pool_score.begin() + s.slot * r * d);
+  }
+  // The device pool holds the states after the prefills.
+  DeviceBuffer<float> d_kv_state(pool_kv), d_score_state(pool_score);
+  // The CPU reference of the decode part, per sequence in one call (the CPU
+  // kernel equals token-by-token feeding by its contract).
+  for (Sequence& s : seqs) {
+    s.latents.resize(cpu::CompressedCount(s.prefill, s.decode, r) * d);
+    ASSERT_TRUE(cpu::CompressorPool({.kv = {s.kv.data() + s.prefill * d, size_t(s.decode * d)},
+                                     .score = {s.score.data() + s.prefill * d,
+                                               size_t(s.decode * d)},
+                                     .kv_state = s.kv_state,
+                                     .score_state = s.score_state,
+                                     .out = s.latents,
+                                     .start_pos = s.prefill,
+                                     .tokens = s.decode,
+                                     .dim = d,
+                                     .ratio = r})
+                    .ok());
+    std::copy(s.kv_state.begin(), s.kv_state.end(), pool_kv.begin() + s.slot * r * d);
+    std::copy(s.score_state.begin(), s.score_state.end(), pool_score.begin() + s.slot * r * d);
+  }
+
+  // Fixed device buffers for a step, refilled before each launch / replay.
+  DeviceBuffer<float> d_kv(rows * d), d_score(rows * d), d_out(rows * d);
+  DeviceBuffer<int32_t> d_slot(rows);
+  DeviceBuffer<int64_t> d_pos(rows);
+  const CompressorDecodeParams params{.kv = d_kv.get(),
+                                      .score = d_score.get(),
+                                      .kv_state = d_kv_state.get(),
+                                      .score_state = d_score_state.get(),
+                                      .state_slot = d_slot.get(),
+                                      .positions = d_pos.get(),
+                                      .out = d_out.get(),
+                                      .rows = rows,
+                                      .dim = d,
+                                      .ratio = r,
+                                      .slots = cfg.graph ? kSlots : 0};
+  cudaStream_t stream = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cudaGraph_t graph = nullptr;
+  if (cfg.graph) {
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+    const absl::Status captured = CompressorDecode(params, stream);
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    ASSERT_TRUE(captured.ok()) << captured;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  }
+
+  int64_t steps = 0, latents_checked = 0;
+  std::vector<int64_t> done(kSequences, 0);  // decode tokens fed so far
+  for (;; ++steps) {
+    // Rows of this step: the unfinished sequences in random rows; the other
+    // rows are padding of the three kinds.
+    std::vector<int> row_seq(rows, -1);
+    std::vector<int> order(rows - 1);
+    for (int i = 0; i < rows - 1; ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), rng);
+    int live = 0;
+    for (int q = 0; q < kSequences; ++q) {
+      if (done[q] < seqs[q].decode) row_seq[order[live++]] = q;
+    }
+    if (live == 0) break;
+    std::vector<float> kv(rows * d, 0.0f), score(rows * d, 0.0f);
+    std::vector<int32_t> slot(rows);
+    std::vector<int64_t> pos(rows);
+    std::vector<float> want(rows * d, 0.0f);
+    for (int64_t t = 0; t < rows; ++t) {
+      const int q = row_seq[t];
+      if (q < 0) {
+        switch ((t + steps) % 3) {
+          case 0:  // no slot
+            slot[t] = -1, pos[t] = 5;
+            break;
+          case 1:  // a live slot, but no position: must not touch it
+            slot[t] = seqs[kSequences - 1].slot, pos[t] = -1;
+            break;
+          default:  // past the pool when it is bounded, else no slot
+            slot[t] = cfg.graph ? kSlots : -1, pos[t] = r - 1;
+        }
+        for (int64_t c = 0; c < d; ++c) kv[t * d + c] = score[t * d + c] = 1e30f;
+        continue;
+      }
+      const Sequence& s = seqs[q];
+      const int64_t p = s.prefill + done[q];
+      slot[t] = s.slot;
+      pos[t] = p;
+      std::copy_n(s.kv.begin() + p * d, d, kv.begin() + t * d);
+      std::copy_n(s.score.begin() + p * d, d, score.begin() + t * d);
+      if ((p + 1) % r == 0) {
+        const int64_t e = p / r - s.prefill / r;  // index in the CPU's latents
+        std::copy_n(s.latents.begin() + e * d, d, want.begin() + t * d);
+        ++latents_checked;
+      }
+      ++done[q];
+    }
+    d_kv.Upload(kv);
+    d_score.Upload(score);
+    d_slot.Upload(slot);
+    d_pos.Upload(pos);
+    d_out.Poison();
+    if (cfg.graph) {
+      // The uploads and the poison ran on the legacy default stream, which a
+      // non-blocking stream does not wait for.
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    } else {
+      ASSERT_TRUE(CompressorDecode(params, nullptr).ok());
+    }
+    const auto got = d_out.Download();
+    ASSERT_TRUE(SameBits(got, want, /*nan_matches_nan=*/true))
+        << "ratio " << r << " dim " << d << " graph " << cfg.graph << " step " << steps;
+  }
+  // Every decode token ran; some groups completed; the pool ends as the CPU's
+  // states (untouched slots keep their contents).
+  int64_t expected_latents = 0;
+  for (const Sequence& s : seqs) expected_latents += static_cast<int64_t>(s.latents.size()) / d;
+  EXPECT_EQ(latents_checked, expected_latents);
+  EXPECT_GT(latents_checked, 0);
+  EXPECT_TRUE(SameBits(d_kv_state.Download(), pool_kv)) << "kv pool, ratio " << r;
+  EXPECT_TRUE(SameBits(d_score_state.Download(), pool_score)) << "score pool, ratio " << r;
+  std::printf("ratio %d dim %lld graph %d: %lld steps, %lld latents bit-identical\n", r,
+              static_cast<long long>(d), cfg.graph, static_cast<long long>(steps),
+              static_cast<long long>(latents_checked));
+  if (cfg.graph) {
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+  }
+}
+
+TEST(CompressorDecodeTest, DecodeStepsMatchTheCpuCompressorPerSequence) {
+  for (const Config& cfg : {Config{2, 512, false}, Config{2, 512, true}, Config{4, 7, false},
+                            Config{4, 130, true}, Config{128, 33, false},
+                            Config{128, 64, true}, Config{3, 1, false}}) {
+    SCOPED_TRACE(::testing::Message() << "ratio " << cfg.ratio << " dim " << cfg.dim << " graph "
+                                      << cfg.graph);
+    RunDecode(cfg);
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST(CompressorDecodeTest, RefusesBadParamsAndSkipsEmptyWork) {
+  float* f = reinterpret_cast<float*>(256);
+  const int32_t* slot = reinterpret_cast<const int32_t*>(256);
+  const int64_t* pos = reinterpret_cast<const int64_t*>(256);
+  const CompressorDecodeParams ok{.kv = f, .score = f, .kv_state = f, .score_state = f,
+                                  .state_slot = slot, .positions = pos, .out = f,
+                                  .rows = 2, .dim = 8, .ratio = 2};
+  EXPECT_TRUE(SupportsCompressorDecode(ok));
+  constexpr auto kInvalid = absl::StatusCode::kInvalidArgument;
+  CompressorDecodeParams p = ok;
+  p.ratio = 1;
+  EXPECT_EQ(CompressorDecode(p, nullptr).code(), kInvalid);
+  p = ok;
+  p.rows = -1;
+  EXPECT_EQ(CompressorDecode(p, nullptr).code(), kInvalid);
+  p = ok;
+  p.dim = -8;
+  EXPECT_EQ(CompressorDecode(p, nullptr).code(), kInvalid);
+  p = ok;
+  p.slots = -1;
+  EXPECT_EQ(CompressorDecode(p, nullptr).code(), kInvalid);
+  p = ok;
+  p.positions = nullptr;
+  EXPECT_EQ(CompressorDecode(p, nullptr).code(), kInvalid);
+  p = ok;
+  p.state_slot = nullptr;
+  EXPECT_EQ(CompressorDecode(p, nullptr).code(), kInvalid);
+  p = ok;
+  p.score_state = nullptr;
+  EXPECT_EQ(CompressorDecode(p, nullptr).code(), kInvalid);
+  p = ok;
+  p.out = nullptr;
+  EXPECT_EQ(CompressorDecode(p, nullptr).code(), kInvalid);
+  EXPECT_TRUE(CompressorDecode({.rows = 0, .dim = 8, .ratio = 2}, nullptr).ok());
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // nothing above reached the device
+}
+
+}  // namespace
+}  // namespace weir::kernels::cuda::decode

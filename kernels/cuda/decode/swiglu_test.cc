@@ -1,0 +1,137 @@
+#include "kernels/cuda/decode/swiglu.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/common/fmath.h"
+#include "kernels/common/numeric_formats.h"
+#include "kernels/cuda/decode/test_util.h"
+
+namespace weir::kernels::cuda::decode {
+namespace {
+
+using testing::DeviceBuffer;
+using testing::SameBits;
+
+// The activation loop of worker/model/expert_ffn.cc SwigluExpertForward, as
+// written there (ops.RoundBf16 in bf16 mode = RoundToBf16 on every element),
+// over gate/up already computed. Built with -ffp-contract=off, like the
+// model code on x86-64 (no FMA), so each operation rounds once.
+std::vector<float> CpuSwiglu(std::vector<float> gate, std::vector<float> up,
+                             std::span<const float> route_weight, int64_t rows, int64_t inter,
+                             float swiglu_limit, bool bf16) {
+  if (bf16) {
+    for (float& v : gate) v = kernels::RoundToBf16(v);
+    for (float& v : up) v = kernels::RoundToBf16(v);
+  }
+  const float limit = swiglu_limit;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = r * inter; i < (r + 1) * inter; ++i) {
+      float g = gate[i], u = up[i];
+      if (limit > 0.0f) {
+        u = std::clamp(u, -limit, limit);
+        g = std::min(g, limit);
+      }
+      const float h = (g / (1.0f + kernels::fmath::ExpF(-g))) * u;
+      gate[i] = route_weight.empty() ? h : route_weight[r] * h;
+    }
+  }
+  if (bf16) {
+    for (float& v : gate) v = kernels::RoundToBf16(v);
+  }
+  return gate;
+}
+
+// Gate/up values: normal with a wide spread (past the clamp limits and into
+// exp's overflow / underflow), plus the special values.
+std::vector<float> Activations(int64_t n, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 6.0f);
+  std::uniform_int_distribution<int> pick(0, 199);
+  const float inf = std::numeric_limits<float>::infinity();
+  const float special[] = {inf, -inf, std::numeric_limits<float>::quiet_NaN(), 0.0f, -0.0f,
+                           -150.0f, 150.0f, 1e-40f, -88.5f, 89.5f};
+  std::vector<float> v(n);
+  for (float& x : v) {
+    const int p = pick(rng);
+    x = p < 10 ? special[p] : normal(rng);
+  }
+  return v;
+}
+
+TEST(SwigluTest, IsBitIdenticalToTheExpertFfnLoop) {
+  struct Shape {
+    int64_t rows, inter;
+  };
+  int checked = 0;
+  for (const Shape& s : {Shape{1, 2048}, Shape{7, 129}, Shape{64, 256}, Shape{3, 1}}) {
+    for (float limit : {0.0f, 7.0f, 10.0f, -1.0f}) {
+      for (bool with_weight : {false, true}) {
+        for (bool bf16 : {false, true}) {
+          std::mt19937 rng(static_cast<uint32_t>(s.rows * 1000 + s.inter + limit * 7 +
+                                                 with_weight * 3 + bf16));
+          const std::vector<float> gate = Activations(s.rows * s.inter, rng);
+          const std::vector<float> up = Activations(s.rows * s.inter, rng);
+          std::vector<float> weight;
+          if (with_weight) {
+            std::uniform_real_distribution<float> w(0.0f, 1.0f);
+            for (int64_t r = 0; r < s.rows; ++r) weight.push_back(w(rng));
+          }
+          const std::vector<float> want =
+              CpuSwiglu(gate, up, weight, s.rows, s.inter, limit, bf16);
+          DeviceBuffer<float> d_gate(gate), d_up(up), d_weight(weight), d_out(gate.size());
+          d_out.Poison();
+          SwigluParams p{.gate = d_gate.get(),
+                         .up = d_up.get(),
+                         .route_weight = with_weight ? d_weight.get() : nullptr,
+                         .out = d_out.get(),
+                         .rows = s.rows,
+                         .inter = s.inter,
+                         .limit = limit,
+                         .round_bf16 = bf16};
+          ASSERT_TRUE(Swiglu(p, nullptr).ok());
+          // Same operations, same exp, same rounding: identical bits (NaN
+          // payloads aside, see SameBits).
+          EXPECT_TRUE(SameBits(d_out.Download(), want, /*nan_matches_nan=*/true))
+              << s.rows << "x" << s.inter << " limit " << limit << " weight " << with_weight
+              << " bf16 " << bf16;
+          // In place over gate (as the CPU loop writes gate).
+          p.out = d_gate.get();
+          ASSERT_TRUE(Swiglu(p, nullptr).ok());
+          EXPECT_TRUE(SameBits(d_gate.Download(), want, true))
+              << "in place " << s.rows << "x" << s.inter;
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 4 * 4 * 2 * 2);
+}
+
+TEST(SwigluTest, RefusesBadParamsAndSkipsEmptyWork) {
+  float* p = reinterpret_cast<float*>(256);
+  constexpr auto kInvalid = absl::StatusCode::kInvalidArgument;
+  EXPECT_EQ(Swiglu({.gate = p, .up = p, .out = p, .rows = -1, .inter = 4}, nullptr).code(),
+            kInvalid);
+  EXPECT_EQ(Swiglu({.gate = p, .up = p, .out = p, .rows = 1, .inter = -4}, nullptr).code(),
+            kInvalid);
+  EXPECT_EQ(Swiglu({.gate = nullptr, .up = p, .out = p, .rows = 1, .inter = 4}, nullptr).code(),
+            kInvalid);
+  EXPECT_EQ(Swiglu({.gate = p, .up = nullptr, .out = p, .rows = 1, .inter = 4}, nullptr).code(),
+            kInvalid);
+  EXPECT_EQ(Swiglu({.gate = p, .up = p, .out = nullptr, .rows = 1, .inter = 4}, nullptr).code(),
+            kInvalid);
+  EXPECT_TRUE(Swiglu({.rows = 0, .inter = 4}, nullptr).ok());
+  EXPECT_TRUE(Swiglu({.rows = 4, .inter = 0}, nullptr).ok());
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // nothing above reached the device
+}
+
+}  // namespace
+}  // namespace weir::kernels::cuda::decode
