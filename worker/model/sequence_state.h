@@ -83,7 +83,9 @@ class SequenceState {
   const PositionRing& window(int layer) const { return windows_[layer]; }
   // REQUIRES: `layer` is a kv source.
   KvSourceState& kv_source(int layer) { return kv_sources_[layer]; }
+  const KvSourceState& kv_source(int layer) const { return kv_sources_[layer]; }
   std::vector<int64_t>& engram_history() { return engram_history_; }
+  const std::vector<int64_t>& engram_history() const { return engram_history_; }
   // Marks `n` more positions as processed (called once per successful forward).
   void Advance(int64_t n) { length_ += n; }
   // A forward that fails after validation (INTERNAL) leaves partial writes:

@@ -54,6 +54,17 @@ absl::Status RoundBf16(const RoundBf16Params& p, cudaStream_t stream) {
   return LaunchStatus("RoundBf16");
 }
 
+bool SupportsScale(const ScaleParams& p) { return p.n == 0 || (p.n > 0 && p.x != nullptr); }
+
+absl::Status Scale(const ScaleParams& p, cudaStream_t stream) {
+  if (!SupportsScale(p)) {
+    return absl::InvalidArgumentError("Scale: needs n >= 0 and x when n > 0; got n " + Str(p.n));
+  }
+  if (p.n == 0) return absl::OkStatus();
+  ScaleKernel<<<BlocksFor(p.n), internal::kThreads, 0, stream>>>(p.x, p.n, p.factor);
+  return LaunchStatus("Scale");
+}
+
 bool SupportsCopyRows(const CopyRowsParams& p) {
   if (p.rows < 0 || p.width < 0 || p.src_stride < 0 || p.dst_stride < 0 || p.src_capacity < 0 ||
       p.dst_capacity < 0 || p.rows > INT_MAX) {

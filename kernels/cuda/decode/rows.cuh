@@ -35,6 +35,14 @@ __global__ void RoundBf16Kernel(float* x, int64_t n) {
   }
 }
 
+__global__ void ScaleKernel(float* x, int64_t n, float factor) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    x[i] = __fmul_rn(x[i], factor);
+  }
+}
+
 // Blocks stride over the row list; the threads of a block copy one row.
 // Strides are already resolved (non-zero).
 __global__ void CopyRowsKernel(const float* __restrict__ src, float* __restrict__ dst,

@@ -76,6 +76,24 @@ bool SupportsRoundBf16(const RoundBf16Params& p);
 // is false; INTERNAL with the CUDA error if the launch fails.
 absl::Status RoundBf16(const RoundBf16Params& p, cudaStream_t stream);
 
+// ---- Scale ------------------------------------------------------------------
+
+// x[i] = x[i] * factor in place, one fp32 IEEE multiply (round to nearest
+// even), as the CPU's `v *= factor` (e.g. the indexer's head-weight scale in
+// worker/model/indexer.cc).
+struct ScaleParams {
+  float* x = nullptr;  // device [n], in/out
+  int64_t n = 0;
+  float factor = 1.0f;
+};
+
+// Returns true if Scale handles `p`: n >= 0, x non-null when n > 0.
+bool SupportsScale(const ScaleParams& p);
+
+// Enqueues the scaling on `stream`. INVALID_ARGUMENT when SupportsScale is
+// false; INTERNAL with the CUDA error if the launch fails.
+absl::Status Scale(const ScaleParams& p, cudaStream_t stream);
+
 // ---- CopyRows ---------------------------------------------------------------
 
 // A gather and/or scatter of rows. For i in [0, rows):

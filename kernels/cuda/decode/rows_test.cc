@@ -128,6 +128,26 @@ TEST(RoundBf16Test, MatchesTheCpuRoundingOnEveryKindOfValue) {
   }
 }
 
+// ---- Scale ------------------------------------------------------------------
+
+TEST(ScaleTest, IsOneRoundedMultiplyLikeTheCpu) {
+  for (int64_t n : {int64_t{1}, int64_t{4097}}) {
+    std::mt19937 rng(static_cast<uint32_t>(n) + 7);
+    std::uniform_real_distribution<float> value(-3.0f, 3.0f);
+    std::vector<float> x(n);
+    for (float& v : x) v = value(rng);
+    x[0] = 1.17549435e-38f;  // the smallest normal: the product is subnormal
+    const float factor = static_cast<float>(1.0 / std::sqrt(128.0) / std::sqrt(8.0));
+    std::vector<float> want(x);
+    for (float& v : want) v *= factor;  // the host loop of worker/model/indexer.cc
+    DeviceBuffer<float> d_x(x);
+    ASSERT_TRUE(Scale({.x = d_x.get(), .n = n, .factor = factor}, nullptr).ok());
+    EXPECT_TRUE(SameBits(d_x.Download(), want)) << "n " << n;
+  }
+  EXPECT_EQ(Scale({.x = nullptr, .n = 3}, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Scale({.x = nullptr, .n = 0}, nullptr).ok());
+}
+
 // ---- CopyRows ---------------------------------------------------------------
 
 struct CopyCase {

@@ -1,0 +1,147 @@
+// worker/model/device_decoder.h
+//
+// DeviceDecoder: batched decode steps of the V4.1 backbone with activations,
+// weights and KV resident on one CUDA device, each step replayed as a CUDA
+// graph captured once per padded batch size. It is the device-resident
+// counterpart of Model::ForwardBatch for one-token rows (decode); prefill
+// stays on the eager path (Model with CudaOps or CpuOps), whose SequenceState
+// is then copied in with Import.
+//
+// Flow of a Step(slots, tokens):
+//   host: validate; hash the Engram rows; compute the step's metadata (token,
+//         position, slot, window rows, compressed-entry rows, visible lengths
+//         per ratio) for a batch padded up to a multiple of `batch_interval`
+//         (pad rows run in a scratch slot) and copy it with one
+//         cudaMemcpyAsync into fixed device buffers;
+//   device: the graph of that padded size (captured on its first use) runs the
+//         whole backbone: embedding, per layer Engram, mHC mixes, attention
+//         (projections, RoPE from a device position table, FP8 window KV
+//         written into the slot's ring, compressor and index keys appended to
+//         the slot's compressed pools, indexer scores over the slot's keys,
+//         candidate pool, top-k, sparse attention over one KV pool with
+//         absolute row indices, grouped output projection), MoE (gate, rows
+//         grouped by expert, row-stable grouped expert products, SwiGLU,
+//         combine with the shared expert), then the head;
+//   host: copies the logits [rows, vocab] back and synchronizes.
+// Every op is the same kernel arithmetic as CudaOps (and so as CpuOps): the
+// logits equal Model::ForwardBatch on CpuOps with row_stable_logits bit for
+// bit (device_decoder_test.cc checks it over 64 steps).
+//
+// Device memory: one cudaMalloc in Create holds the weights (fp32, exactly
+// dequantized, as CudaOps), the KV pools of every slot and the activations of
+// the largest batch; nothing is allocated on the step path. The pools per
+// slot: a window ring [window, head_dim] per backbone layer; per kv-source
+// layer of ratio r the compressed KV [max_positions / r, head_dim], the index
+// keys [max_positions / r, index_head_dim] and, at r > 1, the compressor's
+// partial group [r, head_dim] x 2. Values are stored as fp32 holding the
+// quantized formats' exact values (FP8 window KV, FP4 compressed KV, MXFP4
+// index keys), as the CPU reference keeps them.
+//
+// Not covered (Step returns UNIMPLEMENTED or Create INVALID_ARGUMENT): DSpark
+// drafting (the stages' rings are not kept on the device: a sequence decoded
+// here cannot Draft), expert parallelism (all routed experts must be local),
+// image tokens, rollback. Expert load counts are not recorded.
+//
+// Thread safety: not thread-safe; one Step at a time. The instance owns its
+// stream; every call has finished on the device when it returns.
+
+#ifndef WEIR_WORKER_MODEL_DEVICE_DECODER_H_
+#define WEIR_WORKER_MODEL_DEVICE_DECODER_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/model/model.h"
+#include "worker/model/ops.h"
+#include "worker/model/sequence_state.h"
+
+namespace weir::model {
+
+struct DeviceDecoderOptions {
+  int device = 0;
+  // Sequences held at once (slots 0 .. max_sequences-1).
+  int max_sequences = 64;
+  // Positions one slot can hold (prompt + generated).
+  int64_t max_positions = 2048;
+  // Largest batch of one Step; batches are padded up to a multiple of
+  // batch_interval (one graph per padded size).
+  int max_batch = 64;
+  int batch_interval = 8;
+  // Replay CUDA graphs (false: launch the same kernels eagerly every step).
+  bool use_graphs = true;
+  // The head with the row-stable product (CpuOps row_stable_logits bits)
+  // rather than cuBLASLt.
+  bool row_stable_logits = true;
+  // Token id -> Engram compressed id, as ModelOptions::engram_token_map.
+  std::vector<int64_t> engram_token_map;
+};
+
+struct DeviceDecoderStats {
+  int64_t steps = 0;
+  int64_t rows = 0;             // real rows stepped (padding excluded)
+  int64_t graph_captures = 0;
+  int64_t graph_launches = 0;
+  int64_t eager_steps = 0;
+  double host_seconds = 0;      // wall time inside Step
+  double device_seconds = 0;    // device time of the steps (events around the graph)
+  size_t arena_bytes = 0;       // the one device allocation
+  size_t weight_bytes = 0;
+  size_t pool_bytes = 0;
+};
+
+class DeviceDecoder {
+ public:
+  // Uploads `model`'s backbone weights and carves the pools. `precision`
+  // must be the model's activation precision. INVALID_ARGUMENT on options out
+  // of range or a model this decoder does not cover (see above);
+  // UNAVAILABLE without a usable device; RESOURCE_EXHAUSTED when the arena
+  // does not fit. REQUIRES: `model` outlives the decoder and its weights do
+  // not change while it exists.
+  static absl::StatusOr<std::unique_ptr<DeviceDecoder>> Create(
+      const Model& model, ActivationPrecision precision, const DeviceDecoderOptions& options = {});
+  ~DeviceDecoder();
+  DeviceDecoder(const DeviceDecoder&) = delete;
+  DeviceDecoder& operator=(const DeviceDecoder&) = delete;
+
+  // Copies `state` (a prefilled sequence of the same model, not broken, at
+  // least one position, shorter than max_positions) into `slot`, replacing
+  // what it held. INVALID_ARGUMENT on a bad slot or state.
+  absl::Status Import(int slot, const SequenceState& state);
+  // Writes the sequence of `slot` back into `state` (the state Imported into
+  // it, advanced or not): window rings, compressed KV, index keys, the
+  // compressor's partial group and the Engram history, then advances it to
+  // the slot's length. The DSpark rings are not restored (Draft on the result
+  // is not valid). INVALID_ARGUMENT on an empty slot or a state of another
+  // model or longer than the slot; INTERNAL on a CUDA failure.
+  absl::Status Export(int slot, SequenceState& state);
+  // Forgets the sequence of `slot` (its pools are simply overwritten later).
+  absl::Status Release(int slot);
+  // Positions held by `slot` (0 when empty).
+  int64_t length(int slot) const;
+
+  // Row i appends tokens[i] to the sequence of slots[i] at its next position
+  // and returns the logits [rows, vocab]. INVALID_ARGUMENT (nothing changes)
+  // for an empty or oversize batch, a slot that is out of range, empty or
+  // repeated, or a token outside the vocabulary; OUT_OF_RANGE when a slot is
+  // full (max_positions); INTERNAL on a CUDA failure (every slot of the step
+  // is then released).
+  absl::StatusOr<std::vector<float>> Step(std::span<const int> slots,
+                                          std::span<const int64_t> tokens);
+
+  const DeviceDecoderStats& stats() const { return stats_; }
+  const DeviceDecoderOptions& options() const { return options_; }
+
+ private:
+  struct Impl;
+  explicit DeviceDecoder(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  DeviceDecoderOptions options_;
+  DeviceDecoderStats stats_;
+};
+
+}  // namespace weir::model
+
+#endif  // WEIR_WORKER_MODEL_DEVICE_DECODER_H_
