@@ -13,6 +13,13 @@
 // synchronizes after each, so the step is expected to be far above the
 // floor: this binary is the measurement harness for the backends that follow.
 //
+// Then the same batches on DeviceDecoder (worker/model/device_decoder.h):
+// activations and KV resident on the device, each decode step one CUDA graph
+// replay (and, for comparison, the same kernels launched eagerly). Its floor
+// is the CudaOps floor of the same batch (same model, same bytes touched);
+// gpu_idle is the step's wall time minus the device time between events
+// around the graph (host preparation, the input copy, the logits copy).
+//
 //   tools/bazel build //tools/bench:decode_gpu   (run on the GPU machine from
 //   the repository root: it reads models/small/config.json)
 
@@ -31,6 +38,7 @@
 #include "base/init.h"
 #include "base/logging.h"
 #include "worker/model/cuda_ops.h"
+#include "worker/model/device_decoder.h"
 #include "worker/model/model.h"
 #include "worker/model/tiny_checkpoint.h"
 
@@ -41,6 +49,8 @@ ABSL_FLAG(int, prompt, 16, "Prompt tokens per sequence (one prefill step for the
 ABSL_FLAG(int, warmup, 2, "Decode steps before timing.");
 ABSL_FLAG(int, steps, 8, "Timed decode steps per batch size.");
 ABSL_FLAG(bool, bf16, true, "ActivationPrecision::kBf16 (else kFp32).");
+ABSL_FLAG(bool, cuda_ops, true, "Measure the CudaOps path (Model::ForwardBatch).");
+ABSL_FLAG(bool, device_decoder, true, "Measure DeviceDecoder (graphs and eager).");
 
 namespace {
 
@@ -102,6 +112,82 @@ CudaOpsStats Delta(const CudaOpsStats& b, const CudaOpsStats& a) {
 
 }  // namespace
 
+weir::model::ActivationPrecision options_precision() {
+  return absl::GetFlag(FLAGS_bf16) ? weir::model::ActivationPrecision::kBf16
+                                   : weir::model::ActivationPrecision::kFp32;
+}
+
+// DeviceDecoder at every batch size: each sequence is prefilled by `model`
+// (its own backend) and imported, then warm-up and timed decode steps run,
+// first replaying graphs, then eagerly.
+void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecision precision,
+                        const std::vector<int>& batches, const std::vector<double>& floors,
+                        const std::vector<double>& cuda_ops_step) {
+  const weir::model::ModelConfig& c = model.config();
+  const int prompt = absl::GetFlag(FLAGS_prompt), steps = absl::GetFlag(FLAGS_steps),
+            warmup = absl::GetFlag(FLAGS_warmup);
+  const int max_batch = *std::max_element(batches.begin(), batches.end());
+  std::printf("\nDeviceDecoder (device-resident, one CUDA graph per padded batch size):\n");
+  std::printf("%5s %6s %10s %10s %8s %8s %10s %10s %12s\n", "batch", "mode", "step_ms",
+              "device_ms", "gpu_idle", "tok/s", "floor_ms", "ratio", "vs_cuda_ops");
+  for (bool graphs : {true, false}) {
+    weir::model::DeviceDecoderOptions options{
+        .max_sequences = max_batch, .max_positions = prompt + warmup + steps + 8,
+        .max_batch = max_batch, .use_graphs = graphs};
+    auto dd = weir::model::DeviceDecoder::Create(model, precision, options);
+    WEIR_CHECK(dd.ok()) << dd.status();
+    for (size_t bi = 0; bi < batches.size(); ++bi) {
+      const int batch = batches[bi];
+      std::vector<int> slots(batch);
+      std::vector<int64_t> next(batch);
+      for (int b = 0; b < batch; ++b) {
+        auto seq = model.NewSequence();
+        std::vector<int64_t> tokens;
+        for (int i = 0; i < prompt; ++i) tokens.push_back((b * 7919 + i * 104729) % c.vocab_size);
+        auto logits = model.Forward(*seq, tokens, 0);
+        WEIR_CHECK(logits.ok()) << logits.status();
+        std::vector<float> last(logits->end() - c.vocab_size, logits->end());
+        next[b] = Argmax(last);
+        slots[b] = b;
+        WEIR_CHECK((*dd)->Import(b, *seq).ok());
+      }
+      auto step = [&]() {
+        auto logits = (*dd)->Step(slots, next);
+        WEIR_CHECK(logits.ok()) << logits.status();
+        for (int b = 0; b < batch; ++b) {
+          std::vector<float> row(logits->begin() + b * c.vocab_size,
+                                 logits->begin() + (b + 1) * c.vocab_size);
+          next[b] = Argmax(row);
+        }
+      };
+      for (int i = 0; i < warmup; ++i) step();
+      const weir::model::DeviceDecoderStats before = (*dd)->stats();
+      std::vector<double> times;
+      for (int i = 0; i < steps; ++i) {
+        const auto s0 = Clock::now();
+        step();
+        times.push_back(Seconds(s0));
+      }
+      const weir::model::DeviceDecoderStats& after = (*dd)->stats();
+      const double device_s = (after.device_seconds - before.device_seconds) / steps;
+      double total = 0;
+      for (double t : times) total += t;
+      std::sort(times.begin(), times.end());
+      const double step_s = times[times.size() / 2];
+      std::printf("%5d %6s %10.3f %10.3f %8.3f %8.0f %10.4f %10.1f %12.1f\n", batch,
+                  graphs ? "graph" : "eager", step_s * 1e3, device_s * 1e3,
+                  (total / steps - device_s) * 1e3, batch / step_s, floors[bi] * 1e3,
+                  floors[bi] > 0 ? step_s / floors[bi] : 0.0,
+                  step_s > 0 ? cuda_ops_step[bi] / step_s : 0.0);
+      for (int b = 0; b < batch; ++b) WEIR_CHECK((*dd)->Release(b).ok());
+    }
+  }
+  std::printf("columns: step_ms median wall time of Step (inputs, replay, logits copy); "
+              "device_ms device time of the step's kernels (events around them); gpu_idle mean "
+              "step minus device time; floor_ms and ratio as above (the CudaOps run's bytes); "
+              "vs_cuda_ops = CudaOps step / this step\n");
+}
+
 int main(int argc, char** argv) {
   weir::InitProcess(argc, argv, "Decode step time on the CUDA backend", "decode_gpu");
   std::vector<int> batches;
@@ -146,7 +232,9 @@ int main(int argc, char** argv) {
               "floor_ms", "ratio", "tok/s", "kernel_ms", "copy_ms", "gpu_idle", "host_ops",
               "w_MiB", "kv_MiB", "ops");
 
-  for (int batch : batches) {
+  std::vector<double> floors(batches.size(), 0), cuda_ops_step(batches.size(), 0);
+  for (size_t bi = 0; bi < batches.size() && absl::GetFlag(FLAGS_cuda_ops); ++bi) {
+    const int batch = batches[bi];
     std::vector<std::unique_ptr<weir::model::SequenceState>> seqs;
     std::vector<weir::model::SequenceState*> states;
     std::vector<std::vector<int64_t>> tokens(batch);
@@ -188,6 +276,8 @@ int main(int argc, char** argv) {
     const double copy_s = (d.upload_seconds + d.download_seconds) / steps;
     const double bytes = static_cast<double>(d.weight_bytes_read + d.kv_bytes_read) / steps;
     const double floor_s = bytes / bandwidth;
+    floors[bi] = floor_s;
+    cuda_ops_step[bi] = step_s;
     std::printf("%5d %10.3f %10.4f %10.0f %7.0f %10.3f %10.3f %10.3f %10.3f %9.1f %9.2f %7lld\n",
                 batch, step_s * 1e3, floor_s * 1e3, step_s / floor_s, batch / step_s,
                 kernel_s * 1e3, copy_s * 1e3, (mean_s - kernel_s) * 1e3,
@@ -203,5 +293,8 @@ int main(int argc, char** argv) {
               "ratio step / floor; kernel_ms and copy_ms device time (mean per step); gpu_idle "
               "mean step minus kernel time; host_ops wall time inside the ops (the rest of the "
               "step is the model's host code); ops = Ops calls per step\n");
+  if (absl::GetFlag(FLAGS_device_decoder)) {
+    DeviceDecoderTable(**model, options_precision(), batches, floors, cuda_ops_step);
+  }
   return 0;
 }
