@@ -36,6 +36,13 @@ ABSL_FLAG(std::string, backend, "cpu",
           "expert-parallel exchange over NCCL.");
 ABSL_FLAG(double, gpu_memory_fraction, 0.9,
           "CUDA backend: share of the device memory this worker takes.");
+ABSL_FLAG(bool, device_decode, true,
+          "CUDA backend, one rank: decode steps on the device-resident decoder (CUDA graphs); "
+          "the CUDA ops get half of --gpu_memory_fraction for prefill.");
+ABSL_FLAG(int64_t, device_decode_max_positions, 4096,
+          "Device decode: positions one sequence may reach on the device (longer ones decode "
+          "on the CUDA ops).");
+ABSL_FLAG(int, device_decode_max_batch, 64, "Device decode: rows of one graph replay.");
 
 namespace weir::worker {
 namespace {
@@ -87,7 +94,11 @@ int Run(int argc, char** argv) {
                     .collective_timeout =
                         absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_s)),
                     .backend = absl::GetFlag(FLAGS_backend),
-                    .gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction)});
+                    .gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction),
+                    .device_decode = absl::GetFlag(FLAGS_device_decode),
+                    .device_decode_max_positions =
+                        absl::GetFlag(FLAGS_device_decode_max_positions),
+                    .device_decode_max_batch = absl::GetFlag(FLAGS_device_decode_max_batch)});
   absl::StatusOr<StartedServer> server =
       StartServer({.address = absl::GetFlag(FLAGS_listen)}, {&service});
   if (!server.ok()) {

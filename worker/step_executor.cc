@@ -6,6 +6,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "worker/model/device_decoder.h"
 #include "worker/sampling/sampler.h"
 
 namespace weir::worker {
@@ -20,6 +21,13 @@ absl::Status RowError(size_t row, const std::string& why) {
 StepExecutor::StepExecutor(model::Model& model, int32_t max_slots,
                            grammar::GrammarCompiler* grammar, StepGrammarOptions options)
     : model_(model), grammar_(grammar), grammar_options_(options), slots_(max_slots) {}
+
+void StepExecutor::LeaveDevice(int32_t slot_id) {
+  Slot& slot = slots_[slot_id];
+  if (!slot.on_device) return;
+  device_->Release(slot_id).IgnoreError();
+  slot.on_device = false;
+}
 
 absl::Status StepExecutor::StartGrammar(const RowPlan& row, Slot& slot) {
   if (grammar_ == nullptr) {
@@ -176,15 +184,22 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::Execute(
   std::vector<RowOutcome> outcomes(rows.size());
   std::vector<int32_t> samples(rows.size(), -1);
   // Releases come first: a slot freed by this plan may be reused by its rows.
-  for (int32_t slot : release) slots_[slot] = Slot{};
+  for (int32_t slot : release) {
+    LeaveDevice(slot);
+    slots_[slot] = Slot{};
+  }
   std::vector<std::vector<int64_t>> inputs(rows.size());
+  std::vector<int64_t> starts(rows.size());
+  // Rows on the model (host sequence states) and rows on the device decoder.
+  std::vector<size_t> host_rows, device_rows;
   std::vector<model::SequenceState*> states;
   std::vector<std::span<const int64_t>> tokens;
-  std::vector<int64_t> starts;
+  std::vector<int64_t> host_starts;
   for (size_t i = 0; i < rows.size(); ++i) {
     const RowPlan& row = rows[i];
     Slot& slot = slots_[row.slot];
     if (row.start_pos == 0) {
+      LeaveDevice(row.slot);
       slot = Slot{.state = model_.NewSequence()};
       if (row.output_from > 0) slot.output_from = row.output_from;
       if (row.constraint.has_value()) slot.grammar_status = StartGrammar(row, slot);
@@ -195,14 +210,63 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::Execute(
       slot.grammar_status = AcceptInputs(slot, slot.state->length(), inputs[i]);
     }
     outcomes[i].status = slot.grammar_status;
+    starts[i] = slot.state->length();
+    const bool decode = device_ != nullptr && inputs[i].size() == 1 && starts[i] > 0;
+    if (decode && (slot.on_device || device_->Import(row.slot, *slot.state).ok())) {
+      slot.on_device = true;
+      device_rows.push_back(i);
+      continue;
+    }
+    if (slot.on_device) {
+      // Several tokens on a device-resident slot: bring its sequence back.
+      absl::Status back = device_->Export(row.slot, *slot.state);
+      LeaveDevice(row.slot);
+      if (!back.ok()) {
+        slot.state->MarkBroken();
+        return absl::InternalError(absl::StrCat("slot ", row.slot, ": ", back.message()));
+      }
+    }
+    host_rows.push_back(i);
     states.push_back(slot.state.get());
     tokens.emplace_back(inputs[i]);
-    starts.push_back(slot.state->length());
+    host_starts.push_back(starts[i]);
   }
-  // One batched forward for every row: each MoE layer runs once per step.
-  absl::StatusOr<std::vector<std::vector<float>>> logits =
-      model_.ForwardBatch(states, tokens, starts);
-  if (!logits.ok()) return logits.status();
+  std::vector<std::vector<float>> logits(rows.size());
+  // One batched forward for the model's rows: each MoE layer runs once per
+  // step (a plan of only decode rows on the device skips it).
+  if (!host_rows.empty() || device_rows.empty()) {
+    absl::StatusOr<std::vector<std::vector<float>>> host =
+        model_.ForwardBatch(states, tokens, host_starts);
+    if (!host.ok()) return host.status();
+    for (size_t j = 0; j < host_rows.size(); ++j) logits[host_rows[j]] = std::move((*host)[j]);
+  }
+  // Decode rows on the device, in batches of at most the decoder's max_batch.
+  const size_t chunk = device_rows.empty() ? 1 : static_cast<size_t>(device_->options().max_batch);
+  for (size_t first = 0; first < device_rows.size(); first += chunk) {
+    const size_t last = std::min(device_rows.size(), first + chunk);
+    std::vector<int> device_slots;
+    std::vector<int64_t> device_tokens;
+    for (size_t j = first; j < last; ++j) {
+      device_slots.push_back(rows[device_rows[j]].slot);
+      device_tokens.push_back(inputs[device_rows[j]][0]);
+    }
+    absl::StatusOr<std::vector<float>> out = device_->Step(device_slots, device_tokens);
+    if (!out.ok()) {
+      for (size_t j = first; j < device_rows.size(); ++j) {
+        // The decoder dropped the failed rows; the host states are stale.
+        Slot& slot = slots_[rows[device_rows[j]].slot];
+        LeaveDevice(rows[device_rows[j]].slot);
+        slot.state->MarkBroken();
+      }
+      return out.status();
+    }
+    for (size_t j = first; j < last; ++j) {
+      const size_t k = j - first;
+      logits[device_rows[j]].assign(out->begin() + k * vocab, out->begin() + (k + 1) * vocab);
+      slots_[rows[device_rows[j]].slot].state->Advance(1);
+    }
+    device_rows_ += static_cast<int64_t>(last - first);
+  }
   for (size_t i = 0; i < rows.size(); ++i) {
     const RowPlan& row = rows[i];
     Slot& slot = slots_[row.slot];
@@ -222,7 +286,7 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::Execute(
           slot.sampled_once || starts[i] + static_cast<int64_t>(j) >= slot.output_from;
       (generated ? slot.output : slot.prompt).push_back(static_cast<int32_t>(inputs[i][j]));
     }
-    const float* last = (*logits)[i].data() + (inputs[i].size() - 1) * vocab;
+    const float* last = logits[i].data() + (inputs[i].size() - 1) * vocab;
     RowOutcome& out = outcomes[i];
     if (row.return_top_k > 0) {
       std::vector<int32_t> order(vocab);

@@ -36,6 +36,10 @@
 #include "worker/sampling/sampler.h"
 #include "worker/sampling/sampling_params.h"
 
+namespace weir::model {
+class DeviceDecoder;
+}  // namespace weir::model
+
 namespace weir::worker {
 
 struct RowPlan {
@@ -91,6 +95,18 @@ class StepExecutor {
   absl::StatusOr<std::vector<RowOutcome>> Execute(const std::vector<RowPlan>& rows,
                                                   const std::vector<int32_t>& release);
 
+  // Decode rows (one input token on a slot that already holds positions) run
+  // on `device` (null: none; everything runs on the model): a slot's
+  // sequence moves into the decoder at its first decode row (Import) and
+  // comes back (Export) before a row of several tokens uses it; a slot the
+  // decoder cannot take (too long) stays on the model. REQUIRES: `device`
+  // was created for this executor's model with max_sequences >= max_slots()
+  // and max_batch >= the rows of any step, outlives the executor, and is set
+  // before the first Execute.
+  void SetDeviceDecoder(model::DeviceDecoder* device) { device_ = device; }
+  // Rows run on the device decoder since construction.
+  int64_t device_rows() const { return device_rows_; }
+
   int32_t max_slots() const { return static_cast<int32_t>(slots_.size()); }
   // Number of slots holding a sequence.
   int32_t used_slots() const;
@@ -111,7 +127,13 @@ class StepExecutor {
     int64_t accepted_upto = 0;
     // A grammar failure sticks to the slot until it is released.
     absl::Status grammar_status;
+    // The sequence lives in the device decoder (`state` has the right
+    // length but stale contents until Export).
+    bool on_device = false;
   };
+
+  // Ends the slot's residence in the device decoder (nothing if none).
+  void LeaveDevice(int32_t slot_id);
 
   // Starts compiling `row`'s constraint for `slot` (start_pos 0, constrained).
   absl::Status StartGrammar(const RowPlan& row, Slot& slot);
@@ -127,6 +149,8 @@ class StepExecutor {
                         const std::vector<int32_t>& release) const;
 
   model::Model& model_;
+  model::DeviceDecoder* device_ = nullptr;
+  int64_t device_rows_ = 0;
   grammar::GrammarCompiler* const grammar_;
   const StepGrammarOptions grammar_options_;
   std::vector<Slot> slots_;

@@ -220,15 +220,27 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     }
   }
   const model::ModelConfig& config = (*checkpoint)->config();
+  const model::ActivationPrecision precision = model_options.precision;
+  const std::vector<int64_t> engram_token_map = model_options.engram_token_map;
   ExpertMap map = request->has_expert_map()
                       ? FromProto(request->expert_map())
                       : IdentityExpertMap(static_cast<int>(config.n_layers),
                                           static_cast<int>(config.n_routed_experts), world);
   if (absl::Status s = ValidateExpertMap(map, world); !s.ok()) return ToGrpcStatus(s);
   const bool cuda = options_.backend == "cuda";
+  // Decode on a DeviceDecoder: one rank holding every expert once. The CUDA
+  // ops (prefill) then get half of the memory share, the decoder the rest.
+  bool device_decode = cuda && options_.device_decode && world == 1 &&
+                       map.num_physical == map.num_logical;
+  for (size_t i = 0; device_decode && i < map.physical_to_logical.size(); ++i) {
+    device_decode = map.physical_to_logical[i] == static_cast<int32_t>(i % map.num_physical);
+  }
+  if (cuda && options_.device_decode && !device_decode) {
+    WEIR_LOG(INFO) << "device decode off: it needs one rank holding every expert once";
+  }
   if (cuda) {
-    absl::StatusOr<model::CudaOpsOptions> ops_options =
-        CudaOpsOptionsFor(cuda_device_, options_.gpu_memory_fraction);
+    absl::StatusOr<model::CudaOpsOptions> ops_options = CudaOpsOptionsFor(
+        cuda_device_, options_.gpu_memory_fraction * (device_decode ? 0.5 : 1.0));
     if (!ops_options.ok()) return ToGrpcStatus(ops_options.status());
     model_options.make_ops =
         [o = *ops_options](
@@ -299,6 +311,24 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     runtime = std::move(ep->model);
   }
   if (!runtime.ok()) return ToGrpcStatus(runtime.status());
+  std::unique_ptr<model::DeviceDecoder> device_decoder;
+  if (device_decode) {
+    {
+      absl::StatusOr<std::unique_ptr<model::DeviceDecoder>> dd = model::DeviceDecoder::Create(
+          **runtime, precision,
+          {.device = cuda_device_, .max_sequences = options_.max_slots,
+           .max_positions = options_.device_decode_max_positions,
+           .max_batch = options_.device_decode_max_batch,
+           .engram_token_map = engram_token_map});
+      if (!dd.ok()) {
+        WEIR_LOG(WARNING) << "device decode off: " << dd.status();
+      } else {
+        device_decoder = std::move(*dd);
+        WEIR_LOG(INFO) << "device decode on: arena "
+                       << device_decoder->stats().arena_bytes / (1 << 20) << " MiB";
+      }
+    }
+  }
   std::optional<ExpertMapState> experts(std::move(map));
   uint64_t bytes = 0;
   for (const std::string& name : (*checkpoint)->tensors().Names()) {
@@ -310,8 +340,10 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
   {
     absl::MutexLock lock(&mu_);
     executor_.reset();
+    device_decoder_ = std::move(device_decoder);
     grammar_ = std::move(grammar);
     executor_ = std::make_unique<StepExecutor>(**runtime, options_.max_slots, grammar_.get());
+    executor_->SetDeviceDecoder(device_decoder_.get());
     model_runtime_ = std::move(*runtime);
     ep_executor_ = ep_executor;
     map_broken_ = absl::OkStatus();

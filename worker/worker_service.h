@@ -51,6 +51,7 @@
 #include "worker/model/expert_moves.h"
 #include "worker/model/model.h"
 #include "worker/grammar/compiler.h"
+#include "worker/model/device_decoder.h"
 #include "worker/step_executor.h"
 
 namespace weir::worker {
@@ -70,6 +71,14 @@ struct WorkerOptions {
   // CUDA backend: the share of the device's memory the worker takes (the
   // ops' arena and weight region come out of it).
   double gpu_memory_fraction = 0.9;
+  // CUDA backend, one rank holding every expert once: decode rows run on a
+  // model::DeviceDecoder (activations and KV on the device, one CUDA graph
+  // replay per step) sized for max_slots sequences of up to
+  // device_decode_max_positions positions and batches of up to
+  // device_decode_max_batch rows (more rows in one plan: the model runs them).
+  bool device_decode = true;
+  int64_t device_decode_max_positions = 4096;
+  int32_t device_decode_max_batch = 64;
 };
 
 struct WorkerHooks {
@@ -160,6 +169,9 @@ class WorkerService final : public v1::Worker::Service {
   // vocabulary (null when the model directory has no tokenizer). Declared
   // before the executor, which uses it.
   std::unique_ptr<grammar::GrammarCompiler> grammar_;
+  // Decode steps on the device (see WorkerOptions::device_decode), or null.
+  // Declared before the executor, which uses it.
+  std::unique_ptr<model::DeviceDecoder> device_decoder_;
   std::unique_ptr<StepExecutor> executor_;
   bool steps_active_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
