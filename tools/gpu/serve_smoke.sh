@@ -40,4 +40,5 @@ done
 same=$(comm -12 <(sort "${results}/serve_cuda.jsonl") <(sort "${results}/serve_cpu.jsonl") | wc -l)
 errors=$(grep -c '"error"' "${results}/serve_cuda.jsonl" 2>/dev/null || true)
 echo "serve ${model}: ${same} of 16 outputs identical on cuda and cpu, ${errors:-0} errors on cuda"
+grep -h -o 'device decode [a-z]*:.*' "${results}/serve_cuda.log" | head -n 1 || true
 exit "${status}"

@@ -131,7 +131,9 @@ void CompareWithOffsets(const Shape& shape, int64_t pool_rows, bool round_bf16, 
   for (int64_t s = 0; s < shape.queries; ++s) {
     offset[s] = pick_offset(rng);
     const int64_t room = std::min(shape.keys, pool_rows - offset[s]);
-    visible[s] = std::uniform_int_distribution<int64_t>(0, room)(rng);
+    // A lone query sees at least one key, so the comparison has finite scores.
+    const int64_t least = shape.queries == 1 ? std::min<int64_t>(1, room) : 0;
+    visible[s] = std::uniform_int_distribution<int64_t>(least, room)(rng);
   }
   if (shape.queries > 1) {  // the last query's visible keys end at the pool's end
     const int64_t s = shape.queries - 1;
