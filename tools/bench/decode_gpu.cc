@@ -133,7 +133,7 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
   for (bool graphs : {true, false}) {
     weir::model::DeviceDecoderOptions options{
         .max_sequences = max_batch, .max_positions = prompt + warmup + steps + 8,
-        .max_batch = max_batch, .use_graphs = graphs};
+        .max_batch = max_batch, .use_graphs = graphs, .profile = !graphs};
     auto dd = weir::model::DeviceDecoder::Create(model, precision, options);
     WEIR_CHECK(dd.ok()) << dd.status();
     for (size_t bi = 0; bi < batches.size(); ++bi) {
@@ -179,6 +179,18 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
                   (total / steps - device_s) * 1e3, batch / step_s, floors[bi] * 1e3,
                   floors[bi] > 0 ? step_s / floors[bi] : 0.0,
                   step_s > 0 ? cuda_ops_step[bi] / step_s : 0.0);
+      if (!graphs) {  // where the eager step's device time goes (events between sections)
+        std::vector<std::pair<double, std::string>> parts;
+        for (const auto& [name, secs] : after.section_seconds) {
+          auto it = before.section_seconds.find(name);
+          parts.push_back({(secs - (it == before.section_seconds.end() ? 0 : it->second)) / steps,
+                           name});
+        }
+        std::sort(parts.rbegin(), parts.rend());
+        std::printf("      sections (ms per step):");
+        for (const auto& [secs, name] : parts) std::printf(" %s %.3f", name.c_str(), secs * 1e3);
+        std::printf("\n");
+      }
       for (int b = 0; b < batch; ++b) WEIR_CHECK((*dd)->Release(b).ok());
     }
   }

@@ -237,6 +237,24 @@ struct DeviceDecoder::Impl {
   };
   std::vector<Slot> slot_state;
   absl::flat_hash_map<int64_t, cudaGraphExec_t> graphs;
+  // Profiling (eager steps): an event per section boundary, and its name.
+  bool profiling = false;
+  std::vector<cudaEvent_t> prof_events;
+  std::vector<const char*> prof_names;
+  size_t prof_used = 0;
+
+  // Starts section `name` (null: the end of the step) when profiling.
+  void Mark(const char* name) {
+    if (!profiling) return;
+    if (prof_used == prof_events.size()) {
+      cudaEvent_t e = nullptr;
+      if (cudaEventCreate(&e) != cudaSuccess) return;
+      prof_events.push_back(e);
+      prof_names.push_back(nullptr);
+    }
+    prof_names[prof_used] = name;
+    cudaEventRecord(prof_events[prof_used++], stream);
+  }
 
   Impl(const Model& m, ActivationPrecision p, const DeviceDecoderOptions& o, EngramHasher hs)
       : model(m), c(m.config()), roles(m.roles()), precision(p), options(o),
@@ -244,6 +262,7 @@ struct DeviceDecoder::Impl {
   ~Impl() {
     if (stream != nullptr) cudaStreamSynchronize(stream);
     for (auto& [b, exec] : graphs) cudaGraphExecDestroy(exec);
+    for (cudaEvent_t e : prof_events) cudaEventDestroy(e);
     gemm.reset();
     if (arena != nullptr) cudaFree(arena);
     if (meta_host != nullptr) cudaFreeHost(meta_host);
@@ -707,7 +726,7 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
   const LayerDev& L = layers[layer];
   const int64_t hd = c.head_dim, heads = c.n_heads, ql = c.q_lora_rank, win = window();
   const int64_t* pos = meta_d.positions;
-  // Query.
+  Mark("attn.qkv");
   RETURN_IF_ERROR(Mm(L.wq_a, h, b, qr));
   RETURN_IF_ERROR(Round(qr, b * ql));
   RETURN_IF_ERROR(Norm(qr, L.q_norm, b, ql));
@@ -732,8 +751,12 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
                               .window_width = static_cast<int>(win),
                               .window_base = L.window_base};
   if (role.ratio > 0) {
-    if (role.attention == AttentionRole::kFull) RETURN_IF_ERROR(UpdateCompressed(layer, b));
+    if (role.attention == AttentionRole::kFull) {
+      Mark("attn.compressor");
+      RETURN_IF_ERROR(UpdateCompressed(layer, b));
+    }
     if (role.attention == AttentionRole::kFull || role.attention == AttentionRole::kReindex) {
+      Mark("attn.indexer");
       RETURN_IF_ERROR(SelectCompressed(layer, b));
     }
     ip.topk = layers[role.index_source].topk;
@@ -741,6 +764,7 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
     ip.k_width = static_cast<int>(c.index_topk);
     ip.topk_base = layers[role.kv_source].comp_base;
   }
+  Mark("attn.sparse");
   RETURN_IF_ERROR(dec::AssembleIndex(ip, stream));
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   RETURN_IF_ERROR(kc::SparseAttention(
@@ -748,6 +772,7 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
        .heads = static_cast<int>(heads), .head_dim = static_cast<int>(hd),
        .kv_len = pool_rows, .topk = ip.window_width + ip.k_width, .scale = scale},
       stream));
+  Mark("attn.out");
   RETURN_IF_ERROR(Round(o, b * heads * hd));
   RETURN_IF_ERROR(Rope(o, pos, b, static_cast<int>(heads), hd, layer, /*inverse=*/true));
   RETURN_IF_ERROR(Round(o, b * heads * hd));
@@ -770,6 +795,7 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
   kc::GateScore score = kc::GateScore::kSqrtSoftplus;
   if (c.score_func == ScoreFunc::kSigmoid) score = kc::GateScore::kSigmoid;
   if (c.score_func == ScoreFunc::kSoftmax) score = kc::GateScore::kSoftmax;
+  Mark("moe.gate");
   RETURN_IF_ERROR(kc::MoeGate({.x = h, .weight = L.gate, .bias = L.bias, .bias_vl = L.bias_vl,
                                .indices = moe_idx, .weights = moe_w, .tokens = b, .dim = d,
                                .num_experts = L.experts, .topk = k,
@@ -777,6 +803,7 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
                                .route_scale = static_cast<float>(c.route_scale),
                                .norm_topk_prob = c.norm_topk_prob, .score = score},
                               stream));
+  Mark("moe.experts");
   RETURN_IF_ERROR(kc::MoeGroupRows({.groups = moe_idx, .x = h, .route_weight = moe_w,
                                     .group_offsets = group_offsets, .pair_row = pair_row,
                                     .x_grouped = xg, .weight_grouped = wg, .tokens = b,
@@ -799,7 +826,7 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
                               stream));
   RETURN_IF_ERROR(grouped(gg, L.w2s, d, L.inter, L.w2_fp8, yg));
   RETURN_IF_ERROR(Round(yg, rows * d));
-  // Shared expert.
+  Mark("moe.shared");
   RETURN_IF_ERROR(Mm(L.sw1, h, b, sg));
   RETURN_IF_ERROR(Mm(L.sw3, h, b, su));
   RETURN_IF_ERROR(dec::Swiglu({.gate = sg, .up = su, .out = sg, .rows = b, .inter = L.sw1.out,
@@ -807,6 +834,7 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
                               stream));
   RETURN_IF_ERROR(Mm(L.sw2, sg, b, sy));
   RETURN_IF_ERROR(Round(sy, b * d));
+  Mark("moe.combine");
   return kc::MoeCombine({.y_grouped = yg, .pair_row = pair_row, .experts = moe_idx,
                          .shared = sy, .out = y, .tokens = b, .dim = d, .topk = k,
                          .round_bf16 = bf16()},
@@ -817,6 +845,7 @@ absl::Status DeviceDecoder::Impl::Enqueue(int64_t b) {
   float* const x0 = x;
   float* const x20 = x2;
   absl::Status st = [&]() -> absl::Status {
+    Mark("embed");
     RETURN_IF_ERROR(dec::EmbedStreams({.embed = embed, .token_ids = meta_d.tokens, .out = x,
                                        .tokens = b, .vocab = c.vocab_size, .dim = c.dim,
                                        .copies = static_cast<int>(c.hc_mult)},
@@ -824,17 +853,24 @@ absl::Status DeviceDecoder::Impl::Enqueue(int64_t b) {
     const float* pre = identity_pre;
     for (int l = 0; l < c.n_layers; ++l) {
       const LayerDev& L = layers[l];
-      if (roles[l].has_engram) RETURN_IF_ERROR(Engram(l, b)) << "layer " << l;
+      if (roles[l].has_engram) {
+        Mark("engram");
+        RETURN_IF_ERROR(Engram(l, b)) << "layer " << l;
+      }
+      Mark("mhc");
       RETURN_IF_ERROR(Mix(L.hc_attn, b, ca));
       RETURN_IF_ERROR(Collapse(pre, b, L.attn_norm));
       RETURN_IF_ERROR(Attention(l, b)) << "layer " << l;
+      Mark("mhc");
       RETURN_IF_ERROR(Expand(ca, b));
       RETURN_IF_ERROR(Mix(L.hc_ffn, b, cf));
       RETURN_IF_ERROR(Collapse(ca.pre, b, L.ffn_norm));
       RETURN_IF_ERROR(Moe(l, b)) << "layer " << l;
+      Mark("mhc");
       RETURN_IF_ERROR(Expand(cf, b));
       pre = cf.pre;
     }
+    Mark("head");
     RETURN_IF_ERROR(Collapse(pre, b, final_norm));
     const dense::MatmulParams p{.x = h, .w = head.w, .y = logits, .rows = b, .out = head.out,
                                 .in = head.in};
@@ -1154,7 +1190,12 @@ absl::StatusOr<std::vector<float>> DeviceDecoder::Step(std::span<const int> slot
       WEIR_DD_CUDA("graph launch", cudaGraphLaunch(it->second, m.stream));
       ++stats_.graph_launches;
     } else {
-      RETURN_IF_ERROR(m.Enqueue(padded));
+      m.profiling = options_.profile;
+      m.prof_used = 0;
+      absl::Status enq = m.Enqueue(padded);
+      m.Mark(nullptr);
+      m.profiling = false;
+      RETURN_IF_ERROR(enq);
       ++stats_.eager_steps;
     }
     WEIR_DD_CUDA("event", cudaEventRecord(m.ev_end, m.stream));
@@ -1165,6 +1206,13 @@ absl::StatusOr<std::vector<float>> DeviceDecoder::Step(std::span<const int> slot
     float ms = 0;
     WEIR_DD_CUDA("event", cudaEventElapsedTime(&ms, m.ev_begin, m.ev_end));
     stats_.device_seconds += ms / 1e3;
+    for (size_t i = 0; i + 1 < m.prof_used; ++i) {
+      float section = 0;
+      if (cudaEventElapsedTime(&section, m.prof_events[i], m.prof_events[i + 1]) == cudaSuccess) {
+        stats_.section_seconds[m.prof_names[i]] += section / 1e3;
+      }
+    }
+    m.prof_used = 0;
     return absl::OkStatus();
   }();
   if (!st.ok()) {

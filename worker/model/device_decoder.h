@@ -49,8 +49,10 @@
 #define WEIR_WORKER_MODEL_DEVICE_DECODER_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -72,6 +74,10 @@ struct DeviceDecoderOptions {
   int batch_interval = 8;
   // Replay CUDA graphs (false: launch the same kernels eagerly every step).
   bool use_graphs = true;
+  // Eager steps only (use_graphs false): record CUDA events between the
+  // step's sections (embedding, Engram, mHC, attention parts, MoE parts,
+  // head) and add their device times to DeviceDecoderStats::section_seconds.
+  bool profile = false;
   // The head with the row-stable product (CpuOps row_stable_logits bits)
   // rather than cuBLASLt.
   bool row_stable_logits = true;
@@ -90,6 +96,8 @@ struct DeviceDecoderStats {
   size_t arena_bytes = 0;       // the one device allocation
   size_t weight_bytes = 0;
   size_t pool_bytes = 0;
+  // With DeviceDecoderOptions::profile: device seconds per section name.
+  std::map<std::string, double> section_seconds;
 };
 
 class DeviceDecoder {

@@ -1,0 +1,126 @@
+// StepExecutor with a DeviceDecoder against the same executor without one
+// (GPU machine only; tag gpu). The model runs CpuOps with row-stable logits,
+// so the decoder's logits are the model's bit for bit and every outcome
+// (token, logprob, top-k logits) must be identical, through:
+//   * prefills on the model, then decode rows (remapped and explicit) moving
+//     each slot into the decoder;
+//   * more decode rows in one plan than the decoder's max_batch (two
+//     replays);
+//   * a row of several tokens on a device-resident slot (Export back to the
+//     model), then decoding on the device again (a second Import);
+//   * a release and a new sequence in the freed slot, and a stochastic row
+//     (seeded: the draw depends only on the logits, the seed and the position).
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "worker/model/cpu_ops.h"
+#include "worker/model/device_decoder.h"
+#include "worker/model/tiny_checkpoint.h"
+#include "worker/step_executor.h"
+
+namespace weir::worker {
+namespace {
+
+RowPlan Row(int32_t slot, int64_t start, std::vector<int64_t> tokens, int32_t remap = -1) {
+  RowPlan row{.slot = slot, .start_pos = start, .tokens = std::move(tokens), .remap = remap,
+              .sample = true, .return_top_k = 4};
+  row.sampling.temperature = 0.0f;
+  return row;
+}
+
+TEST(StepExecutorGpuTest, DeviceDecodeGivesTheModelsOutcomes) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  auto ckpt = model::GenerateAndOpenCheckpoint("models/small/config.json",
+                                               std::string(tmp ? tmp : "/tmp") + "/small_exec",
+                                               /*seed=*/5);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  model::ModelOptions options;
+  options.make_ops = [](model::ActivationPrecision p)
+      -> absl::StatusOr<std::unique_ptr<model::Ops>> {
+    return std::unique_ptr<model::Ops>(new model::CpuOps(p, {.row_stable_logits = true}));
+  };
+  auto m = model::Model::Create((*ckpt)->config(), **ckpt, std::move(options));
+  ASSERT_TRUE(m.ok()) << m.status();
+  auto device = model::DeviceDecoder::Create(**m, model::ActivationPrecision::kBf16,
+                                             {.max_sequences = 4, .max_positions = 128,
+                                              .max_batch = 2});
+  ASSERT_TRUE(device.ok()) << device.status();
+  StepExecutor host(**m, 4), dev(**m, 4);
+  dev.SetDeviceDecoder(device->get());
+
+  int steps = 0, compared = 0;
+  auto both = [&](const std::vector<RowPlan>& rows, const std::vector<int32_t>& release) {
+    auto a = host.Execute(rows, release);
+    auto b = dev.Execute(rows, release);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(b.ok()) << b.status();
+    ASSERT_EQ(a->size(), b->size());
+    for (size_t i = 0; i < a->size(); ++i) {
+      const RowOutcome &x = (*a)[i], &y = (*b)[i];
+      ASSERT_TRUE(x.status.ok()) << x.status;
+      ASSERT_TRUE(y.status.ok()) << y.status;
+      EXPECT_EQ(x.token, y.token) << "step " << steps << " row " << i;
+      EXPECT_EQ(std::memcmp(&x.logprob, &y.logprob, sizeof(float)), 0);
+      EXPECT_EQ(x.top_ids, y.top_ids);
+      ASSERT_EQ(x.top_logits.size(), y.top_logits.size());
+      EXPECT_EQ(std::memcmp(x.top_logits.data(), y.top_logits.data(),
+                            x.top_logits.size() * sizeof(float)),
+                0)
+          << "step " << steps << " row " << i;
+      ++compared;
+    }
+    ++steps;
+  };
+  // Prefills (on the model in both).
+  both({Row(0, 0, {5, 6, 7, 8, 9, 10}), Row(1, 0, {11, 12, 13}), Row(2, 0, {14})}, {});
+  int64_t len[3] = {6, 3, 1};
+  // Decode: three rows, max_batch 2 (two replays per step).
+  for (int s = 0; s < 8; ++s) {
+    std::vector<RowPlan> rows;
+    for (int r = 0; r < 3; ++r) rows.push_back(Row(r, len[r], {}, /*remap=*/r));
+    both(rows, {});
+    for (int64_t& l : len) ++l;
+  }
+  EXPECT_GT(dev.device_rows(), 0);
+  const int64_t before_export = dev.device_rows();
+  // Slot 2: three tokens (its sequence comes back to the model), the others decode.
+  both({Row(0, len[0], {}, 0), Row(1, len[1], {}, 1), Row(2, len[2], {}, 2)}, {});
+  for (int64_t& l : len) ++l;
+  {
+    RowPlan multi = Row(2, len[2], {21, 22, 23});
+    both({Row(0, len[0], {}, 0), Row(1, len[1], {}, 1), multi}, {});
+    len[0]++;
+    len[1]++;
+    len[2] += 3;
+  }
+  EXPECT_EQ(dev.device_rows(), before_export + 3 + 2);
+  // Slot 2 decodes on the device again (remap to its sample: row 2 of the last step).
+  for (int s = 0; s < 6; ++s) {
+    std::vector<RowPlan> rows;
+    for (int r = 0; r < 3; ++r) rows.push_back(Row(r, len[r], {}, r));
+    both(rows, {});
+    for (int64_t& l : len) ++l;
+  }
+  // Release slot 1 and start a new sequence there; a seeded stochastic row on slot 0.
+  both({Row(1, 0, {30, 31, 32, 33})}, {1});
+  len[1] = 4;
+  for (int s = 0; s < 6; ++s) {
+    RowPlan r0 = Row(0, len[0], {}, s == 0 ? -1 : 0);
+    if (s == 0) r0.tokens = {40};
+    r0.sampling.temperature = 0.8f;
+    r0.sampling.seed = 1234;
+    RowPlan r1 = Row(1, len[1], {}, s == 0 ? 0 : 1);
+    both({r0, r1}, {});
+    ++len[0];
+    ++len[1];
+  }
+  std::printf("%d steps, %d rows compared, %lld rows decoded on the device\n", steps, compared,
+              static_cast<long long>(dev.device_rows()));
+  EXPECT_GT(dev.device_rows(), 50);
+}
+
+}  // namespace
+}  // namespace weir::worker
