@@ -17,8 +17,9 @@ if ((${#targets[@]} == 0)); then
   echo "bundle: no gpu-tagged tests found" >&2
   exit 1
 fi
-# The serving binaries, for serve_smoke.sh (the small model over gRPC).
-serving=(//coordinator:main //worker:main //eplb:main //tools:weir)
+# The serving binaries, for serve_smoke.sh (the small model over gRPC) and the
+# eplb step of multi_gpu.sh (gen_model writes its skewed checkpoint).
+serving=(//coordinator:main //worker:main //eplb:main //tools:weir //tools:gen_model)
 # Benchmarks tagged `gpu` (cc_binary), into OUT/tools; run_all.sh does not run them.
 mapfile -t tool_targets < <(tools/bazel query 'attr(tags, "\bgpu\b", kind("cc_binary rule", //...))' 2>/dev/null)
 tools/bazel build --strip=always "${targets[@]}" "${serving[@]}" "${tool_targets[@]}" >&2
