@@ -85,7 +85,8 @@ eplb_run() {
     --startup_timeout_s=600 > "${dir}/coordinator.log" 2>&1 &
   local pid=$! ok=0
   for _ in $(seq 1 240); do
-    if "${serve}/tools_weir" --server=127.0.0.1:${port} info > /dev/null 2>&1; then ok=1; break; fi
+    if "${serve}/tools_weir" --server=127.0.0.1:${port} --service=weir.v1.Inference health \
+      > /dev/null 2>&1; then ok=1; break; fi
     sleep 1
   done
   if ((ok == 0)); then kill "${pid}"; wait "${pid}"; tail -n 20 "${dir}/coordinator.log"; return 1; fi
@@ -97,6 +98,10 @@ eplb_run() {
     done
     wait $(jobs -p | grep -v "^${pid}$") 2>/dev/null
   done
+  local failed
+  failed=$(grep -L -i 'tokens\|finish' "${dir}"/gen_*.txt | wc -l)
+  echo "generate: 48 requests, ${failed} without a finished generation"
+  head -n 3 "${dir}/gen_1_0.txt"
   sleep 2
   "${serve}/tools_weir" --server=127.0.0.1:${port} info
   local code=$?
