@@ -1,0 +1,226 @@
+// DeviceDecoder against the CPU model (GPU machine only; tag gpu).
+//
+// For the tiny and small models, fp32 and bf16: 12 sequences with prompts of
+// 1 to 70 tokens are prefilled on the CPU model (CpuOps, row-stable logits)
+// and imported; then 64 decode steps run on the CPU (ForwardBatch) and on
+// two decoders, one replaying CUDA graphs and one launching eagerly. Batches
+// change size along the way (every sequence, then half of them: two padded
+// sizes, two graphs), one sequence is released and its slot reused by a new
+// sequence imported mid-run. Checked at every step and row:
+//   * graph and eager decoders give the same bits;
+//   * the decoders' logits equal the CPU's bit for bit (every op uses the
+//     CPU's arithmetic order), so the greedy tokens are identical too; the
+//     maximum relative difference is printed either way.
+// A second test checks the refusals (bad slots, tokens, batch sizes, a full
+// slot) and that a refused call changes nothing.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "worker/model/cpu_ops.h"
+#include "worker/model/device_decoder.h"
+#include "worker/model/model.h"
+#include "worker/model/tiny_checkpoint.h"
+#include "worker/model/tiny_model_test_util.h"
+
+namespace weir::model {
+namespace {
+
+constexpr int kSteps = 64;
+
+std::unique_ptr<Model> CpuModel(const Checkpoint& ckpt, ActivationPrecision precision) {
+  ModelOptions options;
+  options.precision = precision;
+  options.make_ops = [](ActivationPrecision p) -> absl::StatusOr<std::unique_ptr<Ops>> {
+    return std::unique_ptr<Ops>(new CpuOps(p, {.row_stable_logits = true}));
+  };
+  auto m = Model::Create(ckpt.config(), ckpt, std::move(options));
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? std::move(*m) : nullptr;
+}
+
+int64_t Argmax(const float* row, int64_t n) { return std::max_element(row, row + n) - row; }
+
+double RowRel(const float* a, const float* b, int64_t n) {
+  double diff = 0, scale = 1e-30;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    diff = std::max(diff, double{std::fabs(a[i] - b[i])});
+    scale = std::max(scale, double{std::fabs(b[i])});
+  }
+  return diff / scale;
+}
+
+struct Seq {
+  std::unique_ptr<SequenceState> state;
+  int slot = -1;
+  int64_t next = 0;  // the token to feed next (greedy from the last logits)
+  bool active = false;
+};
+
+void CheckModel(const Checkpoint& ckpt, const char* name, ActivationPrecision precision) {
+  const int64_t v = ckpt.config().vocab_size;
+  auto cpu = CpuModel(ckpt, precision);
+  ASSERT_NE(cpu, nullptr);
+  DeviceDecoderOptions options{.max_sequences = 16, .max_positions = 256, .max_batch = 16};
+  auto graph = DeviceDecoder::Create(*cpu, precision, options);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  options.use_graphs = false;
+  auto eager = DeviceDecoder::Create(*cpu, precision, options);
+  ASSERT_TRUE(eager.ok()) << eager.status();
+
+  const std::vector<int> lengths = {1, 2, 3, 7, 16, 31, 33, 40, 5, 64, 9, 70};
+  std::vector<Seq> seqs(lengths.size() + 1);
+  auto start = [&](size_t i, int len, int slot) {
+    Seq& s = seqs[i];
+    s.state = cpu->NewSequence();
+    const std::vector<int64_t> prompt = RandomTokens(len, 100 + static_cast<uint32_t>(i));
+    auto logits = cpu->Forward(*s.state, prompt, 0);
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    s.next = Argmax(logits->data() + (len - 1) * v, v);
+    s.slot = slot;
+    s.active = true;
+    ASSERT_TRUE((*graph)->Import(slot, *s.state).ok());
+    ASSERT_TRUE((*eager)->Import(slot, *s.state).ok());
+  };
+  for (size_t i = 0; i < lengths.size(); ++i) start(i, lengths[i], static_cast<int>(i));
+
+  int rows_checked = 0, rows_differing = 0, token_mismatches = 0, graph_eager_differing = 0;
+  double max_rel = 0;
+  for (int step = 0; step < kSteps; ++step) {
+    if (step == 20) {  // sequence 3 ends; a new one takes its slot
+      seqs[3].active = false;
+      ASSERT_TRUE((*graph)->Release(3).ok());
+      ASSERT_TRUE((*eager)->Release(3).ok());
+      start(lengths.size(), 12, 3);
+    }
+    std::vector<SequenceState*> states;
+    std::vector<std::vector<int64_t>> toks;
+    std::vector<int64_t> starts;
+    std::vector<int> slots;
+    std::vector<int64_t> tokens;
+    std::vector<Seq*> in_step;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      Seq& s = seqs[i];
+      if (!s.active || (step % 3 == 2 && i % 2 == 1)) continue;  // every third step: half
+      states.push_back(s.state.get());
+      toks.push_back({s.next});
+      starts.push_back(s.state->length());
+      slots.push_back(s.slot);
+      tokens.push_back(s.next);
+      in_step.push_back(&s);
+    }
+    std::vector<std::span<const int64_t>> spans(toks.begin(), toks.end());
+    auto want = cpu->ForwardBatch(states, spans, starts);
+    ASSERT_TRUE(want.ok()) << want.status();
+    auto got = (*graph)->Step(slots, tokens);
+    ASSERT_TRUE(got.ok()) << got.status();
+    auto got_eager = (*eager)->Step(slots, tokens);
+    ASSERT_TRUE(got_eager.ok()) << got_eager.status();
+    ASSERT_EQ(got->size(), slots.size() * v);
+    if (std::memcmp(got->data(), got_eager->data(), got->size() * sizeof(float)) != 0) {
+      ++graph_eager_differing;
+    }
+    for (size_t r = 0; r < slots.size(); ++r) {
+      const float* d = got->data() + r * v;
+      const std::vector<float>& c = (*want)[r];
+      ++rows_checked;
+      const double rel = RowRel(d, c.data(), v);
+      max_rel = std::max(max_rel, rel);
+      rows_differing += std::memcmp(d, c.data(), v * sizeof(float)) != 0;
+      const int64_t cpu_next = Argmax(c.data(), v);
+      token_mismatches += Argmax(d, v) != cpu_next;
+      in_step[r]->next = cpu_next;
+      EXPECT_EQ((*graph)->length(in_step[r]->slot), in_step[r]->state->length());
+    }
+  }
+  const DeviceDecoderStats& st = (*graph)->stats();
+  std::printf("%s %s: %d decode rows over %d steps: %d not bit-identical to the CPU, max rel "
+              "%.3g, %d greedy tokens differ; graph vs eager: %d steps differ; %lld graphs "
+              "captured, %lld launches; arena %.1f MiB (weights %.1f, pools %.1f)\n",
+              name, precision == ActivationPrecision::kFp32 ? "fp32" : "bf16", rows_checked,
+              kSteps, rows_differing, max_rel, token_mismatches, graph_eager_differing,
+              static_cast<long long>(st.graph_captures),
+              static_cast<long long>(st.graph_launches), st.arena_bytes / 1048576.0,
+              st.weight_bytes / 1048576.0, st.pool_bytes / 1048576.0);
+  EXPECT_EQ(graph_eager_differing, 0);
+  EXPECT_EQ(rows_differing, 0);
+  EXPECT_EQ(token_mismatches, 0);
+  EXPECT_EQ(st.graph_captures, 2);  // padded sizes 16 and 8
+  EXPECT_EQ(st.graph_launches, kSteps);
+}
+
+TEST(DeviceDecoderTest, TinyFp32) { CheckModel(TinyCheckpoint(11), "tiny", ActivationPrecision::kFp32); }
+TEST(DeviceDecoderTest, TinyBf16) { CheckModel(TinyCheckpoint(11), "tiny", ActivationPrecision::kBf16); }
+
+const Checkpoint* Small() {
+  static const Checkpoint* ckpt = [] {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    auto c = GenerateAndOpenCheckpoint("models/small/config.json",
+                                       std::string(tmp ? tmp : "/tmp") + "/small_seed3", 3);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? c->release() : nullptr;
+  }();
+  return ckpt;
+}
+
+TEST(DeviceDecoderTest, SmallFp32) {
+  ASSERT_NE(Small(), nullptr);
+  CheckModel(*Small(), "small", ActivationPrecision::kFp32);
+}
+TEST(DeviceDecoderTest, SmallBf16) {
+  ASSERT_NE(Small(), nullptr);
+  CheckModel(*Small(), "small", ActivationPrecision::kBf16);
+}
+
+TEST(DeviceDecoderTest, RefusesBadInput) {
+  const Checkpoint& ckpt = TinyCheckpoint(11);
+  const int64_t v = ckpt.config().vocab_size;
+  auto cpu = CpuModel(ckpt, ActivationPrecision::kBf16);
+  ASSERT_NE(cpu, nullptr);
+  EXPECT_EQ(DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, {.max_sequences = 0})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  auto dd = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16,
+                                  {.max_sequences = 4, .max_positions = 12, .max_batch = 4});
+  ASSERT_TRUE(dd.ok()) << dd.status();
+  auto a = cpu->NewSequence();
+  const std::vector<int64_t> prompt = RandomTokens(10, 5);
+  ASSERT_TRUE(cpu->Forward(*a, prompt, 0).ok());
+  auto empty = cpu->NewSequence();
+  EXPECT_EQ((*dd)->Import(4, *a).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*dd)->Import(0, *empty).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE((*dd)->Import(0, *a).ok());
+  const int s0[] = {0}, s01[] = {0, 1}, s00[] = {0, 0}, s5[] = {5}, s_all[] = {0, 1, 2, 3, 0};
+  const int64_t t1[] = {7}, t2[] = {7, 8}, bad[] = {v}, t5[] = {1, 2, 3, 4, 5};
+  auto code = [&](std::span<const int> s, std::span<const int64_t> t) {
+    return (*dd)->Step(s, t).status().code();
+  };
+  EXPECT_EQ(code({}, {}), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(s0, t2), absl::StatusCode::kInvalidArgument);    // sizes differ
+  EXPECT_EQ(code(s01, t2), absl::StatusCode::kInvalidArgument);   // slot 1 empty
+  EXPECT_EQ(code(s00, t2), absl::StatusCode::kInvalidArgument);   // repeated slot
+  EXPECT_EQ(code(s5, t1), absl::StatusCode::kInvalidArgument);    // out of range
+  EXPECT_EQ(code(s0, bad), absl::StatusCode::kInvalidArgument);   // token
+  EXPECT_EQ(code(s_all, t5), absl::StatusCode::kInvalidArgument); // batch > max_batch
+  EXPECT_EQ((*dd)->length(0), 10);
+  // Nothing changed: the next step equals the CPU's.
+  auto got = (*dd)->Step(s0, t1);
+  ASSERT_TRUE(got.ok()) << got.status();
+  auto want = cpu->Forward(*a, t1, 10);
+  ASSERT_TRUE(want.ok());
+  EXPECT_EQ(std::memcmp(got->data(), want->data(), v * sizeof(float)), 0);
+  // Position 11 is the last the slot holds; then it is full.
+  ASSERT_TRUE((*dd)->Step(s0, t1).ok());
+  EXPECT_EQ((*dd)->length(0), 12);
+  EXPECT_EQ(code(s0, t1), absl::StatusCode::kOutOfRange);
+}
+
+}  // namespace
+}  // namespace weir::model
