@@ -43,8 +43,21 @@ absl::Status Check(const GroupedMatmulParams& p) {
     return absl::InvalidArgumentError(
         absl::StrCat("RowStableGroupedMatmul: out ", p.out, " too large for the launch grid"));
   }
-  if (p.x == nullptr || p.group_offsets == nullptr || p.w == nullptr || p.y == nullptr) {
-    return absl::InvalidArgumentError("RowStableGroupedMatmul: null x, group_offsets, w or y");
+  if (p.x == nullptr || p.group_offsets == nullptr || p.y == nullptr) {
+    return absl::InvalidArgumentError("RowStableGroupedMatmul: null x, group_offsets or y");
+  }
+  const bool mxfp4 = p.w_mxfp4 != nullptr || p.w_mxfp4_scales != nullptr;
+  if (mxfp4 == (p.w != nullptr)) {
+    return absl::InvalidArgumentError(
+        "RowStableGroupedMatmul: exactly one of w and the MXFP4 weights must be set");
+  }
+  if (mxfp4 && (p.w_mxfp4 == nullptr || p.w_mxfp4_scales == nullptr)) {
+    return absl::InvalidArgumentError(
+        "RowStableGroupedMatmul: MXFP4 weights need both w_mxfp4 and w_mxfp4_scales");
+  }
+  if (mxfp4 && p.in % 32 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "RowStableGroupedMatmul: MXFP4 weights need in (", p.in, ") a multiple of 32"));
   }
   if (p.fp8_activation && (p.in % 32 != 0 || p.act_scratch == nullptr)) {
     return absl::InvalidArgumentError(
@@ -62,16 +75,33 @@ absl::Status Check(const GroupedMatmulParams& p) {
   return absl::OkStatus();
 }
 
-template <int kThreads, int kRowGroups, int kTm, int kTn, int kBk>
-void Launch(const float* x, const GroupedMatmulParams& p, int64_t grid_rows,
-            cudaStream_t stream) {
+template <int kThreads, int kRowGroups, int kTm, int kTn, int kBk, typename GroupWeights>
+void Launch(const float* x, GroupWeights weights, const GroupedMatmulParams& p,
+            int64_t grid_rows, cudaStream_t stream) {
   constexpr int kBm = kRowGroups * kTm;
   constexpr int kBn = kThreads / 4 / kRowGroups * kTn;
   const dim3 grid(static_cast<unsigned>((grid_rows + kBm - 1) / kBm),
                   static_cast<unsigned>((p.out + kBn - 1) / kBn),
                   static_cast<unsigned>(p.num_groups));
   RowStableGroupedMatmulKernel<kThreads, kRowGroups, kTm, kTn, kBk>
-      <<<grid, kThreads, 0, stream>>>(x, p.group_offsets, p.w, p.y, p.rows, p.out, p.in);
+      <<<grid, kThreads, 0, stream>>>(x, p.group_offsets, weights, p.y, p.rows, p.out, p.in);
+}
+
+// Picks the tile shape from the mean group size (every shape gives the same
+// bits) and launches.
+template <typename GroupWeights>
+void LaunchForSize(const float* x, GroupWeights weights, const GroupedMatmulParams& p,
+                   cudaStream_t stream) {
+  // Row tiles a group may need: its size is at most rows and at most the hint.
+  const int64_t grid_rows = p.max_group_rows > 0 ? std::min(p.rows, p.max_group_rows) : p.rows;
+  const int64_t mean_rows = std::min(grid_rows, (p.rows + p.num_groups - 1) / p.num_groups);
+  if (mean_rows <= kSmallRows) {
+    Launch<128, 1, 4, 1, 128>(x, weights, p, grid_rows, stream);
+  } else if (mean_rows <= kMediumRows) {
+    Launch<128, 1, 8, 1, 128>(x, weights, p, grid_rows, stream);
+  } else {
+    Launch<256, 4, 4, 4, 32>(x, weights, p, grid_rows, stream);
+  }
 }
 
 }  // namespace
@@ -90,15 +120,10 @@ absl::Status RowStableGroupedMatmul(const GroupedMatmulParams& p, cudaStream_t s
     }
     x = p.act_scratch;
   }
-  // Row tiles a group may need: its size is at most rows and at most the hint.
-  const int64_t grid_rows = p.max_group_rows > 0 ? std::min(p.rows, p.max_group_rows) : p.rows;
-  const int64_t mean_rows = std::min(grid_rows, (p.rows + p.num_groups - 1) / p.num_groups);
-  if (mean_rows <= kSmallRows) {
-    Launch<128, 1, 4, 1, 128>(x, p, grid_rows, stream);
-  } else if (mean_rows <= kMediumRows) {
-    Launch<128, 1, 8, 1, 128>(x, p, grid_rows, stream);
+  if (p.w != nullptr) {
+    LaunchForSize(x, Fp32GroupWeights{p.w}, p, stream);
   } else {
-    Launch<256, 4, 4, 4, 32>(x, p, grid_rows, stream);
+    LaunchForSize(x, Mxfp4GroupWeights{p.w_mxfp4, p.w_mxfp4_scales}, p, stream);
   }
   return LaunchStatus("RowStableGroupedMatmul");
 }

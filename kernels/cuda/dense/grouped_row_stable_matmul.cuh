@@ -21,20 +21,75 @@ __device__ __forceinline__ void GroupRowRange(const int64_t* __restrict__ offset
   *end = e;
 }
 
+// Returns the fp32 value of MXFP4 element `code` (e2m1 in the low nibble, bit
+// 3 the sign) under E8M0 scale `e`: exactly cpu::DequantizeMxfp4Weight's
+// E2m1ToFloat(code) * E8m0ToFloat(e) (kernels/common/numeric_formats.h). Both
+// factors are built from their bits: e2m1 magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6;
+// 2^(e-127) with e = 0 the fp32 subnormal 2^-127 and e = 0xFF NaN. The one
+// rounded product (__fmul_rn, no flush to zero in this build) is exact except
+// where it overflows to +-Inf (e = 0xFE, |e2m1| >= 2), as on the CPU; a
+// subnormal result (e <= 1) is exact because every e2m1 value is a multiple
+// of 0.5.
+__device__ __forceinline__ float Mxfp4Value(uint32_t code, uint32_t e) {
+  const uint32_t mag = code & 7u;
+  // mag = 2 * exponent field + mantissa bit; 1 is the subnormal 0.5.
+  uint32_t bits = mag == 0 ? 0u : (mag == 1 ? 126u << 23 : (((mag >> 1) + 126u) << 23) |
+                                                              ((mag & 1u) << 22));
+  bits |= (code & 8u) << 28;
+  const uint32_t scale_bits = e == 0 ? 0x00400000u : (e == 0xFFu ? 0x7fc00000u : e << 23);
+  return __fmul_rn(__uint_as_float(bits), __uint_as_float(scale_bits));
+}
+
+// Weight source of RowStableMatmulTileOf: MXFP4 W [out, in] stored as e2m1
+// codes [out, in / 2] (element 2k in the low nibble) and E8M0 scales
+// [out, in / 32], dequantized on load. REQUIRES: in % 32 == 0.
+struct Mxfp4WeightRows {
+  const uint8_t* __restrict__ codes;
+  const uint8_t* __restrict__ scales;
+  int64_t in;
+  __device__ __forceinline__ float operator()(int64_t n, int64_t k) const {
+    const uint32_t byte = codes[(n * in + k) >> 1];
+    const uint32_t code = (k & 1) ? (byte >> 4) : (byte & 0xFu);
+    return Mxfp4Value(code, scales[n * (in >> 5) + (k >> 5)]);
+  }
+};
+
+// Per-group weights of the grouped kernel: Rows(g, in, &rows) sets group g's
+// weight source and returns false when the group has no weights (a null
+// pointer).
+struct Fp32GroupWeights {
+  using Rows = Fp32WeightRows;
+  const float* const* w;  // [num_groups] of [out, in]
+  __device__ __forceinline__ bool GroupRows(int g, int64_t in, Rows* rows) const {
+    *rows = Rows{w[g], in};
+    return rows->w != nullptr;
+  }
+};
+
+struct Mxfp4GroupWeights {
+  using Rows = Mxfp4WeightRows;
+  const uint8_t* const* codes;   // [num_groups] of [out, in / 2]
+  const uint8_t* const* scales;  // [num_groups] of [out, in / 32]
+  __device__ __forceinline__ bool GroupRows(int g, int64_t in, Rows* rows) const {
+    *rows = Rows{codes[g], scales[g], in};
+    return rows->codes != nullptr && rows->scales != nullptr;
+  }
+};
+
 // Block (x, y = column tile, z = group): the group's rows [begin, end) are a
 // [end - begin, in] matrix at x + begin * in and a [end - begin, out] one at
-// y + begin * out; the block runs RowStableMatmulTile on them at row tiles
+// y + begin * out; the block runs RowStableMatmulTileOf on them at row tiles
 // x, x + gridDim.x, ... while they start inside the group, exactly as
 // RowStableMatmulKernel would on those rows alone (gridDim.x only spreads the
 // work; it never changes a value). Blocks with no tile in their group return
 // before any synchronization; the loop condition is the same for the whole
-// block. A null weight pointer fills the block's tiles of the group with NaN.
-template <int kThreads, int kRowGroups, int kTm, int kTn, int kBk>
+// block. A group without weights (GroupRows false) gets NaN in the block's
+// tiles. GroupWeights is Fp32GroupWeights or Mxfp4GroupWeights.
+template <int kThreads, int kRowGroups, int kTm, int kTn, int kBk, typename GroupWeights>
 __global__ void __launch_bounds__(kThreads)
     RowStableGroupedMatmulKernel(const float* __restrict__ x,
-                                 const int64_t* __restrict__ offsets,
-                                 const float* const* __restrict__ w, float* __restrict__ y,
-                                 int64_t rows, int64_t out, int64_t in) {
+                                 const int64_t* __restrict__ offsets, GroupWeights weights,
+                                 float* __restrict__ y, int64_t rows, int64_t out, int64_t in) {
   constexpr int kBm = kRowGroups * kTm;
   constexpr int kBn = kThreads / 4 / kRowGroups * kTn;
   const int g = static_cast<int>(blockIdx.z);
@@ -45,10 +100,11 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t m_step = static_cast<int64_t>(gridDim.x) * kBm;
   int64_t m0 = static_cast<int64_t>(blockIdx.x) * kBm;
   if (m0 >= group_rows) return;
-  const float* wg = w[g];
+  typename GroupWeights::Rows wg;
+  const bool has_weights = weights.GroupRows(g, in, &wg);
   const float* xg = x + begin * in;
   float* yg = y + begin * out;
-  if (wg == nullptr) {
+  if (!has_weights) {
     for (; m0 < group_rows; m0 += m_step) {
       for (int e = threadIdx.x; e < kBm * kBn; e += kThreads) {
         const int64_t m = m0 + e / kBn;
@@ -58,11 +114,11 @@ __global__ void __launch_bounds__(kThreads)
     }
     return;
   }
-  // RowStableMatmulTile synchronizes before it first writes shared memory,
+  // RowStableMatmulTileOf synchronizes before it first writes shared memory,
   // so consecutive tiles of one block do not race.
   for (; m0 < group_rows; m0 += m_step) {
-    RowStableMatmulTile<kThreads, kRowGroups, kTm, kTn, kBk>(xg, wg, yg, group_rows, out, in,
-                                                             m0, n0);
+    RowStableMatmulTileOf<kThreads, kRowGroups, kTm, kTn, kBk>(xg, wg, yg, group_rows, out, in,
+                                                               m0, n0);
   }
 }
 

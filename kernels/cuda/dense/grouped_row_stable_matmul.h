@@ -18,12 +18,22 @@
 // past offsets[num_groups] are not written. The launcher neither allocates nor synchronizes, so it may be
 // captured into a CUDA graph.
 //
+// Weights come in one of two forms: fp32 (`w`) or MXFP4 (`w_mxfp4` +
+// `w_mxfp4_scales`, the stored form of the routed experts, 8x smaller), which
+// the kernel dequantizes element by element as it loads a weight tile, to
+// exactly the fp32 value of cpu::DequantizeMxfp4Weight. The arithmetic that
+// follows is the same, so the MXFP4 product is bit-identical to the fp32
+// product over the dequantized weights (NaN where a block's scale is 0xFF,
+// +-Inf where scale 0xFE overflows, as the dequantized weights hold).
+//
 // Device-side contract (not checkable on the host): offsets nondecreasing,
 // offsets[0] = 0, offsets[num_groups] <= rows; every w[g] of a non-empty
-// group points to [out, in] floats that do not overlap y. The kernel does not
-// read or write out of bounds when the offsets break it: each offset is
-// clamped into [0, rows] and a group whose end is below its start is empty.
-// A group with rows and a null w[g] gets NaN in all of its rows.
+// group points to [out, in] floats (MXFP4: w_mxfp4[g] to [out, in / 2] bytes
+// and w_mxfp4_scales[g] to [out, in / 32] bytes) that do not overlap y. The
+// kernel does not read or write out of bounds when the offsets break it: each
+// offset is clamped into [0, rows] and a group whose end is below its start is
+// empty. A group with rows and a null w[g] (MXFP4: a null w_mxfp4[g] or
+// w_mxfp4_scales[g]) gets NaN in all of its rows.
 //
 // Thread safety: stateless; safe from any thread.
 
@@ -43,7 +53,8 @@ struct GroupedMatmulParams {
   const float* x = nullptr;
   // device [num_groups + 1], nondecreasing, offsets[0] = 0.
   const int64_t* group_offsets = nullptr;
-  // device array [num_groups] of device pointers, each [out, in].
+  // device array [num_groups] of device pointers, each [out, in]; null when
+  // the MXFP4 weights below are given.
   const float* const* w = nullptr;
   float* y = nullptr;  // device [rows, out]; must not overlap x or act_scratch
   // An upper bound (e.g. tokens * topk): rows at or past offsets[num_groups]
@@ -60,13 +71,25 @@ struct GroupedMatmulParams {
   // 0 means rows. It sizes the grid only: a larger group is still computed in
   // full (blocks loop over its row tiles), and no value depends on it.
   int64_t max_group_rows = 0;
+  // MXFP4 weights instead of `w` (which must then be null): device arrays
+  // [num_groups] of device pointers to packed e2m1 codes [out, in/2] (element
+  // 2k in the low nibble) and E8M0 scales [out, in/32]. Each weight is
+  // dequantized on load to exactly the value cpu::DequantizeMxfp4Weight gives
+  // (e2m1 * 2^(e-127), with e = 0 the fp32 subnormal 2^-127, e = 0xFF NaN, and
+  // the product rounded to fp32, which overflows to +-Inf only at e = 0xFE),
+  // so y is bit-identical to the fp32 path with
+  // w[g] = DequantizeMxfp4Weight(codes[g], scales[g]). REQUIRES in % 32 == 0.
+  const uint8_t* const* w_mxfp4 = nullptr;
+  const uint8_t* const* w_mxfp4_scales = nullptr;
 };
 
 // Returns true when RowStableGroupedMatmul accepts `params`: rows, out and in
 // positive and below 2^31; num_groups in [1, 65535]; out <= 65535 * 32;
-// max_group_rows >= 0; non-null x, group_offsets, w and y; with
-// fp8_activation, in a multiple of 32 and a non-null act_scratch; y, x and
-// act_scratch pairwise disjoint. Pointers are not dereferenced.
+// max_group_rows >= 0; non-null x, group_offsets and y; exactly one weight
+// form: w non-null and both MXFP4 arrays null, or w null and both MXFP4
+// arrays non-null with in a multiple of 32; with fp8_activation, in a
+// multiple of 32 and a non-null act_scratch; y, x and act_scratch pairwise
+// disjoint. Pointers are not dereferenced.
 bool SupportsRowStableGroupedMatmul(const GroupedMatmulParams& params);
 
 // Enqueues, on `stream`: with fp8_activation, FakeQuant kFp8 of x into

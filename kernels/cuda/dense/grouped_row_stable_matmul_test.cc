@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/weight_quant.h"
 #include "kernels/cuda/dense/row_stable_matmul.h"
 #include "kernels/cuda/dense/test_util.h"
 
@@ -249,6 +251,264 @@ TEST(RowStableGroupedMatmulCudaTest, AGraphReplayFollowsTheOffsetsOnTheDevice) {
   EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
 }
 
+// ---- MXFP4 weights ---------------------------------------------------------
+//
+// The MXFP4 path must give exactly the bits of the fp32 path over
+// cpu::DequantizeMxfp4Weight of the same codes and scales: no tolerance, since
+// dequantization is exact (or overflows to +-Inf identically) and the
+// arithmetic after it is the same. NaN matches any NaN.
+
+// Scale codes written over some blocks: the tiny end (e = 0 is the fp32
+// subnormal 2^-127, products down to 2^-128), 2^0, the top (2^127: e2m1
+// values >= 2 overflow to Inf) and the NaN code.
+constexpr std::array<uint8_t, 9> kExtremeScales = {0x00, 0x01, 0x02, 0x03, 0x04,
+                                                   0x05, 0x7F, 0xFE, 0xFF};
+
+struct Mxfp4Weight {
+  std::vector<uint8_t> codes;   // [out, in / 2]
+  std::vector<uint8_t> scales;  // [out, in / 32]
+  std::vector<float> dequantized;  // [out, in], cpu::DequantizeMxfp4Weight
+};
+
+// Random weights quantized with cpu::QuantizeMxfp4Weight: each 32-block is
+// scaled by 2^j, j uniform in [-40, 40], so the scale codes spread. With
+// `extremes`, one block holds a NaN (the quantizer gives it scale 0xFF) and
+// the blocks (i * 37 + salt) mod blocks get the scale kExtremeScales[i].
+Mxfp4Weight MakeMxfp4(int64_t out, int64_t in, std::mt19937& rng, bool extremes, int salt) {
+  std::vector<float> w = Random(out * in, rng, 1.0f);
+  const int64_t blocks = out * in / 32;
+  std::uniform_int_distribution<int> exponent(-40, 40);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float f = std::ldexp(1.0f, exponent(rng));
+    for (int64_t i = 0; i < 32; ++i) w[b * 32 + i] *= f;
+  }
+  if (extremes) w[((salt * 11 + 5) % blocks) * 32 + 3] = std::nanf("");
+  Mxfp4Weight m;
+  m.codes.resize(out * in / 2);
+  m.scales.resize(blocks);
+  m.dequantized.resize(out * in);
+  absl::Status s = cpu::QuantizeMxfp4Weight(w, out, in, m.codes, m.scales);
+  EXPECT_TRUE(s.ok()) << s;
+  if (extremes) {
+    for (size_t i = 0; i < kExtremeScales.size(); ++i) {
+      m.scales[(static_cast<int64_t>(i) * 37 + salt) % blocks] = kExtremeScales[i];
+    }
+  }
+  s = cpu::DequantizeMxfp4Weight(m.codes, m.scales, out, in, m.dequantized);
+  EXPECT_TRUE(s.ok()) << s;
+  return m;
+}
+
+struct WeightCensus {
+  int64_t subnormal = 0, inf = 0, nan = 0;
+  void Add(const std::vector<float>& v) {
+    for (float f : v) {
+      subnormal += std::fpclassify(f) == FP_SUBNORMAL;
+      inf += std::isinf(f);
+      nan += std::isnan(f);
+    }
+  }
+};
+
+struct Mxfp4Case {
+  const char* name;
+  std::vector<int64_t> sizes;  // rows per group
+  int64_t slack;               // rows of the bound past the last group
+  int64_t out, in;
+  // Groups without weights: even positions of this list get a null code
+  // pointer, odd positions a null scale pointer (the fp32 run a null w).
+  std::vector<int> null_groups;
+  bool extremes = true;
+};
+
+void RunMxfp4Case(const Mxfp4Case& c, bool fp8, uint32_t seed) {
+  SCOPED_TRACE(::testing::Message() << c.name << " fp8 " << fp8);
+  const int num_groups = static_cast<int>(c.sizes.size());
+  std::vector<int64_t> offsets(num_groups + 1, 0);
+  std::partial_sum(c.sizes.begin(), c.sizes.end(), offsets.begin() + 1);
+  const int64_t used = offsets.back();
+  const int64_t rows = used + c.slack;
+  std::mt19937 rng(seed);
+  const std::vector<float> x = Random(rows * c.in, rng, 1.0f);
+
+  std::vector<std::unique_ptr<DeviceBuffer<uint8_t>>> dcodes(num_groups), dscales(num_groups);
+  std::vector<std::unique_ptr<DeviceBuffer<float>>> dw(num_groups);
+  std::vector<const uint8_t*> code_ptrs(num_groups, nullptr), scale_ptrs(num_groups, nullptr);
+  std::vector<const float*> w_ptrs(num_groups, nullptr);
+  std::vector<bool> null_group(num_groups, false);
+  WeightCensus census;
+  for (int g = 0; g < num_groups; ++g) {
+    const Mxfp4Weight m = MakeMxfp4(c.out, c.in, rng, c.extremes, g);
+    census.Add(m.dequantized);
+    dcodes[g] = std::make_unique<DeviceBuffer<uint8_t>>(m.codes);
+    dscales[g] = std::make_unique<DeviceBuffer<uint8_t>>(m.scales);
+    dw[g] = std::make_unique<DeviceBuffer<float>>(m.dequantized);
+    ASSERT_TRUE(dcodes[g]->ok() && dscales[g]->ok() && dw[g]->ok());
+    code_ptrs[g] = dcodes[g]->get();
+    scale_ptrs[g] = dscales[g]->get();
+    w_ptrs[g] = dw[g]->get();
+  }
+  for (size_t i = 0; i < c.null_groups.size(); ++i) {
+    const int g = c.null_groups[i];
+    null_group[g] = true;
+    w_ptrs[g] = nullptr;
+    (i % 2 == 0 ? code_ptrs : scale_ptrs)[g] = nullptr;
+  }
+  DeviceBuffer<float> dx(x), dy(rows * c.out), dy_fp32(rows * c.out), scratch(rows * c.in);
+  DeviceBuffer<int64_t> doffsets(offsets);
+  DeviceBuffer<const float*> dw_ptrs(w_ptrs);
+  DeviceBuffer<const uint8_t*> dcode_ptrs(code_ptrs), dscale_ptrs(scale_ptrs);
+  ASSERT_TRUE(dx.ok() && dy.ok() && dy_fp32.ok() && scratch.ok() && doffsets.ok() &&
+              dw_ptrs.ok() && dcode_ptrs.ok() && dscale_ptrs.ok());
+  dy.Poison(kUntouchedByte);
+  dy_fp32.Poison(kUntouchedByte);
+  const GroupedMatmulParams fp32{
+      .x = dx.get(), .group_offsets = doffsets.get(), .w = dw_ptrs.get(), .y = dy_fp32.get(),
+      .rows = rows, .out = c.out, .in = c.in, .num_groups = num_groups, .fp8_activation = fp8,
+      .act_scratch = scratch.get()};
+  GroupedMatmulParams mxfp4 = fp32;
+  mxfp4.w = nullptr;
+  mxfp4.y = dy.get();
+  mxfp4.w_mxfp4 = dcode_ptrs.get();
+  mxfp4.w_mxfp4_scales = dscale_ptrs.get();
+  ASSERT_TRUE(SupportsRowStableGroupedMatmul(fp32));
+  ASSERT_TRUE(SupportsRowStableGroupedMatmul(mxfp4));
+  absl::Status status = RowStableGroupedMatmul(fp32, nullptr);
+  ASSERT_TRUE(status.ok()) << status;
+  status = RowStableGroupedMatmul(mxfp4, nullptr);
+  ASSERT_TRUE(status.ok()) << status;
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<float> y = dy.ToHost();
+  const std::vector<float> want = dy_fp32.ToHost();
+
+  // Bit for bit over all rows of the bound: rows past offsets[num_groups]
+  // hold the poison in both.
+  int64_t first = -1;
+  const int64_t mismatches = BitMismatches(y, want, &first);
+  EXPECT_EQ(mismatches, 0) << "first mismatch at row " << first / c.out << " col "
+                           << first % c.out << ": MXFP4 " << (first >= 0 ? y[first] : 0.0f)
+                           << " fp32 over the dequantized weights "
+                           << (first >= 0 ? want[first] : 0.0f);
+  int64_t finite = 0, nonfinite = 0, null_not_nan = 0, null_values = 0;
+  for (int g = 0; g < num_groups; ++g) {
+    for (int64_t i = offsets[g] * c.out; i < offsets[g + 1] * c.out; ++i) {
+      if (null_group[g]) {
+        null_not_nan += !std::isnan(y[i]);
+        ++null_values;
+      } else {
+        (std::isfinite(y[i]) ? finite : nonfinite) += 1;
+      }
+    }
+  }
+  EXPECT_EQ(null_not_nan, 0) << "groups without weights must give NaN rows";
+  // Only a few columns meet an Inf or NaN weight: the comparison is not one
+  // of NaN against NaN.
+  EXPECT_GT(finite, 4 * nonfinite) << "too few finite outputs to make the comparison meaningful";
+  int64_t touched = 0;
+  const float untouched = UntouchedValue();
+  for (int64_t i = used * c.out; i < rows * c.out; ++i) {
+    touched += std::memcmp(&y[i], &untouched, sizeof(float)) != 0;
+  }
+  EXPECT_EQ(touched, 0) << "rows past offsets[num_groups] must not be written";
+  std::printf("MXFP4 %-26s fp8 %d: groups %d rows %lld/%lld out %lld in %lld: %lld values "
+              "compared with the fp32 path (%lld finite, %lld Inf/NaN, %lld NaN of null "
+              "weights), %lld bit mismatches; weights: %lld subnormal, %lld Inf, %lld NaN\n",
+              c.name, fp8, num_groups, static_cast<long long>(used),
+              static_cast<long long>(rows), static_cast<long long>(c.out),
+              static_cast<long long>(c.in), static_cast<long long>(y.size()),
+              static_cast<long long>(finite), static_cast<long long>(nonfinite),
+              static_cast<long long>(null_values), static_cast<long long>(mismatches),
+              static_cast<long long>(census.subnormal), static_cast<long long>(census.inf),
+              static_cast<long long>(census.nan));
+}
+
+TEST(RowStableGroupedMatmulCudaTest, Mxfp4IsBitIdenticalToFp32OverTheDequantizedWeights) {
+  const Mxfp4Case cases[] = {
+      {"one group", {5}, 0, 70, 256},
+      {"one group of one row", {1}, 3, 33, 64},
+      {"48 groups, decode-like", RandomSizes(48, 4, 17), 9, 96, 128},
+      {"48 groups, empty and 1-row", RandomSizes(48, 1, 18), 0, 65, 96},
+      {"8 groups, medium tiles", RandomSizes(8, 24, 19), 5, 70, 256},
+      {"2 groups, large tiles", {150, 37}, 2, 129, 96},
+      {"first and last empty", {0, 6, 2, 0}, 1, 40, 64},
+      {"null codes and scales", {4, 3, 0, 2, 5}, 2, 50, 64, {1, 2, 3, 4}},
+      {"no extreme scales", RandomSizes(12, 6, 20), 1, 64, 160, {}, false},
+  };
+  uint32_t seed = 300;
+  for (const Mxfp4Case& c : cases) {
+    for (bool fp8 : {false, true}) RunMxfp4Case(c, fp8, seed++);
+  }
+}
+
+// Against the CPU directly: with x the identity, y[k, n] is the decoded
+// weight [n, k] itself (the other products are +-0), so every code x scale
+// pair is checked against cpu::DequantizeMxfp4Weight without the fp32 path.
+// Codes are uniform random bytes and block b gets scale code b mod 256, so
+// all 16 e2m1 codes and all 256 E8M0 codes occur.
+TEST(RowStableGroupedMatmulCudaTest, Mxfp4DecodesEveryCodeAsTheCpu) {
+  constexpr int64_t kIn = 64, kOut = 256;  // 512 blocks: every scale code twice
+  std::mt19937 rng(77);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::vector<uint8_t> codes(kOut * kIn / 2), scales(kOut * kIn / 32);
+  for (uint8_t& b : codes) b = static_cast<uint8_t>(byte(rng));
+  for (size_t b = 0; b < scales.size(); ++b) scales[b] = static_cast<uint8_t>(b % 256);
+  std::vector<float> w(kOut * kIn);
+  const absl::Status deq = cpu::DequantizeMxfp4Weight(codes, scales, kOut, kIn, w);
+  ASSERT_TRUE(deq.ok()) << deq;
+  std::vector<float> x(kIn * kIn, 0.0f);
+  for (int64_t k = 0; k < kIn; ++k) x[k * kIn + k] = 1.0f;
+  const std::vector<int64_t> offsets = {0, kIn};
+  DeviceBuffer<uint8_t> dcodes(codes), dscales(scales);
+  const std::vector<const uint8_t*> code_ptrs = {dcodes.get()}, scale_ptrs = {dscales.get()};
+  DeviceBuffer<const uint8_t*> dcode_ptrs(code_ptrs), dscale_ptrs(scale_ptrs);
+  DeviceBuffer<float> dx(x), dy(kIn * kOut);
+  DeviceBuffer<int64_t> doffsets(offsets);
+  ASSERT_TRUE(dcodes.ok() && dscales.ok() && dcode_ptrs.ok() && dscale_ptrs.ok() && dx.ok() &&
+              dy.ok() && doffsets.ok());
+  dy.Poison(kUntouchedByte);
+  GroupedMatmulParams p{.x = dx.get(), .group_offsets = doffsets.get(), .y = dy.get(),
+                        .rows = kIn, .out = kOut, .in = kIn, .num_groups = 1};
+  p.w_mxfp4 = dcode_ptrs.get();
+  p.w_mxfp4_scales = dscale_ptrs.get();
+  const absl::Status status = RowStableGroupedMatmul(p, nullptr);
+  ASSERT_TRUE(status.ok()) << status;
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<float> y = dy.ToHost();
+  int64_t checked = 0, bad = 0, subnormal = 0, nonfinite_rows = 0;
+  for (int64_t n = 0; n < kOut; ++n) {
+    bool finite_row = true;
+    for (int64_t k = 0; k < kIn; ++k) finite_row = finite_row && std::isfinite(w[n * kIn + k]);
+    nonfinite_rows += !finite_row;
+    for (int64_t k = 0; k < kIn; ++k) {
+      const float got = y[k * kOut + n];
+      const float ref = w[n * kIn + k];
+      bool ok;
+      if (!finite_row) {
+        // 0 * Inf or NaN reaches every output of the row.
+        ok = !std::isfinite(got);
+      } else {
+        // -0 + +0 = +0 in the lane sums; every other value passes unchanged.
+        const float want = ref == 0.0f ? 0.0f : ref;
+        ok = std::memcmp(&got, &want, sizeof(float)) == 0;
+        subnormal += std::fpclassify(ref) == FP_SUBNORMAL;
+      }
+      if (!ok && bad++ < 5) {
+        ADD_FAILURE() << "weight [" << n << ", " << k << "] code "
+                      << ((codes[(n * kIn + k) / 2] >> (4 * (k % 2))) & 0xF) << " scale 0x"
+                      << std::hex << int{scales[(n * kIn + k) / 32]} << std::dec << ": got "
+                      << got << ", CPU dequantized " << ref;
+      }
+      ++checked;
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_GT(subnormal, 0);
+  std::printf("MXFP4 decode of all codes: %lld weights checked against the CPU (%lld "
+              "subnormal, %lld rows with Inf/NaN), %lld wrong\n",
+              static_cast<long long>(checked), static_cast<long long>(subnormal),
+              static_cast<long long>(nonfinite_rows), static_cast<long long>(bad));
+}
+
 TEST(RowStableGroupedMatmulCudaTest, RefusesBadArguments) {
   DeviceBuffer<float> a(64 * 64), b(64 * 64), c(64 * 64);
   DeviceBuffer<int64_t> offsets(3);
@@ -283,6 +543,35 @@ TEST(RowStableGroupedMatmulCudaTest, RefusesBadArguments) {
   with("y overlaps x", [&](auto& p) { p.y = a.get() + 10; });
   with("scratch overlaps y", [&](auto& p) { p.act_scratch = b.get() + 1; });
   for (const auto& [what, p] : bad) {
+    EXPECT_FALSE(SupportsRowStableGroupedMatmul(p)) << what;
+    EXPECT_EQ(code(p), absl::StatusCode::kInvalidArgument) << what;
+  }
+  // MXFP4 weights: the two arrays together, instead of w, and in % 32 == 0.
+  DeviceBuffer<const uint8_t*> codes(2), scales(2);
+  ASSERT_TRUE(codes.ok() && scales.ok());
+  GroupedMatmulParams mxfp4 = good;
+  mxfp4.w = nullptr;
+  mxfp4.w_mxfp4 = codes.get();
+  mxfp4.w_mxfp4_scales = scales.get();
+  EXPECT_TRUE(SupportsRowStableGroupedMatmul(mxfp4));
+  GroupedMatmulParams mxfp4_no_fp8 = mxfp4;
+  mxfp4_no_fp8.fp8_activation = false;
+  mxfp4_no_fp8.act_scratch = nullptr;
+  EXPECT_TRUE(SupportsRowStableGroupedMatmul(mxfp4_no_fp8));
+  std::vector<std::pair<const char*, GroupedMatmulParams>> bad_mxfp4;
+  auto with_mxfp4 = [&](const char* what, const GroupedMatmulParams& base, auto change) {
+    GroupedMatmulParams p = base;
+    change(p);
+    bad_mxfp4.emplace_back(what, p);
+  };
+  with_mxfp4("MXFP4 and w both set", mxfp4, [&](auto& p) { p.w = ptrs.get(); });
+  with_mxfp4("MXFP4 codes without scales", mxfp4, [](auto& p) { p.w_mxfp4_scales = nullptr; });
+  with_mxfp4("MXFP4 scales without codes", mxfp4, [](auto& p) { p.w_mxfp4 = nullptr; });
+  with_mxfp4("w and MXFP4 scales", good, [&](auto& p) { p.w_mxfp4_scales = scales.get(); });
+  with_mxfp4("MXFP4 with in 48, no FP8", mxfp4_no_fp8, [](auto& p) { p.in = 48; });
+  with_mxfp4("MXFP4 with in 37, no FP8", mxfp4_no_fp8, [](auto& p) { p.in = 37; });
+  with_mxfp4("MXFP4 with no groups", mxfp4, [](auto& p) { p.num_groups = 0; });
+  for (const auto& [what, p] : bad_mxfp4) {
     EXPECT_FALSE(SupportsRowStableGroupedMatmul(p)) << what;
     EXPECT_EQ(code(p), absl::StatusCode::kInvalidArgument) << what;
   }

@@ -7,6 +7,15 @@
 
 namespace weir::kernels::cuda::dense {
 
+// Weight source of RowStableMatmulTileOf: fp32 W [out, in], row-major.
+struct Fp32WeightRows {
+  const float* __restrict__ w;
+  int64_t in;
+  __device__ __forceinline__ float operator()(int64_t n, int64_t k) const {
+    return w[n * in + k];
+  }
+};
+
 // A thread block computes a kBm x kBn tile of y, staging kBk-wide slices of x
 // and W through shared memory (the next slice is prefetched into registers
 // while the current one is used). Thread t owns summation lane l = t % 4 of
@@ -18,18 +27,20 @@ namespace weir::kernels::cuda::dense {
 // special case. Tiling changes data movement only, never the arithmetic, so
 // every configuration gives the same bits.
 //
-// RowStableMatmulTile is that block's work for the tile whose first row is m0
-// and first column n0, on x [rows, in], w [out, in], y [rows, out] (the
+// RowStableMatmulTileOf is that block's work for the tile whose first row is
+// m0 and first column n0, on x [rows, in], W [out, in], y [rows, out] (the
 // caller may pass a row range of a larger x and y); every thread of the block
-// must call it (it synchronizes). RowStableMatmulKernel and the grouped
-// product (grouped_row_stable_matmul.cuh) both run it, so they compute every
-// element with the same operations.
-template <int kThreads, int kRowGroups, int kTm, int kTn, int kBk>
-__device__ __forceinline__ void RowStableMatmulTile(const float* __restrict__ x,
-                                                    const float* __restrict__ w,
-                                                    float* __restrict__ y, int64_t rows,
-                                                    int64_t out, int64_t in, int64_t m0,
-                                                    int64_t n0) {
+// must call it (it synchronizes). W is read only through `w(n, k)`, a functor
+// returning the fp32 weight of row n < out, column k < in: the weight values,
+// not how they are stored, determine the bits of y. RowStableMatmulKernel and
+// the grouped product (grouped_row_stable_matmul.cuh, fp32 or MXFP4 weights)
+// all run it, so they compute every element with the same operations.
+template <int kThreads, int kRowGroups, int kTm, int kTn, int kBk, typename WeightRows>
+__device__ __forceinline__ void RowStableMatmulTileOf(const float* __restrict__ x,
+                                                      const WeightRows& w,
+                                                      float* __restrict__ y, int64_t rows,
+                                                      int64_t out, int64_t in, int64_t m0,
+                                                      int64_t n0) {
   constexpr int kColGroups = kThreads / 4 / kRowGroups;
   constexpr int kBm = kRowGroups * kTm;
   constexpr int kBn = kColGroups * kTn;
@@ -64,7 +75,7 @@ __device__ __forceinline__ void RowStableMatmulTile(const float* __restrict__ x,
       const int idx = t + q * kThreads;
       const int64_t n = n0 + idx / kBk;
       const int64_t k = k0 + idx % kBk;
-      wr[q] = (n < out && k < in) ? w[n * in + k] : 0.0f;
+      wr[q] = (n < out && k < in) ? w(n, k) : 0.0f;
     }
   };
 
@@ -114,6 +125,17 @@ __device__ __forceinline__ void RowStableMatmulTile(const float* __restrict__ x,
       if (lane == 0 && m < rows && n < out) y[m * out + n] = sum;
     }
   }
+}
+
+// RowStableMatmulTileOf with fp32 W [out, in] at `w`.
+template <int kThreads, int kRowGroups, int kTm, int kTn, int kBk>
+__device__ __forceinline__ void RowStableMatmulTile(const float* __restrict__ x,
+                                                    const float* __restrict__ w,
+                                                    float* __restrict__ y, int64_t rows,
+                                                    int64_t out, int64_t in, int64_t m0,
+                                                    int64_t n0) {
+  RowStableMatmulTileOf<kThreads, kRowGroups, kTm, kTn, kBk>(x, Fp32WeightRows{w, in}, y, rows,
+                                                             out, in, m0, n0);
 }
 
 // Grid (ceil(rows / kBm), ceil(out / kBn)): one RowStableMatmulTile per block.
