@@ -20,6 +20,19 @@
 // gpu_idle is the step's wall time minus the device time between events
 // around the graph (host preparation, the input copy, the logits copy).
 //
+// With --ep_slice=N instead: one expert-parallel rank's slice of a large
+// config (--slice_config, V4.1-Flash by default): every attention and dense
+// weight, n_routed_experts / N routed experts (the experts one rank of EP=N
+// holds; each token's top-k then lands on them, the per-rank expert work of
+// EP=N with DP=N), Engram dropped (its tables are row-sharded in EP and
+// not synthesized). Weights are synthetic, drawn on the device
+// (DeviceDecoder::CreateSynthetic; routed experts MXFP4 as stored, the rest
+// fp32 as the decoder holds them). Sequences start empty and decode
+// --context positions before the timed steps. The floor counts the bytes a
+// step must read: dense weights, the routed experts hit (expected distinct
+// experts under uniform routing), and the KV and index keys the attention
+// reads at the timed positions.
+//
 //   tools/bazel build //tools/bench:decode_gpu   (run on the GPU machine from
 //   the repository root: it reads models/small/config.json)
 
@@ -27,6 +40,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -39,6 +53,7 @@
 #include "base/logging.h"
 #include "worker/model/cuda_ops.h"
 #include "worker/model/device_decoder.h"
+#include "worker/model/layer_roles.h"
 #include "worker/model/model.h"
 #include "worker/model/tiny_checkpoint.h"
 
@@ -51,6 +66,12 @@ ABSL_FLAG(int, steps, 8, "Timed decode steps per batch size.");
 ABSL_FLAG(bool, bf16, true, "ActivationPrecision::kBf16 (else kFp32).");
 ABSL_FLAG(bool, cuda_ops, true, "Measure the CudaOps path (Model::ForwardBatch).");
 ABSL_FLAG(bool, device_decoder, true, "Measure DeviceDecoder (graphs and eager).");
+ABSL_FLAG(int, ep_slice, 0,
+          "> 0: only the slice benchmark: one rank of EP=N of --slice_config on DeviceDecoder "
+          "with synthetic weights.");
+ABSL_FLAG(std::string, slice_config, "models/v41-flash/config.json",
+          "Config the --ep_slice benchmark slices.");
+ABSL_FLAG(int, context, 64, "--ep_slice: positions decoded before the timed steps.");
 
 namespace {
 
@@ -200,6 +221,108 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
               "vs_cuda_ops = CudaOps step / this step\n");
 }
 
+// Expected distinct experts hit when `picks` routings land uniformly on `experts`.
+double ExpectedHit(int64_t experts, int64_t picks) {
+  return static_cast<double>(experts) *
+         (1.0 - std::pow(1.0 - 1.0 / static_cast<double>(experts), static_cast<double>(picks)));
+}
+
+// The --ep_slice benchmark (see the file comment).
+int SliceBench(const std::vector<int>& batches, double bandwidth) {
+  const int ep = absl::GetFlag(FLAGS_ep_slice), context = absl::GetFlag(FLAGS_context);
+  const int steps = absl::GetFlag(FLAGS_steps), warmup = absl::GetFlag(FLAGS_warmup);
+  absl::StatusOr<weir::model::ModelConfig> loaded =
+      weir::model::LoadModelConfig(absl::GetFlag(FLAGS_slice_config));
+  WEIR_CHECK(loaded.ok()) << loaded.status();
+  weir::model::ModelConfig c = *loaded;
+  WEIR_CHECK(c.n_routed_experts % ep == 0) << "experts do not split over --ep_slice";
+  const int64_t all_experts = c.n_routed_experts;
+  c.n_routed_experts /= ep;
+  c.engram_layer_ids.clear();
+  c.engram_num_embeddings.clear();
+  const int max_batch = *std::max_element(batches.begin(), batches.end());
+  const auto t0 = Clock::now();
+  auto dd = weir::model::DeviceDecoder::CreateSynthetic(
+      c, options_precision(),
+      {.max_sequences = max_batch, .max_positions = context + warmup + steps + 8,
+       .max_batch = max_batch});
+  WEIR_CHECK(dd.ok()) << dd.status();
+  const weir::model::DeviceDecoderStats& st0 = (*dd)->stats();
+  const double dense_bytes =
+      static_cast<double>(st0.weight_bytes - st0.expert_bytes - st0.embed_bytes);
+  const double per_expert = static_cast<double>(st0.expert_bytes) /
+                            static_cast<double>(c.n_layers * c.n_routed_experts);
+  std::printf("slice of %s for one rank of EP=%d: %lld of %lld routed experts (top %lld), dim "
+              "%lld, %d layers, Engram dropped; arena %.1f GiB (dense %.1f GiB fp32, experts "
+              "%.1f GiB in %d MXFP4 layers, embedding %.1f GiB, pools %.2f GiB); built in %.1f s\n",
+              absl::GetFlag(FLAGS_slice_config).c_str(), ep,
+              static_cast<long long>(c.n_routed_experts), static_cast<long long>(all_experts),
+              static_cast<long long>(c.n_activated_experts), static_cast<long long>(c.dim),
+              c.n_layers, st0.arena_bytes / 1073741824.0, dense_bytes / 1073741824.0,
+              st0.expert_bytes / 1073741824.0, st0.mxfp4_layers, st0.embed_bytes / 1073741824.0,
+              st0.pool_bytes / 1073741824.0, Seconds(t0));
+  const weir::model::LayerRoles roles(c);
+  std::printf("%5s %8s %10s %10s %8s %8s %10s %10s %10s\n", "batch", "context", "step_ms",
+              "device_ms", "gpu_idle", "tok/s", "floor_ms", "ratio", "floor_GB");
+  for (int batch : batches) {
+    std::vector<int> slots(batch);
+    std::vector<int64_t> tokens(batch);
+    for (int b = 0; b < batch; ++b) {
+      slots[b] = b;
+      WEIR_CHECK((*dd)->Start(b).ok());
+    }
+    int64_t pos = 0;
+    auto step = [&]() {
+      for (int b = 0; b < batch; ++b) tokens[b] = (b * 7919 + pos * 104729) % c.vocab_size;
+      auto logits = (*dd)->Step(slots, tokens);
+      WEIR_CHECK(logits.ok()) << logits.status();
+      ++pos;
+    };
+    for (int i = 0; i < context + warmup; ++i) step();
+    const double before = (*dd)->stats().device_seconds;
+    const int64_t first = pos;
+    std::vector<double> times;
+    for (int i = 0; i < steps; ++i) {
+      const auto s0 = Clock::now();
+      step();
+      times.push_back(Seconds(s0));
+    }
+    const double device_s = ((*dd)->stats().device_seconds - before) / steps;
+    double total = 0;
+    for (double t : times) total += t;
+    std::sort(times.begin(), times.end());
+    const double step_s = times[times.size() / 2];
+    // Bytes one timed step reads (at its mean position).
+    const int64_t p = first + steps / 2;
+    double kv = 0;
+    for (int l = 0; l < c.n_layers; ++l) {
+      const weir::model::LayerRole& role = roles[l];
+      int64_t rows = std::min<int64_t>(p + 1, c.window_size);
+      if (role.ratio > 0) {
+        const int64_t visible = (p + 1) / role.ratio;
+        rows += std::min<int64_t>(visible, c.index_topk);
+        if (role.index_source == l) kv += static_cast<double>(visible * c.index_head_dim) * 4;
+      }
+      kv += static_cast<double>(rows * c.head_dim) * 4;
+    }
+    const double bytes = dense_bytes +
+                         per_expert * c.n_layers *
+                             ExpectedHit(c.n_routed_experts, int64_t{batch} * c.n_activated_experts) +
+                         kv * batch;
+    const double floor_s = bytes / bandwidth;
+    std::printf("%5d %8lld %10.3f %10.3f %8.3f %8.0f %10.3f %10.1f %10.2f\n", batch,
+                static_cast<long long>(p), step_s * 1e3, device_s * 1e3,
+                (total / steps - device_s) * 1e3, batch / step_s, floor_s * 1e3,
+                step_s / floor_s, bytes * 1e-9);
+    for (int b = 0; b < batch; ++b) WEIR_CHECK((*dd)->Release(b).ok());
+  }
+  std::printf("columns: as the DeviceDecoder table; context = mean position of the timed "
+              "steps; floor_GB = bytes one step reads (dense weights + expected routed experts "
+              "hit + KV and index keys), floor_ms = that / copy bandwidth. Per GPU: tok/s is "
+              "this rank's decode throughput at that batch per rank.\n");
+  return 0;
+}
+
 int main(int argc, char** argv) {
   weir::InitProcess(argc, argv, "Decode step time on the CUDA backend", "decode_gpu");
   std::vector<int> batches;
@@ -213,6 +336,7 @@ int main(int argc, char** argv) {
 
   const double bandwidth = CopyBandwidth();
   std::printf("device copy bandwidth (read + write): %.0f GB/s\n", bandwidth * 1e-9);
+  if (absl::GetFlag(FLAGS_ep_slice) > 0) return SliceBench(batches, bandwidth);
 
   std::string dir = absl::GetFlag(FLAGS_dir);
   if (dir.empty()) dir = (std::filesystem::temp_directory_path() / "weir_decode_gpu").string();

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <type_traits>
 #include <utility>
 
@@ -14,6 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "kernels/cpu/rope.h"
+#include "kernels/common/numeric_formats.h"
+#include "kernels/cpu/weight_quant.h"
 #include "kernels/cuda/attention/indexer_score.h"
 #include "kernels/cuda/attention/sparse_attention.h"
 #include "kernels/cuda/attention/topk.h"
@@ -70,6 +73,7 @@ class Region {
     used_ = 0;
   }
   size_t used() const { return used_; }
+  bool live() const { return base_ != nullptr; }
   const absl::Status& status() const { return status_; }
 
   template <typename T>
@@ -130,6 +134,14 @@ struct LayerDev {
   const float* const* w1s = nullptr;  // device [experts] of device pointers
   const float* const* w3s = nullptr;
   const float* const* w2s = nullptr;
+  // MXFP4 experts (mxfp4 true): device arrays [experts] of packed codes and scales.
+  bool mxfp4 = false;
+  const uint8_t* const* w1c = nullptr;
+  const uint8_t* const* w1q = nullptr;
+  const uint8_t* const* w3c = nullptr;
+  const uint8_t* const* w3q = nullptr;
+  const uint8_t* const* w2c = nullptr;
+  const uint8_t* const* w2q = nullptr;
   int experts = 0;
   int64_t inter = 0;
   bool w13_fp8 = false;
@@ -175,14 +187,116 @@ struct StepMeta {
   std::vector<int64_t*> engram_ids;  // per Engram layer [B, cols]
 };
 
+// The shapes (and small host tensors) of a synthetic decoder: big matrices
+// are DenseWeights with dimensions only (drawn on the device).
+struct SyntheticModel {
+  ModelConfig config;
+  std::unique_ptr<LayerRoles> roles;
+  ModelWeights weights;
+};
+
+std::unique_ptr<SyntheticModel> MakeSynthetic(const ModelConfig& config, uint64_t seed) {
+  auto m = std::make_unique<SyntheticModel>();
+  m->config = config;
+  m->roles = std::make_unique<LayerRoles>(m->config);
+  const ModelConfig& c = m->config;
+  std::mt19937_64 rng(seed);
+  auto vec = [&](int64_t n, float lo, float hi) {
+    std::uniform_real_distribution<float> u(lo, hi);
+    std::vector<float> v(n);
+    for (float& x : v) x = kernels::RoundToBf16(u(rng));
+    return v;
+  };
+  auto dense = [](int64_t out, int64_t in, bool fp8 = true) {
+    return DenseWeight{.out = out, .in = in, .fp8_activation = fp8};
+  };
+  const int64_t d = c.dim, hd = c.head_dim, nd = c.hc_mult * d, mix = c.hc_mix_dim();
+  ModelWeights& w = m->weights;
+  w.norm = vec(d, 0.9f, 1.1f);
+  w.head = dense(c.vocab_size, d, false);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerRole& role = (*m->roles)[l];
+    BlockWeights b;
+    b.attn_norm = vec(d, 0.9f, 1.1f);
+    b.ffn_norm = vec(d, 0.9f, 1.1f);
+    for (HcWeights* hc : {&b.hc_attn, &b.hc_ffn}) {
+      const float s = 1.0f / std::sqrt(static_cast<float>(nd));
+      hc->fn = vec(mix * nd, -s, s);
+      hc->base = vec(mix, -0.1f, 0.1f);
+      hc->scale = vec(3, 0.5f, 1.5f);
+    }
+    AttentionWeights& a = b.attn;
+    a.wq_a = dense(c.q_lora_rank, d);
+    a.q_norm = vec(c.q_lora_rank, 0.9f, 1.1f);
+    a.wq_b = dense(c.n_heads * hd, c.q_lora_rank);
+    a.wkv = dense(hd, d);
+    a.kv_norm = vec(hd, 0.9f, 1.1f);
+    a.attn_sink = vec(c.n_heads, -0.5f, 0.5f);
+    a.wo_b = dense(d, c.o_groups * c.o_lora_rank);
+    for (int64_t g = 0; g < c.o_groups; ++g) {
+      a.wo_a.push_back(dense(c.o_lora_rank, c.o_group_in_dim()));
+    }
+    if (role.has_compressor) {
+      a.comp_wkv = dense(hd, d);
+      if (role.ratio > 1) a.comp_wgate = dense(hd, d, false);
+      a.comp_norm = vec(hd, 0.9f, 1.1f);
+      a.index_wk = dense(c.index_head_dim, hd);
+      a.index_k_norm = vec(c.index_head_dim, 0.9f, 1.1f);
+    }
+    if (role.has_indexer) {
+      a.index_wq_b = dense(c.index_n_heads * c.index_head_dim, c.q_lora_rank);
+      a.index_weights_proj = dense(c.index_n_heads, d);
+    }
+    MoeWeights& f = b.ffn;
+    const float gs = 1.0f / std::sqrt(static_cast<float>(d));
+    f.gate = vec(c.n_routed_experts * d, -gs, gs);
+    f.bias = vec(c.n_routed_experts, -0.01f, 0.01f);
+    for (int64_t e = 0; e < c.n_routed_experts; ++e) {
+      f.experts.push_back({.w1 = dense(c.moe_inter_dim, d), .w2 = dense(d, c.moe_inter_dim),
+                           .w3 = dense(c.moe_inter_dim, d)});
+    }
+    const int64_t inter_s = c.n_shared_experts * c.moe_inter_dim;
+    f.shared = {.w1 = dense(inter_s, d), .w2 = dense(d, inter_s), .w3 = dense(inter_s, d)};
+    w.layers.push_back(std::move(b));
+  }
+  return m;
+}
+
+// The MXFP4 form of one expert's w1, w3, w2 (packed codes, scales).
+struct EncodedExpert {
+  std::vector<uint8_t> codes[3], scales[3];
+};
+
+// Encodes `w` as MXFP4; false unless decoding gives `w` back bit for bit.
+bool EncodeMxfp4Exactly(const DenseWeight& w, std::vector<uint8_t>& codes,
+                        std::vector<uint8_t>& scales) {
+  if (w.in % 32 != 0 || w.out <= 0 || static_cast<int64_t>(w.w.size()) != w.out * w.in) {
+    return false;
+  }
+  codes.assign(w.out * w.in / 2, 0);
+  scales.assign(w.out * w.in / 32, 0);
+  std::vector<float> back(w.w.size());
+  return kernels::cpu::QuantizeMxfp4Weight(w.w, w.out, w.in, codes, scales).ok() &&
+         kernels::cpu::DequantizeMxfp4Weight(codes, scales, w.out, w.in, back).ok() &&
+         std::memcmp(back.data(), w.w.data(), back.size() * sizeof(float)) == 0;
+}
+
 }  // namespace
 
 struct DeviceDecoder::Impl {
-  const Model& model;
+  std::unique_ptr<SyntheticModel> owned;  // the shapes of a synthetic decoder
   const ModelConfig& c;
   const LayerRoles& roles;
+  const ModelWeights& wts;
   ActivationPrecision precision;
   DeviceDecoderOptions options;
+  uint64_t seed = 0;      // synthetic weights: the draw's seed (0 = real weights)
+  uint64_t fills = 0;     // synthetic draws so far (each gets its own seed)
+  absl::Status fill_status;
+  // [layer][expert] MXFP4 forms of the routed experts; empty for a layer held in fp32.
+  std::vector<std::vector<EncodedExpert>> encoded;
+  size_t expert_bytes = 0, embed_bytes = 0;
+  int mxfp4_layers = 0;
   int64_t batch_cap = 0;  // max_batch rounded up to batch_interval
   int slots = 0;          // max_sequences + 1 (the last is the padding rows' scratch slot)
   std::vector<int> ratios;  // distinct compress ratios > 0 of the backbone
@@ -256,9 +370,40 @@ struct DeviceDecoder::Impl {
     cudaEventRecord(prof_events[prof_used++], stream);
   }
 
-  Impl(const Model& m, ActivationPrecision p, const DeviceDecoderOptions& o, EngramHasher hs)
-      : model(m), c(m.config()), roles(m.roles()), precision(p), options(o),
+  Impl(std::unique_ptr<SyntheticModel> own, const ModelConfig& config, const LayerRoles& r,
+       const ModelWeights& w, ActivationPrecision p, const DeviceDecoderOptions& o,
+       EngramHasher hs)
+      : owned(std::move(own)), c(config), roles(r), wts(w), precision(p), options(o),
         hasher(std::move(hs)) {}
+
+  // Draws `n` synthetic weights at `p` (uniform in +-scale, bf16), when live.
+  void Fill(float* p, int64_t n, float scale) {
+    ++fills;
+    if (p == nullptr || !fill_status.ok()) return;
+    fill_status = dec::RandomFill({.x = p, .n = n, .seed = seed * 1000003 + fills,
+                                   .scale = scale},
+                                  stream);
+  }
+  // Encodes the routed experts as MXFP4 where every expert of a layer
+  // re-encodes exactly (real weights only).
+  void EncodeExperts() {
+    encoded.assign(c.n_layers, {});
+    if (!options.mxfp4_experts || seed != 0) return;
+    for (int l = 0; l < c.n_layers; ++l) {
+      std::vector<EncodedExpert> layer;
+      bool exact = true;
+      for (const ExpertWeightsF32& e : wts.layers[l].ffn.experts) {
+        EncodedExpert enc;
+        const DenseWeight* m[3] = {&e.w1, &e.w3, &e.w2};
+        for (int k = 0; k < 3 && exact; ++k) {
+          exact = EncodeMxfp4Exactly(*m[k], enc.codes[k], enc.scales[k]);
+        }
+        if (!exact) break;
+        layer.push_back(std::move(enc));
+      }
+      if (exact && !layer.empty()) encoded[l] = std::move(layer);
+    }
+  }
   ~Impl() {
     if (stream != nullptr) cudaStreamSynchronize(stream);
     for (auto& [b, exec] : graphs) cudaGraphExecDestroy(exec);
@@ -283,6 +428,7 @@ struct DeviceDecoder::Impl {
   }
 
   absl::Status Layout(Region& r);
+  absl::StatusOr<std::unique_ptr<DeviceDecoder>> Build(std::unique_ptr<Impl> self);
   void LayoutMeta(char* base, StepMeta& m, size_t& bytes) const;
   absl::Status PrepareMeta(std::span<const int> slot_ids, std::span<const int64_t> tokens,
                            int64_t padded);
@@ -353,19 +499,33 @@ struct DeviceDecoder::Impl {
 };
 
 absl::Status DeviceDecoder::Impl::Layout(Region& r) {
-  const ModelWeights& w = model.weights();
+  const ModelWeights& w = wts;
   const int64_t d = c.dim, n = c.hc_mult, hd = c.head_dim, di = c.index_head_dim;
   const int64_t bc = batch_cap, win = window();
+  const bool live = r.live();
+  fills = 0;
+  expert_bytes = 0;
+  mxfp4_layers = 0;
   // --- weights
-  embed = r.Put(w.embed);
+  if (w.embed.empty() && seed != 0) {
+    float* e = r.Alloc<float>(c.vocab_size * d);
+    if (live) Fill(e, c.vocab_size * d, 1.0f);
+    embed = e;
+  } else {
+    embed = r.Put(w.embed);
+  }
+  embed_bytes = static_cast<size_t>(c.vocab_size * d) * sizeof(float);
   final_norm = r.Put(w.norm);
-  head = r.Put(w.head);
   layers.assign(c.n_layers, LayerDev{});
   int64_t max_in = std::max<int64_t>(w.head.in, 1);
   auto dense = [&](const DenseWeight& dw) {
     max_in = std::max(max_in, dw.in);
-    return r.Put(dw);
+    if (!dw.w.empty() || seed == 0 || dw.out * dw.in == 0) return r.Put(dw);
+    float* p = r.Alloc<float>(dw.out * dw.in);
+    if (live) Fill(p, dw.out * dw.in, 1.0f / std::sqrt(static_cast<float>(dw.in)));
+    return DevDense{.w = p, .out = dw.out, .in = dw.in, .fp8 = dw.fp8_activation};
   };
+  head = dense(w.head);
   for (int l = 0; l < c.n_layers; ++l) {
     const BlockWeights& bw = w.layers[l];
     const LayerRole& role = roles[l];
@@ -400,20 +560,63 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
     L.bias = r.Put(f.bias);
     L.bias_vl = r.Put(f.bias_vl);
     L.experts = static_cast<int>(f.experts.size());
-    std::vector<const float*> p1, p2, p3;
-    for (const ExpertWeightsF32& e : f.experts) {
-      p1.push_back(dense(e.w1).w);
-      p3.push_back(dense(e.w3).w);
-      p2.push_back(dense(e.w2).w);
-    }
     if (!f.experts.empty()) {
       L.inter = f.experts[0].w1.out;
       L.w13_fp8 = f.experts[0].w1.fp8_activation;
       L.w2_fp8 = f.experts[0].w2.fp8_activation;
     }
-    L.w1s = r.Put(std::span<const float* const>(p1));
-    L.w3s = r.Put(std::span<const float* const>(p3));
-    L.w2s = r.Put(std::span<const float* const>(p2));
+    const size_t before_experts = r.used();
+    L.mxfp4 = !encoded[l].empty() ||
+              (seed != 0 && options.mxfp4_experts && d % 32 == 0 && L.inter % 32 == 0);
+    if (L.mxfp4) {
+      ++mxfp4_layers;
+      std::vector<const uint8_t*> codes[3], scales[3];
+      for (size_t e = 0; e < f.experts.size(); ++e) {
+        const DenseWeight* m[3] = {&f.experts[e].w1, &f.experts[e].w3, &f.experts[e].w2};
+        for (int k = 0; k < 3; ++k) {
+          max_in = std::max(max_in, m[k]->in);
+          if (!encoded[l].empty()) {
+            codes[k].push_back(r.Put(encoded[l][e].codes[k]));
+            scales[k].push_back(r.Put(encoded[l][e].scales[k]));
+            continue;
+          }
+          // Synthetic: random codes, one scale so values reach about 3 / sqrt(in).
+          const int64_t count = m[k]->out * m[k]->in;
+          uint8_t* cp = r.Alloc<uint8_t>(count / 2);
+          uint8_t* sp = r.Alloc<uint8_t>(count / 32);
+          if (live && fill_status.ok()) {
+            ++fills;
+            fill_status = dec::RandomBytes({.x = cp, .n = count / 2, .seed = seed * 7919 + fills},
+                                           stream);
+            const int exponent = static_cast<int>(
+                std::lround(std::log2(3.0 / std::sqrt(static_cast<double>(m[k]->in)) / 6.0)));
+            if (cudaError_t e2 = cudaMemsetAsync(sp, 127 + exponent, count / 32, stream);
+                e2 != cudaSuccess && fill_status.ok()) {
+              fill_status = CudaError("synthetic scales", e2);
+            }
+          }
+          codes[k].push_back(cp);
+          scales[k].push_back(sp);
+        }
+      }
+      L.w1c = r.Put(std::span<const uint8_t* const>(codes[0]));
+      L.w1q = r.Put(std::span<const uint8_t* const>(scales[0]));
+      L.w3c = r.Put(std::span<const uint8_t* const>(codes[1]));
+      L.w3q = r.Put(std::span<const uint8_t* const>(scales[1]));
+      L.w2c = r.Put(std::span<const uint8_t* const>(codes[2]));
+      L.w2q = r.Put(std::span<const uint8_t* const>(scales[2]));
+    } else {
+      std::vector<const float*> p1, p2, p3;
+      for (const ExpertWeightsF32& e : f.experts) {
+        p1.push_back(dense(e.w1).w);
+        p3.push_back(dense(e.w3).w);
+        p2.push_back(dense(e.w2).w);
+      }
+      L.w1s = r.Put(std::span<const float* const>(p1));
+      L.w3s = r.Put(std::span<const float* const>(p3));
+      L.w2s = r.Put(std::span<const float* const>(p2));
+    }
+    expert_bytes += r.used() - before_experts;
     L.sw1 = dense(f.shared.w1);
     L.sw2 = dense(f.shared.w2);
     L.sw3 = dense(f.shared.w3);
@@ -543,6 +746,7 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
   meta_bytes = mb;
   meta_dev = r.Alloc<char>(static_cast<int64_t>(mb));
   if (meta_dev != nullptr) LayoutMeta(meta_dev, meta_d, mb);
+  RETURN_IF_ERROR(fill_status);
   return r.status();
 }
 
@@ -810,21 +1014,27 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
                                     .dim = d, .topk = k, .num_groups = L.experts},
                                    stream));
   const float limit = static_cast<float>(c.swiglu_limit);
-  auto grouped = [&](const float* in, const float* const* w, int64_t out_dim, int64_t in_dim,
-                     bool fp8, float* out) {
-    return dense::RowStableGroupedMatmul(
-        {.x = in, .group_offsets = group_offsets, .w = w, .y = out, .rows = rows,
-         .out = out_dim, .in = in_dim, .num_groups = L.experts, .fp8_activation = fp8,
-         .act_scratch = fp8 ? act : nullptr, .max_group_rows = b},
-        stream);
+  auto grouped = [&](const float* in, const float* const* w, const uint8_t* const* codes,
+                     const uint8_t* const* scales, int64_t out_dim, int64_t in_dim, bool fp8,
+                     float* out) {
+    dense::GroupedMatmulParams p{.x = in, .group_offsets = group_offsets, .w = w, .y = out,
+                                 .rows = rows, .out = out_dim, .in = in_dim,
+                                 .num_groups = L.experts, .fp8_activation = fp8,
+                                 .act_scratch = fp8 ? act : nullptr, .max_group_rows = b};
+    if (L.mxfp4) {
+      p.w = nullptr;
+      p.w_mxfp4 = codes;
+      p.w_mxfp4_scales = scales;
+    }
+    return dense::RowStableGroupedMatmul(p, stream);
   };
-  RETURN_IF_ERROR(grouped(xg, L.w1s, L.inter, d, L.w13_fp8, gg));
-  RETURN_IF_ERROR(grouped(xg, L.w3s, L.inter, d, L.w13_fp8, upg));
+  RETURN_IF_ERROR(grouped(xg, L.w1s, L.w1c, L.w1q, L.inter, d, L.w13_fp8, gg));
+  RETURN_IF_ERROR(grouped(xg, L.w3s, L.w3c, L.w3q, L.inter, d, L.w13_fp8, upg));
   RETURN_IF_ERROR(dec::Swiglu({.gate = gg, .up = upg, .route_weight = wg, .out = gg,
                                .rows = rows, .inter = L.inter, .limit = limit,
                                .round_bf16 = bf16()},
                               stream));
-  RETURN_IF_ERROR(grouped(gg, L.w2s, d, L.inter, L.w2_fp8, yg));
+  RETURN_IF_ERROR(grouped(gg, L.w2s, L.w2c, L.w2q, d, L.inter, L.w2_fp8, yg));
   RETURN_IF_ERROR(Round(yg, rows * d));
   Mark("moe.shared");
   RETURN_IF_ERROR(Mm(L.sw1, h, b, sg));
@@ -887,10 +1097,11 @@ DeviceDecoder::DeviceDecoder(std::unique_ptr<Impl> impl)
 
 DeviceDecoder::~DeviceDecoder() = default;
 
-absl::StatusOr<std::unique_ptr<DeviceDecoder>> DeviceDecoder::Create(
-    const Model& model, ActivationPrecision precision, const DeviceDecoderOptions& options) {
-  const ModelConfig& c = model.config();
-  const LayerRoles& roles = model.roles();
+namespace {
+
+// What a decoder cannot hold (INVALID_ARGUMENT), before anything is allocated.
+absl::Status CheckDecodable(const ModelConfig& c, const LayerRoles& roles, const ModelWeights& w,
+                            const DeviceDecoderOptions& options) {
   if (options.max_sequences < 1 || options.max_positions < 2 || options.max_batch < 1 ||
       options.batch_interval < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -898,13 +1109,16 @@ absl::StatusOr<std::unique_ptr<DeviceDecoder>> DeviceDecoder::Create(
         options.max_positions, ", max_batch ", options.max_batch, ", batch_interval ",
         options.batch_interval, " (each must be >= 1, max_positions >= 2)"));
   }
-  const ModelWeights& w = model.weights();
+  if (static_cast<int>(w.layers.size()) < c.n_layers) {
+    return absl::InvalidArgumentError("DeviceDecoder: weights of fewer layers than the config");
+  }
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerRole& role = roles[l];
-    if (static_cast<int64_t>(w.layers[l].ffn.experts.size()) != c.n_routed_experts) {
+    const std::vector<ExpertWeightsF32>& experts = w.layers[l].ffn.experts;
+    if (static_cast<int64_t>(experts.size()) != c.n_routed_experts) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "DeviceDecoder: layer ", l, " holds ", w.layers[l].ffn.experts.size(), " of ",
-          c.n_routed_experts, " routed experts; expert parallelism is not supported here"));
+          "DeviceDecoder: layer ", l, " holds ", experts.size(), " of ", c.n_routed_experts,
+          " routed experts; expert parallelism is not supported here"));
     }
     if (role.has_engram) {
       const EngramWeights& e = w.layers[l].engram;
@@ -916,10 +1130,9 @@ absl::StatusOr<std::unique_ptr<DeviceDecoder>> DeviceDecoder::Create(
       return absl::InvalidArgumentError(absl::StrCat(
           "DeviceDecoder: layer ", l, " is restricted by a candidate pool of another ratio"));
     }
-    for (const ExpertWeightsF32& e : w.layers[l].ffn.experts) {
-      if (e.w1.fp8_activation != w.layers[l].ffn.experts[0].w1.fp8_activation ||
-          e.w2.fp8_activation != w.layers[l].ffn.experts[0].w2.fp8_activation ||
-          e.w1.out != w.layers[l].ffn.experts[0].w1.out) {
+    for (const ExpertWeightsF32& e : experts) {
+      if (e.w1.fp8_activation != experts[0].w1.fp8_activation ||
+          e.w2.fp8_activation != experts[0].w2.fp8_activation || e.w1.out != experts[0].w1.out) {
         return absl::InvalidArgumentError(
             absl::StrCat("DeviceDecoder: layer ", l, " mixes expert formats"));
       }
@@ -928,9 +1141,50 @@ absl::StatusOr<std::unique_ptr<DeviceDecoder>> DeviceDecoder::Create(
   if (c.n_routed_experts > kc::kMoeGroupRowsMaxGroups) {
     return absl::InvalidArgumentError("DeviceDecoder: too many routed experts");
   }
-  ASSIGN_OR_RETURN(EngramHasher hasher, EngramHasher::Create(c, options.engram_token_map));
-  auto impl = std::make_unique<Impl>(model, precision, options, std::move(hasher));
-  Impl& m = *impl;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DeviceDecoder>> DeviceDecoder::Create(
+    const Model& model, ActivationPrecision precision, const DeviceDecoderOptions& options) {
+  RETURN_IF_ERROR(CheckDecodable(model.config(), model.roles(), model.weights(), options));
+  ASSIGN_OR_RETURN(EngramHasher hasher,
+                   EngramHasher::Create(model.config(), options.engram_token_map));
+  auto impl = std::make_unique<Impl>(nullptr, model.config(), model.roles(), model.weights(),
+                                     precision, options, std::move(hasher));
+  impl->EncodeExperts();
+  Impl* raw = impl.get();
+  return raw->Build(std::move(impl));
+}
+
+absl::StatusOr<std::unique_ptr<DeviceDecoder>> DeviceDecoder::CreateSynthetic(
+    const ModelConfig& config, ActivationPrecision precision, const DeviceDecoderOptions& options,
+    uint64_t seed) {
+  RETURN_IF_ERROR(ValidateModelConfig(config));
+  if (!config.engram_layer_ids.empty()) {
+    return absl::InvalidArgumentError(
+        "DeviceDecoder::CreateSynthetic: Engram tables are not synthesized; drop the Engram "
+        "layers from the config");
+  }
+  std::unique_ptr<SyntheticModel> model = MakeSynthetic(config, seed);
+  RETURN_IF_ERROR(CheckDecodable(model->config, *model->roles, model->weights, options));
+  ASSIGN_OR_RETURN(EngramHasher hasher, EngramHasher::Create(model->config, {}));
+  const ModelConfig& c = model->config;
+  const LayerRoles& roles = *model->roles;
+  const ModelWeights& w = model->weights;
+  auto impl = std::make_unique<Impl>(std::move(model), c, roles, w, precision, options,
+                                     std::move(hasher));
+  impl->seed = seed == 0 ? 1 : seed;
+  impl->encoded.assign(c.n_layers, {});
+  Impl* raw = impl.get();
+  return raw->Build(std::move(impl));
+}
+
+absl::StatusOr<std::unique_ptr<DeviceDecoder>> DeviceDecoder::Impl::Build(
+    std::unique_ptr<Impl> self) {
+  Impl& m = *this;
+  const DeviceDecoderOptions& options = m.options;
   m.batch_cap = (options.max_batch + options.batch_interval - 1) / options.batch_interval *
                 options.batch_interval;
   m.slots = options.max_sequences + 1;
@@ -976,12 +1230,27 @@ absl::StatusOr<std::unique_ptr<DeviceDecoder>> DeviceDecoder::Create(
     ASSIGN_OR_RETURN(m.gemm, dense::GemmHandle::Create());
   }
   m.slot_state.assign(m.slots, {});
+  WEIR_DD_CUDA("upload", cudaStreamSynchronize(m.stream));
   WEIR_DD_CUDA("upload", cudaDeviceSynchronize());
-  std::unique_ptr<DeviceDecoder> dd(new DeviceDecoder(std::move(impl)));
-  dd->stats_.arena_bytes = dd->impl_->arena_bytes;
-  dd->stats_.weight_bytes = dd->impl_->weight_bytes;
-  dd->stats_.pool_bytes = dd->impl_->pool_bytes;
+  m.encoded.clear();  // the host copies are on the device now
+  std::unique_ptr<DeviceDecoder> dd(new DeviceDecoder(std::move(self)));
+  DeviceDecoderStats& st = dd->stats_;
+  st.arena_bytes = m.arena_bytes;
+  st.weight_bytes = m.weight_bytes;
+  st.pool_bytes = m.pool_bytes;
+  st.expert_bytes = m.expert_bytes;
+  st.embed_bytes = m.embed_bytes;
+  st.mxfp4_layers = m.mxfp4_layers;
   return dd;
+}
+
+absl::Status DeviceDecoder::Start(int slot) {
+  if (slot < 0 || slot >= options_.max_sequences) {
+    return absl::InvalidArgumentError(absl::StrCat("Start: slot ", slot, " of ",
+                                                   options_.max_sequences));
+  }
+  impl_->slot_state[slot] = {.used = true};
+  return absl::OkStatus();
 }
 
 absl::Status DeviceDecoder::Import(int slot, const SequenceState& state) {

@@ -83,6 +83,11 @@ struct DeviceDecoderOptions {
   bool row_stable_logits = true;
   // Token id -> Engram compressed id, as ModelOptions::engram_token_map.
   std::vector<int64_t> engram_token_map;
+  // Hold the routed experts of a layer as MXFP4 (packed e2m1 + E8M0 per 32,
+  // the checkpoint's own format, 8x less memory than fp32) when every expert
+  // of the layer re-encodes exactly (checked on the host); the grouped
+  // product dequantizes on load to the same values, so results do not change.
+  bool mxfp4_experts = true;
 };
 
 struct DeviceDecoderStats {
@@ -96,6 +101,9 @@ struct DeviceDecoderStats {
   size_t arena_bytes = 0;       // the one device allocation
   size_t weight_bytes = 0;
   size_t pool_bytes = 0;
+  size_t expert_bytes = 0;      // routed experts, as held (MXFP4 or fp32)
+  size_t embed_bytes = 0;
+  int mxfp4_layers = 0;         // layers whose experts are held as MXFP4
   // With DeviceDecoderOptions::profile: device seconds per section name.
   std::map<std::string, double> section_seconds;
 };
@@ -110,6 +118,15 @@ class DeviceDecoder {
   // not change while it exists.
   static absl::StatusOr<std::unique_ptr<DeviceDecoder>> Create(
       const Model& model, ActivationPrecision precision, const DeviceDecoderOptions& options = {});
+  // A decoder with synthetic weights drawn on the device (dense and head
+  // uniform, bf16-rounded, scaled by in^-1/2; experts random MXFP4 codes): the
+  // step-time benchmark of a configuration whose weights do not fit the host
+  // in fp32 (one expert-parallel rank's slice of V4.1-Flash). Sequences start
+  // empty (Start). INVALID_ARGUMENT if `config` is invalid or has Engram
+  // layers (their tables are not synthesized); errors as Create otherwise.
+  static absl::StatusOr<std::unique_ptr<DeviceDecoder>> CreateSynthetic(
+      const ModelConfig& config, ActivationPrecision precision,
+      const DeviceDecoderOptions& options = {}, uint64_t seed = 1);
   ~DeviceDecoder();
   DeviceDecoder(const DeviceDecoder&) = delete;
   DeviceDecoder& operator=(const DeviceDecoder&) = delete;
@@ -118,6 +135,9 @@ class DeviceDecoder {
   // least one position, shorter than max_positions) into `slot`, replacing
   // what it held. INVALID_ARGUMENT on a bad slot or state.
   absl::Status Import(int slot, const SequenceState& state);
+  // Starts an empty sequence in `slot` (its first Step runs position 0: a
+  // prompt can be fed one token per step). INVALID_ARGUMENT on a bad slot.
+  absl::Status Start(int slot);
   // Writes the sequence of `slot` back into `state` (the state Imported into
   // it, advanced or not): window rings, compressed KV, index keys, the
   // compressor's partial group and the Engram history, then advances it to

@@ -71,6 +71,7 @@ void CheckModel(const Checkpoint& ckpt, const char* name, ActivationPrecision pr
   auto graph = DeviceDecoder::Create(*cpu, precision, options);
   ASSERT_TRUE(graph.ok()) << graph.status();
   options.use_graphs = false;
+  options.mxfp4_experts = false;  // the eager decoder also checks the fp32 expert path
   auto eager = DeviceDecoder::Create(*cpu, precision, options);
   ASSERT_TRUE(eager.ok()) << eager.status();
 
@@ -142,17 +143,22 @@ void CheckModel(const Checkpoint& ckpt, const char* name, ActivationPrecision pr
   const DeviceDecoderStats& st = (*graph)->stats();
   std::printf("%s %s: %d decode rows over %d steps: %d not bit-identical to the CPU, max rel "
               "%.3g, %d greedy tokens differ; graph vs eager: %d steps differ; %lld graphs "
-              "captured, %lld launches; arena %.1f MiB (weights %.1f, pools %.1f)\n",
+              "captured, %lld launches; arena %.1f MiB (weights %.1f, pools %.1f); experts "
+              "MXFP4 in %d layers (graph decoder), fp32 (eager)\n",
               name, precision == ActivationPrecision::kFp32 ? "fp32" : "bf16", rows_checked,
               kSteps, rows_differing, max_rel, token_mismatches, graph_eager_differing,
               static_cast<long long>(st.graph_captures),
               static_cast<long long>(st.graph_launches), st.arena_bytes / 1048576.0,
-              st.weight_bytes / 1048576.0, st.pool_bytes / 1048576.0);
+              st.weight_bytes / 1048576.0, st.pool_bytes / 1048576.0, st.mxfp4_layers);
   EXPECT_EQ(graph_eager_differing, 0);
   EXPECT_EQ(rows_differing, 0);
   EXPECT_EQ(token_mismatches, 0);
   EXPECT_EQ(st.graph_captures, 2);  // padded sizes 16 and 8
   EXPECT_EQ(st.graph_launches, kSteps);
+  // The checkpoints store the experts as MXFP4, so they re-encode exactly.
+  EXPECT_EQ(st.mxfp4_layers, ckpt.config().n_layers);
+  EXPECT_EQ((*eager)->stats().mxfp4_layers, 0);
+  EXPECT_LT(st.expert_bytes * 6, (*eager)->stats().expert_bytes);
 }
 
 TEST(DeviceDecoderTest, TinyFp32) { CheckModel(TinyCheckpoint(11), "tiny", ActivationPrecision::kFp32); }
@@ -176,6 +182,46 @@ TEST(DeviceDecoderTest, SmallFp32) {
 TEST(DeviceDecoderTest, SmallBf16) {
   ASSERT_NE(Small(), nullptr);
   CheckModel(*Small(), "small", ActivationPrecision::kBf16);
+}
+
+// Synthetic weights (the benchmark path for configs too large for the host):
+// sequences started empty decode finite logits, identically with graphs and
+// eagerly, and the same seed draws the same weights.
+TEST(DeviceDecoderTest, SyntheticWeightsDecodeFromEmptySequences) {
+  auto config = LoadModelConfig("models/small/config.json");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(DeviceDecoder::CreateSynthetic(*config, ActivationPrecision::kBf16).status().code(),
+            absl::StatusCode::kInvalidArgument);  // Engram tables are not synthesized
+  config->engram_layer_ids.clear();
+  config->engram_num_embeddings.clear();
+  DeviceDecoderOptions options{.max_sequences = 4, .max_positions = 64, .max_batch = 4};
+  auto graph = DeviceDecoder::CreateSynthetic(*config, ActivationPrecision::kBf16, options, 3);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  options.use_graphs = false;
+  auto eager = DeviceDecoder::CreateSynthetic(*config, ActivationPrecision::kBf16, options, 3);
+  ASSERT_TRUE(eager.ok()) << eager.status();
+  EXPECT_EQ((*graph)->stats().mxfp4_layers, config->n_layers);
+  const int slots[] = {0, 1, 2};
+  for (int s : slots) {
+    ASSERT_TRUE((*graph)->Start(s).ok());
+    ASSERT_TRUE((*eager)->Start(s).ok());
+  }
+  const int64_t v = config->vocab_size;
+  int differing = 0;
+  for (int step = 0; step < 40; ++step) {
+    const int64_t tokens[] = {(step * 31) % v, (step * 17 + 5) % v, 7};
+    auto a = (*graph)->Step(slots, tokens);
+    auto b = (*eager)->Step(slots, tokens);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(b.ok()) << b.status();
+    for (float x : *a) ASSERT_TRUE(std::isfinite(x)) << "step " << step;
+    differing += std::memcmp(a->data(), b->data(), a->size() * sizeof(float)) != 0;
+    if (step == 39) {  // rows of different sequences differ
+      EXPECT_GT(RowRel(a->data(), a->data() + v, v), 1e-3);
+    }
+  }
+  EXPECT_EQ(differing, 0);
+  EXPECT_EQ((*graph)->length(0), 40);
 }
 
 TEST(DeviceDecoderTest, RefusesBadInput) {

@@ -65,6 +65,34 @@ absl::Status Scale(const ScaleParams& p, cudaStream_t stream) {
   return LaunchStatus("Scale");
 }
 
+bool SupportsRandomFill(const RandomFillParams& p) {
+  return p.n == 0 || (p.n > 0 && p.x != nullptr);
+}
+
+absl::Status RandomFill(const RandomFillParams& p, cudaStream_t stream) {
+  if (!SupportsRandomFill(p)) {
+    return absl::InvalidArgumentError("RandomFill: needs n >= 0 and x when n > 0; got n " +
+                                      Str(p.n));
+  }
+  if (p.n == 0) return absl::OkStatus();
+  RandomFillKernel<<<BlocksFor(p.n), internal::kThreads, 0, stream>>>(p.x, p.n, p.seed, p.scale);
+  return LaunchStatus("RandomFill");
+}
+
+bool SupportsRandomBytes(const RandomBytesParams& p) {
+  return p.n == 0 || (p.n > 0 && p.x != nullptr);
+}
+
+absl::Status RandomBytes(const RandomBytesParams& p, cudaStream_t stream) {
+  if (!SupportsRandomBytes(p)) {
+    return absl::InvalidArgumentError("RandomBytes: needs n >= 0 and x when n > 0; got n " +
+                                      Str(p.n));
+  }
+  if (p.n == 0) return absl::OkStatus();
+  RandomBytesKernel<<<BlocksFor(p.n), internal::kThreads, 0, stream>>>(p.x, p.n, p.seed);
+  return LaunchStatus("RandomBytes");
+}
+
 bool SupportsCopyRows(const CopyRowsParams& p) {
   if (p.rows < 0 || p.width < 0 || p.src_stride < 0 || p.dst_stride < 0 || p.src_capacity < 0 ||
       p.dst_capacity < 0 || p.rows > INT_MAX) {

@@ -43,6 +43,34 @@ __global__ void ScaleKernel(float* x, int64_t n, float factor) {
   }
 }
 
+// SplitMix64 of (seed, i): the counter-based hash of RandomFill / RandomBytes.
+__device__ __forceinline__ uint64_t MixBits(uint64_t seed, uint64_t i) {
+  uint64_t z = seed + (i + 1) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+__global__ void RandomFillKernel(float* x, int64_t n, uint64_t seed, float scale) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    // 24 random bits -> [-1, 1).
+    const float u = static_cast<float>(MixBits(seed, static_cast<uint64_t>(i)) >> 40) *
+                        (2.0f / 16777216.0f) -
+                    1.0f;
+    x[i] = RoundBf16Value(__fmul_rn(scale, u));
+  }
+}
+
+__global__ void RandomBytesKernel(uint8_t* x, int64_t n, uint64_t seed) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    x[i] = static_cast<uint8_t>(MixBits(seed, static_cast<uint64_t>(i)) >> 56);
+  }
+}
+
 // Blocks stride over the row list; the threads of a block copy one row.
 // Strides are already resolved (non-zero).
 __global__ void CopyRowsKernel(const float* __restrict__ src, float* __restrict__ dst,

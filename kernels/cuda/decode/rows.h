@@ -94,6 +94,30 @@ bool SupportsScale(const ScaleParams& p);
 // false; INTERNAL with the CUDA error if the launch fails.
 absl::Status Scale(const ScaleParams& p, cudaStream_t stream);
 
+// ---- RandomFill / RandomBytes ------------------------------------------------
+
+// Synthetic weights drawn on the device (benchmarks of shapes whose weights
+// would not fit the host): x[i] = scale * u, u uniform in [-1, 1) from a
+// counter-based hash of (seed, i), rounded to bf16. Deterministic for a seed.
+struct RandomFillParams {
+  float* x = nullptr;  // device [n]
+  int64_t n = 0;
+  uint64_t seed = 0;
+  float scale = 1.0f;
+};
+bool SupportsRandomFill(const RandomFillParams& p);
+absl::Status RandomFill(const RandomFillParams& p, cudaStream_t stream);
+
+// x[i] = a byte from the same hash (every value equally likely), e.g. the
+// packed e2m1 codes of synthetic MXFP4 weights.
+struct RandomBytesParams {
+  uint8_t* x = nullptr;  // device [n]
+  int64_t n = 0;
+  uint64_t seed = 0;
+};
+bool SupportsRandomBytes(const RandomBytesParams& p);
+absl::Status RandomBytes(const RandomBytesParams& p, cudaStream_t stream);
+
 // ---- CopyRows ---------------------------------------------------------------
 
 // A gather and/or scatter of rows. For i in [0, rows):

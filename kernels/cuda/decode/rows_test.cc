@@ -148,6 +148,46 @@ TEST(ScaleTest, IsOneRoundedMultiplyLikeTheCpu) {
   EXPECT_TRUE(Scale({.x = nullptr, .n = 0}, nullptr).ok());
 }
 
+// ---- RandomFill / RandomBytes -------------------------------------------------
+
+TEST(RandomFillTest, IsDeterministicBoundedAndBf16) {
+  const int64_t n = 100003;
+  DeviceBuffer<float> a(std::vector<float>(n, 0.0f)), b(std::vector<float>(n, 0.0f)),
+      other(std::vector<float>(n, 0.0f));
+  ASSERT_TRUE(RandomFill({.x = a.get(), .n = n, .seed = 5, .scale = 0.25f}, nullptr).ok());
+  ASSERT_TRUE(RandomFill({.x = b.get(), .n = n, .seed = 5, .scale = 0.25f}, nullptr).ok());
+  ASSERT_TRUE(RandomFill({.x = other.get(), .n = n, .seed = 6, .scale = 0.25f}, nullptr).ok());
+  const std::vector<float> va = a.Download(), vb = b.Download(), vo = other.Download();
+  EXPECT_TRUE(SameBits(va, vb));
+  int64_t same = 0, negative = 0;
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_TRUE(std::isfinite(va[i]));
+    ASSERT_LE(std::fabs(va[i]), 0.25f);
+    ASSERT_EQ(va[i], kernels::RoundToBf16(va[i]));
+    same += va[i] == vo[i];
+    negative += va[i] < 0;
+    sum += va[i];
+  }
+  EXPECT_LT(same, n / 50);  // another seed, other values
+  EXPECT_NEAR(static_cast<double>(negative) / n, 0.5, 0.02);
+  EXPECT_NEAR(sum / n, 0.0, 0.005);
+}
+
+TEST(RandomBytesTest, CoversEveryByteValue) {
+  const int64_t n = 1 << 16;
+  DeviceBuffer<uint8_t> a(std::vector<uint8_t>(n, 0));
+  ASSERT_TRUE(RandomBytes({.x = a.get(), .n = n, .seed = 9}, nullptr).ok());
+  std::vector<int64_t> count(256, 0);
+  for (uint8_t v : a.Download()) ++count[v];
+  for (int v = 0; v < 256; ++v) {
+    EXPECT_GT(count[v], n / 256 / 2) << "byte " << v;
+    EXPECT_LT(count[v], n / 256 * 2) << "byte " << v;
+  }
+  EXPECT_EQ(RandomBytes({.x = nullptr, .n = 1}, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 // ---- CopyRows ---------------------------------------------------------------
 
 struct CopyCase {
