@@ -105,8 +105,11 @@ int Run() {
   // experts (w1 shape 2048 x 7168), routed at random. Baseline: one
   // RowStableMatmul per non-empty group with host-known sizes (what a CPU-
   // driven step would launch); the grouped launch needs no host sizes.
-  std::printf("\n%-6s %-6s %-7s | %-14s | %-14s | %-14s | %s\n", "tokens", "groups", "out x in",
-              "grouped us", "hinted us", "per-group us", "grouped / per-group");
+  // MXFP4: the same grouped product (hinted) reading the experts as e2m1
+  // codes + E8M0 scales (1/8 of the fp32 bytes plus 1/128 for scales).
+  std::printf("\n%-6s %-6s %-7s | %-14s | %-14s | %-14s | %-19s | %-14s | %s\n", "tokens",
+              "groups", "out x in", "grouped us", "hinted us", "per-group us",
+              "grouped / per-group", "mxfp4 us", "mxfp4 / hinted fp32");
   for (int64_t tokens : {1, 8, 64}) {
     constexpr int kGroups = 32;
     constexpr int64_t kOut = 2048, kIn = 7168;
@@ -134,6 +137,29 @@ int Run() {
     const double grouped = MedianMs([&] { (void)RowStableGroupedMatmul(p, nullptr); }, 20);
     p.max_group_rows = tokens;  // a token picks an expert at most once
     const double hinted = MedianMs([&] { (void)RowStableGroupedMatmul(p, nullptr); }, 20);
+    // Fixed bytes: code pairs 0.5 and -1.5, scale 2^-3 (timing only).
+    std::vector<uint8_t*> codes(kGroups), scales(kGroups);
+    for (int g = 0; g < kGroups; ++g) {
+      cudaMalloc(&codes[g], kOut * kIn / 2);
+      cudaMalloc(&scales[g], kOut * kIn / 32);
+      cudaMemset(codes[g], 0xB1, kOut * kIn / 2);
+      cudaMemset(scales[g], 0x7C, kOut * kIn / 32);
+    }
+    uint8_t** d_codes;
+    uint8_t** d_scales;
+    cudaMalloc(&d_codes, kGroups * sizeof(uint8_t*));
+    cudaMalloc(&d_scales, kGroups * sizeof(uint8_t*));
+    cudaMemcpy(d_codes, codes.data(), kGroups * sizeof(uint8_t*), cudaMemcpyHostToDevice);
+    cudaMemcpy(d_scales, scales.data(), kGroups * sizeof(uint8_t*), cudaMemcpyHostToDevice);
+    GroupedMatmulParams q = p;
+    q.w = nullptr;
+    q.w_mxfp4 = d_codes;
+    q.w_mxfp4_scales = d_scales;
+    if (absl::Status st = RowStableGroupedMatmul(q, nullptr); !st.ok()) {
+      std::fprintf(stderr, "MXFP4 grouped product refused: %s\n", st.ToString().c_str());
+      return 1;
+    }
+    const double mxfp4 = MedianMs([&] { (void)RowStableGroupedMatmul(q, nullptr); }, 20);
     const double per_group = MedianMs(
         [&] {
           for (int g = 0; g < kGroups; ++g) {
@@ -149,11 +175,17 @@ int Run() {
       std::fprintf(stderr, "CUDA error: %s\n", cudaGetErrorString(err));
       return 1;
     }
-    std::printf("%-6lld %-6d %4lldx%-4lld | %14.1f | %14.1f | %14.1f | %.2f\n",
+    std::printf("%-6lld %-6d %4lldx%-4lld | %14.1f | %14.1f | %14.1f | %19.2f | %14.1f | %.2f\n",
                 static_cast<long long>(tokens), kGroups, static_cast<long long>(kOut),
                 static_cast<long long>(kIn), grouped * 1e3, hinted * 1e3, per_group * 1e3,
-                hinted / per_group);
+                hinted / per_group, mxfp4 * 1e3, mxfp4 / hinted);
     for (float* wg : w) cudaFree(wg);
+    for (int g = 0; g < kGroups; ++g) {
+      cudaFree(codes[g]);
+      cudaFree(scales[g]);
+    }
+    cudaFree(d_codes);
+    cudaFree(d_scales);
     cudaFree(x);
     cudaFree(y);
     cudaFree(d_offsets);
