@@ -27,7 +27,8 @@ __device__ __forceinline__ void GroupRowRange(const int64_t* __restrict__ offset
 // factors are built from their bits: e2m1 magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6;
 // 2^(e-127) with e = 0 the fp32 subnormal 2^-127 and e = 0xFF NaN. The one
 // rounded product (__fmul_rn, no flush to zero in this build) is exact except
-// where it overflows to +-Inf (e = 0xFE, |e2m1| >= 2), as on the CPU; a
+// where it overflows to +-Inf (e = 0xFE with |e2m1| >= 2, e = 0xFD with
+// |e2m1| >= 4), as on the CPU; a
 // subnormal result (e <= 1) is exact because every e2m1 value is a multiple
 // of 0.5.
 __device__ __forceinline__ float Mxfp4Value(uint32_t code, uint32_t e) {
@@ -54,7 +55,7 @@ struct Mxfp4WeightRows {
   }
 };
 
-// Per-group weights of the grouped kernel: Rows(g, in, &rows) sets group g's
+// Per-group weights of the grouped kernel: GroupRows(g, in, &rows) sets group g's
 // weight source and returns false when the group has no weights (a null
 // pointer).
 struct Fp32GroupWeights {

@@ -24,7 +24,7 @@
 // exactly the fp32 value of cpu::DequantizeMxfp4Weight. The arithmetic that
 // follows is the same, so the MXFP4 product is bit-identical to the fp32
 // product over the dequantized weights (NaN where a block's scale is 0xFF,
-// +-Inf where scale 0xFE overflows, as the dequantized weights hold).
+// +-Inf where scales 0xFD and 0xFE overflow, as the dequantized weights hold).
 //
 // Device-side contract (not checkable on the host): offsets nondecreasing,
 // offsets[0] = 0, offsets[num_groups] <= rows; every w[g] of a non-empty
@@ -76,7 +76,7 @@ struct GroupedMatmulParams {
   // 2k in the low nibble) and E8M0 scales [out, in/32]. Each weight is
   // dequantized on load to exactly the value cpu::DequantizeMxfp4Weight gives
   // (e2m1 * 2^(e-127), with e = 0 the fp32 subnormal 2^-127, e = 0xFF NaN, and
-  // the product rounded to fp32, which overflows to +-Inf only at e = 0xFE),
+  // the product rounded to fp32, which overflows to +-Inf only at e >= 0xFD),
   // so y is bit-identical to the fp32 path with
   // w[g] = DequantizeMxfp4Weight(codes[g], scales[g]). REQUIRES in % 32 == 0.
   const uint8_t* const* w_mxfp4 = nullptr;
