@@ -325,6 +325,7 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
 
 int main(int argc, char** argv) {
   weir::InitProcess(argc, argv, "Decode step time on the CUDA backend", "decode_gpu");
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines appear as they are measured
   std::vector<int> batches;
   for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_batches), ',')) {
     int b = 0;
