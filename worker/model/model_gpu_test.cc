@@ -64,17 +64,9 @@ std::unique_ptr<Model> NewModel(const Checkpoint& ckpt, ActivationPrecision prec
   return m.ok() ? std::move(*m) : nullptr;
 }
 
-int64_t Argmax(const float* row, int64_t n) { return std::max_element(row, row + n) - row; }
+int64_t Argmax(const float* row, int64_t n) { return ArgmaxRow(row, n); }
 
-double RowRel(const float* a, const float* b, int64_t n) {
-  double diff = 0, scale = 1e-30;
-  for (int64_t i = 0; i < n; ++i) {
-    if (!std::isfinite(a[i])) return INFINITY;
-    diff = std::max(diff, double{std::fabs(a[i] - b[i])});
-    scale = std::max(scale, double{std::fabs(b[i])});
-  }
-  return diff / scale;
-}
+double RowRel(const float* a, const float* b, int64_t n) { return RowRelativeDifference(a, b, n); }
 
 struct Trace {
   std::vector<std::vector<float>> rows;  // logits per position [vocab]

@@ -1,5 +1,7 @@
 #include "worker/model/tiny_model_test_util.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -34,6 +36,20 @@ std::vector<int64_t> RandomTokens(int n, uint32_t seed, int64_t max_id) {
   std::vector<int64_t> t(n);
   for (int64_t& x : t) x = u(gen);
   return t;
+}
+
+int64_t ArgmaxRow(const float* row, int64_t n) {
+  return std::max_element(row, row + n) - row;
+}
+
+double RowRelativeDifference(const float* a, const float* b, int64_t n) {
+  double diff = 0, scale = 1e-30;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    diff = std::max(diff, double{std::fabs(a[i] - b[i])});
+    scale = std::max(scale, double{std::fabs(b[i])});
+  }
+  return diff / scale;
 }
 
 }  // namespace weir::model

@@ -1,7 +1,8 @@
 // worker/model/tiny_model_test_util.h
 //
 // Fixtures shared by the model tests: the tiny checkpoint (generated once per
-// test binary and seed under TEST_TMPDIR) and seeded random token ids.
+// test binary and seed under TEST_TMPDIR), seeded random token ids, and the
+// logit-row comparisons of the backend tests.
 //
 // Thread safety: TinyCheckpoint is safe to call from several threads.
 
@@ -21,6 +22,12 @@ const Checkpoint& TinyCheckpoint(uint64_t seed);
 
 // `n` token ids drawn uniformly from [0, max_id] with `seed`.
 std::vector<int64_t> RandomTokens(int n, uint32_t seed, int64_t max_id = 4095);
+
+// The greedy token of a logit row [n] (the first maximum).
+int64_t ArgmaxRow(const float* row, int64_t n);
+
+// max |a - b| / max |b| over a row [n] (infinity if `a` holds a non-finite value).
+double RowRelativeDifference(const float* a, const float* b, int64_t n);
 
 }  // namespace weir::model
 
