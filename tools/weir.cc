@@ -110,10 +110,14 @@ int Info(const std::shared_ptr<grpc::Channel>& channel) {
                                    eplb_state.proposals(), eplb_state.skipped_low_gain());
       for (const v1::EplbState::Rebalance& r : eplb_state.history()) {
         std::cout << absl::StrFormat(
-            "  map %-4d %-9s predicted %.3f -> %.3f, measured before %.3f, %d bytes moved, "
+            "  map %-4d %-9s predicted %.3f -> %.3f, measured before %s, %d bytes moved, "
             "prepare %.1f ms, commit %.1f ms%s\n",
             r.version(), r.committed() ? "committed" : "refused", r.ratio_before(),
-            r.ratio_after(), r.measured_before(), r.bytes_moved(), r.prepare_ms(), r.commit_ms(),
+            r.ratio_after(),
+            // 0: no report had come in under the map being replaced.
+            r.measured_before() > 0 ? absl::StrFormat("%.3f", r.measured_before())
+                                    : std::string("not yet"),
+            r.bytes_moved(), r.prepare_ms(), r.commit_ms(),
             r.detail().empty() ? "" : " (" + r.detail() + ")");
       }
     }
