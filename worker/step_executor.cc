@@ -6,7 +6,6 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "worker/model/device_decoder.h"
 #include "worker/sampling/sampler.h"
 
 namespace weir::worker {
@@ -211,14 +210,16 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::Execute(
     }
     outcomes[i].status = slot.grammar_status;
     starts[i] = slot.state->length();
-    const bool decode = device_ != nullptr && inputs[i].size() == 1 && starts[i] > 0;
+    // One token at a position the backend still holds.
+    const bool decode = device_ != nullptr && inputs[i].size() == 1 && starts[i] > 0 &&
+                        starts[i] < device_->max_positions();
     if (decode && (slot.on_device || device_->Import(row.slot, *slot.state).ok())) {
       slot.on_device = true;
       device_rows.push_back(i);
       continue;
     }
     if (slot.on_device) {
-      // Several tokens on a device-resident slot: bring its sequence back.
+      // Several tokens, or a slot the backend cannot extend: bring its sequence back.
       absl::Status back = device_->Export(row.slot, *slot.state);
       LeaveDevice(row.slot);
       if (!back.ok()) {
@@ -241,7 +242,7 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::Execute(
     for (size_t j = 0; j < host_rows.size(); ++j) logits[host_rows[j]] = std::move((*host)[j]);
   }
   // Decode rows on the device, in batches of at most the decoder's max_batch.
-  const size_t chunk = device_rows.empty() ? 1 : static_cast<size_t>(device_->options().max_batch);
+  const size_t chunk = device_rows.empty() ? 1 : static_cast<size_t>(device_->max_batch());
   for (size_t first = 0; first < device_rows.size(); first += chunk) {
     const size_t last = std::min(device_rows.size(), first + chunk);
     std::vector<int> device_slots;

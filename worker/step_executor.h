@@ -32,13 +32,10 @@
 #include "worker/grammar/compiler.h"
 #include "worker/grammar/constraint.h"
 #include "worker/grammar/matcher.h"
+#include "worker/model/decode_backend.h"
 #include "worker/model/model.h"
 #include "worker/sampling/sampler.h"
 #include "worker/sampling/sampling_params.h"
-
-namespace weir::model {
-class DeviceDecoder;
-}  // namespace weir::model
 
 namespace weir::worker {
 
@@ -96,15 +93,15 @@ class StepExecutor {
                                                   const std::vector<int32_t>& release);
 
   // Decode rows (one input token on a slot that already holds positions) run
-  // on `device` (null: none; everything runs on the model): a slot's
-  // sequence moves into the decoder at its first decode row (Import) and
-  // comes back (Export) before a row of several tokens uses it; a slot the
-  // decoder cannot take (too long) stays on the model. REQUIRES: `device`
-  // was created for this executor's model with max_sequences >= max_slots()
-  // and max_batch >= the rows of any step, outlives the executor, and is set
-  // before the first Execute.
-  void SetDeviceDecoder(model::DeviceDecoder* device) { device_ = device; }
-  // Rows run on the device decoder since construction.
+  // on `backend` (null: none; everything runs on the model), e.g. a
+  // model::DeviceDecoder: a slot's sequence moves into it at its first decode
+  // row (Import) and comes back (Export) before a row of several tokens uses
+  // it or once it reaches the backend's max_positions(); a slot the backend
+  // cannot take (too long, beyond its slots) stays on the model. Decode rows run after the model's rows, max_batch() at a time.
+  // REQUIRES: `backend` was made for this executor's model, outlives the
+  // executor, and is set before the first Execute.
+  void SetDecodeBackend(model::DecodeBackend* backend) { device_ = backend; }
+  // Rows run on the decode backend since construction.
   int64_t device_rows() const { return device_rows_; }
 
   int32_t max_slots() const { return static_cast<int32_t>(slots_.size()); }
@@ -149,7 +146,7 @@ class StepExecutor {
                         const std::vector<int32_t>& release) const;
 
   model::Model& model_;
-  model::DeviceDecoder* device_ = nullptr;
+  model::DecodeBackend* device_ = nullptr;
   int64_t device_rows_ = 0;
   grammar::GrammarCompiler* const grammar_;
   const StepGrammarOptions grammar_options_;

@@ -49,7 +49,7 @@ TEST(StepExecutorGpuTest, DeviceDecodeGivesTheModelsOutcomes) {
                                               .max_batch = 2});
   ASSERT_TRUE(device.ok()) << device.status();
   StepExecutor host(**m, 4), dev(**m, 4);
-  dev.SetDeviceDecoder(device->get());
+  dev.SetDecodeBackend(device->get());
 
   int steps = 0, compared = 0;
   auto both = [&](const std::vector<RowPlan>& rows, const std::vector<int32_t>& release) {

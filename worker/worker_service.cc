@@ -343,7 +343,7 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     device_decoder_ = std::move(device_decoder);
     grammar_ = std::move(grammar);
     executor_ = std::make_unique<StepExecutor>(**runtime, options_.max_slots, grammar_.get());
-    executor_->SetDeviceDecoder(device_decoder_.get());
+    executor_->SetDecodeBackend(device_decoder_.get());
     model_runtime_ = std::move(*runtime);
     ep_executor_ = ep_executor;
     map_broken_ = absl::OkStatus();

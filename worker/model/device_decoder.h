@@ -56,6 +56,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "worker/model/decode_backend.h"
 #include "worker/model/model.h"
 #include "worker/model/ops.h"
 #include "worker/model/sequence_state.h"
@@ -108,7 +109,7 @@ struct DeviceDecoderStats {
   std::map<std::string, double> section_seconds;
 };
 
-class DeviceDecoder {
+class DeviceDecoder : public DecodeBackend {
  public:
   // Uploads `model`'s backbone weights and carves the pools. `precision`
   // must be the model's activation precision. INVALID_ARGUMENT on options out
@@ -127,14 +128,14 @@ class DeviceDecoder {
   static absl::StatusOr<std::unique_ptr<DeviceDecoder>> CreateSynthetic(
       const ModelConfig& config, ActivationPrecision precision,
       const DeviceDecoderOptions& options = {}, uint64_t seed = 1);
-  ~DeviceDecoder();
+  ~DeviceDecoder() override;
   DeviceDecoder(const DeviceDecoder&) = delete;
   DeviceDecoder& operator=(const DeviceDecoder&) = delete;
 
   // Copies `state` (a prefilled sequence of the same model, not broken, at
   // least one position, shorter than max_positions) into `slot`, replacing
   // what it held. INVALID_ARGUMENT on a bad slot or state.
-  absl::Status Import(int slot, const SequenceState& state);
+  absl::Status Import(int slot, const SequenceState& state) override;
   // Starts an empty sequence in `slot` (its first Step runs position 0: a
   // prompt can be fed one token per step). INVALID_ARGUMENT on a bad slot.
   absl::Status Start(int slot);
@@ -144,9 +145,9 @@ class DeviceDecoder {
   // the slot's length. The DSpark rings are not restored (Draft on the result
   // is not valid). INVALID_ARGUMENT on an empty slot or a state of another
   // model or longer than the slot; INTERNAL on a CUDA failure.
-  absl::Status Export(int slot, SequenceState& state);
+  absl::Status Export(int slot, SequenceState& state) override;
   // Forgets the sequence of `slot` (its pools are simply overwritten later).
-  absl::Status Release(int slot);
+  absl::Status Release(int slot) override;
   // Positions held by `slot` (0 when empty).
   int64_t length(int slot) const;
 
@@ -157,7 +158,10 @@ class DeviceDecoder {
   // full (max_positions); INTERNAL on a CUDA failure (every slot of the step
   // is then released).
   absl::StatusOr<std::vector<float>> Step(std::span<const int> slots,
-                                          std::span<const int64_t> tokens);
+                                          std::span<const int64_t> tokens) override;
+  int max_batch() const override { return options_.max_batch; }
+  int max_sequences() const override { return options_.max_sequences; }
+  int64_t max_positions() const override { return options_.max_positions; }
 
   const DeviceDecoderStats& stats() const { return stats_; }
   const DeviceDecoderOptions& options() const { return options_; }

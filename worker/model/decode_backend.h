@@ -1,0 +1,57 @@
+// worker/model/decode_backend.h
+//
+// DecodeBackend: where a step executor sends its decode rows (one new token
+// per sequence) when sequences can live outside their host SequenceState:
+// a sequence moves in (Import), decodes there for many steps (Step), and
+// comes back (Export) before anything else uses its host state.
+// Implementations: DeviceDecoder (device_decoder.h: KV and activations on a
+// GPU, CUDA graphs) and HostDecodeBackend (host_decode_backend.h: the model
+// itself on copies of the states; the CPU stand-in the executor's tests use).
+//
+// Contract shared by the implementations: slots are 0 .. max_sequences()-1;
+// Step's logits are [rows, vocab] in row order; a failed Step (anything but
+// INVALID_ARGUMENT / OUT_OF_RANGE, which change nothing) drops every slot of
+// the step.
+//
+// Thread safety: implementations are not thread-safe; one caller at a time.
+
+#ifndef WEIR_WORKER_MODEL_DECODE_BACKEND_H_
+#define WEIR_WORKER_MODEL_DECODE_BACKEND_H_
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/model/sequence_state.h"
+
+namespace weir::model {
+
+class DecodeBackend {
+ public:
+  virtual ~DecodeBackend() = default;
+
+  // Copies `state` (prefilled, at least one position) into `slot`, replacing
+  // what it held. INVALID_ARGUMENT when the backend cannot take it (bad slot,
+  // broken or foreign state, too long): the caller keeps decoding on the host.
+  virtual absl::Status Import(int slot, const SequenceState& state) = 0;
+  // Writes the slot's sequence back into `state` (the state imported into
+  // it) and advances it to the slot's length.
+  virtual absl::Status Export(int slot, SequenceState& state) = 0;
+  // Forgets the slot's sequence.
+  virtual absl::Status Release(int slot) = 0;
+  // Row i appends tokens[i] to the sequence of slots[i]; logits [rows, vocab].
+  virtual absl::StatusOr<std::vector<float>> Step(std::span<const int> slots,
+                                                  std::span<const int64_t> tokens) = 0;
+  // Most rows one Step takes.
+  virtual int max_batch() const = 0;
+  // Positions one slot holds: a slot of this length takes no more Steps
+  // (OUT_OF_RANGE), and a longer state is not imported.
+  virtual int64_t max_positions() const = 0;
+  virtual int max_sequences() const = 0;
+};
+
+}  // namespace weir::model
+
+#endif  // WEIR_WORKER_MODEL_DECODE_BACKEND_H_

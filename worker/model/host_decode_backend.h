@@ -1,0 +1,61 @@
+// worker/model/host_decode_backend.h
+//
+// HostDecodeBackend: a DecodeBackend that decodes with the Model itself, on
+// copies of the imported SequenceStates (one per slot), through
+// Model::ForwardBatch. Its logits are therefore the model's, so an executor
+// using it must give exactly the outcomes of an executor without one: the
+// CPU test of the executor's import / export / batching logic, which on a
+// GPU machine runs against DeviceDecoder. `fail_next_step()` makes the next
+// Step fail with INTERNAL (and drop its slots, as a device failure does).
+//
+// Thread safety: not thread-safe (one executor).
+
+#ifndef WEIR_WORKER_MODEL_HOST_DECODE_BACKEND_H_
+#define WEIR_WORKER_MODEL_HOST_DECODE_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "worker/model/decode_backend.h"
+#include "worker/model/model.h"
+
+namespace weir::model {
+
+struct HostDecodeBackendStats {
+  int64_t imports = 0;
+  int64_t exports = 0;
+  int64_t steps = 0;
+  int64_t rows = 0;
+};
+
+class HostDecodeBackend : public DecodeBackend {
+ public:
+  // REQUIRES: `model` outlives the backend; max_sequences, max_batch >= 1.
+  HostDecodeBackend(Model& model, int max_sequences, int max_batch, int64_t max_positions);
+
+  absl::Status Import(int slot, const SequenceState& state) override;
+  absl::Status Export(int slot, SequenceState& state) override;
+  absl::Status Release(int slot) override;
+  absl::StatusOr<std::vector<float>> Step(std::span<const int> slots,
+                                          std::span<const int64_t> tokens) override;
+  int max_batch() const override { return max_batch_; }
+  int max_sequences() const override { return static_cast<int>(slots_.size()); }
+  int64_t max_positions() const override { return max_positions_; }
+
+  void fail_next_step() { fail_next_ = true; }
+  const HostDecodeBackendStats& stats() const { return stats_; }
+  bool holds(int slot) const { return slot >= 0 && slot < max_sequences() && slots_[slot]; }
+
+ private:
+  Model& model_;
+  const int max_batch_;
+  const int64_t max_positions_;
+  std::vector<std::unique_ptr<SequenceState>> slots_;
+  bool fail_next_ = false;
+  HostDecodeBackendStats stats_;
+};
+
+}  // namespace weir::model
+
+#endif  // WEIR_WORKER_MODEL_HOST_DECODE_BACKEND_H_
