@@ -313,20 +313,18 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
   if (!runtime.ok()) return ToGrpcStatus(runtime.status());
   std::unique_ptr<model::DeviceDecoder> device_decoder;
   if (device_decode) {
-    {
-      absl::StatusOr<std::unique_ptr<model::DeviceDecoder>> dd = model::DeviceDecoder::Create(
-          **runtime, precision,
-          {.device = cuda_device_, .max_sequences = options_.max_slots,
-           .max_positions = options_.device_decode_max_positions,
-           .max_batch = options_.device_decode_max_batch,
-           .engram_token_map = engram_token_map});
-      if (!dd.ok()) {
-        WEIR_LOG(WARNING) << "device decode off: " << dd.status();
-      } else {
-        device_decoder = std::move(*dd);
-        WEIR_LOG(INFO) << "device decode on: arena "
-                       << device_decoder->stats().arena_bytes / (1 << 20) << " MiB";
-      }
+    absl::StatusOr<std::unique_ptr<model::DeviceDecoder>> dd = model::DeviceDecoder::Create(
+        **runtime, precision,
+        {.device = cuda_device_, .max_sequences = options_.max_slots,
+         .max_positions = options_.device_decode_max_positions,
+         .max_batch = options_.device_decode_max_batch,
+         .engram_token_map = engram_token_map});
+    if (!dd.ok()) {  // the CUDA ops decode instead
+      WEIR_LOG(WARNING) << "device decode off: " << dd.status();
+    } else {
+      device_decoder = std::move(*dd);
+      WEIR_LOG(INFO) << "device decode on: arena "
+                     << device_decoder->stats().arena_bytes / (1 << 20) << " MiB";
     }
   }
   std::optional<ExpertMapState> experts(std::move(map));
