@@ -81,6 +81,22 @@ absl::StatusOr<model::CudaOpsOptions> CudaOpsOptionsFor(int device, double fract
   return options;
 }
 
+// The device memory a DeviceDecoder may take: `share` of the device, at most
+// what is free now less a margin for the CUDA context and libraries.
+absl::StatusOr<size_t> DecoderBudget(int device, double share) {
+  if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
+    return absl::UnavailableError(absl::StrCat("cudaSetDevice: ", cudaGetErrorString(e)));
+  }
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaError_t e = cudaMemGetInfo(&free_bytes, &total_bytes); e != cudaSuccess) {
+    return absl::UnavailableError(absl::StrCat("cudaMemGetInfo: ", cudaGetErrorString(e)));
+  }
+  constexpr size_t kMargin = size_t{512} << 20;
+  const double budget = std::min(share * static_cast<double>(total_bytes),
+                                 static_cast<double>(free_bytes > kMargin ? free_bytes - kMargin : 0));
+  return static_cast<size_t>(budget);
+}
+
 model::ExpertPlacement ToPlacement(const ExpertMap& map, int world) {
   return {.num_layers = map.num_layers,
           .num_logical = map.num_logical,
@@ -313,18 +329,25 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
   if (!runtime.ok()) return ToGrpcStatus(runtime.status());
   std::unique_ptr<model::DeviceDecoder> device_decoder;
   if (device_decode) {
-    absl::StatusOr<std::unique_ptr<model::DeviceDecoder>> dd = model::DeviceDecoder::Create(
-        **runtime, precision,
-        {.device = cuda_device_, .max_sequences = options_.max_slots,
-         .max_positions = options_.device_decode_max_positions,
-         .max_batch = options_.device_decode_max_batch,
-         .engram_token_map = engram_token_map});
+    // The other half of the memory share, as many positions per sequence as
+    // fit (at most --device_decode_max_positions).
+    model::DeviceDecoderOptions dd_options{
+        .device = cuda_device_, .max_sequences = options_.max_slots,
+        .max_positions = options_.device_decode_max_positions,
+        .max_batch = options_.device_decode_max_batch, .engram_token_map = engram_token_map};
+    absl::StatusOr<std::unique_ptr<model::DeviceDecoder>> dd =
+        [&]() -> absl::StatusOr<std::unique_ptr<model::DeviceDecoder>> {
+      ASSIGN_OR_RETURN(dd_options.arena_budget_bytes,
+                       DecoderBudget(cuda_device_, options_.gpu_memory_fraction * 0.5));
+      return model::DeviceDecoder::Create(**runtime, precision, dd_options);
+    }();
     if (!dd.ok()) {  // the CUDA ops decode instead
       WEIR_LOG(WARNING) << "device decode off: " << dd.status();
     } else {
       device_decoder = std::move(*dd);
       WEIR_LOG(INFO) << "device decode on: arena "
-                     << device_decoder->stats().arena_bytes / (1 << 20) << " MiB";
+                     << device_decoder->stats().arena_bytes / (1 << 20) << " MiB, "
+                     << device_decoder->options().max_positions << " positions per sequence";
     }
   }
   std::optional<ExpertMapState> experts(std::move(map));

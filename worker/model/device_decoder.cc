@@ -427,6 +427,29 @@ struct DeviceDecoder::Impl {
     return roles[layer].ratio > 0 ? cos_sin_compressed : cos_sin_swa;
   }
 
+  // Derives the batch capacity, the slot count and the ratios from options.
+  void Plan() {
+    batch_cap = (options.max_batch + options.batch_interval - 1) / options.batch_interval *
+                options.batch_interval;
+    slots = options.max_sequences + 1;
+    ratios.clear();
+    for (const LayerRole& role : roles.layers()) {
+      if (role.is_dspark_stage || role.ratio <= 0) continue;
+      if (std::find(ratios.begin(), ratios.end(), role.ratio) == ratios.end()) {
+        ratios.push_back(role.ratio);
+      }
+    }
+  }
+  // The arena bytes of the current options (a dry run of Layout; no device).
+  absl::StatusOr<size_t> MeasureArena() {
+    Plan();
+    Region measure;
+    measure.Begin(nullptr);
+    RETURN_IF_ERROR(Layout(measure));
+    return measure.used();
+  }
+  // Lowers options.max_positions to the largest whose arena fits (dry runs).
+  absl::StatusOr<int64_t> FitPositions(size_t budget_bytes);
   absl::Status Layout(Region& r);
   absl::StatusOr<std::unique_ptr<DeviceDecoder>> Build(std::unique_ptr<Impl> self);
   void LayoutMeta(char* base, StepMeta& m, size_t& bytes) const;
@@ -1154,6 +1177,9 @@ absl::StatusOr<std::unique_ptr<DeviceDecoder>> DeviceDecoder::Create(
   auto impl = std::make_unique<Impl>(nullptr, model.config(), model.roles(), model.weights(),
                                      precision, options, std::move(hasher));
   impl->EncodeExperts();
+  if (options.arena_budget_bytes > 0) {
+    RETURN_IF_ERROR(impl->FitPositions(options.arena_budget_bytes).status());
+  }
   Impl* raw = impl.get();
   return raw->Build(std::move(impl));
 }
@@ -1185,15 +1211,7 @@ absl::StatusOr<std::unique_ptr<DeviceDecoder>> DeviceDecoder::Impl::Build(
     std::unique_ptr<Impl> self) {
   Impl& m = *this;
   const DeviceDecoderOptions& options = m.options;
-  m.batch_cap = (options.max_batch + options.batch_interval - 1) / options.batch_interval *
-                options.batch_interval;
-  m.slots = options.max_sequences + 1;
-  for (const LayerRole& role : roles.layers()) {
-    if (role.is_dspark_stage || role.ratio <= 0) continue;
-    if (std::find(m.ratios.begin(), m.ratios.end(), role.ratio) == m.ratios.end()) {
-      m.ratios.push_back(role.ratio);
-    }
-  }
+  m.Plan();
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     cudaGetLastError();
@@ -1242,6 +1260,53 @@ absl::StatusOr<std::unique_ptr<DeviceDecoder>> DeviceDecoder::Impl::Build(
   st.embed_bytes = m.embed_bytes;
   st.mxfp4_layers = m.mxfp4_layers;
   return dd;
+}
+
+absl::StatusOr<int64_t> DeviceDecoder::Impl::FitPositions(size_t budget_bytes) {
+  const int64_t most = options.max_positions;
+  auto bytes_at = [&](int64_t positions) -> absl::StatusOr<size_t> {
+    options.max_positions = positions;
+    return MeasureArena();
+  };
+  // The arena grows with max_positions: the largest that fits, by bisection.
+  int64_t lo = 2, hi = most;
+  ASSIGN_OR_RETURN(size_t smallest, bytes_at(lo));
+  if (smallest > budget_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "DeviceDecoder: even 2 positions per sequence need ", smallest, " bytes, ",
+        budget_bytes, " available"));
+  }
+  ASSIGN_OR_RETURN(size_t largest, bytes_at(hi));
+  if (largest <= budget_bytes) lo = hi;
+  while (lo < hi) {  // bytes_at(lo) fits; the answer is in [lo, hi]
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    ASSIGN_OR_RETURN(size_t b, bytes_at(mid));
+    if (b <= budget_bytes) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  options.max_positions = lo;
+  return lo;
+}
+
+absl::StatusOr<int64_t> DeviceDecoder::MaxPositionsFor(const Model& model,
+                                                       ActivationPrecision precision,
+                                                       const DeviceDecoderOptions& options,
+                                                       size_t budget_bytes,
+                                                       size_t* arena_bytes) {
+  RETURN_IF_ERROR(CheckDecodable(model.config(), model.roles(), model.weights(), options));
+  ASSIGN_OR_RETURN(EngramHasher hasher,
+                   EngramHasher::Create(model.config(), options.engram_token_map));
+  Impl m(nullptr, model.config(), model.roles(), model.weights(), precision, options,
+         std::move(hasher));
+  m.EncodeExperts();
+  ASSIGN_OR_RETURN(int64_t positions, m.FitPositions(budget_bytes));
+  if (arena_bytes != nullptr) {
+    ASSIGN_OR_RETURN(*arena_bytes, m.MeasureArena());
+  }
+  return positions;
 }
 
 absl::Status DeviceDecoder::Start(int slot) {

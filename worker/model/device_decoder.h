@@ -69,6 +69,9 @@ struct DeviceDecoderOptions {
   int max_sequences = 64;
   // Positions one slot can hold (prompt + generated).
   int64_t max_positions = 2048;
+  // > 0: Create lowers max_positions (to no less than 2) until the arena fits
+  // in this many bytes; options() then reports the value used.
+  size_t arena_budget_bytes = 0;
   // Largest batch of one Step; batches are padded up to a multiple of
   // batch_interval (one graph per padded size).
   int max_batch = 64;
@@ -128,6 +131,16 @@ class DeviceDecoder : public DecodeBackend {
   static absl::StatusOr<std::unique_ptr<DeviceDecoder>> CreateSynthetic(
       const ModelConfig& config, ActivationPrecision precision,
       const DeviceDecoderOptions& options = {}, uint64_t seed = 1);
+  // The largest max_positions (at most options.max_positions, at least 2)
+  // whose arena fits `budget_bytes` with the other options as given, found by
+  // dry runs of the arena layout (no device needed); the arena size at it in
+  // *arena_bytes if not null. INVALID_ARGUMENT as Create; RESOURCE_EXHAUSTED
+  // when not even 2 positions fit.
+  static absl::StatusOr<int64_t> MaxPositionsFor(const Model& model,
+                                                 ActivationPrecision precision,
+                                                 const DeviceDecoderOptions& options,
+                                                 size_t budget_bytes,
+                                                 size_t* arena_bytes = nullptr);
   ~DeviceDecoder() override;
   DeviceDecoder(const DeviceDecoder&) = delete;
   DeviceDecoder& operator=(const DeviceDecoder&) = delete;

@@ -1,0 +1,83 @@
+// DeviceDecoder's arena planning, on the CPU (dry runs of the layout; no
+// device): the largest max_positions that fits a budget, monotone sizes, the
+// MXFP4 experts' saving, and the refusals.
+#include <cstdint>
+
+#include "gtest/gtest.h"
+#include "worker/model/device_decoder.h"
+#include "worker/model/model.h"
+#include "worker/model/tiny_model_test_util.h"
+
+namespace weir::model {
+namespace {
+
+constexpr ActivationPrecision kBf16 = ActivationPrecision::kBf16;
+
+std::unique_ptr<Model> TinyModel() {
+  const Checkpoint& ckpt = TinyCheckpoint(11);
+  auto m = Model::Create(ckpt.config(), ckpt);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? std::move(*m) : nullptr;
+}
+
+size_t ArenaAt(const Model& m, DeviceDecoderOptions options, int64_t positions) {
+  options.max_positions = positions;
+  size_t bytes = 0;
+  auto fit = DeviceDecoder::MaxPositionsFor(m, kBf16, options, SIZE_MAX, &bytes);
+  EXPECT_TRUE(fit.ok()) << fit.status();
+  EXPECT_EQ(*fit, positions);  // everything fits an unlimited budget
+  return bytes;
+}
+
+TEST(DeviceDecoderPlanTest, FindsTheLargestMaxPositionsThatFits) {
+  auto m = TinyModel();
+  ASSERT_NE(m, nullptr);
+  const DeviceDecoderOptions options{.max_sequences = 4, .max_positions = 512, .max_batch = 8};
+  const size_t at100 = ArenaAt(*m, options, 100), at512 = ArenaAt(*m, options, 512);
+  EXPECT_LT(at100, at512);
+  EXPECT_LT(ArenaAt(*m, options, 99), at100 + 1);
+  size_t bytes = 0;
+  auto fit = DeviceDecoder::MaxPositionsFor(*m, kBf16, options, at100, &bytes);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_GE(*fit, 100);
+  EXPECT_LE(bytes, at100);
+  EXPECT_GT(ArenaAt(*m, options, *fit + 1), at100);  // one more does not fit
+  // More sequences, fewer positions each within the same budget.
+  DeviceDecoderOptions more = options;
+  more.max_sequences = 16;
+  auto fewer = DeviceDecoder::MaxPositionsFor(*m, kBf16, more, at100);
+  ASSERT_TRUE(fewer.ok()) << fewer.status();
+  EXPECT_LT(*fewer, *fit);
+}
+
+TEST(DeviceDecoderPlanTest, HoldsCheckpointExpertsAsMxfp4) {
+  auto m = TinyModel();
+  ASSERT_NE(m, nullptr);
+  DeviceDecoderOptions options{.max_sequences = 2, .max_positions = 64, .max_batch = 8};
+  const size_t mxfp4 = ArenaAt(*m, options, 64);
+  options.mxfp4_experts = false;
+  const size_t fp32 = ArenaAt(*m, options, 64);
+  // Routed experts: 4 bytes per weight in fp32, 0.53 as MXFP4.
+  int64_t expert_weights = 0;
+  for (int l = 0; l < m->config().n_layers; ++l) {
+    for (const ExpertWeightsF32& e : m->weights().layers[l].ffn.experts) {
+      expert_weights += e.w1.out * e.w1.in + e.w2.out * e.w2.in + e.w3.out * e.w3.in;
+    }
+  }
+  const double saved = static_cast<double>(fp32 - mxfp4);
+  EXPECT_NEAR(saved / static_cast<double>(expert_weights), 4.0 - 0.5 - 1.0 / 32, 0.05);
+}
+
+TEST(DeviceDecoderPlanTest, RefusesBudgetsAndOptionsItCannotMeet) {
+  auto m = TinyModel();
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(DeviceDecoder::MaxPositionsFor(*m, kBf16, {.max_sequences = 2}, 4096).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(DeviceDecoder::MaxPositionsFor(*m, kBf16, {.max_sequences = 0}, SIZE_MAX)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace weir::model
