@@ -156,16 +156,7 @@ void CheckModel(const Checkpoint& ckpt, const char* name, ActivationPrecision pr
 TEST(DeviceDecoderTest, TinyFp32) { CheckModel(TinyCheckpoint(11), "tiny", ActivationPrecision::kFp32); }
 TEST(DeviceDecoderTest, TinyBf16) { CheckModel(TinyCheckpoint(11), "tiny", ActivationPrecision::kBf16); }
 
-const Checkpoint* Small() {
-  static const Checkpoint* ckpt = [] {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    auto c = GenerateAndOpenCheckpoint("models/small/config.json",
-                                       std::string(tmp ? tmp : "/tmp") + "/small_seed3", 3);
-    EXPECT_TRUE(c.ok()) << c.status();
-    return c.ok() ? c->release() : nullptr;
-  }();
-  return ckpt;
-}
+const Checkpoint* Small() { return SmallCheckpoint(3); }
 
 TEST(DeviceDecoderTest, SmallFp32) {
   ASSERT_NE(Small(), nullptr);

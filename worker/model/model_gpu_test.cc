@@ -241,16 +241,7 @@ TEST(ModelGpuTest, TinyBf16) {
   CheckModel(TinyCheckpoint(11), "tiny", ActivationPrecision::kBf16, RandomTokens(16, 1));
 }
 
-const Checkpoint* Small() {
-  static const Checkpoint* ckpt = [] {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    auto c = GenerateAndOpenCheckpoint("models/small/config.json",
-                                       std::string(tmp ? tmp : "/tmp") + "/small_seed3", 3);
-    EXPECT_TRUE(c.ok()) << c.status();
-    return c.ok() ? c->release() : nullptr;
-  }();
-  return ckpt;
-}
+const Checkpoint* Small() { return SmallCheckpoint(3); }
 
 TEST(ModelGpuTest, SmallFp32) {
   ASSERT_NE(Small(), nullptr);

@@ -14,21 +14,31 @@
 
 namespace weir::model {
 
-const Checkpoint& TinyCheckpoint(uint64_t seed) {
+namespace {
+
+// The checkpoint of models/<name>/config.json generated with `seed`, once.
+const Checkpoint* ShippedCheckpoint(const std::string& name, uint64_t seed) {
   static std::mutex mu;
-  static auto* checkpoints = new std::map<uint64_t, std::unique_ptr<Checkpoint>>();
+  static auto* checkpoints =
+      new std::map<std::pair<std::string, uint64_t>, std::unique_ptr<Checkpoint>>();
   std::lock_guard<std::mutex> lock(mu);
-  std::unique_ptr<Checkpoint>& slot = (*checkpoints)[seed];
+  std::unique_ptr<Checkpoint>& slot = (*checkpoints)[{name, seed}];
   if (slot == nullptr) {
     const char* tmp = std::getenv("TEST_TMPDIR");
     auto c = GenerateAndOpenCheckpoint(
-        "models/tiny/config.json",
-        std::string(tmp ? tmp : "/tmp") + "/tiny_seed" + std::to_string(seed), seed);
+        "models/" + name + "/config.json",
+        std::string(tmp ? tmp : "/tmp") + "/" + name + "_seed" + std::to_string(seed), seed);
     EXPECT_TRUE(c.ok()) << c.status();
     if (c.ok()) slot = std::move(*c);
   }
-  return *slot;
+  return slot.get();
 }
+
+}  // namespace
+
+const Checkpoint& TinyCheckpoint(uint64_t seed) { return *ShippedCheckpoint("tiny", seed); }
+
+const Checkpoint* SmallCheckpoint(uint64_t seed) { return ShippedCheckpoint("small", seed); }
 
 std::vector<int64_t> RandomTokens(int n, uint32_t seed, int64_t max_id) {
   std::mt19937 gen(seed);

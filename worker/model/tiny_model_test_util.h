@@ -20,6 +20,10 @@ namespace weir::model {
 // until the process ends. A generation failure is a test failure.
 const Checkpoint& TinyCheckpoint(uint64_t seed);
 
+// The same for models/small/config.json (about 2 GB of fp32 weights once
+// loaded: GPU tests), or null after a generation failure (a test failure).
+const Checkpoint* SmallCheckpoint(uint64_t seed);
+
 // `n` token ids drawn uniformly from [0, max_id] with `seed`.
 std::vector<int64_t> RandomTokens(int n, uint32_t seed, int64_t max_id = 4095);
 
