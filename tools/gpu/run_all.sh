@@ -2,7 +2,7 @@
 # Runs on the GPU machine (from the repository root: tests and benchmarks read
 # models/*/config.json by relative path): every test binary of the bundle,
 # then, unless RUN_BENCH=0, every benchmark binary with its defaults, and a
-# short table. A benchmark's own table is the tail of its log, printed below
+# short table. A benchmark's own tables are the tail of its log, printed below
 # the summary.
 #   <bundle>/run_all.sh [RESULTS_DIR]
 set -uo pipefail
@@ -32,7 +32,7 @@ if [[ "${RUN_BENCH:-1}" != 0 && -d "${here}/tools" ]]; then
   for log in "${results}"/decode_gpu.log "${results}"/alltoall_nccl.log; do
     [[ -f "${log}" ]] || continue
     echo "--- $(basename "${log}" .log)"
-    tail -n 12 "${log}"
+    tail -n 30 "${log}"
   done
 fi
 exit "${status}"
