@@ -61,6 +61,12 @@ class HostStagedCommunicator final : public Communicator {
   absl::Status Barrier(const ExecContext& ctx = {}) override;
   absl::Status GroupSendRecv(std::span<const P2POp> ops, const ExecContext& ctx = {}) override;
 
+  // The wrapped device communicator, for callers whose buffers are already on
+  // the device (the device decoder's expert exchange). It shares the NCCL
+  // communicator, so its calls and this object's interleave in one order on
+  // every rank, from the same thread.
+  NcclCommunicator& device() { return *nccl_; }
+
   // Bytes moved host -> device and device -> host so far.
   int64_t bytes_staged() const { return bytes_staged_; }
 

@@ -244,15 +244,14 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
                                           static_cast<int>(config.n_routed_experts), world);
   if (absl::Status s = ValidateExpertMap(map, world); !s.ok()) return ToGrpcStatus(s);
   const bool cuda = options_.backend == "cuda";
-  // Decode on a DeviceDecoder: one rank holding every expert once. The CUDA
-  // ops (prefill) then get half of the memory share, the decoder the rest.
-  bool device_decode = cuda && options_.device_decode && world == 1 &&
-                       map.num_physical == map.num_logical;
-  for (size_t i = 0; device_decode && i < map.physical_to_logical.size(); ++i) {
-    device_decode = map.physical_to_logical[i] == static_cast<int32_t>(i % map.num_physical);
-  }
+  // Decode on a DeviceDecoder, its MoE exchange over this rank's NCCL
+  // communicator on device buffers (a world of 1: device copies). The CUDA ops
+  // (prefill) then get half of the memory share, the decoder the rest. With
+  // more ranks the executor would have to step the decoder collectively (every
+  // rank, every step); it does not yet, so those ranks decode on the CUDA ops.
+  const bool device_decode = cuda && options_.device_decode && world == 1;
   if (cuda && options_.device_decode && !device_decode) {
-    WEIR_LOG(INFO) << "device decode off: it needs one rank holding every expert once";
+    WEIR_LOG(INFO) << "device decode off: the executor steps it on a world of 1 only";
   }
   if (cuda) {
     absl::StatusOr<model::CudaOpsOptions> ops_options = CudaOpsOptionsFor(
@@ -335,6 +334,11 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
         .device = cuda_device_, .max_sequences = options_.max_slots,
         .max_positions = options_.device_decode_max_positions,
         .max_batch = options_.device_decode_max_batch, .engram_token_map = engram_token_map};
+    // The host-staged communicator of the CUDA path wraps the NCCL one.
+    if (auto* staged = dynamic_cast<parallel::HostStagedCommunicator*>(communicator_.get())) {
+      dd_options.communicator = &staged->device();
+      dd_options.placement = ToPlacement(map, world);
+    }
     absl::StatusOr<std::unique_ptr<model::DeviceDecoder>> dd =
         [&]() -> absl::StatusOr<std::unique_ptr<model::DeviceDecoder>> {
       ASSIGN_OR_RETURN(dd_options.arena_budget_bytes,

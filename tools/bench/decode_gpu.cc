@@ -19,6 +19,10 @@
 // is the CudaOps floor of the same batch (same model, same bytes touched);
 // gpu_idle is the step's wall time minus the device time between events
 // around the graph (host preparation, the input copy, the logits copy).
+// A third run replays graphs with the expert-parallel exchange on: an NCCL
+// communicator of one rank (the worker's single-GPU configuration), so every
+// MoE layer packs its blocks and moves them through NCCL (device copies in a
+// world of 1); the table's last line is its step time over the plain graph's.
 //
 // With --ep_slice=N instead: one expert-parallel rank's slice of a large
 // config (--slice_config, V4.1-Flash by default): every attention and dense
@@ -47,6 +51,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "parallel/nccl_communicator.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "base/init.h"
@@ -151,10 +156,18 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
   std::printf("\nDeviceDecoder (device-resident, one CUDA graph per padded batch size):\n");
   std::printf("%5s %6s %10s %10s %8s %8s %10s %10s %12s\n", "batch", "mode", "step_ms",
               "device_ms", "gpu_idle", "tok/s", "floor_ms", "ratio", "vs_cuda_ops");
-  for (bool graphs : {true, false}) {
+  auto id = weir::parallel::NcclCommunicator::MakeUniqueId();
+  WEIR_CHECK(id.ok()) << id.status();
+  auto nccl = weir::parallel::NcclCommunicator::Create(weir::Rank(0), 1, *id,
+                                                       {.device = weir::DeviceOrdinal(0)});
+  WEIR_CHECK(nccl.ok()) << nccl.status();
+  std::vector<double> graph_step(batches.size()), exchange_step(batches.size());
+  for (const char* mode : {"graph", "nccl1", "eager"}) {
+    const bool graphs = mode[0] != 'e', exchange = mode[0] == 'n';
     weir::model::DeviceDecoderOptions options{
         .max_sequences = max_batch, .max_positions = prompt + warmup + steps + 8,
         .max_batch = max_batch, .use_graphs = graphs, .profile = !graphs};
+    if (exchange) options.communicator = nccl->get();
     auto dd = weir::model::DeviceDecoder::Create(model, precision, options);
     WEIR_CHECK(dd.ok()) << dd.status();
     for (size_t bi = 0; bi < batches.size(); ++bi) {
@@ -195,8 +208,9 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
       for (double t : times) total += t;
       std::sort(times.begin(), times.end());
       const double step_s = times[times.size() / 2];
-      std::printf("%5d %6s %10.3f %10.3f %8.3f %8.0f %10.4f %10.1f %12.1f\n", batch,
-                  graphs ? "graph" : "eager", step_s * 1e3, device_s * 1e3,
+      (exchange ? exchange_step : graph_step)[bi] = step_s;
+      std::printf("%5d %6s %10.3f %10.3f %8.3f %8.0f %10.4f %10.1f %12.1f\n", batch, mode,
+                  step_s * 1e3, device_s * 1e3,
                   (total / steps - device_s) * 1e3, batch / step_s, floors[bi] * 1e3,
                   floors[bi] > 0 ? step_s / floors[bi] : 0.0,
                   step_s > 0 ? cuda_ops_step[bi] / step_s : 0.0);
@@ -215,6 +229,12 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
       for (int b = 0; b < batch; ++b) WEIR_CHECK((*dd)->Release(b).ok());
     }
   }
+  std::printf("expert exchange over NCCL (world of 1) / local graph step:");
+  for (size_t bi = 0; bi < batches.size(); ++bi) {
+    std::printf(" b%d %.3f", batches[bi],
+                graph_step[bi] > 0 ? exchange_step[bi] / graph_step[bi] : 0.0);
+  }
+  std::printf("\n");
   std::printf("columns: step_ms median wall time of Step (inputs, replay, logits copy); "
               "device_ms device time of the step's kernels (events around them); gpu_idle mean "
               "step minus device time; floor_ms and ratio as above (the CudaOps run's bytes); "

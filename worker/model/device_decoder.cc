@@ -30,10 +30,12 @@
 #include "kernels/cuda/dense/row_stable_matmul.h"
 #include "kernels/cuda/moe/engram.h"
 #include "kernels/cuda/moe/mhc.h"
+#include "kernels/cuda/moe/moe_exchange.h"
 #include "kernels/cuda/moe/moe_gate.h"
 #include "kernels/cuda/moe/moe_permute.h"
 #include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/rope.h"
+#include "parallel/nccl_communicator.h"
 #include "worker/model/engram_layer.h"
 #include "worker/model/layer_roles.h"
 
@@ -142,11 +144,15 @@ struct LayerDev {
   const uint8_t* const* w3q = nullptr;
   const uint8_t* const* w2c = nullptr;
   const uint8_t* const* w2q = nullptr;
-  int experts = 0;
+  int experts = 0;  // local expert slots (groups of the grouped products)
   int64_t inter = 0;
   bool w13_fp8 = false;
   bool w2_fp8 = false;
   DevDense sw1, sw2, sw3;
+  // Expert parallelism: replica slots per logical expert (ExpertPlacement's
+  // ReplicaSlots flattened): offsets [logical + 1], slots [num_physical].
+  const int32_t* ep_offsets = nullptr;
+  const int32_t* ep_slots = nullptr;
   // Engram.
   const uint8_t* etable = nullptr;
   const uint8_t* escales = nullptr;
@@ -185,6 +191,7 @@ struct StepMeta {
   };
   std::vector<PerRatio> ratio;      // by ratio index
   std::vector<int64_t*> engram_ids;  // per Engram layer [B, cols]
+  int64_t* valid = nullptr;         // [1] real rows (the rest is padding)
 };
 
 // The shapes (and small host tensors) of a synthetic decoder: big matrices
@@ -281,6 +288,55 @@ bool EncodeMxfp4Exactly(const DenseWeight& w, std::vector<uint8_t>& codes,
          std::memcmp(back.data(), w.w.data(), back.size() * sizeof(float)) == 0;
 }
 
+// Which routed experts a decoder holds, and where every pair's expert lives.
+struct ExpertSlots {
+  int world = 1, rank = 0, per_rank = 0;
+  std::vector<std::vector<int>> local;  // [layer][local slot] -> logical expert
+  // With a communicator, per layer: replica slots of each logical expert,
+  // ascending (ReplicaSlots flattened): offsets [logical + 1], slots.
+  std::vector<std::vector<int32_t>> offsets, replicas;
+};
+
+// The expert slots of `options` (INVALID_ARGUMENT for a placement that does
+// not fit the config or the communicator).
+absl::StatusOr<ExpertSlots> PlanExpertSlots(const ModelConfig& c,
+                                            const DeviceDecoderOptions& options) {
+  ExpertSlots x;
+  const int logical = static_cast<int>(c.n_routed_experts);
+  if (options.communicator == nullptr) {
+    x.per_rank = logical;
+    std::vector<int> identity(logical);
+    for (int e = 0; e < logical; ++e) identity[e] = e;
+    x.local.assign(c.n_layers, identity);
+    return x;
+  }
+  x.world = options.communicator->world_size();
+  x.rank = options.communicator->rank().value();
+  const ExpertPlacement pl = options.placement.num_layers == 0
+                                 ? IdentityPlacement(c.n_layers, logical, x.world)
+                                 : options.placement;
+  if (pl.world_size != x.world || pl.num_layers != c.n_layers || pl.num_logical != logical) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DeviceDecoder: the expert placement is for ", pl.world_size, " ranks, ", pl.num_layers,
+        " layers, ", pl.num_logical, " experts; the communicator has ", x.world,
+        " ranks and the model ", c.n_layers, " layers of ", logical, " experts"));
+  }
+  RETURN_IF_ERROR(ValidatePlacement(pl));
+  x.per_rank = pl.slots_per_rank;
+  const std::vector<std::vector<std::vector<int>>> replicas = ReplicaSlots(pl);
+  x.local.assign(c.n_layers, std::vector<int>(x.per_rank));
+  x.offsets.assign(c.n_layers, {0});
+  x.replicas.assign(c.n_layers, {});
+  for (int l = 0; l < c.n_layers; ++l) {
+    for (int s = 0; s < x.per_rank; ++s) x.local[l][s] = pl.logical(l, x.rank * x.per_rank + s);
+    for (const std::vector<int>& slots : replicas[l]) {
+      x.replicas[l].insert(x.replicas[l].end(), slots.begin(), slots.end());
+      x.offsets[l].push_back(static_cast<int32_t>(x.replicas[l].size()));
+    }
+  }
+  return x;
+}
+
 }  // namespace
 
 struct DeviceDecoder::Impl {
@@ -290,10 +346,11 @@ struct DeviceDecoder::Impl {
   const ModelWeights& wts;
   ActivationPrecision precision;
   DeviceDecoderOptions options;
+  ExpertSlots ex;         // the routed experts held here (local slots)
   uint64_t seed = 0;      // synthetic weights: the draw's seed (0 = real weights)
   uint64_t fills = 0;     // synthetic draws so far (each gets its own seed)
   absl::Status fill_status;
-  // [layer][expert] MXFP4 forms of the routed experts; empty for a layer held in fp32.
+  // [layer][local slot] MXFP4 forms of the routed experts; empty for a layer held in fp32.
   std::vector<std::vector<EncodedExpert>> encoded;
   size_t expert_bytes = 0, embed_bytes = 0;
   int mxfp4_layers = 0;
@@ -332,6 +389,10 @@ struct DeviceDecoder::Impl {
   float* moe_w = nullptr;
   int64_t* group_offsets = nullptr;
   int32_t* pair_row = nullptr;
+  // Expert parallelism: blocks [world, batch rows, ...] sent and received.
+  float *ep_send_x = nullptr, *ep_recv_x = nullptr, *ep_send_w = nullptr, *ep_recv_w = nullptr;
+  int32_t *ep_send_slot = nullptr, *ep_recv_slot = nullptr, *ep_return_row = nullptr;
+  float *ep_back = nullptr, *ep_ret = nullptr;  // [world, batch rows, topk, dim]
   float *xg = nullptr, *wg = nullptr, *gg = nullptr, *upg = nullptr, *yg = nullptr;
   float *sg = nullptr, *su = nullptr, *sy = nullptr;
   float *emb = nullptr, *ekv = nullptr, *ekey = nullptr, *evalue = nullptr;
@@ -392,7 +453,8 @@ struct DeviceDecoder::Impl {
     for (int l = 0; l < c.n_layers; ++l) {
       std::vector<EncodedExpert> layer;
       bool exact = true;
-      for (const ExpertWeightsF32& e : wts.layers[l].ffn.experts) {
+      for (int slot : ex.local[l]) {
+        const ExpertWeightsF32& e = wts.layers[l].ffn.experts[slot];
         EncodedExpert enc;
         const DenseWeight* m[3] = {&e.w1, &e.w3, &e.w2};
         for (int k = 0; k < 3 && exact; ++k) {
@@ -519,6 +581,10 @@ struct DeviceDecoder::Impl {
   absl::Status UpdateCompressed(int layer, int64_t b);
   absl::Status SelectCompressed(int layer, int64_t b);
   absl::Status Moe(int layer, int64_t b);
+  // Expert parallelism: the dispatch blocks (x rows, local slots, route
+  // weights) to and from every rank, and the expert outputs back.
+  absl::Status Dispatch(int64_t b);
+  absl::Status Return(int64_t b);
 };
 
 absl::Status DeviceDecoder::Impl::Layout(Region& r) {
@@ -582,11 +648,17 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
     L.gate = r.Put(f.gate);
     L.bias = r.Put(f.bias);
     L.bias_vl = r.Put(f.bias_vl);
-    L.experts = static_cast<int>(f.experts.size());
-    if (!f.experts.empty()) {
-      L.inter = f.experts[0].w1.out;
-      L.w13_fp8 = f.experts[0].w1.fp8_activation;
-      L.w2_fp8 = f.experts[0].w2.fp8_activation;
+    const std::vector<int>& local = ex.local[l];
+    L.experts = static_cast<int>(local.size());
+    if (!local.empty()) {
+      const ExpertWeightsF32& first = f.experts[local[0]];
+      L.inter = first.w1.out;
+      L.w13_fp8 = first.w1.fp8_activation;
+      L.w2_fp8 = first.w2.fp8_activation;
+    }
+    if (options.communicator != nullptr) {
+      L.ep_offsets = r.Put(ex.offsets[l]);
+      L.ep_slots = r.Put(ex.replicas[l]);
     }
     const size_t before_experts = r.used();
     L.mxfp4 = !encoded[l].empty() ||
@@ -594,8 +666,9 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
     if (L.mxfp4) {
       ++mxfp4_layers;
       std::vector<const uint8_t*> codes[3], scales[3];
-      for (size_t e = 0; e < f.experts.size(); ++e) {
-        const DenseWeight* m[3] = {&f.experts[e].w1, &f.experts[e].w3, &f.experts[e].w2};
+      for (size_t e = 0; e < local.size(); ++e) {
+        const ExpertWeightsF32& ew = f.experts[local[e]];
+        const DenseWeight* m[3] = {&ew.w1, &ew.w3, &ew.w2};
         for (int k = 0; k < 3; ++k) {
           max_in = std::max(max_in, m[k]->in);
           if (!encoded[l].empty()) {
@@ -630,7 +703,8 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
       L.w2q = r.Put(std::span<const uint8_t* const>(scales[2]));
     } else {
       std::vector<const float*> p1, p2, p3;
-      for (const ExpertWeightsF32& e : f.experts) {
+      for (int slot : local) {
+        const ExpertWeightsF32& e = f.experts[slot];
         p1.push_back(dense(e.w1).w);
         p3.push_back(dense(e.w3).w);
         p2.push_back(dense(e.w2).w);
@@ -729,7 +803,9 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
   }
   h = r.Alloc<float>(bc * d);
   y = r.Alloc<float>(bc * d);
-  act = r.Alloc<float>(bc * std::max<int64_t>(k, 1) * std::max(max_in, inter));
+  // Expert pairs handled here: this rank's own, or every rank's with a communicator.
+  const int64_t pairs = ex.world * bc * std::max<int64_t>(k, 1);
+  act = r.Alloc<float>(pairs * std::max(max_in, inter));
   qr = r.Alloc<float>(bc * c.q_lora_rank);
   q = r.Alloc<float>(bc * c.n_heads * hd);
   kvw = r.Alloc<float>(bc * hd);
@@ -747,13 +823,25 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
   index = r.Alloc<int32_t>(bc * (win + c.index_topk));
   moe_idx = r.Alloc<int32_t>(bc * k);
   moe_w = r.Alloc<float>(bc * k);
-  group_offsets = r.Alloc<int64_t>(c.n_routed_experts + 1);
-  pair_row = r.Alloc<int32_t>(bc * k);
-  xg = r.Alloc<float>(bc * k * d);
-  wg = r.Alloc<float>(bc * k);
-  gg = r.Alloc<float>(bc * k * inter);
-  upg = r.Alloc<float>(bc * k * inter);
-  yg = r.Alloc<float>(bc * k * d);
+  group_offsets = r.Alloc<int64_t>(std::max<int64_t>(c.n_routed_experts, ex.per_rank) + 1);
+  pair_row = r.Alloc<int32_t>(pairs);
+  xg = r.Alloc<float>(pairs * d);
+  wg = r.Alloc<float>(pairs);
+  gg = r.Alloc<float>(pairs * inter);
+  upg = r.Alloc<float>(pairs * inter);
+  yg = r.Alloc<float>(pairs * d);
+  if (options.communicator != nullptr) {
+    const int64_t rows_all = ex.world * bc;
+    ep_send_x = r.Alloc<float>(rows_all * d);
+    ep_recv_x = r.Alloc<float>(rows_all * d);
+    ep_send_w = r.Alloc<float>(rows_all * k);
+    ep_recv_w = r.Alloc<float>(rows_all * k);
+    ep_send_slot = r.Alloc<int32_t>(rows_all * k);
+    ep_recv_slot = r.Alloc<int32_t>(rows_all * k);
+    ep_return_row = r.Alloc<int32_t>(bc * k);
+    ep_back = r.Alloc<float>(pairs * d);
+    ep_ret = r.Alloc<float>(pairs * d);
+  }
   sg = r.Alloc<float>(bc * inter_s);
   su = r.Alloc<float>(bc * inter_s);
   sy = r.Alloc<float>(bc * d);
@@ -797,6 +885,7 @@ void DeviceDecoder::Impl::LayoutMeta(char* base, StepMeta& m, size_t& bytes) con
   }
   m.engram_ids.assign(c.engram_layer_ids.size(), nullptr);
   for (int64_t*& ids : m.engram_ids) take(ids, bc * c.engram_hash_cols());
+  take(m.valid, 1);
   bytes = used;
 }
 
@@ -805,6 +894,7 @@ absl::Status DeviceDecoder::Impl::PrepareMeta(std::span<const int> slot_ids,
   const int64_t win = window(), cols = c.engram_hash_cols();
   const int layers_e = hasher.num_layers();
   std::vector<int64_t> rows(std::max<int64_t>(layers_e * cols, 1));
+  meta_h.valid[0] = static_cast<int64_t>(slot_ids.size());
   for (int64_t i = 0; i < padded; ++i) {
     const bool real = i < static_cast<int64_t>(slot_ids.size());
     const int s = real ? slot_ids[i] : slots - 1;
@@ -1018,22 +1108,45 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
 absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
   const LayerDev& L = layers[layer];
   const int k = static_cast<int>(c.n_activated_experts);
-  const int64_t d = c.dim, rows = b * k;
+  const int64_t d = c.dim;
   kc::GateScore score = kc::GateScore::kSqrtSoftplus;
   if (c.score_func == ScoreFunc::kSigmoid) score = kc::GateScore::kSigmoid;
   if (c.score_func == ScoreFunc::kSoftmax) score = kc::GateScore::kSoftmax;
   Mark("moe.gate");
   RETURN_IF_ERROR(kc::MoeGate({.x = h, .weight = L.gate, .bias = L.bias, .bias_vl = L.bias_vl,
                                .indices = moe_idx, .weights = moe_w, .tokens = b, .dim = d,
-                               .num_experts = L.experts, .topk = k,
+                               .num_experts = static_cast<int>(c.n_routed_experts), .topk = k,
                                .gate_temp = static_cast<float>(c.gate_temp),
                                .route_scale = static_cast<float>(c.route_scale),
                                .norm_topk_prob = c.norm_topk_prob, .score = score},
                               stream));
+  // The pairs this rank computes: its own (groups = logical experts), or with
+  // a communicator every rank's pairs routed here (groups = local slots).
+  const bool ep = options.communicator != nullptr;
+  const float* in_x = h;
+  const int32_t* in_groups = moe_idx;
+  const float* in_weight = moe_w;
+  int64_t in_tokens = b;
+  if (ep) {
+    Mark("moe.dispatch");
+    RETURN_IF_ERROR(kc::MoeDispatchPack(
+        {.experts = moe_idx, .route_weight = moe_w, .x = h, .replica_offsets = L.ep_offsets,
+         .replica_slots = L.ep_slots, .valid_tokens = meta_d.valid, .send_x = ep_send_x,
+         .send_slot = ep_send_slot, .send_weight = ep_send_w, .return_row = ep_return_row,
+         .tokens = b, .dim = d, .topk = k, .num_logical = static_cast<int>(c.n_routed_experts),
+         .rank = ex.rank, .world = ex.world, .slots_per_rank = ex.per_rank},
+        stream));
+    RETURN_IF_ERROR(Dispatch(b));
+    in_x = ep_recv_x;
+    in_groups = ep_recv_slot;
+    in_weight = ep_recv_w;
+    in_tokens = ex.world * b;
+  }
+  const int64_t rows = in_tokens * k;
   Mark("moe.experts");
-  RETURN_IF_ERROR(kc::MoeGroupRows({.groups = moe_idx, .x = h, .route_weight = moe_w,
+  RETURN_IF_ERROR(kc::MoeGroupRows({.groups = in_groups, .x = in_x, .route_weight = in_weight,
                                     .group_offsets = group_offsets, .pair_row = pair_row,
-                                    .x_grouped = xg, .weight_grouped = wg, .tokens = b,
+                                    .x_grouped = xg, .weight_grouped = wg, .tokens = in_tokens,
                                     .dim = d, .topk = k, .num_groups = L.experts},
                                    stream));
   const float limit = static_cast<float>(c.swiglu_limit);
@@ -1043,7 +1156,8 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
     dense::GroupedMatmulParams p{.x = in, .group_offsets = group_offsets, .w = w, .y = out,
                                  .rows = rows, .out = out_dim, .in = in_dim,
                                  .num_groups = L.experts, .fp8_activation = fp8,
-                                 .act_scratch = fp8 ? act : nullptr, .max_group_rows = b};
+                                 .act_scratch = fp8 ? act : nullptr,
+                                 .max_group_rows = in_tokens};
     if (L.mxfp4) {
       p.w = nullptr;
       p.w_mxfp4 = codes;
@@ -1059,6 +1173,15 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
                               stream));
   RETURN_IF_ERROR(grouped(gg, L.w2s, L.w2c, L.w2q, d, L.inter, L.w2_fp8, yg));
   RETURN_IF_ERROR(Round(yg, rows * d));
+  if (ep) {
+    // Each received pair's output into the block of the rank it came from
+    // (pairs served elsewhere: zeros), then back.
+    Mark("moe.return");
+    RETURN_IF_ERROR(dec::CopyRows({.src = yg, .dst = ep_back, .src_rows = pair_row,
+                                   .rows = rows, .width = d},
+                                  stream));
+    RETURN_IF_ERROR(Return(b));
+  }
   Mark("moe.shared");
   RETURN_IF_ERROR(Mm(L.sw1, h, b, sg));
   RETURN_IF_ERROR(Mm(L.sw3, h, b, su));
@@ -1068,10 +1191,44 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
   RETURN_IF_ERROR(Mm(L.sw2, sg, b, sy));
   RETURN_IF_ERROR(Round(sy, b * d));
   Mark("moe.combine");
-  return kc::MoeCombine({.y_grouped = yg, .pair_row = pair_row, .experts = moe_idx,
-                         .shared = sy, .out = y, .tokens = b, .dim = d, .topk = k,
-                         .round_bf16 = bf16()},
+  return kc::MoeCombine({.y_grouped = ep ? ep_ret : yg, .pair_row = ep ? ep_return_row : pair_row,
+                         .experts = moe_idx, .shared = sy, .out = y, .tokens = b, .dim = d,
+                         .topk = k, .round_bf16 = bf16()},
                         stream);
+}
+
+absl::Status DeviceDecoder::Impl::Dispatch(int64_t b) {
+  using parallel::DataType;
+  using parallel::P2POp;
+  const int64_t d = c.dim, k = c.n_activated_experts;
+  std::vector<P2POp> ops;
+  ops.reserve(6 * ex.world);
+  for (int p = 0; p < ex.world; ++p) {
+    ops.push_back({.kind = P2POp::Kind::kSend, .peer = Rank(p), .data = ep_send_x + p * b * d,
+                   .count = b * d, .dtype = DataType::kFloat32});
+    ops.push_back({.kind = P2POp::Kind::kSend, .peer = Rank(p),
+                   .data = ep_send_slot + p * b * k, .count = b * k, .dtype = DataType::kInt32});
+    ops.push_back({.kind = P2POp::Kind::kSend, .peer = Rank(p), .data = ep_send_w + p * b * k,
+                   .count = b * k, .dtype = DataType::kFloat32});
+    ops.push_back({.kind = P2POp::Kind::kRecv, .peer = Rank(p), .data = ep_recv_x + p * b * d,
+                   .count = b * d, .dtype = DataType::kFloat32});
+    ops.push_back({.kind = P2POp::Kind::kRecv, .peer = Rank(p),
+                   .data = ep_recv_slot + p * b * k, .count = b * k, .dtype = DataType::kInt32});
+    ops.push_back({.kind = P2POp::Kind::kRecv, .peer = Rank(p), .data = ep_recv_w + p * b * k,
+                   .count = b * k, .dtype = DataType::kFloat32});
+  }
+  return options.communicator->GroupSendRecv(
+      ops, {.memory = parallel::MemoryKind::kDevice, .stream = stream});
+}
+
+absl::Status DeviceDecoder::Impl::Return(int64_t b) {
+  const int64_t block = b * c.n_activated_experts * c.dim;
+  std::vector<int64_t> counts(ex.world, block), offsets(ex.world);
+  for (int p = 0; p < ex.world; ++p) offsets[p] = p * block;
+  return options.communicator->AllToAllV(
+      {.send = ep_back, .send_counts = counts, .send_offsets = offsets, .recv = ep_ret,
+       .recv_counts = counts, .recv_offsets = offsets, .dtype = parallel::DataType::kFloat32},
+      {.memory = parallel::MemoryKind::kDevice, .stream = stream});
 }
 
 absl::Status DeviceDecoder::Impl::Enqueue(int64_t b) {
@@ -1122,9 +1279,13 @@ DeviceDecoder::~DeviceDecoder() = default;
 
 namespace {
 
-// What a decoder cannot hold (INVALID_ARGUMENT), before anything is allocated.
-absl::Status CheckDecodable(const ModelConfig& c, const LayerRoles& roles, const ModelWeights& w,
-                            const DeviceDecoderOptions& options) {
+// What a decoder cannot hold (INVALID_ARGUMENT), before anything is
+// allocated; otherwise the routed experts it holds. `synthetic`: the weights
+// are shapes only (drawn on the device).
+absl::StatusOr<ExpertSlots> CheckDecodable(const ModelConfig& c, const LayerRoles& roles,
+                                           const ModelWeights& w,
+                                           const DeviceDecoderOptions& options,
+                                           bool synthetic = false) {
   if (options.max_sequences < 1 || options.max_positions < 2 || options.max_batch < 1 ||
       options.batch_interval < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -1135,13 +1296,27 @@ absl::Status CheckDecodable(const ModelConfig& c, const LayerRoles& roles, const
   if (static_cast<int>(w.layers.size()) < c.n_layers) {
     return absl::InvalidArgumentError("DeviceDecoder: weights of fewer layers than the config");
   }
+  if (options.communicator != nullptr &&
+      options.communicator->device().value() != options.device) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DeviceDecoder: the communicator is on device ", options.communicator->device().value(),
+        ", the decoder on ", options.device));
+  }
+  ASSIGN_OR_RETURN(ExpertSlots slots, PlanExpertSlots(c, options));
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerRole& role = roles[l];
     const std::vector<ExpertWeightsF32>& experts = w.layers[l].ffn.experts;
     if (static_cast<int64_t>(experts.size()) != c.n_routed_experts) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "DeviceDecoder: layer ", l, " holds ", experts.size(), " of ", c.n_routed_experts,
-          " routed experts; expert parallelism is not supported here"));
+      return absl::InvalidArgumentError(absl::StrCat("DeviceDecoder: layer ", l, " has ",
+                                                     experts.size(), " routed experts, not ",
+                                                     c.n_routed_experts));
+    }
+    for (size_t s = 0; s < slots.local[l].size() && !synthetic; ++s) {
+      if (experts[slots.local[l][s]].w1.w.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "DeviceDecoder: layer ", l, " expert ", slots.local[l][s], " (local slot ", s,
+            " of rank ", slots.rank, ") is not loaded"));
+      }
     }
     if (role.has_engram) {
       const EngramWeights& e = w.layers[l].engram;
@@ -1153,29 +1328,39 @@ absl::Status CheckDecodable(const ModelConfig& c, const LayerRoles& roles, const
       return absl::InvalidArgumentError(absl::StrCat(
           "DeviceDecoder: layer ", l, " is restricted by a candidate pool of another ratio"));
     }
-    for (const ExpertWeightsF32& e : experts) {
-      if (e.w1.fp8_activation != experts[0].w1.fp8_activation ||
-          e.w2.fp8_activation != experts[0].w2.fp8_activation || e.w1.out != experts[0].w1.out) {
+    const ExpertWeightsF32& first = experts[slots.local[l][0]];
+    for (int slot : slots.local[l]) {
+      const ExpertWeightsF32& e = experts[slot];
+      if (e.w1.fp8_activation != first.w1.fp8_activation ||
+          e.w2.fp8_activation != first.w2.fp8_activation || e.w1.out != first.w1.out) {
         return absl::InvalidArgumentError(
             absl::StrCat("DeviceDecoder: layer ", l, " mixes expert formats"));
       }
     }
   }
-  if (c.n_routed_experts > kc::kMoeGroupRowsMaxGroups) {
+  if (c.n_routed_experts > kc::kMoeGroupRowsMaxGroups ||
+      slots.per_rank > kc::kMoeGroupRowsMaxGroups) {
     return absl::InvalidArgumentError("DeviceDecoder: too many routed experts");
   }
-  return absl::OkStatus();
+  if (slots.world * c.n_activated_experts > kc::kMoeDispatchMaxPairs) {
+    return absl::InvalidArgumentError(absl::StrCat("DeviceDecoder: ", slots.world, " ranks x top-",
+                                                   c.n_activated_experts,
+                                                   " pairs per token exceed the dispatch"));
+  }
+  return slots;
 }
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DeviceDecoder>> DeviceDecoder::Create(
     const Model& model, ActivationPrecision precision, const DeviceDecoderOptions& options) {
-  RETURN_IF_ERROR(CheckDecodable(model.config(), model.roles(), model.weights(), options));
+  ASSIGN_OR_RETURN(ExpertSlots slots,
+                   CheckDecodable(model.config(), model.roles(), model.weights(), options));
   ASSIGN_OR_RETURN(EngramHasher hasher,
                    EngramHasher::Create(model.config(), options.engram_token_map));
   auto impl = std::make_unique<Impl>(nullptr, model.config(), model.roles(), model.weights(),
                                      precision, options, std::move(hasher));
+  impl->ex = std::move(slots);
   impl->EncodeExperts();
   if (options.arena_budget_bytes > 0) {
     RETURN_IF_ERROR(impl->FitPositions(options.arena_budget_bytes).status());
@@ -1194,7 +1379,8 @@ absl::StatusOr<std::unique_ptr<DeviceDecoder>> DeviceDecoder::CreateSynthetic(
         "layers from the config");
   }
   std::unique_ptr<SyntheticModel> model = MakeSynthetic(config, seed);
-  RETURN_IF_ERROR(CheckDecodable(model->config, *model->roles, model->weights, options));
+  ASSIGN_OR_RETURN(ExpertSlots slots, CheckDecodable(model->config, *model->roles,
+                                                     model->weights, options, /*synthetic=*/true));
   ASSIGN_OR_RETURN(EngramHasher hasher, EngramHasher::Create(model->config, {}));
   const ModelConfig& c = model->config;
   const LayerRoles& roles = *model->roles;
@@ -1202,6 +1388,7 @@ absl::StatusOr<std::unique_ptr<DeviceDecoder>> DeviceDecoder::CreateSynthetic(
   auto impl = std::make_unique<Impl>(std::move(model), c, roles, w, precision, options,
                                      std::move(hasher));
   impl->seed = seed == 0 ? 1 : seed;
+  impl->ex = std::move(slots);
   impl->encoded.assign(c.n_layers, {});
   Impl* raw = impl.get();
   return raw->Build(std::move(impl));
@@ -1296,11 +1483,13 @@ absl::StatusOr<int64_t> DeviceDecoder::MaxPositionsFor(const Model& model,
                                                        const DeviceDecoderOptions& options,
                                                        size_t budget_bytes,
                                                        size_t* arena_bytes) {
-  RETURN_IF_ERROR(CheckDecodable(model.config(), model.roles(), model.weights(), options));
+  ASSIGN_OR_RETURN(ExpertSlots slots,
+                   CheckDecodable(model.config(), model.roles(), model.weights(), options));
   ASSIGN_OR_RETURN(EngramHasher hasher,
                    EngramHasher::Create(model.config(), options.engram_token_map));
   Impl m(nullptr, model.config(), model.roles(), model.weights(), precision, options,
          std::move(hasher));
+  m.ex = std::move(slots);
   m.EncodeExperts();
   ASSIGN_OR_RETURN(int64_t positions, m.FitPositions(budget_bytes));
   if (arena_bytes != nullptr) {
@@ -1472,31 +1661,46 @@ absl::StatusOr<std::vector<float>> DeviceDecoder::Step(std::span<const int> slot
   Impl& m = *impl_;
   const ModelConfig& c = m.c;
   const int64_t rows = static_cast<int64_t>(slots.size());
-  if (rows == 0 || rows > options_.max_batch || tokens.size() != slots.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("Step: ", rows, " slots and ", tokens.size(),
-                                                   " tokens (1 to ", options_.max_batch, ")"));
+  const bool collective = m.ex.world > 1;
+  absl::Status valid = [&]() -> absl::Status {
+    if ((rows == 0 && !collective) || rows > options_.max_batch || tokens.size() != slots.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("Step: ", rows, " slots and ", tokens.size(),
+                                                     " tokens (", collective ? 0 : 1, " to ",
+                                                     options_.max_batch, ")"));
+    }
+    absl::flat_hash_set<int> seen;
+    for (int64_t i = 0; i < rows; ++i) {
+      const int s = slots[i];
+      if (s < 0 || s >= options_.max_sequences || !m.slot_state[s].used) {
+        return absl::InvalidArgumentError(absl::StrCat("Step: row ", i, " names slot ", s,
+                                                       ", which holds no sequence"));
+      }
+      if (!seen.insert(s).second) {
+        return absl::InvalidArgumentError(absl::StrCat("Step: slot ", s, " appears twice"));
+      }
+      if (tokens[i] < 0 || tokens[i] >= c.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat("Step: token ", tokens[i], " of row ", i,
+                                                       ", vocabulary has ", c.vocab_size));
+      }
+      if (m.slot_state[s].length >= options_.max_positions) {
+        return absl::OutOfRangeError(absl::StrCat("Step: slot ", s, " is full (",
+                                                  options_.max_positions, " positions)"));
+      }
+    }
+    return absl::OkStatus();
+  }();
+  if (!valid.ok()) {
+    // The peers of a collective step wait for this rank's blocks: join with
+    // no rows, then refuse.
+    if (collective) {
+      if (absl::Status joined = Step({}, {}).status(); !joined.ok()) return joined;
+    }
+    return valid;
   }
-  absl::flat_hash_set<int> seen;
-  for (int64_t i = 0; i < rows; ++i) {
-    const int s = slots[i];
-    if (s < 0 || s >= options_.max_sequences || !m.slot_state[s].used) {
-      return absl::InvalidArgumentError(absl::StrCat("Step: row ", i, " names slot ", s,
-                                                     ", which holds no sequence"));
-    }
-    if (!seen.insert(s).second) {
-      return absl::InvalidArgumentError(absl::StrCat("Step: slot ", s, " appears twice"));
-    }
-    if (tokens[i] < 0 || tokens[i] >= c.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("Step: token ", tokens[i], " of row ", i,
-                                                     ", vocabulary has ", c.vocab_size));
-    }
-    if (m.slot_state[s].length >= options_.max_positions) {
-      return absl::OutOfRangeError(absl::StrCat("Step: slot ", s, " is full (",
-                                                options_.max_positions, " positions)"));
-    }
-  }
-  const int64_t padded = (rows + options_.batch_interval - 1) / options_.batch_interval *
-                         options_.batch_interval;
+  // A collective step has the same padded size on every rank (block sizes).
+  const int64_t padded = collective ? m.batch_cap
+                                    : (rows + options_.batch_interval - 1) /
+                                          options_.batch_interval * options_.batch_interval;
   absl::Status st = [&]() -> absl::Status {
     WEIR_DD_CUDA("set device", cudaSetDevice(options_.device));
     RETURN_IF_ERROR(m.PrepareMeta(slots, tokens, padded));
@@ -1536,7 +1740,16 @@ absl::StatusOr<std::vector<float>> DeviceDecoder::Step(std::span<const int> slot
     WEIR_DD_CUDA("logits", cudaMemcpyAsync(m.logits_host, m.logits,
                                            rows * c.vocab_size * sizeof(float),
                                            cudaMemcpyDeviceToHost, m.stream));
-    WEIR_DD_CUDA("step", cudaStreamSynchronize(m.stream));
+    if (options_.communicator != nullptr) {
+      // Bounded by the communicator's timeout (a dead peer does not hang the step).
+      RETURN_IF_ERROR(options_.communicator->Synchronize(
+          {.memory = parallel::MemoryKind::kDevice, .stream = m.stream}));
+      const int64_t k = c.n_activated_experts;
+      stats_.exchange_bytes += int64_t{c.n_layers} * (m.ex.world - 1) * padded *
+                               (c.dim + 2 * k + k * c.dim) * 4;
+    } else {
+      WEIR_DD_CUDA("step", cudaStreamSynchronize(m.stream));
+    }
     float ms = 0;
     WEIR_DD_CUDA("event", cudaEventElapsedTime(&ms, m.ev_begin, m.ev_end));
     stats_.device_seconds += ms / 1e3;
@@ -1550,10 +1763,14 @@ absl::StatusOr<std::vector<float>> DeviceDecoder::Step(std::span<const int> slot
     return absl::OkStatus();
   }();
   if (!st.ok()) {
+    // After an NCCL failure the communicator has aborted its kernels, so the
+    // stream drains.
     cudaStreamSynchronize(m.stream);
     cudaGetLastError();
     for (int s : slots) m.slot_state[s] = {};
-    return absl::InternalError(absl::StrCat("DeviceDecoder step: ", st.message()));
+    return absl::Status(
+        st.code() == absl::StatusCode::kUnavailable ? st.code() : absl::StatusCode::kInternal,
+        absl::StrCat("DeviceDecoder step: ", st.message()));
   }
   for (int64_t i = 0; i < rows; ++i) {
     Impl::Slot& s = m.slot_state[slots[i]];

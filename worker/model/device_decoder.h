@@ -37,10 +37,25 @@
 // quantized formats' exact values (FP8 window KV, FP4 compressed KV, MXFP4
 // index keys), as the CPU reference keeps them.
 //
+// Expert parallelism (options.communicator): the decoder is one rank of an EP
+// group and holds the routed experts of its slots in options.placement. Every
+// MoE layer of a step then runs, inside the same graph:
+//   MoeDispatchPack (replica choice as CommunicatorExpertExecutor, blocks of a
+//   fixed `padded rows` capacity per peer) -> one NCCL group of sends and
+//   receives (x rows, local slots, route weights) -> MoeGroupRows over the
+//   received rows of every rank -> grouped expert products -> CopyRows of the
+//   outputs into per-peer return blocks -> NCCL all-to-all back -> MoeCombine
+//   in ascending expert id (so the logits stay bit-identical to one process).
+// Block sizes are constants of the padded batch, so NCCL calls are captured
+// with the rest of the step. With a world > 1 every rank must call Step the
+// same number of times (a rank without rows passes an empty batch) and each
+// step is padded to the full batch capacity, so that block sizes agree
+// across ranks. A world of 1 moves the blocks with device copies.
+//
 // Not covered (Step returns UNIMPLEMENTED or Create INVALID_ARGUMENT): DSpark
 // drafting (the stages' rings are not kept on the device: a sequence decoded
-// here cannot Draft), expert parallelism (all routed experts must be local),
-// image tokens, rollback. Expert load counts are not recorded.
+// here cannot Draft), image tokens, rollback, sharded Engram tables. Expert
+// load counts are not recorded.
 //
 // Thread safety: not thread-safe; one Step at a time. The instance owns its
 // stream; every call has finished on the device when it returns.
@@ -57,9 +72,14 @@
 
 #include "absl/status/statusor.h"
 #include "worker/model/decode_backend.h"
+#include "worker/model/expert_placement.h"
 #include "worker/model/model.h"
 #include "worker/model/ops.h"
 #include "worker/model/sequence_state.h"
+
+namespace weir::parallel {
+class NcclCommunicator;
+}  // namespace weir::parallel
 
 namespace weir::model {
 
@@ -92,6 +112,15 @@ struct DeviceDecoderOptions {
   // of the layer re-encodes exactly (checked on the host); the grouped
   // product dequantizes on load to the same values, so results do not change.
   bool mxfp4_experts = true;
+  // Expert parallelism over NCCL on device buffers (see the file comment):
+  // this decoder is rank communicator->rank() of communicator->world_size().
+  // Not owned; must outlive the decoder and live on `device`. Null: every
+  // routed expert is local and nothing is exchanged.
+  parallel::NcclCommunicator* communicator = nullptr;
+  // With a communicator: the expert map, world_size equal to the
+  // communicator's (num_layers 0 = IdentityPlacement over that world). The
+  // model must hold the routed experts of this rank's slots.
+  ExpertPlacement placement;
 };
 
 struct DeviceDecoderStats {
@@ -108,6 +137,7 @@ struct DeviceDecoderStats {
   size_t expert_bytes = 0;      // routed experts, as held (MXFP4 or fp32)
   size_t embed_bytes = 0;
   int mxfp4_layers = 0;         // layers whose experts are held as MXFP4
+  int64_t exchange_bytes = 0;   // expert parallelism: bytes sent to other ranks
   // With DeviceDecoderOptions::profile: device seconds per section name.
   std::map<std::string, double> section_seconds;
 };
@@ -165,11 +195,14 @@ class DeviceDecoder : public DecodeBackend {
   int64_t length(int slot) const;
 
   // Row i appends tokens[i] to the sequence of slots[i] at its next position
-  // and returns the logits [rows, vocab]. INVALID_ARGUMENT (nothing changes)
-  // for an empty or oversize batch, a slot that is out of range, empty or
+  // and returns the logits [rows, vocab]. With a communicator of a world > 1
+  // the call is collective (every rank calls it for every step, an empty
+  // batch when it has no rows). INVALID_ARGUMENT (nothing changes) for an
+  // empty batch in a world of 1, an oversize batch, a slot that is out of range, empty or
   // repeated, or a token outside the vocabulary; OUT_OF_RANGE when a slot is
-  // full (max_positions); INTERNAL on a CUDA failure (every slot of the step
-  // is then released).
+  // full (max_positions); INTERNAL on a CUDA failure, UNAVAILABLE on an NCCL
+  // failure or timeout (every slot of the step is then released; after an
+  // NCCL failure the communicator is broken for good).
   absl::StatusOr<std::vector<float>> Step(std::span<const int> slots,
                                           std::span<const int64_t> tokens) override;
   int max_batch() const override { return options_.max_batch; }

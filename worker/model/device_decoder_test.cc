@@ -11,17 +11,30 @@
 //   * the decoders' logits equal the CPU's bit for bit (every op uses the
 //     CPU's arithmetic order), so the greedy tokens are identical too; the
 //     maximum relative difference is printed either way.
-// A second test checks the refusals (bad slots, tokens, batch sizes, a full
+// A third decoder runs the expert-parallel path in a world of 1: an NCCL
+// communicator of one rank, a placement with replica slots in shuffled order,
+// every MoE layer exchanging its blocks over NCCL inside the graph; its bits
+// must equal the plain graph decoder's.
+// TwoRanksOverNccl (needs 2 GPUs, skipped otherwise): two ranks on two
+// devices, a random redundant placement, each rank stepping its own sequences
+// (some steps with none), every row bit-identical to the CPU.
+// A last test checks the refusals (bad slots, tokens, batch sizes, a full
 // slot) and that a refused call changes nothing.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
+#include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include <cuda_runtime.h>
+
 #include "gtest/gtest.h"
+#include "parallel/nccl_communicator.h"
 #include "worker/model/cpu_ops.h"
 #include "worker/model/device_decoder.h"
 #include "worker/model/model.h"
@@ -48,6 +61,45 @@ int64_t Argmax(const float* row, int64_t n) { return ArgmaxRow(row, n); }
 
 double RowRel(const float* a, const float* b, int64_t n) { return RowRelativeDifference(a, b, n); }
 
+// A placement of `world` ranks with `extra` replica slots per rank: every
+// expert once, extra slots replicating random experts, shuffled per layer.
+ExpertPlacement RedundantPlacement(const ModelConfig& c, int world, int extra, uint32_t seed) {
+  const int n = static_cast<int>(c.n_routed_experts);
+  ExpertPlacement pl{.num_layers = c.n_layers, .num_logical = n,
+                     .slots_per_rank = (n + world - 1) / world + extra, .world_size = world};
+  std::mt19937 rng(seed);
+  for (int l = 0; l < c.n_layers; ++l) {
+    std::vector<int32_t> layer(pl.num_physical());
+    for (int p = 0; p < pl.num_physical(); ++p) {
+      layer[p] = p < n ? p : static_cast<int32_t>(rng() % n);
+    }
+    std::shuffle(layer.begin(), layer.end(), rng);
+    pl.physical_to_logical.insert(pl.physical_to_logical.end(), layer.begin(), layer.end());
+  }
+  EXPECT_TRUE(ValidatePlacement(pl).ok());
+  return pl;
+}
+
+// Communicators of `world` ranks, rank r on device r (created together: the
+// set-up is collective).
+std::vector<std::unique_ptr<parallel::NcclCommunicator>> MakeNccl(int world) {
+  auto id = parallel::NcclCommunicator::MakeUniqueId();
+  EXPECT_TRUE(id.ok()) << id.status();
+  std::vector<std::unique_ptr<parallel::NcclCommunicator>> comms(world);
+  if (!id.ok()) return comms;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      auto comm = parallel::NcclCommunicator::Create(Rank(r), world, *id,
+                                                     {.device = DeviceOrdinal(r)});
+      EXPECT_TRUE(comm.ok()) << comm.status();
+      if (comm.ok()) comms[r] = std::move(*comm);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return comms;
+}
+
 struct Seq {
   std::unique_ptr<SequenceState> state;
   int slot = -1;
@@ -66,6 +118,13 @@ void CheckModel(const Checkpoint& ckpt, const char* name, ActivationPrecision pr
   options.mxfp4_experts = false;  // the eager decoder also checks the fp32 expert path
   auto eager = DeviceDecoder::Create(*cpu, precision, options);
   ASSERT_TRUE(eager.ok()) << eager.status();
+  std::vector<std::unique_ptr<parallel::NcclCommunicator>> nccl = MakeNccl(1);
+  ASSERT_NE(nccl[0], nullptr);
+  DeviceDecoderOptions ep_options{.max_sequences = 16, .max_positions = 256, .max_batch = 16};
+  ep_options.communicator = nccl[0].get();
+  ep_options.placement = RedundantPlacement(ckpt.config(), 1, 3, 5);
+  auto ep = DeviceDecoder::Create(*cpu, precision, ep_options);
+  ASSERT_TRUE(ep.ok()) << ep.status();
 
   const std::vector<int> lengths = {1, 2, 3, 7, 16, 31, 33, 40, 5, 64, 9, 70};
   std::vector<Seq> seqs(lengths.size() + 1);
@@ -80,16 +139,19 @@ void CheckModel(const Checkpoint& ckpt, const char* name, ActivationPrecision pr
     s.active = true;
     ASSERT_TRUE((*graph)->Import(slot, *s.state).ok());
     ASSERT_TRUE((*eager)->Import(slot, *s.state).ok());
+    ASSERT_TRUE((*ep)->Import(slot, *s.state).ok());
   };
   for (size_t i = 0; i < lengths.size(); ++i) start(i, lengths[i], static_cast<int>(i));
 
-  int rows_checked = 0, rows_differing = 0, token_mismatches = 0, graph_eager_differing = 0;
+  int rows_checked = 0, rows_differing = 0, token_mismatches = 0, graph_eager_differing = 0,
+      graph_ep_differing = 0;
   double max_rel = 0;
   for (int step = 0; step < kSteps; ++step) {
     if (step == 20) {  // sequence 3 ends; a new one takes its slot
       seqs[3].active = false;
       ASSERT_TRUE((*graph)->Release(3).ok());
       ASSERT_TRUE((*eager)->Release(3).ok());
+      ASSERT_TRUE((*ep)->Release(3).ok());
       start(lengths.size(), 12, 3);
     }
     std::vector<SequenceState*> states;
@@ -119,6 +181,11 @@ void CheckModel(const Checkpoint& ckpt, const char* name, ActivationPrecision pr
     if (std::memcmp(got->data(), got_eager->data(), got->size() * sizeof(float)) != 0) {
       ++graph_eager_differing;
     }
+    auto got_ep = (*ep)->Step(slots, tokens);
+    ASSERT_TRUE(got_ep.ok()) << got_ep.status();
+    if (std::memcmp(got->data(), got_ep->data(), got->size() * sizeof(float)) != 0) {
+      ++graph_ep_differing;
+    }
     for (size_t r = 0; r < slots.size(); ++r) {
       const float* d = got->data() + r * v;
       const std::vector<float>& c = (*want)[r];
@@ -134,15 +201,19 @@ void CheckModel(const Checkpoint& ckpt, const char* name, ActivationPrecision pr
   }
   const DeviceDecoderStats& st = (*graph)->stats();
   std::printf("%s %s: %d decode rows over %d steps: %d not bit-identical to the CPU, max rel "
-              "%.3g, %d greedy tokens differ; graph vs eager: %d steps differ; %lld graphs "
+              "%.3g, %d greedy tokens differ; graph vs eager: %d steps differ; graph vs NCCL "
+              "world of 1 (replica slots): %d steps differ; %lld graphs "
               "captured, %lld launches; arena %.1f MiB (weights %.1f, pools %.1f); experts "
               "MXFP4 in %d layers (graph decoder), fp32 (eager)\n",
               name, precision == ActivationPrecision::kFp32 ? "fp32" : "bf16", rows_checked,
               kSteps, rows_differing, max_rel, token_mismatches, graph_eager_differing,
-              static_cast<long long>(st.graph_captures),
+              graph_ep_differing, static_cast<long long>(st.graph_captures),
               static_cast<long long>(st.graph_launches), st.arena_bytes / 1048576.0,
               st.weight_bytes / 1048576.0, st.pool_bytes / 1048576.0, st.mxfp4_layers);
   EXPECT_EQ(graph_eager_differing, 0);
+  EXPECT_EQ(graph_ep_differing, 0);
+  EXPECT_EQ((*ep)->stats().graph_captures, 2);
+  EXPECT_EQ((*ep)->stats().exchange_bytes, 0);  // a world of 1 sends nothing to peers
   EXPECT_EQ(rows_differing, 0);
   EXPECT_EQ(token_mismatches, 0);
   EXPECT_EQ(st.graph_captures, 2);  // padded sizes 16 and 8
@@ -205,6 +276,122 @@ TEST(DeviceDecoderTest, SyntheticWeightsDecodeFromEmptySequences) {
   }
   EXPECT_EQ(differing, 0);
   EXPECT_EQ((*graph)->length(0), 40);
+}
+
+// Two ranks on two GPUs exchanging MoE blocks over NCCL inside their graphs.
+void CheckTwoRanks(const Checkpoint& ckpt, ActivationPrecision precision) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices < 2) {
+    GTEST_SKIP() << devices << " CUDA device(s); two are needed";
+  }
+  constexpr int kWorld = 2;
+  const int64_t v = ckpt.config().vocab_size;
+  auto cpu = CpuModel(ckpt, precision);
+  ASSERT_NE(cpu, nullptr);
+  std::vector<std::unique_ptr<parallel::NcclCommunicator>> comms = MakeNccl(kWorld);
+  const ExpertPlacement placement = RedundantPlacement(ckpt.config(), kWorld, 2, 9);
+  std::vector<std::unique_ptr<DeviceDecoder>> dd(kWorld);
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_NE(comms[r], nullptr);
+    DeviceDecoderOptions o{.device = r, .max_sequences = 8, .max_positions = 256, .max_batch = 8};
+    o.communicator = comms[r].get();
+    o.placement = placement;
+    auto d = DeviceDecoder::Create(*cpu, precision, o);
+    ASSERT_TRUE(d.ok()) << d.status();
+    dd[r] = std::move(*d);
+  }
+  // Rank 0 holds 5 sequences, rank 1 holds 3.
+  const std::vector<std::vector<int>> lengths = {{3, 17, 40, 9, 64}, {1, 33, 12}};
+  std::vector<std::vector<Seq>> seqs(kWorld);
+  for (int r = 0; r < kWorld; ++r) {
+    for (size_t i = 0; i < lengths[r].size(); ++i) {
+      Seq s;
+      s.state = cpu->NewSequence();
+      const int len = lengths[r][i];
+      auto logits = cpu->Forward(*s.state, RandomTokens(len, 300 + 10 * r + i), 0);
+      ASSERT_TRUE(logits.ok()) << logits.status();
+      s.next = Argmax(logits->data() + (len - 1) * v, v);
+      s.slot = static_cast<int>(i);
+      s.active = true;
+      ASSERT_TRUE(dd[r]->Import(s.slot, *s.state).ok());
+      seqs[r].push_back(std::move(s));
+    }
+  }
+  int rows = 0, differing = 0;
+  for (int step = 0; step < 24; ++step) {
+    std::vector<std::vector<int>> slots(kWorld);
+    std::vector<std::vector<int64_t>> tokens(kWorld);
+    std::vector<std::vector<float>> want(kWorld);
+    std::vector<std::vector<Seq*>> in_step(kWorld);
+    for (int r = 0; r < kWorld; ++r) {
+      if (r == 1 && step % 4 == 3) continue;  // rank 1 joins with no rows
+      std::vector<SequenceState*> states;
+      std::vector<std::vector<int64_t>> toks;
+      std::vector<int64_t> starts;
+      for (Seq& s : seqs[r]) {
+        if (r == 0 && step % 3 == 1 && s.slot % 2 == 1) continue;
+        states.push_back(s.state.get());
+        toks.push_back({s.next});
+        starts.push_back(s.state->length());
+        slots[r].push_back(s.slot);
+        tokens[r].push_back(s.next);
+        in_step[r].push_back(&s);
+      }
+      std::vector<std::span<const int64_t>> spans(toks.begin(), toks.end());
+      auto w = cpu->ForwardBatch(states, spans, starts);
+      ASSERT_TRUE(w.ok()) << w.status();
+      for (const std::vector<float>& row : *w) {
+        want[r].insert(want[r].end(), row.begin(), row.end());
+      }
+    }
+    std::vector<absl::StatusOr<std::vector<float>>> got(kWorld, absl::UnknownError("not run"));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kWorld; ++r) {
+      threads.emplace_back([&, r] { got[r] = dd[r]->Step(slots[r], tokens[r]); });
+    }
+    for (std::thread& t : threads) t.join();
+    for (int r = 0; r < kWorld; ++r) {
+      ASSERT_TRUE(got[r].ok()) << "rank " << r << " step " << step << ": " << got[r].status();
+      ASSERT_EQ(got[r]->size(), want[r].size());
+      for (size_t i = 0; i < in_step[r].size(); ++i) {
+        ++rows;
+        differing += std::memcmp(got[r]->data() + i * v, want[r].data() + i * v,
+                                 v * sizeof(float)) != 0;
+        in_step[r][i]->next = Argmax(want[r].data() + i * v, v);
+      }
+    }
+  }
+  std::printf("two ranks over NCCL (%s): %d decode rows, %d not bit-identical to the CPU; "
+              "rank 0 sent %.1f MiB to its peer, %lld graph captures\n",
+              precision == ActivationPrecision::kFp32 ? "fp32" : "bf16", rows, differing,
+              dd[0]->stats().exchange_bytes / 1048576.0,
+              static_cast<long long>(dd[0]->stats().graph_captures));
+  EXPECT_EQ(differing, 0);
+  EXPECT_GT(rows, 100);
+  EXPECT_EQ(dd[0]->stats().graph_captures, 1);  // every collective step has the full size
+  EXPECT_GT(dd[0]->stats().exchange_bytes, 0);
+  // A bad batch on one rank: it joins the step with no rows and refuses; the
+  // peer's rows are unaffected.
+  const int bad_slot[] = {7};
+  const int64_t one[] = {1};
+  std::vector<absl::Status> status(kWorld);
+  std::vector<std::thread> threads;
+  threads.emplace_back([&] { status[0] = dd[0]->Step(bad_slot, one).status(); });
+  threads.emplace_back([&] {
+    const int slot[] = {0};
+    status[1] = dd[1]->Step(slot, one).status();
+  });
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(status[0].code(), absl::StatusCode::kInvalidArgument) << status[0];
+  EXPECT_TRUE(status[1].ok()) << status[1];
+}
+
+TEST(DeviceDecoderTest, TwoRanksOverNcclTinyFp32) {
+  CheckTwoRanks(TinyCheckpoint(11), ActivationPrecision::kFp32);
+}
+TEST(DeviceDecoderTest, TwoRanksOverNcclSmallBf16) {
+  ASSERT_NE(Small(), nullptr);
+  CheckTwoRanks(*Small(), ActivationPrecision::kBf16);
 }
 
 TEST(DeviceDecoderTest, RefusesBadInput) {
