@@ -18,6 +18,7 @@
 #include "parallel/nccl_communicator.h"
 #include "parallel/ucx_communicator.h"
 #include "worker/model/cuda_ops.h"
+#include "worker/model/device_arena.h"
 #include "worker/model/expert_parallel_model.h"
 #include "worker/step_sequencer.h"
 #include "worker/structured_output.h"
@@ -54,9 +55,10 @@ absl::StatusOr<int> CudaDeviceOfRank(int rank) {
   return rank % count;
 }
 
-// Sizes CudaOps from the device's memory: `fraction` of it, less what the
-// arena and the GEMM workspace take, is the weight region.
-absl::StatusOr<model::CudaOpsOptions> CudaOpsOptionsFor(int device, double fraction) {
+// The worker's one device allocation: `fraction` of the device, at most what
+// is free less a margin for what libraries allocate themselves (the CUDA
+// context's growth, NCCL's buffers, cuBLASLt's workspace, staging buffers).
+absl::StatusOr<std::shared_ptr<model::DeviceArena>> WorkerArena(int device, double fraction) {
   if (!(fraction > 0 && fraction <= 1)) {
     return absl::InvalidArgumentError("--gpu_memory_fraction must be in (0, 1]");
   }
@@ -67,34 +69,32 @@ absl::StatusOr<model::CudaOpsOptions> CudaOpsOptionsFor(int device, double fract
   if (cudaError_t e = cudaMemGetInfo(&free_bytes, &total_bytes); e != cudaSuccess) {
     return absl::UnavailableError(absl::StrCat("cudaMemGetInfo: ", cudaGetErrorString(e)));
   }
-  model::CudaOpsOptions options;
-  options.device = device;
-  const double budget = std::min<double>(fraction * static_cast<double>(total_bytes),
-                                         static_cast<double>(free_bytes));
-  const double reserved =
-      static_cast<double>(options.arena_bytes + options.gemm_workspace_bytes) + (256 << 20);
-  if (budget <= reserved + (64 << 20)) {
-    return absl::ResourceExhaustedError(absl::StrCat("device ", device, " has ", free_bytes,
-                                                     " bytes free, too few for the CUDA ops"));
+  constexpr size_t kMargin = size_t{512} << 20;
+  const double bytes =
+      std::min(fraction * static_cast<double>(total_bytes),
+               static_cast<double>(free_bytes > kMargin ? free_bytes - kMargin : 0));
+  if (bytes < static_cast<double>(size_t{1} << 30)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "device ", device, " has ", free_bytes, " bytes free; the worker needs at least 1 GiB"));
   }
-  options.weight_bytes = static_cast<size_t>(budget - reserved);
-  return options;
+  return model::DeviceArena::Create(device, static_cast<size_t>(bytes));
 }
 
-// The device memory a DeviceDecoder may take: `share` of the device, at most
-// what is free now less a margin for the CUDA context and libraries.
-absl::StatusOr<size_t> DecoderBudget(int device, double share) {
-  if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
-    return absl::UnavailableError(absl::StrCat("cudaSetDevice: ", cudaGetErrorString(e)));
+// The CUDA ops' blocks: the per-call arena and a weight region of `share` of
+// the worker's arena (the rest goes to the device decoder).
+absl::StatusOr<model::CudaOpsOptions> CudaOpsOptionsFor(std::shared_ptr<model::DeviceArena> memory,
+                                                        double share) {
+  model::CudaOpsOptions options;
+  options.device = memory->device();
+  const double mine = share * static_cast<double>(memory->capacity());
+  if (mine <= static_cast<double>(options.arena_bytes + (size_t{64} << 20))) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the CUDA ops' share of the device arena (", static_cast<size_t>(mine),
+        " bytes) is too small"));
   }
-  size_t free_bytes = 0, total_bytes = 0;
-  if (cudaError_t e = cudaMemGetInfo(&free_bytes, &total_bytes); e != cudaSuccess) {
-    return absl::UnavailableError(absl::StrCat("cudaMemGetInfo: ", cudaGetErrorString(e)));
-  }
-  constexpr size_t kMargin = size_t{512} << 20;
-  const double budget = std::min(share * static_cast<double>(total_bytes),
-                                 static_cast<double>(free_bytes > kMargin ? free_bytes - kMargin : 0));
-  return static_cast<size_t>(budget);
+  options.weight_bytes = static_cast<size_t>(mine) - options.arena_bytes;
+  options.memory = std::move(memory);
+  return options;
 }
 
 model::ExpertPlacement ToPlacement(const ExpertMap& map, int world) {
@@ -253,9 +253,14 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
   if (cuda && options_.device_decode && !device_decode) {
     WEIR_LOG(INFO) << "device decode off: the executor steps it on a world of 1 only";
   }
+  std::shared_ptr<model::DeviceArena> device_memory;
   if (cuda) {
-    absl::StatusOr<model::CudaOpsOptions> ops_options = CudaOpsOptionsFor(
-        cuda_device_, options_.gpu_memory_fraction * (device_decode ? 0.5 : 1.0));
+    absl::StatusOr<std::shared_ptr<model::DeviceArena>> arena =
+        WorkerArena(cuda_device_, options_.gpu_memory_fraction);
+    if (!arena.ok()) return ToGrpcStatus(arena.status());
+    device_memory = *arena;
+    absl::StatusOr<model::CudaOpsOptions> ops_options =
+        CudaOpsOptionsFor(device_memory, device_decode ? 0.5 : 1.0);
     if (!ops_options.ok()) return ToGrpcStatus(ops_options.status());
     model_options.make_ops =
         [o = *ops_options](
@@ -328,29 +333,27 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
   if (!runtime.ok()) return ToGrpcStatus(runtime.status());
   std::unique_ptr<model::DeviceDecoder> device_decoder;
   if (device_decode) {
-    // The other half of the memory share, as many positions per sequence as
-    // fit (at most --device_decode_max_positions).
+    // The rest of the worker's arena (the CUDA ops took half), as many
+    // positions per sequence as fit (at most --device_decode_max_positions).
     model::DeviceDecoderOptions dd_options{
         .device = cuda_device_, .max_sequences = options_.max_slots,
         .max_positions = options_.device_decode_max_positions,
         .max_batch = options_.device_decode_max_batch, .engram_token_map = engram_token_map};
+    dd_options.memory = device_memory;
     // The host-staged communicator of the CUDA path wraps the NCCL one.
     if (auto* staged = dynamic_cast<parallel::HostStagedCommunicator*>(communicator_.get())) {
       dd_options.communicator = &staged->device();
       dd_options.placement = ToPlacement(map, world);
     }
     absl::StatusOr<std::unique_ptr<model::DeviceDecoder>> dd =
-        [&]() -> absl::StatusOr<std::unique_ptr<model::DeviceDecoder>> {
-      ASSIGN_OR_RETURN(dd_options.arena_budget_bytes,
-                       DecoderBudget(cuda_device_, options_.gpu_memory_fraction * 0.5));
-      return model::DeviceDecoder::Create(**runtime, precision, dd_options);
-    }();
+        model::DeviceDecoder::Create(**runtime, precision, dd_options);
     if (!dd.ok()) {  // the CUDA ops decode instead
       WEIR_LOG(WARNING) << "device decode off: " << dd.status();
     } else {
       device_decoder = std::move(*dd);
-      WEIR_LOG(INFO) << "device decode on: arena "
-                     << device_decoder->stats().arena_bytes / (1 << 20) << " MiB, "
+      WEIR_LOG(INFO) << "device decode on: " << device_decoder->stats().arena_bytes / (1 << 20)
+                     << " MiB of the worker's " << device_memory->capacity() / (1 << 20)
+                     << " MiB device arena, "
                      << device_decoder->options().max_positions << " positions per sequence";
     }
   }

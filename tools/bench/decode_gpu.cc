@@ -208,7 +208,7 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
       for (double t : times) total += t;
       std::sort(times.begin(), times.end());
       const double step_s = times[times.size() / 2];
-      (exchange ? exchange_step : graph_step)[bi] = step_s;
+      if (graphs) (exchange ? exchange_step : graph_step)[bi] = step_s;
       std::printf("%5d %6s %10.3f %10.3f %8.3f %8.0f %10.4f %10.1f %12.1f\n", batch, mode,
                   step_s * 1e3, device_s * 1e3,
                   (total / steps - device_s) * 1e3, batch / step_s, floors[bi] * 1e3,

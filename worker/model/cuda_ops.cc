@@ -220,7 +220,15 @@ absl::StatusOr<std::unique_ptr<CudaOps>> CudaOps::Create(ActivationPrecision pre
   WEIR_CUDA_OPS_CALL("cudaSetDevice", cudaSetDevice(options.device));
   WEIR_CUDA_OPS_CALL("stream", cudaStreamCreateWithFlags(&ops->stream_, cudaStreamNonBlocking));
   for (cudaEvent_t& e : ops->events_) WEIR_CUDA_OPS_CALL("event", cudaEventCreate(&e));
-  auto allocate = [](char** p, size_t bytes, const char* what) -> absl::Status {
+  auto allocate = [&](char** p, size_t bytes, const char* what) -> absl::Status {
+    if (options.memory != nullptr) {
+      if (options.memory->device() != options.device) {
+        return absl::InvalidArgumentError(absl::StrCat("CudaOps: the memory is on device ",
+                                                       options.memory->device()));
+      }
+      ASSIGN_OR_RETURN(*p, options.memory->Take(bytes, what));
+      return absl::OkStatus();
+    }
     if (cudaError_t e = cudaMalloc(p, bytes); e != cudaSuccess) {
       cudaGetLastError();
       *p = nullptr;
@@ -239,8 +247,10 @@ CudaOps::~CudaOps() {
   cudaSetDevice(options_.device);
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   gemm_.reset();
-  if (arena_ != nullptr) cudaFree(arena_);
-  if (weights_ != nullptr) cudaFree(weights_);
+  if (options_.memory == nullptr) {  // otherwise blocks of the shared arena
+    if (arena_ != nullptr) cudaFree(arena_);
+    if (weights_ != nullptr) cudaFree(weights_);
+  }
   for (cudaEvent_t e : events_) {
     if (e != nullptr) cudaEventDestroy(e);
   }

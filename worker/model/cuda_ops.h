@@ -35,7 +35,8 @@
 // call is counted in CudaOpsStats::cpu_fallbacks and logged (WARNING) once
 // per op name. The model's shipped configs (tiny, small) never take it.
 //
-// Device memory: two cudaMallocs, both in Create, none on the op path.
+// Device memory: two blocks, both in Create, none on the op path: two
+// cudaMallocs, or with CudaOpsOptions::memory two blocks of that arena.
 //   * The arena (CudaOpsOptions::arena_bytes) holds one call's inputs,
 //     outputs and scratch, bump-allocated and reset when the call returns. A
 //     call that does not fit returns RESOURCE_EXHAUSTED (nothing is written).
@@ -71,6 +72,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "worker/model/cpu_ops.h"
+#include "worker/model/device_arena.h"
 #include "worker/model/ops.h"
 
 typedef struct CUstream_st* cudaStream_t;
@@ -99,6 +101,9 @@ struct CudaOpsOptions {
   // Record CUDA events around each op's uploads, kernels and downloads and
   // add their elapsed times to CudaOpsStats (costs two event queries per op).
   bool time_ops = false;
+  // Take the arena and the weight region from this shared allocation (on
+  // `device`) instead of allocating them; kept alive while the ops live.
+  std::shared_ptr<DeviceArena> memory;
 };
 
 // What the ops did since construction or ResetCudaStats().
@@ -215,9 +220,9 @@ class CudaOps : public Ops {
   CpuOps cpu_;  // the fallback kernels (and RoundBf16)
   cudaStream_t stream_ = nullptr;
   std::array<cudaEvent_t, 4> events_{};  // time_ops: begin, uploaded, launched, downloaded
-  char* arena_ = nullptr;                // device, owned
+  char* arena_ = nullptr;                // device, owned unless options_.memory
   size_t arena_used_ = 0;
-  char* weights_ = nullptr;              // device, owned
+  char* weights_ = nullptr;              // device, owned unless options_.memory
   size_t weight_used_ = 0;
   absl::flat_hash_map<const void*, WeightEntry> weight_cache_;
   std::unique_ptr<kernels::cuda::dense::GemmHandle> gemm_;

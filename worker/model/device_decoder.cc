@@ -471,7 +471,7 @@ struct DeviceDecoder::Impl {
     for (auto& [b, exec] : graphs) cudaGraphExecDestroy(exec);
     for (cudaEvent_t e : prof_events) cudaEventDestroy(e);
     gemm.reset();
-    if (arena != nullptr) cudaFree(arena);
+    if (arena != nullptr && options.memory == nullptr) cudaFree(arena);
     if (meta_host != nullptr) cudaFreeHost(meta_host);
     if (logits_host != nullptr) cudaFreeHost(logits_host);
     if (ev_begin != nullptr) cudaEventDestroy(ev_begin);
@@ -1362,9 +1362,9 @@ absl::StatusOr<std::unique_ptr<DeviceDecoder>> DeviceDecoder::Create(
                                      precision, options, std::move(hasher));
   impl->ex = std::move(slots);
   impl->EncodeExperts();
-  if (options.arena_budget_bytes > 0) {
-    RETURN_IF_ERROR(impl->FitPositions(options.arena_budget_bytes).status());
-  }
+  size_t budget = options.arena_budget_bytes;
+  if (budget == 0 && options.memory != nullptr) budget = options.memory->available();
+  if (budget > 0) RETURN_IF_ERROR(impl->FitPositions(budget).status());
   Impl* raw = impl.get();
   return raw->Build(std::move(impl));
 }
@@ -1416,7 +1416,13 @@ absl::StatusOr<std::unique_ptr<DeviceDecoder>> DeviceDecoder::Impl::Build(
   measure.Begin(nullptr);
   RETURN_IF_ERROR(m.Layout(measure));
   m.arena_bytes = measure.used();
-  if (cudaError_t e = cudaMalloc(&m.arena, m.arena_bytes); e != cudaSuccess) {
+  if (options.memory != nullptr) {
+    if (options.memory->device() != options.device) {
+      return absl::InvalidArgumentError(absl::StrCat("DeviceDecoder: the memory is on device ",
+                                                     options.memory->device()));
+    }
+    ASSIGN_OR_RETURN(m.arena, options.memory->Take(m.arena_bytes, "device decoder"));
+  } else if (cudaError_t e = cudaMalloc(&m.arena, m.arena_bytes); e != cudaSuccess) {
     cudaGetLastError();
     return absl::ResourceExhaustedError(absl::StrCat("DeviceDecoder: arena of ", m.arena_bytes,
                                                      " bytes: ", cudaGetErrorString(e)));

@@ -27,7 +27,8 @@
 // logits equal Model::ForwardBatch on CpuOps with row_stable_logits bit for
 // bit (device_decoder_test.cc checks it over 64 steps).
 //
-// Device memory: one cudaMalloc in Create holds the weights (fp32, exactly
+// Device memory: one block in Create (a cudaMalloc, or a block of
+// options.memory, the worker's one arena) holds the weights (fp32, exactly
 // dequantized, as CudaOps), the KV pools of every slot and the activations of
 // the largest batch; nothing is allocated on the step path. The pools per
 // slot: a window ring [window, head_dim] per backbone layer; per kv-source
@@ -72,6 +73,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/model/decode_backend.h"
+#include "worker/model/device_arena.h"
 #include "worker/model/expert_placement.h"
 #include "worker/model/model.h"
 #include "worker/model/ops.h"
@@ -121,6 +123,9 @@ struct DeviceDecoderOptions {
   // communicator's (num_layers 0 = IdentityPlacement over that world). The
   // model must hold the routed experts of this rank's slots.
   ExpertPlacement placement;
+  // Take the arena from this shared allocation (on `device`) rather than
+  // cudaMalloc; with arena_budget_bytes 0 the budget is what it has left.
+  std::shared_ptr<DeviceArena> memory;
 };
 
 struct DeviceDecoderStats {
