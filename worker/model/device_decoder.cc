@@ -149,8 +149,8 @@ struct LayerDev {
   bool w13_fp8 = false;
   bool w2_fp8 = false;
   DevDense sw1, sw2, sw3;
-  // Expert parallelism: replica slots per logical expert (ExpertPlacement's
-  // ReplicaSlots flattened): offsets [logical + 1], slots [num_physical].
+  // Expert parallelism: this layer's replica table (kc::ReplicaTable):
+  // offsets [logical + 1], slots [num_physical].
   const int32_t* ep_offsets = nullptr;
   const int32_t* ep_slots = nullptr;
   // Engram.
@@ -289,19 +289,18 @@ bool EncodeMxfp4Exactly(const DenseWeight& w, std::vector<uint8_t>& codes,
 }
 
 // Which routed experts a decoder holds, and where every pair's expert lives.
-struct ExpertSlots {
+struct LocalExperts {
   int world = 1, rank = 0, per_rank = 0;
   std::vector<std::vector<int>> local;  // [layer][local slot] -> logical expert
-  // With a communicator, per layer: replica slots of each logical expert,
-  // ascending (ReplicaSlots flattened): offsets [logical + 1], slots.
-  std::vector<std::vector<int32_t>> offsets, replicas;
+  // With a communicator: each layer's replica slots (kc::ExpertSlots' table).
+  std::vector<kc::ReplicaTable> replicas;
 };
 
 // The expert slots of `options` (INVALID_ARGUMENT for a placement that does
 // not fit the config or the communicator).
-absl::StatusOr<ExpertSlots> PlanExpertSlots(const ModelConfig& c,
+absl::StatusOr<LocalExperts> PlanExpertSlots(const ModelConfig& c,
                                             const DeviceDecoderOptions& options) {
-  ExpertSlots x;
+  LocalExperts x;
   const int logical = static_cast<int>(c.n_routed_experts);
   if (options.communicator == nullptr) {
     x.per_rank = logical;
@@ -323,16 +322,14 @@ absl::StatusOr<ExpertSlots> PlanExpertSlots(const ModelConfig& c,
   }
   RETURN_IF_ERROR(ValidatePlacement(pl));
   x.per_rank = pl.slots_per_rank;
-  const std::vector<std::vector<std::vector<int>>> replicas = ReplicaSlots(pl);
   x.local.assign(c.n_layers, std::vector<int>(x.per_rank));
-  x.offsets.assign(c.n_layers, {0});
   x.replicas.assign(c.n_layers, {});
+  const size_t physical = pl.num_physical();
   for (int l = 0; l < c.n_layers; ++l) {
     for (int s = 0; s < x.per_rank; ++s) x.local[l][s] = pl.logical(l, x.rank * x.per_rank + s);
-    for (const std::vector<int>& slots : replicas[l]) {
-      x.replicas[l].insert(x.replicas[l].end(), slots.begin(), slots.end());
-      x.offsets[l].push_back(static_cast<int32_t>(x.replicas[l].size()));
-    }
+    RETURN_IF_ERROR(kc::BuildReplicaTable(
+        std::span<const int32_t>(pl.physical_to_logical).subspan(l * physical, physical), logical,
+        &x.replicas[l]));
   }
   return x;
 }
@@ -346,7 +343,7 @@ struct DeviceDecoder::Impl {
   const ModelWeights& wts;
   ActivationPrecision precision;
   DeviceDecoderOptions options;
-  ExpertSlots ex;         // the routed experts held here (local slots)
+  LocalExperts ex;         // the routed experts held here (local slots)
   uint64_t seed = 0;      // synthetic weights: the draw's seed (0 = real weights)
   uint64_t fills = 0;     // synthetic draws so far (each gets its own seed)
   absl::Status fill_status;
@@ -392,6 +389,7 @@ struct DeviceDecoder::Impl {
   // Expert parallelism: blocks [world, batch rows, ...] sent and received.
   float *ep_send_x = nullptr, *ep_recv_x = nullptr, *ep_send_w = nullptr, *ep_recv_w = nullptr;
   int32_t *ep_send_slot = nullptr, *ep_recv_slot = nullptr, *ep_return_row = nullptr;
+  int32_t* ep_physical = nullptr;  // [batch rows, topk] physical slot of each pair
   float *ep_back = nullptr, *ep_ret = nullptr;  // [world, batch rows, topk, dim]
   float *xg = nullptr, *wg = nullptr, *gg = nullptr, *upg = nullptr, *yg = nullptr;
   float *sg = nullptr, *su = nullptr, *sy = nullptr;
@@ -657,8 +655,8 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
       L.w2_fp8 = first.w2.fp8_activation;
     }
     if (options.communicator != nullptr) {
-      L.ep_offsets = r.Put(ex.offsets[l]);
-      L.ep_slots = r.Put(ex.replicas[l]);
+      L.ep_offsets = r.Put(ex.replicas[l].offsets);
+      L.ep_slots = r.Put(ex.replicas[l].slots);
     }
     const size_t before_experts = r.used();
     L.mxfp4 = !encoded[l].empty() ||
@@ -839,6 +837,7 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
     ep_send_slot = r.Alloc<int32_t>(rows_all * k);
     ep_recv_slot = r.Alloc<int32_t>(rows_all * k);
     ep_return_row = r.Alloc<int32_t>(bc * k);
+    ep_physical = r.Alloc<int32_t>(bc * k);
     ep_back = r.Alloc<float>(pairs * d);
     ep_ret = r.Alloc<float>(pairs * d);
   }
@@ -1129,12 +1128,17 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
   int64_t in_tokens = b;
   if (ep) {
     Mark("moe.dispatch");
+    RETURN_IF_ERROR(kc::ExpertSlots({.indices = moe_idx, .replica_offsets = L.ep_offsets,
+                                     .replica_slots = L.ep_slots, .slots = ep_physical,
+                                     .tokens = b, .topk = k,
+                                     .num_logical = static_cast<int>(c.n_routed_experts),
+                                     .rank = ex.rank},
+                                    stream));
     RETURN_IF_ERROR(kc::MoeDispatchPack(
-        {.experts = moe_idx, .route_weight = moe_w, .x = h, .replica_offsets = L.ep_offsets,
-         .replica_slots = L.ep_slots, .valid_tokens = meta_d.valid, .send_x = ep_send_x,
-         .send_slot = ep_send_slot, .send_weight = ep_send_w, .return_row = ep_return_row,
-         .tokens = b, .dim = d, .topk = k, .num_logical = static_cast<int>(c.n_routed_experts),
-         .rank = ex.rank, .world = ex.world, .slots_per_rank = ex.per_rank},
+        {.slots = ep_physical, .route_weight = moe_w, .x = h, .valid_tokens = meta_d.valid,
+         .send_x = ep_send_x, .send_slot = ep_send_slot, .send_weight = ep_send_w,
+         .return_row = ep_return_row, .tokens = b, .dim = d, .topk = k, .world = ex.world,
+         .slots_per_rank = ex.per_rank},
         stream));
     RETURN_IF_ERROR(Dispatch(b));
     in_x = ep_recv_x;
@@ -1282,7 +1286,7 @@ namespace {
 // What a decoder cannot hold (INVALID_ARGUMENT), before anything is
 // allocated; otherwise the routed experts it holds. `synthetic`: the weights
 // are shapes only (drawn on the device).
-absl::StatusOr<ExpertSlots> CheckDecodable(const ModelConfig& c, const LayerRoles& roles,
+absl::StatusOr<LocalExperts> CheckDecodable(const ModelConfig& c, const LayerRoles& roles,
                                            const ModelWeights& w,
                                            const DeviceDecoderOptions& options,
                                            bool synthetic = false) {
@@ -1302,7 +1306,7 @@ absl::StatusOr<ExpertSlots> CheckDecodable(const ModelConfig& c, const LayerRole
         "DeviceDecoder: the communicator is on device ", options.communicator->device().value(),
         ", the decoder on ", options.device));
   }
-  ASSIGN_OR_RETURN(ExpertSlots slots, PlanExpertSlots(c, options));
+  ASSIGN_OR_RETURN(LocalExperts slots, PlanExpertSlots(c, options));
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerRole& role = roles[l];
     const std::vector<ExpertWeightsF32>& experts = w.layers[l].ffn.experts;
@@ -1354,7 +1358,7 @@ absl::StatusOr<ExpertSlots> CheckDecodable(const ModelConfig& c, const LayerRole
 
 absl::StatusOr<std::unique_ptr<DeviceDecoder>> DeviceDecoder::Create(
     const Model& model, ActivationPrecision precision, const DeviceDecoderOptions& options) {
-  ASSIGN_OR_RETURN(ExpertSlots slots,
+  ASSIGN_OR_RETURN(LocalExperts slots,
                    CheckDecodable(model.config(), model.roles(), model.weights(), options));
   ASSIGN_OR_RETURN(EngramHasher hasher,
                    EngramHasher::Create(model.config(), options.engram_token_map));
@@ -1379,7 +1383,7 @@ absl::StatusOr<std::unique_ptr<DeviceDecoder>> DeviceDecoder::CreateSynthetic(
         "layers from the config");
   }
   std::unique_ptr<SyntheticModel> model = MakeSynthetic(config, seed);
-  ASSIGN_OR_RETURN(ExpertSlots slots, CheckDecodable(model->config, *model->roles,
+  ASSIGN_OR_RETURN(LocalExperts slots, CheckDecodable(model->config, *model->roles,
                                                      model->weights, options, /*synthetic=*/true));
   ASSIGN_OR_RETURN(EngramHasher hasher, EngramHasher::Create(model->config, {}));
   const ModelConfig& c = model->config;
@@ -1489,7 +1493,7 @@ absl::StatusOr<int64_t> DeviceDecoder::MaxPositionsFor(const Model& model,
                                                        const DeviceDecoderOptions& options,
                                                        size_t budget_bytes,
                                                        size_t* arena_bytes) {
-  ASSIGN_OR_RETURN(ExpertSlots slots,
+  ASSIGN_OR_RETURN(LocalExperts slots,
                    CheckDecodable(model.config(), model.roles(), model.weights(), options));
   ASSIGN_OR_RETURN(EngramHasher hasher,
                    EngramHasher::Create(model.config(), options.engram_token_map));

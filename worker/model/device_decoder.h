@@ -41,12 +41,13 @@
 // Expert parallelism (options.communicator): the decoder is one rank of an EP
 // group and holds the routed experts of its slots in options.placement. Every
 // MoE layer of a step then runs, inside the same graph:
-//   MoeDispatchPack (replica choice as CommunicatorExpertExecutor, blocks of a
-//   fixed `padded rows` capacity per peer) -> one NCCL group of sends and
-//   receives (x rows, local slots, route weights) -> MoeGroupRows over the
-//   received rows of every rank -> grouped expert products -> CopyRows of the
-//   outputs into per-peer return blocks -> NCCL all-to-all back -> MoeCombine
-//   in ascending expert id (so the logits stay bit-identical to one process).
+//   ExpertSlots (replica choice as CommunicatorExpertExecutor) ->
+//   MoeDispatchPack (blocks of a fixed `padded rows` capacity per peer) -> one
+//   NCCL group of sends and receives (x rows, local slots, route weights) ->
+//   MoeGroupRows over the received rows of every rank -> grouped expert
+//   products -> CopyRows of the outputs into per-peer return blocks -> NCCL
+//   all-to-all back -> MoeCombine in ascending expert id (so the logits stay
+//   bit-identical to one process).
 // Block sizes are constants of the padded batch, so NCCL calls are captured
 // with the rest of the step. With a world > 1 every rank must call Step the
 // same number of times (a rank without rows passes an empty batch) and each

@@ -10,28 +10,24 @@ namespace weir::kernels::cuda {
 static_assert(kMoeDispatchMaxPairs == moe::kDispatchMaxPairs);
 
 bool SupportsMoeDispatchPack(const MoeDispatchPackParams& p) {
-  return p.tokens >= 1 && p.dim >= 1 && p.topk >= 1 && p.num_logical >= 1 && p.world >= 1 &&
-         p.slots_per_rank >= 1 && p.rank >= 0 && p.rank < p.world &&
+  return p.tokens >= 1 && p.dim >= 1 && p.topk >= 1 && p.world >= 1 && p.slots_per_rank >= 1 &&
          int64_t{p.world} * p.topk <= kMoeDispatchMaxPairs &&
          int64_t{p.world} * p.tokens * p.topk < (int64_t{1} << 31) &&
-         int64_t{p.world} * p.slots_per_rank < (int64_t{1} << 31) && p.experts != nullptr &&
-         p.route_weight != nullptr && p.x != nullptr && p.replica_offsets != nullptr &&
-         p.replica_slots != nullptr && p.send_x != nullptr && p.send_slot != nullptr &&
-         p.send_weight != nullptr && p.return_row != nullptr;
+         int64_t{p.world} * p.slots_per_rank < (int64_t{1} << 31) && p.slots != nullptr &&
+         p.route_weight != nullptr && p.x != nullptr && p.send_x != nullptr &&
+         p.send_slot != nullptr && p.send_weight != nullptr && p.return_row != nullptr;
 }
 
 absl::Status MoeDispatchPack(const MoeDispatchPackParams& p, cudaStream_t stream) {
   if (!SupportsMoeDispatchPack(p)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "MoeDispatchPack: unsupported (tokens ", p.tokens, ", dim ", p.dim, ", topk ", p.topk,
-        ", logical experts ", p.num_logical, ", rank ", p.rank, " of ", p.world,
-        ", slots per rank ", p.slots_per_rank, "; needs world * topk <= ",
-        kMoeDispatchMaxPairs, " and non-null arrays)"));
+        ", world ", p.world, ", slots per rank ", p.slots_per_rank,
+        "; needs world * topk <= ", kMoeDispatchMaxPairs, " and non-null arrays)"));
   }
   moe::DispatchPackKernel<<<static_cast<unsigned>(p.tokens), moe::kDispatchThreads, 0, stream>>>(
-      p.experts, p.route_weight, p.x, p.replica_offsets, p.replica_slots, p.valid_tokens,
-      p.send_x, p.send_slot, p.send_weight, p.return_row, p.tokens, p.dim, p.topk,
-      p.num_logical, p.rank, p.world, p.slots_per_rank);
+      p.slots, p.route_weight, p.x, p.valid_tokens, p.send_x, p.send_slot, p.send_weight,
+      p.return_row, p.tokens, p.dim, p.topk, p.world, p.slots_per_rank);
   return LaunchStatus("MoeDispatchPack");
 }
 

@@ -10,16 +10,14 @@ namespace weir::kernels::cuda::moe {
 inline constexpr int kDispatchThreads = 256;
 inline constexpr int kDispatchMaxPairs = 1024;  // world * topk
 
-// One block per token. Threads first resolve the (peer, k) pairs of the token
-// into slots, then copy x into the blocks of the peers that receive a pair.
+// One block per token. Threads first resolve the (peer, k) pairs of the token,
+// then copy x into the blocks of the peers that receive a pair.
 __global__ void __launch_bounds__(kDispatchThreads)
-    DispatchPackKernel(const int32_t* __restrict__ experts, const float* __restrict__ weight,
-                       const float* __restrict__ x, const int32_t* __restrict__ offsets,
-                       const int32_t* __restrict__ replica_slots,
-                       const int64_t* __restrict__ valid_tokens, float* __restrict__ send_x,
-                       int32_t* __restrict__ send_slot, float* __restrict__ send_weight,
-                       int32_t* __restrict__ return_row, int64_t tokens, int64_t dim, int topk,
-                       int num_logical, int rank, int world, int slots_per_rank) {
+    DispatchPackKernel(const int32_t* __restrict__ slots, const float* __restrict__ weight,
+                       const float* __restrict__ x, const int64_t* __restrict__ valid_tokens,
+                       float* __restrict__ send_x, int32_t* __restrict__ send_slot,
+                       float* __restrict__ send_weight, int32_t* __restrict__ return_row,
+                       int64_t tokens, int64_t dim, int topk, int world, int slots_per_rank) {
   __shared__ int s_needed[kDispatchMaxPairs];  // per peer: 1 if some pair of t goes there
   const int64_t t = blockIdx.x;
   const bool valid = valid_tokens == nullptr || t < *valid_tokens;
@@ -28,20 +26,10 @@ __global__ void __launch_bounds__(kDispatchThreads)
   const int num_physical = world * slots_per_rank;
   for (int i = threadIdx.x; i < world * topk; i += blockDim.x) {
     const int p = i / topk, k = i % topk;
-    int slot = -1;
-    if (valid) {
-      const int e = experts[t * topk + k];
-      if (e >= 0 && e < num_logical) {
-        const int begin = offsets[e], n = offsets[e + 1] - begin;
-        if (n > 0) {
-          const int s = replica_slots[begin + static_cast<int>((t + rank) % n)];
-          if (s >= 0 && s < num_physical) slot = s;
-        }
-      }
-    }
-    const int dest = slot >= 0 ? slot / slots_per_rank : -1;
+    const int s = valid ? slots[t * topk + k] : -1;
+    const int dest = s >= 0 && s < num_physical ? s / slots_per_rank : -1;
     const int64_t at = (p * tokens + t) * topk + k;
-    send_slot[at] = dest == p ? slot % slots_per_rank : -1;
+    send_slot[at] = dest == p ? s % slots_per_rank : -1;
     send_weight[at] = dest == p ? weight[t * topk + k] : 0.0f;
     if (dest == p) s_needed[p] = 1;
     if (p == 0) {

@@ -2,14 +2,11 @@
 //
 // MoeDispatchPack: the sender's side of an expert-parallel MoE layer on device
 // buffers, in fixed-capacity blocks so that the exchange (NCCL send/recv of
-// constant sizes) can be captured in a CUDA graph. For each of this rank's
-// tokens t and each of its top-k pairs (t, k) routed to logical expert e, the
-// replica slot is
-//     slot = replica_slots[replica_offsets[e] + (t + rank) mod replicas(e)]
-// (the rule of worker/model/communicator_expert_executor.cc), living on rank
-// dest = slot / slots_per_rank as local slot slot mod slots_per_rank. The
-// kernel writes, for every peer p (this rank included), a block of `tokens`
-// rows:
+// constant sizes) can be captured in a CUDA graph. Each of this rank's pairs
+// (t, k) has a physical slot (ExpertSlots of moe_gate.h picks the replica),
+// living on rank dest = slot / slots_per_rank as local slot
+// slot mod slots_per_rank. The kernel writes, for every peer p (this rank
+// included), a block of `tokens` rows:
 //     send_x      [world, tokens, dim]   x[t] (only rows with a pair on p are
 //                                        written; others keep stale values)
 //     send_slot   [world, tokens, topk]  local slot of (t, k) on p, else -1
@@ -17,7 +14,8 @@
 // and, per pair, the row its expert output will occupy in the blocks that
 // come back (returned layout [world, tokens, topk, dim], block p from peer p):
 //     return_row  [tokens, topk]         (dest * tokens + t) * topk + k
-// Tokens at or past *valid_tokens (padding rows) send nothing: every slot -1
+// Tokens at or past *valid_tokens (padding rows) and pairs whose slot is -1
+// or outside [0, world * slots_per_rank) send nothing: slot -1 in every block
 // and return_row -1.
 //
 // The receiving side needs nothing new: the received [world * tokens] rows
@@ -44,32 +42,26 @@ namespace weir::kernels::cuda {
 inline constexpr int kMoeDispatchMaxPairs = 1024;  // world * topk per token
 
 struct MoeDispatchPackParams {
-  const int32_t* experts = nullptr;          // device [tokens, topk] logical expert ids
-  const float* route_weight = nullptr;       // device [tokens, topk]
-  const float* x = nullptr;                  // device [tokens, dim]
-  const int32_t* replica_offsets = nullptr;  // device [num_logical + 1], ascending
-  const int32_t* replica_slots = nullptr;    // device [replica_offsets[num_logical]]
-  const int64_t* valid_tokens = nullptr;     // device [1] or null (= tokens)
-  float* send_x = nullptr;                   // device out [world, tokens, dim]
-  int32_t* send_slot = nullptr;              // device out [world, tokens, topk]
-  float* send_weight = nullptr;              // device out [world, tokens, topk]
-  int32_t* return_row = nullptr;             // device out [tokens, topk]
+  const int32_t* slots = nullptr;         // device [tokens, topk] physical slots, -1 = none
+  const float* route_weight = nullptr;    // device [tokens, topk]
+  const float* x = nullptr;               // device [tokens, dim]
+  const int64_t* valid_tokens = nullptr;  // device [1] or null (= tokens)
+  float* send_x = nullptr;                // device out [world, tokens, dim]
+  int32_t* send_slot = nullptr;           // device out [world, tokens, topk]
+  float* send_weight = nullptr;           // device out [world, tokens, topk]
+  int32_t* return_row = nullptr;          // device out [tokens, topk]
   int64_t tokens = 0;
   int64_t dim = 0;
   int topk = 0;
-  int num_logical = 0;
-  int rank = 0;
   int world = 0;
   int slots_per_rank = 0;
 };
 
-// True for tokens, dim, topk, num_logical, world, slots_per_rank >= 1,
-// 0 <= rank < world, world * topk <= kMoeDispatchMaxPairs,
-// world * tokens * topk < 2^31 and every array non-null (valid_tokens may be
-// null). Device contents are not checked here: an expert id outside
-// [0, num_logical), an expert with no replica or a slot outside
-// [0, world * slots_per_rank) makes that pair send nothing (slot -1,
-// return_row -1), never an out-of-bounds access.
+// True for tokens, dim, topk, world, slots_per_rank >= 1,
+// world * topk <= kMoeDispatchMaxPairs, world * tokens * topk < 2^31,
+// world * slots_per_rank < 2^31 and every array non-null (valid_tokens may be
+// null). Device contents are not checked here (see above: a bad slot sends
+// nothing, never an out-of-bounds access).
 bool SupportsMoeDispatchPack(const MoeDispatchPackParams& params);
 
 // Enqueues the packing on `stream` (one launch). INVALID_ARGUMENT when

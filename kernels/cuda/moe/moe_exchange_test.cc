@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/cuda/decode/rows.h"
+#include "kernels/cuda/moe/moe_gate.h"
 #include "kernels/cuda/moe/moe_permute.h"
 #include "kernels/cuda/moe/test_util.h"
 
@@ -109,8 +111,23 @@ struct Shape {
 
 class MoeDispatchPackTest : public ::testing::TestWithParam<Shape> {};
 
-// Every output of the kernel equals the CPU statement, bit for bit, on every
-// rank of the world.
+// Physical slots of `experts` on the device (ExpertSlots, the replica rule).
+std::unique_ptr<DeviceBuffer<int32_t>> Slots(const DeviceBuffer<int32_t>& experts,
+                                             const DeviceBuffer<int32_t>& offsets,
+                                             const DeviceBuffer<int32_t>& replicas,
+                                             int64_t tokens, int topk, int logical, int rank) {
+  auto slots = std::make_unique<DeviceBuffer<int32_t>>(tokens * topk);
+  EXPECT_TRUE(ExpertSlots({.indices = experts.get(), .replica_offsets = offsets.get(),
+                           .replica_slots = replicas.get(), .slots = slots->get(),
+                           .tokens = tokens, .topk = topk, .num_logical = logical,
+                           .rank = rank},
+                          nullptr)
+                  .ok());
+  return slots;
+}
+
+// ExpertSlots then MoeDispatchPack equal the CPU statement, bit for bit, on
+// every rank of the world.
 TEST_P(MoeDispatchPackTest, MatchesReference) {
   const Shape sh = GetParam();
   std::mt19937 rng(sh.world * 1000 + sh.tokens);
@@ -119,6 +136,7 @@ TEST_P(MoeDispatchPackTest, MatchesReference) {
   for (int rank = 0; rank < sh.world; ++rank) {
     const Tokens in = RandomTokens(sh.tokens, sh.topk, sh.logical, sh.dim, rng, sh.invalid_ids);
     DeviceBuffer<int32_t> experts(in.experts);
+    auto slots = Slots(experts, offsets, replicas, sh.tokens, sh.topk, sh.logical, rank);
     DeviceBuffer<float> weight(in.weight), x(in.x);
     DeviceBuffer<int64_t> valid(std::vector<int64_t>{sh.valid});
     DeviceBuffer<float> send_x(sh.world * sh.tokens * sh.dim), send_w(sh.world * sh.tokens * sh.topk);
@@ -127,15 +145,13 @@ TEST_P(MoeDispatchPackTest, MatchesReference) {
     send_w.Poison();
     send_slot.Poison();
     ret.Poison();
-    ASSERT_TRUE(MoeDispatchPack({.experts = experts.get(), .route_weight = weight.get(),
-                                 .x = x.get(), .replica_offsets = offsets.get(),
-                                 .replica_slots = replicas.get(),
+    ASSERT_TRUE(MoeDispatchPack({.slots = slots->get(), .route_weight = weight.get(),
+                                 .x = x.get(),
                                  .valid_tokens = sh.valid < sh.tokens ? valid.get() : nullptr,
                                  .send_x = send_x.get(), .send_slot = send_slot.get(),
                                  .send_weight = send_w.get(), .return_row = ret.get(),
                                  .tokens = sh.tokens, .dim = sh.dim, .topk = sh.topk,
-                                 .num_logical = sh.logical, .rank = rank, .world = sh.world,
-                                 .slots_per_rank = sh.per_rank},
+                                 .world = sh.world, .slots_per_rank = sh.per_rank},
                                 nullptr)
                     .ok());
     ASSERT_TRUE(Synced());
@@ -168,18 +184,17 @@ TEST_P(MoeDispatchPackTest, RoundTripEqualsLocalCombine) {
   for (int r = 0; r < W; ++r) {
     in[r] = RandomTokens(T, K, sh.logical, D, rng, /*invalid_ids=*/false);
     ex[r] = std::make_unique<DeviceBuffer<int32_t>>(in[r].experts);
+    auto slots = Slots(*ex[r], offsets, replicas, T, K, sh.logical, r);
     DeviceBuffer<float> weight(in[r].weight), x(in[r].x);
     sx[r] = std::make_unique<DeviceBuffer<float>>(W * T * D);
     sw[r] = std::make_unique<DeviceBuffer<float>>(W * T * K);
     ss[r] = std::make_unique<DeviceBuffer<int32_t>>(W * T * K);
     rr[r] = std::make_unique<DeviceBuffer<int32_t>>(T * K);
-    ASSERT_TRUE(MoeDispatchPack({.experts = ex[r]->get(), .route_weight = weight.get(),
-                                 .x = x.get(), .replica_offsets = offsets.get(),
-                                 .replica_slots = replicas.get(), .send_x = sx[r]->get(),
+    ASSERT_TRUE(MoeDispatchPack({.slots = slots->get(), .route_weight = weight.get(),
+                                 .x = x.get(), .send_x = sx[r]->get(),
                                  .send_slot = ss[r]->get(), .send_weight = sw[r]->get(),
                                  .return_row = rr[r]->get(), .tokens = T, .dim = D, .topk = K,
-                                 .num_logical = sh.logical, .rank = r, .world = W,
-                                 .slots_per_rank = sh.per_rank},
+                                 .world = W, .slots_per_rank = sh.per_rank},
                                 nullptr)
                     .ok());
     ASSERT_TRUE(Synced());
@@ -276,19 +291,16 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(MoeDispatchPack, RefusesBadShapes) {
   int32_t i = 0;
   float f = 0;
-  MoeDispatchPackParams p{.experts = &i, .route_weight = &f, .x = &f, .replica_offsets = &i,
-                          .replica_slots = &i, .send_x = &f, .send_slot = &i,
-                          .send_weight = &f, .return_row = &i, .tokens = 4, .dim = 8,
-                          .topk = 2, .num_logical = 4, .rank = 0, .world = 2,
-                          .slots_per_rank = 2};
+  MoeDispatchPackParams p{.slots = &i, .route_weight = &f, .x = &f, .send_x = &f,
+                          .send_slot = &i, .send_weight = &f, .return_row = &i, .tokens = 4,
+                          .dim = 8, .topk = 2, .world = 2, .slots_per_rank = 2};
   EXPECT_TRUE(SupportsMoeDispatchPack(p));
   MoeDispatchPackParams q = p;
-  q.rank = 2;
+  q.slots_per_rank = 0;
   EXPECT_EQ(MoeDispatchPack(q, nullptr).code(), absl::StatusCode::kInvalidArgument);
   q = p;
   q.world = 300;
   q.topk = 4;
-  q.rank = 0;
   EXPECT_EQ(MoeDispatchPack(q, nullptr).code(), absl::StatusCode::kInvalidArgument);
   q = p;
   q.send_x = nullptr;
