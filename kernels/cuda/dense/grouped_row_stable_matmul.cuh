@@ -43,15 +43,27 @@ __device__ __forceinline__ float Mxfp4Value(uint32_t code, uint32_t e) {
 
 // Weight source of RowStableMatmulTileOf: MXFP4 W [out, in] stored as e2m1
 // codes [out, in / 2] (element 2k in the low nibble) and E8M0 scales
-// [out, in / 32], dequantized on load. REQUIRES: in % 32 == 0.
+// [out, in / 32]. Fetch reads 8 elements at once (one 32-bit word of codes,
+// element j in bits 4j..4j+3, and their shared scale); Decode dequantizes
+// element j when the slice is staged. REQUIRES: in % 32 == 0 and the codes 4-byte
+// aligned.
 struct Mxfp4WeightRows {
+  static constexpr int kVector = 8;
+  struct Raw {
+    uint32_t codes;
+    uint32_t scale;
+  };
   const uint8_t* __restrict__ codes;
   const uint8_t* __restrict__ scales;
   int64_t in;
-  __device__ __forceinline__ float operator()(int64_t n, int64_t k) const {
-    const uint32_t byte = codes[(n * in + k) >> 1];
-    const uint32_t code = (k & 1) ? (byte >> 4) : (byte & 0xFu);
-    return Mxfp4Value(code, scales[n * (in >> 5) + (k >> 5)]);
+  __device__ __forceinline__ Raw Fetch(int64_t n, int64_t k) const {
+    const int64_t at = n * in + k;  // a multiple of 8: the word is aligned
+    return {*reinterpret_cast<const uint32_t*>(codes + (at >> 1)), scales[at >> 5]};
+  }
+  // Codes 0 under scale 2^0: +0.
+  __device__ __forceinline__ static Raw Zero() { return {0u, 127u}; }
+  __device__ __forceinline__ static float Decode(Raw r, int j) {
+    return Mxfp4Value((r.codes >> (4 * j)) & 0xFu, r.scale);
   }
 };
 

@@ -29,7 +29,8 @@
 // Device-side contract (not checkable on the host): offsets nondecreasing,
 // offsets[0] = 0, offsets[num_groups] <= rows; every w[g] of a non-empty
 // group points to [out, in] floats (MXFP4: w_mxfp4[g] to [out, in / 2] bytes
-// and w_mxfp4_scales[g] to [out, in / 32] bytes) that do not overlap y. The
+// and w_mxfp4_scales[g] to [out, in / 32] bytes; the codes 4-byte aligned, as they
+// are read a word at a time) that do not overlap y. The
 // kernel does not read or write out of bounds when the offsets break it: each
 // offset is clamped into [0, rows] and a group whose end is below its start is
 // empty. A group with rows and a null w[g] (MXFP4: a null w_mxfp4[g] or

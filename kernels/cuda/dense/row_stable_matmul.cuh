@@ -8,12 +8,19 @@
 namespace weir::kernels::cuda::dense {
 
 // Weight source of RowStableMatmulTileOf: fp32 W [out, in], row-major.
+// A source fetches the stored form (Raw) of kVector consecutive elements of a
+// row (k a multiple of kVector) when the slice is prefetched, and decodes
+// element j of it to fp32 only when the slice is staged in shared memory, so
+// the prefetch's loads stay in flight during the previous slice's products
+// whatever the storage format. Zero() decodes to +0 everywhere.
 struct Fp32WeightRows {
+  static constexpr int kVector = 1;
+  using Raw = float;
   const float* __restrict__ w;
   int64_t in;
-  __device__ __forceinline__ float operator()(int64_t n, int64_t k) const {
-    return w[n * in + k];
-  }
+  __device__ __forceinline__ Raw Fetch(int64_t n, int64_t k) const { return w[n * in + k]; }
+  __device__ __forceinline__ static Raw Zero() { return 0.0f; }
+  __device__ __forceinline__ static float Decode(Raw r, int) { return r; }
 };
 
 // A thread block computes a kBm x kBn tile of y, staging kBk-wide slices of x
@@ -30,9 +37,10 @@ struct Fp32WeightRows {
 // RowStableMatmulTileOf is that block's work for the tile whose first row is
 // m0 and first column n0, on x [rows, in], W [out, in], y [rows, out] (the
 // caller may pass a row range of a larger x and y); every thread of the block
-// must call it (it synchronizes). W is read only through `w(n, k)`, a functor
-// returning the fp32 weight of row n < out, column k < in: the weight values,
-// not how they are stored, determine the bits of y. RowStableMatmulKernel and
+// must call it (it synchronizes). W is read only through `w.Fetch(n, k)` (row
+// n < out, columns k .. k + kVector - 1 < in) and WeightRows::Decode, which
+// give the fp32 weights: the weight values, not how they are stored,
+// determine the bits of y. REQUIRES: in % WeightRows::kVector == 0. RowStableMatmulKernel and
 // the grouped product (grouped_row_stable_matmul.cuh, fp32 or MXFP4 weights)
 // all run it, so they compute every element with the same operations.
 template <int kThreads, int kRowGroups, int kTm, int kTn, int kBk, typename WeightRows>
@@ -60,8 +68,11 @@ __device__ __forceinline__ void RowStableMatmulTileOf(const float* __restrict__ 
   const int col_group = group % kColGroups;
   const int row_group = group / kColGroups;
 
+  constexpr int kV = WeightRows::kVector;
+  static_assert(kWLoads % kV == 0 && kBk % kV == 0);
+  constexpr int kWFetches = kWLoads / kV;
   float xr[kXLoads];
-  float wr[kWLoads];
+  typename WeightRows::Raw wr[kWFetches];
   auto load = [&](int64_t k0) {
 #pragma unroll
     for (int q = 0; q < kXLoads; ++q) {
@@ -71,11 +82,11 @@ __device__ __forceinline__ void RowStableMatmulTileOf(const float* __restrict__ 
       xr[q] = (m < rows && k < in) ? x[m * in + k] : 0.0f;
     }
 #pragma unroll
-    for (int q = 0; q < kWLoads; ++q) {
-      const int idx = t + q * kThreads;
+    for (int q = 0; q < kWFetches; ++q) {
+      const int idx = (t + q * kThreads) * kV;  // first of kV elements of one row
       const int64_t n = n0 + idx / kBk;
       const int64_t k = k0 + idx % kBk;
-      wr[q] = (n < out && k < in) ? w(n, k) : 0.0f;
+      wr[q] = (n < out && k < in) ? w.Fetch(n, k) : WeightRows::Zero();
     }
   };
 
@@ -91,9 +102,12 @@ __device__ __forceinline__ void RowStableMatmulTileOf(const float* __restrict__ 
 #pragma unroll
     for (int q = 0; q < kXLoads; ++q) xs[t + q * kThreads] = xr[q];
 #pragma unroll
-    for (int q = 0; q < kWLoads; ++q) {
-      const int idx = t + q * kThreads;
-      ws[(idx / kBk) * kWStride + idx % kBk] = wr[q];
+    for (int q = 0; q < kWFetches; ++q) {
+      const int idx = (t + q * kThreads) * kV;
+#pragma unroll
+      for (int j = 0; j < kV; ++j) {
+        ws[(idx / kBk) * kWStride + idx % kBk + j] = WeightRows::Decode(wr[q], j);
+      }
     }
     __syncthreads();
     if (k0 + kBk < in) load(k0 + kBk);
