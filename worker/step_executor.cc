@@ -173,10 +173,16 @@ absl::Status StepExecutor::Validate(const std::vector<RowPlan>& rows,
 
 absl::StatusOr<std::vector<RowOutcome>> StepExecutor::Execute(
     const std::vector<RowPlan>& rows, const std::vector<int32_t>& release) {
+  const bool collective = device_ != nullptr && device_->collective();
+  // An expert-parallel step is a collective: a path that leaves early joins
+  // it with no rows (the model's forward, then a collective backend's step)
+  // so the other ranks are not left waiting.
+  auto join = [&](bool model_too) {
+    if (model_too) model_.ForwardBatch({}, {}, {}).IgnoreError();
+    if (collective) device_->Step({}, {}).IgnoreError();
+  };
   if (absl::Status s = Validate(rows, release); !s.ok()) {
-    // An expert-parallel step is a collective: join it with no rows so the
-    // other ranks are not left waiting, then report the bad plan.
-    model_.ForwardBatch({}, {}, {}).IgnoreError();
+    join(/*model_too=*/true);
     return s;
   }
   const int64_t vocab = model_.config().vocab_size;
@@ -194,6 +200,21 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::Execute(
   std::vector<model::SequenceState*> states;
   std::vector<std::span<const int64_t>> tokens;
   std::vector<int64_t> host_starts;
+  // A collective backend takes one Step per plan, at most max_batch rows:
+  // sequences already on it decode there first, newcomers take what is left.
+  auto decodes_one = [&](const RowPlan& row) {
+    return row.tokens.size() + (row.remap >= 0 ? 1 : 0) == 1 && row.start_pos > 0 &&
+           row.start_pos < device_->max_positions();
+  };
+  size_t room_for_new = 0;
+  if (collective) {
+    size_t resident = 0;
+    for (const RowPlan& row : rows) {
+      resident += slots_[row.slot].on_device && row.start_pos > 0 && decodes_one(row);
+    }
+    room_for_new = static_cast<size_t>(device_->max_batch()) -
+                   std::min(resident, static_cast<size_t>(device_->max_batch()));
+  }
   for (size_t i = 0; i < rows.size(); ++i) {
     const RowPlan& row = rows[i];
     Slot& slot = slots_[row.slot];
@@ -211,9 +232,14 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::Execute(
     outcomes[i].status = slot.grammar_status;
     starts[i] = slot.state->length();
     // One token at a position the backend still holds.
-    const bool decode = device_ != nullptr && inputs[i].size() == 1 && starts[i] > 0 &&
-                        starts[i] < device_->max_positions();
+    bool decode = device_ != nullptr && inputs[i].size() == 1 && starts[i] > 0 &&
+                  starts[i] < device_->max_positions();
+    if (decode && collective) {
+      decode = device_rows.size() < static_cast<size_t>(device_->max_batch()) &&
+               (slot.on_device || room_for_new > 0);
+    }
     if (decode && (slot.on_device || device_->Import(row.slot, *slot.state).ok())) {
+      if (!slot.on_device && collective) --room_for_new;
       slot.on_device = true;
       device_rows.push_back(i);
       continue;
@@ -224,6 +250,7 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::Execute(
       LeaveDevice(row.slot);
       if (!back.ok()) {
         slot.state->MarkBroken();
+        join(/*model_too=*/true);
         return absl::InternalError(absl::StrCat("slot ", row.slot, ": ", back.message()));
       }
     }
@@ -234,16 +261,22 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::Execute(
   }
   std::vector<std::vector<float>> logits(rows.size());
   // One batched forward for the model's rows: each MoE layer runs once per
-  // step (a plan of only decode rows on the device skips it).
-  if (!host_rows.empty() || device_rows.empty()) {
+  // step (a plan of only decode rows on a backend that is not collective
+  // skips it).
+  if (!host_rows.empty() || device_rows.empty() || collective) {
     absl::StatusOr<std::vector<std::vector<float>>> host =
         model_.ForwardBatch(states, tokens, host_starts);
-    if (!host.ok()) return host.status();
+    if (!host.ok()) {
+      join(/*model_too=*/false);
+      return host.status();
+    }
     for (size_t j = 0; j < host_rows.size(); ++j) logits[host_rows[j]] = std::move((*host)[j]);
   }
-  // Decode rows on the device, in batches of at most the decoder's max_batch.
+  // Decode rows on the device, in batches of at most the decoder's max_batch
+  // (a collective backend: one batch, possibly empty).
   const size_t chunk = device_rows.empty() ? 1 : static_cast<size_t>(device_->max_batch());
-  for (size_t first = 0; first < device_rows.size(); first += chunk) {
+  for (size_t first = 0; first < device_rows.size() || (collective && first == 0);
+       first += chunk) {
     const size_t last = std::min(device_rows.size(), first + chunk);
     std::vector<int> device_slots;
     std::vector<int64_t> device_tokens;

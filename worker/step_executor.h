@@ -97,7 +97,14 @@ class StepExecutor {
   // model::DeviceDecoder: a slot's sequence moves into it at its first decode
   // row (Import) and comes back (Export) before a row of several tokens uses
   // it or once it reaches the backend's max_positions(); a slot the backend
-  // cannot take (too long, beyond its slots) stays on the model. Decode rows run after the model's rows, max_batch() at a time.
+  // cannot take (too long, beyond its slots) stays on the model. Decode rows
+  // run after the model's rows, max_batch() at a time. A collective backend
+  // (DecodeBackend::collective, one rank of an expert-parallel group, whose
+  // model is then expert-parallel too) gets exactly one Step per Execute,
+  // empty when this rank has no decode rows, after exactly one ForwardBatch
+  // of the model, on every path including refusals and failures, so the
+  // ranks' collectives pair up; decode rows beyond its max_batch() then run
+  // on the model.
   // REQUIRES: `backend` was made for this executor's model, outlives the
   // executor, and is set before the first Execute.
   void SetDecodeBackend(model::DecodeBackend* backend) { device_ = backend; }

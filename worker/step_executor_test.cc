@@ -4,7 +4,11 @@
 #include <cstring>
 #include <string>
 
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "parallel/fake_communicator.h"
+#include "worker/model/expert_parallel_model.h"
+#include "worker/model/expert_placement.h"
 #include "worker/model/host_decode_backend.h"
 #include "worker/model/tiny_checkpoint.h"
 
@@ -292,6 +296,107 @@ TEST(StepExecutorBackendTest, AFailedBackendStepBreaksOnlyItsSlots) {
   // Released and restarted, it serves again.
   auto again = dev.Execute({Row(0, 0, {1, 2, 3})}, {0});
   ASSERT_TRUE(again.ok()) << again.status();
+}
+
+
+// --- A collective backend: two expert-parallel ranks (threads over a
+// FakeCommunicator world), each an executor with a collective
+// HostDecodeBackend over its rank's model, so every backend step is a
+// collective of the group, as DeviceDecoder's is with an NCCL communicator of
+// two GPUs. The ranks' plans differ (prefill on one while the other decodes,
+// an empty plan, more decode rows than the backend's batch, an export, a
+// refused plan on one rank): no collective may be left unpaired (a missing
+// one times out), and every outcome equals a single-process executor's
+// without a backend.
+TEST(StepExecutorBackendTest, CollectiveBackendKeepsExpertParallelRanksInStep) {
+  Fixture f;
+  constexpr int kWorld = 2;
+  constexpr int kSteps = 10;
+  // plans[r][s]: rank r's plan at step s.
+  std::vector<std::vector<std::vector<RowPlan>>> plans(kWorld);
+  {
+    int64_t l0 = 6, l1 = 3, l2 = 1;
+    plans[0].push_back({Row(0, 0, {5, 6, 7, 8, 9, 10}), Row(1, 0, {11, 12, 13}), Row(2, 0, {14})});
+    for (int s = 1; s < kSteps; ++s) {
+      if (s == 6) {  // three tokens on slot 1: exported from the backend first
+        plans[0].push_back({Row(0, l0++, {}, 0), Row(1, l1, {21, 22, 23}), Row(2, l2++, {}, 2)});
+        l1 += 3;
+        continue;
+      }
+      plans[0].push_back({Row(0, l0++, {}, 0), Row(1, l1++, {}, 1), Row(2, l2++, {}, 2)});
+    }
+  }
+  {
+    int64_t l0 = 2, l1 = 3;
+    plans[1].push_back({Row(0, 0, {30, 31})});
+    plans[1].push_back({});                       // nothing to run on this rank
+    plans[1].push_back({Row(0, l0++, {7})});      // (no sample to remap after an empty plan)
+    plans[1].push_back({Row(0, l0++, {}, 0)});
+    plans[1].push_back({Row(3, 5, {1})});         // refused: slot 3 holds nothing
+    plans[1].push_back({Row(0, l0++, {9})});
+    plans[1].push_back({Row(0, l0++, {}, 0), Row(1, 0, {40, 41, 42})});
+    for (int s = 7; s < kSteps; ++s) {
+      plans[1].push_back({Row(0, l0++, {}, 0), Row(1, l1++, {}, 1)});
+    }
+  }
+  using Outcomes = absl::StatusOr<std::vector<RowOutcome>>;
+  std::vector<std::vector<Outcomes>> got(kWorld);
+  std::vector<model::HostDecodeBackendStats> backend_stats(kWorld);
+  std::vector<int64_t> device_rows(kWorld);
+  const model::ModelConfig& config = f.checkpoint->config();
+  const model::ExpertPlacement placement =
+      model::IdentityPlacement(config.n_layers, config.n_routed_experts, kWorld);
+  auto comms = parallel::FakeCommunicator::CreateWorld(kWorld, {.timeout = absl::Seconds(30)});
+  std::vector<absl::Status> st =
+      parallel::RunOnRankThreads(comms, [&](parallel::Communicator& c) -> absl::Status {
+        const int r = c.rank().value();
+        absl::StatusOr<model::ExpertParallelModel> ep =
+            model::CreateExpertParallelModel(config, *f.checkpoint, placement, c);
+        if (!ep.ok()) return ep.status();
+        model::HostDecodeBackend backend(*ep->model, /*max_sequences=*/4, /*max_batch=*/2,
+                                         /*max_positions=*/40, /*collective=*/true);
+        StepExecutor executor(*ep->model, 4);
+        executor.SetDecodeBackend(&backend);
+        for (int s = 0; s < kSteps; ++s) got[r].push_back(executor.Execute(plans[r][s], {}));
+        backend_stats[r] = backend.stats();
+        device_rows[r] = executor.device_rows();
+        return absl::OkStatus();
+      });
+  for (int r = 0; r < kWorld; ++r) ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r];
+  for (int r = 0; r < kWorld; ++r) {
+    StepExecutor reference(*f.model, 4);
+    for (int s = 0; s < kSteps; ++s) {
+      Outcomes want = reference.Execute(plans[r][s], {});
+      ASSERT_EQ(got[r][s].ok(), want.ok()) << "rank " << r << " step " << s << ": "
+                                          << got[r][s].status() << " / " << want.status();
+      if (!want.ok()) {
+        EXPECT_EQ(got[r][s].status().code(), want.status().code());
+        continue;
+      }
+      ExpectSame(*got[r][s], *want, s);
+    }
+  }
+  for (int r = 0; r < kWorld; ++r) {
+    for (int s = 0; s < kSteps; ++s) {
+      if (r == 1 && s == 4) {
+        EXPECT_EQ(got[r][s].status().code(), absl::StatusCode::kInvalidArgument);
+      } else {
+        EXPECT_TRUE(got[r][s].ok()) << "rank " << r << " step " << s << ": "
+                                    << got[r][s].status();
+      }
+    }
+  }
+  // One collective backend step per plan on each rank, whatever it held.
+  EXPECT_EQ(backend_stats[0].steps, kSteps);
+  EXPECT_EQ(backend_stats[1].steps, kSteps);
+  // Rank 0: two of its three decode rows per step on the backend (its batch),
+  // the same two while they decode: one export (the three-token row), no
+  // slot pushed out by a newcomer.
+  EXPECT_EQ(device_rows[0], 2 * (kSteps - 1));
+  EXPECT_EQ(backend_stats[0].exports, 1);
+  // Rank 1: every decode row (7 steps on slot 0, 3 on slot 1).
+  EXPECT_EQ(device_rows[1], 10);
+  EXPECT_EQ(backend_stats[1].imports, 2);
 }
 
 }  // namespace

@@ -11,7 +11,10 @@
 // Contract shared by the implementations: slots are 0 .. max_sequences()-1;
 // Step's logits are [rows, vocab] in row order; a failed Step (anything but
 // INVALID_ARGUMENT / OUT_OF_RANGE, which change nothing) drops every slot of
-// the step.
+// the step. A collective backend (one rank of an expert-parallel group) takes
+// part in collectives in Step: every rank calls it exactly once per step of
+// the group, with an empty batch when it has no rows, and a refused batch has
+// still joined the step.
 //
 // Thread safety: implementations are not thread-safe; one caller at a time.
 
@@ -50,6 +53,8 @@ class DecodeBackend {
   // (OUT_OF_RANGE), and a longer state is not imported.
   virtual int64_t max_positions() const = 0;
   virtual int max_sequences() const = 0;
+  // True when Step is a collective (see above).
+  virtual bool collective() const { return false; }
 };
 
 }  // namespace weir::model

@@ -1205,21 +1205,26 @@ absl::Status DeviceDecoder::Impl::Dispatch(int64_t b) {
   using parallel::DataType;
   using parallel::P2POp;
   const int64_t d = c.dim, k = c.n_activated_experts;
+  // The three blocks per peer (4-byte elements), sent and received in this order.
+  struct Block {
+    void* send;
+    void* recv;
+    int64_t count;
+    DataType dtype;
+  };
+  const Block blocks[] = {{ep_send_x, ep_recv_x, b * d, DataType::kFloat32},
+                          {ep_send_slot, ep_recv_slot, b * k, DataType::kInt32},
+                          {ep_send_w, ep_recv_w, b * k, DataType::kFloat32}};
   std::vector<P2POp> ops;
   ops.reserve(6 * ex.world);
   for (int p = 0; p < ex.world; ++p) {
-    ops.push_back({.kind = P2POp::Kind::kSend, .peer = Rank(p), .data = ep_send_x + p * b * d,
-                   .count = b * d, .dtype = DataType::kFloat32});
-    ops.push_back({.kind = P2POp::Kind::kSend, .peer = Rank(p),
-                   .data = ep_send_slot + p * b * k, .count = b * k, .dtype = DataType::kInt32});
-    ops.push_back({.kind = P2POp::Kind::kSend, .peer = Rank(p), .data = ep_send_w + p * b * k,
-                   .count = b * k, .dtype = DataType::kFloat32});
-    ops.push_back({.kind = P2POp::Kind::kRecv, .peer = Rank(p), .data = ep_recv_x + p * b * d,
-                   .count = b * d, .dtype = DataType::kFloat32});
-    ops.push_back({.kind = P2POp::Kind::kRecv, .peer = Rank(p),
-                   .data = ep_recv_slot + p * b * k, .count = b * k, .dtype = DataType::kInt32});
-    ops.push_back({.kind = P2POp::Kind::kRecv, .peer = Rank(p), .data = ep_recv_w + p * b * k,
-                   .count = b * k, .dtype = DataType::kFloat32});
+    for (P2POp::Kind kind : {P2POp::Kind::kSend, P2POp::Kind::kRecv}) {
+      for (const Block& blk : blocks) {
+        char* base = static_cast<char*>(kind == P2POp::Kind::kSend ? blk.send : blk.recv);
+        ops.push_back({.kind = kind, .peer = Rank(p), .data = base + p * blk.count * 4,
+                       .count = blk.count, .dtype = blk.dtype});
+      }
+    }
   }
   return options.communicator->GroupSendRecv(
       ops, {.memory = parallel::MemoryKind::kDevice, .stream = stream});
@@ -1659,6 +1664,8 @@ absl::Status DeviceDecoder::Release(int slot) {
   impl_->slot_state[slot] = {};
   return absl::OkStatus();
 }
+
+bool DeviceDecoder::collective() const { return impl_->ex.world > 1; }
 
 int64_t DeviceDecoder::length(int slot) const {
   if (slot < 0 || slot >= options_.max_sequences) return 0;

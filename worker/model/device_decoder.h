@@ -214,6 +214,8 @@ class DeviceDecoder : public DecodeBackend {
   int max_batch() const override { return options_.max_batch; }
   int max_sequences() const override { return options_.max_sequences; }
   int64_t max_positions() const override { return options_.max_positions; }
+  // A communicator of more than one rank.
+  bool collective() const override;
 
   const DeviceDecoderStats& stats() const { return stats_; }
   const DeviceDecoderOptions& options() const { return options_; }

@@ -8,9 +8,9 @@
 namespace weir::model {
 
 HostDecodeBackend::HostDecodeBackend(Model& model, int max_sequences, int max_batch,
-                                     int64_t max_positions)
+                                     int64_t max_positions, bool collective)
     : model_(model), max_batch_(max_batch), max_positions_(max_positions),
-      slots_(max_sequences) {}
+      collective_(collective), slots_(max_sequences) {}
 
 absl::Status HostDecodeBackend::Import(int slot, const SequenceState& state) {
   if (slot < 0 || slot >= max_sequences()) {
@@ -46,18 +46,25 @@ absl::Status HostDecodeBackend::Release(int slot) {
 absl::StatusOr<std::vector<float>> HostDecodeBackend::Step(std::span<const int> slots,
                                                            std::span<const int64_t> tokens) {
   const int64_t rows = static_cast<int64_t>(slots.size());
-  if (rows == 0 || rows > max_batch_ || tokens.size() != slots.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("Step: ", rows, " slots, ", tokens.size(),
-                                                   " tokens"));
-  }
-  absl::flat_hash_set<int> seen;
-  for (int s : slots) {
-    if (!holds(s) || !seen.insert(s).second) {
-      return absl::InvalidArgumentError(absl::StrCat("Step: slot ", s));
+  absl::Status valid = [&]() -> absl::Status {
+    if ((rows == 0 && !collective_) || rows > max_batch_ || tokens.size() != slots.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("Step: ", rows, " slots, ", tokens.size(),
+                                                     " tokens"));
     }
-    if (slots_[s]->length() >= max_positions_) {
-      return absl::OutOfRangeError(absl::StrCat("Step: slot ", s, " is full"));
+    absl::flat_hash_set<int> seen;
+    for (int s : slots) {
+      if (!holds(s) || !seen.insert(s).second) {
+        return absl::InvalidArgumentError(absl::StrCat("Step: slot ", s));
+      }
+      if (slots_[s]->length() >= max_positions_) {
+        return absl::OutOfRangeError(absl::StrCat("Step: slot ", s, " is full"));
+      }
     }
+    return absl::OkStatus();
+  }();
+  if (!valid.ok()) {
+    if (collective_) model_.ForwardBatch({}, {}, {}).IgnoreError();  // join the group's step
+    return valid;
   }
   std::vector<SequenceState*> states;
   std::vector<std::span<const int64_t>> inputs;
@@ -67,6 +74,7 @@ absl::StatusOr<std::vector<float>> HostDecodeBackend::Step(std::span<const int> 
     inputs.push_back(tokens.subspan(i, 1));
     starts.push_back(slots_[slots[i]]->length());
   }
+  if (fail_next_ && collective_) model_.ForwardBatch({}, {}, {}).IgnoreError();
   absl::StatusOr<std::vector<std::vector<float>>> logits =
       fail_next_ ? absl::InternalError("HostDecodeBackend: injected failure")
                  : model_.ForwardBatch(states, inputs, starts);

@@ -7,6 +7,10 @@
 // CPU test of the executor's import / export / batching logic, which on a
 // GPU machine runs against DeviceDecoder. `fail_next_step()` makes the next
 // Step fail with INTERNAL (and drop its slots, as a device failure does).
+// Over an expert-parallel model it can be made collective (as DeviceDecoder
+// is with a communicator of several ranks): every Step, empty, refused and
+// failed ones included, then runs the model's ForwardBatch, itself a
+// collective of the group.
 //
 // Thread safety: not thread-safe (one executor).
 
@@ -31,8 +35,10 @@ struct HostDecodeBackendStats {
 
 class HostDecodeBackend : public DecodeBackend {
  public:
-  // REQUIRES: `model` outlives the backend; max_sequences, max_batch >= 1.
-  HostDecodeBackend(Model& model, int max_sequences, int max_batch, int64_t max_positions);
+  // REQUIRES: `model` outlives the backend; max_sequences, max_batch >= 1;
+  // `collective` only over an expert-parallel model.
+  HostDecodeBackend(Model& model, int max_sequences, int max_batch, int64_t max_positions,
+                    bool collective = false);
 
   absl::Status Import(int slot, const SequenceState& state) override;
   absl::Status Export(int slot, SequenceState& state) override;
@@ -42,6 +48,7 @@ class HostDecodeBackend : public DecodeBackend {
   int max_batch() const override { return max_batch_; }
   int max_sequences() const override { return static_cast<int>(slots_.size()); }
   int64_t max_positions() const override { return max_positions_; }
+  bool collective() const override { return collective_; }
 
   void fail_next_step() { fail_next_ = true; }
   const HostDecodeBackendStats& stats() const { return stats_; }
@@ -51,6 +58,7 @@ class HostDecodeBackend : public DecodeBackend {
   Model& model_;
   const int max_batch_;
   const int64_t max_positions_;
+  const bool collective_;
   std::vector<std::unique_ptr<SequenceState>> slots_;
   bool fail_next_ = false;
   HostDecodeBackendStats stats_;
