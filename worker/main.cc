@@ -37,8 +37,13 @@ ABSL_FLAG(std::string, backend, "cpu",
 ABSL_FLAG(double, gpu_memory_fraction, 0.9,
           "CUDA backend: share of the device memory this worker takes.");
 ABSL_FLAG(bool, device_decode, true,
-          "CUDA backend, one rank: decode steps on the device-resident decoder (CUDA graphs); "
-          "the CUDA ops get half of --gpu_memory_fraction for prefill.");
+          "CUDA backend, one rank: decode steps on the device-resident decoder (CUDA graphs, "
+          "the MoE exchange over NCCL on device buffers); the CUDA ops get half of the worker's "
+          "device arena for prefill.");
+ABSL_FLAG(bool, device_decode_ep, false,
+          "CUDA backend, several ranks: also decode on the device decoder, every step a "
+          "collective of the ranks. It keeps the expert map it was built with (EPLB commits "
+          "do not re-place its experts) and does not count expert load for EPLB.");
 ABSL_FLAG(int64_t, device_decode_max_positions, 4096,
           "Device decode: positions one sequence may reach on the device (longer ones decode "
           "on the CUDA ops).");
@@ -96,6 +101,7 @@ int Run(int argc, char** argv) {
                     .backend = absl::GetFlag(FLAGS_backend),
                     .gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction),
                     .device_decode = absl::GetFlag(FLAGS_device_decode),
+                    .device_decode_ep = absl::GetFlag(FLAGS_device_decode_ep),
                     .device_decode_max_positions =
                         absl::GetFlag(FLAGS_device_decode_max_positions),
                     .device_decode_max_batch = absl::GetFlag(FLAGS_device_decode_max_batch)});

@@ -247,11 +247,11 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
   // Decode on a DeviceDecoder, its MoE exchange over this rank's NCCL
   // communicator on device buffers (a world of 1: device copies). The CUDA ops
   // (prefill) then get half of the memory share, the decoder the rest. With
-  // more ranks the executor would have to step the decoder collectively (every
-  // rank, every step); it does not yet, so those ranks decode on the CUDA ops.
-  const bool device_decode = cuda && options_.device_decode && world == 1;
+  // more ranks (--device_decode_ep) the executor steps it collectively.
+  const bool device_decode =
+      cuda && options_.device_decode && (world == 1 || options_.device_decode_ep);
   if (cuda && options_.device_decode && !device_decode) {
-    WEIR_LOG(INFO) << "device decode off: the executor steps it on a world of 1 only";
+    WEIR_LOG(INFO) << "device decode off with " << world << " ranks (--device_decode_ep)";
   }
   std::shared_ptr<model::DeviceArena> device_memory;
   if (cuda) {

@@ -71,12 +71,17 @@ struct WorkerOptions {
   // CUDA backend: the share of the device's memory the worker takes (the
   // ops' arena and weight region come out of it).
   double gpu_memory_fraction = 0.9;
-  // CUDA backend, one rank holding every expert once: decode rows run on a
-  // model::DeviceDecoder (activations and KV on the device, one CUDA graph
-  // replay per step) sized for max_slots sequences of up to
-  // device_decode_max_positions positions and batches of up to
-  // device_decode_max_batch rows (more rows in one plan: the model runs them).
+  // CUDA backend, one rank: decode rows run on a model::DeviceDecoder
+  // (activations and KV on the device, one CUDA graph replay per step, the
+  // MoE exchange over the rank's NCCL communicator) sized for max_slots
+  // sequences of up to device_decode_max_positions positions and batches of
+  // up to device_decode_max_batch rows (more rows in one plan: the model runs
+  // them).
   bool device_decode = true;
+  // Also with several ranks (expert parallelism): the decoder's steps are
+  // collectives of the ranks. It keeps the expert map of LoadWeights (commits
+  // do not re-place its experts) and counts no expert load for EPLB.
+  bool device_decode_ep = false;
   int64_t device_decode_max_positions = 4096;
   int32_t device_decode_max_batch = 64;
 };

@@ -5,13 +5,17 @@
 # on every visible GPU (N, 1 included), in order, one log each, then a summary.
 #   tools/gpu/multi_gpu.sh [RESULTS_DIR] [STEPS]
 # RESULTS_DIR defaults to .gpu_bundle/results_multi_gpu; STEPS is a comma list
-# of test,bench,serve,eplb (default all four). Environment: BUNDLE (default
+# of test,bench,serve,serve_ep,eplb (default all five). Environment: BUNDLE (default
 # .gpu_bundle), STEP_TIMEOUT_S (default 540, per step), MODEL (default
 # models/small). Exits non-zero when a step fails.
 #   test:  bin/parallel_nccl_communicator_test (its two-GPU case runs when N >= 2)
 #   bench: tools/alltoall_nccl --gpus=N, once per token-expert pair and once --dedup
 #   serve: serve_smoke.sh MODEL RESULTS/serve N (N workers = DP = EP = N, one
 #          per GPU, --backend=cuda against --backend=cpu)
+#   serve_ep: the same with the workers' device decoder on every rank
+#          (--device_decode_ep: each decode step a collective of the N ranks, the
+#          MoE exchange over NCCL inside the CUDA graphs), and the
+#          device_decoder_test two-rank cases (they need 2 GPUs)
 #   eplb:  MODEL with a skewed router (gen_model --gate_bias_skew=0.4) served on N
 #          GPUs with N redundant expert slots and EPLB rearranging every 3
 #          report rounds; 24 concurrent greedy requests x 64 tokens through the
@@ -19,7 +23,7 @@
 #          predicted and measured) in the summary
 set -uo pipefail
 results="${1:-.gpu_bundle/results_multi_gpu}"
-steps="${2:-test,bench,serve,eplb}"
+steps="${2:-test,bench,serve,serve_ep,eplb}"
 bundle="${BUNDLE:-.gpu_bundle}"
 step_timeout="${STEP_TIMEOUT_S:-540}"
 model="${MODEL:-models/small}"
@@ -69,6 +73,7 @@ note_bench() {  # dispatch latency and bandwidth of the device path at each size
        END { print " (dispatch)" }' "$1"
 }
 note_serve() { grep '^serve .*outputs identical' "$1" | tail -n 1; }
+note_decoder() { grep -m 1 'two ranks over NCCL' "$1" || tail -n 1 "$1"; }
 note_eplb() { grep -m 1 -i 'committed predicted' "$1" || grep -m 1 -i 'eplb' "$1"; }
 
 # The eplb step: serve a skewed-router checkpoint with EPLB on, load it, and
@@ -172,6 +177,27 @@ if [[ ",${steps}," == *",serve,"* ]]; then
       -- "${bundle}/serve_smoke.sh" "${model}" "${results}/serve" "${n}"
   else
     missing "serve_smoke" "${bundle}/serve_smoke.sh or ${model}"
+  fi
+fi
+
+if [[ ",${steps}," == *",serve_ep,"* ]]; then
+  if [[ -x "${bundle}/serve_smoke.sh" && -d "${model}" ]]; then
+    mkdir -p "${results}/serve_ep"
+    run_step "serve_smoke ${model} workers=${n} --device_decode_ep" \
+      "${results}/serve_smoke_ep.log" note_serve \
+      -- env CUDA_WORKER_FLAGS=--device_decode_ep "${bundle}/serve_smoke.sh" "${model}" \
+      "${results}/serve_ep" "${n}"
+    grep -h 'device decode' "${results}/serve_smoke_ep.log" | head -n 1
+  else
+    missing "serve_smoke --device_decode_ep" "${bundle}/serve_smoke.sh or ${model}"
+  fi
+  decoder_test="${bundle}/bin/worker_model_device_decoder_test"
+  if [[ -x "${decoder_test}" ]]; then
+    run_step "device_decoder_test two ranks over NCCL" "${results}/device_decoder_two_ranks.log" \
+      note_decoder -- "${decoder_test}" --gtest_filter='*TwoRanks*'
+    grep -h 'two ranks over NCCL\|SKIPPED' "${results}/device_decoder_two_ranks.log" | head -n 4
+  else
+    missing "device_decoder_test" "${decoder_test}"
   fi
 fi
 

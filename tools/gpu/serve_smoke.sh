@@ -5,6 +5,8 @@
 # submitted to its own gRPC server), and counts identical greedy outputs.
 # Exits non-zero when a run fails.
 #   <bundle>/serve_smoke.sh [MODEL_DIR] [RESULTS_DIR] [WORKERS]
+# CUDA_WORKER_FLAGS (comma-separated) go to the cuda run's workers, e.g.
+# CUDA_WORKER_FLAGS=--device_decode_ep (the device decoder with several ranks).
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 model="${1:-models/small}"
@@ -23,8 +25,12 @@ done
 
 status=0
 for backend in cuda cpu; do
+  extra=()
+  if [[ "${backend}" == cuda && -n "${CUDA_WORKER_FLAGS:-}" ]]; then
+    extra=(--worker_flags="${CUDA_WORKER_FLAGS}")
+  fi
   start=$(date +%s%N)
-  "${here}/serve/coordinator_main" --listen=127.0.0.1:0 --eplb=false --workers="${workers}" \
+  "${here}/serve/coordinator_main" --listen=127.0.0.1:0 --eplb=false --workers="${workers}" "${extra[@]}" \
     --backend="${backend}" --model_dir="${model}" --model_cache_dir="${results}/models" \
     --worker_binary="${here}/serve/worker_main" --startup_timeout_s=600 \
     --input="${input}" --output="${results}/serve_${backend}.jsonl" \
