@@ -475,6 +475,20 @@ void WorkerService::ExecutePlan(const v1::StepPlan& plan, v1::StepResult& result
     }
     load.Reset();
     if (ep_executor_ != nullptr) ep_executor_->served().Reset();
+    if (device_decoder_ != nullptr) {
+      // Decode rows ran on the device decoder, which counts on the device.
+      const int64_t experts = config.n_routed_experts;
+      std::vector<int64_t> routed(config.n_layers * experts, 0), served(config.n_layers, 0);
+      if (absl::Status s = device_decoder_->TakeExpertLoad(routed, served); !s.ok()) {
+        WEIR_LOG(WARNING) << "expert load of the device decoder: " << s;
+      }
+      for (int layer = 0; layer < layers; ++layer) {
+        for (int64_t e = 0; e < experts; ++e) {
+          counts[layer * experts + e] += static_cast<uint64_t>(routed[layer * experts + e]);
+        }
+        served_rows[layer] += static_cast<uint64_t>(served[layer]);
+      }
+    }
     if (load_reporter_ != nullptr) {
       // Straight to EPLB, off this thread; the step result stays small.
       load_reporter_->Enqueue(rank_, plan.step_id(), layers,

@@ -55,6 +55,14 @@ class DecodeBackend {
   virtual int max_sequences() const = 0;
   // True when Step is a collective (see above).
   virtual bool collective() const { return false; }
+  // Adds the (token, expert) pairs its steps routed since the last call to
+  // `routed` [backbone layer, logical expert] and the pairs its experts
+  // computed to `served` [backbone layer], then counts afresh. The default
+  // adds nothing: a backend that runs the model is counted by the model's own
+  // counters. INVALID_ARGUMENT for spans of other sizes.
+  virtual absl::Status TakeExpertLoad(std::span<int64_t> routed, std::span<int64_t> served) {
+    return absl::OkStatus();
+  }
 };
 
 }  // namespace weir::model

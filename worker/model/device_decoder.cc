@@ -390,6 +390,9 @@ struct DeviceDecoder::Impl {
   float *ep_send_x = nullptr, *ep_recv_x = nullptr, *ep_send_w = nullptr, *ep_recv_w = nullptr;
   int32_t *ep_send_slot = nullptr, *ep_recv_slot = nullptr, *ep_return_row = nullptr;
   int32_t* ep_physical = nullptr;  // [batch rows, topk] physical slot of each pair
+  // Expert load since the last TakeExpertLoad: [layers, logical experts], [layers].
+  int64_t* load_routed = nullptr;
+  int64_t* load_served = nullptr;
   float *ep_back = nullptr, *ep_ret = nullptr;  // [world, batch rows, topk, dim]
   float *xg = nullptr, *wg = nullptr, *gg = nullptr, *upg = nullptr, *yg = nullptr;
   float *sg = nullptr, *su = nullptr, *sy = nullptr;
@@ -781,6 +784,8 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
       layers[l].candidates = r.Alloc<uint8_t>(bc * max_entries(role.ratio));
     }
   }
+  load_routed = r.Alloc<int64_t>(c.n_layers * c.n_routed_experts);
+  load_served = r.Alloc<int64_t>(c.n_layers);
   pool_bytes = r.used() - weight_bytes;
   // --- activations
   const int64_t nmix = c.hc_mix_dim(), k = c.n_activated_experts;
@@ -1153,6 +1158,13 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
                                     .x_grouped = xg, .weight_grouped = wg, .tokens = in_tokens,
                                     .dim = d, .topk = k, .num_groups = L.experts},
                                    stream));
+  RETURN_IF_ERROR(kc::AccumulateExpertLoad(
+      {.experts = moe_idx, .valid_tokens = meta_d.valid,
+       .group_offsets = ep ? group_offsets : nullptr,
+       .routed = load_routed + int64_t{layer} * c.n_routed_experts,
+       .served = load_served + layer, .tokens = b, .topk = k,
+       .num_experts = static_cast<int>(c.n_routed_experts), .num_groups = L.experts},
+      stream));
   const float limit = static_cast<float>(c.swiglu_limit);
   auto grouped = [&](const float* in, const float* const* w, const uint8_t* const* codes,
                      const uint8_t* const* scales, int64_t out_dim, int64_t in_dim, bool fp8,
@@ -1440,6 +1452,9 @@ absl::StatusOr<std::unique_ptr<DeviceDecoder>> DeviceDecoder::Impl::Build(
   region.Begin(m.arena);
   RETURN_IF_ERROR(m.Layout(region));
   WEIR_DD_CUDA("pool clear", cudaMemset(m.kv_pool, 0, m.pool_rows * c.head_dim * sizeof(float)));
+  WEIR_DD_CUDA("load clear", cudaMemset(m.load_routed, 0,
+                                        c.n_layers * c.n_routed_experts * sizeof(int64_t)));
+  WEIR_DD_CUDA("load clear", cudaMemset(m.load_served, 0, c.n_layers * sizeof(int64_t)));
   WEIR_DD_CUDA("pinned inputs", cudaMallocHost(&m.meta_host, m.meta_bytes));
   std::memset(m.meta_host, 0, m.meta_bytes);
   size_t bytes = 0;
@@ -1666,6 +1681,29 @@ absl::Status DeviceDecoder::Release(int slot) {
 }
 
 bool DeviceDecoder::collective() const { return impl_->ex.world > 1; }
+
+absl::Status DeviceDecoder::TakeExpertLoad(std::span<int64_t> routed, std::span<int64_t> served) {
+  Impl& m = *impl_;
+  const ModelConfig& c = m.c;
+  const size_t n_routed = static_cast<size_t>(c.n_layers * c.n_routed_experts);
+  if (routed.size() != n_routed || served.size() != static_cast<size_t>(c.n_layers)) {
+    return absl::InvalidArgumentError(absl::StrCat("TakeExpertLoad: spans of ", routed.size(),
+                                                   " and ", served.size(), "; expected ",
+                                                   n_routed, " and ", c.n_layers));
+  }
+  std::vector<int64_t> r(n_routed), s(c.n_layers);
+  WEIR_DD_CUDA("set device", cudaSetDevice(options_.device));
+  WEIR_DD_CUDA("load", cudaMemcpyAsync(r.data(), m.load_routed, r.size() * sizeof(int64_t),
+                                       cudaMemcpyDeviceToHost, m.stream));
+  WEIR_DD_CUDA("load", cudaMemcpyAsync(s.data(), m.load_served, s.size() * sizeof(int64_t),
+                                       cudaMemcpyDeviceToHost, m.stream));
+  WEIR_DD_CUDA("load", cudaMemsetAsync(m.load_routed, 0, r.size() * sizeof(int64_t), m.stream));
+  WEIR_DD_CUDA("load", cudaMemsetAsync(m.load_served, 0, s.size() * sizeof(int64_t), m.stream));
+  WEIR_DD_CUDA("load", cudaStreamSynchronize(m.stream));
+  for (size_t i = 0; i < r.size(); ++i) routed[i] += r[i];
+  for (size_t i = 0; i < s.size(); ++i) served[i] += s[i];
+  return absl::OkStatus();
+}
 
 int64_t DeviceDecoder::length(int slot) const {
   if (slot < 0 || slot >= options_.max_sequences) return 0;

@@ -56,8 +56,8 @@
 //
 // Not covered (Step returns UNIMPLEMENTED or Create INVALID_ARGUMENT): DSpark
 // drafting (the stages' rings are not kept on the device: a sequence decoded
-// here cannot Draft), image tokens, rollback, sharded Engram tables. Expert
-// load counts are not recorded.
+// here cannot Draft), image tokens, rollback, sharded Engram tables. The
+// expert load (for EPLB) is counted on the device: TakeExpertLoad.
 //
 // Thread safety: not thread-safe; one Step at a time. The instance owns its
 // stream; every call has finished on the device when it returns.
@@ -216,6 +216,10 @@ class DeviceDecoder : public DecodeBackend {
   int64_t max_positions() const override { return options_.max_positions; }
   // A communicator of more than one rank.
   bool collective() const override;
+  // The decoder's load counters (device-side, per MoE layer of every step;
+  // served = pairs computed by this rank's experts, every rank's pairs in an
+  // expert-parallel group). INTERNAL on a CUDA failure.
+  absl::Status TakeExpertLoad(std::span<int64_t> routed, std::span<int64_t> served) override;
 
   const DeviceDecoderStats& stats() const { return stats_; }
   const DeviceDecoderOptions& options() const { return options_; }

@@ -140,7 +140,12 @@ void CheckModel(const Checkpoint& ckpt, const char* name, ActivationPrecision pr
     ASSERT_TRUE((*graph)->Import(slot, *s.state).ok());
     ASSERT_TRUE((*eager)->Import(slot, *s.state).ok());
     ASSERT_TRUE((*ep)->Import(slot, *s.state).ok());
+    cpu->expert_load().Reset();  // only decode rows are compared
   };
+  // The CPU model's expert load over the decode rows, [layer, expert].
+  const int64_t experts = ckpt.config().n_routed_experts;
+  const int layers = ckpt.config().n_layers;
+  std::vector<int64_t> cpu_load(layers * experts, 0);
   for (size_t i = 0; i < lengths.size(); ++i) start(i, lengths[i], static_cast<int>(i));
 
   int rows_checked = 0, rows_differing = 0, token_mismatches = 0, graph_eager_differing = 0,
@@ -173,6 +178,10 @@ void CheckModel(const Checkpoint& ckpt, const char* name, ActivationPrecision pr
     std::vector<std::span<const int64_t>> spans(toks.begin(), toks.end());
     auto want = cpu->ForwardBatch(states, spans, starts);
     ASSERT_TRUE(want.ok()) << want.status();
+    for (int l = 0; l < layers; ++l) {
+      for (int64_t e = 0; e < experts; ++e) cpu_load[l * experts + e] += cpu->expert_load().count(l, e);
+    }
+    cpu->expert_load().Reset();
     auto got = (*graph)->Step(slots, tokens);
     ASSERT_TRUE(got.ok()) << got.status();
     auto got_eager = (*eager)->Step(slots, tokens);
@@ -212,6 +221,24 @@ void CheckModel(const Checkpoint& ckpt, const char* name, ActivationPrecision pr
               st.weight_bytes / 1048576.0, st.pool_bytes / 1048576.0, st.mxfp4_layers);
   EXPECT_EQ(graph_eager_differing, 0);
   EXPECT_EQ(graph_ep_differing, 0);
+  // The decoders' device-side expert load equals the CPU model's: routed
+  // pairs per (layer, expert), every pair served locally (padding rows not
+  // counted); taking it starts the counters afresh.
+  std::vector<int64_t> cpu_served(layers, 0);
+  for (int l = 0; l < layers; ++l) {
+    for (int64_t e = 0; e < experts; ++e) cpu_served[l] += cpu_load[l * experts + e];
+  }
+  for (DeviceDecoder* d : {graph->get(), ep->get()}) {
+    std::vector<int64_t> routed(layers * experts, 0), served(layers, 0);
+    ASSERT_TRUE(d->TakeExpertLoad(routed, served).ok());
+    EXPECT_EQ(routed, cpu_load);
+    EXPECT_EQ(served, cpu_served);
+    std::vector<int64_t> again(layers * experts, 0), again_served(layers, 0);
+    ASSERT_TRUE(d->TakeExpertLoad(again, again_served).ok());
+    EXPECT_EQ(again, std::vector<int64_t>(layers * experts, 0));
+    std::vector<int64_t> wrong(3);
+    EXPECT_EQ(d->TakeExpertLoad(wrong, served).code(), absl::StatusCode::kInvalidArgument);
+  }
   EXPECT_EQ((*ep)->stats().graph_captures, 2);
   EXPECT_EQ((*ep)->stats().exchange_bytes, 0);  // a world of 1 sends nothing to peers
   EXPECT_EQ(rows_differing, 0);
@@ -318,6 +345,7 @@ void CheckTwoRanks(const Checkpoint& ckpt, ActivationPrecision precision) {
     }
   }
   int rows = 0, differing = 0;
+  cpu->expert_load().Reset();  // the decode rows' load, summed over both ranks
   for (int step = 0; step < 24; ++step) {
     std::vector<std::vector<int>> slots(kWorld);
     std::vector<std::vector<int64_t>> tokens(kWorld);
@@ -368,6 +396,20 @@ void CheckTwoRanks(const Checkpoint& ckpt, ActivationPrecision precision) {
               static_cast<long long>(dd[0]->stats().graph_captures));
   EXPECT_EQ(differing, 0);
   EXPECT_GT(rows, 100);
+  // Routed pairs summed over the ranks equal the CPU's; every pair was served
+  // by exactly one rank.
+  const int64_t experts = ckpt.config().n_routed_experts;
+  const int layers = ckpt.config().n_layers;
+  std::vector<int64_t> routed(layers * experts, 0), served(layers, 0);
+  for (int r = 0; r < kWorld; ++r) ASSERT_TRUE(dd[r]->TakeExpertLoad(routed, served).ok());
+  for (int l = 0; l < layers; ++l) {
+    int64_t total = 0;
+    for (int64_t e = 0; e < experts; ++e) {
+      EXPECT_EQ(routed[l * experts + e], cpu->expert_load().count(l, e)) << l << " " << e;
+      total += routed[l * experts + e];
+    }
+    EXPECT_EQ(served[l], total) << "layer " << l;
+  }
   EXPECT_EQ(dd[0]->stats().graph_captures, 1);  // every collective step has the full size
   EXPECT_GT(dd[0]->stats().exchange_bytes, 0);
   // A bad batch on one rank: it joins the step with no rows and refuses; the

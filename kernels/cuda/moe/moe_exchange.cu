@@ -31,4 +31,25 @@ absl::Status MoeDispatchPack(const MoeDispatchPackParams& p, cudaStream_t stream
   return LaunchStatus("MoeDispatchPack");
 }
 
+bool SupportsAccumulateExpertLoad(const AccumulateExpertLoadParams& p) {
+  return p.tokens >= 1 && p.topk >= 1 && p.num_experts >= 1 &&
+         p.tokens * p.topk < (int64_t{1} << 31) && p.experts != nullptr && p.routed != nullptr &&
+         (p.group_offsets == nullptr || p.num_groups >= 1);
+}
+
+absl::Status AccumulateExpertLoad(const AccumulateExpertLoadParams& p, cudaStream_t stream) {
+  if (!SupportsAccumulateExpertLoad(p)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "AccumulateExpertLoad: unsupported (tokens ", p.tokens, ", topk ", p.topk, ", experts ",
+        p.num_experts, ", groups ", p.num_groups, "; needs non-null experts and routed)"));
+  }
+  static_assert(sizeof(unsigned long long) == sizeof(int64_t));
+  moe::AccumulateLoadKernel<<<1, moe::kLoadThreads, 0, stream>>>(
+      p.experts, p.valid_tokens, p.group_offsets,
+      reinterpret_cast<unsigned long long*>(p.routed),
+      reinterpret_cast<unsigned long long*>(p.served), p.tokens, p.topk, p.num_experts,
+      p.num_groups);
+  return LaunchStatus("AccumulateExpertLoad");
+}
+
 }  // namespace weir::kernels::cuda

@@ -46,6 +46,38 @@ __global__ void __launch_bounds__(kDispatchThreads)
   }
 }
 
+inline constexpr int kLoadThreads = 256;
+
+// One block: the pairs of the valid tokens, counted per expert with integer
+// atomics; thread 0 adds the served total once every count is in.
+__global__ void __launch_bounds__(kLoadThreads)
+    AccumulateLoadKernel(const int32_t* __restrict__ experts,
+                         const int64_t* __restrict__ valid_tokens,
+                         const int64_t* __restrict__ group_offsets,
+                         unsigned long long* __restrict__ routed,
+                         unsigned long long* __restrict__ served, int64_t tokens, int topk,
+                         int num_experts, int num_groups) {
+  __shared__ unsigned long long s_counted;
+  if (threadIdx.x == 0) s_counted = 0;
+  __syncthreads();
+  int64_t valid = valid_tokens == nullptr ? tokens : *valid_tokens;
+  valid = valid < 0 ? 0 : (valid > tokens ? tokens : valid);
+  unsigned long long mine = 0;
+  for (int64_t i = threadIdx.x; i < valid * topk; i += blockDim.x) {
+    const int e = experts[i];
+    if (e < 0 || e >= num_experts) continue;
+    atomicAdd(&routed[e], 1ull);
+    ++mine;
+  }
+  atomicAdd(&s_counted, mine);
+  __syncthreads();
+  if (threadIdx.x == 0 && served != nullptr) {
+    *served += group_offsets != nullptr
+                   ? static_cast<unsigned long long>(group_offsets[num_groups])
+                   : s_counted;
+  }
+}
+
 }  // namespace weir::kernels::cuda::moe
 
 #endif  // WEIR_KERNELS_CUDA_MOE_MOE_EXCHANGE_CUH_

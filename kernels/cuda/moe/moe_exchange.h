@@ -68,6 +68,35 @@ bool SupportsMoeDispatchPack(const MoeDispatchPackParams& params);
 // unsupported; INTERNAL on launch failure.
 absl::Status MoeDispatchPack(const MoeDispatchPackParams& params, cudaStream_t stream);
 
+// AccumulateExpertLoad: the load counters of a MoE layer, kept on the device
+// (graph-safe: fixed addresses, integer atomics, so the totals do not depend
+// on the order). For the pairs of tokens before *valid_tokens:
+//   routed[e] += pairs routed to logical expert e (ids outside
+//                [0, num_experts) are not counted);
+//   served[0] += group_offsets[num_groups] (the pairs grouped for the local
+//                experts, which an expert-parallel layer receives from every
+//                rank) when group_offsets is given, else the pairs counted in
+//                routed (every expert local).
+struct AccumulateExpertLoadParams {
+  const int32_t* experts = nullptr;        // device [tokens, topk] logical expert ids
+  const int64_t* valid_tokens = nullptr;   // device [1] or null (= tokens)
+  const int64_t* group_offsets = nullptr;  // device [num_groups + 1] or null
+  int64_t* routed = nullptr;               // device in/out [num_experts]
+  int64_t* served = nullptr;               // device in/out [1]; may be null
+  int64_t tokens = 0;
+  int topk = 0;
+  int num_experts = 0;
+  int num_groups = 0;                      // with group_offsets
+};
+
+// True for tokens, topk, num_experts >= 1, tokens * topk < 2^31, non-null
+// experts and routed, and num_groups >= 1 when group_offsets is given.
+bool SupportsAccumulateExpertLoad(const AccumulateExpertLoadParams& params);
+
+// Enqueues the counting on `stream` (one block). INVALID_ARGUMENT when
+// unsupported; INTERNAL on launch failure.
+absl::Status AccumulateExpertLoad(const AccumulateExpertLoadParams& params, cudaStream_t stream);
+
 }  // namespace weir::kernels::cuda
 
 #endif  // WEIR_KERNELS_CUDA_MOE_MOE_EXCHANGE_H_

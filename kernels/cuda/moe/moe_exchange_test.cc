@@ -310,5 +310,52 @@ TEST(MoeDispatchPack, RefusesBadShapes) {
   EXPECT_FALSE(SupportsMoeDispatchPack(q));
 }
 
+// The load counters add exactly the valid tokens' in-range pairs per expert
+// to what they held, and the served total from the group offsets or the
+// counted pairs.
+TEST(AccumulateExpertLoad, CountsValidPairsOntoTheCounters) {
+  std::mt19937 rng(17);
+  constexpr int kExperts = 37, kTopk = 5;
+  constexpr int64_t kTokens = 300, kValid = 211;
+  const Tokens in = RandomTokens(kTokens, kTopk, kExperts, 1, rng, /*invalid_ids=*/true);
+  std::vector<int64_t> routed(kExperts), want(kExperts);
+  for (int e = 0; e < kExperts; ++e) routed[e] = want[e] = 1000 + e;
+  int64_t counted = 0;
+  for (int64_t i = 0; i < kValid * kTopk; ++i) {
+    const int32_t e = in.experts[i];
+    if (e >= 0 && e < kExperts) {
+      ++want[e];
+      ++counted;
+    }
+  }
+  DeviceBuffer<int32_t> experts(in.experts);
+  DeviceBuffer<int64_t> counts(routed), served(std::vector<int64_t>{5}),
+      valid(std::vector<int64_t>{kValid}), offsets(std::vector<int64_t>{0, 3, 3, 9});
+  ASSERT_TRUE(AccumulateExpertLoad({.experts = experts.get(), .valid_tokens = valid.get(),
+                                    .routed = counts.get(), .served = served.get(),
+                                    .tokens = kTokens, .topk = kTopk, .num_experts = kExperts},
+                                   nullptr)
+                  .ok());
+  ASSERT_TRUE(Synced());
+  EXPECT_EQ(counts.Download(), want);
+  EXPECT_EQ(served.Download()[0], 5 + counted);
+  // With group offsets, served adds the grouped pairs instead.
+  ASSERT_TRUE(AccumulateExpertLoad({.experts = experts.get(), .valid_tokens = valid.get(),
+                                    .group_offsets = offsets.get(), .routed = counts.get(),
+                                    .served = served.get(), .tokens = kTokens, .topk = kTopk,
+                                    .num_experts = kExperts, .num_groups = 3},
+                                   nullptr)
+                  .ok());
+  ASSERT_TRUE(Synced());
+  EXPECT_EQ(served.Download()[0], 5 + counted + 9);
+  for (int e = 0; e < kExperts; ++e) want[e] += want[e] - routed[e];
+  EXPECT_EQ(counts.Download(), want);
+  EXPECT_EQ(AccumulateExpertLoad({.experts = experts.get(), .routed = nullptr, .tokens = 1,
+                                  .topk = 1, .num_experts = 1},
+                                 nullptr)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace weir::kernels::cuda
