@@ -42,8 +42,8 @@ ABSL_FLAG(bool, device_decode, true,
           "device arena for prefill.");
 ABSL_FLAG(bool, device_decode_ep, false,
           "CUDA backend, several ranks: also decode on the device decoder, every step a "
-          "collective of the ranks. It keeps the expert map it was built with (EPLB commits "
-          "do not re-place its experts) and does not count expert load for EPLB.");
+          "collective of the ranks (the MoE exchange over NCCL inside its CUDA graphs). Off by "
+          "default until it has run on a multi-GPU machine (tools/gpu/multi_gpu.sh serve_ep).");
 ABSL_FLAG(int64_t, device_decode_max_positions, 4096,
           "Device decode: positions one sequence may reach on the device (longer ones decode "
           "on the CUDA ops).");

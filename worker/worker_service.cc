@@ -630,6 +630,11 @@ absl::Status WorkerService::CommitStaged(uint64_t version) {
     RETURN_IF_ERROR(model::InstallPlacement(*model_runtime_, *ep_executor_,
                                             ToPlacement(*next, world_size_),
                                             std::move(staged_experts_)));
+    // The device decoder takes its new slots' experts from the model's
+    // weights, which hold them now.
+    if (device_decoder_ != nullptr) {
+      RETURN_IF_ERROR(device_decoder_->SetPlacement(ToPlacement(*next, world_size_)));
+    }
   }
   staged_experts_ = {};
   staged_version_ = 0;

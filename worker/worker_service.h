@@ -79,8 +79,9 @@ struct WorkerOptions {
   // them).
   bool device_decode = true;
   // Also with several ranks (expert parallelism): the decoder's steps are
-  // collectives of the ranks. It keeps the expert map of LoadWeights (commits
-  // do not re-place its experts) and counts no expert load for EPLB.
+  // collectives of the ranks (StepExecutor steps a collective backend once
+  // per plan). Expert-map commits re-place its experts, and its expert load
+  // goes into the EPLB reports, as at one rank.
   bool device_decode_ep = false;
   int64_t device_decode_max_positions = 4096;
   int32_t device_decode_max_batch = 64;

@@ -145,6 +145,10 @@ struct LayerDev {
   const uint8_t* const* w2c = nullptr;
   const uint8_t* const* w2q = nullptr;
   int experts = 0;  // local expert slots (groups of the grouped products)
+  // Host copies of the device addresses of each local slot's w1, w3, w2
+  // (MXFP4: codes and scales; fp32: weights), for SetPlacement.
+  std::vector<uint8_t*> slot_codes[3], slot_scales[3];
+  std::vector<float*> slot_w[3];
   int64_t inter = 0;
   bool w13_fp8 = false;
   bool w2_fp8 = false;
@@ -667,6 +671,10 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
     if (L.mxfp4) {
       ++mxfp4_layers;
       std::vector<const uint8_t*> codes[3], scales[3];
+      for (int k = 0; k < 3; ++k) {
+        L.slot_codes[k].clear();
+        L.slot_scales[k].clear();
+      }
       for (size_t e = 0; e < local.size(); ++e) {
         const ExpertWeightsF32& ew = f.experts[local[e]];
         const DenseWeight* m[3] = {&ew.w1, &ew.w3, &ew.w2};
@@ -696,6 +704,10 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
           scales[k].push_back(sp);
         }
       }
+      for (int k = 0; k < 3; ++k) {
+        for (const uint8_t* p : codes[k]) L.slot_codes[k].push_back(const_cast<uint8_t*>(p));
+        for (const uint8_t* p : scales[k]) L.slot_scales[k].push_back(const_cast<uint8_t*>(p));
+      }
       L.w1c = r.Put(std::span<const uint8_t* const>(codes[0]));
       L.w1q = r.Put(std::span<const uint8_t* const>(scales[0]));
       L.w3c = r.Put(std::span<const uint8_t* const>(codes[1]));
@@ -709,6 +721,14 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
         p1.push_back(dense(e.w1).w);
         p3.push_back(dense(e.w3).w);
         p2.push_back(dense(e.w2).w);
+      }
+      L.slot_w[0].clear();
+      L.slot_w[1].clear();
+      L.slot_w[2].clear();
+      for (size_t e = 0; e < p1.size(); ++e) {
+        L.slot_w[0].push_back(const_cast<float*>(p1[e]));
+        L.slot_w[1].push_back(const_cast<float*>(p3[e]));
+        L.slot_w[2].push_back(const_cast<float*>(p2[e]));
       }
       L.w1s = r.Put(std::span<const float* const>(p1));
       L.w3s = r.Put(std::span<const float* const>(p3));
@@ -1681,6 +1701,76 @@ absl::Status DeviceDecoder::Release(int slot) {
 }
 
 bool DeviceDecoder::collective() const { return impl_->ex.world > 1; }
+
+absl::Status DeviceDecoder::SetPlacement(const ExpertPlacement& placement) {
+  Impl& m = *impl_;
+  const ModelConfig& c = m.c;
+  if (options_.communicator == nullptr || m.seed != 0) {
+    return absl::InvalidArgumentError(
+        "SetPlacement: only a decoder with a communicator and real weights has a placement");
+  }
+  DeviceDecoderOptions next_options = options_;
+  next_options.placement = placement;
+  ASSIGN_OR_RETURN(LocalExperts next, PlanExpertSlots(c, next_options));
+  if (next.per_rank != m.ex.per_rank) {
+    return absl::InvalidArgumentError(absl::StrCat("SetPlacement: ", next.per_rank,
+                                                   " slots per rank; the decoder holds ",
+                                                   m.ex.per_rank));
+  }
+  // Everything is checked and encoded on the host before the first upload.
+  struct Upload {
+    void* dst;
+    const void* src;
+    size_t bytes;
+  };
+  std::vector<Upload> uploads;
+  std::vector<EncodedExpert> encoded;  // owns the MXFP4 bytes until uploaded
+  encoded.reserve(static_cast<size_t>(c.n_layers) * next.per_rank);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerDev& L = m.layers[l];
+    const std::vector<ExpertWeightsF32>& experts = m.wts.layers[l].ffn.experts;
+    for (int s = 0; s < next.per_rank; ++s) {
+      const int e = next.local[l][s];
+      if (e == m.ex.local[l][s]) continue;
+      const ExpertWeightsF32& w = experts[e];
+      const DenseWeight* parts[3] = {&w.w1, &w.w3, &w.w2};
+      if (w.w1.w.empty() || w.w1.out != L.inter || w.w1.fp8_activation != L.w13_fp8 ||
+          w.w2.fp8_activation != L.w2_fp8 || w.w1.in != c.dim) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "SetPlacement: layer ", l, " expert ", e, " (local slot ", s,
+            ") is not loaded in the model or has another format"));
+      }
+      if (L.mxfp4) {
+        EncodedExpert& enc = encoded.emplace_back();
+        for (int k = 0; k < 3; ++k) {
+          if (!EncodeMxfp4Exactly(*parts[k], enc.codes[k], enc.scales[k])) {
+            return absl::FailedPreconditionError(absl::StrCat(
+                "SetPlacement: layer ", l, " expert ", e, " does not re-encode as MXFP4"));
+          }
+          uploads.push_back({L.slot_codes[k][s], enc.codes[k].data(), enc.codes[k].size()});
+          uploads.push_back({L.slot_scales[k][s], enc.scales[k].data(), enc.scales[k].size()});
+        }
+      } else {
+        for (int k = 0; k < 3; ++k) {
+          uploads.push_back({L.slot_w[k][s], parts[k]->w.data(), parts[k]->w.size() * 4});
+        }
+      }
+    }
+    uploads.push_back({const_cast<int32_t*>(L.ep_offsets), next.replicas[l].offsets.data(),
+                       next.replicas[l].offsets.size() * sizeof(int32_t)});
+    uploads.push_back({const_cast<int32_t*>(L.ep_slots), next.replicas[l].slots.data(),
+                       next.replicas[l].slots.size() * sizeof(int32_t)});
+  }
+  WEIR_DD_CUDA("set device", cudaSetDevice(options_.device));
+  WEIR_DD_CUDA("placement", cudaStreamSynchronize(m.stream));
+  for (const Upload& u : uploads) {
+    WEIR_DD_CUDA("placement upload", cudaMemcpy(u.dst, u.src, u.bytes, cudaMemcpyHostToDevice));
+  }
+  m.ex = std::move(next);
+  options_.placement = placement;
+  m.options.placement = placement;
+  return absl::OkStatus();
+}
 
 absl::Status DeviceDecoder::TakeExpertLoad(std::span<int64_t> routed, std::span<int64_t> served) {
   Impl& m = *impl_;

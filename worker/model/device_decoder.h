@@ -57,7 +57,8 @@
 // Not covered (Step returns UNIMPLEMENTED or Create INVALID_ARGUMENT): DSpark
 // drafting (the stages' rings are not kept on the device: a sequence decoded
 // here cannot Draft), image tokens, rollback, sharded Engram tables. The
-// expert load (for EPLB) is counted on the device: TakeExpertLoad.
+// expert load (for EPLB) is counted on the device (TakeExpertLoad), and a new
+// expert map is installed between steps (SetPlacement).
 //
 // Thread safety: not thread-safe; one Step at a time. The instance owns its
 // stream; every call has finished on the device when it returns.
@@ -216,6 +217,15 @@ class DeviceDecoder : public DecodeBackend {
   int64_t max_positions() const override { return options_.max_positions; }
   // A communicator of more than one rank.
   bool collective() const override;
+  // Switches to another expert map of the same shape (an EPLB commit, between
+  // steps, on every rank): uploads the routed experts of this rank's new
+  // slots from the model's weights (which must hold them by now, e.g. after
+  // InstallPlacement) over the old ones, and the new replica tables. Sequences
+  // and captured graphs carry over. INVALID_ARGUMENT (nothing changes) without
+  // a communicator, for synthetic weights, another slot count, or a new
+  // expert the model does not hold; FAILED_PRECONDITION when an expert of an
+  // MXFP4 layer does not re-encode exactly; INTERNAL on a CUDA failure.
+  absl::Status SetPlacement(const ExpertPlacement& placement);
   // The decoder's load counters (device-side, per MoE layer of every step;
   // served = pairs computed by this rank's experts, every rank's pairs in an
   // expert-parallel group). INTERNAL on a CUDA failure.

@@ -190,6 +190,9 @@ void CheckModel(const Checkpoint& ckpt, const char* name, ActivationPrecision pr
     if (std::memcmp(got->data(), got_eager->data(), got->size() * sizeof(float)) != 0) {
       ++graph_eager_differing;
     }
+    if (step == 32) {  // an expert-map commit: other slots, other replicas
+      ASSERT_TRUE((*ep)->SetPlacement(RedundantPlacement(ckpt.config(), 1, 3, 77)).ok());
+    }
     auto got_ep = (*ep)->Step(slots, tokens);
     ASSERT_TRUE(got_ep.ok()) << got_ep.status();
     if (std::memcmp(got->data(), got_ep->data(), got->size() * sizeof(float)) != 0) {
@@ -211,7 +214,7 @@ void CheckModel(const Checkpoint& ckpt, const char* name, ActivationPrecision pr
   const DeviceDecoderStats& st = (*graph)->stats();
   std::printf("%s %s: %d decode rows over %d steps: %d not bit-identical to the CPU, max rel "
               "%.3g, %d greedy tokens differ; graph vs eager: %d steps differ; graph vs NCCL "
-              "world of 1 (replica slots): %d steps differ; %lld graphs "
+              "world of 1 (replica slots, re-placed at step 32): %d steps differ; %lld graphs "
               "captured, %lld launches; arena %.1f MiB (weights %.1f, pools %.1f); experts "
               "MXFP4 in %d layers (graph decoder), fp32 (eager)\n",
               name, precision == ActivationPrecision::kFp32 ? "fp32" : "bf16", rows_checked,
@@ -239,7 +242,11 @@ void CheckModel(const Checkpoint& ckpt, const char* name, ActivationPrecision pr
     std::vector<int64_t> wrong(3);
     EXPECT_EQ(d->TakeExpertLoad(wrong, served).code(), absl::StatusCode::kInvalidArgument);
   }
-  EXPECT_EQ((*ep)->stats().graph_captures, 2);
+  EXPECT_EQ((*ep)->stats().graph_captures, 2);  // the re-placement kept the graphs
+  EXPECT_EQ((*ep)->SetPlacement(RedundantPlacement(ckpt.config(), 1, 4, 1)).code(),
+            absl::StatusCode::kInvalidArgument);  // another slot count
+  EXPECT_EQ((*graph)->SetPlacement(RedundantPlacement(ckpt.config(), 1, 3, 1)).code(),
+            absl::StatusCode::kInvalidArgument);  // no communicator
   EXPECT_EQ((*ep)->stats().exchange_bytes, 0);  // a world of 1 sends nothing to peers
   EXPECT_EQ(rows_differing, 0);
   EXPECT_EQ(token_mismatches, 0);
@@ -371,6 +378,10 @@ void CheckTwoRanks(const Checkpoint& ckpt, ActivationPrecision precision) {
       for (const std::vector<float>& row : *w) {
         want[r].insert(want[r].end(), row.begin(), row.end());
       }
+    }
+    if (step == 12) {  // an expert-map commit between two steps, on both ranks
+      const ExpertPlacement next = RedundantPlacement(ckpt.config(), kWorld, 2, 21);
+      for (int r = 0; r < kWorld; ++r) ASSERT_TRUE(dd[r]->SetPlacement(next).ok());
     }
     std::vector<absl::StatusOr<std::vector<float>>> got(kWorld, absl::UnknownError("not run"));
     std::vector<std::thread> threads;
