@@ -214,9 +214,9 @@ fi
 cat >> "${summary}" <<'EOF'
 
 Not automated yet (run or judge by hand):
-* The serving path exchanges MoE tokens through HostStagedCommunicator (host
-  buffers); serve_smoke checks outputs only, not step time, and the device-buffer
-  exchange (nccl-device rows of alltoall_nccl) is not yet what the worker runs.
+* Prefill exchanges MoE tokens through HostStagedCommunicator (host buffers);
+  decode on the device decoder exchanges device buffers over NCCL inside its
+  graphs (serve_ep at N > 1). serve_smoke checks outputs only, not step time.
 * alltoall_nccl is compared with DeepEP's published H800 figures, not with DeepEP
   run on this machine; no bandwidth threshold fails the run.
 * The communicator test's multi-rank case is a world of 2 only; alltoall_nccl and
