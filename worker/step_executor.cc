@@ -210,7 +210,7 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::Execute(
   if (collective) {
     size_t resident = 0;
     for (const RowPlan& row : rows) {
-      resident += slots_[row.slot].on_device && row.start_pos > 0 && decodes_one(row);
+      resident += slots_[row.slot].on_device && decodes_one(row);
     }
     room_for_new = static_cast<size_t>(device_->max_batch()) -
                    std::min(resident, static_cast<size_t>(device_->max_batch()));
