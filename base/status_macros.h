@@ -65,10 +65,12 @@ absl::Status AsStatus(const absl::StatusOr<T>& status_or) {
 
 // Evaluates `expr` (an absl::Status or StatusOr); returns its status from the
 // enclosing function if it is not OK. Context may be streamed onto it.
+// A `for` whose body returns is one statement with no `else` of its own, so
+// an unbraced `if` around the macro cannot capture one (no dangling-else
+// warning), and `if (c) RETURN_IF_ERROR(x); else ...` still parses as written.
 #define RETURN_IF_ERROR(expr)                                                        \
-  if (::absl::Status weir_status_ = ::weir::internal::AsStatus(expr); weir_status_.ok()) { \
-  } else /* NOLINT */                                                                \
-    return ::weir::internal::StatusBuilder(std::move(weir_status_))
+  for (::absl::Status weir_status_ = ::weir::internal::AsStatus(expr); !weir_status_.ok();) \
+  return ::weir::internal::StatusBuilder(std::move(weir_status_))
 
 // Evaluates `rexpr` (an absl::StatusOr<T>); on error returns its status,
 // otherwise move-assigns the value to `lhs` (which may be a declaration).

@@ -50,6 +50,28 @@ TEST(StatusMacrosTest, AssignOrReturnUnwrapsAndPropagates) {
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kNotFound);
 }
 
+// The macro is one statement: under an unbraced if it neither swallows the
+// if's own else nor runs when the condition is false.
+absl::Status Guarded(bool check, bool fail, int* branch) {
+  if (check)
+    RETURN_IF_ERROR(fail ? Fails() : Succeeds()) << "guarded";
+  else
+    *branch = 2;
+  if (*branch == 0) *branch = 1;
+  return absl::OkStatus();
+}
+
+TEST(StatusMacrosTest, UnbracedIfKeepsItsElse) {
+  int branch = 0;
+  EXPECT_EQ(Guarded(true, true, &branch).message(), "bad shape; guarded");
+  EXPECT_EQ(branch, 0);
+  EXPECT_TRUE(Guarded(true, false, &branch).ok());
+  EXPECT_EQ(branch, 1);
+  branch = 0;
+  EXPECT_TRUE(Guarded(false, true, &branch).ok());
+  EXPECT_EQ(branch, 2);
+}
+
 TEST(StatusMacrosTest, PayloadSurvivesContext) {
   auto with_payload = []() -> absl::Status {
     absl::Status s = absl::ResourceExhaustedError("full");

@@ -70,25 +70,33 @@ def weir_proto_library(name, srcs, proto_deps = [], grpc = True, visibility = No
         visibility = visibility,
     )
 
-def weir_cuda_library(name, srcs, hdrs = [], deps = [], cuda_hdrs = [], visibility = None, **kwargs):
+def weir_cuda_library(name, srcs, hdrs = [], deps = [], cuda_hdrs = [], cutlass = False, visibility = None, **kwargs):
     """Compiles each .cu in `srcs` with nvcc for sm_90a into an object file
     and wraps the objects, `hdrs` and the static CUDA runtime in a cc_library.
 
     Compiles and links on machines without a GPU; the code runs on Hopper.
-    `cuda_hdrs` are headers (.cuh, .h) the .cu files include.
+    `cuda_hdrs` are headers (.cuh, .h) the .cu files include. `cutlass = True`
+    puts the CUTLASS/CuTe headers (@cutlass, from the pinned Python
+    environment) on the include path.
     """
+    extra_srcs = []
+    extra_flags = ""
+    if cutlass:
+        extra_srcs = ["@cutlass//:headers"]
+        extra_flags = ("-Iexternal/cutlass/include -Iexternal/cutlass/util_include " +
+                       "--expt-relaxed-constexpr ")
     objs = []
     for src in srcs:
         obj = src[:-len(".cu")] + ".cu.o"
         objs.append(obj)
         native.genrule(
             name = name + "_" + src.replace("/", "_").replace(".", "_"),
-            srcs = [src] + hdrs + cuda_hdrs + ["@cuda//:headers"],
+            srcs = [src] + hdrs + cuda_hdrs + ["@cuda//:headers"] + extra_srcs,
             outs = [obj],
             tools = ["@cuda//:nvcc"],
             cmd = ("$(location @cuda//:nvcc) -std=c++20 -O3 " +
                    "-gencode=arch=compute_90a,code=sm_90a " +
-                   "-Xcompiler -fPIC -I. -I$(GENDIR) -c $(location " + src + ") -o $@"),
+                   "-Xcompiler -fPIC " + extra_flags + "-I. -I$(GENDIR) -c $(location " + src + ") -o $@"),
         )
     native.cc_library(
         name = name,
