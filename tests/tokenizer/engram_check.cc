@@ -1,4 +1,4 @@
-// Compares weir's Engram compressed vocabulary with the one hf_engram.js
+// Compares weir's Engram compressed vocabulary with the one hf_engram.py
 // built with the Hugging Face library. Exits non-zero on any difference.
 //
 //   engram_check <tokenizer.json> <hf_engram.json>

@@ -1,5 +1,5 @@
 // Compares weir's tokenizer with the Hugging Face reference output written by
-// hf_dump.js: ids with and without special tokens, and decoded text with and
+// hf_dump.py: ids with and without special tokens, and decoded text with and
 // without skip_special_tokens, for every input file. Exits non-zero on any
 // mismatch after printing the first differing position of each.
 //

