@@ -1,0 +1,306 @@
+// kernels/cuda/attention/sparse_decode_attention_bench.cc
+//
+// Times SparseDecodeAttention at the V4.1 decode shape (64 heads x 512, window
+// 128 + index_topk 512 of a 65536-entry compressed context per query) for
+// batches 1, 8, 32, 64, next to a device copy measured in the same run and
+// the reference SparseAttention (fp32 rows, one block per (query, head)) on
+// the same selections.
+//
+//   sparse_decode_attention_bench [--iters=N] [--context=N] [--topk=N] [--batch=N]
+//                                 [--graph=0]                (on the GPU machine)
+// --batch=N times that batch only (default: 1, 8, 32, 64); --graph=0 skips
+// the graph timing (e.g. under ncu).
+//
+// Every query has its own sequence (64 x 65536 compressed rows, 1.2 GB) and
+// the launches rotate over 1024 index rows, so the KV rows a launch gathers
+// are not left in L2 by the previous launches (q and out are reused: they
+// are the step's activations). Times: CUDA events around each launch, median
+// after warm-up; and the mean of a CUDA graph of 32 launches (no launch gaps).
+// Bytes count the KV rows in stored form (528 B per window row, 288 B per
+// compressed row; all entries valid); "all" adds q and out (fp32) and the
+// index rows.
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/quant.h"
+#include "kernels/cuda/attention/sparse_attention.h"
+#include "kernels/cuda/attention/sparse_decode_attention_sm90.h"
+
+namespace weir::kernels::cuda {
+namespace {
+
+constexpr int kD = kSparseDecodeHeadDim;
+constexpr int kHeads = 64;
+constexpr int kMaxBatch = 64;
+constexpr int kIndexRows = 1024;  // rotation of index rows (a multiple of every batch)
+
+void Check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) {
+    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(err));
+    std::exit(1);
+  }
+}
+
+void CheckOk(const absl::Status& st, const char* what) {
+  if (!st.ok()) {
+    std::fprintf(stderr, "%s: %s\n", what, st.ToString().c_str());
+    std::exit(1);
+  }
+}
+
+template <typename T>
+T* DeviceAlloc(size_t n) {
+  T* p = nullptr;
+  Check(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)), "cudaMalloc");
+  return p;
+}
+
+template <typename T>
+T* DeviceCopy(const std::vector<T>& host) {
+  T* p = DeviceAlloc<T>(host.size());
+  Check(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
+  return p;
+}
+
+// Median milliseconds of `reps` runs of `fn(i)` on stream 0, after warm-up.
+double MedianMs(const std::function<void(int)>& fn, int reps) {
+  for (int i = 0; i < 5; ++i) fn(i);
+  cudaEvent_t start, stop;
+  Check(cudaEventCreate(&start), "event");
+  Check(cudaEventCreate(&stop), "event");
+  std::vector<float> ms(reps);
+  for (int i = 0; i < reps; ++i) {
+    Check(cudaEventRecord(start), "record");
+    fn(i);
+    Check(cudaEventRecord(stop), "record");
+    Check(cudaEventSynchronize(stop), "sync");
+    Check(cudaEventElapsedTime(&ms[i], start, stop), "elapsed");
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::nth_element(ms.begin(), ms.begin() + reps / 2, ms.end());
+  return ms[reps / 2];
+}
+
+// Mean milliseconds per launch of a CUDA graph of `n` launches of fn(i).
+double GraphMs(const std::function<void(int, cudaStream_t)>& fn, int n, int reps) {
+  cudaStream_t stream;
+  Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  cudaGraph_t graph;
+  Check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "capture");
+  for (int i = 0; i < n; ++i) fn(i, stream);
+  Check(cudaStreamEndCapture(stream, &graph), "end capture");
+  cudaGraphExec_t exec;
+  Check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  for (int i = 0; i < 3; ++i) Check(cudaGraphLaunch(exec, stream), "graph launch");
+  cudaEvent_t start, stop;
+  Check(cudaEventCreate(&start), "event");
+  Check(cudaEventCreate(&stop), "event");
+  std::vector<float> ms(reps);
+  for (int i = 0; i < reps; ++i) {
+    Check(cudaEventRecord(start, stream), "record");
+    Check(cudaGraphLaunch(exec, stream), "graph launch");
+    Check(cudaEventRecord(stop, stream), "record");
+    Check(cudaEventSynchronize(stop), "sync");
+    Check(cudaEventElapsedTime(&ms[i], start, stop), "elapsed");
+  }
+  std::nth_element(ms.begin(), ms.begin() + reps / 2, ms.end());
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaStreamDestroy(stream);
+  return ms[reps / 2] / n;
+}
+
+int IntFlag(int argc, char** argv, const char* name, int fallback) {
+  const std::string prefix = std::string("--") + name + "=";
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0) {
+      return std::atoi(argv[i] + prefix.size());
+    }
+  }
+  return fallback;
+}
+
+int Run(int argc, char** argv) {
+  const int iters = IntFlag(argc, argv, "iters", 200);
+  const int64_t context = IntFlag(argc, argv, "context", 65536);
+  const int topk = IntFlag(argc, argv, "topk", 512);
+  const int only_batch = IntFlag(argc, argv, "batch", 0);
+  const bool graph = IntFlag(argc, argv, "graph", 1) != 0;
+  const int window = 128;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+
+  // Compressed pool: one random sequence of `context` rows, quantized on the
+  // host, copied to the region of each of the 64 sequences.
+  std::vector<float> rows(context * kD);
+  for (float& v : rows) v = normal(rng);
+  std::vector<uint8_t> comp_codes(context * kD / 2), comp_scales(context * kD / 16);
+  CheckOk(cpu::QuantizeFp4(rows, 16, cpu::Fp4Scale::kE4m3, comp_codes, comp_scales), "fp4");
+  const int64_t comp_rows = kMaxBatch * context;
+  uint8_t* d_comp_codes = DeviceAlloc<uint8_t>(comp_rows * kD / 2);
+  uint8_t* d_comp_scales = DeviceAlloc<uint8_t>(comp_rows * kD / 16);
+  Check(cudaMemcpy(d_comp_codes, comp_codes.data(), comp_codes.size(), cudaMemcpyHostToDevice),
+        "upload");
+  Check(cudaMemcpy(d_comp_scales, comp_scales.data(), comp_scales.size(), cudaMemcpyHostToDevice),
+        "upload");
+  for (int s = 1; s < kMaxBatch; ++s) {
+    Check(cudaMemcpy(d_comp_codes + s * comp_codes.size(), d_comp_codes, comp_codes.size(),
+                     cudaMemcpyDeviceToDevice),
+          "replicate");
+    Check(cudaMemcpy(d_comp_scales + s * comp_scales.size(), d_comp_scales, comp_scales.size(),
+                     cudaMemcpyDeviceToDevice),
+          "replicate");
+  }
+  // Window pool: the 128-slot ring of each sequence, FP8.
+  const int64_t win_rows = kMaxBatch * window;
+  std::vector<float> wrows(win_rows * kD);
+  for (float& v : wrows) v = normal(rng);
+  std::vector<uint8_t> win_codes(wrows.size()), win_scales(wrows.size() / 32);
+  CheckOk(cpu::QuantizeFp8(wrows, 32, win_codes, win_scales), "fp8");
+  uint8_t* d_win_codes = DeviceCopy(win_codes);
+  uint8_t* d_win_scales = DeviceCopy(win_scales);
+
+  // Index rows: row r belongs to sequence r % 64; the window lists its ring
+  // (oldest first), the compressed part `topk` distinct positions ascending.
+  std::vector<int32_t> win_index(kIndexRows * window), comp_index(kIndexRows * topk);
+  std::vector<int32_t> positions(context);
+  for (int r = 0; r < kIndexRows; ++r) {
+    const int s = r % kMaxBatch;
+    const int oldest = static_cast<int>(rng() % window);
+    for (int j = 0; j < window; ++j) win_index[r * window + j] = s * window + (oldest + j) % window;
+    std::iota(positions.begin(), positions.end(), 0);
+    for (int j = 0; j < topk; ++j) {
+      std::swap(positions[j], positions[j + rng() % (context - j)]);
+    }
+    std::sort(positions.begin(), positions.begin() + topk);
+    for (int j = 0; j < topk; ++j) {
+      comp_index[r * topk + j] = static_cast<int32_t>(s * context + positions[j]);
+    }
+  }
+  int32_t* d_win_index = DeviceCopy(win_index);
+  int32_t* d_comp_index = DeviceCopy(comp_index);
+  std::vector<float> q(kMaxBatch * kHeads * kD), sink(kHeads);
+  for (float& v : q) v = normal(rng);
+  cpu::RoundToBf16InPlace(q);
+  for (float& v : sink) v = normal(rng);
+  float* d_q = DeviceCopy(q);
+  float* d_sink = DeviceCopy(sink);
+  float* d_out = DeviceAlloc<float>(q.size());
+  float* d_ref_out = DeviceAlloc<float>(q.size());
+
+  // Device copy bandwidth, read + write counted.
+  const size_t copy_bytes = size_t{1} << 30;
+  uint8_t* d_copy = DeviceAlloc<uint8_t>(2 * copy_bytes);
+  const double copy_ms = MedianMs(
+      [&](int) {
+        Check(cudaMemcpyAsync(d_copy + copy_bytes, d_copy, copy_bytes, cudaMemcpyDeviceToDevice),
+              "copy");
+      },
+      20);
+  const double copy_gbs = 2.0 * copy_bytes / (copy_ms * 1e-3) / 1e9;
+  cudaFree(d_copy);
+  std::printf("device copy: %.1f GB/s (1 GiB D2D, read + write counted)\n", copy_gbs);
+  std::printf("shape: heads %d, head_dim %d, window %d (FP8) + topk %d (FP4) of context %lld\n\n",
+              kHeads, kD, window, topk, static_cast<long long>(context));
+  std::printf("%5s | %9s %9s | %8s %8s %6s | %8s %6s | %7s | %9s %7s | %8s\n", "batch",
+              "fast us", "graph us", "KV MB", "KV GB/s", "/copy", "all GB/s", "/copy", "TFLOP/s",
+              "ref us", "ref/fast", "rel L2");
+
+  const auto params = [&](int batch, int offset) {
+    return SparseDecodeAttentionParams{
+        .q = d_q, .sink = d_sink, .window_codes = d_win_codes, .window_scales = d_win_scales,
+        .window_index = d_win_index + static_cast<int64_t>(offset) * window,
+        .window_rows = win_rows, .window_width = window,
+        .compressed_codes = d_comp_codes, .compressed_scales = d_comp_scales,
+        .compressed_index = d_comp_index + static_cast<int64_t>(offset) * topk,
+        .compressed_rows = comp_rows, .compressed_width = topk, .out = d_out,
+        .queries = batch, .heads = kHeads};
+  };
+  for (int batch : {1, 8, 32, 64}) {
+    if (only_batch != 0 && batch != only_batch) continue;
+    const auto launch = [&](int i, cudaStream_t stream) {
+      CheckOk(SparseDecodeAttention(params(batch, (i * batch) % kIndexRows), stream), "launch");
+    };
+    const double fast_ms = MedianMs([&](int i) { launch(i, nullptr); }, iters);
+    Check(cudaDeviceSynchronize(), "fast kernel");
+    const double graph_ms = graph ? GraphMs(launch, 32, 20) : 0.0;
+    const double kv_bytes = double(batch) * (window * 528.0 + topk * 288.0);
+    const double all_bytes =
+        kv_bytes + double(batch) * (2.0 * kHeads * kD * 4 + (window + topk) * 4.0);
+    const double flops = 4.0 * batch * kHeads * (window + topk) * kD;
+
+    // Reference on the selections of index offset 0: fp32 rows gathered on
+    // the host (dequantized), one table row per list entry.
+    const int width = window + topk;
+    std::vector<float> table(static_cast<size_t>(batch) * width * kD);
+    std::vector<int32_t> ref_index(batch * width);
+    for (int b = 0; b < batch; ++b) {
+      for (int j = 0; j < width; ++j) {
+        float* dst = table.data() + (static_cast<size_t>(b) * width + j) * kD;
+        if (j < window) {
+          const int64_t t = win_index[b * window + j];
+          CheckOk(cpu::DequantizeFp8(std::span(win_codes).subspan(t * kD, kD),
+                                     std::span(win_scales).subspan(t * kD / 32, kD / 32), 32,
+                                     std::span(dst, kD)),
+                  "dequant");
+        } else {
+          const int64_t t = comp_index[b * topk + j - window] % context;  // content of region 0
+          CheckOk(cpu::DequantizeFp4(std::span(comp_codes).subspan(t * kD / 2, kD / 2),
+                                     std::span(comp_scales).subspan(t * kD / 16, kD / 16), 16,
+                                     cpu::Fp4Scale::kE4m3, std::span(dst, kD)),
+                  "dequant");
+        }
+        ref_index[b * width + j] = b * width + j;
+      }
+    }
+    float* d_table = DeviceCopy(table);
+    int32_t* d_ref_index = DeviceCopy(ref_index);
+    const SparseAttentionParams ref{.q = d_q, .kv = d_table, .sink = d_sink,
+                                    .index = d_ref_index, .out = d_ref_out, .queries = batch,
+                                    .heads = kHeads, .head_dim = kD,
+                                    .kv_len = static_cast<int64_t>(batch) * width,
+                                    .topk = width};
+    const double ref_ms =
+        MedianMs([&](int) { CheckOk(SparseAttention(ref, nullptr), "reference"); },
+                 std::max(3, iters / 20));
+    CheckOk(SparseDecodeAttention(params(batch, 0), nullptr), "launch");
+    Check(cudaDeviceSynchronize(), "kernels");
+    std::vector<float> got(static_cast<size_t>(batch) * kHeads * kD), want(got.size());
+    Check(cudaMemcpy(got.data(), d_out, got.size() * 4, cudaMemcpyDeviceToHost), "download");
+    Check(cudaMemcpy(want.data(), d_ref_out, want.size() * 4, cudaMemcpyDeviceToHost), "download");
+    double num = 0, den = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+      den += double(want[i]) * want[i];
+    }
+    cudaFree(d_table);
+    cudaFree(d_ref_index);
+
+    const double kv_gbs = kv_bytes / (fast_ms * 1e-3) / 1e9;
+    const double all_gbs = all_bytes / (fast_ms * 1e-3) / 1e9;
+    std::printf("%5d | %9.2f %9.2f | %8.3f %8.1f %6.3f | %8.1f %6.3f | %7.1f | %9.1f %7.1f | %8.2g\n",
+                batch, fast_ms * 1e3, graph_ms * 1e3, kv_bytes / 1e6, kv_gbs, kv_gbs / copy_gbs,
+                all_gbs, all_gbs / copy_gbs, flops / (fast_ms * 1e-3) / 1e12, ref_ms * 1e3,
+                ref_ms / fast_ms, std::sqrt(num / den));
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace weir::kernels::cuda
+
+int main(int argc, char** argv) { return weir::kernels::cuda::Run(argc, argv); }

@@ -1,0 +1,104 @@
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "kernels/cuda/attention/sparse_decode_attention_sm90.cuh"
+#include "kernels/cuda/attention/sparse_decode_attention_sm90.h"
+#include "kernels/cuda/launch_status.h"
+
+namespace weir::kernels::cuda {
+namespace {
+
+namespace sd = sparse_decode;
+
+static_assert(sd::kHeadDim == kSparseDecodeHeadDim);
+static_assert(sd::kFp8Row == kSparseDecodeWindowCodeBytes &&
+              sd::kFp8ScaleRow == kSparseDecodeWindowScaleBytes);
+static_assert(sd::kFp4Row == kSparseDecodeCompressedCodeBytes &&
+              sd::kFp4ScaleRow == kSparseDecodeCompressedScaleBytes);
+static_assert(sd::kSharedBytes <= 227 * 1024, "Hopper's shared memory per CTA");
+
+// CTAs per query: head groups of 16.
+int64_t HeadGroups(int heads) { return (heads + sd::kHeads - 1) / sd::kHeads; }
+
+bool Aligned(const void* p, uintptr_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
+// A pool's pointers, where `queries` rows of `width` entries make them used.
+bool PoolOk(int64_t queries, int width, int64_t rows, const int32_t* index, const uint8_t* codes,
+            const uint8_t* scales, uintptr_t scale_align) {
+  if (width < 0 || width > kSparseDecodeMaxWidth || rows < 0 || rows > INT32_MAX) return false;
+  if (queries == 0 || width == 0) return true;
+  if (index == nullptr || !Aligned(index, 4)) return false;
+  if (rows == 0) return true;
+  return codes != nullptr && scales != nullptr && Aligned(codes, 16) &&
+         Aligned(scales, scale_align);
+}
+
+}  // namespace
+
+bool SupportsSparseDecodeAttention(const SparseDecodeAttentionParams& p) {
+  if (p.head_dim != kSparseDecodeHeadDim || p.heads <= 0 || p.heads > (1 << 16) ||
+      p.queries < 0 || !std::isfinite(p.scale)) {
+    return false;
+  }
+  if (p.queries > INT32_MAX / HeadGroups(p.heads)) return false;
+  if (!PoolOk(p.queries, p.window_width, p.window_rows, p.window_index, p.window_codes,
+              p.window_scales, 4) ||
+      !PoolOk(p.queries, p.compressed_width, p.compressed_rows, p.compressed_index,
+              p.compressed_codes, p.compressed_scales, 8)) {
+    return false;
+  }
+  if (p.queries == 0) return true;
+  return p.q != nullptr && p.sink != nullptr && p.out != nullptr && Aligned(p.q, 8) &&
+         Aligned(p.sink, 4) && Aligned(p.out, 8);
+}
+
+absl::Status SparseDecodeAttention(const SparseDecodeAttentionParams& p, cudaStream_t stream) {
+  if (!SupportsSparseDecodeAttention(p)) {
+    return absl::InvalidArgumentError(
+        "SparseDecodeAttention: needs head_dim 512, heads in [1, 65536], queries >= 0 with "
+        "queries * ceil(heads / 16) < 2^31, widths in [0, " +
+        std::to_string(kSparseDecodeMaxWidth) +
+        "], pool rows in [0, 2^31), a finite scale, and non-null aligned pointers where used "
+        "(q/out 8 B, codes 16 B, window scales 4 B, compressed scales 8 B)");
+  }
+  if (p.queries == 0) return absl::OkStatus();
+  const int groups = static_cast<int>(HeadGroups(p.heads));
+  const float scale = p.scale != 0.0f ? p.scale : 1.0f / std::sqrt(static_cast<float>(p.head_dim));
+  const sd::KernelArgs args{
+      .q = p.q,
+      .sink = p.sink,
+      .win_codes = p.window_codes,
+      .win_scales = p.window_scales,
+      .win_index = p.window_index,
+      .comp_codes = p.compressed_codes,
+      .comp_scales = p.compressed_scales,
+      .comp_index = p.compressed_index,
+      .out = p.out,
+      .win_rows = p.window_rows,
+      .comp_rows = p.compressed_rows,
+      .win_width = p.window_width,
+      .comp_width = p.compressed_width,
+      .heads = p.heads,
+      .head_groups = groups,
+      .scale_log2 = static_cast<float>(static_cast<double>(scale) * 1.4426950408889634),
+  };
+  // Above the 48 KiB default: opted into per launch (not a stream operation,
+  // so this stays legal inside graph capture).
+  if (cudaError_t err = cudaFuncSetAttribute(sd::SparseDecodeAttentionKernel,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             sd::kSharedBytes);
+      err != cudaSuccess) {
+    return absl::InternalError(std::string("SparseDecodeAttention shared memory: ") +
+                               cudaGetErrorString(err));
+  }
+  sd::SparseDecodeAttentionKernel<<<static_cast<unsigned>(p.queries * groups), sd::kThreads,
+                                    sd::kSharedBytes, stream>>>(args);
+  return LaunchStatus("SparseDecodeAttention");
+}
+
+}  // namespace weir::kernels::cuda

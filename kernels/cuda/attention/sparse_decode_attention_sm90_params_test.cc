@@ -1,0 +1,124 @@
+#include <cmath>
+#include <cstdint>
+
+#include "gtest/gtest.h"
+#include "kernels/cuda/attention/sparse_decode_attention_sm90.h"
+
+// Runs in CI (no GPU): SparseDecodeAttention validates its parameters before
+// it touches the device, so these cases need only the linked library.
+namespace weir::kernels::cuda {
+namespace {
+
+// Fake device addresses: never dereferenced on these paths.
+const float* const kF = reinterpret_cast<const float*>(uintptr_t{4096});
+float* const kOut = reinterpret_cast<float*>(uintptr_t{1 << 20});
+const uint8_t* const kB = reinterpret_cast<const uint8_t*>(uintptr_t{8192});
+const int32_t* const kI = reinterpret_cast<const int32_t*>(uintptr_t{16384});
+
+SparseDecodeAttentionParams Good() {
+  return {.q = kF, .sink = kF, .window_codes = kB, .window_scales = kB, .window_index = kI,
+          .window_rows = 128, .window_width = 128, .compressed_codes = kB,
+          .compressed_scales = kB, .compressed_index = kI, .compressed_rows = 65536,
+          .compressed_width = 512, .out = kOut, .queries = 64, .heads = 64};
+}
+
+void ExpectRejected(const SparseDecodeAttentionParams& p, const char* what) {
+  EXPECT_FALSE(SupportsSparseDecodeAttention(p)) << what;
+  EXPECT_EQ(SparseDecodeAttention(p, nullptr).code(), absl::StatusCode::kInvalidArgument) << what;
+}
+
+TEST(SparseDecodeAttentionParamsTest, AcceptsTheV41DecodeShape) {
+  EXPECT_TRUE(SupportsSparseDecodeAttention(Good()));
+}
+
+TEST(SparseDecodeAttentionParamsTest, RejectsBadShapesBeforeLaunch) {
+  SparseDecodeAttentionParams p = Good();
+  p.head_dim = 576;
+  ExpectRejected(p, "head_dim 576 (latent + rope form is not this model's)");
+  p = Good();
+  p.heads = 0;
+  ExpectRejected(p, "heads 0");
+  p = Good();
+  p.queries = -1;
+  ExpectRejected(p, "negative queries");
+  p = Good();
+  p.queries = int64_t{1} << 30;  // x 4 head groups passes 2^31 CTAs
+  ExpectRejected(p, "too many CTAs");
+  p = Good();
+  p.window_width = -1;
+  ExpectRejected(p, "negative window width");
+  p = Good();
+  p.compressed_width = kSparseDecodeMaxWidth + 1;
+  ExpectRejected(p, "compressed width past the maximum");
+  p = Good();
+  p.compressed_rows = int64_t{1} << 31;
+  ExpectRejected(p, "pool rows past int32");
+  p = Good();
+  p.scale = NAN;
+  ExpectRejected(p, "non-finite scale");
+}
+
+TEST(SparseDecodeAttentionParamsTest, RejectsMissingOrMisalignedPointers) {
+  SparseDecodeAttentionParams p = Good();
+  p.q = nullptr;
+  ExpectRejected(p, "null q");
+  p = Good();
+  p.sink = nullptr;
+  ExpectRejected(p, "null sink");
+  p = Good();
+  p.out = nullptr;
+  ExpectRejected(p, "null out");
+  p = Good();
+  p.compressed_index = nullptr;
+  ExpectRejected(p, "null compressed index");
+  p = Good();
+  p.window_codes = nullptr;
+  ExpectRejected(p, "null window codes");
+  p = Good();
+  p.compressed_scales = nullptr;
+  ExpectRejected(p, "null compressed scales");
+  p = Good();
+  p.window_codes = kB + 8;
+  ExpectRejected(p, "window codes not 16-byte aligned");
+  p = Good();
+  p.compressed_codes = kB + 4;
+  ExpectRejected(p, "compressed codes not 16-byte aligned");
+  p = Good();
+  p.window_scales = kB + 2;
+  ExpectRejected(p, "window scales not 4-byte aligned");
+  p = Good();
+  p.compressed_scales = kB + 4;
+  ExpectRejected(p, "compressed scales not 8-byte aligned");
+  p = Good();
+  p.q = kF + 1;
+  ExpectRejected(p, "q not 8-byte aligned");
+  p = Good();
+  p.out = kOut + 1;
+  ExpectRejected(p, "out not 8-byte aligned");
+}
+
+TEST(SparseDecodeAttentionParamsTest, UnusedPointersMayBeNull) {
+  // No queries: nothing is read or written, nothing is launched.
+  SparseDecodeAttentionParams p{.queries = 0, .heads = 64};
+  EXPECT_TRUE(SupportsSparseDecodeAttention(p));
+  EXPECT_TRUE(SparseDecodeAttention(p, nullptr).ok());
+  // A pool with width 0 needs no pointers; one with rows 0 needs only its index.
+  p = Good();
+  p.compressed_width = 0;
+  p.compressed_index = nullptr;
+  p.compressed_codes = nullptr;
+  p.compressed_scales = nullptr;
+  EXPECT_TRUE(SupportsSparseDecodeAttention(p));
+  p = Good();
+  p.window_rows = 0;
+  p.window_codes = nullptr;
+  p.window_scales = nullptr;
+  EXPECT_TRUE(SupportsSparseDecodeAttention(p));
+  // Heads need not be a multiple of 16.
+  p = Good();
+  p.heads = 20;
+  EXPECT_TRUE(SupportsSparseDecodeAttention(p));
+}
+
+}  // namespace
+}  // namespace weir::kernels::cuda

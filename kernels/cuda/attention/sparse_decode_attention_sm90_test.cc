@@ -1,0 +1,317 @@
+#include "kernels/cuda/attention/sparse_decode_attention_sm90.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/quant.h"
+#include "kernels/cuda/attention/device_buffer.h"
+#include "kernels/cuda/attention/sparse_attention.h"
+
+// GPU tests (tag `gpu`): SparseDecodeAttention against the reference
+// SparseAttention (bit-identical to the CPU kernel) run on the dequantized
+// stored rows, and batch invariance.
+namespace weir::kernels::cuda {
+namespace {
+
+using testing::DeviceBuffer;
+constexpr int kD = kSparseDecodeHeadDim;
+
+// Stored pools (quant.h formats) and their dequantized fp32 rows.
+struct Pools {
+  int64_t win_rows = 0, comp_rows = 0;
+  std::vector<uint8_t> win_codes, win_scales, comp_codes, comp_scales;
+  std::vector<float> table;  // [win_rows + comp_rows, 512]: window rows first
+};
+
+// Random rows whose 16-element blocks are scaled by 2^e, e uniform in
+// [-max_exp, max_exp], so the FP8 and FP4 block scales take many values.
+Pools MakePools(int64_t win_rows, int64_t comp_rows, std::mt19937& rng, int max_exp = 2) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-max_exp, max_exp);
+  auto rows = [&](int64_t n) {
+    std::vector<float> x(n * kD);
+    for (size_t b = 0; b < x.size(); b += 16) {
+      const float f = std::ldexp(1.0f, exponent(rng));
+      for (size_t i = b; i < b + 16; ++i) x[i] = f * normal(rng);
+    }
+    return x;
+  };
+  Pools p;
+  p.win_rows = win_rows;
+  p.comp_rows = comp_rows;
+  p.table.resize((win_rows + comp_rows) * kD);
+  const std::vector<float> w = rows(win_rows), c = rows(comp_rows);
+  p.win_codes.resize(w.size());
+  p.win_scales.resize(w.size() / 32);
+  p.comp_codes.resize(c.size() / 2);
+  p.comp_scales.resize(c.size() / 16);
+  std::span<float> table(p.table);
+  EXPECT_TRUE(cpu::QuantizeFp8(w, 32, p.win_codes, p.win_scales).ok());
+  EXPECT_TRUE(cpu::DequantizeFp8(p.win_codes, p.win_scales, 32, table.first(w.size())).ok());
+  EXPECT_TRUE(cpu::QuantizeFp4(c, 16, cpu::Fp4Scale::kE4m3, p.comp_codes, p.comp_scales).ok());
+  EXPECT_TRUE(cpu::DequantizeFp4(p.comp_codes, p.comp_scales, 16, cpu::Fp4Scale::kE4m3,
+                                 table.subspan(w.size()))
+                  .ok());
+  return p;
+}
+
+// The device copies of a Pools.
+struct DevicePools {
+  explicit DevicePools(const Pools& p)
+      : win_codes(p.win_codes), win_scales(p.win_scales), comp_codes(p.comp_codes),
+        comp_scales(p.comp_scales), table(p.table) {}
+  DeviceBuffer<uint8_t> win_codes, win_scales, comp_codes, comp_scales;
+  DeviceBuffer<float> table;
+};
+
+// One batch of queries.
+struct Batch {
+  int64_t queries = 0;
+  int heads = 0, win_width = 0, comp_width = 0;
+  std::vector<float> q, sink;
+  std::vector<int32_t> win_index, comp_index;
+};
+
+// Random bf16-valued q (as the model's) with standard deviation `q_std`,
+// sinks around 0, index rows with `empty` of the entries -1 and, with `dups`,
+// every other entry a repeat of the one before. With the default pools
+// (|kv row| ~ 47) q_std 1.5 gives logits of standard deviation ~3: a softmax
+// with a few dominant rows and a long tail, as in the model.
+Batch MakeBatch(int64_t queries, int heads, int win_width, int comp_width, const Pools& pools,
+                double empty, bool dups, std::mt19937& rng, float q_std = 1.5f) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  Batch b{.queries = queries, .heads = heads, .win_width = win_width, .comp_width = comp_width};
+  b.q.resize(queries * heads * kD);
+  for (float& v : b.q) v = q_std * normal(rng);
+  cpu::RoundToBf16InPlace(b.q);
+  b.sink.resize(heads);
+  for (float& v : b.sink) v = 2.0f * normal(rng);
+  auto fill = [&](std::vector<int32_t>& index, int width, int64_t rows) {
+    index.resize(queries * width);
+    std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(std::max<int64_t>(rows, 1) - 1));
+    for (size_t i = 0; i < index.size(); ++i) {
+      index[i] = (rows == 0 || unit(rng) < empty) ? -1 : pick(rng);
+      if (dups && i % 2 == 1 && (i % width) > 0) index[i] = index[i - 1];
+    }
+  };
+  fill(b.win_index, win_width, pools.win_rows);
+  fill(b.comp_index, comp_width, pools.comp_rows);
+  return b;
+}
+
+// Runs the fast kernel on `b` (output poisoned with NaN first).
+std::vector<float> RunFast(const Batch& b, const DevicePools& dp, const Pools& pools,
+                           float scale = 0.0f) {
+  DeviceBuffer<float> q(b.q), sink(b.sink), out(b.q.size());
+  DeviceBuffer<int32_t> wi(b.win_index), ci(b.comp_index);
+  out.Poison();
+  const absl::Status st = SparseDecodeAttention(
+      {.q = q.get(), .sink = sink.get(), .window_codes = dp.win_codes.get(),
+       .window_scales = dp.win_scales.get(), .window_index = wi.get(),
+       .window_rows = pools.win_rows, .window_width = b.win_width,
+       .compressed_codes = dp.comp_codes.get(), .compressed_scales = dp.comp_scales.get(),
+       .compressed_index = ci.get(), .compressed_rows = pools.comp_rows,
+       .compressed_width = b.comp_width, .out = out.get(), .queries = b.queries,
+       .heads = b.heads, .scale = scale},
+      nullptr);
+  EXPECT_TRUE(st.ok()) << st;
+  testing::CheckCuda(cudaGetLastError(), "after launch");
+  return out.Download();
+}
+
+// Reference: SparseAttention over [window rows; compressed rows] with the
+// compressed entries shifted by window_rows, as the model concatenates them.
+std::vector<float> RunReference(const Batch& b, const DevicePools& dp, const Pools& pools,
+                                std::vector<int32_t>& index, float scale) {
+  const int width = b.win_width + b.comp_width;
+  index.assign(b.queries * width, -1);
+  for (int64_t s = 0; s < b.queries; ++s) {
+    for (int j = 0; j < b.win_width; ++j) index[s * width + j] = b.win_index[s * b.win_width + j];
+    for (int j = 0; j < b.comp_width; ++j) {
+      const int32_t t = b.comp_index[s * b.comp_width + j];
+      index[s * width + b.win_width + j] = t < 0 ? -1 : t + static_cast<int32_t>(pools.win_rows);
+    }
+  }
+  DeviceBuffer<float> q(b.q), sink(b.sink), out(b.q.size());
+  DeviceBuffer<int32_t> di(index);
+  out.Poison();
+  const absl::Status st = SparseAttention(
+      {.q = q.get(), .kv = dp.table.get(), .sink = sink.get(), .index = di.get(),
+       .out = out.get(), .queries = b.queries, .heads = b.heads, .head_dim = kD,
+       .kv_len = pools.win_rows + pools.comp_rows, .topk = width, .scale = scale},
+      nullptr);
+  EXPECT_TRUE(st.ok()) << st;
+  return out.Download();
+}
+
+// Tolerance. q is bf16-valued and the dequantized KV is exact in bf16, so
+// the logits differ from the reference only by fp32 summation order. The
+// probabilities are rounded to bf16 (relative error <= 2^-9) and the
+// denominator sums the rounded values, so each output is a convex
+// combination of the listed V rows whose weights differ from the
+// reference's by at most ~2 * 2^-9 in total: |out - ref|[c] <= 2^-8 *
+// max_t |v_t[c]|. Checked per element with 5e-3 * max_t |v_t[c]| + 1e-6
+// (headroom for exp2 vs exp and the order of the fp32 sums); expected
+// relative L2 ~1e-3, asserted <= 3e-3.
+void Compare(const Batch& b, const Pools& pools, const std::vector<int32_t>& index,
+             const std::vector<float>& got, const std::vector<float>& want, const char* name) {
+  const int width = b.win_width + b.comp_width;
+  double num = 0, den = 0;
+  int64_t bad = 0, checked = 0;
+  std::vector<double> rel;  // |d| / rms of the reference's head row
+  for (int64_t s = 0; s < b.queries; ++s) {
+    std::vector<float> vmax(kD, 0.0f);
+    bool any = false;
+    for (int j = 0; j < width; ++j) {
+      const int32_t t = index[s * width + j];
+      if (t < 0) continue;
+      any = true;
+      for (int c = 0; c < kD; ++c) vmax[c] = std::max(vmax[c], std::fabs(pools.table[t * kD + c]));
+    }
+    for (int h = 0; h < b.heads; ++h) {
+      const float* g = got.data() + (s * b.heads + h) * kD;
+      const float* w = want.data() + (s * b.heads + h) * kD;
+      double rms = 0;
+      for (int c = 0; c < kD; ++c) rms += double(w[c]) * w[c];
+      rms = std::sqrt(rms / kD);
+      for (int c = 0; c < kD; ++c) {
+        ++checked;
+        if (!any) {  // only the sink: exactly 0, as the reference
+          if (!(g[c] == 0.0f && w[c] == 0.0f)) ++bad;
+          continue;
+        }
+        const double d = std::fabs(double(g[c]) - w[c]);
+        num += d * d;
+        den += double(w[c]) * w[c];
+        if (rms > 0) rel.push_back(d / rms);
+        if (!(d <= 5e-3 * vmax[c] + 1e-6)) {
+          if (bad < 5) {
+            std::printf("  mismatch q%lld h%d c%d: got %g want %g vmax %g\n",
+                        static_cast<long long>(s), h, c, g[c], w[c], vmax[c]);
+          }
+          ++bad;
+        }
+      }
+    }
+  }
+  std::sort(rel.begin(), rel.end());
+  const double l2 = den > 0 ? std::sqrt(num / den) : 0.0;
+  std::printf("%s: queries %lld heads %d widths %d+%d: rel L2 %.3g, |d|/rms(row) median %.3g "
+              "max %.3g, %lld of %lld outside the bound\n",
+              name, static_cast<long long>(b.queries), b.heads, b.win_width, b.comp_width, l2,
+              rel.empty() ? 0.0 : rel[rel.size() / 2], rel.empty() ? 0.0 : rel.back(),
+              static_cast<long long>(bad), static_cast<long long>(checked));
+  EXPECT_EQ(bad, 0) << name;
+  EXPECT_LE(l2, 3e-3) << name;
+}
+
+void CheckAgainstReference(const Batch& b, const Pools& pools, const DevicePools& dp,
+                           const char* name, float scale = 0.0f) {
+  std::vector<int32_t> index;
+  const std::vector<float> want = RunReference(b, dp, pools, index, scale);
+  const std::vector<float> got = RunFast(b, dp, pools, scale);
+  Compare(b, pools, index, got, want, name);
+}
+
+TEST(SparseDecodeAttentionTest, MatchesTheReferenceOnDequantizedRows) {
+  std::mt19937 rng(11);
+  const Pools pools = MakePools(/*win_rows=*/5 * 128, /*comp_rows=*/20000, rng);
+  const DevicePools dp(pools);
+  // V4.1 decode: 64 heads, window 128 + index_topk 512, a few -1.
+  CheckAgainstReference(MakeBatch(5, 64, 128, 512, pools, 0.05, false, rng), pools, dp,
+                        "v41 decode");
+  // Widths that are multiples of nothing (partial tiles), heads not a
+  // multiple of 16, many -1, an explicit scale.
+  CheckAgainstReference(MakeBatch(9, 20, 37, 77, pools, 0.6, false, rng), pools, dp,
+                        "odd shapes", 0.03f);
+  // Duplicate entries count once per occurrence.
+  CheckAgainstReference(MakeBatch(4, 64, 128, 512, pools, 0.1, true, rng), pools, dp,
+                        "duplicates");
+  // One pool only.
+  CheckAgainstReference(MakeBatch(3, 64, 128, 0, pools, 0.0, false, rng), pools, dp,
+                        "window only");
+  CheckAgainstReference(MakeBatch(3, 64, 0, 512, pools, 0.0, false, rng), pools, dp,
+                        "compressed only");
+  // A long list (index_topk 2048), nearly full.
+  CheckAgainstReference(MakeBatch(2, 64, 128, 2048, pools, 0.01, false, rng), pools, dp,
+                        "long list");
+  // Nearly flat weights (logit std ~0.6): hundreds of rows contribute.
+  CheckAgainstReference(MakeBatch(4, 64, 128, 512, pools, 0.05, false, rng, 0.3f), pools, dp,
+                        "flat softmax");
+  // Peaked weights (logit std ~30): a few rows decide.
+  CheckAgainstReference(MakeBatch(4, 64, 128, 512, pools, 0.05, false, rng, 15.0f), pools, dp,
+                        "peaked softmax");
+}
+
+TEST(SparseDecodeAttentionTest, WideBlockScales) {
+  // Blocks from 2^-8 to 2^8: scale codes over a wide range (|kv row| ~ 1600,
+  // q_std 0.04 keeps the logits' spread near 3).
+  std::mt19937 rng(14);
+  const Pools pools = MakePools(256, 4000, rng, /*max_exp=*/8);
+  const DevicePools dp(pools);
+  CheckAgainstReference(MakeBatch(4, 64, 128, 512, pools, 0.05, false, rng, 0.04f), pools, dp,
+                        "wide scales");
+}
+
+TEST(SparseDecodeAttentionTest, EmptyListsGiveZero) {
+  std::mt19937 rng(12);
+  const Pools pools = MakePools(256, 1000, rng);
+  const DevicePools dp(pools);
+  // Every entry -1 (only the sink): out = 0 for every head.
+  CheckAgainstReference(MakeBatch(3, 64, 128, 512, pools, 1.0, false, rng), pools, dp,
+                        "all empty");
+  // Query 1 of 4 empty among full ones; entries past the pools count as -1.
+  Batch b = MakeBatch(4, 64, 128, 512, pools, 0.0, false, rng);
+  for (int j = 0; j < 128; ++j) b.win_index[1 * 128 + j] = -1;
+  for (int j = 0; j < 512; ++j) b.comp_index[1 * 512 + j] = j % 2 ? -1 : -7;
+  const std::vector<float> got = RunFast(b, dp, pools);
+  for (int64_t i = 64 * kD; i < 2 * 64 * kD; ++i) ASSERT_EQ(got[i], 0.0f) << i;
+  // Out-of-range entries are skipped like -1 (the reference rejects them).
+  Batch oob = b;
+  for (int j = 0; j < 512; ++j) oob.comp_index[1 * 512 + j] = 1000 + j;
+  const std::vector<float> got_oob = RunFast(oob, dp, pools);
+  EXPECT_EQ(std::memcmp(got.data(), got_oob.data(), got.size() * sizeof(float)), 0);
+  // Zero widths: only the sink everywhere.
+  const std::vector<float> none = RunFast(MakeBatch(2, 16, 0, 0, pools, 0.0, false, rng), dp,
+                                          pools);
+  for (float v : none) ASSERT_EQ(v, 0.0f);
+}
+
+// Copies query `from` of `src` into query `to` of `dst` (same heads, widths).
+void CopyQuery(const Batch& src, int64_t from, Batch& dst, int64_t to) {
+  const int64_t qn = src.heads * kD;
+  std::copy_n(src.q.begin() + from * qn, qn, dst.q.begin() + to * qn);
+  std::copy_n(src.win_index.begin() + from * src.win_width, src.win_width,
+              dst.win_index.begin() + to * dst.win_width);
+  std::copy_n(src.comp_index.begin() + from * src.comp_width, src.comp_width,
+              dst.comp_index.begin() + to * dst.comp_width);
+}
+
+TEST(SparseDecodeAttentionTest, BatchInvariant) {
+  std::mt19937 rng(13);
+  const Pools pools = MakePools(64 * 128, 64 * 600, rng);
+  const DevicePools dp(pools);
+  const Batch probe = MakeBatch(1, 64, 128, 512, pools, 0.1, false, rng);
+  const std::vector<float> alone = RunFast(probe, dp, pools);
+  const std::vector<float> again = RunFast(probe, dp, pools);
+  ASSERT_EQ(std::memcmp(alone.data(), again.data(), alone.size() * sizeof(float)), 0)
+      << "not deterministic";
+  const int64_t qn = 64 * kD;
+  for (const auto& [size, at] : {std::pair<int64_t, int64_t>{7, 3}, {64, 41}, {64, 0}}) {
+    Batch batch = MakeBatch(size, 64, 128, 512, pools, 0.1, false, rng);
+    batch.sink = probe.sink;  // the sinks are the layer's, shared by the batch
+    CopyQuery(probe, 0, batch, at);
+    const std::vector<float> got = RunFast(batch, dp, pools);
+    EXPECT_EQ(std::memcmp(got.data() + at * qn, alone.data(), qn * sizeof(float)), 0)
+        << "query at " << at << " of " << size << " differs from the query alone";
+  }
+}
+
+}  // namespace
+}  // namespace weir::kernels::cuda
