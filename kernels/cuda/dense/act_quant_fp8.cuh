@@ -1,0 +1,78 @@
+// kernels/cuda/dense/act_quant_fp8.cuh — device code of ActQuantFp8. No host
+// dependencies. Conversions from fake_quant.cuh (they mirror numeric_formats.h).
+#ifndef WEIR_KERNELS_CUDA_DENSE_ACT_QUANT_FP8_CUH_
+#define WEIR_KERNELS_CUDA_DENSE_ACT_QUANT_FP8_CUH_
+
+#include <cstdint>
+
+#include "kernels/cuda/dense/fake_quant.cuh"
+
+namespace weir::kernels::cuda::dense {
+
+// Loads 8 consecutive elements (16 bytes of fp32 x2, or 16 bytes of bf16).
+template <bool kBf16>
+__device__ __forceinline__ void LoadEight(const void* x, int64_t first, float (&v)[8]) {
+  if constexpr (kBf16) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(x) + first);
+    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      v[2 * i] = __uint_as_float(words[i] << 16);              // element 2i: low half
+      v[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);  // element 2i + 1: high half
+    }
+  } else {
+    const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(x) + first);
+    const float4 a = p[0], b = p[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+    v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  }
+}
+
+// Thread t quantizes elements [8t, 8t + 8); the 4 threads of a 32-block are
+// consecutive lanes, so amax and the finite flag are 2-step shuffle
+// reductions. num_threads = n / 8 (a multiple of 4).
+template <bool kBf16>
+__global__ void ActQuantFp8Kernel(const void* __restrict__ x, uint8_t* __restrict__ codes,
+                                  uint8_t* __restrict__ scales, int64_t num_threads) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const bool active = t < num_threads;
+  float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  if (active) LoadEight<kBf16>(x, t * 8, v);
+  float amax = 0.0f;
+  int nonfinite = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    amax = fmaxf(amax, fabsf(v[i]));
+    nonfinite |= isfinite(v[i]) ? 0 : 1;
+  }
+#pragma unroll
+  for (int offset = 1; offset < 4; offset *= 2) {
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+    nonfinite |= __shfl_xor_sync(0xffffffffu, nonfinite, offset);
+  }
+  if (!active) return;
+  uint32_t scale_code = 0xFFu;
+  uint32_t packed[2] = {0x7F7F7F7Fu, 0x7F7F7F7Fu};
+  if (!nonfinite) {
+    // fl(1/448) as the CPU computes it: double 1/448 rounded to fp32.
+    const float inv448 = static_cast<float>(1.0 / 448.0);
+    scale_code = Ue8m0CeilCode(__fmul_rn(fmaxf(amax, 1e-4f), inv448));
+    const float s = E8m0ToFloat(scale_code);  // normal: code >= 105 after the floor
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint32_t word = 0;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float q = fminf(fmaxf(__fdiv_rn(v[4 * h + i], s), -448.0f), 448.0f);
+        word |= static_cast<uint32_t>(FloatToE4m3(q)) << (8 * i);
+      }
+      packed[h] = word;
+    }
+  }
+  *reinterpret_cast<uint2*>(codes + t * 8) = make_uint2(packed[0], packed[1]);
+  if ((threadIdx.x & 3) == 0) scales[t / 4] = static_cast<uint8_t>(scale_code);
+}
+
+}  // namespace weir::kernels::cuda::dense
+
+#endif  // WEIR_KERNELS_CUDA_DENSE_ACT_QUANT_FP8_CUH_

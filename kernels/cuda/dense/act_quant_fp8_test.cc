@@ -1,0 +1,136 @@
+// GPU test of ActQuantFp8: codes and scales bit-identical to
+// kernels/cpu/quant.h QuantizeFp8, for fp32 and bf16 inputs.
+
+#include "kernels/cuda/dense/act_quant_fp8.h"
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/common/numeric_formats.h"
+#include "kernels/cpu/quant.h"
+#include "kernels/cuda/dense/test_util.h"
+
+namespace weir::kernels::cuda::dense {
+namespace {
+
+// rows x cols values, each 32-block with its own magnitude 2^-60 .. 2^60
+// (the amax floor 1e-4 and huge scales both hit), plus edge blocks.
+std::vector<float> Inputs(int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-60, 60);
+  std::vector<float> x(rows * cols);
+  for (int64_t b = 0; b < rows * cols / 32; ++b) {
+    const float s = std::ldexp(1.0f, exponent(rng));
+    for (int i = 0; i < 32; ++i) x[b * 32 + i] = normal(rng) * s;
+  }
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int i = 0; i < 32; ++i) x[i] = 0.0f;                           // zero block
+  for (int i = 0; i < 32; ++i) x[32 + i] = i % 3 ? -0.0f : 0.0f;      // signed zeros
+  x[64 + 7] = nan;                                                    // NaN block
+  x[96 + 31] = -inf;                                                  // Inf block
+  for (int i = 0; i < 32; ++i) x[128 + i] = i % 2 ? 448.0f : -3e38f;  // saturation
+  for (int i = 0; i < 32; ++i) x[160 + i] = 1e-42f * (i - 16);        // fp32 subnormals
+  for (int i = 0; i < 32; ++i) x[192 + i] = 1.0f + i * 0.0625f;       // ties at e4m3 steps
+  for (int i = 0; i < 32; ++i) x[224 + i] = 5e-5f * (i % 5 - 2);      // below the amax floor
+  return x;
+}
+
+struct Quantized {
+  std::vector<uint8_t> codes, scales;
+};
+
+Quantized Cpu(const std::vector<float>& x) {
+  Quantized q{std::vector<uint8_t>(x.size()), std::vector<uint8_t>(x.size() / 32)};
+  EXPECT_TRUE(cpu::QuantizeFp8(x, 32, q.codes, q.scales).ok());
+  return q;
+}
+
+Quantized Gpu(const void* host, size_t bytes, ActDtype dtype, int64_t rows, int64_t cols) {
+  DeviceBuffer<uint8_t> x(static_cast<int64_t>(bytes)), codes(rows * cols),
+      scales(rows * cols / 32);
+  EXPECT_TRUE(x.ok() && codes.ok() && scales.ok());
+  cudaMemcpy(x.get(), host, bytes, cudaMemcpyHostToDevice);
+  codes.Poison(0xAB);
+  scales.Poison(0xAB);
+  const absl::Status status = ActQuantFp8({.x = x.get(),
+                                           .dtype = dtype,
+                                           .codes = codes.get(),
+                                           .scales = scales.get(),
+                                           .rows = rows,
+                                           .cols = cols},
+                                          nullptr);
+  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  return {codes.ToHost(), scales.ToHost()};
+}
+
+void ExpectSame(const Quantized& got, const Quantized& want, const char* what) {
+  int64_t code_mismatches = 0, scale_mismatches = 0, first = -1;
+  for (size_t i = 0; i < want.codes.size(); ++i) {
+    if (got.codes[i] != want.codes[i]) {
+      if (first < 0) first = static_cast<int64_t>(i);
+      ++code_mismatches;
+    }
+  }
+  for (size_t i = 0; i < want.scales.size(); ++i)
+    scale_mismatches += got.scales[i] != want.scales[i];
+  EXPECT_EQ(code_mismatches, 0) << what << ", first at " << first;
+  EXPECT_EQ(scale_mismatches, 0) << what;
+  EXPECT_EQ(got.scales[2], 0xFF) << what;  // NaN block
+  EXPECT_EQ(got.scales[3], 0xFF) << what;  // Inf block
+}
+
+TEST(ActQuantFp8Test, Fp32BitIdenticalToTheCpu) {
+  for (auto [rows, cols] :
+       {std::pair<int64_t, int64_t>{1, 256}, {3, 4096}, {129, 5120}, {7, 32 * 9}}) {
+    const std::vector<float> x = Inputs(rows, cols, static_cast<uint32_t>(rows * cols));
+    ExpectSame(Gpu(x.data(), x.size() * 4, ActDtype::kF32, rows, cols), Cpu(x), "fp32");
+  }
+}
+
+TEST(ActQuantFp8Test, Bf16BitIdenticalToTheCpuOnWidenedValues) {
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 256}, {65, 2048}, {5, 32 * 11}}) {
+    const std::vector<float> x = Inputs(rows, cols, static_cast<uint32_t>(rows + cols));
+    std::vector<uint16_t> bits(x.size());
+    std::vector<float> widened(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      bits[i] = FloatToBf16Bits(x[i]);
+      widened[i] = Bf16BitsToFloat(bits[i]);
+    }
+    ExpectSame(Gpu(bits.data(), bits.size() * 2, ActDtype::kBf16, rows, cols), Cpu(widened),
+               "bf16");
+  }
+}
+
+TEST(ActQuantFp8Test, RefusesBadArguments) {
+  DeviceBuffer<uint8_t> buf(4096);
+  ASSERT_TRUE(buf.ok());
+  uint8_t* d = buf.get();
+  const ActQuantFp8Params good{
+      .x = d, .codes = d + 1024, .scales = d + 2048, .rows = 2, .cols = 64};
+  EXPECT_TRUE(ActQuantFp8(good, nullptr).ok());
+  const auto code = [](ActQuantFp8Params p) { return ActQuantFp8(p, nullptr).code(); };
+  ActQuantFp8Params p = good;
+  p.x = nullptr;
+  EXPECT_EQ(code(p), absl::StatusCode::kInvalidArgument);
+  p = good, p.cols = 48;
+  EXPECT_EQ(code(p), absl::StatusCode::kInvalidArgument);
+  p = good, p.rows = 0;
+  EXPECT_EQ(code(p), absl::StatusCode::kInvalidArgument);
+  p = good, p.x = d + 4;
+  EXPECT_EQ(code(p), absl::StatusCode::kInvalidArgument);
+  p = good, p.codes = d + 1028;
+  EXPECT_EQ(code(p), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+}  // namespace
+}  // namespace weir::kernels::cuda::dense

@@ -1,0 +1,101 @@
+#include "kernels/cuda/dense/fp8_block_gemm_params.h"
+
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+
+namespace weir::kernels::cuda::dense {
+namespace {
+
+constexpr int64_t kMaxGridY = 65535;
+
+bool AlignedTo(const void* p, uintptr_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
+}  // namespace
+
+Fp8GemmTileShape ShapeOfFp8GemmTile(Fp8GemmTile tile) {
+  // Decode tiles keep pipelines short so that many CTAs fit on an SM (a
+  // 1-warp CTA of 6 stages takes 18 KB: 12 per SM).
+  switch (tile) {
+    case Fp8GemmTile::kN16M8:
+      return {.block_n = 16, .block_m = 8, .warps_n = 1, .warps_m = 1, .stages = 6};
+    case Fp8GemmTile::kN16M16:
+      return {.block_n = 16, .block_m = 16, .warps_n = 1, .warps_m = 1, .stages = 6};
+    case Fp8GemmTile::kN16M32:
+      return {.block_n = 16, .block_m = 32, .warps_n = 1, .warps_m = 1, .stages = 5};
+    case Fp8GemmTile::kN16M64:
+      return {.block_n = 16, .block_m = 64, .warps_n = 1, .warps_m = 1, .stages = 4};
+    case Fp8GemmTile::kN32M8:
+      return {.block_n = 32, .block_m = 8, .warps_n = 2, .warps_m = 1, .stages = 6};
+    case Fp8GemmTile::kN32M16:
+      return {.block_n = 32, .block_m = 16, .warps_n = 2, .warps_m = 1, .stages = 6};
+    case Fp8GemmTile::kN32M32:
+      return {.block_n = 32, .block_m = 32, .warps_n = 2, .warps_m = 1, .stages = 5};
+    case Fp8GemmTile::kN32M64:
+      return {.block_n = 32, .block_m = 64, .warps_n = 2, .warps_m = 1, .stages = 4};
+    case Fp8GemmTile::kN64M64:
+      return {.block_n = 64, .block_m = 64, .warps_n = 4, .warps_m = 1, .stages = 6};
+    case Fp8GemmTile::kN128M64:
+      return {.block_n = 128, .block_m = 64, .warps_n = 8, .warps_m = 1, .stages = 4};
+    case Fp8GemmTile::kN128M128:
+      return {.block_n = 128, .block_m = 128, .warps_n = 2, .warps_m = 4, .stages = 4};
+    case Fp8GemmTile::kAuto:
+      break;
+  }
+  return {};
+}
+
+Fp8GemmTile ChooseFp8GemmTile(int64_t m, int64_t n) {
+  // From fp8_gemm_bench's tile sweep on an H200 (README "Measurements"). Up to
+  // 64 rows the CTA covers all of X, so W is read once; wide tiles win only
+  // when n is large enough to fill the GPU anyway (they read X fewer times).
+  if (m <= 8) return Fp8GemmTile::kN32M8;
+  if (m <= 16) return Fp8GemmTile::kN32M16;
+  if (m <= 32) return n >= 32768 ? Fp8GemmTile::kN32M32 : Fp8GemmTile::kN16M32;
+  if (m <= 64) return n >= 16384 ? Fp8GemmTile::kN128M64 : Fp8GemmTile::kN16M64;
+  if (m <= 256) return Fp8GemmTile::kN64M64;
+  return Fp8GemmTile::kN128M128;
+}
+
+int64_t Fp8GemmSharedBytes(const Fp8GemmTileShape& s) {
+  const int64_t groups = (s.block_n + kFp8GemmScaleBlock - 1) / kFp8GemmScaleBlock;
+  const int64_t per_stage =
+      static_cast<int64_t>(s.block_n + s.block_m) * kFp8GemmStageK + (groups + s.block_m) * 4;
+  return per_stage * s.stages;
+}
+
+absl::Status CheckFp8BlockGemmParams(const Fp8BlockGemmParams& p) {
+  if (p.x == nullptr || p.x_scales == nullptr || p.w == nullptr || p.w_scales == nullptr ||
+      p.y == nullptr) {
+    return absl::InvalidArgumentError("Fp8BlockGemm: null pointer");
+  }
+  if (p.m <= 0 || p.n <= 0 || p.k <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Fp8BlockGemm: non-positive shape m ", p.m, " n ", p.n, " k ", p.k));
+  }
+  if (p.k % kFp8GemmScaleBlock != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Fp8BlockGemm: k ", p.k, " is not a multiple of 32"));
+  }
+  if (p.k > (int64_t{1} << 30) || p.n > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError("Fp8BlockGemm: n or k above 2^30");
+  }
+  if (!AlignedTo(p.x, 16) || !AlignedTo(p.w, 16)) {
+    return absl::InvalidArgumentError("Fp8BlockGemm: x and w must be 16-byte aligned");
+  }
+  if (!AlignedTo(p.y, p.output == Fp8GemmOutput::kF32 ? 4 : 2)) {
+    return absl::InvalidArgumentError("Fp8BlockGemm: y is not aligned to its element");
+  }
+  const Fp8GemmTile tile = p.tile == Fp8GemmTile::kAuto ? ChooseFp8GemmTile(p.m, p.n) : p.tile;
+  const Fp8GemmTileShape shape = ShapeOfFp8GemmTile(tile);
+  if (shape.block_m == 0) return absl::InvalidArgumentError("Fp8BlockGemm: unknown tile");
+  if ((p.m + shape.block_m - 1) / shape.block_m > kMaxGridY) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Fp8BlockGemm: m ", p.m, " exceeds the launch grid of the tile"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace weir::kernels::cuda::dense

@@ -1,0 +1,141 @@
+// kernels/cuda/dense/fp8_block_gemm_params.h
+//
+// Arguments, tile table and shared-memory layout of Fp8BlockGemm
+// (fp8_block_gemm_sm90.h): Y [m, n] = X [m, k] * W [n, k]^T with both
+// operands in V4.1's stored FP8 form. Host-only C++ (no CUDA headers) so the
+// validation and the tile geometry are testable on a machine without a GPU;
+// the layout functions are also compiled into the kernel (fp8_block_gemm_sm90.cuh).
+//
+// Thread safety: pure functions and plain data.
+
+#ifndef WEIR_KERNELS_CUDA_DENSE_FP8_BLOCK_GEMM_PARAMS_H_
+#define WEIR_KERNELS_CUDA_DENSE_FP8_BLOCK_GEMM_PARAMS_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+#if defined(__CUDACC__)
+#define WEIR_FP8_GEMM_HD __host__ __device__
+#else
+#define WEIR_FP8_GEMM_HD
+#endif
+
+namespace weir::kernels::cuda::dense {
+
+// Elements of K that share one scale (the reference's act_quant block and the
+// weight's 32 x 32 tile edge).
+inline constexpr int kFp8GemmScaleBlock = 32;
+
+enum class Fp8GemmOutput {
+  kF32,   // y is float [m, n]
+  kBf16,  // y is bf16 bits [m, n]: the fp32 result rounded to nearest even
+};
+
+// CTA tiles. The name gives the CTA's rows of W (n) and of X (m). Every tile
+// computes every output element with the same operations in the same order
+// (see fp8_block_gemm_sm90.h), so the choice moves time, never bits.
+enum class Fp8GemmTile {
+  kAuto,   // ChooseFp8GemmTile(m, n)
+  kN16M8,  // decode: 1 warp, 16 W rows x all 8 X rows
+  kN16M16,
+  kN16M32,
+  kN16M64,
+  kN32M8,  // 2 warps, each 16 W rows x all 8 X rows
+  kN32M16,
+  kN32M32,
+  kN32M64,
+  kN64M64,    // 4 warps, each 16 W rows x 64 X rows
+  kN128M64,   // 8 warps, each 16 W rows x 64 X rows
+  kN128M128,  // prefill: 8 warps as 2 (n) x 4 (m), each 64 W rows x 32 X rows
+};
+
+// The geometry of one tile. Warps are laid out warp = warp_n + warps_n * warp_m.
+struct Fp8GemmTileShape {
+  int block_n = 0;  // W rows per CTA: 16, or a multiple of 32 (whole weight scale rows)
+  int block_m = 0;  // X rows per CTA (multiple of 8)
+  int warps_n = 0;
+  int warps_m = 0;
+  int stages = 0;  // cp.async pipeline depth, >= 3; each stage holds 128 of K
+};
+
+// Returns the shape of `tile`; kAuto returns a zero shape.
+Fp8GemmTileShape ShapeOfFp8GemmTile(Fp8GemmTile tile);
+
+// Returns the tile kAuto runs for m rows of X and n rows of W. Up to 64 rows
+// a single CTA row covers all of X, so every weight byte is read once.
+Fp8GemmTile ChooseFp8GemmTile(int64_t m, int64_t n);
+
+// Bytes of K per pipeline stage (4 scale blocks).
+inline constexpr int kFp8GemmStageK = 128;
+
+// Dynamic shared memory of one CTA of `shape`: per stage the W and X code
+// tiles ([rows][128] bytes each) and their scale bytes.
+int64_t Fp8GemmSharedBytes(const Fp8GemmTileShape& shape);
+
+struct Fp8BlockGemmParams {
+  const uint8_t* x = nullptr;         // device [m, k] e4m3 codes, 16-byte aligned
+  const uint8_t* x_scales = nullptr;  // device [m, k / 32] UE8M0 (one per row and K block)
+  const uint8_t* w = nullptr;         // device [n, k] e4m3 codes, 16-byte aligned
+  const uint8_t* w_scales = nullptr;  // device [ceil(n / 32), k / 32] UE8M0 (32 x 32 tiles)
+  void* y = nullptr;                  // device [m, n], float or bf16 per `output`
+  int64_t m = 0;
+  int64_t n = 0;
+  int64_t k = 0;  // multiple of 32
+  Fp8GemmOutput output = Fp8GemmOutput::kF32;
+  Fp8GemmTile tile = Fp8GemmTile::kAuto;
+};
+
+// Returns OK or INVALID_ARGUMENT naming the problem: a null pointer, m, n or
+// k not positive, k not a multiple of 32, x or w not 16-byte aligned, y not
+// aligned to its element, or m too large for the launch grid of the tile.
+absl::Status CheckFp8BlockGemmParams(const Fp8BlockGemmParams& params);
+
+// ---- Shared-memory tile layout (host and device) ---------------------------
+//
+// A stage holds rows of 128 bytes of K, in 8 chunks of 16 bytes. Chunk c of
+// row r sits at chunk position c ^ (r & 7): the 8 rows an ldmatrix reads for
+// one 16-byte column then fall in 8 different bank groups (no conflicts), and
+// a cp.async writes whole 16-byte chunks.
+WEIR_FP8_GEMM_HD constexpr int Fp8GemmSwizzledOffset(int row, int chunk) {
+  return row * kFp8GemmStageK + ((chunk ^ (row & 7)) << 4);
+}
+
+struct Fp8GemmRowChunk {
+  int row;    // row inside the 16-row (A) or 16-row pair-of-8 (B) fragment tile
+  int chunk;  // 16-byte chunk of the stage row
+};
+
+// The smem row and chunk whose address `lane` gives to ldmatrix.x4 for the A
+// (weight) fragment of an m16n8k32 mma over K block `j` (0..3) of a stage:
+// matrices 0..3 = (rows 0-7, k 0-15), (rows 8-15, k 0-15), (rows 0-7,
+// k 16-31), (rows 8-15, k 16-31), which is the order of registers a0..a3.
+WEIR_FP8_GEMM_HD constexpr Fp8GemmRowChunk Fp8GemmALdmatrixSource(int lane, int j) {
+  return {(lane & 7) + ((lane >> 3) & 1) * 8, 2 * j + (lane >> 4)};
+}
+
+// The same for the B (activation) fragments of two neighbouring 8-row tiles
+// t0, t0 + 1 with one ldmatrix.x4: matrices 0..3 = (tile t0, k 0-15),
+// (t0, k 16-31), (t0 + 1, k 0-15), (t0 + 1, k 16-31) = b0, b1 of tile t0 then
+// b0, b1 of tile t0 + 1. The row is relative to tile t0. With ldmatrix.x2
+// (one tile) lanes 0..15 give matrices 0 and 1 of the same formula.
+WEIR_FP8_GEMM_HD constexpr Fp8GemmRowChunk Fp8GemmBLdmatrixSource(int lane, int j) {
+  return {(lane & 7) + (lane >> 4) * 8, 2 * j + ((lane >> 3) & 1)};
+}
+
+struct Fp8GemmAccCoord {
+  int n;  // row of W inside the 16-row mma tile
+  int m;  // row of X inside the 8-row mma tile
+};
+
+// The output element held by accumulator register `r` (0..3) of `lane` in an
+// m16n8k32 mma whose A is W and whose B is X (so D is Y^T): d0, d1 at
+// (group, 2 * tig + {0, 1}), d2, d3 at (group + 8, ...), group = lane / 4,
+// tig = lane % 4.
+WEIR_FP8_GEMM_HD constexpr Fp8GemmAccCoord Fp8GemmAccumulatorCoord(int lane, int r) {
+  return {(lane >> 2) + (r >> 1) * 8, 2 * (lane & 3) + (r & 1)};
+}
+
+}  // namespace weir::kernels::cuda::dense
+
+#endif  // WEIR_KERNELS_CUDA_DENSE_FP8_BLOCK_GEMM_PARAMS_H_

@@ -1,0 +1,439 @@
+// kernels/cuda/dense/fp8_block_gemm_sm90.cuh — device code of Fp8BlockGemm.
+// No host dependencies. The contract and the arithmetic are in
+// fp8_block_gemm_sm90.h; the shared-memory layout in fp8_block_gemm_params.h.
+//
+// One CTA owns a block_n x block_m tile of Y^T (W rows x X rows) and walks all
+// of K in stages of 128: cp.async copies the W and X code tiles into a ring of
+// `stages` shared buffers (the scale bytes go through registers one stage
+// late, since their rows need not be 16-byte aligned), ldmatrix loads the
+// mma fragments, and every 32 of K each warp widens them to f16 and sums the
+// block on the tensor cores (BlockSum: two m16n8k16 f16 mma per 16 x 8
+// sub-tile, from a zero accumulator), then folds the block sum into the fp32
+// accumulators with the two scales.
+#ifndef WEIR_KERNELS_CUDA_DENSE_FP8_BLOCK_GEMM_SM90_CUH_
+#define WEIR_KERNELS_CUDA_DENSE_FP8_BLOCK_GEMM_SM90_CUH_
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/dense/fake_quant.cuh"
+#include "kernels/cuda/dense/fp8_block_gemm_params.h"
+
+namespace weir::kernels::cuda::dense {
+namespace fp8_gemm {
+
+struct KernelArgs {
+  const uint8_t* x;         // [m, k]
+  const uint8_t* x_scales;  // [m, k / 32]
+  const uint8_t* w;         // [n, k]
+  const uint8_t* w_scales;  // [ceil(n / 32), k / 32]
+  void* y;                  // [m, n], float or bf16
+  int64_t m, n, k;
+  bool bf16_out;
+};
+
+__device__ __forceinline__ uint32_t SharedAddress(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, bypassing L1; zero-fills when !valid (then `src`
+// is not read, but must still be a valid address).
+__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, bool valid) {
+  const int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes)
+               : "memory");
+}
+
+// 4 bytes global -> shared (through L1; 4-byte copies have no .cg form).
+__device__ __forceinline__ void CpAsync4(uint32_t dst, const void* src, bool valid) {
+  const int bytes = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void CpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Shared reads of the ring are ordered after its writes by __syncthreads;
+// volatile keeps them from moving across it, and without a memory clobber
+// the compiler may still batch them ahead of the arithmetic.
+__device__ __forceinline__ void LdMatrixX4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2,
+                                           uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void LdMatrixX2(uint32_t addr, uint32_t& r0, uint32_t& r1) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r0), "=r"(r1)
+               : "r"(addr));
+}
+
+__device__ __forceinline__ uint32_t LoadShared32(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr));
+  return v;
+}
+
+// Two e4m3 codes (bits 0-7, 8-15) -> f16x2 (exact: every e4m3 value is an f16).
+__device__ __forceinline__ uint32_t E4m3x2ToF16x2(uint32_t codes) {
+  const __half2_raw h =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes & 0xFFFFu), __NV_E4M3);
+  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+}
+
+// An m16n8k32 e4m3 fragment pair (A: 4 registers of 4 codes, B: 2) widened to
+// the two m16n8k16 f16 products that cover K 0-15 and 16-31. A thread's codes
+// k = 4t .. 4t+3 (t = lane % 4) land in the f16 slots 2t, 2t+1 and 2t+8,
+// 2t+9, the same slots for A and B, so each f16 mma sums the right pairs.
+struct F16A {
+  uint32_t lo[4], hi[4];  // K 0-15, K 16-31
+};
+struct F16B {
+  uint32_t lo[2], hi[2];
+};
+
+__device__ __forceinline__ F16A WidenA(const uint32_t (&a)[4]) {
+  return {{E4m3x2ToF16x2(a[0]), E4m3x2ToF16x2(a[1]), E4m3x2ToF16x2(a[0] >> 16),
+           E4m3x2ToF16x2(a[1] >> 16)},
+          {E4m3x2ToF16x2(a[2]), E4m3x2ToF16x2(a[3]), E4m3x2ToF16x2(a[2] >> 16),
+           E4m3x2ToF16x2(a[3] >> 16)}};
+}
+
+__device__ __forceinline__ F16B WidenB(uint32_t b0, uint32_t b1) {
+  return {{E4m3x2ToF16x2(b0), E4m3x2ToF16x2(b0 >> 16)},
+          {E4m3x2ToF16x2(b1), E4m3x2ToF16x2(b1 >> 16)}};
+}
+
+// d = A_lo B_lo + A_hi B_hi: the tensor core's fp32 sum of one 32-element K
+// block (products exact; K 0-15 from a zero accumulator, then K 16-31 added).
+// Hopper has no FP8 mma.sync datapath (ptxas expands the e4m3 form into this
+// same f16 pair), so this is the FP8 product at the f16 tensor-core rate.
+__device__ __forceinline__ void BlockSum(const F16A& a, const F16B& b, float (&d)[4]) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a.lo[0]), "r"(a.lo[1]), "r"(a.lo[2]), "r"(a.lo[3]), "r"(b.lo[0]), "r"(b.lo[1]),
+        "f"(0.0f));
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a.hi[0]), "r"(a.hi[1]), "r"(a.hi[2]), "r"(a.hi[3]), "r"(b.hi[0]), "r"(b.hi[1]));
+}
+
+// E8m0ToFloat of byte j of `word`, without branches: 2^(c - 127) from the
+// bits, c = 0 the subnormal 2^-127, c = 0xFF NaN.
+__device__ __forceinline__ float ScaleOf(uint32_t word, int j) {
+  const uint32_t c = (word >> (8 * j)) & 0xFFu;
+  uint32_t bits = c << 23;
+  bits = c == 0u ? 0x00400000u : bits;
+  bits = c == 0xFFu ? 0x7FC00000u : bits;
+  return __uint_as_float(bits);
+}
+
+// kBn x kBm tile of Y^T per CTA; warp tile (kBn / kWarpsN) x (kBm / kWarpsM).
+// kAsyncScales (k % 128 == 0, scale pointers 4-byte aligned): a stage's 4
+// scale bytes of each row are one aligned word, copied by cp.async with the
+// tiles. Otherwise they go through registers, stored one stage late (slower:
+// the loop then waits for them every stage). Both give the same bits.
+template <int kBn, int kBm, int kWarpsN, int kWarpsM, int kStages, bool kAsyncScales>
+__global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
+    Fp8BlockGemmKernel(const __grid_constant__ KernelArgs args) {
+  constexpr int kThreads = kWarpsN * kWarpsM * 32;
+  constexpr int kWarpN = kBn / kWarpsN;  // W rows per warp
+  constexpr int kWarpM = kBm / kWarpsM;  // X rows per warp
+  constexpr int kMi = kWarpN / 16;       // 16-row mma tiles of W per warp
+  constexpr int kNi = kWarpM / 8;        // 8-row mma tiles of X per warp
+  constexpr int kStageK = kFp8GemmStageK;
+  constexpr int kBlocksPerStage = kStageK / kFp8GemmScaleBlock;  // 4
+  constexpr int kGroups = (kBn + 31) / 32;                       // weight scale rows per CTA
+  constexpr int kWTile = kBn * kStageK;
+  constexpr int kXTile = kBm * kStageK;
+  constexpr int kWScaleBytes = kGroups * kBlocksPerStage;
+  constexpr int kXScaleBytes = kBm * kBlocksPerStage;
+  constexpr int kScaleRows = kBm + kGroups;
+  constexpr int kScaleLoads = (kScaleRows * kBlocksPerStage + kThreads - 1) / kThreads;
+  constexpr int kAsyncScaleRows = (kScaleRows + kThreads - 1) / kThreads;
+  constexpr int kWChunks = kBn * 8 / kThreads;  // 16-byte chunks per thread and stage
+  constexpr int kXChunks = kBm * 8 / kThreads;
+  static_assert(kBn % 16 == 0 && kWarpN % 16 == 0 && kWarpM % 8 == 0, "tile shape");
+  static_assert(kBn % 32 == 0 || kBn == 16, "a CTA covers whole weight scale rows, or half of one");
+  static_assert(kBn * 8 % kThreads == 0 && kBm * 8 % kThreads == 0, "chunk split");
+  static_assert(kStages >= 3, "scales are stored one stage after their loads");
+
+  extern __shared__ __align__(128) uint8_t smem[];
+  uint8_t* const w_tiles = smem;                        // [kStages][kBn][128] swizzled
+  uint8_t* const x_tiles = w_tiles + kStages * kWTile;  // [kStages][kBm][128] swizzled
+  uint8_t* const w_sc = x_tiles + kStages * kXTile;     // [kStages][kGroups][4]
+  uint8_t* const x_sc = w_sc + kStages * kWScaleBytes;  // [kStages][kBm][4]
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int warp_n0 = (warp % kWarpsN) * kWarpN;  // first W row of the warp in the CTA tile
+  const int warp_m0 = (warp / kWarpsN) * kWarpM;  // first X row of the warp in the CTA tile
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBn;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kBm;
+  const int64_t k = args.k;
+  const int num_kb = static_cast<int>(k / kFp8GemmScaleBlock);
+  const int num_kt = (num_kb + kBlocksPerStage - 1) / kBlocksPerStage;
+  const int64_t n_groups = (args.n + 31) / 32;
+
+  // Per-thread copy sources, fixed for the whole K loop (row pointers of the
+  // chunk at K = 0; rows past n / m point at row 0 and copy nothing).
+  const uint8_t* w_src[kWChunks];
+  const uint8_t* x_src[kXChunks];
+  uint32_t w_dst[kWChunks], x_dst[kXChunks];
+  int w_col[kWChunks], x_col[kXChunks];
+  bool w_row_ok[kWChunks], x_row_ok[kXChunks];
+#pragma unroll
+  for (int i = 0; i < kWChunks; ++i) {
+    const int c = tid + i * kThreads, row = c >> 3, chunk = c & 7;
+    w_row_ok[i] = n0 + row < args.n;
+    w_col[i] = chunk * 16;
+    w_src[i] = args.w + (w_row_ok[i] ? (n0 + row) * k : 0) + w_col[i];
+    w_dst[i] = Fp8GemmSwizzledOffset(row, chunk);
+  }
+#pragma unroll
+  for (int i = 0; i < kXChunks; ++i) {
+    const int c = tid + i * kThreads, row = c >> 3, chunk = c & 7;
+    x_row_ok[i] = m0 + row < args.m;
+    x_col[i] = chunk * 16;
+    x_src[i] = args.x + (x_row_ok[i] ? (m0 + row) * k : 0) + x_col[i];
+    x_dst[i] = Fp8GemmSwizzledOffset(row, chunk);
+  }
+  // Scale rows this thread copies when kAsyncScales: X rows first, then the
+  // weight scale rows; their stage word sits at offset 4 kt of the row.
+  const uint8_t* s_src[kAsyncScaleRows];
+  uint32_t s_dst[kAsyncScaleRows];
+  bool s_ok[kAsyncScaleRows];
+#pragma unroll
+  for (int i = 0; i < kAsyncScaleRows; ++i) {
+    const int e = tid + i * kThreads;
+    if (e < kBm) {
+      s_ok[i] = m0 + e < args.m;
+      s_src[i] = args.x_scales + (s_ok[i] ? (m0 + e) * num_kb : 0);
+      s_dst[i] = SharedAddress(x_sc) + e * 4;
+    } else {
+      const int64_t g = n0 / 32 + (e - kBm);
+      s_ok[i] = e < kScaleRows && g < n_groups;
+      s_src[i] = args.w_scales + (s_ok[i] ? g * num_kb : 0);
+      s_dst[i] = SharedAddress(w_sc) + (e - kBm) * 4;
+    }
+  }
+
+  // Copies the W and X code tiles (and, when async, the scale words) of
+  // stage `kt` into ring slot `slot`; rows past n / m and K past k are
+  // zero-filled.
+  auto load_tiles = [&](int kt, int slot) {
+    const int64_t k_base = static_cast<int64_t>(kt) * kStageK;
+    const int64_t k_left = k - k_base;
+    const uint32_t w_slot = SharedAddress(w_tiles) + slot * kWTile;
+#pragma unroll
+    for (int i = 0; i < kWChunks; ++i) {
+      const bool valid = w_row_ok[i] && w_col[i] < k_left;
+      CpAsync16(w_slot + w_dst[i], valid ? w_src[i] + k_base : w_src[i], valid);
+    }
+    const uint32_t x_slot = SharedAddress(x_tiles) + slot * kXTile;
+#pragma unroll
+    for (int i = 0; i < kXChunks; ++i) {
+      const bool valid = x_row_ok[i] && x_col[i] < k_left;
+      CpAsync16(x_slot + x_dst[i], valid ? x_src[i] + k_base : x_src[i], valid);
+    }
+    if constexpr (kAsyncScales) {  // unused rows read as code 0; their products are dropped
+#pragma unroll
+      for (int i = 0; i < kAsyncScaleRows; ++i) {
+        if (i * kThreads + tid < kScaleRows) {
+          const uint32_t dst =
+              s_dst[i] + slot * (i * kThreads + tid < kBm ? kXScaleBytes : kWScaleBytes);
+          CpAsync4(dst, s_ok[i] ? s_src[i] + kt * kBlocksPerStage : s_src[i], s_ok[i]);
+        }
+      }
+    }
+  };
+  // Register path: this thread's scale bytes of stage `kt` (entry e = row * 4
+  // + block, X rows first). Out-of-range entries read as 127 (1.0).
+  auto load_scales = [&](int kt, uint32_t(&r)[kScaleLoads]) {
+#pragma unroll
+    for (int i = 0; i < kScaleLoads; ++i) {
+      const int e = tid + i * kThreads;
+      const int kb = kt * kBlocksPerStage + (e & 3);
+      uint32_t v = 127;
+      if (e < kXScaleBytes) {
+        const int64_t gm = m0 + (e >> 2);
+        if (gm < args.m && kb < num_kb) v = __ldg(args.x_scales + gm * num_kb + kb);
+      } else if (e < kXScaleBytes + kWScaleBytes) {
+        const int64_t g = n0 / 32 + ((e - kXScaleBytes) >> 2);
+        if (g < n_groups && kb < num_kb) v = __ldg(args.w_scales + g * num_kb + kb);
+      }
+      r[i] = v;
+    }
+  };
+  auto store_scales = [&](int slot, const uint32_t(&r)[kScaleLoads]) {
+#pragma unroll
+    for (int i = 0; i < kScaleLoads; ++i) {
+      const int e = tid + i * kThreads;
+      if (e < kXScaleBytes) {
+        x_sc[slot * kXScaleBytes + e] = static_cast<uint8_t>(r[i]);
+      } else if (e < kXScaleBytes + kWScaleBytes) {
+        w_sc[slot * kWScaleBytes + e - kXScaleBytes] = static_cast<uint8_t>(r[i]);
+      }
+    }
+  };
+
+  float acc[kMi][kNi][4];
+#pragma unroll
+  for (int mi = 0; mi < kMi; ++mi) {
+#pragma unroll
+    for (int ni = 0; ni < kNi; ++ni) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[mi][ni][r] = 0.0f;
+    }
+  }
+
+  // Folds the K blocks of ring slot `slot` (the first `blocks` of its 4) into acc.
+  auto compute = [&](int slot, int blocks) {
+    const uint32_t w_base = SharedAddress(w_tiles) + slot * kWTile;
+    const uint32_t x_base = SharedAddress(x_tiles) + slot * kXTile;
+    // Scale words of the stage: byte j is K block j.
+    uint32_t x_word[kNi][2], w_word[kMi];
+#pragma unroll
+    for (int ni = 0; ni < kNi; ++ni) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = warp_m0 + ni * 8 + Fp8GemmAccumulatorCoord(lane, h).m;
+        x_word[ni][h] = LoadShared32(SharedAddress(x_sc) + slot * kXScaleBytes + row * 4);
+      }
+    }
+#pragma unroll
+    for (int mi = 0; mi < kMi; ++mi) {  // 16-row tiles start at multiples of 16: one scale row
+      w_word[mi] =
+          LoadShared32(SharedAddress(w_sc) + slot * kWScaleBytes + (warp_n0 + mi * 16) / 32 * 4);
+    }
+#pragma unroll
+    for (int j = 0; j < kBlocksPerStage; ++j) {
+      if (j >= blocks) break;  // uniform over the CTA: only in the last stage
+      F16B b[kNi];
+#pragma unroll
+      for (int ni = 0; ni + 1 < kNi; ni += 2) {
+        const Fp8GemmRowChunk src = Fp8GemmBLdmatrixSource(lane, j);
+        uint32_t r0, r1, r2, r3;
+        LdMatrixX4(x_base + Fp8GemmSwizzledOffset(warp_m0 + ni * 8 + src.row, src.chunk), r0, r1,
+                   r2, r3);
+        b[ni] = WidenB(r0, r1);
+        b[ni + 1] = WidenB(r2, r3);
+      }
+      if constexpr (kNi % 2 == 1) {
+        const Fp8GemmRowChunk src = Fp8GemmBLdmatrixSource(lane & 15, j);
+        uint32_t r0, r1;
+        LdMatrixX2(x_base + Fp8GemmSwizzledOffset(warp_m0 + (kNi - 1) * 8 + src.row, src.chunk), r0,
+                   r1);
+        b[kNi - 1] = WidenB(r0, r1);
+      }
+      float xf[kNi][2];  // X scales of this thread's two output columns per tile
+#pragma unroll
+      for (int ni = 0; ni < kNi; ++ni) {
+        xf[ni][0] = ScaleOf(x_word[ni][0], j);
+        xf[ni][1] = ScaleOf(x_word[ni][1], j);
+      }
+#pragma unroll
+      for (int mi = 0; mi < kMi; ++mi) {
+        uint32_t a8[4];
+        const Fp8GemmRowChunk src = Fp8GemmALdmatrixSource(lane, j);
+        LdMatrixX4(w_base + Fp8GemmSwizzledOffset(warp_n0 + mi * 16 + src.row, src.chunk), a8[0],
+                   a8[1], a8[2], a8[3]);
+        const F16A a = WidenA(a8);
+        const float wf = ScaleOf(w_word[mi], j);
+#pragma unroll
+        for (int ni = 0; ni < kNi; ++ni) {
+          float p[4];
+          BlockSum(a, b[ni], p);
+          // sx * sw is a product of powers of two: exact, so p * (sx * sw) is
+          // too, and the fma rounds once, exactly like acc + p * sx * sw.
+          const float f0 = __fmul_rn(wf, xf[ni][0]);
+          const float f1 = __fmul_rn(wf, xf[ni][1]);
+          acc[mi][ni][0] = __fmaf_rn(p[0], f0, acc[mi][ni][0]);
+          acc[mi][ni][1] = __fmaf_rn(p[1], f1, acc[mi][ni][1]);
+          acc[mi][ni][2] = __fmaf_rn(p[2], f0, acc[mi][ni][2]);
+          acc[mi][ni][3] = __fmaf_rn(p[3], f1, acc[mi][ni][3]);
+        }
+      }
+    }
+  };
+
+  // Prologue: stages 0 .. kStages - 2 (register-path scales stored at once).
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < num_kt) {
+      load_tiles(s, s);
+      if constexpr (!kAsyncScales) {
+        uint32_t r[kScaleLoads];
+        load_scales(s, r);
+        store_scales(s, r);
+      }
+    }
+    CpAsyncCommit();
+  }
+  uint32_t pending[kScaleLoads];
+#pragma unroll
+  for (int i = 0; i < kScaleLoads; ++i) pending[i] = 127;
+  int slot = 0;
+  int next_slot = kStages - 1;
+  for (int kt = 0; kt < num_kt; ++kt) {
+    CpAsyncWait<kStages - 2>();  // this thread's copies of stage kt have landed
+    __syncthreads();             // everyone's have; the slot of stage kt - 1 is free
+    const int next = kt + kStages - 1;
+    if constexpr (!kAsyncScales) {
+      // Scales of stage next - 1 (loaded one iteration ago) go to their slot,
+      // last read at stage kt - 2; they are read at stage next - 1 >= kt + 1,
+      // after the next barrier.
+      if (kt >= 1 && next - 1 < num_kt) {
+        store_scales(next_slot == 0 ? kStages - 1 : next_slot - 1, pending);
+      }
+    }
+    if (next < num_kt) {
+      load_tiles(next, next_slot);
+      if constexpr (!kAsyncScales) load_scales(next, pending);
+    }
+    CpAsyncCommit();
+    compute(slot, min(kBlocksPerStage, num_kb - kt * kBlocksPerStage));
+    slot = slot + 1 == kStages ? 0 : slot + 1;
+    next_slot = next_slot + 1 == kStages ? 0 : next_slot + 1;
+  }
+
+#pragma unroll
+  for (int mi = 0; mi < kMi; ++mi) {
+#pragma unroll
+    for (int ni = 0; ni < kNi; ++ni) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const Fp8GemmAccCoord c = Fp8GemmAccumulatorCoord(lane, r);
+        const int64_t gn = n0 + warp_n0 + mi * 16 + c.n;
+        const int64_t gm = m0 + warp_m0 + ni * 8 + c.m;
+        if (gn < args.n && gm < args.m) {
+          if (args.bf16_out) {
+            static_cast<__nv_bfloat16*>(args.y)[gm * args.n + gn] =
+                __float2bfloat16_rn(acc[mi][ni][r]);
+          } else {
+            static_cast<float*>(args.y)[gm * args.n + gn] = acc[mi][ni][r];
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace fp8_gemm
+}  // namespace weir::kernels::cuda::dense
+
+#endif  // WEIR_KERNELS_CUDA_DENSE_FP8_BLOCK_GEMM_SM90_CUH_

@@ -1,0 +1,394 @@
+// GPU test of Fp8BlockGemm: against the exact (double) product of the
+// dequantized operands, bit-identity across tiles and batch compositions,
+// NaN blocks, bf16 output, graph capture and bad arguments.
+
+#include "kernels/cuda/dense/fp8_block_gemm_sm90.h"
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/common/numeric_formats.h"
+#include "kernels/cpu/quant.h"
+#include "kernels/cpu/weight_quant.h"
+#include "kernels/cuda/dense/test_util.h"
+
+namespace weir::kernels::cuda::dense {
+namespace {
+
+constexpr Fp8GemmTile kAllTiles[] = {
+    Fp8GemmTile::kN16M8,  Fp8GemmTile::kN16M16,  Fp8GemmTile::kN16M32,  Fp8GemmTile::kN16M64,
+    Fp8GemmTile::kN32M8,  Fp8GemmTile::kN32M16,  Fp8GemmTile::kN32M32,  Fp8GemmTile::kN32M64,
+    Fp8GemmTile::kN64M64, Fp8GemmTile::kN128M64, Fp8GemmTile::kN128M128};
+
+// Both operands in stored form, on the host.
+struct Operands {
+  int64_t m = 0, n = 0, k = 0;
+  std::vector<uint8_t> x, x_scales;  // [m, k], [m, k/32]
+  std::vector<uint8_t> w, w_scales;  // [n, k], [ceil(n/32), k/32]
+};
+
+enum class Source {
+  kQuantized,  // fp32 values through cpu::QuantizeFp8 / QuantizeFp8Weight
+  kRawCodes,   // any finite code, scales 2^-15 .. 2^12
+};
+
+// Quantizes fresh random rows of x: normal values, each row and each 32-block
+// with its own magnitude (2^-12 .. 2^12), so scales differ along K and M.
+void QuantizedRows(int64_t rows, int64_t k, std::mt19937& rng, std::vector<uint8_t>& codes,
+                   std::vector<uint8_t>& scales) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-12, 12);
+  std::vector<float> v(rows * k);
+  for (int64_t b = 0; b < rows * k / 32; ++b) {
+    const float s = std::ldexp(1.0f, exponent(rng));
+    for (int i = 0; i < 32; ++i) v[b * 32 + i] = normal(rng) * s;
+  }
+  codes.resize(rows * k);
+  scales.resize(rows * k / 32);
+  ASSERT_TRUE(cpu::QuantizeFp8(v, 32, codes, scales).ok());
+}
+
+Operands MakeOperands(int64_t m, int64_t n, int64_t k, uint32_t seed, Source source) {
+  Operands op{.m = m, .n = n, .k = k};
+  std::mt19937 rng(seed);
+  const int64_t n_groups = (n + 31) / 32;
+  if (source == Source::kQuantized) {
+    QuantizedRows(m, k, rng, op.x, op.x_scales);
+    std::normal_distribution<float> normal(0.0f, 0.05f);
+    std::uniform_int_distribution<int> exponent(-6, 6);
+    std::vector<float> w(n * k);
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t c = 0; c < k; ++c) w[r * k + c] = normal(rng);
+    }
+    // Tile magnitudes differ too (every 32 x 32 tile its own scale).
+    for (int64_t g = 0; g < n_groups; ++g) {
+      for (int64_t kb = 0; kb < k / 32; ++kb) {
+        const float s = std::ldexp(1.0f, exponent(rng));
+        for (int64_t r = g * 32; r < std::min(n, g * 32 + 32); ++r) {
+          for (int64_t c = kb * 32; c < kb * 32 + 32; ++c) w[r * k + c] *= s;
+        }
+      }
+    }
+    op.w.resize(n * k);
+    op.w_scales.resize(cpu::Fp8WeightScaleCount(n, k, 32));
+    EXPECT_TRUE(cpu::QuantizeFp8Weight(w, n, k, 32, op.w, op.w_scales).ok());
+  } else {
+    std::uniform_int_distribution<int> byte(0, 255), scale(112, 139);
+    auto code = [&] {
+      int c;
+      do c = byte(rng);
+      while ((c & 0x7F) == 0x7F);  // no NaN codes
+      return static_cast<uint8_t>(c);
+    };
+    op.x.resize(m * k);
+    op.w.resize(n * k);
+    for (auto& c : op.x) c = code();
+    for (auto& c : op.w) c = code();
+    op.x_scales.resize(m * k / 32);
+    op.w_scales.resize(n_groups * (k / 32));
+    for (auto& s : op.x_scales) s = static_cast<uint8_t>(scale(rng));
+    for (auto& s : op.w_scales) s = static_cast<uint8_t>(scale(rng));
+  }
+  return op;
+}
+
+// The exact product of the dequantized operands (each dequantized value is an
+// fp32 with a 4-bit significand, so every product is exact in double and the
+// double sum is exact to ~1e-16 relative), and sum_k |x_k w_k| per element.
+void Exact(const Operands& op, std::vector<double>& y, std::vector<double>& abs_sum) {
+  std::vector<float> x(op.m * op.k), w(op.n * op.k);
+  ASSERT_TRUE(cpu::DequantizeFp8(op.x, op.x_scales, 32, x).ok());
+  ASSERT_TRUE(cpu::DequantizeFp8Weight(op.w, op.w_scales, op.n, op.k, 32, w).ok());
+  y.assign(op.m * op.n, 0.0);
+  abs_sum.assign(op.m * op.n, 0.0);
+  for (int64_t i = 0; i < op.m; ++i) {
+    const float* xr = &x[i * op.k];
+    for (int64_t j = 0; j < op.n; ++j) {
+      const float* wr = &w[j * op.k];
+      double s = 0, a = 0;
+      for (int64_t c = 0; c < op.k; ++c) {
+        const double p = static_cast<double>(xr[c]) * wr[c];
+        s += p;
+        a += std::fabs(p);
+      }
+      y[i * op.n + j] = s;
+      abs_sum[i * op.n + j] = a;
+    }
+  }
+}
+
+// Runs Fp8BlockGemm with NaN-poisoned output; returns the fp32 result (bf16
+// results widened), empty on failure. The activation scales start
+// `scale_offset` bytes into their buffer (1: not 4-byte aligned, which takes
+// the kernel's register path for scales).
+std::vector<float> RunGpu(const Operands& op, Fp8GemmTile tile,
+                          Fp8GemmOutput output = Fp8GemmOutput::kF32, int scale_offset = 0) {
+  DeviceBuffer<uint8_t> x(op.x), w(op.w), ws(op.w_scales);
+  DeviceBuffer<uint8_t> xs(static_cast<int64_t>(op.x_scales.size()) + 4);
+  if (xs.ok()) {
+    cudaMemcpy(xs.get() + scale_offset, op.x_scales.data(), op.x_scales.size(),
+               cudaMemcpyHostToDevice);
+  }
+  DeviceBuffer<float> y(op.m * op.n);  // large enough for bf16 too
+  if (!x.ok() || !xs.ok() || !w.ok() || !ws.ok() || !y.ok()) {
+    ADD_FAILURE() << "cudaMalloc";
+    return {};
+  }
+  y.Poison(0xFF);  // NaN in fp32 and in bf16
+  const absl::Status status = Fp8BlockGemm({.x = x.get(),
+                                            .x_scales = xs.get() + scale_offset,
+                                            .w = w.get(),
+                                            .w_scales = ws.get(),
+                                            .y = y.get(),
+                                            .m = op.m,
+                                            .n = op.n,
+                                            .k = op.k,
+                                            .output = output,
+                                            .tile = tile},
+                                           nullptr);
+  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<float> out = y.ToHost();
+  if (output == Fp8GemmOutput::kBf16) {
+    std::vector<uint16_t> bits(op.m * op.n);
+    std::memcpy(bits.data(), out.data(), bits.size() * 2);
+    out.resize(op.m * op.n);
+    for (size_t i = 0; i < bits.size(); ++i) out[i] = Bf16BitsToFloat(bits[i]);
+  }
+  return out;
+}
+
+// Error allowed for the tensor core's 32-element block sums, relative to
+// sum |x w|. The products are exact (e4m3 -> f16 is exact, f16 x f16 fits
+// fp32) and each block sum rounds at fp32 precision (TensorCoreBlockSum
+// shows 1 + 2^-18 kept), so a few 2^-24 per block would do; 1e-5 leaves room
+// for the hardware's alignment truncation. The fp32 fold adds one rounding
+// (2^-24 of the running sum, itself <= sum |x w|) per block, so the bound is
+//   |y - exact| <= (kTensorCoreRel + (k/32) * 2^-24) * sum_k |x_k w_k| + 1e-30.
+// Measured worst on an H200: 7.1e-7 (k = 8192, raw codes).
+constexpr double kTensorCoreRel = 1e-5;
+
+struct Agreement {
+  int64_t violations = 0;
+  double worst_ratio = 0;  // max |y - exact| / sum |x w|
+};
+
+Agreement Compare(const Operands& op, const std::vector<float>& got) {
+  std::vector<double> exact, abs_sum;
+  Exact(op, exact, abs_sum);
+  Agreement a;
+  const double rel = kTensorCoreRel + static_cast<double>(op.k / 32) * std::ldexp(1.0, -24);
+  for (size_t i = 0; i < exact.size(); ++i) {
+    const double err = std::fabs(static_cast<double>(got[i]) - exact[i]);
+    if (!(err <= rel * abs_sum[i] + 1e-30)) ++a.violations;  // NaN counts
+    if (abs_sum[i] > 0) a.worst_ratio = std::max(a.worst_ratio, err / abs_sum[i]);
+  }
+  return a;
+}
+
+struct Shape {
+  int64_t m, n, k;
+};
+
+TEST(Fp8BlockGemmTest, MatchesTheExactProductWithinTheBound) {
+  const Shape shapes[] = {
+      {1, 64, 32},     {1, 1280, 5120},  // one row: K = 32, and V4.1's wq_a
+      {3, 33, 96},     {7, 100, 160},    // N not a multiple of any tile; K % 128 != 0
+      {8, 512, 1024},  {16, 70, 256},   {17, 257, 1024}, {33, 96, 2304},
+      {64, 130, 1280}, {65, 96, 256},   {200, 150, 512}, {300, 257, 8192},
+  };
+  for (Source source : {Source::kQuantized, Source::kRawCodes}) {
+    for (const Shape& s : shapes) {
+      const Operands op = MakeOperands(s.m, s.n, s.k, 17 * s.m + s.n + s.k, source);
+      const std::vector<float> got = RunGpu(op, Fp8GemmTile::kAuto);
+      ASSERT_EQ(got.size(), static_cast<size_t>(s.m * s.n));
+      const Agreement a = Compare(op, got);
+      EXPECT_EQ(a.violations, 0) << s.m << "x" << s.n << "x" << s.k << " source "
+                                 << static_cast<int>(source);
+      std::printf("m %-4lld n %-5lld k %-5lld %s: worst |y - exact| / sum|xw| = %.3g\n",
+                  static_cast<long long>(s.m), static_cast<long long>(s.n),
+                  static_cast<long long>(s.k), source == Source::kQuantized ? "quantized" : "raw",
+                  a.worst_ratio);
+    }
+  }
+}
+
+TEST(Fp8BlockGemmTest, EveryTileGivesTheSameBits) {
+  for (const Shape& s :
+       {Shape{1, 300, 512}, Shape{13, 257, 1056}, Shape{64, 160, 4096}, Shape{150, 200, 384}}) {
+    const Operands op = MakeOperands(s.m, s.n, s.k, 5 + s.m, Source::kQuantized);
+    const std::vector<float> first = RunGpu(op, kAllTiles[0]);
+    const Agreement a = Compare(op, first);
+    EXPECT_EQ(a.violations, 0);
+    for (Fp8GemmTile tile : kAllTiles) {
+      int64_t at = -1;
+      EXPECT_EQ(BitMismatches(RunGpu(op, tile), first, &at), 0)
+          << "tile " << static_cast<int>(tile) << " shape " << s.m << "x" << s.n << "x" << s.k
+          << " first mismatch " << at;
+    }
+  }
+}
+
+// k % 128 == 0 with 4-byte aligned scales copies the scale words with
+// cp.async; otherwise they go through registers. Same arithmetic, same bits.
+TEST(Fp8BlockGemmTest, BothScalePathsGiveTheSameBits) {
+  for (Fp8GemmTile tile : kAllTiles) {
+    const Operands op = MakeOperands(40, 100, 1024, 31, Source::kQuantized);
+    int64_t at = -1;
+    EXPECT_EQ(BitMismatches(RunGpu(op, tile, Fp8GemmOutput::kF32, 1), RunGpu(op, tile), &at), 0)
+        << "tile " << static_cast<int>(tile) << " first mismatch " << at;
+  }
+}
+
+// A row alone (m = 1) and the same row at several positions of batches of
+// other random rows give the same bits, with the automatic tile and with
+// every tile.
+TEST(Fp8BlockGemmTest, ARowsResultDoesNotDependOnTheBatch) {
+  constexpr int64_t kN = 384, kK = 2048;
+  Operands alone = MakeOperands(1, kN, kK, 99, Source::kQuantized);
+  const std::vector<float> want = RunGpu(alone, Fp8GemmTile::kAuto);
+  std::mt19937 rng(4);
+  for (int64_t m : {7, 64, 200, 4096}) {
+    for (int64_t pos : {int64_t{0}, m / 2 + 1, m - 1}) {
+      Operands batch = alone;
+      batch.m = m;
+      QuantizedRows(m, kK, rng, batch.x, batch.x_scales);
+      std::copy(alone.x.begin(), alone.x.end(), batch.x.begin() + pos * kK);
+      std::copy(alone.x_scales.begin(), alone.x_scales.end(),
+                batch.x_scales.begin() + pos * (kK / 32));
+      for (Fp8GemmTile tile : {Fp8GemmTile::kAuto, Fp8GemmTile::kN32M8, Fp8GemmTile::kN64M64,
+                               Fp8GemmTile::kN128M128}) {
+        const std::vector<float> got = RunGpu(batch, tile);
+        ASSERT_EQ(got.size(), static_cast<size_t>(m * kN));
+        const std::vector<float> row(got.begin() + pos * kN, got.begin() + (pos + 1) * kN);
+        int64_t at = -1;
+        EXPECT_EQ(BitMismatches(row, want, &at), 0)
+            << "m " << m << " position " << pos << " tile " << static_cast<int>(tile)
+            << " first mismatch " << at;
+      }
+    }
+  }
+}
+
+TEST(Fp8BlockGemmTest, Bf16OutputIsTheRoundedFp32Output) {
+  const Operands op = MakeOperands(37, 190, 640, 8, Source::kQuantized);
+  for (Fp8GemmTile tile : {Fp8GemmTile::kAuto, Fp8GemmTile::kN128M128}) {
+    const std::vector<float> f32 = RunGpu(op, tile);
+    std::vector<float> rounded(f32.size());
+    for (size_t i = 0; i < f32.size(); ++i) rounded[i] = RoundToBf16(f32[i]);
+    int64_t at = -1;
+    EXPECT_EQ(BitMismatches(RunGpu(op, tile, Fp8GemmOutput::kBf16), rounded, &at), 0)
+        << "first mismatch " << at;
+  }
+}
+
+// A NaN activation block (as the quantizer writes it: scale 0xFF, codes 0x7F)
+// makes its row NaN; a weight tile with scale 0xFF makes its 32 columns NaN.
+// Everything else stays finite and within the bound.
+TEST(Fp8BlockGemmTest, NanBlocksPropagateToTheirOutputsOnly) {
+  Operands op = MakeOperands(20, 100, 256, 12, Source::kQuantized);
+  std::fill(op.x.begin() + 5 * 256 + 64, op.x.begin() + 5 * 256 + 96, 0x7F);
+  op.x_scales[5 * 8 + 2] = 0xFF;  // row 5, K block 2
+  op.w_scales[2 * 8 + 7] = 0xFF;  // rows 64..95, K block 7
+  const std::vector<float> got = RunGpu(op, Fp8GemmTile::kAuto);
+  ASSERT_EQ(got.size(), static_cast<size_t>(20 * 100));
+  for (int64_t i = 0; i < 20; ++i) {
+    for (int64_t j = 0; j < 100; ++j) {
+      const bool want_nan = i == 5 || (j >= 64 && j < 96);
+      EXPECT_EQ(std::isnan(got[i * 100 + j]), want_nan) << i << ", " << j;
+    }
+  }
+}
+
+// Measures what the tensor core keeps of one 32-element block sum: 1 plus
+// one small product 2^-e (scales 1.0), for e = 10 .. 18. Prints the result;
+// the bound above assumes only that the kept part is within kTensorCoreRel.
+TEST(Fp8BlockGemmTest, TensorCoreBlockSum) {
+  Operands op{.m = 1, .n = 9, .k = 32};
+  op.x.assign(32, 0x00);
+  op.x_scales.assign(1, 127);
+  op.w.assign(9 * 32, 0x00);
+  op.w_scales.assign(1, 127);
+  op.x[0] = 0x38;  // 1.0
+  op.x[1] = 0x01;  // 2^-9 (smallest subnormal)
+  for (int e = 10; e <= 18; ++e) {
+    const int row = e - 10;
+    op.w[row * 32 + 0] = 0x38;  // 1.0
+    // w[1] = 2^-(e - 9): e4m3 normal 2^-6 .. 2^-1 has code (exp + 7) << 3,
+    // subnormal 2^-7 .. 2^-9 has code 4, 2, 1.
+    const int p = e - 9;  // 1 .. 9
+    op.w[row * 32 + 1] =
+        p <= 6 ? static_cast<uint8_t>((7 - p) << 3) : static_cast<uint8_t>(1 << (9 - p));
+  }
+  const std::vector<float> got = RunGpu(op, Fp8GemmTile::kAuto);
+  ASSERT_EQ(got.size(), 9u);
+  for (int e = 10; e <= 18; ++e) {
+    const double want = 1.0 + std::ldexp(1.0, -e);
+    std::printf("1 + 2^-%d: tensor core %.10g (exact %.10g)%s\n", e, got[e - 10], want,
+                got[e - 10] == want ? "" : "  <- not kept");
+    EXPECT_LE(std::fabs(got[e - 10] - want), kTensorCoreRel * want);
+  }
+}
+
+TEST(Fp8BlockGemmTest, ReplaysFromACudaGraph) {
+  const Operands op = MakeOperands(8, 320, 1024, 21, Source::kQuantized);
+  const std::vector<float> want = RunGpu(op, Fp8GemmTile::kAuto);
+  DeviceBuffer<uint8_t> x(op.x), xs(op.x_scales), w(op.w), ws(op.w_scales);
+  DeviceBuffer<float> y(op.m * op.n);
+  y.Poison(0xFF);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  const absl::Status status = Fp8BlockGemm({.x = x.get(),
+                                            .x_scales = xs.get(),
+                                            .w = w.get(),
+                                            .w_scales = ws.get(),
+                                            .y = y.get(),
+                                            .m = op.m,
+                                            .n = op.n,
+                                            .k = op.k},
+                                           stream);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_TRUE(status.ok()) << status;
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  int64_t at = -1;
+  EXPECT_EQ(BitMismatches(y.ToHost(), want, &at), 0) << at;
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+TEST(Fp8BlockGemmTest, RefusesBadArguments) {
+  DeviceBuffer<uint8_t> buf(1 << 16);
+  ASSERT_TRUE(buf.ok());
+  uint8_t* d = buf.get();
+  const Fp8BlockGemmParams good{
+      .x = d, .x_scales = d, .w = d, .w_scales = d, .y = d, .m = 2, .n = 32, .k = 64};
+  EXPECT_TRUE(Fp8BlockGemm(good, nullptr).ok());
+  const auto code = [](Fp8BlockGemmParams p) { return Fp8BlockGemm(p, nullptr).code(); };
+  Fp8BlockGemmParams p = good;
+  p.w = nullptr;
+  EXPECT_EQ(code(p), absl::StatusCode::kInvalidArgument);
+  p = good, p.k = 40;
+  EXPECT_EQ(code(p), absl::StatusCode::kInvalidArgument);
+  p = good, p.m = 0;
+  EXPECT_EQ(code(p), absl::StatusCode::kInvalidArgument);
+  p = good, p.x = d + 8;
+  EXPECT_EQ(code(p), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+}  // namespace
+}  // namespace weir::kernels::cuda::dense

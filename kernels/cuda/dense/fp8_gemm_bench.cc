@@ -1,0 +1,407 @@
+// kernels/cuda/dense/fp8_gemm_bench.cc
+//
+// Times Fp8BlockGemm (fp8_block_gemm_sm90.h) on the GPU machine:
+//   * decode (m = 1, 8, 32, 64) on V4.1-Flash's FP8 dense shapes: time per
+//     call as CUDA-graph replays of back-to-back launches, "cold" with inputs
+//     rotated over buffers larger than L2 (60 MB) and "hot" on one buffer;
+//     bytes read in stored form (W codes + W scales + X codes + X scales),
+//     GB/s, and the ratio to the device-copy rate measured in the same run;
+//     also the fastest tile of the table (every tile gives the same bits, so
+//     the choice is free);
+//   * prefill (m = 4096): TFLOP/s against cuBLASLt's own FP8 GEMM (e4m3 x e4m3,
+//     per-tensor scales 1.0, fp32 compute) on the same shapes, bf16 and fp32 out;
+//   * ActQuantFp8 on the activation sizes.
+//
+//   fp8_gemm_bench                   (on the GPU machine)
+//   fp8_gemm_bench one M N K [TILE]  (two calls of one shape, e.g. under ncu;
+//                                     TILE as printed, default auto)
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/dense/act_quant_fp8.h"
+#include "kernels/cuda/dense/fp8_block_gemm_sm90.h"
+
+namespace weir::kernels::cuda::dense {
+namespace {
+
+constexpr int64_t kL2Bytes = 60ll << 20;
+
+#define BENCH_CHECK(call)                                                                        \
+  do {                                                                                           \
+    if (cudaError_t e_ = (call); e_ != cudaSuccess) {                                            \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                              \
+    }                                                                                            \
+  } while (0)
+
+// A device buffer of `bytes` holding random e4m3 codes (no NaN codes) or
+// UE8M0 scales in [120, 131] (so products stay far from fp32 limits).
+uint8_t* DeviceBytes(int64_t bytes, bool scales, uint32_t seed) {
+  static std::vector<uint8_t> codes_pattern, scales_pattern;
+  std::vector<uint8_t>& pattern = scales ? scales_pattern : codes_pattern;
+  if (pattern.empty()) {
+    pattern.resize(16 << 20);
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int> byte(0, 255), scale(120, 131);
+    for (auto& b : pattern) {
+      int v = scales ? scale(rng) : byte(rng);
+      if (!scales && (v & 0x7F) == 0x7F) v = 0x3E;
+      b = static_cast<uint8_t>(v);
+    }
+  }
+  uint8_t* d = nullptr;
+  BENCH_CHECK(cudaMalloc(&d, std::max<int64_t>(bytes, 16)));
+  const int64_t shift = (static_cast<int64_t>(seed) * 4099) % 4096;  // copies differ
+  for (int64_t off = 0; off < bytes;) {
+    const int64_t n = std::min<int64_t>(static_cast<int64_t>(pattern.size()) - shift, bytes - off);
+    BENCH_CHECK(cudaMemcpy(d + off, pattern.data() + shift, n, cudaMemcpyHostToDevice));
+    off += n;
+  }
+  return d;
+}
+
+// Median of `reps` event-timed runs of `fn` on `stream`, after `warmup` runs (ms).
+double MedianMs(const std::function<void()>& fn, cudaStream_t stream, int reps, int warmup = 3) {
+  for (int i = 0; i < warmup; ++i) fn();
+  cudaEvent_t start, stop;
+  BENCH_CHECK(cudaEventCreate(&start));
+  BENCH_CHECK(cudaEventCreate(&stop));
+  std::vector<float> ms(reps);
+  for (int i = 0; i < reps; ++i) {
+    BENCH_CHECK(cudaEventRecord(start, stream));
+    fn();
+    BENCH_CHECK(cudaEventRecord(stop, stream));
+    BENCH_CHECK(cudaEventSynchronize(stop));
+    BENCH_CHECK(cudaEventElapsedTime(&ms[i], start, stop));
+  }
+  BENCH_CHECK(cudaEventDestroy(start));
+  BENCH_CHECK(cudaEventDestroy(stop));
+  std::nth_element(ms.begin(), ms.begin() + reps / 2, ms.end());
+  return ms[reps / 2];
+}
+
+// Device-to-device copy rate (read + write counted), GB/s.
+double CopyGbps(cudaStream_t stream) {
+  const int64_t bytes = 1ll << 30;
+  void *a, *b;
+  BENCH_CHECK(cudaMalloc(&a, bytes));
+  BENCH_CHECK(cudaMalloc(&b, bytes));
+  BENCH_CHECK(cudaMemset(a, 1, bytes));
+  const double ms =
+      MedianMs([&] { BENCH_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream)); },
+               stream, 10);
+  BENCH_CHECK(cudaFree(a));
+  BENCH_CHECK(cudaFree(b));
+  return 2.0 * bytes / ms / 1e6;
+}
+
+// The operands of one shape, `copies` times (rotation against L2).
+struct Problem {
+  int64_t m, n, k;
+  std::vector<uint8_t*> x, xs, w, ws;
+  float* y = nullptr;
+  Problem(int64_t m_, int64_t n_, int64_t k_, int copies) : m(m_), n(n_), k(k_) {
+    for (int c = 0; c < copies; ++c) {
+      x.push_back(DeviceBytes(m * k, false, 1 + c));
+      xs.push_back(DeviceBytes(m * k / 32, true, 2 + c));
+      w.push_back(DeviceBytes(n * k, false, 3 + c));
+      ws.push_back(DeviceBytes((n + 31) / 32 * (k / 32), true, 4 + c));
+    }
+    BENCH_CHECK(cudaMalloc(&y, m * n * sizeof(float)));
+  }
+  ~Problem() {
+    for (auto* v : {&x, &xs, &w, &ws}) {
+      for (uint8_t* p : *v) cudaFree(p);
+    }
+    cudaFree(y);
+  }
+  int64_t ReadBytes() const { return n * k + (n + 31) / 32 * (k / 32) + m * k + m * k / 32; }
+  Fp8BlockGemmParams Params(int c, Fp8GemmTile tile) const {
+    return {.x = x[c],
+            .x_scales = xs[c],
+            .w = w[c],
+            .w_scales = ws[c],
+            .y = y,
+            .m = m,
+            .n = n,
+            .k = k,
+            .tile = tile};
+  }
+};
+
+// Per-call time (us) of `launches` back-to-back Fp8BlockGemm calls captured
+// in one CUDA graph, cycling over copies [0, copies).
+double GraphUs(const Problem& p, Fp8GemmTile tile, int copies, cudaStream_t stream) {
+  constexpr int kLaunches = 32;
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  BENCH_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < kLaunches; ++i) {
+    if (absl::Status s = Fp8BlockGemm(p.Params(i % copies, tile), stream); !s.ok()) {
+      std::fprintf(stderr, "%s\n", s.ToString().c_str());
+      std::exit(1);
+    }
+  }
+  BENCH_CHECK(cudaStreamEndCapture(stream, &graph));
+  BENCH_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const double ms = MedianMs([&] { BENCH_CHECK(cudaGraphLaunch(exec, stream)); }, stream, 7, 2);
+  BENCH_CHECK(cudaGraphExecDestroy(exec));
+  BENCH_CHECK(cudaGraphDestroy(graph));
+  return ms * 1e3 / kLaunches;
+}
+
+const char* TileName(Fp8GemmTile t) {
+  switch (t) {
+    case Fp8GemmTile::kN16M8:
+      return "n16m8";
+    case Fp8GemmTile::kN16M16:
+      return "n16m16";
+    case Fp8GemmTile::kN16M32:
+      return "n16m32";
+    case Fp8GemmTile::kN16M64:
+      return "n16m64";
+    case Fp8GemmTile::kN32M8:
+      return "n32m8";
+    case Fp8GemmTile::kN32M16:
+      return "n32m16";
+    case Fp8GemmTile::kN32M32:
+      return "n32m32";
+    case Fp8GemmTile::kN32M64:
+      return "n32m64";
+    case Fp8GemmTile::kN64M64:
+      return "n64m64";
+    case Fp8GemmTile::kN128M64:
+      return "n128m64";
+    case Fp8GemmTile::kN128M128:
+      return "n128m128";
+    case Fp8GemmTile::kAuto:
+      return "auto";
+  }
+  return "?";
+}
+
+constexpr Fp8GemmTile kTiles[] = {
+    Fp8GemmTile::kN16M8,  Fp8GemmTile::kN16M16,  Fp8GemmTile::kN16M32,  Fp8GemmTile::kN16M64,
+    Fp8GemmTile::kN32M8,  Fp8GemmTile::kN32M16,  Fp8GemmTile::kN32M32,  Fp8GemmTile::kN32M64,
+    Fp8GemmTile::kN64M64, Fp8GemmTile::kN128M64, Fp8GemmTile::kN128M128};
+
+struct Linear {
+  const char* name;
+  int64_t n, k;
+};
+
+// V4.1-Flash FP8 dense linears (spec §4.1, §4.3, §4.5, §4.7, §4.8, §4.9).
+constexpr Linear kDecodeShapes[] = {
+    {"wq_a", 1280, 5120},          {"wkv", 512, 5120},          {"wq_b", 32768, 1280},
+    {"index.wq_b", 4096, 1280},    {"wo_b", 5120, 8192},        {"shared.w13", 4608, 5120},
+    {"shared.w2", 5120, 2304},     {"engram.wkv", 25600, 6144}, {"main_proj", 5120, 15360},
+    {"head-sized*", 129280, 5120},
+};
+
+void Decode(double copy_gbps, cudaStream_t stream) {
+  std::printf("\nDecode (graph replays of 32 calls; cold = inputs rotated over > %lld MB)\n",
+              static_cast<long long>(3 * kL2Bytes >> 20));
+  std::printf("%-12s %-3s %-6s %-6s %9s | %-8s %8s %7s %6s | %8s %7s | %-9s %8s\n", "linear", "m",
+              "n", "k", "MB read", "tile", "cold us", "GB/s", "/copy", "hot us", "GB/s",
+              "best tile", "cold us");
+  for (const Linear& l : kDecodeShapes) {
+    for (int64_t m : {1, 8, 32, 64}) {
+      const int64_t per_copy = l.n * l.k + m * l.k;
+      const int copies =
+          static_cast<int>(std::clamp<int64_t>((3 * kL2Bytes + per_copy - 1) / per_copy, 1, 64));
+      Problem p(m, l.n, l.k, copies);
+      const double bytes = static_cast<double>(p.ReadBytes());
+      const double cold = GraphUs(p, Fp8GemmTile::kAuto, copies, stream);
+      const double hot = GraphUs(p, Fp8GemmTile::kAuto, 1, stream);
+      Fp8GemmTile best = Fp8GemmTile::kAuto;
+      double best_us = 1e30;
+      for (Fp8GemmTile t : kTiles) {
+        if (m <= 64 && ShapeOfFp8GemmTile(t).block_m < m) continue;  // would re-read W
+        const double us = GraphUs(p, t, copies, stream);
+        if (us < best_us) best_us = us, best = t;
+      }
+      const double gbps = bytes / cold / 1e3;
+      std::printf(
+          "%-12s %-3lld %-6lld %-6lld %9.2f | %-8s %8.2f %7.0f %6.2f | %8.2f %7.0f | "
+          "%-9s %8.2f\n",
+          l.name, static_cast<long long>(m), static_cast<long long>(l.n),
+          static_cast<long long>(l.k), bytes / 1e6, TileName(ChooseFp8GemmTile(m, l.n)), cold, gbps,
+          gbps / copy_gbps, hot, bytes / hot / 1e3, TileName(best), best_us);
+    }
+  }
+  std::printf("* head-sized: V4.1's head is bf16/fp32; the shape only stands for a large n.\n");
+}
+
+// cuBLASLt FP8 GEMM y^T [n, m] = W [n, k] x^T, TN, per-tensor scales 1.0.
+// Returns the median ms, or a negative value when cuBLASLt has no algorithm.
+double CublasLtFp8Ms(cublasLtHandle_t lt, const Problem& p, cudaDataType_t out_type,
+                     void* workspace, size_t workspace_bytes, const float* one,
+                     cudaStream_t stream) {
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t a, b, c;
+  if (cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) {
+    return -1;
+  }
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
+  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
+  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &one, sizeof(one));
+  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &one, sizeof(one));
+  cublasLtMatrixLayoutCreate(&a, CUDA_R_8F_E4M3, p.k, p.n, p.k);
+  cublasLtMatrixLayoutCreate(&b, CUDA_R_8F_E4M3, p.k, p.m, p.k);
+  cublasLtMatrixLayoutCreate(&c, out_type, p.n, p.m, p.n);
+  cublasLtMatmulPreference_t pref;
+  cublasLtMatmulPreferenceCreate(&pref);
+  const uint64_t ws = workspace_bytes;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                       sizeof(ws));
+  cublasLtMatmulHeuristicResult_t result;
+  int found = 0;
+  double ms = -1;
+  if (cublasLtMatmulAlgoGetHeuristic(lt, desc, a, b, c, c, pref, 1, &result, &found) ==
+          CUBLAS_STATUS_SUCCESS &&
+      found > 0) {
+    const float alpha = 1.0f, beta = 0.0f;
+    bool ok = true;
+    ms = MedianMs(
+        [&] {
+          ok &= cublasLtMatmul(lt, desc, &alpha, p.w[0], a, p.x[0], b, &beta, p.y, c, p.y, c,
+                               &result.algo, workspace, workspace_bytes,
+                               stream) == CUBLAS_STATUS_SUCCESS;
+        },
+        stream, 10);
+    if (!ok) ms = -1;
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(a);
+  cublasLtMatrixLayoutDestroy(b);
+  cublasLtMatrixLayoutDestroy(c);
+  cublasLtMatmulDescDestroy(desc);
+  return ms;
+}
+
+void Prefill(cudaStream_t stream) {
+  constexpr int64_t kM = 4096;
+  cublasLtHandle_t lt;
+  if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) {
+    std::fprintf(stderr, "cublasLtCreate failed\n");
+    std::exit(1);
+  }
+  const size_t workspace_bytes = 64 << 20;
+  void* workspace;
+  float* one;
+  BENCH_CHECK(cudaMalloc(&workspace, workspace_bytes));
+  BENCH_CHECK(cudaMalloc(&one, sizeof(float)));
+  const float h_one = 1.0f;
+  BENCH_CHECK(cudaMemcpy(one, &h_one, sizeof(float), cudaMemcpyHostToDevice));
+  std::printf(
+      "\nPrefill m = %lld (TFLOP/s = 2 m n k / time; cuBLASLt: e4m3 x e4m3, fp32 "
+      "compute, per-tensor scales)\n",
+      static_cast<long long>(kM));
+  std::printf("%-12s %-6s %-6s | %-9s %8s %7s | %-9s %8s | %9s %7s %9s %7s | %s\n", "linear", "n",
+              "k", "auto", "us", "TF/s", "best tile", "TF/s", "Lt bf16us", "TF/s", "Lt f32 us",
+              "TF/s", "ours/Lt(bf16)");
+  for (const Linear& l : {Linear{"wq_a", 1280, 5120}, Linear{"wq_b", 32768, 1280},
+                          Linear{"wo_b", 5120, 8192}, Linear{"shared.w13", 4608, 5120},
+                          Linear{"shared.w2", 5120, 2304}, Linear{"square8k", 8192, 8192}}) {
+    Problem p(kM, l.n, l.k, 1);
+    const double flops = 2.0 * kM * l.n * l.k;
+    auto ours = [&](Fp8GemmTile t) {
+      return MedianMs([&] { (void)Fp8BlockGemm(p.Params(0, t), stream); }, stream, 10);
+    };
+    const double auto_ms = ours(Fp8GemmTile::kAuto);
+    double best_ms = 1e30;
+    Fp8GemmTile best = Fp8GemmTile::kAuto;
+    for (Fp8GemmTile t : {Fp8GemmTile::kN64M64, Fp8GemmTile::kN128M64, Fp8GemmTile::kN128M128}) {
+      const double ms = ours(t);
+      if (ms < best_ms) best_ms = ms, best = t;
+    }
+    const double lt_bf16 =
+        CublasLtFp8Ms(lt, p, CUDA_R_16BF, workspace, workspace_bytes, one, stream);
+    const double lt_f32 = CublasLtFp8Ms(lt, p, CUDA_R_32F, workspace, workspace_bytes, one, stream);
+    auto tf = [&](double ms) { return ms > 0 ? flops / ms / 1e9 : 0.0; };
+    std::printf(
+        "%-12s %-6lld %-6lld | %-9s %8.1f %7.0f | %-9s %8.0f | %9.1f %7.0f %9.1f %7.0f | "
+        "%.2f\n",
+        l.name, static_cast<long long>(l.n), static_cast<long long>(l.k),
+        TileName(ChooseFp8GemmTile(kM, l.n)), auto_ms * 1e3, tf(auto_ms), TileName(best),
+        tf(best_ms), lt_bf16 * 1e3, tf(lt_bf16), lt_f32 * 1e3, tf(lt_f32),
+        lt_bf16 > 0 ? lt_bf16 / auto_ms : 0.0);
+  }
+  BENCH_CHECK(cudaFree(workspace));
+  BENCH_CHECK(cudaFree(one));
+  cublasLtDestroy(lt);
+}
+
+void ActQuant(double copy_gbps, cudaStream_t stream) {
+  std::printf("\nActQuantFp8 (bf16 in; bytes = 2 + 1 + 1/32 per element)\n");
+  for (auto [m, k] : {std::pair<int64_t, int64_t>{64, 5120}, {4096, 5120}, {4096, 8192}}) {
+    uint8_t* x = DeviceBytes(m * k * 2, true, 7);  // scale-range bytes: finite bf16 values
+    uint8_t *codes, *scales;
+    BENCH_CHECK(cudaMalloc(&codes, m * k));
+    BENCH_CHECK(cudaMalloc(&scales, m * k / 32));
+    const ActQuantFp8Params p{
+        .x = x, .dtype = ActDtype::kBf16, .codes = codes, .scales = scales, .rows = m, .cols = k};
+    const double ms = MedianMs([&] { (void)ActQuantFp8(p, stream); }, stream, 20);
+    const double bytes = m * k * (3.0 + 1.0 / 32);
+    std::printf("m %-5lld k %-5lld: %8.2f us, %6.0f GB/s (%.2f of copy)\n",
+                static_cast<long long>(m), static_cast<long long>(k), ms * 1e3, bytes / ms / 1e6,
+                bytes / ms / 1e6 / copy_gbps);
+    BENCH_CHECK(cudaFree(x));
+    BENCH_CHECK(cudaFree(codes));
+    BENCH_CHECK(cudaFree(scales));
+  }
+}
+
+// Two calls of one shape (the second for profilers that skip a warm-up launch).
+int RunOne(int64_t m, int64_t n, int64_t k, const std::string& tile_name) {
+  Fp8GemmTile tile = Fp8GemmTile::kAuto;
+  for (Fp8GemmTile t : kTiles) {
+    if (tile_name == TileName(t)) tile = t;
+  }
+  Problem p(m, n, k, 1);
+  for (int i = 0; i < 2; ++i) {
+    if (absl::Status s = Fp8BlockGemm(p.Params(0, tile), nullptr); !s.ok()) {
+      std::fprintf(stderr, "%s\n", s.ToString().c_str());
+      return 1;
+    }
+  }
+  BENCH_CHECK(cudaDeviceSynchronize());
+  std::printf("ran m %lld n %lld k %lld tile %s\n", static_cast<long long>(m),
+              static_cast<long long>(n), static_cast<long long>(k), TileName(tile));
+  return 0;
+}
+
+int Run() {
+  cudaStream_t stream;
+  BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const double copy_gbps = CopyGbps(stream);
+  std::printf("device copy (1 GiB, read + write): %.0f GB/s\n", copy_gbps);
+  Decode(copy_gbps, stream);
+  Prefill(stream);
+  ActQuant(copy_gbps, stream);
+  BENCH_CHECK(cudaStreamSynchronize(stream));
+  BENCH_CHECK(cudaGetLastError());
+  BENCH_CHECK(cudaStreamDestroy(stream));
+  return 0;
+}
+
+}  // namespace
+}  // namespace weir::kernels::cuda::dense
+
+int main(int argc, char** argv) {
+  if (argc >= 5 && std::string(argv[1]) == "one") {
+    return weir::kernels::cuda::dense::RunOne(std::atoll(argv[2]), std::atoll(argv[3]),
+                                              std::atoll(argv[4]), argc > 5 ? argv[5] : "auto");
+  }
+  return weir::kernels::cuda::dense::Run();
+}
