@@ -16,7 +16,10 @@
 // Then the same batches on DeviceDecoder (worker/model/device_decoder.h):
 // activations and KV resident on the device, each decode step one CUDA graph
 // replay (and, for comparison, the same kernels launched eagerly). Its floor
-// is the CudaOps floor of the same batch (same model, same bytes touched);
+// is the stored-form floor (tools/bench/decode_floor.h: the bytes a step must
+// read as the model stores them — FP8 dense weights + scales, the MXFP4
+// experts hit, KV in the cache's formats), with the old fp32 floor (the
+// CudaOps run's bytes) printed next to it;
 // gpu_idle is the step's wall time minus the device time between events
 // around the graph (host preparation, the input copy, the logits copy).
 // A third run replays graphs with the expert-parallel exchange on: an NCCL
@@ -33,9 +36,10 @@
 // (DeviceDecoder::CreateSynthetic; routed experts MXFP4 as stored, the rest
 // fp32 as the decoder holds them). Sequences start empty and decode
 // --context positions before the timed steps. The floor counts the bytes a
-// step must read: dense weights, the routed experts hit (expected distinct
-// experts under uniform routing), and the KV and index keys the attention
-// reads at the timed positions.
+// step must read in stored form (decode_floor.h): dense weights, the routed
+// experts hit (expected distinct experts under uniform routing), and the KV
+// and index keys the attention reads at the timed positions; the old fp32
+// floor is printed next to it.
 //
 //   tools/bazel build //tools/bench:decode_gpu   (run on the GPU machine from
 //   the repository root: it reads models/small/config.json)
@@ -56,6 +60,7 @@
 #include "absl/strings/str_split.h"
 #include "base/init.h"
 #include "base/logging.h"
+#include "tools/bench/decode_floor.h"
 #include "worker/model/cuda_ops.h"
 #include "worker/model/device_decoder.h"
 #include "worker/model/layer_roles.h"
@@ -148,14 +153,15 @@ weir::model::ActivationPrecision options_precision() {
 // first replaying graphs, then eagerly.
 void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecision precision,
                         const std::vector<int>& batches, const std::vector<double>& floors,
-                        const std::vector<double>& cuda_ops_step) {
+                        const std::vector<double>& cuda_ops_step, double bandwidth) {
   const weir::model::ModelConfig& c = model.config();
   const int prompt = absl::GetFlag(FLAGS_prompt), steps = absl::GetFlag(FLAGS_steps),
             warmup = absl::GetFlag(FLAGS_warmup);
   const int max_batch = *std::max_element(batches.begin(), batches.end());
   std::printf("\nDeviceDecoder (device-resident, one CUDA graph per padded batch size):\n");
-  std::printf("%5s %6s %10s %10s %8s %8s %10s %10s %12s\n", "batch", "mode", "step_ms",
-              "device_ms", "gpu_idle", "tok/s", "floor_ms", "ratio", "vs_cuda_ops");
+  std::printf("%5s %6s %10s %10s %8s %8s %10s %8s %12s %10s %12s\n", "batch", "mode", "step_ms",
+              "device_ms", "gpu_idle", "tok/s", "floor_ms", "ratio", "fp32_floor", "fp32_ratio",
+              "vs_cuda_ops");
   auto id = weir::parallel::NcclCommunicator::MakeUniqueId();
   WEIR_CHECK(id.ok()) << id.status();
   auto nccl = weir::parallel::NcclCommunicator::Create(weir::Rank(0), 1, *id,
@@ -209,9 +215,12 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
       std::sort(times.begin(), times.end());
       const double step_s = times[times.size() / 2];
       if (graphs) (exchange ? exchange_step : graph_step)[bi] = step_s;
-      std::printf("%5d %6s %10.3f %10.3f %8.3f %8.0f %10.4f %10.1f %12.1f\n", batch, mode,
-                  step_s * 1e3, device_s * 1e3,
-                  (total / steps - device_s) * 1e3, batch / step_s, floors[bi] * 1e3,
+      // The stored-form floor at the timed steps' mean position.
+      const double stored_s =
+          weir::bench::StoredStepBytes(c, batch, prompt + warmup + steps / 2) / bandwidth;
+      std::printf("%5d %6s %10.3f %10.3f %8.3f %8.0f %10.4f %8.1f %12.4f %10.1f %12.1f\n", batch,
+                  mode, step_s * 1e3, device_s * 1e3, (total / steps - device_s) * 1e3,
+                  batch / step_s, stored_s * 1e3, step_s / stored_s, floors[bi] * 1e3,
                   floors[bi] > 0 ? step_s / floors[bi] : 0.0,
                   step_s > 0 ? cuda_ops_step[bi] / step_s : 0.0);
       if (!graphs) {  // where the eager step's device time goes (events between sections)
@@ -237,15 +246,13 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
   std::printf("\n");
   std::printf("columns: step_ms median wall time of Step (inputs, replay, logits copy); "
               "device_ms device time of the step's kernels (events around them); gpu_idle mean "
-              "step minus device time; floor_ms and ratio as above (the CudaOps run's bytes); "
-              "vs_cuda_ops = CudaOps step / this step\n");
+              "step minus device time; floor_ms = the bytes a step must read in stored form "
+              "(tools/bench/decode_floor.h: FP8 dense weights + scales, MXFP4 experts hit, KV in "
+              "the cache's formats) / copy bandwidth, ratio = step / that; fp32_floor and "
+              "fp32_ratio: the old floor, the fp32 bytes the reference kernels read (CudaOps "
+              "run); vs_cuda_ops = CudaOps step / this step\n");
 }
 
-// Expected distinct experts hit when `picks` routings land uniformly on `experts`.
-double ExpectedHit(int64_t experts, int64_t picks) {
-  return static_cast<double>(experts) *
-         (1.0 - std::pow(1.0 - 1.0 / static_cast<double>(experts), static_cast<double>(picks)));
-}
 
 // The --ep_slice benchmark (see the file comment).
 int SliceBench(const std::vector<int>& batches, double bandwidth) {
@@ -282,8 +289,9 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
               st0.expert_bytes / 1073741824.0, st0.mxfp4_layers, st0.embed_bytes / 1073741824.0,
               st0.pool_bytes / 1073741824.0, Seconds(t0));
   const weir::model::LayerRoles roles(c);
-  std::printf("%5s %8s %10s %10s %8s %8s %10s %10s %10s\n", "batch", "context", "step_ms",
-              "device_ms", "gpu_idle", "tok/s", "floor_ms", "ratio", "floor_GB");
+  std::printf("%5s %8s %10s %10s %8s %8s %10s %8s %10s %12s %10s\n", "batch", "context",
+              "step_ms", "device_ms", "gpu_idle", "tok/s", "floor_ms", "ratio", "floor_GB",
+              "fp32_floor_ms", "fp32_ratio");
   for (int batch : batches) {
     std::vector<int> slots(batch);
     std::vector<int64_t> tokens(batch);
@@ -325,21 +333,28 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       }
       kv += static_cast<double>(rows * c.head_dim) * 4;
     }
-    const double bytes = dense_bytes +
-                         per_expert * c.n_layers *
-                             ExpectedHit(c.n_routed_experts, int64_t{batch} * c.n_activated_experts) +
-                         kv * batch;
+    // The old floor: fp32 dense weights and KV as the reference kernels read them.
+    const double fp32_bytes =
+        dense_bytes +
+        per_expert * c.n_layers *
+            weir::bench::ExpectedExpertsHit(c.n_routed_experts, c.n_activated_experts, batch) +
+        kv * batch;
+    const double bytes = weir::bench::StoredStepBytes(c, batch, p);
     const double floor_s = bytes / bandwidth;
-    std::printf("%5d %8lld %10.3f %10.3f %8.3f %8.0f %10.3f %10.1f %10.2f\n", batch,
-                static_cast<long long>(p), step_s * 1e3, device_s * 1e3,
+    std::printf("%5d %8lld %10.3f %10.3f %8.3f %8.0f %10.3f %8.1f %10.3f %12.3f %10.1f\n",
+                batch, static_cast<long long>(p), step_s * 1e3, device_s * 1e3,
                 (total / steps - device_s) * 1e3, batch / step_s, floor_s * 1e3,
-                step_s / floor_s, bytes * 1e-9);
+                step_s / floor_s, bytes * 1e-9, fp32_bytes / bandwidth * 1e3,
+                step_s / (fp32_bytes / bandwidth));
     for (int b = 0; b < batch; ++b) WEIR_CHECK((*dd)->Release(b).ok());
   }
   std::printf("columns: as the DeviceDecoder table; context = mean position of the timed "
-              "steps; floor_GB = bytes one step reads (dense weights + expected routed experts "
-              "hit + KV and index keys), floor_ms = that / copy bandwidth. Per GPU: tok/s is "
-              "this rank's decode throughput at that batch per rank.\n");
+              "steps; floor_GB = bytes one step must read in stored form (FP8 dense weights + "
+              "scales, the expected MXFP4 routed experts hit, KV in the cache's formats: "
+              "tools/bench/decode_floor.h), floor_ms = that / copy bandwidth; fp32_floor_ms and "
+              "fp32_ratio: the old floor (dense weights and KV at 4 bytes per element, as the "
+              "reference kernels hold them). Per GPU: tok/s is this rank's decode throughput "
+              "at that batch per rank.\n");
   return 0;
 }
 
@@ -451,7 +466,7 @@ int main(int argc, char** argv) {
               "mean step minus kernel time; host_ops wall time inside the ops (the rest of the "
               "step is the model's host code); ops = Ops calls per step\n");
   if (absl::GetFlag(FLAGS_device_decoder)) {
-    DeviceDecoderTable(**model, options_precision(), batches, floors, cuda_ops_step);
+    DeviceDecoderTable(**model, options_precision(), batches, floors, cuda_ops_step, bandwidth);
   }
   return 0;
 }
