@@ -28,52 +28,81 @@ struct HcMixKernelArgs {
 };
 
 // The split + Sinkhorn of kernels/cpu/mhc.cc HcSplitSinkhorn for one token,
-// in its exact operation order (one thread).
-__device__ inline void HcSplitSinkhornSerial(const HcMixKernelArgs& a, const float* mixes,
-                                             float* pre, float* post, float* comb) {
-  const int n = a.n;
+// spread over the lanes of one warp: lane e holds
+// entries e and e + 32 of the n x n matrix (in shared memory `c`). Every row
+// and column sum is still taken by one lane at a time in the serial order
+// (k = 0.., j = 0..), from values all lanes agree on, and every division is
+// the serial one, so the results are the CPU function's bits; the 2n
+// normalisations of an iteration run in parallel instead of one after
+// another. REQUIRES: called by all 32 lanes of a warp; `c` holds n*n floats.
+__device__ inline void HcSplitSinkhornWarp(const HcMixKernelArgs& a, const float* mixes,
+                                           float* c, float* pre, float* post, float* comb,
+                                           int lane) {
+  const int n = a.n, nn = n * n;
   const float eps = a.hc_eps;
   const float s0 = a.scale[0], s1 = a.scale[1], s2 = a.scale[2];
-  float c[kHcMaxN * kHcMaxN];
-  for (int j = 0; j < n; ++j) {
-    pre[j] = __fadd_rn(SigmoidF(__fadd_rn(__fmul_rn(mixes[j], s0), a.base[j])), eps);
-    post[j] = __fmul_rn(2.0f, SigmoidF(__fadd_rn(__fmul_rn(mixes[n + j], s1), a.base[n + j])));
+  if (lane < n) {
+    pre[lane] = __fadd_rn(SigmoidF(__fadd_rn(__fmul_rn(mixes[lane], s0), a.base[lane])), eps);
+    post[lane] =
+        __fmul_rn(2.0f, SigmoidF(__fadd_rn(__fmul_rn(mixes[n + lane], s1), a.base[n + lane])));
   }
-  for (int j = 0; j < n; ++j) {  // row softmax over k
-    float* row = c + j * n;
-    for (int k = 0; k < n; ++k) {
-      row[k] = __fadd_rn(__fmul_rn(mixes[2 * n + j * n + k], s2), a.base[2 * n + j * n + k]);
-    }
+  // Row softmax over k: logits, then exp(logit - row max), then / sum + eps.
+  for (int e = lane; e < nn; e += 32) {
+    c[e] = __fadd_rn(__fmul_rn(mixes[2 * n + e], s2), a.base[2 * n + e]);
+  }
+  __syncwarp();
+  float exps[2];
+  for (int i = 0, e = lane; e < nn; ++i, e += 32) {
+    const float* row = c + (e / n) * n;
     float m = row[0];
     for (int k = 1; k < n; ++k) m = row[k] > m ? row[k] : m;
+    exps[i] = ExpF(__fsub_rn(c[e], m));
+  }
+  __syncwarp();
+  for (int i = 0, e = lane; e < nn; ++i, e += 32) c[e] = exps[i];
+  __syncwarp();
+  float next[2];
+  for (int i = 0, e = lane; e < nn; ++i, e += 32) {
+    const float* row = c + (e / n) * n;
     float sum = 0.0f;
-    for (int k = 0; k < n; ++k) sum = __fadd_rn(sum, row[k] = ExpF(__fsub_rn(row[k], m)));
-    for (int k = 0; k < n; ++k) row[k] = __fadd_rn(__fdiv_rn(row[k], sum), eps);
+    for (int k = 0; k < n; ++k) sum = __fadd_rn(sum, row[k]);
+    next[i] = __fadd_rn(__fdiv_rn(c[e], sum), eps);
   }
-  auto normalize_columns = [&] {
-    for (int k = 0; k < n; ++k) {
+  __syncwarp();
+  for (int i = 0, e = lane; e < nn; ++i, e += 32) c[e] = next[i];
+  __syncwarp();
+  // Divides every entry by its row (rows) or column (!rows) sum + eps, the
+  // sums taken before any entry changes.
+  auto normalize = [&](bool rows) {
+    float out[2];
+    for (int i = 0, e = lane; e < nn; ++i, e += 32) {
+      const int j = e / n, k = e % n;
       float sum = 0.0f;
-      for (int j = 0; j < n; ++j) sum = __fadd_rn(sum, c[j * n + k]);
-      for (int j = 0; j < n; ++j) c[j * n + k] = __fdiv_rn(c[j * n + k], __fadd_rn(sum, eps));
+      if (rows) {
+        for (int kk = 0; kk < n; ++kk) sum = __fadd_rn(sum, c[j * n + kk]);
+      } else {
+        for (int jj = 0; jj < n; ++jj) sum = __fadd_rn(sum, c[jj * n + k]);
+      }
+      out[i] = __fdiv_rn(c[e], __fadd_rn(sum, eps));
     }
+    __syncwarp();
+    for (int i = 0, e = lane; e < nn; ++i, e += 32) c[e] = out[i];
+    __syncwarp();
   };
-  normalize_columns();
+  normalize(false);
   for (int it = 1; it < a.iters; ++it) {
-    for (int j = 0; j < n; ++j) {
-      float sum = 0.0f;
-      for (int k = 0; k < n; ++k) sum = __fadd_rn(sum, c[j * n + k]);
-      for (int k = 0; k < n; ++k) c[j * n + k] = __fdiv_rn(c[j * n + k], __fadd_rn(sum, eps));
-    }
-    normalize_columns();
+    normalize(true);
+    normalize(false);
   }
-  for (int i = 0; i < n * n; ++i) comb[i] = c[i];
+  for (int e = lane; e < nn; e += 32) comb[e] = c[e];
 }
 
 // One block per token. The (2+n)n products come precomputed (a.mixes) or
 // are taken by the warps round robin in fmath::LaneSum order; the first warp
 // sums v^2 in double in fmath::LaneSum order, as kernels/cpu
-// HcMixFromProducts does; one thread then runs the split + Sinkhorn. Given
-// the CPU's products, bit-identical to HcMixFromProducts.
+// HcMixFromProducts does; the first warp then runs the split + Sinkhorn
+// (HcSplitSinkhornWarp, the CPU function's bits). Given the CPU's
+// products, bit-identical to HcMixFromProducts.
 template <int kThreads>
 __global__ void HcMixKernel(HcMixKernelArgs a) {
   namespace fm = ::weir::kernels::fmath;
@@ -102,13 +131,15 @@ __global__ void HcMixKernel(HcMixKernelArgs a) {
     if (lane == 0) s_total = total;
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
+  if (warp == 0) {
+    __shared__ float s_comb[kHcMaxN * kHcMaxN];
     const double total = s_total;
     const float mean = __fdiv_rn(static_cast<float>(total), static_cast<float>(nd));
     const float rsqrt = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, a.norm_eps)));
-    for (int m = 0; m < n_mix; ++m) s_mix[m] = __fmul_rn(s_mix[m], rsqrt);
-    HcSplitSinkhornSerial(a, s_mix, a.pre + token * n, a.post + token * n,
-                          a.comb + token * n * n);
+    for (int m = lane; m < n_mix; m += 32) s_mix[m] = __fmul_rn(s_mix[m], rsqrt);
+    __syncwarp();
+    HcSplitSinkhornWarp(a, s_mix, s_comb, a.pre + token * n, a.post + token * n,
+                        a.comb + token * n * n, lane);
   }
 }
 
