@@ -1,5 +1,6 @@
 #include "eplb/rebalancer.h"
 
+#include <chrono>
 #include <set>
 
 #include "eplb/expert_map.h"
@@ -43,8 +44,11 @@ class RebalancerTest : public ::testing::Test {
 
 TEST_F(RebalancerTest, SkewedLoadIsPreparedOnEveryRankAtOnceThenCommitted) {
   Rebalancer rebalancer(Options(), &link_);
+  const auto start = std::chrono::steady_clock::now();
   ASSERT_EQ(rebalancer.RebalanceOnce(Snapshot(/*skewed=*/true)), AttemptOutcome::kCommitted)
       << rebalancer.State().history.back().detail();
+  const double attempt_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 
   std::vector<FakeClusterLink::PrepareCall> prepares = link_.prepare_calls();
   ASSERT_EQ(prepares.size(), static_cast<size_t>(kWorld));
@@ -93,8 +97,10 @@ TEST_F(RebalancerTest, SkewedLoadIsPreparedOnEveryRankAtOnceThenCommitted) {
   EXPECT_LT(entry.ratio_after(), entry.ratio_before() * 0.7);
   EXPECT_DOUBLE_EQ(entry.measured_before(), 3.5);  // Measured under version 0.
   EXPECT_EQ(entry.bytes_moved(), 1000u + 2000u + 3000u + 4000u);
+  // The phases were timed inside this attempt: each within its wall time.
   EXPECT_GE(entry.prepare_ms(), 0.0);
   EXPECT_GE(entry.commit_ms(), 0.0);
+  EXPECT_LE(entry.prepare_ms() + entry.commit_ms(), attempt_ms);
 
   // The same load again: the committed map already balances it.
   EXPECT_EQ(rebalancer.RebalanceOnce(Snapshot(true)), AttemptOutcome::kSkippedLowGain);
