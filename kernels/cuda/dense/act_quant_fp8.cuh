@@ -9,6 +9,22 @@
 
 namespace weir::kernels::cuda::dense {
 
+// The UE8M0 scale code of a finite block whose largest |x| is `amax`:
+// 2^ceil(log2(max(amax, 1e-4) * fl(1/448))), as kernels/cpu/quant.h
+// QuantizeFp8 (fl(1/448) is double 1/448 rounded to fp32, as the CPU has it).
+// Normal (code >= 105) thanks to the floor. Shared with the fused epilogues
+// that quantize their output for the next GEMM (kernels/cuda/moe).
+__device__ __forceinline__ uint32_t Fp8ActScaleCode(float amax) {
+  const float inv448 = static_cast<float>(1.0 / 448.0);
+  return Ue8m0CeilCode(__fmul_rn(fmaxf(amax, 1e-4f), inv448));
+}
+
+// The e4m3 code of v in a block of scale s = E8m0ToFloat(Fp8ActScaleCode(..)):
+// e4m3(clamp(v / s, +-448)), nearest even.
+__device__ __forceinline__ uint32_t Fp8ActCode(float v, float s) {
+  return FloatToE4m3(fminf(fmaxf(__fdiv_rn(v, s), -448.0f), 448.0f));
+}
+
 // Loads 8 consecutive elements (16 bytes of fp32 x2, or 16 bytes of bf16).
 template <bool kBf16>
 __device__ __forceinline__ void LoadEight(const void* x, int64_t first, float (&v)[8]) {
@@ -54,18 +70,13 @@ __global__ void ActQuantFp8Kernel(const void* __restrict__ x, uint8_t* __restric
   uint32_t scale_code = 0xFFu;
   uint32_t packed[2] = {0x7F7F7F7Fu, 0x7F7F7F7Fu};
   if (!nonfinite) {
-    // fl(1/448) as the CPU computes it: double 1/448 rounded to fp32.
-    const float inv448 = static_cast<float>(1.0 / 448.0);
-    scale_code = Ue8m0CeilCode(__fmul_rn(fmaxf(amax, 1e-4f), inv448));
+    scale_code = Fp8ActScaleCode(amax);
     const float s = E8m0ToFloat(scale_code);  // normal: code >= 105 after the floor
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       uint32_t word = 0;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float q = fminf(fmaxf(__fdiv_rn(v[4 * h + i], s), -448.0f), 448.0f);
-        word |= static_cast<uint32_t>(FloatToE4m3(q)) << (8 * i);
-      }
+      for (int i = 0; i < 4; ++i) word |= Fp8ActCode(v[4 * h + i], s) << (8 * i);
       packed[h] = word;
     }
   }

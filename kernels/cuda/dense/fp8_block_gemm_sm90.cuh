@@ -14,13 +14,11 @@
 #define WEIR_KERNELS_CUDA_DENSE_FP8_BLOCK_GEMM_SM90_CUH_
 
 #include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
 
 #include <cstdint>
 
-#include "kernels/cuda/dense/fake_quant.cuh"
 #include "kernels/cuda/dense/fp8_block_gemm_params.h"
+#include "kernels/cuda/dense/fp8_mma_sm90.cuh"
 
 namespace weir::kernels::cuda::dense {
 namespace fp8_gemm {
@@ -34,112 +32,6 @@ struct KernelArgs {
   int64_t m, n, k;
   bool bf16_out;
 };
-
-__device__ __forceinline__ uint32_t SharedAddress(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared, bypassing L1; zero-fills when !valid (then `src`
-// is not read, but must still be a valid address).
-__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, bool valid) {
-  const int bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes)
-               : "memory");
-}
-
-// 4 bytes global -> shared (through L1; 4-byte copies have no .cg form).
-__device__ __forceinline__ void CpAsync4(uint32_t dst, const void* src, bool valid) {
-  const int bytes = valid ? 4 : 0;
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(bytes)
-               : "memory");
-}
-
-__device__ __forceinline__ void CpAsyncCommit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-template <int kPending>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
-// Shared reads of the ring are ordered after its writes by __syncthreads;
-// volatile keeps them from moving across it, and without a memory clobber
-// the compiler may still batch them ahead of the arithmetic.
-__device__ __forceinline__ void LdMatrixX4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2,
-                                           uint32_t& r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(addr));
-}
-
-__device__ __forceinline__ void LdMatrixX2(uint32_t addr, uint32_t& r0, uint32_t& r1) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
-               : "=r"(r0), "=r"(r1)
-               : "r"(addr));
-}
-
-__device__ __forceinline__ uint32_t LoadShared32(uint32_t addr) {
-  uint32_t v;
-  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr));
-  return v;
-}
-
-// Two e4m3 codes (bits 0-7, 8-15) -> f16x2 (exact: every e4m3 value is an f16).
-__device__ __forceinline__ uint32_t E4m3x2ToF16x2(uint32_t codes) {
-  const __half2_raw h =
-      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes & 0xFFFFu), __NV_E4M3);
-  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
-}
-
-// An m16n8k32 e4m3 fragment pair (A: 4 registers of 4 codes, B: 2) widened to
-// the two m16n8k16 f16 products that cover K 0-15 and 16-31. A thread's codes
-// k = 4t .. 4t+3 (t = lane % 4) land in the f16 slots 2t, 2t+1 and 2t+8,
-// 2t+9, the same slots for A and B, so each f16 mma sums the right pairs.
-struct F16A {
-  uint32_t lo[4], hi[4];  // K 0-15, K 16-31
-};
-struct F16B {
-  uint32_t lo[2], hi[2];
-};
-
-__device__ __forceinline__ F16A WidenA(const uint32_t (&a)[4]) {
-  return {{E4m3x2ToF16x2(a[0]), E4m3x2ToF16x2(a[1]), E4m3x2ToF16x2(a[0] >> 16),
-           E4m3x2ToF16x2(a[1] >> 16)},
-          {E4m3x2ToF16x2(a[2]), E4m3x2ToF16x2(a[3]), E4m3x2ToF16x2(a[2] >> 16),
-           E4m3x2ToF16x2(a[3] >> 16)}};
-}
-
-__device__ __forceinline__ F16B WidenB(uint32_t b0, uint32_t b1) {
-  return {{E4m3x2ToF16x2(b0), E4m3x2ToF16x2(b0 >> 16)},
-          {E4m3x2ToF16x2(b1), E4m3x2ToF16x2(b1 >> 16)}};
-}
-
-// d = A_lo B_lo + A_hi B_hi: the tensor core's fp32 sum of one 32-element K
-// block (products exact; K 0-15 from a zero accumulator, then K 16-31 added).
-// Hopper has no FP8 mma.sync datapath (ptxas expands the e4m3 form into this
-// same f16 pair), so this is the FP8 product at the f16 tensor-core rate.
-__device__ __forceinline__ void BlockSum(const F16A& a, const F16B& b, float (&d)[4]) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a.lo[0]), "r"(a.lo[1]), "r"(a.lo[2]), "r"(a.lo[3]), "r"(b.lo[0]), "r"(b.lo[1]),
-        "f"(0.0f));
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a.hi[0]), "r"(a.hi[1]), "r"(a.hi[2]), "r"(a.hi[3]), "r"(b.hi[0]), "r"(b.hi[1]));
-}
-
-// E8m0ToFloat of byte j of `word`, without branches: 2^(c - 127) from the
-// bits, c = 0 the subnormal 2^-127, c = 0xFF NaN.
-__device__ __forceinline__ float ScaleOf(uint32_t word, int j) {
-  const uint32_t c = (word >> (8 * j)) & 0xFFu;
-  uint32_t bits = c << 23;
-  bits = c == 0u ? 0x00400000u : bits;
-  bits = c == 0xFFu ? 0x7FC00000u : bits;
-  return __uint_as_float(bits);
-}
 
 // kBn x kBm tile of Y^T per CTA; warp tile (kBn / kWarpsN) x (kBm / kWarpsM).
 // kAsyncScales (k % 128 == 0, scale pointers 4-byte aligned): a stage's 4

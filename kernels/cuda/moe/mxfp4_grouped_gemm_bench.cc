@@ -1,0 +1,462 @@
+// kernels/cuda/moe/mxfp4_grouped_gemm_bench.cc
+//
+// Times the grouped MXFP4 expert GEMMs (mxfp4_grouped_gemm_sm90.h) on the GPU
+// machine for the decode step of V4.1-Flash's expert-parallel slice: one rank
+// of `ranks` holds experts [0, experts / ranks) of `experts` routed experts
+// (spec §4.1: 384, top-6, dim 5120, moe_inter 2304); a batch of B tokens
+// routes each token to 6 distinct experts uniformly at random, so about
+// 6 B / ranks (token, expert) rows land on this rank. Per layer call:
+//   * time (CUDA events around graph replays of 16 calls rotating over 8
+//     layers' weights, > 7 GB, so every call reads its experts cold; median);
+//   * bytes that must be read in stored form: the hit experts' w1, w3, w2
+//     codes + scales, the X codes + scales of the local rows, and the FP8
+//     intermediate the down projection reads; GB/s and the ratio to the
+//     device-copy rate (read + write) measured in the same run;
+//   * gate/up and down alone for every tile (the bits never change with the
+//     tile, so the fastest one is free to use), and the launch floor when no
+//     row is local;
+//   * the reference GroupedExpertFfn (CUDA-core fp32 over dequantized fp32
+//     weights) on the same routing, rows and shapes.
+//
+//   mxfp4_grouped_gemm_bench [EXPERTS [RANKS]]    (default 384 8)
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/moe/expert_ffn.h"
+#include "kernels/cuda/moe/mxfp4_grouped_gemm_sm90.h"
+
+namespace weir::kernels::cuda {
+namespace {
+
+#define BENCH_CHECK(call)                                                                        \
+  do {                                                                                           \
+    if (cudaError_t e_ = (call); e_ != cudaSuccess) {                                            \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                              \
+    }                                                                                            \
+  } while (0)
+
+void Ok(const absl::Status& s) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s\n", s.ToString().c_str());
+    std::exit(1);
+  }
+}
+
+constexpr int64_t kDim = 5120, kInter = 2304;
+constexpr int kTopk = 6;
+constexpr int kLayers = 8;  // weight sets rotated through (cold reads)
+constexpr int kCallsPerGraph = 16;
+
+const char* TileName(Mxfp4GroupedTile t) {
+  switch (t) {
+    case Mxfp4GroupedTile::kW2M8:
+      return "w2m8";
+    case Mxfp4GroupedTile::kW2M32:
+      return "w2m32";
+    case Mxfp4GroupedTile::kW4M8:
+      return "w4m8";
+    case Mxfp4GroupedTile::kW4M32:
+      return "w4m32";
+    case Mxfp4GroupedTile::kW8M64:
+      return "w8m64";
+    case Mxfp4GroupedTile::kAuto:
+      return "auto";
+  }
+  return "?";
+}
+
+template <typename T>
+T* DeviceAlloc(int64_t n) {
+  T* p = nullptr;
+  BENCH_CHECK(cudaMalloc(&p, std::max<int64_t>(n, 1) * sizeof(T)));
+  return p;
+}
+
+template <typename T>
+T* Upload(const std::vector<T>& host) {
+  T* p = DeviceAlloc<T>(static_cast<int64_t>(host.size()));
+  BENCH_CHECK(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return p;
+}
+
+// Fills `bytes` of device memory from a 16 MB device pattern (offset by `seed`).
+void Fill(uint8_t* dst, int64_t bytes, const uint8_t* pattern, int seed) {
+  constexpr int64_t kPattern = 16 << 20;
+  const int64_t shift = (static_cast<int64_t>(seed) * 4099) % 4096;
+  for (int64_t off = 0; off < bytes;) {
+    const int64_t n = std::min(kPattern - shift, bytes - off);
+    BENCH_CHECK(cudaMemcpy(dst + off, pattern + shift, n, cudaMemcpyDeviceToDevice));
+    off += n;
+  }
+}
+
+// Median of `reps` event-timed runs of `fn` (ms), after `warmup` runs.
+double MedianMs(const std::function<void()>& fn, cudaStream_t stream, int reps, int warmup) {
+  for (int i = 0; i < warmup; ++i) fn();
+  cudaEvent_t start, stop;
+  BENCH_CHECK(cudaEventCreate(&start));
+  BENCH_CHECK(cudaEventCreate(&stop));
+  std::vector<float> ms(reps);
+  for (int i = 0; i < reps; ++i) {
+    BENCH_CHECK(cudaEventRecord(start, stream));
+    fn();
+    BENCH_CHECK(cudaEventRecord(stop, stream));
+    BENCH_CHECK(cudaEventSynchronize(stop));
+    BENCH_CHECK(cudaEventElapsedTime(&ms[i], start, stop));
+  }
+  BENCH_CHECK(cudaEventDestroy(start));
+  BENCH_CHECK(cudaEventDestroy(stop));
+  std::nth_element(ms.begin(), ms.begin() + reps / 2, ms.end());
+  return ms[reps / 2];
+}
+
+double CopyGbps(cudaStream_t stream) {
+  const int64_t bytes = 1ll << 30;
+  void *a, *b;
+  BENCH_CHECK(cudaMalloc(&a, bytes));
+  BENCH_CHECK(cudaMalloc(&b, bytes));
+  BENCH_CHECK(cudaMemset(a, 1, bytes));
+  const double ms =
+      MedianMs([&] { BENCH_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream)); },
+               stream, 10, 2);
+  BENCH_CHECK(cudaFree(a));
+  BENCH_CHECK(cudaFree(b));
+  return 2.0 * bytes / ms / 1e6;
+}
+
+// Per-call time (us) of `calls` enqueues captured in one graph (call c gets c).
+double GraphUs(const std::function<void(int, cudaStream_t)>& enqueue, cudaStream_t stream) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  BENCH_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int c = 0; c < kCallsPerGraph; ++c) enqueue(c, stream);
+  BENCH_CHECK(cudaStreamEndCapture(stream, &graph));
+  BENCH_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const double ms = MedianMs([&] { BENCH_CHECK(cudaGraphLaunch(exec, stream)); }, stream, 15, 3);
+  BENCH_CHECK(cudaGraphExecDestroy(exec));
+  BENCH_CHECK(cudaGraphDestroy(graph));
+  BENCH_CHECK(cudaGetLastError());
+  return ms * 1e3 / kCallsPerGraph;
+}
+
+// Stored bytes of one expert.
+constexpr int64_t kW13Bytes = 2 * (kInter * kDim / 2 + kInter * kDim / 32);
+constexpr int64_t kW2Bytes = kDim * kInter / 2 + kDim * kInter / 32;
+
+// One layer's local experts, stored form, and the pointer arrays.
+struct LayerWeights {
+  uint8_t* storage = nullptr;
+  const uint8_t** w1 = nullptr;  // device arrays [local]
+  const uint8_t** w1s = nullptr;
+  const uint8_t** w3 = nullptr;
+  const uint8_t** w3s = nullptr;
+  const uint8_t** w2 = nullptr;
+  const uint8_t** w2s = nullptr;
+};
+
+LayerWeights MakeLayer(int local, const uint8_t* codes, const uint8_t* scales, int seed) {
+  LayerWeights l;
+  const int64_t codes13 = kInter * kDim / 2, scales13 = kInter * kDim / 32;
+  const int64_t codes2 = kDim * kInter / 2, scales2 = kDim * kInter / 32;
+  l.storage = DeviceAlloc<uint8_t>(local * (kW13Bytes + kW2Bytes));
+  std::vector<const uint8_t*> p[6];
+  uint8_t* at = l.storage;
+  for (int e = 0; e < local; ++e) {
+    const int64_t sizes[6] = {codes13, scales13, codes13, scales13, codes2, scales2};
+    for (int i = 0; i < 6; ++i) {
+      Fill(at, sizes[i], i % 2 == 0 ? codes : scales, seed * 64 + e * 6 + i);
+      p[i].push_back(at);
+      at += sizes[i];
+    }
+  }
+  const uint8_t*** arrays[6] = {&l.w1, &l.w1s, &l.w3, &l.w3s, &l.w2, &l.w2s};
+  for (int i = 0; i < 6; ++i) *arrays[i] = Upload(p[i]);
+  return l;
+}
+
+// One layer's routing and activations for a batch.
+struct Step {
+  int64_t rows = 0;        // capacity: tokens * topk (the launch's row bound)
+  int64_t local_rows = 0;  // rows that land on this rank
+  int hit = 0;             // local experts with rows
+  std::vector<int64_t> offsets;
+  int64_t* d_offsets = nullptr;
+  uint8_t *x = nullptr, *xs = nullptr, *h = nullptr, *hs = nullptr;
+  float *rw = nullptr, *y = nullptr;
+};
+
+Step MakeStep(int64_t tokens, int experts, int local, std::mt19937& rng, const uint8_t* codes,
+              const uint8_t* scales, int seed) {
+  Step s;
+  s.rows = tokens * kTopk;
+  std::vector<int64_t> counts(local, 0);
+  std::vector<int> ids(experts);
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int i = 0; i < experts; ++i) ids[i] = i;
+    for (int k = 0; k < kTopk; ++k) {  // partial Fisher-Yates: 6 distinct experts
+      std::uniform_int_distribution<int> pick(k, experts - 1);
+      std::swap(ids[k], ids[pick(rng)]);
+      if (ids[k] < local) ++counts[ids[k]];
+    }
+  }
+  s.offsets = {0};
+  for (int64_t c : counts) {
+    s.offsets.push_back(s.offsets.back() + c);
+    s.hit += c > 0;
+  }
+  s.local_rows = s.offsets.back();
+  s.d_offsets = Upload(s.offsets);
+  s.x = DeviceAlloc<uint8_t>(s.rows * kDim);
+  s.xs = DeviceAlloc<uint8_t>(s.rows * kDim / 32);
+  Fill(s.x, s.rows * kDim, codes, seed);
+  Fill(s.xs, s.rows * kDim / 32, scales, seed + 1);
+  std::vector<float> rw(s.rows, 0.4f);
+  s.rw = Upload(rw);
+  s.h = DeviceAlloc<uint8_t>(s.rows * kInter);
+  s.hs = DeviceAlloc<uint8_t>(s.rows * kInter / 32);
+  s.y = DeviceAlloc<float>(s.rows * kDim);
+  return s;
+}
+
+void FreeStep(Step& s) {
+  for (void* p : {static_cast<void*>(s.d_offsets), static_cast<void*>(s.x),
+                  static_cast<void*>(s.xs), static_cast<void*>(s.h), static_cast<void*>(s.hs),
+                  static_cast<void*>(s.rw), static_cast<void*>(s.y)}) {
+    cudaFree(p);
+  }
+}
+
+Mxfp4ExpertFfnParams FfnParams(const LayerWeights& w, const Step& s, int local, int64_t tokens) {
+  return {.x = s.x,
+          .x_scales = s.xs,
+          .expert_offsets = s.d_offsets,
+          .route_weight = s.rw,
+          .w1 = w.w1,
+          .w1_scales = w.w1s,
+          .w3 = w.w3,
+          .w3_scales = w.w3s,
+          .w2 = w.w2,
+          .w2_scales = w.w2s,
+          .h = s.h,
+          .h_scales = s.hs,
+          .y = s.y,
+          .rows = s.rows,
+          .dim = kDim,
+          .inter = kInter,
+          .num_experts = local};  // kAuto tiles (ChooseMxfp4GroupedTile of rows / experts)
+}
+
+Mxfp4GroupedGateUpParams GateUpParams(const Mxfp4ExpertFfnParams& f, Mxfp4GroupedTile tile) {
+  return {.x = f.x,
+          .x_scales = f.x_scales,
+          .expert_offsets = f.expert_offsets,
+          .w1 = f.w1,
+          .w1_scales = f.w1_scales,
+          .w3 = f.w3,
+          .w3_scales = f.w3_scales,
+          .route_weight = f.route_weight,
+          .h = f.h,
+          .h_scales = f.h_scales,
+          .rows = f.rows,
+          .inter = f.inter,
+          .dim = f.dim,
+          .num_experts = f.num_experts,
+          .rows_per_expert_hint = f.rows_per_expert_hint,
+          .tile = tile};
+}
+
+Mxfp4GroupedGemmParams DownParams(const Mxfp4ExpertFfnParams& f, Mxfp4GroupedTile tile) {
+  return {.x = f.h,
+          .x_scales = f.h_scales,
+          .expert_offsets = f.expert_offsets,
+          .w = f.w2,
+          .w_scales = f.w2_scales,
+          .y = f.y,
+          .rows = f.rows,
+          .n = f.dim,
+          .k = f.inter,
+          .num_experts = f.num_experts,
+          .round_bf16 = true,
+          .rows_per_expert_hint = f.rows_per_expert_hint,
+          .tile = tile};
+}
+
+// The reference GroupedExpertFfn on layer `s`'s routing: fp32 weights (the
+// dequantized form it needs) for the hit experts only.
+double ReferenceUs(const Step& s, int local, cudaStream_t stream) {
+  std::vector<float*> owned;
+  std::vector<const float*> p1(local, nullptr), p3(local, nullptr), p2(local, nullptr);
+  for (int e = 0; e < local; ++e) {
+    if (s.offsets[e + 1] == s.offsets[e]) continue;
+    for (auto* v : {&p1, &p3, &p2}) {
+      float* w = DeviceAlloc<float>(kInter * kDim);
+      BENCH_CHECK(cudaMemset(w, 0x3C, kInter * kDim * sizeof(float)));  // 0.0115...
+      owned.push_back(w);
+      (*v)[e] = w;
+    }
+  }
+  const float** d1 = Upload(p1);
+  const float** d3 = Upload(p3);
+  const float** d2 = Upload(p2);
+  float* x = DeviceAlloc<float>(s.rows * kDim);
+  float* hidden = DeviceAlloc<float>(s.rows * kInter);
+  float* y = DeviceAlloc<float>(s.rows * kDim);
+  BENCH_CHECK(cudaMemset(x, 0x3C, s.rows * kDim * sizeof(float)));
+  const GroupedExpertFfnParams params{.x = x,
+                                      .group_offsets = s.d_offsets,
+                                      .route_weight = s.rw,
+                                      .w1 = d1,
+                                      .w3 = d3,
+                                      .w2 = d2,
+                                      .hidden = hidden,
+                                      .y = y,
+                                      .rows = s.rows,
+                                      .dim = kDim,
+                                      .inter = kInter,
+                                      .num_groups = local};
+  const double ms = MedianMs([&] { Ok(GroupedExpertFfn(params, stream)); }, stream, 3, 1);
+  for (float* w : owned) cudaFree(w);
+  for (void* q : {static_cast<void*>(d1), static_cast<void*>(d3), static_cast<void*>(d2),
+                  static_cast<void*>(x), static_cast<void*>(hidden), static_cast<void*>(y)}) {
+    cudaFree(q);
+  }
+  return ms * 1e3;
+}
+
+int Run(int experts, int ranks) {
+  const int local = experts / ranks;
+  cudaStream_t stream;
+  BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const double copy_gbps = CopyGbps(stream);
+  std::printf("device copy (1 GiB, read + write): %.0f GB/s\n", copy_gbps);
+  std::printf(
+      "V4.1-Flash MoE decode slice: %d experts / %d ranks = %d local, top-%d, dim %lld, "
+      "inter %lld; expert = %.2f MB stored (w1+w3 %.2f, w2 %.2f)\n",
+      experts, ranks, local, kTopk, static_cast<long long>(kDim), static_cast<long long>(kInter),
+      (kW13Bytes + kW2Bytes) / 1e6, kW13Bytes / 1e6, kW2Bytes / 1e6);
+
+  // Random patterns: any byte is a finite e2m1 pair; e4m3 codes avoid NaN;
+  // scales 2^-7 .. 2^4.
+  std::mt19937 rng(2024);
+  std::vector<uint8_t> pattern(16 << 20), scale_pattern(16 << 20);
+  std::uniform_int_distribution<int> byte(0, 255), scale(120, 131);
+  for (auto& b : pattern) {
+    int v = byte(rng);
+    if ((v & 0x7F) == 0x7F) v = 0x3E;
+    b = static_cast<uint8_t>(v);
+  }
+  for (auto& b : scale_pattern) b = static_cast<uint8_t>(scale(rng));
+  const uint8_t* codes = Upload(pattern);
+  const uint8_t* scales = Upload(scale_pattern);
+  std::vector<LayerWeights> layers;
+  for (int l = 0; l < kLayers; ++l) layers.push_back(MakeLayer(local, codes, scales, l));
+  BENCH_CHECK(cudaDeviceSynchronize());
+
+  std::printf(
+      "\nPer layer call (graph replays of %d calls over %d layers' weights, median; cold).\n"
+      "MB = stored bytes that must be read: hit experts' w1+w3+w2 codes and scales + X + the FP8 "
+      "intermediate.\n",
+      kCallsPerGraph, kLayers);
+  std::printf(
+      "%-6s %-6s %-5s %8s | %9s %7s %6s | %8s %8s | %-7s %8s %7s | %-7s %8s %7s | %9s | "
+      "%10s %7s\n",
+      "batch", "rows", "hit", "MB", "ffn us", "GB/s", "/copy", "hot us", "empty us", "gu tile",
+      "gu us", "/copy", "dn tile", "dn us", "/copy", "best sum", "ref us", "ref/ffn");
+  for (int64_t tokens : {1, 8, 32, 64}) {
+    std::vector<Step> steps;
+    for (int l = 0; l < kLayers; ++l) {
+      steps.push_back(MakeStep(tokens, experts, local, rng, codes, scales, 100 + l));
+    }
+    double bytes = 0, gu_bytes = 0, dn_bytes = 0, rows = 0, hit = 0;
+    for (const Step& s : steps) {
+      gu_bytes += s.hit * double(kW13Bytes) + s.local_rows * double(kDim) * 33 / 32;
+      dn_bytes += s.hit * double(kW2Bytes) + s.local_rows * double(kInter) * 33 / 32;
+      rows += s.local_rows;
+      hit += s.hit;
+    }
+    gu_bytes /= kLayers, dn_bytes /= kLayers, rows /= kLayers, hit /= kLayers;
+    bytes = gu_bytes + dn_bytes;
+    std::vector<Mxfp4ExpertFfnParams> params;
+    for (int l = 0; l < kLayers; ++l)
+      params.push_back(FfnParams(layers[l], steps[l], local, tokens));
+    for (const auto& p : params) Ok(Mxfp4ExpertFfn(p, stream));  // valid intermediates
+    BENCH_CHECK(cudaStreamSynchronize(stream));
+
+    const double ffn = GraphUs(
+        [&](int c, cudaStream_t st) { Ok(Mxfp4ExpertFfn(params[c % kLayers], st)); }, stream);
+    // Hot: layer 0 repeated (its weights stay in L2); layer 0's hit count is
+    // printed below the row, the cold figure averages all layers.
+    const double hot =
+        GraphUs([&](int, cudaStream_t st) { Ok(Mxfp4ExpertFfn(params[0], st)); }, stream);
+    // No local rows at all: the launch floor (every CTA exits at once).
+    std::vector<int64_t> zeros(local + 1, 0);
+    int64_t* d_zero = Upload(zeros);
+    Mxfp4ExpertFfnParams empty = params[0];
+    empty.expert_offsets = d_zero;
+    const double empty_us =
+        GraphUs([&](int, cudaStream_t st) { Ok(Mxfp4ExpertFfn(empty, st)); }, stream);
+    Mxfp4GroupedTile best_gu = Mxfp4GroupedTile::kAuto, best_dn = Mxfp4GroupedTile::kAuto;
+    double gu_us = 1e30, dn_us = 1e30;
+    for (Mxfp4GroupedTile t :
+         {Mxfp4GroupedTile::kW4M8, Mxfp4GroupedTile::kW4M32, Mxfp4GroupedTile::kW8M64}) {
+      const double us = GraphUs(
+          [&](int c, cudaStream_t st) {
+            Ok(Mxfp4GroupedGateUp(GateUpParams(params[c % kLayers], t), st));
+          },
+          stream);
+      std::printf("  batch %lld gate/up %-6s %8.2f us\n", static_cast<long long>(tokens),
+                  TileName(t), us);
+      if (us < gu_us) gu_us = us, best_gu = t;
+    }
+    for (Mxfp4GroupedTile t :
+         {Mxfp4GroupedTile::kW2M8, Mxfp4GroupedTile::kW2M32, Mxfp4GroupedTile::kW4M8,
+          Mxfp4GroupedTile::kW4M32, Mxfp4GroupedTile::kW8M64}) {
+      const double us = GraphUs(
+          [&](int c, cudaStream_t st) {
+            Ok(Mxfp4GroupedGemm(DownParams(params[c % kLayers], t), st));
+          },
+          stream);
+      std::printf("  batch %lld down    %-6s %8.2f us\n", static_cast<long long>(tokens),
+                  TileName(t), us);
+      if (us < dn_us) dn_us = us, best_dn = t;
+    }
+    const double ref = ReferenceUs(steps[0], local, stream);
+    auto ratio = [&](double b, double us) { return b / us / 1e3 / copy_gbps; };
+    std::printf(
+        "%-6lld %-6.1f %-5.2f %8.2f | %9.2f %7.0f %6.2f | %8.2f %8.2f | %-7s %8.2f %7.2f | "
+        "%-7s %8.2f %7.2f | %9.2f | %10.1f %7.1f\n",
+        static_cast<long long>(tokens), rows, hit, bytes / 1e6, ffn, bytes / ffn / 1e3,
+        ratio(bytes, ffn), hot, empty_us, TileName(best_gu), gu_us, ratio(gu_bytes, gu_us),
+        TileName(best_dn), dn_us, ratio(dn_bytes, dn_us), gu_us + dn_us, ref, ref / ffn);
+    std::printf("  (hot and ref: layer 0 only: %lld rows, %d hit experts)\n",
+                static_cast<long long>(steps[0].local_rows), steps[0].hit);
+    cudaFree(d_zero);
+    for (Step& s : steps) FreeStep(s);
+  }
+  BENCH_CHECK(cudaStreamSynchronize(stream));
+  BENCH_CHECK(cudaGetLastError());
+  BENCH_CHECK(cudaStreamDestroy(stream));
+  return 0;
+}
+
+}  // namespace
+}  // namespace weir::kernels::cuda
+
+int main(int argc, char** argv) {
+  const int experts = argc > 1 ? std::atoi(argv[1]) : 384;
+  const int ranks = argc > 2 ? std::atoi(argv[2]) : 8;
+  if (experts <= 0 || ranks <= 0 || experts % ranks != 0) {
+    std::fprintf(stderr, "usage: mxfp4_grouped_gemm_bench [EXPERTS [RANKS]]\n");
+    return 2;
+  }
+  return weir::kernels::cuda::Run(experts, ranks);
+}

@@ -1,0 +1,110 @@
+#include "kernels/cuda/moe/mxfp4_grouped_gemm_params.h"
+
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+
+namespace weir::kernels::cuda {
+namespace {
+
+constexpr int64_t kMaxGridX = 0x7FFFFFFF;
+constexpr int64_t kMaxGridY = 65535;
+
+bool AlignedTo(const void* p, uintptr_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
+// The checks both products share; `what` names the op in messages.
+absl::Status CheckCommon(const char* what, const uint8_t* x, const uint8_t* x_scales,
+                         const int64_t* offsets, int64_t rows, int64_t n, int64_t k,
+                         int num_experts, Mxfp4GroupedTile tile, bool gated) {
+  if (x == nullptr || x_scales == nullptr || offsets == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": null pointer"));
+  }
+  if (rows < 0 || n <= 0 || k <= 0 || num_experts <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": bad shape rows ", rows, " n ", n, " k ",
+                                                   k, " experts ", num_experts));
+  }
+  if (k % kMxfp4GemmStageK != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": k ", k, " is not a multiple of ", kMxfp4GemmStageK));
+  }
+  if (k > (int64_t{1} << 30) || n > (int64_t{1} << 30) || rows > (int64_t{1} << 31)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": n, k or rows too large"));
+  }
+  if (!AlignedTo(x, 16) || !AlignedTo(x_scales, 8)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": x must be 16-byte and x_scales 8-byte aligned"));
+  }
+  if (num_experts > kMaxGridY) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": more than 65535 experts"));
+  }
+  if (tile != Mxfp4GroupedTile::kAuto) {
+    const Mxfp4GroupedTileShape shape = ShapeOfMxfp4GroupedTile(tile);
+    if (shape.warps == 0) return absl::InvalidArgumentError(absl::StrCat(what, ": unknown tile"));
+    if (gated && shape.warps % 4 != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": the gate/up product needs a tile of 4 or 8 warps"));
+    }
+  }
+  if ((n + 15) / 16 > kMaxGridX) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": n too large for the grid"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Mxfp4GroupedTileShape ShapeOfMxfp4GroupedTile(Mxfp4GroupedTile tile) {
+  // Decode tiles keep several stages in flight per warp (the grid is small:
+  // only the hit experts' CTAs do work); a stage of kW4M8 is 10.8 KB.
+  switch (tile) {
+    case Mxfp4GroupedTile::kW2M8:
+      return {.warps = 2, .block_m = 8, .stages = 6};
+    case Mxfp4GroupedTile::kW2M32:
+      return {.warps = 2, .block_m = 32, .stages = 4};
+    case Mxfp4GroupedTile::kW4M8:
+      return {.warps = 4, .block_m = 8, .stages = 6};
+    case Mxfp4GroupedTile::kW4M32:
+      return {.warps = 4, .block_m = 32, .stages = 4};
+    case Mxfp4GroupedTile::kW8M64:
+      return {.warps = 8, .block_m = 64, .stages = 3};
+    case Mxfp4GroupedTile::kAuto:
+      break;
+  }
+  return {};
+}
+
+Mxfp4GroupedTile ChooseMxfp4GroupedTile(int64_t rows_per_expert, bool gated) {
+  // mxfp4_grouped_gemm_bench on an H200 (README): kW4M8 is the fastest tile
+  // of both products at every decode batch (1 - 64 tokens, 0.5 - 48 local
+  // rows over 48 experts), even where an expert needs a second pass; the
+  // wider-M tiles pay for their larger stages and register footprint.
+  if (rows_per_expert <= 16) return Mxfp4GroupedTile::kW4M8;
+  if (rows_per_expert <= 48) return gated ? Mxfp4GroupedTile::kW4M32 : Mxfp4GroupedTile::kW2M32;
+  return Mxfp4GroupedTile::kW8M64;
+}
+
+absl::Status CheckMxfp4GroupedGemmParams(const Mxfp4GroupedGemmParams& p) {
+  if (p.w == nullptr || p.w_scales == nullptr || p.y == nullptr) {
+    return absl::InvalidArgumentError("Mxfp4GroupedGemm: null pointer");
+  }
+  if (!AlignedTo(p.y, 4)) return absl::InvalidArgumentError("Mxfp4GroupedGemm: y misaligned");
+  return CheckCommon("Mxfp4GroupedGemm", p.x, p.x_scales, p.expert_offsets, p.rows, p.n, p.k,
+                     p.num_experts, p.tile, /*gated=*/false);
+}
+
+absl::Status CheckMxfp4GroupedGateUpParams(const Mxfp4GroupedGateUpParams& p) {
+  if (p.w1 == nullptr || p.w1_scales == nullptr || p.w3 == nullptr || p.w3_scales == nullptr ||
+      p.h == nullptr || p.h_scales == nullptr) {
+    return absl::InvalidArgumentError("Mxfp4GroupedGateUp: null pointer");
+  }
+  if (p.inter % 32 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Mxfp4GroupedGateUp: inter ", p.inter, " is not a multiple of 32"));
+  }
+  return CheckCommon("Mxfp4GroupedGateUp", p.x, p.x_scales, p.expert_offsets, p.rows, p.inter,
+                     p.dim, p.num_experts, p.tile, /*gated=*/true);
+}
+
+}  // namespace weir::kernels::cuda

@@ -1,0 +1,208 @@
+// kernels/cuda/moe/mxfp4_grouped_gemm_params.h
+//
+// Arguments, tile table and shared-memory / fragment layout of the grouped
+// MXFP4 expert GEMMs (mxfp4_grouped_gemm_sm90.h): per local expert e,
+// Y_e = X_e W_e^T with X in stored FP8 (e4m3 + UE8M0 per row and 32 of K) and
+// W_e the expert's stored MXFP4 weight (packed e2m1 + E8M0 per row and 32 of
+// K). Host-only C++ (no CUDA headers), so validation and geometry are
+// testable without a GPU; the layout functions are also compiled into the
+// kernel.
+//
+// Thread safety: pure functions and plain data.
+
+#ifndef WEIR_KERNELS_CUDA_MOE_MXFP4_GROUPED_GEMM_PARAMS_H_
+#define WEIR_KERNELS_CUDA_MOE_MXFP4_GROUPED_GEMM_PARAMS_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/cuda/dense/fp8_block_gemm_params.h"
+
+namespace weir::kernels::cuda {
+
+// K per pipeline stage: 128 bytes of packed weight row (8 chunks of 16 bytes,
+// chunk c = K block c of the stage) and 2 x 128 bytes of activation row.
+inline constexpr int kMxfp4GemmStageK = 256;
+inline constexpr int kMxfp4GemmBlocksPerStage = kMxfp4GemmStageK / 32;
+
+// CTA tiles, named by warps and X rows per pass. Every warp owns one 16-row
+// mma tile of a weight (plain GEMM: 16 output columns per warp; gate/up:
+// warps alternate w1 / w3 over the same 16 columns, so 8 columns per warp).
+// Every tile computes every output with the same operations in the same order
+// (mxfp4_grouped_gemm_sm90.h), so the choice moves time, never bits.
+enum class Mxfp4GroupedTile {
+  kAuto,   // ChooseMxfp4GroupedTile
+  kW2M8,   // plain GEMM only (gate/up needs 4 warps for one 32-column FP8 block)
+  kW2M32,  // plain GEMM only
+  kW4M8,
+  kW4M32,
+  kW8M64,
+};
+
+struct Mxfp4GroupedTileShape {
+  int warps = 0;    // 16-row weight tiles per CTA
+  int block_m = 0;  // X rows per pass (multiple of 8); an expert with more loops
+  int stages = 0;   // cp.async ring depth (>= 3), kMxfp4GemmStageK of K each
+};
+
+// Returns the shape of `tile`; kAuto returns a zero shape.
+Mxfp4GroupedTileShape ShapeOfMxfp4GroupedTile(Mxfp4GroupedTile tile);
+
+// Output columns of one CTA: 16 per warp (plain) or 8 per warp (gate/up).
+inline int Mxfp4GroupedBlockN(const Mxfp4GroupedTileShape& shape, bool gated) {
+  return gated ? 8 * shape.warps : 16 * shape.warps;
+}
+
+// The tile kAuto runs when a hit expert typically has `rows_per_expert` rows
+// (a host estimate: the device counts are never read). Decode (up to 16):
+// kW4M8 for both products, the fastest tile of every decode batch measured
+// (README); more rows: the M32 tiles, then kW8M64 (not tuned: prefill).
+Mxfp4GroupedTile ChooseMxfp4GroupedTile(int64_t rows_per_expert, bool gated);
+
+// Per ring slot: W codes [16 warps][128] | X codes [2][block_m][128] |
+// W scales [16 warps][8] | X scales [block_m][8]; slots follow each other.
+// Byte offsets (from the start of dynamic shared memory) of slot `slot`'s parts.
+struct Mxfp4GroupedSmemLayout {
+  int w_codes = 0;  // slot 0 offsets; add slot * the matching *_stride
+  int x_codes = 0;
+  int w_scales = 0;
+  int x_scales = 0;
+  int w_codes_stride = 0;
+  int x_codes_stride = 0;
+  int w_scales_stride = 0;
+  int x_scales_stride = 0;
+  int total = 0;  // dynamic shared memory of the CTA
+};
+
+WEIR_FP8_GEMM_HD constexpr Mxfp4GroupedSmemLayout Mxfp4GroupedLayout(int warps, int block_m,
+                                                                     int stages) {
+  Mxfp4GroupedSmemLayout l;
+  l.w_codes_stride = 16 * warps * 128;
+  l.x_codes_stride = 2 * block_m * 128;
+  l.w_scales_stride = 16 * warps * 8;
+  l.x_scales_stride = block_m * 8;
+  l.w_codes = 0;
+  l.x_codes = l.w_codes + stages * l.w_codes_stride;
+  l.w_scales = l.x_codes + stages * l.x_codes_stride;
+  l.x_scales = l.w_scales + stages * l.w_scales_stride;
+  l.total = l.x_scales + stages * l.x_scales_stride;
+  return l;
+}
+
+// Offset, inside one slot's X codes, of 16-byte chunk `chunk` (0..15) of X
+// row `row`: halves of 128 bytes of K, each swizzled as Fp8BlockGemm's tiles
+// (so its ldmatrix mapping, Fp8GemmBLdmatrixSource, applies per half).
+WEIR_FP8_GEMM_HD constexpr int Mxfp4GroupedXOffset(int row, int chunk, int block_m) {
+  return (chunk >> 3) * block_m * 128 + dense::Fp8GemmSwizzledOffset(row, chunk & 7);
+}
+
+// Byte offset, inside one slot's W codes, of the 16 bits `lane` reads for
+// register q (0..3) of the e4m3 A fragment of K block j (0..7) of the 16-row
+// tile starting at smem row `row0`: the packed codes of the 4 elements that
+// ldmatrix would give that register in Fp8BlockGemm (q = 0: row g, k 4t..4t+3;
+// 1: row g + 8, same k; 2: row g, k 16 + 4t ..; 3: row g + 8; g = lane / 4,
+// t = lane % 4). Rows are 128 bytes, chunk j = K block j, swizzled as
+// Fp8GemmSwizzledOffset; two e2m1 per byte, element 2i in the low nibble.
+WEIR_FP8_GEMM_HD constexpr int Mxfp4PackedAOffset(int row0, int lane, int j, int q) {
+  return dense::Fp8GemmSwizzledOffset(row0 + (lane >> 2) + (q & 1) * 8, j) + 2 * (lane & 3) +
+         (q >> 1) * 8;
+}
+
+// The e4m3 codes of the e2m1 magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6 (every
+// e2m1 value is exact in e4m3), bytes 0..3 and 4..7: the prmt table the
+// kernel widens packed weights with (E2m1x4ToE4m3x4).
+inline constexpr uint32_t kE2m1ToE4m3Lo = 0x3C383000u;
+inline constexpr uint32_t kE2m1ToE4m3Hi = 0x4C484440u;
+
+// Four e2m1 codes (nibble i of `v`, i = 0..3) -> four e4m3 codes of the same
+// values (byte i). `prmt(a, b, c)` is PTX prmt.b32 (default mode): byte i of
+// the result is byte (c >> 4i) & 7 of {b, a}, or that byte's sign replicated
+// when bit 3 of the selector nibble is set. The magnitude goes through the
+// table; the second prmt keeps the code's sign bit in its selector, so that
+// byte becomes 0xFF (the sign of 0x80 replicated) for a negative code and
+// stays 0x80 otherwise: its bit 0 is the sign, moved to bit 7. The kernel
+// passes the instruction, the CPU test an emulation.
+template <typename Prmt>
+WEIR_FP8_GEMM_HD inline uint32_t E2m1x4ToE4m3x4(uint32_t v, const Prmt& prmt) {
+  const uint32_t magnitude = prmt(kE2m1ToE4m3Lo, kE2m1ToE4m3Hi, v & 0x7777u);
+  const uint32_t sign = prmt(0x80808080u, 0x80808080u, v & 0xFFFFu);
+  return magnitude | ((sign << 7) & 0x80808080u);
+}
+
+// The weight row held in row `row` of a CTA's W tile: its output column
+// relative to the CTA's first, and whether it is a row of w3 (gate/up: warp w
+// holds w1 (w even) or w3 (w odd) of columns 16 (w / 2) .. + 16).
+struct Mxfp4WRowSource {
+  int column;
+  bool up;
+};
+
+WEIR_FP8_GEMM_HD constexpr Mxfp4WRowSource Mxfp4GroupedWRow(int row, bool gated) {
+  return gated ? Mxfp4WRowSource{16 * (row >> 5) + (row & 15), ((row >> 4) & 1) != 0}
+               : Mxfp4WRowSource{row, false};
+}
+
+// The plain grouped GEMM: per expert e with rows [offsets[e], offsets[e+1]),
+// y[r, :] = X[r, :] W_e^T.
+struct Mxfp4GroupedGemmParams {
+  const uint8_t* x = nullptr;         // device [rows, k] e4m3, grouped by expert; 16-byte aligned
+  const uint8_t* x_scales = nullptr;  // device [rows, k / 32] UE8M0; 8-byte aligned
+  // Device [num_experts + 1], nondecreasing from 0 (MoeGroupRows' group_offsets);
+  // clamped into [0, rows] on the device.
+  const int64_t* expert_offsets = nullptr;
+  // Device arrays [num_experts] of device pointers: W_e codes [n, k / 2]
+  // (16-byte aligned) and scales [n, k / 32] (8-byte aligned). A null or
+  // misaligned pointer of an expert with rows makes its rows NaN.
+  const uint8_t* const* w = nullptr;
+  const uint8_t* const* w_scales = nullptr;
+  float* y = nullptr;  // device [rows, n]; rows outside every expert untouched
+  int64_t rows = 0;    // rows of x / y (an upper bound, e.g. tokens * topk); 0: nothing
+  int64_t n = 0;
+  int64_t k = 0;  // multiple of kMxfp4GemmStageK (256)
+  int num_experts = 0;
+  bool round_bf16 = false;  // y = bf16(acc) (as fp32), the reference's bf16 boundary
+  // Host estimate of a hit expert's rows (0: rows / num_experts); picks the
+  // kAuto tile only, never changes bits.
+  int64_t rows_per_expert_hint = 0;
+  Mxfp4GroupedTile tile = Mxfp4GroupedTile::kAuto;
+};
+
+// The gate/up product with the SwiGLU epilogue and the FP8 quantization of
+// its result fused: per expert e and row r of it,
+//   g = X w1_e^T, u = X w3_e^T      (fp32, each as the plain GEMM computes it)
+//   h = route_weight[r] * silu(min(g, L)) * clamp(u, -L, L)  (expert_ffn.cuh SwigluOut:
+//       bf16 rounding of g, u and h when round_bf16)
+//   h_codes, h_scales = act_quant(h) per 32 columns (ActQuantFp8's arithmetic)
+// i.e. the X operand of the down projection in stored form.
+struct Mxfp4GroupedGateUpParams {
+  const uint8_t* x = nullptr;                 // device [rows, dim] e4m3; 16-byte aligned
+  const uint8_t* x_scales = nullptr;          // device [rows, dim / 32]; 8-byte aligned
+  const int64_t* expert_offsets = nullptr;    // as Mxfp4GroupedGemmParams
+  const uint8_t* const* w1 = nullptr;         // [num_experts] -> [inter, dim / 2]
+  const uint8_t* const* w1_scales = nullptr;  // [num_experts] -> [inter, dim / 32]
+  const uint8_t* const* w3 = nullptr;
+  const uint8_t* const* w3_scales = nullptr;
+  const float* route_weight = nullptr;  // device [rows]; null = 1
+  uint8_t* h = nullptr;                 // device out [rows, inter] e4m3
+  uint8_t* h_scales = nullptr;          // device out [rows, inter / 32] UE8M0
+  int64_t rows = 0;
+  int64_t inter = 0;  // multiple of 32
+  int64_t dim = 0;    // the K of this product: multiple of 256
+  int num_experts = 0;
+  float swiglu_limit = 10.0f;  // <= 0: no clamp
+  bool round_bf16 = true;
+  int64_t rows_per_expert_hint = 0;  // as Mxfp4GroupedGemmParams
+  Mxfp4GroupedTile tile = Mxfp4GroupedTile::kAuto;
+};
+
+// Returns OK or INVALID_ARGUMENT naming the problem: a null pointer, rows < 0,
+// n / k / inter / dim or num_experts not positive, k (dim) not a multiple of
+// 256, inter not a multiple of 32, x not 16-byte or x_scales not 8-byte
+// aligned, a tile the product cannot run (kW2* for gate/up), or a grid
+// dimension past the launch limits.
+absl::Status CheckMxfp4GroupedGemmParams(const Mxfp4GroupedGemmParams& params);
+absl::Status CheckMxfp4GroupedGateUpParams(const Mxfp4GroupedGateUpParams& params);
+
+}  // namespace weir::kernels::cuda
+
+#endif  // WEIR_KERNELS_CUDA_MOE_MXFP4_GROUPED_GEMM_PARAMS_H_

@@ -1,0 +1,349 @@
+// CPU test (no GPU needed) of mxfp4_grouped_gemm_params.h: argument checks,
+// the tile table, the e2m1 -> e4m3 widening (prmt emulated from the PTX ISA)
+// and the fragment mapping of one warp's stage, emulated from the PTX ISA's
+// ldmatrix and mma.m16n8k32 definitions as dense/fp8_block_gemm_params_test.cc
+// does for Fp8BlockGemm.
+
+#include "kernels/cuda/moe/mxfp4_grouped_gemm_params.h"
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/common/numeric_formats.h"
+
+namespace weir::kernels::cuda {
+namespace {
+
+using dense::Fp8GemmAccCoord;
+using dense::Fp8GemmAccumulatorCoord;
+using dense::Fp8GemmBLdmatrixSource;
+using dense::Fp8GemmRowChunk;
+using dense::Fp8GemmSwizzledOffset;
+
+template <typename T>
+const T* Fake(uintptr_t address) {
+  return reinterpret_cast<const T*>(address);
+}
+
+const uint8_t* const* FakeArray(uintptr_t address) {
+  return reinterpret_cast<const uint8_t* const*>(address);
+}
+
+Mxfp4GroupedGemmParams ValidGemm() {
+  return {.x = Fake<uint8_t>(256),
+          .x_scales = Fake<uint8_t>(512),
+          .expert_offsets = Fake<int64_t>(1024),
+          .w = FakeArray(2048),
+          .w_scales = FakeArray(4096),
+          .y = reinterpret_cast<float*>(8192),
+          .rows = 12,
+          .n = 300,
+          .k = 512,
+          .num_experts = 4};
+}
+
+Mxfp4GroupedGateUpParams ValidGateUp() {
+  return {.x = Fake<uint8_t>(256),
+          .x_scales = Fake<uint8_t>(512),
+          .expert_offsets = Fake<int64_t>(1024),
+          .w1 = FakeArray(2048),
+          .w1_scales = FakeArray(2048 + 64),
+          .w3 = FakeArray(2048 + 128),
+          .w3_scales = FakeArray(2048 + 192),
+          .h = reinterpret_cast<uint8_t*>(8192),
+          .h_scales = reinterpret_cast<uint8_t*>(16384),
+          .rows = 12,
+          .inter = 96,
+          .dim = 256,
+          .num_experts = 4};
+}
+
+TEST(Mxfp4GroupedGemmParamsTest, AcceptsValidCalls) {
+  EXPECT_TRUE(CheckMxfp4GroupedGemmParams(ValidGemm()).ok());
+  EXPECT_TRUE(CheckMxfp4GroupedGateUpParams(ValidGateUp()).ok());
+  Mxfp4GroupedGemmParams p = ValidGemm();
+  p.rows = 0;  // nothing to do is fine
+  EXPECT_TRUE(CheckMxfp4GroupedGemmParams(p).ok());
+  p = ValidGemm(), p.x_scales = Fake<uint8_t>(520);  // 8-byte alignment is enough
+  EXPECT_TRUE(CheckMxfp4GroupedGemmParams(p).ok());
+}
+
+TEST(Mxfp4GroupedGemmParamsTest, RefusesBadArguments) {
+  const auto bad_gemm = [](const Mxfp4GroupedGemmParams& p) {
+    return CheckMxfp4GroupedGemmParams(p).code() == absl::StatusCode::kInvalidArgument;
+  };
+  Mxfp4GroupedGemmParams p = ValidGemm();
+  p.x = nullptr;
+  EXPECT_TRUE(bad_gemm(p));
+  p = ValidGemm(), p.x_scales = nullptr;
+  EXPECT_TRUE(bad_gemm(p));
+  p = ValidGemm(), p.expert_offsets = nullptr;
+  EXPECT_TRUE(bad_gemm(p));
+  p = ValidGemm(), p.w = nullptr;
+  EXPECT_TRUE(bad_gemm(p));
+  p = ValidGemm(), p.w_scales = nullptr;
+  EXPECT_TRUE(bad_gemm(p));
+  p = ValidGemm(), p.y = nullptr;
+  EXPECT_TRUE(bad_gemm(p));
+  p = ValidGemm(), p.rows = -1;
+  EXPECT_TRUE(bad_gemm(p));
+  p = ValidGemm(), p.n = 0;
+  EXPECT_TRUE(bad_gemm(p));
+  p = ValidGemm(), p.k = 0;
+  EXPECT_TRUE(bad_gemm(p));
+  p = ValidGemm(), p.k = 384;  // a multiple of 32 and 128, not of 256
+  EXPECT_TRUE(bad_gemm(p));
+  p = ValidGemm(), p.num_experts = 0;
+  EXPECT_TRUE(bad_gemm(p));
+  p = ValidGemm(), p.num_experts = 65536;
+  EXPECT_TRUE(bad_gemm(p));
+  p = ValidGemm(), p.x = Fake<uint8_t>(264);  // 8-byte aligned only
+  EXPECT_TRUE(bad_gemm(p));
+  p = ValidGemm(), p.x_scales = Fake<uint8_t>(516);
+  EXPECT_TRUE(bad_gemm(p));
+  p = ValidGemm(), p.y = reinterpret_cast<float*>(8194);
+  EXPECT_TRUE(bad_gemm(p));
+
+  const auto bad_gate_up = [](const Mxfp4GroupedGateUpParams& q) {
+    return CheckMxfp4GroupedGateUpParams(q).code() == absl::StatusCode::kInvalidArgument;
+  };
+  Mxfp4GroupedGateUpParams q = ValidGateUp();
+  q.w3 = nullptr;
+  EXPECT_TRUE(bad_gate_up(q));
+  q = ValidGateUp(), q.h_scales = nullptr;
+  EXPECT_TRUE(bad_gate_up(q));
+  q = ValidGateUp(), q.inter = 80;  // FP8 blocks of the output need multiples of 32
+  EXPECT_TRUE(bad_gate_up(q));
+  q = ValidGateUp(), q.dim = 288;
+  EXPECT_TRUE(bad_gate_up(q));
+  q = ValidGateUp(), q.tile = Mxfp4GroupedTile::kW2M8;  // 2 warps: half an FP8 block
+  EXPECT_TRUE(bad_gate_up(q));
+  q = ValidGateUp(), q.tile = Mxfp4GroupedTile::kW4M8;
+  EXPECT_TRUE(CheckMxfp4GroupedGateUpParams(q).ok());
+}
+
+TEST(Mxfp4GroupedGemmParamsTest, TileTableIsConsistent) {
+  for (Mxfp4GroupedTile tile :
+       {Mxfp4GroupedTile::kW2M8, Mxfp4GroupedTile::kW2M32, Mxfp4GroupedTile::kW4M8,
+        Mxfp4GroupedTile::kW4M32, Mxfp4GroupedTile::kW8M64}) {
+    const Mxfp4GroupedTileShape s = ShapeOfMxfp4GroupedTile(tile);
+    const int threads = 32 * s.warps;
+    EXPECT_EQ(s.block_m % 8, 0);
+    EXPECT_GE(s.stages, 3);
+    EXPECT_EQ(16 * s.warps * 8 % threads, 0);  // W chunks split evenly
+    const Mxfp4GroupedSmemLayout l = Mxfp4GroupedLayout(s.warps, s.block_m, s.stages);
+    EXPECT_LE(l.total, 227 * 1024);  // sm_90 opt-in limit per block
+    // Parts are 16-byte aligned (cp.async 16 and 8, ldmatrix rows).
+    for (int off : {l.x_codes, l.w_scales, l.x_scales, l.w_codes_stride, l.x_codes_stride,
+                    l.w_scales_stride, l.x_scales_stride}) {
+      EXPECT_EQ(off % 16, 0);
+    }
+    // The gate/up epilogue's exchange (u per lane, row amax and flags) fits the ring.
+    if (s.warps % 4 == 0) {
+      const int exchange = s.warps / 2 * (s.block_m / 8) * 4 * 32 * 4 + s.warps / 2 * s.block_m * 8;
+      EXPECT_LE(exchange, l.total);
+    }
+    EXPECT_EQ(Mxfp4GroupedBlockN(s, false), 16 * s.warps);
+    EXPECT_EQ(Mxfp4GroupedBlockN(s, true) % 32, s.warps % 4 == 0 ? 0 : 16);
+  }
+  EXPECT_EQ(ShapeOfMxfp4GroupedTile(Mxfp4GroupedTile::kAuto).warps, 0);
+  for (bool gated : {false, true}) {
+    for (int64_t m : {0, 1, 7, 8, 16}) {  // decode: the measured fastest tile
+      EXPECT_EQ(ChooseMxfp4GroupedTile(m, gated), Mxfp4GroupedTile::kW4M8) << m;
+    }
+    EXPECT_EQ(ShapeOfMxfp4GroupedTile(ChooseMxfp4GroupedTile(17, gated)).block_m, 32);
+    EXPECT_EQ(ShapeOfMxfp4GroupedTile(ChooseMxfp4GroupedTile(48, gated)).block_m, 32);
+    EXPECT_EQ(ChooseMxfp4GroupedTile(49, gated), Mxfp4GroupedTile::kW8M64);
+    for (int64_t m : {1, 17, 5000}) {
+      EXPECT_EQ(ShapeOfMxfp4GroupedTile(ChooseMxfp4GroupedTile(m, true)).warps % 4, 0);
+    }
+  }
+  // The gate/up W rows: each warp one weight, 16 columns per warp pair, every
+  // (column, weight) once.
+  std::vector<int> seen(2 * 64, 0);
+  for (int row = 0; row < 128; ++row) {
+    const Mxfp4WRowSource src = Mxfp4GroupedWRow(row, true);
+    EXPECT_EQ(src.up, ((row / 16) % 2) == 1);
+    ++seen[src.column * 2 + src.up];
+    EXPECT_EQ(src.column / 16, row / 32);
+  }
+  for (int v : seen) EXPECT_EQ(v, 1);
+}
+
+// PTX ISA prmt.b32 (default mode): bytes {b, a} = b7..b4 a3..a0; result byte i
+// is byte (c >> 4i) & 7, or its msb replicated when bit 3 of that nibble is set.
+uint32_t EmulatedPrmt(uint32_t a, uint32_t b, uint32_t c) {
+  uint8_t bytes[8];
+  for (int i = 0; i < 4; ++i) {
+    bytes[i] = static_cast<uint8_t>(a >> (8 * i));
+    bytes[4 + i] = static_cast<uint8_t>(b >> (8 * i));
+  }
+  uint32_t out = 0;
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t sel = (c >> (4 * i)) & 0xF;
+    uint8_t byte = bytes[sel & 7];
+    if (sel & 8) byte = (byte & 0x80) ? 0xFF : 0x00;
+    out |= static_cast<uint32_t>(byte) << (8 * i);
+  }
+  return out;
+}
+
+uint32_t HostE2m1x4ToE4m3x4(uint32_t v) {
+  return E2m1x4ToE4m3x4(v,
+                        [](uint32_t a, uint32_t b, uint32_t c) { return EmulatedPrmt(a, b, c); });
+}
+
+TEST(Mxfp4GroupedGemmParamsTest, E2m1WidensExactlyToE4m3) {
+  for (uint32_t v = 0; v < 65536; ++v) {
+    const uint32_t e = HostE2m1x4ToE4m3x4(v);
+    for (int i = 0; i < 4; ++i) {
+      const uint8_t nibble = (v >> (4 * i)) & 0xF;
+      const uint8_t code = static_cast<uint8_t>(e >> (8 * i));
+      const float want = E2m1ToFloat(nibble), got = E4m3ToFloat(code);
+      ASSERT_EQ(std::memcmp(&want, &got, 4), 0)  // the sign of zero too
+          << "v " << v << " nibble " << i << " code " << int(code);
+    }
+  }
+  // The upper half of the selector word is ignored by the kernel's use too.
+  EXPECT_EQ(HostE2m1x4ToE4m3x4(0x12348765u), HostE2m1x4ToE4m3x4(0x8765u));
+}
+
+// ldmatrix.m8n8.x{2,4}.b16: lane L supplies the address of row L % 8 of
+// matrix L / 8; register q of lane L receives bytes [4 (L % 4), 4 (L % 4) + 4)
+// of row L / 4 of matrix q.
+std::array<uint32_t, 4> LdMatrix(const std::vector<uint8_t>& smem,
+                                 const std::array<int, 32>& address, int lane, int matrices) {
+  std::array<uint32_t, 4> regs{};
+  for (int q = 0; q < matrices; ++q) {
+    std::memcpy(&regs[q], &smem[address[q * 8 + lane / 4] + 4 * (lane % 4)], 4);
+  }
+  return regs;
+}
+
+// mma.m16n8k32 with e4m3 A (row) and B (col), PTX ISA "Matrix Fragments for
+// mma.m16n8k32": A element a_i (i = 0..15, register i / 4, byte i % 4) at row
+// groupID (+8 for i in 4..7 and 12..15), col 4 tig + (i & 3) (+16 for i >= 8);
+// B element b_i (i = 0..7) at row (k) 4 tig + (i & 3) (+16 for i >= 4), col
+// groupID; D element c_i at row groupID (+8 for i >= 2), col 2 tig + (i & 1).
+// Values in double (e4m3 products and their sums of 32 are exact).
+std::array<std::array<double, 4>, 32> Mma(const std::array<std::array<uint32_t, 4>, 32>& a,
+                                          const std::array<std::array<uint32_t, 2>, 32>& b) {
+  double A[16][32] = {}, B[32][8] = {};
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane >> 2, t = lane & 3;
+    for (int i = 0; i < 16; ++i) {
+      const uint8_t code = static_cast<uint8_t>(a[lane][i / 4] >> (8 * (i % 4)));
+      const int row = g + (((i >> 2) & 1) ? 8 : 0), col = 4 * t + (i & 3) + (i >= 8 ? 16 : 0);
+      A[row][col] = E4m3ToFloat(code);
+    }
+    for (int i = 0; i < 8; ++i) {
+      const uint8_t code = static_cast<uint8_t>(b[lane][i / 4] >> (8 * (i % 4)));
+      B[4 * t + (i & 3) + (i >= 4 ? 16 : 0)][g] = E4m3ToFloat(code);
+    }
+  }
+  std::array<std::array<double, 4>, 32> d{};
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane >> 2, t = lane & 3;
+    for (int i = 0; i < 4; ++i) {
+      const int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
+      for (int k = 0; k < 32; ++k) d[lane][i] += A[row][k] * B[k][col];
+    }
+  }
+  return d;
+}
+
+TEST(Mxfp4GroupedGemmParamsTest, FragmentMappingComputesTheTileProduct) {
+  // One stage (256 of K) of a 2-warp CTA's W tile (32 packed rows of 128
+  // bytes; warp 1 = rows 16..31) and 24 X rows (tiles 0, 1 by ldmatrix.x4,
+  // tile 2 by .x2), copied with the kernel's chunk mapping.
+  constexpr int kWRows = 32, kXRows = 24, kBm = 24;
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::vector<uint8_t> w(kWRows * 128), x(kXRows * 256);
+  for (auto& v : w) v = static_cast<uint8_t>(byte(rng));
+  for (auto& v : x) {
+    do v = static_cast<uint8_t>(byte(rng));
+    while ((v & 0x7F) == 0x7F);  // no NaN codes
+  }
+  std::vector<uint8_t> w_smem(w.size()), x_smem(x.size());
+  for (int c = 0; c < kWRows * 8; ++c) {  // chunk c: row c / 8, chunk c % 8
+    std::memcpy(&w_smem[Fp8GemmSwizzledOffset(c / 8, c % 8)], &w[c * 16], 16);
+  }
+  for (int c = 0; c < kXRows * 16; ++c) {  // chunk c: row c / 16, chunk c % 16
+    std::memcpy(&x_smem[Mxfp4GroupedXOffset(c / 16, c % 16, kBm)], &x[c * 16], 16);
+  }
+  auto w_value = [&](int n, int k) {  // element k of packed row n
+    return static_cast<double>(E2m1ToFloat((w[n * 128 + k / 2] >> (4 * (k & 1))) & 0xF));
+  };
+  auto x_value = [&](int m, int k) { return static_cast<double>(E4m3ToFloat(x[m * 256 + k])); };
+  for (int warp = 0; warp < 2; ++warp) {
+    for (int j = 0; j < kMxfp4GemmBlocksPerStage; ++j) {
+      std::array<std::array<uint32_t, 4>, 32> a{};
+      for (int lane = 0; lane < 32; ++lane) {
+        for (int q = 0; q < 4; ++q) {
+          const int off = Mxfp4PackedAOffset(16 * warp, lane, j, q);
+          const uint32_t v = w_smem[off] | (static_cast<uint32_t>(w_smem[off + 1]) << 8);
+          a[lane][q] = HostE2m1x4ToE4m3x4(v);
+        }
+      }
+      const int half = (j >> 2) * kBm * 128, jj = j & 3;
+      std::array<int, 32> b_address{}, b2_address{};
+      for (int lane = 0; lane < 32; ++lane) {
+        const Fp8GemmRowChunk sb = Fp8GemmBLdmatrixSource(lane, jj);
+        b_address[lane] = half + Fp8GemmSwizzledOffset(sb.row, sb.chunk);
+        const Fp8GemmRowChunk sb2 = Fp8GemmBLdmatrixSource(lane & 15, jj);
+        b2_address[lane] = half + Fp8GemmSwizzledOffset(16 + sb2.row, sb2.chunk);
+      }
+      std::array<std::array<uint32_t, 2>, 32> b[3]{};
+      for (int lane = 0; lane < 32; ++lane) {
+        const auto r = LdMatrix(x_smem, b_address, lane, 4);
+        const auto r2 = LdMatrix(x_smem, b2_address, lane, 2);
+        b[0][lane] = {r[0], r[1]};
+        b[1][lane] = {r[2], r[3]};
+        b[2][lane] = {r2[0], r2[1]};
+      }
+      for (int tile = 0; tile < 3; ++tile) {
+        const auto d = Mma(a, b[tile]);
+        for (int lane = 0; lane < 32; ++lane) {
+          for (int r = 0; r < 4; ++r) {
+            const Fp8GemmAccCoord c = Fp8GemmAccumulatorCoord(lane, r);
+            double want = 0;
+            for (int kk = 0; kk < 32; ++kk) {
+              want += w_value(16 * warp + c.n, 32 * j + kk) * x_value(8 * tile + c.m, 32 * j + kk);
+            }
+            ASSERT_EQ(d[lane][r], want) << "warp " << warp << " block " << j << " tile " << tile
+                                        << " lane " << lane << " reg " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The packed A reads of one warp's K block hit 16 distinct 4-byte words in 16
+// distinct banks per register (conflict-free), for every block and row tile.
+TEST(Mxfp4GroupedGemmParamsTest, PackedAReadsAreConflictFree) {
+  for (int row0 : {0, 16, 48}) {
+    for (int j = 0; j < 8; ++j) {
+      for (int q = 0; q < 4; ++q) {
+        std::array<int, 32> word_of_bank;
+        word_of_bank.fill(-1);
+        for (int lane = 0; lane < 32; ++lane) {
+          const int word = Mxfp4PackedAOffset(row0, lane, j, q) / 4;
+          const int bank = word % 32;
+          EXPECT_TRUE(word_of_bank[bank] == -1 || word_of_bank[bank] == word)
+              << "row0 " << row0 << " j " << j << " q " << q << " lane " << lane;
+          word_of_bank[bank] = word;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace weir::kernels::cuda

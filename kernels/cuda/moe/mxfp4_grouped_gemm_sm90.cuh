@@ -1,0 +1,397 @@
+// kernels/cuda/moe/mxfp4_grouped_gemm_sm90.cuh — device code of the grouped
+// MXFP4 expert GEMMs. No host dependencies. The contract and the arithmetic
+// are in mxfp4_grouped_gemm_sm90.h, the layouts in mxfp4_grouped_gemm_params.h.
+//
+// Grid (column tiles, experts). A CTA reads its expert's row range from the
+// device offsets and returns at once when it is empty, before touching any
+// weight. Otherwise, per pass of block_m rows, it walks all of K in stages of
+// 256 through a cp.async ring (packed W rows of 128 bytes, X rows of 2 x 128
+// bytes, the 8 scale bytes of each row). Each warp owns a 16-row weight tile:
+// per 32 of K it reads its A fragment's packed codes (16 bits per register),
+// widens them to the e4m3 codes Fp8BlockGemm's ldmatrix would have given
+// (a prmt table: every e2m1 value is exact in e4m3), and from there runs
+// Fp8BlockGemm's own steps (dense/fp8_mma_sm90.cuh: WidenA / WidenB,
+// BlockSum on the tensor cores, fma with the two power-of-two scales). The
+// only difference is that each weight row has its own scale.
+#ifndef WEIR_KERNELS_CUDA_MOE_MXFP4_GROUPED_GEMM_SM90_CUH_
+#define WEIR_KERNELS_CUDA_MOE_MXFP4_GROUPED_GEMM_SM90_CUH_
+
+#include <cstdint>
+
+#include "kernels/cuda/dense/act_quant_fp8.cuh"
+#include "kernels/cuda/dense/fake_quant.cuh"
+#include "kernels/cuda/dense/fp8_block_gemm_params.h"
+#include "kernels/cuda/dense/fp8_mma_sm90.cuh"
+#include "kernels/cuda/moe/expert_ffn.cuh"
+#include "kernels/cuda/moe/mxfp4_grouped_gemm_params.h"
+
+namespace weir::kernels::cuda::moe::mxfp4_gemm {
+
+namespace fp8 = ::weir::kernels::cuda::dense::fp8_gemm;
+
+struct KernelArgs {
+  const uint8_t* x;         // [rows, k]
+  const uint8_t* x_scales;  // [rows, k / 32]
+  const int64_t* offsets;   // [num_experts + 1]
+  const uint8_t* const* w;  // plain: W; gated: w1
+  const uint8_t* const* w_scales;
+  const uint8_t* const* w_up;  // gated: w3 (else null)
+  const uint8_t* const* w_up_scales;
+  const float* route_weight;  // gated: [rows] or null
+  float* y;                   // plain: [rows, n]
+  uint8_t* h;                 // gated: [rows, n]
+  uint8_t* h_scales;          // gated: [rows, n / 32]
+  int64_t rows, n, k;         // n: output columns (gated: inter)
+  float swiglu_limit;
+  bool round_bf16;
+};
+
+__device__ __forceinline__ uint32_t Prmt(uint32_t a, uint32_t b, uint32_t selector) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(selector));
+  return d;
+}
+
+struct PrmtInstruction {
+  __device__ __forceinline__ uint32_t operator()(uint32_t a, uint32_t b, uint32_t c) const {
+    return Prmt(a, b, c);
+  }
+};
+
+__device__ __forceinline__ uint32_t LoadShared16(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.u16 %0, [%1];\n" : "=r"(v) : "r"(addr));
+  return v;
+}
+
+__device__ __forceinline__ uint2 LoadShared64(uint32_t addr) {
+  uint2 v;
+  asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr));
+  return v;
+}
+
+// True when the expert's pointers can be streamed (cp.async needs 16-byte
+// aligned code rows and 8-byte aligned scale rows; k % 256 keeps rows so).
+__device__ __forceinline__ bool Usable(const uint8_t* codes, const uint8_t* scales) {
+  return codes != nullptr && scales != nullptr && reinterpret_cast<uintptr_t>(codes) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(scales) % 8 == 0;
+}
+
+// kWarps 16-row weight tiles per CTA (warp w: smem rows [16w, 16w + 16)).
+// Plain: warp w is output columns n0 + 16w .. + 16 of W. Gated: warp w is
+// columns n0 + 16 (w / 2) .. of w1 (w even) or w3 (w odd); a 32-column FP8
+// block is the 4 warps 4b .. 4b + 3. block_m rows per pass, kBm / 8 mma tiles,
+// of which only those holding rows run.
+template <int kWarps, int kBm, int kStages, bool kGated>
+__global__ void __launch_bounds__(kWarps * 32)
+    Mxfp4GroupedKernel(const __grid_constant__ KernelArgs args) {
+  constexpr int kThreads = kWarps * 32;
+  constexpr int kNi = kBm / 8;
+  constexpr int kWRows = 16 * kWarps;
+  constexpr int kBlockN = kGated ? 8 * kWarps : 16 * kWarps;
+  constexpr Mxfp4GroupedSmemLayout kL = Mxfp4GroupedLayout(kWarps, kBm, kStages);
+  constexpr int kWChunks = kWRows * 8 / kThreads;  // 16-byte W chunks per thread and stage
+  constexpr int kXChunks = (kBm * 16 + kThreads - 1) / kThreads;
+  constexpr int kScaleRows = (kWRows + kBm + kThreads - 1) / kThreads;
+  static_assert(kBm % 8 == 0 && kStages >= 3, "tile shape");
+  static_assert(!kGated || kWarps % 4 == 0, "a gated CTA covers whole 32-column FP8 blocks");
+  static_assert(kWRows * 8 % kThreads == 0, "W chunk split");
+
+  extern __shared__ __align__(128) uint8_t smem[];
+
+  const int expert = static_cast<int>(blockIdx.y);
+  const int64_t begin = min(max(args.offsets[expert], int64_t{0}), args.rows);
+  const int64_t end = min(max(args.offsets[expert + 1], int64_t{0}), args.rows);
+  if (end <= begin) return;  // uniform: nothing read, nothing written
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBlockN;
+  const int64_t k = args.k;
+  const int64_t row_bytes = k / 2;   // packed W row
+  const int64_t scale_row = k / 32;  // scale bytes per row (multiple of 8)
+  const int num_kt = static_cast<int>(k / kMxfp4GemmStageK);
+
+  const uint8_t* const w0 = args.w[expert];
+  const uint8_t* const s0 = args.w_scales[expert];
+  const uint8_t* const w1 = kGated ? args.w_up[expert] : nullptr;
+  const uint8_t* const s1 = kGated ? args.w_up_scales[expert] : nullptr;
+  const bool missing = !Usable(w0, s0) || (kGated && !Usable(w1, s1));
+
+  // Output column of W row `smem_row` of the CTA, and which weight it reads.
+  auto column_of = [&](int smem_row) -> int64_t {
+    return n0 + Mxfp4GroupedWRow(smem_row, kGated).column;
+  };
+  auto up_row = [&](int smem_row) { return Mxfp4GroupedWRow(smem_row, kGated).up; };
+
+  // W copy sources, fixed for every pass (row pointers at K = 0).
+  const uint8_t* w_src[kWChunks];
+  uint32_t w_dst[kWChunks];
+  bool w_ok[kWChunks];
+  if (!missing) {
+#pragma unroll
+    for (int i = 0; i < kWChunks; ++i) {
+      const int c = tid + i * kThreads, row = c >> 3, chunk = c & 7;
+      const int64_t col = column_of(row);
+      w_ok[i] = col < args.n;
+      const uint8_t* base = up_row(row) ? w1 : w0;
+      w_src[i] = base + (w_ok[i] ? col * row_bytes : 0) + chunk * 16;
+      w_dst[i] = dense::Fp8GemmSwizzledOffset(row, chunk);
+    }
+  }
+
+  const uint32_t smem_base = fp8::SharedAddress(smem);
+  const int col_group = kGated ? warp >> 1 : warp;  // 16 output columns
+  const int64_t warp_col0 = n0 + 16 * col_group;
+
+  for (int64_t r0 = begin; r0 < end; r0 += kBm) {
+    const int tile_rows = static_cast<int>(min(end - r0, int64_t{kBm}));
+    const int active_ni = (tile_rows + 7) >> 3;  // uniform over the CTA
+
+    // Copies stage kt (codes and scale words of W and of the tile's X rows)
+    // into ring slot `slot`. X rows past the tile are not copied: their
+    // columns of the product are never stored.
+    auto load_stage = [&](int kt, int slot) {
+      const int64_t kc = static_cast<int64_t>(kt) * kMxfp4GemmStageK;
+      const uint32_t w_slot = smem_base + kL.w_codes + slot * kL.w_codes_stride;
+#pragma unroll
+      for (int i = 0; i < kWChunks; ++i) {
+        fp8::CpAsync16(w_slot + w_dst[i], w_ok[i] ? w_src[i] + kc / 2 : w_src[i], w_ok[i]);
+      }
+      const uint32_t x_slot = smem_base + kL.x_codes + slot * kL.x_codes_stride;
+#pragma unroll
+      for (int i = 0; i < kXChunks; ++i) {
+        const int c = tid + i * kThreads, row = c >> 4, chunk = c & 15;
+        if (c < kBm * 16 && row < tile_rows) {
+          fp8::CpAsync16(x_slot + Mxfp4GroupedXOffset(row, chunk, kBm),
+                         args.x + (r0 + row) * k + kc + chunk * 16, true);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kScaleRows; ++i) {
+        const int e = tid + i * kThreads;
+        if (e < kWRows) {
+          const int64_t col = column_of(e);
+          const bool ok = col < args.n;
+          const uint8_t* base = up_row(e) ? s1 : s0;
+          fp8::CpAsync8(smem_base + kL.w_scales + slot * kL.w_scales_stride + e * 8,
+                        base + (ok ? col * scale_row + kt * 8 : 0), ok);
+        } else if (e < kWRows + kBm && e - kWRows < tile_rows) {
+          const int row = e - kWRows;
+          fp8::CpAsync8(smem_base + kL.x_scales + slot * kL.x_scales_stride + row * 8,
+                        args.x_scales + (r0 + row) * scale_row + kt * 8, true);
+        }
+      }
+    };
+
+    float acc[kNi][4];
+#pragma unroll
+    for (int ni = 0; ni < kNi; ++ni) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[ni][r] = 0.0f;
+    }
+
+    // Folds the 8 K blocks of ring slot `slot` into acc (Fp8BlockGemm's
+    // compute, with per-row weight scales and packed weight codes).
+    auto compute = [&](int slot) {
+      const uint32_t w_base = smem_base + kL.w_codes + slot * kL.w_codes_stride;
+      const uint32_t x_base = smem_base + kL.x_codes + slot * kL.x_codes_stride;
+      const uint32_t ws_base = smem_base + kL.w_scales + slot * kL.w_scales_stride;
+      const uint32_t xs_base = smem_base + kL.x_scales + slot * kL.x_scales_stride;
+      const int row0 = 16 * warp;
+      const int g = lane >> 2;
+      // Scale bytes of the stage (byte j of .x = K block j, of .y = block 4 + j).
+      const uint2 w_word_g = LoadShared64(ws_base + (row0 + g) * 8);
+      const uint2 w_word_g8 = LoadShared64(ws_base + (row0 + g + 8) * 8);
+      uint2 x_word[kNi][2];
+#pragma unroll
+      for (int ni = 0; ni < kNi; ++ni) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = ni * 8 + dense::Fp8GemmAccumulatorCoord(lane, h).m;
+          x_word[ni][h] = ni < active_ni ? LoadShared64(xs_base + row * 8) : make_uint2(0, 0);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kMxfp4GemmBlocksPerStage; ++j) {
+        const int jj = j & 3;
+        const uint32_t x_half = x_base + (j >> 2) * kBm * 128;
+        fp8::F16B b[kNi];
+#pragma unroll
+        for (int ni = 0; ni + 1 < kNi; ni += 2) {
+          if (ni < active_ni) {
+            const dense::Fp8GemmRowChunk src = dense::Fp8GemmBLdmatrixSource(lane, jj);
+            uint32_t r0_, r1_, r2_, r3_;
+            fp8::LdMatrixX4(x_half + dense::Fp8GemmSwizzledOffset(ni * 8 + src.row, src.chunk), r0_,
+                            r1_, r2_, r3_);
+            b[ni] = fp8::WidenB(r0_, r1_);
+            b[ni + 1] = fp8::WidenB(r2_, r3_);
+          }
+        }
+        if constexpr (kNi % 2 == 1) {
+          const dense::Fp8GemmRowChunk src = dense::Fp8GemmBLdmatrixSource(lane & 15, jj);
+          uint32_t r0_, r1_;
+          fp8::LdMatrixX2(x_half + dense::Fp8GemmSwizzledOffset((kNi - 1) * 8 + src.row, src.chunk),
+                          r0_, r1_);
+          b[kNi - 1] = fp8::WidenB(r0_, r1_);
+        }
+        // The A fragment: packed codes -> the e4m3 registers ldmatrix gives
+        // Fp8BlockGemm -> f16 (WidenA).
+        uint32_t a8[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          a8[q] = E2m1x4ToE4m3x4(LoadShared16(w_base + Mxfp4PackedAOffset(row0, lane, j, q)),
+                                 PrmtInstruction{});
+        }
+        const fp8::F16A a = fp8::WidenA(a8);
+        const float wf_g = fp8::ScaleOf(j < 4 ? w_word_g.x : w_word_g.y, jj);
+        const float wf_g8 = fp8::ScaleOf(j < 4 ? w_word_g8.x : w_word_g8.y, jj);
+#pragma unroll
+        for (int ni = 0; ni < kNi; ++ni) {
+          if (ni < active_ni) {
+            const float xf0 = fp8::ScaleOf(j < 4 ? x_word[ni][0].x : x_word[ni][0].y, jj);
+            const float xf1 = fp8::ScaleOf(j < 4 ? x_word[ni][1].x : x_word[ni][1].y, jj);
+            float p[4];
+            fp8::BlockSum(a, b[ni], p);
+            // Powers of two: exact products, so each fma rounds once.
+            acc[ni][0] = __fmaf_rn(p[0], __fmul_rn(wf_g, xf0), acc[ni][0]);
+            acc[ni][1] = __fmaf_rn(p[1], __fmul_rn(wf_g, xf1), acc[ni][1]);
+            acc[ni][2] = __fmaf_rn(p[2], __fmul_rn(wf_g8, xf0), acc[ni][2]);
+            acc[ni][3] = __fmaf_rn(p[3], __fmul_rn(wf_g8, xf1), acc[ni][3]);
+          }
+        }
+      }
+    };
+
+    if (!missing) {
+#pragma unroll
+      for (int s = 0; s < kStages - 1; ++s) {
+        if (s < num_kt) load_stage(s, s);
+        fp8::CpAsyncCommit();
+      }
+      int slot = 0;
+      int next_slot = kStages - 1;
+      for (int kt = 0; kt < num_kt; ++kt) {
+        fp8::CpAsyncWait<kStages - 2>();  // this thread's copies of stage kt have landed
+        __syncthreads();                  // everyone's have; the slot of stage kt - 1 is free
+        const int next = kt + kStages - 1;
+        if (next < num_kt) load_stage(next, next_slot);
+        fp8::CpAsyncCommit();
+        compute(slot);
+        slot = slot + 1 == kStages ? 0 : slot + 1;
+        next_slot = next_slot + 1 == kStages ? 0 : next_slot + 1;
+      }
+      fp8::CpAsyncWait<0>();
+    }
+    __syncthreads();  // the ring is free: the epilogue may use it
+
+    const float nan = __uint_as_float(0x7FC00000u);
+    if constexpr (!kGated) {
+#pragma unroll
+      for (int ni = 0; ni < kNi; ++ni) {
+        if (ni >= active_ni) continue;
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const dense::Fp8GemmAccCoord c = dense::Fp8GemmAccumulatorCoord(lane, r);
+          const int64_t col = warp_col0 + c.n;
+          const int row = ni * 8 + c.m;
+          if (col < args.n && row < tile_rows) {
+            float v = missing ? nan : acc[ni][r];
+            if (args.round_bf16) v = RoundBf16(v);
+            args.y[(r0 + row) * args.n + col] = v;
+          }
+        }
+      }
+    } else {
+      // w3 warps hand their sums (u) to the w1 warps of the same columns, in
+      // accumulator order; then the w1 warps run SwiGLU and quantize.
+      float* const xchg = reinterpret_cast<float*>(smem);        // [kWarps/2][kNi][4][32]
+      float* const s_amax = xchg + (kWarps / 2) * kNi * 4 * 32;  // [kWarps/2][kBm]
+      int* const s_bad = reinterpret_cast<int*>(s_amax + (kWarps / 2) * kBm);
+      const bool up_warp = (warp & 1) != 0;
+      if (up_warp) {
+#pragma unroll
+        for (int ni = 0; ni < kNi; ++ni) {
+#pragma unroll
+          for (int r = 0; r < 4; ++r)
+            xchg[((col_group * kNi + ni) * 4 + r) * 32 + lane] = acc[ni][r];
+        }
+      }
+      __syncthreads();
+      float hv[kNi][4];
+      if (!up_warp) {
+        const bool has_rw = args.route_weight != nullptr;
+#pragma unroll
+        for (int ni = 0; ni < kNi; ++ni) {
+          if (ni >= active_ni) continue;
+          float amax[2] = {0.0f, 0.0f};
+          int bad[2] = {0, 0};
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const int row = ni * 8 + dense::Fp8GemmAccumulatorCoord(lane, r).m;
+            const float u = xchg[((col_group * kNi + ni) * 4 + r) * 32 + lane];
+            const float rw = has_rw && row < tile_rows ? args.route_weight[r0 + row] : 1.0f;
+            const float h =
+                missing ? nan
+                        : SwigluOut(acc[ni][r], u, rw, has_rw, args.swiglu_limit, args.round_bf16);
+            hv[ni][r] = h;
+            amax[r & 1] = fmaxf(amax[r & 1], fabsf(h));
+            bad[r & 1] |= isfinite(h) ? 0 : 1;
+          }
+          // The 16 columns of a row sit in the 8 lanes with the same lane % 4.
+#pragma unroll
+          for (int offset = 4; offset < 32; offset *= 2) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], offset));
+              bad[h] |= __shfl_xor_sync(0xffffffffu, bad[h], offset);
+            }
+          }
+          if (lane < 4) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              s_amax[col_group * kBm + ni * 8 + 2 * lane + h] = amax[h];
+              s_bad[col_group * kBm + ni * 8 + 2 * lane + h] = bad[h];
+            }
+          }
+        }
+      }
+      __syncthreads();
+      if (!up_warp) {
+        const int partner = col_group ^ 1;  // the other 16 columns of the FP8 block
+#pragma unroll
+        for (int ni = 0; ni < kNi; ++ni) {
+          if (ni >= active_ni) continue;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = ni * 8 + 2 * (lane & 3) + h;
+            const float amax = fmaxf(s_amax[col_group * kBm + row], s_amax[partner * kBm + row]);
+            const bool bad = (s_bad[col_group * kBm + row] | s_bad[partner * kBm + row]) != 0;
+            const uint32_t scale_code = bad ? 0xFFu : dense::Fp8ActScaleCode(amax);
+            const float s = dense::E8m0ToFloat(scale_code);
+            if (row < tile_rows) {
+#pragma unroll
+              for (int r = h; r < 4; r += 2) {
+                const int64_t col = warp_col0 + dense::Fp8GemmAccumulatorCoord(lane, r).n;
+                if (col < args.n) {
+                  args.h[(r0 + row) * args.n + col] =
+                      static_cast<uint8_t>(bad ? 0x7Fu : dense::Fp8ActCode(hv[ni][r], s));
+                }
+              }
+              if ((col_group & 1) == 0 && lane < 4 && warp_col0 < args.n) {
+                args.h_scales[(r0 + row) * (args.n / 32) + warp_col0 / 32] =
+                    static_cast<uint8_t>(scale_code);
+              }
+            }
+          }
+        }
+      }
+      __syncthreads();  // the next pass reuses the exchange memory
+    }
+  }
+}
+
+}  // namespace weir::kernels::cuda::moe::mxfp4_gemm
+
+#endif  // WEIR_KERNELS_CUDA_MOE_MXFP4_GROUPED_GEMM_SM90_CUH_
