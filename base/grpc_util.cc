@@ -35,6 +35,7 @@ absl::StatusOr<StartedServer> StartServer(const ServerOptions& options,
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   for (grpc::Service* service : services) builder.RegisterService(service);
+  if (options.configure) options.configure(builder);
   StartedServer started;
   started.server = builder.BuildAndStart();
   if (started.server == nullptr || port == 0) {

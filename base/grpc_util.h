@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,6 +39,9 @@ struct ServerOptions {
   int max_receive_bytes = kControlMaxMessageBytes;
   int max_send_bytes = kControlMaxMessageBytes;
   int max_concurrent_streams = 1024;
+  // If set, called on the builder just before the server starts (e.g. to add
+  // interceptors).
+  std::function<void(grpc::ServerBuilder&)> configure;
 };
 
 struct StartedServer {

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/logging.h"
+#include "coordinator/api_error.h"
 #include "coordinator/batch_run.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/jsonl_batch.h"
@@ -48,18 +49,14 @@ void SetDuration(google::protobuf::Duration* out, absl::Duration d) {
   out->set_nanos(static_cast<int32_t>(nanos % 1000000000));
 }
 
-void SetError(v1::ErrorStatus* out, const absl::Status& status) {
-  out->set_code(static_cast<int>(status.code()));
-  out->set_message(std::string(status.message()));
-}
+void SetError(v1::ErrorStatus* out, const absl::Status& status) { ToErrorStatus(status, out); }
 
 v1::BatchEvent::ItemResult ErrorResult(const v1::BatchItem& item, size_t index,
                                        const absl::Status& status) {
   v1::BatchEvent::ItemResult result;
   result.set_custom_id(item.custom_id());
   result.set_index(static_cast<uint32_t>(index));
-  result.mutable_error()->set_code(static_cast<int>(status.code()));
-  result.mutable_error()->set_message(std::string(status.message()));
+  ToErrorStatus(status, result.mutable_error());
   return result;
 }
 

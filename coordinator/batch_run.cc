@@ -2,6 +2,7 @@
 
 #include "absl/random/random.h"
 #include "absl/time/clock.h"
+#include "coordinator/api_error.h"
 
 namespace weir::coordinator {
 
@@ -49,8 +50,7 @@ void BatchRun::ItemError(int index, const absl::Status& status) {
   v1::BatchEvent::ItemResult* result = event.mutable_item_result();
   result->set_custom_id(request_.items(index).custom_id());
   result->set_index(index);
-  result->mutable_error()->set_code(static_cast<int>(status.code()));
-  result->mutable_error()->set_message(std::string(status.message()));
+  ToErrorStatus(status, result->mutable_error());
   if (status.code() == absl::StatusCode::kCancelled) {
     counts_.set_cancelled(counts_.cancelled() + 1);
   } else {

@@ -1,5 +1,6 @@
 #include "coordinator/cluster_controller.h"
 
+#include <algorithm>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -59,6 +60,7 @@ absl::Status ClusterController::BringUp() {
   load.set_coordinator_epoch(options_.epoch);
   load.set_model_dir(options_.model_dir);
   load.set_nccl_unique_id(nccl_unique_id);
+  load.set_kv_block_tokens(static_cast<uint32_t>(std::max(0, options_.kv_block_tokens)));
   for (const WorkerRecord& w : workers) {
     v1::PeerInfo* peer = load.add_peers();
     peer->set_rank(w.rank.value());
@@ -88,10 +90,21 @@ absl::Status ClusterController::BringUp() {
     const auto& reply = replies[w.rank.value()];
     RETURN_IF_ERROR(reply.status())
         << "LoadWeights of worker rank " << w.rank << " at " << w.address;
+    const v1::KvCacheInfo& kv = reply->kv_cache();
+    WorkerKvCapacity capacity{.block_tokens = static_cast<int32_t>(kv.block_tokens()),
+                              .compress_ratios = {kv.compress_ratios().begin(),
+                                                  kv.compress_ratios().end()},
+                              .num_blocks = static_cast<int64_t>(kv.num_blocks()),
+                              .num_seq_slots = static_cast<int32_t>(kv.num_seq_slots()),
+                              .block_bytes = static_cast<int64_t>(kv.block_bytes()),
+                              .slot_bytes = static_cast<int64_t>(kv.slot_bytes())};
+    RETURN_IF_ERROR(cluster_.SetWorkerKv(w.rank, std::move(capacity)));
     RETURN_IF_ERROR(cluster_.SetWorkerStatus(w.rank, WorkerStatus::kReady, ""));
     WEIR_LOG(INFO) << "worker rank " << w.rank << " at " << w.address << " loaded "
                    << reply->model_name() << " (revision " << reply->revision() << ", "
-                   << reply->bytes_loaded() << " bytes)";
+                   << reply->bytes_loaded() << " bytes); KV: " << kv.num_blocks()
+                   << " blocks of " << kv.block_tokens() << " positions, "
+                   << kv.num_seq_slots() << " sequence slots";
   }
   return absl::OkStatus();
 }

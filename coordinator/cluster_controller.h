@@ -35,6 +35,10 @@ struct ControllerOptions {
   absl::Duration health_interval = absl::Milliseconds(500);
   absl::Duration health_timeout = absl::Seconds(1);
   int failure_threshold = 3;
+  // Positions per KV block, sent to every worker at LoadWeights (0: the
+  // workers' own default). Each worker sizes its pool in such blocks and
+  // reports it; BringUp records the reports in ClusterState (WorkerRecord::kv).
+  int32_t kv_block_tokens = 0;
 };
 
 class ClusterController {
@@ -44,7 +48,8 @@ class ClusterController {
   ~ClusterController();
 
   // Sends Init (rank, layout, peer table, EPLB address) and then LoadWeights
-  // to every registered worker, marking each LOADING and then READY.
+  // to every registered worker, marking each LOADING and then READY and
+  // recording the KV memory it reports.
   // REQUIRES: every rank registered. Returns the first worker error, with
   // the rank and address added.
   absl::Status BringUp();

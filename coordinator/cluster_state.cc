@@ -1,5 +1,7 @@
 #include "coordinator/cluster_state.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "base/logging.h"
 
@@ -102,6 +104,16 @@ absl::Status ClusterState::SetWorkerStatus(Rank rank, WorkerStatus status,
                                         lifecycle_ == ClusterLifecycle::kStarting)) {
     lifecycle_ = ClusterLifecycle::kDegraded;
   }
+  return absl::OkStatus();
+}
+
+absl::Status ClusterState::SetWorkerKv(Rank rank, WorkerKvCapacity kv) {
+  absl::MutexLock lock(&mu_);
+  if (rank.value() < 0 || rank.value() >= world_size_ ||
+      workers_[rank.value()].address.empty()) {
+    return absl::NotFoundError(absl::StrCat("no worker with rank ", rank.value()));
+  }
+  workers_[rank.value()].kv = std::move(kv);
   return absl::OkStatus();
 }
 

@@ -28,6 +28,17 @@ enum class ClusterLifecycle { kStarting, kReady, kDegraded, kDraining, kStopping
 const char* WorkerStatusName(WorkerStatus status);
 const char* LifecycleName(ClusterLifecycle lifecycle);
 
+// The KV memory a worker reported at LoadWeights (zero before).
+struct WorkerKvCapacity {
+  int32_t block_tokens = 0;
+  // Compress ratio of each kv-source layer of the model, in layer order.
+  std::vector<int32_t> compress_ratios;
+  int64_t num_blocks = 0;
+  int32_t num_seq_slots = 0;
+  int64_t block_bytes = 0;
+  int64_t slot_bytes = 0;
+};
+
 struct WorkerRecord {
   Rank rank;
   std::string address;
@@ -37,6 +48,8 @@ struct WorkerRecord {
   // Why the worker is in its status ("killed by signal 9", "health check
   // failed 3 times: ..."); empty when READY.
   std::string detail;
+  // Set by the controller when LoadWeights succeeded.
+  WorkerKvCapacity kv;
 };
 
 class ClusterState {
@@ -68,6 +81,10 @@ class ClusterState {
   // late success report cannot resurrect it. Marking a worker DEAD while the
   // cluster is READY makes the cluster DEGRADED.
   absl::Status SetWorkerStatus(Rank rank, WorkerStatus status, const std::string& detail);
+
+  // Records the KV memory a worker reported at LoadWeights. NOT_FOUND for an
+  // unregistered rank.
+  absl::Status SetWorkerKv(Rank rank, WorkerKvCapacity kv);
 
   // Finds the rank of a worker by pid (for child-exit reports). NOT_FOUND if none.
   absl::StatusOr<Rank> RankOfPid(int64_t pid) const;

@@ -1,6 +1,7 @@
 #include "coordinator/cluster_state.h"
 
 #include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -15,6 +16,19 @@ TEST(ClusterStateTest, AssignsRequestedThenLowestFreeRank) {
   EXPECT_EQ(cluster.RegisterWorker("h:4", "h", 13, -1).status().code(),
             absl::StatusCode::kResourceExhausted);
   EXPECT_TRUE(cluster.WaitAllRegistered(absl::ZeroDuration()));
+}
+
+TEST(ClusterStateTest, KeepsTheKvMemoryWorkersReport) {
+  ClusterState cluster(2);
+  ASSERT_TRUE(cluster.RegisterWorker("h:1", "h", 1, 0).ok());
+  EXPECT_EQ(cluster.Workers()[0].kv.num_blocks, 0);  // nothing reported yet
+  ASSERT_TRUE(cluster
+                  .SetWorkerKv(Rank(0), {.block_tokens = 64, .compress_ratios = {2, 1},
+                                         .num_blocks = 100, .num_seq_slots = 8})
+                  .ok());
+  EXPECT_EQ(cluster.Workers()[0].kv.num_blocks, 100);
+  EXPECT_EQ(cluster.Workers()[0].kv.compress_ratios, (std::vector<int32_t>{2, 1}));
+  EXPECT_EQ(cluster.SetWorkerKv(Rank(1), {}).code(), absl::StatusCode::kNotFound);
 }
 
 TEST(ClusterStateTest, RejectsBadRegistrations) {

@@ -1,5 +1,7 @@
 #include "coordinator/generation_tracker.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
@@ -47,6 +49,7 @@ SeqSubmission MakeSubmission(RequestId id, const BuiltRequest& built,
   submission.sampling = built.sampling;
   submission.seed = built.seed;
   submission.constraint = built.constraint;
+  submission.no_tokens = built.constraint_admits_only_empty;
   submission.sink = [queue, index](const SeqEvent& event) { queue->Push(index, event); };
   return submission;
 }
@@ -62,6 +65,22 @@ GenerationTracker::GenerationTracker(const BuiltRequest& built,
   }
 }
 
+bool GenerationTracker::IsHiddenStop(scheduler::FinishReason finish, uint32_t token) const {
+  if (built_.include_stop_in_output) return false;
+  switch (finish) {
+    case scheduler::FinishReason::kEos:
+    case scheduler::FinishReason::kStopToken:
+      return true;
+    case scheduler::FinishReason::kWorkerEnded:
+      // The grammar accepted an EOS where it may end (with ignore_eos the
+      // scheduler does not call it kEos): still the end marker, not text.
+      return std::find(built_.eos_token_ids.begin(), built_.eos_token_ids.end(), token) !=
+             built_.eos_token_ids.end();
+    default:
+      return false;
+  }
+}
+
 GenerationTracker::Update GenerationTracker::Apply(const SeqEvent& event) {
   Update update;
   if (!event.error.ok()) {
@@ -72,10 +91,15 @@ GenerationTracker::Update GenerationTracker::Apply(const SeqEvent& event) {
     return update;
   }
   bool stop_string = false;
-  for (uint32_t token : event.tokens) {
+  for (size_t i = 0; i < event.tokens.size(); ++i) {
+    const uint32_t token = event.tokens[i];
     if (!first_token_) first_token_ = absl::Now();
     ids_.push_back(token);
     if (built_.return_token_ids) update.delta.add_token_ids(token);
+    // The token that ends the sequence as EOS or a stop token is reported
+    // (finish reason, ids, usage) but not detokenized, unless the request
+    // asks for include_stop_in_output (vLLM's include_stop_str_in_output).
+    if (i + 1 == event.tokens.size() && IsHiddenStop(event.finish, token)) continue;
     if (decoder_.has_value()) {
       update.delta.mutable_text()->append(decoder_->Add(static_cast<int32_t>(token)));
       if (decoder_->stopped()) {

@@ -67,6 +67,9 @@ class GenerationTracker {
     absl::Status error;
   };
 
+  // Takes the sequence's next event. The token that ends it as EOS or a stop
+  // token (or an EOS the grammar accepted) counts in ids and usage but adds
+  // no text unless the request set include_stop_in_output.
   Update Apply(const SeqEvent& event);
 
   // The Final message; `with_full_output` adds the full text and ids (for
@@ -76,6 +79,9 @@ class GenerationTracker {
   size_t num_tokens() const { return ids_.size(); }
 
  private:
+  // True if `token`, ending the sequence with `finish`, is kept out of the text.
+  bool IsHiddenStop(scheduler::FinishReason finish, uint32_t token) const;
+
   const BuiltRequest& built_;
   std::optional<tokenizer::IncrementalDecoder> decoder_;
   const absl::Time start_;

@@ -8,6 +8,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "coordinator/api_error.h"
 #include "coordinator/tokenizer/chat_template.h"
 #include "coordinator/batch_run.h"
 #include "coordinator/generation_tracker.h"
@@ -31,8 +32,11 @@ v1::Lifecycle ToProto(ClusterLifecycle lifecycle) {
   return v1::LIFECYCLE_UNSPECIFIED;
 }
 
-grpc::Status ToGrpc(const absl::Status& status) {
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+// With the error details of api.md §2.4 (reason, bad field, retry hint).
+grpc::Status ToGrpc(const absl::Status& status) { return ToApiStatus(status); }
+
+grpc::Status NotReady() {
+  return ToGrpc(WithReason(absl::UnavailableError("the server is not ready"), kReasonNotReady));
 }
 
 v1::WorkerState ToProto(WorkerStatus status) {
@@ -85,6 +89,7 @@ RequestLimits InferenceService::CurrentLimits() {
   limits.max_logit_bias_entries = limits_.max_logit_bias_entries;
   limits.max_top_logprobs = limits_.max_top_logprobs;
   limits.max_schema_bytes = limits_.max_schema_bytes;
+  limits.max_labels = limits_.max_labels;
   return limits;
 }
 
@@ -110,7 +115,7 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* context,
                                         grpc::ServerWriter<v1::GenerateEvent>* writer) {
   StepDriver* driver = driver_.load();
   if (driver == nullptr) {
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is not ready");
+    return NotReady();
   }
   if (grpc::Status s = CheckModel(request->model()); !s.ok()) return s;
   const absl::Time start = absl::Now();
@@ -180,7 +185,7 @@ grpc::Status InferenceService::GenerateBatch(grpc::ServerContext* context,
                                              grpc::ServerWriter<v1::BatchEvent>* writer) {
   StepDriver* driver = driver_.load();
   if (driver == nullptr) {
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is not ready");
+    return NotReady();
   }
   const int n = request->items_size();
   if (n == 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "GenerateBatch: no items");
@@ -290,8 +295,9 @@ grpc::Status InferenceService::GetModelInfo(grpc::ServerContext* context,
   response->set_tokenizer_fingerprint(tokenizer_fingerprint_);
   response->set_quantization(model_.quantization);
   response->set_max_context_tokens(model_.max_context_tokens);
-  response->set_max_prompt_tokens(model_.max_context_tokens);
-  response->set_max_new_tokens_limit(model_.max_context_tokens);
+  // The limits BuildRequest enforces (request_builder.h).
+  response->set_max_prompt_tokens(MaxPromptTokens(model_.max_context_tokens));
+  response->set_max_new_tokens_limit(MaxNewTokensLimit(model_.max_context_tokens));
   response->set_vocab_size(model_.vocab_size);
   for (int64_t eos : model_.eos_token_ids) response->add_eos_token_ids(eos);
   if (model_.bos_token_id) response->set_bos_token_id(*model_.bos_token_id);
@@ -310,6 +316,7 @@ grpc::Status InferenceService::GetModelInfo(grpc::ServerContext* context,
   f->set_max_batch_items(limits_.max_batch_items);
   f->set_max_request_bytes(limits_.max_request_bytes);
   f->set_max_schema_bytes(limits_.max_schema_bytes);
+  f->set_max_labels(limits_.max_labels);
   v1::ModelInfo::Parallelism* p = response->mutable_parallelism();
   p->set_tp(1);
   p->set_pp(1);
@@ -360,11 +367,22 @@ grpc::Status InferenceService::GetServerState(grpc::ServerContext* context,
         group->set_kv_usage(static_cast<float>(loads[g].num_used_blocks) /
                             static_cast<float>(loads[g].num_blocks));
       }
+      group->set_kv_blocks_total(static_cast<uint64_t>(loads[g].num_blocks));
+      group->set_kv_blocks_used(static_cast<uint64_t>(loads[g].num_used_blocks));
+      group->set_kv_blocks_free(static_cast<uint64_t>(loads[g].num_free_blocks));
+      group->set_kv_block_tokens(static_cast<uint32_t>(loads[g].block_tokens));
+      group->set_seq_slots_total(static_cast<uint32_t>(loads[g].num_seq_slots));
+      group->set_seq_slots_free(static_cast<uint32_t>(loads[g].num_free_slots));
     }
   }
   v1::ServerState::Admission* admission = response->mutable_admission();
-  admission->set_limit_requests(0);
-  admission->set_limit_tokens(0);
+  if (driver != nullptr) {
+    const StepDriver::AdmissionLoad load = driver->Admission();
+    admission->set_queued_requests(static_cast<uint32_t>(load.requests));
+    admission->set_queued_tokens(static_cast<uint64_t>(load.prompt_tokens));
+    admission->set_limit_requests(static_cast<uint32_t>(load.limit_requests));
+    admission->set_limit_tokens(static_cast<uint64_t>(load.limit_prompt_tokens));
+  }
   return grpc::Status::OK;
 }
 

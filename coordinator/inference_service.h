@@ -43,6 +43,8 @@ struct ApiLimits {
   uint64_t max_request_bytes = 64 << 20;
   uint64_t max_schema_bytes = 1 << 20;
   uint32_t max_cancel_ids = 1024;
+  // GenerateRequest.labels entries (keys 1..64 bytes, values <= 512 bytes).
+  uint32_t max_labels = 16;
 };
 
 class InferenceService final : public v1::Inference::Service {

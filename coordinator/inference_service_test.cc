@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "gtest/gtest.h"
+#include "proto/google_rpc.pb.h"
 
 namespace weir::coordinator {
 namespace {
@@ -40,6 +41,42 @@ TEST(InferenceServiceTest, ModelInfoComesFromConfigAndLayout) {
   request.set_model("other");
   EXPECT_EQ(service.GetModelInfo(&context, &request, &info).error_code(),
             grpc::StatusCode::NOT_FOUND);
+}
+
+TEST(InferenceServiceTest, AdvertisedLimitsAreTheEnforcedOnes) {
+  ClusterState cluster(1);
+  InferenceService service(TinySummary(), cluster, ApiLimits{});
+  grpc::ServerContext context;
+  v1::GetModelInfoRequest request;
+  v1::ModelInfo info;
+  ASSERT_TRUE(service.GetModelInfo(&context, &request, &info).ok());
+  // One position of the 8192 is left for the first generated token.
+  EXPECT_EQ(info.max_prompt_tokens(), 8191u);
+  EXPECT_EQ(info.max_prompt_tokens(), MaxPromptTokens(info.max_context_tokens()));
+  EXPECT_EQ(info.max_new_tokens_limit(), MaxNewTokensLimit(info.max_context_tokens()));
+  EXPECT_EQ(info.features().max_labels(), 16u);
+}
+
+TEST(InferenceServiceTest, NotReadyCarriesARetryHint) {
+  ClusterState cluster(1);
+  InferenceService service(TinySummary(), cluster, ApiLimits{});
+  grpc::ServerContext context;
+  v1::GenerateRequest request;
+  grpc::Status status = service.Generate(&context, &request, nullptr);
+  ASSERT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  google::rpc::Status details;
+  ASSERT_TRUE(details.ParseFromString(status.error_details()));
+  bool retry = false, reason = false;
+  for (const auto& any : details.details()) {
+    retry |= any.type_url() == "type.googleapis.com/google.rpc.RetryInfo";
+    google::rpc::ErrorInfo info;
+    if (any.type_url() == "type.googleapis.com/google.rpc.ErrorInfo" &&
+        info.ParseFromString(any.value())) {
+      reason = info.reason() == "NOT_READY";
+    }
+  }
+  EXPECT_TRUE(retry);
+  EXPECT_TRUE(reason);
 }
 
 TEST(InferenceServiceTest, ServerStateReflectsWorkers) {

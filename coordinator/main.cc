@@ -35,10 +35,15 @@
 #include "coordinator/cluster_controller.h"
 #include "coordinator/cluster_state.h"
 #include "coordinator/control_service.h"
+#include "coordinator/http/http_server.h"
+#include "coordinator/http/metrics.h"
+#include "coordinator/http/metrics_interceptor.h"
 #include "coordinator/batch_jobs_service.h"
 #include "coordinator/inference_service.h"
+#include "coordinator/kv_capacity.h"
 #include "coordinator/launcher.h"
 #include "coordinator/model_provisioning.h"
+#include "coordinator/parse_error_interceptor.h"
 #include "coordinator/request_builder.h"
 #include "coordinator/step_driver.h"
 #include "worker/model/config.h"
@@ -64,9 +69,15 @@ ABSL_FLAG(std::string, model_cache_dir, "",
 ABSL_FLAG(uint64_t, weights_seed, 0, "Seed of generated weights (config-only model dirs).");
 ABSL_FLAG(bool, zero_overhead, true,
           "Send plan t+1 before result t arrives (inputs resolved on the worker).");
-ABSL_FLAG(int, kv_blocks_per_rank, 4096, "KV blocks of each rank's pool.");
-ABSL_FLAG(int, kv_block_tokens, 64, "Token positions per KV block.");
-ABSL_FLAG(int, max_seqs_per_rank, 64, "Concurrent sequences per rank (<= worker --max_slots).");
+ABSL_FLAG(int, kv_blocks_per_rank, 0,
+          "Tests: book at most this many KV blocks per rank (0: every block the workers "
+          "report; the pools are sized by the workers' --kv_cache_bytes).");
+ABSL_FLAG(int, kv_block_tokens, 64,
+          "Token positions per KV block; every worker sizes its pool in blocks of this many "
+          "positions (every compress ratio of the model must divide it).");
+ABSL_FLAG(int, max_seqs_per_rank, 64,
+          "Concurrent sequences per rank (at most the sequence slots the workers report, "
+          "worker --max_slots).");
 ABSL_FLAG(int, max_prefill_tokens, 2048, "Token budget of one prefill step per rank.");
 ABSL_FLAG(int, default_max_new_tokens, 256, "max_new_tokens of requests that set none.");
 ABSL_FLAG(std::string, backend, "cpu",
@@ -101,6 +112,22 @@ ABSL_FLAG(std::string, output, "", "Offline mode: results (JSON Lines); default 
 ABSL_FLAG(std::string, address_file, "",
           "If set, write the bound HOST:PORT here as soon as the server listens (for "
           "launchers that start remote workers).");
+ABSL_FLAG(std::string, http_listen, "auto",
+          "Address of the OpenAI-compatible HTTP server (and /metrics, /health, /ready): "
+          "HOST:PORT (port 0 picks one), \"off\", or \"auto\" = the host of --listen on port "
+          "8000, or on port 0 when --listen asks for port 0.");
+ABSL_FLAG(std::string, http_address_file, "",
+          "If set, write the HTTP server's bound HOST:PORT here once it listens; default "
+          "<--address_file>.http when --address_file is set.");
+ABSL_FLAG(int, http_threads, 64, "Threads serving HTTP requests (one per open connection).");
+ABSL_FLAG(int64_t, http_max_body_bytes, int64_t{16} << 20, "Larger HTTP request bodies get 413.");
+ABSL_FLAG(int, http_max_headers, 128, "HTTP requests with more headers get 431.");
+ABSL_FLAG(std::string, api_key, "",
+          "If set, HTTP requests need \"Authorization: Bearer <key>\" (401 otherwise).");
+ABSL_FLAG(std::string, api_key_file, "",
+          "Read the API key from this file (first line) instead of --api_key.");
+ABSL_FLAG(bool, http_open_health_and_metrics, true,
+          "With an API key, /health, /ready and /metrics still answer without one.");
 
 namespace weir::coordinator {
 namespace {
@@ -129,10 +156,11 @@ absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> LoadTokenizer(const std::s
 }
 
 // The step loop's options: scheduler limits from the flags, the KV layout
-// and EPLB statistics from the model.
+// from what the workers reported, EPLB statistics from the model.
 StepDriverOptions DriverOptionsFromFlags(const model::ModelConfig& config,
                                          const ModelSummary& model, uint64_t epoch,
-                                         const std::string& eplb_address) {
+                                         const std::string& eplb_address,
+                                         const scheduler::KvLayout& kv) {
   StepDriverOptions driver_options;
   driver_options.epoch = epoch;
   driver_options.zero_overhead = absl::GetFlag(FLAGS_zero_overhead);
@@ -141,14 +169,7 @@ StepDriverOptions DriverOptionsFromFlags(const model::ModelConfig& config,
   // Without routed experts there is nothing to balance.
   driver_options.eplb_address = config.n_routed_experts > 0 ? eplb_address : "";
   driver_options.stat_interval = absl::GetFlag(FLAGS_eplb_stat_interval);
-  driver_options.rank.kv.block_tokens = absl::GetFlag(FLAGS_kv_block_tokens);
-  driver_options.rank.kv.compress_ratios.clear();
-  for (int64_t layer : config.kv_source_layers) {
-    const int64_t ratio = config.compress_ratios[layer];
-    if (ratio > 0) driver_options.rank.kv.compress_ratios.push_back(static_cast<int32_t>(ratio));
-  }
-  driver_options.rank.kv.num_blocks = absl::GetFlag(FLAGS_kv_blocks_per_rank);
-  driver_options.rank.kv.num_seq_slots = absl::GetFlag(FLAGS_max_seqs_per_rank);
+  driver_options.rank.kv = kv;
   driver_options.rank.max_model_len = model.max_context_tokens;
   driver_options.rank.max_prefill_tokens = absl::GetFlag(FLAGS_max_prefill_tokens);
   driver_options.rank.max_decode_batch = absl::GetFlag(FLAGS_max_seqs_per_rank);
@@ -184,6 +205,37 @@ int RunOffline(const std::string& input, const std::string& output, const std::s
   std::cerr << "weir: " << counts->completed << " completed, " << counts->failed << " failed in "
             << absl::FormatDuration(absl::Now() - start) << "\n";
   return 0;
+}
+
+// Writes `address` to `path` through a temporary name, so readers never see
+// half of it. Returns false on failure.
+bool WriteAddressFile(const std::string& path, const std::string& address) {
+  const std::string tmp = path + ".tmp";
+  std::ofstream(tmp) << address << "\n";
+  return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+// The HTTP address: --http_listen, or for "auto" the gRPC host on port 8000
+// (port 0 when the gRPC port was asked as 0). Empty when off.
+std::string HttpAddress(const std::string& flag, const std::string& grpc_listen) {
+  if (flag == "off") return "";
+  if (flag != "auto") return flag;
+  const size_t colon = grpc_listen.rfind(':');
+  const std::string host = grpc_listen.substr(0, colon);
+  const bool any_port = colon != std::string::npos && grpc_listen.substr(colon + 1) == "0";
+  return host + (any_port ? ":0" : ":8000");
+}
+
+// The API key from --api_key_file (first line) or --api_key.
+absl::StatusOr<std::string> ApiKey() {
+  const std::string path = absl::GetFlag(FLAGS_api_key_file);
+  if (path.empty()) return absl::GetFlag(FLAGS_api_key);
+  std::ifstream in(path);
+  std::string key;
+  if (!in || !std::getline(in, key) || key.empty()) {
+    return absl::InvalidArgumentError("cannot read an API key from --api_key_file " + path);
+  }
+  return key;
 }
 
 // Resolves a data dependency shipped next to this binary.
@@ -263,7 +315,8 @@ int Run(int argc, char** argv) {
                                  .epoch = epoch,
                                  .health_interval =
                                      absl::Milliseconds(absl::GetFlag(FLAGS_health_interval_ms)),
-                                 .failure_threshold = absl::GetFlag(FLAGS_health_failures)});
+                                 .failure_threshold = absl::GetFlag(FLAGS_health_failures),
+                                 .kv_block_tokens = absl::GetFlag(FLAGS_kv_block_tokens)});
   std::string tokenizer_fingerprint;
   absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> tokenizer =
       LoadTokenizer(model_dir, tokenizer_fingerprint);
@@ -283,11 +336,29 @@ int Run(int argc, char** argv) {
                        .result_ttl = absl::Seconds(absl::GetFlag(FLAGS_batch_result_ttl_s)),
                        .input_root = absl::GetFlag(FLAGS_batch_input_root)});
   ControlService control(cluster, controller, epoch);
-  absl::StatusOr<StartedServer> server =
-      StartServer({.address = absl::GetFlag(FLAGS_listen),
-                   .max_receive_bytes = kPublicMaxRequestBytes,
-                   .max_send_bytes = kPublicMaxResponseBytes},
-                  {&inference, &batch_jobs, &control});
+  absl::StatusOr<std::string> api_key = ApiKey();
+  if (!api_key.ok()) {
+    std::cerr << "weir: " << api_key.status().message() << "\n";
+    return 2;
+  }
+  // Fed by an interceptor on the public API's calls; served at GET /metrics.
+  http::Metrics metrics;
+  absl::StatusOr<StartedServer> server = StartServer(
+      {.address = absl::GetFlag(FLAGS_listen),
+       .max_receive_bytes = kPublicMaxRequestBytes,
+       .max_send_bytes = kPublicMaxResponseBytes,
+       .configure =
+           [&metrics](grpc::ServerBuilder& builder) {
+             // Parse errors first: the metrics see the corrected status.
+             std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+                 interceptors;
+             interceptors.push_back(MakeParseErrorInterceptorFactory());
+             for (auto& metrics_interceptor : http::MakeMetricsInterceptors(metrics)) {
+               interceptors.push_back(std::move(metrics_interceptor));
+             }
+             builder.experimental().SetInterceptorCreators(std::move(interceptors));
+           }},
+      {&inference, &batch_jobs, &control});
   if (!server.ok()) {
     std::cerr << "weir: " << server.status().message()
               << " (is another coordinator running? pick a port with --listen)\n";
@@ -299,11 +370,50 @@ int Run(int argc, char** argv) {
   health->SetServingStatus("weir.v1.Coordinator", true);
   WEIR_LOG(INFO) << "listening on " << server->address << " (epoch " << epoch << ")";
   if (const std::string path = absl::GetFlag(FLAGS_address_file); !path.empty()) {
-    // Written to a temporary name and renamed, so readers never see half.
-    const std::string tmp = path + ".tmp";
-    std::ofstream(tmp) << server->address << "\n";
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    if (!WriteAddressFile(path, server->address)) {
       std::cerr << "weir: cannot write --address_file " << path << "\n";
+      return 1;
+    }
+  }
+  // The OpenAI-compatible HTTP server: its own threads, our own Generate
+  // handler through the in-process channel.
+  std::unique_ptr<http::HttpServer> http_server;
+  if (const std::string address =
+          HttpAddress(absl::GetFlag(FLAGS_http_listen), absl::GetFlag(FLAGS_listen));
+      !address.empty()) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(kPublicMaxResponseBytes);
+    args.SetMaxSendMessageSize(kPublicMaxRequestBytes);
+    const tokenizer::Tokenizer* tok = inference.tokenizer();
+    http::TokenBytes token_bytes;
+    if (tok != nullptr) {
+      token_bytes = [tok](uint32_t id) {
+        const std::string* bytes = tok->DecodedBytes(static_cast<int32_t>(id));
+        return bytes == nullptr ? std::string() : *bytes;
+      };
+    }
+    absl::StatusOr<std::unique_ptr<http::HttpServer>> started = http::HttpServer::Start(
+        {.address = address,
+         .threads = absl::GetFlag(FLAGS_http_threads),
+         .max_body_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_http_max_body_bytes)),
+         .max_headers = static_cast<size_t>(absl::GetFlag(FLAGS_http_max_headers)),
+         .api_key = *api_key,
+         .open_health_and_metrics = absl::GetFlag(FLAGS_http_open_health_and_metrics)},
+        server->server->InProcessChannel(args), &metrics, std::move(token_bytes));
+    if (!started.ok()) {
+      std::cerr << "weir: HTTP server: " << started.status().message()
+                << " (pick another address with --http_listen, or --http_listen=off)\n";
+      server->server->Shutdown(DeadlineIn(std::chrono::seconds(2)));
+      return 1;
+    }
+    http_server = std::move(*started);
+    WEIR_LOG(INFO) << "HTTP (OpenAI API) on " << http_server->address();
+    std::string path = absl::GetFlag(FLAGS_http_address_file);
+    if (path.empty() && !absl::GetFlag(FLAGS_address_file).empty()) {
+      path = absl::GetFlag(FLAGS_address_file) + ".http";
+    }
+    if (!path.empty() && !WriteAddressFile(path, http_server->address())) {
+      std::cerr << "weir: cannot write the HTTP address file " << path << "\n";
       return 1;
     }
   }
@@ -326,6 +436,7 @@ int Run(int argc, char** argv) {
     controller.StopMonitor();
     controller.ShutdownWorkers("coordinator stopping");
     launcher.StopAll(absl::Seconds(absl::GetFlag(FLAGS_stop_grace_s)));
+    if (http_server != nullptr) http_server->Stop();
     server->server->Shutdown(DeadlineIn(std::chrono::seconds(2)));
     WEIR_LOG(INFO) << "stopped";
     return code;
@@ -390,11 +501,26 @@ int Run(int argc, char** argv) {
   }
   if (stop.HasBeenNotified()) return shutdown(0);
 
+  // Every rank books the KV memory the workers reported at LoadWeights.
+  std::vector<std::string> worker_addresses;
+  std::vector<WorkerKvCapacity> capacities;
+  for (const WorkerRecord& w : cluster.Workers()) {
+    worker_addresses.push_back(w.address);
+    capacities.push_back(w.kv);
+  }
+  absl::StatusOr<scheduler::KvLayout> kv = ClusterKvLayout(
+      capacities, absl::GetFlag(FLAGS_kv_block_tokens),
+      {.max_blocks = absl::GetFlag(FLAGS_kv_blocks_per_rank),
+       .max_seq_slots = absl::GetFlag(FLAGS_max_seqs_per_rank)});
+  if (!kv.ok()) {
+    std::cerr << "weir: the workers' KV memory: " << kv.status() << "\n";
+    return shutdown(1);
+  }
+  WEIR_LOG(INFO) << "KV per rank: " << kv->num_blocks << " blocks of " << kv->block_tokens
+                 << " positions, " << kv->num_seq_slots << " sequence slots";
   // The step loop over every worker's Steps stream.
   const StepDriverOptions driver_options =
-      DriverOptionsFromFlags(*config, *model, epoch, cluster.eplb_address());
-  std::vector<std::string> worker_addresses;
-  for (const WorkerRecord& w : cluster.Workers()) worker_addresses.push_back(w.address);
+      DriverOptionsFromFlags(*config, *model, epoch, cluster.eplb_address(), *kv);
   absl::StatusOr<std::unique_ptr<StepDriver>> driver =
       StepDriver::Create(worker_addresses, driver_options);
   if (!driver.ok()) {
@@ -422,6 +548,7 @@ int Run(int argc, char** argv) {
   const std::string eplb = cluster.eplb_address();
   std::cout << "weir ready at " << server->address << " (model " << model->name << ", " << world
             << " workers" << (eplb.empty() ? "" : ", eplb " + eplb)
+            << (http_server == nullptr ? "" : ", http " + http_server->address())
             << "). Try: tools/bazel run //tools:weir -- info --server=" << server->address
             << std::endl;
 

@@ -1,17 +1,49 @@
 #include "coordinator/request_builder.h"
 
+#include <algorithm>
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/api_error.h"
 #include "coordinator/tokenizer/chat_template.h"
+#include "worker/grammar/matcher.h"
 #include "worker/sampling/sampling_params.h"
 #include "worker/structured_output.h"
 
 namespace weir::coordinator {
 namespace {
 
+constexpr size_t kMaxLabelKeyBytes = 64;
+constexpr size_t kMaxLabelValueBytes = 512;
+
 absl::Status Bad(const std::string& field, const std::string& why) {
-  return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
+  return WithBadField(absl::InvalidArgumentError(absl::StrCat(field, ": ", why)), field, why);
+}
+
+absl::Status CheckLabels(const v1::GenerateRequest& request, const RequestLimits& limits) {
+  if (static_cast<uint32_t>(request.labels_size()) > limits.max_labels) {
+    return Bad("labels", absl::StrCat(request.labels_size(), " labels; at most ",
+                                      limits.max_labels));
+  }
+  for (const auto& [key, value] : request.labels()) {
+    if (key.empty() || key.size() > kMaxLabelKeyBytes || value.size() > kMaxLabelValueBytes) {
+      return Bad("labels", absl::StrCat("keys must be 1..", kMaxLabelKeyBytes,
+                                        " bytes and values at most ", kMaxLabelValueBytes));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckMaxQueueTime(const v1::GenerateRequest& request) {
+  if (!request.has_max_queue_time()) return absl::OkStatus();
+  const int64_t seconds = request.max_queue_time().seconds();
+  const int32_t nanos = request.max_queue_time().nanos();
+  if (nanos <= -1000000000 || nanos >= 1000000000 || (seconds > 0 && nanos < 0) ||
+      (seconds < 0 && nanos > 0)) {
+    return Bad("max_queue_time", "not a valid Duration");
+  }
+  if (seconds < 0 || nanos < 0) return Bad("max_queue_time", "must not be negative");
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<uint32_t>> Prompt(const v1::GenerateRequest& request,
@@ -30,6 +62,10 @@ absl::StatusOr<std::vector<uint32_t>> Prompt(const v1::GenerateRequest& request,
       break;
     case v1::GenerateRequest::kText:
     case v1::GenerateRequest::kChat: {
+      // Encoding adds BOS, so an empty text would pass the empty-prompt check below.
+      if (request.input_case() == v1::GenerateRequest::kText && request.text().empty()) {
+        return Bad("text", "the prompt is empty");
+      }
       if (tokenizer == nullptr) {
         return absl::FailedPreconditionError("the served model has no tokenizer; send tokens");
       }
@@ -58,7 +94,9 @@ absl::StatusOr<std::vector<uint32_t>> Prompt(const v1::GenerateRequest& request,
   return ids;
 }
 
-absl::Status CheckConstraint(const v1::StructuredOutput& constraint, const RequestLimits& limits) {
+// Returns whether the constraint admits only the empty string.
+absl::StatusOr<bool> CheckConstraint(const v1::StructuredOutput& constraint,
+                                     const RequestLimits& limits) {
   if (limits.grammar == nullptr) {
     return absl::FailedPreconditionError(
         "structured output needs the model's tokenizer, which this server has not loaded");
@@ -78,10 +116,24 @@ absl::Status CheckConstraint(const v1::StructuredOutput& constraint, const Reque
     if (error.code() != absl::StatusCode::kInvalidArgument) return error;
     return Bad("constraint", std::string(error.message()));
   }
-  return absl::OkStatus();
+  // A matcher that is terminated before any token admits only "" (regex "",
+  // "()", "a{0}", EBNF root ::= "", choice [""]): no token may be generated.
+  return grammar::Matcher(*compiled).IsTerminated();
 }
 
 }  // namespace
+
+// api.md §2.3 truncates a prompt to "max_context - max_new_tokens" tokens, so
+// prompt + max_new_tokens <= max_context with max_new_tokens >= 1: the longest
+// prompt is max_context - 1 (what the scheduler admits), and GetModelInfo
+// advertises exactly that.
+int64_t MaxPromptTokens(int64_t max_context_tokens) {
+  return std::max<int64_t>(max_context_tokens - 1, 0);
+}
+
+int64_t MaxNewTokensLimit(int64_t max_context_tokens) {
+  return std::max<int64_t>(max_context_tokens - 1, 0);
+}
 
 absl::StatusOr<BuiltRequest> BuildRequest(const v1::GenerateRequest& request,
                                           const RequestLimits& limits,
@@ -90,24 +142,62 @@ absl::StatusOr<BuiltRequest> BuildRequest(const v1::GenerateRequest& request,
   if (request.request_id().size() > limits.max_request_id_bytes) {
     return Bad("request_id", absl::StrCat("longer than ", limits.max_request_id_bytes, " bytes"));
   }
+  if (absl::Status s = CheckLabels(request, limits); !s.ok()) return s;
+  if (absl::Status s = CheckMaxQueueTime(request); !s.ok()) return s;
   BuiltRequest built;
+  built.eos_token_ids = limits.eos_token_ids;
   absl::StatusOr<std::vector<uint32_t>> prompt = Prompt(request, limits, tokenizer);
   if (!prompt.ok()) return prompt.status();
   built.prompt = std::move(*prompt);
-  if (request.has_truncate_prompt_tokens()) {
-    return Bad("truncate_prompt_tokens", "not supported by this server");
+
+  // api.md §2.1 asks for a server-side limit on every count, advertised by
+  // GetModelInfo, and §4.G.37 lists max_new_tokens = 2^32-1 as INVALID_ARGUMENT:
+  // above MaxNewTokensLimit is refused, not clamped.
+  const v1::StopParams& stop = request.stop();
+  const int64_t new_limit = MaxNewTokensLimit(limits.max_context_tokens);
+  if (stop.has_max_new_tokens()) {
+    if (stop.max_new_tokens() == 0) return Bad("stop.max_new_tokens", "must be >= 1");
+    if (stop.max_new_tokens() > new_limit) {
+      return Bad("stop.max_new_tokens", absl::StrCat(stop.max_new_tokens(), " is above the limit ",
+                                                     new_limit, " (max_new_tokens_limit)"));
+    }
   }
-  if (static_cast<int64_t>(built.prompt.size()) >= limits.max_context_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("PROMPT_TOO_LONG: ", built.prompt.size(),
-                                                   " tokens, limit ",
-                                                   limits.max_context_tokens - 1));
+  const uint32_t wanted_new = static_cast<uint32_t>(std::min<int64_t>(
+      stop.has_max_new_tokens() ? stop.max_new_tokens() : limits.default_max_new_tokens,
+      new_limit));
+  if (wanted_new == 0) return Bad("stop.max_new_tokens", "must be >= 1");
+
+  // truncate_prompt_tokens (api.md §2.3): -1 keeps the last
+  // max_context - max_new_tokens tokens; k >= 1 keeps the last k.
+  const int64_t prompt_limit = MaxPromptTokens(limits.max_context_tokens);
+  if (request.has_truncate_prompt_tokens()) {
+    const int32_t k = request.truncate_prompt_tokens();
+    int64_t keep = 0;
+    if (k == -1) {
+      keep = limits.max_context_tokens - static_cast<int64_t>(wanted_new);
+    } else if (k >= 1 && k <= prompt_limit) {
+      keep = k;
+    } else {
+      return Bad("truncate_prompt_tokens",
+                 absl::StrCat("must be -1 or 1..", prompt_limit, ", got ", k));
+    }
+    if (static_cast<int64_t>(built.prompt.size()) > keep) {
+      built.prompt.erase(built.prompt.begin(), built.prompt.end() - keep);
+    }
+  }
+  if (static_cast<int64_t>(built.prompt.size()) > prompt_limit) {
+    const std::string tokens = absl::StrCat(built.prompt.size());
+    const std::string limit = absl::StrCat(prompt_limit);
+    return WithBadField(
+        WithReason(absl::InvalidArgumentError(absl::StrCat(
+                       "PROMPT_TOO_LONG: ", tokens, " tokens, limit ", limit,
+                       " (max_prompt_tokens; set truncate_prompt_tokens to keep the last ones)")),
+                   kReasonPromptTooLong, {{"tokens", tokens}, {"limit", limit}}),
+        "input", absl::StrCat(tokens, " tokens, limit ", limit));
   }
 
-  const v1::StopParams& stop = request.stop();
   const int64_t room = limits.max_context_tokens - static_cast<int64_t>(built.prompt.size());
-  built.max_new_tokens = stop.has_max_new_tokens() ? stop.max_new_tokens()
-                                                   : limits.default_max_new_tokens;
-  if (built.max_new_tokens == 0) return Bad("stop.max_new_tokens", "must be >= 1");
+  built.max_new_tokens = wanted_new;
   if (built.max_new_tokens > room) built.max_new_tokens = static_cast<uint32_t>(room);
   built.min_new_tokens = stop.min_new_tokens();
   if (built.min_new_tokens > built.max_new_tokens) {
@@ -118,6 +208,7 @@ absl::StatusOr<BuiltRequest> BuildRequest(const v1::GenerateRequest& request,
     return Bad("stop", absl::StrCat("more than ", limits.max_stop_sequences, " stop entries"));
   }
   for (const std::string& s : stop.stop_strings()) {
+    if (s.empty()) return Bad("stop.stop_strings", "a stop string is empty");
     if (s.size() > limits.max_stop_string_len) {
       return Bad("stop.stop_strings", absl::StrCat("longer than ", limits.max_stop_string_len,
                                                    " bytes"));
@@ -162,8 +253,10 @@ absl::StatusOr<BuiltRequest> BuildRequest(const v1::GenerateRequest& request,
   }
   if (out.has_prompt_logprobs()) return Bad("output.prompt_logprobs", "not supported");
   if (worker::HasConstraint(request.constraint())) {
-    if (absl::Status s = CheckConstraint(request.constraint(), limits); !s.ok()) return s;
+    absl::StatusOr<bool> only_empty = CheckConstraint(request.constraint(), limits);
+    if (!only_empty.ok()) return only_empty.status();
     built.constraint = request.constraint();
+    built.constraint_admits_only_empty = *only_empty;
   }
   built.stream_tokens = out.stream_tokens();
   built.return_text = !out.has_return_text() || out.return_text();

@@ -35,6 +35,11 @@ struct RequestLimits {
   uint32_t max_logit_bias_entries = 1024;
   uint32_t max_top_logprobs = 0;
   uint32_t max_request_id_bytes = 128;
+  // GenerateRequest.labels: at most this many, keys 1..64 bytes, values at
+  // most 512 bytes (the bounds of BatchJob labels).
+  uint32_t max_labels = 16;
+  // The model's end-of-sequence ids (the scheduler's kEos), so a tracker can
+  // keep a grammar-terminating EOS out of the text.
   std::vector<uint32_t> eos_token_ids;
   // Bound on a constraint's text (schema, regex, EBNF, all choices).
   uint64_t max_schema_bytes = 1 << 20;
@@ -59,8 +64,25 @@ struct BuiltRequest {
   bool skip_special_tokens = false;
   // The request's constraint (no kind set: unconstrained); it compiled.
   v1::StructuredOutput constraint;
+  // The constraint admits only the empty string: the request ends at once
+  // with no token (GRAMMAR_TERMINATED) and never reaches a worker.
+  bool constraint_admits_only_empty = false;
+  // Copied from RequestLimits.
+  std::vector<uint32_t> eos_token_ids;
 };
 
+// The longest prompt admitted: one position of the context is left for the
+// first generated token. GetModelInfo advertises it as max_prompt_tokens.
+int64_t MaxPromptTokens(int64_t max_context_tokens);
+
+// The largest StopParams.max_new_tokens admitted (what a one-token prompt
+// leaves of the context); GetModelInfo advertises it as max_new_tokens_limit.
+int64_t MaxNewTokensLimit(int64_t max_context_tokens);
+
+// Errors are INVALID_ARGUMENT naming the field (a google.rpc.BadRequest
+// payload, see api_error.h); a prompt over MaxPromptTokens without
+// truncate_prompt_tokens is PROMPT_TOO_LONG{tokens, limit}; constraints fail
+// with GRAMMAR_INVALID / GRAMMAR_TOO_COMPLEX.
 // `tokenizer` may be null (text and chat inputs are then FAILED_PRECONDITION).
 // `random_seed` is used when the request sets no seed. With a constraint,
 // blocks this thread while it compiles (bounded by the compiler's timeout;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "coordinator/api_error.h"
 #include "gtest/gtest.h"
 
 namespace weir::coordinator {
@@ -35,12 +36,113 @@ TEST(RequestBuilderTest, TokenPromptWithDefaults) {
 
 TEST(RequestBuilderTest, MaxNewTokensIsCappedByTheContext) {
   v1::GenerateRequest request = Tokens({1, 2, 3, 4});
-  request.mutable_stop()->set_max_new_tokens(4000000000u);
+  request.mutable_stop()->set_max_new_tokens(63);  // The limit: a 1-token prompt's room.
   request.mutable_sampling()->set_seed(5);
   absl::StatusOr<BuiltRequest> built = BuildRequest(request, Limits(), nullptr, 77);
-  ASSERT_TRUE(built.ok());
+  ASSERT_TRUE(built.ok()) << built.status();
   EXPECT_EQ(built->max_new_tokens, 60u);
   EXPECT_EQ(built->seed, 5u);
+}
+
+TEST(RequestBuilderTest, MaxNewTokensAboveTheAdvertisedLimitIsRefused) {
+  EXPECT_EQ(MaxNewTokensLimit(64), 63);
+  for (uint32_t n : {64u, 4000000000u, 4294967295u}) {
+    v1::GenerateRequest request = Tokens({1, 2, 3, 4});
+    request.mutable_stop()->set_max_new_tokens(n);
+    absl::Status status = BuildRequest(request, Limits(), nullptr, 77).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << n;
+    EXPECT_NE(status.message().find("stop.max_new_tokens"), absl::string_view::npos) << status;
+  }
+}
+
+TEST(RequestBuilderTest, PromptLimitIsWhatModelInfoAdvertises) {
+  const int64_t limit = MaxPromptTokens(64);
+  EXPECT_EQ(limit, 63);
+  v1::GenerateRequest longest;
+  for (int i = 0; i < limit; ++i) longest.mutable_tokens()->add_ids(1);
+  absl::StatusOr<BuiltRequest> built = BuildRequest(longest, Limits(), nullptr, 0);
+  ASSERT_TRUE(built.ok()) << built.status();
+  EXPECT_EQ(built->max_new_tokens, 1u);
+  longest.mutable_tokens()->add_ids(1);
+  absl::Status too_long = BuildRequest(longest, Limits(), nullptr, 0).status();
+  EXPECT_EQ(too_long.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ErrorReason(too_long), "PROMPT_TOO_LONG");
+  v1::ErrorStatus item;
+  ToErrorStatus(too_long, &item);
+  EXPECT_EQ(item.metadata().at("tokens"), "64");
+  EXPECT_EQ(item.metadata().at("limit"), "63");
+}
+
+TEST(RequestBuilderTest, TruncatePromptTokensKeepsTheLastTokens) {
+  v1::GenerateRequest request;
+  for (uint32_t i = 0; i < 80; ++i) request.mutable_tokens()->add_ids(i);
+  request.mutable_stop()->set_max_new_tokens(10);
+  // -1: the last max_context - max_new_tokens = 54 tokens.
+  request.set_truncate_prompt_tokens(-1);
+  absl::StatusOr<BuiltRequest> built = BuildRequest(request, Limits(), nullptr, 0);
+  ASSERT_TRUE(built.ok()) << built.status();
+  ASSERT_EQ(built->prompt.size(), 54u);
+  EXPECT_EQ(built->prompt.front(), 26u);
+  EXPECT_EQ(built->prompt.back(), 79u);
+  EXPECT_EQ(built->max_new_tokens, 10u);
+  // -1 without max_new_tokens uses the default (16).
+  request.mutable_stop()->clear_max_new_tokens();
+  built = BuildRequest(request, Limits(), nullptr, 0);
+  ASSERT_TRUE(built.ok()) << built.status();
+  EXPECT_EQ(built->prompt.size(), 48u);
+  // k keeps the last k; a shorter prompt is unchanged.
+  request.set_truncate_prompt_tokens(5);
+  built = BuildRequest(request, Limits(), nullptr, 0);
+  ASSERT_TRUE(built.ok()) << built.status();
+  EXPECT_EQ(built->prompt, (std::vector<uint32_t>{75, 76, 77, 78, 79}));
+  v1::GenerateRequest short_prompt = Tokens({1, 2});
+  short_prompt.set_truncate_prompt_tokens(-1);
+  built = BuildRequest(short_prompt, Limits(), nullptr, 0);
+  ASSERT_TRUE(built.ok()) << built.status();
+  EXPECT_EQ(built->prompt.size(), 2u);
+  for (int32_t bad : {0, -2, 64, INT32_MIN}) {
+    request.set_truncate_prompt_tokens(bad);
+    EXPECT_EQ(BuildRequest(request, Limits(), nullptr, 0).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
+}
+
+TEST(RequestBuilderTest, EmptyTextStopStringQueueTimeAndLabelsAreChecked) {
+  const auto kBad = absl::StatusCode::kInvalidArgument;
+  v1::GenerateRequest text;
+  text.set_text("");
+  absl::Status empty = BuildRequest(text, Limits(), nullptr, 0).status();
+  EXPECT_EQ(empty.code(), kBad) << empty;  // Before the (missing) tokenizer is needed.
+  EXPECT_NE(empty.message().find("text"), absl::string_view::npos) << empty;
+
+  auto with = [](auto mutate) {
+    v1::GenerateRequest r = Tokens({1});
+    mutate(r);
+    return BuildRequest(r, Limits(), nullptr, 0).status().code();
+  };
+  EXPECT_EQ(with([](auto& r) { r.mutable_stop()->add_stop_strings(""); }), kBad);
+  EXPECT_EQ(with([](auto& r) { r.mutable_max_queue_time()->set_seconds(-1); }), kBad);
+  EXPECT_EQ(with([](auto& r) { r.mutable_max_queue_time()->set_nanos(-5); }), kBad);
+  EXPECT_EQ(with([](auto& r) {
+              r.mutable_max_queue_time()->set_seconds(1);
+              r.mutable_max_queue_time()->set_nanos(-5);
+            }),
+            kBad);
+  EXPECT_EQ(with([](auto& r) { r.mutable_max_queue_time()->set_nanos(1000000000); }), kBad);
+  EXPECT_EQ(with([](auto& r) { r.mutable_max_queue_time()->set_seconds(2); }),
+            absl::StatusCode::kOk);
+  EXPECT_EQ(with([](auto& r) {
+              for (int i = 0; i < 16; ++i) (*r.mutable_labels())["k" + std::to_string(i)] = "v";
+            }),
+            absl::StatusCode::kOk);
+  EXPECT_EQ(with([](auto& r) {
+              for (int i = 0; i < 17; ++i) (*r.mutable_labels())["k" + std::to_string(i)] = "v";
+            }),
+            kBad);
+  EXPECT_EQ(with([](auto& r) { (*r.mutable_labels())[""] = "v"; }), kBad);
+  EXPECT_EQ(with([](auto& r) { (*r.mutable_labels())[std::string(65, 'k')] = "v"; }), kBad);
+  EXPECT_EQ(with([](auto& r) { (*r.mutable_labels())["k"] = std::string(513, 'v'); }), kBad);
 }
 
 TEST(RequestBuilderTest, BadInputsAreInvalidArguments) {
@@ -122,6 +224,21 @@ TEST(RequestBuilderTest, ConstraintsCompileAtAdmission) {
                          .status();
   EXPECT_EQ(big.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(big.message().find("GRAMMAR_TOO_COMPLEX"), absl::string_view::npos) << big;
+  EXPECT_FALSE(ok->constraint_admits_only_empty);
+  // Constraints that admit only "": the request must end without a token.
+  for (auto only_empty : {build([](v1::StructuredOutput& c) { c.set_regex(""); }),
+                          build([](v1::StructuredOutput& c) { c.set_regex("()"); }),
+                          build([](v1::StructuredOutput& c) { c.set_regex("a{0}"); }),
+                          build([](v1::StructuredOutput& c) { c.set_ebnf(R"(root ::= "")"); }),
+                          build([](v1::StructuredOutput& c) {
+                            c.mutable_choice()->add_choices("");
+                          })}) {
+    ASSERT_TRUE(only_empty.ok()) << only_empty.status();
+    EXPECT_TRUE(only_empty->constraint_admits_only_empty) << only_empty->constraint.DebugString();
+  }
+  auto optional = build([](v1::StructuredOutput& c) { c.set_regex("a?"); });
+  ASSERT_TRUE(optional.ok()) << optional.status();
+  EXPECT_FALSE(optional->constraint_admits_only_empty);
   // Without a constraint nothing is compiled and none is carried.
   auto plain = BuildRequest(Tokens({1, 2}), limits, nullptr, 0);
   ASSERT_TRUE(plain.ok());

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/grpc_util.h"
+#include "coordinator/api_error.h"
 #include "base/logging.h"
 
 namespace weir::coordinator {
@@ -47,19 +48,32 @@ StepDriver::StepDriver(StepDriverOptions options, scheduler::StepTypePolicy poli
 StepDriver::~StepDriver() { Stop(); }
 
 absl::Status StepDriver::Submit(SeqSubmission submission) {
+  if (submission.no_tokens) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!failure_.ok()) return absl::UnavailableError("step loop failed: " + failure_.ToString());
+      if (stopping_) return absl::UnavailableError("server is stopping");
+    }
+    SeqEvent ended;
+    ended.finish = FinishReason::kWorkerEnded;
+    submission.sink(ended);
+    return absl::OkStatus();
+  }
   absl::MutexLock lock(&mu_);
   if (!failure_.ok()) return absl::UnavailableError("step loop failed: " + failure_.ToString());
   if (stopping_) return absl::UnavailableError("server is stopping");
   const RequestId id = submission.request.id;
   const int64_t tokens = static_cast<int64_t>(submission.request.prompt.size());
   if (static_cast<int64_t>(known_.size()) >= options_.max_requests) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("queue full: ", known_.size(), " requests in flight; retry later"));
+    return WithReason(absl::ResourceExhaustedError(absl::StrCat(
+                          "queue full: ", known_.size(), " requests in flight; retry later")),
+                      kReasonQueueFull);
   }
   if (known_tokens_ + tokens > options_.max_prompt_tokens) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "queue full: ", known_tokens_, " prompt tokens in flight, limit ",
-        options_.max_prompt_tokens, "; retry later"));
+    return WithReason(absl::ResourceExhaustedError(absl::StrCat(
+                          "queue full: ", known_tokens_, " prompt tokens in flight, limit ",
+                          options_.max_prompt_tokens, "; retry later")),
+                      kReasonQueueFull);
   }
   if (!known_.emplace(id, tokens).second) {
     return absl::AlreadyExistsError(absl::StrCat("request ", id.value(), " is in flight"));
@@ -110,6 +124,14 @@ void StepDriver::ResolveCommit(const absl::Status& status) {
     commit.swap(commit_);
   }
   if (commit.has_value()) commit->done(status);
+}
+
+StepDriver::AdmissionLoad StepDriver::Admission() const {
+  absl::MutexLock lock(&mu_);
+  return AdmissionLoad{.requests = static_cast<int64_t>(known_.size()),
+                       .prompt_tokens = known_tokens_,
+                       .limit_requests = options_.max_requests,
+                       .limit_prompt_tokens = options_.max_prompt_tokens};
 }
 
 std::vector<RankLoad> StepDriver::Loads() const {

@@ -68,7 +68,11 @@ struct SeqSubmission {
   // Structured output (no kind set: none). Sent with every row that starts
   // the sequence's slot, with constrained_from = the original prompt length.
   v1::StructuredOutput constraint;
-  // Runs on the driver thread for every event of the request.
+  // The request can produce no token (its constraint admits only the empty
+  // string): Submit does not queue it; its sink gets one event, kWorkerEnded
+  // with no tokens, at once on the caller's thread.
+  bool no_tokens = false;
+  // Runs on the driver thread for every event of the request (see no_tokens).
   std::function<void(const SeqEvent&)> sink;
 };
 
@@ -102,6 +106,17 @@ class StepDriver {
   // FAILED_PRECONDITION (and never calls `done`) while another commit is
   // pending, UNAVAILABLE once the driver failed or stopped.
   absl::Status CommitExpertMap(uint64_t version, std::function<void(absl::Status)> done);
+
+  // What the admission limits count: requests submitted and not finished
+  // (queued or running) and their prompt tokens, next to the limits
+  // (StepDriverOptions::max_requests / max_prompt_tokens). For GetServerState.
+  struct AdmissionLoad {
+    int64_t requests = 0;
+    int64_t prompt_tokens = 0;
+    int64_t limit_requests = 0;
+    int64_t limit_prompt_tokens = 0;
+  };
+  AdmissionLoad Admission() const;
 
   // Scheduler loads per rank (for GetServerState).
   std::vector<scheduler::RankLoad> Loads() const;

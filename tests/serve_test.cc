@@ -154,7 +154,7 @@ TEST(ServeTest, FullQueueIsResourceExhausted) {
   std::vector<std::unique_ptr<grpc::ClientReader<v1::GenerateEvent>>> readers;
   v1::GenerateRequest request;
   request.mutable_tokens()->add_ids(3);
-  request.mutable_stop()->set_max_new_tokens(100000);
+  request.mutable_stop()->set_max_new_tokens(60000);  // <= max_new_tokens_limit
   request.mutable_stop()->set_ignore_eos(true);
   v1::GenerateEvent event;
   for (int i = 0; i < 2; ++i) {
@@ -199,16 +199,36 @@ TEST(ServeTest, OfflineModeRunsAJsonlBatchAndExits) {
 }
 
 TEST(ServeTest, PreemptionKeepsGreedyOutputs) {
-  // 8 blocks of 16 tokens per rank: the 12 sequences cannot all stay resident.
-  Cluster cluster({"--workers=2", "--kv_blocks_per_rank=8", "--kv_block_tokens=16"});
+  // Each worker's pool holds 8 blocks of 16 positions (the workers size it,
+  // the coordinator books what they report): the 16 sequences per rank
+  // cannot all stay resident, so the burst queues and preempts.
+  Cluster cluster(
+      {"--workers=2", "--kv_block_tokens=16", "--worker_flags=--kv_cache_blocks=8"});
   ExpectMatchesReference(cluster, 24);
   v1::ServerState state = State(cluster);
   EXPECT_GT(state.preemptions(), 0u);
   // Idle again: every block is back.
+  ASSERT_EQ(state.per_group_size(), 2);
   for (const v1::ServerState::Group& group : state.per_group()) {
     EXPECT_EQ(group.kv_usage(), 0.0f);
     EXPECT_EQ(group.running() + group.waiting(), 0u);
+    EXPECT_EQ(group.kv_blocks_total(), 8u);
+    EXPECT_EQ(group.kv_blocks_free(), 8u);
+    EXPECT_EQ(group.kv_blocks_used(), 0u);
+    EXPECT_EQ(group.kv_block_tokens(), 16u);
+    EXPECT_EQ(group.seq_slots_total(), 64u);
+    EXPECT_EQ(group.seq_slots_free(), 64u);
   }
+  // A prompt that could never fit the pool: 130 + 4 positions need 9 blocks.
+  std::vector<uint32_t> long_prompt(130, 11), tokens;
+  const grpc::Status too_long = cluster.Greedy(long_prompt, 4, tokens);
+  EXPECT_EQ(too_long.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(too_long.error_message().find("needs 9 KV blocks; the pool has 8"),
+            std::string::npos)
+      << too_long.error_message();
+  // 8 blocks still serve the longest sequence that fits.
+  std::vector<uint32_t> fits(120, 11);
+  EXPECT_TRUE(cluster.Greedy(fits, 8, tokens).ok());
 }
 
 TEST(ServeTest, BadRequestsFailAloneAndTheServerKeepsServing) {
@@ -326,7 +346,7 @@ TEST(ServeTest, CancelByRequestIdEndsTheStream) {
   v1::GenerateRequest request;
   request.set_request_id("long-one");
   request.mutable_tokens()->add_ids(9);
-  request.mutable_stop()->set_max_new_tokens(100000);
+  request.mutable_stop()->set_max_new_tokens(60000);  // <= max_new_tokens_limit
   request.mutable_stop()->set_ignore_eos(true);
   request.mutable_output()->set_stream_tokens(true);
   grpc::ClientContext context;

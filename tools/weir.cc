@@ -128,6 +128,17 @@ int Info(const std::shared_ptr<grpc::Channel>& channel) {
                                  w.pid(), v1::WorkerState_Name(w.state()),
                                  w.detail().empty() ? "" : " (" + w.detail() + ")");
   }
+  if (state.per_group_size() > 0 && state.per_group(0).kv_blocks_total() > 0) {
+    std::cout << "kv cache (blocks of " << state.per_group(0).kv_block_tokens()
+              << " positions)\n";
+    for (const v1::ServerState::Group& g : state.per_group()) {
+      std::cout << absl::StrFormat(
+          "  rank %-3d blocks %d used / %d free of %d, slots %d free of %d, %d running, %d "
+          "waiting\n",
+          g.id(), g.kv_blocks_used(), g.kv_blocks_free(), g.kv_blocks_total(), g.seq_slots_free(),
+          g.seq_slots_total(), g.running(), g.waiting());
+    }
+  }
   return 0;
 }
 

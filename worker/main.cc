@@ -28,6 +28,14 @@ ABSL_FLAG(int, rank, -1, "Rank to ask for (-1: any free rank).");
 ABSL_FLAG(int, register_timeout_s, 60, "How long to retry registering.");
 ABSL_FLAG(int, coordinator_timeout_s, 10, "Exit after the coordinator is gone this long.");
 ABSL_FLAG(int, max_slots, 256, "Sequence slots (concurrent sequences) of this rank.");
+ABSL_FLAG(int64_t, kv_cache_bytes, int64_t{512} << 20,
+          "Host memory of the KV cache: --max_slots sequence slots, then as many paged blocks "
+          "of compressed KV as the rest holds (reported to the coordinator at LoadWeights).");
+ABSL_FLAG(int64_t, kv_cache_blocks, 0,
+          "Tests: exactly this many KV blocks, whatever --kv_cache_bytes says (0: from the "
+          "budget).");
+ABSL_FLAG(int, kv_block_tokens, 64,
+          "Positions per KV block when the coordinator does not say (it normally does).");
 ABSL_FLAG(std::string, ucx_transports, "tcp,self",
           "UCX transports of the tensor plane (UCX_TLS syntax), e.g. sm,self on one host.");
 ABSL_FLAG(int, collective_timeout_s, 60, "A collective fails after waiting this long for a peer.");
@@ -69,6 +77,12 @@ int Run(int argc, char** argv) {
     std::cerr << "worker: --max_slots must be >= 1\n";
     return 2;
   }
+  if (absl::GetFlag(FLAGS_kv_cache_bytes) < 0 || absl::GetFlag(FLAGS_kv_cache_blocks) < 0 ||
+      absl::GetFlag(FLAGS_kv_block_tokens) < 1) {
+    std::cerr << "worker: --kv_cache_bytes and --kv_cache_blocks must be >= 0, "
+                 "--kv_block_tokens >= 1\n";
+    return 2;
+  }
   if (absl::GetFlag(FLAGS_backend) != "cpu" && absl::GetFlag(FLAGS_backend) != "cuda") {
     std::cerr << "worker: --backend must be cpu or cuda\n";
     return 2;
@@ -95,6 +109,9 @@ int Run(int argc, char** argv) {
             if (!stop.HasBeenNotified()) stop.Notify();
           }},
       WorkerOptions{.max_slots = absl::GetFlag(FLAGS_max_slots),
+                    .kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_bytes),
+                    .kv_cache_blocks = absl::GetFlag(FLAGS_kv_cache_blocks),
+                    .kv_block_tokens = absl::GetFlag(FLAGS_kv_block_tokens),
                     .ucx_transports = absl::GetFlag(FLAGS_ucx_transports),
                     .collective_timeout =
                         absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_s)),

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "absl/container/flat_hash_set.h"
+#include "worker/kv_cache/kv_cache_layout.h"
 #include "absl/strings/str_cat.h"
 #include "worker/sampling/sampler.h"
 
@@ -118,6 +119,66 @@ void StepExecutor::SampleConstrained(Slot& slot, const float* logits,
   out.finished = matcher.IsTerminated();
 }
 
+std::vector<BlockId> StepExecutor::block_table(int32_t slot) const {
+  const Slot& s = slots_[slot];
+  if (s.paged == nullptr) return {};
+  return {s.paged->blocks().begin(), s.paged->blocks().end()};
+}
+
+void StepExecutor::StartSlot(int32_t slot_id) {
+  LeaveDevice(slot_id);
+  Slot& slot = slots_[slot_id];
+  // Drop the previous sequence first: its blocks go back before new ones come.
+  slot = Slot{};
+  if (pool_ == nullptr) {
+    slot.state = model_.NewSequence();
+    return;
+  }
+  auto table = std::make_unique<kv_cache::PagedKvStore>(*pool_, SeqSlot(slot_id));
+  slot.paged = table.get();
+  slot.state = model_.NewSequence(std::move(table));
+}
+
+absl::Status StepExecutor::ValidateBlocks(const std::vector<RowPlan>& rows,
+                                          const std::vector<int32_t>& release) const {
+  // Slots whose blocks return before any row of the plan claims one.
+  absl::flat_hash_set<int32_t> dropped(release.begin(), release.end());
+  for (const RowPlan& row : rows) {
+    if (row.start_pos == 0) dropped.insert(row.slot);
+  }
+  absl::flat_hash_set<int32_t> given;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const RowPlan& row = rows[i];
+    const Slot& slot = slots_[row.slot];
+    for (BlockId b : row.new_blocks) {
+      if (!pool_->Contains(b)) {
+        return RowError(i, absl::StrCat("KV block ", b.value(), " is not in this worker's pool of ",
+                                        pool_->num_blocks(), " blocks"));
+      }
+      if (std::optional<SeqSlot> owner = pool_->owner(b);
+          owner.has_value() && !dropped.contains(owner->value())) {
+        return RowError(i, absl::StrCat("KV block ", b.value(), " given to slot ", row.slot,
+                                        " is still held by slot ", owner->value()));
+      }
+      if (!given.insert(b.value()).second) {
+        return RowError(i, absl::StrCat("KV block ", b.value(), " is given twice in this plan"));
+      }
+    }
+    const bool fresh = row.start_pos == 0 || dropped.contains(row.slot) || slot.paged == nullptr;
+    const int64_t held =
+        (fresh ? 0 : static_cast<int64_t>(slot.paged->blocks().size())) +
+        static_cast<int64_t>(row.new_blocks.size());
+    const int64_t end = row.start_pos + static_cast<int64_t>(row.tokens.size()) +
+                        (row.remap >= 0 ? 1 : 0);
+    const int64_t needed = kv_cache::BlocksForPositions(pool_->layout(), end);
+    if (needed > held) {
+      return RowError(i, absl::StrCat("positions up to ", end, " need ", needed,
+                                      " KV blocks; slot ", row.slot, " holds ", held));
+    }
+  }
+  return absl::OkStatus();
+}
+
 int32_t StepExecutor::used_slots() const {
   return static_cast<int32_t>(std::count_if(slots_.begin(), slots_.end(),
                                             [](const Slot& s) { return s.state != nullptr; }));
@@ -168,7 +229,7 @@ absl::Status StepExecutor::Validate(const std::vector<RowPlan>& rows,
       return RowError(i, std::string(s.message()));
     }
   }
-  return absl::OkStatus();
+  return pool_ == nullptr ? absl::OkStatus() : ValidateBlocks(rows, release);
 }
 
 absl::StatusOr<std::vector<RowOutcome>> StepExecutor::Execute(
@@ -189,9 +250,28 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::Execute(
   std::vector<RowOutcome> outcomes(rows.size());
   std::vector<int32_t> samples(rows.size(), -1);
   // Releases come first: a slot freed by this plan may be reused by its rows.
+  // Then rows that start a slot afresh drop what it held; only then do rows
+  // claim their new blocks, so a block moving between slots is free by then.
   for (int32_t slot : release) {
     LeaveDevice(slot);
     slots_[slot] = Slot{};
+  }
+  for (const RowPlan& row : rows) {
+    if (row.start_pos != 0) continue;
+    StartSlot(row.slot);
+    Slot& slot = slots_[row.slot];
+    if (row.output_from > 0) slot.output_from = row.output_from;
+    if (row.constraint.has_value()) slot.grammar_status = StartGrammar(row, slot);
+  }
+  if (pool_ != nullptr) {
+    for (const RowPlan& row : rows) {
+      if (row.new_blocks.empty()) continue;
+      // Validate checked every block against the pool and the plan.
+      if (absl::Status s = slots_[row.slot].paged->AddBlocks(row.new_blocks); !s.ok()) {
+        join(/*model_too=*/true);
+        return absl::InternalError(absl::StrCat("slot ", row.slot, ": ", s.message()));
+      }
+    }
   }
   std::vector<std::vector<int64_t>> inputs(rows.size());
   std::vector<int64_t> starts(rows.size());
@@ -218,12 +298,6 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::Execute(
   for (size_t i = 0; i < rows.size(); ++i) {
     const RowPlan& row = rows[i];
     Slot& slot = slots_[row.slot];
-    if (row.start_pos == 0) {
-      LeaveDevice(row.slot);
-      slot = Slot{.state = model_.NewSequence()};
-      if (row.output_from > 0) slot.output_from = row.output_from;
-      if (row.constraint.has_value()) slot.grammar_status = StartGrammar(row, slot);
-    }
     inputs[i] = row.tokens;
     if (row.remap >= 0) inputs[i].push_back(previous_samples_[row.remap]);
     if (slot.matcher != nullptr && slot.grammar_status.ok()) {

@@ -15,6 +15,17 @@
 // error, a rejected token, an empty mask) are that row's error
 // (INVALID_ARGUMENT); unconstrained rows in the same step are unaffected.
 //
+// KV blocks: with a kv_cache::BlockPool (SetKvCache; the worker always sets
+// one), each slot's compressed KV and index keys live only in the blocks the
+// plans gave it: a row's new_blocks are appended to its slot's block table
+// (a row starting at position 0 begins a new table), the forward reads and
+// writes through that table (kv_cache::PagedKvStore), and a released or
+// restarted slot returns its blocks to the pool at once, before the plan's
+// rows claim any. A plan whose blocks are foreign, held by another live slot,
+// given twice, or too few for the positions a row writes is refused whole
+// (INVALID_ARGUMENT, nothing runs). Without a pool, sequences keep their
+// entries in per-sequence vectors and block ids are ignored (tests).
+//
 // Thread safety: not thread-safe; owned by the thread serving the Steps stream.
 
 #ifndef WEIR_WORKER_STEP_EXECUTOR_H_
@@ -29,9 +40,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "base/strong_id.h"
 #include "worker/grammar/compiler.h"
 #include "worker/grammar/constraint.h"
 #include "worker/grammar/matcher.h"
+#include "worker/kv_cache/block_pool.h"
+#include "worker/kv_cache/paged_kv_store.h"
 #include "worker/model/decode_backend.h"
 #include "worker/model/model.h"
 #include "worker/sampling/sampler.h"
@@ -56,6 +70,9 @@ struct RowPlan {
   // With start_pos 0: positions >= this were generated before (a recompute)
   // and count as output for the penalties; <= 0 means all input is prompt.
   int64_t output_from = 0;
+  // KV blocks newly given to the slot's sequence, in block-table order
+  // (start_pos 0: the first blocks of a new table). Used with a KV pool only.
+  std::vector<BlockId> new_blocks;
 };
 
 struct RowOutcome {
@@ -85,10 +102,14 @@ class StepExecutor {
 
   // Validates every row first (slot in range and used once, positions
   // consistent with the slot, tokens in the vocabulary, remap naming a row of
-  // the previous step that sampled, sampling parameters): INVALID_ARGUMENT
-  // naming the row, and nothing runs. Then drops the `release` slots, runs
-  // the rows in order (a released slot may be reused by a row starting at
-  // position 0) and returns one outcome per row.
+  // the previous step that sampled, sampling parameters; with a KV pool, the
+  // blocks: in the pool, not held by a slot that stays live, not given twice,
+  // enough for the positions the row writes): INVALID_ARGUMENT naming the
+  // row, and nothing runs. Then drops the `release` slots (their blocks go
+  // back to the pool), restarts the slots of rows at position 0, adds every
+  // row's new blocks to its table, runs the rows in order (a released slot
+  // may be reused by a row starting at position 0) and returns one outcome
+  // per row.
   absl::StatusOr<std::vector<RowOutcome>> Execute(const std::vector<RowPlan>& rows,
                                                   const std::vector<int32_t>& release);
 
@@ -108,6 +129,17 @@ class StepExecutor {
   // REQUIRES: `backend` was made for this executor's model, outlives the
   // executor, and is set before the first Execute.
   void SetDecodeBackend(model::DecodeBackend* backend) { device_ = backend; }
+
+  // Keeps every slot's compressed KV in `pool`'s blocks, as the plans assign
+  // them (see the file comment). Does not take ownership.
+  // REQUIRES: `pool` was laid out for this executor's model, outlives the
+  // executor, and is set before the first Execute.
+  void SetKvCache(kv_cache::BlockPool* pool) { pool_ = pool; }
+  // The pool (null: none).
+  const kv_cache::BlockPool* kv_cache() const { return pool_; }
+  // The block table of `slot` (empty without a pool or a sequence).
+  // REQUIRES: 0 <= slot < max_slots().
+  std::vector<BlockId> block_table(int32_t slot) const;
   // Rows run on the decode backend since construction.
   int64_t device_rows() const { return device_rows_; }
 
@@ -118,6 +150,8 @@ class StepExecutor {
  private:
   struct Slot {
     std::unique_ptr<model::SequenceState> state;
+    // With a pool: the block table, which is `state`'s compressed store.
+    kv_cache::PagedKvStore* paged = nullptr;
     std::vector<int32_t> prompt;  // tokens forwarded before the first sample
     std::vector<int32_t> output;  // sampled tokens fed back as inputs
     bool sampled_once = false;
@@ -151,9 +185,16 @@ class StepExecutor {
 
   absl::Status Validate(const std::vector<RowPlan>& rows,
                         const std::vector<int32_t>& release) const;
+  // The block checks of Validate (with a pool).
+  absl::Status ValidateBlocks(const std::vector<RowPlan>& rows,
+                              const std::vector<int32_t>& release) const;
+  // Makes `slot_id` hold a new empty sequence (its previous one and, with a
+  // pool, that one's blocks are dropped).
+  void StartSlot(int32_t slot_id);
 
   model::Model& model_;
   model::DecodeBackend* device_ = nullptr;
+  kv_cache::BlockPool* pool_ = nullptr;
   int64_t device_rows_ = 0;
   grammar::GrammarCompiler* const grammar_;
   const StepGrammarOptions grammar_options_;

@@ -10,12 +10,17 @@
 //     model), then decoding on the device again (a second Import);
 //   * a release and a new sequence in the freed slot, and a stochastic row
 //     (seeded: the draw depends only on the logits, the seed and the position).
+// The device executor keeps its compressed KV in a paged pool (blocks handed
+// out here as a coordinator would), so Import / Export go through the block
+// tables; the host executor keeps it in per-sequence vectors.
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "worker/kv_cache/block_pool.h"
+#include "worker/kv_cache/kv_cache_layout.h"
 #include "worker/model/cpu_ops.h"
 #include "worker/model/device_decoder.h"
 #include "worker/model/tiny_checkpoint.h"
@@ -48,11 +53,41 @@ TEST(StepExecutorGpuTest, DeviceDecodeGivesTheModelsOutcomes) {
                                              {.max_sequences = 4, .max_positions = 128,
                                               .max_batch = 2});
   ASSERT_TRUE(device.ok()) << device.status();
+  // The pool outlives the executor whose block tables hold its blocks.
+  auto layout = kv_cache::MakeKvCacheLayout((*m)->config(), (*m)->roles(), /*block_tokens=*/16);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  auto pool = kv_cache::BlockPool::Create(*layout, 64);
+  ASSERT_TRUE(pool.ok()) << pool.status();
   StepExecutor host(**m, 4), dev(**m, 4);
   dev.SetDecodeBackend(device->get());
+  dev.SetKvCache(pool->get());
+  std::vector<int32_t> free_blocks;
+  for (int32_t b = 63; b >= 0; --b) free_blocks.push_back(b);
+  std::vector<std::vector<int32_t>> tables(4);
+  // The blocks each row needs, as a block manager would give them.
+  auto assign = [&](std::vector<RowPlan> rows, const std::vector<int32_t>& release) {
+    auto drop = [&](int32_t slot) {
+      for (int32_t b : tables[slot]) free_blocks.push_back(b);
+      tables[slot].clear();
+    };
+    for (int32_t slot : release) drop(slot);
+    for (RowPlan& row : rows) {
+      if (row.start_pos == 0) drop(row.slot);
+      const int64_t end = row.start_pos + static_cast<int64_t>(row.tokens.size()) +
+                          (row.remap >= 0 ? 1 : 0);
+      while (static_cast<int64_t>(tables[row.slot].size()) <
+             kv_cache::BlocksForPositions(*layout, end)) {
+        tables[row.slot].push_back(free_blocks.back());
+        row.new_blocks.push_back(BlockId(free_blocks.back()));
+        free_blocks.pop_back();
+      }
+    }
+    return rows;
+  };
 
   int steps = 0, compared = 0;
-  auto both = [&](const std::vector<RowPlan>& rows, const std::vector<int32_t>& release) {
+  auto both = [&](const std::vector<RowPlan>& unassigned, const std::vector<int32_t>& release) {
+    const std::vector<RowPlan> rows = assign(unassigned, release);
     auto a = host.Execute(rows, release);
     auto b = dev.Execute(rows, release);
     ASSERT_TRUE(a.ok()) << a.status();
@@ -120,6 +155,9 @@ TEST(StepExecutorGpuTest, DeviceDecodeGivesTheModelsOutcomes) {
   std::printf("%d steps, %d rows compared, %lld rows decoded on the device\n", steps, compared,
               static_cast<long long>(dev.device_rows()));
   EXPECT_GT(dev.device_rows(), 50);
+  int64_t held = 0;
+  for (const std::vector<int32_t>& table : tables) held += static_cast<int64_t>(table.size());
+  EXPECT_EQ((*pool)->num_used(), held);
 }
 
 }  // namespace

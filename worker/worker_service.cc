@@ -17,6 +17,7 @@
 #include "parallel/host_staged_communicator.h"
 #include "parallel/nccl_communicator.h"
 #include "parallel/ucx_communicator.h"
+#include "worker/kv_cache/kv_cache_layout.h"
 #include "worker/model/cuda_ops.h"
 #include "worker/model/device_arena.h"
 #include "worker/model/expert_parallel_model.h"
@@ -357,6 +358,42 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
                      << device_decoder->options().max_positions << " positions per sequence";
     }
   }
+  // The paged KV pool: blocks of kv_block_tokens positions over every
+  // kv-source layer, sized from the host budget after max_slots slots.
+  const int32_t block_tokens = request->kv_block_tokens() > 0
+                                   ? static_cast<int32_t>(request->kv_block_tokens())
+                                   : options_.kv_block_tokens;
+  if (block_tokens < 1 || block_tokens > (1 << 16)) {
+    return Error(grpc::StatusCode::INVALID_ARGUMENT,
+                 absl::StrCat("kv_block_tokens must be in [1, 65536], got ", block_tokens));
+  }
+  absl::StatusOr<kv_cache::KvCacheLayout> kv_layout =
+      kv_cache::MakeKvCacheLayout(config, (*runtime)->roles(), block_tokens);
+  if (!kv_layout.ok()) return ToGrpcStatus(kv_layout.status());
+  const int64_t slot_bytes = kv_cache::SequenceSlotBytes(
+      config, (*runtime)->roles(), (*runtime)->NewSequence()->max_rollback());
+  absl::StatusOr<kv_cache::KvCacheSize> kv_size =
+      kv_cache::SizeKvCache(*kv_layout, slot_bytes, options_.kv_cache_bytes, options_.max_slots,
+                            options_.kv_cache_blocks);
+  if (!kv_size.ok()) return ToGrpcStatus(kv_size.status());
+  absl::StatusOr<std::unique_ptr<kv_cache::BlockPool>> kv_pool =
+      kv_cache::BlockPool::Create(*kv_layout, kv_size->num_blocks);
+  if (!kv_pool.ok()) return ToGrpcStatus(kv_pool.status());
+  v1::KvCacheInfo* kv_info = response->mutable_kv_cache();
+  kv_info->set_block_tokens(static_cast<uint32_t>(block_tokens));
+  for (int32_t ratio : kv_layout->compress_ratios()) {
+    kv_info->add_compress_ratios(static_cast<uint32_t>(ratio));
+  }
+  kv_info->set_num_blocks(static_cast<uint64_t>(kv_size->num_blocks));
+  kv_info->set_num_seq_slots(static_cast<uint32_t>(kv_size->num_slots));
+  kv_info->set_block_bytes(static_cast<uint64_t>(kv_size->block_bytes));
+  kv_info->set_slot_bytes(static_cast<uint64_t>(kv_size->slot_bytes));
+  kv_info->set_budget_bytes(static_cast<uint64_t>(options_.kv_cache_bytes));
+  WEIR_LOG(INFO) << "KV cache: " << kv_size->num_blocks << " blocks of " << block_tokens
+                 << " positions (" << kv_size->block_bytes << " bytes each), "
+                 << kv_size->num_slots << " sequence slots of " << kv_size->slot_bytes
+                 << " bytes; " << kv_size->used_bytes << " of " << options_.kv_cache_bytes
+                 << " budget bytes";
   std::optional<ExpertMapState> experts(std::move(map));
   uint64_t bytes = 0;
   for (const std::string& name : (*checkpoint)->tensors().Names()) {
@@ -370,8 +407,10 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     executor_.reset();
     device_decoder_ = std::move(device_decoder);
     grammar_ = std::move(grammar);
+    kv_pool_ = std::move(*kv_pool);
     executor_ = std::make_unique<StepExecutor>(**runtime, options_.max_slots, grammar_.get());
     executor_->SetDecodeBackend(device_decoder_.get());
+    executor_->SetKvCache(kv_pool_.get());
     model_runtime_ = std::move(*runtime);
     ep_executor_ = ep_executor;
     map_broken_ = absl::OkStatus();
@@ -396,6 +435,7 @@ void WorkerService::ExecutePlan(const v1::StepPlan& plan, v1::StepResult& result
                 .remap = in.has_remap() ? in.remap() : -1,
                 .sample = in.sample(),
                 .return_top_k = static_cast<int32_t>(in.return_top_k())};
+    for (int32_t block : in.new_blocks()) row.new_blocks.push_back(BlockId(block));
     const v1::SamplingParams& p = in.sampling();
     row.sampling.temperature = p.has_temperature() ? p.temperature() : 1.0f;
     row.sampling.top_k = p.has_top_k() ? p.top_k() : 0;

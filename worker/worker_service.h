@@ -15,6 +15,13 @@
 // tokenizer in the model directory, LoadWeights also builds the grammar
 // vocabulary and a GrammarCompiler, so rows may carry constraints.
 //
+// KV memory: LoadWeights sizes the rank's paged KV pool (a
+// kv_cache::BlockPool of WorkerOptions::kv_cache_bytes on the host, blocks
+// of LoadWeightsRequest.kv_block_tokens positions) and reports it
+// (LoadWeightsResponse.kv_cache); the coordinator's block manager hands out
+// exactly those blocks and slots, and the executor keeps every sequence's
+// compressed KV in the blocks its plans name.
+//
 // Expert re-placement (EPLB): Init also opens a second UCX context, the
 // staging plane. PrepareExpertMap (collective over the ranks) validates the
 // map, plans the expert moves from the committed placement and exchanges
@@ -51,6 +58,7 @@
 #include "worker/model/expert_moves.h"
 #include "worker/model/model.h"
 #include "worker/grammar/compiler.h"
+#include "worker/kv_cache/block_pool.h"
 #include "worker/model/device_decoder.h"
 #include "worker/step_executor.h"
 
@@ -59,6 +67,15 @@ namespace weir::worker {
 struct WorkerOptions {
   // Sequence slots (concurrent sequences) this rank holds.
   int32_t max_slots = 256;
+  // Host memory for the KV cache: max_slots sequence slots (the state that is
+  // not paged) and as many paged blocks of compressed KV as the rest holds
+  // (kv_cache/kv_cache_layout.h). Sized at LoadWeights, reported in its
+  // response; pages are touched only as blocks are first written.
+  int64_t kv_cache_bytes = int64_t{512} << 20;
+  // > 0: exactly this many blocks, whatever kv_cache_bytes says (tests).
+  int64_t kv_cache_blocks = 0;
+  // Positions per block when LoadWeightsRequest.kv_block_tokens is 0.
+  int32_t kv_block_tokens = 64;
   // UCX transports of the tensor plane (UCX_TLS syntax). tcp detects a dead
   // peer at once; shared memory only through the timeout.
   std::string ucx_transports = "tcp,self";
@@ -178,6 +195,9 @@ class WorkerService final : public v1::Worker::Service {
   // Decode steps on the device (see WorkerOptions::device_decode), or null.
   // Declared before the executor, which uses it.
   std::unique_ptr<model::DeviceDecoder> device_decoder_;
+  // The paged KV blocks of this rank (made at LoadWeights). Declared before
+  // the executor, whose block tables hold its blocks until destroyed.
+  std::unique_ptr<kv_cache::BlockPool> kv_pool_;
   std::unique_ptr<StepExecutor> executor_;
   bool steps_active_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "base/grpc_util.h"
 #include "gtest/gtest.h"
@@ -28,13 +29,14 @@ std::string TinyModelDir() {
 struct Harness {
   bool serving = false;
   std::string stop_reason;
-  WorkerService service{WorkerHooks{
-      .set_serving = [this](bool s) { serving = s; },
-      .request_stop = [this](const std::string& why) { stop_reason = why; }}};
+  WorkerService service;
   StartedServer server;
   std::unique_ptr<v1::Worker::Stub> stub;
 
-  explicit Harness(int rank) {
+  explicit Harness(int rank, WorkerOptions options = {})
+      : service(WorkerHooks{.set_serving = [this](bool s) { serving = s; },
+                            .request_stop = [this](const std::string& why) { stop_reason = why; }},
+                options) {
     server = *StartServer({.address = "127.0.0.1:0"}, {&service});
     service.SetIdentity(kEpoch, rank);
     stub = v1::Worker::NewStub(MakeChannel(server.address));
@@ -56,10 +58,12 @@ struct Harness {
     return stub->Init(&context, request, &response);
   }
 
-  grpc::Status Load(const std::string& dir, v1::LoadWeightsResponse* response) {
+  grpc::Status Load(const std::string& dir, v1::LoadWeightsResponse* response,
+                    uint32_t kv_block_tokens = 0) {
     v1::LoadWeightsRequest request;
     request.set_coordinator_epoch(kEpoch);
     request.set_model_dir(dir);
+    request.set_kv_block_tokens(kv_block_tokens);
     grpc::ClientContext context;
     return stub->LoadWeights(&context, request, response);
   }
@@ -111,6 +115,7 @@ TEST(WorkerServiceTest, StepsRunInOrderAndRefuseGaps) {
       row->set_start_pos(step == 1 ? 0 : 3);
       if (step == 1) {
         for (uint32_t t : {5u, 6u, 7u}) row->add_input_tokens(t);
+        row->add_new_blocks(0);  // 64 positions a block: enough for both steps
       } else {
         row->set_remap(0);  // The token step 1 sampled.
       }
@@ -219,6 +224,7 @@ TEST(WorkerServiceTest, StepCommitsOnlyAPreparedMapAndRefusesAfterAMiss) {
     plan.set_commit_expert_map(commit_version);
     v1::StepRow* row = plan.add_rows();
     row->set_seq_slot(static_cast<int>(id));
+    row->add_new_blocks(static_cast<int>(id));
     for (uint32_t t : {5u, 6u, 7u}) row->add_input_tokens(t);
     row->set_sample(true);
     row->mutable_sampling()->set_temperature(0.0f);
@@ -247,6 +253,73 @@ TEST(WorkerServiceTest, StepCommitsOnlyAPreparedMapAndRefusesAfterAMiss) {
       << result.error().message();
   step(4, 0);  // ...and so does every later one
   EXPECT_EQ(result.error().code(), grpc::StatusCode::FAILED_PRECONDITION);
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
+TEST(WorkerServiceTest, LoadReportsTheKvPoolAndStepsUseItsBlocks) {
+  // 4 slots and a budget of the slots plus 10 blocks of 16 positions.
+  WorkerOptions options{.max_slots = 4};
+  Harness probe(0, options);
+  ASSERT_TRUE(probe.Init(0, 1).ok());
+  v1::LoadWeightsResponse defaults;
+  ASSERT_TRUE(probe.Load(TinyModelDir(), &defaults).ok());
+  const v1::KvCacheInfo& d = defaults.kv_cache();
+  EXPECT_EQ(d.block_tokens(), 64u);  // the worker's default
+  EXPECT_EQ(std::vector<uint32_t>(d.compress_ratios().begin(), d.compress_ratios().end()),
+            (std::vector<uint32_t>{2, 2, 1}));
+  EXPECT_EQ(d.num_seq_slots(), 4u);
+  EXPECT_EQ(d.block_bytes(), (32u + 32u + 64u) * (128u + 64u) * 4u);
+  EXPECT_EQ(d.num_blocks(), (options.kv_cache_bytes - 4 * d.slot_bytes()) / d.block_bytes());
+
+  const uint64_t block16 = d.block_bytes() / 4;
+  options.kv_cache_bytes = static_cast<int64_t>(4 * d.slot_bytes() + 10 * block16 + 100);
+  Harness h(0, options);
+  ASSERT_TRUE(h.Init(0, 1).ok());
+  v1::LoadWeightsResponse loaded;
+  EXPECT_EQ(h.Load(TinyModelDir(), &loaded, /*kv_block_tokens=*/3).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);  // ratio 2 does not divide 3
+  ASSERT_TRUE(h.Load(TinyModelDir(), &loaded, 16).ok());
+  EXPECT_EQ(loaded.kv_cache().block_tokens(), 16u);
+  EXPECT_EQ(loaded.kv_cache().num_blocks(), 10u);
+  // A budget that does not hold the slots and a block is refused.
+  WorkerOptions tight{.max_slots = 4, .kv_cache_bytes = 1000};
+  Harness small(0, tight);
+  ASSERT_TRUE(small.Init(0, 1).ok());
+  v1::LoadWeightsResponse refused;
+  EXPECT_EQ(small.Load(TinyModelDir(), &refused).error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+
+  grpc::ClientContext context;
+  auto stream = h.stub->Steps(&context);
+  v1::StepResult result;
+  auto step = [&](uint64_t id, int slot, int positions, std::vector<int> blocks) {
+    v1::StepPlan plan;
+    plan.set_coordinator_epoch(kEpoch);
+    plan.set_step_id(id);
+    v1::StepRow* row = plan.add_rows();
+    row->set_seq_slot(slot);
+    for (int t = 0; t < positions; ++t) row->add_input_tokens(5 + t);
+    for (int b : blocks) row->add_new_blocks(b);
+    row->set_sample(true);
+    row->mutable_sampling()->set_temperature(0.0f);
+    EXPECT_TRUE(stream->Write(plan));
+    EXPECT_TRUE(stream->Read(&result));
+  };
+  step(0, 0, 20, {3, 7});  // 20 positions: two blocks of 16
+  EXPECT_EQ(result.error().code(), 0) << result.error().message();
+  step(1, 1, 20, {9});  // one block short: the step is refused
+  EXPECT_EQ(result.error().code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(result.error().message().find("need 2 KV blocks"), std::string::npos)
+      << result.error().message();
+  step(2, 1, 4, {10});  // a block outside the pool of 10
+  EXPECT_EQ(result.error().code(), grpc::StatusCode::INVALID_ARGUMENT);
+  step(3, 1, 4, {7});  // slot 0 holds block 7
+  EXPECT_EQ(result.error().code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(result.error().message().find("still held by slot 0"), std::string::npos)
+      << result.error().message();
+  step(4, 1, 4, {9});
+  EXPECT_EQ(result.error().code(), 0) << result.error().message();
   stream->WritesDone();
   EXPECT_TRUE(stream->Finish().ok());
 }

@@ -89,6 +89,10 @@ class BlockManager {
   // `seq`; RESOURCE_EXHAUSTED if too few blocks are free.
   absl::Status Grow(RequestId seq, int64_t new_len);
 
+  // References to `block` (live sequences and pending releases); 0 = free.
+  // REQUIRES: 0 <= block < num_blocks().
+  int32_t references(BlockId block) const { return ref_count_[block.value()]; }
+
   // Returns the allocation of `seq`, or null if it holds none. The pointer is
   // valid until the next non-const call.
   const SeqAllocation* Find(RequestId seq) const;

@@ -52,9 +52,11 @@ TEST(BlockManagerTest, AllocateGrowFree) {
   EXPECT_EQ(bm.num_free_blocks(), 1);
   EXPECT_EQ(bm.Allocate(RequestId(1), 1).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(bm.Grow(RequestId(2), 1).code(), absl::StatusCode::kNotFound);
+  for (BlockId b : bm.Find(RequestId(1))->blocks) EXPECT_EQ(bm.references(b), 1);
   ASSERT_TRUE(bm.Free(RequestId(1)).ok());
   EXPECT_EQ(bm.num_free_blocks(), 4);
   EXPECT_EQ(bm.num_free_slots(), 2);
+  for (int32_t b = 0; b < 4; ++b) EXPECT_EQ(bm.references(BlockId(b)), 0);
   EXPECT_EQ(bm.Free(RequestId(1)).code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(bm.VerifyAccounting().ok());
 }

@@ -51,6 +51,8 @@ class FakeWorker {
   absl::StatusOr<RankStepResult> Execute(const RankStepPlan& plan);
 
   int64_t rows_executed() const { return rows_executed_; }
+  // Block -> the slot holding it, as the plans so far assigned them.
+  const absl::flat_hash_map<int32_t, int32_t>& block_owners() const { return block_owner_; }
 
  private:
   struct Slot {

@@ -2,7 +2,10 @@
 //
 // KvLayout: the shape of one DP rank's KV memory as the scheduler sees it —
 // a pool of fixed-size blocks for compressed KV and a pool of per-sequence
-// slots (SWA rings, compressor partial groups, draft and Engram state).
+// slots (SWA rings, compressor partial groups, draft and Engram state). In
+// serving it is what the workers reported at LoadWeights
+// (coordinator/kv_capacity.h), so every block id the block manager hands out
+// exists in the worker's pool (worker/kv_cache).
 //
 // Thread safety: value type and pure functions; safe to use concurrently.
 

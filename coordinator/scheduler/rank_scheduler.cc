@@ -91,6 +91,10 @@ RankLoad RankScheduler::Load() const {
   load.num_free_blocks = blocks_.num_free_blocks();
   load.num_used_blocks = blocks_.num_used_blocks();
   load.num_blocks = blocks_.num_blocks();
+  load.num_pending_release_blocks = blocks_.num_pending_release_blocks();
+  load.block_tokens = config_.kv.block_tokens;
+  load.num_free_slots = blocks_.num_free_slots();
+  load.num_seq_slots = config_.kv.num_seq_slots;
   load.has_decode_work = !running_.empty();
   bool head_admissible = false;
   if (!waiting_.empty() && load.num_prefilling + load.num_running < config_.max_running) {

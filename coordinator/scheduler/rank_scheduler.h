@@ -92,6 +92,11 @@ class RankScheduler {
 
   // The KV books (read-only), for accounting checks and server state.
   const BlockManager& blocks() const { return blocks_; }
+  // Slots released since the last plan: the next plan lists them in
+  // release_slots. Until then their worker still holds their blocks, even
+  // when the books already count those blocks free (their last step
+  // returned): no plan can hand them out before the one that releases them.
+  const std::vector<SeqSlot>& slots_to_release() const { return release_next_; }
   // Sequences preempted (recompute) since creation.
   int64_t num_preemptions() const { return num_preemptions_; }
   // Live sequences (waiting, prefilling or running).

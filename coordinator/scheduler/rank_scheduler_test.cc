@@ -4,6 +4,7 @@
 
 #include "coordinator/scheduler/rank_scheduler.h"
 
+#include <string>
 #include <vector>
 
 #include "coordinator/scheduler/test_util.h"
@@ -21,11 +22,42 @@ TEST(RankSchedulerTest, RejectsBadRequests) {
   EXPECT_TRUE(s->Add(MakeRequest(1, 60)).ok());
   EXPECT_EQ(s->Add(MakeRequest(1, 4)).code(), absl::StatusCode::kAlreadyExists);
   auto small = *RankScheduler::Create(SmallConfig(15));
-  EXPECT_EQ(small->Add(MakeRequest(2, 60)).code(), absl::StatusCode::kInvalidArgument);
+  const absl::Status too_big = small->Add(MakeRequest(2, 60));
+  EXPECT_EQ(too_big.code(), absl::StatusCode::kInvalidArgument);
+  // The error names the limit.
+  EXPECT_NE(too_big.message().find("needs 16 KV blocks; the pool has 15"), std::string::npos)
+      << too_big;
   EXPECT_EQ(s->Cancel(RequestId(9)).code(), absl::StatusCode::kNotFound);
   RankSchedulerConfig bad = SmallConfig(16);
   bad.max_prefill_tokens = 0;
   EXPECT_FALSE(RankScheduler::Create(bad).ok());
+}
+
+TEST(RankSchedulerTest, LoadShowsTheKvBooksAndQueuedReleases) {
+  auto s = *RankScheduler::Create(SmallConfig(16));
+  RankLoad load = s->Load();
+  EXPECT_EQ(load.num_blocks, 16);
+  EXPECT_EQ(load.num_free_blocks, 16);
+  EXPECT_EQ(load.block_tokens, 4);
+  EXPECT_EQ(load.num_seq_slots, 8);
+  EXPECT_EQ(load.num_free_slots, 8);
+  ASSERT_TRUE(s->Add(MakeRequest(1, 10)).ok());  // 3 blocks
+  RankStepPlan p0 = *s->BuildPlan(0, StepType::kPrefill);
+  ASSERT_EQ(p0.rows.size(), 1u);
+  const SeqSlot slot = p0.rows[0].slot;
+  load = s->Load();
+  EXPECT_EQ(load.num_used_blocks, 3);
+  EXPECT_EQ(load.num_free_slots, 7);
+  // Cancelled while step 0 is in flight: the blocks wait for it, the slot's
+  // release waits for the next plan.
+  ASSERT_TRUE(s->Cancel(RequestId(1)).ok());
+  EXPECT_EQ(s->slots_to_release(), std::vector<SeqSlot>{slot});
+  EXPECT_EQ(s->Load().num_pending_release_blocks, 3);
+  ASSERT_TRUE(s->OnResult(UniformResult(p0, 5)).ok());
+  EXPECT_EQ(s->Load().num_free_blocks, 16);
+  RankStepPlan p1 = *s->BuildPlan(1, StepType::kDecode);
+  EXPECT_EQ(p1.release_slots, std::vector<SeqSlot>{slot});
+  EXPECT_TRUE(s->slots_to_release().empty());
 }
 
 TEST(RankSchedulerTest, ChunkedPrefillRespectsTheBudget) {

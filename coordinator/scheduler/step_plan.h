@@ -115,9 +115,15 @@ struct RankLoad {
   int64_t num_waiting_blocks = 0;
   int64_t num_prefilling = 0;
   int64_t num_running = 0;
+  // The rank's KV books (BlockManager): used blocks include those whose
+  // release waits for an in-flight step (num_pending_release_blocks).
   int64_t num_free_blocks = 0;
   int64_t num_used_blocks = 0;
   int64_t num_blocks = 0;
+  int64_t num_pending_release_blocks = 0;
+  int32_t block_tokens = 0;
+  int64_t num_free_slots = 0;
+  int64_t num_seq_slots = 0;
 };
 
 }  // namespace weir::coordinator::scheduler

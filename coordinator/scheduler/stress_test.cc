@@ -1,15 +1,22 @@
 // coordinator/scheduler/stress_test.cc
 //
 // 10^5 random admit / finish / preempt / cancel events per stepping mode on
-// one rank with a KV pool small enough to preempt often. After every step
-// the block books match a recount (free + used == total); after draining
-// every block and slot is free; every stream equals the fake model's
+// one rank with a KV pool small enough to preempt often (about 5 x 10^4
+// requests). After every step the block books match a recount (free + used
+// == total) and the worker's mirror of the plans: a block the worker holds
+// is in use in the books, or its slot's release is queued for the next plan
+// (no plan can give it out before that release); the worker refuses any
+// plan that gives a held block to another slot (double ownership). After
+// draining and one more plan, every block and slot is free in the books and
+// on the worker (nothing leaked); every stream equals the fake model's
 // reference output (a prefix of it when cancelled).
 
+#include <algorithm>
 #include <iostream>
 #include <random>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "coordinator/scheduler/fake_worker.h"
 #include "coordinator/scheduler/group_driver.h"
 #include "coordinator/scheduler/rank_scheduler.h"
@@ -45,6 +52,24 @@ SeqRequest RandomRequest(uint64_t id, std::mt19937_64& rng) {
   r.ignore_eos = rng() % 4 == 0;
   if (rng() % 5 == 0) r.min_new_tokens = static_cast<uint32_t>(rng() % 4);
   return r;
+}
+
+// OK if every block `worker` holds is in use in the books of `sched`, or
+// held by a slot whose release the next plan carries.
+absl::Status CheckWorkerMirror(const RankScheduler& sched, const FakeWorker& worker) {
+  const BlockManager& bm = sched.blocks();
+  for (const auto& [block, slot] : worker.block_owners()) {
+    if (block < 0 || block >= bm.num_blocks()) {
+      return absl::InternalError(absl::StrCat("the worker holds foreign block ", block));
+    }
+    if (bm.references(BlockId(block)) > 0) continue;
+    const std::vector<SeqSlot>& queued = sched.slots_to_release();
+    if (std::find(queued.begin(), queued.end(), SeqSlot(slot)) == queued.end()) {
+      return absl::InternalError(absl::StrCat("block ", block, " is free in the books but slot ",
+                                              slot, " still holds it with no release queued"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 class StressTest : public ::testing::TestWithParam<bool> {};
@@ -88,8 +113,16 @@ TEST_P(StressTest, RandomEventsNeverLeakAndStreamsMatchTheModel) {
     }
     ASSERT_EQ(bm.num_free_blocks() + bm.num_used_blocks(), bm.num_blocks());
     ASSERT_TRUE(bm.VerifyAccounting().ok()) << bm.VerifyAccounting();
+    const absl::Status mirrored = CheckWorkerMirror(*sched, worker);
+    ASSERT_TRUE(mirrored.ok()) << mirrored;
   }
   ASSERT_TRUE(driver.RunToIdle(100000).ok());
+  // One more (empty) plan carries the last releases to the worker.
+  ASSERT_TRUE(driver.Step().ok());
+  ASSERT_TRUE(driver.Flush().ok());
+  EXPECT_TRUE(worker.block_owners().empty()) << worker.block_owners().size() << " blocks held";
+  EXPECT_TRUE(sched->slots_to_release().empty());
+  EXPECT_GT(requests.size(), 10000u);
   EXPECT_EQ(bm.num_free_blocks(), bm.num_blocks());
   EXPECT_EQ(bm.num_free_slots(), config.kv.num_seq_slots);
   EXPECT_EQ(bm.num_pending_release_blocks(), 0);

@@ -16,6 +16,8 @@ import ctypes
 import json
 import math
 import os
+import random
+import re
 import signal
 import subprocess
 import sys
@@ -25,7 +27,9 @@ import unittest
 sys.path.insert(0, os.environ["WEIR_PYGEN_DIR"])
 
 import grpc  # noqa: E402
+import jsonschema  # noqa: E402
 import tokenizers  # noqa: E402
+from proto import google_rpc_pb2  # noqa: E402
 from proto import health_pb2, health_pb2_grpc  # noqa: E402
 from proto import inference_pb2, inference_pb2_grpc  # noqa: E402
 
@@ -84,11 +88,12 @@ def _alive(pid):
 class Cluster:
     """The coordinator binary as a child process (it spawns workers and EPLB)."""
 
-    def __init__(self, workers=2):
+    def __init__(self, workers=2, name="coordinator", extra_args=()):
         self.workers = workers
-        self.address_file = os.path.join(TMP, "coordinator.addr")
+        self.extra_args = list(extra_args)
+        self.address_file = os.path.join(TMP, f"{name}.addr")
         log_dir = os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR", TMP)
-        self.log_path = os.path.join(log_dir, "coordinator.log")
+        self.log_path = os.path.join(log_dir, f"{name}.log")
         self.proc = None
         self.address = None
         self.channel = None
@@ -111,7 +116,7 @@ class Cluster:
             f"--eplb_binary={os.path.join(ROOT, 'eplb', 'main')}",
             f"--workers={self.workers}",
             f"--startup_timeout_s={STARTUP_TIMEOUT_S}",
-        ]
+        ] + self.extra_args
         if os.path.exists(self.address_file):  # A stale address must not be polled.
             os.remove(self.address_file)
         log = open(self.log_path, "wb")
@@ -205,6 +210,24 @@ def tearDownModule():
                              f"found pids {family}")
     if survivors:
         raise AssertionError(f"processes outlived the coordinator: {survivors}")
+
+
+def error_details(error):
+    """The google.rpc.Status in a failed call's `grpc-status-details-bin`
+    trailer, and its details by short type name ({"ErrorInfo": ...})."""
+    types = {"google.rpc.ErrorInfo": google_rpc_pb2.ErrorInfo,
+             "google.rpc.RetryInfo": google_rpc_pb2.RetryInfo,
+             "google.rpc.BadRequest": google_rpc_pb2.BadRequest}
+    for key, value in error.trailing_metadata() or ():
+        if key == "grpc-status-details-bin":
+            status = google_rpc_pb2.Status.FromString(value)
+            details = {}
+            for any_detail in status.details:
+                name = any_detail.type_url.rsplit("/", 1)[-1]
+                if name in types:
+                    details[name.split(".")[-1]] = types[name].FromString(any_detail.value)
+            return status, details
+    return None, {}
 
 
 def greedy_request(ids, max_new_tokens, stream=True):
@@ -433,10 +456,26 @@ class GenerateTest(ApiTestCase):
         cases["empty token list"] = empty
         cases["token id == vocab_size"] = greedy_request([5, vocab], 4)
         cases["token id 0xFFFFFFFF"] = greedy_request([0xFFFFFFFF], 4)
-        # Not checked: text "" (api.md lists empty input as INVALID_ARGUMENT, but
-        # the server encodes it with BOS and serves a 1-token prompt).
+        # Encoding adds BOS, but an empty text is still an empty prompt.
+        cases["text empty"] = inference_pb2.GenerateRequest(text="")
         cases["prompt over max_context_tokens"] = greedy_request([5] * (max_context + 1), 4)
         cases["max_new_tokens 0"] = greedy_request(prompt, 0)
+        cases["max_new_tokens 2^32-1"] = greedy_request(prompt, 0xFFFFFFFF)
+        cases["max_new_tokens max_context"] = greedy_request(prompt, max_context)
+        empty_stop = greedy_request(prompt, 4)
+        empty_stop.stop.stop_strings.append("")
+        cases["empty stop string"] = empty_stop
+        queue_time = greedy_request(prompt, 4)
+        queue_time.max_queue_time.seconds = -1
+        cases["negative max_queue_time"] = queue_time
+        labels = greedy_request(prompt, 4)
+        for i in range(10000):
+            labels.labels[f"k{i}"] = "v"
+        cases["10000 labels"] = labels
+        for k in [0, -2]:
+            truncate = greedy_request(prompt, 4)
+            truncate.truncate_prompt_tokens = k
+            cases[f"truncate_prompt_tokens {k}"] = truncate
         for field, value in [("temperature", -1.0), ("temperature", math.nan),
                              ("temperature", math.inf), ("top_p", 1.5), ("top_p", 0.0),
                              ("top_k", -1), ("min_p", 2.0), ("repetition_penalty", 0.0),
@@ -663,6 +702,341 @@ class CancelTest(ApiTestCase):
         with self.assertRaises(grpc.RpcError) as caught:
             self.inference.Cancel(inference_pb2.CancelRequest(), timeout=RPC_TIMEOUT_S)
         self.assertEqual(caught.exception.code(), INVALID_ARGUMENT)
+
+
+class ValidationTest(ApiTestCase):
+    """The fields checked as the proto documents them, and the error details."""
+
+    def model_info(self):
+        return self.inference.GetModelInfo(inference_pb2.GetModelInfoRequest(),
+                                           timeout=RPC_TIMEOUT_S)
+
+    def expect_invalid(self, request):
+        with self.assertRaises(grpc.RpcError) as caught:
+            list(self.inference.Generate(request, timeout=RPC_TIMEOUT_S))
+        self.assertEqual(caught.exception.code(), INVALID_ARGUMENT, caught.exception.details())
+        return caught.exception
+
+    def first_event(self, request):
+        """Starts `request`, returns its first event and cancels the call."""
+        call = self.inference.Generate(request, timeout=RPC_TIMEOUT_S)
+        try:
+            return next(call)
+        finally:
+            call.cancel()
+
+    def test_prompt_and_new_token_limits_are_the_advertised_ones(self):
+        info = self.model_info()
+        self.assertEqual(info.max_prompt_tokens, info.max_context_tokens - 1)
+        self.assertEqual(info.max_new_tokens_limit, info.max_context_tokens - 1)
+        self.assertEqual(info.features.max_labels, 16)
+        # One token over the advertised prompt limit: PROMPT_TOO_LONG{tokens, limit}.
+        error = self.expect_invalid(greedy_request([5] * (info.max_prompt_tokens + 1), 1))
+        status, details = error_details(error)
+        self.assertIsNotNone(status, "no grpc-status-details-bin")
+        self.assertEqual(status.code, INVALID_ARGUMENT.value[0])
+        self.assertEqual(details["ErrorInfo"].reason, "PROMPT_TOO_LONG")
+        self.assertEqual(details["ErrorInfo"].domain, "weir")
+        self.assertEqual(dict(details["ErrorInfo"].metadata),
+                         {"tokens": str(info.max_prompt_tokens + 1),
+                          "limit": str(info.max_prompt_tokens)})
+        # One over max_new_tokens_limit is refused naming the field; the limit passes.
+        prompt = self.prompt("limits")
+        error = self.expect_invalid(greedy_request(prompt, info.max_new_tokens_limit + 1))
+        _, details = error_details(error)
+        self.assertEqual([v.field for v in details["BadRequest"].field_violations],
+                         ["stop.max_new_tokens"])
+        first = self.first_event(greedy_request(prompt, info.max_new_tokens_limit))
+        self.assertEqual(first.WhichOneof("event"), "accepted")
+
+    def test_truncate_prompt_tokens(self):
+        prompt = self.prompt("Only the last five tokens of this prompt are kept by the server")
+        self.assertGreater(len(prompt), 8)
+        request = greedy_request(prompt, 6)
+        request.truncate_prompt_tokens = 5
+        kept = self.generate(request)
+        self.assertEqual(kept.accepted[0].prompt_tokens, 5)
+        self.assertEqual(kept.final.usage.prompt_tokens, 5)
+        self.assertEqual(kept.streamed_ids, self.generate(greedy_request(prompt[-5:], 6)).streamed_ids)
+        # -1 (documented in the proto): keep the last max_context - max_new_tokens.
+        request.truncate_prompt_tokens = -1
+        untouched = self.generate(request)
+        self.assertEqual(untouched.final.usage.prompt_tokens, len(prompt))
+        info = self.model_info()
+        request = greedy_request(prompt, info.max_context_tokens - 4)
+        request.truncate_prompt_tokens = -1
+        first = self.first_event(request)
+        self.assertEqual(first.WhichOneof("event"), "accepted")
+        self.assertEqual(first.accepted.prompt_tokens, 4)
+
+    def test_invalid_utf8_is_invalid_argument(self):
+        # Raw bytes: text (field 5) = FF FE, which no proto3 client library sends.
+        generate = CLUSTER.channel.unary_stream(
+            "/weir.v1.Inference/Generate", request_serializer=lambda b: b,
+            response_deserializer=inference_pb2.GenerateEvent.FromString)
+        with self.assertRaises(grpc.RpcError) as caught:
+            list(generate(b"\x2a\x02\xff\xfe", timeout=RPC_TIMEOUT_S))
+        self.assertEqual(caught.exception.code(), INVALID_ARGUMENT)
+        self.assertIn("invalid UTF-8 in weir.v1.GenerateRequest.text", caught.exception.details())
+        _, details = error_details(caught.exception)
+        self.assertEqual(details["ErrorInfo"].reason, "INVALID_UTF8")
+        self.assertEqual([v.field for v in details["BadRequest"].field_violations], ["text"])
+        # Bytes that are no protobuf at all.
+        with self.assertRaises(grpc.RpcError) as caught:
+            list(generate(b"\xff\xff\xff\xff", timeout=RPC_TIMEOUT_S))
+        self.assertEqual(caught.exception.code(), INVALID_ARGUMENT)
+        self.assertNotEqual(caught.exception.details(), "")
+        # The server keeps serving.
+        self.assertEqual(len(self.generate(greedy_request(self.prompt("still"), 2)).streamed_ids), 2)
+
+    def test_admission_reports_occupancy_and_limits(self):
+        idle = self.inference.GetServerState(inference_pb2.GetServerStateRequest(),
+                                             timeout=RPC_TIMEOUT_S).admission
+        self.assertEqual(idle.limit_requests, 4096)  # --max_queued_requests
+        self.assertEqual(idle.limit_tokens, 1 << 22)  # --max_queued_prompt_tokens
+        prompt = self.prompt("keep the queue busy for a while")
+        call = self.inference.Generate(greedy_request(prompt, 400), timeout=RPC_TIMEOUT_S)
+        try:
+            next(call)  # Accepted: the request is admitted.
+            busy = self.inference.GetServerState(inference_pb2.GetServerStateRequest(),
+                                                 timeout=RPC_TIMEOUT_S).admission
+        finally:
+            call.cancel()
+        self.assertGreaterEqual(busy.queued_requests, 1)
+        self.assertGreaterEqual(busy.queued_tokens, len(prompt))
+
+    def test_batch_item_errors_carry_reasons(self):
+        info = self.model_info()
+        batch = inference_pb2.GenerateBatchRequest(
+            batch_id="reasons", ordering=inference_pb2.BATCH_ORDERING_INPUT_ORDER)
+        batch.defaults.sampling.temperature = 0.0
+        batch.defaults.stop.max_new_tokens = 3
+        batch.defaults.stop.ignore_eos = True
+        batch.items.add(custom_id="long").request.tokens.ids.extend(
+            [5] * (info.max_prompt_tokens + 1))
+        bad_stop = batch.items.add(custom_id="bad_stop").request
+        bad_stop.tokens.ids.extend([5, 6])
+        bad_stop.stop.stop_strings.append("")
+        empty = batch.items.add(custom_id="empty").request
+        empty.tokens.ids.extend([5, 6])
+        empty.constraint.regex = ""
+        batch.items.add(custom_id="ok").request.tokens.ids.extend([5, 6])
+        events = list(self.inference.GenerateBatch(batch, timeout=RPC_TIMEOUT_S))
+        results = {e.item_result.custom_id: e.item_result for e in events
+                   if e.HasField("item_result")}
+        self.assertEqual(results["long"].error.reason, "PROMPT_TOO_LONG")
+        self.assertEqual(dict(results["long"].error.metadata),
+                         {"tokens": str(info.max_prompt_tokens + 1),
+                          "limit": str(info.max_prompt_tokens)})
+        self.assertEqual(results["bad_stop"].error.code, INVALID_ARGUMENT.value[0])
+        self.assertEqual(results["bad_stop"].error.reason, "INVALID_ARGUMENT")
+        sample = results["empty"].result.samples[0]
+        self.assertEqual(sample.reason, FinishReason.FINISH_REASON_GRAMMAR_TERMINATED)
+        self.assertEqual(list(sample.full_token_ids), [])
+        self.assertEqual(len(results["ok"].result.samples[0].full_token_ids), 3)
+
+
+class QueueFullTest(unittest.TestCase):
+    """RESOURCE_EXHAUSTED carries RetryInfo: a cluster admitting one request."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = Cluster(workers=1, name="queue_full",
+                              extra_args=["--max_queued_requests=1", "--eplb=false"])
+        try:
+            cls.cluster.start()
+        except BaseException:
+            cls.cluster.stop()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        code, survivors = cls.cluster.stop()
+        if code != 0 or survivors:
+            raise AssertionError(f"queue_full cluster: exit {code}, survivors {survivors}")
+
+    def test_full_queue_says_when_to_retry(self):
+        inference = inference_pb2_grpc.InferenceStub(self.cluster.channel)
+        busy = inference.Generate(greedy_request([5, 6, 7], 1000), timeout=RPC_TIMEOUT_S)
+        try:
+            next(busy)  # Admitted: the one slot is taken.
+            with self.assertRaises(grpc.RpcError) as caught:
+                list(inference.Generate(greedy_request([5, 6], 2), timeout=RPC_TIMEOUT_S))
+            state = inference.GetServerState(inference_pb2.GetServerStateRequest(),
+                                             timeout=RPC_TIMEOUT_S).admission
+        finally:
+            busy.cancel()
+        self.assertEqual(caught.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
+        status, details = error_details(caught.exception)
+        self.assertIsNotNone(status, "no grpc-status-details-bin")
+        self.assertIn("RetryInfo", details)
+        delay = details["RetryInfo"].retry_delay
+        self.assertGreater(delay.seconds + delay.nanos / 1e9, 0)
+        self.assertEqual(details["ErrorInfo"].reason, "QUEUE_FULL")
+        self.assertEqual((state.queued_requests, state.limit_requests), (1, 1))
+
+
+def _random_schema(rng, depth=0):
+    """A bounded JSON Schema the engine supports (so outputs end quickly)."""
+    kinds = ["integer", "boolean", "null", "enum", "string", "pattern", "const"]
+    if depth < 2:
+        kinds += ["object", "object", "array", "one_of", "any_of", "tagged"]
+    kind = rng.choice(kinds)
+    if kind == "integer":
+        lo = rng.randint(-50, 50)
+        return {"type": "integer", "minimum": lo, "maximum": lo + rng.randint(0, 200)}
+    if kind in ("boolean", "null"):
+        return {"type": kind}
+    if kind == "enum":
+        return {"enum": rng.sample(["red", "green", "blue", 1, 2.5, None, True], rng.randint(1, 3))}
+    if kind == "string":
+        return {"type": "string", "maxLength": rng.randint(0, 4)}
+    if kind == "pattern":
+        return {"type": "string", "pattern": rng.choice(["^[a-z]{1,3}$", "^[0-9]{2}-[A-Z]$"])}
+    if kind == "const":
+        return {"const": rng.choice(["x", 7, False, "é"])}
+    if kind == "object":
+        props = {f"p{i}": _random_schema(rng, depth + 1) for i in range(rng.randint(0, 3))}
+        required = [p for p in props if rng.random() < 0.6]
+        return {"type": "object", "properties": props, "required": required,
+                "additionalProperties": False}
+    if kind == "array":
+        return {"type": "array", "items": _random_schema(rng, depth + 1),
+                "maxItems": rng.randint(0, 2)}
+    if kind == "one_of":  # disjoint by type
+        branches = [{"type": "integer", "minimum": 0, "maximum": 9},
+                    {"type": "string", "maxLength": 2}, {"type": "null"}, {"type": "boolean"}]
+        return {"oneOf": rng.sample(branches, rng.randint(2, 4))}
+    if kind == "tagged":  # disjoint by a required discriminator
+        return {"oneOf": [
+            {"type": "object", "properties": {"kind": {"const": "a"}, "x": {"type": "boolean"}},
+             "required": ["kind", "x"], "additionalProperties": False},
+            {"type": "object", "properties": {"kind": {"const": "b"},
+                                              "y": _random_schema(rng, depth + 1)},
+             "required": ["kind"], "additionalProperties": False}]}
+    return {"anyOf": [_random_schema(rng, depth + 1), _random_schema(rng, depth + 1)]}
+
+
+def _random_regex(rng):
+    pieces = ["[a-z]{1,4}", "[0-9]{2}", "(yes|no)", "-", "\\.", "[A-Z]?", "(ab|cd){1,2}",
+              "[a-f0-9]{3}", " ", "x*"]
+    return "".join(rng.choice(pieces) for _ in range(rng.randint(1, 4)))
+
+
+class StructuredOutputTest(ApiTestCase):
+    def constrained(self, constraint, seed, stream=False, **kwargs):
+        request = inference_pb2.GenerateRequest(text="Answer:", constraint=constraint)
+        request.sampling.temperature = 1.0
+        request.sampling.seed = seed
+        request.stop.max_new_tokens = kwargs.get("max_new_tokens", 256)
+        request.output.stream_tokens = stream
+        return request
+
+    def eos_id(self):
+        return CONFIG["eos_token_id"]
+
+    def test_the_eos_that_ends_a_generation_is_not_text(self):
+        regex = "[a-z]{1,30}"
+        for stream in [False, True]:
+            with self.subTest(stream=stream):
+                request = self.constrained(inference_pb2.StructuredOutput(regex=regex), 3, stream)
+                # Push the EOS as soon as the grammar allows it (after one token).
+                request.sampling.logit_bias[self.eos_id()] = 100.0
+                out = self.generate(request)
+                self.assertEqual(out.final.reason, FinishReason.FINISH_REASON_EOS)
+                ids = out.streamed_ids if stream else list(out.final.full_token_ids)
+                text = out.streamed_text if stream else out.final.full_text
+                self.assertEqual(ids[-1], self.eos_id())
+                self.assertNotIn(EOS, text)
+                self.assertIsNotNone(re.fullmatch(regex, text), text)
+                self.assertEqual(text, HF.decode(ids[:-1], skip_special_tokens=False))
+        # Unconstrained too; include_stop_in_output keeps it.
+        request = greedy_request(self.prompt("end now"), 8)
+        request.stop.ignore_eos = False
+        request.sampling.logit_bias[self.eos_id()] = 100.0
+        out = self.generate(request)
+        self.assertEqual(out.final.reason, FinishReason.FINISH_REASON_EOS)
+        self.assertEqual((out.streamed_ids, out.streamed_text), ([self.eos_id()], ""))
+        self.assertEqual(out.final.usage.completion_tokens, 1)
+        request.stop.include_stop_in_output = True
+        self.assertEqual(self.generate(request).streamed_text, EOS)
+
+    def test_constraints_admitting_only_empty_end_without_a_token(self):
+        constraints = [inference_pb2.StructuredOutput(regex=""),
+                       inference_pb2.StructuredOutput(regex="()"),
+                       inference_pb2.StructuredOutput(regex="a{0}"),
+                       inference_pb2.StructuredOutput(ebnf='root ::= ""'),
+                       inference_pb2.StructuredOutput(
+                           choice=inference_pb2.ChoiceList(choices=[""]))]
+        for constraint in constraints:
+            for stream in [False, True]:
+                with self.subTest(constraint=str(constraint).strip(), stream=stream):
+                    out = self.generate(self.constrained(constraint, 1, stream))
+                    self.assert_well_formed(out)
+                    self.assertEqual(out.final.reason,
+                                     FinishReason.FINISH_REASON_GRAMMAR_TERMINATED)
+                    self.assertEqual(out.streamed_ids, [])
+                    self.assertEqual(list(out.final.full_token_ids), [])
+                    self.assertEqual(out.final.full_text, "")
+                    self.assertEqual(out.final.usage.completion_tokens, 0)
+
+    def test_unenforceable_schemas_are_refused_naming_the_feature(self):
+        cases = {
+            "oneOf": {"oneOf": [{"type": "integer"}, {"type": "number"}]},
+            "const": {"type": "string", "const": 5},
+            "multipleOf": {"type": "integer", "multipleOf": 3},
+        }
+        for feature, schema in cases.items():
+            with self.subTest(feature=feature):
+                request = self.constrained(
+                    inference_pb2.StructuredOutput(json_schema=json.dumps(schema)), 1)
+                with self.assertRaises(grpc.RpcError) as caught:
+                    list(self.inference.Generate(request, timeout=RPC_TIMEOUT_S))
+                self.assertEqual(caught.exception.code(), INVALID_ARGUMENT)
+                self.assertIn(feature, caught.exception.details())
+                _, details = error_details(caught.exception)
+                self.assertEqual(details["ErrorInfo"].reason, "GRAMMAR_INVALID")
+
+    def test_generated_schemas_and_regexes_hold_under_sampling(self):
+        """Random constraints, random sampling; every finished output is checked by
+        an independent validator (jsonschema, Python re)."""
+        rng = random.Random(21)
+        jobs = []
+        for i in range(40):
+            schema = _random_schema(rng)
+            jobs.append(("schema", schema, self.constrained(
+                inference_pb2.StructuredOutput(json_schema=json.dumps(schema)), 100 + i)))
+        for i in range(40):
+            regex = _random_regex(rng)
+            jobs.append(("regex", regex, self.constrained(
+                inference_pb2.StructuredOutput(regex=regex), 200 + i)))
+
+        def run(job):
+            return self.generate(job[2]).final
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=16) as pool:
+            finals = list(pool.map(run, jobs))
+        checked = 0
+        for (kind, constraint, _), final in zip(jobs, finals):
+            if final.reason == FinishReason.FINISH_REASON_MAX_TOKENS:
+                continue  # Cut short: not a complete document.
+            self.assertIn(final.reason, (FinishReason.FINISH_REASON_EOS,
+                                         FinishReason.FINISH_REASON_GRAMMAR_TERMINATED))
+            checked += 1
+            text = final.full_text
+            self.assertNotIn(EOS, text)
+            if kind == "regex":
+                self.assertIsNotNone(re.fullmatch(constraint, text), f"{constraint!r}: {text!r}")
+            else:
+                try:
+                    jsonschema.validate(json.loads(text), constraint)
+                except (ValueError, jsonschema.ValidationError) as e:
+                    self.fail(f"{json.dumps(constraint)}: {text!r}: {e}")
+        reasons = [FinishReason.Name(f.reason) for f in finals]
+        print(f"constrained outputs: {checked}/{len(jobs)} complete and valid; "
+              f"{reasons.count('FINISH_REASON_EOS')} ended by EOS, "
+              f"{reasons.count('FINISH_REASON_GRAMMAR_TERMINATED')} by the grammar", file=sys.stderr)
+        self.assertGreaterEqual(checked, len(jobs) // 2)
 
 
 if __name__ == "__main__":

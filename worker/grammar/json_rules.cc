@@ -42,7 +42,23 @@ absl::StatusOr<ExprId> JsonRules::Char() {
     ByteSet hex;
     for (char c : std::string("0123456789abcdefABCDEF")) hex.set(static_cast<uint8_t>(c));
     ASSIGN_OR_RETURN(ExprId hex_digit, g_.AddBytes(hex));
-    ASSIGN_OR_RETURN(ExprId hex4, g_.AddRepeat(hex_digit, 4, 4));
+    // \uXXXX outside the surrogates D800-DFFF: a surrogate pair is one code
+    // point written as two escapes, which would break minLength/maxLength
+    // (counted in code points); such characters are written as UTF-8 instead.
+    ByteSet hex_not_d = hex;
+    hex_not_d.reset('d');
+    hex_not_d.reset('D');
+    ASSIGN_OR_RETURN(ExprId first_not_d, g_.AddBytes(hex_not_d));
+    ASSIGN_OR_RETURN(ExprId hex3, g_.AddRepeat(hex_digit, 3, 3));
+    ASSIGN_OR_RETURN(ExprId not_d, g_.AddSeq({first_not_d, hex3}));
+    ByteSet d;
+    d.set('d');
+    d.set('D');
+    ASSIGN_OR_RETURN(ExprId first_d, g_.AddBytes(d));
+    ASSIGN_OR_RETURN(ExprId low_octal, g_.AddByteRange('0', '7'));
+    ASSIGN_OR_RETURN(ExprId hex2, g_.AddRepeat(hex_digit, 2, 2));
+    ASSIGN_OR_RETURN(ExprId d_low, g_.AddSeq({first_d, low_octal, hex2}));
+    ASSIGN_OR_RETURN(ExprId hex4, g_.AddAlt({not_d, d_low}));
     ASSIGN_OR_RETURN(ExprId u, g_.AddString("u"));
     ASSIGN_OR_RETURN(ExprId unicode, g_.AddSeq({u, hex4}));
     ASSIGN_OR_RETURN(ExprId escape_tail, g_.AddAlt({simple_expr, unicode}));

@@ -5,7 +5,9 @@
 //
 // Supported keywords: type (string or list), properties, required,
 // additionalProperties (bool or schema), enum, const, items, minItems,
-// maxItems, anyOf, oneOf (as anyOf: branches should be disjoint), allOf with
+// maxItems, anyOf, oneOf (compiled as anyOf, so its branches must be provably
+// disjoint: by type, const/enum values or a required discriminator property;
+// otherwise INVALID_ARGUMENT naming the branches), allOf with
 // one branch, $ref to "#", "#/$defs/...", "#/definitions/..." (or any local
 // JSON pointer; recursion allowed), string pattern (search semantics),
 // minLength, maxLength, and minimum/maximum/exclusiveMinimum/exclusiveMaximum

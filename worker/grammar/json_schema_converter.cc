@@ -86,13 +86,23 @@ absl::StatusOr<ExprId> SchemaConverter::ConvertBody(const Json& s, const std::st
     if (!it->is_string()) return Error(path, "'$ref' must be a string");
     return Ref(it->get<std::string>(), path, depth);
   }
-  if (auto it = s.find("const"); it != s.end()) return Literal(*it);
+  // Next to `type`, only the values of that type can match.
+  if (auto it = s.find("const"); it != s.end()) {
+    if (!ValueHasType(s, *it)) {
+      return Error(path, "the 'const' value is not of the 'type' (the schema matches nothing)");
+    }
+    return Literal(*it);
+  }
   if (auto it = s.find("enum"); it != s.end()) {
     if (!it->is_array() || it->empty()) return Error(path, "'enum' must be a non-empty array");
     std::vector<ExprId> alts;
     for (const Json& v : *it) {
+      if (!ValueHasType(s, v)) continue;
       ASSIGN_OR_RETURN(ExprId lit, Literal(v));
       alts.push_back(lit);
+    }
+    if (alts.empty()) {
+      return Error(path, "no 'enum' value is of the 'type' (the schema matches nothing)");
     }
     return g_.AddAlt(std::move(alts));
   }
@@ -105,6 +115,8 @@ absl::StatusOr<ExprId> SchemaConverter::ConvertBody(const Json& s, const std::st
     if (std::string(key) == "allOf" && it->size() != 1) {
       return Error(path, "'allOf' with more than one schema is unsupported");
     }
+    // Compiled as anyOf, which is exact only for disjoint branches.
+    if (std::string(key) == "oneOf") RETURN_IF_ERROR(CheckOneOf(*it, path, depth));
     std::vector<ExprId> alts;
     for (size_t i = 0; i < it->size(); ++i) {
       ASSIGN_OR_RETURN(ExprId sub,

@@ -68,6 +68,21 @@ class SchemaConverter {
   absl::StatusOr<ExprId> Array(const Json& s, const std::string& path, int depth);
   absl::StatusOr<ExprId> Object(const Json& s, const std::string& path, int depth);
 
+  // json_schema_exclusive.cc: what the grammar alone would not keep valid.
+  // True if `value` is of a type `s` allows (any, without a type keyword).
+  static bool ValueHasType(const Json& s, const Json& value);
+  // Follows local $refs and one-branch allOfs; null if unresolvable.
+  const Json* Resolve(const Json& s) const;
+  // The JSON types (a Kind bit set) values matching `s` can have; all when unknown.
+  uint8_t Kinds(const Json& s, int depth) const;
+  // True only if no value can match both `a` and `b` (conservative).
+  bool Disjoint(const Json& a, const Json& b, int depth) const;
+  // INVALID_ARGUMENT naming two 'oneOf' branches that are not provably disjoint.
+  absl::Status CheckOneOf(const Json& branches, const std::string& path, int depth) const;
+  // A property name next to the declared `props`: any unescaped JSON string
+  // except a declared name, so an extra property never repeats one.
+  absl::StatusOr<ExprId> ExtraKey(const Json& props);
+
   Grammar g_;
   JsonRules rules_;
   const Json& root_;

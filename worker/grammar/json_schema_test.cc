@@ -96,6 +96,100 @@ TEST(JsonSchemaTest, IntegerBoundsAreExact) {
   EXPECT_FALSE(Accepts(open, "1234567890123456789"));  // 19 digits
 }
 
+TEST(JsonSchemaTest, OneOfBranchesMustBeProvablyDisjoint) {
+  // Enforced as anyOf, so a value matching two branches would violate oneOf.
+  for (const char* overlapping : {
+           R"({"oneOf":[{"type":"integer"},{"type":"number"}]})",  // 1 matches both
+           R"({"oneOf":[{"type":"string"},{"type":"string","maxLength":3}]})",
+           R"({"oneOf":[{"enum":[1,2]},{"enum":[2.0,3]}]})",  // 2 == 2.0
+           R"({"oneOf":[{"type":"integer"},{"type":["string","number"]}]})",
+           R"({"oneOf":[{"type":"object"},{"properties":{"a":{"type":"integer"}}}]})",
+           R"({"oneOf":[{"type":"object","properties":{"k":{"const":"a"}}},
+                        {"type":"object","properties":{"k":{"const":"b"}},"required":["k"]}]})",
+           R"({"oneOf":[{"type":"null"},{}]})",
+       }) {
+    EXPECT_NE(ErrorOf(overlapping).find("'oneOf' branches"), std::string::npos) << overlapping;
+  }
+  EXPECT_NE(ErrorOf(R"({"type":"object","properties":{"x":{"oneOf":[{"type":"integer"},
+                                                                  {"type":"number"}]}}})")
+                .find("'oneOf' branches 0 and 1 may both match one value, which the engine "
+                      "cannot exclude; use 'anyOf'"),
+            std::string::npos);
+  auto types = JsonSchemaToGrammar(
+      R"({"oneOf":[{"type":"integer"},{"type":"string"},{"type":"null"},{"const":1.5}]})");
+  EXPECT_TRUE(Accepts(types, "7"));
+  EXPECT_TRUE(Accepts(types, R"("x")"));
+  EXPECT_TRUE(Accepts(types, "null"));
+  EXPECT_TRUE(Accepts(types, "1.5"));
+  EXPECT_FALSE(Accepts(types, "true"));
+  EXPECT_TRUE(Accepts(JsonSchemaToGrammar(R"({"oneOf":[{"const":"a"},{"enum":["b","c"]}]})"),
+                      R"("c")"));
+  // A discriminator: a property both branches require, with disjoint values
+  // (through $refs too).
+  auto tagged = JsonSchemaToGrammar(
+      R"({"$defs":{"circle":{"type":"object","properties":{"kind":{"const":"circle"},
+                                                          "r":{"type":"integer"}},
+                             "required":["kind","r"]}},
+          "oneOf":[{"$ref":"#/$defs/circle"},
+                   {"type":"object","properties":{"kind":{"enum":["rect","square"]},
+                                                  "w":{"type":"integer"}},
+                    "required":["kind","w"]}]})");
+  EXPECT_TRUE(Accepts(tagged, R"({"kind":"circle","r":2})"));
+  EXPECT_TRUE(Accepts(tagged, R"({"kind":"square","w":2})"));
+  EXPECT_FALSE(Accepts(tagged, R"({"kind":"circle","w":2})"));
+}
+
+TEST(JsonSchemaTest, ConstAndEnumKeepOnlyValuesOfTheirType) {
+  auto strings = JsonSchemaToGrammar(R"({"type":"string","enum":["a",1,null]})");
+  EXPECT_TRUE(Accepts(strings, R"("a")"));
+  EXPECT_FALSE(Accepts(strings, "1"));
+  EXPECT_FALSE(Accepts(strings, "null"));
+  auto integers = JsonSchemaToGrammar(R"({"type":"integer","enum":[1,2.5,3.0,"x"]})");
+  EXPECT_TRUE(Accepts(integers, "1"));
+  EXPECT_TRUE(Accepts(integers, "3.0"));  // 3.0 is an integer in JSON Schema
+  EXPECT_FALSE(Accepts(integers, "2.5"));
+  EXPECT_NE(ErrorOf(R"({"type":"string","const":5})").find("matches nothing"), std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"type":"integer","enum":["a",0.5]})").find("matches nothing"),
+            std::string::npos);
+}
+
+TEST(JsonSchemaTest, ExtraPropertiesNeverRepeatADeclaredName) {
+  // A parser keeps the last duplicate: {"a":1,"a":"x"} would be "a":"x".
+  auto g = JsonSchemaToGrammar(
+      R"({"type":"object","properties":{"a":{"type":"integer"},"ab":{"type":"integer"}},
+          "additionalProperties":{"type":"string"}})");
+  for (const char* ok : {R"({"a":1,"b":"x"})", R"({"a":1,"abc":"x"})", R"({"":"x"})",
+                         R"({"b":"x"})", R"({"é":"x"})", R"({"A":"x"})",
+                         R"({"a":1,"ab":2,"x":"y","z":"w"})"}) {
+    EXPECT_TRUE(Accepts(g, ok)) << ok;
+  }
+  for (const char* bad : {R"({"a":"x"})", R"({"a":1,"a":"x"})", R"({"ab":"x"})",
+                          R"({"a":1,"ab":2,"ab":"s"})", R"({"\u0061":"x"})"}) {
+    EXPECT_FALSE(Accepts(g, bad)) << bad;
+  }
+  JsonSchemaOptions open;
+  open.strict_properties = false;
+  auto implicit = JsonSchemaToGrammar(R"({"type":"object","properties":{"a":{"type":"integer"}}})",
+                                      open);
+  EXPECT_TRUE(Accepts(implicit, R"({"a":1,"b":[true]})"));
+  EXPECT_FALSE(Accepts(implicit, R"({"a":1,"a":"s"})"));
+  // Without declared properties any name goes.
+  EXPECT_TRUE(Accepts(JsonSchemaToGrammar(R"({"type":"object","additionalProperties":true})"),
+                      R"({"a":1,"a":2})"));
+}
+
+TEST(JsonSchemaTest, NoSurrogateEscapesSoLengthsCountCodePoints) {
+  // A surrogate pair escape is one code point written as two escapes: it
+  // would pass maxLength 2 counted per escape and fail minLength 2 in a
+  // validator, so such characters are only written as UTF-8.
+  auto g = JsonSchemaToGrammar(R"({"type":"string","minLength":2,"maxLength":2})");
+  EXPECT_FALSE(Accepts(g, R"("\ud83d\ude00")"));
+  EXPECT_FALSE(Accepts(g, R"("\uDC00x")"));
+  EXPECT_TRUE(Accepts(g, "\"\xF0\x9F\x98\x80\xF0\x9F\x98\x80\""));  // two emoji as UTF-8
+  EXPECT_TRUE(Accepts(g, R"("\u00e9\uD7FF")"));
+  EXPECT_TRUE(Accepts(JsonSchemaToGrammar(R"({"type":"string"})"), R"("\uE000\uFFFF")"));
+}
+
 TEST(JsonSchemaTest, AnyJson) {
   auto obj = AnyJsonGrammar(/*object_only=*/true);
   EXPECT_TRUE(Accepts(obj, R"({"a":[1,2,{"b":null}],"c":"d"})"));

@@ -85,7 +85,14 @@ absl::StatusOr<ExprId> SchemaConverter::Object(const Json& s, const std::string&
     } else {
       ASSIGN_OR_RETURN(value, Convert(*additional, path + "/additionalProperties", depth + 1));
     }
-    ASSIGN_OR_RETURN(ExprId key, rules_.String());
+    // A parser keeps the last of duplicate names, so an extra property must
+    // not repeat a declared one (its value would escape that schema).
+    ExprId key;
+    if (props->empty()) {
+      ASSIGN_OR_RETURN(key, rules_.String());
+    } else {
+      ASSIGN_OR_RETURN(key, ExtraKey(*props));
+    }
     ASSIGN_OR_RETURN(extra, rules_.Pair(key, value));
   }
   std::vector<std::pair<ExprId, bool>> pairs;  // (pair, required)

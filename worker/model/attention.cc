@@ -119,13 +119,15 @@ absl::Status AttentionForward(const AttentionContext& ctx, std::span<const float
       RETURN_IF_ERROR(UpdateCompressedKv(ctx, x));
     }
     RETURN_IF_ERROR(SelectCompressed(ctx, x, qr, topk, topk_width));
-    const KvSourceState& src = ctx.state.kv_source(ctx.role.kv_source);
+    const CompressedKvStore& store = ctx.state.compressed();
     const int64_t entries = (p0 + s) / ctx.role.ratio;
-    if (static_cast<int64_t>(src.compressed_kv.size()) < entries * d) {
+    if (store.entries(ctx.role.kv_source) < entries) {
       return absl::InternalError(absl::StrCat("layer ", ctx.role.layer, ": kv source ",
                                               ctx.role.kv_source, " holds too few entries"));
     }
-    table.insert(table.end(), src.compressed_kv.begin(), src.compressed_kv.begin() + entries * d);
+    // [n_window + entries, head_dim]: the compressed entries follow the window rows.
+    table.resize((n_window + entries) * d);
+    store.ReadKv(ctx.role.kv_source, 0, std::span<float>(table).subspan(n_window * d));
   }
 
   // Index rows: window positions max(0, p - win + 1) .. p ascending, then the top-k.

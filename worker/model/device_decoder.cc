@@ -1594,19 +1594,23 @@ absl::Status DeviceDecoder::Import(int slot, const SequenceState& state) {
     const int r = role.ratio;
     const int64_t me = m.max_entries(r), entries = len / r;
     const KvSourceState& src = state.kv_source(l);
-    if (static_cast<int64_t>(src.compressed_kv.size()) != entries * hd ||
-        static_cast<int64_t>(src.index_k.size()) != entries * di) {
+    const CompressedKvStore& store = state.compressed();
+    if (store.entries(l) != entries) {
       return absl::InvalidArgumentError(absl::StrCat("Import: layer ", l, " holds ",
-                                                     src.compressed_kv.size() / hd,
+                                                     store.entries(l),
                                                      " compressed entries, expected ", entries));
     }
     if (entries > 0) {
+      // Gathered from the state's store (paged blocks on a worker) into one copy.
+      std::vector<float> kv_rows(entries * hd), key_rows(entries * di);
+      store.ReadKv(l, 0, kv_rows);
+      store.ReadIndexK(l, 0, key_rows);
       WEIR_DD_CUDA("import compressed",
                    cudaMemcpy(m.kv_pool + (L.comp_base + int64_t{slot} * me) * hd,
-                              src.compressed_kv.data(), entries * hd * sizeof(float),
+                              kv_rows.data(), entries * hd * sizeof(float),
                               cudaMemcpyHostToDevice));
       WEIR_DD_CUDA("import index keys",
-                   cudaMemcpy(L.index_k + int64_t{slot} * me * di, src.index_k.data(),
+                   cudaMemcpy(L.index_k + int64_t{slot} * me * di, key_rows.data(),
                               entries * di * sizeof(float), cudaMemcpyHostToDevice));
     }
     if (r > 1) {
@@ -1661,16 +1665,21 @@ absl::Status DeviceDecoder::Export(int slot, SequenceState& state) {
     const int r = role.ratio;
     const int64_t me = m.max_entries(r), entries = len / r;
     KvSourceState& src = state.kv_source(l);
-    src.compressed_kv.resize(entries * hd);
-    src.index_k.resize(entries * di);
+    std::vector<float> kv_rows(entries * hd), key_rows(entries * di);
     if (entries > 0) {
       WEIR_DD_CUDA("export compressed",
-                   cudaMemcpy(src.compressed_kv.data(),
-                              m.kv_pool + (L.comp_base + int64_t{slot} * me) * hd,
+                   cudaMemcpy(kv_rows.data(), m.kv_pool + (L.comp_base + int64_t{slot} * me) * hd,
                               entries * hd * sizeof(float), cudaMemcpyDeviceToHost));
       WEIR_DD_CUDA("export index keys",
-                   cudaMemcpy(src.index_k.data(), L.index_k + int64_t{slot} * me * di,
+                   cudaMemcpy(key_rows.data(), L.index_k + int64_t{slot} * me * di,
                               entries * di * sizeof(float), cudaMemcpyDeviceToHost));
+    }
+    // Into the state's own store (a worker's paged blocks, which the plans
+    // kept growing while the sequence lived here).
+    state.compressed().Truncate(l, 0);
+    if (absl::Status st = state.compressed().Append(l, kv_rows, key_rows); !st.ok()) {
+      state.MarkBroken();
+      return absl::Status(st.code(), absl::StrCat("Export: layer ", l, ": ", st.message()));
     }
     if (r > 1) {
       std::vector<float> kv(r * hd), score(r * hd);

@@ -30,7 +30,8 @@ absl::Status HostDecodeBackend::Export(int slot, SequenceState& state) {
   if (state.length() > slots_[slot]->length()) {
     return absl::InvalidArgumentError("Export: the state is longer than the slot's sequence");
   }
-  state = *slots_[slot];
+  // Into the state's own store (the worker's paged blocks, when it has them).
+  if (absl::Status s = state.CopyFrom(*slots_[slot]); !s.ok()) return s;
   ++stats_.exports;
   return absl::OkStatus();
 }

@@ -17,7 +17,7 @@ absl::Status UpdateCompressedKv(const AttentionContext& ctx, std::span<const flo
   const int r = ctx.role.ratio;
   const int64_t s = ctx.tokens, p0 = ctx.start_pos, d = c.head_dim, di = c.index_head_dim;
   const float eps = static_cast<float>(c.norm_eps);
-  KvSourceState& src = ctx.state.kv_source(ctx.role.layer);
+  KvSourceState& src = ctx.state.kv_source(ctx.role.layer);  // the compressor's partial group
   const int64_t first = p0 / r, count = (p0 + s) / r - first;
 
   std::vector<float> latent(count * d);
@@ -66,14 +66,13 @@ absl::Status UpdateCompressedKv(const AttentionContext& ctx, std::span<const flo
                                       .num_heads = 1, .head_dim = static_cast<int>(d)}));
   ops.RoundBf16(latent);
   RETURN_IF_ERROR(ops.FakeQuant(latent, FakeQuantFormat::kNvfp4Kv));
-  if (static_cast<int64_t>(src.compressed_kv.size()) != first * d) {
+  CompressedKvStore& store = ctx.state.compressed();
+  if (store.entries(ctx.role.layer) != first) {
     return absl::InternalError(absl::StrCat("layer ", ctx.role.layer, ": compressed KV holds ",
-                                            src.compressed_kv.size() / d, " entries, expected ",
+                                            store.entries(ctx.role.layer), " entries, expected ",
                                             first));
   }
-  src.compressed_kv.insert(src.compressed_kv.end(), latent.begin(), latent.end());
-  src.index_k.insert(src.index_k.end(), k.begin(), k.end());
-  return absl::OkStatus();
+  return store.Append(ctx.role.layer, latent, k);
 }
 
 namespace {
@@ -103,10 +102,16 @@ absl::Status IndexScores(const AttentionContext& ctx, std::span<const float> x,
                                          std::sqrt(static_cast<double>(nh)));
   for (float& v : weights) v *= scale;
   ops.RoundBf16(weights);
-  const KvSourceState& src = ctx.state.kv_source(ctx.role.kv_source);
+  const CompressedKvStore& store = ctx.state.compressed();
+  if (store.entries(ctx.role.kv_source) < entries) {
+    return absl::InternalError(absl::StrCat("layer ", ctx.role.layer, ": kv source ",
+                                            ctx.role.kv_source, " holds too few index keys"));
+  }
+  std::vector<float> keys(entries * di);  // [entries, index_head_dim]
+  store.ReadIndexK(ctx.role.kv_source, 0, keys);
   scores.assign(s * entries, 0.0f);
   RETURN_IF_ERROR(ops.IndexerScore(
-      {.q = q, .k = std::span<const float>(src.index_k).first(entries * di), .weights = weights,
+      {.q = q, .k = keys, .weights = weights,
        .visible_len = visible, .out = scores, .queries = s, .heads = static_cast<int>(nh),
        .dim = static_cast<int>(di), .keys = entries}));
   return absl::OkStatus();

@@ -89,6 +89,11 @@ std::unique_ptr<SequenceState> Model::NewSequence() const {
   return std::make_unique<SequenceState>(config_, roles_, options_.max_rollback);
 }
 
+std::unique_ptr<SequenceState> Model::NewSequence(std::unique_ptr<CompressedKvStore> store) const {
+  return std::make_unique<SequenceState>(config_, roles_, options_.max_rollback,
+                                         std::move(store));
+}
+
 absl::Status Model::CheckTokens(std::span<const int64_t> tokens) const {
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < 0 || tokens[i] >= config_.vocab_size) {

@@ -85,8 +85,13 @@ class Model {
                                                        const Checkpoint& checkpoint,
                                                        ModelOptions options = {});
 
-  // Returns an empty sequence for this model.
+  // Returns an empty sequence for this model (compressed entries in a
+  // DenseKvStore).
   std::unique_ptr<SequenceState> NewSequence() const;
+  // The same with the compressed entries in `store`, an empty store made for
+  // this model's kv-source layers (e.g. a worker's paged block table).
+  // REQUIRES: `store` is not null.
+  std::unique_ptr<SequenceState> NewSequence(std::unique_ptr<CompressedKvStore> store) const;
 
   // Runs `tokens` at positions start_pos.. and returns logits [tokens, vocab]
   // (fp32). Advances `state` by tokens.size(). INVALID_ARGUMENT (state

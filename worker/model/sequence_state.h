@@ -4,9 +4,11 @@
 // model (spec §4.3-§4.8, §11 item 3):
 //   * per layer, the SWA ring of window KV (FP8-rounded, post-RoPE) [head_dim];
 //   * per kv-source layer, the compressed KV [entries, head_dim] (post-RoPE,
-//     FP4/E4M3-16 rounded), the index keys [entries, index_head_dim] (MXFP4
-//     rounded) and, at ratio > 1, the compressor inputs of recent tokens
-//     (kv, score) [2 * head_dim] from which the partial group is rebuilt;
+//     FP4/E4M3-16 rounded) and the index keys [entries, index_head_dim]
+//     (MXFP4 rounded), kept in a CompressedKvStore (dense vectors by default,
+//     the worker's paged blocks in serving), and, at ratio > 1, the
+//     compressor inputs of recent tokens (kv, score) [2 * head_dim] from
+//     which the partial group is rebuilt;
 //   * the Engram history of compressed token ids;
 //   * per DSpark stage, the ring of main-feature KV [head_dim] (§4.8).
 // Rings keep `window + max_rollback` positions (compressor: `ratio +
@@ -19,10 +21,12 @@
 #define WEIR_WORKER_MODEL_SEQUENCE_STATE_H_
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "worker/model/compressed_kv_store.h"
 #include "worker/model/config.h"
 #include "worker/model/layer_roles.h"
 
@@ -52,21 +56,40 @@ class PositionRing {
   std::vector<float> data_;
 };
 
-// Compressed state of one kv-source layer.
+// Compressor state of one kv-source layer (its entries are in the
+// sequence's CompressedKvStore: entries = length / ratio).
 struct KvSourceState {
   int ratio = 0;
   int64_t kv_dim = 0;     // head_dim
   int64_t index_dim = 0;  // index_head_dim
-  std::vector<float> compressed_kv;  // [entries, head_dim], entries = length / ratio
-  std::vector<float> index_k;        // [entries, index_head_dim]
-  PositionRing pending;              // ratio > 1: [kv ; score] of recent tokens
+  PositionRing pending;   // ratio > 1: [kv ; score] of recent tokens
 };
 
 class SequenceState {
  public:
-  // Creates an empty sequence for `config`. `max_rollback` >= 0 bounds Rollback.
+  // Creates an empty sequence for `config` whose compressed entries live in
+  // a DenseKvStore. `max_rollback` >= 0 bounds Rollback.
   // REQUIRES: ValidateModelConfig(config).ok(); `roles` built from it.
   SequenceState(const ModelConfig& config, const LayerRoles& roles, int64_t max_rollback);
+  // The same with the compressed entries in `store` (empty, made for this
+  // model's kv-source layers). REQUIRES: `store` is not null.
+  SequenceState(const ModelConfig& config, const LayerRoles& roles, int64_t max_rollback,
+                std::unique_ptr<CompressedKvStore> store);
+
+  // A deep copy whose compressed entries live in a DenseKvStore of its own,
+  // whatever `other`'s store is (a copy never shares paged blocks).
+  SequenceState(const SequenceState& other);
+  // Use CopyFrom, which keeps this state's store.
+  SequenceState& operator=(const SequenceState&) = delete;
+  SequenceState(SequenceState&&) = default;
+  SequenceState& operator=(SequenceState&&) = default;
+
+  // Makes this state equal to `other` (same model shape): length, rings,
+  // Engram history, broken flag, and the compressed entries, which are
+  // written into this state's own store. On error (the store's Append, e.g.
+  // RESOURCE_EXHAUSTED from a paged store with too few blocks) the state is
+  // marked broken.
+  absl::Status CopyFrom(const SequenceState& other);
 
   // Positions processed so far (the next forward starts here).
   int64_t length() const { return length_; }
@@ -84,6 +107,9 @@ class SequenceState {
   // REQUIRES: `layer` is a kv source.
   KvSourceState& kv_source(int layer) { return kv_sources_[layer]; }
   const KvSourceState& kv_source(int layer) const { return kv_sources_[layer]; }
+  // The compressed KV and index keys of every kv-source layer.
+  CompressedKvStore& compressed() { return *compressed_; }
+  const CompressedKvStore& compressed() const { return *compressed_; }
   std::vector<int64_t>& engram_history() { return engram_history_; }
   const std::vector<int64_t>& engram_history() const { return engram_history_; }
   // Marks `n` more positions as processed (called once per successful forward).
@@ -101,6 +127,7 @@ class SequenceState {
   bool broken_ = false;
   std::vector<PositionRing> windows_;       // [n_layers + n_mtp_layers]
   std::vector<KvSourceState> kv_sources_;   // indexed by layer; ratio 0 = not a source
+  std::unique_ptr<CompressedKvStore> compressed_;  // never null (moved-from: null)
   std::vector<int64_t> engram_history_;     // [length]
 };
 
