@@ -7,16 +7,12 @@ the end. Prompt token counts are checked against the Hugging Face `tokenizers`
 library reading the same tokenizer.json; /metrics is read with prometheus_client's
 text parser; json_schema output is validated with `jsonschema`.
 
-Environment (set by run_test.sh): WEIR_RUNFILES_ROOT (the weir workspace in the
-runfiles), TEST_TMPDIR.
+Environment (set by run_test.sh through tests/python_env.sh): WEIR_RUNFILES_ROOT (the
+weir workspace in the runfiles), PYTHONPATH (tests/, for weir_cluster), TEST_TMPDIR.
 """
 
-import ctypes
 import json
 import os
-import signal
-import subprocess
-import sys
 import time
 import unittest
 import urllib.error
@@ -25,16 +21,13 @@ import urllib.request
 import jsonschema
 import openai
 import tokenizers
+import weir_cluster
 from prometheus_client.parser import text_string_to_metric_families
 
-ROOT = os.environ["WEIR_RUNFILES_ROOT"]
-TMP = os.environ["TEST_TMPDIR"]
-MODEL_DIR = os.path.join(ROOT, "models", "tiny")
+TMP = weir_cluster.TMP
+MODEL_DIR = weir_cluster.MODEL_DIR
 
-# Generous: 2 cores shared with other cluster tests.
-STARTUP_TIMEOUT_S = 180
 REQUEST_TIMEOUT_S = 120
-SHUTDOWN_TIMEOUT_S = 60
 
 API_KEY = "weir-test-key"
 MAX_BODY_BYTES = 1 << 20
@@ -44,79 +37,21 @@ USER = "<｜User｜>"
 ASSISTANT = "<｜Assistant｜>"
 
 
-def _die_with_parent():
-    """Runs in the child before exec: SIGTERM when this test process dies."""
-    PR_SET_PDEATHSIG = 1
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-
-
-class Cluster:
-    """The coordinator binary as a child process (it spawns workers and EPLB)."""
+class Cluster(weir_cluster.Cluster):
+    """2 workers and EPLB, serving HTTP with an API key; ready on GET /ready."""
 
     def __init__(self):
-        self.address_file = os.path.join(TMP, "coordinator.addr")
-        self.http_address_file = self.address_file + ".http"
-        log_dir = os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR", TMP)
-        self.log_path = os.path.join(log_dir, "coordinator.log")
-        self.proc = None
-        self.http = None  # "host:port"
-
-    def log_tail(self, lines=60):
-        try:
-            with open(self.log_path, errors="replace") as f:
-                return "".join(f.readlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-    def start(self):
         key_file = os.path.join(TMP, "api_key")
         with open(key_file, "w") as f:
             f.write(API_KEY + "\n")
-        argv = [
-            os.path.join(ROOT, "coordinator", "main"),
-            "--listen=127.0.0.1:0",
+        super().__init__(workers=2, extra_args=[
             "--http_listen=127.0.0.1:0",
-            f"--address_file={self.address_file}",
             f"--api_key_file={key_file}",
             f"--http_max_body_bytes={MAX_BODY_BYTES}",
-            f"--model_dir={MODEL_DIR}",
-            f"--model_cache_dir={os.path.join(TMP, 'models')}",
-            f"--worker_binary={os.path.join(ROOT, 'worker', 'main')}",
-            f"--eplb_binary={os.path.join(ROOT, 'eplb', 'main')}",
-            "--workers=2",
-            f"--startup_timeout_s={STARTUP_TIMEOUT_S}",
-        ]
-        for path in (self.address_file, self.http_address_file):
-            if os.path.exists(path):  # A stale address must not be polled.
-                os.remove(path)
-        log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=TMP,
-                                     preexec_fn=_die_with_parent)
-        log.close()
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"coordinator exited with {self.proc.returncode} during "
-                                   f"start-up:\n{self.log_tail()}")
-            if self.http is None and os.path.exists(self.http_address_file):
-                with open(self.http_address_file) as f:
-                    self.http = f.read().strip() or None
-            if self.http is not None and http_get("/ready")[0] == 200:
-                return
-            time.sleep(0.1)
-        raise RuntimeError(f"cluster not ready in {STARTUP_TIMEOUT_S} s:\n{self.log_tail()}")
+        ])
 
-    def stop(self):
-        """SIGTERM; returns the exit code."""
-        if self.proc is None or self.proc.poll() is not None:
-            return self.proc.returncode if self.proc else None
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=SHUTDOWN_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            return None
+    def ready(self):
+        return self.http is not None and http_get("/ready")[0] == 200
 
 
 CLUSTER = None
@@ -159,20 +94,11 @@ def setUpModule():
     global CLUSTER, HF
     HF = tokenizers.Tokenizer.from_file(os.path.join(MODEL_DIR, "tokenizer.json"))
     CLUSTER = Cluster()
-    started = time.monotonic()
-    try:
-        CLUSTER.start()
-    except BaseException:
-        CLUSTER.stop()
-        raise
-    print(f"cluster ready, HTTP at {CLUSTER.http} in {time.monotonic() - started:.1f} s",
-          file=sys.stderr)
+    CLUSTER.start()
 
 
 def tearDownModule():
-    code = CLUSTER.stop()
-    if code != 0:
-        raise AssertionError(f"coordinator exit code {code} after SIGTERM:\n{CLUSTER.log_tail()}")
+    CLUSTER.shutdown(expected_children=CLUSTER.workers + 1)
 
 
 def client(api_key=API_KEY):

@@ -7,19 +7,17 @@ Text is checked against the Hugging Face `tokenizers` library reading the same
 models/tiny/tokenizer.json, so the client owns an independent reference for
 Tokenize and for the streamed text.
 
-Environment (set by run_test.sh): WEIR_PYGEN_DIR (generated stubs),
-WEIR_RUNFILES_ROOT (the weir workspace in the runfiles), TEST_TMPDIR.
+Environment (set by run_test.sh and tests/python_env.sh): WEIR_PYGEN_DIR (generated
+stubs), WEIR_RUNFILES_ROOT (the weir workspace in the runfiles), PYTHONPATH (tests/, for
+weir_cluster), TEST_TMPDIR.
 """
 
 import concurrent.futures
-import ctypes
 import json
 import math
 import os
 import random
 import re
-import signal
-import subprocess
 import sys
 import time
 import unittest
@@ -29,18 +27,14 @@ sys.path.insert(0, os.environ["WEIR_PYGEN_DIR"])
 import grpc  # noqa: E402
 import jsonschema  # noqa: E402
 import tokenizers  # noqa: E402
+import weir_cluster  # noqa: E402
 from proto import google_rpc_pb2  # noqa: E402
 from proto import health_pb2, health_pb2_grpc  # noqa: E402
 from proto import inference_pb2, inference_pb2_grpc  # noqa: E402
 
-ROOT = os.environ["WEIR_RUNFILES_ROOT"]
-TMP = os.environ["TEST_TMPDIR"]
-MODEL_DIR = os.path.join(ROOT, "models", "tiny")
+MODEL_DIR = weir_cluster.MODEL_DIR
 
-# Generous: 2 cores shared with other cluster tests.
-STARTUP_TIMEOUT_S = 180
 RPC_TIMEOUT_S = 120
-SHUTDOWN_TIMEOUT_S = 60
 
 INVALID_ARGUMENT = grpc.StatusCode.INVALID_ARGUMENT
 FinishReason = inference_pb2.FinishReason
@@ -51,95 +45,19 @@ USER = "<｜User｜>"
 ASSISTANT = "<｜Assistant｜>"
 
 
-def _children(pid):
-    """Direct children of `pid`, from /proc."""
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(p) for p in f.read().split()]
-    except OSError:
-        return []
-
-
-def _descendants(pid):
-    out = []
-    for child in _children(pid):
-        out.append(child)
-        out.extend(_descendants(child))
-    return out
-
-
-def _die_with_parent():
-    """Runs in the child before exec: SIGTERM when this test process dies, so
-    a killed test leaves no coordinator behind (its children follow it)."""
-    PR_SET_PDEATHSIG = 1
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-
-
-def _alive(pid):
-    """True while `pid` exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    return stat[stat.rfind(")") + 2] != "Z"
-
-
-class Cluster:
-    """The coordinator binary as a child process (it spawns workers and EPLB)."""
+class Cluster(weir_cluster.Cluster):
+    """Ready when Health says weir.v1.Inference is SERVING and GetModelInfo
+    answers; `channel` is the test's gRPC channel to it."""
 
     def __init__(self, workers=2, name="coordinator", extra_args=()):
-        self.workers = workers
-        self.extra_args = list(extra_args)
-        self.address_file = os.path.join(TMP, f"{name}.addr")
-        log_dir = os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR", TMP)
-        self.log_path = os.path.join(log_dir, f"{name}.log")
-        self.proc = None
-        self.address = None
+        super().__init__(workers=workers, name=name, extra_args=extra_args)
         self.channel = None
 
-    def log_tail(self, lines=60):
-        try:
-            with open(self.log_path, errors="replace") as f:
-                return "".join(f.readlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-    def start(self):
-        argv = [
-            os.path.join(ROOT, "coordinator", "main"),
-            "--listen=127.0.0.1:0",
-            f"--address_file={self.address_file}",
-            f"--model_dir={MODEL_DIR}",
-            f"--model_cache_dir={os.path.join(TMP, 'models')}",
-            f"--worker_binary={os.path.join(ROOT, 'worker', 'main')}",
-            f"--eplb_binary={os.path.join(ROOT, 'eplb', 'main')}",
-            f"--workers={self.workers}",
-            f"--startup_timeout_s={STARTUP_TIMEOUT_S}",
-        ] + self.extra_args
-        if os.path.exists(self.address_file):  # A stale address must not be polled.
-            os.remove(self.address_file)
-        log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=TMP,
-                                     preexec_fn=_die_with_parent)
-        log.close()
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"coordinator exited with {self.proc.returncode} during "
-                                   f"start-up:\n{self.log_tail()}")
-            if self.channel is None and os.path.exists(self.address_file):
-                with open(self.address_file) as f:
-                    address = f.read().strip()
-                if address:
-                    self.address = address
-                    self.channel = grpc.insecure_channel(address)
-            if self.channel is not None and self._ready():
-                return
-            time.sleep(0.1)
-        raise RuntimeError(f"cluster not ready in {STARTUP_TIMEOUT_S} s:\n{self.log_tail()}")
-
-    def _ready(self):
+    def ready(self):
+        if self.channel is None:
+            if self.address is None:
+                return False
+            self.channel = grpc.insecure_channel(self.address)
         health = health_pb2_grpc.HealthStub(self.channel)
         inference = inference_pb2_grpc.InferenceStub(self.channel)
         try:
@@ -152,31 +70,9 @@ class Cluster:
         except grpc.RpcError:
             return False
 
-    def stop(self):
-        """SIGTERM; returns (exit code, pids of descendants still alive)."""
-        if self.proc is None or self.proc.poll() is not None:
-            return (self.proc.returncode if self.proc else None), []
-        family = _descendants(self.proc.pid)
+    def close(self):
         if self.channel is not None:
             self.channel.close()
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            code = self.proc.wait(timeout=SHUTDOWN_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            code = None
-        deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S
-        survivors = [p for p in family if _alive(p)]
-        while survivors and time.monotonic() < deadline:
-            time.sleep(0.1)
-            survivors = [p for p in family if _alive(p)]
-        for pid in survivors:  # Do not leak them into the next test.
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        return code, survivors
 
 
 CLUSTER = None
@@ -190,26 +86,11 @@ def setUpModule():
     with open(os.path.join(MODEL_DIR, "config.json")) as f:
         CONFIG = json.load(f)
     CLUSTER = Cluster(workers=2)
-    started = time.monotonic()
-    try:
-        CLUSTER.start()
-    except BaseException:
-        CLUSTER.stop()
-        raise
-    print(f"cluster ready at {CLUSTER.address} in {time.monotonic() - started:.1f} s",
-          file=sys.stderr)
+    CLUSTER.start()
 
 
 def tearDownModule():
-    family = _descendants(CLUSTER.proc.pid)
-    code, survivors = CLUSTER.stop()
-    if code != 0:
-        raise AssertionError(f"coordinator exit code {code} after SIGTERM:\n{CLUSTER.log_tail()}")
-    if len(family) != CLUSTER.workers + 1:
-        raise AssertionError(f"expected {CLUSTER.workers} workers + EPLB under the coordinator, "
-                             f"found pids {family}")
-    if survivors:
-        raise AssertionError(f"processes outlived the coordinator: {survivors}")
+    CLUSTER.shutdown(expected_children=CLUSTER.workers + 1)
 
 
 def error_details(error):
@@ -343,7 +224,7 @@ class ModelAndStateTest(ApiTestCase):
                                                timeout=RPC_TIMEOUT_S)
         self.assertEqual(before.lifecycle, inference_pb2.LIFECYCLE_READY)
         self.assertEqual(sorted(w.rank for w in before.workers), list(range(CLUSTER.workers)))
-        children = _children(CLUSTER.proc.pid)
+        children = weir_cluster.children(CLUSTER.proc.pid)
         for worker in before.workers:
             self.assertEqual(worker.state, inference_pb2.WORKER_STATE_READY, worker)
             self.assertIn(worker.pid, children, "a worker that is not the coordinator's child")
@@ -843,17 +724,11 @@ class QueueFullTest(unittest.TestCase):
     def setUpClass(cls):
         cls.cluster = Cluster(workers=1, name="queue_full",
                               extra_args=["--max_queued_requests=1", "--eplb=false"])
-        try:
-            cls.cluster.start()
-        except BaseException:
-            cls.cluster.stop()
-            raise
+        cls.cluster.start()
 
     @classmethod
     def tearDownClass(cls):
-        code, survivors = cls.cluster.stop()
-        if code != 0 or survivors:
-            raise AssertionError(f"queue_full cluster: exit {code}, survivors {survivors}")
+        cls.cluster.shutdown()
 
     def test_full_queue_says_when_to_retry(self):
         inference = inference_pb2_grpc.InferenceStub(self.cluster.channel)

@@ -1,31 +1,13 @@
 #!/usr/bin/env bash
-# sh_test entry of api_client_test: generates Python gRPC stubs from proto/ into
-# $TEST_TMPDIR with the pinned grpcio-tools, then runs the unittest module,
-# which starts the real coordinator from the runfiles.
+# sh_test entry of api_client_test: finds @pyenv//:python and the binaries in
+# the runfiles (tests/python_env.sh), generates Python gRPC stubs from proto/
+# into $TEST_TMPDIR with the pinned grpcio-tools, then runs the unittest
+# module, which starts the real coordinator (tests/weir_cluster.py).
 set -euo pipefail
 
-root="${TEST_SRCDIR:?run through bazel test}/weir"
-
-# @pyenv//:python: the external repository sits at the runfiles top level, or
-# under weir/external with legacy external runfiles.
-python=""
-for candidate in "${TEST_SRCDIR}/pyenv/python" "${root}/external/pyenv/python"; do
-  if [[ -x "${candidate}" ]]; then
-    python="${candidate}"
-    break
-  fi
-done
-if [[ -z "${python}" ]]; then
-  echo "run_test.sh: @pyenv//:python not found in the runfiles" >&2
-  exit 1
-fi
-
-for binary in coordinator/main worker/main eplb/main; do
-  if [[ ! -x "${root}/${binary}" ]]; then
-    echo "run_test.sh: ${binary} not found in the runfiles" >&2
-    exit 1
-  fi
-done
+source "${TEST_SRCDIR:?run through bazel test}/weir/tests/python_env.sh"
+weir_require_python
+weir_require_binaries coordinator/main worker/main eplb/main
 
 gen="${TEST_TMPDIR:?}/pygen"
 rm -rf "${gen}"
@@ -34,10 +16,8 @@ mkdir -p "${gen}"
 # the modules land in ${gen}/proto/ and import each other as `proto.x_pb2`.
 # `python -m grpc_tools.protoc` adds its bundled well-known types (duration,
 # timestamp) to the include path.
-(cd "${root}" && "${python}" -m grpc_tools.protoc -I. \
+(cd "${runfiles}" && "${python}" -m grpc_tools.protoc -I. \
   --python_out="${gen}" --grpc_python_out="${gen}" proto/*.proto)
 
-export PYTHONDONTWRITEBYTECODE=1
 export WEIR_PYGEN_DIR="${gen}"
-export WEIR_RUNFILES_ROOT="${root}"
-exec "${python}" "${root}/tests/python_client/api_client_test.py" -v
+exec "${python}" "${runfiles}/tests/python_client/api_client_test.py" -v

@@ -14,29 +14,20 @@
 set -euo pipefail
 
 which_tokenizer="${1:-}"
-srcdir="${TEST_SRCDIR:-${RUNFILES_DIR:-$0.runfiles}}"
-runfiles="${srcdir}/${TEST_WORKSPACE:-weir}"
+# Sets $runfiles and $python (@pyenv//:python, or "" when missing).
+source "${TEST_SRCDIR:-${RUNFILES_DIR:-$0.runfiles}}/${TEST_WORKSPACE:-weir}/tests/python_env.sh"
 src="$runfiles/tests/tokenizer"
 parity_check="$runfiles/tests/tokenizer/parity_check"
 engram_check="$runfiles/tests/tokenizer/engram_check"
 work="${TEST_TMPDIR:-$(mktemp -d)}"
 
-# @pyenv//:python: external repositories sit next to the main workspace in the
-# runfiles tree (and under external/ with Bazel 4's legacy layout).
-python=""
-for candidate in "$srcdir/pyenv/python" "$runfiles/external/pyenv/python"; do
-  if [[ -x "$candidate" ]]; then
-    python="$candidate"
-    break
-  fi
-done
 if [[ -z "$python" ]] || ! "$python" -c 'import tokenizers' 2>"$work/python.err"; then
   echo "FAIL: no Python with the pinned \`tokenizers\` (@pyenv//:python; tools/bazel creates" \
     "it with tools/python/ensure_env.sh): ${python:-not in the runfiles}"
   cat "$work/python.err" 2>/dev/null || true
   exit 1
 fi
-export PYTHONPATH="$src" PYTHONDONTWRITEBYTECODE=1
+export PYTHONPATH="$src"
 
 # Runs "$@" and records its wall time under the label $1 for the summary.
 timings=()

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "kernels/cpu/quant.h"
+#include "kernels/cuda/bench_util.h"
 #include "kernels/cuda/attention/sparse_attention.h"
 #include "kernels/cuda/attention/sparse_decode_attention_sm90.h"
 
@@ -73,55 +74,14 @@ T* DeviceCopy(const std::vector<T>& host) {
   return p;
 }
 
-// Median milliseconds of `reps` runs of `fn(i)` on stream 0, after warm-up.
-double MedianMs(const std::function<void(int)>& fn, int reps) {
-  for (int i = 0; i < 5; ++i) fn(i);
-  cudaEvent_t start, stop;
-  Check(cudaEventCreate(&start), "event");
-  Check(cudaEventCreate(&stop), "event");
-  std::vector<float> ms(reps);
-  for (int i = 0; i < reps; ++i) {
-    Check(cudaEventRecord(start), "record");
-    fn(i);
-    Check(cudaEventRecord(stop), "record");
-    Check(cudaEventSynchronize(stop), "sync");
-    Check(cudaEventElapsedTime(&ms[i], start, stop), "elapsed");
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::nth_element(ms.begin(), ms.begin() + reps / 2, ms.end());
-  return ms[reps / 2];
-}
-
-// Mean milliseconds per launch of a CUDA graph of `n` launches of fn(i).
+// Mean milliseconds per launch of a CUDA graph of `n` launches of fn(i), on
+// a stream of its own (median of `reps` replays after 3).
 double GraphMs(const std::function<void(int, cudaStream_t)>& fn, int n, int reps) {
   cudaStream_t stream;
   Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
-  cudaGraph_t graph;
-  Check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "capture");
-  for (int i = 0; i < n; ++i) fn(i, stream);
-  Check(cudaStreamEndCapture(stream, &graph), "end capture");
-  cudaGraphExec_t exec;
-  Check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  for (int i = 0; i < 3; ++i) Check(cudaGraphLaunch(exec, stream), "graph launch");
-  cudaEvent_t start, stop;
-  Check(cudaEventCreate(&start), "event");
-  Check(cudaEventCreate(&stop), "event");
-  std::vector<float> ms(reps);
-  for (int i = 0; i < reps; ++i) {
-    Check(cudaEventRecord(start, stream), "record");
-    Check(cudaGraphLaunch(exec, stream), "graph launch");
-    Check(cudaEventRecord(stop, stream), "record");
-    Check(cudaEventSynchronize(stop), "sync");
-    Check(cudaEventElapsedTime(&ms[i], start, stop), "elapsed");
-  }
-  std::nth_element(ms.begin(), ms.begin() + reps / 2, ms.end());
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  const double ms = GraphMedianMs(fn, n, stream, reps, 3, cudaStreamCaptureModeGlobal);
   cudaStreamDestroy(stream);
-  return ms[reps / 2] / n;
+  return ms / n;
 }
 
 int IntFlag(int argc, char** argv, const char* name, int fallback) {
@@ -203,16 +163,7 @@ int Run(int argc, char** argv) {
   float* d_ref_out = DeviceAlloc<float>(q.size());
 
   // Device copy bandwidth, read + write counted.
-  const size_t copy_bytes = size_t{1} << 30;
-  uint8_t* d_copy = DeviceAlloc<uint8_t>(2 * copy_bytes);
-  const double copy_ms = MedianMs(
-      [&](int) {
-        Check(cudaMemcpyAsync(d_copy + copy_bytes, d_copy, copy_bytes, cudaMemcpyDeviceToDevice),
-              "copy");
-      },
-      20);
-  const double copy_gbs = 2.0 * copy_bytes / (copy_ms * 1e-3) / 1e9;
-  cudaFree(d_copy);
+  const double copy_gbs = CopyGbps(nullptr, 20, 5);
   std::printf("device copy: %.1f GB/s (1 GiB D2D, read + write counted)\n", copy_gbs);
   std::printf("shape: heads %d, head_dim %d, window %d (FP8) + topk %d (FP4) of context %lld\n\n",
               kHeads, kD, window, topk, static_cast<long long>(context));
@@ -235,7 +186,7 @@ int Run(int argc, char** argv) {
     const auto launch = [&](int i, cudaStream_t stream) {
       CheckOk(SparseDecodeAttention(params(batch, (i * batch) % kIndexRows), stream), "launch");
     };
-    const double fast_ms = MedianMs([&](int i) { launch(i, nullptr); }, iters);
+    const double fast_ms = MedianMs([&](int i) { launch(i, nullptr); }, nullptr, iters, 5);
     Check(cudaDeviceSynchronize(), "fast kernel");
     const double graph_ms = graph ? GraphMs(launch, 32, 20) : 0.0;
     const double kv_bytes = double(batch) * (window * 528.0 + topk * 288.0);
@@ -275,8 +226,8 @@ int Run(int argc, char** argv) {
                                     .kv_len = static_cast<int64_t>(batch) * width,
                                     .topk = width};
     const double ref_ms =
-        MedianMs([&](int) { CheckOk(SparseAttention(ref, nullptr), "reference"); },
-                 std::max(3, iters / 20));
+        MedianMs([&] { CheckOk(SparseAttention(ref, nullptr), "reference"); }, nullptr,
+                 std::max(3, iters / 20), 5);
     CheckOk(SparseDecodeAttention(params(batch, 0), nullptr), "launch");
     Check(cudaDeviceSynchronize(), "kernels");
     std::vector<float> got(static_cast<size_t>(batch) * kHeads * kD), want(got.size());

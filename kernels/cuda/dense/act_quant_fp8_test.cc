@@ -117,18 +117,15 @@ TEST(ActQuantFp8Test, RefusesBadArguments) {
   const ActQuantFp8Params good{
       .x = d, .codes = d + 1024, .scales = d + 2048, .rows = 2, .cols = 64};
   EXPECT_TRUE(ActQuantFp8(good, nullptr).ok());
-  const auto code = [](ActQuantFp8Params p) { return ActQuantFp8(p, nullptr).code(); };
-  ActQuantFp8Params p = good;
-  p.x = nullptr;
-  EXPECT_EQ(code(p), absl::StatusCode::kInvalidArgument);
-  p = good, p.cols = 48;
-  EXPECT_EQ(code(p), absl::StatusCode::kInvalidArgument);
-  p = good, p.rows = 0;
-  EXPECT_EQ(code(p), absl::StatusCode::kInvalidArgument);
-  p = good, p.x = d + 4;
-  EXPECT_EQ(code(p), absl::StatusCode::kInvalidArgument);
-  p = good, p.codes = d + 1028;
-  EXPECT_EQ(code(p), absl::StatusCode::kInvalidArgument);
+  using P = ActQuantFp8Params;
+  EXPECT_TRUE(EachIsInvalidArgument(good, [](const P& p) { return ActQuantFp8(p, nullptr).code(); },
+                                    {
+                                        [](P& p) { p.x = nullptr; },
+                                        [](P& p) { p.cols = 48; },
+                                        [](P& p) { p.rows = 0; },
+                                        [&](P& p) { p.x = d + 4; },
+                                        [&](P& p) { p.codes = d + 1028; },
+                                    }));
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cuda/dense/test_util.h"
 
 namespace weir::kernels::cuda::dense {
 namespace {
@@ -37,36 +38,25 @@ TEST(Fp8BlockGemmParamsTest, AcceptsAValidCall) {
 }
 
 TEST(Fp8BlockGemmParamsTest, RefusesBadArguments) {
-  const auto invalid = [](const Fp8BlockGemmParams& p) {
-    return CheckFp8BlockGemmParams(p).code() == absl::StatusCode::kInvalidArgument;
-  };
-  Fp8BlockGemmParams p = Valid();
-  p.x = nullptr;
-  EXPECT_TRUE(invalid(p));
-  p = Valid(), p.x_scales = nullptr;
-  EXPECT_TRUE(invalid(p));
-  p = Valid(), p.w = nullptr;
-  EXPECT_TRUE(invalid(p));
-  p = Valid(), p.w_scales = nullptr;
-  EXPECT_TRUE(invalid(p));
-  p = Valid(), p.y = nullptr;
-  EXPECT_TRUE(invalid(p));
-  p = Valid(), p.m = 0;
-  EXPECT_TRUE(invalid(p));
-  p = Valid(), p.n = -1;
-  EXPECT_TRUE(invalid(p));
-  p = Valid(), p.k = 0;
-  EXPECT_TRUE(invalid(p));
-  p = Valid(), p.k = 48;  // not a multiple of 32
-  EXPECT_TRUE(invalid(p));
-  p = Valid(), p.x = FakeDevice(264);  // 8-byte aligned only
-  EXPECT_TRUE(invalid(p));
-  p = Valid(), p.w = FakeDevice(1032);
-  EXPECT_TRUE(invalid(p));
-  p = Valid(), p.y = reinterpret_cast<void*>(4098);  // fp32 out needs 4
-  EXPECT_TRUE(invalid(p));
-  p = Valid(), p.tile = Fp8GemmTile::kN32M8, p.m = int64_t{65536} * 8;  // grid y > 65535
-  EXPECT_TRUE(invalid(p));
+  using P = Fp8BlockGemmParams;
+  const auto code = [](const P& p) { return CheckFp8BlockGemmParams(p).code(); };
+  EXPECT_TRUE(EachIsInvalidArgument(Valid(), code, {
+      [](P& p) { p.x = nullptr; },
+      [](P& p) { p.x_scales = nullptr; },
+      [](P& p) { p.w = nullptr; },
+      [](P& p) { p.w_scales = nullptr; },
+      [](P& p) { p.y = nullptr; },
+      [](P& p) { p.m = 0; },
+      [](P& p) { p.n = -1; },
+      [](P& p) { p.k = 0; },
+      [](P& p) { p.k = 48; },                         // not a multiple of 32
+      [](P& p) { p.x = FakeDevice(264); },            // 8-byte aligned only
+      [](P& p) { p.w = FakeDevice(1032); },
+      [](P& p) { p.y = reinterpret_cast<void*>(4098); },  // fp32 out needs 4
+  }));
+  P p = Valid();
+  p.tile = Fp8GemmTile::kN32M8, p.m = int64_t{65536} * 8;  // grid y > 65535
+  EXPECT_EQ(code(p), absl::StatusCode::kInvalidArgument);
   p.m = int64_t{65535} * 8;
   EXPECT_TRUE(CheckFp8BlockGemmParams(p).ok());
 }
@@ -120,51 +110,9 @@ TEST(Fp8BlockGemmParamsTest, SwizzleIsABijectionAndConflictFree) {
   }
 }
 
-// ---- Emulation of one warp's K block, from the PTX ISA definitions --------
-
-// ldmatrix.m8n8.x{2,4}.b16: lane L supplies the address of row L % 8 of
-// matrix L / 8; register q of lane L receives bytes [4 (L % 4), 4 (L % 4) + 4)
-// of row L / 4 of matrix q.
-std::array<std::array<uint8_t, 4>, 4> LdMatrix(const std::vector<uint8_t>& smem,
-                                               const std::array<int, 32>& address, int lane,
-                                               int matrices) {
-  std::array<std::array<uint8_t, 4>, 4> regs{};
-  for (int q = 0; q < matrices; ++q) {
-    const int row_address = address[q * 8 + lane / 4];
-    for (int b = 0; b < 4; ++b) regs[q][b] = smem[row_address + 4 * (lane % 4) + b];
-  }
-  return regs;
-}
-
-// mma.m16n8k32 with 8-bit A (row) and B (col), PTX ISA "Matrix Fragments for
-// mma.m16n8k32": groupID = lane >> 2, threadID_in_group = lane % 4;
-// A element a_i (i = 0..15, register i / 4, byte i % 4):
-//   row = groupID (+8 for i in 4..7 and 12..15), col = 4 tig + (i & 3) (+16 for i >= 8);
-// B element b_i (i = 0..7): row (k) = 4 tig + (i & 3) (+16 for i >= 4), col = groupID;
-// C/D element c_i (i = 0..3): row = groupID (+8 for i >= 2), col = 2 tig + (i & 1).
-// Elements are plain integers here: the test is about positions.
-std::array<std::array<int64_t, 4>, 32> Mma(const std::array<std::array<uint8_t, 16>, 32>& a,
-                                           const std::array<std::array<uint8_t, 8>, 32>& b) {
-  int64_t A[16][32] = {}, B[32][8] = {};
-  for (int lane = 0; lane < 32; ++lane) {
-    const int g = lane >> 2, t = lane & 3;
-    for (int i = 0; i < 16; ++i) {
-      const int row = g + (((i >> 2) & 1) ? 8 : 0), col = 4 * t + (i & 3) + (i >= 8 ? 16 : 0);
-      A[row][col] = a[lane][i];
-    }
-    for (int i = 0; i < 8; ++i) B[4 * t + (i & 3) + (i >= 4 ? 16 : 0)][g] = b[lane][i];
-  }
-  std::array<std::array<int64_t, 4>, 32> d{};
-  for (int lane = 0; lane < 32; ++lane) {
-    const int g = lane >> 2, t = lane & 3;
-    for (int i = 0; i < 4; ++i) {
-      const int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
-      for (int k = 0; k < 32; ++k) d[lane][i] += A[row][k] * B[k][col];
-    }
-  }
-  return d;
-}
-
+// The fragments are emulated from the PTX ISA definitions (EmulatedLdMatrix,
+// EmulatedMmaM16n8k32 in test_util.h); elements are plain integers here: the
+// test is about positions.
 TEST(Fp8BlockGemmParamsTest, FragmentMappingComputesTheTileProduct) {
   // W tile 16 rows, X tile 24 rows (tiles 0, 1 through ldmatrix.x4, tile 2
   // through .x2), one stage of 128 bytes of K, written by the kernel's
@@ -192,23 +140,19 @@ TEST(Fp8BlockGemmParamsTest, FragmentMappingComputesTheTileProduct) {
       const Fp8GemmRowChunk sb2 = Fp8GemmBLdmatrixSource(lane & 15, j);
       b2_address[lane] = Fp8GemmSwizzledOffset(16 + sb2.row, sb2.chunk);
     }
-    std::array<std::array<uint8_t, 16>, 32> a_frag{};
-    std::array<std::array<uint8_t, 8>, 32> b_frag[3]{};
+    std::array<std::array<uint32_t, 4>, 32> a_frag{};
+    std::array<std::array<uint32_t, 2>, 32> b_frag[3]{};
     for (int lane = 0; lane < 32; ++lane) {
-      const auto a = LdMatrix(w_smem, a_address, lane, 4);
-      for (int r = 0; r < 4; ++r) {
-        for (int i = 0; i < 4; ++i) a_frag[lane][4 * r + i] = a[r][i];
-      }
-      const auto b = LdMatrix(x_smem, b_address, lane, 4);  // b0, b1 of tile 0, then tile 1
-      const auto b2 = LdMatrix(x_smem, b2_address, lane, 2);
-      for (int i = 0; i < 4; ++i) {
-        b_frag[0][lane][i] = b[0][i], b_frag[0][lane][4 + i] = b[1][i];
-        b_frag[1][lane][i] = b[2][i], b_frag[1][lane][4 + i] = b[3][i];
-        b_frag[2][lane][i] = b2[0][i], b_frag[2][lane][4 + i] = b2[1][i];
-      }
+      a_frag[lane] = EmulatedLdMatrix(w_smem, a_address, lane, 4);
+      const auto b = EmulatedLdMatrix(x_smem, b_address, lane, 4);  // b0, b1 of tile 0, then tile 1
+      const auto b2 = EmulatedLdMatrix(x_smem, b2_address, lane, 2);
+      b_frag[0][lane] = {b[0], b[1]};
+      b_frag[1][lane] = {b[2], b[3]};
+      b_frag[2][lane] = {b2[0], b2[1]};
     }
     for (int tile = 0; tile < 3; ++tile) {
-      const auto d = Mma(a_frag, b_frag[tile]);
+      const auto d = EmulatedMmaM16n8k32<int64_t>(a_frag, b_frag[tile],
+                                                  [](uint8_t code) { return int64_t{code}; });
       for (int lane = 0; lane < 32; ++lane) {
         for (int r = 0; r < 4; ++r) {
           const Fp8GemmAccCoord c = Fp8GemmAccumulatorCoord(lane, r);

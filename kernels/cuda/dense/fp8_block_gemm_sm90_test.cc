@@ -40,28 +40,12 @@ enum class Source {
   kRawCodes,   // any finite code, scales 2^-15 .. 2^12
 };
 
-// Quantizes fresh random rows of x: normal values, each row and each 32-block
-// with its own magnitude (2^-12 .. 2^12), so scales differ along K and M.
-void QuantizedRows(int64_t rows, int64_t k, std::mt19937& rng, std::vector<uint8_t>& codes,
-                   std::vector<uint8_t>& scales) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_int_distribution<int> exponent(-12, 12);
-  std::vector<float> v(rows * k);
-  for (int64_t b = 0; b < rows * k / 32; ++b) {
-    const float s = std::ldexp(1.0f, exponent(rng));
-    for (int i = 0; i < 32; ++i) v[b * 32 + i] = normal(rng) * s;
-  }
-  codes.resize(rows * k);
-  scales.resize(rows * k / 32);
-  ASSERT_TRUE(cpu::QuantizeFp8(v, 32, codes, scales).ok());
-}
-
 Operands MakeOperands(int64_t m, int64_t n, int64_t k, uint32_t seed, Source source) {
   Operands op{.m = m, .n = n, .k = k};
   std::mt19937 rng(seed);
   const int64_t n_groups = (n + 31) / 32;
   if (source == Source::kQuantized) {
-    QuantizedRows(m, k, rng, op.x, op.x_scales);
+    QuantizedFp8Rows(m, k, rng, op.x, op.x_scales);
     std::normal_distribution<float> normal(0.0f, 0.05f);
     std::uniform_int_distribution<int> exponent(-6, 6);
     std::vector<float> w(n * k);
@@ -260,7 +244,7 @@ TEST(Fp8BlockGemmTest, ARowsResultDoesNotDependOnTheBatch) {
     for (int64_t pos : {int64_t{0}, m / 2 + 1, m - 1}) {
       Operands batch = alone;
       batch.m = m;
-      QuantizedRows(m, kK, rng, batch.x, batch.x_scales);
+      QuantizedFp8Rows(m, kK, rng, batch.x, batch.x_scales);
       std::copy(alone.x.begin(), alone.x.end(), batch.x.begin() + pos * kK);
       std::copy(alone.x_scales.begin(), alone.x_scales.end(),
                 batch.x_scales.begin() + pos * (kK / 32));
@@ -377,16 +361,14 @@ TEST(Fp8BlockGemmTest, RefusesBadArguments) {
   const Fp8BlockGemmParams good{
       .x = d, .x_scales = d, .w = d, .w_scales = d, .y = d, .m = 2, .n = 32, .k = 64};
   EXPECT_TRUE(Fp8BlockGemm(good, nullptr).ok());
-  const auto code = [](Fp8BlockGemmParams p) { return Fp8BlockGemm(p, nullptr).code(); };
-  Fp8BlockGemmParams p = good;
-  p.w = nullptr;
-  EXPECT_EQ(code(p), absl::StatusCode::kInvalidArgument);
-  p = good, p.k = 40;
-  EXPECT_EQ(code(p), absl::StatusCode::kInvalidArgument);
-  p = good, p.m = 0;
-  EXPECT_EQ(code(p), absl::StatusCode::kInvalidArgument);
-  p = good, p.x = d + 8;
-  EXPECT_EQ(code(p), absl::StatusCode::kInvalidArgument);
+  using P = Fp8BlockGemmParams;
+  EXPECT_TRUE(EachIsInvalidArgument(good, [](const P& p) { return Fp8BlockGemm(p, nullptr).code(); },
+                                    {
+                                        [](P& p) { p.w = nullptr; },
+                                        [](P& p) { p.k = 40; },
+                                        [](P& p) { p.m = 0; },
+                                        [&](P& p) { p.x = d + 8; },
+                                    }));
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 

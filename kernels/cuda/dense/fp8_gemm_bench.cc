@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/bench_util.h"
 #include "kernels/cuda/dense/act_quant_fp8.h"
 #include "kernels/cuda/dense/fp8_block_gemm_sm90.h"
 
@@ -34,14 +35,6 @@ namespace weir::kernels::cuda::dense {
 namespace {
 
 constexpr int64_t kL2Bytes = 60ll << 20;
-
-#define BENCH_CHECK(call)                                                                        \
-  do {                                                                                           \
-    if (cudaError_t e_ = (call); e_ != cudaSuccess) {                                            \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
 
 // A device buffer of `bytes` holding random e4m3 codes (no NaN codes) or
 // UE8M0 scales in [120, 131] (so products stay far from fp32 limits).
@@ -59,49 +52,14 @@ uint8_t* DeviceBytes(int64_t bytes, bool scales, uint32_t seed) {
     }
   }
   uint8_t* d = nullptr;
-  BENCH_CHECK(cudaMalloc(&d, std::max<int64_t>(bytes, 16)));
+  WEIR_BENCH_CHECK(cudaMalloc(&d, std::max<int64_t>(bytes, 16)));
   const int64_t shift = (static_cast<int64_t>(seed) * 4099) % 4096;  // copies differ
   for (int64_t off = 0; off < bytes;) {
     const int64_t n = std::min<int64_t>(static_cast<int64_t>(pattern.size()) - shift, bytes - off);
-    BENCH_CHECK(cudaMemcpy(d + off, pattern.data() + shift, n, cudaMemcpyHostToDevice));
+    WEIR_BENCH_CHECK(cudaMemcpy(d + off, pattern.data() + shift, n, cudaMemcpyHostToDevice));
     off += n;
   }
   return d;
-}
-
-// Median of `reps` event-timed runs of `fn` on `stream`, after `warmup` runs (ms).
-double MedianMs(const std::function<void()>& fn, cudaStream_t stream, int reps, int warmup = 3) {
-  for (int i = 0; i < warmup; ++i) fn();
-  cudaEvent_t start, stop;
-  BENCH_CHECK(cudaEventCreate(&start));
-  BENCH_CHECK(cudaEventCreate(&stop));
-  std::vector<float> ms(reps);
-  for (int i = 0; i < reps; ++i) {
-    BENCH_CHECK(cudaEventRecord(start, stream));
-    fn();
-    BENCH_CHECK(cudaEventRecord(stop, stream));
-    BENCH_CHECK(cudaEventSynchronize(stop));
-    BENCH_CHECK(cudaEventElapsedTime(&ms[i], start, stop));
-  }
-  BENCH_CHECK(cudaEventDestroy(start));
-  BENCH_CHECK(cudaEventDestroy(stop));
-  std::nth_element(ms.begin(), ms.begin() + reps / 2, ms.end());
-  return ms[reps / 2];
-}
-
-// Device-to-device copy rate (read + write counted), GB/s.
-double CopyGbps(cudaStream_t stream) {
-  const int64_t bytes = 1ll << 30;
-  void *a, *b;
-  BENCH_CHECK(cudaMalloc(&a, bytes));
-  BENCH_CHECK(cudaMalloc(&b, bytes));
-  BENCH_CHECK(cudaMemset(a, 1, bytes));
-  const double ms =
-      MedianMs([&] { BENCH_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream)); },
-               stream, 10);
-  BENCH_CHECK(cudaFree(a));
-  BENCH_CHECK(cudaFree(b));
-  return 2.0 * bytes / ms / 1e6;
 }
 
 // The operands of one shape, `copies` times (rotation against L2).
@@ -116,7 +74,7 @@ struct Problem {
       w.push_back(DeviceBytes(n * k, false, 3 + c));
       ws.push_back(DeviceBytes((n + 31) / 32 * (k / 32), true, 4 + c));
     }
-    BENCH_CHECK(cudaMalloc(&y, m * n * sizeof(float)));
+    WEIR_BENCH_CHECK(cudaMalloc(&y, m * n * sizeof(float)));
   }
   ~Problem() {
     for (auto* v : {&x, &xs, &w, &ws}) {
@@ -142,20 +100,14 @@ struct Problem {
 // in one CUDA graph, cycling over copies [0, copies).
 double GraphUs(const Problem& p, Fp8GemmTile tile, int copies, cudaStream_t stream) {
   constexpr int kLaunches = 32;
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  BENCH_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < kLaunches; ++i) {
-    if (absl::Status s = Fp8BlockGemm(p.Params(i % copies, tile), stream); !s.ok()) {
-      std::fprintf(stderr, "%s\n", s.ToString().c_str());
-      std::exit(1);
-    }
-  }
-  BENCH_CHECK(cudaStreamEndCapture(stream, &graph));
-  BENCH_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  const double ms = MedianMs([&] { BENCH_CHECK(cudaGraphLaunch(exec, stream)); }, stream, 7, 2);
-  BENCH_CHECK(cudaGraphExecDestroy(exec));
-  BENCH_CHECK(cudaGraphDestroy(graph));
+  const double ms = GraphMedianMs(
+      [&](int i, cudaStream_t st) {
+        if (absl::Status s = Fp8BlockGemm(p.Params(i % copies, tile), st); !s.ok()) {
+          std::fprintf(stderr, "%s\n", s.ToString().c_str());
+          std::exit(1);
+        }
+      },
+      kLaunches, stream, 7, 2);
   return ms * 1e3 / kLaunches;
 }
 
@@ -299,10 +251,10 @@ void Prefill(cudaStream_t stream) {
   const size_t workspace_bytes = 64 << 20;
   void* workspace;
   float* one;
-  BENCH_CHECK(cudaMalloc(&workspace, workspace_bytes));
-  BENCH_CHECK(cudaMalloc(&one, sizeof(float)));
+  WEIR_BENCH_CHECK(cudaMalloc(&workspace, workspace_bytes));
+  WEIR_BENCH_CHECK(cudaMalloc(&one, sizeof(float)));
   const float h_one = 1.0f;
-  BENCH_CHECK(cudaMemcpy(one, &h_one, sizeof(float), cudaMemcpyHostToDevice));
+  WEIR_BENCH_CHECK(cudaMemcpy(one, &h_one, sizeof(float), cudaMemcpyHostToDevice));
   std::printf(
       "\nPrefill m = %lld (TFLOP/s = 2 m n k / time; cuBLASLt: e4m3 x e4m3, fp32 "
       "compute, per-tensor scales)\n",
@@ -337,8 +289,8 @@ void Prefill(cudaStream_t stream) {
         tf(best_ms), lt_bf16 * 1e3, tf(lt_bf16), lt_f32 * 1e3, tf(lt_f32),
         lt_bf16 > 0 ? lt_bf16 / auto_ms : 0.0);
   }
-  BENCH_CHECK(cudaFree(workspace));
-  BENCH_CHECK(cudaFree(one));
+  WEIR_BENCH_CHECK(cudaFree(workspace));
+  WEIR_BENCH_CHECK(cudaFree(one));
   cublasLtDestroy(lt);
 }
 
@@ -347,8 +299,8 @@ void ActQuant(double copy_gbps, cudaStream_t stream) {
   for (auto [m, k] : {std::pair<int64_t, int64_t>{64, 5120}, {4096, 5120}, {4096, 8192}}) {
     uint8_t* x = DeviceBytes(m * k * 2, true, 7);  // scale-range bytes: finite bf16 values
     uint8_t *codes, *scales;
-    BENCH_CHECK(cudaMalloc(&codes, m * k));
-    BENCH_CHECK(cudaMalloc(&scales, m * k / 32));
+    WEIR_BENCH_CHECK(cudaMalloc(&codes, m * k));
+    WEIR_BENCH_CHECK(cudaMalloc(&scales, m * k / 32));
     const ActQuantFp8Params p{
         .x = x, .dtype = ActDtype::kBf16, .codes = codes, .scales = scales, .rows = m, .cols = k};
     const double ms = MedianMs([&] { (void)ActQuantFp8(p, stream); }, stream, 20);
@@ -356,9 +308,9 @@ void ActQuant(double copy_gbps, cudaStream_t stream) {
     std::printf("m %-5lld k %-5lld: %8.2f us, %6.0f GB/s (%.2f of copy)\n",
                 static_cast<long long>(m), static_cast<long long>(k), ms * 1e3, bytes / ms / 1e6,
                 bytes / ms / 1e6 / copy_gbps);
-    BENCH_CHECK(cudaFree(x));
-    BENCH_CHECK(cudaFree(codes));
-    BENCH_CHECK(cudaFree(scales));
+    WEIR_BENCH_CHECK(cudaFree(x));
+    WEIR_BENCH_CHECK(cudaFree(codes));
+    WEIR_BENCH_CHECK(cudaFree(scales));
   }
 }
 
@@ -375,7 +327,7 @@ int RunOne(int64_t m, int64_t n, int64_t k, const std::string& tile_name) {
       return 1;
     }
   }
-  BENCH_CHECK(cudaDeviceSynchronize());
+  WEIR_BENCH_CHECK(cudaDeviceSynchronize());
   std::printf("ran m %lld n %lld k %lld tile %s\n", static_cast<long long>(m),
               static_cast<long long>(n), static_cast<long long>(k), TileName(tile));
   return 0;
@@ -383,15 +335,15 @@ int RunOne(int64_t m, int64_t n, int64_t k, const std::string& tile_name) {
 
 int Run() {
   cudaStream_t stream;
-  BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  WEIR_BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const double copy_gbps = CopyGbps(stream);
   std::printf("device copy (1 GiB, read + write): %.0f GB/s\n", copy_gbps);
   Decode(copy_gbps, stream);
   Prefill(stream);
   ActQuant(copy_gbps, stream);
-  BENCH_CHECK(cudaStreamSynchronize(stream));
-  BENCH_CHECK(cudaGetLastError());
-  BENCH_CHECK(cudaStreamDestroy(stream));
+  WEIR_BENCH_CHECK(cudaStreamSynchronize(stream));
+  WEIR_BENCH_CHECK(cudaGetLastError());
+  WEIR_BENCH_CHECK(cudaStreamDestroy(stream));
   return 0;
 }
 

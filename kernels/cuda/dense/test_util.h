@@ -1,19 +1,31 @@
 // kernels/cuda/dense/test_util.h
 //
-// Test helpers of this package: an owning device buffer filled from and read
-// back to host vectors, and the relative error ||a - b|| / ||b||.
+// Test helpers of the FP8 GEMM tests here and in kernels/cuda/moe: an owning
+// device buffer filled from and read back to host vectors, error measures,
+// random FP8 rows, a sweep of bad arguments, and host emulations of the PTX
+// ldmatrix / mma.m16n8k32 fragments (for the CPU params tests).
 //
-// Thread safety: DeviceBuffer is not thread-safe; functions are pure.
+// Thread safety: DeviceBuffer is not thread-safe; functions are pure (except
+// that QuantizedFp8Rows advances `rng`).
 
 #ifndef WEIR_KERNELS_CUDA_DENSE_TEST_UTIL_H_
 #define WEIR_KERNELS_CUDA_DENSE_TEST_UTIL_H_
 
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <initializer_list>
+#include <random>
+#include <type_traits>
 #include <vector>
+
+#include "absl/status/status.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/quant.h"
 
 namespace weir::kernels::cuda::dense {
 
@@ -78,6 +90,105 @@ inline int64_t BitMismatches(const std::vector<float>& a, const std::vector<floa
   }
   return count + static_cast<int64_t>(a.size() > b.size() ? a.size() - b.size()
                                                             : b.size() - a.size());
+}
+
+// Fills `codes` [rows, k] and `scales` [rows, k / 32] with cpu::QuantizeFp8
+// (32-blocks) of normal values whose 32-blocks each have their own magnitude
+// 2^e, e uniform in [min_exp, max_exp]. Fails the current test if the
+// quantizer refuses.
+// REQUIRES: k % 32 == 0.
+inline void QuantizedFp8Rows(int64_t rows, int64_t k, std::mt19937& rng,
+                             std::vector<uint8_t>& codes, std::vector<uint8_t>& scales,
+                             int min_exp = -12, int max_exp = 12) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(min_exp, max_exp);
+  std::vector<float> v(rows * k);
+  for (int64_t b = 0; b < rows * k / 32; ++b) {
+    const float s = std::ldexp(1.0f, exponent(rng));
+    for (int i = 0; i < 32; ++i) v[b * 32 + i] = normal(rng) * s;
+  }
+  codes.resize(rows * k);
+  scales.resize(rows * k / 32);
+  ASSERT_TRUE(cpu::QuantizeFp8(v, 32, codes, scales).ok());
+}
+
+// Applies each of `mutations` to its own copy of `good` and returns success
+// when `code(copy)` is INVALID_ARGUMENT for every one; otherwise a failure
+// naming the mutations (0-based, in order) that got another code.
+//
+//   EXPECT_TRUE(EachIsInvalidArgument(good, code, {
+//       [](Params& p) { p.x = nullptr; },
+//       [](Params& p) { p.k = 40; },
+//   }));
+template <typename Params, typename Code>
+::testing::AssertionResult EachIsInvalidArgument(
+    const Params& good, Code code,
+    std::initializer_list<std::function<void(std::type_identity_t<Params>&)>> mutations) {
+  ::testing::AssertionResult result = ::testing::AssertionSuccess();
+  int index = 0;
+  for (const auto& mutate : mutations) {
+    Params p = good;
+    mutate(p);
+    if (const absl::StatusCode got = code(p); got != absl::StatusCode::kInvalidArgument) {
+      if (result) result = ::testing::AssertionFailure();
+      result << "mutation " << index << " got " << absl::StatusCodeToString(got) << "; ";
+    }
+    ++index;
+  }
+  return result;
+}
+
+// ---- Host emulation of one warp's FP8 tensor-core fragments (PTX ISA) -----
+
+// ldmatrix.m8n8.x{2,4}.b16: lane L supplies the address of row L % 8 of
+// matrix L / 8; register q of lane L receives bytes [4 (L % 4), 4 (L % 4) + 4)
+// of row L / 4 of matrix q. Returns `lane`'s registers 0..matrices-1 (the
+// rest 0); `address` [32] holds byte offsets into `smem`.
+inline std::array<uint32_t, 4> EmulatedLdMatrix(const std::vector<uint8_t>& smem,
+                                                const std::array<int, 32>& address, int lane,
+                                                int matrices) {
+  std::array<uint32_t, 4> regs{};
+  for (int q = 0; q < matrices; ++q) {
+    std::memcpy(&regs[q], &smem[address[q * 8 + lane / 4] + 4 * (lane % 4)], 4);
+  }
+  return regs;
+}
+
+// mma.m16n8k32 with 8-bit A (row) and B (col), PTX ISA "Matrix Fragments for
+// mma.m16n8k32": groupID = lane >> 2, threadID_in_group (tig) = lane % 4;
+// A element a_i (i = 0..15, register i / 4, byte i % 4):
+//   row = groupID (+8 for i in 4..7 and 12..15), col = 4 tig + (i & 3) (+16 for i >= 8);
+// B element b_i (i = 0..7, register i / 4, byte i % 4): row (k) = 4 tig + (i & 3)
+//   (+16 for i >= 4), col = groupID;
+// D element c_i (i = 0..3): row = groupID (+8 for i >= 2), col = 2 tig + (i & 1).
+// `value(uint8_t code)` gives an element's value as T (the integer itself
+// for tests about positions, the decoded e4m3 in double for tests about
+// values). Returns D [32 lanes][4].
+template <typename T, typename Value>
+std::array<std::array<T, 4>, 32> EmulatedMmaM16n8k32(
+    const std::array<std::array<uint32_t, 4>, 32>& a,
+    const std::array<std::array<uint32_t, 2>, 32>& b, Value value) {
+  T A[16][32] = {}, B[32][8] = {};
+  const auto element = [](uint32_t reg, int byte) { return static_cast<uint8_t>(reg >> (8 * byte)); };
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane >> 2, t = lane & 3;
+    for (int i = 0; i < 16; ++i) {
+      const int row = g + (((i >> 2) & 1) ? 8 : 0), col = 4 * t + (i & 3) + (i >= 8 ? 16 : 0);
+      A[row][col] = value(element(a[lane][i / 4], i % 4));
+    }
+    for (int i = 0; i < 8; ++i) {
+      B[4 * t + (i & 3) + (i >= 4 ? 16 : 0)][g] = value(element(b[lane][i / 4], i % 4));
+    }
+  }
+  std::array<std::array<T, 4>, 32> d{};
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane >> 2, t = lane & 3;
+    for (int i = 0; i < 4; ++i) {
+      const int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
+      for (int k = 0; k < 32; ++k) d[lane][i] += A[row][k] * B[k][col];
+    }
+  }
+  return d;
 }
 
 }  // namespace weir::kernels::cuda::dense

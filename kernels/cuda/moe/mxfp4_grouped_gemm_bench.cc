@@ -30,19 +30,12 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/bench_util.h"
 #include "kernels/cuda/moe/expert_ffn.h"
 #include "kernels/cuda/moe/mxfp4_grouped_gemm_sm90.h"
 
 namespace weir::kernels::cuda {
 namespace {
-
-#define BENCH_CHECK(call)                                                                        \
-  do {                                                                                           \
-    if (cudaError_t e_ = (call); e_ != cudaSuccess) {                                            \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
 
 void Ok(const absl::Status& s) {
   if (!s.ok()) {
@@ -77,14 +70,14 @@ const char* TileName(Mxfp4GroupedTile t) {
 template <typename T>
 T* DeviceAlloc(int64_t n) {
   T* p = nullptr;
-  BENCH_CHECK(cudaMalloc(&p, std::max<int64_t>(n, 1) * sizeof(T)));
+  WEIR_BENCH_CHECK(cudaMalloc(&p, std::max<int64_t>(n, 1) * sizeof(T)));
   return p;
 }
 
 template <typename T>
 T* Upload(const std::vector<T>& host) {
   T* p = DeviceAlloc<T>(static_cast<int64_t>(host.size()));
-  BENCH_CHECK(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  WEIR_BENCH_CHECK(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
   return p;
 }
 
@@ -94,58 +87,14 @@ void Fill(uint8_t* dst, int64_t bytes, const uint8_t* pattern, int seed) {
   const int64_t shift = (static_cast<int64_t>(seed) * 4099) % 4096;
   for (int64_t off = 0; off < bytes;) {
     const int64_t n = std::min(kPattern - shift, bytes - off);
-    BENCH_CHECK(cudaMemcpy(dst + off, pattern + shift, n, cudaMemcpyDeviceToDevice));
+    WEIR_BENCH_CHECK(cudaMemcpy(dst + off, pattern + shift, n, cudaMemcpyDeviceToDevice));
     off += n;
   }
 }
 
-// Median of `reps` event-timed runs of `fn` (ms), after `warmup` runs.
-double MedianMs(const std::function<void()>& fn, cudaStream_t stream, int reps, int warmup) {
-  for (int i = 0; i < warmup; ++i) fn();
-  cudaEvent_t start, stop;
-  BENCH_CHECK(cudaEventCreate(&start));
-  BENCH_CHECK(cudaEventCreate(&stop));
-  std::vector<float> ms(reps);
-  for (int i = 0; i < reps; ++i) {
-    BENCH_CHECK(cudaEventRecord(start, stream));
-    fn();
-    BENCH_CHECK(cudaEventRecord(stop, stream));
-    BENCH_CHECK(cudaEventSynchronize(stop));
-    BENCH_CHECK(cudaEventElapsedTime(&ms[i], start, stop));
-  }
-  BENCH_CHECK(cudaEventDestroy(start));
-  BENCH_CHECK(cudaEventDestroy(stop));
-  std::nth_element(ms.begin(), ms.begin() + reps / 2, ms.end());
-  return ms[reps / 2];
-}
-
-double CopyGbps(cudaStream_t stream) {
-  const int64_t bytes = 1ll << 30;
-  void *a, *b;
-  BENCH_CHECK(cudaMalloc(&a, bytes));
-  BENCH_CHECK(cudaMalloc(&b, bytes));
-  BENCH_CHECK(cudaMemset(a, 1, bytes));
-  const double ms =
-      MedianMs([&] { BENCH_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream)); },
-               stream, 10, 2);
-  BENCH_CHECK(cudaFree(a));
-  BENCH_CHECK(cudaFree(b));
-  return 2.0 * bytes / ms / 1e6;
-}
-
 // Per-call time (us) of `calls` enqueues captured in one graph (call c gets c).
 double GraphUs(const std::function<void(int, cudaStream_t)>& enqueue, cudaStream_t stream) {
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  BENCH_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (int c = 0; c < kCallsPerGraph; ++c) enqueue(c, stream);
-  BENCH_CHECK(cudaStreamEndCapture(stream, &graph));
-  BENCH_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  const double ms = MedianMs([&] { BENCH_CHECK(cudaGraphLaunch(exec, stream)); }, stream, 15, 3);
-  BENCH_CHECK(cudaGraphExecDestroy(exec));
-  BENCH_CHECK(cudaGraphDestroy(graph));
-  BENCH_CHECK(cudaGetLastError());
-  return ms * 1e3 / kCallsPerGraph;
+  return GraphMedianMs(enqueue, kCallsPerGraph, stream, 15, 3) * 1e3 / kCallsPerGraph;
 }
 
 // Stored bytes of one expert.
@@ -299,7 +248,7 @@ double ReferenceUs(const Step& s, int local, cudaStream_t stream) {
     if (s.offsets[e + 1] == s.offsets[e]) continue;
     for (auto* v : {&p1, &p3, &p2}) {
       float* w = DeviceAlloc<float>(kInter * kDim);
-      BENCH_CHECK(cudaMemset(w, 0x3C, kInter * kDim * sizeof(float)));  // 0.0115...
+      WEIR_BENCH_CHECK(cudaMemset(w, 0x3C, kInter * kDim * sizeof(float)));  // 0.0115...
       owned.push_back(w);
       (*v)[e] = w;
     }
@@ -310,7 +259,7 @@ double ReferenceUs(const Step& s, int local, cudaStream_t stream) {
   float* x = DeviceAlloc<float>(s.rows * kDim);
   float* hidden = DeviceAlloc<float>(s.rows * kInter);
   float* y = DeviceAlloc<float>(s.rows * kDim);
-  BENCH_CHECK(cudaMemset(x, 0x3C, s.rows * kDim * sizeof(float)));
+  WEIR_BENCH_CHECK(cudaMemset(x, 0x3C, s.rows * kDim * sizeof(float)));
   const GroupedExpertFfnParams params{.x = x,
                                       .group_offsets = s.d_offsets,
                                       .route_weight = s.rw,
@@ -335,8 +284,8 @@ double ReferenceUs(const Step& s, int local, cudaStream_t stream) {
 int Run(int experts, int ranks) {
   const int local = experts / ranks;
   cudaStream_t stream;
-  BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  const double copy_gbps = CopyGbps(stream);
+  WEIR_BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const double copy_gbps = CopyGbps(stream, 10, 2);
   std::printf("device copy (1 GiB, read + write): %.0f GB/s\n", copy_gbps);
   std::printf(
       "V4.1-Flash MoE decode slice: %d experts / %d ranks = %d local, top-%d, dim %lld, "
@@ -359,7 +308,7 @@ int Run(int experts, int ranks) {
   const uint8_t* scales = Upload(scale_pattern);
   std::vector<LayerWeights> layers;
   for (int l = 0; l < kLayers; ++l) layers.push_back(MakeLayer(local, codes, scales, l));
-  BENCH_CHECK(cudaDeviceSynchronize());
+  WEIR_BENCH_CHECK(cudaDeviceSynchronize());
 
   std::printf(
       "\nPer layer call (graph replays of %d calls over %d layers' weights, median; cold).\n"
@@ -389,7 +338,7 @@ int Run(int experts, int ranks) {
     for (int l = 0; l < kLayers; ++l)
       params.push_back(FfnParams(layers[l], steps[l], local, tokens));
     for (const auto& p : params) Ok(Mxfp4ExpertFfn(p, stream));  // valid intermediates
-    BENCH_CHECK(cudaStreamSynchronize(stream));
+    WEIR_BENCH_CHECK(cudaStreamSynchronize(stream));
 
     const double ffn = GraphUs(
         [&](int c, cudaStream_t st) { Ok(Mxfp4ExpertFfn(params[c % kLayers], st)); }, stream);
@@ -442,9 +391,9 @@ int Run(int experts, int ranks) {
     cudaFree(d_zero);
     for (Step& s : steps) FreeStep(s);
   }
-  BENCH_CHECK(cudaStreamSynchronize(stream));
-  BENCH_CHECK(cudaGetLastError());
-  BENCH_CHECK(cudaStreamDestroy(stream));
+  WEIR_BENCH_CHECK(cudaStreamSynchronize(stream));
+  WEIR_BENCH_CHECK(cudaGetLastError());
+  WEIR_BENCH_CHECK(cudaStreamDestroy(stream));
   return 0;
 }
 

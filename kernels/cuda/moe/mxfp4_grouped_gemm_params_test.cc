@@ -15,10 +15,14 @@
 
 #include "gtest/gtest.h"
 #include "kernels/common/numeric_formats.h"
+#include "kernels/cuda/dense/test_util.h"
 
 namespace weir::kernels::cuda {
 namespace {
 
+using dense::EachIsInvalidArgument;
+using dense::EmulatedLdMatrix;
+using dense::EmulatedMmaM16n8k32;
 using dense::Fp8GemmAccCoord;
 using dense::Fp8GemmAccumulatorCoord;
 using dense::Fp8GemmBLdmatrixSource;
@@ -74,56 +78,39 @@ TEST(Mxfp4GroupedGemmParamsTest, AcceptsValidCalls) {
 }
 
 TEST(Mxfp4GroupedGemmParamsTest, RefusesBadArguments) {
-  const auto bad_gemm = [](const Mxfp4GroupedGemmParams& p) {
-    return CheckMxfp4GroupedGemmParams(p).code() == absl::StatusCode::kInvalidArgument;
-  };
-  Mxfp4GroupedGemmParams p = ValidGemm();
-  p.x = nullptr;
-  EXPECT_TRUE(bad_gemm(p));
-  p = ValidGemm(), p.x_scales = nullptr;
-  EXPECT_TRUE(bad_gemm(p));
-  p = ValidGemm(), p.expert_offsets = nullptr;
-  EXPECT_TRUE(bad_gemm(p));
-  p = ValidGemm(), p.w = nullptr;
-  EXPECT_TRUE(bad_gemm(p));
-  p = ValidGemm(), p.w_scales = nullptr;
-  EXPECT_TRUE(bad_gemm(p));
-  p = ValidGemm(), p.y = nullptr;
-  EXPECT_TRUE(bad_gemm(p));
-  p = ValidGemm(), p.rows = -1;
-  EXPECT_TRUE(bad_gemm(p));
-  p = ValidGemm(), p.n = 0;
-  EXPECT_TRUE(bad_gemm(p));
-  p = ValidGemm(), p.k = 0;
-  EXPECT_TRUE(bad_gemm(p));
-  p = ValidGemm(), p.k = 384;  // a multiple of 32 and 128, not of 256
-  EXPECT_TRUE(bad_gemm(p));
-  p = ValidGemm(), p.num_experts = 0;
-  EXPECT_TRUE(bad_gemm(p));
-  p = ValidGemm(), p.num_experts = 65536;
-  EXPECT_TRUE(bad_gemm(p));
-  p = ValidGemm(), p.x = Fake<uint8_t>(264);  // 8-byte aligned only
-  EXPECT_TRUE(bad_gemm(p));
-  p = ValidGemm(), p.x_scales = Fake<uint8_t>(516);
-  EXPECT_TRUE(bad_gemm(p));
-  p = ValidGemm(), p.y = reinterpret_cast<float*>(8194);
-  EXPECT_TRUE(bad_gemm(p));
+  using P = Mxfp4GroupedGemmParams;
+  EXPECT_TRUE(EachIsInvalidArgument(
+      ValidGemm(), [](const P& p) { return CheckMxfp4GroupedGemmParams(p).code(); },
+      {
+          [](P& p) { p.x = nullptr; },
+          [](P& p) { p.x_scales = nullptr; },
+          [](P& p) { p.expert_offsets = nullptr; },
+          [](P& p) { p.w = nullptr; },
+          [](P& p) { p.w_scales = nullptr; },
+          [](P& p) { p.y = nullptr; },
+          [](P& p) { p.rows = -1; },
+          [](P& p) { p.n = 0; },
+          [](P& p) { p.k = 0; },
+          [](P& p) { p.k = 384; },  // a multiple of 32 and 128, not of 256
+          [](P& p) { p.num_experts = 0; },
+          [](P& p) { p.num_experts = 65536; },
+          [](P& p) { p.x = Fake<uint8_t>(264); },  // 8-byte aligned only
+          [](P& p) { p.x_scales = Fake<uint8_t>(516); },
+          [](P& p) { p.y = reinterpret_cast<float*>(8194); },
+      }));
 
-  const auto bad_gate_up = [](const Mxfp4GroupedGateUpParams& q) {
-    return CheckMxfp4GroupedGateUpParams(q).code() == absl::StatusCode::kInvalidArgument;
-  };
-  Mxfp4GroupedGateUpParams q = ValidGateUp();
-  q.w3 = nullptr;
-  EXPECT_TRUE(bad_gate_up(q));
-  q = ValidGateUp(), q.h_scales = nullptr;
-  EXPECT_TRUE(bad_gate_up(q));
-  q = ValidGateUp(), q.inter = 80;  // FP8 blocks of the output need multiples of 32
-  EXPECT_TRUE(bad_gate_up(q));
-  q = ValidGateUp(), q.dim = 288;
-  EXPECT_TRUE(bad_gate_up(q));
-  q = ValidGateUp(), q.tile = Mxfp4GroupedTile::kW2M8;  // 2 warps: half an FP8 block
-  EXPECT_TRUE(bad_gate_up(q));
-  q = ValidGateUp(), q.tile = Mxfp4GroupedTile::kW4M8;
+  using Q = Mxfp4GroupedGateUpParams;
+  EXPECT_TRUE(EachIsInvalidArgument(
+      ValidGateUp(), [](const Q& q) { return CheckMxfp4GroupedGateUpParams(q).code(); },
+      {
+          [](Q& q) { q.w3 = nullptr; },
+          [](Q& q) { q.h_scales = nullptr; },
+          [](Q& q) { q.inter = 80; },  // FP8 blocks of the output need multiples of 32
+          [](Q& q) { q.dim = 288; },
+          [](Q& q) { q.tile = Mxfp4GroupedTile::kW2M8; },  // 2 warps: half an FP8 block
+      }));
+  Q q = ValidGateUp();
+  q.tile = Mxfp4GroupedTile::kW4M8;
   EXPECT_TRUE(CheckMxfp4GroupedGateUpParams(q).ok());
 }
 
@@ -213,50 +200,9 @@ TEST(Mxfp4GroupedGemmParamsTest, E2m1WidensExactlyToE4m3) {
   EXPECT_EQ(HostE2m1x4ToE4m3x4(0x12348765u), HostE2m1x4ToE4m3x4(0x8765u));
 }
 
-// ldmatrix.m8n8.x{2,4}.b16: lane L supplies the address of row L % 8 of
-// matrix L / 8; register q of lane L receives bytes [4 (L % 4), 4 (L % 4) + 4)
-// of row L / 4 of matrix q.
-std::array<uint32_t, 4> LdMatrix(const std::vector<uint8_t>& smem,
-                                 const std::array<int, 32>& address, int lane, int matrices) {
-  std::array<uint32_t, 4> regs{};
-  for (int q = 0; q < matrices; ++q) {
-    std::memcpy(&regs[q], &smem[address[q * 8 + lane / 4] + 4 * (lane % 4)], 4);
-  }
-  return regs;
-}
-
-// mma.m16n8k32 with e4m3 A (row) and B (col), PTX ISA "Matrix Fragments for
-// mma.m16n8k32": A element a_i (i = 0..15, register i / 4, byte i % 4) at row
-// groupID (+8 for i in 4..7 and 12..15), col 4 tig + (i & 3) (+16 for i >= 8);
-// B element b_i (i = 0..7) at row (k) 4 tig + (i & 3) (+16 for i >= 4), col
-// groupID; D element c_i at row groupID (+8 for i >= 2), col 2 tig + (i & 1).
-// Values in double (e4m3 products and their sums of 32 are exact).
-std::array<std::array<double, 4>, 32> Mma(const std::array<std::array<uint32_t, 4>, 32>& a,
-                                          const std::array<std::array<uint32_t, 2>, 32>& b) {
-  double A[16][32] = {}, B[32][8] = {};
-  for (int lane = 0; lane < 32; ++lane) {
-    const int g = lane >> 2, t = lane & 3;
-    for (int i = 0; i < 16; ++i) {
-      const uint8_t code = static_cast<uint8_t>(a[lane][i / 4] >> (8 * (i % 4)));
-      const int row = g + (((i >> 2) & 1) ? 8 : 0), col = 4 * t + (i & 3) + (i >= 8 ? 16 : 0);
-      A[row][col] = E4m3ToFloat(code);
-    }
-    for (int i = 0; i < 8; ++i) {
-      const uint8_t code = static_cast<uint8_t>(b[lane][i / 4] >> (8 * (i % 4)));
-      B[4 * t + (i & 3) + (i >= 4 ? 16 : 0)][g] = E4m3ToFloat(code);
-    }
-  }
-  std::array<std::array<double, 4>, 32> d{};
-  for (int lane = 0; lane < 32; ++lane) {
-    const int g = lane >> 2, t = lane & 3;
-    for (int i = 0; i < 4; ++i) {
-      const int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
-      for (int k = 0; k < 32; ++k) d[lane][i] += A[row][k] * B[k][col];
-    }
-  }
-  return d;
-}
-
+// The fragments are emulated from the PTX ISA definitions (EmulatedLdMatrix,
+// EmulatedMmaM16n8k32 in dense/test_util.h), values in double (e4m3 products
+// and their sums of 32 are exact).
 TEST(Mxfp4GroupedGemmParamsTest, FragmentMappingComputesTheTileProduct) {
   // One stage (256 of K) of a 2-warp CTA's W tile (32 packed rows of 128
   // bytes; warp 1 = rows 16..31) and 24 X rows (tiles 0, 1 by ldmatrix.x4,
@@ -301,14 +247,15 @@ TEST(Mxfp4GroupedGemmParamsTest, FragmentMappingComputesTheTileProduct) {
       }
       std::array<std::array<uint32_t, 2>, 32> b[3]{};
       for (int lane = 0; lane < 32; ++lane) {
-        const auto r = LdMatrix(x_smem, b_address, lane, 4);
-        const auto r2 = LdMatrix(x_smem, b2_address, lane, 2);
+        const auto r = EmulatedLdMatrix(x_smem, b_address, lane, 4);
+        const auto r2 = EmulatedLdMatrix(x_smem, b2_address, lane, 2);
         b[0][lane] = {r[0], r[1]};
         b[1][lane] = {r[2], r[3]};
         b[2][lane] = {r2[0], r2[1]};
       }
       for (int tile = 0; tile < 3; ++tile) {
-        const auto d = Mma(a, b[tile]);
+        const auto d = EmulatedMmaM16n8k32<double>(
+            a, b[tile], [](uint8_t code) { return static_cast<double>(E4m3ToFloat(code)); });
         for (int lane = 0; lane < 32; ++lane) {
           for (int r = 0; r < 4; ++r) {
             const Fp8GemmAccCoord c = Fp8GemmAccumulatorCoord(lane, r);

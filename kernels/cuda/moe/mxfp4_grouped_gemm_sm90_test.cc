@@ -27,12 +27,14 @@
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/weight_quant.h"
 #include "kernels/cuda/dense/fp8_block_gemm_sm90.h"
+#include "kernels/cuda/dense/test_util.h"
 #include "kernels/cuda/moe/test_util.h"
 #include "kernels/cuda/moe/weight_test_util.h"
 
 namespace weir::kernels::cuda {
 namespace {
 
+using dense::QuantizedFp8Rows;
 using moe_test::BitMismatches;
 using moe_test::DeviceBuffer;
 using moe_test::Synced;
@@ -82,22 +84,6 @@ Mxfp4 MakeMxfp4(int64_t n, int64_t k, std::mt19937& rng, Source source) {
     }
   }
   return w;
-}
-
-// FP8 rows [rows, k] from cpu::QuantizeFp8 of normal values whose 32-blocks
-// each have their own magnitude (2^-12 .. 2^12).
-void QuantizedRows(int64_t rows, int64_t k, std::mt19937& rng, std::vector<uint8_t>& codes,
-                   std::vector<uint8_t>& scales, int min_exp = -12, int max_exp = 12) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_int_distribution<int> exponent(min_exp, max_exp);
-  std::vector<float> v(rows * k);
-  for (int64_t b = 0; b < rows * k / 32; ++b) {
-    const float s = std::ldexp(1.0f, exponent(rng));
-    for (int i = 0; i < 32; ++i) v[b * 32 + i] = normal(rng) * s;
-  }
-  codes.resize(rows * k);
-  scales.resize(rows * k / 32);
-  ASSERT_TRUE(cpu::QuantizeFp8(v, 32, codes, scales).ok());
 }
 
 std::vector<int64_t> Offsets(const std::vector<int64_t>& counts) {
@@ -217,7 +203,7 @@ TEST(Mxfp4GroupedGemmTest, MatchesTheExactProductWithinTheBoundOnEveryTile) {
       const std::vector<int64_t> offsets = Offsets(c.counts);
       const int64_t rows = offsets.back() + 5;  // 5 rows in no expert
       std::vector<uint8_t> x, xs;
-      QuantizedRows(rows, c.k, rng, x, xs);
+      QuantizedFp8Rows(rows, c.k, rng, x, xs);
       std::vector<Mxfp4> ws;
       for (size_t e = 0; e < c.counts.size(); ++e) ws.push_back(MakeMxfp4(c.n, c.k, rng, source));
       const DeviceWeights dw(ws);
@@ -266,7 +252,7 @@ TEST(Mxfp4GroupedGemmTest, EqualsFp8BlockGemmOnTheE4m3FormOfTheWeights) {
   const std::vector<int64_t> offsets = Offsets(counts);
   const int64_t rows = offsets.back();
   std::vector<uint8_t> x, xs;
-  QuantizedRows(rows, kK, rng, x, xs);
+  QuantizedFp8Rows(rows, kK, rng, x, xs);
   std::vector<Mxfp4> ws;
   for (size_t e = 0; e < counts.size(); ++e)
     ws.push_back(MakeMxfp4(kN, kK, rng, Source::kGroupScale));
@@ -369,7 +355,7 @@ TEST(Mxfp4GroupedGemmTest, GateUpIsSwigluOfTheProductsThenActQuant) {
   const int64_t rows = offsets.back() + 3;
   std::mt19937 rng(8);
   std::vector<uint8_t> x, xs;
-  QuantizedRows(rows, kDim, rng, x, xs, -2, 2);
+  QuantizedFp8Rows(rows, kDim, rng, x, xs, -2, 2);
   std::vector<Mxfp4> w1, w3;
   for (size_t e = 0; e < counts.size(); ++e) {
     w1.push_back(MakeMxfp4(kInter, kDim, rng, Source::kQuantized));
@@ -505,7 +491,7 @@ TEST(Mxfp4GroupedGemmTest, ARowsResultDoesNotDependOnTheBatch) {
   std::mt19937 rng(21);
   const Ffn f = MakeFfn(kExperts, kDim, kInter, rng);
   std::vector<uint8_t> row_x, row_s;
-  QuantizedRows(1, kDim, rng, row_x, row_s, -2, 2);
+  QuantizedFp8Rows(1, kDim, rng, row_x, row_s, -2, 2);
   const float row_rw = 0.7f;
   const FfnOut alone = RunFfn(f, row_x, row_s, Offsets({0, 0, 1, 0, 0}), {row_rw}, 1,
                               Mxfp4GroupedTile::kAuto, Mxfp4GroupedTile::kAuto);
@@ -515,7 +501,7 @@ TEST(Mxfp4GroupedGemmTest, ARowsResultDoesNotDependOnTheBatch) {
   const std::vector<int64_t> offsets = Offsets(counts);
   const int64_t rows = offsets.back();
   std::vector<uint8_t> x, xs;
-  QuantizedRows(rows, kDim, rng, x, xs, -2, 2);
+  QuantizedFp8Rows(rows, kDim, rng, x, xs, -2, 2);
   std::vector<float> rw(rows);
   for (float& v : rw) v = 0.1f + static_cast<float>(rng() % 100) / 100.0f;
   const std::pair<Mxfp4GroupedTile, Mxfp4GroupedTile> tiles[] = {
@@ -612,7 +598,7 @@ TEST(Mxfp4GroupedGemmTest, MissingWeightsGiveNanRowsOnlyForTheirExpert) {
   const int64_t rows = offsets.back();
   std::mt19937 rng(5);
   std::vector<uint8_t> x, xs;
-  QuantizedRows(rows, kK, rng, x, xs);
+  QuantizedFp8Rows(rows, kK, rng, x, xs);
   std::vector<Mxfp4> ws;
   for (size_t e = 0; e < counts.size(); ++e) ws.push_back(MakeMxfp4(kN, kK, rng, Source::kRaw));
   const DeviceWeights full(ws);
@@ -650,7 +636,7 @@ TEST(Mxfp4GroupedGemmTest, ReplaysFromACudaGraphUnderChangingOffsets) {
   const Ffn f = MakeFfn(4, kDim, kInter, rng);
   constexpr int64_t kRows = 24;
   std::vector<uint8_t> x, xs;
-  QuantizedRows(kRows, kDim, rng, x, xs, -2, 2);
+  QuantizedFp8Rows(kRows, kDim, rng, x, xs, -2, 2);
   std::vector<float> rw(kRows, 0.5f);
   const std::vector<int64_t> a = Offsets({10, 0, 14, 0}), b = Offsets({1, 7, 3, 13});
   const FfnOut want_a =
@@ -745,7 +731,7 @@ TEST(Mxfp4GroupedGemmTest, BadOffsetsStayInBounds) {
   constexpr int64_t kN = 64, kK = 256, kRows = 6, kAlloc = 8;
   std::mt19937 rng(9);
   std::vector<uint8_t> x, xs;
-  QuantizedRows(kAlloc, kK, rng, x, xs);
+  QuantizedFp8Rows(kAlloc, kK, rng, x, xs);
   std::vector<Mxfp4> ws;
   for (int e = 0; e < 4; ++e) ws.push_back(MakeMxfp4(kN, kK, rng, Source::kRaw));
   const DeviceWeights dw(ws);
@@ -787,7 +773,7 @@ TEST(Mxfp4GroupedGemmTest, EmptyExpertsReadNoWeights) {
   const std::vector<int64_t> offsets = Offsets(counts);
   std::mt19937 rng(2);
   std::vector<uint8_t> x, xs;
-  QuantizedRows(2, kK, rng, x, xs);
+  QuantizedFp8Rows(2, kK, rng, x, xs);
   std::vector<Mxfp4> ws;
   for (int e = 0; e < 4; ++e) ws.push_back(MakeMxfp4(kN, kK, rng, Source::kRaw));
   const DeviceWeights good(ws);
