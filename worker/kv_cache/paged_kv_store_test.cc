@@ -5,22 +5,12 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "worker/kv_cache/test_layout.h"
 
 namespace weir::worker::kv_cache {
 namespace {
 
-// Layers 0 (ratio 1) and 2 (ratio 2), kv_dim 4, index_dim 2, 4 tokens a block.
-KvCacheLayout SmallLayout() {
-  KvCacheLayout layout;
-  layout.block_tokens = 4;
-  layout.layer_index = {0, -1, 1};
-  layout.layers.push_back({.layer = 0, .ratio = 1, .kv_dim = 4, .index_dim = 2,
-                           .entries_per_block = 4, .kv_offset = 0, .index_offset = 16});
-  layout.layers.push_back({.layer = 2, .ratio = 2, .kv_dim = 4, .index_dim = 2,
-                           .entries_per_block = 2, .kv_offset = 24, .index_offset = 32});
-  layout.block_floats = 36;
-  return layout;
-}
+KvCacheLayout SmallLayout() { return SmallTestLayout(); }
 
 // Distinct values for entries [first, first + count) of `layer`.
 std::vector<float> Rows(int layer, int64_t first, int64_t count, int64_t dim, float sign) {
