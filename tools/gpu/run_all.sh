@@ -29,7 +29,9 @@ run() {  # run KIND BINARY
 for binary in "${here}"/bin/*; do run test "${binary}"; done
 if [[ "${RUN_BENCH:-1}" != 0 && -d "${here}/tools" ]]; then
   for binary in "${here}"/tools/*; do run bench "${binary}"; done
-  for log in "${results}"/decode_gpu.log "${results}"/alltoall_nccl.log; do
+  for log in "${results}"/decode_gpu.log "${results}"/alltoall_nccl.log \
+             "${results}"/fp8_gemm_bench.log "${results}"/mxfp4_grouped_gemm_bench.log \
+             "${results}"/sparse_decode_attention_bench.log; do
     [[ -f "${log}" ]] || continue
     echo "--- $(basename "${log}" .log)"
     tail -n 30 "${log}"
