@@ -1,0 +1,268 @@
+// DeviceDecoder: the step's inputs (PrepareMeta) and the backbone it
+// enqueues (Enqueue: embedding, Engram, mHC, attention with the compressor
+// and the indexer, MoE, head), each op in the CPU's order.
+
+#include "worker/model/device_decoder_impl.h"
+
+namespace weir::model {
+using device_decoder_internal::LayerDev;
+using device_decoder_internal::StepMeta;
+
+absl::Status DeviceDecoder::Impl::PrepareMeta(std::span<const int> slot_ids,
+                                               std::span<const int64_t> tokens, int64_t padded) {
+  const int64_t win = window(), cols = c.engram_hash_cols();
+  const int layers_e = hasher.num_layers();
+  std::vector<int64_t> rows(std::max<int64_t>(layers_e * cols, 1));
+  meta_h.valid[0] = static_cast<int64_t>(slot_ids.size());
+  for (int64_t i = 0; i < padded; ++i) {
+    const bool real = i < static_cast<int64_t>(slot_ids.size());
+    const int s = real ? slot_ids[i] : slots - 1;
+    const int64_t p = real ? slot_state[s].length : 0;
+    meta_h.tokens[i] = real ? tokens[i] : 0;
+    meta_h.positions[i] = p;
+    meta_h.slot[i] = s;
+    const int64_t lo = std::max<int64_t>(0, p - win + 1);
+    for (int64_t j = 0; j < win; ++j) {
+      const int64_t pos = lo + j;
+      meta_h.win_rows[i * win + j] = pos <= p ? static_cast<int32_t>(s * win + pos % win) : -1;
+    }
+    meta_h.win_write[i] = static_cast<int32_t>(s * win + p % win);
+    for (size_t ri = 0; ri < ratios.size(); ++ri) {
+      const int r = ratios[ri];
+      const int64_t me = max_entries(r);
+      const bool emit = (p + 1) % r == 0;
+      StepMeta::PerRatio& pr = meta_h.ratio[ri];
+      pr.visible[i] = (p + 1) / r;
+      pr.key_offset[i] = s * me;
+      pr.entry_pos[i] = emit ? p + 1 - r : 0;
+      pr.entry_write[i] = emit ? static_cast<int32_t>(s * me + (p + 1) / r - 1) : -1;
+      pr.row_base[i] = static_cast<int32_t>(s * me);
+    }
+    if (layers_e > 0) {
+      if (real) {
+        std::vector<int64_t>& history = slot_state[s].history;
+        history.push_back(hasher.Compress(tokens[i]));
+        absl::Status st = hasher.Hash(history, p, rows);
+        history.pop_back();
+        RETURN_IF_ERROR(st);
+      } else {
+        std::fill(rows.begin(), rows.end(), 0);
+      }
+      for (int e = 0; e < layers_e; ++e) {
+        std::copy_n(rows.data() + e * cols, cols, meta_h.engram_ids[e] + i * cols);
+      }
+    }
+  }
+  WEIR_DD_CUDA("step inputs", cudaMemcpyAsync(meta_dev, meta_host, meta_bytes,
+                                              cudaMemcpyHostToDevice, stream));
+  return absl::OkStatus();
+}
+
+absl::Status DeviceDecoder::Impl::Engram(int layer, int64_t b) {
+  const LayerDev& L = layers[layer];
+  const int e = c.engram_index(layer);
+  const int64_t cols = c.engram_hash_cols(), ehd = c.engram_head_dim, d = c.dim, n = c.hc_mult;
+  RETURN_IF_ERROR(kc::EngramLookup({.table = L.etable, .scales = L.escales,
+                                    .ids = meta_d.engram_ids[e], .out = emb,
+                                    .table_rows = L.erows, .dim = ehd, .num_ids = b * cols},
+                                   stream));
+  RETURN_IF_ERROR(Round(emb, b * cols * ehd));
+  RETURN_IF_ERROR(Mm(L.ewkv, emb, b, ekv));
+  RETURN_IF_ERROR(Round(ekv, b * (n + 1) * d));
+  RETURN_IF_ERROR(dec::CopyRows({.src = ekv, .dst = ekey, .rows = b, .width = n * d,
+                                 .src_stride = (n + 1) * d},
+                                stream));
+  RETURN_IF_ERROR(dec::CopyRows({.src = ekv + n * d, .dst = evalue, .rows = b, .width = d,
+                                 .src_stride = (n + 1) * d},
+                                stream));
+  return kc::EngramGate({.x = x, .key = ekey, .value = evalue, .weight = L.egate,
+                         .tokens = b, .hc_mult = static_cast<int>(n), .dim = d,
+                         .eps = static_cast<float>(c.norm_eps), .round_bf16 = bf16()},
+                        stream);
+}
+
+absl::Status DeviceDecoder::Impl::UpdateCompressed(int layer, int64_t b) {
+  const LayerDev& L = layers[layer];
+  const int r = roles[layer].ratio;
+  const StepMeta::PerRatio& pr = meta_d.ratio[ratio_index(r)];
+  const int64_t hd = c.head_dim, di = c.index_head_dim;
+  if (r == 1) {
+    RETURN_IF_ERROR(Mm(L.comp_wkv, h, b, latent));
+  } else {
+    RETURN_IF_ERROR(Mm(L.comp_wkv, h, b, cpa));
+    RETURN_IF_ERROR(Mm(L.comp_wgate, h, b, cpg));
+    RETURN_IF_ERROR(dec::CompressorDecode(
+        {.kv = cpa, .score = cpg, .kv_state = L.comp_kv_state,
+         .score_state = L.comp_score_state, .state_slot = meta_d.slot,
+         .positions = meta_d.positions, .out = latent, .rows = b, .dim = hd, .ratio = r},
+        stream));
+  }
+  RETURN_IF_ERROR(Round(latent, b * hd));
+  RETURN_IF_ERROR(Norm(latent, L.comp_norm, b, hd));
+  RETURN_IF_ERROR(Round(latent, b * hd));
+  // Index keys from the pre-RoPE latent.
+  RETURN_IF_ERROR(Mm(L.index_wk, latent, b, ik));
+  RETURN_IF_ERROR(Round(ik, b * di));
+  RETURN_IF_ERROR(Norm(ik, L.index_k_norm, b, di));
+  RETURN_IF_ERROR(Round(ik, b * di));
+  RETURN_IF_ERROR(Rope(ik, pr.entry_pos, b, 1, di, layer));
+  RETURN_IF_ERROR(Round(ik, b * di));
+  RETURN_IF_ERROR(Quant(ik, b * di, dense::FakeQuantFormat::kMxfp4));
+  RETURN_IF_ERROR(Rope(latent, pr.entry_pos, b, 1, hd, layer));
+  RETURN_IF_ERROR(Round(latent, b * hd));
+  RETURN_IF_ERROR(Quant(latent, b * hd, dense::FakeQuantFormat::kNvfp4Kv));
+  RETURN_IF_ERROR(dec::CopyRows({.src = latent, .dst = kv_pool + int64_t{L.comp_base} * hd,
+                                 .dst_rows = pr.entry_write, .rows = b, .width = hd},
+                                stream));
+  return dec::CopyRows(
+      {.src = ik, .dst = L.index_k, .dst_rows = pr.entry_write, .rows = b, .width = di}, stream);
+}
+
+absl::Status DeviceDecoder::Impl::SelectCompressed(int layer, int64_t b) {
+  const LayerRole& role = roles[layer];
+  const LayerDev& L = layers[layer];
+  const LayerDev& src = layers[role.kv_source];
+  const StepMeta::PerRatio& pr = meta_d.ratio[ratio_index(role.ratio)];
+  const int64_t nh = c.index_n_heads, di = c.index_head_dim, me = max_entries(role.ratio);
+  RETURN_IF_ERROR(Mm(L.index_wq_b, qr, b, iq));
+  RETURN_IF_ERROR(Round(iq, b * nh * di));
+  RETURN_IF_ERROR(Rope(iq, meta_d.positions, b, static_cast<int>(nh), di, layer));
+  RETURN_IF_ERROR(Round(iq, b * nh * di));
+  RETURN_IF_ERROR(Quant(iq, b * nh * di, dense::FakeQuantFormat::kMxfp4));
+  RETURN_IF_ERROR(Mm(L.index_weights_proj, h, b, iw));
+  RETURN_IF_ERROR(Round(iw, b * nh));
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(di)) /
+                                         std::sqrt(static_cast<double>(nh)));
+  RETURN_IF_ERROR(dec::Scale({.x = iw, .n = b * nh, .factor = scale}, stream));
+  RETURN_IF_ERROR(Round(iw, b * nh));
+  kc::IndexerScoreParams sp{.q = iq, .k = src.index_k, .weights = iw,
+                            .visible_len = pr.visible, .out = scores, .queries = b,
+                            .heads = static_cast<int>(nh), .dim = static_cast<int>(di),
+                            .keys = me, .round_bf16 = bf16()};
+  sp.key_offset = pr.key_offset;
+  RETURN_IF_ERROR(kc::IndexerScore(sp, stream));
+  if (role.produces_candidates) {
+    RETURN_IF_ERROR(kc::CandidateBlocks(
+        {.scores = scores, .visible_len = pr.visible, .pool = L.candidates, .rows = b,
+         .width = me, .topk_blocks = static_cast<int>(c.candidate_topk_blocks),
+         .block_size = static_cast<int>(c.candidate_block_size)},
+        stream));
+  } else if (role.candidate_source >= 0) {
+    RETURN_IF_ERROR(dec::MaskScores(
+        {.scores = scores, .keep = layers[role.candidate_source].candidates, .n = b * me},
+        stream));
+  }
+  return kc::TopkPositions({.scores = scores, .visible_len = pr.visible, .out = L.topk,
+                            .rows = b, .width = me, .k = static_cast<int>(c.index_topk)},
+                           stream);
+}
+
+absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
+  const LayerRole& role = roles[layer];
+  const LayerDev& L = layers[layer];
+  const int64_t hd = c.head_dim, heads = c.n_heads, ql = c.q_lora_rank, win = window();
+  const int64_t* pos = meta_d.positions;
+  Mark("attn.qkv");
+  RETURN_IF_ERROR(Mm(L.wq_a, h, b, qr));
+  RETURN_IF_ERROR(Round(qr, b * ql));
+  RETURN_IF_ERROR(Norm(qr, L.q_norm, b, ql));
+  RETURN_IF_ERROR(Round(qr, b * ql));
+  RETURN_IF_ERROR(Mm(L.wq_b, qr, b, q));
+  RETURN_IF_ERROR(Round(q, b * heads * hd));
+  RETURN_IF_ERROR(Rope(q, pos, b, static_cast<int>(heads), hd, layer));
+  RETURN_IF_ERROR(Round(q, b * heads * hd));
+  // Window KV, written into the slot's ring before the attention reads it.
+  RETURN_IF_ERROR(Mm(L.wkv, h, b, kvw));
+  RETURN_IF_ERROR(Round(kvw, b * hd));
+  RETURN_IF_ERROR(Norm(kvw, L.kv_norm, b, hd));
+  RETURN_IF_ERROR(Round(kvw, b * hd));
+  RETURN_IF_ERROR(Rope(kvw, pos, b, 1, hd, layer));
+  RETURN_IF_ERROR(Round(kvw, b * hd));
+  RETURN_IF_ERROR(Quant(kvw, b * hd, dense::FakeQuantFormat::kFp8));
+  RETURN_IF_ERROR(dec::CopyRows({.src = kvw, .dst = kv_pool + int64_t{L.window_base} * hd,
+                                 .dst_rows = meta_d.win_write, .rows = b, .width = hd},
+                                stream));
+  // Compressed part.
+  dec::AssembleIndexParams ip{.window = meta_d.win_rows, .out = index, .rows = b,
+                              .window_width = static_cast<int>(win),
+                              .window_base = L.window_base};
+  if (role.ratio > 0) {
+    if (role.attention == AttentionRole::kFull) {
+      Mark("attn.compressor");
+      RETURN_IF_ERROR(UpdateCompressed(layer, b));
+    }
+    if (role.attention == AttentionRole::kFull || role.attention == AttentionRole::kReindex) {
+      Mark("attn.indexer");
+      RETURN_IF_ERROR(SelectCompressed(layer, b));
+    }
+    ip.topk = layers[role.index_source].topk;
+    ip.topk_row_base = meta_d.ratio[ratio_index(role.ratio)].row_base;
+    ip.k_width = static_cast<int>(c.index_topk);
+    ip.topk_base = layers[role.kv_source].comp_base;
+  }
+  Mark("attn.sparse");
+  RETURN_IF_ERROR(dec::AssembleIndex(ip, stream));
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  RETURN_IF_ERROR(kc::SparseAttention(
+      {.q = q, .kv = kv_pool, .sink = L.sink, .index = index, .out = o, .queries = b,
+       .heads = static_cast<int>(heads), .head_dim = static_cast<int>(hd),
+       .kv_len = pool_rows, .topk = ip.window_width + ip.k_width, .scale = scale},
+      stream));
+  Mark("attn.out");
+  RETURN_IF_ERROR(Round(o, b * heads * hd));
+  RETURN_IF_ERROR(Rope(o, pos, b, static_cast<int>(heads), hd, layer, /*inverse=*/true));
+  RETURN_IF_ERROR(Round(o, b * heads * hd));
+  // Grouped low-rank output: o [B, G, gin] -> og [G, B, gin] -> ug [G, B, r] -> u [B, G, r].
+  const int64_t groups = c.o_groups, gin = c.o_group_in_dim(), rank = c.o_lora_rank;
+  RETURN_IF_ERROR(dec::SwapAxes({.src = o, .dst = og, .a = b, .b = groups, .width = gin}, stream));
+  for (int64_t g = 0; g < groups; ++g) {
+    RETURN_IF_ERROR(Mm(L.wo_a[g], og + g * b * gin, b, ug + g * b * rank));
+  }
+  RETURN_IF_ERROR(dec::SwapAxes({.src = ug, .dst = u, .a = groups, .b = b, .width = rank}, stream));
+  RETURN_IF_ERROR(Round(u, b * groups * rank));
+  RETURN_IF_ERROR(Mm(L.wo_b, u, b, y));
+  return Round(y, b * c.dim);
+}
+
+absl::Status DeviceDecoder::Impl::Enqueue(int64_t b) {
+  float* const x0 = x;
+  float* const x20 = x2;
+  absl::Status st = [&]() -> absl::Status {
+    Mark("embed");
+    RETURN_IF_ERROR(dec::EmbedStreams({.embed = embed, .token_ids = meta_d.tokens, .out = x,
+                                       .tokens = b, .vocab = c.vocab_size, .dim = c.dim,
+                                       .copies = static_cast<int>(c.hc_mult)},
+                                      stream));
+    const float* pre = identity_pre;
+    for (int l = 0; l < c.n_layers; ++l) {
+      const LayerDev& L = layers[l];
+      if (roles[l].has_engram) {
+        Mark("engram");
+        RETURN_IF_ERROR(Engram(l, b)) << "layer " << l;
+      }
+      Mark("mhc");
+      RETURN_IF_ERROR(Mix(L.hc_attn, b, ca));
+      RETURN_IF_ERROR(Collapse(pre, b, L.attn_norm));
+      RETURN_IF_ERROR(Attention(l, b)) << "layer " << l;
+      Mark("mhc");
+      RETURN_IF_ERROR(Expand(ca, b));
+      RETURN_IF_ERROR(Mix(L.hc_ffn, b, cf));
+      RETURN_IF_ERROR(Collapse(ca.pre, b, L.ffn_norm));
+      RETURN_IF_ERROR(Moe(l, b)) << "layer " << l;
+      Mark("mhc");
+      RETURN_IF_ERROR(Expand(cf, b));
+      pre = cf.pre;
+    }
+    Mark("head");
+    RETURN_IF_ERROR(Collapse(pre, b, final_norm));
+    const dense::MatmulParams p{.x = h, .w = head.w, .y = logits, .rows = b, .out = head.out,
+                                .in = head.in};
+    return options.row_stable_logits ? dense::RowStableMatmul(p, stream)
+                                     : gemm->Matmul(p, stream);
+  }();
+  x = x0;  // the same buffers start every step (graphs bake the pointers in)
+  x2 = x20;
+  return st;
+}
+
+}  // namespace weir::model

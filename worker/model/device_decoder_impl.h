@@ -1,0 +1,502 @@
+// Private to the device decoder's files (device_decoder*.cc): the Impl
+// struct of DeviceDecoder and the device-side types and helpers its pieces
+// share. Not a public header; nothing outside the `device_decoder` target
+// includes it.
+//
+// Thread safety: as DeviceDecoder (one thread at a time).
+
+#ifndef WEIR_WORKER_MODEL_DEVICE_DECODER_IMPL_H_
+#define WEIR_WORKER_MODEL_DEVICE_DECODER_IMPL_H_
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <type_traits>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/common/numeric_formats.h"
+#include "kernels/cpu/weight_quant.h"
+#include "kernels/cuda/attention/indexer_score.h"
+#include "kernels/cuda/attention/sparse_attention.h"
+#include "kernels/cuda/attention/topk.h"
+#include "kernels/cuda/decode/attention_index.h"
+#include "kernels/cuda/decode/compressor_decode.h"
+#include "kernels/cuda/decode/rows.h"
+#include "kernels/cuda/decode/swiglu.h"
+#include "kernels/cuda/dense/fake_quant.h"
+#include "kernels/cuda/dense/gemm_handle.h"
+#include "kernels/cuda/dense/grouped_row_stable_matmul.h"
+#include "kernels/cuda/dense/row_stable_matmul.h"
+#include "kernels/cuda/moe/engram.h"
+#include "kernels/cuda/moe/mhc.h"
+#include "kernels/cuda/moe/moe_exchange.h"
+#include "kernels/cuda/moe/moe_gate.h"
+#include "kernels/cuda/moe/moe_permute.h"
+#include "kernels/cuda/rms_norm.h"
+#include "kernels/cuda/rope.h"
+#include "parallel/nccl_communicator.h"
+#include "worker/model/device_decoder.h"
+#include "worker/model/engram_layer.h"
+#include "worker/model/layer_roles.h"
+
+namespace weir::model {
+namespace cpu = ::weir::kernels::cpu;
+namespace kc = ::weir::kernels::cuda;
+namespace dense = ::weir::kernels::cuda::dense;
+namespace dec = ::weir::kernels::cuda::decode;
+
+namespace device_decoder_internal {
+
+constexpr size_t kAlign = 256;
+
+// Returns INTERNAL naming `what` and the CUDA error.
+absl::Status CudaError(const char* what, cudaError_t err);
+
+#define WEIR_DD_CUDA(what, call)                                                 \
+  do {                                                                           \
+    if (cudaError_t e_ = (call); e_ != cudaSuccess) return ::weir::model::device_decoder_internal::CudaError(what, e_); \
+  } while (0)
+
+// A linear layer on the device.
+struct DevDense {
+  const float* w = nullptr;  // [out, in]
+  int64_t out = 0;
+  int64_t in = 0;
+  bool fp8 = false;
+};
+
+// Bump allocation over one device block, run twice: the first pass (no base)
+// only measures, the second hands out pointers and uploads host data.
+class Region {
+ public:
+  void Begin(char* base) {
+    base_ = base;
+    used_ = 0;
+  }
+  size_t used() const { return used_; }
+  bool live() const { return base_ != nullptr; }
+  const absl::Status& status() const { return status_; }
+
+  template <typename T>
+  T* Alloc(int64_t n) {
+    used_ = (used_ + kAlign - 1) / kAlign * kAlign;
+    T* p = base_ != nullptr ? reinterpret_cast<T*>(base_ + used_) : nullptr;
+    used_ += static_cast<size_t>(std::max<int64_t>(n, 0)) * sizeof(T);
+    return p;
+  }
+  template <typename T>
+  const T* Put(std::span<const T> host) {
+    T* p = Alloc<T>(static_cast<int64_t>(host.size()));
+    if (p != nullptr && !host.empty() && status_.ok()) {
+      if (cudaError_t e = cudaMemcpy(p, host.data(), host.size_bytes(), cudaMemcpyHostToDevice);
+          e != cudaSuccess) {
+        status_ = CudaError("weight upload", e);
+      }
+    }
+    return host.empty() ? nullptr : p;
+  }
+  template <typename T>
+  const T* Put(const std::vector<T>& host) {
+    return Put(std::span<const T>(host));
+  }
+  DevDense Put(const DenseWeight& w) {
+    return {.w = Put(w.w), .out = w.out, .in = w.in, .fp8 = w.fp8_activation};
+  }
+
+ private:
+  char* base_ = nullptr;
+  size_t used_ = 0;
+  absl::Status status_;
+};
+
+struct HcDev {
+  const float* fn = nullptr;
+  const float* base = nullptr;
+  const float* scale = nullptr;
+};
+
+struct LayerDev {
+  const float* attn_norm = nullptr;
+  const float* ffn_norm = nullptr;
+  HcDev hc_attn, hc_ffn;
+  // Attention.
+  DevDense wq_a, wq_b, wkv, wo_b;
+  std::vector<DevDense> wo_a;
+  const float* q_norm = nullptr;
+  const float* kv_norm = nullptr;
+  const float* sink = nullptr;
+  DevDense comp_wkv, comp_wgate, index_wk, index_wq_b, index_weights_proj;
+  const float* comp_norm = nullptr;
+  const float* index_k_norm = nullptr;
+  // MoE.
+  const float* gate = nullptr;
+  const float* bias = nullptr;
+  const float* bias_vl = nullptr;
+  const float* const* w1s = nullptr;  // device [experts] of device pointers
+  const float* const* w3s = nullptr;
+  const float* const* w2s = nullptr;
+  // MXFP4 experts (mxfp4 true): device arrays [experts] of packed codes and scales.
+  bool mxfp4 = false;
+  const uint8_t* const* w1c = nullptr;
+  const uint8_t* const* w1q = nullptr;
+  const uint8_t* const* w3c = nullptr;
+  const uint8_t* const* w3q = nullptr;
+  const uint8_t* const* w2c = nullptr;
+  const uint8_t* const* w2q = nullptr;
+  int experts = 0;  // local expert slots (groups of the grouped products)
+  // Host copies of the device addresses of each local slot's w1, w3, w2
+  // (MXFP4: codes and scales; fp32: weights), for SetPlacement.
+  std::vector<uint8_t*> slot_codes[3], slot_scales[3];
+  std::vector<float*> slot_w[3];
+  int64_t inter = 0;
+  bool w13_fp8 = false;
+  bool w2_fp8 = false;
+  DevDense sw1, sw2, sw3;
+  // Expert parallelism: this layer's replica table (kc::ReplicaTable):
+  // offsets [logical + 1], slots [num_physical].
+  const int32_t* ep_offsets = nullptr;
+  const int32_t* ep_slots = nullptr;
+  // Engram.
+  const uint8_t* etable = nullptr;
+  const uint8_t* escales = nullptr;
+  int64_t erows = 0;
+  DevDense ewkv;
+  const float* egate = nullptr;
+  // Pools (rows of the KV pool; device buffers).
+  int32_t window_base = 0;  // this layer's window rings: [slots, window]
+  int32_t comp_base = 0;    // kv source: compressed KV [slots, max_entries]
+  float* index_k = nullptr;           // kv source: [slots * max_entries, index_dim]
+  float* comp_kv_state = nullptr;     // kv source, ratio > 1: [slots, ratio, head_dim]
+  float* comp_score_state = nullptr;
+  int32_t* topk = nullptr;            // index source: [max_batch, index_topk]
+  uint8_t* candidates = nullptr;      // candidate producer: [max_batch, max_entries]
+};
+
+struct Coeffs {
+  float* pre = nullptr;
+  float* post = nullptr;
+  float* comb = nullptr;
+};
+
+// The per-step inputs: a device block and its pinned host mirror, same layout.
+struct StepMeta {
+  int64_t* tokens = nullptr;     // [B]
+  int64_t* positions = nullptr;  // [B]
+  int32_t* slot = nullptr;       // [B]
+  int32_t* win_rows = nullptr;   // [B, window] rows relative to a layer's window base, -1
+  int32_t* win_write = nullptr;  // [B]
+  struct PerRatio {
+    int64_t* visible = nullptr;      // [B] (p + 1) / r
+    int64_t* key_offset = nullptr;   // [B] slot * max_entries
+    int64_t* entry_pos = nullptr;    // [B] position of the entry completed now (0 if none)
+    int32_t* entry_write = nullptr;  // [B] row of that entry, -1 if none
+    int32_t* row_base = nullptr;     // [B] slot * max_entries
+  };
+  std::vector<PerRatio> ratio;      // by ratio index
+  std::vector<int64_t*> engram_ids;  // per Engram layer [B, cols]
+  int64_t* valid = nullptr;         // [1] real rows (the rest is padding)
+};
+
+// The shapes (and small host tensors) of a synthetic decoder: big matrices
+// are DenseWeights with dimensions only (drawn on the device).
+struct SyntheticModel {
+  ModelConfig config;
+  std::unique_ptr<LayerRoles> roles;
+  ModelWeights weights;
+};
+
+// Returns the shapes (and small host tensors) of a synthetic decoder of
+// `config`, drawn from `seed` (device_decoder_synthetic.cc).
+std::unique_ptr<SyntheticModel> MakeSynthetic(const ModelConfig& config, uint64_t seed);
+
+// The MXFP4 form of one expert's w1, w3, w2 (packed codes, scales).
+struct EncodedExpert {
+  std::vector<uint8_t> codes[3], scales[3];
+};
+
+// Encodes `w` as MXFP4; false unless decoding gives `w` back bit for bit.
+bool EncodeMxfp4Exactly(const DenseWeight& w, std::vector<uint8_t>& codes,
+                        std::vector<uint8_t>& scales);
+
+// Which routed experts a decoder holds, and where every pair's expert lives.
+struct LocalExperts {
+  int world = 1, rank = 0, per_rank = 0;
+  std::vector<std::vector<int>> local;  // [layer][local slot] -> logical expert
+  // With a communicator: each layer's replica slots (kc::ExpertSlots' table).
+  std::vector<kc::ReplicaTable> replicas;
+};
+
+// The expert slots of `options` (INVALID_ARGUMENT for a placement that does
+// not fit the config or the communicator).
+absl::StatusOr<LocalExperts> PlanExpertSlots(const ModelConfig& c,
+                                            const DeviceDecoderOptions& options);
+
+// What a decoder cannot hold (INVALID_ARGUMENT), before anything is
+// allocated; otherwise the routed experts it holds. `synthetic`: the weights
+// are shapes only (drawn on the device).
+absl::StatusOr<LocalExperts> CheckDecodable(const ModelConfig& c, const LayerRoles& roles,
+                                           const ModelWeights& w,
+                                           const DeviceDecoderOptions& options,
+                                           bool synthetic = false);
+
+}  // namespace device_decoder_internal
+
+struct DeviceDecoder::Impl {
+  using Coeffs = device_decoder_internal::Coeffs;
+  using DevDense = device_decoder_internal::DevDense;
+  using EncodedExpert = device_decoder_internal::EncodedExpert;
+  using HcDev = device_decoder_internal::HcDev;
+  using LayerDev = device_decoder_internal::LayerDev;
+  using LocalExperts = device_decoder_internal::LocalExperts;
+  using Region = device_decoder_internal::Region;
+  using StepMeta = device_decoder_internal::StepMeta;
+  using SyntheticModel = device_decoder_internal::SyntheticModel;
+
+  std::unique_ptr<SyntheticModel> owned;  // the shapes of a synthetic decoder
+  const ModelConfig& c;
+  const LayerRoles& roles;
+  const ModelWeights& wts;
+  ActivationPrecision precision;
+  DeviceDecoderOptions options;
+  LocalExperts ex;         // the routed experts held here (local slots)
+  uint64_t seed = 0;      // synthetic weights: the draw's seed (0 = real weights)
+  uint64_t fills = 0;     // synthetic draws so far (each gets its own seed)
+  absl::Status fill_status;
+  // [layer][local slot] MXFP4 forms of the routed experts; empty for a layer held in fp32.
+  std::vector<std::vector<EncodedExpert>> encoded;
+  size_t expert_bytes = 0, embed_bytes = 0;
+  int mxfp4_layers = 0;
+  int64_t batch_cap = 0;  // max_batch rounded up to batch_interval
+  int slots = 0;          // max_sequences + 1 (the last is the padding rows' scratch slot)
+  std::vector<int> ratios;  // distinct compress ratios > 0 of the backbone
+  EngramHasher hasher;
+
+  cudaStream_t stream = nullptr;
+  cudaEvent_t ev_begin = nullptr, ev_end = nullptr;
+  char* arena = nullptr;
+  size_t weight_bytes = 0, pool_bytes = 0, arena_bytes = 0;
+  std::unique_ptr<dense::GemmHandle> gemm;
+
+  // Weights.
+  const float* embed = nullptr;
+  const float* final_norm = nullptr;
+  DevDense head;
+  std::vector<LayerDev> layers;
+  const float* cos_sin_swa = nullptr;         // [max_positions, rope/2, 2]
+  const float* cos_sin_compressed = nullptr;
+  // Pools.
+  float* kv_pool = nullptr;
+  int64_t pool_rows = 0;
+  // Activations [batch_cap, ...].
+  float *x = nullptr, *x2 = nullptr, *mixes = nullptr, *h = nullptr, *y = nullptr;
+  Coeffs ca, cf;
+  float* identity_pre = nullptr;
+  float* act = nullptr;  // matmul activation scratch [batch_cap * topk, max in]
+  float *qr = nullptr, *q = nullptr, *kvw = nullptr, *o = nullptr, *og = nullptr,
+        *ug = nullptr, *u = nullptr;
+  float *cpa = nullptr, *cpg = nullptr, *latent = nullptr, *ik = nullptr, *iq = nullptr,
+        *iw = nullptr, *scores = nullptr;
+  int32_t* index = nullptr;
+  int32_t* moe_idx = nullptr;
+  float* moe_w = nullptr;
+  int64_t* group_offsets = nullptr;
+  int32_t* pair_row = nullptr;
+  // Expert parallelism: blocks [world, batch rows, ...] sent and received.
+  float *ep_send_x = nullptr, *ep_recv_x = nullptr, *ep_send_w = nullptr, *ep_recv_w = nullptr;
+  int32_t *ep_send_slot = nullptr, *ep_recv_slot = nullptr, *ep_return_row = nullptr;
+  int32_t* ep_physical = nullptr;  // [batch rows, topk] physical slot of each pair
+  // Expert load since the last TakeExpertLoad: [layers, logical experts], [layers].
+  int64_t* load_routed = nullptr;
+  int64_t* load_served = nullptr;
+  float *ep_back = nullptr, *ep_ret = nullptr;  // [world, batch rows, topk, dim]
+  float *xg = nullptr, *wg = nullptr, *gg = nullptr, *upg = nullptr, *yg = nullptr;
+  float *sg = nullptr, *su = nullptr, *sy = nullptr;
+  float *emb = nullptr, *ekv = nullptr, *ekey = nullptr, *evalue = nullptr;
+  float* logits = nullptr;
+  // Step inputs.
+  char* meta_dev = nullptr;
+  char* meta_host = nullptr;  // pinned
+  size_t meta_bytes = 0;
+  StepMeta meta_d, meta_h;
+  float* logits_host = nullptr;  // pinned [batch_cap, vocab]
+
+  // Host state per slot.
+  struct Slot {
+    bool used = false;
+    int64_t length = 0;
+    std::vector<int64_t> history;  // Engram compressed ids
+  };
+  std::vector<Slot> slot_state;
+  absl::flat_hash_map<int64_t, cudaGraphExec_t> graphs;
+  // Profiling (eager steps): an event per section boundary, and its name.
+  bool profiling = false;
+  std::vector<cudaEvent_t> prof_events;
+  std::vector<const char*> prof_names;
+  size_t prof_used = 0;
+
+  // Starts section `name` (null: the end of the step) when profiling.
+  void Mark(const char* name) {
+    if (!profiling) return;
+    if (prof_used == prof_events.size()) {
+      cudaEvent_t e = nullptr;
+      if (cudaEventCreate(&e) != cudaSuccess) return;
+      prof_events.push_back(e);
+      prof_names.push_back(nullptr);
+    }
+    prof_names[prof_used] = name;
+    cudaEventRecord(prof_events[prof_used++], stream);
+  }
+
+  Impl(std::unique_ptr<SyntheticModel> own, const ModelConfig& config, const LayerRoles& r,
+       const ModelWeights& w, ActivationPrecision p, const DeviceDecoderOptions& o,
+       EngramHasher hs)
+      : owned(std::move(own)), c(config), roles(r), wts(w), precision(p), options(o),
+        hasher(std::move(hs)) {}
+
+  // Draws `n` synthetic weights at `p` (uniform in +-scale, bf16), when live.
+  void Fill(float* p, int64_t n, float scale) {
+    ++fills;
+    if (p == nullptr || !fill_status.ok()) return;
+    fill_status = dec::RandomFill({.x = p, .n = n, .seed = seed * 1000003 + fills,
+                                   .scale = scale},
+                                  stream);
+  }
+  // Encodes the routed experts as MXFP4 where every expert of a layer
+  // re-encodes exactly (real weights only).
+  void EncodeExperts();
+  ~Impl() {
+    if (stream != nullptr) cudaStreamSynchronize(stream);
+    for (auto& [b, exec] : graphs) cudaGraphExecDestroy(exec);
+    for (cudaEvent_t e : prof_events) cudaEventDestroy(e);
+    gemm.reset();
+    if (arena != nullptr && options.memory == nullptr) cudaFree(arena);
+    if (meta_host != nullptr) cudaFreeHost(meta_host);
+    if (logits_host != nullptr) cudaFreeHost(logits_host);
+    if (ev_begin != nullptr) cudaEventDestroy(ev_begin);
+    if (ev_end != nullptr) cudaEventDestroy(ev_end);
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+
+  bool bf16() const { return precision == ActivationPrecision::kBf16; }
+  int64_t window() const { return c.window_size; }
+  int64_t max_entries(int ratio) const { return options.max_positions / ratio; }
+  int ratio_index(int ratio) const {
+    return static_cast<int>(std::find(ratios.begin(), ratios.end(), ratio) - ratios.begin());
+  }
+  const float* cos_sin(int layer) const {
+    return roles[layer].ratio > 0 ? cos_sin_compressed : cos_sin_swa;
+  }
+
+  // Derives the batch capacity, the slot count and the ratios from options.
+  void Plan() {
+    batch_cap = (options.max_batch + options.batch_interval - 1) / options.batch_interval *
+                options.batch_interval;
+    slots = options.max_sequences + 1;
+    ratios.clear();
+    for (const LayerRole& role : roles.layers()) {
+      if (role.is_dspark_stage || role.ratio <= 0) continue;
+      if (std::find(ratios.begin(), ratios.end(), role.ratio) == ratios.end()) {
+        ratios.push_back(role.ratio);
+      }
+    }
+  }
+  // The arena bytes of the current options (a dry run of Layout; no device).
+  absl::StatusOr<size_t> MeasureArena() {
+    Plan();
+    Region measure;
+    measure.Begin(nullptr);
+    RETURN_IF_ERROR(Layout(measure));
+    return measure.used();
+  }
+  // Lowers options.max_positions to the largest whose arena fits (dry runs).
+  absl::StatusOr<int64_t> FitPositions(size_t budget_bytes);
+  absl::Status Layout(Region& r);
+  // The weights part of Layout (and the RoPE tables); `max_in` receives the
+  // widest matmul input seen.
+  absl::Status LayoutWeights(Region& r, int64_t& max_in);
+  absl::StatusOr<std::unique_ptr<DeviceDecoder>> Build(std::unique_ptr<Impl> self);
+  void LayoutMeta(char* base, StepMeta& m, size_t& bytes) const;
+  absl::Status PrepareMeta(std::span<const int> slot_ids, std::span<const int64_t> tokens,
+                           int64_t padded);
+  absl::Status Enqueue(int64_t b);
+
+  // --- one-op wrappers (device pointers, `b` rows)
+  absl::Status Mm(const DevDense& w, const float* in, int64_t rows, float* out) {
+    const dense::MatmulParams p{.x = in, .w = w.w, .y = out, .rows = rows, .out = w.out,
+                                .in = w.in, .fp8_activation = w.fp8,
+                                .act_scratch = w.fp8 ? act : nullptr};
+    return dense::RowStableMatmul(p, stream);
+  }
+  absl::Status Round(float* v, int64_t n) {
+    if (!bf16()) return absl::OkStatus();
+    return dec::RoundBf16({.x = v, .n = n}, stream);
+  }
+  absl::Status Norm(float* v, const float* weight, int64_t rows, int64_t dim) {
+    return kc::RmsNorm({.x = v, .weight = weight, .out = v, .rows = rows, .dim = dim,
+                        .eps = static_cast<float>(c.norm_eps)},
+                       stream);
+  }
+  absl::Status Rope(float* v, const int64_t* positions, int64_t rows, int heads, int64_t dim,
+                    int layer, bool inverse = false) {
+    kc::RopeParams p{.x = v, .positions = positions, .cos_sin = cos_sin(layer),
+                     .num_tokens = rows, .num_heads = heads, .head_dim = static_cast<int>(dim),
+                     .rope_dim = static_cast<int>(c.rope_head_dim), .inverse = inverse};
+    p.cos_sin_by_position = true;
+    p.cos_sin_rows = options.max_positions;
+    return kc::ApplyRope(p, stream);
+  }
+  absl::Status Quant(float* v, int64_t n, dense::FakeQuantFormat f) {
+    return dense::FakeQuant({.x = v, .out = v, .n = n, .format = f}, stream);
+  }
+  absl::Status Mix(const HcDev& hc, int64_t b, const Coeffs& out) {
+    const int64_t n = c.hc_mult, n_mix = c.hc_mix_dim();
+    RETURN_IF_ERROR(dense::RowStableMatmul(
+        {.x = x, .w = hc.fn, .y = mixes, .rows = b, .out = n_mix, .in = n * c.dim}, stream));
+    return kc::HcMix({.x = x, .hc_fn = hc.fn, .mixes = mixes, .scale = hc.scale,
+                      .base = hc.base, .pre = out.pre, .post = out.post, .comb = out.comb,
+                      .tokens = b, .dim = c.dim, .hc_mult = static_cast<int>(n),
+                      .sinkhorn_iters = c.hc_sinkhorn_iters,
+                      .hc_eps = static_cast<float>(c.hc_eps),
+                      .norm_eps = static_cast<float>(c.norm_eps)},
+                     stream);
+  }
+  absl::Status Collapse(const float* pre, int64_t b, const float* norm_weight) {
+    RETURN_IF_ERROR(kc::HcCollapse({.x = x, .pre = pre, .out = h, .tokens = b, .dim = c.dim,
+                                    .hc_mult = static_cast<int>(c.hc_mult),
+                                    .round_bf16 = bf16()},
+                                   stream));
+    RETURN_IF_ERROR(Norm(h, norm_weight, b, c.dim));
+    return Round(h, b * c.dim);
+  }
+  absl::Status Expand(const Coeffs& coeff, int64_t b) {
+    RETURN_IF_ERROR(kc::HcExpand({.x = x, .y = y, .post = coeff.post, .comb = coeff.comb,
+                                  .out = x2, .tokens = b, .dim = c.dim,
+                                  .hc_mult = static_cast<int>(c.hc_mult), .round_bf16 = bf16()},
+                                 stream));
+    std::swap(x, x2);
+    return absl::OkStatus();
+  }
+
+  absl::Status Engram(int layer, int64_t b);
+  absl::Status Attention(int layer, int64_t b);
+  absl::Status UpdateCompressed(int layer, int64_t b);
+  absl::Status SelectCompressed(int layer, int64_t b);
+  absl::Status Moe(int layer, int64_t b);
+  // Expert parallelism: the dispatch blocks (x rows, local slots, route
+  // weights) to and from every rank, and the expert outputs back.
+  absl::Status Dispatch(int64_t b);
+  absl::Status Return(int64_t b);
+};
+
+}  // namespace weir::model
+
+#endif  // WEIR_WORKER_MODEL_DEVICE_DECODER_IMPL_H_

@@ -1,0 +1,293 @@
+// DeviceDecoder: the MoE layer inside the step (gate, routed experts as
+// grouped products, shared expert, combine), the expert-parallel exchange
+// with the other ranks (Dispatch, Return), the expert slots of a placement
+// and their replacement (SetPlacement), and the expert load counts.
+
+#include "worker/model/device_decoder_impl.h"
+
+namespace weir::model {
+using device_decoder_internal::EncodedExpert;
+using device_decoder_internal::EncodeMxfp4Exactly;
+using device_decoder_internal::LayerDev;
+using device_decoder_internal::LocalExperts;
+using device_decoder_internal::PlanExpertSlots;
+
+namespace device_decoder_internal {
+
+// The expert slots of `options` (INVALID_ARGUMENT for a placement that does
+// not fit the config or the communicator).
+absl::StatusOr<LocalExperts> PlanExpertSlots(const ModelConfig& c,
+                                            const DeviceDecoderOptions& options) {
+  LocalExperts x;
+  const int logical = static_cast<int>(c.n_routed_experts);
+  if (options.communicator == nullptr) {
+    x.per_rank = logical;
+    std::vector<int> identity(logical);
+    for (int e = 0; e < logical; ++e) identity[e] = e;
+    x.local.assign(c.n_layers, identity);
+    return x;
+  }
+  x.world = options.communicator->world_size();
+  x.rank = options.communicator->rank().value();
+  const ExpertPlacement pl = options.placement.num_layers == 0
+                                 ? IdentityPlacement(c.n_layers, logical, x.world)
+                                 : options.placement;
+  if (pl.world_size != x.world || pl.num_layers != c.n_layers || pl.num_logical != logical) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DeviceDecoder: the expert placement is for ", pl.world_size, " ranks, ", pl.num_layers,
+        " layers, ", pl.num_logical, " experts; the communicator has ", x.world,
+        " ranks and the model ", c.n_layers, " layers of ", logical, " experts"));
+  }
+  RETURN_IF_ERROR(ValidatePlacement(pl));
+  x.per_rank = pl.slots_per_rank;
+  x.local.assign(c.n_layers, std::vector<int>(x.per_rank));
+  x.replicas.assign(c.n_layers, {});
+  const size_t physical = pl.num_physical();
+  for (int l = 0; l < c.n_layers; ++l) {
+    for (int s = 0; s < x.per_rank; ++s) x.local[l][s] = pl.logical(l, x.rank * x.per_rank + s);
+    RETURN_IF_ERROR(kc::BuildReplicaTable(
+        std::span<const int32_t>(pl.physical_to_logical).subspan(l * physical, physical), logical,
+        &x.replicas[l]));
+  }
+  return x;
+}
+
+}  // namespace device_decoder_internal
+
+absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
+  const LayerDev& L = layers[layer];
+  const int k = static_cast<int>(c.n_activated_experts);
+  const int64_t d = c.dim;
+  kc::GateScore score = kc::GateScore::kSqrtSoftplus;
+  if (c.score_func == ScoreFunc::kSigmoid) score = kc::GateScore::kSigmoid;
+  if (c.score_func == ScoreFunc::kSoftmax) score = kc::GateScore::kSoftmax;
+  Mark("moe.gate");
+  RETURN_IF_ERROR(kc::MoeGate({.x = h, .weight = L.gate, .bias = L.bias, .bias_vl = L.bias_vl,
+                               .indices = moe_idx, .weights = moe_w, .tokens = b, .dim = d,
+                               .num_experts = static_cast<int>(c.n_routed_experts), .topk = k,
+                               .gate_temp = static_cast<float>(c.gate_temp),
+                               .route_scale = static_cast<float>(c.route_scale),
+                               .norm_topk_prob = c.norm_topk_prob, .score = score},
+                              stream));
+  // The pairs this rank computes: its own (groups = logical experts), or with
+  // a communicator every rank's pairs routed here (groups = local slots).
+  const bool ep = options.communicator != nullptr;
+  const float* in_x = h;
+  const int32_t* in_groups = moe_idx;
+  const float* in_weight = moe_w;
+  int64_t in_tokens = b;
+  if (ep) {
+    Mark("moe.dispatch");
+    RETURN_IF_ERROR(kc::ExpertSlots({.indices = moe_idx, .replica_offsets = L.ep_offsets,
+                                     .replica_slots = L.ep_slots, .slots = ep_physical,
+                                     .tokens = b, .topk = k,
+                                     .num_logical = static_cast<int>(c.n_routed_experts),
+                                     .rank = ex.rank},
+                                    stream));
+    RETURN_IF_ERROR(kc::MoeDispatchPack(
+        {.slots = ep_physical, .route_weight = moe_w, .x = h, .valid_tokens = meta_d.valid,
+         .send_x = ep_send_x, .send_slot = ep_send_slot, .send_weight = ep_send_w,
+         .return_row = ep_return_row, .tokens = b, .dim = d, .topk = k, .world = ex.world,
+         .slots_per_rank = ex.per_rank},
+        stream));
+    RETURN_IF_ERROR(Dispatch(b));
+    in_x = ep_recv_x;
+    in_groups = ep_recv_slot;
+    in_weight = ep_recv_w;
+    in_tokens = ex.world * b;
+  }
+  const int64_t rows = in_tokens * k;
+  Mark("moe.experts");
+  RETURN_IF_ERROR(kc::MoeGroupRows({.groups = in_groups, .x = in_x, .route_weight = in_weight,
+                                    .group_offsets = group_offsets, .pair_row = pair_row,
+                                    .x_grouped = xg, .weight_grouped = wg, .tokens = in_tokens,
+                                    .dim = d, .topk = k, .num_groups = L.experts},
+                                   stream));
+  RETURN_IF_ERROR(kc::AccumulateExpertLoad(
+      {.experts = moe_idx, .valid_tokens = meta_d.valid,
+       .group_offsets = ep ? group_offsets : nullptr,
+       .routed = load_routed + int64_t{layer} * c.n_routed_experts,
+       .served = load_served + layer, .tokens = b, .topk = k,
+       .num_experts = static_cast<int>(c.n_routed_experts), .num_groups = L.experts},
+      stream));
+  const float limit = static_cast<float>(c.swiglu_limit);
+  auto grouped = [&](const float* in, const float* const* w, const uint8_t* const* codes,
+                     const uint8_t* const* scales, int64_t out_dim, int64_t in_dim, bool fp8,
+                     float* out) {
+    dense::GroupedMatmulParams p{.x = in, .group_offsets = group_offsets, .w = w, .y = out,
+                                 .rows = rows, .out = out_dim, .in = in_dim,
+                                 .num_groups = L.experts, .fp8_activation = fp8,
+                                 .act_scratch = fp8 ? act : nullptr,
+                                 .max_group_rows = in_tokens};
+    if (L.mxfp4) {
+      p.w = nullptr;
+      p.w_mxfp4 = codes;
+      p.w_mxfp4_scales = scales;
+    }
+    return dense::RowStableGroupedMatmul(p, stream);
+  };
+  RETURN_IF_ERROR(grouped(xg, L.w1s, L.w1c, L.w1q, L.inter, d, L.w13_fp8, gg));
+  RETURN_IF_ERROR(grouped(xg, L.w3s, L.w3c, L.w3q, L.inter, d, L.w13_fp8, upg));
+  RETURN_IF_ERROR(dec::Swiglu({.gate = gg, .up = upg, .route_weight = wg, .out = gg,
+                               .rows = rows, .inter = L.inter, .limit = limit,
+                               .round_bf16 = bf16()},
+                              stream));
+  RETURN_IF_ERROR(grouped(gg, L.w2s, L.w2c, L.w2q, d, L.inter, L.w2_fp8, yg));
+  RETURN_IF_ERROR(Round(yg, rows * d));
+  if (ep) {
+    // Each received pair's output into the block of the rank it came from
+    // (pairs served elsewhere: zeros), then back.
+    Mark("moe.return");
+    RETURN_IF_ERROR(dec::CopyRows({.src = yg, .dst = ep_back, .src_rows = pair_row,
+                                   .rows = rows, .width = d},
+                                  stream));
+    RETURN_IF_ERROR(Return(b));
+  }
+  Mark("moe.shared");
+  RETURN_IF_ERROR(Mm(L.sw1, h, b, sg));
+  RETURN_IF_ERROR(Mm(L.sw3, h, b, su));
+  RETURN_IF_ERROR(dec::Swiglu({.gate = sg, .up = su, .out = sg, .rows = b, .inter = L.sw1.out,
+                               .limit = limit, .round_bf16 = bf16()},
+                              stream));
+  RETURN_IF_ERROR(Mm(L.sw2, sg, b, sy));
+  RETURN_IF_ERROR(Round(sy, b * d));
+  Mark("moe.combine");
+  return kc::MoeCombine({.y_grouped = ep ? ep_ret : yg, .pair_row = ep ? ep_return_row : pair_row,
+                         .experts = moe_idx, .shared = sy, .out = y, .tokens = b, .dim = d,
+                         .topk = k, .round_bf16 = bf16()},
+                        stream);
+}
+
+absl::Status DeviceDecoder::Impl::Dispatch(int64_t b) {
+  using parallel::DataType;
+  using parallel::P2POp;
+  const int64_t d = c.dim, k = c.n_activated_experts;
+  // The three blocks per peer (4-byte elements), sent and received in this order.
+  struct Block {
+    void* send;
+    void* recv;
+    int64_t count;
+    DataType dtype;
+  };
+  const Block blocks[] = {{ep_send_x, ep_recv_x, b * d, DataType::kFloat32},
+                          {ep_send_slot, ep_recv_slot, b * k, DataType::kInt32},
+                          {ep_send_w, ep_recv_w, b * k, DataType::kFloat32}};
+  std::vector<P2POp> ops;
+  ops.reserve(6 * ex.world);
+  for (int p = 0; p < ex.world; ++p) {
+    for (P2POp::Kind kind : {P2POp::Kind::kSend, P2POp::Kind::kRecv}) {
+      for (const Block& blk : blocks) {
+        char* base = static_cast<char*>(kind == P2POp::Kind::kSend ? blk.send : blk.recv);
+        ops.push_back({.kind = kind, .peer = Rank(p), .data = base + p * blk.count * 4,
+                       .count = blk.count, .dtype = blk.dtype});
+      }
+    }
+  }
+  return options.communicator->GroupSendRecv(
+      ops, {.memory = parallel::MemoryKind::kDevice, .stream = stream});
+}
+
+absl::Status DeviceDecoder::Impl::Return(int64_t b) {
+  const int64_t block = b * c.n_activated_experts * c.dim;
+  std::vector<int64_t> counts(ex.world, block), offsets(ex.world);
+  for (int p = 0; p < ex.world; ++p) offsets[p] = p * block;
+  return options.communicator->AllToAllV(
+      {.send = ep_back, .send_counts = counts, .send_offsets = offsets, .recv = ep_ret,
+       .recv_counts = counts, .recv_offsets = offsets, .dtype = parallel::DataType::kFloat32},
+      {.memory = parallel::MemoryKind::kDevice, .stream = stream});
+}
+
+absl::Status DeviceDecoder::SetPlacement(const ExpertPlacement& placement) {
+  Impl& m = *impl_;
+  const ModelConfig& c = m.c;
+  if (options_.communicator == nullptr || m.seed != 0) {
+    return absl::InvalidArgumentError(
+        "SetPlacement: only a decoder with a communicator and real weights has a placement");
+  }
+  DeviceDecoderOptions next_options = options_;
+  next_options.placement = placement;
+  ASSIGN_OR_RETURN(LocalExperts next, PlanExpertSlots(c, next_options));
+  if (next.per_rank != m.ex.per_rank) {
+    return absl::InvalidArgumentError(absl::StrCat("SetPlacement: ", next.per_rank,
+                                                   " slots per rank; the decoder holds ",
+                                                   m.ex.per_rank));
+  }
+  // Everything is checked and encoded on the host before the first upload.
+  struct Upload {
+    void* dst;
+    const void* src;
+    size_t bytes;
+  };
+  std::vector<Upload> uploads;
+  std::vector<EncodedExpert> encoded;  // owns the MXFP4 bytes until uploaded
+  encoded.reserve(static_cast<size_t>(c.n_layers) * next.per_rank);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerDev& L = m.layers[l];
+    const std::vector<ExpertWeightsF32>& experts = m.wts.layers[l].ffn.experts;
+    for (int s = 0; s < next.per_rank; ++s) {
+      const int e = next.local[l][s];
+      if (e == m.ex.local[l][s]) continue;
+      const ExpertWeightsF32& w = experts[e];
+      const DenseWeight* parts[3] = {&w.w1, &w.w3, &w.w2};
+      if (w.w1.w.empty() || w.w1.out != L.inter || w.w1.fp8_activation != L.w13_fp8 ||
+          w.w2.fp8_activation != L.w2_fp8 || w.w1.in != c.dim) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "SetPlacement: layer ", l, " expert ", e, " (local slot ", s,
+            ") is not loaded in the model or has another format"));
+      }
+      if (L.mxfp4) {
+        EncodedExpert& enc = encoded.emplace_back();
+        for (int k = 0; k < 3; ++k) {
+          if (!EncodeMxfp4Exactly(*parts[k], enc.codes[k], enc.scales[k])) {
+            return absl::FailedPreconditionError(absl::StrCat(
+                "SetPlacement: layer ", l, " expert ", e, " does not re-encode as MXFP4"));
+          }
+          uploads.push_back({L.slot_codes[k][s], enc.codes[k].data(), enc.codes[k].size()});
+          uploads.push_back({L.slot_scales[k][s], enc.scales[k].data(), enc.scales[k].size()});
+        }
+      } else {
+        for (int k = 0; k < 3; ++k) {
+          uploads.push_back({L.slot_w[k][s], parts[k]->w.data(), parts[k]->w.size() * 4});
+        }
+      }
+    }
+    uploads.push_back({const_cast<int32_t*>(L.ep_offsets), next.replicas[l].offsets.data(),
+                       next.replicas[l].offsets.size() * sizeof(int32_t)});
+    uploads.push_back({const_cast<int32_t*>(L.ep_slots), next.replicas[l].slots.data(),
+                       next.replicas[l].slots.size() * sizeof(int32_t)});
+  }
+  WEIR_DD_CUDA("set device", cudaSetDevice(options_.device));
+  WEIR_DD_CUDA("placement", cudaStreamSynchronize(m.stream));
+  for (const Upload& u : uploads) {
+    WEIR_DD_CUDA("placement upload", cudaMemcpy(u.dst, u.src, u.bytes, cudaMemcpyHostToDevice));
+  }
+  m.ex = std::move(next);
+  options_.placement = placement;
+  m.options.placement = placement;
+  return absl::OkStatus();
+}
+
+absl::Status DeviceDecoder::TakeExpertLoad(std::span<int64_t> routed, std::span<int64_t> served) {
+  Impl& m = *impl_;
+  const ModelConfig& c = m.c;
+  const size_t n_routed = static_cast<size_t>(c.n_layers * c.n_routed_experts);
+  if (routed.size() != n_routed || served.size() != static_cast<size_t>(c.n_layers)) {
+    return absl::InvalidArgumentError(absl::StrCat("TakeExpertLoad: spans of ", routed.size(),
+                                                   " and ", served.size(), "; expected ",
+                                                   n_routed, " and ", c.n_layers));
+  }
+  std::vector<int64_t> r(n_routed), s(c.n_layers);
+  WEIR_DD_CUDA("set device", cudaSetDevice(options_.device));
+  WEIR_DD_CUDA("load", cudaMemcpyAsync(r.data(), m.load_routed, r.size() * sizeof(int64_t),
+                                       cudaMemcpyDeviceToHost, m.stream));
+  WEIR_DD_CUDA("load", cudaMemcpyAsync(s.data(), m.load_served, s.size() * sizeof(int64_t),
+                                       cudaMemcpyDeviceToHost, m.stream));
+  WEIR_DD_CUDA("load", cudaMemsetAsync(m.load_routed, 0, r.size() * sizeof(int64_t), m.stream));
+  WEIR_DD_CUDA("load", cudaMemsetAsync(m.load_served, 0, s.size() * sizeof(int64_t), m.stream));
+  WEIR_DD_CUDA("load", cudaStreamSynchronize(m.stream));
+  for (size_t i = 0; i < r.size(); ++i) routed[i] += r[i];
+  for (size_t i = 0; i < s.size(); ++i) served[i] += s[i];
+  return absl::OkStatus();
+}
+
+}  // namespace weir::model

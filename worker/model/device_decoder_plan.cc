@@ -1,0 +1,290 @@
+// DeviceDecoder: the arena plan (weights, KV pools, activations, step
+// inputs laid out by one Region pass, measured by a dry run), the checks of
+// what a decoder can hold, and MaxPositionsFor.
+
+#include "worker/model/device_decoder_impl.h"
+
+namespace weir::model {
+using device_decoder_internal::CheckDecodable;
+using device_decoder_internal::LocalExperts;
+
+namespace device_decoder_internal {
+
+// What a decoder cannot hold (INVALID_ARGUMENT), before anything is
+// allocated; otherwise the routed experts it holds. `synthetic`: the weights
+// are shapes only (drawn on the device).
+absl::StatusOr<LocalExperts> CheckDecodable(const ModelConfig& c, const LayerRoles& roles,
+                                           const ModelWeights& w,
+                                           const DeviceDecoderOptions& options,
+                                           bool synthetic) {
+  if (options.max_sequences < 1 || options.max_positions < 2 || options.max_batch < 1 ||
+      options.batch_interval < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DeviceDecoder: max_sequences ", options.max_sequences, ", max_positions ",
+        options.max_positions, ", max_batch ", options.max_batch, ", batch_interval ",
+        options.batch_interval, " (each must be >= 1, max_positions >= 2)"));
+  }
+  if (static_cast<int>(w.layers.size()) < c.n_layers) {
+    return absl::InvalidArgumentError("DeviceDecoder: weights of fewer layers than the config");
+  }
+  if (options.communicator != nullptr &&
+      options.communicator->device().value() != options.device) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DeviceDecoder: the communicator is on device ", options.communicator->device().value(),
+        ", the decoder on ", options.device));
+  }
+  ASSIGN_OR_RETURN(LocalExperts slots, PlanExpertSlots(c, options));
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerRole& role = roles[l];
+    const std::vector<ExpertWeightsF32>& experts = w.layers[l].ffn.experts;
+    if (static_cast<int64_t>(experts.size()) != c.n_routed_experts) {
+      return absl::InvalidArgumentError(absl::StrCat("DeviceDecoder: layer ", l, " has ",
+                                                     experts.size(), " routed experts, not ",
+                                                     c.n_routed_experts));
+    }
+    for (size_t s = 0; s < slots.local[l].size() && !synthetic; ++s) {
+      if (experts[slots.local[l][s]].w1.w.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "DeviceDecoder: layer ", l, " expert ", slots.local[l][s], " (local slot ", s,
+            " of rank ", slots.rank, ") is not loaded"));
+      }
+    }
+    if (role.has_engram) {
+      const EngramWeights& e = w.layers[l].engram;
+      if (e.row_begin != 0 || e.row_end != e.rows) {
+        return absl::InvalidArgumentError("DeviceDecoder: sharded Engram tables are not supported");
+      }
+    }
+    if (role.candidate_source >= 0 && roles[role.candidate_source].ratio != role.ratio) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "DeviceDecoder: layer ", l, " is restricted by a candidate pool of another ratio"));
+    }
+    const ExpertWeightsF32& first = experts[slots.local[l][0]];
+    for (int slot : slots.local[l]) {
+      const ExpertWeightsF32& e = experts[slot];
+      if (e.w1.fp8_activation != first.w1.fp8_activation ||
+          e.w2.fp8_activation != first.w2.fp8_activation || e.w1.out != first.w1.out) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("DeviceDecoder: layer ", l, " mixes expert formats"));
+      }
+    }
+  }
+  if (c.n_routed_experts > kc::kMoeGroupRowsMaxGroups ||
+      slots.per_rank > kc::kMoeGroupRowsMaxGroups) {
+    return absl::InvalidArgumentError("DeviceDecoder: too many routed experts");
+  }
+  if (slots.world * c.n_activated_experts > kc::kMoeDispatchMaxPairs) {
+    return absl::InvalidArgumentError(absl::StrCat("DeviceDecoder: ", slots.world, " ranks x top-",
+                                                   c.n_activated_experts,
+                                                   " pairs per token exceed the dispatch"));
+  }
+  return slots;
+}
+
+}  // namespace device_decoder_internal
+
+absl::Status DeviceDecoder::Impl::Layout(Region& r) {
+  const ModelWeights& w = wts;
+  const int64_t d = c.dim, n = c.hc_mult, hd = c.head_dim, di = c.index_head_dim;
+  const int64_t bc = batch_cap, win = window();
+  fills = 0;
+  expert_bytes = 0;
+  mxfp4_layers = 0;
+  int64_t max_in = 1;
+  RETURN_IF_ERROR(LayoutWeights(r, max_in));
+  weight_bytes = r.used();
+  // --- pools
+  int64_t rows = 0;
+  for (int l = 0; l < c.n_layers; ++l) {
+    layers[l].window_base = static_cast<int32_t>(rows);
+    rows += slots * win;
+  }
+  int64_t max_width = 1;
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerRole& role = roles[l];
+    LayerDev& L = layers[l];
+    if (role.ratio > 0) max_width = std::max(max_width, max_entries(role.ratio));
+    if (role.attention != AttentionRole::kFull) continue;
+    const int64_t me = max_entries(role.ratio);
+    L.comp_base = static_cast<int32_t>(rows);
+    rows += slots * me;
+    L.index_k = r.Alloc<float>(slots * me * di);
+    if (role.ratio > 1) {
+      L.comp_kv_state = r.Alloc<float>(slots * role.ratio * hd);
+      L.comp_score_state = r.Alloc<float>(slots * role.ratio * hd);
+    }
+  }
+  if (rows >= (int64_t{1} << 31)) {
+    return absl::InvalidArgumentError(absl::StrCat("DeviceDecoder: the KV pool would hold ", rows,
+                                                   " rows; int32 indices need < 2^31"));
+  }
+  pool_rows = rows;
+  kv_pool = r.Alloc<float>(rows * hd);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerRole& role = roles[l];
+    if (role.ratio > 0 && role.index_source == l) {
+      layers[l].topk = r.Alloc<int32_t>(bc * c.index_topk);
+    }
+    if (role.produces_candidates) {
+      layers[l].candidates = r.Alloc<uint8_t>(bc * max_entries(role.ratio));
+    }
+  }
+  load_routed = r.Alloc<int64_t>(c.n_layers * c.n_routed_experts);
+  load_served = r.Alloc<int64_t>(c.n_layers);
+  pool_bytes = r.used() - weight_bytes;
+  // --- activations
+  const int64_t nmix = c.hc_mix_dim(), k = c.n_activated_experts;
+  int64_t inter = 1, inter_s = std::max<int64_t>(w.layers[0].ffn.shared.w1.out, 1);
+  for (const LayerDev& L : layers) inter = std::max(inter, L.inter);
+  x = r.Alloc<float>(bc * n * d);
+  x2 = r.Alloc<float>(bc * n * d);
+  mixes = r.Alloc<float>(bc * nmix);
+  for (Coeffs* cc : {&ca, &cf}) {
+    cc->pre = r.Alloc<float>(bc * n);
+    cc->post = r.Alloc<float>(bc * n);
+    cc->comb = r.Alloc<float>(bc * n * n);
+  }
+  {
+    std::vector<float> ident(bc * n, 0.0f);
+    for (int64_t t = 0; t < bc; ++t) ident[t * n] = 1.0f;
+    identity_pre = const_cast<float*>(r.Put(ident));
+  }
+  h = r.Alloc<float>(bc * d);
+  y = r.Alloc<float>(bc * d);
+  // Expert pairs handled here: this rank's own, or every rank's with a communicator.
+  const int64_t pairs = ex.world * bc * std::max<int64_t>(k, 1);
+  act = r.Alloc<float>(pairs * std::max(max_in, inter));
+  qr = r.Alloc<float>(bc * c.q_lora_rank);
+  q = r.Alloc<float>(bc * c.n_heads * hd);
+  kvw = r.Alloc<float>(bc * hd);
+  o = r.Alloc<float>(bc * c.n_heads * hd);
+  og = r.Alloc<float>(bc * c.n_heads * hd);
+  ug = r.Alloc<float>(bc * c.o_groups * c.o_lora_rank);
+  u = r.Alloc<float>(bc * c.o_groups * c.o_lora_rank);
+  cpa = r.Alloc<float>(bc * hd);
+  cpg = r.Alloc<float>(bc * hd);
+  latent = r.Alloc<float>(bc * hd);
+  ik = r.Alloc<float>(bc * di);
+  iq = r.Alloc<float>(bc * c.index_n_heads * di);
+  iw = r.Alloc<float>(bc * c.index_n_heads);
+  scores = r.Alloc<float>(bc * max_width);
+  index = r.Alloc<int32_t>(bc * (win + c.index_topk));
+  moe_idx = r.Alloc<int32_t>(bc * k);
+  moe_w = r.Alloc<float>(bc * k);
+  group_offsets = r.Alloc<int64_t>(std::max<int64_t>(c.n_routed_experts, ex.per_rank) + 1);
+  pair_row = r.Alloc<int32_t>(pairs);
+  xg = r.Alloc<float>(pairs * d);
+  wg = r.Alloc<float>(pairs);
+  gg = r.Alloc<float>(pairs * inter);
+  upg = r.Alloc<float>(pairs * inter);
+  yg = r.Alloc<float>(pairs * d);
+  if (options.communicator != nullptr) {
+    const int64_t rows_all = ex.world * bc;
+    ep_send_x = r.Alloc<float>(rows_all * d);
+    ep_recv_x = r.Alloc<float>(rows_all * d);
+    ep_send_w = r.Alloc<float>(rows_all * k);
+    ep_recv_w = r.Alloc<float>(rows_all * k);
+    ep_send_slot = r.Alloc<int32_t>(rows_all * k);
+    ep_recv_slot = r.Alloc<int32_t>(rows_all * k);
+    ep_return_row = r.Alloc<int32_t>(bc * k);
+    ep_physical = r.Alloc<int32_t>(bc * k);
+    ep_back = r.Alloc<float>(pairs * d);
+    ep_ret = r.Alloc<float>(pairs * d);
+  }
+  sg = r.Alloc<float>(bc * inter_s);
+  su = r.Alloc<float>(bc * inter_s);
+  sy = r.Alloc<float>(bc * d);
+  const int64_t cols = c.engram_hash_cols();
+  emb = r.Alloc<float>(bc * std::max<int64_t>(cols, 1) * c.engram_head_dim);
+  ekv = r.Alloc<float>(bc * (n + 1) * d);
+  ekey = r.Alloc<float>(bc * n * d);
+  evalue = r.Alloc<float>(bc * d);
+  logits = r.Alloc<float>(bc * c.vocab_size);
+  // --- step inputs
+  size_t mb = 0;
+  LayoutMeta(nullptr, meta_d, mb);
+  meta_bytes = mb;
+  meta_dev = r.Alloc<char>(static_cast<int64_t>(mb));
+  if (meta_dev != nullptr) LayoutMeta(meta_dev, meta_d, mb);
+  RETURN_IF_ERROR(fill_status);
+  return r.status();
+}
+
+void DeviceDecoder::Impl::LayoutMeta(char* base, StepMeta& m, size_t& bytes) const {
+  size_t used = 0;
+  auto take = [&](auto*& p, int64_t n) {
+    using T = std::remove_reference_t<decltype(*p)>;
+    used = (used + 15) / 16 * 16;
+    p = base != nullptr ? reinterpret_cast<T*>(base + used) : nullptr;
+    used += n * sizeof(T);
+  };
+  const int64_t bc = batch_cap;
+  take(m.tokens, bc);
+  take(m.positions, bc);
+  take(m.slot, bc);
+  take(m.win_rows, bc * window());
+  take(m.win_write, bc);
+  m.ratio.assign(ratios.size(), {});
+  for (StepMeta::PerRatio& pr : m.ratio) {
+    take(pr.visible, bc);
+    take(pr.key_offset, bc);
+    take(pr.entry_pos, bc);
+    take(pr.entry_write, bc);
+    take(pr.row_base, bc);
+  }
+  m.engram_ids.assign(c.engram_layer_ids.size(), nullptr);
+  for (int64_t*& ids : m.engram_ids) take(ids, bc * c.engram_hash_cols());
+  take(m.valid, 1);
+  bytes = used;
+}
+
+absl::StatusOr<int64_t> DeviceDecoder::Impl::FitPositions(size_t budget_bytes) {
+  const int64_t most = options.max_positions;
+  auto bytes_at = [&](int64_t positions) -> absl::StatusOr<size_t> {
+    options.max_positions = positions;
+    return MeasureArena();
+  };
+  // The arena grows with max_positions: the largest that fits, by bisection.
+  int64_t lo = 2, hi = most;
+  ASSIGN_OR_RETURN(size_t smallest, bytes_at(lo));
+  if (smallest > budget_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "DeviceDecoder: even 2 positions per sequence need ", smallest, " bytes, ",
+        budget_bytes, " available"));
+  }
+  ASSIGN_OR_RETURN(size_t largest, bytes_at(hi));
+  if (largest <= budget_bytes) lo = hi;
+  while (lo < hi) {  // bytes_at(lo) fits; the answer is in [lo, hi]
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    ASSIGN_OR_RETURN(size_t b, bytes_at(mid));
+    if (b <= budget_bytes) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  options.max_positions = lo;
+  return lo;
+}
+
+absl::StatusOr<int64_t> DeviceDecoder::MaxPositionsFor(const Model& model,
+                                                       ActivationPrecision precision,
+                                                       const DeviceDecoderOptions& options,
+                                                       size_t budget_bytes,
+                                                       size_t* arena_bytes) {
+  ASSIGN_OR_RETURN(LocalExperts slots,
+                   CheckDecodable(model.config(), model.roles(), model.weights(), options));
+  ASSIGN_OR_RETURN(EngramHasher hasher,
+                   EngramHasher::Create(model.config(), options.engram_token_map));
+  Impl m(nullptr, model.config(), model.roles(), model.weights(), precision, options,
+         std::move(hasher));
+  m.ex = std::move(slots);
+  m.EncodeExperts();
+  ASSIGN_OR_RETURN(int64_t positions, m.FitPositions(budget_bytes));
+  if (arena_bytes != nullptr) {
+    ASSIGN_OR_RETURN(*arena_bytes, m.MeasureArena());
+  }
+  return positions;
+}
+
+}  // namespace weir::model
