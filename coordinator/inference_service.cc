@@ -354,6 +354,7 @@ grpc::Status InferenceService::GetServerState(grpc::ServerContext* context,
     loads = driver->Loads();
     response->set_preemptions(driver->preemptions());
     response->set_steps(driver->steps());
+    response->set_kv_checks(driver->kv_checks());
   }
   const size_t groups = std::max<size_t>(loads.size(), 1);
   for (size_t g = 0; g < groups; ++g) {

@@ -69,6 +69,10 @@ ABSL_FLAG(std::string, model_cache_dir, "",
 ABSL_FLAG(uint64_t, weights_seed, 0, "Seed of generated weights (config-only model dirs).");
 ABSL_FLAG(bool, zero_overhead, true,
           "Send plan t+1 before result t arrives (inputs resolved on the worker).");
+ABSL_FLAG(bool, kv_check_every_step, false,
+          "Debug: check every rank's KV books (VerifyAccounting) and a mirror of what each "
+          "worker holds after every step's plans and every release; a leaked or "
+          "double-owned block stops the step loop with INTERNAL. Off: no cost.");
 ABSL_FLAG(int, kv_blocks_per_rank, 0,
           "Tests: book at most this many KV blocks per rank (0: every block the workers "
           "report; the pools are sized by the workers' --kv_cache_bytes).");
@@ -164,6 +168,7 @@ StepDriverOptions DriverOptionsFromFlags(const model::ModelConfig& config,
   StepDriverOptions driver_options;
   driver_options.epoch = epoch;
   driver_options.zero_overhead = absl::GetFlag(FLAGS_zero_overhead);
+  driver_options.kv_check_every_step = absl::GetFlag(FLAGS_kv_check_every_step);
   driver_options.max_requests = absl::GetFlag(FLAGS_max_queued_requests);
   driver_options.max_prompt_tokens = absl::GetFlag(FLAGS_max_queued_prompt_tokens);
   // Without routed experts there is nothing to balance.

@@ -1,5 +1,7 @@
 #include "coordinator/step_driver.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "base/grpc_util.h"
 #include "coordinator/api_error.h"
@@ -38,6 +40,7 @@ absl::StatusOr<std::unique_ptr<StepDriver>> StepDriver::Create(
     driver->workers_.push_back(std::move(worker));
   }
   driver->loads_.resize(worker_addresses.size());
+  if (options.kv_check_every_step) driver->kv_mirrors_.resize(worker_addresses.size());
   driver->thread_ = std::thread([d = driver.get()] { d->Loop(); });
   return driver;
 }
@@ -144,6 +147,11 @@ int64_t StepDriver::preemptions() const {
   return preemptions_;
 }
 
+int64_t StepDriver::kv_checks() const {
+  absl::MutexLock lock(&mu_);
+  return kv_checks_;
+}
+
 int64_t StepDriver::steps() const {
   absl::MutexLock lock(&mu_);
   return steps_;
@@ -197,6 +205,12 @@ bool StepDriver::Iterate() {
       Finish(id, SeqEvent{.finish = FinishReason::kCancelled});
     }
   }
+  if (options_.kv_check_every_step && !cancels.empty()) {
+    if (absl::Status checked = CheckKv("after cancels"); !checked.ok()) {
+      FailAll(checked);
+      return false;
+    }
+  }
 
   bool work = false;
   std::vector<RankLoad> loads;
@@ -224,6 +238,12 @@ bool StepDriver::Iterate() {
       }
       plans.push_back(std::move(*plan));
     }
+    if (options_.kv_check_every_step) {
+      if (absl::Status checked = MirrorAndCheckPlans(plans); !checked.ok()) {
+        FailAll(checked);
+        return false;
+      }
+    }
     if (absl::Status sent = SendPlans(plans, commit_version); !sent.ok()) {
       FailAll(sent);
       return false;
@@ -241,6 +261,12 @@ bool StepDriver::Iterate() {
     if (absl::Status applied = ReadAndApply(); !applied.ok()) {
       FailAll(applied);
       return false;
+    }
+    if (options_.kv_check_every_step) {
+      if (absl::Status checked = CheckKv("after a step result"); !checked.ok()) {
+        FailAll(checked);
+        return false;
+      }
     }
   }
   absl::MutexLock lock(&mu_);
@@ -354,6 +380,74 @@ absl::Status StepDriver::ReadAndApply() {
   return absl::OkStatus();
 }
 
+absl::Status StepDriver::MirrorAndCheckPlans(const std::vector<RankStepPlan>& plans) {
+  for (size_t r = 0; r < plans.size(); ++r) {
+    const RankStepPlan& plan = plans[r];
+    KvMirror& mirror = kv_mirrors_[r];
+    // The worker's order: the plan's releases, then its rows.
+    for (SeqSlot slot : plan.release_slots) {
+      auto it = mirror.slot_blocks.find(slot.value());
+      if (it == mirror.slot_blocks.end()) continue;
+      for (int32_t b : it->second) mirror.block_owner.erase(b);
+      mirror.slot_blocks.erase(it);
+    }
+    for (const scheduler::PlanRow& row : plan.rows) {
+      for (BlockId b : row.new_blocks) {
+        auto [owner, fresh] = mirror.block_owner.emplace(b.value(), row.slot.value());
+        if (!fresh) {
+          const absl::Status failed = absl::InternalError(absl::StrCat(
+              "KV accounting check failed (kv_check_every_step) in the plan of step ",
+              plan.step_id, ", rank ", r, ": block ", b.value(), " given to slot ",
+              row.slot.value(), " (request ", row.request.value(), ") is still held by slot ",
+              owner->second, " (double ownership)"));
+          WEIR_LOG(ERROR) << failed;
+          return failed;
+        }
+        mirror.slot_blocks[row.slot.value()].push_back(b.value());
+      }
+    }
+  }
+  return CheckKv("after planning");
+}
+
+absl::Status StepDriver::CheckKv(const char* when) {
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    const scheduler::BlockManager& books = ranks_[r]->blocks();
+    absl::Status status = books.VerifyAccounting();
+    if (status.ok() && books.num_free_blocks() + books.num_used_blocks() != books.num_blocks()) {
+      status = absl::InternalError(absl::StrCat(books.num_free_blocks(), " free + ",
+                                                books.num_used_blocks(), " used != ",
+                                                books.num_blocks(), " blocks"));
+    }
+    if (status.ok() && !kv_mirrors_.empty()) {
+      const std::vector<SeqSlot>& queued = ranks_[r]->slots_to_release();
+      for (const auto& [block, slot] : kv_mirrors_[r].block_owner) {
+        if (block < 0 || block >= books.num_blocks()) {
+          status = absl::InternalError(
+              absl::StrCat("the worker holds block ", block, " outside the pool (slot ", slot, ")"));
+          break;
+        }
+        if (books.references(BlockId(block)) > 0) continue;
+        if (std::find(queued.begin(), queued.end(), SeqSlot(slot)) == queued.end()) {
+          status = absl::InternalError(absl::StrCat(
+              "block ", block, " is free in the books but the worker's slot ", slot,
+              " still holds it with no release queued (leaked to the worker)"));
+          break;
+        }
+      }
+    }
+    if (!status.ok()) {
+      const absl::Status failed = absl::InternalError(absl::StrCat(
+          "KV accounting check failed (kv_check_every_step) ", when, ", rank ", r,
+          ", next step ", next_step_, ": ", status.message()));
+      WEIR_LOG(ERROR) << failed;
+      return failed;
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  ++kv_checks_;
+  return absl::OkStatus();
+}
 
 void StepDriver::Finish(RequestId id, const SeqEvent& event) {
   auto it = live_.find(id);

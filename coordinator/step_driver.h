@@ -48,6 +48,14 @@ struct StepDriverOptions {
   // (StepPlan.return_expert_load), which the worker streams to EPLB itself.
   std::string eplb_address;
   int stat_interval = 128;
+  // Debug mode (`--kv_check_every_step`): after every step's plans are built
+  // and after every result is applied (releases), check each rank's KV books
+  // (BlockManager::VerifyAccounting) and the driver's mirror of what each
+  // worker holds (from the plans sent: no block given to a slot while another
+  // slot holds it; every block a worker holds is in use in the books or its
+  // slot's release is queued). A failure is logged and stops the step loop
+  // with INTERNAL naming it. Off: no mirror, no cost but one branch per step.
+  bool kv_check_every_step = false;
 };
 
 // What a request's sink receives: new tokens (possibly none), and once, a
@@ -123,6 +131,8 @@ class StepDriver {
   int64_t steps() const;
   // Preemptions over all ranks since start.
   int64_t preemptions() const;
+  // KV accounting checks passed (0 unless kv_check_every_step).
+  int64_t kv_checks() const;
 
  private:
   struct Worker {
@@ -148,6 +158,12 @@ class StepDriver {
   // Resolves the pending expert-map commit (if any) with `status`.
   void ResolveCommit(const absl::Status& status);
   absl::Status ReadAndApply();
+  // kv_check_every_step: records `plans` in the worker mirrors (releases,
+  // then each row's new blocks) and checks every rank (CheckKv).
+  absl::Status MirrorAndCheckPlans(const std::vector<scheduler::RankStepPlan>& plans);
+  // kv_check_every_step: VerifyAccounting of every rank's books and its
+  // worker mirror against them; INTERNAL naming the rank, step and mismatch.
+  absl::Status CheckKv(const char* when);
   void Finish(RequestId id, const SeqEvent& event);
   void Forget(RequestId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailAll(const absl::Status& status);
@@ -169,6 +185,7 @@ class StepDriver {
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   int64_t steps_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t preemptions_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t kv_checks_ ABSL_GUARDED_BY(mu_) = 0;
   // The expert-map commit asked for, until resolved; `commit_step_` is the
   // step that carries it once sent.
   struct PendingCommit {
@@ -182,6 +199,13 @@ class StepDriver {
   // Owned by the loop thread.
   std::vector<std::unique_ptr<scheduler::RankScheduler>> ranks_;
   absl::flat_hash_map<RequestId, Live> live_;
+  // kv_check_every_step only: per rank, what its worker holds after the
+  // plans sent so far (block -> slot, slot -> blocks).
+  struct KvMirror {
+    absl::flat_hash_map<int32_t, int32_t> block_owner;
+    absl::flat_hash_map<int32_t, std::vector<int32_t>> slot_blocks;
+  };
+  std::vector<KvMirror> kv_mirrors_;
   // Per in-flight step: for each rank, the request of each row.
   std::vector<std::vector<std::vector<RequestId>>> in_flight_;
   uint64_t next_step_ = 0;
