@@ -34,6 +34,8 @@ inline constexpr char kReasonPromptTooLong[] = "PROMPT_TOO_LONG";
 inline constexpr char kReasonGrammarInvalid[] = "GRAMMAR_INVALID";
 inline constexpr char kReasonGrammarTooComplex[] = "GRAMMAR_TOO_COMPLEX";
 inline constexpr char kReasonQueueFull[] = "QUEUE_FULL";
+// Not admitted within GenerateRequest.max_queue_time (RESOURCE_EXHAUSTED).
+inline constexpr char kReasonQueueTimeout[] = "QUEUE_TIMEOUT";
 inline constexpr char kReasonNotReady[] = "NOT_READY";
 inline constexpr char kReasonInvalidUtf8[] = "INVALID_UTF8";
 // ErrorInfo.domain of every weir error.

@@ -50,6 +50,7 @@ SeqSubmission MakeSubmission(RequestId id, const BuiltRequest& built,
   submission.seed = built.seed;
   submission.constraint = built.constraint;
   submission.no_tokens = built.constraint_admits_only_empty;
+  submission.max_queue_time = built.max_queue_time;
   submission.sink = [queue, index](const SeqEvent& event) { queue->Push(index, event); };
   return submission;
 }

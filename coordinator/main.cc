@@ -38,6 +38,7 @@
 #include "coordinator/http/http_server.h"
 #include "coordinator/http/metrics.h"
 #include "coordinator/http/metrics_interceptor.h"
+#include "coordinator/api_key_interceptor.h"
 #include "coordinator/batch_jobs_service.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/kv_capacity.h"
@@ -127,11 +128,15 @@ ABSL_FLAG(int, http_threads, 64, "Threads serving HTTP requests (one per open co
 ABSL_FLAG(int64_t, http_max_body_bytes, int64_t{16} << 20, "Larger HTTP request bodies get 413.");
 ABSL_FLAG(int, http_max_headers, 128, "HTTP requests with more headers get 431.");
 ABSL_FLAG(std::string, api_key, "",
-          "If set, HTTP requests need \"Authorization: Bearer <key>\" (401 otherwise).");
+          "If set, HTTP requests need \"Authorization: Bearer <key>\" (401 otherwise) and "
+          "public gRPC calls (Inference, BatchJobs, reflection) the metadata "
+          "\"authorization: Bearer <key>\" (UNAUTHENTICATED otherwise); the internal "
+          "weir.v1.Coordinator service stays open.");
 ABSL_FLAG(std::string, api_key_file, "",
           "Read the API key from this file (first line) instead of --api_key.");
 ABSL_FLAG(bool, http_open_health_and_metrics, true,
-          "With an API key, /health, /ready and /metrics still answer without one.");
+          "With an API key, HTTP /health, /ready, /metrics and gRPC grpc.health.v1.Health "
+          "still answer without one.");
 
 namespace weir::coordinator {
 namespace {
@@ -241,6 +246,18 @@ absl::StatusOr<std::string> ApiKey() {
     return absl::InvalidArgumentError("cannot read an API key from --api_key_file " + path);
   }
   return key;
+}
+
+// The HTTP server's in-process channel: with an API key, every call carries
+// "authorization: Bearer <key>" (the HTTP server checked its callers against
+// that key; its own calls, such as /ready's GetServerState, carry it too).
+std::shared_ptr<grpc::Channel> InProcessChannel(grpc::Server& server,
+                                                const grpc::ChannelArguments& args,
+                                                const std::string& api_key) {
+  if (api_key.empty()) return server.InProcessChannel(args);
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> creators;
+  creators.push_back(MakeApiKeyClientInterceptorFactory(api_key));
+  return server.experimental().InProcessChannelWithInterceptors(args, std::move(creators));
 }
 
 // Resolves a data dependency shipped next to this binary.
@@ -353,10 +370,17 @@ int Run(int argc, char** argv) {
        .max_receive_bytes = kPublicMaxRequestBytes,
        .max_send_bytes = kPublicMaxResponseBytes,
        .configure =
-           [&metrics](grpc::ServerBuilder& builder) {
-             // Parse errors first: the metrics see the corrected status.
+           [&metrics, &api_key](grpc::ServerBuilder& builder) {
+             // The API key first (refused calls end UNAUTHENTICATED before
+             // anything else); then parse errors: the metrics see the
+             // corrected status.
              std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
                  interceptors;
+             if (!api_key->empty()) {
+               interceptors.push_back(MakeApiKeyInterceptorFactory(
+                   {.api_key = *api_key,
+                    .open_health = absl::GetFlag(FLAGS_http_open_health_and_metrics)}));
+             }
              interceptors.push_back(MakeParseErrorInterceptorFactory());
              for (auto& metrics_interceptor : http::MakeMetricsInterceptors(metrics)) {
                interceptors.push_back(std::move(metrics_interceptor));
@@ -404,7 +428,7 @@ int Run(int argc, char** argv) {
          .max_headers = static_cast<size_t>(absl::GetFlag(FLAGS_http_max_headers)),
          .api_key = *api_key,
          .open_health_and_metrics = absl::GetFlag(FLAGS_http_open_health_and_metrics)},
-        server->server->InProcessChannel(args), &metrics, std::move(token_bytes));
+        InProcessChannel(*server->server, args, *api_key), &metrics, std::move(token_bytes));
     if (!started.ok()) {
       std::cerr << "weir: HTTP server: " << started.status().message()
                 << " (pick another address with --http_listen, or --http_listen=off)\n";

@@ -246,6 +246,10 @@ absl::StatusOr<BuiltRequest> BuildRequest(const v1::GenerateRequest& request,
   built.sampling = in;
   built.sampling.set_temperature(check.temperature);
   built.seed = in.has_seed() ? in.seed() : random_seed;
+  if (request.has_max_queue_time()) {
+    built.max_queue_time = absl::Seconds(request.max_queue_time().seconds()) +
+                           absl::Nanoseconds(request.max_queue_time().nanos());
+  }
 
   const v1::OutputOptions& out = request.output();
   if (out.top_logprobs() > limits.max_top_logprobs) {

@@ -15,10 +15,12 @@
 #define WEIR_COORDINATOR_REQUEST_BUILDER_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "coordinator/tokenizer/tokenizer.h"
 #include "proto/inference.pb.h"
 #include "worker/grammar/compiler.h"
@@ -67,6 +69,8 @@ struct BuiltRequest {
   // The constraint admits only the empty string: the request ends at once
   // with no token (GRAMMAR_TERMINATED) and never reaches a worker.
   bool constraint_admits_only_empty = false;
+  // GenerateRequest.max_queue_time (validated), if set.
+  std::optional<absl::Duration> max_queue_time;
   // Copied from RequestLimits.
   std::vector<uint32_t> eos_token_ids;
 };

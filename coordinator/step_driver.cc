@@ -82,7 +82,10 @@ absl::Status StepDriver::Submit(SeqSubmission submission) {
     return absl::AlreadyExistsError(absl::StrCat("request ", id.value(), " is in flight"));
   }
   known_tokens_ += tokens;
-  inbox_.push_back(std::move(submission));
+  const absl::Time deadline = submission.max_queue_time.has_value()
+                                  ? options_.clock() + *submission.max_queue_time
+                                  : absl::InfiniteFuture();
+  inbox_.emplace_back(std::move(submission), deadline);
   return absl::OkStatus();
 }
 
@@ -163,7 +166,7 @@ void StepDriver::Loop() {
 }
 
 bool StepDriver::Iterate() {
-  std::vector<SeqSubmission> inbox;
+  std::vector<std::pair<SeqSubmission, absl::Time>> inbox;
   std::vector<RequestId> cancels;
   {
     absl::MutexLock lock(&mu_);
@@ -180,7 +183,7 @@ bool StepDriver::Iterate() {
     cancels.swap(cancels_);
   }
   uint64_t commit_version = 0;
-  for (SeqSubmission& sub : inbox) {
+  for (auto& [sub, queue_deadline] : inbox) {
     std::vector<RankLoad> loads;
     for (const auto& rank : ranks_) loads.push_back(rank->Load());
     const RequestId id = sub.request.id;
@@ -196,7 +199,9 @@ bool StepDriver::Iterate() {
     }
     live_[id] = Live{.rank = rank->value(), .sampling = std::move(sub.sampling),
                      .seed = sub.seed, .constraint = std::move(sub.constraint),
-                     .prompt_len = prompt_len, .sink = std::move(sub.sink)};
+                     .prompt_len = prompt_len, .sink = std::move(sub.sink),
+                     .queue_deadline = queue_deadline};
+    if (queue_deadline != absl::InfiniteFuture()) ++num_queue_deadlines_;
   }
   for (RequestId id : cancels) {
     auto it = live_.find(id);
@@ -250,10 +255,21 @@ bool StepDriver::Iterate() {
     }
     std::vector<std::vector<RequestId>> rows(plans.size());
     for (size_t r = 0; r < plans.size(); ++r) {
-      for (const scheduler::PlanRow& row : plans[r].rows) rows[r].push_back(row.request);
+      for (const scheduler::PlanRow& row : plans[r].rows) {
+        rows[r].push_back(row.request);
+        if (num_queue_deadlines_ == 0) continue;
+        auto live = live_.find(row.request);
+        if (live != live_.end() && live->second.queue_deadline != absl::InfiniteFuture()) {
+          live->second.queue_deadline = absl::InfiniteFuture();  // admitted
+          --num_queue_deadlines_;
+        }
+      }
     }
     in_flight_.push_back(std::move(rows));
     ++next_step_;
+    // After planning: each request this step admitted is past its queue
+    // deadline check; those left waiting past theirs leave the queue.
+    if (num_queue_deadlines_ > 0) ExpireQueued();
   }
   const bool must_read = !in_flight_.empty() &&
                          (!options_.zero_overhead || in_flight_.size() >= 2 || !work);
@@ -449,9 +465,27 @@ absl::Status StepDriver::CheckKv(const char* when) {
   return absl::OkStatus();
 }
 
+void StepDriver::ExpireQueued() {
+  const absl::Time now = options_.clock();
+  std::vector<std::pair<RequestId, absl::Time>> expired;
+  for (const auto& [id, live] : live_) {
+    if (live.queue_deadline <= now) expired.emplace_back(id, live.queue_deadline);
+  }
+  for (const auto& [id, deadline] : expired) {
+    // Never admitted: the scheduler holds only its queue entry (no slot, no
+    // KV), which Cancel drops.
+    if (!ranks_[live_[id].rank]->Cancel(id).ok()) continue;
+    Finish(id, SeqEvent{.error = WithReason(
+                            absl::ResourceExhaustedError(
+                                "QUEUE_TIMEOUT: not admitted within max_queue_time; retry later"),
+                            kReasonQueueTimeout)});
+  }
+}
+
 void StepDriver::Finish(RequestId id, const SeqEvent& event) {
   auto it = live_.find(id);
   if (it == live_.end()) return;
+  if (it->second.queue_deadline != absl::InfiniteFuture()) --num_queue_deadlines_;
   it->second.sink(event);
   live_.erase(it);
   absl::MutexLock lock(&mu_);
@@ -469,8 +503,9 @@ void StepDriver::FailAll(const absl::Status& status) {
   if (!live_.empty()) WEIR_LOG(ERROR) << "failing " << live_.size() << " requests: " << status;
   for (auto& [id, live] : live_) live.sink(SeqEvent{.error = status});
   live_.clear();
+  num_queue_deadlines_ = 0;
   in_flight_.clear();
-  std::vector<SeqSubmission> inbox;
+  std::vector<std::pair<SeqSubmission, absl::Time>> inbox;
   {
     absl::MutexLock lock(&mu_);
     if (failure_.ok()) failure_ = status;
@@ -478,7 +513,7 @@ void StepDriver::FailAll(const absl::Status& status) {
     known_.clear();
     known_tokens_ = 0;
   }
-  for (SeqSubmission& sub : inbox) sub.sink(SeqEvent{.error = status});
+  for (auto& [sub, deadline] : inbox) sub.sink(SeqEvent{.error = status});
   ResolveCommit(status);
 }
 

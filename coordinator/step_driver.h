@@ -27,6 +27,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "coordinator/scheduler/rank_scheduler.h"
 #include "coordinator/scheduler/router.h"
 #include "coordinator/scheduler/step_type_policy.h"
@@ -56,6 +57,8 @@ struct StepDriverOptions {
   // slot's release is queued). A failure is logged and stops the step loop
   // with INTERNAL naming it. Off: no mirror, no cost but one branch per step.
   bool kv_check_every_step = false;
+  // The clock max_queue_time is measured on (tests inject a fake one).
+  std::function<absl::Time()> clock = [] { return absl::Now(); };
 };
 
 // What a request's sink receives: new tokens (possibly none), and once, a
@@ -80,6 +83,12 @@ struct SeqSubmission {
   // string): Submit does not queue it; its sink gets one event, kWorkerEnded
   // with no tokens, at once on the caller's thread.
   bool no_tokens = false;
+  // GenerateRequest.max_queue_time: if the request has not been admitted on
+  // its rank (no row planned for it yet) this long after Submit, it leaves
+  // the queue and its sink gets RESOURCE_EXHAUSTED with ErrorInfo.reason
+  // QUEUE_TIMEOUT (api.md 2.2). Once admitted it never times out, even if
+  // later preempted back to the queue. Unset: waits as long as it takes.
+  std::optional<absl::Duration> max_queue_time;
   // Runs on the driver thread for every event of the request (see no_tokens).
   std::function<void(const SeqEvent&)> sink;
 };
@@ -95,7 +104,8 @@ class StepDriver {
   // Queues a request. ALREADY_EXISTS for a live id; UNAVAILABLE once the
   // driver failed or stopped; RESOURCE_EXHAUSTED beyond the admission limits
   // (requests or prompt tokens in flight); INVALID_ARGUMENT from the
-  // scheduler's checks arrives through the sink (as the first event's error).
+  // scheduler's checks arrives through the sink (as the first event's error),
+  // and so does a queue timeout (SeqSubmission::max_queue_time).
   absl::Status Submit(SeqSubmission submission);
 
   // Cancels a live request: it finishes with kCancelled (its sink is told)
@@ -147,6 +157,9 @@ class StepDriver {
     v1::StructuredOutput constraint;
     uint32_t prompt_len = 0;
     std::function<void(const SeqEvent&)> sink;
+    // Until admitted (a row planned): when it leaves the queue with
+    // QUEUE_TIMEOUT. InfiniteFuture = no max_queue_time, or admitted.
+    absl::Time queue_deadline = absl::InfiniteFuture();
   };
 
   StepDriver(StepDriverOptions options, scheduler::StepTypePolicy policy);
@@ -164,6 +177,9 @@ class StepDriver {
   // kv_check_every_step: VerifyAccounting of every rank's books and its
   // worker mirror against them; INTERNAL naming the rank, step and mismatch.
   absl::Status CheckKv(const char* when);
+  // Fails every live request still waiting for admission past its
+  // queue_deadline (it holds no KV: only its queue entry is dropped).
+  void ExpireQueued();
   void Finish(RequestId id, const SeqEvent& event);
   void Forget(RequestId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailAll(const absl::Status& status);
@@ -175,7 +191,8 @@ class StepDriver {
 
   mutable absl::Mutex mu_;
   // Guarded by mu_: the inbox, and everything the loop shares with callers.
-  std::vector<SeqSubmission> inbox_ ABSL_GUARDED_BY(mu_);
+  // Each with its queue deadline (Submit time + max_queue_time).
+  std::vector<std::pair<SeqSubmission, absl::Time>> inbox_ ABSL_GUARDED_BY(mu_);
   std::vector<RequestId> cancels_ ABSL_GUARDED_BY(mu_);
   // Live or queued requests -> their prompt tokens.
   absl::flat_hash_map<RequestId, int64_t> known_ ABSL_GUARDED_BY(mu_);
@@ -199,6 +216,8 @@ class StepDriver {
   // Owned by the loop thread.
   std::vector<std::unique_ptr<scheduler::RankScheduler>> ranks_;
   absl::flat_hash_map<RequestId, Live> live_;
+  // Live requests with a queue deadline not yet admitted (subset of live_).
+  int64_t num_queue_deadlines_ = 0;
   // kv_check_every_step only: per rank, what its worker holds after the
   // plans sent so far (block -> slot, slot -> blocks).
   struct KvMirror {

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "base/api_key.h"
 #include "base/grpc_util.h"
 #include "base/logging.h"
 #include "coordinator/http/connection_watch.h"
@@ -88,16 +89,6 @@ ApiError MakeError(int status, std::string type, std::string message, std::strin
                   .message = std::move(message),
                   .param = std::move(param),
                   .code = std::move(code)};
-}
-
-// Compares in time that depends only on `expected`'s length.
-bool ConstantTimeEquals(std::string_view given, std::string_view expected) {
-  unsigned char diff = given.size() == expected.size() ? 0 : 1;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    const unsigned char g = i < given.size() ? static_cast<unsigned char>(given[i]) : 0;
-    diff |= g ^ static_cast<unsigned char>(expected[i]);
-  }
-  return diff == 0;
 }
 
 // Headers the client sent (httplib adds REMOTE_ADDR, REMOTE_PORT, LOCAL_ADDR
@@ -362,7 +353,7 @@ bool HttpServer::Authorized(const httplib::Request& req) const {
       (req.path == "/health" || req.path == "/ready" || req.path == "/metrics")) {
     return true;
   }
-  return ConstantTimeEquals(req.get_header_value("Authorization"), "Bearer " + options_.api_key);
+  return BearerMatches(req.get_header_value("Authorization"), options_.api_key);
 }
 
 void HttpServer::Models(const httplib::Request& req, httplib::Response& res) const {

@@ -1,0 +1,194 @@
+// StepDriver's max_queue_time enforcement against in-process fake workers
+// (every sampling row gets token 7) on an injected clock.
+
+#include "coordinator/step_driver.h"
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "base/grpc_util.h"
+#include "coordinator/api_error.h"
+#include "gtest/gtest.h"
+#include "proto/worker.grpc.pb.h"
+
+namespace weir::coordinator {
+namespace {
+
+using scheduler::FinishReason;
+
+// Answers every plan at once: one token (7) per sampling row.
+class FakeWorkerService final : public v1::Worker::Service {
+ public:
+  grpc::Status Steps(grpc::ServerContext*,
+                     grpc::ServerReaderWriter<v1::StepResult, v1::StepPlan>* stream) override {
+    v1::StepPlan plan;
+    while (stream->Read(&plan)) {
+      v1::StepResult result;
+      result.set_step_id(plan.step_id());
+      for (const v1::StepRow& row : plan.rows()) {
+        v1::RowResult* out = result.add_rows();
+        if (row.sample()) out->add_tokens(7);
+      }
+      if (!stream->Write(result)) break;
+    }
+    return grpc::Status::OK;
+  }
+};
+
+// Everything a request's sink was given.
+struct Events {
+  absl::Mutex mu;
+  int64_t tokens ABSL_GUARDED_BY(mu) = 0;
+  std::optional<SeqEvent> last ABSL_GUARDED_BY(mu);
+
+  void Push(const SeqEvent& event) {
+    absl::MutexLock lock(&mu);
+    tokens += static_cast<int64_t>(event.tokens.size());
+    if (event.done()) last = event;
+  }
+  int64_t Tokens() {
+    absl::MutexLock lock(&mu);
+    return tokens;
+  }
+  std::optional<SeqEvent> Done() {
+    absl::MutexLock lock(&mu);
+    return last;
+  }
+  // Waits up to 10 s for `pred` over this object; false on timeout.
+  bool WaitFor(const std::function<bool(Events&)>& pred) {
+    const absl::Time until = absl::Now() + absl::Seconds(10);
+    while (absl::Now() < until) {
+      if (pred(*this)) return true;
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    return false;
+  }
+  bool WaitTokens(int64_t n) {
+    return WaitFor([n](Events& e) { return e.Tokens() >= n; });
+  }
+  bool WaitDone() {
+    return WaitFor([](Events& e) { return e.Done().has_value(); });
+  }
+};
+
+class StepDriverQueueTimeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<StartedServer> started =
+        StartServer(ServerOptions{.address = "127.0.0.1:0"}, {&worker_});
+    ASSERT_TRUE(started.ok()) << started.status();
+    server_ = std::move(started->server);
+    StepDriverOptions options;
+    options.rank.kv.block_tokens = 4;
+    options.rank.kv.compress_ratios = {1};
+    options.rank.kv.num_blocks = 1024;
+    options.rank.kv.num_seq_slots = 8;
+    options.rank.max_model_len = 2048;
+    options.rank.max_running = 1;  // one request runs, the others wait
+    options.rank.eos_token_ids = {0};
+    options.clock = [this] { return absl::UnixEpoch() + absl::Nanoseconds(now_ns_.load()); };
+    absl::StatusOr<std::unique_ptr<StepDriver>> driver =
+        StepDriver::Create({started->address}, options);
+    ASSERT_TRUE(driver.ok()) << driver.status();
+    driver_ = std::move(*driver);
+  }
+  void TearDown() override {
+    driver_.reset();
+    server_->Shutdown();
+  }
+
+  void Advance(absl::Duration d) { now_ns_ += absl::ToInt64Nanoseconds(d); }
+
+  absl::Status Submit(uint64_t id, Events& events, uint32_t max_new,
+                      std::optional<absl::Duration> max_queue_time) {
+    SeqSubmission sub;
+    sub.request.id = RequestId(id);
+    sub.request.prompt = {100, 101, 102, 103, 104};
+    sub.request.max_new_tokens = max_new;
+    sub.max_queue_time = max_queue_time;
+    sub.sink = [&events](const SeqEvent& event) { events.Push(event); };
+    return driver_->Submit(std::move(sub));
+  }
+
+  FakeWorkerService worker_;
+  std::unique_ptr<grpc::Server> server_;
+  std::atomic<int64_t> now_ns_{0};
+  std::unique_ptr<StepDriver> driver_;
+};
+
+TEST_F(StepDriverQueueTimeTest, QueuedRequestTimesOutStartedOneDoesNot) {
+  Events a, b, c, d;
+  // A starts at once (its deadline passes later while it runs).
+  ASSERT_TRUE(Submit(1, a, 2000, absl::Seconds(1)).ok());
+  ASSERT_TRUE(a.WaitTokens(1));
+  // B (1 s), C (no limit) and D (10 s) wait behind A.
+  ASSERT_TRUE(Submit(2, b, 4, absl::Seconds(1)).ok());
+  ASSERT_TRUE(Submit(3, c, 4, std::nullopt).ok());
+  ASSERT_TRUE(Submit(4, d, 4, absl::Seconds(10)).ok());
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_FALSE(b.Done().has_value());  // the clock has not moved
+
+  Advance(absl::Seconds(2));
+  ASSERT_TRUE(b.WaitDone());
+  const SeqEvent timed_out = *b.Done();
+  EXPECT_EQ(timed_out.error.code(), absl::StatusCode::kResourceExhausted) << timed_out.error;
+  EXPECT_EQ(ErrorReason(timed_out.error), kReasonQueueTimeout);
+  EXPECT_EQ(b.Tokens(), 0);
+
+  // A (started before its deadline) keeps generating; C and D still wait.
+  const int64_t a_tokens = a.Tokens();
+  ASSERT_TRUE(a.WaitTokens(a_tokens + 5));
+  EXPECT_FALSE(a.Done().has_value());
+  EXPECT_FALSE(c.Done().has_value());
+  EXPECT_FALSE(d.Done().has_value());
+  EXPECT_EQ(driver_->Admission().requests, 3);  // B's entry was dropped
+
+  // A ends: C (FCFS) runs to its length; D, still waiting, passes its
+  // deadline only if it is not admitted first — admit it by finishing C.
+  ASSERT_TRUE(driver_->Cancel(RequestId(1)).ok());
+  ASSERT_TRUE(a.WaitDone());
+  EXPECT_EQ(a.Done()->finish, FinishReason::kCancelled);
+  ASSERT_TRUE(c.WaitDone());
+  EXPECT_TRUE(c.Done()->error.ok()) << c.Done()->error;
+  EXPECT_EQ(c.Done()->finish, FinishReason::kMaxTokens);
+  ASSERT_TRUE(d.WaitDone());
+  EXPECT_TRUE(d.Done()->error.ok()) << d.Done()->error;
+  EXPECT_EQ(d.Tokens(), 4);
+  EXPECT_TRUE(a.WaitFor([this](Events&) { return driver_->Admission().requests == 0; }));
+}
+
+TEST_F(StepDriverQueueTimeTest, WaitingRequestExpiresLaterWhileOthersRun) {
+  Events a, b, c;
+  ASSERT_TRUE(Submit(1, a, 2000, std::nullopt).ok());
+  ASSERT_TRUE(a.WaitTokens(1));
+  ASSERT_TRUE(Submit(2, b, 4, absl::Seconds(5)).ok());
+  ASSERT_TRUE(Submit(3, c, 4, absl::Seconds(60)).ok());
+  Advance(absl::Seconds(4));
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_FALSE(b.Done().has_value());  // 4 s < 5 s
+  Advance(absl::Seconds(2));
+  ASSERT_TRUE(b.WaitDone());
+  EXPECT_EQ(b.Done()->error.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_FALSE(c.Done().has_value());
+  EXPECT_FALSE(a.Done().has_value());
+  ASSERT_TRUE(driver_->Cancel(RequestId(1)).ok());
+  ASSERT_TRUE(c.WaitDone());
+  EXPECT_EQ(c.Done()->finish, FinishReason::kMaxTokens);
+  EXPECT_EQ(c.Tokens(), 4);
+}
+
+TEST_F(StepDriverQueueTimeTest, ZeroQueueTimeOnAnIdleDriverStillRuns) {
+  // A zero max_queue_time gets one admission attempt: with room, it runs.
+  Events a;
+  ASSERT_TRUE(Submit(1, a, 4, absl::ZeroDuration()).ok());
+  ASSERT_TRUE(a.WaitDone());
+  EXPECT_TRUE(a.Done()->error.ok()) << a.Done()->error;
+  EXPECT_EQ(a.Tokens(), 4);
+}
+
+}  // namespace
+}  // namespace weir::coordinator
