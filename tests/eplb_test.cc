@@ -13,9 +13,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,33 +25,15 @@
 #include "proto/inference.grpc.pb.h"
 #include "proto/worker.grpc.pb.h"
 #include "tests/local_cluster.h"
-#include "worker/model/checkpoint_writer.h"
-#include "worker/model/config.h"
 
 namespace weir {
 namespace {
 
 using testing_util::Cluster;
-using testing_util::Runfile;
+using testing_util::SkewedTinyModel;
 
 constexpr int kRequests = 12;
 constexpr uint32_t kNewTokens = 40;
-
-// The tiny model with a skewed router, generated once per test process.
-std::string SkewedModel() {
-  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/tiny_skewed";
-  if (std::filesystem::exists(dir + "/model.safetensors.index.json")) return dir;
-  std::ifstream in(Runfile("models/tiny/config.json"));
-  std::stringstream json;
-  json << in.rdbuf();
-  absl::StatusOr<model::ModelConfig> config = model::ParseModelConfig(json.str());
-  EXPECT_TRUE(config.ok()) << config.status();
-  if (!config.ok()) return dir;
-  absl::Status written = model::GenerateCheckpoint(*config, json.str(), dir,
-                                                   {.seed = 3, .gate_bias_skew = 0.4f});
-  EXPECT_TRUE(written.ok()) << written;
-  return dir;
-}
 
 std::vector<std::vector<uint32_t>> Prompts() {
   std::vector<std::vector<uint32_t>> prompts;
@@ -99,7 +78,7 @@ v1::EplbState EplbState(Cluster& cluster) {
 }
 
 TEST(EplbTest, RebalancesWhileDecodingWithIdenticalOutputs) {
-  const std::string model_dir = SkewedModel();
+  const std::string model_dir = SkewedTinyModel("tiny_skewed", /*with_tokenizer=*/false);
   const std::vector<std::string> common = {"--workers=4", "--model_dir=" + model_dir,
                                            "--num_redundant_experts=4"};
   std::vector<std::vector<uint32_t>> want;

@@ -13,11 +13,8 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <mutex>
 #include <random>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,40 +23,16 @@
 #include "gtest/gtest.h"
 #include "proto/inference.grpc.pb.h"
 #include "tests/local_cluster.h"
-#include "worker/model/checkpoint_writer.h"
-#include "worker/model/config.h"
 
 namespace weir {
 namespace {
 
 using testing_util::Cluster;
-using testing_util::Runfile;
+using testing_util::SkewedTinyModel;
 
 constexpr int kClients = 6;
 constexpr int kMaxRequests = 600;
 constexpr absl::Duration kTrafficTime = absl::Seconds(40);
-
-// The tiny model with a skewed router (as in eplb_test) and the tiny
-// tokenizer (stop strings need text), generated once.
-std::string SkewedModel() {
-  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/tiny_skewed_tokenizer";
-  if (std::filesystem::exists(dir + "/model.safetensors.index.json")) return dir;
-  std::filesystem::create_directories(dir);
-  for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
-    std::filesystem::copy_file(Runfile(std::string("models/tiny/") + file), dir + "/" + file,
-                               std::filesystem::copy_options::overwrite_existing);
-  }
-  std::ifstream in(Runfile("models/tiny/config.json"));
-  std::stringstream json;
-  json << in.rdbuf();
-  absl::StatusOr<model::ModelConfig> config = model::ParseModelConfig(json.str());
-  EXPECT_TRUE(config.ok()) << config.status();
-  if (!config.ok()) return dir;
-  absl::Status written = model::GenerateCheckpoint(*config, json.str(), dir,
-                                                   {.seed = 3, .gate_bias_skew = 0.4f});
-  EXPECT_TRUE(written.ok()) << written;
-  return dir;
-}
 
 v1::ServerState State(Cluster& cluster) {
   grpc::ClientContext context;
@@ -139,7 +112,7 @@ std::string StopStringOf(const std::string& text) {
 }
 
 TEST(KvAccountingTest, RandomServingWithStopsCancelsPreemptionAndEplbNeverLeaks) {
-  Cluster cluster({"--workers=2", "--model_dir=" + SkewedModel(), "--num_redundant_experts=2",
+  Cluster cluster({"--workers=2", "--model_dir=" + SkewedTinyModel("tiny_skewed_tokenizer", /*with_tokenizer=*/true), "--num_redundant_experts=2",
                    "--kv_check_every_step=true", "--kv_block_tokens=16",
                    "--kv_blocks_per_rank=" + std::to_string(kBlocksPerRank), "--eplb=true",
                    "--eplb_stat_interval=2",

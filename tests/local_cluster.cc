@@ -14,6 +14,8 @@
 #include "absl/time/clock.h"
 #include "base/grpc_util.h"
 #include "gtest/gtest.h"
+#include "worker/model/checkpoint_writer.h"
+#include "worker/model/config.h"
 
 namespace weir::testing_util {
 
@@ -101,6 +103,28 @@ grpc::Status Cluster::Greedy(const std::vector<uint32_t>& prompt, uint32_t max_n
     }
   }
   return reader->Finish();
+}
+
+std::string SkewedTinyModel(const std::string& name, bool with_tokenizer) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+  if (std::filesystem::exists(dir + "/model.safetensors.index.json")) return dir;
+  std::filesystem::create_directories(dir);
+  if (with_tokenizer) {
+    for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
+      std::filesystem::copy_file(Runfile(std::string("models/tiny/") + file), dir + "/" + file,
+                                 std::filesystem::copy_options::overwrite_existing);
+    }
+  }
+  std::ifstream in(Runfile("models/tiny/config.json"));
+  std::stringstream json;
+  json << in.rdbuf();
+  absl::StatusOr<model::ModelConfig> config = model::ParseModelConfig(json.str());
+  EXPECT_TRUE(config.ok()) << config.status();
+  if (!config.ok()) return dir;
+  absl::Status written = model::GenerateCheckpoint(*config, json.str(), dir,
+                                                   {.seed = 3, .gate_bias_skew = 0.4f});
+  EXPECT_TRUE(written.ok()) << written;
+  return dir;
 }
 
 }  // namespace weir::testing_util

@@ -33,6 +33,13 @@ std::string Runfile(const std::string& path);
 // A model cache directory under the test's TEST_TMPDIR.
 std::string CacheDir();
 
+// The tiny model with a skewed router (gen_model's gate_bias_skew 0.4, seed 3:
+// EPLB has real imbalance to fix), generated once per test process into
+// $TEST_TMPDIR/<name>; with `with_tokenizer`, the tiny tokenizer is copied
+// beside it (for tests that need text). Fails the current test and returns
+// the directory anyway if generation fails.
+std::string SkewedTinyModel(const std::string& name, bool with_tokenizer);
+
 class Cluster {
  public:
   // Starts `coordinator/main` with a fresh address file, the test cache dir,
