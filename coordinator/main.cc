@@ -88,6 +88,9 @@ ABSL_FLAG(int, default_max_new_tokens, 256, "max_new_tokens of requests that set
 ABSL_FLAG(std::string, backend, "cpu",
           "Local cluster: the workers' backend, cpu or cuda (worker r on GPU r mod the "
           "visible devices).");
+ABSL_FLAG(std::string, numerics, "fast",
+          "Local cluster, --backend=cuda: the workers' decode numerics: fast (tensor cores on "
+          "the stored FP8/MXFP4 forms; batch-invariant) or reference (bit-identical to the CPU).");
 ABSL_FLAG(std::vector<std::string>, worker_flags, {},
           "Local cluster: extra flags for every worker, comma-separated, e.g. "
           "--worker_flags=--gpu_memory_fraction=0.5");
@@ -318,6 +321,10 @@ int Run(int argc, char** argv) {
     std::cerr << "weir: --backend must be cpu or cuda\n";
     return 2;
   }
+  if (absl::GetFlag(FLAGS_numerics) != "fast" && absl::GetFlag(FLAGS_numerics) != "reference") {
+    std::cerr << "weir: --numerics must be fast or reference\n";
+    return 2;
+  }
   const int redundant = absl::GetFlag(FLAGS_num_redundant_experts);
   if (redundant < 0 || redundant > 64 * std::max<int64_t>(1, config->n_routed_experts)) {
     std::cerr << "weir: --num_redundant_experts must be in [0, 64 x routed experts]\n";
@@ -489,7 +496,8 @@ int Run(int argc, char** argv) {
     for (int r = 0; r < world; ++r) {
       std::vector<std::string> worker_argv = {
           worker_bin, "--coordinator=" + server->address, "--listen=127.0.0.1:0",
-          absl::StrCat("--rank=", r), "--backend=" + absl::GetFlag(FLAGS_backend)};
+          absl::StrCat("--rank=", r), "--backend=" + absl::GetFlag(FLAGS_backend),
+          "--numerics=" + absl::GetFlag(FLAGS_numerics)};
       for (const std::string& flag : absl::GetFlag(FLAGS_worker_flags)) {
         worker_argv.push_back(flag);
       }

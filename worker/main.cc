@@ -56,6 +56,10 @@ ABSL_FLAG(int64_t, device_decode_max_positions, 4096,
           "Device decode: positions one sequence may reach on the device (longer ones decode "
           "on the CUDA ops).");
 ABSL_FLAG(int, device_decode_max_batch, 64, "Device decode: rows of one graph replay.");
+ABSL_FLAG(std::string, numerics, "fast",
+          "Device decode numerics: fast (tensor cores on the stored FP8/MXFP4 weights, "
+          "batch-invariant, held to the reference by tolerances) or reference (every op in "
+          "the CPU's order: logits bit-identical to --backend=cpu).");
 
 namespace weir::worker {
 namespace {
@@ -85,6 +89,12 @@ int Run(int argc, char** argv) {
   }
   if (absl::GetFlag(FLAGS_backend) != "cpu" && absl::GetFlag(FLAGS_backend) != "cuda") {
     std::cerr << "worker: --backend must be cpu or cuda\n";
+    return 2;
+  }
+  absl::StatusOr<model::DecodeNumerics> numerics =
+      model::ParseDecodeNumerics(absl::GetFlag(FLAGS_numerics));
+  if (!numerics.ok()) {
+    std::cerr << "worker: --numerics: " << numerics.status().message() << "\n";
     return 2;
   }
   if (!(absl::GetFlag(FLAGS_gpu_memory_fraction) > 0 &&
@@ -121,7 +131,8 @@ int Run(int argc, char** argv) {
                     .device_decode_ep = absl::GetFlag(FLAGS_device_decode_ep),
                     .device_decode_max_positions =
                         absl::GetFlag(FLAGS_device_decode_max_positions),
-                    .device_decode_max_batch = absl::GetFlag(FLAGS_device_decode_max_batch)});
+                    .device_decode_max_batch = absl::GetFlag(FLAGS_device_decode_max_batch),
+                    .numerics = *numerics});
   absl::StatusOr<StartedServer> server =
       StartServer({.address = absl::GetFlag(FLAGS_listen)}, {&service});
   if (!server.ok()) {

@@ -340,6 +340,7 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
         .device = cuda_device_, .max_sequences = options_.max_slots,
         .max_positions = options_.device_decode_max_positions,
         .max_batch = options_.device_decode_max_batch, .engram_token_map = engram_token_map};
+    dd_options.numerics = options_.numerics;
     dd_options.memory = device_memory;
     // The host-staged communicator of the CUDA path wraps the NCCL one.
     if (auto* staged = dynamic_cast<parallel::HostStagedCommunicator*>(communicator_.get())) {
@@ -355,7 +356,11 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
       WEIR_LOG(INFO) << "device decode on: " << device_decoder->stats().arena_bytes / (1 << 20)
                      << " MiB of the worker's " << device_memory->capacity() / (1 << 20)
                      << " MiB device arena, "
-                     << device_decoder->options().max_positions << " positions per sequence";
+                     << device_decoder->options().max_positions << " positions per sequence, "
+                     << model::DecodeNumericsName(options_.numerics) << " numerics ("
+                     << device_decoder->stats().fast_dense << " dense layers and "
+                     << device_decoder->stats().fast_moe_layers
+                     << " MoE layers on tensor cores)";
     }
   }
   // The paged KV pool: blocks of kv_block_tokens positions over every

@@ -102,6 +102,8 @@ struct WorkerOptions {
   bool device_decode_ep = false;
   int64_t device_decode_max_positions = 4096;
   int32_t device_decode_max_batch = 64;
+  // The device decoder's arithmetic (model::DecodeNumerics).
+  model::DecodeNumerics numerics = model::DecodeNumerics::kFast;
 };
 
 struct WorkerHooks {

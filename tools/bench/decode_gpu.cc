@@ -51,6 +51,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -82,6 +83,11 @@ ABSL_FLAG(int, ep_slice, 0,
 ABSL_FLAG(std::string, slice_config, "models/v41-flash/config.json",
           "Config the --ep_slice benchmark slices.");
 ABSL_FLAG(int, context, 64, "--ep_slice: positions decoded before the timed steps.");
+ABSL_FLAG(bool, slice_profile, true,
+          "--ep_slice: also step an eager decoder with section events at the smallest and "
+          "largest batch and print where its device time goes.");
+ABSL_FLAG(std::string, numerics, "reference,fast",
+          "DeviceDecoder numerics to measure, in order (reference, fast).");
 
 namespace {
 
@@ -141,6 +147,18 @@ CudaOpsStats Delta(const CudaOpsStats& b, const CudaOpsStats& a) {
   return d;
 }
 
+// --numerics as a list.
+std::vector<weir::model::DecodeNumerics> NumericsList() {
+  std::vector<weir::model::DecodeNumerics> out;
+  for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_numerics), ',')) {
+    auto n = weir::model::ParseDecodeNumerics(std::string(part));
+    WEIR_CHECK(n.ok()) << n.status();
+    out.push_back(*n);
+  }
+  WEIR_CHECK(!out.empty()) << "--numerics is empty";
+  return out;
+}
+
 }  // namespace
 
 weir::model::ActivationPrecision options_precision() {
@@ -159,23 +177,33 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
             warmup = absl::GetFlag(FLAGS_warmup);
   const int max_batch = *std::max_element(batches.begin(), batches.end());
   std::printf("\nDeviceDecoder (device-resident, one CUDA graph per padded batch size):\n");
-  std::printf("%5s %6s %10s %10s %8s %8s %10s %8s %12s %10s %12s\n", "batch", "mode", "step_ms",
-              "device_ms", "gpu_idle", "tok/s", "floor_ms", "ratio", "fp32_floor", "fp32_ratio",
-              "vs_cuda_ops");
   auto id = weir::parallel::NcclCommunicator::MakeUniqueId();
   WEIR_CHECK(id.ok()) << id.status();
   auto nccl = weir::parallel::NcclCommunicator::Create(weir::Rank(0), 1, *id,
                                                        {.device = weir::DeviceOrdinal(0)});
   WEIR_CHECK(nccl.ok()) << nccl.status();
+  for (weir::model::DecodeNumerics numerics : NumericsList()) {
+  std::printf("numerics %s:\n", weir::model::DecodeNumericsName(numerics));
+  std::printf("%5s %6s %10s %10s %8s %8s %10s %8s %12s %10s %12s %8s\n", "batch", "mode",
+              "step_ms", "device_ms", "gpu_idle", "tok/s", "floor_ms", "ratio", "fp32_floor",
+              "fp32_ratio", "vs_cuda_ops", "kernels");
   std::vector<double> graph_step(batches.size()), exchange_step(batches.size());
   for (const char* mode : {"graph", "nccl1", "eager"}) {
     const bool graphs = mode[0] != 'e', exchange = mode[0] == 'n';
     weir::model::DeviceDecoderOptions options{
-        .max_sequences = max_batch, .max_positions = prompt + warmup + steps + 8,
-        .max_batch = max_batch, .use_graphs = graphs, .profile = !graphs};
+        .numerics = numerics, .max_sequences = max_batch,
+        .max_positions = prompt + warmup + steps + 8, .max_batch = max_batch,
+        .use_graphs = graphs, .profile = !graphs};
     if (exchange) options.communicator = nccl->get();
     auto dd = weir::model::DeviceDecoder::Create(model, precision, options);
     WEIR_CHECK(dd.ok()) << dd.status();
+    if (mode[0] == 'g') {
+      const weir::model::DeviceDecoderStats& st = (*dd)->stats();
+      std::printf("      weights %.1f MiB; fast dense layers %d, reference dense %d, fast MoE "
+                  "layers %d\n",
+                  st.weight_bytes / 1048576.0, st.fast_dense, st.reference_dense,
+                  st.fast_moe_layers);
+    }
     for (size_t bi = 0; bi < batches.size(); ++bi) {
       const int batch = batches[bi];
       std::vector<int> slots(batch);
@@ -218,11 +246,12 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
       // The stored-form floor at the timed steps' mean position.
       const double stored_s =
           weir::bench::StoredStepBytes(c, batch, prompt + warmup + steps / 2) / bandwidth;
-      std::printf("%5d %6s %10.3f %10.3f %8.3f %8.0f %10.4f %8.1f %12.4f %10.1f %12.1f\n", batch,
-                  mode, step_s * 1e3, device_s * 1e3, (total / steps - device_s) * 1e3,
+      std::printf("%5d %6s %10.3f %10.3f %8.3f %8.0f %10.4f %8.1f %12.4f %10.1f %12.1f %8lld\n",
+                  batch, mode, step_s * 1e3, device_s * 1e3, (total / steps - device_s) * 1e3,
                   batch / step_s, stored_s * 1e3, step_s / stored_s, floors[bi] * 1e3,
                   floors[bi] > 0 ? step_s / floors[bi] : 0.0,
-                  step_s > 0 ? cuda_ops_step[bi] / step_s : 0.0);
+                  step_s > 0 ? cuda_ops_step[bi] / step_s : 0.0,
+                  graphs ? static_cast<long long>(after.graph_nodes) : 0LL);
       if (!graphs) {  // where the eager step's device time goes (events between sections)
         std::vector<std::pair<double, std::string>> parts;
         for (const auto& [name, secs] : after.section_seconds) {
@@ -244,13 +273,15 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
                 graph_step[bi] > 0 ? exchange_step[bi] / graph_step[bi] : 0.0);
   }
   std::printf("\n");
+  }
   std::printf("columns: step_ms median wall time of Step (inputs, replay, logits copy); "
               "device_ms device time of the step's kernels (events around them); gpu_idle mean "
               "step minus device time; floor_ms = the bytes a step must read in stored form "
               "(tools/bench/decode_floor.h: FP8 dense weights + scales, MXFP4 experts hit, KV in "
               "the cache's formats) / copy bandwidth, ratio = step / that; fp32_floor and "
               "fp32_ratio: the old floor, the fp32 bytes the reference kernels read (CudaOps "
-              "run); vs_cuda_ops = CudaOps step / this step\n");
+              "run); vs_cuda_ops = CudaOps step / this step; kernels = nodes of the step's "
+              "CUDA graph\n");
 }
 
 
@@ -268,19 +299,25 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
   c.engram_layer_ids.clear();
   c.engram_num_embeddings.clear();
   const int max_batch = *std::max_element(batches.begin(), batches.end());
+  double fp32_dense = 0;  // dense bytes as the reference holds them (its run, if any)
+  for (weir::model::DecodeNumerics numerics : NumericsList()) {
   const auto t0 = Clock::now();
   auto dd = weir::model::DeviceDecoder::CreateSynthetic(
       c, options_precision(),
-      {.max_sequences = max_batch, .max_positions = context + warmup + steps + 8,
-       .max_batch = max_batch});
+      {.numerics = numerics, .max_sequences = max_batch,
+       .max_positions = context + warmup + steps + 8, .max_batch = max_batch});
   WEIR_CHECK(dd.ok()) << dd.status();
+  std::printf("numerics %s: fast dense layers %d, reference dense %d, fast MoE layers %d\n",
+              weir::model::DecodeNumericsName(numerics), (*dd)->stats().fast_dense,
+              (*dd)->stats().reference_dense, (*dd)->stats().fast_moe_layers);
   const weir::model::DeviceDecoderStats& st0 = (*dd)->stats();
   const double dense_bytes =
       static_cast<double>(st0.weight_bytes - st0.expert_bytes - st0.embed_bytes);
+  if (numerics == weir::model::DecodeNumerics::kReference) fp32_dense = dense_bytes;
   const double per_expert = static_cast<double>(st0.expert_bytes) /
                             static_cast<double>(c.n_layers * c.n_routed_experts);
   std::printf("slice of %s for one rank of EP=%d: %lld of %lld routed experts (top %lld), dim "
-              "%lld, %d layers, Engram dropped; arena %.1f GiB (dense %.1f GiB fp32, experts "
+              "%lld, %d layers, Engram dropped; arena %.1f GiB (dense %.1f GiB as held, experts "
               "%.1f GiB in %d MXFP4 layers, embedding %.1f GiB, pools %.2f GiB); built in %.1f s\n",
               absl::GetFlag(FLAGS_slice_config).c_str(), ep,
               static_cast<long long>(c.n_routed_experts), static_cast<long long>(all_experts),
@@ -289,9 +326,9 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
               st0.expert_bytes / 1073741824.0, st0.mxfp4_layers, st0.embed_bytes / 1073741824.0,
               st0.pool_bytes / 1073741824.0, Seconds(t0));
   const weir::model::LayerRoles roles(c);
-  std::printf("%5s %8s %10s %10s %8s %8s %10s %8s %10s %12s %10s\n", "batch", "context",
+  std::printf("%5s %8s %10s %10s %8s %8s %10s %8s %10s %12s %10s %8s\n", "batch", "context",
               "step_ms", "device_ms", "gpu_idle", "tok/s", "floor_ms", "ratio", "floor_GB",
-              "fp32_floor_ms", "fp32_ratio");
+              "fp32_floor_ms", "fp32_ratio", "kernels");
   for (int batch : batches) {
     std::vector<int> slots(batch);
     std::vector<int64_t> tokens(batch);
@@ -335,18 +372,53 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
     }
     // The old floor: fp32 dense weights and KV as the reference kernels read them.
     const double fp32_bytes =
-        dense_bytes +
+        fp32_dense +
         per_expert * c.n_layers *
             weir::bench::ExpectedExpertsHit(c.n_routed_experts, c.n_activated_experts, batch) +
         kv * batch;
     const double bytes = weir::bench::StoredStepBytes(c, batch, p);
     const double floor_s = bytes / bandwidth;
-    std::printf("%5d %8lld %10.3f %10.3f %8.3f %8.0f %10.3f %8.1f %10.3f %12.3f %10.1f\n",
+    std::printf("%5d %8lld %10.3f %10.3f %8.3f %8.0f %10.3f %8.1f %10.3f %12.3f %10.1f %8lld\n",
                 batch, static_cast<long long>(p), step_s * 1e3, device_s * 1e3,
                 (total / steps - device_s) * 1e3, batch / step_s, floor_s * 1e3,
-                step_s / floor_s, bytes * 1e-9, fp32_bytes / bandwidth * 1e3,
-                step_s / (fp32_bytes / bandwidth));
+                step_s / floor_s, bytes * 1e-9,
+                fp32_dense > 0 ? fp32_bytes / bandwidth * 1e3 : 0.0,
+                fp32_dense > 0 ? step_s / (fp32_bytes / bandwidth) : 0.0,
+                static_cast<long long>((*dd)->stats().graph_nodes));
     for (int b = 0; b < batch; ++b) WEIR_CHECK((*dd)->Release(b).ok());
+  }
+  if (absl::GetFlag(FLAGS_slice_profile)) {
+    dd->reset();  // one slice on the device at a time
+    auto eager = weir::model::DeviceDecoder::CreateSynthetic(
+        c, options_precision(),
+        {.numerics = numerics, .max_sequences = max_batch,
+         .max_positions = context + warmup + steps + 8, .max_batch = max_batch,
+         .use_graphs = false, .profile = true});
+    WEIR_CHECK(eager.ok()) << eager.status();
+    for (int batch : {batches.front(), max_batch}) {
+      std::vector<int> slots(batch);
+      std::vector<int64_t> tokens(batch);
+      for (int b = 0; b < batch; ++b) {
+        slots[b] = b;
+        WEIR_CHECK((*eager)->Start(b).ok());
+      }
+      std::map<std::string, double> before;
+      for (int i = 0; i < context + warmup + steps; ++i) {
+        if (i == context + warmup) before = (*eager)->stats().section_seconds;
+        for (int b = 0; b < batch; ++b) tokens[b] = (b * 7919 + i * 104729) % c.vocab_size;
+        WEIR_CHECK((*eager)->Step(slots, tokens).ok());
+      }
+      std::vector<std::pair<double, std::string>> parts;
+      for (const auto& [name, secs] : (*eager)->stats().section_seconds) {
+        parts.push_back({(secs - before[name]) / steps, name});
+      }
+      std::sort(parts.rbegin(), parts.rend());
+      std::printf("  eager b%d sections (ms per step):", batch);
+      for (const auto& [secs, name] : parts) std::printf(" %s %.3f", name.c_str(), secs * 1e3);
+      std::printf("\n");
+      for (int b = 0; b < batch; ++b) WEIR_CHECK((*eager)->Release(b).ok());
+    }
+  }
   }
   std::printf("columns: as the DeviceDecoder table; context = mean position of the timed "
               "steps; floor_GB = bytes one step must read in stored form (FP8 dense weights + "

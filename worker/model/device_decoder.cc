@@ -24,6 +24,17 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
+const char* DecodeNumericsName(DecodeNumerics n) {
+  return n == DecodeNumerics::kFast ? "fast" : "reference";
+}
+
+absl::StatusOr<DecodeNumerics> ParseDecodeNumerics(std::string_view name) {
+  if (name == "fast") return DecodeNumerics::kFast;
+  if (name == "reference") return DecodeNumerics::kReference;
+  return absl::InvalidArgumentError(
+      absl::StrCat("numerics \"", std::string(name), "\": expected \"fast\" or \"reference\""));
+}
+
 DeviceDecoder::DeviceDecoder(std::unique_ptr<Impl> impl)
     : impl_(std::move(impl)), options_(impl_->options) {}
 
@@ -99,6 +110,7 @@ absl::StatusOr<std::unique_ptr<DeviceDecoder>> DeviceDecoder::Impl::Build(
   WEIR_DD_CUDA("upload", cudaStreamSynchronize(m.stream));
   WEIR_DD_CUDA("upload", cudaDeviceSynchronize());
   m.encoded.clear();  // the host copies are on the device now
+  m.fp8_dense.clear();
   std::unique_ptr<DeviceDecoder> dd(new DeviceDecoder(std::move(self)));
   DeviceDecoderStats& st = dd->stats_;
   st.arena_bytes = m.arena_bytes;
@@ -107,6 +119,9 @@ absl::StatusOr<std::unique_ptr<DeviceDecoder>> DeviceDecoder::Impl::Build(
   st.expert_bytes = m.expert_bytes;
   st.embed_bytes = m.embed_bytes;
   st.mxfp4_layers = m.mxfp4_layers;
+  st.fast_dense = m.fast_dense;
+  st.reference_dense = m.reference_dense;
+  st.fast_moe_layers = m.fast_moe_layers;
   return dd;
 }
 
@@ -341,6 +356,10 @@ absl::StatusOr<std::vector<float>> DeviceDecoder::Step(std::span<const int> slot
           return enq;
         }
         if (end != cudaSuccess) return CudaError("end capture", end);
+        size_t nodes = 0;
+        if (cudaGraphGetNodes(graph, nullptr, &nodes) == cudaSuccess) {
+          stats_.graph_nodes = static_cast<int64_t>(nodes);
+        }
         cudaGraphExec_t exec = nullptr;
         const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
         cudaGraphDestroy(graph);

@@ -71,6 +71,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -87,8 +88,43 @@ class NcclCommunicator;
 
 namespace weir::model {
 
+// The arithmetic of a step (shared/GPU.md "Two numerics").
+enum class DecodeNumerics {
+  // Every op repeats the CPU's arithmetic order: the logits equal
+  // Model::ForwardBatch on CpuOps bit for bit. The oracle.
+  kReference,
+  // Tensor cores on stored forms, where a layer has them: dense FP8 linears
+  // as e4m3 codes + UE8M0 32 x 32 tile scales (Fp8BlockGemm over activations
+  // quantized by ActQuantFp8, the same act_quant as the reference), routed
+  // experts as MXFP4 (Mxfp4ExpertFfn: gate/up, SwiGLU, route weight and the
+  // FP8 quantization of h fused, then w2). Not bit-identical to the CPU:
+  // each product differs from the reference only by fp32 summation order
+  // (bounds in the kernels' headers); batch-invariant on its own (a row's
+  // logits never depend on the other rows). A layer without a stored form
+  // (bf16 linears, a weight that does not re-encode exactly, expert shapes
+  // the grouped kernel does not take) keeps the reference kernel; stats()
+  // counts both kinds. The small fp32 products are spread over the GPU: the
+  // mHC mixes on RowStableDot and the gate logits on MoeGateLogits (both
+  // keep the reference's bits: a mix or a gate logit moved by one rounding
+  // flips near-tie expert choices downstream, measured), the head on DotRows
+  // (fixed order, not the reference's; it feeds no later layer).
+  kFast,
+};
+
+// "reference" / "fast".
+const char* DecodeNumericsName(DecodeNumerics n);
+// Parses DecodeNumericsName's spellings; INVALID_ARGUMENT otherwise.
+absl::StatusOr<DecodeNumerics> ParseDecodeNumerics(std::string_view name);
+
 struct DeviceDecoderOptions {
   int device = 0;
+  DecodeNumerics numerics = DecodeNumerics::kReference;
+  // kFast: the routed experts on Mxfp4ExpertFfn (false: the reference's
+  // grouped kernel, the dense linears still fast; for fidelity studies).
+  bool fast_experts = true;
+  // kFast: the head on DotRows (false: the reference's row-stable product;
+  // for fidelity studies).
+  bool fast_dot_rows = true;
   // Sequences held at once (slots 0 .. max_sequences-1).
   int max_sequences = 64;
   // Positions one slot can hold (prompt + generated).
@@ -135,6 +171,7 @@ struct DeviceDecoderStats {
   int64_t rows = 0;             // real rows stepped (padding excluded)
   int64_t graph_captures = 0;
   int64_t graph_launches = 0;
+  int64_t graph_nodes = 0;      // nodes (kernels, copies) of the last captured graph
   int64_t eager_steps = 0;
   double host_seconds = 0;      // wall time inside Step
   double device_seconds = 0;    // device time of the steps (events around the graph)
@@ -144,6 +181,12 @@ struct DeviceDecoderStats {
   size_t expert_bytes = 0;      // routed experts, as held (MXFP4 or fp32)
   size_t embed_bytes = 0;
   int mxfp4_layers = 0;         // layers whose experts are held as MXFP4
+  // Numerics kFast: dense linears held as FP8 codes + scales (tensor cores)
+  // and those left on the reference kernel (fp32); MoE layers whose routed
+  // experts run on Mxfp4ExpertFfn.
+  int fast_dense = 0;
+  int reference_dense = 0;
+  int fast_moe_layers = 0;
   int64_t exchange_bytes = 0;   // expert parallelism: bytes sent to other ranks
   // With DeviceDecoderOptions::profile: device seconds per section name.
   std::map<std::string, double> section_seconds;

@@ -257,6 +257,11 @@ absl::Status DeviceDecoder::Impl::Enqueue(int64_t b) {
     RETURN_IF_ERROR(Collapse(pre, b, final_norm));
     const dense::MatmulParams p{.x = h, .w = head.w, .y = logits, .rows = b, .out = head.out,
                                 .in = head.in};
+    if (fast() && options.fast_dot_rows) {  // a CTA per vocabulary row, fixed order (batch-invariant)
+      return dec::DotRows({.x = h, .w = head.w, .y = logits, .rows = b, .out = head.out,
+                           .k = head.in},
+                          stream);
+    }
     return options.row_stable_logits ? dense::RowStableMatmul(p, stream)
                                      : gemm->Matmul(p, stream);
   }();

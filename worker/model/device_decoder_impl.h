@@ -30,9 +30,12 @@
 #include "kernels/cuda/attention/topk.h"
 #include "kernels/cuda/decode/attention_index.h"
 #include "kernels/cuda/decode/compressor_decode.h"
+#include "kernels/cuda/decode/dot_rows.h"
 #include "kernels/cuda/decode/rows.h"
 #include "kernels/cuda/decode/swiglu.h"
+#include "kernels/cuda/dense/act_quant_fp8.h"
 #include "kernels/cuda/dense/fake_quant.h"
+#include "kernels/cuda/dense/fp8_block_gemm_sm90.h"
 #include "kernels/cuda/dense/gemm_handle.h"
 #include "kernels/cuda/dense/grouped_row_stable_matmul.h"
 #include "kernels/cuda/dense/row_stable_matmul.h"
@@ -41,6 +44,7 @@
 #include "kernels/cuda/moe/moe_exchange.h"
 #include "kernels/cuda/moe/moe_gate.h"
 #include "kernels/cuda/moe/moe_permute.h"
+#include "kernels/cuda/moe/mxfp4_grouped_gemm_sm90.h"
 #include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/rope.h"
 #include "parallel/nccl_communicator.h"
@@ -66,12 +70,22 @@ absl::Status CudaError(const char* what, cudaError_t err);
     if (cudaError_t e_ = (call); e_ != cudaSuccess) return ::weir::model::device_decoder_internal::CudaError(what, e_); \
   } while (0)
 
-// A linear layer on the device.
+// A linear layer on the device: fp32 `w` (the reference kernel), or with
+// numerics kFast its stored FP8 form (`codes` set, `w` null).
 struct DevDense {
   const float* w = nullptr;  // [out, in]
   int64_t out = 0;
   int64_t in = 0;
-  bool fp8 = false;
+  bool fp8 = false;                  // the reference quantizes the input to FP8 per 32
+  const uint8_t* codes = nullptr;    // kFast: e4m3 [out, in]
+  const uint8_t* scales = nullptr;   // kFast: UE8M0 per 32 x 32 tile [ceil(out/32), in/32]
+};
+
+// The stored FP8 form of one dense weight (32 x 32 tiles), when the fp32
+// values re-encode exactly.
+struct EncodedDense {
+  bool exact = false;
+  std::vector<uint8_t> codes, scales;
 };
 
 // Bump allocation over one device block, run twice: the first pass (no base)
@@ -253,6 +267,7 @@ absl::StatusOr<LocalExperts> CheckDecodable(const ModelConfig& c, const LayerRol
 struct DeviceDecoder::Impl {
   using Coeffs = device_decoder_internal::Coeffs;
   using DevDense = device_decoder_internal::DevDense;
+  using EncodedDense = device_decoder_internal::EncodedDense;
   using EncodedExpert = device_decoder_internal::EncodedExpert;
   using HcDev = device_decoder_internal::HcDev;
   using LayerDev = device_decoder_internal::LayerDev;
@@ -275,6 +290,11 @@ struct DeviceDecoder::Impl {
   std::vector<std::vector<EncodedExpert>> encoded;
   size_t expert_bytes = 0, embed_bytes = 0;
   int mxfp4_layers = 0;
+  // Numerics kFast: host encodings of the FP8 dense weights by address (made
+  // once, reused by every layout pass, dropped after the upload), and what
+  // the layout put where.
+  absl::flat_hash_map<const DenseWeight*, EncodedDense> fp8_dense;
+  int fast_dense = 0, reference_dense = 0, fast_moe_layers = 0;
   int64_t batch_cap = 0;  // max_batch rounded up to batch_interval
   int slots = 0;          // max_sequences + 1 (the last is the padding rows' scratch slot)
   std::vector<int> ratios;  // distinct compress ratios > 0 of the backbone
@@ -301,6 +321,11 @@ struct DeviceDecoder::Impl {
   Coeffs ca, cf;
   float* identity_pre = nullptr;
   float* act = nullptr;  // matmul activation scratch [batch_cap * topk, max in]
+  // kFast: FP8 activation codes and scales of one product's input
+  // [batch_cap * topk, max in] (+ [.., / 32]), and the experts' h between
+  // gate/up and w2 [batch_cap * topk, inter].
+  uint8_t *fq = nullptr, *fq_scales = nullptr, *fh = nullptr, *fh_scales = nullptr;
+  float* gate_logits = nullptr;  // kFast: [batch_cap, routed experts]
   float *qr = nullptr, *q = nullptr, *kvw = nullptr, *o = nullptr, *og = nullptr,
         *ug = nullptr, *u = nullptr;
   float *cpa = nullptr, *cpg = nullptr, *latent = nullptr, *ik = nullptr, *iq = nullptr,
@@ -387,6 +412,16 @@ struct DeviceDecoder::Impl {
   }
 
   bool bf16() const { return precision == ActivationPrecision::kBf16; }
+  bool fast() const { return options.numerics == DecodeNumerics::kFast; }
+  // kFast: whether layer `L`'s routed experts run on Mxfp4ExpertFfn (MXFP4
+  // weights, FP8 inputs of both products as the reference, shapes it takes).
+  bool FastExperts(const LayerDev& L) const {
+    return fast() && options.fast_experts && L.mxfp4 && L.w13_fp8 && L.w2_fp8 && c.dim % 256 == 0 &&
+           L.inter % 256 == 0;
+  }
+  // kFast: the stored FP8 form of `w` (encoded on first use), or null when
+  // it has none (bf16 linear, shape, or values that do not re-encode).
+  const EncodedDense* Fp8Form(const DenseWeight& w);
   int64_t window() const { return c.window_size; }
   int64_t max_entries(int ratio) const { return options.max_positions / ratio; }
   int ratio_index(int ratio) const {
@@ -431,6 +466,15 @@ struct DeviceDecoder::Impl {
 
   // --- one-op wrappers (device pointers, `b` rows)
   absl::Status Mm(const DevDense& w, const float* in, int64_t rows, float* out) {
+    if (w.codes != nullptr) {  // kFast: the reference's act_quant, then tensor cores
+      RETURN_IF_ERROR(dense::ActQuantFp8({.x = in, .codes = fq, .scales = fq_scales,
+                                          .rows = rows, .cols = w.in},
+                                         stream));
+      return dense::Fp8BlockGemm({.x = fq, .x_scales = fq_scales, .w = w.codes,
+                                  .w_scales = w.scales, .y = out, .m = rows, .n = w.out,
+                                  .k = w.in},
+                                 stream);
+    }
     const dense::MatmulParams p{.x = in, .w = w.w, .y = out, .rows = rows, .out = w.out,
                                 .in = w.in, .fp8_activation = w.fp8,
                                 .act_scratch = w.fp8 ? act : nullptr};
@@ -459,8 +503,13 @@ struct DeviceDecoder::Impl {
   }
   absl::Status Mix(const HcDev& hc, int64_t b, const Coeffs& out) {
     const int64_t n = c.hc_mult, n_mix = c.hc_mix_dim();
-    RETURN_IF_ERROR(dense::RowStableMatmul(
-        {.x = x, .w = hc.fn, .y = mixes, .rows = b, .out = n_mix, .in = n * c.dim}, stream));
+    if (fast()) {  // the reference's bits, a thread quad per mix element
+      RETURN_IF_ERROR(dec::RowStableDot(
+          {.x = x, .w = hc.fn, .y = mixes, .rows = b, .out = n_mix, .k = n * c.dim}, stream));
+    } else {
+      RETURN_IF_ERROR(dense::RowStableMatmul(
+          {.x = x, .w = hc.fn, .y = mixes, .rows = b, .out = n_mix, .in = n * c.dim}, stream));
+    }
     return kc::HcMix({.x = x, .hc_fn = hc.fn, .mixes = mixes, .scale = hc.scale,
                       .base = hc.base, .pre = out.pre, .post = out.post, .comb = out.comb,
                       .tokens = b, .dim = c.dim, .hc_mult = static_cast<int>(n),

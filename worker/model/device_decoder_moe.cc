@@ -62,7 +62,14 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
   if (c.score_func == ScoreFunc::kSigmoid) score = kc::GateScore::kSigmoid;
   if (c.score_func == ScoreFunc::kSoftmax) score = kc::GateScore::kSoftmax;
   Mark("moe.gate");
-  RETURN_IF_ERROR(kc::MoeGate({.x = h, .weight = L.gate, .bias = L.bias, .bias_vl = L.bias_vl,
+  if (fast()) {  // the reference's logits (bits and all), a warp per (token, expert)
+    RETURN_IF_ERROR(kc::MoeGateLogits({.x = h, .weight = L.gate, .logits = gate_logits,
+                                       .tokens = b, .dim = d,
+                                       .num_experts = static_cast<int>(c.n_routed_experts)},
+                                      stream));
+  }
+  RETURN_IF_ERROR(kc::MoeGate({.x = h, .weight = L.gate, .logits = fast() ? gate_logits : nullptr,
+                               .bias = L.bias, .bias_vl = L.bias_vl,
                                .indices = moe_idx, .weights = moe_w, .tokens = b, .dim = d,
                                .num_experts = static_cast<int>(c.n_routed_experts), .topk = k,
                                .gate_temp = static_cast<float>(c.gate_temp),
@@ -126,13 +133,30 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
     }
     return dense::RowStableGroupedMatmul(p, stream);
   };
-  RETURN_IF_ERROR(grouped(xg, L.w1s, L.w1c, L.w1q, L.inter, d, L.w13_fp8, gg));
-  RETURN_IF_ERROR(grouped(xg, L.w3s, L.w3c, L.w3q, L.inter, d, L.w13_fp8, upg));
-  RETURN_IF_ERROR(dec::Swiglu({.gate = gg, .up = upg, .route_weight = wg, .out = gg,
-                               .rows = rows, .inter = L.inter, .limit = limit,
-                               .round_bf16 = bf16()},
-                              stream));
-  RETURN_IF_ERROR(grouped(gg, L.w2s, L.w2c, L.w2q, d, L.inter, L.w2_fp8, yg));
+  if (FastExperts(L)) {
+    // kFast: the reference's act_quant of the grouped rows, then gate/up with
+    // SwiGLU, the route weight and the FP8 quantization of h fused, then w2,
+    // all on tensor cores over the MXFP4 weights (rows past the groups' end
+    // are quantized too and never read).
+    RETURN_IF_ERROR(dense::ActQuantFp8({.x = xg, .codes = fq, .scales = fq_scales,
+                                        .rows = rows, .cols = d},
+                                       stream));
+    RETURN_IF_ERROR(kc::Mxfp4ExpertFfn(
+        {.x = fq, .x_scales = fq_scales, .expert_offsets = group_offsets, .route_weight = wg,
+         .w1 = L.w1c, .w1_scales = L.w1q, .w3 = L.w3c, .w3_scales = L.w3q, .w2 = L.w2c,
+         .w2_scales = L.w2q, .h = fh, .h_scales = fh_scales, .y = yg, .rows = rows, .dim = d,
+         .inter = L.inter, .num_experts = L.experts, .swiglu_limit = limit,
+         .round_bf16 = bf16(), .rows_per_expert_hint = std::max<int64_t>(rows / L.experts, 1)},
+        stream));
+  } else {
+    RETURN_IF_ERROR(grouped(xg, L.w1s, L.w1c, L.w1q, L.inter, d, L.w13_fp8, gg));
+    RETURN_IF_ERROR(grouped(xg, L.w3s, L.w3c, L.w3q, L.inter, d, L.w13_fp8, upg));
+    RETURN_IF_ERROR(dec::Swiglu({.gate = gg, .up = upg, .route_weight = wg, .out = gg,
+                                 .rows = rows, .inter = L.inter, .limit = limit,
+                                 .round_bf16 = bf16()},
+                                stream));
+    RETURN_IF_ERROR(grouped(gg, L.w2s, L.w2c, L.w2q, d, L.inter, L.w2_fp8, yg));
+  }
   RETURN_IF_ERROR(Round(yg, rows * d));
   if (ep) {
     // Each received pair's output into the block of the rank it came from

@@ -154,6 +154,14 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
   // Expert pairs handled here: this rank's own, or every rank's with a communicator.
   const int64_t pairs = ex.world * bc * std::max<int64_t>(k, 1);
   act = r.Alloc<float>(pairs * std::max(max_in, inter));
+  if (fast()) {
+    const int64_t widest = std::max(max_in, inter);
+    fq = r.Alloc<uint8_t>(pairs * widest);
+    fq_scales = r.Alloc<uint8_t>(pairs * (widest / 32 + 1));
+    fh = r.Alloc<uint8_t>(pairs * inter);
+    fh_scales = r.Alloc<uint8_t>(pairs * (inter / 32 + 1));
+    gate_logits = r.Alloc<float>(bc * std::max<int64_t>(c.n_routed_experts, 1));
+  }
   qr = r.Alloc<float>(bc * c.q_lora_rank);
   q = r.Alloc<float>(bc * c.n_heads * hd);
   kvw = r.Alloc<float>(bc * hd);

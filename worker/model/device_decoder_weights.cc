@@ -2,6 +2,8 @@
 // routed experts as MXFP4 where they re-encode exactly, synthetic draws) and
 // the RoPE tables.
 
+#include <optional>
+
 #include "worker/model/device_decoder_impl.h"
 
 namespace weir::model {
@@ -24,6 +26,29 @@ bool EncodeMxfp4Exactly(const DenseWeight& w, std::vector<uint8_t>& codes,
 }
 
 }  // namespace device_decoder_internal
+
+const device_decoder_internal::EncodedDense* DeviceDecoder::Impl::Fp8Form(
+    const DenseWeight& w) {
+  if (!w.fp8_activation || w.in % 32 != 0 || w.out <= 0 ||
+      static_cast<int64_t>(w.w.size()) != w.out * w.in) {
+    return nullptr;
+  }
+  auto [it, fresh] = fp8_dense.try_emplace(&w);
+  EncodedDense& e = it->second;
+  if (fresh) {
+    e.codes.assign(w.out * w.in, 0);
+    e.scales.assign(cpu::Fp8WeightScaleCount(w.out, w.in, 32), 0);
+    std::vector<float> back(w.w.size());
+    e.exact = cpu::QuantizeFp8Weight(w.w, w.out, w.in, 32, e.codes, e.scales).ok() &&
+              cpu::DequantizeFp8Weight(e.codes, e.scales, w.out, w.in, 32, back).ok() &&
+              std::memcmp(back.data(), w.w.data(), back.size() * sizeof(float)) == 0;
+    if (!e.exact) {
+      e.codes.clear();
+      e.scales.clear();
+    }
+  }
+  return e.exact ? &e : nullptr;
+}
 
 // Encodes the routed experts as MXFP4 where every expert of a layer
 // re-encodes exactly (real weights only).
@@ -54,6 +79,7 @@ absl::Status DeviceDecoder::Impl::LayoutWeights(Region& r, int64_t& max_in) {
   fills = 0;
   expert_bytes = 0;
   mxfp4_layers = 0;
+  fast_dense = reference_dense = fast_moe_layers = 0;
   // --- weights
   if (w.embed.empty() && seed != 0) {
     float* e = r.Alloc<float>(c.vocab_size * d);
@@ -66,14 +92,57 @@ absl::Status DeviceDecoder::Impl::LayoutWeights(Region& r, int64_t& max_in) {
   final_norm = r.Put(w.norm);
   layers.assign(c.n_layers, LayerDev{});
   max_in = std::max<int64_t>(w.head.in, 1);
-  auto dense = [&](const DenseWeight& dw) {
+  // kFast: a dense FP8 linear in its stored form (real weights: when they
+  // re-encode exactly; synthetic: random e4m3 codes without NaN, one scale
+  // so values stay below about 2 / sqrt(in)).
+  auto fp8_form = [&](const DenseWeight& dw) -> std::optional<DevDense> {
+    if (!fast() || dw.out * dw.in == 0) return std::nullopt;
+    DevDense d{.out = dw.out, .in = dw.in, .fp8 = true};
+    if (seed != 0 && dw.w.empty()) {
+      if (!dw.fp8_activation || dw.in % 32 != 0) return std::nullopt;
+      uint8_t* cp = r.Alloc<uint8_t>(dw.out * dw.in);
+      const int64_t n_scales = cpu::Fp8WeightScaleCount(dw.out, dw.in, 32);
+      uint8_t* sp = r.Alloc<uint8_t>(n_scales);
+      if (live && fill_status.ok()) {
+        ++fills;
+        fill_status = dec::RandomBytes(
+            {.x = cp, .n = dw.out * dw.in, .seed = seed * 7919 + fills, .mask = 0xBF}, stream);
+        const int exponent = static_cast<int>(
+            std::lround(std::log2(1.0 / std::sqrt(static_cast<double>(dw.in)))));
+        if (cudaError_t e2 = cudaMemsetAsync(sp, 127 + exponent, n_scales, stream);
+            e2 != cudaSuccess && fill_status.ok()) {
+          fill_status = device_decoder_internal::CudaError("synthetic scales", e2);
+        }
+      }
+      d.codes = cp;
+      d.scales = sp;
+      return d;
+    }
+    const EncodedDense* e = Fp8Form(dw);
+    if (e == nullptr) return std::nullopt;
+    d.codes = r.Put(e->codes);
+    d.scales = r.Put(e->scales);
+    return d;
+  };
+  // The fp32 form (the reference kernel's).
+  auto dense_fp32 = [&](const DenseWeight& dw) {
     max_in = std::max(max_in, dw.in);
     if (!dw.w.empty() || seed == 0 || dw.out * dw.in == 0) return r.Put(dw);
     float* p = r.Alloc<float>(dw.out * dw.in);
     if (live) Fill(p, dw.out * dw.in, 1.0f / std::sqrt(static_cast<float>(dw.in)));
     return DevDense{.w = p, .out = dw.out, .in = dw.in, .fp8 = dw.fp8_activation};
   };
-  head = dense(w.head);
+  // A linear run by Mm: stored FP8 with kFast where it has that form.
+  auto dense = [&](const DenseWeight& dw) {
+    max_in = std::max(max_in, dw.in);
+    if (std::optional<DevDense> f = fp8_form(dw)) {
+      ++fast_dense;
+      return *f;
+    }
+    if (fast() && dw.out * dw.in > 0) ++reference_dense;
+    return dense_fp32(dw);
+  };
+  head = dense_fp32(w.head);  // the head has its own product (row-stable or cuBLASLt)
   for (int l = 0; l < c.n_layers; ++l) {
     const BlockWeights& bw = w.layers[l];
     const LayerRole& role = roles[l];
@@ -172,9 +241,9 @@ absl::Status DeviceDecoder::Impl::LayoutWeights(Region& r, int64_t& max_in) {
       std::vector<const float*> p1, p2, p3;
       for (int slot : local) {
         const ExpertWeightsF32& e = f.experts[slot];
-        p1.push_back(dense(e.w1).w);
-        p3.push_back(dense(e.w3).w);
-        p2.push_back(dense(e.w2).w);
+        p1.push_back(dense_fp32(e.w1).w);
+        p3.push_back(dense_fp32(e.w3).w);
+        p2.push_back(dense_fp32(e.w2).w);
       }
       L.slot_w[0].clear();
       L.slot_w[1].clear();
@@ -189,6 +258,7 @@ absl::Status DeviceDecoder::Impl::LayoutWeights(Region& r, int64_t& max_in) {
       L.w2s = r.Put(std::span<const float* const>(p2));
     }
     expert_bytes += r.used() - before_experts;
+    if (FastExperts(L)) ++fast_moe_layers;
     L.sw1 = dense(f.shared.w1);
     L.sw2 = dense(f.shared.w2);
     L.sw3 = dense(f.shared.w3);

@@ -89,7 +89,7 @@ absl::Status RandomBytes(const RandomBytesParams& p, cudaStream_t stream) {
                                       Str(p.n));
   }
   if (p.n == 0) return absl::OkStatus();
-  RandomBytesKernel<<<BlocksFor(p.n), internal::kThreads, 0, stream>>>(p.x, p.n, p.seed);
+  RandomBytesKernel<<<BlocksFor(p.n), internal::kThreads, 0, stream>>>(p.x, p.n, p.seed, p.mask);
   return LaunchStatus("RandomBytes");
 }
 

@@ -63,11 +63,11 @@ __global__ void RandomFillKernel(float* x, int64_t n, uint64_t seed, float scale
   }
 }
 
-__global__ void RandomBytesKernel(uint8_t* x, int64_t n, uint64_t seed) {
+__global__ void RandomBytesKernel(uint8_t* x, int64_t n, uint64_t seed, uint8_t mask) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
-    x[i] = static_cast<uint8_t>(MixBits(seed, static_cast<uint64_t>(i)) >> 56);
+    x[i] = static_cast<uint8_t>(MixBits(seed, static_cast<uint64_t>(i)) >> 56) & mask;
   }
 }
 

@@ -108,12 +108,14 @@ struct RandomFillParams {
 bool SupportsRandomFill(const RandomFillParams& p);
 absl::Status RandomFill(const RandomFillParams& p, cudaStream_t stream);
 
-// x[i] = a byte from the same hash (every value equally likely), e.g. the
-// packed e2m1 codes of synthetic MXFP4 weights.
+// x[i] = a byte from the same hash (every value equally likely) AND `mask`,
+// e.g. the packed e2m1 codes of synthetic MXFP4 weights (mask 0xFF), or e4m3
+// codes without NaN (mask 0xBF clears the top exponent bit: |value| < 2).
 struct RandomBytesParams {
   uint8_t* x = nullptr;  // device [n]
   int64_t n = 0;
   uint64_t seed = 0;
+  uint8_t mask = 0xFF;
 };
 bool SupportsRandomBytes(const RandomBytesParams& p);
 absl::Status RandomBytes(const RandomBytesParams& p, cudaStream_t stream);

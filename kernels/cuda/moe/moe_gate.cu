@@ -14,8 +14,9 @@ static_assert(kMoeGateMaxExperts == moe::kGateMaxExperts && kMoeGateMaxTopk == m
 bool SupportsMoeGate(const MoeGateParams& p) {
   return p.tokens > 0 && p.tokens <= 0x7fffffff && p.dim > 0 && p.num_experts >= 1 &&
          p.num_experts <= kMoeGateMaxExperts && p.topk >= 1 && p.topk <= p.num_experts &&
-         p.topk <= kMoeGateMaxTopk && p.gate_temp > 0.0f && p.x != nullptr &&
-         p.weight != nullptr && p.indices != nullptr && p.weights != nullptr;
+         p.topk <= kMoeGateMaxTopk && p.gate_temp > 0.0f &&
+         (p.logits != nullptr || (p.x != nullptr && p.weight != nullptr)) &&
+         p.indices != nullptr && p.weights != nullptr;
 }
 
 absl::Status MoeGate(const MoeGateParams& p, cudaStream_t stream) {
@@ -30,6 +31,7 @@ absl::Status MoeGate(const MoeGateParams& p, cudaStream_t stream) {
   if (p.score == GateScore::kSoftmax) score = moe::kScoreSoftmax;
   const moe::GateKernelArgs args{.x = p.x,
                                  .weight = p.weight,
+                                 .logits = p.logits,
                                  .bias = p.bias,
                                  .bias_vl = p.bias_vl,
                                  .image_mask = p.image_mask,
@@ -45,6 +47,23 @@ absl::Status MoeGate(const MoeGateParams& p, cudaStream_t stream) {
   constexpr int kThreads = 256;
   moe::MoeGateKernel<kThreads><<<static_cast<unsigned>(p.tokens), kThreads, 0, stream>>>(args);
   return LaunchStatus("MoeGate");
+}
+
+absl::Status MoeGateLogits(const MoeGateLogitsParams& p, cudaStream_t stream) {
+  constexpr int kWarps = 8;
+  const int64_t pairs = p.tokens * p.num_experts;
+  if (p.tokens <= 0 || p.dim <= 0 || p.num_experts < 1 || p.num_experts > kMoeGateMaxExperts ||
+      p.tokens > 0x7fffffff || (pairs + kWarps - 1) / kWarps > 0x7fffffff || p.x == nullptr ||
+      p.weight == nullptr || p.logits == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "MoeGateLogits: unsupported (tokens ", p.tokens, ", dim ", p.dim, ", experts ",
+        p.num_experts, "; needs positive sizes, experts <= ", kMoeGateMaxExperts,
+        ", non-null arrays)"));
+  }
+  moe::MoeGateLogitsKernel<kWarps>
+      <<<static_cast<unsigned>((pairs + kWarps - 1) / kWarps), kWarps * 32, 0, stream>>>(
+          p.x, p.weight, p.logits, p.dim, p.num_experts, pairs);
+  return LaunchStatus("MoeGateLogits");
 }
 
 absl::Status BuildReplicaTable(std::span<const int32_t> physical_to_logical, int num_logical,

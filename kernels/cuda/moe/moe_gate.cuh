@@ -23,6 +23,7 @@ __device__ __forceinline__ bool Precedes(float v, int i, float best_v, int best_
 struct GateKernelArgs {
   const float* x;
   const float* weight;
+  const float* logits;  // [tokens, num_experts] x W^T given, or null
   const float* bias;
   const float* bias_vl;
   const uint8_t* image_mask;
@@ -36,6 +37,23 @@ struct GateKernelArgs {
   bool norm_topk_prob;
   int score;
 };
+
+// MoeGateLogits: one warp per (token, expert) pair, the same WarpLaneSum
+// (and so the same bits) as MoeGateKernel's logits, without the division by
+// gate_temp (MoeGateKernel applies it to given logits).
+template <int kWarps>
+__global__ void MoeGateLogitsKernel(const float* x, const float* weight, float* logits,
+                                    int64_t dim, int num_e, int64_t pairs) {
+  const int64_t pair = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (pair >= pairs) return;  // whole warps leave together
+  const int64_t token = pair / num_e;
+  const int64_t e = pair % num_e;
+  const float* xr = x + token * dim;
+  const float* wr = weight + e * dim;
+  const float acc = ::weir::kernels::fmath::WarpLaneSum<float>(
+      dim, [&](int64_t c) { return __fmul_rn(xr[c], wr[c]); });
+  if (threadIdx.x % 32 == 0) logits[pair] = acc;
+}
 
 // One block per token. Warps take experts round robin for the logits; the
 // top-k is k rounds of a block-wide argmax under Precedes.
@@ -52,12 +70,17 @@ __global__ void MoeGateKernel(GateKernelArgs a) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int num_e = a.num_experts;
   const float* xr = a.x + token * a.dim;
-  for (int e = warp; e < num_e; e += kWarps) {
+  for (int e = a.logits != nullptr ? num_e : warp; e < num_e; e += kWarps) {
     const float* wr = a.weight + static_cast<int64_t>(e) * a.dim;
     // The CPU's fmath::LaneDot order: bit-identical logits.
     const float acc = ::weir::kernels::fmath::WarpLaneSum<float>(
         a.dim, [&](int64_t c) { return __fmul_rn(xr[c], wr[c]); });
     if (lane == 0) s_score[e] = __fdiv_rn(acc, a.gate_temp);
+  }
+  if (a.logits != nullptr) {
+    for (int e = threadIdx.x; e < num_e; e += kThreads) {
+      s_score[e] = __fdiv_rn(a.logits[token * num_e + e], a.gate_temp);
+    }
   }
   __syncthreads();
   if (a.score == kScoreSoftmax) {

@@ -47,6 +47,10 @@ inline constexpr int kMoeGateMaxTopk = 64;
 struct MoeGateParams {
   const float* x = nullptr;             // device [tokens, dim]
   const float* weight = nullptr;        // device [num_experts, dim] fp32
+  // device [tokens, num_experts]: x W^T computed by the caller
+  // (MoeGateLogits); then x and weight are not read and only the rest of the
+  // gate runs. Null: the logits here, one block per token, as above.
+  const float* logits = nullptr;
   const float* bias = nullptr;          // device [num_experts]; null = zeros
   const float* bias_vl = nullptr;       // device [num_experts]; null = `bias` for all tokens
   const uint8_t* image_mask = nullptr;  // device [tokens], nonzero = image token; may be null
@@ -64,12 +68,30 @@ struct MoeGateParams {
 
 // Returns true if MoeGate handles `params`: tokens, dim > 0; 1 <= num_experts
 // <= kMoeGateMaxExperts; 1 <= topk <= min(num_experts, kMoeGateMaxTopk);
-// gate_temp > 0; x, weight, indices and weights non-null.
+// gate_temp > 0; indices, weights and either logits or x and weight non-null.
 bool SupportsMoeGate(const MoeGateParams& params);
 
 // Enqueues the routing of every token on `stream`. INVALID_ARGUMENT when
 // SupportsMoeGate is false; INTERNAL with the CUDA error if the launch fails.
 absl::Status MoeGate(const MoeGateParams& params, cudaStream_t stream);
+
+// MoeGateLogits: logits[t, e] = x[t] . W[e] in MoeGate's order (the CPU's
+// LaneDot: bit-identical), one warp per (token, expert) instead of one block
+// per token, so a small batch fills the GPU; MoeGate with `logits` then does
+// the rest. Used by the `fast` decode path (a gate whose logits moved by one
+// rounding would flip near-tie expert choices of the reference).
+struct MoeGateLogitsParams {
+  const float* x = nullptr;       // device [tokens, dim]
+  const float* weight = nullptr;  // device [num_experts, dim]
+  float* logits = nullptr;        // device out [tokens, num_experts]
+  int64_t tokens = 0;
+  int64_t dim = 0;
+  int num_experts = 0;
+};
+// INVALID_ARGUMENT unless tokens, dim > 0, 1 <= num_experts <=
+// kMoeGateMaxExperts, tokens * num_experts < 2^31 * 8 and non-null arrays;
+// INTERNAL if the launch fails.
+absl::Status MoeGateLogits(const MoeGateLogitsParams& params, cudaStream_t stream);
 
 // Replica slots of one layer in CSR form: the slots of logical expert e are
 // slots[offsets[e] .. offsets[e+1]), ascending.

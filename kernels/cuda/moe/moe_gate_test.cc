@@ -55,16 +55,27 @@ GateOutputs RunCpu(const GateCase& c, const GateInputs& in, const cpu::MoeGatePa
   return out;
 }
 
-GateOutputs RunGpu(const GateCase& c, const GateInputs& in, const cpu::MoeGateParams& params) {
+// split_logits: MoeGateLogits first, then MoeGate on the given logits.
+GateOutputs RunGpu(const GateCase& c, const GateInputs& in, const cpu::MoeGateParams& params,
+                   bool split_logits = false) {
   DeviceBuffer<float> x(in.x), w(in.w), bias(in.bias), bias_vl(in.bias_vl);
+  DeviceBuffer<float> logits(c.tokens * c.experts);
+  logits.Poison();
+  if (split_logits) {
+    EXPECT_TRUE(MoeGateLogits({.x = x.get(), .weight = w.get(), .logits = logits.get(),
+                               .tokens = c.tokens, .dim = c.dim, .num_experts = c.experts},
+                              nullptr)
+                    .ok());
+  }
   DeviceBuffer<uint8_t> mask(in.mask);
   DeviceBuffer<int32_t> indices(c.tokens * c.topk);
   DeviceBuffer<float> weights(c.tokens * c.topk);
   indices.Poison();
   weights.Poison();
   const absl::Status s =
-      MoeGate({.x = x.get(), .weight = w.get(), .bias = bias.get(), .bias_vl = bias_vl.get(),
-               .image_mask = mask.get(), .indices = indices.get(), .weights = weights.get(),
+      MoeGate({.x = split_logits ? nullptr : x.get(), .weight = split_logits ? nullptr : w.get(),
+               .logits = split_logits ? logits.get() : nullptr, .bias = bias.get(),
+               .bias_vl = bias_vl.get(), .image_mask = mask.get(), .indices = indices.get(), .weights = weights.get(),
                .tokens = c.tokens, .dim = c.dim, .num_experts = c.experts, .topk = c.topk,
                .gate_temp = params.gate_temp, .route_scale = params.route_scale,
                .norm_topk_prob = params.norm_topk_prob, .score = c.score},
@@ -103,6 +114,13 @@ TEST(MoeGateCudaTest, MatchesTheCpuReferenceOnRandomInputs) {
     const GateOutputs want = RunCpu(c, in, params);
     const GateOutputs got = RunGpu(c, in, params);
     ASSERT_EQ(got.indices.size(), want.indices.size());
+    // The split form (MoeGateLogits, then MoeGate on its logits): the same bits.
+    const GateOutputs split = RunGpu(c, in, params, /*split_logits=*/true);
+    EXPECT_EQ(split.indices, want.indices) << "split, " << c.tokens << "x" << c.dim;
+    EXPECT_EQ(std::memcmp(split.weights.data(), want.weights.data(),
+                          want.weights.size() * sizeof(float)),
+              0)
+        << "split, " << c.tokens << "x" << c.dim;
     // Same logit order (fmath::LaneDot), the same exp / log1p (fmath) and no
     // FMA on either side: identical choices and bit-identical weights.
     EXPECT_EQ(got.indices, want.indices) << c.tokens << "x" << c.dim << " e" << c.experts;
