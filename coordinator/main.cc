@@ -103,6 +103,14 @@ ABSL_FLAG(std::string, eplb_flags, "",
           "\"--rearrange_interval=4 --gain_threshold=0.02\".");
 ABSL_FLAG(int, eplb_stat_interval, 128,
           "Every this many steps the workers' expert load goes to the EPLB service.");
+ABSL_FLAG(double, drain_timeout_s, 30,
+          "On SIGTERM/SIGINT: new requests are refused (UNAVAILABLE) while those in flight "
+          "run on for up to this long; the rest then fail with \"server is stopping\". A "
+          "second signal aborts at once.");
+ABSL_FLAG(double, step_timeout_s, 60,
+          "A worker that leaves the step loop waiting this long for one step (at least 20x "
+          "the slowest recent step) is failed: the loop stops with DEADLINE_EXCEEDED naming "
+          "it instead of hanging (a stopped or hung worker). 0 = no deadline.");
 ABSL_FLAG(int, max_queued_requests, 4096,
           "Unfinished requests beyond which new ones get RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int64_t, max_queued_prompt_tokens, int64_t{1} << 22,
@@ -179,6 +187,9 @@ StepDriverOptions DriverOptionsFromFlags(const model::ModelConfig& config,
   driver_options.kv_check_every_step = absl::GetFlag(FLAGS_kv_check_every_step);
   driver_options.max_requests = absl::GetFlag(FLAGS_max_queued_requests);
   driver_options.max_prompt_tokens = absl::GetFlag(FLAGS_max_queued_prompt_tokens);
+  driver_options.step_timeout = absl::GetFlag(FLAGS_step_timeout_s) > 0
+                                    ? absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s))
+                                    : absl::InfiniteDuration();
   // Without routed experts there is nothing to balance.
   driver_options.eplb_address = config.n_routed_experts > 0 ? eplb_address : "";
   driver_options.stat_interval = absl::GetFlag(FLAGS_eplb_stat_interval);
@@ -599,6 +610,12 @@ int Run(int argc, char** argv) {
   }
 
   stop.WaitForNotification();
+  // Drain: refuse new work, let what is in flight finish (bounded).
+  health->SetServingStatus("weir.v1.Inference", false);
+  health->SetServingStatus("weir.v1.BatchJobs", false);
+  const int64_t left =
+      (*driver)->Drain(absl::Seconds(std::max(0.0, absl::GetFlag(FLAGS_drain_timeout_s))));
+  WEIR_LOG(INFO) << "drained; " << left << " requests still in flight are cancelled";
   batch_jobs.Stop();
   inference.SetDriver(nullptr);
   control.SetDriver(nullptr);

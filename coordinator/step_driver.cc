@@ -3,12 +3,15 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "base/grpc_util.h"
 #include "coordinator/api_error.h"
 #include "base/logging.h"
 
 namespace weir::coordinator {
 namespace {
+
+constexpr char kDrainingMessage[] = "server is draining: not accepting new requests";
 
 using scheduler::FinishReason;
 using scheduler::RankLoad;
@@ -41,7 +44,12 @@ absl::StatusOr<std::unique_ptr<StepDriver>> StepDriver::Create(
   }
   driver->loads_.resize(worker_addresses.size());
   if (options.kv_check_every_step) driver->kv_mirrors_.resize(worker_addresses.size());
+  driver->recent_steps_ns_.assign(64, 0);
   driver->thread_ = std::thread([d = driver.get()] { d->Loop(); });
+  if (options.step_timeout > absl::ZeroDuration() &&
+      options.step_timeout != absl::InfiniteDuration()) {
+    driver->watchdog_ = std::thread([d = driver.get()] { d->Watchdog(); });
+  }
   return driver;
 }
 
@@ -56,6 +64,7 @@ absl::Status StepDriver::Submit(SeqSubmission submission) {
       absl::MutexLock lock(&mu_);
       if (!failure_.ok()) return absl::UnavailableError("step loop failed: " + failure_.ToString());
       if (stopping_) return absl::UnavailableError("server is stopping");
+      if (draining_) return absl::UnavailableError(kDrainingMessage);
     }
     SeqEvent ended;
     ended.finish = FinishReason::kWorkerEnded;
@@ -65,6 +74,7 @@ absl::Status StepDriver::Submit(SeqSubmission submission) {
   absl::MutexLock lock(&mu_);
   if (!failure_.ok()) return absl::UnavailableError("step loop failed: " + failure_.ToString());
   if (stopping_) return absl::UnavailableError("server is stopping");
+  if (draining_) return absl::UnavailableError(kDrainingMessage);
   const RequestId id = submission.request.id;
   const int64_t tokens = static_cast<int64_t>(submission.request.prompt.size());
   if (static_cast<int64_t>(known_.size()) >= options_.max_requests) {
@@ -102,10 +112,76 @@ void StepDriver::Stop() {
     if (stopping_ && !thread_.joinable()) return;
     stopping_ = true;
   }
-  if (thread_.joinable()) thread_.join();
-  FailAll(absl::UnavailableError("server is stopping"));
+  // Cancel the streams first: a loop blocked on a worker that stopped
+  // answering returns at once (its error becomes "server is stopping").
   for (Worker& worker : workers_) {
     if (worker.context) worker.context->TryCancel();
+  }
+  if (thread_.joinable()) thread_.join();
+  {
+    absl::MutexLock lock(&watchdog_mu_);
+    watchdog_stop_ = true;
+  }
+  if (watchdog_.joinable()) watchdog_.join();
+  FailAll(absl::UnavailableError("server is stopping"));
+}
+
+int64_t StepDriver::Drain(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  draining_ = true;
+  auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return known_.empty() || !failure_.ok() || stopping_;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&settled), timeout);
+  return static_cast<int64_t>(known_.size());
+}
+
+absl::Duration StepDriver::StepDeadline() const {
+  return std::max(options_.step_timeout, absl::Nanoseconds(recent_max_ns_.load()) * 20);
+}
+
+void StepDriver::WaitOn(size_t rank, uint64_t step) {
+  wait_rank_.store(static_cast<int64_t>(rank));
+  wait_step_.store(step);
+  wait_since_ns_.store(absl::GetCurrentTimeNanos());
+}
+
+void StepDriver::DoneWaiting() {
+  const int64_t since = wait_since_ns_.exchange(0);
+  if (since == 0) return;
+  recent_steps_ns_[recent_next_] = absl::GetCurrentTimeNanos() - since;
+  recent_next_ = (recent_next_ + 1) % recent_steps_ns_.size();
+  recent_max_ns_.store(*std::max_element(recent_steps_ns_.begin(), recent_steps_ns_.end()));
+}
+
+absl::Status StepDriver::StreamError(size_t r, const char* what) {
+  if (deadline_fired_.load()) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "worker rank ", wait_rank_.load(), " did not answer step ", wait_step_.load(),
+        " within ", absl::FormatDuration(StepDeadline()),
+        " (stopped, hung or too slow; the coordinator's --step_timeout_s)"));
+  }
+  return absl::UnavailableError(absl::StrCat("worker rank ", r, " ", what));
+}
+
+void StepDriver::Watchdog() {
+  const absl::Duration tick =
+      std::clamp(options_.step_timeout / 20, absl::Milliseconds(10), absl::Milliseconds(500));
+  while (true) {
+    {
+      absl::MutexLock lock(&watchdog_mu_);
+      auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(watchdog_mu_) { return watchdog_stop_; };
+      if (watchdog_mu_.AwaitWithTimeout(absl::Condition(&stop), tick)) return;
+    }
+    const int64_t since = wait_since_ns_.load();
+    if (since == 0 || deadline_fired_.load()) continue;
+    const absl::Duration deadline = StepDeadline();
+    if (absl::Nanoseconds(absl::GetCurrentTimeNanos() - since) <= deadline) continue;
+    deadline_fired_.store(true);
+    WEIR_LOG(ERROR) << "worker rank " << wait_rank_.load() << " has not answered step "
+                    << wait_step_.load() << " for " << absl::FormatDuration(deadline)
+                    << ": cancelling the step streams";
+    for (Worker& worker : workers_) worker.context->TryCancel();
   }
 }
 
@@ -335,9 +411,10 @@ absl::Status StepDriver::SendPlans(const std::vector<RankStepPlan>& plans,
             static_cast<uint64_t>(options_.stat_interval - 1)) {
       out.set_return_expert_load(true);
     }
-    if (!workers_[r].stream->Write(out)) {
-      return absl::UnavailableError(absl::StrCat("worker rank ", r, " closed its Steps stream"));
-    }
+    WaitOn(r, plan.step_id);
+    const bool written = workers_[r].stream->Write(out);
+    DoneWaiting();
+    if (!written) return StreamError(r, "closed its Steps stream");
   }
   return absl::OkStatus();
 }
@@ -348,9 +425,10 @@ absl::Status StepDriver::ReadAndApply() {
   uint64_t step_id = 0;
   for (size_t r = 0; r < workers_.size(); ++r) {
     v1::StepResult result;
-    if (!workers_[r].stream->Read(&result)) {
-      return absl::UnavailableError(absl::StrCat("worker rank ", r, " closed its Steps stream"));
-    }
+    WaitOn(r, next_step_ - in_flight_.size() - 1);
+    const bool read = workers_[r].stream->Read(&result);
+    DoneWaiting();
+    if (!read) return StreamError(r, "closed its Steps stream");
     if (result.error().code() != 0) {
       return absl::Status(static_cast<absl::StatusCode>(result.error().code()),
                           absl::StrCat("worker rank ", r, " failed step ", result.step_id(),
@@ -499,7 +577,13 @@ void StepDriver::Forget(RequestId id) {
   known_.erase(it);
 }
 
-void StepDriver::FailAll(const absl::Status& status) {
+void StepDriver::FailAll(const absl::Status& given) {
+  absl::Status status = given;
+  {
+    absl::MutexLock lock(&mu_);
+    // Stop cancelled the streams: whatever the loop saw, the cause is the stop.
+    if (stopping_) status = absl::UnavailableError("server is stopping");
+  }
   if (!live_.empty()) WEIR_LOG(ERROR) << "failing " << live_.size() << " requests: " << status;
   for (auto& [id, live] : live_) live.sink(SeqEvent{.error = status});
   live_.clear();

@@ -16,6 +16,7 @@
 #ifndef WEIR_COORDINATOR_STEP_DRIVER_H_
 #define WEIR_COORDINATOR_STEP_DRIVER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -59,6 +60,14 @@ struct StepDriverOptions {
   bool kv_check_every_step = false;
   // The clock max_queue_time is measured on (tests inject a fake one).
   std::function<absl::Time()> clock = [] { return absl::Now(); };
+  // A worker that leaves the driver waiting this long for one step (its
+  // result, or room to send its plan) is failed: the loop stops with
+  // DEADLINE_EXCEEDED naming the rank and step, every live request gets that
+  // error, and Stop never hangs on it. The deadline in force is the larger of
+  // this and 20x the slowest of the last 64 steps (so a slow backend's long
+  // prefill does not trip it). Zero or infinite: no deadline. Measured on
+  // the real clock (a watchdog thread), not on `clock`.
+  absl::Duration step_timeout = absl::Seconds(60);
 };
 
 // What a request's sink receives: new tokens (possibly none), and once, a
@@ -113,7 +122,15 @@ class StepDriver {
   // NOT_FOUND if the id is not live.
   absl::Status Cancel(RequestId id);
 
-  // Fails every live request with UNAVAILABLE and stops the loop.
+  // Graceful stop, first half: from now on Submit answers UNAVAILABLE
+  // ("server is draining"); requests already submitted run on. Waits until
+  // none is left, the loop fails or Stop is called, or `timeout` passes;
+  // returns how many are left (Stop then fails them).
+  int64_t Drain(absl::Duration timeout);
+
+  // Fails every live request with UNAVAILABLE ("server is stopping") and
+  // stops the loop. The workers' streams are cancelled before the loop is
+  // joined, so a worker that stopped answering cannot make it hang.
   void Stop();
 
   // Switches every worker to the prepared expert map `version` at the next
@@ -183,6 +200,18 @@ class StepDriver {
   void Finish(RequestId id, const SeqEvent& event);
   void Forget(RequestId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailAll(const absl::Status& status);
+  // The step deadline (StepDriverOptions::step_timeout): the watchdog thread
+  // cancels every stream when the loop has waited on one worker longer than
+  // StepDeadline(); the loop then reports DEADLINE_EXCEEDED.
+  void Watchdog();
+  absl::Duration StepDeadline() const;
+  // Marks the loop as waiting on worker `rank` for step `step` (Wait) or not
+  // (Done); the watchdog reads these.
+  void WaitOn(size_t rank, uint64_t step);
+  void DoneWaiting();
+  // The loop's error for a failed read or write of rank `r`: the deadline
+  // error when the watchdog fired, else UNAVAILABLE naming the rank.
+  absl::Status StreamError(size_t r, const char* what);
 
   const StepDriverOptions options_;
   scheduler::StepTypePolicy policy_;
@@ -199,6 +228,7 @@ class StepDriver {
   int64_t known_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<scheduler::RankLoad> loads_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   int64_t steps_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t preemptions_ ABSL_GUARDED_BY(mu_) = 0;
@@ -212,6 +242,19 @@ class StepDriver {
     uint64_t step_id = 0;
   };
   std::optional<PendingCommit> commit_ ABSL_GUARDED_BY(mu_);
+  // Step deadline. The loop writes wait_*; the watchdog reads them.
+  std::atomic<int64_t> wait_since_ns_{0};  // absl::GetCurrentTimeNanos(); 0 = not waiting
+  std::atomic<int64_t> wait_rank_{0};
+  std::atomic<uint64_t> wait_step_{0};
+  std::atomic<bool> deadline_fired_{false};
+  // Durations (ns) of the last 64 completed waits' steps, ring (loop only),
+  // and their maximum, published for the watchdog.
+  std::vector<int64_t> recent_steps_ns_;
+  size_t recent_next_ = 0;
+  std::atomic<int64_t> recent_max_ns_{0};
+  absl::Mutex watchdog_mu_;
+  bool watchdog_stop_ ABSL_GUARDED_BY(watchdog_mu_) = false;
+  std::thread watchdog_;
 
   // Owned by the loop thread.
   std::vector<std::unique_ptr<scheduler::RankScheduler>> ranks_;

@@ -1,11 +1,14 @@
-// StepDriver's max_queue_time enforcement against in-process fake workers
-// (every sampling row gets token 7) on an injected clock.
+// StepDriver against in-process fake workers (every sampling row gets token
+// 7): max_queue_time enforcement on an injected clock; a worker that stops
+// answering (the step deadline fails the loop with DEADLINE_EXCEEDED naming
+// it; Stop returns promptly even without a deadline).
 
 #include "coordinator/step_driver.h"
 
 #include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -188,6 +191,142 @@ TEST_F(StepDriverQueueTimeTest, ZeroQueueTimeOnAnIdleDriverStillRuns) {
   ASSERT_TRUE(a.WaitDone());
   EXPECT_TRUE(a.Done()->error.ok()) << a.Done()->error;
   EXPECT_EQ(a.Tokens(), 4);
+}
+
+// Answers `answer` steps, then keeps its stream open without answering (a
+// SIGSTOPped or wedged worker) until the client cancels or Release.
+class HangingWorkerService final : public v1::Worker::Service {
+ public:
+  explicit HangingWorkerService(int answer) : answer_(answer) {}
+  void Release() { released_ = true; }
+  grpc::Status Steps(grpc::ServerContext* context,
+                     grpc::ServerReaderWriter<v1::StepResult, v1::StepPlan>* stream) override {
+    v1::StepPlan plan;
+    int answered = 0;
+    while (answered < answer_ && stream->Read(&plan)) {
+      v1::StepResult result;
+      result.set_step_id(plan.step_id());
+      for (const v1::StepRow& row : plan.rows()) {
+        v1::RowResult* out = result.add_rows();
+        if (row.sample()) out->add_tokens(7);
+      }
+      if (!stream->Write(result)) break;
+      ++answered;
+    }
+    while (!context->IsCancelled() && !released_) absl::SleepFor(absl::Milliseconds(5));
+    return grpc::Status::OK;
+  }
+
+ private:
+  const int answer_;
+  std::atomic<bool> released_{false};
+};
+
+class StepDriverHungWorkerTest : public ::testing::Test {
+ protected:
+  void Start(absl::Duration step_timeout) {
+    absl::StatusOr<StartedServer> started =
+        StartServer(ServerOptions{.address = "127.0.0.1:0"}, {&worker_});
+    ASSERT_TRUE(started.ok()) << started.status();
+    server_ = std::move(started->server);
+    StepDriverOptions options;
+    options.rank.kv.block_tokens = 4;
+    options.rank.kv.compress_ratios = {1};
+    options.rank.kv.num_blocks = 1024;
+    options.rank.kv.num_seq_slots = 8;
+    options.rank.max_model_len = 2048;
+    options.rank.eos_token_ids = {0};
+    options.step_timeout = step_timeout;
+    absl::StatusOr<std::unique_ptr<StepDriver>> driver =
+        StepDriver::Create({started->address}, options);
+    ASSERT_TRUE(driver.ok()) << driver.status();
+    driver_ = std::move(*driver);
+  }
+  void TearDown() override {
+    worker_.Release();
+    driver_.reset();
+    if (server_) server_->Shutdown();
+  }
+  absl::Status Submit(uint64_t id, Events& events) {
+    SeqSubmission sub;
+    sub.request.id = RequestId(id);
+    sub.request.prompt = {100, 101, 102};
+    sub.request.max_new_tokens = 1000;
+    sub.sink = [&events](const SeqEvent& event) { events.Push(event); };
+    return driver_->Submit(std::move(sub));
+  }
+
+  HangingWorkerService worker_{5};
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<StepDriver> driver_;
+};
+
+// Drain: in-flight requests finish, new ones are refused.
+TEST_F(StepDriverQueueTimeTest, DrainLetsInFlightRequestsFinish) {
+  Events a;
+  ASSERT_TRUE(Submit(1, a, 50, std::nullopt).ok());
+  ASSERT_TRUE(a.WaitTokens(1));
+  int64_t left = -1;
+  std::thread drain([&] { left = driver_->Drain(absl::Seconds(10)); });
+  // Until the drain is in force a submission is still taken (it then runs
+  // to its end like A); fresh ids each try.
+  Events b;
+  absl::Status refused;
+  uint64_t next_id = 100;
+  ASSERT_TRUE(b.WaitFor([&](Events&) {
+    refused = Submit(next_id++, b, 4, std::nullopt);
+    return !refused.ok();
+  }));
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(refused.message().find("draining"), std::string::npos) << refused;
+  drain.join();
+  EXPECT_EQ(left, 0);
+  ASSERT_TRUE(a.Done().has_value());
+  EXPECT_TRUE(a.Done()->error.ok()) << a.Done()->error;
+  EXPECT_EQ(a.Done()->finish, FinishReason::kMaxTokens);
+  EXPECT_EQ(a.Tokens(), 50);
+}
+
+TEST_F(StepDriverHungWorkerTest, DrainTimesOutThenStopFailsWhatIsLeft) {
+  Start(absl::ZeroDuration());
+  Events a;
+  ASSERT_TRUE(Submit(1, a).ok());
+  ASSERT_TRUE(a.WaitTokens(1));
+  EXPECT_EQ(driver_->Drain(absl::Milliseconds(200)), 1);
+  driver_->Stop();
+  ASSERT_TRUE(a.Done().has_value());
+  EXPECT_EQ(a.Done()->error.message(), "server is stopping");
+}
+
+TEST_F(StepDriverHungWorkerTest, DeadlineFailsTheLoopNamingTheWorker) {
+  Start(absl::Milliseconds(300));
+  Events a;
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(Submit(1, a).ok());
+  ASSERT_TRUE(a.WaitDone());
+  const absl::Duration took = absl::Now() - start;
+  const SeqEvent done = *a.Done();
+  EXPECT_EQ(done.error.code(), absl::StatusCode::kDeadlineExceeded) << done.error;
+  EXPECT_NE(done.error.message().find("worker rank 0"), std::string::npos) << done.error;
+  EXPECT_GE(a.Tokens(), 1);  // it ran until the worker stopped answering
+  EXPECT_LT(took, absl::Seconds(5));
+  Events b;
+  EXPECT_EQ(Submit(2, b).code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(StepDriverHungWorkerTest, StopReturnsWithoutADeadline) {
+  Start(absl::ZeroDuration());
+  Events a;
+  ASSERT_TRUE(Submit(1, a).ok());
+  ASSERT_TRUE(a.WaitTokens(1));
+  absl::SleepFor(absl::Milliseconds(100));  // the loop now waits on the silent worker
+  EXPECT_FALSE(a.Done().has_value());
+  const absl::Time start = absl::Now();
+  driver_->Stop();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  ASSERT_TRUE(a.Done().has_value());
+  EXPECT_EQ(a.Done()->error.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(a.Done()->error.message(), "server is stopping");
 }
 
 }  // namespace
