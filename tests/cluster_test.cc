@@ -204,6 +204,56 @@ TEST(ClusterTest, LocalClusterStartsDetectsDeathAndStopsCleanly) {
   EXPECT_TRUE(AllGone(children, absl::Seconds(5)));
 }
 
+// SIGTERM with a request in flight: the stream runs to its end (every token,
+// reason MAX_TOKENS), the coordinator then exits 0 and leaves no child behind.
+TEST(ClusterTest, SigtermLetsInFlightRequestsFinish) {
+  Process coordinator = Process::Start({Runfile("coordinator/main"), "--listen=127.0.0.1:0",
+                                        "--workers=1", "--eplb=false", "--drain_timeout_s=60"});
+  const std::string address = coordinator.WaitForLine(kReadyLine, absl::Seconds(60));
+  ASSERT_FALSE(address.empty()) << "no ready line";
+  const std::vector<pid_t> children = ChildrenOf(coordinator.pid);
+  auto stub = v1::Inference::NewStub(MakeChannel(address));
+  v1::GenerateRequest request;
+  for (uint32_t t : {5u, 6u, 7u}) request.mutable_tokens()->add_ids(t);
+  constexpr uint32_t kTokens = 400;
+  request.mutable_stop()->set_max_new_tokens(kTokens);
+  request.mutable_stop()->set_ignore_eos(true);
+  request.mutable_sampling()->set_temperature(0.0f);
+  request.mutable_output()->set_stream_tokens(true);
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineIn(std::chrono::seconds(120)));
+  auto reader = stub->Generate(&context, request);
+  v1::GenerateEvent event;
+  int64_t streamed = 0;
+  bool signalled = false, final_seen = false;
+  v1::FinishReason reason = v1::FINISH_REASON_UNSPECIFIED;
+  int64_t final_tokens = 0;
+  while (reader->Read(&event)) {
+    if (event.has_final()) {
+      final_seen = true;
+      reason = event.final().reason();
+      final_tokens = event.final().full_token_ids_size();
+    }
+    if (event.has_delta()) streamed += event.delta().token_ids_size();
+    if (!signalled && streamed > 0) {  // mid-stream
+      ASSERT_EQ(kill(coordinator.pid, SIGTERM), 0);
+      signalled = true;
+    }
+  }
+  const grpc::Status finished = reader->Finish();
+  EXPECT_TRUE(finished.ok()) << finished.error_message();
+  EXPECT_TRUE(signalled);
+  EXPECT_TRUE(final_seen);
+  EXPECT_EQ(reason, v1::FINISH_REASON_MAX_TOKENS);
+  // Streamed, every token arrives in a Delta (the Final repeats none).
+  EXPECT_EQ(streamed + final_tokens, kTokens);
+  const int status = coordinator.Wait(absl::Seconds(30));
+  ASSERT_NE(status, -1) << "coordinator did not exit";
+  EXPECT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_TRUE(AllGone(children, absl::Seconds(5)));
+}
+
 TEST(ClusterTest, ChildrenDieWithAKilledCoordinator) {
   Process coordinator =
       Process::Start({Runfile("coordinator/main"), "--listen=127.0.0.1:0", "--workers=2"});
