@@ -139,15 +139,16 @@ void StepExecutor::StartSlot(int32_t slot_id) {
   slot.state = model_.NewSequence(std::move(table));
 }
 
-absl::Status StepExecutor::ValidateBlocks(const std::vector<RowPlan>& rows,
-                                          const std::vector<int32_t>& release) const {
+void StepExecutor::ValidateBlocks(const std::vector<RowPlan>& rows,
+                                  const std::vector<int32_t>& release,
+                                  std::vector<absl::Status>& bad) const {
   // Slots whose blocks return before any row of the plan claims one.
   absl::flat_hash_set<int32_t> dropped(release.begin(), release.end());
-  for (const RowPlan& row : rows) {
-    if (row.start_pos == 0) dropped.insert(row.slot);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (bad[i].ok() && rows[i].start_pos == 0) dropped.insert(rows[i].slot);
   }
   absl::flat_hash_set<int32_t> given;
-  for (size_t i = 0; i < rows.size(); ++i) {
+  auto check = [&](size_t i) -> absl::Status {
     const RowPlan& row = rows[i];
     const Slot& slot = slots_[row.slot];
     for (BlockId b : row.new_blocks) {
@@ -175,8 +176,11 @@ absl::Status StepExecutor::ValidateBlocks(const std::vector<RowPlan>& rows,
       return RowError(i, absl::StrCat("positions up to ", end, " need ", needed,
                                       " KV blocks; slot ", row.slot, " holds ", held));
     }
+    return absl::OkStatus();
+  };
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (bad[i].ok()) bad[i] = check(i);
   }
-  return absl::OkStatus();
 }
 
 int32_t StepExecutor::used_slots() const {
@@ -185,7 +189,8 @@ int32_t StepExecutor::used_slots() const {
 }
 
 absl::Status StepExecutor::Validate(const std::vector<RowPlan>& rows,
-                                    const std::vector<int32_t>& release) const {
+                                    const std::vector<int32_t>& release,
+                                    std::vector<absl::Status>& bad) const {
   const int64_t vocab = model_.config().vocab_size;
   for (int32_t slot : release) {
     if (slot < 0 || slot >= max_slots()) {
@@ -193,9 +198,10 @@ absl::Status StepExecutor::Validate(const std::vector<RowPlan>& rows,
                                                      max_slots(), ")"));
     }
   }
+  bad.assign(rows.size(), absl::OkStatus());
   const absl::flat_hash_set<int32_t> released(release.begin(), release.end());
   absl::flat_hash_set<int32_t> used;
-  for (size_t i = 0; i < rows.size(); ++i) {
+  auto check = [&](size_t i) -> absl::Status {
     const RowPlan& row = rows[i];
     if (row.slot < 0 || row.slot >= max_slots()) {
       return RowError(i, absl::StrCat("slot ", row.slot, " outside [0, ", max_slots(), ")"));
@@ -228,11 +234,52 @@ absl::Status StepExecutor::Validate(const std::vector<RowPlan>& rows,
     if (absl::Status s = sampling::ValidateSamplingParams(row.sampling, limits); !s.ok()) {
       return RowError(i, std::string(s.message()));
     }
-  }
-  return pool_ == nullptr ? absl::OkStatus() : ValidateBlocks(rows, release);
+    return absl::OkStatus();
+  };
+  for (size_t i = 0; i < rows.size(); ++i) bad[i] = check(i);
+  if (pool_ != nullptr) ValidateBlocks(rows, release, bad);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<RowOutcome>> StepExecutor::Execute(
+    const std::vector<RowPlan>& rows, const std::vector<int32_t>& release) {
+  std::vector<absl::Status> bad;
+  if (absl::Status s = Validate(rows, release, bad); !s.ok()) {
+    // Not a row's fault: the whole plan is refused (a collective still
+    // takes its step, with no rows).
+    model_.ForwardBatch({}, {}, {}).IgnoreError();
+    if (device_ != nullptr && device_->collective()) device_->Step({}, {}).IgnoreError();
+    return s;
+  }
+  const size_t n_bad =
+      std::count_if(bad.begin(), bad.end(), [](const absl::Status& b) { return !b.ok(); });
+  if (n_bad == 0) return ExecuteValid(rows, release);
+  // A row that fails validation fails alone: it does not run and answers
+  // its error; the others run as a plan of their own. The next step's remaps
+  // name rows of this plan, so the samples are spread back to its indices.
+  std::vector<RowPlan> kept;
+  std::vector<size_t> where;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (!bad[i].ok()) continue;
+    kept.push_back(rows[i]);
+    where.push_back(i);
+  }
+  absl::StatusOr<std::vector<RowOutcome>> ran = ExecuteValid(kept, release);
+  if (!ran.ok()) return ran.status();
+  std::vector<RowOutcome> outcomes(rows.size());
+  std::vector<int32_t> samples(rows.size(), -1);
+  for (size_t j = 0; j < where.size(); ++j) {
+    outcomes[where[j]] = std::move((*ran)[j]);
+    samples[where[j]] = previous_samples_[j];
+  }
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (!bad[i].ok()) outcomes[i].status = bad[i];
+  }
+  previous_samples_ = std::move(samples);
+  return outcomes;
+}
+
+absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
     const std::vector<RowPlan>& rows, const std::vector<int32_t>& release) {
   const bool collective = device_ != nullptr && device_->collective();
   // An expert-parallel step is a collective: a path that leaves early joins
@@ -242,10 +289,6 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::Execute(
     if (model_too) model_.ForwardBatch({}, {}, {}).IgnoreError();
     if (collective) device_->Step({}, {}).IgnoreError();
   };
-  if (absl::Status s = Validate(rows, release); !s.ok()) {
-    join(/*model_too=*/true);
-    return s;
-  }
   const int64_t vocab = model_.config().vocab_size;
   std::vector<RowOutcome> outcomes(rows.size());
   std::vector<int32_t> samples(rows.size(), -1);

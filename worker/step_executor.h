@@ -104,8 +104,10 @@ class StepExecutor {
   // consistent with the slot, tokens in the vocabulary, remap naming a row of
   // the previous step that sampled, sampling parameters; with a KV pool, the
   // blocks: in the pool, not held by a slot that stays live, not given twice,
-  // enough for the positions the row writes): INVALID_ARGUMENT naming the
-  // row, and nothing runs. Then drops the `release` slots (their blocks go
+  // enough for the positions the row writes): a row that fails does not run
+  // and its outcome carries INVALID_ARGUMENT naming it, while the other rows
+  // run (a release outside the slots refuses the whole plan with
+  // INVALID_ARGUMENT, and nothing runs). Then drops the `release` slots (their blocks go
   // back to the pool), restarts the slots of rows at position 0, adds every
   // row's new blocks to its table, runs the rows in order (a released slot
   // may be reused by a row starting at position 0) and returns one outcome
@@ -183,11 +185,16 @@ class StepExecutor {
   void SampleConstrained(Slot& slot, const float* logits, const sampling::SampleRow& base,
                          RowOutcome& out);
 
-  absl::Status Validate(const std::vector<RowPlan>& rows,
-                        const std::vector<int32_t>& release) const;
-  // The block checks of Validate (with a pool).
-  absl::Status ValidateBlocks(const std::vector<RowPlan>& rows,
-                              const std::vector<int32_t>& release) const;
+  // INVALID_ARGUMENT for a release outside the slots (the plan is refused);
+  // otherwise OK with bad[i] = row i's error (OK for a good row).
+  absl::Status Validate(const std::vector<RowPlan>& rows, const std::vector<int32_t>& release,
+                        std::vector<absl::Status>& bad) const;
+  // The block checks of Validate (with a pool), for the rows still good.
+  void ValidateBlocks(const std::vector<RowPlan>& rows, const std::vector<int32_t>& release,
+                      std::vector<absl::Status>& bad) const;
+  // Execute after validation: every row good.
+  absl::StatusOr<std::vector<RowOutcome>> ExecuteValid(const std::vector<RowPlan>& rows,
+                                                       const std::vector<int32_t>& release);
   // Makes `slot_id` hold a new empty sequence (its previous one and, with a
   // pool, that one's blocks are dropped).
   void StartSlot(int32_t slot_id);

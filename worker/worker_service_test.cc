@@ -149,14 +149,17 @@ TEST(WorkerServiceTest, StepsRunInOrderAndRefuseGaps) {
   for (uint64_t c : result.expert_load()) after += c;
   EXPECT_EQ(after, 0u);  // Reset by the previous report.
 
-  // A bad row (slot out of range) is this step's error; the stream goes on.
+  // A bad row (slot out of range) is that row's error, not the step's; the
+  // stream goes on.
   v1::StepPlan bad;
   bad.set_coordinator_epoch(kEpoch);
   bad.set_step_id(5);
   bad.add_rows()->set_seq_slot(100000);
   ASSERT_TRUE(stream->Write(bad));
   ASSERT_TRUE(stream->Read(&result));
-  EXPECT_EQ(result.error().code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(result.error().code(), 0) << result.error().message();
+  ASSERT_EQ(result.rows_size(), 1);
+  EXPECT_EQ(result.rows(0).error().code(), grpc::StatusCode::INVALID_ARGUMENT);
   v1::StepPlan gap;
   gap.set_coordinator_epoch(kEpoch);
   gap.set_step_id(9);
@@ -308,16 +311,22 @@ TEST(WorkerServiceTest, LoadReportsTheKvPoolAndStepsUseItsBlocks) {
   };
   step(0, 0, 20, {3, 7});  // 20 positions: two blocks of 16
   EXPECT_EQ(result.error().code(), 0) << result.error().message();
-  step(1, 1, 20, {9});  // one block short: the step is refused
-  EXPECT_EQ(result.error().code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(result.error().message().find("need 2 KV blocks"), std::string::npos)
-      << result.error().message();
+  // A row with bad blocks fails alone (its row error), the step goes on.
+  auto row_error = [&result]() -> const v1::ErrorStatus& {
+    EXPECT_EQ(result.error().code(), 0) << result.error().message();
+    EXPECT_EQ(result.rows_size(), 1);
+    return result.rows(0).error();
+  };
+  step(1, 1, 20, {9});  // one block short
+  EXPECT_EQ(row_error().code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(row_error().message().find("need 2 KV blocks"), std::string::npos)
+      << row_error().message();
   step(2, 1, 4, {10});  // a block outside the pool of 10
-  EXPECT_EQ(result.error().code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(row_error().code(), grpc::StatusCode::INVALID_ARGUMENT);
   step(3, 1, 4, {7});  // slot 0 holds block 7
-  EXPECT_EQ(result.error().code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(result.error().message().find("still held by slot 0"), std::string::npos)
-      << result.error().message();
+  EXPECT_EQ(row_error().code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(row_error().message().find("still held by slot 0"), std::string::npos)
+      << row_error().message();
   step(4, 1, 4, {9});
   EXPECT_EQ(result.error().code(), 0) << result.error().message();
   stream->WritesDone();
