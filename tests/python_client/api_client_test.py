@@ -914,5 +914,76 @@ class StructuredOutputTest(ApiTestCase):
         self.assertGreaterEqual(checked, len(jobs) // 2)
 
 
+class KeyedCluster(Cluster):
+    """A cluster started with --api_key: ready once health (open) says SERVING and
+    GetModelInfo answers with the key."""
+
+    KEY = "weir-test-key-7f3a"
+
+    def ready(self):
+        if self.channel is None:
+            if self.address is None:
+                return False
+            self.channel = grpc.insecure_channel(self.address)
+        health = health_pb2_grpc.HealthStub(self.channel)
+        inference = inference_pb2_grpc.InferenceStub(self.channel)
+        try:
+            status = health.Check(health_pb2.HealthCheckRequest(service="weir.v1.Inference"),
+                                  timeout=2).status
+            if status != health_pb2.HealthCheckResponse.SERVING:
+                return False
+            inference.GetModelInfo(inference_pb2.GetModelInfoRequest(), timeout=10,
+                                   metadata=[("authorization", "Bearer " + self.KEY)])
+            return True
+        except grpc.RpcError:
+            return False
+
+
+class ApiKeyTest(unittest.TestCase):
+    """--api_key on gRPC, seen from grpcio: public calls need "authorization: Bearer
+    <key>"; health stays open (the orchestrator's probes)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = KeyedCluster(workers=1, name="api_key",
+                                   extra_args=["--api_key=" + KeyedCluster.KEY, "--eplb=false",
+                                               "--http_open_health_and_metrics"])
+        cls.cluster.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cluster.shutdown()
+
+    def call(self, metadata):
+        inference = inference_pb2_grpc.InferenceStub(self.cluster.channel)
+        return list(inference.Generate(greedy_request([5, 6, 7], 4), timeout=RPC_TIMEOUT_S,
+                                       metadata=metadata))
+
+    def test_the_right_key_generates(self):
+        events = self.call([("authorization", "Bearer " + KeyedCluster.KEY)])
+        tokens = [t for e in events if e.HasField("delta") for t in e.delta.token_ids]
+        self.assertEqual(len(tokens), 4)
+
+    def test_no_key_or_a_wrong_one_is_unauthenticated(self):
+        for metadata in ([], [("authorization", "Bearer wrong")],
+                         [("authorization", KeyedCluster.KEY)],  # no "Bearer "
+                         [("authorization", "Bearer " + KeyedCluster.KEY + "x")]):
+            with self.subTest(metadata=metadata):
+                with self.assertRaises(grpc.RpcError) as caught:
+                    self.call(metadata)
+                self.assertEqual(caught.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
+        # Unary public calls too.
+        inference = inference_pb2_grpc.InferenceStub(self.cluster.channel)
+        with self.assertRaises(grpc.RpcError) as caught:
+            inference.GetServerState(inference_pb2.GetServerStateRequest(), timeout=10)
+        self.assertEqual(caught.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
+
+    def test_health_stays_open(self):
+        health = health_pb2_grpc.HealthStub(self.cluster.channel)
+        status = health.Check(health_pb2.HealthCheckRequest(service="weir.v1.Inference"),
+                              timeout=10).status
+        self.assertEqual(status, health_pb2.HealthCheckResponse.SERVING)
+
+
 if __name__ == "__main__":
     unittest.main()
