@@ -146,6 +146,40 @@ void RankScheduler::Preempt(Sequence& seq) {
   ++num_preemptions_;
 }
 
+void RankScheduler::ResetAfterWorkerLoss() {
+  std::vector<RequestId> order(prefilling_.begin(), prefilling_.end());
+  order.insert(order.end(), running_.begin(), running_.end());
+  std::sort(order.begin(), order.end(), [this](RequestId a, RequestId b) {
+    return seqs_.at(a).arrival < seqs_.at(b).arrival;
+  });
+  order.insert(order.end(), waiting_.begin(), waiting_.end());
+  prefilling_.clear();
+  running_.clear();
+  waiting_.clear();
+  in_flight_.clear();
+  release_next_.clear();
+  starved_.clear();
+  last_planned_step_.reset();
+  waiting_blocks_ = 0;
+  absl::StatusOr<BlockManager> fresh = BlockManager::Create(config_.kv);
+  WEIR_CHECK(fresh.ok()) << fresh.status() << " (the layout was valid at Create)";
+  blocks_ = *std::move(fresh);
+  for (RequestId id : order) {
+    Sequence& seq = seqs_.at(id);
+    seq.state = SeqState::kWaiting;
+    ++seq.reset_epoch;
+    seq.ticket = next_ticket_++;
+    seq.prefill_len = static_cast<int64_t>(seq.tokens.size());
+    seq.num_scheduled = 0;
+    seq.blocks_sent = 0;
+    seq.pending_outputs = 0;
+    seq.last_step.reset();
+    seq.last_row = -1;
+    waiting_.push_back(id);
+    waiting_blocks_ += BlocksForTokens(config_.kv, seq.prefill_len);
+  }
+}
+
 absl::StatusOr<std::vector<SeqUpdate>> RankScheduler::OnResult(const RankStepResult& result) {
   if (in_flight_.empty() || in_flight_.front().step_id != result.step_id) {
     return absl::FailedPreconditionError(absl::StrCat(

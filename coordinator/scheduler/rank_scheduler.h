@@ -90,6 +90,14 @@ class RankScheduler {
   // sampling row has no token. On error nothing changes.
   absl::StatusOr<std::vector<SeqUpdate>> OnResult(const RankStepResult& result);
 
+  // After the rank's worker was replaced by a fresh one that holds nothing:
+  // every live sequence goes back to the waiting queue as after a preemption
+  // (its prompt and the tokens received so far are prefilled again, nothing
+  // already delivered is produced twice), admitted sequences first in arrival
+  // order, then the waiting queue; the steps in flight are forgotten (their
+  // outputs never arrive), the KV books start empty, nothing is left to
+  // release, and the next plan may have any step id.
+  void ResetAfterWorkerLoss();
   // The KV books (read-only), for accounting checks and server state.
   const BlockManager& blocks() const { return blocks_; }
   // Slots released since the last plan: the next plan lists them in
