@@ -36,12 +36,8 @@ absl::StatusOr<std::unique_ptr<StepDriver>> StepDriver::Create(
         scheduler::RankScheduler::Create(options.rank);
     if (!rank.ok()) return rank.status();
     driver->ranks_.push_back(std::move(*rank));
-    Worker worker;
-    worker.stub = v1::Worker::NewStub(MakeChannel(address));
-    worker.context = std::make_unique<grpc::ClientContext>();
-    worker.stream = worker.stub->Steps(worker.context.get());
-    driver->workers_.push_back(std::move(worker));
   }
+  driver->OpenStreams(worker_addresses);
   driver->loads_.resize(worker_addresses.size());
   if (options.kv_check_every_step) driver->kv_mirrors_.resize(worker_addresses.size());
   driver->recent_steps_ns_.assign(64, 0);
@@ -51,6 +47,79 @@ absl::StatusOr<std::unique_ptr<StepDriver>> StepDriver::Create(
     driver->watchdog_ = std::thread([d = driver.get()] { d->Watchdog(); });
   }
   return driver;
+}
+
+void StepDriver::OpenStreams(const std::vector<std::string>& addresses) {
+  std::vector<Worker> workers;
+  for (const std::string& address : addresses) {
+    Worker worker;
+    worker.stub = v1::Worker::NewStub(MakeChannel(address));
+    worker.context = std::make_unique<grpc::ClientContext>();
+    worker.stream = worker.stub->Steps(worker.context.get());
+    workers.push_back(std::move(worker));
+  }
+  absl::MutexLock lock(&streams_mu_);
+  workers_.swap(workers);
+  // The old streams (if any) end here, already cancelled.
+}
+
+StepDriver::RecoveryStats StepDriver::Recoveries() const {
+  absl::MutexLock lock(&mu_);
+  return recovery_stats_;
+}
+
+bool StepDriver::TryRecover(const absl::Status& cause) {
+  if (!options_.recover) return false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return false;
+  }
+  const absl::Time start = absl::Now();
+  while (!recovery_times_.empty() && recovery_times_.front() < start - options_.recovery_window) {
+    recovery_times_.erase(recovery_times_.begin());
+  }
+  if (static_cast<int>(recovery_times_.size()) >= options_.max_recoveries) {
+    WEIR_LOG(ERROR) << "step failed (" << cause << ") after " << recovery_times_.size()
+                    << " recoveries within " << absl::FormatDuration(options_.recovery_window)
+                    << ": giving up";
+    return false;
+  }
+  recovery_times_.push_back(start);
+  WEIR_LOG(WARNING) << "step failed (" << cause << "): replacing the workers; " << live_.size()
+                    << " requests resume after";
+  {
+    absl::MutexLock lock(&streams_mu_);
+    for (Worker& worker : workers_) worker.context->TryCancel();
+  }
+  deadline_fired_.store(false);
+  wait_since_ns_.store(0);
+  in_flight_.clear();
+  for (auto& rank : ranks_) rank->ResetAfterWorkerLoss();
+  for (auto& mirror : kv_mirrors_) mirror = {};
+  ResolveCommit(absl::UnavailableError(
+      absl::StrCat("the workers were replaced (", cause.message(), "); commit again")));
+  absl::StatusOr<std::vector<std::string>> addresses = options_.recover(cause);
+  if (!addresses.ok() || addresses->size() != ranks_.size()) {
+    WEIR_LOG(ERROR) << "recovery failed: "
+                    << (addresses.ok() ? absl::InternalError("wrong number of workers")
+                                       : addresses.status());
+    return false;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return false;
+  }
+  OpenStreams(*addresses);
+  const absl::Duration took = absl::Now() - start;
+  {
+    absl::MutexLock lock(&mu_);
+    ++recovery_stats_.recoveries;
+    recovery_stats_.last_cause = cause.ToString();
+    recovery_stats_.last_duration = took;
+  }
+  WEIR_LOG(WARNING) << "recovered in " << absl::FormatDuration(took) << "; " << live_.size()
+                    << " requests resume";
+  return true;
 }
 
 StepDriver::StepDriver(StepDriverOptions options, scheduler::StepTypePolicy policy)
@@ -114,8 +183,11 @@ void StepDriver::Stop() {
   }
   // Cancel the streams first: a loop blocked on a worker that stopped
   // answering returns at once (its error becomes "server is stopping").
-  for (Worker& worker : workers_) {
-    if (worker.context) worker.context->TryCancel();
+  {
+    absl::MutexLock lock(&streams_mu_);
+    for (Worker& worker : workers_) {
+      if (worker.context) worker.context->TryCancel();
+    }
   }
   if (thread_.joinable()) thread_.join();
   {
@@ -181,6 +253,7 @@ void StepDriver::Watchdog() {
     WEIR_LOG(ERROR) << "worker rank " << wait_rank_.load() << " has not answered step "
                     << wait_step_.load() << " for " << absl::FormatDuration(deadline)
                     << ": cancelling the step streams";
+    absl::MutexLock lock(&streams_mu_);
     for (Worker& worker : workers_) worker.context->TryCancel();
   }
 }
@@ -326,6 +399,7 @@ bool StepDriver::Iterate() {
       }
     }
     if (absl::Status sent = SendPlans(plans, commit_version); !sent.ok()) {
+      if (TryRecover(sent)) return true;
       FailAll(sent);
       return false;
     }
@@ -351,6 +425,9 @@ bool StepDriver::Iterate() {
                          (!options_.zero_overhead || in_flight_.size() >= 2 || !work);
   if (must_read) {
     if (absl::Status applied = ReadAndApply(); !applied.ok()) {
+      // A worker's fault (its stream, its step error, the deadline) is
+      // recovered from; the books' own errors are not.
+      if (worker_fault_ && TryRecover(applied)) return true;
       FailAll(applied);
       return false;
     }
@@ -420,6 +497,7 @@ absl::Status StepDriver::SendPlans(const std::vector<RankStepPlan>& plans,
 }
 
 absl::Status StepDriver::ReadAndApply() {
+  worker_fault_ = true;  // until the scheduler's own books are at stake
   std::vector<std::vector<RequestId>> rows_of = std::move(in_flight_.front());
   in_flight_.erase(in_flight_.begin());
   uint64_t step_id = 0;
@@ -453,7 +531,10 @@ absl::Status StepDriver::ReadAndApply() {
       }
     }
     absl::StatusOr<std::vector<scheduler::SeqUpdate>> updates = ranks_[r]->OnResult(applied);
-    if (!updates.ok()) return updates.status();
+    if (!updates.ok()) {
+      worker_fault_ = false;
+      return updates.status();
+    }
     for (scheduler::SeqUpdate& update : *updates) {
       auto live = live_.find(update.request);
       if (live == live_.end()) continue;

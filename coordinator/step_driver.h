@@ -68,6 +68,19 @@ struct StepDriverOptions {
   // prefill does not trip it). Zero or infinite: no deadline. Measured on
   // the real clock (a watchdog thread), not on `clock`.
   absl::Duration step_timeout = absl::Seconds(60);
+  // Recovery from a lost worker (the coordinator sets it for a cluster it
+  // launched). Called on the loop thread when a step fails because of a
+  // worker — its stream closed, a step-level error, the step deadline — after
+  // the old streams are cancelled; it must replace every worker of the group
+  // with a fresh one (holding no sequence) and return their Steps addresses
+  // in rank order. Meanwhile live requests wait (new ones queue); then every
+  // one is prefilled again from its prompt and the tokens already delivered
+  // (RankScheduler::ResetAfterWorkerLoss) and goes on, so its stream sees no
+  // gap and no duplicate. An error from it, more than `max_recoveries` within
+  // `recovery_window`, or no callback: every live request fails as before.
+  std::function<absl::StatusOr<std::vector<std::string>>(const absl::Status& cause)> recover;
+  int max_recoveries = 3;
+  absl::Duration recovery_window = absl::Minutes(10);
 };
 
 // What a request's sink receives: new tokens (possibly none), and once, a
@@ -160,6 +173,14 @@ class StepDriver {
   int64_t preemptions() const;
   // KV accounting checks passed (0 unless kv_check_every_step).
   int64_t kv_checks() const;
+  // Recoveries from lost workers since start, the cause of the last one and
+  // how long it took (worker replacement to the loop running again).
+  struct RecoveryStats {
+    int64_t recoveries = 0;
+    std::string last_cause;
+    absl::Duration last_duration;
+  };
+  RecoveryStats Recoveries() const;
 
  private:
   struct Worker {
@@ -200,6 +221,12 @@ class StepDriver {
   void Finish(RequestId id, const SeqEvent& event);
   void Forget(RequestId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailAll(const absl::Status& status);
+  // After a worker-caused step failure: replaces the group through
+  // options_.recover and resets the ranks (true), or false when the failure
+  // must fail every request instead.
+  bool TryRecover(const absl::Status& cause);
+  // Opens a Steps stream to each of `addresses` as workers_ (under streams_mu_).
+  void OpenStreams(const std::vector<std::string>& addresses);
   // The step deadline (StepDriverOptions::step_timeout): the watchdog thread
   // cancels every stream when the loop has waited on one worker longer than
   // StepDeadline(); the loop then reports DEADLINE_EXCEEDED.
@@ -252,6 +279,12 @@ class StepDriver {
   std::vector<int64_t> recent_steps_ns_;
   size_t recent_next_ = 0;
   std::atomic<int64_t> recent_max_ns_{0};
+  // Guards replacing workers_ (recovery) against the threads that cancel
+  // their streams (watchdog, Stop); the loop reads workers_ without it.
+  mutable absl::Mutex streams_mu_;
+  std::vector<absl::Time> recovery_times_;  // loop thread only
+  bool worker_fault_ = false;  // ReadAndApply's error came from a worker (loop thread)
+  RecoveryStats recovery_stats_ ABSL_GUARDED_BY(mu_);
   absl::Mutex watchdog_mu_;
   bool watchdog_stop_ ABSL_GUARDED_BY(watchdog_mu_) = false;
   std::thread watchdog_;

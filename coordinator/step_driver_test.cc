@@ -329,5 +329,111 @@ TEST_F(StepDriverHungWorkerTest, StopReturnsWithoutADeadline) {
   EXPECT_EQ(a.Done()->error.message(), "server is stopping");
 }
 
+// Recovery: the group's worker ends its stream after a few steps (a crash);
+// the driver calls `recover`, which hands it a fresh worker; every request
+// goes on from the tokens it already has and ends with exactly its length.
+class StepDriverRecoveryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (auto* service : {static_cast<grpc::Service*>(&dying_),
+                          static_cast<grpc::Service*>(&fresh_)}) {
+      absl::StatusOr<StartedServer> started =
+          StartServer(ServerOptions{.address = "127.0.0.1:0"}, {service});
+      ASSERT_TRUE(started.ok()) << started.status();
+      addresses_.push_back(started->address);
+      servers_.push_back(std::move(started->server));
+    }
+  }
+  void Start(bool recover_ok) {
+    StepDriverOptions options;
+    options.rank.kv.block_tokens = 4;
+    options.rank.kv.compress_ratios = {1};
+    options.rank.kv.num_blocks = 1024;
+    options.rank.kv.num_seq_slots = 8;
+    options.rank.max_model_len = 2048;
+    options.rank.eos_token_ids = {0};
+    options.recover = [this, recover_ok](const absl::Status& cause)
+        -> absl::StatusOr<std::vector<std::string>> {
+      causes_.push_back(cause);
+      if (!recover_ok) return absl::UnavailableError("no spare worker");
+      return std::vector<std::string>{addresses_[1]};
+    };
+    absl::StatusOr<std::unique_ptr<StepDriver>> driver =
+        StepDriver::Create({addresses_[0]}, options);
+    ASSERT_TRUE(driver.ok()) << driver.status();
+    driver_ = std::move(*driver);
+  }
+  void TearDown() override {
+    driver_.reset();
+    for (auto& server : servers_) server->Shutdown();
+  }
+  absl::Status Submit(uint64_t id, Events& events, uint32_t max_new) {
+    SeqSubmission sub;
+    sub.request.id = RequestId(id);
+    sub.request.prompt = {100, 101, 102};
+    sub.request.max_new_tokens = max_new;
+    sub.sink = [&events](const SeqEvent& event) { events.Push(event); };
+    return driver_->Submit(std::move(sub));
+  }
+
+  // Answers 6 steps, then ends its stream (the process died).
+  class DyingWorkerService final : public v1::Worker::Service {
+   public:
+    grpc::Status Steps(grpc::ServerContext*,
+                       grpc::ServerReaderWriter<v1::StepResult, v1::StepPlan>* stream) override {
+      v1::StepPlan plan;
+      for (int answered = 0; answered < 6 && stream->Read(&plan); ++answered) {
+        v1::StepResult result;
+        result.set_step_id(plan.step_id());
+        for (const v1::StepRow& row : plan.rows()) {
+          v1::RowResult* out = result.add_rows();
+          if (row.sample()) out->add_tokens(7);
+        }
+        if (!stream->Write(result)) break;
+      }
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker died");
+    }
+  };
+  DyingWorkerService dying_;
+  FakeWorkerService fresh_;
+  std::vector<std::string> addresses_;
+  std::vector<std::unique_ptr<grpc::Server>> servers_;
+  std::vector<absl::Status> causes_;  // written on the loop thread, read after Done
+  std::unique_ptr<StepDriver> driver_;
+};
+
+TEST_F(StepDriverRecoveryTest, RequestsFinishOnTheReplacementWorker) {
+  Start(/*recover_ok=*/true);
+  Events a, b;
+  ASSERT_TRUE(Submit(1, a, 40).ok());
+  ASSERT_TRUE(Submit(2, b, 25).ok());
+  ASSERT_TRUE(a.WaitDone());
+  ASSERT_TRUE(b.WaitDone());
+  EXPECT_TRUE(a.Done()->error.ok()) << a.Done()->error;
+  EXPECT_EQ(a.Done()->finish, FinishReason::kMaxTokens);
+  EXPECT_EQ(a.Tokens(), 40);  // none lost, none twice
+  EXPECT_TRUE(b.Done()->error.ok()) << b.Done()->error;
+  EXPECT_EQ(b.Tokens(), 25);
+  const StepDriver::RecoveryStats stats = driver_->Recoveries();
+  EXPECT_EQ(stats.recoveries, 1);
+  EXPECT_NE(stats.last_cause.find("worker rank 0"), std::string::npos) << stats.last_cause;
+  ASSERT_EQ(causes_.size(), 1u);
+  // And the loop serves new requests on the new worker.
+  Events c;
+  ASSERT_TRUE(Submit(3, c, 5).ok());
+  ASSERT_TRUE(c.WaitDone());
+  EXPECT_EQ(c.Tokens(), 5);
+}
+
+TEST_F(StepDriverRecoveryTest, FailedRecoveryFailsTheRequests) {
+  Start(/*recover_ok=*/false);
+  Events a;
+  ASSERT_TRUE(Submit(1, a, 40).ok());
+  ASSERT_TRUE(a.WaitDone());
+  EXPECT_FALSE(a.Done()->error.ok());
+  EXPECT_LT(a.Tokens(), 40);
+  EXPECT_EQ(driver_->Recoveries().recoveries, 0);
+}
+
 }  // namespace
 }  // namespace weir::coordinator
