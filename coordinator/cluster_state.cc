@@ -69,6 +69,12 @@ absl::StatusOr<Rank> ClusterState::RegisterWorker(const std::string& address,
   return Rank(rank);
 }
 
+void ClusterState::ClearWorkers() {
+  absl::MutexLock lock(&mu_);
+  for (WorkerRecord& w : workers_) w = WorkerRecord{};
+  registered_ = 0;
+}
+
 void ClusterState::RegisterEplb(const std::string& address) {
   absl::MutexLock lock(&mu_);
   eplb_address_ = address;

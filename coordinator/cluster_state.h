@@ -69,6 +69,8 @@ class ClusterState {
                                       int64_t pid, int requested_rank);
 
   // Records the EPLB service's address (a later call replaces it).
+  // Forgets every worker record (a replacement group registers next).
+  void ClearWorkers();
   void RegisterEplb(const std::string& address);
   std::string eplb_address() const;
 

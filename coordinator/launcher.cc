@@ -63,6 +63,22 @@ void Launcher::SignalAll(int signo) {
   for (const auto& [pid, name] : running_) kill(pid, signo);
 }
 
+bool Launcher::KillMatching(const std::string& prefix, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto matching = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    int n = 0;
+    for (const auto& [pid, name] : running_) n += name.rfind(prefix, 0) == 0;
+    return n;
+  };
+  for (const auto& [pid, name] : running_) {
+    if (name.rfind(prefix, 0) == 0) kill(pid, SIGKILL);
+  }
+  auto gone = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return matching() == 0 && callbacks_pending_ == 0;
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&gone), timeout);
+}
+
 void Launcher::StopAll(absl::Duration grace) {
   SignalAll(SIGTERM);
   if (WaitAllExited(grace)) return;

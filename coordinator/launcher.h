@@ -59,6 +59,10 @@ class Launcher {
   // Sends `signo` to every running child.
   void SignalAll(int signo);
 
+  // SIGKILLs every running child whose name starts with `prefix` and waits
+  // up to `timeout` until they are reaped and their on_exit callbacks have
+  // returned. True if so (false on timeout).
+  bool KillMatching(const std::string& prefix, absl::Duration timeout);
   // Sends SIGTERM to every running child, waits up to `grace` for them to end,
   // then SIGKILLs the rest and waits for them. Returns once none is running.
   void StopAll(absl::Duration grace);

@@ -31,6 +31,7 @@
 #include "base/logging.h"
 #include "base/model_summary.h"
 #include "base/signals.h"
+#include "base/status_macros.h"
 #include "coordinator/batch_client.h"
 #include "coordinator/cluster_controller.h"
 #include "coordinator/cluster_state.h"
@@ -107,6 +108,13 @@ ABSL_FLAG(double, drain_timeout_s, 30,
           "On SIGTERM/SIGINT: new requests are refused (UNAVAILABLE) while those in flight "
           "run on for up to this long; the rest then fail with \"server is stopping\". A "
           "second signal aborts at once.");
+ABSL_FLAG(bool, recover_workers, true,
+          "Local cluster: when a step fails because of a worker (it died, hung past "
+          "--step_timeout_s or failed its step), replace the worker group with fresh processes "
+          "and resume every request from the tokens it already has; off: such a failure fails "
+          "every request in flight.");
+ABSL_FLAG(int, max_recoveries, 3,
+          "Worker-group recoveries allowed within 10 minutes; one more fails the requests.");
 ABSL_FLAG(double, step_timeout_s, 60,
           "A worker that leaves the step loop waiting this long for one step (at least 20x "
           "the slowest recent step) is failed: the loop stops with DEADLINE_EXCEEDED naming "
@@ -489,6 +497,7 @@ int Run(int argc, char** argv) {
     return code;
   };
 
+  std::vector<std::vector<std::string>> worker_argvs;  // local workers, by rank
   if (local) {
     const std::string worker_bin =
         Locate(runfiles.get(), absl::GetFlag(FLAGS_worker_binary), "weir/worker/main");
@@ -512,6 +521,7 @@ int Run(int argc, char** argv) {
       for (const std::string& flag : absl::GetFlag(FLAGS_worker_flags)) {
         worker_argv.push_back(flag);
       }
+      worker_argvs.push_back(worker_argv);
       absl::StatusOr<pid_t> pid = launcher.Spawn(absl::StrCat("worker ", r), worker_argv);
       if (!pid.ok()) {
         std::cerr << "weir: cannot start worker " << r << ": " << pid.status() << "\n";
@@ -567,8 +577,53 @@ int Run(int argc, char** argv) {
   WEIR_LOG(INFO) << "KV per rank: " << kv->num_blocks << " blocks of " << kv->block_tokens
                  << " positions, " << kv->num_seq_slots << " sequence slots";
   // The step loop over every worker's Steps stream.
-  const StepDriverOptions driver_options =
+  StepDriverOptions driver_options =
       DriverOptionsFromFlags(*config, *model, epoch, cluster.eplb_address(), *kv);
+  auto on_worker_change = [&] {
+    if (!cluster.AllReady()) {
+      health->SetServingStatus("weir.v1.Inference", false);
+      health->SetServingStatus("weir.v1.BatchJobs", false);
+    }
+  };
+  if (local && absl::GetFlag(FLAGS_recover_workers)) {
+    // A lost worker: the whole local group is replaced (fresh processes on
+    // the same flags, registered, brought up on the committed expert map);
+    // the step loop then resumes every request from its delivered tokens.
+    driver_options.max_recoveries = absl::GetFlag(FLAGS_max_recoveries);
+    driver_options.recover =
+        [&](const absl::Status& cause) -> absl::StatusOr<std::vector<std::string>> {
+      WEIR_LOG(WARNING) << "replacing the " << world << " local workers after: " << cause;
+      health->SetServingStatus("weir.v1.Inference", false);
+      health->SetServingStatus("weir.v1.BatchJobs", false);
+      controller.StopMonitor();
+      if (!launcher.KillMatching("worker", absl::Seconds(10))) {
+        return absl::DeadlineExceededError("the old workers did not exit within 10 s");
+      }
+      cluster.ClearWorkers();
+      cluster.set_lifecycle(ClusterLifecycle::kStarting);
+      for (int r = 0; r < world; ++r) {
+        absl::StatusOr<pid_t> pid =
+            launcher.Spawn(absl::StrCat("worker ", r), worker_argvs[r]);
+        if (!pid.ok()) return pid.status();
+      }
+      const absl::Time until =
+          absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s));
+      while (!cluster.WaitAllRegistered(absl::Milliseconds(100))) {
+        if (stop.HasBeenNotified()) return absl::CancelledError("stopping");
+        if (absl::Now() > until) {
+          return absl::DeadlineExceededError("the replacement workers did not register");
+        }
+      }
+      RETURN_IF_ERROR(controller.BringUp()) << "bringing up the replacement workers";
+      std::vector<std::string> addresses;
+      for (const WorkerRecord& w : cluster.Workers()) addresses.push_back(w.address);
+      cluster.set_lifecycle(ClusterLifecycle::kReady);
+      health->SetServingStatus("weir.v1.Inference", true);
+      health->SetServingStatus("weir.v1.BatchJobs", true);
+      controller.StartMonitor(on_worker_change);
+      return addresses;
+    };
+  }
   absl::StatusOr<std::unique_ptr<StepDriver>> driver =
       StepDriver::Create(worker_addresses, driver_options);
   if (!driver.ok()) {
@@ -587,12 +642,7 @@ int Run(int argc, char** argv) {
   cluster.set_lifecycle(ClusterLifecycle::kReady);
   health->SetServingStatus("weir.v1.Inference", true);
   health->SetServingStatus("weir.v1.BatchJobs", true);
-  controller.StartMonitor([&] {
-    if (!cluster.AllReady()) {
-      health->SetServingStatus("weir.v1.Inference", false);
-      health->SetServingStatus("weir.v1.BatchJobs", false);
-    }
-  });
+  controller.StartMonitor(on_worker_change);
   const std::string eplb = cluster.eplb_address();
   std::cout << "weir ready at " << server->address << " (model " << model->name << ", " << world
             << " workers" << (eplb.empty() ? "" : ", eplb " + eplb)

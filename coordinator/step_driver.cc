@@ -94,6 +94,9 @@ bool StepDriver::TryRecover(const absl::Status& cause) {
   deadline_fired_.store(false);
   wait_since_ns_.store(0);
   in_flight_.clear();
+  // Fresh workers expect step 0 first.
+  steps_before_recovery_ += static_cast<int64_t>(next_step_);
+  next_step_ = 0;
   for (auto& rank : ranks_) rank->ResetAfterWorkerLoss();
   for (auto& mirror : kv_mirrors_) mirror = {};
   ResolveCommit(absl::UnavailableError(
@@ -445,7 +448,7 @@ bool StepDriver::Iterate() {
     loads_.push_back(rank->Load());
     preemptions_ += rank->num_preemptions();
   }
-  steps_ = static_cast<int64_t>(next_step_);
+  steps_ = steps_before_recovery_ + static_cast<int64_t>(next_step_);
   return true;
 }
 

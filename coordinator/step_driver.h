@@ -303,7 +303,8 @@ class StepDriver {
   std::vector<KvMirror> kv_mirrors_;
   // Per in-flight step: for each rank, the request of each row.
   std::vector<std::vector<std::vector<RequestId>>> in_flight_;
-  uint64_t next_step_ = 0;
+  uint64_t next_step_ = 0;  // the workers' step ids restart at 0 after a recovery
+  int64_t steps_before_recovery_ = 0;
   std::thread thread_;
 };
 
