@@ -3,11 +3,19 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "coordinator/tokenizer/unicode.h"
 
 namespace weir::tokenizer {
 namespace {
+
+// Oniguruma's \s: the White_Space property (stable since Unicode 6.3). PCRE2's
+// \s lacks U+0085 and has U+180E (White_Space before 6.3).
+constexpr char kWhiteSpace[] =
+    "\\x{9}-\\x{D}\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}"
+    "\\x{205F}\\x{3000}";
 
 bool IsHex(char c) {
   return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
@@ -17,6 +25,36 @@ bool IsHex(char c) {
 struct MatchDataDeleter {
   void operator()(pcre2_match_data* md) const { pcre2_match_data_free(md); }
 };
+
+// Translates `\p{X}` / `\P{X}` at p[i] when X is a general category name, so
+// that it means the category of unicode.h's tables (Unicode 16.0) rather than
+// PCRE2's own, older ones; advances `i` to the closing brace. Returns false
+// (nothing consumed) for other names, e.g. scripts, and for \P{X} inside a
+// class when X gained code points (a class cannot subtract them: PCRE2's
+// table is used there).
+bool TranslateCategory(std::string_view p, size_t& i, bool in_class, std::string& out) {
+  const size_t close = p.find('}', i + 3);
+  if (close == std::string_view::npos) return false;
+  const std::string_view name = p.substr(i + 3, close - (i + 3));
+  const std::optional<RegexCategoryClass> cls = RegexCategory(name);
+  if (!cls) return false;
+  const bool negated = p[i + 1] == 'P';
+  const std::string own = std::string(negated ? "\\P{" : "\\p{") + std::string(name) + "}";
+  if (cls->items.empty()) {
+    out += own;
+  } else if (in_class) {
+    if (negated) return false;
+    if (!cls->full) out += own;
+    out.append(cls->items);
+  } else {
+    out += negated ? "[^" : "[";
+    if (!cls->full) out += "\\p{" + std::string(name) + "}";
+    out.append(cls->items);
+    out += "]";
+  }
+  i = close;
+  return true;
+}
 
 }  // namespace
 
@@ -30,13 +68,17 @@ absl::StatusOr<std::string> TranslateOnigPattern(std::string_view p) {
       if (i + 1 >= p.size()) return absl::InvalidArgumentError("regex ends with a backslash");
       const char e = p[i + 1];
       if (e == 's') {
-        out += in_class ? "\\s\\x{85}" : "[\\s\\x{85}]";
+        out += in_class ? std::string(kWhiteSpace) : absl::StrCat("[", kWhiteSpace, "]");
       } else if (e == 'S') {
         if (in_class) {
           return absl::InvalidArgumentError(
               absl::StrCat("unsupported regex construct \\S inside a class in: ", std::string(p)));
         }
-        out += "[^\\s\\x{85}]";
+        out += absl::StrCat("[^", kWhiteSpace, "]");
+      } else if ((e == 'p' || e == 'P') && i + 2 < p.size() && p[i + 2] == '{' &&
+                 TranslateCategory(p, i, in_class, out)) {
+        // Consumed through the closing brace.
+        continue;
       } else if (e == 'u' && i + 5 < p.size() && IsHex(p[i + 2]) && IsHex(p[i + 3]) && IsHex(p[i + 4]) &&
                  IsHex(p[i + 5])) {
         out += absl::StrCat("\\x{", std::string(p.substr(i + 2, 4)), "}");

@@ -1,12 +1,33 @@
 #include "coordinator/tokenizer/unicode.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <iterator>
 #include <utf8proc.h>
 
 #include "absl/status/status.h"
 
 namespace weir::tokenizer {
 namespace {
+
+struct CategoryRange {
+  char32_t first;
+  char32_t last;
+  GeneralCategory category;
+};
+
+struct RegexClass {
+  const char* name;
+  bool full;
+  const char* items;
+};
+
+#include "coordinator/tokenizer/unicode_tables.inc"
+
+constexpr std::string_view kCategoryNames[] = {
+    "Cn", "Lu", "Ll", "Lt", "Lm", "Lo", "Mn", "Mc", "Me", "Nd", "Nl", "No", "Pc", "Pd", "Ps",
+    "Pe", "Pi", "Pf", "Po", "Sm", "Sc", "Sk", "So", "Zs", "Zl", "Zp", "Cc", "Cf", "Cs", "Co",
+};
 
 // Length of the well-formed prefix of the sequence at `p` (1..4), or -(k) where
 // k >= 1 is the length of the maximal ill-formed subpart.
@@ -37,8 +58,8 @@ int ScanSequence(const unsigned char* p, size_t avail) {
   return need + 1;
 }
 
-bool InCategories(char32_t cp, std::initializer_list<utf8proc_category_t> cats) {
-  const utf8proc_category_t c = utf8proc_category(static_cast<utf8proc_int32_t>(cp));
+bool InCategories(char32_t cp, std::initializer_list<GeneralCategory> cats) {
+  const GeneralCategory c = GetGeneralCategory(cp);
   for (auto want : cats) {
     if (c == want) return true;
   }
@@ -147,6 +168,27 @@ absl::StatusOr<std::string> Normalize(std::string_view text, NormalForm form) {
   return out;
 }
 
+GeneralCategory GetGeneralCategory(char32_t cp) {
+  // First range whose last >= cp.
+  const auto* it = std::lower_bound(std::begin(kCategoryRanges), std::end(kCategoryRanges), cp,
+                                    [](const CategoryRange& r, char32_t c) { return r.last < c; });
+  if (it == std::end(kCategoryRanges) || it->first > cp) return GeneralCategory::kCn;
+  return it->category;
+}
+
+std::string_view GeneralCategoryName(GeneralCategory category) {
+  return kCategoryNames[static_cast<size_t>(category)];
+}
+
+std::string_view UnicodeTablesVersion() { return kTablesUnicodeVersion; }
+
+std::optional<RegexCategoryClass> RegexCategory(std::string_view name) {
+  for (const RegexClass& c : kRegexClasses) {
+    if (name == c.name) return RegexCategoryClass{c.items, c.full};
+  }
+  return std::nullopt;
+}
+
 bool IsWhitespace(char32_t cp) {
   if (cp < 0x80) return cp == ' ' || (cp >= 0x09 && cp <= 0x0D);
   return cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) ||
@@ -155,7 +197,7 @@ bool IsWhitespace(char32_t cp) {
 
 bool IsNumeric(char32_t cp) {
   if (cp < 0x80) return cp >= '0' && cp <= '9';
-  return InCategories(cp, {UTF8PROC_CATEGORY_ND, UTF8PROC_CATEGORY_NL, UTF8PROC_CATEGORY_NO});
+  return InCategories(cp, {GeneralCategory::kNd, GeneralCategory::kNl, GeneralCategory::kNo});
 }
 
 bool IsWordChar(char32_t cp) {
@@ -164,14 +206,16 @@ bool IsWordChar(char32_t cp) {
            cp == '_';
   }
   if (cp == 0x200C || cp == 0x200D) return true;
-  return InCategories(cp, {UTF8PROC_CATEGORY_LU, UTF8PROC_CATEGORY_LL, UTF8PROC_CATEGORY_LT,
-                           UTF8PROC_CATEGORY_LM, UTF8PROC_CATEGORY_LO, UTF8PROC_CATEGORY_MN,
-                           UTF8PROC_CATEGORY_MC, UTF8PROC_CATEGORY_ME, UTF8PROC_CATEGORY_ND,
-                           UTF8PROC_CATEGORY_PC, UTF8PROC_CATEGORY_NL});
+  using G = GeneralCategory;
+  return InCategories(cp, {G::kLu, G::kLl, G::kLt, G::kLm, G::kLo, G::kMn, G::kMc, G::kMe,
+                           G::kNd, G::kPc, G::kNl});
 }
 
 bool IsMark(char32_t cp) {
-  return InCategories(cp, {UTF8PROC_CATEGORY_MN, UTF8PROC_CATEGORY_MC, UTF8PROC_CATEGORY_ME});
+  // utf8proc's table on purpose: HF's StripAccents uses an older table than
+  // Unicode 16, and Unicode 15.0 disagrees with it on fewer code points.
+  const utf8proc_category_t c = utf8proc_category(static_cast<utf8proc_int32_t>(cp));
+  return c == UTF8PROC_CATEGORY_MN || c == UTF8PROC_CATEGORY_MC || c == UTF8PROC_CATEGORY_ME;
 }
 
 std::string Lowercase(std::string_view text) {

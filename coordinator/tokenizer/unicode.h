@@ -2,8 +2,10 @@
 //
 // UTF-8 helpers and Unicode properties used by the tokenizer: lossy UTF-8
 // repair with the "maximal subpart" rule (the rule of Rust's from_utf8_lossy and
-// of WHATWG decoders), normalization forms through utf8proc, and the character
-// classes that the Hugging Face pipeline tests with Rust's `char` methods.
+// of WHATWG decoders), normalization forms and lowercase through utf8proc, and
+// the general categories (unicode_tables.inc, generated from unicodedata2:
+// Unicode 16.0, the version of Hugging Face tokenizers' regex tables) behind
+// the character classes and the regex's `\p{..}`.
 //
 // Thread safety: all functions are pure and thread-safe.
 
@@ -11,6 +13,8 @@
 #define WEIR_COORDINATOR_TOKENIZER_UNICODE_H_
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -40,14 +44,46 @@ enum class NormalForm { kNfc, kNfd, kNfkc, kNfkd };
 // valid UTF-8.
 absl::StatusOr<std::string> Normalize(std::string_view text, NormalForm form);
 
+// Unicode general categories; kCn = unassigned.
+enum class GeneralCategory : uint8_t {
+  kCn, kLu, kLl, kLt, kLm, kLo, kMn, kMc, kMe, kNd, kNl, kNo, kPc, kPd, kPs,
+  kPe, kPi, kPf, kPo, kSm, kSc, kSk, kSo, kZs, kZl, kZp, kCc, kCf, kCs, kCo,
+};
+
+// Returns the general category of `cp` (Unicode 16.0; kCn past U+10FFFF).
+// O(log ranges).
+GeneralCategory GetGeneralCategory(char32_t cp);
+
+// Returns the two-letter name of `category`, e.g. "Lu".
+std::string_view GeneralCategoryName(GeneralCategory category);
+
+// Returns the Unicode version of GetGeneralCategory, e.g. "16.0.0".
+std::string_view UnicodeTablesVersion();
+
+// How Regex makes PCRE2's `\p{name}` (PCRE2's own, older tables) mean the
+// general category `name` (a one- or two-letter name) of GetGeneralCategory.
+struct RegexCategoryClass {
+  // PCRE2 class items, e.g. \x{1C89}-\x{1C8A}\x{A7CB}.
+  std::string_view items;
+  // false: `items` are the additions to PCRE2's \p{name} (use both);
+  // true: `items` are the whole set (use them instead of \p{name}).
+  bool full = false;
+};
+
+// Returns the class for general category `name`, or nullopt if `name` is not
+// a general category name (e.g. a script: PCRE2's own table is used).
+std::optional<RegexCategoryClass> RegexCategory(std::string_view name);
+
 // Rust `char::is_whitespace`: the Unicode White_Space property.
 bool IsWhitespace(char32_t cp);
-// Rust `char::is_numeric`: general categories Nd, Nl, No.
+// Rust `char::is_numeric`: general categories Nd, Nl, No (Unicode 16.0; Rust
+// 1.9x uses 17.0, which only adds code points unassigned in 16.0).
 bool IsNumeric(char32_t cp);
 // Regex `\w` in Unicode mode: letters, marks, decimal digits, connector
 // punctuation, letter numbers, and the joiners U+200C/U+200D.
 bool IsWordChar(char32_t cp);
-// General category M (Mn, Mc, Me): what Hugging Face's StripAccents removes.
+// General category M (Mn, Mc, Me) per utf8proc (Unicode 15.0): what Hugging
+// Face's StripAccents removes, up to that crate's older table (README).
 bool IsMark(char32_t cp);
 
 // Returns `text` lowercased character by character with the full mapping

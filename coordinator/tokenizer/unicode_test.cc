@@ -35,6 +35,24 @@ TEST(UnicodeTest, CharacterClasses) {
   EXPECT_TRUE(IsNumeric(0x00BD));  // one half (No)
   EXPECT_TRUE(IsWordChar(0x65E5));  // 日
   EXPECT_FALSE(IsWordChar('-'));
+  EXPECT_TRUE(IsWordChar(0x1C89));  // CYRILLIC CAPITAL LETTER TJE (Unicode 16.0)
+  EXPECT_TRUE(IsNumeric(0x16D70));  // KIRAT RAI DIGIT ZERO (Unicode 16.0)
+}
+
+TEST(UnicodeTest, GeneralCategoriesAreUnicode16) {
+  EXPECT_EQ(UnicodeTablesVersion(), "16.0.0");
+  EXPECT_EQ(GetGeneralCategory('a'), GeneralCategory::kLl);
+  EXPECT_EQ(GetGeneralCategory(0x1FABF), GeneralCategory::kSo);  // GOOSE (15.0)
+  EXPECT_EQ(GetGeneralCategory(0x1C89), GeneralCategory::kLu);   // 16.0
+  EXPECT_EQ(GetGeneralCategory(0x0378), GeneralCategory::kCn);   // unassigned
+  EXPECT_EQ(GetGeneralCategory(0xD800), GeneralCategory::kCs);
+  EXPECT_EQ(GetGeneralCategory(0x10FFFD), GeneralCategory::kCo);
+  EXPECT_EQ(GetGeneralCategory(0x110000), GeneralCategory::kCn);
+  EXPECT_EQ(GeneralCategoryName(GeneralCategory::kSo), "So");
+  // Every name has a regex class; scripts do not.
+  EXPECT_TRUE(RegexCategory("L").has_value());
+  EXPECT_TRUE(RegexCategory("Cn").has_value());
+  EXPECT_FALSE(RegexCategory("Han").has_value());
 }
 
 }  // namespace

@@ -4,6 +4,11 @@
 // mismatch after printing the first differing position of each.
 //
 //   parity_check <tokenizer.json> <hf.jsonl> <input files...>
+//   parity_check --lines <tokenizer.json> <hf.jsonl> <input files...>
+//
+// With --lines (hf_dump.py --lines) each LF-separated line is encoded on its
+// own without special tokens; prints the count of mismatching lines and the
+// first ones.
 
 #include <cstdio>
 #include <fstream>
@@ -48,9 +53,50 @@ int CompareText(const std::string& what, const std::string& want, const std::str
   return 1;
 }
 
+// Compares line by line; returns the number of mismatching lines.
+int CompareLines(const weir::tokenizer::Tokenizer& tok, const std::string& name,
+                 const std::string& text, const nlohmann::json& want, size_t* count) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (true) {
+    const size_t nl = text.find('\n', start);
+    lines.push_back(text.substr(start, nl == std::string::npos ? std::string::npos : nl - start));
+    if (nl == std::string::npos) break;
+    start = nl + 1;
+  }
+  if (want.size() != lines.size()) {
+    std::cerr << "MISMATCH " << name << ": hf " << want.size() << " lines, weir " << lines.size()
+              << "\n";
+    return static_cast<int>(lines.size());
+  }
+  int bad = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    auto ids = tok.Encode(lines[i], false);
+    const auto hf = want[i].get<std::vector<int32_t>>();
+    if (ids.ok() && *ids == hf) continue;
+    if (++bad <= 5) {
+      std::cerr << "MISMATCH " << name << " line " << i << " (";
+      for (unsigned char c : lines[i]) std::fprintf(stderr, "%02x", c);
+      std::cerr << "):";
+      for (int32_t id : hf) std::cerr << " hf=" << id;
+      if (ids.ok()) {
+        for (int32_t id : *ids) std::cerr << " weir=" << id;
+      }
+      std::cerr << "\n";
+    }
+  }
+  *count += lines.size();
+  return bad;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  const bool by_line = argc > 1 && std::string(argv[1]) == "--lines";
+  if (by_line) {
+    ++argv;
+    --argc;
+  }
   if (argc < 3) {
     std::cerr << "usage: parity_check <tokenizer.json> <hf.jsonl> <inputs...>\n";
     return 2;
@@ -76,6 +122,12 @@ int main(int argc, char** argv) {
     }
     const std::string text = ReadFile(argv[a]);
     const std::string name = rec["name"].get<std::string>();
+    if (by_line) {
+      mismatches += CompareLines(**tok, name, text, rec["lines"], &tokens);
+      ++inputs;
+      bytes += text.size();
+      continue;
+    }
     auto ids = (*tok)->Encode(text, true);
     auto plain = (*tok)->Encode(text, false);
     if (!ids.ok() || !plain.ok()) {
@@ -95,6 +147,6 @@ int main(int argc, char** argv) {
     tokens += ids->size();
   }
   std::cout << argv[1] << ": " << inputs << " inputs, " << bytes << " bytes, " << tokens
-            << " tokens, " << mismatches << " mismatches\n";
+            << (by_line ? " lines, " : " tokens, ") << mismatches << " mismatches\n";
   return mismatches == 0 ? 0 : 1;
 }

