@@ -579,19 +579,38 @@ int Run(int argc, char** argv) {
   // The step loop over every worker's Steps stream.
   StepDriverOptions driver_options =
       DriverOptionsFromFlags(*config, *model, epoch, cluster.eplb_address(), *kv);
+  const bool recover_workers = local && absl::GetFlag(FLAGS_recover_workers);
+  std::atomic<bool> recovering{false};
+  std::atomic<StepDriver*> live_driver{nullptr};
   auto on_worker_change = [&] {
-    if (!cluster.AllReady()) {
-      health->SetServingStatus("weir.v1.Inference", false);
-      health->SetServingStatus("weir.v1.BatchJobs", false);
+    if (cluster.AllReady()) return;
+    health->SetServingStatus("weir.v1.Inference", false);
+    health->SetServingStatus("weir.v1.BatchJobs", false);
+    // A worker died (or stopped answering health checks) while the step
+    // loop may be idle: ask it to replace the group now. Deaths of the
+    // workers a recovery itself kills are not news.
+    if (!recover_workers || recovering.load()) return;
+    for (const WorkerRecord& w : cluster.Workers()) {
+      if (w.status != WorkerStatus::kDead) continue;
+      if (StepDriver* d = live_driver.load(); d != nullptr) {
+        d->RequestRecovery(absl::UnavailableError(
+            absl::StrCat("worker rank ", w.rank.value(), " is dead: ", w.detail)));
+      }
+      break;
     }
   };
-  if (local && absl::GetFlag(FLAGS_recover_workers)) {
+  if (recover_workers) {
     // A lost worker: the whole local group is replaced (fresh processes on
     // the same flags, registered, brought up on the committed expert map);
     // the step loop then resumes every request from its delivered tokens.
     driver_options.max_recoveries = absl::GetFlag(FLAGS_max_recoveries);
     driver_options.recover =
         [&](const absl::Status& cause) -> absl::StatusOr<std::vector<std::string>> {
+      recovering = true;
+      struct Done {
+        std::atomic<bool>& flag;
+        ~Done() { flag = false; }
+      } done{recovering};
       WEIR_LOG(WARNING) << "replacing the " << world << " local workers after: " << cause;
       health->SetServingStatus("weir.v1.Inference", false);
       health->SetServingStatus("weir.v1.BatchJobs", false);
@@ -637,6 +656,7 @@ int Run(int argc, char** argv) {
   request_limits.eos_token_ids = driver_options.rank.eos_token_ids;
   inference.SetRequestLimits(request_limits);
   inference.SetDriver(driver->get());
+  live_driver = driver->get();
   control.SetDriver(driver->get());
 
   cluster.set_lifecycle(ClusterLifecycle::kReady);
@@ -652,6 +672,7 @@ int Run(int argc, char** argv) {
 
   if (const std::string input = absl::GetFlag(FLAGS_input); !input.empty()) {
     const int code = RunOffline(input, absl::GetFlag(FLAGS_output), server->address);
+    live_driver = nullptr;
     batch_jobs.Stop();
     inference.SetDriver(nullptr);
     control.SetDriver(nullptr);
@@ -660,6 +681,7 @@ int Run(int argc, char** argv) {
   }
 
   stop.WaitForNotification();
+  live_driver = nullptr;
   // Drain: refuse new work, let what is in flight finish (bounded).
   health->SetServingStatus("weir.v1.Inference", false);
   health->SetServingStatus("weir.v1.BatchJobs", false);

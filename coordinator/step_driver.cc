@@ -63,6 +63,20 @@ void StepDriver::OpenStreams(const std::vector<std::string>& addresses) {
   // The old streams (if any) end here, already cancelled.
 }
 
+void StepDriver::RequestRecovery(const absl::Status& cause) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!options_.recover || stopping_ || !failure_.ok()) return;
+    if (!recovery_request_.has_value()) recovery_request_ = cause;
+  }
+  // A loop blocked on that worker's stream wakes up (its read fails) and
+  // recovers at once instead of waiting for the step deadline.
+  if (wait_since_ns_.load() != 0) {
+    absl::MutexLock lock(&streams_mu_);
+    for (Worker& worker : workers_) worker.context->TryCancel();
+  }
+}
+
 StepDriver::RecoveryStats StepDriver::Recoveries() const {
   absl::MutexLock lock(&mu_);
   return recovery_stats_;
@@ -93,6 +107,8 @@ bool StepDriver::TryRecover(const absl::Status& cause) {
   }
   deadline_fired_.store(false);
   wait_since_ns_.store(0);
+  std::fill(recent_steps_ns_.begin(), recent_steps_ns_.end(), 0);  // fresh workers
+  recent_max_ns_.store(0);
   in_flight_.clear();
   // Fresh workers expect step 0 first.
   steps_before_recovery_ += static_cast<int64_t>(next_step_);
@@ -116,6 +132,7 @@ bool StepDriver::TryRecover(const absl::Status& cause) {
   const absl::Duration took = absl::Now() - start;
   {
     absl::MutexLock lock(&mu_);
+    recovery_request_.reset();  // whatever asked before is answered
     ++recovery_stats_.recoveries;
     recovery_stats_.last_cause = cause.ToString();
     recovery_stats_.last_duration = took;
@@ -221,19 +238,23 @@ void StepDriver::WaitOn(size_t rank, uint64_t step) {
   wait_since_ns_.store(absl::GetCurrentTimeNanos());
 }
 
-void StepDriver::DoneWaiting() {
+void StepDriver::DoneWaiting(bool ok) {
   const int64_t since = wait_since_ns_.exchange(0);
-  if (since == 0) return;
+  if (since == 0 || !ok) return;  // a failed wait says nothing of step times
   recent_steps_ns_[recent_next_] = absl::GetCurrentTimeNanos() - since;
   recent_next_ = (recent_next_ + 1) % recent_steps_ns_.size();
   recent_max_ns_.store(*std::max_element(recent_steps_ns_.begin(), recent_steps_ns_.end()));
 }
 
 absl::Status StepDriver::StreamError(size_t r, const char* what) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (recovery_request_.has_value()) return *recovery_request_;  // we cancelled it
+  }
   if (deadline_fired_.load()) {
     return absl::DeadlineExceededError(absl::StrCat(
         "worker rank ", wait_rank_.load(), " did not answer step ", wait_step_.load(),
-        " within ", absl::FormatDuration(StepDeadline()),
+        " within ", absl::FormatDuration(absl::Nanoseconds(fired_deadline_ns_.load())),
         " (stopped, hung or too slow; the coordinator's --step_timeout_s)"));
   }
   return absl::UnavailableError(absl::StrCat("worker rank ", r, " ", what));
@@ -252,6 +273,7 @@ void StepDriver::Watchdog() {
     if (since == 0 || deadline_fired_.load()) continue;
     const absl::Duration deadline = StepDeadline();
     if (absl::Nanoseconds(absl::GetCurrentTimeNanos() - since) <= deadline) continue;
+    fired_deadline_ns_.store(absl::ToInt64Nanoseconds(deadline));
     deadline_fired_.store(true);
     WEIR_LOG(ERROR) << "worker rank " << wait_rank_.load() << " has not answered step "
                     << wait_step_.load() << " for " << absl::FormatDuration(deadline)
@@ -318,6 +340,7 @@ void StepDriver::Loop() {
 }
 
 bool StepDriver::Iterate() {
+  std::optional<absl::Status> requested;
   std::vector<std::pair<SeqSubmission, absl::Time>> inbox;
   std::vector<RequestId> cancels;
   {
@@ -326,13 +349,20 @@ bool StepDriver::Iterate() {
     if (!busy) {
       auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return stopping_ || !inbox_.empty() || !cancels_.empty() ||
-               (commit_.has_value() && !commit_->sent);
+               (commit_.has_value() && !commit_->sent) || recovery_request_.has_value();
       };
       mu_.AwaitWithTimeout(absl::Condition(&wake), absl::Milliseconds(200));
     }
     if (stopping_) return false;
     inbox.swap(inbox_);
     cancels.swap(cancels_);
+    requested = recovery_request_;
+  }
+  if (requested.has_value()) {
+    if (!TryRecover(*requested)) {
+      FailAll(*requested);
+      return false;
+    }
   }
   uint64_t commit_version = 0;
   for (auto& [sub, queue_deadline] : inbox) {
@@ -493,7 +523,7 @@ absl::Status StepDriver::SendPlans(const std::vector<RankStepPlan>& plans,
     }
     WaitOn(r, plan.step_id);
     const bool written = workers_[r].stream->Write(out);
-    DoneWaiting();
+    DoneWaiting(written);
     if (!written) return StreamError(r, "closed its Steps stream");
   }
   return absl::OkStatus();
@@ -508,7 +538,7 @@ absl::Status StepDriver::ReadAndApply() {
     v1::StepResult result;
     WaitOn(r, next_step_ - in_flight_.size() - 1);
     const bool read = workers_[r].stream->Read(&result);
-    DoneWaiting();
+    DoneWaiting(read);
     if (!read) return StreamError(r, "closed its Steps stream");
     if (result.error().code() != 0) {
       return absl::Status(static_cast<absl::StatusCode>(result.error().code()),

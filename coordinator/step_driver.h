@@ -173,6 +173,13 @@ class StepDriver {
   int64_t preemptions() const;
   // KV accounting checks passed (0 unless kv_check_every_step).
   int64_t kv_checks() const;
+  // Asks the loop to replace the worker group now (through
+  // StepDriverOptions::recover), e.g. when the liveness monitor saw a worker
+  // die while no step was running (an idle loop would not notice). Ignored
+  // without a recover callback or once stopping/failed; requests made before
+  // a recovery finishes are dropped by it.
+  void RequestRecovery(const absl::Status& cause);
+
   // Recoveries from lost workers since start, the cause of the last one and
   // how long it took (worker replacement to the loop running again).
   struct RecoveryStats {
@@ -235,7 +242,8 @@ class StepDriver {
   // Marks the loop as waiting on worker `rank` for step `step` (Wait) or not
   // (Done); the watchdog reads these.
   void WaitOn(size_t rank, uint64_t step);
-  void DoneWaiting();
+  // `ok`: the wait ended with the read or write done (its time is a step time).
+  void DoneWaiting(bool ok);
   // The loop's error for a failed read or write of rank `r`: the deadline
   // error when the watchdog fired, else UNAVAILABLE naming the rank.
   absl::Status StreamError(size_t r, const char* what);
@@ -274,6 +282,7 @@ class StepDriver {
   std::atomic<int64_t> wait_rank_{0};
   std::atomic<uint64_t> wait_step_{0};
   std::atomic<bool> deadline_fired_{false};
+  std::atomic<int64_t> fired_deadline_ns_{0};  // the deadline in force when it fired
   // Durations (ns) of the last 64 completed waits' steps, ring (loop only),
   // and their maximum, published for the watchdog.
   std::vector<int64_t> recent_steps_ns_;
@@ -283,6 +292,7 @@ class StepDriver {
   // their streams (watchdog, Stop); the loop reads workers_ without it.
   mutable absl::Mutex streams_mu_;
   std::vector<absl::Time> recovery_times_;  // loop thread only
+  std::optional<absl::Status> recovery_request_ ABSL_GUARDED_BY(mu_);
   bool worker_fault_ = false;  // ReadAndApply's error came from a worker (loop thread)
   RecoveryStats recovery_stats_ ABSL_GUARDED_BY(mu_);
   absl::Mutex watchdog_mu_;

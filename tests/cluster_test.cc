@@ -157,8 +157,10 @@ std::string Health(const std::string& address, const std::string& service) {
 const std::regex kReadyLine(R"(^weir ready at (\S+) )");
 
 TEST(ClusterTest, LocalClusterStartsDetectsDeathAndStopsCleanly) {
+  // Detection only: no replacement group (recovery_test covers that).
   Process coordinator = Process::Start({Runfile("coordinator/main"), "--listen=127.0.0.1:0",
-                                        "--workers=3", "--health_interval_ms=200"});
+                                        "--workers=3", "--health_interval_ms=200",
+                                        "--recover_workers=false"});
   const std::string address = coordinator.WaitForLine(kReadyLine, absl::Seconds(60));
   ASSERT_FALSE(address.empty()) << "no ready line";
 

@@ -117,5 +117,59 @@ TEST(RecoveryTest, KilledWorkerCostsNoRequest) {
   EXPECT_EQ(tokens.size(), 12u);
 }
 
+// A stopped worker (SIGSTOP: alive, silent) is caught by the step deadline
+// or the health checks, and replaced the same way.
+TEST(RecoveryTest, StoppedWorkerCostsNoRequest) {
+  const std::vector<std::string> flags = {"--workers=2", "--eplb=false"};
+  std::vector<Outcome> want;
+  {
+    Cluster undisturbed(flags);
+    want = RunAll(undisturbed);
+  }
+  Cluster cluster({"--workers=2", "--eplb=false", "--step_timeout_s=2"});
+  const int64_t steps_before = Steps(cluster);
+  bool stopped = false;
+  std::vector<Outcome> got = RunAll(cluster, [&] {
+    const absl::Time until = absl::Now() + absl::Seconds(60);
+    while (Steps(cluster) < steps_before + 20 && absl::Now() < until) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    const pid_t victim = cluster.ChildPid("--rank=0");
+    ASSERT_GT(victim, 0);
+    stopped = kill(victim, SIGSTOP) == 0;
+  });
+  ASSERT_TRUE(stopped);
+  for (int i = 0; i < kRequests; ++i) {
+    EXPECT_TRUE(got[i].status.ok()) << i << ": " << got[i].status.error_message();
+    EXPECT_EQ(got[i].tokens, want[i].tokens) << "request " << i;
+  }
+}
+
+// A worker that dies while nothing runs: the liveness monitor sees it and
+// the group is replaced before any request needs it (health SERVING again).
+TEST(RecoveryTest, IdleDeathIsRepairedWithoutTraffic) {
+  Cluster cluster({"--workers=2", "--eplb=false", "--health_interval_ms=100"});
+  const pid_t victim = cluster.ChildPid("--rank=1");
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  const absl::Time until = absl::Now() + absl::Seconds(30);
+  bool replaced = false;
+  while (!replaced && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(50));
+    const pid_t now = cluster.ChildPid("--rank=1");
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineIn(std::chrono::seconds(5)));
+    v1::ServerState state;
+    if (now > 0 && now != victim &&
+        cluster.stub().GetServerState(&context, v1::GetServerStateRequest(), &state).ok()) {
+      replaced = state.lifecycle() == v1::LIFECYCLE_READY;
+    }
+  }
+  ASSERT_TRUE(replaced) << "no replacement group within 30 s";
+  std::vector<uint32_t> tokens;
+  ASSERT_TRUE(cluster.Greedy({7, 8, 9}, 12, tokens).ok());
+  EXPECT_EQ(tokens.size(), 12u);
+}
+
 }  // namespace
 }  // namespace weir
