@@ -355,6 +355,11 @@ grpc::Status InferenceService::GetServerState(grpc::ServerContext* context,
     response->set_preemptions(driver->preemptions());
     response->set_steps(driver->steps());
     response->set_kv_checks(driver->kv_checks());
+    const StepDriver::RecoveryStats recoveries = driver->Recoveries();
+    v1::ServerState::Recoveries* out = response->mutable_recoveries();
+    out->set_count(static_cast<uint64_t>(recoveries.recoveries));
+    out->set_last_cause(recoveries.last_cause);
+    out->set_last_seconds(absl::ToDoubleSeconds(recoveries.last_duration));
   }
   const size_t groups = std::max<size_t>(loads.size(), 1);
   for (size_t g = 0; g < groups; ++g) {

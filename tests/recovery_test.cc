@@ -115,6 +115,15 @@ TEST(RecoveryTest, KilledWorkerCostsNoRequest) {
   std::vector<uint32_t> tokens;
   ASSERT_TRUE(cluster.Greedy({7, 8, 9}, 12, tokens).ok());
   EXPECT_EQ(tokens.size(), 12u);
+  // GetServerState says so.
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineIn(std::chrono::seconds(10)));
+  v1::ServerState state;
+  ASSERT_TRUE(cluster.stub().GetServerState(&context, v1::GetServerStateRequest(), &state).ok());
+  EXPECT_EQ(state.recoveries().count(), 1u);
+  EXPECT_FALSE(state.recoveries().last_cause().empty());
+  EXPECT_GT(state.recoveries().last_seconds(), 0.0);
+  EXPECT_EQ(state.lifecycle(), v1::LIFECYCLE_READY);
 }
 
 // A stopped worker (SIGSTOP: alive, silent) is caught by the step deadline

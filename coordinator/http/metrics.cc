@@ -106,6 +106,10 @@ void RenderState(const v1::ServerState& state, std::string& out) {
   absl::StrAppend(&out, "weir_preemptions_total ", state.preemptions(), "\n");
   Header("weir_steps_total", "counter", "Steps the step loop has run since start.", out);
   absl::StrAppend(&out, "weir_steps_total ", state.steps(), "\n");
+  Header("weir_recoveries_total", "counter",
+         "Worker-group recoveries (a lost worker replaced, its requests resumed) since start.",
+         out);
+  absl::StrAppend(&out, "weir_recoveries_total ", state.recoveries().count(), "\n");
   Header("weir_expert_map_version", "gauge", "Version of the committed expert map.", out);
   absl::StrAppend(&out, "weir_expert_map_version ", state.expert_map_version(), "\n");
 }
