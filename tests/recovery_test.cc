@@ -10,10 +10,13 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cstdio>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/grpc_util.h"
 #include "gtest/gtest.h"
@@ -27,17 +30,21 @@ using testing_util::Cluster;
 constexpr int kRequests = 8;
 constexpr uint32_t kTokens = 160;
 
-v1::GenerateRequest MakeRequest(int i) {
+// Request i of a mix: greedy; every 4th seeded sampling (the draw depends on
+// the position, not the batch); with `constrained`, every 8th (from 5)
+// under a regex (the grammar replays the delivered tokens on recompute).
+v1::GenerateRequest MakeRequest(int i, uint32_t tokens = kTokens, bool constrained = false) {
   v1::GenerateRequest request;
-  for (int t = 0; t < 3 + i; ++t) request.mutable_tokens()->add_ids(5 + 13 * i + t);
-  request.mutable_stop()->set_max_new_tokens(kTokens);
+  for (int t = 0; t < 3 + i % 11; ++t) request.mutable_tokens()->add_ids(5 + 13 * i + t);
+  request.mutable_stop()->set_max_new_tokens(tokens);
   request.mutable_stop()->set_ignore_eos(true);
-  if (i % 4 == 3) {  // seeded sampling: the draw depends on the position, not the batch
+  if (i % 4 == 3) {
     request.mutable_sampling()->set_temperature(0.9f);
     request.mutable_sampling()->set_seed(1000 + i);
   } else {
     request.mutable_sampling()->set_temperature(0.0f);
   }
+  if (constrained && i % 8 == 5) request.mutable_constraint()->set_regex("[a-z ]{20,400}");
   return request;
 }
 
@@ -46,11 +53,11 @@ struct Outcome {
   std::vector<uint32_t> tokens;
 };
 
-Outcome Run(Cluster& cluster, int i) {
+Outcome Run(Cluster& cluster, const v1::GenerateRequest& request) {
   Outcome out;
   grpc::ClientContext context;
-  context.set_deadline(DeadlineIn(std::chrono::seconds(180)));
-  auto reader = cluster.stub().Generate(&context, MakeRequest(i));
+  context.set_deadline(DeadlineIn(std::chrono::seconds(240)));
+  auto reader = cluster.stub().Generate(&context, request);
   v1::GenerateEvent event;
   while (reader->Read(&event)) {
     if (event.has_final()) {
@@ -62,10 +69,15 @@ Outcome Run(Cluster& cluster, int i) {
   return out;
 }
 
-std::vector<Outcome> RunAll(Cluster& cluster, const std::function<void()>& during = {}) {
-  std::vector<Outcome> outs(kRequests);
+std::vector<Outcome> RunAll(Cluster& cluster, const std::function<void()>& during = {},
+                            int n = kRequests, uint32_t tokens = kTokens,
+                            bool constrained = false) {
+  std::vector<Outcome> outs(n);
   std::vector<std::thread> threads;
-  for (int i = 0; i < kRequests; ++i) threads.emplace_back([&, i] { outs[i] = Run(cluster, i); });
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back(
+        [&, i] { outs[i] = Run(cluster, MakeRequest(i, tokens, constrained)); });
+  }
   if (during) during();
   for (std::thread& t : threads) t.join();
   return outs;
@@ -178,6 +190,68 @@ TEST(RecoveryTest, IdleDeathIsRepairedWithoutTraffic) {
   std::vector<uint32_t> tokens;
   ASSERT_TRUE(cluster.Greedy({7, 8, 9}, 12, tokens).ok());
   EXPECT_EQ(tokens.size(), 12u);
+}
+
+// Chaos (DP 4 x EP 4): 24 concurrent requests (greedy, seeded, regex
+// constrained) per round, 5 rounds on one cluster, each losing a random
+// rank at a random step — SIGKILL in rounds 0, 2, 4, SIGSTOP in 1, 3 (the
+// step deadline or the health checks catch it). Every round's outputs equal
+// the undisturbed run's; the cluster recovers 5 times.
+TEST(RecoveryTest, ChaosRoundsOnFourRanks) {
+  constexpr int kChaosRequests = 24, kRounds = 5;
+  constexpr uint32_t kChaosTokens = 96;
+  const std::vector<std::string> flags = {"--workers=4", "--eplb=false", "--step_timeout_s=2",
+                                          "--max_recoveries=10"};
+  std::vector<Outcome> want;
+  {
+    Cluster undisturbed(flags);
+    want = RunAll(undisturbed, {}, kChaosRequests, kChaosTokens, /*constrained=*/true);
+  }
+  for (int i = 0; i < kChaosRequests; ++i) {
+    ASSERT_TRUE(want[i].status.ok()) << i << ": " << want[i].status.error_message();
+    ASSERT_FALSE(want[i].tokens.empty()) << i;
+  }
+  Cluster cluster(flags);
+  std::mt19937 rng(20261201);
+  for (int round = 0; round < kRounds; ++round) {
+    const int victim_rank = static_cast<int>(rng() % 4);
+    const int64_t after_steps = 5 + static_cast<int64_t>(rng() % 40);
+    const int signo = round % 2 == 0 ? SIGKILL : SIGSTOP;
+    const int64_t steps_before = Steps(cluster);
+    bool signalled = false;
+    std::vector<Outcome> got = RunAll(
+        cluster,
+        [&] {
+          const absl::Time until = absl::Now() + absl::Seconds(60);
+          while (Steps(cluster) < steps_before + after_steps && absl::Now() < until) {
+            absl::SleepFor(absl::Milliseconds(5));
+          }
+          const pid_t victim = cluster.ChildPid(absl::StrCat("--rank=", victim_rank));
+          ASSERT_GT(victim, 0);
+          signalled = kill(victim, signo) == 0;
+        },
+        kChaosRequests, kChaosTokens, /*constrained=*/true);
+    ASSERT_TRUE(signalled) << "round " << round;
+    int lost = 0, differ = 0;
+    for (int i = 0; i < kChaosRequests; ++i) {
+      lost += !got[i].status.ok();
+      differ += got[i].status.ok() && got[i].tokens != want[i].tokens;
+      EXPECT_TRUE(got[i].status.ok())
+          << "round " << round << " request " << i << ": " << got[i].status.error_message();
+      EXPECT_EQ(got[i].tokens, want[i].tokens) << "round " << round << " request " << i;
+    }
+    std::printf("round %d: rank %d %s after %lld steps: %d of %d requests lost, %d differ\n",
+                round, victim_rank, signo == SIGKILL ? "SIGKILL" : "SIGSTOP",
+                static_cast<long long>(after_steps), lost, kChaosRequests, differ);
+  }
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineIn(std::chrono::seconds(10)));
+  v1::ServerState state;
+  ASSERT_TRUE(cluster.stub().GetServerState(&context, v1::GetServerStateRequest(), &state).ok());
+  EXPECT_EQ(state.recoveries().count(), static_cast<uint64_t>(kRounds));
+  std::printf("recoveries %llu, last %.2f s after: %s\n",
+              static_cast<unsigned long long>(state.recoveries().count()),
+              state.recoveries().last_seconds(), state.recoveries().last_cause().c_str());
 }
 
 }  // namespace
