@@ -42,7 +42,18 @@ absl::StatusOr<pid_t> Launcher::Spawn(const std::string& name,
   const pid_t parent = getpid();
 
   absl::MutexLock lock(&mu_);  // The reaper must not see the pid before we record it.
-  const pid_t pid = fork();
+  // vfork, not fork: no pthread_atfork handlers run, so gRPC's fork handling
+  // never touches the pollers of the coordinator's other threads (with fork,
+  // a poller thread was seen dying in epoll_wait on a closed descriptor). The
+  // child only makes the system calls below, on memory prepared before.
+  // Every signal stays blocked across vfork (the child shares our memory
+  // until exec, so none of our handlers may run in it); the child resets
+  // the dispositions and then unblocks (ResetSignalsInChild).
+  sigset_t all, before;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &before);
+  const pid_t pid = vfork();
+  if (pid != 0) pthread_sigmask(SIG_SETMASK, &before, nullptr);
   if (pid < 0) return absl::InternalError(absl::StrCat("fork failed for ", name, ": ", strerror(errno)));
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
