@@ -360,6 +360,9 @@ grpc::Status InferenceService::GetServerState(grpc::ServerContext* context,
     out->set_count(static_cast<uint64_t>(recoveries.recoveries));
     out->set_last_cause(recoveries.last_cause);
     out->set_last_seconds(absl::ToDoubleSeconds(recoveries.last_duration));
+    if (absl::Status failed = driver->failure(); !failed.ok()) {
+      response->set_failure(failed.ToString());
+    }
   }
   const size_t groups = std::max<size_t>(loads.size(), 1);
   for (size_t g = 0; g < groups; ++g) {

@@ -579,6 +579,13 @@ int Run(int argc, char** argv) {
   // The step loop over every worker's Steps stream.
   StepDriverOptions driver_options =
       DriverOptionsFromFlags(*config, *model, epoch, cluster.eplb_address(), *kv);
+  // The loop stopped for good (a failure it could not recover from): say so.
+  driver_options.on_failure = [&](const absl::Status& cause) {
+    WEIR_LOG(ERROR) << "the step loop stopped: " << cause << "; NOT_SERVING until a restart";
+    cluster.set_lifecycle(ClusterLifecycle::kDegraded);
+    health->SetServingStatus("weir.v1.Inference", false);
+    health->SetServingStatus("weir.v1.BatchJobs", false);
+  };
   const bool recover_workers = local && absl::GetFlag(FLAGS_recover_workers);
   std::atomic<bool> recovering{false};
   std::atomic<StepDriver*> live_driver{nullptr};

@@ -63,6 +63,11 @@ void StepDriver::OpenStreams(const std::vector<std::string>& addresses) {
   // The old streams (if any) end here, already cancelled.
 }
 
+absl::Status StepDriver::failure() const {
+  absl::MutexLock lock(&mu_);
+  return failure_;
+}
+
 void StepDriver::RequestRecovery(const absl::Status& cause) {
   {
     absl::MutexLock lock(&mu_);
@@ -704,15 +709,20 @@ void StepDriver::FailAll(const absl::Status& given) {
   num_queue_deadlines_ = 0;
   in_flight_.clear();
   std::vector<std::pair<SeqSubmission, absl::Time>> inbox;
+  bool first_failure = false;
   {
     absl::MutexLock lock(&mu_);
-    if (failure_.ok()) failure_ = status;
+    if (failure_.ok()) {
+      failure_ = status;
+      first_failure = !stopping_;
+    }
     inbox.swap(inbox_);
     known_.clear();
     known_tokens_ = 0;
   }
   for (auto& [sub, deadline] : inbox) sub.sink(SeqEvent{.error = status});
   ResolveCommit(status);
+  if (first_failure && options_.on_failure) options_.on_failure(status);
 }
 
 }  // namespace weir::coordinator

@@ -81,6 +81,9 @@ struct StepDriverOptions {
   std::function<absl::StatusOr<std::vector<std::string>>(const absl::Status& cause)> recover;
   int max_recoveries = 3;
   absl::Duration recovery_window = absl::Minutes(10);
+  // Called once, on the loop thread, when the loop stops for good because of
+  // a failure (not for Stop): e.g. to report NOT_SERVING. Must not block.
+  std::function<void(const absl::Status& cause)> on_failure;
 };
 
 // What a request's sink receives: new tokens (possibly none), and once, a
@@ -173,6 +176,9 @@ class StepDriver {
   int64_t preemptions() const;
   // KV accounting checks passed (0 unless kv_check_every_step).
   int64_t kv_checks() const;
+  // Why the loop stopped for good (OK while it runs, or after a plain Stop).
+  absl::Status failure() const;
+
   // Asks the loop to replace the worker group now (through
   // StepDriverOptions::recover), e.g. when the liveness monitor saw a worker
   // die while no step was running (an idle loop would not notice). Ignored

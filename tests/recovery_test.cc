@@ -192,6 +192,36 @@ TEST(RecoveryTest, IdleDeathIsRepairedWithoutTraffic) {
   EXPECT_EQ(tokens.size(), 12u);
 }
 
+// No recovery allowed (--max_recoveries=0): the requests fail, the server
+// reports why (ServerState.failure) and health says NOT_SERVING.
+TEST(RecoveryTest, WithoutRecoveryTheFailureIsReported) {
+  Cluster cluster({"--workers=2", "--eplb=false", "--max_recoveries=0"});
+  const int64_t steps_before = Steps(cluster);
+  std::vector<Outcome> got = RunAll(cluster, [&] {
+    const absl::Time until = absl::Now() + absl::Seconds(60);
+    while (Steps(cluster) < steps_before + 20 && absl::Now() < until) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    const pid_t victim = cluster.ChildPid("--rank=1");
+    ASSERT_GT(victim, 0);
+    ASSERT_EQ(kill(victim, SIGKILL), 0);
+  });
+  int failed = 0;
+  for (const Outcome& o : got) failed += !o.status.ok();
+  EXPECT_EQ(failed, kRequests);
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineIn(std::chrono::seconds(10)));
+  v1::ServerState state;
+  ASSERT_TRUE(cluster.stub().GetServerState(&context, v1::GetServerStateRequest(), &state).ok());
+  EXPECT_NE(state.failure().find("worker rank"), std::string::npos) << state.failure();
+  EXPECT_EQ(state.recoveries().count(), 0u);
+  auto channel = MakeChannel(cluster.address());
+  absl::StatusOr<std::string> health =
+      CheckHealth(*channel, "weir.v1.Inference", std::chrono::seconds(5));
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_EQ(*health, "NOT_SERVING");
+}
+
 // Chaos (DP 4 x EP 4): 24 concurrent requests (greedy, seeded, regex
 // constrained) per round, 5 rounds on one cluster, each losing a random
 // rank at a random step — SIGKILL in rounds 0, 2, 4, SIGSTOP in 1, 3 (the

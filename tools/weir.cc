@@ -88,6 +88,9 @@ int Info(const std::shared_ptr<grpc::Channel>& channel) {
       v1::Lifecycle_Name(state.lifecycle()), state.uptime_s(), info.parallelism().dp(),
       info.parallelism().ep(), state.expert_map_version(),
       state.eplb_address().empty() ? "(none)" : state.eplb_address());
+  if (!state.failure().empty()) {
+    std::cout << "FAILED     the step loop stopped: " << state.failure() << "\n";
+  }
   if (state.recoveries().count() > 0) {
     std::cout << absl::StrFormat("recovered  %d times; last in %.2f s after: %s\n",
                                  state.recoveries().count(), state.recoveries().last_seconds(),
