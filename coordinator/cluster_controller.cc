@@ -114,12 +114,25 @@ void ClusterController::StartMonitor(std::function<void()> on_change) {
     absl::MutexLock lock(&mu_);
     on_change_ = std::move(on_change);
   }
+  {
+    absl::MutexLock lock(&monitor_mu_);
+    monitor_stop_ = false;  // a monitor stopped for a recovery starts again
+  }
   monitor_ = std::thread([this] { MonitorLoop(); });
 }
 
 void ClusterController::StopMonitor() {
-  if (!stop_monitor_.HasBeenNotified()) stop_monitor_.Notify();
+  {
+    absl::MutexLock lock(&monitor_mu_);
+    monitor_stop_ = true;
+  }
   if (monitor_.joinable()) monitor_.join();
+}
+
+bool ClusterController::MonitorStopped(absl::Duration wait) {
+  absl::MutexLock lock(&monitor_mu_);
+  auto stopped = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(monitor_mu_) { return monitor_stop_; };
+  return monitor_mu_.AwaitWithTimeout(absl::Condition(&stopped), wait);
 }
 
 void ClusterController::MarkDead(Rank rank, const std::string& detail) {
@@ -151,7 +164,7 @@ void ClusterController::ReportExit(int64_t pid, const std::string& description) 
 
 void ClusterController::MonitorLoop() {
   std::vector<int> failures(cluster_.world_size(), 0);
-  while (!stop_monitor_.WaitForNotificationWithTimeout(options_.health_interval)) {
+  while (!MonitorStopped(options_.health_interval)) {
     std::vector<std::shared_ptr<WorkerClient>> clients = Clients();
     for (const WorkerRecord& w : cluster_.Workers()) {
       if (w.status == WorkerStatus::kDead || w.status == WorkerStatus::kStopped) continue;

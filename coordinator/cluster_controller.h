@@ -57,6 +57,8 @@ class ClusterController {
   // Starts the liveness monitor. `on_change` runs on the monitor thread (or
   // on the caller of ReportExit) after any worker status change.
   void StartMonitor(std::function<void()> on_change);
+  // Stops and joins the monitor; StartMonitor may start it again (a worker
+  // group replacement stops it while the old workers die).
   void StopMonitor();
 
   // Records that worker process `pid` ended (from the launcher). No-op for
@@ -77,7 +79,11 @@ class ClusterController {
   // Guarded by mu_: one client per rank, created at BringUp.
   std::vector<std::shared_ptr<WorkerClient>> clients_ ABSL_GUARDED_BY(mu_);
   std::function<void()> on_change_ ABSL_GUARDED_BY(mu_);
-  absl::Notification stop_monitor_;
+  // The monitor runs until StopMonitor; StartMonitor may start it again.
+  absl::Mutex monitor_mu_;
+  bool monitor_stop_ ABSL_GUARDED_BY(monitor_mu_) = false;
+  // Waits up to `wait` for StopMonitor; true once it was called.
+  bool MonitorStopped(absl::Duration wait);
   std::thread monitor_;
 };
 
