@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine, from the repository root, after
+# `tar -xJf .gpu_pack/bundle.tar.xz`: the checks and measurements of the
+# `fast` decode numerics in one call (about 6-8 minutes on an H200):
+#   1. kernel tests of the fast path (dot_rows, fp8 GEMM, MXFP4 grouped GEMM,
+#      act quant, the gate with given logits);
+#   2. device_decoder_fast_test (fidelity against reference, batch invariance)
+#      and device_decoder_test (reference still bit-identical to the CPU);
+#   3. decode_gpu on small (fast and reference) and the EP8 slice of
+#      V4.1-Flash (fast; --ep_slice_numerics to change);
+#   4. serve_smoke.sh on small (fast, reference, cpu).
+# One log per step under RESULTS (default .gpu_bundle/results_fast), a summary
+# at the end; exits non-zero if a test failed.
+#   tools/gpu/fast_check.sh [RESULTS]
+set -uo pipefail
+here="$(cd "$(dirname "$0")/../.." && pwd)"
+bundle="${here}/.gpu_bundle"
+results="${1:-${bundle}/results_fast}"
+mkdir -p "${results}"
+export LD_LIBRARY_PATH="${bundle}/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export NCCL_NVLS_ENABLE=0
+status=0
+step() {  # step NAME TIMEOUT_S COMMAND...
+  local name="$1" limit="$2"
+  shift 2
+  local start end code
+  start=$(date +%s)
+  timeout "${limit}" "$@" > "${results}/${name}.log" 2>&1
+  code=$?
+  end=$(date +%s)
+  printf '%-36s exit %3d  %4d s\n' "${name}" "${code}" $((end - start)) | tee -a "${results}/summary.txt"
+  return "${code}"
+}
+: > "${results}/summary.txt"
+for t in kernels_cuda_decode_dot_rows_test kernels_cuda_dense_fp8_block_gemm_sm90_test \
+         kernels_cuda_moe_mxfp4_grouped_gemm_sm90_test kernels_cuda_dense_act_quant_fp8_test \
+         kernels_cuda_moe_moe_gate_test; do
+  step "${t}" 120 "${bundle}/bin/${t}" || status=1
+done
+step device_decoder_fast_test 300 "${bundle}/bin/worker_model_device_decoder_fast_test" || status=1
+step device_decoder_test 300 "${bundle}/bin/worker_model_device_decoder_test" \
+  --gtest_filter='-*TwoRanks*' || status=1
+step decode_gpu_small 180 "${bundle}/tools/decode_gpu" --cuda_ops=false
+step decode_gpu_ep8 300 "${bundle}/tools/decode_gpu" --ep_slice=8 \
+  --numerics="${EP_SLICE_NUMERICS:-fast}" --batches=1,64 --context=64 --steps=6
+step serve_smoke 400 "${bundle}/serve_smoke.sh" models/small "${results}/serve" || status=1
+echo "--- fidelity"
+grep -h -E "agreement|fast dense" "${results}/device_decoder_fast_test.log" || true
+echo "--- decode_gpu (small, then the EP8 slice)"
+grep -h -E "^numerics|graph|^ +[0-9]+ +[0-9]+ |eager b" "${results}/decode_gpu_small.log" \
+  "${results}/decode_gpu_ep8.log" | grep -v nccl1 || true
+echo "--- serve_smoke"
+tail -n 6 "${results}/serve_smoke.log" || true
+exit "${status}"
