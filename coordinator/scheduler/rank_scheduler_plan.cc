@@ -78,11 +78,21 @@ int64_t RankScheduler::AddPrefillChunk(Sequence& seq, int64_t budget, RankStepPl
 
 void RankScheduler::SchedulePrefill(RankStepPlan& plan) {
   int64_t budget = config_.max_prefill_tokens;
+  // While prompts are prefilling, the head of the queue (if it could be
+  // admitted now) keeps room in this step too — its whole prompt, at most
+  // half the budget — so a short request never waits for a long prompt's
+  // whole prefill: their chunks share the steps.
+  int64_t reserve = 0;
+  if (!prefilling_.empty() && !waiting_.empty() &&
+      static_cast<int64_t>(prefilling_.size() + running_.size()) < config_.max_running &&
+      CanAdmit(seqs_.at(waiting_.front()))) {
+    reserve = std::min<int64_t>(seqs_.at(waiting_.front()).prefill_len, budget / 2);
+  }
   // Copy: a chunk that completes a prefill moves the sequence to running_.
   const std::vector<RequestId> prefilling = prefilling_;
   for (RequestId id : prefilling) {
-    if (budget == 0) return;
-    budget -= AddPrefillChunk(seqs_.at(id), budget, plan);
+    if (budget - reserve <= 0) break;
+    budget -= AddPrefillChunk(seqs_.at(id), budget - reserve, plan);
   }
   while (budget > 0 && !waiting_.empty() &&
          static_cast<int64_t>(prefilling_.size() + running_.size()) < config_.max_running) {

@@ -90,6 +90,30 @@ TEST(RankSchedulerTest, ChunkedPrefillRespectsTheBudget) {
   EXPECT_EQ(s->Load().num_running, 3);
 }
 
+// A short request queued behind a long prompt's prefill is admitted in the
+// next prefill step with its whole prompt (the long chunk shrinks to make
+// room); a long queued prompt gets at most half of the budget.
+TEST(RankSchedulerTest, QueuedPromptSharesTheBudgetWithALongPrefill) {
+  auto s = *RankScheduler::Create(SmallConfig(512, /*budget=*/16));
+  ASSERT_TRUE(s->Add(MakeRequest(1, 60)).ok());
+  RankStepPlan first = *s->BuildPlan(0, StepType::kPrefill);
+  ASSERT_EQ(first.rows.size(), 1u);
+  EXPECT_EQ(first.rows[0].num_tokens(), 16);
+  ASSERT_TRUE(s->OnResult(UniformResult(first, 5)).ok());
+  ASSERT_TRUE(s->Add(MakeRequest(2, 6)).ok());
+  RankStepPlan second = *s->BuildPlan(1, StepType::kPrefill);
+  ASSERT_EQ(second.rows.size(), 2u);
+  EXPECT_EQ(FindRow(second, 1)->num_tokens(), 10);
+  EXPECT_EQ(FindRow(second, 2)->num_tokens(), 6);  // its whole prompt
+  EXPECT_TRUE(FindRow(second, 2)->samples);
+  ASSERT_TRUE(s->OnResult(UniformResult(second, 5)).ok());
+  ASSERT_TRUE(s->Add(MakeRequest(3, 30)).ok());
+  RankStepPlan third = *s->BuildPlan(2, StepType::kPrefill);
+  ASSERT_EQ(third.rows.size(), 2u);
+  EXPECT_EQ(FindRow(third, 1)->num_tokens(), 8);  // half the budget each
+  EXPECT_EQ(FindRow(third, 3)->num_tokens(), 8);
+}
+
 TEST(RankSchedulerTest, DecodeRemapsWhenTheResultIsLate) {
   auto s = *RankScheduler::Create(SmallConfig(64));
   ASSERT_TRUE(s->Add(MakeRequest(1, 5)).ok());

@@ -1,0 +1,90 @@
+// tests/long_prompt_test.cc
+//
+// Long prompts on a local cluster (tiny model, one CPU worker, 256-token
+// prefill chunks): an abandoned prompt (its client deadline passes) stops
+// within about one chunk instead of prefilling to the end, and a short
+// request submitted behind a long prompt does not wait for its whole
+// prefill (chunks of the long prompt interleave with the short request's
+// steps).
+
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "base/grpc_util.h"
+#include "gtest/gtest.h"
+#include "tests/local_cluster.h"
+
+namespace weir {
+namespace {
+
+using testing_util::Cluster;
+
+v1::GenerateRequest Prompt(int length, uint32_t max_new) {
+  v1::GenerateRequest request;
+  for (int i = 0; i < length; ++i) request.mutable_tokens()->add_ids(5 + (i * 37) % 4000);
+  request.mutable_stop()->set_max_new_tokens(max_new);
+  request.mutable_stop()->set_ignore_eos(true);
+  request.mutable_sampling()->set_temperature(0.0f);
+  return request;
+}
+
+int64_t Steps(Cluster& cluster) {
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineIn(std::chrono::seconds(10)));
+  v1::ServerState state;
+  if (!cluster.stub().GetServerState(&context, v1::GetServerStateRequest(), &state).ok()) {
+    return -1;
+  }
+  return static_cast<int64_t>(state.steps());
+}
+
+grpc::Status Generate(Cluster& cluster, const v1::GenerateRequest& request,
+                      std::chrono::milliseconds deadline) {
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineIn(deadline));
+  auto reader = cluster.stub().Generate(&context, request);
+  v1::GenerateEvent event;
+  while (reader->Read(&event)) {
+  }
+  return reader->Finish();
+}
+
+TEST(LongPromptTest, AbandonedPromptStopsWithinAboutAChunk) {
+  Cluster cluster({"--workers=1", "--eplb=false", "--max_prefill_tokens=256"});
+  // 16,000 tokens: 63 chunks; the client gives up after 300 ms.
+  const grpc::Status status =
+      Generate(cluster, Prompt(16000, 4), std::chrono::milliseconds(300));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << status.error_message();
+  // The coordinator notices within 50 ms and drops it at the next step
+  // boundary: a few steps later the loop is idle.
+  absl::SleepFor(absl::Seconds(1));
+  const int64_t a = Steps(cluster);
+  absl::SleepFor(absl::Seconds(2));
+  const int64_t b = Steps(cluster);
+  EXPECT_EQ(b, a) << "the abandoned prompt is still being prefilled";
+  EXPECT_LT(a, 63) << "it prefilled (nearly) to the end";
+}
+
+TEST(LongPromptTest, ShortRequestDoesNotWaitForALongPrefill) {
+  Cluster cluster({"--workers=1", "--eplb=false", "--max_prefill_tokens=256"});
+  std::atomic<double> long_s{0};
+  std::thread long_one([&] {
+    const absl::Time start = absl::Now();
+    EXPECT_TRUE(Generate(cluster, Prompt(6000, 1), std::chrono::seconds(300)).ok());
+    long_s = absl::ToDoubleSeconds(absl::Now() - start);
+  });
+  absl::SleepFor(absl::Milliseconds(200));  // the long prefill is under way
+  const absl::Time start = absl::Now();
+  EXPECT_TRUE(Generate(cluster, Prompt(8, 8), std::chrono::seconds(300)).ok());
+  const double short_s = absl::ToDoubleSeconds(absl::Now() - start);
+  long_one.join();
+  std::printf("long prompt (6,000 tokens) %.2f s; short request behind it %.2f s\n",
+              long_s.load(), short_s);
+  EXPECT_LT(short_s, long_s.load() / 2) << "the short request waited for the long prefill";
+}
+
+}  // namespace
+}  // namespace weir
