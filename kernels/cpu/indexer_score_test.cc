@@ -2,10 +2,14 @@
 
 #include "kernels/cpu/indexer_score.h"
 
+#include <algorithm>
+#include <cstring>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/common/numeric_formats.h"
 
 namespace weir::kernels::cpu {
 namespace {
@@ -64,6 +68,58 @@ TEST(IndexerScoreTest, Bf16ModeRoundsTheHeadSumOnce) {
                                 .out = out, .queries = 1, .heads = 3, .dim = 1, .keys = 1, .round_bf16 = true})
                   .ok());
   EXPECT_EQ(out[0], 3.03125f);
+}
+
+// The scores' bits are defined by the header's order: for each key, the
+// head terms in h order, each dot product in c order from +0 (no FMA). The
+// kernel computes eight keys side by side; this plain loop is the order
+// written out, and the two must agree bit for bit on random inputs (bf16
+// rounding on and off, visible lengths that are not multiples of 8).
+std::vector<float> PlainScores(const IndexerScoreArgs& a) {
+  auto round = [&a](float x) { return a.round_bf16 ? RoundToBf16(x) : x; };
+  std::vector<float> out(a.queries * a.keys, -std::numeric_limits<float>::infinity());
+  for (int64_t s = 0; s < a.queries; ++s) {
+    for (int64_t t = 0; t < a.visible_len[s]; ++t) {
+      float total = 0.0f;
+      for (int h = 0; h < a.heads; ++h) {
+        volatile float dot = 0.0f;  // one rounding per product and per sum
+        for (int c = 0; c < a.dim; ++c) {
+          const float p = a.q[(s * a.heads + h) * a.dim + c] * a.k[t * a.dim + c];
+          dot = dot + p;
+        }
+        total += round(std::max(round(dot), 0.0f) * a.weights[s * a.heads + h]);
+      }
+      out[s * a.keys + t] = round(total);
+    }
+  }
+  return out;
+}
+
+TEST(IndexerScoreTest, TiledKeysKeepThePlainOrdersBits) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (bool bf16 : {false, true}) {
+    for (int64_t keys : {int64_t{1}, int64_t{7}, int64_t{8}, int64_t{61}, int64_t{200}}) {
+      const int64_t queries = 5;
+      const int heads = 3, dim = 37;
+      std::vector<float> q(queries * heads * dim), k(keys * dim), w(queries * heads);
+      for (float& v : q) v = normal(rng);
+      for (float& v : k) v = normal(rng);
+      for (float& v : w) v = normal(rng);
+      std::vector<int64_t> visible(queries);
+      for (int64_t s = 0; s < queries; ++s) {
+        visible[s] = s == 0 ? 0 : s == 1 ? keys : static_cast<int64_t>(rng() % (keys + 1));
+      }
+      std::vector<float> out(queries * keys);
+      const IndexerScoreArgs args{.q = q, .k = k, .weights = w, .visible_len = visible,
+                                  .out = out, .queries = queries, .heads = heads, .dim = dim,
+                                  .keys = keys, .round_bf16 = bf16};
+      ASSERT_TRUE(IndexerScore(args).ok());
+      const std::vector<float> want = PlainScores(args);
+      EXPECT_EQ(std::memcmp(out.data(), want.data(), out.size() * sizeof(float)), 0)
+          << "keys " << keys << " bf16 " << bf16;
+    }
+  }
 }
 
 }  // namespace
