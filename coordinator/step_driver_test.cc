@@ -23,6 +23,29 @@ namespace {
 
 using scheduler::FinishReason;
 
+// The result of `plan` when every sampling row samples token 7.
+v1::StepResult Sevens(const v1::StepPlan& plan) {
+  v1::StepResult result;
+  result.set_step_id(plan.step_id());
+  for (const v1::StepRow& row : plan.rows()) {
+    v1::RowResult* out = result.add_rows();
+    if (row.sample()) out->add_tokens(7);
+  }
+  return result;
+}
+
+// A driver's options for one small rank (4-token blocks, 8 slots, EOS 0).
+StepDriverOptions SmallOptions() {
+  StepDriverOptions options;
+  options.rank.kv.block_tokens = 4;
+  options.rank.kv.compress_ratios = {1};
+  options.rank.kv.num_blocks = 1024;
+  options.rank.kv.num_seq_slots = 8;
+  options.rank.max_model_len = 2048;
+  options.rank.eos_token_ids = {0};
+  return options;
+}
+
 // Answers every plan at once: one token (7) per sampling row.
 class FakeWorkerService final : public v1::Worker::Service {
  public:
@@ -30,13 +53,7 @@ class FakeWorkerService final : public v1::Worker::Service {
                      grpc::ServerReaderWriter<v1::StepResult, v1::StepPlan>* stream) override {
     v1::StepPlan plan;
     while (stream->Read(&plan)) {
-      v1::StepResult result;
-      result.set_step_id(plan.step_id());
-      for (const v1::StepRow& row : plan.rows()) {
-        v1::RowResult* out = result.add_rows();
-        if (row.sample()) out->add_tokens(7);
-      }
-      if (!stream->Write(result)) break;
+      if (!stream->Write(Sevens(plan))) break;
     }
     return grpc::Status::OK;
   }
@@ -78,6 +95,17 @@ struct Events {
   }
 };
 
+// Request `id` with `prompt` and `max_new` tokens whose events go to `events`.
+SeqSubmission Submission(uint64_t id, std::vector<uint32_t> prompt, uint32_t max_new,
+                         Events& events) {
+  SeqSubmission sub;
+  sub.request.id = RequestId(id);
+  sub.request.prompt = std::move(prompt);
+  sub.request.max_new_tokens = max_new;
+  sub.sink = [&events](const SeqEvent& event) { events.Push(event); };
+  return sub;
+}
+
 class StepDriverQueueTimeTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -85,14 +113,8 @@ class StepDriverQueueTimeTest : public ::testing::Test {
         StartServer(ServerOptions{.address = "127.0.0.1:0"}, {&worker_});
     ASSERT_TRUE(started.ok()) << started.status();
     server_ = std::move(started->server);
-    StepDriverOptions options;
-    options.rank.kv.block_tokens = 4;
-    options.rank.kv.compress_ratios = {1};
-    options.rank.kv.num_blocks = 1024;
-    options.rank.kv.num_seq_slots = 8;
-    options.rank.max_model_len = 2048;
+    StepDriverOptions options = SmallOptions();
     options.rank.max_running = 1;  // one request runs, the others wait
-    options.rank.eos_token_ids = {0};
     options.clock = [this] { return absl::UnixEpoch() + absl::Nanoseconds(now_ns_.load()); };
     absl::StatusOr<std::unique_ptr<StepDriver>> driver =
         StepDriver::Create({started->address}, options);
@@ -108,12 +130,8 @@ class StepDriverQueueTimeTest : public ::testing::Test {
 
   absl::Status Submit(uint64_t id, Events& events, uint32_t max_new,
                       std::optional<absl::Duration> max_queue_time) {
-    SeqSubmission sub;
-    sub.request.id = RequestId(id);
-    sub.request.prompt = {100, 101, 102, 103, 104};
-    sub.request.max_new_tokens = max_new;
+    SeqSubmission sub = Submission(id, {100, 101, 102, 103, 104}, max_new, events);
     sub.max_queue_time = max_queue_time;
-    sub.sink = [&events](const SeqEvent& event) { events.Push(event); };
     return driver_->Submit(std::move(sub));
   }
 
@@ -204,13 +222,7 @@ class HangingWorkerService final : public v1::Worker::Service {
     v1::StepPlan plan;
     int answered = 0;
     while (answered < answer_ && stream->Read(&plan)) {
-      v1::StepResult result;
-      result.set_step_id(plan.step_id());
-      for (const v1::StepRow& row : plan.rows()) {
-        v1::RowResult* out = result.add_rows();
-        if (row.sample()) out->add_tokens(7);
-      }
-      if (!stream->Write(result)) break;
+      if (!stream->Write(Sevens(plan))) break;
       ++answered;
     }
     while (!context->IsCancelled() && !released_) absl::SleepFor(absl::Milliseconds(5));
@@ -229,13 +241,7 @@ class StepDriverHungWorkerTest : public ::testing::Test {
         StartServer(ServerOptions{.address = "127.0.0.1:0"}, {&worker_});
     ASSERT_TRUE(started.ok()) << started.status();
     server_ = std::move(started->server);
-    StepDriverOptions options;
-    options.rank.kv.block_tokens = 4;
-    options.rank.kv.compress_ratios = {1};
-    options.rank.kv.num_blocks = 1024;
-    options.rank.kv.num_seq_slots = 8;
-    options.rank.max_model_len = 2048;
-    options.rank.eos_token_ids = {0};
+    StepDriverOptions options = SmallOptions();
     options.step_timeout = step_timeout;
     absl::StatusOr<std::unique_ptr<StepDriver>> driver =
         StepDriver::Create({started->address}, options);
@@ -248,12 +254,7 @@ class StepDriverHungWorkerTest : public ::testing::Test {
     if (server_) server_->Shutdown();
   }
   absl::Status Submit(uint64_t id, Events& events) {
-    SeqSubmission sub;
-    sub.request.id = RequestId(id);
-    sub.request.prompt = {100, 101, 102};
-    sub.request.max_new_tokens = 1000;
-    sub.sink = [&events](const SeqEvent& event) { events.Push(event); };
-    return driver_->Submit(std::move(sub));
+    return driver_->Submit(Submission(id, {100, 101, 102}, 1000, events));
   }
 
   HangingWorkerService worker_{5};
@@ -345,13 +346,7 @@ class StepDriverRecoveryTest : public ::testing::Test {
     }
   }
   void Start(bool recover_ok) {
-    StepDriverOptions options;
-    options.rank.kv.block_tokens = 4;
-    options.rank.kv.compress_ratios = {1};
-    options.rank.kv.num_blocks = 1024;
-    options.rank.kv.num_seq_slots = 8;
-    options.rank.max_model_len = 2048;
-    options.rank.eos_token_ids = {0};
+    StepDriverOptions options = SmallOptions();
     options.recover = [this, recover_ok](const absl::Status& cause)
         -> absl::StatusOr<std::vector<std::string>> {
       causes_.push_back(cause);
@@ -368,12 +363,7 @@ class StepDriverRecoveryTest : public ::testing::Test {
     for (auto& server : servers_) server->Shutdown();
   }
   absl::Status Submit(uint64_t id, Events& events, uint32_t max_new) {
-    SeqSubmission sub;
-    sub.request.id = RequestId(id);
-    sub.request.prompt = {100, 101, 102};
-    sub.request.max_new_tokens = max_new;
-    sub.sink = [&events](const SeqEvent& event) { events.Push(event); };
-    return driver_->Submit(std::move(sub));
+    return driver_->Submit(Submission(id, {100, 101, 102}, max_new, events));
   }
 
   // Answers 6 steps, then ends its stream (the process died).
@@ -383,13 +373,7 @@ class StepDriverRecoveryTest : public ::testing::Test {
                        grpc::ServerReaderWriter<v1::StepResult, v1::StepPlan>* stream) override {
       v1::StepPlan plan;
       for (int answered = 0; answered < 6 && stream->Read(&plan); ++answered) {
-        v1::StepResult result;
-        result.set_step_id(plan.step_id());
-        for (const v1::StepRow& row : plan.rows()) {
-          v1::RowResult* out = result.add_rows();
-          if (row.sample()) out->add_tokens(7);
-        }
-        if (!stream->Write(result)) break;
+        if (!stream->Write(Sevens(plan))) break;
       }
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker died");
     }

@@ -84,6 +84,17 @@ pid_t Cluster::ChildPid(const std::string& needle) const {
   return -1;
 }
 
+grpc::Status Cluster::State(v1::ServerState& state) {
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineIn(std::chrono::seconds(10)));
+  return stub_->GetServerState(&context, v1::GetServerStateRequest(), &state);
+}
+
+int64_t Cluster::Steps() {
+  v1::ServerState state;
+  return State(state).ok() ? static_cast<int64_t>(state.steps()) : -1;
+}
+
 grpc::Status Cluster::Greedy(const std::vector<uint32_t>& prompt, uint32_t max_new,
                              std::vector<uint32_t>& tokens, v1::FinishReason* reason) {
   v1::GenerateRequest request;

@@ -54,6 +54,11 @@ class Cluster {
   // `needle` (e.g. "eplb/main"); -1 if none.
   pid_t ChildPid(const std::string& needle) const;
 
+  // GetServerState (10 s deadline).
+  grpc::Status State(v1::ServerState& state);
+  // Steps the step loop has run (ServerState.steps), or -1 if the call fails.
+  int64_t Steps();
+
   // Runs one greedy request (ignore_eos); returns the status and fills `tokens`.
   grpc::Status Greedy(const std::vector<uint32_t>& prompt, uint32_t max_new,
                       std::vector<uint32_t>& tokens, v1::FinishReason* reason = nullptr);

@@ -31,16 +31,6 @@ v1::GenerateRequest Prompt(int length, uint32_t max_new) {
   return request;
 }
 
-int64_t Steps(Cluster& cluster) {
-  grpc::ClientContext context;
-  context.set_deadline(DeadlineIn(std::chrono::seconds(10)));
-  v1::ServerState state;
-  if (!cluster.stub().GetServerState(&context, v1::GetServerStateRequest(), &state).ok()) {
-    return -1;
-  }
-  return static_cast<int64_t>(state.steps());
-}
-
 grpc::Status Generate(Cluster& cluster, const v1::GenerateRequest& request,
                       std::chrono::milliseconds deadline) {
   grpc::ClientContext context;
@@ -61,9 +51,9 @@ TEST(LongPromptTest, AbandonedPromptStopsWithinAboutAChunk) {
   // The coordinator notices within 50 ms and drops it at the next step
   // boundary: a few steps later the loop is idle.
   absl::SleepFor(absl::Seconds(1));
-  const int64_t a = Steps(cluster);
+  const int64_t a = cluster.Steps();
   absl::SleepFor(absl::Seconds(2));
-  const int64_t b = Steps(cluster);
+  const int64_t b = cluster.Steps();
   EXPECT_EQ(b, a) << "the abandoned prompt is still being prefilled";
   EXPECT_LT(a, 63) << "it prefilled (nearly) to the end";
 }

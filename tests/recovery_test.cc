@@ -83,14 +83,16 @@ std::vector<Outcome> RunAll(Cluster& cluster, const std::function<void()>& durin
   return outs;
 }
 
-int64_t Steps(Cluster& cluster) {
-  grpc::ClientContext context;
-  context.set_deadline(DeadlineIn(std::chrono::seconds(10)));
-  v1::ServerState state;
-  if (!cluster.stub().GetServerState(&context, v1::GetServerStateRequest(), &state).ok()) {
-    return -1;
+// Once the loop has run `after` steps past `steps_before` (mid-generation;
+// at most 60 s), sends `signo` to worker `rank`. True if it was sent.
+bool SignalAfterSteps(Cluster& cluster, int64_t steps_before, int64_t after, int rank,
+                      int signo) {
+  const absl::Time until = absl::Now() + absl::Seconds(60);
+  while (cluster.Steps() < steps_before + after && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(5));
   }
-  return static_cast<int64_t>(state.steps());
+  const pid_t victim = cluster.ChildPid(absl::StrCat("--rank=", rank));
+  return victim > 0 && kill(victim, signo) == 0;
 }
 
 TEST(RecoveryTest, KilledWorkerCostsNoRequest) {
@@ -106,18 +108,10 @@ TEST(RecoveryTest, KilledWorkerCostsNoRequest) {
   }
 
   Cluster cluster(flags);
-  const int64_t steps_before = Steps(cluster);
+  const int64_t steps_before = cluster.Steps();
   bool killed = false;
-  std::vector<Outcome> got = RunAll(cluster, [&] {
-    // Mid-generation: some steps done, far from the end.
-    const absl::Time until = absl::Now() + absl::Seconds(60);
-    while (Steps(cluster) < steps_before + 20 && absl::Now() < until) {
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-    const pid_t victim = cluster.ChildPid("--rank=1");
-    ASSERT_GT(victim, 0);
-    killed = kill(victim, SIGKILL) == 0;
-  });
+  std::vector<Outcome> got = RunAll(
+      cluster, [&] { killed = SignalAfterSteps(cluster, steps_before, 20, 1, SIGKILL); });
   ASSERT_TRUE(killed);
   for (int i = 0; i < kRequests; ++i) {
     EXPECT_TRUE(got[i].status.ok()) << i << ": " << got[i].status.error_message();
@@ -128,10 +122,8 @@ TEST(RecoveryTest, KilledWorkerCostsNoRequest) {
   ASSERT_TRUE(cluster.Greedy({7, 8, 9}, 12, tokens).ok());
   EXPECT_EQ(tokens.size(), 12u);
   // GetServerState says so.
-  grpc::ClientContext context;
-  context.set_deadline(DeadlineIn(std::chrono::seconds(10)));
   v1::ServerState state;
-  ASSERT_TRUE(cluster.stub().GetServerState(&context, v1::GetServerStateRequest(), &state).ok());
+  ASSERT_TRUE(cluster.State(state).ok());
   EXPECT_EQ(state.recoveries().count(), 1u);
   EXPECT_FALSE(state.recoveries().last_cause().empty());
   EXPECT_GT(state.recoveries().last_seconds(), 0.0);
@@ -148,17 +140,10 @@ TEST(RecoveryTest, StoppedWorkerCostsNoRequest) {
     want = RunAll(undisturbed);
   }
   Cluster cluster({"--workers=2", "--eplb=false", "--step_timeout_s=2"});
-  const int64_t steps_before = Steps(cluster);
+  const int64_t steps_before = cluster.Steps();
   bool stopped = false;
-  std::vector<Outcome> got = RunAll(cluster, [&] {
-    const absl::Time until = absl::Now() + absl::Seconds(60);
-    while (Steps(cluster) < steps_before + 20 && absl::Now() < until) {
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-    const pid_t victim = cluster.ChildPid("--rank=0");
-    ASSERT_GT(victim, 0);
-    stopped = kill(victim, SIGSTOP) == 0;
-  });
+  std::vector<Outcome> got = RunAll(
+      cluster, [&] { stopped = SignalAfterSteps(cluster, steps_before, 20, 0, SIGSTOP); });
   ASSERT_TRUE(stopped);
   for (int i = 0; i < kRequests; ++i) {
     EXPECT_TRUE(got[i].status.ok()) << i << ": " << got[i].status.error_message();
@@ -178,11 +163,8 @@ TEST(RecoveryTest, IdleDeathIsRepairedWithoutTraffic) {
   while (!replaced && absl::Now() < until) {
     absl::SleepFor(absl::Milliseconds(50));
     const pid_t now = cluster.ChildPid("--rank=1");
-    grpc::ClientContext context;
-    context.set_deadline(DeadlineIn(std::chrono::seconds(5)));
     v1::ServerState state;
-    if (now > 0 && now != victim &&
-        cluster.stub().GetServerState(&context, v1::GetServerStateRequest(), &state).ok()) {
+    if (now > 0 && now != victim && cluster.State(state).ok()) {
       replaced = state.lifecycle() == v1::LIFECYCLE_READY;
     }
   }
@@ -196,23 +178,16 @@ TEST(RecoveryTest, IdleDeathIsRepairedWithoutTraffic) {
 // reports why (ServerState.failure) and health says NOT_SERVING.
 TEST(RecoveryTest, WithoutRecoveryTheFailureIsReported) {
   Cluster cluster({"--workers=2", "--eplb=false", "--max_recoveries=0"});
-  const int64_t steps_before = Steps(cluster);
-  std::vector<Outcome> got = RunAll(cluster, [&] {
-    const absl::Time until = absl::Now() + absl::Seconds(60);
-    while (Steps(cluster) < steps_before + 20 && absl::Now() < until) {
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-    const pid_t victim = cluster.ChildPid("--rank=1");
-    ASSERT_GT(victim, 0);
-    ASSERT_EQ(kill(victim, SIGKILL), 0);
-  });
+  const int64_t steps_before = cluster.Steps();
+  bool killed = false;
+  std::vector<Outcome> got = RunAll(
+      cluster, [&] { killed = SignalAfterSteps(cluster, steps_before, 20, 1, SIGKILL); });
+  ASSERT_TRUE(killed);
   int failed = 0;
   for (const Outcome& o : got) failed += !o.status.ok();
   EXPECT_EQ(failed, kRequests);
-  grpc::ClientContext context;
-  context.set_deadline(DeadlineIn(std::chrono::seconds(10)));
   v1::ServerState state;
-  ASSERT_TRUE(cluster.stub().GetServerState(&context, v1::GetServerStateRequest(), &state).ok());
+  ASSERT_TRUE(cluster.State(state).ok());
   EXPECT_NE(state.failure().find("worker rank"), std::string::npos) << state.failure();
   EXPECT_EQ(state.recoveries().count(), 0u);
   auto channel = MakeChannel(cluster.address());
@@ -250,18 +225,12 @@ TEST(RecoveryTest, ChaosRoundsOnFourRanks) {
     const int victim_rank = static_cast<int>(rng() % 4);
     const int64_t after_steps = 5 + static_cast<int64_t>(rng() % 40);
     const int signo = round % 2 == 0 ? SIGKILL : SIGSTOP;
-    const int64_t steps_before = Steps(cluster);
+    const int64_t steps_before = cluster.Steps();
     bool signalled = false;
     std::vector<Outcome> got = RunAll(
         cluster,
         [&] {
-          const absl::Time until = absl::Now() + absl::Seconds(60);
-          while (Steps(cluster) < steps_before + after_steps && absl::Now() < until) {
-            absl::SleepFor(absl::Milliseconds(5));
-          }
-          const pid_t victim = cluster.ChildPid(absl::StrCat("--rank=", victim_rank));
-          ASSERT_GT(victim, 0);
-          signalled = kill(victim, signo) == 0;
+          signalled = SignalAfterSteps(cluster, steps_before, after_steps, victim_rank, signo);
         },
         kChaosRequests, kChaosTokens, /*constrained=*/true);
     ASSERT_TRUE(signalled) << "round " << round;
@@ -277,10 +246,8 @@ TEST(RecoveryTest, ChaosRoundsOnFourRanks) {
                 round, victim_rank, signo == SIGKILL ? "SIGKILL" : "SIGSTOP",
                 static_cast<long long>(after_steps), lost, kChaosRequests, differ);
   }
-  grpc::ClientContext context;
-  context.set_deadline(DeadlineIn(std::chrono::seconds(10)));
   v1::ServerState state;
-  ASSERT_TRUE(cluster.stub().GetServerState(&context, v1::GetServerStateRequest(), &state).ok());
+  ASSERT_TRUE(cluster.State(state).ok());
   // One per round; a loaded machine may add a spurious one (a health check
   // or the deadline missed), which costs time but no request.
   EXPECT_GE(state.recoveries().count(), static_cast<uint64_t>(kRounds));

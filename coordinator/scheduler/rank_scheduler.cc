@@ -129,9 +129,7 @@ void RankScheduler::Unlist(RequestId id, SeqState state) {
   list.erase(std::find(list.begin(), list.end(), id));
 }
 
-void RankScheduler::Preempt(Sequence& seq) {
-  ReleaseKv(seq);
-  Unlist(seq.request.id, seq.state);
+void RankScheduler::StartNewEpoch(Sequence& seq) {
   seq.state = SeqState::kWaiting;
   ++seq.reset_epoch;
   seq.ticket = next_ticket_++;
@@ -141,8 +139,14 @@ void RankScheduler::Preempt(Sequence& seq) {
   seq.pending_outputs = 0;
   seq.last_step.reset();
   seq.last_row = -1;
-  waiting_.push_front(seq.request.id);
   waiting_blocks_ += BlocksForTokens(config_.kv, seq.prefill_len);
+}
+
+void RankScheduler::Preempt(Sequence& seq) {
+  ReleaseKv(seq);
+  Unlist(seq.request.id, seq.state);
+  StartNewEpoch(seq);
+  waiting_.push_front(seq.request.id);
   ++num_preemptions_;
 }
 
@@ -165,18 +169,8 @@ void RankScheduler::ResetAfterWorkerLoss() {
   WEIR_CHECK(fresh.ok()) << fresh.status() << " (the layout was valid at Create)";
   blocks_ = *std::move(fresh);
   for (RequestId id : order) {
-    Sequence& seq = seqs_.at(id);
-    seq.state = SeqState::kWaiting;
-    ++seq.reset_epoch;
-    seq.ticket = next_ticket_++;
-    seq.prefill_len = static_cast<int64_t>(seq.tokens.size());
-    seq.num_scheduled = 0;
-    seq.blocks_sent = 0;
-    seq.pending_outputs = 0;
-    seq.last_step.reset();
-    seq.last_row = -1;
+    StartNewEpoch(seqs_.at(id));
     waiting_.push_back(id);
-    waiting_blocks_ += BlocksForTokens(config_.kv, seq.prefill_len);
   }
 }
 

@@ -135,6 +135,10 @@ class RankScheduler {
   bool CanAdmit(const Sequence& seq) const;
   // Releases the KV and slot of `seq` (deferred past its last planned step).
   void ReleaseKv(Sequence& seq);
+  // Puts `seq` (holding no KV, on no list) in the waiting state of a new
+  // epoch that prefills everything it has (prompt and tokens received); the
+  // caller queues it.
+  void StartNewEpoch(Sequence& seq);
   // Drops KV and requeues `seq` at the head of the waiting queue, new epoch.
   void Preempt(Sequence& seq);
   // Removes `id` from the prefilling or running list it is in.

@@ -49,6 +49,9 @@ class Cluster(weir_cluster.Cluster):
     """Ready when Health says weir.v1.Inference is SERVING and GetModelInfo
     answers; `channel` is the test's gRPC channel to it."""
 
+    # Metadata of the readiness call (an API key).
+    metadata = ()
+
     def __init__(self, workers=2, name="coordinator", extra_args=()):
         super().__init__(workers=workers, name=name, extra_args=extra_args)
         self.channel = None
@@ -65,7 +68,8 @@ class Cluster(weir_cluster.Cluster):
                                   timeout=2).status
             if status != health_pb2.HealthCheckResponse.SERVING:
                 return False
-            inference.GetModelInfo(inference_pb2.GetModelInfoRequest(), timeout=10)
+            inference.GetModelInfo(inference_pb2.GetModelInfoRequest(), timeout=10,
+                                   metadata=self.metadata)
             return True
         except grpc.RpcError:
             return False
@@ -919,24 +923,7 @@ class KeyedCluster(Cluster):
     GetModelInfo answers with the key."""
 
     KEY = "weir-test-key-7f3a"
-
-    def ready(self):
-        if self.channel is None:
-            if self.address is None:
-                return False
-            self.channel = grpc.insecure_channel(self.address)
-        health = health_pb2_grpc.HealthStub(self.channel)
-        inference = inference_pb2_grpc.InferenceStub(self.channel)
-        try:
-            status = health.Check(health_pb2.HealthCheckRequest(service="weir.v1.Inference"),
-                                  timeout=2).status
-            if status != health_pb2.HealthCheckResponse.SERVING:
-                return False
-            inference.GetModelInfo(inference_pb2.GetModelInfoRequest(), timeout=10,
-                                   metadata=[("authorization", "Bearer " + self.KEY)])
-            return True
-        except grpc.RpcError:
-            return False
+    metadata = (("authorization", "Bearer " + KEY),)
 
 
 class ApiKeyTest(unittest.TestCase):
