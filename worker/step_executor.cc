@@ -1,6 +1,7 @@
 #include "worker/step_executor.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <numeric>
 
@@ -17,6 +18,31 @@ absl::Status RowError(size_t row, const std::string& why) {
 }
 
 }  // namespace
+
+TokenLogprob ScoreToken(const float* logits, int64_t vocab, int32_t token, int32_t k) {
+  float max_logit = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < vocab; ++i) max_logit = std::max(max_logit, logits[i]);
+  double sum = 0.0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - max_logit);
+  const double log_z = static_cast<double>(max_logit) + std::log(sum);
+  TokenLogprob out{.token = token,
+                   .logprob = static_cast<float>(static_cast<double>(logits[token]) - log_z)};
+  const float value = logits[token];
+  for (int64_t i = 0; i < vocab; ++i) {
+    out.rank += logits[i] > value || (logits[i] == value && i < token);
+  }
+  if (k <= 0) return out;
+  std::vector<int32_t> order(vocab);
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [logits](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  for (int32_t j = 0; j < k; ++j) {
+    out.top.emplace_back(order[j],
+                         static_cast<float>(static_cast<double>(logits[order[j]]) - log_z));
+  }
+  return out;
+}
 
 StepExecutor::StepExecutor(model::Model& model, int32_t max_slots,
                            grammar::GrammarCompiler* grammar, StepGrammarOptions options)
@@ -125,6 +151,37 @@ std::vector<BlockId> StepExecutor::block_table(int32_t slot) const {
   return {s.paged->blocks().begin(), s.paged->blocks().end()};
 }
 
+void StepExecutor::ScorePrompt(const RowPlan& row, Slot& slot, int64_t start,
+                               const std::vector<int64_t>& inputs,
+                               const std::vector<float>& logits, RowOutcome& out) const {
+  const int64_t vocab = model_.config().vocab_size;
+  const int32_t k = static_cast<int32_t>(std::min<int64_t>(row.prompt_logprobs, vocab));
+  const int64_t n = static_cast<int64_t>(inputs.size());
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t pos = start + j;
+    if (pos < 1 || pos >= row.prompt_end) continue;
+    // Position pos is predicted by the logits of position pos - 1.
+    const float* before = nullptr;
+    if (j > 0) {
+      before = logits.data() + (j - 1) * vocab;
+    } else if (slot.last_logits_pos == pos - 1) {
+      before = slot.last_logits.data();
+    } else {
+      continue;
+    }
+    if (out.prompt_logprobs.empty()) out.prompt_logprobs_from = pos;
+    out.prompt_logprobs.push_back(ScoreToken(before, vocab, static_cast<int32_t>(inputs[j]), k));
+  }
+  if (start + n < row.prompt_end) {
+    // The prompt goes on in a later row: keep what predicts its first position.
+    slot.last_logits.assign(logits.end() - vocab, logits.end());
+    slot.last_logits_pos = start + n - 1;
+  } else {
+    slot.last_logits.clear();
+    slot.last_logits_pos = -1;
+  }
+}
+
 void StepExecutor::StartSlot(int32_t slot_id) {
   LeaveDevice(slot_id);
   Slot& slot = slots_[slot_id];
@@ -229,6 +286,10 @@ absl::Status StepExecutor::Validate(const std::vector<RowPlan>& rows,
     }
     if (row.return_top_k < 0 || row.return_top_k > vocab) {
       return RowError(i, absl::StrCat("return_top_k ", row.return_top_k, " out of range"));
+    }
+    if (row.logprobs > vocab || row.prompt_logprobs > vocab) {
+      return RowError(i, absl::StrCat("logprobs ", row.logprobs, " / prompt_logprobs ",
+                                      row.prompt_logprobs, " above the vocabulary"));
     }
     sampling::SamplingLimits limits{.vocab_size = static_cast<int32_t>(vocab)};
     if (absl::Status s = sampling::ValidateSamplingParams(row.sampling, limits); !s.ok()) {
@@ -451,7 +512,11 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
         out.top_logits.push_back(last[order[k]]);
       }
     }
+    if (row.prompt_logprobs >= 0 && out.status.ok()) {
+      ScorePrompt(row, slot, starts[i], inputs[i], logits[i], out);
+    }
     if (!row.sample || !out.status.ok()) continue;
+    const int32_t logprobs_k = static_cast<int32_t>(std::min<int64_t>(row.logprobs, vocab));
     sampling::SampleRow sample_row{.logits = last,
                                    .params = &row.sampling,
                                    .prompt_tokens = slot.prompt,
@@ -463,6 +528,7 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
       if (out.token.has_value()) {
         samples[i] = *out.token;
         slot.sampled_once = true;
+        if (row.logprobs >= 0) out.sampled_logprobs = ScoreToken(last, vocab, *out.token, logprobs_k);
       }
       continue;
     }
@@ -474,6 +540,7 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
       out.logprob = result.logprob;
       samples[i] = result.token;
       slot.sampled_once = true;
+      if (row.logprobs >= 0) out.sampled_logprobs = ScoreToken(last, vocab, result.token, logprobs_k);
     }
   }
   previous_samples_ = std::move(samples);

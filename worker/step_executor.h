@@ -73,7 +73,32 @@ struct RowPlan {
   // KV blocks newly given to the slot's sequence, in block-table order
   // (start_pos 0: the first blocks of a new table). Used with a KV pool only.
   std::vector<BlockId> new_blocks;
+  // Log-probabilities (of the model's distribution: log-softmax of the
+  // logits, before sampling parameters or a constraint), -1 = none.
+  // >= 0: RowOutcome::sampled_logprobs scores the sampled token with this
+  // many most likely tokens.
+  int32_t logprobs = -1;
+  // >= 0: RowOutcome::prompt_logprobs scores every input token at a position
+  // in [1, prompt_end), given the positions before it, with this many most
+  // likely tokens. Position start_pos > 0 is scored from the last logits of
+  // the slot's previous row, kept only if that row asked too (else skipped).
+  int32_t prompt_logprobs = -1;
+  int64_t prompt_end = 0;
 };
+
+// The log-probability of one token at one position.
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
+  // 1 = the most likely (ties: lower ids first).
+  int32_t rank = 1;
+  // [k] the most likely tokens and their log-probabilities, most likely first.
+  std::vector<std::pair<int32_t, float>> top;
+};
+
+// Scores `token` under `logits` [vocab]: its log-softmax, rank and the `k`
+// most likely tokens. REQUIRES: 0 <= token < vocab, 0 <= k <= vocab.
+TokenLogprob ScoreToken(const float* logits, int64_t vocab, int32_t token, int32_t k);
 
 struct RowOutcome {
   std::optional<int32_t> token;
@@ -84,6 +109,12 @@ struct RowOutcome {
   absl::Status status;
   // The row's constraint terminated (after accepting `token`, or before).
   bool finished = false;
+  // RowPlan::logprobs: the sampled token's.
+  std::optional<TokenLogprob> sampled_logprobs;
+  // RowPlan::prompt_logprobs: one per scored position, in order, the first
+  // at position prompt_logprobs_from.
+  int64_t prompt_logprobs_from = 0;
+  std::vector<TokenLogprob> prompt_logprobs;
 };
 
 struct StepGrammarOptions {
@@ -170,7 +201,17 @@ class StepExecutor {
     // The sequence lives in the device decoder (`state` has the right
     // length but stale contents until Export).
     bool on_device = false;
+    // Prompt logprobs across rows: the logits [vocab] of the last position of
+    // the previous row, and that position (-1: none kept).
+    std::vector<float> last_logits;
+    int64_t last_logits_pos = -1;
   };
+
+  // RowPlan::prompt_logprobs of row `row`, whose `inputs` started at `start`
+  // and whose forward gave `logits` [inputs.size(), vocab].
+  void ScorePrompt(const RowPlan& row, Slot& slot, int64_t start,
+                   const std::vector<int64_t>& inputs, const std::vector<float>& logits,
+                   RowOutcome& out) const;
 
   // Ends the slot's residence in the device decoder (nothing if none).
   void LeaveDevice(int32_t slot_id);

@@ -1,5 +1,6 @@
 #include "worker/step_executor.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -182,6 +183,98 @@ TEST(StepExecutorTest, TopKLogitsAreSortedAndNotSampledRowsStaySilent) {
   ASSERT_EQ((*out)[0].top_ids.size(), 5u);
   for (int k = 1; k < 5; ++k) EXPECT_GE((*out)[0].top_logits[k - 1], (*out)[0].top_logits[k]);
   EXPECT_EQ((*out)[0].top_ids[0], f.DirectGreedy({3, 4}));
+}
+
+// log_softmax(logits)[token] in double, and the token's rank (1 = most likely,
+// ties to the lower id), straight from one position's logits [vocab].
+double LogSoftmax(const float* logits, int64_t vocab, int32_t token) {
+  double m = logits[0];
+  for (int64_t i = 1; i < vocab; ++i) m = std::max<double>(m, logits[i]);
+  double sum = 0.0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(logits[i] - m);
+  return logits[token] - m - std::log(sum);
+}
+
+int32_t Rank(const float* logits, int64_t vocab, int32_t token) {
+  int32_t rank = 1;
+  for (int64_t i = 0; i < vocab; ++i) {
+    rank += logits[i] > logits[token] || (logits[i] == logits[token] && i < token);
+  }
+  return rank;
+}
+
+// Every entry against the model's own forward of the whole prompt:
+// `expected_logits` are the logits [vocab] that predict `entry.token`.
+void ExpectScored(const TokenLogprob& entry, const float* expected_logits, int64_t vocab,
+                  size_t k, const std::string& where) {
+  EXPECT_NEAR(entry.logprob, LogSoftmax(expected_logits, vocab, entry.token), 1e-5) << where;
+  EXPECT_EQ(entry.rank, Rank(expected_logits, vocab, entry.token)) << where;
+  ASSERT_EQ(entry.top.size(), k) << where;
+  for (size_t j = 0; j < k; ++j) {
+    EXPECT_NEAR(entry.top[j].second, LogSoftmax(expected_logits, vocab, entry.top[j].first), 1e-5)
+        << where;
+    EXPECT_EQ(Rank(expected_logits, vocab, entry.top[j].first), static_cast<int32_t>(j + 1))
+        << where;
+  }
+}
+
+TEST(StepExecutorTest, PromptAndSampledLogprobsAreTheForwardsLogSoftmax) {
+  Fixture f;
+  const int64_t vocab = f.model->config().vocab_size;
+  const std::vector<int64_t> prompt = {5, 6, 7, 8, 9, 10, 11};
+  auto seq = f.model->NewSequence();
+  auto direct = f.model->Forward(*seq, prompt, 0);
+  ASSERT_TRUE(direct.ok()) << direct.status();
+  const float* forward = direct->data();  // [prompt.size(), vocab]
+
+  // The prompt in two chunks: position 3 is scored from the first chunk's
+  // last logits, kept by the executor between the steps.
+  StepExecutor executor(*f.model, 2);
+  RowPlan first{.slot = 0, .start_pos = 0, .tokens = {5, 6, 7}, .prompt_logprobs = 5,
+                .prompt_end = 7};
+  RowPlan second = Greedy(0, 3, {8, 9, 10, 11});
+  second.logprobs = 20;
+  second.prompt_logprobs = 5;
+  second.prompt_end = 7;
+  // A row that asks for nothing gets nothing.
+  RowPlan silent = Greedy(1, 0, {5, 6, 7});
+  auto step0 = executor.Execute({first, silent}, {});
+  ASSERT_TRUE(step0.ok()) << step0.status();
+  auto step1 = executor.Execute({second}, {});
+  ASSERT_TRUE(step1.ok()) << step1.status();
+  const RowOutcome& a = (*step0)[0];
+  const RowOutcome& b = (*step1)[0];
+  EXPECT_TRUE((*step0)[1].prompt_logprobs.empty());
+  EXPECT_FALSE((*step0)[1].sampled_logprobs.has_value());
+  EXPECT_FALSE(a.sampled_logprobs.has_value());  // not a sampling row
+
+  // Positions 1..6, each token scored by the logits of the position before.
+  EXPECT_EQ(a.prompt_logprobs_from, 1);
+  ASSERT_EQ(a.prompt_logprobs.size(), 2u);
+  EXPECT_EQ(b.prompt_logprobs_from, 3);
+  ASSERT_EQ(b.prompt_logprobs.size(), 4u);
+  std::vector<TokenLogprob> all = a.prompt_logprobs;
+  all.insert(all.end(), b.prompt_logprobs.begin(), b.prompt_logprobs.end());
+  for (size_t p = 1; p < prompt.size(); ++p) {
+    const TokenLogprob& entry = all[p - 1];
+    EXPECT_EQ(entry.token, prompt[p]);
+    ExpectScored(entry, forward + (p - 1) * vocab, vocab, 5, "position " + std::to_string(p));
+  }
+
+  // The sampled (greedy) token: rank 1, 20 alternatives, the first itself.
+  ASSERT_TRUE(b.token.has_value());
+  ASSERT_TRUE(b.sampled_logprobs.has_value());
+  EXPECT_EQ(b.sampled_logprobs->token, *b.token);
+  ExpectScored(*b.sampled_logprobs, forward + (prompt.size() - 1) * vocab, vocab, 20, "sampled");
+  EXPECT_EQ(b.sampled_logprobs->rank, 1);
+  EXPECT_EQ(b.sampled_logprobs->top[0].first, *b.token);
+
+  // Out of range asks fail that row only.
+  RowPlan too_many = Greedy(1, 0, {3});
+  too_many.logprobs = static_cast<int32_t>(vocab) + 1;
+  auto refused = executor.Execute({too_many}, {});
+  ASSERT_TRUE(refused.ok());
+  EXPECT_EQ((*refused)[0].status.code(), absl::StatusCode::kInvalidArgument);
 }
 
 // --- With a DecodeBackend, on the CPU: HostDecodeBackend decodes with the

@@ -106,6 +106,17 @@ model::ExpertPlacement ToPlacement(const ExpertMap& map, int world) {
           .physical_to_logical = map.physical_to_logical};
 }
 
+void ToProto(const TokenLogprob& in, v1::TokenLogprobs& out) {
+  out.set_token_id(static_cast<uint32_t>(in.token));
+  out.set_logprob(in.logprob);
+  out.set_rank(static_cast<uint32_t>(in.rank));
+  for (const auto& [id, logprob] : in.top) {
+    v1::TopLogprob* top = out.add_top();
+    top->set_token_id(static_cast<uint32_t>(id));
+    top->set_logprob(logprob);
+  }
+}
+
 }  // namespace
 
 WorkerService::WorkerService(WorkerHooks hooks, WorkerOptions options)
@@ -455,6 +466,14 @@ void WorkerService::ExecutePlan(const v1::StepPlan& plan, v1::StepResult& result
     std::sort(row.sampling.logit_bias.begin(), row.sampling.logit_bias.end());
     row.sampling.seed = in.seed();
     row.output_from = in.output_from();
+    if (in.has_logprobs()) {
+      row.logprobs = static_cast<int32_t>(std::min<uint32_t>(in.logprobs(), INT32_MAX));
+    }
+    if (in.has_prompt_logprobs()) {
+      row.prompt_logprobs =
+          static_cast<int32_t>(std::min<uint32_t>(in.prompt_logprobs(), INT32_MAX));
+      row.prompt_end = in.prompt_end();
+    }
     if (in.start_pos() == 0 && HasConstraint(in.constraint())) {
       absl::StatusOr<grammar::Constraint> constraint = ConstraintFromProto(in.constraint());
       if (constraint.ok()) {
@@ -558,6 +577,13 @@ void WorkerService::ExecutePlan(const v1::StepPlan& plan, v1::StepResult& result
     for (size_t k = 0; k < outcome.top_ids.size(); ++k) {
       row->add_top_ids(static_cast<uint32_t>(outcome.top_ids[k]));
       row->add_top_logits(outcome.top_logits[k]);
+    }
+    if (outcome.sampled_logprobs.has_value()) {
+      ToProto(*outcome.sampled_logprobs, *row->mutable_sampled_logprobs());
+    }
+    row->set_prompt_logprobs_from(static_cast<uint32_t>(outcome.prompt_logprobs_from));
+    for (const TokenLogprob& scored : outcome.prompt_logprobs) {
+      ToProto(scored, *row->add_prompt_logprobs());
     }
     if (!outcome.status.ok()) {
       row->mutable_error()->set_code(static_cast<int>(outcome.status.code()));
