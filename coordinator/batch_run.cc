@@ -136,7 +136,9 @@ grpc::Status BatchRun::Run(grpc::ServerContext& context) {
       }
       continue;
     }
-    if (request_.stream_item_tokens() && update.delta.token_ids_size() > 0) {
+    if (request_.stream_item_tokens() &&
+        (update.delta.token_ids_size() > 0 || !update.delta.text().empty() ||
+         update.delta.logprobs_size() > 0 || update.delta.has_prompt_logprobs())) {
       v1::BatchEvent delta;
       delta.mutable_item_delta()->set_custom_id(request_.items(index).custom_id());
       *delta.mutable_item_delta()->mutable_event()->mutable_delta() = update.delta;

@@ -51,6 +51,8 @@ SeqSubmission MakeSubmission(RequestId id, const BuiltRequest& built,
   submission.constraint = built.constraint;
   submission.no_tokens = built.constraint_admits_only_empty;
   submission.max_queue_time = built.max_queue_time;
+  submission.top_logprobs = built.top_logprobs;
+  submission.prompt_logprobs = built.prompt_logprobs;
   submission.sink = [queue, index](const SeqEvent& event) { queue->Push(index, event); };
   return submission;
 }
@@ -63,6 +65,14 @@ GenerationTracker::GenerationTracker(const BuiltRequest& built,
                                      .skip_special_tokens = built.skip_special_tokens,
                                      .stop_strings = built.stop_strings,
                                      .include_stop_in_output = built.include_stop_in_output});
+  }
+  if (tokenizer != nullptr && built.return_text && built.echo_prompt) {
+    const std::vector<int32_t> prompt(built.prompt.begin(), built.prompt.end());
+    echo_text_ = tokenizer->Decode(prompt, built.skip_special_tokens);
+  }
+  if (built.prompt_logprobs.has_value() && !built.prompt.empty()) {
+    // Nothing precedes the first prompt token: it has no logprob.
+    prompt_logprobs_.add_tokens()->set_token_id(built.prompt[0]);
   }
 }
 
@@ -91,12 +101,26 @@ GenerationTracker::Update GenerationTracker::Apply(const SeqEvent& event) {
                                                                   event.error.message()));
     return update;
   }
+  for (const v1::TokenLogprobs& entry : event.prompt_logprobs) {
+    *prompt_logprobs_.add_tokens() = entry;
+  }
+  if (!started_ && (!event.tokens.empty() || event.finish != scheduler::FinishReason::kNone)) {
+    started_ = true;
+    *update.delta.mutable_text() = echo_text_;
+    if (built_.prompt_logprobs.has_value()) {
+      *update.delta.mutable_prompt_logprobs() = prompt_logprobs_;
+    }
+  }
   bool stop_string = false;
   for (size_t i = 0; i < event.tokens.size(); ++i) {
     const uint32_t token = event.tokens[i];
     if (!first_token_) first_token_ = absl::Now();
     ids_.push_back(token);
     if (built_.return_token_ids) update.delta.add_token_ids(token);
+    if (built_.top_logprobs > 0 && i < event.logprobs.size()) {
+      logprobs_.push_back(event.logprobs[i]);
+      *update.delta.add_logprobs() = event.logprobs[i];
+    }
     // The token that ends the sequence as EOS or a stop token is reported
     // (finish reason, ids, usage) but not detokenized, unless the request
     // asks for include_stop_in_output (vLLM's include_stop_str_in_output).
@@ -135,6 +159,8 @@ v1::GenerateEvent::Final GenerationTracker::Final(bool with_full_output) const {
     if (built_.return_token_ids) {
       for (uint32_t t : ids_) out.add_full_token_ids(t);
     }
+    for (const v1::TokenLogprobs& entry : logprobs_) *out.add_logprobs() = entry;
+    if (built_.prompt_logprobs.has_value()) *out.mutable_prompt_logprobs() = prompt_logprobs_;
   }
   out.mutable_usage()->set_prompt_tokens(built_.prompt.size());
   out.mutable_usage()->set_completion_tokens(ids_.size());

@@ -69,11 +69,15 @@ class GenerationTracker {
 
   // Takes the sequence's next event. The token that ends it as EOS or a stop
   // token (or an EOS the grammar accepted) counts in ids and usage but adds
-  // no text unless the request set include_stop_in_output.
+  // no text unless the request set include_stop_in_output. With
+  // top_logprobs every token's entry goes with it (Delta.logprobs); the
+  // first Delta that has a token (or the last, if none comes) carries the
+  // prompt logprobs (the first prompt token's entry: logprob 0, no rank)
+  // and, with echo_prompt, starts with the prompt's text.
   Update Apply(const SeqEvent& event);
 
-  // The Final message; `with_full_output` adds the full text and ids (for
-  // callers that did not stream).
+  // The Final message; `with_full_output` adds the full text and ids, and
+  // the logprobs asked for (for callers that did not stream).
   v1::GenerateEvent::Final Final(bool with_full_output) const;
 
   size_t num_tokens() const { return ids_.size(); }
@@ -90,6 +94,13 @@ class GenerationTracker {
   std::string text_;
   v1::FinishReason reason_ = v1::FINISH_REASON_UNSPECIFIED;
   std::string stop_text_;
+  // echo_prompt: the prompt's text, for the first Delta.
+  std::string echo_text_;
+  // Every token's logprobs (top_logprobs), and the prompt's (prompt_logprobs).
+  std::vector<v1::TokenLogprobs> logprobs_;
+  v1::PromptLogprobs prompt_logprobs_;
+  // The first Delta (echo text, prompt logprobs) has been made.
+  bool started_ = false;
 };
 
 }  // namespace weir::coordinator

@@ -123,6 +123,72 @@ TEST(GenerationTrackerTest, AnEndWithoutTokensIsAnEmptyGrammarEnd) {
   EXPECT_EQ(final_event.usage().completion_tokens(), 0u);
 }
 
+v1::TokenLogprobs Scored(uint32_t token, float logprob) {
+  v1::TokenLogprobs entry;
+  entry.set_token_id(token);
+  entry.set_logprob(logprob);
+  entry.set_rank(1);
+  return entry;
+}
+
+TEST(GenerationTrackerTest, LogprobsGoWithTheirTokensAndThePromptsWithTheFirst) {
+  std::unique_ptr<tokenizer::Tokenizer> tok = TinyTokenizer();
+  ASSERT_NE(tok, nullptr);
+  BuiltRequest built = Built();
+  built.prompt = Encode(*tok, "non that");
+  ASSERT_GE(built.prompt.size(), 2u);
+  built.top_logprobs = 2;
+  built.prompt_logprobs = 0;
+  built.echo_prompt = true;
+  const std::vector<uint32_t> out = Encode(*tok, " onto mind");
+  ASSERT_GE(out.size(), 2u);
+  GenerationTracker tracker(built, tok.get(), absl::Now());
+
+  // The step loop's prompt event (positions 1..) comes alone, before any token.
+  SeqEvent prompt;
+  for (size_t p = 1; p < built.prompt.size(); ++p) {
+    prompt.prompt_logprobs.push_back(Scored(built.prompt[p], -1.0f * p));
+  }
+  GenerationTracker::Update none = tracker.Apply(prompt);
+  EXPECT_FALSE(none.done);
+  EXPECT_FALSE(none.delta.has_prompt_logprobs());
+  EXPECT_TRUE(none.delta.text().empty());
+
+  std::string text;
+  for (size_t i = 0; i < out.size(); ++i) {
+    SeqEvent event;
+    event.tokens = {out[i]};
+    event.logprobs = {Scored(out[i], -0.5f - i)};
+    if (i + 1 == out.size()) event.finish = scheduler::FinishReason::kMaxTokens;
+    GenerationTracker::Update update = tracker.Apply(event);
+    ASSERT_EQ(update.delta.logprobs_size(), 1);
+    EXPECT_EQ(update.delta.logprobs(0).token_id(), out[i]);
+    EXPECT_FLOAT_EQ(update.delta.logprobs(0).logprob(), -0.5f - i);
+    EXPECT_EQ(update.delta.has_prompt_logprobs(), i == 0);
+    if (i == 0) {
+      // Every prompt token; the first has nothing before it.
+      const v1::PromptLogprobs& p = update.delta.prompt_logprobs();
+      ASSERT_EQ(p.tokens_size(), static_cast<int>(built.prompt.size()));
+      EXPECT_EQ(p.tokens(0).token_id(), built.prompt[0]);
+      EXPECT_FALSE(p.tokens(0).has_rank());
+      for (size_t k = 1; k < built.prompt.size(); ++k) {
+        EXPECT_EQ(p.tokens(k).token_id(), built.prompt[k]);
+        EXPECT_FLOAT_EQ(p.tokens(k).logprob(), -1.0f * k);
+      }
+      EXPECT_EQ(update.delta.text().rfind("non that", 0), 0u) << update.delta.text();
+    }
+    text += update.delta.text();
+  }
+  EXPECT_EQ(text, "non that onto mind");
+  v1::GenerateEvent::Final final_event = tracker.Final(/*with_full_output=*/true);
+  EXPECT_EQ(final_event.full_text(), "non that onto mind");
+  EXPECT_EQ(final_event.logprobs_size(), static_cast<int>(out.size()));
+  EXPECT_EQ(final_event.prompt_logprobs().tokens_size(), static_cast<int>(built.prompt.size()));
+  EXPECT_EQ(final_event.usage().completion_tokens(), out.size());
+  // Streamed: the Final does not repeat them.
+  EXPECT_EQ(tracker.Final(/*with_full_output=*/false).logprobs_size(), 0);
+}
+
 TEST(GenerationTrackerTest, MakeSubmissionMarksRequestsThatCanProduceNoToken) {
   BuiltRequest built = Built();
   auto queue = std::make_shared<SeqEventQueue>();

@@ -164,7 +164,8 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* context,
     if (!update.error.ok()) return ToGrpc(update.error);
     if (update.cancel_in_driver) driver->Cancel(id).IgnoreError();
     if (built->stream_tokens &&
-        (update.delta.token_ids_size() > 0 || !update.delta.text().empty())) {
+        (update.delta.token_ids_size() > 0 || !update.delta.text().empty() ||
+         update.delta.logprobs_size() > 0 || update.delta.has_prompt_logprobs())) {
       v1::GenerateEvent delta;
       *delta.mutable_delta() = std::move(update.delta);
       if (!writer->Write(delta)) {
@@ -309,6 +310,7 @@ grpc::Status InferenceService::GetModelInfo(grpc::ServerContext* context,
     }
   }
   f->set_max_top_logprobs(limits_.max_top_logprobs);
+  f->set_prompt_logprobs(limits_.max_top_logprobs > 0);
   f->set_max_num_samples(limits_.max_num_samples);
   f->set_max_stop_sequences(limits_.max_stop_sequences);
   f->set_max_stop_string_len(limits_.max_stop_string_len);

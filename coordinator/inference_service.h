@@ -38,7 +38,9 @@ struct ApiLimits {
   uint32_t max_stop_sequences = 16;
   uint32_t max_stop_string_len = 256;
   uint32_t max_logit_bias_entries = 1024;
-  uint32_t max_top_logprobs = 0;
+  // OutputOptions.top_logprobs and prompt_logprobs (features.prompt_logprobs
+  // is on while this is not 0).
+  uint32_t max_top_logprobs = 20;
   uint32_t max_batch_items = 50000;
   uint64_t max_request_bytes = 64 << 20;
   uint64_t max_schema_bytes = 1 << 20;

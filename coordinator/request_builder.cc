@@ -255,7 +255,12 @@ absl::StatusOr<BuiltRequest> BuildRequest(const v1::GenerateRequest& request,
   if (out.top_logprobs() > limits.max_top_logprobs) {
     return Bad("output.top_logprobs", absl::StrCat("at most ", limits.max_top_logprobs));
   }
-  if (out.has_prompt_logprobs()) return Bad("output.prompt_logprobs", "not supported");
+  if (out.has_prompt_logprobs() && out.prompt_logprobs() > limits.max_top_logprobs) {
+    return Bad("output.prompt_logprobs", absl::StrCat("at most ", limits.max_top_logprobs));
+  }
+  built.top_logprobs = out.top_logprobs();
+  if (out.has_prompt_logprobs()) built.prompt_logprobs = out.prompt_logprobs();
+  built.echo_prompt = out.echo_prompt();
   if (worker::HasConstraint(request.constraint())) {
     absl::StatusOr<bool> only_empty = CheckConstraint(request.constraint(), limits);
     if (!only_empty.ok()) return only_empty.status();

@@ -64,6 +64,10 @@ struct BuiltRequest {
   bool return_text = true;
   bool return_token_ids = true;
   bool skip_special_tokens = false;
+  // OutputOptions.top_logprobs (0 = off), prompt_logprobs, echo_prompt.
+  uint32_t top_logprobs = 0;
+  std::optional<uint32_t> prompt_logprobs;
+  bool echo_prompt = false;
   // The request's constraint (no kind set: unconstrained); it compiled.
   v1::StructuredOutput constraint;
   // The constraint admits only the empty string: the request ends at once

@@ -145,6 +145,31 @@ TEST(RequestBuilderTest, EmptyTextStopStringQueueTimeAndLabelsAreChecked) {
   EXPECT_EQ(with([](auto& r) { (*r.mutable_labels())["k"] = std::string(513, 'v'); }), kBad);
 }
 
+TEST(RequestBuilderTest, LogprobsUpToTheAdvertisedLimit) {
+  RequestLimits limits = Limits();
+  limits.max_top_logprobs = 20;
+  v1::GenerateRequest request = Tokens({1, 2});
+  request.mutable_output()->set_top_logprobs(20);
+  request.mutable_output()->set_prompt_logprobs(0);
+  request.mutable_output()->set_echo_prompt(true);
+  absl::StatusOr<BuiltRequest> built = BuildRequest(request, limits, nullptr, 0);
+  ASSERT_TRUE(built.ok()) << built.status();
+  EXPECT_EQ(built->top_logprobs, 20u);
+  ASSERT_TRUE(built->prompt_logprobs.has_value());
+  EXPECT_EQ(*built->prompt_logprobs, 0u);
+  EXPECT_TRUE(built->echo_prompt);
+  EXPECT_FALSE(BuildRequest(Tokens({1}), limits, nullptr, 0)->prompt_logprobs.has_value());
+
+  request.mutable_output()->set_top_logprobs(21);
+  absl::Status over = BuildRequest(request, limits, nullptr, 0).status();
+  EXPECT_EQ(over.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(over.message().find("output.top_logprobs: at most 20"), std::string::npos) << over;
+  request.mutable_output()->set_top_logprobs(3);
+  request.mutable_output()->set_prompt_logprobs(21);
+  over = BuildRequest(request, limits, nullptr, 0).status();
+  EXPECT_NE(over.message().find("output.prompt_logprobs: at most 20"), std::string::npos) << over;
+}
+
 TEST(RequestBuilderTest, BadInputsAreInvalidArguments) {
   auto code = [](const v1::GenerateRequest& request) {
     return BuildRequest(request, Limits(), nullptr, 0).status().code();

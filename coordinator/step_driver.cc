@@ -386,7 +386,10 @@ bool StepDriver::Iterate() {
     }
     live_[id] = Live{.rank = rank->value(), .sampling = std::move(sub.sampling),
                      .seed = sub.seed, .constraint = std::move(sub.constraint),
-                     .prompt_len = prompt_len, .sink = std::move(sub.sink),
+                     .prompt_len = prompt_len, .top_logprobs = sub.top_logprobs,
+                     .prompt_logprobs = sub.prompt_logprobs,
+                     .prompt_logprobs_sent = !sub.prompt_logprobs.has_value() || prompt_len < 2,
+                     .sink = std::move(sub.sink),
                      .queue_deadline = queue_deadline};
     if (queue_deadline != absl::InfiniteFuture()) ++num_queue_deadlines_;
   }
@@ -518,6 +521,13 @@ absl::Status StepDriver::SendPlans(const std::vector<RankStepPlan>& plans,
           *proto->mutable_constraint() = live->second.constraint;
           proto->set_constrained_from(live->second.prompt_len);
         }
+        if (live->second.top_logprobs > 0 && row.samples) {
+          proto->set_logprobs(live->second.top_logprobs);
+        }
+        if (!live->second.prompt_logprobs_sent && row.start_pos < live->second.prompt_len) {
+          proto->set_prompt_logprobs(*live->second.prompt_logprobs);
+          proto->set_prompt_end(live->second.prompt_len);
+        }
       }
     }
     for (SeqSlot slot : plan.release_slots) out.add_release_slots(slot.value());
@@ -556,10 +566,14 @@ absl::Status StepDriver::ReadAndApply() {
     }
     step_id = result.step_id();
     RankStepResult applied{.step_id = result.step_id()};
+    // The sampled tokens' logprobs by request (a request has one row a step).
+    absl::flat_hash_map<RequestId, const v1::TokenLogprobs*> sampled;
     for (int i = 0; i < result.rows_size(); ++i) {
       const v1::RowResult& row = result.rows(i);
       applied.rows.push_back(
           {.tokens = {row.tokens().begin(), row.tokens().end()}, .finished = row.finished()});
+      if (row.has_sampled_logprobs()) sampled[rows_of[r][i]] = &row.sampled_logprobs();
+      if (row.prompt_logprobs_size() > 0) TakePromptLogprobs(rows_of[r][i], row);
       if (row.error().code() != 0 && live_.contains(rows_of[r][i])) {
         const RequestId id = rows_of[r][i];
         ranks_[r]->Cancel(id).IgnoreError();
@@ -577,6 +591,16 @@ absl::Status StepDriver::ReadAndApply() {
       auto live = live_.find(update.request);
       if (live == live_.end()) continue;
       SeqEvent event{.tokens = std::move(update.new_tokens), .finish = update.finish};
+      if (live->second.top_logprobs > 0) {
+        // The token of this step's row of the request (OnResult takes the
+        // first token of a sampling row); a row without them leaves the
+        // event without logprobs rather than misaligned.
+        auto scored = sampled.find(update.request);
+        if (scored != sampled.end() && event.tokens.size() == 1 &&
+            scored->second->token_id() == event.tokens[0]) {
+          event.logprobs.push_back(*scored->second);
+        }
+      }
       if (event.done()) {
         Finish(update.request, event);
       } else {
@@ -591,6 +615,24 @@ absl::Status StepDriver::ReadAndApply() {
   }
   if (committed) ResolveCommit(absl::OkStatus());
   return absl::OkStatus();
+}
+
+void StepDriver::TakePromptLogprobs(RequestId id, const v1::RowResult& row) {
+  auto it = live_.find(id);
+  if (it == live_.end() || it->second.prompt_logprobs_sent) return;
+  Live& live = it->second;
+  // Rows arrive in position order; a recompute (preemption, recovery) sends
+  // positions again from 1, and only the next one missing is taken.
+  for (int j = 0; j < row.prompt_logprobs_size(); ++j) {
+    const uint32_t pos = row.prompt_logprobs_from() + static_cast<uint32_t>(j);
+    if (pos != live.next_prompt_pos || pos >= live.prompt_len) continue;
+    live.prompt_entries.push_back(row.prompt_logprobs(j));
+    ++live.next_prompt_pos;
+  }
+  if (live.next_prompt_pos < live.prompt_len) return;
+  live.prompt_logprobs_sent = true;
+  live.sink(SeqEvent{.prompt_logprobs = std::move(live.prompt_entries)});
+  live.prompt_entries.clear();
 }
 
 absl::Status StepDriver::MirrorAndCheckPlans(const std::vector<RankStepPlan>& plans) {

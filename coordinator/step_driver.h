@@ -90,7 +90,11 @@ struct StepDriverOptions {
 // finish reason or an error.
 struct SeqEvent {
   std::vector<uint32_t> tokens;
-  std::vector<float> logprobs;
+  // SeqSubmission::top_logprobs: one entry per token of `tokens`.
+  std::vector<v1::TokenLogprobs> logprobs;
+  // SeqSubmission::prompt_logprobs: once, before the first token's event
+  // (an event of its own), the entries of prompt positions 1.. in order.
+  std::vector<v1::TokenLogprobs> prompt_logprobs;
   scheduler::FinishReason finish = scheduler::FinishReason::kNone;
   // Not OK when the request failed (worker error, NaN logits, lost worker).
   absl::Status error;
@@ -114,6 +118,13 @@ struct SeqSubmission {
   // QUEUE_TIMEOUT (api.md 2.2). Once admitted it never times out, even if
   // later preempted back to the queue. Unset: waits as long as it takes.
   std::optional<absl::Duration> max_queue_time;
+  // > 0: every token's logprob, rank and this many alternatives
+  // (SeqEvent::logprobs; StepRow.logprobs on its sampling rows).
+  uint32_t top_logprobs = 0;
+  // Set: every prompt token's (but the first's) logprob, rank and this many
+  // alternatives (SeqEvent::prompt_logprobs; StepRow.prompt_logprobs on its
+  // prefill rows until every position arrived, recomputes included).
+  std::optional<uint32_t> prompt_logprobs;
   // Runs on the driver thread for every event of the request (see no_tokens).
   std::function<void(const SeqEvent&)> sink;
 };
@@ -207,6 +218,13 @@ class StepDriver {
     uint64_t seed = 0;
     v1::StructuredOutput constraint;
     uint32_t prompt_len = 0;
+    uint32_t top_logprobs = 0;
+    std::optional<uint32_t> prompt_logprobs;
+    // Prompt logprobs received so far (positions 1 .. next_prompt_pos - 1),
+    // sent to the sink once every position is in.
+    std::vector<v1::TokenLogprobs> prompt_entries;
+    uint32_t next_prompt_pos = 1;
+    bool prompt_logprobs_sent = false;
     std::function<void(const SeqEvent&)> sink;
     // Until admitted (a row planned): when it leaves the queue with
     // QUEUE_TIMEOUT. InfiniteFuture = no max_queue_time, or admitted.
@@ -222,6 +240,9 @@ class StepDriver {
   // Resolves the pending expert-map commit (if any) with `status`.
   void ResolveCommit(const absl::Status& status);
   absl::Status ReadAndApply();
+  // Collects the prompt logprobs of `row` (of request `id`, if live and
+  // asking) and sends them to its sink once every position is in.
+  void TakePromptLogprobs(RequestId id, const v1::RowResult& row);
   // kv_check_every_step: records `plans` in the worker mirrors (releases,
   // then each row's new blocks) and checks every rank (CheckKv).
   absl::Status MirrorAndCheckPlans(const std::vector<scheduler::RankStepPlan>& plans);

@@ -12,6 +12,7 @@ weir workspace in the runfiles), PYTHONPATH (tests/, for weir_cluster), TEST_TMP
 """
 
 import json
+import math
 import os
 import time
 import unittest
@@ -164,6 +165,70 @@ class OpenAiClientTest(unittest.TestCase):
         echoed = self.complete(prompt="alpha", max_tokens=4, temperature=0, echo=True)
         self.assertEqual(echoed.choices[0].text, "alpha" + one)
 
+    def test_logprobs_and_top_logprobs_up_to_20(self):
+        # Chat: 20 alternatives per token, most likely first; greedy picks the first.
+        out = self.chat(max_tokens=3, temperature=0, logprobs=True, top_logprobs=20,
+                        extra_body={"ignore_eos": True})
+        content = out.choices[0].logprobs.content
+        self.assertEqual(len(content), 3)
+        for item in content:
+            values = [t.logprob for t in item.top_logprobs]
+            self.assertEqual(len(values), 20)
+            self.assertEqual(values, sorted(values, reverse=True))
+            self.assertAlmostEqual(item.logprob, values[0], places=5)
+            self.assertLessEqual(sum(math.exp(v) for v in values), 1.0 + 1e-4)
+        # Streamed, the same entries arrive chunk by chunk.
+        streamed = [c.choices[0].logprobs.content
+                    for c in self.chat(max_tokens=3, temperature=0, logprobs=True,
+                                       top_logprobs=20, stream=True,
+                                       extra_body={"ignore_eos": True})
+                    if c.choices and c.choices[0].logprobs is not None]
+        flat = [item for items in streamed for item in items]
+        self.assertEqual([i.logprob for i in flat], [i.logprob for i in content])
+        # Completions: `logprobs` = k alternatives; the sampled token's logprob is
+        # never above the most likely one.
+        seeded = self.complete(prompt="alpha beta", max_tokens=4, temperature=1.0, seed=3,
+                               logprobs=5, extra_body={"ignore_eos": True})
+        lp = seeded.choices[0].logprobs
+        self.assertEqual(len(lp.token_logprobs), 4)
+        for logprob, top in zip(lp.token_logprobs, lp.top_logprobs):
+            self.assertGreaterEqual(len(top), 1)
+            self.assertLessEqual(len(top), 5)
+            self.assertLessEqual(logprob, max(top.values()) + 1e-6)
+
+    def test_echo_with_logprobs_scores_the_prompt(self):
+        # What lm-evaluation-harness sends: echo + logprobs + max_tokens 1.
+        prompt = "alpha beta gamma delta"
+        ids = HF.encode(prompt).ids
+        echo = self.complete(prompt=prompt, max_tokens=1, temperature=0, logprobs=3, echo=True,
+                             extra_body={"ignore_eos": True})
+        lp = echo.choices[0].logprobs
+        self.assertEqual(echo.usage.prompt_tokens, len(ids))
+        self.assertEqual(len(lp.tokens), len(ids) + 1)
+        self.assertTrue(echo.choices[0].text.startswith(prompt))
+        # Nothing precedes the first prompt token.
+        self.assertIsNone(lp.token_logprobs[0])
+        self.assertIsNone(lp.top_logprobs[0])
+        self.assertEqual(lp.text_offset[0], 0)
+        for p in range(1, len(ids) + 1):
+            self.assertLessEqual(lp.token_logprobs[p], 0.0)
+            self.assertLessEqual(lp.token_logprobs[p], max(lp.top_logprobs[p].values()) + 1e-6)
+        # Position p's entry is the distribution after ids[:p]: the same as the
+        # first generated token's alternatives for the prompt ids[:p].
+        for p in (1, len(ids) // 2, len(ids) - 1):
+            alone = self.complete(prompt=ids[:p], max_tokens=1, temperature=0, logprobs=3,
+                                  extra_body={"ignore_eos": True})
+            top = alone.choices[0].logprobs.top_logprobs[0]
+            self.assertEqual(set(top), set(lp.top_logprobs[p]), f"position {p}")
+            for token, value in top.items():
+                self.assertAlmostEqual(value, lp.top_logprobs[p][token], places=4,
+                                       msg=f"position {p}")
+        # The generated token after the prompt is scored like any completion.
+        plain = self.complete(prompt=prompt, max_tokens=1, temperature=0, logprobs=3,
+                              extra_body={"ignore_eos": True})
+        self.assertAlmostEqual(lp.token_logprobs[-1], plain.choices[0].logprobs.token_logprobs[0],
+                               places=4)
+
     def test_chat_and_its_stream_agree(self):
         messages = [{"role": "system", "content": "Be brief."},
                     {"role": "user", "content": "Hello there"}]
@@ -259,7 +324,10 @@ class OpenAiClientTest(unittest.TestCase):
             self.chat(temperature=-1)
         self.assertEqual(e.exception.body["param"], "temperature")
         with self.assertRaises(openai.BadRequestError) as e:
-            self.chat(logprobs=True)
+            self.chat(logprobs=True, top_logprobs=21)
+        self.assertEqual(e.exception.body["param"], "top_logprobs")
+        with self.assertRaises(openai.BadRequestError) as e:
+            self.complete(prompt="x", logprobs=21)
         self.assertEqual(e.exception.body["param"], "logprobs")
         with self.assertRaises(openai.BadRequestError) as e:
             self.chat(response_format={"type": "json_schema",
