@@ -79,8 +79,8 @@ void BatchRun::SubmitMore() {
       absl::StatusOr<BuiltRequest> built =
           BuildRequest(merged, limits_, env_.tokenizer,
                        absl::Uniform<uint64_t>(absl::BitGen(), 0, UINT64_MAX));
-      submitted = built.status();
-      if (built.ok()) {
+      submitted = built.ok() ? CheckBatchItem(*built) : built.status();
+      if (submitted.ok()) {
         item.built = std::move(*built);
         item.tracker.emplace(*item.built, env_.tokenizer, absl::Now());
         submitted = env_.driver.Submit(MakeSubmission(item.id, *item.built, queue_, index));

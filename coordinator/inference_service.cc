@@ -99,8 +99,11 @@ absl::StatusOr<BuiltRequest> InferenceService::BuildItem(const v1::GenerateReque
   }
   RequestLimits limits = CurrentLimits();
   limits.grammar = grammar_.get();
-  return BuildRequest(request, limits, tokenizer_.get(),
-                      absl::Uniform<uint64_t>(absl::BitGen(), 0, UINT64_MAX));
+  absl::StatusOr<BuiltRequest> built = BuildRequest(
+      request, limits, tokenizer_.get(), absl::Uniform<uint64_t>(absl::BitGen(), 0, UINT64_MAX));
+  if (!built.ok()) return built;
+  if (absl::Status s = CheckBatchItem(*built); !s.ok()) return s;
+  return built;
 }
 
 grpc::Status InferenceService::CheckModel(const std::string& model) const {
@@ -121,15 +124,19 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* context,
   const absl::Time start = absl::Now();
   RequestLimits limits = CurrentLimits();
   limits.grammar = grammar_.get();
-  const RequestId id(next_request_.fetch_add(1));
+  const uint64_t first_id = next_request_.fetch_add(1);
   absl::StatusOr<BuiltRequest> built =
       BuildRequest(*request, limits, tokenizer_.get(),
-                   absl::Uniform<uint64_t>(absl::BitGen(), 0, UINT64_MAX) ^ id.value());
+                   absl::Uniform<uint64_t>(absl::BitGen(), 0, UINT64_MAX) ^ first_id);
   if (!built.ok()) return ToGrpc(built.status());
+  // Sample i is a sequence of its own (ids first_id..; seed + i).
+  const size_t n = built->num_samples;
+  std::vector<RequestId> ids = {RequestId(first_id)};
+  for (size_t i = 1; i < n; ++i) ids.push_back(RequestId(next_request_.fetch_add(1)));
   const std::string client_id = request->request_id();
   if (!client_id.empty()) {
     absl::MutexLock lock(&mu_);
-    if (!in_flight_.emplace(client_id, id).second) {
+    if (!in_flight_.emplace(client_id, ids).second) {
       return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
                           "request_id \"" + client_id + "\" is already in flight");
     }
@@ -139,46 +146,73 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* context,
     absl::MutexLock lock(&mu_);
     in_flight_.erase(client_id);
   });
+  std::vector<bool> running(n, false);
+  auto cancel_running = [&] {
+    for (size_t i = 0; i < n; ++i) {
+      if (running[i]) driver->Cancel(ids[i]).IgnoreError();
+    }
+  };
 
   auto queue = std::make_shared<SeqEventQueue>();
-  if (absl::Status s = driver->Submit(MakeSubmission(id, *built, queue, 0)); !s.ok()) {
-    return ToGrpc(s);
+  std::vector<BuiltRequest> samples(n, *built);
+  for (size_t i = 0; i < n; ++i) {
+    samples[i].seed = built->seed + i;
+    if (absl::Status s = driver->Submit(MakeSubmission(ids[i], samples[i], queue, i)); !s.ok()) {
+      cancel_running();
+      return ToGrpc(s);
+    }
+    running[i] = true;
   }
   v1::GenerateEvent accepted;
-  accepted.mutable_accepted()->set_server_request_id(absl::StrCat("weir-", id.value()));
+  accepted.mutable_accepted()->set_server_request_id(absl::StrCat("weir-", first_id));
   accepted.mutable_accepted()->set_model_revision(model_.revision);
   accepted.mutable_accepted()->set_prompt_tokens(built->prompt.size());
   writer->Write(accepted);
 
-  GenerationTracker tracker(*built, tokenizer_.get(), start);
-  while (true) {
+  std::vector<std::unique_ptr<GenerationTracker>> trackers;
+  for (size_t i = 0; i < n; ++i) {
+    trackers.push_back(std::make_unique<GenerationTracker>(samples[i], tokenizer_.get(), start));
+  }
+  size_t left = n;
+  while (left > 0) {
     auto event = queue->Pop(absl::Milliseconds(50));
     if (!event.has_value()) {
       if (context->IsCancelled()) {
-        driver->Cancel(id).IgnoreError();
+        cancel_running();
         return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
       }
       continue;
     }
-    GenerationTracker::Update update = tracker.Apply(event->second);
-    if (!update.error.ok()) return ToGrpc(update.error);
-    if (update.cancel_in_driver) driver->Cancel(id).IgnoreError();
+    const size_t i = event->first;
+    if (i >= n || !running[i]) continue;  // An event after the sample ended.
+    GenerationTracker::Update update = trackers[i]->Apply(event->second);
+    if (!update.error.ok()) {
+      // One sample failing fails the call: the others stop too.
+      running[i] = false;
+      cancel_running();
+      return ToGrpc(update.error);
+    }
+    if (update.cancel_in_driver) driver->Cancel(ids[i]).IgnoreError();
     if (built->stream_tokens &&
         (update.delta.token_ids_size() > 0 || !update.delta.text().empty() ||
          update.delta.logprobs_size() > 0 || update.delta.has_prompt_logprobs())) {
       v1::GenerateEvent delta;
       *delta.mutable_delta() = std::move(update.delta);
+      delta.mutable_delta()->set_sample_index(static_cast<uint32_t>(i));
       if (!writer->Write(delta)) {
-        driver->Cancel(id).IgnoreError();
+        cancel_running();
         return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
       }
     }
     if (!update.done) continue;
+    running[i] = false;
+    --left;
     v1::GenerateEvent final_event;
-    *final_event.mutable_final() = tracker.Final(/*with_full_output=*/!built->stream_tokens);
+    *final_event.mutable_final() = trackers[i]->Final(/*with_full_output=*/!built->stream_tokens);
+    final_event.mutable_final()->set_sample_index(static_cast<uint32_t>(i));
     writer->Write(final_event);
-    return grpc::Status::OK;
   }
+  return grpc::Status::OK;
 }
 
 grpc::Status InferenceService::GenerateBatch(grpc::ServerContext* context,
@@ -233,13 +267,14 @@ grpc::Status InferenceService::Cancel(grpc::ServerContext* context,
     if (!seen.insert(client_id).second) continue;
     v1::CancelResponse::Result* result = response->add_results();
     result->set_id(client_id);
-    std::optional<RequestId> id;
+    std::vector<RequestId> ids;
     {
       absl::MutexLock lock(&mu_);
       auto it = in_flight_.find(client_id);
-      if (it != in_flight_.end()) id = it->second;
+      if (it != in_flight_.end()) ids = it->second;
     }
-    const bool cancelled = id.has_value() && driver != nullptr && driver->Cancel(*id).ok();
+    bool cancelled = false;
+    for (RequestId id : ids) cancelled |= driver != nullptr && driver->Cancel(id).ok();
     result->set_outcome(cancelled ? v1::CancelResponse::OUTCOME_CANCELLED
                                   : v1::CancelResponse::OUTCOME_NOT_FOUND);
   }

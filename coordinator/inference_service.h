@@ -34,7 +34,8 @@ namespace weir::coordinator {
 
 // Limits advertised in ModelInfo.features and enforced at admission.
 struct ApiLimits {
-  uint32_t max_num_samples = 1;
+  // SamplingParams.num_samples (n) of a Generate call; batch items take 1.
+  uint32_t max_num_samples = 16;
   uint32_t max_stop_sequences = 16;
   uint32_t max_stop_string_len = 256;
   uint32_t max_logit_bias_entries = 1024;
@@ -108,8 +109,8 @@ class InferenceService final : public v1::Inference::Service {
   std::atomic<StepDriver*> driver_{nullptr};
   std::atomic<uint64_t> next_request_{1};
   absl::Mutex mu_;
-  // Guarded by mu_: client request ids in flight -> server ids.
-  absl::flat_hash_map<std::string, RequestId> in_flight_ ABSL_GUARDED_BY(mu_);
+  // Guarded by mu_: client request ids in flight -> server ids (one per sample).
+  absl::flat_hash_map<std::string, std::vector<RequestId>> in_flight_ ABSL_GUARDED_BY(mu_);
   RequestLimits request_limits_ ABSL_GUARDED_BY(mu_);
 };
 

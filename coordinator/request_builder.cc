@@ -246,6 +246,7 @@ absl::StatusOr<BuiltRequest> BuildRequest(const v1::GenerateRequest& request,
   built.sampling = in;
   built.sampling.set_temperature(check.temperature);
   built.seed = in.has_seed() ? in.seed() : random_seed;
+  built.num_samples = std::max<uint32_t>(in.num_samples(), 1);
   if (request.has_max_queue_time()) {
     built.max_queue_time = absl::Seconds(request.max_queue_time().seconds()) +
                            absl::Nanoseconds(request.max_queue_time().nanos());
@@ -272,6 +273,15 @@ absl::StatusOr<BuiltRequest> BuildRequest(const v1::GenerateRequest& request,
   built.return_token_ids = !out.has_return_token_ids() || out.return_token_ids();
   built.skip_special_tokens = out.skip_special_tokens();
   return built;
+}
+
+absl::Status CheckBatchItem(const BuiltRequest& built) {
+  if (built.num_samples > 1) {
+    return Bad("sampling.num_samples",
+               absl::StrCat(built.num_samples, " samples; a batch item takes 1 (send the item ",
+                            built.num_samples, " times with different seeds)"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace weir::coordinator

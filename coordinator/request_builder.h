@@ -60,6 +60,9 @@ struct BuiltRequest {
   bool include_stop_in_output = false;
   v1::SamplingParams sampling;  // validated; defaults filled in
   uint64_t seed = 0;
+  // SamplingParams.num_samples (0 read as 1): sample i is a sequence of its
+  // own with seed `seed + i`.
+  uint32_t num_samples = 1;
   bool stream_tokens = false;
   bool return_text = true;
   bool return_token_ids = true;
@@ -99,6 +102,10 @@ absl::StatusOr<BuiltRequest> BuildRequest(const v1::GenerateRequest& request,
                                           const RequestLimits& limits,
                                           const tokenizer::Tokenizer* tokenizer,
                                           uint64_t random_seed);
+
+// INVALID_ARGUMENT naming the field for what a batch item (GenerateBatch,
+// BatchJobs) cannot ask for: num_samples > 1 (its result holds one sample).
+absl::Status CheckBatchItem(const BuiltRequest& built);
 
 }  // namespace weir::coordinator
 

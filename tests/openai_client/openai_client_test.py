@@ -165,6 +165,35 @@ class OpenAiClientTest(unittest.TestCase):
         echoed = self.complete(prompt="alpha", max_tokens=4, temperature=0, echo=True)
         self.assertEqual(echoed.choices[0].text, "alpha" + one)
 
+    def test_n_samples(self):
+        prompt = "alpha beta"
+        args = dict(max_tokens=8, temperature=1.0, extra_body={"ignore_eos": True})
+        both = self.complete(prompt=prompt, n=2, seed=11, **args)
+        self.assertEqual([c.index for c in both.choices], [0, 1])
+        # Sample i draws with seed + i: each equals a one-sample request.
+        one = self.complete(prompt=prompt, seed=11, **args).choices[0].text
+        two = self.complete(prompt=prompt, seed=12, **args).choices[0].text
+        self.assertEqual([c.text for c in both.choices], [one, two])
+        self.assertNotEqual(one, two)
+        self.assertEqual(both.usage.completion_tokens, 16)
+        self.assertEqual(both.usage.prompt_tokens, len(HF.encode(prompt).ids))
+        # Streamed: each choice's chunks add up to its text, one finish each.
+        texts, finishes = {}, {}
+        for chunk in self.complete(prompt=prompt, n=2, seed=11, stream=True, **args):
+            for c in chunk.choices:
+                texts[c.index] = texts.get(c.index, "") + c.text
+                if c.finish_reason is not None:
+                    finishes[c.index] = c.finish_reason
+        self.assertEqual(texts, {0: one, 1: two})
+        self.assertEqual(finishes, {0: "length", 1: "length"})
+        # Chat with n=3, several prompts with n=2.
+        chat = self.chat(n=3, max_tokens=4, temperature=1.0, seed=5,
+                         extra_body={"ignore_eos": True})
+        self.assertEqual(len(chat.choices), 3)
+        many = self.complete(prompt=["alpha", "beta"], n=2, max_tokens=4, temperature=0)
+        self.assertEqual([c.index for c in many.choices], [0, 1, 2, 3])
+        self.assertEqual(many.choices[0].text, many.choices[1].text)  # greedy
+
     def test_logprobs_and_top_logprobs_up_to_20(self):
         # Chat: 20 alternatives per token, most likely first; greedy picks the first.
         out = self.chat(max_tokens=3, temperature=0, logprobs=True, top_logprobs=20,
@@ -315,7 +344,7 @@ class OpenAiClientTest(unittest.TestCase):
 
     def test_bad_requests_get_openai_errors(self):
         with self.assertRaises(openai.BadRequestError) as e:
-            self.complete(prompt="x", n=2)
+            self.complete(prompt="x", n=17)
         self.assertEqual(e.exception.body["param"], "n")
         with self.assertRaises(openai.BadRequestError) as e:
             self.complete(prompt="x", max_tokens=10 ** 7)

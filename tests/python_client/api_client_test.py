@@ -296,6 +296,58 @@ class GenerateTest(ApiTestCase):
         self.assertEqual(first.streamed_ids, second.streamed_ids)
         self.assertEqual(first.streamed_text, second.streamed_text)
 
+    def test_num_samples(self):
+        request = greedy_request(self.prompt("Several samples"), 6, stream=False)
+        request.sampling.temperature = 1.0
+        request.sampling.seed = 77
+        request.sampling.num_samples = 3
+        several = self.generate(request)
+        self.assertEqual(several.kinds, ["accepted", "final", "final", "final"])
+        self.assertEqual(sorted(f.sample_index for f in several.finals), [0, 1, 2])
+        by_index = {f.sample_index: list(f.full_token_ids) for f in several.finals}
+        # Sample i draws with seed + i: it equals a one-sample request with that seed.
+        for i in range(3):
+            alone = greedy_request(self.prompt("Several samples"), 6, stream=False)
+            alone.sampling.temperature = 1.0
+            alone.sampling.seed = 77 + i
+            self.assertEqual(by_index[i], list(self.generate(alone).final.full_token_ids))
+        self.assertEqual(len({tuple(v) for v in by_index.values()}), 3)
+        # Streamed: deltas name their sample.
+        request.output.stream_tokens = True
+        streamed = self.generate(request)
+        for i in range(3):
+            self.assertEqual([t for d in streamed.deltas if d.sample_index == i
+                              for t in d.token_ids], by_index[i])
+        request.sampling.num_samples = 17
+        with self.assertRaises(grpc.RpcError) as e:
+            self.generate(request)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("sampling.num_samples", e.exception.details())
+
+    def test_logprobs_without_streaming(self):
+        prompt = self.prompt("Score this prompt")
+        request = greedy_request(prompt, 3, stream=False)
+        request.output.top_logprobs = 4
+        request.output.prompt_logprobs = 2
+        request.output.echo_prompt = True
+        request.output.skip_special_tokens = True  # no BOS text
+        final = self.generate(request).final
+        self.assertEqual(len(final.logprobs), 3)
+        for token, entry in zip(final.full_token_ids, final.logprobs):
+            self.assertEqual(entry.token_id, token)
+            self.assertEqual(entry.rank, 1)  # greedy
+            self.assertEqual(len(entry.top), 4)
+            self.assertEqual(entry.top[0].token_id, token)
+            self.assertAlmostEqual(entry.top[0].logprob, entry.logprob, places=6)
+        entries = final.prompt_logprobs.tokens
+        self.assertEqual([e.token_id for e in entries], prompt)
+        self.assertFalse(entries[0].HasField("rank"))
+        for e in entries[1:]:
+            self.assertEqual(len(e.top), 2)
+            self.assertLessEqual(e.logprob, e.top[0].logprob + 1e-6)
+            self.assertGreaterEqual(e.rank, 1)
+        self.assertTrue(final.full_text.startswith("Score this prompt"), final.full_text)
+
     def test_stop_token(self):
         prompt = self.prompt("Stop at a token")
         full = self.generate(greedy_request(prompt, 16)).streamed_ids
