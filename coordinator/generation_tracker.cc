@@ -45,7 +45,8 @@ SeqSubmission MakeSubmission(RequestId id, const BuiltRequest& built,
                                              .max_new_tokens = built.max_new_tokens,
                                              .min_new_tokens = built.min_new_tokens,
                                              .stop_token_ids = built.stop_token_ids,
-                                             .ignore_eos = built.ignore_eos};
+                                             .ignore_eos = built.ignore_eos,
+                                             .priority = built.priority};
   submission.sampling = built.sampling;
   submission.seed = built.seed;
   submission.constraint = built.constraint;

@@ -247,6 +247,7 @@ absl::StatusOr<BuiltRequest> BuildRequest(const v1::GenerateRequest& request,
   built.sampling.set_temperature(check.temperature);
   built.seed = in.has_seed() ? in.seed() : random_seed;
   built.num_samples = std::max<uint32_t>(in.num_samples(), 1);
+  built.priority = request.priority();
   if (request.has_max_queue_time()) {
     built.max_queue_time = absl::Seconds(request.max_queue_time().seconds()) +
                            absl::Nanoseconds(request.max_queue_time().nanos());

@@ -67,6 +67,8 @@ struct BuiltRequest {
   bool return_text = true;
   bool return_token_ids = true;
   bool skip_special_tokens = false;
+  // GenerateRequest.priority (lower is more urgent).
+  int32_t priority = 0;
   // OutputOptions.top_logprobs (0 = off), prompt_logprobs, echo_prompt.
   uint32_t top_logprobs = 0;
   std::optional<uint32_t> prompt_logprobs;

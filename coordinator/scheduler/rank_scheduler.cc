@@ -61,7 +61,7 @@ absl::Status RankScheduler::Add(SeqRequest request) {
   seq.prefill_len = prompt_len;
   waiting_blocks_ += BlocksForTokens(config_.kv, seq.prefill_len);
   seqs_.emplace(id, std::move(seq));
-  waiting_.push_back(id);
+  Enqueue(id, /*front=*/false);
   return absl::OkStatus();
 }
 
@@ -142,11 +142,20 @@ void RankScheduler::StartNewEpoch(Sequence& seq) {
   waiting_blocks_ += BlocksForTokens(config_.kv, seq.prefill_len);
 }
 
+void RankScheduler::Enqueue(RequestId id, bool front) {
+  const int32_t priority = seqs_.at(id).request.priority;
+  auto at = std::find_if(waiting_.begin(), waiting_.end(), [&](RequestId other) {
+    const int32_t p = seqs_.at(other).request.priority;
+    return front ? p >= priority : p > priority;
+  });
+  waiting_.insert(at, id);
+}
+
 void RankScheduler::Preempt(Sequence& seq) {
   ReleaseKv(seq);
   Unlist(seq.request.id, seq.state);
   StartNewEpoch(seq);
-  waiting_.push_front(seq.request.id);
+  Enqueue(seq.request.id, /*front=*/true);
   ++num_preemptions_;
 }
 
@@ -170,7 +179,7 @@ void RankScheduler::ResetAfterWorkerLoss() {
   blocks_ = *std::move(fresh);
   for (RequestId id : order) {
     StartNewEpoch(seqs_.at(id));
-    waiting_.push_back(id);
+    Enqueue(id, /*front=*/false);
   }
 }
 

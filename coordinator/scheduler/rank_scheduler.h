@@ -1,9 +1,11 @@
 // coordinator/scheduler/rank_scheduler.h
 //
-// RankScheduler: the queues and KV books of one DP rank. It admits requests,
+// RankScheduler: the queues and KV books of one DP rank. It admits requests
+// in priority order (SeqRequest::priority, lower first; FCFS within one),
 // plans one step at a time (chunked prefill under a token budget, or a decode
-// batch), preempts by recompute when blocks run out (the admitted sequence
-// with the shortest output so far, the latest arrival on ties), and applies step
+// batch), preempts by recompute when blocks run out (the least urgent
+// admitted sequence; among equals the one with the shortest output so far,
+// the latest arrival on ties), and applies step
 // results (tokens, stop conditions). It works the same whether plan t+1 is
 // built before or after result t arrives (zero-overhead or plain stepping);
 // see README.md "Zero-overhead stepping" for the exact rules.
@@ -54,7 +56,8 @@ class RankScheduler {
   // INVALID_ARGUMENT for a bad layout or a non-positive limit.
   static absl::StatusOr<std::unique_ptr<RankScheduler>> Create(const RankSchedulerConfig& config);
 
-  // Queues `request` (FCFS). INVALID_ARGUMENT for an empty prompt,
+  // Queues `request` behind every waiting request of its priority or a more
+  // urgent one (FCFS within a priority). INVALID_ARGUMENT for an empty prompt,
   // max_new_tokens == 0, a prompt of max_model_len tokens or more, or a
   // request whose longest possible sequence needs more blocks than the pool
   // has (it could never run); ALREADY_EXISTS if its id is live here.
@@ -139,15 +142,19 @@ class RankScheduler {
   // epoch that prefills everything it has (prompt and tokens received); the
   // caller queues it.
   void StartNewEpoch(Sequence& seq);
-  // Drops KV and requeues `seq` at the head of the waiting queue, new epoch.
+  // Drops KV and requeues `seq` at the head of its priority in the waiting
+  // queue, new epoch.
   void Preempt(Sequence& seq);
+  // Puts `id` (waiting) in the waiting queue by priority: before every
+  // waiting sequence of the same priority (`front`) or after them.
+  void Enqueue(RequestId id, bool front);
   // Removes `id` from the prefilling or running list it is in.
   void Unlist(RequestId id, SeqState state);
 
   RankSchedulerConfig config_;
   BlockManager blocks_;
   absl::node_hash_map<RequestId, Sequence> seqs_;
-  std::deque<RequestId> waiting_;       // head = next to admit
+  std::deque<RequestId> waiting_;       // head = next to admit; by priority
   std::vector<RequestId> prefilling_;   // admission order
   std::vector<RequestId> running_;      // order of prefill completion
   std::deque<InFlightStep> in_flight_;  // planned, result not applied yet

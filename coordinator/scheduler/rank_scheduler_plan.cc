@@ -140,12 +140,21 @@ void RankScheduler::ScheduleDecode(RankStepPlan& plan) {
     if (!EndsByLength(seq, config_.max_model_len)) selected.push_back(&seq);
   }
   if (static_cast<int64_t>(selected.size()) > config_.max_decode_batch) {
-    std::sort(selected.begin(), selected.end(),
-              [](const Sequence* a, const Sequence* b) { return a->arrival > b->arrival; });
+    // The most urgent first, then the latest arrivals (LCFS).
+    std::sort(selected.begin(), selected.end(), [](const Sequence* a, const Sequence* b) {
+      if (a->request.priority != b->request.priority) {
+        return a->request.priority < b->request.priority;
+      }
+      return a->arrival > b->arrival;
+    });
     selected.resize(config_.max_decode_batch);
   }
-  // Victim order: shortest output first, the latest arrival on ties (LCFS).
+  // Victim order: the least urgent first, then the shortest output, the
+  // latest arrival on ties (LCFS).
   auto victim_before = [](const Sequence* a, const Sequence* b) {
+    if (a->request.priority != b->request.priority) {
+      return a->request.priority > b->request.priority;
+    }
     if (a->num_generated() != b->num_generated()) return a->num_generated() < b->num_generated();
     return a->arrival > b->arrival;
   };

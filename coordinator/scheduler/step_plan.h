@@ -33,6 +33,10 @@ struct SeqRequest {
   uint32_t min_new_tokens = 0;
   std::vector<uint32_t> stop_token_ids;
   bool ignore_eos = false;
+  // Lower is more urgent (GenerateRequest.priority): the waiting queue is
+  // ordered by it (FCFS within one value), decode batches over the limit
+  // keep the most urgent, and preemption takes the least urgent first.
+  int32_t priority = 0;
 };
 
 // Why a sequence ended; mirrors weir.v1.FinishReason.
