@@ -24,11 +24,31 @@ v1::GenerateRequest MergeItem(const v1::GenerateRequest& defaults,
   return merged;
 }
 
+absl::Status CheckItemTimeout(const v1::GenerateBatchRequest& request) {
+  if (!request.has_item_timeout()) return absl::OkStatus();
+  const int64_t seconds = request.item_timeout().seconds();
+  const int32_t nanos = request.item_timeout().nanos();
+  if (nanos <= -1000000000 || nanos >= 1000000000 || (seconds > 0 && nanos < 0) ||
+      (seconds < 0 && nanos > 0)) {
+    return WithBadField(absl::InvalidArgumentError("item_timeout: not a valid Duration"),
+                        "item_timeout", "not a valid Duration");
+  }
+  if (seconds < 0 || nanos < 0 || (seconds == 0 && nanos == 0)) {
+    return WithBadField(absl::InvalidArgumentError("item_timeout: must be positive"),
+                        "item_timeout", "must be positive");
+  }
+  return absl::OkStatus();
+}
+
 BatchRun::BatchRun(const v1::GenerateBatchRequest& request, const RequestLimits& limits, Env env,
                    grpc::ServerWriter<v1::BatchEvent>& writer)
     : request_(request), limits_(limits), env_(env), writer_(writer), n_(request.items_size()),
       items_(n_) {
   counts_.set_total(n_);
+  if (request.has_item_timeout()) {
+    item_timeout_ = absl::Seconds(request.item_timeout().seconds()) +
+                    absl::Nanoseconds(request.item_timeout().nanos());
+  }
 }
 
 void BatchRun::Emit(int index, v1::BatchEvent event) {
@@ -93,7 +113,48 @@ void BatchRun::SubmitMore() {
     }
     item.running = true;
     ++in_flight_;
+    if (item_timeout_.has_value()) {
+      item.deadline = absl::Now() + *item_timeout_;
+      deadlines_.emplace(item.deadline, index);
+    }
   }
+}
+
+void BatchRun::ExpireItems() {
+  const absl::Time now = absl::Now();
+  while (!deadlines_.empty() && deadlines_.top().first <= now) {
+    const int index = deadlines_.top().second;
+    deadlines_.pop();
+    Item& item = items_[index];
+    if (!item.running) continue;
+    env_.driver.Cancel(item.id).IgnoreError();
+    v1::GenerateEvent::Final final_message = item.tracker->Final(/*with_full_output=*/true);
+    final_message.set_reason(v1::FINISH_REASON_DEADLINE);
+    ItemDone(index, std::move(final_message));
+  }
+}
+
+void BatchRun::ItemDone(int index, v1::GenerateEvent::Final final_message) {
+  Item& item = items_[index];
+  item.running = false;
+  --in_flight_;
+  v1::BatchEvent done;
+  v1::BatchEvent::ItemResult* result = done.mutable_item_result();
+  result->set_custom_id(request_.items(index).custom_id());
+  result->set_index(index);
+  switch (final_message.reason()) {
+    case v1::FINISH_REASON_CANCELLED:
+      counts_.set_cancelled(counts_.cancelled() + 1);
+      break;
+    case v1::FINISH_REASON_DEADLINE:
+      counts_.set_failed(counts_.failed() + 1);
+      break;
+    default:
+      counts_.set_completed(counts_.completed() + 1);
+  }
+  *result->mutable_result()->add_samples() = std::move(final_message);
+  result->mutable_result()->mutable_accepted()->set_prompt_tokens(item.built->prompt.size());
+  Emit(index, std::move(done));
 }
 
 grpc::Status BatchRun::Run(grpc::ServerContext& context) {
@@ -120,6 +181,7 @@ grpc::Status BatchRun::Run(grpc::ServerContext& context) {
       progress.mutable_progress()->set_queued(n_ - next_submit_);
       writer_.Write(progress);
     }
+    ExpireItems();
     if (!event.has_value()) continue;
     const int index = static_cast<int>(event->first);
     Item& item = items_[index];
@@ -145,21 +207,7 @@ grpc::Status BatchRun::Run(grpc::ServerContext& context) {
       writer_.Write(delta);
     }
     if (!update.done) continue;
-    item.running = false;
-    --in_flight_;
-    v1::BatchEvent done;
-    v1::BatchEvent::ItemResult* result = done.mutable_item_result();
-    result->set_custom_id(request_.items(index).custom_id());
-    result->set_index(index);
-    v1::GenerateEvent::Final final_message = item.tracker->Final(/*with_full_output=*/true);
-    if (final_message.reason() == v1::FINISH_REASON_CANCELLED) {
-      counts_.set_cancelled(counts_.cancelled() + 1);
-    } else {
-      counts_.set_completed(counts_.completed() + 1);
-    }
-    *result->mutable_result()->add_samples() = std::move(final_message);
-    result->mutable_result()->mutable_accepted()->set_prompt_tokens(item.built->prompt.size());
-    Emit(index, std::move(done));
+    ItemDone(index, item.tracker->Final(/*with_full_output=*/true));
   }
   v1::BatchEvent summary;
   *summary.mutable_summary()->mutable_counts() = counts_;

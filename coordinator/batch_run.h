@@ -6,7 +6,9 @@
 // admission — and each finished item is written as an ItemResult, out of
 // order or in input order. A per-item error never ends the stream;
 // fail_fast cancels the rest. Progress is sent about once a second and a
-// Summary last.
+// Summary last. With item_timeout, an item still running that long after it
+// was submitted to the step loop is cancelled there; its result keeps what
+// it generated, with reason DEADLINE (counted as failed in Progress).
 //
 // Thread safety: one BatchRun per call, on the gRPC handler thread.
 
@@ -14,9 +16,14 @@
 #define WEIR_COORDINATOR_BATCH_RUN_H_
 
 #include <atomic>
+#include <functional>
 #include <optional>
+#include <queue>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "absl/time/time.h"
 
 #include "coordinator/generation_tracker.h"
 #include "coordinator/request_builder.h"
@@ -37,7 +44,7 @@ class BatchRun {
   };
 
   // REQUIRES: `request` passed the structural checks (item count, unique
-  // custom ids). Does not take ownership of anything.
+  // custom ids, CheckItemTimeout). Does not take ownership of anything.
   BatchRun(const v1::GenerateBatchRequest& request, const RequestLimits& limits, Env env,
            grpc::ServerWriter<v1::BatchEvent>& writer);
 
@@ -51,6 +58,8 @@ class BatchRun {
     std::optional<GenerationTracker> tracker;
     RequestId id;
     bool running = false;
+    // Submit time + item_timeout (InfiniteFuture without one).
+    absl::Time deadline = absl::InfiniteFuture();
     std::optional<v1::BatchEvent> held;  // a result waiting for its turn (INPUT_ORDER)
   };
 
@@ -58,6 +67,10 @@ class BatchRun {
   void Emit(int index, v1::BatchEvent event);
   void ItemError(int index, const absl::Status& status);
   void CancelRunning();
+  // Ends every running item past its deadline (item_timeout).
+  void ExpireItems();
+  // Ends running item `index` with `final_message` as its result.
+  void ItemDone(int index, v1::GenerateEvent::Final final_message);
 
   const v1::GenerateBatchRequest& request_;
   const RequestLimits limits_;
@@ -72,7 +85,16 @@ class BatchRun {
   int in_flight_ = 0;
   int finished_ = 0;
   bool failing_ = false;
+  std::optional<absl::Duration> item_timeout_;
+  // (deadline, index) of the items submitted with one, earliest on top.
+  std::priority_queue<std::pair<absl::Time, int>, std::vector<std::pair<absl::Time, int>>,
+                      std::greater<>>
+      deadlines_;
 };
+
+// INVALID_ARGUMENT (naming item_timeout) unless it is unset or a valid,
+// positive Duration.
+absl::Status CheckItemTimeout(const v1::GenerateBatchRequest& request);
 
 // Item fields replace the batch defaults field by field (whole sub-messages).
 v1::GenerateRequest MergeItem(const v1::GenerateRequest& defaults,

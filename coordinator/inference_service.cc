@@ -240,6 +240,7 @@ grpc::Status InferenceService::GenerateBatch(grpc::ServerContext* context,
                           "GenerateBatch: duplicate custom_id \"" + item.custom_id() + "\"");
     }
   }
+  if (absl::Status s = CheckItemTimeout(*request); !s.ok()) return ToGrpc(s);
   RequestLimits limits = CurrentLimits();
   limits.grammar = grammar_.get();
   BatchRun run(*request, limits, BatchRun::Env{.driver = *driver,

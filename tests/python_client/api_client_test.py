@@ -514,6 +514,43 @@ class GenerateBatchTest(ApiTestCase):
         self.assertEqual((counts.total, counts.completed, counts.failed, counts.cancelled),
                          (4, 3, 1, 0))
 
+    def test_item_timeout(self):
+        batch = inference_pb2.GenerateBatchRequest(batch_id="timeouts")
+        batch.item_timeout.FromMilliseconds(500)
+        batch.defaults.sampling.temperature = 0.0
+        batch.defaults.stop.ignore_eos = True
+        endless = batch.items.add(custom_id="endless").request
+        endless.tokens.ids.extend(self.prompt("A very long answer"))
+        endless.stop.max_new_tokens = 60000
+        short = batch.items.add(custom_id="short").request
+        short.tokens.ids.extend(self.prompt("A short answer"))
+        short.stop.max_new_tokens = 2
+        started = time.monotonic()
+        events = self.run_batch(batch)
+        elapsed = time.monotonic() - started
+        results = {e.item_result.custom_id: e.item_result for e in events
+                   if e.HasField("item_result")}
+        late = results["endless"].result.samples[0]
+        self.assertEqual(late.reason, inference_pb2.FINISH_REASON_DEADLINE)
+        # What it generated before the deadline is kept.
+        self.assertGreater(len(late.full_token_ids), 0)
+        self.assertLess(len(late.full_token_ids), 60000)
+        self.assertEqual(late.usage.completion_tokens, len(late.full_token_ids))
+        self.assertEqual(results["short"].result.samples[0].reason,
+                         inference_pb2.FINISH_REASON_MAX_TOKENS)
+        summary = events[-1].summary.counts
+        self.assertEqual((summary.completed, summary.failed), (1, 1))
+        self.assertLess(elapsed, 30)
+        # The server goes on serving.
+        self.assertEqual(len(self.generate(greedy_request([5, 6], 2)).streamed_ids), 2)
+
+        for bad in (-1, 0):
+            batch.item_timeout.FromMilliseconds(bad)
+            with self.assertRaises(grpc.RpcError) as e:
+                self.run_batch(batch)
+            self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn("item_timeout", e.exception.details())
+
     def test_structural_errors(self):
         prompt = self.prompt("structural")
         duplicate = inference_pb2.GenerateBatchRequest()
