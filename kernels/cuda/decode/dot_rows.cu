@@ -56,6 +56,22 @@ absl::Status RowStableDot(const DotRowsParams& p, cudaStream_t stream) {
         std::to_string(p.out) + " k " + std::to_string(p.k));
   }
   if (p.rows == 0 || p.out == 0) return absl::OkStatus();
+  if (p.k % 4 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(p.w) % 16 == 0 && p.rows <= INT_MAX &&
+      (p.out + kStagedOuts - 1) / kStagedOuts <= 65535) {
+    // Staged through shared memory (same bits, latency hidden).
+    constexpr int kSmem = kStagedStages * kStagedStageFloats * static_cast<int>(sizeof(float));
+    if (cudaError_t err = cudaFuncSetAttribute(RowStableDotStagedKernel,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+        err != cudaSuccess) {
+      return absl::InternalError(std::string("RowStableDot: shared memory attribute: ") +
+                                 cudaGetErrorString(err));
+    }
+    const dim3 grid(static_cast<unsigned>(p.rows),
+                    static_cast<unsigned>((p.out + kStagedOuts - 1) / kStagedOuts));
+    RowStableDotStagedKernel<<<grid, kStagedThreads, kSmem, stream>>>(p.x, p.w, p.y, p.out, p.k);
+    return LaunchStatus("RowStableDot");
+  }
   constexpr int kThreads = 128;
   const int64_t threads = p.rows * p.out * 4;
   RowStableDotKernel<<<static_cast<unsigned>((threads + kThreads - 1) / kThreads), kThreads, 0,

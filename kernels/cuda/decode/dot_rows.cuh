@@ -82,6 +82,84 @@ __global__ void RowStableDotKernel(const float* __restrict__ x, const float* __r
   if (valid && l == 0) y[e] = __fadd_rn(pair, other);
 }
 
+// RowStableDot, staged: the same per-element arithmetic as
+// RowStableDotKernel, for 16-byte aligned x, w and k % 4 == 0. A CTA takes one
+// row and up to kStagedOuts output columns; all its threads copy 128-element
+// chunks of the x row and of the columns' w rows into a ring of shared
+// buffers (cp.async, many copies in flight), and thread 4 o + l runs lane l
+// of column o over each chunk from shared memory. The dependent additions
+// (k / 4 per lane) stay serial, as the reference's order requires; what the
+// staging removes is the memory latency that stalled each of them.
+inline constexpr int kStagedOuts = 32;
+inline constexpr int kStagedChunk = 128;               // floats of K per stage
+inline constexpr int kStagedPitch = kStagedChunk + 4;  // padded w rows: no bank conflicts
+inline constexpr int kStagedStages = 4;
+inline constexpr int kStagedThreads = kStagedOuts * 4;
+inline constexpr int kStagedStageFloats = kStagedChunk + kStagedOuts * kStagedPitch;
+
+__device__ __forceinline__ void StagedCopy16(float* dst, const float* src, bool valid) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  const int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes)
+               : "memory");
+}
+
+__global__ void __launch_bounds__(kStagedThreads)
+    RowStableDotStagedKernel(const float* __restrict__ x, const float* __restrict__ w, float* y,
+                             int64_t out, int64_t k) {
+  extern __shared__ __align__(16) float ring[];  // [stages][x chunk, outs x pitch]
+  const int t = threadIdx.x;
+  const int o = t / 4, l = t % 4;
+  const int64_t row = blockIdx.x;
+  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kStagedOuts;
+  const int outs = static_cast<int>(out - col0 < kStagedOuts ? out - col0 : kStagedOuts);
+  const float* xr = x + row * k;
+  const int64_t chunks = (k + kStagedChunk - 1) / kStagedChunk;
+  constexpr int kPieces = kStagedChunk / 4;  // 16-byte pieces of one row's chunk
+  // Copies chunk c into stage s: the x piece, then every column's pieces;
+  // pieces past k are zero-filled (never read).
+  auto load = [&](int64_t c, int s) {
+    float* base = ring + s * kStagedStageFloats;
+    const int64_t k0 = c * kStagedChunk;
+    for (int p = t; p < kPieces * (1 + outs); p += kStagedThreads) {
+      const int r = p / kPieces, piece = p % kPieces;
+      const int64_t kk = k0 + piece * 4;
+      const bool valid = kk < k;
+      if (r == 0) {
+        StagedCopy16(base + piece * 4, valid ? xr + kk : xr, valid);
+      } else {
+        const float* wr = w + (col0 + r - 1) * k;
+        StagedCopy16(base + kStagedChunk + (r - 1) * kStagedPitch + piece * 4,
+                     valid ? wr + kk : wr, valid);
+      }
+    }
+  };
+  for (int s = 0; s < kStagedStages - 1; ++s) {
+    if (s < chunks) load(s, s);
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+  }
+  float acc = 0.0f;
+  for (int64_t c = 0; c < chunks; ++c) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kStagedStages - 2) : "memory");
+    __syncthreads();
+    const int64_t next = c + kStagedStages - 1;
+    if (next < chunks) load(next, static_cast<int>(next % kStagedStages));
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    if (o < outs) {
+      const float* xs = ring + static_cast<int>(c % kStagedStages) * kStagedStageFloats;
+      const float* ws = xs + kStagedChunk + o * kStagedPitch;
+      const int len = static_cast<int>(k - c * kStagedChunk < kStagedChunk
+                                           ? k - c * kStagedChunk
+                                           : kStagedChunk);
+#pragma unroll 8
+      for (int j = l; j < len; j += 4) acc = __fadd_rn(acc, __fmul_rn(xs[j], ws[j]));
+    }
+  }
+  const float pair = __fadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, 1));
+  const float other = __shfl_xor_sync(0xffffffffu, pair, 2);
+  if (o < outs && l == 0) y[row * out + col0 + o] = __fadd_rn(pair, other);
+}
+
 }  // namespace weir::kernels::cuda::decode
 
 #endif  // WEIR_KERNELS_CUDA_DECODE_DOT_ROWS_CUH_

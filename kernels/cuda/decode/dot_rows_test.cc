@@ -84,9 +84,12 @@ INSTANTIATE_TEST_SUITE_P(Shapes, DotRowsShapes,
 // RowStableDot keeps RowStableMatmul's bits (one quad per element instead of
 // its tiles), for any k, at 1 and at 37 rows.
 TEST(RowStableDotTest, BitIdenticalToRowStableMatmul) {
-  for (int64_t k : {int64_t{1}, int64_t{7}, int64_t{4096}, int64_t{20480}}) {
+  // k % 4 == 0 takes the staged kernel (shared-memory ring); 1, 7 and the
+  // misaligned x below the quad-per-element one; 40 columns span two CTAs,
+  // and 4100 leaves a partial last chunk.
+  for (int64_t k : {int64_t{1}, int64_t{7}, int64_t{4096}, int64_t{4100}, int64_t{20480}}) {
     for (int64_t rows : {int64_t{1}, int64_t{37}}) {
-      constexpr int64_t kOut = 24;
+     for (int64_t kOut : {int64_t{24}, int64_t{40}}) {
       std::mt19937 rng(static_cast<uint32_t>(k * 7 + rows));
       const std::vector<float> x = Random(rows * k, rng), w = Random(kOut * k, rng);
       DeviceBuffer<float> dx(x), dw(w), want(rows * kOut), got(rows * kOut);
@@ -102,9 +105,29 @@ TEST(RowStableDotTest, BitIdenticalToRowStableMatmul) {
                       .ok());
       const std::vector<float> a = want.Download(), b = got.Download();
       EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
-          << "k " << k << " rows " << rows;
+          << "k " << k << " rows " << rows << " out " << kOut;
+     }
     }
   }
+}
+
+// The staged kernel needs 16-byte aligned rows; a misaligned x takes the
+// quad-per-element kernel, with the same bits.
+TEST(RowStableDotTest, MisalignedInputKeepsTheBits) {
+  constexpr int64_t kRows = 3, kOut = 24, kK = 20480;
+  std::mt19937 rng(5);
+  const std::vector<float> x = Random(kRows * kK + 1, rng), w = Random(kOut * kK, rng);
+  DeviceBuffer<float> dx(x), dw(w), want(kRows * kOut), got(kRows * kOut);
+  ASSERT_TRUE(dense::RowStableMatmul({.x = dx.get() + 1, .w = dw.get(), .y = want.get(),
+                                      .rows = kRows, .out = kOut, .in = kK},
+                                     nullptr)
+                  .ok());
+  ASSERT_TRUE(RowStableDot({.x = dx.get() + 1, .w = dw.get(), .y = got.get(), .rows = kRows,
+                            .out = kOut, .k = kK},
+                           nullptr)
+                  .ok());
+  const std::vector<float> a = want.Download(), b = got.Download();
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
 }
 
 TEST(DotRowsTest, RefusesBadShapes) {

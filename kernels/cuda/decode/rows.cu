@@ -66,17 +66,32 @@ absl::Status Scale(const ScaleParams& p, cudaStream_t stream) {
 }
 
 bool SupportsRandomFill(const RandomFillParams& p) {
-  return p.n == 0 || (p.n > 0 && p.x != nullptr);
+  return p.n == 0 || (p.n > 0 && (p.x != nullptr) != (p.bf16 != nullptr));
 }
 
 absl::Status RandomFill(const RandomFillParams& p, cudaStream_t stream) {
   if (!SupportsRandomFill(p)) {
-    return absl::InvalidArgumentError("RandomFill: needs n >= 0 and x when n > 0; got n " +
+    return absl::InvalidArgumentError(
+        "RandomFill: needs n >= 0 and exactly one of x, bf16 when n > 0; got n " + Str(p.n));
+  }
+  if (p.n == 0) return absl::OkStatus();
+  RandomFillKernel<<<BlocksFor(p.n), internal::kThreads, 0, stream>>>(p.x, p.bf16, p.n, p.seed,
+                                                                      p.scale);
+  return LaunchStatus("RandomFill");
+}
+
+bool SupportsToBf16(const ToBf16Params& p) {
+  return p.n == 0 || (p.n > 0 && p.x != nullptr && p.out != nullptr);
+}
+
+absl::Status ToBf16(const ToBf16Params& p, cudaStream_t stream) {
+  if (!SupportsToBf16(p)) {
+    return absl::InvalidArgumentError("ToBf16: needs n >= 0 and x, out when n > 0; got n " +
                                       Str(p.n));
   }
   if (p.n == 0) return absl::OkStatus();
-  RandomFillKernel<<<BlocksFor(p.n), internal::kThreads, 0, stream>>>(p.x, p.n, p.seed, p.scale);
-  return LaunchStatus("RandomFill");
+  ToBf16Kernel<<<BlocksFor(p.n), internal::kThreads, 0, stream>>>(p.x, p.out, p.n);
+  return LaunchStatus("ToBf16");
 }
 
 bool SupportsRandomBytes(const RandomBytesParams& p) {

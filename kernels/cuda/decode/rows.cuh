@@ -51,7 +51,9 @@ __device__ __forceinline__ uint64_t MixBits(uint64_t seed, uint64_t i) {
   return z ^ (z >> 31);
 }
 
-__global__ void RandomFillKernel(float* x, int64_t n, uint64_t seed, float scale) {
+// Writes x (fp32) or, when x is null, bf16 bits (the same values).
+__global__ void RandomFillKernel(float* x, uint16_t* bits, int64_t n, uint64_t seed,
+                                 float scale) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
@@ -59,7 +61,21 @@ __global__ void RandomFillKernel(float* x, int64_t n, uint64_t seed, float scale
     const float u = static_cast<float>(MixBits(seed, static_cast<uint64_t>(i)) >> 40) *
                         (2.0f / 16777216.0f) -
                     1.0f;
-    x[i] = RoundBf16Value(__fmul_rn(scale, u));
+    const float v = RoundBf16Value(__fmul_rn(scale, u));
+    if (x != nullptr) {
+      x[i] = v;
+    } else {
+      bits[i] = static_cast<uint16_t>(__float_as_uint(v) >> 16);
+    }
+  }
+}
+
+// bits[i] = the bf16 bits of RoundBf16Value(x[i]).
+__global__ void ToBf16Kernel(const float* __restrict__ x, uint16_t* __restrict__ bits, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    bits[i] = static_cast<uint16_t>(__float_as_uint(RoundBf16Value(x[i])) >> 16);
   }
 }
 

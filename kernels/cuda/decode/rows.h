@@ -76,6 +76,18 @@ bool SupportsRoundBf16(const RoundBf16Params& p);
 // is false; INTERNAL with the CUDA error if the launch fails.
 absl::Status RoundBf16(const RoundBf16Params& p, cudaStream_t stream);
 
+// ---- ToBf16 -----------------------------------------------------------------
+
+// out[i] = the bf16 bits of x[i] rounded as RoundBf16 does (the activation
+// operand of the `fast` bf16 products, kernels/cuda/dense/bf16_gemm_sm90.h).
+struct ToBf16Params {
+  const float* x = nullptr;  // device [n]
+  uint16_t* out = nullptr;   // device [n]
+  int64_t n = 0;
+};
+bool SupportsToBf16(const ToBf16Params& p);
+absl::Status ToBf16(const ToBf16Params& p, cudaStream_t stream);
+
 // ---- Scale ------------------------------------------------------------------
 
 // x[i] = x[i] * factor in place, one fp32 IEEE multiply (round to nearest
@@ -99,8 +111,11 @@ absl::Status Scale(const ScaleParams& p, cudaStream_t stream);
 // Synthetic weights drawn on the device (benchmarks of shapes whose weights
 // would not fit the host): x[i] = scale * u, u uniform in [-1, 1) from a
 // counter-based hash of (seed, i), rounded to bf16. Deterministic for a seed.
+// With `bf16` set instead of `x`, the same values are written as bf16 bits
+// (synthetic weights held in bf16).
 struct RandomFillParams {
-  float* x = nullptr;  // device [n]
+  float* x = nullptr;        // device [n]
+  uint16_t* bf16 = nullptr;  // device [n]; exactly one of x, bf16
   int64_t n = 0;
   uint64_t seed = 0;
   float scale = 1.0f;

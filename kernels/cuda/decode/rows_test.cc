@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <tuple>
@@ -126,6 +127,43 @@ TEST(RoundBf16Test, MatchesTheCpuRoundingOnEveryKindOfValue) {
     ASSERT_TRUE(RoundBf16({.x = d_x.get(), .n = n}, nullptr).ok());
     EXPECT_TRUE(SameBits(d_x.Download(), want)) << "n " << n;
   }
+}
+
+// ToBf16 writes the bits RoundBf16 leaves in the upper half (NaNs included).
+TEST(ToBf16Test, WritesTheRoundedBits) {
+  const int64_t n = 70001;
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<uint32_t> any_bits;
+  std::vector<float> x(n);
+  for (float& v : x) v = FromBits(any_bits(rng));
+  x[0] = FromBits(0x3F808000u);  // a tie
+  DeviceBuffer<float> d_x(x);
+  DeviceBuffer<uint16_t> d_out(std::vector<uint16_t>(n, 0));
+  ASSERT_TRUE(ToBf16({.x = d_x.get(), .out = d_out.get(), .n = n}, nullptr).ok());
+  const std::vector<uint16_t> got = d_out.Download();
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t want;
+    const float r = kernels::RoundToBf16(x[i]);
+    std::memcpy(&want, &r, 4);
+    bad += got[i] != static_cast<uint16_t>(want >> 16);
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(ToBf16({.x = d_x.get(), .out = nullptr, .n = 1}, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  // RandomFill's bf16 output holds the bits of its fp32 output.
+  DeviceBuffer<float> f(std::vector<float>(n, 0.0f));
+  ASSERT_TRUE(RandomFill({.x = f.get(), .n = n, .seed = 4, .scale = 0.5f}, nullptr).ok());
+  ASSERT_TRUE(RandomFill({.bf16 = d_out.get(), .n = n, .seed = 4, .scale = 0.5f}, nullptr).ok());
+  const std::vector<float> vf = f.Download();
+  const std::vector<uint16_t> vb = d_out.Download();
+  bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &vf[i], 4);
+    bad += (bits & 0xFFFFu) != 0 || vb[i] != static_cast<uint16_t>(bits >> 16);
+  }
+  EXPECT_EQ(bad, 0);
 }
 
 // ---- Scale ------------------------------------------------------------------

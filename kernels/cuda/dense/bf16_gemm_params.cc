@@ -1,0 +1,71 @@
+#include "kernels/cuda/dense/bf16_gemm_params.h"
+
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+
+namespace weir::kernels::cuda::dense {
+namespace {
+
+constexpr int64_t kMaxGridYZ = 65535;
+
+bool AlignedTo(const void* p, uintptr_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
+}  // namespace
+
+int64_t Bf16GemmSharedBytes(const Fp8GemmTileShape& s) {
+  return static_cast<int64_t>(s.block_n + s.block_m) * kFp8GemmStageK * s.stages;
+}
+
+absl::Status CheckBf16GemmParams(const Bf16GemmParams& p) {
+  if (p.x == nullptr || p.w == nullptr || p.y == nullptr) {
+    return absl::InvalidArgumentError("Bf16Gemm: null pointer");
+  }
+  if (p.m <= 0 || p.n <= 0 || p.k <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Bf16Gemm: non-positive shape m ", p.m, " n ", p.n, " k ", p.k));
+  }
+  if (p.groups <= 0 || p.groups > kMaxGridYZ) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Bf16Gemm: groups ", p.groups, " outside [1, 65535]"));
+  }
+  if (p.k % 8 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Bf16Gemm: k ", p.k, " is not a multiple of 8"));
+  }
+  if (p.k > (int64_t{1} << 30) || p.n > (int64_t{1} << 30) || p.m > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError("Bf16Gemm: m, n or k above 2^30");
+  }
+  if (p.x_group_stride < 0 || p.w_group_stride < 0 || p.y_group_stride < 0) {
+    return absl::InvalidArgumentError("Bf16Gemm: negative group stride");
+  }
+  if (p.groups > 1) {
+    if ((p.x_group_stride != 0 && p.x_group_stride < p.m * p.k) ||
+        (p.w_group_stride != 0 && p.w_group_stride < p.n * p.k) ||
+        (p.y_group_stride != 0 && p.y_group_stride < p.m * p.n)) {
+      return absl::InvalidArgumentError("Bf16Gemm: a group stride is below its group's size");
+    }
+    if (p.x_group_stride % 8 != 0 || p.w_group_stride % 8 != 0) {
+      return absl::InvalidArgumentError(
+          "Bf16Gemm: x and w group strides must be multiples of 8 (16-byte rows)");
+    }
+  }
+  if (!AlignedTo(p.x, 16) || !AlignedTo(p.w, 16)) {
+    return absl::InvalidArgumentError("Bf16Gemm: x and w must be 16-byte aligned");
+  }
+  if (!AlignedTo(p.y, p.output == Fp8GemmOutput::kF32 ? 4 : 2)) {
+    return absl::InvalidArgumentError("Bf16Gemm: y is not aligned to its element");
+  }
+  const Fp8GemmTile tile = p.tile == Fp8GemmTile::kAuto ? ChooseFp8GemmTile(p.m, p.n) : p.tile;
+  const Fp8GemmTileShape shape = ShapeOfFp8GemmTile(tile);
+  if (shape.block_m == 0) return absl::InvalidArgumentError("Bf16Gemm: unknown tile");
+  if ((p.m + shape.block_m - 1) / shape.block_m > kMaxGridYZ) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Bf16Gemm: m ", p.m, " exceeds the launch grid of the tile"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace weir::kernels::cuda::dense

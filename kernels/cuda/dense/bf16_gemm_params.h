@@ -1,0 +1,57 @@
+// kernels/cuda/dense/bf16_gemm_params.h
+//
+// Arguments and their check for Bf16Gemm (bf16_gemm_sm90.h): Y [m, n] =
+// X [m, k] * W [n, k]^T with X and W in bf16, optionally for several
+// independent groups in one launch (the grouped low-rank output projection
+// of V4.1's attention). Host-only C++ (no CUDA headers) so the validation is
+// testable on a machine without a GPU. The CTA tiles and the shared-memory
+// layout are Fp8BlockGemm's (fp8_block_gemm_params.h): a stage row is 128
+// bytes, which is 64 bf16 elements of K here.
+//
+// Thread safety: pure functions and plain data.
+
+#ifndef WEIR_KERNELS_CUDA_DENSE_BF16_GEMM_PARAMS_H_
+#define WEIR_KERNELS_CUDA_DENSE_BF16_GEMM_PARAMS_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/cuda/dense/fp8_block_gemm_params.h"
+
+namespace weir::kernels::cuda::dense {
+
+// K elements per pipeline stage (128 bytes of bf16).
+inline constexpr int kBf16GemmStageK = 64;
+
+struct Bf16GemmParams {
+  const uint16_t* x = nullptr;  // device [groups][m, k] bf16 bits, 16-byte aligned
+  const uint16_t* w = nullptr;  // device [groups][n, k] bf16 bits, 16-byte aligned
+  void* y = nullptr;            // device [groups][m, n], float or bf16 per `output`
+  int64_t m = 0;
+  int64_t n = 0;
+  int64_t k = 0;  // multiple of 8 (whole 16-byte chunks)
+  // Several products of the same shape in one launch: group g reads
+  // x + g * x_group_stride and w + g * w_group_stride and writes
+  // y + g * y_group_stride (strides in elements; 0 means packed: m k, n k, m n).
+  int groups = 1;
+  int64_t x_group_stride = 0;
+  int64_t w_group_stride = 0;
+  int64_t y_group_stride = 0;
+  Fp8GemmOutput output = Fp8GemmOutput::kF32;
+  Fp8GemmTile tile = Fp8GemmTile::kAuto;
+};
+
+// Returns OK or INVALID_ARGUMENT naming the problem: a null pointer, m, n, k
+// or groups not positive (groups at most 65535), k not a multiple of 8, a
+// group stride that is negative, not a multiple of 8 (x, w) or smaller than
+// its packed size, x or w not 16-byte aligned, y not aligned to its element,
+// or m too large for the launch grid of the tile.
+absl::Status CheckBf16GemmParams(const Bf16GemmParams& params);
+
+// Dynamic shared memory of one Bf16Gemm CTA of `shape`: per stage the W and
+// X tiles ([rows][128] bytes each).
+int64_t Bf16GemmSharedBytes(const Fp8GemmTileShape& shape);
+
+}  // namespace weir::kernels::cuda::dense
+
+#endif  // WEIR_KERNELS_CUDA_DENSE_BF16_GEMM_PARAMS_H_

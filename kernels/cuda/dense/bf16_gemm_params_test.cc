@@ -1,0 +1,68 @@
+// CPU test of Bf16Gemm's argument check and shared-memory size.
+
+#include "kernels/cuda/dense/bf16_gemm_params.h"
+
+#include <cstdint>
+
+#include "gtest/gtest.h"
+
+namespace weir::kernels::cuda::dense {
+namespace {
+
+// Fake device addresses: only their alignment is looked at.
+const uint16_t* At(uintptr_t address) { return reinterpret_cast<const uint16_t*>(address); }
+
+Bf16GemmParams Good() {
+  return {.x = At(0x1000), .w = At(0x2000), .y = reinterpret_cast<void*>(0x3000), .m = 3,
+          .n = 40, .k = 24};
+}
+
+TEST(Bf16GemmParamsTest, AcceptsGoodArguments) {
+  EXPECT_TRUE(CheckBf16GemmParams(Good()).ok());
+  Bf16GemmParams p = Good();
+  p.groups = 8;
+  p.x_group_stride = 3 * 24 + 8;
+  EXPECT_TRUE(CheckBf16GemmParams(p).ok());
+  p.output = Fp8GemmOutput::kBf16;
+  p.y = reinterpret_cast<void*>(0x3002);
+  EXPECT_TRUE(CheckBf16GemmParams(p).ok());
+}
+
+TEST(Bf16GemmParamsTest, RefusesEachBadArgument) {
+  auto refused = [](auto edit) {
+    Bf16GemmParams p = Good();
+    edit(p);
+    return CheckBf16GemmParams(p).code() == absl::StatusCode::kInvalidArgument;
+  };
+  EXPECT_TRUE(refused([](Bf16GemmParams& p) { p.x = nullptr; }));
+  EXPECT_TRUE(refused([](Bf16GemmParams& p) { p.y = nullptr; }));
+  EXPECT_TRUE(refused([](Bf16GemmParams& p) { p.m = 0; }));
+  EXPECT_TRUE(refused([](Bf16GemmParams& p) { p.n = -1; }));
+  EXPECT_TRUE(refused([](Bf16GemmParams& p) { p.k = 20; }));  // not a multiple of 8
+  EXPECT_TRUE(refused([](Bf16GemmParams& p) { p.groups = 0; }));
+  EXPECT_TRUE(refused([](Bf16GemmParams& p) { p.groups = 65536; }));
+  EXPECT_TRUE(refused([](Bf16GemmParams& p) { p.x = At(0x1008); }));  // 8-byte aligned only
+  EXPECT_TRUE(refused([](Bf16GemmParams& p) { p.y = reinterpret_cast<void*>(0x3002); }));
+  EXPECT_TRUE(refused([](Bf16GemmParams& p) {
+    p.groups = 2;
+    p.x_group_stride = 3 * 24 - 8;  // overlaps the group before
+  }));
+  EXPECT_TRUE(refused([](Bf16GemmParams& p) {
+    p.groups = 2;
+    p.w_group_stride = 40 * 24 + 4;  // rows of the next group lose 16-byte alignment
+  }));
+  EXPECT_TRUE(refused([](Bf16GemmParams& p) { p.y_group_stride = -1; }));
+  EXPECT_TRUE(refused([](Bf16GemmParams& p) { p.m = int64_t{65536} * 128; }));  // grid
+}
+
+TEST(Bf16GemmParamsTest, SharedBytesAreTheTilesStages) {
+  const Fp8GemmTileShape s = ShapeOfFp8GemmTile(Fp8GemmTile::kN32M8);
+  EXPECT_EQ(Bf16GemmSharedBytes(s), (32 + 8) * 128 * s.stages);
+  // Every tile fits the H200's 227 KB per CTA.
+  for (Fp8GemmTile t : {Fp8GemmTile::kN128M128, Fp8GemmTile::kN128M64, Fp8GemmTile::kN64M64}) {
+    EXPECT_LE(Bf16GemmSharedBytes(ShapeOfFp8GemmTile(t)), 227 * 1024);
+  }
+}
+
+}  // namespace
+}  // namespace weir::kernels::cuda::dense

@@ -1,0 +1,217 @@
+// kernels/cuda/dense/bf16_gemm_sm90.cuh — device code of Bf16Gemm. No host
+// dependencies. The contract and the arithmetic are in bf16_gemm_sm90.h; the
+// shared-memory layout (swizzled 128-byte stage rows) and the ldmatrix /
+// accumulator mappings are Fp8BlockGemm's (fp8_block_gemm_params.h).
+//
+// One CTA owns a block_n x block_m tile of Y^T (W rows x X rows) of one
+// group and walks all of K in stages of 64 elements: cp.async copies the W
+// and X tiles into a ring of `stages` shared buffers, ldmatrix loads the
+// fragments (a 16-byte chunk is 8 bf16 of K, so one m16n8k16 step reads
+// chunks 2j and 2j + 1, which is the FP8 kernel's chunk pair of K block j),
+// and each warp accumulates m16n8k16 bf16 mma into fp32 in K order.
+#ifndef WEIR_KERNELS_CUDA_DENSE_BF16_GEMM_SM90_CUH_
+#define WEIR_KERNELS_CUDA_DENSE_BF16_GEMM_SM90_CUH_
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/dense/bf16_gemm_params.h"
+#include "kernels/cuda/dense/fp8_block_gemm_params.h"
+#include "kernels/cuda/dense/fp8_mma_sm90.cuh"
+
+namespace weir::kernels::cuda::dense {
+namespace bf16_gemm {
+
+struct KernelArgs {
+  const uint16_t* x;  // [groups][m, k]
+  const uint16_t* w;  // [groups][n, k]
+  void* y;            // [groups][m, n], float or bf16
+  int64_t m, n, k;
+  int64_t x_stride, w_stride, y_stride;  // per group, elements (resolved)
+  bool bf16_out;
+};
+
+// acc += A B over one 16-element K step (bf16 operands, fp32 accumulation).
+__device__ __forceinline__ void MmaBf16(const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+                                        float (&d)[4]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <int kBn, int kBm, int kWarpsN, int kWarpsM, int kStages>
+__global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
+    Bf16GemmKernel(const __grid_constant__ KernelArgs args) {
+  using fp8_gemm::CpAsync16;
+  using fp8_gemm::CpAsyncCommit;
+  using fp8_gemm::CpAsyncWait;
+  using fp8_gemm::LdMatrixX2;
+  using fp8_gemm::LdMatrixX4;
+  using fp8_gemm::SharedAddress;
+  constexpr int kThreads = kWarpsN * kWarpsM * 32;
+  constexpr int kWarpN = kBn / kWarpsN;
+  constexpr int kWarpM = kBm / kWarpsM;
+  constexpr int kMi = kWarpN / 16;
+  constexpr int kNi = kWarpM / 8;
+  constexpr int kStageBytes = kFp8GemmStageK;  // 128 bytes = 64 bf16 of K
+  constexpr int kStepsPerStage = kBf16GemmStageK / 16;  // 4
+  constexpr int kWTile = kBn * kStageBytes;
+  constexpr int kXTile = kBm * kStageBytes;
+  constexpr int kWChunks = kBn * 8 / kThreads;
+  constexpr int kXChunks = kBm * 8 / kThreads;
+  static_assert(kBn % 16 == 0 && kWarpN % 16 == 0 && kWarpM % 8 == 0, "tile shape");
+  static_assert(kBn * 8 % kThreads == 0 && kBm * 8 % kThreads == 0, "chunk split");
+  static_assert(kStages >= 2, "pipeline");
+
+  extern __shared__ __align__(128) uint8_t smem[];
+  uint8_t* const w_tiles = smem;
+  uint8_t* const x_tiles = w_tiles + kStages * kWTile;
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int warp_n0 = (warp % kWarpsN) * kWarpN;
+  const int warp_m0 = (warp / kWarpsN) * kWarpM;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBn;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kBm;
+  const int64_t g = blockIdx.z;
+  const uint16_t* const xg = args.x + g * args.x_stride;
+  const uint16_t* const wg = args.w + g * args.w_stride;
+  const int64_t k = args.k;
+  const int64_t k_bytes = k * 2;
+  const int num_steps = static_cast<int>(k / 16);  // whole 16-element steps
+  const bool tail = k % 16 != 0;                   // a last half step (k % 16 == 8)
+  const int total_steps = num_steps + (tail ? 1 : 0);
+  const int num_kt = (total_steps + kStepsPerStage - 1) / kStepsPerStage;
+
+  const uint8_t* w_src[kWChunks];
+  const uint8_t* x_src[kXChunks];
+  uint32_t w_dst[kWChunks], x_dst[kXChunks];
+  int w_col[kWChunks], x_col[kXChunks];
+  bool w_row_ok[kWChunks], x_row_ok[kXChunks];
+#pragma unroll
+  for (int i = 0; i < kWChunks; ++i) {
+    const int c = tid + i * kThreads, row = c >> 3, chunk = c & 7;
+    w_row_ok[i] = n0 + row < args.n;
+    w_col[i] = chunk * 16;
+    w_src[i] = reinterpret_cast<const uint8_t*>(wg + (w_row_ok[i] ? (n0 + row) * k : 0)) +
+               w_col[i];
+    w_dst[i] = Fp8GemmSwizzledOffset(row, chunk);
+  }
+#pragma unroll
+  for (int i = 0; i < kXChunks; ++i) {
+    const int c = tid + i * kThreads, row = c >> 3, chunk = c & 7;
+    x_row_ok[i] = m0 + row < args.m;
+    x_col[i] = chunk * 16;
+    x_src[i] = reinterpret_cast<const uint8_t*>(xg + (x_row_ok[i] ? (m0 + row) * k : 0)) +
+               x_col[i];
+    x_dst[i] = Fp8GemmSwizzledOffset(row, chunk);
+  }
+
+  // Stage kt's tiles into ring slot `slot`; rows past n / m and K past k are
+  // zero-filled (so a half step's upper 8 elements multiply zeros).
+  auto load_tiles = [&](int kt, int slot) {
+    const int64_t base = static_cast<int64_t>(kt) * kStageBytes;
+    const int64_t left = k_bytes - base;
+    const uint32_t w_slot = SharedAddress(w_tiles) + slot * kWTile;
+#pragma unroll
+    for (int i = 0; i < kWChunks; ++i) {
+      const bool valid = w_row_ok[i] && w_col[i] < left;
+      CpAsync16(w_slot + w_dst[i], valid ? w_src[i] + base : w_src[i], valid);
+    }
+    const uint32_t x_slot = SharedAddress(x_tiles) + slot * kXTile;
+#pragma unroll
+    for (int i = 0; i < kXChunks; ++i) {
+      const bool valid = x_row_ok[i] && x_col[i] < left;
+      CpAsync16(x_slot + x_dst[i], valid ? x_src[i] + base : x_src[i], valid);
+    }
+  };
+
+  float acc[kMi][kNi][4];
+#pragma unroll
+  for (int mi = 0; mi < kMi; ++mi) {
+#pragma unroll
+    for (int ni = 0; ni < kNi; ++ni) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[mi][ni][r] = 0.0f;
+    }
+  }
+
+  auto compute = [&](int slot, int steps) {
+    const uint32_t w_base = SharedAddress(w_tiles) + slot * kWTile;
+    const uint32_t x_base = SharedAddress(x_tiles) + slot * kXTile;
+#pragma unroll
+    for (int j = 0; j < kStepsPerStage; ++j) {
+      if (j >= steps) break;  // uniform over the CTA: only in the last stage
+      uint32_t b[kNi][2];
+#pragma unroll
+      for (int ni = 0; ni + 1 < kNi; ni += 2) {
+        const Fp8GemmRowChunk src = Fp8GemmBLdmatrixSource(lane, j);
+        LdMatrixX4(x_base + Fp8GemmSwizzledOffset(warp_m0 + ni * 8 + src.row, src.chunk),
+                   b[ni][0], b[ni][1], b[ni + 1][0], b[ni + 1][1]);
+      }
+      if constexpr (kNi % 2 == 1) {
+        const Fp8GemmRowChunk src = Fp8GemmBLdmatrixSource(lane & 15, j);
+        LdMatrixX2(x_base + Fp8GemmSwizzledOffset(warp_m0 + (kNi - 1) * 8 + src.row, src.chunk),
+                   b[kNi - 1][0], b[kNi - 1][1]);
+      }
+#pragma unroll
+      for (int mi = 0; mi < kMi; ++mi) {
+        uint32_t a[4];
+        const Fp8GemmRowChunk src = Fp8GemmALdmatrixSource(lane, j);
+        LdMatrixX4(w_base + Fp8GemmSwizzledOffset(warp_n0 + mi * 16 + src.row, src.chunk), a[0],
+                   a[1], a[2], a[3]);
+#pragma unroll
+        for (int ni = 0; ni < kNi; ++ni) MmaBf16(a, b[ni][0], b[ni][1], acc[mi][ni]);
+      }
+    }
+  };
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < num_kt) load_tiles(s, s);
+    CpAsyncCommit();
+  }
+  int slot = 0;
+  int next_slot = kStages - 1;
+  for (int kt = 0; kt < num_kt; ++kt) {
+    CpAsyncWait<kStages - 2>();
+    __syncthreads();
+    const int next = kt + kStages - 1;
+    if (next < num_kt) load_tiles(next, next_slot);
+    CpAsyncCommit();
+    compute(slot, min(kStepsPerStage, total_steps - kt * kStepsPerStage));
+    slot = slot + 1 == kStages ? 0 : slot + 1;
+    next_slot = next_slot + 1 == kStages ? 0 : next_slot + 1;
+  }
+
+  const int64_t y_off = g * args.y_stride;
+#pragma unroll
+  for (int mi = 0; mi < kMi; ++mi) {
+#pragma unroll
+    for (int ni = 0; ni < kNi; ++ni) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const Fp8GemmAccCoord c = Fp8GemmAccumulatorCoord(lane, r);
+        const int64_t gn = n0 + warp_n0 + mi * 16 + c.n;
+        const int64_t gm = m0 + warp_m0 + ni * 8 + c.m;
+        if (gn < args.n && gm < args.m) {
+          if (args.bf16_out) {
+            static_cast<__nv_bfloat16*>(args.y)[y_off + gm * args.n + gn] =
+                __float2bfloat16_rn(acc[mi][ni][r]);
+          } else {
+            static_cast<float*>(args.y)[y_off + gm * args.n + gn] = acc[mi][ni][r];
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace bf16_gemm
+}  // namespace weir::kernels::cuda::dense
+
+#endif  // WEIR_KERNELS_CUDA_DENSE_BF16_GEMM_SM90_CUH_

@@ -1,0 +1,192 @@
+// GPU test of Bf16Gemm: against the exact (double) product of the bf16
+// operands, bit-identity across tiles, batch compositions and group counts,
+// bf16 output, and bad arguments.
+
+#include "kernels/cuda/dense/bf16_gemm_sm90.h"
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/common/numeric_formats.h"
+#include "kernels/cuda/dense/test_util.h"
+
+namespace weir::kernels::cuda::dense {
+namespace {
+
+constexpr Fp8GemmTile kAllTiles[] = {
+    Fp8GemmTile::kN16M8,  Fp8GemmTile::kN16M16,  Fp8GemmTile::kN16M32,  Fp8GemmTile::kN16M64,
+    Fp8GemmTile::kN32M8,  Fp8GemmTile::kN32M16,  Fp8GemmTile::kN32M32,  Fp8GemmTile::kN32M64,
+    Fp8GemmTile::kN64M64, Fp8GemmTile::kN128M64, Fp8GemmTile::kN128M128};
+
+uint16_t Bits(float v) {
+  uint32_t b;
+  const float r = kernels::RoundToBf16(v);
+  std::memcpy(&b, &r, 4);
+  return static_cast<uint16_t>(b >> 16);
+}
+float Value(uint16_t bits) {
+  const uint32_t b = static_cast<uint32_t>(bits) << 16;
+  float v;
+  std::memcpy(&v, &b, 4);
+  return v;
+}
+
+// Random bf16 rows whose magnitudes differ by row (2^-6 .. 2^6).
+std::vector<uint16_t> RandomRows(int64_t rows, int64_t k, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-6, 6);
+  std::vector<uint16_t> v(rows * k);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float s = std::ldexp(1.0f, exponent(rng));
+    for (int64_t c = 0; c < k; ++c) v[r * k + c] = Bits(normal(rng) * s);
+  }
+  return v;
+}
+
+// Runs Bf16Gemm on host operands (NaN-poisoned output); empty on failure.
+std::vector<float> RunGpu(const std::vector<uint16_t>& x, const std::vector<uint16_t>& w,
+                          int64_t m, int64_t n, int64_t k, Fp8GemmTile tile,
+                          Fp8GemmOutput output = Fp8GemmOutput::kF32, int groups = 1,
+                          int64_t xs = 0, int64_t ws = 0, int64_t ys = 0) {
+  DeviceBuffer<uint16_t> dx(x), dw(w);
+  const int64_t y_count = groups * (ys != 0 ? ys : m * n);
+  DeviceBuffer<float> y(y_count);
+  if (!dx.ok() || !dw.ok() || !y.ok()) {
+    ADD_FAILURE() << "cudaMalloc";
+    return {};
+  }
+  y.Poison(0xFF);
+  const absl::Status st = Bf16Gemm({.x = dx.get(), .w = dw.get(), .y = y.get(), .m = m, .n = n,
+                                    .k = k, .groups = groups, .x_group_stride = xs,
+                                    .w_group_stride = ws, .y_group_stride = ys,
+                                    .output = output, .tile = tile},
+                                   nullptr);
+  if (!st.ok()) {
+    ADD_FAILURE() << st;
+    return {};
+  }
+  if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) {
+    ADD_FAILURE() << cudaGetErrorString(e);
+    return {};
+  }
+  std::vector<float> out = y.ToHost();
+  if (output == Fp8GemmOutput::kBf16) {  // widen the packed bf16 results
+    std::vector<uint16_t> raw(y_count);
+    std::memcpy(raw.data(), out.data(), y_count * sizeof(uint16_t));
+    for (int64_t i = 0; i < y_count; ++i) out[i] = Value(raw[i]);
+  }
+  return out;
+}
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b, int64_t count) {
+  return a.size() >= static_cast<size_t>(count) && b.size() >= static_cast<size_t>(count) &&
+         std::memcmp(a.data(), b.data(), count * sizeof(float)) == 0;
+}
+
+// Against the exact product, for shapes with partial tiles, a half last K
+// step (k % 16 == 8) and long K.
+TEST(Bf16GemmTest, MatchesTheExactProduct) {
+  struct Shape {
+    int64_t m, n, k;
+  };
+  for (const Shape s : {Shape{1, 1000, 4096}, Shape{37, 96, 200}, Shape{130, 300, 520},
+                        Shape{8, 129, 8}}) {
+    std::mt19937 rng(static_cast<uint32_t>(s.m * 31 + s.n * 7 + s.k));
+    const std::vector<uint16_t> x = RandomRows(s.m, s.k, rng), w = RandomRows(s.n, s.k, rng);
+    const std::vector<float> y = RunGpu(x, w, s.m, s.n, s.k, Fp8GemmTile::kAuto);
+    ASSERT_EQ(y.size(), static_cast<size_t>(s.m * s.n));
+    const double steps = std::ceil(s.k / 16.0);
+    double worst = 0;
+    for (int64_t i = 0; i < s.m; ++i) {
+      for (int64_t j = 0; j < s.n; ++j) {
+        double exact = 0, abs_sum = 0;
+        for (int64_t c = 0; c < s.k; ++c) {
+          const double p = static_cast<double>(Value(x[i * s.k + c])) * Value(w[j * s.k + c]);
+          exact += p;
+          abs_sum += std::fabs(p);
+        }
+        const double err = std::fabs(y[i * s.n + j] - exact);
+        const double bound = (1e-6 + steps * std::ldexp(1.0, -22)) * abs_sum;
+        ASSERT_LE(err, bound) << "m " << s.m << " n " << s.n << " k " << s.k << " at " << i
+                              << "," << j;
+        if (abs_sum > 0) worst = std::max(worst, err / abs_sum);
+      }
+    }
+    std::printf("m %lld n %lld k %lld: worst |y - exact| / sum|xw| = %.3g\n",
+                static_cast<long long>(s.m), static_cast<long long>(s.n),
+                static_cast<long long>(s.k), worst);
+  }
+}
+
+// Every tile gives the same bits; a row gives the same bits alone and in a
+// batch (batch invariance).
+TEST(Bf16GemmTest, BitIdenticalAcrossTilesAndBatches) {
+  const int64_t m = 70, n = 200, k = 1032;
+  std::mt19937 rng(11);
+  const std::vector<uint16_t> x = RandomRows(m, k, rng), w = RandomRows(n, k, rng);
+  const std::vector<float> want = RunGpu(x, w, m, n, k, Fp8GemmTile::kAuto);
+  ASSERT_EQ(want.size(), static_cast<size_t>(m * n));
+  for (Fp8GemmTile tile : kAllTiles) {
+    EXPECT_TRUE(SameBits(RunGpu(x, w, m, n, k, tile), want, m * n))
+        << "tile " << static_cast<int>(tile);
+  }
+  for (int64_t row : {int64_t{0}, int64_t{33}, int64_t{69}}) {
+    const std::vector<uint16_t> one(x.begin() + row * k, x.begin() + (row + 1) * k);
+    const std::vector<float> alone = RunGpu(one, w, 1, n, k, Fp8GemmTile::kAuto);
+    ASSERT_EQ(alone.size(), static_cast<size_t>(n));
+    EXPECT_EQ(std::memcmp(alone.data(), want.data() + row * n, n * sizeof(float)), 0)
+        << "row " << row;
+  }
+}
+
+// A grouped launch (padded strides) equals one launch per group, bit for bit;
+// the bf16 output is the fp32 result rounded to nearest even.
+TEST(Bf16GemmTest, GroupsAndBf16Output) {
+  const int groups = 3;
+  const int64_t m = 5, n = 64, k = 256, xs = m * k + 8, ws = n * k + 64, ys = m * n + 3;
+  std::mt19937 rng(17);
+  const std::vector<uint16_t> x = RandomRows(groups * xs / k + 1, k, rng),
+                              w = RandomRows(groups * ws / k + 1, k, rng);
+  const std::vector<float> all =
+      RunGpu(x, w, m, n, k, Fp8GemmTile::kAuto, Fp8GemmOutput::kF32, groups, xs, ws, ys);
+  ASSERT_EQ(all.size(), static_cast<size_t>(groups * ys));
+  for (int g = 0; g < groups; ++g) {
+    const std::vector<uint16_t> xg(x.begin() + g * xs, x.begin() + g * xs + m * k);
+    const std::vector<uint16_t> wg(w.begin() + g * ws, w.begin() + g * ws + n * k);
+    const std::vector<float> one = RunGpu(xg, wg, m, n, k, Fp8GemmTile::kAuto);
+    ASSERT_EQ(one.size(), static_cast<size_t>(m * n));
+    EXPECT_EQ(std::memcmp(one.data(), all.data() + g * ys, m * n * sizeof(float)), 0)
+        << "group " << g;
+    const std::vector<float> b16 = RunGpu(xg, wg, m, n, k, Fp8GemmTile::kAuto,
+                                          Fp8GemmOutput::kBf16);
+    for (int64_t i = 0; i < m * n; ++i) {
+      ASSERT_EQ(b16[i], kernels::RoundToBf16(one[i])) << "group " << g << " element " << i;
+    }
+  }
+}
+
+TEST(Bf16GemmTest, RefusesBadArguments) {
+  DeviceBuffer<uint16_t> b(1024);
+  DeviceBuffer<float> y(1024);
+  const Bf16GemmParams good{.x = b.get(), .w = b.get(), .y = y.get(), .m = 2, .n = 4, .k = 16};
+  EXPECT_TRUE(Bf16Gemm(good, nullptr).ok());
+  Bf16GemmParams p = good;
+  p.k = 12;
+  EXPECT_EQ(Bf16Gemm(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  p = good;
+  p.x = b.get() + 1;
+  EXPECT_EQ(Bf16Gemm(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  p = good;
+  p.w = nullptr;
+  EXPECT_EQ(Bf16Gemm(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+}  // namespace
+}  // namespace weir::kernels::cuda::dense
