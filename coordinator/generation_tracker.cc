@@ -46,7 +46,8 @@ SeqSubmission MakeSubmission(RequestId id, const BuiltRequest& built,
                                              .min_new_tokens = built.min_new_tokens,
                                              .stop_token_ids = built.stop_token_ids,
                                              .ignore_eos = built.ignore_eos,
-                                             .priority = built.priority};
+                                             .priority = built.priority,
+                                             .tenant = built.tenant};
   submission.sampling = built.sampling;
   submission.seed = built.seed;
   submission.constraint = built.constraint;

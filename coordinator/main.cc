@@ -85,6 +85,10 @@ ABSL_FLAG(int, max_seqs_per_rank, 64,
           "Concurrent sequences per rank (at most the sequence slots the workers report, "
           "worker --max_slots).");
 ABSL_FLAG(int, max_prefill_tokens, 2048, "Token budget of one prefill step per rank.");
+ABSL_FLAG(int, max_running_per_tenant, 0,
+          "Most sequences of one tenant (GenerateRequest.tenant, HTTP `user`) running at once "
+          "per rank; 0 = no limit. Within a priority the tenant with the fewest running is "
+          "admitted first either way.");
 ABSL_FLAG(int, default_max_new_tokens, 256, "max_new_tokens of requests that set none.");
 ABSL_FLAG(std::string, backend, "cpu",
           "Local cluster: the workers' backend, cpu or cuda (worker r on GPU r mod the "
@@ -205,6 +209,7 @@ StepDriverOptions DriverOptionsFromFlags(const model::ModelConfig& config,
   driver_options.rank.max_model_len = model.max_context_tokens;
   driver_options.rank.max_prefill_tokens = absl::GetFlag(FLAGS_max_prefill_tokens);
   driver_options.rank.max_decode_batch = absl::GetFlag(FLAGS_max_seqs_per_rank);
+  driver_options.rank.max_running_per_tenant = absl::GetFlag(FLAGS_max_running_per_tenant);
   for (int64_t eos : model.eos_token_ids) {
     driver_options.rank.eos_token_ids.push_back(static_cast<uint32_t>(eos));
   }

@@ -15,6 +15,7 @@ namespace {
 
 constexpr size_t kMaxLabelKeyBytes = 64;
 constexpr size_t kMaxLabelValueBytes = 512;
+constexpr size_t kMaxTenantBytes = 128;
 
 absl::Status Bad(const std::string& field, const std::string& why) {
   return WithBadField(absl::InvalidArgumentError(absl::StrCat(field, ": ", why)), field, why);
@@ -248,6 +249,10 @@ absl::StatusOr<BuiltRequest> BuildRequest(const v1::GenerateRequest& request,
   built.seed = in.has_seed() ? in.seed() : random_seed;
   built.num_samples = std::max<uint32_t>(in.num_samples(), 1);
   built.priority = request.priority();
+  if (request.tenant().size() > kMaxTenantBytes) {
+    return Bad("tenant", absl::StrCat("longer than ", kMaxTenantBytes, " bytes"));
+  }
+  built.tenant = request.tenant();
   if (request.has_max_queue_time()) {
     built.max_queue_time = absl::Seconds(request.max_queue_time().seconds()) +
                            absl::Nanoseconds(request.max_queue_time().nanos());

@@ -67,8 +67,9 @@ struct BuiltRequest {
   bool return_text = true;
   bool return_token_ids = true;
   bool skip_special_tokens = false;
-  // GenerateRequest.priority (lower is more urgent).
+  // GenerateRequest.priority (lower is more urgent) and tenant (<= 128 bytes).
   int32_t priority = 0;
+  std::string tenant;
   // OutputOptions.top_logprobs (0 = off), prompt_logprobs, echo_prompt.
   uint32_t top_logprobs = 0;
   std::optional<uint32_t> prompt_logprobs;

@@ -510,6 +510,10 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(Endpoint endpoint, const Json& 
   RETURN_IF_ERROR(GetInt(body, "priority", std::numeric_limits<int32_t>::min(),
                          std::numeric_limits<int32_t>::max(), priority));
   if (priority) common.set_priority(static_cast<int32_t>(*priority));
+  // OpenAI's end-user id is the fair-share key (GenerateRequest.tenant).
+  std::optional<std::string> user;
+  RETURN_IF_ERROR(GetString(body, "user", user));
+  if (user) common.set_tenant(*user);
   std::optional<bool> skip_special;
   RETURN_IF_ERROR(GetBool(body, "skip_special_tokens", skip_special));
   v1::OutputOptions& output = *common.mutable_output();

@@ -51,6 +51,8 @@ TEST(OpenAiRequestTest, CompletionMapsEverySamplingAndStopField) {
   ASSERT_EQ(r.calls.size(), 1u);
   const v1::GenerateRequest& g = r.calls[0];
   EXPECT_EQ(g.text(), "Hello");
+  EXPECT_EQ(g.priority(), -3);
+  EXPECT_EQ(g.tenant(), "someone");
   EXPECT_EQ(g.stop().max_new_tokens(), 7u);
   EXPECT_FLOAT_EQ(g.sampling().temperature(), 0.5f);
   EXPECT_FLOAT_EQ(g.sampling().top_p(), 0.9f);

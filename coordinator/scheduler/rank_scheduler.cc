@@ -5,8 +5,10 @@
 #include "coordinator/scheduler/rank_scheduler.h"
 
 #include <algorithm>
+#include <string_view>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "base/logging.h"
 
@@ -23,6 +25,10 @@ absl::StatusOr<std::unique_ptr<RankScheduler>> RankScheduler::Create(
                      "max_running >= 0; got ",
                      config.max_model_len, ", ", config.max_prefill_tokens, ", ",
                      config.max_decode_batch, ", ", config.max_running));
+  }
+  if (config.max_running_per_tenant < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("need max_running_per_tenant >= 0; got ",
+                                                   config.max_running_per_tenant));
   }
   RankSchedulerConfig c = config;
   if (c.max_running == 0) c.max_running = c.max_decode_batch;
@@ -98,7 +104,8 @@ RankLoad RankScheduler::Load() const {
   load.has_decode_work = !running_.empty();
   bool head_admissible = false;
   if (!waiting_.empty() && load.num_prefilling + load.num_running < config_.max_running) {
-    head_admissible = CanAdmit(seqs_.at(waiting_.front()));
+    auto next = NextToAdmit();
+    head_admissible = next != waiting_.end() && CanAdmit(seqs_.at(*next));
   }
   load.has_prefill_work = !prefilling_.empty() || head_admissible;
   return load;
@@ -112,6 +119,29 @@ bool RankScheduler::CanAdmit(const Sequence& seq) const {
   }
   return blocks_.num_free_slots() > 0 &&
          BlocksForTokens(config_.kv, seq.prefill_len) + reserved <= blocks_.num_free_blocks();
+}
+
+std::deque<RequestId>::const_iterator RankScheduler::NextToAdmit() const {
+  absl::flat_hash_map<std::string_view, int32_t> admitted;
+  for (const std::vector<RequestId>* list : {&prefilling_, &running_}) {
+    for (RequestId id : *list) ++admitted[seqs_.at(id).request.tenant];
+  }
+  auto best = waiting_.end();
+  int32_t best_count = 0;
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+    const SeqRequest& request = seqs_.at(*it).request;
+    // The queue is ordered by priority: a less urgent one never goes first.
+    if (best != waiting_.end() && request.priority != seqs_.at(*best).request.priority) break;
+    auto found = admitted.find(request.tenant);
+    const int32_t count = found == admitted.end() ? 0 : found->second;
+    if (config_.max_running_per_tenant > 0 && count >= config_.max_running_per_tenant) continue;
+    if (best == waiting_.end() || count < best_count) {
+      best = it;
+      best_count = count;
+      if (count == 0) break;  // No one can have fewer; earlier ones won ties.
+    }
+  }
+  return best;
 }
 
 void RankScheduler::ReleaseKv(Sequence& seq) {

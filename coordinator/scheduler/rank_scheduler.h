@@ -1,7 +1,9 @@
 // coordinator/scheduler/rank_scheduler.h
 //
 // RankScheduler: the queues and KV books of one DP rank. It admits requests
-// in priority order (SeqRequest::priority, lower first; FCFS within one),
+// in priority order (SeqRequest::priority, lower first), within a priority the
+// tenant with the fewest admitted sequences first (fair share; FCFS among
+// equals; max_running_per_tenant caps a tenant),
 // plans one step at a time (chunked prefill under a token budget, or a decode
 // batch), preempts by recompute when blocks run out (the least urgent
 // admitted sequence; among equals the one with the shortest output so far,
@@ -43,6 +45,10 @@ struct RankSchedulerConfig {
   int32_t max_running = 0;
   // Model end tokens (EOS).
   std::vector<uint32_t> eos_token_ids;
+  // Most sequences of one tenant admitted (prefilling + running) at once on
+  // the rank; 0 = no limit. A tenant at its limit waits while others are
+  // admitted.
+  int32_t max_running_per_tenant = 0;
 };
 
 // Usage (plain stepping; zero-overhead builds plan s+1 before OnResult(s)):
@@ -136,6 +142,11 @@ class RankScheduler {
   // True if `seq` (waiting) may be admitted now: a slot, and blocks for its
   // prefill beyond those reserved for starved running sequences.
   bool CanAdmit(const Sequence& seq) const;
+  // The waiting sequence to admit next (waiting_.end() if none may be): in
+  // the most urgent priority that has one, the first in queue order whose
+  // tenant has the fewest admitted sequences, skipping tenants at
+  // max_running_per_tenant. It is never skipped for lack of blocks.
+  std::deque<RequestId>::const_iterator NextToAdmit() const;
   // Releases the KV and slot of `seq` (deferred past its last planned step).
   void ReleaseKv(Sequence& seq);
   // Puts `seq` (holding no KV, on no list) in the waiting state of a new

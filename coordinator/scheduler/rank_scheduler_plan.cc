@@ -84,9 +84,11 @@ void RankScheduler::SchedulePrefill(RankStepPlan& plan) {
   // whole prefill: their chunks share the steps.
   int64_t reserve = 0;
   if (!prefilling_.empty() && !waiting_.empty() &&
-      static_cast<int64_t>(prefilling_.size() + running_.size()) < config_.max_running &&
-      CanAdmit(seqs_.at(waiting_.front()))) {
-    reserve = std::min<int64_t>(seqs_.at(waiting_.front()).prefill_len, budget / 2);
+      static_cast<int64_t>(prefilling_.size() + running_.size()) < config_.max_running) {
+    auto next = NextToAdmit();
+    if (next != waiting_.end() && CanAdmit(seqs_.at(*next))) {
+      reserve = std::min<int64_t>(seqs_.at(*next).prefill_len, budget / 2);
+    }
   }
   // Copy: a chunk that completes a prefill moves the sequence to running_.
   const std::vector<RequestId> prefilling = prefilling_;
@@ -96,12 +98,14 @@ void RankScheduler::SchedulePrefill(RankStepPlan& plan) {
   }
   while (budget > 0 && !waiting_.empty() &&
          static_cast<int64_t>(prefilling_.size() + running_.size()) < config_.max_running) {
-    Sequence& seq = seqs_.at(waiting_.front());
+    auto next = NextToAdmit();
+    if (next == waiting_.end()) return;  // Every waiting tenant is at its limit.
+    Sequence& seq = seqs_.at(*next);
     // The whole prefill is reserved at admission, so a started prefill never
-    // waits for blocks; the head is never skipped (FCFS).
+    // waits for blocks; the chosen one is never skipped for another.
     if (!CanAdmit(seq)) return;
     WEIR_CHECK_OK(blocks_.Allocate(seq.request.id, seq.prefill_len));
-    waiting_.pop_front();
+    waiting_.erase(next);
     waiting_blocks_ -= BlocksForTokens(config_.kv, seq.prefill_len);
     seq.state = SeqState::kPrefilling;
     prefilling_.push_back(seq.request.id);

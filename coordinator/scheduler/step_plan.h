@@ -12,6 +12,7 @@
 #define WEIR_COORDINATOR_SCHEDULER_STEP_PLAN_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "base/strong_id.h"
@@ -37,6 +38,10 @@ struct SeqRequest {
   // ordered by it (FCFS within one value), decode batches over the limit
   // keep the most urgent, and preemption takes the least urgent first.
   int32_t priority = 0;
+  // GenerateRequest.tenant ("" is a tenant too): within a priority, the
+  // tenant with the fewest admitted sequences on the rank is admitted first,
+  // so a tenant flooding the queue cannot starve the others.
+  std::string tenant;
 };
 
 // Why a sequence ended; mirrors weir.v1.FinishReason.
