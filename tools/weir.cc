@@ -5,6 +5,8 @@
 //
 // Exit code 0 on success (for `health`: the service is SERVING), 1 otherwise.
 
+#include <unistd.h>
+
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -19,6 +21,7 @@
 #include "coordinator/batch_client.h"
 #include "proto/eplb.grpc.pb.h"
 #include "proto/inference.grpc.pb.h"
+#include "tools/progress_bar.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "Coordinator address.");
 ABSL_FLAG(std::string, service, "weir.v1.Inference",
@@ -230,11 +233,11 @@ int Batch(const std::shared_ptr<grpc::Channel>& channel, const std::string& path
   std::ofstream file;
   if (!absl::GetFlag(FLAGS_output).empty()) file.open(absl::GetFlag(FLAGS_output));
   std::ostream& out = absl::GetFlag(FLAGS_output).empty() ? std::cout : file;
-  absl::StatusOr<coordinator::BatchCounts> counts =
-      coordinator::RunJsonlBatch(channel, text, out, [](int done, int total) {
-        std::cerr << "\r" << done << "/" << total << " done" << std::flush;
-      });
-  std::cerr << "\n";
+  // A bar redrawn in place on a terminal; plain lines in logs and pipes.
+  tools::ProgressBar bar(std::cerr, isatty(STDERR_FILENO) != 0, absl::Now());
+  absl::StatusOr<coordinator::BatchCounts> counts = coordinator::RunJsonlBatch(
+      channel, text, out, [&bar](int done, int total) { bar.Update(done, total, absl::Now()); });
+  bar.Finish(absl::Now());
   if (!counts.ok()) {
     std::cerr << "batch: " << counts.status() << "\n";
     return 1;
