@@ -85,6 +85,12 @@ ABSL_FLAG(int, max_seqs_per_rank, 64,
           "Concurrent sequences per rank (at most the sequence slots the workers report, "
           "worker --max_slots).");
 ABSL_FLAG(int, max_prefill_tokens, 2048, "Token budget of one prefill step per rank.");
+ABSL_FLAG(int, prefill_attempt_interval, 70,
+          "While sequences decode, a prefill step is tried every this many decode steps when "
+          "every rank has prefill work (lower: shorter time to first token under load, "
+          "fewer decode steps per second).");
+ABSL_FLAG(int, prefill_any_attempt_interval, 100,
+          "The same when any rank has prefill work (bounds an isolated rank's wait).");
 ABSL_FLAG(int, max_running_per_tenant, 0,
           "Most sequences of one tenant (GenerateRequest.tenant, HTTP `user`) running at once "
           "per rank; 0 = no limit. Within a priority the tenant with the fewest running is "
@@ -210,6 +216,9 @@ StepDriverOptions DriverOptionsFromFlags(const model::ModelConfig& config,
   driver_options.rank.max_prefill_tokens = absl::GetFlag(FLAGS_max_prefill_tokens);
   driver_options.rank.max_decode_batch = absl::GetFlag(FLAGS_max_seqs_per_rank);
   driver_options.rank.max_running_per_tenant = absl::GetFlag(FLAGS_max_running_per_tenant);
+  driver_options.policy.prefill_attempt_interval = absl::GetFlag(FLAGS_prefill_attempt_interval);
+  driver_options.policy.prefill_any_attempt_interval =
+      absl::GetFlag(FLAGS_prefill_any_attempt_interval);
   for (int64_t eos : model.eos_token_ids) {
     driver_options.rank.eos_token_ids.push_back(static_cast<uint32_t>(eos));
   }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# sh_test entry of api_client_test: finds @pyenv//:python and the binaries in
-# the runfiles (tests/python_env.sh), generates Python gRPC stubs from proto/
+# sh_test entry of api_client_test (and of the module named by $1, e.g.
+# tenant_fairness_test.py): finds @pyenv//:python and the binaries in the
+# runfiles (tests/python_env.sh), generates Python gRPC stubs from proto/
 # into $TEST_TMPDIR with the pinned grpcio-tools, then runs the unittest
 # module, which starts the real coordinator (tests/weir_cluster.py).
 set -euo pipefail
@@ -20,4 +21,4 @@ mkdir -p "${gen}"
   --python_out="${gen}" --grpc_python_out="${gen}" proto/*.proto)
 
 export WEIR_PYGEN_DIR="${gen}"
-exec "${python}" "${runfiles}/tests/python_client/api_client_test.py" -v
+exec "${python}" "${runfiles}/tests/python_client/${1:-api_client_test.py}" -v
