@@ -199,9 +199,9 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
     WEIR_CHECK(dd.ok()) << dd.status();
     if (mode[0] == 'g') {
       const weir::model::DeviceDecoderStats& st = (*dd)->stats();
-      std::printf("      weights %.1f MiB; fast dense layers %d, reference dense %d, fast MoE "
-                  "layers %d\n",
-                  st.weight_bytes / 1048576.0, st.fast_dense, st.reference_dense,
+      std::printf("      weights %.1f MiB; fast dense layers %d (bf16 %d), reference dense %d, "
+                  "fast MoE layers %d\n",
+                  st.weight_bytes / 1048576.0, st.fast_dense, st.bf16_dense, st.reference_dense,
                   st.fast_moe_layers);
     }
     for (size_t bi = 0; bi < batches.size(); ++bi) {
@@ -307,9 +307,11 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       {.numerics = numerics, .max_sequences = max_batch,
        .max_positions = context + warmup + steps + 8, .max_batch = max_batch});
   WEIR_CHECK(dd.ok()) << dd.status();
-  std::printf("numerics %s: fast dense layers %d, reference dense %d, fast MoE layers %d\n",
+  std::printf("numerics %s: fast dense layers %d (bf16 %d), reference dense %d, fast MoE layers "
+              "%d\n",
               weir::model::DecodeNumericsName(numerics), (*dd)->stats().fast_dense,
-              (*dd)->stats().reference_dense, (*dd)->stats().fast_moe_layers);
+              (*dd)->stats().bf16_dense, (*dd)->stats().reference_dense,
+              (*dd)->stats().fast_moe_layers);
   const weir::model::DeviceDecoderStats& st0 = (*dd)->stats();
   const double dense_bytes =
       static_cast<double>(st0.weight_bytes - st0.expert_bytes - st0.embed_bytes);

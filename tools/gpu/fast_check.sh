@@ -2,10 +2,12 @@
 # Runs on the GPU machine, from the repository root, after
 # `tar -xJf .gpu_pack/bundle.tar.xz`: the checks and measurements of the
 # `fast` decode numerics in one call (about 6-8 minutes on an H200):
-#   1. kernel tests of the fast path (dot_rows, fp8 GEMM, MXFP4 grouped GEMM,
-#      act quant, the gate with given logits);
+#   1. kernel tests of the fast path (dot_rows, fp8 and bf16 GEMMs, MXFP4
+#      grouped GEMM, act quant, the gate with given logits, the stored KV
+#      quantizers, SparseDecodeAttention);
 #   2. device_decoder_fast_test (fidelity against reference, batch invariance)
-#      and device_decoder_test (reference still bit-identical to the CPU);
+#      and device_decoder_test (reference still bit-identical to the CPU;
+#      skipped with FAST_CHECK_REFERENCE=0);
 #   3. decode_gpu on small (fast and reference) and the EP8 slice of
 #      V4.1-Flash (fast; --ep_slice_numerics to change);
 #   4. serve_smoke.sh on small (fast, reference, cpu).
@@ -33,14 +35,19 @@ step() {  # step NAME TIMEOUT_S COMMAND...
 }
 : > "${results}/summary.txt"
 for t in kernels_cuda_decode_dot_rows_test kernels_cuda_dense_fp8_block_gemm_sm90_test \
+         kernels_cuda_dense_bf16_gemm_sm90_test kernels_cuda_decode_rows_test \
+         kernels_cuda_dense_fake_quant_test kernels_cuda_attention_sparse_decode_attention_sm90_test \
          kernels_cuda_moe_mxfp4_grouped_gemm_sm90_test kernels_cuda_dense_act_quant_fp8_test \
          kernels_cuda_moe_moe_gate_test; do
   step "${t}" 120 "${bundle}/bin/${t}" || status=1
 done
 step device_decoder_fast_test 300 "${bundle}/bin/worker_model_device_decoder_fast_test" || status=1
-step device_decoder_test 300 "${bundle}/bin/worker_model_device_decoder_test" \
-  --gtest_filter='-*TwoRanks*' || status=1
-step decode_gpu_small 180 "${bundle}/tools/decode_gpu" --cuda_ops=false
+if [[ "${FAST_CHECK_REFERENCE:-1}" != 0 ]]; then
+  step device_decoder_test 300 "${bundle}/bin/worker_model_device_decoder_test" \
+    --gtest_filter='-*TwoRanks*' || status=1
+fi
+step decode_gpu_small 180 "${bundle}/tools/decode_gpu" --cuda_ops=false \
+  ${SMALL_NUMERICS:+--numerics=${SMALL_NUMERICS}}
 step decode_gpu_ep8 300 "${bundle}/tools/decode_gpu" --ep_slice=8 \
   --numerics="${EP_SLICE_NUMERICS:-fast}" --batches=1,64 --context=64 --steps=6
 step serve_smoke 400 "${bundle}/serve_smoke.sh" models/small "${results}/serve" || status=1

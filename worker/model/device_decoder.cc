@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "kernels/cpu/quant.h"
 #include "worker/model/device_decoder_impl.h"
 
 namespace weir::model {
@@ -22,7 +23,76 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The stored form of fp32 KV rows: window rows FP8 (e4m3 + UE8M0 per 32),
+// compressed rows FP4 (e2m1 + E4M3 per 16). Rows a sequence state holds are
+// values the model's quantization kept, so they re-encode exactly; anything
+// else is INTERNAL (the state is not one this model wrote).
+absl::Status EncodeKvRows(std::span<const float> rows, bool window, std::vector<uint8_t>& codes,
+                          std::vector<uint8_t>& scales) {
+  const int block = window ? 32 : 16;
+  codes.assign(window ? rows.size() : rows.size() / 2, 0);
+  scales.assign(rows.size() / block, 0);
+  std::vector<float> back(rows.size());
+  if (window) {
+    RETURN_IF_ERROR(kernels::cpu::QuantizeFp8(rows, block, codes, scales));
+    RETURN_IF_ERROR(kernels::cpu::DequantizeFp8(codes, scales, block, back));
+  } else {
+    RETURN_IF_ERROR(
+        kernels::cpu::QuantizeFp4(rows, block, kernels::cpu::Fp4Scale::kE4m3, codes, scales));
+    RETURN_IF_ERROR(
+        kernels::cpu::DequantizeFp4(codes, scales, block, kernels::cpu::Fp4Scale::kE4m3, back));
+  }
+  if (std::memcmp(back.data(), rows.data(), rows.size() * sizeof(float)) != 0) {
+    return absl::InternalError(absl::StrCat("Import: a ", window ? "window" : "compressed",
+                                            " KV row does not re-encode exactly in its stored "
+                                            "form"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DecodeKvRows(const std::vector<uint8_t>& codes, const std::vector<uint8_t>& scales,
+                          bool window, std::span<float> rows) {
+  if (window) return kernels::cpu::DequantizeFp8(codes, scales, 32, rows);
+  return kernels::cpu::DequantizeFp4(codes, scales, 16, kernels::cpu::Fp4Scale::kE4m3, rows);
+}
+
 }  // namespace
+
+absl::Status DeviceDecoder::Impl::UploadKv(std::span<const float> rows, bool window,
+                                           int64_t first_row) {
+  const int64_t hd = c.head_dim;
+  if (!stored_kv) {
+    WEIR_DD_CUDA("import KV", cudaMemcpy(kv_pool + first_row * hd, rows.data(),
+                                         rows.size() * sizeof(float), cudaMemcpyHostToDevice));
+    return absl::OkStatus();
+  }
+  std::vector<uint8_t> codes, scales;
+  RETURN_IF_ERROR(EncodeKvRows(rows, window, codes, scales));
+  const int64_t r = window ? first_row : first_row - window_rows_total;
+  uint8_t* cd = window ? win_codes + r * hd : comp_codes + r * hd / 2;
+  uint8_t* sd = window ? win_scales + r * hd / 32 : comp_scales + r * hd / 16;
+  WEIR_DD_CUDA("import KV", cudaMemcpy(cd, codes.data(), codes.size(), cudaMemcpyHostToDevice));
+  WEIR_DD_CUDA("import KV", cudaMemcpy(sd, scales.data(), scales.size(), cudaMemcpyHostToDevice));
+  return absl::OkStatus();
+}
+
+absl::Status DeviceDecoder::Impl::DownloadKv(std::span<float> rows, bool window,
+                                             int64_t first_row) {
+  const int64_t hd = c.head_dim;
+  if (!stored_kv) {
+    WEIR_DD_CUDA("export KV", cudaMemcpy(rows.data(), kv_pool + first_row * hd,
+                                         rows.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    return absl::OkStatus();
+  }
+  const int64_t n = static_cast<int64_t>(rows.size());
+  std::vector<uint8_t> codes(window ? n : n / 2), scales(n / (window ? 32 : 16));
+  const int64_t r = window ? first_row : first_row - window_rows_total;
+  const uint8_t* cs = window ? win_codes + r * hd : comp_codes + r * hd / 2;
+  const uint8_t* ss = window ? win_scales + r * hd / 32 : comp_scales + r * hd / 16;
+  WEIR_DD_CUDA("export KV", cudaMemcpy(codes.data(), cs, codes.size(), cudaMemcpyDeviceToHost));
+  WEIR_DD_CUDA("export KV", cudaMemcpy(scales.data(), ss, scales.size(), cudaMemcpyDeviceToHost));
+  return DecodeKvRows(codes, scales, window, rows);
+}
 
 const char* DecodeNumericsName(DecodeNumerics n) {
   return n == DecodeNumerics::kFast ? "fast" : "reference";
@@ -93,7 +163,16 @@ absl::StatusOr<std::unique_ptr<DeviceDecoder>> DeviceDecoder::Impl::Build(
   Region region;
   region.Begin(m.arena);
   RETURN_IF_ERROR(m.Layout(region));
-  WEIR_DD_CUDA("pool clear", cudaMemset(m.kv_pool, 0, m.pool_rows * c.head_dim * sizeof(float)));
+  if (m.stored_kv) {
+    const int64_t hd = c.head_dim, w = m.window_rows_total, cr = m.pool_rows - w;
+    WEIR_DD_CUDA("pool clear", cudaMemset(m.win_codes, 0, w * hd));
+    WEIR_DD_CUDA("pool clear", cudaMemset(m.win_scales, 0, w * hd / 32));
+    WEIR_DD_CUDA("pool clear", cudaMemset(m.comp_codes, 0, cr * hd / 2));
+    WEIR_DD_CUDA("pool clear", cudaMemset(m.comp_scales, 0, cr * hd / 16));
+  } else {
+    WEIR_DD_CUDA("pool clear",
+                 cudaMemset(m.kv_pool, 0, m.pool_rows * c.head_dim * sizeof(float)));
+  }
   WEIR_DD_CUDA("load clear", cudaMemset(m.load_routed, 0,
                                         c.n_layers * c.n_routed_experts * sizeof(int64_t)));
   WEIR_DD_CUDA("load clear", cudaMemset(m.load_served, 0, c.n_layers * sizeof(int64_t)));
@@ -120,6 +199,8 @@ absl::StatusOr<std::unique_ptr<DeviceDecoder>> DeviceDecoder::Impl::Build(
   st.embed_bytes = m.embed_bytes;
   st.mxfp4_layers = m.mxfp4_layers;
   st.fast_dense = m.fast_dense;
+  st.bf16_dense = m.bf16_dense;
+  st.stored_kv = m.stored_kv;
   st.reference_dense = m.reference_dense;
   st.fast_moe_layers = m.fast_moe_layers;
   return dd;
@@ -164,9 +245,7 @@ absl::Status DeviceDecoder::Import(int slot, const SequenceState& state) {
       std::span<const float> row = state.window(l).Row(p);
       std::copy(row.begin(), row.end(), block.begin() + (p % win) * hd);
     }
-    WEIR_DD_CUDA("import window",
-                 cudaMemcpy(m.kv_pool + (L.window_base + int64_t{slot} * win) * hd, block.data(),
-                            block.size() * sizeof(float), cudaMemcpyHostToDevice));
+    RETURN_IF_ERROR(m.UploadKv(block, /*window=*/true, L.window_base + int64_t{slot} * win));
     if (role.attention != AttentionRole::kFull) continue;
     const int r = role.ratio;
     const int64_t me = m.max_entries(r), entries = len / r;
@@ -182,10 +261,7 @@ absl::Status DeviceDecoder::Import(int slot, const SequenceState& state) {
       std::vector<float> kv_rows(entries * hd), key_rows(entries * di);
       store.ReadKv(l, 0, kv_rows);
       store.ReadIndexK(l, 0, key_rows);
-      WEIR_DD_CUDA("import compressed",
-                   cudaMemcpy(m.kv_pool + (L.comp_base + int64_t{slot} * me) * hd,
-                              kv_rows.data(), entries * hd * sizeof(float),
-                              cudaMemcpyHostToDevice));
+      RETURN_IF_ERROR(m.UploadKv(kv_rows, /*window=*/false, L.comp_base + int64_t{slot} * me));
       WEIR_DD_CUDA("import index keys",
                    cudaMemcpy(L.index_k + int64_t{slot} * me * di, key_rows.data(),
                               entries * di * sizeof(float), cudaMemcpyHostToDevice));
@@ -231,9 +307,7 @@ absl::Status DeviceDecoder::Export(int slot, SequenceState& state) {
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerRole& role = m.roles[l];
     const LayerDev& L = m.layers[l];
-    WEIR_DD_CUDA("export window",
-                 cudaMemcpy(block.data(), m.kv_pool + (L.window_base + int64_t{slot} * win) * hd,
-                            block.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    RETURN_IF_ERROR(m.DownloadKv(block, /*window=*/true, L.window_base + int64_t{slot} * win));
     for (int64_t p = std::max<int64_t>(0, len - win); p < len; ++p) {
       std::span<float> row = state.window(l).Row(p);
       std::copy_n(block.data() + (p % win) * hd, hd, row.data());
@@ -244,9 +318,7 @@ absl::Status DeviceDecoder::Export(int slot, SequenceState& state) {
     KvSourceState& src = state.kv_source(l);
     std::vector<float> kv_rows(entries * hd), key_rows(entries * di);
     if (entries > 0) {
-      WEIR_DD_CUDA("export compressed",
-                   cudaMemcpy(kv_rows.data(), m.kv_pool + (L.comp_base + int64_t{slot} * me) * hd,
-                              entries * hd * sizeof(float), cudaMemcpyDeviceToHost));
+      RETURN_IF_ERROR(m.DownloadKv(kv_rows, /*window=*/false, L.comp_base + int64_t{slot} * me));
       WEIR_DD_CUDA("export index keys",
                    cudaMemcpy(key_rows.data(), L.index_k + int64_t{slot} * me * di,
                               entries * di * sizeof(float), cudaMemcpyDeviceToHost));

@@ -125,6 +125,20 @@ struct DeviceDecoderOptions {
   // kFast: the head on DotRows (false: the reference's row-stable product;
   // for fidelity studies).
   bool fast_dot_rows = true;
+  // kFast with bf16 activations: the bf16 linears (the grouped wo_a, the
+  // head, compressor / indexer projections, Engram's wkv) held in bf16 on
+  // Bf16Gemm's tensor cores (false: fp32 on the reference kernel; the head
+  // then on DotRows). Their inputs are bf16-valued in that mode, so only the
+  // summation order differs from the reference.
+  bool fast_bf16 = true;
+  // kFast on head_dim 512 (V4.1-Flash): the KV pools in the model's stored
+  // form (window FP8 e4m3 + UE8M0 per 32, 528 bytes a row; compressed FP4
+  // e2m1 + E4M3 per 16, 288 bytes) read by SparseDecodeAttention (tensor
+  // cores, one CTA per query and 16 heads) instead of fp32 rows (2048 bytes)
+  // and the reference attention. The stored values are exactly the ones the
+  // reference's fake quantization keeps; only the attention's arithmetic
+  // differs (kernels/cuda/attention/sparse_decode_attention_sm90.h).
+  bool stored_kv = true;
   // Sequences held at once (slots 0 .. max_sequences-1).
   int max_sequences = 64;
   // Positions one slot can hold (prompt + generated).
@@ -185,8 +199,10 @@ struct DeviceDecoderStats {
   // and those left on the reference kernel (fp32); MoE layers whose routed
   // experts run on Mxfp4ExpertFfn.
   int fast_dense = 0;
+  int bf16_dense = 0;  // of fast_dense: held in bf16 on Bf16Gemm (the head counts)
   int reference_dense = 0;
   int fast_moe_layers = 0;
+  bool stored_kv = false;       // the pools hold the stored form (options.stored_kv applied)
   int64_t exchange_bytes = 0;   // expert parallelism: bytes sent to other ranks
   // With DeviceDecoderOptions::profile: device seconds per section name.
   std::map<std::string, double> section_seconds;

@@ -23,7 +23,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <numeric>
+#include <sstream>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -31,6 +35,7 @@
 #include "worker/model/cpu_ops.h"
 #include "worker/model/device_decoder.h"
 #include "worker/model/model.h"
+#include "worker/model/tiny_checkpoint.h"
 #include "worker/model/tiny_model_test_util.h"
 
 namespace weir::model {
@@ -166,7 +171,8 @@ void Print(const char* name, const char* mode, const Agreement& g) {
 // expert choices differing, median row error 0 / 3e-7 — the rows without a
 // flipped choice are at the summation-order floor).
 void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision precision,
-                   bool expect_fast_moe, double min_top1) {
+                   bool expect_fast_moe, double min_top1, double max_median = 1e-2,
+                   double max_choices_differing = 0.01) {
   const ModelConfig& c = ckpt.config();
   auto cpu = CpuModel(ckpt, precision);
   ASSERT_NE(cpu, nullptr);
@@ -177,12 +183,20 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
   auto fast = DeviceDecoder::Create(*cpu, precision, options);
   ASSERT_TRUE(fast.ok()) << fast.status();
   const DeviceDecoderStats& fs = (*fast)->stats();
-  std::printf("%s %s: fast dense layers %d, reference dense layers %d, fast MoE layers %d of "
-              "%lld; weights %.1f MiB fast vs %.1f MiB reference\n",
+  std::printf("%s %s: fast dense layers %d (bf16 %d), reference dense layers %d, fast MoE "
+              "layers %d of %lld; weights %.1f MiB fast vs %.1f MiB reference; KV pools %.1f "
+              "MiB %s vs %.1f MiB\n",
               name, precision == ActivationPrecision::kBf16 ? "bf16" : "fp32", fs.fast_dense,
-              fs.reference_dense, fs.fast_moe_layers, static_cast<long long>(c.n_layers),
-              fs.weight_bytes / 1048576.0, (*ref)->stats().weight_bytes / 1048576.0);
+              fs.bf16_dense, fs.reference_dense, fs.fast_moe_layers,
+              static_cast<long long>(c.n_layers), fs.weight_bytes / 1048576.0,
+              (*ref)->stats().weight_bytes / 1048576.0, fs.pool_bytes / 1048576.0,
+              fs.stored_kv ? "stored form" : "fp32", (*ref)->stats().pool_bytes / 1048576.0);
   EXPECT_GT(fs.fast_dense, 0);
+  EXPECT_EQ(fs.stored_kv, c.head_dim == 512);
+  EXPECT_EQ(fs.bf16_dense > 0, precision == ActivationPrecision::kBf16);
+  if (fs.stored_kv) {
+    EXPECT_LT(fs.pool_bytes, (*ref)->stats().pool_bytes);
+  }
   EXPECT_LT(fs.weight_bytes, (*ref)->stats().weight_bytes);
   EXPECT_EQ((*ref)->stats().fast_dense, 0);
   if (expect_fast_moe) EXPECT_EQ(fs.fast_moe_layers, c.n_layers);
@@ -191,8 +205,8 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
   ASSERT_GE(synced.positions, 512);
   Print(name, "one step on a shared history", synced);
   EXPECT_GE(static_cast<double>(synced.top1) / synced.positions, min_top1);
-  EXPECT_LE(synced.median(), 1e-2);
-  EXPECT_LE(synced.choices_differing, synced.choices / 100);
+  EXPECT_LE(synced.median(), max_median);
+  EXPECT_LE(synced.choices_differing, synced.choices * max_choices_differing);
   // Tokens only: each decoder keeps its own KV, so a difference (an FP8
   // rounding or an expert choice that flips on a near-tie) stays in the
   // history; with random weights that drift is large. Reported, and held to
@@ -205,30 +219,85 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
   EXPECT_LE(drift.median(), 0.5);
 }
 
+// The small model with V4.1's head_dim of 512: the fast path then holds the
+// KV pools in stored form and attends with SparseDecodeAttention (tiny and
+// small, head_dim 256, keep fp32 pools and the reference attention).
+const Checkpoint* Small512Checkpoint() {
+  static const Checkpoint* checkpoint = []() -> const Checkpoint* {
+    std::ifstream in("models/small/config.json");
+    std::stringstream text;
+    text << in.rdbuf();
+    std::string json = text.str();
+    const std::string from = "\"head_dim\": 256";
+    const size_t at = json.find(from);
+    EXPECT_NE(at, std::string::npos);
+    if (at == std::string::npos) return nullptr;
+    json.replace(at, from.size(), "\"head_dim\": 512");
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    const std::string dir = std::string(tmp ? tmp : "/tmp") + "/small_hd512";
+    std::error_code error;
+    std::filesystem::create_directories(dir, error);
+    std::ofstream(dir + "/config.json") << json;
+    auto c = GenerateAndOpenCheckpoint(dir + "/config.json", dir + "/ckpt", 3);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? c->release() : nullptr;
+  }();
+  return checkpoint;
+}
+
 // Fidelity study (prints only): one-step error on a shared history with
 // parts of the fast path switched off.
 TEST(DeviceDecoderFastTest, StudyParts) {
   if (std::getenv("WEIR_FAST_STUDY") == nullptr) GTEST_SKIP() << "set WEIR_FAST_STUDY";
-  for (const Checkpoint* ck : {&TinyCheckpoint(11), SmallCheckpoint(3)}) {
+  // WEIR_FAST_STUDY=512: only the head_dim 512 model, with the stored KV
+  // pools (and SparseDecodeAttention) on and off.
+  const bool only512 = std::string(std::getenv("WEIR_FAST_STUDY")) == "512";
+  std::vector<const Checkpoint*> models = {Small512Checkpoint()};
+  if (!only512) models = {&TinyCheckpoint(11), SmallCheckpoint(3), Small512Checkpoint()};
+  for (const Checkpoint* ck : models) {
+    ASSERT_NE(ck, nullptr);
     auto cpu = CpuModel(*ck, ActivationPrecision::kBf16);
     ASSERT_NE(cpu, nullptr);
     DeviceDecoderOptions options{.max_sequences = 8, .max_positions = 128, .max_batch = 8};
     auto ref = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, options);
     ASSERT_TRUE(ref.ok());
-    for (int variant = 2; variant < 4; ++variant) {
+    // Bits: 1 the head on DotRows, 2 fast experts, 4 bf16 linears on
+    // Bf16Gemm, 8 stored KV pools (head_dim 512 only).
+    const std::vector<int> variants =
+        only512 ? std::vector<int>{7, 15} : std::vector<int>{3, 6, 7, 15};
+    for (int variant : variants) {
       DeviceDecoderOptions o = options;
       o.numerics = DecodeNumerics::kFast;
       o.fast_dot_rows = variant & 1;
       o.fast_experts = variant & 2;
+      o.fast_bf16 = variant & 4;
+      o.stored_kv = variant & 8;
       auto fast = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, o);
       ASSERT_TRUE(fast.ok());
       const Agreement g = Compare(*cpu, **ref, **fast, true);
-      char name[64];
-      std::snprintf(name, sizeof(name), "dim %lld dot_rows %d experts %d",
-                    static_cast<long long>(ck->config().dim), variant & 1, (variant >> 1) & 1);
+      char name[96];
+      std::snprintf(name, sizeof(name),
+                    "dim %lld head_dim %lld dot_rows %d experts %d bf16 %d stored_kv %d",
+                    static_cast<long long>(ck->config().dim),
+                    static_cast<long long>(ck->config().head_dim), variant & 1,
+                    (variant >> 1) & 1, (variant >> 2) & 1, (variant >> 3) & 1);
       Print(name, "synced", g);
     }
   }
+}
+
+TEST(DeviceDecoderFastTest, StoredKvOnHeadDim512AgreesWithReference) {
+  const Checkpoint* ck = Small512Checkpoint();
+  ASSERT_NE(ck, nullptr);
+  // SparseDecodeAttention rounds the softmax weights to bf16 for P.V (rel. L2
+  // ~1e-3 per attention output, kernels/cuda/attention's test), a thousand
+  // times the FP8 products' order differences, at every layer; this random
+  // model's near-tied gates turn that into expert flips that cascade (even
+  // the 1e-7 differences flip 0.5% of choices on small). Measured on an H200:
+  // top-1 0.574, 6.3% of choices differing, median row error 0.23; the bars
+  // below hold that and still fail a broken kernel or a wrong row (unrelated
+  // logits: top-1 ~1/vocab, error ~1.4).
+  CheckFidelity(*ck, "small head_dim 512", ActivationPrecision::kBf16, true, 0.45, 0.35, 0.1);
 }
 
 TEST(DeviceDecoderFastTest, TinyBf16AgreesWithReference) {

@@ -110,10 +110,18 @@ absl::Status DeviceDecoder::Impl::UpdateCompressed(int layer, int64_t b) {
   RETURN_IF_ERROR(Quant(ik, b * di, dense::FakeQuantFormat::kMxfp4));
   RETURN_IF_ERROR(Rope(latent, pr.entry_pos, b, 1, hd, layer));
   RETURN_IF_ERROR(Round(latent, b * hd));
-  RETURN_IF_ERROR(Quant(latent, b * hd, dense::FakeQuantFormat::kNvfp4Kv));
-  RETURN_IF_ERROR(dec::CopyRows({.src = latent, .dst = kv_pool + int64_t{L.comp_base} * hd,
-                                 .dst_rows = pr.entry_write, .rows = b, .width = hd},
-                                stream));
+  if (stored_kv) {  // codes + scales of exactly the values the fake quantization keeps
+    RETURN_IF_ERROR(dense::QuantizeNvfp4Kv(
+        {.x = latent, .codes = kq_codes, .scales = kq_scales, .n = b * hd}, stream));
+    const int64_t row0 = L.comp_base - window_rows_total;
+    RETURN_IF_ERROR(ScatterStored(comp_codes + row0 * hd / 2, comp_scales + row0 * hd / 16,
+                                  hd / 2, hd / 16, pr.entry_write, b));
+  } else {
+    RETURN_IF_ERROR(Quant(latent, b * hd, dense::FakeQuantFormat::kNvfp4Kv));
+    RETURN_IF_ERROR(dec::CopyRows({.src = latent, .dst = kv_pool + int64_t{L.comp_base} * hd,
+                                   .dst_rows = pr.entry_write, .rows = b, .width = hd},
+                                  stream));
+  }
   return dec::CopyRows(
       {.src = ik, .dst = L.index_k, .dst_rows = pr.entry_write, .rows = b, .width = di}, stream);
 }
@@ -178,10 +186,18 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
   RETURN_IF_ERROR(Round(kvw, b * hd));
   RETURN_IF_ERROR(Rope(kvw, pos, b, 1, hd, layer));
   RETURN_IF_ERROR(Round(kvw, b * hd));
-  RETURN_IF_ERROR(Quant(kvw, b * hd, dense::FakeQuantFormat::kFp8));
-  RETURN_IF_ERROR(dec::CopyRows({.src = kvw, .dst = kv_pool + int64_t{L.window_base} * hd,
-                                 .dst_rows = meta_d.win_write, .rows = b, .width = hd},
-                                stream));
+  if (stored_kv) {  // e4m3 codes + UE8M0 per 32: the values FakeQuant kFp8 keeps
+    RETURN_IF_ERROR(dense::ActQuantFp8(
+        {.x = kvw, .codes = kq_codes, .scales = kq_scales, .rows = b, .cols = hd}, stream));
+    RETURN_IF_ERROR(ScatterStored(win_codes + int64_t{L.window_base} * hd,
+                                  win_scales + int64_t{L.window_base} * hd / 32, hd, hd / 32,
+                                  meta_d.win_write, b));
+  } else {
+    RETURN_IF_ERROR(Quant(kvw, b * hd, dense::FakeQuantFormat::kFp8));
+    RETURN_IF_ERROR(dec::CopyRows({.src = kvw, .dst = kv_pool + int64_t{L.window_base} * hd,
+                                   .dst_rows = meta_d.win_write, .rows = b, .width = hd},
+                                  stream));
+  }
   // Compressed part.
   dec::AssembleIndexParams ip{.window = meta_d.win_rows, .out = index, .rows = b,
                               .window_width = static_cast<int>(win),
@@ -201,13 +217,41 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
     ip.topk_base = layers[role.kv_source].comp_base;
   }
   Mark("attn.sparse");
-  RETURN_IF_ERROR(dec::AssembleIndex(ip, stream));
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-  RETURN_IF_ERROR(kc::SparseAttention(
-      {.q = q, .kv = kv_pool, .sink = L.sink, .index = index, .out = o, .queries = b,
-       .heads = static_cast<int>(heads), .head_dim = static_cast<int>(hd),
-       .kv_len = pool_rows, .topk = ip.window_width + ip.k_width, .scale = scale},
-      stream));
+  if (stored_kv) {
+    // Two index lists: the window ring's rows (the step inputs, relative to
+    // this layer's ring) and the selected compressed entries (relative to
+    // the kv source's entries).
+    kc::SparseDecodeAttentionParams sp{
+        .q = q, .sink = L.sink,
+        .window_codes = win_codes + int64_t{L.window_base} * hd,
+        .window_scales = win_scales + int64_t{L.window_base} * hd / 32,
+        .window_index = meta_d.win_rows, .window_rows = slots * win,
+        .window_width = static_cast<int>(win), .out = o, .queries = b,
+        .heads = static_cast<int>(heads), .head_dim = static_cast<int>(hd), .scale = scale};
+    if (role.ratio > 0) {
+      dec::AssembleIndexParams cp = ip;
+      cp.window = nullptr;
+      cp.window_width = 0;
+      cp.window_base = 0;
+      cp.topk_base = 0;
+      RETURN_IF_ERROR(dec::AssembleIndex(cp, stream));
+      const int64_t row0 = layers[role.kv_source].comp_base - window_rows_total;
+      sp.compressed_codes = comp_codes + row0 * hd / 2;
+      sp.compressed_scales = comp_scales + row0 * hd / 16;
+      sp.compressed_index = index;
+      sp.compressed_rows = slots * max_entries(role.ratio);
+      sp.compressed_width = ip.k_width;
+    }
+    RETURN_IF_ERROR(kc::SparseDecodeAttention(sp, stream));
+  } else {
+    RETURN_IF_ERROR(dec::AssembleIndex(ip, stream));
+    RETURN_IF_ERROR(kc::SparseAttention(
+        {.q = q, .kv = kv_pool, .sink = L.sink, .index = index, .out = o, .queries = b,
+         .heads = static_cast<int>(heads), .head_dim = static_cast<int>(hd),
+         .kv_len = pool_rows, .topk = ip.window_width + ip.k_width, .scale = scale},
+        stream));
+  }
   Mark("attn.out");
   RETURN_IF_ERROR(Round(o, b * heads * hd));
   RETURN_IF_ERROR(Rope(o, pos, b, static_cast<int>(heads), hd, layer, /*inverse=*/true));
@@ -215,8 +259,42 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
   // Grouped low-rank output: o [B, G, gin] -> og [G, B, gin] -> ug [G, B, r] -> u [B, G, r].
   const int64_t groups = c.o_groups, gin = c.o_group_in_dim(), rank = c.o_lora_rank;
   RETURN_IF_ERROR(dec::SwapAxes({.src = o, .dst = og, .a = b, .b = groups, .width = gin}, stream));
-  for (int64_t g = 0; g < groups; ++g) {
-    RETURN_IF_ERROR(Mm(L.wo_a[g], og + g * b * gin, b, ug + g * b * rank));
+  // kFast: one grouped Bf16Gemm when the groups' bf16 weights lie evenly apart.
+  bool grouped = groups > 1 && L.wo_a[0].bf16 != nullptr;
+  const int64_t stride = grouped ? L.wo_a[1].bf16 - L.wo_a[0].bf16 : 0;
+  for (int64_t g = 1; grouped && g < groups; ++g) {
+    grouped = L.wo_a[g].bf16 == L.wo_a[0].bf16 + g * stride && stride % 8 == 0 &&
+              stride >= rank * gin;
+  }
+  // kFast FP8 groups: one ActQuantFp8 over every group's rows and one
+  // grouped Fp8BlockGemm when the codes and scales lie evenly apart.
+  const DevDense& w0 = L.wo_a[0];
+  bool fp8_grouped = groups > 1 && w0.codes != nullptr && b * groups * gin <= fq_count &&
+                     (b * gin) % 16 == 0 && (b * gin / 32) % 4 == 0;
+  const int64_t c_stride = fp8_grouped ? L.wo_a[1].codes - w0.codes : 0;
+  const int64_t s_stride = fp8_grouped ? L.wo_a[1].scales - w0.scales : 0;
+  for (int64_t g = 1; fp8_grouped && g < groups; ++g) {
+    fp8_grouped = L.wo_a[g].codes == w0.codes + g * c_stride &&
+                  L.wo_a[g].scales == w0.scales + g * s_stride && c_stride % 16 == 0 &&
+                  s_stride % 4 == 0 && c_stride >= rank * gin &&
+                  s_stride >= (rank + 31) / 32 * (gin / 32);
+  }
+  if (grouped) {
+    RETURN_IF_ERROR(MmBf16(L.wo_a[0], og, b, ug, static_cast<int>(groups), stride));
+  } else if (fp8_grouped) {
+    RETURN_IF_ERROR(dense::ActQuantFp8({.x = og, .codes = fq, .scales = fq_scales,
+                                        .rows = groups * b, .cols = gin},
+                                       stream));
+    RETURN_IF_ERROR(dense::Fp8BlockGemm(
+        {.x = fq, .x_scales = fq_scales, .w = w0.codes, .w_scales = w0.scales, .y = ug, .m = b,
+         .n = rank, .k = gin, .groups = static_cast<int>(groups), .x_group_stride = b * gin,
+         .x_scales_group_stride = b * gin / 32, .w_group_stride = c_stride,
+         .w_scales_group_stride = s_stride, .y_group_stride = b * rank},
+        stream));
+  } else {
+    for (int64_t g = 0; g < groups; ++g) {
+      RETURN_IF_ERROR(Mm(L.wo_a[g], og + g * b * gin, b, ug + g * b * rank));
+    }
   }
   RETURN_IF_ERROR(dec::SwapAxes({.src = ug, .dst = u, .a = groups, .b = b, .width = rank}, stream));
   RETURN_IF_ERROR(Round(u, b * groups * rank));
@@ -255,6 +333,7 @@ absl::Status DeviceDecoder::Impl::Enqueue(int64_t b) {
     }
     Mark("head");
     RETURN_IF_ERROR(Collapse(pre, b, final_norm));
+    if (head.bf16 != nullptr) return MmBf16(head, h, b, logits);  // kFast, bf16
     const dense::MatmulParams p{.x = h, .w = head.w, .y = logits, .rows = b, .out = head.out,
                                 .in = head.in};
     if (fast() && options.fast_dot_rows) {  // a CTA per vocabulary row, fixed order (batch-invariant)

@@ -27,6 +27,7 @@
 #include "kernels/cpu/weight_quant.h"
 #include "kernels/cuda/attention/indexer_score.h"
 #include "kernels/cuda/attention/sparse_attention.h"
+#include "kernels/cuda/attention/sparse_decode_attention_sm90.h"
 #include "kernels/cuda/attention/topk.h"
 #include "kernels/cuda/decode/attention_index.h"
 #include "kernels/cuda/decode/compressor_decode.h"
@@ -34,6 +35,7 @@
 #include "kernels/cuda/decode/rows.h"
 #include "kernels/cuda/decode/swiglu.h"
 #include "kernels/cuda/dense/act_quant_fp8.h"
+#include "kernels/cuda/dense/bf16_gemm_sm90.h"
 #include "kernels/cuda/dense/fake_quant.h"
 #include "kernels/cuda/dense/fp8_block_gemm_sm90.h"
 #include "kernels/cuda/dense/gemm_handle.h"
@@ -79,6 +81,7 @@ struct DevDense {
   bool fp8 = false;                  // the reference quantizes the input to FP8 per 32
   const uint8_t* codes = nullptr;    // kFast: e4m3 [out, in]
   const uint8_t* scales = nullptr;   // kFast: UE8M0 per 32 x 32 tile [ceil(out/32), in/32]
+  const uint16_t* bf16 = nullptr;    // kFast, bf16 linear: bf16 bits [out, in]
 };
 
 // The stored FP8 form of one dense weight (32 x 32 tiles), when the fp32
@@ -294,7 +297,7 @@ struct DeviceDecoder::Impl {
   // once, reused by every layout pass, dropped after the upload), and what
   // the layout put where.
   absl::flat_hash_map<const DenseWeight*, EncodedDense> fp8_dense;
-  int fast_dense = 0, reference_dense = 0, fast_moe_layers = 0;
+  int fast_dense = 0, bf16_dense = 0, reference_dense = 0, fast_moe_layers = 0;
   int64_t batch_cap = 0;  // max_batch rounded up to batch_interval
   int slots = 0;          // max_sequences + 1 (the last is the padding rows' scratch slot)
   std::vector<int> ratios;  // distinct compress ratios > 0 of the backbone
@@ -313,9 +316,19 @@ struct DeviceDecoder::Impl {
   std::vector<LayerDev> layers;
   const float* cos_sin_swa = nullptr;         // [max_positions, rope/2, 2]
   const float* cos_sin_compressed = nullptr;
-  // Pools.
+  // Pools: fp32 rows (kv_pool), or with stored_kv the stored forms, rows
+  // numbered alike (the layers' window rings first, window_rows_total rows,
+  // then the compressed entries): window FP8 codes [W, hd] + UE8M0
+  // [W, hd / 32], compressed FP4 packed [C, hd / 2] + E4M3 [C, hd / 16], and
+  // one step's quantized rows before their scatter (kq_*, [batch_cap, hd] and
+  // [batch_cap, hd / 16]).
   float* kv_pool = nullptr;
   int64_t pool_rows = 0;
+  bool stored_kv = false;
+  int64_t window_rows_total = 0;
+  uint8_t *win_codes = nullptr, *win_scales = nullptr;
+  uint8_t *comp_codes = nullptr, *comp_scales = nullptr;
+  uint8_t *kq_codes = nullptr, *kq_scales = nullptr;
   // Activations [batch_cap, ...].
   float *x = nullptr, *x2 = nullptr, *mixes = nullptr, *h = nullptr, *y = nullptr;
   Coeffs ca, cf;
@@ -325,6 +338,9 @@ struct DeviceDecoder::Impl {
   // [batch_cap * topk, max in] (+ [.., / 32]), and the experts' h between
   // gate/up and w2 [batch_cap * topk, inter].
   uint8_t *fq = nullptr, *fq_scales = nullptr, *fh = nullptr, *fh_scales = nullptr;
+  int64_t fq_count = 0;    // elements of fq
+  uint16_t* xb = nullptr;  // kFast: bf16 bits of a bf16 product's input
+  int64_t xb_count = 0;
   float* gate_logits = nullptr;  // kFast: [batch_cap, routed experts]
   float *qr = nullptr, *q = nullptr, *kvw = nullptr, *o = nullptr, *og = nullptr,
         *ug = nullptr, *u = nullptr;
@@ -413,6 +429,25 @@ struct DeviceDecoder::Impl {
 
   bool bf16() const { return precision == ActivationPrecision::kBf16; }
   bool fast() const { return options.numerics == DecodeNumerics::kFast; }
+  // Whether the pools take the stored form (options.stored_kv, kFast, and
+  // the head_dim SparseDecodeAttention takes).
+  bool StoredKv() const {
+    return fast() && options.stored_kv && c.head_dim == kc::kSparseDecodeHeadDim;
+  }
+  // Stored pools: scatters `b` quantized rows of kq_codes / kq_scales
+  // (`code_bytes` / `scale_bytes` a row) to rows `dst_rows` (-1: none) of
+  // the pool at `codes` / `scales`.
+  absl::Status ScatterStored(uint8_t* codes, uint8_t* scales, int64_t code_bytes,
+                             int64_t scale_bytes, const int32_t* dst_rows, int64_t b) {
+    RETURN_IF_ERROR(dec::CopyRows({.src = reinterpret_cast<const float*>(kq_codes),
+                                   .dst = reinterpret_cast<float*>(codes), .dst_rows = dst_rows,
+                                   .rows = b, .width = code_bytes / 4},
+                                  stream));
+    return dec::CopyRows({.src = reinterpret_cast<const float*>(kq_scales),
+                          .dst = reinterpret_cast<float*>(scales), .dst_rows = dst_rows,
+                          .rows = b, .width = scale_bytes / 4},
+                         stream);
+  }
   // kFast: whether layer `L`'s routed experts run on Mxfp4ExpertFfn (MXFP4
   // weights, FP8 inputs of both products as the reference, shapes it takes).
   bool FastExperts(const LayerDev& L) const {
@@ -435,6 +470,7 @@ struct DeviceDecoder::Impl {
   void Plan() {
     batch_cap = (options.max_batch + options.batch_interval - 1) / options.batch_interval *
                 options.batch_interval;
+    stored_kv = StoredKv();
     slots = options.max_sequences + 1;
     ratios.clear();
     for (const LayerRole& role : roles.layers()) {
@@ -463,9 +499,30 @@ struct DeviceDecoder::Impl {
   absl::Status PrepareMeta(std::span<const int> slot_ids, std::span<const int64_t> tokens,
                            int64_t padded);
   absl::Status Enqueue(int64_t b);
+  // Host <-> device copies of KV rows [n, head_dim] starting at pool row
+  // `first_row` (window ring or compressed entries, in kv_pool's numbering),
+  // through the stored form when the pools hold it (UploadKv: INTERNAL when
+  // the rows do not re-encode exactly).
+  absl::Status UploadKv(std::span<const float> rows, bool window, int64_t first_row);
+  absl::Status DownloadKv(std::span<float> rows, bool window, int64_t first_row);
 
   // --- one-op wrappers (device pointers, `b` rows)
+  // kFast bf16 linears: `groups` products of the same shape, inputs and
+  // outputs packed group after group, weights `w_stride` elements apart.
+  absl::Status MmBf16(const DevDense& w, const float* in, int64_t rows, float* out,
+                      int groups = 1, int64_t w_stride = 0) {
+    const int64_t n_in = rows * w.in * groups;
+    if (n_in > xb_count) {
+      return absl::InternalError(absl::StrCat("DeviceDecoder: bf16 input of ", n_in,
+                                              " elements exceeds its scratch of ", xb_count));
+    }
+    RETURN_IF_ERROR(dec::ToBf16({.x = in, .out = xb, .n = n_in}, stream));
+    return dense::Bf16Gemm({.x = xb, .w = w.bf16, .y = out, .m = rows, .n = w.out, .k = w.in,
+                            .groups = groups, .w_group_stride = w_stride},
+                           stream);
+  }
   absl::Status Mm(const DevDense& w, const float* in, int64_t rows, float* out) {
+    if (w.bf16 != nullptr) return MmBf16(w, in, rows, out);
     if (w.codes != nullptr) {  // kFast: the reference's act_quant, then tensor cores
       RETURN_IF_ERROR(dense::ActQuantFp8({.x = in, .codes = fq, .scales = fq_scales,
                                           .rows = rows, .cols = w.in},

@@ -99,6 +99,7 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
     layers[l].window_base = static_cast<int32_t>(rows);
     rows += slots * win;
   }
+  window_rows_total = rows;
   int64_t max_width = 1;
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerRole& role = roles[l];
@@ -119,7 +120,18 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
                                                    " rows; int32 indices need < 2^31"));
   }
   pool_rows = rows;
-  kv_pool = r.Alloc<float>(rows * hd);
+  if (stored_kv) {
+    const int64_t comp_rows = rows - window_rows_total;
+    kv_pool = nullptr;
+    win_codes = r.Alloc<uint8_t>(window_rows_total * hd);
+    win_scales = r.Alloc<uint8_t>(window_rows_total * hd / 32);
+    comp_codes = r.Alloc<uint8_t>(comp_rows * hd / 2);
+    comp_scales = r.Alloc<uint8_t>(comp_rows * hd / 16);
+    kq_codes = r.Alloc<uint8_t>(bc * hd);
+    kq_scales = r.Alloc<uint8_t>(bc * hd / 16);
+  } else {
+    kv_pool = r.Alloc<float>(rows * hd);
+  }
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerRole& role = roles[l];
     if (role.ratio > 0 && role.index_source == l) {
@@ -156,11 +168,14 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
   act = r.Alloc<float>(pairs * std::max(max_in, inter));
   if (fast()) {
     const int64_t widest = std::max(max_in, inter);
-    fq = r.Alloc<uint8_t>(pairs * widest);
+    fq_count = pairs * widest;
+    fq = r.Alloc<uint8_t>(fq_count);
     fq_scales = r.Alloc<uint8_t>(pairs * (widest / 32 + 1));
     fh = r.Alloc<uint8_t>(pairs * inter);
     fh_scales = r.Alloc<uint8_t>(pairs * (inter / 32 + 1));
     gate_logits = r.Alloc<float>(bc * std::max<int64_t>(c.n_routed_experts, 1));
+    xb_count = std::max(pairs * widest, bc * c.n_heads * hd);
+    xb = r.Alloc<uint16_t>(xb_count);
   }
   qr = r.Alloc<float>(bc * c.q_lora_rank);
   q = r.Alloc<float>(bc * c.n_heads * hd);

@@ -79,7 +79,7 @@ absl::Status DeviceDecoder::Impl::LayoutWeights(Region& r, int64_t& max_in) {
   fills = 0;
   expert_bytes = 0;
   mxfp4_layers = 0;
-  fast_dense = reference_dense = fast_moe_layers = 0;
+  fast_dense = bf16_dense = reference_dense = fast_moe_layers = 0;
   // --- weights
   if (w.embed.empty() && seed != 0) {
     float* e = r.Alloc<float>(c.vocab_size * d);
@@ -124,6 +124,37 @@ absl::Status DeviceDecoder::Impl::LayoutWeights(Region& r, int64_t& max_in) {
     d.scales = r.Put(e->scales);
     return d;
   };
+  // kFast with bf16 activations: a bf16 linear in bf16 (real weights: when
+  // every value is a bf16 value; synthetic: drawn as bf16).
+  auto bf16_form = [&](const DenseWeight& dw) -> std::optional<DevDense> {
+    if (!fast() || !bf16() || !options.fast_bf16 || dw.fp8_activation || dw.out * dw.in == 0 ||
+        dw.in % 8 != 0) {
+      return std::nullopt;
+    }
+    DevDense d{.out = dw.out, .in = dw.in};
+    if (dw.w.empty()) {
+      if (seed == 0) return std::nullopt;
+      uint16_t* p = r.Alloc<uint16_t>(dw.out * dw.in);
+      ++fills;
+      if (live && fill_status.ok()) {
+        fill_status = dec::RandomFill({.bf16 = p, .n = dw.out * dw.in,
+                                       .seed = seed * 1000003 + fills,
+                                       .scale = 1.0f / std::sqrt(static_cast<float>(dw.in))},
+                                      stream);
+      }
+      d.bf16 = p;
+      return d;
+    }
+    std::vector<uint16_t> bits(dw.w.size());
+    for (size_t i = 0; i < bits.size(); ++i) {
+      uint32_t b;
+      std::memcpy(&b, &dw.w[i], 4);
+      if ((b & 0xFFFFu) != 0) return std::nullopt;  // not a bf16 value
+      bits[i] = static_cast<uint16_t>(b >> 16);
+    }
+    d.bf16 = r.Put(bits);
+    return d;
+  };
   // The fp32 form (the reference kernel's).
   auto dense_fp32 = [&](const DenseWeight& dw) {
     max_in = std::max(max_in, dw.in);
@@ -139,10 +170,23 @@ absl::Status DeviceDecoder::Impl::LayoutWeights(Region& r, int64_t& max_in) {
       ++fast_dense;
       return *f;
     }
+    if (std::optional<DevDense> f = bf16_form(dw)) {
+      ++fast_dense;
+      ++bf16_dense;
+      return *f;
+    }
     if (fast() && dw.out * dw.in > 0) ++reference_dense;
     return dense_fp32(dw);
   };
-  head = dense_fp32(w.head);  // the head has its own product (row-stable or cuBLASLt)
+  // The head has its own product (row-stable, cuBLASLt, DotRows or Bf16Gemm).
+  if (std::optional<DevDense> f = bf16_form(w.head)) {
+    max_in = std::max(max_in, w.head.in);
+    ++fast_dense;
+    ++bf16_dense;
+    head = *f;
+  } else {
+    head = dense_fp32(w.head);
+  }
   for (int l = 0; l < c.n_layers; ++l) {
     const BlockWeights& bw = w.layers[l];
     const LayerRole& role = roles[l];

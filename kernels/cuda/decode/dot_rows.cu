@@ -39,6 +39,26 @@ absl::Status DotRows(const DotRowsParams& p, cudaStream_t stream) {
   return LaunchStatus("DotRows");
 }
 
+namespace {
+
+template <int kOuts, int kChunk>
+absl::Status LaunchStaged(const DotRowsParams& p, cudaStream_t stream) {
+  constexpr int kSmem = StagedShape<kOuts, kChunk>::kSmemBytes;
+  auto kernel = RowStableDotStagedKernel<kOuts, kChunk>;
+  if (cudaError_t err =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+      err != cudaSuccess) {
+    return absl::InternalError(std::string("RowStableDot: shared memory attribute: ") +
+                               cudaGetErrorString(err));
+  }
+  const dim3 grid(static_cast<unsigned>(p.rows),
+                  static_cast<unsigned>((p.out + kOuts - 1) / kOuts));
+  kernel<<<grid, kStagedThreads, kSmem, stream>>>(p.x, p.w, p.y, p.out, p.k);
+  return LaunchStatus("RowStableDot");
+}
+
+}  // namespace
+
 bool SupportsRowStableDot(const DotRowsParams& p) {
   if (p.rows < 0 || p.out < 0 || p.k <= 0) return false;
   if (p.rows == 0 || p.out == 0) return true;
@@ -57,20 +77,11 @@ absl::Status RowStableDot(const DotRowsParams& p, cudaStream_t stream) {
   }
   if (p.rows == 0 || p.out == 0) return absl::OkStatus();
   if (p.k % 4 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 &&
-      reinterpret_cast<uintptr_t>(p.w) % 16 == 0 && p.rows <= INT_MAX &&
-      (p.out + kStagedOuts - 1) / kStagedOuts <= 65535) {
-    // Staged through shared memory (same bits, latency hidden).
-    constexpr int kSmem = kStagedStages * kStagedStageFloats * static_cast<int>(sizeof(float));
-    if (cudaError_t err = cudaFuncSetAttribute(RowStableDotStagedKernel,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-        err != cudaSuccess) {
-      return absl::InternalError(std::string("RowStableDot: shared memory attribute: ") +
-                                 cudaGetErrorString(err));
-    }
-    const dim3 grid(static_cast<unsigned>(p.rows),
-                    static_cast<unsigned>((p.out + kStagedOuts - 1) / kStagedOuts));
-    RowStableDotStagedKernel<<<grid, kStagedThreads, kSmem, stream>>>(p.x, p.w, p.y, p.out, p.k);
-    return LaunchStatus("RowStableDot");
+      reinterpret_cast<uintptr_t>(p.w) % 16 == 0 && p.rows <= INT_MAX && p.out <= 65535 * 2) {
+    // Staged through shared memory (same bits, latency hidden). The shape
+    // moves work between CTAs, never bits.
+    if (p.rows <= 256) return LaunchStaged<2, 512>(p, stream);
+    return LaunchStaged<32, 128>(p, stream);
   }
   constexpr int kThreads = 128;
   const int64_t threads = p.rows * p.out * 4;

@@ -83,19 +83,25 @@ __global__ void RowStableDotKernel(const float* __restrict__ x, const float* __r
 }
 
 // RowStableDot, staged: the same per-element arithmetic as
-// RowStableDotKernel, for 16-byte aligned x, w and k % 4 == 0. A CTA takes one
-// row and up to kStagedOuts output columns; all its threads copy 128-element
-// chunks of the x row and of the columns' w rows into a ring of shared
-// buffers (cp.async, many copies in flight), and thread 4 o + l runs lane l
-// of column o over each chunk from shared memory. The dependent additions
-// (k / 4 per lane) stay serial, as the reference's order requires; what the
-// staging removes is the memory latency that stalled each of them.
-inline constexpr int kStagedOuts = 32;
-inline constexpr int kStagedChunk = 128;               // floats of K per stage
-inline constexpr int kStagedPitch = kStagedChunk + 4;  // padded w rows: no bank conflicts
+// RowStableDotKernel, for 16-byte aligned x, w and k % 4 == 0. A CTA of
+// kStagedThreads takes one row and up to kOuts output columns; all its
+// threads copy kChunk-element pieces of the x row and of the columns' w rows
+// into a ring of shared buffers (cp.async, many copies in flight), and
+// thread 4 o + l runs lane l of column o over each chunk from shared memory.
+// The dependent additions (k / 4 per lane) stay serial, as the reference's
+// order requires; the staging hides the memory latency that stalled each of
+// them. Few outputs per CTA (kOuts 2) spread a small batch over many CTAs,
+// each pulling fewer bytes; many (32) share the x row at larger batches.
 inline constexpr int kStagedStages = 4;
-inline constexpr int kStagedThreads = kStagedOuts * 4;
-inline constexpr int kStagedStageFloats = kStagedChunk + kStagedOuts * kStagedPitch;
+inline constexpr int kStagedThreads = 128;
+
+template <int kOuts, int kChunk>
+struct StagedShape {
+  static constexpr int kPitch = kChunk + 4;  // padded w rows: no bank conflicts
+  static constexpr int kStageFloats = kChunk + kOuts * kPitch;
+  static constexpr int kSmemBytes = kStagedStages * kStageFloats * 4;
+  static_assert(kOuts * 4 <= kStagedThreads, "one quad per output");
+};
 
 __device__ __forceinline__ void StagedCopy16(float* dst, const float* src, bool valid) {
   const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
@@ -104,23 +110,25 @@ __device__ __forceinline__ void StagedCopy16(float* dst, const float* src, bool 
                : "memory");
 }
 
+template <int kOuts, int kChunk>
 __global__ void __launch_bounds__(kStagedThreads)
     RowStableDotStagedKernel(const float* __restrict__ x, const float* __restrict__ w, float* y,
                              int64_t out, int64_t k) {
+  using Shape = StagedShape<kOuts, kChunk>;
   extern __shared__ __align__(16) float ring[];  // [stages][x chunk, outs x pitch]
   const int t = threadIdx.x;
   const int o = t / 4, l = t % 4;
   const int64_t row = blockIdx.x;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kStagedOuts;
-  const int outs = static_cast<int>(out - col0 < kStagedOuts ? out - col0 : kStagedOuts);
+  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kOuts;
+  const int outs = static_cast<int>(out - col0 < kOuts ? out - col0 : kOuts);
   const float* xr = x + row * k;
-  const int64_t chunks = (k + kStagedChunk - 1) / kStagedChunk;
-  constexpr int kPieces = kStagedChunk / 4;  // 16-byte pieces of one row's chunk
+  const int64_t chunks = (k + kChunk - 1) / kChunk;
+  constexpr int kPieces = kChunk / 4;  // 16-byte pieces of one row's chunk
   // Copies chunk c into stage s: the x piece, then every column's pieces;
   // pieces past k are zero-filled (never read).
   auto load = [&](int64_t c, int s) {
-    float* base = ring + s * kStagedStageFloats;
-    const int64_t k0 = c * kStagedChunk;
+    float* base = ring + s * Shape::kStageFloats;
+    const int64_t k0 = c * kChunk;
     for (int p = t; p < kPieces * (1 + outs); p += kStagedThreads) {
       const int r = p / kPieces, piece = p % kPieces;
       const int64_t kk = k0 + piece * 4;
@@ -129,8 +137,8 @@ __global__ void __launch_bounds__(kStagedThreads)
         StagedCopy16(base + piece * 4, valid ? xr + kk : xr, valid);
       } else {
         const float* wr = w + (col0 + r - 1) * k;
-        StagedCopy16(base + kStagedChunk + (r - 1) * kStagedPitch + piece * 4,
-                     valid ? wr + kk : wr, valid);
+        StagedCopy16(base + kChunk + (r - 1) * Shape::kPitch + piece * 4, valid ? wr + kk : wr,
+                     valid);
       }
     }
   };
@@ -146,11 +154,9 @@ __global__ void __launch_bounds__(kStagedThreads)
     if (next < chunks) load(next, static_cast<int>(next % kStagedStages));
     asm volatile("cp.async.commit_group;\n" ::: "memory");
     if (o < outs) {
-      const float* xs = ring + static_cast<int>(c % kStagedStages) * kStagedStageFloats;
-      const float* ws = xs + kStagedChunk + o * kStagedPitch;
-      const int len = static_cast<int>(k - c * kStagedChunk < kStagedChunk
-                                           ? k - c * kStagedChunk
-                                           : kStagedChunk);
+      const float* xs = ring + static_cast<int>(c % kStagedStages) * Shape::kStageFloats;
+      const float* ws = xs + kChunk + o * Shape::kPitch;
+      const int len = static_cast<int>(k - c * kChunk < kChunk ? k - c * kChunk : kChunk);
 #pragma unroll 8
       for (int j = l; j < len; j += 4) acc = __fadd_rn(acc, __fmul_rn(xs[j], ws[j]));
     }

@@ -88,7 +88,7 @@ TEST(RowStableDotTest, BitIdenticalToRowStableMatmul) {
   // misaligned x below the quad-per-element one; 40 columns span two CTAs,
   // and 4100 leaves a partial last chunk.
   for (int64_t k : {int64_t{1}, int64_t{7}, int64_t{4096}, int64_t{4100}, int64_t{20480}}) {
-    for (int64_t rows : {int64_t{1}, int64_t{37}}) {
+    for (int64_t rows : {int64_t{1}, int64_t{37}, int64_t{300}}) {  // both staged shapes
      for (int64_t kOut : {int64_t{24}, int64_t{40}}) {
       std::mt19937 rng(static_cast<uint32_t>(k * 7 + rows));
       const std::vector<float> x = Random(rows * k, rng), w = Random(kOut * k, rng);

@@ -52,4 +52,54 @@ absl::Status FakeQuant(const FakeQuantParams& p, cudaStream_t stream) {
   return absl::OkStatus();
 }
 
+// QuantizeNvfp4Kv: one thread per element, the 16 lanes of a block
+// consecutive; the even lane of each pair writes the byte (its code low).
+namespace {
+
+__global__ void QuantizeNvfp4KvKernel(const float* __restrict__ x, uint8_t* __restrict__ codes,
+                                      uint8_t* __restrict__ scales, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const bool active = i < n;
+  const float v = active ? x[i] : 0.0f;
+  float amax = fabsf(v);
+  int nonfinite = isfinite(v) ? 0 : 1;
+#pragma unroll
+  for (int offset = 8; offset > 0; offset /= 2) {
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+    nonfinite |= __shfl_xor_sync(0xffffffffu, nonfinite, offset);
+  }
+  const float floor = 6.0f * 0x1p-9f;
+  const uint8_t scale_code =
+      nonfinite ? uint8_t{0x7F} : FloatToE4m3(__fdiv_rn(fmaxf(amax, floor), 6.0f));
+  const float s = E4m3ToFloat(scale_code);
+  const uint32_t code =
+      nonfinite ? 0u : E2m1Code(fminf(fmaxf(__fdiv_rn(v, s), -6.0f), 6.0f));
+  const uint32_t high = __shfl_down_sync(0xffffffffu, code, 1);
+  if (!active) return;
+  if (i % 2 == 0) codes[i / 2] = static_cast<uint8_t>(code | (high << 4));
+  if (i % 16 == 0) scales[i / 16] = scale_code;
+}
+
+}  // namespace
+
+bool SupportsQuantizeNvfp4Kv(const QuantizeNvfp4KvParams& p) {
+  return p.n == 0 || (p.n > 0 && p.n % 16 == 0 && p.x != nullptr && p.codes != nullptr &&
+                      p.scales != nullptr && (p.n + 255) / 256 <= 0x7FFFFFFF);
+}
+
+absl::Status QuantizeNvfp4Kv(const QuantizeNvfp4KvParams& p, cudaStream_t stream) {
+  if (!SupportsQuantizeNvfp4Kv(p)) {
+    return absl::InvalidArgumentError(
+        "QuantizeNvfp4Kv: needs n a non-negative multiple of 16 and x, codes, scales when n > 0");
+  }
+  if (p.n == 0) return absl::OkStatus();
+  constexpr int kThreads = 256;
+  QuantizeNvfp4KvKernel<<<static_cast<unsigned>((p.n + kThreads - 1) / kThreads), kThreads, 0,
+                          stream>>>(p.x, p.codes, p.scales, p.n);
+  if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
+    return absl::InternalError(std::string("QuantizeNvfp4Kv launch: ") + cudaGetErrorString(err));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace weir::kernels::cuda::dense

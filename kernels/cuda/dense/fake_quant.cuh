@@ -105,6 +105,30 @@ __global__ void FakeQuantKernel(const float* x, float* out, int64_t n) {
   out[i] = result;
 }
 
+// The e2m1 code (bit 3 = sign, from the sign bit of v) of RoundToE2m1(v).
+__device__ __forceinline__ uint32_t E2m1Code(float v) {
+  const float a = fabsf(v);
+  uint32_t m;
+  if (a <= 0.25f) {
+    m = 0;
+  } else if (a < 0.75f) {
+    m = 1;
+  } else if (a <= 1.25f) {
+    m = 2;
+  } else if (a < 1.75f) {
+    m = 3;
+  } else if (a <= 2.5f) {
+    m = 4;
+  } else if (a < 3.5f) {
+    m = 5;
+  } else if (a <= 5.0f) {
+    m = 6;
+  } else {
+    m = 7;
+  }
+  return m | (signbit(v) ? 8u : 0u);
+}
+
 }  // namespace weir::kernels::cuda::dense
 
 #endif  // WEIR_KERNELS_CUDA_DENSE_FAKE_QUANT_CUH_

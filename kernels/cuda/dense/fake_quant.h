@@ -51,6 +51,21 @@ bool SupportsFakeQuant(const FakeQuantParams& params);
 // INTERNAL with the CUDA error string if the launch fails.
 absl::Status FakeQuant(const FakeQuantParams& params, cudaStream_t stream);
 
+// The stored form of the compressed KV (kNvfp4Kv): x [n] -> e2m1 codes
+// packed two per byte (element 2k in the low nibble) [n / 2] and one E4M3
+// scale per 16 elements [n / 16], bit-identical to kernels/cpu/quant.h
+// QuantizeFp4(x, 16, Fp4Scale::kE4m3) (a block with a non-finite element
+// gets the NaN scale 0x7F and zero codes), so DequantizeFp4 of the result
+// equals FakeQuant kNvfp4Kv of x.
+struct QuantizeNvfp4KvParams {
+  const float* x = nullptr;   // device [n]
+  uint8_t* codes = nullptr;   // device [n / 2]
+  uint8_t* scales = nullptr;  // device [n / 16]
+  int64_t n = 0;              // a multiple of 16
+};
+bool SupportsQuantizeNvfp4Kv(const QuantizeNvfp4KvParams& params);
+absl::Status QuantizeNvfp4Kv(const QuantizeNvfp4KvParams& params, cudaStream_t stream);
+
 }  // namespace weir::kernels::cuda::dense
 
 #endif  // WEIR_KERNELS_CUDA_DENSE_FAKE_QUANT_H_

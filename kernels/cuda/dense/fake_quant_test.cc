@@ -127,6 +127,48 @@ TEST(FakeQuantCudaTest, BitIdenticalToTheCpuReference) {
   }
 }
 
+// The stored form of the compressed KV: the CPU's QuantizeFp4 (block 16,
+// E4M3 scales) byte for byte on every finite block; a block with a NaN or an
+// infinity gets the NaN scale (its dequantized values are NaN, as FakeQuant's).
+TEST(FakeQuantCudaTest, QuantizeNvfp4KvIsTheCpuEncoding) {
+  for (int64_t n : {int64_t{16}, int64_t{16} * 37, int64_t{1} << 20}) {
+    const std::vector<float> x = MakeInput(n, 16, static_cast<uint32_t>(n) + 5);
+    std::vector<uint8_t> codes(n / 2), scales(n / 16);
+    ASSERT_TRUE(cpu::QuantizeFp4(x, 16, cpu::Fp4Scale::kE4m3, codes, scales).ok());
+    float* dx;
+    uint8_t *dc, *ds;
+    ASSERT_EQ(cudaMalloc(&dx, n * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dc, n / 2), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&ds, n / 16), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(dx, x.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemset(dc, 0xAB, n / 2), cudaSuccess);
+    ASSERT_TRUE(QuantizeNvfp4Kv({.x = dx, .codes = dc, .scales = ds, .n = n}, nullptr).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<uint8_t> got_codes(n / 2), got_scales(n / 16);
+    cudaMemcpy(got_codes.data(), dc, n / 2, cudaMemcpyDeviceToHost);
+    cudaMemcpy(got_scales.data(), ds, n / 16, cudaMemcpyDeviceToHost);
+    cudaFree(dx);
+    cudaFree(dc);
+    cudaFree(ds);
+    int64_t differing = 0, nonfinite_blocks = 0;
+    for (int64_t b = 0; b < n / 16; ++b) {
+      bool finite = true;
+      for (int i = 0; i < 16; ++i) finite = finite && std::isfinite(x[b * 16 + i]);
+      if (!finite) {
+        ++nonfinite_blocks;
+        EXPECT_EQ(got_scales[b], 0x7F) << "block " << b;
+        continue;
+      }
+      differing += got_scales[b] != scales[b];
+      for (int i = 0; i < 8; ++i) differing += got_codes[b * 8 + i] != codes[b * 8 + i];
+    }
+    EXPECT_EQ(differing, 0) << "n " << n;
+    if (n > 16 * 4) EXPECT_GE(nonfinite_blocks, 3);
+  }
+  EXPECT_EQ(QuantizeNvfp4Kv({.x = nullptr, .n = 16}, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(FakeQuantCudaTest, RefusesBadArguments) {
   auto* p = reinterpret_cast<float*>(256);
   EXPECT_EQ(FakeQuant({.x = p, .out = p, .n = 48, .format = FakeQuantFormat::kFp8}, nullptr)

@@ -88,6 +88,24 @@ absl::Status CheckFp8BlockGemmParams(const Fp8BlockGemmParams& p) {
   if (!AlignedTo(p.y, p.output == Fp8GemmOutput::kF32 ? 4 : 2)) {
     return absl::InvalidArgumentError("Fp8BlockGemm: y is not aligned to its element");
   }
+  if (p.groups < 1 || p.groups > kMaxGridY) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Fp8BlockGemm: groups ", p.groups, " outside [1, 65535]"));
+  }
+  if (p.groups > 1) {
+    const int64_t n_groups = (p.n + 31) / 32;
+    auto bad = [](int64_t stride, int64_t size, int64_t align) {
+      return stride < 0 || (stride != 0 && stride < size) || stride % align != 0;
+    };
+    if (bad(p.x_group_stride, p.m * p.k, 16) || bad(p.w_group_stride, p.n * p.k, 16) ||
+        bad(p.x_scales_group_stride, p.m * (p.k / 32), 4) ||
+        bad(p.w_scales_group_stride, n_groups * (p.k / 32), 4) ||
+        bad(p.y_group_stride, p.m * p.n, 1)) {
+      return absl::InvalidArgumentError(
+          "Fp8BlockGemm: a group stride is negative, below its group's size, or misaligned "
+          "(codes 16 bytes, scales 4)");
+    }
+  }
   const Fp8GemmTile tile = p.tile == Fp8GemmTile::kAuto ? ChooseFp8GemmTile(p.m, p.n) : p.tile;
   const Fp8GemmTileShape shape = ShapeOfFp8GemmTile(tile);
   if (shape.block_m == 0) return absl::InvalidArgumentError("Fp8BlockGemm: unknown tile");

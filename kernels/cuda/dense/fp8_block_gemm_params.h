@@ -84,11 +84,24 @@ struct Fp8BlockGemmParams {
   int64_t k = 0;  // multiple of 32
   Fp8GemmOutput output = Fp8GemmOutput::kF32;
   Fp8GemmTile tile = Fp8GemmTile::kAuto;
+  // Several products of the same shape in one launch (blockIdx.z): group g
+  // reads x, x_scales, w, w_scales and writes y each advanced by g times its
+  // stride (elements / bytes; 0 means packed: m k, m k / 32, n k,
+  // ceil(n / 32) k / 32, m n). The grouped low-rank output projection of
+  // V4.1's attention. Every group's elements get the arithmetic below.
+  int groups = 1;
+  int64_t x_group_stride = 0;
+  int64_t x_scales_group_stride = 0;
+  int64_t w_group_stride = 0;
+  int64_t w_scales_group_stride = 0;
+  int64_t y_group_stride = 0;
 };
 
 // Returns OK or INVALID_ARGUMENT naming the problem: a null pointer, m, n or
 // k not positive, k not a multiple of 32, x or w not 16-byte aligned, y not
-// aligned to its element, or m too large for the launch grid of the tile.
+// aligned to its element, m too large for the launch grid of the tile, or
+// groups outside [1, 65535] with a stride below its group's size, a code
+// stride not a multiple of 16 or a scale stride not a multiple of 4.
 absl::Status CheckFp8BlockGemmParams(const Fp8BlockGemmParams& params);
 
 // ---- Shared-memory tile layout (host and device) ---------------------------

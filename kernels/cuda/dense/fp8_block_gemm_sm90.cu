@@ -21,10 +21,25 @@ absl::Status LaunchTile(const Fp8BlockGemmParams& p, const Fp8GemmTileShape& sha
       shape.warps_m != kWarpsM || shape.stages != kStages) {
     return absl::InternalError("Fp8BlockGemm: tile table and instances disagree");
   }
-  const fp8_gemm::KernelArgs args{
-      p.x, p.x_scales, p.w, p.w_scales, p.y, p.m, p.n, p.k, p.output == Fp8GemmOutput::kBf16};
+  const int64_t n_groups = (p.n + 31) / 32;
+  const fp8_gemm::KernelArgs args{p.x,
+                                  p.x_scales,
+                                  p.w,
+                                  p.w_scales,
+                                  p.y,
+                                  p.m,
+                                  p.n,
+                                  p.k,
+                                  p.output == Fp8GemmOutput::kBf16,
+                                  p.x_group_stride != 0 ? p.x_group_stride : p.m * p.k,
+                                  p.x_scales_group_stride != 0 ? p.x_scales_group_stride
+                                                               : p.m * (p.k / 32),
+                                  p.w_group_stride != 0 ? p.w_group_stride : p.n * p.k,
+                                  p.w_scales_group_stride != 0 ? p.w_scales_group_stride
+                                                               : n_groups * (p.k / 32),
+                                  p.y_group_stride != 0 ? p.y_group_stride : p.m * p.n};
   const dim3 grid(static_cast<unsigned>((p.n + kBn - 1) / kBn),
-                  static_cast<unsigned>((p.m + kBm - 1) / kBm));
+                  static_cast<unsigned>((p.m + kBm - 1) / kBm), static_cast<unsigned>(p.groups));
   const int threads = kWarpsN * kWarpsM * 32;
   const int smem = static_cast<int>(Fp8GemmSharedBytes(shape));
   auto launch = [&](auto kernel) -> absl::Status {
@@ -41,7 +56,8 @@ absl::Status LaunchTile(const Fp8BlockGemmParams& p, const Fp8GemmTileShape& sha
   // Both scale paths run the same arithmetic (same bits); they differ in speed.
   const bool async_scales = p.k % kFp8GemmStageK == 0 &&
                             reinterpret_cast<uintptr_t>(p.x_scales) % 4 == 0 &&
-                            reinterpret_cast<uintptr_t>(p.w_scales) % 4 == 0;
+                            reinterpret_cast<uintptr_t>(p.w_scales) % 4 == 0 &&
+                            (p.groups == 1 || (args.xs_stride % 4 == 0 && args.ws_stride % 4 == 0));
   if (async_scales) {
     return launch(fp8_gemm::Fp8BlockGemmKernel<kBn, kBm, kWarpsN, kWarpsM, kStages, true>);
   }

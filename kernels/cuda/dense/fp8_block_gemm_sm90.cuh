@@ -31,6 +31,8 @@ struct KernelArgs {
   void* y;                  // [m, n], float or bf16
   int64_t m, n, k;
   bool bf16_out;
+  // Per group (blockIdx.z), resolved (non-zero when groups > 1).
+  int64_t x_stride, xs_stride, w_stride, ws_stride, y_stride;
 };
 
 // kBn x kBm tile of Y^T per CTA; warp tile (kBn / kWarpsN) x (kBm / kWarpsM).
@@ -40,7 +42,19 @@ struct KernelArgs {
 // the loop then waits for them every stage). Both give the same bits.
 template <int kBn, int kBm, int kWarpsN, int kWarpsM, int kStages, bool kAsyncScales>
 __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
-    Fp8BlockGemmKernel(const __grid_constant__ KernelArgs args) {
+    Fp8BlockGemmKernel(const __grid_constant__ KernelArgs grouped) {
+  // This CTA's group: the same product over advanced pointers.
+  KernelArgs args = grouped;
+  {
+    const int64_t g = blockIdx.z;
+    args.x += g * grouped.x_stride;
+    args.x_scales += g * grouped.xs_stride;
+    args.w += g * grouped.w_stride;
+    args.w_scales += g * grouped.ws_stride;
+    args.y = grouped.bf16_out
+                 ? static_cast<void*>(static_cast<__nv_bfloat16*>(grouped.y) + g * grouped.y_stride)
+                 : static_cast<void*>(static_cast<float*>(grouped.y) + g * grouped.y_stride);
+  }
   constexpr int kThreads = kWarpsN * kWarpsM * 32;
   constexpr int kWarpN = kBn / kWarpsN;  // W rows per warp
   constexpr int kWarpM = kBm / kWarpsM;  // X rows per warp

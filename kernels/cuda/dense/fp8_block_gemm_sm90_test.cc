@@ -262,6 +262,51 @@ TEST(Fp8BlockGemmTest, ARowsResultDoesNotDependOnTheBatch) {
   }
 }
 
+// A grouped launch (padded, group-strided operands and outputs) gives every
+// group the bits of its own launch.
+TEST(Fp8BlockGemmTest, GroupsGiveEachGroupItsOwnBits) {
+  constexpr int kGroups = 3;
+  const int64_t m = 5, n = 96, k = 256;
+  const int64_t xs = m * k + 32, xss = m * (k / 32) + 4, ws = n * k + 64,
+                wss = ((n + 31) / 32) * (k / 32) + 8, ys = m * n + 5;
+  std::vector<uint8_t> x(kGroups * xs), x_scales(kGroups * xss), w(kGroups * ws),
+      w_scales(kGroups * wss);
+  std::vector<std::vector<float>> want;
+  for (int g = 0; g < kGroups; ++g) {
+    const Operands op = MakeOperands(m, n, k, 40 + g, Source::kQuantized);
+    std::copy(op.x.begin(), op.x.end(), x.begin() + g * xs);
+    std::copy(op.x_scales.begin(), op.x_scales.end(), x_scales.begin() + g * xss);
+    std::copy(op.w.begin(), op.w.end(), w.begin() + g * ws);
+    std::copy(op.w_scales.begin(), op.w_scales.end(), w_scales.begin() + g * wss);
+    want.push_back(RunGpu(op, Fp8GemmTile::kAuto));
+  }
+  DeviceBuffer<uint8_t> dx(x), dxs(x_scales), dw(w), dws(w_scales);
+  DeviceBuffer<float> y(kGroups * ys);
+  ASSERT_TRUE(dx.ok() && dxs.ok() && dw.ok() && dws.ok() && y.ok());
+  y.Poison(0xFF);
+  ASSERT_TRUE(Fp8BlockGemm({.x = dx.get(), .x_scales = dxs.get(), .w = dw.get(),
+                            .w_scales = dws.get(), .y = y.get(), .m = m, .n = n, .k = k,
+                            .groups = kGroups, .x_group_stride = xs,
+                            .x_scales_group_stride = xss, .w_group_stride = ws,
+                            .w_scales_group_stride = wss, .y_group_stride = ys},
+                           nullptr)
+                  .ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<float> got = y.ToHost();
+  for (int g = 0; g < kGroups; ++g) {
+    ASSERT_EQ(want[g].size(), static_cast<size_t>(m * n));
+    EXPECT_EQ(std::memcmp(got.data() + g * ys, want[g].data(), m * n * sizeof(float)), 0)
+        << "group " << g;
+  }
+  // A stride below its group's size is refused.
+  EXPECT_EQ(Fp8BlockGemm({.x = dx.get(), .x_scales = dxs.get(), .w = dw.get(),
+                          .w_scales = dws.get(), .y = y.get(), .m = m, .n = n, .k = k,
+                          .groups = kGroups, .w_group_stride = n * k - 16},
+                         nullptr)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(Fp8BlockGemmTest, Bf16OutputIsTheRoundedFp32Output) {
   const Operands op = MakeOperands(37, 190, 640, 8, Source::kQuantized);
   for (Fp8GemmTile tile : {Fp8GemmTile::kAuto, Fp8GemmTile::kN128M128}) {
