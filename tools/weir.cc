@@ -7,11 +7,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "absl/time/clock.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -32,6 +34,8 @@ ABSL_FLAG(int, max_new_tokens, 32, "generate: tokens to generate at most.");
 ABSL_FLAG(double, temperature, 0.0, "generate: 0 = greedy.");
 ABSL_FLAG(std::string, output, "", "batch: where result lines go (default stdout).");
 ABSL_FLAG(bool, chat, false, "generate: send TEXT as one user turn through the chat template.");
+ABSL_FLAG(int, interval_ms, 1000, "eplb-watch: time between samples.");
+ABSL_FLAG(int, duration_s, 60, "eplb-watch: how long to sample (0 = until interrupted).");
 
 namespace weir {
 namespace {
@@ -43,7 +47,9 @@ constexpr char kUsage[] =
     "  weir tokenize TEXT [--server=HOST:PORT]             token ids and pieces of TEXT\n"
     "  weir generate TEXT | --ids=1,2,3 [--max_new_tokens=N] [--temperature=T] [--chat]\n"
     "                                                      stream a generation\n"
-    "  weir batch FILE.jsonl [--output=results.jsonl]      run a JSON Lines batch";
+    "  weir batch FILE.jsonl [--output=results.jsonl]      run a JSON Lines batch\n"
+    "  weir eplb-watch [--interval_ms=1000] [--duration_s=60]\n"
+    "                                                      EPLB balance over time, as CSV";
 
 int Health(grpc::Channel& channel) {
   const std::string service = absl::GetFlag(FLAGS_service);
@@ -246,6 +252,51 @@ int Batch(const std::shared_ptr<grpc::Channel>& channel, const std::string& path
   return counts->failed == 0 ? 0 : 1;
 }
 
+// CSV of the EPLB service's state every --interval_ms (tools/bench/plot.py
+// draws it): time_s, committed_version, balance_ratio (predicted over the
+// window), measured_ratio (0 = not measured yet), reports_total.
+int EplbWatch(const std::shared_ptr<grpc::Channel>& channel) {
+  const auto deadline = std::chrono::milliseconds(absl::GetFlag(FLAGS_timeout_ms));
+  v1::ServerState state;
+  {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineIn(deadline));
+    grpc::Status status = v1::Inference::NewStub(channel)->GetServerState(
+        &context, v1::GetServerStateRequest(), &state);
+    if (!status.ok()) {
+      std::cerr << "eplb-watch: GetServerState: " << FromGrpcStatus(status) << "\n";
+      return 1;
+    }
+  }
+  if (state.eplb_address().empty()) {
+    std::cerr << "eplb-watch: the server runs no EPLB service\n";
+    return 1;
+  }
+  auto eplb = v1::Eplb::NewStub(MakeChannel(state.eplb_address()));
+  const absl::Duration interval = absl::Milliseconds(std::max(1, absl::GetFlag(FLAGS_interval_ms)));
+  const int duration_s = absl::GetFlag(FLAGS_duration_s);
+  const absl::Time start = absl::Now();
+  std::cout << "time_s,committed_version,balance_ratio,measured_ratio,reports_total\n";
+  for (absl::Time next = start; duration_s <= 0 || next - start <= absl::Seconds(duration_s);
+       next += interval) {
+    absl::SleepFor(next - absl::Now());
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineIn(deadline));
+    v1::EplbState eplb_state;
+    grpc::Status status = eplb->GetState(&context, v1::GetEplbStateRequest(), &eplb_state);
+    if (!status.ok()) {
+      std::cerr << "eplb-watch: GetState: " << FromGrpcStatus(status) << "\n";
+      return 1;
+    }
+    std::cout << absl::StrFormat("%.3f,%d,%.4f,%.4f,%d\n",
+                                 absl::ToDoubleSeconds(absl::Now() - start),
+                                 eplb_state.committed_version(), eplb_state.balance_ratio(),
+                                 eplb_state.measured_ratio(), eplb_state.reports_total())
+              << std::flush;
+  }
+  return 0;
+}
+
 int Run(int argc, char** argv) {
   std::vector<std::string> args = InitProcess(argc, argv, kUsage, "weir");
   if (args.size() < 2) {
@@ -257,6 +308,7 @@ int Run(int argc, char** argv) {
   if (args[1] == "generate") return Generate(channel, args.size() >= 3 ? args[2] : "");
   if (args[1] == "batch" && args.size() == 3) return Batch(channel, args[2]);
   if (args[1] == "health") return Health(*channel);
+  if (args[1] == "eplb-watch") return EplbWatch(channel);
   if (args[1] == "info") return Info(channel);
   std::cerr << "unknown command \"" << args[1] << "\"\n" << kUsage << "\n";
   return 2;

@@ -164,7 +164,7 @@ int Run(int argc, char** argv) {
   std::ofstream csv;
   if (!absl::GetFlag(FLAGS_csv).empty()) {
     csv.open(absl::GetFlag(FLAGS_csv));
-    csv << "protocol,concurrency,round,ok,start_ms,ttft_ms,itl_ms,e2e_ms,output_tokens\n";
+    csv << CsvHeader();
   }
   // Warm-up: both paths once.
   RunLevel(Messages(2, 8, 4, 99), 1, *stub, host_port.first, http_port);
@@ -184,11 +184,8 @@ int Run(int argc, char** argv) {
       for (size_t i = 0; i < records.size(); ++i) {
         const RequestRecord& record = records[i];
         const Protocol p = i % 2 == 0 ? Protocol::kGrpc : Protocol::kHttp;
-        if (csv.is_open()) {
-          csv << Name(p) << "," << c << "," << r << "," << record.ok << "," << record.start_ms
-              << "," << record.ttft_ms << "," << (record.itl_ms.empty() ? 0.0 : record.itl_ms[0])
-              << "," << record.e2e_ms << "," << record.output_tokens << "\n";
-        }
+        // The level column names the protocol; itl_mean_ms is the request's ITL.
+        if (csv.is_open()) csv << CsvRow(Name(p), c, record);
         by[static_cast<int>(p)].push_back(record);
       }
       if (absl::Status alive = (*cluster)->CheckAlive(); !alive.ok()) return Fail(alive);

@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -69,6 +70,8 @@ ABSL_FLAG(uint64_t, seed, 1, "Seed of prompts, lengths and arrivals.");
 ABSL_FLAG(int, warmup_requests, 2, "Requests sent (and not measured) before the first level.");
 ABSL_FLAG(int, request_timeout_s, 120, "Deadline of each Generate call.");
 ABSL_FLAG(int, startup_timeout_s, 180, "How long the cluster may take to become SERVING.");
+ABSL_FLAG(std::string, csv, "",
+          "Also write every measured request to this CSV file (tools/bench/plot.py reads it).");
 
 namespace weir::bench {
 namespace {
@@ -281,6 +284,14 @@ int Run(int argc, char** argv) {
     }
   }
 
+  std::ofstream csv;
+  if (!absl::GetFlag(FLAGS_csv).empty()) {
+    csv.open(absl::GetFlag(FLAGS_csv));
+    if (!csv) {
+      return Fail(absl::InvalidArgumentError("cannot write --csv " + absl::GetFlag(FLAGS_csv)));
+    }
+    csv << CsvHeader();
+  }
   PrintHeader();
   double baseline = 0;
   int exit_code = 0;
@@ -301,6 +312,10 @@ int Run(int argc, char** argv) {
     }
     const Counters after = ReadCounters(*stub, coordinator_pid, local);
     const LevelSummary summary = Summarize(run.records, run.wall_s);
+    if (csv.is_open()) {
+      for (const RequestRecord& r : run.records) csv << CsvRow(level.name, level.concurrency, r);
+      csv.flush();
+    }
     const uint64_t steps = after.steps - std::min(after.steps, before.steps);
     if (baseline == 0 && level.concurrency == 1) baseline = summary.decode_tokens_per_s_per_seq;
     PrintRow(level, summary, baseline, steps,

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/str_format.h"
+
 namespace weir::bench {
 
 double Percentile(std::vector<double> values, double q) {
@@ -50,6 +52,23 @@ LevelSummary Summarize(const std::vector<RequestRecord>& records, double wall_s)
   s.e2e_p99 = Percentile(e2e, 0.99);
   if (decode_ms > 0) s.decode_tokens_per_s_per_seq = decode_tokens / (decode_ms / 1000.0);
   return s;
+}
+
+std::string CsvHeader() {
+  return "level,concurrency,ok,start_ms,ttft_ms,e2e_ms,prompt_tokens,output_tokens,"
+         "itl_mean_ms,itl_max_ms\n";
+}
+
+std::string CsvRow(const std::string& level, int concurrency, const RequestRecord& record) {
+  double sum = 0, max = 0;
+  for (double v : record.itl_ms) {
+    sum += v;
+    max = std::max(max, v);
+  }
+  const double mean = record.itl_ms.empty() ? 0 : sum / static_cast<double>(record.itl_ms.size());
+  return absl::StrFormat("%s,%d,%d,%.3f,%.3f,%.3f,%u,%u,%.3f,%.3f\n", level, concurrency,
+                         record.ok ? 1 : 0, record.start_ms, record.ttft_ms, record.e2e_ms,
+                         record.prompt_tokens, record.output_tokens, mean, max);
 }
 
 }  // namespace weir::bench

@@ -58,6 +58,13 @@ struct LevelSummary {
 // Summarises the records of one level that took `wall_s` seconds.
 LevelSummary Summarize(const std::vector<RequestRecord>& records, double wall_s);
 
+// The per-request CSV the benchmarks write (--csv) and tools/bench/plot.py
+// reads: the header line, and one line for `record` of level `level`
+// (concurrency, or 0 for an open-loop level). itl_mean_ms / itl_max_ms are
+// over the request's inter-token gaps (0 without any). Both end with "\n".
+std::string CsvHeader();
+std::string CsvRow(const std::string& level, int concurrency, const RequestRecord& record);
+
 }  // namespace weir::bench
 
 #endif  // WEIR_TOOLS_BENCH_SERVE_STATS_H_

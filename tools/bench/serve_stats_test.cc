@@ -49,5 +49,18 @@ TEST(ServeStatsTest, SummaryCountsOnlySuccessfulRequests) {
   EXPECT_NEAR(s.decode_tokens_per_s_per_seq, 5 / 0.070, 1e-9);
 }
 
+TEST(ServeStatsTest, CsvRowsMatchTheHeader) {
+  RequestRecord r = Ok(12.5, 300, {10, 20, 30});
+  r.prompt_tokens = 17;
+  r.output_tokens = 4;
+  r.start_ms = 1.25;
+  EXPECT_EQ(CsvHeader(),
+            "level,concurrency,ok,start_ms,ttft_ms,e2e_ms,prompt_tokens,output_tokens,"
+            "itl_mean_ms,itl_max_ms\n");
+  EXPECT_EQ(CsvRow("c=4", 4, r), "c=4,4,1,1.250,12.500,300.000,17,4,20.000,30.000\n");
+  RequestRecord failed;
+  EXPECT_EQ(CsvRow("rate=3", 0, failed), "rate=3,0,0,0.000,0.000,0.000,0,0,0.000,0.000\n");
+}
+
 }  // namespace
 }  // namespace weir::bench
