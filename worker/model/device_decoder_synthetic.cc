@@ -54,15 +54,17 @@ std::unique_ptr<SyntheticModel> MakeSynthetic(const ModelConfig& config, uint64_
       a.wo_a.push_back(dense(c.o_lora_rank, c.o_group_in_dim()));
     }
     if (role.has_compressor) {
-      a.comp_wkv = dense(hd, d);
+      // The checkpoint's dtypes (checkpoint_layout.cc): the compressor and
+      // the indexer's key and head-weight projections are bf16.
+      a.comp_wkv = dense(hd, d, false);
       if (role.ratio > 1) a.comp_wgate = dense(hd, d, false);
       a.comp_norm = vec(hd, 0.9f, 1.1f);
-      a.index_wk = dense(c.index_head_dim, hd);
+      a.index_wk = dense(c.index_head_dim, hd, false);
       a.index_k_norm = vec(c.index_head_dim, 0.9f, 1.1f);
     }
     if (role.has_indexer) {
       a.index_wq_b = dense(c.index_n_heads * c.index_head_dim, c.q_lora_rank);
-      a.index_weights_proj = dense(c.index_n_heads, d);
+      a.index_weights_proj = dense(c.index_n_heads, d, false);
     }
     MoeWeights& f = b.ffn;
     const float gs = 1.0f / std::sqrt(static_cast<float>(d));
