@@ -182,6 +182,28 @@ void StepExecutor::ScorePrompt(const RowPlan& row, Slot& slot, int64_t start,
   }
 }
 
+absl::Status StepExecutor::Fork(const RowPlan& row) {
+  Slot& source = slots_[row.fork_from];
+  if (source.on_device) {
+    // The device decoder holds the source's current state: bring it back.
+    absl::Status back = device_->Export(row.fork_from, *source.state);
+    LeaveDevice(row.fork_from);
+    if (!back.ok()) {
+      source.state->MarkBroken();
+      return absl::InternalError(absl::StrCat("slot ", row.fork_from, ": ", back.message()));
+    }
+  }
+  Slot& slot = slots_[row.slot];
+  if (absl::Status s = slot.state->CopyFrom(*source.state); !s.ok()) {
+    return absl::InternalError(absl::StrCat("fork of slot ", row.fork_from, " into slot ",
+                                            row.slot, ": ", s.message()));
+  }
+  // The source's tokens so far are the fork's prompt (what the penalties see).
+  slot.prompt = source.prompt;
+  slot.prompt.insert(slot.prompt.end(), source.output.begin(), source.output.end());
+  return absl::OkStatus();
+}
+
 void StepExecutor::StartSlot(int32_t slot_id) {
   LeaveDevice(slot_id);
   Slot& slot = slots_[slot_id];
@@ -202,7 +224,9 @@ void StepExecutor::ValidateBlocks(const std::vector<RowPlan>& rows,
   // Slots whose blocks return before any row of the plan claims one.
   absl::flat_hash_set<int32_t> dropped(release.begin(), release.end());
   for (size_t i = 0; i < rows.size(); ++i) {
-    if (bad[i].ok() && rows[i].start_pos == 0) dropped.insert(rows[i].slot);
+    if (bad[i].ok() && (rows[i].start_pos == 0 || rows[i].fork_from >= 0)) {
+      dropped.insert(rows[i].slot);
+    }
   }
   absl::flat_hash_set<int32_t> given;
   auto check = [&](size_t i) -> absl::Status {
@@ -222,7 +246,8 @@ void StepExecutor::ValidateBlocks(const std::vector<RowPlan>& rows,
         return RowError(i, absl::StrCat("KV block ", b.value(), " is given twice in this plan"));
       }
     }
-    const bool fresh = row.start_pos == 0 || dropped.contains(row.slot) || slot.paged == nullptr;
+    const bool fresh = row.start_pos == 0 || row.fork_from >= 0 || dropped.contains(row.slot) ||
+                       slot.paged == nullptr;
     const int64_t held =
         (fresh ? 0 : static_cast<int64_t>(slot.paged->blocks().size())) +
         static_cast<int64_t>(row.new_blocks.size());
@@ -258,6 +283,11 @@ absl::Status StepExecutor::Validate(const std::vector<RowPlan>& rows,
   bad.assign(rows.size(), absl::OkStatus());
   const absl::flat_hash_set<int32_t> released(release.begin(), release.end());
   absl::flat_hash_set<int32_t> used;
+  // Slots a row restarts (position 0) or makes a fork: no fork may copy them.
+  absl::flat_hash_set<int32_t> renewed;
+  for (const RowPlan& row : rows) {
+    if (row.start_pos == 0 || row.fork_from >= 0) renewed.insert(row.slot);
+  }
   auto check = [&](size_t i) -> absl::Status {
     const RowPlan& row = rows[i];
     if (row.slot < 0 || row.slot >= max_slots()) {
@@ -267,8 +297,21 @@ absl::Status StepExecutor::Validate(const std::vector<RowPlan>& rows,
       return RowError(i, absl::StrCat("slot ", row.slot, " appears twice"));
     }
     const Slot& slot = slots_[row.slot];
-    const int64_t length =
+    int64_t length =
         slot.state == nullptr || released.contains(row.slot) ? 0 : slot.state->length();
+    if (row.fork_from >= 0) {
+      if (row.fork_from >= max_slots() || row.fork_from == row.slot ||
+          slots_[row.fork_from].state == nullptr || released.contains(row.fork_from) ||
+          renewed.contains(row.fork_from) || slots_[row.fork_from].state->broken()) {
+        return RowError(i, absl::StrCat("fork_from slot ", row.fork_from,
+                                        " holds no sequence this plan keeps"));
+      }
+      length = slots_[row.fork_from].state->length();
+      if (row.start_pos != length) {
+        return RowError(i, absl::StrCat("fork at start_pos ", row.start_pos, " but slot ",
+                                        row.fork_from, " holds ", length, " positions"));
+      }
+    }
     if (row.start_pos != 0 && row.start_pos != length) {
       return RowError(i, absl::StrCat("start_pos ", row.start_pos, " but slot ", row.slot,
                                       " holds ", length, " positions"));
@@ -361,7 +404,7 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
     slots_[slot] = Slot{};
   }
   for (const RowPlan& row : rows) {
-    if (row.start_pos != 0) continue;
+    if (row.start_pos != 0 && row.fork_from < 0) continue;
     StartSlot(row.slot);
     Slot& slot = slots_[row.slot];
     if (row.output_from > 0) slot.output_from = row.output_from;
@@ -375,6 +418,14 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
         join(/*model_too=*/true);
         return absl::InternalError(absl::StrCat("slot ", row.slot, ": ", s.message()));
       }
+    }
+  }
+  // Forks copy their source before any forward of this plan moves it on.
+  for (const RowPlan& row : rows) {
+    if (row.fork_from < 0) continue;
+    if (absl::Status s = Fork(row); !s.ok()) {
+      join(/*model_too=*/true);
+      return s;
     }
   }
   std::vector<std::vector<int64_t>> inputs(rows.size());

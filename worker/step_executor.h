@@ -63,7 +63,8 @@ struct RowPlan {
   bool sample = false;
   sampling::SamplingParams sampling;
   int32_t return_top_k = 0;
-  // Structured output; read only when start_pos == 0 (the slot keeps it).
+  // Structured output; read only when start_pos == 0 or fork_from >= 0 (the
+  // slot keeps it).
   std::optional<grammar::Constraint> constraint;
   // Positions >= this are generated tokens the constraint must accept.
   int64_t constrained_from = 0;
@@ -84,6 +85,13 @@ struct RowPlan {
   // the slot's previous row, kept only if that row asked too (else skipped).
   int32_t prompt_logprobs = -1;
   int64_t prompt_end = 0;
+  // >= 0: the row starts `slot` afresh as a copy of slot `fork_from`'s
+  // sequence (its KV, rings and token history; parallel samples of one
+  // prompt share its prefill), made before this plan's forwards, so
+  // start_pos must equal the source's length then; the row's new_blocks
+  // must cover start_pos + its tokens. The source must not be released or
+  // restarted by the plan, nor be a fork itself.
+  int32_t fork_from = -1;
 };
 
 // The log-probability of one token at one position.
@@ -239,6 +247,9 @@ class StepExecutor {
   // Makes `slot_id` hold a new empty sequence (its previous one and, with a
   // pool, that one's blocks are dropped).
   void StartSlot(int32_t slot_id);
+  // Fork rows (RowPlan::fork_from): copies the source's sequence into the
+  // row's (started, blocks added) slot. INTERNAL if the copy fails.
+  absl::Status Fork(const RowPlan& row);
 
   model::Model& model_;
   model::DecodeBackend* device_ = nullptr;

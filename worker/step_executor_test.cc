@@ -277,6 +277,64 @@ TEST(StepExecutorTest, PromptAndSampledLogprobsAreTheForwardsLogSoftmax) {
   EXPECT_EQ((*refused)[0].status.code(), absl::StatusCode::kInvalidArgument);
 }
 
+RowPlan Seeded(int32_t slot, int64_t start, std::vector<int64_t> tokens, uint64_t seed) {
+  RowPlan row{.slot = slot, .start_pos = start, .tokens = std::move(tokens), .sample = true};
+  row.sampling.temperature = 1.0f;
+  row.sampling.seed = seed;
+  return row;
+}
+
+TEST(StepExecutorTest, AForkSamplesLikeItsOwnPrefill) {
+  Fixture f;
+  // Parallel samples: slot 0 prefills all but the last prompt token; then
+  // slots 1 and 2 fork it and every one forwards the last token and samples
+  // with its own seed, in one step.
+  StepExecutor forked(*f.model, 4);
+  ASSERT_TRUE(FirstError(forked.Execute(
+                  {RowPlan{.slot = 0, .start_pos = 0, .tokens = {5, 6, 7, 8}}}, {}))
+                  .ok());
+  RowPlan fork1 = Seeded(1, 4, {9}, 11);
+  fork1.fork_from = 0;
+  RowPlan fork2 = Seeded(2, 4, {9}, 12);
+  fork2.fork_from = 0;
+  auto step = forked.Execute({Seeded(0, 4, {9}, 10), fork1, fork2}, {});
+  ASSERT_TRUE(FirstError(step).ok()) << FirstError(step);
+  EXPECT_EQ(forked.used_slots(), 3);
+
+  // Each equals a sequence prefilled on its own, here and one decode later.
+  for (int i = 0; i < 3; ++i) {
+    StepExecutor alone(*f.model, 1);
+    auto first = alone.Execute({Seeded(0, 0, {5, 6, 7, 8, 9}, 10 + i)}, {});
+    ASSERT_TRUE(FirstError(first).ok());
+    EXPECT_EQ((*first)[0].token, (*step)[i].token) << "sample " << i;
+    EXPECT_EQ(std::memcmp(&(*first)[0].logprob, &(*step)[i].logprob, sizeof(float)), 0);
+    auto next = alone.Execute({Seeded(0, 5, {*(*first)[0].token}, 10 + i)}, {});
+    ASSERT_TRUE(FirstError(next).ok());
+    auto forked_next = forked.Execute({Seeded(i, 5, {*(*step)[i].token}, 10 + i)}, {});
+    ASSERT_TRUE(FirstError(forked_next).ok());
+    EXPECT_EQ((*next)[0].token, (*forked_next)[0].token) << "sample " << i;
+  }
+
+  // Bad forks fail alone: a source this plan releases or restarts, a
+  // start_pos that is not the source's length, a fork of a fork.
+  RowPlan wrong_pos = Seeded(3, 5, {9}, 1);
+  wrong_pos.fork_from = 0;  // slot 0 holds 6 positions
+  auto bad = forked.Execute({wrong_pos}, {});
+  ASSERT_TRUE(bad.ok());
+  EXPECT_EQ((*bad)[0].status.code(), absl::StatusCode::kInvalidArgument) << (*bad)[0].status;
+  RowPlan of_released = Seeded(3, 6, {9}, 1);
+  of_released.fork_from = 1;
+  bad = forked.Execute({of_released}, {1});
+  ASSERT_TRUE(bad.ok());
+  EXPECT_EQ((*bad)[0].status.code(), absl::StatusCode::kInvalidArgument);
+  RowPlan of_restarted = Seeded(3, 6, {9}, 1);
+  of_restarted.fork_from = 2;
+  bad = forked.Execute({Seeded(2, 0, {4}, 1), of_restarted}, {});
+  ASSERT_TRUE(bad.ok());
+  EXPECT_TRUE((*bad)[0].status.ok());
+  EXPECT_EQ((*bad)[1].status.code(), absl::StatusCode::kInvalidArgument);
+}
+
 // --- With a DecodeBackend, on the CPU: HostDecodeBackend decodes with the
 // model itself, so every outcome must equal the executor without a backend,
 // through imports, batches larger than the backend's max_batch, an export for

@@ -474,7 +474,8 @@ void WorkerService::ExecutePlan(const v1::StepPlan& plan, v1::StepResult& result
           static_cast<int32_t>(std::min<uint32_t>(in.prompt_logprobs(), INT32_MAX));
       row.prompt_end = in.prompt_end();
     }
-    if (in.start_pos() == 0 && HasConstraint(in.constraint())) {
+    if (in.has_fork_from()) row.fork_from = in.fork_from();
+    if ((in.start_pos() == 0 || in.has_fork_from()) && HasConstraint(in.constraint())) {
       absl::StatusOr<grammar::Constraint> constraint = ConstraintFromProto(in.constraint());
       if (constraint.ok()) {
         row.constraint = std::move(*constraint);
