@@ -272,7 +272,8 @@ TEST(WorkerServiceTest, LoadReportsTheKvPoolAndStepsUseItsBlocks) {
   EXPECT_EQ(std::vector<uint32_t>(d.compress_ratios().begin(), d.compress_ratios().end()),
             (std::vector<uint32_t>{2, 2, 1}));
   EXPECT_EQ(d.num_seq_slots(), 4u);
-  EXPECT_EQ(d.block_bytes(), (32u + 32u + 64u) * (128u + 64u) * 4u);
+  // Packed entries (stored form): KV 64 + 8 bytes, index keys 32 + 2.
+  EXPECT_EQ(d.block_bytes(), (32u + 32u + 64u) * (72u + 34u));
   EXPECT_EQ(d.num_blocks(), (options.kv_cache_bytes - 4 * d.slot_bytes()) / d.block_bytes());
 
   const uint64_t block16 = d.block_bytes() / 4;

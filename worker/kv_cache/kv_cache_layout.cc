@@ -22,13 +22,15 @@ std::vector<int32_t> KvCacheLayout::compress_ratios() const {
 
 absl::StatusOr<KvCacheLayout> MakeKvCacheLayout(const model::ModelConfig& config,
                                                 const model::LayerRoles& roles,
-                                                int32_t block_tokens) {
+                                                int32_t block_tokens, bool packed) {
   if (block_tokens < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("KV block_tokens must be >= 1, got ", block_tokens));
   }
   KvCacheLayout layout;
   layout.block_tokens = block_tokens;
+  layout.packed = packed && config.head_dim % 16 == 0 && config.index_head_dim % 32 == 0;
+  int64_t bytes = 0;
   layout.layer_index.assign(roles.size(), -1);
   for (const model::LayerRole& role : roles.layers()) {
     if (!role.has_compressor) continue;
@@ -43,12 +45,15 @@ absl::StatusOr<KvCacheLayout> MakeKvCacheLayout(const model::ModelConfig& config
     l.kv_dim = config.head_dim;
     l.index_dim = config.index_head_dim;
     l.entries_per_block = block_tokens / role.ratio;
-    l.kv_offset = layout.block_floats;
-    l.index_offset = l.kv_offset + l.entries_per_block * l.kv_dim;
-    layout.block_floats = l.index_offset + l.entries_per_block * l.index_dim;
+    l.kv_entry_bytes = layout.packed ? PackedKvEntryBytes(l.kv_dim) : l.kv_dim * 4;
+    l.index_entry_bytes = layout.packed ? PackedIndexEntryBytes(l.index_dim) : l.index_dim * 4;
+    l.kv_offset = bytes;
+    l.index_offset = l.kv_offset + l.entries_per_block * l.kv_entry_bytes;
+    bytes = l.index_offset + l.entries_per_block * l.index_entry_bytes;
     layout.layer_index[role.layer] = static_cast<int>(layout.layers.size());
     layout.layers.push_back(l);
   }
+  layout.block_floats = (bytes + 3) / 4;
   return layout;
 }
 

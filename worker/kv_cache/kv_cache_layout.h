@@ -25,25 +25,41 @@
 
 namespace weir::worker::kv_cache {
 
-// One kv-source layer inside a block. Offsets and sizes are in floats: the
-// CPU model stores the fp32 values of the quantized formats (FP4 e2m1 x E4M3
-// per 16 for the KV, MXFP4 for the index keys), not packed codes and scales.
+// One kv-source layer inside a block. Offsets and entry sizes are in bytes.
+// A packed layout (KvCacheLayout::packed, what MakeKvCacheLayout makes) holds
+// each entry in the model's stored form: the compressed KV as FP4 e2m1 codes
+// (two per byte, element 2k low) followed by its E4M3 scales per 16
+// (kv_dim / 2 + kv_dim / 16 bytes), the index keys as MXFP4 codes followed
+// by their E8M0 scales per 32 (index_dim / 2 + index_dim / 32 bytes). An
+// unpacked layout holds the fp32 values (4 bytes an element).
 struct KvLayerLayout {
   int layer = 0;               // the model's layer id
   int ratio = 0;               // compress ratio (>= 1)
   int64_t kv_dim = 0;          // head_dim
   int64_t index_dim = 0;       // index_head_dim
   int64_t entries_per_block = 0;  // block_tokens / ratio
-  int64_t kv_offset = 0;       // [entries_per_block, kv_dim] from here
-  int64_t index_offset = 0;    // [entries_per_block, index_dim] from here
+  int64_t kv_offset = 0;       // bytes: [entries_per_block, kv_entry_bytes] from here
+  int64_t index_offset = 0;    // bytes: [entries_per_block, index_entry_bytes] from here
+  int64_t kv_entry_bytes = 0;     // 0: kv_dim * 4 (unpacked layouts may leave it)
+  int64_t index_entry_bytes = 0;  // 0: index_dim * 4
 };
+
+// Stored-form block sizes of one entry (the packed layout).
+constexpr int64_t PackedKvEntryBytes(int64_t kv_dim) { return kv_dim / 2 + kv_dim / 16; }
+constexpr int64_t PackedIndexEntryBytes(int64_t index_dim) {
+  return index_dim / 2 + index_dim / 32;
+}
 
 struct KvCacheLayout {
   int32_t block_tokens = 0;
+  // Entries held as codes + scales (see KvLayerLayout) rather than fp32.
+  bool packed = false;
   // The kv-source layers in layer order; empty for a model without
   // compressed KV (its sequences need no blocks).
   std::vector<KvLayerLayout> layers;
-  // Floats in one block (sum over layers of entries_per_block * (kv_dim + index_dim)).
+  // Storage of one block in floats: the layers' bytes (sum over layers of
+  // entries_per_block * (kv_entry_bytes + index_entry_bytes)) rounded up to
+  // whole floats.
   int64_t block_floats = 0;
   // Layer id -> index into `layers`, -1 for a layer that is not a kv source.
   std::vector<int> layer_index;
@@ -56,12 +72,13 @@ struct KvCacheLayout {
 };
 
 // Returns the block layout of `config`'s kv-source layers at `block_tokens`
-// positions per block. INVALID_ARGUMENT if block_tokens < 1 or a compress
-// ratio does not divide it.
+// positions per block, packed (stored form) when head_dim is a multiple of
+// 16 and index_head_dim of 32 (every V4.1 config) and `packed` asks for it.
+// INVALID_ARGUMENT if block_tokens < 1 or a compress ratio does not divide it.
 // REQUIRES: `roles` was built from `config`.
 absl::StatusOr<KvCacheLayout> MakeKvCacheLayout(const model::ModelConfig& config,
                                                 const model::LayerRoles& roles,
-                                                int32_t block_tokens);
+                                                int32_t block_tokens, bool packed = true);
 
 // Returns the blocks a sequence of `positions` written positions needs: the
 // maximum over ratios r of ceil(floor(positions / r) / (block_tokens / r)).

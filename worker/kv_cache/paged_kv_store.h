@@ -68,13 +68,27 @@ class PagedKvStore final : public model::CompressedKvStore {
   void ReadIndexK(int layer, int64_t first, std::span<float> out) const override;
 
  private:
-  // Copies entries [first, first + rows.size() / dim) of one region of
-  // layer `l` (kv: offset kv_offset, dim kv_dim; or the index keys) out of
-  // / into the blocks, one run of consecutive entries per block.
-  void CopyOut(const KvLayerLayout& l, int64_t offset, int64_t dim, int64_t first,
+  // One region (compressed KV or index keys) of a layer inside a block.
+  struct Region {
+    bool kv = true;
+    int64_t dim = 0;          // elements an entry
+    int64_t offset = 0;       // bytes into the block
+    int64_t entry_bytes = 0;  // stored bytes an entry
+  };
+  Region RegionOf(const KvLayerLayout& l, bool kv) const;
+  // The stored bytes of entry `e` of region `r` of layer `l`.
+  uint8_t* EntryBytes(const KvLayerLayout& l, const Region& r, int64_t e) const;
+  // Entries [first, first + rows.size() / dim) of region `r` out of the
+  // blocks, decoded to fp32 when the layout is packed.
+  void CopyOut(const KvLayerLayout& l, const Region& r, int64_t first,
                std::span<float> rows) const;
-  void CopyIn(const KvLayerLayout& l, int64_t offset, int64_t dim, int64_t first,
-              std::span<const float> rows);
+  // `rows` in the region's stored form (`bytes`, entry after entry); INTERNAL
+  // when the layout is packed and a row does not re-encode exactly.
+  absl::Status Encode(const Region& r, std::span<const float> rows,
+                      std::vector<uint8_t>& bytes) const;
+  // Stored entries into the blocks from entry `first` on.
+  void CopyIn(const KvLayerLayout& l, const Region& r, int64_t first,
+              std::span<const uint8_t> bytes);
 
   BlockPool& pool_;
   const SeqSlot slot_;
