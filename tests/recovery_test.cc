@@ -197,19 +197,22 @@ TEST(RecoveryTest, WithoutRecoveryTheFailureIsReported) {
   EXPECT_EQ(*health, "NOT_SERVING");
 }
 
-// Chaos (DP 4 x EP 4): 24 concurrent requests (greedy, seeded, regex
-// constrained) per round, 5 rounds on one cluster, each losing a random
-// rank at a random step — SIGKILL in rounds 0, 2, 4, SIGSTOP in 1, 3 (the
-// step deadline or the health checks catch it). Every round's outputs equal
-// the undisturbed run's; the cluster recovers 5 times.
+// Chaos (DP 4 x EP 4): 64 concurrent requests (greedy, seeded, regex
+// constrained) per round, 10 rounds on one cluster, each losing a random
+// rank at a random step: SIGKILL (rounds 0, 3, 6, 9), SIGSTOP (1, 4, 7; the
+// health checks catch it) or a worker that stops answering its Steps stream
+// while its process and health stay up (2, 5, 8: SIGUSR1 with the workers'
+// --fault_injection; only the step deadline catches it). Every round's
+// outputs equal the undisturbed run's; the cluster recovers every round.
 TEST(RecoveryTest, ChaosRoundsOnFourRanks) {
-  constexpr int kChaosRequests = 24, kRounds = 5;
-  constexpr uint32_t kChaosTokens = 96;
+  constexpr int kChaosRequests = 64, kRounds = 10;
+  constexpr uint32_t kChaosTokens = 64;
   // The health checks catch a stopped worker in ~1.5 s; the step deadline
-  // stays generous so that a recompute prefill on a loaded 2-core CI machine
-  // does not count as a hang.
+  // (what catches a stall) stays generous so that a recompute prefill on a
+  // loaded 2-core CI machine does not count as a hang.
   const std::vector<std::string> flags = {"--workers=4", "--eplb=false", "--step_timeout_s=10",
-                                          "--max_recoveries=20"};
+                                          "--max_recoveries=30",
+                                          "--worker_flags=--fault_injection"};
   std::vector<Outcome> want;
   {
     Cluster undisturbed(flags);
@@ -224,7 +227,7 @@ TEST(RecoveryTest, ChaosRoundsOnFourRanks) {
   for (int round = 0; round < kRounds; ++round) {
     const int victim_rank = static_cast<int>(rng() % 4);
     const int64_t after_steps = 5 + static_cast<int64_t>(rng() % 40);
-    const int signo = round % 2 == 0 ? SIGKILL : SIGSTOP;
+    const int signo = round % 3 == 0 ? SIGKILL : round % 3 == 1 ? SIGSTOP : SIGUSR1;
     const int64_t steps_before = cluster.Steps();
     bool signalled = false;
     std::vector<Outcome> got = RunAll(
@@ -243,7 +246,10 @@ TEST(RecoveryTest, ChaosRoundsOnFourRanks) {
       EXPECT_EQ(got[i].tokens, want[i].tokens) << "round " << round << " request " << i;
     }
     std::printf("round %d: rank %d %s after %lld steps: %d of %d requests lost, %d differ\n",
-                round, victim_rank, signo == SIGKILL ? "SIGKILL" : "SIGSTOP",
+                round, victim_rank,
+                signo == SIGKILL   ? "SIGKILL"
+                : signo == SIGSTOP ? "SIGSTOP"
+                                   : "stalled stream",
                 static_cast<long long>(after_steps), lost, kChaosRequests, differ);
   }
   v1::ServerState state;

@@ -18,6 +18,7 @@
 #include "base/peer_watchdog.h"
 #include "base/signals.h"
 #include "coordinator/registration_client.h"
+#include "worker/fault_injection.h"
 #include "worker/worker_service.h"
 
 ABSL_FLAG(std::string, coordinator, "", "Coordinator address HOST:PORT (required).");
@@ -60,6 +61,10 @@ ABSL_FLAG(std::string, numerics, "fast",
           "Device decode numerics: fast (tensor cores on the stored FP8/MXFP4 weights, "
           "batch-invariant, held to the reference by tolerances) or reference (every op in "
           "the CPU's order: logits bit-identical to --backend=cpu).");
+
+ABSL_FLAG(bool, fault_injection, false,
+          "Testing only: SIGUSR1 makes this worker stop answering its Steps stream (a hang "
+          "the coordinator's step deadline must catch) while its process and health stay up.");
 
 namespace weir::worker {
 namespace {
@@ -132,7 +137,9 @@ int Run(int argc, char** argv) {
                     .device_decode_max_positions =
                         absl::GetFlag(FLAGS_device_decode_max_positions),
                     .device_decode_max_batch = absl::GetFlag(FLAGS_device_decode_max_batch),
-                    .numerics = *numerics});
+                    .numerics = *numerics,
+                    .fault_injection = absl::GetFlag(FLAGS_fault_injection)});
+  if (absl::GetFlag(FLAGS_fault_injection)) InstallStallSignal();
   absl::StatusOr<StartedServer> server =
       StartServer({.address = absl::GetFlag(FLAGS_listen)}, {&service});
   if (!server.ok()) {

@@ -17,6 +17,7 @@
 #include "parallel/host_staged_communicator.h"
 #include "parallel/nccl_communicator.h"
 #include "parallel/ucx_communicator.h"
+#include "worker/fault_injection.h"
 #include "worker/kv_cache/kv_cache_layout.h"
 #include "worker/model/cuda_ops.h"
 #include "worker/model/device_arena.h"
@@ -616,6 +617,13 @@ grpc::Status WorkerService::Steps(grpc::ServerContext* context,
     }
     v1::StepResult result;
     ExecutePlan(plan, result);
+    if (options_.fault_injection && StallRequested()) {
+      WEIR_LOG(WARNING) << "rank " << rank_
+                        << ": fault injection: the Steps stream stops answering";
+      while (!context->IsCancelled()) absl::SleepFor(absl::Milliseconds(20));
+      outcome = grpc::Status(grpc::StatusCode::CANCELLED, "stalled by fault injection");
+      break;
+    }
     if (!stream->Write(result)) break;
   }
   absl::MutexLock lock(&mu_);

@@ -104,6 +104,9 @@ struct WorkerOptions {
   int32_t device_decode_max_batch = 64;
   // The device decoder's arithmetic (model::DecodeNumerics).
   model::DecodeNumerics numerics = model::DecodeNumerics::kFast;
+  // Testing: after SIGUSR1 (fault_injection.h) the Steps stream stops
+  // answering, as a hung worker would; health keeps answering.
+  bool fault_injection = false;
 };
 
 struct WorkerHooks {
