@@ -47,13 +47,20 @@ absl::StatusOr<StartedServer> StartServer(const ServerOptions& options,
   return started;
 }
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, int max_message_bytes) {
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, int max_message_bytes,
+                                           ChannelKeepalive keepalive) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(max_message_bytes);
   args.SetMaxSendMessageSize(max_message_bytes);
   // Reconnect quickly after a peer restarts instead of backing off for minutes.
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  // Keepalive pings on long streams, also when no data flows (a worker that
+  // computes a long prefill sends nothing for a while and must not be cut).
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(keepalive.time.count()));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(keepalive.timeout.count()));
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }
 

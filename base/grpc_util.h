@@ -60,9 +60,21 @@ struct StartedServer {
 absl::StatusOr<StartedServer> StartServer(const ServerOptions& options,
                                           const std::vector<grpc::Service*>& services);
 
-// A channel with the control-plane message limits.
+// HTTP/2 keepalive of a channel: a ping after `time` without traffic, the
+// connection (and every stream on it) failed with UNAVAILABLE when no answer
+// comes within `timeout`. This is what ends a Steps stream to a peer that is
+// gone without closing its socket (a powered-off host, a half-open TCP
+// connection) or frozen (SIGSTOP). StartServer accepts pings every 10 s, so
+// `time` must be at least that.
+struct ChannelKeepalive {
+  std::chrono::milliseconds time{20000};
+  std::chrono::milliseconds timeout{10000};
+};
+
+// A channel with the control-plane message limits and keepalive.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
-                                           int max_message_bytes = kControlMaxMessageBytes);
+                                           int max_message_bytes = kControlMaxMessageBytes,
+                                           ChannelKeepalive keepalive = {});
 
 // Calls grpc.health.v1.Health/Check for `service` on `channel`. Returns the
 // serving status name ("SERVING", "NOT_SERVING", ...) or the RPC error.
