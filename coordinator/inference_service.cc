@@ -157,7 +157,11 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* context,
   std::vector<BuiltRequest> samples(n, *built);
   for (size_t i = 0; i < n; ++i) {
     samples[i].seed = built->seed + i;
-    if (absl::Status s = driver->Submit(MakeSubmission(ids[i], samples[i], queue, i)); !s.ok()) {
+    SeqSubmission submission = MakeSubmission(ids[i], samples[i], queue, i);
+    // The other samples fork the first one's prefill (not with prompt
+    // logprobs: each sample reports them, from a prefill of its own).
+    if (i > 0 && !built->prompt_logprobs.has_value()) submission.request.fork_of = ids[0];
+    if (absl::Status s = driver->Submit(std::move(submission)); !s.ok()) {
       cancel_running();
       return ToGrpc(s);
     }
@@ -391,6 +395,7 @@ grpc::Status InferenceService::GetServerState(grpc::ServerContext* context,
   if (driver != nullptr) {
     loads = driver->Loads();
     response->set_preemptions(driver->preemptions());
+    response->set_forked_samples(static_cast<uint64_t>(driver->forks()));
     response->set_steps(driver->steps());
     response->set_kv_checks(driver->kv_checks());
     const StepDriver::RecoveryStats recoveries = driver->Recoveries();

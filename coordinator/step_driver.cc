@@ -329,6 +329,11 @@ int64_t StepDriver::preemptions() const {
   return preemptions_;
 }
 
+int64_t StepDriver::forks() const {
+  absl::MutexLock lock(&mu_);
+  return forks_;
+}
+
 int64_t StepDriver::kv_checks() const {
   absl::MutexLock lock(&mu_);
   return kv_checks_;
@@ -376,6 +381,11 @@ bool StepDriver::Iterate() {
     const RequestId id = sub.request.id;
     const uint32_t prompt_len = static_cast<uint32_t>(sub.request.prompt.size());
     absl::StatusOr<Rank> rank = router_.Route(sub.request, loads);
+    if (sub.request.fork_of.has_value()) {
+      // A sample that may fork another goes where that one is.
+      auto source = live_.find(*sub.request.fork_of);
+      if (source != live_.end()) rank = Rank(source->second.rank);
+    }
     absl::Status added = rank.ok() ? ranks_[rank->value()]->Add(std::move(sub.request))
                                    : rank.status();
     if (!added.ok()) {
@@ -482,9 +492,11 @@ bool StepDriver::Iterate() {
   absl::MutexLock lock(&mu_);
   loads_.clear();
   preemptions_ = 0;
+  forks_ = 0;
   for (const auto& rank : ranks_) {
     loads_.push_back(rank->Load());
     preemptions_ += rank->num_preemptions();
+    forks_ += rank->num_forks();
   }
   steps_ = steps_before_recovery_ + static_cast<int64_t>(next_step_);
   return true;
@@ -507,6 +519,7 @@ absl::Status StepDriver::SendPlans(const std::vector<RankStepPlan>& plans,
       if (row.remap >= 0) proto->set_remap(row.remap);
       for (BlockId block : row.new_blocks) proto->add_new_blocks(block.value());
       proto->set_sample(row.samples);
+      if (row.fork_from.has_value()) proto->set_fork_from(row.fork_from->value());
       auto live = live_.find(row.request);
       if (live != live_.end()) {
         *proto->mutable_sampling() = live->second.sampling;
@@ -514,7 +527,7 @@ absl::Status StepDriver::SendPlans(const std::vector<RankStepPlan>& plans,
         // Past the original prompt, a (recomputed) sequence's inputs are its
         // own earlier output: they count as output for the penalties.
         if (row.start_pos == 0) proto->set_output_from(live->second.prompt_len);
-        if (row.start_pos == 0 &&
+        if ((row.start_pos == 0 || row.fork_from.has_value()) &&
             live->second.constraint.kind_case() != v1::StructuredOutput::KIND_NOT_SET) {
           // A recompute's prompt includes the generated tokens: the worker
           // replays those (positions >= the original prompt) through the grammar.

@@ -185,6 +185,8 @@ class StepDriver {
   int64_t steps() const;
   // Preemptions over all ranks since start.
   int64_t preemptions() const;
+  // Samples admitted as forks of another sample's prefill since start.
+  int64_t forks() const;
   // KV accounting checks passed (0 unless kv_check_every_step).
   int64_t kv_checks() const;
   // Why the loop stopped for good (OK while it runs, or after a plain Stop).
@@ -294,6 +296,7 @@ class StepDriver {
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   int64_t steps_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t preemptions_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t forks_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t kv_checks_ ABSL_GUARDED_BY(mu_) = 0;
   // The expert-map commit asked for, until resolved; `commit_step_` is the
   // step that carries it once sent.

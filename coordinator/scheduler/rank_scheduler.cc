@@ -66,6 +66,18 @@ absl::Status RankScheduler::Add(SeqRequest request) {
   seq.ticket = next_ticket_++;
   seq.prefill_len = prompt_len;
   waiting_blocks_ += BlocksForTokens(config_.kv, seq.prefill_len);
+  if (seq.request.fork_of.has_value()) {
+    // Shares the prompt's prefill only while the other sample has not passed
+    // its last prompt position in its first epoch.
+    auto parent = seqs_.find(*seq.request.fork_of);
+    if (parent != seqs_.end() && parent->second.state != SeqState::kRunning &&
+        parent->second.prefill_len == static_cast<int64_t>(parent->second.request.prompt.size()) &&
+        parent->second.prefill_len >= 2 &&
+        parent->second.num_scheduled < parent->second.prefill_len - 1 &&
+        parent->second.tokens == seq.tokens && !parent->second.request.fork_of.has_value()) {
+      parent->second.fork_children.push_back(id);
+    }
+  }
   seqs_.emplace(id, std::move(seq));
   Enqueue(id, /*front=*/false);
   return absl::OkStatus();
@@ -121,6 +133,22 @@ bool RankScheduler::CanAdmit(const Sequence& seq) const {
          BlocksForTokens(config_.kv, seq.prefill_len) + reserved <= blocks_.num_free_blocks();
 }
 
+bool RankScheduler::HeldForFork(const Sequence& seq) const {
+  if (!seq.request.fork_of.has_value()) return false;
+  auto parent = seqs_.find(*seq.request.fork_of);
+  if (parent == seqs_.end()) return false;
+  const std::vector<RequestId>& children = parent->second.fork_children;
+  return std::find(children.begin(), children.end(), seq.request.id) != children.end();
+}
+
+int32_t RankScheduler::AdmittedOf(const std::string& tenant) const {
+  int32_t n = 0;
+  for (const std::vector<RequestId>* list : {&prefilling_, &running_}) {
+    for (RequestId id : *list) n += seqs_.at(id).request.tenant == tenant;
+  }
+  return n;
+}
+
 std::deque<RequestId>::const_iterator RankScheduler::NextToAdmit() const {
   absl::flat_hash_map<std::string_view, int32_t> admitted;
   for (const std::vector<RequestId>* list : {&prefilling_, &running_}) {
@@ -129,6 +157,7 @@ std::deque<RequestId>::const_iterator RankScheduler::NextToAdmit() const {
   auto best = waiting_.end();
   int32_t best_count = 0;
   for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+    if (HeldForFork(seqs_.at(*it))) continue;
     const SeqRequest& request = seqs_.at(*it).request;
     // The queue is ordered by priority: a less urgent one never goes first.
     if (best != waiting_.end() && request.priority != seqs_.at(*best).request.priority) break;
@@ -161,6 +190,8 @@ void RankScheduler::Unlist(RequestId id, SeqState state) {
 
 void RankScheduler::StartNewEpoch(Sequence& seq) {
   seq.state = SeqState::kWaiting;
+  // Its waiting forks are prefilled on their own now.
+  seq.fork_children.clear();
   ++seq.reset_epoch;
   seq.ticket = next_ticket_++;
   seq.prefill_len = static_cast<int64_t>(seq.tokens.size());

@@ -116,6 +116,8 @@ class RankScheduler {
   const std::vector<SeqSlot>& slots_to_release() const { return release_next_; }
   // Sequences preempted (recompute) since creation.
   int64_t num_preemptions() const { return num_preemptions_; }
+  // Samples admitted as forks of another's prefill (SeqRequest::fork_of).
+  int64_t num_forks() const { return num_forks_; }
   // Live sequences (waiting, prefilling or running).
   int64_t num_live() const { return static_cast<int64_t>(seqs_.size()); }
 
@@ -134,8 +136,18 @@ class RankScheduler {
 
   void SchedulePrefill(RankStepPlan& plan);
   void ScheduleDecode(RankStepPlan& plan);
-  // Appends a prefill row of up to `budget` tokens; returns its length.
+  // Appends a prefill row of up to `budget` tokens (stopping before the last
+  // prompt token while samples wait to fork, see SeqRequest::fork_of), and
+  // after a row that ends the prefill the forks it can admit; returns the
+  // tokens planned.
   int64_t AddPrefillChunk(Sequence& seq, int64_t budget, RankStepPlan& plan);
+  // Admits the waiting forks of `parent`, whose final prefill row was just
+  // added to `plan`, as fork rows; returns how many.
+  int64_t AddForks(Sequence& parent, RankStepPlan& plan);
+  // True if `seq` (waiting) waits to fork off a live sequence.
+  bool HeldForFork(const Sequence& seq) const;
+  // Sequences of `tenant` admitted (prefilling + running).
+  int32_t AdmittedOf(const std::string& tenant) const;
   void AddDecodeRow(Sequence& seq, RankStepPlan& plan);
   // Appends to `row` the blocks of `seq` not yet announced.
   void AnnounceBlocks(Sequence& seq, PlanRow& row);
@@ -179,6 +191,7 @@ class RankScheduler {
   int64_t next_arrival_ = 0;
   uint64_t next_ticket_ = 1;
   int64_t num_preemptions_ = 0;
+  int64_t num_forks_ = 0;
 };
 
 }  // namespace weir::coordinator::scheduler

@@ -54,7 +54,12 @@ void RankScheduler::AnnounceBlocks(Sequence& seq, PlanRow& row) {
 }
 
 int64_t RankScheduler::AddPrefillChunk(Sequence& seq, int64_t budget, RankStepPlan& plan) {
-  const int64_t n = std::min(budget, seq.prefill_len - seq.num_scheduled);
+  int64_t n = std::min(budget, seq.prefill_len - seq.num_scheduled);
+  if (!seq.fork_children.empty() && seq.num_scheduled < seq.prefill_len - 1) {
+    // Forks copy the sequence before its last prompt token: that one runs
+    // in the step that forks them (each fork forwards it too and samples).
+    n = std::min(n, seq.prefill_len - 1 - seq.num_scheduled);
+  }
   PlanRow row;
   row.request = seq.request.id;
   row.reset_epoch = seq.reset_epoch;
@@ -72,8 +77,51 @@ int64_t RankScheduler::AddPrefillChunk(Sequence& seq, int64_t budget, RankStepPl
     seq.state = SeqState::kRunning;
     running_.push_back(seq.request.id);
   }
+  const bool fork_now = row.samples && !seq.fork_children.empty();
   plan.rows.push_back(std::move(row));
-  return n;
+  return fork_now ? n + AddForks(seq, plan) : n;
+}
+
+int64_t RankScheduler::AddForks(Sequence& parent, RankStepPlan& plan) {
+  const SeqAllocation* source = blocks_.Find(parent.request.id);
+  WEIR_CHECK(source != nullptr) << "a planned sequence holds KV";
+  const SeqSlot source_slot = source->slot;
+  const std::vector<RequestId> children = std::move(parent.fork_children);
+  parent.fork_children.clear();
+  int64_t forked = 0;
+  for (RequestId id : children) {
+    auto it = seqs_.find(id);
+    if (it == seqs_.end() || it->second.state != SeqState::kWaiting) continue;
+    Sequence& child = it->second;
+    // One that does not fit now is prefilled on its own later.
+    if (static_cast<int64_t>(prefilling_.size() + running_.size()) >= config_.max_running ||
+        !CanAdmit(child) ||
+        (config_.max_running_per_tenant > 0 &&
+         AdmittedOf(child.request.tenant) >= config_.max_running_per_tenant)) {
+      continue;
+    }
+    WEIR_CHECK_OK(blocks_.Allocate(id, child.prefill_len));
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), id));
+    waiting_blocks_ -= BlocksForTokens(config_.kv, child.prefill_len);
+    PlanRow row;
+    row.request = id;
+    row.reset_epoch = child.reset_epoch;
+    row.start_pos = child.prefill_len - 1;
+    row.input_tokens = {child.tokens[child.prefill_len - 1]};
+    row.samples = true;
+    row.fork_from = source_slot;
+    child.num_scheduled = child.prefill_len;
+    AnnounceBlocks(child, row);
+    child.last_step = plan.step_id;
+    child.last_row = static_cast<int32_t>(plan.rows.size());
+    ++child.pending_outputs;
+    child.state = SeqState::kRunning;
+    running_.push_back(id);
+    plan.rows.push_back(std::move(row));
+    ++forked;
+    ++num_forks_;
+  }
+  return forked;
 }
 
 void RankScheduler::SchedulePrefill(RankStepPlan& plan) {

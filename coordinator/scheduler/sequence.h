@@ -48,6 +48,9 @@ struct Sequence {
   // Latest step with a row of this sequence in this epoch, and that row.
   std::optional<uint64_t> last_step;
   int32_t last_row = -1;
+  // Waiting samples to fork off this sequence at its last prompt position
+  // (SeqRequest::fork_of); cleared when they fork or a new epoch starts.
+  std::vector<RequestId> fork_children;
 
   int64_t num_generated() const {
     return static_cast<int64_t>(tokens.size()) - static_cast<int64_t>(request.prompt.size());

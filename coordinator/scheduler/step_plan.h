@@ -12,6 +12,7 @@
 #define WEIR_COORDINATOR_SCHEDULER_STEP_PLAN_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,14 @@ struct SeqRequest {
   // tenant with the fewest admitted sequences on the rank is admitted first,
   // so a tenant flooding the queue cannot starve the others.
   std::string tenant;
+  // Set: another sample of request `fork_of` (same prompt), added after it
+  // on the same rank. While that request has not reached its last prompt
+  // position in the epoch it was added in, this one waits; then it is
+  // admitted in the same step as a fork of it (PlanRow::fork_from: its KV
+  // copied on the worker, only the last prompt token forwarded again), so
+  // the prompt is prefilled once. If it cannot be then (no KV or room, the
+  // other request gone or preempted), it is prefilled on its own.
+  std::optional<RequestId> fork_of;
 };
 
 // Why a sequence ended; mirrors weir.v1.FinishReason.
@@ -78,6 +87,10 @@ struct PlanRow {
   // True if the row's sampled token is used: a decode row or the last chunk
   // of a prefill. Outputs of other rows are ignored.
   bool samples = false;
+  // Set: the row starts its slot as a copy of this slot's sequence before
+  // the step runs (SeqRequest::fork_of); start_pos is that sequence's length
+  // then and new_blocks are all the blocks the copy and the row need.
+  std::optional<SeqSlot> fork_from;
 
   int64_t num_tokens() const { return remap >= 0 ? 1 : static_cast<int64_t>(input_tokens.size()); }
 };

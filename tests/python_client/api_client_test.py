@@ -301,7 +301,10 @@ class GenerateTest(ApiTestCase):
         request.sampling.temperature = 1.0
         request.sampling.seed = 77
         request.sampling.num_samples = 3
+        forked_before = self.forked_samples()
         several = self.generate(request)
+        # Samples 1 and 2 forked sample 0's prefill (the prompt ran once).
+        self.assertEqual(self.forked_samples() - forked_before, 2)
         self.assertEqual(several.kinds, ["accepted", "final", "final", "final"])
         self.assertEqual(sorted(f.sample_index for f in several.finals), [0, 1, 2])
         by_index = {f.sample_index: list(f.full_token_ids) for f in several.finals}
@@ -323,6 +326,10 @@ class GenerateTest(ApiTestCase):
             self.generate(request)
         self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
         self.assertIn("sampling.num_samples", e.exception.details())
+
+    def forked_samples(self):
+        return self.inference.GetServerState(inference_pb2.GetServerStateRequest(),
+                                             timeout=RPC_TIMEOUT_S).forked_samples
 
     def test_logprobs_without_streaming(self):
         prompt = self.prompt("Score this prompt")
