@@ -721,7 +721,10 @@ void StepDriver::ExpireQueued() {
   const absl::Time now = options_.clock();
   std::vector<std::pair<RequestId, absl::Time>> expired;
   for (const auto& [id, live] : live_) {
-    if (live.queue_deadline <= now) expired.emplace_back(id, live.queue_deadline);
+    // A sample waiting to fork a started prefill is as good as admitted.
+    if (live.queue_deadline <= now && !ranks_[live.rank]->WaitsForAdmittedSource(id)) {
+      expired.emplace_back(id, live.queue_deadline);
+    }
   }
   for (const auto& [id, deadline] : expired) {
     // Never admitted: the scheduler holds only its queue entry (no slot, no

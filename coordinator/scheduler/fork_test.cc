@@ -32,6 +32,9 @@ TEST(ForkTest, SamplesForkOffTheLastPromptToken) {
   EXPECT_FALSE(plan.rows[0].samples);
   ASSERT_TRUE(s->OnResult(UniformResult(plan, 9)).ok());
   EXPECT_EQ(s->Load().num_waiting, 2);
+  // Held for a source that runs: as good as admitted (no queue timeout).
+  EXPECT_TRUE(s->WaitsForAdmittedSource(RequestId(2)));
+  EXPECT_FALSE(s->WaitsForAdmittedSource(RequestId(1)));
 
   // Step 1: its last token, and both forks of it.
   plan = *s->BuildPlan(1, StepType::kPrefill);
@@ -69,6 +72,7 @@ TEST(ForkTest, WithoutTheirSourceSamplesPrefillAlone) {
   ASSERT_EQ(plan.rows.size(), 1u);
   ASSERT_TRUE(s->OnResult(UniformResult(plan, 9)).ok());
   ASSERT_TRUE(s->Cancel(RequestId(1)).ok());
+  EXPECT_FALSE(s->WaitsForAdmittedSource(RequestId(2)));
   plan = *s->BuildPlan(1, StepType::kPrefill);
   const PlanRow* row = FindRow(plan, 2);
   ASSERT_NE(row, nullptr);

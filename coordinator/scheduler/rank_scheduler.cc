@@ -141,6 +141,12 @@ bool RankScheduler::HeldForFork(const Sequence& seq) const {
   return std::find(children.begin(), children.end(), seq.request.id) != children.end();
 }
 
+bool RankScheduler::WaitsForAdmittedSource(RequestId id) const {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end() || !HeldForFork(it->second)) return false;
+  return seqs_.at(*it->second.request.fork_of).state != SeqState::kWaiting;
+}
+
 int32_t RankScheduler::AdmittedOf(const std::string& tenant) const {
   int32_t n = 0;
   for (const std::vector<RequestId>* list : {&prefilling_, &running_}) {

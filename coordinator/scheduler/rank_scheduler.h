@@ -118,6 +118,9 @@ class RankScheduler {
   int64_t num_preemptions() const { return num_preemptions_; }
   // Samples admitted as forks of another's prefill (SeqRequest::fork_of).
   int64_t num_forks() const { return num_forks_; }
+  // True if `id` is waiting to fork off a live sequence that was admitted
+  // (its prefill runs; the fork comes with its last prompt token).
+  bool WaitsForAdmittedSource(RequestId id) const;
   // Live sequences (waiting, prefilling or running).
   int64_t num_live() const { return static_cast<int64_t>(seqs_.size()); }
 
