@@ -19,11 +19,6 @@
 namespace weir::kernels::cuda::dense {
 namespace {
 
-constexpr Fp8GemmTile kAllTiles[] = {
-    Fp8GemmTile::kN16M8,  Fp8GemmTile::kN16M16,  Fp8GemmTile::kN16M32,  Fp8GemmTile::kN16M64,
-    Fp8GemmTile::kN32M8,  Fp8GemmTile::kN32M16,  Fp8GemmTile::kN32M32,  Fp8GemmTile::kN32M64,
-    Fp8GemmTile::kN64M64, Fp8GemmTile::kN128M64, Fp8GemmTile::kN128M128};
-
 uint16_t Bits(float v) {
   uint32_t b;
   const float r = kernels::RoundToBf16(v);
@@ -132,7 +127,7 @@ TEST(Bf16GemmTest, BitIdenticalAcrossTilesAndBatches) {
   const std::vector<uint16_t> x = RandomRows(m, k, rng), w = RandomRows(n, k, rng);
   const std::vector<float> want = RunGpu(x, w, m, n, k, Fp8GemmTile::kAuto);
   ASSERT_EQ(want.size(), static_cast<size_t>(m * n));
-  for (Fp8GemmTile tile : kAllTiles) {
+  for (Fp8GemmTile tile : kAllFp8GemmTiles) {
     EXPECT_TRUE(SameBits(RunGpu(x, w, m, n, k, tile), want, m * n))
         << "tile " << static_cast<int>(tile);
   }

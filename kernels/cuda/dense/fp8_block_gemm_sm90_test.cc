@@ -23,11 +23,6 @@
 namespace weir::kernels::cuda::dense {
 namespace {
 
-constexpr Fp8GemmTile kAllTiles[] = {
-    Fp8GemmTile::kN16M8,  Fp8GemmTile::kN16M16,  Fp8GemmTile::kN16M32,  Fp8GemmTile::kN16M64,
-    Fp8GemmTile::kN32M8,  Fp8GemmTile::kN32M16,  Fp8GemmTile::kN32M32,  Fp8GemmTile::kN32M64,
-    Fp8GemmTile::kN64M64, Fp8GemmTile::kN128M64, Fp8GemmTile::kN128M128};
-
 // Both operands in stored form, on the host.
 struct Operands {
   int64_t m = 0, n = 0, k = 0;
@@ -209,10 +204,10 @@ TEST(Fp8BlockGemmTest, EveryTileGivesTheSameBits) {
   for (const Shape& s :
        {Shape{1, 300, 512}, Shape{13, 257, 1056}, Shape{64, 160, 4096}, Shape{150, 200, 384}}) {
     const Operands op = MakeOperands(s.m, s.n, s.k, 5 + s.m, Source::kQuantized);
-    const std::vector<float> first = RunGpu(op, kAllTiles[0]);
+    const std::vector<float> first = RunGpu(op, kAllFp8GemmTiles[0]);
     const Agreement a = Compare(op, first);
     EXPECT_EQ(a.violations, 0);
-    for (Fp8GemmTile tile : kAllTiles) {
+    for (Fp8GemmTile tile : kAllFp8GemmTiles) {
       int64_t at = -1;
       EXPECT_EQ(BitMismatches(RunGpu(op, tile), first, &at), 0)
           << "tile " << static_cast<int>(tile) << " shape " << s.m << "x" << s.n << "x" << s.k
@@ -224,7 +219,7 @@ TEST(Fp8BlockGemmTest, EveryTileGivesTheSameBits) {
 // k % 128 == 0 with 4-byte aligned scales copies the scale words with
 // cp.async; otherwise they go through registers. Same arithmetic, same bits.
 TEST(Fp8BlockGemmTest, BothScalePathsGiveTheSameBits) {
-  for (Fp8GemmTile tile : kAllTiles) {
+  for (Fp8GemmTile tile : kAllFp8GemmTiles) {
     const Operands op = MakeOperands(40, 100, 1024, 31, Source::kQuantized);
     int64_t at = -1;
     EXPECT_EQ(BitMismatches(RunGpu(op, tile, Fp8GemmOutput::kF32, 1), RunGpu(op, tile), &at), 0)
