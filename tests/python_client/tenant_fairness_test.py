@@ -1,12 +1,14 @@
 """Tenant fair share on a real cluster: one tenant floods, another keeps its latency.
 
-The coordinator (2 workers, EPLB, the tiny model) runs with --max_running_per_tenant=1
+The coordinator (1 worker, EPLB, the tiny model) runs with --max_running_per_tenant=1
 and a prefill tried after every decode step. A quiet tenant's median end-to-end latency
-(32 tokens) is measured alone (before and after), then while 8 client threads of a
+(32 tokens) is measured alone (before and after), then while 6 client threads of a
 flooding tenant keep its queue full: it must stay within 2x of alone (the quiet request
-is admitted at once, beside at most one flood sequence per rank). The same requests sent
-as the flooding tenant wait behind its queue: much slower, which shows the measurement
-sees the queue. Measured: 1.5-1.8x (alone ~0.2 s, as the flooding tenant ~5 s).
+is admitted at once, beside at most one flood sequence). The same requests sent as the
+flooding tenant wait behind its queue: much slower, which shows the measurement sees the
+queue. Measured: 1.5-1.8x (alone ~0.2 s, as the flooding tenant ~7 s); on 2 CPU cores a
+step of 2 rows costs more than one of 1, so other load on the machine can push it past
+2x (the target is met by admission, not by spare compute): the test runs exclusive.
 
 Environment: as api_client_test (tests/python_client/run_test.sh).
 """
@@ -27,9 +29,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from api_client_test import Cluster  # noqa: E402
 
 RPC_TIMEOUT_S = 300
-FLOOD_THREADS = 8
+FLOOD_THREADS = 6
 # --max_running_per_tenant. On 2 shared CPU cores a step's time grows with its
-# rows (cap 2: 2.4x alone measured, cap 1: 1.7x); on GPUs it barely does.
+# rows (2 workers, cap 2: 2.4x alone measured; cap 1: 1.7x); on GPUs it barely does.
 CAP = 1
 SAMPLES = 12
 
@@ -45,7 +47,7 @@ def request(tenant, max_new_tokens, seed):
 
 class TenantFairnessTest(unittest.TestCase):
     def setUp(self):
-        self.cluster = Cluster(workers=2, extra_args=[
+        self.cluster = Cluster(workers=1, extra_args=[
             f"--max_running_per_tenant={CAP}",
             # A new request's prefill runs at the next step (the default
             # waits up to 70 decode steps, which would dominate a short
@@ -102,7 +104,7 @@ class TenantFairnessTest(unittest.TestCase):
                 time.sleep(0.05)
             waiting, running = self.waiting()
             self.assertGreaterEqual(waiting, FLOOD_THREADS // 2, "the flood never queued")
-            self.assertLessEqual(running, 2 * CAP, "more flood sequences running than the cap")
+            self.assertLessEqual(running, CAP, "more flood sequences running than the cap")
             crowded = statistics.median(self.latencies("quiet"))
             # The same requests as the flooding tenant: behind its queue.
             as_flood = statistics.median(self.latencies("flood", samples=2))
