@@ -104,6 +104,9 @@ void RenderState(const v1::ServerState& state, std::string& out) {
   Header("weir_preemptions_total", "counter",
          "Sequences preempted (KV dropped, recomputed later) since start.", out);
   absl::StrAppend(&out, "weir_preemptions_total ", state.preemptions(), "\n");
+  Header("weir_forked_samples_total", "counter",
+         "Samples (n > 1) that forked another sample's prefill instead of their own.", out);
+  absl::StrAppend(&out, "weir_forked_samples_total ", state.forked_samples(), "\n");
   Header("weir_steps_total", "counter", "Steps the step loop has run since start.", out);
   absl::StrAppend(&out, "weir_steps_total ", state.steps(), "\n");
   Header("weir_recoveries_total", "counter",

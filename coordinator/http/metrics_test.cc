@@ -46,6 +46,7 @@ TEST(MetricsTest, RendersCountersHistogramsAndState) {
   state.set_lifecycle(v1::LIFECYCLE_READY);
   state.set_steps(42);
   state.set_preemptions(3);
+  state.set_forked_samples(5);
   v1::ServerState::Group* g = state.add_per_group();
   g->set_id(1);
   g->set_running(2);
@@ -85,6 +86,7 @@ TEST(MetricsTest, RendersCountersHistogramsAndState) {
   EXPECT_TRUE(Has(text, "weir_seq_slots{rank=\"1\",state=\"used\"} 4"));
   EXPECT_TRUE(Has(text, "weir_steps_total 42"));
   EXPECT_TRUE(Has(text, "weir_preemptions_total 3"));
+  EXPECT_TRUE(Has(text, "weir_forked_samples_total 5"));
   // Without state only the request metrics.
   EXPECT_FALSE(absl::StrContains(m.Render(nullptr), "weir_steps_total"));
 }
