@@ -523,7 +523,9 @@ class GenerateBatchTest(ApiTestCase):
 
     def test_item_timeout(self):
         batch = inference_pb2.GenerateBatchRequest(batch_id="timeouts")
-        batch.item_timeout.FromMilliseconds(500)
+        # Long enough for the 2-token item on a loaded machine, far too short
+        # for 60,000 tokens.
+        batch.item_timeout.FromMilliseconds(4000)
         batch.defaults.sampling.temperature = 0.0
         batch.defaults.stop.ignore_eos = True
         endless = batch.items.add(custom_id="endless").request
