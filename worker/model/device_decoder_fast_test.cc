@@ -326,15 +326,21 @@ TEST(DeviceDecoderFastTest, StoredKvOnHeadDim512AgreesWithReference) {
 }
 
 // The stored pools and SparseDecodeAttention on a model without discrete
-// choices: what is left is the attention's own error (P rounded to bf16,
-// rel. L2 ~1e-3 per output in its kernel test) carried through 12 layers.
-// A wrong row, a wrong scale or a misplaced write would move the logits by
-// far more than these bounds.
+// choices: what is left is the attention's own numerics (P rounded to bf16,
+// rel. L2 ~1e-3 per output in its kernel test) carried through 12 layers of
+// random weights. Measured on an H200: top-1 0.820, median row error 0.0952,
+// p90 0.106. The CPU reference with only its softmax weights rounded to bf16
+// (attention_precision_study, same model and prompts style) moves the logits
+// by the same amount: median 0.0952, p90 0.107, top-1 0.78. So the stored
+// path adds nothing to its numerics; this random model turns a bf16-level
+// change of every attention output into ~10% of the logits. A wrong row, a
+// wrong scale or a misplaced write gives errors near 1 (unrelated logits)
+// and fails these bounds.
 TEST(DeviceDecoderFastTest, StoredKvIsCloseWhenNothingIsChosen) {
   const Checkpoint* ck = Small512ContinuousCheckpoint();
   ASSERT_NE(ck, nullptr);
   CheckFidelity(*ck, "small head_dim 512, nothing chosen", ActivationPrecision::kBf16, true,
-                0.95, 2e-2, 0.0);
+                0.7, 0.15, 0.0);
 }
 
 TEST(DeviceDecoderFastTest, TinyBf16AgreesWithReference) {
