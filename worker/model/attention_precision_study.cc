@@ -14,9 +14,6 @@
 #include <cstdio>
 #include <cstring>
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -24,7 +21,6 @@
 #include "kernels/common/numeric_formats.h"
 #include "worker/model/cpu_ops.h"
 #include "worker/model/model.h"
-#include "worker/model/tiny_checkpoint.h"
 #include "worker/model/tiny_model_test_util.h"
 
 namespace weir::model {
@@ -93,28 +89,19 @@ double RelL2(const float* a, const float* b, int64_t n) {
 }
 
 TEST(AttentionPrecisionStudy, Bf16SoftmaxWeightsOnTheContinuousModel) {
-  std::ifstream in("models/small/config.json");
-  std::stringstream text;
-  text << in.rdbuf();
-  std::string json = text.str();
-  for (auto [from, to] : {std::pair<std::string, std::string>{"\"head_dim\": 256", "\"head_dim\": 512"},
-                          {"\"num_experts_per_tok\": 4", "\"num_experts_per_tok\": 16"},
-                          {"\"index_topk\": 64", "\"index_topk\": 128"}}) {
-    const size_t at = json.find(from);
-    ASSERT_NE(at, std::string::npos) << from;
-    json.replace(at, from.size(), to);
-  }
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = std::string(tmp ? tmp : "/tmp") + "/small_hd512_continuous";
-  std::filesystem::create_directories(dir);
-  std::ofstream(dir + "/config.json") << json;
-  auto ckpt = GenerateAndOpenCheckpoint(dir + "/config.json", dir + "/ckpt", 3);
-  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
-  auto ref = MakeModel(**ckpt, false);
-  auto bfp = MakeModel(**ckpt, true);
+  // The model of device_decoder_fast_test's StoredKvIsCloseWhenNothingIsChosen.
+  const Checkpoint* ckpt =
+      DerivedCheckpoint("small", "small_hd512_continuous",
+                        {{"\"head_dim\": 256", "\"head_dim\": 512"},
+                         {"\"num_experts_per_tok\": 4", "\"num_experts_per_tok\": 16"},
+                         {"\"index_topk\": 64", "\"index_topk\": 128"}},
+                        3);
+  ASSERT_NE(ckpt, nullptr);
+  auto ref = MakeModel(*ckpt, false);
+  auto bfp = MakeModel(*ckpt, true);
   ASSERT_NE(ref, nullptr);
   ASSERT_NE(bfp, nullptr);
-  const int64_t v = (*ckpt)->config().vocab_size;
+  const int64_t v = ckpt->config().vocab_size;
   std::vector<double> one_step, own;
   int top1_one = 0, top1_own = 0, n = 0;
   for (int s = 0; s < 4; ++s) {

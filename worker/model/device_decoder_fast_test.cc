@@ -23,11 +23,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <numeric>
-#include <sstream>
 #include <string>
 #include <random>
 #include <utility>
@@ -37,7 +34,6 @@
 #include "worker/model/cpu_ops.h"
 #include "worker/model/device_decoder.h"
 #include "worker/model/model.h"
-#include "worker/model/tiny_checkpoint.h"
 #include "worker/model/tiny_model_test_util.h"
 
 namespace weir::model {
@@ -221,39 +217,12 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
   EXPECT_LE(drift.median(), 0.5);
 }
 
-// `models/small` with some config values replaced (text edits of the JSON),
-// generated once per name with seed 3.
-const Checkpoint* DerivedSmallCheckpoint(
-    const std::string& name, const std::vector<std::pair<std::string, std::string>>& edits) {
-  static std::map<std::string, const Checkpoint*>* made = new std::map<std::string, const Checkpoint*>;
-  if (auto it = made->find(name); it != made->end()) return it->second;
-  std::ifstream in("models/small/config.json");
-  std::stringstream text;
-  text << in.rdbuf();
-  std::string json = text.str();
-  for (const auto& [from, to] : edits) {
-    const size_t at = json.find(from);
-    EXPECT_NE(at, std::string::npos) << from;
-    if (at == std::string::npos) return nullptr;
-    json.replace(at, from.size(), to);
-  }
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = std::string(tmp ? tmp : "/tmp") + "/" + name;
-  std::error_code error;
-  std::filesystem::create_directories(dir, error);
-  std::ofstream(dir + "/config.json") << json;
-  auto c = GenerateAndOpenCheckpoint(dir + "/config.json", dir + "/ckpt", 3);
-  EXPECT_TRUE(c.ok()) << c.status();
-  const Checkpoint* out = c.ok() ? c->release() : nullptr;
-  (*made)[name] = out;
-  return out;
-}
-
 // The small model with V4.1's head_dim of 512: the fast path then holds the
 // KV pools in stored form and attends with SparseDecodeAttention (tiny and
 // small, head_dim 256, keep fp32 pools and the reference attention).
 const Checkpoint* Small512Checkpoint() {
-  return DerivedSmallCheckpoint("small_hd512", {{"\"head_dim\": 256", "\"head_dim\": 512"}});
+  return DerivedCheckpoint("small", "small_hd512", {{"\"head_dim\": 256", "\"head_dim\": 512"}},
+                           3);
 }
 
 // The same with nothing left to choose: every routed expert active (16 of
@@ -261,10 +230,11 @@ const Checkpoint* Small512Checkpoint() {
 // no expert or top-k choice can flip and the logits move continuously with
 // the attention's numerics.
 const Checkpoint* Small512ContinuousCheckpoint() {
-  return DerivedSmallCheckpoint("small_hd512_continuous",
-                                {{"\"head_dim\": 256", "\"head_dim\": 512"},
-                                 {"\"num_experts_per_tok\": 4", "\"num_experts_per_tok\": 16"},
-                                 {"\"index_topk\": 64", "\"index_topk\": 128"}});
+  return DerivedCheckpoint("small", "small_hd512_continuous",
+                           {{"\"head_dim\": 256", "\"head_dim\": 512"},
+                            {"\"num_experts_per_tok\": 4", "\"num_experts_per_tok\": 16"},
+                            {"\"index_topk\": 64", "\"index_topk\": 128"}},
+                           3);
 }
 
 // Fidelity study (prints only): one-step error on a shared history with

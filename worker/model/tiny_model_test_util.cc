@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <random>
+#include <sstream>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -35,6 +38,34 @@ const Checkpoint* ShippedCheckpoint(const std::string& name, uint64_t seed) {
 }
 
 }  // namespace
+
+const Checkpoint* DerivedCheckpoint(const std::string& model, const std::string& name,
+                                    const std::vector<std::pair<std::string, std::string>>& edits,
+                                    uint64_t seed) {
+  static std::mutex mu;
+  static auto* made = new std::map<std::string, std::unique_ptr<Checkpoint>>();
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = made->find(name); it != made->end()) return it->second.get();
+  std::ifstream in("models/" + model + "/config.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string json = text.str();
+  for (const auto& [from, to] : edits) {
+    const size_t at = json.find(from);
+    EXPECT_NE(at, std::string::npos) << model << ": no " << from;
+    if (at == std::string::npos) return nullptr;
+    json.replace(at, from.size(), to);
+  }
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = std::string(tmp ? tmp : "/tmp") + "/" + name;
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  std::ofstream(dir + "/config.json") << json;
+  auto c = GenerateAndOpenCheckpoint(dir + "/config.json", dir + "/ckpt", seed);
+  EXPECT_TRUE(c.ok()) << c.status();
+  if (!c.ok()) return nullptr;
+  return ((*made)[name] = std::move(*c)).get();
+}
 
 const Checkpoint& TinyCheckpoint(uint64_t seed) { return *ShippedCheckpoint("tiny", seed); }
 

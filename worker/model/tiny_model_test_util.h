@@ -10,6 +10,8 @@
 #define WEIR_WORKER_MODEL_TINY_MODEL_TEST_UTIL_H_
 
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "worker/model/checkpoint.h"
@@ -23,6 +25,15 @@ const Checkpoint& TinyCheckpoint(uint64_t seed);
 // The same for models/small/config.json (about 2 GB of fp32 weights once
 // loaded: GPU tests), or null after a generation failure (a test failure).
 const Checkpoint* SmallCheckpoint(uint64_t seed);
+
+// The checkpoint of models/<model>/config.json with `edits` applied (each
+// replaces the first occurrence of its JSON text), generated with `seed` once
+// per `name` (which must identify the model, the edits and the seed) under
+// TEST_TMPDIR. Null, with a test failure, when an edit does not apply or the
+// generation fails.
+const Checkpoint* DerivedCheckpoint(const std::string& model, const std::string& name,
+                                    const std::vector<std::pair<std::string, std::string>>& edits,
+                                    uint64_t seed);
 
 // `n` token ids drawn uniformly from [0, max_id] with `seed`.
 std::vector<int64_t> RandomTokens(int n, uint32_t seed, int64_t max_id = 4095);
