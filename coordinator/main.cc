@@ -53,7 +53,13 @@
 #include "tools/cpp/runfiles/runfiles.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
-          "Address of the public and control gRPC server (port 0 picks one).");
+          "Address of the public gRPC server (port 0 picks one). It also serves the control "
+          "plane (registration, expert-map commits) for remote workers.");
+ABSL_FLAG(std::string, control_listen, "auto",
+          "Address of the control-plane gRPC server that the local workers and EPLB register "
+          "with and watch: its own port and threads, so client load on --listen cannot starve "
+          "their liveness checks. \"auto\" = the host of --listen on a free port; \"off\" = "
+          "the public server only.");
 ABSL_FLAG(int, workers, 2, "Local cluster: number of worker processes to start.");
 ABSL_FLAG(int, expect_workers, 0,
           "Multi-node: start no workers and wait for this many remote workers to register.");
@@ -398,6 +404,8 @@ int Run(int argc, char** argv) {
                        .result_ttl = absl::Seconds(absl::GetFlag(FLAGS_batch_result_ttl_s)),
                        .input_root = absl::GetFlag(FLAGS_batch_input_root)});
   ControlService control(cluster, controller, epoch);
+  // The same service on the control-plane server (its own threads).
+  ControlService control_plane(cluster, controller, epoch);
   absl::StatusOr<std::string> api_key = ApiKey();
   if (!api_key.ok()) {
     std::cerr << "weir: " << api_key.status().message() << "\n";
@@ -438,6 +446,26 @@ int Run(int argc, char** argv) {
   health->SetServingStatus("weir.v1.BatchJobs", false);
   health->SetServingStatus("weir.v1.Coordinator", true);
   WEIR_LOG(INFO) << "listening on " << server->address << " (epoch " << epoch << ")";
+  // The control plane: the local workers' and EPLB's address.
+  std::string control_address = server->address;
+  std::optional<StartedServer> control_server;
+  if (const std::string flag = absl::GetFlag(FLAGS_control_listen); flag != "off") {
+    const std::string listen = absl::GetFlag(FLAGS_listen);
+    const std::string address =
+        flag == "auto" ? listen.substr(0, listen.rfind(':')) + ":0" : flag;
+    absl::StatusOr<StartedServer> started = StartServer({.address = address}, {&control_plane});
+    if (!started.ok()) {
+      std::cerr << "weir: control plane: " << started.status().message()
+                << " (pick an address with --control_listen, or --control_listen=off)\n";
+      server->server->Shutdown(DeadlineIn(std::chrono::seconds(2)));
+      return 1;
+    }
+    control_server = std::move(*started);
+    control_server->server->GetHealthCheckService()->SetServingStatus("weir.v1.Coordinator",
+                                                                        true);
+    control_address = control_server->address;
+    WEIR_LOG(INFO) << "control plane on " << control_address;
+  }
   if (const std::string path = absl::GetFlag(FLAGS_address_file); !path.empty()) {
     if (!WriteAddressFile(path, server->address)) {
       std::cerr << "weir: cannot write --address_file " << path << "\n";
@@ -507,6 +535,9 @@ int Run(int argc, char** argv) {
     launcher.StopAll(absl::Seconds(absl::GetFlag(FLAGS_stop_grace_s)));
     if (http_server != nullptr) http_server->Stop();
     server->server->Shutdown(DeadlineIn(std::chrono::seconds(2)));
+    if (control_server.has_value()) {
+      control_server->server->Shutdown(DeadlineIn(std::chrono::seconds(2)));
+    }
     WEIR_LOG(INFO) << "stopped";
     return code;
   };
@@ -518,7 +549,7 @@ int Run(int argc, char** argv) {
     const std::string eplb_bin =
         Locate(runfiles.get(), absl::GetFlag(FLAGS_eplb_binary), "weir/eplb/main");
     if (absl::GetFlag(FLAGS_eplb)) {
-      std::vector<std::string> eplb_argv = {eplb_bin, "--coordinator=" + server->address,
+      std::vector<std::string> eplb_argv = {eplb_bin, "--coordinator=" + control_address,
                                             "--listen=127.0.0.1:0"};
       for (absl::string_view flag :
            absl::StrSplit(absl::GetFlag(FLAGS_eplb_flags), ' ', absl::SkipEmpty())) {
@@ -529,7 +560,7 @@ int Run(int argc, char** argv) {
     }
     for (int r = 0; r < world; ++r) {
       std::vector<std::string> worker_argv = {
-          worker_bin, "--coordinator=" + server->address, "--listen=127.0.0.1:0",
+          worker_bin, "--coordinator=" + control_address, "--listen=127.0.0.1:0",
           absl::StrCat("--rank=", r), "--backend=" + absl::GetFlag(FLAGS_backend),
           "--numerics=" + absl::GetFlag(FLAGS_numerics)};
       for (const std::string& flag : absl::GetFlag(FLAGS_worker_flags)) {
@@ -543,7 +574,8 @@ int Run(int argc, char** argv) {
       }
     }
   } else {
-    WEIR_LOG(INFO) << "waiting for " << world << " workers to register at " << server->address;
+    WEIR_LOG(INFO) << "waiting for " << world << " workers to register at " << control_address
+                   << " (the control plane; " << server->address << " also takes them)";
   }
 
   // Wait for registrations, a signal, a dead local worker, or the timeout.
@@ -679,6 +711,7 @@ int Run(int argc, char** argv) {
   inference.SetDriver(driver->get());
   live_driver = driver->get();
   control.SetDriver(driver->get());
+  control_plane.SetDriver(driver->get());
 
   cluster.set_lifecycle(ClusterLifecycle::kReady);
   health->SetServingStatus("weir.v1.Inference", true);
@@ -697,6 +730,7 @@ int Run(int argc, char** argv) {
     batch_jobs.Stop();
     inference.SetDriver(nullptr);
     control.SetDriver(nullptr);
+    control_plane.SetDriver(nullptr);
     (*driver)->Stop();
     return shutdown(code);
   }
@@ -712,6 +746,7 @@ int Run(int argc, char** argv) {
   batch_jobs.Stop();
   inference.SetDriver(nullptr);
   control.SetDriver(nullptr);
+  control_plane.SetDriver(nullptr);
   (*driver)->Stop();
   return shutdown(0);
 }

@@ -179,6 +179,19 @@ TEST(ClusterTest, LocalClusterStartsDetectsDeathAndStopsCleanly) {
   EXPECT_EQ(Health(state.eplb_address(), "weir.v1.Eplb"), "SERVING");
   const std::vector<pid_t> children = ChildrenOf(coordinator.pid);
   EXPECT_EQ(children.size(), 4u);  // 3 workers + EPLB.
+  // The children register with and watch the control-plane server: its own
+  // port (and threads), serving the Coordinator service, not the public API.
+  for (pid_t child : children) {
+    std::ifstream cmdline("/proc/" + std::to_string(child) + "/cmdline");
+    std::string arg, control;
+    while (std::getline(cmdline, arg, '\0')) {
+      if (arg.rfind("--coordinator=", 0) == 0) control = arg.substr(14);
+    }
+    ASSERT_FALSE(control.empty()) << "child " << child;
+    EXPECT_NE(control, address);
+    EXPECT_EQ(Health(control, "weir.v1.Coordinator"), "SERVING");
+    EXPECT_NE(Health(control, "weir.v1.Inference"), "SERVING");
+  }
 
   // A worker dies: the coordinator notices and stops claiming readiness.
   const pid_t victim = static_cast<pid_t>(state.workers(1).pid());
