@@ -190,6 +190,7 @@ absl::StatusOr<std::unique_ptr<DeviceDecoder>> DeviceDecoder::Impl::Build(
   WEIR_DD_CUDA("upload", cudaDeviceSynchronize());
   m.encoded.clear();  // the host copies are on the device now
   m.fp8_dense.clear();
+  m.bf16_exact.clear();
   std::unique_ptr<DeviceDecoder> dd(new DeviceDecoder(std::move(self)));
   DeviceDecoderStats& st = dd->stats_;
   st.arena_bytes = m.arena_bytes;

@@ -297,6 +297,8 @@ struct DeviceDecoder::Impl {
   // once, reused by every layout pass, dropped after the upload), and what
   // the layout put where.
   absl::flat_hash_map<const DenseWeight*, EncodedDense> fp8_dense;
+  // kFast bf16 linears: whether each weight's values are all bf16 values.
+  absl::flat_hash_map<const DenseWeight*, bool> bf16_exact;
   int fast_dense = 0, bf16_dense = 0, reference_dense = 0, fast_moe_layers = 0;
   int64_t batch_cap = 0;  // max_batch rounded up to batch_interval
   int slots = 0;          // max_sequences + 1 (the last is the padding rows' scratch slot)

@@ -145,11 +145,28 @@ absl::Status DeviceDecoder::Impl::LayoutWeights(Region& r, int64_t& max_in) {
       d.bf16 = p;
       return d;
     }
+    // Decided once per weight (every layout pass must agree); the bits are
+    // built only for the pass that uploads.
+    auto [it, fresh] = bf16_exact.try_emplace(&dw, true);
+    if (fresh) {
+      for (float v : dw.w) {
+        uint32_t b;
+        std::memcpy(&b, &v, 4);
+        if ((b & 0xFFFFu) != 0) {  // not a bf16 value
+          it->second = false;
+          break;
+        }
+      }
+    }
+    if (!it->second) return std::nullopt;
+    if (!live) {
+      d.bf16 = r.Alloc<uint16_t>(dw.out * dw.in);
+      return d;
+    }
     std::vector<uint16_t> bits(dw.w.size());
     for (size_t i = 0; i < bits.size(); ++i) {
       uint32_t b;
       std::memcpy(&b, &dw.w[i], 4);
-      if ((b & 0xFFFFu) != 0) return std::nullopt;  // not a bf16 value
       bits[i] = static_cast<uint16_t>(b >> 16);
     }
     d.bf16 = r.Put(bits);

@@ -17,28 +17,6 @@
 
 namespace weir::model {
 
-namespace {
-
-// The checkpoint of models/<name>/config.json generated with `seed`, once.
-const Checkpoint* ShippedCheckpoint(const std::string& name, uint64_t seed) {
-  static std::mutex mu;
-  static auto* checkpoints =
-      new std::map<std::pair<std::string, uint64_t>, std::unique_ptr<Checkpoint>>();
-  std::lock_guard<std::mutex> lock(mu);
-  std::unique_ptr<Checkpoint>& slot = (*checkpoints)[{name, seed}];
-  if (slot == nullptr) {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    auto c = GenerateAndOpenCheckpoint(
-        "models/" + name + "/config.json",
-        std::string(tmp ? tmp : "/tmp") + "/" + name + "_seed" + std::to_string(seed), seed);
-    EXPECT_TRUE(c.ok()) << c.status();
-    if (c.ok()) slot = std::move(*c);
-  }
-  return slot.get();
-}
-
-}  // namespace
-
 const Checkpoint* DerivedCheckpoint(const std::string& model, const std::string& name,
                                     const std::vector<std::pair<std::string, std::string>>& edits,
                                     uint64_t seed) {
@@ -67,9 +45,13 @@ const Checkpoint* DerivedCheckpoint(const std::string& model, const std::string&
   return ((*made)[name] = std::move(*c)).get();
 }
 
-const Checkpoint& TinyCheckpoint(uint64_t seed) { return *ShippedCheckpoint("tiny", seed); }
+const Checkpoint& TinyCheckpoint(uint64_t seed) {
+  return *DerivedCheckpoint("tiny", "tiny_seed" + std::to_string(seed), {}, seed);
+}
 
-const Checkpoint* SmallCheckpoint(uint64_t seed) { return ShippedCheckpoint("small", seed); }
+const Checkpoint* SmallCheckpoint(uint64_t seed) {
+  return DerivedCheckpoint("small", "small_seed" + std::to_string(seed), {}, seed);
+}
 
 std::vector<int64_t> RandomTokens(int n, uint32_t seed, int64_t max_id) {
   std::mt19937 gen(seed);

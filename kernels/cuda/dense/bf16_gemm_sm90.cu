@@ -12,13 +12,11 @@
 namespace weir::kernels::cuda::dense {
 namespace {
 
+// Instantiates the kernel of one tile (values checked by DispatchGemmTile)
+// and launches it.
 template <int kBn, int kBm, int kWarpsN, int kWarpsM, int kStages>
 absl::Status LaunchTile(const Bf16GemmParams& p, const Fp8GemmTileShape& shape,
                         cudaStream_t stream) {
-  if (shape.block_n != kBn || shape.block_m != kBm || shape.warps_n != kWarpsN ||
-      shape.warps_m != kWarpsM || shape.stages != kStages) {
-    return absl::InternalError("Bf16Gemm: tile table and instances disagree");
-  }
   const bf16_gemm::KernelArgs args{
       p.x,
       p.w,
@@ -35,12 +33,7 @@ absl::Status LaunchTile(const Bf16GemmParams& p, const Fp8GemmTileShape& shape,
   const int threads = kWarpsN * kWarpsM * 32;
   const int smem = static_cast<int>(Bf16GemmSharedBytes(shape));
   auto kernel = bf16_gemm::Bf16GemmKernel<kBn, kBm, kWarpsN, kWarpsM, kStages>;
-  if (cudaError_t err =
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-      err != cudaSuccess) {
-    return absl::InternalError(std::string("Bf16Gemm: shared memory attribute: ") +
-                               cudaGetErrorString(err));
-  }
+  if (absl::Status s = AllowSharedBytes(kernel, smem, "Bf16Gemm"); !s.ok()) return s;
   kernel<<<grid, threads, smem, stream>>>(args);
   return LaunchStatus("Bf16Gemm");
 }

@@ -13,15 +13,11 @@
 namespace weir::kernels::cuda::dense {
 namespace {
 
-// Instantiates the kernel of one tile (values from ShapeOfFp8GemmTile) and
-// launches it; the shape is checked against the table so the two cannot drift.
+// Instantiates the kernel of one tile (values from ShapeOfFp8GemmTile,
+// checked by DispatchGemmTile) and launches it.
 template <int kBn, int kBm, int kWarpsN, int kWarpsM, int kStages>
 absl::Status LaunchTile(const Fp8BlockGemmParams& p, const Fp8GemmTileShape& shape,
                         cudaStream_t stream) {
-  if (shape.block_n != kBn || shape.block_m != kBm || shape.warps_n != kWarpsN ||
-      shape.warps_m != kWarpsM || shape.stages != kStages) {
-    return absl::InternalError("Fp8BlockGemm: tile table and instances disagree");
-  }
   const int64_t n_groups = (p.n + 31) / 32;
   const fp8_gemm::KernelArgs args{p.x,
                                   p.x_scales,
@@ -44,13 +40,7 @@ absl::Status LaunchTile(const Fp8BlockGemmParams& p, const Fp8GemmTileShape& sha
   const int threads = kWarpsN * kWarpsM * 32;
   const int smem = static_cast<int>(Fp8GemmSharedBytes(shape));
   auto launch = [&](auto kernel) -> absl::Status {
-    // A host-side attribute, legal during stream capture; cheap to repeat.
-    if (cudaError_t err =
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-        err != cudaSuccess) {
-      return absl::InternalError(std::string("Fp8BlockGemm: shared memory attribute: ") +
-                                 cudaGetErrorString(err));
-    }
+    if (absl::Status s = AllowSharedBytes(kernel, smem, "Fp8BlockGemm"); !s.ok()) return s;
     kernel<<<grid, threads, smem, stream>>>(args);
     return LaunchStatus("Fp8BlockGemm");
   };

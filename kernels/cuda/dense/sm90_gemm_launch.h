@@ -12,6 +12,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -36,34 +37,65 @@ inline absl::Status CheckSm90Device(const char* op) {
   return absl::OkStatus();
 }
 
+// Sets a kernel's dynamic shared memory limit to `bytes` (a host-side
+// attribute, legal during stream capture; cheap to repeat). INTERNAL naming
+// `op` on a CUDA error.
+template <typename Kernel>
+absl::Status AllowSharedBytes(Kernel kernel, int64_t bytes, const char* op) {
+  if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(bytes));
+      err != cudaSuccess) {
+    return absl::InternalError(std::string(op) + ": shared memory attribute: " +
+                               cudaGetErrorString(err));
+  }
+  return absl::OkStatus();
+}
+
+namespace sm90_gemm_internal {
+
+// Checks the instance's values against ShapeOfFp8GemmTile(tile), so the
+// table and the instances cannot drift, then launches it.
+template <int kBn, int kBm, int kWarpsN, int kWarpsM, int kStages, typename Launch>
+absl::Status Instance(Fp8GemmTile tile, Launch& launch, const char* op) {
+  const Fp8GemmTileShape s = ShapeOfFp8GemmTile(tile);
+  if (s.block_n != kBn || s.block_m != kBm || s.warps_n != kWarpsN || s.warps_m != kWarpsM ||
+      s.stages != kStages) {
+    return absl::InternalError(std::string(op) + ": tile table and instances disagree");
+  }
+  return launch.template operator()<kBn, kBm, kWarpsN, kWarpsM, kStages>();
+}
+
+}  // namespace sm90_gemm_internal
+
 // Returns launch.template operator()<kBn, kBm, kWarpsN, kWarpsM, kStages>()
-// for the instance of `tile` (the values ShapeOfFp8GemmTile gives, which the
-// launcher checks against); INVALID_ARGUMENT for kAuto or an unknown tile.
+// for the instance of `tile` (INTERNAL if those values are not what
+// ShapeOfFp8GemmTile gives); INVALID_ARGUMENT for kAuto or an unknown tile.
 template <typename Launch>
 absl::Status DispatchGemmTile(Fp8GemmTile tile, Launch&& launch, const char* op) {
+  using sm90_gemm_internal::Instance;
   switch (tile) {
     case Fp8GemmTile::kN16M8:
-      return launch.template operator()<16, 8, 1, 1, 6>();
+      return Instance<16, 8, 1, 1, 6>(tile, launch, op);
     case Fp8GemmTile::kN16M16:
-      return launch.template operator()<16, 16, 1, 1, 6>();
+      return Instance<16, 16, 1, 1, 6>(tile, launch, op);
     case Fp8GemmTile::kN16M32:
-      return launch.template operator()<16, 32, 1, 1, 5>();
+      return Instance<16, 32, 1, 1, 5>(tile, launch, op);
     case Fp8GemmTile::kN16M64:
-      return launch.template operator()<16, 64, 1, 1, 4>();
+      return Instance<16, 64, 1, 1, 4>(tile, launch, op);
     case Fp8GemmTile::kN32M8:
-      return launch.template operator()<32, 8, 2, 1, 6>();
+      return Instance<32, 8, 2, 1, 6>(tile, launch, op);
     case Fp8GemmTile::kN32M16:
-      return launch.template operator()<32, 16, 2, 1, 6>();
+      return Instance<32, 16, 2, 1, 6>(tile, launch, op);
     case Fp8GemmTile::kN32M32:
-      return launch.template operator()<32, 32, 2, 1, 5>();
+      return Instance<32, 32, 2, 1, 5>(tile, launch, op);
     case Fp8GemmTile::kN32M64:
-      return launch.template operator()<32, 64, 2, 1, 4>();
+      return Instance<32, 64, 2, 1, 4>(tile, launch, op);
     case Fp8GemmTile::kN64M64:
-      return launch.template operator()<64, 64, 4, 1, 6>();
+      return Instance<64, 64, 4, 1, 6>(tile, launch, op);
     case Fp8GemmTile::kN128M64:
-      return launch.template operator()<128, 64, 8, 1, 4>();
+      return Instance<128, 64, 8, 1, 4>(tile, launch, op);
     case Fp8GemmTile::kN128M128:
-      return launch.template operator()<128, 128, 2, 4, 4>();
+      return Instance<128, 128, 2, 4, 4>(tile, launch, op);
     case Fp8GemmTile::kAuto:
       break;
   }
