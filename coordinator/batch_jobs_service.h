@@ -74,8 +74,8 @@
 #include "absl/time/time.h"
 #include "coordinator/generation_tracker.h"
 #include "coordinator/request_builder.h"
-#include "coordinator/tokenizer/tokenizer.h"
 #include "proto/batch.grpc.pb.h"
+#include "tokenizer/tokenizer.h"
 
 namespace weir::coordinator {
 

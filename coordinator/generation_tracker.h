@@ -23,8 +23,8 @@
 #include "absl/time/time.h"
 #include "coordinator/request_builder.h"
 #include "coordinator/step_driver.h"
-#include "coordinator/tokenizer/incremental_decoder.h"
 #include "proto/inference.pb.h"
+#include "tokenizer/incremental_decoder.h"
 
 namespace weir::coordinator {
 

@@ -4,17 +4,17 @@
 #include <map>
 #include <optional>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/cleanup/cleanup.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "base/logging.h"
 #include "coordinator/api_error.h"
-#include "coordinator/tokenizer/chat_template.h"
 #include "coordinator/batch_run.h"
 #include "coordinator/generation_tracker.h"
-#include "coordinator/tokenizer/incremental_decoder.h"
-#include "base/logging.h"
-#include "worker/structured_output.h"
+#include "grammar/structured_output.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/incremental_decoder.h"
 
 namespace weir::coordinator {
 namespace {
@@ -63,7 +63,7 @@ InferenceService::InferenceService(ModelSummary model, ClusterState& cluster, Ap
   if (tokenizer_ == nullptr) return;
   std::vector<int32_t> eos(model_.eos_token_ids.begin(), model_.eos_token_ids.end());
   absl::StatusOr<std::shared_ptr<const grammar::Vocabulary>> vocab =
-      worker::BuildGrammarVocabulary(*tokenizer_, model_.vocab_size, std::move(eos));
+      grammar::BuildGrammarVocabulary(*tokenizer_, model_.vocab_size, std::move(eos));
   if (!vocab.ok()) {
     WEIR_LOG(WARNING) << "structured output is off: " << vocab.status();
     return;
@@ -345,7 +345,7 @@ grpc::Status InferenceService::GetModelInfo(grpc::ServerContext* context,
   if (model_.pad_token_id) response->set_pad_token_id(*model_.pad_token_id);
   v1::ModelInfo::Features* f = response->mutable_features();
   if (grammar_ != nullptr) {
-    for (const std::string& kind : worker::StructuredOutputKinds()) {
+    for (const std::string& kind : grammar::StructuredOutputKinds()) {
       f->add_structured_output_kinds(kind);
     }
   }

@@ -22,13 +22,13 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "base/model_summary.h"
+#include "coordinator/cluster_state.h"
 #include "coordinator/request_builder.h"
 #include "coordinator/step_driver.h"
-#include "coordinator/cluster_state.h"
-#include "coordinator/tokenizer/tokenizer.h"
-#include "base/model_summary.h"
+#include "grammar/compiler.h"
 #include "proto/inference.grpc.pb.h"
-#include "worker/grammar/compiler.h"
+#include "tokenizer/tokenizer.h"
 
 namespace weir::coordinator {
 

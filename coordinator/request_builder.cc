@@ -5,10 +5,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/api_error.h"
-#include "coordinator/tokenizer/chat_template.h"
-#include "worker/grammar/matcher.h"
+#include "grammar/matcher.h"
+#include "grammar/structured_output.h"
+#include "tokenizer/chat_template.h"
 #include "worker/sampling/sampling_params.h"
-#include "worker/structured_output.h"
 
 namespace weir::coordinator {
 namespace {
@@ -109,11 +109,11 @@ absl::StatusOr<bool> CheckConstraint(const v1::StructuredOutput& constraint,
     return Bad("constraint", absl::StrCat("GRAMMAR_TOO_COMPLEX: ", bytes, " bytes, limit ",
                                           limits.max_schema_bytes));
   }
-  absl::StatusOr<grammar::Constraint> converted = worker::ConstraintFromProto(constraint);
+  absl::StatusOr<grammar::Constraint> converted = grammar::ConstraintFromProto(constraint);
   if (!converted.ok()) return converted.status();
   grammar::CompileResult compiled = limits.grammar->Compile(*converted);
   if (!compiled.ok()) {
-    absl::Status error = worker::GrammarError(compiled.status());
+    absl::Status error = grammar::GrammarError(compiled.status());
     if (error.code() != absl::StatusCode::kInvalidArgument) return error;
     return Bad("constraint", std::string(error.message()));
   }
@@ -268,7 +268,7 @@ absl::StatusOr<BuiltRequest> BuildRequest(const v1::GenerateRequest& request,
   built.top_logprobs = out.top_logprobs();
   if (out.has_prompt_logprobs()) built.prompt_logprobs = out.prompt_logprobs();
   built.echo_prompt = out.echo_prompt();
-  if (worker::HasConstraint(request.constraint())) {
+  if (grammar::HasConstraint(request.constraint())) {
     absl::StatusOr<bool> only_empty = CheckConstraint(request.constraint(), limits);
     if (!only_empty.ok()) return only_empty.status();
     built.constraint = request.constraint();

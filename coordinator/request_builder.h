@@ -21,9 +21,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "coordinator/tokenizer/tokenizer.h"
+#include "grammar/compiler.h"
 #include "proto/inference.pb.h"
-#include "worker/grammar/compiler.h"
+#include "tokenizer/tokenizer.h"
 
 namespace weir::coordinator {
 

@@ -18,8 +18,8 @@
 #include "base/init.h"
 #include "base/logging.h"
 #include "base/peer_watchdog.h"
+#include "base/registration_client.h"
 #include "base/signals.h"
-#include "coordinator/registration_client.h"
 #include "eplb/eplb_service.h"
 #include "eplb/grpc_cluster_link.h"
 #include "eplb/policy/global_policy.h"
@@ -98,7 +98,7 @@ int Run(int argc, char** argv) {
   request.set_role(v1::PROCESS_ROLE_EPLB);
   request.set_address(server->address);
   request.set_pid(getpid());
-  absl::StatusOr<v1::RegisterResponse> reply = coordinator::RegisterWithCoordinator(
+  absl::StatusOr<v1::RegisterResponse> reply = RegisterWithCoordinator(
       coordinator, request, absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s)));
   if (!reply.ok()) {
     std::cerr << "eplb: registration failed: " << reply.status() << "\n";

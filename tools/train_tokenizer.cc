@@ -6,7 +6,7 @@
 //
 // Inputs are files or directories (read recursively, in sorted path order).
 // The special tokens follow the DeepSeek-V3/V4 family so that the chat
-// template of coordinator/tokenizer applies unchanged: BOS, EOS and PAD take
+// template of tokenizer applies unchanged: BOS, EOS and PAD take
 // ids 0, 1, 2, and the last id is reserved for the DSpark noise token.
 
 #include <algorithm>
@@ -20,10 +20,10 @@
 #include "absl/strings/str_split.h"
 #include "base/init.h"
 #include "base/logging.h"
-#include "coordinator/tokenizer/bpe_trainer.h"
-#include "coordinator/tokenizer/chat_template.h"
-#include "coordinator/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
+#include "tokenizer/bpe_trainer.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
 
 ABSL_FLAG(std::string, input, "", "Comma-separated training files or directories.");
 ABSL_FLAG(int, vocab_size, 4096, "Total number of ids, special tokens included.");

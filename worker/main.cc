@@ -16,8 +16,8 @@
 #include "base/init.h"
 #include "base/logging.h"
 #include "base/peer_watchdog.h"
+#include "base/registration_client.h"
 #include "base/signals.h"
-#include "coordinator/registration_client.h"
 #include "worker/fault_injection.h"
 #include "worker/worker_service.h"
 
@@ -160,7 +160,7 @@ int Run(int argc, char** argv) {
   request.set_hostname(HostName());
   request.set_pid(getpid());
   request.set_requested_rank(absl::GetFlag(FLAGS_rank));
-  absl::StatusOr<v1::RegisterResponse> reply = coordinator::RegisterWithCoordinator(
+  absl::StatusOr<v1::RegisterResponse> reply = RegisterWithCoordinator(
       coordinator, request, absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s)));
   if (!reply.ok()) {
     std::cerr << "worker: registration failed: " << reply.status() << "\n";

@@ -11,15 +11,15 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/tokenizer/tokenizer.h"
+#include "grammar/compiler.h"
+#include "grammar/json_schema_corpus.h"
+#include "grammar/schema_checker.h"
+#include "grammar/structured_output.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "worker/grammar/compiler.h"
-#include "worker/grammar/json_schema_corpus.h"
-#include "worker/grammar/schema_checker.h"
+#include "tokenizer/tokenizer.h"
 #include "worker/model/tiny_checkpoint.h"
 #include "worker/step_executor.h"
-#include "worker/structured_output.h"
 
 namespace weir::worker {
 namespace {
@@ -45,7 +45,7 @@ struct Fixture {
     EXPECT_TRUE(loaded.ok()) << loaded.status();
     tok = std::move(*loaded);
     eos = tok->eos_id().value_or(-1);
-    auto built = BuildGrammarVocabulary(*tok, checkpoint->config().vocab_size, {});
+    auto built = grammar::BuildGrammarVocabulary(*tok, checkpoint->config().vocab_size, {});
     EXPECT_TRUE(built.ok()) << built.status();
     vocab = *built;
     compiler = std::make_unique<grammar::GrammarCompiler>(vocab);

@@ -7,23 +7,23 @@
 #include <algorithm>
 
 #include "absl/container/flat_hash_set.h"
-#include "absl/time/clock.h"
-#include "coordinator/tokenizer/engram_vocab.h"
-#include "coordinator/tokenizer/tokenizer.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "base/grpc_util.h"
 #include "base/logging.h"
 #include "base/status_macros.h"
+#include "grammar/structured_output.h"
 #include "parallel/host_staged_communicator.h"
 #include "parallel/nccl_communicator.h"
 #include "parallel/ucx_communicator.h"
+#include "tokenizer/engram_vocab.h"
+#include "tokenizer/tokenizer.h"
 #include "worker/fault_injection.h"
 #include "worker/kv_cache/kv_cache_layout.h"
 #include "worker/model/cuda_ops.h"
 #include "worker/model/device_arena.h"
 #include "worker/model/expert_parallel_model.h"
 #include "worker/step_sequencer.h"
-#include "worker/structured_output.h"
 
 namespace weir::worker {
 namespace {
@@ -233,7 +233,7 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
       tok.ok()) {
     // Structured output: token id -> bytes of the served vocabulary.
     std::vector<int32_t> eos(model->eos_token_ids.begin(), model->eos_token_ids.end());
-    absl::StatusOr<std::shared_ptr<const grammar::Vocabulary>> vocab = BuildGrammarVocabulary(
+    absl::StatusOr<std::shared_ptr<const grammar::Vocabulary>> vocab = grammar::BuildGrammarVocabulary(
         **tok, (*checkpoint)->config().vocab_size, std::move(eos));
     if (!vocab.ok()) return ToGrpcStatus(vocab.status());
     grammar = std::make_unique<grammar::GrammarCompiler>(
@@ -476,8 +476,8 @@ void WorkerService::ExecutePlan(const v1::StepPlan& plan, v1::StepResult& result
       row.prompt_end = in.prompt_end();
     }
     if (in.has_fork_from()) row.fork_from = in.fork_from();
-    if ((in.start_pos() == 0 || in.has_fork_from()) && HasConstraint(in.constraint())) {
-      absl::StatusOr<grammar::Constraint> constraint = ConstraintFromProto(in.constraint());
+    if ((in.start_pos() == 0 || in.has_fork_from()) && grammar::HasConstraint(in.constraint())) {
+      absl::StatusOr<grammar::Constraint> constraint = grammar::ConstraintFromProto(in.constraint());
       if (constraint.ok()) {
         row.constraint = std::move(*constraint);
         row.constrained_from = in.constrained_from();

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/tokenizer/engram_vocab.h"
 #include "nlohmann/json.hpp"
+#include "tokenizer/engram_vocab.h"
 
 namespace {
 

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
+#include "tokenizer/tokenizer.h"
 
 namespace {
 

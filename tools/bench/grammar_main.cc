@@ -18,13 +18,13 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_format.h"
 #include "base/init.h"
+#include "grammar/compiled_grammar.h"
+#include "grammar/constraint.h"
+#include "grammar/json_schema_corpus.h"
+#include "grammar/matcher.h"
+#include "grammar/pda.h"
+#include "grammar/vocabulary.h"
 #include "tools/bench/grammar_vocab.h"
-#include "worker/grammar/compiled_grammar.h"
-#include "worker/grammar/constraint.h"
-#include "worker/grammar/json_schema_corpus.h"
-#include "worker/grammar/matcher.h"
-#include "worker/grammar/pda.h"
-#include "worker/grammar/vocabulary.h"
 
 ABSL_FLAG(int, vocab_size, 129280, "Tokens in the synthetic vocabulary.");
 ABSL_FLAG(int, sequences, 4, "Sequences sampled per schema (the first one finds caches cold).");

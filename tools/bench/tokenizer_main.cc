@@ -36,7 +36,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "base/init.h"
-#include "coordinator/tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "tools/cpp/runfiles/runfiles.h"
 
 ABSL_FLAG(std::string, tokenizer, "",

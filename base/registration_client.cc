@@ -1,0 +1,32 @@
+#include "base/registration_client.h"
+
+#include "base/grpc_util.h"
+#include "proto/worker.grpc.pb.h"
+
+namespace weir {
+
+absl::StatusOr<v1::RegisterResponse> RegisterWithCoordinator(
+    const std::string& coordinator_address, const v1::RegisterRequest& request,
+    absl::Duration timeout) {
+  auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator_address));
+  const absl::Time give_up = absl::Now() + timeout;
+  absl::Status last;
+  while (true) {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineIn(std::chrono::seconds(5)));
+    v1::RegisterResponse response;
+    grpc::Status status = stub->Register(&context, request, &response);
+    if (status.ok()) return response;
+    last = FromGrpcStatus(status);
+    if (status.error_code() != grpc::StatusCode::UNAVAILABLE &&
+        status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+      return last;
+    }
+    if (absl::Now() > give_up) break;
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  return absl::UnavailableError("coordinator at " + coordinator_address +
+                                " did not answer Register: " + last.ToString());
+}
+
+}  // namespace weir
