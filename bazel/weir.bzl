@@ -106,3 +106,19 @@ def weir_cuda_library(name, srcs, hdrs = [], deps = [], cuda_hdrs = [], cutlass 
         visibility = visibility,
         **kwargs
     )
+
+def weir_layering_scope(name = "layering_scope"):
+    """Names every rule declared above it in the package, for //tests/layering.
+
+    genquery accepts no recursive patterns and only queries targets reachable
+    from its `scope`, so each package whose dependencies the layering test
+    checks ends its BUILD file with this call. A rule declared after it is
+    outside the scope, and the layering test then fails to build, naming it.
+    """
+    native.filegroup(
+        name = name,
+        testonly = True,
+        srcs = [":" + r for r in sorted(native.existing_rules().keys())],
+        tags = ["manual"],
+        visibility = ["//tests/layering:__pkg__"],
+    )
