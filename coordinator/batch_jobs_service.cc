@@ -18,6 +18,7 @@
 #include "coordinator/batch_run.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/jsonl_batch.h"
+#include "coordinator/sample_set.h"
 
 namespace weir::coordinator {
 namespace {
@@ -98,11 +99,10 @@ class InferenceBackend final : public BatchItemBackend {
   }
   const tokenizer::Tokenizer* tokenizer() const override { return service_.tokenizer(); }
   RequestId NextId() override { return service_.NextRequestId(); }
-  absl::Status Submit(RequestId id, const BuiltRequest& built,
-                      std::shared_ptr<SeqEventQueue> queue, size_t index) override {
+  absl::Status Submit(SeqSubmission submission) override {
     StepDriver* driver = service_.driver();
     if (driver == nullptr) return absl::UnavailableError("the server is stopping");
-    return driver->Submit(MakeSubmission(id, built, std::move(queue), index));
+    return driver->Submit(std::move(submission));
   }
   absl::Status Cancel(RequestId id) override {
     StepDriver* driver = service_.driver();
@@ -558,10 +558,8 @@ void BatchJobsService::RunJob(Job& job) {
                                   ? options_.interactive_max_in_flight
                                   : options_.batch_max_in_flight);
   struct Item {
-    std::optional<BuiltRequest> built;
-    std::optional<GenerationTracker> tracker;
-    RequestId id;
-    bool running = false;
+    std::optional<SampleSet> samples;
+    bool running = false;  // some of its samples are in the step loop
     bool done = false;
   };
   std::vector<Item> items(n);
@@ -575,13 +573,13 @@ void BatchJobsService::RunJob(Job& job) {
   absl::Time stop_deadline = absl::InfiniteFuture();
   absl::Time retry_at = absl::InfinitePast();
 
+  auto cancel_seq = [&](RequestId id) { backend_.Cancel(id).IgnoreError(); };
   auto finish = [&](int index, v1::BatchEvent::ItemResult result) {
     Item& item = items[index];
-    if (item.running) --in_flight;
+    if (item.running) in_flight -= static_cast<int>(item.samples->size());
     item.running = false;
     item.done = true;
-    item.tracker.reset();
-    item.built.reset();
+    item.samples.reset();
     AddResult(job, std::move(result));
   };
   auto begin_stop = [&](v1::BatchJobStatus status, std::string reason) {
@@ -591,7 +589,7 @@ void BatchJobsService::RunJob(Job& job) {
     stop_reason = std::move(reason);
     stop_deadline = absl::Now() + options_.cancel_grace;
     for (Item& item : items) {
-      if (item.running) backend_.Cancel(item.id).IgnoreError();
+      if (item.running) item.samples->CancelRunning(cancel_seq);
     }
   };
 
@@ -612,32 +610,46 @@ void BatchJobsService::RunJob(Job& job) {
     if (now >= job.expires_at) {
       begin_stop(v1::BATCH_JOB_STATUS_EXPIRED, "not finished: the job expired");
     }
-    while (!stopping && now >= retry_at && next < n && in_flight < cap) {
+    // An item of n samples takes n of the `cap` in-flight sequences (one
+    // item always fits an empty window). A sample the step loop refuses for
+    // now (RESOURCE_EXHAUSTED) is retried later, its item's earlier samples
+    // running meanwhile.
+    while (!stopping && now >= retry_at && next < n) {
       const int index = next;
       Item& item = items[index];
-      const v1::GenerateRequest merged = MergeItem(job.defaults, inputs[index].request());
-      absl::StatusOr<BuiltRequest> built = backend_.Build(merged);
-      if (!built.ok()) {
-        ++next;
-        finish(index, ErrorResult(inputs[index], index, built.status()));
-        continue;
+      if (!item.samples.has_value()) {
+        if (in_flight >= cap) break;
+        const v1::GenerateRequest merged = MergeItem(job.defaults, inputs[index].request());
+        absl::StatusOr<BuiltRequest> built = backend_.Build(merged);
+        if (!built.ok()) {
+          ++next;
+          finish(index, ErrorResult(inputs[index], index, built.status()));
+          continue;
+        }
+        const int sequences = static_cast<int>(std::max<uint32_t>(built->num_samples, 1));
+        if (in_flight > 0 && in_flight + sequences > cap) break;
+        item.samples.emplace(std::move(*built), backend_.tokenizer(), absl::Now());
+        item.running = true;
+        in_flight += sequences;
       }
-      item.id = backend_.NextId();
-      item.built = std::move(*built);
-      item.tracker.emplace(*item.built, backend_.tokenizer(), absl::Now());
-      const absl::Status submitted = backend_.Submit(item.id, *item.built, queue, index);
+      const absl::Status submitted = item.samples->SubmitRest(
+          [&] { return backend_.NextId(); },
+          [&](SeqSubmission s) { return backend_.Submit(std::move(s)); }, queue,
+          EventIndex(index, 0));
       if (submitted.ok()) {
         ++next;
-        item.running = true;
-        ++in_flight;
         continue;
       }
-      item.tracker.reset();
-      item.built.reset();
       if (submitted.code() == absl::StatusCode::kResourceExhausted) {
         retry_at = now + absl::Milliseconds(100);  // the step loop is full: later
+        if (item.samples->submitted() == 0) {  // nothing of it runs: start it afresh later
+          in_flight -= static_cast<int>(item.samples->size());
+          item.samples.reset();
+          item.running = false;
+        }
         break;
       }
+      item.samples->Abandon(cancel_seq);
       if (submitted.code() == absl::StatusCode::kUnavailable) {
         job_error = submitted;
         begin_stop(v1::BATCH_JOB_STATUS_FAILED, "not run: the server is unavailable");
@@ -651,12 +663,16 @@ void BatchJobsService::RunJob(Job& job) {
 
     auto event = queue->Pop(absl::Milliseconds(50));
     if (!event.has_value()) continue;
-    const int index = static_cast<int>(event->first);
+    const auto [item_index, sample] = SplitEventIndex(event->first);
+    const int index = static_cast<int>(item_index);
+    if (index >= n) continue;
     Item& item = items[index];
     if (!item.running) continue;  // an event after the item ended
-    GenerationTracker::Update update = item.tracker->Apply(event->second);
-    if (update.cancel_in_driver) backend_.Cancel(item.id).IgnoreError();
+    SampleSet::Update update = item.samples->Apply(sample, event->second);
+    if (update.cancel_in_driver) cancel_seq(update.id);
     if (!update.error.ok()) {
+      // One sample failing fails the item: the others stop too.
+      item.samples->Abandon(cancel_seq);
       absl::Status error = update.error;
       if (stopping && error.code() == absl::StatusCode::kCancelled) {
         error = absl::CancelledError(stop_reason);
@@ -664,9 +680,15 @@ void BatchJobsService::RunJob(Job& job) {
       finish(index, ErrorResult(inputs[index], index, error));
       continue;
     }
-    if (!update.done) continue;
-    v1::GenerateEvent::Final final_message = item.tracker->Final(/*with_full_output=*/true);
-    if (final_message.reason() == v1::FINISH_REASON_CANCELLED) {
+    if (!update.done) {
+      // Stopping with samples never submitted: the item ends when the
+      // submitted ones have.
+      if (stopping && item.samples->running() == 0) {
+        finish(index, ErrorResult(inputs[index], index, absl::CancelledError(stop_reason)));
+      }
+      continue;
+    }
+    if (item.samples->ItemReason() == v1::FINISH_REASON_CANCELLED) {
       finish(index, ErrorResult(inputs[index], index,
                                 absl::CancelledError(stopping ? stop_reason : "cancelled")));
       continue;
@@ -674,17 +696,14 @@ void BatchJobsService::RunJob(Job& job) {
     v1::BatchEvent::ItemResult result;
     result.set_custom_id(inputs[index].custom_id());
     result.set_index(index);
-    result.mutable_result()->mutable_accepted()->set_prompt_tokens(item.built->prompt.size());
-    result.mutable_result()->mutable_accepted()->set_server_request_id(
-        absl::StrCat("weir-", item.id.value()));
-    *result.mutable_result()->add_samples() = std::move(final_message);
+    *result.mutable_result() = item.samples->Result();
     finish(index, std::move(result));
   }
   // Items that never finished: cancelled (abandoned after the grace period
   // if the step loop did not acknowledge their cancellation).
   for (int i = 0; i < n; ++i) {
     if (items[i].done) continue;
-    if (items[i].running) backend_.Cancel(items[i].id).IgnoreError();
+    if (items[i].running) items[i].samples->Abandon(cancel_seq);
     finish(i, ErrorResult(inputs[i], i,
                           absl::CancelledError(stop_reason.empty() ? "not run" : stop_reason)));
   }

@@ -18,6 +18,10 @@
 //   when it is unset, PERMISSION_DENIED for a path outside it).
 //   Per-item problems (bad token id, prompt too long, unknown model, bad
 //   sampling) are failed results of the running job, as in GenerateBatch.
+// * An item with num_samples n runs n sequences as Generate does (SampleSet:
+//   sample i seeded seed + i, samples 1.. forking sample 0's prefill); its
+//   result holds the n Finals by sample_index; one failing sample fails the
+//   item. It takes n of the in-flight sequences below.
 //   UNAVAILABLE while the server is not ready.
 // * idempotency_key: the same key with an identical request returns the
 //   existing job (whatever its state, while it is kept); the same key with a
@@ -27,7 +31,7 @@
 //   goes EXPIRED: in-flight items are cancelled in the driver, unfinished
 //   items get a CANCELLED result, finished results are kept.
 // * priority_class: BATCH (default) jobs keep at most
-//   `batch_max_in_flight` items in the step loop at once, so interactive
+//   `batch_max_in_flight` sequences in the step loop at once, so interactive
 //   Generate traffic always finds room; INTERACTIVE jobs may use
 //   `interactive_max_in_flight` (GenerateBatch's bound). The step loop itself
 //   has no priorities. RESOURCE_EXHAUSTED from the driver's admission limits
@@ -95,9 +99,9 @@ class BatchItemBackend {
   // May be null.
   virtual const tokenizer::Tokenizer* tokenizer() const = 0;
   virtual RequestId NextId() = 0;
-  // As StepDriver::Submit / Cancel, with events going to `queue` under `index`.
-  virtual absl::Status Submit(RequestId id, const BuiltRequest& built,
-                              std::shared_ptr<SeqEventQueue> queue, size_t index) = 0;
+  // As StepDriver::Submit / Cancel (the submission's sink feeds the job's
+  // event queue).
+  virtual absl::Status Submit(SeqSubmission submission) = 0;
   virtual absl::Status Cancel(RequestId id) = 0;
 };
 

@@ -11,9 +11,11 @@
 namespace weir::coordinator {
 namespace {
 
-// Items whose first prompt token is kLong run until cancelled; the others
-// finish at once with tokens prompt[0]+1, prompt[0]+2.
+// Items whose first prompt token is kLong run until cancelled; kSeeded ones
+// finish at once with tokens kSeeded+1, seed % 1000 (the sample's seed); the
+// others finish at once with tokens prompt[0]+1, prompt[0]+2.
 constexpr uint32_t kLong = 7;
+constexpr uint32_t kSeeded = 9;
 
 class FakeBackend final : public BatchItemBackend {
  public:
@@ -26,26 +28,29 @@ class FakeBackend final : public BatchItemBackend {
     limits.vocab_size = 1000;
     limits.max_context_tokens = 4096;
     limits.default_max_new_tokens = 2;
+    limits.max_num_samples = 16;
     return BuildRequest(request, limits, nullptr, 1);
   }
   const tokenizer::Tokenizer* tokenizer() const override { return nullptr; }
   RequestId NextId() override { return RequestId(next_id_++); }
-  absl::Status Submit(RequestId id, const BuiltRequest& built,
-                      std::shared_ptr<SeqEventQueue> queue, size_t index) override {
+  absl::Status Submit(SeqSubmission submission) override {
     absl::MutexLock lock(&mu_);
-    if (exhausted_ > 0) {
-      --exhausted_;
+    if (exhausted_ > 0 || submit_calls_++ == refuse_call_) {
+      exhausted_ = std::max(exhausted_ - 1, 0);
       return absl::ResourceExhaustedError("full");
     }
-    if (built.prompt[0] == kLong) {
-      held_[id] = {queue, index};
+    const scheduler::SeqRequest& request = submission.request;
+    submitted_.push_back({request.id, submission.seed, request.fork_of});
+    if (request.prompt[0] == kLong) {
+      held_[request.id] = submission.sink;
       max_held_ = std::max<int>(max_held_, held_.size());
       return absl::OkStatus();
     }
     SeqEvent event;
-    event.tokens = {built.prompt[0] + 1, built.prompt[0] + 2};
+    event.tokens = {request.prompt[0] + 1, request.prompt[0] + 2};
+    if (request.prompt[0] == kSeeded) event.tokens[1] = submission.seed % 1000;
     event.finish = scheduler::FinishReason::kMaxTokens;
-    queue->Push(index, event);
+    submission.sink(event);
     return absl::OkStatus();
   }
   absl::Status Cancel(RequestId id) override {
@@ -54,7 +59,7 @@ class FakeBackend final : public BatchItemBackend {
     if (it == held_.end()) return absl::NotFoundError("not live");
     SeqEvent event;
     event.finish = scheduler::FinishReason::kCancelled;
-    it->second.first->Push(it->second.second, event);
+    it->second(event);
     held_.erase(it);
     return absl::OkStatus();
   }
@@ -70,14 +75,31 @@ class FakeBackend final : public BatchItemBackend {
     absl::MutexLock lock(&mu_);
     exhausted_ = n;
   }
+  // Refuses the `k`-th Submit call from now on (0-based) once.
+  void refuse_call(int k) {
+    absl::MutexLock lock(&mu_);
+    refuse_call_ = submit_calls_ + k;
+  }
+  struct Submitted {
+    RequestId id;
+    uint64_t seed = 0;
+    std::optional<RequestId> fork_of;
+  };
+  std::vector<Submitted> submitted() {
+    absl::MutexLock lock(&mu_);
+    return submitted_;
+  }
   std::atomic<bool> ready_{true};
 
  private:
   std::atomic<uint64_t> next_id_{1};
   absl::Mutex mu_;
-  absl::flat_hash_map<RequestId, std::pair<std::shared_ptr<SeqEventQueue>, size_t>> held_;
+  absl::flat_hash_map<RequestId, std::function<void(const SeqEvent&)>> held_;
   int max_held_ = 0;
   int exhausted_ = 0;
+  int submit_calls_ = 0;
+  int refuse_call_ = -1;
+  std::vector<Submitted> submitted_;
 };
 
 v1::CreateBatchJobRequest Request(const std::vector<uint32_t>& first_tokens) {
@@ -185,6 +207,91 @@ TEST(BatchJobsServiceTest, RunsItemsAndRecordsPerItemFailures) {
   EXPECT_EQ(ids.size(), 4u);
   EXPECT_EQ(ReadAll(service, created.id(), 0, true, false).size(), 3u);
   EXPECT_EQ(ReadAll(service, created.id(), 0, false, true).size(), 1u);
+}
+
+// Token ids of each sample of a successful result, by sample index.
+std::vector<std::vector<uint32_t>> SampleTokens(const v1::BatchEvent::ItemResult& item) {
+  std::vector<std::vector<uint32_t>> out;
+  for (const v1::GenerateEvent::Final& sample : item.result().samples()) {
+    EXPECT_EQ(sample.sample_index(), out.size());
+    out.emplace_back(sample.full_token_ids().begin(), sample.full_token_ids().end());
+  }
+  return out;
+}
+
+TEST(BatchJobsServiceTest, AnItemWithSamplesHasOneResultWithEverySample) {
+  FakeBackend backend;
+  BatchJobsOptions options;
+  options.batch_max_in_flight = 2;  // fewer than the item's samples: it still runs
+  BatchJobsService service(backend, options);
+  v1::CreateBatchJobRequest request = Request({kSeeded, kSeeded, kSeeded, kSeeded});
+  v1::GenerateRequest* three = request.mutable_items()->mutable_items(0)->mutable_request();
+  three->mutable_sampling()->set_seed(500);
+  three->mutable_sampling()->set_num_samples(3);
+  for (int i = 1; i <= 3; ++i) {  // the one-sample items sample 0, 1, 2 must equal
+    request.mutable_items()->mutable_items(i)->mutable_request()->mutable_sampling()->set_seed(
+        499 + i);
+  }
+  const v1::BatchJob created = Create(service, request);
+  WaitStatus(service, created.id(), v1::BATCH_JOB_STATUS_COMPLETED);
+  std::vector<std::vector<std::vector<uint32_t>>> by_index(4);
+  std::string server_id;
+  for (const v1::BatchItemResult& r : ReadAll(service, created.id())) {
+    ASSERT_TRUE(r.item().has_result()) << r.item().error().message();
+    by_index[r.item().index()] = SampleTokens(r.item());
+    if (r.item().index() == 0) server_id = r.item().result().accepted().server_request_id();
+  }
+  ASSERT_EQ(by_index[0].size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(by_index[i + 1].size(), 1u);
+    EXPECT_EQ(by_index[0][i], by_index[i + 1][0]) << "sample " << i;
+    EXPECT_EQ(by_index[0][i], (std::vector<uint32_t>{kSeeded + 1, 500u + i}));
+  }
+  // Samples 1 and 2 fork sample 0; the result names sample 0's server id.
+  const std::vector<FakeBackend::Submitted> submitted = backend.submitted();
+  ASSERT_GE(submitted.size(), 3u);
+  EXPECT_EQ(server_id, absl::StrCat("weir-", submitted[0].id.value()));
+  EXPECT_FALSE(submitted[0].fork_of.has_value());
+  EXPECT_EQ(submitted[1].fork_of, submitted[0].id);
+  EXPECT_EQ(submitted[2].fork_of, submitted[0].id);
+  EXPECT_EQ(Get(service, created.id()).counts().completed(), 4u);
+}
+
+TEST(BatchJobsServiceTest, ASampleRefusedByAFullLoopIsRetried) {
+  FakeBackend backend;
+  BatchJobsService service(backend, BatchJobsOptions{});
+  v1::CreateBatchJobRequest request = Request({kSeeded});
+  request.mutable_items()->mutable_items(0)->mutable_request()->mutable_sampling()->set_seed(7);
+  request.mutable_items()->mutable_items(0)->mutable_request()->mutable_sampling()->set_num_samples(3);
+  backend.refuse_call(1);  // sample 1's first try
+  const v1::BatchJob created = Create(service, request);
+  WaitStatus(service, created.id(), v1::BATCH_JOB_STATUS_COMPLETED);
+  const std::vector<v1::BatchItemResult> results = ReadAll(service, created.id());
+  ASSERT_EQ(results.size(), 1u);
+  ASSERT_TRUE(results[0].item().has_result()) << results[0].item().error().message();
+  const std::vector<std::vector<uint32_t>> samples = SampleTokens(results[0].item());
+  ASSERT_EQ(samples.size(), 3u);
+  for (uint32_t i = 0; i < 3; ++i) EXPECT_EQ(samples[i][1], 7u + i);
+  EXPECT_EQ(backend.submitted().size(), 3u);  // sample 0 was not run again
+}
+
+TEST(BatchJobsServiceTest, CancellingAJobEndsItemsWithRunningSamples) {
+  FakeBackend backend;
+  BatchJobsService service(backend, BatchJobsOptions{});
+  v1::CreateBatchJobRequest request = Request({kLong});
+  request.mutable_items()->mutable_items(0)->mutable_request()->mutable_sampling()->set_num_samples(4);
+  const v1::BatchJob created = Create(service, request);
+  WaitFor(service, created.id(), [&](const v1::BatchJob&) { return backend.held() == 4; });
+  grpc::ServerContext context;
+  v1::CancelBatchJobRequest cancel;
+  cancel.set_id(created.id());
+  v1::BatchJob response;
+  ASSERT_TRUE(service.CancelBatchJob(&context, &cancel, &response).ok());
+  const absl::Time start = absl::Now();
+  const v1::BatchJob job = WaitStatus(service, created.id(), v1::BATCH_JOB_STATUS_CANCELLED);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));  // not the cancel grace
+  EXPECT_EQ(job.counts().cancelled(), 1u);
+  EXPECT_EQ(backend.held(), 0);
 }
 
 TEST(BatchJobsServiceTest, ResumingAtACursorHasNoGapsOrDuplicates) {

@@ -1,10 +1,20 @@
 #include "coordinator/batch_run.h"
 
+#include <algorithm>
+
 #include "absl/random/random.h"
 #include "absl/time/clock.h"
 #include "coordinator/api_error.h"
 
 namespace weir::coordinator {
+namespace {
+
+// Cancels a sample's sequence in `driver` (it may have ended there already).
+std::function<void(RequestId)> CancelIn(StepDriver& driver) {
+  return [&driver](RequestId id) { driver.Cancel(id).IgnoreError(); };
+}
+
+}  // namespace
 
 v1::GenerateRequest MergeItem(const v1::GenerateRequest& defaults,
                               const v1::GenerateRequest& item) {
@@ -81,15 +91,16 @@ void BatchRun::ItemError(int index, const absl::Status& status) {
 
 void BatchRun::CancelRunning() {
   for (Item& item : items_) {
-    if (item.running) env_.driver.Cancel(item.id).IgnoreError();
+    if (item.running) item.samples->CancelRunning(CancelIn(env_.driver));
   }
 }
 
 void BatchRun::SubmitMore() {
+  // An item of n samples takes n of the in-flight sequences; one item always
+  // fits an empty window.
   while (!failing_ && next_submit_ < n_ && in_flight_ < kMaxInFlight) {
-    const int index = next_submit_++;
+    const int index = next_submit_;
     Item& item = items_[index];
-    item.id = RequestId(env_.next_request.fetch_add(1));
     const v1::GenerateRequest merged =
         MergeItem(request_.defaults(), request_.items(index).request());
     absl::Status submitted;
@@ -99,20 +110,27 @@ void BatchRun::SubmitMore() {
       absl::StatusOr<BuiltRequest> built =
           BuildRequest(merged, limits_, env_.tokenizer,
                        absl::Uniform<uint64_t>(absl::BitGen(), 0, UINT64_MAX));
-      submitted = built.ok() ? CheckBatchItem(*built) : built.status();
+      submitted = built.status();
       if (submitted.ok()) {
-        item.built = std::move(*built);
-        item.tracker.emplace(*item.built, env_.tokenizer, absl::Now());
-        submitted = env_.driver.Submit(MakeSubmission(item.id, *item.built, queue_, index));
+        const int sequences = static_cast<int>(std::max<uint32_t>(built->num_samples, 1));
+        if (in_flight_ > 0 && in_flight_ + sequences > kMaxInFlight) return;  // later
+        item.samples.emplace(std::move(*built), env_.tokenizer, absl::Now());
+        submitted = item.samples->SubmitRest(
+            [this] { return RequestId(env_.next_request.fetch_add(1)); },
+            [this](SeqSubmission s) { return env_.driver.Submit(std::move(s)); }, queue_,
+            EventIndex(index, 0));
+        // Samples already submitted when a later one was refused stop again.
+        if (!submitted.ok()) item.samples->Abandon(CancelIn(env_.driver));
       }
     }
+    ++next_submit_;
     if (!submitted.ok()) {
       ItemError(index, submitted);
       if (request_.fail_fast()) failing_ = true;
       continue;
     }
     item.running = true;
-    ++in_flight_;
+    in_flight_ += static_cast<int>(item.samples->size());
     if (item_timeout_.has_value()) {
       item.deadline = absl::Now() + *item_timeout_;
       deadlines_.emplace(item.deadline, index);
@@ -127,22 +145,20 @@ void BatchRun::ExpireItems() {
     deadlines_.pop();
     Item& item = items_[index];
     if (!item.running) continue;
-    env_.driver.Cancel(item.id).IgnoreError();
-    v1::GenerateEvent::Final final_message = item.tracker->Final(/*with_full_output=*/true);
-    final_message.set_reason(v1::FINISH_REASON_DEADLINE);
-    ItemDone(index, std::move(final_message));
+    item.samples->EndRunning(v1::FINISH_REASON_DEADLINE, CancelIn(env_.driver));
+    ItemDone(index);
   }
 }
 
-void BatchRun::ItemDone(int index, v1::GenerateEvent::Final final_message) {
+void BatchRun::ItemDone(int index) {
   Item& item = items_[index];
   item.running = false;
-  --in_flight_;
+  in_flight_ -= static_cast<int>(item.samples->size());
   v1::BatchEvent done;
   v1::BatchEvent::ItemResult* result = done.mutable_item_result();
   result->set_custom_id(request_.items(index).custom_id());
   result->set_index(index);
-  switch (final_message.reason()) {
+  switch (item.samples->ItemReason()) {
     case v1::FINISH_REASON_CANCELLED:
       counts_.set_cancelled(counts_.cancelled() + 1);
       break;
@@ -152,8 +168,7 @@ void BatchRun::ItemDone(int index, v1::GenerateEvent::Final final_message) {
     default:
       counts_.set_completed(counts_.completed() + 1);
   }
-  *result->mutable_result()->add_samples() = std::move(final_message);
-  result->mutable_result()->mutable_accepted()->set_prompt_tokens(item.built->prompt.size());
+  *result->mutable_result() = item.samples->Result();
   Emit(index, std::move(done));
 }
 
@@ -183,14 +198,18 @@ grpc::Status BatchRun::Run(grpc::ServerContext& context) {
     }
     ExpireItems();
     if (!event.has_value()) continue;
-    const int index = static_cast<int>(event->first);
+    const auto [item_index, sample] = SplitEventIndex(event->first);
+    const int index = static_cast<int>(item_index);
+    if (index >= n_) continue;
     Item& item = items_[index];
     if (!item.running) continue;  // An event after the item ended.
-    GenerationTracker::Update update = item.tracker->Apply(event->second);
-    if (update.cancel_in_driver) env_.driver.Cancel(item.id).IgnoreError();
+    SampleSet::Update update = item.samples->Apply(sample, event->second);
+    if (update.cancel_in_driver) env_.driver.Cancel(update.id).IgnoreError();
     if (!update.error.ok()) {
+      // One sample failing fails the item: the others stop too.
+      item.samples->Abandon(CancelIn(env_.driver));
       item.running = false;
-      --in_flight_;
+      in_flight_ -= static_cast<int>(item.samples->size());
       ItemError(index, update.error);
       if (request_.fail_fast() && !failing_) {
         failing_ = true;
@@ -207,7 +226,7 @@ grpc::Status BatchRun::Run(grpc::ServerContext& context) {
       writer_.Write(delta);
     }
     if (!update.done) continue;
-    ItemDone(index, item.tracker->Final(/*with_full_output=*/true));
+    ItemDone(index);
   }
   v1::BatchEvent summary;
   *summary.mutable_summary()->mutable_counts() = counts_;

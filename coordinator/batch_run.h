@@ -1,14 +1,19 @@
 // coordinator/batch_run.h
 //
 // BatchRun executes one GenerateBatch call: items (defaults merged field by
-// field) are admitted gradually — at most kMaxInFlight at once, so a huge
-// batch never floods the queue and a slow reader only slows its own
-// admission — and each finished item is written as an ItemResult, out of
-// order or in input order. A per-item error never ends the stream;
+// field) are admitted gradually — at most kMaxInFlight sequences at once (an
+// item of n samples is n sequences), so a huge batch never floods the queue
+// and a slow reader only slows its own admission — and each finished item is
+// written as an ItemResult, out of order or in input order. An item with
+// num_samples n runs as Generate runs a call (SampleSet: seed + i, samples
+// 1.. fork sample 0's prefill); its result holds n Finals by sample_index,
+// its streamed deltas carry the sample_index, and one failing sample fails
+// the item. A per-item error never ends the stream;
 // fail_fast cancels the rest. Progress is sent about once a second and a
 // Summary last. With item_timeout, an item still running that long after it
 // was submitted to the step loop is cancelled there; its result keeps what
-// it generated, with reason DEADLINE (counted as failed in Progress).
+// it generated, with reason DEADLINE (counted as failed in Progress; with
+// several samples, those still running get DEADLINE).
 //
 // Thread safety: one BatchRun per call, on the gRPC handler thread.
 
@@ -27,6 +32,7 @@
 
 #include "coordinator/generation_tracker.h"
 #include "coordinator/request_builder.h"
+#include "coordinator/sample_set.h"
 #include "coordinator/step_driver.h"
 #include "proto/inference.grpc.pb.h"
 
@@ -54,9 +60,7 @@ class BatchRun {
 
  private:
   struct Item {
-    std::optional<BuiltRequest> built;
-    std::optional<GenerationTracker> tracker;
-    RequestId id;
+    std::optional<SampleSet> samples;
     bool running = false;
     // Submit time + item_timeout (InfiniteFuture without one).
     absl::Time deadline = absl::InfiniteFuture();
@@ -69,8 +73,8 @@ class BatchRun {
   void CancelRunning();
   // Ends every running item past its deadline (item_timeout).
   void ExpireItems();
-  // Ends running item `index` with `final_message` as its result.
-  void ItemDone(int index, v1::GenerateEvent::Final final_message);
+  // Ends running item `index` (every sample ended) with its samples' Finals.
+  void ItemDone(int index);
 
   const v1::GenerateBatchRequest& request_;
   const RequestLimits limits_;
@@ -82,7 +86,7 @@ class BatchRun {
   v1::BatchEvent::Progress counts_;
   int next_submit_ = 0;
   int next_emit_ = 0;
-  int in_flight_ = 0;
+  int in_flight_ = 0;  // sequences of the running items
   int finished_ = 0;
   bool failing_ = false;
   std::optional<absl::Duration> item_timeout_;

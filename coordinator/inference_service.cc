@@ -101,8 +101,6 @@ absl::StatusOr<BuiltRequest> InferenceService::BuildItem(const v1::GenerateReque
   limits.grammar = grammar_.get();
   absl::StatusOr<BuiltRequest> built = BuildRequest(
       request, limits, tokenizer_.get(), absl::Uniform<uint64_t>(absl::BitGen(), 0, UINT64_MAX));
-  if (!built.ok()) return built;
-  if (absl::Status s = CheckBatchItem(*built); !s.ok()) return s;
   return built;
 }
 

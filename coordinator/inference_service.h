@@ -34,7 +34,7 @@ namespace weir::coordinator {
 
 // Limits advertised in ModelInfo.features and enforced at admission.
 struct ApiLimits {
-  // SamplingParams.num_samples (n) of a Generate call; batch items take 1.
+  // SamplingParams.num_samples (n) of a Generate call or a batch item.
   uint32_t max_num_samples = 16;
   uint32_t max_stop_sequences = 16;
   uint32_t max_stop_string_len = 256;

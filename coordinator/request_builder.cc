@@ -281,13 +281,4 @@ absl::StatusOr<BuiltRequest> BuildRequest(const v1::GenerateRequest& request,
   return built;
 }
 
-absl::Status CheckBatchItem(const BuiltRequest& built) {
-  if (built.num_samples > 1) {
-    return Bad("sampling.num_samples",
-               absl::StrCat(built.num_samples, " samples; a batch item takes 1 (send the item ",
-                            built.num_samples, " times with different seeds)"));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace weir::coordinator

@@ -106,10 +106,6 @@ absl::StatusOr<BuiltRequest> BuildRequest(const v1::GenerateRequest& request,
                                           const tokenizer::Tokenizer* tokenizer,
                                           uint64_t random_seed);
 
-// INVALID_ARGUMENT naming the field for what a batch item (GenerateBatch,
-// BatchJobs) cannot ask for: num_samples > 1 (its result holds one sample).
-absl::Status CheckBatchItem(const BuiltRequest& built);
-
 }  // namespace weir::coordinator
 
 #endif  // WEIR_COORDINATOR_REQUEST_BUILDER_H_

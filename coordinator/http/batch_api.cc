@@ -1,5 +1,6 @@
 #include "coordinator/http/batch_api.h"
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <set>
@@ -226,6 +227,8 @@ bool BatchApi::BatchFile(const std::string& id, File& file, HttpReply& error) {
     Json line = {{"id", "batch_req_" + request_id}, {"custom_id", item.custom_id()}};
     if (item.has_result()) {
       if (!output) continue;
+      // One choice per sample (the line's `n`), index = sample_index.
+      shape.n = static_cast<uint32_t>(std::max(item.result().samples_size(), 1));
       ResponseBuilder builder(shape, absl::StrCat(chat ? "chatcmpl-" : "cmpl-", request_id),
                               job.created_at().seconds(), served_.name, token_bytes_);
       for (const v1::GenerateEvent::Final& sample : item.result().samples()) {

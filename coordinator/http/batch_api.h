@@ -14,7 +14,8 @@
 // * Creating a batch validates the whole input file synchronously: every line
 //   must be {"custom_id", "method": "POST", "url": <the batch's endpoint>,
 //   "body"} with a body that ParseOpenAiRequest accepts, one prompt, no
-//   stream, no echo; custom ids unique. A bad line is 400 naming the line (and
+//   stream, no echo (`n` up to the served maximum: the item's samples);
+//   custom ids unique. A bad line is 400 naming the line (and
 //   no batch), where OpenAI would create a batch that fails in validation.
 // * The batch id is the BatchJob id. Status: QUEUED and IN_PROGRESS ->
 //   "in_progress", FINALIZING, COMPLETED, FAILED, EXPIRED, CANCELLING,
@@ -22,7 +23,8 @@
 //   and expired items. completion_window is "<N>h", 1..168.
 // * Once a batch has ended, output_file_id ("file-output-<batch>": one line
 //   per successful item, {"id", "custom_id", "response": {"status_code": 200,
-//   "request_id", "body": <the completion>}, "error": null}) and
+//   "request_id", "body": <the completion, one choice per sample of the
+//   line's `n`>}, "error": null}) and
 //   error_file_id ("file-errors-<batch>": per failed item the error response,
 //   or for cancelled / expired items "response": null and "error") are set
 //   when they would not be empty. Their contents are read from the job's

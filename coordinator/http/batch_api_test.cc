@@ -58,6 +58,18 @@ class FakeBatchJobs final : public v1::BatchJobs::Service {
     sample->set_full_text("hi there");
     sample->mutable_usage()->set_prompt_tokens(4);
     sample->mutable_usage()->set_completion_tokens(2);
+    // An item with n = 3: one result, three samples.
+    v1::BatchItemResult multi;
+    multi.set_cursor(3);
+    multi.mutable_item()->set_custom_id("n3");
+    for (uint32_t i = 0; i < 3; ++i) {
+      v1::GenerateEvent::Final* s = multi.mutable_item()->mutable_result()->add_samples();
+      s->set_sample_index(i);
+      s->set_reason(v1::FINISH_REASON_MAX_TOKENS);
+      s->set_full_text("sample " + std::to_string(i));
+      s->mutable_usage()->set_prompt_tokens(4);
+      s->mutable_usage()->set_completion_tokens(2);
+    }
     v1::BatchItemResult bad;
     bad.set_cursor(1);
     bad.mutable_item()->set_custom_id("b");
@@ -70,7 +82,10 @@ class FakeBatchJobs final : public v1::BatchJobs::Service {
     cancelled.mutable_item()->mutable_error()->set_code(
         static_cast<int>(grpc::StatusCode::CANCELLED));
     cancelled.mutable_item()->mutable_error()->set_message("the job was cancelled");
-    if (request->include_successes()) writer->Write(ok);
+    if (request->include_successes()) {
+      writer->Write(ok);
+      writer->Write(multi);
+    }
     if (request->include_errors()) {
       writer->Write(bad);
       writer->Write(cancelled);
@@ -199,9 +214,24 @@ TEST(BatchApiTest, CreateValidatesEveryLineAndMapsTheRest) {
   EXPECT_EQ(create(upload({Line("a", kChatBody), Line("a", kChatBody)})).status, 400);
   EXPECT_EQ(create(upload({Line("a", kChatBody, "/v1/completions")})).status, 400);
   EXPECT_EQ(create(upload({Line("", kChatBody)})).status, 400);
+  // `n` beyond what the server advertises is refused naming the line ...
   r = create(upload({Line("a", R"({"messages": [{"role": "user", "content": "x"}], "n": 2})")}));
   EXPECT_EQ(refusal(r), std::make_pair(400, std::string("n")));
   EXPECT_TRUE(absl::StartsWith(Parse(r)["error"]["message"].get<std::string>(), "line 1: n"));
+  {  // ... and within it becomes the item's num_samples.
+    ServedModel more = Served();
+    more.max_num_samples = 4;
+    BatchApi api3(*stub, more, nullptr);
+    const std::string file =
+        Parse(api3.UploadFile("n.jsonl", "batch",
+                              Line("a", R"({"messages": [{"role": "user", "content": "x"}],
+                                            "n": 3})")))["id"]
+            .get<std::string>();
+    const HttpReply made = api3.CreateBatch(
+        R"({"input_file_id": ")" + file + R"(", "endpoint": "/v1/chat/completions"})", "");
+    ASSERT_EQ(made.status, 200) << made.body;
+    EXPECT_EQ(service.created().items().items(0).request().sampling().num_samples(), 3u);
+  }
   EXPECT_EQ(create(upload({Line("a", R"({"messages": [{"role": "user", "content": "x"}],
                                          "stream": true})")}))
                 .status,
@@ -254,7 +284,7 @@ TEST(BatchApiTest, EndedBatchAndItsFiles) {
   const HttpReply output = api.FileContent("file-output-job1");
   ASSERT_EQ(output.status, 200) << output.body;
   std::vector<std::string> lines = absl::StrSplit(output.body, '\n', absl::SkipEmpty());
-  ASSERT_EQ(lines.size(), 1u);
+  ASSERT_EQ(lines.size(), 2u);
   const Json ok = Json::parse(lines[0]);
   EXPECT_EQ(ok["custom_id"], "a");
   EXPECT_TRUE(ok["error"].is_null());
@@ -264,6 +294,16 @@ TEST(BatchApiTest, EndedBatchAndItsFiles) {
   EXPECT_EQ(body["choices"][0]["message"]["content"], "hi there");
   EXPECT_EQ(body["choices"][0]["finish_reason"], "stop");
   EXPECT_EQ(body["usage"]["total_tokens"], 6);
+  // The n = 3 item: one choice per sample, by sample_index; usage adds them up.
+  const Json multi = Json::parse(lines[1])["response"]["body"];
+  ASSERT_EQ(multi["choices"].size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(multi["choices"][i]["index"], i);
+    EXPECT_EQ(multi["choices"][i]["message"]["content"], "sample " + std::to_string(i));
+    EXPECT_EQ(multi["choices"][i]["finish_reason"], "length");
+  }
+  EXPECT_EQ(multi["usage"]["prompt_tokens"], 4);
+  EXPECT_EQ(multi["usage"]["completion_tokens"], 6);
   EXPECT_EQ(Parse(api.GetFile("file-output-job1"))["bytes"], output.body.size());
 
   lines = absl::StrSplit(api.FileContent("file-errors-job1").body, '\n', absl::SkipEmpty());

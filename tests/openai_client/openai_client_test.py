@@ -487,6 +487,35 @@ class OpenAiClientTest(unittest.TestCase):
         with self.assertRaises(openai.NotFoundError):
             self.client.files.retrieve(broken.id)
 
+    def test_batch_line_with_n_holds_every_sample(self):
+        # One /v1/completions line with n=3: one output line with three choices,
+        # choice i equal to a one-sample request with seed + i.
+        args = dict(prompt="alpha beta", max_tokens=8, temperature=1.0, ignore_eos=True)
+        line = json.dumps({"custom_id": "n3", "method": "POST", "url": "/v1/completions",
+                           "body": dict(model="tiny", n=3, seed=21, **args)})
+        upload = self.client.files.create(file=("n.jsonl", line.encode()), purpose="batch")
+        batch = self.client.batches.create(input_file_id=upload.id, endpoint="/v1/completions",
+                                           completion_window="24h")
+        deadline = time.monotonic() + REQUEST_TIMEOUT_S
+        while batch.status not in ("completed", "failed", "expired", "cancelled"):
+            self.assertLess(time.monotonic(), deadline, batch)
+            time.sleep(0.2)
+            batch = self.client.batches.retrieve(batch.id)
+        self.assertEqual(batch.status, "completed")
+        self.assertEqual(batch.request_counts.completed, 1)
+        outputs = [json.loads(l) for l in
+                   self.client.files.content(batch.output_file_id).text.splitlines()]
+        self.assertEqual(len(outputs), 1)
+        body = outputs[0]["response"]["body"]
+        self.assertEqual([c["index"] for c in body["choices"]], [0, 1, 2])
+        alone = [self.complete(prompt="alpha beta", max_tokens=8, temperature=1.0, seed=21 + i,
+                               extra_body={"ignore_eos": True})
+                 for i in range(3)]
+        self.assertEqual([c["text"] for c in body["choices"]],
+                         [a.choices[0].text for a in alone])
+        self.assertEqual(len(set(c["text"] for c in body["choices"])), 3)
+        self.assertEqual(body["usage"]["completion_tokens"], 24)
+
     def test_closing_a_stream_cancels_its_generation(self):
         before = scrape()
         stream = self.complete(prompt="long", max_tokens=4000, temperature=0, stream=True,
