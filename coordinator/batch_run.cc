@@ -51,8 +51,9 @@ absl::Status CheckItemTimeout(const v1::GenerateBatchRequest& request) {
 }
 
 BatchRun::BatchRun(const v1::GenerateBatchRequest& request, const RequestLimits& limits, Env env,
-                   grpc::ServerWriter<v1::BatchEvent>& writer)
-    : request_(request), limits_(limits), env_(env), writer_(writer), n_(request.items_size()),
+                   Write write)
+    : request_(request), limits_(limits), env_(env), write_(std::move(write)),
+      n_(request.items_size()),
       items_(n_) {
   counts_.set_total(n_);
   if (request.has_item_timeout()) {
@@ -64,12 +65,12 @@ BatchRun::BatchRun(const v1::GenerateBatchRequest& request, const RequestLimits&
 void BatchRun::Emit(int index, v1::BatchEvent event) {
   ++finished_;
   if (request_.ordering() != v1::BATCH_ORDERING_INPUT_ORDER) {
-    writer_.Write(event);
+    write_(std::move(event));
     return;
   }
   items_[index].held = std::move(event);
   while (next_emit_ < n_ && items_[next_emit_].held.has_value()) {
-    writer_.Write(*items_[next_emit_].held);
+    write_(std::move(*items_[next_emit_].held));
     items_[next_emit_].held.reset();
     ++next_emit_;
   }
@@ -172,67 +173,77 @@ void BatchRun::ItemDone(int index) {
   Emit(index, std::move(done));
 }
 
-grpc::Status BatchRun::Run(grpc::ServerContext& context) {
-  const absl::Time start = absl::Now();
-  absl::Time last_progress = start;
+bool BatchRun::Pump(bool may_submit) {
+  if (done_) return true;
+  const absl::Time now = absl::Now();
+  if (start_ == absl::InfinitePast()) start_ = last_progress_ = now;
   while (finished_ < n_) {
-    SubmitMore();
+    if (may_submit) SubmitMore();
     if (failing_ && in_flight_ == 0) {
       while (next_submit_ < n_) {
         ItemError(next_submit_++, absl::CancelledError("not run: an earlier item failed"));
       }
       continue;
     }
-    auto event = queue_->Pop(absl::Milliseconds(50));
-    if (context.IsCancelled()) {
-      CancelRunning();
-      return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
-    }
-    if (absl::Now() - last_progress > absl::Seconds(1)) {
-      last_progress = absl::Now();
+    auto event = queue_->TryPop();
+    if (!event.has_value()) break;
+    Apply(event->first, event->second);
+  }
+  ExpireItems();
+  if (finished_ < n_) {
+    if (absl::Now() - last_progress_ > absl::Seconds(1)) {
+      last_progress_ = absl::Now();
       v1::BatchEvent progress;
       *progress.mutable_progress() = counts_;
       progress.mutable_progress()->set_running(in_flight_);
       progress.mutable_progress()->set_queued(n_ - next_submit_);
-      writer_.Write(progress);
+      write_(std::move(progress));
     }
-    ExpireItems();
-    if (!event.has_value()) continue;
-    const auto [item_index, sample] = SplitEventIndex(event->first);
-    const int index = static_cast<int>(item_index);
-    if (index >= n_) continue;
-    Item& item = items_[index];
-    if (!item.running) continue;  // An event after the item ended.
-    SampleSet::Update update = item.samples->Apply(sample, event->second);
-    if (update.cancel_in_driver) env_.driver.Cancel(update.id).IgnoreError();
-    if (!update.error.ok()) {
-      // One sample failing fails the item: the others stop too.
-      item.samples->Abandon(CancelIn(env_.driver));
-      item.running = false;
-      in_flight_ -= static_cast<int>(item.samples->size());
-      ItemError(index, update.error);
-      if (request_.fail_fast() && !failing_) {
-        failing_ = true;
-        CancelRunning();
-      }
-      continue;
-    }
-    if (request_.stream_item_tokens() &&
-        (update.delta.token_ids_size() > 0 || !update.delta.text().empty() ||
-         update.delta.logprobs_size() > 0 || update.delta.has_prompt_logprobs())) {
-      v1::BatchEvent delta;
-      delta.mutable_item_delta()->set_custom_id(request_.items(index).custom_id());
-      *delta.mutable_item_delta()->mutable_event()->mutable_delta() = update.delta;
-      writer_.Write(delta);
-    }
-    if (!update.done) continue;
-    ItemDone(index);
+    return false;
   }
   v1::BatchEvent summary;
   *summary.mutable_summary()->mutable_counts() = counts_;
-  summary.mutable_summary()->set_wall_ms(absl::ToDoubleMilliseconds(absl::Now() - start));
-  writer_.Write(summary);
-  return grpc::Status::OK;
+  summary.mutable_summary()->set_wall_ms(absl::ToDoubleMilliseconds(absl::Now() - start_));
+  write_(std::move(summary));
+  done_ = true;
+  return true;
+}
+
+absl::Time BatchRun::NextWake() const {
+  // Progress goes out once more than a second has passed.
+  absl::Time wake = last_progress_ + absl::Seconds(1) + absl::Milliseconds(1);
+  if (!deadlines_.empty()) wake = std::min(wake, deadlines_.top().first);
+  return wake;
+}
+
+void BatchRun::Apply(size_t event_index, const SeqEvent& seq_event) {
+  const auto [index, sample] = SplitEventIndex(event_index);
+  if (index >= static_cast<size_t>(n_)) return;
+  Item& item = items_[index];
+  if (!item.running) return;  // An event after the item ended.
+  SampleSet::Update update = item.samples->Apply(sample, seq_event);
+  if (update.cancel_in_driver) env_.driver.Cancel(update.id).IgnoreError();
+  if (!update.error.ok()) {
+    // One sample failing fails the item: the others stop too.
+    item.samples->Abandon(CancelIn(env_.driver));
+    item.running = false;
+    in_flight_ -= static_cast<int>(item.samples->size());
+    ItemError(static_cast<int>(index), update.error);
+    if (request_.fail_fast() && !failing_) {
+      failing_ = true;
+      CancelRunning();
+    }
+    return;
+  }
+  if (request_.stream_item_tokens() &&
+      (update.delta.token_ids_size() > 0 || !update.delta.text().empty() ||
+       update.delta.logprobs_size() > 0 || update.delta.has_prompt_logprobs())) {
+    v1::BatchEvent delta;
+    delta.mutable_item_delta()->set_custom_id(request_.items(index).custom_id());
+    *delta.mutable_item_delta()->mutable_event()->mutable_delta() = std::move(update.delta);
+    write_(std::move(delta));
+  }
+  if (update.done) ItemDone(static_cast<int>(index));
 }
 
 }  // namespace weir::coordinator

@@ -1,21 +1,21 @@
 // coordinator/batch_run.h
 //
 // BatchRun executes one GenerateBatch call: items (defaults merged field by
-// field) are admitted gradually — at most kMaxInFlight sequences at once (an
-// item of n samples is n sequences), so a huge batch never floods the queue
-// and a slow reader only slows its own admission — and each finished item is
-// written as an ItemResult, out of order or in input order. An item with
-// num_samples n runs as Generate runs a call (SampleSet: seed + i, samples
-// 1.. fork sample 0's prefill); its result holds n Finals by sample_index,
-// its streamed deltas carry the sample_index, and one failing sample fails
-// the item. A per-item error never ends the stream;
-// fail_fast cancels the rest. Progress is sent about once a second and a
-// Summary last. With item_timeout, an item still running that long after it
-// was submitted to the step loop is cancelled there; its result keeps what
-// it generated, with reason DEADLINE (counted as failed in Progress; with
-// several samples, those still running get DEADLINE).
+// field) are admitted gradually — at most kMaxInFlight at once, so a huge
+// batch never floods the queue, and none while the caller says its client
+// is behind, so a slow reader only slows its own admission — and each
+// finished item is written as an ItemResult, out of order or in input
+// order. A per-item error never ends the stream; fail_fast cancels the
+// rest. Progress is sent about once a second and a Summary last. With
+// item_timeout, an item still running that long after it was submitted to
+// the step loop is cancelled there; its result keeps what it generated,
+// with reason DEADLINE (counted as failed in Progress).
 //
-// Thread safety: one BatchRun per call, on the gRPC handler thread.
+// BatchRun holds no thread: its owner (the GenerateBatch reactor) calls
+// Pump whenever queue() has events (its listener), at NextWake(), and when
+// its client caught up.
+//
+// Thread safety: not thread-safe; the owner serialises every call.
 
 #ifndef WEIR_COORDINATOR_BATCH_RUN_H_
 #define WEIR_COORDINATOR_BATCH_RUN_H_
@@ -34,7 +34,7 @@
 #include "coordinator/request_builder.h"
 #include "coordinator/sample_set.h"
 #include "coordinator/step_driver.h"
-#include "proto/inference.grpc.pb.h"
+#include "proto/inference.pb.h"
 
 namespace weir::coordinator {
 
@@ -49,14 +49,28 @@ class BatchRun {
     std::atomic<uint64_t>& next_request;    // server request ids
   };
 
-  // REQUIRES: `request` passed the structural checks (item count, unique
-  // custom ids, CheckItemTimeout). Does not take ownership of anything.
-  BatchRun(const v1::GenerateBatchRequest& request, const RequestLimits& limits, Env env,
-           grpc::ServerWriter<v1::BatchEvent>& writer);
+  // Called with each message to send, in order.
+  using Write = std::function<void(v1::BatchEvent)>;
 
-  // Runs to the Summary. CANCELLED if the client goes away (in-flight items
-  // are cancelled in the driver).
-  grpc::Status Run(grpc::ServerContext& context);
+  // REQUIRES: `request` passed the structural checks (item count, unique
+  // custom ids, CheckItemTimeout). Does not take ownership of anything;
+  // `request` must outlive the run.
+  BatchRun(const v1::GenerateBatchRequest& request, const RequestLimits& limits, Env env,
+           Write write);
+
+  // Where the items' events arrive; set its listener before the first Pump.
+  const std::shared_ptr<SeqEventQueue>& queue() const { return queue_; }
+
+  // Submits items (if `may_submit`), applies every queued event, expires
+  // items past their deadline and sends Progress when due. Returns true once
+  // the Summary has been written (the run is over).
+  bool Pump(bool may_submit);
+
+  // When Pump next has work that no event brings: Progress or a deadline.
+  absl::Time NextWake() const;
+
+  // Cancels every running item in the driver (the client went away).
+  void CancelRunning();
 
  private:
   struct Item {
@@ -70,7 +84,8 @@ class BatchRun {
   void SubmitMore();
   void Emit(int index, v1::BatchEvent event);
   void ItemError(int index, const absl::Status& status);
-  void CancelRunning();
+  // Applies one event (`event_index` made by EventIndex).
+  void Apply(size_t event_index, const SeqEvent& event);
   // Ends every running item past its deadline (item_timeout).
   void ExpireItems();
   // Ends running item `index` (every sample ended) with its samples' Finals.
@@ -79,7 +94,7 @@ class BatchRun {
   const v1::GenerateBatchRequest& request_;
   const RequestLimits limits_;
   Env env_;
-  grpc::ServerWriter<v1::BatchEvent>& writer_;
+  Write write_;
   const int n_;
   std::vector<Item> items_;
   std::shared_ptr<SeqEventQueue> queue_ = std::make_shared<SeqEventQueue>();
@@ -89,6 +104,9 @@ class BatchRun {
   int in_flight_ = 0;  // sequences of the running items
   int finished_ = 0;
   bool failing_ = false;
+  bool done_ = false;
+  absl::Time start_ = absl::InfinitePast();
+  absl::Time last_progress_;
   std::optional<absl::Duration> item_timeout_;
   // (deadline, index) of the items submitted with one, earliest on top.
   std::priority_queue<std::pair<absl::Time, int>, std::vector<std::pair<absl::Time, int>>,

@@ -24,8 +24,26 @@ v1::FinishReason ToProto(scheduler::FinishReason reason) {
 }  // namespace
 
 void SeqEventQueue::Push(size_t index, const SeqEvent& event) {
+  std::function<void()> listener;
+  {
+    absl::MutexLock lock(&mu_);
+    events_.emplace_back(index, event);
+    listener = listener_;
+  }
+  if (listener) listener();
+}
+
+std::optional<std::pair<size_t, SeqEvent>> SeqEventQueue::TryPop() {
   absl::MutexLock lock(&mu_);
-  events_.emplace_back(index, event);
+  if (events_.empty()) return std::nullopt;
+  auto event = std::move(events_.front());
+  events_.pop_front();
+  return event;
+}
+
+void SeqEventQueue::SetListener(std::function<void()> listener) {
+  absl::MutexLock lock(&mu_);
+  listener_ = std::move(listener);
 }
 
 std::optional<std::pair<size_t, SeqEvent>> SeqEventQueue::Pop(absl::Duration timeout) {

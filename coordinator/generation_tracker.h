@@ -12,6 +12,7 @@
 #define WEIR_COORDINATOR_GENERATION_TRACKER_H_
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -29,17 +30,27 @@
 namespace weir::coordinator {
 
 // Events of one or more sequences (by index), filled by the driver thread and
-// drained by a gRPC handler. Held by shared_ptr: the driver may deliver after
-// the handler left. Thread-safe.
+// drained by a gRPC reactor (notified through the listener) or a thread that
+// waits in Pop. Held by shared_ptr: the driver may deliver after the reader
+// left. Thread-safe.
 class SeqEventQueue {
  public:
+  // Appends the event, then calls the listener (if any) on the pushing
+  // thread (the step loop), so a listener must only note or post work.
   void Push(size_t index, const SeqEvent& event);
   // Waits up to `timeout` for the next event.
   std::optional<std::pair<size_t, SeqEvent>> Pop(absl::Duration timeout);
+  // Returns the next event, or nullopt at once if there is none.
+  std::optional<std::pair<size_t, SeqEvent>> TryPop();
+  // Calls `listener` after every later Push. Set it before the first event
+  // can arrive (before submitting); it may be called after the reader left,
+  // so it must not capture the reader by raw pointer.
+  void SetListener(std::function<void()> listener);
 
  private:
   absl::Mutex mu_;
   std::deque<std::pair<size_t, SeqEvent>> events_ ABSL_GUARDED_BY(mu_);
+  std::function<void()> listener_ ABSL_GUARDED_BY(mu_);
 };
 
 // The step-loop submission of `built` as request `id`, whose events go to

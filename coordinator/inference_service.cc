@@ -4,13 +4,13 @@
 #include <map>
 #include <optional>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "base/logging.h"
 #include "coordinator/api_error.h"
 #include "coordinator/batch_run.h"
+#include "coordinator/generate_call.h"
 #include "coordinator/generation_tracker.h"
 #include "grammar/structured_output.h"
 #include "tokenizer/chat_template.h"
@@ -35,10 +35,6 @@ v1::Lifecycle ToProto(ClusterLifecycle lifecycle) {
 // With the error details of api.md §2.4 (reason, bad field, retry hint).
 grpc::Status ToGrpc(const absl::Status& status) { return ToApiStatus(status); }
 
-grpc::Status NotReady() {
-  return ToGrpc(WithReason(absl::UnavailableError("the server is not ready"), kReasonNotReady));
-}
-
 v1::WorkerState ToProto(WorkerStatus status) {
   switch (status) {
     case WorkerStatus::kRegistered: return v1::WORKER_STATE_REGISTERED;
@@ -54,12 +50,13 @@ v1::WorkerState ToProto(WorkerStatus status) {
 
 InferenceService::InferenceService(ModelSummary model, ClusterState& cluster, ApiLimits limits,
                                    std::unique_ptr<tokenizer::Tokenizer> tokenizer,
-                                   std::string tokenizer_fingerprint)
+                                   std::string tokenizer_fingerprint, int call_threads)
     : model_(std::move(model)),
       cluster_(cluster),
       limits_(limits),
       tokenizer_(std::move(tokenizer)),
-      tokenizer_fingerprint_(std::move(tokenizer_fingerprint)) {
+      tokenizer_fingerprint_(std::move(tokenizer_fingerprint)),
+      executor_(call_threads) {
   if (tokenizer_ == nullptr) return;
   std::vector<int32_t> eos(model_.eos_token_ids.begin(), model_.eos_token_ids.end());
   absl::StatusOr<std::shared_ptr<const grammar::Vocabulary>> vocab =
@@ -111,151 +108,51 @@ grpc::Status InferenceService::CheckModel(const std::string& model) const {
 }
 
 
-grpc::Status InferenceService::Generate(grpc::ServerContext* context,
-                                        const v1::GenerateRequest* request,
-                                        grpc::ServerWriter<v1::GenerateEvent>* writer) {
-  StepDriver* driver = driver_.load();
-  if (driver == nullptr) {
-    return NotReady();
-  }
-  if (grpc::Status s = CheckModel(request->model()); !s.ok()) return s;
-  const absl::Time start = absl::Now();
-  RequestLimits limits = CurrentLimits();
-  limits.grammar = grammar_.get();
-  const uint64_t first_id = next_request_.fetch_add(1);
-  absl::StatusOr<BuiltRequest> built =
-      BuildRequest(*request, limits, tokenizer_.get(),
-                   absl::Uniform<uint64_t>(absl::BitGen(), 0, UINT64_MAX) ^ first_id);
-  if (!built.ok()) return ToGrpc(built.status());
-  // Sample i is a sequence of its own (ids first_id..; seed + i).
-  const size_t n = built->num_samples;
-  std::vector<RequestId> ids = {RequestId(first_id)};
-  for (size_t i = 1; i < n; ++i) ids.push_back(RequestId(next_request_.fetch_add(1)));
-  const std::string client_id = request->request_id();
-  if (!client_id.empty()) {
-    absl::MutexLock lock(&mu_);
-    if (!in_flight_.emplace(client_id, ids).second) {
-      return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
-                          "request_id \"" + client_id + "\" is already in flight");
-    }
-  }
-  auto forget = absl::MakeCleanup([&] {
-    if (client_id.empty()) return;
-    absl::MutexLock lock(&mu_);
-    in_flight_.erase(client_id);
-  });
-  std::vector<bool> running(n, false);
-  auto cancel_running = [&] {
-    for (size_t i = 0; i < n; ++i) {
-      if (running[i]) driver->Cancel(ids[i]).IgnoreError();
-    }
-  };
-
-  auto queue = std::make_shared<SeqEventQueue>();
-  std::vector<BuiltRequest> samples(n, *built);
-  for (size_t i = 0; i < n; ++i) {
-    samples[i].seed = built->seed + i;
-    SeqSubmission submission = MakeSubmission(ids[i], samples[i], queue, i);
-    // The other samples fork the first one's prefill (not with prompt
-    // logprobs: each sample reports them, from a prefill of its own).
-    if (i > 0 && !built->prompt_logprobs.has_value()) submission.request.fork_of = ids[0];
-    if (absl::Status s = driver->Submit(std::move(submission)); !s.ok()) {
-      cancel_running();
-      return ToGrpc(s);
-    }
-    running[i] = true;
-  }
-  v1::GenerateEvent accepted;
-  accepted.mutable_accepted()->set_server_request_id(absl::StrCat("weir-", first_id));
-  accepted.mutable_accepted()->set_model_revision(model_.revision);
-  accepted.mutable_accepted()->set_prompt_tokens(built->prompt.size());
-  writer->Write(accepted);
-
-  std::vector<std::unique_ptr<GenerationTracker>> trackers;
-  for (size_t i = 0; i < n; ++i) {
-    trackers.push_back(std::make_unique<GenerationTracker>(samples[i], tokenizer_.get(), start));
-  }
-  size_t left = n;
-  while (left > 0) {
-    auto event = queue->Pop(absl::Milliseconds(50));
-    if (!event.has_value()) {
-      if (context->IsCancelled()) {
-        cancel_running();
-        return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
-      }
-      continue;
-    }
-    const size_t i = event->first;
-    if (i >= n || !running[i]) continue;  // An event after the sample ended.
-    GenerationTracker::Update update = trackers[i]->Apply(event->second);
-    if (!update.error.ok()) {
-      // One sample failing fails the call: the others stop too.
-      running[i] = false;
-      cancel_running();
-      return ToGrpc(update.error);
-    }
-    if (update.cancel_in_driver) driver->Cancel(ids[i]).IgnoreError();
-    if (built->stream_tokens &&
-        (update.delta.token_ids_size() > 0 || !update.delta.text().empty() ||
-         update.delta.logprobs_size() > 0 || update.delta.has_prompt_logprobs())) {
-      v1::GenerateEvent delta;
-      *delta.mutable_delta() = std::move(update.delta);
-      delta.mutable_delta()->set_sample_index(static_cast<uint32_t>(i));
-      if (!writer->Write(delta)) {
-        cancel_running();
-        return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
-      }
-    }
-    if (!update.done) continue;
-    running[i] = false;
-    --left;
-    v1::GenerateEvent final_event;
-    *final_event.mutable_final() = trackers[i]->Final(/*with_full_output=*/!built->stream_tokens);
-    final_event.mutable_final()->set_sample_index(static_cast<uint32_t>(i));
-    writer->Write(final_event);
-  }
-  return grpc::Status::OK;
+grpc::ServerWriteReactor<v1::GenerateEvent>* InferenceService::Generate(
+    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+  return GenerateCall::Start(*this, request);
 }
 
-grpc::Status InferenceService::GenerateBatch(grpc::ServerContext* context,
-                                             const v1::GenerateBatchRequest* request,
-                                             grpc::ServerWriter<v1::BatchEvent>* writer) {
-  StepDriver* driver = driver_.load();
-  if (driver == nullptr) {
-    return NotReady();
-  }
-  const int n = request->items_size();
-  if (n == 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "GenerateBatch: no items");
-  if (static_cast<uint32_t>(n) > limits_.max_batch_items) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("GenerateBatch: ", n, " items; at most ",
-                                     limits_.max_batch_items));
-  }
-  absl::flat_hash_set<std::string> ids;
-  for (const v1::BatchItem& item : request->items()) {
-    if (item.custom_id().empty() || item.custom_id().size() > 64) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          "GenerateBatch: custom_id must be 1..64 bytes");
-    }
-    if (!ids.insert(item.custom_id()).second) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          "GenerateBatch: duplicate custom_id \"" + item.custom_id() + "\"");
-    }
-  }
-  if (absl::Status s = CheckItemTimeout(*request); !s.ok()) return ToGrpc(s);
-  RequestLimits limits = CurrentLimits();
-  limits.grammar = grammar_.get();
-  BatchRun run(*request, limits, BatchRun::Env{.driver = *driver,
-                                              .tokenizer = tokenizer_.get(),
-                                              .model_name = model_.name,
-                                              .next_request = next_request_},
-               *writer);
-  return run.Run(*context);
+grpc::ServerWriteReactor<v1::BatchEvent>* InferenceService::GenerateBatch(
+    grpc::CallbackServerContext* context, const v1::GenerateBatchRequest* request) {
+  return GenerateBatchCall::Start(*this, request);
 }
 
-grpc::Status InferenceService::Cancel(grpc::ServerContext* context,
-                                      const v1::CancelRequest* request,
-                                      v1::CancelResponse* response) {
+grpc::ServerUnaryReactor* InferenceService::Cancel(grpc::CallbackServerContext* context,
+                                                   const v1::CancelRequest* request,
+                                                   v1::CancelResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(DoCancel(*request, response));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* InferenceService::Tokenize(grpc::CallbackServerContext* context,
+                                                     const v1::TokenizeRequest* request,
+                                                     v1::TokenizeResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(DoTokenize(*request, response));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* InferenceService::GetModelInfo(grpc::CallbackServerContext* context,
+                                                         const v1::GetModelInfoRequest* request,
+                                                         v1::ModelInfo* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(DoGetModelInfo(*request, response));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* InferenceService::GetServerState(
+    grpc::CallbackServerContext* context, const v1::GetServerStateRequest* request,
+    v1::ServerState* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(DoGetServerState(response));
+  return reactor;
+}
+
+grpc::Status InferenceService::DoCancel(const v1::CancelRequest& cancel,
+                                        v1::CancelResponse* response) {
+  const v1::CancelRequest* request = &cancel;
   if (request->request_ids().empty() && !request->has_batch_id()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "Cancel: give request_ids or batch_id");
@@ -284,9 +181,9 @@ grpc::Status InferenceService::Cancel(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::Tokenize(grpc::ServerContext* context,
-                                        const v1::TokenizeRequest* request,
-                                        v1::TokenizeResponse* response) {
+grpc::Status InferenceService::DoTokenize(const v1::TokenizeRequest& tokenize,
+                                          v1::TokenizeResponse* response) {
+  const v1::TokenizeRequest* request = &tokenize;
   if (grpc::Status s = CheckModel(request->model()); !s.ok()) return s;
   if (tokenizer_ == nullptr) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
@@ -325,9 +222,9 @@ grpc::Status InferenceService::Tokenize(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::GetModelInfo(grpc::ServerContext* context,
-                                            const v1::GetModelInfoRequest* request,
-                                            v1::ModelInfo* response) {
+grpc::Status InferenceService::DoGetModelInfo(const v1::GetModelInfoRequest& info,
+                                              v1::ModelInfo* response) {
+  const v1::GetModelInfoRequest* request = &info;
   if (grpc::Status s = CheckModel(request->model()); !s.ok()) return s;
   response->set_name(model_.name);
   response->set_revision(model_.revision);
@@ -366,9 +263,7 @@ grpc::Status InferenceService::GetModelInfo(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::GetServerState(grpc::ServerContext* context,
-                                              const v1::GetServerStateRequest* request,
-                                              v1::ServerState* response) {
+grpc::Status InferenceService::DoGetServerState(v1::ServerState* response) {
   const ClusterLifecycle lifecycle = cluster_.lifecycle();
   response->set_lifecycle(ToProto(lifecycle));
   response->set_version(kVersion);

@@ -11,8 +11,15 @@
 // service's GrammarCompiler (bad ones are INVALID_ARGUMENT before anything is
 // queued) and applied on the workers.
 //
+// The service uses gRPC's callback API: no call holds a thread while it
+// waits. The unary calls answer on gRPC's thread; Generate and GenerateBatch
+// are reactors (generate_call.h) whose admission and event handling run on
+// the service's CallExecutor (`call_threads` threads), woken by the step
+// loop's events. However many streams are open, the coordinator's thread
+// count stays bounded.
+//
 // Thread safety: gRPC calls them from many threads; they read only immutable
-// data and the thread-safe ClusterState.
+// data, the thread-safe ClusterState and state under mu_.
 
 #ifndef WEIR_COORDINATOR_INFERENCE_SERVICE_H_
 #define WEIR_COORDINATOR_INFERENCE_SERVICE_H_
@@ -23,6 +30,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "base/model_summary.h"
+#include "coordinator/call_executor.h"
 #include "coordinator/cluster_state.h"
 #include "coordinator/request_builder.h"
 #include "coordinator/step_driver.h"
@@ -50,14 +58,16 @@ struct ApiLimits {
   uint32_t max_labels = 16;
 };
 
-class InferenceService final : public v1::Inference::Service {
+class InferenceService final : public v1::Inference::CallbackService {
  public:
   // Does not take ownership; `cluster` must outlive the service. `tokenizer`
   // may be null (a model without tokenizer.json): Tokenize then answers
   // FAILED_PRECONDITION.
+  // `call_threads` (at least 1) run the streaming calls' admission and
+  // events.
   InferenceService(ModelSummary model, ClusterState& cluster, ApiLimits limits,
                    std::unique_ptr<tokenizer::Tokenizer> tokenizer = nullptr,
-                   std::string tokenizer_fingerprint = "");
+                   std::string tokenizer_fingerprint = "", int call_threads = 4);
 
   // Makes Generate available. Does not take ownership; `driver` must outlive
   // the service or be reset to null first.
@@ -77,22 +87,36 @@ class InferenceService final : public v1::Inference::Service {
   const tokenizer::Tokenizer* tokenizer() const { return tokenizer_.get(); }
   uint32_t max_batch_items() const { return limits_.max_batch_items; }
 
-  grpc::Status Generate(grpc::ServerContext* context, const v1::GenerateRequest* request,
-                        grpc::ServerWriter<v1::GenerateEvent>* writer) override;
-  grpc::Status GenerateBatch(grpc::ServerContext* context,
-                             const v1::GenerateBatchRequest* request,
-                             grpc::ServerWriter<v1::BatchEvent>* writer) override;
-  grpc::Status Cancel(grpc::ServerContext* context, const v1::CancelRequest* request,
-                      v1::CancelResponse* response) override;
-  grpc::Status Tokenize(grpc::ServerContext* context, const v1::TokenizeRequest* request,
-                        v1::TokenizeResponse* response) override;
-  grpc::Status GetModelInfo(grpc::ServerContext* context, const v1::GetModelInfoRequest* request,
-                            v1::ModelInfo* response) override;
-  grpc::Status GetServerState(grpc::ServerContext* context,
-                              const v1::GetServerStateRequest* request,
-                              v1::ServerState* response) override;
+  // The gRPC callback handlers.
+  grpc::ServerWriteReactor<v1::GenerateEvent>* Generate(
+      grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
+  grpc::ServerWriteReactor<v1::BatchEvent>* GenerateBatch(
+      grpc::CallbackServerContext* context, const v1::GenerateBatchRequest* request) override;
+  grpc::ServerUnaryReactor* Cancel(grpc::CallbackServerContext* context,
+                                   const v1::CancelRequest* request,
+                                   v1::CancelResponse* response) override;
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
+                                     const v1::TokenizeRequest* request,
+                                     v1::TokenizeResponse* response) override;
+  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
+                                         const v1::GetModelInfoRequest* request,
+                                         v1::ModelInfo* response) override;
+  grpc::ServerUnaryReactor* GetServerState(grpc::CallbackServerContext* context,
+                                           const v1::GetServerStateRequest* request,
+                                           v1::ServerState* response) override;
+
+  // The threads of the streaming calls.
+  CallExecutor& executor() { return executor_; }
 
  private:
+  friend class GenerateCall;
+  friend class GenerateBatchCall;
+
+  grpc::Status DoCancel(const v1::CancelRequest& request, v1::CancelResponse* response);
+  grpc::Status DoTokenize(const v1::TokenizeRequest& request, v1::TokenizeResponse* response);
+  grpc::Status DoGetModelInfo(const v1::GetModelInfoRequest& request, v1::ModelInfo* response);
+  grpc::Status DoGetServerState(v1::ServerState* response);
+
   // The request limits, with the advertised ApiLimits applied.
   RequestLimits CurrentLimits();
   // OK if `model` is empty or names the served model; NOT_FOUND otherwise.
@@ -112,6 +136,8 @@ class InferenceService final : public v1::Inference::Service {
   // Guarded by mu_: client request ids in flight -> server ids (one per sample).
   absl::flat_hash_map<std::string, std::vector<RequestId>> in_flight_ ABSL_GUARDED_BY(mu_);
   RequestLimits request_limits_ ABSL_GUARDED_BY(mu_);
+  // Last: destroyed first, while what its tasks use still exists.
+  CallExecutor executor_;
 };
 
 }  // namespace weir::coordinator

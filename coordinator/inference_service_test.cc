@@ -3,11 +3,53 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "base/grpc_util.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/server.h"
 #include "gtest/gtest.h"
 #include "proto/google_rpc.pb.h"
 
 namespace weir::coordinator {
 namespace {
+
+// `service` on a local port, called through a stub (the callback handlers
+// run as in production).
+class Served {
+ public:
+  explicit Served(InferenceService& service) {
+    absl::StatusOr<StartedServer> started =
+        StartServer({.address = "127.0.0.1:0"}, {&service});
+    EXPECT_TRUE(started.ok()) << started.status();
+    server_ = std::move(*started);
+    stub_ = v1::Inference::NewStub(MakeChannel(server_.address));
+  }
+  ~Served() { server_.server->Shutdown(DeadlineIn(std::chrono::seconds(5))); }
+
+  template <typename Request, typename Response>
+  grpc::Status Call(grpc::Status (v1::Inference::Stub::*method)(grpc::ClientContext*,
+                                                                const Request&, Response*),
+                    const Request& request, Response* response) {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineIn(std::chrono::seconds(30)));
+    response->Clear();
+    return ((*stub_).*method)(&context, request, response);
+  }
+
+  // Generate's final status (events are dropped).
+  grpc::Status Generate(const v1::GenerateRequest& request) {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineIn(std::chrono::seconds(30)));
+    auto reader = stub_->Generate(&context, request);
+    v1::GenerateEvent event;
+    while (reader->Read(&event)) {
+    }
+    return reader->Finish();
+  }
+
+ private:
+  StartedServer server_;
+  std::unique_ptr<v1::Inference::Stub> stub_;
+};
 
 ModelSummary TinySummary() {
   ModelSummary m;
@@ -25,10 +67,9 @@ ModelSummary TinySummary() {
 TEST(InferenceServiceTest, ModelInfoComesFromConfigAndLayout) {
   ClusterState cluster(4);
   InferenceService service(TinySummary(), cluster, ApiLimits{});
-  grpc::ServerContext context;
   v1::GetModelInfoRequest request;
   v1::ModelInfo info;
-  ASSERT_TRUE(service.GetModelInfo(&context, &request, &info).ok());
+  ASSERT_TRUE(Served(service).Call(&v1::Inference::Stub::GetModelInfo, request, &info).ok());
   EXPECT_EQ(info.name(), "tiny");
   EXPECT_EQ(info.vocab_size(), 4096u);
   EXPECT_EQ(info.max_context_tokens(), 8192u);
@@ -39,17 +80,16 @@ TEST(InferenceServiceTest, ModelInfoComesFromConfigAndLayout) {
   EXPECT_GT(info.features().max_request_bytes(), 0u);
 
   request.set_model("other");
-  EXPECT_EQ(service.GetModelInfo(&context, &request, &info).error_code(),
+  EXPECT_EQ(Served(service).Call(&v1::Inference::Stub::GetModelInfo, request, &info).error_code(),
             grpc::StatusCode::NOT_FOUND);
 }
 
 TEST(InferenceServiceTest, AdvertisedLimitsAreTheEnforcedOnes) {
   ClusterState cluster(1);
   InferenceService service(TinySummary(), cluster, ApiLimits{});
-  grpc::ServerContext context;
   v1::GetModelInfoRequest request;
   v1::ModelInfo info;
-  ASSERT_TRUE(service.GetModelInfo(&context, &request, &info).ok());
+  ASSERT_TRUE(Served(service).Call(&v1::Inference::Stub::GetModelInfo, request, &info).ok());
   // One position of the 8192 is left for the first generated token.
   EXPECT_EQ(info.max_prompt_tokens(), 8191u);
   EXPECT_EQ(info.max_prompt_tokens(), MaxPromptTokens(info.max_context_tokens()));
@@ -60,9 +100,8 @@ TEST(InferenceServiceTest, AdvertisedLimitsAreTheEnforcedOnes) {
 TEST(InferenceServiceTest, NotReadyCarriesARetryHint) {
   ClusterState cluster(1);
   InferenceService service(TinySummary(), cluster, ApiLimits{});
-  grpc::ServerContext context;
   v1::GenerateRequest request;
-  grpc::Status status = service.Generate(&context, &request, nullptr);
+  grpc::Status status = Served(service).Generate(request);
   ASSERT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
   google::rpc::Status details;
   ASSERT_TRUE(details.ParseFromString(status.error_details()));
@@ -87,10 +126,9 @@ TEST(InferenceServiceTest, ServerStateReflectsWorkers) {
   ASSERT_TRUE(cluster.SetWorkerStatus(Rank(0), WorkerStatus::kReady, "").ok());
   ASSERT_TRUE(cluster.SetWorkerStatus(Rank(1), WorkerStatus::kReady, "").ok());
   cluster.set_lifecycle(ClusterLifecycle::kReady);
-  grpc::ServerContext context;
   v1::GetServerStateRequest request;
   v1::ServerState state;
-  ASSERT_TRUE(service.GetServerState(&context, &request, &state).ok());
+  ASSERT_TRUE(Served(service).Call(&v1::Inference::Stub::GetServerState, request, &state).ok());
   EXPECT_EQ(state.lifecycle(), v1::LIFECYCLE_READY);
   ASSERT_EQ(state.workers_size(), 2);
   EXPECT_EQ(state.workers(1).pid(), 42);
@@ -98,7 +136,7 @@ TEST(InferenceServiceTest, ServerStateReflectsWorkers) {
 
   ASSERT_TRUE(cluster.SetWorkerStatus(Rank(1), WorkerStatus::kDead, "killed by signal 9").ok());
   state.Clear();
-  ASSERT_TRUE(service.GetServerState(&context, &request, &state).ok());
+  ASSERT_TRUE(Served(service).Call(&v1::Inference::Stub::GetServerState, request, &state).ok());
   EXPECT_EQ(state.lifecycle(), v1::LIFECYCLE_DEGRADED);
   EXPECT_EQ(state.workers(1).state(), v1::WORKER_STATE_DEAD);
   EXPECT_EQ(state.workers(1).detail(), "killed by signal 9");
@@ -108,9 +146,8 @@ TEST(InferenceServiceTest, ServerStateReflectsWorkers) {
 TEST(InferenceServiceTest, GenerateIsUnavailableUntilTheWorkersAreReady) {
   ClusterState cluster(1);
   InferenceService service(TinySummary(), cluster, ApiLimits{});
-  grpc::ServerContext context;
   v1::GenerateRequest request;
-  grpc::Status status = service.Generate(&context, &request, nullptr);
+  grpc::Status status = Served(service).Generate(request);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
 }
 
@@ -129,12 +166,11 @@ std::unique_ptr<tokenizer::Tokenizer> TinyTokenizer() {
 TEST(InferenceServiceTest, TokenizeTextAndChat) {
   ClusterState cluster(1);
   InferenceService service(TinySummary(), cluster, ApiLimits{}, TinyTokenizer(), "xxh64:1");
-  grpc::ServerContext context;
   v1::TokenizeRequest request;
   v1::TokenizeResponse response;
   request.set_text("hello world, hello weir");
   request.set_return_pieces(true);
-  ASSERT_TRUE(service.Tokenize(&context, &request, &response).ok());
+  ASSERT_TRUE(Served(service).Call(&v1::Inference::Stub::Tokenize, request, &response).ok());
   ASSERT_GT(response.count(), 0u);
   EXPECT_EQ(response.ids_size(), static_cast<int>(response.count()));
   std::string joined;
@@ -146,22 +182,24 @@ TEST(InferenceServiceTest, TokenizeTextAndChat) {
   user->set_role("user");
   user->set_content("hi");
   v1::TokenizeResponse chat_ids;
-  ASSERT_TRUE(service.Tokenize(&context, &chat, &chat_ids).ok());
+  ASSERT_TRUE(Served(service).Call(&v1::Inference::Stub::Tokenize, chat, &chat_ids).ok());
   EXPECT_GT(chat_ids.count(), 2u);  // BOS, role tokens, text.
 
   user->set_role("wizard");
-  EXPECT_EQ(service.Tokenize(&context, &chat, &chat_ids).error_code(),
+  EXPECT_EQ(Served(service).Call(&v1::Inference::Stub::Tokenize, chat, &chat_ids).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
   (*chat.mutable_chat()->mutable_template_kwargs())["rm -rf"] = "1";
   user->set_role("user");
-  EXPECT_EQ(service.Tokenize(&context, &chat, &chat_ids).error_code(),
+  EXPECT_EQ(Served(service).Call(&v1::Inference::Stub::Tokenize, chat, &chat_ids).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
   v1::TokenizeRequest empty;
-  EXPECT_EQ(service.Tokenize(&context, &empty, &chat_ids).error_code(),
+  EXPECT_EQ(Served(service).Call(&v1::Inference::Stub::Tokenize, empty, &chat_ids).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
 
   InferenceService no_tokenizer(TinySummary(), cluster, ApiLimits{});
-  EXPECT_EQ(no_tokenizer.Tokenize(&context, &request, &response).error_code(),
+  EXPECT_EQ(Served(no_tokenizer)
+                .Call(&v1::Inference::Stub::Tokenize, request, &response)
+                .error_code(),
             grpc::StatusCode::FAILED_PRECONDITION);
 }
 
@@ -170,19 +208,18 @@ TEST(InferenceServiceTest, CancelValidatesAndReportsUnknownIds) {
   ApiLimits limits;
   limits.max_cancel_ids = 3;
   InferenceService service(TinySummary(), cluster, limits);
-  grpc::ServerContext context;
   v1::CancelRequest request;
   v1::CancelResponse response;
-  EXPECT_EQ(service.Cancel(&context, &request, &response).error_code(),
+  EXPECT_EQ(Served(service).Call(&v1::Inference::Stub::Cancel, request, &response).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
   request.add_request_ids("a");
   request.add_request_ids("a");
   request.add_request_ids("b");
-  ASSERT_TRUE(service.Cancel(&context, &request, &response).ok());
+  ASSERT_TRUE(Served(service).Call(&v1::Inference::Stub::Cancel, request, &response).ok());
   ASSERT_EQ(response.results_size(), 2);  // Duplicates answered once.
   EXPECT_EQ(response.results(0).outcome(), v1::CancelResponse::OUTCOME_NOT_FOUND);
   for (int i = 0; i < 4; ++i) request.add_request_ids("x" + std::to_string(i));
-  EXPECT_EQ(service.Cancel(&context, &request, &response).error_code(),
+  EXPECT_EQ(Served(service).Call(&v1::Inference::Stub::Cancel, request, &response).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
 }
 

@@ -27,6 +27,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "base/grpc_util.h"
+#include "grpcpp/resource_quota.h"
 #include "base/init.h"
 #include "base/logging.h"
 #include "base/model_summary.h"
@@ -160,6 +161,13 @@ ABSL_FLAG(std::string, http_address_file, "",
           "If set, write the HTTP server's bound HOST:PORT here once it listens; default "
           "<--address_file>.http when --address_file is set.");
 ABSL_FLAG(int, http_threads, 64, "Threads serving HTTP requests (one per open connection).");
+ABSL_FLAG(int, api_threads, 4,
+          "Threads that admit the public API's streaming calls and turn step-loop events into "
+          "messages (the calls themselves hold no thread).");
+ABSL_FLAG(int, api_sync_max_threads, 32,
+          "At most this many threads of the public server's synchronous handlers (BatchJobs, "
+          "the Coordinator service for remote workers, reflection); past it such calls are "
+          "RESOURCE_EXHAUSTED. The control plane has its own.");
 ABSL_FLAG(int64_t, http_max_body_bytes, int64_t{16} << 20, "Larger HTTP request bodies get 413.");
 ABSL_FLAG(int, http_max_headers, 128, "HTTP requests with more headers get 431.");
 ABSL_FLAG(std::string, api_key, "",
@@ -395,7 +403,7 @@ int Run(int argc, char** argv) {
   }
   if (*tokenizer == nullptr) WEIR_LOG(WARNING) << "model has no tokenizer.json; Tokenize is off";
   InferenceService inference(*model, cluster, ApiLimits{}, std::move(*tokenizer),
-                             tokenizer_fingerprint);
+                             tokenizer_fingerprint, absl::GetFlag(FLAGS_api_threads));
   std::unique_ptr<BatchItemBackend> batch_backend = MakeInferenceBackend(inference);
   BatchJobsService batch_jobs(
       *batch_backend,
@@ -434,6 +442,11 @@ int Run(int argc, char** argv) {
                interceptors.push_back(std::move(metrics_interceptor));
              }
              builder.experimental().SetInterceptorCreators(std::move(interceptors));
+             // The public API is callback-based (no thread per stream); the
+             // synchronous services left on this server get a bounded pool.
+             grpc::ResourceQuota quota("weir-public");
+             quota.SetMaxThreads(std::max(absl::GetFlag(FLAGS_api_sync_max_threads), 4));
+             builder.SetResourceQuota(quota);
            }},
       {&inference, &batch_jobs, &control});
   if (!server.ok()) {

@@ -44,8 +44,11 @@ class ParseErrorInterceptor final : public grpc::experimental::Interceptor {
       failed_ = true;
       field_ = TakeUtf8ErrorField();
     }
+    // A request that does not parse ends INTERNAL in a synchronous handler
+    // and UNIMPLEMENTED (no message) in a callback one (gRPC's own status).
     if (failed_ && methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS) &&
-        methods->GetSendStatus().error_code() == grpc::StatusCode::INTERNAL) {
+        (methods->GetSendStatus().error_code() == grpc::StatusCode::INTERNAL ||
+         methods->GetSendStatus().error_code() == grpc::StatusCode::UNIMPLEMENTED)) {
       absl::Status status;
       if (!field_.empty()) {
         status = WithBadField(

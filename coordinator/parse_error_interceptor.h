@@ -1,7 +1,9 @@
 // coordinator/parse_error_interceptor.h
 //
 // A gRPC server interceptor that turns a request gRPC could not parse into
-// INVALID_ARGUMENT. gRPC answers such a call INTERNAL with an empty message;
+// INVALID_ARGUMENT. gRPC answers such a call INTERNAL (synchronous handlers)
+// or UNIMPLEMENTED (callback handlers, as the public API's) with an empty
+// message;
 // the usual cause is a proto3 string field (GenerateRequest.text, a chat
 // message, a stop string, ...) holding invalid UTF-8, which protobuf refuses
 // to parse. The interceptor names the field when protobuf reported it

@@ -93,15 +93,17 @@ TEST(ParseErrorInterceptorTest, InvalidUtf8IsInvalidArgumentNamingTheField) {
   EXPECT_EQ(ok_reader->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
 }
 
-TEST(ParseErrorInterceptorTest, WithoutItGrpcAnswersInternal) {
-  // What the interceptor fixes: gRPC's own answer, INTERNAL with no message.
+TEST(ParseErrorInterceptorTest, WithoutItGrpcAnswersUnimplemented) {
+  // What the interceptor fixes: gRPC's own answer to a callback handler's
+  // request that does not parse, UNIMPLEMENTED with no message (a
+  // synchronous handler's is INTERNAL).
   Server server(/*intercept=*/false);
   v1::TokenizeRequest tokenize;
   tokenize.set_text("\xff");
   v1::TokenizeResponse tokens;
   grpc::ClientContext context;
   grpc::Status status = server.stub->Tokenize(&context, tokenize, &tokens);
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::INTERNAL) << status.error_message();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED) << status.error_message();
   TakeUtf8ErrorField();
 }
 
