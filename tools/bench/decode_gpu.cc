@@ -41,6 +41,11 @@
 // and index keys the attention reads at the timed positions; the old fp32
 // floor is printed next to it.
 //
+// With --csv=PATH every measured row also goes to PATH (tools/bench/decode_csv.h:
+// model, path, numerics, mode, batch, step, floor, old fp32 floor, ratios,
+// tokens/s, graph nodes), which tools/bench/plot.py renders as step vs floor
+// by batch size.
+//
 //   tools/bazel build //tools/bench:decode_gpu   (run on the GPU machine from
 //   the repository root: it reads models/small/config.json)
 
@@ -52,15 +57,18 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "parallel/nccl_communicator.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/init.h"
 #include "base/logging.h"
+#include "tools/bench/decode_csv.h"
 #include "tools/bench/decode_floor.h"
 #include "worker/model/cuda_ops.h"
 #include "worker/model/device_decoder.h"
@@ -88,6 +96,9 @@ ABSL_FLAG(bool, slice_profile, true,
           "largest batch and print where its device time goes.");
 ABSL_FLAG(std::string, numerics, "reference,fast",
           "DeviceDecoder numerics to measure, in order (reference, fast).");
+ABSL_FLAG(std::string, csv, "",
+          "Also write every measured row to this CSV file (tools/bench/decode_csv.h), for "
+          "tools/bench/plot.py.");
 
 namespace {
 
@@ -157,6 +168,20 @@ std::vector<weir::model::DecodeNumerics> NumericsList() {
   }
   WEIR_CHECK(!out.empty()) << "--numerics is empty";
   return out;
+}
+
+// --csv, opened by main (null without it).
+std::optional<weir::bench::DecodeCsv> csv_out;
+
+void CsvRow(const weir::bench::DecodeRow& row) {
+  if (!csv_out.has_value()) return;
+  absl::Status s = csv_out->Add(row);
+  WEIR_CHECK(s.ok()) << s;
+}
+
+// The model's name for the CSV: its config's directory ("models/small/config.json" -> "small").
+std::string ModelName(const std::string& config) {
+  return std::filesystem::path(config).parent_path().filename().string();
 }
 
 }  // namespace
@@ -252,6 +277,13 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
                   floors[bi] > 0 ? step_s / floors[bi] : 0.0,
                   step_s > 0 ? cuda_ops_step[bi] / step_s : 0.0,
                   graphs ? static_cast<long long>(after.graph_nodes) : 0LL);
+      CsvRow({.model = ModelName(absl::GetFlag(FLAGS_config)), .path = "device_decoder",
+              .numerics = weir::model::DecodeNumericsName(numerics), .mode = mode,
+              .batch = batch, .context = prompt + warmup + steps / 2, .step_ms = step_s * 1e3,
+              .device_ms = device_s * 1e3, .floor_ms = stored_s * 1e3,
+              .fp32_floor_ms = floors[bi] > 0 ? std::optional<double>(floors[bi] * 1e3)
+                                              : std::nullopt,
+              .graph_nodes = graphs ? std::optional<int64_t>(after.graph_nodes) : std::nullopt});
       if (!graphs) {  // where the eager step's device time goes (events between sections)
         std::vector<std::pair<double, std::string>> parts;
         for (const auto& [name, secs] : after.section_seconds) {
@@ -387,6 +419,15 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
                 fp32_dense > 0 ? fp32_bytes / bandwidth * 1e3 : 0.0,
                 fp32_dense > 0 ? step_s / (fp32_bytes / bandwidth) : 0.0,
                 static_cast<long long>((*dd)->stats().graph_nodes));
+    CsvRow({.model = absl::StrCat(ModelName(absl::GetFlag(FLAGS_slice_config)), " ep", ep,
+                                  " slice"),
+            .path = "ep_slice", .numerics = weir::model::DecodeNumericsName(numerics),
+            .mode = "graph", .batch = batch, .context = p, .step_ms = step_s * 1e3,
+            .device_ms = device_s * 1e3, .floor_ms = floor_s * 1e3,
+            .fp32_floor_ms = fp32_dense > 0
+                                 ? std::optional<double>(fp32_bytes / bandwidth * 1e3)
+                                 : std::nullopt,
+            .graph_nodes = static_cast<int64_t>((*dd)->stats().graph_nodes)});
     for (int b = 0; b < batch; ++b) WEIR_CHECK((*dd)->Release(b).ok());
   }
   if (absl::GetFlag(FLAGS_slice_profile)) {
@@ -444,6 +485,11 @@ int main(int argc, char** argv) {
   const int prompt = absl::GetFlag(FLAGS_prompt), steps = absl::GetFlag(FLAGS_steps);
   WEIR_CHECK(prompt >= 1 && steps >= 1) << "need --prompt >= 1 and --steps >= 1";
 
+  if (const std::string path = absl::GetFlag(FLAGS_csv); !path.empty()) {
+    absl::StatusOr<weir::bench::DecodeCsv> opened = weir::bench::DecodeCsv::Open(path);
+    WEIR_CHECK(opened.ok()) << opened.status();
+    csv_out.emplace(std::move(*opened));
+  }
   const double bandwidth = CopyBandwidth();
   std::printf("device copy bandwidth (read + write): %.0f GB/s\n", bandwidth * 1e-9);
   if (absl::GetFlag(FLAGS_ep_slice) > 0) return SliceBench(batches, bandwidth);
@@ -530,6 +576,13 @@ int main(int argc, char** argv) {
                 (d.host_seconds / steps) * 1e3,
                 d.weight_bytes_read / steps / 1048576.0, d.kv_bytes_read / steps / 1048576.0,
                 static_cast<long long>(d.calls / steps));
+    const int64_t position = prompt + absl::GetFlag(FLAGS_warmup) + steps / 2;
+    CsvRow({.model = ModelName(absl::GetFlag(FLAGS_config)), .path = "cuda_ops",
+            .numerics = absl::GetFlag(FLAGS_bf16) ? "bf16" : "fp32", .mode = "ops",
+            .batch = batch, .context = position, .step_ms = step_s * 1e3,
+            .device_ms = kernel_s * 1e3,
+            .floor_ms = weir::bench::StoredStepBytes(c, batch, position) / bandwidth * 1e3,
+            .fp32_floor_ms = floor_s * 1e3});
     if (d.cpu_fallbacks > 0 || d.weight_uploads > 0) {
       std::printf("      (%lld CPU fallbacks, %lld weight uploads during the timed steps)\n",
                   static_cast<long long>(d.cpu_fallbacks), static_cast<long long>(d.weight_uploads));

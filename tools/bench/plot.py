@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Renders the benchmarks' CSV files as PNG plots with matplotlib.
 
-    python3 tools/bench/plot.py serve.csv [more.csv ...] [--out DIR]
+    "$(tools/python/ensure_env.sh)/bin/python" tools/bench/plot.py serve.csv [more.csv ...] [--out DIR]
 
 Each CSV is recognised by its header:
   * latency (`serve --csv`, `http_overhead --csv`: level, concurrency, ttft_ms, e2e_ms,
@@ -11,8 +11,13 @@ Each CSV is recognised by its header:
   * eplb (`weir eplb-watch`: time_s, committed_version, balance_ratio, measured_ratio):
     the predicted and measured rank balance (max / mean) over time, a marker at each new
     expert map.
-Writes <csv name>.png next to the CSV, or into --out. matplotlib comes from Debian
-(`apt-get install python3-matplotlib`) or any Python that has it; nothing else is needed.
+  * decode (`decode_gpu --csv`: model, path, numerics, mode, batch, step_ms, floor_ms,
+    fp32_floor_ms, ...; tools/bench/decode_csv.h): decode step time against the memory
+    floor by batch size, log-log: one solid line per model / path / numerics (graph or
+    CudaOps steps), each model's stored-form floor dashed and its old fp32 floor dotted.
+Writes <csv name>.png next to the CSV, or into --out, and prints each path; exits 1 if a
+CSV is empty or not one of these. matplotlib comes from the project's pinned Python
+environment (tools/python/requirements.txt), or any Python that has it.
 """
 
 import argparse
@@ -94,6 +99,43 @@ def plot_eplb(rows, title):
     return fig
 
 
+def plot_decode(rows, title):
+    # Graph replays (DeviceDecoder, the EP slice) and CudaOps steps; eager and NCCL
+    # replays are diagnostics of the same configuration.
+    rows = [r for r in rows if r["mode"] in ("graph", "ops")]
+    fig, ax = plt.subplots(figsize=(8, 5))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    lines, floors = {}, {}
+    for r in rows:
+        key = (r["model"], r["path"], r["numerics"])
+        lines.setdefault(key, []).append((int(r["batch"]), float(r["step_ms"])))
+        fp32 = float(r["fp32_floor_ms"]) if r["fp32_floor_ms"] else None
+        floors.setdefault(r["model"], {})[int(r["batch"])] = (float(r["floor_ms"]), fp32)
+    model_color = {m: colors[i % len(colors)] for i, m in enumerate(sorted(floors))}
+    markers = "os^vD<>"
+    for i, ((model, path, numerics), points) in enumerate(sorted(lines.items())):
+        points.sort()
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker=markers[i % len(markers)],
+                color=model_color[model], label=f"{model} {path} {numerics}: step")
+    for model, by_batch in sorted(floors.items()):
+        batches = sorted(by_batch)
+        ax.plot(batches, [by_batch[b][0] for b in batches], linestyle="--",
+                color=model_color[model], label=f"{model}: floor (stored form)")
+        fp32 = [(b, by_batch[b][1]) for b in batches if by_batch[b][1] is not None]
+        if fp32:
+            ax.plot([p[0] for p in fp32], [p[1] for p in fp32], linestyle=":",
+                    color=model_color[model], label=f"{model}: old fp32 floor")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("batch (sequences per decode step)")
+    ax.set_ylabel("ms per decode step")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("csv", nargs="+")
@@ -111,6 +153,8 @@ def main(argv):
             fig = plot_latency(rows, title)
         elif {"time_s", "balance_ratio", "committed_version"} <= rows[0].keys():
             fig = plot_eplb(rows, title)
+        elif {"model", "path", "mode", "batch", "step_ms", "floor_ms"} <= rows[0].keys():
+            fig = plot_decode(rows, title)
         else:
             print(f"{path}: unknown columns {sorted(rows[0])}", file=sys.stderr)
             status = 1
