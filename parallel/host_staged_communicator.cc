@@ -5,15 +5,13 @@
 #include <algorithm>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "kernels/cuda/launch_status.h"
 
 namespace weir::parallel {
 namespace {
 
-absl::Status CudaError(cudaError_t e, const char* what) {
-  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
-}
+using ::weir::kernels::cuda::CudaStatus;
 
 // Elements spanned by per-peer blocks: max(offset + count).
 int64_t Extent(std::span<const int64_t> counts, std::span<const int64_t> offsets) {
@@ -29,7 +27,7 @@ absl::Status HostOnly(const ExecContext& ctx, int device) {
   // Staging buffers, copies and growth belong to the communicator's device,
   // whatever the calling thread had current.
   if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
-    return CudaError(e, "cudaSetDevice");
+    return CudaStatus(e, "cudaSetDevice");
   }
   return absl::OkStatus();
 }
@@ -43,11 +41,11 @@ absl::StatusOr<std::unique_ptr<HostStagedCommunicator>> HostStagedCommunicator::
     return absl::InvalidArgumentError("HostStagedCommunicator: negative staging size");
   }
   if (cudaError_t e = cudaSetDevice(nccl->device().value()); e != cudaSuccess) {
-    return CudaError(e, "cudaSetDevice");
+    return CudaStatus(e, "cudaSetDevice");
   }
   cudaStream_t stream = nullptr;
   if (cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking); e != cudaSuccess) {
-    return CudaError(e, "cudaStreamCreate");
+    return CudaStatus(e, "cudaStreamCreate");
   }
   std::unique_ptr<HostStagedCommunicator> comm(
       new HostStagedCommunicator(std::move(nccl), stream));
@@ -75,7 +73,7 @@ absl::Status HostStagedCommunicator::Reserve(int64_t send, int64_t recv) {
     size = 0;
     if (cudaError_t e = cudaMalloc(&buffer, static_cast<size_t>(std::max<int64_t>(want, 1)));
         e != cudaSuccess) {
-      return CudaError(e, "cudaMalloc of the staging buffer");
+      return CudaStatus(e, "cudaMalloc of the staging buffer");
     }
     size = want;
     return absl::OkStatus();
@@ -89,7 +87,7 @@ absl::Status HostStagedCommunicator::ToDevice(void* dst, const void* src, int64_
   bytes_staged_ += bytes;
   cudaError_t e = cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice,
                                   static_cast<cudaStream_t>(stream_));
-  return e == cudaSuccess ? absl::OkStatus() : CudaError(e, "copy to the staging buffer");
+  return CudaStatus(e, "copy to the staging buffer");
 }
 
 absl::Status HostStagedCommunicator::ToHost(void* dst, const void* src, int64_t bytes) {
@@ -97,7 +95,7 @@ absl::Status HostStagedCommunicator::ToHost(void* dst, const void* src, int64_t 
   bytes_staged_ += bytes;
   cudaError_t e = cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost,
                                   static_cast<cudaStream_t>(stream_));
-  return e == cudaSuccess ? absl::OkStatus() : CudaError(e, "copy from the staging buffer");
+  return CudaStatus(e, "copy from the staging buffer");
 }
 
 // Waits for the stream through NCCL (bounded, polling for NCCL errors).

@@ -1,11 +1,11 @@
 // kernels/cuda/launch_status.h
 //
-// LaunchStatus: what every launcher returns after enqueueing its kernels —
-// OK, or INTERNAL naming the op and the CUDA error of the launch
-// (cudaGetLastError, which also clears it).
+// The CUDA status helpers: CudaStatus turns a cudaError_t into an
+// absl::Status, LaunchStatus is what every launcher returns after enqueueing
+// its kernels. One wording everywhere: INTERNAL "<what>: <CUDA error string>".
 //
-// Thread safety: cudaGetLastError is per host thread; call it on the thread
-// that launched.
+// Thread safety: cudaGetLastError is per host thread; call LaunchStatus on the
+// thread that launched. CudaStatus is pure.
 
 #ifndef WEIR_KERNELS_CUDA_LAUNCH_STATUS_H_
 #define WEIR_KERNELS_CUDA_LAUNCH_STATUS_H_
@@ -13,16 +13,25 @@
 #include <cuda_runtime.h>
 
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 
 namespace weir::kernels::cuda {
 
-inline absl::Status LaunchStatus(const char* what) {
-  if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
-    return absl::InternalError(std::string(what) + " launch: " + cudaGetErrorString(err));
-  }
-  return absl::OkStatus();
+// Returns OK for cudaSuccess, else INTERNAL naming `what` and the CUDA error.
+inline absl::Status CudaStatus(cudaError_t err, std::string_view what) {
+  if (err == cudaSuccess) return absl::OkStatus();
+  std::string message(what);
+  message += ": ";
+  message += cudaGetErrorString(err);
+  return absl::InternalError(message);
+}
+
+// Returns OK, or INTERNAL naming the op (`what` + " launch") and the CUDA error
+// of the launch (cudaGetLastError, which also clears it).
+inline absl::Status LaunchStatus(std::string_view what) {
+  return CudaStatus(cudaGetLastError(), std::string(what) + " launch");
 }
 
 }  // namespace weir::kernels::cuda

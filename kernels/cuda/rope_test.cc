@@ -10,6 +10,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/rope.h"
+#include "kernels/cuda/device_buffer.h"
 
 namespace weir::kernels::cuda {
 namespace {
@@ -92,34 +93,7 @@ TEST(RopeCudaTest, MatchesTheCpuReferenceForwardAndInverse) {
   }
 }
 
-// Device copy of a host vector, freed on destruction.
-template <typename T>
-class DeviceArray {
- public:
-  explicit DeviceArray(const std::vector<T>& host) : size_(host.size()) {
-    ok_ = cudaMalloc(&data_, size_ * sizeof(T)) == cudaSuccess &&
-          cudaMemcpy(data_, host.data(), size_ * sizeof(T), cudaMemcpyHostToDevice) ==
-              cudaSuccess;
-  }
-  ~DeviceArray() { cudaFree(data_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  bool ok() const { return ok_; }
-  T* get() const { return data_; }
-  std::vector<T> Download() const {
-    std::vector<T> host(size_);
-    if (cudaMemcpy(host.data(), data_, size_ * sizeof(T), cudaMemcpyDeviceToHost) !=
-        cudaSuccess) {
-      return {};
-    }
-    return host;
-  }
-
- private:
-  T* data_ = nullptr;
-  size_t size_;
-  bool ok_ = false;
-};
+using testing::DeviceBuffer;
 
 int64_t BitMismatches(const std::vector<float>& a, const std::vector<float>& b) {
   if (a.size() != b.size()) return static_cast<int64_t>(a.size() + b.size());
@@ -149,7 +123,7 @@ TEST(RopeCudaTest, ATableByPositionIsBitIdenticalToPerTokenValuesAndTheCpu) {
     ASSERT_TRUE(table.ok());
     std::vector<float> table_values(kTableRows * config.rope_dim);
     ASSERT_TRUE(cpu::RopeCosSin(*table, table_positions, table_values).ok());
-    DeviceArray<float> dtable(table_values);
+    DeviceBuffer<float> dtable(table_values);
     ASSERT_TRUE(dtable.ok());
     for (const Shape& shape : shapes) {
       std::mt19937 rng(seed++);
@@ -164,8 +138,8 @@ TEST(RopeCudaTest, ATableByPositionIsBitIdenticalToPerTokenValuesAndTheCpu) {
       if (shape.tokens > 3) positions[3] = kTableRows - 1;
       std::vector<float> per_token(shape.tokens * config.rope_dim);
       ASSERT_TRUE(cpu::RopeCosSin(*table, positions, per_token).ok());
-      DeviceArray<float> dper_token(per_token);
-      DeviceArray<int64_t> dpos(positions);
+      DeviceBuffer<float> dper_token(per_token);
+      DeviceBuffer<int64_t> dpos(positions);
       ASSERT_TRUE(dper_token.ok() && dpos.ok());
       for (bool inverse : {false, true}) {
         SCOPED_TRACE(::testing::Message() << "theta " << config.theta << " tokens "
@@ -180,7 +154,7 @@ TEST(RopeCudaTest, ATableByPositionIsBitIdenticalToPerTokenValuesAndTheCpu) {
                                             .direction = inverse ? cpu::RopeDirection::kInverse
                                                                  : cpu::RopeDirection::kForward})
                         .ok());
-        DeviceArray<float> by_token(x), by_position(x);
+        DeviceBuffer<float> by_token(x), by_position(x);
         ASSERT_TRUE(by_token.ok() && by_position.ok());
         const RopeParams base{.x = by_token.get(), .positions = dpos.get(),
                               .cos_sin = dper_token.get(), .num_tokens = shape.tokens,
@@ -234,8 +208,8 @@ TEST(RopeCudaTest, APositionOutsideTheTableGivesNaNForThatTokenOnly) {
   ASSERT_TRUE(cpu::ApplyRope(*table, {.x = want, .positions = valid, .num_tokens = kTokens,
                                       .num_heads = kHeads, .head_dim = kHeadDim})
                   .ok());
-  DeviceArray<float> dx(x), dtable(table_values);
-  DeviceArray<int64_t> dpos(positions);
+  DeviceBuffer<float> dx(x), dtable(table_values);
+  DeviceBuffer<int64_t> dpos(positions);
   ASSERT_TRUE(dx.ok() && dtable.ok() && dpos.ok());
   ASSERT_TRUE(ApplyRope({.x = dx.get(), .positions = dpos.get(), .cos_sin = dtable.get(),
                          .num_tokens = kTokens, .num_heads = kHeads, .head_dim = kHeadDim,

@@ -49,6 +49,7 @@
 #include "base/init.h"
 #include "base/status_macros.h"
 #include "base/strong_id.h"
+#include "kernels/cuda/launch_status.h"
 #include "parallel/host_staged_communicator.h"
 #include "parallel/nccl_communicator.h"
 
@@ -69,6 +70,8 @@ ABSL_FLAG(bool, host_staged, true, "also measure HostStagedCommunicator on host 
 
 namespace weir::parallel {
 namespace {
+
+using ::weir::kernels::cuda::CudaStatus;
 
 using Clock = std::chrono::steady_clock;
 
@@ -112,11 +115,6 @@ struct RankResult {
   std::vector<Samples> device, host;  // [size]
 };
 
-absl::Status Cuda(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
-}
-
 double Micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
 
 // Device memory freed on destruction.
@@ -129,7 +127,7 @@ class DeviceBytes {
     if (data_ != nullptr) cudaFree(data_);
   }
   absl::Status Allocate(int64_t bytes) {
-    return Cuda(cudaMalloc(&data_, std::max<int64_t>(1, bytes)), "cudaMalloc");
+    return CudaStatus(cudaMalloc(&data_, std::max<int64_t>(1, bytes)), "cudaMalloc");
   }
   char* data() const { return data_; }
 
@@ -244,20 +242,20 @@ absl::Status MeasureDevice(NcclCommunicator& comm, cudaStream_t stream, const Co
   RETURN_IF_ERROR(b.Allocate(x.recv_bytes));
   RETURN_IF_ERROR(align.Allocate(sizeof(float)));
   FillSend(l, x, me, host_a);
-  RETURN_IF_ERROR(Cuda(cudaMemcpy(a.data(), host_a.data(), x.send_bytes, cudaMemcpyHostToDevice),
-                       "upload"));
+  RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpy(a.data(), host_a.data(), x.send_bytes, cudaMemcpyHostToDevice), "upload"));
   {
     DeviceBytes back;
     RETURN_IF_ERROR(back.Allocate(x.send_bytes));
-    RETURN_IF_ERROR(Cuda(cudaMemset(back.data(), 0xEE, x.send_bytes), "cudaMemset"));
+    RETURN_IF_ERROR(CudaStatus(cudaMemset(back.data(), 0xEE, x.send_bytes), "cudaMemset"));
     RETURN_IF_ERROR(comm.AllToAllV(x.Dispatch(a.data(), b.data()), ctx));
     RETURN_IF_ERROR(comm.AllToAllV(x.Combine(b.data(), back.data()), ctx));
     RETURN_IF_ERROR(comm.Synchronize(ctx));
     host_b.resize(x.recv_bytes);
     host_c.resize(x.send_bytes);
-    RETURN_IF_ERROR(Cuda(cudaMemcpy(host_b.data(), b.data(), x.recv_bytes, cudaMemcpyDeviceToHost),
-                         "download"));
-    RETURN_IF_ERROR(Cuda(
+    RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpy(host_b.data(), b.data(), x.recv_bytes, cudaMemcpyDeviceToHost), "download"));
+    RETURN_IF_ERROR(CudaStatus(
         cudaMemcpy(host_c.data(), back.data(), x.send_bytes, cudaMemcpyDeviceToHost), "download"));
     RETURN_IF_ERROR(CheckRoundTrip(l, x, me, host_a, host_b, host_c, "device"));
   }
@@ -265,25 +263,30 @@ absl::Status MeasureDevice(NcclCommunicator& comm, cudaStream_t stream, const Co
   std::vector<cudaEvent_t> events(3 * total, nullptr);
   absl::Status status;
   for (cudaEvent_t& e : events) {
-    if (status.ok()) status = Cuda(cudaEventCreate(&e), "cudaEventCreate");
+    if (status.ok()) status = CudaStatus(cudaEventCreate(&e), "cudaEventCreate");
   }
   std::vector<double> enqueue(total);
   for (int i = 0; i < total && status.ok(); ++i) {
     status = comm.AllReduce(align.data(), align.data(), 1, DataType::kFloat32, ReduceOp::kMax, ctx);
-    if (status.ok()) status = Cuda(cudaEventRecord(events[3 * i], stream), "cudaEventRecord");
+    if (status.ok()) status = CudaStatus(cudaEventRecord(events[3 * i], stream), "cudaEventRecord");
     const Clock::time_point t0 = Clock::now();
     if (status.ok()) status = comm.AllToAllV(x.Dispatch(a.data(), b.data()), ctx);
     enqueue[i] = Micros(Clock::now() - t0);
-    if (status.ok()) status = Cuda(cudaEventRecord(events[3 * i + 1], stream), "cudaEventRecord");
+    if (status.ok()) {
+      status = CudaStatus(cudaEventRecord(events[3 * i + 1], stream), "cudaEventRecord");
+    }
     if (status.ok()) status = comm.AllToAllV(x.Combine(b.data(), a.data()), ctx);
-    if (status.ok()) status = Cuda(cudaEventRecord(events[3 * i + 2], stream), "cudaEventRecord");
+    if (status.ok()) {
+      status = CudaStatus(cudaEventRecord(events[3 * i + 2], stream), "cudaEventRecord");
+    }
   }
   if (status.ok()) status = comm.Synchronize(ctx);
   for (int i = c.warmup; i < total && status.ok(); ++i) {
     float d = 0, m = 0;
-    status = Cuda(cudaEventElapsedTime(&d, events[3 * i], events[3 * i + 1]), "elapsed");
+    status = CudaStatus(cudaEventElapsedTime(&d, events[3 * i], events[3 * i + 1]), "elapsed");
     if (status.ok()) {
-      status = Cuda(cudaEventElapsedTime(&m, events[3 * i + 1], events[3 * i + 2]), "elapsed");
+      status =
+          CudaStatus(cudaEventElapsedTime(&m, events[3 * i + 1], events[3 * i + 2]), "elapsed");
     }
     out.dispatch_us.push_back(d * 1e3);
     out.combine_us.push_back(m * 1e3);
@@ -324,13 +327,13 @@ absl::Status MeasureHost(HostStagedCommunicator& comm, const Config& c, const La
 
 absl::Status RunRank(int me, const Config& c, const std::string& id,
                      const std::vector<Layout>& layouts, RankResult& result) {
-  RETURN_IF_ERROR(Cuda(cudaSetDevice(me), "cudaSetDevice"));
+  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(me), "cudaSetDevice"));
   ASSIGN_OR_RETURN(std::unique_ptr<NcclCommunicator> comm,
                    NcclCommunicator::Create(Rank(me), c.world, id,
                                             {.timeout = absl::Seconds(120),
                                              .device = DeviceOrdinal(me)}));
   cudaStream_t stream = nullptr;
-  RETURN_IF_ERROR(Cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream"));
+  RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream"));
   std::vector<uint8_t> host_a, host_b, host_c;
   absl::Status status;
   result.device.resize(layouts.size());

@@ -18,6 +18,7 @@
 #include "kernels/cuda/dense/fake_quant.h"
 #include "kernels/cuda/dense/gemm_handle.h"
 #include "kernels/cuda/dense/row_stable_matmul.h"
+#include "kernels/cuda/launch_status.h"
 #include "kernels/cuda/moe/engram.h"
 #include "kernels/cuda/moe/mhc.h"
 #include "kernels/cuda/moe/moe_gate.h"
@@ -33,13 +34,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr size_t kAlign = 256;
 
-absl::Status CudaError(const char* what, cudaError_t err) {
-  return absl::InternalError(absl::StrCat("CudaOps: ", what, ": ", cudaGetErrorString(err)));
-}
-
-#define WEIR_CUDA_OPS_CALL(what, call)                               \
-  do {                                                               \
-    if (cudaError_t e_ = (call); e_ != cudaSuccess) return CudaError(what, e_); \
+#define WEIR_CUDA_OPS_CALL(what, call)                            \
+  do {                                                            \
+    if (cudaError_t e_ = (call); e_ != cudaSuccess) {             \
+      return kc::CudaStatus(e_, absl::StrCat("CudaOps: ", what)); \
+    }                                                             \
   } while (0)
 
 template <typename T>

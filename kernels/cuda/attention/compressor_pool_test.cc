@@ -10,7 +10,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/compressor.h"
-#include "kernels/cuda/attention/device_buffer.h"
+#include "kernels/cuda/device_buffer.h"
 
 namespace weir::kernels::cuda {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/attention/bf16.cuh"
+#include "kernels/cuda/rounding.cuh"
 
 namespace weir::kernels::cuda {
 

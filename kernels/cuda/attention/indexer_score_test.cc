@@ -11,7 +11,7 @@
 #include "gtest/gtest.h"
 #include "kernels/common/numeric_formats.h"
 #include "kernels/cpu/indexer_score.h"
-#include "kernels/cuda/attention/device_buffer.h"
+#include "kernels/cuda/device_buffer.h"
 
 namespace weir::kernels::cuda {
 namespace {

@@ -27,6 +27,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/rounding.cuh"
+
 namespace weir::kernels::cuda {
 namespace sparse_decode {
 
@@ -142,19 +144,6 @@ __device__ __forceinline__ __nv_bfloat162 Bf16x2(uint32_t bits) {
 // fragments want the lower column index there.
 __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
   return Bf16x2Bits(__floats2bfloat162_rn(lo, hi));
-}
-
-// 2^(code - 127); code 0 is 2^-127 (fp32 subnormal), 0xFF NaN: E8m0ToFloat.
-__device__ __forceinline__ float E8m0Value(uint32_t code) {
-  if (code == 0xFFu) return __uint_as_float(0x7FC00000u);
-  return code == 0 ? __uint_as_float(0x00400000u) : __uint_as_float(code << 23);
-}
-
-// The e4m3fn value of `code` (0x7F / 0xFF NaN): E4m3ToFloat.
-__device__ __forceinline__ float E4m3Value(uint32_t code) {
-  const __half_raw h =
-      __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code), __NV_E4M3);
-  return __half2float(__half(h));
 }
 
 // Two e4m3 codes (low byte = lower dim) times a power-of-two scale, as bf16x2.
@@ -340,7 +329,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (fp8) {  // warp-uniform
           const uint2 codes =
               *reinterpret_cast<const uint2*>(stage + row * (kFp8Row / kWarps) + c * 8);
-          const float s = E8m0Value(stage[kStageCodeBytes + row * 4 + (c >> 2)]);
+          const float s = E8m0ToFloat(stage[kStageCodeBytes + row * 4 + (c >> 2)]);
           v.x = Fp8PairToBf16(codes.x, s);
           v.y = Fp8PairToBf16(codes.x >> 16, s);
           v.z = Fp8PairToBf16(codes.y, s);
@@ -348,7 +337,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         } else {
           const uint32_t codes =
               *reinterpret_cast<const uint32_t*>(stage + row * (kFp4Row / kWarps) + c * 4);
-          const float s = E4m3Value(stage[kStageCodeBytes + row * 8 + (c >> 1)]);
+          const float s = E4m3ToFloat(stage[kStageCodeBytes + row * 8 + (c >> 1)]);
           Fp4x8ToBf16(codes, __float2bfloat162_rn(s), v);
         }
         // Unlisted rows were never copied: whatever the stage holds becomes 0

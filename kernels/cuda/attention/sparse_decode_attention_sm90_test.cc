@@ -9,8 +9,8 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/quant.h"
-#include "kernels/cuda/attention/device_buffer.h"
 #include "kernels/cuda/attention/sparse_attention.h"
+#include "kernels/cuda/device_buffer.h"
 
 // GPU tests (tag `gpu`): SparseDecodeAttention against the reference
 // SparseAttention (bit-identical to the CPU kernel) run on the dequantized
@@ -121,7 +121,7 @@ std::vector<float> RunFast(const Batch& b, const DevicePools& dp, const Pools& p
        .heads = b.heads, .scale = scale},
       nullptr);
   EXPECT_TRUE(st.ok()) << st;
-  testing::CheckCuda(cudaGetLastError(), "after launch");
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "after launch";
   return out.Download();
 }
 

@@ -8,7 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/topk.h"
-#include "kernels/cuda/attention/device_buffer.h"
+#include "kernels/cuda/device_buffer.h"
 
 namespace weir::kernels::cuda {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/decode/bf16.cuh"
+#include "kernels/cuda/rounding.cuh"
 
 namespace weir::kernels::cuda::decode {
 
@@ -31,7 +31,7 @@ __global__ void RoundBf16Kernel(float* x, int64_t n) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
-    x[i] = RoundBf16Value(x[i]);
+    x[i] = RoundToBf16(x[i]);
   }
 }
 
@@ -61,7 +61,7 @@ __global__ void RandomFillKernel(float* x, uint16_t* bits, int64_t n, uint64_t s
     const float u = static_cast<float>(MixBits(seed, static_cast<uint64_t>(i)) >> 40) *
                         (2.0f / 16777216.0f) -
                     1.0f;
-    const float v = RoundBf16Value(__fmul_rn(scale, u));
+    const float v = RoundToBf16(__fmul_rn(scale, u));
     if (x != nullptr) {
       x[i] = v;
     } else {
@@ -70,12 +70,12 @@ __global__ void RandomFillKernel(float* x, uint16_t* bits, int64_t n, uint64_t s
   }
 }
 
-// bits[i] = the bf16 bits of RoundBf16Value(x[i]).
+// bits[i] = the bf16 bits of RoundToBf16(x[i]).
 __global__ void ToBf16Kernel(const float* __restrict__ x, uint16_t* __restrict__ bits, int64_t n) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
-    bits[i] = static_cast<uint16_t>(__float_as_uint(RoundBf16Value(x[i])) >> 16);
+    bits[i] = static_cast<uint16_t>(__float_as_uint(RoundToBf16(x[i])) >> 16);
   }
 }
 

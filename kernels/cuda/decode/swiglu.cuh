@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "kernels/common/fmath.h"
-#include "kernels/cuda/decode/bf16.cuh"
+#include "kernels/cuda/rounding.cuh"
 
 namespace weir::kernels::cuda::decode {
 
@@ -23,8 +23,8 @@ __global__ void SwigluKernel(const float* gate, const float* up,
        e += stride) {
     float g = gate[e], u = up[e];
     if constexpr (kRoundBf16) {
-      g = RoundBf16Value(g);
-      u = RoundBf16Value(u);
+      g = RoundToBf16(g);
+      u = RoundToBf16(u);
     }
     if (limit > 0.0f) {
       const float lo = -limit;
@@ -33,7 +33,7 @@ __global__ void SwigluKernel(const float* gate, const float* up,
     }
     float h = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, fm::ExpF(-g))), u);
     if (route_weight != nullptr) h = __fmul_rn(route_weight[e / inter], h);
-    if constexpr (kRoundBf16) h = RoundBf16Value(h);
+    if constexpr (kRoundBf16) h = RoundToBf16(h);
     out[e] = h;
   }
 }

@@ -1,4 +1,4 @@
-// kernels/cuda/decode/test_util.h — device buffers and exact comparisons for
+// kernels/cuda/decode/test_util.h — exact comparisons (and DeviceBuffer) for
 // the GPU-vs-CPU tests of this package (testonly).
 //
 // Thread safety: DeviceBuffer is not thread-safe; the functions are pure.
@@ -16,57 +16,11 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cuda/device_buffer.h"
 
 namespace weir::kernels::cuda::decode::testing {
 
-// A cudaMalloc'ed array of T, freed on destruction. CUDA failures fail the
-// current test (ADD_FAILURE) and leave the buffer null.
-template <typename T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t n) : n_(n) {
-    if (n == 0) return;
-    if (cudaError_t e = cudaMalloc(&ptr_, n * sizeof(T)); e != cudaSuccess) {
-      ADD_FAILURE() << "cudaMalloc " << n * sizeof(T) << ": " << cudaGetErrorString(e);
-      ptr_ = nullptr;
-    }
-  }
-  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { Upload(host); }
-  ~DeviceBuffer() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  T* get() const { return ptr_; }
-  size_t size() const { return n_; }
-
-  void Upload(const std::vector<T>& host) {
-    ASSERT_EQ(host.size(), n_);
-    if (n_ == 0 || ptr_ == nullptr) return;
-    ASSERT_EQ(cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  // Fills every byte with `byte` (0xFF: NaN for floats, -1 for integers).
-  void Poison(int byte = 0xFF) {
-    if (n_ > 0 && ptr_ != nullptr) {
-      ASSERT_EQ(cudaMemset(ptr_, byte, n_ * sizeof(T)), cudaSuccess);
-    }
-  }
-  // Waits for the device (so kernel errors surface here) and copies back.
-  std::vector<T> Download() const {
-    std::vector<T> host(n_);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError());
-    if (n_ > 0 && ptr_ != nullptr) {
-      EXPECT_EQ(cudaMemcpy(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost),
-                cudaSuccess);
-    }
-    return host;
-  }
-
- private:
-  size_t n_ = 0;
-  T* ptr_ = nullptr;
-};
+using ::weir::kernels::cuda::testing::DeviceBuffer;
 
 inline uint32_t Bits(float v) {
   uint32_t b;

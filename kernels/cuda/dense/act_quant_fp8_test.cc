@@ -69,7 +69,7 @@ Quantized Gpu(const void* host, size_t bytes, ActDtype dtype, int64_t rows, int6
                                           nullptr);
   EXPECT_TRUE(status.ok()) << status;
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  return {codes.ToHost(), scales.ToHost()};
+  return {codes.Download(), scales.Download()};
 }
 
 void ExpectSame(const Quantized& got, const Quantized& want, const char* what) {

@@ -70,7 +70,7 @@ std::vector<float> RunGpu(const std::vector<uint16_t>& x, const std::vector<uint
     ADD_FAILURE() << cudaGetErrorString(e);
     return {};
   }
-  std::vector<float> out = y.ToHost();
+  std::vector<float> out = y.Download();
   if (output == Fp8GemmOutput::kBf16) {  // widen the packed bf16 results
     std::vector<uint16_t> raw(y_count);
     std::memcpy(raw.data(), out.data(), y_count * sizeof(uint16_t));

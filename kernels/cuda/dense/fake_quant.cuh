@@ -8,32 +8,9 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/rounding.cuh"
+
 namespace weir::kernels::cuda::dense {
-
-// E8M0 code of 2^ceil(log2(v)) for finite v >= 0: the biased exponent field
-// plus one if any mantissa bit is set; 0xFF (NaN) when that passes 254.
-__device__ __forceinline__ uint32_t Ue8m0CeilCode(float v) {
-  const uint32_t bits = __float_as_uint(v);
-  const uint32_t code = ((bits >> 23) & 0xFFu) + ((bits & 0x7FFFFFu) != 0u ? 1u : 0u);
-  return code >= 0xFFu ? 0xFFu : code;
-}
-
-// 2^(code - 127); code 0 is the fp32 subnormal 2^-127, 0xFF is NaN.
-__device__ __forceinline__ float E8m0ToFloat(uint32_t code) {
-  if (code == 0xFFu) return __uint_as_float(0x7FC00000u);
-  if (code == 0u) return __uint_as_float(0x00400000u);
-  return __uint_as_float(code << 23);
-}
-
-// e4m3fn code -> fp32, exact (every e4m3 value is a half value).
-__device__ __forceinline__ float E4m3ToFloat(uint8_t code) {
-  return __half2float(__half(__nv_cvt_fp8_to_halfraw(code, __NV_E4M3)));
-}
-
-// Nearest e4m3fn code, ties to even, saturating to +-448 (as FloatToE4m3).
-__device__ __forceinline__ uint8_t FloatToE4m3(float v) {
-  return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
-}
 
 // Value of the e2m1 nearest to `v`, |v| <= 6, ties to the even code
 // (FloatToE2m1 then E2m1ToFloat): 0 .5 1 1.5 2 3 4 6 with the sign of v

@@ -135,7 +135,7 @@ std::vector<float> RunGpu(const Operands& op, Fp8GemmTile tile,
                                            nullptr);
   EXPECT_TRUE(status.ok()) << status;
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  std::vector<float> out = y.ToHost();
+  std::vector<float> out = y.Download();
   if (output == Fp8GemmOutput::kBf16) {
     std::vector<uint16_t> bits(op.m * op.n);
     std::memcpy(bits.data(), out.data(), bits.size() * 2);
@@ -287,7 +287,7 @@ TEST(Fp8BlockGemmTest, GroupsGiveEachGroupItsOwnBits) {
                            nullptr)
                   .ok());
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const std::vector<float> got = y.ToHost();
+  const std::vector<float> got = y.Download();
   for (int g = 0; g < kGroups; ++g) {
     ASSERT_EQ(want[g].size(), static_cast<size_t>(m * n));
     EXPECT_EQ(std::memcmp(got.data() + g * ys, want[g].data(), m * n * sizeof(float)), 0)
@@ -388,7 +388,7 @@ TEST(Fp8BlockGemmTest, ReplaysFromACudaGraph) {
   ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   int64_t at = -1;
-  EXPECT_EQ(BitMismatches(y.ToHost(), want, &at), 0) << at;
+  EXPECT_EQ(BitMismatches(y.Download(), want, &at), 0) << at;
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);

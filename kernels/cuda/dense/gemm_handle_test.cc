@@ -56,7 +56,7 @@ TEST(GemmHandleCudaTest, MatchesCpuLinear) {
                           nullptr);
       ASSERT_TRUE(status.ok()) << status;
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      const double rel = RelativeError(dy.ToHost(), want);
+      const double rel = RelativeError(dy.Download(), want);
       EXPECT_LT(rel, kTolerance) << s.rows << "x" << s.out << "x" << s.in << " fp8 " << fp8;
       std::printf("rows %-4lld out %-6lld in %-5lld fp8 %d: rel err vs sgemm %.3g\n",
                   static_cast<long long>(s.rows), static_cast<long long>(s.out),
@@ -86,7 +86,7 @@ TEST(GemmHandleCudaTest, HandlesPointersOffByOneFloat) {
                               nullptr)
                   .ok());
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  std::vector<float> got = dy.ToHost();
+  std::vector<float> got = dy.Download();
   got.erase(got.begin());
   EXPECT_LT(RelativeError(got, want), kTolerance);
 }

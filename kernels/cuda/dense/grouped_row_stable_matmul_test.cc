@@ -61,7 +61,7 @@ std::vector<float> Reference(const float* x, int64_t rows, const std::vector<flo
                       nullptr);
   EXPECT_TRUE(status.ok()) << status;
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  return dy.ToHost();
+  return dy.Download();
 }
 
 void RunCase(const Case& c, bool fp8, uint32_t seed) {
@@ -98,7 +98,7 @@ void RunCase(const Case& c, bool fp8, uint32_t seed) {
   const absl::Status status = RowStableGroupedMatmul(params, nullptr);
   ASSERT_TRUE(status.ok()) << status;
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const std::vector<float> y = dy.ToHost();
+  const std::vector<float> y = dy.Download();
 
   int64_t mismatches = 0, nan_rows = 0, compared = 0;
   for (int g = 0; g < num_groups; ++g) {
@@ -225,7 +225,7 @@ TEST(RowStableGroupedMatmulCudaTest, AGraphReplayFollowsTheOffsetsOnTheDevice) {
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    const std::vector<float> y = dy.ToHost();
+    const std::vector<float> y = dy.Download();
     int64_t mismatches = 0;
     for (int g = 0; g < kGroups; ++g) {
       if (sizes[g] == 0) continue;
@@ -378,8 +378,8 @@ void RunMxfp4Case(const Mxfp4Case& c, bool fp8, uint32_t seed) {
   status = RowStableGroupedMatmul(mxfp4, nullptr);
   ASSERT_TRUE(status.ok()) << status;
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const std::vector<float> y = dy.ToHost();
-  const std::vector<float> want = dy_fp32.ToHost();
+  const std::vector<float> y = dy.Download();
+  const std::vector<float> want = dy_fp32.Download();
 
   // Bit for bit over all rows of the bound: rows past offsets[num_groups]
   // hold the poison in both.
@@ -473,7 +473,7 @@ TEST(RowStableGroupedMatmulCudaTest, Mxfp4DecodesEveryCodeAsTheCpu) {
   const absl::Status status = RowStableGroupedMatmul(p, nullptr);
   ASSERT_TRUE(status.ok()) << status;
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const std::vector<float> y = dy.ToHost();
+  const std::vector<float> y = dy.Download();
   int64_t checked = 0, bad = 0, subnormal = 0, nonfinite_rows = 0;
   for (int64_t n = 0; n < kOut; ++n) {
     bool finite_row = true;

@@ -70,7 +70,7 @@ std::vector<float> RunGpu(const std::vector<float>& x, const std::vector<float>&
                       nullptr);
   EXPECT_TRUE(status.ok()) << status;
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  return dy.ToHost();
+  return dy.Download();
 }
 
 // Relative error allowed against OpenBLAS: both sum K fp32 products, in

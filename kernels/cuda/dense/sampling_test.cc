@@ -86,8 +86,8 @@ TEST(ArgmaxRowsCudaTest, MatchesTheCpuSampler) {
                              nullptr)
                       .ok());
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      const std::vector<int32_t> ids = dids.ToHost();
-      const std::vector<float> values = dvalues.ToHost();
+      const std::vector<int32_t> ids = dids.Download();
+      const std::vector<float> values = dvalues.Download();
       for (int64_t r = 0; r < rows; ++r) {
         const int32_t want = CpuArgmax(x.data() + r * vocab, vocab);
         EXPECT_EQ(ids[r], want) << "vocab " << vocab << " tied " << tied << " row " << r;
@@ -120,8 +120,8 @@ TEST(TopKRowsCudaTest, MatchesTheWorkersOrder) {
                              nullptr)
                         .ok());
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        const std::vector<int32_t> ids = dids.ToHost();
-        const std::vector<float> values = dvalues.ToHost();
+        const std::vector<int32_t> ids = dids.Download();
+        const std::vector<float> values = dvalues.Download();
         int64_t wrong = 0;
         for (int64_t r = 0; r < rows; ++r) {
           const std::vector<int32_t> want = CpuTopK(x.data() + r * vocab, vocab, k);
@@ -154,8 +154,8 @@ TEST(RowLogSumExpCudaTest, GivesTheCpuSamplersLogprobs) {
                            nullptr)
                   .ok());
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const std::vector<float> max = dmax.ToHost();
-  const std::vector<double> sum = dsum.ToHost();
+  const std::vector<float> max = dmax.Download();
+  const std::vector<double> sum = dsum.Download();
   double worst = 0;
   for (int64_t r = 0; r < rows; ++r) {
     // worker/sampling/sampler.cc: v /= temperature (greedy: none), max, then

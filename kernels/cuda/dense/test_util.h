@@ -27,6 +27,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/cuda/dense/fp8_block_gemm_params.h"
+#include "kernels/cuda/device_buffer.h"
 
 namespace weir::kernels::cuda::dense {
 
@@ -37,37 +38,7 @@ inline constexpr Fp8GemmTile kAllFp8GemmTiles[] = {
     Fp8GemmTile::kN32M8,  Fp8GemmTile::kN32M16,  Fp8GemmTile::kN32M32,  Fp8GemmTile::kN32M64,
     Fp8GemmTile::kN64M64, Fp8GemmTile::kN128M64, Fp8GemmTile::kN128M128};
 
-// cudaMalloc'd storage of `n` elements of T, freed on destruction. ok() is
-// false when the allocation failed.
-template <typename T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(int64_t n) : n_(n) {
-    if (cudaMalloc(&data_, static_cast<size_t>(n) * sizeof(T)) != cudaSuccess) data_ = nullptr;
-  }
-  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) {
-    if (data_ != nullptr) {
-      cudaMemcpy(data_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
-    }
-  }
-  ~DeviceBuffer() { cudaFree(data_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  bool ok() const { return data_ != nullptr; }
-  T* get() const { return data_; }
-  // Fills every byte with `byte` (poison before a kernel writes).
-  void Poison(int byte) { cudaMemset(data_, byte, static_cast<size_t>(n_) * sizeof(T)); }
-  std::vector<T> ToHost() const {
-    std::vector<T> host(n_);
-    cudaMemcpy(host.data(), data_, host.size() * sizeof(T), cudaMemcpyDeviceToHost);
-    return host;
-  }
-
- private:
-  T* data_ = nullptr;
-  int64_t n_;
-};
+using ::weir::kernels::cuda::testing::DeviceBuffer;
 
 // Returns ||a - b|| / ||b|| (0 when both are zero).
 inline double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {

@@ -23,8 +23,8 @@ __global__ void EngramLookupKernel(const uint8_t* __restrict__ table,
     if (c == 0 && bad_count != nullptr) atomicAdd(bad_count, 1);
     return;
   }
-  const float s = E8m0Value(scales[row * (dim / 32) + c / 32]);
-  out[i] = __fmul_rn(E4m3Value(table[row * dim + c]), s);
+  const float s = E8m0ToFloat(scales[row * (dim / 32) + c / 32]);
+  out[i] = __fmul_rn(E4m3ToFloat(table[row * dim + c]), s);
 }
 
 // One block per (token, stream). The first warp takes the three sums in
@@ -70,7 +70,7 @@ __global__ void EngramGateKernel(float* x, const float* __restrict__ key,
   const float gate = s_gate;
   for (int64_t c = threadIdx.x; c < dim; c += kThreads) {
     const float v = __fadd_rn(xs[c], __fmul_rn(gate, vs[c]));
-    xs[c] = round_bf16 ? RoundBf16(v) : v;
+    xs[c] = round_bf16 ? RoundToBf16(v) : v;
   }
 }
 

@@ -35,8 +35,8 @@ struct GroupedGemmArgs {
 __device__ __forceinline__ float SwigluOut(float g, float u, float rw, bool has_rw, float limit,
                                            bool round_bf16) {
   if (round_bf16) {
-    g = RoundBf16(g);
-    u = RoundBf16(u);
+    g = RoundToBf16(g);
+    u = RoundToBf16(u);
   }
   if (limit > 0.0f) {
     u = u < -limit ? -limit : (limit < u ? limit : u);  // std::clamp
@@ -44,7 +44,7 @@ __device__ __forceinline__ float SwigluOut(float g, float u, float rw, bool has_
   }
   float h = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, ExpF(-g))), u);
   if (has_rw) h = __fmul_rn(rw, h);
-  return round_bf16 ? RoundBf16(h) : h;
+  return round_bf16 ? RoundToBf16(h) : h;
 }
 
 // blockIdx.x: column tile; blockIdx.y: row tile, counted over the groups in
@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(kFfnThreads) GroupedGemmKernel(GroupedGemmArgs
       } else if constexpr (kSwiglu) {
         v = SwigluOut(acc1[i][j], acc3[i][j], rw, has_rw, p.swiglu_limit, p.round_bf16);
       } else {
-        v = p.round_bf16 ? RoundBf16(acc1[i][j]) : acc1[i][j];
+        v = p.round_bf16 ? RoundToBf16(acc1[i][j]) : acc1[i][j];
       }
       p.out[row * p.n + col] = v;
     }

@@ -152,7 +152,7 @@ __global__ void HcCollapseKernel(const float* __restrict__ x, const float* __res
   const int64_t t = i / dim, c = i % dim;
   float acc = 0.0f;
   for (int j = 0; j < n; ++j) acc = __fadd_rn(acc, __fmul_rn(pre[t * n + j], x[(t * n + j) * dim + c]));
-  out[i] = round_bf16 ? RoundBf16(acc) : acc;
+  out[i] = round_bf16 ? RoundToBf16(acc) : acc;
 }
 
 // One thread per out[t, k, c].
@@ -168,7 +168,7 @@ __global__ void HcExpandKernel(const float* __restrict__ x, const float* __restr
     mixed = __fadd_rn(mixed, __fmul_rn(comb[(t * n + j) * n + k], x[(t * n + j) * dim + c]));
   }
   const float v = __fadd_rn(__fmul_rn(post[t * n + k], y[t * dim + c]), mixed);
-  out[i] = round_bf16 ? RoundBf16(v) : v;
+  out[i] = round_bf16 ? RoundToBf16(v) : v;
 }
 
 }  // namespace weir::kernels::cuda::moe

@@ -104,7 +104,7 @@ __global__ void CombineKernel(const float* __restrict__ y_grouped,
     float acc = 0.0f;
     for (int j = 0; j < n; ++j) acc = __fadd_rn(acc, y_grouped[static_cast<int64_t>(s_row[j]) * dim + c]);
     if (shared != nullptr) acc = __fadd_rn(acc, shared[t * dim + c]);
-    out[t * dim + c] = round_bf16 ? RoundBf16(acc) : acc;
+    out[t * dim + c] = round_bf16 ? RoundToBf16(acc) : acc;
   }
 }
 

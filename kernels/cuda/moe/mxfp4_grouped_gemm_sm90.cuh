@@ -298,7 +298,7 @@ __global__ void __launch_bounds__(kWarps * 32)
           const int row = ni * 8 + c.m;
           if (col < args.n && row < tile_rows) {
             float v = missing ? nan : acc[ni][r];
-            if (args.round_bf16) v = RoundBf16(v);
+            if (args.round_bf16) v = RoundToBf16(v);
             args.y[(r0 + row) * args.n + col] = v;
           }
         }
@@ -369,7 +369,7 @@ __global__ void __launch_bounds__(kWarps * 32)
             const float amax = fmaxf(s_amax[col_group * kBm + row], s_amax[partner * kBm + row]);
             const bool bad = (s_bad[col_group * kBm + row] | s_bad[partner * kBm + row]) != 0;
             const uint32_t scale_code = bad ? 0xFFu : dense::Fp8ActScaleCode(amax);
-            const float s = dense::E8m0ToFloat(scale_code);
+            const float s = E8m0ToFloat(scale_code);
             if (row < tile_rows) {
 #pragma unroll
               for (int r = h; r < 4; r += 2) {

@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "kernels/common/fmath.h"
+#include "kernels/cuda/rounding.cuh"
 
 namespace weir::kernels::cuda::moe {
 
@@ -25,25 +26,6 @@ __device__ __forceinline__ float ExpF(float x) { return ::weir::kernels::fmath::
 // 1 / (1 + exp(-v)), the CPU's fmath::SigmoidF.
 __device__ __forceinline__ float SigmoidF(float v) {
   return ::weir::kernels::fmath::SigmoidF(v);
-}
-
-// Nearest bf16 value (ties to even), as an fp32.
-__device__ __forceinline__ float RoundBf16(float x) {
-  return __bfloat162float(__float2bfloat16_rn(x));
-}
-
-// fp32 value of an E8M0 code: 2^(code - 127); code 0 is the subnormal 2^-127,
-// 0xFF is NaN.
-__device__ __forceinline__ float E8m0Value(uint32_t code) {
-  if (code == 0u) return __uint_as_float(0x00400000u);
-  if (code >= 0xFFu) return __uint_as_float(0x7FC00000u);
-  return __uint_as_float(code << 23);
-}
-
-// fp32 value of an e4m3fn code (exact; 0x7F / 0xFF are NaN).
-__device__ __forceinline__ float E4m3Value(uint8_t code) {
-  const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code), __NV_E4M3);
-  return __half2float(__half(h));
 }
 
 // FP8 e4m3 + UE8M0 quantize->dequantize of one block of 32 values held one
@@ -58,13 +40,10 @@ __device__ __forceinline__ float Fp8FakeQuantWarp(float v) {
   }
   if (!__all_sync(0xffffffffu, isfinite(v))) return __uint_as_float(0x7FC00000u);
   const float inv448 = static_cast<float>(1.0 / 448.0);
-  const uint32_t bits = __float_as_uint(__fmul_rn(fmaxf(amax, 1e-4f), inv448));
-  uint32_t code = ((bits >> 23) & 0xFFu) + ((bits & 0x7FFFFFu) != 0u ? 1u : 0u);
-  code = code >= 0xFFu ? 0xFFu : code;
-  const float s = E8m0Value(code);
+  const float s = E8m0ToFloat(Ue8m0CeilCode(__fmul_rn(fmaxf(amax, 1e-4f), inv448)));
   const float q = fminf(fmaxf(__fdiv_rn(v, s), -448.0f), 448.0f);
-  const __nv_fp8_storage_t c = __nv_cvt_float_to_fp8(q, __NV_SATFINITE, __NV_E4M3);
-  return __fmul_rn(E4m3Value(c), s);
+  const uint8_t c = FloatToE4m3(q);
+  return __fmul_rn(E4m3ToFloat(c), s);
 }
 
 // Sum of a float over a full warp (xor butterfly: every lane gets the sum).

@@ -14,55 +14,11 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cuda/device_buffer.h"
 
 namespace weir::kernels::cuda::moe_test {
 
-// A plain cudaMalloc'ed array of T, freed on destruction. CUDA failures fail
-// the current test (ADD_FAILURE) and leave the buffer null.
-template <typename T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t n) : n_(n) {
-    if (n == 0) return;
-    if (cudaError_t e = cudaMalloc(&ptr_, n * sizeof(T)); e != cudaSuccess) {
-      ADD_FAILURE() << "cudaMalloc " << n * sizeof(T) << ": " << cudaGetErrorString(e);
-      ptr_ = nullptr;
-    }
-  }
-  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { Upload(host); }
-  ~DeviceBuffer() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  T* get() const { return ptr_; }
-  size_t size() const { return n_; }
-
-  void Upload(const std::vector<T>& host) {
-    ASSERT_EQ(host.size(), n_);
-    if (n_ == 0) return;
-    ASSERT_EQ(cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  // Fills every byte with 0xFF (NaN for floats, -1 for integers).
-  void Poison() {
-    if (n_ > 0) {
-      ASSERT_EQ(cudaMemset(ptr_, 0xFF, n_ * sizeof(T)), cudaSuccess);
-    }
-  }
-  std::vector<T> Download() const {
-    std::vector<T> host(n_);
-    if (n_ > 0) {
-      EXPECT_EQ(cudaMemcpy(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost),
-                cudaSuccess);
-    }
-    return host;
-  }
-
- private:
-  size_t n_ = 0;
-  T* ptr_ = nullptr;
-};
+using ::weir::kernels::cuda::testing::DeviceBuffer;
 
 // ||a - b|| / ||b|| in double; infinity if any element of `a` is not finite
 // while the same element of `b` is.

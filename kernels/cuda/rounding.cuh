@@ -1,0 +1,63 @@
+// kernels/cuda/rounding.cuh
+//
+// The device forms of kernels/common/numeric_formats.h, shared by every CUDA
+// kernel package (attention, decode, dense, moe): bf16 rounding and the FP8
+// e4m3fn / UE8M0 conversions. Each gives the bits of its CPU namesake, so a
+// kernel that rounds where its CPU reference rounds stays bit-identical.
+// Device code only; no host dependencies.
+//
+// Thread safety: pure functions.
+
+#ifndef WEIR_KERNELS_CUDA_ROUNDING_CUH_
+#define WEIR_KERNELS_CUDA_ROUNDING_CUH_
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+namespace weir::kernels::cuda {
+
+// Returns `x` rounded to the nearest bf16 value (ties to even), as an fp32:
+// numeric_formats.h RoundToBf16. NaN stays NaN with the quiet bit set, sign
+// and top payload kept; finite values past the bf16 range round to +-Inf.
+__device__ __forceinline__ float RoundToBf16(float x) {
+  const uint32_t bits = __float_as_uint(x);
+  if (isnan(x)) return __uint_as_float(((bits >> 16) | 0x0040u) << 16);
+  // Adding 0x7FFF plus the lowest kept bit rounds to nearest, ties to even.
+  const uint32_t rounding = 0x7FFFu + ((bits >> 16) & 1u);
+  return __uint_as_float(((bits + rounding) >> 16) << 16);
+}
+
+// Returns the UE8M0 code of 2^ceil(log2(v)) for finite v >= 0: the biased
+// exponent field, plus one if any mantissa bit is set; 0xFF (NaN) when that
+// passes 254.
+__device__ __forceinline__ uint32_t Ue8m0CeilCode(float v) {
+  const uint32_t bits = __float_as_uint(v);
+  const uint32_t code = ((bits >> 23) & 0xFFu) + ((bits & 0x7FFFFFu) != 0u ? 1u : 0u);
+  return code >= 0xFFu ? 0xFFu : code;
+}
+
+// Returns 2^(code - 127): numeric_formats.h E8m0ToFloat. Code 0 is the fp32
+// subnormal 2^-127, 0xFF is NaN.
+__device__ __forceinline__ float E8m0ToFloat(uint32_t code) {
+  if (code == 0xFFu) return __uint_as_float(0x7FC00000u);
+  if (code == 0u) return __uint_as_float(0x00400000u);
+  return __uint_as_float(code << 23);
+}
+
+// Returns the fp32 value of an e4m3fn code, exact (every e4m3 value is a half
+// value); 0x7F / 0xFF are NaN: numeric_formats.h E4m3ToFloat.
+__device__ __forceinline__ float E4m3ToFloat(uint8_t code) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(code, __NV_E4M3)));
+}
+
+// Returns the e4m3fn code nearest to `v`, ties to even, saturating to +-448:
+// numeric_formats.h FloatToE4m3.
+__device__ __forceinline__ uint8_t FloatToE4m3(float v) {
+  return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+}
+
+}  // namespace weir::kernels::cuda
+
+#endif  // WEIR_KERNELS_CUDA_ROUNDING_CUH_
