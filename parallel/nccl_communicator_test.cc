@@ -146,7 +146,8 @@ TEST(NcclCommunicatorTest, MissingPeerTimesOutInsteadOfHanging) {
   auto comm = NcclCommunicator::Create(Rank(0), 2, *id, {.timeout = absl::Seconds(2)});
   const absl::Duration took = absl::Now() - start;
   EXPECT_EQ(comm.status().code(), absl::StatusCode::kUnavailable) << comm.status();
-  EXPECT_LT(took, absl::Seconds(15)) << "abort took too long";
+  // Not a timing check: the bound only catches a hung abort (alarm above).
+  EXPECT_LT(took, absl::Seconds(90)) << "abort took too long";
   alarm(0);
 }
 

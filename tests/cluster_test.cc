@@ -156,6 +156,12 @@ std::string Health(const std::string& address, const std::string& service) {
 
 const std::regex kReadyLine(R"(^weir ready at (\S+) )");
 
+// How long a test waits for something that happens within a second or two
+// when the machine is idle (a death noticed, a child gone, a drained exit):
+// generous, so a loaded CI machine does not fail it; a wait ends as soon as
+// the event happens.
+constexpr absl::Duration kEventDeadline = absl::Seconds(60);
+
 TEST(ClusterTest, LocalClusterStartsDetectsDeathAndStopsCleanly) {
   // Detection only: no replacement group (recovery_test covers that).
   Process coordinator = Process::Start({Runfile("coordinator/main"), "--listen=127.0.0.1:0",
@@ -196,14 +202,14 @@ TEST(ClusterTest, LocalClusterStartsDetectsDeathAndStopsCleanly) {
   // A worker dies: the coordinator notices and stops claiming readiness.
   const pid_t victim = static_cast<pid_t>(state.workers(1).pid());
   ASSERT_EQ(kill(victim, SIGKILL), 0);
-  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  const absl::Time deadline = absl::Now() + kEventDeadline;
   bool reported = false;
   while (!reported && absl::Now() < deadline) {
     state = GetState(*stub);
     reported = state.workers(1).state() == v1::WORKER_STATE_DEAD;
     if (!reported) absl::SleepFor(absl::Milliseconds(50));
   }
-  ASSERT_TRUE(reported) << "coordinator did not report the dead worker within 5 s";
+  ASSERT_TRUE(reported) << "coordinator did not report the dead worker";
   EXPECT_NE(state.workers(1).detail().find("signal 9"), std::string::npos)
       << state.workers(1).detail();
   EXPECT_EQ(state.lifecycle(), v1::LIFECYCLE_DEGRADED);
@@ -212,11 +218,11 @@ TEST(ClusterTest, LocalClusterStartsDetectsDeathAndStopsCleanly) {
 
   // SIGTERM: drain, stop the children, exit 0, leave nothing behind.
   ASSERT_EQ(kill(coordinator.pid, SIGTERM), 0);
-  const int status = coordinator.Wait(absl::Seconds(20));
+  const int status = coordinator.Wait(kEventDeadline);
   ASSERT_NE(status, -1) << "coordinator did not exit";
   EXPECT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
-  EXPECT_TRUE(AllGone(children, absl::Seconds(5)));
+  EXPECT_TRUE(AllGone(children, kEventDeadline));
 }
 
 // SIGTERM with a request in flight: the stream runs to its end (every token,
@@ -262,11 +268,11 @@ TEST(ClusterTest, SigtermLetsInFlightRequestsFinish) {
   EXPECT_EQ(reason, v1::FINISH_REASON_MAX_TOKENS);
   // Streamed, every token arrives in a Delta (the Final repeats none).
   EXPECT_EQ(streamed + final_tokens, kTokens);
-  const int status = coordinator.Wait(absl::Seconds(30));
+  const int status = coordinator.Wait(kEventDeadline);
   ASSERT_NE(status, -1) << "coordinator did not exit";
   EXPECT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
-  EXPECT_TRUE(AllGone(children, absl::Seconds(5)));
+  EXPECT_TRUE(AllGone(children, kEventDeadline));
 }
 
 TEST(ClusterTest, ChildrenDieWithAKilledCoordinator) {
@@ -276,8 +282,8 @@ TEST(ClusterTest, ChildrenDieWithAKilledCoordinator) {
   const std::vector<pid_t> children = ChildrenOf(coordinator.pid);
   ASSERT_EQ(children.size(), 3u);
   ASSERT_EQ(kill(coordinator.pid, SIGKILL), 0);
-  ASSERT_NE(coordinator.Wait(absl::Seconds(10)), -1);
-  EXPECT_TRUE(AllGone(children, absl::Seconds(5)));
+  ASSERT_NE(coordinator.Wait(kEventDeadline), -1);
+  EXPECT_TRUE(AllGone(children, kEventDeadline));
 }
 
 TEST(ClusterTest, RemoteWorkersRegisterAndFenceThemselvesWhenCoordinatorDies) {
@@ -312,8 +318,8 @@ TEST(ClusterTest, RemoteWorkersRegisterAndFenceThemselvesWhenCoordinatorDies) {
   // health checks must find out.
   const int victim_rank = state.workers(1).pid() == workers[1]->pid ? 1 : 0;
   ASSERT_EQ(kill(workers[1]->pid, SIGKILL), 0);
-  ASSERT_NE(workers[1]->Wait(absl::Seconds(5)), -1);
-  const absl::Time dead_by = absl::Now() + absl::Seconds(10);
+  ASSERT_NE(workers[1]->Wait(kEventDeadline), -1);
+  const absl::Time dead_by = absl::Now() + kEventDeadline;
   bool reported = false;
   while (!reported && absl::Now() < dead_by) {
     state = GetState(*stub);
@@ -329,7 +335,7 @@ TEST(ClusterTest, RemoteWorkersRegisterAndFenceThemselvesWhenCoordinatorDies) {
   // The coordinator vanishes without a word: the remaining worker notices and exits.
   ASSERT_EQ(kill(coordinator.pid, SIGKILL), 0);
   for (auto& worker : workers) {
-    const int status = worker->Wait(absl::Seconds(15));
+    const int status = worker->Wait(kEventDeadline);
     ASSERT_NE(status, -1) << "worker outlived its coordinator";
     EXPECT_TRUE(WIFEXITED(status));
     EXPECT_EQ(WEXITSTATUS(status), 1);
