@@ -16,6 +16,7 @@
 #include "base/logging.h"
 #include "coordinator/http/connection_watch.h"
 #include "coordinator/http/generate_calls.h"
+#include "coordinator/http/listen_backlog.h"
 
 namespace weir::coordinator::http {
 namespace {
@@ -206,6 +207,11 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   httplib::Server& s = *server->server_;
   const int bound = port == 0 ? s.bind_to_any_port(host) : (s.bind_to_port(host, port) ? port : -1);
   if (bound <= 0) return absl::UnavailableError("cannot listen on " + server->options_.address);
+  // Before the accept loop starts, so no connect meets the short queue.
+  if (absl::Status raised = RaiseListenBacklog(bound, server->options_.listen_backlog);
+      !raised.ok()) {
+    WEIR_LOG(WARNING) << "HTTP accept queue left at the library's length: " << raised;
+  }
   server->address_ = absl::StrCat(
       server->options_.address.substr(0, server->options_.address.rfind(':')), ":", bound);
   server->thread_ = std::thread([&s] { s.listen_after_bind(); });

@@ -72,6 +72,9 @@ struct HttpServerOptions {
   // How often a waiting handler checks whether its client is still there.
   absl::Duration client_poll = absl::Milliseconds(100);
   int keep_alive_timeout_s = 5;
+  // Connections the kernel may hold for accept() (listen_backlog.h: the
+  // library's own 5 resets some of a burst); capped at net.core.somaxconn.
+  int listen_backlog = 1024;
 };
 
 class HttpServer {

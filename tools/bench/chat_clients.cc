@@ -97,8 +97,10 @@ RequestRecord RunChatHttp(httplib::Client& client, const ChatSpec& spec, absl::D
   std::string pending;  // bytes of an event not complete yet
   bool done = false;
   std::string error;
+  size_t received = 0;  // response body bytes, for a failure's message
   request.content_receiver = [&](const char* data, size_t size, uint64_t, uint64_t) {
     const absl::Time now = absl::Now();
+    received += size;
     pending.append(data, size);
     // Events end with a blank line; each is one "data: ..." line here.
     for (size_t end = pending.find("\n\n"); end != std::string::npos;
@@ -140,7 +142,13 @@ RequestRecord RunChatHttp(httplib::Client& client, const ChatSpec& spec, absl::D
   httplib::Response response;
   httplib::Error http_error = httplib::Error::Success;
   const bool sent = client.send(request, response, http_error);
-  if (error.empty() && !sent) error = absl::StrCat("HTTP: ", httplib::to_string(http_error));
+  if (error.empty() && !sent) {
+    // When and how far: a failure before any byte came back differs from one mid-stream.
+    error = absl::StrCat("HTTP: ", httplib::to_string(http_error), " after ",
+                         absl::FormatDuration(absl::Trunc(absl::Now() - seen.start,
+                                                          absl::Milliseconds(1))),
+                         ", ", received, " body bytes");
+  }
   if (error.empty() && response.status != 200) error = absl::StrCat("HTTP ", response.status);
   if (error.empty() && !done) error = "no [DONE]";
   return Record(seen, level_start, spec, std::move(error));

@@ -50,6 +50,9 @@ ABSL_FLAG(int, prompt_words, 40, "Words of each chat message.");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of the messages.");
 ABSL_FLAG(std::string, csv, "", "Also write every request to this CSV file.");
 ABSL_FLAG(int, request_timeout_s, 300, "Deadline of each request.");
+ABSL_FLAG(bool, http_only, false,
+          "Every request over HTTP (the HTTP server alone under the level's concurrency; "
+          "the gRPC rows stay empty).");
 
 namespace weir::bench {
 namespace {
@@ -83,6 +86,9 @@ std::vector<ChatSpec> Messages(int n, int words, uint32_t tokens, uint64_t seed)
 // One closed-loop level: `concurrency` threads share the requests; request i
 // goes over gRPC if i is even, HTTP if odd (specs come in equal pairs), so at
 // any concurrency both protocols run side by side on the same batches.
+// Request i goes over HTTP (else gRPC).
+bool OverHttp(size_t i) { return absl::GetFlag(FLAGS_http_only) || i % 2 == 1; }
+
 std::vector<RequestRecord> RunLevel(const std::vector<ChatSpec>& specs, int concurrency,
                                     v1::Inference::Stub& stub, const std::string& http_host,
                                     int http_port) {
@@ -95,8 +101,8 @@ std::vector<RequestRecord> RunLevel(const std::vector<ChatSpec>& specs, int conc
     threads.emplace_back([&] {
       httplib::Client client(http_host, http_port);
       for (size_t i = next++; i < specs.size(); i = next++) {
-        records[i] = i % 2 == 0 ? RunChatGrpc(stub, specs[i], timeout, start)
-                                : RunChatHttp(client, specs[i], timeout, start);
+        records[i] = OverHttp(i) ? RunChatHttp(client, specs[i], timeout, start)
+                                 : RunChatGrpc(stub, specs[i], timeout, start);
       }
     });
   }
@@ -134,13 +140,16 @@ int Run(int argc, char** argv) {
   }
   LocalClusterOptions options{.coordinator_binary = runfiles->Rlocation("weir/coordinator/main"),
                               .workers = absl::GetFlag(FLAGS_workers),
-                              .extra_flags = absl::GetFlag(FLAGS_coordinator_flags),
                               .env = runfiles->EnvVars(),
                               .work_dir = work_dir,
                               .startup_timeout = absl::Seconds(180)};
   options.extra_flags.push_back("--http_listen=127.0.0.1:0");
-  // One HTTP thread per open connection: room for every client.
+  // One HTTP thread per open connection: room for every client. Before
+  // --coordinator_flags, which may override it (the last one wins).
   options.extra_flags.push_back("--http_threads=256");
+  for (const std::string& flag : absl::GetFlag(FLAGS_coordinator_flags)) {
+    options.extra_flags.push_back(flag);
+  }
   absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(options);
   if (!cluster.ok()) return Fail(cluster.status());
   std::string http_address;
@@ -183,7 +192,7 @@ int Run(int argc, char** argv) {
       wall += absl::ToDoubleSeconds(absl::Now() - start);
       for (size_t i = 0; i < records.size(); ++i) {
         const RequestRecord& record = records[i];
-        const Protocol p = i % 2 == 0 ? Protocol::kGrpc : Protocol::kHttp;
+        const Protocol p = OverHttp(i) ? Protocol::kHttp : Protocol::kGrpc;
         // The level column names the protocol; itl_mean_ms is the request's ITL.
         if (csv.is_open()) csv << CsvRow(Name(p), c, record);
         by[static_cast<int>(p)].push_back(record);
@@ -196,11 +205,11 @@ int Run(int argc, char** argv) {
       std::vector<double> ttft, itl, e2e;
       int fails = 0;
       int64_t out = 0;
-      std::string first_error;
+      std::vector<std::string> errors;  // the first few
       for (const RequestRecord& record : by[k]) {
         if (!record.ok) {
           ++fails;
-          if (first_error.empty()) first_error = record.error;
+          if (errors.size() < 5) errors.push_back(record.error);
           continue;
         }
         ttft.push_back(record.ttft_ms);
@@ -218,7 +227,7 @@ int Run(int argc, char** argv) {
                   absl::StrFormat("%.2f/%.2f/%.2f", itl_p50[k], Percentile(itl, 0.9), mean).c_str(),
                   Percentile(e2e, 0.5), wall > 0 ? out / wall : 0.0);
       std::fflush(stdout);
-      if (fails > 0) std::fprintf(stderr, "  first failure: %s\n", first_error.c_str());
+      for (const std::string& e : errors) std::fprintf(stderr, "  failed: %s\n", e.c_str());
       failed += fails;
     }
     verdicts.push_back(absl::StrFormat("c=%d %+.1f%%", c, itl_p50[0] > 0
