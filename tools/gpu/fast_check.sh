@@ -9,7 +9,8 @@
 #      and device_decoder_test (reference still bit-identical to the CPU;
 #      skipped with FAST_CHECK_REFERENCE=0);
 #   3. decode_gpu on small (fast and reference) and the EP8 slice of
-#      V4.1-Flash (fast; --ep_slice_numerics to change);
+#      V4.1-Flash (fast; EP_SLICE_NUMERICS to change), their rows also in
+#      RESULTS/decode.csv for tools/bench/plot.py;
 #   4. serve_smoke.sh on small (fast, reference, cpu).
 # One log per step under RESULTS (default .gpu_bundle/results_fast), a summary
 # at the end; exits non-zero if a test failed.
@@ -47,9 +48,15 @@ if [[ "${FAST_CHECK_REFERENCE:-1}" != 0 ]]; then
     --gtest_filter='-*TwoRanks*' || status=1
 fi
 step decode_gpu_small 180 "${bundle}/tools/decode_gpu" --cuda_ops=false \
-  ${SMALL_NUMERICS:+--numerics=${SMALL_NUMERICS}}
+  ${SMALL_NUMERICS:+--numerics=${SMALL_NUMERICS}} --csv="${results}/decode_small.csv"
 step decode_gpu_ep8 300 "${bundle}/tools/decode_gpu" --ep_slice=8 \
-  --numerics="${EP_SLICE_NUMERICS:-fast}" --batches=1,64 --context=64 --steps=6
+  --numerics="${EP_SLICE_NUMERICS:-fast}" --batches=1,64 --context=64 --steps=6 \
+  --csv="${results}/decode_ep8.csv"
+# Both as one CSV (one header) for tools/bench/plot.py: tools/bench/README.md "Plots".
+if [[ -s "${results}/decode_small.csv" ]]; then
+  { cat "${results}/decode_small.csv"; tail -n +2 "${results}/decode_ep8.csv" 2>/dev/null; } \
+    > "${results}/decode.csv"
+fi
 step serve_smoke 400 "${bundle}/serve_smoke.sh" models/small "${results}/serve" || status=1
 echo "--- fidelity"
 grep -h -E "agreement|fast dense" "${results}/device_decoder_fast_test.log" || true
