@@ -41,20 +41,37 @@ absl::Status DotRows(const DotRowsParams& p, cudaStream_t stream) {
 
 namespace {
 
-template <int kOuts, int kChunk>
+template <int kRows, int kOuts, int kChunk, int kStages>
 absl::Status LaunchStaged(const DotRowsParams& p, cudaStream_t stream) {
-  constexpr int kSmem = StagedShape<kOuts, kChunk>::kSmemBytes;
-  auto kernel = RowStableDotStagedKernel<kOuts, kChunk>;
+  constexpr int kSmem = StagedShape<kRows, kOuts, kChunk, kStages>::kSmemBytes;
+  auto kernel = RowStableDotStagedKernel<kRows, kOuts, kChunk, kStages>;
   if (cudaError_t err =
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
       err != cudaSuccess) {
     return absl::InternalError(std::string("RowStableDot: shared memory attribute: ") +
                                cudaGetErrorString(err));
   }
-  const dim3 grid(static_cast<unsigned>(p.rows),
+  const dim3 grid(static_cast<unsigned>((p.rows + kRows - 1) / kRows),
                   static_cast<unsigned>((p.out + kOuts - 1) / kOuts));
-  kernel<<<grid, kStagedThreads, kSmem, stream>>>(p.x, p.w, p.y, p.out, p.k);
+  kernel<<<grid, kStagedThreads, kSmem, stream>>>(p.x, p.w, p.y, p.rows, p.out, p.k);
   return LaunchStatus("RowStableDot");
+}
+
+using StagedLaunch = absl::Status (*)(const DotRowsParams&, cudaStream_t);
+
+// The staged tiles (rows x columns per CTA, K chunk, ring depth), as listed
+// in dot_rows.h.
+constexpr StagedLaunch kStaged[] = {
+    LaunchStaged<1, 2, 512, 4>,  LaunchStaged<1, 2, 512, 8>,  LaunchStaged<1, 1, 1024, 8>,
+    LaunchStaged<1, 4, 512, 6>,  LaunchStaged<2, 4, 256, 8>,  LaunchStaged<4, 8, 256, 6>,
+    LaunchStaged<1, 32, 128, 4>, LaunchStaged<8, 4, 256, 6>,
+};
+static_assert(sizeof(kStaged) / sizeof(kStaged[0]) == kRowStableDotTiles);
+
+bool Stageable(const DotRowsParams& p) {
+  return p.k % 4 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(p.w) % 16 == 0 && p.rows <= int64_t{65535} * 65535 &&
+         p.out <= 65535;
 }
 
 }  // namespace
@@ -76,18 +93,35 @@ absl::Status RowStableDot(const DotRowsParams& p, cudaStream_t stream) {
         std::to_string(p.out) + " k " + std::to_string(p.k));
   }
   if (p.rows == 0 || p.out == 0) return absl::OkStatus();
-  if (p.k % 4 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 &&
-      reinterpret_cast<uintptr_t>(p.w) % 16 == 0 && p.rows <= INT_MAX && p.out <= 65535 * 2) {
-    // Staged through shared memory (same bits, latency hidden). The shape
-    // moves work between CTAs, never bits.
-    if (p.rows <= 256) return LaunchStaged<2, 512>(p, stream);
-    return LaunchStaged<32, 128>(p, stream);
+  if (Stageable(p)) {
+    // Staged through shared memory (same bits, latency hidden). The tile
+    // moves work between CTAs, never bits; picked from dot_rows_bench on the
+    // H200 (mHC shapes: out 24, k 16384 / 20480): at 1-8 rows tile 2 (40.6
+    // us at k 20480), at 32-64 tile 0 (45.6 / 59.6 us), at 256 tile 5.
+    const int tile = p.rows <= 8    ? kRowStableDotSmallTile
+                     : p.rows <= 64 ? kRowStableDotMediumTile
+                                    : kRowStableDotLargeTile;
+    return kStaged[tile](p, stream);
   }
   constexpr int kThreads = 128;
   const int64_t threads = p.rows * p.out * 4;
   RowStableDotKernel<<<static_cast<unsigned>((threads + kThreads - 1) / kThreads), kThreads, 0,
                        stream>>>(p.x, p.w, p.y, p.rows, p.out, p.k);
   return LaunchStatus("RowStableDot");
+}
+
+absl::Status RowStableDotWithTile(const DotRowsParams& p, int tile, cudaStream_t stream) {
+  if (tile < 0 || tile >= kRowStableDotTiles) {
+    return absl::InvalidArgumentError("RowStableDot: tile " + std::to_string(tile) +
+                                      " is not in [0, " + std::to_string(kRowStableDotTiles) +
+                                      ")");
+  }
+  if (!SupportsRowStableDot(p) || !Stageable(p)) {
+    return absl::InvalidArgumentError(
+        "RowStableDot: a staged tile needs k % 4 == 0, 16-byte aligned x and w, out <= 65535");
+  }
+  if (p.rows == 0 || p.out == 0) return absl::OkStatus();
+  return kStaged[tile](p, stream);
 }
 
 }  // namespace weir::kernels::cuda::decode

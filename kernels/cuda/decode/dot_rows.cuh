@@ -84,23 +84,24 @@ __global__ void RowStableDotKernel(const float* __restrict__ x, const float* __r
 
 // RowStableDot, staged: the same per-element arithmetic as
 // RowStableDotKernel, for 16-byte aligned x, w and k % 4 == 0. A CTA of
-// kStagedThreads takes one row and up to kOuts output columns; all its
-// threads copy kChunk-element pieces of the x row and of the columns' w rows
-// into a ring of shared buffers (cp.async, many copies in flight), and
-// thread 4 o + l runs lane l of column o over each chunk from shared memory.
-// The dependent additions (k / 4 per lane) stay serial, as the reference's
-// order requires; the staging hides the memory latency that stalled each of
-// them. Few outputs per CTA (kOuts 2) spread a small batch over many CTAs,
-// each pulling fewer bytes; many (32) share the x row at larger batches.
-inline constexpr int kStagedStages = 4;
+// kStagedThreads takes a tile of up to kRows rows and kOuts output columns;
+// all its threads copy kChunk-element pieces of the tile's x rows and w rows
+// into a ring of kStages shared buffers (cp.async, many copies in flight), and
+// the quad 4 (r kOuts + o) + l runs lane l of element (r, o) over each chunk
+// from shared memory. The dependent additions (k / 4 per lane) stay serial, as
+// the reference's order requires; the staging hides the memory latency that
+// stalled each of them. The tile (rows x columns sharing one x or w row
+// load) and the ring depth (bytes in flight per CTA) move work and memory
+// traffic between CTAs, never bits.
 inline constexpr int kStagedThreads = 128;
 
-template <int kOuts, int kChunk>
+template <int kRows, int kOuts, int kChunk, int kStages>
 struct StagedShape {
-  static constexpr int kPitch = kChunk + 4;  // padded w rows: no bank conflicts
-  static constexpr int kStageFloats = kChunk + kOuts * kPitch;
-  static constexpr int kSmemBytes = kStagedStages * kStageFloats * 4;
-  static_assert(kOuts * 4 <= kStagedThreads, "one quad per output");
+  static constexpr int kPitch = kChunk + 4;  // padded rows: no bank conflicts
+  static constexpr int kStageFloats = (kRows + kOuts) * kPitch;
+  static constexpr int kSmemBytes = kStages * kStageFloats * 4;
+  static_assert(kRows * kOuts * 4 <= kStagedThreads, "one quad per output element");
+  static_assert(kStages >= 2 && kChunk % 4 == 0, "ring of whole 16-byte pieces");
 };
 
 __device__ __forceinline__ void StagedCopy16(float* dst, const float* src, bool valid) {
@@ -110,60 +111,69 @@ __device__ __forceinline__ void StagedCopy16(float* dst, const float* src, bool 
                : "memory");
 }
 
-template <int kOuts, int kChunk>
+template <int kStages>
+__device__ __forceinline__ void StagedWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2) : "memory");
+}
+
+template <int kRows, int kOuts, int kChunk, int kStages>
 __global__ void __launch_bounds__(kStagedThreads)
     RowStableDotStagedKernel(const float* __restrict__ x, const float* __restrict__ w, float* y,
-                             int64_t out, int64_t k) {
-  using Shape = StagedShape<kOuts, kChunk>;
-  extern __shared__ __align__(16) float ring[];  // [stages][x chunk, outs x pitch]
+                             int64_t rows, int64_t out, int64_t k) {
+  using Shape = StagedShape<kRows, kOuts, kChunk, kStages>;
+  extern __shared__ __align__(16) float ring[];  // [stages][x rows, w rows] x pitch
   const int t = threadIdx.x;
-  const int o = t / 4, l = t % 4;
-  const int64_t row = blockIdx.x;
+  const int e = t / 4, l = t % 4;
+  const int er = e / kOuts, eo = e % kOuts;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;
   const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kOuts;
+  const int live_rows = static_cast<int>(rows - row0 < kRows ? rows - row0 : kRows);
   const int outs = static_cast<int>(out - col0 < kOuts ? out - col0 : kOuts);
-  const float* xr = x + row * k;
   const int64_t chunks = (k + kChunk - 1) / kChunk;
   constexpr int kPieces = kChunk / 4;  // 16-byte pieces of one row's chunk
-  // Copies chunk c into stage s: the x piece, then every column's pieces;
-  // pieces past k are zero-filled (never read).
+  // Copies chunk c into stage s: the x rows' pieces, then the w rows'; rows
+  // past the tile and pieces past k are zero-filled (never read).
   auto load = [&](int64_t c, int s) {
     float* base = ring + s * Shape::kStageFloats;
     const int64_t k0 = c * kChunk;
-    for (int p = t; p < kPieces * (1 + outs); p += kStagedThreads) {
+    for (int p = t; p < kPieces * (kRows + kOuts); p += kStagedThreads) {
       const int r = p / kPieces, piece = p % kPieces;
       const int64_t kk = k0 + piece * 4;
-      const bool valid = kk < k;
-      if (r == 0) {
-        StagedCopy16(base + piece * 4, valid ? xr + kk : xr, valid);
-      } else {
-        const float* wr = w + (col0 + r - 1) * k;
-        StagedCopy16(base + kChunk + (r - 1) * Shape::kPitch + piece * 4, valid ? wr + kk : wr,
-                     valid);
-      }
+      const bool is_x = r < kRows;
+      const bool live = is_x ? r < live_rows : r - kRows < outs;
+      const bool valid = live && kk < k;
+      const float* src = is_x ? x + (row0 + r) * k : w + (col0 + r - kRows) * k;
+      StagedCopy16(base + r * Shape::kPitch + piece * 4, valid ? src + kk : x, valid);
     }
   };
-  for (int s = 0; s < kStagedStages - 1; ++s) {
+  for (int s = 0; s < kStages - 1; ++s) {
     if (s < chunks) load(s, s);
     asm volatile("cp.async.commit_group;\n" ::: "memory");
   }
+  const bool computes = e < kRows * kOuts && er < live_rows && eo < outs;
   float acc = 0.0f;
   for (int64_t c = 0; c < chunks; ++c) {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(kStagedStages - 2) : "memory");
+    StagedWait<kStages>();
     __syncthreads();
-    const int64_t next = c + kStagedStages - 1;
-    if (next < chunks) load(next, static_cast<int>(next % kStagedStages));
+    const int64_t next = c + kStages - 1;
+    if (next < chunks) load(next, static_cast<int>(next % kStages));
     asm volatile("cp.async.commit_group;\n" ::: "memory");
-    if (o < outs) {
-      const float* xs = ring + static_cast<int>(c % kStagedStages) * Shape::kStageFloats;
-      const float* ws = xs + kChunk + o * Shape::kPitch;
+    if (computes) {
+      const float* stage = ring + static_cast<int>(c % kStages) * Shape::kStageFloats;
+      const float* xs = stage + er * Shape::kPitch;
+      const float* ws = stage + (kRows + eo) * Shape::kPitch;
       const int len = static_cast<int>(k - c * kChunk < kChunk ? k - c * kChunk : kChunk);
+      if (len == kChunk) {
 #pragma unroll 8
-      for (int j = l; j < len; j += 4) acc = __fadd_rn(acc, __fmul_rn(xs[j], ws[j]));
+        for (int j = l; j < kChunk; j += 4) acc = __fadd_rn(acc, __fmul_rn(xs[j], ws[j]));
+      } else {
+        for (int j = l; j < len; j += 4) acc = __fadd_rn(acc, __fmul_rn(xs[j], ws[j]));
+      }
     }
   }
   const float pair = __fadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, 1));
   const float other = __shfl_xor_sync(0xffffffffu, pair, 2);
-  if (o < outs && l == 0) y[row * out + col0 + o] = __fadd_rn(pair, other);
+  if (computes && l == 0) y[(row0 + er) * out + col0 + eo] = __fadd_rn(pair, other);
 }
 
 }  // namespace weir::kernels::cuda::decode

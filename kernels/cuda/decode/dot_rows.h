@@ -60,6 +60,21 @@ absl::Status DotRows(const DotRowsParams& p, cudaStream_t stream);
 bool SupportsRowStableDot(const DotRowsParams& p);
 absl::Status RowStableDot(const DotRowsParams& p, cudaStream_t stream);
 
+// RowStableDot's staged tiles, for tests and dot_rows_bench: every tile gives
+// the same bits. Tile i is (rows, columns) per CTA, K chunk, ring stages:
+// 0 (1, 2, 512, 4), 1 (1, 2, 512, 8), 2 (1, 1, 1024, 8), 3 (1, 4, 512, 6),
+// 4 (2, 4, 256, 8), 5 (4, 8, 256, 6), 6 (1, 32, 128, 4), 7 (8, 4, 256, 6).
+// RowStableDot takes kRowStableDotSmallTile up to 8 rows, the medium tile up
+// to 64 and the large one above, when k % 4 == 0 and x, w are 16-byte
+// aligned.
+inline constexpr int kRowStableDotTiles = 8;
+inline constexpr int kRowStableDotSmallTile = 2;
+inline constexpr int kRowStableDotMediumTile = 0;
+inline constexpr int kRowStableDotLargeTile = 5;
+// INVALID_ARGUMENT for a tile outside [0, kRowStableDotTiles) or a product
+// the staged kernel cannot take (k % 4 != 0, misaligned x or w).
+absl::Status RowStableDotWithTile(const DotRowsParams& p, int tile, cudaStream_t stream);
+
 }  // namespace weir::kernels::cuda::decode
 
 #endif  // WEIR_KERNELS_CUDA_DECODE_DOT_ROWS_H_

@@ -111,6 +111,44 @@ TEST(RowStableDotTest, BitIdenticalToRowStableMatmul) {
   }
 }
 
+// Every staged tile (rows x columns per CTA, chunk, ring depth) keeps the
+// bits: partial row and column tiles, a partial last chunk, one and many
+// chunks.
+TEST(RowStableDotTest, EveryTileKeepsTheBits) {
+  for (int64_t k : {int64_t{4100}, int64_t{20480}}) {
+    for (int64_t rows : {int64_t{1}, int64_t{5}, int64_t{37}}) {
+      const int64_t kOut = rows == 5 ? 40 : 24;
+      std::mt19937 rng(static_cast<uint32_t>(k * 3 + rows));
+      const std::vector<float> x = Random(rows * k, rng), w = Random(kOut * k, rng);
+      DeviceBuffer<float> dx(x), dw(w), want(rows * kOut), got(rows * kOut);
+      ASSERT_TRUE(dense::RowStableMatmul({.x = dx.get(), .w = dw.get(), .y = want.get(),
+                                          .rows = rows, .out = kOut, .in = k},
+                                         nullptr)
+                      .ok());
+      const std::vector<float> a = want.Download();
+      for (int tile = 0; tile < kRowStableDotTiles; ++tile) {
+        got.Poison();
+        ASSERT_TRUE(RowStableDotWithTile({.x = dx.get(), .w = dw.get(), .y = got.get(),
+                                          .rows = rows, .out = kOut, .k = k},
+                                         tile, nullptr)
+                        .ok());
+        const std::vector<float> b = got.Download();
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+            << "tile " << tile << " k " << k << " rows " << rows << " out " << kOut;
+      }
+    }
+  }
+  DeviceBuffer<float> b(64);
+  EXPECT_FALSE(RowStableDotWithTile({.x = b.get(), .w = b.get(), .y = b.get(), .rows = 1,
+                                     .out = 1, .k = 8},
+                                    kRowStableDotTiles, nullptr)
+                   .ok());
+  EXPECT_FALSE(RowStableDotWithTile({.x = b.get() + 1, .w = b.get(), .y = b.get(), .rows = 1,
+                                     .out = 1, .k = 8},
+                                    0, nullptr)
+                   .ok());
+}
+
 // The staged kernel needs 16-byte aligned rows; a misaligned x takes the
 // quad-per-element kernel, with the same bits.
 TEST(RowStableDotTest, MisalignedInputKeepsTheBits) {
