@@ -285,15 +285,15 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
     RETURN_IF_ERROR(dense::ActQuantFp8({.x = og, .codes = fq, .scales = fq_scales,
                                         .rows = groups * b, .cols = gin},
                                        stream));
-    RETURN_IF_ERROR(dense::Fp8BlockGemm(
+    RETURN_IF_ERROR(Fp8Gemm(
         {.x = fq, .x_scales = fq_scales, .w = w0.codes, .w_scales = w0.scales, .y = ug, .m = b,
          .n = rank, .k = gin, .groups = static_cast<int>(groups), .x_group_stride = b * gin,
          .x_scales_group_stride = b * gin / 32, .w_group_stride = c_stride,
-         .w_scales_group_stride = s_stride, .y_group_stride = b * rank},
-        stream));
+         .w_scales_group_stride = s_stride, .y_group_stride = b * rank}));
   } else {
     for (int64_t g = 0; g < groups; ++g) {
-      RETURN_IF_ERROR(Mm(L.wo_a[g], og + g * b * gin, b, ug + g * b * rank));
+      RETURN_IF_ERROR(Mm(L.wo_a[g], og + g * b * gin, b, ug + g * b * rank,
+                         static_cast<int>(groups)));
     }
   }
   RETURN_IF_ERROR(dec::SwapAxes({.src = ug, .dst = u, .a = groups, .b = b, .width = rank}, stream));

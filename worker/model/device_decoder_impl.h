@@ -343,6 +343,11 @@ struct DeviceDecoder::Impl {
   int64_t fq_count = 0;    // elements of fq
   uint16_t* xb = nullptr;  // kFast: bf16 bits of a bf16 product's input
   int64_t xb_count = 0;
+  // kFast: the FP8 products' split-K partials (ChooseFp8GemmSplits per weight
+  // shape; below kSplitFloatsPerRow per batch row by construction).
+  float* split = nullptr;
+  int64_t split_count = 0;
+  static constexpr int64_t kSplitFloatsPerRow = 2 * dense::kFp8GemmSplitTargetCtas * 32;
   float* gate_logits = nullptr;  // kFast: [batch_cap, routed experts]
   float *qr = nullptr, *q = nullptr, *kvw = nullptr, *o = nullptr, *og = nullptr,
         *ug = nullptr, *u = nullptr;
@@ -523,16 +528,31 @@ struct DeviceDecoder::Impl {
                             .groups = groups, .w_group_stride = w_stride},
                            stream);
   }
-  absl::Status Mm(const DevDense& w, const float* in, int64_t rows, float* out) {
+  // Fp8BlockGemm with the split-K its weight shape gets (the same for every
+  // batch size: batch-invariant). `split_groups`: the group count the split
+  // is chosen for (a grouped weight run group by group keeps its split).
+  absl::Status Fp8Gemm(dense::Fp8BlockGemmParams p, int split_groups = 0) {
+    p.k_splits = dense::ChooseFp8GemmSplits(p.n, p.k, split_groups > 0 ? split_groups : p.groups);
+    if (p.k_splits > 1) {
+      p.split_scratch = split;
+      if (dense::Fp8GemmSplitScratchFloats(p) > split_count) {
+        return absl::InternalError(absl::StrCat(
+            "DeviceDecoder: split-K partials of ", dense::Fp8GemmSplitScratchFloats(p),
+            " floats exceed their scratch of ", split_count));
+      }
+    }
+    return dense::Fp8BlockGemm(p, stream);
+  }
+  absl::Status Mm(const DevDense& w, const float* in, int64_t rows, float* out,
+                  int split_groups = 0) {
     if (w.bf16 != nullptr) return MmBf16(w, in, rows, out);
     if (w.codes != nullptr) {  // kFast: the reference's act_quant, then tensor cores
       RETURN_IF_ERROR(dense::ActQuantFp8({.x = in, .codes = fq, .scales = fq_scales,
                                           .rows = rows, .cols = w.in},
                                          stream));
-      return dense::Fp8BlockGemm({.x = fq, .x_scales = fq_scales, .w = w.codes,
-                                  .w_scales = w.scales, .y = out, .m = rows, .n = w.out,
-                                  .k = w.in},
-                                 stream);
+      return Fp8Gemm({.x = fq, .x_scales = fq_scales, .w = w.codes, .w_scales = w.scales,
+                      .y = out, .m = rows, .n = w.out, .k = w.in},
+                     split_groups);
     }
     const dense::MatmulParams p{.x = in, .w = w.w, .y = out, .rows = rows, .out = w.out,
                                 .in = w.in, .fp8_activation = w.fp8,

@@ -176,6 +176,8 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
     gate_logits = r.Alloc<float>(bc * std::max<int64_t>(c.n_routed_experts, 1));
     xb_count = std::max(pairs * widest, bc * c.n_heads * hd);
     xb = r.Alloc<uint16_t>(xb_count);
+    split_count = bc * kSplitFloatsPerRow;
+    split = r.Alloc<float>(split_count);
   }
   qr = r.Alloc<float>(bc * c.q_lora_rank);
   q = r.Alloc<float>(bc * c.n_heads * hd);

@@ -1,5 +1,6 @@
 #include "kernels/cuda/dense/fp8_block_gemm_params.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
@@ -66,6 +67,21 @@ int64_t Fp8GemmSharedBytes(const Fp8GemmTileShape& s) {
   return per_stage * s.stages;
 }
 
+int64_t Fp8GemmSplitScratchFloats(const Fp8BlockGemmParams& p) {
+  if (p.k_splits <= 1) return 0;
+  return int64_t{p.groups} * p.k_splits * p.m * p.n;
+}
+
+int ChooseFp8GemmSplits(int64_t n, int64_t k, int groups) {
+  if (n <= 0 || k <= 0 || groups <= 0) return 1;
+  const int64_t ctas = (n + 31) / 32 * groups;
+  if (ctas >= kFp8GemmSplitTargetCtas) return 1;
+  const int64_t num_kt = (k + kFp8GemmStageK - 1) / kFp8GemmStageK;
+  const int64_t wanted = (kFp8GemmSplitTargetCtas + ctas - 1) / ctas;
+  const int64_t most = std::min<int64_t>(kFp8GemmMaxSplits, num_kt / 4);
+  return static_cast<int>(std::max<int64_t>(1, std::min(wanted, most)));
+}
+
 absl::Status CheckFp8BlockGemmParams(const Fp8BlockGemmParams& p) {
   if (p.x == nullptr || p.x_scales == nullptr || p.w == nullptr || p.w_scales == nullptr ||
       p.y == nullptr) {
@@ -105,6 +121,16 @@ absl::Status CheckFp8BlockGemmParams(const Fp8BlockGemmParams& p) {
           "Fp8BlockGemm: a group stride is negative, below its group's size, or misaligned "
           "(codes 16 bytes, scales 4)");
     }
+  }
+  const int64_t num_kt = (p.k + kFp8GemmStageK - 1) / kFp8GemmStageK;
+  if (p.k_splits < 1 || p.k_splits > num_kt ||
+      int64_t{p.k_splits} * p.groups > kMaxGridY) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Fp8BlockGemm: k_splits ", p.k_splits, " outside [1, ", num_kt,
+                     "] (stages of 128 of K) or groups x k_splits above 65535"));
+  }
+  if (p.k_splits > 1 && p.split_scratch == nullptr) {
+    return absl::InvalidArgumentError("Fp8BlockGemm: k_splits > 1 needs split_scratch");
   }
   const Fp8GemmTile tile = p.tile == Fp8GemmTile::kAuto ? ChooseFp8GemmTile(p.m, p.n) : p.tile;
   const Fp8GemmTileShape shape = ShapeOfFp8GemmTile(tile);

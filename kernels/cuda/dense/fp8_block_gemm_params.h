@@ -95,13 +95,39 @@ struct Fp8BlockGemmParams {
   int64_t w_group_stride = 0;
   int64_t w_scales_group_stride = 0;
   int64_t y_group_stride = 0;
+  // Split-K for decode (few CTAs from small n): the K stages (128 of K each,
+  // num_kt = ceil(k / 128)) are cut into k_splits contiguous ranges, split s
+  // covering stages [s num_kt / k_splits, (s + 1) num_kt / k_splits); each
+  // range is folded as below into its own fp32 partial (in split_scratch,
+  // Fp8GemmSplitScratchFloats floats), then y = ((part_0 + part_1) + part_2)
+  // + ... in split order (a second kernel). The cut depends on k_splits and
+  // k only, so with k_splits fixed per weight (ChooseFp8GemmSplits) a row's
+  // bits still depend on nothing but its X row and W. 1 = no split.
+  int k_splits = 1;
+  float* split_scratch = nullptr;
 };
+
+// Floats of split_scratch a call with `p`'s shape needs: groups x k_splits x
+// m x n (0 without a split).
+int64_t Fp8GemmSplitScratchFloats(const Fp8BlockGemmParams& p);
+
+// The split a decode-shaped product (n rows of W, k of K, `groups` groups)
+// runs with: enough splits that about kFp8GemmSplitTargetCtas CTAs of 32 W
+// rows share the work, with at least 4 stages (512 of K) per split and at
+// most kFp8GemmMaxSplits; 1 when the n / 32 x groups CTAs already reach the
+// target. A function of the weight's shape alone (never of m or the device),
+// so it keeps every row batch-invariant.
+inline constexpr int64_t kFp8GemmSplitTargetCtas = 512;
+inline constexpr int kFp8GemmMaxSplits = 16;
+int ChooseFp8GemmSplits(int64_t n, int64_t k, int groups = 1);
 
 // Returns OK or INVALID_ARGUMENT naming the problem: a null pointer, m, n or
 // k not positive, k not a multiple of 32, x or w not 16-byte aligned, y not
 // aligned to its element, m too large for the launch grid of the tile, or
 // groups outside [1, 65535] with a stride below its group's size, a code
-// stride not a multiple of 16 or a scale stride not a multiple of 4.
+// stride not a multiple of 16 or a scale stride not a multiple of 4, or
+// k_splits outside [1, ceil(k / 128)] (groups x k_splits <= 65535) or above 1
+// without split_scratch.
 absl::Status CheckFp8BlockGemmParams(const Fp8BlockGemmParams& params);
 
 // ---- Shared-memory tile layout (host and device) ---------------------------

@@ -61,6 +61,47 @@ TEST(Fp8BlockGemmParamsTest, RefusesBadArguments) {
   EXPECT_TRUE(CheckFp8BlockGemmParams(p).ok());
 }
 
+// The split follows the weight's shape only: V4.1's small-n decode linears
+// split, the wide ones do not, every split keeps >= 4 stages of K, and the
+// checks refuse splits the kernel cannot run.
+TEST(Fp8BlockGemmParamsTest, SplitsFollowTheWeightShape) {
+  EXPECT_EQ(ChooseFp8GemmSplits(1280, 5120), 10);   // wq_a: 40 CTAs -> 13 wanted, 10 stages max
+  EXPECT_EQ(ChooseFp8GemmSplits(512, 5120), 10);    // wkv
+  EXPECT_EQ(ChooseFp8GemmSplits(5120, 8192), 4);    // wo_b: 160 CTAs
+  EXPECT_EQ(ChooseFp8GemmSplits(5120, 2304), 4);    // shared.w2: 18 stages
+  EXPECT_EQ(ChooseFp8GemmSplits(4096, 1280), 2);    // index.wq_b: 10 stages
+  EXPECT_EQ(ChooseFp8GemmSplits(32768, 1280), 1);   // wq_b: 1024 CTAs
+  EXPECT_EQ(ChooseFp8GemmSplits(1024, 1024, 8), 2);  // grouped wo_a: 256 CTAs
+  EXPECT_EQ(ChooseFp8GemmSplits(64, 256), 1);       // 2 stages: no room to split
+  for (int64_t n : {int64_t{16}, int64_t{100}, int64_t{1280}, int64_t{20000}}) {
+    for (int64_t k : {int64_t{32}, int64_t{512}, int64_t{5120}, int64_t{16384}}) {
+      const int s = ChooseFp8GemmSplits(n, k);
+      EXPECT_GE(s, 1);
+      EXPECT_LE(s, kFp8GemmMaxSplits);
+      if (s > 1) {
+        EXPECT_GE((k + 127) / 128 / s, 4) << n << " " << k;
+      }
+    }
+  }
+  alignas(16) uint8_t buf[64] = {};
+  alignas(16) float y[4] = {};
+  float scratch[64] = {};
+  Fp8BlockGemmParams p{.x = buf, .x_scales = buf, .w = buf, .w_scales = buf, .y = y,
+                       .m = 1, .n = 4, .k = 256, .k_splits = 2, .split_scratch = scratch};
+  EXPECT_TRUE(CheckFp8BlockGemmParams(p).ok());
+  EXPECT_EQ(Fp8GemmSplitScratchFloats(p), 8);
+  p.k_splits = 3;  // 2 stages of K
+  EXPECT_FALSE(CheckFp8BlockGemmParams(p).ok());
+  p.k_splits = 0;
+  EXPECT_FALSE(CheckFp8BlockGemmParams(p).ok());
+  p.k_splits = 2;
+  p.split_scratch = nullptr;
+  EXPECT_FALSE(CheckFp8BlockGemmParams(p).ok());
+  p.k_splits = 1;
+  EXPECT_TRUE(CheckFp8BlockGemmParams(p).ok());
+  EXPECT_EQ(Fp8GemmSplitScratchFloats(p), 0);
+}
+
 TEST(Fp8BlockGemmParamsTest, TileTableIsConsistent) {
   for (Fp8GemmTile tile :
        {Fp8GemmTile::kN16M8, Fp8GemmTile::kN16M16, Fp8GemmTile::kN16M32, Fp8GemmTile::kN16M64,

@@ -34,14 +34,26 @@ absl::Status LaunchTile(const Fp8BlockGemmParams& p, const Fp8GemmTileShape& sha
                                   p.w_group_stride != 0 ? p.w_group_stride : p.n * p.k,
                                   p.w_scales_group_stride != 0 ? p.w_scales_group_stride
                                                                : n_groups * (p.k / 32),
-                                  p.y_group_stride != 0 ? p.y_group_stride : p.m * p.n};
+                                  p.y_group_stride != 0 ? p.y_group_stride : p.m * p.n,
+                                  p.k_splits,
+                                  p.split_scratch};
   const dim3 grid(static_cast<unsigned>((p.n + kBn - 1) / kBn),
-                  static_cast<unsigned>((p.m + kBm - 1) / kBm), static_cast<unsigned>(p.groups));
+                  static_cast<unsigned>((p.m + kBm - 1) / kBm),
+                  static_cast<unsigned>(p.groups * p.k_splits));
   const int threads = kWarpsN * kWarpsM * 32;
   const int smem = static_cast<int>(Fp8GemmSharedBytes(shape));
   auto launch = [&](auto kernel) -> absl::Status {
     if (absl::Status s = AllowSharedBytes(kernel, smem, "Fp8BlockGemm"); !s.ok()) return s;
     kernel<<<grid, threads, smem, stream>>>(args);
+    if (p.k_splits > 1) {
+      constexpr int kReduceThreads = 256;
+      const int64_t mn = p.m * p.n;
+      fp8_gemm::Fp8SplitReduceKernel<<<
+          dim3(static_cast<unsigned>((mn + kReduceThreads - 1) / kReduceThreads),
+               static_cast<unsigned>(p.groups)),
+          kReduceThreads, 0, stream>>>(p.split_scratch, p.y, mn, p.k_splits, args.y_stride,
+                                       args.bf16_out);
+    }
     return LaunchStatus("Fp8BlockGemm");
   };
   // Both scale paths run the same arithmetic (same bits); they differ in speed.

@@ -31,8 +31,12 @@ struct KernelArgs {
   void* y;                  // [m, n], float or bf16
   int64_t m, n, k;
   bool bf16_out;
-  // Per group (blockIdx.z), resolved (non-zero when groups > 1).
+  // Per group (blockIdx.z / splits), resolved (non-zero when groups > 1).
   int64_t x_stride, xs_stride, w_stride, ws_stride, y_stride;
+  // Split-K: blockIdx.z % splits is the split; with splits > 1 each split
+  // writes its fp32 partial to partial [groups][splits][m][n] instead of y.
+  int splits;
+  float* partial;
 };
 
 // kBn x kBm tile of Y^T per CTA; warp tile (kBn / kWarpsN) x (kBm / kWarpsM).
@@ -45,8 +49,12 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
     Fp8BlockGemmKernel(const __grid_constant__ KernelArgs grouped) {
   // This CTA's group: the same product over advanced pointers.
   KernelArgs args = grouped;
+  const int split = static_cast<int>(blockIdx.z % grouped.splits);
   {
-    const int64_t g = blockIdx.z;
+    const int64_t g = blockIdx.z / grouped.splits;
+    if (grouped.splits > 1) {
+      args.partial = grouped.partial + (g * grouped.splits + split) * grouped.m * grouped.n;
+    }
     args.x += g * grouped.x_stride;
     args.x_scales += g * grouped.xs_stride;
     args.w += g * grouped.w_stride;
@@ -93,6 +101,9 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
   const int64_t k = args.k;
   const int num_kb = static_cast<int>(k / kFp8GemmScaleBlock);
   const int num_kt = (num_kb + kBlocksPerStage - 1) / kBlocksPerStage;
+  // This split's stages (all of them without a split).
+  const int kt_begin = static_cast<int>(int64_t{split} * num_kt / args.splits);
+  const int kt_end = static_cast<int>(int64_t{split + 1} * num_kt / args.splits);
   const int64_t n_groups = (args.n + 31) / 32;
 
   // Per-thread copy sources, fixed for the whole K loop (row pointers of the
@@ -280,11 +291,11 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
   // Prologue: stages 0 .. kStages - 2 (register-path scales stored at once).
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < num_kt) {
-      load_tiles(s, s);
+    if (kt_begin + s < kt_end) {
+      load_tiles(kt_begin + s, s);
       if constexpr (!kAsyncScales) {
         uint32_t r[kScaleLoads];
-        load_scales(s, r);
+        load_scales(kt_begin + s, r);
         store_scales(s, r);
       }
     }
@@ -295,7 +306,7 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
   for (int i = 0; i < kScaleLoads; ++i) pending[i] = 127;
   int slot = 0;
   int next_slot = kStages - 1;
-  for (int kt = 0; kt < num_kt; ++kt) {
+  for (int kt = kt_begin; kt < kt_end; ++kt) {
     CpAsyncWait<kStages - 2>();  // this thread's copies of stage kt have landed
     __syncthreads();             // everyone's have; the slot of stage kt - 1 is free
     const int next = kt + kStages - 1;
@@ -303,11 +314,11 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
       // Scales of stage next - 1 (loaded one iteration ago) go to their slot,
       // last read at stage kt - 2; they are read at stage next - 1 >= kt + 1,
       // after the next barrier.
-      if (kt >= 1 && next - 1 < num_kt) {
+      if (kt > kt_begin && next - 1 < kt_end) {
         store_scales(next_slot == 0 ? kStages - 1 : next_slot - 1, pending);
       }
     }
-    if (next < num_kt) {
+    if (next < kt_end) {
       load_tiles(next, next_slot);
       if constexpr (!kAsyncScales) load_scales(next, pending);
     }
@@ -327,7 +338,9 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
         const int64_t gn = n0 + warp_n0 + mi * 16 + c.n;
         const int64_t gm = m0 + warp_m0 + ni * 8 + c.m;
         if (gn < args.n && gm < args.m) {
-          if (args.bf16_out) {
+          if (args.splits > 1) {
+            args.partial[gm * args.n + gn] = acc[mi][ni][r];
+          } else if (args.bf16_out) {
             static_cast<__nv_bfloat16*>(args.y)[gm * args.n + gn] =
                 __float2bfloat16_rn(acc[mi][ni][r]);
           } else {
@@ -336,6 +349,23 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
         }
       }
     }
+  }
+}
+
+// y of each group = the splits' partials summed in split order (one thread
+// per output element of a group).
+__global__ void Fp8SplitReduceKernel(const float* __restrict__ partial, void* y, int64_t mn,
+                                     int splits, int64_t y_stride, bool bf16_out) {
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= mn) return;
+  const int64_t g = blockIdx.y;
+  const float* part = partial + g * splits * mn + e;
+  float v = part[0];
+  for (int s = 1; s < splits; ++s) v = __fadd_rn(v, part[s * mn]);
+  if (bf16_out) {
+    static_cast<__nv_bfloat16*>(y)[g * y_stride + e] = __float2bfloat16_rn(v);
+  } else {
+    static_cast<float*>(y)[g * y_stride + e] = v;
   }
 }
 

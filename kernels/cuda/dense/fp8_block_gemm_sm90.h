@@ -19,8 +19,12 @@
 //   y = acc (fp32), or bf16(acc) rounded to nearest even.
 // The scale product is exact (powers of two), so each step rounds once.
 //
-// Batch invariance: a row's output depends only on that row of X and on W,
-// never on m or on the other rows (no split-K, one fixed order). Every tile
+// With k_splits > 1 (Fp8BlockGemmParams), the loop above runs over each
+// split's K blocks into its own acc, and y = ((acc_0 + acc_1) + ...) in split
+// order, then bf16 if asked: a fixed order too, chosen per weight shape.
+//
+// Batch invariance: a row's output depends only on that row of X, on W and
+// on k_splits, never on m or on the other rows (one fixed order). Every tile
 // of fp8_block_gemm_params.h runs the same arithmetic; the test compares them
 // bit for bit.
 //
@@ -37,7 +41,8 @@
 //
 // Decode: up to 64 rows one CTA row covers all of X, so each weight byte is
 // read from memory once per call. Without split-K the grid has n / 16 warps,
-// so small n cannot fill the GPU (README "Measurements"). Prefill: 128 x 128
+// so small n cannot fill the GPU (README "Measurements"); ChooseFp8GemmSplits
+// picks the split that fills it. Prefill: 128 x 128
 // tiles at the mma.sync f16 rate, well below wgmma FP8 (README).
 //
 // Thread safety: stateless; safe from any thread.

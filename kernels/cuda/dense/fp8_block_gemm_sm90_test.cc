@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -109,7 +110,8 @@ void Exact(const Operands& op, std::vector<double>& y, std::vector<double>& abs_
 // `scale_offset` bytes into their buffer (1: not 4-byte aligned, which takes
 // the kernel's register path for scales).
 std::vector<float> RunGpu(const Operands& op, Fp8GemmTile tile,
-                          Fp8GemmOutput output = Fp8GemmOutput::kF32, int scale_offset = 0) {
+                          Fp8GemmOutput output = Fp8GemmOutput::kF32, int scale_offset = 0,
+                          int splits = 1) {
   DeviceBuffer<uint8_t> x(op.x), w(op.w), ws(op.w_scales);
   DeviceBuffer<uint8_t> xs(static_cast<int64_t>(op.x_scales.size()) + 4);
   if (xs.ok()) {
@@ -122,6 +124,8 @@ std::vector<float> RunGpu(const Operands& op, Fp8GemmTile tile,
     return {};
   }
   y.Poison(0xFF);  // NaN in fp32 and in bf16
+  DeviceBuffer<float> scratch(std::max<int64_t>(1, splits * op.m * op.n));
+  scratch.Poison(0xFF);
   const absl::Status status = Fp8BlockGemm({.x = x.get(),
                                             .x_scales = xs.get() + scale_offset,
                                             .w = w.get(),
@@ -131,7 +135,10 @@ std::vector<float> RunGpu(const Operands& op, Fp8GemmTile tile,
                                             .n = op.n,
                                             .k = op.k,
                                             .output = output,
-                                            .tile = tile},
+                                            .tile = tile,
+                                            .k_splits = splits,
+                                            .split_scratch = splits > 1 ? scratch.get()
+                                                                        : nullptr},
                                            nullptr);
   EXPECT_TRUE(status.ok()) << status;
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -160,11 +167,14 @@ struct Agreement {
   double worst_ratio = 0;  // max |y - exact| / sum |x w|
 };
 
-Agreement Compare(const Operands& op, const std::vector<float>& got) {
+// With a split, the S partial sums are folded block by block as above and
+// then added in split order: S - 1 more roundings of at most 2^-24 sum|xw|.
+Agreement Compare(const Operands& op, const std::vector<float>& got, int splits = 1) {
   std::vector<double> exact, abs_sum;
   Exact(op, exact, abs_sum);
   Agreement a;
-  const double rel = kTensorCoreRel + static_cast<double>(op.k / 32) * std::ldexp(1.0, -24);
+  const double rel =
+      kTensorCoreRel + static_cast<double>(op.k / 32 + splits - 1) * std::ldexp(1.0, -24);
   for (size_t i = 0; i < exact.size(); ++i) {
     const double err = std::fabs(static_cast<double>(got[i]) - exact[i]);
     if (!(err <= rel * abs_sum[i] + 1e-30)) ++a.violations;  // NaN counts
@@ -300,6 +310,108 @@ TEST(Fp8BlockGemmTest, GroupsGiveEachGroupItsOwnBits) {
                          nullptr)
                 .code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Split-K (decode shapes of V4.1 and odd ones): within the bound, the same
+// bits for every tile at a fixed split, a row's bits independent of the batch
+// around it, and bf16 output the rounded fp32 output.
+TEST(Fp8BlockGemmTest, SplitKIsBoundedTileFreeAndBatchInvariant) {
+  for (const Shape& s : {Shape{1, 1280, 5120}, Shape{5, 512, 5120}, Shape{64, 130, 1280},
+                         Shape{3, 33, 416}, Shape{17, 1024, 2304}}) {
+    const int64_t num_kt = (s.k + 127) / 128;
+    for (int splits : {2, 3, 7, ChooseFp8GemmSplits(s.n, s.k)}) {
+      if (splits > num_kt) continue;
+      const Operands op = MakeOperands(s.m, s.n, s.k, 3 * s.m + s.n + splits, Source::kRawCodes);
+      const std::vector<float> first =
+          RunGpu(op, kAllFp8GemmTiles[0], Fp8GemmOutput::kF32, 0, splits);
+      ASSERT_EQ(first.size(), static_cast<size_t>(s.m * s.n)) << "splits " << splits;
+      const Agreement a = Compare(op, first, splits);
+      EXPECT_EQ(a.violations, 0) << s.m << "x" << s.n << "x" << s.k << " splits " << splits;
+      std::printf("split %d m %-3lld n %-5lld k %-5lld: worst |y - exact| / sum|xw| = %.3g\n",
+                  splits, static_cast<long long>(s.m), static_cast<long long>(s.n),
+                  static_cast<long long>(s.k), a.worst_ratio);
+      for (Fp8GemmTile tile : kAllFp8GemmTiles) {
+        int64_t at = -1;
+        EXPECT_EQ(BitMismatches(RunGpu(op, tile, Fp8GemmOutput::kF32, 0, splits), first, &at),
+                  0)
+            << "tile " << static_cast<int>(tile) << " splits " << splits << " first mismatch "
+            << at;
+      }
+      // The register path for scales (misaligned) keeps the bits too.
+      EXPECT_EQ(BitMismatches(RunGpu(op, Fp8GemmTile::kAuto, Fp8GemmOutput::kF32, 1, splits),
+                              first, nullptr),
+                0)
+          << "register scales, splits " << splits;
+      const std::vector<float> bf16 =
+          RunGpu(op, Fp8GemmTile::kAuto, Fp8GemmOutput::kBf16, 0, splits);
+      ASSERT_EQ(bf16.size(), first.size());
+      std::vector<float> rounded(first.size());
+      for (size_t i = 0; i < first.size(); ++i) {
+        rounded[i] = RoundToBf16(first[i]);
+      }
+      EXPECT_EQ(BitMismatches(bf16, rounded, nullptr), 0) << "bf16, splits " << splits;
+    }
+  }
+  // A row alone and inside batches of other rows, at the split its weight
+  // shape gets.
+  constexpr int64_t kN = 1280, kK = 5120;
+  const int splits = ChooseFp8GemmSplits(kN, kK);
+  ASSERT_GT(splits, 1);
+  Operands alone = MakeOperands(1, kN, kK, 77, Source::kQuantized);
+  const std::vector<float> want =
+      RunGpu(alone, Fp8GemmTile::kAuto, Fp8GemmOutput::kF32, 0, splits);
+  ASSERT_EQ(want.size(), static_cast<size_t>(kN));
+  std::mt19937 rng(8);
+  for (int64_t m : {int64_t{8}, int64_t{64}, int64_t{200}}) {
+    Operands batch = alone;
+    batch.m = m;
+    QuantizedFp8Rows(m, kK, rng, batch.x, batch.x_scales);
+    const int64_t pos = m / 2;
+    std::copy(alone.x.begin(), alone.x.end(), batch.x.begin() + pos * kK);
+    std::copy(alone.x_scales.begin(), alone.x_scales.end(),
+              batch.x_scales.begin() + pos * (kK / 32));
+    const std::vector<float> got =
+        RunGpu(batch, Fp8GemmTile::kAuto, Fp8GemmOutput::kF32, 0, splits);
+    ASSERT_EQ(got.size(), static_cast<size_t>(m * kN));
+    const std::vector<float> row(got.begin() + pos * kN, got.begin() + (pos + 1) * kN);
+    EXPECT_EQ(BitMismatches(row, want, nullptr), 0) << "m " << m;
+  }
+}
+
+// Groups with a split: every group gets the bits of its own split launch.
+TEST(Fp8BlockGemmTest, SplitGroupsGiveEachGroupItsOwnBits) {
+  constexpr int kGroups = 3, kSplits = 3;
+  const int64_t m = 4, n = 96, k = 1024;
+  const int64_t xs = m * k, xss = m * (k / 32), ws = n * k, wss = ((n + 31) / 32) * (k / 32),
+                ys = m * n + 5;
+  std::vector<uint8_t> x(kGroups * xs), x_scales(kGroups * xss), w(kGroups * ws),
+      w_scales(kGroups * wss);
+  std::vector<std::vector<float>> want;
+  for (int g = 0; g < kGroups; ++g) {
+    const Operands op = MakeOperands(m, n, k, 60 + g, Source::kQuantized);
+    std::copy(op.x.begin(), op.x.end(), x.begin() + g * xs);
+    std::copy(op.x_scales.begin(), op.x_scales.end(), x_scales.begin() + g * xss);
+    std::copy(op.w.begin(), op.w.end(), w.begin() + g * ws);
+    std::copy(op.w_scales.begin(), op.w_scales.end(), w_scales.begin() + g * wss);
+    want.push_back(RunGpu(op, Fp8GemmTile::kAuto, Fp8GemmOutput::kF32, 0, kSplits));
+  }
+  DeviceBuffer<uint8_t> dx(x), dxs(x_scales), dw(w), dws(w_scales);
+  DeviceBuffer<float> y(kGroups * ys), scratch(kGroups * kSplits * m * n);
+  ASSERT_TRUE(dx.ok() && dxs.ok() && dw.ok() && dws.ok() && y.ok() && scratch.ok());
+  y.Poison(0xFF);
+  ASSERT_TRUE(Fp8BlockGemm({.x = dx.get(), .x_scales = dxs.get(), .w = dw.get(),
+                            .w_scales = dws.get(), .y = y.get(), .m = m, .n = n, .k = k,
+                            .groups = kGroups, .y_group_stride = ys, .k_splits = kSplits,
+                            .split_scratch = scratch.get()},
+                           nullptr)
+                  .ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<float> got = y.Download();
+  for (int g = 0; g < kGroups; ++g) {
+    ASSERT_EQ(want[g].size(), static_cast<size_t>(m * n));
+    EXPECT_EQ(std::memcmp(got.data() + g * ys, want[g].data(), m * n * sizeof(float)), 0)
+        << "group " << g;
+  }
 }
 
 TEST(Fp8BlockGemmTest, Bf16OutputIsTheRoundedFp32Output) {

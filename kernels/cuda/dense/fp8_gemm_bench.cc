@@ -67,6 +67,7 @@ struct Problem {
   int64_t m, n, k;
   std::vector<uint8_t*> x, xs, w, ws;
   float* y = nullptr;
+  float* scratch = nullptr;  // split-K partials, up to kFp8GemmMaxSplits
   Problem(int64_t m_, int64_t n_, int64_t k_, int copies) : m(m_), n(n_), k(k_) {
     for (int c = 0; c < copies; ++c) {
       x.push_back(DeviceBytes(m * k, false, 1 + c));
@@ -75,15 +76,17 @@ struct Problem {
       ws.push_back(DeviceBytes((n + 31) / 32 * (k / 32), true, 4 + c));
     }
     WEIR_BENCH_CHECK(cudaMalloc(&y, m * n * sizeof(float)));
+    WEIR_BENCH_CHECK(cudaMalloc(&scratch, kFp8GemmMaxSplits * m * n * sizeof(float)));
   }
   ~Problem() {
     for (auto* v : {&x, &xs, &w, &ws}) {
       for (uint8_t* p : *v) cudaFree(p);
     }
     cudaFree(y);
+    cudaFree(scratch);
   }
   int64_t ReadBytes() const { return n * k + (n + 31) / 32 * (k / 32) + m * k + m * k / 32; }
-  Fp8BlockGemmParams Params(int c, Fp8GemmTile tile) const {
+  Fp8BlockGemmParams Params(int c, Fp8GemmTile tile, int splits = 1) const {
     return {.x = x[c],
             .x_scales = xs[c],
             .w = w[c],
@@ -92,17 +95,20 @@ struct Problem {
             .m = m,
             .n = n,
             .k = k,
-            .tile = tile};
+            .tile = tile,
+            .k_splits = splits,
+            .split_scratch = splits > 1 ? scratch : nullptr};
   }
 };
 
 // Per-call time (us) of `launches` back-to-back Fp8BlockGemm calls captured
 // in one CUDA graph, cycling over copies [0, copies).
-double GraphUs(const Problem& p, Fp8GemmTile tile, int copies, cudaStream_t stream) {
+double GraphUs(const Problem& p, Fp8GemmTile tile, int copies, cudaStream_t stream,
+               int splits = 1) {
   constexpr int kLaunches = 32;
   const double ms = GraphMedianMs(
       [&](int i, cudaStream_t st) {
-        if (absl::Status s = Fp8BlockGemm(p.Params(i % copies, tile), st); !s.ok()) {
+        if (absl::Status s = Fp8BlockGemm(p.Params(i % copies, tile, splits), st); !s.ok()) {
           std::fprintf(stderr, "%s\n", s.ToString().c_str());
           std::exit(1);
         }
@@ -162,9 +168,9 @@ constexpr Linear kDecodeShapes[] = {
 void Decode(double copy_gbps, cudaStream_t stream) {
   std::printf("\nDecode (graph replays of 32 calls; cold = inputs rotated over > %lld MB)\n",
               static_cast<long long>(3 * kL2Bytes >> 20));
-  std::printf("%-12s %-3s %-6s %-6s %9s | %-8s %8s %7s %6s | %8s %7s | %-9s %8s\n", "linear", "m",
-              "n", "k", "MB read", "tile", "cold us", "GB/s", "/copy", "hot us", "GB/s",
-              "best tile", "cold us");
+  std::printf("%-12s %-3s %-6s %-6s %9s | %-8s %8s %7s %6s | %8s %7s | %-9s %8s | %5s %8s %6s\n",
+              "linear", "m", "n", "k", "MB read", "tile", "cold us", "GB/s", "/copy", "hot us",
+              "GB/s", "best tile", "cold us", "split", "cold us", "/copy");
   for (const Linear& l : kDecodeShapes) {
     for (int64_t m : {1, 8, 32, 64}) {
       const int64_t per_copy = l.n * l.k + m * l.k;
@@ -182,12 +188,17 @@ void Decode(double copy_gbps, cudaStream_t stream) {
         if (us < best_us) best_us = us, best = t;
       }
       const double gbps = bytes / cold / 1e3;
+      // The split the decoder runs this weight with (ChooseFp8GemmSplits),
+      // partial sums and their reduction included.
+      const int splits = ChooseFp8GemmSplits(l.n, l.k);
+      const double split_us = GraphUs(p, Fp8GemmTile::kAuto, copies, stream, splits);
       std::printf(
           "%-12s %-3lld %-6lld %-6lld %9.2f | %-8s %8.2f %7.0f %6.2f | %8.2f %7.0f | "
-          "%-9s %8.2f\n",
+          "%-9s %8.2f | %5d %8.2f %6.2f\n",
           l.name, static_cast<long long>(m), static_cast<long long>(l.n),
           static_cast<long long>(l.k), bytes / 1e6, TileName(ChooseFp8GemmTile(m, l.n)), cold, gbps,
-          gbps / copy_gbps, hot, bytes / hot / 1e3, TileName(best), best_us);
+          gbps / copy_gbps, hot, bytes / hot / 1e3, TileName(best), best_us, splits, split_us,
+          bytes / split_us / 1e3 / copy_gbps);
     }
   }
   std::printf("* head-sized: V4.1's head is bf16/fp32; the shape only stands for a large n.\n");
