@@ -26,8 +26,16 @@ absl::Status ClusterController::BringUp() {
         "BringUp: ", workers.size(), " of ", cluster_.world_size(), " workers registered"));
   }
   std::vector<std::shared_ptr<WorkerClient>> clients;
+  uint64_t group_epoch = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    group_epoch = ++group_epoch_;
+  }
+  cluster_.set_group_epoch(group_epoch);
+  WEIR_LOG(INFO) << "bringing up the worker group at group epoch " << group_epoch;
   v1::InitRequest init;
   init.set_coordinator_epoch(options_.epoch);
+  init.set_group_epoch(group_epoch);
   init.mutable_layout()->set_world_size(cluster_.world_size());
   init.mutable_layout()->set_dp_size(cluster_.world_size());
   init.mutable_layout()->set_ep_size(cluster_.world_size());
@@ -58,6 +66,7 @@ absl::Status ClusterController::BringUp() {
   // must be inside it at once, so the calls run in parallel.
   v1::LoadWeightsRequest load;
   load.set_coordinator_epoch(options_.epoch);
+  load.set_group_epoch(group_epoch);
   load.set_model_dir(options_.model_dir);
   load.set_nccl_unique_id(nccl_unique_id);
   load.set_kv_block_tokens(static_cast<uint32_t>(std::max(0, options_.kv_block_tokens)));
@@ -107,6 +116,25 @@ absl::Status ClusterController::BringUp() {
                    << kv.num_seq_slots() << " sequence slots";
   }
   return absl::OkStatus();
+}
+
+std::vector<Rank> ClusterController::LostWorkers(int attempts) {
+  std::vector<Rank> lost;
+  for (const WorkerRecord& w : cluster_.Workers()) {
+    if (w.address.empty()) continue;
+    bool alive = false;
+    if (w.status != WorkerStatus::kDead) {
+      WorkerClient client(w.address);
+      for (int i = 0; i < attempts && !alive; ++i) {
+        if (i > 0) absl::SleepFor(options_.health_interval);
+        absl::StatusOr<std::string> health = client.Health(options_.health_timeout);
+        // LOADING / NOT_SERVING still answer: the process is there.
+        alive = health.ok();
+      }
+    }
+    if (!alive) lost.push_back(w.rank);
+  }
+  return lost;
 }
 
 void ClusterController::StartMonitor(std::function<void()> on_change) {

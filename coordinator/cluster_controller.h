@@ -49,10 +49,20 @@ class ClusterController {
 
   // Sends Init (rank, layout, peer table, EPLB address) and then LoadWeights
   // to every registered worker, marking each LOADING and then READY and
-  // recording the KV memory it reports.
+  // recording the KV memory it reports. Every call starts a new group epoch
+  // (1, 2, ... within this controller; ClusterState::group_epoch) that Init
+  // and LoadWeights carry: a worker of an older epoch refuses the new
+  // group's calls, and a worker still holding an older epoch's state (a
+  // survivor of a lost peer) drops its model and communicators at the new
+  // Init and makes them anew.
   // REQUIRES: every rank registered. Returns the first worker error, with
   // the rank and address added.
   absl::Status BringUp();
+
+  // Returns the ranks whose workers are lost: marked DEAD, or failing
+  // `attempts` health checks in a row (health_timeout each, health_interval
+  // apart). Registered ranks only.
+  std::vector<Rank> LostWorkers(int attempts);
 
   // Starts the liveness monitor. `on_change` runs on the monitor thread (or
   // on the caller of ReportExit) after any worker status change.
@@ -78,6 +88,8 @@ class ClusterController {
   absl::Mutex mu_;
   // Guarded by mu_: one client per rank, created at BringUp.
   std::vector<std::shared_ptr<WorkerClient>> clients_ ABSL_GUARDED_BY(mu_);
+  // The last bring-up's group epoch (0 before the first).
+  uint64_t group_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   std::function<void()> on_change_ ABSL_GUARDED_BY(mu_);
   // The monitor runs until StopMonitor; StartMonitor may start it again.
   absl::Mutex monitor_mu_;

@@ -75,6 +75,26 @@ void ClusterState::ClearWorkers() {
   registered_ = 0;
 }
 
+void ClusterState::ForgetWorker(Rank rank) {
+  absl::MutexLock lock(&mu_);
+  if (rank.value() < 0 || rank.value() >= world_size_ ||
+      workers_[rank.value()].address.empty()) {
+    return;
+  }
+  workers_[rank.value()] = WorkerRecord{};
+  --registered_;
+}
+
+uint64_t ClusterState::group_epoch() const {
+  absl::MutexLock lock(&mu_);
+  return group_epoch_;
+}
+
+void ClusterState::set_group_epoch(uint64_t epoch) {
+  absl::MutexLock lock(&mu_);
+  group_epoch_ = epoch;
+}
+
 void ClusterState::RegisterEplb(const std::string& address) {
   absl::MutexLock lock(&mu_);
   eplb_address_ = address;

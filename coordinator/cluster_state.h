@@ -71,6 +71,9 @@ class ClusterState {
   // Records the EPLB service's address (a later call replaces it).
   // Forgets every worker record (a replacement group registers next).
   void ClearWorkers();
+  // Forgets the worker of `rank` (a lost remote worker): the rank is free for
+  // the next registration. No-op for a rank that is not registered.
+  void ForgetWorker(Rank rank);
   void RegisterEplb(const std::string& address);
   std::string eplb_address() const;
 
@@ -106,6 +109,11 @@ class ClusterState {
   v1::ExpertMap expert_map() const;
   void set_expert_map(v1::ExpertMap map);
 
+  // The group epoch of the last bring-up (ClusterController::BringUp); 0
+  // before the first.
+  uint64_t group_epoch() const;
+  void set_group_epoch(uint64_t epoch);
+
  private:
   const int world_size_;
   mutable absl::Mutex mu_;
@@ -115,6 +123,7 @@ class ClusterState {
   std::string eplb_address_ ABSL_GUARDED_BY(mu_);
   ClusterLifecycle lifecycle_ ABSL_GUARDED_BY(mu_) = ClusterLifecycle::kStarting;
   v1::ExpertMap expert_map_ ABSL_GUARDED_BY(mu_);
+  uint64_t group_epoch_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace weir::coordinator

@@ -16,6 +16,7 @@ grpc::Status ControlService::Register(grpc::ServerContext* context,
                                       v1::RegisterResponse* response) {
   response->set_world_size(cluster_.world_size());
   response->set_coordinator_epoch(epoch_);
+  response->set_group_epoch(cluster_.group_epoch());
   switch (request->role()) {
     case v1::PROCESS_ROLE_WORKER: {
       absl::StatusOr<Rank> rank = cluster_.RegisterWorker(
@@ -155,11 +156,14 @@ grpc::Status ControlService::GetPlacement(grpc::ServerContext* context,
                                           const v1::GetPlacementRequest* request,
                                           v1::PlacementInfo* response) {
   response->set_coordinator_epoch(epoch_);
+  const uint64_t group_epoch = cluster_.group_epoch();
+  response->set_group_epoch(group_epoch);
   for (const WorkerRecord& w : cluster_.Workers()) {
     v1::PeerInfo* peer = response->add_workers();
     peer->set_rank(w.rank.value());
     peer->set_address(w.address);
     peer->set_hostname(w.hostname);
+    peer->set_group_epoch(group_epoch);
   }
   *response->mutable_committed_map() = cluster_.expert_map();
   if (StepDriver* driver = driver_.load(); driver != nullptr) {

@@ -296,6 +296,8 @@ grpc::Status InferenceService::DoGetServerState(v1::ServerState* response) {
     out->set_count(static_cast<uint64_t>(recoveries.recoveries));
     out->set_last_cause(recoveries.last_cause);
     out->set_last_seconds(absl::ToDoubleSeconds(recoveries.last_duration));
+    out->set_last_detect_to_serving_s(absl::ToDoubleSeconds(recoveries.last_detect_to_serving));
+    out->set_group_epoch(cluster_.group_epoch());
     if (absl::Status failed = driver->failure(); !failed.ok()) {
       response->set_failure(failed.ToString());
     }

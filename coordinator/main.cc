@@ -126,10 +126,16 @@ ABSL_FLAG(double, drain_timeout_s, 30,
           "run on for up to this long; the rest then fail with \"server is stopping\". A "
           "second signal aborts at once.");
 ABSL_FLAG(bool, recover_workers, true,
-          "Local cluster: when a step fails because of a worker (it died, hung past "
-          "--step_timeout_s or failed its step), replace the worker group with fresh processes "
-          "and resume every request from the tokens it already has; off: such a failure fails "
-          "every request in flight.");
+          "When a step fails because of a worker (it died, hung past --step_timeout_s or failed "
+          "its step), bring the worker group up again at a new group epoch and resume every "
+          "request from the tokens it already has. Local cluster: the group is replaced with "
+          "fresh processes. Remote workers (--expect_workers): a lost worker's rank waits "
+          "--rejoin_timeout_s for a worker to register for it, the survivors re-initialise. "
+          "Off: such a failure fails every request in flight.");
+ABSL_FLAG(double, rejoin_timeout_s, 60,
+          "Remote workers: how long a recovery waits for a worker to register for each lost "
+          "rank (restarted by an operator or a supervisor); past it the step loop stops, "
+          "requests fail and health says NOT_SERVING with the cause in GetServerState.");
 ABSL_FLAG(int, max_recoveries, 3,
           "Worker-group recoveries allowed within 10 minutes; one more fails the requests.");
 ABSL_FLAG(double, step_timeout_s, 60,
@@ -389,6 +395,10 @@ int Run(int argc, char** argv) {
   ClusterController controller(
       cluster, ControllerOptions{.model_dir = model_dir,
                                  .epoch = epoch,
+                                 // A remote survivor's Init at a new group epoch first
+                                 // waits for its old step to leave a collective with
+                                 // the lost peer (the workers' --collective_timeout_s).
+                                 .rpc_timeout = local ? absl::Seconds(10) : absl::Seconds(90),
                                  .health_interval =
                                      absl::Milliseconds(absl::GetFlag(FLAGS_health_interval_ms)),
                                  .failure_threshold = absl::GetFlag(FLAGS_health_failures),
@@ -638,6 +648,7 @@ int Run(int argc, char** argv) {
   // The step loop over every worker's Steps stream.
   StepDriverOptions driver_options =
       DriverOptionsFromFlags(*config, *model, epoch, cluster.eplb_address(), *kv);
+  driver_options.group_epoch = [&cluster] { return cluster.group_epoch(); };
   // The loop stopped for good (a failure it could not recover from): say so.
   driver_options.on_failure = [&](const absl::Status& cause) {
     WEIR_LOG(ERROR) << "the step loop stopped: " << cause << "; NOT_SERVING until a restart";
@@ -645,7 +656,7 @@ int Run(int argc, char** argv) {
     health->SetServingStatus("weir.v1.Inference", false);
     health->SetServingStatus("weir.v1.BatchJobs", false);
   };
-  const bool recover_workers = local && absl::GetFlag(FLAGS_recover_workers);
+  const bool recover_workers = absl::GetFlag(FLAGS_recover_workers);
   std::atomic<bool> recovering{false};
   std::atomic<StepDriver*> live_driver{nullptr};
   auto on_worker_change = [&] {
@@ -665,7 +676,59 @@ int Run(int argc, char** argv) {
       break;
     }
   };
-  if (recover_workers) {
+  if (recover_workers && !local) {
+    // A lost remote worker cannot be respawned from here: its rank is freed
+    // and the recovery waits for a worker to register for it (an operator or
+    // a supervisor restarts it); then the whole group is brought up at a new
+    // group epoch (the survivors drop their model and communicators and make
+    // them anew, so the lost worker, should it come back, is fenced off) on
+    // the committed expert map, and the step loop resumes every request.
+    driver_options.max_recoveries = absl::GetFlag(FLAGS_max_recoveries);
+    driver_options.recover =
+        [&](const absl::Status& cause) -> absl::StatusOr<std::vector<std::string>> {
+      recovering = true;
+      struct Done {
+        std::atomic<bool>& flag;
+        ~Done() { flag = false; }
+      } done{recovering};
+      health->SetServingStatus("weir.v1.Inference", false);
+      health->SetServingStatus("weir.v1.BatchJobs", false);
+      controller.StopMonitor();
+      const std::vector<Rank> lost = controller.LostWorkers(/*attempts=*/3);
+      std::string lost_names;
+      for (Rank rank : lost) {
+        absl::StrAppend(&lost_names, lost_names.empty() ? "" : ", ", rank.value());
+        cluster.ForgetWorker(rank);
+      }
+      cluster.set_lifecycle(ClusterLifecycle::kStarting);
+      const double wait_s = std::max(0.0, absl::GetFlag(FLAGS_rejoin_timeout_s));
+      if (lost.empty()) {
+        WEIR_LOG(WARNING) << "every remote worker answers after: " << cause
+                          << "; bringing the group up again at a new group epoch";
+      } else {
+        WEIR_LOG(WARNING) << "lost remote worker rank(s) " << lost_names << " after: " << cause
+                          << "; waiting up to " << wait_s << " s for them to register again";
+      }
+      const absl::Time until = absl::Now() + absl::Seconds(wait_s);
+      while (!cluster.WaitAllRegistered(absl::Milliseconds(100))) {
+        if (stop.HasBeenNotified()) return absl::CancelledError("stopping");
+        if (absl::Now() > until) {
+          return absl::UnavailableError(absl::StrCat(
+              "no worker registered for rank(s) ", lost_names, " within ", wait_s,
+              " s (--rejoin_timeout_s)"));
+        }
+      }
+      RETURN_IF_ERROR(controller.BringUp()) << "bringing the remote group up again";
+      std::vector<std::string> addresses;
+      for (const WorkerRecord& w : cluster.Workers()) addresses.push_back(w.address);
+      cluster.set_lifecycle(ClusterLifecycle::kReady);
+      health->SetServingStatus("weir.v1.Inference", true);
+      health->SetServingStatus("weir.v1.BatchJobs", true);
+      controller.StartMonitor(on_worker_change);
+      return addresses;
+    };
+  }
+  if (recover_workers && local) {
     // A lost worker: the whole local group is replaced (fresh processes on
     // the same flags, registered, brought up on the committed expert map);
     // the step loop then resumes every request from its delivered tokens.

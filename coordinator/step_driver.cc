@@ -50,6 +50,7 @@ absl::StatusOr<std::unique_ptr<StepDriver>> StepDriver::Create(
 }
 
 void StepDriver::OpenStreams(const std::vector<std::string>& addresses) {
+  group_epoch_ = options_.group_epoch ? options_.group_epoch() : 0;
   std::vector<Worker> workers;
   for (const std::string& address : addresses) {
     Worker worker;
@@ -72,7 +73,10 @@ void StepDriver::RequestRecovery(const absl::Status& cause) {
   {
     absl::MutexLock lock(&mu_);
     if (!options_.recover || stopping_ || !failure_.ok()) return;
-    if (!recovery_request_.has_value()) recovery_request_ = cause;
+    if (!recovery_request_.has_value()) {
+      recovery_request_ = cause;
+      recovery_requested_at_ = std::min(recovery_requested_at_, absl::Now());
+    }
   }
   // A loop blocked on that worker's stream wakes up (its read fails) and
   // recovers at once instead of waiting for the step deadline.
@@ -87,13 +91,22 @@ StepDriver::RecoveryStats StepDriver::Recoveries() const {
   return recovery_stats_;
 }
 
+absl::Status StepDriver::WithRecoveryError(const absl::Status& cause) const {
+  if (recovery_error_.ok()) return cause;
+  return absl::Status(cause.code(), absl::StrCat(cause.message(), "; recovery failed: ",
+                                                 recovery_error_.ToString()));
+}
+
 bool StepDriver::TryRecover(const absl::Status& cause) {
   if (!options_.recover) return false;
+  const absl::Time start = absl::Now();
+  absl::Time detected = start;
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return false;
+    detected = std::min(detected, recovery_requested_at_);
   }
-  const absl::Time start = absl::Now();
+  recovery_error_ = absl::OkStatus();
   while (!recovery_times_.empty() && recovery_times_.front() < start - options_.recovery_window) {
     recovery_times_.erase(recovery_times_.begin());
   }
@@ -101,6 +114,11 @@ bool StepDriver::TryRecover(const absl::Status& cause) {
     WEIR_LOG(ERROR) << "step failed (" << cause << ") after " << recovery_times_.size()
                     << " recoveries within " << absl::FormatDuration(options_.recovery_window)
                     << ": giving up";
+    if (options_.max_recoveries > 0) {
+      recovery_error_ = absl::ResourceExhaustedError(
+          absl::StrCat(recovery_times_.size(), " recoveries within ",
+                       absl::FormatDuration(options_.recovery_window), " (--max_recoveries)"));
+    }
     return false;
   }
   recovery_times_.push_back(start);
@@ -124,9 +142,9 @@ bool StepDriver::TryRecover(const absl::Status& cause) {
       absl::StrCat("the workers were replaced (", cause.message(), "); commit again")));
   absl::StatusOr<std::vector<std::string>> addresses = options_.recover(cause);
   if (!addresses.ok() || addresses->size() != ranks_.size()) {
-    WEIR_LOG(ERROR) << "recovery failed: "
-                    << (addresses.ok() ? absl::InternalError("wrong number of workers")
-                                       : addresses.status());
+    recovery_error_ = addresses.ok() ? absl::InternalError("wrong number of workers")
+                                     : addresses.status();
+    WEIR_LOG(ERROR) << "recovery failed: " << recovery_error_;
     return false;
   }
   {
@@ -138,9 +156,11 @@ bool StepDriver::TryRecover(const absl::Status& cause) {
   {
     absl::MutexLock lock(&mu_);
     recovery_request_.reset();  // whatever asked before is answered
+    recovery_requested_at_ = absl::InfiniteFuture();
     ++recovery_stats_.recoveries;
     recovery_stats_.last_cause = cause.ToString();
     recovery_stats_.last_duration = took;
+    recovery_stats_.last_detect_to_serving = absl::Now() - detected;
   }
   WEIR_LOG(WARNING) << "recovered in " << absl::FormatDuration(took) << "; " << live_.size()
                     << " requests resume";
@@ -370,7 +390,7 @@ bool StepDriver::Iterate() {
   }
   if (requested.has_value()) {
     if (!TryRecover(*requested)) {
-      FailAll(*requested);
+      FailAll(WithRecoveryError(*requested));
       return false;
     }
   }
@@ -451,7 +471,7 @@ bool StepDriver::Iterate() {
     }
     if (absl::Status sent = SendPlans(plans, commit_version); !sent.ok()) {
       if (TryRecover(sent)) return true;
-      FailAll(sent);
+      FailAll(WithRecoveryError(sent));
       return false;
     }
     std::vector<std::vector<RequestId>> rows(plans.size());
@@ -479,7 +499,7 @@ bool StepDriver::Iterate() {
       // A worker's fault (its stream, its step error, the deadline) is
       // recovered from; the books' own errors are not.
       if (worker_fault_ && TryRecover(applied)) return true;
-      FailAll(applied);
+      FailAll(WithRecoveryError(applied));
       return false;
     }
     if (options_.kv_check_every_step) {
@@ -508,6 +528,7 @@ absl::Status StepDriver::SendPlans(const std::vector<RankStepPlan>& plans,
     const RankStepPlan& plan = plans[r];
     v1::StepPlan out;
     out.set_coordinator_epoch(options_.epoch);
+    out.set_group_epoch(group_epoch_);
     out.set_commit_expert_map(commit_version);
     out.set_step_id(plan.step_id);
     out.set_type(ToProto(plan.type));

@@ -41,6 +41,10 @@ struct StepDriverOptions {
   scheduler::StepTypePolicyConfig policy;
   bool zero_overhead = true;
   uint64_t epoch = 0;
+  // Returns the group epoch of the worker group the streams go to (read when
+  // they open: at start and after each recovery); every StepPlan carries it.
+  // Null: 0 (workers initialised without group epochs).
+  std::function<uint64_t()> group_epoch;
   // Admission limits over requests not yet finished (queued or running):
   // beyond either, Submit answers RESOURCE_EXHAUSTED at once.
   int64_t max_requests = 4096;
@@ -200,11 +204,14 @@ class StepDriver {
   void RequestRecovery(const absl::Status& cause);
 
   // Recoveries from lost workers since start, the cause of the last one and
-  // how long it took (worker replacement to the loop running again).
+  // how long it took (worker replacement to the loop running again), and
+  // from its detection (the first RequestRecovery or the failed step,
+  // whichever came first) to the loop running again.
   struct RecoveryStats {
     int64_t recoveries = 0;
     std::string last_cause;
     absl::Duration last_duration;
+    absl::Duration last_detect_to_serving;
   };
   RecoveryStats Recoveries() const;
 
@@ -323,6 +330,14 @@ class StepDriver {
   mutable absl::Mutex streams_mu_;
   std::vector<absl::Time> recovery_times_;  // loop thread only
   std::optional<absl::Status> recovery_request_ ABSL_GUARDED_BY(mu_);
+  // When the pending recovery was first asked for (RequestRecovery).
+  absl::Time recovery_requested_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  // Why the last recovery failed (loop thread only); FailAll names it.
+  absl::Status recovery_error_;
+  // The group epoch the open streams' plans carry (loop thread only).
+  uint64_t group_epoch_ = 0;
+  // `cause`, with why recovering from it failed when it did.
+  absl::Status WithRecoveryError(const absl::Status& cause) const;
   bool worker_fault_ = false;  // ReadAndApply's error came from a worker (loop thread)
   RecoveryStats recovery_stats_ ABSL_GUARDED_BY(mu_);
   absl::Mutex watchdog_mu_;

@@ -48,6 +48,7 @@ absl::StatusOr<v1::PrepareExpertMapResponse> GrpcClusterLink::Prepare(const v1::
   SetDeadline(context, deadline);
   v1::PrepareExpertMapRequest request;
   request.set_coordinator_epoch(epoch);
+  request.set_group_epoch(worker.group_epoch());  // the fence of the worker's group
   *request.mutable_map() = map;
   v1::PrepareExpertMapResponse response;
   grpc::Status status = stub->PrepareExpertMap(&context, request, &response);

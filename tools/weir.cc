@@ -101,9 +101,15 @@ int Info(const std::shared_ptr<grpc::Channel>& channel) {
     std::cout << "FAILED     the step loop stopped: " << state.failure() << "\n";
   }
   if (state.recoveries().count() > 0) {
-    std::cout << absl::StrFormat("recovered  %d times; last in %.2f s after: %s\n",
-                                 state.recoveries().count(), state.recoveries().last_seconds(),
-                                 state.recoveries().last_cause());
+    std::cout << absl::StrFormat(
+        "recovered  %d times; last: serving again %.2f s after its detection (the group "
+        "replaced in %.2f s), after: %s\n",
+        state.recoveries().count(), state.recoveries().last_detect_to_serving_s(),
+        state.recoveries().last_seconds(), state.recoveries().last_cause());
+  }
+  if (state.recoveries().group_epoch() > 0) {
+    std::cout << "group      epoch " << state.recoveries().group_epoch()
+              << " (one per bring-up of the workers)\n";
   }
   if (!state.eplb_address().empty()) {
     auto eplb = v1::Eplb::NewStub(MakeChannel(state.eplb_address()));

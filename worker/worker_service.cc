@@ -140,9 +140,58 @@ grpc::Status WorkerService::CheckEpoch(uint64_t epoch) {
                absl::StrCat("coordinator epoch ", epoch, " is not this worker's ", epoch_));
 }
 
+grpc::Status WorkerService::CheckGroupEpoch(uint64_t group_epoch, const std::string& what) {
+  absl::MutexLock lock(&mu_);
+  if (group_epoch == group_epoch_) return grpc::Status::OK;
+  return Error(grpc::StatusCode::FAILED_PRECONDITION,
+               absl::StrCat(what, " of group epoch ", group_epoch, " refused: this worker is at ",
+                            "group epoch ", group_epoch_,
+                            group_epoch < group_epoch_ ? " (the call's epoch is fenced off)"
+                                                       : " (not initialised for that epoch)"));
+}
+
+grpc::Status WorkerService::ResetForNewGroup(uint64_t group_epoch) {
+  // The old group's stream ends once the coordinator cancelled it, or once
+  // the collective it is in gives up on the lost peer.
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !steps_active_; };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&idle),
+                            options_.collective_timeout + absl::Seconds(10))) {
+    return Error(grpc::StatusCode::UNAVAILABLE,
+                 absl::StrCat("Init of group epoch ", group_epoch, ": the Steps stream of group ",
+                              "epoch ", group_epoch_, " is still running"));
+  }
+  WEIR_LOG(WARNING) << "rank " << rank_ << ": leaving group epoch " << group_epoch_
+                    << " for " << group_epoch
+                    << ": dropping the model, the KV pool and the communicators";
+  if (hooks_.set_serving) hooks_.set_serving(false);
+  // Users before what they use (the executor holds KV blocks and the model;
+  // the model and the staging plane use the communicators, which use UCX).
+  executor_.reset();
+  kv_pool_.reset();
+  device_decoder_.reset();
+  grammar_.reset();
+  staging_comm_.reset();
+  staged_experts_ = {};
+  staged_version_ = 0;
+  staging_table_.clear();
+  ep_executor_ = nullptr;
+  model_runtime_.reset();
+  checkpoint_.reset();
+  communicator_.reset();
+  staging_ucx_.reset();
+  ucx_.reset();
+  nccl_unique_id_.clear();
+  model_.reset();
+  experts_.reset();
+  map_broken_ = absl::OkStatus();
+  initialized_ = false;
+  return grpc::Status::OK;
+}
+
 grpc::Status WorkerService::Init(grpc::ServerContext* context, const v1::InitRequest* request,
                                  v1::InitResponse* response) {
   if (grpc::Status s = CheckEpoch(request->coordinator_epoch()); !s.ok()) return s;
+  const uint64_t group_epoch = request->group_epoch();
   const int world = static_cast<int>(request->layout().world_size());
   if (request->rank() != rank_) {
     return Error(grpc::StatusCode::INVALID_ARGUMENT,
@@ -162,8 +211,27 @@ grpc::Status WorkerService::Init(grpc::ServerContext* context, const v1::InitReq
     }
     peers[peer.rank()] = peer.address();
   }
+  {
+    // A newer group: first let the old group's Steps stream end (without
+    // staging_mu_, which a commit on that stream may need).
+    absl::MutexLock lock(&mu_);
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !steps_active_; };
+    if (group_epoch > group_epoch_ && initialized_) {
+      mu_.AwaitWithTimeout(absl::Condition(&idle),
+                           options_.collective_timeout + absl::Seconds(10));
+    }
+  }
   absl::MutexLock staging_lock(&staging_mu_);
   absl::MutexLock lock(&mu_);
+  if (group_epoch < group_epoch_) {
+    return Error(grpc::StatusCode::FAILED_PRECONDITION,
+                 absl::StrCat("Init of group epoch ", group_epoch, " refused: this worker is at ",
+                              "group epoch ", group_epoch_, " (the call's epoch is fenced off)"));
+  }
+  if (group_epoch > group_epoch_ && initialized_) {
+    if (grpc::Status s = ResetForNewGroup(group_epoch); !s.ok()) return s;
+  }
+  group_epoch_ = group_epoch;
   if (initialized_ && (world != world_size_ || peers != peer_addresses_)) {
     return Error(grpc::StatusCode::FAILED_PRECONDITION,
                  "Init: already initialized with a different layout");
@@ -207,6 +275,7 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
                                         const v1::LoadWeightsRequest* request,
                                         v1::LoadWeightsResponse* response) {
   if (grpc::Status s = CheckEpoch(request->coordinator_epoch()); !s.ok()) return s;
+  if (grpc::Status s = CheckGroupEpoch(request->group_epoch(), "LoadWeights"); !s.ok()) return s;
   int world = 0;
   {
     absl::MutexLock lock(&mu_);
@@ -596,21 +665,45 @@ void WorkerService::ExecutePlan(const v1::StepPlan& plan, v1::StepResult& result
 
 grpc::Status WorkerService::Steps(grpc::ServerContext* context,
                                   grpc::ServerReaderWriter<v1::StepResult, v1::StepPlan>* stream) {
+  uint64_t group_epoch = 0;
+  bool busy = false;
   {
     absl::MutexLock lock(&mu_);
     if (!model_.has_value()) {
       return Error(grpc::StatusCode::FAILED_PRECONDITION, "Steps before LoadWeights");
     }
-    if (steps_active_) {
-      return Error(grpc::StatusCode::FAILED_PRECONDITION, "a Steps stream is already open");
-    }
+    busy = steps_active_;
     steps_active_ = true;
+    group_epoch = group_epoch_;
   }
-  if (grpc::Status s = CheckEpoch(epoch_); !s.ok()) return s;  // Waits for identity.
+  if (busy) {
+    // A second stream: a plan of another group epoch is refused as such
+    // (the fence), anything else because one stream is open.
+    v1::StepPlan first;
+    if (stream->Read(&first)) {
+      if (grpc::Status s = CheckGroupEpoch(first.group_epoch(), "Steps plan"); !s.ok()) return s;
+    }
+    return Error(grpc::StatusCode::FAILED_PRECONDITION, "a Steps stream is already open");
+  }
+  if (grpc::Status s = CheckEpoch(epoch_); !s.ok()) {  // Waits for identity.
+    absl::MutexLock lock(&mu_);
+    steps_active_ = false;
+    return s;
+  }
   StepSequencer sequencer(epoch_);
   v1::StepPlan plan;
   grpc::Status outcome = grpc::Status::OK;
   while (stream->Read(&plan)) {
+    if (plan.group_epoch() != group_epoch) {
+      // A plan of another worker group (the fence): this stream ends.
+      outcome = CheckGroupEpoch(plan.group_epoch(), absl::StrCat("Steps plan ", plan.step_id()));
+      if (outcome.ok()) {
+        outcome = Error(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("Steps plan of group epoch ", plan.group_epoch(),
+                                     " on a stream of group epoch ", group_epoch));
+      }
+      break;
+    }
     if (absl::Status s = sequencer.Accept(plan.coordinator_epoch(), plan.step_id()); !s.ok()) {
       outcome = ToGrpcStatus(s);  // A broken sequence ends the stream.
       break;
@@ -635,6 +728,9 @@ grpc::Status WorkerService::PrepareExpertMap(grpc::ServerContext* context,
                                              const v1::PrepareExpertMapRequest* request,
                                              v1::PrepareExpertMapResponse* response) {
   if (grpc::Status s = CheckEpoch(request->coordinator_epoch()); !s.ok()) return s;
+  if (grpc::Status s = CheckGroupEpoch(request->group_epoch(), "PrepareExpertMap"); !s.ok()) {
+    return s;
+  }
   absl::MutexLock staging_lock(&staging_mu_);
   ExpertMap current;
   int world = 0;
@@ -726,6 +822,9 @@ absl::Status WorkerService::CommitStaged(uint64_t version) {
 grpc::Status WorkerService::CommitExpertMap(grpc::ServerContext* context,
                                             const v1::CommitExpertMapRequest* request,
                                             v1::CommitExpertMapResponse* response) {
+  if (grpc::Status s = CheckGroupEpoch(request->group_epoch(), "CommitExpertMap"); !s.ok()) {
+    return s;
+  }
   {
     absl::MutexLock lock(&mu_);
     if (steps_active_) {

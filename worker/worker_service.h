@@ -148,6 +148,16 @@ class WorkerService final : public v1::Worker::Service {
  private:
   // Waits for SetIdentity, then checks `epoch` against it.
   grpc::Status CheckEpoch(uint64_t epoch);
+  // FAILED_PRECONDITION naming both epochs unless `group_epoch` is the one
+  // of the last Init (`what` names the call).
+  grpc::Status CheckGroupEpoch(uint64_t group_epoch, const std::string& what)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // An Init at a newer group epoch: waits (up to the collective timeout and
+  // 10 s more) for the old epoch's Steps stream to end, then drops the model,
+  // KV pool, communicators and UCX contexts of the old group.
+  // REQUIRES: staging_mu_ and mu_ held by the caller (released while waiting).
+  grpc::Status ResetForNewGroup(uint64_t group_epoch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(staging_mu_, mu_);
   // Switches to the staged map `version` (step thread, or no stream open).
   absl::Status CommitStaged(uint64_t version);
 
@@ -161,6 +171,8 @@ class WorkerService final : public v1::Worker::Service {
   absl::Mutex mu_;
   // Guarded by mu_.
   bool initialized_ ABSL_GUARDED_BY(mu_) = false;
+  // The group epoch of the last Init (InitRequest.group_epoch).
+  uint64_t group_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   int world_size_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::string> peer_addresses_ ABSL_GUARDED_BY(mu_);
   std::optional<ModelSummary> model_ ABSL_GUARDED_BY(mu_);
