@@ -130,7 +130,10 @@ grpc::ServerUnaryReactor* InferenceService::Tokenize(grpc::CallbackServerContext
                                                      const v1::TokenizeRequest* request,
                                                      v1::TokenizeResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(DoTokenize(*request, response));
+  // A long text takes a while to encode: not on gRPC's shared threads.
+  executor_.Post([this, request, response, reactor] {
+    reactor->Finish(DoTokenize(*request, response));
+  });
   return reactor;
 }
 

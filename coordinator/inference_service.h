@@ -12,11 +12,11 @@
 // queued) and applied on the workers.
 //
 // The service uses gRPC's callback API: no call holds a thread while it
-// waits. The unary calls answer on gRPC's thread; Generate and GenerateBatch
-// are reactors (generate_call.h) whose admission and event handling run on
-// the service's CallExecutor (`call_threads` threads), woken by the step
-// loop's events. However many streams are open, the coordinator's thread
-// count stays bounded.
+// waits. The unary calls answer on gRPC's thread (Tokenize on the executor);
+// Generate and GenerateBatch are reactors (generate_call.h) whose admission
+// and event handling run on the service's CallExecutor (`call_threads`
+// threads), woken by the step loop's events. However many streams are open,
+// the coordinator's thread count stays bounded.
 //
 // Thread safety: gRPC calls them from many threads; they read only immutable
 // data, the thread-safe ClusterState and state under mu_.
