@@ -268,40 +268,46 @@ TEST(Fp8BlockGemmTest, ARowsResultDoesNotDependOnTheBatch) {
 }
 
 // A grouped launch (padded, group-strided operands and outputs) gives every
-// group the bits of its own launch.
+// group the bits of its own launch, without and with a split of K.
 TEST(Fp8BlockGemmTest, GroupsGiveEachGroupItsOwnBits) {
   constexpr int kGroups = 3;
-  const int64_t m = 5, n = 96, k = 256;
+  const int64_t m = 5, n = 96, k = 1024;
   const int64_t xs = m * k + 32, xss = m * (k / 32) + 4, ws = n * k + 64,
                 wss = ((n + 31) / 32) * (k / 32) + 8, ys = m * n + 5;
   std::vector<uint8_t> x(kGroups * xs), x_scales(kGroups * xss), w(kGroups * ws),
       w_scales(kGroups * wss);
-  std::vector<std::vector<float>> want;
+  std::vector<Operands> ops;
   for (int g = 0; g < kGroups; ++g) {
-    const Operands op = MakeOperands(m, n, k, 40 + g, Source::kQuantized);
+    ops.push_back(MakeOperands(m, n, k, 40 + g, Source::kQuantized));
+    const Operands& op = ops.back();
     std::copy(op.x.begin(), op.x.end(), x.begin() + g * xs);
     std::copy(op.x_scales.begin(), op.x_scales.end(), x_scales.begin() + g * xss);
     std::copy(op.w.begin(), op.w.end(), w.begin() + g * ws);
     std::copy(op.w_scales.begin(), op.w_scales.end(), w_scales.begin() + g * wss);
-    want.push_back(RunGpu(op, Fp8GemmTile::kAuto));
   }
   DeviceBuffer<uint8_t> dx(x), dxs(x_scales), dw(w), dws(w_scales);
-  DeviceBuffer<float> y(kGroups * ys);
-  ASSERT_TRUE(dx.ok() && dxs.ok() && dw.ok() && dws.ok() && y.ok());
-  y.Poison(0xFF);
-  ASSERT_TRUE(Fp8BlockGemm({.x = dx.get(), .x_scales = dxs.get(), .w = dw.get(),
-                            .w_scales = dws.get(), .y = y.get(), .m = m, .n = n, .k = k,
-                            .groups = kGroups, .x_group_stride = xs,
-                            .x_scales_group_stride = xss, .w_group_stride = ws,
-                            .w_scales_group_stride = wss, .y_group_stride = ys},
-                           nullptr)
-                  .ok());
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const std::vector<float> got = y.Download();
-  for (int g = 0; g < kGroups; ++g) {
-    ASSERT_EQ(want[g].size(), static_cast<size_t>(m * n));
-    EXPECT_EQ(std::memcmp(got.data() + g * ys, want[g].data(), m * n * sizeof(float)), 0)
-        << "group " << g;
+  DeviceBuffer<float> y(kGroups * ys), scratch(kGroups * 3 * m * n);
+  ASSERT_TRUE(dx.ok() && dxs.ok() && dw.ok() && dws.ok() && y.ok() && scratch.ok());
+  for (int splits : {1, 3}) {
+    y.Poison(0xFF);
+    ASSERT_TRUE(Fp8BlockGemm({.x = dx.get(), .x_scales = dxs.get(), .w = dw.get(),
+                              .w_scales = dws.get(), .y = y.get(), .m = m, .n = n, .k = k,
+                              .groups = kGroups, .x_group_stride = xs,
+                              .x_scales_group_stride = xss, .w_group_stride = ws,
+                              .w_scales_group_stride = wss, .y_group_stride = ys,
+                              .k_splits = splits,
+                              .split_scratch = splits > 1 ? scratch.get() : nullptr},
+                             nullptr)
+                    .ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<float> got = y.Download();
+    for (int g = 0; g < kGroups; ++g) {
+      const std::vector<float> want =
+          RunGpu(ops[g], Fp8GemmTile::kAuto, Fp8GemmOutput::kF32, 0, splits);
+      ASSERT_EQ(want.size(), static_cast<size_t>(m * n));
+      EXPECT_EQ(std::memcmp(got.data() + g * ys, want.data(), m * n * sizeof(float)), 0)
+          << "group " << g << " splits " << splits;
+    }
   }
   // A stride below its group's size is refused.
   EXPECT_EQ(Fp8BlockGemm({.x = dx.get(), .x_scales = dxs.get(), .w = dw.get(),
@@ -375,42 +381,6 @@ TEST(Fp8BlockGemmTest, SplitKIsBoundedTileFreeAndBatchInvariant) {
     ASSERT_EQ(got.size(), static_cast<size_t>(m * kN));
     const std::vector<float> row(got.begin() + pos * kN, got.begin() + (pos + 1) * kN);
     EXPECT_EQ(BitMismatches(row, want, nullptr), 0) << "m " << m;
-  }
-}
-
-// Groups with a split: every group gets the bits of its own split launch.
-TEST(Fp8BlockGemmTest, SplitGroupsGiveEachGroupItsOwnBits) {
-  constexpr int kGroups = 3, kSplits = 3;
-  const int64_t m = 4, n = 96, k = 1024;
-  const int64_t xs = m * k, xss = m * (k / 32), ws = n * k, wss = ((n + 31) / 32) * (k / 32),
-                ys = m * n + 5;
-  std::vector<uint8_t> x(kGroups * xs), x_scales(kGroups * xss), w(kGroups * ws),
-      w_scales(kGroups * wss);
-  std::vector<std::vector<float>> want;
-  for (int g = 0; g < kGroups; ++g) {
-    const Operands op = MakeOperands(m, n, k, 60 + g, Source::kQuantized);
-    std::copy(op.x.begin(), op.x.end(), x.begin() + g * xs);
-    std::copy(op.x_scales.begin(), op.x_scales.end(), x_scales.begin() + g * xss);
-    std::copy(op.w.begin(), op.w.end(), w.begin() + g * ws);
-    std::copy(op.w_scales.begin(), op.w_scales.end(), w_scales.begin() + g * wss);
-    want.push_back(RunGpu(op, Fp8GemmTile::kAuto, Fp8GemmOutput::kF32, 0, kSplits));
-  }
-  DeviceBuffer<uint8_t> dx(x), dxs(x_scales), dw(w), dws(w_scales);
-  DeviceBuffer<float> y(kGroups * ys), scratch(kGroups * kSplits * m * n);
-  ASSERT_TRUE(dx.ok() && dxs.ok() && dw.ok() && dws.ok() && y.ok() && scratch.ok());
-  y.Poison(0xFF);
-  ASSERT_TRUE(Fp8BlockGemm({.x = dx.get(), .x_scales = dxs.get(), .w = dw.get(),
-                            .w_scales = dws.get(), .y = y.get(), .m = m, .n = n, .k = k,
-                            .groups = kGroups, .y_group_stride = ys, .k_splits = kSplits,
-                            .split_scratch = scratch.get()},
-                           nullptr)
-                  .ok());
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const std::vector<float> got = y.Download();
-  for (int g = 0; g < kGroups; ++g) {
-    ASSERT_EQ(want[g].size(), static_cast<size_t>(m * n));
-    EXPECT_EQ(std::memcmp(got.data() + g * ys, want[g].data(), m * n * sizeof(float)), 0)
-        << "group " << g;
   }
 }
 
