@@ -93,8 +93,10 @@ StepDriver::RecoveryStats StepDriver::Recoveries() const {
 
 absl::Status StepDriver::WithRecoveryError(const absl::Status& cause) const {
   if (recovery_error_.ok()) return cause;
-  return absl::Status(cause.code(), absl::StrCat(cause.message(), "; recovery failed: ",
-                                                 recovery_error_.ToString()));
+  // The group could not be brought up again: nothing serves (UNAVAILABLE,
+  // as for requests that arrive afterwards), whatever the step's own error.
+  return absl::UnavailableError(absl::StrCat(cause.message(), "; recovery failed: ",
+                                             recovery_error_.message()));
 }
 
 bool StepDriver::TryRecover(const absl::Status& cause) {

@@ -336,7 +336,7 @@ class StepDriver {
   absl::Status recovery_error_;
   // The group epoch the open streams' plans carry (loop thread only).
   uint64_t group_epoch_ = 0;
-  // `cause`, with why recovering from it failed when it did.
+  // `cause`, or when recovering from it failed, UNAVAILABLE naming both.
   absl::Status WithRecoveryError(const absl::Status& cause) const;
   bool worker_fault_ = false;  // ReadAndApply's error came from a worker (loop thread)
   RecoveryStats recovery_stats_ ABSL_GUARDED_BY(mu_);

@@ -192,6 +192,15 @@ grpc::Status WorkerService::Init(grpc::ServerContext* context, const v1::InitReq
                                  v1::InitResponse* response) {
   if (grpc::Status s = CheckEpoch(request->coordinator_epoch()); !s.ok()) return s;
   const uint64_t group_epoch = request->group_epoch();
+  {
+    absl::MutexLock lock(&mu_);
+    if (group_epoch < group_epoch_) {  // checked again below, with the layout
+      return Error(grpc::StatusCode::FAILED_PRECONDITION,
+                   absl::StrCat("Init of group epoch ", group_epoch, " refused: this worker is ",
+                                "at group epoch ", group_epoch_,
+                                " (the call's epoch is fenced off)"));
+    }
+  }
   const int world = static_cast<int>(request->layout().world_size());
   if (request->rank() != rank_) {
     return Error(grpc::StatusCode::INVALID_ARGUMENT,
