@@ -18,6 +18,25 @@ TEST(ClusterStateTest, AssignsRequestedThenLowestFreeRank) {
   EXPECT_TRUE(cluster.WaitAllRegistered(absl::ZeroDuration()));
 }
 
+// A lost remote worker's rank is freed for the worker that rejoins; the
+// others keep theirs (and a DEAD record does not survive the rejoin).
+TEST(ClusterStateTest, ForgetWorkerFreesItsRankForARejoin) {
+  ClusterState cluster(2);
+  ASSERT_TRUE(cluster.RegisterWorker("h:1", "h", 1, 0).ok());
+  ASSERT_TRUE(cluster.RegisterWorker("h:2", "h", 2, 1).ok());
+  ASSERT_TRUE(cluster.SetWorkerStatus(Rank(1), WorkerStatus::kDead, "killed").ok());
+  cluster.ForgetWorker(Rank(1));
+  cluster.ForgetWorker(Rank(1));  // no-op
+  EXPECT_FALSE(cluster.WaitAllRegistered(absl::ZeroDuration()));
+  ASSERT_EQ(cluster.Workers().size(), 1u);
+  EXPECT_EQ(*cluster.RegisterWorker("h:3", "h", 3, -1), Rank(1));
+  EXPECT_TRUE(cluster.WaitAllRegistered(absl::ZeroDuration()));
+  EXPECT_EQ(cluster.Workers()[1].status, WorkerStatus::kRegistered);
+  EXPECT_EQ(cluster.group_epoch(), 0u);
+  cluster.set_group_epoch(2);
+  EXPECT_EQ(cluster.group_epoch(), 2u);
+}
+
 TEST(ClusterStateTest, KeepsTheKvMemoryWorkersReport) {
   ClusterState cluster(2);
   ASSERT_TRUE(cluster.RegisterWorker("h:1", "h", 1, 0).ok());

@@ -96,6 +96,80 @@ TEST(WorkerServiceTest, ForeignEpochIsFenced) {
   EXPECT_EQ(h.stub->Init(&context, request, &response).error_code(), grpc::StatusCode::ABORTED);
 }
 
+// The group epoch (one per bring-up): an Init at a newer one drops the
+// loaded model (LoadWeights again before steps); every call of another
+// epoch is refused FAILED_PRECONDITION naming both.
+TEST(WorkerServiceTest, OlderGroupEpochIsFenced) {
+  Harness h(0);
+  auto init = [&](uint64_t group_epoch) {
+    v1::InitRequest request;
+    request.set_coordinator_epoch(kEpoch);
+    request.set_group_epoch(group_epoch);
+    request.set_rank(0);
+    request.mutable_layout()->set_world_size(1);
+    request.add_peers()->set_address("127.0.0.1:9000");
+    grpc::ClientContext context;
+    v1::InitResponse response;
+    return h.stub->Init(&context, request, &response);
+  };
+  auto load = [&](uint64_t group_epoch) {
+    v1::LoadWeightsRequest request;
+    request.set_coordinator_epoch(kEpoch);
+    request.set_group_epoch(group_epoch);
+    request.set_model_dir(TinyModelDir());
+    grpc::ClientContext context;
+    v1::LoadWeightsResponse response;
+    return h.stub->LoadWeights(&context, request, &response);
+  };
+  auto step = [&](uint64_t group_epoch) {
+    grpc::ClientContext context;
+    auto stream = h.stub->Steps(&context);
+    v1::StepPlan plan;
+    plan.set_coordinator_epoch(kEpoch);
+    plan.set_group_epoch(group_epoch);
+    plan.set_step_id(0);
+    plan.set_type(v1::STEP_TYPE_DECODE);
+    stream->Write(plan);
+    stream->WritesDone();
+    v1::StepResult result;
+    bool answered = false;
+    while (stream->Read(&result)) answered = true;
+    const grpc::Status status = stream->Finish();
+    return answered && status.ok() ? grpc::Status::OK : status;
+  };
+  ASSERT_TRUE(init(1).ok());
+  ASSERT_TRUE(load(1).ok());
+  ASSERT_TRUE(step(1).ok());
+  ASSERT_TRUE(init(2).ok());  // a new group: the model is dropped
+  EXPECT_FALSE(h.serving);
+  EXPECT_EQ(step(2).error_code(), grpc::StatusCode::FAILED_PRECONDITION);  // before LoadWeights
+  grpc::Status old_load = load(1);
+  EXPECT_EQ(old_load.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(old_load.error_message().find("group epoch 1"), std::string::npos)
+      << old_load.error_message();
+  EXPECT_NE(old_load.error_message().find("group epoch 2"), std::string::npos)
+      << old_load.error_message();
+  ASSERT_TRUE(load(2).ok());
+  EXPECT_TRUE(h.serving);
+  EXPECT_TRUE(step(2).ok());
+  const grpc::Status old_step = step(1);
+  EXPECT_EQ(old_step.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(old_step.error_message().find("fenced"), std::string::npos)
+      << old_step.error_message();
+  const grpc::Status old_init = init(1);
+  EXPECT_EQ(old_init.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(old_init.error_message().find("group epoch 2"), std::string::npos)
+      << old_init.error_message();
+  EXPECT_TRUE(step(2).ok());  // the current epoch still runs
+  v1::PrepareExpertMapRequest prepare;
+  prepare.set_coordinator_epoch(kEpoch);
+  prepare.set_group_epoch(1);
+  grpc::ClientContext context;
+  v1::PrepareExpertMapResponse prepared;
+  EXPECT_EQ(h.stub->PrepareExpertMap(&context, prepare, &prepared).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+}
+
 TEST(WorkerServiceTest, StepsRunInOrderAndRefuseGaps) {
   Harness h(0);
   ASSERT_TRUE(h.Init(0, 1).ok());
