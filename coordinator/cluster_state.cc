@@ -59,6 +59,15 @@ absl::StatusOr<Rank> ClusterState::RegisterWorker(const std::string& address,
       }
     }
   }
+  if (rank < 0 && requested_rank >= 0) {
+    // A restarted worker asking for its rank before the coordinator found
+    // the old one lost (a remote rejoin): the registration client retries
+    // UNAVAILABLE, and the recovery frees the rank.
+    return absl::UnavailableError(absl::StrCat(
+        "Register: rank ", requested_rank, " is held by the worker at ",
+        workers_[requested_rank].address, " and no rank is free; retry (a rank is freed when "
+        "its worker is found lost)"));
+  }
   if (rank < 0) {
     return absl::ResourceExhaustedError(
         absl::StrCat("Register: all ", world_size_, " ranks are taken"));

@@ -64,7 +64,8 @@ class ClusterState {
   // and free, otherwise the lowest free rank. Errors: INVALID_ARGUMENT for an
   // empty address or a requested rank outside [-1, world_size);
   // ALREADY_EXISTS if `address` is registered; RESOURCE_EXHAUSTED if every
-  // rank is taken.
+  // rank is taken, UNAVAILABLE (retry) if so and `requested_rank` >= 0 (a
+  // restarted remote worker whose old self is not yet found lost).
   absl::StatusOr<Rank> RegisterWorker(const std::string& address, const std::string& hostname,
                                       int64_t pid, int requested_rank);
 

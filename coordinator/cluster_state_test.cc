@@ -32,6 +32,9 @@ TEST(ClusterStateTest, ForgetWorkerFreesItsRankForARejoin) {
   EXPECT_EQ(*cluster.RegisterWorker("h:3", "h", 3, -1), Rank(1));
   EXPECT_TRUE(cluster.WaitAllRegistered(absl::ZeroDuration()));
   EXPECT_EQ(cluster.Workers()[1].status, WorkerStatus::kRegistered);
+  // A worker asking for a held rank while none is free waits (retries).
+  EXPECT_EQ(cluster.RegisterWorker("h:4", "h", 4, 1).status().code(),
+            absl::StatusCode::kUnavailable);
   EXPECT_EQ(cluster.group_epoch(), 0u);
   cluster.set_group_epoch(2);
   EXPECT_EQ(cluster.group_epoch(), 2u);

@@ -171,6 +171,7 @@ TEST(EplbTest, IdleClusterCommitsAPreparedMap) {
       auto worker = v1::Worker::NewStub(MakeChannel(placement.workers(r).address()));
       v1::PrepareExpertMapRequest request;
       request.set_coordinator_epoch(placement.coordinator_epoch());
+      request.set_group_epoch(placement.workers(r).group_epoch());  // the group's fence
       *request.mutable_map() = map;
       grpc::ClientContext context;
       prepared[r] = worker->PrepareExpertMap(&context, request, &responses[r]);
