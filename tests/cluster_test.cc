@@ -288,8 +288,11 @@ TEST(ClusterTest, ChildrenDieWithAKilledCoordinator) {
 
 TEST(ClusterTest, RemoteWorkersRegisterAndFenceThemselvesWhenCoordinatorDies) {
   const std::string address_file = std::string(std::getenv("TEST_TMPDIR")) + "/coordinator.addr";
+  // Detection only: without --recover_workers=false the lost rank would be
+  // freed for a rejoin (tests/rejoin_test) instead of staying DEAD.
   Process coordinator = Process::Start({Runfile("coordinator/main"), "--listen=127.0.0.1:0",
                                         "--expect_workers=2", "--eplb=false",
+                                        "--recover_workers=false",
                                         "--address_file=" + address_file});
   std::string address;
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
