@@ -349,10 +349,12 @@ class StepDriverRecoveryTest : public ::testing::Test {
   }
   void Start(bool recover_ok) {
     StepDriverOptions options = SmallOptions();
+    options.group_epoch = [this] { return group_epoch_.load(); };
     options.recover = [this, recover_ok](const absl::Status& cause)
         -> absl::StatusOr<std::vector<std::string>> {
       causes_.push_back(cause);
       if (!recover_ok) return absl::UnavailableError("no spare worker");
+      ++group_epoch_;  // the replacement group's bring-up
       return std::vector<std::string>{addresses_[1]};
     };
     absl::StatusOr<std::unique_ptr<StepDriver>> driver =
@@ -375,11 +377,14 @@ class StepDriverRecoveryTest : public ::testing::Test {
                        grpc::ServerReaderWriter<v1::StepResult, v1::StepPlan>* stream) override {
       v1::StepPlan plan;
       for (int answered = 0; answered < 6 && stream->Read(&plan); ++answered) {
+        group_epoch = plan.group_epoch();
         if (!stream->Write(Sevens(plan))) break;
       }
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker died");
     }
+    std::atomic<uint64_t> group_epoch{0};  // of the last plan it got
   };
+  std::atomic<uint64_t> group_epoch_{1};
   DyingWorkerService dying_;
   FakeWorkerService fresh_;
   std::vector<std::string> addresses_;
@@ -403,7 +408,9 @@ TEST_F(StepDriverRecoveryTest, RequestsFinishOnTheReplacementWorker) {
   const StepDriver::RecoveryStats stats = driver_->Recoveries();
   EXPECT_EQ(stats.recoveries, 1);
   EXPECT_NE(stats.last_cause.find("worker rank 0"), std::string::npos) << stats.last_cause;
+  EXPECT_GE(stats.last_detect_to_serving, stats.last_duration);
   ASSERT_EQ(causes_.size(), 1u);
+  EXPECT_EQ(dying_.group_epoch.load(), 1u);  // the first group's plans carry its epoch
   // And the loop serves new requests on the new worker.
   Events c;
   ASSERT_TRUE(Submit(3, c, 5).ok());
@@ -419,6 +426,11 @@ TEST_F(StepDriverRecoveryTest, FailedRecoveryFailsTheRequests) {
   EXPECT_FALSE(a.Done()->error.ok());
   EXPECT_LT(a.Tokens(), 40);
   EXPECT_EQ(driver_->Recoveries().recoveries, 0);
+  // The loop's failure names the step's error and why recovery failed.
+  const absl::Status failure = driver_->failure();
+  EXPECT_EQ(failure.code(), absl::StatusCode::kUnavailable) << failure;
+  EXPECT_NE(failure.message().find("recovery failed: no spare worker"), std::string::npos)
+      << failure;
 }
 
 }  // namespace
