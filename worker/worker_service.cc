@@ -151,11 +151,9 @@ grpc::Status WorkerService::CheckGroupEpoch(uint64_t group_epoch, const std::str
 }
 
 grpc::Status WorkerService::ResetForNewGroup(uint64_t group_epoch) {
-  // The old group's stream ends once the coordinator cancelled it, or once
-  // the collective it is in gives up on the lost peer.
-  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !steps_active_; };
-  if (!mu_.AwaitWithTimeout(absl::Condition(&idle),
-                            options_.collective_timeout + absl::Seconds(10))) {
+  // Init waited for the old group's stream to end (once the coordinator
+  // cancelled it, or once the collective it is in gave up on the lost peer).
+  if (steps_active_) {
     return Error(grpc::StatusCode::UNAVAILABLE,
                  absl::StrCat("Init of group epoch ", group_epoch, ": the Steps stream of group ",
                               "epoch ", group_epoch_, " is still running"));

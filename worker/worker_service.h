@@ -152,10 +152,11 @@ class WorkerService final : public v1::Worker::Service {
   // of the last Init (`what` names the call).
   grpc::Status CheckGroupEpoch(uint64_t group_epoch, const std::string& what)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // An Init at a newer group epoch: waits (up to the collective timeout and
-  // 10 s more) for the old epoch's Steps stream to end, then drops the model,
-  // KV pool, communicators and UCX contexts of the old group.
-  // REQUIRES: staging_mu_ and mu_ held by the caller (released while waiting).
+  // An Init at a newer group epoch, once the old epoch's Steps stream ended
+  // (Init waits up to the collective timeout and 10 s more; UNAVAILABLE if
+  // it is still open): drops the model, KV pool, communicators and UCX
+  // contexts of the old group.
+  // REQUIRES: staging_mu_ and mu_ held by the caller.
   grpc::Status ResetForNewGroup(uint64_t group_epoch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(staging_mu_, mu_);
   // Switches to the staged map `version` (step thread, or no stream open).
