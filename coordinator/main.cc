@@ -465,8 +465,12 @@ int Run(int argc, char** argv) {
     return 1;
   }
   grpc::HealthCheckServiceInterface* health = server->server->GetHealthCheckService();
-  health->SetServingStatus("weir.v1.Inference", false);
-  health->SetServingStatus("weir.v1.BatchJobs", false);
+  // The public API's health (Inference and BatchJobs), switched together.
+  auto set_api_serving = [health](bool serving) {
+    health->SetServingStatus("weir.v1.Inference", serving);
+    health->SetServingStatus("weir.v1.BatchJobs", serving);
+  };
+  set_api_serving(false);
   health->SetServingStatus("weir.v1.Coordinator", true);
   WEIR_LOG(INFO) << "listening on " << server->address << " (epoch " << epoch << ")";
   // The control plane: the local workers' and EPLB's address.
@@ -551,8 +555,7 @@ int Run(int argc, char** argv) {
 
   auto shutdown = [&](int code) {
     cluster.set_lifecycle(ClusterLifecycle::kStopping);
-    health->SetServingStatus("weir.v1.Inference", false);
-    health->SetServingStatus("weir.v1.BatchJobs", false);
+    set_api_serving(false);
     controller.StopMonitor();
     controller.ShutdownWorkers("coordinator stopping");
     launcher.StopAll(absl::Seconds(absl::GetFlag(FLAGS_stop_grace_s)));
@@ -653,16 +656,14 @@ int Run(int argc, char** argv) {
   driver_options.on_failure = [&](const absl::Status& cause) {
     WEIR_LOG(ERROR) << "the step loop stopped: " << cause << "; NOT_SERVING until a restart";
     cluster.set_lifecycle(ClusterLifecycle::kDegraded);
-    health->SetServingStatus("weir.v1.Inference", false);
-    health->SetServingStatus("weir.v1.BatchJobs", false);
+    set_api_serving(false);
   };
   const bool recover_workers = absl::GetFlag(FLAGS_recover_workers);
   std::atomic<bool> recovering{false};
   std::atomic<StepDriver*> live_driver{nullptr};
   auto on_worker_change = [&] {
     if (cluster.AllReady()) return;
-    health->SetServingStatus("weir.v1.Inference", false);
-    health->SetServingStatus("weir.v1.BatchJobs", false);
+    set_api_serving(false);
     // A worker died (or stopped answering health checks) while the step
     // loop may be idle: ask it to replace the group now. Deaths of the
     // workers a recovery itself kills are not news.
@@ -676,6 +677,22 @@ int Run(int argc, char** argv) {
       break;
     }
   };
+  // Around either recovery: the flag the liveness monitor reads while it
+  // runs, and after a bring-up the group's addresses with the public API
+  // serving and the monitor watching again.
+  struct RecoveringScope {
+    explicit RecoveringScope(std::atomic<bool>& f) : flag(f) { flag = true; }
+    ~RecoveringScope() { flag = false; }
+    std::atomic<bool>& flag;
+  };
+  auto back_to_serving = [&]() {
+    std::vector<std::string> addresses;
+    for (const WorkerRecord& w : cluster.Workers()) addresses.push_back(w.address);
+    cluster.set_lifecycle(ClusterLifecycle::kReady);
+    set_api_serving(true);
+    controller.StartMonitor(on_worker_change);
+    return addresses;
+  };
   if (recover_workers && !local) {
     // A lost remote worker cannot be respawned from here: its rank is freed
     // and the recovery waits for a worker to register for it (an operator or
@@ -686,13 +703,8 @@ int Run(int argc, char** argv) {
     driver_options.max_recoveries = absl::GetFlag(FLAGS_max_recoveries);
     driver_options.recover =
         [&](const absl::Status& cause) -> absl::StatusOr<std::vector<std::string>> {
-      recovering = true;
-      struct Done {
-        std::atomic<bool>& flag;
-        ~Done() { flag = false; }
-      } done{recovering};
-      health->SetServingStatus("weir.v1.Inference", false);
-      health->SetServingStatus("weir.v1.BatchJobs", false);
+      RecoveringScope scope(recovering);
+      set_api_serving(false);
       controller.StopMonitor();
       const std::vector<Rank> lost = controller.LostWorkers(/*attempts=*/3);
       std::string lost_names;
@@ -719,13 +731,7 @@ int Run(int argc, char** argv) {
         }
       }
       RETURN_IF_ERROR(controller.BringUp()) << "bringing the remote group up again";
-      std::vector<std::string> addresses;
-      for (const WorkerRecord& w : cluster.Workers()) addresses.push_back(w.address);
-      cluster.set_lifecycle(ClusterLifecycle::kReady);
-      health->SetServingStatus("weir.v1.Inference", true);
-      health->SetServingStatus("weir.v1.BatchJobs", true);
-      controller.StartMonitor(on_worker_change);
-      return addresses;
+      return back_to_serving();
     };
   }
   if (recover_workers && local) {
@@ -735,14 +741,9 @@ int Run(int argc, char** argv) {
     driver_options.max_recoveries = absl::GetFlag(FLAGS_max_recoveries);
     driver_options.recover =
         [&](const absl::Status& cause) -> absl::StatusOr<std::vector<std::string>> {
-      recovering = true;
-      struct Done {
-        std::atomic<bool>& flag;
-        ~Done() { flag = false; }
-      } done{recovering};
+      RecoveringScope scope(recovering);
       WEIR_LOG(WARNING) << "replacing the " << world << " local workers after: " << cause;
-      health->SetServingStatus("weir.v1.Inference", false);
-      health->SetServingStatus("weir.v1.BatchJobs", false);
+      set_api_serving(false);
       controller.StopMonitor();
       if (!launcher.KillMatching("worker", absl::Seconds(10))) {
         return absl::DeadlineExceededError("the old workers did not exit within 10 s");
@@ -763,13 +764,7 @@ int Run(int argc, char** argv) {
         }
       }
       RETURN_IF_ERROR(controller.BringUp()) << "bringing up the replacement workers";
-      std::vector<std::string> addresses;
-      for (const WorkerRecord& w : cluster.Workers()) addresses.push_back(w.address);
-      cluster.set_lifecycle(ClusterLifecycle::kReady);
-      health->SetServingStatus("weir.v1.Inference", true);
-      health->SetServingStatus("weir.v1.BatchJobs", true);
-      controller.StartMonitor(on_worker_change);
-      return addresses;
+      return back_to_serving();
     };
   }
   absl::StatusOr<std::unique_ptr<StepDriver>> driver =
@@ -790,8 +785,7 @@ int Run(int argc, char** argv) {
   control_plane.SetDriver(driver->get());
 
   cluster.set_lifecycle(ClusterLifecycle::kReady);
-  health->SetServingStatus("weir.v1.Inference", true);
-  health->SetServingStatus("weir.v1.BatchJobs", true);
+  set_api_serving(true);
   controller.StartMonitor(on_worker_change);
   const std::string eplb = cluster.eplb_address();
   std::cout << "weir ready at " << server->address << " (model " << model->name << ", " << world
@@ -814,8 +808,7 @@ int Run(int argc, char** argv) {
   stop.WaitForNotification();
   live_driver = nullptr;
   // Drain: refuse new work, let what is in flight finish (bounded).
-  health->SetServingStatus("weir.v1.Inference", false);
-  health->SetServingStatus("weir.v1.BatchJobs", false);
+  set_api_serving(false);
   const int64_t left =
       (*driver)->Drain(absl::Seconds(std::max(0.0, absl::GetFlag(FLAGS_drain_timeout_s))));
   WEIR_LOG(INFO) << "drained; " << left << " requests still in flight are cancelled";
