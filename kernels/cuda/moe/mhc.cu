@@ -38,7 +38,7 @@ absl::Status HcMix(const HcMixParams& p, cudaStream_t stream) {
         ", iters ", p.sinkhorn_iters, "; needs 1 <= hc_mult <= ", kHcMaxMult,
         ", iters >= 1, non-null arrays)"));
   }
-  moe::HcMixKernelArgs args{.x = p.x,
+  const moe::HcMixKernelArgs args{.x = p.x,
                                   .hc_fn = p.hc_fn,
                                   .mixes = p.mixes,
                                   .scale = p.scale,
@@ -52,24 +52,7 @@ absl::Status HcMix(const HcMixParams& p, cudaStream_t stream) {
                                   .hc_eps = p.hc_eps,
                                   .norm_eps = p.norm_eps};
   constexpr int kThreads = 256;
-  // The row in shared memory when it fits (V4.1: 4 x 5120 floats, 80 KB):
-  // the same operations in the same order, without a global load in the
-  // serial chain.
-  constexpr int64_t kMaxStagedBytes = 200 * 1024;
-  const int64_t row_bytes = p.hc_mult * p.dim * static_cast<int64_t>(sizeof(float));
-  args.stage_row = (p.hc_mult * p.dim) % 4 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 &&
-                   row_bytes <= kMaxStagedBytes;
-  const int smem = args.stage_row ? static_cast<int>(row_bytes) : 0;
-  if (args.stage_row) {
-    if (cudaError_t err = cudaFuncSetAttribute(moe::HcMixKernel<kThreads>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(kMaxStagedBytes));
-        err != cudaSuccess) {
-      return absl::InternalError(absl::StrCat("HcMix: shared memory attribute: ",
-                                              cudaGetErrorString(err)));
-    }
-  }
-  moe::HcMixKernel<kThreads><<<static_cast<unsigned>(p.tokens), kThreads, smem, stream>>>(args);
+  moe::HcMixKernel<kThreads><<<static_cast<unsigned>(p.tokens), kThreads, 0, stream>>>(args);
   return LaunchStatus("HcMix");
 }
 

@@ -25,10 +25,6 @@ struct HcMixKernelArgs {
   int iters;
   float hc_eps;
   float norm_eps;
-  // The token's n * dim inputs are first copied to dynamic shared memory
-  // (16-byte cp.async pieces: x and n * dim 16-byte aligned), so the one
-  // warp's serial sum of squares reads them without global latency.
-  bool stage_row = false;
 };
 
 // The split + Sinkhorn of kernels/cpu/mhc.cc HcSplitSinkhorn for one token,
@@ -118,17 +114,6 @@ __global__ void HcMixKernel(HcMixKernelArgs a) {
   const int64_t nd = n * a.dim;
   const float* v = a.x + token * nd;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (a.stage_row) {
-    extern __shared__ __align__(16) float s_row[];
-    for (int64_t i = threadIdx.x; i < nd / 4; i += kThreads) {
-      const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(s_row + 4 * i));
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(v + 4 * i)
-                   : "memory");
-    }
-    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
-    __syncthreads();
-    v = s_row;
-  }
   if (a.mixes != nullptr) {
     for (int m = threadIdx.x; m < n_mix; m += kThreads) s_mix[m] = a.mixes[token * n_mix + m];
   } else {
@@ -139,36 +124,10 @@ __global__ void HcMixKernel(HcMixKernelArgs a) {
     }
   }
   if (warp == 0) {
-    double total;
-    if (a.stage_row) {
-      // fmath::WarpLaneSum's order, in batches of 16 steps: the batch's loads
-      // and exact squares first, then its 16 dependent additions.
-      double acc = 0.0;
-      int64_t c = lane;
-      for (; c + 15 * 32 < nd; c += 16 * 32) {
-        double sq[16];
-#pragma unroll
-        for (int u = 0; u < 16; ++u) {
-          const double x = v[c + 32 * u];
-          sq[u] = fm::DMul(x, x);
-        }
-#pragma unroll
-        for (int u = 0; u < 16; ++u) acc = fm::DAdd(acc, sq[u]);
-      }
-      for (; c < nd; c += 32) {
-        const double x = v[c];
-        acc = fm::DAdd(acc, fm::DMul(x, x));
-      }
-      for (int off = fm::kLanes / 2; off > 0; off /= 2) {
-        acc = fm::DAdd(acc, __shfl_xor_sync(0xffffffffu, acc, off));
-      }
-      total = acc;
-    } else {
-      total = fm::WarpLaneSum<double>(nd, [&](int64_t c) {
-        const double x = v[c];
-        return fm::DMul(x, x);  // exact product
-      });
-    }
+    const double total = fm::WarpLaneSum<double>(nd, [&](int64_t c) {
+      const double x = v[c];
+      return fm::DMul(x, x);  // exact product
+    });
     if (lane == 0) s_total = total;
   }
   __syncthreads();
