@@ -12,6 +12,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -32,6 +33,17 @@ inline absl::Status CudaStatus(cudaError_t err, std::string_view what) {
 // of the launch (cudaGetLastError, which also clears it).
 inline absl::Status LaunchStatus(std::string_view what) {
   return CudaStatus(cudaGetLastError(), std::string(what) + " launch");
+}
+
+// Lets `kernel` take `bytes` of dynamic shared memory (past the 48 KiB
+// default). A host-side function attribute, legal during stream capture and
+// cheap to repeat, so launchers call it before every launch. INTERNAL naming
+// `what` on a CUDA error.
+template <typename Kernel>
+absl::Status AllowSharedBytes(Kernel kernel, int64_t bytes, std::string_view what) {
+  return CudaStatus(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(bytes)),
+                    std::string(what) + ": shared memory attribute");
 }
 
 }  // namespace weir::kernels::cuda

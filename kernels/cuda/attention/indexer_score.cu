@@ -5,6 +5,7 @@
 
 #include "kernels/cuda/attention/indexer_score.cuh"
 #include "kernels/cuda/attention/indexer_score.h"
+#include "kernels/cuda/launch_status.h"
 
 namespace weir::kernels::cuda {
 namespace {
@@ -16,12 +17,10 @@ template <bool kRoundBf16>
 absl::Status Launch(const IndexerScoreParams& p, cudaStream_t stream) {
   const size_t shared = IndexerScoreSharedBytes(p.heads, p.dim);
   if (shared > kDefaultSharedBytes) {
-    if (cudaError_t err = cudaFuncSetAttribute(IndexerScoreKernel<kRoundBf16>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(shared));
-        err != cudaSuccess) {
-      return absl::InternalError(std::string("IndexerScore shared memory: ") +
-                                 cudaGetErrorString(err));
+    if (absl::Status s = AllowSharedBytes(IndexerScoreKernel<kRoundBf16>,
+                                          static_cast<int64_t>(shared), "IndexerScore");
+        !s.ok()) {
+      return s;
     }
   }
   const dim3 grid(static_cast<unsigned>((p.keys + kIndexerKeyTile - 1) / kIndexerKeyTile),

@@ -87,14 +87,10 @@ absl::Status SparseDecodeAttention(const SparseDecodeAttentionParams& p, cudaStr
       .head_groups = groups,
       .scale_log2 = static_cast<float>(static_cast<double>(scale) * 1.4426950408889634),
   };
-  // Above the 48 KiB default: opted into per launch (not a stream operation,
-  // so this stays legal inside graph capture).
-  if (cudaError_t err = cudaFuncSetAttribute(sd::SparseDecodeAttentionKernel,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             sd::kSharedBytes);
-      err != cudaSuccess) {
-    return absl::InternalError(std::string("SparseDecodeAttention shared memory: ") +
-                               cudaGetErrorString(err));
+  if (absl::Status s = AllowSharedBytes(sd::SparseDecodeAttentionKernel, sd::kSharedBytes,
+                                        "SparseDecodeAttention");
+      !s.ok()) {
+    return s;
   }
   sd::SparseDecodeAttentionKernel<<<static_cast<unsigned>(p.queries * groups), sd::kThreads,
                                     sd::kSharedBytes, stream>>>(args);

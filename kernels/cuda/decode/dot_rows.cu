@@ -45,12 +45,7 @@ template <int kRows, int kOuts, int kChunk, int kStages>
 absl::Status LaunchStaged(const DotRowsParams& p, cudaStream_t stream) {
   constexpr int kSmem = StagedShape<kRows, kOuts, kChunk, kStages>::kSmemBytes;
   auto kernel = RowStableDotStagedKernel<kRows, kOuts, kChunk, kStages>;
-  if (cudaError_t err =
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-      err != cudaSuccess) {
-    return absl::InternalError(std::string("RowStableDot: shared memory attribute: ") +
-                               cudaGetErrorString(err));
-  }
+  if (absl::Status s = AllowSharedBytes(kernel, kSmem, "RowStableDot"); !s.ok()) return s;
   const dim3 grid(static_cast<unsigned>((p.rows + kRows - 1) / kRows),
                   static_cast<unsigned>((p.out + kOuts - 1) / kOuts));
   kernel<<<grid, kStagedThreads, kSmem, stream>>>(p.x, p.w, p.y, p.rows, p.out, p.k);

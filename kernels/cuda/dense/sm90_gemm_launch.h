@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/cuda/dense/fp8_block_gemm_params.h"
+#include "kernels/cuda/launch_status.h"
 
 namespace weir::kernels::cuda::dense {
 
@@ -34,20 +35,6 @@ inline absl::Status CheckSm90Device(const char* op) {
                                cudaGetErrorString(err));
   }
   if (major != 9) return absl::UnimplementedError(std::string(op) + ": built for sm_90a only");
-  return absl::OkStatus();
-}
-
-// Sets a kernel's dynamic shared memory limit to `bytes` (a host-side
-// attribute, legal during stream capture; cheap to repeat). INTERNAL naming
-// `op` on a CUDA error.
-template <typename Kernel>
-absl::Status AllowSharedBytes(Kernel kernel, int64_t bytes, const char* op) {
-  if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(bytes));
-      err != cudaSuccess) {
-    return absl::InternalError(std::string(op) + ": shared memory attribute: " +
-                               cudaGetErrorString(err));
-  }
   return absl::OkStatus();
 }
 

@@ -38,13 +38,7 @@ absl::Status LaunchTile(const moe::mxfp4_gemm::KernelArgs& args, int num_experts
                   static_cast<unsigned>(num_experts));
   const int smem = Mxfp4GroupedLayout(kWarps, kBm, kStages).total;
   auto kernel = moe::mxfp4_gemm::Mxfp4GroupedKernel<kWarps, kBm, kStages, kGated>;
-  // A host-side attribute, legal during stream capture; cheap to repeat.
-  if (cudaError_t err =
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-      err != cudaSuccess) {
-    return absl::InternalError(std::string(what) +
-                               ": shared memory attribute: " + cudaGetErrorString(err));
-  }
+  if (absl::Status s = AllowSharedBytes(kernel, smem, what); !s.ok()) return s;
   kernel<<<grid, kWarps * 32, smem, stream>>>(args);
   return LaunchStatus(what);
 }
