@@ -95,6 +95,38 @@ int64_t Cluster::Steps() {
   return State(state).ok() ? static_cast<int64_t>(state.steps()) : -1;
 }
 
+v1::GenerateRequest MixedRequest(int i, uint32_t max_new, bool constrained) {
+  v1::GenerateRequest request;
+  for (int t = 0; t < 3 + i % 11; ++t) request.mutable_tokens()->add_ids(5 + 13 * i + t);
+  request.mutable_stop()->set_max_new_tokens(max_new);
+  request.mutable_stop()->set_ignore_eos(true);
+  if (i % 4 == 3) {
+    request.mutable_sampling()->set_temperature(0.9f);
+    request.mutable_sampling()->set_seed(1000 + i);
+  } else {
+    request.mutable_sampling()->set_temperature(0.0f);
+  }
+  if (constrained && i % 8 == 5) request.mutable_constraint()->set_regex("[a-z ]{20,400}");
+  return request;
+}
+
+StreamOutcome RunStream(v1::Inference::Stub& stub, const v1::GenerateRequest& request,
+                        int deadline_s) {
+  StreamOutcome out;
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineIn(std::chrono::seconds(deadline_s)));
+  auto reader = stub.Generate(&context, request);
+  v1::GenerateEvent event;
+  while (reader->Read(&event)) {
+    if (event.has_final()) {
+      out.tokens.assign(event.final().full_token_ids().begin(),
+                        event.final().full_token_ids().end());
+    }
+  }
+  out.status = reader->Finish();
+  return out;
+}
+
 grpc::Status Cluster::Greedy(const std::vector<uint32_t>& prompt, uint32_t max_new,
                              std::vector<uint32_t>& tokens, v1::FinishReason* reason) {
   v1::GenerateRequest request;

@@ -40,6 +40,22 @@ std::string CacheDir();
 // the directory anyway if generation fails.
 std::string SkewedTinyModel(const std::string& name, bool with_tokenizer);
 
+// The recovery tests' request mix, request i: a prompt of 3 + i % 11 tokens,
+// `max_new` tokens (ignore_eos); greedy, every 4th seeded sampling (the draw
+// depends on the position, not the batch); with `constrained`, every 8th
+// (from 5) under a regex (the grammar replays the delivered tokens on
+// recompute).
+v1::GenerateRequest MixedRequest(int i, uint32_t max_new, bool constrained = false);
+
+// One Generate stream's end: its status and the final's full token ids.
+struct StreamOutcome {
+  grpc::Status status;
+  std::vector<uint32_t> tokens;
+};
+// Runs `request` to its end on `stub` (deadline `deadline_s` seconds).
+StreamOutcome RunStream(v1::Inference::Stub& stub, const v1::GenerateRequest& request,
+                        int deadline_s);
+
 class Cluster {
  public:
   // Starts `coordinator/main` with a fresh address file, the test cache dir,

@@ -30,44 +30,7 @@ using testing_util::Cluster;
 constexpr int kRequests = 8;
 constexpr uint32_t kTokens = 160;
 
-// Request i of a mix: greedy; every 4th seeded sampling (the draw depends on
-// the position, not the batch); with `constrained`, every 8th (from 5)
-// under a regex (the grammar replays the delivered tokens on recompute).
-v1::GenerateRequest MakeRequest(int i, uint32_t tokens = kTokens, bool constrained = false) {
-  v1::GenerateRequest request;
-  for (int t = 0; t < 3 + i % 11; ++t) request.mutable_tokens()->add_ids(5 + 13 * i + t);
-  request.mutable_stop()->set_max_new_tokens(tokens);
-  request.mutable_stop()->set_ignore_eos(true);
-  if (i % 4 == 3) {
-    request.mutable_sampling()->set_temperature(0.9f);
-    request.mutable_sampling()->set_seed(1000 + i);
-  } else {
-    request.mutable_sampling()->set_temperature(0.0f);
-  }
-  if (constrained && i % 8 == 5) request.mutable_constraint()->set_regex("[a-z ]{20,400}");
-  return request;
-}
-
-struct Outcome {
-  grpc::Status status;
-  std::vector<uint32_t> tokens;
-};
-
-Outcome Run(Cluster& cluster, const v1::GenerateRequest& request) {
-  Outcome out;
-  grpc::ClientContext context;
-  context.set_deadline(DeadlineIn(std::chrono::seconds(240)));
-  auto reader = cluster.stub().Generate(&context, request);
-  v1::GenerateEvent event;
-  while (reader->Read(&event)) {
-    if (event.has_final()) {
-      out.tokens.assign(event.final().full_token_ids().begin(),
-                        event.final().full_token_ids().end());
-    }
-  }
-  out.status = reader->Finish();
-  return out;
-}
+using Outcome = testing_util::StreamOutcome;
 
 std::vector<Outcome> RunAll(Cluster& cluster, const std::function<void()>& during = {},
                             int n = kRequests, uint32_t tokens = kTokens,
@@ -76,7 +39,10 @@ std::vector<Outcome> RunAll(Cluster& cluster, const std::function<void()>& durin
   std::vector<std::thread> threads;
   for (int i = 0; i < n; ++i) {
     threads.emplace_back(
-        [&, i] { outs[i] = Run(cluster, MakeRequest(i, tokens, constrained)); });
+        [&, i] {
+          outs[i] = testing_util::RunStream(
+              cluster.stub(), testing_util::MixedRequest(i, tokens, constrained), 240);
+        });
   }
   if (during) during();
   for (std::thread& t : threads) t.join();

@@ -32,6 +32,7 @@
 #include "gtest/gtest.h"
 #include "proto/inference.grpc.pb.h"
 #include "proto/worker.grpc.pb.h"
+#include "tests/local_cluster.h"
 
 namespace weir {
 namespace {
@@ -41,9 +42,7 @@ constexpr uint32_t kTokens = 160;
 // Generous: an event this test waits for ends the wait when it comes.
 const absl::Duration kEventDeadline = absl::Seconds(120);
 
-std::string Runfile(const std::string& path) {
-  return std::string(std::getenv("TEST_SRCDIR")) + "/weir/" + path;
-}
+using testing_util::Runfile;
 
 // A child process, SIGKILLed and reaped at destruction unless reaped before.
 class Child {
@@ -171,40 +170,12 @@ class RemoteCluster {
   std::unique_ptr<v1::Inference::Stub> stub_;
 };
 
-// Request i: greedy; every 4th seeded sampling.
-v1::GenerateRequest MakeRequest(int i) {
-  v1::GenerateRequest request;
-  for (int t = 0; t < 3 + i % 11; ++t) request.mutable_tokens()->add_ids(5 + 13 * i + t);
-  request.mutable_stop()->set_max_new_tokens(kTokens);
-  request.mutable_stop()->set_ignore_eos(true);
-  if (i % 4 == 3) {
-    request.mutable_sampling()->set_temperature(0.9f);
-    request.mutable_sampling()->set_seed(1000 + i);
-  } else {
-    request.mutable_sampling()->set_temperature(0.0f);
-  }
-  return request;
-}
+using Outcome = testing_util::StreamOutcome;
 
-struct Outcome {
-  grpc::Status status;
-  std::vector<uint32_t> tokens;
-};
+v1::GenerateRequest MakeRequest(int i) { return testing_util::MixedRequest(i, kTokens); }
 
 Outcome RunOne(v1::Inference::Stub& stub, const v1::GenerateRequest& request) {
-  Outcome out;
-  grpc::ClientContext context;
-  context.set_deadline(DeadlineIn(std::chrono::seconds(300)));
-  auto reader = stub.Generate(&context, request);
-  v1::GenerateEvent event;
-  while (reader->Read(&event)) {
-    if (event.has_final()) {
-      out.tokens.assign(event.final().full_token_ids().begin(),
-                        event.final().full_token_ids().end());
-    }
-  }
-  out.status = reader->Finish();
-  return out;
+  return testing_util::RunStream(stub, request, 300);
 }
 
 // Runs the kRequests requests at once; `during` runs meanwhile.
