@@ -67,7 +67,7 @@ struct Problem {
   int64_t m, n, k;
   std::vector<uint8_t*> x, xs, w, ws;
   float* y = nullptr;
-  float* scratch = nullptr;  // split-K partials, up to kFp8GemmMaxSplits
+  float* scratch = nullptr;  // split-K partials at the split the shape gets
   Problem(int64_t m_, int64_t n_, int64_t k_, int copies) : m(m_), n(n_), k(k_) {
     for (int c = 0; c < copies; ++c) {
       x.push_back(DeviceBytes(m * k, false, 1 + c));
@@ -76,7 +76,7 @@ struct Problem {
       ws.push_back(DeviceBytes((n + 31) / 32 * (k / 32), true, 4 + c));
     }
     WEIR_BENCH_CHECK(cudaMalloc(&y, m * n * sizeof(float)));
-    WEIR_BENCH_CHECK(cudaMalloc(&scratch, kFp8GemmMaxSplits * m * n * sizeof(float)));
+    WEIR_BENCH_CHECK(cudaMalloc(&scratch, ChooseFp8GemmSplits(n, k) * m * n * sizeof(float)));
   }
   ~Problem() {
     for (auto* v : {&x, &xs, &w, &ws}) {
