@@ -2,10 +2,20 @@
 
 #include <cstring>
 
+#include "kernels/common/row_stable.h"
+
 namespace weir::model {
 namespace {
 
+using ::weir::kernels::RowStableCombine;
+using ::weir::kernels::RowStableLane;
+using ::weir::kernels::RowStableStep;
+
+// The four lanes of one output element; `acc += u * v` on V4s is
+// RowStableStep on each lane at once (the product rounded, then added: this
+// file builds with -ffp-contract=off).
 typedef float V4 __attribute__((vector_size(16)));
+static_assert(sizeof(V4) == ::weir::kernels::kRowStableLanes * sizeof(float));
 
 inline V4 Load(const float* p) {
   V4 v;
@@ -13,12 +23,15 @@ inline V4 Load(const float* p) {
   return v;
 }
 
-inline float Reduce(V4 a) { return (a[0] + a[1]) + (a[2] + a[3]); }
+inline float Reduce(V4 a) { return RowStableCombine(a[0], a[1], a[2], a[3]); }
 
-// Tail of k (in % 4 != 0) is folded into lane (k % 4) in ascending order, so
-// the lane structure is the same as for the vector part.
+// Tail of k (in % 4 != 0) is folded into its lane in ascending order, so the
+// lane structure is the same as for the vector part.
 inline void Tail(const float* x, const float* w, int64_t k0, int64_t in, V4& acc) {
-  for (int64_t k = k0; k < in; ++k) acc[k & 3] += x[k] * w[k];
+  for (int64_t k = k0; k < in; ++k) {
+    const int l = RowStableLane(k);
+    acc[l] = RowStableStep(acc[l], x[k], w[k]);
+  }
 }
 
 // One output element.

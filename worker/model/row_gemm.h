@@ -9,8 +9,10 @@
 // boundaries, top-k, expert routing) goes through this routine. (Model-local
 // kernel: kernels/cpu has no batch-invariant matrix product.)
 //
-// Order: y[m, n] = reduce(lanes), lane l = sum over k = l (mod 4), k ascending,
-// of x[m, k] * w[n, k] (separate multiply and add), reduce = (l0 + l1) + (l2 + l3).
+// Order: every y[m, n] in the row-stable order of kernels/common/row_stable.h
+// (lane l sums k = l (mod 4) ascending, each product rounded before its
+// addition; then (l0 + l1) + (l2 + l3)), the order the GPU's
+// dense::RowStableMatmul and decode::RowStableDot reproduce bit for bit.
 //
 // Thread safety: pure function over caller-owned memory.
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/common/row_stable.h"
 
 namespace weir::model {
 namespace {
@@ -27,6 +28,24 @@ TEST(RowStableGemmTest, MatchesDoubleReference) {
       double ref = 0;
       for (int64_t c = 0; c < k; ++c) ref += double{x[i * k + c]} * w[j * k + c];
       EXPECT_NEAR(y[i * n + j], ref, 1e-5) << i << "," << j;
+    }
+  }
+}
+
+// Every element is the row-stable order's, bit for bit: the 2 x 4 and 1 x 4
+// tiles, the odd last row, the columns past a multiple of 4 and the k tail.
+TEST(RowStableGemmTest, BitIdenticalToTheRowStableOrder) {
+  for (int64_t k : {1, 3, 4, 37, 256}) {
+    const int64_t m = 5, n = 11;
+    const std::vector<float> x = Random(m * k, 5), w = Random(n * k, 6);
+    std::vector<float> y(m * n);
+    RowStableGemm(x.data(), w.data(), y.data(), m, n, k);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        const float want = kernels::RowStableDotReference(x.data() + i * k, w.data() + j * k, k);
+        ASSERT_EQ(0, std::memcmp(&y[i * n + j], &want, sizeof(float)))
+            << "k " << k << " (" << i << ", " << j << "): " << y[i * n + j] << " vs " << want;
+      }
     }
   }
 }

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "kernels/common/row_stable.h"
+
 namespace weir::kernels::cuda::decode {
 
 inline constexpr int kDotRowsWarps = 8;
@@ -63,7 +65,8 @@ __global__ void __launch_bounds__(kDotRowsWarps * 32)
 }
 
 // RowStableDot: thread 4e + l of the grid sums lane l of output element e
-// (row e / out, column e % out); the quad then combines (l0 + l1) + (l2 + l3).
+// (row e / out, column e % out) in the row-stable order
+// (kernels/common/row_stable.h); the quad then combines its lanes.
 __global__ void RowStableDotKernel(const float* __restrict__ x, const float* __restrict__ w,
                                    float* y, int64_t rows, int64_t out, int64_t k) {
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -74,12 +77,11 @@ __global__ void RowStableDotKernel(const float* __restrict__ x, const float* __r
   if (valid) {
     const float* xr = x + (e / out) * k;
     const float* wr = w + (e % out) * k;
-    for (int64_t c = l; c < k; c += 4) acc = __fadd_rn(acc, __fmul_rn(xr[c], wr[c]));
+    for (int64_t c = l; c < k; c += 4) acc = RowStableStep(acc, xr[c], wr[c]);
   }
   // Every thread of the warp takes part in the shuffles (blocks are whole warps).
-  const float pair = __fadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, 1));  // l0+l1, l2+l3
-  const float other = __shfl_xor_sync(0xffffffffu, pair, 2);
-  if (valid && l == 0) y[e] = __fadd_rn(pair, other);
+  const float sum = RowStableQuadCombine(acc);
+  if (valid && l == 0) y[e] = sum;
 }
 
 // RowStableDot, staged: the same per-element arithmetic as
@@ -165,15 +167,14 @@ __global__ void __launch_bounds__(kStagedThreads)
       const int len = static_cast<int>(k - c * kChunk < kChunk ? k - c * kChunk : kChunk);
       if (len == kChunk) {
 #pragma unroll 8
-        for (int j = l; j < kChunk; j += 4) acc = __fadd_rn(acc, __fmul_rn(xs[j], ws[j]));
+        for (int j = l; j < kChunk; j += 4) acc = RowStableStep(acc, xs[j], ws[j]);
       } else {
-        for (int j = l; j < len; j += 4) acc = __fadd_rn(acc, __fmul_rn(xs[j], ws[j]));
+        for (int j = l; j < len; j += 4) acc = RowStableStep(acc, xs[j], ws[j]);
       }
     }
   }
-  const float pair = __fadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, 1));
-  const float other = __shfl_xor_sync(0xffffffffu, pair, 2);
-  if (computes && l == 0) y[(row0 + er) * out + col0 + eo] = __fadd_rn(pair, other);
+  const float sum = RowStableQuadCombine(acc);
+  if (computes && l == 0) y[(row0 + er) * out + col0 + eo] = sum;
 }
 
 }  // namespace weir::kernels::cuda::decode

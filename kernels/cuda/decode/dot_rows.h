@@ -48,10 +48,9 @@ bool SupportsDotRows(const DotRowsParams& p);
 // SupportsDotRows is false; INTERNAL with the CUDA error if the launch fails.
 absl::Status DotRows(const DotRowsParams& p, cudaStream_t stream);
 
-// RowStableDot: the same y with RowStableMatmul's arithmetic
-// (kernels/cuda/dense/row_stable_matmul.h, no FP8 activation): four partial
-// sums over k = l (mod 4), ascending, product rounded before each addition,
-// then (l0 + l1) + (l2 + l3) — bit-identical to it and to the CPU — but with
+// RowStableDot: the same y in the row-stable order of
+// kernels/common/row_stable.h, RowStableMatmul's arithmetic (no FP8
+// activation) — bit-identical to it and to the CPU — but with
 // one quad of threads per output element rather than a tile per CTA, so a
 // product with few outputs and a long k (the mHC mixes: 24 outputs, k = 4 x
 // dim) spreads over the GPU. For products whose result must keep the

@@ -3,8 +3,7 @@
 // RowStableGroupedMatmul: for groups g = 0 .. num_groups - 1, the rows
 // [offsets[g], offsets[g + 1]) of y [rows, out] = act(x rows) * w[g]^T, each
 // output element computed with exactly the operations of RowStableMatmul
-// (row_stable_matmul.h: lane l sums k = l (mod 4) ascending, each product
-// rounded before its addition, y = (l0 + l1) + (l2 + l3)). A group's rows are
+// (the row-stable order of kernels/common/row_stable.h). A group's rows are
 // therefore bit-identical to RowStableMatmul of those rows alone against
 // w[g], and to the CPU's per-expert RowStableGemm: this is the MoE expert
 // product of a device-resident decode step (rows sorted by expert).

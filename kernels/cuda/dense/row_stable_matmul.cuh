@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "kernels/common/row_stable.h"
+
 namespace weir::kernels::cuda::dense {
 
 // Weight source of RowStableMatmulTileOf: fp32 W [out, in], row-major.
@@ -23,16 +25,19 @@ struct Fp32WeightRows {
   __device__ __forceinline__ static float Decode(Raw r, int) { return r; }
 };
 
+// Every output element is computed in the row-stable order of
+// kernels/common/row_stable.h (RowStableStep per term, RowStableCombine of
+// the four lanes).
+//
 // A thread block computes a kBm x kBn tile of y, staging kBk-wide slices of x
 // and W through shared memory (the next slice is prefetched into registers
 // while the current one is used). Thread t owns summation lane l = t % 4 of
 // kTm x kTn outputs: it accumulates k = k0 + l, k0 + l + 4, ... in ascending
-// order; the four lanes of an output sit in four adjacent threads and are
-// combined as (l0 + l1) + (l2 + l3) with two shuffles. Out-of-range k are
-// staged as zeros on both sides: adding the product +0 leaves a lane sum
-// unchanged (a lane sum that starts at +0 is never -0), so the tail needs no
-// special case. Tiling changes data movement only, never the arithmetic, so
-// every configuration gives the same bits.
+// order; the four lanes of an output sit in four adjacent threads and meet in
+// RowStableQuadCombine. Out-of-range k are staged as zeros on both sides
+// (zero padding keeps the bits, row_stable.h), so the tail needs no special
+// case. Tiling changes data movement only, never the arithmetic, so every
+// configuration gives the same bits.
 //
 // RowStableMatmulTileOf is that block's work for the tile whose first row is
 // m0 and first column n0, on x [rows, in], W [out, in], y [rows, out] (the
@@ -122,7 +127,7 @@ __device__ __forceinline__ void RowStableMatmulTileOf(const float* __restrict__ 
 #pragma unroll
       for (int i = 0; i < kTm; ++i) {
 #pragma unroll
-        for (int j = 0; j < kTn; ++j) acc[i][j] = __fadd_rn(acc[i][j], __fmul_rn(xv[i], wv[j]));
+        for (int j = 0; j < kTn; ++j) acc[i][j] = RowStableStep(acc[i][j], xv[i], wv[j]);
       }
     }
   }
@@ -130,10 +135,7 @@ __device__ __forceinline__ void RowStableMatmulTileOf(const float* __restrict__ 
   for (int i = 0; i < kTm; ++i) {
 #pragma unroll
     for (int j = 0; j < kTn; ++j) {
-      // Lanes 0+1 and 2+3, then (0+1) + (2+3); float addition is commutative,
-      // so lanes 1 and 3 compute the same sums and nothing depends on them.
-      const float pair = __fadd_rn(acc[i][j], __shfl_xor_sync(0xffffffffu, acc[i][j], 1));
-      const float sum = __fadd_rn(pair, __shfl_xor_sync(0xffffffffu, pair, 2));
+      const float sum = RowStableQuadCombine(acc[i][j]);
       const int64_t m = m0 + row_group * kTm + i;
       const int64_t n = n0 + col_group * kTn + j;
       if (lane == 0 && m < rows && n < out) y[m * out + n] = sum;
@@ -233,10 +235,10 @@ __global__ void __launch_bounds__(256)
       for (int i = 0; i < 4; ++i) {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          acc[i][j][0] = __fadd_rn(acc[i][j][0], __fmul_rn(xv[i].x, wv[j].x));
-          acc[i][j][1] = __fadd_rn(acc[i][j][1], __fmul_rn(xv[i].y, wv[j].y));
-          acc[i][j][2] = __fadd_rn(acc[i][j][2], __fmul_rn(xv[i].z, wv[j].z));
-          acc[i][j][3] = __fadd_rn(acc[i][j][3], __fmul_rn(xv[i].w, wv[j].w));
+          acc[i][j][0] = RowStableStep(acc[i][j][0], xv[i].x, wv[j].x);
+          acc[i][j][1] = RowStableStep(acc[i][j][1], xv[i].y, wv[j].y);
+          acc[i][j][2] = RowStableStep(acc[i][j][2], xv[i].z, wv[j].z);
+          acc[i][j][3] = RowStableStep(acc[i][j][3], xv[i].w, wv[j].w);
         }
       }
     }
@@ -248,8 +250,7 @@ __global__ void __launch_bounds__(256)
       const int64_t m = m0 + tr + 16 * i;
       const int64_t n = n0 + tc + 16 * j;
       if (m < rows && n < out) {
-        y[m * out + n] = __fadd_rn(__fadd_rn(acc[i][j][0], acc[i][j][1]),
-                                   __fadd_rn(acc[i][j][2], acc[i][j][3]));
+        y[m * out + n] = RowStableCombine(acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3]);
       }
     }
   }

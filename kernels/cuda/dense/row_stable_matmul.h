@@ -6,13 +6,13 @@
 // worker/model/ops.h: a token's result does not depend on the other tokens of
 // the call).
 //
-// Order (the one of worker/model/row_gemm.h RowStableGemm): y[m, n] =
-// (l0 + l1) + (l2 + l3), lane l = sum over k = l (mod 4), k ascending, of
-// x[m, k] * w[n, k], each product rounded before its addition (no FMA),
-// starting from +0. The CPU routine does the same operations in the same
-// order (it is compiled without FMA contraction), so the two agree bit for
-// bit; against kernels/cpu Linear (OpenBLAS sgemm, order unspecified) they
-// agree to fp32 reduction-order error.
+// Order: the row-stable order of kernels/common/row_stable.h for every
+// y[m, n] = sum over k of x[m, k] * w[n, k] (lane l sums k = l (mod 4)
+// ascending from +0, each product rounded before its addition, no FMA; then
+// (l0 + l1) + (l2 + l3)). The CPU's worker/model/row_gemm.h RowStableGemm
+// does the same operations in the same order, so the two agree bit for bit;
+// against kernels/cpu Linear (OpenBLAS sgemm, order unspecified) they agree
+// to fp32 reduction-order error.
 //
 // Which product to use:
 //   * RowStableMatmul for Ops::Matmul and every product whose result feeds a

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/common/row_stable.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/cuda/dense/test_util.h"
@@ -26,19 +27,14 @@ std::vector<float> Random(int64_t n, uint32_t seed, float stddev) {
   return v;
 }
 
-// The order the header documents, one element at a time, in plain fp32
-// (worker/model/row_gemm.h RowStableGemm does the same operations).
+// The order of kernels/common/row_stable.h, one element at a time (the CPU's
+// worker/model RowStableGemm computes the same).
 std::vector<float> HostRowStable(const std::vector<float>& x, const std::vector<float>& w,
                                  const Shape& s) {
   std::vector<float> y(s.rows * s.out);
   for (int64_t m = 0; m < s.rows; ++m) {
     for (int64_t n = 0; n < s.out; ++n) {
-      float lane[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      for (int64_t k = 0; k < s.in; ++k) {
-        const float product = x[m * s.in + k] * w[n * s.in + k];
-        lane[k & 3] = lane[k & 3] + product;
-      }
-      y[m * s.out + n] = (lane[0] + lane[1]) + (lane[2] + lane[3]);
+      y[m * s.out + n] = RowStableDotReference(x.data() + m * s.in, w.data() + n * s.in, s.in);
     }
   }
   return y;
