@@ -58,7 +58,7 @@ for binary in "${out}"/bin/* "${out}"/serve/* "${out}"/tools/*; do
     fi
   done
 done
-cp tools/gpu/run_all.sh tools/gpu/serve_smoke.sh "${out}/"
+cp tools/gpu/run_all.sh tools/gpu/serve_smoke.sh tools/gpu/recovery_gpu.sh "${out}/"
 du -sh "${out}" >&2
 # The device runner carries at most 64 MiB; OpenBLAS alone is 36 MB, so the
 # bundle travels packed (about 17 MB) and is unpacked there first:

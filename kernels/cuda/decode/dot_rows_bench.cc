@@ -8,7 +8,9 @@
 // layers are). Columns: us per call per tile, the tile RowStableDot picks,
 // the bytes one call must read (x rows + w) over the device-copy rate
 // measured in the same run, and the serial floor of the reference order
-// (k / 4 dependent fp32 additions per lane at 4 cycles each, at the SM clock).
+// (k / 4 dependent fp32 additions per lane at 4 cycles each, at the SM clock);
+// last, HcMixSplitK (moe/hc_mix_split.h, the kFast mHC: products + Sinkhorn
+// in one launch) on the same shapes.
 //
 //   dot_rows_bench   (on the GPU machine)
 
@@ -21,6 +23,7 @@
 #include "kernels/cuda/bench_util.h"
 #include "kernels/cuda/decode/chain_probe.h"
 #include "kernels/cuda/decode/dot_rows.h"
+#include "kernels/cuda/moe/hc_mix_split.h"
 #include "kernels/cuda/moe/mhc.h"
 
 namespace weir::kernels::cuda::decode {
@@ -69,7 +72,7 @@ void Run() {
               kCalls, kCalls);
   std::printf("%6s %6s |", "k", "rows");
   for (int t = 0; t < kRowStableDotTiles; ++t) std::printf("  tile%d", t);
-  std::printf(" | picked %8s %8s %8s\n", "copy_us", "chain_us", "HcMix_us");
+  std::printf(" | picked %8s %8s %8s %8s\n", "copy_us", "chain_us", "HcMix_us", "SplitK_us");
   for (int64_t k : {int64_t{20480}, int64_t{16384}}) {
     std::vector<float*> w(kCalls);
     for (int c = 0; c < kCalls; ++c) w[c] = DeviceRandom(kOut * k, 100 + c);
@@ -115,10 +118,33 @@ void Run() {
                         s);
           },
           kCalls, stream, 10, 2);
+      // HcMixSplitK (kFast): products, sum of squares and Sinkhorn in one launch.
+      float* partials = nullptr;
+      uint32_t* counters = nullptr;
+      WEIR_BENCH_CHECK(
+          cudaMalloc(&partials, HcMixSplitPartialFloats(rows, 4, dim) * sizeof(float)));
+      WEIR_BENCH_CHECK(cudaMalloc(&counters, HcMixSplitCounters(rows) * sizeof(uint32_t)));
+      WEIR_BENCH_CHECK(cudaMemset(counters, 0, HcMixSplitCounters(rows) * sizeof(uint32_t)));
+      const double split = GraphMedianMs(
+          [&](int c, cudaStream_t s) {
+            const absl::Status st = HcMixSplitK(
+                {.x = x, .hc_fn = w[c], .scale = scale, .base = base, .pre = pre, .post = post,
+                 .comb = comb, .tokens = rows, .dim = dim, .hc_mult = 4, .sinkhorn_iters = 20,
+                 .hc_eps = 1e-6f, .norm_eps = 1e-6f},
+                {.partials = partials, .counters = counters}, s);
+            if (!st.ok()) {
+              std::fprintf(stderr, "HcMixSplitK failed\n");
+              std::exit(1);
+            }
+          },
+          kCalls, stream, 10, 2);
+      WEIR_BENCH_CHECK(cudaFree(partials));
+      WEIR_BENCH_CHECK(cudaFree(counters));
       const double bytes = static_cast<double>(rows + kOut) * k * 4;
       const double chain_us = (k / 4) * 4.0 / (clock_khz * 1e3) * 1e6;
-      std::printf(" | %6.1f %8.2f %8.2f %8.1f\n", picked * 1e3 / kCalls,
-                  bytes / (copy_gbps * 1e9) * 1e6, chain_us, mix * 1e3 / kCalls);
+      std::printf(" | %6.1f %8.2f %8.2f %8.1f %9.2f\n", picked * 1e3 / kCalls,
+                  bytes / (copy_gbps * 1e9) * 1e6, chain_us, mix * 1e3 / kCalls,
+                  split * 1e3 / kCalls);
       WEIR_BENCH_CHECK(cudaFree(x));
       WEIR_BENCH_CHECK(cudaFree(y));
       WEIR_BENCH_CHECK(cudaFree(scale));

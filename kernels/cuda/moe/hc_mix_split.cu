@@ -1,0 +1,82 @@
+#include <cuda_runtime.h>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/launch_status.h"
+#include "kernels/cuda/moe/hc_mix_split.cuh"
+#include "kernels/cuda/moe/hc_mix_split.h"
+
+namespace weir::kernels::cuda {
+
+static_assert(kHcMixChunk == moe::kHcSplitChunk);
+static_assert(kHcMixTokensPerCta == moe::kHcSplitTokens);
+
+namespace {
+
+int64_t Splits(int hc_mult, int64_t dim) { return (hc_mult * dim + kHcMixChunk - 1) / kHcMixChunk; }
+int64_t Groups(int64_t tokens) { return (tokens + kHcMixTokensPerCta - 1) / kHcMixTokensPerCta; }
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+int64_t HcMixSplitPartialFloats(int64_t tokens, int hc_mult, int64_t dim) {
+  return tokens * Splits(hc_mult, dim) * ((2 + hc_mult) * hc_mult + 1);
+}
+
+int64_t HcMixSplitCounters(int64_t tokens) { return Groups(tokens); }
+
+bool SupportsHcMixSplitK(const HcMixParams& p) {
+  HcMixParams own = p;
+  own.mixes = nullptr;
+  return SupportsHcMix(own) && p.hc_fn != nullptr && p.hc_mult <= 4 &&
+         (p.hc_mult * p.dim) % 4 == 0 && Aligned16(p.x) && Aligned16(p.hc_fn) &&
+         Groups(p.tokens) <= 65535 && Splits(p.hc_mult, p.dim) < (int64_t{1} << 31);
+}
+
+absl::Status HcMixSplitK(const HcMixParams& p, const HcMixSplitScratch& scratch,
+                         cudaStream_t stream) {
+  if (!SupportsHcMixSplitK(p) || scratch.partials == nullptr || scratch.counters == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "HcMixSplitK: unsupported (tokens ", p.tokens, ", dim ", p.dim, ", hc_mult ", p.hc_mult,
+        ", iters ", p.sinkhorn_iters,
+        "; needs 1 <= hc_mult <= 4, hc_mult * dim % 4 == 0, 16-byte aligned x and hc_fn, "
+        "at most ",
+        65535 * kHcMixTokensPerCta, " tokens, non-null arrays and scratch)"));
+  }
+  const moe::HcMixKernelArgs args{.x = p.x,
+                                  .hc_fn = p.hc_fn,
+                                  .mixes = nullptr,
+                                  .scale = p.scale,
+                                  .base = p.base,
+                                  .pre = p.pre,
+                                  .post = p.post,
+                                  .comb = p.comb,
+                                  .dim = p.dim,
+                                  .n = p.hc_mult,
+                                  .iters = p.sinkhorn_iters,
+                                  .hc_eps = p.hc_eps,
+                                  .norm_eps = p.norm_eps};
+  const dim3 grid(static_cast<unsigned>(Splits(p.hc_mult, p.dim)),
+                  static_cast<unsigned>(Groups(p.tokens)));
+  constexpr int kThreads = moe::kHcSplitThreads;
+  switch (p.hc_mult) {
+    case 1:
+      moe::HcMixSplitKernel<1><<<grid, kThreads, 0, stream>>>(args, p.tokens, scratch.partials,
+                                                              scratch.counters);
+      break;
+    case 2:
+      moe::HcMixSplitKernel<2><<<grid, kThreads, 0, stream>>>(args, p.tokens, scratch.partials,
+                                                              scratch.counters);
+      break;
+    case 3:
+      moe::HcMixSplitKernel<3><<<grid, kThreads, 0, stream>>>(args, p.tokens, scratch.partials,
+                                                              scratch.counters);
+      break;
+    default:
+      moe::HcMixSplitKernel<4><<<grid, kThreads, 0, stream>>>(args, p.tokens, scratch.partials,
+                                                              scratch.counters);
+      break;
+  }
+  return LaunchStatus("HcMixSplitK");
+}
+
+}  // namespace weir::kernels::cuda

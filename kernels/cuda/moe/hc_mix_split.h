@@ -1,0 +1,74 @@
+// kernels/cuda/moe/hc_mix_split.h
+//
+// HcMixSplitK: the mHC coefficients of kernels/cuda/moe/mhc.h HcMix for the
+// `fast` numerics (shared/GPU.md), in one launch spread over the GPU instead
+// of a serial dot product per mix and one block per token:
+//
+//   mixes = (hc_fn v) * rsqrt(mean(v^2) + norm_eps)   v = X_t flattened [n*dim]
+//   pre, post, comb = HcMix's split + Sinkhorn of mixes
+//
+// Arithmetic, per token (identical for every token count, token position and
+// grid; nothing depends on the other tokens, so a token's coefficients are
+// batch-invariant):
+//   * v is cut into kHcMixChunk-element chunks (split s covers chunk s); in
+//     a chunk, thread t of the CTA's 256 takes elements 4t .. 4t+3 and
+//     accumulates each product (and v^2) with fma in ascending order, one fp32
+//     accumulator per (mix, token); the 256 thread sums meet in a fixed xor
+//     butterfly inside each warp (16, 8, 4, 2, 1), then the 8 warp sums are
+//     added in warp order: one partial per (token, split, mix) and the
+//     token's sum of squares.
+//   * The CTA that finishes a group of tokens last (a counter per group)
+//     adds each value's partials in split order, scales, and runs the split +
+//     Sinkhorn of HcMix on one warp per token (the same operations as
+//     kernels/cpu HcSplitSinkhorn).
+// Differs from the reference (products in fmath::LaneSum order, v^2 summed in
+// double) by fp32 summation order only: |mix - exact| <= ~(nd / 1024 + 40)
+// 2^-24 sum |v_k w_k| before the scale, and sum v^2 to a relative ~(nd / 1024
+// + 40) 2^-24.
+//
+// Thread safety: stateless; safe from any thread. Calls that share a scratch
+// must be ordered (one stream).
+
+#ifndef WEIR_KERNELS_CUDA_MOE_HC_MIX_SPLIT_H_
+#define WEIR_KERNELS_CUDA_MOE_HC_MIX_SPLIT_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/cuda/moe/mhc.h"
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace weir::kernels::cuda {
+
+// Elements of v per split.
+inline constexpr int64_t kHcMixChunk = 1024;
+// Tokens per CTA (a group shares a counter).
+inline constexpr int64_t kHcMixTokensPerCta = 4;
+
+struct HcMixSplitScratch {
+  // device, HcMixSplitPartialFloats(tokens, n, dim) floats.
+  float* partials = nullptr;
+  // device, HcMixSplitCounters(tokens) words, zero before the first call;
+  // every call leaves them zero again (so a captured graph can replay).
+  uint32_t* counters = nullptr;
+};
+
+int64_t HcMixSplitPartialFloats(int64_t tokens, int hc_mult, int64_t dim);
+int64_t HcMixSplitCounters(int64_t tokens);
+
+// True when HcMixSplitK takes `p` (HcMixParams::mixes is ignored and hc_fn
+// is required): SupportsHcMix, hc_mult 1..4, n*dim a multiple of 4, x and
+// hc_fn 16-byte aligned, and splits * token groups < 2^31.
+bool SupportsHcMixSplitK(const HcMixParams& p);
+
+// Enqueues the coefficients on `stream`. No allocation, no host
+// synchronization: graph-capturable. INVALID_ARGUMENT when
+// SupportsHcMixSplitK is false or a scratch pointer is null; INTERNAL with
+// the CUDA error if the launch fails.
+absl::Status HcMixSplitK(const HcMixParams& p, const HcMixSplitScratch& scratch,
+                         cudaStream_t stream);
+
+}  // namespace weir::kernels::cuda
+
+#endif  // WEIR_KERNELS_CUDA_MOE_HC_MIX_SPLIT_H_

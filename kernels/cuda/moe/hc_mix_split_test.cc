@@ -1,0 +1,161 @@
+#include "kernels/cuda/moe/hc_mix_split.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/mhc.h"
+#include "kernels/cuda/moe/test_util.h"
+
+namespace weir::kernels::cuda {
+namespace {
+
+using moe_test::BitMismatches;
+using moe_test::DeviceBuffer;
+using moe_test::MaxAbsError;
+using moe_test::RelativeError;
+using moe_test::Synced;
+
+std::vector<float> Random(size_t size, float stddev, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, stddev);
+  std::vector<float> v(size);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+// One problem on the device: inputs, outputs and the split scratch.
+struct Problem {
+  Problem(int64_t tokens, int n, int64_t dim, uint32_t seed)
+      : tokens(tokens), n(n), dim(dim) {
+    std::mt19937 rng(seed);
+    const int64_t n_mix = (2 + n) * n;
+    x = Random(tokens * n * dim, 1.0f, rng);
+    fn = Random(n_mix * n * dim, 0.05f, rng);
+    base = Random(n_mix, 0.5f, rng);
+  }
+  int64_t tokens;
+  int n;
+  int64_t dim;
+  std::vector<float> x, fn, base, scale = {0.8f, 1.2f, 2.0f};
+};
+
+struct Outputs {
+  std::vector<float> pre, post, comb;
+};
+
+// HcMixSplitK over `p.x` rows [first, first + count), with a fresh scratch
+// whose counters start at zero; `repeats` launches on the same scratch.
+Outputs RunSplit(const Problem& p, int64_t first, int64_t count, int repeats = 1) {
+  const int64_t nd = p.n * p.dim;
+  const std::vector<float> rows(p.x.begin() + first * nd, p.x.begin() + (first + count) * nd);
+  DeviceBuffer<float> dx(rows), dfn(p.fn), dscale(p.scale), dbase(p.base);
+  DeviceBuffer<float> dpre(count * p.n), dpost(count * p.n), dcomb(count * p.n * p.n);
+  DeviceBuffer<float> partials(HcMixSplitPartialFloats(count, p.n, p.dim));
+  DeviceBuffer<uint32_t> counters(std::vector<uint32_t>(HcMixSplitCounters(count), 0u));
+  partials.Poison();
+  Outputs out;
+  for (int i = 0; i < repeats; ++i) {
+    dpre.Poison();
+    dpost.Poison();
+    dcomb.Poison();
+    const absl::Status st = HcMixSplitK(
+        {.x = dx.get(), .hc_fn = dfn.get(), .scale = dscale.get(), .base = dbase.get(),
+         .pre = dpre.get(), .post = dpost.get(), .comb = dcomb.get(), .tokens = count,
+         .dim = p.dim, .hc_mult = p.n, .sinkhorn_iters = 20, .hc_eps = 1e-6f,
+         .norm_eps = 1e-20f},
+        {.partials = partials.get(), .counters = counters.get()}, nullptr);
+    EXPECT_TRUE(st.ok()) << st;
+    EXPECT_TRUE(Synced());
+    Outputs now{dpre.Download(), dpost.Download(), dcomb.Download()};
+    if (i > 0) {  // the counters came back to zero: a replay gives the same bits
+      EXPECT_EQ(BitMismatches(now.pre, out.pre), 0) << "repeat " << i;
+      EXPECT_EQ(BitMismatches(now.comb, out.comb), 0) << "repeat " << i;
+    }
+    out = std::move(now);
+  }
+  const std::vector<uint32_t> left = counters.Download();
+  EXPECT_TRUE(std::all_of(left.begin(), left.end(), [](uint32_t c) { return c == 0; }))
+      << "counters not left at zero";
+  return out;
+}
+
+// Against the CPU reference (products in another order, v^2 in double): the
+// mixes move by ~1e-7 relative; sigmoid, softmax and Sinkhorn carry that
+// smoothly (values in [0, 2]), so 1e-5 is a wide margin, as for HcMix.
+TEST(HcMixSplitKTest, MatchesTheCpuReference) {
+  struct Case {
+    int64_t tokens;
+    int n;
+    int64_t dim;
+  };
+  for (const Case& c : {Case{1, 4, 64}, Case{7, 4, 1000}, Case{33, 1, 256}, Case{3, 4, 4096},
+                        Case{9, 3, 700}, Case{5, 2, 2048}, Case{64, 4, 4096}}) {
+    const Problem p(c.tokens, c.n, c.dim, static_cast<uint32_t>(c.tokens * 1000 + c.dim + c.n));
+    const cpu::HcParams params{.hc_mult = c.n, .sinkhorn_iters = 20, .hc_eps = 1e-6f,
+                               .norm_eps = 1e-20f};
+    std::vector<float> pre(c.tokens * c.n), post(c.tokens * c.n), comb(c.tokens * c.n * c.n);
+    ASSERT_TRUE(cpu::HcMix(params, {.x = p.x, .hc_fn = p.fn, .scale = p.scale, .base = p.base,
+                                    .pre = pre, .post = post, .comb = comb,
+                                    .tokens = c.tokens, .dim = c.dim})
+                    .ok());
+    const Outputs got = RunSplit(p, 0, c.tokens, /*repeats=*/2);
+    const double err = std::max({MaxAbsError(got.pre, pre), MaxAbsError(got.post, post),
+                                 MaxAbsError(got.comb, comb)});
+    const double rel = std::max({RelativeError(got.pre, pre), RelativeError(got.post, post),
+                                 RelativeError(got.comb, comb)});
+    EXPECT_LT(err, 1e-5) << c.tokens << "x" << c.n << "x" << c.dim;
+    EXPECT_LT(rel, 1e-5) << c.tokens << "x" << c.n << "x" << c.dim;
+    std::printf("HcMixSplitK %lldx%dx%lld: max abs err %.3g, rel err %.3g\n",
+                static_cast<long long>(c.tokens), c.n, static_cast<long long>(c.dim), err, rel);
+  }
+}
+
+// A token's coefficients do not depend on the other tokens: each of 37
+// tokens alone, and 5 tokens from an offset (another place in its group of
+// four), give the bits it has in the batch of 37.
+TEST(HcMixSplitKTest, BatchInvariant) {
+  const Problem p(37, 4, 4096, 11);
+  const Outputs all = RunSplit(p, 0, 37);
+  const int64_t n = p.n;
+  auto same = [&](const Outputs& part, int64_t first, int64_t count) {
+    auto slice = [&](const std::vector<float>& v, int64_t width) {
+      return std::vector<float>(v.begin() + first * width, v.begin() + (first + count) * width);
+    };
+    EXPECT_EQ(BitMismatches(part.pre, slice(all.pre, n)), 0) << first << "+" << count;
+    EXPECT_EQ(BitMismatches(part.post, slice(all.post, n)), 0) << first << "+" << count;
+    EXPECT_EQ(BitMismatches(part.comb, slice(all.comb, n * n)), 0) << first << "+" << count;
+  };
+  for (int64_t t : {0, 1, 5, 36}) same(RunSplit(p, t, 1), t, 1);
+  same(RunSplit(p, 3, 5), 3, 5);
+}
+
+TEST(HcMixSplitKTest, RefusesWhatItCannotTake) {
+  float* p = reinterpret_cast<float*>(256);
+  uint32_t* w = reinterpret_cast<uint32_t*>(256);
+  HcMixParams mix{.x = p, .hc_fn = p, .scale = p, .base = p, .pre = p, .post = p, .comb = p,
+                  .tokens = 1, .dim = 8, .hc_mult = 4};
+  EXPECT_TRUE(SupportsHcMixSplitK(mix));
+  mix.hc_mult = 8;  // HcMix takes it; the split kernel keeps 25 values a lane
+  EXPECT_FALSE(SupportsHcMixSplitK(mix));
+  EXPECT_EQ(HcMixSplitK(mix, {.partials = p, .counters = w}, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  mix.hc_mult = 1;
+  mix.dim = 6;  // n * dim not a multiple of 4
+  EXPECT_FALSE(SupportsHcMixSplitK(mix));
+  mix.dim = 8;
+  mix.x = p + 1;  // misaligned
+  EXPECT_FALSE(SupportsHcMixSplitK(mix));
+  mix.x = p;
+  mix.hc_fn = nullptr;
+  EXPECT_FALSE(SupportsHcMixSplitK(mix));
+  mix.hc_fn = p;
+  EXPECT_EQ(HcMixSplitK(mix, {.partials = nullptr, .counters = w}, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(HcMixSplitPartialFloats(5, 4, 4096), 5 * 16 * 25);
+  EXPECT_EQ(HcMixSplitCounters(5), 2);
+}
+
+}  // namespace
+}  // namespace weir::kernels::cuda
