@@ -33,8 +33,8 @@
 // holds; each token's top-k then lands on them, the per-rank expert work of
 // EP=N with DP=N), Engram dropped (its tables are row-sharded in EP and
 // not synthesized). Weights are synthetic, drawn on the device
-// (DeviceDecoder::CreateSynthetic; routed experts MXFP4 as stored, the rest
-// fp32 as the decoder holds them). Sequences start empty and decode
+// (CreateSyntheticDeviceDecoder, testonly; routed experts MXFP4 as stored,
+// the rest fp32 as the decoder holds them). Sequences start empty and decode
 // --context positions before the timed steps. The floor counts the bytes a
 // step must read in stored form (decode_floor.h): dense weights, the routed
 // experts hit (expected distinct experts under uniform routing), and the KV
@@ -72,6 +72,7 @@
 #include "tools/bench/decode_floor.h"
 #include "worker/model/cuda_ops.h"
 #include "worker/model/device_decoder.h"
+#include "worker/model/device_decoder_synthetic.h"
 #include "worker/model/layer_roles.h"
 #include "worker/model/model.h"
 #include "worker/model/tiny_checkpoint.h"
@@ -334,7 +335,7 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
   double fp32_dense = 0;  // dense bytes as the reference holds them (its run, if any)
   for (weir::model::DecodeNumerics numerics : NumericsList()) {
   const auto t0 = Clock::now();
-  auto dd = weir::model::DeviceDecoder::CreateSynthetic(
+  auto dd = weir::model::CreateSyntheticDeviceDecoder(
       c, options_precision(),
       {.numerics = numerics, .max_sequences = max_batch,
        .max_positions = context + warmup + steps + 8, .max_batch = max_batch});
@@ -432,7 +433,7 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
   }
   if (absl::GetFlag(FLAGS_slice_profile)) {
     dd->reset();  // one slice on the device at a time
-    auto eager = weir::model::DeviceDecoder::CreateSynthetic(
+    auto eager = weir::model::CreateSyntheticDeviceDecoder(
         c, options_precision(),
         {.numerics = numerics, .max_sequences = max_batch,
          .max_positions = context + warmup + steps + 8, .max_batch = max_batch,

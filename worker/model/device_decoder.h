@@ -218,15 +218,6 @@ class DeviceDecoder : public DecodeBackend {
   // not change while it exists.
   static absl::StatusOr<std::unique_ptr<DeviceDecoder>> Create(
       const Model& model, ActivationPrecision precision, const DeviceDecoderOptions& options = {});
-  // A decoder with synthetic weights drawn on the device (dense and head
-  // uniform, bf16-rounded, scaled by in^-1/2; experts random MXFP4 codes): the
-  // step-time benchmark of a configuration whose weights do not fit the host
-  // in fp32 (one expert-parallel rank's slice of V4.1-Flash). Sequences start
-  // empty (Start). INVALID_ARGUMENT if `config` is invalid or has Engram
-  // layers (their tables are not synthesized); errors as Create otherwise.
-  static absl::StatusOr<std::unique_ptr<DeviceDecoder>> CreateSynthetic(
-      const ModelConfig& config, ActivationPrecision precision,
-      const DeviceDecoderOptions& options = {}, uint64_t seed = 1);
   // The largest max_positions (at most options.max_positions, at least 2)
   // whose arena fits `budget_bytes` with the other options as given, found by
   // dry runs of the arena layout (no device needed); the arena size at it in
@@ -295,6 +286,11 @@ class DeviceDecoder : public DecodeBackend {
 
  private:
   struct Impl;
+  // The testonly synthetic slice generator (device_decoder_synthetic.h)
+  // builds its decoder on Impl.
+  friend absl::StatusOr<std::unique_ptr<DeviceDecoder>> CreateSyntheticDeviceDecoder(
+      const ModelConfig& config, ActivationPrecision precision,
+      const DeviceDecoderOptions& options, uint64_t seed);
   explicit DeviceDecoder(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
   DeviceDecoderOptions options_;

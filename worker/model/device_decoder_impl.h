@@ -1,6 +1,7 @@
 // Private to the device decoder's files (device_decoder*.cc): the Impl
 // struct of DeviceDecoder and the device-side types and helpers its pieces
 // share. Not a public header; nothing outside the `device_decoder` target
+// and the testonly `device_decoder_synthetic` (which builds on Impl)
 // includes it.
 //
 // Thread safety: as DeviceDecoder (one thread at a time).
@@ -223,17 +224,14 @@ struct StepMeta {
   int64_t* valid = nullptr;         // [1] real rows (the rest is padding)
 };
 
-// The shapes (and small host tensors) of a synthetic decoder: big matrices
-// are DenseWeights with dimensions only (drawn on the device).
+// The shapes (and small host tensors) of a synthetic decoder, which owns
+// them: big matrices are DenseWeights with dimensions only (drawn on the
+// device). Made by the testonly generator (device_decoder_synthetic.cc).
 struct SyntheticModel {
   ModelConfig config;
   std::unique_ptr<LayerRoles> roles;
   ModelWeights weights;
 };
-
-// Returns the shapes (and small host tensors) of a synthetic decoder of
-// `config`, drawn from `seed` (device_decoder_synthetic.cc).
-std::unique_ptr<SyntheticModel> MakeSynthetic(const ModelConfig& config, uint64_t seed);
 
 // The MXFP4 form of one expert's w1, w3, w2 (packed codes, scales).
 struct EncodedExpert {

@@ -1,17 +1,20 @@
-// DeviceDecoder::CreateSynthetic: a decoder whose weights are drawn on the
-// device (shapes from the config), for configs whose weights do not fit the
-// host (the EP-slice benchmark of decode_gpu --ep_slice).
+// The synthetic slice generator (device_decoder_synthetic.h): the shapes and
+// small host tensors of a V4.1 config, and a DeviceDecoder that draws the
+// big matrices on the device.
+
+#include "worker/model/device_decoder_synthetic.h"
 
 #include "worker/model/device_decoder_impl.h"
 
 namespace weir::model {
+namespace {
+
 using device_decoder_internal::CheckDecodable;
 using device_decoder_internal::LocalExperts;
-using device_decoder_internal::MakeSynthetic;
 using device_decoder_internal::SyntheticModel;
 
-namespace device_decoder_internal {
-
+// The shapes (and small host tensors) of a synthetic decoder of `config`,
+// drawn from `seed`.
 std::unique_ptr<SyntheticModel> MakeSynthetic(const ModelConfig& config, uint64_t seed) {
   auto m = std::make_unique<SyntheticModel>();
   m->config = config;
@@ -81,15 +84,16 @@ std::unique_ptr<SyntheticModel> MakeSynthetic(const ModelConfig& config, uint64_
   return m;
 }
 
-}  // namespace device_decoder_internal
+}  // namespace
 
-absl::StatusOr<std::unique_ptr<DeviceDecoder>> DeviceDecoder::CreateSynthetic(
+absl::StatusOr<std::unique_ptr<DeviceDecoder>> CreateSyntheticDeviceDecoder(
     const ModelConfig& config, ActivationPrecision precision, const DeviceDecoderOptions& options,
     uint64_t seed) {
+  using Impl = DeviceDecoder::Impl;
   RETURN_IF_ERROR(ValidateModelConfig(config));
   if (!config.engram_layer_ids.empty()) {
     return absl::InvalidArgumentError(
-        "DeviceDecoder::CreateSynthetic: Engram tables are not synthesized; drop the Engram "
+        "CreateSyntheticDeviceDecoder: Engram tables are not synthesized; drop the Engram "
         "layers from the config");
   }
   std::unique_ptr<SyntheticModel> model = MakeSynthetic(config, seed);

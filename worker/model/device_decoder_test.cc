@@ -37,6 +37,7 @@
 #include "parallel/nccl_communicator.h"
 #include "worker/model/cpu_ops.h"
 #include "worker/model/device_decoder.h"
+#include "worker/model/device_decoder_synthetic.h"
 #include "worker/model/model.h"
 #include "worker/model/tiny_checkpoint.h"
 #include "worker/model/tiny_model_test_util.h"
@@ -278,15 +279,15 @@ TEST(DeviceDecoderTest, SmallBf16) {
 TEST(DeviceDecoderTest, SyntheticWeightsDecodeFromEmptySequences) {
   auto config = LoadModelConfig("models/small/config.json");
   ASSERT_TRUE(config.ok()) << config.status();
-  EXPECT_EQ(DeviceDecoder::CreateSynthetic(*config, ActivationPrecision::kBf16).status().code(),
+  EXPECT_EQ(CreateSyntheticDeviceDecoder(*config, ActivationPrecision::kBf16).status().code(),
             absl::StatusCode::kInvalidArgument);  // Engram tables are not synthesized
   config->engram_layer_ids.clear();
   config->engram_num_embeddings.clear();
   DeviceDecoderOptions options{.max_sequences = 4, .max_positions = 64, .max_batch = 4};
-  auto graph = DeviceDecoder::CreateSynthetic(*config, ActivationPrecision::kBf16, options, 3);
+  auto graph = CreateSyntheticDeviceDecoder(*config, ActivationPrecision::kBf16, options, 3);
   ASSERT_TRUE(graph.ok()) << graph.status();
   options.use_graphs = false;
-  auto eager = DeviceDecoder::CreateSynthetic(*config, ActivationPrecision::kBf16, options, 3);
+  auto eager = CreateSyntheticDeviceDecoder(*config, ActivationPrecision::kBf16, options, 3);
   ASSERT_TRUE(eager.ok()) << eager.status();
   EXPECT_EQ((*graph)->stats().mxfp4_layers, config->n_layers);
   const int slots[] = {0, 1, 2};
