@@ -86,10 +86,13 @@ struct P2POp {
 //  * UNAVAILABLE: the operation could not finish within the communicator's
 //    timeout, or a peer's connection failed. The message names the ranks that
 //    were still outstanding.
-// After a failure once messages were posted (UNAVAILABLE, or a peer's size
-// mismatch) the communicator is broken: ranks may disagree on which messages
-// arrived, so every later call returns UNAVAILABLE at once; build a new
-// communicator (the failure domain is the whole group).
+//  * ABORTED: the communicator's AbortSignal (parallel/abort_signal.h; an
+//    option of the implementations that take one) was raised while or before
+//    the operation waited: the group is being torn down.
+// After a failure once messages were posted (UNAVAILABLE, ABORTED, or a
+// peer's size mismatch) the communicator is broken: ranks may disagree on
+// which messages arrived, so every later call returns UNAVAILABLE at once;
+// build a new communicator (the failure domain is the whole group).
 // Collectives must be called by every rank of the communicator, in the same
 // order, with matching arguments (same count, dtype, op, root).
 class Communicator {

@@ -92,6 +92,9 @@ NcclCommunicator::~NcclCommunicator() {
 
 absl::Status NcclCommunicator::Begin(const ExecContext& ctx) {
   if (!broken_.ok()) return broken_;
+  if (options_.abort != nullptr && options_.abort->aborted()) {
+    return Fail(options_.abort->Check("NCCL call"));
+  }
   if (ctx.memory != MemoryKind::kDevice) {
     return absl::UnimplementedError("NcclCommunicator supports device memory only");
   }
@@ -106,6 +109,9 @@ absl::Status NcclCommunicator::Await(int result, const char* what) {
   const absl::Time deadline = absl::Now() + options_.timeout;
   auto r = static_cast<ncclResult_t>(result);
   while (r == ncclInProgress) {
+    if (options_.abort != nullptr && options_.abort->aborted()) {
+      return Fail(options_.abort->Check(absl::StrCat("NCCL ", what)));
+    }
     if (absl::Now() > deadline) {
       return Fail(absl::UnavailableError(absl::StrCat(
           "NCCL ", what, " did not finish within ", absl::FormatDuration(options_.timeout))));
@@ -170,6 +176,9 @@ absl::Status NcclCommunicator::Synchronize(const ExecContext& ctx) {
     ncclResult_t async = ncclSuccess;
     if (ncclCommGetAsyncError(comm_, &async) != ncclSuccess) async = ncclInternalError;
     if (async != ncclSuccess && async != ncclInProgress) return FailNccl(async, "synchronize");
+    if (options_.abort != nullptr && options_.abort->aborted()) {
+      return Fail(options_.abort->Check("NCCL synchronize"));
+    }
     if (absl::Now() > deadline) {
       return Fail(absl::UnavailableError(absl::StrCat("stream did not drain within ",
                                                       absl::FormatDuration(options_.timeout),

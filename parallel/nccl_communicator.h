@@ -16,7 +16,10 @@
 // still running on the device) and returns UNAVAILABLE; from then on every
 // call returns UNAVAILABLE at once (the Communicator contract's "broken").
 // A dead peer is therefore noticed by the next Barrier or Synchronize, never
-// by a hang. Do not wait on the stream with cudaStreamSynchronize while a
+// by a hang. With NcclOptions::abort every wait also polls that signal: once
+// it is raised (from any thread) the waiting call aborts the NCCL
+// communicator the same way and returns ABORTED, so a rank stuck in a
+// collective with a stopped peer gives up at once. Do not wait on the stream with cudaStreamSynchronize while a
 // peer may be dead: that wait has no timeout; use Synchronize().
 //
 // Differences from the host implementations:
@@ -52,6 +55,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "base/strong_id.h"
+#include "parallel/abort_signal.h"
 #include "parallel/communicator.h"
 
 typedef struct ncclComm* ncclComm_t;
@@ -64,6 +68,9 @@ struct NcclOptions {
   // CUDA device of this rank; invalid (the default) = the calling thread's
   // current device at Create.
   DeviceOrdinal device;
+  // Polled by every wait (see "Failure" above); null = never aborted. Not
+  // owned; must outlive the communicator.
+  const AbortSignal* abort = nullptr;
 };
 
 class NcclCommunicator final : public Communicator {
@@ -79,7 +86,8 @@ class NcclCommunicator final : public Communicator {
   // INVALID_ARGUMENT: world_size < 1, rank outside [0, world_size),
   // unique_id not 128 bytes, timeout <= 0, or the device does not exist.
   // UNAVAILABLE: NCCL failed or some rank did not join within the timeout
-  // (the partial NCCL communicator is aborted).
+  // (the partial NCCL communicator is aborted); ABORTED if options.abort is
+  // raised first.
   static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Create(Rank rank, int world_size,
                                                                   std::string_view unique_id,
                                                                   const NcclOptions& options);

@@ -47,6 +47,7 @@ absl::Status UcxCommunicator::Exchange(std::span<const Transfer> transfers,
                                        const std::string& what) {
   ucp_worker_h worker = context_.worker();
   const int me = rank().value();
+  if (options_.abort != nullptr) RETURN_IF_ERROR(options_.abort->Check(what));
   std::vector<Pending> pending(transfers.size());
   std::set<int> failed_peers;  // a transfer failed or the connection broke
   int remaining = 0;
@@ -82,9 +83,13 @@ absl::Status UcxCommunicator::Exchange(std::span<const Transfer> transfers,
   // group finish their mutual messages and only the failed peer's endpoint has
   // to be torn down.
   const absl::Time deadline = absl::Now() + options_.timeout;
-  bool timed_out = false;
+  bool timed_out = false, aborted = false;
   int idle = 0;
   while (true) {
+    if (Aborted()) {
+      aborted = true;
+      break;
+    }
     if (ucp_worker_progress(worker) == 0 && ++idle > kSpinsBeforeYield) {
       sched_yield();
       idle = 0;
@@ -115,6 +120,21 @@ absl::Status UcxCommunicator::Exchange(std::span<const Transfer> transfers,
       timed_out = true;
       break;
     }
+  }
+  if (aborted) {
+    // The group is over: every endpoint goes, not only the waited-for ones.
+    std::set<int> waiting, every;
+    for (const Pending& p : pending) {
+      if (!p.done) waiting.insert(p.transfer->peer);
+    }
+    for (int p = 0; p < world_size(); ++p) {
+      if (p != me) every.insert(p);
+    }
+    Abort(pending, every);
+    const absl::Status status = options_.abort->Check(what);
+    return absl::AbortedError(
+        absl::StrCat(status.message(), waiting.empty() ? "" : "; it was waiting for ranks ",
+                     absl::StrJoin(waiting, ", ")));
   }
   if (remaining > 0 || !failed_peers.empty()) {
     std::set<int> waiting = failed_peers;

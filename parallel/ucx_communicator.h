@@ -18,6 +18,14 @@
 // involved are force-closed (with peer_failure_detection, the default) and the
 // operation returns UNAVAILABLE naming those peers.
 //
+// Abort: with UcxOptions::abort, every wait (connecting, each operation,
+// closing) also polls that signal; once it is raised the waiting operation
+// cancels its requests, force-closes every endpoint (the group is over; with
+// peer_failure_detection) and returns ABORTED naming the reason and the
+// ranks it was waiting for, and the communicator is broken. UCX runs in
+// single-thread mode, so the raiser only sets the flag: the cancelling and
+// closing happen on the thread that is waiting.
+//
 // Thread safety: not thread-safe; use it from the thread that uses its
 // UcxContext (see ucx_context.h).
 
@@ -34,6 +42,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "parallel/abort_signal.h"
 #include "parallel/point_to_point_communicator.h"
 #include "parallel/ucx_context.h"
 
@@ -54,6 +63,9 @@ struct UcxOptions {
   // detected by the timeout alone, and sends still outstanding when an
   // operation is aborted are abandoned to UCX.
   bool peer_failure_detection = true;
+  // Polled by every wait (see "Abort" above); null = never aborted. Not
+  // owned; must outlive the communicator.
+  const AbortSignal* abort = nullptr;
 };
 
 class UcxCommunicator final : public PointToPointCommunicator {
@@ -65,15 +77,17 @@ class UcxCommunicator final : public PointToPointCommunicator {
   // Returns INVALID_ARGUMENT if the table is empty or larger than 65536, `rank`
   // is outside it, address_table[rank] is not `context`'s address, or the
   // channel is out of range; UNAVAILABLE if an endpoint cannot be created or a
-  // peer does not connect within the timeout.
+  // peer does not connect within the timeout; ABORTED if options.abort is
+  // raised before every peer connected.
   // Does not take ownership; `context` must outlive the communicator.
   static absl::StatusOr<std::unique_ptr<UcxCommunicator>> Create(
       UcxContext& context, Rank rank, std::span<const std::string> address_table,
       const UcxOptions& options);
 
-  // Flushes and closes the endpoints (force-closes them when broken), waiting
-  // at most one timeout. After an abort without peer failure detection the
-  // endpoints are left to ~UcxContext instead. In both cases, after
+  // Flushes and closes the endpoints (force-closes them when broken or when
+  // options.abort is raised), waiting at most one timeout. After an abort
+  // without peer failure detection the endpoints are left to ~UcxContext
+  // instead. In both cases, after
   // UNAVAILABLE destroy every communicator of the context, then the context.
   ~UcxCommunicator() override;
 
@@ -100,6 +114,8 @@ class UcxCommunicator final : public PointToPointCommunicator {
   // released every buffer.
   void Abort(std::vector<Pending>& pending, const std::set<int>& peers);
   void ForceClose(int peer);
+  // True once options_.abort is raised.
+  bool Aborted() const { return options_.abort != nullptr && options_.abort->aborted(); }
   // Flush-closes every endpoint still open (force-closes failed ones).
   void CloseEndpoints();
 

@@ -3,7 +3,8 @@
 // UcxCommunicator between real processes: each test forks N ranks that
 // exchange worker addresses through files in TEST_TMPDIR, connect, and run
 // the shared conformance checks (random data, results computed locally), or
-// lose a peer and must fail with UNAVAILABLE within the timeout.
+// lose a peer and must fail with UNAVAILABLE within the timeout, or are
+// aborted (AbortSignal) while waiting for a silent peer.
 
 #include "parallel/ucx_communicator.h"
 
@@ -16,6 +17,7 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -24,6 +26,7 @@
 #include "base/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "parallel/abort_signal.h"
 #include "parallel/collective_checks.h"
 #include "parallel/file_rendezvous.h"
 #include "parallel/fork_ranks.h"
@@ -219,6 +222,68 @@ TEST(UcxCommunicatorTest, HungPeerTimesOutNamingIt) {
         return absl::OkStatus();
       });
   EXPECT_THAT(outcome, ElementsAre(0, 0, 0));
+}
+
+// Rank 1 is alive but never joins, and rank 0's all-reduce has a timeout far
+// beyond the test's: only the abort, raised by another thread of rank 0, can
+// end it (with ABORTED naming the reason and the rank it waited for). The
+// communicator is broken afterwards and closes without waiting for rank 1.
+TEST(UcxCommunicatorTest, AbortEndsABlockedCollective) {
+  const std::string dir = FreshDir();
+  ASSERT_FALSE(dir.empty());
+  const std::string done = absl::StrCat(dir, "/done");
+  AbortSignal group_over;  // each forked rank has its own copy
+  absl::StatusOr<std::vector<int>> outcome = ForkRanks(
+      2,
+      [&](int rank) {
+        absl::StatusOr<std::unique_ptr<UcxContext>> ctx =
+            UcxContext::Create({.transports = "tcp,self"});
+        if (!ctx.ok()) return Fail(rank, ctx.status());
+        absl::StatusOr<std::vector<std::string>> table =
+            ExchangeThroughDirectory(dir, rank, 2, (*ctx)->address(), absl::Seconds(20));
+        if (!table.ok()) return Fail(rank, table.status());
+        absl::StatusOr<std::unique_ptr<UcxCommunicator>> comm = UcxCommunicator::Create(
+            **ctx, Rank(rank), *table,
+            {.timeout = rank == 0 ? absl::Hours(1) : absl::Seconds(20),
+             .abort = rank == 0 ? &group_over : nullptr});
+        if (!comm.ok()) return Fail(rank, comm.status());
+        if (absl::Status s = (*comm)->Barrier(); !s.ok()) return Fail(rank, s);
+        if (rank == 1) {
+          // Silent until rank 0 is done; its end is not what this test is about.
+          const absl::Time give_up = absl::Now() + kHangDeadline;
+          while (!std::filesystem::exists(done) && absl::Now() < give_up) {
+            absl::SleepFor(absl::Milliseconds(10));
+          }
+          raise(SIGKILL);
+        }
+        std::thread aborter([&] {
+          absl::SleepFor(absl::Milliseconds(300));  // most likely inside the wait by then
+          group_over.Abort("the test ends the group");
+        });
+        int64_t x = 5;
+        const absl::Time start = absl::Now();
+        const absl::Status s = (*comm)->AllReduce(&x, &x, 1, DataType::kInt64, ReduceOp::kMax);
+        const absl::Duration took = absl::Now() - start;
+        aborter.join();
+        std::ofstream(done) << "done\n";
+        if (!absl::IsAborted(s)) return Fail(rank, absl::InternalError(s.ToString()));
+        if (s.message().find("the test ends the group") == absl::string_view::npos ||
+            WaitingFor(s) != "1") {
+          return Fail(rank, absl::InternalError(absl::StrCat("message: ", s.ToString())));
+        }
+        // Not a timing check: without the abort the wait would last an hour.
+        if (took > kHangDeadline) {
+          return Fail(rank, absl::InternalError(absl::StrCat("took ", absl::FormatDuration(took))));
+        }
+        if (!absl::IsUnavailable((*comm)->Barrier())) {
+          return Fail(rank, absl::InternalError("a barrier after the abort did not fail"));
+        }
+        comm->reset();  // force-closes: does not wait for the silent rank
+        return 0;
+      },
+      absl::Seconds(50));
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_THAT(*outcome, ElementsAre(0, 128 + SIGKILL));
 }
 
 TEST(UcxCommunicatorTest, CreateRejectsBadTables) {

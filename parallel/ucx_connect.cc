@@ -102,8 +102,14 @@ absl::Status UcxCommunicator::WireUp() {
       ucp_request_free(f.second);
       return true;
     });
-    if (!flushes.empty() && absl::Now() > deadline) {
+    if (!flushes.empty() && (absl::Now() > deadline || Aborted())) {
       for (auto& f : flushes) ucp_request_cancel(context_.worker(), f.second);
+      if (Aborted()) {
+        if (options_.peer_failure_detection) {
+          for (int p = 0; p < world_size(); ++p) ForceClose(p);
+        }
+        return options_.abort->Check("connecting");
+      }
       return absl::UnavailableError(
           absl::StrCat("flushing endpoints timed out, e.g. to rank ", flushes.front().first));
     }
@@ -125,13 +131,15 @@ UcxCommunicator::~UcxCommunicator() {
 
 void UcxCommunicator::CloseEndpoints() {
   ucp_worker_h worker = context_.worker();
+  // An aborted group's peers may never answer a flush.
+  const bool aborted = Aborted();
   std::vector<void*> requests;
   for (int p = 0; p < world_size(); ++p) {
     Peer& peer = peers_[p];
     if (peer.ep == nullptr) continue;
     ucp_request_param_t param{};
     // Force-closing is defined only with peer error handling on both sides.
-    if (options_.peer_failure_detection && peer.failed) {
+    if (options_.peer_failure_detection && (peer.failed || aborted)) {
       param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
       param.flags = UCP_EP_CLOSE_FLAG_FORCE;
     }
@@ -139,7 +147,7 @@ void UcxCommunicator::CloseEndpoints() {
     peer.ep = nullptr;
     if (request != nullptr && !UCS_PTR_IS_ERR(request)) requests.push_back(request);
   }
-  const absl::Time deadline = absl::Now() + options_.timeout;
+  const absl::Time deadline = absl::Now() + (aborted ? absl::Seconds(1) : options_.timeout);
   while (!requests.empty()) {
     ucp_worker_progress(worker);
     std::erase_if(requests, [](void* r) {
