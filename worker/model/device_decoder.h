@@ -122,6 +122,10 @@ struct DeviceDecoderOptions {
   // kFast: the routed experts on Mxfp4ExpertFfn (false: the reference's
   // grouped kernel, the dense linears still fast; for fidelity studies).
   bool fast_experts = true;
+  // kFast: the mHC coefficients on HcMixSplitK (fp32 products split over
+  // K in a fixed order, batch-invariant, one launch; false: the reference's
+  // products on RowStableDot, then HcMix; for fidelity studies).
+  bool fast_mhc = true;
   // kFast: the head on DotRows (false: the reference's row-stable product;
   // for fidelity studies).
   bool fast_dot_rows = true;

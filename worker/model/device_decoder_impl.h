@@ -43,6 +43,7 @@
 #include "kernels/cuda/dense/grouped_row_stable_matmul.h"
 #include "kernels/cuda/dense/row_stable_matmul.h"
 #include "kernels/cuda/moe/engram.h"
+#include "kernels/cuda/moe/hc_mix_split.h"
 #include "kernels/cuda/moe/mhc.h"
 #include "kernels/cuda/moe/moe_exchange.h"
 #include "kernels/cuda/moe/moe_gate.h"
@@ -345,6 +346,10 @@ struct DeviceDecoder::Impl {
   // shape; below kSplitFloatsPerRow per batch row by construction).
   float* split = nullptr;
   int64_t split_count = 0;
+  // kFast with fast_mhc: HcMixSplitK's partials and group counters (zeroed
+  // once at planning; every launch leaves them zero).
+  float* hc_partials = nullptr;
+  uint32_t* hc_counters = nullptr;
   static constexpr int64_t kSplitFloatsPerRow = 2 * dense::kFp8GemmSplitTargetCtas * 32;
   float* gate_logits = nullptr;  // kFast: [batch_cap, routed experts]
   float *qr = nullptr, *q = nullptr, *kvw = nullptr, *o = nullptr, *og = nullptr,
@@ -580,6 +585,15 @@ struct DeviceDecoder::Impl {
   }
   absl::Status Mix(const HcDev& hc, int64_t b, const Coeffs& out) {
     const int64_t n = c.hc_mult, n_mix = c.hc_mix_dim();
+    const kc::HcMixParams mix{.x = x, .hc_fn = hc.fn, .scale = hc.scale, .base = hc.base,
+                              .pre = out.pre, .post = out.post, .comb = out.comb,
+                              .tokens = b, .dim = c.dim, .hc_mult = static_cast<int>(n),
+                              .sinkhorn_iters = c.hc_sinkhorn_iters,
+                              .hc_eps = static_cast<float>(c.hc_eps),
+                              .norm_eps = static_cast<float>(c.norm_eps)};
+    if (hc_partials != nullptr && kc::SupportsHcMixSplitK(mix)) {  // kFast, fast_mhc
+      return kc::HcMixSplitK(mix, {.partials = hc_partials, .counters = hc_counters}, stream);
+    }
     if (fast()) {  // the reference's bits, a thread quad per mix element
       RETURN_IF_ERROR(dec::RowStableDot(
           {.x = x, .w = hc.fn, .y = mixes, .rows = b, .out = n_mix, .k = n * c.dim}, stream));
@@ -587,13 +601,9 @@ struct DeviceDecoder::Impl {
       RETURN_IF_ERROR(dense::RowStableMatmul(
           {.x = x, .w = hc.fn, .y = mixes, .rows = b, .out = n_mix, .in = n * c.dim}, stream));
     }
-    return kc::HcMix({.x = x, .hc_fn = hc.fn, .mixes = mixes, .scale = hc.scale,
-                      .base = hc.base, .pre = out.pre, .post = out.post, .comb = out.comb,
-                      .tokens = b, .dim = c.dim, .hc_mult = static_cast<int>(n),
-                      .sinkhorn_iters = c.hc_sinkhorn_iters,
-                      .hc_eps = static_cast<float>(c.hc_eps),
-                      .norm_eps = static_cast<float>(c.norm_eps)},
-                     stream);
+    kc::HcMixParams given = mix;
+    given.mixes = mixes;
+    return kc::HcMix(given, stream);
   }
   absl::Status Collapse(const float* pre, int64_t b, const float* norm_weight) {
     RETURN_IF_ERROR(kc::HcCollapse({.x = x, .pre = pre, .out = h, .tokens = b, .dim = c.dim,

@@ -178,6 +178,11 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
     xb = r.Alloc<uint16_t>(xb_count);
     split_count = bc * kSplitFloatsPerRow;
     split = r.Alloc<float>(split_count);
+    if (options.fast_mhc) {
+      hc_partials = r.Alloc<float>(kc::HcMixSplitPartialFloats(bc, static_cast<int>(n), d));
+      hc_counters = const_cast<uint32_t*>(
+          r.Put(std::vector<uint32_t>(kc::HcMixSplitCounters(bc), 0u)));
+    }
   }
   qr = r.Alloc<float>(bc * c.q_lora_rank);
   q = r.Alloc<float>(bc * c.n_heads * hd);
