@@ -35,7 +35,6 @@
 #include "tools/bench/chat_clients.h"
 #include "tools/bench/serve_cluster.h"
 #include "tools/bench/serve_stats.h"
-#include "tools/cpp/runfiles/runfiles.h"
 
 ABSL_FLAG(int, workers, 2, "Worker processes (DP ranks) of the local cluster.");
 ABSL_FLAG(std::vector<std::string>, coordinator_flags, {},
@@ -57,7 +56,6 @@ ABSL_FLAG(bool, http_only, false,
 namespace weir::bench {
 namespace {
 
-using bazel::tools::cpp::runfiles::Runfiles;
 
 constexpr char kUsage[] =
     "HTTP vs gRPC streaming overhead on a local cluster.\n"
@@ -128,20 +126,7 @@ int Run(int argc, char** argv) {
   const int rounds = absl::GetFlag(FLAGS_rounds);
   if (rounds < 1) return Fail(absl::InvalidArgumentError("--rounds must be >= 1"));
 
-  std::string error;
-  std::unique_ptr<Runfiles> runfiles(Runfiles::Create(argv[0], &error));
-  if (runfiles == nullptr) {
-    return Fail(absl::NotFoundError(absl::StrCat("no runfiles (", error, "); run through bazel")));
-  }
-  const char* tmp = std::getenv("TMPDIR");
-  std::string work_dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/weir_http_bench.XXXXXX");
-  if (mkdtemp(work_dir.data()) == nullptr) {
-    return Fail(absl::InternalError(absl::StrCat("cannot create ", work_dir)));
-  }
-  LocalClusterOptions options{.coordinator_binary = runfiles->Rlocation("weir/coordinator/main"),
-                              .workers = absl::GetFlag(FLAGS_workers),
-                              .env = runfiles->EnvVars(),
-                              .work_dir = work_dir,
+  LocalClusterOptions options{.workers = absl::GetFlag(FLAGS_workers),
                               .startup_timeout = absl::Seconds(180)};
   options.extra_flags.push_back("--http_listen=127.0.0.1:0");
   // One HTTP thread per open connection: room for every client. Before
@@ -150,8 +135,10 @@ int Run(int argc, char** argv) {
   for (const std::string& flag : absl::GetFlag(FLAGS_coordinator_flags)) {
     options.extra_flags.push_back(flag);
   }
-  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(options);
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
+      StartBenchCluster(argv[0], "http", options);
   if (!cluster.ok()) return Fail(cluster.status());
+  const std::string work_dir = (*cluster)->work_dir();
   std::string http_address;
   std::ifstream(work_dir + "/address.http") >> http_address;
   std::pair<std::string, std::string> host_port =

@@ -41,7 +41,6 @@
 #include "base/init.h"
 #include "proto/inference.grpc.pb.h"
 #include "tools/bench/serve_cluster.h"
-#include "tools/cpp/runfiles/runfiles.h"
 
 ABSL_FLAG(int, workers, 4, "Worker processes (DP x EP ranks) of the local cluster.");
 ABSL_FLAG(int, requests, 16, "Concurrent greedy streams per round.");
@@ -55,8 +54,6 @@ ABSL_FLAG(std::string, coordinator_binary, "", "The coordinator (default: from t
 
 namespace weir::bench {
 namespace {
-
-using bazel::tools::cpp::runfiles::Runfiles;
 
 constexpr char kUsage[] = "recovery: what a lost worker costs (tools/bench/recovery_main.cc)";
 
@@ -135,21 +132,12 @@ int Main(int argc, char** argv) {
   const int workers = absl::GetFlag(FLAGS_workers), n = absl::GetFlag(FLAGS_requests),
             tokens = absl::GetFlag(FLAGS_tokens), rounds = absl::GetFlag(FLAGS_rounds);
   const int signo = absl::GetFlag(FLAGS_signal) == "STOP" ? SIGSTOP : SIGKILL;
-  std::string error;
-  std::unique_ptr<Runfiles> runfiles(Runfiles::Create(argv[0], &error));
-  std::string binary = absl::GetFlag(FLAGS_coordinator_binary);
-  if (binary.empty() && runfiles != nullptr) binary = runfiles->Rlocation("weir/coordinator/main");
-  if (binary.empty()) return Fail(absl::NotFoundError("no coordinator; pass --coordinator_binary"));
-  const char* tmp = std::getenv("TMPDIR");
-  std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/weir_recovery_bench.XXXXXX");
-  if (mkdtemp(dir.data()) == nullptr) return Fail(absl::InternalError("mkdtemp"));
   std::vector<std::string> flags = {"--eplb=false", absl::StrCat("--max_recoveries=", rounds + 5)};
   for (const std::string& f : absl::GetFlag(FLAGS_coordinator_flags)) flags.push_back(f);
-  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(
-      {.coordinator_binary = binary, .workers = workers, .extra_flags = flags,
-       .env = runfiles != nullptr ? runfiles->EnvVars()
-                                  : decltype(LocalClusterOptions::env){},
-       .work_dir = dir});
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = StartBenchCluster(
+      argv[0], "recovery",
+      {.coordinator_binary = absl::GetFlag(FLAGS_coordinator_binary), .workers = workers,
+       .extra_flags = flags});
   if (!cluster.ok()) return Fail(cluster.status());
   auto stub = v1::Inference::NewStub(MakeChannel((*cluster)->address(), kPublicMaxResponseBytes));
 

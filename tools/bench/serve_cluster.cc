@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <fstream>
@@ -15,8 +17,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "base/grpc_util.h"
+#include "tools/cpp/runfiles/runfiles.h"
 
 extern char** environ;
 
@@ -86,7 +90,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     _exit(127);
   }
   close(log_fd);
-  std::unique_ptr<LocalCluster> cluster(new LocalCluster(pid, log_path));
+  std::unique_ptr<LocalCluster> cluster(new LocalCluster(pid, options.work_dir, log_path));
 
   const absl::Time deadline = absl::Now() + options.startup_timeout;
   std::string last = "no address yet";
@@ -159,6 +163,31 @@ std::string LocalCluster::LogTail(int lines) const {
   std::string out;
   for (const std::string& line : tail) absl::StrAppend(&out, "  ", line, "\n");
   return out;
+}
+
+absl::StatusOr<std::unique_ptr<LocalCluster>> StartBenchCluster(const char* argv0,
+                                                                const std::string& name,
+                                                                LocalClusterOptions options) {
+  using bazel::tools::cpp::runfiles::Runfiles;
+  std::string error;
+  std::unique_ptr<Runfiles> runfiles(Runfiles::Create(argv0, &error));
+  if (options.coordinator_binary.empty() && runfiles != nullptr) {
+    options.coordinator_binary = runfiles->Rlocation("weir/coordinator/main");
+  }
+  if (options.coordinator_binary.empty()) {
+    return absl::NotFoundError(absl::StrCat("cannot find the coordinator in the runfiles (", error,
+                                            "); run through bazel or pass --coordinator_binary"));
+  }
+  if (runfiles != nullptr) options.env = runfiles->EnvVars();
+  const char* tmp = std::getenv("TMPDIR");
+  options.work_dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/weir_", name, "_bench.XXXXXX");
+  if (mkdtemp(options.work_dir.data()) == nullptr) {
+    return absl::InternalError(absl::StrCat("cannot create ", options.work_dir));
+  }
+  std::fprintf(stderr, "%s: starting %s --workers=%d %s\n", name.c_str(),
+               options.coordinator_binary.c_str(), options.workers,
+               absl::StrJoin(options.extra_flags, " ").c_str());
+  return LocalCluster::Start(options);
 }
 
 absl::Status WaitForServing(const std::string& address, const std::string& service,

@@ -1,9 +1,9 @@
 // tools/bench/serve_cluster.h
 //
-// The serving benchmark's own cluster: the coordinator binary started as a
-// child process on a free loopback port (it spawns the workers and EPLB
-// itself), readiness through grpc.health.v1, and the CPU time of a process
-// from /proc, which the benchmark turns into coordinator CPU per step.
+// The benchmarks' own cluster: the coordinator binary started as a child
+// process on a free loopback port (it spawns the workers and EPLB itself),
+// readiness through grpc.health.v1, and the CPU time of a process from
+// /proc, which the serving benchmark turns into coordinator CPU per step.
 //
 // Thread safety: LocalCluster is not thread-safe (one owner thread); the free
 // functions are thread-safe.
@@ -66,6 +66,8 @@ class LocalCluster {
   // "127.0.0.1:PORT" the coordinator listens on.
   const std::string& address() const { return address_; }
   pid_t pid() const { return pid_; }
+  // LocalClusterOptions::work_dir (the address file and the log).
+  const std::string& work_dir() const { return work_dir_; }
 
   // Returns OK while the child runs; UNAVAILABLE describing its exit (and the
   // log's last lines) once it has exited.
@@ -80,17 +82,31 @@ class LocalCluster {
   std::string LogTail(int lines) const;
 
  private:
-  LocalCluster(pid_t pid, std::string log_path) : pid_(pid), log_path_(std::move(log_path)) {}
+  LocalCluster(pid_t pid, std::string work_dir, std::string log_path)
+      : pid_(pid), work_dir_(std::move(work_dir)), log_path_(std::move(log_path)) {}
 
   // Reaps the child without blocking; true once it has exited.
   bool Reap();
 
   pid_t pid_;
+  std::string work_dir_;
   std::string log_path_;
   std::string address_;
   bool exited_ = false;
   int wait_status_ = 0;
 };
+
+// A benchmark's own cluster: LocalCluster::Start with `options` completed:
+// the coordinator at options.coordinator_binary, or when empty the one built
+// with this program (found in the runfiles of `argv0`); options.env the
+// runfiles' variables (so the coordinator finds the worker, EPLB and the
+// model); options.work_dir a fresh $TMPDIR/weir_<name>_bench.XXXXXX. Prints
+// the command line to stderr, prefixed with `name`. NOT_FOUND without a
+// coordinator, INTERNAL when the directory cannot be made; LocalCluster::Start's
+// errors otherwise. The caller removes work_dir() when it is done with the log.
+absl::StatusOr<std::unique_ptr<LocalCluster>> StartBenchCluster(const char* argv0,
+                                                                const std::string& name,
+                                                                LocalClusterOptions options);
 
 // Waits until `service` on `address` reports SERVING through grpc.health.v1.
 // Returns DEADLINE_EXCEEDED with the last answer if it does not within

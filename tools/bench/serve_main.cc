@@ -43,7 +43,6 @@
 #include "tools/bench/serve_cluster.h"
 #include "tools/bench/serve_stats.h"
 #include "tools/bench/serve_workload.h"
-#include "tools/cpp/runfiles/runfiles.h"
 
 ABSL_FLAG(std::string, server, "",
           "HOST:PORT of a running coordinator; empty: start a local cluster.");
@@ -76,7 +75,6 @@ ABSL_FLAG(std::string, csv, "",
 namespace weir::bench {
 namespace {
 
-using bazel::tools::cpp::runfiles::Runfiles;
 
 constexpr char kUsage[] =
     "Serving benchmark over gRPC: requests/s, output tokens/s, TTFT and inter-token latency\n"
@@ -198,33 +196,15 @@ int Run(int argc, char** argv) {
   std::string work_dir;
   const absl::Duration startup = absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s));
   if (address.empty()) {
-    std::string error;
-    std::unique_ptr<Runfiles> runfiles(Runfiles::Create(argv[0], &error));
-    std::string binary = absl::GetFlag(FLAGS_coordinator_binary);
-    if (binary.empty() && runfiles != nullptr) binary = runfiles->Rlocation("weir/coordinator/main");
-    if (binary.empty()) {
-      return Fail(absl::NotFoundError(absl::StrCat(
-          "cannot find the coordinator in the runfiles (", error,
-          "); run through bazel or pass --coordinator_binary")));
-    }
-    const char* tmp = std::getenv("TMPDIR");
-    std::string pattern = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/weir_serve_bench.XXXXXX");
-    if (mkdtemp(pattern.data()) == nullptr) {
-      return Fail(absl::InternalError(absl::StrCat("cannot create ", pattern)));
-    }
-    work_dir = pattern;
-    LocalClusterOptions options{.coordinator_binary = binary,
-                                .workers = absl::GetFlag(FLAGS_workers),
-                                .extra_flags = absl::GetFlag(FLAGS_coordinator_flags),
-                                .env = runfiles != nullptr ? runfiles->EnvVars()
-                                                           : decltype(LocalClusterOptions::env){},
-                                .work_dir = work_dir,
-                                .startup_timeout = startup};
-    std::fprintf(stderr, "serve: starting %s --workers=%d %s\n", binary.c_str(), options.workers,
-                 absl::StrJoin(options.extra_flags, " ").c_str());
-    absl::StatusOr<std::unique_ptr<LocalCluster>> started = LocalCluster::Start(options);
+    absl::StatusOr<std::unique_ptr<LocalCluster>> started = StartBenchCluster(
+        argv[0], "serve",
+        {.coordinator_binary = absl::GetFlag(FLAGS_coordinator_binary),
+         .workers = absl::GetFlag(FLAGS_workers),
+         .extra_flags = absl::GetFlag(FLAGS_coordinator_flags),
+         .startup_timeout = startup});
     if (!started.ok()) return Fail(started.status());
     cluster = std::move(*started);
+    work_dir = cluster->work_dir();
     address = cluster->address();
     coordinator_pid = cluster->pid();
   } else {

@@ -28,7 +28,6 @@
 #include "proto/inference.grpc.pb.h"
 #include "tools/bench/serve_cluster.h"
 #include "tools/bench/stream_load.h"
-#include "tools/cpp/runfiles/runfiles.h"
 
 ABSL_FLAG(std::string, levels, "2000,4000,10000,30000", "Concurrent streams, one run each.");
 ABSL_FLAG(int, workers, 2, "Workers of the local cluster.");
@@ -101,32 +100,14 @@ int Main(int argc, char** argv) {
   pid_t pid = static_cast<pid_t>(absl::GetFlag(FLAGS_coordinator_pid));
   std::string work_dir;
   if (address.empty()) {
-    std::string error;
-    using bazel::tools::cpp::runfiles::Runfiles;
-    std::unique_ptr<Runfiles> runfiles(Runfiles::Create(argv[0], &error));
-    std::string binary = absl::GetFlag(FLAGS_coordinator_binary);
-    if (binary.empty() && runfiles != nullptr) binary = runfiles->Rlocation("weir/coordinator/main");
-    if (binary.empty()) {
-      return Fail(absl::NotFoundError(absl::StrCat(
-          "cannot find the coordinator in the runfiles (", error,
-          "); run through bazel or pass --coordinator_binary")));
-    }
-    const char* tmp = std::getenv("TMPDIR");
-    work_dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/weir_streams_bench.XXXXXX");
-    if (mkdtemp(work_dir.data()) == nullptr) {
-      return Fail(absl::InternalError(absl::StrCat("cannot create ", work_dir)));
-    }
-    LocalClusterOptions options{.coordinator_binary = binary,
-                                .workers = absl::GetFlag(FLAGS_workers),
-                                .extra_flags = absl::GetFlag(FLAGS_coordinator_flags),
-                                .env = runfiles != nullptr ? runfiles->EnvVars()
-                                                           : decltype(LocalClusterOptions::env){},
-                                .work_dir = work_dir};
-    std::fprintf(stderr, "streams: starting %s --workers=%d %s\n", binary.c_str(),
-                 options.workers, absl::StrJoin(options.extra_flags, " ").c_str());
-    absl::StatusOr<std::unique_ptr<LocalCluster>> started = LocalCluster::Start(options);
+    absl::StatusOr<std::unique_ptr<LocalCluster>> started = StartBenchCluster(
+        argv[0], "streams",
+        {.coordinator_binary = absl::GetFlag(FLAGS_coordinator_binary),
+         .workers = absl::GetFlag(FLAGS_workers),
+         .extra_flags = absl::GetFlag(FLAGS_coordinator_flags)});
     if (!started.ok()) return Fail(started.status());
     cluster = std::move(*started);
+    work_dir = cluster->work_dir();
     address = cluster->address();
     pid = cluster->pid();
   } else if (absl::Status serving = WaitForServing(address, "weir.v1.Inference", absl::Minutes(2));
