@@ -52,6 +52,19 @@ absl::Status FakeQuant(const FakeQuantParams& p, cudaStream_t stream) {
   return absl::OkStatus();
 }
 
+absl::Status Fp8ActivationInput(const float* x, float* scratch, int64_t n, bool fp8,
+                                const float** input, cudaStream_t stream) {
+  *input = x;
+  if (!fp8) return absl::OkStatus();
+  if (absl::Status s =
+          FakeQuant({.x = x, .out = scratch, .n = n, .format = FakeQuantFormat::kFp8}, stream);
+      !s.ok()) {
+    return s;
+  }
+  *input = scratch;
+  return absl::OkStatus();
+}
+
 // QuantizeNvfp4Kv: one thread per element, the 16 lanes of a block
 // consecutive; the even lane of each pair writes the byte (its code low).
 namespace {

@@ -51,6 +51,14 @@ bool SupportsFakeQuant(const FakeQuantParams& params);
 // INTERNAL with the CUDA error string if the launch fails.
 absl::Status FakeQuant(const FakeQuantParams& params, cudaStream_t stream);
 
+// The input of a product whose reference quantizes its activation to FP8
+// first (kernels/cpu Linear's act_quant; MatmulParams::fp8_activation): with
+// `fp8`, enqueues FakeQuant kFp8 of x [n] into `scratch` [n] and sets *input
+// to scratch; otherwise sets *input to x and enqueues nothing. Errors as
+// FakeQuant.
+absl::Status Fp8ActivationInput(const float* x, float* scratch, int64_t n, bool fp8,
+                                const float** input, cudaStream_t stream);
+
 // The stored form of the compressed KV (kNvfp4Kv): x [n] -> e2m1 codes
 // packed two per byte (element 2k in the low nibble) [n / 2] and one E4M3
 // scale per 16 elements [n / 16], bit-identical to kernels/cpu/quant.h

@@ -58,15 +58,11 @@ GemmHandle::~GemmHandle() {
 
 absl::Status GemmHandle::Matmul(const MatmulParams& p, cudaStream_t stream) {
   if (absl::Status s = CheckMatmulParams(p); !s.ok()) return s;
-  const float* x = p.x;
-  if (p.fp8_activation) {
-    if (absl::Status s = FakeQuant({.x = p.x, .out = p.act_scratch, .n = p.rows * p.in,
-                                    .format = FakeQuantFormat::kFp8},
-                                   stream);
-        !s.ok()) {
-      return s;
-    }
-    x = p.act_scratch;
+  const float* x = nullptr;
+  if (absl::Status s = Fp8ActivationInput(p.x, p.act_scratch, p.rows * p.in, p.fp8_activation,
+                                          &x, stream);
+      !s.ok()) {
+    return s;
   }
   // Column-major view: y^T [out, rows] = (W^T)^T [out, in] * x^T [in, rows],
   // W^T stored as [in, out] (ld in), x^T as [in, rows] (ld in), y^T ld out.

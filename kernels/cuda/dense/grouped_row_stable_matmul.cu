@@ -110,15 +110,11 @@ bool SupportsRowStableGroupedMatmul(const GroupedMatmulParams& p) { return Check
 
 absl::Status RowStableGroupedMatmul(const GroupedMatmulParams& p, cudaStream_t stream) {
   if (absl::Status s = Check(p); !s.ok()) return s;
-  const float* x = p.x;
-  if (p.fp8_activation) {
-    if (absl::Status s = FakeQuant({.x = p.x, .out = p.act_scratch, .n = p.rows * p.in,
-                                    .format = FakeQuantFormat::kFp8},
-                                   stream);
-        !s.ok()) {
-      return s;
-    }
-    x = p.act_scratch;
+  const float* x = nullptr;
+  if (absl::Status s = Fp8ActivationInput(p.x, p.act_scratch, p.rows * p.in, p.fp8_activation,
+                                          &x, stream);
+      !s.ok()) {
+    return s;
   }
   if (p.w != nullptr) {
     LaunchForSize(x, Fp32GroupWeights{p.w}, p, stream);

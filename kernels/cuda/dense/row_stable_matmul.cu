@@ -40,15 +40,11 @@ absl::Status RowStableMatmul(const MatmulParams& p, cudaStream_t stream) {
   if (p.out > kMaxOut) {
     return absl::InvalidArgumentError("RowStableMatmul: out too large for the launch grid");
   }
-  const float* x = p.x;
-  if (p.fp8_activation) {
-    if (absl::Status s = FakeQuant({.x = p.x, .out = p.act_scratch, .n = p.rows * p.in,
-                                    .format = FakeQuantFormat::kFp8},
-                                   stream);
-        !s.ok()) {
-      return s;
-    }
-    x = p.act_scratch;
+  const float* x = nullptr;
+  if (absl::Status s = Fp8ActivationInput(p.x, p.act_scratch, p.rows * p.in, p.fp8_activation,
+                                          &x, stream);
+      !s.ok()) {
+    return s;
   }
   if (p.rows <= kSmallRows) {
     Launch<128, 1, 4, 1, 128>(x, p, stream);
