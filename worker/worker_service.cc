@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -121,9 +122,15 @@ void ToProto(const TokenLogprob& in, v1::TokenLogprobs& out) {
 }  // namespace
 
 WorkerService::WorkerService(WorkerHooks hooks, WorkerOptions options)
-    : hooks_(std::move(hooks)), options_(options) {}
+    : hooks_(std::move(hooks)),
+      options_(options),
+      group_abort_(std::make_unique<parallel::AbortSignal>()) {}
 
-WorkerService::~WorkerService() = default;
+WorkerService::~WorkerService() {
+  // The group's communicators close without waiting for peers that may be
+  // gone already (a flush to them would wait for the collective timeout).
+  group_abort_->Abort("the worker is stopping");
+}
 
 void WorkerService::SetIdentity(uint64_t epoch, int rank) {
   epoch_ = epoch;
@@ -135,6 +142,13 @@ grpc::Status WorkerService::CheckEpoch(uint64_t epoch) {
   if (!identity_set_.WaitForNotificationWithTimeout(absl::Seconds(10))) {
     return Error(grpc::StatusCode::UNAVAILABLE, "worker has not finished registering");
   }
+  {
+    absl::MutexLock lock(&mu_);
+    if (!fenced_.empty()) {
+      return Error(grpc::StatusCode::FAILED_PRECONDITION,
+                   absl::StrCat("this worker is fenced off: ", fenced_));
+    }
+  }
   if (epoch == epoch_) return grpc::Status::OK;
   return Error(grpc::StatusCode::ABORTED,
                absl::StrCat("coordinator epoch ", epoch, " is not this worker's ", epoch_));
@@ -142,6 +156,10 @@ grpc::Status WorkerService::CheckEpoch(uint64_t epoch) {
 
 grpc::Status WorkerService::CheckGroupEpoch(uint64_t group_epoch, const std::string& what) {
   absl::MutexLock lock(&mu_);
+  return CheckGroupEpochLocked(group_epoch, what);
+}
+
+grpc::Status WorkerService::CheckGroupEpochLocked(uint64_t group_epoch, const std::string& what) {
   if (group_epoch == group_epoch_) return grpc::Status::OK;
   return Error(grpc::StatusCode::FAILED_PRECONDITION,
                absl::StrCat(what, " of group epoch ", group_epoch, " refused: this worker is at ",
@@ -150,13 +168,30 @@ grpc::Status WorkerService::CheckGroupEpoch(uint64_t group_epoch, const std::str
                                                        : " (not initialised for that epoch)"));
 }
 
+void WorkerService::EndGroupWork(const std::string& reason) {
+  group_abort_->Abort(reason);
+  if (steps_context_ != nullptr) steps_context_->TryCancel();
+}
+
+void WorkerService::Fence(const std::string& reason) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!fenced_.empty()) return;
+    fenced_ = reason.empty() ? "fenced" : reason;
+    EndGroupWork(absl::StrCat("this worker is fenced off: ", fenced_));
+  }
+  WEIR_LOG(WARNING) << "rank " << rank_ << " fenced off: " << reason;
+  if (hooks_.set_serving) hooks_.set_serving(false);
+}
+
 grpc::Status WorkerService::ResetForNewGroup(uint64_t group_epoch) {
-  // Init waited for the old group's stream to end (once the coordinator
-  // cancelled it, or once the collective it is in gave up on the lost peer).
-  if (steps_active_) {
+  // Init ended the old group's work (EndGroupWork) and waited for its Steps
+  // stream and LoadWeights calls to return.
+  if (steps_active_ || loads_active_ > 0) {
     return Error(grpc::StatusCode::UNAVAILABLE,
-                 absl::StrCat("Init of group epoch ", group_epoch, ": the Steps stream of group ",
-                              "epoch ", group_epoch_, " is still running"));
+                 absl::StrCat("Init of group epoch ", group_epoch, ": the ",
+                              steps_active_ ? "Steps stream" : "LoadWeights call",
+                              " of group epoch ", group_epoch_, " is still running"));
   }
   WEIR_LOG(WARNING) << "rank " << rank_ << ": leaving group epoch " << group_epoch_
                     << " for " << group_epoch
@@ -178,6 +213,7 @@ grpc::Status WorkerService::ResetForNewGroup(uint64_t group_epoch) {
   communicator_.reset();
   staging_ucx_.reset();
   ucx_.reset();
+  group_abort_ = std::make_unique<parallel::AbortSignal>();  // the new group's
   nccl_unique_id_.clear();
   model_.reset();
   experts_.reset();
@@ -219,11 +255,17 @@ grpc::Status WorkerService::Init(grpc::ServerContext* context, const v1::InitReq
     peers[peer.rank()] = peer.address();
   }
   {
-    // A newer group: first let the old group's Steps stream end (without
-    // staging_mu_, which a commit on that stream may need).
+    // A newer group: end the old group's work in flight (a collective
+    // blocked on a lost peer returns at once, the Steps stream is
+    // cancelled) and let its Steps stream and LoadWeights calls return,
+    // without staging_mu_ (a commit on that stream, or a prepare that the
+    // abort ends, may hold it).
     absl::MutexLock lock(&mu_);
-    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !steps_active_; };
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return !steps_active_ && loads_active_ == 0;
+    };
     if (group_epoch > group_epoch_ && initialized_) {
+      EndGroupWork(absl::StrCat("group epoch ", group_epoch, " replaces ", group_epoch_));
       mu_.AwaitWithTimeout(absl::Condition(&idle),
                            options_.collective_timeout + absl::Seconds(10));
     }
@@ -284,13 +326,26 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
   if (grpc::Status s = CheckEpoch(request->coordinator_epoch()); !s.ok()) return s;
   if (grpc::Status s = CheckGroupEpoch(request->group_epoch(), "LoadWeights"); !s.ok()) return s;
   int world = 0;
+  const parallel::AbortSignal* group_abort = nullptr;
   {
     absl::MutexLock lock(&mu_);
     if (!initialized_) {
       return Error(grpc::StatusCode::FAILED_PRECONDITION, "LoadWeights before Init");
     }
+    // Again with the call counted, so a newer Init waits for it or it sees
+    // that Init's epoch.
+    if (grpc::Status s = CheckGroupEpochLocked(request->group_epoch(), "LoadWeights"); !s.ok()) {
+      return s;
+    }
     world = world_size_;
+    // Stays this group's until the call returns: a newer Init waits for it.
+    group_abort = group_abort_.get();
+    ++loads_active_;
   }
+  absl::Cleanup load_ended = [this] {
+    absl::MutexLock lock(&mu_);
+    --loads_active_;
+  };
   absl::StatusOr<ModelSummary> model = LoadModelSummary(request->model_dir());
   if (!model.ok()) return ToGrpcStatus(model.status());
   {
@@ -388,7 +443,9 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
       absl::StatusOr<std::unique_ptr<parallel::NcclCommunicator>> nccl =
           parallel::NcclCommunicator::Create(
               Rank(rank_), world, request->nccl_unique_id(),
-              {.timeout = options_.collective_timeout, .device = DeviceOrdinal(cuda_device_)});
+              {.timeout = options_.collective_timeout,
+               .device = DeviceOrdinal(cuda_device_),
+               .abort = group_abort});
       if (!nccl.ok()) {
       int count = 0;
       cudaGetDeviceCount(&count);
@@ -404,8 +461,9 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     }
     if (communicator_ == nullptr && !cuda) {
       absl::StatusOr<std::unique_ptr<parallel::UcxCommunicator>> comm =
-          parallel::UcxCommunicator::Create(*ucx_, Rank(rank_), table,
-                                            {.timeout = options_.collective_timeout});
+          parallel::UcxCommunicator::Create(
+              *ucx_, Rank(rank_), table,
+              {.timeout = options_.collective_timeout, .abort = group_abort});
       if (!comm.ok()) return ToGrpcStatus(comm.status());
       // A rank that leaves Create stops progressing UCX until its next
       // collective, while a slower peer may still be flushing its endpoint to
@@ -497,6 +555,10 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
   response->set_bytes_loaded(bytes);
   {
     absl::MutexLock lock(&mu_);
+    if (!fenced_.empty()) {
+      return Error(grpc::StatusCode::FAILED_PRECONDITION,
+                   absl::StrCat("this worker is fenced off: ", fenced_));
+    }
     executor_.reset();
     device_decoder_ = std::move(device_decoder);
     grammar_ = std::move(grammar);
@@ -674,6 +736,7 @@ grpc::Status WorkerService::Steps(grpc::ServerContext* context,
                                   grpc::ServerReaderWriter<v1::StepResult, v1::StepPlan>* stream) {
   uint64_t group_epoch = 0;
   bool busy = false;
+  const parallel::AbortSignal* group_abort = nullptr;
   {
     absl::MutexLock lock(&mu_);
     if (!model_.has_value()) {
@@ -682,6 +745,11 @@ grpc::Status WorkerService::Steps(grpc::ServerContext* context,
     busy = steps_active_;
     steps_active_ = true;
     group_epoch = group_epoch_;
+    if (!busy) {
+      steps_context_ = context;
+      // This group's until the stream ends: a newer Init waits for that.
+      group_abort = group_abort_.get();
+    }
   }
   if (busy) {
     // A second stream: a plan of another group epoch is refused as such
@@ -695,6 +763,7 @@ grpc::Status WorkerService::Steps(grpc::ServerContext* context,
   if (grpc::Status s = CheckEpoch(epoch_); !s.ok()) {  // Waits for identity.
     absl::MutexLock lock(&mu_);
     steps_active_ = false;
+    steps_context_ = nullptr;
     return s;
   }
   StepSequencer sequencer(epoch_);
@@ -717,6 +786,13 @@ grpc::Status WorkerService::Steps(grpc::ServerContext* context,
     }
     v1::StepResult result;
     ExecutePlan(plan, result);
+    if (absl::Status ended = group_abort->Check("the group's work"); !ended.ok()) {
+      // A newer Init or a fence ended this group: its step (most likely
+      // failed ABORTED) is the stream's last.
+      stream->Write(result);
+      outcome = ToGrpcStatus(ended);
+      break;
+    }
     if (options_.fault_injection && StallRequested()) {
       WEIR_LOG(WARNING) << "rank " << rank_
                         << ": fault injection: the Steps stream stops answering";
@@ -728,6 +804,7 @@ grpc::Status WorkerService::Steps(grpc::ServerContext* context,
   }
   absl::MutexLock lock(&mu_);
   steps_active_ = false;
+  steps_context_ = nullptr;
   return outcome;
 }
 
@@ -771,8 +848,9 @@ grpc::Status WorkerService::PrepareExpertMap(grpc::ServerContext* context,
       }
       // Collective: every rank's PrepareExpertMap connects here the first time.
       absl::StatusOr<std::unique_ptr<parallel::UcxCommunicator>> comm =
-          parallel::UcxCommunicator::Create(*staging_ucx_, Rank(rank_), staging_table_,
-                                            {.timeout = options_.collective_timeout});
+          parallel::UcxCommunicator::Create(
+              *staging_ucx_, Rank(rank_), staging_table_,
+              {.timeout = options_.collective_timeout, .abort = group_abort_.get()});
       if (!comm.ok()) return ToGrpcStatus(comm.status());
       if (absl::Status s = (*comm)->Barrier(); !s.ok()) return ToGrpcStatus(s);
       staging_comm_ = std::move(*comm);

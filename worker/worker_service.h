@@ -50,6 +50,7 @@
 #include "base/model_summary.h"
 #include "eplb/load_reporter.h"
 #include "grammar/compiler.h"
+#include "parallel/abort_signal.h"
 #include "parallel/communicator.h"
 #include "parallel/ucx_context.h"
 #include "proto/worker.grpc.pb.h"
@@ -119,6 +120,9 @@ struct WorkerHooks {
 class WorkerService final : public v1::Worker::Service {
  public:
   explicit WorkerService(WorkerHooks hooks, WorkerOptions options = {});
+  // Raises the group's AbortSignal first, so that its communicators close
+  // without waiting for peers that are gone.
+  // REQUIRES: no call is running (the server has shut down).
   ~WorkerService() override;
 
   // Sets the coordinator epoch and rank that registration returned. The
@@ -141,21 +145,38 @@ class WorkerService final : public v1::Worker::Service {
   grpc::Status Shutdown(grpc::ServerContext* context, const v1::ShutdownRequest* request,
                         v1::ShutdownResponse* response) override;
 
+  // Fences this worker off for good: the coordinator replaced it (another
+  // worker registered for its rank), forgot it (its rank was freed for a
+  // rejoin) or is a new coordinator run. Aborts the group's communicator
+  // operations in flight (a Steps stream blocked in a collective returns),
+  // cancels the open Steps stream, makes health NOT_SERVING, and refuses
+  // every later call FAILED_PRECONDITION naming `reason`. The process is
+  // expected to exit next (worker/main.cc). Idempotent; any thread.
+  void Fence(const std::string& reason) ABSL_LOCKS_EXCLUDED(mu_);
+
   // Executes one plan (validated by the caller's sequencer) into `result`.
   // Exposed for tests of the step contract without a stream.
   void ExecutePlan(const v1::StepPlan& plan, v1::StepResult& result);
 
  private:
-  // Waits for SetIdentity, then checks `epoch` against it.
-  grpc::Status CheckEpoch(uint64_t epoch);
+  // Waits for SetIdentity, then checks `epoch` against it; after Fence,
+  // FAILED_PRECONDITION.
+  grpc::Status CheckEpoch(uint64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends the current group's work in flight: raises its AbortSignal (every
+  // collective, connect and staging exchange of the group returns ABORTED)
+  // and cancels the open Steps stream, whose thread then returns.
+  void EndGroupWork(const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // FAILED_PRECONDITION naming both epochs unless `group_epoch` is the one
   // of the last Init (`what` names the call).
   grpc::Status CheckGroupEpoch(uint64_t group_epoch, const std::string& what)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // An Init at a newer group epoch, once the old epoch's Steps stream ended
-  // (Init waits up to the collective timeout and 10 s more; UNAVAILABLE if
-  // it is still open): drops the model, KV pool, communicators and UCX
-  // contexts of the old group.
+  grpc::Status CheckGroupEpochLocked(uint64_t group_epoch, const std::string& what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An Init at a newer group epoch, once the old epoch's Steps stream and
+  // LoadWeights calls ended (Init first ends their work with EndGroupWork,
+  // then waits up to the collective timeout and 10 s more; UNAVAILABLE if
+  // one is still running): drops the model, KV pool, communicators and UCX
+  // contexts of the old group, and gives the new group a fresh AbortSignal.
   // REQUIRES: staging_mu_ and mu_ held by the caller.
   grpc::Status ResetForNewGroup(uint64_t group_epoch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(staging_mu_, mu_);
@@ -174,10 +195,22 @@ class WorkerService final : public v1::Worker::Service {
   bool initialized_ ABSL_GUARDED_BY(mu_) = false;
   // The group epoch of the last Init (InitRequest.group_epoch).
   uint64_t group_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  // Why Fence was called; empty while not fenced.
+  std::string fenced_ ABSL_GUARDED_BY(mu_);
+  // The open Steps stream's context (null when none), for EndGroupWork.
+  grpc::ServerContext* steps_context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // LoadWeights calls running (a newer Init waits for them to end).
+  int loads_active_ ABSL_GUARDED_BY(mu_) = 0;
   int world_size_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::string> peer_addresses_ ABSL_GUARDED_BY(mu_);
   std::optional<ModelSummary> model_ ABSL_GUARDED_BY(mu_);
   std::optional<ExpertMapState> experts_ ABSL_GUARDED_BY(mu_);
+  // Raised to end the current group's communicator operations (a newer
+  // Init, Fence); every communicator of the group polls it. One per group:
+  // replaced by ResetForNewGroup once the group's communicators are gone.
+  // Declared before them, so it outlives them. The pointer is written with
+  // staging_mu_ and mu_ held and read under either.
+  std::unique_ptr<parallel::AbortSignal> group_abort_;
   // The loaded model; the Steps thread uses it without mu_ (one stream at a
   // time, and LoadWeights refuses to replace it while a stream is open).
   // The tensor plane (more than one rank): UCX context from Init, the

@@ -1,7 +1,9 @@
 #include "worker/worker_service.h"
 
 #include <cstdlib>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/grpc_util.h"
@@ -168,6 +170,170 @@ TEST(WorkerServiceTest, OlderGroupEpochIsFenced) {
   v1::PrepareExpertMapResponse prepared;
   EXPECT_EQ(h.stub->PrepareExpertMap(&context, prepare, &prepared).error_code(),
             grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+// Two ranks over UCX in this process (a collective timeout of an hour: only
+// an abort ends a wait for a peer within a test).
+struct TwoRanks {
+  std::unique_ptr<Harness> ranks[2];
+
+  TwoRanks() {
+    WorkerOptions options;
+    options.collective_timeout = absl::Hours(1);
+    for (int r = 0; r < 2; ++r) ranks[r] = std::make_unique<Harness>(r, options);
+  }
+
+  grpc::Status Init(int rank, uint64_t group_epoch, v1::InitResponse& response) {
+    v1::InitRequest request;
+    request.set_coordinator_epoch(kEpoch);
+    request.set_group_epoch(group_epoch);
+    request.set_rank(rank);
+    request.mutable_layout()->set_world_size(2);
+    for (int r = 0; r < 2; ++r) {
+      v1::PeerInfo* peer = request.add_peers();
+      peer->set_rank(r);
+      peer->set_address(ranks[r]->server.address);
+    }
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineIn(std::chrono::seconds(120)));
+    return ranks[rank]->stub->Init(&context, request, &response);
+  }
+
+  // Init of both ranks at `group_epoch`, then LoadWeights of both at once
+  // (connecting is collective).
+  void BringUp(uint64_t group_epoch) {
+    v1::InitResponse inits[2];
+    for (int r = 0; r < 2; ++r) ASSERT_TRUE(Init(r, group_epoch, inits[r]).ok()) << r;
+    v1::LoadWeightsRequest request;
+    request.set_coordinator_epoch(kEpoch);
+    request.set_group_epoch(group_epoch);
+    request.set_model_dir(TinyModelDir());
+    for (int r = 0; r < 2; ++r) {
+      v1::PeerInfo* peer = request.add_peers();
+      peer->set_rank(r);
+      peer->set_address(ranks[r]->server.address);
+      peer->set_tensor_address(inits[r].tensor_address());
+      peer->set_staging_address(inits[r].staging_address());
+    }
+    grpc::Status loaded[2];
+    std::vector<std::thread> calls;
+    for (int r = 0; r < 2; ++r) {
+      calls.emplace_back([&, r] {
+        grpc::ClientContext context;
+        context.set_deadline(DeadlineIn(std::chrono::seconds(300)));
+        v1::LoadWeightsResponse response;
+        loaded[r] = ranks[r]->stub->LoadWeights(&context, request, &response);
+      });
+    }
+    for (std::thread& call : calls) call.join();
+    for (int r = 0; r < 2; ++r) ASSERT_TRUE(loaded[r].ok()) << r << ": " << loaded[r].error_message();
+  }
+};
+
+// A plan of `group_epoch` with one prefill row: its forward runs the MoE
+// exchange with the other rank.
+v1::StepPlan PrefillPlan(uint64_t group_epoch, uint64_t step_id) {
+  v1::StepPlan plan;
+  plan.set_coordinator_epoch(kEpoch);
+  plan.set_group_epoch(group_epoch);
+  plan.set_step_id(step_id);
+  v1::StepRow* row = plan.add_rows();
+  row->set_seq_slot(0);
+  for (int t = 0; t < 4; ++t) row->add_input_tokens(5 + t);
+  row->add_new_blocks(0);
+  row->set_sample(true);
+  row->mutable_sampling()->set_temperature(0.0f);
+  return plan;
+}
+
+// What rank 0's old stream ended with: the error of the step it answered
+// (if it answered one) and the stream's status.
+struct StreamEnd {
+  grpc::Status status;
+  std::optional<v1::ErrorStatus> step_error;
+};
+StreamEnd DrainStream(grpc::ClientReaderWriter<v1::StepPlan, v1::StepResult>& stream) {
+  StreamEnd end;
+  v1::StepResult result;
+  while (stream.Read(&result)) end.step_error = result.error();
+  end.status = stream.Finish();
+  return end;
+}
+
+// Rank 0 runs a step that rank 1 never joins, so its MoE exchange waits for
+// rank 1 (for the hour of the collective timeout). An Init at a newer group
+// epoch ends that wait, as a survivor of a lost peer needs: the group's
+// communicators are aborted and its Steps stream cancelled, so Init returns
+// (well within the test's deadline), and the new group loads and steps.
+TEST(WorkerServiceTest, NewerGroupEpochInitEndsACollectiveBlockedOnALostPeer) {
+  TwoRanks group;
+  group.BringUp(1);
+  Harness& survivor = *group.ranks[0];
+  grpc::ClientContext steps_context;
+  auto stream = survivor.stub->Steps(&steps_context);
+  ASSERT_TRUE(stream->Write(PrefillPlan(1, 0)));
+  // Most likely inside the exchange by then; the Init below must work either way.
+  absl::SleepFor(absl::Seconds(1));
+  v1::InitResponse init;
+  const grpc::Status newer = group.Init(0, 2, init);
+  ASSERT_TRUE(newer.ok()) << newer.error_message();
+  const StreamEnd end = DrainStream(*stream);
+  EXPECT_FALSE(end.status.ok());
+  if (end.step_error.has_value()) {  // the step was in its exchange: ABORTED
+    EXPECT_EQ(end.step_error->code(), grpc::StatusCode::ABORTED) << end.step_error->message();
+    EXPECT_NE(end.step_error->message().find("group epoch 2 replaces 1"), std::string::npos)
+        << end.step_error->message();
+  }
+  EXPECT_FALSE(survivor.serving);
+  // The group of epoch 2 (rank 1 re-initialised too) loads and steps.
+  group.BringUp(2);
+  std::vector<std::thread> steps;
+  v1::StepResult results[2];
+  bool answered[2] = {false, false};
+  for (int r = 0; r < 2; ++r) {
+    steps.emplace_back([&, r] {
+      grpc::ClientContext context;
+      context.set_deadline(DeadlineIn(std::chrono::seconds(120)));
+      auto s = group.ranks[r]->stub->Steps(&context);
+      answered[r] = s->Write(PrefillPlan(2, 0)) && s->Read(&results[r]);
+      s->WritesDone();
+      s->Finish();
+    });
+  }
+  for (std::thread& t : steps) t.join();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(answered[r]) << r;
+    EXPECT_EQ(results[r].error().code(), 0) << r << ": " << results[r].error().message();
+    ASSERT_EQ(results[r].rows_size(), 1) << r;
+    EXPECT_EQ(results[r].rows(0).tokens_size(), 1) << r;
+  }
+}
+
+// Fence (the worker learned it was replaced): a step blocked in an exchange
+// returns, the stream ends, health is NOT_SERVING, and every later call is
+// refused naming the reason.
+TEST(WorkerServiceTest, FenceEndsTheBlockedStreamAndRefusesEverything) {
+  TwoRanks group;
+  group.BringUp(1);
+  Harness& stale = *group.ranks[1];
+  grpc::ClientContext steps_context;
+  auto stream = stale.stub->Steps(&steps_context);
+  ASSERT_TRUE(stream->Write(PrefillPlan(1, 0)));
+  absl::SleepFor(absl::Seconds(1));
+  EXPECT_TRUE(stale.serving);
+  stale.service.Fence("rank 1 is held by the worker at 10.0.0.9:5000");
+  const StreamEnd end = DrainStream(*stream);
+  EXPECT_FALSE(end.status.ok());
+  if (end.step_error.has_value()) {
+    EXPECT_EQ(end.step_error->code(), grpc::StatusCode::ABORTED) << end.step_error->message();
+  }
+  EXPECT_FALSE(stale.serving);
+  v1::InitResponse init;
+  const grpc::Status refused = group.Init(1, 2, init);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(refused.error_message().find("fenced off: rank 1 is held by the worker at"),
+            std::string::npos)
+      << refused.error_message();
 }
 
 TEST(WorkerServiceTest, StepsRunInOrderAndRefuseGaps) {
