@@ -74,18 +74,7 @@ std::unique_ptr<Model> MakeModel(const Checkpoint& ckpt, bool bf16_p) {
     if (bf16_p) return std::unique_ptr<Ops>(new BfPOps(p, {.row_stable_logits = true}));
     return std::unique_ptr<Ops>(new CpuOps(p, {.row_stable_logits = true}));
   };
-  auto m = Model::Create(ckpt.config(), ckpt, std::move(options));
-  EXPECT_TRUE(m.ok()) << m.status();
-  return m.ok() ? std::move(*m) : nullptr;
-}
-
-double RelL2(const float* a, const float* b, int64_t n) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
+  return NewModelOrFail(ckpt, std::move(options));
 }
 
 TEST(AttentionPrecisionStudy, Bf16SoftmaxWeightsOnTheContinuousModel) {
@@ -123,8 +112,8 @@ TEST(AttentionPrecisionStudy, Bf16SoftmaxWeightsOnTheContinuousModel) {
       auto rs = bfp->Forward(*synced, next, pos);
       auto rb = bfp->Forward(*b, next, pos);
       ASSERT_TRUE(ra.ok() && rs.ok() && rb.ok());
-      one_step.push_back(RelL2(rs->data(), ra->data(), v));
-      own.push_back(RelL2(rb->data(), ra->data(), v));
+      one_step.push_back(RelativeL2(rs->data(), ra->data(), v));
+      own.push_back(RelativeL2(rb->data(), ra->data(), v));
       const int64_t want = ArgmaxRow(ra->data(), v);
       top1_one += ArgmaxRow(rs->data(), v) == want;
       top1_own += ArgmaxRow(rb->data(), v) == want;

@@ -39,28 +39,6 @@
 namespace weir::model {
 namespace {
 
-std::unique_ptr<Model> CpuModel(const Checkpoint& ckpt, ActivationPrecision precision) {
-  ModelOptions options;
-  options.precision = precision;
-  options.make_ops = [](ActivationPrecision p) -> absl::StatusOr<std::unique_ptr<Ops>> {
-    return std::unique_ptr<Ops>(new CpuOps(p, {.row_stable_logits = true}));
-  };
-  auto m = Model::Create(ckpt.config(), ckpt, std::move(options));
-  EXPECT_TRUE(m.ok()) << m.status();
-  return m.ok() ? std::move(*m) : nullptr;
-}
-
-double RelL2(const float* a, const float* b, int64_t n) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double d = static_cast<double>(a[i]) - b[i];
-    num += d * d;
-    den += static_cast<double>(b[i]) * b[i];
-  }
-  if (!std::isfinite(num)) return INFINITY;
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
-
 std::vector<int64_t> TopK(const float* row, int64_t n, int k) {
   std::vector<int64_t> idx(n);
   std::iota(idx.begin(), idx.end(), 0);
@@ -135,7 +113,7 @@ Agreement Compare(Model& cpu, DeviceDecoder& ref, DeviceDecoder& fast, bool sync
       const int64_t ta = ArgmaxRow(ra, v);
       out.top1 += ta == ArgmaxRow(rb, v);
       out.top5 += TopK(ra, v, 5) == TopK(rb, v, 5);
-      out.rel.push_back(RelL2(rb, ra, v));
+      out.rel.push_back(RelativeL2(rb, ra, v));
       ++out.positions;
       tokens[i] = ta;  // teacher forcing: both follow the reference
       if (sync_state) {
@@ -172,7 +150,7 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
                    bool expect_fast_moe, double min_top1, double max_median = 1e-2,
                    double max_choices_differing = 0.01) {
   const ModelConfig& c = ckpt.config();
-  auto cpu = CpuModel(ckpt, precision);
+  auto cpu = RowStableCpuModel(ckpt, precision);
   ASSERT_NE(cpu, nullptr);
   DeviceDecoderOptions options{.max_sequences = 8, .max_positions = 128, .max_batch = 8};
   auto ref = DeviceDecoder::Create(*cpu, precision, options);
@@ -197,7 +175,9 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
   }
   EXPECT_LT(fs.weight_bytes, (*ref)->stats().weight_bytes);
   EXPECT_EQ((*ref)->stats().fast_dense, 0);
-  if (expect_fast_moe) EXPECT_EQ(fs.fast_moe_layers, c.n_layers);
+  if (expect_fast_moe) {
+    EXPECT_EQ(fs.fast_moe_layers, c.n_layers);
+  }
 
   const Agreement synced = Compare(*cpu, **ref, **fast, /*sync_state=*/true);
   ASSERT_GE(synced.positions, 512);
@@ -251,7 +231,7 @@ TEST(DeviceDecoderFastTest, StudyParts) {
   }
   for (const Checkpoint* ck : models) {
     ASSERT_NE(ck, nullptr);
-    auto cpu = CpuModel(*ck, ActivationPrecision::kBf16);
+    auto cpu = RowStableCpuModel(*ck, ActivationPrecision::kBf16);
     ASSERT_NE(cpu, nullptr);
     DeviceDecoderOptions options{.max_sequences = 8, .max_positions = 128, .max_batch = 8};
     auto ref = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, options);
@@ -355,7 +335,7 @@ TEST(DeviceDecoderFastTest, SmallBf16IsBatchInvariant) {
   const Checkpoint* small = SmallCheckpoint(3);
   ASSERT_NE(small, nullptr);
   const int64_t v = small->config().vocab_size;
-  auto cpu = CpuModel(*small, ActivationPrecision::kBf16);
+  auto cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
   ASSERT_NE(cpu, nullptr);
   DeviceDecoderOptions options{.numerics = DecodeNumerics::kFast, .max_sequences = 16,
                                .max_positions = 64, .max_batch = 16};

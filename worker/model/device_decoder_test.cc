@@ -47,17 +47,6 @@ namespace {
 
 constexpr int kSteps = 64;
 
-std::unique_ptr<Model> CpuModel(const Checkpoint& ckpt, ActivationPrecision precision) {
-  ModelOptions options;
-  options.precision = precision;
-  options.make_ops = [](ActivationPrecision p) -> absl::StatusOr<std::unique_ptr<Ops>> {
-    return std::unique_ptr<Ops>(new CpuOps(p, {.row_stable_logits = true}));
-  };
-  auto m = Model::Create(ckpt.config(), ckpt, std::move(options));
-  EXPECT_TRUE(m.ok()) << m.status();
-  return m.ok() ? std::move(*m) : nullptr;
-}
-
 int64_t Argmax(const float* row, int64_t n) { return ArgmaxRow(row, n); }
 
 double RowRel(const float* a, const float* b, int64_t n) { return RowRelativeDifference(a, b, n); }
@@ -110,7 +99,7 @@ struct Seq {
 
 void CheckModel(const Checkpoint& ckpt, const char* name, ActivationPrecision precision) {
   const int64_t v = ckpt.config().vocab_size;
-  auto cpu = CpuModel(ckpt, precision);
+  auto cpu = RowStableCpuModel(ckpt, precision);
   ASSERT_NE(cpu, nullptr);
   DeviceDecoderOptions options{.max_sequences = 16, .max_positions = 256, .max_batch = 16};
   auto graph = DeviceDecoder::Create(*cpu, precision, options);
@@ -321,7 +310,7 @@ void CheckTwoRanks(const Checkpoint& ckpt, ActivationPrecision precision) {
   }
   constexpr int kWorld = 2;
   const int64_t v = ckpt.config().vocab_size;
-  auto cpu = CpuModel(ckpt, precision);
+  auto cpu = RowStableCpuModel(ckpt, precision);
   ASSERT_NE(cpu, nullptr);
   std::vector<std::unique_ptr<parallel::NcclCommunicator>> comms = MakeNccl(kWorld);
   const ExpertPlacement placement = RedundantPlacement(ckpt.config(), kWorld, 2, 9);
@@ -451,7 +440,7 @@ TEST(DeviceDecoderTest, TwoRanksOverNcclSmallBf16) {
 TEST(DeviceDecoderTest, RefusesBadInput) {
   const Checkpoint& ckpt = TinyCheckpoint(11);
   const int64_t v = ckpt.config().vocab_size;
-  auto cpu = CpuModel(ckpt, ActivationPrecision::kBf16);
+  auto cpu = RowStableCpuModel(ckpt, ActivationPrecision::kBf16);
   ASSERT_NE(cpu, nullptr);
   EXPECT_EQ(DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, {.max_sequences = 0})
                 .status()

@@ -17,11 +17,7 @@ namespace {
 
 const Checkpoint& Tiny() { return TinyCheckpoint(11); }
 
-std::unique_ptr<Model> NewModel() {
-  auto m = Model::Create(Tiny().config(), Tiny());
-  EXPECT_TRUE(m.ok()) << m.status();
-  return m.ok() ? std::move(*m) : nullptr;
-}
+std::unique_ptr<Model> NewModel() { return NewModelOrFail(Tiny()); }
 
 std::vector<int64_t> Tokens(int n, uint32_t seed) { return RandomTokens(n, seed); }
 

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "worker/model/cpu_ops.h"
 #include "worker/model/tiny_checkpoint.h"
 
 namespace weir::model {
@@ -53,6 +54,21 @@ const Checkpoint* SmallCheckpoint(uint64_t seed) {
   return DerivedCheckpoint("small", "small_seed" + std::to_string(seed), {}, seed);
 }
 
+std::unique_ptr<Model> NewModelOrFail(const Checkpoint& ckpt, ModelOptions options) {
+  absl::StatusOr<std::unique_ptr<Model>> m = Model::Create(ckpt.config(), ckpt, std::move(options));
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? std::move(*m) : nullptr;
+}
+
+std::unique_ptr<Model> RowStableCpuModel(const Checkpoint& ckpt, ActivationPrecision precision) {
+  ModelOptions options;
+  options.precision = precision;
+  options.make_ops = [](ActivationPrecision p) -> absl::StatusOr<std::unique_ptr<Ops>> {
+    return std::unique_ptr<Ops>(new CpuOps(p, {.row_stable_logits = true}));
+  };
+  return NewModelOrFail(ckpt, std::move(options));
+}
+
 std::vector<int64_t> RandomTokens(int n, uint32_t seed, int64_t max_id) {
   std::mt19937 gen(seed);
   std::uniform_int_distribution<int64_t> u(0, max_id);
@@ -73,6 +89,17 @@ double RowRelativeDifference(const float* a, const float* b, int64_t n) {
     scale = std::max(scale, double{std::fabs(b[i])});
   }
   return diff / scale;
+}
+
+double RelativeL2(const float* a, const float* b, int64_t n) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(a[i]) - b[i];
+    num += d * d;
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  if (!std::isfinite(num)) return INFINITY;
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
 }  // namespace weir::model

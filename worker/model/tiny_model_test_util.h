@@ -1,8 +1,9 @@
 // worker/model/tiny_model_test_util.h
 //
 // Fixtures shared by the model tests: the tiny checkpoint (generated once per
-// test binary and seed under TEST_TMPDIR), seeded random token ids, and the
-// logit-row comparisons of the backend tests.
+// test binary and seed under TEST_TMPDIR), models over a checkpoint (the
+// CPU reference of the GPU tests among them), seeded random token ids, and
+// the logit-row comparisons of the backend tests.
 //
 // Thread safety: TinyCheckpoint is safe to call from several threads.
 
@@ -10,11 +11,13 @@
 #define WEIR_WORKER_MODEL_TINY_MODEL_TEST_UTIL_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "worker/model/checkpoint.h"
+#include "worker/model/model.h"
 
 namespace weir::model {
 
@@ -35,6 +38,15 @@ const Checkpoint* DerivedCheckpoint(const std::string& model, const std::string&
                                     const std::vector<std::pair<std::string, std::string>>& edits,
                                     uint64_t seed);
 
+// A Model over `ckpt` with `options`, or null after a creation failure (a
+// test failure).
+std::unique_ptr<Model> NewModelOrFail(const Checkpoint& ckpt, ModelOptions options = {});
+
+// The CPU reference of the GPU tests: `ckpt` at `precision` on CpuOps with
+// row-stable logits (RowStableGemm's bits, which the device kernels keep);
+// null after a creation failure (a test failure).
+std::unique_ptr<Model> RowStableCpuModel(const Checkpoint& ckpt, ActivationPrecision precision);
+
 // `n` token ids drawn uniformly from [0, max_id] with `seed`.
 std::vector<int64_t> RandomTokens(int n, uint32_t seed, int64_t max_id = 4095);
 
@@ -43,6 +55,10 @@ int64_t ArgmaxRow(const float* row, int64_t n);
 
 // max |a - b| / max |b| over a row [n] (infinity if `a` holds a non-finite value).
 double RowRelativeDifference(const float* a, const float* b, int64_t n);
+
+// ||a - b|| / ||b|| (Euclidean) over [n], ||a - b|| when b is all zero;
+// infinity if the difference is not finite.
+double RelativeL2(const float* a, const float* b, int64_t n);
 
 }  // namespace weir::model
 
