@@ -20,38 +20,18 @@
 #include "worker/kv_cache/block_pool.h"
 #include "worker/kv_cache/kv_cache_layout.h"
 #include "worker/model/host_decode_backend.h"
-#include "worker/model/tiny_checkpoint.h"
+#include "worker/step_executor_test_util.h"
 #include "worker/step_executor.h"
 
 namespace weir::worker {
 namespace {
 
-// The plan's error, else the first row's error (OK when every row ran).
-absl::Status FirstError(const absl::StatusOr<std::vector<RowOutcome>>& r) {
-  if (!r.ok()) return r.status();
-  for (const RowOutcome& o : *r) {
-    if (!o.status.ok()) return o.status;
-  }
-  return absl::OkStatus();
-}
-
 constexpr int32_t kBlockTokens = 8;
 
-struct Fixture {
-  std::unique_ptr<model::Checkpoint> checkpoint;
-  std::unique_ptr<model::Model> model;
+struct Fixture : TinyModelFixture {
   kv_cache::KvCacheLayout layout;
 
-  Fixture() {
-    const std::string srcdir = std::getenv("TEST_SRCDIR");
-    auto opened = model::GenerateAndOpenCheckpoint(
-        srcdir + "/weir/models/tiny/config.json",
-        std::string(std::getenv("TEST_TMPDIR")) + "/tiny", /*seed=*/3);
-    EXPECT_TRUE(opened.ok()) << opened.status();
-    checkpoint = std::move(*opened);
-    auto created = model::Model::Create(checkpoint->config(), *checkpoint);
-    EXPECT_TRUE(created.ok()) << created.status();
-    model = std::move(*created);
+  Fixture() : TinyModelFixture(/*seed=*/3) {
     auto made = kv_cache::MakeKvCacheLayout(model->config(), model->roles(), kBlockTokens);
     EXPECT_TRUE(made.ok()) << made.status();
     layout = *made;

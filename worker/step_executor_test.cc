@@ -11,36 +11,13 @@
 #include "worker/model/expert_parallel_model.h"
 #include "worker/model/expert_placement.h"
 #include "worker/model/host_decode_backend.h"
-#include "worker/model/tiny_checkpoint.h"
+#include "worker/step_executor_test_util.h"
 
 namespace weir::worker {
 namespace {
 
-// The plan's error, else the first row's error (OK when every row ran).
-absl::Status FirstError(const absl::StatusOr<std::vector<RowOutcome>>& r) {
-  if (!r.ok()) return r.status();
-  for (const RowOutcome& o : *r) {
-    if (!o.status.ok()) return o.status;
-  }
-  return absl::OkStatus();
-}
-
-struct Fixture {
-  std::unique_ptr<model::Checkpoint> checkpoint;
-  std::unique_ptr<model::Model> model;
-
-  Fixture() {
-    const std::string srcdir = std::getenv("TEST_SRCDIR");
-    auto opened = model::GenerateAndOpenCheckpoint(srcdir + "/weir/models/tiny/config.json",
-                                                   std::string(std::getenv("TEST_TMPDIR")) +
-                                                       "/tiny",
-                                                   /*seed=*/3);
-    EXPECT_TRUE(opened.ok()) << opened.status();
-    checkpoint = std::move(*opened);
-    auto created = model::Model::Create(checkpoint->config(), *checkpoint);
-    EXPECT_TRUE(created.ok()) << created.status();
-    model = std::move(*created);
-  }
+struct Fixture : TinyModelFixture {
+  Fixture() : TinyModelFixture(/*seed=*/3) {}
 
   // Greedy next token of `tokens` run from scratch on the model directly.
   int32_t DirectGreedy(const std::vector<int64_t>& tokens) {

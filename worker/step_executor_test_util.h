@@ -1,0 +1,45 @@
+// worker/step_executor_test_util.h
+//
+// What the step executor tests share: the tiny model to run plans on (the
+// checkpoint generated once per test binary and seed, model/
+// tiny_model_test_util.h) and the first error of an executed plan.
+//
+// Thread safety: as the model tests' fixtures (one test thread).
+
+#ifndef WEIR_WORKER_STEP_EXECUTOR_TEST_UTIL_H_
+#define WEIR_WORKER_STEP_EXECUTOR_TEST_UTIL_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/model/model.h"
+#include "worker/model/tiny_model_test_util.h"
+#include "worker/step_executor.h"
+
+namespace weir::worker {
+
+// The plan's error, else the first row's error (OK when every row ran).
+inline absl::Status FirstError(const absl::StatusOr<std::vector<RowOutcome>>& r) {
+  if (!r.ok()) return r.status();
+  for (const RowOutcome& o : *r) {
+    if (!o.status.ok()) return o.status;
+  }
+  return absl::OkStatus();
+}
+
+// The tiny model with weights generated from `seed` (a failure is a test
+// failure; `model` is null then).
+struct TinyModelFixture {
+  explicit TinyModelFixture(uint64_t seed)
+      : checkpoint(&model::TinyCheckpoint(seed)), model(model::NewModelOrFail(*checkpoint)) {}
+
+  const model::Checkpoint* checkpoint;
+  std::unique_ptr<model::Model> model;
+};
+
+}  // namespace weir::worker
+
+#endif  // WEIR_WORKER_STEP_EXECUTOR_TEST_UTIL_H_
