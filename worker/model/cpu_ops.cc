@@ -31,20 +31,11 @@ class MatmulTimer {
   std::chrono::steady_clock::time_point start_;
 };
 
-absl::Status CheckMatmul(const DenseWeight& w, size_t x, int64_t rows, size_t y) {
-  if (rows <= 0 || static_cast<int64_t>(w.w.size()) != w.out * w.in ||
-      static_cast<int64_t>(x) != rows * w.in || static_cast<int64_t>(y) != rows * w.out) {
-    return absl::InvalidArgumentError(absl::StrCat("Matmul: x ", x, " y ", y, " rows ", rows,
-                                                   " weight [", w.out, ", ", w.in, "]"));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::Status CpuOps::Matmul(const DenseWeight& w, std::span<const float> x, int64_t rows,
                             std::span<float> y) {
-  RETURN_IF_ERROR(CheckMatmul(w, x.size(), rows, y.size()));
+  RETURN_IF_ERROR(CheckMatmulShapes(w, x.size(), rows, y.size()));
   const float* in = x.data();
   std::vector<float> xq;
   if (w.fp8_activation) {
@@ -59,7 +50,7 @@ absl::Status CpuOps::Matmul(const DenseWeight& w, std::span<const float> x, int6
 
 absl::Status CpuOps::Logits(const DenseWeight& head, std::span<const float> x, int64_t rows,
                             std::span<float> y) {
-  RETURN_IF_ERROR(CheckMatmul(head, x.size(), rows, y.size()));
+  RETURN_IF_ERROR(CheckMatmulShapes(head, x.size(), rows, y.size()));
   MatmulTimer timer(stats_, 2 * rows * head.out * head.in);
   if (options_.row_stable_logits) {
     RowStableGemm(x.data(), head.w.data(), y.data(), rows, head.out, head.in);

@@ -46,15 +46,6 @@ bool Sized(std::span<T> s, int64_t n) {
   return static_cast<int64_t>(s.size()) == n;
 }
 
-absl::Status CheckMatmul(const DenseWeight& w, size_t x, int64_t rows, size_t y) {
-  if (rows <= 0 || static_cast<int64_t>(w.w.size()) != w.out * w.in ||
-      static_cast<int64_t>(x) != rows * w.in || static_cast<int64_t>(y) != rows * w.out) {
-    return absl::InvalidArgumentError(absl::StrCat("Matmul: x ", x, " y ", y, " rows ", rows,
-                                                   " weight [", w.out, ", ", w.in, "]"));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status CheckVisible(std::span<const int64_t> visible, int64_t width, const char* op) {
   for (int64_t v : visible) {
     if (v < 0 || v > width) {
@@ -303,7 +294,7 @@ void CudaOps::NoteFallback(const char* op) {
 absl::Status CudaOps::Product(const DenseWeight& w, std::span<const float> x, int64_t rows,
                               std::span<float> y, bool logits) {
   const bool row_stable = !logits || options_.row_stable_logits;
-  RETURN_IF_ERROR(CheckMatmul(w, x.size(), rows, y.size()));
+  RETURN_IF_ERROR(CheckMatmulShapes(w, x.size(), rows, y.size()));
   const Clock::time_point t0 = Clock::now();
   stats_.matmul_flops += 2 * rows * w.out * w.in;
   absl::Status st = [&]() -> absl::Status {

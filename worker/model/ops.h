@@ -43,6 +43,11 @@ struct DenseWeight {
   bool fp8_activation = false;
 };
 
+// INVALID_ARGUMENT unless rows > 0, `w` holds out * in values, and x and y
+// hold rows * w.in and rows * w.out values: the spans every backend's Matmul
+// and Logits require.
+absl::Status CheckMatmulShapes(const DenseWeight& w, size_t x, int64_t rows, size_t y);
+
 // Block formats the model fake-quantizes activations and caches into (§4.9).
 enum class FakeQuantFormat {
   kFp8,       // e4m3, 32-blocks, UE8M0: SWA KV, activations
