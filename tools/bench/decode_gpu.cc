@@ -97,6 +97,8 @@ ABSL_FLAG(bool, slice_profile, true,
           "largest batch and print where its device time goes.");
 ABSL_FLAG(std::string, numerics, "reference,fast",
           "DeviceDecoder numerics to measure, in order (reference, fast).");
+ABSL_FLAG(bool, fast_mhc, false,
+          "kFast: the mHC coefficients on HcMixSplitK (DeviceDecoderOptions::fast_mhc).");
 ABSL_FLAG(std::string, csv, "",
           "Also write every measured row to this CSV file (tools/bench/decode_csv.h), for "
           "tools/bench/plot.py.");
@@ -217,7 +219,7 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
   for (const char* mode : {"graph", "nccl1", "eager"}) {
     const bool graphs = mode[0] != 'e', exchange = mode[0] == 'n';
     weir::model::DeviceDecoderOptions options{
-        .numerics = numerics, .max_sequences = max_batch,
+        .numerics = numerics, .fast_mhc = absl::GetFlag(FLAGS_fast_mhc), .max_sequences = max_batch,
         .max_positions = prompt + warmup + steps + 8, .max_batch = max_batch,
         .use_graphs = graphs, .profile = !graphs};
     if (exchange) options.communicator = nccl->get();
@@ -337,7 +339,7 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
   const auto t0 = Clock::now();
   auto dd = weir::model::CreateSyntheticDeviceDecoder(
       c, options_precision(),
-      {.numerics = numerics, .max_sequences = max_batch,
+      {.numerics = numerics, .fast_mhc = absl::GetFlag(FLAGS_fast_mhc), .max_sequences = max_batch,
        .max_positions = context + warmup + steps + 8, .max_batch = max_batch});
   WEIR_CHECK(dd.ok()) << dd.status();
   std::printf("numerics %s: fast dense layers %d (bf16 %d), reference dense %d, fast MoE layers "
@@ -435,7 +437,7 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
     dd->reset();  // one slice on the device at a time
     auto eager = weir::model::CreateSyntheticDeviceDecoder(
         c, options_precision(),
-        {.numerics = numerics, .max_sequences = max_batch,
+        {.numerics = numerics, .fast_mhc = absl::GetFlag(FLAGS_fast_mhc), .max_sequences = max_batch,
          .max_positions = context + warmup + steps + 8, .max_batch = max_batch,
          .use_graphs = false, .profile = true});
     WEIR_CHECK(eager.ok()) << eager.status();

@@ -148,7 +148,7 @@ void Print(const char* name, const char* mode, const Agreement& g) {
 // flipped choice are at the summation-order floor).
 void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision precision,
                    bool expect_fast_moe, double min_top1, double max_median = 1e-2,
-                   double max_choices_differing = 0.01) {
+                   double max_choices_differing = 0.01, bool fast_mhc = false) {
   const ModelConfig& c = ckpt.config();
   auto cpu = RowStableCpuModel(ckpt, precision);
   ASSERT_NE(cpu, nullptr);
@@ -156,6 +156,7 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
   auto ref = DeviceDecoder::Create(*cpu, precision, options);
   ASSERT_TRUE(ref.ok()) << ref.status();
   options.numerics = DecodeNumerics::kFast;
+  options.fast_mhc = fast_mhc;
   auto fast = DeviceDecoder::Create(*cpu, precision, options);
   ASSERT_TRUE(fast.ok()) << fast.status();
   const DeviceDecoderStats& fs = (*fast)->stats();
@@ -300,6 +301,17 @@ TEST(DeviceDecoderFastTest, SmallBf16AgreesWithReference) {
   const Checkpoint* small = SmallCheckpoint(3);
   ASSERT_NE(small, nullptr);
   CheckFidelity(*small, "small", ActivationPrecision::kBf16, true, 0.95);
+}
+// fast_mhc (HcMixSplitK) moves every mHC mix by ~1e-7 relative (its own
+// test); on small's random weights that flips near-tie expert choices and the
+// flips cascade (measured on an H200: top-1 0.830, expert agreement 0.9845,
+// median row error 0.058 against 0.95+ / 0 with the reference's mixes), so it
+// is off by default. Held here to bounds that a broken kernel misses.
+TEST(DeviceDecoderFastTest, SmallBf16WithFastMhcStaysClose) {
+  const Checkpoint* small = SmallCheckpoint(3);
+  ASSERT_NE(small, nullptr);
+  CheckFidelity(*small, "small fast_mhc", ActivationPrecision::kBf16, true, 0.75, 0.15, 0.03,
+                /*fast_mhc=*/true);
 }
 TEST(DeviceDecoderFastTest, SmallFp32AgreesWithReference) {
   const Checkpoint* small = SmallCheckpoint(3);

@@ -98,7 +98,6 @@ __global__ void __launch_bounds__(kHcSplitThreads)
   __threadfence();
   if (tid == 0) counters[group] = 0;
   __shared__ float s_mix[kR][kMix];
-  __shared__ float s_comb[kR][kN * kN];
   __shared__ float s_total[kR];
   const int64_t token = t0 + warp;
   if (warp >= kR || token >= tokens) return;
@@ -125,8 +124,8 @@ __global__ void __launch_bounds__(kHcSplitThreads)
   const float rsqrt = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, a.norm_eps)));
   if (lane < kMix) s_mix[warp][lane] = __fmul_rn(s_mix[warp][lane], rsqrt);
   __syncwarp();
-  HcSplitSinkhornWarp(a, s_mix[warp], s_comb[warp], a.pre + token * kN, a.post + token * kN,
-                      a.comb + token * kN * kN, lane);
+  HcSplitSinkhornLanes(a, s_mix[warp], a.pre + token * kN, a.post + token * kN,
+                       a.comb + token * kN * kN, lane);
 }
 
 }  // namespace weir::kernels::cuda::moe

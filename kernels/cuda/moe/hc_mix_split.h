@@ -19,8 +19,9 @@
 //     token's sum of squares.
 //   * The CTA that finishes a group of tokens last (a counter per group)
 //     adds each value's partials in split order, scales, and runs the split +
-//     Sinkhorn of HcMix on one warp per token (the same operations as
-//     kernels/cpu HcSplitSinkhorn).
+//     Sinkhorn of HcMix in the registers of one warp per token
+//     (HcSplitSinkhornLanes: kernels/cpu HcSplitSinkhorn's operations, so
+//     only the mixes' summation order differs from the reference).
 // Differs from the reference (products in fmath::LaneSum order, v^2 summed in
 // double) by fp32 summation order only: |mix - exact| <= ~(nd / 1024 + 40)
 // 2^-24 sum |v_k w_k| before the scale, and sum v^2 to a relative ~(nd / 1024

@@ -1,5 +1,6 @@
 // kernels/cuda/moe/hc_sinkhorn.cuh — the split + Sinkhorn of the mHC
-// coefficients on one warp (device code shared by HcMix and HcMixSplitK).
+// coefficients on one warp, bit-identical to kernels/cpu HcSplitSinkhorn
+// (device code shared by HcMix and HcMixSplitK).
 // No host dependencies.
 #ifndef WEIR_KERNELS_CUDA_MOE_HC_SINKHORN_CUH_
 #define WEIR_KERNELS_CUDA_MOE_HC_SINKHORN_CUH_
@@ -96,6 +97,53 @@ __device__ inline void HcSplitSinkhornWarp(const HcMixKernelArgs& a, const float
     normalize(false);
   }
   for (int e = lane; e < nn; e += 32) comb[e] = c[e];
+}
+
+// HcSplitSinkhornWarp's operations, each the same one in the same order (so
+// the same bits: the CPU function's), held in registers: lane e < n*n keeps
+// entry e (row e / n, column e % n); a row or column sum gathers its n
+// entries by shuffles and adds them from 0 in index order, the row maximum
+// compares them in index order. No shared memory and no __syncwarp between
+// the 2 * iters normalisations (the shared-memory form spent ~1 us on each).
+// REQUIRES: n * n <= 32; called by all 32 lanes of a warp; `mixes` readable
+// by every lane.
+__device__ inline void HcSplitSinkhornLanes(const HcMixKernelArgs& a, const float* mixes,
+                                            float* pre, float* post, float* comb, int lane) {
+  constexpr unsigned kAll = 0xffffffffu;
+  const int n = a.n, nn = n * n;
+  const float eps = a.hc_eps;
+  if (lane < n) {
+    pre[lane] =
+        __fadd_rn(SigmoidF(__fadd_rn(__fmul_rn(mixes[lane], a.scale[0]), a.base[lane])), eps);
+    post[lane] = __fmul_rn(
+        2.0f, SigmoidF(__fadd_rn(__fmul_rn(mixes[n + lane], a.scale[1]), a.base[n + lane])));
+  }
+  const int e = lane < nn ? lane : 0;
+  const int row = (e / n) * n, col = e % n;
+  auto row_sum = [&](float v) {
+    float sum = 0.0f;
+    for (int k = 0; k < n; ++k) sum = __fadd_rn(sum, __shfl_sync(kAll, v, row + k));
+    return sum;
+  };
+  auto col_sum = [&](float v) {
+    float sum = 0.0f;
+    for (int j = 0; j < n; ++j) sum = __fadd_rn(sum, __shfl_sync(kAll, v, j * n + col));
+    return sum;
+  };
+  float c = __fadd_rn(__fmul_rn(mixes[2 * n + e], a.scale[2]), a.base[2 * n + e]);
+  float m = __shfl_sync(kAll, c, row);
+  for (int k = 1; k < n; ++k) {
+    const float v = __shfl_sync(kAll, c, row + k);
+    m = v > m ? v : m;
+  }
+  c = ExpF(__fsub_rn(c, m));
+  c = __fadd_rn(__fdiv_rn(c, row_sum(c)), eps);
+  c = __fdiv_rn(c, __fadd_rn(col_sum(c), eps));
+  for (int it = 1; it < a.iters; ++it) {
+    c = __fdiv_rn(c, __fadd_rn(row_sum(c), eps));
+    c = __fdiv_rn(c, __fadd_rn(col_sum(c), eps));
+  }
+  if (lane < nn) comb[lane] = c;
 }
 
 }  // namespace weir::kernels::cuda::moe

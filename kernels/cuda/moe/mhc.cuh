@@ -51,8 +51,13 @@ __global__ void HcMixKernel(HcMixKernelArgs a) {
     const float rsqrt = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, a.norm_eps)));
     for (int m = lane; m < n_mix; m += 32) s_mix[m] = __fmul_rn(s_mix[m], rsqrt);
     __syncwarp();
-    HcSplitSinkhornWarp(a, s_mix, s_comb, a.pre + token * n, a.post + token * n,
-                        a.comb + token * n * n, lane);
+    if (n * n <= 32) {
+      HcSplitSinkhornLanes(a, s_mix, a.pre + token * n, a.post + token * n,
+                           a.comb + token * n * n, lane);
+    } else {
+      HcSplitSinkhornWarp(a, s_mix, s_comb, a.pre + token * n, a.post + token * n,
+                          a.comb + token * n * n, lane);
+    }
   }
 }
 
