@@ -1,5 +1,6 @@
 #include "coordinator/cluster_state.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -43,10 +44,18 @@ absl::StatusOr<Rank> ClusterState::RegisterWorker(const std::string& address,
   }
   absl::MutexLock lock(&mu_);
   for (const WorkerRecord& w : workers_) {
-    if (w.address == address) {
-      return absl::AlreadyExistsError(
-          absl::StrCat("Register: ", address, " already holds rank ", w.rank.value()));
+    if (w.address != address) continue;
+    if (w.pid == pid && w.hostname == hostname &&
+        (requested_rank < 0 || requested_rank == w.rank.value())) {
+      return w.rank;  // a retry of a registration whose reply was lost
     }
+    if (rejoin_enabled_) {
+      return absl::UnavailableError(absl::StrCat(
+          "Register: ", address, " still holds rank ", w.rank.value(), " (pid ", w.pid,
+          "); retry: the rank is freed when that worker is found lost"));
+    }
+    return absl::AlreadyExistsError(
+        absl::StrCat("Register: ", address, " already holds rank ", w.rank.value()));
   }
   int rank = -1;
   if (requested_rank >= 0 && workers_[requested_rank].address.empty()) {
@@ -68,6 +77,12 @@ absl::StatusOr<Rank> ClusterState::RegisterWorker(const std::string& address,
         workers_[requested_rank].address, " and no rank is free; retry (a rank is freed when "
         "its worker is found lost)"));
   }
+  if (rank < 0 && rejoin_enabled_) {
+    // A restarted worker that asked for any rank (or a spare): the same.
+    return absl::UnavailableError(absl::StrCat(
+        "Register: all ", world_size_, " ranks are held; retry (a rank is freed when its "
+        "worker is found lost)"));
+  }
   if (rank < 0) {
     return absl::ResourceExhaustedError(
         absl::StrCat("Register: all ", world_size_, " ranks are taken"));
@@ -75,13 +90,45 @@ absl::StatusOr<Rank> ClusterState::RegisterWorker(const std::string& address,
   workers_[rank] = WorkerRecord{.rank = Rank(rank), .address = address, .hostname = hostname,
                                 .pid = pid, .status = WorkerStatus::kRegistered};
   ++registered_;
+  std::erase_if(rejoin_waits_, [rank](const RejoinWait& w) { return w.rank.value() == rank; });
   return Rank(rank);
+}
+
+void ClusterState::set_rejoin_enabled(bool enabled) {
+  absl::MutexLock lock(&mu_);
+  rejoin_enabled_ = enabled;
+}
+
+void ClusterState::ExpectRejoin(Rank rank, absl::Time deadline, std::string previous_address) {
+  absl::MutexLock lock(&mu_);
+  if (rank.value() < 0 || rank.value() >= world_size_ ||
+      !workers_[rank.value()].address.empty()) {
+    return;  // not a free rank
+  }
+  std::erase_if(rejoin_waits_, [rank](const RejoinWait& w) { return w.rank == rank; });
+  rejoin_waits_.push_back(RejoinWait{.rank = rank,
+                                     .since = absl::Now(),
+                                     .deadline = deadline,
+                                     .previous_address = std::move(previous_address)});
+  std::sort(rejoin_waits_.begin(), rejoin_waits_.end(),
+            [](const RejoinWait& a, const RejoinWait& b) { return a.rank < b.rank; });
+}
+
+std::vector<RejoinWait> ClusterState::RejoinWaits() const {
+  absl::MutexLock lock(&mu_);
+  return rejoin_waits_;
+}
+
+void ClusterState::ClearRejoinWaits() {
+  absl::MutexLock lock(&mu_);
+  rejoin_waits_.clear();
 }
 
 void ClusterState::ClearWorkers() {
   absl::MutexLock lock(&mu_);
   for (WorkerRecord& w : workers_) w = WorkerRecord{};
   registered_ = 0;
+  rejoin_waits_.clear();
 }
 
 void ClusterState::ForgetWorker(Rank rank) {

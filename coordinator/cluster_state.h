@@ -52,6 +52,17 @@ struct WorkerRecord {
   WorkerKvCapacity kv;
 };
 
+// A rank whose lost worker a recovery waits to see replaced (remote
+// workers, --rejoin_timeout_s).
+struct RejoinWait {
+  Rank rank;
+  // When the wait began, and when the recovery gives up.
+  absl::Time since;
+  absl::Time deadline;
+  // The lost worker's address.
+  std::string previous_address;
+};
+
 class ClusterState {
  public:
   // A cluster that expects exactly `world_size` workers.
@@ -61,20 +72,42 @@ class ClusterState {
   int world_size() const { return world_size_; }
 
   // Registers a worker. It gets `requested_rank` if that is in [0, world_size)
-  // and free, otherwise the lowest free rank. Errors: INVALID_ARGUMENT for an
-  // empty address or a requested rank outside [-1, world_size);
-  // ALREADY_EXISTS if `address` is registered; RESOURCE_EXHAUSTED if every
-  // rank is taken, UNAVAILABLE (retry) if so and `requested_rank` >= 0 (a
-  // restarted remote worker whose old self is not yet found lost).
+  // and free, otherwise the lowest free rank (a rank waiting for a rejoin
+  // included: see ExpectRejoin). The same worker registering again (same
+  // address, hostname and pid: a retry whose first reply was lost) gets its
+  // rank again. Errors: INVALID_ARGUMENT for an empty address or a requested
+  // rank outside [-1, world_size); ALREADY_EXISTS if another process holds
+  // `address`, UNAVAILABLE (retry) instead when rejoins are enabled (the
+  // address's old holder is gone, not yet found lost); when every rank is
+  // taken, UNAVAILABLE (retry) if `requested_rank` >= 0 or rejoins are
+  // enabled (a restarted remote worker whose old self is not yet found lost,
+  // or a spare waiting for a rank to be freed), else RESOURCE_EXHAUSTED.
   absl::StatusOr<Rank> RegisterWorker(const std::string& address, const std::string& hostname,
                                       int64_t pid, int requested_rank);
 
-  // Records the EPLB service's address (a later call replaces it).
+  // Remote workers with recovery (--expect_workers, --recover_workers): a
+  // lost worker's rank is freed for a rejoin, so a worker that finds no free
+  // rank (or its address still registered) is told to retry (UNAVAILABLE)
+  // instead of being refused for good. Off by default.
+  void set_rejoin_enabled(bool enabled);
+
   // Forgets every worker record (a replacement group registers next).
   void ClearWorkers();
   // Forgets the worker of `rank` (a lost remote worker): the rank is free for
   // the next registration. No-op for a rank that is not registered.
   void ForgetWorker(Rank rank);
+
+  // Records that a recovery waits until `deadline` for a worker to register
+  // for `rank`, whose lost worker was at `previous_address` (ForgetWorker
+  // freed it). RejoinWaits lists the rank from now until a worker registers
+  // for it or ClearRejoinWaits.
+  void ExpectRejoin(Rank rank, absl::Time deadline, std::string previous_address);
+  // The ranks waiting for a rejoin, by rank.
+  std::vector<RejoinWait> RejoinWaits() const;
+  // Ends every wait (the recovery registered them all, gave up or stopped).
+  void ClearRejoinWaits();
+
+  // Records the EPLB service's address (a later call replaces it).
   void RegisterEplb(const std::string& address);
   std::string eplb_address() const;
 
@@ -125,6 +158,9 @@ class ClusterState {
   ClusterLifecycle lifecycle_ ABSL_GUARDED_BY(mu_) = ClusterLifecycle::kStarting;
   v1::ExpertMap expert_map_ ABSL_GUARDED_BY(mu_);
   uint64_t group_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  bool rejoin_enabled_ ABSL_GUARDED_BY(mu_) = false;
+  // Ranks a recovery waits for, by rank (at most one entry per rank).
+  std::vector<RejoinWait> rejoin_waits_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace weir::coordinator

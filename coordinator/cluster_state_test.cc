@@ -3,6 +3,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace weir::coordinator {
@@ -38,6 +40,61 @@ TEST(ClusterStateTest, ForgetWorkerFreesItsRankForARejoin) {
   EXPECT_EQ(cluster.group_epoch(), 0u);
   cluster.set_group_epoch(2);
   EXPECT_EQ(cluster.group_epoch(), 2u);
+}
+
+// A rank freed for a rejoin is listed, with when the wait began and ends,
+// until a worker registers for it (one that asked for any rank included).
+TEST(ClusterStateTest, ListsRanksWaitingForARejoin) {
+  ClusterState cluster(3);
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(cluster.RegisterWorker(absl::StrCat("h:", r), "h", r, r).ok());
+  }
+  EXPECT_TRUE(cluster.RejoinWaits().empty());
+  const absl::Time before = absl::Now();
+  const absl::Time deadline = before + absl::Seconds(60);
+  cluster.ExpectRejoin(Rank(1), deadline, "h:1");  // still registered: not waiting
+  EXPECT_TRUE(cluster.RejoinWaits().empty());
+  cluster.ForgetWorker(Rank(2));
+  cluster.ForgetWorker(Rank(1));
+  cluster.ExpectRejoin(Rank(2), deadline, "h:2");
+  cluster.ExpectRejoin(Rank(1), deadline, "h:1");
+  std::vector<RejoinWait> waits = cluster.RejoinWaits();
+  ASSERT_EQ(waits.size(), 2u);
+  EXPECT_EQ(waits[0].rank, Rank(1));
+  EXPECT_EQ(waits[0].previous_address, "h:1");
+  EXPECT_GE(waits[0].since, before);
+  EXPECT_LE(waits[0].since, absl::Now());
+  EXPECT_EQ(waits[0].deadline, deadline);
+  EXPECT_EQ(waits[1].rank, Rank(2));
+  // A worker asking for any rank takes the lowest free one, 1.
+  EXPECT_EQ(*cluster.RegisterWorker("h:9", "h", 9, -1), Rank(1));
+  waits = cluster.RejoinWaits();
+  ASSERT_EQ(waits.size(), 1u);
+  EXPECT_EQ(waits[0].rank, Rank(2));
+  cluster.ClearRejoinWaits();
+  EXPECT_TRUE(cluster.RejoinWaits().empty());
+}
+
+// With rejoins (remote workers, recovery on) a worker that finds every rank
+// held retries instead of exiting, whether or not it asked for a rank: its
+// lost predecessor may not be found lost yet (or it is a spare). So does a
+// worker whose address is still registered to another process.
+TEST(ClusterStateTest, WithRejoinsAWorkerFindingNoFreeRankRetries) {
+  ClusterState cluster(2);
+  ASSERT_TRUE(cluster.RegisterWorker("h:1", "h", 1, 0).ok());
+  ASSERT_TRUE(cluster.RegisterWorker("h:2", "h", 2, 1).ok());
+  EXPECT_EQ(cluster.RegisterWorker("h:3", "h", 3, -1).status().code(),
+            absl::StatusCode::kResourceExhausted);  // without rejoins: refused for good
+  cluster.set_rejoin_enabled(true);
+  const absl::Status unpinned = cluster.RegisterWorker("h:3", "h", 3, -1).status();
+  EXPECT_EQ(unpinned.code(), absl::StatusCode::kUnavailable) << unpinned;
+  EXPECT_EQ(cluster.RegisterWorker("h:2", "h", 4, -1).status().code(),
+            absl::StatusCode::kUnavailable);  // h:2's old holder is gone
+  // The same process again (its first reply was lost): the same rank.
+  EXPECT_EQ(*cluster.RegisterWorker("h:2", "h", 2, -1), Rank(1));
+  EXPECT_EQ(*cluster.RegisterWorker("h:2", "h", 2, 1), Rank(1));
+  cluster.ForgetWorker(Rank(1));
+  EXPECT_EQ(*cluster.RegisterWorker("h:3", "h", 3, -1), Rank(1));
 }
 
 TEST(ClusterStateTest, KeepsTheKvMemoryWorkersReport) {

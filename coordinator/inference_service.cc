@@ -281,6 +281,17 @@ grpc::Status InferenceService::DoGetServerState(v1::ServerState* response) {
     out->set_detail(w.detail);
     out->set_pid(w.pid);
   }
+  for (const RejoinWait& wait : cluster_.RejoinWaits()) {
+    v1::ServerState::WaitingRank* out = response->add_waiting_ranks();
+    out->set_rank(static_cast<uint32_t>(wait.rank.value()));
+    for (auto [t, ts] : {std::pair{wait.since, out->mutable_since()},
+                         std::pair{wait.deadline, out->mutable_deadline()}}) {
+      const int64_t micros = absl::ToUnixMicros(t);
+      ts->set_seconds(micros / 1000000);
+      ts->set_nanos(static_cast<int32_t>(micros % 1000000) * 1000);
+    }
+    out->set_previous_address(wait.previous_address);
+  }
   // Every worker is one DP rank of the group; the group is READY only if all are.
   ClusterLifecycle group_state = lifecycle;
   if (!cluster_.AllReady() && lifecycle == ClusterLifecycle::kReady) {

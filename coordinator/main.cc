@@ -16,6 +16,7 @@
 #include <random>
 #include <string>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/flags/flag.h"
 #include <xxhash.h>
 
@@ -387,6 +388,9 @@ int Run(int argc, char** argv) {
   std::random_device entropy;
   const uint64_t epoch = (uint64_t{entropy()} << 32) ^ entropy() ^ getpid();
   ClusterState cluster(world);
+  // Remote workers with recovery: a lost worker's rank is freed for a
+  // rejoin, so a worker finding no free rank yet retries its registration.
+  cluster.set_rejoin_enabled(!local && absl::GetFlag(FLAGS_recover_workers));
   if (config->n_routed_experts > 0) {
     cluster.set_expert_map(InitialExpertMap(static_cast<int>(config->n_layers),
                                             static_cast<int>(config->n_routed_experts), world,
@@ -396,8 +400,8 @@ int Run(int argc, char** argv) {
       cluster, ControllerOptions{.model_dir = model_dir,
                                  .epoch = epoch,
                                  // A remote survivor's Init at a new group epoch first
-                                 // waits for its old step to leave a collective with
-                                 // the lost peer (the workers' --collective_timeout_s).
+                                 // ends its old step (a collective with the lost peer is
+                                 // aborted) and drops its model; a remote link may be slow.
                                  .rpc_timeout = local ? absl::Seconds(10) : absl::Seconds(90),
                                  .health_interval =
                                      absl::Milliseconds(absl::GetFlag(FLAGS_health_interval_ms)),
@@ -707,13 +711,23 @@ int Run(int argc, char** argv) {
       set_api_serving(false);
       controller.StopMonitor();
       const std::vector<Rank> lost = controller.LostWorkers(/*attempts=*/3);
+      const double wait_s = std::max(0.0, absl::GetFlag(FLAGS_rejoin_timeout_s));
+      const absl::Time until = absl::Now() + absl::Seconds(wait_s);
+      // GetServerState lists the freed ranks until a worker registers for
+      // each or the wait ends (either way).
+      absl::Cleanup end_waits = [&cluster] { cluster.ClearRejoinWaits(); };
       std::string lost_names;
+      std::vector<WorkerRecord> before = cluster.Workers();
       for (Rank rank : lost) {
         absl::StrAppend(&lost_names, lost_names.empty() ? "" : ", ", rank.value());
+        std::string previous;
+        for (const WorkerRecord& w : before) {
+          if (w.rank == rank) previous = w.address;
+        }
         cluster.ForgetWorker(rank);
+        cluster.ExpectRejoin(rank, until, previous);
       }
       cluster.set_lifecycle(ClusterLifecycle::kStarting);
-      const double wait_s = std::max(0.0, absl::GetFlag(FLAGS_rejoin_timeout_s));
       if (lost.empty()) {
         WEIR_LOG(WARNING) << "every remote worker answers after: " << cause
                           << "; bringing the group up again at a new group epoch";
@@ -721,7 +735,6 @@ int Run(int argc, char** argv) {
         WEIR_LOG(WARNING) << "lost remote worker rank(s) " << lost_names << " after: " << cause
                           << "; waiting up to " << wait_s << " s for them to register again";
       }
-      const absl::Time until = absl::Now() + absl::Seconds(wait_s);
       while (!cluster.WaitAllRegistered(absl::Milliseconds(100))) {
         if (stop.HasBeenNotified()) return absl::CancelledError("stopping");
         if (absl::Now() > until) {

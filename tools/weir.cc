@@ -151,6 +151,20 @@ int Info(const std::shared_ptr<grpc::Channel>& channel) {
                                  w.pid(), v1::WorkerState_Name(w.state()),
                                  w.detail().empty() ? "" : " (" + w.detail() + ")");
   }
+  // Ranks whose lost worker a recovery waits to see replaced.
+  const double now_s = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+  for (const v1::ServerState::WaitingRank& w : state.waiting_ranks()) {
+    const double since_s = static_cast<double>(w.since().seconds()) + w.since().nanos() * 1e-9;
+    const double deadline_s =
+        static_cast<double>(w.deadline().seconds()) + w.deadline().nanos() * 1e-9;
+    std::cout << absl::StrFormat(
+        "  rank %-3d WAITING for a worker to rejoin: lost %.1f s ago (was %s), the recovery "
+        "gives up in %.1f s (at %s)\n",
+        w.rank(), now_s - since_s, w.previous_address().empty() ? "?" : w.previous_address(),
+        deadline_s - now_s,
+        absl::FormatTime("%Y-%m-%d %H:%M:%S %Z", absl::FromUnixSeconds(w.deadline().seconds()),
+                         absl::LocalTimeZone()));
+  }
   if (state.per_group_size() > 0 && state.per_group(0).kv_blocks_total() > 0) {
     std::cout << "kv cache (blocks of " << state.per_group(0).kv_block_tokens()
               << " positions)\n";
