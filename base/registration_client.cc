@@ -1,6 +1,7 @@
 #include "base/registration_client.h"
 
 #include "base/grpc_util.h"
+#include "base/logging.h"
 #include "proto/worker.grpc.pb.h"
 
 namespace weir {
@@ -11,6 +12,7 @@ absl::StatusOr<v1::RegisterResponse> RegisterWithCoordinator(
   auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator_address));
   const absl::Time give_up = absl::Now() + timeout;
   absl::Status last;
+  absl::Time logged = absl::InfinitePast();
   while (true) {
     grpc::ClientContext context;
     context.set_deadline(DeadlineIn(std::chrono::seconds(5)));
@@ -23,6 +25,13 @@ absl::StatusOr<v1::RegisterResponse> RegisterWithCoordinator(
       return last;
     }
     if (absl::Now() > give_up) break;
+    if (absl::Now() - logged > absl::Seconds(10)) {
+      // E.g. a spare worker waiting for a rank to be freed.
+      WEIR_LOG(WARNING) << "registration with " << coordinator_address
+                        << " not accepted yet (retrying for up to "
+                        << absl::FormatDuration(give_up - absl::Now()) << "): " << last;
+      logged = absl::Now();
+    }
     absl::SleepFor(absl::Milliseconds(200));
   }
   return absl::UnavailableError("coordinator at " + coordinator_address +

@@ -18,8 +18,10 @@
 namespace weir {
 
 // Calls Coordinator.Register at `coordinator_address` until it answers or
-// `timeout` passes. Retries only UNAVAILABLE (coordinator not up yet); any
-// other refusal (ALREADY_EXISTS, RESOURCE_EXHAUSTED, ...) is returned at once.
+// `timeout` passes. Retries only UNAVAILABLE and DEADLINE_EXCEEDED (the
+// coordinator is not up yet, or it asks to retry: no rank free until a lost
+// worker's is freed), logging the reason at most every 10 s; any other
+// refusal (ALREADY_EXISTS, RESOURCE_EXHAUSTED, ...) is returned at once.
 absl::StatusOr<v1::RegisterResponse> RegisterWithCoordinator(
     const std::string& coordinator_address, const v1::RegisterRequest& request,
     absl::Duration timeout);

@@ -165,7 +165,7 @@ grpc::Status ControlService::GetPlacement(grpc::ServerContext* context,
     peer->set_hostname(w.hostname);
     peer->set_group_epoch(group_epoch);
   }
-  *response->mutable_committed_map() = cluster_.expert_map();
+  if (!request->workers_only()) *response->mutable_committed_map() = cluster_.expert_map();
   if (StepDriver* driver = driver_.load(); driver != nullptr) {
     response->set_steps(static_cast<uint64_t>(driver->steps()));
   }

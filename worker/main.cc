@@ -1,11 +1,16 @@
 // A weir worker: one rank of the cluster. Starts its gRPC server, registers
 // with the coordinator (--coordinator=HOST:PORT), then serves Init,
 // LoadWeights, Steps, expert-map and Shutdown calls. Exits when asked to,
-// on SIGINT/SIGTERM, or when the coordinator has been unreachable for
-// --coordinator_timeout_s (self-fencing).
+// on SIGINT/SIGTERM (code 0), when the coordinator has been unreachable for
+// --coordinator_timeout_s (self-fencing, code 1), or when the coordinator no
+// longer counts it as its rank's worker: replaced by a newer registration
+// (e.g. it was stopped and woke up after its replacement took over), found
+// lost and forgotten, or a new coordinator run (code 3, kExitSuperseded; it
+// aborts its old group's work in flight first). Bad flags: code 2.
 
 #include <unistd.h>
 
+#include <atomic>
 #include <iostream>
 #include <memory>
 
@@ -19,6 +24,7 @@
 #include "base/registration_client.h"
 #include "base/signals.h"
 #include "worker/fault_injection.h"
+#include "worker/rank_watch.h"
 #include "worker/worker_service.h"
 
 ABSL_FLAG(std::string, coordinator, "", "Coordinator address HOST:PORT (required).");
@@ -172,9 +178,27 @@ int Run(int argc, char** argv) {
   WEIR_LOG(INFO) << "serving at " << address << " as rank " << reply->rank() << " of "
                  << reply->world_size();
 
-  return ServeUntilStoppedOrFenced(*server->server, "weir.v1.Worker", coordinator,
-                                   absl::Seconds(absl::GetFlag(FLAGS_coordinator_timeout_s)),
-                                   stop);
+  // Replaced, forgotten or orphaned by the coordinator: nothing will call
+  // this worker again, so it fences itself off and exits.
+  std::atomic<bool> superseded{false};
+  int code = 0;
+  {
+    RankWatch watch(coordinator,
+                    RankIdentity{.coordinator_epoch = reply->coordinator_epoch(),
+                                 .rank = reply->rank(),
+                                 .address = address},
+                    absl::Seconds(1), [&](const std::string& why) {
+                      WEIR_LOG(ERROR) << "superseded: " << why << "; exiting with code "
+                                      << kExitSuperseded;
+                      service.Fence(why);
+                      superseded = true;
+                      if (!stop.HasBeenNotified()) stop.Notify();
+                    });
+    code = ServeUntilStoppedOrFenced(*server->server, "weir.v1.Worker", coordinator,
+                                     absl::Seconds(absl::GetFlag(FLAGS_coordinator_timeout_s)),
+                                     stop);
+  }
+  return superseded ? kExitSuperseded : code;
 }
 
 }  // namespace
