@@ -4,23 +4,31 @@
 // apart from the coordinator, --expect_workers=2, as on several machines):
 //
 // * a worker killed mid-generation is restarted by hand (as an operator or
-//   a supervisor would): the coordinator waits for it to register, brings
-//   the group up at a new group epoch (the survivor re-initialises its
-//   communicators), and every request in flight ends with the tokens of an
-//   undisturbed run;
+//   a supervisor would, without --rank): while the coordinator waits for it,
+//   GetServerState and `weir info` list the rank as waiting (since when,
+//   until when); then the group comes up at a new group epoch (the survivor
+//   re-initialises its communicators), and every request in flight ends with
+//   the tokens of an undisturbed run;
+// * a spare worker started while every rank is held keeps retrying its
+//   registration, and takes the rank of a worker killed later;
 // * a worker that never comes back: past --rejoin_timeout_s the server is
 //   NOT_SERVING, new requests are UNAVAILABLE and GetServerState says why;
-// * a stopped worker (SIGSTOP) is replaced while it sleeps; woken up
-//   (SIGCONT), the old-epoch worker cannot act on the new group: its steps
-//   and the survivor's steps of the old epoch are refused naming both
-//   epochs, and no request is affected.
+// * a stopped worker (SIGSTOP) is replaced while it sleeps, with a collective
+//   timeout of 10 minutes: the survivor's step, stuck in a collective with
+//   the stopped peer, is aborted by the new group's Init, so the recovery
+//   does not wait for that timeout. Woken up (SIGCONT), the old worker finds
+//   itself replaced and exits (code 3, the reason in its log); the survivor
+//   refuses the old epoch, and no request is affected.
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <functional>
 #include <string>
 #include <thread>
@@ -44,15 +52,23 @@ const absl::Duration kEventDeadline = absl::Seconds(120);
 
 using testing_util::Runfile;
 
-// A child process, SIGKILLed and reaped at destruction unless reaped before.
+// A child process, SIGKILLed and reaped at destruction unless reaped before;
+// its stdout and stderr go to `log` when given.
 class Child {
  public:
-  explicit Child(std::vector<std::string> argv) {
+  explicit Child(std::vector<std::string> argv, const std::string& log = "") {
     std::vector<char*> args;
     for (std::string& a : argv) args.push_back(a.data());
     args.push_back(nullptr);
     pid_ = fork();
     if (pid_ == 0) {
+      if (!log.empty()) {
+        const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+          dup2(fd, 1);
+          dup2(fd, 2);
+        }
+      }
       execv(args[0], args.data());
       _exit(127);
     }
@@ -74,11 +90,27 @@ class Child {
   int Stop(absl::Duration timeout) {
     if (pid_ <= 0) return -1;
     kill(pid_, SIGTERM);
+    return Wait(timeout);
+  }
+  // True while the process has not exited (reaps it if it has).
+  bool Running() {
+    if (pid_ <= 0) return false;
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) != pid_) return true;
+    pid_ = -1;
+    exit_status_ = status;
+    return false;
+  }
+  // Waits for the process to exit by itself; returns the wait status (or -1
+  // if it did not exit in time).
+  int Wait(absl::Duration timeout) {
+    if (pid_ <= 0) return exit_status_;
     const absl::Time until = absl::Now() + timeout;
     while (absl::Now() < until) {
       int status = 0;
       if (waitpid(pid_, &status, WNOHANG) == pid_) {
         pid_ = -1;
+        exit_status_ = status;
         return status;
       }
       absl::SleepFor(absl::Milliseconds(20));
@@ -88,13 +120,49 @@ class Child {
 
  private:
   pid_t pid_ = -1;
+  int exit_status_ = -1;
 };
 
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Processes whose parent is `pid` (from /proc).
+std::vector<pid_t> ChildrenOf(pid_t pid) {
+  std::vector<pid_t> children;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream status(entry.path() / "status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind("PPid:", 0) == 0) {
+        if (std::stol(line.substr(5)) == pid) children.push_back(std::stoi(name));
+        break;
+      }
+    }
+  }
+  return children;
+}
+
+// Runs `argv` and returns what it printed (stdout and stderr).
+std::string Output(std::vector<std::string> argv) {
+  static int counter = 0;
+  const std::string log =
+      absl::StrCat(std::getenv("TEST_TMPDIR"), "/output", counter++, ".txt");
+  Child child(std::move(argv), log);
+  EXPECT_NE(child.Wait(kEventDeadline), -1) << "did not exit";
+  return ReadFile(log);
+}
+
 // A coordinator with --expect_workers=2 and two worker processes started
-// apart from it (pinned to ranks 0 and 1).
+// apart from it (pinned to ranks 0 and 1), each with `worker_flags`.
 class RemoteCluster {
  public:
-  explicit RemoteCluster(const std::vector<std::string>& flags) {
+  explicit RemoteCluster(const std::vector<std::string>& flags,
+                         std::vector<std::string> worker_flags = {"--collective_timeout_s=10"})
+      : worker_flags_(std::move(worker_flags)) {
     const std::string address_file =
         absl::StrCat(std::getenv("TEST_TMPDIR"), "/remote", counter_++, ".addr");
     std::vector<std::string> argv = {
@@ -110,6 +178,7 @@ class RemoteCluster {
       if (address_.empty()) absl::SleepFor(absl::Milliseconds(20));
     }
     EXPECT_FALSE(address_.empty()) << "no --address_file written";
+    id_ = counter_ - 1;
     for (int r = 0; r < 2; ++r) StartWorker(r);
     stub_ = v1::Inference::NewStub(MakeChannel(address_));
     EXPECT_TRUE(WaitFor([&] { return Health() == "SERVING"; })) << "not SERVING";
@@ -120,13 +189,25 @@ class RemoteCluster {
   }
 
   // Starts a worker that asks for `rank`; returns the handle of the one
-  // started for it before (null the first time).
+  // started for it before (null the first time). Its log goes to
+  // WorkerLog(rank, n), n counting the workers started for the rank.
   std::unique_ptr<Child> StartWorker(int rank) {
     std::unique_ptr<Child> previous = std::move(workers_[rank]);
-    workers_[rank] = std::make_unique<Child>(std::vector<std::string>{
-        Runfile("worker/main"), "--coordinator=" + address_, "--listen=127.0.0.1:0",
-        absl::StrCat("--rank=", rank), "--collective_timeout_s=10"});
+    workers_[rank] = NewWorker(absl::StrCat("--rank=", rank), WorkerLog(rank, started_[rank]++));
     return previous;
+  }
+  // A worker that asks for any rank (--rank=-1), logging to `log`.
+  std::unique_ptr<Child> NewWorker(const std::string& rank_flag, const std::string& log,
+                                   std::vector<std::string> more_flags = {}) {
+    std::vector<std::string> argv = {Runfile("worker/main"), "--coordinator=" + address_,
+                                     "--listen=127.0.0.1:0", rank_flag};
+    argv.insert(argv.end(), worker_flags_.begin(), worker_flags_.end());
+    argv.insert(argv.end(), more_flags.begin(), more_flags.end());
+    return std::make_unique<Child>(argv, log);
+  }
+  std::string WorkerLog(int rank, int n) const {
+    return absl::StrCat(std::getenv("TEST_TMPDIR"), "/cluster", id_, "_rank", rank, "_", n,
+                        ".log");
   }
   Child& worker(int rank) { return *workers_[rank]; }
   v1::Inference::Stub& stub() { return *stub_; }
@@ -164,9 +245,12 @@ class RemoteCluster {
 
  private:
   static inline int counter_ = 0;
+  int id_ = 0;
+  const std::vector<std::string> worker_flags_;
   std::unique_ptr<Child> coordinator_;
   std::string address_;
   std::unique_ptr<Child> workers_[2];
+  int started_[2] = {0, 0};
   std::unique_ptr<v1::Inference::Stub> stub_;
 };
 
@@ -220,6 +304,12 @@ void ExpectOutcomesEqual(const std::vector<Outcome>& got, const std::vector<Outc
   }
 }
 
+// The ranks GetServerState lists as waiting for a rejoin.
+std::vector<v1::ServerState::WaitingRank> Waiting(RemoteCluster& cluster) {
+  const v1::ServerState state = cluster.State();
+  return {state.waiting_ranks().begin(), state.waiting_ranks().end()};
+}
+
 TEST(RejoinTest, KilledRemoteWorkerRejoinsAndNoRequestIsLost) {
   const std::vector<Outcome>& want = Want();
   for (int i = 0; i < kRequests; ++i) {
@@ -228,34 +318,81 @@ TEST(RejoinTest, KilledRemoteWorkerRejoinsAndNoRequestIsLost) {
   }
   RemoteCluster cluster({"--rejoin_timeout_s=120"});
   EXPECT_EQ(cluster.State().recoveries().group_epoch(), 1u);
+  EXPECT_TRUE(Waiting(cluster).empty());
+  const std::string lost_address = cluster.Placement().workers(1).address();
   const uint64_t before = cluster.State().steps();
-  bool killed = false, freed = false;
-  std::unique_ptr<Child> dead;
+  bool killed = false;
+  std::vector<v1::ServerState::WaitingRank> waiting;
+  std::string info;
+  std::unique_ptr<Child> restarted;
   std::vector<Outcome> got = RunAll(cluster, [&] {
     ASSERT_TRUE(WaitSteps(cluster, before, 20));
     killed = cluster.worker(1).Signal(SIGKILL);
     // The coordinator cannot restart a remote worker: it frees the rank and
-    // waits. The operator restarts it a moment later.
-    freed = RemoteCluster::WaitFor([&] { return RankFreed(cluster, 1); });
-    absl::SleepFor(absl::Seconds(1));
-    dead = cluster.StartWorker(1);
+    // waits, and says so. The operator restarts it without --rank.
+    ASSERT_TRUE(RemoteCluster::WaitFor([&] { return !(waiting = Waiting(cluster)).empty(); }))
+        << "rank 1 was not listed as waiting for a rejoin";
+    ASSERT_TRUE(RankFreed(cluster, 1));
+    info = Output({Runfile("tools/weir"), "info", "--server=" + cluster.address()});
+    restarted = cluster.NewWorker("--rank=-1", cluster.WorkerLog(1, 1));
   });
   ASSERT_TRUE(killed);
-  ASSERT_TRUE(freed) << "rank 1 was not freed for a rejoin";
+  ASSERT_EQ(waiting.size(), 1u);
+  EXPECT_EQ(waiting[0].rank(), 1u);
+  EXPECT_EQ(waiting[0].previous_address(), lost_address);
+  // The wait is --rejoin_timeout_s long and began at most a minute ago.
+  const int64_t since = waiting[0].since().seconds(), deadline = waiting[0].deadline().seconds();
+  EXPECT_GE(deadline - since, 119);
+  EXPECT_LE(deadline - since, 121);
+  EXPECT_LE(since, absl::ToUnixSeconds(absl::Now()));
+  EXPECT_GE(since, absl::ToUnixSeconds(absl::Now()) - 600);
+  EXPECT_NE(info.find("rank 1   WAITING for a worker to rejoin"), std::string::npos) << info;
+  EXPECT_NE(info.find("was " + lost_address), std::string::npos) << info;
   ExpectOutcomesEqual(got, want);
   const v1::ServerState state = cluster.State();
   EXPECT_EQ(state.lifecycle(), v1::LIFECYCLE_READY);
+  EXPECT_EQ(state.waiting_ranks_size(), 0);
   EXPECT_EQ(state.recoveries().count(), 1u);
   EXPECT_EQ(state.recoveries().group_epoch(), 2u);
   EXPECT_FALSE(state.recoveries().last_cause().empty());
   EXPECT_GT(state.recoveries().last_seconds(), 0.0);
   EXPECT_GE(state.recoveries().last_detect_to_serving_s(), state.recoveries().last_seconds());
   ASSERT_EQ(state.workers_size(), 2);
-  EXPECT_EQ(state.workers(1).pid(), cluster.worker(1).pid());
+  ASSERT_NE(restarted, nullptr);
+  EXPECT_EQ(state.workers(1).pid(), restarted->pid());  // the unpinned worker took rank 1
   // New work runs on the rejoined group.
   Outcome again = RunOne(cluster.stub(), MakeRequest(0));
   EXPECT_TRUE(again.status.ok()) << again.status.error_message();
   EXPECT_EQ(again.tokens, want[0].tokens);
+}
+
+// A spare started without --rank while both ranks are held is told to
+// retry (not refused for good) and takes rank 1 once its worker is lost.
+TEST(RejoinTest, SpareWorkerTakesTheRankOfALostOne) {
+  const std::vector<Outcome>& want = Want();
+  RemoteCluster cluster({"--rejoin_timeout_s=120"});
+  const std::string spare_log = cluster.WorkerLog(9, 0);
+  std::unique_ptr<Child> spare =
+      cluster.NewWorker("--rank=-1", spare_log, {"--register_timeout_s=600"});
+  // It asked and was told to retry: every rank is held.
+  ASSERT_TRUE(RemoteCluster::WaitFor([&] {
+    return ReadFile(spare_log).find("not accepted yet") != std::string::npos;
+  })) << ReadFile(spare_log);
+  EXPECT_NE(ReadFile(spare_log).find("ranks are held"), std::string::npos) << ReadFile(spare_log);
+  EXPECT_TRUE(spare->Running());
+  const uint64_t before = cluster.State().steps();
+  bool killed = false;
+  std::vector<Outcome> got = RunAll(cluster, [&] {
+    ASSERT_TRUE(WaitSteps(cluster, before, 20));
+    killed = cluster.worker(1).Signal(SIGKILL);
+  });
+  ASSERT_TRUE(killed);
+  ExpectOutcomesEqual(got, want);
+  const v1::ServerState state = cluster.State();
+  EXPECT_EQ(state.lifecycle(), v1::LIFECYCLE_READY);
+  EXPECT_EQ(state.recoveries().count(), 1u);
+  ASSERT_EQ(state.workers_size(), 2);
+  EXPECT_EQ(state.workers(1).pid(), spare->pid());
 }
 
 TEST(RejoinTest, RemoteWorkerThatNeverReturnsLeavesTheServerNotServing) {
@@ -309,10 +446,16 @@ grpc::Status SendPlan(const std::string& address, uint64_t coordinator_epoch,
   return stream->Finish();
 }
 
-TEST(RejoinTest, StoppedWorkerOfTheOldEpochIsFencedWhenItWakes) {
+// The workers wait up to 10 minutes for a peer in a collective: the
+// survivor's step, stuck with the stopped peer, must be aborted by the new
+// group's Init (else that Init outlasts the coordinator's 90 s and the
+// recovery fails), and the stopped worker, woken, must find out that it was
+// replaced and exit by itself, aborting its own stuck step.
+TEST(RejoinTest, StoppedWorkerOfTheOldEpochExitsWhenItWakes) {
   const std::vector<Outcome>& want = Want();
   RemoteCluster cluster({"--rejoin_timeout_s=120", "--health_interval_ms=200",
-                         "--step_timeout_s=30"});
+                         "--step_timeout_s=30"},
+                        {"--collective_timeout_s=600"});
   const v1::PlacementInfo old_placement = cluster.Placement();
   ASSERT_EQ(old_placement.group_epoch(), 1u);
   ASSERT_EQ(old_placement.workers_size(), 2);
@@ -341,18 +484,23 @@ TEST(RejoinTest, StoppedWorkerOfTheOldEpochIsFencedWhenItWakes) {
   for (const v1::ServerState::Worker& w : after.workers()) {
     EXPECT_EQ(w.state(), v1::WORKER_STATE_READY) << w.rank();
   }
-  // The old rank 1 wakes up, still of group epoch 1. Its steps of the new
-  // epoch are refused: it was never initialised for it.
+  // The old rank 1 wakes up, still of group epoch 1, finds its rank held by
+  // its replacement, and exits: code 3, the reason in its log, no process
+  // left behind.
   ASSERT_NE(old_worker, nullptr);
+  const pid_t old_pid = old_worker->pid();
   ASSERT_TRUE(old_worker->Signal(SIGCONT));
-  const grpc::Status to_stale =
-      SendPlan(stale, placement.coordinator_epoch(), placement.group_epoch());
-  EXPECT_EQ(to_stale.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
-      << to_stale.error_message();
-  EXPECT_NE(to_stale.error_message().find("group epoch 2"), std::string::npos)
-      << to_stale.error_message();
-  EXPECT_NE(to_stale.error_message().find("group epoch 1"), std::string::npos)
-      << to_stale.error_message();
+  const int status = old_worker->Wait(kEventDeadline);
+  ASSERT_NE(status, -1) << "the replaced worker did not exit";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << "wait status " << status;
+  const std::string log = ReadFile(cluster.WorkerLog(1, 0));
+  EXPECT_NE(log.find("superseded: rank 1 is now held by the worker at " +
+                     placement.workers(1).address()),
+            std::string::npos)
+      << log;
+  EXPECT_TRUE(ChildrenOf(old_pid).empty());
+  EXPECT_EQ(SendPlan(stale, placement.coordinator_epoch(), placement.group_epoch()).error_code(),
+            grpc::StatusCode::UNAVAILABLE);  // nobody listens there any more
   // The survivor refuses a stream of the old epoch (as a late plan of the
   // old group would be), naming both epochs; its own stream goes on.
   const grpc::Status old_to_survivor =
