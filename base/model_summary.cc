@@ -3,10 +3,9 @@
 #include <xxhash.h>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_format.h"
+#include "base/read_file.h"
 #include "nlohmann/json.hpp"
 
 namespace weir {
@@ -87,11 +86,9 @@ absl::StatusOr<ModelSummary> ParseModelSummary(std::string_view config_json,
 
 absl::StatusOr<ModelSummary> LoadModelSummary(const std::string& model_dir) {
   const std::filesystem::path path = std::filesystem::path(model_dir) / "config.json";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError("cannot read " + path.string());
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseModelSummary(text.str(), std::filesystem::path(model_dir).filename().string());
+  absl::StatusOr<std::string> text = ReadFile(path.string());
+  if (!text.ok()) return text.status();
+  return ParseModelSummary(*text, std::filesystem::path(model_dir).filename().string());
 }
 
 }  // namespace weir

@@ -1,10 +1,9 @@
 #include "tokenizer/tokenizer.h"
 
 #include <deque>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
+#include "base/read_file.h"
 #include "base/status_macros.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/unicode.h"
@@ -23,23 +22,12 @@ std::string ConfigToken(const Json& config, const char* key) {
   return "";
 }
 
-bool ReadFile(const std::string& path, std::string* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  *out = ss.str();
-  return static_cast<bool>(in) || in.eof();
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromDirectory(const std::string& dir) {
-  std::string json, config;
-  if (!ReadFile(dir + "/tokenizer.json", &json)) {
-    return absl::NotFoundError("cannot read " + dir + "/tokenizer.json");
-  }
-  ReadFile(dir + "/tokenizer_config.json", &config);  // optional
+  ASSIGN_OR_RETURN(const std::string json, ReadFile(dir + "/tokenizer.json"));
+  // Optional: no file reads as no config.
+  const std::string config = ReadFile(dir + "/tokenizer_config.json").value_or("");
   return FromJson(json, config);
 }
 

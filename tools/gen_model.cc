@@ -6,13 +6,12 @@
 //       --out=/tmp/tiny --seed=1
 
 #include <chrono>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "absl/flags/flag.h"
 #include "base/init.h"
 #include "base/logging.h"
+#include "base/read_file.h"
 #include "worker/model/checkpoint.h"
 #include "worker/model/checkpoint_writer.h"
 #include "worker/model/config.h"
@@ -33,14 +32,12 @@ int main(int argc, char** argv) {
     WEIR_LOG(ERROR) << "--config and --out are required";
     return 2;
   }
-  std::ifstream in(config_path, std::ios::binary);
-  if (!in) {
-    WEIR_LOG(ERROR) << "cannot read " << config_path;
+  const absl::StatusOr<std::string> text = weir::ReadFile(config_path);
+  if (!text.ok()) {
+    WEIR_LOG(ERROR) << text.status();
     return 1;
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  absl::StatusOr<weir::model::ModelConfig> config = weir::model::ParseModelConfig(text.str());
+  absl::StatusOr<weir::model::ModelConfig> config = weir::model::ParseModelConfig(*text);
   if (!config.ok()) {
     WEIR_LOG(ERROR) << config_path << ": " << config.status();
     return 1;
@@ -50,7 +47,7 @@ int main(int argc, char** argv) {
   options.gate_bias_skew = absl::GetFlag(FLAGS_gate_bias_skew);
   options.max_shard_bytes = absl::GetFlag(FLAGS_max_shard_mb) << 20;
   const auto start = std::chrono::steady_clock::now();
-  if (absl::Status s = weir::model::GenerateCheckpoint(*config, text.str(), out, options); !s.ok()) {
+  if (absl::Status s = weir::model::GenerateCheckpoint(*config, *text, out, options); !s.ok()) {
     WEIR_LOG(ERROR) << s;
     return 1;
   }

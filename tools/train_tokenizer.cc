@@ -12,13 +12,13 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_split.h"
 #include "base/init.h"
+#include "base/read_file.h"
 #include "base/logging.h"
 #include "nlohmann/json.hpp"
 #include "tokenizer/bpe_trainer.h"
@@ -50,13 +50,6 @@ std::vector<std::string> ListFiles(const std::string& spec) {
   return out;
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 bool WriteFile(const fs::path& path, const std::string& data) {
   std::ofstream out(path, std::ios::binary);
   out << data;
@@ -74,7 +67,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> texts;
   size_t bytes = 0;
   for (const std::string& f : files) {
-    texts.push_back(ReadFile(f));
+    absl::StatusOr<std::string> text = weir::ReadFile(f);
+    WEIR_CHECK(text.ok()) << text.status();
+    texts.push_back(*std::move(text));
     bytes += texts.back().size();
   }
   namespace tk = weir::tokenizer;

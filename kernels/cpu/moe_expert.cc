@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "kernels/cpu/quant.h"
+#include "kernels/cpu/swiglu.h"
 
 namespace weir::kernels::cpu {
 namespace {
@@ -43,19 +44,8 @@ absl::Status SwigluExpert(const ExpertWeights& expert, const SwigluExpertArgs& a
     RoundToBf16InPlace(gate);
     RoundToBf16InPlace(up);
   }
-  const float limit = args.swiglu_limit;
-  for (int64_t r = 0; r < m; ++r) {
-    const float w = args.route_weight.empty() ? 1.0f : args.route_weight[r];
-    for (int64_t i = r * inter; i < (r + 1) * inter; ++i) {
-      float g = gate[i], u = up[i];
-      if (limit > 0.0f) {
-        u = std::clamp(u, -limit, limit);
-        g = std::min(g, limit);
-      }
-      const float h = (g / (1.0f + std::exp(-g))) * u;
-      gate[i] = args.route_weight.empty() ? h : w * h;
-    }
-  }
+  SwigluRows(gate, up, args.route_weight, m, inter, args.swiglu_limit,
+             [](float v) { return std::exp(v); });
   if (args.bf16_boundaries) RoundToBf16InPlace(gate);
   RETURN_IF_ERROR(Linear(expert.w2, {.x = gate, .y = args.y, .rows = m}));
   if (args.bf16_boundaries) RoundToBf16InPlace(args.y);

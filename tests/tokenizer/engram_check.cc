@@ -3,23 +3,15 @@
 //
 //   engram_check <tokenizer.json> <hf_engram.json>
 
-#include <fstream>
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "base/read_file.h"
 #include "nlohmann/json.hpp"
 #include "tokenizer/engram_vocab.h"
 
 namespace {
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 }  // namespace
 
@@ -28,7 +20,15 @@ int main(int argc, char** argv) {
     std::cerr << "usage: engram_check <tokenizer.json> <hf_engram.json>\n";
     return 2;
   }
-  auto tok = weir::tokenizer::Tokenizer::FromJson(ReadFile(argv[1]));
+  const absl::StatusOr<std::string> json = weir::ReadFile(argv[1]);
+  const absl::StatusOr<std::string> reference = weir::ReadFile(argv[2]);
+  for (const absl::StatusOr<std::string>* read : {&json, &reference}) {
+    if (!read->ok()) {
+      std::cerr << read->status() << "\n";
+      return 1;
+    }
+  }
+  auto tok = weir::tokenizer::Tokenizer::FromJson(*json);
   if (!tok.ok()) {
     std::cerr << "load failed: " << tok.status() << "\n";
     return 1;
@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
     std::cerr << "engram vocab failed: " << mine.status() << "\n";
     return 1;
   }
-  const nlohmann::json hf = nlohmann::json::parse(ReadFile(argv[2]), nullptr, false);
+  const nlohmann::json hf = nlohmann::json::parse(*reference, nullptr, false);
   if (hf.is_discarded()) {
     std::cerr << "bad reference file\n";
     return 1;

@@ -13,21 +13,14 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "base/read_file.h"
 #include "nlohmann/json.hpp"
 #include "tokenizer/tokenizer.h"
 
 namespace {
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // Returns the number of mismatching fields (0 or 1) and reports the first
 // differing index.
@@ -101,7 +94,12 @@ int main(int argc, char** argv) {
     std::cerr << "usage: parity_check <tokenizer.json> <hf.jsonl> <inputs...>\n";
     return 2;
   }
-  auto tok = weir::tokenizer::Tokenizer::FromJson(ReadFile(argv[1]));
+  const absl::StatusOr<std::string> json = weir::ReadFile(argv[1]);
+  if (!json.ok()) {
+    std::cerr << json.status() << "\n";
+    return 1;
+  }
+  auto tok = weir::tokenizer::Tokenizer::FromJson(*json);
   if (!tok.ok()) {
     std::cerr << "load failed: " << tok.status() << "\n";
     return 1;
@@ -120,7 +118,12 @@ int main(int argc, char** argv) {
       std::cerr << "bad reference record " << a - 3 << "\n";
       return 1;
     }
-    const std::string text = ReadFile(argv[a]);
+    const absl::StatusOr<std::string> read = weir::ReadFile(argv[a]);
+    if (!read.ok()) {
+      std::cerr << read.status() << "\n";
+      return 1;
+    }
+    const std::string& text = *read;
     const std::string name = rec["name"].get<std::string>();
     if (by_line) {
       mismatches += CompareLines(**tok, name, text, rec["lines"], &tokens);

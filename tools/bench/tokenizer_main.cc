@@ -36,6 +36,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "base/init.h"
+#include "base/read_file.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/cpp/runfiles/runfiles.h"
 
@@ -69,14 +70,6 @@ int UsageError(const std::string& message) {
 int Fail(const std::string& message) {
   std::fprintf(stderr, "tokenizer: %s\n", message.c_str());
   return 1;
-}
-
-std::optional<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 std::string ShellQuote(const std::string& s) {
@@ -231,8 +224,8 @@ int main(int argc, char** argv) {
     if (python.empty()) return Fail(error + "; or pass --python=FILE");
   }
 
-  const std::optional<std::string> json = ReadFile(tokenizer_path);
-  if (!json.has_value()) return UsageError("cannot read --tokenizer=" + tokenizer_path);
+  const absl::StatusOr<std::string> json = weir::ReadFile(tokenizer_path);
+  if (!json.ok()) return UsageError("cannot read --tokenizer=" + tokenizer_path);
   auto tok = weir::tokenizer::Tokenizer::FromJson(*json);
   if (!tok.ok()) {
     std::ostringstream status;
@@ -265,8 +258,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> texts;
   int64_t bytes = 0;
   for (const std::string& f : files) {
-    std::optional<std::string> text = ReadFile(f);
-    if (!text.has_value()) return Fail("cannot read " + f);
+    absl::StatusOr<std::string> text = weir::ReadFile(f);
+    if (!text.ok()) return Fail(std::string(text.status().message()));
     bytes += static_cast<int64_t>(text->size());
     texts.push_back(*std::move(text));
   }

@@ -3,22 +3,14 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "gtest/gtest.h"
+#include "base/read_file.h"
 #include "kernels/cpu/weight_quant.h"
 #include "worker/model/checkpoint.h"
 
 namespace weir::model {
 namespace {
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 std::string TmpDir(const std::string& name) {
   const char* tmp = std::getenv("TEST_TMPDIR");
@@ -28,7 +20,9 @@ std::string TmpDir(const std::string& name) {
 }
 
 TEST(CheckpointWriterTest, TinyCheckpointLoadsBackThroughTheChecker) {
-  const std::string json = ReadFile("models/tiny/config.json");
+  absl::StatusOr<std::string> read = ReadFile("models/tiny/config.json");
+  ASSERT_TRUE(read.ok()) << read.status();
+  const std::string& json = *read;
   absl::StatusOr<ModelConfig> config = ParseModelConfig(json);
   ASSERT_TRUE(config.ok()) << config.status();
   const std::string dir = TmpDir("tiny_a");
@@ -69,7 +63,9 @@ TEST(CheckpointWriterTest, TinyCheckpointLoadsBackThroughTheChecker) {
 }
 
 TEST(CheckpointWriterTest, DeterministicPerSeedAndIndependentOfSharding) {
-  const std::string json = ReadFile("models/tiny/config.json");
+  absl::StatusOr<std::string> read = ReadFile("models/tiny/config.json");
+  ASSERT_TRUE(read.ok()) << read.status();
+  const std::string& json = *read;
   absl::StatusOr<ModelConfig> config = ParseModelConfig(json);
   ASSERT_TRUE(config.ok());
   auto generate = [&](const std::string& name, uint64_t seed, int64_t shard) {

@@ -1,10 +1,9 @@
 #include "worker/model/config.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "base/read_file.h"
 #include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "worker/model/config_json.h"
@@ -247,11 +246,8 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text) {
 }
 
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read config file ", path));
-  std::ostringstream text;
-  text << in.rdbuf();
-  absl::StatusOr<ModelConfig> config = ParseModelConfig(text.str());
+  ASSIGN_OR_RETURN(const std::string text, ReadFile(path));
+  absl::StatusOr<ModelConfig> config = ParseModelConfig(text);
   if (!config.ok()) {
     return absl::Status(config.status().code(),
                         absl::StrCat(config.status().message(), " (in ", path, ")"));

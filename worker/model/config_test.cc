@@ -1,11 +1,10 @@
 #include "worker/model/config.h"
 
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "base/read_file.h"
 #include "nlohmann/json.hpp"
 
 namespace weir::model {
@@ -13,14 +12,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-nlohmann::json V41Json() { return nlohmann::json::parse(ReadFile("models/v41-flash/config.json")); }
+nlohmann::json V41Json() { return nlohmann::json::parse(ReadFile("models/v41-flash/config.json").value()); }
 
 // The same model written with the flat inference config.json keys.
 constexpr char kV41Inference[] = R"({

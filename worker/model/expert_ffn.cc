@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "kernels/common/fmath.h"
+#include "kernels/cpu/swiglu.h"
 
 namespace weir::model {
 
@@ -24,19 +25,9 @@ absl::Status SwigluExpertForward(Ops& ops, const ExpertWeightsF32& expert,
   RETURN_IF_ERROR(ops.Matmul(expert.w3, x, rows, up));
   ops.RoundBf16(gate);
   ops.RoundBf16(up);
-  const float limit = swiglu_limit;
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t i = r * inter; i < (r + 1) * inter; ++i) {
-      float g = gate[i], u = up[i];
-      if (limit > 0.0f) {
-        u = std::clamp(u, -limit, limit);
-        g = std::min(g, limit);
-      }
-      // fmath::ExpF gives the same bits on the GPU (kernels/cuda/decode/swiglu.h).
-      const float h = (g / (1.0f + kernels::fmath::ExpF(-g))) * u;
-      gate[i] = route_weight.empty() ? h : route_weight[r] * h;
-    }
-  }
+  // fmath::ExpF gives the same bits on the GPU (kernels/cuda/decode/swiglu.h).
+  kernels::cpu::SwigluRows(gate, up, route_weight, rows, inter, swiglu_limit,
+                           [](float v) { return kernels::fmath::ExpF(v); });
   ops.RoundBf16(gate);
   RETURN_IF_ERROR(ops.Matmul(expert.w2, gate, rows, y));
   ops.RoundBf16(y);

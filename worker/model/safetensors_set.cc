@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/read_file.h"
+#include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace weir::model {
@@ -23,11 +23,7 @@ bool EndsWith(const std::string& s, std::string_view suffix) {
 // Parses an index file into shard file -> tensor names listed for it.
 absl::Status ParseIndex(const std::string& path,
                         std::map<std::string, std::vector<std::string>>* shards) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
-  std::ostringstream text;
-  text << in.rdbuf();
-  const std::string s = text.str();
+  ASSIGN_OR_RETURN(const std::string s, ReadFile(path));
   nlohmann::json root = nlohmann::json::parse(s, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded() || !root.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "base/read_file.h"
 #include "gtest/gtest.h"
 #include "worker/model/cpu_ops.h"
 #include "worker/model/tiny_checkpoint.h"
@@ -25,10 +26,10 @@ const Checkpoint* DerivedCheckpoint(const std::string& model, const std::string&
   static auto* made = new std::map<std::string, std::unique_ptr<Checkpoint>>();
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = made->find(name); it != made->end()) return it->second.get();
-  std::ifstream in("models/" + model + "/config.json");
-  std::stringstream text;
-  text << in.rdbuf();
-  std::string json = text.str();
+  absl::StatusOr<std::string> read = ReadFile("models/" + model + "/config.json");
+  EXPECT_TRUE(read.ok()) << read.status();
+  if (!read.ok()) return nullptr;
+  std::string json = *std::move(read);
   for (const auto& [from, to] : edits) {
     const size_t at = json.find(from);
     EXPECT_NE(at, std::string::npos) << model << ": no " << from;

@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "kernels/common/fmath.h"
 #include "kernels/common/numeric_formats.h"
+#include "kernels/cpu/swiglu.h"
 #include "kernels/cuda/decode/test_util.h"
 
 namespace weir::kernels::cuda::decode {
@@ -21,10 +22,11 @@ namespace {
 using testing::DeviceBuffer;
 using testing::SameBits;
 
-// The activation loop of worker/model/expert_ffn.cc SwigluExpertForward, as
-// written there (ops.RoundBf16 in bf16 mode = RoundToBf16 on every element),
-// over gate/up already computed. Built with -ffp-contract=off, like the
-// model code on x86-64 (no FMA), so each operation rounds once.
+// worker/model/expert_ffn.cc SwigluExpertForward's activation: the shared
+// kernels/cpu SwigluRows with fmath::ExpF, between the bf16 roundings
+// (ops.RoundBf16 in bf16 mode = RoundToBf16 on every element), over gate/up
+// already computed. Built with -ffp-contract=off, like the model code on
+// x86-64 (no FMA), so each operation rounds once.
 std::vector<float> CpuSwiglu(std::vector<float> gate, std::vector<float> up,
                              std::span<const float> route_weight, int64_t rows, int64_t inter,
                              float swiglu_limit, bool bf16) {
@@ -32,18 +34,8 @@ std::vector<float> CpuSwiglu(std::vector<float> gate, std::vector<float> up,
     for (float& v : gate) v = kernels::RoundToBf16(v);
     for (float& v : up) v = kernels::RoundToBf16(v);
   }
-  const float limit = swiglu_limit;
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t i = r * inter; i < (r + 1) * inter; ++i) {
-      float g = gate[i], u = up[i];
-      if (limit > 0.0f) {
-        u = std::clamp(u, -limit, limit);
-        g = std::min(g, limit);
-      }
-      const float h = (g / (1.0f + kernels::fmath::ExpF(-g))) * u;
-      gate[i] = route_weight.empty() ? h : route_weight[r] * h;
-    }
-  }
+  kernels::cpu::SwigluRows(gate, up, route_weight, rows, inter, swiglu_limit,
+                           [](float v) { return kernels::fmath::ExpF(v); });
   if (bf16) {
     for (float& v : gate) v = kernels::RoundToBf16(v);
   }
