@@ -27,6 +27,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/rounding.cuh"
 
 namespace weir::kernels::cuda {
@@ -69,10 +70,6 @@ struct KernelArgs {
   float scale_log2;  // softmax scale * log2(e)
 };
 
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
 __device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
 }
@@ -81,15 +78,6 @@ template <int kBytes>
 __device__ __forceinline__ void CpAsyncCa(uint32_t dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(dst), "l"(src), "n"(kBytes)
                : "memory");
-}
-
-__device__ __forceinline__ void CpAsyncCommit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-template <int kPending>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
 __device__ __forceinline__ void LdMatrixX4(uint32_t addr, uint32_t& r0, uint32_t& r1,
@@ -207,8 +195,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* const slice = set_smem + kWarps * kStages * kStageBytes + warp * kSliceBytes;
   float4* const partials =
       reinterpret_cast<float4*>(set_smem + kWarps * (kStages * kStageBytes + kSliceBytes));
-  const uint32_t stages_addr = SmemAddr(stages);
-  const uint32_t slice_addr = SmemAddr(slice);
+  const uint32_t stages_addr = SharedAddress(stages);
+  const uint32_t slice_addr = SharedAddress(slice);
 
   // Q of heads head0 + g and head0 + g + 8 over this warp's dims, as the A
   // fragments of the 8 k-steps: {row g, k 2t..2t+1}, {g+8, 2t}, {g, 2t+8}, {g+8, 2t+8}.

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/common/row_stable.h"
+#include "kernels/cuda/cp_async.cuh"
 
 namespace weir::kernels::cuda::decode {
 
@@ -106,18 +107,6 @@ struct StagedShape {
   static_assert(kStages >= 2 && kChunk % 4 == 0, "ring of whole 16-byte pieces");
 };
 
-__device__ __forceinline__ void StagedCopy16(float* dst, const float* src, bool valid) {
-  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  const int bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes)
-               : "memory");
-}
-
-template <int kStages>
-__device__ __forceinline__ void StagedWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2) : "memory");
-}
-
 template <int kRows, int kOuts, int kChunk, int kStages>
 __global__ void __launch_bounds__(kStagedThreads)
     RowStableDotStagedKernel(const float* __restrict__ x, const float* __restrict__ w, float* y,
@@ -145,21 +134,21 @@ __global__ void __launch_bounds__(kStagedThreads)
       const bool live = is_x ? r < live_rows : r - kRows < outs;
       const bool valid = live && kk < k;
       const float* src = is_x ? x + (row0 + r) * k : w + (col0 + r - kRows) * k;
-      StagedCopy16(base + r * Shape::kPitch + piece * 4, valid ? src + kk : x, valid);
+      CpAsync16(base + r * Shape::kPitch + piece * 4, valid ? src + kk : x, valid);
     }
   };
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < chunks) load(s, s);
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    CpAsyncCommit();
   }
   const bool computes = e < kRows * kOuts && er < live_rows && eo < outs;
   float acc = 0.0f;
   for (int64_t c = 0; c < chunks; ++c) {
-    StagedWait<kStages>();
+    CpAsyncWait<kStages - 2>();
     __syncthreads();
     const int64_t next = c + kStages - 1;
     if (next < chunks) load(next, static_cast<int>(next % kStages));
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    CpAsyncCommit();
     if (computes) {
       const float* stage = ring + static_cast<int>(c % kStages) * Shape::kStageFloats;
       const float* xs = stage + er * Shape::kPitch;

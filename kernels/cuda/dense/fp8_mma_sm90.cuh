@@ -16,20 +16,15 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/cp_async.cuh"
+
 namespace weir::kernels::cuda::dense {
 namespace fp8_gemm {
 
-__device__ __forceinline__ uint32_t SharedAddress(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared, bypassing L1; zero-fills when !valid (then `src`
-// is not read, but must still be a valid address).
-__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, bool valid) {
-  const int bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes)
-               : "memory");
-}
+using ::weir::kernels::cuda::CpAsync16;
+using ::weir::kernels::cuda::CpAsyncCommit;
+using ::weir::kernels::cuda::CpAsyncWait;
+using ::weir::kernels::cuda::SharedAddress;
 
 // 4 bytes global -> shared (through L1; 4-byte copies have no .cg form).
 __device__ __forceinline__ void CpAsync4(uint32_t dst, const void* src, bool valid) {
@@ -43,15 +38,6 @@ __device__ __forceinline__ void CpAsync8(uint32_t dst, const void* src, bool val
   const int bytes = valid ? 8 : 0;
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(bytes)
                : "memory");
-}
-
-__device__ __forceinline__ void CpAsyncCommit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-template <int kPending>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
 // Shared reads of the ring are ordered after its writes by __syncthreads;
