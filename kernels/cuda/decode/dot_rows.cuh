@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/common/row_stable.h"
+#include "kernels/cuda/decode/row_stable_chain.cuh"
 #include "kernels/cuda/cp_async.cuh"
 
 namespace weir::kernels::cuda::decode {
@@ -155,8 +156,7 @@ __global__ void __launch_bounds__(kStagedThreads)
       const float* ws = stage + (kRows + eo) * Shape::kPitch;
       const int len = static_cast<int>(k - c * kChunk < kChunk ? k - c * kChunk : kChunk);
       if (len == kChunk) {
-#pragma unroll 8
-        for (int j = l; j < kChunk; j += 4) acc = RowStableStep(acc, xs[j], ws[j]);
+        acc = RowStableChainPipelined<kChunk / 4, 16>(acc, xs, ws, l);
       } else {
         for (int j = l; j < len; j += 4) acc = RowStableStep(acc, xs[j], ws[j]);
       }
