@@ -14,14 +14,6 @@
 namespace weir::kernels::cuda::dense {
 namespace {
 
-std::vector<float> Random(int64_t n, uint32_t seed, float stddev) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, stddev);
-  std::vector<float> v(n);
-  for (float& f : v) f = normal(rng);
-  return v;
-}
-
 // fp32 compute in both, different summation orders: ~sqrt(K) * 2^-24 in
 // norm. TF32 (10-bit mantissa inputs) would give ~1e-3 and fail this.
 constexpr double kTolerance = 1e-5;
@@ -37,8 +29,8 @@ TEST(GemmHandleCudaTest, MatchesCpuLinear) {
                          Shape{7, 129280, 64}}) {
     for (bool fp8 : {false, true}) {
       if (fp8 && s.in % 32 != 0) continue;
-      const std::vector<float> x = Random(s.rows * s.in, s.rows + s.in, 1.0f);
-      const std::vector<float> w = Random(s.out * s.in, s.out + 3 * s.in, 0.05f);
+      const std::vector<float> x = NormalValues(s.rows * s.in, s.rows + s.in, 1.0f);
+      const std::vector<float> w = NormalValues(s.out * s.in, s.out + 3 * s.in, 0.05f);
       std::vector<float> want(s.rows * s.out);
       const cpu::LinearWeight weight{.format = cpu::WeightFormat::kF32, .out_features = s.out,
                                      .in_features = s.in, .f32 = w};
@@ -70,8 +62,8 @@ TEST(GemmHandleCudaTest, HandlesPointersOffByOneFloat) {
   absl::StatusOr<std::unique_ptr<GemmHandle>> gemm = GemmHandle::Create();
   ASSERT_TRUE(gemm.ok()) << gemm.status();
   const int64_t rows = 5, out = 67, in = 33;
-  const std::vector<float> x = Random(rows * in + 1, 11, 1.0f);
-  const std::vector<float> w = Random(out * in + 1, 12, 0.1f);
+  const std::vector<float> x = NormalValues(rows * in + 1, 11, 1.0f);
+  const std::vector<float> w = NormalValues(out * in + 1, 12, 0.1f);
   std::vector<float> want(rows * out);
   const std::vector<float> x_view(x.begin() + 1, x.end()), w_view(w.begin() + 1, w.end());
   ASSERT_TRUE(cpu::Linear({.format = cpu::WeightFormat::kF32, .out_features = out,

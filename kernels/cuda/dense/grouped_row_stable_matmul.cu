@@ -7,6 +7,7 @@
 #include "kernels/cuda/dense/fake_quant.h"
 #include "kernels/cuda/dense/grouped_row_stable_matmul.cuh"
 #include "kernels/cuda/dense/grouped_row_stable_matmul.h"
+#include "kernels/cuda/dense/matmul_params.h"
 #include "kernels/cuda/launch_status.h"
 
 namespace weir::kernels::cuda::dense {
@@ -20,16 +21,6 @@ constexpr int64_t kMaxOut = kMaxGridYZ * 32;
 // 64 x 64 register tile of its many-rows path is not used here).
 constexpr int64_t kSmallRows = 4;
 constexpr int64_t kMediumRows = 16;
-
-// True when [a, a + a_floats) and [b, b + b_floats) share a byte.
-bool Overlap(const float* a, int64_t a_floats, const float* b, int64_t b_floats) {
-  if (a == nullptr || b == nullptr) return false;
-  const auto a0 = reinterpret_cast<uintptr_t>(a);
-  const auto b0 = reinterpret_cast<uintptr_t>(b);
-  const auto a1 = a0 + static_cast<uintptr_t>(a_floats) * sizeof(float);
-  const auto b1 = b0 + static_cast<uintptr_t>(b_floats) * sizeof(float);
-  return a0 < b1 && b0 < a1;
-}
 
 absl::Status Check(const GroupedMatmulParams& p) {
   if (p.rows <= 0 || p.out <= 0 || p.in <= 0 || p.rows >= kMaxDim || p.out >= kMaxDim ||
@@ -67,8 +58,8 @@ absl::Status Check(const GroupedMatmulParams& p) {
   const int64_t y_floats = p.rows * p.out;
   const int64_t x_floats = p.rows * p.in;
   const float* scratch = p.fp8_activation ? p.act_scratch : nullptr;
-  if (Overlap(p.y, y_floats, p.x, x_floats) || Overlap(p.y, y_floats, scratch, x_floats) ||
-      Overlap(scratch, x_floats, p.x, x_floats)) {
+  if (FloatRangesOverlap(p.y, y_floats, p.x, x_floats) || FloatRangesOverlap(p.y, y_floats, scratch, x_floats) ||
+      FloatRangesOverlap(scratch, x_floats, p.x, x_floats)) {
     return absl::InvalidArgumentError(
         "RowStableGroupedMatmul: y, x and act_scratch must not overlap");
   }

@@ -31,13 +31,6 @@ float UntouchedValue() {
   return f;
 }
 
-std::vector<float> Random(int64_t n, std::mt19937& rng, float stddev) {
-  std::normal_distribution<float> normal(0.0f, stddev);
-  std::vector<float> v(n);
-  for (float& f : v) f = normal(rng);
-  return v;
-}
-
 struct Case {
   const char* name;
   std::vector<int64_t> sizes;  // rows per group
@@ -72,12 +65,12 @@ void RunCase(const Case& c, bool fp8, uint32_t seed) {
   const int64_t used = offsets.back();
   const int64_t rows = used + c.slack;
   std::mt19937 rng(seed);
-  const std::vector<float> x = Random(rows * c.in, rng, 1.0f);
+  const std::vector<float> x = NormalValues(rows * c.in, rng, 1.0f);
   std::vector<std::vector<float>> w(num_groups);
   std::vector<std::unique_ptr<DeviceBuffer<float>>> dw(num_groups);
   std::vector<const float*> w_ptrs(num_groups, nullptr);
   for (int g = 0; g < num_groups; ++g) {
-    w[g] = Random(c.out * c.in, rng, 0.05f);
+    w[g] = NormalValues(c.out * c.in, rng, 0.05f);
     if (std::find(c.null_groups.begin(), c.null_groups.end(), g) != c.null_groups.end()) {
       continue;
     }
@@ -184,12 +177,12 @@ TEST(RowStableGroupedMatmulCudaTest, AGraphReplayFollowsTheOffsetsOnTheDevice) {
   constexpr int kGroups = 6;
   constexpr int64_t kRows = 24, kOut = 48, kIn = 64;
   std::mt19937 rng(5);
-  const std::vector<float> x = Random(kRows * kIn, rng, 1.0f);
+  const std::vector<float> x = NormalValues(kRows * kIn, rng, 1.0f);
   std::vector<std::vector<float>> w(kGroups);
   std::vector<std::unique_ptr<DeviceBuffer<float>>> dw(kGroups);
   std::vector<const float*> w_ptrs(kGroups);
   for (int g = 0; g < kGroups; ++g) {
-    w[g] = Random(kOut * kIn, rng, 0.05f);
+    w[g] = NormalValues(kOut * kIn, rng, 0.05f);
     dw[g] = std::make_unique<DeviceBuffer<float>>(w[g]);
     ASSERT_TRUE(dw[g]->ok());
     w_ptrs[g] = dw[g]->get();
@@ -275,7 +268,7 @@ struct Mxfp4Weight {
 // `extremes`, one block holds a NaN (the quantizer gives it scale 0xFF) and
 // the blocks (i * 37 + salt) mod blocks get the scale kExtremeScales[i].
 Mxfp4Weight MakeMxfp4(int64_t out, int64_t in, std::mt19937& rng, bool extremes, int salt) {
-  std::vector<float> w = Random(out * in, rng, 1.0f);
+  std::vector<float> w = NormalValues(out * in, rng, 1.0f);
   const int64_t blocks = out * in / 32;
   std::uniform_int_distribution<int> exponent(-40, 40);
   for (int64_t b = 0; b < blocks; ++b) {
@@ -329,7 +322,7 @@ void RunMxfp4Case(const Mxfp4Case& c, bool fp8, uint32_t seed) {
   const int64_t used = offsets.back();
   const int64_t rows = used + c.slack;
   std::mt19937 rng(seed);
-  const std::vector<float> x = Random(rows * c.in, rng, 1.0f);
+  const std::vector<float> x = NormalValues(rows * c.in, rng, 1.0f);
 
   std::vector<std::unique_ptr<DeviceBuffer<uint8_t>>> dcodes(num_groups), dscales(num_groups);
   std::vector<std::unique_ptr<DeviceBuffer<float>>> dw(num_groups);

@@ -9,8 +9,9 @@ namespace {
 
 constexpr int64_t kMaxDim = int64_t{1} << 31;
 
-// True when [a, a + a_floats) and [b, b + b_floats) share a byte.
-bool Overlap(const float* a, int64_t a_floats, const float* b, int64_t b_floats) {
+}  // namespace
+
+bool FloatRangesOverlap(const float* a, int64_t a_floats, const float* b, int64_t b_floats) {
   if (a == nullptr || b == nullptr) return false;
   const auto a0 = reinterpret_cast<uintptr_t>(a);
   const auto b0 = reinterpret_cast<uintptr_t>(b);
@@ -18,8 +19,6 @@ bool Overlap(const float* a, int64_t a_floats, const float* b, int64_t b_floats)
   const auto b1 = b0 + static_cast<uintptr_t>(b_floats) * sizeof(float);
   return a0 < b1 && b0 < a1;
 }
-
-}  // namespace
 
 int64_t MatmulScratchFloats(int64_t rows, int64_t in, bool fp8_activation) {
   return fp8_activation ? rows * in : 0;
@@ -42,9 +41,9 @@ absl::Status CheckMatmulParams(const MatmulParams& p) {
   const int64_t x_floats = p.rows * p.in;
   const int64_t w_floats = p.out * p.in;
   const float* scratch = p.fp8_activation ? p.act_scratch : nullptr;
-  if (Overlap(p.y, y_floats, p.x, x_floats) || Overlap(p.y, y_floats, p.w, w_floats) ||
-      Overlap(p.y, y_floats, scratch, x_floats) || Overlap(scratch, x_floats, p.x, x_floats) ||
-      Overlap(scratch, x_floats, p.w, w_floats)) {
+  if (FloatRangesOverlap(p.y, y_floats, p.x, x_floats) || FloatRangesOverlap(p.y, y_floats, p.w, w_floats) ||
+      FloatRangesOverlap(p.y, y_floats, scratch, x_floats) || FloatRangesOverlap(scratch, x_floats, p.x, x_floats) ||
+      FloatRangesOverlap(scratch, x_floats, p.w, w_floats)) {
     return absl::InvalidArgumentError("Matmul: y, x, w and act_scratch must not overlap");
   }
   return absl::OkStatus();

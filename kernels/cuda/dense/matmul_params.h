@@ -34,6 +34,10 @@ struct MatmulParams {
   float* act_scratch = nullptr;
 };
 
+// True when the float ranges [a, a + a_floats) and [b, b + b_floats) share
+// a byte; false when either pointer is null. Pointers are not dereferenced.
+bool FloatRangesOverlap(const float* a, int64_t a_floats, const float* b, int64_t b_floats);
+
 // Returns the number of floats act_scratch must hold: rows * in with
 // fp8_activation, 0 without.
 int64_t MatmulScratchFloats(int64_t rows, int64_t in, bool fp8_activation);

@@ -19,14 +19,6 @@ struct Shape {
   int64_t rows, out, in;
 };
 
-std::vector<float> Random(int64_t n, uint32_t seed, float stddev) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, stddev);
-  std::vector<float> v(n);
-  for (float& f : v) f = normal(rng);
-  return v;
-}
-
 // The order of kernels/common/row_stable.h, one element at a time (the CPU's
 // worker/model RowStableGemm computes the same).
 std::vector<float> HostRowStable(const std::vector<float>& x, const std::vector<float>& w,
@@ -88,8 +80,8 @@ TEST(RowStableMatmulCudaTest, MatchesTheDocumentedOrderBitForBitAndCpuLinear) {
   for (const Shape& s : kShapes) {
     for (bool fp8 : {false, true}) {
       if (fp8 && s.in % 32 != 0) continue;
-      const std::vector<float> x = Random(s.rows * s.in, s.rows * 7 + s.in, 1.0f);
-      const std::vector<float> w = Random(s.out * s.in, s.out * 13 + s.in, 0.05f);
+      const std::vector<float> x = NormalValues(s.rows * s.in, s.rows * 7 + s.in, 1.0f);
+      const std::vector<float> w = NormalValues(s.out * s.in, s.out * 13 + s.in, 0.05f);
       std::vector<float> act = x;
       if (fp8) {
         ASSERT_TRUE(cpu::FakeQuantFp8(act, cpu::kFp8Block).ok());
@@ -112,8 +104,8 @@ TEST(RowStableMatmulCudaTest, MatchesTheDocumentedOrderBitForBitAndCpuLinear) {
 
 TEST(RowStableMatmulCudaTest, ARowsResultDoesNotDependOnTheOtherRows) {
   const Shape all{150, 300, 512};
-  const std::vector<float> x = Random(all.rows * all.in, 1, 1.0f);
-  const std::vector<float> w = Random(all.out * all.in, 2, 0.05f);
+  const std::vector<float> x = NormalValues(all.rows * all.in, 1, 1.0f);
+  const std::vector<float> w = NormalValues(all.out * all.in, 2, 0.05f);
   for (bool fp8 : {false, true}) {
     const std::vector<float> batch = RunGpu(x, w, all, fp8);
     ASSERT_EQ(batch.size(), static_cast<size_t>(all.rows * all.out));

@@ -40,6 +40,20 @@ inline constexpr Fp8GemmTile kAllFp8GemmTiles[] = {
 
 using ::weir::kernels::cuda::testing::DeviceBuffer;
 
+// `n` values drawn from N(0, stddev^2) with `rng`.
+inline std::vector<float> NormalValues(int64_t n, std::mt19937& rng, float stddev) {
+  std::normal_distribution<float> normal(0.0f, stddev);
+  std::vector<float> v(n);
+  for (float& f : v) f = normal(rng);
+  return v;
+}
+
+// The same with a generator seeded with `seed`.
+inline std::vector<float> NormalValues(int64_t n, uint32_t seed, float stddev) {
+  std::mt19937 rng(seed);
+  return NormalValues(n, rng, stddev);
+}
+
 // Returns ||a - b|| / ||b|| (0 when both are zero).
 inline double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
   double num = 0, den = 0;
