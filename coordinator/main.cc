@@ -18,7 +18,6 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/flags/flag.h"
-#include <xxhash.h>
 
 #include <filesystem>
 #include <optional>
@@ -49,6 +48,7 @@
 #include "coordinator/model_provisioning.h"
 #include "coordinator/parse_error_interceptor.h"
 #include "coordinator/request_builder.h"
+#include "coordinator/startup.h"
 #include "coordinator/step_driver.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/cpp/runfiles/runfiles.h"
@@ -198,22 +198,6 @@ constexpr char kUsage[] =
     "  main                         local cluster: 2 workers + EPLB on the tiny model\n"
     "  main --expect_workers=N      wait for N remote workers (worker --coordinator=HOST:PORT)";
 
-// Loads `<model_dir>/tokenizer.json` (+ tokenizer_config.json) if present.
-// Returns null without error when the model has no tokenizer.
-absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> LoadTokenizer(const std::string& model_dir,
-                                                                     std::string& fingerprint) {
-  auto read = [](const std::string& path) -> std::optional<std::string> {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return std::nullopt;
-    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  };
-  std::optional<std::string> json = read(model_dir + "/tokenizer.json");
-  if (!json) return std::unique_ptr<tokenizer::Tokenizer>();
-  std::string config = read(model_dir + "/tokenizer_config.json").value_or("");
-  fingerprint = absl::StrFormat("xxh64:%016x", XXH64(json->data(), json->size(), 0));
-  return tokenizer::Tokenizer::FromJson(*json, config);
-}
-
 // The step loop's options: scheduler limits from the flags, the KV layout
 // from what the workers reported, EPLB statistics from the model.
 StepDriverOptions DriverOptionsFromFlags(const model::ModelConfig& config,
@@ -246,53 +230,6 @@ StepDriverOptions DriverOptionsFromFlags(const model::ModelConfig& config,
   return driver_options;
 }
 
-// Offline mode: the JSON Lines batch at `input` goes through our own public
-// API like any client's; results go to `output` (stdout if empty). Returns
-// the process exit code.
-int RunOffline(const std::string& input, const std::string& output, const std::string& address) {
-  std::ifstream in(input, std::ios::binary);
-  if (!in) {
-    std::cerr << "weir: cannot read --input " << input << "\n";
-    return 1;
-  }
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::ofstream file;
-  if (!output.empty()) file.open(output, std::ios::binary | std::ios::trunc);
-  std::ostream& out = output.empty() ? std::cout : file;
-  const absl::Time start = absl::Now();
-  absl::StatusOr<BatchCounts> counts = RunJsonlBatch(
-      MakeChannel(address, kPublicMaxRequestBytes), text, out, [](int done, int total) {
-        std::cerr << "\rweir: " << done << "/" << total << " requests done" << std::flush;
-      });
-  std::cerr << "\n";
-  if (!counts.ok()) {
-    std::cerr << "weir: batch failed: " << counts.status() << "\n";
-    return 1;
-  }
-  std::cerr << "weir: " << counts->completed << " completed, " << counts->failed << " failed in "
-            << absl::FormatDuration(absl::Now() - start) << "\n";
-  return 0;
-}
-
-// Writes `address` to `path` through a temporary name, so readers never see
-// half of it. Returns false on failure.
-bool WriteAddressFile(const std::string& path, const std::string& address) {
-  const std::string tmp = path + ".tmp";
-  std::ofstream(tmp) << address << "\n";
-  return std::rename(tmp.c_str(), path.c_str()) == 0;
-}
-
-// The HTTP address: --http_listen, or for "auto" the gRPC host on port 8000
-// (port 0 when the gRPC port was asked as 0). Empty when off.
-std::string HttpAddress(const std::string& flag, const std::string& grpc_listen) {
-  if (flag == "off") return "";
-  if (flag != "auto") return flag;
-  const size_t colon = grpc_listen.rfind(':');
-  const std::string host = grpc_listen.substr(0, colon);
-  const bool any_port = colon != std::string::npos && grpc_listen.substr(colon + 1) == "0";
-  return host + (any_port ? ":0" : ":8000");
-}
-
 // The API key from --api_key_file (first line) or --api_key.
 absl::StatusOr<std::string> ApiKey() {
   const std::string path = absl::GetFlag(FLAGS_api_key_file);
@@ -303,25 +240,6 @@ absl::StatusOr<std::string> ApiKey() {
     return absl::InvalidArgumentError("cannot read an API key from --api_key_file " + path);
   }
   return key;
-}
-
-// The HTTP server's in-process channel: with an API key, every call carries
-// "authorization: Bearer <key>" (the HTTP server checked its callers against
-// that key; its own calls, such as /ready's GetServerState, carry it too).
-std::shared_ptr<grpc::Channel> InProcessChannel(grpc::Server& server,
-                                                const grpc::ChannelArguments& args,
-                                                const std::string& api_key) {
-  if (api_key.empty()) return server.InProcessChannel(args);
-  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> creators;
-  creators.push_back(MakeApiKeyClientInterceptorFactory(api_key));
-  return server.experimental().InProcessChannelWithInterceptors(args, std::move(creators));
-}
-
-// Resolves a data dependency shipped next to this binary.
-std::string Locate(const Runfiles* runfiles, const std::string& flag_value,
-                   const std::string& runfile) {
-  if (!flag_value.empty()) return flag_value;
-  return runfiles == nullptr ? "" : runfiles->Rlocation(runfile);
 }
 
 int Run(int argc, char** argv) {
