@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "base/grpc_util.h"
 #include "base/init.h"
+#include "base/read_file.h"
 #include "coordinator/batch_client.h"
 #include "proto/eplb.grpc.pb.h"
 #include "proto/inference.grpc.pb.h"
@@ -250,19 +251,18 @@ int Generate(const std::shared_ptr<grpc::Channel>& channel, const std::string& t
 }
 
 int Batch(const std::shared_ptr<grpc::Channel>& channel, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    std::cerr << "batch: cannot read " << path << "\n";
+  const absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) {
+    std::cerr << "batch: " << text.status().message() << "\n";
     return 2;
   }
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::ofstream file;
   if (!absl::GetFlag(FLAGS_output).empty()) file.open(absl::GetFlag(FLAGS_output));
   std::ostream& out = absl::GetFlag(FLAGS_output).empty() ? std::cout : file;
   // A bar redrawn in place on a terminal; plain lines in logs and pipes.
   tools::ProgressBar bar(std::cerr, isatty(STDERR_FILENO) != 0, absl::Now());
   absl::StatusOr<coordinator::BatchCounts> counts = coordinator::RunJsonlBatch(
-      channel, text, out, [&bar](int done, int total) { bar.Update(done, total, absl::Now()); });
+      channel, *text, out, [&bar](int done, int total) { bar.Update(done, total, absl::Now()); });
   bar.Finish(absl::Now());
   if (!counts.ok()) {
     std::cerr << "batch: " << counts.status() << "\n";
