@@ -13,6 +13,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -66,12 +67,15 @@ inline double RelativeError(const std::vector<float>& a, const std::vector<float
 }
 
 // Returns the number of positions whose float bits differ (a NaN matches any
-// NaN), and the first such index in *first (-1 if none).
+// NaN), and the first such index in *first (-1 if none; `first` may be null);
+// a size difference counts as that many mismatches.
 inline int64_t BitMismatches(const std::vector<float>& a, const std::vector<float>& b,
-                             int64_t* first) {
+                             int64_t* first = nullptr) {
   int64_t count = 0;
+  int64_t ignored = -1;
+  if (first == nullptr) first = &ignored;
   *first = -1;
-  for (size_t i = 0; i < a.size(); ++i) {
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
     uint32_t ua, ub;
     std::memcpy(&ua, &a[i], 4);
     std::memcpy(&ub, &b[i], 4);
