@@ -25,25 +25,14 @@
 #include "worker/model/device_arena.h"
 #include "worker/model/expert_parallel_model.h"
 #include "worker/step_sequencer.h"
+#include "worker/worker_service_internal.h"
 
 namespace weir::worker {
 namespace {
 
-grpc::Status Error(grpc::StatusCode code, const std::string& message) {
-  return grpc::Status(code, message);
-}
-
-ExpertMap FromProto(const v1::ExpertMap& proto) {
-  ExpertMap map;
-  map.version = proto.version();
-  map.num_layers = static_cast<int>(proto.num_layers());
-  map.num_physical = static_cast<int>(proto.num_physical());
-  map.num_logical = static_cast<int>(proto.num_logical());
-  map.slots_per_rank = static_cast<int>(proto.slots_per_rank());
-  map.physical_to_logical.assign(proto.physical_to_logical().begin(),
-                                 proto.physical_to_logical().end());
-  return map;
-}
+using internal::Error;
+using internal::FromProto;
+using internal::ToPlacement;
 
 // The CUDA device of `rank`: rank mod the devices this process sees (NCCL
 // needs each rank of a host on a GPU of its own; LoadWeights says so when
@@ -100,14 +89,6 @@ absl::StatusOr<model::CudaOpsOptions> CudaOpsOptionsFor(std::shared_ptr<model::D
   return options;
 }
 
-model::ExpertPlacement ToPlacement(const ExpertMap& map, int world) {
-  return {.num_layers = map.num_layers,
-          .num_logical = map.num_logical,
-          .slots_per_rank = map.slots_per_rank,
-          .world_size = world,
-          .physical_to_logical = map.physical_to_logical};
-}
-
 void ToProto(const TokenLogprob& in, v1::TokenLogprobs& out) {
   out.set_token_id(static_cast<uint32_t>(in.token));
   out.set_logprob(in.logprob);
@@ -121,6 +102,34 @@ void ToProto(const TokenLogprob& in, v1::TokenLogprobs& out) {
 
 }  // namespace
 
+namespace internal {
+
+grpc::Status Error(grpc::StatusCode code, const std::string& message) {
+  return grpc::Status(code, message);
+}
+
+ExpertMap FromProto(const v1::ExpertMap& proto) {
+  ExpertMap map;
+  map.version = proto.version();
+  map.num_layers = static_cast<int>(proto.num_layers());
+  map.num_physical = static_cast<int>(proto.num_physical());
+  map.num_logical = static_cast<int>(proto.num_logical());
+  map.slots_per_rank = static_cast<int>(proto.slots_per_rank());
+  map.physical_to_logical.assign(proto.physical_to_logical().begin(),
+                                 proto.physical_to_logical().end());
+  return map;
+}
+
+model::ExpertPlacement ToPlacement(const ExpertMap& map, int world) {
+  return {.num_layers = map.num_layers,
+          .num_logical = map.num_logical,
+          .slots_per_rank = map.slots_per_rank,
+          .world_size = world,
+          .physical_to_logical = map.physical_to_logical};
+}
+
+}  // namespace internal
+
 WorkerService::WorkerService(WorkerHooks hooks, WorkerOptions options)
     : hooks_(std::move(hooks)),
       options_(options),
@@ -130,96 +139,6 @@ WorkerService::~WorkerService() {
   // The group's communicators close without waiting for peers that may be
   // gone already (a flush to them would wait for the collective timeout).
   group_abort_->Abort("the worker is stopping");
-}
-
-void WorkerService::SetIdentity(uint64_t epoch, int rank) {
-  epoch_ = epoch;
-  rank_ = rank;
-  identity_set_.Notify();
-}
-
-grpc::Status WorkerService::CheckEpoch(uint64_t epoch) {
-  if (!identity_set_.WaitForNotificationWithTimeout(absl::Seconds(10))) {
-    return Error(grpc::StatusCode::UNAVAILABLE, "worker has not finished registering");
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    if (!fenced_.empty()) {
-      return Error(grpc::StatusCode::FAILED_PRECONDITION,
-                   absl::StrCat("this worker is fenced off: ", fenced_));
-    }
-  }
-  if (epoch == epoch_) return grpc::Status::OK;
-  return Error(grpc::StatusCode::ABORTED,
-               absl::StrCat("coordinator epoch ", epoch, " is not this worker's ", epoch_));
-}
-
-grpc::Status WorkerService::CheckGroupEpoch(uint64_t group_epoch, const std::string& what) {
-  absl::MutexLock lock(&mu_);
-  return CheckGroupEpochLocked(group_epoch, what);
-}
-
-grpc::Status WorkerService::CheckGroupEpochLocked(uint64_t group_epoch, const std::string& what) {
-  if (group_epoch == group_epoch_) return grpc::Status::OK;
-  return Error(grpc::StatusCode::FAILED_PRECONDITION,
-               absl::StrCat(what, " of group epoch ", group_epoch, " refused: this worker is at ",
-                            "group epoch ", group_epoch_,
-                            group_epoch < group_epoch_ ? " (the call's epoch is fenced off)"
-                                                       : " (not initialised for that epoch)"));
-}
-
-void WorkerService::EndGroupWork(const std::string& reason) {
-  group_abort_->Abort(reason);
-  if (steps_context_ != nullptr) steps_context_->TryCancel();
-}
-
-void WorkerService::Fence(const std::string& reason) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (!fenced_.empty()) return;
-    fenced_ = reason.empty() ? "fenced" : reason;
-    EndGroupWork(absl::StrCat("this worker is fenced off: ", fenced_));
-  }
-  WEIR_LOG(WARNING) << "rank " << rank_ << " fenced off: " << reason;
-  if (hooks_.set_serving) hooks_.set_serving(false);
-}
-
-grpc::Status WorkerService::ResetForNewGroup(uint64_t group_epoch) {
-  // Init ended the old group's work (EndGroupWork) and waited for its Steps
-  // stream and LoadWeights calls to return.
-  if (steps_active_ || loads_active_ > 0) {
-    return Error(grpc::StatusCode::UNAVAILABLE,
-                 absl::StrCat("Init of group epoch ", group_epoch, ": the ",
-                              steps_active_ ? "Steps stream" : "LoadWeights call",
-                              " of group epoch ", group_epoch_, " is still running"));
-  }
-  WEIR_LOG(WARNING) << "rank " << rank_ << ": leaving group epoch " << group_epoch_
-                    << " for " << group_epoch
-                    << ": dropping the model, the KV pool and the communicators";
-  if (hooks_.set_serving) hooks_.set_serving(false);
-  // Users before what they use (the executor holds KV blocks and the model;
-  // the model and the staging plane use the communicators, which use UCX).
-  executor_.reset();
-  kv_pool_.reset();
-  device_decoder_.reset();
-  grammar_.reset();
-  staging_comm_.reset();
-  staged_experts_ = {};
-  staged_version_ = 0;
-  staging_table_.clear();
-  ep_executor_ = nullptr;
-  model_runtime_.reset();
-  checkpoint_.reset();
-  communicator_.reset();
-  staging_ucx_.reset();
-  ucx_.reset();
-  group_abort_ = std::make_unique<parallel::AbortSignal>();  // the new group's
-  nccl_unique_id_.clear();
-  model_.reset();
-  experts_.reset();
-  map_broken_ = absl::OkStatus();
-  initialized_ = false;
-  return grpc::Status::OK;
 }
 
 grpc::Status WorkerService::Init(grpc::ServerContext* context, const v1::InitRequest* request,
@@ -806,121 +725,6 @@ grpc::Status WorkerService::Steps(grpc::ServerContext* context,
   steps_active_ = false;
   steps_context_ = nullptr;
   return outcome;
-}
-
-grpc::Status WorkerService::PrepareExpertMap(grpc::ServerContext* context,
-                                             const v1::PrepareExpertMapRequest* request,
-                                             v1::PrepareExpertMapResponse* response) {
-  if (grpc::Status s = CheckEpoch(request->coordinator_epoch()); !s.ok()) return s;
-  if (grpc::Status s = CheckGroupEpoch(request->group_epoch(), "PrepareExpertMap"); !s.ok()) {
-    return s;
-  }
-  absl::MutexLock staging_lock(&staging_mu_);
-  ExpertMap current;
-  int world = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    if (!experts_.has_value()) {
-      return Error(grpc::StatusCode::FAILED_PRECONDITION,
-                   "no expert map: model not loaded or has no routed experts");
-    }
-    if (!map_broken_.ok()) return ToGrpcStatus(map_broken_);
-    if (absl::Status s = experts_->Prepare(FromProto(request->map()), world_size_); !s.ok()) {
-      return ToGrpcStatus(s);
-    }
-    current = experts_->committed();
-    world = world_size_;
-  }
-  const ExpertMap next = FromProto(request->map());
-  staged_version_ = 0;
-  staged_experts_ = {};
-  const absl::Time start = absl::Now();
-  if (world > 1) {
-    if (staging_comm_ == nullptr) {
-      if (staging_ucx_ == nullptr || static_cast<int>(staging_table_.size()) != world) {
-        return Error(grpc::StatusCode::FAILED_PRECONDITION, "no expert staging plane");
-      }
-      for (const std::string& address : staging_table_) {
-        if (address.empty()) {
-          return Error(grpc::StatusCode::FAILED_PRECONDITION,
-                       "a peer announced no expert staging address");
-        }
-      }
-      // Collective: every rank's PrepareExpertMap connects here the first time.
-      absl::StatusOr<std::unique_ptr<parallel::UcxCommunicator>> comm =
-          parallel::UcxCommunicator::Create(
-              *staging_ucx_, Rank(rank_), staging_table_,
-              {.timeout = options_.collective_timeout, .abort = group_abort_.get()});
-      if (!comm.ok()) return ToGrpcStatus(comm.status());
-      if (absl::Status s = (*comm)->Barrier(); !s.ok()) return ToGrpcStatus(s);
-      staging_comm_ = std::move(*comm);
-    }
-    const std::vector<model::ExpertMove> moves =
-        model::PlanExpertMoves(ToPlacement(current, world), ToPlacement(next, world));
-    absl::StatusOr<model::StagedExperts> staged = model::ExchangeExperts(
-        *staging_comm_, moves, model_runtime_->weights(), current.num_layers);
-    if (!staged.ok()) return ToGrpcStatus(staged.status());
-    staged_experts_ = std::move(*staged);
-  }
-  staged_version_ = next.version;
-  response->set_prepared_version(next.version);
-  response->set_bytes_staged(staged_experts_.bytes_received);
-  WEIR_LOG(INFO) << "rank " << rank_ << " prepared expert map " << next.version << ": "
-                 << staged_experts_.experts.size() << " experts received ("
-                 << staged_experts_.bytes_received << " bytes) in "
-                 << absl::ToDoubleMilliseconds(absl::Now() - start) << " ms";
-  return grpc::Status::OK;
-}
-
-absl::Status WorkerService::CommitStaged(uint64_t version) {
-  absl::MutexLock staging_lock(&staging_mu_);
-  absl::MutexLock lock(&mu_);
-  if (!experts_.has_value()) {
-    return absl::FailedPreconditionError("no expert map: model not loaded");
-  }
-  if (experts_->committed().version == version) return absl::OkStatus();
-  if (experts_->staged_version() != version || staged_version_ != version) {
-    return absl::AbortedError(absl::StrCat("expert map ", version,
-                                           " was not prepared on this rank (committed ",
-                                           experts_->committed().version, ")"));
-  }
-  if (ep_executor_ != nullptr) {
-    // The staged map's placement: ExpertMapState validated it at prepare.
-    absl::StatusOr<ExpertMap> next = experts_->staged();
-    if (!next.ok()) return next.status();
-    RETURN_IF_ERROR(model::InstallPlacement(*model_runtime_, *ep_executor_,
-                                            ToPlacement(*next, world_size_),
-                                            std::move(staged_experts_)));
-    // The device decoder takes its new slots' experts from the model's
-    // weights, which hold them now.
-    if (device_decoder_ != nullptr) {
-      RETURN_IF_ERROR(device_decoder_->SetPlacement(ToPlacement(*next, world_size_)));
-    }
-  }
-  staged_experts_ = {};
-  staged_version_ = 0;
-  RETURN_IF_ERROR(experts_->Commit(version));
-  WEIR_LOG(INFO) << "rank " << rank_ << " switched to expert map " << version;
-  return absl::OkStatus();
-}
-
-grpc::Status WorkerService::CommitExpertMap(grpc::ServerContext* context,
-                                            const v1::CommitExpertMapRequest* request,
-                                            v1::CommitExpertMapResponse* response) {
-  if (grpc::Status s = CheckGroupEpoch(request->group_epoch(), "CommitExpertMap"); !s.ok()) {
-    return s;
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    if (steps_active_) {
-      return Error(grpc::StatusCode::FAILED_PRECONDITION,
-                   "a Steps stream is open: commits ride on StepPlan.commit_expert_map");
-    }
-  }
-  if (absl::Status s = CommitStaged(request->version()); !s.ok()) return ToGrpcStatus(s);
-  absl::MutexLock lock(&mu_);
-  response->set_committed_version(experts_->committed().version);
-  return grpc::Status::OK;
 }
 
 grpc::Status WorkerService::Shutdown(grpc::ServerContext* context,
