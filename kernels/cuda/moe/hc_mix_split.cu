@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/launch_status.h"
+#include "kernels/cuda/moe/hc_mix_args.cuh"
 #include "kernels/cuda/moe/hc_mix_split.cuh"
 #include "kernels/cuda/moe/hc_mix_split.h"
 
@@ -42,19 +43,7 @@ absl::Status HcMixSplitK(const HcMixParams& p, const HcMixSplitScratch& scratch,
         "at most ",
         65535 * kHcMixTokensPerCta, " tokens, non-null arrays and scratch)"));
   }
-  const moe::HcMixKernelArgs args{.x = p.x,
-                                  .hc_fn = p.hc_fn,
-                                  .mixes = nullptr,
-                                  .scale = p.scale,
-                                  .base = p.base,
-                                  .pre = p.pre,
-                                  .post = p.post,
-                                  .comb = p.comb,
-                                  .dim = p.dim,
-                                  .n = p.hc_mult,
-                                  .iters = p.sinkhorn_iters,
-                                  .hc_eps = p.hc_eps,
-                                  .norm_eps = p.norm_eps};
+  const moe::HcMixKernelArgs args = moe::HcMixArgsOf(p, nullptr);
   const dim3 grid(static_cast<unsigned>(Splits(p.hc_mult, p.dim)),
                   static_cast<unsigned>(Groups(p.tokens)));
   constexpr int kThreads = moe::kHcSplitThreads;

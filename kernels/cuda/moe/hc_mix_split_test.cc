@@ -15,15 +15,9 @@ namespace {
 using moe_test::BitMismatches;
 using moe_test::DeviceBuffer;
 using moe_test::MaxAbsError;
+using moe_test::NormalVector;
 using moe_test::RelativeError;
 using moe_test::Synced;
-
-std::vector<float> Random(size_t size, float stddev, std::mt19937& rng) {
-  std::normal_distribution<float> normal(0.0f, stddev);
-  std::vector<float> v(size);
-  for (float& x : v) x = normal(rng);
-  return v;
-}
 
 // One problem on the device: inputs, outputs and the split scratch.
 struct Problem {
@@ -31,9 +25,9 @@ struct Problem {
       : tokens(tokens), n(n), dim(dim) {
     std::mt19937 rng(seed);
     const int64_t n_mix = (2 + n) * n;
-    x = Random(tokens * n * dim, 1.0f, rng);
-    fn = Random(n_mix * n * dim, 0.05f, rng);
-    base = Random(n_mix, 0.5f, rng);
+    x = NormalVector(tokens * n * dim, 1.0f, rng);
+    fn = NormalVector(n_mix * n * dim, 0.05f, rng);
+    base = NormalVector(n_mix, 0.5f, rng);
   }
   int64_t tokens;
   int n;

@@ -6,6 +6,7 @@
 #include "kernels/cuda/moe/mhc.cuh"
 #include "kernels/cuda/moe/mhc.h"
 #include "kernels/cuda/launch_status.h"
+#include "kernels/cuda/moe/hc_mix_args.cuh"
 
 namespace weir::kernels::cuda {
 
@@ -38,19 +39,7 @@ absl::Status HcMix(const HcMixParams& p, cudaStream_t stream) {
         ", iters ", p.sinkhorn_iters, "; needs 1 <= hc_mult <= ", kHcMaxMult,
         ", iters >= 1, non-null arrays)"));
   }
-  const moe::HcMixKernelArgs args{.x = p.x,
-                                  .hc_fn = p.hc_fn,
-                                  .mixes = p.mixes,
-                                  .scale = p.scale,
-                                  .base = p.base,
-                                  .pre = p.pre,
-                                  .post = p.post,
-                                  .comb = p.comb,
-                                  .dim = p.dim,
-                                  .n = p.hc_mult,
-                                  .iters = p.sinkhorn_iters,
-                                  .hc_eps = p.hc_eps,
-                                  .norm_eps = p.norm_eps};
+  const moe::HcMixKernelArgs args = moe::HcMixArgsOf(p, p.mixes);
   constexpr int kThreads = 256;
   moe::HcMixKernel<kThreads><<<static_cast<unsigned>(p.tokens), kThreads, 0, stream>>>(args);
   return LaunchStatus("HcMix");

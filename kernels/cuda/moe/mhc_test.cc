@@ -15,6 +15,7 @@ namespace {
 using moe_test::BitMismatches;
 using moe_test::DeviceBuffer;
 using moe_test::MaxAbsError;
+using moe_test::NormalVector;
 using moe_test::RelativeError;
 using moe_test::Synced;
 
@@ -23,22 +24,15 @@ struct HcCase {
   int n;
 };
 
-std::vector<float> Random(size_t size, float stddev, std::mt19937& rng) {
-  std::normal_distribution<float> normal(0.0f, stddev);
-  std::vector<float> v(size);
-  for (float& x : v) x = normal(rng);
-  return v;
-}
-
 TEST(HcMixCudaTest, MatchesTheCpuReference) {
   for (const HcCase& c : {HcCase{1, 64, 4}, HcCase{7, 1000, 4}, HcCase{33, 256, 1},
                           HcCase{3, 4096, 4}, HcCase{5, 96, 8}}) {
     std::mt19937 rng(c.tokens * 1000 + c.dim + c.n);
     const int64_t n = c.n, n_mix = (2 + n) * n;
-    const std::vector<float> x = Random(c.tokens * n * c.dim, 1.0f, rng);
-    const std::vector<float> fn = Random(n_mix * n * c.dim, 0.05f, rng);
+    const std::vector<float> x = NormalVector(c.tokens * n * c.dim, 1.0f, rng);
+    const std::vector<float> fn = NormalVector(n_mix * n * c.dim, 0.05f, rng);
     const std::vector<float> scale = {0.8f, 1.2f, 2.0f};
-    const std::vector<float> base = Random(n_mix, 0.5f, rng);
+    const std::vector<float> base = NormalVector(n_mix, 0.5f, rng);
     const cpu::HcParams params{.hc_mult = c.n, .sinkhorn_iters = 20, .hc_eps = 1e-6f,
                                .norm_eps = 1e-20f};
     std::vector<float> pre(c.tokens * n), post(c.tokens * n), comb(c.tokens * n * n);
@@ -116,11 +110,11 @@ TEST(HcCollapseExpandCudaTest, BitIdenticalToTheCpu) {
     for (bool bf16 : {false, true}) {
       std::mt19937 rng(c.tokens * 77 + c.dim + c.n + bf16);
       const int64_t n = c.n;
-      const std::vector<float> x = Random(c.tokens * n * c.dim, 1.0f, rng);
-      const std::vector<float> y = Random(c.tokens * c.dim, 1.0f, rng);
-      const std::vector<float> pre = Random(c.tokens * n, 0.5f, rng);
-      const std::vector<float> post = Random(c.tokens * n, 0.5f, rng);
-      const std::vector<float> comb = Random(c.tokens * n * n, 0.3f, rng);
+      const std::vector<float> x = NormalVector(c.tokens * n * c.dim, 1.0f, rng);
+      const std::vector<float> y = NormalVector(c.tokens * c.dim, 1.0f, rng);
+      const std::vector<float> pre = NormalVector(c.tokens * n, 0.5f, rng);
+      const std::vector<float> post = NormalVector(c.tokens * n, 0.5f, rng);
+      const std::vector<float> comb = NormalVector(c.tokens * n * n, 0.3f, rng);
       std::vector<float> want_in(c.tokens * c.dim), want_out(x.size());
       ASSERT_TRUE(cpu::HcCollapse(x, pre, c.tokens, c.n, c.dim, bf16, want_in).ok());
       ASSERT_TRUE(cpu::HcExpand(x, y, post, comb, c.tokens, c.n, c.dim, bf16, want_out).ok());

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -52,6 +53,14 @@ inline int64_t BitMismatches(const std::vector<float>& a, const std::vector<floa
     n += x != y;
   }
   return n + static_cast<int64_t>(a.size() > b.size() ? a.size() - b.size() : b.size() - a.size());
+}
+
+// `size` draws of N(0, stddev^2) from `rng`.
+inline std::vector<float> NormalVector(size_t size, float stddev, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, stddev);
+  std::vector<float> v(size);
+  for (float& x : v) x = normal(rng);
+  return v;
 }
 
 // Waits for the device and reports the first pending error.
