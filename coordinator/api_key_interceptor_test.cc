@@ -129,7 +129,9 @@ TEST(ApiKeyInterceptorTest, ServerRefusesWithoutTheKeyAndTheHandlerDoesNothing) 
   // The refused calls' handlers (if they ran at all) saw an empty request.
   s->server.server->Shutdown(DeadlineIn(std::chrono::seconds(2)));
   for (const std::string& id : s->service.seen()) {
-    if (id != "r1") EXPECT_EQ(id, "");
+    if (id != "r1") {
+      EXPECT_EQ(id, "");
+    }
   }
   std::vector<std::string> seen = s->service.seen();
   EXPECT_EQ(std::count(seen.begin(), seen.end(), "r1"), 1);

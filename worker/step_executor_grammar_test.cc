@@ -223,7 +223,9 @@ TEST(StepExecutorGrammarTest, RegexChoiceAndEbnfOutputsMatch) {
     for (const Generated& g : Generate(c, Seeds(100 + i), kMaxTokens)) {
       ASSERT_TRUE(g.status.ok()) << regexes[i] << ": " << g.status;
       EXPECT_TRUE(g.finished) << regexes[i] << ": " << g.text;
-      if (g.finished) EXPECT_TRUE(std::regex_match(g.text, re)) << regexes[i] << ": " << g.text;
+      if (g.finished) {
+        EXPECT_TRUE(std::regex_match(g.text, re)) << regexes[i] << ": " << g.text;
+      }
     }
   }
   const std::vector<std::string> choices = {"red", "green", "blue", "light blue"};
@@ -241,7 +243,9 @@ TEST(StepExecutorGrammarTest, RegexChoiceAndEbnfOutputsMatch) {
   for (const Generated& g : Generate(ebnf, Seeds(300), kMaxTokens)) {
     ASSERT_TRUE(g.status.ok()) << g.status;
     EXPECT_TRUE(g.finished) << g.text;
-    if (g.finished) EXPECT_TRUE(std::regex_match(g.text, list)) << g.text;
+    if (g.finished) {
+      EXPECT_TRUE(std::regex_match(g.text, list)) << g.text;
+    }
   }
 }
 

@@ -367,7 +367,9 @@ TEST(WorkerServiceTest, StepsRunInOrderAndRefuseGaps) {
     EXPECT_EQ(result.step_id(), step);
     EXPECT_EQ(result.error().code(), 0) << result.error().message();
     EXPECT_EQ(result.rows_size(), step >= 1 ? 1 : 0);
-    if (step >= 1) EXPECT_EQ(result.rows(0).tokens_size(), 1);
+    if (step >= 1) {
+      EXPECT_EQ(result.rows(0).tokens_size(), 1);
+    }
   }
   // Expert load on demand: [layers, experts] counts of the rows so far, then reset.
   v1::StepPlan load_plan;

@@ -154,7 +154,9 @@ TEST(BlockManagerTest, RandomEventsNeverLeak) {
       absl::Status s = bm.Allocate(RequestId(next_id), len, prefix);
       ASSERT_EQ(can, s.ok()) << s;
       if (s.ok()) live.push_back(next_id);
-      if (!s.ok()) ASSERT_EQ(bm.num_free_blocks(), free_before);
+      if (!s.ok()) {
+        ASSERT_EQ(bm.num_free_blocks(), free_before);
+      }
       ++next_id;
     } else if (kind == 1) {
       const RequestId id(live[rng() % live.size()]);
@@ -170,7 +172,9 @@ TEST(BlockManagerTest, RandomEventsNeverLeak) {
       bm.OnStepReturned(step++);
     }
     ASSERT_EQ(bm.num_free_blocks() + bm.num_used_blocks(), bm.num_blocks());
-    if (event % 97 == 0) ASSERT_TRUE(bm.VerifyAccounting().ok()) << bm.VerifyAccounting();
+    if (event % 97 == 0) {
+      ASSERT_TRUE(bm.VerifyAccounting().ok()) << bm.VerifyAccounting();
+    }
   }
   for (uint64_t id : live) ASSERT_TRUE(bm.ReleaseAfterStep(RequestId(id), step).ok());
   bm.OnStepReturned(step + 5);

@@ -78,7 +78,9 @@ Outcome Run(const Scenario& sc, bool zero_overhead) {
   LeastLoadedRouter router;
   const std::vector<SeqRequest> batch = MixedBatch();
   for (size_t i = 0; i < batch.size(); ++i) {
-    if (i >= 16) EXPECT_TRUE(driver.Step().ok());
+    if (i >= 16) {
+      EXPECT_TRUE(driver.Step().ok());
+    }
     std::vector<RankLoad> loads;
     for (const auto& r : ranks) loads.push_back(r->Load());
     const Rank rank = *router.Route(batch[i], loads);

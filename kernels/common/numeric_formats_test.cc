@@ -57,7 +57,9 @@ TEST(DecodeTables, MatchLdexpFormulas) {
     } else {
       EXPECT_EQ(E4m3ToFloat(uint8_t(c)), want) << c;
     }
-    if (c < 255) EXPECT_EQ(E8m0ToFloat(uint8_t(c)), std::ldexp(1.0f, c - 127)) << c;
+    if (c < 255) {
+      EXPECT_EQ(E8m0ToFloat(uint8_t(c)), std::ldexp(1.0f, c - 127)) << c;
+    }
   }
   EXPECT_EQ(E4m3ToFloat(0x01), Pow2(-9));
   EXPECT_EQ(E8m0ToFloat(0), Pow2(-127));  // fp32 subnormal, exact

@@ -46,7 +46,9 @@ TEST(Fp8Weight, QuantizeRoundTripAndTileIndependence) {
       const float x = w[r * cols + c];
       const float s = E8m0ToFloat(scales[(r / 32) * 2 + c / 32]);
       ASSERT_LE(std::fabs(out[r * cols + c] - x), std::fabs(x) / 16 + s * std::ldexp(1.0f, -10));
-      if (r >= 32 || c >= 32) ASSERT_LT(s, 0.001f);  // small-valued tiles keep fine scales
+      if (r >= 32 || c >= 32) {
+        ASSERT_LT(s, 0.001f);  // small-valued tiles keep fine scales
+      }
     }
   }
   // Re-quantizing the dequantized weight reproduces the same bytes.

@@ -173,7 +173,9 @@ TEST(GoldenTest, Bf16PathRoutesTheFirstLayersLikeTheBf16Reference) {
     std::vector<int64_t> hist(8, 0);
     for (int i = 0; i < 23 * 2; ++i) ++hist[gate_ids[layer * 46 + i]];
     const bool equal = hist == (*model)->expert_load().layer_counts(layer);
-    if (layer <= 2) EXPECT_TRUE(equal) << "layer " << layer << " routes differently";
+    if (layer <= 2) {
+      EXPECT_TRUE(equal) << "layer " << layer << " routes differently";
+    }
     if (equal && equal_layers == layer) ++equal_layers;
   }
   const std::vector<float> last = g.Get<float>("prefill.last_logits");

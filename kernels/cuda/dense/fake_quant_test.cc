@@ -163,7 +163,9 @@ TEST(FakeQuantCudaTest, QuantizeNvfp4KvIsTheCpuEncoding) {
       for (int i = 0; i < 8; ++i) differing += got_codes[b * 8 + i] != codes[b * 8 + i];
     }
     EXPECT_EQ(differing, 0) << "n " << n;
-    if (n > 16 * 4) EXPECT_GE(nonfinite_blocks, 3);
+    if (n > 16 * 4) {
+      EXPECT_GE(nonfinite_blocks, 3);
+    }
   }
   EXPECT_EQ(QuantizeNvfp4Kv({.x = nullptr, .n = 16}, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
