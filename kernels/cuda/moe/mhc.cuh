@@ -14,7 +14,8 @@ namespace weir::kernels::cuda::moe {
 // are taken by the warps round robin in fmath::LaneSum order; the first warp
 // sums v^2 in double in fmath::LaneSum order, as kernels/cpu
 // HcMixFromProducts does; the first warp then runs the split + Sinkhorn
-// (HcSplitSinkhornWarp, the CPU function's bits). Given the CPU's
+// (HcSplitSinkhornLanes when n * n <= 32, else HcSplitSinkhornWarp; both
+// the CPU function's bits). Given the CPU's
 // products, bit-identical to HcMixFromProducts.
 template <int kThreads>
 __global__ void HcMixKernel(HcMixKernelArgs a) {

@@ -9,9 +9,9 @@
 //     each product: given (HcMixParams::mixes, e.g. from RowStableMatmul) or
 //     summed by a warp in the fmath::LaneSum order; sum(v^2) in double in the
 //     fmath::LaneSum order, as the CPU's HcMixFromProducts
-//   then HcMixFromProducts' scale + split + Sinkhorn, run by one thread in the
-//   CPU's exact operation order (fmath::ExpF / SigmoidF). Given the CPU's
-//   products, bit-identical to HcMixFromProducts; with its own products it
+//   then HcMixFromProducts' scale + split + Sinkhorn on one warp
+//   (moe/hc_sinkhorn.cuh) in the CPU's exact operation order
+//   (fmath::ExpF / SigmoidF). Given the CPU's products, bit-identical to HcMixFromProducts; with its own products it
 //   differs from cpu::HcMix (OpenBLAS sgemm) by the products' order only.
 // HcCollapse / HcExpand: one thread per output element, sums over j in index
 //   order with separate fp32 multiply and add, like the CPU: bit-identical to
