@@ -31,7 +31,7 @@ absl::StatusOr<std::unique_ptr<StepDriver>> StepDriver::Create(
       scheduler::StepTypePolicy::Create(options.policy);
   if (!policy.ok()) return policy.status();
   std::unique_ptr<StepDriver> driver(new StepDriver(options, *policy));
-  for (const std::string& address : worker_addresses) {
+  for (size_t r = 0; r < worker_addresses.size(); ++r) {
     absl::StatusOr<std::unique_ptr<scheduler::RankScheduler>> rank =
         scheduler::RankScheduler::Create(options.rank);
     if (!rank.ok()) return rank.status();
@@ -41,6 +41,7 @@ absl::StatusOr<std::unique_ptr<StepDriver>> StepDriver::Create(
   driver->loads_.resize(worker_addresses.size());
   if (options.kv_check_every_step) driver->kv_mirrors_.resize(worker_addresses.size());
   driver->recent_steps_ns_.assign(64, 0);
+  driver->recent_token_ns_.assign(64, 0);
   driver->thread_ = std::thread([d = driver.get()] { d->Loop(); });
   if (options.step_timeout > absl::ZeroDuration() &&
       options.step_timeout != absl::InfiniteDuration()) {
@@ -151,21 +152,33 @@ int64_t StepDriver::Drain(absl::Duration timeout) {
 }
 
 absl::Duration StepDriver::StepDeadline() const {
-  return std::max(options_.step_timeout, absl::Nanoseconds(recent_max_ns_.load()) * 20);
+  // The floor, 20x the slowest recent step, and 8x the step's tokens at the
+  // slowest recent cost per token (the per-token cost of a small step counts
+  // its fixed overhead too, so this errs long).
+  const absl::Duration by_tokens =
+      absl::Nanoseconds(recent_max_token_ns_.load()) * (8 * wait_tokens_.load());
+  return std::max({options_.step_timeout, absl::Nanoseconds(recent_max_ns_.load()) * 20,
+                   by_tokens});
 }
 
-void StepDriver::WaitOn(size_t rank, uint64_t step) {
+void StepDriver::WaitOn(size_t rank, uint64_t step, int64_t tokens) {
   wait_rank_.store(static_cast<int64_t>(rank));
   wait_step_.store(step);
+  wait_tokens_.store(tokens);
   wait_since_ns_.store(absl::GetCurrentTimeNanos());
 }
 
 void StepDriver::DoneWaiting(bool ok) {
   const int64_t since = wait_since_ns_.exchange(0);
   if (since == 0 || !ok) return;  // a failed wait says nothing of step times
-  recent_steps_ns_[recent_next_] = absl::GetCurrentTimeNanos() - since;
+  const int64_t took = absl::GetCurrentTimeNanos() - since;
+  const int64_t tokens = wait_tokens_.load();
+  recent_steps_ns_[recent_next_] = took;
+  recent_token_ns_[recent_next_] = tokens > 0 ? took / tokens : 0;
   recent_next_ = (recent_next_ + 1) % recent_steps_ns_.size();
   recent_max_ns_.store(*std::max_element(recent_steps_ns_.begin(), recent_steps_ns_.end()));
+  recent_max_token_ns_.store(
+      *std::max_element(recent_token_ns_.begin(), recent_token_ns_.end()));
 }
 
 absl::Status StepDriver::StreamError(size_t r, const char* what) {
@@ -372,9 +385,11 @@ bool StepDriver::Iterate() {
       return false;
     }
     std::vector<std::vector<RequestId>> rows(plans.size());
+    int64_t tokens = 0;
     for (size_t r = 0; r < plans.size(); ++r) {
       for (const scheduler::PlanRow& row : plans[r].rows) {
         rows[r].push_back(row.request);
+        tokens += std::max<int64_t>(1, static_cast<int64_t>(row.input_tokens.size()));
         if (num_queue_deadlines_ == 0) continue;
         auto live = live_.find(row.request);
         if (live != live_.end() && live->second.queue_deadline != absl::InfiniteFuture()) {
@@ -384,6 +399,7 @@ bool StepDriver::Iterate() {
       }
     }
     in_flight_.push_back(std::move(rows));
+    in_flight_tokens_.push_back(tokens);
     ++next_step_;
     // After planning: each request this step admitted is past its queue
     // deadline check; those left waiting past theirs leave the queue.
@@ -479,10 +495,12 @@ absl::Status StepDriver::ReadAndApply() {
   worker_fault_ = true;  // until the scheduler's own books are at stake
   std::vector<std::vector<RequestId>> rows_of = std::move(in_flight_.front());
   in_flight_.erase(in_flight_.begin());
+  const int64_t step_tokens = in_flight_tokens_.front();
+  in_flight_tokens_.erase(in_flight_tokens_.begin());
   uint64_t step_id = 0;
   for (size_t r = 0; r < workers_.size(); ++r) {
     v1::StepResult result;
-    WaitOn(r, next_step_ - in_flight_.size() - 1);
+    WaitOn(r, next_step_ - in_flight_.size() - 1, step_tokens);
     const bool read = workers_[r].stream->Read(&result);
     DoneWaiting(read);
     if (!read) return StreamError(r, "closed its Steps stream");
@@ -684,6 +702,7 @@ void StepDriver::FailAll(const absl::Status& given) {
   live_.clear();
   num_queue_deadlines_ = 0;
   in_flight_.clear();
+  in_flight_tokens_.clear();
   std::vector<std::pair<SeqSubmission, absl::Time>> inbox;
   bool first_failure = false;
   {

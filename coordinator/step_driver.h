@@ -276,8 +276,9 @@ class StepDriver {
   void Watchdog();
   absl::Duration StepDeadline() const;
   // Marks the loop as waiting on worker `rank` for step `step` (Wait) or not
-  // (Done); the watchdog reads these.
-  void WaitOn(size_t rank, uint64_t step);
+  // (Done); the watchdog reads these. `tokens`: the input tokens the step runs
+  // over every rank (0 for a write), which scales its deadline.
+  void WaitOn(size_t rank, uint64_t step, int64_t tokens = 0);
   // `ok`: the wait ended with the read or write done (its time is a step time).
   void DoneWaiting(bool ok);
   // The loop's error for a failed read or write of rank `r`: the deadline
@@ -322,9 +323,16 @@ class StepDriver {
   std::atomic<int64_t> fired_deadline_ns_{0};  // the deadline in force when it fired
   // Durations (ns) of the last 64 completed waits' steps, ring (loop only),
   // and their maximum, published for the watchdog.
+  // Each also as ns per input token (reads only; a step's tokens over all
+  // ranks), whose maximum scales the deadline of a step with many tokens: the
+  // first step after a recovery re-prefills every live request. Both survive
+  // a recovery (the fresh workers run the same model on the same machines).
   std::vector<int64_t> recent_steps_ns_;
+  std::vector<int64_t> recent_token_ns_;
   size_t recent_next_ = 0;
   std::atomic<int64_t> recent_max_ns_{0};
+  std::atomic<int64_t> recent_max_token_ns_{0};
+  std::atomic<int64_t> wait_tokens_{0};
   // Guards replacing workers_ (recovery) against the threads that cancel
   // their streams (watchdog, Stop); the loop reads workers_ without it.
   mutable absl::Mutex streams_mu_;
@@ -358,6 +366,7 @@ class StepDriver {
   std::vector<KvMirror> kv_mirrors_;
   // Per in-flight step: for each rank, the request of each row.
   std::vector<std::vector<std::vector<RequestId>>> in_flight_;
+  std::vector<int64_t> in_flight_tokens_;  // each in-flight step's input tokens
   uint64_t next_step_ = 0;  // the workers' step ids restart at 0 after a recovery
   int64_t steps_before_recovery_ = 0;
   std::thread thread_;

@@ -74,9 +74,11 @@ bool StepDriver::TryRecover(const absl::Status& cause) {
   }
   deadline_fired_.store(false);
   wait_since_ns_.store(0);
-  std::fill(recent_steps_ns_.begin(), recent_steps_ns_.end(), 0);  // fresh workers
-  recent_max_ns_.store(0);
+  // The step-time history stays: the fresh workers run the same model, and
+  // their first step re-prefills every live request (its deadline scales
+  // with those tokens; a history reset left it at the bare floor).
   in_flight_.clear();
+  in_flight_tokens_.clear();
   // Fresh workers expect step 0 first.
   steps_before_recovery_ += static_cast<int64_t>(next_step_);
   next_step_ = 0;

@@ -317,6 +317,58 @@ TEST_F(StepDriverHungWorkerTest, DeadlineFailsTheLoopNamingTheWorker) {
   EXPECT_EQ(Submit(2, b).code(), absl::StatusCode::kUnavailable);
 }
 
+// Answers every plan after `per_token` for each input token it carries (a row
+// without inputs counts one): a prefill step takes long, decode steps little.
+class TokenPacedWorkerService final : public v1::Worker::Service {
+ public:
+  explicit TokenPacedWorkerService(absl::Duration per_token) : per_token_(per_token) {}
+  grpc::Status Steps(grpc::ServerContext*,
+                     grpc::ServerReaderWriter<v1::StepResult, v1::StepPlan>* stream) override {
+    v1::StepPlan plan;
+    while (stream->Read(&plan)) {
+      int64_t tokens = 0;
+      for (const v1::StepRow& row : plan.rows()) {
+        tokens += std::max(1, row.input_tokens_size());
+      }
+      absl::SleepFor(per_token_ * tokens);
+      if (!stream->Write(Sevens(plan))) break;
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  const absl::Duration per_token_;
+};
+
+// The deadline scales with the step's tokens: after fast one-token steps, a
+// 200-token prefill step that takes twice the floor is no hang (before, a
+// first step re-prefilling every request after a recovery could fire it).
+TEST(StepDriverDeadlineTest, ALongPrefillStepIsNotAHang) {
+  TokenPacedWorkerService worker(absl::Milliseconds(3));
+  absl::StatusOr<StartedServer> started =
+      StartServer(ServerOptions{.address = "127.0.0.1:0"}, {&worker});
+  ASSERT_TRUE(started.ok()) << started.status();
+  StepDriverOptions options = SmallOptions();
+  options.step_timeout = absl::Milliseconds(300);
+  absl::StatusOr<std::unique_ptr<StepDriver>> driver =
+      StepDriver::Create({started->address}, options);
+  ASSERT_TRUE(driver.ok()) << driver.status();
+  Events a, b;
+  ASSERT_TRUE((*driver)->Submit(Submission(1, {100, 101, 102}, 40, a)).ok());
+  ASSERT_TRUE(a.WaitTokens(10));  // step times of one or two tokens recorded
+  std::vector<uint32_t> long_prompt(200);
+  for (size_t i = 0; i < long_prompt.size(); ++i) long_prompt[i] = 100 + i % 50;
+  ASSERT_TRUE((*driver)->Submit(Submission(2, long_prompt, 3, b)).ok());
+  ASSERT_TRUE(b.WaitDone());
+  ASSERT_TRUE(a.WaitDone());
+  EXPECT_TRUE(b.Done()->error.ok()) << b.Done()->error;
+  EXPECT_TRUE(a.Done()->error.ok()) << a.Done()->error;
+  EXPECT_EQ(b.Tokens(), 3);
+  EXPECT_TRUE((*driver)->failure().ok()) << (*driver)->failure();
+  driver->reset();
+  started->server->Shutdown();
+}
+
 TEST_F(StepDriverHungWorkerTest, StopReturnsWithoutADeadline) {
   Start(absl::ZeroDuration());
   Events a;
