@@ -53,7 +53,7 @@ class ParityTest(unittest.TestCase):
                 raise unittest.SkipTest(f"{shard} is not the checkpoint the golden data was made from")
         import export
         from safetensors_io import read_safetensors
-        torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
+        torch.set_num_threads(int(os.environ.get("WEIR_TORCH_THREADS", "1")))
         cls.model, _ = export.import_checkpoint(CKPT)
         cls.model.set_numerics("reference")
         cls.model.eval()
