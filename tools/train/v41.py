@@ -278,7 +278,8 @@ class Attention(nn.Module):
         qr, q = self._query(x, cos, sin)
         kv = self._kv(x, cos, sin)
         pos = torch.arange(S, device=x.device)
-        win = pos[:, None] - W + 1 + torch.arange(min(W, S), device=x.device)  # [S, W]
+        Wk = min(W, S)  # a sequence shorter than the window: its last Wk positions
+        win = pos[:, None] - Wk + 1 + torch.arange(Wk, device=x.device)  # [S, Wk]
         idx = win.unsqueeze(0).expand(B, -1, -1)
         keys = kv
         if r > 0:
