@@ -30,6 +30,8 @@ ABSL_FLAG(std::string, dir, "", "checkpoint directory (config.json, shards, toke
 ABSL_FLAG(std::string, ids, "", "comma-separated prompt token ids");
 ABSL_FLAG(int, steps, 32, "tokens to generate");
 ABSL_FLAG(std::string, precision, "fp32", "activation precision: fp32 or bf16");
+ABSL_FLAG(bool, prompt_rows, false,
+          "also print every prompt row's best id and logit first (\"row <r> <id> <logit>\")");
 
 namespace {
 
@@ -82,6 +84,13 @@ int Run() {
     if (!logits.ok()) {
       WEIR_LOG(ERROR) << logits.status();
       return 1;
+    }
+    if (step == 0 && absl::GetFlag(FLAGS_prompt_rows)) {
+      for (size_t r = 0; r < next.size(); ++r) {
+        const float* row = logits->data() + static_cast<int64_t>(r) * vocab;
+        const int64_t best = std::max_element(row, row + vocab) - row;
+        std::printf("row %zu %lld %.6f\n", r, static_cast<long long>(best), row[best]);
+      }
     }
     pos += static_cast<int64_t>(next.size());
     const float* row = logits->data() + (static_cast<int64_t>(next.size()) - 1) * vocab;
