@@ -30,6 +30,9 @@ ABSL_FLAG(std::string, dir, "", "checkpoint directory (config.json, shards, toke
 ABSL_FLAG(std::string, ids, "", "comma-separated prompt token ids");
 ABSL_FLAG(int, steps, 32, "tokens to generate");
 ABSL_FLAG(std::string, precision, "fp32", "activation precision: fp32 or bf16");
+ABSL_FLAG(int, prefill_chunk, 0,
+          "feed the prompt in chunks of this many tokens (0 = one forward); the model's "
+          "outputs do not depend on it");
 ABSL_FLAG(bool, prompt_rows, false,
           "also print every prompt row's best id and logit first (\"row <r> <id> <logit>\")");
 
@@ -79,6 +82,28 @@ int Run() {
   auto seq = (*model)->NewSequence();
   std::vector<int64_t> next = prompt;
   int64_t pos = 0;
+  if (const int chunk = absl::GetFlag(FLAGS_prefill_chunk);
+      chunk > 0 && static_cast<int64_t>(prompt.size()) > chunk) {
+    // All but the last chunk here; the loop below runs the last one.
+    const int64_t head = (static_cast<int64_t>(prompt.size()) - 1) / chunk * chunk;
+    for (; pos < head; pos += chunk) {
+      auto logits = (*model)->Forward(*seq, std::span(prompt).subspan(pos, chunk), pos);
+      if (!logits.ok()) {
+        WEIR_LOG(ERROR) << logits.status();
+        return 1;
+      }
+      if (absl::GetFlag(FLAGS_prompt_rows)) {
+        for (int r = 0; r < chunk; ++r) {
+          const float* row = logits->data() + static_cast<int64_t>(r) * vocab;
+          const int64_t best = std::max_element(row, row + vocab) - row;
+          std::printf("row %lld %lld %.6f\n", static_cast<long long>(pos + r),
+                      static_cast<long long>(best), row[best]);
+        }
+      }
+    }
+    next.assign(prompt.begin() + head, prompt.end());
+  }
+  const int64_t first_row = pos;
   for (int step = 0; step < absl::GetFlag(FLAGS_steps); ++step) {
     auto logits = (*model)->Forward(*seq, next, pos);
     if (!logits.ok()) {
@@ -89,7 +114,8 @@ int Run() {
       for (size_t r = 0; r < next.size(); ++r) {
         const float* row = logits->data() + static_cast<int64_t>(r) * vocab;
         const int64_t best = std::max_element(row, row + vocab) - row;
-        std::printf("row %zu %lld %.6f\n", r, static_cast<long long>(best), row[best]);
+        std::printf("row %lld %lld %.6f\n", static_cast<long long>(first_row + r),
+                    static_cast<long long>(best), row[best]);
       }
     }
     pos += static_cast<int64_t>(next.size());
