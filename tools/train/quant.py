@@ -43,16 +43,12 @@ def e4m3_round(x: torch.Tensor) -> torch.Tensor:
 
 
 def e2m1_round(x: torch.Tensor) -> torch.Tensor:
-    """Rounds to the e2m1 grid {0, .5, 1, 1.5, 2, 3, 4, 6} (ties to the even code)."""
+    """Rounds to the e2m1 grid {0, .5, 1, 1.5, 2, 3, 4, 6} (ties to the even code);
+    REQUIRES |x| <= 6. The grid steps by 0.5 below 2, by 1 to 4, by 2 to 6, and in each
+    range round-half-even of x / step picks the even code at ties."""
     a = x.abs()
-    # thresholds between neighbours; '<=' where the lower code is even, '<' where odd
-    r = torch.where(a <= 0.25, 0.0, 0.5)
-    r = torch.where(a >= 0.75, 1.0, r)
-    r = torch.where(a > 1.25, 1.5, r)
-    r = torch.where(a >= 1.75, 2.0, r)
-    r = torch.where(a > 2.5, 3.0, r)
-    r = torch.where(a >= 3.5, 4.0, r)
-    r = torch.where(a > 5.0, 6.0, r)
+    r = torch.where(a < 2.0, torch.round(a * 2.0) * 0.5,
+                    torch.where(a < 4.0, torch.round(a), torch.round(a * 0.5) * 2.0))
     return torch.copysign(r, x)
 
 

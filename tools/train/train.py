@@ -40,6 +40,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import export as E  # noqa: E402
+import v41  # noqa: E402
 from v41 import V41Model  # noqa: E402
 from v41_config import V41Config  # noqa: E402
 
@@ -56,7 +57,7 @@ def parse_args(argv=None):
     ap.add_argument("--max_minutes", type=float, default=9.0)
     ap.add_argument("--seq_len", type=int, default=256)
     ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--budget", default="11,3,4",
+    ap.add_argument("--budget", default="8,2,7",
                     help="minutes per phase (backbone,qat,dspark): a phase's step count is fixed "
                          "from the rate of its first steps and kept in the state")
     ap.add_argument("--steps", default="", help="backbone,qat,dspark steps (instead of --budget)")
@@ -66,13 +67,25 @@ def parse_args(argv=None):
                          "and read when RUN_DIR/state.pt is missing")
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--qat_lr", type=float, default=3e-4)
-    ap.add_argument("--dspark_lr", type=float, default=2e-3)
+    ap.add_argument("--dspark_lr", type=float, default=3e-3)
     ap.add_argument("--warmup", type=int, default=200)
     ap.add_argument("--weight_decay", type=float, default=0.1)
     ap.add_argument("--indexer_weight", type=float, default=1.0)
     ap.add_argument("--balance_weight", type=float, default=1e-4)
     ap.add_argument("--bias_rate", type=float, default=1e-3)
-    ap.add_argument("--anchors", type=int, default=8, help="DSpark anchors per sequence")
+    ap.add_argument("--anchors", type=int, default=32, help="DSpark anchors per sequence (distinct)")
+    ap.add_argument("--dspark_warm_start", action=argparse.BooleanOptionalAction, default=True,
+                    help="start the DSpark stages from the trained target layers "
+                         "(dspark_target_layer_ids) and the final norm (once, at the phase start)")
+    ap.add_argument("--dspark_ce_target", choices=("target", "data"), default="target",
+                    help="the CE term's token: the target's argmax (DeepSpec trains on target-"
+                         "generated text, where the next token is the target's own) or the data's")
+    ap.add_argument("--compile", choices=("off", "sinkhorn", "model"), default="off",
+                    help="torch.compile for the training steps: the mHC Sinkhorn only (most of an "
+                         "eager step's kernels) or the model's whole forward; falls back to eager, "
+                         "with a message, if compiling fails")
+    ap.add_argument("--compile_mode", default="default",
+                    help="torch.compile mode, e.g. default or max-autotune-no-cudagraphs")
     ap.add_argument("--eval_batches", type=int, default=16)
     ap.add_argument("--accept_windows", type=int, default=64, help="held-out windows for DSpark")
     ap.add_argument("--eval_only", action="store_true")
@@ -141,45 +154,56 @@ def indexer_loss(indexer):
             continue
         visible = torch.isfinite(out.scores)
         rows = visible.any(-1)
-        if not rows.any():
-            continue
         logp = torch.log_softmax(out.scores.masked_fill(~visible, -1e30), dim=-1)
         tgt = out.target.masked_fill(~visible, 0.0)
         kl = (torch.xlogy(tgt, tgt) - tgt * logp).masked_fill(~visible, 0.0).sum(-1)
-        losses.append(kl[rows].mean())
+        # mean over rows with visible entries, without a host sync (0 when there are none)
+        losses.append((kl * rows).sum() / rows.sum().clamp_min(1))
     return torch.stack(losses).mean() if losses else None
 
 
-def backbone_step(model, ids, args):
-    out = model(ids[:, :-1], want_indexer_targets=args.indexer_weight > 0)
+def backbone_step(model, ids, args, fwd=None):
+    """fwd: the (maybe compiled) forward to call instead of model. parts are detached
+    tensors (read them only when logging: .item() would wait for the GPU every step)."""
+    out = (fwd or model)(ids[:, :-1], want_indexer_targets=args.indexer_weight > 0)
     ce = F.cross_entropy(out.logits.reshape(-1, out.logits.shape[-1]), ids[:, 1:].reshape(-1))
     loss = ce
-    parts = {"ce": ce.item()}
+    parts = {"ce": ce.detach()}
     if args.indexer_weight > 0:
         kl = indexer_loss(out.indexer)
         if kl is not None:
             loss = loss + args.indexer_weight * kl
-            parts["indexer_kl"] = kl.item()
+            parts["indexer_kl"] = kl.detach()
     if args.balance_weight > 0:
         bal = balance_loss(out.routers, model.c.n_activated_experts)
         loss = loss + args.balance_weight * bal
-        parts["balance"] = bal.item()
+        parts["balance"] = bal.detach()
     return loss, parts, out.routers
 
 
 def sample_anchors(B, S, n, bs, gen, device):
-    """Anchor positions p with p + 1 + bs <= S - 1 (the block's targets exist), sorted."""
+    """Anchor positions p with p + 1 + bs <= S - 1 (the block's targets exist), sorted,
+    distinct within a window while n allows."""
     hi = S - bs - 2
-    a = torch.randint(0, hi + 1, (B, n), generator=gen).sort(dim=1).values
+    if n <= hi + 1:
+        a = torch.rand(B, hi + 1, generator=gen).argsort(dim=1)[:, :n].sort(dim=1).values
+    else:
+        a = torch.randint(0, hi + 1, (B, n), generator=gen).sort(dim=1).values
     return a.to(device)
 
 
-def dspark_loss(model, ids, anchors):
-    """Spec 4.8's DSpark loss on anchors [B, A] of the windows ids [B, S]."""
+def dspark_loss(model, ids, anchors, ce_target="target", fwd=None):
+    """Spec 4.8's DSpark loss on anchors [B, A] of the windows ids [B, S].
+
+    Slots as dspark_forward: anchor p, block [t_{p+1}, noise x (bs-1)] at p+1..p+bs, slot i
+    predicts the token at p+2+i; p_target is the target's distribution at position p+1+i
+    (the one that predicts p+2+i); the Markov / confidence prev token is t_{p+1+i}.
+    ce_target "target": the CE token is the target's argmax there (what greedy verification
+    accepts; DeepSpec's data is target-generated), "data": the text's token."""
     c = model.c
     bs = c.dspark_block_size
     with torch.no_grad():
-        out = model(ids)
+        out = (fwd or model)(ids)
         p_all = torch.softmax(out.logits.float(), dim=-1)                     # [B, S, V]
     B, A = anchors.shape
     k = torch.arange(bs, device=ids.device)
@@ -190,6 +214,8 @@ def dspark_loss(model, ids, anchors):
     target_tokens = ids.gather(1, (pos_in + 1).reshape(B, -1)).view(B, A, bs)
     p_target = p_all.gather(1, pos_in.reshape(B, -1, 1).expand(-1, -1, p_all.shape[-1]))
     p_target = p_target.view(B, A, bs, -1)
+    if ce_target == "target":
+        target_tokens = p_target.argmax(-1)
     d = model.dspark_forward(out.main_hidden.detach(), anchors, block, prev_ids=tokens_in)
     logp = torch.log_softmax(d.logits.float(), dim=-1)
     ce = -logp.gather(-1, target_tokens[..., None]).squeeze(-1)              # [B, A, bs]
@@ -199,10 +225,42 @@ def dspark_loss(model, ids, anchors):
     w = torch.exp(-k.float() / 4.0)
     per = 0.1 * ce + 0.9 * l1 + 1.0 * bce
     loss = (per * w).sum(-1).mean() / w.sum()
-    parts = {"ce": (ce * w).sum(-1).mean().item() / w.sum().item(),
-             "l1": (l1 * w).sum(-1).mean().item() / w.sum().item(),
-             "accept_soft": accept.mean().item(), "bce": bce.mean().item()}
+    with torch.no_grad():
+        parts = {"ce": (ce * w).sum(-1).mean() / w.sum(), "l1": (l1 * w).sum(-1).mean() / w.sum(),
+                 "accept_soft": accept.mean(), "bce": bce.mean(),
+                 "top1_agree": (logp.argmax(-1) == p_target.argmax(-1)).float().mean()}
     return loss, parts, d.routers
+
+
+def dspark_warm_start(model):
+    """Stage s starts as target layer dspark_target_layer_ids[s] (the last id for extra
+    stages): every tensor of the same name and shape (attention, mHC, norms, shared
+    expert), the first n routed experts and their gate rows; the last stage's norm from the
+    final norm. main_proj / main_norm, the Markov and confidence heads stay as initialised;
+    the routing biases start at zero."""
+    c, copied = model.c, 0
+    ids = c.dspark_target_layer_ids or [c.n_layers - 1]
+    with torch.no_grad():
+        for s, stage in enumerate(model.mtp):
+            src = model.layers[ids[min(s, len(ids) - 1)]].state_dict()
+            n = len(stage.ffn.experts)
+            for name, t in stage.state_dict().items():
+                if name.endswith("gate.bias") or name.endswith("gate.bias_vl"):
+                    t.zero_()
+                    continue
+                if name.startswith("ffn.experts."):
+                    if int(name.split(".")[2]) >= n:
+                        continue
+                v = src.get(name)
+                if v is None:
+                    continue
+                if name == "ffn.gate.weight":
+                    v = v[:n]
+                if v.shape == t.shape:
+                    t.copy_(v)
+                    copied += 1
+        model.mtp[-1].norm.weight.copy_(model.norm.weight)
+    return copied
 
 
 def lr_at(step, total, base, warmup):
@@ -352,6 +410,18 @@ def main(argv=None):
         train.rng = np.random.default_rng(args.seed + 1000 * state["phase"] + state["step"])
         print(f"resumed: phase {PHASES[min(state['phase'], 2)]} step {state['step']}", flush=True)
     gen = torch.Generator().manual_seed(args.seed + state["step"])
+    compiled = None
+    if args.compile != "off" and not args.eval_only:
+        try:
+            if args.compile == "model":
+                compiled = torch.compile(model, mode=args.compile_mode)
+            else:
+                v41.set_sinkhorn(torch.compile(v41.sinkhorn_split, mode=args.compile_mode,
+                                               dynamic=True))
+                compiled = model
+        except Exception as e:  # noqa: BLE001
+            print(f"torch.compile unavailable ({e}); eager", flush=True)
+            v41.set_sinkhorn(None)
     log = open(os.path.join(args.out, "train.log"), "a")
 
     while not args.eval_only and state["phase"] < len(PHASES):
@@ -367,6 +437,11 @@ def main(argv=None):
             opt.load_state_dict(saved["opt"])
         saved = None
         warmup = args.warmup if phase == "backbone" else args.warmup // 4
+        if phase == "dspark" and args.dspark_warm_start and not state.get("dspark_warm_started"):
+            n = dspark_warm_start(model)
+            state["dspark_warm_started"] = True
+            print(f"dspark: stages warm-started from layers {cfg.dspark_target_layer_ids} "
+                  f"({n} tensors)", flush=True)
         model.train()
         t_phase = time.time()
         t_rate, step_rate = None, state["step"]
@@ -394,22 +469,34 @@ def main(argv=None):
             if phase == "dspark":
                 anchors = sample_anchors(ids.shape[0], ids.shape[1], args.anchors,
                                          cfg.dspark_block_size, gen, args.device)
-                loss, parts, routers = dspark_loss(model, ids, anchors)
+                step_fn = lambda f: dspark_loss(model, ids, anchors, args.dspark_ce_target, f)
                 gate_list = gates(model, dspark=True)
             else:
-                loss, parts, routers = backbone_step(model, ids, args)
+                step_fn = lambda f: backbone_step(model, ids, args, f)
                 gate_list = gates(model, dspark=False)
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            if compiled is not None:
+                try:
+                    loss, parts, routers = step_fn(compiled)
+                    loss.backward()
+                except Exception as e:  # noqa: BLE001 - any compile failure: go on eagerly
+                    print(f"torch.compile failed ({type(e).__name__}: {str(e)[:300]}); "
+                          "continuing eager", flush=True)
+                    compiled = None
+                    v41.set_sinkhorn(None)
+                    opt.zero_grad(set_to_none=True)
+            if compiled is None:
+                loss, parts, routers = step_fn(None)
+                loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(
-                [p for g in opt.param_groups for p in g["params"]], 1.0).item()
+                [p for g in opt.param_groups for p in g["params"]], 1.0)
             opt.step()
             update_biases(gate_list, routers, args.bias_rate)
             state["step"] += 1
             if state["step"] % args.log_every == 0 or state["step"] == total:
                 rate = state["step"] / max(1e-9, time.time() - t_phase)
                 entry = {"phase": phase, "step": state["step"], "loss": loss.item(), "lr": lr,
-                         "grad_norm": grad_norm, **parts}
+                         "grad_norm": grad_norm.item(), **{k: v.item() for k, v in parts.items()}}
                 state["log"].append(entry)
                 line = json.dumps(entry)
                 print(f"{line} ({rate:.2f} steps/s this call)", flush=True)
@@ -419,6 +506,7 @@ def main(argv=None):
         state["step"] = 0
         save_state(state_path, model, None, state)
 
+    v41.set_sinkhorn(None)  # evaluation: eager (other shapes)
     model.eval()
     results = {"config": args.config, "seq_len": args.seq_len}
     for mode in ("float", "qat"):

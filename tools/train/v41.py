@@ -28,6 +28,7 @@ so export.py maps state_dict() entries 1:1 to stored tensors. The MoE routing bi
 """
 
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -84,6 +85,18 @@ def qparam(num: Numerics, p: torch.Tensor, fmt: str) -> torch.Tensor:
     return Q.ste(p, Q.round_bf16) if num.quant and fmt == "bf16" else p
 
 
+def stacked_qweight(lins) -> torch.Tensor:
+    """torch.stack of the QLinears' qweight() [n, out, in], one quantizer call for all
+    (MXFP4 / bf16 quantize along the last dim only, so stacking does not change them)."""
+    first = lins[0]
+    if first.num.quant and first.fmt == "fp8":  # 32x32 tiles: per matrix
+        return torch.stack([lin.qweight() for lin in lins])
+    w = torch.stack([lin.weight for lin in lins])
+    if not first.num.quant or first.fmt == "f32":
+        return w
+    return Q.ste(w, {"mxfp4": Q.fake_fp4_e8m0, "bf16": Q.round_bf16}[first.fmt])
+
+
 class RMSNorm(nn.Module):
     def __init__(self, num: Numerics, dim: int, eps: float):
         super().__init__()
@@ -124,18 +137,25 @@ def apply_rope(x, cos, sin, rd: int, inverse=False):
     return torch.cat([head, rot], dim=-1)
 
 
-def sparse_attn(q, kv, idx, sink, scale):
-    """q [B, S, H, D], kv [B, N, D] (K = V), idx [B, S, K] into kv (-1 = unused),
-    sink [H]. Softmax over the selected keys with exp(sink) in the denominator."""
-    B, S, K = idx.shape
-    valid = idx >= 0
-    g = kv.gather(1, idx.clamp_min(0).reshape(B, S * K, 1).expand(-1, -1, kv.shape[-1]))
-    g = g.view(B, S, K, -1)
-    z = torch.einsum("bshd,bskd->bshk", q, g) * scale
-    z = z.masked_fill(~valid.unsqueeze(2), float("-inf"))
+def masked_attn(q, keys, mask, sink, scale):
+    """q [B, S, H, D], keys [B, N, D] (K = V), mask [B or 1, S, N] bool (True = the query
+    sees the key), sink [H]. Softmax over the visible keys with exp(sink) in the
+    denominator; two batched matmuls (the visible sets are small windows + top-k, but a
+    dense masked product is far cheaper than gathering keys per query at training sizes)."""
+    B, S, H, D = q.shape
+    z = torch.matmul(q.reshape(B, S * H, D), keys.transpose(1, 2)).view(B, S, H, -1) * scale
+    z = z.masked_fill(~mask.unsqueeze(2), float("-inf"))
     z = torch.cat([z, sink.view(1, 1, -1, 1).expand(B, S, -1, 1)], dim=-1)
-    p = torch.softmax(z, dim=-1)[..., :K]
-    return torch.einsum("bshk,bskd->bshd", p, g)
+    p = torch.softmax(z, dim=-1)[..., :-1]
+    return torch.matmul(p.reshape(B, S * H, -1), keys).view(B, S, H, D)
+
+
+def window_mask(S: int, W: int, device) -> torch.Tensor:
+    """[S, S] bool: row i sees keys max(0, i - W + 1)..i (a sequence shorter than the window
+    sees all its earlier positions)."""
+    i = torch.arange(S, device=device)
+    d = i[:, None] - i[None, :]
+    return (d >= 0) & (d < min(W, S))
 
 
 @dataclass
@@ -146,6 +166,8 @@ class FwdState:
     ckv: dict = field(default_factory=dict)       # kv source -> compressed KV [B, T, D]
     index_k: dict = field(default_factory=dict)   # kv source -> index K [B, T, iD]
     topk: dict = field(default_factory=dict)      # index source -> [B, S, k] (-1 unused)
+    cmask: dict = field(default_factory=dict)     # index source -> top-k as a mask [B, S, T]
+    win: Optional[torch.Tensor] = None            # window mask [S, S] (window_mask)
     pool: Optional[torch.Tensor] = None           # candidate mask [B, S, T]
     indexer: dict = field(default_factory=dict)   # index source -> IndexerOut
     want_targets: bool = False
@@ -277,21 +299,18 @@ class Attention(nn.Module):
         cos, sin = cos[:S], sin[:S]
         qr, q = self._query(x, cos, sin)
         kv = self._kv(x, cos, sin)
-        pos = torch.arange(S, device=x.device)
-        Wk = min(W, S)  # a sequence shorter than the window: its last Wk positions
-        win = pos[:, None] - Wk + 1 + torch.arange(Wk, device=x.device)  # [S, Wk]
-        idx = win.unsqueeze(0).expand(B, -1, -1)
-        keys = kv
+        if st.win is None or st.win.shape[0] != S:
+            st.win = window_mask(S, W, x.device)
+        mask, keys = st.win.unsqueeze(0), kv
         if r > 0:
             if role.has_compressor:
                 self._compress(x, st, r)
             if role.has_indexer:
                 self._index(x, qr, q, st)
-            ckv = st.ckv[role.kv_source]
-            cidx = st.topk[role.index_source]
-            keys = torch.cat([kv, ckv], dim=1)
-            idx = torch.cat([idx, torch.where(cidx >= 0, cidx + S, -1)], dim=-1)
-        o = sparse_attn(q, keys, idx, self.attn_sink, c.head_dim ** -0.5)
+            keys = torch.cat([kv, st.ckv[role.kv_source]], dim=1)
+            cmask = st.cmask[role.index_source]
+            mask = torch.cat([mask.expand(B, -1, -1), cmask], dim=-1)
+        o = masked_attn(q, keys, mask, self.attn_sink, c.head_dim ** -0.5)
         return self._output(o, cos, sin)
 
     def _compress(self, x, st, r):
@@ -329,6 +348,9 @@ class Attention(nn.Module):
             ok = (top < lens.view(1, -1, 1)) & (s.gather(-1, top) > float("-inf"))
             top = torch.where(ok, top, -1).sort(dim=-1).values
         st.topk[role.layer] = top
+        # the chosen entries as a mask (-1 = unused goes to a spare last column)
+        cm = torch.zeros(*top.shape[:2], T + 1, dtype=torch.bool, device=x.device)
+        st.cmask[role.layer] = cm.scatter_(-1, torch.where(top >= 0, top, T), True)[..., :T]
         target = None
         if st.want_targets and T > 0:
             with torch.no_grad():
@@ -358,9 +380,7 @@ class Attention(nn.Module):
         keys = torch.cat([ctx, kv], dim=1)  # [B*A, W + bs, D]
         valid = torch.cat([ctx_pos.view(B * A, W) >= 0,
                            torch.ones(B * A, bs, dtype=torch.bool, device=x.device)], dim=1)
-        idx = torch.arange(W + bs, device=x.device).expand(B * A, bs, -1)
-        idx = torch.where(valid.unsqueeze(1), idx, -1)
-        o = sparse_attn(q, keys, idx, self.attn_sink, c.head_dim ** -0.5)
+        o = masked_attn(q, keys, valid.unsqueeze(1), self.attn_sink, c.head_dim ** -0.5)
         return self._output(o, cos, sin)
 
 
@@ -407,24 +427,67 @@ class Expert(nn.Module):
 
 
 class MoE(nn.Module):
+    """Routed experts computed together: their (quantized) weights stacked once per forward.
+    Few experts (dense_max_experts or fewer): every row through every expert as two GEMMs,
+    the routing weight zero for unchosen experts (exactly 0 contributions). More experts:
+    (row, slot) pairs sorted by expert into padded groups and batched matmuls."""
+    dense_max_experts = 16
+
     def __init__(self, num, c: V41Config, role: LayerRole):
         super().__init__()
         assert c.n_shared_experts == 1
+        self.num, self.limit = num, c.swiglu_limit
         self.gate = Gate(num, c, role.n_experts, role.n_active)
         self.experts = nn.ModuleList(Expert(num, c, "mxfp4") for _ in range(role.n_experts))
         self.shared_experts = Expert(num, c, "fp8")
+
+    def _swiglu(self, gate, up):
+        if self.limit > 0:
+            up = up.clamp(-self.limit, self.limit)
+            gate = gate.clamp(max=self.limit)
+        return F.silu(gate) * up
+
+    def _act(self, x):
+        return Q.ste(x, Q.fake_fp8) if self.num.quant and self.experts[0].w1.act_quant else x
+
+    def routed(self, x, idx, w):
+        """sum_k w_k * Expert_{idx_k}(x) for x [N, d], idx / w [N, k] -> [N, d] fp32."""
+        ex = self.experts
+        E, (N, d), k = len(ex), x.shape, idx.shape[1]
+        w1 = stacked_qweight([e.w1 for e in ex])        # [E, I, d]
+        w3 = stacked_qweight([e.w3 for e in ex])
+        w2 = stacked_qweight([e.w2 for e in ex])        # [E, d, I]
+        I = w1.shape[1]
+        xa = self._act(x)
+        if E <= self.dense_max_experts:
+            gu = F.linear(xa, torch.cat([w1, w3], dim=0).reshape(2 * E * I, d)).view(N, 2, E, I)
+            wd = torch.zeros(N, E, dtype=w.dtype, device=x.device).scatter(1, idx, w)
+            h = (self._swiglu(gu[:, 0], gu[:, 1]) * wd.unsqueeze(-1)).reshape(N, E * I)
+            # blocks of 32 along E*I stay inside one expert (I % 32 == 0): same quantization
+            return F.linear(self._act(h), w2.permute(1, 0, 2).reshape(d, E * I))
+        flat = idx.reshape(-1)
+        order = torch.argsort(flat, stable=True)
+        e_sorted = flat[order]
+        counts = torch.zeros(E, dtype=torch.long, device=x.device).scatter_add_(0, flat, torch.ones_like(flat))
+        start = torch.cumsum(counts, 0) - counts
+        slot = torch.arange(N * k, device=x.device) - start[e_sorted]
+        cap = int(counts.max())  # one host sync: the padded group size
+        rows = order.div(k, rounding_mode="floor")
+        buf = xa.new_zeros(E, cap, d).index_put((e_sorted, slot), xa[rows])
+        gate, up = torch.bmm(buf, w1.transpose(1, 2)), torch.bmm(buf, w3.transpose(1, 2))
+        wg = w.new_zeros(E, cap).index_put((e_sorted, slot), w.reshape(-1)[order])
+        h = self._act(self._swiglu(gate, up) * wg.unsqueeze(-1))
+        out = torch.bmm(h, w2.transpose(1, 2))[e_sorted, slot]  # [N*k, d]
+        return torch.zeros(N, d, dtype=out.dtype, device=x.device).index_add(0, rows, out)
 
     def forward(self, x):
         shape = x.shape
         x = x.reshape(-1, shape[-1])
         logits, scores, idx, w = self.gate(x)
-        y = torch.zeros_like(x, dtype=torch.float32)
-        for e, expert in enumerate(self.experts):
-            rows, slot = torch.where(idx == e)
-            if rows.numel():
-                y = y.index_add(0, rows, expert(x[rows], w[rows, slot, None]))
-        y = y + self.shared_experts(x)
-        load = torch.bincount(idx.flatten(), minlength=len(self.experts))
+        y = self.routed(x, idx, w).float() + self.shared_experts(x)
+        flat = idx.flatten()
+        load = torch.zeros(len(self.experts), dtype=torch.long, device=x.device)
+        load = load.scatter_add_(0, flat, torch.ones_like(flat))
         lead = shape[:-1]
         router = RouterOut(logits.view(*lead, -1), scores.view(*lead, -1), idx.view(*lead, -1),
                            w.view(*lead, -1), load)
@@ -471,6 +534,17 @@ def sinkhorn_split(mixes, scale, base, n: int, iters: int, eps: float):
     return pre, post, comb
 
 
+_sinkhorn_fn = sinkhorn_split
+
+
+def set_sinkhorn(fn=None):
+    """Replaces the Sinkhorn function the blocks call (e.g. a torch.compile of
+    sinkhorn_split: 20 tiny iterations are most of the kernels of an eager step); None
+    restores sinkhorn_split."""
+    global _sinkhorn_fn
+    _sinkhorn_fn = fn or sinkhorn_split
+
+
 def hc_collapse(X, pre):
     """[..., n, d] x [..., n] -> [..., d]"""
     return torch.sum(pre.unsqueeze(-1) * X.float(), dim=-2)
@@ -502,7 +576,7 @@ class Block(nn.Module):
         x = X.flatten(-2).float()
         rsqrt = torch.rsqrt(x.square().mean(-1, keepdim=True) + c.norm_eps)
         m = F.linear(x, getattr(self, f"hc_{site}_fn")) * rsqrt
-        return sinkhorn_split(m, getattr(self, f"hc_{site}_scale"), getattr(self, f"hc_{site}_base"),
+        return _sinkhorn_fn(m, getattr(self, f"hc_{site}_scale"), getattr(self, f"hc_{site}_base"),
                               c.hc_mult, c.hc_sinkhorn_iters, c.hc_eps)
 
     @staticmethod
@@ -576,8 +650,10 @@ class V41Model(nn.Module):
     def _ropes(self, n_pos: int, device):
         key = (n_pos, str(device))
         if key not in self._rope:
-            self._rope = {key: {"swa": rope_freqs(self.c, False, n_pos, device),
-                                "cmp": rope_freqs(self.c, True, n_pos, device)}}
+            if len(self._rope) >= 8:
+                self._rope.clear()
+            self._rope[key] = {"swa": rope_freqs(self.c, False, n_pos, device),
+                               "cmp": rope_freqs(self.c, True, n_pos, device)}
         return self._rope[key]
 
     def _embed(self, ids):
@@ -598,7 +674,7 @@ class V41Model(nn.Module):
         heads, detached. A KL(target || softmax(I)) trains the indexer. detach_indexer
         (default) feeds the indexer detached inputs, so that loss trains only the indexer's
         own weights (wq_b, weights_proj, wk, k_norm), as in DeepSeek-V3.2's recipe."""
-        with torch.autocast(ids.device.type, enabled=False) if self.num.exact else _null():
+        with torch.autocast(ids.device.type, enabled=False) if self.num.exact else nullcontext():
             return self._forward(ids, want_indexer_targets, want_block_out, detach_indexer)
 
     def _forward(self, ids, want_targets, want_block_out, detach_indexer):
@@ -635,7 +711,7 @@ class V41Model(nn.Module):
         p+1..p+bs (usually [t_{p+1}, noise, ...]). Block position i predicts the token at
         p+2+i. prev_ids [B, A, bs]: the token before each predicted one (position p+1+i;
         teacher forcing) for the Markov bias and the confidence head; None = base only."""
-        with torch.autocast(main_hidden.device.type, enabled=False) if self.num.exact else _null():
+        with torch.autocast(main_hidden.device.type, enabled=False) if self.num.exact else nullcontext():
             c, first, last = self.c, self.mtp[0], self.mtp[-1]
             B, A, bs = block_ids.shape
             S = main_hidden.shape[1]
@@ -686,11 +762,3 @@ class V41Model(nn.Module):
             conf.append(self.confidence(out.hidden[:, :, i], emb))
             ids.append(li.argmax(dim=-1))
         return torch.stack(ids, -1), torch.stack(logits, 2), torch.stack(conf, -1)
-
-
-class _null:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *a):
-        return False
