@@ -80,16 +80,18 @@ void GenerateCall::Admit() {
           queue_->SetListener([weak] {
             if (std::shared_ptr<GenerateCall> call = weak.lock()) call->Kick();
           });
-          absl::Status submitted;
-          for (size_t i = 0; i < n && submitted.ok(); ++i) {
+          std::vector<SeqSubmission> group;
+          for (size_t i = 0; i < n; ++i) {
             samples_[i].seed = built->seed + i;
             SeqSubmission submission = MakeSubmission(ids_[i], samples_[i], queue_, i);
             // The other samples fork the first one's prefill (not with prompt
-            // logprobs: each sample reports them, from a prefill of its own).
+            // logprobs: each sample reports them, from a prefill of its own);
+            // submitted together, so the loop plans them in one step.
             if (i > 0 && !built->prompt_logprobs.has_value()) submission.request.fork_of = ids_[0];
-            submitted = driver->Submit(std::move(submission));
-            if (submitted.ok()) running_[i] = true;
+            group.push_back(std::move(submission));
           }
+          const absl::Status submitted = driver->SubmitGroup(std::move(group));
+          if (submitted.ok()) running_.assign(n, true);
           if (!submitted.ok()) {
             CancelRunning();
             End(ToApiStatus(submitted));

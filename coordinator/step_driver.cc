@@ -71,43 +71,60 @@ absl::Status StepDriver::failure() const {
 }
 
 absl::Status StepDriver::Submit(SeqSubmission submission) {
-  if (submission.no_tokens) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (!failure_.ok()) return absl::UnavailableError("step loop failed: " + failure_.ToString());
-      if (stopping_) return absl::UnavailableError("server is stopping");
-      if (draining_) return absl::UnavailableError(kDrainingMessage);
+  std::vector<SeqSubmission> one;
+  one.push_back(std::move(submission));
+  return SubmitGroup(std::move(one));
+}
+
+absl::Status StepDriver::SubmitGroup(std::vector<SeqSubmission> group) {
+  if (group.empty()) return absl::OkStatus();
+  const bool no_tokens = group.front().no_tokens;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!failure_.ok()) return absl::UnavailableError("step loop failed: " + failure_.ToString());
+    if (stopping_) return absl::UnavailableError("server is stopping");
+    if (draining_) return absl::UnavailableError(kDrainingMessage);
+    if (!no_tokens) {
+      int64_t tokens = 0;
+      for (const SeqSubmission& sub : group) {
+        tokens += static_cast<int64_t>(sub.request.prompt.size());
+      }
+      if (static_cast<int64_t>(known_.size() + group.size()) > options_.max_requests) {
+        return WithReason(absl::ResourceExhaustedError(absl::StrCat(
+                              "queue full: ", known_.size(), " requests in flight; retry later")),
+                          kReasonQueueFull);
+      }
+      if (known_tokens_ + tokens > options_.max_prompt_tokens) {
+        return WithReason(absl::ResourceExhaustedError(absl::StrCat(
+                              "queue full: ", known_tokens_, " prompt tokens in flight, limit ",
+                              options_.max_prompt_tokens, "; retry later")),
+                          kReasonQueueFull);
+      }
+      for (size_t i = 0; i < group.size(); ++i) {
+        const RequestId id = group[i].request.id;
+        bool repeated = known_.contains(id);
+        for (size_t j = 0; j < i && !repeated; ++j) repeated = group[j].request.id == id;
+        if (repeated) {
+          return absl::AlreadyExistsError(absl::StrCat("request ", id.value(), " is in flight"));
+        }
+      }
+      for (SeqSubmission& sub : group) {
+        const int64_t n = static_cast<int64_t>(sub.request.prompt.size());
+        known_.emplace(sub.request.id, n);
+        known_tokens_ += n;
+        const absl::Time deadline = sub.max_queue_time.has_value()
+                                        ? options_.clock() + *sub.max_queue_time
+                                        : absl::InfiniteFuture();
+        inbox_.emplace_back(std::move(sub), deadline);
+      }
+      return absl::OkStatus();
     }
+  }
+  for (SeqSubmission& sub : group) {
     SeqEvent ended;
     ended.finish = FinishReason::kWorkerEnded;
-    submission.sink(ended);
-    return absl::OkStatus();
+    sub.sink(ended);
   }
-  absl::MutexLock lock(&mu_);
-  if (!failure_.ok()) return absl::UnavailableError("step loop failed: " + failure_.ToString());
-  if (stopping_) return absl::UnavailableError("server is stopping");
-  if (draining_) return absl::UnavailableError(kDrainingMessage);
-  const RequestId id = submission.request.id;
-  const int64_t tokens = static_cast<int64_t>(submission.request.prompt.size());
-  if (static_cast<int64_t>(known_.size()) >= options_.max_requests) {
-    return WithReason(absl::ResourceExhaustedError(absl::StrCat(
-                          "queue full: ", known_.size(), " requests in flight; retry later")),
-                      kReasonQueueFull);
-  }
-  if (known_tokens_ + tokens > options_.max_prompt_tokens) {
-    return WithReason(absl::ResourceExhaustedError(absl::StrCat(
-                          "queue full: ", known_tokens_, " prompt tokens in flight, limit ",
-                          options_.max_prompt_tokens, "; retry later")),
-                      kReasonQueueFull);
-  }
-  if (!known_.emplace(id, tokens).second) {
-    return absl::AlreadyExistsError(absl::StrCat("request ", id.value(), " is in flight"));
-  }
-  known_tokens_ += tokens;
-  const absl::Time deadline = submission.max_queue_time.has_value()
-                                  ? options_.clock() + *submission.max_queue_time
-                                  : absl::InfiniteFuture();
-  inbox_.emplace_back(std::move(submission), deadline);
   return absl::OkStatus();
 }
 

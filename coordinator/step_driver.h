@@ -147,6 +147,12 @@ class StepDriver {
   // scheduler's checks arrives through the sink (as the first event's error),
   // and so does a queue timeout (SeqSubmission::max_queue_time).
   absl::Status Submit(SeqSubmission submission);
+  // Queues the samples of one request together, all or none (the same checks
+  // over the whole group): the loop takes them from the inbox in one step, so
+  // samples 1.. fork sample 0's prefill instead of each prefilling alone when
+  // the loop happened to plan sample 0 before the others arrived.
+  // REQUIRES: `no_tokens` is the same for every submission of the group.
+  absl::Status SubmitGroup(std::vector<SeqSubmission> group);
 
   // Cancels a live request: it finishes with kCancelled (its sink is told)
   // and its KV is freed after the last step that used it returned.

@@ -343,6 +343,53 @@ class TokenPacedWorkerService final : public v1::Worker::Service {
 // The deadline scales with the step's tokens: after fast one-token steps, a
 // 200-token prefill step that takes twice the floor is no hang (before, a
 // first step re-prefilling every request after a recovery could fire it).
+// A request's samples submitted as one group reach the loop together: the
+// others fork the first one's prefill every time (submitted one by one, the
+// loop could plan the first sample's whole prefill before the others came).
+TEST(StepDriverSubmitGroupTest, SamplesSubmittedTogetherForkTheFirstPrefill) {
+  FakeWorkerService worker;
+  absl::StatusOr<StartedServer> started =
+      StartServer(ServerOptions{.address = "127.0.0.1:0"}, {&worker});
+  ASSERT_TRUE(started.ok()) << started.status();
+  absl::StatusOr<std::unique_ptr<StepDriver>> driver =
+      StepDriver::Create({started->address}, SmallOptions());
+  ASSERT_TRUE(driver.ok()) << driver.status();
+  for (int round = 0; round < 20; ++round) {
+    const int64_t forks_before = (*driver)->forks();
+    Events events[3];
+    std::vector<SeqSubmission> group;
+    for (uint64_t i = 0; i < 3; ++i) {
+      SeqSubmission sub = Submission(100 * round + i + 1, {100, 101, 102, 103, 104}, 4, events[i]);
+      if (i > 0) sub.request.fork_of = RequestId(100 * round + 1);
+      group.push_back(std::move(sub));
+    }
+    ASSERT_TRUE((*driver)->SubmitGroup(std::move(group)).ok());
+    for (Events& e : events) {
+      ASSERT_TRUE(e.WaitDone());
+      EXPECT_TRUE(e.Done()->error.ok()) << e.Done()->error;
+      EXPECT_EQ(e.Tokens(), 4);
+    }
+    EXPECT_EQ((*driver)->forks() - forks_before, 2) << "round " << round;
+  }
+  // All or none: a group that does not fit the request limit queues nothing.
+  StepDriverOptions small = SmallOptions();
+  small.max_requests = 2;
+  absl::StatusOr<std::unique_ptr<StepDriver>> tight =
+      StepDriver::Create({started->address}, small);
+  ASSERT_TRUE(tight.ok()) << tight.status();
+  Events late[3];
+  std::vector<SeqSubmission> group;
+  for (uint64_t i = 0; i < 3; ++i) group.push_back(Submission(9000 + i, {100, 101}, 2, late[i]));
+  const absl::Status refused = (*tight)->SubmitGroup(std::move(group));
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  Events alone;
+  EXPECT_TRUE((*tight)->Submit(Submission(9000, {100, 101}, 2, alone)).ok());  // id not taken
+  ASSERT_TRUE(alone.WaitDone());
+  tight->reset();
+  driver->reset();
+  started->server->Shutdown();
+}
+
 TEST(StepDriverDeadlineTest, ALongPrefillStepIsNotAHang) {
   TokenPacedWorkerService worker(absl::Milliseconds(3));
   absl::StatusOr<StartedServer> started =
