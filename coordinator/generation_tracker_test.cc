@@ -7,12 +7,12 @@
 namespace weir::coordinator {
 namespace {
 
-constexpr uint32_t kEos = 1;  // models/tiny: <｜end▁of▁sentence｜>
+constexpr uint32_t kEos = 1;  // models/random/tiny: <｜end▁of▁sentence｜>
 constexpr char kEosText[] = "<｜end▁of▁sentence｜>";
 
 std::unique_ptr<tokenizer::Tokenizer> TinyTokenizer() {
   auto tok = tokenizer::Tokenizer::FromDirectory(std::string(std::getenv("TEST_SRCDIR")) +
-                                                 "/weir/models/tiny");
+                                                 "/weir/models/random/tiny");
   EXPECT_TRUE(tok.ok()) << tok.status();
   return tok.ok() ? std::move(*tok) : nullptr;
 }

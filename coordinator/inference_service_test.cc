@@ -152,7 +152,7 @@ TEST(InferenceServiceTest, GenerateIsUnavailableUntilTheWorkersAreReady) {
 }
 
 std::unique_ptr<tokenizer::Tokenizer> TinyTokenizer() {
-  const std::string dir = std::string(std::getenv("TEST_SRCDIR")) + "/weir/models/tiny/";
+  const std::string dir = std::string(std::getenv("TEST_SRCDIR")) + "/weir/models/random/tiny/";
   auto read = [](const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());

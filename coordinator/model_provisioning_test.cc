@@ -11,7 +11,7 @@ namespace {
 namespace fs = std::filesystem;
 
 TEST(ModelProvisioningTest, GeneratesOnceAndReuses) {
-  const std::string tiny = std::string(std::getenv("TEST_SRCDIR")) + "/weir/models/tiny";
+  const std::string tiny = std::string(std::getenv("TEST_SRCDIR")) + "/weir/models/random/tiny";
   const std::string cache = std::string(std::getenv("TEST_TMPDIR")) + "/cache";
   absl::StatusOr<std::string> first = EnsureWeights(tiny, cache, 0);
   ASSERT_TRUE(first.ok()) << first.status();

@@ -105,10 +105,10 @@ TEST_F(WorkerClientTest, InitAndLoadWeightsCarryTheRequestAndTheResponse) {
   EXPECT_EQ(seen.eplb_address(), "127.0.0.1:9");
 
   v1::LoadWeightsRequest load;
-  load.set_model_dir("models/tiny");
+  load.set_model_dir("models/random/tiny");
   absl::StatusOr<v1::LoadWeightsResponse> loaded = client_->LoadWeights(load, kTimeout);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  EXPECT_EQ(loaded->model_name(), "fake:models/tiny");
+  EXPECT_EQ(loaded->model_name(), "fake:models/random/tiny");
   EXPECT_EQ(loaded->kv_cache().num_blocks(), 100);
 }
 

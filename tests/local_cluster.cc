@@ -154,11 +154,11 @@ std::string SkewedTinyModel(const std::string& name, bool with_tokenizer) {
   std::filesystem::create_directories(dir);
   if (with_tokenizer) {
     for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
-      std::filesystem::copy_file(Runfile(std::string("models/tiny/") + file), dir + "/" + file,
+      std::filesystem::copy_file(Runfile(std::string("models/random/tiny/") + file), dir + "/" + file,
                                  std::filesystem::copy_options::overwrite_existing);
     }
   }
-  std::ifstream in(Runfile("models/tiny/config.json"));
+  std::ifstream in(Runfile("models/random/tiny/config.json"));
   std::stringstream json;
   json << in.rdbuf();
   absl::StatusOr<model::ModelConfig> config = model::ParseModelConfig(json.str());

@@ -66,7 +66,7 @@ std::vector<std::vector<uint32_t>> Prompts() {
 
 void ExpectMatchesReference(Cluster& cluster, uint32_t max_new) {
   absl::StatusOr<std::string> dir =
-      coordinator::EnsureWeights(Runfile("models/tiny"), CacheDir(), 0);
+      coordinator::EnsureWeights(Runfile("models/random/tiny"), CacheDir(), 0);
   ASSERT_TRUE(dir.ok()) << dir.status();
   auto checkpoint = model::Checkpoint::Open(*dir);
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();

@@ -25,7 +25,7 @@ import time
 
 ROOT = os.environ["WEIR_RUNFILES_ROOT"]
 TMP = os.environ["TEST_TMPDIR"]
-MODEL_DIR = os.path.join(ROOT, "models", "tiny")
+MODEL_DIR = os.path.join(ROOT, "models", "random", "tiny")
 
 # Generous: 2 cores shared with other cluster tests.
 STARTUP_TIMEOUT_S = 180
@@ -68,7 +68,7 @@ def _die_with_parent():
 
 
 class Cluster:
-    """coordinator/main on loopback (port 0) with `workers` workers on models/tiny.
+    """coordinator/main on loopback (port 0) with `workers` workers on models/random/tiny.
 
     Subclasses say when the cluster serves (ready) and may release their
     connections before SIGTERM (close). After start(): `address` is the gRPC

@@ -30,7 +30,7 @@ TEST(EngramVocabTest, NormalizesCaseAccentsWidthAndSpaces) {
 }
 
 TEST(EngramVocabTest, TinyTokenizerSharesIdsAmongVariants) {
-  auto tok = Tokenizer::FromJson(ReadRunfile("models/tiny/tokenizer.json"));
+  auto tok = Tokenizer::FromJson(ReadRunfile("models/random/tiny/tokenizer.json"));
   ASSERT_TRUE(tok.ok()) << tok.status();
   auto v = BuildEngramVocab(**tok);
   ASSERT_TRUE(v.ok()) << v.status();

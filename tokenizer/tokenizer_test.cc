@@ -147,11 +147,11 @@ TEST(TokenizerTest, RejectsUnknownFieldsAndComponentsByName) {
 
 TEST(TokenizerTest, LoadsTinyModelDirectory) {
   const std::string dir = std::string(std::getenv("TEST_SRCDIR")) + "/" +
-                          std::getenv("TEST_WORKSPACE") + "/models/tiny";
+                          std::getenv("TEST_WORKSPACE") + "/models/random/tiny";
   auto tok = Tokenizer::FromDirectory(dir);
   ASSERT_TRUE(tok.ok()) << tok.status();
   EXPECT_EQ((*tok)->vocab_size(), 4096);
-  EXPECT_EQ((*tok)->bos_id(), 0);  // models/tiny/config.json: bos 0, eos 1, pad 2
+  EXPECT_EQ((*tok)->bos_id(), 0);  // models/random/tiny/config.json: bos 0, eos 1, pad 2
   EXPECT_EQ((*tok)->eos_id(), 1);
   EXPECT_EQ((*tok)->TokenToId("<｜▁pad▁｜>"), 2);
   auto ids = (*tok)->Encode("Permission is hereby granted", true);

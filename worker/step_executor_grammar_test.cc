@@ -33,7 +33,7 @@ struct Fixture {
   int32_t eos = -1;
 
   Fixture() {
-    const std::string dir = std::string(std::getenv("TEST_SRCDIR")) + "/weir/models/tiny";
+    const std::string dir = std::string(std::getenv("TEST_SRCDIR")) + "/weir/models/random/tiny";
     auto opened = model::GenerateAndOpenCheckpoint(
         dir + "/config.json", std::string(std::getenv("TEST_TMPDIR")) + "/tiny", /*seed=*/5);
     EXPECT_TRUE(opened.ok()) << opened.status();

@@ -20,7 +20,7 @@ std::string TinyModelDir() {
   static const std::string dir = [] {
     const std::string out = std::string(std::getenv("TEST_TMPDIR")) + "/tiny";
     auto opened = model::GenerateAndOpenCheckpoint(
-        std::string(std::getenv("TEST_SRCDIR")) + "/weir/models/tiny/config.json", out, 1);
+        std::string(std::getenv("TEST_SRCDIR")) + "/weir/models/random/tiny/config.json", out, 1);
     EXPECT_TRUE(opened.ok()) << opened.status();
     return out;
   }();

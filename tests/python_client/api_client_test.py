@@ -4,7 +4,7 @@ The stubs are generated from proto/ at test time (run_test.sh); the cluster is
 the real coordinator binary with 2 workers and the EPLB service on the embedded
 tiny model, started once for the module and stopped with SIGTERM at the end.
 Text is checked against the Hugging Face `tokenizers` library reading the same
-models/tiny/tokenizer.json, so the client owns an independent reference for
+models/random/tiny/tokenizer.json, so the client owns an independent reference for
 Tokenize and for the streamed text.
 
 Environment (set by run_test.sh and tests/python_env.sh): WEIR_PYGEN_DIR (generated
@@ -85,7 +85,7 @@ class Cluster(weir_cluster.Cluster):
 
 CLUSTER = None
 HF = None  # The reference tokenizer.
-CONFIG = None  # models/tiny/config.json
+CONFIG = None  # models/random/tiny/config.json
 
 
 def setUpModule():

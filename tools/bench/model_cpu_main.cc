@@ -27,7 +27,7 @@
 #include "worker/model/row_gemm.h"
 #include "worker/model/tiny_checkpoint.h"
 
-ABSL_FLAG(std::string, config, "models/tiny/config.json", "config.json of the model.");
+ABSL_FLAG(std::string, config, "models/random/tiny/config.json", "config.json of the model.");
 ABSL_FLAG(std::string, dir, "", "Where to generate the checkpoint (default: a temp dir).");
 ABSL_FLAG(int, prompt, 128, "Prompt tokens (prefill, one chunk).");
 ABSL_FLAG(int, decode, 64, "Decoded tokens (one forward each).");

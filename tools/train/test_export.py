@@ -58,7 +58,7 @@ class ExportTest(unittest.TestCase):
     def test_round_trip_of_generated_checkpoint(self):
         if not os.path.exists(os.path.join(CKPT, "config.json")):
             self.skipTest(f"no checkpoint at {CKPT} (tools/bazel run //tools:gen_model -- "
-                          "--config=$PWD/models/tiny/config.json --out=<dir> --seed=1)")
+                          "--config=$PWD/models/random/tiny/config.json --out=<dir> --seed=1)")
         import export
         from safetensors_io import read_safetensors
         a, report = export.import_checkpoint(CKPT)
@@ -87,7 +87,7 @@ class ExportTest(unittest.TestCase):
         import export
         from v41 import V41Model
         from v41_config import V41Config
-        cfg = V41Config.load(os.path.join(REPO, "models", "tiny", "config.json"))
+        cfg = V41Config.load(os.path.join(REPO, "models", "random", "tiny", "config.json"))
         torch.manual_seed(0)
         m = V41Model(cfg)
         with torch.no_grad():  # give every tensor non-trivial values, as training would
@@ -95,7 +95,7 @@ class ExportTest(unittest.TestCase):
                 p.add_(torch.randn_like(p) * 0.02)
             for layer in list(m.layers) + list(m.mtp):
                 layer.ffn.gate.bias.uniform_(-0.05, 0.05)
-        with open(os.path.join(REPO, "models", "tiny", "config.json")) as f:
+        with open(os.path.join(REPO, "models", "random", "tiny", "config.json")) as f:
             m.config_text = f.read()
         out = os.path.join(self.tmp, "trained")
         export.export_checkpoint(m, out)

@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import v41  # noqa: E402
 from v41_config import V41Config, layer_roles  # noqa: E402
 
-CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models", "tiny",
+CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models", "random", "tiny",
                       "config.json")
 
 

@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from v41 import V41Model  # noqa: E402
 from v41_config import V41Config  # noqa: E402
 
-CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models", "tiny",
+CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models", "random", "tiny",
                       "config.json")
 
 

@@ -5,7 +5,7 @@ The golden run drove the reference's `model.py` over 39 tokens as a 23-token pre
 attention over the full sequence equals that incremental run, so one full forward of
 V41Model (numerics "reference") must reproduce every stored tensor:
 
-    tools/bazel run //tools:gen_model -- --config=$PWD/models/tiny/config.json \
+    tools/bazel run //tools:gen_model -- --config=$PWD/models/random/tiny/config.json \
         --out=/tmp/weir_tiny_seed1 --seed=1
     python tools/train/test_v41_parity.py [-v]     # WEIR_TINY_CKPT overrides the directory
 
@@ -45,7 +45,7 @@ class ParityTest(unittest.TestCase):
         shard = os.path.join(CKPT, "model-00001-of-00001.safetensors")
         if not os.path.exists(shard):
             raise unittest.SkipTest(f"no tiny checkpoint at {CKPT}: run tools/bazel run //tools:gen_model "
-                                    "-- --config=$PWD/models/tiny/config.json --out=<dir> --seed=1 "
+                                    "-- --config=$PWD/models/random/tiny/config.json --out=<dir> --seed=1 "
                                     "and set WEIR_TINY_CKPT=<dir>")
         import hashlib
         with open(shard, "rb") as f:

@@ -106,7 +106,7 @@ std::string WriteEdited(const std::string& name, const std::vector<TensorDecl>& 
   EXPECT_TRUE(WriteSafetensors(dir + "/model.safetensors", decls,
                                [](const TensorDecl&, std::span<uint8_t>) { return absl::OkStatus(); })
                   .ok());
-  std::filesystem::copy_file("models/tiny/config.json", dir + "/config.json");
+  std::filesystem::copy_file("models/random/tiny/config.json", dir + "/config.json");
   return dir;
 }
 

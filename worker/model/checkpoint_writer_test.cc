@@ -20,7 +20,7 @@ std::string TmpDir(const std::string& name) {
 }
 
 TEST(CheckpointWriterTest, TinyCheckpointLoadsBackThroughTheChecker) {
-  absl::StatusOr<std::string> read = ReadFile("models/tiny/config.json");
+  absl::StatusOr<std::string> read = ReadFile("models/random/tiny/config.json");
   ASSERT_TRUE(read.ok()) << read.status();
   const std::string& json = *read;
   absl::StatusOr<ModelConfig> config = ParseModelConfig(json);
@@ -63,7 +63,7 @@ TEST(CheckpointWriterTest, TinyCheckpointLoadsBackThroughTheChecker) {
 }
 
 TEST(CheckpointWriterTest, DeterministicPerSeedAndIndependentOfSharding) {
-  absl::StatusOr<std::string> read = ReadFile("models/tiny/config.json");
+  absl::StatusOr<std::string> read = ReadFile("models/random/tiny/config.json");
   ASSERT_TRUE(read.ok()) << read.status();
   const std::string& json = *read;
   absl::StatusOr<ModelConfig> config = ParseModelConfig(json);

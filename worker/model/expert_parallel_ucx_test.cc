@@ -34,7 +34,7 @@ std::string FreshDir(const std::string& name) {
 
 const Checkpoint& Tiny() {
   static const Checkpoint* ckpt = [] {
-    auto c = GenerateAndOpenCheckpoint("models/tiny/config.json", FreshDir("tiny"), 11);
+    auto c = GenerateAndOpenCheckpoint("models/random/tiny/config.json", FreshDir("tiny"), 11);
     EXPECT_TRUE(c.ok()) << c.status();
     return c.ok() ? c->release() : nullptr;
   }();

@@ -57,7 +57,7 @@ int64_t Argmax(const float* row, int64_t n) { return std::max_element(row, row +
 const Checkpoint& TinySeed1() {
   static const Checkpoint* ckpt = [] {
     const char* tmp = std::getenv("TEST_TMPDIR");
-    auto c = GenerateAndOpenCheckpoint("models/tiny/config.json",
+    auto c = GenerateAndOpenCheckpoint("models/random/tiny/config.json",
                                        std::string(tmp ? tmp : "/tmp") + "/tiny_golden", 1);
     EXPECT_TRUE(c.ok()) << c.status();
     return c.ok() ? c->release() : nullptr;

@@ -9,7 +9,7 @@ namespace weir::model {
 namespace {
 
 ModelConfig TinyConfig() {
-  std::ifstream in("models/tiny/config.json");
+  std::ifstream in("models/random/tiny/config.json");
   std::ostringstream s;
   s << in.rdbuf();
   absl::StatusOr<ModelConfig> c = ParseModelConfig(s.str());

@@ -1,7 +1,7 @@
 // worker/model/tiny_checkpoint.h
 //
 // Generates a deterministic random checkpoint of a shipped config (e.g.
-// models/tiny/config.json) into a directory and opens it: the fixture of the
+// models/random/tiny/config.json) into a directory and opens it: the fixture of the
 // model tests and of the CPU model benchmark.
 //
 // Thread safety: pure function over the filesystem.

@@ -21,7 +21,7 @@
 
 namespace weir::model {
 
-// The tiny checkpoint of models/tiny/config.json generated with `seed`; lives
+// The tiny checkpoint of models/random/tiny/config.json generated with `seed`; lives
 // until the process ends. A generation failure is a test failure.
 const Checkpoint& TinyCheckpoint(uint64_t seed);
 
