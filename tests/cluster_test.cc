@@ -31,6 +31,10 @@ std::string Runfile(const std::string& path) {
   return std::string(std::getenv("TEST_SRCDIR")) + "/weir/" + path;
 }
 
+// The random-weight tiny: the embedded default is trained, so a long greedy run
+// may end at its end-of-sequence token before max_tokens.
+std::string RandomTiny() { return "--model_dir=" + Runfile("models/random/tiny"); }
+
 // A child process whose stdout the test reads line by line.
 struct Process {
   pid_t pid = -1;
@@ -164,7 +168,7 @@ constexpr absl::Duration kEventDeadline = absl::Seconds(60);
 
 TEST(ClusterTest, LocalClusterStartsDetectsDeathAndStopsCleanly) {
   // Detection only: no replacement group (recovery_test covers that).
-  Process coordinator = Process::Start({Runfile("coordinator/main"), "--listen=127.0.0.1:0",
+  Process coordinator = Process::Start({Runfile("coordinator/main"), "--listen=127.0.0.1:0", RandomTiny(),
                                         "--workers=3", "--health_interval_ms=200",
                                         "--recover_workers=false"});
   const std::string address = coordinator.WaitForLine(kReadyLine, absl::Seconds(60));
@@ -228,7 +232,7 @@ TEST(ClusterTest, LocalClusterStartsDetectsDeathAndStopsCleanly) {
 // SIGTERM with a request in flight: the stream runs to its end (every token,
 // reason MAX_TOKENS), the coordinator then exits 0 and leaves no child behind.
 TEST(ClusterTest, SigtermLetsInFlightRequestsFinish) {
-  Process coordinator = Process::Start({Runfile("coordinator/main"), "--listen=127.0.0.1:0",
+  Process coordinator = Process::Start({Runfile("coordinator/main"), "--listen=127.0.0.1:0", RandomTiny(),
                                         "--workers=1", "--eplb=false", "--drain_timeout_s=60"});
   const std::string address = coordinator.WaitForLine(kReadyLine, absl::Seconds(60));
   ASSERT_FALSE(address.empty()) << "no ready line";
@@ -277,7 +281,7 @@ TEST(ClusterTest, SigtermLetsInFlightRequestsFinish) {
 
 TEST(ClusterTest, ChildrenDieWithAKilledCoordinator) {
   Process coordinator =
-      Process::Start({Runfile("coordinator/main"), "--listen=127.0.0.1:0", "--workers=2"});
+      Process::Start({Runfile("coordinator/main"), "--listen=127.0.0.1:0", RandomTiny(), "--workers=2"});
   ASSERT_FALSE(coordinator.WaitForLine(kReadyLine, absl::Seconds(60)).empty());
   const std::vector<pid_t> children = ChildrenOf(coordinator.pid);
   ASSERT_EQ(children.size(), 3u);
@@ -290,7 +294,7 @@ TEST(ClusterTest, RemoteWorkersRegisterAndFenceThemselvesWhenCoordinatorDies) {
   const std::string address_file = std::string(std::getenv("TEST_TMPDIR")) + "/coordinator.addr";
   // Detection only: without --recover_workers=false the lost rank would be
   // freed for a rejoin (tests/rejoin_test) instead of staying DEAD.
-  Process coordinator = Process::Start({Runfile("coordinator/main"), "--listen=127.0.0.1:0",
+  Process coordinator = Process::Start({Runfile("coordinator/main"), "--listen=127.0.0.1:0", RandomTiny(),
                                         "--expect_workers=2", "--eplb=false",
                                         "--recover_workers=false",
                                         "--address_file=" + address_file});

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -31,6 +32,12 @@ Cluster::Cluster(std::vector<std::string> flags) {
   std::vector<std::string> argv = {Runfile("coordinator/main"), "--listen=127.0.0.1:0",
                                    "--model_cache_dir=" + CacheDir(),
                                    "--address_file=" + address_file, "--eplb=false"};
+  // The random-weight tiny unless the test names a model: the embedded default
+  // (models/tiny) is trained, and its outputs move with training.
+  if (std::none_of(flags.begin(), flags.end(),
+                   [](const std::string& f) { return f.rfind("--model_dir=", 0) == 0; })) {
+    argv.push_back("--model_dir=" + Runfile("models/random/tiny"));
+  }
   argv.insert(argv.end(), flags.begin(), flags.end());
   std::vector<char*> args;
   for (std::string& a : argv) args.push_back(a.data());

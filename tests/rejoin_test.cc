@@ -167,6 +167,7 @@ class RemoteCluster {
         absl::StrCat(std::getenv("TEST_TMPDIR"), "/remote", counter_++, ".addr");
     std::vector<std::string> argv = {
         Runfile("coordinator/main"), "--listen=127.0.0.1:0", "--expect_workers=2",
+        "--model_dir=" + Runfile("models/random/tiny"),
         "--eplb=false", "--http_listen=off",
         "--model_cache_dir=" + std::string(std::getenv("TEST_TMPDIR")) + "/models",
         "--address_file=" + address_file};

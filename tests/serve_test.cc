@@ -186,6 +186,7 @@ TEST(ServeTest, OfflineModeRunsAJsonlBatchAndExits) {
                                       "{\"custom_id\": \"b\", \"tokens\": [99999]}\n";
   const std::string command =
       Runfile("coordinator/main") + " --listen=127.0.0.1:0 --eplb=false --workers=1" +
+      " --model_dir=" + Runfile("models/random/tiny") +
       " --model_cache_dir=" + CacheDir() + " --input=" + dir + "/in.jsonl --output=" + dir +
       "/out.jsonl 2>/dev/null";
   ASSERT_EQ(std::system(command.c_str()), 0);

@@ -1,9 +1,12 @@
-// DP x EP at 1, 8 and 64 ranks: the tiny model (8 experts, so at 64 ranks each
+// DP x EP at 1, 8 and 64 ranks: the embedded (trained) tiny model (8 experts, so at 64 ranks each
 // expert has 8 replicas) runs the same batch through the offline mode of
 // //coordinator:main, i.e. real worker processes exchanging MoE tokens over
 // UCX every layer; the greedy tokens of every request must be identical.
 
+#include <sys/wait.h>
+
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
@@ -35,7 +38,16 @@ std::map<std::string, std::vector<uint32_t>> RunBatch(int workers) {
     for (size_t i = lines.size() > 40 ? lines.size() - 40 : 0; i < lines.size(); ++i) {
       tail += lines[i] + "\n";
     }
-    ADD_FAILURE() << "the " << workers << "-rank run exited with " << status << ":\n" << tail;
+    // An empty log was seen once in a loaded suite run (exit status 1, nothing on
+    // stderr): say what the status and the disk looked like.
+    std::error_code ec;
+    const std::filesystem::space_info space = std::filesystem::space(Dir(), ec);
+    ADD_FAILURE() << "the " << workers << "-rank run exited with "
+                  << (WIFEXITED(status) ? absl::StrCat("code ", WEXITSTATUS(status))
+                                        : absl::StrCat("signal ", WTERMSIG(status)))
+                  << "; its log has " << lines.size() << " lines; "
+                  << (ec ? "free disk unknown" : absl::StrCat(space.available >> 20, " MiB free"))
+                  << " under the test's directory:\n" << tail;
   }
   std::map<std::string, std::vector<uint32_t>> tokens;
   std::ifstream in(output);

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -179,6 +180,14 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> StartBenchCluster(const char* argv
                                             "); run through bazel or pass --coordinator_binary"));
   }
   if (runfiles != nullptr) options.env = runfiles->EnvVars();
+  // The random-weight tiny unless a flag names a model: the recorded numbers are on it,
+  // and the trained default ends some generations early at its end-of-sequence token.
+  const bool has_model = std::any_of(
+      options.extra_flags.begin(), options.extra_flags.end(),
+      [](const std::string& f) { return f.rfind("--model_dir=", 0) == 0; });
+  if (!has_model && runfiles != nullptr) {
+    options.extra_flags.push_back("--model_dir=" + runfiles->Rlocation("weir/models/random/tiny"));
+  }
   const char* tmp = std::getenv("TMPDIR");
   options.work_dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/weir_", name, "_bench.XXXXXX");
   if (mkdtemp(options.work_dir.data()) == nullptr) {
