@@ -1,5 +1,6 @@
 #include "base/peer_watchdog.h"
 
+#include <algorithm>
 #include <atomic>
 
 #include "absl/strings/str_cat.h"
@@ -25,7 +26,12 @@ void PeerWatchdog::Loop() {
   auto channel = MakeChannel(address_);
   absl::Time last_seen = absl::Now();
   while (!stop_.WaitForNotificationWithTimeout(interval_)) {
-    const absl::Duration check_timeout = std::min(interval_, absl::Seconds(1));
+    // A slow answer is an answer: the check may take what is left of the timeout (at
+    // least a second), so a peer that is alive but starved of CPU (64 local workers on
+    // two loaded cores) is not declared lost; a stopped or vanished one still is, within
+    // the timeout plus a second.
+    const absl::Duration check_timeout =
+        std::max(absl::Seconds(1), timeout_ - (absl::Now() - last_seen));
     absl::StatusOr<std::string> health =
         CheckHealth(*channel, "", absl::ToChronoMilliseconds(check_timeout));
     if (health.ok()) {
