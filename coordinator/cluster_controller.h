@@ -39,6 +39,9 @@ struct ControllerOptions {
   // workers' own default). Each worker sizes its pool in such blocks and
   // reports it; BringUp records the reports in ClusterState (WorkerRecord::kv).
   int32_t kv_block_tokens = 0;
+  // Speculative decoding: DSpark drafts a speculative row makes, sent to
+  // every worker at LoadWeights (0: off; --speculative, --num_draft_tokens).
+  int32_t num_draft_tokens = 0;
 };
 
 class ClusterController {

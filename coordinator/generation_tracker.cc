@@ -136,6 +136,7 @@ GenerationTracker::Update GenerationTracker::Apply(const SeqEvent& event) {
     const uint32_t token = event.tokens[i];
     if (!first_token_) first_token_ = absl::Now();
     ids_.push_back(token);
+    if (static_cast<int32_t>(i) < event.accepted_drafts) ++accepted_drafts_;
     if (built_.return_token_ids) update.delta.add_token_ids(token);
     if (built_.top_logprobs > 0 && i < event.logprobs.size()) {
       logprobs_.push_back(event.logprobs[i]);
@@ -184,6 +185,7 @@ v1::GenerateEvent::Final GenerationTracker::Final(bool with_full_output) const {
   }
   out.mutable_usage()->set_prompt_tokens(built_.prompt.size());
   out.mutable_usage()->set_completion_tokens(ids_.size());
+  out.mutable_usage()->set_accepted_draft_tokens(accepted_drafts_);
   out.mutable_timings()->set_total_ms(absl::ToDoubleMilliseconds(absl::Now() - start_));
   if (first_token_) {
     out.mutable_timings()->set_ttft_ms(absl::ToDoubleMilliseconds(*first_token_ - start_));

@@ -102,6 +102,8 @@ class GenerationTracker {
   const absl::Time start_;
   std::optional<absl::Time> first_token_;
   std::vector<uint32_t> ids_;
+  // Of ids_, the accepted DSpark drafts (Usage.accepted_draft_tokens).
+  uint32_t accepted_drafts_ = 0;
   std::string text_;
   v1::FinishReason reason_ = v1::FINISH_REASON_UNSPECIFIED;
   std::string stop_text_;

@@ -52,6 +52,7 @@
 #include "coordinator/step_driver.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/cpp/runfiles/runfiles.h"
+#include "coordinator/speculation_flags.h"
 #include "worker/model/config.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
@@ -79,6 +80,14 @@ ABSL_FLAG(std::string, model_cache_dir, "",
 ABSL_FLAG(uint64_t, weights_seed, 0, "Seed of generated weights (config-only model dirs).");
 ABSL_FLAG(bool, zero_overhead, true,
           "Send plan t+1 before result t arrives (inputs resolved on the worker).");
+ABSL_FLAG(std::string, speculative, "off",
+          "Speculative decoding: off, or dspark (every decode step verifies the DSpark drafts "
+          "of the step before and drafts the next block; greedy and seeded outputs equal "
+          "off's). Requests with a structured-output constraint or logprobs decode one token "
+          "a step either way.");
+ABSL_FLAG(int, num_draft_tokens, 0,
+          "--speculative=dspark: drafts verified per decode step, 1 .. the model's "
+          "dspark_block_size; 0 = the block size.");
 ABSL_FLAG(bool, kv_check_every_step, false,
           "Debug: check every rank's KV books (VerifyAccounting) and a mirror of what each "
           "worker holds after every step's plans and every release; a leaked or "
@@ -221,6 +230,11 @@ StepDriverOptions DriverOptionsFromFlags(const model::ModelConfig& config,
   driver_options.rank.max_prefill_tokens = absl::GetFlag(FLAGS_max_prefill_tokens);
   driver_options.rank.max_decode_batch = absl::GetFlag(FLAGS_max_seqs_per_rank);
   driver_options.rank.max_running_per_tenant = absl::GetFlag(FLAGS_max_running_per_tenant);
+  // Checked against the model at start-up (Run).
+  driver_options.rank.num_draft_tokens =
+      NumDraftTokensFromFlags(absl::GetFlag(FLAGS_speculative),
+                              absl::GetFlag(FLAGS_num_draft_tokens), config)
+          .value_or(0);
   driver_options.policy.prefill_attempt_interval = absl::GetFlag(FLAGS_prefill_attempt_interval);
   driver_options.policy.prefill_any_attempt_interval =
       absl::GetFlag(FLAGS_prefill_any_attempt_interval);
@@ -297,6 +311,12 @@ int Run(int argc, char** argv) {
     std::cerr << "weir: --numerics must be fast or reference\n";
     return 2;
   }
+  absl::StatusOr<int32_t> num_draft_tokens = NumDraftTokensFromFlags(
+      absl::GetFlag(FLAGS_speculative), absl::GetFlag(FLAGS_num_draft_tokens), *config);
+  if (!num_draft_tokens.ok()) {
+    std::cerr << "weir: " << num_draft_tokens.status().message() << "\n";
+    return 2;
+  }
   const int redundant = absl::GetFlag(FLAGS_num_redundant_experts);
   if (redundant < 0 || redundant > 64 * std::max<int64_t>(1, config->n_routed_experts)) {
     std::cerr << "weir: --num_redundant_experts must be in [0, 64 x routed experts]\n";
@@ -324,7 +344,8 @@ int Run(int argc, char** argv) {
                                  .health_interval =
                                      absl::Milliseconds(absl::GetFlag(FLAGS_health_interval_ms)),
                                  .failure_threshold = absl::GetFlag(FLAGS_health_failures),
-                                 .kv_block_tokens = absl::GetFlag(FLAGS_kv_block_tokens)});
+                                 .kv_block_tokens = absl::GetFlag(FLAGS_kv_block_tokens),
+                                 .num_draft_tokens = *num_draft_tokens});
   std::string tokenizer_fingerprint;
   absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> tokenizer =
       LoadTokenizer(model_dir, tokenizer_fingerprint);

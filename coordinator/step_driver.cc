@@ -333,6 +333,10 @@ bool StepDriver::Iterate() {
       auto source = live_.find(*sub.request.fork_of);
       if (source != live_.end()) rank = Rank(source->second.rank);
     }
+    // Draft positions get no grammar mask or logprobs yet: such requests
+    // decode one token a step.
+    sub.request.no_speculation =
+        sub.constraint.kind_case() != v1::StructuredOutput::KIND_NOT_SET || sub.top_logprobs > 0;
     absl::Status added = rank.ok() ? ranks_[rank->value()]->Add(std::move(sub.request))
                                    : rank.status();
     if (!added.ok()) {
@@ -406,7 +410,8 @@ bool StepDriver::Iterate() {
     for (size_t r = 0; r < plans.size(); ++r) {
       for (const scheduler::PlanRow& row : plans[r].rows) {
         rows[r].push_back(row.request);
-        tokens += std::max<int64_t>(1, static_cast<int64_t>(row.input_tokens.size()));
+        tokens += std::max<int64_t>(1, static_cast<int64_t>(row.input_tokens.size())) +
+                  std::max(0, row.draft_tokens);
         if (num_queue_deadlines_ == 0) continue;
         auto live = live_.find(row.request);
         if (live != live_.end() && live->second.queue_deadline != absl::InfiniteFuture()) {
@@ -471,6 +476,7 @@ absl::Status StepDriver::SendPlans(const std::vector<RankStepPlan>& plans,
       for (BlockId block : row.new_blocks) proto->add_new_blocks(block.value());
       proto->set_sample(row.samples);
       if (row.fork_from.has_value()) proto->set_fork_from(row.fork_from->value());
+      if (row.draft_tokens >= 0) proto->set_draft_tokens(static_cast<uint32_t>(row.draft_tokens));
       auto live = live_.find(row.request);
       if (live != live_.end()) {
         *proto->mutable_sampling() = live->second.sampling;
@@ -556,7 +562,9 @@ absl::Status StepDriver::ReadAndApply() {
     for (scheduler::SeqUpdate& update : *updates) {
       auto live = live_.find(update.request);
       if (live == live_.end()) continue;
-      SeqEvent event{.tokens = std::move(update.new_tokens), .finish = update.finish};
+      SeqEvent event{.tokens = std::move(update.new_tokens),
+                     .finish = update.finish,
+                     .accepted_drafts = update.accepted_drafts};
       if (live->second.top_logprobs > 0) {
         // The token of this step's row of the request (OnResult takes the
         // first token of a sampling row); a row without them leaves the

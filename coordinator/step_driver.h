@@ -100,6 +100,8 @@ struct SeqEvent {
   // (an event of its own), the entries of prompt positions 1.. in order.
   std::vector<v1::TokenLogprobs> prompt_logprobs;
   scheduler::FinishReason finish = scheduler::FinishReason::kNone;
+  // The first this many of `tokens` are accepted DSpark drafts.
+  int32_t accepted_drafts = 0;
   // Not OK when the request failed (worker error, NaN logits, lost worker).
   absl::Status error;
   bool done() const { return finish != scheduler::FinishReason::kNone || !error.ok(); }

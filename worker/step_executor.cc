@@ -251,8 +251,10 @@ void StepExecutor::ValidateBlocks(const std::vector<RowPlan>& rows,
     const int64_t held =
         (fresh ? 0 : static_cast<int64_t>(slot.paged->blocks().size())) +
         static_cast<int64_t>(row.new_blocks.size());
-    const int64_t end = row.start_pos + static_cast<int64_t>(row.tokens.size()) +
-                        (row.remap >= 0 ? 1 : 0);
+    // A speculative row writes its verified drafts too (rolled back later).
+    const int64_t begin = fresh || slot.state == nullptr ? row.start_pos : slot.state->length();
+    const int64_t end = begin + static_cast<int64_t>(row.tokens.size()) +
+                        (row.remap >= 0 ? 1 : 0) + UsableDrafts(row, SingleInput(row));
     const int64_t needed = kv_cache::BlocksForPositions(pool_->layout(), end);
     if (needed > held) {
       return RowError(i, absl::StrCat("positions up to ", end, " need ", needed,
@@ -312,11 +314,18 @@ absl::Status StepExecutor::Validate(const std::vector<RowPlan>& rows,
                                         row.fork_from, " holds ", length, " positions"));
       }
     }
-    if (row.start_pos != 0 && row.start_pos != length) {
+    // A speculative decode row's start is a lower bound: the coordinator
+    // does not know how many drafts the row before it accepted.
+    const bool at_least = row.draft_tokens >= 0 && row.remap >= 0 && row.fork_from < 0;
+    if (row.start_pos != 0 && (at_least ? row.start_pos > length : row.start_pos != length)) {
       return RowError(i, absl::StrCat("start_pos ", row.start_pos, " but slot ", row.slot,
                                       " holds ", length, " positions"));
     }
     if (row.tokens.empty() && row.remap < 0) return RowError(i, "no input tokens");
+    if (row.draft_tokens > num_draft_tokens_) {
+      return RowError(i, absl::StrCat("draft_tokens ", row.draft_tokens,
+                                      " above this worker's num_draft_tokens ", num_draft_tokens_));
+    }
     for (int64_t t : row.tokens) {
       if (t < 0 || t >= vocab) {
         return RowError(i, absl::StrCat("token ", t, " outside [0, ", vocab, ")"));
@@ -430,6 +439,8 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
   }
   std::vector<std::vector<int64_t>> inputs(rows.size());
   std::vector<int64_t> starts(rows.size());
+  // Speculative rows: the drafts appended to their inputs.
+  std::vector<int64_t> drafts(rows.size(), 0);
   // Rows on the model (host sequence states) and rows on the device decoder.
   std::vector<size_t> host_rows, device_rows;
   std::vector<model::SequenceState*> states;
@@ -438,7 +449,7 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
   // A collective backend takes one Step per plan, at most max_batch rows:
   // sequences already on it decode there first, newcomers take what is left.
   auto decodes_one = [&](const RowPlan& row) {
-    return row.tokens.size() + (row.remap >= 0 ? 1 : 0) == 1 && row.start_pos > 0 &&
+    return row.draft_tokens < 0 && row.tokens.size() + (row.remap >= 0 ? 1 : 0) == 1 && row.start_pos > 0 &&
            row.start_pos < device_->max_positions();
   };
   size_t room_for_new = 0;
@@ -455,13 +466,18 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
     Slot& slot = slots_[row.slot];
     inputs[i] = row.tokens;
     if (row.remap >= 0) inputs[i].push_back(previous_samples_[row.remap]);
+    if (row.draft_tokens >= 0) {
+      drafts[i] = UsableDrafts(row, inputs[i].size() == 1 ? inputs[i][0] : -1);
+      inputs[i].insert(inputs[i].end(), slot.drafts.begin(), slot.drafts.begin() + drafts[i]);
+      slot.drafts.clear();  // the row drafts anew after its last sample
+    }
     if (slot.matcher != nullptr && slot.grammar_status.ok()) {
       slot.grammar_status = AcceptInputs(slot, slot.state->length(), inputs[i]);
     }
     outcomes[i].status = slot.grammar_status;
     starts[i] = slot.state->length();
     // One token at a position the backend still holds.
-    bool decode = device_ != nullptr && inputs[i].size() == 1 && starts[i] > 0 &&
+    bool decode = device_ != nullptr && row.draft_tokens < 0 && inputs[i].size() == 1 && starts[i] > 0 &&
                   starts[i] < device_->max_positions();
     if (decode && collective) {
       decode = device_rows.size() < static_cast<size_t>(device_->max_batch()) &&
@@ -544,13 +560,24 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
       }
       outcomes[i].status = slot.grammar_status;
     }
-    for (size_t j = 0; j < inputs[i].size(); ++j) {
+    // Drafts join the history only once accepted (VerifyDrafts).
+    for (size_t j = 0; j + drafts[i] < inputs[i].size(); ++j) {
       const bool generated =
           slot.sampled_once || starts[i] + static_cast<int64_t>(j) >= slot.output_from;
       (generated ? slot.output : slot.prompt).push_back(static_cast<int32_t>(inputs[i][j]));
     }
-    const float* last = logits[i].data() + (inputs[i].size() - 1) * vocab;
     RowOutcome& out = outcomes[i];
+    int64_t kept = static_cast<int64_t>(inputs[i].size());
+    if (drafts[i] > 0 && out.status.ok()) {
+      absl::StatusOr<int64_t> verified =
+          VerifyDrafts(row, slot, starts[i], inputs[i], drafts[i], logits[i], out);
+      if (!verified.ok()) {
+        out.status = verified.status();
+        continue;
+      }
+      kept = *verified;
+    }
+    const float* last = logits[i].data() + (kept - 1) * vocab;
     if (row.return_top_k > 0) {
       std::vector<int32_t> order(vocab);
       std::iota(order.begin(), order.end(), 0);
@@ -592,6 +619,7 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
       samples[i] = result.token;
       slot.sampled_once = true;
       if (row.logprobs >= 0) out.sampled_logprobs = ScoreToken(last, vocab, result.token, logprobs_k);
+      if (row.draft_tokens >= 0) DraftAfter(slot, result.token);
     }
   }
   previous_samples_ = std::move(samples);

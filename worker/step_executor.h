@@ -92,6 +92,17 @@ struct RowPlan {
   // must cover start_pos + its tokens. The source must not be released or
   // restarted by the plan, nor be a fork itself.
   int32_t fork_from = -1;
+  // >= 0: a speculative row (DSpark, spec §4.8). Its input (one token, or the
+  // remap) is followed by up to this many of the drafts the slot's previous
+  // speculative row made after that token; they are verified in this row's
+  // forward (each position sampled as a plain row would be; a draft is
+  // accepted while it equals that sample), the rejected positions are rolled
+  // back, and after the row's last sample the slot drafts
+  // num_draft_tokens() new tokens for its next row. The row may then write
+  // up to start + 1 + draft_tokens positions before the rollback, so its
+  // blocks must cover them; with remap >= 0, start_pos is a lower bound of
+  // the slot's length (the exact one is known here only). -1: a plain row.
+  int32_t draft_tokens = -1;
 };
 
 // The log-probability of one token at one position.
@@ -123,6 +134,10 @@ struct RowOutcome {
   // at position prompt_logprobs_from.
   int64_t prompt_logprobs_from = 0;
   std::vector<TokenLogprob> prompt_logprobs;
+  // Speculative rows: the drafts accepted before `token`, in order, and their
+  // log-probabilities (as `logprob`); the row emits accepted..., token.
+  std::vector<int32_t> accepted;
+  std::vector<float> accepted_logprobs;
 };
 
 struct StepGrammarOptions {
@@ -184,6 +199,23 @@ class StepExecutor {
   // Rows run on the decode backend since construction.
   int64_t device_rows() const { return device_rows_; }
 
+  // Speculative decoding: speculative rows (RowPlan::draft_tokens) draft
+  // `n` tokens after their last sample (0: off; rows then verify nothing
+  // and draft nothing). INVALID_ARGUMENT unless 0 <= n <= the model's
+  // dspark_block_size, n <= the sequences' max_rollback, and the model has
+  // DSpark stages when n > 0.
+  absl::Status SetSpeculation(int32_t num_draft_tokens);
+  int32_t num_draft_tokens() const { return num_draft_tokens_; }
+  // Drafts verified and accepted by speculative rows since construction.
+  int64_t drafts_verified() const { return drafts_verified_; }
+  int64_t drafts_accepted() const { return drafts_accepted_; }
+  // Tests: replaces the drafts `slot` made after its last sample (a
+  // speculative row must have sampled there), e.g. with the plain decode's
+  // continuation to exercise acceptance on random weights.
+  void SetDraftsForTest(int32_t slot, std::vector<int64_t> drafts) {
+    slots_[slot].drafts = std::move(drafts);
+  }
+
   int32_t max_slots() const { return static_cast<int32_t>(slots_.size()); }
   // Number of slots holding a sequence.
   int32_t used_slots() const;
@@ -213,7 +245,29 @@ class StepExecutor {
     // the previous row, and that position (-1: none kept).
     std::vector<float> last_logits;
     int64_t last_logits_pos = -1;
+    // Speculative decoding: the drafts made after token `drafts_after`
+    // sampled for position `drafts_pos` (the slot's length then).
+    std::vector<int64_t> drafts;
+    int64_t drafts_after = -1;
+    int64_t drafts_pos = -1;
   };
+
+  // The drafts `row` verifies: RowPlan::draft_tokens of the slot's drafts, if
+  // they follow the row's single input token at the slot's length (0 for a
+  // plain, restarted, forked or constrained row). `input` is that token.
+  int64_t UsableDrafts(const RowPlan& row, int64_t input) const;
+  // The row's single resolved input token (its token or remap), else -1.
+  int64_t SingleInput(const RowPlan& row) const;
+  // Accepts the longest prefix of the `drafts` last inputs of a speculative
+  // row that equals the samples of their positions (`logits` [inputs, vocab],
+  // the inputs from position `start`), appends the accepted ones to the
+  // slot's output and `out`, and rolls the rest back. Returns the inputs kept.
+  absl::StatusOr<int64_t> VerifyDrafts(const RowPlan& row, Slot& slot, int64_t start,
+                                       const std::vector<int64_t>& inputs, int64_t drafts,
+                                       const std::vector<float>& logits, RowOutcome& out);
+  // Drafts the slot's next block after `token` (its drafts are cleared when
+  // the model cannot draft here).
+  void DraftAfter(Slot& slot, int32_t token);
 
   // RowPlan::prompt_logprobs of row `row`, whose `inputs` started at `start`
   // and whose forward gave `logits` [inputs.size(), vocab].
@@ -255,6 +309,9 @@ class StepExecutor {
   model::DecodeBackend* device_ = nullptr;
   kv_cache::BlockPool* pool_ = nullptr;
   int64_t device_rows_ = 0;
+  int32_t num_draft_tokens_ = 0;
+  int64_t drafts_verified_ = 0;
+  int64_t drafts_accepted_ = 0;
   grammar::GrammarCompiler* const grammar_;
   const StepGrammarOptions grammar_options_;
   std::vector<Slot> slots_;

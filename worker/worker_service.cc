@@ -464,6 +464,13 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
                  << kv_size->num_slots << " sequence slots of " << kv_size->slot_bytes
                  << " bytes; " << kv_size->used_bytes << " of " << options_.kv_cache_bytes
                  << " budget bytes";
+  const int32_t num_draft_tokens =
+      static_cast<int32_t>(std::min<uint32_t>(request->num_draft_tokens(), INT32_MAX));
+  if (num_draft_tokens > 0) {
+    StepExecutor probe(**runtime, 1);
+    if (absl::Status s = probe.SetSpeculation(num_draft_tokens); !s.ok()) return ToGrpcStatus(s);
+    WEIR_LOG(INFO) << "speculative decoding: DSpark, " << num_draft_tokens << " drafts a row";
+  }
   std::optional<ExpertMapState> experts(std::move(map));
   uint64_t bytes = 0;
   for (const std::string& name : (*checkpoint)->tensors().Names()) {
@@ -483,6 +490,8 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     grammar_ = std::move(grammar);
     kv_pool_ = std::move(*kv_pool);
     executor_ = std::make_unique<StepExecutor>(**runtime, options_.max_slots, grammar_.get());
+    // Validated before the model was swapped in (below the KV pool).
+    executor_->SetSpeculation(num_draft_tokens).IgnoreError();
     executor_->SetDecodeBackend(device_decoder_.get());
     executor_->SetKvCache(kv_pool_.get());
     model_runtime_ = std::move(*runtime);
@@ -533,6 +542,9 @@ void WorkerService::ExecutePlan(const v1::StepPlan& plan, v1::StepResult& result
       row.prompt_end = in.prompt_end();
     }
     if (in.has_fork_from()) row.fork_from = in.fork_from();
+    if (in.has_draft_tokens()) {
+      row.draft_tokens = static_cast<int32_t>(std::min<uint32_t>(in.draft_tokens(), INT32_MAX));
+    }
     if ((in.start_pos() == 0 || in.has_fork_from()) && grammar::HasConstraint(in.constraint())) {
       absl::StatusOr<grammar::Constraint> constraint = grammar::ConstraintFromProto(in.constraint());
       if (constraint.ok()) {
@@ -630,6 +642,10 @@ void WorkerService::ExecutePlan(const v1::StepPlan& plan, v1::StepResult& result
     v1::RowResult* row = result.add_rows();
     row->set_finished(outcome.finished);
     if (outcome.token.has_value()) {
+      for (size_t k = 0; k < outcome.accepted.size(); ++k) {
+        row->add_tokens(static_cast<uint32_t>(outcome.accepted[k]));
+        row->add_logprobs(outcome.accepted_logprobs[k]);
+      }
       row->add_tokens(static_cast<uint32_t>(*outcome.token));
       row->add_logprobs(outcome.logprob);
     }

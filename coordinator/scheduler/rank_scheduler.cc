@@ -271,6 +271,13 @@ absl::StatusOr<std::vector<SeqUpdate>> RankScheduler::OnResult(const RankStepRes
       return absl::InvalidArgumentError(
           absl::StrCat("step ", result.step_id, " row ", i, " sampled no token"));
     }
+    if (refs[i].draft_tokens >= 0 &&
+        result.rows[i].tokens.size() > static_cast<size_t>(refs[i].draft_tokens) + 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("step ", result.step_id, " row ", i, " emitted ",
+                       result.rows[i].tokens.size(), " tokens for ", refs[i].draft_tokens,
+                       " drafts"));
+    }
   }
   std::vector<SeqUpdate> updates;
   for (size_t i = 0; i < refs.size(); ++i) {
@@ -278,9 +285,21 @@ absl::StatusOr<std::vector<SeqUpdate>> RankScheduler::OnResult(const RankStepRes
     if (seq == nullptr) continue;  // an intermediate chunk, or a dropped epoch
     WEIR_DCHECK(seq->pending_outputs > 0);
     --seq->pending_outputs;
-    seq->tokens.push_back(result.rows[i].tokens[0]);
-    SeqUpdate update{seq->request.id, {result.rows[i].tokens[0]}, FinishReason::kNone};
-    update.finish = CheckStop(*seq, config_.eos_token_ids, config_.max_model_len);
+    const std::vector<uint32_t>& emitted = result.rows[i].tokens;
+    // A plain row emits its first token; a speculative one all of them.
+    const size_t n = refs[i].draft_tokens >= 0 ? emitted.size() : 1;
+    if (refs[i].draft_tokens >= 0) {
+      // The row wrote n positions; its plan counted 1 + draft_tokens.
+      seq->num_scheduled -= 1 + refs[i].draft_tokens - static_cast<int64_t>(n);
+    }
+    SeqUpdate update{seq->request.id, {}, FinishReason::kNone};
+    // Stop conditions apply token by token: what follows a stop is dropped.
+    for (size_t k = 0; k < n && update.finish == FinishReason::kNone; ++k) {
+      seq->tokens.push_back(emitted[k]);
+      update.new_tokens.push_back(emitted[k]);
+      if (k + 1 < n) ++update.accepted_drafts;
+      update.finish = CheckStop(*seq, config_.eos_token_ids, config_.max_model_len);
+    }
     if (update.finish == FinishReason::kNone && result.rows[i].finished) {
       update.finish = FinishReason::kWorkerEnded;
     }

@@ -49,6 +49,11 @@ struct RankSchedulerConfig {
   // the rank; 0 = no limit. A tenant at its limit waits while others are
   // admitted.
   int32_t max_running_per_tenant = 0;
+  // Speculative decoding (--speculative=dspark): every decode row of a
+  // sequence that speculates (SeqRequest::no_speculation unset) verifies up
+  // to this many DSpark drafts and emits 1 .. num_draft_tokens + 1 tokens
+  // (README.md "Speculative decoding"). 0 = off.
+  int32_t num_draft_tokens = 0;
 };
 
 // Usage (plain stepping; zero-overhead builds plan s+1 before OnResult(s)):
@@ -129,6 +134,8 @@ class RankScheduler {
     RequestId request;
     uint64_t ticket = 0;
     bool samples = false;
+    // PlanRow::draft_tokens of the row.
+    int32_t draft_tokens = -1;
   };
   struct InFlightStep {
     uint64_t step_id = 0;
@@ -152,6 +159,14 @@ class RankScheduler {
   // Sequences of `tenant` admitted (prefilling + running).
   int32_t AdmittedOf(const std::string& tenant) const;
   void AddDecodeRow(Sequence& seq, RankStepPlan& plan);
+  // True if `seq`'s rows speculate.
+  bool Speculates(const Sequence& seq) const {
+    return config_.num_draft_tokens > 0 && !seq.request.no_speculation;
+  }
+  // Positions the next decode row of `seq` may write (1, or 1 + its drafts
+  // for a speculating sequence); 0 while a speculating sequence must wait
+  // for its in-flight row (its worst case would pass the sequence's end).
+  int64_t DecodeWidth(const Sequence& seq) const;
   // Appends to `row` the blocks of `seq` not yet announced.
   void AnnounceBlocks(Sequence& seq, PlanRow& row);
   // True if `seq` (waiting) may be admitted now: a slot, and blocks for its

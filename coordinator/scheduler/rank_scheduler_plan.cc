@@ -37,7 +37,8 @@ absl::StatusOr<RankStepPlan> RankScheduler::BuildPlan(uint64_t step_id, StepType
   InFlightStep step{step_id, {}};
   step.rows.reserve(plan.rows.size());
   for (const PlanRow& row : plan.rows) {
-    step.rows.push_back({row.request, seqs_.at(row.request).ticket, row.samples});
+    step.rows.push_back(
+        {row.request, seqs_.at(row.request).ticket, row.samples, row.draft_tokens});
   }
   in_flight_.push_back(std::move(step));
   return plan;
@@ -68,6 +69,8 @@ int64_t RankScheduler::AddPrefillChunk(Sequence& seq, int64_t budget, RankStepPl
                           seq.tokens.begin() + seq.num_scheduled + n);
   seq.num_scheduled += n;
   row.samples = seq.num_scheduled == seq.prefill_len;
+  // The first token's row drafts for the first decode row.
+  if (row.samples && Speculates(seq)) row.draft_tokens = 0;
   AnnounceBlocks(seq, row);
   seq.last_step = plan.step_id;
   seq.last_row = static_cast<int32_t>(plan.rows.size());
@@ -110,6 +113,7 @@ int64_t RankScheduler::AddForks(Sequence& parent, RankStepPlan& plan) {
     row.input_tokens = {child.tokens[child.prefill_len - 1]};
     row.samples = true;
     row.fork_from = source_slot;
+    if (Speculates(child)) row.draft_tokens = 0;
     child.num_scheduled = child.prefill_len;
     AnnounceBlocks(child, row);
     child.last_step = plan.step_id;
@@ -161,20 +165,39 @@ void RankScheduler::SchedulePrefill(RankStepPlan& plan) {
   }
 }
 
+int64_t RankScheduler::DecodeWidth(const Sequence& seq) const {
+  if (!Speculates(seq)) return 1;
+  // The sequence never holds more than this many written positions: its
+  // last token is not written (max_new_tokens or the context ends it).
+  const int64_t end =
+      std::min<int64_t>(static_cast<int64_t>(seq.request.prompt.size()) +
+                            seq.request.max_new_tokens,
+                        config_.max_model_len) -
+      1;
+  const int64_t room = end - seq.num_scheduled;
+  if (room < 1) return 0;
+  return 1 + std::min<int64_t>(config_.num_draft_tokens, room - 1);
+}
+
 void RankScheduler::AddDecodeRow(Sequence& seq, RankStepPlan& plan) {
   PlanRow row;
   row.request = seq.request.id;
   row.reset_epoch = seq.reset_epoch;
-  row.start_pos = seq.num_scheduled;
+  // Speculating, only a lower bound is known while a row is in flight.
+  row.start_pos = Speculates(seq) ? seq.committed_len() - 1 : seq.num_scheduled;
   row.samples = true;
   if (seq.pending_outputs == 0) {
+    // (num_scheduled is exact then: the last token received.)
     row.input_tokens.push_back(seq.tokens[seq.num_scheduled]);
   } else {
     // Guaranteed by BuildPlan: only the previous step may be unreturned.
     WEIR_DCHECK(seq.last_step.has_value() && *seq.last_step + 1 == plan.step_id);
     row.remap = seq.last_row;
   }
-  ++seq.num_scheduled;
+  const int64_t width = DecodeWidth(seq);
+  WEIR_DCHECK(width >= 1);
+  if (Speculates(seq)) row.draft_tokens = static_cast<int32_t>(width - 1);
+  seq.num_scheduled += width;
   ++seq.pending_outputs;
   AnnounceBlocks(seq, row);
   seq.last_step = plan.step_id;
@@ -217,7 +240,10 @@ void RankScheduler::ScheduleDecode(RankStepPlan& plan) {
   for (Sequence* seq : selected) {
     if (seq->state != SeqState::kRunning) continue;  // preempted while growing another
     const RequestId id = seq->request.id;
-    const int64_t new_len = seq->num_scheduled + 1;
+    // Blocks for the row's worst case (every draft accepted).
+    const int64_t width = DecodeWidth(*seq);
+    if (width == 0) continue;  // wait for the in-flight row's result
+    const int64_t new_len = seq->num_scheduled + width;
     bool runs = true;
     while (!blocks_.CanGrow(id, new_len)) {
       const int64_t shortfall = BlocksForTokens(config_.kv, new_len) -

@@ -24,7 +24,12 @@ enum class SeqState { kWaiting, kPrefilling, kRunning };
 //   tokens.size() + pending_outputs == num_scheduled + 1
 // i.e. every written position produces the next token, known or in flight;
 // so the next input token is known iff pending_outputs == 0, and otherwise
-// is the output of row `last_row` of step `last_step`.
+// is the output of row `last_row` of step `last_step`. A speculating
+// sequence's row writes 1 .. 1 + draft_tokens positions and emits as many
+// tokens; num_scheduled counts the worst case until the row's result
+// arrives (then the unused part is taken back), so there
+//   tokens.size() + pending_outputs <= num_scheduled + 1,
+// with equality once nothing is pending.
 struct Sequence {
   SeqRequest request;
   // Prompt followed by every generated token the scheduler has received.
@@ -39,7 +44,8 @@ struct Sequence {
   // Positions to prefill in this epoch: the prompt, or prompt + generated
   // after a preemption (recompute).
   int64_t prefill_len = 0;
-  // Positions written by steps already planned in this epoch.
+  // Positions written by steps already planned in this epoch (speculating:
+  // at most that many; exact when no output is pending).
   int64_t num_scheduled = 0;
   // Blocks of the allocation already announced to the worker in some row.
   int64_t blocks_sent = 0;

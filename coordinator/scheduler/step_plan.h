@@ -51,6 +51,10 @@ struct SeqRequest {
   // the prompt is prefilled once. If it cannot be then (no KV or room, the
   // other request gone or preempted), it is prefilled on its own.
   std::optional<RequestId> fork_of;
+  // Decode without DSpark drafts even when the rank speculates
+  // (RankSchedulerConfig::num_draft_tokens): structured output and logprobs
+  // are not produced on draft positions yet.
+  bool no_speculation = false;
 };
 
 // Why a sequence ended; mirrors weir.v1.FinishReason.
@@ -91,6 +95,12 @@ struct PlanRow {
   // the step runs (SeqRequest::fork_of); start_pos is that sequence's length
   // then and new_blocks are all the blocks the copy and the row need.
   std::optional<SeqSlot> fork_from;
+  // >= 0: a speculative row (the sequence speculates). A decode row verifies
+  // up to this many of the drafts its previous row made and may emit up to
+  // draft_tokens + 1 tokens; its start_pos is then a lower bound and its
+  // blocks cover start + 1 + draft_tokens for the worst case. A sampling
+  // prefill row carries 0: it only drafts for the next row. -1: plain.
+  int32_t draft_tokens = -1;
 
   int64_t num_tokens() const { return remap >= 0 ? 1 : static_cast<int64_t>(input_tokens.size()); }
 };
@@ -106,7 +116,9 @@ struct RankStepPlan {
 
 // The output of one row of a step.
 struct RowOutput {
-  // Sampled tokens; the scheduler uses the first one of a sampling row.
+  // Sampled tokens; the scheduler uses the first one of a plain sampling
+  // row, and every one of a speculative row (its accepted drafts, then its
+  // own sample: 1 .. draft_tokens + 1).
   std::vector<uint32_t> tokens;
   // The worker ended this sequence (e.g. its grammar terminated).
   bool finished = false;
@@ -123,6 +135,8 @@ struct SeqUpdate {
   RequestId request;
   std::vector<uint32_t> new_tokens;
   FinishReason finish = FinishReason::kNone;
+  // How many of new_tokens are accepted DSpark drafts.
+  int32_t accepted_drafts = 0;
 };
 
 // What the step-type vote and the router need from a rank.

@@ -16,7 +16,10 @@
 namespace weir::model {
 namespace {
 
-const Checkpoint& Tiny() { return TinyCheckpoint(13); }
+// The random-weight tiny (models/random/tiny), whatever models/tiny holds.
+const Checkpoint& Tiny() {
+  return *DerivedCheckpoint("random/tiny", "random_tiny_seed13", {}, 13);
+}
 
 bool SameBits(std::span<const float> a, std::span<const float> b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;

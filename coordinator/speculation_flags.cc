@@ -1,0 +1,37 @@
+#include "coordinator/speculation_flags.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace weir::coordinator {
+
+absl::StatusOr<int32_t> NumDraftTokensFromFlags(std::string_view mode, int num_draft_tokens,
+                                                const model::ModelConfig& config) {
+  if (mode != "off" && mode != "dspark") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--speculative must be off or dspark, got \"", std::string(mode), "\""));
+  }
+  if (mode == "off") {
+    if (num_draft_tokens != 0) {
+      return absl::InvalidArgumentError(
+          "--num_draft_tokens is set but --speculative=off; add --speculative=dspark");
+    }
+    return 0;
+  }
+  const int64_t block = config.n_mtp_layers > 0 ? config.dspark_block_size : 0;
+  if (block <= 0) {
+    return absl::InvalidArgumentError(
+        "--speculative=dspark needs a model with DSpark stages (num_nextn_predict_layers > 0 "
+        "and a dspark_block_size); this one has none");
+  }
+  if (num_draft_tokens < 0 || num_draft_tokens > block) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--num_draft_tokens must be in [1, ", block,
+                     "] (the model's DSpark block size), or 0 for ", block, "; got ",
+                     num_draft_tokens));
+  }
+  return num_draft_tokens == 0 ? static_cast<int32_t>(block) : num_draft_tokens;
+}
+
+}  // namespace weir::coordinator

@@ -1,0 +1,31 @@
+// coordinator/speculation_flags.h
+//
+// The coordinator's speculative-decoding flags (--speculative,
+// --num_draft_tokens) checked against the model: how many DSpark drafts a
+// decode row verifies, sent to every worker at LoadWeights and to every
+// rank's scheduler (README.md "Speculative decoding").
+//
+// Thread safety: a pure function.
+
+#ifndef WEIR_COORDINATOR_SPECULATION_FLAGS_H_
+#define WEIR_COORDINATOR_SPECULATION_FLAGS_H_
+
+#include <cstdint>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "worker/model/config.h"
+
+namespace weir::coordinator {
+
+// Returns the drafts a speculative decode row verifies: 0 for mode "off",
+// and for "dspark" `num_draft_tokens`, or the model's dspark_block_size when
+// it is 0. INVALID_ARGUMENT (naming the flag and the allowed values) for
+// another mode, num_draft_tokens outside [0, dspark_block_size], a non-zero
+// num_draft_tokens with "off", or "dspark" on a model without DSpark stages.
+absl::StatusOr<int32_t> NumDraftTokensFromFlags(std::string_view mode, int num_draft_tokens,
+                                                const model::ModelConfig& config);
+
+}  // namespace weir::coordinator
+
+#endif  // WEIR_COORDINATOR_SPECULATION_FLAGS_H_

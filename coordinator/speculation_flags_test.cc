@@ -1,0 +1,43 @@
+#include "coordinator/speculation_flags.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace weir::coordinator {
+namespace {
+
+model::ModelConfig Tiny() {
+  absl::StatusOr<model::ModelConfig> c = model::LoadModelConfig("models/random/tiny/config.json");
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? *c : model::ModelConfig{};
+}
+
+TEST(SpeculationFlagsTest, OffIsZeroAndDsparkDefaultsToTheBlock) {
+  const model::ModelConfig c = Tiny();
+  ASSERT_EQ(c.dspark_block_size, 5);
+  EXPECT_EQ(*NumDraftTokensFromFlags("off", 0, c), 0);
+  EXPECT_EQ(*NumDraftTokensFromFlags("dspark", 0, c), 5);
+  EXPECT_EQ(*NumDraftTokensFromFlags("dspark", 1, c), 1);
+  EXPECT_EQ(*NumDraftTokensFromFlags("dspark", 5, c), 5);
+}
+
+TEST(SpeculationFlagsTest, BadValuesAreInvalidArgumentNamingTheFlag) {
+  model::ModelConfig c = Tiny();
+  auto refused = [&](std::string_view mode, int n, std::string_view flag) {
+    absl::StatusOr<int32_t> r = NumDraftTokensFromFlags(mode, n, c);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << mode << " " << n;
+    EXPECT_NE(std::string(r.status().message()).find(flag), std::string::npos) << r.status();
+  };
+  refused("eagle", 0, "--speculative");
+  refused("", 0, "--speculative");
+  refused("DSPARK", 0, "--speculative");
+  refused("dspark", 6, "--num_draft_tokens");
+  refused("dspark", -1, "--num_draft_tokens");
+  refused("off", 3, "--num_draft_tokens");
+  c.n_mtp_layers = 0;
+  refused("dspark", 0, "--speculative=dspark");
+}
+
+}  // namespace
+}  // namespace weir::coordinator

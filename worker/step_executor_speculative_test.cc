@@ -1,0 +1,203 @@
+// Speculative rows of the step executor (DSpark draft and verify) on the
+// tiny model with random weights, over a paged KV pool: two sequences decode
+// side by side with zero-overhead remaps; whatever the drafts (the model's
+// own, mostly rejected, or injected: the plain continuation with k of them
+// right), the tokens emitted equal plain decoding's, greedy and seeded
+// sampling alike.
+#include <algorithm>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "worker/kv_cache/block_pool.h"
+#include "worker/kv_cache/kv_cache_layout.h"
+#include "worker/step_executor.h"
+#include "worker/step_executor_test_util.h"
+
+namespace weir::worker {
+namespace {
+
+constexpr int32_t kBlockTokens = 8;
+constexpr int32_t kDrafts = 4;
+constexpr size_t kOutput = 28;
+
+// The random-weight tiny (models/random/tiny), whatever models/tiny holds.
+struct Fixture {
+  const model::Checkpoint* checkpoint =
+      model::DerivedCheckpoint("random/tiny", "random_tiny_seed5", {}, 5);
+  std::unique_ptr<model::Model> model =
+      checkpoint == nullptr ? nullptr : model::NewModelOrFail(*checkpoint);
+
+  Fixture() {
+    if (model == nullptr) return;
+    auto made = kv_cache::MakeKvCacheLayout(model->config(), model->roles(), kBlockTokens);
+    EXPECT_TRUE(made.ok()) << made.status();
+    auto p = kv_cache::BlockPool::Create(*made, 64);
+    EXPECT_TRUE(p.ok()) << p.status();
+    pool = std::move(*p);
+  }
+  std::unique_ptr<kv_cache::BlockPool> pool;
+};
+
+sampling::SamplingParams Greedy() {
+  sampling::SamplingParams p;
+  p.temperature = 0.0f;
+  return p;
+}
+
+sampling::SamplingParams Seeded() {
+  sampling::SamplingParams p;
+  p.temperature = 0.9f;
+  p.top_p = 0.95f;
+  p.repetition_penalty = 1.1f;
+  p.seed = 7;
+  return p;
+}
+
+const std::vector<int64_t> kPrompts[] = {{5, 9, 300, 14, 2, 77, 1000, 31, 8},
+                                         {3000, 12, 12, 400, 5, 6, 71}};
+
+// Every row of slot s holds 24 blocks: positions 0..191, enough for any row.
+std::vector<BlockId> BlocksOf(int32_t slot) {
+  std::vector<BlockId> blocks;
+  for (int b = 0; b < 24; ++b) blocks.push_back(BlockId(slot * 24 + b));
+  return blocks;
+}
+
+// Plain decoding of both prompts, one token a step, zero-overhead remaps.
+std::vector<std::vector<int64_t>> Plain(model::Model& model, kv_cache::BlockPool& pool,
+                                        const sampling::SamplingParams& params) {
+  StepExecutor ex(model, 4);
+  ex.SetKvCache(&pool);
+  std::vector<RowPlan> rows;
+  for (int32_t s = 0; s < 2; ++s) {
+    rows.push_back({.slot = s, .start_pos = 0, .tokens = kPrompts[s], .sample = true,
+                    .sampling = params, .new_blocks = BlocksOf(s)});
+  }
+  std::vector<std::vector<int64_t>> out(2);
+  while (out[0].size() < kOutput) {
+    absl::StatusOr<std::vector<RowOutcome>> r = ex.Execute(rows, {});
+    EXPECT_TRUE(FirstError(r).ok()) << FirstError(r);
+    if (!r.ok()) return out;
+    for (int32_t s = 0; s < 2; ++s) {
+      if ((*r)[s].token.has_value()) out[s].push_back(*(*r)[s].token);
+      rows[s] = {.slot = s, .start_pos = rows[s].start_pos + (rows[s].start_pos == 0
+                                                                  ? static_cast<int64_t>(
+                                                                        kPrompts[s].size())
+                                                                  : 1),
+                 .remap = s, .sample = true, .sampling = params};
+    }
+  }
+  return out;
+}
+
+enum class Drafts { kModel, kInjected };
+
+// Speculative decoding of the same prompts; with kInjected, slot s's drafts
+// before each step are `reference`'s continuation with a varying number of
+// them right (then one wrong). Returns the tokens and the accepted drafts.
+std::vector<std::vector<int64_t>> Speculative(model::Model& model, kv_cache::BlockPool& pool,
+                                              const sampling::SamplingParams& params,
+                                              Drafts drafts,
+                                              const std::vector<std::vector<int64_t>>& reference,
+                                              int64_t& accepted) {
+  StepExecutor ex(model, 4);
+  ex.SetKvCache(&pool);
+  EXPECT_TRUE(ex.SetSpeculation(kDrafts).ok());
+  std::vector<RowPlan> rows;
+  for (int32_t s = 0; s < 2; ++s) {
+    rows.push_back({.slot = s, .start_pos = 0, .tokens = kPrompts[s], .sample = true,
+                    .sampling = params, .new_blocks = BlocksOf(s), .draft_tokens = kDrafts});
+  }
+  std::vector<std::vector<int64_t>> out(2);
+  accepted = 0;
+  for (int step = 0; out[0].size() < kOutput || out[1].size() < kOutput; ++step) {
+    absl::StatusOr<std::vector<RowOutcome>> r = ex.Execute(rows, {});
+    EXPECT_TRUE(FirstError(r).ok()) << FirstError(r);
+    if (!r.ok() || step > 100) return out;
+    for (int32_t s = 0; s < 2; ++s) {
+      const RowOutcome& o = (*r)[s];
+      EXPECT_EQ(o.accepted.size(), o.accepted_logprobs.size());
+      EXPECT_LE(o.accepted.size(), static_cast<size_t>(kDrafts));
+      out[s].insert(out[s].end(), o.accepted.begin(), o.accepted.end());
+      accepted += static_cast<int64_t>(o.accepted.size());
+      if (o.token.has_value()) out[s].push_back(*o.token);
+      // start_pos: only a lower bound (the prompt's end) is known ahead.
+      rows[s] = {.slot = s, .start_pos = static_cast<int64_t>(kPrompts[s].size()), .remap = s,
+                 .sample = true, .sampling = params, .draft_tokens = kDrafts};
+      if (drafts == Drafts::kInjected && out[s].size() + kDrafts < reference[s].size()) {
+        const int right = (step + s) % (kDrafts + 1);
+        std::vector<int64_t> d(reference[s].begin() + out[s].size(),
+                               reference[s].begin() + out[s].size() + kDrafts);
+        if (right < kDrafts) d[right] = (d[right] + 1) % model.config().vocab_size;
+        ex.SetDraftsForTest(s, std::move(d));
+      }
+    }
+  }
+  EXPECT_GT(ex.drafts_verified(), 0);
+  EXPECT_EQ(ex.drafts_accepted(), accepted);
+  return out;
+}
+
+void ExpectPrefixEqual(const std::vector<std::vector<int64_t>>& spec,
+                       const std::vector<std::vector<int64_t>>& plain) {
+  for (int s = 0; s < 2; ++s) {
+    ASSERT_GE(spec[s].size(), kOutput);
+    ASSERT_GE(plain[s].size(), kOutput);
+    EXPECT_EQ(std::vector<int64_t>(spec[s].begin(), spec[s].begin() + kOutput),
+              std::vector<int64_t>(plain[s].begin(), plain[s].begin() + kOutput))
+        << "sequence " << s;
+  }
+}
+
+TEST(StepExecutorSpeculativeTest, GreedyRowsEmitThePlainTokens) {
+  Fixture f;
+  ASSERT_NE(f.model, nullptr);
+  const auto plain = Plain(*f.model, *f.pool, Greedy());
+  int64_t accepted = 0;
+  ExpectPrefixEqual(Speculative(*f.model, *f.pool, Greedy(), Drafts::kModel, plain, accepted),
+                    plain);
+  ExpectPrefixEqual(Speculative(*f.model, *f.pool, Greedy(), Drafts::kInjected, plain, accepted),
+                    plain);
+  EXPECT_GT(accepted, 20);  // the injected right drafts were taken
+}
+
+TEST(StepExecutorSpeculativeTest, SeededSampledRowsEmitThePlainTokens) {
+  Fixture f;
+  ASSERT_NE(f.model, nullptr);
+  const auto plain = Plain(*f.model, *f.pool, Seeded());
+  int64_t accepted = 0;
+  ExpectPrefixEqual(Speculative(*f.model, *f.pool, Seeded(), Drafts::kModel, plain, accepted),
+                    plain);
+  ExpectPrefixEqual(Speculative(*f.model, *f.pool, Seeded(), Drafts::kInjected, plain, accepted),
+                    plain);
+  EXPECT_GT(accepted, 20);
+}
+
+TEST(StepExecutorSpeculativeTest, BadSpeculationIsInvalidArgument) {
+  Fixture f;
+  ASSERT_NE(f.model, nullptr);
+  StepExecutor ex(*f.model, 2);
+  const int32_t block = static_cast<int32_t>(f.model->config().dspark_block_size);
+  EXPECT_EQ(ex.SetSpeculation(-1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ex.SetSpeculation(block + 1).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(ex.SetSpeculation(2).ok());
+  // A row asking for more drafts than the worker makes fails alone.
+  std::vector<RowPlan> rows = {
+      {.slot = 0, .start_pos = 0, .tokens = {1, 2, 3}, .sample = true, .sampling = Greedy(),
+       .draft_tokens = 3},
+      {.slot = 1, .start_pos = 0, .tokens = {1, 2, 3}, .sample = true, .sampling = Greedy(),
+       .draft_tokens = 2}};
+  absl::StatusOr<std::vector<RowOutcome>> r = ex.Execute(rows, {});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ((*r)[0].status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE((*r)[1].status.ok());
+  // A speculative remap row's start_pos may not pass the slot's length.
+  rows = {{.slot = 1, .start_pos = 5, .remap = 1, .sample = true, .sampling = Greedy(),
+           .draft_tokens = 2}};
+  r = ex.Execute(rows, {});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ((*r)[0].status.code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace weir::worker
