@@ -9,6 +9,7 @@
 // drafts are accepted and the outputs still equal.
 #include <sys/wait.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -146,6 +147,47 @@ TEST(SpeculativeTest, OneDraftAndOneWorkerEqualOff) {
   }
   Cluster spec({"--workers=1", RandomTiny(), "--speculative=dspark", "--num_draft_tokens=1"});
   ExpectSame(RunAll(spec, mix), plain);
+}
+
+// The trained tiny (models/tiny, issue 19): its drafts are accepted, and the
+// outputs still equal off's (greedy, text prompts of its corpus' kind).
+TEST(SpeculativeTest, TrainedTinyAcceptsDraftsWithTheSameOutputs) {
+  const std::string trained = Runfile("models/tiny");
+  if (!std::filesystem::exists(trained + "/model-00001-of-00001.safetensors")) {
+    GTEST_SKIP() << "models/tiny has no checkpoint";
+  }
+  const char* const texts[] = {
+      "NAME\n       ls - list directory contents\n\nSYNOPSIS\n",
+      "The json module provides an API for converting Python objects to",
+      "Permission is hereby granted, free of charge, to any person obtaining",
+      "DESCRIPTION\n       The grep utility searches input files for",
+  };
+  std::vector<v1::GenerateRequest> requests;
+  for (const char* text : texts) {
+    v1::GenerateRequest r;
+    r.set_text(text);
+    r.mutable_stop()->set_max_new_tokens(40);
+    r.mutable_stop()->set_ignore_eos(true);
+    r.mutable_sampling()->set_temperature(0.0f);
+    requests.push_back(std::move(r));
+  }
+  std::vector<Outcome> plain;
+  {
+    Cluster off({"--workers=2", "--model_dir=" + trained});
+    plain = RunAll(off, requests);
+  }
+  Cluster spec({"--workers=2", "--model_dir=" + trained, "--speculative=dspark"});
+  const std::vector<Outcome> got = RunAll(spec, requests);
+  ExpectSame(got, plain);
+  uint32_t accepted = 0, completion = 0;
+  for (const Outcome& o : got) {
+    accepted += o.accepted_drafts;
+    completion += o.completion_tokens;
+  }
+  // Tokens a verification emits = 1 + accepted drafts; over a fifth of the
+  // tokens accepted means a mean accepted length above 1.25.
+  EXPECT_GT(accepted * 5, completion) << accepted << " of " << completion;
+  std::printf("trained tiny: %u of %u tokens were accepted drafts\n", accepted, completion);
 }
 
 int ExitCode(const std::string& flags) {
