@@ -83,7 +83,10 @@ absl::StatusOr<RankStepResult> FakeWorker::Execute(const RankStepPlan& plan) {
       return fail("slot ", row.slot.value(), " holds request ", slot.request.value(), " epoch ",
                   slot.epoch, "; row is for ", row.request.value(), " epoch ", row.reset_epoch);
     }
-    if (row.start_pos != slot.written) {
+    // A speculative remap row's start is a lower bound (the accepted count
+    // of the row before is known only here).
+    const bool at_least = row.draft_tokens >= 0 && row.remap >= 0;
+    if (at_least ? row.start_pos > slot.written : row.start_pos != slot.written) {
       return fail("row ", i, " starts at ", row.start_pos, "; slot wrote ", slot.written);
     }
     std::vector<uint32_t> inputs = row.input_tokens;
@@ -102,15 +105,25 @@ absl::StatusOr<RankStepResult> FakeWorker::Execute(const RankStepPlan& plan) {
       }
       slot.blocks.push_back(b);
     }
+    // A speculative row verifies draft_tokens drafts: they are written (and
+    // must be covered) before the rejected ones are rolled back.
+    const int64_t drafts = std::max(0, row.draft_tokens);
     slot.written += static_cast<int64_t>(inputs.size());
-    if (BlocksForTokens(layout_, slot.written) > static_cast<int64_t>(slot.blocks.size())) {
-      return fail("slot ", row.slot.value(), " wrote ", slot.written, " positions into ",
-                  slot.blocks.size(), " blocks");
+    if (BlocksForTokens(layout_, slot.written + drafts) > static_cast<int64_t>(slot.blocks.size())) {
+      return fail("slot ", row.slot.value(), " wrote ", slot.written + drafts,
+                  " positions into ", slot.blocks.size(), " blocks");
     }
     for (uint32_t t : inputs) slot.hash = FakeModel::Absorb(slot.hash, t);
-    outputs[i] = model_.Next(slot.hash, slot.written - 1);
-    result.rows.push_back(
-        {row.samples ? std::vector<uint32_t>{outputs[i]} : std::vector<uint32_t>{}, false});
+    std::vector<uint32_t> emitted = {model_.Next(slot.hash, slot.written - 1)};
+    // Accepted drafts (a pseudo-random 0..drafts): each was the model's next
+    // token, so it is written and the following one emitted.
+    for (int64_t a = static_cast<int64_t>(slot.hash % (drafts + 1)); a > 0; --a) {
+      slot.hash = FakeModel::Absorb(slot.hash, emitted.back());
+      ++slot.written;
+      emitted.push_back(model_.Next(slot.hash, slot.written - 1));
+    }
+    outputs[i] = emitted.back();
+    result.rows.push_back({row.samples ? emitted : std::vector<uint32_t>{}, false});
     ++rows_executed_;
   }
   prev_outputs_ = std::move(outputs);

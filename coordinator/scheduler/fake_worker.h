@@ -48,6 +48,9 @@ class FakeWorker {
   // row not starting where its slot's written positions end; a remap that is
   // not a sampling row of the previous step; a block given while another
   // slot still holds it; written positions not covered by the slot's blocks.
+  // A speculative row (PlanRow::draft_tokens k) accepts a pseudo-random 0..k
+  // of its drafts, which are the model's next tokens: it emits 1..k+1 tokens
+  // and writes as many positions (its blocks must cover k more).
   absl::StatusOr<RankStepResult> Execute(const RankStepPlan& plan);
 
   int64_t rows_executed() const { return rows_executed_; }

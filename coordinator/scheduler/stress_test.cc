@@ -1,6 +1,8 @@
 // coordinator/scheduler/stress_test.cc
 //
-// 10^5 random admit / finish / preempt / cancel events per stepping mode on
+// 10^5 random admit / finish / preempt / cancel events per stepping mode
+// (plain or zero-overhead, each also with speculative rows of 3 drafts of
+// which the fake worker accepts a random number) on
 // one rank with a KV pool small enough to preempt often (about 5 x 10^4
 // requests). After every step the block books match a recount (free + used
 // == total) and the worker's mirror of the plans: a block the worker holds
@@ -14,6 +16,8 @@
 #include <algorithm>
 #include <iostream>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -28,11 +32,14 @@ namespace {
 
 constexpr int64_t kEvents = 100000;
 
-RankSchedulerConfig StressConfig() {
+RankSchedulerConfig StressConfig(int32_t drafts) {
   RankSchedulerConfig c;
+  c.num_draft_tokens = drafts;
   c.kv.block_tokens = 8;
   c.kv.compress_ratios = {2, 2, 4};
-  c.kv.num_blocks = 24;
+  // Speculating sequences end in fewer steps: a smaller pool keeps them
+  // preempting as often.
+  c.kv.num_blocks = drafts > 0 ? 14 : 24;
   c.kv.num_seq_slots = 10;
   c.max_model_len = 48;
   c.max_prefill_tokens = 24;
@@ -72,11 +79,12 @@ absl::Status CheckWorkerMirror(const RankScheduler& sched, const FakeWorker& wor
   return absl::OkStatus();
 }
 
-class StressTest : public ::testing::TestWithParam<bool> {};
+// (zero-overhead stepping, DSpark drafts a speculative row verifies: 0 = off).
+class StressTest : public ::testing::TestWithParam<std::pair<bool, int32_t>> {};
 
 TEST_P(StressTest, RandomEventsNeverLeakAndStreamsMatchTheModel) {
-  const bool zero_overhead = GetParam();
-  const RankSchedulerConfig config = StressConfig();
+  const bool zero_overhead = GetParam().first;
+  const RankSchedulerConfig config = StressConfig(GetParam().second);
   const FakeModel model;
   auto sched = *RankScheduler::Create(config);
   FakeWorker worker(config.kv, model);
@@ -84,7 +92,7 @@ TEST_P(StressTest, RandomEventsNeverLeakAndStreamsMatchTheModel) {
   pc.prefill_attempt_interval = 3;
   pc.prefill_any_attempt_interval = 5;
   GroupDriver driver({sched.get()}, {&worker}, *StepTypePolicy::Create(pc), zero_overhead);
-  std::mt19937_64 rng(zero_overhead ? 7 : 8);
+  std::mt19937_64 rng((zero_overhead ? 7 : 8) + GetParam().second);
   std::vector<SeqRequest> requests;
   std::vector<uint64_t> live;
   int64_t adds = 0, cancels = 0;
@@ -153,8 +161,13 @@ TEST_P(StressTest, RandomEventsNeverLeakAndStreamsMatchTheModel) {
             << " rows\n";
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, StressTest, ::testing::Values(false, true),
-                         [](const auto& info) { return info.param ? "ZeroOverhead" : "Plain"; });
+INSTANTIATE_TEST_SUITE_P(Modes, StressTest,
+                         ::testing::Values(std::pair{false, 0}, std::pair{true, 0},
+                                           std::pair{false, 3}, std::pair{true, 3}),
+                         [](const auto& info) {
+                           return std::string(info.param.first ? "ZeroOverhead" : "Plain") +
+                                  (info.param.second > 0 ? "Speculative" : "");
+                         });
 
 }  // namespace
 }  // namespace weir::coordinator::scheduler
