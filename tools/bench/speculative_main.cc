@@ -1,0 +1,216 @@
+// Decode throughput with DSpark speculative decoding on and off, in process
+// on the CPU model through the worker's StepExecutor (the code a worker runs
+// for a plan; no gRPC): B sequences prefilled together, then decoded greedily
+// with zero-overhead remap rows until each has --new_tokens tokens. Prints
+// per batch size decode tokens/s off and on, the speed-up, the mean accepted
+// length (tokens a speculative row emits: 1 + accepted drafts) and whether
+// the outputs equal.
+//
+//   tools/bazel run -c opt //tools/bench:speculative -- --dir=MODEL_DIR
+//
+// MODEL_DIR holds config.json and a checkpoint (a tokenizer too, for text
+// prompts and the Engram map); without --dir the random-weight tiny is
+// generated into a temporary directory (drafts are then rarely accepted).
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "base/init.h"
+#include "base/logging.h"
+#include "tokenizer/engram_vocab.h"
+#include "tokenizer/tokenizer.h"
+#include "worker/model/checkpoint.h"
+#include "worker/model/model.h"
+#include "worker/model/tiny_checkpoint.h"
+#include "worker/step_executor.h"
+
+ABSL_FLAG(std::string, dir, "", "Model directory with a checkpoint (default: random tiny).");
+ABSL_FLAG(std::string, config, "models/random/tiny/config.json",
+          "Without --dir: the config whose random weights are generated.");
+ABSL_FLAG(std::string, batches, "1,8,32,64", "Batch sizes, comma-separated.");
+ABSL_FLAG(int, new_tokens, 64, "Tokens decoded per sequence.");
+ABSL_FLAG(int, num_draft_tokens, 0, "Drafts verified per row; 0 = the DSpark block size.");
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using weir::worker::RowOutcome;
+using weir::worker::RowPlan;
+using weir::worker::StepExecutor;
+
+// Text prompts (documentation-like, as the trained tiny's corpus).
+const char* const kPrompts[] = {
+    "NAME\n       ls - list directory contents\n\nSYNOPSIS\n       ls [OPTION]... [FILE]...",
+    "The json module provides an API for converting Python objects to JSON.",
+    "Permission is hereby granted, free of charge, to any person obtaining a copy of this",
+    "DESCRIPTION\n       The grep utility searches input files for lines matching a pattern",
+    "This function returns a new list containing all items from the iterable in",
+    "GNU GENERAL PUBLIC LICENSE\n   Version 3, 29 June 2007\n\n Copyright (C) 2007",
+    "OPTIONS\n       -a, --all\n              do not ignore entries starting with",
+    "Return the number of elements in the set. The set must not be modified while",
+};
+
+struct Result {
+  double seconds = 0;
+  int64_t tokens = 0;
+  int64_t rows = 0;  // decode rows run
+  std::vector<std::vector<int64_t>> outputs;
+};
+
+Result Decode(weir::model::Model& model, const std::vector<std::vector<int64_t>>& prompts,
+              int batch, int new_tokens, int drafts) {
+  // Without a KV pool: each sequence keeps its entries in its own vectors.
+  StepExecutor ex(model, batch);
+  WEIR_CHECK_OK(ex.SetSpeculation(drafts));
+  weir::worker::sampling::SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  std::vector<RowPlan> rows;
+  for (int s = 0; s < batch; ++s) {
+    RowPlan row{.slot = s, .start_pos = 0, .tokens = prompts[s % prompts.size()], .sample = true,
+                .sampling = greedy, .draft_tokens = drafts > 0 ? 0 : -1};
+    rows.push_back(std::move(row));
+  }
+  Result r;
+  r.outputs.resize(batch);
+  absl::StatusOr<std::vector<RowOutcome>> out = ex.Execute(rows, {});  // prefill, untimed
+  WEIR_CHECK(out.ok()) << out.status();
+  const auto start = Clock::now();
+  while (true) {
+    std::vector<RowPlan> next;
+    for (int s = 0; s < batch; ++s) {
+      const RowPlan* previous = nullptr;
+      int32_t index = -1;
+      for (size_t i = 0; i < rows.size(); ++i) {
+        if (rows[i].slot == s) previous = &rows[i], index = static_cast<int32_t>(i);
+      }
+      if (previous == nullptr) continue;
+      const RowOutcome& o = (*out)[index];
+      WEIR_CHECK(o.status.ok() && o.token.has_value()) << o.status;
+      r.outputs[s].insert(r.outputs[s].end(), o.accepted.begin(), o.accepted.end());
+      r.outputs[s].push_back(*o.token);
+      if (previous->start_pos > 0) {
+        ++r.rows;
+        r.tokens += static_cast<int64_t>(o.accepted.size()) + 1;
+      }
+      if (static_cast<int>(r.outputs[s].size()) >= new_tokens) continue;
+      // The slot holds the prompt and every token but the last (its input).
+      const int64_t start = static_cast<int64_t>(prompts[s % prompts.size()].size() +
+                                                 r.outputs[s].size()) - 1;
+      next.push_back({.slot = s, .start_pos = start, .remap = index, .sample = true,
+                      .sampling = greedy, .draft_tokens = drafts > 0 ? drafts : -1});
+    }
+    if (next.empty()) break;
+    rows = std::move(next);
+    out = ex.Execute(rows, {});
+    WEIR_CHECK(out.ok()) << out.status();
+  }
+  r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return r;
+}
+
+// The costs behind the numbers, one sequence: a 1-token forward, a
+// (1 + drafts)-token forward (a verification) and one Model::Draft, in ms
+// (best of 5 each, on a sequence of `prompt`).
+void PrintCosts(weir::model::Model& model, const std::vector<int64_t>& prompt, int drafts) {
+  auto best_of = [](auto&& body) {
+    double best = 1e30;
+    for (int i = 0; i < 5; ++i) {
+      const auto t0 = Clock::now();
+      body();
+      best = std::min(best, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    }
+    return best;
+  };
+  auto seq = model.NewSequence();
+  WEIR_CHECK(model.Forward(*seq, prompt, 0).ok());
+  const int64_t at = seq->length();
+  std::vector<int64_t> block(1 + drafts, prompt.back());
+  const double one = best_of([&] {
+    WEIR_CHECK(model.Forward(*seq, std::span(block).first(1), at).ok());
+    WEIR_CHECK_OK(seq->Rollback(1));
+  });
+  const double verify = best_of([&] {
+    WEIR_CHECK(model.Forward(*seq, block, at).ok());
+    WEIR_CHECK_OK(seq->Rollback(1 + drafts));
+  });
+  const double draft = best_of([&] { WEIR_CHECK(model.Draft(*seq, prompt.back()).ok()); });
+  std::printf("costs, one sequence: 1-token forward %.2f ms, %d-token verify %.2f ms, "
+              "draft %.2f ms\n",
+              one, 1 + drafts, verify, draft);
+}
+
+int Run() {
+  std::string dir = absl::GetFlag(FLAGS_dir);
+  absl::StatusOr<std::unique_ptr<weir::model::Checkpoint>> checkpoint;
+  if (dir.empty()) {
+    const std::string tmp = std::filesystem::temp_directory_path() / "weir_speculative_bench";
+    checkpoint = weir::model::GenerateAndOpenCheckpoint(absl::GetFlag(FLAGS_config), tmp, 1);
+  } else {
+    checkpoint = weir::model::Checkpoint::Open(dir);
+  }
+  WEIR_CHECK(checkpoint.ok()) << checkpoint.status();
+  const weir::model::ModelConfig& config = (*checkpoint)->config();
+  weir::model::ModelOptions options;
+  std::vector<std::vector<int64_t>> prompts;
+  if (auto tok = weir::tokenizer::Tokenizer::FromDirectory(dir); !dir.empty() && tok.ok()) {
+    auto engram = weir::tokenizer::BuildEngramVocab(**tok);
+    if (engram.ok() && engram->size == config.engram_compressed_vocab_size) {
+      options.engram_token_map.assign(engram->compressed_id.begin(), engram->compressed_id.end());
+    }
+    for (const char* text : kPrompts) {
+      auto ids = (*tok)->Encode(text, /*add_special_tokens=*/true);
+      WEIR_CHECK(ids.ok()) << ids.status();
+      prompts.emplace_back(ids->begin(), ids->end());
+    }
+  } else {
+    for (int p = 0; p < 8; ++p) {
+      std::vector<int64_t> ids;
+      for (int t = 0; t < 12 + p; ++t) ids.push_back((37 * p + 101 * t + 5) % config.vocab_size);
+      prompts.push_back(std::move(ids));
+    }
+  }
+  auto model = weir::model::Model::Create(config, **checkpoint, std::move(options));
+  WEIR_CHECK(model.ok()) << model.status();
+  const int drafts = absl::GetFlag(FLAGS_num_draft_tokens) > 0
+                         ? absl::GetFlag(FLAGS_num_draft_tokens)
+                         : static_cast<int>(config.dspark_block_size);
+  const int new_tokens = absl::GetFlag(FLAGS_new_tokens);
+  std::printf("model %s, greedy, %d new tokens a sequence, %d drafts a row\n",
+              dir.empty() ? "random tiny" : dir.c_str(), new_tokens, drafts);
+  PrintCosts(**model, prompts[0], drafts);
+  std::printf("%6s %14s %14s %8s %16s %7s\n", "batch", "off tok/s", "dspark tok/s", "speedup",
+              "mean accepted", "equal");
+  for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_batches), ',')) {
+    int batch = 0;
+    WEIR_CHECK(absl::SimpleAtoi(part, &batch) && batch > 0) << "--batches: " << part;
+    const Result off = Decode(**model, prompts, batch, new_tokens, 0);
+    const Result on = Decode(**model, prompts, batch, new_tokens, drafts);
+    bool equal = true;
+    for (int s = 0; s < batch; ++s) {
+      const auto& a = off.outputs[s];
+      const auto& b = on.outputs[s];
+      equal = equal && std::equal(a.begin(), a.begin() + new_tokens, b.begin());
+    }
+    const double off_rate = off.tokens / off.seconds, on_rate = on.tokens / on.seconds;
+    std::printf("%6d %14.1f %14.1f %7.2fx %16.2f %7s\n", batch, off_rate, on_rate,
+                on_rate / off_rate, static_cast<double>(on.tokens) / std::max<int64_t>(1, on.rows),
+                equal ? "yes" : "NO");
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  weir::InitProcess(argc, argv, "speculative [--dir=MODEL_DIR] [--batches=1,8,32,64]",
+                    "speculative");
+  return Run();
+}
