@@ -20,7 +20,7 @@ model::ModelConfig Config(const std::string& name) {
 // The parts the floor counts plus the parts it leaves out add up to the
 // checkpoint's own size, whatever the config.
 TEST(DecodeFloorTest, WeightPartsAddUpToTheCheckpoint) {
-  for (const char* name : {"tiny", "small", "v41-flash"}) {
+  for (const char* name : {"random/tiny", "small", "v41-flash"}) {
     const model::ModelConfig c = Config(name);
     const StoredWeightBytes w = CountStoredWeights(c);
     double left_out = 0;
@@ -47,7 +47,7 @@ TEST(DecodeFloorTest, ExpertsAreCountedInMxfp4) {
 // Position 0 reads one window row per layer, plus on layers of ratio 1 one
 // compressed entry (and its index key where the layer owns the indexer).
 TEST(DecodeFloorTest, KvAtTheFirstPosition) {
-  const model::ModelConfig c = Config("tiny");
+  const model::ModelConfig c = Config("random/tiny");
   const model::LayerRoles roles(c);
   double expected = 0;
   for (int l = 0; l < c.n_layers; ++l) {

@@ -19,7 +19,7 @@ model::ModelConfig Config(const std::string& name) {
   return *c;
 }
 
-model::ModelConfig TinyConfig() { return Config("tiny"); }
+model::ModelConfig TinyConfig() { return Config("random/tiny"); }
 
 TEST(KvCacheLayoutTest, OneRegionPerKvSourceLayer) {
   const model::ModelConfig c = TinyConfig();

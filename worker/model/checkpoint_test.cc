@@ -90,7 +90,7 @@ TEST(CheckpointLayoutTest, V41FlashTensors) {
 }
 
 TEST(CheckpointLayoutTest, ShippedModelSizes) {
-  const int64_t tiny = ExpectedCheckpointBytes(Load("tiny"));
+  const int64_t tiny = ExpectedCheckpointBytes(Load("random/tiny"));
   const int64_t small = ExpectedCheckpointBytes(Load("small"));
   EXPECT_LT(tiny, int64_t{32} << 20);
   EXPECT_GT(small, int64_t{100} << 20);
@@ -111,7 +111,7 @@ std::string WriteEdited(const std::string& name, const std::vector<TensorDecl>& 
 }
 
 TEST(CheckpointTest, NamesMissingAndMismatchedTensors) {
-  const ModelConfig c = Load("tiny");
+  const ModelConfig c = Load("random/tiny");
   std::vector<TensorDecl> decls = ExpectedTensors(c);
   std::vector<TensorDecl> edited;
   for (TensorDecl d : decls) {
@@ -135,7 +135,7 @@ TEST(CheckpointTest, NamesMissingAndMismatchedTensors) {
 }
 
 TEST(CheckpointTest, AcceptsCompleteSetAndReportsExtras) {
-  const ModelConfig c = Load("tiny");
+  const ModelConfig c = Load("random/tiny");
   std::vector<TensorDecl> decls = ExpectedTensors(c);
   decls.push_back({"vision.patch_embed.weight", DType::kBF16, {2, 2}});
   const std::string dir = WriteEdited("complete", decls);

@@ -65,7 +65,7 @@ TEST(LayerRolesTest, V41FlashMatchesSpecTable) {
 
 // The tiny CI model keeps every role of V4.1 (spec §4.2) at 12 layers.
 TEST(LayerRolesTest, TinyHasEveryRole) {
-  const ModelConfig c = Load("tiny");
+  const ModelConfig c = Load("random/tiny");
   const LayerRoles roles(c);
   ASSERT_EQ(roles.size(), 15);
   const std::string table = roles.DebugString();
@@ -92,7 +92,7 @@ TEST(LayerRolesTest, TinyHasEveryRole) {
 // Without a candidate source a non-kv index source is still a Reindex layer,
 // but scores the whole compressed KV.
 TEST(LayerRolesTest, ReindexWithoutPool) {
-  ModelConfig c = Load("tiny");
+  ModelConfig c = Load("random/tiny");
   c.candidate_source_layer = -1;
   ASSERT_TRUE(ValidateModelConfig(c).ok());
   const LayerRoles roles(c);

@@ -48,7 +48,7 @@ const Checkpoint* DerivedCheckpoint(const std::string& model, const std::string&
 }
 
 const Checkpoint& TinyCheckpoint(uint64_t seed) {
-  return *DerivedCheckpoint("tiny", "tiny_seed" + std::to_string(seed), {}, seed);
+  return *DerivedCheckpoint("random/tiny", "tiny_seed" + std::to_string(seed), {}, seed);
 }
 
 const Checkpoint* SmallCheckpoint(uint64_t seed) {
