@@ -305,6 +305,15 @@ grpc::Status InferenceService::DoGetServerState(v1::ServerState* response) {
     response->set_forked_samples(static_cast<uint64_t>(driver->forks()));
     response->set_steps(driver->steps());
     response->set_kv_checks(driver->kv_checks());
+    if (const StepDriver::SpeculationStats spec = driver->speculation();
+        !spec.accepted_histogram.empty()) {
+      v1::ServerState::Speculation* out = response->mutable_speculation();
+      out->set_num_draft_tokens(static_cast<uint32_t>(spec.accepted_histogram.size() - 1));
+      for (int64_t n : spec.accepted_histogram) {
+        out->add_accepted_histogram(static_cast<uint64_t>(n));
+      }
+      out->set_verified_drafts(static_cast<uint64_t>(spec.verified_drafts));
+    }
     const StepDriver::RecoveryStats recoveries = driver->Recoveries();
     v1::ServerState::Recoveries* out = response->mutable_recoveries();
     out->set_count(static_cast<uint64_t>(recoveries.recoveries));

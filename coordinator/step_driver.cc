@@ -281,6 +281,11 @@ int64_t StepDriver::forks() const {
   return forks_;
 }
 
+StepDriver::SpeculationStats StepDriver::speculation() const {
+  absl::MutexLock lock(&mu_);
+  return speculation_;
+}
+
 int64_t StepDriver::kv_checks() const {
   absl::MutexLock lock(&mu_);
   return kv_checks_;
@@ -448,10 +453,15 @@ bool StepDriver::Iterate() {
   loads_.clear();
   preemptions_ = 0;
   forks_ = 0;
+  speculation_ = {};
   for (const auto& rank : ranks_) {
     loads_.push_back(rank->Load());
     preemptions_ += rank->num_preemptions();
     forks_ += rank->num_forks();
+    const std::vector<int64_t>& hist = rank->accepted_histogram();
+    speculation_.accepted_histogram.resize(hist.size(), 0);
+    for (size_t a = 0; a < hist.size(); ++a) speculation_.accepted_histogram[a] += hist[a];
+    speculation_.verified_drafts += rank->verified_drafts();
   }
   steps_ = steps_before_recovery_ + static_cast<int64_t>(next_step_);
   return true;

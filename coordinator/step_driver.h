@@ -201,6 +201,13 @@ class StepDriver {
   int64_t forks() const;
   // KV accounting checks passed (0 unless kv_check_every_step).
   int64_t kv_checks() const;
+  // Speculative decoding over every rank since start
+  // (RankScheduler::accepted_histogram, verified_drafts); empty when off.
+  struct SpeculationStats {
+    std::vector<int64_t> accepted_histogram;
+    int64_t verified_drafts = 0;
+  };
+  SpeculationStats speculation() const;
   // Why the loop stopped for good (OK while it runs, or after a plain Stop).
   absl::Status failure() const;
 
@@ -313,6 +320,7 @@ class StepDriver {
   int64_t steps_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t preemptions_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t forks_ ABSL_GUARDED_BY(mu_) = 0;
+  SpeculationStats speculation_ ABSL_GUARDED_BY(mu_);
   int64_t kv_checks_ ABSL_GUARDED_BY(mu_) = 0;
   // The expert-map commit asked for, until resolved; `commit_step_` is the
   // step that carries it once sent.

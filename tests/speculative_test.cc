@@ -123,6 +123,11 @@ TEST(SpeculativeTest, OutputsEqualOffWithStopsAndPreemption) {
                 "--worker_flags=--kv_cache_blocks=8", "--kv_check_every_step=true"});
   ExpectSame(RunAll(spec, mix), plain);
   ExpectSame(RunAll(spec, stops), plain_stops);
+  {
+    v1::ServerState counted;
+    ASSERT_TRUE(spec.State(counted).ok());
+    EXPECT_EQ(counted.speculation().accepted_histogram_size(), 6);
+  }
   // Once idle (the step after a sequence's last row has returned), every
   // block is back.
   v1::ServerState state;
@@ -188,6 +193,24 @@ TEST(SpeculativeTest, TrainedTinyAcceptsDraftsWithTheSameOutputs) {
   // tokens accepted means a mean accepted length above 1.25.
   EXPECT_GT(accepted * 5, completion) << accepted << " of " << completion;
   std::printf("trained tiny: %u of %u tokens were accepted drafts\n", accepted, completion);
+  // GetServerState: verifications by accepted drafts (counted before the
+  // max_new_tokens cut, so at least the delivered ones).
+  v1::ServerState state;
+  ASSERT_TRUE(spec.State(state).ok());
+  ASSERT_TRUE(state.has_speculation());
+  const v1::ServerState::Speculation& s = state.speculation();
+  EXPECT_EQ(s.num_draft_tokens(), 5u);
+  ASSERT_EQ(s.accepted_histogram_size(), 6);
+  uint64_t rows = 0, in_rows = 0;
+  for (int a = 0; a <= 5; ++a) {
+    rows += s.accepted_histogram(a);
+    in_rows += a * s.accepted_histogram(a);
+  }
+  EXPECT_GE(in_rows, accepted);
+  EXPECT_LE(in_rows, accepted + 4 * 5);  // at most a cut block per request
+  EXPECT_GT(rows, 0u);
+  EXPECT_LE(s.verified_drafts(), 5 * rows);
+  EXPECT_GT(s.verified_drafts(), 3 * rows);  // full blocks but near the ends
 }
 
 int ExitCode(const std::string& flags) {

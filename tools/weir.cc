@@ -15,6 +15,7 @@
 #include "absl/flags/flag.h"
 #include "absl/time/clock.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -100,6 +101,22 @@ int Info(const std::shared_ptr<grpc::Channel>& channel) {
       state.eplb_address().empty() ? "(none)" : state.eplb_address());
   if (!state.failure().empty()) {
     std::cout << "FAILED     the step loop stopped: " << state.failure() << "\n";
+  }
+  if (state.has_speculation()) {
+    const v1::ServerState::Speculation& spec = state.speculation();
+    uint64_t rows = 0, accepted = 0;
+    std::string hist;
+    for (int a = 0; a < spec.accepted_histogram_size(); ++a) {
+      rows += spec.accepted_histogram(a);
+      accepted += a * spec.accepted_histogram(a);
+      absl::StrAppend(&hist, a == 0 ? "" : " ", spec.accepted_histogram(a));
+    }
+    const double per = rows > 0 ? 1.0 / static_cast<double>(rows) : 0.0;
+    std::cout << absl::StrFormat(
+        "speculate  DSpark, %d drafts; %d verifications, mean verify length %.2f, mean "
+        "accepted length %.2f; accepted 0..%d: %s\n",
+        spec.num_draft_tokens(), rows, spec.verified_drafts() * per, 1.0 + accepted * per,
+        spec.num_draft_tokens(), hist);
   }
   if (state.recoveries().count() > 0) {
     std::cout << absl::StrFormat(

@@ -26,6 +26,10 @@ absl::StatusOr<std::unique_ptr<RankScheduler>> RankScheduler::Create(
                      config.max_model_len, ", ", config.max_prefill_tokens, ", ",
                      config.max_decode_batch, ", ", config.max_running));
   }
+  if (config.num_draft_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("need num_draft_tokens >= 0; got ", config.num_draft_tokens));
+  }
   if (config.max_running_per_tenant < 0) {
     return absl::InvalidArgumentError(absl::StrCat("need max_running_per_tenant >= 0; got ",
                                                    config.max_running_per_tenant));
@@ -36,7 +40,9 @@ absl::StatusOr<std::unique_ptr<RankScheduler>> RankScheduler::Create(
 }
 
 RankScheduler::RankScheduler(const RankSchedulerConfig& config, BlockManager blocks)
-    : config_(config), blocks_(std::move(blocks)) {}
+    : config_(config),
+      blocks_(std::move(blocks)),
+      accepted_histogram_(config.num_draft_tokens > 0 ? config.num_draft_tokens + 1 : 0, 0) {}
 
 absl::Status RankScheduler::Add(SeqRequest request) {
   const int64_t prompt_len = static_cast<int64_t>(request.prompt.size());
@@ -291,6 +297,10 @@ absl::StatusOr<std::vector<SeqUpdate>> RankScheduler::OnResult(const RankStepRes
     if (refs[i].draft_tokens >= 0) {
       // The row wrote n positions; its plan counted 1 + draft_tokens.
       seq->num_scheduled -= 1 + refs[i].draft_tokens - static_cast<int64_t>(n);
+    }
+    if (refs[i].draft_tokens > 0 && n - 1 < accepted_histogram_.size()) {
+      ++accepted_histogram_[n - 1];
+      verified_drafts_ += refs[i].draft_tokens;
     }
     SeqUpdate update{seq->request.id, {}, FinishReason::kNone};
     // Stop conditions apply token by token: what follows a stop is dropped.

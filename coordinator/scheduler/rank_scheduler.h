@@ -126,6 +126,13 @@ class RankScheduler {
   // True if `id` is waiting to fork off a live sequence that was admitted
   // (its prefill runs; the fork comes with its last prompt token).
   bool WaitsForAdmittedSource(RequestId id) const;
+  // Speculative decoding: decode rows that verified at least one draft, by
+  // the drafts they accepted ([num_draft_tokens + 1]: index = accepted;
+  // empty when off), counted when their result arrives for a live
+  // sequence, before stop conditions drop anything; and the drafts those
+  // rows verified in all (mean verify length = verified_drafts / rows).
+  const std::vector<int64_t>& accepted_histogram() const { return accepted_histogram_; }
+  int64_t verified_drafts() const { return verified_drafts_; }
   // Live sequences (waiting, prefilling or running).
   int64_t num_live() const { return static_cast<int64_t>(seqs_.size()); }
 
@@ -210,6 +217,8 @@ class RankScheduler {
   uint64_t next_ticket_ = 1;
   int64_t num_preemptions_ = 0;
   int64_t num_forks_ = 0;
+  std::vector<int64_t> accepted_histogram_;
+  int64_t verified_drafts_ = 0;
 };
 
 }  // namespace weir::coordinator::scheduler

@@ -155,6 +155,12 @@ TEST_P(StressTest, RandomEventsNeverLeakAndStreamsMatchTheModel) {
     }
   }
   EXPECT_GT(compared, 1000);
+  if (config.num_draft_tokens > 0) {
+    // The fake worker accepts 0..3 drafts: every count occurs.
+    ASSERT_EQ(sched->accepted_histogram().size(), 4u);
+    for (int64_t n : sched->accepted_histogram()) EXPECT_GT(n, 100);
+    EXPECT_GT(sched->verified_drafts(), 0);
+  }
   std::cout << (zero_overhead ? "zero-overhead" : "plain") << ": " << requests.size()
             << " requests, " << cancels << " cancelled, " << sched->num_preemptions()
             << " preemptions, " << driver.num_steps() << " steps, " << worker.rows_executed()
