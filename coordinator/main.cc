@@ -317,6 +317,14 @@ int Run(int argc, char** argv) {
     std::cerr << "weir: " << num_draft_tokens.status().message() << "\n";
     return 2;
   }
+  if (*num_draft_tokens > 0 && absl::GetFlag(FLAGS_backend) == "cuda") {
+    // The device decoder has no draft/verify path yet: verify rows would take the
+    // multi-token path, whose fast numerics differ from the decode kernels', and
+    // outputs would no longer equal --speculative=off's (seen on the H200).
+    std::cerr << "weir: --speculative=dspark runs on --backend=cpu only (the device decoder "
+                 "has no draft and verify path yet)\n";
+    return 2;
+  }
   const int redundant = absl::GetFlag(FLAGS_num_redundant_experts);
   if (redundant < 0 || redundant > 64 * std::max<int64_t>(1, config->n_routed_experts)) {
     std::cerr << "weir: --num_redundant_experts must be in [0, 64 x routed experts]\n";

@@ -466,6 +466,11 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
                  << " budget bytes";
   const int32_t num_draft_tokens =
       static_cast<int32_t>(std::min<uint32_t>(request->num_draft_tokens(), INT32_MAX));
+  if (num_draft_tokens > 0 && options_.backend == "cuda") {
+    return Error(grpc::StatusCode::FAILED_PRECONDITION,
+                 "speculative decoding runs on the CPU backend only (the device decoder has no "
+                 "draft and verify path yet); this worker runs --backend=cuda");
+  }
   if (num_draft_tokens > 0) {
     StepExecutor probe(**runtime, 1);
     if (absl::Status s = probe.SetSpeculation(num_draft_tokens); !s.ok()) return ToGrpcStatus(s);
