@@ -12,36 +12,13 @@
 
 #include "gtest/gtest.h"
 #include "worker/model/engram_layer.h"
+#include "worker/model/golden_file.h"
 #include "worker/model/model.h"
 #include "worker/model/safetensors.h"
 #include "worker/model/tiny_checkpoint.h"
 
 namespace weir::model {
 namespace {
-
-class Golden {
- public:
-  explicit Golden(const std::string& path) {
-    auto f = SafetensorsFile::Open(path);
-    EXPECT_TRUE(f.ok()) << f.status();
-    if (f.ok()) file_ = std::move(*f);
-  }
-  bool ok() const { return file_ != nullptr; }
-
-  template <typename T>
-  std::vector<T> Get(const std::string& name) const {
-    const TensorInfo* info = file_->Find(name);
-    EXPECT_NE(info, nullptr) << name;
-    if (info == nullptr) return {};
-    std::span<const uint8_t> bytes = file_->Data(*info);
-    std::vector<T> out(bytes.size() / sizeof(T));
-    std::memcpy(out.data(), bytes.data(), out.size() * sizeof(T));
-    return out;
-  }
-
- private:
-  std::unique_ptr<SafetensorsFile> file_;
-};
 
 double RelDiff(const float* a, const float* b, int64_t n) {
   double diff = 0, scale = 1e-30;

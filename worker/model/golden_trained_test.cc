@@ -22,6 +22,7 @@
 #include "tokenizer/engram_vocab.h"
 #include "tokenizer/tokenizer.h"
 #include "worker/model/checkpoint.h"
+#include "worker/model/golden_file.h"
 #include "worker/model/model.h"
 #include "worker/model/safetensors.h"
 
@@ -36,30 +37,6 @@ constexpr int kMinGreedyPrompts = 15;  // of 16
 constexpr double kMinTeacherForcedTop1 = 0.995;
 constexpr int kLogitRows = 48;
 constexpr double kLogitTol = 1e-3;  // golden_test's bound (tests/golden/README.md)
-
-class Golden {
- public:
-  explicit Golden(const std::string& path) {
-    auto f = SafetensorsFile::Open(path);
-    EXPECT_TRUE(f.ok()) << f.status();
-    if (f.ok()) file_ = std::move(*f);
-  }
-  bool ok() const { return file_ != nullptr; }
-
-  template <typename T>
-  std::vector<T> Get(const std::string& name) const {
-    const TensorInfo* info = file_->Find(name);
-    EXPECT_NE(info, nullptr) << name;
-    if (info == nullptr) return {};
-    std::span<const uint8_t> bytes = file_->Data(*info);
-    std::vector<T> out(bytes.size() / sizeof(T));
-    std::memcpy(out.data(), bytes.data(), out.size() * sizeof(T));
-    return out;
-  }
-
- private:
-  std::unique_ptr<SafetensorsFile> file_;
-};
 
 struct Top2 {
   int64_t id;
