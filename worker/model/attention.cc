@@ -96,9 +96,16 @@ absl::Status AttentionForward(const AttentionContext& ctx, std::span<const float
   RETURN_IF_ERROR(ProjectQuery(ctx.ops, c, ctx.weights, ctx.rope, x, positions, qr, q));
   RETURN_IF_ERROR(ProjectWindowKv(ctx.ops, c, ctx.weights, ctx.rope, x, positions, kv));
 
+  // CED bounded replay (§4.4): a decoder layer's SWA starts at the replay
+  // start (it holds no rows before it); 0 elsewhere.
+  const int64_t floor = ctx.role.is_decoder ? ctx.state.replay_start() : 0;
+  if (p0 < floor) {
+    return absl::InternalError(absl::StrCat("layer ", ctx.role.layer, ": decoder forward at ", p0,
+                                            " before the replay start ", floor));
+  }
   // Window table: positions [lo, p0 + s) in order, older ones from the ring.
   PositionRing& ring = ctx.state.window(ctx.role.layer);
-  const int64_t lo = std::max<int64_t>(0, p0 - (win - 1));
+  const int64_t lo = std::max<int64_t>(floor, p0 - (win - 1));
   const int64_t n_window = p0 + s - lo;
   std::vector<float> table(n_window * d);
   for (int64_t pos = lo; pos < p0; ++pos) {
@@ -130,14 +137,14 @@ absl::Status AttentionForward(const AttentionContext& ctx, std::span<const float
     store.ReadKv(ctx.role.kv_source, 0, std::span<float>(table).subspan(n_window * d));
   }
 
-  // Index rows: window positions max(0, p - win + 1) .. p ascending, then the top-k.
+  // Index rows: window positions max(floor, p - win + 1) .. p ascending, then the top-k.
   const int width = static_cast<int>(win) + topk_width;
   std::vector<int32_t> index(s * width, -1);
   for (int64_t t = 0; t < s; ++t) {
     const int64_t p = p0 + t;
     int32_t* row = index.data() + t * width;
     int col = 0;
-    for (int64_t pos = std::max<int64_t>(0, p - win + 1); pos <= p; ++pos) {
+    for (int64_t pos = std::max<int64_t>(floor, p - win + 1); pos <= p; ++pos) {
       row[col++] = static_cast<int32_t>(pos - lo);
     }
     for (int k = 0; k < topk_width; ++k) {

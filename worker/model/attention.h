@@ -60,8 +60,11 @@ struct AttentionContext {
 
 // Runs attention for x [S, dim] (collapsed, attn_norm'ed, bf16 values) and
 // writes out [S, dim]; updates the layer's SWA ring and, for kv sources, the
-// compressed KV / index keys in ctx.state. Errors: INTERNAL on broken
-// invariants (inputs are validated by the model).
+// compressed KV / index keys in ctx.state. A CED decoder layer's window
+// starts at ctx.state.replay_start() (bounded replay, §4.4): query p sees
+// SWA positions [max(replay_start, p - window + 1), p]. Errors: INTERNAL on
+// broken invariants (inputs are validated by the model), e.g. a decoder
+// layer run before the replay start.
 absl::Status AttentionForward(const AttentionContext& ctx, std::span<const float> x,
                               std::span<float> out);
 

@@ -25,15 +25,24 @@ absl::Status Mix(Ops& ops, const ModelConfig& c, const HcWeights& hc, std::span<
                             .tokens = tokens, .dim = c.dim});
 }
 
+// in [tokens, dim] = bf16(norm(collapse(x, pre))): a site's sublayer input.
+absl::Status NormedCollapse(Ops& ops, const ModelConfig& c, std::span<const float> norm_weight,
+                            std::span<const float> x, std::span<const float> pre,
+                            int64_t tokens, std::span<float> in) {
+  RETURN_IF_ERROR(Collapse(ops, c, x, pre, tokens, in));
+  RETURN_IF_ERROR(
+      ops.RmsNorm(in, norm_weight, tokens, c.dim, static_cast<float>(c.norm_eps), in));
+  ops.RoundBf16(in);
+  return absl::OkStatus();
+}
+
 // One site: y = sublayer(norm(collapse(x, pre))); x <- post (x) y + comb^T x.
 absl::Status Site(Ops& ops, const ModelConfig& c, std::span<const float> norm_weight,
                   const Coefficients& coeff, std::span<const float> pre, int64_t tokens,
                   const Sublayer& sublayer, std::vector<float>& x) {
   const int64_t d = c.dim;
   std::vector<float> in(tokens * d), y(tokens * d);
-  RETURN_IF_ERROR(Collapse(ops, c, x, pre, tokens, in));
-  RETURN_IF_ERROR(ops.RmsNorm(in, norm_weight, tokens, d, static_cast<float>(c.norm_eps), in));
-  ops.RoundBf16(in);
+  RETURN_IF_ERROR(NormedCollapse(ops, c, norm_weight, x, pre, tokens, in));
   RETURN_IF_ERROR(sublayer(in, y));
   std::vector<float> next(x.size());
   RETURN_IF_ERROR(ops.HcExpand(x, y, coeff.post, coeff.comb, tokens,
@@ -53,6 +62,12 @@ std::vector<float> IdentityPreMix(int64_t tokens, int hc_mult) {
 absl::Status Collapse(Ops& ops, const ModelConfig& config, std::span<const float> x,
                       std::span<const float> pre, int64_t tokens, std::span<float> out) {
   return ops.HcCollapse(x, pre, tokens, static_cast<int>(config.hc_mult), config.dim, out);
+}
+
+absl::Status AttentionInput(Ops& ops, const ModelConfig& config, const BlockWeights& w,
+                            std::span<const float> x, std::span<const float> pre,
+                            int64_t tokens, std::span<float> out) {
+  return NormedCollapse(ops, config, w.attn_norm, x, pre, tokens, out);
 }
 
 absl::Status BlockForward(Ops& ops, const ModelConfig& config, const BlockWeights& w,

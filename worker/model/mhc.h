@@ -39,6 +39,14 @@ absl::Status BlockForward(Ops& ops, const ModelConfig& config, const BlockWeight
                           int64_t tokens, const Sublayer& attention, const Sublayer& ffn,
                           std::vector<float>& x, std::vector<float>& pre);
 
+// The attention sublayer's input of a block, out [tokens, dim] =
+// bf16(attn_norm(collapse(x, pre_in))), without running the block (the same
+// ops as BlockForward): CED's global-KV projection of the prompt tokens the
+// decoder skips (spec §4.4).
+absl::Status AttentionInput(Ops& ops, const ModelConfig& config, const BlockWeights& w,
+                            std::span<const float> x, std::span<const float> pre,
+                            int64_t tokens, std::span<float> out);
+
 // out [tokens, dim] = bf16(sum_j pre[t, j] x[t, j, :]).
 absl::Status Collapse(Ops& ops, const ModelConfig& config, std::span<const float> x,
                       std::span<const float> pre, int64_t tokens, std::span<float> out);

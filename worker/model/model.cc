@@ -1,5 +1,6 @@
 #include "worker/model/model.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -104,10 +105,38 @@ absl::Status Model::CheckTokens(std::span<const int64_t> tokens) const {
   return absl::OkStatus();
 }
 
+bool Model::SupportsCedReplay() const {
+  const int start = config_.decoder_start();
+  if (start >= config_.n_layers) return false;
+  for (int layer : config_.kv_source_layers) {
+    if (layer > start && layer < config_.n_layers) return false;
+  }
+  return true;
+}
+
+absl::Status Model::StartCedReplay(SequenceState& state, int64_t prompt_len) const {
+  if (prompt_len < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("StartCedReplay: prompt_len ", prompt_len));
+  }
+  if (!SupportsCedReplay()) {
+    return absl::FailedPreconditionError(
+        "StartCedReplay: the model has no CED decoder layers, or a kv source after "
+        "decoder_start");
+  }
+  if (state.length() != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "StartCedReplay: the sequence holds ", state.length(), " positions already"));
+  }
+  state.set_replay_start(std::max<int64_t>(0, prompt_len - config_.window_size));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<float>> Model::Forward(SequenceState& state,
                                                   std::span<const int64_t> tokens,
                                                   int64_t start_pos) {
-  if (collective_) {  // expert-parallel or sharded Engram: a one-row collective step
+  // Expert-parallel or sharded Engram: a one-row collective step. Bounded
+  // replay skipping some of the tokens: RunBatch, which implements it.
+  if (collective_ || state.replay_start() > start_pos) {
     SequenceState* const states[] = {&state};
     const std::span<const int64_t> rows[] = {tokens};
     const int64_t starts[] = {start_pos};

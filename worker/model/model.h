@@ -30,6 +30,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/cpu/rope.h"
+#include "worker/model/attention.h"
 #include "worker/model/checkpoint.h"
 #include "worker/model/config.h"
 #include "worker/model/dspark.h"
@@ -93,8 +94,29 @@ class Model {
   // REQUIRES: `store` is not null.
   std::unique_ptr<SequenceState> NewSequence(std::unique_ptr<CompressedKvStore> store) const;
 
+  // CED bounded replay (spec §4.4) for `state`, an empty sequence whose
+  // prompt will have `prompt_len` tokens (however it arrives in chunks):
+  // positions before s = max(0, prompt_len - window_size) run only the
+  // encoder layers [0, decoder_start) and the global-KV projection of the
+  // decoder's kv source (hc-collapse, attn_norm, compressor and index keys of
+  // layer decoder_start), so the compressed KV and index keys are the exact
+  // forward's, bit for bit; the decoder layers run only at positions >= s,
+  // their SWA truncated to [s, ...]. The outputs are an approximation of the
+  // exact forward (DeepSeek trains for it). Logit rows of positions < s are
+  // not computed: Forward returns them as NaN. Later forwards (decode,
+  // verification, rollback) are as without replay: they see at most the
+  // last window positions, all >= s. FAILED_PRECONDITION when the state
+  // holds positions already or the model cannot replay (see
+  // SupportsCedReplay); INVALID_ARGUMENT when prompt_len < 0.
+  absl::Status StartCedReplay(SequenceState& state, int64_t prompt_len) const;
+  // True when bounded replay is defined for this model: it has decoder layers
+  // and no kv source after decoder_start (a later kv source would need the
+  // decoder's hidden states of every prompt token).
+  bool SupportsCedReplay() const;
+
   // Runs `tokens` at positions start_pos.. and returns logits [tokens, vocab]
-  // (fp32). Advances `state` by tokens.size(). INVALID_ARGUMENT (state
+  // (fp32; NaN rows for positions before the state's replay start, see
+  // StartCedReplay). Advances `state` by tokens.size(). INVALID_ARGUMENT (state
   // unchanged) when tokens is empty, a token is outside [0, vocab),
   // start_pos != state.length(), or `state` belongs to another model shape.
   absl::StatusOr<std::vector<float>> Forward(SequenceState& state,
@@ -154,6 +176,18 @@ class Model {
   // A collective step without rows: every backbone Engram gather (if
   // collective) and MoE exchange (if expert-parallel), empty.
   absl::Status RunEmptyStep();
+  // The same for one backbone layer.
+  absl::Status RunEmptyLayer(int layer);
+  // CED bounded replay: the global KV (compressed KV, index keys) of the
+  // decoder's kv source for row i's first skip[i] tokens (at start_pos[i];
+  // [off[i], ..) in the batch's streams x [tokens, hc, dim] and pre mix
+  // [tokens, hc] entering layer decoder_start).
+  absl::Status ProjectGlobalKv(std::span<SequenceState* const> states,
+                               std::span<const int64_t> start_pos,
+                               const std::vector<int64_t>& off,
+                               const std::vector<int64_t>& skip, const std::vector<float>& x,
+                               const std::vector<float>& pre,
+                               std::vector<AttentionShared>& shared);
   absl::Status RunBackbone(SequenceState& state, std::span<const int64_t> tokens,
                            int64_t start_pos, std::vector<float>& logits);
 

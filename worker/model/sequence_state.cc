@@ -62,6 +62,7 @@ SequenceState::SequenceState(const ModelConfig& config, const LayerRoles& roles,
 
 SequenceState::SequenceState(const SequenceState& other)
     : length_(other.length_),
+      replay_start_(other.replay_start_),
       max_rollback_(other.max_rollback_),
       broken_(other.broken_),
       windows_(other.windows_),
@@ -76,6 +77,7 @@ SequenceState::SequenceState(const SequenceState& other)
 absl::Status SequenceState::CopyFrom(const SequenceState& other) {
   if (this == &other) return absl::OkStatus();
   length_ = other.length_;
+  replay_start_ = other.replay_start_;
   max_rollback_ = other.max_rollback_;
   broken_ = other.broken_;
   windows_ = other.windows_;

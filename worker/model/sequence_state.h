@@ -10,7 +10,9 @@
 //     compressor inputs of recent tokens (kv, score) [2 * head_dim] from
 //     which the partial group is rebuilt;
 //   * the Engram history of compressed token ids;
-//   * per DSpark stage, the ring of main-feature KV [head_dim] (§4.8).
+//   * per DSpark stage, the ring of main-feature KV [head_dim] (§4.8);
+//   * the CED bounded-replay start (§4.4): decoder layers run, and keep SWA
+//     rows, only at positions >= replay_start() (0 = the exact forward).
 // Rings keep `window + max_rollback` positions (compressor: `ratio +
 // max_rollback`), so the last `max_rollback` positions can be dropped
 // (rejected drafts) and replayed without recomputing anything older.
@@ -93,6 +95,12 @@ class SequenceState {
 
   // Positions processed so far (the next forward starts here).
   int64_t length() const { return length_; }
+  // CED bounded replay (spec §4.4; set by Model::StartCedReplay before the
+  // first forward): the CED decoder layers run only at positions >=
+  // replay_start(), and their SWA sees only positions >= it. 0 = every layer
+  // at every position (the exact forward). Kept by copies and rollbacks.
+  int64_t replay_start() const { return replay_start_; }
+  void set_replay_start(int64_t pos) { replay_start_ = pos; }
   int64_t max_rollback() const { return max_rollback_; }
 
   // Drops the last `k` positions, as if they had never been forwarded.
@@ -123,6 +131,7 @@ class SequenceState {
 
  private:
   int64_t length_ = 0;
+  int64_t replay_start_ = 0;
   int64_t max_rollback_ = 0;
   bool broken_ = false;
   std::vector<PositionRing> windows_;       // [n_layers + n_mtp_layers]
