@@ -81,12 +81,14 @@ absl::Status StepExecutor::FinishGrammar(Slot& slot) {
   if ((*compiled)->vocab().size() != model_.config().vocab_size) {
     return absl::InternalError("grammar vocabulary size differs from the model's");
   }
-  slot.matcher = std::make_unique<grammar::Matcher>(std::move(*compiled));
+  // Drafting advances the matcher through a whole block and rolls it back.
+  slot.matcher =
+      std::make_unique<grammar::Matcher>(std::move(*compiled), std::max(7, num_draft_tokens_ + 2));
   return absl::OkStatus();
 }
 
 absl::Status StepExecutor::AcceptInputs(Slot& slot, int64_t start,
-                                        const std::vector<int64_t>& inputs) {
+                                        std::span<const int64_t> inputs) {
   for (size_t k = 0; k < inputs.size(); ++k) {
     const int64_t pos = start + static_cast<int64_t>(k);
     // Earlier positions are prompt, or a sample the matcher already accepted.
@@ -104,28 +106,12 @@ void StepExecutor::SampleConstrained(Slot& slot, const float* logits,
                                      const sampling::SampleRow& base, RowOutcome& out) {
   const int64_t vocab = model_.config().vocab_size;
   grammar::Matcher& matcher = *slot.matcher;
-  sampling::SampleRow row = base;
   const bool terminated = matcher.IsTerminated();
-  if (!terminated) {
-    // The constraint decides which tokens may come next.
-    mask_.assign(matcher.grammar().vocab().mask_words(), 0);
-    matcher.FillNextTokenBitmask(mask_);
-    masked_logits_.assign(vocab, -std::numeric_limits<float>::infinity());
-    bool any = false;
-    for (int64_t id = 0; id < vocab; ++id) {
-      if ((mask_[id / 32] >> (id % 32)) & 1u) {
-        masked_logits_[id] = logits[id];
-        any = true;
-      }
-    }
-    if (!any) {
-      out.status = absl::InvalidArgumentError(
-          "the constraint allows no token here (the vocabulary cannot continue it)");
-      return;
-    }
-    row.logits = masked_logits_.data();
-  }
-  sampling::SampleResult result = sampling::SampleBatch({&row, 1}, static_cast<int32_t>(vocab))[0];
+  const RowSampling row{.params = base.params,
+                        .prompt = base.prompt_tokens,
+                        .output = base.output_tokens,
+                        .matcher = &matcher};
+  sampling::SampleResult result = SamplePosition(logits, vocab, row, base.position, scratch_);
   out.status = result.status;
   if (!result.status.ok()) return;
   out.token = result.token;
@@ -472,7 +458,10 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
       slot.drafts.clear();  // the row drafts anew after its last sample
     }
     if (slot.matcher != nullptr && slot.grammar_status.ok()) {
-      slot.grammar_status = AcceptInputs(slot, slot.state->length(), inputs[i]);
+      // Drafts reach the matcher only once verified (VerifyDrafts).
+      slot.grammar_status =
+          AcceptInputs(slot, slot.state->length(),
+                       std::span<const int64_t>(inputs[i]).first(inputs[i].size() - drafts[i]));
     }
     outcomes[i].status = slot.grammar_status;
     starts[i] = slot.state->length();
@@ -556,7 +545,9 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
         (row.sample || end > slot.accepted_upto)) {
       slot.grammar_status = FinishGrammar(slot);
       if (slot.grammar_status.ok()) {
-        slot.grammar_status = AcceptInputs(slot, starts[i], inputs[i]);
+        slot.grammar_status =
+            AcceptInputs(slot, starts[i],
+                         std::span<const int64_t>(inputs[i]).first(inputs[i].size() - drafts[i]));
       }
       outcomes[i].status = slot.grammar_status;
     }
@@ -607,11 +598,14 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
         samples[i] = *out.token;
         slot.sampled_once = true;
         if (row.logprobs >= 0) out.sampled_logprobs = ScoreToken(last, vocab, *out.token, logprobs_k);
+        if (row.draft_tokens >= 0 && !out.finished) DraftAfter(slot, *out.token);
       }
       continue;
     }
+    const RowSampling plain{
+        .params = &row.sampling, .prompt = slot.prompt, .output = slot.output};
     sampling::SampleResult result =
-        sampling::SampleBatch({&sample_row, 1}, static_cast<int32_t>(vocab))[0];
+        SamplePosition(last, vocab, plain, sample_row.position, scratch_);
     out.status = result.status;
     if (result.status.ok()) {
       out.token = result.token;

@@ -11,7 +11,10 @@
 // constrained_from are generated tokens the matcher must accept (a
 // recompute after preemption replays them); before sampling, the tokens the
 // grammar forbids get -inf logits; the sampled token is accepted, and once the
-// matcher terminates the row reports `finished`. Grammar failures (a compile
+// matcher terminates the row reports `finished`. Speculative rows of such a
+// slot draft only tokens the grammar allows, and verify each draft under the
+// mask of its position (the matcher advances through the accepted drafts;
+// see draft_acceptance.h). Grammar failures (a compile
 // error, a rejected token, an empty mask) are that row's error
 // (INVALID_ARGUMENT); unconstrained rows in the same step are unaffected.
 //
@@ -35,6 +38,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -44,6 +48,7 @@
 #include "grammar/compiler.h"
 #include "grammar/constraint.h"
 #include "grammar/matcher.h"
+#include "worker/draft_acceptance.h"
 #include "worker/kv_cache/block_pool.h"
 #include "worker/kv_cache/paged_kv_store.h"
 #include "worker/model/decode_backend.h"
@@ -138,6 +143,9 @@ struct RowOutcome {
   // log-probabilities (as `logprob`); the row emits accepted..., token.
   std::vector<int32_t> accepted;
   std::vector<float> accepted_logprobs;
+  // RowPlan::logprobs on a speculative row: each accepted draft's, scored as
+  // sampled_logprobs scores `token`.
+  std::vector<TokenLogprob> accepted_scored;
 };
 
 struct StepGrammarOptions {
@@ -254,7 +262,8 @@ class StepExecutor {
 
   // The drafts `row` verifies: RowPlan::draft_tokens of the slot's drafts, if
   // they follow the row's single input token at the slot's length (0 for a
-  // plain, restarted, forked or constrained row). `input` is that token.
+  // plain, restarted or forked row, or one whose constraint still compiles).
+  // `input` is that token.
   int64_t UsableDrafts(const RowPlan& row, int64_t input) const;
   // The row's single resolved input token (its token or remap), else -1.
   int64_t SingleInput(const RowPlan& row) const;
@@ -266,8 +275,14 @@ class StepExecutor {
                                        const std::vector<int64_t>& inputs, int64_t drafts,
                                        const std::vector<float>& logits, RowOutcome& out);
   // Drafts the slot's next block after `token` (its drafts are cleared when
-  // the model cannot draft here).
+  // the model cannot draft here). With a matcher (which has accepted
+  // `token`), each draft is one the grammar allows after the ones before it.
   void DraftAfter(Slot& slot, int32_t token);
+  // DraftAfter's block under `matcher`: position i keeps the draft if the
+  // grammar allows it after drafts 0..i-1, else takes the allowed token with
+  // the highest draft logit; it stops where nothing is allowed or a draft
+  // would end the grammar. The matcher is left as it was.
+  std::vector<int64_t> AllowedDrafts(grammar::Matcher& matcher, const model::DraftResult& drafted);
 
   // RowPlan::prompt_logprobs of row `row`, whose `inputs` started at `start`
   // and whose forward gave `logits` [inputs.size(), vocab].
@@ -283,7 +298,7 @@ class StepExecutor {
   // Waits for the slot's pending compile and creates its matcher.
   absl::Status FinishGrammar(Slot& slot);
   // Feeds `inputs` starting at position `start` to the slot's matcher.
-  absl::Status AcceptInputs(Slot& slot, int64_t start, const std::vector<int64_t>& inputs);
+  absl::Status AcceptInputs(Slot& slot, int64_t start, std::span<const int64_t> inputs);
   // Samples from `logits` masked by the slot's grammar, and accepts the token.
   void SampleConstrained(Slot& slot, const float* logits, const sampling::SampleRow& base,
                          RowOutcome& out);
@@ -315,8 +330,7 @@ class StepExecutor {
   grammar::GrammarCompiler* const grammar_;
   const StepGrammarOptions grammar_options_;
   std::vector<Slot> slots_;
-  std::vector<uint32_t> mask_;       // scratch: next-token bitmask
-  std::vector<float> masked_logits_;  // scratch: logits with forbidden tokens at -inf
+  MaskScratch scratch_;  // the grammar's mask and the masked logits
   // Token each row of the previous step sampled (-1 if it did not).
   std::vector<int32_t> previous_samples_;
 };

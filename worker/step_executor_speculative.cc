@@ -4,23 +4,19 @@
 // drafts a row verifies, the acceptance of a verified block with the rollback
 // of its rejected positions, and drafting the next block.
 //
-// Acceptance is "sample, then compare": position j of the block is sampled
-// exactly as a plain row would sample it (same logits, penalties over the
-// tokens before it, draw of (seed, position)); the draft is accepted while it
-// equals that sample. Greedy rows thus accept the longest prefix equal to the
-// target's argmax. Sampled rows stay lossless: DSpark drafts greedily, so the
-// draft distribution q is a point mass on the draft d, and speculative
-// rejection sampling with such a q (accept d with probability
-// min(1, p(d)/q(d)) = p(d); on rejection draw from max(0, p - q) normalized =
-// p without d) emits exactly p, as sampling from p and comparing does. With
-// the seeded draw a function of (seed, position), the emitted tokens equal
-// those of plain decoding.
+// Acceptance is "sample, then compare" (draft_acceptance.h, where the
+// argument for losslessness is): position j of the block is sampled exactly
+// as a plain row would sample it (same logits, penalties over the tokens
+// before it, draw of (seed, position)); the draft is accepted while it equals
+// that sample. Greedy rows thus accept the longest prefix equal to the
+// target's argmax. With the seeded draw a function of (seed, position), the
+// emitted tokens equal those of plain decoding.
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "base/logging.h"
-#include "worker/sampling/sampler.h"
+#include "worker/draft_acceptance.h"
 #include "worker/step_executor.h"
 
 namespace weir::worker {
@@ -54,7 +50,8 @@ int64_t StepExecutor::UsableDrafts(const RowPlan& row, int64_t input) const {
   if (row.draft_tokens <= 0 || row.start_pos == 0 || row.fork_from >= 0 || input < 0) return 0;
   if (row.slot < 0 || row.slot >= max_slots()) return 0;
   const Slot& slot = slots_[row.slot];
-  if (slot.state == nullptr || slot.matcher != nullptr || slot.pending_grammar.has_value()) {
+  // A constraint still compiling, or failed, gets no drafts.
+  if (slot.state == nullptr || slot.pending_grammar.has_value() || !slot.grammar_status.ok()) {
     return 0;
   }
   if (input != slot.drafts_after || slot.state->length() != slot.drafts_pos) return 0;
@@ -68,23 +65,24 @@ absl::StatusOr<int64_t> StepExecutor::VerifyDrafts(const RowPlan& row, Slot& slo
                                                    RowOutcome& out) {
   const int64_t vocab = model_.config().vocab_size;
   const int64_t base = static_cast<int64_t>(inputs.size()) - drafts;
-  int64_t accepted = 0;
-  for (; accepted < drafts; ++accepted) {
-    // The logits of the position before draft `accepted` predict it.
-    const sampling::SampleRow sample_row{.logits = logits.data() + (base - 1 + accepted) * vocab,
-                                         .params = &row.sampling,
-                                         .prompt_tokens = slot.prompt,
-                                         .output_tokens = slot.output,
-                                         .position = start + base + accepted,
-                                         .is_draft = false};
-    const sampling::SampleResult result =
-        sampling::SampleBatch({&sample_row, 1}, static_cast<int32_t>(vocab))[0];
-    const int64_t draft = inputs[base + accepted];
-    // An error is reported by the row's own sample at this position.
-    if (!result.status.ok() || result.token != draft) break;
-    slot.output.push_back(static_cast<int32_t>(draft));
-    out.accepted.push_back(static_cast<int32_t>(draft));
-    out.accepted_logprobs.push_back(result.logprob);
+  // The logits of the position before each draft predict it.
+  const RowSampling sampling_row{
+      .params = &row.sampling, .prompt = slot.prompt, .matcher = slot.matcher.get()};
+  const Acceptance acceptance =
+      AcceptDrafts(logits.data() + (base - 1) * vocab, vocab,
+                   std::span<const int64_t>(inputs).subspan(base, drafts), sampling_row,
+                   slot.output, start + base, scratch_);
+  const int64_t accepted = acceptance.accepted;
+  out.accepted.assign(inputs.begin() + base, inputs.begin() + base + accepted);
+  out.accepted_logprobs = acceptance.logprobs;
+  if (slot.matcher != nullptr) slot.accepted_upto = start + base + accepted;
+  if (row.logprobs >= 0) {
+    // As a plain row scores its sample: the model's distribution, unmasked.
+    const int32_t k = static_cast<int32_t>(std::min<int64_t>(row.logprobs, vocab));
+    for (int64_t j = 0; j < accepted; ++j) {
+      out.accepted_scored.push_back(ScoreToken(logits.data() + (base - 1 + j) * vocab, vocab,
+                                               out.accepted[j], k));
+    }
   }
   drafts_verified_ += drafts;
   drafts_accepted_ += accepted;
@@ -92,10 +90,42 @@ absl::StatusOr<int64_t> StepExecutor::VerifyDrafts(const RowPlan& row, Slot& slo
     slot.state->MarkBroken();
     out.accepted.clear();
     out.accepted_logprobs.clear();
+    out.accepted_scored.clear();
     return absl::InternalError(absl::StrCat("slot ", row.slot, ": rollback of rejected drafts: ",
                                             s.message()));
   }
   return base + accepted;
+}
+
+std::vector<int64_t> StepExecutor::AllowedDrafts(grammar::Matcher& matcher,
+                                                 const model::DraftResult& drafted) {
+  const int64_t vocab = model_.config().vocab_size;
+  std::vector<int64_t> out;
+  int advanced = 0;
+  for (int32_t i = 0; i < num_draft_tokens_ && !matcher.IsTerminated(); ++i) {
+    scratch_.mask.assign(matcher.grammar().vocab().mask_words(), 0);
+    matcher.FillNextTokenBitmask(scratch_.mask);
+    auto allowed = [&](int64_t id) { return (scratch_.mask[id / 32] >> (id % 32)) & 1u; };
+    int64_t pick = drafted.tokens[i];
+    if (!allowed(pick)) {
+      // The most likely allowed token under the draft's logits (the Markov
+      // head's bias there assumed the unmasked draft before it).
+      const float* logits = drafted.logits.data() + i * vocab;
+      pick = -1;
+      for (int64_t id = 0; id < vocab; ++id) {
+        if (allowed(id) && (pick < 0 || logits[id] > logits[pick])) pick = id;
+      }
+    }
+    if (pick < 0 || !matcher.AcceptToken(static_cast<int32_t>(pick)).ok()) break;
+    ++advanced;
+    // A draft that ends the grammar is never accepted (AcceptDrafts).
+    if (matcher.IsTerminated()) break;
+    out.push_back(pick);
+  }
+  if (absl::Status s = matcher.Rollback(advanced); !s.ok()) {
+    WEIR_LOG(ERROR) << "grammar rollback after drafting: " << s;
+  }
+  return out;
 }
 
 void StepExecutor::DraftAfter(Slot& slot, int32_t token) {
@@ -110,7 +140,11 @@ void StepExecutor::DraftAfter(Slot& slot, int32_t token) {
     WEIR_LOG(WARNING) << "DSpark draft failed: " << drafted.status();
     return;
   }
-  slot.drafts.assign(drafted->tokens.begin(), drafted->tokens.begin() + num_draft_tokens_);
+  if (slot.matcher != nullptr) {
+    slot.drafts = AllowedDrafts(*slot.matcher, *drafted);
+  } else {
+    slot.drafts.assign(drafted->tokens.begin(), drafted->tokens.begin() + num_draft_tokens_);
+  }
   slot.drafts_after = token;
   slot.drafts_pos = slot.state->length();
 }
