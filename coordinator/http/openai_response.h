@@ -107,6 +107,7 @@ class ResponseBuilder {
   std::vector<Choice> choices_;
   std::vector<uint64_t> prompt_tokens_;  // per call
   uint64_t completion_tokens_ = 0;
+  uint64_t accepted_draft_tokens_ = 0;  // Usage.accepted_draft_tokens, summed
 };
 
 }  // namespace weir::coordinator::http

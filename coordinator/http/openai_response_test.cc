@@ -160,7 +160,36 @@ TEST(OpenAiResponseTest, CompletionWithTwoPromptsAndEcho) {
          "stop_reason": null},
         {"index": 1, "text": "B y", "logprobs": null, "finish_reason": "stop",
          "stop_reason": "\n"}],
-      "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}})"));
+      "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7,
+                "completion_tokens_details": {"accepted_prediction_tokens": 0}}})"));
+}
+
+// Speculative decoding: Usage.accepted_draft_tokens of every sample, summed,
+// as OpenAI's completion_tokens_details.accepted_prediction_tokens, in the
+// response and in the stream's usage chunk.
+TEST(OpenAiResponseTest, UsageReportsAcceptedDraftTokens) {
+  OpenAiRequest request;
+  request.endpoint = kChat;
+  request.calls.resize(1);
+  request.n = 2;
+  request.stream = true;
+  request.include_usage = true;
+  ResponseBuilder b(request, "chatcmpl-8", 100, "tiny", nullptr);
+  std::string sse;
+  b.OnEvent(0, Accepted(4), &sse);
+  for (uint32_t sample = 0; sample < 2; ++sample) {
+    v1::GenerateEvent done = Final(v1::FINISH_REASON_MAX_TOKENS, 4, 6);
+    done.mutable_final()->set_sample_index(sample);
+    done.mutable_final()->mutable_usage()->set_accepted_draft_tokens(3 + sample);
+    b.OnEvent(0, done, &sse);
+  }
+  const Json expected = Json::parse(R"({"prompt_tokens": 4, "completion_tokens": 12,
+      "total_tokens": 16, "completion_tokens_details": {"accepted_prediction_tokens": 7}})");
+  EXPECT_EQ(b.Response()["usage"], expected);
+  sse += b.StreamTail();
+  const std::vector<std::string> payloads = Payloads(sse);
+  ASSERT_GE(payloads.size(), 2u) << sse;
+  EXPECT_EQ(Json::parse(payloads[payloads.size() - 2])["usage"], expected);
 }
 
 TEST(OpenAiResponseTest, ChatStreamChunks) {
@@ -192,7 +221,8 @@ TEST(OpenAiResponseTest, ChatStreamChunks) {
   const Json usage = Json::parse(payloads[4]);
   EXPECT_EQ(usage["choices"], Json::array());
   EXPECT_EQ(usage["usage"], Json::parse(R"({"prompt_tokens": 4, "completion_tokens": 3,
-                                            "total_tokens": 7})"));
+                                            "total_tokens": 7, "completion_tokens_details":
+                                            {"accepted_prediction_tokens": 0}})"));
   EXPECT_EQ(payloads[5], "[DONE]");
 }
 
