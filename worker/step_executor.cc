@@ -190,6 +190,16 @@ absl::Status StepExecutor::Fork(const RowPlan& row) {
   return absl::OkStatus();
 }
 
+absl::Status StepExecutor::SetCedReplay(bool on) {
+  if (on && !model_.SupportsCedReplay()) {
+    return absl::InvalidArgumentError(
+        "CED bounded replay needs decoder layers and no kv source after decoder_start; this "
+        "model has not");
+  }
+  ced_replay_ = on;
+  return absl::OkStatus();
+}
+
 void StepExecutor::StartSlot(int32_t slot_id) {
   LeaveDevice(slot_id);
   Slot& slot = slots_[slot_id];
@@ -404,6 +414,15 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
     Slot& slot = slots_[row.slot];
     if (row.output_from > 0) slot.output_from = row.output_from;
     if (row.constraint.has_value()) slot.grammar_status = StartGrammar(row, slot);
+    if (ced_replay_ && row.fork_from < 0 && !row.exact_prefill && row.prompt_logprobs < 0) {
+      // The prompt ends at output_from whatever its chunks (a recompute's
+      // output_from is the original prompt's end: the same replay again).
+      const int64_t prompt_len =
+          row.output_from > 0 ? row.output_from
+                              : static_cast<int64_t>(row.tokens.size()) + (row.remap >= 0 ? 1 : 0);
+      // Cannot fail: SetCedReplay checked the model, and the slot is fresh.
+      model_.StartCedReplay(*slot.state, prompt_len).IgnoreError();
+    }
   }
   if (pool_ != nullptr) {
     for (const RowPlan& row : rows) {

@@ -108,6 +108,10 @@ struct RowPlan {
   // blocks must cover them; with remap >= 0, start_pos is a lower bound of
   // the slot's length (the exact one is known here only). -1: a plain row.
   int32_t draft_tokens = -1;
+  // With start_pos 0 on an executor with CED replay on (SetCedReplay): run
+  // this sequence's prefill exactly. Rows scoring their prompt
+  // (prompt_logprobs >= 0) always do.
+  bool exact_prefill = false;
 };
 
 // The log-probability of one token at one position.
@@ -213,6 +217,14 @@ class StepExecutor {
   // dspark_block_size, n <= the sequences' max_rollback, and the model has
   // DSpark stages when n > 0.
   absl::Status SetSpeculation(int32_t num_draft_tokens);
+  // CED bounded replay (spec §4.4, model::Model::StartCedReplay): a row that
+  // starts a sequence (start_pos 0, no fork_from; not exact_prefill, no
+  // prompt_logprobs) runs the decoder layers only over the last window
+  // positions of its prompt, which ends at output_from (<= 0: at the end of
+  // the row's own input), however the prompt is chunked. Forks copy their
+  // source's replay. INVALID_ARGUMENT when on and the model cannot replay.
+  absl::Status SetCedReplay(bool on);
+  bool ced_replay() const { return ced_replay_; }
   int32_t num_draft_tokens() const { return num_draft_tokens_; }
   // Drafts verified and accepted by speculative rows since construction.
   int64_t drafts_verified() const { return drafts_verified_; }
@@ -325,6 +337,7 @@ class StepExecutor {
   kv_cache::BlockPool* pool_ = nullptr;
   int64_t device_rows_ = 0;
   int32_t num_draft_tokens_ = 0;
+  bool ced_replay_ = false;
   int64_t drafts_verified_ = 0;
   int64_t drafts_accepted_ = 0;
   grammar::GrammarCompiler* const grammar_;

@@ -476,6 +476,20 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     if (absl::Status s = probe.SetSpeculation(num_draft_tokens); !s.ok()) return ToGrpcStatus(s);
     WEIR_LOG(INFO) << "speculative decoding: DSpark, " << num_draft_tokens << " drafts a row";
   }
+  const bool ced_replay = request->ced_replay();
+  if (ced_replay && options_.backend == "cuda") {
+    // The replay is in Model::ForwardBatch, which CudaOps would run too, but
+    // it has not been run on a GPU (nor the device decoder after it).
+    return Error(grpc::StatusCode::FAILED_PRECONDITION,
+                 "CED bounded replay runs on the CPU backend only (not yet run on a GPU); this "
+                 "worker runs --backend=cuda");
+  }
+  if (ced_replay) {
+    StepExecutor probe(**runtime, 1);
+    if (absl::Status s = probe.SetCedReplay(true); !s.ok()) return ToGrpcStatus(s);
+    WEIR_LOG(INFO) << "CED bounded replay: prompts run the decoder layers over their last "
+                   << (*runtime)->config().window_size << " positions";
+  }
   std::optional<ExpertMapState> experts(std::move(map));
   uint64_t bytes = 0;
   for (const std::string& name : (*checkpoint)->tensors().Names()) {
@@ -497,6 +511,7 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     executor_ = std::make_unique<StepExecutor>(**runtime, options_.max_slots, grammar_.get());
     // Validated before the model was swapped in (below the KV pool).
     executor_->SetSpeculation(num_draft_tokens).IgnoreError();
+    executor_->SetCedReplay(ced_replay).IgnoreError();
     executor_->SetDecodeBackend(device_decoder_.get());
     executor_->SetKvCache(kv_pool_.get());
     model_runtime_ = std::move(*runtime);
@@ -538,6 +553,7 @@ void WorkerService::ExecutePlan(const v1::StepPlan& plan, v1::StepResult& result
     std::sort(row.sampling.logit_bias.begin(), row.sampling.logit_bias.end());
     row.sampling.seed = in.seed();
     row.output_from = in.output_from();
+    row.exact_prefill = in.exact_prefill();
     if (in.has_logprobs()) {
       row.logprobs = static_cast<int32_t>(std::min<uint32_t>(in.logprobs(), INT32_MAX));
     }
