@@ -1,10 +1,19 @@
 #include "base/grpc_util.h"
 
+#include "grpc/grpc.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "proto/health.grpc.pb.h"
 
 namespace weir {
+
+void HoldGrpcForProcess() {
+  static const bool held = [] {
+    grpc_init();
+    return true;
+  }();
+  (void)held;
+}
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;

@@ -29,6 +29,18 @@ inline constexpr int kPublicMaxRequestBytes = 64 << 20;
 // Send limit of the public API (a Final with logprobs of a long output).
 inline constexpr int kPublicMaxResponseBytes = 64 << 20;
 
+// Takes one reference on the gRPC library for the rest of the process
+// (grpc_init, never released). Call it from main() before any gRPC object
+// exists. Without it the library's count can fall to zero between
+// short-lived objects during start-up, and gRPC then shuts down (partly on a
+// thread of its own) and initializes again, replacing its event engine while
+// the old one's poller may still be waiting. A coordinator once aborted at
+// start-up in gRPC 1.51's poller ("epoll_wait error: Bad file descriptor",
+// one loaded suite run in three); this removes the only teardown path we
+// could find in our own start-up for that, so it is a mitigation, not a
+// confirmed fix.
+void HoldGrpcForProcess();
+
 // absl::StatusCode and grpc::StatusCode share numbering: map 1:1.
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status);

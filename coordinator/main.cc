@@ -259,6 +259,7 @@ absl::StatusOr<std::string> ApiKey() {
 int Run(int argc, char** argv) {
   absl::Notification stop;
   InitProcess(argc, argv, kUsage, "coordinator");
+  HoldGrpcForProcess();
   InstallTerminationHandler([&stop](int signo, int count) {
     if (count == 1) {
       WEIR_LOG(INFO) << "signal " << signo << ": shutting down (again to abort)";

@@ -49,6 +49,7 @@ namespace {
 int Run(int argc, char** argv) {
   absl::Notification stop;
   InitProcess(argc, argv, "weir EPLB service: --coordinator=HOST:PORT", "eplb");
+  HoldGrpcForProcess();
   InstallTerminationHandler([&stop](int, int count) {
     if (count > 1) _exit(1);
     if (!stop.HasBeenNotified()) stop.Notify();

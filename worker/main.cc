@@ -67,6 +67,10 @@ ABSL_FLAG(std::string, numerics, "fast",
           "Device decode numerics: fast (tensor cores on the stored FP8/MXFP4 weights, "
           "batch-invariant, held to the reference by tolerances) or reference (every op in "
           "the CPU's order: logits bit-identical to --backend=cpu).");
+ABSL_FLAG(bool, fast_mhc, false,
+          "With --numerics=fast: the mHC coefficients in one split-K launch (HcMixSplitK; "
+          "batch-invariant, ~1e-7 relative from the reference's mixes) instead of the "
+          "reference's row-stable products.");
 
 ABSL_FLAG(bool, fault_injection, false,
           "Testing only: SIGUSR1 makes this worker stop answering its Steps stream (a hang "
@@ -84,6 +88,7 @@ std::string HostName() {
 int Run(int argc, char** argv) {
   absl::Notification stop;
   InitProcess(argc, argv, "weir worker: --coordinator=HOST:PORT [--listen=HOST:PORT]", "worker");
+  HoldGrpcForProcess();
   InstallTerminationHandler([&stop](int signo, int count) {
     if (count > 1) _exit(1);
     if (!stop.HasBeenNotified()) stop.Notify();
@@ -144,6 +149,7 @@ int Run(int argc, char** argv) {
                         absl::GetFlag(FLAGS_device_decode_max_positions),
                     .device_decode_max_batch = absl::GetFlag(FLAGS_device_decode_max_batch),
                     .numerics = *numerics,
+                    .fast_mhc = absl::GetFlag(FLAGS_fast_mhc),
                     .fault_injection = absl::GetFlag(FLAGS_fault_injection)});
   if (absl::GetFlag(FLAGS_fault_injection)) InstallStallSignal();
   absl::StatusOr<StartedServer> server =

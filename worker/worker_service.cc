@@ -406,6 +406,7 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
         .max_positions = options_.device_decode_max_positions,
         .max_batch = options_.device_decode_max_batch, .engram_token_map = engram_token_map};
     dd_options.numerics = options_.numerics;
+    dd_options.fast_mhc = options_.fast_mhc;
     dd_options.memory = device_memory;
     // The host-staged communicator of the CUDA path wraps the NCCL one.
     if (auto* staged = dynamic_cast<parallel::HostStagedCommunicator*>(communicator_.get())) {

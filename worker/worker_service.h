@@ -105,6 +105,8 @@ struct WorkerOptions {
   int32_t device_decode_max_batch = 64;
   // The device decoder's arithmetic (model::DecodeNumerics).
   model::DecodeNumerics numerics = model::DecodeNumerics::kFast;
+  // kFast: the mHC coefficients on HcMixSplitK (DeviceDecoderOptions::fast_mhc).
+  bool fast_mhc = false;
   // Testing: after SIGUSR1 (fault_injection.h) the Steps stream stops
   // answering, as a hung worker would; health keeps answering.
   bool fault_injection = false;

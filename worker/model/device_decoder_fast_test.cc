@@ -31,8 +31,12 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tokenizer/engram_vocab.h"
+#include "tokenizer/tokenizer.h"
+#include "worker/model/checkpoint.h"
 #include "worker/model/cpu_ops.h"
 #include "worker/model/device_decoder.h"
+#include "worker/model/golden_file.h"
 #include "worker/model/model.h"
 #include "worker/model/tiny_model_test_util.h"
 
@@ -64,18 +68,26 @@ struct Agreement {
 // (Export, Import), so each step compares the two on one identical history
 // (KV, compressor state): the error of one step. Without it only the tokens
 // are shared and the fast decoder's own KV carries each difference on.
-Agreement Compare(Model& cpu, DeviceDecoder& ref, DeviceDecoder& fast, bool sync_state) {
+// `text`: the eight prompts (else random ids of 1 to 57 tokens).
+Agreement Compare(Model& cpu, DeviceDecoder& ref, DeviceDecoder& fast, bool sync_state,
+                  const std::vector<std::vector<int64_t>>* text = nullptr) {
   const ModelConfig& c = cpu.config();
   const int64_t v = c.vocab_size;
   constexpr int kSeqs = 8, kSteps = 64;
-  const int prompts[kSeqs] = {1, 5, 9, 17, 30, 33, 41, 57};
+  int prompts[kSeqs] = {1, 5, 9, 17, 30, 33, 41, 57};
+  if (text != nullptr) {
+    EXPECT_EQ(text->size(), size_t{kSeqs});
+    if (text->size() != size_t{kSeqs}) return {};
+    for (int i = 0; i < kSeqs; ++i) prompts[i] = static_cast<int>((*text)[i].size());
+  }
   std::vector<int> slots(kSeqs);
   std::vector<std::unique_ptr<SequenceState>> states(kSeqs);
   std::vector<int64_t> tokens(kSeqs);
   for (int i = 0; i < kSeqs; ++i) {
     slots[i] = i;
     states[i] = cpu.NewSequence();
-    auto logits = cpu.Forward(*states[i], RandomTokens(prompts[i], 900 + i, v - 1), 0);
+    auto logits = cpu.Forward(
+        *states[i], text != nullptr ? (*text)[i] : RandomTokens(prompts[i], 900 + i, v - 1), 0);
     EXPECT_TRUE(logits.ok()) << logits.status();
     if (!logits.ok()) return {};
     tokens[i] = ArgmaxRow(logits->data() + (prompts[i] - 1) * v, v);
@@ -146,13 +158,25 @@ void Print(const char* name, const char* mode, const Agreement& g) {
 // product flips: measured 0.959 bf16 and 0.979 fp32 with 0.5% / 0.2% of
 // expert choices differing, median row error 0 / 3e-7 — the rows without a
 // flipped choice are at the summation-order floor).
+// A trained model's Engram map and real prompts (CheckFidelity's `trained`).
+struct TrainedInputs {
+  std::vector<int64_t> engram_token_map;
+  std::vector<std::vector<int64_t>> prompts;  // eight
+};
+
 void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision precision,
                    bool expect_fast_moe, double min_top1, double max_median = 1e-2,
-                   double max_choices_differing = 0.01, bool fast_mhc = false) {
+                   double max_choices_differing = 0.01, bool fast_mhc = false,
+                   const TrainedInputs* trained = nullptr) {
   const ModelConfig& c = ckpt.config();
-  auto cpu = RowStableCpuModel(ckpt, precision);
+  auto cpu = RowStableCpuModel(ckpt, precision,
+                               trained != nullptr ? trained->engram_token_map
+                                                  : std::vector<int64_t>{});
   ASSERT_NE(cpu, nullptr);
   DeviceDecoderOptions options{.max_sequences = 8, .max_positions = 128, .max_batch = 8};
+  if (trained != nullptr) options.engram_token_map = trained->engram_token_map;
+  const std::vector<std::vector<int64_t>>* text =
+      trained != nullptr ? &trained->prompts : nullptr;
   auto ref = DeviceDecoder::Create(*cpu, precision, options);
   ASSERT_TRUE(ref.ok()) << ref.status();
   options.numerics = DecodeNumerics::kFast;
@@ -180,7 +204,7 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
     EXPECT_EQ(fs.fast_moe_layers, c.n_layers);
   }
 
-  const Agreement synced = Compare(*cpu, **ref, **fast, /*sync_state=*/true);
+  const Agreement synced = Compare(*cpu, **ref, **fast, /*sync_state=*/true, text);
   ASSERT_GE(synced.positions, 512);
   Print(name, "one step on a shared history", synced);
   EXPECT_GE(static_cast<double>(synced.top1) / synced.positions, min_top1);
@@ -191,7 +215,7 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
   // history; with random weights that drift is large. Reported, and held to
   // a loose bound that still catches a broken kernel (unrelated logits give
   // errors near 1.4 and top-1 agreement near 1 / vocab).
-  const Agreement drift = Compare(*cpu, **ref, **fast, /*sync_state=*/false);
+  const Agreement drift = Compare(*cpu, **ref, **fast, /*sync_state=*/false, text);
   ASSERT_GE(drift.positions, 512);
   Print(name, "tokens only (own KV)", drift);
   EXPECT_GE(static_cast<double>(drift.top1) / drift.positions, 0.5);
@@ -313,6 +337,70 @@ TEST(DeviceDecoderFastTest, SmallBf16WithFastMhcStaysClose) {
   CheckFidelity(*small, "small fast_mhc", ActivationPrecision::kBf16, true, 0.75, 0.15, 0.03,
                 /*fast_mhc=*/true);
 }
+// The trained tiny (models/tiny, issue 19) with its tokenizer's Engram map,
+// fed the first eight golden prompts (held-out text, 20 to 61 tokens): with
+// trained weights the logits have margins, so the issue's bars (top-1 >= 99%,
+// median row error <= 1e-2, expert choices) apply as written, with the
+// reference's mixes and with fast_mhc's.
+const TrainedInputs* TrainedTinyInputs() {
+  static const TrainedInputs* inputs = []() -> const TrainedInputs* {
+    auto tok = tokenizer::Tokenizer::FromDirectory("models/tiny");
+    EXPECT_TRUE(tok.ok()) << tok.status();
+    if (!tok.ok()) return nullptr;
+    auto engram = tokenizer::BuildEngramVocab(**tok);
+    EXPECT_TRUE(engram.ok()) << engram.status();
+    if (!engram.ok()) return nullptr;
+    Golden g("tests/golden/tiny_trained/ref_fp32.safetensors");
+    if (!g.ok()) return nullptr;
+    const std::vector<int32_t> lens = g.Get<int32_t>("prompt_lens");
+    const std::vector<int32_t> tokens = g.Get<int32_t>("tf.tokens");
+    const std::vector<int32_t> offsets = g.Get<int32_t>("tf.offsets");
+    if (lens.size() < 8 || offsets.size() < 8) return nullptr;
+    auto* out = new TrainedInputs;
+    out->engram_token_map.assign(engram->compressed_id.begin(), engram->compressed_id.end());
+    for (int p = 0; p < 8; ++p) {
+      out->prompts.emplace_back(tokens.begin() + offsets[p],
+                                tokens.begin() + offsets[p] + lens[p]);
+    }
+    return out;
+  }();
+  return inputs;
+}
+
+const Checkpoint* TrainedTinyCheckpoint() {
+  static const Checkpoint* ck = []() -> const Checkpoint* {
+    auto c = Checkpoint::Open("models/tiny");
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? c->release() : nullptr;
+  }();
+  return ck;
+}
+
+TEST(DeviceDecoderFastTest, TrainedTinyBf16AgreesWithReference) {
+  const Checkpoint* ck = TrainedTinyCheckpoint();
+  const TrainedInputs* in = TrainedTinyInputs();
+  ASSERT_NE(ck, nullptr);
+  ASSERT_NE(in, nullptr);
+  CheckFidelity(*ck, "trained tiny", ActivationPrecision::kBf16, false, 0.99, 1e-2, 0.01,
+                /*fast_mhc=*/false, in);
+}
+TEST(DeviceDecoderFastTest, TrainedTinyBf16WithFastMhcAgreesWithReference) {
+  const Checkpoint* ck = TrainedTinyCheckpoint();
+  const TrainedInputs* in = TrainedTinyInputs();
+  ASSERT_NE(ck, nullptr);
+  ASSERT_NE(in, nullptr);
+  CheckFidelity(*ck, "trained tiny fast_mhc", ActivationPrecision::kBf16, false, 0.99, 1e-2,
+                0.01, /*fast_mhc=*/true, in);
+}
+TEST(DeviceDecoderFastTest, TrainedTinyFp32WithFastMhcAgreesWithReference) {
+  const Checkpoint* ck = TrainedTinyCheckpoint();
+  const TrainedInputs* in = TrainedTinyInputs();
+  ASSERT_NE(ck, nullptr);
+  ASSERT_NE(in, nullptr);
+  CheckFidelity(*ck, "trained tiny fast_mhc", ActivationPrecision::kFp32, false, 0.99, 1e-2,
+                0.01, /*fast_mhc=*/true, in);
+}
+
 TEST(DeviceDecoderFastTest, SmallFp32AgreesWithReference) {
   const Checkpoint* small = SmallCheckpoint(3);
   ASSERT_NE(small, nullptr);

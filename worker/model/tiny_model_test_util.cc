@@ -61,9 +61,11 @@ std::unique_ptr<Model> NewModelOrFail(const Checkpoint& ckpt, ModelOptions optio
   return m.ok() ? std::move(*m) : nullptr;
 }
 
-std::unique_ptr<Model> RowStableCpuModel(const Checkpoint& ckpt, ActivationPrecision precision) {
+std::unique_ptr<Model> RowStableCpuModel(const Checkpoint& ckpt, ActivationPrecision precision,
+                                         std::vector<int64_t> engram_token_map) {
   ModelOptions options;
   options.precision = precision;
+  options.engram_token_map = std::move(engram_token_map);
   options.make_ops = [](ActivationPrecision p) -> absl::StatusOr<std::unique_ptr<Ops>> {
     return std::unique_ptr<Ops>(new CpuOps(p, {.row_stable_logits = true}));
   };

@@ -43,9 +43,11 @@ const Checkpoint* DerivedCheckpoint(const std::string& model, const std::string&
 std::unique_ptr<Model> NewModelOrFail(const Checkpoint& ckpt, ModelOptions options = {});
 
 // The CPU reference of the GPU tests: `ckpt` at `precision` on CpuOps with
-// row-stable logits (RowStableGemm's bits, which the device kernels keep);
-// null after a creation failure (a test failure).
-std::unique_ptr<Model> RowStableCpuModel(const Checkpoint& ckpt, ActivationPrecision precision);
+// row-stable logits (RowStableGemm's bits, which the device kernels keep) and
+// `engram_token_map` (ModelOptions'; empty: the identity); null after a
+// creation failure (a test failure).
+std::unique_ptr<Model> RowStableCpuModel(const Checkpoint& ckpt, ActivationPrecision precision,
+                                         std::vector<int64_t> engram_token_map = {});
 
 // `n` token ids drawn uniformly from [0, max_id] with `seed`.
 std::vector<int64_t> RandomTokens(int n, uint32_t seed, int64_t max_id = 4095);
