@@ -42,6 +42,9 @@ struct ControllerOptions {
   // Speculative decoding: DSpark drafts a speculative row makes, sent to
   // every worker at LoadWeights (0: off; --speculative, --num_draft_tokens).
   int32_t num_draft_tokens = 0;
+  // CED bounded replay of prompts, sent to every worker at LoadWeights
+  // (--ced_replay).
+  bool ced_replay = false;
 };
 
 class ClusterController {

@@ -88,6 +88,12 @@ ABSL_FLAG(std::string, speculative, "off",
 ABSL_FLAG(int, num_draft_tokens, 0,
           "--speculative=dspark: drafts verified per decode step, 1 .. the model's "
           "dspark_block_size; 0 = the block size.");
+ABSL_FLAG(bool, ced_replay, false,
+          "CED bounded replay (spec 4.4): a prompt runs the decoder half of the layers only over "
+          "its last sliding-window positions (the global KV stays exact); faster prefill, "
+          "approximate outputs. Off by default: weir's models were not trained for it (the "
+          "V4.1-Flash card's setting is on). Requests with prompt logprobs prefill exactly. "
+          "CPU backend only.");
 ABSL_FLAG(bool, kv_check_every_step, false,
           "Debug: check every rank's KV books (VerifyAccounting) and a mirror of what each "
           "worker holds after every step's plans and every release; a leaked or "
@@ -326,6 +332,12 @@ int Run(int argc, char** argv) {
                  "has no draft and verify path yet)\n";
     return 2;
   }
+  if (absl::GetFlag(FLAGS_ced_replay) && absl::GetFlag(FLAGS_backend) == "cuda") {
+    // Not run on a GPU yet (the replay is in the model's forward, which CudaOps
+    // would run, and the device decoder would take the sequences after it).
+    std::cerr << "weir: --ced_replay runs on --backend=cpu only (not yet run on a GPU)\n";
+    return 2;
+  }
   const int redundant = absl::GetFlag(FLAGS_num_redundant_experts);
   if (redundant < 0 || redundant > 64 * std::max<int64_t>(1, config->n_routed_experts)) {
     std::cerr << "weir: --num_redundant_experts must be in [0, 64 x routed experts]\n";
@@ -354,7 +366,8 @@ int Run(int argc, char** argv) {
                                      absl::Milliseconds(absl::GetFlag(FLAGS_health_interval_ms)),
                                  .failure_threshold = absl::GetFlag(FLAGS_health_failures),
                                  .kv_block_tokens = absl::GetFlag(FLAGS_kv_block_tokens),
-                                 .num_draft_tokens = *num_draft_tokens});
+                                 .num_draft_tokens = *num_draft_tokens,
+                                 .ced_replay = absl::GetFlag(FLAGS_ced_replay)});
   std::string tokenizer_fingerprint;
   absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> tokenizer =
       LoadTokenizer(model_dir, tokenizer_fingerprint);

@@ -493,7 +493,12 @@ absl::Status StepDriver::SendPlans(const std::vector<RankStepPlan>& plans,
         proto->set_seed(live->second.seed);
         // Past the original prompt, a (recomputed) sequence's inputs are its
         // own earlier output: they count as output for the penalties.
-        if (row.start_pos == 0) proto->set_output_from(live->second.prompt_len);
+        if (row.start_pos == 0) {
+          proto->set_output_from(live->second.prompt_len);
+          // A scored prompt needs every position's logits: no CED replay
+          // (recomputes too, so that the outputs do not change).
+          proto->set_exact_prefill(live->second.prompt_logprobs.has_value());
+        }
         if ((row.start_pos == 0 || row.fork_from.has_value()) &&
             live->second.constraint.kind_case() != v1::StructuredOutput::KIND_NOT_SET) {
           // A recompute's prompt includes the generated tokens: the worker
