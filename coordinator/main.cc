@@ -83,8 +83,7 @@ ABSL_FLAG(bool, zero_overhead, true,
 ABSL_FLAG(std::string, speculative, "off",
           "Speculative decoding: off, or dspark (every decode step verifies the DSpark drafts "
           "of the step before and drafts the next block; greedy and seeded outputs equal "
-          "off's). Requests with a structured-output constraint or logprobs decode one token "
-          "a step either way.");
+          "off's, structured output and logprobs included).");
 ABSL_FLAG(int, num_draft_tokens, 0,
           "--speculative=dspark: drafts verified per decode step, 1 .. the model's "
           "dspark_block_size; 0 = the block size.");

@@ -338,10 +338,6 @@ bool StepDriver::Iterate() {
       auto source = live_.find(*sub.request.fork_of);
       if (source != live_.end()) rank = Rank(source->second.rank);
     }
-    // Draft positions get no grammar mask or logprobs yet: such requests
-    // decode one token a step.
-    sub.request.no_speculation =
-        sub.constraint.kind_case() != v1::StructuredOutput::KIND_NOT_SET || sub.top_logprobs > 0;
     absl::Status added = rank.ok() ? ranks_[rank->value()]->Add(std::move(sub.request))
                                    : rank.status();
     if (!added.ok()) {
@@ -559,7 +555,11 @@ absl::Status StepDriver::ReadAndApply() {
       const v1::RowResult& row = result.rows(i);
       applied.rows.push_back(
           {.tokens = {row.tokens().begin(), row.tokens().end()}, .finished = row.finished()});
-      if (row.has_sampled_logprobs()) sampled[rows_of[r][i]] = &row.sampled_logprobs();
+      if (row.has_sampled_logprobs()) {
+        std::vector<const v1::TokenLogprobs*>& scored = sampled[rows_of[r][i]];
+        for (const v1::TokenLogprobs& draft : row.accepted_logprobs()) scored.push_back(&draft);
+        scored.push_back(&row.sampled_logprobs());
+      }
       if (row.prompt_logprobs_size() > 0) TakePromptLogprobs(rows_of[r][i], row);
       if (row.error().code() != 0 && live_.contains(rows_of[r][i])) {
         const RequestId id = rows_of[r][i];
@@ -581,13 +581,21 @@ absl::Status StepDriver::ReadAndApply() {
                      .finish = update.finish,
                      .accepted_drafts = update.accepted_drafts};
       if (live->second.top_logprobs > 0) {
-        // The token of this step's row of the request (OnResult takes the
-        // first token of a sampling row); a row without them leaves the
-        // event without logprobs rather than misaligned.
+        // The tokens of this step's row of the request (OnResult takes the
+        // first token of a plain sampling row; all of a speculative row's up
+        // to a stop); a row without them leaves the event without logprobs
+        // rather than misaligned.
         auto scored = sampled.find(update.request);
-        if (scored != sampled.end() && event.tokens.size() == 1 &&
-            scored->second->token_id() == event.tokens[0]) {
-          event.logprobs.push_back(*scored->second);
+        const bool aligned =
+            scored != sampled.end() && event.tokens.size() <= scored->second.size() &&
+            std::equal(event.tokens.begin(), event.tokens.end(), scored->second.begin(),
+                       [](uint32_t token, const v1::TokenLogprobs* entry) {
+                         return entry->token_id() == token;
+                       });
+        if (aligned) {
+          for (size_t k = 0; k < event.tokens.size(); ++k) {
+            event.logprobs.push_back(*scored->second[k]);
+          }
         }
       }
       if (event.done()) {

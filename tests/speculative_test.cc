@@ -3,7 +3,8 @@
 // stepping. Greedy and seeded sampled outputs, stop tokens included, equal
 // those of --speculative=off, also while a small KV pool makes the
 // speculating cluster preempt (and its KV books are checked every step);
-// bad flag values stop the coordinator with exit code 2. On the random tiny
+// bad flag values stop the coordinator with exit code 2. Structured output
+// and logprobs speculate too, with the tokens and logprobs of off. On the random tiny
 // weights drafts are almost never accepted, so this mostly runs the
 // rejection path; with trained weights (models/tiny with a checkpoint) the
 // drafts are accepted and the outputs still equal.
@@ -35,6 +36,8 @@ struct Outcome {
   v1::FinishReason reason = v1::FINISH_REASON_UNSPECIFIED;
   uint32_t completion_tokens = 0;
   uint32_t accepted_drafts = 0;
+  // With OutputOptions.top_logprobs: one entry per token.
+  std::vector<v1::TokenLogprobs> logprobs;
 };
 
 Outcome Run(v1::Inference::Stub& stub, const v1::GenerateRequest& request) {
@@ -50,6 +53,7 @@ Outcome Run(v1::Inference::Stub& stub, const v1::GenerateRequest& request) {
     out.reason = event.final().reason();
     out.completion_tokens = event.final().usage().completion_tokens();
     out.accepted_drafts = event.final().usage().accepted_draft_tokens();
+    out.logprobs.assign(event.final().logprobs().begin(), event.final().logprobs().end());
   }
   out.status = reader->Finish();
   return out;
@@ -211,6 +215,80 @@ TEST(SpeculativeTest, TrainedTinyAcceptsDraftsWithTheSameOutputs) {
   EXPECT_GT(rows, 0u);
   EXPECT_LE(s.verified_drafts(), 5 * rows);
   EXPECT_GT(s.verified_drafts(), 3 * rows);  // full blocks but near the ends
+}
+
+bool SameLogprobs(const v1::TokenLogprobs& a, const v1::TokenLogprobs& b) {
+  if (a.token_id() != b.token_id() || a.logprob() != b.logprob() || a.rank() != b.rank() ||
+      a.top_size() != b.top_size()) {
+    return false;
+  }
+  for (int k = 0; k < a.top_size(); ++k) {
+    if (a.top(k).token_id() != b.top(k).token_id() || a.top(k).logprob() != b.top(k).logprob()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Structured output and top_logprobs speculate too (issue 18): on the trained
+// tiny, requests under a regex or a JSON schema, with 3 alternatives per
+// token, get the tokens, the finish reasons and every token's logprobs of
+// --speculative=off, while drafts are accepted under the constraints.
+TEST(SpeculativeTest, TrainedTinyWithConstraintsAndLogprobsEqualsOff) {
+  const std::string trained = Runfile("models/tiny");
+  if (!std::filesystem::exists(trained + "/model-00001-of-00001.safetensors")) {
+    GTEST_SKIP() << "models/tiny has no checkpoint";
+  }
+  const char* const texts[] = {
+      "NAME\n       ls - list directory contents\n\nSYNOPSIS\n",
+      "The json module provides an API for converting Python objects to",
+      "Permission is hereby granted, free of charge, to any person obtaining",
+      "DESCRIPTION\n       The grep utility searches input files for",
+  };
+  std::vector<v1::GenerateRequest> requests;
+  for (int i = 0; i < 8; ++i) {
+    v1::GenerateRequest r;
+    r.set_text(texts[i % 4]);
+    r.mutable_stop()->set_max_new_tokens(32);
+    r.mutable_output()->set_top_logprobs(3);
+    if (i % 4 == 3) {
+      r.mutable_sampling()->set_temperature(0.7f);
+      r.mutable_sampling()->set_seed(11 + i);
+    } else {
+      r.mutable_sampling()->set_temperature(0.0f);
+    }
+    if (i < 4) {
+      // Lower-case words and a full stop: the kind of text the model drafts well.
+      r.mutable_constraint()->set_regex("[a-z ,]{1,60}\\.");
+    } else if (i < 7) {
+      r.mutable_constraint()->set_json_schema(
+          R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 40},
+              "size": {"type": "integer"}}, "required": ["name", "size"]})");
+    }
+    requests.push_back(std::move(r));
+  }
+  std::vector<Outcome> plain;
+  {
+    Cluster off({"--workers=2", "--model_dir=" + trained});
+    plain = RunAll(off, requests);
+  }
+  Cluster spec({"--workers=2", "--model_dir=" + trained, "--speculative=dspark"});
+  const std::vector<Outcome> got = RunAll(spec, requests);
+  ExpectSame(got, plain);
+  uint32_t accepted_constrained = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].logprobs.size(), got[i].tokens.size()) << "request " << i;
+    ASSERT_EQ(plain[i].logprobs.size(), plain[i].tokens.size()) << "request " << i;
+    for (size_t k = 0; k < got[i].tokens.size(); ++k) {
+      EXPECT_TRUE(SameLogprobs(got[i].logprobs[k], plain[i].logprobs[k]))
+          << "request " << i << " token " << k << ": " << got[i].logprobs[k].ShortDebugString()
+          << " vs " << plain[i].logprobs[k].ShortDebugString();
+    }
+    if (i < 7) accepted_constrained += got[i].accepted_drafts;
+    std::printf("request %zu: %zu tokens, %u accepted drafts\n", i, got[i].tokens.size(),
+                got[i].accepted_drafts);
+  }
+  EXPECT_GT(accepted_constrained, 10u);
 }
 
 int ExitCode(const std::string& flags) {

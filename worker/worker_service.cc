@@ -676,6 +676,9 @@ void WorkerService::ExecutePlan(const v1::StepPlan& plan, v1::StepResult& result
       row->add_top_logits(outcome.top_logits[k]);
     }
     if (outcome.sampled_logprobs.has_value()) {
+      for (const TokenLogprob& scored : outcome.accepted_scored) {
+        ToProto(scored, *row->add_accepted_logprobs());
+      }
       ToProto(*outcome.sampled_logprobs, *row->mutable_sampled_logprobs());
     }
     row->set_prompt_logprobs_from(static_cast<uint32_t>(outcome.prompt_logprobs_from));

@@ -50,9 +50,8 @@ struct RankSchedulerConfig {
   // admitted.
   int32_t max_running_per_tenant = 0;
   // Speculative decoding (--speculative=dspark): every decode row of a
-  // sequence that speculates (SeqRequest::no_speculation unset) verifies up
-  // to this many DSpark drafts and emits 1 .. num_draft_tokens + 1 tokens
-  // (README.md "Speculative decoding"). 0 = off.
+  // sequence verifies up to this many DSpark drafts and emits 1 ..
+  // num_draft_tokens + 1 tokens (README.md "Speculative decoding"). 0 = off.
   int32_t num_draft_tokens = 0;
 };
 
@@ -166,10 +165,9 @@ class RankScheduler {
   // Sequences of `tenant` admitted (prefilling + running).
   int32_t AdmittedOf(const std::string& tenant) const;
   void AddDecodeRow(Sequence& seq, RankStepPlan& plan);
-  // True if `seq`'s rows speculate.
-  bool Speculates(const Sequence& seq) const {
-    return config_.num_draft_tokens > 0 && !seq.request.no_speculation;
-  }
+  // True if `seq`'s rows speculate: every sequence's does when the rank
+  // speculates (structured output and logprobs included).
+  bool Speculates(const Sequence& /*seq*/) const { return config_.num_draft_tokens > 0; }
   // Positions the next decode row of `seq` may write (1, or 1 + its drafts
   // for a speculating sequence); 0 while a speculating sequence must wait
   // for its in-flight row (its worst case would pass the sequence's end).

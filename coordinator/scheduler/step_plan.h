@@ -51,10 +51,6 @@ struct SeqRequest {
   // the prompt is prefilled once. If it cannot be then (no KV or room, the
   // other request gone or preempted), it is prefilled on its own.
   std::optional<RequestId> fork_of;
-  // Decode without DSpark drafts even when the rank speculates
-  // (RankSchedulerConfig::num_draft_tokens): structured output and logprobs
-  // are not produced on draft positions yet.
-  bool no_speculation = false;
 };
 
 // Why a sequence ended; mirrors weir.v1.FinishReason.
