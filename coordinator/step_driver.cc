@@ -549,8 +549,9 @@ absl::Status StepDriver::ReadAndApply() {
     }
     step_id = result.step_id();
     RankStepResult applied{.step_id = result.step_id()};
-    // The sampled tokens' logprobs by request (a request has one row a step).
-    absl::flat_hash_map<RequestId, const v1::TokenLogprobs*> sampled;
+    // The emitted tokens' logprobs by request (a request has one row a
+    // step): a speculative row's accepted drafts, then its own sample.
+    absl::flat_hash_map<RequestId, std::vector<const v1::TokenLogprobs*>> sampled;
     for (int i = 0; i < result.rows_size(); ++i) {
       const v1::RowResult& row = result.rows(i);
       applied.rows.push_back(
