@@ -16,7 +16,10 @@ namespace weir::worker {
 namespace {
 
 RowPlan Row(int32_t slot, int64_t start, std::vector<int64_t> tokens, bool sample) {
-  RowPlan row{.slot = slot, .start_pos = start, .tokens = std::move(tokens), .sample = sample,
+  RowPlan row{.slot = slot,
+              .start_pos = start,
+              .tokens = std::move(tokens),
+              .sample = sample,
               .return_top_k = 1};
   row.sampling.temperature = 0.0f;
   return row;

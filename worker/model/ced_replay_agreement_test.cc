@@ -58,7 +58,8 @@ Outcome Greedy(Model& m, std::span<const int64_t> prompt, bool replay) {
   auto logits = m.Forward(*seq, prompt, 0);
   EXPECT_TRUE(logits.ok()) << logits.status();
   if (!logits.ok()) return out;
-  for (int64_t r = n - win; r < n; ++r) out.prompt_top1.push_back(ArgmaxRow(logits->data() + r * v, v));
+  for (int64_t r = n - win; r < n; ++r)
+    out.prompt_top1.push_back(ArgmaxRow(logits->data() + r * v, v));
   std::vector<float> last(logits->end() - v, logits->end());
   for (int i = 0; i < kSteps; ++i) {
     const int64_t next[1] = {ArgmaxRow(last.data(), v)};
@@ -101,8 +102,8 @@ TEST(CedReplayAgreementTest, TrainedTinyGreedyOnVsOff) {
       }
       first += exact.tokens[0] == replay.tokens[0];
       all += exact.tokens == replay.tokens;
-      const auto diverge = std::mismatch(exact.tokens.begin(), exact.tokens.end(),
-                                         replay.tokens.begin());
+      const auto diverge =
+          std::mismatch(exact.tokens.begin(), exact.tokens.end(), replay.tokens.begin());
       prefix += static_cast<double>(diverge.first - exact.tokens.begin());
       for (size_t r = 0; r < exact.prompt_top1.size(); ++r) {
         rows_same += exact.prompt_top1[r] == replay.prompt_top1[r];

@@ -27,9 +27,7 @@
 namespace weir::model {
 namespace {
 
-const Checkpoint& Tiny() {
-  return *DerivedCheckpoint("random/tiny", "random_tiny_seed17", {}, 17);
-}
+const Checkpoint& Tiny() { return *DerivedCheckpoint("random/tiny", "random_tiny_seed17", {}, 17); }
 
 bool SameBits(std::span<const float> a, std::span<const float> b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
@@ -157,10 +155,10 @@ TEST(CedReplayTest, GlobalKvAndEncoderEqualTheExactPrefill) {
   // (its input is the encoder's output); layer 7's row at the replay start
   // comes from layer 6's attention there, which saw one SWA row instead of 8.
   const int64_t s = kPrompt - win;
-  EXPECT_TRUE(SameBits(std::as_const(*exact).window(6).Row(s),
-                       std::as_const(*replay).window(6).Row(s)));
-  EXPECT_FALSE(SameBits(std::as_const(*exact).window(7).Row(s),
-                        std::as_const(*replay).window(7).Row(s)));
+  EXPECT_TRUE(
+      SameBits(std::as_const(*exact).window(6).Row(s), std::as_const(*replay).window(6).Row(s)));
+  EXPECT_FALSE(
+      SameBits(std::as_const(*exact).window(7).Row(s), std::as_const(*replay).window(7).Row(s)));
   // The global KV stays equal through decode steps (which are exact forwards).
   const std::vector<int64_t> more = RandomTokens(6, 4);
   for (int i = 0; i < 6; ++i) {
@@ -362,11 +360,11 @@ TEST(CedReplayTest, RefusesStartedStatesAndBadLengths) {
 TEST(CedReplayTest, ModelsWithAKvSourceInTheDecoderCannotReplay) {
   // Layer 8 as a fourth kv source: its global KV needs the decoder's hidden
   // states of every prompt token.
-  const Checkpoint* ckpt =
-      DerivedCheckpoint("random/tiny", "random_tiny_kv8_seed17",
-                        {{"\"kv_source_layer_ids\": [2, 4, 6]", "\"kv_source_layer_ids\": [2, 4, 6, 8]"},
-                         {"\"candidate_source_layer_id\": 6", "\"candidate_source_layer_id\": -1"}},
-                        17);
+  const Checkpoint* ckpt = DerivedCheckpoint(
+      "random/tiny", "random_tiny_kv8_seed17",
+      {{"\"kv_source_layer_ids\": [2, 4, 6]", "\"kv_source_layer_ids\": [2, 4, 6, 8]"},
+       {"\"candidate_source_layer_id\": 6", "\"candidate_source_layer_id\": -1"}},
+      17);
   ASSERT_NE(ckpt, nullptr);
   auto m = NewModelOrFail(*ckpt);
   ASSERT_NE(m, nullptr);

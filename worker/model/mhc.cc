@@ -27,8 +27,8 @@ absl::Status Mix(Ops& ops, const ModelConfig& c, const HcWeights& hc, std::span<
 
 // in [tokens, dim] = bf16(norm(collapse(x, pre))): a site's sublayer input.
 absl::Status NormedCollapse(Ops& ops, const ModelConfig& c, std::span<const float> norm_weight,
-                            std::span<const float> x, std::span<const float> pre,
-                            int64_t tokens, std::span<float> in) {
+                            std::span<const float> x, std::span<const float> pre, int64_t tokens,
+                            std::span<float> in) {
   RETURN_IF_ERROR(Collapse(ops, c, x, pre, tokens, in));
   RETURN_IF_ERROR(
       ops.RmsNorm(in, norm_weight, tokens, c.dim, static_cast<float>(c.norm_eps), in));

@@ -183,9 +183,8 @@ absl::Status Model::RunBatch(std::span<SequenceState* const> states,
           topk.erase(topk.begin(), topk.begin() + skip[i] * shared[i].topk_width[source]);
         }
         std::vector<uint8_t>& pool = shared[i].candidates;
-        pool.erase(pool.begin(), pool.begin() + std::min<int64_t>(
-                                                    static_cast<int64_t>(pool.size()),
-                                                    skip[i] * shared[i].pool_width));
+        pool.erase(pool.begin(), pool.begin() + std::min<int64_t>(static_cast<int64_t>(pool.size()),
+                                                                  skip[i] * shared[i].pool_width));
       }
       total = off[rows];
     }
@@ -265,8 +264,8 @@ absl::Status Model::RunBatch(std::span<SequenceState* const> states,
 absl::Status Model::ProjectGlobalKv(std::span<SequenceState* const> states,
                                     std::span<const int64_t> start_pos,
                                     const std::vector<int64_t>& off,
-                                    const std::vector<int64_t>& skip,
-                                    const std::vector<float>& x, const std::vector<float>& pre,
+                                    const std::vector<int64_t>& skip, const std::vector<float>& x,
+                                    const std::vector<float>& pre,
                                     std::vector<AttentionShared>& shared) {
   const ModelConfig& c = config_;
   const int layer = c.decoder_start();
@@ -279,7 +278,8 @@ absl::Status Model::ProjectGlobalKv(std::span<SequenceState* const> states,
     const int64_t s = skip[i];
     if (s == 0) continue;
     std::vector<float> in(s * d);
-    RETURN_IF_ERROR(AttentionInput(*ops_, c, w, std::span<const float>(x).subspan(off[i] * n * d, s * n * d),
+    RETURN_IF_ERROR(AttentionInput(*ops_, c, w,
+                                   std::span<const float>(x).subspan(off[i] * n * d, s * n * d),
                                    std::span<const float>(pre).subspan(off[i] * n, s * n), s, in));
     const AttentionContext actx{*ops_,      c,         role,         w.attn, *rope_[layer],
                                 *states[i], shared[i], start_pos[i], s};
