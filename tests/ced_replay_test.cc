@@ -4,7 +4,8 @@
 // must equal the single-process model's with Model::StartCedReplay: with
 // prompts chunked by --max_prefill_tokens, and with a KV pool small enough to
 // force preemption (a recompute replays the same segment: the original
-// prompt's). --ced_replay with --backend=cuda exits with code 2.
+// prompt's), and with DSpark speculation (verification and rollback after the
+// replay). --ced_replay with --backend=cuda exits with code 2.
 
 #include <sys/wait.h>
 
@@ -111,6 +112,13 @@ TEST(CedReplayServeTest, PreemptionKeepsReplayOutputs) {
   v1::ServerState state;
   ASSERT_TRUE(cluster.stub().GetServerState(&context, v1::GetServerStateRequest(), &state).ok());
   EXPECT_GT(state.preemptions(), 0u);
+}
+
+TEST(CedReplayServeTest, SpeculativeDecodingAfterAReplayPrefill) {
+  // DSpark verification and rollback after replayed prompts: greedy speculation
+  // is lossless, so the outputs are the replaying model's again.
+  Cluster cluster({"--workers=2", "--ced_replay", "--speculative=dspark"});
+  ExpectMatchesReplay(cluster, 16);
 }
 
 TEST(CedReplayServeTest, CudaBackendExitsWithCode2) {
