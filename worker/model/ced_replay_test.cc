@@ -159,6 +159,16 @@ TEST(CedReplayTest, GlobalKvAndEncoderEqualTheExactPrefill) {
       SameBits(std::as_const(*exact).window(6).Row(s), std::as_const(*replay).window(6).Row(s)));
   EXPECT_FALSE(
       SameBits(std::as_const(*exact).window(7).Row(s), std::as_const(*replay).window(7).Row(s)));
+  // The decoder rings hold only the replayed positions: the window positions
+  // before s (ring slots no replayed position uses) were never written.
+  const std::vector<float> zeros(m->config().head_dim, 0.0f);
+  for (int layer = m->config().decoder_start(); layer < m->config().n_layers; ++layer) {
+    for (int64_t pos = s - win + 2; pos < s; ++pos) {
+      EXPECT_TRUE(SameBits(std::as_const(*replay).window(layer).Row(pos), zeros))
+          << "layer " << layer << " pos " << pos;
+      EXPECT_FALSE(SameBits(std::as_const(*exact).window(layer).Row(pos), zeros));
+    }
+  }
   // The global KV stays equal through decode steps (which are exact forwards).
   const std::vector<int64_t> more = RandomTokens(6, 4);
   for (int i = 0; i < 6; ++i) {
