@@ -67,10 +67,10 @@ ABSL_FLAG(std::string, numerics, "fast",
           "Device decode numerics: fast (tensor cores on the stored FP8/MXFP4 weights, "
           "batch-invariant, held to the reference by tolerances) or reference (every op in "
           "the CPU's order: logits bit-identical to --backend=cpu).");
-ABSL_FLAG(bool, fast_mhc, false,
+ABSL_FLAG(bool, fast_mhc, true,
           "With --numerics=fast: the mHC coefficients in one split-K launch (HcMixSplitK; "
-          "batch-invariant, ~1e-7 relative from the reference's mixes) instead of the "
-          "reference's row-stable products.");
+          "batch-invariant, ~1e-7 relative from the reference's mixes); false: the "
+          "reference's row-stable products (slower; fewer near-tie flips on random weights).");
 
 ABSL_FLAG(bool, fault_injection, false,
           "Testing only: SIGUSR1 makes this worker stop answering its Steps stream (a hang "

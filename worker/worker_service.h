@@ -106,7 +106,7 @@ struct WorkerOptions {
   // The device decoder's arithmetic (model::DecodeNumerics).
   model::DecodeNumerics numerics = model::DecodeNumerics::kFast;
   // kFast: the mHC coefficients on HcMixSplitK (DeviceDecoderOptions::fast_mhc).
-  bool fast_mhc = false;
+  bool fast_mhc = true;
   // Testing: after SIGUSR1 (fault_injection.h) the Steps stream stops
   // answering, as a hung worker would; health keeps answering.
   bool fault_injection = false;

@@ -97,7 +97,7 @@ ABSL_FLAG(bool, slice_profile, true,
           "largest batch and print where its device time goes.");
 ABSL_FLAG(std::string, numerics, "reference,fast",
           "DeviceDecoder numerics to measure, in order (reference, fast).");
-ABSL_FLAG(bool, fast_mhc, false,
+ABSL_FLAG(bool, fast_mhc, true,
           "kFast: the mHC coefficients on HcMixSplitK (DeviceDecoderOptions::fast_mhc).");
 ABSL_FLAG(std::string, csv, "",
           "Also write every measured row to this CSV file (tools/bench/decode_csv.h), for "
