@@ -20,6 +20,7 @@
 #include "proto/inference.grpc.pb.h"
 #include "tests/local_cluster.h"
 #include "worker/model/checkpoint.h"
+#include "tests/reference_greedy.h"
 #include "worker/model/model.h"
 
 namespace weir {
@@ -27,30 +28,8 @@ namespace {
 
 using testing_util::CacheDir;
 using testing_util::Cluster;
+using testing_util::ReferenceGreedy;
 using testing_util::Runfile;
-
-// The reference: the same weights in this process, one sequence at a time,
-// `replay` as the workers do it.
-std::vector<uint32_t> ReferenceGreedy(model::Model& m, const std::vector<uint32_t>& prompt,
-                                      uint32_t max_new, bool replay) {
-  auto seq = m.NewSequence();
-  if (replay) {
-    EXPECT_TRUE(m.StartCedReplay(*seq, static_cast<int64_t>(prompt.size())).ok());
-  }
-  std::vector<int64_t> input(prompt.begin(), prompt.end());
-  std::vector<uint32_t> out;
-  const int64_t vocab = m.config().vocab_size;
-  while (out.size() < max_new) {
-    auto logits = m.Forward(*seq, input, seq->length());
-    EXPECT_TRUE(logits.ok()) << logits.status();
-    if (!logits.ok()) return out;
-    const float* last = logits->data() + (input.size() - 1) * vocab;
-    const int64_t next = std::max_element(last, last + vocab) - last;
-    out.push_back(static_cast<uint32_t>(next));
-    input = {next};
-  }
-  return out;
-}
 
 std::vector<std::vector<uint32_t>> Prompts() {
   std::vector<std::vector<uint32_t>> prompts;

@@ -14,8 +14,6 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tokenizer/engram_vocab.h"
-#include "tokenizer/tokenizer.h"
 #include "worker/model/checkpoint.h"
 #include "worker/model/golden_file.h"
 #include "worker/model/model.h"
@@ -24,23 +22,15 @@
 namespace weir::model {
 namespace {
 
-constexpr char kModelDir[] = "models/tiny";
 constexpr char kGolden[] = "tests/golden/tiny_trained/ref_fp32.safetensors";
 constexpr int kSteps = 32;
 
-std::unique_ptr<Model> TrainedModel(std::unique_ptr<Checkpoint>& checkpoint) {
-  auto c = Checkpoint::Open(kModelDir);
-  EXPECT_TRUE(c.ok()) << c.status();
-  if (!c.ok()) return nullptr;
-  checkpoint = std::move(*c);
-  auto tok = tokenizer::Tokenizer::FromDirectory(kModelDir);
-  EXPECT_TRUE(tok.ok()) << tok.status();
-  if (!tok.ok()) return nullptr;
-  auto engram = tokenizer::BuildEngramVocab(**tok);
-  EXPECT_TRUE(engram.ok()) << engram.status();
-  if (!engram.ok()) return nullptr;
+std::unique_ptr<Model> TrainedModel() {
+  const Checkpoint* checkpoint = TrainedTinyCheckpoint();
+  if (checkpoint == nullptr) return nullptr;
   ModelOptions options;
-  options.engram_token_map.assign(engram->compressed_id.begin(), engram->compressed_id.end());
+  options.engram_token_map = TrainedTinyEngramMap();
+  if (options.engram_token_map.empty()) return nullptr;
   return NewModelOrFail(*checkpoint, std::move(options));
 }
 
@@ -54,7 +44,9 @@ Outcome Greedy(Model& m, std::span<const int64_t> prompt, bool replay) {
   const int64_t n = static_cast<int64_t>(prompt.size());
   Outcome out;
   auto seq = m.NewSequence();
-  if (replay) EXPECT_TRUE(m.StartCedReplay(*seq, n).ok());
+  if (replay) {
+    EXPECT_TRUE(m.StartCedReplay(*seq, n).ok());
+  }
   auto logits = m.Forward(*seq, prompt, 0);
   EXPECT_TRUE(logits.ok()) << logits.status();
   if (!logits.ok()) return out;
@@ -75,8 +67,7 @@ Outcome Greedy(Model& m, std::span<const int64_t> prompt, bool replay) {
 TEST(CedReplayAgreementTest, TrainedTinyGreedyOnVsOff) {
   Golden g(kGolden);
   ASSERT_TRUE(g.ok());
-  std::unique_ptr<Checkpoint> checkpoint;
-  std::unique_ptr<Model> model = TrainedModel(checkpoint);
+  std::unique_ptr<Model> model = TrainedModel();
   ASSERT_NE(model, nullptr);
   const std::vector<int32_t> tokens = g.Get<int32_t>("tf.tokens");
   const std::vector<int32_t> offsets = g.Get<int32_t>("tf.offsets");

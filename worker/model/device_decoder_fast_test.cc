@@ -31,8 +31,6 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tokenizer/engram_vocab.h"
-#include "tokenizer/tokenizer.h"
 #include "worker/model/checkpoint.h"
 #include "worker/model/cpu_ops.h"
 #include "worker/model/device_decoder.h"
@@ -344,12 +342,8 @@ TEST(DeviceDecoderFastTest, SmallBf16WithFastMhcStaysClose) {
 // reference's mixes and with fast_mhc's.
 const TrainedInputs* TrainedTinyInputs() {
   static const TrainedInputs* inputs = []() -> const TrainedInputs* {
-    auto tok = tokenizer::Tokenizer::FromDirectory("models/tiny");
-    EXPECT_TRUE(tok.ok()) << tok.status();
-    if (!tok.ok()) return nullptr;
-    auto engram = tokenizer::BuildEngramVocab(**tok);
-    EXPECT_TRUE(engram.ok()) << engram.status();
-    if (!engram.ok()) return nullptr;
+    std::vector<int64_t> engram_map = TrainedTinyEngramMap();
+    if (engram_map.empty()) return nullptr;
     Golden g("tests/golden/tiny_trained/ref_fp32.safetensors");
     if (!g.ok()) return nullptr;
     const std::vector<int32_t> lens = g.Get<int32_t>("prompt_lens");
@@ -357,7 +351,7 @@ const TrainedInputs* TrainedTinyInputs() {
     const std::vector<int32_t> offsets = g.Get<int32_t>("tf.offsets");
     if (lens.size() < 8 || offsets.size() < 8) return nullptr;
     auto* out = new TrainedInputs;
-    out->engram_token_map.assign(engram->compressed_id.begin(), engram->compressed_id.end());
+    out->engram_token_map = std::move(engram_map);
     for (int p = 0; p < 8; ++p) {
       out->prompts.emplace_back(tokens.begin() + offsets[p],
                                 tokens.begin() + offsets[p] + lens[p]);
@@ -365,15 +359,6 @@ const TrainedInputs* TrainedTinyInputs() {
     return out;
   }();
   return inputs;
-}
-
-const Checkpoint* TrainedTinyCheckpoint() {
-  static const Checkpoint* ck = []() -> const Checkpoint* {
-    auto c = Checkpoint::Open("models/tiny");
-    EXPECT_TRUE(c.ok()) << c.status();
-    return c.ok() ? c->release() : nullptr;
-  }();
-  return ck;
 }
 
 TEST(DeviceDecoderFastTest, TrainedTinyBf16AgreesWithReference) {

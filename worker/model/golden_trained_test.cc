@@ -28,17 +28,15 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tokenizer/engram_vocab.h"
-#include "tokenizer/tokenizer.h"
 #include "worker/model/checkpoint.h"
 #include "worker/model/golden_file.h"
 #include "worker/model/model.h"
 #include "worker/model/safetensors.h"
+#include "worker/model/tiny_model_test_util.h"
 
 namespace weir::model {
 namespace {
 
-constexpr char kModelDir[] = "models/tiny";
 constexpr char kGolden[] = "tests/golden/tiny_trained/ref_fp32.safetensors";
 constexpr int kPrompts = 16;
 constexpr int kGreedyIds = 257;        // the prefill's argmax + 256 decode steps
@@ -70,37 +68,17 @@ Top2 Best(const float* row, int64_t n) {
   return {best, row[best] - second};
 }
 
-double RelDiff(const float* a, const float* b, int64_t n) {
-  double diff = 0, scale = 1e-30;
-  for (int64_t i = 0; i < n; ++i) {
-    diff = std::max(diff, double{std::fabs(a[i] - b[i])});
-    scale = std::max(scale, double{std::fabs(b[i])});
-  }
-  return diff / scale;
-}
-
 // The trained checkpoint with its tokenizer's Engram map, fp32 activations;
 // built once per test binary.
 Model* TrainedModel() {
   static Model* model = []() -> Model* {
-    static std::unique_ptr<Checkpoint> checkpoint;
-    auto c = Checkpoint::Open(kModelDir);
-    EXPECT_TRUE(c.ok()) << c.status();
-    if (!c.ok()) return nullptr;
-    checkpoint = std::move(*c);
+    const Checkpoint* checkpoint = TrainedTinyCheckpoint();
+    if (checkpoint == nullptr) return nullptr;
     ModelOptions options;
     options.precision = ActivationPrecision::kFp32;
-    auto tok = tokenizer::Tokenizer::FromDirectory(kModelDir);
-    EXPECT_TRUE(tok.ok()) << tok.status();
-    if (!tok.ok()) return nullptr;
-    auto engram = tokenizer::BuildEngramVocab(**tok);
-    EXPECT_TRUE(engram.ok()) << engram.status();
-    if (!engram.ok()) return nullptr;
-    EXPECT_EQ(engram->size, checkpoint->config().engram_compressed_vocab_size);
-    options.engram_token_map.assign(engram->compressed_id.begin(), engram->compressed_id.end());
-    auto m = Model::Create(checkpoint->config(), *checkpoint, std::move(options));
-    EXPECT_TRUE(m.ok()) << m.status();
-    return m.ok() ? m->release() : nullptr;
+    options.engram_token_map = TrainedTinyEngramMap();
+    if (options.engram_token_map.empty()) return nullptr;
+    return NewModelOrFail(*checkpoint, std::move(options)).release();
   }();
   return model;
 }
@@ -211,7 +189,7 @@ TEST(GoldenTrainedTest, TeacherForcedArgmaxAndLogitsMatchTheReference) {
     std::printf("\n");
     if (p == 0) {
       for (int r = 0; r < kLogitRows; ++r) {
-        row_diffs.push_back(RelDiff(logits->data() + r * v, ref_logits.data() + r * v, v));
+        row_diffs.push_back(RowRelativeDifference(logits->data() + r * v, ref_logits.data() + r * v, v));
       }
     }
   }

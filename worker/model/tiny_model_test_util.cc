@@ -14,6 +14,8 @@
 
 #include "base/read_file.h"
 #include "gtest/gtest.h"
+#include "tokenizer/engram_vocab.h"
+#include "tokenizer/tokenizer.h"
 #include "worker/model/cpu_ops.h"
 #include "worker/model/tiny_checkpoint.h"
 
@@ -53,6 +55,25 @@ const Checkpoint& TinyCheckpoint(uint64_t seed) {
 
 const Checkpoint* SmallCheckpoint(uint64_t seed) {
   return DerivedCheckpoint("small", "small_seed" + std::to_string(seed), {}, seed);
+}
+
+const Checkpoint* TrainedTinyCheckpoint() {
+  static const Checkpoint* checkpoint = []() -> const Checkpoint* {
+    auto c = Checkpoint::Open("models/tiny");
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? c->release() : nullptr;
+  }();
+  return checkpoint;
+}
+
+std::vector<int64_t> TrainedTinyEngramMap() {
+  auto tok = tokenizer::Tokenizer::FromDirectory("models/tiny");
+  EXPECT_TRUE(tok.ok()) << tok.status();
+  if (!tok.ok()) return {};
+  auto engram = tokenizer::BuildEngramVocab(**tok);
+  EXPECT_TRUE(engram.ok()) << engram.status();
+  if (!engram.ok()) return {};
+  return std::vector<int64_t>(engram->compressed_id.begin(), engram->compressed_id.end());
 }
 
 std::unique_ptr<Model> NewModelOrFail(const Checkpoint& ckpt, ModelOptions options) {

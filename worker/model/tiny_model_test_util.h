@@ -38,6 +38,16 @@ const Checkpoint* DerivedCheckpoint(const std::string& model, const std::string&
                                     const std::vector<std::pair<std::string, std::string>>& edits,
                                     uint64_t seed);
 
+// The trained tiny of models/tiny (a test's data must hold //models:tiny),
+// opened once and kept for the process; null after a failure (a test
+// failure).
+const Checkpoint* TrainedTinyCheckpoint();
+
+// Token id -> Engram compressed id of models/tiny's tokenizer
+// (tokenizer::BuildEngramVocab, as the worker builds it), for
+// ModelOptions::engram_token_map; empty after a failure (a test failure).
+std::vector<int64_t> TrainedTinyEngramMap();
+
 // A Model over `ckpt` with `options`, or null after a creation failure (a
 // test failure).
 std::unique_ptr<Model> NewModelOrFail(const Checkpoint& ckpt, ModelOptions options = {});
