@@ -250,7 +250,8 @@ void StepExecutor::ValidateBlocks(const std::vector<RowPlan>& rows,
     // A speculative row writes its verified drafts too (rolled back later).
     const int64_t begin = fresh || slot.state == nullptr ? row.start_pos : slot.state->length();
     const int64_t end = begin + static_cast<int64_t>(row.tokens.size()) +
-                        (row.remap >= 0 ? 1 : 0) + UsableDrafts(row, SingleInput(row));
+                        (row.remap >= 0 ? 1 : 0) +
+                        UsableDrafts(row, SingleInput(row), static_cast<int64_t>(rows.size()));
     const int64_t needed = kv_cache::BlocksForPositions(pool_->layout(), end);
     if (needed > held) {
       return RowError(i, absl::StrCat("positions up to ", end, " need ", needed,
@@ -472,9 +473,11 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
     inputs[i] = row.tokens;
     if (row.remap >= 0) inputs[i].push_back(previous_samples_[row.remap]);
     if (row.draft_tokens >= 0) {
-      drafts[i] = UsableDrafts(row, inputs[i].size() == 1 ? inputs[i][0] : -1);
+      drafts[i] = UsableDrafts(row, inputs[i].size() == 1 ? inputs[i][0] : -1,
+                               static_cast<int64_t>(rows.size()));
       inputs[i].insert(inputs[i].end(), slot.drafts.begin(), slot.drafts.begin() + drafts[i]);
       slot.drafts.clear();  // the row drafts anew after its last sample
+      slot.draft_confidence.clear();
     }
     if (slot.matcher != nullptr && slot.grammar_status.ok()) {
       // Drafts reach the matcher only once verified (VerifyDrafts).

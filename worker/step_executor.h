@@ -55,6 +55,7 @@
 #include "worker/model/model.h"
 #include "worker/sampling/sampler.h"
 #include "worker/sampling/sampling_params.h"
+#include "worker/verify_length.h"
 
 namespace weir::worker {
 
@@ -150,6 +151,8 @@ struct RowOutcome {
   // RowPlan::logprobs on a speculative row: each accepted draft's, scored as
   // sampled_logprobs scores `token`.
   std::vector<TokenLogprob> accepted_scored;
+  // Speculative rows: the drafts the row verified (0 .. draft_tokens).
+  int64_t verified_drafts = 0;
 };
 
 struct StepGrammarOptions {
@@ -217,6 +220,14 @@ class StepExecutor {
   // dspark_block_size, n <= the sequences' max_rollback, and the model has
   // DSpark stages when n > 0.
   absl::Status SetSpeculation(int32_t num_draft_tokens);
+  // How many of its drafts a speculative row verifies: without a curve (the
+  // default) all it may (RowPlan::draft_tokens of those kept); with one, the
+  // k of them with the most expected tokens per unit of step cost under the
+  // drafts' DSpark confidences and the curve at the plan's row count
+  // (verify_length.h, ChooseVerifyLength). Outputs are the same either way:
+  // only how many tokens a step delivers changes.
+  void SetVerifyCostCurve(std::optional<VerifyCostCurve> curve) { cost_curve_ = std::move(curve); }
+  const std::optional<VerifyCostCurve>& verify_cost_curve() const { return cost_curve_; }
   // CED bounded replay (spec §4.4, model::Model::StartCedReplay): a row that
   // starts a sequence (start_pos 0, no fork_from; not exact_prefill, no
   // prompt_logprobs) runs the decoder layers only over the last window
@@ -232,8 +243,13 @@ class StepExecutor {
   // Tests: replaces the drafts `slot` made after its last sample (a
   // speculative row must have sampled there), e.g. with the plain decode's
   // continuation to exercise acceptance on random weights.
-  void SetDraftsForTest(int32_t slot, std::vector<int64_t> drafts) {
+  // `confidence` [drafts.size()]: their confidence logits (empty: as sure
+  // as can be).
+  void SetDraftsForTest(int32_t slot, std::vector<int64_t> drafts,
+                        std::vector<float> confidence = {}) {
+    if (confidence.empty()) confidence.assign(drafts.size(), 30.0f);
     slots_[slot].drafts = std::move(drafts);
+    slots_[slot].draft_confidence = std::move(confidence);
   }
 
   int32_t max_slots() const { return static_cast<int32_t>(slots_.size()); }
@@ -268,6 +284,7 @@ class StepExecutor {
     // Speculative decoding: the drafts made after token `drafts_after`
     // sampled for position `drafts_pos` (the slot's length then).
     std::vector<int64_t> drafts;
+    std::vector<float> draft_confidence;  // [drafts.size()] logits
     int64_t drafts_after = -1;
     int64_t drafts_pos = -1;
   };
@@ -275,8 +292,9 @@ class StepExecutor {
   // The drafts `row` verifies: RowPlan::draft_tokens of the slot's drafts, if
   // they follow the row's single input token at the slot's length (0 for a
   // plain, restarted or forked row, or one whose constraint still compiles).
-  // `input` is that token.
-  int64_t UsableDrafts(const RowPlan& row, int64_t input) const;
+  // `input` is that token. With a cost curve, the first ChooseVerifyLength of
+  // them for a plan of `batch` rows.
+  int64_t UsableDrafts(const RowPlan& row, int64_t input, int64_t batch) const;
   // The row's single resolved input token (its token or remap), else -1.
   int64_t SingleInput(const RowPlan& row) const;
   // Accepts the longest prefix of the `drafts` last inputs of a speculative
@@ -337,6 +355,7 @@ class StepExecutor {
   kv_cache::BlockPool* pool_ = nullptr;
   int64_t device_rows_ = 0;
   int32_t num_draft_tokens_ = 0;
+  std::optional<VerifyCostCurve> cost_curve_;
   bool ced_replay_ = false;
   int64_t drafts_verified_ = 0;
   int64_t drafts_accepted_ = 0;

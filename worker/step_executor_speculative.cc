@@ -11,6 +11,10 @@
 // that sample. Greedy rows thus accept the longest prefix equal to the
 // target's argmax. With the seeded draw a function of (seed, position), the
 // emitted tokens equal those of plain decoding.
+//
+// How many drafts a row verifies does not change what it emits, only how
+// many tokens it emits: with a cost curve (SetVerifyCostCurve) a row verifies
+// the first ChooseVerifyLength of its drafts, the rest are not forwarded.
 
 #include <algorithm>
 
@@ -46,7 +50,7 @@ int64_t StepExecutor::SingleInput(const RowPlan& row) const {
   return previous_samples_[row.remap];
 }
 
-int64_t StepExecutor::UsableDrafts(const RowPlan& row, int64_t input) const {
+int64_t StepExecutor::UsableDrafts(const RowPlan& row, int64_t input, int64_t batch) const {
   if (row.draft_tokens <= 0 || row.start_pos == 0 || row.fork_from >= 0 || input < 0) return 0;
   if (row.slot < 0 || row.slot >= max_slots()) return 0;
   const Slot& slot = slots_[row.slot];
@@ -55,7 +59,9 @@ int64_t StepExecutor::UsableDrafts(const RowPlan& row, int64_t input) const {
     return 0;
   }
   if (input != slot.drafts_after || slot.state->length() != slot.drafts_pos) return 0;
-  return std::min<int64_t>(row.draft_tokens, static_cast<int64_t>(slot.drafts.size()));
+  const int64_t kept = std::min<int64_t>(row.draft_tokens, static_cast<int64_t>(slot.drafts.size()));
+  if (!cost_curve_.has_value()) return kept;
+  return ChooseVerifyLength(slot.draft_confidence, kept, *cost_curve_, batch);
 }
 
 absl::StatusOr<int64_t> StepExecutor::VerifyDrafts(const RowPlan& row, Slot& slot, int64_t start,
@@ -84,6 +90,7 @@ absl::StatusOr<int64_t> StepExecutor::VerifyDrafts(const RowPlan& row, Slot& slo
                                                out.accepted[j], k));
     }
   }
+  out.verified_drafts = drafts;
   drafts_verified_ += drafts;
   drafts_accepted_ += accepted;
   if (absl::Status s = slot.state->Rollback(drafts - accepted); !s.ok()) {
@@ -130,6 +137,7 @@ std::vector<int64_t> StepExecutor::AllowedDrafts(grammar::Matcher& matcher,
 
 void StepExecutor::DraftAfter(Slot& slot, int32_t token) {
   slot.drafts.clear();
+  slot.draft_confidence.clear();
   slot.drafts_after = -1;
   slot.drafts_pos = -1;
   // A draft needs the features of two forwarded positions (spec §4.8).
@@ -145,6 +153,10 @@ void StepExecutor::DraftAfter(Slot& slot, int32_t token) {
   } else {
     slot.drafts.assign(drafted->tokens.begin(), drafted->tokens.begin() + num_draft_tokens_);
   }
+  // A grammar's substitute for a draft keeps the confidence of the draft it
+  // replaced (an estimate: the head scored DSpark's own token).
+  slot.draft_confidence.assign(drafted->confidence.begin(),
+                               drafted->confidence.begin() + slot.drafts.size());
   slot.drafts_after = token;
   slot.drafts_pos = slot.state->length();
 }

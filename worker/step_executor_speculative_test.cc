@@ -3,7 +3,8 @@
 // side by side with zero-overhead remaps; whatever the drafts (the model's
 // own, mostly rejected, or injected: the plain continuation with k of them
 // right), the tokens emitted equal plain decoding's, greedy and seeded
-// sampling alike.
+// sampling alike, and with the verify length chosen per row from the
+// drafts' confidences (SetVerifyCostCurve) as with the fixed one.
 #include <algorithm>
 #include <vector>
 
@@ -94,15 +95,23 @@ enum class Drafts { kModel, kInjected };
 
 // Speculative decoding of the same prompts; with kInjected, slot s's drafts
 // before each step are `reference`'s continuation with a varying number of
-// them right (then one wrong). Returns the tokens and the accepted drafts.
+// them right (then one wrong). With `curve`, rows verify as many drafts as
+// ChooseVerifyLength picks; injected drafts then carry confidences that make
+// it pick 0..kDrafts of them in turn (checked), and `lengths` gets every
+// row's verified drafts. Returns the tokens and the accepted drafts.
 std::vector<std::vector<int64_t>> Speculative(model::Model& model, kv_cache::BlockPool& pool,
                                               const sampling::SamplingParams& params,
                                               Drafts drafts,
                                               const std::vector<std::vector<int64_t>>& reference,
-                                              int64_t& accepted) {
+                                              int64_t& accepted,
+                                              const VerifyCostCurve* curve = nullptr,
+                                              std::vector<int64_t>* lengths = nullptr) {
   StepExecutor ex(model, 4);
   ex.SetKvCache(&pool);
   EXPECT_TRUE(ex.SetSpeculation(kDrafts).ok());
+  if (curve != nullptr) ex.SetVerifyCostCurve(*curve);
+  // Per slot: the verify length its next row must choose (-1: any).
+  std::vector<int64_t> expected_length = {-1, -1};
   std::vector<RowPlan> rows;
   for (int32_t s = 0; s < 2; ++s) {
     rows.push_back({.slot = s, .start_pos = 0, .tokens = kPrompts[s], .sample = true,
@@ -116,6 +125,10 @@ std::vector<std::vector<int64_t>> Speculative(model::Model& model, kv_cache::Blo
     if (!r.ok() || step > 100) return out;
     for (int32_t s = 0; s < 2; ++s) {
       const RowOutcome& o = (*r)[s];
+      if (step > 0 && lengths != nullptr) lengths->push_back(o.verified_drafts);
+      if (expected_length[s] >= 0) EXPECT_EQ(o.verified_drafts, expected_length[s]) << step;
+      EXPECT_LE(o.accepted.size(), static_cast<size_t>(o.verified_drafts));
+      expected_length[s] = -1;
       EXPECT_EQ(o.accepted.size(), o.accepted_logprobs.size());
       EXPECT_LE(o.accepted.size(), static_cast<size_t>(kDrafts));
       out[s].insert(out[s].end(), o.accepted.begin(), o.accepted.end());
@@ -129,7 +142,16 @@ std::vector<std::vector<int64_t>> Speculative(model::Model& model, kv_cache::Blo
         std::vector<int64_t> d(reference[s].begin() + out[s].size(),
                                reference[s].begin() + out[s].size() + kDrafts);
         if (right < kDrafts) d[right] = (d[right] + 1) % model.config().vocab_size;
-        ex.SetDraftsForTest(s, std::move(d));
+        if (curve == nullptr) {
+          ex.SetDraftsForTest(s, std::move(d));
+        } else {
+          // The first `sure` drafts near certain, the rest hopeless.
+          const int sure = (step + 2 * s) % (kDrafts + 1);
+          std::vector<float> confidence(kDrafts, -30.0f);
+          std::fill(confidence.begin(), confidence.begin() + sure, 30.0f);
+          ex.SetDraftsForTest(s, std::move(d), std::move(confidence));
+          expected_length[s] = sure;
+        }
       }
     }
   }
@@ -171,6 +193,39 @@ TEST(StepExecutorSpeculativeTest, SeededSampledRowsEmitThePlainTokens) {
   ExpectPrefixEqual(Speculative(*f.model, *f.pool, Seeded(), Drafts::kInjected, plain, accepted),
                     plain);
   EXPECT_GT(accepted, 20);
+}
+
+// A step costs 10 + (positions a row) ms at any batch size: a near-certain
+// draft pays for itself, a hopeless one does not.
+VerifyCostCurve CheapPositions() {
+  VerifyCostCurve curve{.measured_on = "test", .backend = "cpu"};
+  VerifyCostCurve::Point p{.batch = 2, .draft_ms = 1};
+  for (int length = 1; length <= kDrafts + 1; ++length) p.step_ms.push_back(10 + length);
+  curve.points.push_back(p);
+  return curve;
+}
+
+TEST(StepExecutorSpeculativeTest, ConfidenceVerifyLengthEmitsThePlainTokens) {
+  Fixture f;
+  ASSERT_NE(f.model, nullptr);
+  const VerifyCostCurve curve = CheapPositions();
+  for (const sampling::SamplingParams& params : {Greedy(), Seeded()}) {
+    const auto plain = Plain(*f.model, *f.pool, params);
+    int64_t accepted = 0;
+    std::vector<int64_t> lengths;
+    ExpectPrefixEqual(Speculative(*f.model, *f.pool, params, Drafts::kModel, plain, accepted,
+                                  &curve, &lengths),
+                      plain);
+    lengths.clear();
+    ExpectPrefixEqual(Speculative(*f.model, *f.pool, params, Drafts::kInjected, plain, accepted,
+                                  &curve, &lengths),
+                      plain);
+    EXPECT_GT(accepted, 10);
+    // Every length from none to all was chosen.
+    for (int64_t k = 0; k <= kDrafts; ++k) {
+      EXPECT_NE(std::find(lengths.begin(), lengths.end(), k), lengths.end()) << k;
+    }
+  }
 }
 
 TEST(StepExecutorSpeculativeTest, BadSpeculationIsInvalidArgument) {
