@@ -72,6 +72,7 @@ absl::Status ClusterController::BringUp() {
   load.set_kv_block_tokens(static_cast<uint32_t>(std::max(0, options_.kv_block_tokens)));
   load.set_num_draft_tokens(static_cast<uint32_t>(std::max(0, options_.num_draft_tokens)));
   load.set_ced_replay(options_.ced_replay);
+  load.set_verify_length(options_.verify_length);
   for (const WorkerRecord& w : workers) {
     v1::PeerInfo* peer = load.add_peers();
     peer->set_rank(w.rank.value());

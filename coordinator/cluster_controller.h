@@ -45,6 +45,9 @@ struct ControllerOptions {
   // CED bounded replay of prompts, sent to every worker at LoadWeights
   // (--ced_replay).
   bool ced_replay = false;
+  // How many drafts a speculative row verifies, sent to every worker at
+  // LoadWeights (--verify_length: "fixed" or "confidence").
+  std::string verify_length = "fixed";
 };
 
 class ClusterController {

@@ -313,6 +313,12 @@ grpc::Status InferenceService::DoGetServerState(v1::ServerState* response) {
         out->add_accepted_histogram(static_cast<uint64_t>(n));
       }
       out->set_verified_drafts(static_cast<uint64_t>(spec.verified_drafts));
+      int64_t verifications = 0;
+      for (int64_t n : spec.accepted_histogram) verifications += n;
+      out->set_mean_verify_length(verifications > 0 ? static_cast<double>(spec.verified_drafts) /
+                                                          static_cast<double>(verifications)
+                                                    : 0.0);
+      out->set_verify_length(spec.verify_length);
     }
     const StepDriver::RecoveryStats recoveries = driver->Recoveries();
     v1::ServerState::Recoveries* out = response->mutable_recoveries();

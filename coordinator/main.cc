@@ -87,6 +87,12 @@ ABSL_FLAG(std::string, speculative, "off",
 ABSL_FLAG(int, num_draft_tokens, 0,
           "--speculative=dspark: drafts verified per decode step, 1 .. the model's "
           "dspark_block_size; 0 = the block size.");
+ABSL_FLAG(std::string, verify_length, "fixed",
+          "--speculative=dspark: how many of its drafts a decode step verifies: fixed (all "
+          "--num_draft_tokens), or confidence (per request, the length with the most expected "
+          "tokens per unit of step cost: DSpark's confidence head against the cost curve "
+          "verify_cost.json in the model directory, from tools/bench:speculative "
+          "--profile_verify). Outputs are the same.");
 ABSL_FLAG(bool, ced_replay, false,
           "CED bounded replay (spec 4.4): a prompt runs the decoder half of the layers only over "
           "its last sliding-window positions (the global KV stays exact); faster prefill, "
@@ -240,6 +246,7 @@ StepDriverOptions DriverOptionsFromFlags(const model::ModelConfig& config,
       NumDraftTokensFromFlags(absl::GetFlag(FLAGS_speculative),
                               absl::GetFlag(FLAGS_num_draft_tokens), config)
           .value_or(0);
+  driver_options.verify_length = absl::GetFlag(FLAGS_verify_length);
   driver_options.policy.prefill_attempt_interval = absl::GetFlag(FLAGS_prefill_attempt_interval);
   driver_options.policy.prefill_any_attempt_interval =
       absl::GetFlag(FLAGS_prefill_any_attempt_interval);
@@ -323,6 +330,12 @@ int Run(int argc, char** argv) {
     std::cerr << "weir: " << num_draft_tokens.status().message() << "\n";
     return 2;
   }
+  if (absl::Status s = VerifyLengthFromFlags(absl::GetFlag(FLAGS_verify_length),
+                                             *num_draft_tokens, model_dir);
+      !s.ok()) {
+    std::cerr << "weir: " << s.message() << "\n";
+    return 2;
+  }
   if (*num_draft_tokens > 0 && absl::GetFlag(FLAGS_backend) == "cuda") {
     // The device decoder has no draft/verify path yet: verify rows would take the
     // multi-token path, whose fast numerics differ from the decode kernels', and
@@ -366,7 +379,8 @@ int Run(int argc, char** argv) {
                                  .failure_threshold = absl::GetFlag(FLAGS_health_failures),
                                  .kv_block_tokens = absl::GetFlag(FLAGS_kv_block_tokens),
                                  .num_draft_tokens = *num_draft_tokens,
-                                 .ced_replay = absl::GetFlag(FLAGS_ced_replay)});
+                                 .ced_replay = absl::GetFlag(FLAGS_ced_replay),
+                                 .verify_length = absl::GetFlag(FLAGS_verify_length)});
   std::string tokenizer_fingerprint;
   absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> tokenizer =
       LoadTokenizer(model_dir, tokenizer_fingerprint);

@@ -1,5 +1,6 @@
 #include "coordinator/speculation_flags.h"
 
+#include <filesystem>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -32,6 +33,26 @@ absl::StatusOr<int32_t> NumDraftTokensFromFlags(std::string_view mode, int num_d
                      num_draft_tokens));
   }
   return num_draft_tokens == 0 ? static_cast<int32_t>(block) : num_draft_tokens;
+}
+
+absl::Status VerifyLengthFromFlags(std::string_view policy, int32_t num_draft_tokens,
+                                   const std::string& model_dir) {
+  if (policy != "fixed" && policy != "confidence") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--verify_length must be fixed or confidence, got \"", std::string(policy), "\""));
+  }
+  if (policy == "fixed") return absl::OkStatus();
+  if (num_draft_tokens == 0) {
+    return absl::InvalidArgumentError(
+        "--verify_length=confidence needs --speculative=dspark");
+  }
+  const std::filesystem::path curve = std::filesystem::path(model_dir) / "verify_cost.json";
+  if (!std::filesystem::exists(curve)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--verify_length=confidence needs the model's verify cost curve ", curve.string(),
+        " (measure it with tools/bench:speculative --profile_verify)"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace weir::coordinator

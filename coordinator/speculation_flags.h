@@ -11,6 +11,7 @@
 #define WEIR_COORDINATOR_SPECULATION_FLAGS_H_
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "absl/status/statusor.h"
@@ -25,6 +26,14 @@ namespace weir::coordinator {
 // num_draft_tokens with "off", or "dspark" on a model without DSpark stages.
 absl::StatusOr<int32_t> NumDraftTokensFromFlags(std::string_view mode, int num_draft_tokens,
                                                 const model::ModelConfig& config);
+
+// Checks --verify_length `policy` given the drafts a row verifies
+// (NumDraftTokensFromFlags). INVALID_ARGUMENT (naming the flag) unless it is
+// "fixed" or "confidence"; for "confidence" with speculation off
+// (`num_draft_tokens` 0); FAILED_PRECONDITION for "confidence" when
+// `model_dir` has no verify_cost.json (the workers check its contents).
+absl::Status VerifyLengthFromFlags(std::string_view policy, int32_t num_draft_tokens,
+                                   const std::string& model_dir);
 
 }  // namespace weir::coordinator
 

@@ -1,5 +1,8 @@
 #include "coordinator/speculation_flags.h"
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -37,6 +40,21 @@ TEST(SpeculationFlagsTest, BadValuesAreInvalidArgumentNamingTheFlag) {
   refused("off", 3, "--num_draft_tokens");
   c.n_mtp_layers = 0;
   refused("dspark", 0, "--speculative=dspark");
+}
+
+TEST(SpeculationFlagsTest, VerifyLengthConfidenceNeedsDsparkAndTheCostCurve) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/verify_length_flags";
+  std::filesystem::create_directories(dir);
+  EXPECT_TRUE(VerifyLengthFromFlags("fixed", 0, dir).ok());
+  EXPECT_TRUE(VerifyLengthFromFlags("fixed", 5, dir).ok());
+  EXPECT_EQ(VerifyLengthFromFlags("longest", 5, dir).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(VerifyLengthFromFlags("confidence", 0, dir).code(),
+            absl::StatusCode::kInvalidArgument);
+  const absl::Status missing = VerifyLengthFromFlags("confidence", 5, dir);
+  EXPECT_EQ(missing.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(std::string(missing.message()).find("verify_cost.json"), std::string::npos);
+  std::ofstream(dir + "/verify_cost.json") << "{}";
+  EXPECT_TRUE(VerifyLengthFromFlags("confidence", 5, dir).ok());
 }
 
 }  // namespace

@@ -283,7 +283,9 @@ int64_t StepDriver::forks() const {
 
 StepDriver::SpeculationStats StepDriver::speculation() const {
   absl::MutexLock lock(&mu_);
-  return speculation_;
+  SpeculationStats stats = speculation_;
+  stats.verify_length = options_.verify_length;
+  return stats;
 }
 
 int64_t StepDriver::kv_checks() const {
@@ -555,7 +557,9 @@ absl::Status StepDriver::ReadAndApply() {
     for (int i = 0; i < result.rows_size(); ++i) {
       const v1::RowResult& row = result.rows(i);
       applied.rows.push_back(
-          {.tokens = {row.tokens().begin(), row.tokens().end()}, .finished = row.finished()});
+          {.tokens = {row.tokens().begin(), row.tokens().end()},
+           .finished = row.finished(),
+           .verified_drafts = static_cast<int32_t>(row.verified_drafts())});
       if (row.has_sampled_logprobs()) {
         std::vector<const v1::TokenLogprobs*>& scored = sampled[rows_of[r][i]];
         for (const v1::TokenLogprobs& draft : row.accepted_logprobs()) scored.push_back(&draft);

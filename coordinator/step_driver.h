@@ -62,6 +62,9 @@ struct StepDriverOptions {
   // slot's release is queued). A failure is logged and stops the step loop
   // with INTERNAL naming it. Off: no mirror, no cost but one branch per step.
   bool kv_check_every_step = false;
+  // Speculative decoding: --verify_length ("fixed" or "confidence"), only
+  // reported (speculation()); the workers apply it.
+  std::string verify_length = "fixed";
   // The clock max_queue_time is measured on (tests inject a fake one).
   std::function<absl::Time()> clock = [] { return absl::Now(); };
   // A worker that leaves the driver waiting this long for one step (its
@@ -203,9 +206,12 @@ class StepDriver {
   int64_t kv_checks() const;
   // Speculative decoding over every rank since start
   // (RankScheduler::accepted_histogram, verified_drafts); empty when off.
+  // verified_drafts counts what the workers verified
+  // (RowResult.verified_drafts); verify_length is the options'.
   struct SpeculationStats {
     std::vector<int64_t> accepted_histogram;
     int64_t verified_drafts = 0;
+    std::string verify_length;
   };
   SpeculationStats speculation() const;
   // Why the loop stopped for good (OK while it runs, or after a plain Stop).

@@ -222,6 +222,57 @@ TEST(SpeculativeTest, TrainedTinyAcceptsDraftsWithTheSameOutputs) {
   EXPECT_GT(rows, 0u);
   EXPECT_LE(s.verified_drafts(), 5 * rows);
   EXPECT_GT(s.verified_drafts(), 3 * rows);  // full blocks but near the ends
+  EXPECT_EQ(s.verify_length(), "fixed");
+  EXPECT_DOUBLE_EQ(s.mean_verify_length(), static_cast<double>(s.verified_drafts()) / rows);
+}
+
+// --verify_length=confidence (issue 18 item 1): each row verifies the drafts
+// the DSpark confidences and the model's cost curve (models/tiny/
+// verify_cost.json) make worth it; the outputs still equal off's, and
+// GetServerState reports what the workers verified.
+TEST(SpeculativeTest, TrainedTinyConfidenceVerifyLengthEqualsOff) {
+  const std::string trained = Runfile("models/tiny");
+  if (!std::filesystem::exists(trained + "/model-00001-of-00001.safetensors") ||
+      !std::filesystem::exists(trained + "/verify_cost.json")) {
+    GTEST_SKIP() << "models/tiny has no checkpoint or no verify_cost.json";
+  }
+  const char* const texts[] = {
+      "NAME\n       ls - list directory contents\n\nSYNOPSIS\n",
+      "The json module provides an API for converting Python objects to",
+      "GNU GENERAL PUBLIC LICENSE\n   Version 3, 29 June 2007\n\n",
+  };
+  std::vector<v1::GenerateRequest> requests;
+  for (int seeded = 0; seeded < 2; ++seeded) {
+    for (const char* text : texts) {
+      v1::GenerateRequest r;
+      r.set_text(text);
+      r.mutable_stop()->set_max_new_tokens(32);
+      r.mutable_stop()->set_ignore_eos(true);
+      r.mutable_sampling()->set_temperature(seeded ? 0.8f : 0.0f);
+      if (seeded) r.mutable_sampling()->set_seed(11);
+      requests.push_back(std::move(r));
+    }
+  }
+  std::vector<Outcome> plain;
+  {
+    Cluster off({"--workers=2", "--model_dir=" + trained});
+    plain = RunAll(off, requests);
+  }
+  Cluster spec({"--workers=2", "--model_dir=" + trained, "--speculative=dspark",
+                "--verify_length=confidence"});
+  ExpectSame(RunAll(spec, requests), plain);
+  v1::ServerState state;
+  ASSERT_TRUE(spec.State(state).ok());
+  ASSERT_TRUE(state.has_speculation());
+  const v1::ServerState::Speculation& s = state.speculation();
+  EXPECT_EQ(s.verify_length(), "confidence");
+  uint64_t rows = 0;
+  for (uint64_t n : s.accepted_histogram()) rows += n;
+  ASSERT_GT(rows, 0u);
+  EXPECT_LE(s.verified_drafts(), 5 * rows);
+  EXPECT_DOUBLE_EQ(s.mean_verify_length(), static_cast<double>(s.verified_drafts()) / rows);
+  std::printf("trained tiny, confidence: mean verify length %.2f over %lu verifications\n",
+              s.mean_verify_length(), static_cast<unsigned long>(rows));
 }
 
 bool SameLogprobs(const v1::TokenLogprobs& a, const v1::TokenLogprobs& b) {
@@ -320,6 +371,10 @@ TEST(SpeculativeTest, BadFlagValuesExitWithCode2) {
   EXPECT_EQ(ExitCode("--speculative=dspark --num_draft_tokens=-1"), 2);
   EXPECT_EQ(ExitCode("--num_draft_tokens=3"), 2);  // without --speculative=dspark
   EXPECT_EQ(ExitCode("--speculative=dspark --backend=cuda"), 2);  // CPU backend only
+  EXPECT_EQ(ExitCode("--speculative=dspark --verify_length=longest"), 2);
+  EXPECT_EQ(ExitCode("--verify_length=confidence"), 2);  // without --speculative=dspark
+  // The random tiny has no verify_cost.json.
+  EXPECT_EQ(ExitCode("--speculative=dspark --verify_length=confidence"), 2);
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include "worker/model/device_arena.h"
 #include "worker/model/expert_parallel_model.h"
 #include "worker/step_sequencer.h"
+#include "worker/verify_length.h"
 #include "worker/worker_service_internal.h"
 
 namespace weir::worker {
@@ -477,6 +478,24 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     if (absl::Status s = probe.SetSpeculation(num_draft_tokens); !s.ok()) return ToGrpcStatus(s);
     WEIR_LOG(INFO) << "speculative decoding: DSpark, " << num_draft_tokens << " drafts a row";
   }
+  std::optional<VerifyCostCurve> cost_curve;
+  if (request->verify_length() == "confidence") {
+    absl::StatusOr<VerifyCostCurve> curve = LoadVerifyCostCurve(request->model_dir());
+    if (absl::IsNotFound(curve.status())) {
+      return Error(grpc::StatusCode::FAILED_PRECONDITION,
+                   absl::StrCat("--verify_length=confidence needs the model's cost curve ",
+                                kVerifyCostFile, " (tools/bench:speculative --profile_verify): ",
+                                curve.status().message()));
+    }
+    if (!curve.ok()) return ToGrpcStatus(curve.status());
+    WEIR_LOG(INFO) << "verify length: from the DSpark confidence against " << kVerifyCostFile
+                   << " (" << curve->backend << ", " << curve->measured_on << ")";
+    cost_curve = std::move(*curve);
+  } else if (!request->verify_length().empty() && request->verify_length() != "fixed") {
+    return Error(grpc::StatusCode::INVALID_ARGUMENT,
+                 absl::StrCat("verify_length must be fixed or confidence, got ",
+                              request->verify_length()));
+  }
   const bool ced_replay = request->ced_replay();
   if (ced_replay && options_.backend == "cuda") {
     // The replay is in Model::ForwardBatch, which CudaOps would run too, but
@@ -512,6 +531,7 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     executor_ = std::make_unique<StepExecutor>(**runtime, options_.max_slots, grammar_.get());
     // Validated before the model was swapped in (below the KV pool).
     executor_->SetSpeculation(num_draft_tokens).IgnoreError();
+    executor_->SetVerifyCostCurve(std::move(cost_curve));
     executor_->SetCedReplay(ced_replay).IgnoreError();
     executor_->SetDecodeBackend(device_decoder_.get());
     executor_->SetKvCache(kv_pool_.get());
@@ -663,6 +683,7 @@ void WorkerService::ExecutePlan(const v1::StepPlan& plan, v1::StepResult& result
   for (const RowOutcome& outcome : *outcomes) {
     v1::RowResult* row = result.add_rows();
     row->set_finished(outcome.finished);
+    row->set_verified_drafts(static_cast<uint32_t>(outcome.verified_drafts));
     if (outcome.token.has_value()) {
       for (size_t k = 0; k < outcome.accepted.size(); ++k) {
         row->add_tokens(static_cast<uint32_t>(outcome.accepted[k]));

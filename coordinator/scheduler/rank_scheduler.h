@@ -128,8 +128,9 @@ class RankScheduler {
   // Speculative decoding: decode rows that verified at least one draft, by
   // the drafts they accepted ([num_draft_tokens + 1]: index = accepted;
   // empty when off), counted when their result arrives for a live
-  // sequence, before stop conditions drop anything; and the drafts those
-  // rows verified in all (mean verify length = verified_drafts / rows).
+  // sequence, before stop conditions drop anything; and the drafts the
+  // worker verified in those rows (RowOutput::verified_drafts), in all (mean
+  // verify length = verified_drafts / rows).
   const std::vector<int64_t>& accepted_histogram() const { return accepted_histogram_; }
   int64_t verified_drafts() const { return verified_drafts_; }
   // Live sequences (waiting, prefilling or running).

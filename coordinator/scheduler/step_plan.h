@@ -118,6 +118,10 @@ struct RowOutput {
   std::vector<uint32_t> tokens;
   // The worker ended this sequence (e.g. its grammar terminated).
   bool finished = false;
+  // A speculative row: the drafts the worker verified (0 .. draft_tokens;
+  // fewer than draft_tokens when it had fewer, or chose fewer from their
+  // confidence).
+  int32_t verified_drafts = 0;
 };
 
 // The result of one rank for one step: one RowOutput per plan row, in order.
