@@ -330,8 +330,8 @@ int Run(int argc, char** argv) {
     std::cerr << "weir: " << num_draft_tokens.status().message() << "\n";
     return 2;
   }
-  if (absl::Status s = VerifyLengthFromFlags(absl::GetFlag(FLAGS_verify_length),
-                                             *num_draft_tokens, model_dir);
+  if (absl::Status s =
+          VerifyLengthFromFlags(absl::GetFlag(FLAGS_verify_length), *num_draft_tokens, model_dir);
       !s.ok()) {
     std::cerr << "weir: " << s.message() << "\n";
     return 2;

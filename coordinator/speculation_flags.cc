@@ -43,8 +43,7 @@ absl::Status VerifyLengthFromFlags(std::string_view policy, int32_t num_draft_to
   }
   if (policy == "fixed") return absl::OkStatus();
   if (num_draft_tokens == 0) {
-    return absl::InvalidArgumentError(
-        "--verify_length=confidence needs --speculative=dspark");
+    return absl::InvalidArgumentError("--verify_length=confidence needs --speculative=dspark");
   }
   const std::filesystem::path curve = std::filesystem::path(model_dir) / "verify_cost.json";
   if (!std::filesystem::exists(curve)) {

@@ -48,8 +48,7 @@ TEST(SpeculationFlagsTest, VerifyLengthConfidenceNeedsDsparkAndTheCostCurve) {
   EXPECT_TRUE(VerifyLengthFromFlags("fixed", 0, dir).ok());
   EXPECT_TRUE(VerifyLengthFromFlags("fixed", 5, dir).ok());
   EXPECT_EQ(VerifyLengthFromFlags("longest", 5, dir).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(VerifyLengthFromFlags("confidence", 0, dir).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(VerifyLengthFromFlags("confidence", 0, dir).code(), absl::StatusCode::kInvalidArgument);
   const absl::Status missing = VerifyLengthFromFlags("confidence", 5, dir);
   EXPECT_EQ(missing.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(std::string(missing.message()).find("verify_cost.json"), std::string::npos);

@@ -556,10 +556,9 @@ absl::Status StepDriver::ReadAndApply() {
     absl::flat_hash_map<RequestId, std::vector<const v1::TokenLogprobs*>> sampled;
     for (int i = 0; i < result.rows_size(); ++i) {
       const v1::RowResult& row = result.rows(i);
-      applied.rows.push_back(
-          {.tokens = {row.tokens().begin(), row.tokens().end()},
-           .finished = row.finished(),
-           .verified_drafts = static_cast<int32_t>(row.verified_drafts())});
+      applied.rows.push_back({.tokens = {row.tokens().begin(), row.tokens().end()},
+                              .finished = row.finished(),
+                              .verified_drafts = static_cast<int32_t>(row.verified_drafts())});
       if (row.has_sampled_logprobs()) {
         std::vector<const v1::TokenLogprobs*>& scored = sampled[rows_of[r][i]];
         for (const v1::TokenLogprobs& draft : row.accepted_logprobs()) scored.push_back(&draft);

@@ -249,8 +249,7 @@ void StepExecutor::ValidateBlocks(const std::vector<RowPlan>& rows,
         static_cast<int64_t>(row.new_blocks.size());
     // A speculative row writes its verified drafts too (rolled back later).
     const int64_t begin = fresh || slot.state == nullptr ? row.start_pos : slot.state->length();
-    const int64_t end = begin + static_cast<int64_t>(row.tokens.size()) +
-                        (row.remap >= 0 ? 1 : 0) +
+    const int64_t end = begin + static_cast<int64_t>(row.tokens.size()) + (row.remap >= 0 ? 1 : 0) +
                         UsableDrafts(row, SingleInput(row), static_cast<int64_t>(rows.size()));
     const int64_t needed = kv_cache::BlocksForPositions(pool_->layout(), end);
     if (needed > held) {

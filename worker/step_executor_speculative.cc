@@ -59,7 +59,8 @@ int64_t StepExecutor::UsableDrafts(const RowPlan& row, int64_t input, int64_t ba
     return 0;
   }
   if (input != slot.drafts_after || slot.state->length() != slot.drafts_pos) return 0;
-  const int64_t kept = std::min<int64_t>(row.draft_tokens, static_cast<int64_t>(slot.drafts.size()));
+  const int64_t kept =
+      std::min<int64_t>(row.draft_tokens, static_cast<int64_t>(slot.drafts.size()));
   if (!cost_curve_.has_value()) return kept;
   return ChooseVerifyLength(slot.draft_confidence, kept, *cost_curve_, batch);
 }

@@ -100,8 +100,7 @@ enum class Drafts { kModel, kInjected };
 // it pick 0..kDrafts of them in turn (checked), and `lengths` gets every
 // row's verified drafts. Returns the tokens and the accepted drafts.
 std::vector<std::vector<int64_t>> Speculative(model::Model& model, kv_cache::BlockPool& pool,
-                                              const sampling::SamplingParams& params,
-                                              Drafts drafts,
+                                              const sampling::SamplingParams& params, Drafts drafts,
                                               const std::vector<std::vector<int64_t>>& reference,
                                               int64_t& accepted,
                                               const VerifyCostCurve* curve = nullptr,
@@ -213,9 +212,9 @@ TEST(StepExecutorSpeculativeTest, ConfidenceVerifyLengthEmitsThePlainTokens) {
     const auto plain = Plain(*f.model, *f.pool, params);
     int64_t accepted = 0;
     std::vector<int64_t> lengths;
-    ExpectPrefixEqual(Speculative(*f.model, *f.pool, params, Drafts::kModel, plain, accepted,
-                                  &curve, &lengths),
-                      plain);
+    ExpectPrefixEqual(
+        Speculative(*f.model, *f.pool, params, Drafts::kModel, plain, accepted, &curve, &lengths),
+        plain);
     lengths.clear();
     ExpectPrefixEqual(Speculative(*f.model, *f.pool, params, Drafts::kInjected, plain, accepted,
                                   &curve, &lengths),

@@ -40,8 +40,9 @@ absl::StatusOr<VerifyCostCurve> ParseVerifyCostCurve(std::string_view json) {
   const Json j = Json::parse(json.begin(), json.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Bad("not a JSON object");
   VerifyCostCurve curve;
-  for (auto [key, field] : {std::pair{"measured_on", &curve.measured_on},
-                            std::pair{"backend", &curve.backend}, std::pair{"model", &curve.model}}) {
+  for (auto [key, field] :
+       {std::pair{"measured_on", &curve.measured_on}, std::pair{"backend", &curve.backend},
+        std::pair{"model", &curve.model}}) {
     if (j.contains(key)) {
       if (!j[key].is_string()) return Bad(absl::StrCat(key, " is not a string"));
       *field = j[key].get<std::string>();
@@ -78,9 +79,10 @@ absl::StatusOr<VerifyCostCurve> ParseVerifyCostCurve(std::string_view json) {
 }
 
 std::string VerifyCostCurveToJson(const VerifyCostCurve& curve) {
-  std::string out = absl::StrCat("{\n  \"measured_on\": ", Json(curve.measured_on).dump(),
-                                 ",\n  \"backend\": ", Json(curve.backend).dump(),
-                                 ",\n  \"model\": ", Json(curve.model).dump(), ",\n  \"points\": [");
+  std::string out =
+      absl::StrCat("{\n  \"measured_on\": ", Json(curve.measured_on).dump(),
+                   ",\n  \"backend\": ", Json(curve.backend).dump(),
+                   ",\n  \"model\": ", Json(curve.model).dump(), ",\n  \"points\": [");
   for (size_t i = 0; i < curve.points.size(); ++i) {
     const VerifyCostCurve::Point& p = curve.points[i];
     Json point = {{"batch", p.batch}, {"draft_ms", p.draft_ms}, {"step_ms", p.step_ms}};
@@ -112,8 +114,8 @@ double ExpectedTokens(std::span<const float> confidence, int64_t k) {
 
 int64_t ChooseVerifyLength(std::span<const float> confidence, int64_t max_drafts,
                            const VerifyCostCurve& curve, int64_t batch) {
-  const int64_t limit = std::min({max_drafts, static_cast<int64_t>(confidence.size()),
-                                  curve.max_drafts()});
+  const int64_t limit =
+      std::min({max_drafts, static_cast<int64_t>(confidence.size()), curve.max_drafts()});
   int64_t best = 0;
   double best_rate = 1.0 / curve.StepCost(batch, 0);
   for (int64_t k = 1; k <= limit; ++k) {

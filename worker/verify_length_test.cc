@@ -88,8 +88,7 @@ TEST(VerifyLengthTest, RejectsBadCurves) {
                           {"batch": 8, "draft_ms": 1, "step_ms": [1]}]})",
            R"({"backend": 3, "points": [{"batch": 1, "draft_ms": 1, "step_ms": [1]}]})",
        }) {
-    EXPECT_EQ(ParseVerifyCostCurve(bad).status().code(), absl::StatusCode::kInvalidArgument)
-        << bad;
+    EXPECT_EQ(ParseVerifyCostCurve(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
 }
 

@@ -482,19 +482,19 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
   if (request->verify_length() == "confidence") {
     absl::StatusOr<VerifyCostCurve> curve = LoadVerifyCostCurve(request->model_dir());
     if (absl::IsNotFound(curve.status())) {
-      return Error(grpc::StatusCode::FAILED_PRECONDITION,
-                   absl::StrCat("--verify_length=confidence needs the model's cost curve ",
-                                kVerifyCostFile, " (tools/bench:speculative --profile_verify): ",
-                                curve.status().message()));
+      return Error(
+          grpc::StatusCode::FAILED_PRECONDITION,
+          absl::StrCat("--verify_length=confidence needs the model's cost curve ", kVerifyCostFile,
+                       " (tools/bench:speculative --profile_verify): ", curve.status().message()));
     }
     if (!curve.ok()) return ToGrpcStatus(curve.status());
     WEIR_LOG(INFO) << "verify length: from the DSpark confidence against " << kVerifyCostFile
                    << " (" << curve->backend << ", " << curve->measured_on << ")";
     cost_curve = std::move(*curve);
   } else if (!request->verify_length().empty() && request->verify_length() != "fixed") {
-    return Error(grpc::StatusCode::INVALID_ARGUMENT,
-                 absl::StrCat("verify_length must be fixed or confidence, got ",
-                              request->verify_length()));
+    return Error(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("verify_length must be fixed or confidence, got ", request->verify_length()));
   }
   const bool ced_replay = request->ced_replay();
   if (ced_replay && options_.backend == "cuda") {

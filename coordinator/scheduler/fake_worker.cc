@@ -123,7 +123,9 @@ absl::StatusOr<RankStepResult> FakeWorker::Execute(const RankStepPlan& plan) {
       emitted.push_back(model_.Next(slot.hash, slot.written - 1));
     }
     outputs[i] = emitted.back();
-    result.rows.push_back({row.samples ? emitted : std::vector<uint32_t>{}, false});
+    // It verifies every draft it may (a fixed verify length).
+    result.rows.push_back({row.samples ? emitted : std::vector<uint32_t>{}, false,
+                           static_cast<int32_t>(drafts)});
     ++rows_executed_;
   }
   prev_outputs_ = std::move(outputs);

@@ -300,8 +300,8 @@ absl::StatusOr<std::vector<SeqUpdate>> RankScheduler::OnResult(const RankStepRes
     }
     if (refs[i].draft_tokens > 0 && n - 1 < accepted_histogram_.size()) {
       ++accepted_histogram_[n - 1];
-      verified_drafts_ += std::clamp<int64_t>(result.rows[i].verified_drafts, 0,
-                                              refs[i].draft_tokens);
+      verified_drafts_ +=
+          std::clamp<int64_t>(result.rows[i].verified_drafts, 0, refs[i].draft_tokens);
     }
     SeqUpdate update{seq->request.id, {}, FinishReason::kNone};
     // Stop conditions apply token by token: what follows a stop is dropped.
