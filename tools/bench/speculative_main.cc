@@ -2,11 +2,20 @@
 // on the CPU model through the worker's StepExecutor (the code a worker runs
 // for a plan; no gRPC): B sequences prefilled together, then decoded greedily
 // with zero-overhead remap rows until each has --new_tokens tokens. Prints
-// per batch size decode tokens/s off and on, the speed-up, the mean accepted
-// length (tokens a speculative row emits: 1 + accepted drafts) and whether
-// the outputs equal.
+// per batch size decode tokens/s off, with every draft verified (fixed) and
+// with the verify length chosen from the DSpark confidence against the
+// model's cost curve (confidence), the mean verify length (drafts a
+// speculative row verified), the mean accepted length (tokens it emits: 1 +
+// accepted drafts) and whether the outputs equal off's.
 //
 //   tools/bazel run -c opt //tools/bench:speculative -- --dir=MODEL_DIR
+//
+// --profile_verify first measures the cost curve (a step of B rows of L
+// positions each, L = 1 .. 1 + drafts, and one Model::Draft, for every B of
+// --batches) and writes it to MODEL_DIR/verify_cost.json
+// (worker/verify_length.h), which the workers load for
+// --verify_length=confidence; without it the confidence runs use that file
+// when the directory has one and are skipped otherwise.
 //
 // MODEL_DIR holds config.json and a checkpoint (a tokenizer too, for text
 // prompts and the Engram map); without --dir the random-weight tiny is
@@ -16,6 +25,8 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +41,7 @@
 #include "worker/model/model.h"
 #include "worker/model/tiny_checkpoint.h"
 #include "worker/step_executor.h"
+#include "worker/verify_length.h"
 
 ABSL_FLAG(std::string, dir, "", "Model directory with a checkpoint (default: random tiny).");
 ABSL_FLAG(std::string, config, "models/random/tiny/config.json",
@@ -37,6 +49,9 @@ ABSL_FLAG(std::string, config, "models/random/tiny/config.json",
 ABSL_FLAG(std::string, batches, "1,8,32,64", "Batch sizes, comma-separated.");
 ABSL_FLAG(int, new_tokens, 64, "Tokens decoded per sequence.");
 ABSL_FLAG(int, num_draft_tokens, 0, "Drafts verified per row; 0 = the DSpark block size.");
+ABSL_FLAG(bool, profile_verify, false,
+          "Measure the verify cost curve at --batches and write DIR/verify_cost.json first.");
+ABSL_FLAG(std::string, machine, "", "With --profile_verify: the machine, for measured_on.");
 
 namespace {
 
@@ -44,6 +59,7 @@ using Clock = std::chrono::steady_clock;
 using weir::worker::RowOutcome;
 using weir::worker::RowPlan;
 using weir::worker::StepExecutor;
+using weir::worker::VerifyCostCurve;
 
 // Text prompts (documentation-like, as the trained tiny's corpus).
 const char* const kPrompts[] = {
@@ -61,14 +77,16 @@ struct Result {
   double seconds = 0;
   int64_t tokens = 0;
   int64_t rows = 0;  // decode rows run
+  int64_t verified = 0;  // drafts those rows verified
   std::vector<std::vector<int64_t>> outputs;
 };
 
 Result Decode(weir::model::Model& model, const std::vector<std::vector<int64_t>>& prompts,
-              int batch, int new_tokens, int drafts) {
+              int batch, int new_tokens, int drafts, const VerifyCostCurve* curve) {
   // Without a KV pool: each sequence keeps its entries in its own vectors.
   StepExecutor ex(model, batch);
   WEIR_CHECK_OK(ex.SetSpeculation(drafts));
+  if (curve != nullptr) ex.SetVerifyCostCurve(*curve);
   weir::worker::sampling::SamplingParams greedy;
   greedy.temperature = 0.0f;
   std::vector<RowPlan> rows;
@@ -98,6 +116,7 @@ Result Decode(weir::model::Model& model, const std::vector<std::vector<int64_t>>
       if (previous->start_pos > 0) {
         ++r.rows;
         r.tokens += static_cast<int64_t>(o.accepted.size()) + 1;
+        r.verified += o.verified_drafts;
       }
       if (static_cast<int>(r.outputs[s].size()) >= new_tokens) continue;
       // The slot holds the prompt and every token but the last (its input).
@@ -146,6 +165,56 @@ void PrintCosts(weir::model::Model& model, const std::vector<int64_t>& prompt, i
               one, 1 + drafts, verify, draft);
 }
 
+// The cost curve of `model` at `batches`: best of 2 of a ForwardBatch of B
+// sequences (prompts of the bench) with L positions each at their ends, and
+// of one Model::Draft.
+VerifyCostCurve ProfileVerify(weir::model::Model& model,
+                              const std::vector<std::vector<int64_t>>& prompts,
+                              const std::vector<int>& batches, int drafts) {
+  auto best_of = [](auto&& body) {
+    double best = 1e30;
+    for (int i = 0; i < 2; ++i) {
+      const auto t0 = Clock::now();
+      body();
+      best = std::min(best, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    }
+    return best;
+  };
+  VerifyCostCurve curve;
+  for (int batch : batches) {
+    std::vector<std::unique_ptr<weir::model::SequenceState>> seqs;
+    std::vector<weir::model::SequenceState*> states;
+    std::vector<int64_t> starts;
+    for (int s = 0; s < batch; ++s) {
+      const std::vector<int64_t>& prompt = prompts[s % prompts.size()];
+      seqs.push_back(model.NewSequence());
+      WEIR_CHECK(model.Forward(*seqs.back(), prompt, 0).ok());
+      states.push_back(seqs.back().get());
+      starts.push_back(seqs.back()->length());
+    }
+    VerifyCostCurve::Point point{.batch = batch};
+    for (int length = 1; length <= drafts + 1; ++length) {
+      std::vector<std::vector<int64_t>> blocks;
+      std::vector<std::span<const int64_t>> tokens;
+      for (int s = 0; s < batch; ++s) {
+        blocks.emplace_back(length, prompts[s % prompts.size()].back());
+      }
+      for (const auto& b : blocks) tokens.emplace_back(b);
+      point.step_ms.push_back(best_of([&] {
+        WEIR_CHECK(model.ForwardBatch(states, tokens, starts).ok());
+        for (auto* state : states) WEIR_CHECK_OK(state->Rollback(length));
+      }));
+    }
+    point.draft_ms = best_of([&] { WEIR_CHECK(model.Draft(*states[0], prompts[0].back()).ok()); });
+    std::printf("profile batch %d: draft %.2f ms, step", batch, point.draft_ms);
+    for (double ms : point.step_ms) std::printf(" %.1f", ms);
+    std::printf(" ms (1 .. %d positions a row)\n", drafts + 1);
+    std::fflush(stdout);
+    curve.points.push_back(std::move(point));
+  }
+  return curve;
+}
+
 int Run() {
   std::string dir = absl::GetFlag(FLAGS_dir);
   absl::StatusOr<std::unique_ptr<weir::model::Checkpoint>> checkpoint;
@@ -185,23 +254,62 @@ int Run() {
   std::printf("model %s, greedy, %d new tokens a sequence, %d drafts a row\n",
               dir.empty() ? "random tiny" : dir.c_str(), new_tokens, drafts);
   PrintCosts(**model, prompts[0], drafts);
-  std::printf("%6s %14s %14s %8s %16s %7s\n", "batch", "off tok/s", "dspark tok/s", "speedup",
-              "mean accepted", "equal");
+  std::vector<int> batches;
   for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_batches), ',')) {
     int batch = 0;
     WEIR_CHECK(absl::SimpleAtoi(part, &batch) && batch > 0) << "--batches: " << part;
-    const Result off = Decode(**model, prompts, batch, new_tokens, 0);
-    const Result on = Decode(**model, prompts, batch, new_tokens, drafts);
+    batches.push_back(batch);
+  }
+  std::optional<VerifyCostCurve> curve;
+  if (absl::GetFlag(FLAGS_profile_verify)) {
+    WEIR_CHECK(!dir.empty()) << "--profile_verify writes DIR/verify_cost.json: set --dir";
+    std::vector<int> sorted = batches;
+    std::sort(sorted.begin(), sorted.end());
+    sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+    curve = ProfileVerify(**model, prompts, sorted, drafts);
+    curve->backend = "cpu";
+    curve->model = std::filesystem::path(dir).filename().string();
+    curve->measured_on = absl::GetFlag(FLAGS_machine);
+    const std::string path = (std::filesystem::path(dir) / weir::worker::kVerifyCostFile).string();
+    std::ofstream(path) << weir::worker::VerifyCostCurveToJson(*curve);
+    std::printf("wrote %s\n", path.c_str());
+  } else if (!dir.empty()) {
+    absl::StatusOr<VerifyCostCurve> loaded = weir::worker::LoadVerifyCostCurve(dir);
+    if (loaded.ok()) {
+      curve = std::move(*loaded);
+    } else {
+      std::printf("no confidence runs: %s\n", loaded.status().ToString().c_str());
+    }
+  }
+  // Per mode: tokens/s, mean verify length, mean accepted length.
+  std::printf("%6s %10s | %10s %6s %6s | %10s %6s %6s | %5s\n", "batch", "off tok/s", "fixed tok/s",
+              "verify", "accept", "conf tok/s", "verify", "accept", "equal");
+  for (int batch : batches) {
+    const Result off = Decode(**model, prompts, batch, new_tokens, 0, nullptr);
+    const Result fixed = Decode(**model, prompts, batch, new_tokens, drafts, nullptr);
+    std::optional<Result> conf;
+    if (curve.has_value()) conf = Decode(**model, prompts, batch, new_tokens, drafts, &*curve);
     bool equal = true;
     for (int s = 0; s < batch; ++s) {
       const auto& a = off.outputs[s];
-      const auto& b = on.outputs[s];
-      equal = equal && std::equal(a.begin(), a.begin() + new_tokens, b.begin());
+      equal = equal && std::equal(a.begin(), a.begin() + new_tokens, fixed.outputs[s].begin());
+      if (conf.has_value()) {
+        equal = equal && std::equal(a.begin(), a.begin() + new_tokens, conf->outputs[s].begin());
+      }
     }
-    const double off_rate = off.tokens / off.seconds, on_rate = on.tokens / on.seconds;
-    std::printf("%6d %14.1f %14.1f %7.2fx %16.2f %7s\n", batch, off_rate, on_rate,
-                on_rate / off_rate, static_cast<double>(on.tokens) / std::max<int64_t>(1, on.rows),
-                equal ? "yes" : "NO");
+    auto per_row = [](int64_t n, const Result& r) {
+      return static_cast<double>(n) / static_cast<double>(std::max<int64_t>(1, r.rows));
+    };
+    std::printf("%6d %10.1f | %10.1f %6.2f %6.2f |", batch, off.tokens / off.seconds,
+                fixed.tokens / fixed.seconds, per_row(fixed.verified, fixed),
+                per_row(fixed.tokens, fixed));
+    if (conf.has_value()) {
+      std::printf(" %10.1f %6.2f %6.2f |", conf->tokens / conf->seconds,
+                  per_row(conf->verified, *conf), per_row(conf->tokens, *conf));
+    } else {
+      std::printf(" %10s %6s %6s |", "-", "-", "-");
+    }
+    std::printf(" %5s\n", equal ? "yes" : "NO");
     std::fflush(stdout);
   }
   return 0;
