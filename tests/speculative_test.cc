@@ -48,8 +48,7 @@ Outcome Run(v1::Inference::Stub& stub, const v1::GenerateRequest& request) {
   v1::GenerateEvent event;
   while (reader->Read(&event)) {
     if (!event.has_final()) continue;
-    out.tokens.assign(event.final().full_token_ids().begin(),
-                      event.final().full_token_ids().end());
+    out.tokens.assign(event.final().full_token_ids().begin(), event.final().full_token_ids().end());
     out.reason = event.final().reason();
     out.completion_tokens = event.final().usage().completion_tokens();
     out.accepted_drafts = event.final().usage().accepted_draft_tokens();
@@ -261,6 +260,8 @@ TEST(SpeculativeTest, TrainedTinyConfidenceVerifyLengthEqualsOff) {
   Cluster spec({"--workers=2", "--model_dir=" + trained, "--speculative=dspark",
                 "--verify_length=confidence"});
   ExpectSame(RunAll(spec, requests), plain);
+  // The counts of a step are published a moment after its events.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
   v1::ServerState state;
   ASSERT_TRUE(spec.State(state).ok());
   ASSERT_TRUE(state.has_speculation());
@@ -273,6 +274,18 @@ TEST(SpeculativeTest, TrainedTinyConfidenceVerifyLengthEqualsOff) {
   EXPECT_DOUBLE_EQ(s.mean_verify_length(), static_cast<double>(s.verified_drafts()) / rows);
   std::printf("trained tiny, confidence: mean verify length %.2f over %lu verifications\n",
               s.mean_verify_length(), static_cast<unsigned long>(rows));
+  // `weir info` prints the policy and the mean verify length.
+  const std::string command = Runfile("tools/weir") + " info --server=" + spec.address() + " 2>&1";
+  std::string info;
+  if (FILE* pipe = popen(command.c_str(), "r")) {
+    char buffer[4096];
+    while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) info.append(buffer, n);
+    EXPECT_EQ(pclose(pipe), 0) << info;
+  }
+  EXPECT_NE(info.find("verify length confidence"), std::string::npos) << info;
+  char mean[64];
+  std::snprintf(mean, sizeof(mean), "mean verify length %.2f", s.mean_verify_length());
+  EXPECT_NE(info.find(mean), std::string::npos) << info;
 }
 
 bool SameLogprobs(const v1::TokenLogprobs& a, const v1::TokenLogprobs& b) {
@@ -369,7 +382,7 @@ TEST(SpeculativeTest, BadFlagValuesExitWithCode2) {
   EXPECT_EQ(ExitCode("--speculative=eagle"), 2);
   EXPECT_EQ(ExitCode("--speculative=dspark --num_draft_tokens=6"), 2);  // block is 5
   EXPECT_EQ(ExitCode("--speculative=dspark --num_draft_tokens=-1"), 2);
-  EXPECT_EQ(ExitCode("--num_draft_tokens=3"), 2);  // without --speculative=dspark
+  EXPECT_EQ(ExitCode("--num_draft_tokens=3"), 2);                 // without --speculative=dspark
   EXPECT_EQ(ExitCode("--speculative=dspark --backend=cuda"), 2);  // CPU backend only
   EXPECT_EQ(ExitCode("--speculative=dspark --verify_length=longest"), 2);
   EXPECT_EQ(ExitCode("--verify_length=confidence"), 2);  // without --speculative=dspark
