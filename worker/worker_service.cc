@@ -488,6 +488,11 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
                        " (tools/bench:speculative --profile_verify): ", curve.status().message()));
     }
     if (!curve.ok()) return ToGrpcStatus(curve.status());
+    if (curve->max_drafts() < num_draft_tokens) {
+      return Error(grpc::StatusCode::INVALID_ARGUMENT,
+                   absl::StrCat(kVerifyCostFile, " covers ", curve->max_drafts(),
+                                " drafts a row; this worker drafts ", num_draft_tokens));
+    }
     WEIR_LOG(INFO) << "verify length: from the DSpark confidence against " << kVerifyCostFile
                    << " (" << curve->backend << ", " << curve->measured_on << ")";
     cost_curve = std::move(*curve);

@@ -1,6 +1,8 @@
 #include "worker/worker_service.h"
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <thread>
@@ -87,6 +89,37 @@ TEST(WorkerServiceTest, InitThenLoadMakesItServing) {
   EXPECT_TRUE(h.serving);
   EXPECT_EQ(loaded.revision().size(), 16u);
   EXPECT_GT(loaded.bytes_loaded(), 0u);
+}
+
+TEST(WorkerServiceTest, ConfidenceVerifyLengthNeedsAGoodCostCurve) {
+  Harness h(/*rank=*/0);
+  ASSERT_TRUE(h.Init(0, 1).ok());
+  auto load = [&](const std::string& policy) {
+    v1::LoadWeightsRequest request;
+    request.set_coordinator_epoch(kEpoch);
+    request.set_model_dir(TinyModelDir());
+    request.set_num_draft_tokens(5);
+    request.set_verify_length(policy);
+    grpc::ClientContext context;
+    v1::LoadWeightsResponse response;
+    return h.stub->LoadWeights(&context, request, &response).error_code();
+  };
+  const std::string curve = TinyModelDir() + "/verify_cost.json";
+  std::filesystem::remove(curve);
+  EXPECT_EQ(load("longest"), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(load("confidence"), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_FALSE(h.serving);
+  std::ofstream(curve) << R"({"points": [{"batch": 1, "draft_ms": 0, "step_ms": [1, 2]}]})";
+  EXPECT_EQ(load("confidence"), grpc::StatusCode::INVALID_ARGUMENT);  // draft_ms 0
+  // A curve for fewer drafts than the worker makes.
+  std::ofstream(curve) << R"({"points": [{"batch": 1, "draft_ms": 1, "step_ms": [1, 2]}]})";
+  EXPECT_EQ(load("confidence"), grpc::StatusCode::INVALID_ARGUMENT);
+  std::ofstream(curve)
+      << R"({"points": [{"batch": 1, "draft_ms": 1, "step_ms": [1, 2, 3, 4, 5, 6]}]})";
+  EXPECT_EQ(load("confidence"), grpc::StatusCode::OK);
+  EXPECT_TRUE(h.serving);
+  EXPECT_EQ(load("fixed"), grpc::StatusCode::OK);
+  std::filesystem::remove(curve);
 }
 
 TEST(WorkerServiceTest, ForeignEpochIsFenced) {
