@@ -19,8 +19,8 @@
 #include "gtest/gtest.h"
 #include "proto/inference.grpc.pb.h"
 #include "tests/local_cluster.h"
-#include "worker/model/checkpoint.h"
 #include "tests/reference_greedy.h"
+#include "worker/model/checkpoint.h"
 #include "worker/model/model.h"
 
 namespace weir {

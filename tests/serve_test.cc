@@ -25,9 +25,9 @@
 #include "nlohmann/json.hpp"
 #include "proto/eplb.grpc.pb.h"
 #include "tests/local_cluster.h"
+#include "tests/reference_greedy.h"
 #include "proto/inference.grpc.pb.h"
 #include "worker/model/checkpoint.h"
-#include "tests/reference_greedy.h"
 #include "worker/model/model.h"
 
 namespace weir {

@@ -185,21 +185,6 @@ void ExpectSpeculationChangesNothing(const grammar::Constraint& constraint,
   }
 }
 
-sampling::SamplingParams Greedy() {
-  sampling::SamplingParams p;
-  p.temperature = 0.0f;
-  return p;
-}
-
-sampling::SamplingParams Seeded() {
-  sampling::SamplingParams p;
-  p.temperature = 0.9f;
-  p.top_p = 0.95f;
-  p.repetition_penalty = 1.1f;
-  p.seed = 7;
-  return p;
-}
-
 const grammar::Constraint kRegex{.kind = grammar::ConstraintKind::kRegex,
                                  .text = "[a-z]{1,8}@[a-z]{1,8}\\.(com|org|net)"};
 const grammar::Constraint kSchema{
@@ -210,19 +195,19 @@ const grammar::Constraint kSchema{
                 "required": ["ok", "n", "tag"], "additionalProperties": false})"};
 
 TEST(StepExecutorSpeculativeGrammarTest, GreedyRegex) {
-  ExpectSpeculationChangesNothing(kRegex, Greedy());
+  ExpectSpeculationChangesNothing(kRegex, GreedySampling());
 }
 
 TEST(StepExecutorSpeculativeGrammarTest, SeededRegex) {
-  ExpectSpeculationChangesNothing(kRegex, Seeded());
+  ExpectSpeculationChangesNothing(kRegex, SeededSampling());
 }
 
 TEST(StepExecutorSpeculativeGrammarTest, GreedyJsonSchema) {
-  ExpectSpeculationChangesNothing(kSchema, Greedy());
+  ExpectSpeculationChangesNothing(kSchema, GreedySampling());
 }
 
 TEST(StepExecutorSpeculativeGrammarTest, SeededJsonSchema) {
-  ExpectSpeculationChangesNothing(kSchema, Seeded());
+  ExpectSpeculationChangesNothing(kSchema, SeededSampling());
 }
 
 }  // namespace

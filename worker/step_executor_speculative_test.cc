@@ -39,21 +39,6 @@ struct Fixture {
   std::unique_ptr<kv_cache::BlockPool> pool;
 };
 
-sampling::SamplingParams Greedy() {
-  sampling::SamplingParams p;
-  p.temperature = 0.0f;
-  return p;
-}
-
-sampling::SamplingParams Seeded() {
-  sampling::SamplingParams p;
-  p.temperature = 0.9f;
-  p.top_p = 0.95f;
-  p.repetition_penalty = 1.1f;
-  p.seed = 7;
-  return p;
-}
-
 const std::vector<int64_t> kPrompts[] = {{5, 9, 300, 14, 2, 77, 1000, 31, 8},
                                          {3000, 12, 12, 400, 5, 6, 71}};
 
@@ -173,11 +158,11 @@ void ExpectPrefixEqual(const std::vector<std::vector<int64_t>>& spec,
 TEST(StepExecutorSpeculativeTest, GreedyRowsEmitThePlainTokens) {
   Fixture f;
   ASSERT_NE(f.model, nullptr);
-  const auto plain = Plain(*f.model, *f.pool, Greedy());
+  const auto plain = Plain(*f.model, *f.pool, GreedySampling());
   int64_t accepted = 0;
-  ExpectPrefixEqual(Speculative(*f.model, *f.pool, Greedy(), Drafts::kModel, plain, accepted),
+  ExpectPrefixEqual(Speculative(*f.model, *f.pool, GreedySampling(), Drafts::kModel, plain, accepted),
                     plain);
-  ExpectPrefixEqual(Speculative(*f.model, *f.pool, Greedy(), Drafts::kInjected, plain, accepted),
+  ExpectPrefixEqual(Speculative(*f.model, *f.pool, GreedySampling(), Drafts::kInjected, plain, accepted),
                     plain);
   EXPECT_GT(accepted, 20);  // the injected right drafts were taken
 }
@@ -185,11 +170,11 @@ TEST(StepExecutorSpeculativeTest, GreedyRowsEmitThePlainTokens) {
 TEST(StepExecutorSpeculativeTest, SeededSampledRowsEmitThePlainTokens) {
   Fixture f;
   ASSERT_NE(f.model, nullptr);
-  const auto plain = Plain(*f.model, *f.pool, Seeded());
+  const auto plain = Plain(*f.model, *f.pool, SeededSampling());
   int64_t accepted = 0;
-  ExpectPrefixEqual(Speculative(*f.model, *f.pool, Seeded(), Drafts::kModel, plain, accepted),
+  ExpectPrefixEqual(Speculative(*f.model, *f.pool, SeededSampling(), Drafts::kModel, plain, accepted),
                     plain);
-  ExpectPrefixEqual(Speculative(*f.model, *f.pool, Seeded(), Drafts::kInjected, plain, accepted),
+  ExpectPrefixEqual(Speculative(*f.model, *f.pool, SeededSampling(), Drafts::kInjected, plain, accepted),
                     plain);
   EXPECT_GT(accepted, 20);
 }
@@ -208,7 +193,7 @@ TEST(StepExecutorSpeculativeTest, ConfidenceVerifyLengthEmitsThePlainTokens) {
   Fixture f;
   ASSERT_NE(f.model, nullptr);
   const VerifyCostCurve curve = CheapPositions();
-  for (const sampling::SamplingParams& params : {Greedy(), Seeded()}) {
+  for (const sampling::SamplingParams& params : {GreedySampling(), SeededSampling()}) {
     const auto plain = Plain(*f.model, *f.pool, params);
     int64_t accepted = 0;
     std::vector<int64_t> lengths;
@@ -237,16 +222,16 @@ TEST(StepExecutorSpeculativeTest, BadSpeculationIsInvalidArgument) {
   ASSERT_TRUE(ex.SetSpeculation(2).ok());
   // A row asking for more drafts than the worker makes fails alone.
   std::vector<RowPlan> rows = {
-      {.slot = 0, .start_pos = 0, .tokens = {1, 2, 3}, .sample = true, .sampling = Greedy(),
+      {.slot = 0, .start_pos = 0, .tokens = {1, 2, 3}, .sample = true, .sampling = GreedySampling(),
        .draft_tokens = 3},
-      {.slot = 1, .start_pos = 0, .tokens = {1, 2, 3}, .sample = true, .sampling = Greedy(),
+      {.slot = 1, .start_pos = 0, .tokens = {1, 2, 3}, .sample = true, .sampling = GreedySampling(),
        .draft_tokens = 2}};
   absl::StatusOr<std::vector<RowOutcome>> r = ex.Execute(rows, {});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ((*r)[0].status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE((*r)[1].status.ok());
   // A speculative remap row's start_pos may not pass the slot's length.
-  rows = {{.slot = 1, .start_pos = 5, .remap = 1, .sample = true, .sampling = Greedy(),
+  rows = {{.slot = 1, .start_pos = 5, .remap = 1, .sample = true, .sampling = GreedySampling(),
            .draft_tokens = 2}};
   r = ex.Execute(rows, {});
   ASSERT_TRUE(r.ok());

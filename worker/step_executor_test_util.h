@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "worker/model/model.h"
 #include "worker/model/tiny_model_test_util.h"
+#include "worker/sampling/sampling_params.h"
 #include "worker/step_executor.h"
 
 namespace weir::worker {
@@ -28,6 +29,22 @@ inline absl::Status FirstError(const absl::StatusOr<std::vector<RowOutcome>>& r)
     if (!o.status.ok()) return o.status;
   }
   return absl::OkStatus();
+}
+
+// The two samplings of the speculative tests' rows: greedy, and seeded
+// nucleus sampling with a repetition penalty.
+inline sampling::SamplingParams GreedySampling() {
+  sampling::SamplingParams p;
+  p.temperature = 0.0f;
+  return p;
+}
+inline sampling::SamplingParams SeededSampling() {
+  sampling::SamplingParams p;
+  p.temperature = 0.9f;
+  p.top_p = 0.95f;
+  p.repetition_penalty = 1.1f;
+  p.seed = 7;
+  return p;
 }
 
 // The tiny model with weights generated from `seed` (a failure is a test

@@ -95,18 +95,8 @@ namespace {
 
 // Keeps, of every row i's tokens [off[i], off[i + 1]) in `v` ([tokens, width]),
 // all but the first skip[i].
-void DropLeading(std::vector<float>& v, int64_t width, const std::vector<int64_t>& off,
-                 const std::vector<int64_t>& skip) {
-  int64_t out = 0;
-  for (size_t i = 0; i + 1 < off.size(); ++i) {
-    for (int64_t t = off[i] + skip[i]; t < off[i + 1]; ++t, ++out) {
-      std::copy_n(v.begin() + t * width, width, v.begin() + out * width);
-    }
-  }
-  v.resize(out * width);
-}
-
-void DropLeading(std::vector<int64_t>& v, int64_t width, const std::vector<int64_t>& off,
+template <typename T>
+void DropLeading(std::vector<T>& v, int64_t width, const std::vector<int64_t>& off,
                  const std::vector<int64_t>& skip) {
   int64_t out = 0;
   for (size_t i = 0; i + 1 < off.size(); ++i) {
