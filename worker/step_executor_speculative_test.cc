@@ -110,7 +110,9 @@ std::vector<std::vector<int64_t>> Speculative(model::Model& model, kv_cache::Blo
     for (int32_t s = 0; s < 2; ++s) {
       const RowOutcome& o = (*r)[s];
       if (step > 0 && lengths != nullptr) lengths->push_back(o.verified_drafts);
-      if (expected_length[s] >= 0) EXPECT_EQ(o.verified_drafts, expected_length[s]) << step;
+      if (expected_length[s] >= 0) {
+        EXPECT_EQ(o.verified_drafts, expected_length[s]) << step;
+      }
       EXPECT_LE(o.accepted.size(), static_cast<size_t>(o.verified_drafts));
       expected_length[s] = -1;
       EXPECT_EQ(o.accepted.size(), o.accepted_logprobs.size());
