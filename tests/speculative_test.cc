@@ -157,6 +157,15 @@ TEST(SpeculativeTest, OneDraftAndOneWorkerEqualOff) {
   ExpectSame(RunAll(spec, mix), plain);
 }
 
+// Prompts of the kind of text the trained tiny learned (manual pages, Python
+// docstrings, licences).
+constexpr const char* kCorpusTexts[] = {
+    "NAME\n       ls - list directory contents\n\nSYNOPSIS\n",
+    "The json module provides an API for converting Python objects to",
+    "Permission is hereby granted, free of charge, to any person obtaining",
+    "DESCRIPTION\n       The grep utility searches input files for",
+};
+
 // The trained tiny (models/tiny, issue 19): its drafts are accepted, and the
 // outputs still equal off's (greedy, text prompts of its corpus' kind).
 TEST(SpeculativeTest, TrainedTinyAcceptsDraftsWithTheSameOutputs) {
@@ -164,14 +173,8 @@ TEST(SpeculativeTest, TrainedTinyAcceptsDraftsWithTheSameOutputs) {
   if (!std::filesystem::exists(trained + "/model-00001-of-00001.safetensors")) {
     GTEST_SKIP() << "models/tiny has no checkpoint";
   }
-  const char* const texts[] = {
-      "NAME\n       ls - list directory contents\n\nSYNOPSIS\n",
-      "The json module provides an API for converting Python objects to",
-      "Permission is hereby granted, free of charge, to any person obtaining",
-      "DESCRIPTION\n       The grep utility searches input files for",
-  };
   std::vector<v1::GenerateRequest> requests;
-  for (const char* text : texts) {
+  for (const char* text : kCorpusTexts) {
     v1::GenerateRequest r;
     r.set_text(text);
     r.mutable_stop()->set_max_new_tokens(40);
@@ -311,16 +314,10 @@ TEST(SpeculativeTest, TrainedTinyWithConstraintsAndLogprobsEqualsOff) {
   if (!std::filesystem::exists(trained + "/model-00001-of-00001.safetensors")) {
     GTEST_SKIP() << "models/tiny has no checkpoint";
   }
-  const char* const texts[] = {
-      "NAME\n       ls - list directory contents\n\nSYNOPSIS\n",
-      "The json module provides an API for converting Python objects to",
-      "Permission is hereby granted, free of charge, to any person obtaining",
-      "DESCRIPTION\n       The grep utility searches input files for",
-  };
   std::vector<v1::GenerateRequest> requests;
   for (int i = 0; i < 8; ++i) {
     v1::GenerateRequest r;
-    r.set_text(texts[i % 4]);
+    r.set_text(kCorpusTexts[i % 4]);
     r.mutable_stop()->set_max_new_tokens(32);
     r.mutable_output()->set_top_logprobs(3);
     if (i % 4 == 3) {
