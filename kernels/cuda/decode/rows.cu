@@ -152,7 +152,14 @@ absl::Status SwapAxes(const SwapAxesParams& p, cudaStream_t stream) {
   }
   const int64_t n = p.a * p.b * p.width;
   if (n == 0) return absl::OkStatus();
-  SwapAxesKernel<<<BlocksFor(n), internal::kThreads, 0, stream>>>(p.src, p.dst, p.a, p.b, p.width);
+  const int64_t chunks = (p.width + kSwapChunk - 1) / kSwapChunk;
+  if (p.a * p.b < (int64_t{1} << 31) && chunks <= 65535) {
+    SwapAxesRowsKernel<<<dim3(static_cast<unsigned>(p.a * p.b), static_cast<unsigned>(chunks)), 256,
+                         0, stream>>>(p.src, p.dst, p.a, p.b, p.width);
+  } else {
+    SwapAxesKernel<<<BlocksFor(n), internal::kThreads, 0, stream>>>(p.src, p.dst, p.a, p.b,
+                                                                    p.width);
+  }
   return LaunchStatus("SwapAxes");
 }
 

@@ -118,6 +118,22 @@ __global__ void SwapAxesKernel(const float* __restrict__ src, float* __restrict_
   }
 }
 
+// Columns one block of SwapAxesRowsKernel copies.
+constexpr int64_t kSwapChunk = 1024;
+
+// One block per (dst row, chunk of kSwapChunk columns): dst row q = j a + i
+// is src row i b + j, so the index arithmetic is once per block (the
+// element-wise kernel above divides 64-bit indices per element).
+__global__ void SwapAxesRowsKernel(const float* __restrict__ src, float* __restrict__ dst,
+                                   int64_t a, int64_t b, int64_t width) {
+  const int64_t q = blockIdx.x;
+  const int64_t i = q % a, j = q / a;
+  const float* s = src + (i * b + j) * width;
+  float* d = dst + q * width;
+  const int64_t end = min(width, (static_cast<int64_t>(blockIdx.y) + 1) * kSwapChunk);
+  for (int64_t c = blockIdx.y * kSwapChunk + threadIdx.x; c < end; c += blockDim.x) d[c] = s[c];
+}
+
 // Grid-stride over (token, channel); each thread runs the CPU's loop for its
 // channel: fp32 adds k ascending from +0, then one divide. No FMA involved.
 __global__ void StreamMeanKernel(const float* __restrict__ x, float* __restrict__ out,

@@ -294,8 +294,13 @@ TEST(CopyRowsTest, GathersAndScattersRowsExactly) {
 // ---- SwapAxes ---------------------------------------------------------------
 
 TEST(SwapAxesTest, TransposesTheLeadingAxes) {
-  for (auto [a, b, width] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {4, 3, 5120},
-                             {1, 7, 33}, {9, 1, 2}, {6, 4, 1}, {17, 5, 129}}) {
+  for (auto [a, b, width] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1},
+                             {4, 3, 5120},
+                             {1, 7, 33},
+                             {9, 1, 2},
+                             {6, 4, 1},
+                             {17, 5, 129},
+                             {3, 2, 2049}}) {
     std::mt19937 rng(a * 100 + b * 10 + width);
     const std::vector<float> src = RandomFloats(a * b * width, rng);
     std::vector<float> want(src.size());

@@ -55,7 +55,7 @@ absl::Status CheckBf16GemmParams(const Bf16GemmParams& p) {
   if (!AlignedTo(p.x, 16) || !AlignedTo(p.w, 16)) {
     return absl::InvalidArgumentError("Bf16Gemm: x and w must be 16-byte aligned");
   }
-  if (!AlignedTo(p.y, p.output == Fp8GemmOutput::kF32 ? 4 : 2)) {
+  if (!AlignedTo(p.y, Fp8GemmOutputBytes(p.output))) {
     return absl::InvalidArgumentError("Bf16Gemm: y is not aligned to its element");
   }
   const Fp8GemmTile tile = p.tile == Fp8GemmTile::kAuto ? ChooseFp8GemmTile(p.m, p.n) : p.tile;

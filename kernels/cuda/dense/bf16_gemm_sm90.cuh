@@ -19,6 +19,7 @@
 #include "kernels/cuda/dense/bf16_gemm_params.h"
 #include "kernels/cuda/dense/fp8_block_gemm_params.h"
 #include "kernels/cuda/dense/fp8_mma_sm90.cuh"
+#include "kernels/cuda/rounding.cuh"
 
 namespace weir::kernels::cuda::dense {
 namespace bf16_gemm {
@@ -30,6 +31,7 @@ struct KernelArgs {
   int64_t m, n, k;
   int64_t x_stride, w_stride, y_stride;  // per group, elements (resolved)
   bool bf16_out;
+  bool round_f32;  // fp32 y rounded to bf16 (kF32RoundedBf16)
 };
 
 // acc += A B over one 16-element K step (bf16 operands, fp32 accumulation).
@@ -203,7 +205,9 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
             static_cast<__nv_bfloat16*>(args.y)[y_off + gm * args.n + gn] =
                 __float2bfloat16_rn(acc[mi][ni][r]);
           } else {
-            static_cast<float*>(args.y)[y_off + gm * args.n + gn] = acc[mi][ni][r];
+            const float v = acc[mi][ni][r];
+            static_cast<float*>(args.y)[y_off + gm * args.n + gn] =
+                args.round_f32 ? RoundToBf16(v) : v;
           }
         }
       }

@@ -141,7 +141,8 @@ TEST(Bf16GemmTest, BitIdenticalAcrossTilesAndBatches) {
 }
 
 // A grouped launch (padded strides) equals one launch per group, bit for bit;
-// the bf16 output is the fp32 result rounded to nearest even.
+// the bf16 output (and the fp32 rounded one) is the fp32 result rounded to
+// nearest even.
 TEST(Bf16GemmTest, GroupsAndBf16Output) {
   const int groups = 3;
   const int64_t m = 5, n = 64, k = 256, xs = m * k + 8, ws = n * k + 64, ys = m * n + 3;
@@ -158,10 +159,16 @@ TEST(Bf16GemmTest, GroupsAndBf16Output) {
     ASSERT_EQ(one.size(), static_cast<size_t>(m * n));
     EXPECT_EQ(std::memcmp(one.data(), all.data() + g * ys, m * n * sizeof(float)), 0)
         << "group " << g;
-    const std::vector<float> b16 = RunGpu(xg, wg, m, n, k, Fp8GemmTile::kAuto,
-                                          Fp8GemmOutput::kBf16);
+    const std::vector<float> b16 =
+        RunGpu(xg, wg, m, n, k, Fp8GemmTile::kAuto, Fp8GemmOutput::kBf16);
+    const std::vector<float> rounded =
+        RunGpu(xg, wg, m, n, k, Fp8GemmTile::kAuto, Fp8GemmOutput::kF32RoundedBf16);
+    ASSERT_EQ(rounded.size(), static_cast<size_t>(m * n));
     for (int64_t i = 0; i < m * n; ++i) {
       ASSERT_EQ(b16[i], kernels::RoundToBf16(one[i])) << "group " << g << " element " << i;
+      const float want = kernels::RoundToBf16(one[i]);
+      ASSERT_EQ(std::memcmp(&rounded[i], &want, sizeof(float)), 0)
+          << "fp32 rounded, group " << g << " element " << i;
     }
   }
 }

@@ -101,7 +101,7 @@ absl::Status CheckFp8BlockGemmParams(const Fp8BlockGemmParams& p) {
   if (!AlignedTo(p.x, 16) || !AlignedTo(p.w, 16)) {
     return absl::InvalidArgumentError("Fp8BlockGemm: x and w must be 16-byte aligned");
   }
-  if (!AlignedTo(p.y, p.output == Fp8GemmOutput::kF32 ? 4 : 2)) {
+  if (!AlignedTo(p.y, Fp8GemmOutputBytes(p.output))) {
     return absl::InvalidArgumentError("Fp8BlockGemm: y is not aligned to its element");
   }
   if (p.groups < 1 || p.groups > kMaxGridY) {

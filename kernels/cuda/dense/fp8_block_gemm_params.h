@@ -30,7 +30,16 @@ inline constexpr int kFp8GemmScaleBlock = 32;
 enum class Fp8GemmOutput {
   kF32,   // y is float [m, n]
   kBf16,  // y is bf16 bits [m, n]: the fp32 result rounded to nearest even
+  // y is float [m, n]: the fp32 result rounded to bf16 (nearest even) and
+  // held as fp32, i.e. exactly what a RoundBf16 pass over kF32's y leaves (the
+  // decoder's bf16 boundary after a linear, fused into the epilogue).
+  kF32RoundedBf16,
 };
+
+// Bytes of one element of y.
+inline int Fp8GemmOutputBytes(Fp8GemmOutput output) {
+  return output == Fp8GemmOutput::kBf16 ? 2 : 4;
+}
 
 // CTA tiles. The name gives the CTA's rows of W (n) and of X (m). Every tile
 // computes every output element with the same operations in the same order

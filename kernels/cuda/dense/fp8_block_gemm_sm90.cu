@@ -19,24 +19,24 @@ template <int kBn, int kBm, int kWarpsN, int kWarpsM, int kStages>
 absl::Status LaunchTile(const Fp8BlockGemmParams& p, const Fp8GemmTileShape& shape,
                         cudaStream_t stream) {
   const int64_t n_groups = (p.n + 31) / 32;
-  const fp8_gemm::KernelArgs args{p.x,
-                                  p.x_scales,
-                                  p.w,
-                                  p.w_scales,
-                                  p.y,
-                                  p.m,
-                                  p.n,
-                                  p.k,
-                                  p.output == Fp8GemmOutput::kBf16,
-                                  p.x_group_stride != 0 ? p.x_group_stride : p.m * p.k,
-                                  p.x_scales_group_stride != 0 ? p.x_scales_group_stride
-                                                               : p.m * (p.k / 32),
-                                  p.w_group_stride != 0 ? p.w_group_stride : p.n * p.k,
-                                  p.w_scales_group_stride != 0 ? p.w_scales_group_stride
-                                                               : n_groups * (p.k / 32),
-                                  p.y_group_stride != 0 ? p.y_group_stride : p.m * p.n,
-                                  p.k_splits,
-                                  p.split_scratch};
+  const fp8_gemm::KernelArgs args{
+      p.x,
+      p.x_scales,
+      p.w,
+      p.w_scales,
+      p.y,
+      p.m,
+      p.n,
+      p.k,
+      p.output == Fp8GemmOutput::kBf16,
+      p.output == Fp8GemmOutput::kF32RoundedBf16,
+      p.x_group_stride != 0 ? p.x_group_stride : p.m * p.k,
+      p.x_scales_group_stride != 0 ? p.x_scales_group_stride : p.m * (p.k / 32),
+      p.w_group_stride != 0 ? p.w_group_stride : p.n * p.k,
+      p.w_scales_group_stride != 0 ? p.w_scales_group_stride : n_groups * (p.k / 32),
+      p.y_group_stride != 0 ? p.y_group_stride : p.m * p.n,
+      p.k_splits,
+      p.split_scratch};
   const dim3 grid(static_cast<unsigned>((p.n + kBn - 1) / kBn),
                   static_cast<unsigned>((p.m + kBm - 1) / kBm),
                   static_cast<unsigned>(p.groups * p.k_splits));
@@ -48,11 +48,11 @@ absl::Status LaunchTile(const Fp8BlockGemmParams& p, const Fp8GemmTileShape& sha
     if (p.k_splits > 1) {
       constexpr int kReduceThreads = 256;
       const int64_t mn = p.m * p.n;
-      fp8_gemm::Fp8SplitReduceKernel<<<
-          dim3(static_cast<unsigned>((mn + kReduceThreads - 1) / kReduceThreads),
-               static_cast<unsigned>(p.groups)),
-          kReduceThreads, 0, stream>>>(p.split_scratch, p.y, mn, p.k_splits, args.y_stride,
-                                       args.bf16_out);
+      fp8_gemm::Fp8SplitReduceKernel<<<dim3(static_cast<unsigned>((mn + kReduceThreads - 1) /
+                                                                  kReduceThreads),
+                                            static_cast<unsigned>(p.groups)),
+                                       kReduceThreads, 0, stream>>>(
+          p.split_scratch, p.y, mn, p.k_splits, args.y_stride, args.bf16_out, args.round_f32);
     }
     return LaunchStatus("Fp8BlockGemm");
   };

@@ -19,6 +19,7 @@
 
 #include "kernels/cuda/dense/fp8_block_gemm_params.h"
 #include "kernels/cuda/dense/fp8_mma_sm90.cuh"
+#include "kernels/cuda/rounding.cuh"
 
 namespace weir::kernels::cuda::dense {
 namespace fp8_gemm {
@@ -31,6 +32,7 @@ struct KernelArgs {
   void* y;                  // [m, n], float or bf16
   int64_t m, n, k;
   bool bf16_out;
+  bool round_f32;  // fp32 y rounded to bf16 (kF32RoundedBf16)
   // Per group (blockIdx.z / splits), resolved (non-zero when groups > 1).
   int64_t x_stride, xs_stride, w_stride, ws_stride, y_stride;
   // Split-K: blockIdx.z % splits is the split; with splits > 1 each split
@@ -344,7 +346,8 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
             static_cast<__nv_bfloat16*>(args.y)[gm * args.n + gn] =
                 __float2bfloat16_rn(acc[mi][ni][r]);
           } else {
-            static_cast<float*>(args.y)[gm * args.n + gn] = acc[mi][ni][r];
+            const float v = acc[mi][ni][r];
+            static_cast<float*>(args.y)[gm * args.n + gn] = args.round_f32 ? RoundToBf16(v) : v;
           }
         }
       }
@@ -355,7 +358,7 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
 // y of each group = the splits' partials summed in split order (one thread
 // per output element of a group).
 __global__ void Fp8SplitReduceKernel(const float* __restrict__ partial, void* y, int64_t mn,
-                                     int splits, int64_t y_stride, bool bf16_out) {
+                                     int splits, int64_t y_stride, bool bf16_out, bool round_f32) {
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= mn) return;
   const int64_t g = blockIdx.y;
@@ -365,7 +368,7 @@ __global__ void Fp8SplitReduceKernel(const float* __restrict__ partial, void* y,
   if (bf16_out) {
     static_cast<__nv_bfloat16*>(y)[g * y_stride + e] = __float2bfloat16_rn(v);
   } else {
-    static_cast<float*>(y)[g * y_stride + e] = v;
+    static_cast<float*>(y)[g * y_stride + e] = round_f32 ? RoundToBf16(v) : v;
   }
 }
 

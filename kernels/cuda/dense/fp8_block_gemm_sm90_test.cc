@@ -356,6 +356,13 @@ TEST(Fp8BlockGemmTest, SplitKIsBoundedTileFreeAndBatchInvariant) {
         rounded[i] = RoundToBf16(first[i]);
       }
       EXPECT_EQ(BitMismatches(bf16, rounded, nullptr), 0) << "bf16, splits " << splits;
+      // fp32 rounded in the epilogue (or the split's reduction): the bits a
+      // separate RoundBf16 pass over the fp32 result gives.
+      EXPECT_EQ(
+          BitMismatches(RunGpu(op, Fp8GemmTile::kAuto, Fp8GemmOutput::kF32RoundedBf16, 0, splits),
+                        rounded, nullptr),
+          0)
+          << "fp32 rounded to bf16, splits " << splits;
     }
   }
   // A row alone and inside batches of other rows, at the split its weight

@@ -12,10 +12,10 @@ namespace weir::kernels::cuda {
 static_assert(kMoeGroupRowsMaxGroups == moe::kGroupThreads);
 
 bool SupportsMoeGroupRows(const MoeGroupRowsParams& p) {
-  return p.tokens > 0 && p.dim > 0 && p.topk > 0 && p.num_groups >= 1 &&
-         p.num_groups <= kMoeGroupRowsMaxGroups && p.tokens * p.topk < (int64_t{1} << 31) &&
-         p.groups != nullptr && p.x != nullptr && p.group_offsets != nullptr &&
-         p.pair_row != nullptr && p.x_grouped != nullptr &&
+  return p.tokens > 0 && p.dim > 0 && p.dim <= 65535 * moe::kRowChunk && p.topk > 0 &&
+         p.num_groups >= 1 && p.num_groups <= kMoeGroupRowsMaxGroups &&
+         p.tokens * p.topk < (int64_t{1} << 31) && p.groups != nullptr && p.x != nullptr &&
+         p.group_offsets != nullptr && p.pair_row != nullptr && p.x_grouped != nullptr &&
          (p.route_weight == nullptr || p.weight_grouped != nullptr);
 }
 
@@ -30,15 +30,17 @@ absl::Status MoeGroupRows(const MoeGroupRowsParams& p, cudaStream_t stream) {
   moe::GroupRowsKernel<<<1, moe::kGroupThreads, 0, stream>>>(p.groups, pairs, p.num_groups,
                                                              p.group_offsets, p.pair_row);
   if (absl::Status s = LaunchStatus("MoeGroupRows"); !s.ok()) return s;
-  moe::GatherRowsKernel<<<static_cast<unsigned>(pairs), 256, 0, stream>>>(
+  const unsigned chunks = static_cast<unsigned>((p.dim + moe::kRowChunk - 1) / moe::kRowChunk);
+  moe::GatherRowsKernel<<<dim3(static_cast<unsigned>(pairs), chunks), 256, 0, stream>>>(
       p.x, p.route_weight, p.pair_row, p.x_grouped, p.weight_grouped, p.dim, p.topk);
   return LaunchStatus("MoeGroupRows gather");
 }
 
 bool SupportsMoeCombine(const MoeCombineParams& p) {
-  return p.tokens > 0 && p.tokens < (int64_t{1} << 31) && p.dim > 0 && p.topk >= 1 &&
-         p.topk <= moe::kCombineMaxTopk && p.y_grouped != nullptr && p.pair_row != nullptr &&
-         p.experts != nullptr && p.out != nullptr;
+  return p.tokens > 0 && p.tokens < (int64_t{1} << 31) && p.dim > 0 &&
+         p.dim <= 65535 * moe::kRowChunk && p.topk >= 1 && p.topk <= moe::kCombineMaxTopk &&
+         p.y_grouped != nullptr && p.pair_row != nullptr && p.experts != nullptr &&
+         p.out != nullptr;
 }
 
 absl::Status MoeCombine(const MoeCombineParams& p, cudaStream_t stream) {
@@ -48,7 +50,8 @@ absl::Status MoeCombine(const MoeCombineParams& p, cudaStream_t stream) {
                                                    "; needs topk <= ", moe::kCombineMaxTopk,
                                                    ", non-null arrays)"));
   }
-  moe::CombineKernel<<<static_cast<unsigned>(p.tokens), 256, 0, stream>>>(
+  const unsigned chunks = static_cast<unsigned>((p.dim + moe::kRowChunk - 1) / moe::kRowChunk);
+  moe::CombineKernel<<<dim3(static_cast<unsigned>(p.tokens), chunks), 256, 0, stream>>>(
       p.y_grouped, p.pair_row, p.experts, p.shared, p.out, p.dim, p.topk, p.round_bf16);
   return LaunchStatus("MoeCombine");
 }

@@ -59,21 +59,33 @@ __global__ void __launch_bounds__(kGroupThreads)
   }
 }
 
-// One block per pair: copies x[t] to its grouped row.
-__global__ void GatherRowsKernel(const float* __restrict__ x, const float* __restrict__ route_weight,
-                                 const int32_t* __restrict__ pair_row, float* __restrict__ x_grouped,
-                                 float* __restrict__ weight_grouped, int64_t dim, int topk) {
+// Columns one block of the row kernels (gather, combine) covers: a token's
+// row is spread over ceil(dim / kRowChunk) blocks (blockIdx.y), so a decode
+// step of a few tokens still fills the GPU. Per element nothing changes.
+constexpr int64_t kRowChunk = 1024;
+
+// One block per (pair, column chunk): copies its columns of x[t] to the
+// pair's grouped row.
+__global__ void GatherRowsKernel(const float* __restrict__ x,
+                                 const float* __restrict__ route_weight,
+                                 const int32_t* __restrict__ pair_row,
+                                 float* __restrict__ x_grouped, float* __restrict__ weight_grouped,
+                                 int64_t dim, int topk) {
   const int64_t pair = blockIdx.x;
   const int32_t row = pair_row[pair];
   if (row < 0) return;
   const float* src = x + (pair / topk) * dim;
   float* dst = x_grouped + static_cast<int64_t>(row) * dim;
-  for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) dst[c] = src[c];
-  if (threadIdx.x == 0 && route_weight != nullptr) weight_grouped[row] = route_weight[pair];
+  const int64_t end = min(dim, (static_cast<int64_t>(blockIdx.y) + 1) * kRowChunk);
+  for (int64_t c = blockIdx.y * kRowChunk + threadIdx.x; c < end; c += blockDim.x) dst[c] = src[c];
+  if (blockIdx.y == 0 && threadIdx.x == 0 && route_weight != nullptr) {
+    weight_grouped[row] = route_weight[pair];
+  }
 }
 
-// One block per token: thread 0 orders the token's rows by expert id
-// (insertion sort, stable), then every thread sums its columns in that order.
+// One block per (token, column chunk): thread 0 orders the token's rows by
+// expert id (insertion sort, stable), then every thread sums its columns in
+// that order (each block sorts the same few ids: the order is the token's).
 __global__ void CombineKernel(const float* __restrict__ y_grouped,
                               const int32_t* __restrict__ pair_row,
                               const int32_t* __restrict__ experts,
@@ -100,7 +112,8 @@ __global__ void CombineKernel(const float* __restrict__ y_grouped,
   }
   __syncthreads();
   const int n = s_n;
-  for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) {
+  const int64_t end = min(dim, (static_cast<int64_t>(blockIdx.y) + 1) * kRowChunk);
+  for (int64_t c = blockIdx.y * kRowChunk + threadIdx.x; c < end; c += blockDim.x) {
     float acc = 0.0f;
     for (int j = 0; j < n; ++j) acc = __fadd_rn(acc, y_grouped[static_cast<int64_t>(s_row[j]) * dim + c]);
     if (shared != nullptr) acc = __fadd_rn(acc, shared[t * dim + c]);

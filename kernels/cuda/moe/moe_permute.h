@@ -45,7 +45,8 @@ struct MoeGroupRowsParams {
   int num_groups = 0;
 };
 
-// True for tokens, dim, topk > 0, 1 <= num_groups <= kMoeGroupRowsMaxGroups,
+// True for tokens, dim, topk > 0, dim <= 65535 x 1024 (a row is spread over
+// blocks of 1024 columns), 1 <= num_groups <= kMoeGroupRowsMaxGroups,
 // tokens * topk < 2^31, non-null groups/x/group_offsets/pair_row/x_grouped, and
 // weight_grouped non-null when route_weight is.
 bool SupportsMoeGroupRows(const MoeGroupRowsParams& params);
@@ -67,7 +68,8 @@ struct MoeCombineParams {
   bool round_bf16 = true;            // ActivationPrecision::kBf16
 };
 
-// True for tokens, dim > 0, 1 <= topk <= 64, tokens < 2^31 and non-null
+// True for tokens, dim > 0, dim <= 65535 x 1024, 1 <= topk <= 64, tokens < 2^31
+// and non-null
 // y_grouped/pair_row/experts/out.
 bool SupportsMoeCombine(const MoeCombineParams& params);
 

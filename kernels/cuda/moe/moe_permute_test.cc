@@ -62,8 +62,9 @@ TEST(MoeGroupRowsCudaTest, GroupsAsTheCpuExecutorDoes) {
     double invalid;
     int64_t dim;
   };
-  for (const Case& c : {Case{1, 1, 1, 0.0, 8}, Case{300, 8, 256, 0.0, 64},
-                        Case{2000, 6, 37, 0.1, 33}, Case{5, 4, 1024, 0.0, 128}}) {
+  for (const Case& c :
+       {Case{1, 1, 1, 0.0, 8}, Case{300, 8, 256, 0.0, 64}, Case{2000, 6, 37, 0.1, 33},
+        Case{5, 4, 1024, 0.0, 128}, Case{3, 6, 48, 0.0, 2500}}) {  // a row over 3 column blocks
     std::mt19937 rng(c.tokens + c.topk + c.groups);
     const std::vector<int32_t> groups = RandomRouting(c.tokens, c.topk, c.groups, c.invalid, rng);
     const int64_t pairs = c.tokens * c.topk;
@@ -105,44 +106,54 @@ TEST(MoeGroupRowsCudaTest, GroupsAsTheCpuExecutorDoes) {
 TEST(MoeCombineCudaTest, BitIdenticalToTheCpuSum) {
   for (bool bf16 : {false, true}) {
     for (bool with_shared : {false, true}) {
-      const int64_t tokens = 77, dim = 300;
-      const int topk = 6, experts = 20;
-      std::mt19937 rng(bf16 * 2 + with_shared);
-      const std::vector<int32_t> ids = RandomRouting(tokens, topk, experts, 0.15, rng);
-      std::vector<int64_t> offsets;
-      std::vector<int32_t> pair_row;
-      ReferenceGrouping(ids, experts, &offsets, &pair_row);
-      const int64_t rows = offsets.back();
-      std::normal_distribution<float> normal(0.0f, 1.0f);
-      std::vector<float> yg(rows * dim), shared(tokens * dim);
-      for (float& v : yg) v = RoundToBf16(normal(rng));
-      for (float& v : shared) v = RoundToBf16(normal(rng));
-      // CPU Moe / LocalExpertExecutor: acc = 0, += each expert's rows in
-      // ascending expert id, += shared, then bf16.
-      std::vector<float> want(tokens * dim, 0.0f);
-      for (int e = 0; e < experts; ++e) {
-        for (int64_t i = 0; i < tokens * topk; ++i) {
-          if (ids[i] != e) continue;
-          for (int64_t c = 0; c < dim; ++c) want[(i / topk) * dim + c] += yg[pair_row[i] * dim + c];
+      // 2500: a row over 3 column blocks of the kernel.
+      for (const int64_t dim : {int64_t{300}, int64_t{2500}}) {
+        const int64_t tokens = 77;
+        const int topk = 6, experts = 20;
+        std::mt19937 rng(bf16 * 2 + with_shared);
+        const std::vector<int32_t> ids = RandomRouting(tokens, topk, experts, 0.15, rng);
+        std::vector<int64_t> offsets;
+        std::vector<int32_t> pair_row;
+        ReferenceGrouping(ids, experts, &offsets, &pair_row);
+        const int64_t rows = offsets.back();
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        std::vector<float> yg(rows * dim), shared(tokens * dim);
+        for (float& v : yg) v = RoundToBf16(normal(rng));
+        for (float& v : shared) v = RoundToBf16(normal(rng));
+        // CPU Moe / LocalExpertExecutor: acc = 0, += each expert's rows in
+        // ascending expert id, += shared, then bf16.
+        std::vector<float> want(tokens * dim, 0.0f);
+        for (int e = 0; e < experts; ++e) {
+          for (int64_t i = 0; i < tokens * topk; ++i) {
+            if (ids[i] != e) continue;
+            for (int64_t c = 0; c < dim; ++c)
+              want[(i / topk) * dim + c] += yg[pair_row[i] * dim + c];
+          }
         }
+        for (int64_t i = 0; i < tokens * dim; ++i) {
+          if (with_shared) want[i] += shared[i];
+          if (bf16) want[i] = RoundToBf16(want[i]);
+        }
+        DeviceBuffer<float> dyg(yg), dshared(shared), out(tokens * dim);
+        DeviceBuffer<int32_t> drow(pair_row), dids(ids);
+        out.Poison();
+        ASSERT_TRUE(MoeCombine({.y_grouped = dyg.get(),
+                                .pair_row = drow.get(),
+                                .experts = dids.get(),
+                                .shared = with_shared ? dshared.get() : nullptr,
+                                .out = out.get(),
+                                .tokens = tokens,
+                                .dim = dim,
+                                .topk = topk,
+                                .round_bf16 = bf16},
+                               nullptr)
+                        .ok());
+        ASSERT_TRUE(Synced());
+        const std::vector<float> got = out.Download();
+        EXPECT_EQ(BitMismatches(got, want), 0)
+            << "bf16 " << bf16 << " shared " << with_shared << " dim " << dim << ", max abs err "
+            << MaxAbsError(got, want);
       }
-      for (int64_t i = 0; i < tokens * dim; ++i) {
-        if (with_shared) want[i] += shared[i];
-        if (bf16) want[i] = RoundToBf16(want[i]);
-      }
-      DeviceBuffer<float> dyg(yg), dshared(shared), out(tokens * dim);
-      DeviceBuffer<int32_t> drow(pair_row), dids(ids);
-      out.Poison();
-      ASSERT_TRUE(MoeCombine({.y_grouped = dyg.get(), .pair_row = drow.get(),
-                              .experts = dids.get(),
-                              .shared = with_shared ? dshared.get() : nullptr, .out = out.get(),
-                              .tokens = tokens, .dim = dim, .topk = topk, .round_bf16 = bf16},
-                             nullptr)
-                      .ok());
-      ASSERT_TRUE(Synced());
-      const std::vector<float> got = out.Download();
-      EXPECT_EQ(BitMismatches(got, want), 0) << "bf16 " << bf16 << " shared " << with_shared
-                                             << ", max abs err " << MaxAbsError(got, want);
     }
   }
 }

@@ -49,23 +49,7 @@ constexpr int kTopk = 6;
 constexpr int kLayers = 8;  // weight sets rotated through (cold reads)
 constexpr int kCallsPerGraph = 16;
 
-const char* TileName(Mxfp4GroupedTile t) {
-  switch (t) {
-    case Mxfp4GroupedTile::kW2M8:
-      return "w2m8";
-    case Mxfp4GroupedTile::kW2M32:
-      return "w2m32";
-    case Mxfp4GroupedTile::kW4M8:
-      return "w4m8";
-    case Mxfp4GroupedTile::kW4M32:
-      return "w4m32";
-    case Mxfp4GroupedTile::kW8M64:
-      return "w8m64";
-    case Mxfp4GroupedTile::kAuto:
-      return "auto";
-  }
-  return "?";
-}
+const char* TileName(Mxfp4GroupedTile t) { return Mxfp4GroupedTileName(t); }
 
 template <typename T>
 T* DeviceAlloc(int64_t n) {
@@ -356,7 +340,8 @@ int Run(int experts, int ranks) {
     Mxfp4GroupedTile best_gu = Mxfp4GroupedTile::kAuto, best_dn = Mxfp4GroupedTile::kAuto;
     double gu_us = 1e30, dn_us = 1e30;
     for (Mxfp4GroupedTile t :
-         {Mxfp4GroupedTile::kW4M8, Mxfp4GroupedTile::kW4M32, Mxfp4GroupedTile::kW8M64}) {
+         {Mxfp4GroupedTile::kW4M8, Mxfp4GroupedTile::kW4M8S4, Mxfp4GroupedTile::kW4M8S3,
+          Mxfp4GroupedTile::kW4M32, Mxfp4GroupedTile::kW8M64}) {
       const double us = GraphUs(
           [&](int c, cudaStream_t st) {
             Ok(Mxfp4GroupedGateUp(GateUpParams(params[c % kLayers], t), st));
@@ -368,7 +353,8 @@ int Run(int experts, int ranks) {
     }
     for (Mxfp4GroupedTile t :
          {Mxfp4GroupedTile::kW2M8, Mxfp4GroupedTile::kW2M32, Mxfp4GroupedTile::kW4M8,
-          Mxfp4GroupedTile::kW4M32, Mxfp4GroupedTile::kW8M64}) {
+          Mxfp4GroupedTile::kW4M8S4, Mxfp4GroupedTile::kW4M8S3, Mxfp4GroupedTile::kW4M32,
+          Mxfp4GroupedTile::kW8M64}) {
       const double us = GraphUs(
           [&](int c, cudaStream_t st) {
             Ok(Mxfp4GroupedGemm(DownParams(params[c % kLayers], t), st));

@@ -14,6 +14,8 @@
 #define WEIR_KERNELS_CUDA_MOE_MXFP4_GROUPED_GEMM_PARAMS_H_
 
 #include <cstdint>
+#include <optional>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "kernels/cuda/dense/fp8_block_gemm_params.h"
@@ -35,6 +37,8 @@ enum class Mxfp4GroupedTile {
   kW2M8,   // plain GEMM only (gate/up needs 4 warps for one 32-column FP8 block)
   kW2M32,  // plain GEMM only
   kW4M8,
+  kW4M8S4,  // kW4M8 with a ring of 4 stages (43 KB: 5 CTAs an SM instead of 3)
+  kW4M8S3,  // and of 3 (32 KB: 7 CTAs an SM)
   kW4M32,
   kW8M64,
 };
@@ -48,6 +52,11 @@ struct Mxfp4GroupedTileShape {
 // Returns the shape of `tile`; kAuto returns a zero shape.
 Mxfp4GroupedTileShape ShapeOfMxfp4GroupedTile(Mxfp4GroupedTile tile);
 
+// The tile's lower-case name (w2m8, w2m32, w4m8, w4m8s4, w4m8s3, w4m32,
+// w8m64; auto), and back (nullopt for an unknown name).
+const char* Mxfp4GroupedTileName(Mxfp4GroupedTile tile);
+std::optional<Mxfp4GroupedTile> Mxfp4GroupedTileByName(std::string_view name);
+
 // Output columns of one CTA: 16 per warp (plain) or 8 per warp (gate/up).
 inline int Mxfp4GroupedBlockN(const Mxfp4GroupedTileShape& shape, bool gated) {
   return gated ? 8 * shape.warps : 16 * shape.warps;
@@ -55,7 +64,7 @@ inline int Mxfp4GroupedBlockN(const Mxfp4GroupedTileShape& shape, bool gated) {
 
 // The tile kAuto runs when a hit expert typically has `rows_per_expert` rows
 // (a host estimate: the device counts are never read). Decode (up to 16):
-// kW4M8 for both products, the fastest tile of every decode batch measured
+// kW4M8S4 for both products, the fastest tile of every decode batch measured
 // (README); more rows: the M32 tiles, then kW8M64 (not tuned: prefill).
 Mxfp4GroupedTile ChooseMxfp4GroupedTile(int64_t rows_per_expert, bool gated);
 

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -114,10 +115,24 @@ TEST(Mxfp4GroupedGemmParamsTest, RefusesBadArguments) {
   EXPECT_TRUE(CheckMxfp4GroupedGateUpParams(q).ok());
 }
 
+TEST(Mxfp4GroupedGemmParamsTest, TileNamesRoundTrip) {
+  for (Mxfp4GroupedTile tile :
+       {Mxfp4GroupedTile::kAuto, Mxfp4GroupedTile::kW2M8, Mxfp4GroupedTile::kW2M32,
+        Mxfp4GroupedTile::kW4M8, Mxfp4GroupedTile::kW4M8S4, Mxfp4GroupedTile::kW4M8S3,
+        Mxfp4GroupedTile::kW4M32, Mxfp4GroupedTile::kW8M64}) {
+    const std::optional<Mxfp4GroupedTile> back = Mxfp4GroupedTileByName(Mxfp4GroupedTileName(tile));
+    ASSERT_TRUE(back.has_value()) << Mxfp4GroupedTileName(tile);
+    EXPECT_EQ(*back, tile);
+  }
+  EXPECT_FALSE(Mxfp4GroupedTileByName("w4m9").has_value());
+  EXPECT_FALSE(Mxfp4GroupedTileByName("").has_value());
+}
+
 TEST(Mxfp4GroupedGemmParamsTest, TileTableIsConsistent) {
   for (Mxfp4GroupedTile tile :
        {Mxfp4GroupedTile::kW2M8, Mxfp4GroupedTile::kW2M32, Mxfp4GroupedTile::kW4M8,
-        Mxfp4GroupedTile::kW4M32, Mxfp4GroupedTile::kW8M64}) {
+        Mxfp4GroupedTile::kW4M8S4, Mxfp4GroupedTile::kW4M8S3, Mxfp4GroupedTile::kW4M32,
+        Mxfp4GroupedTile::kW8M64}) {
     const Mxfp4GroupedTileShape s = ShapeOfMxfp4GroupedTile(tile);
     const int threads = 32 * s.warps;
     EXPECT_EQ(s.block_m % 8, 0);
@@ -141,7 +156,7 @@ TEST(Mxfp4GroupedGemmParamsTest, TileTableIsConsistent) {
   EXPECT_EQ(ShapeOfMxfp4GroupedTile(Mxfp4GroupedTile::kAuto).warps, 0);
   for (bool gated : {false, true}) {
     for (int64_t m : {0, 1, 7, 8, 16}) {  // decode: the measured fastest tile
-      EXPECT_EQ(ChooseMxfp4GroupedTile(m, gated), Mxfp4GroupedTile::kW4M8) << m;
+      EXPECT_EQ(ChooseMxfp4GroupedTile(m, gated), Mxfp4GroupedTile::kW4M8S4) << m;
     }
     EXPECT_EQ(ShapeOfMxfp4GroupedTile(ChooseMxfp4GroupedTile(17, gated)).block_m, 32);
     EXPECT_EQ(ShapeOfMxfp4GroupedTile(ChooseMxfp4GroupedTile(48, gated)).block_m, 32);
