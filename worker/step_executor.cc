@@ -515,6 +515,10 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
     host_starts.push_back(starts[i]);
   }
   std::vector<std::vector<float>> logits(rows.size());
+  // A device row's logits [vocab] in the backend's view (valid until its next
+  // step: only the last batch's rows are kept so, earlier batches are
+  // copied); null: the row's logits are in `logits`.
+  std::vector<const float*> viewed(rows.size(), nullptr);
   // One batched forward for the model's rows: each MoE layer runs once per
   // step (a plan of only decode rows on a backend that is not collective
   // skips it).
@@ -539,7 +543,7 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
       device_slots.push_back(rows[device_rows[j]].slot);
       device_tokens.push_back(inputs[device_rows[j]][0]);
     }
-    absl::StatusOr<std::vector<float>> out = device_->Step(device_slots, device_tokens);
+    absl::StatusOr<std::span<const float>> out = device_->StepView(device_slots, device_tokens);
     if (!out.ok()) {
       for (size_t j = first; j < device_rows.size(); ++j) {
         // The decoder dropped the failed rows; the host states are stale.
@@ -549,9 +553,15 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
       }
       return out.status();
     }
+    const bool last_batch = last == device_rows.size();
     for (size_t j = first; j < last; ++j) {
       const size_t k = j - first;
-      logits[device_rows[j]].assign(out->begin() + k * vocab, out->begin() + (k + 1) * vocab);
+      const size_t i = device_rows[j];
+      if (last_batch && rows[i].prompt_logprobs < 0) {
+        viewed[i] = out->data() + k * vocab;
+      } else {
+        logits[i].assign(out->begin() + k * vocab, out->begin() + (k + 1) * vocab);
+      }
       slots_[rows[device_rows[j]].slot].state->Advance(1);
     }
     device_rows_ += static_cast<int64_t>(last - first);
@@ -589,7 +599,7 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
       }
       kept = *verified;
     }
-    const float* last = logits[i].data() + (kept - 1) * vocab;
+    const float* last = viewed[i] != nullptr ? viewed[i] : logits[i].data() + (kept - 1) * vocab;
     if (row.return_top_k > 0) {
       std::vector<int32_t> order(vocab);
       std::iota(order.begin(), order.end(), 0);

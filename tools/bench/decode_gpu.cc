@@ -58,16 +58,17 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "parallel/nccl_communicator.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/init.h"
 #include "base/logging.h"
+#include "parallel/nccl_communicator.h"
 #include "tools/bench/decode_csv.h"
 #include "tools/bench/decode_floor.h"
 #include "worker/model/cuda_ops.h"
@@ -97,6 +98,9 @@ ABSL_FLAG(bool, slice_profile, true,
           "largest batch and print where its device time goes.");
 ABSL_FLAG(std::string, numerics, "reference,fast",
           "DeviceDecoder numerics to measure, in order (reference, fast).");
+ABSL_FLAG(std::string, expert_tile, "",
+          "kFast: the grouped MXFP4 experts' CTA tile (w4m8, w4m8s4, w4m8s3, w4m32, w8m64; "
+          "empty: chosen from the rows per expert; DeviceDecoderOptions::expert_tile).");
 ABSL_FLAG(bool, fast_mhc, true,
           "kFast: the mHC coefficients on HcMixSplitK (DeviceDecoderOptions::fast_mhc).");
 ABSL_FLAG(std::string, csv, "",
@@ -141,7 +145,7 @@ double CopyBandwidth() {
   return 2.0 * static_cast<double>(bytes) / (ms[ms.size() / 2] * 1e-3);
 }
 
-int64_t Argmax(const std::vector<float>& row) {
+int64_t Argmax(std::span<const float> row) {
   return std::max_element(row.begin(), row.end()) - row.begin();
 }
 
@@ -218,10 +222,14 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
   std::vector<double> graph_step(batches.size()), exchange_step(batches.size());
   for (const char* mode : {"graph", "nccl1", "eager"}) {
     const bool graphs = mode[0] != 'e', exchange = mode[0] == 'n';
-    weir::model::DeviceDecoderOptions options{
-        .numerics = numerics, .fast_mhc = absl::GetFlag(FLAGS_fast_mhc), .max_sequences = max_batch,
-        .max_positions = prompt + warmup + steps + 8, .max_batch = max_batch,
-        .use_graphs = graphs, .profile = !graphs};
+    weir::model::DeviceDecoderOptions options{.numerics = numerics,
+                                              .fast_mhc = absl::GetFlag(FLAGS_fast_mhc),
+                                              .max_sequences = max_batch,
+                                              .max_positions = prompt + warmup + steps + 8,
+                                              .max_batch = max_batch,
+                                              .use_graphs = graphs,
+                                              .profile = !graphs,
+                                              .expert_tile = absl::GetFlag(FLAGS_expert_tile)};
     if (exchange) options.communicator = nccl->get();
     auto dd = weir::model::DeviceDecoder::Create(model, precision, options);
     WEIR_CHECK(dd.ok()) << dd.status();
@@ -248,12 +256,12 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
         WEIR_CHECK((*dd)->Import(b, *seq).ok());
       }
       auto step = [&]() {
-        auto logits = (*dd)->Step(slots, next);
+        // The serving executor's call: the logits stay in the decoder's
+        // pinned buffer (no 33 MB copy a step at batch 64 of V4.1).
+        auto logits = (*dd)->StepView(slots, next);
         WEIR_CHECK(logits.ok()) << logits.status();
         for (int b = 0; b < batch; ++b) {
-          std::vector<float> row(logits->begin() + b * c.vocab_size,
-                                 logits->begin() + (b + 1) * c.vocab_size);
-          next[b] = Argmax(row);
+          next[b] = Argmax(logits->subspan(b * c.vocab_size, c.vocab_size));
         }
       };
       for (int i = 0; i < warmup; ++i) step();
@@ -337,10 +345,14 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
   double fp32_dense = 0;  // dense bytes as the reference holds them (its run, if any)
   for (weir::model::DecodeNumerics numerics : NumericsList()) {
   const auto t0 = Clock::now();
-  auto dd = weir::model::CreateSyntheticDeviceDecoder(
-      c, options_precision(),
-      {.numerics = numerics, .fast_mhc = absl::GetFlag(FLAGS_fast_mhc), .max_sequences = max_batch,
-       .max_positions = context + warmup + steps + 8, .max_batch = max_batch});
+  auto dd =
+      weir::model::CreateSyntheticDeviceDecoder(c, options_precision(),
+                                                {.numerics = numerics,
+                                                 .fast_mhc = absl::GetFlag(FLAGS_fast_mhc),
+                                                 .max_sequences = max_batch,
+                                                 .max_positions = context + warmup + steps + 8,
+                                                 .max_batch = max_batch,
+                                                 .expert_tile = absl::GetFlag(FLAGS_expert_tile)});
   WEIR_CHECK(dd.ok()) << dd.status();
   std::printf("numerics %s: fast dense layers %d (bf16 %d), reference dense %d, fast MoE layers "
               "%d\n",
@@ -376,7 +388,7 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
     int64_t pos = 0;
     auto step = [&]() {
       for (int b = 0; b < batch; ++b) tokens[b] = (b * 7919 + pos * 104729) % c.vocab_size;
-      auto logits = (*dd)->Step(slots, tokens);
+      auto logits = (*dd)->StepView(slots, tokens);
       WEIR_CHECK(logits.ok()) << logits.status();
       ++pos;
     };
@@ -437,9 +449,14 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
     dd->reset();  // one slice on the device at a time
     auto eager = weir::model::CreateSyntheticDeviceDecoder(
         c, options_precision(),
-        {.numerics = numerics, .fast_mhc = absl::GetFlag(FLAGS_fast_mhc), .max_sequences = max_batch,
-         .max_positions = context + warmup + steps + 8, .max_batch = max_batch,
-         .use_graphs = false, .profile = true});
+        {.numerics = numerics,
+         .fast_mhc = absl::GetFlag(FLAGS_fast_mhc),
+         .max_sequences = max_batch,
+         .max_positions = context + warmup + steps + 8,
+         .max_batch = max_batch,
+         .use_graphs = false,
+         .profile = true,
+         .expert_tile = absl::GetFlag(FLAGS_expert_tile)});
     WEIR_CHECK(eager.ok()) << eager.status();
     for (int batch : {batches.front(), max_batch}) {
       std::vector<int> slots(batch);
@@ -452,7 +469,7 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       for (int i = 0; i < context + warmup + steps; ++i) {
         if (i == context + warmup) before = (*eager)->stats().section_seconds;
         for (int b = 0; b < batch; ++b) tokens[b] = (b * 7919 + i * 104729) % c.vocab_size;
-        WEIR_CHECK((*eager)->Step(slots, tokens).ok());
+        WEIR_CHECK((*eager)->StepView(slots, tokens).ok());
       }
       std::vector<std::pair<double, std::string>> parts;
       for (const auto& [name, secs] : (*eager)->stats().section_seconds) {

@@ -368,6 +368,13 @@ int64_t DeviceDecoder::length(int slot) const {
 
 absl::StatusOr<std::vector<float>> DeviceDecoder::Step(std::span<const int> slots,
                                                        std::span<const int64_t> tokens) {
+  absl::StatusOr<std::span<const float>> view = StepView(slots, tokens);
+  if (!view.ok()) return view.status();
+  return std::vector<float>(view->begin(), view->end());
+}
+
+absl::StatusOr<std::span<const float>> DeviceDecoder::StepView(std::span<const int> slots,
+                                                               std::span<const int64_t> tokens) {
   const auto t0 = Clock::now();
   Impl& m = *impl_;
   const ModelConfig& c = m.c;
@@ -404,7 +411,7 @@ absl::StatusOr<std::vector<float>> DeviceDecoder::Step(std::span<const int> slot
     // The peers of a collective step wait for this rank's blocks: join with
     // no rows, then refuse.
     if (collective) {
-      if (absl::Status joined = Step({}, {}).status(); !joined.ok()) return joined;
+      if (absl::Status joined = StepView({}, {}).status(); !joined.ok()) return joined;
     }
     return valid;
   }
@@ -495,7 +502,7 @@ absl::StatusOr<std::vector<float>> DeviceDecoder::Step(std::span<const int> slot
   ++stats_.steps;
   stats_.rows += rows;
   stats_.host_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
-  return std::vector<float>(m.logits_host, m.logits_host + rows * c.vocab_size);
+  return std::span<const float>(m.logits_host, rows * c.vocab_size);
 }
 
 }  // namespace weir::model

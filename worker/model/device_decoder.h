@@ -176,6 +176,12 @@ struct DeviceDecoderOptions {
   // of the layer re-encodes exactly (checked on the host); the grouped
   // product dequantizes on load to the same values, so results do not change.
   bool mxfp4_experts = true;
+  // kFast routed experts: the CTA tile of both grouped MXFP4 products, by
+  // its name in kernels/cuda/moe (w4m8, w4m8s4, w4m8s3, w4m32, w8m64); empty:
+  // chosen from the rows an expert gets (ChooseMxfp4GroupedTile). Tiles move
+  // time, never bits (benchmarks: decode_gpu --expert_tile). INVALID_ARGUMENT
+  // at Create for another name.
+  std::string expert_tile;
   // Expert parallelism over NCCL on device buffers (see the file comment):
   // this decoder is rank communicator->rank() of communicator->world_size().
   // Not owned; must outlive the decoder and live on `device`. Null: every
@@ -272,6 +278,10 @@ class DeviceDecoder : public DecodeBackend {
   // NCCL failure the communicator is broken for good).
   absl::StatusOr<std::vector<float>> Step(std::span<const int> slots,
                                           std::span<const int64_t> tokens) override;
+  // Step's logits in the decoder's pinned host buffer (valid until the next
+  // Step or StepView); Step is this plus a copy.
+  absl::StatusOr<std::span<const float>> StepView(std::span<const int> slots,
+                                                  std::span<const int64_t> tokens) override;
   int max_batch() const override { return options_.max_batch; }
   int max_sequences() const override { return options_.max_sequences; }
   int64_t max_positions() const override { return options_.max_positions; }

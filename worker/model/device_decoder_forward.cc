@@ -67,17 +67,21 @@ absl::Status DeviceDecoder::Impl::Engram(int layer, int64_t b) {
                                     .table_rows = L.erows, .dim = ehd, .num_ids = b * cols},
                                    stream));
   RETURN_IF_ERROR(Round(emb, b * cols * ehd));
-  RETURN_IF_ERROR(Mm(L.ewkv, emb, b, ekv));
-  RETURN_IF_ERROR(Round(ekv, b * (n + 1) * d));
-  RETURN_IF_ERROR(dec::CopyRows({.src = ekv, .dst = ekey, .rows = b, .width = n * d,
-                                 .src_stride = (n + 1) * d},
-                                stream));
-  RETURN_IF_ERROR(dec::CopyRows({.src = ekv + n * d, .dst = evalue, .rows = b, .width = d,
-                                 .src_stride = (n + 1) * d},
-                                stream));
-  return kc::EngramGate({.x = x, .key = ekey, .value = evalue, .weight = L.egate,
-                         .tokens = b, .hc_mult = static_cast<int>(n), .dim = d,
-                         .eps = static_cast<float>(c.norm_eps), .round_bf16 = bf16()},
+  RETURN_IF_ERROR(MmRound(L.ewkv, emb, b, ekv));
+  RETURN_IF_ERROR(dec::CopyRows(
+      {.src = ekv, .dst = ekey, .rows = b, .width = n * d, .src_stride = (n + 1) * d}, stream));
+  RETURN_IF_ERROR(dec::CopyRows(
+      {.src = ekv + n * d, .dst = evalue, .rows = b, .width = d, .src_stride = (n + 1) * d},
+      stream));
+  return kc::EngramGate({.x = x,
+                         .key = ekey,
+                         .value = evalue,
+                         .weight = L.egate,
+                         .tokens = b,
+                         .hc_mult = static_cast<int>(n),
+                         .dim = d,
+                         .eps = static_cast<float>(c.norm_eps),
+                         .round_bf16 = bf16()},
                         stream);
 }
 
@@ -101,8 +105,7 @@ absl::Status DeviceDecoder::Impl::UpdateCompressed(int layer, int64_t b) {
   RETURN_IF_ERROR(Norm(latent, L.comp_norm, b, hd));
   RETURN_IF_ERROR(Round(latent, b * hd));
   // Index keys from the pre-RoPE latent.
-  RETURN_IF_ERROR(Mm(L.index_wk, latent, b, ik));
-  RETURN_IF_ERROR(Round(ik, b * di));
+  RETURN_IF_ERROR(MmRound(L.index_wk, latent, b, ik));
   RETURN_IF_ERROR(Norm(ik, L.index_k_norm, b, di));
   RETURN_IF_ERROR(Round(ik, b * di));
   RETURN_IF_ERROR(Rope(ik, pr.entry_pos, b, 1, di, layer));
@@ -132,13 +135,11 @@ absl::Status DeviceDecoder::Impl::SelectCompressed(int layer, int64_t b) {
   const LayerDev& src = layers[role.kv_source];
   const StepMeta::PerRatio& pr = meta_d.ratio[ratio_index(role.ratio)];
   const int64_t nh = c.index_n_heads, di = c.index_head_dim, me = max_entries(role.ratio);
-  RETURN_IF_ERROR(Mm(L.index_wq_b, qr, b, iq));
-  RETURN_IF_ERROR(Round(iq, b * nh * di));
+  RETURN_IF_ERROR(MmRound(L.index_wq_b, qr, b, iq));
   RETURN_IF_ERROR(Rope(iq, meta_d.positions, b, static_cast<int>(nh), di, layer));
   RETURN_IF_ERROR(Round(iq, b * nh * di));
   RETURN_IF_ERROR(Quant(iq, b * nh * di, dense::FakeQuantFormat::kMxfp4));
-  RETURN_IF_ERROR(Mm(L.index_weights_proj, h, b, iw));
-  RETURN_IF_ERROR(Round(iw, b * nh));
+  RETURN_IF_ERROR(MmRound(L.index_weights_proj, h, b, iw));
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(di)) /
                                          std::sqrt(static_cast<double>(nh)));
   RETURN_IF_ERROR(dec::Scale({.x = iw, .n = b * nh, .factor = scale}, stream));
@@ -171,17 +172,14 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
   const int64_t hd = c.head_dim, heads = c.n_heads, ql = c.q_lora_rank, win = window();
   const int64_t* pos = meta_d.positions;
   Mark("attn.qkv");
-  RETURN_IF_ERROR(Mm(L.wq_a, h, b, qr));
-  RETURN_IF_ERROR(Round(qr, b * ql));
+  RETURN_IF_ERROR(MmRound(L.wq_a, h, b, qr));
   RETURN_IF_ERROR(Norm(qr, L.q_norm, b, ql));
   RETURN_IF_ERROR(Round(qr, b * ql));
-  RETURN_IF_ERROR(Mm(L.wq_b, qr, b, q));
-  RETURN_IF_ERROR(Round(q, b * heads * hd));
+  RETURN_IF_ERROR(MmRound(L.wq_b, qr, b, q));
   RETURN_IF_ERROR(Rope(q, pos, b, static_cast<int>(heads), hd, layer));
   RETURN_IF_ERROR(Round(q, b * heads * hd));
   // Window KV, written into the slot's ring before the attention reads it.
-  RETURN_IF_ERROR(Mm(L.wkv, h, b, kvw));
-  RETURN_IF_ERROR(Round(kvw, b * hd));
+  RETURN_IF_ERROR(MmRound(L.wkv, h, b, kvw));
   RETURN_IF_ERROR(Norm(kvw, L.kv_norm, b, hd));
   RETURN_IF_ERROR(Round(kvw, b * hd));
   RETURN_IF_ERROR(Rope(kvw, pos, b, 1, hd, layer));
@@ -279,17 +277,30 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
                   s_stride % 4 == 0 && c_stride >= rank * gin &&
                   s_stride >= (rank + 31) / 32 * (gin / 32);
   }
+  // The bf16 boundary of u: in the grouped launches' epilogue (rounding
+  // commutes with the SwapAxes after it), else a pass over u.
+  const dense::Fp8GemmOutput ug_output =
+      bf16() ? dense::Fp8GemmOutput::kF32RoundedBf16 : dense::Fp8GemmOutput::kF32;
   if (grouped) {
-    RETURN_IF_ERROR(MmBf16(L.wo_a[0], og, b, ug, static_cast<int>(groups), stride));
+    RETURN_IF_ERROR(MmBf16(L.wo_a[0], og, b, ug, static_cast<int>(groups), stride, ug_output));
   } else if (fp8_grouped) {
-    RETURN_IF_ERROR(dense::ActQuantFp8({.x = og, .codes = fq, .scales = fq_scales,
-                                        .rows = groups * b, .cols = gin},
-                                       stream));
-    RETURN_IF_ERROR(Fp8Gemm(
-        {.x = fq, .x_scales = fq_scales, .w = w0.codes, .w_scales = w0.scales, .y = ug, .m = b,
-         .n = rank, .k = gin, .groups = static_cast<int>(groups), .x_group_stride = b * gin,
-         .x_scales_group_stride = b * gin / 32, .w_group_stride = c_stride,
-         .w_scales_group_stride = s_stride, .y_group_stride = b * rank}));
+    RETURN_IF_ERROR(dense::ActQuantFp8(
+        {.x = og, .codes = fq, .scales = fq_scales, .rows = groups * b, .cols = gin}, stream));
+    RETURN_IF_ERROR(Fp8Gemm({.x = fq,
+                             .x_scales = fq_scales,
+                             .w = w0.codes,
+                             .w_scales = w0.scales,
+                             .y = ug,
+                             .m = b,
+                             .n = rank,
+                             .k = gin,
+                             .output = ug_output,
+                             .groups = static_cast<int>(groups),
+                             .x_group_stride = b * gin,
+                             .x_scales_group_stride = b * gin / 32,
+                             .w_group_stride = c_stride,
+                             .w_scales_group_stride = s_stride,
+                             .y_group_stride = b * rank}));
   } else {
     for (int64_t g = 0; g < groups; ++g) {
       RETURN_IF_ERROR(Mm(L.wo_a[g], og + g * b * gin, b, ug + g * b * rank,
@@ -297,9 +308,8 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
     }
   }
   RETURN_IF_ERROR(dec::SwapAxes({.src = ug, .dst = u, .a = groups, .b = b, .width = rank}, stream));
-  RETURN_IF_ERROR(Round(u, b * groups * rank));
-  RETURN_IF_ERROR(Mm(L.wo_b, u, b, y));
-  return Round(y, b * c.dim);
+  if (!grouped && !fp8_grouped) RETURN_IF_ERROR(Round(u, b * groups * rank));
+  return MmRound(L.wo_b, u, b, y);
 }
 
 absl::Status DeviceDecoder::Impl::Enqueue(int64_t b) {

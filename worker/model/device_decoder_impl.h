@@ -379,6 +379,8 @@ struct DeviceDecoder::Impl {
   size_t meta_bytes = 0;
   StepMeta meta_d, meta_h;
   float* logits_host = nullptr;  // pinned [batch_cap, vocab]
+  // options.expert_tile (checked by CheckDecodable); kAuto when empty.
+  kc::Mxfp4GroupedTile expert_tile = kc::Mxfp4GroupedTile::kAuto;
 
   // Host state per slot.
   struct Slot {
@@ -478,6 +480,8 @@ struct DeviceDecoder::Impl {
 
   // Derives the batch capacity, the slot count and the ratios from options.
   void Plan() {
+    expert_tile =
+        kc::Mxfp4GroupedTileByName(options.expert_tile).value_or(kc::Mxfp4GroupedTile::kAuto);
     batch_cap = (options.max_batch + options.batch_interval - 1) / options.batch_interval *
                 options.batch_interval;
     stored_kv = StoredKv();
@@ -519,16 +523,24 @@ struct DeviceDecoder::Impl {
   // --- one-op wrappers (device pointers, `b` rows)
   // kFast bf16 linears: `groups` products of the same shape, inputs and
   // outputs packed group after group, weights `w_stride` elements apart.
-  absl::Status MmBf16(const DevDense& w, const float* in, int64_t rows, float* out,
-                      int groups = 1, int64_t w_stride = 0) {
+  absl::Status MmBf16(const DevDense& w, const float* in, int64_t rows, float* out, int groups = 1,
+                      int64_t w_stride = 0,
+                      dense::Fp8GemmOutput output = dense::Fp8GemmOutput::kF32) {
     const int64_t n_in = rows * w.in * groups;
     if (n_in > xb_count) {
       return absl::InternalError(absl::StrCat("DeviceDecoder: bf16 input of ", n_in,
                                               " elements exceeds its scratch of ", xb_count));
     }
     RETURN_IF_ERROR(dec::ToBf16({.x = in, .out = xb, .n = n_in}, stream));
-    return dense::Bf16Gemm({.x = xb, .w = w.bf16, .y = out, .m = rows, .n = w.out, .k = w.in,
-                            .groups = groups, .w_group_stride = w_stride},
+    return dense::Bf16Gemm({.x = xb,
+                            .w = w.bf16,
+                            .y = out,
+                            .m = rows,
+                            .n = w.out,
+                            .k = w.in,
+                            .groups = groups,
+                            .w_group_stride = w_stride,
+                            .output = output},
                            stream);
   }
   // Fp8BlockGemm with the split-K its weight shape gets (the same for every
@@ -547,20 +559,40 @@ struct DeviceDecoder::Impl {
     return dense::Fp8BlockGemm(p, stream);
   }
   absl::Status Mm(const DevDense& w, const float* in, int64_t rows, float* out,
-                  int split_groups = 0) {
-    if (w.bf16 != nullptr) return MmBf16(w, in, rows, out);
+                  int split_groups = 0, dense::Fp8GemmOutput output = dense::Fp8GemmOutput::kF32) {
+    if (w.bf16 != nullptr) return MmBf16(w, in, rows, out, 1, 0, output);
     if (w.codes != nullptr) {  // kFast: the reference's act_quant, then tensor cores
-      RETURN_IF_ERROR(dense::ActQuantFp8({.x = in, .codes = fq, .scales = fq_scales,
-                                          .rows = rows, .cols = w.in},
-                                         stream));
-      return Fp8Gemm({.x = fq, .x_scales = fq_scales, .w = w.codes, .w_scales = w.scales,
-                      .y = out, .m = rows, .n = w.out, .k = w.in},
+      RETURN_IF_ERROR(dense::ActQuantFp8(
+          {.x = in, .codes = fq, .scales = fq_scales, .rows = rows, .cols = w.in}, stream));
+      return Fp8Gemm({.x = fq,
+                      .x_scales = fq_scales,
+                      .w = w.codes,
+                      .w_scales = w.scales,
+                      .y = out,
+                      .m = rows,
+                      .n = w.out,
+                      .k = w.in,
+                      .output = output},
                      split_groups);
     }
     const dense::MatmulParams p{.x = in, .w = w.w, .y = out, .rows = rows, .out = w.out,
                                 .in = w.in, .fp8_activation = w.fp8,
                                 .act_scratch = w.fp8 ? act : nullptr};
     return dense::RowStableMatmul(p, stream);
+  }
+  // True when Mm of `w` runs on the tensor-core kernels (kFast), whose
+  // epilogue can round to bf16 (kF32RoundedBf16).
+  static bool FusesRound(const DevDense& w) { return w.bf16 != nullptr || w.codes != nullptr; }
+  // Mm, then the bf16 boundary on its [rows, w.out] output: fused into the
+  // tensor-core kernels' epilogue (the bits a Round pass gives, one launch
+  // fewer), a separate Round after the reference's row-stable product.
+  absl::Status MmRound(const DevDense& w, const float* in, int64_t rows, float* out,
+                       int split_groups = 0) {
+    if (bf16() && FusesRound(w)) {
+      return Mm(w, in, rows, out, split_groups, dense::Fp8GemmOutput::kF32RoundedBf16);
+    }
+    RETURN_IF_ERROR(Mm(w, in, rows, out, split_groups));
+    return Round(out, rows * w.out);
   }
   absl::Status Round(float* v, int64_t n) {
     if (!bf16()) return absl::OkStatus();

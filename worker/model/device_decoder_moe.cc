@@ -138,16 +138,34 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
     // SwiGLU, the route weight and the FP8 quantization of h fused, then w2,
     // all on tensor cores over the MXFP4 weights (rows past the groups' end
     // are quantized too and never read).
-    RETURN_IF_ERROR(dense::ActQuantFp8({.x = xg, .codes = fq, .scales = fq_scales,
-                                        .rows = rows, .cols = d},
-                                       stream));
-    RETURN_IF_ERROR(kc::Mxfp4ExpertFfn(
-        {.x = fq, .x_scales = fq_scales, .expert_offsets = group_offsets, .route_weight = wg,
-         .w1 = L.w1c, .w1_scales = L.w1q, .w3 = L.w3c, .w3_scales = L.w3q, .w2 = L.w2c,
-         .w2_scales = L.w2q, .h = fh, .h_scales = fh_scales, .y = yg, .rows = rows, .dim = d,
-         .inter = L.inter, .num_experts = L.experts, .swiglu_limit = limit,
-         .round_bf16 = bf16(), .rows_per_expert_hint = std::max<int64_t>(rows / L.experts, 1)},
-        stream));
+    RETURN_IF_ERROR(dense::ActQuantFp8(
+        {.x = xg, .codes = fq, .scales = fq_scales, .rows = rows, .cols = d}, stream));
+    RETURN_IF_ERROR(
+        kc::Mxfp4ExpertFfn({.x = fq,
+                            .x_scales = fq_scales,
+                            .expert_offsets = group_offsets,
+                            .route_weight = wg,
+                            .w1 = L.w1c,
+                            .w1_scales = L.w1q,
+                            .w3 = L.w3c,
+                            .w3_scales = L.w3q,
+                            .w2 = L.w2c,
+                            .w2_scales = L.w2q,
+                            .h = fh,
+                            .h_scales = fh_scales,
+                            .y = yg,
+                            .rows = rows,
+                            .dim = d,
+                            .inter = L.inter,
+                            .num_experts = L.experts,
+                            .swiglu_limit = limit,
+                            .round_bf16 = bf16(),
+                            // A local expert's expected rows: every rank's b x k pairs spread over
+                            // world x L.experts experts (rows counts the exchange's padding too).
+                            .rows_per_expert_hint = std::max<int64_t>(b * k / L.experts, 1),
+                            .gate_up_tile = expert_tile,
+                            .down_tile = expert_tile},
+                           stream));
   } else {
     RETURN_IF_ERROR(grouped(xg, L.w1s, L.w1c, L.w1q, L.inter, d, L.w13_fp8, gg));
     RETURN_IF_ERROR(grouped(xg, L.w3s, L.w3c, L.w3q, L.inter, d, L.w13_fp8, upg));
@@ -157,7 +175,8 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
                                 stream));
     RETURN_IF_ERROR(grouped(gg, L.w2s, L.w2c, L.w2q, d, L.inter, L.w2_fp8, yg));
   }
-  RETURN_IF_ERROR(Round(yg, rows * d));
+  // The fast experts round y in their epilogue (round_bf16 above).
+  if (!FastExperts(L)) RETURN_IF_ERROR(Round(yg, rows * d));
   if (ep) {
     // Each received pair's output into the block of the rank it came from
     // (pairs served elsewhere: zeros), then back.
@@ -173,8 +192,7 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
   RETURN_IF_ERROR(dec::Swiglu({.gate = sg, .up = su, .out = sg, .rows = b, .inter = L.sw1.out,
                                .limit = limit, .round_bf16 = bf16()},
                               stream));
-  RETURN_IF_ERROR(Mm(L.sw2, sg, b, sy));
-  RETURN_IF_ERROR(Round(sy, b * d));
+  RETURN_IF_ERROR(MmRound(L.sw2, sg, b, sy));
   Mark("moe.combine");
   return kc::MoeCombine({.y_grouped = ep ? ep_ret : yg, .pair_row = ep ? ep_return_row : pair_row,
                          .experts = moe_idx, .shared = sy, .out = y, .tokens = b, .dim = d,

@@ -24,6 +24,16 @@ absl::StatusOr<LocalExperts> CheckDecodable(const ModelConfig& c, const LayerRol
         options.max_positions, ", max_batch ", options.max_batch, ", batch_interval ",
         options.batch_interval, " (each must be >= 1, max_positions >= 2)"));
   }
+  if (!options.expert_tile.empty()) {
+    const std::optional<kc::Mxfp4GroupedTile> tile =
+        kc::Mxfp4GroupedTileByName(options.expert_tile);
+    if (!tile.has_value() || (*tile != kc::Mxfp4GroupedTile::kAuto &&
+                              kc::ShapeOfMxfp4GroupedTile(*tile).warps % 4 != 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "DeviceDecoder: expert_tile '", options.expert_tile,
+          "' is not a tile of both expert products (w4m8, w4m8s4, w4m8s3, w4m32, w8m64)"));
+    }
+  }
   if (static_cast<int>(w.layers.size()) < c.n_layers) {
     return absl::InvalidArgumentError("DeviceDecoder: weights of fewer layers than the config");
   }

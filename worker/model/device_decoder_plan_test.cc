@@ -77,6 +77,21 @@ TEST(DeviceDecoderPlanTest, RefusesBudgetsAndOptionsItCannotMeet) {
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);
+  // The experts' tile by name: one both expert products can run, or refused.
+  for (const char* tile : {"w4m9", "w2m8", "W4M8"}) {
+    EXPECT_EQ(DeviceDecoder::MaxPositionsFor(*m, kBf16, {.max_sequences = 2, .expert_tile = tile},
+                                             SIZE_MAX)
+                  .status()
+                  .code(),
+              absl::StatusCode::kInvalidArgument)
+        << tile;
+  }
+  for (const char* tile : {"", "auto", "w4m8", "w4m8s4", "w4m8s3", "w4m32", "w8m64"}) {
+    EXPECT_TRUE(DeviceDecoder::MaxPositionsFor(*m, kBf16, {.max_sequences = 2, .expert_tile = tile},
+                                               SIZE_MAX)
+                    .ok())
+        << tile;
+  }
 }
 
 }  // namespace
