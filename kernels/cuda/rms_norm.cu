@@ -19,7 +19,7 @@ absl::Status RmsNorm(const RmsNormParams& p, cudaStream_t stream) {
   }
   constexpr int kThreads = 256;
   RmsNormKernel<kThreads><<<static_cast<unsigned>(p.rows), kThreads, 0, stream>>>(
-      p.x, p.weight, p.out, p.dim, p.eps);
+      p.x, p.weight, p.out, p.dim, p.eps, p.round_bf16);
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
     return absl::InternalError(std::string("RmsNorm launch: ") + cudaGetErrorString(err));
   }

@@ -5,15 +5,17 @@
 #include <cstdint>
 
 #include "kernels/common/fmath.h"
+#include "kernels/cuda/rounding.cuh"
 
 namespace weir::kernels::cuda {
 
 // One block per row. The first warp sums the squares in double in the
 // fixed LaneSum order of kernels/common/fmath.h (the CPU kernel's order);
-// then every thread scales its float4s. Bit-identical to kernels/cpu RmsNorm.
+// then every thread scales its float4s. Bit-identical to kernels/cpu RmsNorm
+// (with round_bf16: to it followed by RoundToBf16).
 template <int kThreads>
 __global__ void RmsNormKernel(const float* __restrict__ x, const float* __restrict__ weight,
-                              float* out, int64_t dim, float eps) {
+                              float* out, int64_t dim, float eps, bool round_bf16) {
   namespace fm = ::weir::kernels::fmath;
   const int64_t row = blockIdx.x;
   const float* xr = x + row * dim;
@@ -40,6 +42,12 @@ __global__ void RmsNormKernel(const float* __restrict__ x, const float* __restri
     v.y = __fmul_rn(w.y, __fmul_rn(v.y, inv_rms));
     v.z = __fmul_rn(w.z, __fmul_rn(v.z, inv_rms));
     v.w = __fmul_rn(w.w, __fmul_rn(v.w, inv_rms));
+    if (round_bf16) {
+      v.x = RoundToBf16(v.x);
+      v.y = RoundToBf16(v.y);
+      v.z = RoundToBf16(v.z);
+      v.w = RoundToBf16(v.w);
+    }
     out4[i] = v;
   }
 }

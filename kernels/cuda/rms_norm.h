@@ -26,6 +26,9 @@ struct RmsNormParams {
   int64_t rows = 0;
   int64_t dim = 0;
   float eps = 1e-20f;
+  // out rounded to bf16 (nearest even) as fp32: the bits a RoundBf16 pass
+  // over the output gives (the bf16 boundary after a norm, one launch fewer).
+  bool round_bf16 = false;
 };
 
 // Returns true if the launcher handles `params` (positive dims, dim a

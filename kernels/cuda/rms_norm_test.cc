@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/common/numeric_formats.h"
 #include "kernels/cpu/rms_norm.h"
 
 namespace weir::kernels::cuda {
@@ -63,6 +64,17 @@ TEST(RmsNormCudaTest, MatchesTheCpuReference) {
     cudaMemcpy(got.data(), dx, got.size() * 4, cudaMemcpyDeviceToHost);
     EXPECT_EQ(Mismatches(got, expect), 0) << rows << "x" << dim << " in place, relative error "
                                           << RelativeError(got, expect);
+    // round_bf16: the bits of a bf16 rounding pass after the norm.
+    cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice);
+    ASSERT_TRUE(cpu::RmsNorm({.x = x, .weight = w, .out = expect, .rows = rows, .dim = dim}).ok());
+    for (float& v : expect) v = kernels::RoundToBf16(v);
+    ASSERT_TRUE(
+        RmsNorm({.x = dx, .weight = dw, .out = dout, .rows = rows, .dim = dim, .round_bf16 = true},
+                nullptr)
+            .ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    cudaMemcpy(got.data(), dout, got.size() * 4, cudaMemcpyDeviceToHost);
+    EXPECT_EQ(Mismatches(got, expect), 0) << rows << "x" << dim << " rounded to bf16";
     cudaFree(dx);
     cudaFree(dw);
     cudaFree(dout);

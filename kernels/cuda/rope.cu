@@ -25,7 +25,7 @@ absl::Status ApplyRope(const RopeParams& p, cudaStream_t stream) {
   const int64_t grid = (pairs + kThreads - 1) / kThreads;
   RopeKernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(
       p.x, p.positions, p.freqs, p.cos_sin, p.cos_sin_by_position ? p.cos_sin_rows : 0, pairs,
-      p.num_heads, p.head_dim, p.rope_dim, p.inverse);
+      p.num_heads, p.head_dim, p.rope_dim, p.inverse, p.round_bf16);
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
     return absl::InternalError(std::string("ApplyRope launch: ") + cudaGetErrorString(err));
   }

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/rounding.cuh"
+
 namespace weir::kernels::cuda {
 
 // One thread per (token, head, pair). cos_sin_rows > 0 selects the
@@ -12,7 +14,7 @@ __global__ void RopeKernel(float* x, const int64_t* __restrict__ positions,
                            const float* __restrict__ freqs,
                            const float* __restrict__ cos_sin, int64_t cos_sin_rows,
                            int64_t num_pairs_total, int num_heads, int head_dim, int rope_dim,
-                           bool inverse) {
+                           bool inverse, bool round_bf16) {
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= num_pairs_total) return;
   const int half = rope_dim / 2;
@@ -38,13 +40,20 @@ __global__ void RopeKernel(float* x, const int64_t* __restrict__ positions,
   }
   float* v = x + vec * head_dim + (head_dim - rope_dim) + 2 * pair;
   const float a = v[0], b = v[1];
+  float r0, r1;
   if (!inverse) {
-    v[0] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-    v[1] = __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
+    r0 = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+    r1 = __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
   } else {
-    v[0] = __fadd_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-    v[1] = __fsub_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+    r0 = __fadd_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+    r1 = __fsub_rn(__fmul_rn(b, c), __fmul_rn(a, s));
   }
+  if (round_bf16) {
+    r0 = RoundToBf16(r0);
+    r1 = RoundToBf16(r1);
+  }
+  v[0] = r0;
+  v[1] = r1;
 }
 
 }  // namespace weir::kernels::cuda

@@ -41,6 +41,10 @@ struct RopeParams {
   // rotated dims become NaN (the other dims are left as they are).
   bool cos_sin_by_position = false;
   int64_t cos_sin_rows = 0;          // rows of the table when cos_sin_by_position
+  // The rotated elements rounded to bf16 (nearest even) as fp32; the other
+  // elements are not touched, so on an x already rounded this gives the bits
+  // of a RoundBf16 pass over x after the rotation (one launch fewer).
+  bool round_bf16 = false;
 };
 
 // True for positive sizes, an even rope_dim <= head_dim, non-null x and

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/common/numeric_formats.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/device_buffer.h"
 
@@ -176,6 +177,28 @@ TEST(RopeCudaTest, ATableByPositionIsBitIdenticalToPerTokenValuesAndTheCpu) {
         EXPECT_EQ(vs_token, 0) << "by position vs by token";
         EXPECT_EQ(vs_cpu, 0) << "by position vs the CPU";
         EXPECT_EQ(BitMismatches(got_token, want), 0) << "by token vs the CPU";
+        // round_bf16 on an x already rounded: the bits of a RoundBf16 pass
+        // over the whole of x after the rotation.
+        std::vector<float> x_bf16 = x;
+        for (float& v : x_bf16) v = kernels::RoundToBf16(v);
+        std::vector<float> want_bf16 = x_bf16;
+        ASSERT_TRUE(cpu::ApplyRope(*table, {.x = want_bf16,
+                                            .positions = positions,
+                                            .num_tokens = shape.tokens,
+                                            .num_heads = shape.heads,
+                                            .head_dim = shape.head_dim,
+                                            .direction = inverse ? cpu::RopeDirection::kInverse
+                                                                 : cpu::RopeDirection::kForward})
+                        .ok());
+        for (float& v : want_bf16) v = kernels::RoundToBf16(v);
+        DeviceBuffer<float> rounded(x_bf16);
+        ASSERT_TRUE(rounded.ok());
+        RopeParams fused = indexed;
+        fused.x = rounded.get();
+        fused.round_bf16 = true;
+        ASSERT_TRUE(ApplyRope(fused, nullptr).ok());
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        EXPECT_EQ(BitMismatches(rounded.Download(), want_bf16), 0) << "rounded to bf16";
         std::printf("rope by position, theta %g tokens %lld heads %d head_dim %d inverse %d: "
                     "%lld / %lld bit mismatches vs per-token / CPU\n",
                     config.theta, static_cast<long long>(shape.tokens), shape.heads,

@@ -102,17 +102,13 @@ absl::Status DeviceDecoder::Impl::UpdateCompressed(int layer, int64_t b) {
         stream));
   }
   RETURN_IF_ERROR(Round(latent, b * hd));
-  RETURN_IF_ERROR(Norm(latent, L.comp_norm, b, hd));
-  RETURN_IF_ERROR(Round(latent, b * hd));
+  RETURN_IF_ERROR(Norm(latent, L.comp_norm, b, hd, /*round=*/true));
   // Index keys from the pre-RoPE latent.
   RETURN_IF_ERROR(MmRound(L.index_wk, latent, b, ik));
-  RETURN_IF_ERROR(Norm(ik, L.index_k_norm, b, di));
-  RETURN_IF_ERROR(Round(ik, b * di));
-  RETURN_IF_ERROR(Rope(ik, pr.entry_pos, b, 1, di, layer));
-  RETURN_IF_ERROR(Round(ik, b * di));
+  RETURN_IF_ERROR(Norm(ik, L.index_k_norm, b, di, /*round=*/true));
+  RETURN_IF_ERROR(Rope(ik, pr.entry_pos, b, 1, di, layer, /*inverse=*/false, /*round=*/true));
   RETURN_IF_ERROR(Quant(ik, b * di, dense::FakeQuantFormat::kMxfp4));
-  RETURN_IF_ERROR(Rope(latent, pr.entry_pos, b, 1, hd, layer));
-  RETURN_IF_ERROR(Round(latent, b * hd));
+  RETURN_IF_ERROR(Rope(latent, pr.entry_pos, b, 1, hd, layer, /*inverse=*/false, /*round=*/true));
   if (stored_kv) {  // codes + scales of exactly the values the fake quantization keeps
     RETURN_IF_ERROR(dense::QuantizeNvfp4Kv(
         {.x = latent, .codes = kq_codes, .scales = kq_scales, .n = b * hd}, stream));
@@ -136,8 +132,8 @@ absl::Status DeviceDecoder::Impl::SelectCompressed(int layer, int64_t b) {
   const StepMeta::PerRatio& pr = meta_d.ratio[ratio_index(role.ratio)];
   const int64_t nh = c.index_n_heads, di = c.index_head_dim, me = max_entries(role.ratio);
   RETURN_IF_ERROR(MmRound(L.index_wq_b, qr, b, iq));
-  RETURN_IF_ERROR(Rope(iq, meta_d.positions, b, static_cast<int>(nh), di, layer));
-  RETURN_IF_ERROR(Round(iq, b * nh * di));
+  RETURN_IF_ERROR(Rope(iq, meta_d.positions, b, static_cast<int>(nh), di, layer, /*inverse=*/false,
+                       /*round=*/true));
   RETURN_IF_ERROR(Quant(iq, b * nh * di, dense::FakeQuantFormat::kMxfp4));
   RETURN_IF_ERROR(MmRound(L.index_weights_proj, h, b, iw));
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(di)) /
@@ -173,17 +169,14 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
   const int64_t* pos = meta_d.positions;
   Mark("attn.qkv");
   RETURN_IF_ERROR(MmRound(L.wq_a, h, b, qr));
-  RETURN_IF_ERROR(Norm(qr, L.q_norm, b, ql));
-  RETURN_IF_ERROR(Round(qr, b * ql));
+  RETURN_IF_ERROR(Norm(qr, L.q_norm, b, ql, /*round=*/true));
   RETURN_IF_ERROR(MmRound(L.wq_b, qr, b, q));
-  RETURN_IF_ERROR(Rope(q, pos, b, static_cast<int>(heads), hd, layer));
-  RETURN_IF_ERROR(Round(q, b * heads * hd));
+  RETURN_IF_ERROR(
+      Rope(q, pos, b, static_cast<int>(heads), hd, layer, /*inverse=*/false, /*round=*/true));
   // Window KV, written into the slot's ring before the attention reads it.
   RETURN_IF_ERROR(MmRound(L.wkv, h, b, kvw));
-  RETURN_IF_ERROR(Norm(kvw, L.kv_norm, b, hd));
-  RETURN_IF_ERROR(Round(kvw, b * hd));
-  RETURN_IF_ERROR(Rope(kvw, pos, b, 1, hd, layer));
-  RETURN_IF_ERROR(Round(kvw, b * hd));
+  RETURN_IF_ERROR(Norm(kvw, L.kv_norm, b, hd, /*round=*/true));
+  RETURN_IF_ERROR(Rope(kvw, pos, b, 1, hd, layer, /*inverse=*/false, /*round=*/true));
   if (stored_kv) {  // e4m3 codes + UE8M0 per 32: the values FakeQuant kFp8 keeps
     RETURN_IF_ERROR(dense::ActQuantFp8(
         {.x = kvw, .codes = kq_codes, .scales = kq_scales, .rows = b, .cols = hd}, stream));
@@ -252,8 +245,8 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
   }
   Mark("attn.out");
   RETURN_IF_ERROR(Round(o, b * heads * hd));
-  RETURN_IF_ERROR(Rope(o, pos, b, static_cast<int>(heads), hd, layer, /*inverse=*/true));
-  RETURN_IF_ERROR(Round(o, b * heads * hd));
+  RETURN_IF_ERROR(
+      Rope(o, pos, b, static_cast<int>(heads), hd, layer, /*inverse=*/true, /*round=*/true));
   // Grouped low-rank output: o [B, G, gin] -> og [G, B, gin] -> ug [G, B, r] -> u [B, G, r].
   const int64_t groups = c.o_groups, gin = c.o_group_in_dim(), rank = c.o_lora_rank;
   RETURN_IF_ERROR(dec::SwapAxes({.src = o, .dst = og, .a = b, .b = groups, .width = gin}, stream));

@@ -598,18 +598,30 @@ struct DeviceDecoder::Impl {
     if (!bf16()) return absl::OkStatus();
     return dec::RoundBf16({.x = v, .n = n}, stream);
   }
-  absl::Status Norm(float* v, const float* weight, int64_t rows, int64_t dim) {
-    return kc::RmsNorm({.x = v, .weight = weight, .out = v, .rows = rows, .dim = dim,
-                        .eps = static_cast<float>(c.norm_eps)},
+  // RmsNorm in place; `round`: then the bf16 boundary (Round) on its output,
+  // in the same launch (the same bits).
+  absl::Status Norm(float* v, const float* weight, int64_t rows, int64_t dim, bool round = false) {
+    return kc::RmsNorm({.x = v,
+                        .weight = weight,
+                        .out = v,
+                        .rows = rows,
+                        .dim = dim,
+                        .eps = static_cast<float>(c.norm_eps),
+                        .round_bf16 = round && bf16()},
                        stream);
   }
+  // RoPE in place; `round`: then the bf16 boundary, in the same launch. The
+  // kernel rounds only the rotated elements, which is a Round pass over `v`
+  // because every caller hands it values already rounded (a linear's, a
+  // norm's or a Round's output).
   absl::Status Rope(float* v, const int64_t* positions, int64_t rows, int heads, int64_t dim,
-                    int layer, bool inverse = false) {
+                    int layer, bool inverse = false, bool round = false) {
     kc::RopeParams p{.x = v, .positions = positions, .cos_sin = cos_sin(layer),
                      .num_tokens = rows, .num_heads = heads, .head_dim = static_cast<int>(dim),
                      .rope_dim = static_cast<int>(c.rope_head_dim), .inverse = inverse};
     p.cos_sin_by_position = true;
     p.cos_sin_rows = options.max_positions;
+    p.round_bf16 = round && bf16();
     return kc::ApplyRope(p, stream);
   }
   absl::Status Quant(float* v, int64_t n, dense::FakeQuantFormat f) {
