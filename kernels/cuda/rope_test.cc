@@ -147,14 +147,18 @@ TEST(RopeCudaTest, ATableByPositionIsBitIdenticalToPerTokenValuesAndTheCpu) {
                                           << shape.tokens << " heads " << shape.heads
                                           << " head_dim " << shape.head_dim << " inverse "
                                           << inverse);
+        // The CPU's rotation of `v` in place.
+        auto cpu_rope = [&](std::vector<float>& v) {
+          return cpu::ApplyRope(*table, {.x = v,
+                                         .positions = positions,
+                                         .num_tokens = shape.tokens,
+                                         .num_heads = shape.heads,
+                                         .head_dim = shape.head_dim,
+                                         .direction = inverse ? cpu::RopeDirection::kInverse
+                                                              : cpu::RopeDirection::kForward});
+        };
         std::vector<float> want = x;
-        ASSERT_TRUE(cpu::ApplyRope(*table, {.x = want, .positions = positions,
-                                            .num_tokens = shape.tokens,
-                                            .num_heads = shape.heads,
-                                            .head_dim = shape.head_dim,
-                                            .direction = inverse ? cpu::RopeDirection::kInverse
-                                                                 : cpu::RopeDirection::kForward})
-                        .ok());
+        ASSERT_TRUE(cpu_rope(want).ok());
         DeviceBuffer<float> by_token(x), by_position(x);
         ASSERT_TRUE(by_token.ok() && by_position.ok());
         const RopeParams base{.x = by_token.get(), .positions = dpos.get(),
@@ -182,14 +186,7 @@ TEST(RopeCudaTest, ATableByPositionIsBitIdenticalToPerTokenValuesAndTheCpu) {
         std::vector<float> x_bf16 = x;
         for (float& v : x_bf16) v = kernels::RoundToBf16(v);
         std::vector<float> want_bf16 = x_bf16;
-        ASSERT_TRUE(cpu::ApplyRope(*table, {.x = want_bf16,
-                                            .positions = positions,
-                                            .num_tokens = shape.tokens,
-                                            .num_heads = shape.heads,
-                                            .head_dim = shape.head_dim,
-                                            .direction = inverse ? cpu::RopeDirection::kInverse
-                                                                 : cpu::RopeDirection::kForward})
-                        .ok());
+        ASSERT_TRUE(cpu_rope(want_bf16).ok());
         for (float& v : want_bf16) v = kernels::RoundToBf16(v);
         DeviceBuffer<float> rounded(x_bf16);
         ASSERT_TRUE(rounded.ok());
