@@ -8,4 +8,4 @@ source "${TEST_SRCDIR:?run through bazel test}/weir/tests/python_env.sh"
 weir_require_python
 weir_require_binaries coordinator/main worker/main eplb/main
 
-exec "${python}" "${runfiles}/tests/openai_client/openai_client_test.py" -v
+exec "${python}" "${runfiles}/tests/openai_client/${1:-openai_client_test.py}" -v
