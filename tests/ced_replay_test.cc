@@ -32,15 +32,7 @@ using testing_util::ReferenceGreedy;
 using testing_util::Runfile;
 
 std::vector<std::vector<uint32_t>> Prompts() {
-  std::vector<std::vector<uint32_t>> prompts;
-  for (int i = 0; i < 24; ++i) {
-    std::vector<uint32_t> p;
-    for (int j = 0; j < 3 + (i * 7) % 29; ++j) {
-      p.push_back(static_cast<uint32_t>(11 + i * 37 + j * 17) % 4000);
-    }
-    prompts.push_back(p);
-  }
-  return prompts;
+  return testing_util::ArithmeticPrompts(24, 11, 37, 17);
 }
 
 // Serves Prompts() concurrently; returns how many outputs differ from the

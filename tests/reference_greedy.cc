@@ -27,4 +27,19 @@ std::vector<uint32_t> ReferenceGreedy(model::Model& m, const std::vector<uint32_
   return out;
 }
 
+std::vector<std::vector<uint32_t>> ArithmeticPrompts(int count, uint32_t offset,
+                                                     uint32_t per_prompt, uint32_t per_token) {
+  std::vector<std::vector<uint32_t>> prompts;
+  for (int i = 0; i < count; ++i) {
+    std::vector<uint32_t> p;
+    for (int j = 0; j < 3 + (i * 7) % 29; ++j) {
+      p.push_back(
+          (offset + static_cast<uint32_t>(i) * per_prompt + static_cast<uint32_t>(j) * per_token) %
+          4000);
+    }
+    prompts.push_back(p);
+  }
+  return prompts;
+}
+
 }  // namespace weir::testing_util

@@ -19,6 +19,12 @@ namespace weir::testing_util {
 std::vector<uint32_t> ReferenceGreedy(model::Model& m, const std::vector<uint32_t>& prompt,
                                       uint32_t max_new, bool ced_replay = false);
 
+// `count` prompts of 3 to 31 token ids (prompt i: 3 + 7i mod 29 ids), id j of
+// prompt i = (offset + i * per_prompt + j * per_token) mod 4000: the serving
+// tests' mix of short and long prompts, inside the tiny vocabulary.
+std::vector<std::vector<uint32_t>> ArithmeticPrompts(int count, uint32_t offset,
+                                                     uint32_t per_prompt, uint32_t per_token);
+
 }  // namespace weir::testing_util
 
 #endif  // WEIR_TESTS_REFERENCE_GREEDY_H_

@@ -39,13 +39,7 @@ using testing_util::ReferenceGreedy;
 using testing_util::Runfile;
 
 std::vector<std::vector<uint32_t>> Prompts() {
-  std::vector<std::vector<uint32_t>> prompts;
-  for (int i = 0; i < 32; ++i) {
-    std::vector<uint32_t> p;
-    for (int j = 0; j < 3 + (i * 7) % 29; ++j) p.push_back(static_cast<uint32_t>(7 + i * 31 + j * 13) % 4000);
-    prompts.push_back(p);
-  }
-  return prompts;
+  return testing_util::ArithmeticPrompts(32, 7, 31, 13);
 }
 
 void ExpectMatchesReference(Cluster& cluster, uint32_t max_new) {

@@ -53,12 +53,16 @@ class HttpCluster(weir_cluster.Cluster):
             return False
 
 
-def complete_all(cluster):
-    """Greedy completions of PROMPTS (32 tokens each, EOS ignored) on `cluster`:
-    a list of (text, completion_tokens, accepted_prediction_tokens)."""
+def connect(cluster):
+    """An `openai` client of `cluster` and the model it serves."""
     client = openai.OpenAI(base_url=f"http://{cluster.http}/v1", api_key="unused",
                            timeout=REQUEST_TIMEOUT_S, max_retries=0)
-    model = client.models.list().data[0].id
+    return client, client.models.list().data[0].id
+
+
+def complete_all(client, model):
+    """Greedy completions of PROMPTS (32 tokens each, EOS ignored): a list of
+    (text, completion_tokens, accepted_prediction_tokens)."""
     out = []
     for prompt in PROMPTS:
         r = client.completions.create(model=model, prompt=prompt, max_tokens=32,
@@ -69,11 +73,8 @@ def complete_all(cluster):
     return out
 
 
-def streamed_usage(cluster, prompt):
-    client = openai.OpenAI(base_url=f"http://{cluster.http}/v1", api_key="unused",
-                           timeout=REQUEST_TIMEOUT_S, max_retries=0)
+def streamed_usage(client, model, prompt):
     text, usage = "", None
-    model = client.models.list().data[0].id
     for chunk in client.completions.create(model=model, prompt=prompt, max_tokens=32,
                                            temperature=0, stream=True,
                                            stream_options={"include_usage": True},
@@ -92,9 +93,10 @@ class SpeculativeHttpTest(unittest.TestCase):
             cluster = HttpCluster(f"coordinator_{speculative}", speculative)
             cluster.start()
             try:
-                results[speculative] = complete_all(cluster)
+                client, model = connect(cluster)
+                results[speculative] = complete_all(client, model)
                 if speculative == "dspark":
-                    stream_text, stream_usage = streamed_usage(cluster, PROMPTS[0])
+                    stream_text, stream_usage = streamed_usage(client, model, PROMPTS[0])
             finally:
                 cluster.stop()
         off, on = results["off"], results["dspark"]

@@ -49,8 +49,6 @@ constexpr int kTopk = 6;
 constexpr int kLayers = 8;  // weight sets rotated through (cold reads)
 constexpr int kCallsPerGraph = 16;
 
-const char* TileName(Mxfp4GroupedTile t) { return Mxfp4GroupedTileName(t); }
-
 template <typename T>
 T* DeviceAlloc(int64_t n) {
   T* p = nullptr;
@@ -348,7 +346,7 @@ int Run(int experts, int ranks) {
           },
           stream);
       std::printf("  batch %lld gate/up %-6s %8.2f us\n", static_cast<long long>(tokens),
-                  TileName(t), us);
+                  Mxfp4GroupedTileName(t), us);
       if (us < gu_us) gu_us = us, best_gu = t;
     }
     for (Mxfp4GroupedTile t :
@@ -361,7 +359,7 @@ int Run(int experts, int ranks) {
           },
           stream);
       std::printf("  batch %lld down    %-6s %8.2f us\n", static_cast<long long>(tokens),
-                  TileName(t), us);
+                  Mxfp4GroupedTileName(t), us);
       if (us < dn_us) dn_us = us, best_dn = t;
     }
     const double ref = ReferenceUs(steps[0], local, stream);
@@ -370,8 +368,9 @@ int Run(int experts, int ranks) {
         "%-6lld %-6.1f %-5.2f %8.2f | %9.2f %7.0f %6.2f | %8.2f %8.2f | %-7s %8.2f %7.2f | "
         "%-7s %8.2f %7.2f | %9.2f | %10.1f %7.1f\n",
         static_cast<long long>(tokens), rows, hit, bytes / 1e6, ffn, bytes / ffn / 1e3,
-        ratio(bytes, ffn), hot, empty_us, TileName(best_gu), gu_us, ratio(gu_bytes, gu_us),
-        TileName(best_dn), dn_us, ratio(dn_bytes, dn_us), gu_us + dn_us, ref, ref / ffn);
+        ratio(bytes, ffn), hot, empty_us, Mxfp4GroupedTileName(best_gu), gu_us,
+        ratio(gu_bytes, gu_us), Mxfp4GroupedTileName(best_dn), dn_us, ratio(dn_bytes, dn_us),
+        gu_us + dn_us, ref, ref / ffn);
     std::printf("  (hot and ref: layer 0 only: %lld rows, %d hit experts)\n",
                 static_cast<long long>(steps[0].local_rows), steps[0].hit);
     cudaFree(d_zero);
