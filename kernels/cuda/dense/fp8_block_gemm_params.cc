@@ -28,6 +28,10 @@ Fp8GemmTileShape ShapeOfFp8GemmTile(Fp8GemmTile tile) {
       return {.block_n = 16, .block_m = 32, .warps_n = 1, .warps_m = 1, .stages = 5};
     case Fp8GemmTile::kN16M64:
       return {.block_n = 16, .block_m = 64, .warps_n = 1, .warps_m = 1, .stages = 4};
+    case Fp8GemmTile::kN16M32W2:
+      return {.block_n = 16, .block_m = 32, .warps_n = 1, .warps_m = 2, .stages = 5};
+    case Fp8GemmTile::kN16M64W4:
+      return {.block_n = 16, .block_m = 64, .warps_n = 1, .warps_m = 4, .stages = 4};
     case Fp8GemmTile::kN32M8:
       return {.block_n = 32, .block_m = 8, .warps_n = 2, .warps_m = 1, .stages = 6};
     case Fp8GemmTile::kN32M16:
@@ -54,8 +58,12 @@ Fp8GemmTile ChooseFp8GemmTile(int64_t m, int64_t n) {
   // when n is large enough to fill the GPU anyway (they read X fewer times).
   if (m <= 8) return Fp8GemmTile::kN32M8;
   if (m <= 16) return Fp8GemmTile::kN32M16;
-  if (m <= 32) return n >= 32768 ? Fp8GemmTile::kN32M32 : Fp8GemmTile::kN16M32;
-  if (m <= 64) return n >= 16384 ? Fp8GemmTile::kN128M64 : Fp8GemmTile::kN16M64;
+  // 17 - 64 rows: the one-warp n16 tiles left the SMs at 7% occupancy (ncu,
+  // 2026-12-02: one warp a CTA, 4 - 5 CTAs an SM by shared memory), so their
+  // X rows are split over 2 and 4 warps; at 32 rows n32m32 is faster from
+  // n = 5120 on (README "Measurements").
+  if (m <= 32) return n >= 5120 ? Fp8GemmTile::kN32M32 : Fp8GemmTile::kN16M32W2;
+  if (m <= 64) return n >= 16384 ? Fp8GemmTile::kN128M64 : Fp8GemmTile::kN16M64W4;
   if (m <= 256) return Fp8GemmTile::kN64M64;
   return Fp8GemmTile::kN128M128;
 }
@@ -64,7 +72,10 @@ int64_t Fp8GemmSharedBytes(const Fp8GemmTileShape& s) {
   const int64_t groups = (s.block_n + kFp8GemmScaleBlock - 1) / kFp8GemmScaleBlock;
   const int64_t per_stage =
       static_cast<int64_t>(s.block_n + s.block_m) * kFp8GemmStageK + (groups + s.block_m) * 4;
-  return per_stage * s.stages;
+  // After the ring, each warp's scratch of one stage's X scales as fp32.
+  const int64_t scratch =
+      int64_t{s.warps_n} * s.block_m * (kFp8GemmStageK / kFp8GemmScaleBlock) * 4;
+  return Fp8GemmScaleScratchOffset(per_stage * s.stages) + scratch;
 }
 
 int64_t Fp8GemmSplitScratchFloats(const Fp8BlockGemmParams& p) {

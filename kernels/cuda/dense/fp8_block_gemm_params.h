@@ -50,7 +50,9 @@ enum class Fp8GemmTile {
   kN16M16,
   kN16M32,
   kN16M64,
-  kN32M8,  // 2 warps, each 16 W rows x all 8 X rows
+  kN16M32W2,  // 2 warps, each the 16 W rows x 16 of the 32 X rows (more warps an SM)
+  kN16M64W4,  // 4 warps, each the 16 W rows x 16 of the 64 X rows
+  kN32M8,     // 2 warps, each 16 W rows x all 8 X rows
   kN32M16,
   kN32M32,
   kN32M64,
@@ -58,6 +60,13 @@ enum class Fp8GemmTile {
   kN128M64,   // 8 warps, each 16 W rows x 64 X rows
   kN128M128,  // prefill: 8 warps as 2 (n) x 4 (m), each 64 W rows x 32 X rows
 };
+
+// Every tile but kAuto (tests, benchmarks).
+inline constexpr Fp8GemmTile kFp8GemmTiles[] = {
+    Fp8GemmTile::kN16M8,    Fp8GemmTile::kN16M16,   Fp8GemmTile::kN16M32, Fp8GemmTile::kN16M64,
+    Fp8GemmTile::kN16M32W2, Fp8GemmTile::kN16M64W4, Fp8GemmTile::kN32M8,  Fp8GemmTile::kN32M16,
+    Fp8GemmTile::kN32M32,   Fp8GemmTile::kN32M64,   Fp8GemmTile::kN64M64, Fp8GemmTile::kN128M64,
+    Fp8GemmTile::kN128M128};
 
 // The geometry of one tile. Warps are laid out warp = warp_n + warps_n * warp_m.
 struct Fp8GemmTileShape {
@@ -79,8 +88,15 @@ Fp8GemmTile ChooseFp8GemmTile(int64_t m, int64_t n);
 inline constexpr int kFp8GemmStageK = 128;
 
 // Dynamic shared memory of one CTA of `shape`: per stage the W and X code
-// tiles ([rows][128] bytes each) and their scale bytes.
+// tiles ([rows][128] bytes each) and their scale bytes; then per warp its X
+// rows' scales of one stage decoded to fp32 ([4 blocks][block_m / warps_m]).
 int64_t Fp8GemmSharedBytes(const Fp8GemmTileShape& shape);
+
+// Where the scratch starts: the ring's end rounded up to 16 bytes (so every
+// warp's pairs of floats are 8-byte aligned).
+WEIR_FP8_GEMM_HD constexpr int64_t Fp8GemmScaleScratchOffset(int64_t ring_bytes) {
+  return (ring_bytes + 15) / 16 * 16;
+}
 
 struct Fp8BlockGemmParams {
   const uint8_t* x = nullptr;         // device [m, k] e4m3 codes, 16-byte aligned

@@ -103,10 +103,7 @@ TEST(Fp8BlockGemmParamsTest, SplitsFollowTheWeightShape) {
 }
 
 TEST(Fp8BlockGemmParamsTest, TileTableIsConsistent) {
-  for (Fp8GemmTile tile :
-       {Fp8GemmTile::kN16M8, Fp8GemmTile::kN16M16, Fp8GemmTile::kN16M32, Fp8GemmTile::kN16M64,
-        Fp8GemmTile::kN32M8, Fp8GemmTile::kN32M16, Fp8GemmTile::kN32M32, Fp8GemmTile::kN32M64,
-        Fp8GemmTile::kN64M64, Fp8GemmTile::kN128M64, Fp8GemmTile::kN128M128}) {
+  for (Fp8GemmTile tile : kFp8GemmTiles) {
     const Fp8GemmTileShape s = ShapeOfFp8GemmTile(tile);
     const int threads = s.warps_n * s.warps_m * 32;
     EXPECT_TRUE(s.block_n % 32 == 0 || s.block_n == 16);
@@ -125,7 +122,13 @@ TEST(Fp8BlockGemmParamsTest, TileTableIsConsistent) {
   EXPECT_EQ(ChooseFp8GemmTile(4096, 5120), Fp8GemmTile::kN128M128);
   EXPECT_EQ(
       Fp8GemmSharedBytes({.block_n = 32, .block_m = 8, .warps_n = 2, .warps_m = 1, .stages = 12}),
-      12 * (40 * 128 + (1 + 8) * 4));
+      12 * (40 * 128 + (1 + 8) * 4) + 2 * 8 * 4 * 4);  // + each warp's 8 rows x 4 scales
+  // The scratch starts at the ring's end rounded up to 16 bytes.
+  EXPECT_EQ(
+      Fp8GemmSharedBytes({.block_n = 16, .block_m = 32, .warps_n = 1, .warps_m = 1, .stages = 5}),
+      5 * (48 * 128 + 33 * 4) + 12 + 32 * 4 * 4);  // 31,380 bytes of ring, 12 of padding
+  EXPECT_EQ(Fp8GemmScaleScratchOffset(16), 16);
+  EXPECT_EQ(Fp8GemmScaleScratchOffset(17), 32);
 }
 
 TEST(Fp8BlockGemmParamsTest, SwizzleIsABijectionAndConflictFree) {

@@ -92,6 +92,9 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
   uint8_t* const x_tiles = w_tiles + kStages * kWTile;  // [kStages][kBm][128] swizzled
   uint8_t* const w_sc = x_tiles + kStages * kXTile;     // [kStages][kGroups][4]
   uint8_t* const x_sc = w_sc + kStages * kWScaleBytes;  // [kStages][kBm][4]
+  // Per warp: the current stage's X scales as fp32, [block][kWarpM rows].
+  float* const x_sc_f = reinterpret_cast<float*>(
+      smem + Fp8GemmScaleScratchOffset((x_sc + kStages * kXScaleBytes) - smem));
 
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid & 31;
@@ -224,16 +227,20 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
   auto compute = [&](int slot, int blocks) {
     const uint32_t w_base = SharedAddress(w_tiles) + slot * kWTile;
     const uint32_t x_base = SharedAddress(x_tiles) + slot * kXTile;
-    // Scale words of the stage: byte j is K block j.
-    uint32_t x_word[kNi][2], w_word[kMi];
+    // The stage's X scales this warp reads, decoded to fp32 once into its
+    // scratch ([block][row]), instead of once per K block in every lane and
+    // mma tile. Weight scales stay words: byte j is K block j.
+    const uint32_t x_scales_f = SharedAddress(x_sc_f) + warp * (kWarpM * kBlocksPerStage * 4);
 #pragma unroll
-    for (int ni = 0; ni < kNi; ++ni) {
+    for (int r = lane; r < kWarpM; r += 32) {
+      const uint32_t word = LoadShared32(SharedAddress(x_sc) + slot * kXScaleBytes + (warp_m0 + r) * 4);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = warp_m0 + ni * 8 + Fp8GemmAccumulatorCoord(lane, h).m;
-        x_word[ni][h] = LoadShared32(SharedAddress(x_sc) + slot * kXScaleBytes + row * 4);
+      for (int j = 0; j < kBlocksPerStage; ++j) {
+        StoreSharedF32(x_scales_f + (j * kWarpM + r) * 4, ScaleOf(word, j));
       }
     }
+    __syncwarp();
+    uint32_t w_word[kMi];
 #pragma unroll
     for (int mi = 0; mi < kMi; ++mi) {  // 16-row tiles start at multiples of 16: one scale row
       w_word[mi] =
@@ -262,8 +269,10 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
       float xf[kNi][2];  // X scales of this thread's two output columns per tile
 #pragma unroll
       for (int ni = 0; ni < kNi; ++ni) {
-        xf[ni][0] = ScaleOf(x_word[ni][0], j);
-        xf[ni][1] = ScaleOf(x_word[ni][1], j);
+        const float2 f = LoadSharedF32x2(
+            x_scales_f + (j * kWarpM + ni * 8 + Fp8GemmAccumulatorCoord(lane, 0).m) * 4);
+        xf[ni][0] = f.x;  // row 2t
+        xf[ni][1] = f.y;  // row 2t + 1
       }
 #pragma unroll
       for (int mi = 0; mi < kMi; ++mi) {

@@ -253,8 +253,9 @@ TEST(Fp8BlockGemmTest, ARowsResultDoesNotDependOnTheBatch) {
       std::copy(alone.x.begin(), alone.x.end(), batch.x.begin() + pos * kK);
       std::copy(alone.x_scales.begin(), alone.x_scales.end(),
                 batch.x_scales.begin() + pos * (kK / 32));
-      for (Fp8GemmTile tile : {Fp8GemmTile::kAuto, Fp8GemmTile::kN32M8, Fp8GemmTile::kN64M64,
-                               Fp8GemmTile::kN128M128}) {
+      for (Fp8GemmTile tile :
+           {Fp8GemmTile::kAuto, Fp8GemmTile::kN32M8, Fp8GemmTile::kN16M32W2, Fp8GemmTile::kN16M64W4,
+            Fp8GemmTile::kN64M64, Fp8GemmTile::kN128M128}) {
         const std::vector<float> got = RunGpu(batch, tile);
         ASSERT_EQ(got.size(), static_cast<size_t>(m * kN));
         const std::vector<float> row(got.begin() + pos * kN, got.begin() + (pos + 1) * kN);

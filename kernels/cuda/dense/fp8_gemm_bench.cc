@@ -127,6 +127,10 @@ const char* TileName(Fp8GemmTile t) {
       return "n16m32";
     case Fp8GemmTile::kN16M64:
       return "n16m64";
+    case Fp8GemmTile::kN16M32W2:
+      return "n16m32w2";
+    case Fp8GemmTile::kN16M64W4:
+      return "n16m64w4";
     case Fp8GemmTile::kN32M8:
       return "n32m8";
     case Fp8GemmTile::kN32M16:
@@ -147,10 +151,7 @@ const char* TileName(Fp8GemmTile t) {
   return "?";
 }
 
-constexpr Fp8GemmTile kTiles[] = {
-    Fp8GemmTile::kN16M8,  Fp8GemmTile::kN16M16,  Fp8GemmTile::kN16M32,  Fp8GemmTile::kN16M64,
-    Fp8GemmTile::kN32M8,  Fp8GemmTile::kN32M16,  Fp8GemmTile::kN32M32,  Fp8GemmTile::kN32M64,
-    Fp8GemmTile::kN64M64, Fp8GemmTile::kN128M64, Fp8GemmTile::kN128M128};
+const auto& kTiles = kFp8GemmTiles;
 
 struct Linear {
   const char* name;

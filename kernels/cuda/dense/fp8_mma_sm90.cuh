@@ -62,6 +62,20 @@ __device__ __forceinline__ uint32_t LoadShared32(uint32_t addr) {
   return v;
 }
 
+// A warp's decoded-scale scratch (fp32 in shared memory): written with
+// StoreSharedF32, then __syncwarp, then read in pairs with LoadSharedF32x2
+// (8-byte aligned). The ring's barrier orders the next stage's writes after
+// these reads.
+__device__ __forceinline__ void StoreSharedF32(uint32_t addr, float v) {
+  asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
+}
+
+__device__ __forceinline__ float2 LoadSharedF32x2(uint32_t addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0,%1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
+  return v;
+}
+
 // Two e4m3 codes (bits 0-7, 8-15) -> f16x2 (exact: every e4m3 value is an f16).
 __device__ __forceinline__ uint32_t E4m3x2ToF16x2(uint32_t codes) {
   const __half2_raw h =

@@ -337,28 +337,24 @@ int Run(int experts, int ranks) {
         GraphUs([&](int, cudaStream_t st) { Ok(Mxfp4ExpertFfn(empty, st)); }, stream);
     Mxfp4GroupedTile best_gu = Mxfp4GroupedTile::kAuto, best_dn = Mxfp4GroupedTile::kAuto;
     double gu_us = 1e30, dn_us = 1e30;
-    for (Mxfp4GroupedTile t :
-         {Mxfp4GroupedTile::kW4M8, Mxfp4GroupedTile::kW4M8S4, Mxfp4GroupedTile::kW4M8S3,
-          Mxfp4GroupedTile::kW4M32, Mxfp4GroupedTile::kW8M64}) {
+    for (Mxfp4GroupedTile t : kMxfp4GroupedTiles) {
+      if (ShapeOfMxfp4GroupedTile(t).warps % 4 != 0) continue;  // gate/up: whole FP8 blocks
       const double us = GraphUs(
           [&](int c, cudaStream_t st) {
             Ok(Mxfp4GroupedGateUp(GateUpParams(params[c % kLayers], t), st));
           },
           stream);
-      std::printf("  batch %lld gate/up %-6s %8.2f us\n", static_cast<long long>(tokens),
+      std::printf("  batch %lld gate/up %-7s %8.2f us\n", static_cast<long long>(tokens),
                   Mxfp4GroupedTileName(t), us);
       if (us < gu_us) gu_us = us, best_gu = t;
     }
-    for (Mxfp4GroupedTile t :
-         {Mxfp4GroupedTile::kW2M8, Mxfp4GroupedTile::kW2M32, Mxfp4GroupedTile::kW4M8,
-          Mxfp4GroupedTile::kW4M8S4, Mxfp4GroupedTile::kW4M8S3, Mxfp4GroupedTile::kW4M32,
-          Mxfp4GroupedTile::kW8M64}) {
+    for (Mxfp4GroupedTile t : kMxfp4GroupedTiles) {
       const double us = GraphUs(
           [&](int c, cudaStream_t st) {
             Ok(Mxfp4GroupedGemm(DownParams(params[c % kLayers], t), st));
           },
           stream);
-      std::printf("  batch %lld down    %-6s %8.2f us\n", static_cast<long long>(tokens),
+      std::printf("  batch %lld down    %-7s %8.2f us\n", static_cast<long long>(tokens),
                   Mxfp4GroupedTileName(t), us);
       if (us < dn_us) dn_us = us, best_dn = t;
     }

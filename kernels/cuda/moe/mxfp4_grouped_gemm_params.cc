@@ -69,6 +69,8 @@ Mxfp4GroupedTileShape ShapeOfMxfp4GroupedTile(Mxfp4GroupedTile tile) {
       return {.warps = 4, .block_m = 8, .stages = 4};
     case Mxfp4GroupedTile::kW4M8S3:
       return {.warps = 4, .block_m = 8, .stages = 3};
+    case Mxfp4GroupedTile::kW4M16S4:
+      return {.warps = 4, .block_m = 16, .stages = 4};
     case Mxfp4GroupedTile::kW4M32:
       return {.warps = 4, .block_m = 32, .stages = 4};
     case Mxfp4GroupedTile::kW8M64:
@@ -91,6 +93,8 @@ const char* Mxfp4GroupedTileName(Mxfp4GroupedTile tile) {
       return "w4m8s4";
     case Mxfp4GroupedTile::kW4M8S3:
       return "w4m8s3";
+    case Mxfp4GroupedTile::kW4M16S4:
+      return "w4m16s4";
     case Mxfp4GroupedTile::kW4M32:
       return "w4m32";
     case Mxfp4GroupedTile::kW8M64:
@@ -102,23 +106,21 @@ const char* Mxfp4GroupedTileName(Mxfp4GroupedTile tile) {
 }
 
 std::optional<Mxfp4GroupedTile> Mxfp4GroupedTileByName(std::string_view name) {
-  for (Mxfp4GroupedTile t :
-       {Mxfp4GroupedTile::kAuto, Mxfp4GroupedTile::kW2M8, Mxfp4GroupedTile::kW2M32,
-        Mxfp4GroupedTile::kW4M8, Mxfp4GroupedTile::kW4M8S4, Mxfp4GroupedTile::kW4M8S3,
-        Mxfp4GroupedTile::kW4M32, Mxfp4GroupedTile::kW8M64}) {
+  if (name == Mxfp4GroupedTileName(Mxfp4GroupedTile::kAuto)) return Mxfp4GroupedTile::kAuto;
+  for (Mxfp4GroupedTile t : kMxfp4GroupedTiles) {
     if (name == Mxfp4GroupedTileName(t)) return t;
   }
   return std::nullopt;
 }
 
 Mxfp4GroupedTile ChooseMxfp4GroupedTile(int64_t rows_per_expert, bool gated) {
-  // mxfp4_grouped_gemm_bench on an H200 (README): the 8-row tiles are the
-  // fastest of both products at every decode batch (1 - 64 tokens, 0.5 - 48
-  // local rows over 48 experts, or 6 - 384 over 48 hit ones), even where an
-  // expert needs a second pass; the wider-M tiles pay for their larger stages
-  // and register footprint. Of those, a ring of 4 stages (5 CTAs an SM)
-  // beats 6 (3 CTAs) by 4 - 7 % and ties 3 (2026-12-02).
-  if (rows_per_expert <= 16) return Mxfp4GroupedTile::kW4M8S4;
+  // mxfp4_grouped_gemm_bench on an H200 (README): of the 8-row tiles a ring
+  // of 4 stages (5 CTAs an SM) beats 6 (3 CTAs) by 4 - 7 % and ties 3
+  // (2026-12-02); from about 8 rows an expert (every local expert hit at
+  // batch 64 of the EP8 slice: Poisson rows, 40 % of them past 8) the 16-row
+  // tile's single pass beats the 8-row tile's second one.
+  if (rows_per_expert <= 4) return Mxfp4GroupedTile::kW4M8S4;
+  if (rows_per_expert <= 16) return Mxfp4GroupedTile::kW4M16S4;
   if (rows_per_expert <= 48) return gated ? Mxfp4GroupedTile::kW4M32 : Mxfp4GroupedTile::kW2M32;
   return Mxfp4GroupedTile::kW8M64;
 }

@@ -37,11 +37,18 @@ enum class Mxfp4GroupedTile {
   kW2M8,   // plain GEMM only (gate/up needs 4 warps for one 32-column FP8 block)
   kW2M32,  // plain GEMM only
   kW4M8,
-  kW4M8S4,  // kW4M8 with a ring of 4 stages (43 KB: 5 CTAs an SM instead of 3)
-  kW4M8S3,  // and of 3 (32 KB: 7 CTAs an SM)
+  kW4M8S4,   // kW4M8 with a ring of 4 stages (43 KB: 5 CTAs an SM instead of 3)
+  kW4M8S3,   // and of 3 (32 KB: 7 CTAs an SM)
+  kW4M16S4,  // 16 X rows a pass, 4 stages: a decode expert of 9 - 16 rows in one pass
   kW4M32,
   kW8M64,
 };
+
+// Every tile but kAuto, in the order above (tests, benchmarks, name lookup).
+inline constexpr Mxfp4GroupedTile kMxfp4GroupedTiles[] = {
+    Mxfp4GroupedTile::kW2M8,   Mxfp4GroupedTile::kW2M32,  Mxfp4GroupedTile::kW4M8,
+    Mxfp4GroupedTile::kW4M8S4, Mxfp4GroupedTile::kW4M8S3, Mxfp4GroupedTile::kW4M16S4,
+    Mxfp4GroupedTile::kW4M32,  Mxfp4GroupedTile::kW8M64};
 
 struct Mxfp4GroupedTileShape {
   int warps = 0;    // 16-row weight tiles per CTA
@@ -52,8 +59,8 @@ struct Mxfp4GroupedTileShape {
 // Returns the shape of `tile`; kAuto returns a zero shape.
 Mxfp4GroupedTileShape ShapeOfMxfp4GroupedTile(Mxfp4GroupedTile tile);
 
-// The tile's lower-case name (w2m8, w2m32, w4m8, w4m8s4, w4m8s3, w4m32,
-// w8m64; auto), and back (nullopt for an unknown name).
+// The tile's lower-case name (w2m8, w2m32, w4m8, w4m8s4, w4m8s3, w4m16s4,
+// w4m32, w8m64; auto), and back (nullopt for an unknown name).
 const char* Mxfp4GroupedTileName(Mxfp4GroupedTile tile);
 std::optional<Mxfp4GroupedTile> Mxfp4GroupedTileByName(std::string_view name);
 
@@ -63,14 +70,17 @@ inline int Mxfp4GroupedBlockN(const Mxfp4GroupedTileShape& shape, bool gated) {
 }
 
 // The tile kAuto runs when a hit expert typically has `rows_per_expert` rows
-// (a host estimate: the device counts are never read). Decode (up to 16):
-// kW4M8S4 for both products, the fastest tile of every decode batch measured
-// (README); more rows: the M32 tiles, then kW8M64 (not tuned: prefill).
+// (a host estimate: the device counts are never read). Decode: kW4M8S4 up to
+// 4 rows, kW4M16S4 up to 16 (an expert of 9 - 16 rows in one pass instead of
+// two; README has the measurements); more rows: the M32 tiles, then kW8M64
+// (not tuned: prefill).
 Mxfp4GroupedTile ChooseMxfp4GroupedTile(int64_t rows_per_expert, bool gated);
 
 // Per ring slot: W codes [16 warps][128] | X codes [2][block_m][128] |
 // W scales [16 warps][8] | X scales [block_m][8]; slots follow each other.
 // Byte offsets (from the start of dynamic shared memory) of slot `slot`'s parts.
+// After the ring, one scratch per warp: the current stage's scales the warp
+// reads, decoded to fp32 once (Mxfp4ScaleFloatW / Mxfp4ScaleFloatX).
 struct Mxfp4GroupedSmemLayout {
   int w_codes = 0;  // slot 0 offsets; add slot * the matching *_stride
   int x_codes = 0;
@@ -80,8 +90,23 @@ struct Mxfp4GroupedSmemLayout {
   int x_codes_stride = 0;
   int w_scales_stride = 0;
   int x_scales_stride = 0;
-  int total = 0;  // dynamic shared memory of the CTA
+  int scale_floats = 0;         // warp 0's scratch; add warp * scale_floats_stride
+  int scale_floats_stride = 0;  // bytes per warp
+  int total = 0;                // dynamic shared memory of the CTA
 };
+
+// Float index, inside a warp's scale scratch, of K block `block` (0..7) of the
+// stage for row `row` (0..15) of the warp's weight tile: rows g and g + 8 side
+// by side, so a lane reads its two weight scales with one 8-byte load.
+WEIR_FP8_GEMM_HD constexpr int Mxfp4ScaleFloatW(int block, int row) {
+  return block * 16 + (row & 7) * 2 + (row >> 3);
+}
+
+// ... and of X row `row` (0..block_m - 1): after the weight part, rows in
+// order, so the two X rows of a lane's accumulators (2t, 2t + 1) are adjacent.
+WEIR_FP8_GEMM_HD constexpr int Mxfp4ScaleFloatX(int block, int row, int block_m) {
+  return kMxfp4GemmBlocksPerStage * 16 + block * block_m + row;
+}
 
 WEIR_FP8_GEMM_HD constexpr Mxfp4GroupedSmemLayout Mxfp4GroupedLayout(int warps, int block_m,
                                                                      int stages) {
@@ -94,7 +119,9 @@ WEIR_FP8_GEMM_HD constexpr Mxfp4GroupedSmemLayout Mxfp4GroupedLayout(int warps, 
   l.x_codes = l.w_codes + stages * l.w_codes_stride;
   l.w_scales = l.x_codes + stages * l.x_codes_stride;
   l.x_scales = l.w_scales + stages * l.w_scales_stride;
-  l.total = l.x_scales + stages * l.x_scales_stride;
+  l.scale_floats = l.x_scales + stages * l.x_scales_stride;
+  l.scale_floats_stride = kMxfp4GemmBlocksPerStage * (16 + block_m) * 4;
+  l.total = l.scale_floats + warps * l.scale_floats_stride;
   return l;
 }
 
@@ -118,25 +145,49 @@ WEIR_FP8_GEMM_HD constexpr int Mxfp4PackedAOffset(int row0, int lane, int j, int
 }
 
 // The e4m3 codes of the e2m1 magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6 (every
-// e2m1 value is exact in e4m3), bytes 0..3 and 4..7: the prmt table the
-// kernel widens packed weights with (E2m1x4ToE4m3x4).
+// e2m1 value is exact in e4m3), bytes 0..3 and 4..7: a prmt table
+// (E2m1x4ToE4m3x4).
 inline constexpr uint32_t kE2m1ToE4m3Lo = 0x3C383000u;
 inline constexpr uint32_t kE2m1ToE4m3Hi = 0x4C484440u;
+// The high bytes of the f16 encodings of the same magnitudes (0x0000, 0x3800,
+// 0x3C00, 0x3E00, 0x4000, 0x4200, 0x4400, 0x4600: every low byte is zero), the
+// table the kernel widens packed weights with (E2m1x4ToF16High).
+inline constexpr uint32_t kE2m1ToF16HighLo = 0x3E3C3800u;
+inline constexpr uint32_t kE2m1ToF16HighHi = 0x46444240u;
 
-// Four e2m1 codes (nibble i of `v`, i = 0..3) -> four e4m3 codes of the same
-// values (byte i). `prmt(a, b, c)` is PTX prmt.b32 (default mode): byte i of
-// the result is byte (c >> 4i) & 7 of {b, a}, or that byte's sign replicated
-// when bit 3 of the selector nibble is set. The magnitude goes through the
-// table; the second prmt keeps the code's sign bit in its selector, so that
-// byte becomes 0xFF (the sign of 0x80 replicated) for a negative code and
-// stays 0x80 otherwise: its bit 0 is the sign, moved to bit 7. The kernel
-// passes the instruction, the CPU test an emulation.
+// Four e2m1 codes (nibble i of `v`, i = 0..3) -> byte i = table[magnitude]
+// with the code's sign in bit 7, for an 8-byte table whose bytes have bit 7
+// clear. `prmt(a, b, c)` is PTX prmt.b32 (default mode): byte i of the result
+// is byte (c >> 4i) & 7 of {b, a}, or that byte's sign replicated when bit 3
+// of the selector nibble is set. The magnitude goes through the table; the
+// second prmt keeps the code's sign bit in its selector, so that byte becomes
+// 0xFF (the sign of 0x80 replicated) for a negative code and stays 0x80
+// otherwise: its bit 0 is the sign, moved to bit 7. The kernel passes the
+// instruction, the CPU test an emulation.
 template <typename Prmt>
-WEIR_FP8_GEMM_HD inline uint32_t E2m1x4ToE4m3x4(uint32_t v, const Prmt& prmt) {
-  const uint32_t magnitude = prmt(kE2m1ToE4m3Lo, kE2m1ToE4m3Hi, v & 0x7777u);
+WEIR_FP8_GEMM_HD inline uint32_t E2m1x4Lookup(uint32_t v, uint32_t table_lo, uint32_t table_hi,
+                                              const Prmt& prmt) {
+  const uint32_t magnitude = prmt(table_lo, table_hi, v & 0x7777u);
   const uint32_t sign = prmt(0x80808080u, 0x80808080u, v & 0xFFFFu);
   return magnitude | ((sign << 7) & 0x80808080u);
 }
+
+// ... -> four e4m3 codes of the same values (byte i).
+template <typename Prmt>
+WEIR_FP8_GEMM_HD inline uint32_t E2m1x4ToE4m3x4(uint32_t v, const Prmt& prmt) {
+  return E2m1x4Lookup(v, kE2m1ToE4m3Lo, kE2m1ToE4m3Hi, prmt);
+}
+
+// ... -> the high bytes of four f16 of the same values (byte i; the low bytes
+// are zero): prmt(h, 0, 0x1404) is the f16x2 of elements 0 and 1,
+// prmt(h, 0, 0x3424) that of 2 and 3, the same f16 an e4m3 -> f16 widening
+// of E2m1x4ToE4m3x4's codes gives, in 4 instructions instead of 6.
+template <typename Prmt>
+WEIR_FP8_GEMM_HD inline uint32_t E2m1x4ToF16High(uint32_t v, const Prmt& prmt) {
+  return E2m1x4Lookup(v, kE2m1ToF16HighLo, kE2m1ToF16HighHi, prmt);
+}
+inline constexpr uint32_t kF16x2Of01 = 0x1404u;  // prmt selectors (b operand zero)
+inline constexpr uint32_t kF16x2Of23 = 0x3424u;
 
 // The weight row held in row `row` of a CTA's W tile: its output column
 // relative to the CTA's first, and whether it is a row of w3 (gate/up: warp w

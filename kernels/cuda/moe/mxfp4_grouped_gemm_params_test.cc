@@ -116,10 +116,9 @@ TEST(Mxfp4GroupedGemmParamsTest, RefusesBadArguments) {
 }
 
 TEST(Mxfp4GroupedGemmParamsTest, TileNamesRoundTrip) {
-  for (Mxfp4GroupedTile tile :
-       {Mxfp4GroupedTile::kAuto, Mxfp4GroupedTile::kW2M8, Mxfp4GroupedTile::kW2M32,
-        Mxfp4GroupedTile::kW4M8, Mxfp4GroupedTile::kW4M8S4, Mxfp4GroupedTile::kW4M8S3,
-        Mxfp4GroupedTile::kW4M32, Mxfp4GroupedTile::kW8M64}) {
+  std::vector<Mxfp4GroupedTile> tiles = {Mxfp4GroupedTile::kAuto};
+  tiles.insert(tiles.end(), std::begin(kMxfp4GroupedTiles), std::end(kMxfp4GroupedTiles));
+  for (Mxfp4GroupedTile tile : tiles) {
     const std::optional<Mxfp4GroupedTile> back = Mxfp4GroupedTileByName(Mxfp4GroupedTileName(tile));
     ASSERT_TRUE(back.has_value()) << Mxfp4GroupedTileName(tile);
     EXPECT_EQ(*back, tile);
@@ -129,10 +128,7 @@ TEST(Mxfp4GroupedGemmParamsTest, TileNamesRoundTrip) {
 }
 
 TEST(Mxfp4GroupedGemmParamsTest, TileTableIsConsistent) {
-  for (Mxfp4GroupedTile tile :
-       {Mxfp4GroupedTile::kW2M8, Mxfp4GroupedTile::kW2M32, Mxfp4GroupedTile::kW4M8,
-        Mxfp4GroupedTile::kW4M8S4, Mxfp4GroupedTile::kW4M8S3, Mxfp4GroupedTile::kW4M32,
-        Mxfp4GroupedTile::kW8M64}) {
+  for (Mxfp4GroupedTile tile : kMxfp4GroupedTiles) {
     const Mxfp4GroupedTileShape s = ShapeOfMxfp4GroupedTile(tile);
     const int threads = 32 * s.warps;
     EXPECT_EQ(s.block_m % 8, 0);
@@ -155,8 +151,11 @@ TEST(Mxfp4GroupedGemmParamsTest, TileTableIsConsistent) {
   }
   EXPECT_EQ(ShapeOfMxfp4GroupedTile(Mxfp4GroupedTile::kAuto).warps, 0);
   for (bool gated : {false, true}) {
-    for (int64_t m : {0, 1, 7, 8, 16}) {  // decode: the measured fastest tile
+    for (int64_t m : {0, 1, 4}) {  // decode: the measured fastest tiles
       EXPECT_EQ(ChooseMxfp4GroupedTile(m, gated), Mxfp4GroupedTile::kW4M8S4) << m;
+    }
+    for (int64_t m : {5, 8, 16}) {
+      EXPECT_EQ(ChooseMxfp4GroupedTile(m, gated), Mxfp4GroupedTile::kW4M16S4) << m;
     }
     EXPECT_EQ(ShapeOfMxfp4GroupedTile(ChooseMxfp4GroupedTile(17, gated)).block_m, 32);
     EXPECT_EQ(ShapeOfMxfp4GroupedTile(ChooseMxfp4GroupedTile(48, gated)).block_m, 32);
@@ -213,6 +212,69 @@ TEST(Mxfp4GroupedGemmParamsTest, E2m1WidensExactlyToE4m3) {
   }
   // The upper half of the selector word is ignored by the kernel's use too.
   EXPECT_EQ(HostE2m1x4ToE4m3x4(0x12348765u), HostE2m1x4ToE4m3x4(0x8765u));
+}
+
+// IEEE binary16 bits -> float (every case; the widening below makes only
+// e2m1 values).
+float HalfBitsToFloat(uint16_t h) {
+  const int sign = h >> 15, exponent = (h >> 10) & 0x1F, mantissa = h & 0x3FF;
+  float magnitude;
+  if (exponent == 0) {
+    magnitude = std::ldexp(static_cast<float>(mantissa), -24);
+  } else if (exponent == 31) {
+    magnitude = mantissa == 0 ? INFINITY : NAN;
+  } else {
+    magnitude = std::ldexp(static_cast<float>(1024 + mantissa), exponent - 25);
+  }
+  return sign ? -magnitude : magnitude;
+}
+
+// The kernel's A widening: the f16 high-byte table, then two prmt with a zero
+// operand give the f16x2 of elements (0, 1) and (2, 3), exactly the e2m1
+// values (the sign of zero too).
+TEST(Mxfp4GroupedGemmParamsTest, E2m1WidensExactlyToF16) {
+  const auto prmt = [](uint32_t a, uint32_t b, uint32_t c) { return EmulatedPrmt(a, b, c); };
+  for (uint32_t v = 0; v < 65536; ++v) {
+    const uint32_t high = E2m1x4ToF16High(v, prmt);
+    const uint32_t pairs[2] = {EmulatedPrmt(high, 0, kF16x2Of01),
+                               EmulatedPrmt(high, 0, kF16x2Of23)};
+    for (int i = 0; i < 4; ++i) {
+      const uint16_t h = static_cast<uint16_t>(pairs[i / 2] >> (16 * (i % 2)));
+      const float want = E2m1ToFloat((v >> (4 * i)) & 0xF), got = HalfBitsToFloat(h);
+      ASSERT_EQ(std::memcmp(&want, &got, 4), 0) << "v " << v << " element " << i;
+    }
+  }
+  EXPECT_EQ(E2m1x4ToF16High(0x12348765u, prmt), E2m1x4ToF16High(0x8765u, prmt));
+}
+
+// A warp's fp32 scale scratch: every (block, weight row) and (block, X row)
+// has its own float, inside the warp's stride; rows g and g + 8 of a block are
+// one aligned pair, and so are the X rows 2t, 2t + 1 a lane's accumulators hold.
+TEST(Mxfp4GroupedGemmParamsTest, ScaleScratchIsOneFloatEach) {
+  for (Mxfp4GroupedTile tile : kMxfp4GroupedTiles) {
+    const Mxfp4GroupedTileShape s = ShapeOfMxfp4GroupedTile(tile);
+    const Mxfp4GroupedSmemLayout l = Mxfp4GroupedLayout(s.warps, s.block_m, s.stages);
+    const int floats = l.scale_floats_stride / 4;
+    std::vector<int> seen(floats, 0);
+    for (int j = 0; j < kMxfp4GemmBlocksPerStage; ++j) {
+      for (int r = 0; r < 16; ++r) ++seen.at(Mxfp4ScaleFloatW(j, r));
+      for (int r = 0; r < s.block_m; ++r) ++seen.at(Mxfp4ScaleFloatX(j, r, s.block_m));
+      for (int g = 0; g < 8; ++g) {
+        EXPECT_EQ(Mxfp4ScaleFloatW(j, g) % 2, 0);
+        EXPECT_EQ(Mxfp4ScaleFloatW(j, g + 8), Mxfp4ScaleFloatW(j, g) + 1);
+      }
+      for (int lane = 0; lane < 32; ++lane) {
+        for (int ni = 0; ni < s.block_m / 8; ++ni) {
+          const int r0 = ni * 8 + Fp8GemmAccumulatorCoord(lane, 0).m;
+          EXPECT_EQ(Mxfp4ScaleFloatX(j, r0, s.block_m) % 2, 0);
+          EXPECT_EQ(ni * 8 + Fp8GemmAccumulatorCoord(lane, 1).m, r0 + 1);
+        }
+      }
+    }
+    for (int v : seen) EXPECT_EQ(v, 1) << Mxfp4GroupedTileName(tile);
+    EXPECT_EQ(l.scale_floats % 16, 0);
+    EXPECT_EQ(l.total, l.scale_floats + s.warps * l.scale_floats_stride);
+  }
 }
 
 // The fragments are emulated from the PTX ISA definitions (EmulatedLdMatrix,

@@ -67,6 +67,8 @@ absl::Status Launch(const moe::mxfp4_gemm::KernelArgs& args, int num_experts, Mx
       return LaunchTile<4, 8, 4, kGated>(args, num_experts, shape, what, stream);
     case Mxfp4GroupedTile::kW4M8S3:
       return LaunchTile<4, 8, 3, kGated>(args, num_experts, shape, what, stream);
+    case Mxfp4GroupedTile::kW4M16S4:
+      return LaunchTile<4, 16, 4, kGated>(args, num_experts, shape, what, stream);
     case Mxfp4GroupedTile::kW4M32:
       return LaunchTile<4, 32, 4, kGated>(args, num_experts, shape, what, stream);
     case Mxfp4GroupedTile::kW8M64:

@@ -7,12 +7,17 @@
 // weight. Otherwise, per pass of block_m rows, it walks all of K in stages of
 // 256 through a cp.async ring (packed W rows of 128 bytes, X rows of 2 x 128
 // bytes, the 8 scale bytes of each row). Each warp owns a 16-row weight tile:
-// per 32 of K it reads its A fragment's packed codes (16 bits per register),
-// widens them to the e4m3 codes Fp8BlockGemm's ldmatrix would have given
-// (a prmt table: every e2m1 value is exact in e4m3), and from there runs
-// Fp8BlockGemm's own steps (dense/fp8_mma_sm90.cuh: WidenA / WidenB,
-// BlockSum on the tensor cores, fma with the two power-of-two scales). The
-// only difference is that each weight row has its own scale.
+// per stage it first decodes the scales it will read (its 16 weight rows and
+// the tile's X rows, 8 K blocks each) to fp32 into its own shared scratch;
+// then per 32 of K it reads its A fragment's packed codes (16 bits per
+// register), looks up the high bytes of their f16 (a prmt table: every e2m1
+// value is exact in f16, low byte zero) and interleaves them into the f16x2
+// registers WidenA would make of the e4m3 codes Fp8BlockGemm's ldmatrix
+// gives, and from there runs Fp8BlockGemm's own steps
+// (dense/fp8_mma_sm90.cuh: WidenB, BlockSum on the tensor cores, fma with the
+// two power-of-two scales). The only difference is that each weight row has
+// its own scale. The profile that shaped this (ncu, H200): the integer/logic
+// pipe was the bound (80% busy), not memory (README "Measurements").
 #ifndef WEIR_KERNELS_CUDA_MOE_MXFP4_GROUPED_GEMM_SM90_CUH_
 #define WEIR_KERNELS_CUDA_MOE_MXFP4_GROUPED_GEMM_SM90_CUH_
 
@@ -64,11 +69,7 @@ __device__ __forceinline__ uint32_t LoadShared16(uint32_t addr) {
   return v;
 }
 
-__device__ __forceinline__ uint2 LoadShared64(uint32_t addr) {
-  uint2 v;
-  asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr));
-  return v;
-}
+
 
 // True when the expert's pointers can be streamed (cp.async needs 16-byte
 // aligned code rows and 8-byte aligned scale rows; k % 256 keeps rows so).
@@ -199,19 +200,31 @@ __global__ void __launch_bounds__(kWarps * 32)
       const uint32_t x_base = smem_base + kL.x_codes + slot * kL.x_codes_stride;
       const uint32_t ws_base = smem_base + kL.w_scales + slot * kL.w_scales_stride;
       const uint32_t xs_base = smem_base + kL.x_scales + slot * kL.x_scales_stride;
+      const uint32_t sf_base = smem_base + kL.scale_floats + warp * kL.scale_floats_stride;
       const int row0 = 16 * warp;
       const int g = lane >> 2;
-      // Scale bytes of the stage (byte j of .x = K block j, of .y = block 4 + j).
-      const uint2 w_word_g = LoadShared64(ws_base + (row0 + g) * 8);
-      const uint2 w_word_g8 = LoadShared64(ws_base + (row0 + g + 8) * 8);
-      uint2 x_word[kNi][2];
+      // The stage's scales this warp reads, decoded to fp32 once into its
+      // scratch (4 bytes a lane: the warp's 16 weight rows x 8 blocks, then
+      // the tile's X rows), instead of two decodes per weight row and X row
+      // per K block in every lane.
+      {
+        const int r = lane >> 1, half = lane & 1;
+        const uint32_t word = fp8::LoadShared32(ws_base + (row0 + r) * 8 + half * 4);
 #pragma unroll
-      for (int ni = 0; ni < kNi; ++ni) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = ni * 8 + dense::Fp8GemmAccumulatorCoord(lane, h).m;
-          x_word[ni][h] = ni < active_ni ? LoadShared64(xs_base + row * 8) : make_uint2(0, 0);
+        for (int i = 0; i < 4; ++i) {
+          fp8::StoreSharedF32(sf_base + 4 * Mxfp4ScaleFloatW(4 * half + i, r), fp8::ScaleOf(word, i));
         }
+#pragma unroll
+        for (int e = lane; e < 2 * kBm; e += 32) {
+          const int xr = e >> 1, xhalf = e & 1;
+          const uint32_t xword = fp8::LoadShared32(xs_base + xr * 8 + xhalf * 4);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            fp8::StoreSharedF32(sf_base + 4 * Mxfp4ScaleFloatX(4 * xhalf + i, xr, kBm),
+                           fp8::ScaleOf(xword, i));
+          }
+        }
+        __syncwarp();
       }
 #pragma unroll
       for (int j = 0; j < kMxfp4GemmBlocksPerStage; ++j) {
@@ -236,29 +249,35 @@ __global__ void __launch_bounds__(kWarps * 32)
                           r0_, r1_);
           b[kNi - 1] = fp8::WidenB(r0_, r1_);
         }
-        // The A fragment: packed codes -> the e4m3 registers ldmatrix gives
-        // Fp8BlockGemm -> f16 (WidenA).
-        uint32_t a8[4];
+        // The A fragment: packed codes -> the high bytes of their f16 (a prmt
+        // table) -> f16x2 registers, the values WidenA makes of the e4m3
+        // registers ldmatrix gives Fp8BlockGemm.
+        uint32_t hi8[4];
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
-          a8[q] = E2m1x4ToE4m3x4(LoadShared16(w_base + Mxfp4PackedAOffset(row0, lane, j, q)),
-                                 PrmtInstruction{});
+          hi8[q] = E2m1x4ToF16High(LoadShared16(w_base + Mxfp4PackedAOffset(row0, lane, j, q)),
+                                   PrmtInstruction{});
         }
-        const fp8::F16A a = fp8::WidenA(a8);
-        const float wf_g = fp8::ScaleOf(j < 4 ? w_word_g.x : w_word_g.y, jj);
-        const float wf_g8 = fp8::ScaleOf(j < 4 ? w_word_g8.x : w_word_g8.y, jj);
+        const fp8::F16A a = {{Prmt(hi8[0], 0u, kF16x2Of01), Prmt(hi8[1], 0u, kF16x2Of01),
+                              Prmt(hi8[0], 0u, kF16x2Of23), Prmt(hi8[1], 0u, kF16x2Of23)},
+                             {Prmt(hi8[2], 0u, kF16x2Of01), Prmt(hi8[3], 0u, kF16x2Of01),
+                              Prmt(hi8[2], 0u, kF16x2Of23), Prmt(hi8[3], 0u, kF16x2Of23)}};
+        // Weight scales of rows g and g + 8 (one 8-byte load).
+        const float2 wf = fp8::LoadSharedF32x2(sf_base + 4 * Mxfp4ScaleFloatW(j, g));
 #pragma unroll
         for (int ni = 0; ni < kNi; ++ni) {
           if (ni < active_ni) {
-            const float xf0 = fp8::ScaleOf(j < 4 ? x_word[ni][0].x : x_word[ni][0].y, jj);
-            const float xf1 = fp8::ScaleOf(j < 4 ? x_word[ni][1].x : x_word[ni][1].y, jj);
+            // X scales of the lane's rows 2t and 2t + 1 of this mma tile.
+            const float2 xf = fp8::LoadSharedF32x2(
+                sf_base + 4 * Mxfp4ScaleFloatX(j, ni * 8 + dense::Fp8GemmAccumulatorCoord(lane, 0).m,
+                                               kBm));
             float p[4];
             fp8::BlockSum(a, b[ni], p);
             // Powers of two: exact products, so each fma rounds once.
-            acc[ni][0] = __fmaf_rn(p[0], __fmul_rn(wf_g, xf0), acc[ni][0]);
-            acc[ni][1] = __fmaf_rn(p[1], __fmul_rn(wf_g, xf1), acc[ni][1]);
-            acc[ni][2] = __fmaf_rn(p[2], __fmul_rn(wf_g8, xf0), acc[ni][2]);
-            acc[ni][3] = __fmaf_rn(p[3], __fmul_rn(wf_g8, xf1), acc[ni][3]);
+            acc[ni][0] = __fmaf_rn(p[0], __fmul_rn(wf.x, xf.x), acc[ni][0]);
+            acc[ni][1] = __fmaf_rn(p[1], __fmul_rn(wf.x, xf.y), acc[ni][1]);
+            acc[ni][2] = __fmaf_rn(p[2], __fmul_rn(wf.y, xf.x), acc[ni][2]);
+            acc[ni][3] = __fmaf_rn(p[3], __fmul_rn(wf.y, xf.y), acc[ni][3]);
           }
         }
       }
