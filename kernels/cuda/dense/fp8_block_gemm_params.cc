@@ -32,6 +32,10 @@ Fp8GemmTileShape ShapeOfFp8GemmTile(Fp8GemmTile tile) {
       return {.block_n = 16, .block_m = 32, .warps_n = 1, .warps_m = 2, .stages = 5};
     case Fp8GemmTile::kN16M64W4:
       return {.block_n = 16, .block_m = 64, .warps_n = 1, .warps_m = 4, .stages = 4};
+    case Fp8GemmTile::kN32M64W4:
+      return {.block_n = 32, .block_m = 64, .warps_n = 1, .warps_m = 4, .stages = 4};
+    case Fp8GemmTile::kN64M64W4:
+      return {.block_n = 64, .block_m = 64, .warps_n = 2, .warps_m = 2, .stages = 4};
     case Fp8GemmTile::kN32M8:
       return {.block_n = 32, .block_m = 8, .warps_n = 2, .warps_m = 1, .stages = 6};
     case Fp8GemmTile::kN32M16:
@@ -58,12 +62,13 @@ Fp8GemmTile ChooseFp8GemmTile(int64_t m, int64_t n) {
   // when n is large enough to fill the GPU anyway (they read X fewer times).
   if (m <= 8) return Fp8GemmTile::kN32M8;
   if (m <= 16) return Fp8GemmTile::kN32M16;
-  // 17 - 64 rows: the one-warp n16 tiles left the SMs at 7% occupancy (ncu,
-  // 2026-12-02: one warp a CTA, 4 - 5 CTAs an SM by shared memory), so their
-  // X rows are split over 2 and 4 warps; at 32 rows n32m32 is faster from
-  // n = 5120 on (README "Measurements").
-  if (m <= 32) return n >= 5120 ? Fp8GemmTile::kN32M32 : Fp8GemmTile::kN16M32W2;
-  if (m <= 64) return n >= 16384 ? Fp8GemmTile::kN128M64 : Fp8GemmTile::kN16M64W4;
+  // 17 - 64 rows (fp8_gemm_bench, 2026-12-02, with the split the decoder runs
+  // each weight with): the one-warp n16 tiles left the SMs at 7% occupancy
+  // (ncu: 4 - 5 one-warp CTAs an SM by shared memory); 4 warps over 2 x 2
+  // blocks of 32 W rows x 32 X rows are fastest on every V4.1 shape but the
+  // narrowest (n = 512), where the n16 tiles with X rows over 2 / 4 warps win.
+  if (m <= 32) return n >= 1024 ? Fp8GemmTile::kN32M32 : Fp8GemmTile::kN16M32W2;
+  if (m <= 64) return n >= 1024 ? Fp8GemmTile::kN64M64W4 : Fp8GemmTile::kN16M64W4;
   if (m <= 256) return Fp8GemmTile::kN64M64;
   return Fp8GemmTile::kN128M128;
 }

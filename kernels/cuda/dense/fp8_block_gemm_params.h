@@ -52,6 +52,8 @@ enum class Fp8GemmTile {
   kN16M64,
   kN16M32W2,  // 2 warps, each the 16 W rows x 16 of the 32 X rows (more warps an SM)
   kN16M64W4,  // 4 warps, each the 16 W rows x 16 of the 64 X rows
+  kN32M64W4,  // 4 warps, each the 32 W rows x 16 of the 64 X rows
+  kN64M64W4,  // 4 warps as 2 (n) x 2 (m), each 32 W rows x 32 X rows
   kN32M8,     // 2 warps, each 16 W rows x all 8 X rows
   kN32M16,
   kN32M32,
@@ -63,10 +65,10 @@ enum class Fp8GemmTile {
 
 // Every tile but kAuto (tests, benchmarks).
 inline constexpr Fp8GemmTile kFp8GemmTiles[] = {
-    Fp8GemmTile::kN16M8,    Fp8GemmTile::kN16M16,   Fp8GemmTile::kN16M32, Fp8GemmTile::kN16M64,
-    Fp8GemmTile::kN16M32W2, Fp8GemmTile::kN16M64W4, Fp8GemmTile::kN32M8,  Fp8GemmTile::kN32M16,
-    Fp8GemmTile::kN32M32,   Fp8GemmTile::kN32M64,   Fp8GemmTile::kN64M64, Fp8GemmTile::kN128M64,
-    Fp8GemmTile::kN128M128};
+    Fp8GemmTile::kN16M8,    Fp8GemmTile::kN16M16,   Fp8GemmTile::kN16M32,   Fp8GemmTile::kN16M64,
+    Fp8GemmTile::kN16M32W2, Fp8GemmTile::kN16M64W4, Fp8GemmTile::kN32M64W4, Fp8GemmTile::kN64M64W4,
+    Fp8GemmTile::kN32M8,    Fp8GemmTile::kN32M16,   Fp8GemmTile::kN32M32,   Fp8GemmTile::kN32M64,
+    Fp8GemmTile::kN64M64,   Fp8GemmTile::kN128M64,  Fp8GemmTile::kN128M128};
 
 // The geometry of one tile. Warps are laid out warp = warp_n + warps_n * warp_m.
 struct Fp8GemmTileShape {

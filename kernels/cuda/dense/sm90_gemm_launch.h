@@ -73,6 +73,10 @@ absl::Status DispatchGemmTile(Fp8GemmTile tile, Launch&& launch, const char* op)
       return Instance<16, 32, 1, 2, 5>(tile, launch, op);
     case Fp8GemmTile::kN16M64W4:
       return Instance<16, 64, 1, 4, 4>(tile, launch, op);
+    case Fp8GemmTile::kN32M64W4:
+      return Instance<32, 64, 1, 4, 4>(tile, launch, op);
+    case Fp8GemmTile::kN64M64W4:
+      return Instance<64, 64, 2, 2, 4>(tile, launch, op);
     case Fp8GemmTile::kN32M8:
       return Instance<32, 8, 2, 1, 6>(tile, launch, op);
     case Fp8GemmTile::kN32M16:
