@@ -98,9 +98,10 @@ ABSL_FLAG(bool, slice_profile, true,
           "largest batch and print where its device time goes.");
 ABSL_FLAG(std::string, numerics, "reference,fast",
           "DeviceDecoder numerics to measure, in order (reference, fast).");
-ABSL_FLAG(std::string, expert_tile, "",
-          "kFast: the grouped MXFP4 experts' CTA tile (w4m8, w4m8s4, w4m8s3, w4m32, w8m64; "
-          "empty: chosen from the rows per expert; DeviceDecoderOptions::expert_tile).");
+ABSL_FLAG(
+    std::string, expert_tile, "",
+    "kFast: the grouped MXFP4 experts' CTA tile (w4m8, w4m8s4, w4m8s3, w4m16s4, w4m32, w8m64; "
+    "empty: chosen from the rows per expert; DeviceDecoderOptions::expert_tile).");
 ABSL_FLAG(bool, fast_mhc, true,
           "kFast: the mHC coefficients on HcMixSplitK (DeviceDecoderOptions::fast_mhc).");
 ABSL_FLAG(std::string, csv, "",

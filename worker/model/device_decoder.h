@@ -177,7 +177,7 @@ struct DeviceDecoderOptions {
   // product dequantizes on load to the same values, so results do not change.
   bool mxfp4_experts = true;
   // kFast routed experts: the CTA tile of both grouped MXFP4 products, by
-  // its name in kernels/cuda/moe (w4m8, w4m8s4, w4m8s3, w4m32, w8m64); empty:
+  // its name in kernels/cuda/moe (w4m8, w4m8s4, w4m8s3, w4m16s4, w4m32, w8m64); empty:
   // chosen from the rows an expert gets (ChooseMxfp4GroupedTile). Tiles move
   // time, never bits (benchmarks: decode_gpu --expert_tile). INVALID_ARGUMENT
   // at Create for another name.

@@ -29,9 +29,14 @@ absl::StatusOr<LocalExperts> CheckDecodable(const ModelConfig& c, const LayerRol
         kc::Mxfp4GroupedTileByName(options.expert_tile);
     if (!tile.has_value() || (*tile != kc::Mxfp4GroupedTile::kAuto &&
                               kc::ShapeOfMxfp4GroupedTile(*tile).warps % 4 != 0)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "DeviceDecoder: expert_tile '", options.expert_tile,
-          "' is not a tile of both expert products (w4m8, w4m8s4, w4m8s3, w4m32, w8m64)"));
+      std::string names;
+      for (kc::Mxfp4GroupedTile t : kc::kMxfp4GroupedTiles) {
+        if (kc::ShapeOfMxfp4GroupedTile(t).warps % 4 != 0) continue;
+        absl::StrAppend(&names, names.empty() ? "" : ", ", kc::Mxfp4GroupedTileName(t));
+      }
+      return absl::InvalidArgumentError(
+          absl::StrCat("DeviceDecoder: expert_tile '", options.expert_tile,
+                       "' is not a tile of both expert products (", names, ")"));
     }
   }
   if (static_cast<int>(w.layers.size()) < c.n_layers) {

@@ -86,7 +86,7 @@ TEST(DeviceDecoderPlanTest, RefusesBudgetsAndOptionsItCannotMeet) {
               absl::StatusCode::kInvalidArgument)
         << tile;
   }
-  for (const char* tile : {"", "auto", "w4m8", "w4m8s4", "w4m8s3", "w4m32", "w8m64"}) {
+  for (const char* tile : {"", "auto", "w4m8", "w4m8s4", "w4m8s3", "w4m16s4", "w4m32", "w8m64"}) {
     EXPECT_TRUE(DeviceDecoder::MaxPositionsFor(*m, kBf16, {.max_sequences = 2, .expert_tile = tile},
                                                SIZE_MAX)
                     .ok())
