@@ -375,6 +375,17 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
               c.n_layers, st0.arena_bytes / 1073741824.0, dense_bytes / 1073741824.0,
               st0.expert_bytes / 1073741824.0, st0.mxfp4_layers, st0.embed_bytes / 1073741824.0,
               st0.pool_bytes / 1073741824.0, Seconds(t0));
+  // KV pools: bytes an entry as held against the model's stored form (issue 16).
+  std::printf("%-17s %12s %10s %14s %16s %7s\n", "kv pool", "entries", "MiB", "held B/entry",
+              "stored B/entry", "ratio");
+  for (const weir::model::DeviceKvPool& pool : st0.kv_pools) {
+    const double per_entry =
+        pool.entries > 0 ? static_cast<double>(pool.bytes) / static_cast<double>(pool.entries) : 0;
+    std::printf("%-17s %12lld %10.1f %14.1f %16lld %7.2f\n", pool.name.c_str(),
+                static_cast<long long>(pool.entries), pool.bytes / 1048576.0, per_entry,
+                static_cast<long long>(pool.stored_bytes_per_entry),
+                pool.stored_bytes_per_entry > 0 ? per_entry / pool.stored_bytes_per_entry : 0.0);
+  }
   const weir::model::LayerRoles roles(c);
   std::printf("%5s %8s %10s %10s %8s %8s %10s %8s %10s %12s %10s %8s\n", "batch", "context",
               "step_ms", "device_ms", "gpu_idle", "tok/s", "floor_ms", "ratio", "floor_GB",

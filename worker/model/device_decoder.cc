@@ -196,6 +196,7 @@ absl::StatusOr<std::unique_ptr<DeviceDecoder>> DeviceDecoder::Impl::Build(
   st.arena_bytes = m.arena_bytes;
   st.weight_bytes = m.weight_bytes;
   st.pool_bytes = m.pool_bytes;
+  st.kv_pools = m.kv_pools;
   st.expert_bytes = m.expert_bytes;
   st.embed_bytes = m.embed_bytes;
   st.mxfp4_layers = m.mxfp4_layers;

@@ -196,6 +196,16 @@ struct DeviceDecoderOptions {
   std::shared_ptr<DeviceArena> memory;
 };
 
+// One KV pool of the decoder's arena, for the bytes-per-entry report against
+// the model's stored form (spec model-v41 "FP8/FP4 storage").
+struct DeviceKvPool {
+  std::string name;                    // window, compressed, index_keys, compressor_state
+  size_t bytes = 0;                    // as held in the arena
+  int64_t entries = 0;                 // rows (window / compressed entries, index keys) or, for the
+                                       // compressor state, sequence slots x compressed layers
+  int64_t stored_bytes_per_entry = 0;  // the model's stored form of one entry
+};
+
 struct DeviceDecoderStats {
   int64_t steps = 0;
   int64_t rows = 0;             // real rows stepped (padding excluded)
@@ -208,6 +218,7 @@ struct DeviceDecoderStats {
   size_t arena_bytes = 0;       // the one device allocation
   size_t weight_bytes = 0;
   size_t pool_bytes = 0;
+  std::vector<DeviceKvPool> kv_pools;  // the KV part of pool_bytes, by kind
   size_t expert_bytes = 0;      // routed experts, as held (MXFP4 or fp32)
   size_t embed_bytes = 0;
   int mxfp4_layers = 0;         // layers whose experts are held as MXFP4

@@ -196,6 +196,27 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
   if (fs.stored_kv) {
     EXPECT_LT(fs.pool_bytes, (*ref)->stats().pool_bytes);
   }
+  // The KV pools by kind: the window and compressed entries in exactly the
+  // model's stored form; index keys still fp32 (issue 16), the compressor
+  // state fp32 as in the reference.
+  size_t kv_bytes = 0;
+  for (const DeviceKvPool& pool : fs.kv_pools) {
+    const double per_entry = static_cast<double>(pool.bytes) / std::max<int64_t>(pool.entries, 1);
+    std::printf("  kv pool %-16s entries %8lld held %8.1f B/entry, stored %5lld B/entry\n",
+                pool.name.c_str(), static_cast<long long>(pool.entries), per_entry,
+                static_cast<long long>(pool.stored_bytes_per_entry));
+    kv_bytes += pool.bytes;
+    const bool stored_form = fs.stored_kv && (pool.name == "window" || pool.name == "compressed");
+    if (stored_form) {
+      EXPECT_EQ(pool.bytes, static_cast<size_t>(pool.entries * pool.stored_bytes_per_entry))
+          << pool.name;
+    }
+    if (pool.name == "compressor_state" && pool.entries > 0) {  // a mean over layers
+      EXPECT_NEAR(per_entry, pool.stored_bytes_per_entry, 1.0);
+    }
+  }
+  ASSERT_EQ(fs.kv_pools.size(), 4u);
+  EXPECT_LE(kv_bytes, fs.pool_bytes);
   EXPECT_LT(fs.weight_bytes, (*ref)->stats().weight_bytes);
   EXPECT_EQ((*ref)->stats().fast_dense, 0);
   if (expect_fast_moe) {

@@ -308,6 +308,7 @@ struct DeviceDecoder::Impl {
   cudaEvent_t ev_begin = nullptr, ev_end = nullptr;
   char* arena = nullptr;
   size_t weight_bytes = 0, pool_bytes = 0, arena_bytes = 0;
+  std::vector<DeviceKvPool> kv_pools;  // filled by Layout
   std::unique_ptr<dense::GemmHandle> gemm;
 
   // Weights.

@@ -116,6 +116,12 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
   }
   window_rows_total = rows;
   int64_t max_width = 1;
+  // Spec model-v41 storage table: index keys MXFP4 (e2m1 + E8M0 per 32); the
+  // compressor's partial groups fp32 in the reference too (kv and score,
+  // ratio rows of head_dim a sequence and layer).
+  DeviceKvPool index_keys{.name = "index_keys", .stored_bytes_per_entry = di / 2 + di / 32};
+  DeviceKvPool comp_state{.name = "compressor_state"};
+  int64_t comp_state_stored = 0;
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerRole& role = roles[l];
     LayerDev& L = layers[l];
@@ -125,28 +131,46 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
     L.comp_base = static_cast<int32_t>(rows);
     rows += slots * me;
     L.index_k = r.Alloc<float>(slots * me * di);
+    index_keys.bytes += slots * me * di * sizeof(float);
+    index_keys.entries += slots * me;
     if (role.ratio > 1) {
       L.comp_kv_state = r.Alloc<float>(slots * role.ratio * hd);
       L.comp_score_state = r.Alloc<float>(slots * role.ratio * hd);
+      comp_state.bytes += 2 * slots * role.ratio * hd * sizeof(float);
+      comp_state.entries += slots;
+      comp_state_stored += slots * 2 * role.ratio * hd * 4;
     }
   }
+  if (comp_state.entries > 0)
+    comp_state.stored_bytes_per_entry = comp_state_stored / comp_state.entries;
   if (rows >= (int64_t{1} << 31)) {
     return absl::InvalidArgumentError(absl::StrCat("DeviceDecoder: the KV pool would hold ", rows,
                                                    " rows; int32 indices need < 2^31"));
   }
   pool_rows = rows;
+  const int64_t comp_rows = rows - window_rows_total;
+  // Stored form: the window FP8 + UE8M0 per 32, compressed entries FP4 + E4M3
+  // per 16.
+  DeviceKvPool window{
+      .name = "window", .entries = window_rows_total, .stored_bytes_per_entry = hd + hd / 32};
+  DeviceKvPool compressed{
+      .name = "compressed", .entries = comp_rows, .stored_bytes_per_entry = hd / 2 + hd / 16};
   if (stored_kv) {
-    const int64_t comp_rows = rows - window_rows_total;
     kv_pool = nullptr;
     win_codes = r.Alloc<uint8_t>(window_rows_total * hd);
     win_scales = r.Alloc<uint8_t>(window_rows_total * hd / 32);
+    window.bytes = window_rows_total * (hd + hd / 32);
     comp_codes = r.Alloc<uint8_t>(comp_rows * hd / 2);
     comp_scales = r.Alloc<uint8_t>(comp_rows * hd / 16);
+    compressed.bytes = comp_rows * (hd / 2 + hd / 16);
     kq_codes = r.Alloc<uint8_t>(bc * hd);
     kq_scales = r.Alloc<uint8_t>(bc * hd / 16);
   } else {
     kv_pool = r.Alloc<float>(rows * hd);
+    window.bytes = window_rows_total * hd * sizeof(float);  // fp32 rows of one pool
+    compressed.bytes = comp_rows * hd * sizeof(float);
   }
+  kv_pools = {window, compressed, index_keys, comp_state};
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerRole& role = roles[l];
     if (role.ratio > 0 && role.index_source == l) {
