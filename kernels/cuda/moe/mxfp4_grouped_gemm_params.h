@@ -71,9 +71,9 @@ inline int Mxfp4GroupedBlockN(const Mxfp4GroupedTileShape& shape, bool gated) {
 
 // The tile kAuto runs when a hit expert typically has `rows_per_expert` rows
 // (a host estimate: the device counts are never read). Decode: kW4M8S4 up to
-// 4 rows, kW4M16S4 up to 16 (an expert of 9 - 16 rows in one pass instead of
-// two; README has the measurements); more rows: the M32 tiles, then kW8M64
-// (not tuned: prefill).
+// 4 rows (gate/up with 1 - 4 rows: kW4M8S3), kW4M16S4 up to 16 (an expert of
+// 9 - 16 rows in one pass instead of two; README has the measurements); more
+// rows: the M32 tiles, then kW8M64 (not tuned: prefill).
 Mxfp4GroupedTile ChooseMxfp4GroupedTile(int64_t rows_per_expert, bool gated);
 
 // Per ring slot: W codes [16 warps][128] | X codes [2][block_m][128] |

@@ -151,8 +151,12 @@ TEST(Mxfp4GroupedGemmParamsTest, TileTableIsConsistent) {
   }
   EXPECT_EQ(ShapeOfMxfp4GroupedTile(Mxfp4GroupedTile::kAuto).warps, 0);
   for (bool gated : {false, true}) {
-    for (int64_t m : {0, 1, 4}) {  // decode: the measured fastest tiles
-      EXPECT_EQ(ChooseMxfp4GroupedTile(m, gated), Mxfp4GroupedTile::kW4M8S4) << m;
+    // Decode: the measured fastest tiles.
+    EXPECT_EQ(ChooseMxfp4GroupedTile(0, gated), Mxfp4GroupedTile::kW4M8S4);
+    for (int64_t m : {1, 4}) {
+      EXPECT_EQ(ChooseMxfp4GroupedTile(m, gated),
+                gated ? Mxfp4GroupedTile::kW4M8S3 : Mxfp4GroupedTile::kW4M8S4)
+          << m;
     }
     for (int64_t m : {5, 8, 16}) {
       EXPECT_EQ(ChooseMxfp4GroupedTile(m, gated), Mxfp4GroupedTile::kW4M16S4) << m;
