@@ -233,7 +233,8 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
     const uint32_t x_scales_f = SharedAddress(x_sc_f) + warp * (kWarpM * kBlocksPerStage * 4);
 #pragma unroll
     for (int r = lane; r < kWarpM; r += 32) {
-      const uint32_t word = LoadShared32(SharedAddress(x_sc) + slot * kXScaleBytes + (warp_m0 + r) * 4);
+      const uint32_t word =
+          LoadShared32(SharedAddress(x_sc) + slot * kXScaleBytes + (warp_m0 + r) * 4);
 #pragma unroll
       for (int j = 0; j < kBlocksPerStage; ++j) {
         StoreSharedF32(x_scales_f + (j * kWarpM + r) * 4, ScaleOf(word, j));

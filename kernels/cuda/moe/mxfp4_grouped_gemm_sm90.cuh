@@ -69,8 +69,6 @@ __device__ __forceinline__ uint32_t LoadShared16(uint32_t addr) {
   return v;
 }
 
-
-
 // True when the expert's pointers can be streamed (cp.async needs 16-byte
 // aligned code rows and 8-byte aligned scale rows; k % 256 keeps rows so).
 __device__ __forceinline__ bool Usable(const uint8_t* codes, const uint8_t* scales) {
@@ -212,7 +210,8 @@ __global__ void __launch_bounds__(kWarps * 32)
         const uint32_t word = fp8::LoadShared32(ws_base + (row0 + r) * 8 + half * 4);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          fp8::StoreSharedF32(sf_base + 4 * Mxfp4ScaleFloatW(4 * half + i, r), fp8::ScaleOf(word, i));
+          fp8::StoreSharedF32(sf_base + 4 * Mxfp4ScaleFloatW(4 * half + i, r),
+                              fp8::ScaleOf(word, i));
         }
 #pragma unroll
         for (int e = lane; e < 2 * kBm; e += 32) {
@@ -221,7 +220,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
             fp8::StoreSharedF32(sf_base + 4 * Mxfp4ScaleFloatX(4 * xhalf + i, xr, kBm),
-                           fp8::ScaleOf(xword, i));
+                                fp8::ScaleOf(xword, i));
           }
         }
         __syncwarp();
@@ -269,8 +268,8 @@ __global__ void __launch_bounds__(kWarps * 32)
           if (ni < active_ni) {
             // X scales of the lane's rows 2t and 2t + 1 of this mma tile.
             const float2 xf = fp8::LoadSharedF32x2(
-                sf_base + 4 * Mxfp4ScaleFloatX(j, ni * 8 + dense::Fp8GemmAccumulatorCoord(lane, 0).m,
-                                               kBm));
+                sf_base +
+                4 * Mxfp4ScaleFloatX(j, ni * 8 + dense::Fp8GemmAccumulatorCoord(lane, 0).m, kBm));
             float p[4];
             fp8::BlockSum(a, b[ni], p);
             // Powers of two: exact products, so each fma rounds once.
