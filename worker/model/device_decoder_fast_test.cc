@@ -196,9 +196,10 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
   if (fs.stored_kv) {
     EXPECT_LT(fs.pool_bytes, (*ref)->stats().pool_bytes);
   }
-  // The KV pools by kind: the window and compressed entries in exactly the
-  // model's stored form; index keys still fp32 (issue 16), the compressor
-  // state fp32 as in the reference.
+  // The KV pools by kind (bytes as carved from the arena, stored bytes from
+  // the spec): the window and compressed entries in exactly the model's stored
+  // form; index keys still fp32 (issue 16), the compressor state fp32 as in
+  // the reference.
   size_t kv_bytes = 0;
   for (const DeviceKvPool& pool : fs.kv_pools) {
     const double per_entry = static_cast<double>(pool.bytes) / std::max<int64_t>(pool.entries, 1);

@@ -112,6 +112,13 @@ class Region {
     used_ += static_cast<size_t>(std::max<int64_t>(n, 0)) * sizeof(T);
     return p;
   }
+  // Alloc, and adds the allocation's bytes (without alignment) to *counted:
+  // the KV pools' report (DeviceKvPool::bytes) is what was carved.
+  template <typename T>
+  T* Alloc(int64_t n, size_t* counted) {
+    *counted += static_cast<size_t>(std::max<int64_t>(n, 0)) * sizeof(T);
+    return Alloc<T>(n);
+  }
   template <typename T>
   const T* Put(std::span<const T> host) {
     T* p = Alloc<T>(static_cast<int64_t>(host.size()));

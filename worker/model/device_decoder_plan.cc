@@ -130,19 +130,18 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
     const int64_t me = max_entries(role.ratio);
     L.comp_base = static_cast<int32_t>(rows);
     rows += slots * me;
-    L.index_k = r.Alloc<float>(slots * me * di);
-    index_keys.bytes += slots * me * di * sizeof(float);
+    L.index_k = r.Alloc<float>(slots * me * di, &index_keys.bytes);
     index_keys.entries += slots * me;
     if (role.ratio > 1) {
-      L.comp_kv_state = r.Alloc<float>(slots * role.ratio * hd);
-      L.comp_score_state = r.Alloc<float>(slots * role.ratio * hd);
-      comp_state.bytes += 2 * slots * role.ratio * hd * sizeof(float);
+      L.comp_kv_state = r.Alloc<float>(slots * role.ratio * hd, &comp_state.bytes);
+      L.comp_score_state = r.Alloc<float>(slots * role.ratio * hd, &comp_state.bytes);
       comp_state.entries += slots;
-      comp_state_stored += slots * 2 * role.ratio * hd * 4;
+      comp_state_stored += slots * 2 * role.ratio * hd * 4;  // fp32 kv and score rows
     }
   }
-  if (comp_state.entries > 0)
+  if (comp_state.entries > 0) {
     comp_state.stored_bytes_per_entry = comp_state_stored / comp_state.entries;
+  }
   if (rows >= (int64_t{1} << 31)) {
     return absl::InvalidArgumentError(absl::StrCat("DeviceDecoder: the KV pool would hold ", rows,
                                                    " rows; int32 indices need < 2^31"));
@@ -157,12 +156,10 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
       .name = "compressed", .entries = comp_rows, .stored_bytes_per_entry = hd / 2 + hd / 16};
   if (stored_kv) {
     kv_pool = nullptr;
-    win_codes = r.Alloc<uint8_t>(window_rows_total * hd);
-    win_scales = r.Alloc<uint8_t>(window_rows_total * hd / 32);
-    window.bytes = window_rows_total * (hd + hd / 32);
-    comp_codes = r.Alloc<uint8_t>(comp_rows * hd / 2);
-    comp_scales = r.Alloc<uint8_t>(comp_rows * hd / 16);
-    compressed.bytes = comp_rows * (hd / 2 + hd / 16);
+    win_codes = r.Alloc<uint8_t>(window_rows_total * hd, &window.bytes);
+    win_scales = r.Alloc<uint8_t>(window_rows_total * hd / 32, &window.bytes);
+    comp_codes = r.Alloc<uint8_t>(comp_rows * hd / 2, &compressed.bytes);
+    comp_scales = r.Alloc<uint8_t>(comp_rows * hd / 16, &compressed.bytes);
     kq_codes = r.Alloc<uint8_t>(bc * hd);
     kq_scales = r.Alloc<uint8_t>(bc * hd / 16);
   } else {
