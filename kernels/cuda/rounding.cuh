@@ -2,9 +2,9 @@
 //
 // The device forms of kernels/common/numeric_formats.h, shared by every CUDA
 // kernel package (attention, decode, dense, moe): bf16 rounding and the FP8
-// e4m3fn / UE8M0 conversions. Each gives the bits of its CPU namesake, so a
-// kernel that rounds where its CPU reference rounds stays bit-identical.
-// Device code only; no host dependencies.
+// e4m3fn / UE8M0 conversions and the MXFP4 element value. Each gives the bits of its CPU namesake,
+// so a kernel that rounds where its CPU reference rounds stays bit-identical. Device code only; no
+// host dependencies.
 //
 // Thread safety: pure functions.
 
@@ -56,6 +56,26 @@ __device__ __forceinline__ float E4m3ToFloat(uint8_t code) {
 // numeric_formats.h FloatToE4m3.
 __device__ __forceinline__ uint8_t FloatToE4m3(float v) {
   return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+}
+
+// Returns the fp32 value of MXFP4 element `code` (e2m1 in the low nibble, bit
+// 3 the sign) under E8M0 scale `e`: exactly the E2m1ToFloat(code) *
+// E8m0ToFloat(e) of cpu::DequantizeMxfp4Weight and cpu::DequantizeFp4 (kE8m0)
+// (kernels/common/numeric_formats.h). Both
+// factors are built from their bits: e2m1 magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6;
+// 2^(e-127) with e = 0 the fp32 subnormal 2^-127 and e = 0xFF NaN. The one
+// rounded product (__fmul_rn, no flush to zero in this build) is exact except
+// where it overflows to +-Inf (e = 0xFE with |e2m1| >= 2, e = 0xFD with
+// |e2m1| >= 4), as on the CPU; a subnormal result (e <= 1) is exact because
+// every e2m1 value is a multiple of 0.5.
+__device__ __forceinline__ float Mxfp4Value(uint32_t code, uint32_t e) {
+  const uint32_t mag = code & 7u;
+  // mag = 2 * exponent field + mantissa bit; 1 is the subnormal 0.5.
+  uint32_t bits =
+      mag == 0 ? 0u : (mag == 1 ? 126u << 23 : (((mag >> 1) + 126u) << 23) | ((mag & 1u) << 22));
+  bits |= (code & 8u) << 28;
+  const uint32_t scale_bits = e == 0 ? 0x00400000u : (e == 0xFFu ? 0x7fc00000u : e << 23);
+  return __fmul_rn(__uint_as_float(bits), __uint_as_float(scale_bits));
 }
 
 }  // namespace weir::kernels::cuda

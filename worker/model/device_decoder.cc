@@ -27,33 +27,59 @@ using Clock = std::chrono::steady_clock;
 // compressed rows FP4 (e2m1 + E4M3 per 16). Rows a sequence state holds are
 // values the model's quantization kept, so they re-encode exactly; anything
 // else is INTERNAL (the state is not one this model wrote).
-absl::Status EncodeKvRows(std::span<const float> rows, bool window, std::vector<uint8_t>& codes,
+// The stored forms of the pools: the window FP8 + UE8M0 per 32, the
+// compressed KV FP4 + E4M3 per 16, the index keys MXFP4 (FP4 + E8M0 per 32).
+enum class StoredKind { kWindow, kCompressed, kIndexKeys };
+
+const char* StoredKindName(StoredKind kind) {
+  switch (kind) {
+    case StoredKind::kWindow:
+      return "window KV";
+    case StoredKind::kCompressed:
+      return "compressed KV";
+    case StoredKind::kIndexKeys:
+      return "index key";
+  }
+  return "?";
+}
+
+absl::Status EncodeKvRows(std::span<const float> rows, StoredKind kind, std::vector<uint8_t>& codes,
                           std::vector<uint8_t>& scales) {
-  const int block = window ? 32 : 16;
-  codes.assign(window ? rows.size() : rows.size() / 2, 0);
+  namespace cpu = kernels::cpu;
+  const bool fp8 = kind == StoredKind::kWindow;
+  const int block = kind == StoredKind::kCompressed ? 16 : 32;
+  const cpu::Fp4Scale scale =
+      kind == StoredKind::kCompressed ? cpu::Fp4Scale::kE4m3 : cpu::Fp4Scale::kE8m0;
+  codes.assign(fp8 ? rows.size() : rows.size() / 2, 0);
   scales.assign(rows.size() / block, 0);
   std::vector<float> back(rows.size());
-  if (window) {
-    RETURN_IF_ERROR(kernels::cpu::QuantizeFp8(rows, block, codes, scales));
-    RETURN_IF_ERROR(kernels::cpu::DequantizeFp8(codes, scales, block, back));
+  if (fp8) {
+    RETURN_IF_ERROR(cpu::QuantizeFp8(rows, block, codes, scales));
+    RETURN_IF_ERROR(cpu::DequantizeFp8(codes, scales, block, back));
   } else {
-    RETURN_IF_ERROR(
-        kernels::cpu::QuantizeFp4(rows, block, kernels::cpu::Fp4Scale::kE4m3, codes, scales));
-    RETURN_IF_ERROR(
-        kernels::cpu::DequantizeFp4(codes, scales, block, kernels::cpu::Fp4Scale::kE4m3, back));
+    RETURN_IF_ERROR(cpu::QuantizeFp4(rows, block, scale, codes, scales));
+    RETURN_IF_ERROR(cpu::DequantizeFp4(codes, scales, block, scale, back));
   }
   if (std::memcmp(back.data(), rows.data(), rows.size() * sizeof(float)) != 0) {
-    return absl::InternalError(absl::StrCat("Import: a ", window ? "window" : "compressed",
-                                            " KV row does not re-encode exactly in its stored "
+    return absl::InternalError(absl::StrCat("Import: a ", StoredKindName(kind),
+                                            " row does not re-encode exactly in its stored "
                                             "form"));
   }
   return absl::OkStatus();
 }
 
 absl::Status DecodeKvRows(const std::vector<uint8_t>& codes, const std::vector<uint8_t>& scales,
-                          bool window, std::span<float> rows) {
-  if (window) return kernels::cpu::DequantizeFp8(codes, scales, 32, rows);
-  return kernels::cpu::DequantizeFp4(codes, scales, 16, kernels::cpu::Fp4Scale::kE4m3, rows);
+                          StoredKind kind, std::span<float> rows) {
+  namespace cpu = kernels::cpu;
+  switch (kind) {
+    case StoredKind::kWindow:
+      return cpu::DequantizeFp8(codes, scales, 32, rows);
+    case StoredKind::kCompressed:
+      return cpu::DequantizeFp4(codes, scales, 16, cpu::Fp4Scale::kE4m3, rows);
+    case StoredKind::kIndexKeys:
+      break;
+  }
+  return cpu::DequantizeFp4(codes, scales, 32, cpu::Fp4Scale::kE8m0, rows);
 }
 
 }  // namespace
@@ -67,7 +93,8 @@ absl::Status DeviceDecoder::Impl::UploadKv(std::span<const float> rows, bool win
     return absl::OkStatus();
   }
   std::vector<uint8_t> codes, scales;
-  RETURN_IF_ERROR(EncodeKvRows(rows, window, codes, scales));
+  RETURN_IF_ERROR(
+      EncodeKvRows(rows, window ? StoredKind::kWindow : StoredKind::kCompressed, codes, scales));
   const int64_t r = window ? first_row : first_row - window_rows_total;
   uint8_t* cd = window ? win_codes + r * hd : comp_codes + r * hd / 2;
   uint8_t* sd = window ? win_scales + r * hd / 32 : comp_scales + r * hd / 16;
@@ -91,7 +118,45 @@ absl::Status DeviceDecoder::Impl::DownloadKv(std::span<float> rows, bool window,
   const uint8_t* ss = window ? win_scales + r * hd / 32 : comp_scales + r * hd / 16;
   WEIR_DD_CUDA("export KV", cudaMemcpy(codes.data(), cs, codes.size(), cudaMemcpyDeviceToHost));
   WEIR_DD_CUDA("export KV", cudaMemcpy(scales.data(), ss, scales.size(), cudaMemcpyDeviceToHost));
-  return DecodeKvRows(codes, scales, window, rows);
+  return DecodeKvRows(codes, scales, window ? StoredKind::kWindow : StoredKind::kCompressed, rows);
+}
+
+absl::Status DeviceDecoder::Impl::UploadIndexKeys(const LayerDev& L, std::span<const float> keys,
+                                                  int64_t first_entry) {
+  const int64_t di = c.index_head_dim;
+  if (!stored_kv) {
+    WEIR_DD_CUDA("import index keys",
+                 cudaMemcpy(L.index_k + first_entry * di, keys.data(), keys.size() * sizeof(float),
+                            cudaMemcpyHostToDevice));
+    return absl::OkStatus();
+  }
+  std::vector<uint8_t> codes, scales;
+  RETURN_IF_ERROR(EncodeKvRows(keys, StoredKind::kIndexKeys, codes, scales));
+  WEIR_DD_CUDA("import index keys", cudaMemcpy(L.index_k_codes + first_entry * di / 2, codes.data(),
+                                               codes.size(), cudaMemcpyHostToDevice));
+  WEIR_DD_CUDA("import index keys",
+               cudaMemcpy(L.index_k_scales + first_entry * di / 32, scales.data(), scales.size(),
+                          cudaMemcpyHostToDevice));
+  return absl::OkStatus();
+}
+
+absl::Status DeviceDecoder::Impl::DownloadIndexKeys(const LayerDev& L, std::span<float> keys,
+                                                    int64_t first_entry) {
+  const int64_t di = c.index_head_dim;
+  if (!stored_kv) {
+    WEIR_DD_CUDA("export index keys",
+                 cudaMemcpy(keys.data(), L.index_k + first_entry * di, keys.size() * sizeof(float),
+                            cudaMemcpyDeviceToHost));
+    return absl::OkStatus();
+  }
+  const int64_t n = static_cast<int64_t>(keys.size());
+  std::vector<uint8_t> codes(n / 2), scales(n / 32);
+  WEIR_DD_CUDA("export index keys", cudaMemcpy(codes.data(), L.index_k_codes + first_entry * di / 2,
+                                               codes.size(), cudaMemcpyDeviceToHost));
+  WEIR_DD_CUDA("export index keys",
+               cudaMemcpy(scales.data(), L.index_k_scales + first_entry * di / 32, scales.size(),
+                          cudaMemcpyDeviceToHost));
+  return DecodeKvRows(codes, scales, StoredKind::kIndexKeys, keys);
 }
 
 const char* DecodeNumericsName(DecodeNumerics n) {
@@ -264,9 +329,7 @@ absl::Status DeviceDecoder::Import(int slot, const SequenceState& state) {
       store.ReadKv(l, 0, kv_rows);
       store.ReadIndexK(l, 0, key_rows);
       RETURN_IF_ERROR(m.UploadKv(kv_rows, /*window=*/false, L.comp_base + int64_t{slot} * me));
-      WEIR_DD_CUDA("import index keys",
-                   cudaMemcpy(L.index_k + int64_t{slot} * me * di, key_rows.data(),
-                              entries * di * sizeof(float), cudaMemcpyHostToDevice));
+      RETURN_IF_ERROR(m.UploadIndexKeys(L, key_rows, int64_t{slot} * me));
     }
     if (r > 1) {
       std::vector<float> kv(r * hd, 0.0f), score(r * hd, 0.0f);
@@ -321,9 +384,7 @@ absl::Status DeviceDecoder::Export(int slot, SequenceState& state) {
     std::vector<float> kv_rows(entries * hd), key_rows(entries * di);
     if (entries > 0) {
       RETURN_IF_ERROR(m.DownloadKv(kv_rows, /*window=*/false, L.comp_base + int64_t{slot} * me));
-      WEIR_DD_CUDA("export index keys",
-                   cudaMemcpy(key_rows.data(), L.index_k + int64_t{slot} * me * di,
-                              entries * di * sizeof(float), cudaMemcpyDeviceToHost));
+      RETURN_IF_ERROR(m.DownloadIndexKeys(L, key_rows, int64_t{slot} * me));
     }
     // Into the state's own store (a worker's paged blocks, which the plans
     // kept growing while the sequence lived here).

@@ -197,9 +197,8 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
     EXPECT_LT(fs.pool_bytes, (*ref)->stats().pool_bytes);
   }
   // The KV pools by kind (bytes as carved from the arena, stored bytes from
-  // the spec): the window and compressed entries in exactly the model's stored
-  // form; index keys still fp32 (issue 16), the compressor state fp32 as in
-  // the reference.
+  // the spec): the window, compressed and index-key entries in exactly the
+  // model's stored form, the compressor state fp32 as in the reference.
   size_t kv_bytes = 0;
   for (const DeviceKvPool& pool : fs.kv_pools) {
     const double per_entry = static_cast<double>(pool.bytes) / std::max<int64_t>(pool.entries, 1);
@@ -207,7 +206,8 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
                 pool.name.c_str(), static_cast<long long>(pool.entries), per_entry,
                 static_cast<long long>(pool.stored_bytes_per_entry));
     kv_bytes += pool.bytes;
-    const bool stored_form = fs.stored_kv && (pool.name == "window" || pool.name == "compressed");
+    const bool stored_form = fs.stored_kv && (pool.name == "window" || pool.name == "compressed" ||
+                                              pool.name == "index_keys");
     if (stored_form) {
       EXPECT_EQ(pool.bytes, static_cast<size_t>(pool.entries * pool.stored_bytes_per_entry))
           << pool.name;

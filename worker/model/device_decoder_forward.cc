@@ -107,7 +107,7 @@ absl::Status DeviceDecoder::Impl::UpdateCompressed(int layer, int64_t b) {
   RETURN_IF_ERROR(MmRound(L.index_wk, latent, b, ik));
   RETURN_IF_ERROR(Norm(ik, L.index_k_norm, b, di, /*round=*/true));
   RETURN_IF_ERROR(Rope(ik, pr.entry_pos, b, 1, di, layer, /*inverse=*/false, /*round=*/true));
-  RETURN_IF_ERROR(Quant(ik, b * di, dense::FakeQuantFormat::kMxfp4));
+  if (!stored_kv) RETURN_IF_ERROR(Quant(ik, b * di, dense::FakeQuantFormat::kMxfp4));
   RETURN_IF_ERROR(Rope(latent, pr.entry_pos, b, 1, hd, layer, /*inverse=*/false, /*round=*/true));
   if (stored_kv) {  // codes + scales of exactly the values the fake quantization keeps
     RETURN_IF_ERROR(dense::QuantizeNvfp4Kv(
@@ -115,12 +115,18 @@ absl::Status DeviceDecoder::Impl::UpdateCompressed(int layer, int64_t b) {
     const int64_t row0 = L.comp_base - window_rows_total;
     RETURN_IF_ERROR(ScatterStored(comp_codes + row0 * hd / 2, comp_scales + row0 * hd / 16,
                                   hd / 2, hd / 16, pr.entry_write, b));
-  } else {
-    RETURN_IF_ERROR(Quant(latent, b * hd, dense::FakeQuantFormat::kNvfp4Kv));
-    RETURN_IF_ERROR(dec::CopyRows({.src = latent, .dst = kv_pool + int64_t{L.comp_base} * hd,
-                                   .dst_rows = pr.entry_write, .rows = b, .width = hd},
-                                  stream));
+    // The index keys as MXFP4 (the same staging rows, now free).
+    RETURN_IF_ERROR(dense::QuantizeMxfp4(
+        {.x = ik, .codes = kq_codes, .scales = kq_scales, .n = b * di}, stream));
+    return ScatterStored(L.index_k_codes, L.index_k_scales, di / 2, di / 32, pr.entry_write, b);
   }
+  RETURN_IF_ERROR(Quant(latent, b * hd, dense::FakeQuantFormat::kNvfp4Kv));
+  RETURN_IF_ERROR(dec::CopyRows({.src = latent,
+                                 .dst = kv_pool + int64_t{L.comp_base} * hd,
+                                 .dst_rows = pr.entry_write,
+                                 .rows = b,
+                                 .width = hd},
+                                stream));
   return dec::CopyRows(
       {.src = ik, .dst = L.index_k, .dst_rows = pr.entry_write, .rows = b, .width = di}, stream);
 }
@@ -145,6 +151,8 @@ absl::Status DeviceDecoder::Impl::SelectCompressed(int layer, int64_t b) {
                             .heads = static_cast<int>(nh), .dim = static_cast<int>(di),
                             .keys = me, .round_bf16 = bf16()};
   sp.key_offset = pr.key_offset;
+  sp.k_codes = src.index_k_codes;  // stored_kv: MXFP4 keys (index_k null)
+  sp.k_scales = src.index_k_scales;
   RETURN_IF_ERROR(kc::IndexerScore(sp, stream));
   if (role.produces_candidates) {
     RETURN_IF_ERROR(kc::CandidateBlocks(

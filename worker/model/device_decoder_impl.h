@@ -200,7 +200,11 @@ struct LayerDev {
   // Pools (rows of the KV pool; device buffers).
   int32_t window_base = 0;  // this layer's window rings: [slots, window]
   int32_t comp_base = 0;    // kv source: compressed KV [slots, max_entries]
-  float* index_k = nullptr;           // kv source: [slots * max_entries, index_dim]
+  // kv source: index keys [slots * max_entries, index_dim] fp32, or with
+  // stored_kv MXFP4 codes [.., index_dim / 2] + E8M0 scales [.., index_dim / 32].
+  float* index_k = nullptr;
+  uint8_t* index_k_codes = nullptr;
+  uint8_t* index_k_scales = nullptr;
   float* comp_kv_state = nullptr;     // kv source, ratio > 1: [slots, ratio, head_dim]
   float* comp_score_state = nullptr;
   int32_t* topk = nullptr;            // index source: [max_batch, index_topk]
@@ -328,9 +332,10 @@ struct DeviceDecoder::Impl {
   // Pools: fp32 rows (kv_pool), or with stored_kv the stored forms, rows
   // numbered alike (the layers' window rings first, window_rows_total rows,
   // then the compressed entries): window FP8 codes [W, hd] + UE8M0
-  // [W, hd / 32], compressed FP4 packed [C, hd / 2] + E4M3 [C, hd / 16], and
-  // one step's quantized rows before their scatter (kq_*, [batch_cap, hd] and
-  // [batch_cap, hd / 16]).
+  // [W, hd / 32], compressed FP4 packed [C, hd / 2] + E4M3 [C, hd / 16] (the
+  // index keys MXFP4 per layer, LayerDev::index_k_codes), and one step's
+  // quantized rows before their scatter (kq_*, [batch_cap, hd] and
+  // [batch_cap, hd / 16], also holding the index keys' smaller rows).
   float* kv_pool = nullptr;
   int64_t pool_rows = 0;
   bool stored_kv = false;
@@ -449,10 +454,12 @@ struct DeviceDecoder::Impl {
 
   bool bf16() const { return precision == ActivationPrecision::kBf16; }
   bool fast() const { return options.numerics == DecodeNumerics::kFast; }
-  // Whether the pools take the stored form (options.stored_kv, kFast, and
-  // the head_dim SparseDecodeAttention takes).
+  // Whether the pools take the stored form (options.stored_kv, kFast, the
+  // head_dim SparseDecodeAttention takes, and index keys whose MXFP4 codes
+  // and scales are whole words a row, as ScatterStored copies them).
   bool StoredKv() const {
-    return fast() && options.stored_kv && c.head_dim == kc::kSparseDecodeHeadDim;
+    return fast() && options.stored_kv && c.head_dim == kc::kSparseDecodeHeadDim &&
+           c.index_head_dim % 128 == 0;
   }
   // Stored pools: scatters `b` quantized rows of kq_codes / kq_scales
   // (`code_bytes` / `scale_bytes` a row) to rows `dst_rows` (-1: none) of
@@ -527,6 +534,11 @@ struct DeviceDecoder::Impl {
   // the rows do not re-encode exactly).
   absl::Status UploadKv(std::span<const float> rows, bool window, int64_t first_row);
   absl::Status DownloadKv(std::span<float> rows, bool window, int64_t first_row);
+  // The same for index keys [n, index_dim] of kv-source layer `L` from its
+  // entry `first_entry` (slot * max_entries + j): fp32, or MXFP4 when the
+  // pools hold the stored form.
+  absl::Status UploadIndexKeys(const LayerDev& L, std::span<const float> keys, int64_t first_entry);
+  absl::Status DownloadIndexKeys(const LayerDev& L, std::span<float> keys, int64_t first_entry);
 
   // --- one-op wrappers (device pointers, `b` rows)
   // kFast bf16 linears: `groups` products of the same shape, inputs and

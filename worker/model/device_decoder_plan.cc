@@ -130,7 +130,12 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
     const int64_t me = max_entries(role.ratio);
     L.comp_base = static_cast<int32_t>(rows);
     rows += slots * me;
-    L.index_k = r.Alloc<float>(slots * me * di, &index_keys.bytes);
+    if (stored_kv) {  // MXFP4: e2m1 codes + an E8M0 scale per 32
+      L.index_k_codes = r.Alloc<uint8_t>(slots * me * di / 2, &index_keys.bytes);
+      L.index_k_scales = r.Alloc<uint8_t>(slots * me * di / 32, &index_keys.bytes);
+    } else {
+      L.index_k = r.Alloc<float>(slots * me * di, &index_keys.bytes);
+    }
     index_keys.entries += slots * me;
     if (role.ratio > 1) {
       L.comp_kv_state = r.Alloc<float>(slots * role.ratio * hd, &comp_state.bytes);

@@ -1,6 +1,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "kernels/cuda/attention/indexer_score.cuh"
@@ -26,8 +27,8 @@ absl::Status Launch(const IndexerScoreParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.keys + kIndexerKeyTile - 1) / kIndexerKeyTile),
                   static_cast<unsigned>(std::min<int64_t>(p.queries, 65535)));
   IndexerScoreKernel<kRoundBf16><<<grid, kIndexerKeyTile, shared, stream>>>(
-      p.q, p.k, p.weights, p.visible_len, p.key_offset, p.out, p.queries, p.heads, p.dim,
-      p.keys);
+      p.q, p.k, p.k_codes, p.k_scales, p.weights, p.visible_len, p.key_offset, p.out, p.queries,
+      p.heads, p.dim, p.keys);
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
     return absl::InternalError(std::string("IndexerScore launch: ") + cudaGetErrorString(err));
   }
@@ -49,8 +50,12 @@ bool SupportsIndexerScore(const IndexerScoreParams& p) {
     return false;
   }
   if (p.queries == 0 || p.keys == 0) return true;
-  return p.q != nullptr && p.k != nullptr && p.weights != nullptr && p.visible_len != nullptr &&
-         p.out != nullptr;
+  // Keys: fp32 rows, or (k null) MXFP4 codes + scales with dim % 32 == 0.
+  const bool fp32_keys = p.k != nullptr && p.k_codes == nullptr && p.k_scales == nullptr;
+  const bool mxfp4_keys = p.k == nullptr && p.k_codes != nullptr && p.k_scales != nullptr &&
+                          p.dim % 32 == 0 && reinterpret_cast<uintptr_t>(p.k_codes) % 4 == 0;
+  return p.q != nullptr && (fp32_keys || mxfp4_keys) && p.weights != nullptr &&
+         p.visible_len != nullptr && p.out != nullptr;
 }
 
 absl::Status IndexerScore(const IndexerScoreParams& p, cudaStream_t stream) {
@@ -58,7 +63,9 @@ absl::Status IndexerScore(const IndexerScoreParams& p, cudaStream_t stream) {
     return absl::InvalidArgumentError(
         "IndexerScore: needs queries >= 0, heads > 0, dim > 0, keys >= 0, shared memory " +
         std::to_string(IndexerScoreSharedBytes(std::max(p.heads, 0), std::max(p.dim, 0))) +
-        " <= " + std::to_string(kHopperMaxSharedBytes) + " bytes and the pointers");
+        " <= " + std::to_string(kHopperMaxSharedBytes) +
+        " bytes and the pointers (keys as fp32 k, or MXFP4 k_codes (4-byte aligned) + "
+        "k_scales with dim % 32 == 0)");
   }
   if (p.queries == 0 || p.keys == 0) return absl::OkStatus();
   return p.round_bf16 ? Launch<true>(p, stream) : Launch<false>(p, stream);

@@ -19,14 +19,19 @@ inline constexpr int kIndexerKeyTile = 128;  // keys per block = threads per blo
 // only the rows below visible_len[s] (the others are never read, so a
 // query's keys need to exist only up to its visible length). A negative
 // key_offset[s] reads nothing and scores that query's visible keys NaN.
+// With k_codes / k_scales (and k null) the keys are MXFP4 (e2m1 codes two a
+// byte, an E8M0 scale per 32; dim % 32 == 0, the codes 4-byte aligned) and
+// the tile holds their exact fp32 values (Mxfp4Value), so the scores equal
+// those of the fp32 keys FakeQuant kMxfp4 gives.
 // Dynamic shared memory: kIndexerKeyTile * (dim + 1) + heads * dim floats.
 template <bool kRoundBf16>
 __global__ void IndexerScoreKernel(const float* __restrict__ q, const float* __restrict__ k,
+                                   const uint8_t* __restrict__ k_codes,
+                                   const uint8_t* __restrict__ k_scales,
                                    const float* __restrict__ weights,
                                    const int64_t* __restrict__ visible_len,
-                                   const int64_t* __restrict__ key_offset,
-                                   float* __restrict__ out, int64_t queries, int heads, int dim,
-                                   int64_t keys) {
+                                   const int64_t* __restrict__ key_offset, float* __restrict__ out,
+                                   int64_t queries, int heads, int dim, int64_t keys) {
   extern __shared__ float shared[];
   float* tile = shared;                                 // [kIndexerKeyTile, dim + 1]
   float* qs = shared + kIndexerKeyTile * (dim + 1);     // [heads, dim]
@@ -34,6 +39,20 @@ __global__ void IndexerScoreKernel(const float* __restrict__ q, const float* __r
   const int rows = static_cast<int>(keys - tile_start < kIndexerKeyTile ? keys - tile_start
                                                                      : kIndexerKeyTile);
   auto load_tile = [&](int64_t first_key, int count) {
+    if (k_codes != nullptr) {  // eight elements (one word of codes) a step
+      const int words = dim / 8;
+      const uint32_t* code_words = reinterpret_cast<const uint32_t*>(k_codes);
+      for (int e = threadIdx.x; e < count * words; e += kIndexerKeyTile) {
+        const int r = e / words, c = (e % words) * 8;
+        const int64_t at = (first_key + r) * dim + c;
+        const uint32_t word = code_words[at / 8];
+        const uint32_t scale = k_scales[at / 32];
+        float* dst = tile + r * (dim + 1) + c;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) dst[j] = Mxfp4Value((word >> (4 * j)) & 0xFu, scale);
+      }
+      return;
+    }
     for (int e = threadIdx.x; e < count * dim; e += kIndexerKeyTile) {
       const int r = e / dim, c = e % dim;
       tile[r * (dim + 1) + c] = k[(first_key + r) * dim + c];

@@ -35,6 +35,7 @@ struct IndexerScoreParams {
   const float* q = nullptr;              // device [queries, heads, dim]
   // device [keys, dim]; with key_offset, a key pool [pool_rows, dim] holding
   // rows key_offset[s] .. key_offset[s] + visible_len[s] - 1 for every s.
+  // Null when the keys come as MXFP4 (k_codes, k_scales).
   const float* k = nullptr;
   const float* weights = nullptr;        // device [queries, heads]
   const int64_t* visible_len = nullptr;  // device [queries], each in [0, keys]
@@ -49,6 +50,14 @@ struct IndexerScoreParams {
   // below visible_len[s] are read. Cannot be checked on the host: a negative
   // key_offset[s] reads nothing and makes that query's visible scores NaN.
   const int64_t* key_offset = nullptr;
+  // The keys in stored form instead of k (the decoder's MXFP4 index-key
+  // pool): device e2m1 codes [rows, dim / 2] (element 2j in the low nibble;
+  // 4-byte aligned) and E8M0 scales [rows, dim / 32], rows as k's; dim % 32
+  // == 0. Each key is scored as its exact fp32 value (the
+  // DequantizeFp4(kE8m0) of the codes), so the scores are bit-identical to
+  // those of k = that dequantized copy.
+  const uint8_t* k_codes = nullptr;
+  const uint8_t* k_scales = nullptr;
 };
 
 // Shared memory one block of the launcher needs: a tile of 128 keys plus the
@@ -59,7 +68,8 @@ size_t IndexerScoreSharedBytes(int heads, int dim);
 // Returns true if the launcher handles `params`: queries >= 0, heads > 0,
 // dim > 0, keys >= 0, IndexerScoreSharedBytes(heads, dim) within the 227 KiB
 // a Hopper block may use (heads * dim <= 41600 at dim 128), and non-null
-// q, k, weights, visible_len and out wherever queries * keys > 0. key_offset
+// q, weights, visible_len, out and the keys (k alone, or k_codes and k_scales
+// with dim % 32 == 0 and k null) wherever queries * keys > 0. key_offset
 // is optional (null = 0); its values live on the device and are not checked.
 bool SupportsIndexerScore(const IndexerScoreParams& params);
 

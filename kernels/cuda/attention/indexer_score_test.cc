@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "kernels/common/numeric_formats.h"
 #include "kernels/cpu/indexer_score.h"
+#include "kernels/cpu/quant.h"
 #include "kernels/cuda/device_buffer.h"
 
 namespace weir::kernels::cuda {
@@ -107,11 +108,16 @@ TEST(IndexerScoreCudaTest, BitIdenticalToTheCpuReference) {
 // query repeats another's offset, and the last query's visible keys end
 // exactly at the pool's end (rows past a query's visible length need not
 // exist: the kernel must not read them).
-void CompareWithOffsets(const Shape& shape, int64_t pool_rows, bool round_bf16, uint32_t seed) {
-  SCOPED_TRACE(::testing::Message() << "key_offset: queries " << shape.queries << " heads "
-                                    << shape.heads << " dim " << shape.dim << " keys "
-                                    << shape.keys << " pool " << pool_rows << " bf16 "
-                                    << round_bf16);
+//
+// With `mxfp4_keys` the pool goes to the device as MXFP4 codes + scales
+// (cpu::QuantizeFp4, block 32, E8M0) and the CPU reference scores their
+// dequantized values.
+void CompareWithOffsets(const Shape& shape, int64_t pool_rows, bool round_bf16, uint32_t seed,
+                        bool mxfp4_keys = false) {
+  SCOPED_TRACE(::testing::Message()
+               << "key_offset: queries " << shape.queries << " heads " << shape.heads << " dim "
+               << shape.dim << " keys " << shape.keys << " pool " << pool_rows << " bf16 "
+               << round_bf16 << " mxfp4 keys " << mxfp4_keys);
   ASSERT_GE(pool_rows, 1);
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -145,16 +151,34 @@ void CompareWithOffsets(const Shape& shape, int64_t pool_rows, bool round_bf16, 
     visible[0] = std::min(shape.keys, pool_rows);
     offset[1] = 0;
   }
+  std::vector<uint8_t> codes(mxfp4_keys ? pool.size() / 2 : 1),
+      scales(mxfp4_keys ? pool.size() / 32 : 1);
+  if (mxfp4_keys) {
+    ASSERT_EQ(shape.dim % 32, 0);
+    ASSERT_TRUE(cpu::QuantizeFp4(pool, 32, cpu::Fp4Scale::kE8m0, codes, scales).ok());
+    ASSERT_TRUE(cpu::DequantizeFp4(codes, scales, 32, cpu::Fp4Scale::kE8m0, pool).ok());
+  }
   DeviceBuffer<float> dq(q), dpool(pool), dweights(weights), dout(shape.queries * shape.keys);
+  DeviceBuffer<uint8_t> dcodes(codes), dscales(scales);
   DeviceBuffer<int64_t> dvisible(visible), doffset(offset);
   dout.Poison();
-  ASSERT_TRUE(IndexerScore({.q = dq.get(), .k = dpool.get(), .weights = dweights.get(),
-                            .visible_len = dvisible.get(), .out = dout.get(),
-                            .queries = shape.queries, .heads = shape.heads, .dim = shape.dim,
-                            .keys = shape.keys, .round_bf16 = round_bf16,
-                            .key_offset = doffset.get()},
-                           nullptr)
-                  .ok());
+  IndexerScoreParams params{.q = dq.get(),
+                            .k = dpool.get(),
+                            .weights = dweights.get(),
+                            .visible_len = dvisible.get(),
+                            .out = dout.get(),
+                            .queries = shape.queries,
+                            .heads = shape.heads,
+                            .dim = shape.dim,
+                            .keys = shape.keys,
+                            .round_bf16 = round_bf16,
+                            .key_offset = doffset.get()};
+  if (mxfp4_keys) {
+    params.k = nullptr;
+    params.k_codes = dcodes.get();
+    params.k_scales = dscales.get();
+  }
+  ASSERT_TRUE(IndexerScore(params, nullptr).ok());
   const std::vector<float> got = dout.Download();
   int64_t mismatches = 0, finite = 0, first = -1;
   std::vector<float> block(shape.keys * shape.dim), want(shape.keys);
@@ -218,6 +242,42 @@ TEST(IndexerScoreCudaTest, PerQueryKeyOffsetsAreBitIdenticalToTheCpuOnEachBlock)
       CompareWithOffsets(c.shape, c.pool_rows, round_bf16, seed++);
     }
   }
+}
+
+// The decoder's stored index keys: MXFP4 codes + E8M0 scales score exactly
+// as their dequantized fp32 values (bit for bit against the CPU on those).
+TEST(IndexerScoreCudaTest, Mxfp4KeysScoreAsTheirDequantizedValues) {
+  struct OffsetCase {
+    Shape shape;
+    int64_t pool_rows;
+  };
+  const OffsetCase cases[] = {
+      {{.queries = 6, .heads = 32, .dim = 128, .keys = 300}, 1000},  // V4.1 indexer shapes
+      {{.queries = 3, .heads = 4, .dim = 32, .keys = 129}, 200},
+      {{.queries = 1, .heads = 2, .dim = 64, .keys = 50}, 50},
+  };
+  uint32_t seed = 90;
+  for (const OffsetCase& c : cases) {
+    for (bool round_bf16 : {false, true}) {
+      CompareWithOffsets(c.shape, c.pool_rows, round_bf16, seed++, /*mxfp4_keys=*/true);
+    }
+  }
+  // dim not a multiple of 32, or both key forms at once: refused.
+  IndexerScoreParams bad{.q = reinterpret_cast<const float*>(256),
+                         .weights = reinterpret_cast<const float*>(256),
+                         .visible_len = reinterpret_cast<const int64_t*>(256),
+                         .out = reinterpret_cast<float*>(256),
+                         .queries = 1,
+                         .heads = 1,
+                         .dim = 48,
+                         .keys = 4,
+                         .k_codes = reinterpret_cast<const uint8_t*>(256),
+                         .k_scales = reinterpret_cast<const uint8_t*>(256)};
+  EXPECT_FALSE(SupportsIndexerScore(bad));
+  bad.dim = 64;
+  EXPECT_TRUE(SupportsIndexerScore(bad));
+  bad.k = reinterpret_cast<const float*>(256);
+  EXPECT_FALSE(SupportsIndexerScore(bad));
 }
 
 // A negative offset cannot be refused on the host: that query reads no keys

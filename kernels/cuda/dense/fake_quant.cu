@@ -65,32 +65,62 @@ absl::Status Fp8ActivationInput(const float* x, float* scratch, int64_t n, bool 
   return absl::OkStatus();
 }
 
-// QuantizeNvfp4Kv: one thread per element, the 16 lanes of a block
-// consecutive; the even lane of each pair writes the byte (its code low).
+// QuantizeNvfp4Kv / QuantizeMxfp4: one thread per element, the kBlock lanes
+// of a block consecutive in one warp; the even lane of each pair writes the
+// byte (its code low), the block's first lane the scale. The scale and the
+// clamped quotient are FakeQuantKernel's, so the codes decode to its values.
 namespace {
 
-__global__ void QuantizeNvfp4KvKernel(const float* __restrict__ x, uint8_t* __restrict__ codes,
-                                      uint8_t* __restrict__ scales, int64_t n) {
+template <bool kE8m0, int kBlock>
+__global__ void QuantizeFp4Kernel(const float* __restrict__ x, uint8_t* __restrict__ codes,
+                                  uint8_t* __restrict__ scales, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const bool active = i < n;
   const float v = active ? x[i] : 0.0f;
   float amax = fabsf(v);
   int nonfinite = isfinite(v) ? 0 : 1;
 #pragma unroll
-  for (int offset = 8; offset > 0; offset /= 2) {
+  for (int offset = kBlock / 2; offset > 0; offset /= 2) {
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
     nonfinite |= __shfl_xor_sync(0xffffffffu, nonfinite, offset);
   }
-  const float floor = 6.0f * 0x1p-9f;
-  const uint8_t scale_code =
-      nonfinite ? uint8_t{0x7F} : FloatToE4m3(__fdiv_rn(fmaxf(amax, floor), 6.0f));
-  const float s = E4m3ToFloat(scale_code);
-  const uint32_t code =
-      nonfinite ? 0u : E2m1Code(fminf(fmaxf(__fdiv_rn(v, s), -6.0f), 6.0f));
+  uint32_t scale_code;
+  float s;
+  if constexpr (kE8m0) {  // a non-finite block: the NaN scale 0xFF, zero codes
+    const float inv6 = static_cast<float>(1.0 / 6.0);
+    const float floor = 6.0f * 0x1p-126f;
+    scale_code = nonfinite ? 0xFFu : Ue8m0CeilCode(__fmul_rn(fmaxf(amax, floor), inv6));
+    s = E8m0ToFloat(scale_code);
+  } else {  // a non-finite block: the NaN scale 0x7F, zero codes
+    const float floor = 6.0f * 0x1p-9f;
+    scale_code = nonfinite ? 0x7Fu : FloatToE4m3(__fdiv_rn(fmaxf(amax, floor), 6.0f));
+    s = E4m3ToFloat(static_cast<uint8_t>(scale_code));
+  }
+  const uint32_t code = nonfinite ? 0u : E2m1Code(fminf(fmaxf(__fdiv_rn(v, s), -6.0f), 6.0f));
   const uint32_t high = __shfl_down_sync(0xffffffffu, code, 1);
   if (!active) return;
   if (i % 2 == 0) codes[i / 2] = static_cast<uint8_t>(code | (high << 4));
-  if (i % 16 == 0) scales[i / 16] = scale_code;
+  if (i % kBlock == 0) scales[i / kBlock] = static_cast<uint8_t>(scale_code);
+}
+
+template <bool kE8m0, int kBlock>
+absl::Status LaunchQuantizeFp4(const float* x, uint8_t* codes, uint8_t* scales, int64_t n,
+                               const char* op, cudaStream_t stream) {
+  const bool ok = n == 0 || (n > 0 && n % kBlock == 0 && x != nullptr && codes != nullptr &&
+                             scales != nullptr && (n + 255) / 256 <= 0x7FFFFFFF);
+  if (!ok) {
+    return absl::InvalidArgumentError(std::string(op) + ": needs n a non-negative multiple of " +
+                                      std::to_string(kBlock) + " and x, codes, scales when n > 0");
+  }
+  if (n == 0) return absl::OkStatus();
+  constexpr int kThreads = 256;
+  QuantizeFp4Kernel<kE8m0, kBlock>
+      <<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, stream>>>(x, codes,
+                                                                                      scales, n);
+  if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
+    return absl::InternalError(std::string(op) + " launch: " + cudaGetErrorString(err));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -101,18 +131,11 @@ bool SupportsQuantizeNvfp4Kv(const QuantizeNvfp4KvParams& p) {
 }
 
 absl::Status QuantizeNvfp4Kv(const QuantizeNvfp4KvParams& p, cudaStream_t stream) {
-  if (!SupportsQuantizeNvfp4Kv(p)) {
-    return absl::InvalidArgumentError(
-        "QuantizeNvfp4Kv: needs n a non-negative multiple of 16 and x, codes, scales when n > 0");
-  }
-  if (p.n == 0) return absl::OkStatus();
-  constexpr int kThreads = 256;
-  QuantizeNvfp4KvKernel<<<static_cast<unsigned>((p.n + kThreads - 1) / kThreads), kThreads, 0,
-                          stream>>>(p.x, p.codes, p.scales, p.n);
-  if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
-    return absl::InternalError(std::string("QuantizeNvfp4Kv launch: ") + cudaGetErrorString(err));
-  }
-  return absl::OkStatus();
+  return LaunchQuantizeFp4<false, 16>(p.x, p.codes, p.scales, p.n, "QuantizeNvfp4Kv", stream);
+}
+
+absl::Status QuantizeMxfp4(const QuantizeMxfp4Params& p, cudaStream_t stream) {
+  return LaunchQuantizeFp4<true, 32>(p.x, p.codes, p.scales, p.n, "QuantizeMxfp4", stream);
 }
 
 }  // namespace weir::kernels::cuda::dense

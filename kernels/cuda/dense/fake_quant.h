@@ -74,6 +74,21 @@ struct QuantizeNvfp4KvParams {
 bool SupportsQuantizeNvfp4Kv(const QuantizeNvfp4KvParams& params);
 absl::Status QuantizeNvfp4Kv(const QuantizeNvfp4KvParams& params, cudaStream_t stream);
 
+// The stored form of MXFP4 activations (kMxfp4: the indexer's keys in the
+// decoder's pool): x [n] -> e2m1 codes packed two per byte (element 2k in the
+// low nibble) [n / 2] and one E8M0 scale per 32 elements [n / 32], as
+// kernels/cpu/quant.h QuantizeFp4(x, 32, Fp4Scale::kE8m0) (a block with a
+// non-finite element gets the NaN scale 0xFF and zero codes), so
+// DequantizeFp4 of the result equals FakeQuant kMxfp4 of x. INVALID_ARGUMENT
+// unless n is a non-negative multiple of 32 with x, codes, scales when n > 0.
+struct QuantizeMxfp4Params {
+  const float* x = nullptr;   // device [n]
+  uint8_t* codes = nullptr;   // device [n / 2]
+  uint8_t* scales = nullptr;  // device [n / 32]
+  int64_t n = 0;              // a multiple of 32
+};
+absl::Status QuantizeMxfp4(const QuantizeMxfp4Params& params, cudaStream_t stream);
+
 }  // namespace weir::kernels::cuda::dense
 
 #endif  // WEIR_KERNELS_CUDA_DENSE_FAKE_QUANT_H_

@@ -127,47 +127,83 @@ TEST(FakeQuantCudaTest, BitIdenticalToTheCpuReference) {
   }
 }
 
-// The stored form of the compressed KV: the CPU's QuantizeFp4 (block 16,
-// E4M3 scales) byte for byte on every finite block; a block with a NaN or an
-// infinity gets the NaN scale (its dequantized values are NaN, as FakeQuant's).
-TEST(FakeQuantCudaTest, QuantizeNvfp4KvIsTheCpuEncoding) {
-  for (int64_t n : {int64_t{16}, int64_t{16} * 37, int64_t{1} << 20}) {
-    const std::vector<float> x = MakeInput(n, 16, static_cast<uint32_t>(n) + 5);
-    std::vector<uint8_t> codes(n / 2), scales(n / 16);
-    ASSERT_TRUE(cpu::QuantizeFp4(x, 16, cpu::Fp4Scale::kE4m3, codes, scales).ok());
-    float* dx;
-    uint8_t *dc, *ds;
-    ASSERT_EQ(cudaMalloc(&dx, n * 4), cudaSuccess);
-    ASSERT_EQ(cudaMalloc(&dc, n / 2), cudaSuccess);
-    ASSERT_EQ(cudaMalloc(&ds, n / 16), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(dx, x.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
-    ASSERT_EQ(cudaMemset(dc, 0xAB, n / 2), cudaSuccess);
-    ASSERT_TRUE(QuantizeNvfp4Kv({.x = dx, .codes = dc, .scales = ds, .n = n}, nullptr).ok());
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    std::vector<uint8_t> got_codes(n / 2), got_scales(n / 16);
-    cudaMemcpy(got_codes.data(), dc, n / 2, cudaMemcpyDeviceToHost);
-    cudaMemcpy(got_scales.data(), ds, n / 16, cudaMemcpyDeviceToHost);
-    cudaFree(dx);
-    cudaFree(dc);
-    cudaFree(ds);
-    int64_t differing = 0, nonfinite_blocks = 0;
-    for (int64_t b = 0; b < n / 16; ++b) {
-      bool finite = true;
-      for (int i = 0; i < 16; ++i) finite = finite && std::isfinite(x[b * 16 + i]);
-      if (!finite) {
-        ++nonfinite_blocks;
-        EXPECT_EQ(got_scales[b], 0x7F) << "block " << b;
-        continue;
+// The stored forms: the compressed KV (QuantizeNvfp4Kv: block 16, E4M3
+// scales) and MXFP4 activations (QuantizeMxfp4: block 32, E8M0 scales) are
+// the CPU's QuantizeFp4 byte for byte on every finite block; a block with a
+// NaN or an infinity gets the format's NaN scale (its dequantized values are
+// NaN, as FakeQuant's).
+struct StoredFp4Case {
+  const char* name;
+  int block;
+  cpu::Fp4Scale scale;
+  uint8_t nan_scale;
+};
+
+TEST(FakeQuantCudaTest, StoredFp4IsTheCpuEncoding) {
+  for (const StoredFp4Case& f : {StoredFp4Case{"nvfp4kv", 16, cpu::Fp4Scale::kE4m3, 0x7F},
+                                 StoredFp4Case{"mxfp4", 32, cpu::Fp4Scale::kE8m0, 0xFF}}) {
+    const int blk = f.block;
+    for (int64_t n : {int64_t{blk}, int64_t{blk} * 37, int64_t{1} << 20}) {
+      const std::vector<float> x = MakeInput(n, blk, static_cast<uint32_t>(n) + 5);
+      std::vector<uint8_t> codes(n / 2), scales(n / blk);
+      ASSERT_TRUE(cpu::QuantizeFp4(x, blk, f.scale, codes, scales).ok());
+      float* dx;
+      uint8_t *dc, *ds;
+      ASSERT_EQ(cudaMalloc(&dx, n * 4), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&dc, n / 2), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&ds, n / blk), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(dx, x.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaMemset(dc, 0xAB, n / 2), cudaSuccess);
+      const absl::Status st =
+          blk == 16 ? QuantizeNvfp4Kv({.x = dx, .codes = dc, .scales = ds, .n = n}, nullptr)
+                    : QuantizeMxfp4({.x = dx, .codes = dc, .scales = ds, .n = n}, nullptr);
+      ASSERT_TRUE(st.ok()) << st;
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<uint8_t> got_codes(n / 2), got_scales(n / blk);
+      cudaMemcpy(got_codes.data(), dc, n / 2, cudaMemcpyDeviceToHost);
+      cudaMemcpy(got_scales.data(), ds, n / blk, cudaMemcpyDeviceToHost);
+      cudaFree(dx);
+      cudaFree(dc);
+      cudaFree(ds);
+      // The device's fake quantization of the same input: the stored form
+      // decodes to it (NaN blocks aside).
+      std::vector<float> fake = x;
+      ASSERT_TRUE(
+          CpuFakeQuant(fake, blk == 16 ? FakeQuantFormat::kNvfp4Kv : FakeQuantFormat::kMxfp4).ok());
+      std::vector<float> decoded(n);
+      ASSERT_TRUE(cpu::DequantizeFp4(got_codes, got_scales, blk, f.scale, decoded).ok());
+      int64_t differing = 0, nonfinite_blocks = 0, value_differing = 0;
+      for (int64_t b = 0; b < n / blk; ++b) {
+        bool finite = true;
+        for (int i = 0; i < blk; ++i) finite = finite && std::isfinite(x[b * blk + i]);
+        if (!finite) {
+          ++nonfinite_blocks;
+          EXPECT_EQ(got_scales[b], f.nan_scale) << f.name << " block " << b;
+          continue;
+        }
+        differing += got_scales[b] != scales[b];
+        for (int i = 0; i < blk / 2; ++i) {
+          differing += got_codes[b * blk / 2 + i] != codes[b * blk / 2 + i];
+        }
+        for (int i = 0; i < blk; ++i) {
+          value_differing += !SameBits(decoded[b * blk + i], fake[b * blk + i]);
+        }
       }
-      differing += got_scales[b] != scales[b];
-      for (int i = 0; i < 8; ++i) differing += got_codes[b * 8 + i] != codes[b * 8 + i];
-    }
-    EXPECT_EQ(differing, 0) << "n " << n;
-    if (n > 16 * 4) {
-      EXPECT_GE(nonfinite_blocks, 3);
+      EXPECT_EQ(differing, 0) << f.name << " n " << n;
+      EXPECT_EQ(value_differing, 0) << f.name << " n " << n;
+      if (n > blk * 4) {
+        EXPECT_GE(nonfinite_blocks, 3) << f.name;
+      }
     }
   }
   EXPECT_EQ(QuantizeNvfp4Kv({.x = nullptr, .n = 16}, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(QuantizeMxfp4({.x = nullptr, .n = 32}, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  auto* p = reinterpret_cast<float*>(256);
+  auto* b = reinterpret_cast<uint8_t*>(256);
+  // 48 is a multiple of NVFP4's 16, not of MXFP4's 32.
+  EXPECT_EQ(QuantizeMxfp4({.x = p, .codes = b, .scales = b, .n = 48}, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
 }
 

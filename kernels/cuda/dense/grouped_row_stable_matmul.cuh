@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/dense/row_stable_matmul.cuh"
+#include "kernels/cuda/rounding.cuh"
 
 namespace weir::kernels::cuda::dense {
 
@@ -19,26 +20,6 @@ __device__ __forceinline__ void GroupRowRange(const int64_t* __restrict__ offset
   e = e < b ? b : (e > rows ? rows : e);
   *begin = b;
   *end = e;
-}
-
-// Returns the fp32 value of MXFP4 element `code` (e2m1 in the low nibble, bit
-// 3 the sign) under E8M0 scale `e`: exactly cpu::DequantizeMxfp4Weight's
-// E2m1ToFloat(code) * E8m0ToFloat(e) (kernels/common/numeric_formats.h). Both
-// factors are built from their bits: e2m1 magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6;
-// 2^(e-127) with e = 0 the fp32 subnormal 2^-127 and e = 0xFF NaN. The one
-// rounded product (__fmul_rn, no flush to zero in this build) is exact except
-// where it overflows to +-Inf (e = 0xFE with |e2m1| >= 2, e = 0xFD with
-// |e2m1| >= 4), as on the CPU; a
-// subnormal result (e <= 1) is exact because every e2m1 value is a multiple
-// of 0.5.
-__device__ __forceinline__ float Mxfp4Value(uint32_t code, uint32_t e) {
-  const uint32_t mag = code & 7u;
-  // mag = 2 * exponent field + mantissa bit; 1 is the subnormal 0.5.
-  uint32_t bits = mag == 0 ? 0u : (mag == 1 ? 126u << 23 : (((mag >> 1) + 126u) << 23) |
-                                                              ((mag & 1u) << 22));
-  bits |= (code & 8u) << 28;
-  const uint32_t scale_bits = e == 0 ? 0x00400000u : (e == 0xFFu ? 0x7fc00000u : e << 23);
-  return __fmul_rn(__uint_as_float(bits), __uint_as_float(scale_bits));
 }
 
 // Weight source of RowStableMatmulTileOf: MXFP4 W [out, in] stored as e2m1
