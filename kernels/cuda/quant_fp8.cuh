@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/grid_dependency.cuh"
+
 namespace weir::kernels::cuda {
 
 // 2^ceil(log2(v)) as an E8M0 code, from the fp32 bits (v > 0, finite).
@@ -18,6 +20,7 @@ __device__ __forceinline__ uint32_t Ue8m0CeilCode(float v) {
 // One warp per block of 32 elements; lane i handles element i.
 __global__ void QuantizeFp8Kernel(const float* __restrict__ x, uint8_t* __restrict__ codes,
                                   uint8_t* __restrict__ scales, int64_t num_blocks) {
+  GridDependencyPrologue();
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (warp >= num_blocks) return;

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "kernels/common/fmath.h"
+#include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/cuda/rounding.cuh"
 
 namespace weir::kernels::cuda {
@@ -16,6 +17,7 @@ namespace weir::kernels::cuda {
 template <int kThreads>
 __global__ void RmsNormKernel(const float* __restrict__ x, const float* __restrict__ weight,
                               float* out, int64_t dim, float eps, bool round_bf16) {
+  GridDependencyPrologue();
   namespace fm = ::weir::kernels::fmath;
   const int64_t row = blockIdx.x;
   const float* xr = x + row * dim;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/cuda/rounding.cuh"
 
 namespace weir::kernels::cuda {
@@ -15,6 +16,7 @@ __global__ void RopeKernel(float* x, const int64_t* __restrict__ positions,
                            const float* __restrict__ cos_sin, int64_t cos_sin_rows,
                            int64_t num_pairs_total, int num_heads, int head_dim, int rope_dim,
                            bool inverse, bool round_bf16) {
+  GridDependencyPrologue();
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= num_pairs_total) return;
   const int half = rope_dim / 2;

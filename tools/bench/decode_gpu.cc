@@ -102,6 +102,9 @@ ABSL_FLAG(
     std::string, expert_tile, "",
     "kFast: the grouped MXFP4 experts' CTA tile (w4m8, w4m8s4, w4m8s3, w4m16s4, w4m32, w8m64; "
     "empty: chosen from the rows per expert; DeviceDecoderOptions::expert_tile).");
+ABSL_FLAG(bool, programmatic, true,
+          "Graphs with programmatic edges between kernels "
+          "(DeviceDecoderOptions::programmatic_launch); false: ordinary edges.");
 ABSL_FLAG(bool, fast_mhc, true,
           "kFast: the mHC coefficients on HcMixSplitK (DeviceDecoderOptions::fast_mhc).");
 ABSL_FLAG(std::string, csv, "",
@@ -223,14 +226,16 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
   std::vector<double> graph_step(batches.size()), exchange_step(batches.size());
   for (const char* mode : {"graph", "nccl1", "eager"}) {
     const bool graphs = mode[0] != 'e', exchange = mode[0] == 'n';
-    weir::model::DeviceDecoderOptions options{.numerics = numerics,
-                                              .fast_mhc = absl::GetFlag(FLAGS_fast_mhc),
-                                              .max_sequences = max_batch,
-                                              .max_positions = prompt + warmup + steps + 8,
-                                              .max_batch = max_batch,
-                                              .use_graphs = graphs,
-                                              .profile = !graphs,
-                                              .expert_tile = absl::GetFlag(FLAGS_expert_tile)};
+    weir::model::DeviceDecoderOptions options{
+        .numerics = numerics,
+        .fast_mhc = absl::GetFlag(FLAGS_fast_mhc),
+        .max_sequences = max_batch,
+        .max_positions = prompt + warmup + steps + 8,
+        .max_batch = max_batch,
+        .use_graphs = graphs,
+        .programmatic_launch = absl::GetFlag(FLAGS_programmatic),
+        .profile = !graphs,
+        .expert_tile = absl::GetFlag(FLAGS_expert_tile)};
     if (exchange) options.communicator = nccl->get();
     auto dd = weir::model::DeviceDecoder::Create(model, precision, options);
     WEIR_CHECK(dd.ok()) << dd.status();
@@ -346,14 +351,15 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
   double fp32_dense = 0;  // dense bytes as the reference holds them (its run, if any)
   for (weir::model::DecodeNumerics numerics : NumericsList()) {
   const auto t0 = Clock::now();
-  auto dd =
-      weir::model::CreateSyntheticDeviceDecoder(c, options_precision(),
-                                                {.numerics = numerics,
-                                                 .fast_mhc = absl::GetFlag(FLAGS_fast_mhc),
-                                                 .max_sequences = max_batch,
-                                                 .max_positions = context + warmup + steps + 8,
-                                                 .max_batch = max_batch,
-                                                 .expert_tile = absl::GetFlag(FLAGS_expert_tile)});
+  auto dd = weir::model::CreateSyntheticDeviceDecoder(
+      c, options_precision(),
+      {.numerics = numerics,
+       .fast_mhc = absl::GetFlag(FLAGS_fast_mhc),
+       .max_sequences = max_batch,
+       .max_positions = context + warmup + steps + 8,
+       .max_batch = max_batch,
+       .programmatic_launch = absl::GetFlag(FLAGS_programmatic),
+       .expert_tile = absl::GetFlag(FLAGS_expert_tile)});
   WEIR_CHECK(dd.ok()) << dd.status();
   std::printf("numerics %s: fast dense layers %d (bf16 %d), reference dense %d, fast MoE layers "
               "%d\n",
@@ -455,6 +461,9 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
                                  ? std::optional<double>(fp32_bytes / bandwidth * 1e3)
                                  : std::nullopt,
             .graph_nodes = static_cast<int64_t>((*dd)->stats().graph_nodes)});
+    std::printf("      graph of batch %d: %lld nodes, %lld programmatic edges\n", batch,
+                static_cast<long long>((*dd)->stats().graph_nodes),
+                static_cast<long long>((*dd)->stats().programmatic_edges));
     for (int b = 0; b < batch; ++b) WEIR_CHECK((*dd)->Release(b).ok());
   }
   if (absl::GetFlag(FLAGS_slice_profile)) {

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "kernels/cpu/quant.h"
+#include "kernels/cuda/programmatic_graph.h"
 #include "worker/model/device_decoder_impl.h"
 
 namespace weir::model {
@@ -501,6 +502,15 @@ absl::StatusOr<std::span<const float>> DeviceDecoder::StepView(std::span<const i
         size_t nodes = 0;
         if (cudaGraphGetNodes(graph, nullptr, &nodes) == cudaSuccess) {
           stats_.graph_nodes = static_cast<int64_t>(nodes);
+        }
+        stats_.programmatic_edges = 0;
+        if (options_.programmatic_launch) {
+          absl::StatusOr<int64_t> edges = kernels::cuda::MakeKernelEdgesProgrammatic(graph);
+          if (!edges.ok()) {
+            cudaGraphDestroy(graph);
+            return edges.status();
+          }
+          stats_.programmatic_edges = *edges;
         }
         cudaGraphExec_t exec = nullptr;
         const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);

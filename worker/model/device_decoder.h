@@ -162,6 +162,11 @@ struct DeviceDecoderOptions {
   int batch_interval = 8;
   // Replay CUDA graphs (false: launch the same kernels eagerly every step).
   bool use_graphs = true;
+  // Graphs: the edges between the project's kernels are programmatic
+  // (kernels/cuda/programmatic_graph.h), so each kernel launches while the
+  // one before it finishes and waits in its prologue; same results, less
+  // time between kernels. False: ordinary edges (benchmarks compare both).
+  bool programmatic_launch = true;
   // Eager steps only (use_graphs false): record CUDA events between the
   // step's sections (embedding, Engram, mHC, attention parts, MoE parts,
   // head) and add their device times to DeviceDecoderStats::section_seconds.
@@ -212,6 +217,7 @@ struct DeviceDecoderStats {
   int64_t graph_captures = 0;
   int64_t graph_launches = 0;
   int64_t graph_nodes = 0;      // nodes (kernels, copies) of the last captured graph
+  int64_t programmatic_edges = 0;  // of its edges, made programmatic
   int64_t eager_steps = 0;
   double host_seconds = 0;      // wall time inside Step
   double device_seconds = 0;    // device time of the steps (events around the graph)

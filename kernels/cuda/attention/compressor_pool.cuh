@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/common/fmath.h"
+#include "kernels/cuda/grid_dependency.cuh"
 
 namespace weir::kernels::cuda {
 
@@ -18,6 +19,7 @@ __global__ void CompressorPoolKernel(const float* __restrict__ kv, const float* 
                                      const float* __restrict__ score_state,
                                      float* __restrict__ out, int64_t start_pos, int64_t dim,
                                      int ratio, int64_t count) {
+  GridDependencyPrologue();
   const int64_t id = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (id >= count * dim) return;
   const int64_t e = id / dim, c = id % dim;
@@ -50,6 +52,7 @@ __global__ void CompressorStateKernel(const float* __restrict__ kv, const float*
                                       float* __restrict__ kv_state,
                                       float* __restrict__ score_state, int64_t start_pos,
                                       int64_t tokens, int64_t dim, int ratio) {
+  GridDependencyPrologue();
   const int64_t id = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (id >= static_cast<int64_t>(ratio) * dim) return;
   const int64_t i = id / dim, c = id % dim;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/cuda/rounding.cuh"
 
 namespace weir::kernels::cuda {
@@ -32,6 +33,7 @@ __global__ void IndexerScoreKernel(const float* __restrict__ q, const float* __r
                                    const int64_t* __restrict__ visible_len,
                                    const int64_t* __restrict__ key_offset, float* __restrict__ out,
                                    int64_t queries, int heads, int dim, int64_t keys) {
+  GridDependencyPrologue();
   extern __shared__ float shared[];
   float* tile = shared;                                 // [kIndexerKeyTile, dim + 1]
   float* qs = shared + kIndexerKeyTile * (dim + 1);     // [heads, dim]

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/common/fmath.h"
+#include "kernels/cuda/grid_dependency.cuh"
 
 namespace weir::kernels::cuda {
 
@@ -21,6 +22,7 @@ __global__ void SparseAttentionKernel(const float* __restrict__ q, const float* 
                                       const int32_t* __restrict__ index, float* __restrict__ out,
                                       int heads, int head_dim, int64_t kv_len, int topk,
                                       float scale) {
+  GridDependencyPrologue();
   constexpr int kWarps = kThreads / 32;
   extern __shared__ float shared[];
   float* z = shared;

@@ -28,6 +28,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/cp_async.cuh"
+#include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/cuda/rounding.cuh"
 
 namespace weir::kernels::cuda {
@@ -182,6 +183,7 @@ __device__ __forceinline__ uint32_t SliceOffset(int row, int chunk) {
 
 __global__ void __launch_bounds__(kThreads, 1)
     SparseDecodeAttentionKernel(const __grid_constant__ KernelArgs a) {
+  GridDependencyPrologue();
   extern __shared__ __align__(128) uint8_t smem[];
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int set = static_cast<int>(threadIdx.x) / (kWarps * 32);

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/grid_dependency.cuh"
+
 namespace weir::kernels::cuda {
 
 inline constexpr int kTopkThreads = 512;
@@ -164,6 +166,7 @@ __global__ void TopkPositionsKernel(const float* __restrict__ scores,
                                     const int64_t* __restrict__ visible_len,
                                     int32_t* __restrict__ out, int64_t width, int k,
                                     int32_t offset) {
+  GridDependencyPrologue();
   __shared__ SelectShared<kThreads> sm;
   const int64_t row = blockIdx.x;
   const float* sc = scores + row * width;
@@ -196,6 +199,7 @@ __global__ void CandidateBlocksKernel(const float* __restrict__ scores,
                                       const int64_t* __restrict__ visible_len,
                                       uint8_t* __restrict__ pool, int64_t width, int topk_blocks,
                                       int block_size) {
+  GridDependencyPrologue();
   __shared__ SelectShared<kThreads> sm;
   const int64_t row = blockIdx.x;
   const float* sc = scores + row * width;

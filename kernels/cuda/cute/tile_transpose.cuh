@@ -4,6 +4,8 @@
 
 #include <cute/tensor.hpp>
 
+#include "kernels/cuda/grid_dependency.cuh"
+
 namespace weir::kernels::cuda {
 
 inline constexpr int kTransposeTile = 32;   // tile edge, elements
@@ -14,6 +16,7 @@ inline constexpr int kTransposeRowsPerPass = 8;  // thread block is 32 x 8
 // of the tile): each reads 4 elements of a tile column-block and writes 4 of
 // the transposed tile. Edge tiles are predicated element by element.
 __global__ void TileTransposeF32Kernel(const float* in, float* out, int rows, int cols) {
+  GridDependencyPrologue();
   using namespace cute;
   auto tile = make_shape(Int<kTransposeTile>{}, Int<kTransposeTile>{});
   // +1 column of padding: the column-wise reads of the second half hit 32

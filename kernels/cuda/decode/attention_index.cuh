@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/grid_dependency.cuh"
+
 namespace weir::kernels::cuda::decode {
 
 // Two's-complement 32-bit sum (defined wrap-around, unlike signed overflow).
@@ -18,6 +20,7 @@ __global__ void AssembleIndexKernel(const int32_t* __restrict__ window,
                                     const int32_t* __restrict__ topk_row_base,
                                     int32_t* __restrict__ out, int64_t rows, int window_width,
                                     int k_width, int32_t window_base, int32_t topk_base) {
+  GridDependencyPrologue();
   const int64_t width = static_cast<int64_t>(window_width) + k_width;
   const int64_t n = rows * width;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -37,6 +40,7 @@ __global__ void AssembleIndexKernel(const int32_t* __restrict__ window,
 }
 
 __global__ void MaskScoresKernel(float* scores, const uint8_t* __restrict__ keep, int64_t n) {
+  GridDependencyPrologue();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {

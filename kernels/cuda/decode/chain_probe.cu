@@ -3,6 +3,7 @@
 #include <string>
 
 #include "kernels/cuda/decode/chain_probe.h"
+#include "kernels/cuda/grid_dependency.cuh"
 
 namespace weir::kernels::cuda::decode {
 namespace {
@@ -12,6 +13,7 @@ __device__ double g_sink;
 
 template <typename T>
 __global__ void ChainProbeKernel(int n, T b) {
+  GridDependencyPrologue();
   T a = b;
   const long long c0 = clock64();
   for (int i = 0; i < n; ++i) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/common/fmath.h"
+#include "kernels/cuda/grid_dependency.cuh"
 
 namespace weir::kernels::cuda::decode {
 
@@ -20,6 +21,7 @@ __global__ void CompressorDecodeKernel(const float* __restrict__ kv,
                                        const int64_t* __restrict__ positions,
                                        float* __restrict__ out, int64_t rows, int64_t dim,
                                        int ratio, int64_t slots) {
+  GridDependencyPrologue();
   namespace fm = ::weir::kernels::fmath;
   const int64_t n = rows * dim;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;

@@ -6,8 +6,9 @@
 #include <cstdint>
 
 #include "kernels/common/row_stable.h"
-#include "kernels/cuda/decode/row_stable_chain.cuh"
 #include "kernels/cuda/cp_async.cuh"
+#include "kernels/cuda/decode/row_stable_chain.cuh"
+#include "kernels/cuda/grid_dependency.cuh"
 
 namespace weir::kernels::cuda::decode {
 
@@ -19,6 +20,7 @@ template <int R>
 __global__ void __launch_bounds__(kDotRowsWarps * 32)
     DotRowsKernel(const float* __restrict__ x, const float* __restrict__ w, float* y,
                   int64_t rows, int64_t out, int64_t k) {
+  GridDependencyPrologue();
   __shared__ float partial[kDotRowsWarps][R];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t j = blockIdx.x;
@@ -71,6 +73,7 @@ __global__ void __launch_bounds__(kDotRowsWarps * 32)
 // (kernels/common/row_stable.h); the quad then combines its lanes.
 __global__ void RowStableDotKernel(const float* __restrict__ x, const float* __restrict__ w,
                                    float* y, int64_t rows, int64_t out, int64_t k) {
+  GridDependencyPrologue();
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t e = t / 4;
   const int l = static_cast<int>(t % 4);
@@ -112,6 +115,7 @@ template <int kRows, int kOuts, int kChunk, int kStages>
 __global__ void __launch_bounds__(kStagedThreads)
     RowStableDotStagedKernel(const float* __restrict__ x, const float* __restrict__ w, float* y,
                              int64_t rows, int64_t out, int64_t k) {
+  GridDependencyPrologue();
   using Shape = StagedShape<kRows, kOuts, kChunk, kStages>;
   extern __shared__ __align__(16) float ring[];  // [stages][x rows, w rows] x pitch
   const int t = threadIdx.x;

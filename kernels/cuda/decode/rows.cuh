@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/cuda/rounding.cuh"
 
 namespace weir::kernels::cuda::decode {
@@ -15,6 +16,7 @@ __global__ void EmbedStreamsKernel(const float* __restrict__ embed,
                                    const int64_t* __restrict__ tokens, float* __restrict__ out,
                                    int32_t* bad_count, int64_t n_tokens, int64_t vocab,
                                    int64_t dim, int copies) {
+  GridDependencyPrologue();
   for (int64_t t = blockIdx.x; t < n_tokens; t += gridDim.x) {
     const int64_t id = tokens[t];
     const bool ok = id >= 0 && id < vocab;
@@ -28,6 +30,7 @@ __global__ void EmbedStreamsKernel(const float* __restrict__ embed,
 }
 
 __global__ void RoundBf16Kernel(float* x, int64_t n) {
+  GridDependencyPrologue();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
@@ -36,6 +39,7 @@ __global__ void RoundBf16Kernel(float* x, int64_t n) {
 }
 
 __global__ void ScaleKernel(float* x, int64_t n, float factor) {
+  GridDependencyPrologue();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
@@ -54,6 +58,7 @@ __device__ __forceinline__ uint64_t MixBits(uint64_t seed, uint64_t i) {
 // Writes x (fp32) or, when x is null, bf16 bits (the same values).
 __global__ void RandomFillKernel(float* x, uint16_t* bits, int64_t n, uint64_t seed,
                                  float scale) {
+  GridDependencyPrologue();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
@@ -72,6 +77,7 @@ __global__ void RandomFillKernel(float* x, uint16_t* bits, int64_t n, uint64_t s
 
 // bits[i] = the bf16 bits of RoundToBf16(x[i]).
 __global__ void ToBf16Kernel(const float* __restrict__ x, uint16_t* __restrict__ bits, int64_t n) {
+  GridDependencyPrologue();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
@@ -80,6 +86,7 @@ __global__ void ToBf16Kernel(const float* __restrict__ x, uint16_t* __restrict__
 }
 
 __global__ void RandomBytesKernel(uint8_t* x, int64_t n, uint64_t seed, uint8_t mask) {
+  GridDependencyPrologue();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
@@ -94,6 +101,7 @@ __global__ void CopyRowsKernel(const float* __restrict__ src, float* __restrict_
                                const int32_t* __restrict__ dst_rows, int64_t rows, int64_t width,
                                int64_t src_stride, int64_t dst_stride, int64_t src_capacity,
                                int64_t dst_capacity) {
+  GridDependencyPrologue();
   for (int64_t i = blockIdx.x; i < rows; i += gridDim.x) {
     const int64_t s = src_rows != nullptr ? src_rows[i] : i;
     const int64_t d = dst_rows != nullptr ? dst_rows[i] : i;
@@ -108,6 +116,7 @@ __global__ void CopyRowsKernel(const float* __restrict__ src, float* __restrict_
 // Grid-stride over dst elements [b, a, width].
 __global__ void SwapAxesKernel(const float* __restrict__ src, float* __restrict__ dst, int64_t a,
                                int64_t b, int64_t width) {
+  GridDependencyPrologue();
   const int64_t n = a * b * width;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
@@ -126,6 +135,7 @@ constexpr int64_t kSwapChunk = 1024;
 // element-wise kernel above divides 64-bit indices per element).
 __global__ void SwapAxesRowsKernel(const float* __restrict__ src, float* __restrict__ dst,
                                    int64_t a, int64_t b, int64_t width) {
+  GridDependencyPrologue();
   const int64_t q = blockIdx.x;
   const int64_t i = q % a, j = q / a;
   const float* s = src + (i * b + j) * width;
@@ -138,6 +148,7 @@ __global__ void SwapAxesRowsKernel(const float* __restrict__ src, float* __restr
 // channel: fp32 adds k ascending from +0, then one divide. No FMA involved.
 __global__ void StreamMeanKernel(const float* __restrict__ x, float* __restrict__ out,
                                  int64_t tokens, int64_t dim, int copies, int64_t out_stride) {
+  GridDependencyPrologue();
   const int64_t n = tokens * dim;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const float divisor = static_cast<float>(copies);

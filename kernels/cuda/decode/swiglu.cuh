@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/common/fmath.h"
+#include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/cuda/rounding.cuh"
 
 namespace weir::kernels::cuda::decode {
@@ -16,6 +17,7 @@ template <bool kRoundBf16>
 __global__ void SwigluKernel(const float* gate, const float* up,
                              const float* __restrict__ route_weight, float* out, int64_t rows,
                              int64_t inter, float limit) {
+  GridDependencyPrologue();
   namespace fm = ::weir::kernels::fmath;
   const int64_t n = rows * inter;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;

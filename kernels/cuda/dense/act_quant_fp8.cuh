@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/dense/fake_quant.cuh"
+#include "kernels/cuda/grid_dependency.cuh"
 
 namespace weir::kernels::cuda::dense {
 
@@ -50,6 +51,7 @@ __device__ __forceinline__ void LoadEight(const void* x, int64_t first, float (&
 template <bool kBf16>
 __global__ void ActQuantFp8Kernel(const void* __restrict__ x, uint8_t* __restrict__ codes,
                                   uint8_t* __restrict__ scales, int64_t num_threads) {
+  GridDependencyPrologue();
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const bool active = t < num_threads;
   float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};

@@ -19,6 +19,7 @@
 #include "kernels/cuda/dense/bf16_gemm_params.h"
 #include "kernels/cuda/dense/fp8_block_gemm_params.h"
 #include "kernels/cuda/dense/fp8_mma_sm90.cuh"
+#include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/cuda/rounding.cuh"
 
 namespace weir::kernels::cuda::dense {
@@ -47,6 +48,7 @@ __device__ __forceinline__ void MmaBf16(const uint32_t (&a)[4], uint32_t b0, uin
 template <int kBn, int kBm, int kWarpsN, int kWarpsM, int kStages>
 __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
     Bf16GemmKernel(const __grid_constant__ KernelArgs args) {
+  GridDependencyPrologue();
   using fp8_gemm::CpAsync16;
   using fp8_gemm::CpAsyncCommit;
   using fp8_gemm::CpAsyncWait;

@@ -4,6 +4,7 @@
 
 #include "kernels/cuda/dense/fake_quant.cuh"
 #include "kernels/cuda/dense/fake_quant.h"
+#include "kernels/cuda/grid_dependency.cuh"
 
 namespace weir::kernels::cuda::dense {
 
@@ -74,6 +75,7 @@ namespace {
 template <bool kE8m0, int kBlock>
 __global__ void QuantizeFp4Kernel(const float* __restrict__ x, uint8_t* __restrict__ codes,
                                   uint8_t* __restrict__ scales, int64_t n) {
+  GridDependencyPrologue();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const bool active = i < n;
   const float v = active ? x[i] : 0.0f;

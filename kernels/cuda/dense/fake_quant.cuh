@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/cuda/rounding.cuh"
 
 namespace weir::kernels::cuda::dense {
@@ -45,6 +46,7 @@ enum class DeviceFakeQuantFormat { kFp8, kMxfp4, kNvfp4Kv };
 // the block's lanes. n is a multiple of kBlock.
 template <DeviceFakeQuantFormat kFormat, int kBlock>
 __global__ void FakeQuantKernel(const float* x, float* out, int64_t n) {
+  GridDependencyPrologue();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const bool active = i < n;
   const float v = active ? x[i] : 0.0f;

@@ -19,6 +19,7 @@
 
 #include "kernels/cuda/dense/fp8_block_gemm_params.h"
 #include "kernels/cuda/dense/fp8_mma_sm90.cuh"
+#include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/cuda/rounding.cuh"
 
 namespace weir::kernels::cuda::dense {
@@ -49,6 +50,7 @@ struct KernelArgs {
 template <int kBn, int kBm, int kWarpsN, int kWarpsM, int kStages, bool kAsyncScales>
 __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
     Fp8BlockGemmKernel(const __grid_constant__ KernelArgs grouped) {
+  GridDependencyPrologue();
   // This CTA's group: the same product over advanced pointers.
   KernelArgs args = grouped;
   const int split = static_cast<int>(blockIdx.z % grouped.splits);
@@ -369,6 +371,7 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
 // per output element of a group).
 __global__ void Fp8SplitReduceKernel(const float* __restrict__ partial, void* y, int64_t mn,
                                      int splits, int64_t y_stride, bool bf16_out, bool round_f32) {
+  GridDependencyPrologue();
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= mn) return;
   const int64_t g = blockIdx.y;

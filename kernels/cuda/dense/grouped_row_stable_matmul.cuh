@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/dense/row_stable_matmul.cuh"
+#include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/cuda/rounding.cuh"
 
 namespace weir::kernels::cuda::dense {
@@ -84,6 +85,7 @@ __global__ void __launch_bounds__(kThreads)
     RowStableGroupedMatmulKernel(const float* __restrict__ x,
                                  const int64_t* __restrict__ offsets, GroupWeights weights,
                                  float* __restrict__ y, int64_t rows, int64_t out, int64_t in) {
+  GridDependencyPrologue();
   constexpr int kBm = kRowGroups * kTm;
   constexpr int kBn = kThreads / 4 / kRowGroups * kTn;
   const int g = static_cast<int>(blockIdx.z);

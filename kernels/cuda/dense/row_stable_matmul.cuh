@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/common/row_stable.h"
+#include "kernels/cuda/grid_dependency.cuh"
 
 namespace weir::kernels::cuda::dense {
 
@@ -159,6 +160,7 @@ template <int kThreads, int kRowGroups, int kTm, int kTn, int kBk>
 __global__ void __launch_bounds__(kThreads)
     RowStableMatmulKernel(const float* __restrict__ x, const float* __restrict__ w,
                           float* __restrict__ y, int64_t rows, int64_t out, int64_t in) {
+  GridDependencyPrologue();
   constexpr int kBm = kRowGroups * kTm;
   constexpr int kBn = kThreads / 4 / kRowGroups * kTn;
   RowStableMatmulTile<kThreads, kRowGroups, kTm, kTn, kBk>(
@@ -174,6 +176,7 @@ template <int kBk>
 __global__ void __launch_bounds__(256)
     RowStableMatmulTiledKernel(const float* __restrict__ x, const float* __restrict__ w,
                                float* __restrict__ y, int64_t rows, int64_t out, int64_t in) {
+  GridDependencyPrologue();
   constexpr int kThreads = 256;
   constexpr int kTile = 64;
   constexpr int kStride = kBk + 4;  // 16-byte rows, 8 consecutive rows on distinct banks

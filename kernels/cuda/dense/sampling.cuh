@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/grid_dependency.cuh"
+
 namespace weir::kernels::cuda::dense {
 
 // A 64-bit key whose unsigned order is the CPU's candidate order: value
@@ -60,6 +62,7 @@ template <int kThreads>
 __global__ void __launch_bounds__(kThreads)
     ArgmaxKernel(const float* __restrict__ logits, int64_t vocab, int32_t* __restrict__ ids,
                  float* __restrict__ values) {
+  GridDependencyPrologue();
   __shared__ uint64_t scratch[kThreads / 32];
   const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
   uint64_t best = 0;
@@ -92,6 +95,7 @@ template <int kThreads, int kMaxK>
 __global__ void __launch_bounds__(kThreads)
     TopKKernel(const float* __restrict__ logits, int64_t vocab, int k,
                float* __restrict__ values, int32_t* __restrict__ ids) {
+  GridDependencyPrologue();
   __shared__ uint32_t hist[256];
   __shared__ uint64_t selected[kMaxK];
   __shared__ uint64_t prefix, mask;
@@ -165,6 +169,7 @@ template <int kThreads>
 __global__ void __launch_bounds__(kThreads)
     LogSumExpKernel(const float* __restrict__ logits, const float* __restrict__ temperature,
                     int64_t vocab, float* __restrict__ max_out, double* __restrict__ sum_out) {
+  GridDependencyPrologue();
   __shared__ uint64_t key_scratch[kThreads / 32];
   __shared__ double sum_scratch[kThreads / 32];
   const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;

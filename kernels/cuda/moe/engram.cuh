@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/cuda/moe/numerics.cuh"
 
 namespace weir::kernels::cuda::moe {
@@ -15,6 +16,7 @@ __global__ void EngramLookupKernel(const uint8_t* __restrict__ table,
                                    const int64_t* __restrict__ ids, float* __restrict__ out,
                                    int32_t* bad_count, int64_t table_rows, int64_t dim,
                                    int64_t num_ids) {
+  GridDependencyPrologue();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= num_ids * dim) return;
   const int64_t row = ids[i / dim], c = i % dim;
@@ -35,6 +37,7 @@ __global__ void EngramGateKernel(float* x, const float* __restrict__ key,
                                  const float* __restrict__ value, const float* __restrict__ weight,
                                  const uint8_t* __restrict__ token_mask, int n, int64_t dim,
                                  float eps, float inv_sqrt_dim, bool round_bf16) {
+  GridDependencyPrologue();
   namespace fm = ::weir::kernels::fmath;
   __shared__ float s_gate;
   const int64_t tk = blockIdx.x, t = tk / n, k = tk % n;

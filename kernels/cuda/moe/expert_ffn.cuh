@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/cuda/moe/numerics.cuh"
 
 namespace weir::kernels::cuda::moe {
@@ -53,6 +54,7 @@ __device__ __forceinline__ float SwigluOut(float g, float u, float rw, bool has_
 // tx + 16j (i, j < 4) of the tile.
 template <bool kSwiglu>
 __global__ void __launch_bounds__(kFfnThreads) GroupedGemmKernel(GroupedGemmArgs p) {
+  GridDependencyPrologue();
   __shared__ float s_a[kFfnTileK][kFfnTileM + 1];
   __shared__ float s_b1[kFfnTileK][kFfnTileN + 1];
   __shared__ float s_b3[kSwiglu ? kFfnTileK : 1][kFfnTileN + 1];

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/cuda/moe/hc_sinkhorn.cuh"
 
 namespace weir::kernels::cuda::moe {
@@ -21,6 +22,7 @@ template <int kN>
 __global__ void __launch_bounds__(kHcSplitThreads)
     HcMixSplitKernel(HcMixKernelArgs a, int64_t tokens, float* __restrict__ partials,
                      uint32_t* __restrict__ counters) {
+  GridDependencyPrologue();
   constexpr int kMix = (2 + kN) * kN;
   constexpr int kVals = kMix + 1;  // the mixes, then sum v^2
   constexpr int kR = kHcSplitTokens;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/cuda/moe/hc_sinkhorn.cuh"
 #include "kernels/cuda/moe/numerics.cuh"
 
@@ -19,6 +20,7 @@ namespace weir::kernels::cuda::moe {
 // products, bit-identical to HcMixFromProducts.
 template <int kThreads>
 __global__ void HcMixKernel(HcMixKernelArgs a) {
+  GridDependencyPrologue();
   namespace fm = ::weir::kernels::fmath;
   constexpr int kWarps = kThreads / 32;
   __shared__ float s_mix[(2 + kHcMaxN) * kHcMaxN];
@@ -66,6 +68,7 @@ __global__ void HcMixKernel(HcMixKernelArgs a) {
 __global__ void HcCollapseKernel(const float* __restrict__ x, const float* __restrict__ pre,
                                  float* __restrict__ out, int64_t tokens, int64_t dim, int n,
                                  bool round_bf16) {
+  GridDependencyPrologue();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= tokens * dim) return;
   const int64_t t = i / dim, c = i % dim;
@@ -79,6 +82,7 @@ __global__ void HcExpandKernel(const float* __restrict__ x, const float* __restr
                                const float* __restrict__ post, const float* __restrict__ comb,
                                float* __restrict__ out, int64_t tokens, int64_t dim, int n,
                                bool round_bf16) {
+  GridDependencyPrologue();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= tokens * n * dim) return;
   const int64_t c = i % dim, tk = i / dim, t = tk / n, k = tk % n;

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/grid_dependency.cuh"
+
 namespace weir::kernels::cuda::moe {
 
 inline constexpr int kDispatchThreads = 256;
@@ -18,6 +20,7 @@ __global__ void __launch_bounds__(kDispatchThreads)
                        float* __restrict__ send_x, int32_t* __restrict__ send_slot,
                        float* __restrict__ send_weight, int32_t* __restrict__ return_row,
                        int64_t tokens, int64_t dim, int topk, int world, int slots_per_rank) {
+  GridDependencyPrologue();
   __shared__ int s_needed[kDispatchMaxPairs];  // per peer: 1 if some pair of t goes there
   const int64_t t = blockIdx.x;
   const bool valid = valid_tokens == nullptr || t < *valid_tokens;
@@ -57,6 +60,7 @@ __global__ void __launch_bounds__(kLoadThreads)
                          unsigned long long* __restrict__ routed,
                          unsigned long long* __restrict__ served, int64_t tokens, int topk,
                          int num_experts, int num_groups) {
+  GridDependencyPrologue();
   __shared__ unsigned long long s_counted;
   if (threadIdx.x == 0) s_counted = 0;
   __syncthreads();

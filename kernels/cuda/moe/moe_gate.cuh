@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/cuda/moe/numerics.cuh"
 
 namespace weir::kernels::cuda::moe {
@@ -44,6 +45,7 @@ struct GateKernelArgs {
 template <int kWarps>
 __global__ void MoeGateLogitsKernel(const float* x, const float* weight, float* logits,
                                     int64_t dim, int num_e, int64_t pairs) {
+  GridDependencyPrologue();
   const int64_t pair = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (pair >= pairs) return;  // whole warps leave together
   const int64_t token = pair / num_e;
@@ -59,6 +61,7 @@ __global__ void MoeGateLogitsKernel(const float* x, const float* weight, float* 
 // top-k is k rounds of a block-wide argmax under Precedes.
 template <int kThreads>
 __global__ void MoeGateKernel(GateKernelArgs a) {
+  GridDependencyPrologue();
   constexpr int kWarps = kThreads / 32;
   __shared__ float s_score[kGateMaxExperts];
   __shared__ float s_biased[kGateMaxExperts];
@@ -177,6 +180,7 @@ __global__ void ExpertSlotsKernel(const int32_t* __restrict__ indices,
                                   const int32_t* __restrict__ replica_slots,
                                   int32_t* __restrict__ slots, int32_t* bad_count, int64_t pairs,
                                   int topk, int num_logical, int rank) {
+  GridDependencyPrologue();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= pairs) return;
   const int32_t e = indices[i];

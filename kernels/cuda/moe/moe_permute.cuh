@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/cuda/moe/numerics.cuh"
 
 namespace weir::kernels::cuda::moe {
@@ -18,6 +19,7 @@ inline constexpr int kCombineMaxTopk = 64;
 __global__ void __launch_bounds__(kGroupThreads)
     GroupRowsKernel(const int32_t* __restrict__ groups, int64_t pairs, int num_groups,
                     int64_t* __restrict__ offsets, int32_t* __restrict__ pair_row) {
+  GridDependencyPrologue();
   __shared__ int32_t s_chunk[kGroupThreads];
   __shared__ int64_t s_start[kGroupThreads];
   const int g = threadIdx.x;
@@ -71,6 +73,7 @@ __global__ void GatherRowsKernel(const float* __restrict__ x,
                                  const int32_t* __restrict__ pair_row,
                                  float* __restrict__ x_grouped, float* __restrict__ weight_grouped,
                                  int64_t dim, int topk) {
+  GridDependencyPrologue();
   const int64_t pair = blockIdx.x;
   const int32_t row = pair_row[pair];
   if (row < 0) return;
@@ -91,6 +94,7 @@ __global__ void CombineKernel(const float* __restrict__ y_grouped,
                               const int32_t* __restrict__ experts,
                               const float* __restrict__ shared, float* __restrict__ out,
                               int64_t dim, int topk, bool round_bf16) {
+  GridDependencyPrologue();
   __shared__ int32_t s_row[kCombineMaxTopk];
   __shared__ int32_t s_key[kCombineMaxTopk];
   __shared__ int s_n;

@@ -27,6 +27,7 @@
 #include "kernels/cuda/dense/fake_quant.cuh"
 #include "kernels/cuda/dense/fp8_block_gemm_params.h"
 #include "kernels/cuda/dense/fp8_mma_sm90.cuh"
+#include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/cuda/moe/expert_ffn.cuh"
 #include "kernels/cuda/moe/mxfp4_grouped_gemm_params.h"
 
@@ -84,6 +85,7 @@ __device__ __forceinline__ bool Usable(const uint8_t* codes, const uint8_t* scal
 template <int kWarps, int kBm, int kStages, bool kGated>
 __global__ void __launch_bounds__(kWarps * 32)
     Mxfp4GroupedKernel(const __grid_constant__ KernelArgs args) {
+  GridDependencyPrologue();
   constexpr int kThreads = kWarps * 32;
   constexpr int kNi = kBm / 8;
   constexpr int kWRows = 16 * kWarps;
