@@ -274,6 +274,9 @@ template <typename T, typename Term>
 __device__ inline T WarpLaneSum(int64_t n, Term term) {
   const int lane = static_cast<int>(threadIdx.x % kLanes);
   T acc = T(0);
+  // Unrolled so the terms' loads of several steps are in flight before their
+  // additions (which stay in order: the same sum).
+#pragma unroll 8
   for (int64_t i = lane; i < n; i += kLanes) acc = Add(acc, term(i));
   for (int off = kLanes / 2; off > 0; off /= 2) {
     acc = Add(acc, __shfl_xor_sync(0xffffffffu, acc, off));

@@ -18,8 +18,16 @@ absl::Status RmsNorm(const RmsNormParams& p, cudaStream_t stream) {
         "RmsNorm: needs rows > 0, dim > 0 and a multiple of 4, x and out, eps >= 0");
   }
   constexpr int kThreads = 256;
-  RmsNormKernel<kThreads><<<static_cast<unsigned>(p.rows), kThreads, 0, stream>>>(
-      p.x, p.weight, p.out, p.dim, p.eps, p.round_bf16);
+  // Rows up to 48 KiB (the default dynamic shared memory) are staged.
+  const int64_t row_bytes = p.dim * static_cast<int64_t>(sizeof(float));
+  if (row_bytes <= 48 * 1024) {
+    RmsNormKernel<kThreads, true>
+        <<<static_cast<unsigned>(p.rows), kThreads, static_cast<size_t>(row_bytes), stream>>>(
+            p.x, p.weight, p.out, p.dim, p.eps, p.round_bf16);
+  } else {
+    RmsNormKernel<kThreads, false><<<static_cast<unsigned>(p.rows), kThreads, 0, stream>>>(
+        p.x, p.weight, p.out, p.dim, p.eps, p.round_bf16);
+  }
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
     return absl::InternalError(std::string("RmsNorm launch: ") + cudaGetErrorString(err));
   }

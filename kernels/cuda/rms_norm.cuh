@@ -14,19 +14,32 @@ namespace weir::kernels::cuda {
 // fixed LaneSum order of kernels/common/fmath.h (the CPU kernel's order);
 // then every thread scales its float4s. Bit-identical to kernels/cpu RmsNorm
 // (with round_bf16: to it followed by RoundToBf16).
-template <int kThreads>
+//
+// kStaged (dim * 4 bytes of dynamic shared memory): every thread first
+// copies its float4s of the row into shared memory, so the warp's chain of
+// additions reads shared memory instead of waiting on a global load per
+// term, and the scaling reads the staged copy; the order of the sum, and so
+// the bits, are the same.
+template <int kThreads, bool kStaged>
 __global__ void RmsNormKernel(const float* __restrict__ x, const float* __restrict__ weight,
                               float* out, int64_t dim, float eps, bool round_bf16) {
   GridDependencyPrologue();
   namespace fm = ::weir::kernels::fmath;
+  extern __shared__ float4 staged[];
   const int64_t row = blockIdx.x;
   const float* xr = x + row * dim;
   const float4* in4 = reinterpret_cast<const float4*>(xr);
   const int64_t n4 = dim / 4;
+  if constexpr (kStaged) {
+    for (int64_t i = threadIdx.x; i < n4; i += kThreads) staged[i] = in4[i];
+    __syncthreads();
+  }
+  const float* src = kStaged ? reinterpret_cast<const float*>(staged) : xr;
+  const float4* src4 = kStaged ? staged : in4;
   __shared__ float inv_rms;
   if (threadIdx.x < 32) {
     const double total = fm::WarpLaneSum<double>(dim, [&](int64_t i) {
-      const double v = xr[i];
+      const double v = src[i];
       return fm::DMul(v, v);
     });
     if (threadIdx.x == 0) {
@@ -38,7 +51,7 @@ __global__ void RmsNormKernel(const float* __restrict__ x, const float* __restri
   float4* out4 = reinterpret_cast<float4*>(out + row * dim);
   const float4* w4 = reinterpret_cast<const float4*>(weight);
   for (int64_t i = threadIdx.x; i < n4; i += kThreads) {
-    float4 v = in4[i];
+    float4 v = src4[i];
     const float4 w = weight != nullptr ? w4[i] : make_float4(1.f, 1.f, 1.f, 1.f);
     v.x = __fmul_rn(w.x, __fmul_rn(v.x, inv_rms));
     v.y = __fmul_rn(w.y, __fmul_rn(v.y, inv_rms));

@@ -359,6 +359,11 @@ struct DeviceDecoder::Impl {
   // shape; below kSplitFloatsPerRow per batch row by construction).
   float* split = nullptr;
   int64_t split_count = 0;
+  // Split-K products sum their partials in their last split (no second
+  // kernel) with one counter per output tile (Fp8GemmSplitCounters).
+  static constexpr int64_t kSplitCounters = int64_t{1} << 16;
+  uint32_t* split_counters = nullptr;
+  int64_t split_counter_count = 0;
   // kFast with fast_mhc: HcMixSplitK's partials and group counters (zeroed
   // once at planning; every launch leaves them zero).
   float* hc_partials = nullptr;
@@ -570,6 +575,8 @@ struct DeviceDecoder::Impl {
     p.k_splits = dense::ChooseFp8GemmSplits(p.n, p.k, split_groups > 0 ? split_groups : p.groups);
     if (p.k_splits > 1) {
       p.split_scratch = split;
+      p.split_counters = split_counters;
+      p.split_counter_count = split_counter_count;
       if (dense::Fp8GemmSplitScratchFloats(p) > split_count) {
         return absl::InternalError(absl::StrCat(
             "DeviceDecoder: split-K partials of ", dense::Fp8GemmSplitScratchFloats(p),

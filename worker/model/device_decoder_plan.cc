@@ -219,6 +219,10 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
     xb = r.Alloc<uint16_t>(xb_count);
     split_count = bc * kSplitFloatsPerRow;
     split = r.Alloc<float>(split_count);
+    // Zeroed once; each split product leaves its counters zero again.
+    split_counter_count = kSplitCounters;
+    split_counters = const_cast<uint32_t*>(
+        r.Put(std::vector<uint32_t>(static_cast<size_t>(split_counter_count), 0u)));
     if (options.fast_mhc) {
       hc_partials = r.Alloc<float>(kc::HcMixSplitPartialFloats(bc, static_cast<int>(n), d));
       hc_counters = const_cast<uint32_t*>(

@@ -88,6 +88,14 @@ int64_t Fp8GemmSplitScratchFloats(const Fp8BlockGemmParams& p) {
   return int64_t{p.groups} * p.k_splits * p.m * p.n;
 }
 
+int64_t Fp8GemmSplitCounters(const Fp8BlockGemmParams& p) {
+  if (p.k_splits <= 1) return 0;
+  const Fp8GemmTile tile = p.tile == Fp8GemmTile::kAuto ? ChooseFp8GemmTile(p.m, p.n) : p.tile;
+  const Fp8GemmTileShape shape = ShapeOfFp8GemmTile(tile);
+  return (p.n + shape.block_n - 1) / shape.block_n * ((p.m + shape.block_m - 1) / shape.block_m) *
+         p.groups;
+}
+
 int ChooseFp8GemmSplits(int64_t n, int64_t k, int groups) {
   if (n <= 0 || k <= 0 || groups <= 0) return 1;
   const int64_t ctas = (n + 31) / 32 * groups;

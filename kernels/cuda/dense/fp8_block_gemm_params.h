@@ -132,7 +132,19 @@ struct Fp8BlockGemmParams {
   // bits still depend on nothing but its X row and W. 1 = no split.
   int k_splits = 1;
   float* split_scratch = nullptr;
+  // With k_splits > 1: zero-filled device counters, at least one per output
+  // tile and group (Fp8GemmSplitCounters), so the last split to finish a tile
+  // sums the partials in the same order without the second kernel; every
+  // call leaves them zero again (calls that share them must not overlap:
+  // one stream). Null, or too few: the second kernel sums.
+  uint32_t* split_counters = nullptr;
+  int64_t split_counter_count = 0;
 };
+
+// Counters a split call with `p`'s shape and its tile (kAuto: the chosen
+// one) needs: ceil(n / tile n) x ceil(m / tile m) x groups (0 without a
+// split).
+int64_t Fp8GemmSplitCounters(const Fp8BlockGemmParams& p);
 
 // Floats of split_scratch a call with `p`'s shape needs: groups x k_splits x
 // m x n (0 without a split).

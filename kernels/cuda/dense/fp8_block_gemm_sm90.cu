@@ -19,7 +19,7 @@ template <int kBn, int kBm, int kWarpsN, int kWarpsM, int kStages>
 absl::Status LaunchTile(const Fp8BlockGemmParams& p, const Fp8GemmTileShape& shape,
                         cudaStream_t stream) {
   const int64_t n_groups = (p.n + 31) / 32;
-  const fp8_gemm::KernelArgs args{
+  fp8_gemm::KernelArgs args{
       p.x,
       p.x_scales,
       p.w,
@@ -36,16 +36,22 @@ absl::Status LaunchTile(const Fp8BlockGemmParams& p, const Fp8GemmTileShape& sha
       p.w_scales_group_stride != 0 ? p.w_scales_group_stride : n_groups * (p.k / 32),
       p.y_group_stride != 0 ? p.y_group_stride : p.m * p.n,
       p.k_splits,
-      p.split_scratch};
+      p.split_scratch,
+      nullptr};
   const dim3 grid(static_cast<unsigned>((p.n + kBn - 1) / kBn),
                   static_cast<unsigned>((p.m + kBm - 1) / kBm),
                   static_cast<unsigned>(p.groups * p.k_splits));
+  // The last split of each tile sums the partials when there are counters
+  // for every tile; else the second kernel does.
+  const bool fused_reduce = p.k_splits > 1 && p.split_counters != nullptr &&
+                            p.split_counter_count >= int64_t{grid.x} * grid.y * p.groups;
+  if (fused_reduce) args.counters = p.split_counters;
   const int threads = kWarpsN * kWarpsM * 32;
   const int smem = static_cast<int>(Fp8GemmSharedBytes(shape));
   auto launch = [&](auto kernel) -> absl::Status {
     if (absl::Status s = AllowSharedBytes(kernel, smem, "Fp8BlockGemm"); !s.ok()) return s;
     kernel<<<grid, threads, smem, stream>>>(args);
-    if (p.k_splits > 1) {
+    if (p.k_splits > 1 && !fused_reduce) {
       constexpr int kReduceThreads = 256;
       const int64_t mn = p.m * p.n;
       fp8_gemm::Fp8SplitReduceKernel<<<dim3(static_cast<unsigned>((mn + kReduceThreads - 1) /

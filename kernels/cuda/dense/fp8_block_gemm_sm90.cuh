@@ -40,7 +40,21 @@ struct KernelArgs {
   // writes its fp32 partial to partial [groups][splits][m][n] instead of y.
   int splits;
   float* partial;
+  // Split-K without a second kernel: one zeroed counter per (group, M tile,
+  // N tile) (the grid's x, y and group); the split CTA that counts last sums
+  // the tile's partials in split order into y and zeroes the counter again.
+  // Null: Fp8SplitReduceKernel does the sum.
+  uint32_t* counters;
 };
+
+// Writes element `at` of this group's y: bf16, fp32, or fp32 rounded to bf16.
+__device__ __forceinline__ void StoreY(const KernelArgs& args, int64_t at, float v) {
+  if (args.bf16_out) {
+    static_cast<__nv_bfloat16*>(args.y)[at] = __float2bfloat16_rn(v);
+  } else {
+    static_cast<float*>(args.y)[at] = args.round_f32 ? RoundToBf16(v) : v;
+  }
+}
 
 // kBn x kBm tile of Y^T per CTA; warp tile (kBn / kWarpsN) x (kBm / kWarpsM).
 // kAsyncScales (k % 128 == 0, scale pointers 4-byte aligned): a stage's 4
@@ -54,8 +68,9 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
   // This CTA's group: the same product over advanced pointers.
   KernelArgs args = grouped;
   const int split = static_cast<int>(blockIdx.z % grouped.splits);
+  const int64_t group = blockIdx.z / grouped.splits;
   {
-    const int64_t g = blockIdx.z / grouped.splits;
+    const int64_t g = group;
     if (grouped.splits > 1) {
       args.partial = grouped.partial + (g * grouped.splits + split) * grouped.m * grouped.n;
     }
@@ -354,15 +369,36 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
         if (gn < args.n && gm < args.m) {
           if (args.splits > 1) {
             args.partial[gm * args.n + gn] = acc[mi][ni][r];
-          } else if (args.bf16_out) {
-            static_cast<__nv_bfloat16*>(args.y)[gm * args.n + gn] =
-                __float2bfloat16_rn(acc[mi][ni][r]);
           } else {
-            const float v = acc[mi][ni][r];
-            static_cast<float*>(args.y)[gm * args.n + gn] = args.round_f32 ? RoundToBf16(v) : v;
+            StoreY(args, gm * args.n + gn, acc[mi][ni][r]);
           }
         }
       }
+    }
+  }
+  if (args.splits > 1 && args.counters != nullptr) {
+    // Publish this split's partial, then count it; the last split of the
+    // tile reads every split's partial (from L2: other CTAs wrote them) and
+    // sums them in split order, as Fp8SplitReduceKernel would.
+    __shared__ int s_last;
+    uint32_t* counter = args.counters + (group * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) s_last = atomicAdd(counter, 1u) == static_cast<uint32_t>(args.splits - 1);
+    __syncthreads();
+    if (s_last) {
+      __threadfence();
+      const float* part0 = grouped.partial + group * grouped.splits * grouped.m * grouped.n;
+      const int64_t mn = args.m * args.n;
+      for (int e = tid; e < kBn * kBm; e += kThreads) {
+        const int64_t gm = m0 + e / kBn, gn = n0 + e % kBn;
+        if (gm >= args.m || gn >= args.n) continue;
+        const int64_t at = gm * args.n + gn;
+        float v = __ldcg(part0 + at);
+        for (int sp = 1; sp < args.splits; ++sp) v = __fadd_rn(v, __ldcg(part0 + sp * mn + at));
+        StoreY(args, at, v);
+      }
+      if (tid == 0) *counter = 0u;
     }
   }
 }

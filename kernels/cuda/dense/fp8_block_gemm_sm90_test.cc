@@ -109,9 +109,11 @@ void Exact(const Operands& op, std::vector<double>& y, std::vector<double>& abs_
 // results widened), empty on failure. The activation scales start
 // `scale_offset` bytes into their buffer (1: not 4-byte aligned, which takes
 // the kernel's register path for scales).
+// `fused`: with a split, the last split of each tile sums the partials
+// (split_counters); the counters must be zero again afterwards.
 std::vector<float> RunGpu(const Operands& op, Fp8GemmTile tile,
                           Fp8GemmOutput output = Fp8GemmOutput::kF32, int scale_offset = 0,
-                          int splits = 1) {
+                          int splits = 1, bool fused = false) {
   DeviceBuffer<uint8_t> x(op.x), w(op.w), ws(op.w_scales);
   DeviceBuffer<uint8_t> xs(static_cast<int64_t>(op.x_scales.size()) + 4);
   if (xs.ok()) {
@@ -126,22 +128,32 @@ std::vector<float> RunGpu(const Operands& op, Fp8GemmTile tile,
   y.Poison(0xFF);  // NaN in fp32 and in bf16
   DeviceBuffer<float> scratch(std::max<int64_t>(1, splits * op.m * op.n));
   scratch.Poison(0xFF);
-  const absl::Status status = Fp8BlockGemm({.x = x.get(),
-                                            .x_scales = xs.get() + scale_offset,
-                                            .w = w.get(),
-                                            .w_scales = ws.get(),
-                                            .y = y.get(),
-                                            .m = op.m,
-                                            .n = op.n,
-                                            .k = op.k,
-                                            .output = output,
-                                            .tile = tile,
-                                            .k_splits = splits,
-                                            .split_scratch = splits > 1 ? scratch.get()
-                                                                        : nullptr},
-                                           nullptr);
+  Fp8BlockGemmParams params{.x = x.get(),
+                            .x_scales = xs.get() + scale_offset,
+                            .w = w.get(),
+                            .w_scales = ws.get(),
+                            .y = y.get(),
+                            .m = op.m,
+                            .n = op.n,
+                            .k = op.k,
+                            .output = output,
+                            .tile = tile,
+                            .k_splits = splits,
+                            .split_scratch = splits > 1 ? scratch.get() : nullptr};
+  const int64_t counters = std::max<int64_t>(1, Fp8GemmSplitCounters(params));
+  DeviceBuffer<uint32_t> counter(counters);
+  counter.Poison(0);
+  if (fused && splits > 1) {
+    params.split_counters = counter.get();
+    params.split_counter_count = Fp8GemmSplitCounters(params);
+  }
+  const absl::Status status = Fp8BlockGemm(params, nullptr);
   EXPECT_TRUE(status.ok()) << status;
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  if (fused && splits > 1) {
+    const std::vector<uint32_t> left = counter.Download();
+    EXPECT_EQ(std::count(left.begin(), left.end(), 0u), counters) << "counters not reset";
+  }
   std::vector<float> out = y.Download();
   if (output == Fp8GemmOutput::kBf16) {
     std::vector<uint16_t> bits(op.m * op.n);
@@ -289,15 +301,29 @@ TEST(Fp8BlockGemmTest, GroupsGiveEachGroupItsOwnBits) {
   DeviceBuffer<uint8_t> dx(x), dxs(x_scales), dw(w), dws(w_scales);
   DeviceBuffer<float> y(kGroups * ys), scratch(kGroups * 3 * m * n);
   ASSERT_TRUE(dx.ok() && dxs.ok() && dw.ok() && dws.ok() && y.ok() && scratch.ok());
-  for (int splits : {1, 3}) {
+  DeviceBuffer<uint32_t> counters(1 << 16);
+  counters.Poison(0);
+  for (int variant : {1, 3, -3}) {  // -3: split 3 summed by the last split (counters)
+    const int splits = variant < 0 ? -variant : variant;
     y.Poison(0xFF);
-    ASSERT_TRUE(Fp8BlockGemm({.x = dx.get(), .x_scales = dxs.get(), .w = dw.get(),
-                              .w_scales = dws.get(), .y = y.get(), .m = m, .n = n, .k = k,
-                              .groups = kGroups, .x_group_stride = xs,
-                              .x_scales_group_stride = xss, .w_group_stride = ws,
-                              .w_scales_group_stride = wss, .y_group_stride = ys,
+    ASSERT_TRUE(Fp8BlockGemm({.x = dx.get(),
+                              .x_scales = dxs.get(),
+                              .w = dw.get(),
+                              .w_scales = dws.get(),
+                              .y = y.get(),
+                              .m = m,
+                              .n = n,
+                              .k = k,
+                              .groups = kGroups,
+                              .x_group_stride = xs,
+                              .x_scales_group_stride = xss,
+                              .w_group_stride = ws,
+                              .w_scales_group_stride = wss,
+                              .y_group_stride = ys,
                               .k_splits = splits,
-                              .split_scratch = splits > 1 ? scratch.get() : nullptr},
+                              .split_scratch = splits > 1 ? scratch.get() : nullptr,
+                              .split_counters = variant < 0 ? counters.get() : nullptr,
+                              .split_counter_count = variant < 0 ? int64_t{1} << 16 : 0},
                              nullptr)
                     .ok());
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -338,11 +364,13 @@ TEST(Fp8BlockGemmTest, SplitKIsBoundedTileFreeAndBatchInvariant) {
                   splits, static_cast<long long>(s.m), static_cast<long long>(s.n),
                   static_cast<long long>(s.k), a.worst_ratio);
       for (Fp8GemmTile tile : kAllFp8GemmTiles) {
-        int64_t at = -1;
-        EXPECT_EQ(BitMismatches(RunGpu(op, tile, Fp8GemmOutput::kF32, 0, splits), first, &at),
-                  0)
-            << "tile " << static_cast<int>(tile) << " splits " << splits << " first mismatch "
-            << at;
+        for (bool fused : {false, true}) {
+          int64_t at = -1;
+          EXPECT_EQ(
+              BitMismatches(RunGpu(op, tile, Fp8GemmOutput::kF32, 0, splits, fused), first, &at), 0)
+              << "tile " << static_cast<int>(tile) << " splits " << splits << " fused " << fused
+              << " first mismatch " << at;
+        }
       }
       // The register path for scales (misaligned) keeps the bits too.
       EXPECT_EQ(BitMismatches(RunGpu(op, Fp8GemmTile::kAuto, Fp8GemmOutput::kF32, 1, splits),
@@ -357,6 +385,11 @@ TEST(Fp8BlockGemmTest, SplitKIsBoundedTileFreeAndBatchInvariant) {
         rounded[i] = RoundToBf16(first[i]);
       }
       EXPECT_EQ(BitMismatches(bf16, rounded, nullptr), 0) << "bf16, splits " << splits;
+      EXPECT_EQ(BitMismatches(RunGpu(op, Fp8GemmTile::kAuto, Fp8GemmOutput::kBf16, 0, splits,
+                                     /*fused=*/true),
+                              rounded, nullptr),
+                0)
+          << "bf16 fused, splits " << splits;
       // fp32 rounded in the epilogue (or the split's reduction): the bits a
       // separate RoundBf16 pass over the fp32 result gives.
       EXPECT_EQ(
@@ -364,6 +397,11 @@ TEST(Fp8BlockGemmTest, SplitKIsBoundedTileFreeAndBatchInvariant) {
                         rounded, nullptr),
           0)
           << "fp32 rounded to bf16, splits " << splits;
+      EXPECT_EQ(BitMismatches(RunGpu(op, Fp8GemmTile::kAuto, Fp8GemmOutput::kF32RoundedBf16, 0,
+                                     splits, /*fused=*/true),
+                              rounded, nullptr),
+                0)
+          << "fp32 rounded to bf16 fused, splits " << splits;
     }
   }
   // A row alone and inside batches of other rows, at the split its weight

@@ -68,6 +68,8 @@ struct Problem {
   std::vector<uint8_t*> x, xs, w, ws;
   float* y = nullptr;
   float* scratch = nullptr;  // split-K partials at the split the shape gets
+  uint32_t* counters = nullptr;  // zeroed: the last split of a tile sums (as the decoder)
+  static constexpr int64_t kCounters = int64_t{1} << 16;
   Problem(int64_t m_, int64_t n_, int64_t k_, int copies) : m(m_), n(n_), k(k_) {
     for (int c = 0; c < copies; ++c) {
       x.push_back(DeviceBytes(m * k, false, 1 + c));
@@ -77,6 +79,8 @@ struct Problem {
     }
     WEIR_BENCH_CHECK(cudaMalloc(&y, m * n * sizeof(float)));
     WEIR_BENCH_CHECK(cudaMalloc(&scratch, ChooseFp8GemmSplits(n, k) * m * n * sizeof(float)));
+    WEIR_BENCH_CHECK(cudaMalloc(&counters, kCounters * sizeof(uint32_t)));
+    WEIR_BENCH_CHECK(cudaMemset(counters, 0, kCounters * sizeof(uint32_t)));
   }
   ~Problem() {
     for (auto* v : {&x, &xs, &w, &ws}) {
@@ -84,6 +88,7 @@ struct Problem {
     }
     cudaFree(y);
     cudaFree(scratch);
+    cudaFree(counters);
   }
   int64_t ReadBytes() const { return n * k + (n + 31) / 32 * (k / 32) + m * k + m * k / 32; }
   Fp8BlockGemmParams Params(int c, Fp8GemmTile tile, int splits = 1) const {
@@ -97,7 +102,9 @@ struct Problem {
             .k = k,
             .tile = tile,
             .k_splits = splits,
-            .split_scratch = splits > 1 ? scratch : nullptr};
+            .split_scratch = splits > 1 ? scratch : nullptr,
+            .split_counters = counters,
+            .split_counter_count = kCounters};
   }
 };
 
