@@ -105,6 +105,9 @@ ABSL_FLAG(
 ABSL_FLAG(bool, programmatic, true,
           "Graphs with programmatic edges between kernels "
           "(DeviceDecoderOptions::programmatic_launch); false: ordinary edges.");
+ABSL_FLAG(bool, fused_split_reduce, true,
+          "Split-K linears at small batch sum in their last split CTA "
+          "(DeviceDecoderOptions::fused_split_reduce); false: a second kernel.");
 ABSL_FLAG(bool, fast_mhc, true,
           "kFast: the mHC coefficients on HcMixSplitK (DeviceDecoderOptions::fast_mhc).");
 ABSL_FLAG(std::string, csv, "",
@@ -234,6 +237,7 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
         .max_batch = max_batch,
         .use_graphs = graphs,
         .programmatic_launch = absl::GetFlag(FLAGS_programmatic),
+        .fused_split_reduce = absl::GetFlag(FLAGS_fused_split_reduce),
         .profile = !graphs,
         .expert_tile = absl::GetFlag(FLAGS_expert_tile)};
     if (exchange) options.communicator = nccl->get();
@@ -359,6 +363,7 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
        .max_positions = context + warmup + steps + 8,
        .max_batch = max_batch,
        .programmatic_launch = absl::GetFlag(FLAGS_programmatic),
+       .fused_split_reduce = absl::GetFlag(FLAGS_fused_split_reduce),
        .expert_tile = absl::GetFlag(FLAGS_expert_tile)});
   WEIR_CHECK(dd.ok()) << dd.status();
   std::printf("numerics %s: fast dense layers %d (bf16 %d), reference dense %d, fast MoE layers "

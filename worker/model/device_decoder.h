@@ -167,6 +167,10 @@ struct DeviceDecoderOptions {
   // one before it finishes and waits in its prologue; same results, less
   // time between kernels. False: ordinary edges (benchmarks compare both).
   bool programmatic_launch = true;
+  // kFast split-K linears at up to kFp8GemmFusedReduceMaxM rows: the last
+  // split CTA of each tile sums the partials (Fp8BlockGemmParams::
+  // split_counters) instead of a second kernel; same bits either way.
+  bool fused_split_reduce = true;
   // Eager steps only (use_graphs false): record CUDA events between the
   // step's sections (embedding, Engram, mHC, attention parts, MoE parts,
   // head) and add their device times to DeviceDecoderStats::section_seconds.

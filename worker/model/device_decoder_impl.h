@@ -575,8 +575,10 @@ struct DeviceDecoder::Impl {
     p.k_splits = dense::ChooseFp8GemmSplits(p.n, p.k, split_groups > 0 ? split_groups : p.groups);
     if (p.k_splits > 1) {
       p.split_scratch = split;
-      p.split_counters = split_counters;
-      p.split_counter_count = split_counter_count;
+      if (options.fused_split_reduce) {
+        p.split_counters = split_counters;
+        p.split_counter_count = split_counter_count;
+      }
       if (dense::Fp8GemmSplitScratchFloats(p) > split_count) {
         return absl::InternalError(absl::StrCat(
             "DeviceDecoder: split-K partials of ", dense::Fp8GemmSplitScratchFloats(p),

@@ -132,14 +132,19 @@ struct Fp8BlockGemmParams {
   // bits still depend on nothing but its X row and W. 1 = no split.
   int k_splits = 1;
   float* split_scratch = nullptr;
-  // With k_splits > 1: zero-filled device counters, at least one per output
-  // tile and group (Fp8GemmSplitCounters), so the last split to finish a tile
-  // sums the partials in the same order without the second kernel; every
-  // call leaves them zero again (calls that share them must not overlap:
-  // one stream). Null, or too few: the second kernel sums.
+  // With k_splits > 1 and m <= kFp8GemmFusedReduceMaxM: zero-filled device
+  // counters, at least one per output tile and group (Fp8GemmSplitCounters),
+  // so the last split to finish a tile sums the partials in the same order
+  // without the second kernel; every call leaves them zero again (calls that
+  // share them must not overlap: one stream). Null, too few, or more rows:
+  // the second kernel sums.
   uint32_t* split_counters = nullptr;
   int64_t split_counter_count = 0;
 };
+
+// Rows up to which split_counters are used (decode at small batch, where the
+// second kernel's launch costs more than the last CTA's sum).
+inline constexpr int64_t kFp8GemmFusedReduceMaxM = 8;
 
 // Counters a split call with `p`'s shape and its tile (kAuto: the chosen
 // one) needs: ceil(n / tile n) x ceil(m / tile m) x groups (0 without a
