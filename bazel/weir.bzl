@@ -122,3 +122,12 @@ def weir_layering_scope(name = "layering_scope"):
         tags = ["manual"],
         visibility = ["//tests/layering:__pkg__"],
     )
+
+def weir_kernel_sources(name = "kernel_sources"):
+    """The package's CUDA sources (.cu, .cuh) as a filegroup for
+    //kernels/cuda:grid_dependency_test, which checks every kernel's prologue."""
+    native.filegroup(
+        name = name,
+        srcs = native.glob(["*.cu", "*.cuh"]),
+        visibility = ["//kernels/cuda:__pkg__"],
+    )
