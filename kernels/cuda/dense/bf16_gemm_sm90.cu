@@ -41,16 +41,11 @@ absl::Status LaunchTile(const Bf16GemmParams& p, const Fp8GemmTileShape& shape,
 }  // namespace
 
 absl::Status Bf16Gemm(const Bf16GemmParams& p, cudaStream_t stream) {
-  if (absl::Status s = CheckBf16GemmParams(p); !s.ok()) return s;
-  if (absl::Status s = CheckSm90Device("Bf16Gemm"); !s.ok()) return s;
-  const Fp8GemmTile tile = p.tile == Fp8GemmTile::kAuto ? ChooseFp8GemmTile(p.m, p.n) : p.tile;
-  const Fp8GemmTileShape shape = ShapeOfFp8GemmTile(tile);
-  return DispatchGemmTile(
-      tile,
-      [&]<int kBn, int kBm, int kWarpsN, int kWarpsM, int kStages>() {
+  return RunGemmTile(
+      p, CheckBf16GemmParams(p), "Bf16Gemm",
+      [&]<int kBn, int kBm, int kWarpsN, int kWarpsM, int kStages>(const Fp8GemmTileShape& shape) {
         return LaunchTile<kBn, kBm, kWarpsN, kWarpsM, kStages>(p, shape, stream);
-      },
-      "Bf16Gemm");
+      });
 }
 
 }  // namespace weir::kernels::cuda::dense

@@ -49,12 +49,14 @@ template <int kBn, int kBm, int kWarpsN, int kWarpsM, int kStages>
 __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
     Bf16GemmKernel(const __grid_constant__ KernelArgs args) {
   GridDependencyPrologue();
-  using fp8_gemm::CpAsync16;
   using fp8_gemm::CpAsyncCommit;
   using fp8_gemm::CpAsyncWait;
-  using fp8_gemm::LdMatrixX2;
+  using fp8_gemm::ForEachOutput;
   using fp8_gemm::LdMatrixX4;
+  using fp8_gemm::LoadXFragments;
   using fp8_gemm::SharedAddress;
+  using fp8_gemm::StageRowCopies;
+  using fp8_gemm::ZeroAccumulators;
   constexpr int kThreads = kWarpsN * kWarpsM * 32;
   constexpr int kWarpN = kBn / kWarpsN;
   constexpr int kWarpM = kBm / kWarpsM;
@@ -91,58 +93,22 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
   const int total_steps = num_steps + (tail ? 1 : 0);
   const int num_kt = (total_steps + kStepsPerStage - 1) / kStepsPerStage;
 
-  const uint8_t* w_src[kWChunks];
-  const uint8_t* x_src[kXChunks];
-  uint32_t w_dst[kWChunks], x_dst[kXChunks];
-  int w_col[kWChunks], x_col[kXChunks];
-  bool w_row_ok[kWChunks], x_row_ok[kXChunks];
-#pragma unroll
-  for (int i = 0; i < kWChunks; ++i) {
-    const int c = tid + i * kThreads, row = c >> 3, chunk = c & 7;
-    w_row_ok[i] = n0 + row < args.n;
-    w_col[i] = chunk * 16;
-    w_src[i] = reinterpret_cast<const uint8_t*>(wg + (w_row_ok[i] ? (n0 + row) * k : 0)) +
-               w_col[i];
-    w_dst[i] = Fp8GemmSwizzledOffset(row, chunk);
-  }
-#pragma unroll
-  for (int i = 0; i < kXChunks; ++i) {
-    const int c = tid + i * kThreads, row = c >> 3, chunk = c & 7;
-    x_row_ok[i] = m0 + row < args.m;
-    x_col[i] = chunk * 16;
-    x_src[i] = reinterpret_cast<const uint8_t*>(xg + (x_row_ok[i] ? (m0 + row) * k : 0)) +
-               x_col[i];
-    x_dst[i] = Fp8GemmSwizzledOffset(row, chunk);
-  }
+  const StageRowCopies<kWChunks, kThreads> w_rows(reinterpret_cast<const uint8_t*>(wg), k_bytes, n0,
+                                                  args.n, tid);
+  const StageRowCopies<kXChunks, kThreads> x_rows(reinterpret_cast<const uint8_t*>(xg), k_bytes, m0,
+                                                  args.m, tid);
 
   // Stage kt's tiles into ring slot `slot`; rows past n / m and K past k are
   // zero-filled (so a half step's upper 8 elements multiply zeros).
   auto load_tiles = [&](int kt, int slot) {
     const int64_t base = static_cast<int64_t>(kt) * kStageBytes;
     const int64_t left = k_bytes - base;
-    const uint32_t w_slot = SharedAddress(w_tiles) + slot * kWTile;
-#pragma unroll
-    for (int i = 0; i < kWChunks; ++i) {
-      const bool valid = w_row_ok[i] && w_col[i] < left;
-      CpAsync16(w_slot + w_dst[i], valid ? w_src[i] + base : w_src[i], valid);
-    }
-    const uint32_t x_slot = SharedAddress(x_tiles) + slot * kXTile;
-#pragma unroll
-    for (int i = 0; i < kXChunks; ++i) {
-      const bool valid = x_row_ok[i] && x_col[i] < left;
-      CpAsync16(x_slot + x_dst[i], valid ? x_src[i] + base : x_src[i], valid);
-    }
+    w_rows.Copy(SharedAddress(w_tiles) + slot * kWTile, base, left);
+    x_rows.Copy(SharedAddress(x_tiles) + slot * kXTile, base, left);
   };
 
   float acc[kMi][kNi][4];
-#pragma unroll
-  for (int mi = 0; mi < kMi; ++mi) {
-#pragma unroll
-    for (int ni = 0; ni < kNi; ++ni) {
-#pragma unroll
-      for (int r = 0; r < 4; ++r) acc[mi][ni][r] = 0.0f;
-    }
-  }
+  ZeroAccumulators(acc);
 
   auto compute = [&](int slot, int steps) {
     const uint32_t w_base = SharedAddress(w_tiles) + slot * kWTile;
@@ -151,17 +117,7 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
     for (int j = 0; j < kStepsPerStage; ++j) {
       if (j >= steps) break;  // uniform over the CTA: only in the last stage
       uint32_t b[kNi][2];
-#pragma unroll
-      for (int ni = 0; ni + 1 < kNi; ni += 2) {
-        const Fp8GemmRowChunk src = Fp8GemmBLdmatrixSource(lane, j);
-        LdMatrixX4(x_base + Fp8GemmSwizzledOffset(warp_m0 + ni * 8 + src.row, src.chunk),
-                   b[ni][0], b[ni][1], b[ni + 1][0], b[ni + 1][1]);
-      }
-      if constexpr (kNi % 2 == 1) {
-        const Fp8GemmRowChunk src = Fp8GemmBLdmatrixSource(lane & 15, j);
-        LdMatrixX2(x_base + Fp8GemmSwizzledOffset(warp_m0 + (kNi - 1) * 8 + src.row, src.chunk),
-                   b[kNi - 1][0], b[kNi - 1][1]);
-      }
+      LoadXFragments<kNi>(x_base, warp_m0, lane, j, b);
 #pragma unroll
       for (int mi = 0; mi < kMi; ++mi) {
         uint32_t a[4];
@@ -193,28 +149,15 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
   }
 
   const int64_t y_off = g * args.y_stride;
-#pragma unroll
-  for (int mi = 0; mi < kMi; ++mi) {
-#pragma unroll
-    for (int ni = 0; ni < kNi; ++ni) {
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const Fp8GemmAccCoord c = Fp8GemmAccumulatorCoord(lane, r);
-        const int64_t gn = n0 + warp_n0 + mi * 16 + c.n;
-        const int64_t gm = m0 + warp_m0 + ni * 8 + c.m;
-        if (gn < args.n && gm < args.m) {
-          if (args.bf16_out) {
-            static_cast<__nv_bfloat16*>(args.y)[y_off + gm * args.n + gn] =
-                __float2bfloat16_rn(acc[mi][ni][r]);
-          } else {
-            const float v = acc[mi][ni][r];
-            static_cast<float*>(args.y)[y_off + gm * args.n + gn] =
-                args.round_f32 ? RoundToBf16(v) : v;
-          }
+  ForEachOutput(
+      acc, lane, n0 + warp_n0, m0 + warp_m0, args.n, args.m, [&](int64_t gm, int64_t gn, float v) {
+        if (args.bf16_out) {
+          static_cast<__nv_bfloat16*>(args.y)[y_off + gm * args.n + gn] = __float2bfloat16_rn(v);
+        } else {
+          static_cast<float*>(args.y)[y_off + gm * args.n + gn] =
+              args.round_f32 ? RoundToBf16(v) : v;
         }
-      }
-    }
-  }
+      });
 }
 
 }  // namespace bf16_gemm

@@ -79,16 +79,11 @@ absl::Status LaunchTile(const Fp8BlockGemmParams& p, const Fp8GemmTileShape& sha
 }  // namespace
 
 absl::Status Fp8BlockGemm(const Fp8BlockGemmParams& p, cudaStream_t stream) {
-  if (absl::Status s = CheckFp8BlockGemmParams(p); !s.ok()) return s;
-  if (absl::Status s = CheckSm90Device("Fp8BlockGemm"); !s.ok()) return s;
-  const Fp8GemmTile tile = p.tile == Fp8GemmTile::kAuto ? ChooseFp8GemmTile(p.m, p.n) : p.tile;
-  const Fp8GemmTileShape shape = ShapeOfFp8GemmTile(tile);
-  return DispatchGemmTile(
-      tile,
-      [&]<int kBn, int kBm, int kWarpsN, int kWarpsM, int kStages>() {
+  return RunGemmTile(
+      p, CheckFp8BlockGemmParams(p), "Fp8BlockGemm",
+      [&]<int kBn, int kBm, int kWarpsN, int kWarpsM, int kStages>(const Fp8GemmTileShape& shape) {
         return LaunchTile<kBn, kBm, kWarpsN, kWarpsM, kStages>(p, shape, stream);
-      },
-      "Fp8BlockGemm");
+      });
 }
 
 }  // namespace weir::kernels::cuda::dense

@@ -128,29 +128,9 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
   const int kt_end = static_cast<int>(int64_t{split + 1} * num_kt / args.splits);
   const int64_t n_groups = (args.n + 31) / 32;
 
-  // Per-thread copy sources, fixed for the whole K loop (row pointers of the
-  // chunk at K = 0; rows past n / m point at row 0 and copy nothing).
-  const uint8_t* w_src[kWChunks];
-  const uint8_t* x_src[kXChunks];
-  uint32_t w_dst[kWChunks], x_dst[kXChunks];
-  int w_col[kWChunks], x_col[kXChunks];
-  bool w_row_ok[kWChunks], x_row_ok[kXChunks];
-#pragma unroll
-  for (int i = 0; i < kWChunks; ++i) {
-    const int c = tid + i * kThreads, row = c >> 3, chunk = c & 7;
-    w_row_ok[i] = n0 + row < args.n;
-    w_col[i] = chunk * 16;
-    w_src[i] = args.w + (w_row_ok[i] ? (n0 + row) * k : 0) + w_col[i];
-    w_dst[i] = Fp8GemmSwizzledOffset(row, chunk);
-  }
-#pragma unroll
-  for (int i = 0; i < kXChunks; ++i) {
-    const int c = tid + i * kThreads, row = c >> 3, chunk = c & 7;
-    x_row_ok[i] = m0 + row < args.m;
-    x_col[i] = chunk * 16;
-    x_src[i] = args.x + (x_row_ok[i] ? (m0 + row) * k : 0) + x_col[i];
-    x_dst[i] = Fp8GemmSwizzledOffset(row, chunk);
-  }
+  // Per-thread copy sources, fixed for the whole K loop.
+  const StageRowCopies<kWChunks, kThreads> w_rows(args.w, k, n0, args.n, tid);
+  const StageRowCopies<kXChunks, kThreads> x_rows(args.x, k, m0, args.m, tid);
   // Scale rows this thread copies when kAsyncScales: X rows first, then the
   // weight scale rows; their stage word sits at offset 4 kt of the row.
   const uint8_t* s_src[kAsyncScaleRows];
@@ -177,18 +157,8 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
   auto load_tiles = [&](int kt, int slot) {
     const int64_t k_base = static_cast<int64_t>(kt) * kStageK;
     const int64_t k_left = k - k_base;
-    const uint32_t w_slot = SharedAddress(w_tiles) + slot * kWTile;
-#pragma unroll
-    for (int i = 0; i < kWChunks; ++i) {
-      const bool valid = w_row_ok[i] && w_col[i] < k_left;
-      CpAsync16(w_slot + w_dst[i], valid ? w_src[i] + k_base : w_src[i], valid);
-    }
-    const uint32_t x_slot = SharedAddress(x_tiles) + slot * kXTile;
-#pragma unroll
-    for (int i = 0; i < kXChunks; ++i) {
-      const bool valid = x_row_ok[i] && x_col[i] < k_left;
-      CpAsync16(x_slot + x_dst[i], valid ? x_src[i] + k_base : x_src[i], valid);
-    }
+    w_rows.Copy(SharedAddress(w_tiles) + slot * kWTile, k_base, k_left);
+    x_rows.Copy(SharedAddress(x_tiles) + slot * kXTile, k_base, k_left);
     if constexpr (kAsyncScales) {  // unused rows read as code 0; their products are dropped
 #pragma unroll
       for (int i = 0; i < kAsyncScaleRows; ++i) {
@@ -231,14 +201,7 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
   };
 
   float acc[kMi][kNi][4];
-#pragma unroll
-  for (int mi = 0; mi < kMi; ++mi) {
-#pragma unroll
-    for (int ni = 0; ni < kNi; ++ni) {
-#pragma unroll
-      for (int r = 0; r < 4; ++r) acc[mi][ni][r] = 0.0f;
-    }
-  }
+  ZeroAccumulators(acc);
 
   // Folds the K blocks of ring slot `slot` (the first `blocks` of its 4) into acc.
   auto compute = [&](int slot, int blocks) {
@@ -267,23 +230,11 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
 #pragma unroll
     for (int j = 0; j < kBlocksPerStage; ++j) {
       if (j >= blocks) break;  // uniform over the CTA: only in the last stage
+      uint32_t raw[kNi][2];
+      LoadXFragments<kNi>(x_base, warp_m0, lane, j, raw);
       F16B b[kNi];
 #pragma unroll
-      for (int ni = 0; ni + 1 < kNi; ni += 2) {
-        const Fp8GemmRowChunk src = Fp8GemmBLdmatrixSource(lane, j);
-        uint32_t r0, r1, r2, r3;
-        LdMatrixX4(x_base + Fp8GemmSwizzledOffset(warp_m0 + ni * 8 + src.row, src.chunk), r0, r1,
-                   r2, r3);
-        b[ni] = WidenB(r0, r1);
-        b[ni + 1] = WidenB(r2, r3);
-      }
-      if constexpr (kNi % 2 == 1) {
-        const Fp8GemmRowChunk src = Fp8GemmBLdmatrixSource(lane & 15, j);
-        uint32_t r0, r1;
-        LdMatrixX2(x_base + Fp8GemmSwizzledOffset(warp_m0 + (kNi - 1) * 8 + src.row, src.chunk), r0,
-                   r1);
-        b[kNi - 1] = WidenB(r0, r1);
-      }
+      for (int ni = 0; ni < kNi; ++ni) b[ni] = WidenB(raw[ni][0], raw[ni][1]);
       float xf[kNi][2];  // X scales of this thread's two output columns per tile
 #pragma unroll
       for (int ni = 0; ni < kNi; ++ni) {
@@ -357,25 +308,14 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
     next_slot = next_slot + 1 == kStages ? 0 : next_slot + 1;
   }
 
-#pragma unroll
-  for (int mi = 0; mi < kMi; ++mi) {
-#pragma unroll
-    for (int ni = 0; ni < kNi; ++ni) {
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const Fp8GemmAccCoord c = Fp8GemmAccumulatorCoord(lane, r);
-        const int64_t gn = n0 + warp_n0 + mi * 16 + c.n;
-        const int64_t gm = m0 + warp_m0 + ni * 8 + c.m;
-        if (gn < args.n && gm < args.m) {
-          if (args.splits > 1) {
-            args.partial[gm * args.n + gn] = acc[mi][ni][r];
-          } else {
-            StoreY(args, gm * args.n + gn, acc[mi][ni][r]);
-          }
-        }
-      }
-    }
-  }
+  ForEachOutput(acc, lane, n0 + warp_n0, m0 + warp_m0, args.n, args.m,
+                [&](int64_t gm, int64_t gn, float v) {
+                  if (args.splits > 1) {
+                    args.partial[gm * args.n + gn] = v;
+                  } else {
+                    StoreY(args, gm * args.n + gn, v);
+                  }
+                });
   if (args.splits > 1 && args.counters != nullptr) {
     // Publish this split's partial, then count it; the last split of the
     // tile reads every split's partial (from L2: other CTAs wrote them) and

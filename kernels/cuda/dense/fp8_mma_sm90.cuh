@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/cp_async.cuh"
+#include "kernels/cuda/dense/fp8_block_gemm_params.h"
 
 namespace weir::kernels::cuda::dense {
 namespace fp8_gemm {
@@ -130,6 +131,100 @@ __device__ __forceinline__ float ScaleOf(uint32_t word, int j) {
   bits = c == 0u ? 0x00400000u : bits;
   bits = c == 0xFFu ? 0x7FC00000u : bits;
   return __uint_as_float(bits);
+}
+
+// One operand's rows of a pipeline stage as one thread copies them (the W and
+// X tiles of Fp8BlockGemm and Bf16Gemm): chunk c = tid + i * kThreads of the
+// tile is 16 bytes, row c / 8, bytes 16 (c % 8) of the row's 128 bytes of the
+// stage, stored at Fp8GemmSwizzledOffset(row, c % 8). The sources are fixed
+// for the whole K loop; rows at or past `rows` point at row 0 and copy
+// nothing (zero-filled).
+template <int kChunks, int kThreads>
+struct StageRowCopies {
+  const uint8_t* src[kChunks];
+  uint32_t dst[kChunks];
+  int col[kChunks];
+  bool row_ok[kChunks];
+
+  // `base`: the operand's first byte; rows of `row_bytes`; this tile's first
+  // row `row0` of `rows`.
+  __device__ __forceinline__ StageRowCopies(const uint8_t* base, int64_t row_bytes, int64_t row0,
+                                            int64_t rows, int tid) {
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {
+      const int c = tid + i * kThreads, row = c >> 3, chunk = c & 7;
+      row_ok[i] = row0 + row < rows;
+      col[i] = chunk * 16;
+      src[i] = base + (row_ok[i] ? (row0 + row) * row_bytes : 0) + col[i];
+      dst[i] = Fp8GemmSwizzledOffset(row, chunk);
+    }
+  }
+
+  // Copies the stage starting `offset` bytes into each row into the tile at
+  // shared address `tile`; bytes at or past `left` (from `offset`) are
+  // zero-filled.
+  __device__ __forceinline__ void Copy(uint32_t tile, int64_t offset, int64_t left) const {
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {
+      const bool valid = row_ok[i] && col[i] < left;
+      CpAsync16(tile + dst[i], valid ? src[i] + offset : src[i], valid);
+    }
+  }
+};
+
+// The raw B fragments (X rows) of K step `j` for a warp's kNi 8-row mma
+// tiles from the swizzled X tile at shared address `x_base`: two registers a
+// tile (ldmatrix x4 per pair of tiles, x2 for an odd last one). Bf16Gemm
+// multiplies them as they are; Fp8BlockGemm widens them (WidenB).
+template <int kNi>
+__device__ __forceinline__ void LoadXFragments(uint32_t x_base, int warp_m0, int lane, int j,
+                                               uint32_t (&r)[kNi][2]) {
+#pragma unroll
+  for (int ni = 0; ni + 1 < kNi; ni += 2) {
+    const Fp8GemmRowChunk src = Fp8GemmBLdmatrixSource(lane, j);
+    LdMatrixX4(x_base + Fp8GemmSwizzledOffset(warp_m0 + ni * 8 + src.row, src.chunk), r[ni][0],
+               r[ni][1], r[ni + 1][0], r[ni + 1][1]);
+  }
+  if constexpr (kNi % 2 == 1) {
+    const Fp8GemmRowChunk src = Fp8GemmBLdmatrixSource(lane & 15, j);
+    LdMatrixX2(x_base + Fp8GemmSwizzledOffset(warp_m0 + (kNi - 1) * 8 + src.row, src.chunk),
+               r[kNi - 1][0], r[kNi - 1][1]);
+  }
+}
+
+// Zeroes a warp's accumulators (kMi x kNi mma tiles of 4 floats).
+template <int kMi, int kNi>
+__device__ __forceinline__ void ZeroAccumulators(float (&acc)[kMi][kNi][4]) {
+#pragma unroll
+  for (int mi = 0; mi < kMi; ++mi) {
+#pragma unroll
+    for (int ni = 0; ni < kNi; ++ni) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[mi][ni][r] = 0.0f;
+    }
+  }
+}
+
+// Calls store(gm, gn, v) for every accumulator element of a warp's tiles
+// that lies inside the m x n output; `n_base` / `m_base` are the warp's
+// first W row and X row (the epilogue of Bf16Gemm and Fp8BlockGemm).
+template <int kMi, int kNi, typename Store>
+__device__ __forceinline__ void ForEachOutput(const float (&acc)[kMi][kNi][4], int lane,
+                                              int64_t n_base, int64_t m_base, int64_t n, int64_t m,
+                                              Store&& store) {
+#pragma unroll
+  for (int mi = 0; mi < kMi; ++mi) {
+#pragma unroll
+    for (int ni = 0; ni < kNi; ++ni) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const Fp8GemmAccCoord c = Fp8GemmAccumulatorCoord(lane, r);
+        const int64_t gn = n_base + mi * 16 + c.n;
+        const int64_t gm = m_base + ni * 8 + c.m;
+        if (gn < n && gm < m) store(gm, gn, acc[mi][ni][r]);
+      }
+    }
+  }
 }
 
 }  // namespace fp8_gemm

@@ -97,6 +97,25 @@ absl::Status DispatchGemmTile(Fp8GemmTile tile, Launch&& launch, const char* op)
   return absl::InvalidArgumentError(std::string(op) + ": unknown tile");
 }
 
+// The entry of a tile-dispatched GEMM (Fp8BlockGemm, Bf16Gemm): `checked`
+// (its parameter check) first, then the device check, then the tile (kAuto:
+// ChooseFp8GemmTile(m, n)) and launch_tile.template operator()<kBn, kBm,
+// kWarpsN, kWarpsM, kStages>(shape) for that tile's instance.
+template <typename Params, typename LaunchTile>
+absl::Status RunGemmTile(const Params& p, const absl::Status& checked, const char* op,
+                         LaunchTile&& launch_tile) {
+  if (!checked.ok()) return checked;
+  if (absl::Status s = CheckSm90Device(op); !s.ok()) return s;
+  const Fp8GemmTile tile = p.tile == Fp8GemmTile::kAuto ? ChooseFp8GemmTile(p.m, p.n) : p.tile;
+  const Fp8GemmTileShape shape = ShapeOfFp8GemmTile(tile);
+  return DispatchGemmTile(
+      tile,
+      [&]<int kBn, int kBm, int kWarpsN, int kWarpsM, int kStages>() {
+        return launch_tile.template operator()<kBn, kBm, kWarpsN, kWarpsM, kStages>(shape);
+      },
+      op);
+}
+
 }  // namespace weir::kernels::cuda::dense
 
 #endif  // WEIR_KERNELS_CUDA_DENSE_SM90_GEMM_LAUNCH_H_
