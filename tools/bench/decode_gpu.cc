@@ -105,7 +105,7 @@ ABSL_FLAG(
 ABSL_FLAG(bool, programmatic, true,
           "Graphs with programmatic edges between kernels "
           "(DeviceDecoderOptions::programmatic_launch); false: ordinary edges.");
-ABSL_FLAG(bool, fused_split_reduce, true,
+ABSL_FLAG(bool, fused_split_reduce, false,
           "Split-K linears at small batch sum in their last split CTA "
           "(DeviceDecoderOptions::fused_split_reduce); false: a second kernel.");
 ABSL_FLAG(bool, fast_mhc, true,

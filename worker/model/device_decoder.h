@@ -169,8 +169,10 @@ struct DeviceDecoderOptions {
   bool programmatic_launch = true;
   // kFast split-K linears at up to kFp8GemmFusedReduceMaxM rows: the last
   // split CTA of each tile sums the partials (Fp8BlockGemmParams::
-  // split_counters) instead of a second kernel; same bits either way.
-  bool fused_split_reduce = true;
+  // split_counters) instead of a second kernel; same bits either way. Off by
+  // default: measured slower on the EP8 slice (batch 1 16.52 vs 15.83 ms,
+  // batch 8 23.60 vs 22.98; H200, tools/bench README "decode_gpu").
+  bool fused_split_reduce = false;
   // Eager steps only (use_graphs false): record CUDA events between the
   // step's sections (embedding, Engram, mHC, attention parts, MoE parts,
   // head) and add their device times to DeviceDecoderStats::section_seconds.
