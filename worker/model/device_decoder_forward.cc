@@ -91,10 +91,10 @@ absl::Status DeviceDecoder::Impl::UpdateCompressed(int layer, int64_t b) {
   const StepMeta::PerRatio& pr = meta_d.ratio[ratio_index(r)];
   const int64_t hd = c.head_dim, di = c.index_head_dim;
   if (r == 1) {
-    RETURN_IF_ERROR(Mm(L.comp_wkv, h, b, latent));
+    RETURN_IF_ERROR(Mm(L.comp_wkv, h_in, b, latent));
   } else {
-    RETURN_IF_ERROR(Mm(L.comp_wkv, h, b, cpa));
-    RETURN_IF_ERROR(Mm(L.comp_wgate, h, b, cpg));
+    RETURN_IF_ERROR(Mm(L.comp_wkv, h_in, b, cpa));
+    RETURN_IF_ERROR(Mm(L.comp_wgate, h_in, b, cpg));
     RETURN_IF_ERROR(dec::CompressorDecode(
         {.kv = cpa, .score = cpg, .kv_state = L.comp_kv_state,
          .score_state = L.comp_score_state, .state_slot = meta_d.slot,
@@ -137,11 +137,11 @@ absl::Status DeviceDecoder::Impl::SelectCompressed(int layer, int64_t b) {
   const LayerDev& src = layers[role.kv_source];
   const StepMeta::PerRatio& pr = meta_d.ratio[ratio_index(role.ratio)];
   const int64_t nh = c.index_n_heads, di = c.index_head_dim, me = max_entries(role.ratio);
-  RETURN_IF_ERROR(MmRound(L.index_wq_b, qr, b, iq));
+  RETURN_IF_ERROR(MmRound(L.index_wq_b, qr_in, b, iq));
   RETURN_IF_ERROR(Rope(iq, meta_d.positions, b, static_cast<int>(nh), di, layer, /*inverse=*/false,
                        /*round=*/true));
   RETURN_IF_ERROR(Quant(iq, b * nh * di, dense::FakeQuantFormat::kMxfp4));
-  RETURN_IF_ERROR(MmRound(L.index_weights_proj, h, b, iw));
+  RETURN_IF_ERROR(MmRound(L.index_weights_proj, h_in, b, iw));
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(di)) /
                                          std::sqrt(static_cast<double>(nh)));
   RETURN_IF_ERROR(dec::Scale({.x = iw, .n = b * nh, .factor = scale}, stream));
@@ -176,13 +176,17 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
   const int64_t hd = c.head_dim, heads = c.n_heads, ql = c.q_lora_rank, win = window();
   const int64_t* pos = meta_d.positions;
   Mark("attn.qkv");
-  RETURN_IF_ERROR(MmRound(L.wq_a, h, b, qr));
+  // h and, after its norm, qr hold their values to the end of the attention;
+  // the compressor and the indexer read them too.
+  Bind(h_in, h, b, c.dim);
+  RETURN_IF_ERROR(MmRound(L.wq_a, h_in, b, qr));
   RETURN_IF_ERROR(Norm(qr, L.q_norm, b, ql, /*round=*/true));
-  RETURN_IF_ERROR(MmRound(L.wq_b, qr, b, q));
+  Bind(qr_in, qr, b, ql);
+  RETURN_IF_ERROR(MmRound(L.wq_b, qr_in, b, q));
   RETURN_IF_ERROR(
       Rope(q, pos, b, static_cast<int>(heads), hd, layer, /*inverse=*/false, /*round=*/true));
   // Window KV, written into the slot's ring before the attention reads it.
-  RETURN_IF_ERROR(MmRound(L.wkv, h, b, kvw));
+  RETURN_IF_ERROR(MmRound(L.wkv, h_in, b, kvw));
   RETURN_IF_ERROR(Norm(kvw, L.kv_norm, b, hd, /*round=*/true));
   RETURN_IF_ERROR(Rope(kvw, pos, b, 1, hd, layer, /*inverse=*/false, /*round=*/true));
   if (stored_kv) {  // e4m3 codes + UE8M0 per 32: the values FakeQuant kFp8 keeps
@@ -252,6 +256,8 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
         stream));
   }
   Mark("attn.out");
+  Unbind(h_in);
+  Unbind(qr_in);
   RETURN_IF_ERROR(Round(o, b * heads * hd));
   RETURN_IF_ERROR(
       Rope(o, pos, b, static_cast<int>(heads), hd, layer, /*inverse=*/true, /*round=*/true));

@@ -355,6 +355,30 @@ struct DeviceDecoder::Impl {
   int64_t fq_count = 0;    // elements of fq
   uint16_t* xb = nullptr;  // kFast: bf16 bits of a bf16 product's input
   int64_t xb_count = 0;
+  // kFast: an activation several products read (the attention's and the
+  // MoE's input h, the attention's qr) with its FP8 form (codes + scales, the
+  // reference's act_quant) and its bf16 form, each made by the first product
+  // that needs it and reused by the others: the same kernels on the same
+  // values as one conversion per product, fewer launches (ActQuantFp8 /
+  // ToBf16 once per activation instead of once per product).
+  struct SharedInput {
+    const float* src = nullptr;  // null: not bound (a product refuses it)
+    int64_t rows = 0, cols = 0;
+    uint8_t *codes = nullptr, *scales = nullptr;  // [capacity], [capacity / 32 + rows]
+    uint16_t* bf16 = nullptr;                     // [capacity]
+    int64_t capacity = 0;                         // elements of codes and of bf16
+    bool has_fp8 = false, has_bf16 = false;
+  };
+  SharedInput h_in, qr_in;
+  // Binds `in` to src [rows, cols] with neither form made yet; call it when
+  // src holds its final values, and Unbind when they may change.
+  static void Bind(SharedInput& in, const float* src, int64_t rows, int64_t cols) {
+    in.src = src;
+    in.rows = rows;
+    in.cols = cols;
+    in.has_fp8 = in.has_bf16 = false;
+  }
+  static void Unbind(SharedInput& in) { Bind(in, nullptr, 0, 0); }
   // kFast: the FP8 products' split-K partials (ChooseFp8GemmSplits per weight
   // shape; below kSplitFloatsPerRow per batch row by construction).
   float* split = nullptr;
@@ -557,7 +581,11 @@ struct DeviceDecoder::Impl {
                                               " elements exceeds its scratch of ", xb_count));
     }
     RETURN_IF_ERROR(dec::ToBf16({.x = in, .out = xb, .n = n_in}, stream));
-    return dense::Bf16Gemm({.x = xb,
+    return Bf16GemmOf(w, xb, rows, out, groups, w_stride, output);
+  }
+  absl::Status Bf16GemmOf(const DevDense& w, const uint16_t* x16, int64_t rows, float* out,
+                          int groups, int64_t w_stride, dense::Fp8GemmOutput output) {
+    return dense::Bf16Gemm({.x = x16,
                             .w = w.bf16,
                             .y = out,
                             .m = rows,
@@ -593,21 +621,53 @@ struct DeviceDecoder::Impl {
     if (w.codes != nullptr) {  // kFast: the reference's act_quant, then tensor cores
       RETURN_IF_ERROR(dense::ActQuantFp8(
           {.x = in, .codes = fq, .scales = fq_scales, .rows = rows, .cols = w.in}, stream));
-      return Fp8Gemm({.x = fq,
-                      .x_scales = fq_scales,
-                      .w = w.codes,
-                      .w_scales = w.scales,
-                      .y = out,
-                      .m = rows,
-                      .n = w.out,
-                      .k = w.in,
-                      .output = output},
-                     split_groups);
+      return Fp8GemmOf(w, fq, fq_scales, rows, out, split_groups, output);
     }
     const dense::MatmulParams p{.x = in, .w = w.w, .y = out, .rows = rows, .out = w.out,
                                 .in = w.in, .fp8_activation = w.fp8,
                                 .act_scratch = w.fp8 ? act : nullptr};
     return dense::RowStableMatmul(p, stream);
+  }
+  // Mm of a bound SharedInput: its bf16 or FP8 form, made here if this is
+  // the first product that needs it.
+  absl::Status Mm(const DevDense& w, SharedInput& in, int64_t rows, float* out,
+                  int split_groups = 0, dense::Fp8GemmOutput output = dense::Fp8GemmOutput::kF32) {
+    if (in.src == nullptr || rows != in.rows || w.in != in.cols) {
+      return absl::InternalError(absl::StrCat("DeviceDecoder: a product of ", rows, " x ", w.in,
+                                              " reads a shared input bound to ", in.rows, " x ",
+                                              in.cols));
+    }
+    const bool fits = rows * in.cols <= in.capacity;
+    if (w.bf16 != nullptr && fits) {
+      if (!in.has_bf16) {
+        RETURN_IF_ERROR(dec::ToBf16({.x = in.src, .out = in.bf16, .n = rows * in.cols}, stream));
+        in.has_bf16 = true;
+      }
+      return Bf16GemmOf(w, in.bf16, rows, out, 1, 0, output);
+    }
+    if (w.codes != nullptr && fits) {
+      if (!in.has_fp8) {
+        RETURN_IF_ERROR(dense::ActQuantFp8(
+            {.x = in.src, .codes = in.codes, .scales = in.scales, .rows = rows, .cols = in.cols},
+            stream));
+        in.has_fp8 = true;
+      }
+      return Fp8GemmOf(w, in.codes, in.scales, rows, out, split_groups, output);
+    }
+    return Mm(w, in.src, rows, out, split_groups, output);
+  }
+  absl::Status Fp8GemmOf(const DevDense& w, const uint8_t* codes, const uint8_t* scales,
+                         int64_t rows, float* out, int split_groups, dense::Fp8GemmOutput output) {
+    return Fp8Gemm({.x = codes,
+                    .x_scales = scales,
+                    .w = w.codes,
+                    .w_scales = w.scales,
+                    .y = out,
+                    .m = rows,
+                    .n = w.out,
+                    .k = w.in,
+                    .output = output},
+                   split_groups);
   }
   // True when Mm of `w` runs on the tensor-core kernels (kFast), whose
   // epilogue can round to bf16 (kF32RoundedBf16).
@@ -615,8 +675,9 @@ struct DeviceDecoder::Impl {
   // Mm, then the bf16 boundary on its [rows, w.out] output: fused into the
   // tensor-core kernels' epilogue (the bits a Round pass gives, one launch
   // fewer), a separate Round after the reference's row-stable product.
-  absl::Status MmRound(const DevDense& w, const float* in, int64_t rows, float* out,
-                       int split_groups = 0) {
+  // `In`: const float* or SharedInput&.
+  template <typename In>
+  absl::Status MmRound(const DevDense& w, In&& in, int64_t rows, float* out, int split_groups = 0) {
     if (bf16() && FusesRound(w)) {
       return Mm(w, in, rows, out, split_groups, dense::Fp8GemmOutput::kF32RoundedBf16);
     }

@@ -187,8 +187,10 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
     RETURN_IF_ERROR(Return(b));
   }
   Mark("moe.shared");
-  RETURN_IF_ERROR(Mm(L.sw1, h, b, sg));
-  RETURN_IF_ERROR(Mm(L.sw3, h, b, su));
+  Bind(h_in, h, b, d);  // w1 and w3 read the same FP8 form of h
+  RETURN_IF_ERROR(Mm(L.sw1, h_in, b, sg));
+  RETURN_IF_ERROR(Mm(L.sw3, h_in, b, su));
+  Unbind(h_in);
   RETURN_IF_ERROR(dec::Swiglu({.gate = sg, .up = su, .out = sg, .rows = b, .inter = L.sw1.out,
                                .limit = limit, .round_bf16 = bf16()},
                               stream));

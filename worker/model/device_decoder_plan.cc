@@ -217,6 +217,13 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
     gate_logits = r.Alloc<float>(bc * std::max<int64_t>(c.n_routed_experts, 1));
     xb_count = std::max(pairs * widest, bc * c.n_heads * hd);
     xb = r.Alloc<uint16_t>(xb_count);
+    using Shared = std::pair<SharedInput*, int64_t>;
+    for (auto [in, cols] : {Shared{&h_in, d}, Shared{&qr_in, c.q_lora_rank}}) {
+      in->capacity = bc * cols;
+      in->codes = r.Alloc<uint8_t>(in->capacity);
+      in->scales = r.Alloc<uint8_t>(in->capacity / 32 + bc);
+      in->bf16 = r.Alloc<uint16_t>(in->capacity);
+    }
     split_count = bc * kSplitFloatsPerRow;
     split = r.Alloc<float>(split_count);
     // Zeroed once; each split product leaves its counters zero again.

@@ -1,5 +1,6 @@
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -34,8 +35,9 @@ absl::Status LaunchTile(const moe::mxfp4_gemm::KernelArgs& args, int num_experts
     return absl::InternalError(std::string(what) + ": tile table and instances disagree");
   }
   const int block_n = Mxfp4GroupedBlockN(shape, kGated);
+  // One expert slot per expert that can have rows: at most `rows` of them.
   const dim3 grid(static_cast<unsigned>((args.n + block_n - 1) / block_n),
-                  static_cast<unsigned>(num_experts));
+                  static_cast<unsigned>(std::min<int64_t>(num_experts, args.rows)));
   const int smem = Mxfp4GroupedLayout(kWarps, kBm, kStages).total;
   auto kernel = moe::mxfp4_gemm::Mxfp4GroupedKernel<kWarps, kBm, kStages, kGated>;
   if (absl::Status s = AllowSharedBytes(kernel, smem, what); !s.ok()) return s;
@@ -98,6 +100,7 @@ absl::Status Mxfp4GroupedGemm(const Mxfp4GroupedGemmParams& p, cudaStream_t stre
                                          .rows = p.rows,
                                          .n = p.n,
                                          .k = p.k,
+                                         .num_experts = p.num_experts,
                                          .swiglu_limit = 0.0f,
                                          .round_bf16 = p.round_bf16};
   return Launch<false>(args, p.num_experts, p.tile, p.rows_per_expert_hint, "Mxfp4GroupedGemm",
@@ -121,6 +124,7 @@ absl::Status Mxfp4GroupedGateUp(const Mxfp4GroupedGateUpParams& p, cudaStream_t 
                                          .rows = p.rows,
                                          .n = p.inter,
                                          .k = p.dim,
+                                         .num_experts = p.num_experts,
                                          .swiglu_limit = p.swiglu_limit,
                                          .round_bf16 = p.round_bf16};
   return Launch<true>(args, p.num_experts, p.tile, p.rows_per_expert_hint, "Mxfp4GroupedGateUp",

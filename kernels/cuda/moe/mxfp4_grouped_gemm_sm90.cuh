@@ -2,8 +2,9 @@
 // MXFP4 expert GEMMs. No host dependencies. The contract and the arithmetic
 // are in mxfp4_grouped_gemm_sm90.h, the layouts in mxfp4_grouped_gemm_params.h.
 //
-// Grid (column tiles, experts). A CTA reads its expert's row range from the
-// device offsets and returns at once when it is empty, before touching any
+// Grid (column tiles, min(experts, rows) expert slots). A CTA finds the
+// expert of its slot (ExpertOfSlot: the slot-th expert with rows) from the
+// device offsets and returns at once when there is none, before touching any
 // weight. Otherwise, per pass of block_m rows, it walks all of K in stages of
 // 256 through a cp.async ring (packed W rows of 128 bytes, X rows of 2 x 128
 // bytes, the 8 scale bytes of each row). Each warp owns a 16-row weight tile:
@@ -48,6 +49,7 @@ struct KernelArgs {
   uint8_t* h;                 // gated: [rows, n]
   uint8_t* h_scales;          // gated: [rows, n / 32]
   int64_t rows, n, k;         // n: output columns (gated: inter)
+  int num_experts;            // entries of offsets - 1; grid.y may be fewer (ExpertOfSlot)
   float swiglu_limit;
   bool round_bf16;
 };
@@ -77,6 +79,37 @@ __device__ __forceinline__ bool Usable(const uint8_t* codes, const uint8_t* scal
          reinterpret_cast<uintptr_t>(scales) % 8 == 0;
 }
 
+// The expert that CTA row `slot` (blockIdx.y) serves: the slot-th expert, in
+// index order, whose clamped row range [offsets[e], offsets[e + 1]) is not
+// empty; -1 when fewer experts have rows. The grid has min(experts, rows)
+// such slots (at most `rows` experts can have rows), so a decode step with a
+// few rows over many experts starts a CTA per hit expert instead of one per
+// expert. Every lane of every warp computes the same answer (a ballot per 32
+// experts); all 32 lanes must be active.
+__device__ __forceinline__ int ExpertOfSlot(const int64_t* offsets, int num_experts, int64_t rows,
+                                            int slot) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  int remaining = slot;
+  for (int base = 0; base < num_experts; base += 32) {
+    const int e = base + lane;
+    bool has = false;
+    if (e < num_experts) {
+      const int64_t b = min(max(offsets[e], int64_t{0}), rows);
+      const int64_t end = min(max(offsets[e + 1], int64_t{0}), rows);
+      has = end > b;
+    }
+    const uint32_t mask = __ballot_sync(0xffffffffu, has);
+    const int count = __popc(mask);
+    if (remaining < count) {
+      uint32_t m = mask;
+      for (int i = 0; i < remaining; ++i) m &= m - 1;  // drop the lower set bits
+      return base + __ffs(static_cast<int>(m)) - 1;
+    }
+    remaining -= count;
+  }
+  return -1;
+}
+
 // kWarps 16-row weight tiles per CTA (warp w: smem rows [16w, 16w + 16)).
 // Plain: warp w is output columns n0 + 16w .. + 16 of W. Gated: warp w is
 // columns n0 + 16 (w / 2) .. of w1 (w even) or w3 (w odd); a 32-column FP8
@@ -100,7 +133,9 @@ __global__ void __launch_bounds__(kWarps * 32)
 
   extern __shared__ __align__(128) uint8_t smem[];
 
-  const int expert = static_cast<int>(blockIdx.y);
+  const int expert =
+      ExpertOfSlot(args.offsets, args.num_experts, args.rows, static_cast<int>(blockIdx.y));
+  if (expert < 0) return;  // uniform: fewer experts have rows than the grid has slots
   const int64_t begin = min(max(args.offsets[expert], int64_t{0}), args.rows);
   const int64_t end = min(max(args.offsets[expert + 1], int64_t{0}), args.rows);
   if (end <= begin) return;  // uniform: nothing read, nothing written

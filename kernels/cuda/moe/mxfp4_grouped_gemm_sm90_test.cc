@@ -195,6 +195,12 @@ TEST(Mxfp4GroupedGemmTest, MatchesTheExactProductWithinTheBoundOnEveryTile) {
       {{64, 1, 0, 7}, 160, 2304},       // V4.1's w2 K
       {{2, 33, 9, 0}, 96, 256},         // more rows than block_m 8 / 32: several passes
       {{70, 0, 5}, 64, 5120},           // V4.1's w1 / w3 K
+      // A decode step: 6 rows over 40 experts, hit ones far past the grid's
+      // min(40, 11) expert slots (ExpertOfSlot maps slot s to the s-th hit).
+      {{0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 2},
+       64,
+       256},
   };
   int seed = 1;
   for (Source source : {Source::kRaw, Source::kQuantized}) {
