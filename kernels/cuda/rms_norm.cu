@@ -18,9 +18,9 @@ absl::Status RmsNorm(const RmsNormParams& p, cudaStream_t stream) {
         "RmsNorm: needs rows > 0, dim > 0 and a multiple of 4, x and out, eps >= 0");
   }
   constexpr int kThreads = 256;
-  // Rows up to 48 KiB (the default dynamic shared memory) are staged.
+  // Rows up to kStagedRowMaxBytes (the default shared memory) are staged.
   const int64_t row_bytes = p.dim * static_cast<int64_t>(sizeof(float));
-  if (row_bytes <= 48 * 1024) {
+  if (row_bytes <= kStagedRowMaxBytes) {
     RmsNormKernel<kThreads, true>
         <<<static_cast<unsigned>(p.rows), kThreads, static_cast<size_t>(row_bytes), stream>>>(
             p.x, p.weight, p.out, p.dim, p.eps, p.round_bf16);

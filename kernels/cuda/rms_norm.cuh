@@ -10,6 +10,11 @@
 
 namespace weir::kernels::cuda {
 
+// The longest row (bytes) a kernel stages in dynamic shared memory without
+// raising its limit: the default 48 KiB less room for the static shared
+// variables beside it (NormalizeRow's inv_rms).
+inline constexpr int64_t kStagedRowMaxBytes = 48 * 1024 - 128;
+
 // One block per row. The first warp sums the squares in double in the
 // fixed LaneSum order of kernels/common/fmath.h (the CPU kernel's order);
 // then every thread scales its float4s. Bit-identical to kernels/cpu RmsNorm
@@ -20,22 +25,17 @@ namespace weir::kernels::cuda {
 // additions reads shared memory instead of waiting on a global load per
 // term, and the scaling reads the staged copy; the order of the sum, and so
 // the bits, are the same.
-template <int kThreads, bool kStaged>
-__global__ void RmsNormKernel(const float* __restrict__ x, const float* __restrict__ weight,
-                              float* out, int64_t dim, float eps, bool round_bf16) {
-  GridDependencyPrologue();
+//
+// NormalizeRow is that kernel's work after the row is in place (global or
+// shared memory); HcCollapseNorm (moe/mhc.cuh) stages a collapsed row and
+// calls it, so the fused launch gives the bits of HcCollapse then RmsNorm.
+template <int kThreads>
+__device__ __forceinline__ void NormalizeRow(const float* src, const float* __restrict__ weight,
+                                             float* out_row, int64_t dim, float eps,
+                                             bool round_bf16) {
   namespace fm = ::weir::kernels::fmath;
-  extern __shared__ float4 staged[];
-  const int64_t row = blockIdx.x;
-  const float* xr = x + row * dim;
-  const float4* in4 = reinterpret_cast<const float4*>(xr);
+  const float4* src4 = reinterpret_cast<const float4*>(src);
   const int64_t n4 = dim / 4;
-  if constexpr (kStaged) {
-    for (int64_t i = threadIdx.x; i < n4; i += kThreads) staged[i] = in4[i];
-    __syncthreads();
-  }
-  const float* src = kStaged ? reinterpret_cast<const float*>(staged) : xr;
-  const float4* src4 = kStaged ? staged : in4;
   __shared__ float inv_rms;
   if (threadIdx.x < 32) {
     const double total = fm::WarpLaneSum<double>(dim, [&](int64_t i) {
@@ -48,7 +48,7 @@ __global__ void RmsNormKernel(const float* __restrict__ x, const float* __restri
     }
   }
   __syncthreads();
-  float4* out4 = reinterpret_cast<float4*>(out + row * dim);
+  float4* out4 = reinterpret_cast<float4*>(out_row);
   const float4* w4 = reinterpret_cast<const float4*>(weight);
   for (int64_t i = threadIdx.x; i < n4; i += kThreads) {
     float4 v = src4[i];
@@ -65,6 +65,22 @@ __global__ void RmsNormKernel(const float* __restrict__ x, const float* __restri
     }
     out4[i] = v;
   }
+}
+
+template <int kThreads, bool kStaged>
+__global__ void RmsNormKernel(const float* __restrict__ x, const float* __restrict__ weight,
+                              float* out, int64_t dim, float eps, bool round_bf16) {
+  GridDependencyPrologue();
+  extern __shared__ float4 staged[];
+  const int64_t row = blockIdx.x;
+  const float* xr = x + row * dim;
+  if constexpr (kStaged) {
+    const float4* in4 = reinterpret_cast<const float4*>(xr);
+    for (int64_t i = threadIdx.x; i < dim / 4; i += kThreads) staged[i] = in4[i];
+    __syncthreads();
+  }
+  NormalizeRow<kThreads>(kStaged ? reinterpret_cast<const float*>(staged) : xr, weight,
+                         out + row * dim, dim, eps, round_bf16);
 }
 
 }  // namespace weir::kernels::cuda

@@ -33,8 +33,14 @@ int64_t Mismatches(const std::vector<float>& a, const std::vector<float>& b) {
 
 TEST(RmsNormCudaTest, MatchesTheCpuReference) {
   // V4.1 shapes: hidden 5120 (and hc_mult x hidden 20480), small and large rows.
-  for (auto [rows, dim] : {std::pair<int64_t, int64_t>{1, 5120}, {7, 512}, {64, 20480},
-                           {333, 256}}) {
+  // 12288 and 12256: a row of exactly 48 KiB (not staged: the static shared
+  // memory beside it would not fit) and the longest staged one.
+  for (auto [rows, dim] : {std::pair<int64_t, int64_t>{1, 5120},
+                           {7, 512},
+                           {64, 20480},
+                           {333, 256},
+                           {2, 12288},
+                           {2, 12256}}) {
     std::mt19937 rng(rows * 31 + dim);
     std::normal_distribution<float> normal(0.0f, 3.0f);
     std::vector<float> x(rows * dim), w(dim), expect(rows * dim), got(rows * dim);

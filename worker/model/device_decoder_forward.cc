@@ -91,17 +91,23 @@ absl::Status DeviceDecoder::Impl::UpdateCompressed(int layer, int64_t b) {
   const StepMeta::PerRatio& pr = meta_d.ratio[ratio_index(r)];
   const int64_t hd = c.head_dim, di = c.index_head_dim;
   if (r == 1) {
-    RETURN_IF_ERROR(Mm(L.comp_wkv, h_in, b, latent));
+    RETURN_IF_ERROR(MmRound(L.comp_wkv, h_in, b, latent));
   } else {
     RETURN_IF_ERROR(Mm(L.comp_wkv, h_in, b, cpa));
     RETURN_IF_ERROR(Mm(L.comp_wgate, h_in, b, cpg));
-    RETURN_IF_ERROR(dec::CompressorDecode(
-        {.kv = cpa, .score = cpg, .kv_state = L.comp_kv_state,
-         .score_state = L.comp_score_state, .state_slot = meta_d.slot,
-         .positions = meta_d.positions, .out = latent, .rows = b, .dim = hd, .ratio = r},
-        stream));
+    RETURN_IF_ERROR(dec::CompressorDecode({.kv = cpa,
+                                           .score = cpg,
+                                           .kv_state = L.comp_kv_state,
+                                           .score_state = L.comp_score_state,
+                                           .state_slot = meta_d.slot,
+                                           .positions = meta_d.positions,
+                                           .out = latent,
+                                           .rows = b,
+                                           .dim = hd,
+                                           .ratio = r,
+                                           .round_bf16 = bf16()},
+                                          stream));
   }
-  RETURN_IF_ERROR(Round(latent, b * hd));
   RETURN_IF_ERROR(Norm(latent, L.comp_norm, b, hd, /*round=*/true));
   // Index keys from the pre-RoPE latent.
   RETURN_IF_ERROR(MmRound(L.index_wk, latent, b, ik));
@@ -144,8 +150,8 @@ absl::Status DeviceDecoder::Impl::SelectCompressed(int layer, int64_t b) {
   RETURN_IF_ERROR(MmRound(L.index_weights_proj, h_in, b, iw));
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(di)) /
                                          std::sqrt(static_cast<double>(nh)));
-  RETURN_IF_ERROR(dec::Scale({.x = iw, .n = b * nh, .factor = scale}, stream));
-  RETURN_IF_ERROR(Round(iw, b * nh));
+  RETURN_IF_ERROR(
+      dec::Scale({.x = iw, .n = b * nh, .factor = scale, .round_bf16 = bf16()}, stream));
   kc::IndexerScoreParams sp{.q = iq, .k = src.index_k, .weights = iw,
                             .visible_len = pr.visible, .out = scores, .queries = b,
                             .heads = static_cast<int>(nh), .dim = static_cast<int>(di),
@@ -226,12 +232,19 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
     // this layer's ring) and the selected compressed entries (relative to
     // the kv source's entries).
     kc::SparseDecodeAttentionParams sp{
-        .q = q, .sink = L.sink,
+        .q = q,
+        .sink = L.sink,
         .window_codes = win_codes + int64_t{L.window_base} * hd,
         .window_scales = win_scales + int64_t{L.window_base} * hd / 32,
-        .window_index = meta_d.win_rows, .window_rows = slots * win,
-        .window_width = static_cast<int>(win), .out = o, .queries = b,
-        .heads = static_cast<int>(heads), .head_dim = static_cast<int>(hd), .scale = scale};
+        .window_index = meta_d.win_rows,
+        .window_rows = slots * win,
+        .window_width = static_cast<int>(win),
+        .out = o,
+        .queries = b,
+        .heads = static_cast<int>(heads),
+        .head_dim = static_cast<int>(hd),
+        .scale = scale,
+        .round_bf16 = bf16()};  // o's bf16 boundary in the attention's epilogue
     if (role.ratio > 0) {
       dec::AssembleIndexParams cp = ip;
       cp.window = nullptr;
@@ -258,7 +271,7 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
   Mark("attn.out");
   Unbind(h_in);
   Unbind(qr_in);
-  RETURN_IF_ERROR(Round(o, b * heads * hd));
+  if (!stored_kv) RETURN_IF_ERROR(Round(o, b * heads * hd));
   RETURN_IF_ERROR(
       Rope(o, pos, b, static_cast<int>(heads), hd, layer, /*inverse=*/true, /*round=*/true));
   // Grouped low-rank output: o [B, G, gin] -> og [G, B, gin] -> ug [G, B, r] -> u [B, G, r].

@@ -739,13 +739,26 @@ struct DeviceDecoder::Impl {
     given.mixes = mixes;
     return kc::HcMix(given, stream);
   }
+  // h = RmsNorm(collapse of x) (bf16 boundaries after each): one
+  // HcCollapseNorm launch where the row fits its shared memory, else
+  // HcCollapse then RmsNorm; the same bits either way.
   absl::Status Collapse(const float* pre, int64_t b, const float* norm_weight) {
+    const kc::HcCollapseNormParams fused{.x = x,
+                                         .pre = pre,
+                                         .weight = norm_weight,
+                                         .out = h,
+                                         .tokens = b,
+                                         .dim = c.dim,
+                                         .hc_mult = static_cast<int>(c.hc_mult),
+                                         .eps = static_cast<float>(c.norm_eps),
+                                         .round_collapse = bf16(),
+                                         .round_out = bf16()};
+    if (kc::SupportsHcCollapseNorm(fused)) return kc::HcCollapseNorm(fused, stream);
     RETURN_IF_ERROR(kc::HcCollapse({.x = x, .pre = pre, .out = h, .tokens = b, .dim = c.dim,
                                     .hc_mult = static_cast<int>(c.hc_mult),
                                     .round_bf16 = bf16()},
                                    stream));
-    RETURN_IF_ERROR(Norm(h, norm_weight, b, c.dim));
-    return Round(h, b * c.dim);
+    return Norm(h, norm_weight, b, c.dim, /*round=*/true);
   }
   absl::Status Expand(const Coeffs& coeff, int64_t b) {
     RETURN_IF_ERROR(kc::HcExpand({.x = x, .y = y, .post = coeff.post, .comb = coeff.comb,

@@ -86,6 +86,7 @@ absl::Status SparseDecodeAttention(const SparseDecodeAttentionParams& p, cudaStr
       .heads = p.heads,
       .head_groups = groups,
       .scale_log2 = static_cast<float>(static_cast<double>(scale) * 1.4426950408889634),
+      .round_bf16 = p.round_bf16,
   };
   if (absl::Status s = AllowSharedBytes(sd::SparseDecodeAttentionKernel, sd::kSharedBytes,
                                         "SparseDecodeAttention");

@@ -69,6 +69,7 @@ struct KernelArgs {
   int win_width, comp_width;
   int heads, head_groups;
   float scale_log2;  // softmax scale * log2(e)
+  bool round_bf16;   // out through RoundToBf16
 };
 
 __device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src) {
@@ -496,8 +497,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         any ? row_sum[r] + exp2f(a.sink[head] * 1.4426950408889634f - row_max[r]) : 1.0f;
 #pragma unroll
     for (int n = 0; n < kSlice / 8; ++n) {
-      const float2 v = any ? make_float2(o[n][2 * r] / denom, o[n][2 * r + 1] / denom)
-                           : make_float2(0.0f, 0.0f);
+      float2 v =
+          any ? make_float2(o[n][2 * r] / denom, o[n][2 * r + 1] / denom) : make_float2(0.0f, 0.0f);
+      if (a.round_bf16) v = make_float2(RoundToBf16(v.x), RoundToBf16(v.y));
       *reinterpret_cast<float2*>(dst + n * 8) = v;
     }
   }

@@ -76,6 +76,7 @@ struct SparseDecodeAttentionParams {
   int heads = 0;
   int head_dim = kSparseDecodeHeadDim;
   float scale = 0.0f;  // 0 means head_dim^-0.5
+  bool round_bf16 = false;  // out through RoundToBf16 (the reference's bf16 boundary)
 };
 
 // Returns true if the launcher handles `params`: head_dim == 512, heads > 0,

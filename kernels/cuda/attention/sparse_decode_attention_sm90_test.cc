@@ -107,19 +107,28 @@ Batch MakeBatch(int64_t queries, int heads, int win_width, int comp_width, const
 
 // Runs the fast kernel on `b` (output poisoned with NaN first).
 std::vector<float> RunFast(const Batch& b, const DevicePools& dp, const Pools& pools,
-                           float scale = 0.0f) {
+                           float scale = 0.0f, bool round_bf16 = false) {
   DeviceBuffer<float> q(b.q), sink(b.sink), out(b.q.size());
   DeviceBuffer<int32_t> wi(b.win_index), ci(b.comp_index);
   out.Poison();
-  const absl::Status st = SparseDecodeAttention(
-      {.q = q.get(), .sink = sink.get(), .window_codes = dp.win_codes.get(),
-       .window_scales = dp.win_scales.get(), .window_index = wi.get(),
-       .window_rows = pools.win_rows, .window_width = b.win_width,
-       .compressed_codes = dp.comp_codes.get(), .compressed_scales = dp.comp_scales.get(),
-       .compressed_index = ci.get(), .compressed_rows = pools.comp_rows,
-       .compressed_width = b.comp_width, .out = out.get(), .queries = b.queries,
-       .heads = b.heads, .scale = scale},
-      nullptr);
+  const absl::Status st = SparseDecodeAttention({.q = q.get(),
+                                                 .sink = sink.get(),
+                                                 .window_codes = dp.win_codes.get(),
+                                                 .window_scales = dp.win_scales.get(),
+                                                 .window_index = wi.get(),
+                                                 .window_rows = pools.win_rows,
+                                                 .window_width = b.win_width,
+                                                 .compressed_codes = dp.comp_codes.get(),
+                                                 .compressed_scales = dp.comp_scales.get(),
+                                                 .compressed_index = ci.get(),
+                                                 .compressed_rows = pools.comp_rows,
+                                                 .compressed_width = b.comp_width,
+                                                 .out = out.get(),
+                                                 .queries = b.queries,
+                                                 .heads = b.heads,
+                                                 .scale = scale,
+                                                 .round_bf16 = round_bf16},
+                                                nullptr);
   EXPECT_TRUE(st.ok()) << st;
   EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "after launch";
   return out.Download();
@@ -311,6 +320,12 @@ TEST(SparseDecodeAttentionTest, BatchInvariant) {
     EXPECT_EQ(std::memcmp(got.data() + at * qn, alone.data(), qn * sizeof(float)), 0)
         << "query at " << at << " of " << size << " differs from the query alone";
   }
+  // round_bf16: the same output through RoundToBf16, in the same launch.
+  std::vector<float> rounded = alone;
+  cpu::RoundToBf16InPlace(rounded);
+  const std::vector<float> got = RunFast(probe, dp, pools, 0.0f, /*round_bf16=*/true);
+  EXPECT_EQ(std::memcmp(got.data(), rounded.data(), rounded.size() * sizeof(float)), 0)
+      << "round_bf16 is not the rounded output";
 }
 
 }  // namespace

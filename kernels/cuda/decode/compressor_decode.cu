@@ -33,7 +33,7 @@ absl::Status CompressorDecode(const CompressorDecodeParams& p, cudaStream_t stre
   if (n == 0) return absl::OkStatus();
   CompressorDecodeKernel<<<internal::BlocksFor(n), internal::kThreads, 0, stream>>>(
       p.kv, p.score, p.kv_state, p.score_state, p.state_slot, p.positions, p.out, p.rows, p.dim,
-      p.ratio, p.slots);
+      p.ratio, p.slots, p.round_bf16);
   return LaunchStatus("CompressorDecode");
 }
 

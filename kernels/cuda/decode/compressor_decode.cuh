@@ -7,6 +7,7 @@
 
 #include "kernels/common/fmath.h"
 #include "kernels/cuda/grid_dependency.cuh"
+#include "kernels/cuda/rounding.cuh"
 
 namespace weir::kernels::cuda::decode {
 
@@ -20,7 +21,7 @@ __global__ void CompressorDecodeKernel(const float* __restrict__ kv,
                                        float* score_state, const int32_t* __restrict__ state_slot,
                                        const int64_t* __restrict__ positions,
                                        float* __restrict__ out, int64_t rows, int64_t dim,
-                                       int ratio, int64_t slots) {
+                                       int ratio, int64_t slots, bool round_bf16) {
   GridDependencyPrologue();
   namespace fm = ::weir::kernels::fmath;
   const int64_t n = rows * dim;
@@ -54,7 +55,7 @@ __global__ void CompressorDecodeKernel(const float* __restrict__ kv,
       const float w = fm::ExpF(__fsub_rn(scs[i * dim], m));
       acc = __fadd_rn(acc, __fmul_rn(kvs[i * dim], __fdiv_rn(w, sum)));
     }
-    out[e] = acc;
+    out[e] = round_bf16 ? RoundToBf16(acc) : acc;
   }
 }
 

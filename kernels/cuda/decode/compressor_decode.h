@@ -50,6 +50,7 @@ struct CompressorDecodeParams {
   int64_t rows = 0, dim = 0;
   int ratio = 2;           // >= 2 (ratio 1 needs no pooling)
   int64_t slots = 0;       // pool size, to bound state_slot; 0 = unchecked (trusted)
+  bool round_bf16 = false;  // out through RoundBf16's rounding, in the same launch
 };
 
 // Returns true if CompressorDecode handles `p`: rows >= 0 (at most 2^31 - 1),

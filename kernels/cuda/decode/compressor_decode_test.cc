@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/common/numeric_formats.h"
 #include "kernels/cpu/compressor.h"
 #include "kernels/cuda/decode/test_util.h"
 
@@ -39,6 +40,7 @@ struct Config {
   int ratio;
   int64_t dim;
   bool graph;  // capture one launch as a CUDA graph and replay it every step
+  bool round_bf16 = false;  // the latents through RoundToBf16, in the same launch
 };
 
 // Random sequences in random slots of a pool, decoded as batches of rows at
@@ -120,7 +122,8 @@ void RunDecode(const Config& cfg) {
                                       .rows = rows,
                                       .dim = d,
                                       .ratio = r,
-                                      .slots = cfg.graph ? kSlots : 0};
+                                      .slots = cfg.graph ? kSlots : 0,
+                                      .round_bf16 = cfg.round_bf16};
   cudaStream_t stream = nullptr;
   cudaGraphExec_t exec = nullptr;
   cudaGraph_t graph = nullptr;
@@ -176,6 +179,11 @@ void RunDecode(const Config& cfg) {
       if ((p + 1) % r == 0) {
         const int64_t e = p / r - s.prefill / r;  // index in the CPU's latents
         std::copy_n(s.latents.begin() + e * d, d, want.begin() + t * d);
+        if (cfg.round_bf16) {
+          for (int64_t c = 0; c < d; ++c) {
+            want[t * d + c] = kernels::RoundToBf16(want[t * d + c]);
+          }
+        }
         ++latents_checked;
       }
       ++done[q];
@@ -217,9 +225,10 @@ void RunDecode(const Config& cfg) {
 }
 
 TEST(CompressorDecodeTest, DecodeStepsMatchTheCpuCompressorPerSequence) {
-  for (const Config& cfg : {Config{2, 512, false}, Config{2, 512, true}, Config{4, 7, false},
-                            Config{4, 130, true}, Config{128, 33, false},
-                            Config{128, 64, true}, Config{3, 1, false}}) {
+  for (const Config& cfg :
+       {Config{2, 512, false}, Config{2, 512, true}, Config{4, 7, false}, Config{4, 130, true},
+        Config{128, 33, false}, Config{128, 64, true}, Config{3, 1, false},
+        Config{4, 130, true, true}, Config{2, 512, false, true}}) {
     SCOPED_TRACE(::testing::Message() << "ratio " << cfg.ratio << " dim " << cfg.dim << " graph "
                                       << cfg.graph);
     RunDecode(cfg);

@@ -61,7 +61,7 @@ absl::Status Scale(const ScaleParams& p, cudaStream_t stream) {
     return absl::InvalidArgumentError("Scale: needs n >= 0 and x when n > 0; got n " + Str(p.n));
   }
   if (p.n == 0) return absl::OkStatus();
-  ScaleKernel<<<BlocksFor(p.n), internal::kThreads, 0, stream>>>(p.x, p.n, p.factor);
+  ScaleKernel<<<BlocksFor(p.n), internal::kThreads, 0, stream>>>(p.x, p.n, p.factor, p.round_bf16);
   return LaunchStatus("Scale");
 }
 

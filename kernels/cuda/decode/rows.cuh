@@ -38,12 +38,13 @@ __global__ void RoundBf16Kernel(float* x, int64_t n) {
   }
 }
 
-__global__ void ScaleKernel(float* x, int64_t n, float factor) {
+__global__ void ScaleKernel(float* x, int64_t n, float factor, bool round_bf16) {
   GridDependencyPrologue();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
-    x[i] = __fmul_rn(x[i], factor);
+    const float v = __fmul_rn(x[i], factor);
+    x[i] = round_bf16 ? RoundToBf16(v) : v;
   }
 }
 

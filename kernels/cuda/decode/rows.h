@@ -97,6 +97,7 @@ struct ScaleParams {
   float* x = nullptr;  // device [n], in/out
   int64_t n = 0;
   float factor = 1.0f;
+  bool round_bf16 = false;  // then RoundBf16's rounding, in the same launch
 };
 
 // Returns true if Scale handles `p`: n >= 0, x non-null when n > 0.

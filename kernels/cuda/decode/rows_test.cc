@@ -181,6 +181,12 @@ TEST(ScaleTest, IsOneRoundedMultiplyLikeTheCpu) {
     DeviceBuffer<float> d_x(x);
     ASSERT_TRUE(Scale({.x = d_x.get(), .n = n, .factor = factor}, nullptr).ok());
     EXPECT_TRUE(SameBits(d_x.Download(), want)) << "n " << n;
+    // round_bf16: the product, then RoundBf16's rounding, in one launch.
+    for (float& v : want) v = kernels::RoundToBf16(v);
+    d_x.Upload(x);
+    ASSERT_TRUE(
+        Scale({.x = d_x.get(), .n = n, .factor = factor, .round_bf16 = true}, nullptr).ok());
+    EXPECT_TRUE(SameBits(d_x.Download(), want)) << "rounded, n " << n;
   }
   EXPECT_EQ(Scale({.x = nullptr, .n = 3}, nullptr).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(Scale({.x = nullptr, .n = 0}, nullptr).ok());

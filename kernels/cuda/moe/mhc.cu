@@ -61,6 +61,25 @@ absl::Status HcCollapse(const HcCollapseParams& p, cudaStream_t stream) {
   return LaunchStatus("HcCollapse");
 }
 
+bool SupportsHcCollapseNorm(const HcCollapseNormParams& p) {
+  return ShapeOk(p.tokens, p.dim, p.hc_mult) && p.x != nullptr && p.pre != nullptr &&
+         p.out != nullptr && p.dim % 4 == 0 && p.dim * 4 <= kStagedRowMaxBytes && p.eps >= 0.0f &&
+         p.tokens <= 0x7fffffff;
+}
+
+absl::Status HcCollapseNorm(const HcCollapseNormParams& p, cudaStream_t stream) {
+  if (!SupportsHcCollapseNorm(p)) {
+    return absl::InvalidArgumentError(absl::StrCat("HcCollapseNorm: unsupported (tokens ", p.tokens,
+                                                   ", dim ", p.dim, ", hc_mult ", p.hc_mult,
+                                                   ", eps ", p.eps, ")"));
+  }
+  constexpr int kThreads = 256;  // RmsNorm's block
+  moe::HcCollapseNormKernel<kThreads>
+      <<<static_cast<unsigned>(p.tokens), kThreads, static_cast<size_t>(p.dim * 4), stream>>>(
+          p.x, p.pre, p.weight, p.out, p.dim, p.hc_mult, p.eps, p.round_collapse, p.round_out);
+  return LaunchStatus("HcCollapseNorm");
+}
+
 bool SupportsHcExpand(const HcExpandParams& p) {
   return ShapeOk(p.tokens, p.dim, p.hc_mult) && p.x != nullptr && p.y != nullptr &&
          p.post != nullptr && p.comb != nullptr && p.out != nullptr;

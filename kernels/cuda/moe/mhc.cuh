@@ -8,6 +8,7 @@
 #include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/cuda/moe/hc_sinkhorn.cuh"
 #include "kernels/cuda/moe/numerics.cuh"
+#include "kernels/cuda/rms_norm.cuh"
 
 namespace weir::kernels::cuda::moe {
 
@@ -75,6 +76,38 @@ __global__ void HcCollapseKernel(const float* __restrict__ x, const float* __res
   float acc = 0.0f;
   for (int j = 0; j < n; ++j) acc = __fadd_rn(acc, __fmul_rn(pre[t * n + j], x[(t * n + j) * dim + c]));
   out[i] = round_bf16 ? RoundToBf16(acc) : acc;
+}
+
+// One block per token: the token's HcCollapseKernel row into shared memory
+// (dim * 4 bytes, dynamic), then RmsNorm's NormalizeRow over it, so out is
+// bit for bit HcCollapse followed by RmsNorm (with their roundings), in one
+// launch.
+template <int kThreads>
+__global__ void HcCollapseNormKernel(const float* __restrict__ x, const float* __restrict__ pre,
+                                     const float* __restrict__ weight, float* __restrict__ out,
+                                     int64_t dim, int n, float eps, bool round_collapse,
+                                     bool round_out) {
+  GridDependencyPrologue();
+  extern __shared__ float4 collapsed[];
+  const int64_t t = blockIdx.x;
+  const float* p = pre + t * n;
+  for (int64_t i = threadIdx.x; i < dim / 4; i += kThreads) {
+    float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int j = 0; j < n; ++j) {
+      const float4 v = reinterpret_cast<const float4*>(x + (t * n + j) * dim)[i];
+      a[0] = __fadd_rn(a[0], __fmul_rn(p[j], v.x));
+      a[1] = __fadd_rn(a[1], __fmul_rn(p[j], v.y));
+      a[2] = __fadd_rn(a[2], __fmul_rn(p[j], v.z));
+      a[3] = __fadd_rn(a[3], __fmul_rn(p[j], v.w));
+    }
+    if (round_collapse) {
+      for (float& v : a) v = RoundToBf16(v);
+    }
+    collapsed[i] = make_float4(a[0], a[1], a[2], a[3]);
+  }
+  __syncthreads();
+  NormalizeRow<kThreads>(reinterpret_cast<const float*>(collapsed), weight, out + t * dim, dim, eps,
+                         round_out);
 }
 
 // One thread per out[t, k, c].

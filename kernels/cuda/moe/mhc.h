@@ -78,6 +78,31 @@ bool SupportsHcCollapse(const HcCollapseParams& params);
 // Enqueues out[t, c] = sum_j pre[t, j] * x[t, j, c] on `stream`. Errors as HcMix.
 absl::Status HcCollapse(const HcCollapseParams& params, cudaStream_t stream);
 
+// HcCollapse, then RmsNorm of each collapsed row with `weight`, in one
+// launch and with the bits of the two (kernels/cuda/rms_norm.h):
+//   out[t] = RmsNorm(collapse_t) * weight, collapse_t as HcCollapse writes it
+//   (bf16-rounded when round_collapse), out rounded when round_out.
+struct HcCollapseNormParams {
+  const float* x = nullptr;       // device [tokens, n, dim]
+  const float* pre = nullptr;     // device [tokens, n]
+  const float* weight = nullptr;  // device [dim]; null means all ones
+  float* out = nullptr;           // device [tokens, dim]; must not overlap x
+  int64_t tokens = 0;
+  int64_t dim = 0;
+  int hc_mult = 4;
+  float eps = 1e-20f;
+  bool round_collapse = true;
+  bool round_out = true;
+};
+
+// True for SupportsHcCollapse's shapes with dim a multiple of 4 and a row
+// that fits the default shared memory (dim <= 12256; kStagedRowMaxBytes in
+// kernels/cuda/rms_norm.cuh), eps >= 0.
+bool SupportsHcCollapseNorm(const HcCollapseNormParams& params);
+
+// Enqueues the fused collapse and norm on `stream`. Errors as HcMix.
+absl::Status HcCollapseNorm(const HcCollapseNormParams& params, cudaStream_t stream);
+
 struct HcExpandParams {
   const float* x = nullptr;     // device [tokens, n, dim]
   const float* y = nullptr;     // device [tokens, dim] sublayer output

@@ -6,7 +6,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/common/numeric_formats.h"
 #include "kernels/cpu/mhc.h"
+#include "kernels/cpu/rms_norm.h"
 #include "kernels/cuda/moe/test_util.h"
 
 namespace weir::kernels::cuda {
@@ -146,6 +148,55 @@ TEST(HcCollapseExpandCudaTest, BitIdenticalToTheCpu) {
                   MaxAbsError(got_in, want_in), MaxAbsError(got_out, want_out));
     }
   }
+}
+
+// The fused collapse + norm: the CPU's HcCollapse, then its RmsNorm (which
+// the CUDA RmsNorm matches bit for bit), then the output rounding.
+TEST(HcCollapseNormCudaTest, IsCollapseThenRmsNormBitForBit) {
+  for (const HcCase& c :
+       {HcCase{1, 8, 4}, HcCase{5, 5120, 4}, HcCase{3, 1024, 1}, HcCase{2, 12256, 4}}) {
+    for (bool bf16 : {false, true}) {
+      std::mt19937 rng(c.tokens * 31 + c.dim + c.n + bf16);
+      const std::vector<float> x = NormalVector(c.tokens * c.n * c.dim, 1.0f, rng);
+      const std::vector<float> pre = NormalVector(c.tokens * c.n, 0.5f, rng);
+      const std::vector<float> weight = NormalVector(c.dim, 1.0f, rng);
+      std::vector<float> want(c.tokens * c.dim);
+      ASSERT_TRUE(cpu::HcCollapse(x, pre, c.tokens, c.n, c.dim, bf16, want).ok());
+      ASSERT_TRUE(cpu::RmsNorm({.x = want,
+                                .weight = weight,
+                                .out = want,
+                                .rows = c.tokens,
+                                .dim = c.dim,
+                                .eps = 1e-6f})
+                      .ok());
+      if (bf16) {
+        for (float& v : want) v = kernels::RoundToBf16(v);
+      }
+      DeviceBuffer<float> dx(x), dpre(pre), dw(weight), dout(want.size());
+      dout.Poison();
+      ASSERT_TRUE(HcCollapseNorm({.x = dx.get(),
+                                  .pre = dpre.get(),
+                                  .weight = dw.get(),
+                                  .out = dout.get(),
+                                  .tokens = c.tokens,
+                                  .dim = c.dim,
+                                  .hc_mult = c.n,
+                                  .eps = 1e-6f,
+                                  .round_collapse = bf16,
+                                  .round_out = bf16},
+                                 nullptr)
+                      .ok());
+      ASSERT_TRUE(Synced());
+      EXPECT_EQ(BitMismatches(dout.Download(), want), 0)
+          << c.tokens << "x" << c.n << "x" << c.dim << " bf16 " << bf16;
+    }
+  }
+  const float* p = reinterpret_cast<const float*>(16);
+  float* o = reinterpret_cast<float*>(16);
+  EXPECT_EQ(HcCollapseNorm({.x = p, .pre = p, .out = o, .tokens = 1, .dim = 12288}, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);  // a row past the default shared memory
+  EXPECT_EQ(HcCollapseNorm({.x = p, .pre = p, .out = o, .tokens = 1, .dim = 6}, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);  // not a multiple of 4
 }
 
 TEST(HcCudaTest, RefusesBadArguments) {
