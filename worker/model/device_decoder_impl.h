@@ -646,16 +646,16 @@ struct DeviceDecoder::Impl {
       return Bf16GemmOf(w, in.bf16, rows, out, 1, 0, output);
     }
     if (w.codes != nullptr && fits) {
-      if (!in.has_fp8) {
-        RETURN_IF_ERROR(dense::ActQuantFp8(
-            {.x = in.src, .codes = in.codes, .scales = in.scales, .rows = rows, .cols = in.cols},
-            stream));
-        in.has_fp8 = true;
-      }
+      RETURN_IF_ERROR(Fp8Input(in));
       return Fp8GemmOf(w, in.codes, in.scales, rows, out, split_groups, output);
     }
     return Mm(w, in.src, rows, out, split_groups, output);
   }
+  // Makes `in`'s FP8 form unless it exists (the reference's act_quant).
+  absl::Status Fp8Input(SharedInput& in);
+  // True when the shared expert's w1 and w3 run as one two-group FP8 launch
+  // over the one input (device_decoder_moe.cc).
+  bool SharedGateUp(const LayerDev& L, int64_t b) const;
   absl::Status Fp8GemmOf(const DevDense& w, const uint8_t* codes, const uint8_t* scales,
                          int64_t rows, float* out, int split_groups, dense::Fp8GemmOutput output) {
     return Fp8Gemm({.x = codes,

@@ -54,6 +54,35 @@ absl::StatusOr<LocalExperts> PlanExpertSlots(const ModelConfig& c,
 
 }  // namespace device_decoder_internal
 
+// FP8 form of a bound input, made once (the reference's act_quant).
+absl::Status DeviceDecoder::Impl::Fp8Input(SharedInput& in) {
+  if (in.has_fp8) return absl::OkStatus();
+  if (in.src == nullptr || in.rows * in.cols > in.capacity) {
+    return absl::InternalError("DeviceDecoder: FP8 form of an unbound or oversized input");
+  }
+  RETURN_IF_ERROR(dense::ActQuantFp8(
+      {.x = in.src, .codes = in.codes, .scales = in.scales, .rows = in.rows, .cols = in.cols},
+      stream));
+  in.has_fp8 = true;
+  return absl::OkStatus();
+}
+
+// True when the shared expert's w1 and w3 run as one two-group FP8 launch
+// over the one input (both FP8 of one shape, laid out so the strides are
+// positive, at least a weight apart and aligned, outputs likewise).
+bool DeviceDecoder::Impl::SharedGateUp(const LayerDev& L, int64_t b) const {
+  const DevDense &w1 = L.sw1, &w3 = L.sw3;
+  if (w1.codes == nullptr || w3.codes == nullptr || w1.out != w3.out || w1.in != w3.in ||
+      w1.in != c.dim || b * c.dim > h_in.capacity) {
+    return false;
+  }
+  const int64_t cs = w3.codes - w1.codes, ss = w3.scales - w1.scales, ys = su - sg;
+  const int splits = dense::ChooseFp8GemmSplits(w1.out, w1.in, 1);
+  return cs >= w1.out * w1.in && cs % 16 == 0 && ss >= (w1.out + 31) / 32 * (w1.in / 32) &&
+         ss % 4 == 0 && ys >= b * w1.out &&
+         (splits == 1 || int64_t{2} * splits * b * w1.out <= split_count);
+}
+
 absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
   const LayerDev& L = layers[layer];
   const int k = static_cast<int>(c.n_activated_experts);
@@ -188,8 +217,28 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
   }
   Mark("moe.shared");
   Bind(h_in, h, b, d);  // w1 and w3 read the same FP8 form of h
-  RETURN_IF_ERROR(Mm(L.sw1, h_in, b, sg));
-  RETURN_IF_ERROR(Mm(L.sw3, h_in, b, su));
+  if (!SharedGateUp(L, b)) {
+    RETURN_IF_ERROR(Mm(L.sw1, h_in, b, sg));
+    RETURN_IF_ERROR(Mm(L.sw3, h_in, b, su));
+  } else {
+    // One launch of two groups over the one input: each group's split and
+    // so its bits are those of its own call (split_groups 1).
+    RETURN_IF_ERROR(Fp8Input(h_in));
+    RETURN_IF_ERROR(Fp8Gemm({.x = h_in.codes,
+                             .x_scales = h_in.scales,
+                             .w = L.sw1.codes,
+                             .w_scales = L.sw1.scales,
+                             .y = sg,
+                             .m = b,
+                             .n = L.sw1.out,
+                             .k = d,
+                             .groups = 2,
+                             .x_shared = true,
+                             .w_group_stride = L.sw3.codes - L.sw1.codes,
+                             .w_scales_group_stride = L.sw3.scales - L.sw1.scales,
+                             .y_group_stride = su - sg},
+                            /*split_groups=*/1));
+  }
   Unbind(h_in);
   RETURN_IF_ERROR(dec::Swiglu({.gate = sg, .up = su, .out = sg, .rows = b, .inter = L.sw1.out,
                                .limit = limit, .round_bf16 = bf16()},

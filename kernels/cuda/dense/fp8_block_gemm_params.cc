@@ -132,6 +132,10 @@ absl::Status CheckFp8BlockGemmParams(const Fp8BlockGemmParams& p) {
     return absl::InvalidArgumentError(
         absl::StrCat("Fp8BlockGemm: groups ", p.groups, " outside [1, 65535]"));
   }
+  if (p.x_shared && (p.x_group_stride != 0 || p.x_scales_group_stride != 0)) {
+    return absl::InvalidArgumentError(
+        "Fp8BlockGemm: x_shared takes no x group strides (every group reads group 0's x)");
+  }
   if (p.groups > 1) {
     const int64_t n_groups = (p.n + 31) / 32;
     auto bad = [](int64_t stride, int64_t size, int64_t align) {

@@ -117,6 +117,9 @@ struct Fp8BlockGemmParams {
   // ceil(n / 32) k / 32, m n). The grouped low-rank output projection of
   // V4.1's attention. Every group's elements get the arithmetic below.
   int groups = 1;
+  // Every group reads group 0's x and x_scales (several weights over one
+  // input, e.g. a shared expert's w1 and w3); the x strides must be 0.
+  bool x_shared = false;
   int64_t x_group_stride = 0;
   int64_t x_scales_group_stride = 0;
   int64_t w_group_stride = 0;

@@ -336,6 +336,54 @@ TEST(Fp8BlockGemmTest, GroupsGiveEachGroupItsOwnBits) {
           << "group " << g << " splits " << splits;
     }
   }
+  // x_shared: every group multiplies group 0's X (the decoder's shared w1 and
+  // w3 over one input), each group with the bits of its own call.
+  for (int splits : {1, 3}) {
+    y.Poison(0xFF);
+    ASSERT_TRUE(Fp8BlockGemm({.x = dx.get(),
+                              .x_scales = dxs.get(),
+                              .w = dw.get(),
+                              .w_scales = dws.get(),
+                              .y = y.get(),
+                              .m = m,
+                              .n = n,
+                              .k = k,
+                              .groups = kGroups,
+                              .x_shared = true,
+                              .w_group_stride = ws,
+                              .w_scales_group_stride = wss,
+                              .y_group_stride = ys,
+                              .k_splits = splits,
+                              .split_scratch = splits > 1 ? scratch.get() : nullptr},
+                             nullptr)
+                    .ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<float> got = y.Download();
+    for (int g = 0; g < kGroups; ++g) {
+      Operands op = ops[g];
+      op.x = ops[0].x;
+      op.x_scales = ops[0].x_scales;
+      const std::vector<float> want =
+          RunGpu(op, Fp8GemmTile::kAuto, Fp8GemmOutput::kF32, 0, splits);
+      EXPECT_EQ(std::memcmp(got.data() + g * ys, want.data(), m * n * sizeof(float)), 0)
+          << "x_shared group " << g << " splits " << splits;
+    }
+  }
+  // x_shared with an x stride is refused.
+  EXPECT_EQ(Fp8BlockGemm({.x = dx.get(),
+                          .x_scales = dxs.get(),
+                          .w = dw.get(),
+                          .w_scales = dws.get(),
+                          .y = y.get(),
+                          .m = m,
+                          .n = n,
+                          .k = k,
+                          .groups = kGroups,
+                          .x_shared = true,
+                          .x_group_stride = xs},
+                         nullptr)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
   // A stride below its group's size is refused.
   EXPECT_EQ(Fp8BlockGemm({.x = dx.get(), .x_scales = dxs.get(), .w = dw.get(),
                           .w_scales = dws.get(), .y = y.get(), .m = m, .n = n, .k = k,
