@@ -566,6 +566,7 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
     }
     device_rows_ += static_cast<int64_t>(last - first);
   }
+  std::vector<DraftRequest> drafting;
   for (size_t i = 0; i < rows.size(); ++i) {
     const RowPlan& row = rows[i];
     Slot& slot = slots_[row.slot];
@@ -629,7 +630,7 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
         samples[i] = *out.token;
         slot.sampled_once = true;
         if (row.logprobs >= 0) out.sampled_logprobs = ScoreToken(last, vocab, *out.token, logprobs_k);
-        if (row.draft_tokens >= 0 && !out.finished) DraftAfter(slot, *out.token);
+        if (row.draft_tokens >= 0 && !out.finished) drafting.push_back({row.slot, *out.token});
       }
       continue;
     }
@@ -644,9 +645,11 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
       samples[i] = result.token;
       slot.sampled_once = true;
       if (row.logprobs >= 0) out.sampled_logprobs = ScoreToken(last, vocab, result.token, logprobs_k);
-      if (row.draft_tokens >= 0) DraftAfter(slot, result.token);
+      if (row.draft_tokens >= 0) drafting.push_back({row.slot, result.token});
     }
   }
+  // One batched draft for every row that drafts (they sampled above).
+  DraftAfter(drafting);
   previous_samples_ = std::move(samples);
   return outcomes;
 }

@@ -304,10 +304,17 @@ class StepExecutor {
   absl::StatusOr<int64_t> VerifyDrafts(const RowPlan& row, Slot& slot, int64_t start,
                                        const std::vector<int64_t>& inputs, int64_t drafts,
                                        const std::vector<float>& logits, RowOutcome& out);
-  // Drafts the slot's next block after `token` (its drafts are cleared when
-  // the model cannot draft here). With a matcher (which has accepted
-  // `token`), each draft is one the grammar allows after the ones before it.
-  void DraftAfter(Slot& slot, int32_t token);
+  // A slot that drafts its next block after `token`, its sample of this step.
+  struct DraftRequest {
+    int32_t slot = -1;
+    int32_t token = -1;
+  };
+  // Drafts each requested slot's next block after its token, all slots in one
+  // Model::DraftBatch (a slot's drafts are cleared when the model cannot draft
+  // it; a failed draft is logged and leaves it none). With a matcher (which
+  // has accepted `token`), each draft is one the grammar allows after the
+  // ones before it. REQUIRES: each slot at most once, with a state.
+  void DraftAfter(std::span<const DraftRequest> requests);
   // DraftAfter's block under `matcher`: position i keeps the draft if the
   // grammar allows it after drafts 0..i-1, else takes the allowed token with
   // the highest draft logit; it stops where nothing is allowed or a draft

@@ -136,30 +136,44 @@ std::vector<int64_t> StepExecutor::AllowedDrafts(grammar::Matcher& matcher,
   return out;
 }
 
-void StepExecutor::DraftAfter(Slot& slot, int32_t token) {
-  slot.drafts.clear();
-  slot.draft_confidence.clear();
-  slot.drafts_after = -1;
-  slot.drafts_pos = -1;
-  // A draft needs the features of two forwarded positions (spec §4.8).
-  if (num_draft_tokens_ == 0 || slot.state->length() < 2) return;
-  absl::StatusOr<model::DraftResult> drafted = model_.Draft(*slot.state, token);
-  if (!drafted.ok()) {
-    // The next row just verifies nothing.
-    WEIR_LOG(WARNING) << "DSpark draft failed: " << drafted.status();
-    return;
+void StepExecutor::DraftAfter(std::span<const DraftRequest> requests) {
+  std::vector<const DraftRequest*> drafting;
+  std::vector<const model::SequenceState*> states;
+  std::vector<int64_t> tokens;
+  for (const DraftRequest& request : requests) {
+    Slot& slot = slots_[request.slot];
+    slot.drafts.clear();
+    slot.draft_confidence.clear();
+    slot.drafts_after = -1;
+    slot.drafts_pos = -1;
+    // A draft needs the features of two forwarded positions (spec §4.8).
+    if (num_draft_tokens_ == 0 || slot.state->length() < 2) continue;
+    drafting.push_back(&request);
+    states.push_back(slot.state.get());
+    tokens.push_back(request.token);
   }
-  if (slot.matcher != nullptr) {
-    slot.drafts = AllowedDrafts(*slot.matcher, *drafted);
-  } else {
-    slot.drafts.assign(drafted->tokens.begin(), drafted->tokens.begin() + num_draft_tokens_);
+  if (drafting.empty()) return;
+  std::vector<absl::StatusOr<model::DraftResult>> drafted = model_.DraftBatch(states, tokens);
+  for (size_t i = 0; i < drafting.size(); ++i) {
+    if (!drafted[i].ok()) {
+      // The next row just verifies nothing.
+      WEIR_LOG(WARNING) << "DSpark draft failed: " << drafted[i].status();
+      continue;
+    }
+    Slot& slot = slots_[drafting[i]->slot];
+    if (slot.matcher != nullptr) {
+      slot.drafts = AllowedDrafts(*slot.matcher, *drafted[i]);
+    } else {
+      slot.drafts.assign(drafted[i]->tokens.begin(),
+                         drafted[i]->tokens.begin() + num_draft_tokens_);
+    }
+    // A grammar's substitute for a draft keeps the confidence of the draft it
+    // replaced (an estimate: the head scored DSpark's own token).
+    slot.draft_confidence.assign(drafted[i]->confidence.begin(),
+                                 drafted[i]->confidence.begin() + slot.drafts.size());
+    slot.drafts_after = drafting[i]->token;
+    slot.drafts_pos = slot.state->length();
   }
-  // A grammar's substitute for a draft keeps the confidence of the draft it
-  // replaced (an estimate: the head scored DSpark's own token).
-  slot.draft_confidence.assign(drafted->confidence.begin(),
-                               drafted->confidence.begin() + slot.drafts.size());
-  slot.drafts_after = token;
-  slot.drafts_pos = slot.state->length();
 }
 
 }  // namespace weir::worker

@@ -4,8 +4,11 @@
 // own, mostly rejected, or injected: the plain continuation with k of them
 // right), the tokens emitted equal plain decoding's, greedy and seeded
 // sampling alike, and with the verify length chosen per row from the
-// drafts' confidences (SetVerifyCostCurve) as with the fixed one.
+// drafts' confidences (SetVerifyCostCurve) as with the fixed one. On the
+// trained tiny, rows drafted together draft as they would alone.
 #include <algorithm>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -238,6 +241,68 @@ TEST(StepExecutorSpeculativeTest, BadSpeculationIsInvalidArgument) {
   r = ex.Execute(rows, {});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ((*r)[0].status.code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Drafting is one Model::DraftBatch for all rows of a step; a row's drafts
+// are those it would make alone. On the trained tiny (whose drafts are often
+// right), three sequences speculating greedily in one plan verify (lengths
+// from the drafts' confidences), accept and emit step for step exactly what
+// each does in plans of its own.
+TEST(StepExecutorSpeculativeTest, RowsOfAStepDraftAsTheyWouldAlone) {
+  const model::Checkpoint* trained = model::TrainedTinyCheckpoint();
+  ASSERT_NE(trained, nullptr);
+  std::unique_ptr<model::Model> m =
+      model::NewModelOrFail(*trained, {.engram_token_map = model::TrainedTinyEngramMap()});
+  ASSERT_NE(m, nullptr);
+  // Repeated phrases, which the trained model continues (and drafts) well.
+  std::vector<std::vector<int64_t>> prompts;
+  for (int s = 0; s < 3; ++s) {
+    const std::vector<int64_t> phrase = model::RandomTokens(5 + 2 * s, 40 + s, 4000);
+    std::vector<int64_t> prompt;
+    for (int k = 0; k < 3; ++k) prompt.insert(prompt.end(), phrase.begin(), phrase.end());
+    prompts.push_back(std::move(prompt));
+  }
+  const VerifyCostCurve curve = CheapPositions();
+  // Per slot, per step: the verified drafts, the accepted ones, the sample.
+  auto run = [&](const std::vector<int32_t>& slots) {
+    StepExecutor ex(*m, 3);
+    EXPECT_TRUE(ex.SetSpeculation(kDrafts).ok());
+    ex.SetVerifyCostCurve(curve);
+    std::vector<RowPlan> rows;
+    for (int32_t s : slots) {
+      rows.push_back({.slot = s,
+                      .start_pos = 0,
+                      .tokens = prompts[s],
+                      .sample = true,
+                      .sampling = GreedySampling(),
+                      .draft_tokens = kDrafts});
+    }
+    std::vector<std::vector<int64_t>> trace(3);
+    for (int step = 0; step < 10; ++step) {
+      absl::StatusOr<std::vector<RowOutcome>> r = ex.Execute(rows, {});
+      EXPECT_TRUE(FirstError(r).ok()) << FirstError(r);
+      if (!r.ok()) break;
+      for (size_t i = 0; i < slots.size(); ++i) {
+        const RowOutcome& o = (*r)[i];
+        std::vector<int64_t>& t = trace[slots[i]];
+        t.push_back(o.verified_drafts);
+        t.insert(t.end(), o.accepted.begin(), o.accepted.end());
+        t.push_back(o.token.value_or(-1));
+        rows[i] = {.slot = slots[i],
+                   .start_pos = static_cast<int64_t>(prompts[slots[i]].size()),
+                   .remap = static_cast<int32_t>(i),
+                   .sample = true,
+                   .sampling = GreedySampling(),
+                   .draft_tokens = kDrafts};
+      }
+    }
+    return std::pair(trace, ex.drafts_accepted());
+  };
+  const auto [together, accepted] = run({0, 1, 2});
+  EXPECT_GT(accepted, 10);  // the drafts mattered
+  for (int32_t s = 0; s < 3; ++s) {
+    EXPECT_EQ(together[s], run({s}).first[s]) << "slot " << s;
+  }
 }
 
 }  // namespace

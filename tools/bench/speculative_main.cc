@@ -6,7 +6,9 @@
 // with the verify length chosen from the DSpark confidence against the
 // model's cost curve (confidence), the mean verify length (drafts a
 // speculative row verified), the mean accepted length (tokens it emits: 1 +
-// accepted drafts) and whether the outputs equal off's.
+// accepted drafts) and whether the outputs equal off's. Before that, per
+// batch size, the time to draft B sequences one Model::Draft at a time and in
+// one Model::DraftBatch (what the executor does per step).
 //
 //   tools/bazel run -c opt //tools/bench:speculative -- --dir=MODEL_DIR
 //
@@ -26,6 +28,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -165,6 +168,45 @@ void PrintCosts(weir::model::Model& model, const std::vector<int64_t>& prompt, i
               one, 1 + drafts, verify, draft);
 }
 
+// Drafting `batch` sequences (the bench's prompts, prefilled) as the executor
+// did before issue 18, one Model::Draft each, and as it does now, one
+// Model::DraftBatch; best of 5 each.
+void PrintDraftCosts(weir::model::Model& model, const std::vector<std::vector<int64_t>>& prompts,
+                     const std::vector<int>& batches) {
+  auto best_of = [](auto&& body) {
+    double best = 1e30;
+    for (int i = 0; i < 5; ++i) {
+      const auto t0 = Clock::now();
+      body();
+      best = std::min(best, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    }
+    return best;
+  };
+  for (int batch : batches) {
+    std::vector<std::unique_ptr<weir::model::SequenceState>> seqs;
+    std::vector<const weir::model::SequenceState*> states;
+    std::vector<int64_t> tokens;
+    for (int s = 0; s < batch; ++s) {
+      const std::vector<int64_t>& prompt = prompts[s % prompts.size()];
+      seqs.push_back(model.NewSequence());
+      WEIR_CHECK(model.Forward(*seqs.back(), prompt, 0).ok());
+      states.push_back(seqs.back().get());
+      tokens.push_back(prompt.back());
+    }
+    const double alone = best_of([&] {
+      for (int s = 0; s < batch; ++s) WEIR_CHECK(model.Draft(*states[s], tokens[s]).ok());
+    });
+    const double together = best_of([&] {
+      for (const auto& r : model.DraftBatch(states, tokens)) WEIR_CHECK(r.ok());
+    });
+    std::printf(
+        "drafts of %d sequences: one Model::Draft each %.2f ms, one Model::DraftBatch "
+        "%.2f ms\n",
+        batch, alone, together);
+    std::fflush(stdout);
+  }
+}
+
 // The cost curve of `model` at `batches`: best of 2 of a ForwardBatch of B
 // sequences (prompts of the bench) with L positions each at their ends, and
 // of one Model::Draft.
@@ -260,6 +302,7 @@ int Run() {
     WEIR_CHECK(absl::SimpleAtoi(part, &batch) && batch > 0) << "--batches: " << part;
     batches.push_back(batch);
   }
+  PrintDraftCosts(**model, prompts, batches);
   std::optional<VerifyCostCurve> curve;
   if (absl::GetFlag(FLAGS_profile_verify)) {
     WEIR_CHECK(!dir.empty()) << "--profile_verify writes DIR/verify_cost.json: set --dir";

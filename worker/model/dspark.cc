@@ -1,6 +1,7 @@
 #include "worker/model/dspark.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -69,59 +70,90 @@ absl::Status StageAttention(const ModelRuntime& rt, const SequenceState& state, 
 
 }  // namespace
 
-absl::StatusOr<DraftResult> DsparkDraft(const ModelRuntime& rt, const SequenceState& state,
-                                        int64_t next_token) {
+absl::StatusOr<std::vector<DraftResult>> DsparkDraftBatch(
+    const ModelRuntime& rt, std::span<const SequenceState* const> states,
+    std::span<const int64_t> next_tokens) {
   const ModelConfig& c = rt.config;
   const DsparkWeights& dw = rt.weights.dspark;
   const int64_t b = c.dspark_block_size, d = c.dim, n = c.hc_mult, v = c.vocab_size;
-  const int64_t rank = c.dspark_markov_rank, p = state.length() - 1;
-  std::vector<float> x(b * n * d);
-  for (int64_t i = 0; i < b; ++i) {
-    const int64_t id = i == 0 ? next_token : c.dspark_noise_token_id;
-    for (int64_t k = 0; k < n; ++k) {
-      std::copy_n(rt.weights.embed.data() + id * d, d, x.data() + (i * n + k) * d);
+  const int64_t rank = c.dspark_markov_rank, rows = static_cast<int64_t>(states.size());
+  if (rows == 0) return std::vector<DraftResult>();
+  // Sequence r's block is rows [r * b, (r + 1) * b) of every stacked tensor.
+  std::vector<float> x(rows * b * n * d);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < b; ++i) {
+      const int64_t id = i == 0 ? next_tokens[r] : c.dspark_noise_token_id;
+      for (int64_t k = 0; k < n; ++k) {
+        std::copy_n(rt.weights.embed.data() + id * d, d, x.data() + ((r * b + i) * n + k) * d);
+      }
     }
   }
-  std::vector<float> pre = IdentityPreMix(b, static_cast<int>(n));
+  std::vector<float> pre = IdentityPreMix(rows * b, static_cast<int>(n));
   for (int stage = 0; stage < c.n_mtp_layers; ++stage) {
     const int layer = c.n_layers + stage;
     const MoeContext mctx{rt.ops, c, rt.roles[layer], rt.weights.layers[layer].ffn,
                           rt.executor, rt.load};
     RETURN_IF_ERROR(BlockForward(
-        rt.ops, c, rt.weights.layers[layer], b,
-        [&](std::span<const float> in, std::span<float> out) {
-          return StageAttention(rt, state, layer, p, in, out);
+        rt.ops, c, rt.weights.layers[layer], rows * b,
+        [&](std::span<const float> in, std::span<float> out) -> absl::Status {
+          // Each block attends to its own ring and itself only.
+          for (int64_t r = 0; r < rows; ++r) {
+            RETURN_IF_ERROR(StageAttention(rt, *states[r], layer, states[r]->length() - 1,
+                                           in.subspan(r * b * d, b * d),
+                                           out.subspan(r * b * d, b * d)))
+                << "sequence " << r;
+          }
+          return absl::OkStatus();
         },
         [&](std::span<const float> in, std::span<float> out) {
-          return MoeForward(mctx, in, b, {}, out);
+          return MoeForward(mctx, in, rows * b, {}, out);
         },
         x, pre))
         << "DSpark stage " << stage;
   }
-  std::vector<float> h(b * d), hn(b * d);
-  RETURN_IF_ERROR(Collapse(rt.ops, c, x, pre, b, h));
-  RETURN_IF_ERROR(rt.ops.RmsNorm(h, dw.norm, b, d, static_cast<float>(c.norm_eps), hn));
+  std::vector<float> h(rows * b * d), hn(rows * b * d);
+  RETURN_IF_ERROR(Collapse(rt.ops, c, x, pre, rows * b, h));
+  RETURN_IF_ERROR(rt.ops.RmsNorm(h, dw.norm, rows * b, d, static_cast<float>(c.norm_eps), hn));
   rt.ops.RoundBf16(hn);
-  DraftResult r;
-  r.logits.assign(b * v, 0.0f);
-  RETURN_IF_ERROR(rt.ops.Logits(rt.weights.head, hn, b, r.logits));
-  // Markov head: sequential low-rank bigram bias, greedy choice; confidence from [h ; e].
-  std::vector<float> bias(v), feat(d + rank);
-  int64_t prev = next_token;
-  for (int64_t i = 0; i < b; ++i) {
-    std::span<const float> e(dw.markov_embed.data() + prev * rank, rank);
-    RETURN_IF_ERROR(rt.ops.Logits(dw.markov_head, e, 1, bias));
-    float* li = r.logits.data() + i * v;
-    for (int64_t t = 0; t < v; ++t) li[t] += bias[t];
-    prev = std::max_element(li, li + v) - li;
-    r.tokens.push_back(prev);
-    std::copy_n(h.data() + i * d, d, feat.data());
-    std::copy(e.begin(), e.end(), feat.begin() + d);
-    float conf = 0.0f;
-    RETURN_IF_ERROR(rt.ops.Matmul(dw.confidence, feat, 1, std::span<float>(&conf, 1)));
-    r.confidence.push_back(conf);
+  std::vector<DraftResult> results(rows);
+  // Markov head: sequential low-rank bigram bias, greedy choice. The head and
+  // the Markov head run per sequence with one sequence's shapes: Ops::Logits
+  // may sum in an order that depends on its row count (OpenBLAS sgemm).
+  std::vector<float> bias(v), feat(rows * b * (d + rank));
+  for (int64_t r = 0; r < rows; ++r) {
+    DraftResult& dr = results[r];
+    dr.logits.assign(b * v, 0.0f);
+    RETURN_IF_ERROR(rt.ops.Logits(
+        rt.weights.head, std::span<const float>(hn).subspan(r * b * d, b * d), b, dr.logits));
+    int64_t prev = next_tokens[r];
+    for (int64_t i = 0; i < b; ++i) {
+      std::span<const float> e(dw.markov_embed.data() + prev * rank, rank);
+      RETURN_IF_ERROR(rt.ops.Logits(dw.markov_head, e, 1, bias));
+      float* li = dr.logits.data() + i * v;
+      for (int64_t t = 0; t < v; ++t) li[t] += bias[t];
+      prev = std::max_element(li, li + v) - li;
+      dr.tokens.push_back(prev);
+      // Confidence features [h ; e], projected below for every row at once.
+      float* f = feat.data() + (r * b + i) * (d + rank);
+      std::copy_n(h.data() + (r * b + i) * d, d, f);
+      std::copy(e.begin(), e.end(), f + d);
+    }
   }
-  return r;
+  // Matmul is row-stable (ops.h), so one product equals one per row.
+  std::vector<float> conf(rows * b);
+  RETURN_IF_ERROR(rt.ops.Matmul(dw.confidence, feat, rows * b, conf));
+  for (int64_t r = 0; r < rows; ++r) {
+    results[r].confidence.assign(conf.begin() + r * b, conf.begin() + (r + 1) * b);
+  }
+  return results;
+}
+
+absl::StatusOr<DraftResult> DsparkDraft(const ModelRuntime& rt, const SequenceState& state,
+                                        int64_t next_token) {
+  const SequenceState* const states[] = {&state};
+  ASSIGN_OR_RETURN(std::vector<DraftResult> r,
+                   DsparkDraftBatch(rt, states, std::span<const int64_t>(&next_token, 1)));
+  return std::move(r[0]);
 }
 
 }  // namespace weir::model

@@ -12,6 +12,7 @@
 //     ring slots [0, min(W, p+1)) and bidirectionally to itself; mHC + MoE
 //     (DSpark experts) per stage; final collapse, norm, head; the Markov head
 //     adds a low-rank bigram bias sequentially; confidence = proj([h ; e]).
+//     DsparkDraftBatch drafts several sequences in one such forward.
 // Drafts are greedy (temperature 0: argmax, first index on ties).
 //
 // Thread safety: functions over caller-owned state.
@@ -40,7 +41,22 @@ struct DraftResult {
 absl::Status UpdateDsparkRings(const ModelRuntime& rt, std::span<const float> main_hidden,
                                int64_t start_pos, int64_t tokens, SequenceState& state);
 
-// Drafts after `next_token` (the target's token for position state.length()).
+// Drafts after next_tokens[r] (the target's token for position
+// states[r]->length()) for every row r in one forward: the R blocks are
+// stacked into [R * B] rows for each stage's mHC, norms and MoE (one expert
+// call per stage for all rows), the collapse and the confidence head; each
+// block's attention reads its own sequence's ring and its own block, and the
+// vocabulary and Markov heads run per row with one row's shapes. Returns one
+// result per row, each bit-identical to DsparkDraft of that row alone (every
+// other op is batch-invariant, ops.h). Does not change the states; an empty
+// batch returns no results. A failing op fails the whole batch.
+// REQUIRES (checked by Model::DraftBatch): states.size() == next_tokens.size(),
+// every state non-null with length() >= 2, every token in vocab.
+absl::StatusOr<std::vector<DraftResult>> DsparkDraftBatch(
+    const ModelRuntime& rt, std::span<const SequenceState* const> states,
+    std::span<const int64_t> next_tokens);
+
+// DsparkDraftBatch of the one row (state, next_token).
 // REQUIRES (checked by Model::Draft): state.length() >= 2, token in vocab.
 absl::StatusOr<DraftResult> DsparkDraft(const ModelRuntime& rt, const SequenceState& state,
                                         int64_t next_token);

@@ -242,23 +242,55 @@ absl::Status Model::RunBackbone(SequenceState& state, std::span<const int64_t> t
 }
 
 absl::StatusOr<DraftResult> Model::Draft(const SequenceState& state, int64_t next_token) {
+  const SequenceState* const states[] = {&state};
+  return std::move(DraftBatch(states, std::span<const int64_t>(&next_token, 1))[0]);
+}
+
+std::vector<absl::StatusOr<DraftResult>> Model::DraftBatch(
+    std::span<const SequenceState* const> states, std::span<const int64_t> next_tokens) {
+  std::vector<absl::StatusOr<DraftResult>> out(states.size());
+  absl::Status refused;
   if (config_.n_mtp_layers == 0 || config_.dspark_block_size <= 0) {
-    return absl::InvalidArgumentError("Draft: the model has no DSpark stages");
+    refused = absl::InvalidArgumentError("Draft: the model has no DSpark stages");
+  } else if (next_tokens.size() != states.size()) {
+    refused = absl::InvalidArgumentError(
+        absl::StrCat("DraftBatch: ", states.size(), " states but ", next_tokens.size(), " tokens"));
   }
-  const int64_t one[] = {next_token};
-  RETURN_IF_ERROR(CheckTokens(one));
-  if (state.num_layers() != roles_.size() || state.broken()) {
-    return absl::InvalidArgumentError("Draft: unusable sequence state");
+  if (!refused.ok()) {
+    for (absl::StatusOr<DraftResult>& r : out) r = refused;
+    return out;
   }
-  if (state.length() < 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Draft: needs 2 forwarded positions, the sequence holds ", state.length()));
+  // The rows that can draft, in order.
+  std::vector<size_t> rows;
+  std::vector<const SequenceState*> good;
+  std::vector<int64_t> tokens;
+  for (size_t i = 0; i < states.size(); ++i) {
+    const SequenceState* state = states[i];
+    if (absl::Status s = CheckTokens(next_tokens.subspan(i, 1)); !s.ok()) {
+      out[i] = s;
+    } else if (state == nullptr || state->num_layers() != roles_.size() || state->broken()) {
+      out[i] = absl::InvalidArgumentError("Draft: unusable sequence state");
+    } else if (state->length() < 2) {
+      out[i] = absl::InvalidArgumentError(
+          absl::StrCat("Draft: needs 2 forwarded positions, the sequence holds ", state->length()));
+    } else {
+      rows.push_back(i);
+      good.push_back(state);
+      tokens.push_back(next_tokens[i]);
+    }
   }
+  if (rows.empty()) return out;
   ExpertExecutor& stages = local_executor_ ? *local_executor_ : *executor_;
   const ModelRuntime rt{config_, roles_, weights_, rope_, *ops_, stages, load_.get()};
-  absl::StatusOr<DraftResult> r = DsparkDraft(rt, state, next_token);
-  if (!r.ok()) return absl::InternalError(absl::StrCat("Draft: ", r.status().message()));
-  return r;
+  absl::StatusOr<std::vector<DraftResult>> drafted = DsparkDraftBatch(rt, good, tokens);
+  for (size_t j = 0; j < rows.size(); ++j) {
+    if (drafted.ok()) {
+      out[rows[j]] = std::move((*drafted)[j]);
+    } else {
+      out[rows[j]] = absl::InternalError(absl::StrCat("Draft: ", drafted.status().message()));
+    }
+  }
+  return out;
 }
 
 }  // namespace weir::model

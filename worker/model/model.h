@@ -144,6 +144,17 @@ class Model {
   // model has no DSpark stages.
   absl::StatusOr<DraftResult> Draft(const SequenceState& state, int64_t next_token);
 
+  // DSpark for several sequences in one forward (dspark.h DsparkDraftBatch):
+  // row i drafts after next_tokens[i] on *states[i]. Returns one result per
+  // row, each bit-identical to Draft of that row alone. A row that Draft
+  // would refuse (null or unusable state, fewer than 2 positions, token out
+  // of range) gets Draft's INVALID_ARGUMENT and the other rows still draft.
+  // Every row fails with INVALID_ARGUMENT when the model has no DSpark stages
+  // or the spans differ in size, and every drafted row with INTERNAL when the
+  // forward fails. A state may appear several times. Changes no state.
+  std::vector<absl::StatusOr<DraftResult>> DraftBatch(std::span<const SequenceState* const> states,
+                                                      std::span<const int64_t> next_tokens);
+
   const ModelConfig& config() const { return config_; }
   const LayerRoles& roles() const { return roles_; }
   // Routed (token, expert) counts per (layer, logical expert), DSpark stages included.
