@@ -148,12 +148,4 @@ absl::StatusOr<std::vector<DraftResult>> DsparkDraftBatch(
   return results;
 }
 
-absl::StatusOr<DraftResult> DsparkDraft(const ModelRuntime& rt, const SequenceState& state,
-                                        int64_t next_token) {
-  const SequenceState* const states[] = {&state};
-  ASSIGN_OR_RETURN(std::vector<DraftResult> r,
-                   DsparkDraftBatch(rt, states, std::span<const int64_t>(&next_token, 1)));
-  return std::move(r[0]);
-}
-
 }  // namespace weir::model

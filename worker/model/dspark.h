@@ -8,11 +8,11 @@
 //     into each stage's window K/V and stored in the stage's ring (this is the
 //     reference's prefill seeding, applied to every position: a draft after a
 //     multi-token forward sees the same ring as after one-token decodes).
-//   * DsparkDraft: block [t*, noise x (B-1)] at positions p+1..p+B attends to
+//   * DsparkDraftBatch: block [t*, noise x (B-1)] at positions p+1..p+B attends to
 //     ring slots [0, min(W, p+1)) and bidirectionally to itself; mHC + MoE
 //     (DSpark experts) per stage; final collapse, norm, head; the Markov head
 //     adds a low-rank bigram bias sequentially; confidence = proj([h ; e]).
-//     DsparkDraftBatch drafts several sequences in one such forward.
+//     Several sequences draft in one such forward (one row each).
 // Drafts are greedy (temperature 0: argmax, first index on ties).
 //
 // Thread safety: functions over caller-owned state.
@@ -47,7 +47,7 @@ absl::Status UpdateDsparkRings(const ModelRuntime& rt, std::span<const float> ma
 // call per stage for all rows), the collapse and the confidence head; each
 // block's attention reads its own sequence's ring and its own block, and the
 // vocabulary and Markov heads run per row with one row's shapes. Returns one
-// result per row, each bit-identical to DsparkDraft of that row alone (every
+// result per row, each bit-identical to drafting that row alone (every
 // other op is batch-invariant, ops.h). Does not change the states; an empty
 // batch returns no results. A failing op fails the whole batch.
 // REQUIRES (checked by Model::DraftBatch): states.size() == next_tokens.size(),
@@ -55,11 +55,6 @@ absl::Status UpdateDsparkRings(const ModelRuntime& rt, std::span<const float> ma
 absl::StatusOr<std::vector<DraftResult>> DsparkDraftBatch(
     const ModelRuntime& rt, std::span<const SequenceState* const> states,
     std::span<const int64_t> next_tokens);
-
-// DsparkDraftBatch of the one row (state, next_token).
-// REQUIRES (checked by Model::Draft): state.length() >= 2, token in vocab.
-absl::StatusOr<DraftResult> DsparkDraft(const ModelRuntime& rt, const SequenceState& state,
-                                        int64_t next_token);
 
 }  // namespace weir::model
 
