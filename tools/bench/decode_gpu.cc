@@ -355,16 +355,18 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
   double fp32_dense = 0;  // dense bytes as the reference holds them (its run, if any)
   for (weir::model::DecodeNumerics numerics : NumericsList()) {
   const auto t0 = Clock::now();
-  auto dd = weir::model::CreateSyntheticDeviceDecoder(
-      c, options_precision(),
-      {.numerics = numerics,
-       .fast_mhc = absl::GetFlag(FLAGS_fast_mhc),
-       .max_sequences = max_batch,
-       .max_positions = context + warmup + steps + 8,
-       .max_batch = max_batch,
-       .programmatic_launch = absl::GetFlag(FLAGS_programmatic),
-       .fused_split_reduce = absl::GetFlag(FLAGS_fused_split_reduce),
-       .expert_tile = absl::GetFlag(FLAGS_expert_tile)});
+  // The slice's decoder options from the flags (graphs; the profile below
+  // turns them off).
+  weir::model::DeviceDecoderOptions options{
+      .numerics = numerics,
+      .fast_mhc = absl::GetFlag(FLAGS_fast_mhc),
+      .max_sequences = max_batch,
+      .max_positions = context + warmup + steps + 8,
+      .max_batch = max_batch,
+      .programmatic_launch = absl::GetFlag(FLAGS_programmatic),
+      .fused_split_reduce = absl::GetFlag(FLAGS_fused_split_reduce),
+      .expert_tile = absl::GetFlag(FLAGS_expert_tile)};
+  auto dd = weir::model::CreateSyntheticDeviceDecoder(c, options_precision(), options);
   WEIR_CHECK(dd.ok()) << dd.status();
   std::printf("numerics %s: fast dense layers %d (bf16 %d), reference dense %d, fast MoE layers "
               "%d\n",
@@ -473,16 +475,10 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
   }
   if (absl::GetFlag(FLAGS_slice_profile)) {
     dd->reset();  // one slice on the device at a time
-    auto eager = weir::model::CreateSyntheticDeviceDecoder(
-        c, options_precision(),
-        {.numerics = numerics,
-         .fast_mhc = absl::GetFlag(FLAGS_fast_mhc),
-         .max_sequences = max_batch,
-         .max_positions = context + warmup + steps + 8,
-         .max_batch = max_batch,
-         .use_graphs = false,
-         .profile = true,
-         .expert_tile = absl::GetFlag(FLAGS_expert_tile)});
+    weir::model::DeviceDecoderOptions eager_options = options;
+    eager_options.use_graphs = false;
+    eager_options.profile = true;
+    auto eager = weir::model::CreateSyntheticDeviceDecoder(c, options_precision(), eager_options);
     WEIR_CHECK(eager.ok()) << eager.status();
     for (int batch : {batches.front(), max_batch}) {
       std::vector<int> slots(batch);

@@ -137,32 +137,35 @@ Result Decode(weir::model::Model& model, const std::vector<std::vector<int64_t>>
   return r;
 }
 
+// The shortest of `runs` runs of `body`, in ms.
+template <typename Body>
+double BestOf(int runs, Body&& body) {
+  double best = 1e30;
+  for (int i = 0; i < runs; ++i) {
+    const auto t0 = Clock::now();
+    body();
+    best = std::min(best, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  return best;
+}
+
 // The costs behind the numbers, one sequence: a 1-token forward, a
 // (1 + drafts)-token forward (a verification) and one Model::Draft, in ms
 // (best of 5 each, on a sequence of `prompt`).
 void PrintCosts(weir::model::Model& model, const std::vector<int64_t>& prompt, int drafts) {
-  auto best_of = [](auto&& body) {
-    double best = 1e30;
-    for (int i = 0; i < 5; ++i) {
-      const auto t0 = Clock::now();
-      body();
-      best = std::min(best, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-    }
-    return best;
-  };
   auto seq = model.NewSequence();
   WEIR_CHECK(model.Forward(*seq, prompt, 0).ok());
   const int64_t at = seq->length();
   std::vector<int64_t> block(1 + drafts, prompt.back());
-  const double one = best_of([&] {
+  const double one = BestOf(5, [&] {
     WEIR_CHECK(model.Forward(*seq, std::span(block).first(1), at).ok());
     WEIR_CHECK_OK(seq->Rollback(1));
   });
-  const double verify = best_of([&] {
+  const double verify = BestOf(5, [&] {
     WEIR_CHECK(model.Forward(*seq, block, at).ok());
     WEIR_CHECK_OK(seq->Rollback(1 + drafts));
   });
-  const double draft = best_of([&] { WEIR_CHECK(model.Draft(*seq, prompt.back()).ok()); });
+  const double draft = BestOf(5, [&] { WEIR_CHECK(model.Draft(*seq, prompt.back()).ok()); });
   std::printf("costs, one sequence: 1-token forward %.2f ms, %d-token verify %.2f ms, "
               "draft %.2f ms\n",
               one, 1 + drafts, verify, draft);
@@ -173,15 +176,6 @@ void PrintCosts(weir::model::Model& model, const std::vector<int64_t>& prompt, i
 // Model::DraftBatch; best of 5 each.
 void PrintDraftCosts(weir::model::Model& model, const std::vector<std::vector<int64_t>>& prompts,
                      const std::vector<int>& batches) {
-  auto best_of = [](auto&& body) {
-    double best = 1e30;
-    for (int i = 0; i < 5; ++i) {
-      const auto t0 = Clock::now();
-      body();
-      best = std::min(best, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-    }
-    return best;
-  };
   for (int batch : batches) {
     std::vector<std::unique_ptr<weir::model::SequenceState>> seqs;
     std::vector<const weir::model::SequenceState*> states;
@@ -193,10 +187,10 @@ void PrintDraftCosts(weir::model::Model& model, const std::vector<std::vector<in
       states.push_back(seqs.back().get());
       tokens.push_back(prompt.back());
     }
-    const double alone = best_of([&] {
+    const double alone = BestOf(5, [&] {
       for (int s = 0; s < batch; ++s) WEIR_CHECK(model.Draft(*states[s], tokens[s]).ok());
     });
-    const double together = best_of([&] {
+    const double together = BestOf(5, [&] {
       for (const auto& r : model.DraftBatch(states, tokens)) WEIR_CHECK(r.ok());
     });
     std::printf(
@@ -213,15 +207,6 @@ void PrintDraftCosts(weir::model::Model& model, const std::vector<std::vector<in
 VerifyCostCurve ProfileVerify(weir::model::Model& model,
                               const std::vector<std::vector<int64_t>>& prompts,
                               const std::vector<int>& batches, int drafts) {
-  auto best_of = [](auto&& body) {
-    double best = 1e30;
-    for (int i = 0; i < 2; ++i) {
-      const auto t0 = Clock::now();
-      body();
-      best = std::min(best, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-    }
-    return best;
-  };
   VerifyCostCurve curve;
   for (int batch : batches) {
     std::vector<std::unique_ptr<weir::model::SequenceState>> seqs;
@@ -242,12 +227,13 @@ VerifyCostCurve ProfileVerify(weir::model::Model& model,
         blocks.emplace_back(length, prompts[s % prompts.size()].back());
       }
       for (const auto& b : blocks) tokens.emplace_back(b);
-      point.step_ms.push_back(best_of([&] {
+      point.step_ms.push_back(BestOf(2, [&] {
         WEIR_CHECK(model.ForwardBatch(states, tokens, starts).ok());
         for (auto* state : states) WEIR_CHECK_OK(state->Rollback(length));
       }));
     }
-    point.draft_ms = best_of([&] { WEIR_CHECK(model.Draft(*states[0], prompts[0].back()).ok()); });
+    point.draft_ms =
+        BestOf(2, [&] { WEIR_CHECK(model.Draft(*states[0], prompts[0].back()).ok()); });
     std::printf("profile batch %d: draft %.2f ms, step", batch, point.draft_ms);
     for (double ms : point.step_ms) std::printf(" %.1f", ms);
     std::printf(" ms (1 .. %d positions a row)\n", drafts + 1);
