@@ -303,70 +303,48 @@ TEST(Fp8BlockGemmTest, GroupsGiveEachGroupItsOwnBits) {
   ASSERT_TRUE(dx.ok() && dxs.ok() && dw.ok() && dws.ok() && y.ok() && scratch.ok());
   DeviceBuffer<uint32_t> counters(1 << 16);
   counters.Poison(0);
-  for (int variant : {1, 3, -3}) {  // -3: split 3 summed by the last split (counters)
-    const int splits = variant < 0 ? -variant : variant;
-    y.Poison(0xFF);
-    ASSERT_TRUE(Fp8BlockGemm({.x = dx.get(),
-                              .x_scales = dxs.get(),
-                              .w = dw.get(),
-                              .w_scales = dws.get(),
-                              .y = y.get(),
-                              .m = m,
-                              .n = n,
-                              .k = k,
-                              .groups = kGroups,
-                              .x_group_stride = xs,
-                              .x_scales_group_stride = xss,
-                              .w_group_stride = ws,
-                              .w_scales_group_stride = wss,
-                              .y_group_stride = ys,
-                              .k_splits = splits,
-                              .split_scratch = splits > 1 ? scratch.get() : nullptr,
-                              .split_counters = variant < 0 ? counters.get() : nullptr,
-                              .split_counter_count = variant < 0 ? int64_t{1} << 16 : 0},
-                             nullptr)
-                    .ok());
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const std::vector<float> got = y.Download();
-    for (int g = 0; g < kGroups; ++g) {
-      const std::vector<float> want =
-          RunGpu(ops[g], Fp8GemmTile::kAuto, Fp8GemmOutput::kF32, 0, splits);
-      ASSERT_EQ(want.size(), static_cast<size_t>(m * n));
-      EXPECT_EQ(std::memcmp(got.data() + g * ys, want.data(), m * n * sizeof(float)), 0)
-          << "group " << g << " splits " << splits;
-    }
-  }
+  // Variants: split 1 or 3; -3: split 3 summed by the last split (counters);
   // x_shared: every group multiplies group 0's X (the decoder's shared w1 and
-  // w3 over one input), each group with the bits of its own call.
-  for (int splits : {1, 3}) {
-    y.Poison(0xFF);
-    ASSERT_TRUE(Fp8BlockGemm({.x = dx.get(),
-                              .x_scales = dxs.get(),
-                              .w = dw.get(),
-                              .w_scales = dws.get(),
-                              .y = y.get(),
-                              .m = m,
-                              .n = n,
-                              .k = k,
-                              .groups = kGroups,
-                              .x_shared = true,
-                              .w_group_stride = ws,
-                              .w_scales_group_stride = wss,
-                              .y_group_stride = ys,
-                              .k_splits = splits,
-                              .split_scratch = splits > 1 ? scratch.get() : nullptr},
-                             nullptr)
-                    .ok());
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const std::vector<float> got = y.Download();
-    for (int g = 0; g < kGroups; ++g) {
-      Operands op = ops[g];
-      op.x = ops[0].x;
-      op.x_scales = ops[0].x_scales;
-      const std::vector<float> want =
-          RunGpu(op, Fp8GemmTile::kAuto, Fp8GemmOutput::kF32, 0, splits);
-      EXPECT_EQ(std::memcmp(got.data() + g * ys, want.data(), m * n * sizeof(float)), 0)
-          << "x_shared group " << g << " splits " << splits;
+  // w3 over one input). Each group gets the bits of its own call.
+  for (int variant : {1, 3, -3}) {
+    for (bool x_shared : {false, true}) {
+      const int splits = variant < 0 ? -variant : variant;
+      y.Poison(0xFF);
+      ASSERT_TRUE(Fp8BlockGemm({.x = dx.get(),
+                                .x_scales = dxs.get(),
+                                .w = dw.get(),
+                                .w_scales = dws.get(),
+                                .y = y.get(),
+                                .m = m,
+                                .n = n,
+                                .k = k,
+                                .groups = kGroups,
+                                .x_shared = x_shared,
+                                .x_group_stride = x_shared ? 0 : xs,
+                                .x_scales_group_stride = x_shared ? 0 : xss,
+                                .w_group_stride = ws,
+                                .w_scales_group_stride = wss,
+                                .y_group_stride = ys,
+                                .k_splits = splits,
+                                .split_scratch = splits > 1 ? scratch.get() : nullptr,
+                                .split_counters = variant < 0 ? counters.get() : nullptr,
+                                .split_counter_count = variant < 0 ? int64_t{1} << 16 : 0},
+                               nullptr)
+                      .ok());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::vector<float> got = y.Download();
+      for (int g = 0; g < kGroups; ++g) {
+        Operands op = ops[g];
+        if (x_shared) {
+          op.x = ops[0].x;
+          op.x_scales = ops[0].x_scales;
+        }
+        const std::vector<float> want =
+            RunGpu(op, Fp8GemmTile::kAuto, Fp8GemmOutput::kF32, 0, splits);
+        ASSERT_EQ(want.size(), static_cast<size_t>(m * n));
+        EXPECT_EQ(std::memcmp(got.data() + g * ys, want.data(), m * n * sizeof(float)), 0)
+            << "group " << g << " splits " << splits << " x_shared " << x_shared;
+      }
     }
   }
   // x_shared with an x stride is refused.
