@@ -37,7 +37,10 @@ inline constexpr char kVerifyCostFile[] = "verify_cost.json";
 //    "points": [{"batch": 1, "draft_ms": 12.6,
 //                "step_ms": [12.1, 19.0, ...]}, ...]}
 // step_ms[L - 1] is one step of `batch` rows of L positions each (the
-// token and L - 1 drafts), in ms; draft_ms is one row's Model::Draft.
+// token and L - 1 drafts), in ms; draft_ms is one row's share of a
+// Model::DraftBatch of `batch` rows (the step drafts its rows in one call).
+// Curves written before batched drafting hold one row's Model::Draft there,
+// an overestimate at batch > 1 (verify lengths chosen a little short).
 struct VerifyCostCurve {
   struct Point {
     int64_t batch = 0;

@@ -203,7 +203,8 @@ void PrintDraftCosts(weir::model::Model& model, const std::vector<std::vector<in
 
 // The cost curve of `model` at `batches`: best of 2 of a ForwardBatch of B
 // sequences (prompts of the bench) with L positions each at their ends, and
-// of one Model::Draft.
+// of one Model::DraftBatch of the B sequences, divided by B (a row's share
+// of the step's draft, as the executor drafts).
 VerifyCostCurve ProfileVerify(weir::model::Model& model,
                               const std::vector<std::vector<int64_t>>& prompts,
                               const std::vector<int>& batches, int drafts) {
@@ -232,8 +233,13 @@ VerifyCostCurve ProfileVerify(weir::model::Model& model,
         for (auto* state : states) WEIR_CHECK_OK(state->Rollback(length));
       }));
     }
-    point.draft_ms =
-        BestOf(2, [&] { WEIR_CHECK(model.Draft(*states[0], prompts[0].back()).ok()); });
+    std::vector<const weir::model::SequenceState*> draft_states(states.begin(), states.end());
+    std::vector<int64_t> next(batch);
+    for (int s = 0; s < batch; ++s) next[s] = prompts[s % prompts.size()].back();
+    auto draft_all = [&] {
+      for (const auto& r : model.DraftBatch(draft_states, next)) WEIR_CHECK(r.ok()) << r.status();
+    };
+    point.draft_ms = BestOf(2, draft_all) / batch;
     std::printf("profile batch %d: draft %.2f ms, step", batch, point.draft_ms);
     for (double ms : point.step_ms) std::printf(" %.1f", ms);
     std::printf(" ms (1 .. %d positions a row)\n", drafts + 1);
