@@ -79,13 +79,9 @@ __global__ void QuantizeFp4Kernel(const float* __restrict__ x, uint8_t* __restri
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const bool active = i < n;
   const float v = active ? x[i] : 0.0f;
-  float amax = fabsf(v);
-  int nonfinite = isfinite(v) ? 0 : 1;
-#pragma unroll
-  for (int offset = kBlock / 2; offset > 0; offset /= 2) {
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
-    nonfinite |= __shfl_xor_sync(0xffffffffu, nonfinite, offset);
-  }
+  float amax;
+  int nonfinite;
+  BlockAmax<kBlock>(v, amax, nonfinite);
   uint32_t scale_code;
   float s;
   if constexpr (kE8m0) {  // a non-finite block: the NaN scale 0xFF, zero codes

@@ -41,6 +41,21 @@ __device__ __forceinline__ float RoundToE2m1(float v) {
 
 enum class DeviceFakeQuantFormat { kFp8, kMxfp4, kNvfp4Kv };
 
+// amax = max |v| over the kBlock consecutive lanes of this lane's block
+// (kBlock divides 32; every lane of the warp calls it), nonfinite = 1 when
+// any of them is NaN or infinite: the block statistics FakeQuantKernel and
+// the stored-form quantizers (fake_quant.cu) scale by.
+template <int kBlock>
+__device__ __forceinline__ void BlockAmax(float v, float& amax, int& nonfinite) {
+  amax = fabsf(v);
+  nonfinite = isfinite(v) ? 0 : 1;
+#pragma unroll
+  for (int offset = kBlock / 2; offset > 0; offset /= 2) {
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+    nonfinite |= __shfl_xor_sync(0xffffffffu, nonfinite, offset);
+  }
+}
+
 // One thread per element; the kBlock lanes of a block are consecutive lanes
 // of one warp (kBlock divides 32), so the amax is a shuffle reduction inside
 // the block's lanes. n is a multiple of kBlock.
@@ -50,13 +65,9 @@ __global__ void FakeQuantKernel(const float* x, float* out, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const bool active = i < n;
   const float v = active ? x[i] : 0.0f;
-  float amax = fabsf(v);
-  int nonfinite = isfinite(v) ? 0 : 1;
-#pragma unroll
-  for (int offset = kBlock / 2; offset > 0; offset /= 2) {
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
-    nonfinite |= __shfl_xor_sync(0xffffffffu, nonfinite, offset);
-  }
+  float amax;
+  int nonfinite;
+  BlockAmax<kBlock>(v, amax, nonfinite);
   if (!active) return;
   if (nonfinite) {
     out[i] = __uint_as_float(0x7FC00000u);
