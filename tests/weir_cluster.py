@@ -16,7 +16,6 @@ outputs. The coordinator gets PR_SET_PDEATHSIG, so a killed test leaves nothing 
 Thread safety: not thread-safe; one test thread starts and stops a Cluster.
 """
 
-import ctypes
 import os
 import signal
 import subprocess
@@ -60,11 +59,15 @@ def alive(pid):
     return stat[stat.rfind(")") + 2] != "Z"
 
 
-def _die_with_parent():
-    """Runs in the child before exec: SIGTERM when this test process dies, so
-    a killed test leaves no coordinator behind (its children follow it)."""
-    PR_SET_PDEATHSIG = 1
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+# The coordinator gets SIGTERM when this test process dies, so a killed test
+# leaves no coordinator behind (its children follow it). util-linux's setpriv
+# sets the death signal and execs the coordinator (the signal survives exec).
+# Not a preexec_fn: that makes Python fork() instead of vfork(), and fork runs
+# grpcio's pthread_atfork handlers, which restart its event-engine poller in
+# the child; the child then closes every descriptor above 2 before exec, and
+# that poller aborted on its closed epoll descriptor (SIGABRT, exit -6, before
+# the coordinator ever ran: seen once in CI).
+_DIE_WITH_PARENT = ["setpriv", "--pdeathsig", "TERM", "--"]
 
 
 class Cluster:
@@ -134,8 +137,8 @@ class Cluster:
             if os.path.exists(path):  # A stale address must not be polled.
                 os.remove(path)
         log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=TMP,
-                                     preexec_fn=_die_with_parent)
+        self.proc = subprocess.Popen(_DIE_WITH_PARENT + argv, stdout=log,
+                                     stderr=subprocess.STDOUT, cwd=TMP)
         log.close()
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while time.monotonic() < deadline:
