@@ -102,6 +102,9 @@ ABSL_FLAG(
     std::string, expert_tile, "",
     "kFast: the grouped MXFP4 experts' CTA tile (w4m8, w4m8s4, w4m8s3, w4m16s4, w4m32, w8m64; "
     "empty: chosen from the rows per expert; DeviceDecoderOptions::expert_tile).");
+ABSL_FLAG(bool, expert_wgmma, false,
+          "kFast: the routed experts' block sums on wgmma (DeviceDecoderOptions::expert_wgmma); "
+          "false: the f16 mma pair.");
 ABSL_FLAG(bool, programmatic, true,
           "Graphs with programmatic edges between kernels "
           "(DeviceDecoderOptions::programmatic_launch); false: ordinary edges.");
@@ -239,7 +242,8 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
         .programmatic_launch = absl::GetFlag(FLAGS_programmatic),
         .fused_split_reduce = absl::GetFlag(FLAGS_fused_split_reduce),
         .profile = !graphs,
-        .expert_tile = absl::GetFlag(FLAGS_expert_tile)};
+        .expert_tile = absl::GetFlag(FLAGS_expert_tile),
+        .expert_wgmma = absl::GetFlag(FLAGS_expert_wgmma)};
     if (exchange) options.communicator = nccl->get();
     auto dd = weir::model::DeviceDecoder::Create(model, precision, options);
     WEIR_CHECK(dd.ok()) << dd.status();
@@ -365,7 +369,8 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       .max_batch = max_batch,
       .programmatic_launch = absl::GetFlag(FLAGS_programmatic),
       .fused_split_reduce = absl::GetFlag(FLAGS_fused_split_reduce),
-      .expert_tile = absl::GetFlag(FLAGS_expert_tile)};
+      .expert_tile = absl::GetFlag(FLAGS_expert_tile),
+      .expert_wgmma = absl::GetFlag(FLAGS_expert_wgmma)};
   auto dd = weir::model::CreateSyntheticDeviceDecoder(c, options_precision(), options);
   WEIR_CHECK(dd.ok()) << dd.status();
   std::printf("numerics %s: fast dense layers %d (bf16 %d), reference dense %d, fast MoE layers "

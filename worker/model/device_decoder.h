@@ -193,6 +193,12 @@ struct DeviceDecoderOptions {
   // time, never bits (benchmarks: decode_gpu --expert_tile). INVALID_ARGUMENT
   // at Create for another name.
   std::string expert_tile;
+  // kFast routed experts: each 32-element block sum on wgmma (sm_90a's FP8
+  // tensor-core path; kernels/cuda/moe Mxfp4GemmMath::kWgmma) instead of the
+  // f16 mma pair. Changes the low bits of the block sums (FP8 wgmma keeps
+  // fewer), keeps batch invariance (every tile of one math gives a row the
+  // same bits). Off by default until measured faster end to end.
+  bool expert_wgmma = false;
   // Expert parallelism over NCCL on device buffers (see the file comment):
   // this decoder is rank communicator->rank() of communicator->world_size().
   // Not owned; must outlive the decoder and live on `device`. Null: every

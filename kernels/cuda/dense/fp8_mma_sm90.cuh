@@ -67,6 +67,10 @@ __device__ __forceinline__ uint32_t LoadShared32(uint32_t addr) {
 // StoreSharedF32, then __syncwarp, then read in pairs with LoadSharedF32x2
 // (8-byte aligned). The ring's barrier orders the next stage's writes after
 // these reads.
+__device__ __forceinline__ void StoreSharedU32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+
 __device__ __forceinline__ void StoreSharedF32(uint32_t addr, float v) {
   asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
 }

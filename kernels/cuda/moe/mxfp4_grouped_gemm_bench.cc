@@ -166,6 +166,9 @@ void FreeStep(Step& s) {
   }
 }
 
+// The block-sum math of every call (argv[3]: mma or wgmma).
+Mxfp4GemmMath g_math = Mxfp4GemmMath::kMmaF16;
+
 Mxfp4ExpertFfnParams FfnParams(const LayerWeights& w, const Step& s, int local, int64_t tokens) {
   return {.x = s.x,
           .x_scales = s.xs,
@@ -183,7 +186,8 @@ Mxfp4ExpertFfnParams FfnParams(const LayerWeights& w, const Step& s, int local, 
           .rows = s.rows,
           .dim = kDim,
           .inter = kInter,
-          .num_experts = local};  // kAuto tiles (ChooseMxfp4GroupedTile of rows / experts)
+          .num_experts = local,  // kAuto tiles (ChooseMxfp4GroupedTile of rows / experts)
+          .math = g_math};
 }
 
 Mxfp4GroupedGateUpParams GateUpParams(const Mxfp4ExpertFfnParams& f, Mxfp4GroupedTile tile) {
@@ -202,7 +206,8 @@ Mxfp4GroupedGateUpParams GateUpParams(const Mxfp4ExpertFfnParams& f, Mxfp4Groupe
           .dim = f.dim,
           .num_experts = f.num_experts,
           .rows_per_expert_hint = f.rows_per_expert_hint,
-          .tile = tile};
+          .tile = tile,
+          .math = f.math};
 }
 
 Mxfp4GroupedGemmParams DownParams(const Mxfp4ExpertFfnParams& f, Mxfp4GroupedTile tile) {
@@ -218,7 +223,8 @@ Mxfp4GroupedGemmParams DownParams(const Mxfp4ExpertFfnParams& f, Mxfp4GroupedTil
           .num_experts = f.num_experts,
           .round_bf16 = true,
           .rows_per_expert_hint = f.rows_per_expert_hint,
-          .tile = tile};
+          .tile = tile,
+          .math = f.math};
 }
 
 // The reference GroupedExpertFfn on layer `s`'s routing: fp32 weights (the
@@ -349,6 +355,8 @@ int Run(int experts, int ranks) {
       if (us < gu_us) gu_us = us, best_gu = t;
     }
     for (Mxfp4GroupedTile t : kMxfp4GroupedTiles) {
+      // wgmma runs whole warpgroups: no 2-warp tile.
+      if (g_math == Mxfp4GemmMath::kWgmma && ShapeOfMxfp4GroupedTile(t).warps % 4 != 0) continue;
       const double us = GraphUs(
           [&](int c, cudaStream_t st) {
             Ok(Mxfp4GroupedGemm(DownParams(params[c % kLayers], t), st));
@@ -384,9 +392,12 @@ int Run(int experts, int ranks) {
 int main(int argc, char** argv) {
   const int experts = argc > 1 ? std::atoi(argv[1]) : 384;
   const int ranks = argc > 2 ? std::atoi(argv[2]) : 8;
-  if (experts <= 0 || ranks <= 0 || experts % ranks != 0) {
-    std::fprintf(stderr, "usage: mxfp4_grouped_gemm_bench [EXPERTS [RANKS]]\n");
+  const std::string math = argc > 3 ? argv[3] : "mma";
+  if (experts <= 0 || ranks <= 0 || experts % ranks != 0 || (math != "mma" && math != "wgmma")) {
+    std::fprintf(stderr, "usage: mxfp4_grouped_gemm_bench [EXPERTS [RANKS [mma|wgmma]]]\n");
     return 2;
   }
+  if (math == "wgmma") weir::kernels::cuda::g_math = weir::kernels::cuda::Mxfp4GemmMath::kWgmma;
+  std::printf("block sums: %s\n", math == "wgmma" ? "wgmma (FP8)" : "mma.sync f16 pair");
   return weir::kernels::cuda::Run(experts, ranks);
 }

@@ -17,7 +17,7 @@ bool AlignedTo(const void* p, uintptr_t bytes) {
 // The checks both products share; `what` names the op in messages.
 absl::Status CheckCommon(const char* what, const uint8_t* x, const uint8_t* x_scales,
                          const int64_t* offsets, int64_t rows, int64_t n, int64_t k,
-                         int num_experts, Mxfp4GroupedTile tile, bool gated) {
+                         int num_experts, Mxfp4GroupedTile tile, bool gated, Mxfp4GemmMath math) {
   if (x == nullptr || x_scales == nullptr || offsets == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": null pointer"));
   }
@@ -45,6 +45,10 @@ absl::Status CheckCommon(const char* what, const uint8_t* x, const uint8_t* x_sc
     if (gated && shape.warps % 4 != 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(what, ": the gate/up product needs a tile of 4 or 8 warps"));
+    }
+    if (math == Mxfp4GemmMath::kWgmma && shape.warps % 4 != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": wgmma needs a tile of 4 or 8 warps (whole warpgroups)"));
     }
   }
   if ((n + 15) / 16 > kMaxGridX) {
@@ -113,7 +117,7 @@ std::optional<Mxfp4GroupedTile> Mxfp4GroupedTileByName(std::string_view name) {
   return std::nullopt;
 }
 
-Mxfp4GroupedTile ChooseMxfp4GroupedTile(int64_t rows_per_expert, bool gated) {
+Mxfp4GroupedTile ChooseMxfp4GroupedTile(int64_t rows_per_expert, bool gated, Mxfp4GemmMath math) {
   // mxfp4_grouped_gemm_bench on an H200 (README): of the 8-row tiles a ring
   // of 4 stages (5 CTAs an SM) beats 6 (3 CTAs) by 4 - 7 % and ties 3
   // (2026-12-02); from about 8 rows an expert (every local expert hit at
@@ -124,7 +128,10 @@ Mxfp4GroupedTile ChooseMxfp4GroupedTile(int64_t rows_per_expert, bool gated) {
   if (gated && rows_per_expert >= 1 && rows_per_expert <= 4) return Mxfp4GroupedTile::kW4M8S3;
   if (rows_per_expert <= 4) return Mxfp4GroupedTile::kW4M8S4;
   if (rows_per_expert <= 16) return Mxfp4GroupedTile::kW4M16S4;
-  if (rows_per_expert <= 48) return gated ? Mxfp4GroupedTile::kW4M32 : Mxfp4GroupedTile::kW2M32;
+  if (rows_per_expert <= 48) {
+    return gated || math == Mxfp4GemmMath::kWgmma ? Mxfp4GroupedTile::kW4M32
+                                                  : Mxfp4GroupedTile::kW2M32;
+  }
   return Mxfp4GroupedTile::kW8M64;
 }
 
@@ -134,7 +141,7 @@ absl::Status CheckMxfp4GroupedGemmParams(const Mxfp4GroupedGemmParams& p) {
   }
   if (!AlignedTo(p.y, 4)) return absl::InvalidArgumentError("Mxfp4GroupedGemm: y misaligned");
   return CheckCommon("Mxfp4GroupedGemm", p.x, p.x_scales, p.expert_offsets, p.rows, p.n, p.k,
-                     p.num_experts, p.tile, /*gated=*/false);
+                     p.num_experts, p.tile, /*gated=*/false, p.math);
 }
 
 absl::Status CheckMxfp4GroupedGateUpParams(const Mxfp4GroupedGateUpParams& p) {
@@ -147,7 +154,7 @@ absl::Status CheckMxfp4GroupedGateUpParams(const Mxfp4GroupedGateUpParams& p) {
         absl::StrCat("Mxfp4GroupedGateUp: inter ", p.inter, " is not a multiple of 32"));
   }
   return CheckCommon("Mxfp4GroupedGateUp", p.x, p.x_scales, p.expert_offsets, p.rows, p.inter,
-                     p.dim, p.num_experts, p.tile, /*gated=*/true);
+                     p.dim, p.num_experts, p.tile, /*gated=*/true, p.math);
 }
 
 }  // namespace weir::kernels::cuda

@@ -50,6 +50,20 @@ inline constexpr Mxfp4GroupedTile kMxfp4GroupedTiles[] = {
     Mxfp4GroupedTile::kW4M8S4, Mxfp4GroupedTile::kW4M8S3, Mxfp4GroupedTile::kW4M16S4,
     Mxfp4GroupedTile::kW4M32,  Mxfp4GroupedTile::kW8M64};
 
+// How a tile sums each 32-element K block on the tensor cores. Every tile of
+// one math gives the same bits for a row (so the batch never moves them); the
+// two maths differ in the block sum's low bits.
+//  * kMmaF16: mma.sync m16n8k16 on the e4m3 values widened to f16, two per
+//    block (Hopper has no FP8 mma.sync datapath). The block sum keeps fp32
+//    precision; equal to Fp8BlockGemm on the e4m3 form of the weights.
+//  * kWgmma: wgmma m64n8k32 e4m3 (sm_90a's FP8 tensor-core path), one per 8
+//    X rows and block, weights as e4m3 registers, X by descriptor. FP8 wgmma
+//    keeps fewer bits in its sum (about 14, DeepSeek-V3 report), so a block
+//    sum may differ from kMmaF16's in its low bits; the fp32 promotion with
+//    the two scales is the same. Runs on the 4- and 8-warp tiles only (a
+//    warpgroup is 4 warps); kW2* tiles are refused.
+enum class Mxfp4GemmMath { kMmaF16, kWgmma };
+
 struct Mxfp4GroupedTileShape {
   int warps = 0;    // 16-row weight tiles per CTA
   int block_m = 0;  // X rows per pass (multiple of 8); an expert with more loops
@@ -74,7 +88,9 @@ inline int Mxfp4GroupedBlockN(const Mxfp4GroupedTileShape& shape, bool gated) {
 // 4 rows (gate/up with 1 - 4 rows: kW4M8S3), kW4M16S4 up to 16 (an expert of
 // 9 - 16 rows in one pass instead of two; README has the measurements); more
 // rows: the M32 tiles, then kW8M64 (not tuned: prefill).
-Mxfp4GroupedTile ChooseMxfp4GroupedTile(int64_t rows_per_expert, bool gated);
+// kWgmma never gets a kW2* tile (kW2M32 becomes kW4M32).
+Mxfp4GroupedTile ChooseMxfp4GroupedTile(int64_t rows_per_expert, bool gated,
+                                        Mxfp4GemmMath math = Mxfp4GemmMath::kMmaF16);
 
 // Per ring slot: W codes [16 warps][128] | X codes [2][block_m][128] |
 // W scales [16 warps][8] | X scales [block_m][8]; slots follow each other.
@@ -92,6 +108,7 @@ struct Mxfp4GroupedSmemLayout {
   int x_scales_stride = 0;
   int scale_floats = 0;         // warp 0's scratch; add warp * scale_floats_stride
   int scale_floats_stride = 0;  // bytes per warp
+  int tables = 0;               // 16 bytes: the e2m1 lookup tables (read into registers)
   int total = 0;                // dynamic shared memory of the CTA
 };
 
@@ -121,7 +138,8 @@ WEIR_FP8_GEMM_HD constexpr Mxfp4GroupedSmemLayout Mxfp4GroupedLayout(int warps, 
   l.x_scales = l.w_scales + stages * l.w_scales_stride;
   l.scale_floats = l.x_scales + stages * l.x_scales_stride;
   l.scale_floats_stride = kMxfp4GemmBlocksPerStage * (16 + block_m) * 4;
-  l.total = l.scale_floats + warps * l.scale_floats_stride;
+  l.tables = l.scale_floats + warps * l.scale_floats_stride;
+  l.total = l.tables + 16;
   return l;
 }
 
@@ -164,11 +182,13 @@ inline constexpr uint32_t kE2m1ToF16HighHi = 0x46444240u;
 // 0xFF (the sign of 0x80 replicated) for a negative code and stays 0x80
 // otherwise: its bit 0 is the sign, moved to bit 7. The kernel passes the
 // instruction, the CPU test an emulation.
+// `sign_table` is 0x80808080 (a kernel passes it in a register so the
+// compiler does not rematerialize the constant for every lookup).
 template <typename Prmt>
 WEIR_FP8_GEMM_HD inline uint32_t E2m1x4Lookup(uint32_t v, uint32_t table_lo, uint32_t table_hi,
-                                              const Prmt& prmt) {
+                                              const Prmt& prmt, uint32_t sign_table = 0x80808080u) {
   const uint32_t magnitude = prmt(table_lo, table_hi, v & 0x7777u);
-  const uint32_t sign = prmt(0x80808080u, 0x80808080u, v & 0xFFFFu);
+  const uint32_t sign = prmt(sign_table, sign_table, v & 0xFFFFu);
   return magnitude | ((sign << 7) & 0x80808080u);
 }
 
@@ -225,6 +245,7 @@ struct Mxfp4GroupedGemmParams {
   // kAuto tile only, never changes bits.
   int64_t rows_per_expert_hint = 0;
   Mxfp4GroupedTile tile = Mxfp4GroupedTile::kAuto;
+  Mxfp4GemmMath math = Mxfp4GemmMath::kMmaF16;
 };
 
 // The gate/up product with the SwiGLU epilogue and the FP8 quantization of
@@ -253,6 +274,7 @@ struct Mxfp4GroupedGateUpParams {
   bool round_bf16 = true;
   int64_t rows_per_expert_hint = 0;  // as Mxfp4GroupedGemmParams
   Mxfp4GroupedTile tile = Mxfp4GroupedTile::kAuto;
+  Mxfp4GemmMath math = Mxfp4GemmMath::kMmaF16;
 };
 
 // Returns OK or INVALID_ARGUMENT naming the problem: a null pointer, rows < 0,

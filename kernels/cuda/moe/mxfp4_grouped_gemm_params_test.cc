@@ -98,6 +98,10 @@ TEST(Mxfp4GroupedGemmParamsTest, RefusesBadArguments) {
           [](P& p) { p.x = Fake<uint8_t>(264); },  // 8-byte aligned only
           [](P& p) { p.x_scales = Fake<uint8_t>(516); },
           [](P& p) { p.y = reinterpret_cast<float*>(8194); },
+          [](P& p) {  // wgmma runs whole warpgroups
+            p.tile = Mxfp4GroupedTile::kW2M32;
+            p.math = Mxfp4GemmMath::kWgmma;
+          },
       }));
 
   using Q = Mxfp4GroupedGateUpParams;
@@ -166,6 +170,14 @@ TEST(Mxfp4GroupedGemmParamsTest, TileTableIsConsistent) {
     EXPECT_EQ(ChooseMxfp4GroupedTile(49, gated), Mxfp4GroupedTile::kW8M64);
     for (int64_t m : {1, 17, 5000}) {
       EXPECT_EQ(ShapeOfMxfp4GroupedTile(ChooseMxfp4GroupedTile(m, true)).warps % 4, 0);
+    }
+    // wgmma: every choice a whole warpgroup (the plain kW2M32 becomes kW4M32).
+    for (int64_t m = 0; m <= 80; ++m) {
+      const Mxfp4GroupedTile t = ChooseMxfp4GroupedTile(m, gated, Mxfp4GemmMath::kWgmma);
+      EXPECT_EQ(ShapeOfMxfp4GroupedTile(t).warps % 4, 0) << m;
+      if (ShapeOfMxfp4GroupedTile(ChooseMxfp4GroupedTile(m, gated)).warps % 4 == 0) {
+        EXPECT_EQ(t, ChooseMxfp4GroupedTile(m, gated)) << m;
+      }
     }
   }
   // The gate/up W rows: each warp one weight, 16 columns per warp pair, every
@@ -277,7 +289,13 @@ TEST(Mxfp4GroupedGemmParamsTest, ScaleScratchIsOneFloatEach) {
     }
     for (int v : seen) EXPECT_EQ(v, 1) << Mxfp4GroupedTileName(tile);
     EXPECT_EQ(l.scale_floats % 16, 0);
-    EXPECT_EQ(l.total, l.scale_floats + s.warps * l.scale_floats_stride);
+    EXPECT_EQ(l.tables, l.scale_floats + s.warps * l.scale_floats_stride);
+    EXPECT_EQ(l.total, l.tables + 16);
+    // wgmma's 128-byte swizzle is on shared addresses: every X tile (slot,
+    // half of the stage, 8-row group) starts on a 1024-byte boundary.
+    EXPECT_EQ(l.x_codes % 1024, 0);
+    EXPECT_EQ(l.x_codes_stride % 1024, 0);
+    EXPECT_EQ(s.block_m * 128 % 1024, 0);
   }
 }
 

@@ -28,7 +28,7 @@ absl::Status CheckDevice(const char* what) {
 
 // Instantiates one tile (values from ShapeOfMxfp4GroupedTile, checked here so
 // the table and the instances cannot drift) and launches it.
-template <int kWarps, int kBm, int kStages, bool kGated>
+template <int kWarps, int kBm, int kStages, bool kGated, bool kWgmma>
 absl::Status LaunchTile(const moe::mxfp4_gemm::KernelArgs& args, int num_experts,
                         const Mxfp4GroupedTileShape& shape, const char* what, cudaStream_t stream) {
   if (shape.warps != kWarps || shape.block_m != kBm || shape.stages != kStages) {
@@ -39,46 +39,56 @@ absl::Status LaunchTile(const moe::mxfp4_gemm::KernelArgs& args, int num_experts
   const dim3 grid(static_cast<unsigned>((args.n + block_n - 1) / block_n),
                   static_cast<unsigned>(std::min<int64_t>(num_experts, args.rows)));
   const int smem = Mxfp4GroupedLayout(kWarps, kBm, kStages).total;
-  auto kernel = moe::mxfp4_gemm::Mxfp4GroupedKernel<kWarps, kBm, kStages, kGated>;
+  auto kernel = moe::mxfp4_gemm::Mxfp4GroupedKernel<kWarps, kBm, kStages, kGated, kWgmma>;
   if (absl::Status s = AllowSharedBytes(kernel, smem, what); !s.ok()) return s;
   kernel<<<grid, kWarps * 32, smem, stream>>>(args);
   return LaunchStatus(what);
 }
 
-template <bool kGated>
-absl::Status Launch(const moe::mxfp4_gemm::KernelArgs& args, int num_experts, Mxfp4GroupedTile tile,
-                    int64_t rows_hint, const char* what, cudaStream_t stream) {
-  if (absl::Status s = CheckDevice(what); !s.ok()) return s;
-  if (tile == Mxfp4GroupedTile::kAuto) {
-    tile = ChooseMxfp4GroupedTile(rows_hint > 0 ? rows_hint : args.rows / num_experts, kGated);
-  }
-  const Mxfp4GroupedTileShape shape = ShapeOfMxfp4GroupedTile(tile);
+template <bool kGated, bool kWgmma>
+absl::Status LaunchOf(const moe::mxfp4_gemm::KernelArgs& args, int num_experts,
+                      Mxfp4GroupedTile tile, const Mxfp4GroupedTileShape& shape, const char* what,
+                      cudaStream_t stream) {
   switch (tile) {
     case Mxfp4GroupedTile::kW2M8:
-      if constexpr (!kGated)
-        return LaunchTile<2, 8, 6, false>(args, num_experts, shape, what, stream);
+      if constexpr (!kGated && !kWgmma)
+        return LaunchTile<2, 8, 6, false, false>(args, num_experts, shape, what, stream);
       break;
     case Mxfp4GroupedTile::kW2M32:
-      if constexpr (!kGated) {
-        return LaunchTile<2, 32, 4, false>(args, num_experts, shape, what, stream);
+      if constexpr (!kGated && !kWgmma) {
+        return LaunchTile<2, 32, 4, false, false>(args, num_experts, shape, what, stream);
       }
       break;
     case Mxfp4GroupedTile::kW4M8:
-      return LaunchTile<4, 8, 6, kGated>(args, num_experts, shape, what, stream);
+      return LaunchTile<4, 8, 6, kGated, kWgmma>(args, num_experts, shape, what, stream);
     case Mxfp4GroupedTile::kW4M8S4:
-      return LaunchTile<4, 8, 4, kGated>(args, num_experts, shape, what, stream);
+      return LaunchTile<4, 8, 4, kGated, kWgmma>(args, num_experts, shape, what, stream);
     case Mxfp4GroupedTile::kW4M8S3:
-      return LaunchTile<4, 8, 3, kGated>(args, num_experts, shape, what, stream);
+      return LaunchTile<4, 8, 3, kGated, kWgmma>(args, num_experts, shape, what, stream);
     case Mxfp4GroupedTile::kW4M16S4:
-      return LaunchTile<4, 16, 4, kGated>(args, num_experts, shape, what, stream);
+      return LaunchTile<4, 16, 4, kGated, kWgmma>(args, num_experts, shape, what, stream);
     case Mxfp4GroupedTile::kW4M32:
-      return LaunchTile<4, 32, 4, kGated>(args, num_experts, shape, what, stream);
+      return LaunchTile<4, 32, 4, kGated, kWgmma>(args, num_experts, shape, what, stream);
     case Mxfp4GroupedTile::kW8M64:
-      return LaunchTile<8, 64, 3, kGated>(args, num_experts, shape, what, stream);
+      return LaunchTile<8, 64, 3, kGated, kWgmma>(args, num_experts, shape, what, stream);
     case Mxfp4GroupedTile::kAuto:
       break;
   }
   return absl::InvalidArgumentError(std::string(what) + ": tile not available for this product");
+}
+
+template <bool kGated>
+absl::Status Launch(const moe::mxfp4_gemm::KernelArgs& args, int num_experts, Mxfp4GroupedTile tile,
+                    int64_t rows_hint, Mxfp4GemmMath math, const char* what, cudaStream_t stream) {
+  if (absl::Status s = CheckDevice(what); !s.ok()) return s;
+  if (tile == Mxfp4GroupedTile::kAuto) {
+    tile =
+        ChooseMxfp4GroupedTile(rows_hint > 0 ? rows_hint : args.rows / num_experts, kGated, math);
+  }
+  const Mxfp4GroupedTileShape shape = ShapeOfMxfp4GroupedTile(tile);
+  return math == Mxfp4GemmMath::kWgmma
+             ? LaunchOf<kGated, true>(args, num_experts, tile, shape, what, stream)
+             : LaunchOf<kGated, false>(args, num_experts, tile, shape, what, stream);
 }
 
 }  // namespace
@@ -103,8 +113,8 @@ absl::Status Mxfp4GroupedGemm(const Mxfp4GroupedGemmParams& p, cudaStream_t stre
                                          .num_experts = p.num_experts,
                                          .swiglu_limit = 0.0f,
                                          .round_bf16 = p.round_bf16};
-  return Launch<false>(args, p.num_experts, p.tile, p.rows_per_expert_hint, "Mxfp4GroupedGemm",
-                       stream);
+  return Launch<false>(args, p.num_experts, p.tile, p.rows_per_expert_hint, p.math,
+                       "Mxfp4GroupedGemm", stream);
 }
 
 absl::Status Mxfp4GroupedGateUp(const Mxfp4GroupedGateUpParams& p, cudaStream_t stream) {
@@ -127,8 +137,8 @@ absl::Status Mxfp4GroupedGateUp(const Mxfp4GroupedGateUpParams& p, cudaStream_t 
                                          .num_experts = p.num_experts,
                                          .swiglu_limit = p.swiglu_limit,
                                          .round_bf16 = p.round_bf16};
-  return Launch<true>(args, p.num_experts, p.tile, p.rows_per_expert_hint, "Mxfp4GroupedGateUp",
-                      stream);
+  return Launch<true>(args, p.num_experts, p.tile, p.rows_per_expert_hint, p.math,
+                      "Mxfp4GroupedGateUp", stream);
 }
 
 absl::Status Mxfp4ExpertFfn(const Mxfp4ExpertFfnParams& p, cudaStream_t stream) {
@@ -149,7 +159,8 @@ absl::Status Mxfp4ExpertFfn(const Mxfp4ExpertFfnParams& p, cudaStream_t stream) 
                                          .swiglu_limit = p.swiglu_limit,
                                          .round_bf16 = p.round_bf16,
                                          .rows_per_expert_hint = p.rows_per_expert_hint,
-                                         .tile = p.gate_up_tile};
+                                         .tile = p.gate_up_tile,
+                                         .math = p.math};
   const Mxfp4GroupedGemmParams down{.x = p.h,
                                     .x_scales = p.h_scales,
                                     .expert_offsets = p.expert_offsets,
@@ -162,7 +173,8 @@ absl::Status Mxfp4ExpertFfn(const Mxfp4ExpertFfnParams& p, cudaStream_t stream) 
                                     .num_experts = p.num_experts,
                                     .round_bf16 = p.round_bf16,
                                     .rows_per_expert_hint = p.rows_per_expert_hint,
-                                    .tile = p.down_tile};
+                                    .tile = p.down_tile,
+                                    .math = p.math};
   if (absl::Status s = CheckMxfp4GroupedGateUpParams(gate_up); !s.ok()) return s;
   if (absl::Status s = CheckMxfp4GroupedGemmParams(down); !s.ok()) return s;
   if (absl::Status s = Mxfp4GroupedGateUp(gate_up, stream); !s.ok()) return s;

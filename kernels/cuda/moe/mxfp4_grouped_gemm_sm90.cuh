@@ -72,6 +72,60 @@ __device__ __forceinline__ uint32_t LoadShared16(uint32_t addr) {
   return v;
 }
 
+// The wgmma form (kWgmma): sm_90a's asynchronous warpgroup MMA, the native
+// FP8 tensor-core path (mma.sync e4m3 is two f16 products on Hopper). One
+// m64n8k32 instruction per 8 X rows and K block: the warpgroup's four warps
+// give their 16 weight rows each as e4m3 registers (the m16n8k32 A fragment
+// layout, which wgmma's register A shares), X comes from the stage's
+// swizzled tile by descriptor.
+__device__ __forceinline__ void WgmmaFence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void WgmmaCommit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void WgmmaWaitAll() {
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+// cp.async writes the ring through the generic proxy; wgmma reads it through
+// the async proxy. Every thread fences its own landed copies before the
+// barrier that publishes the stage.
+__device__ __forceinline__ void FenceSharedForAsyncProxy() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// Keeps a register live and unmoved across the wait (wgmma reads A and writes
+// D asynchronously: neither may be touched before wgmma.wait_group).
+__device__ __forceinline__ void PinRegister(float& v) { asm volatile("" : "+f"(v)::"memory"); }
+__device__ __forceinline__ void PinRegister(uint32_t& v) { asm volatile("" : "+r"(v)::"memory"); }
+
+// The shared-memory descriptor of an 8-row K-major operand stored with the
+// 128-byte swizzle (Fp8GemmSwizzledOffset: 128-byte rows, 16-byte chunk c of
+// row r at c ^ (r % 8), 1024-byte aligned 8-row atoms), starting `addr`
+// bytes into shared memory (an atom plus 32 bytes per K block). Fields:
+// start address / 16 (bits 0-13), leading byte offset / 16 (16-29; unused by
+// swizzled K-major layouts), stride byte offset / 16 (32-45: the next 8
+// rows, 1024 bytes), base offset 0 (the atom is aligned), swizzle mode 1 =
+// 128 bytes (62-63).
+__device__ __forceinline__ uint64_t SwizzledKMajorDescriptor(uint32_t addr) {
+  return static_cast<uint64_t>((addr & 0x3FFFFu) >> 4) | (uint64_t{1} << 16) |
+         (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
+}
+
+// d = A B for one K block of 32: A the warpgroup's 64 weight rows (this
+// warp's 16 in e4m3 registers), B 8 X rows of the descriptor; the previous d
+// is ignored (scale-d false), so each block's sum starts from zero as
+// BlockSum's does.
+__device__ __forceinline__ void WgmmaBlockSum(const uint32_t (&a)[4], uint64_t b_desc,
+                                              float (&d)[4]) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(0)
+      : "memory");
+}
+
 // True when the expert's pointers can be streamed (cp.async needs 16-byte
 // aligned code rows and 8-byte aligned scale rows; k % 256 keeps rows so).
 __device__ __forceinline__ bool Usable(const uint8_t* codes, const uint8_t* scales) {
@@ -115,7 +169,7 @@ __device__ __forceinline__ int ExpertOfSlot(const int64_t* offsets, int num_expe
 // columns n0 + 16 (w / 2) .. of w1 (w even) or w3 (w odd); a 32-column FP8
 // block is the 4 warps 4b .. 4b + 3. block_m rows per pass, kBm / 8 mma tiles,
 // of which only those holding rows run.
-template <int kWarps, int kBm, int kStages, bool kGated>
+template <int kWarps, int kBm, int kStages, bool kGated, bool kWgmma>
 __global__ void __launch_bounds__(kWarps * 32)
     Mxfp4GroupedKernel(const __grid_constant__ KernelArgs args) {
   GridDependencyPrologue();
@@ -130,6 +184,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   static_assert(kBm % 8 == 0 && kStages >= 3, "tile shape");
   static_assert(!kGated || kWarps % 4 == 0, "a gated CTA covers whole 32-column FP8 blocks");
   static_assert(kWRows * 8 % kThreads == 0, "W chunk split");
+  static_assert(!kWgmma || kWarps % 4 == 0, "wgmma runs whole warpgroups");
 
   extern __shared__ __align__(128) uint8_t smem[];
 
@@ -153,7 +208,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   const uint8_t* const s0 = args.w_scales[expert];
   const uint8_t* const w1 = kGated ? args.w_up[expert] : nullptr;
   const uint8_t* const s1 = kGated ? args.w_up_scales[expert] : nullptr;
-  const bool missing = !Usable(w0, s0) || (kGated && !Usable(w1, s1));
+  // wgmma's swizzle is on shared addresses: the X tiles (offsets multiples of
+  // 1024 in the layout) need a 1024-byte aligned base; NaN rows otherwise.
+  const bool missing = !Usable(w0, s0) || (kGated && !Usable(w1, s1)) ||
+                       (kWgmma && (fp8::SharedAddress(smem) & 1023u) != 0);
 
   // Output column of W row `smem_row` of the CTA, and which weight it reads.
   auto column_of = [&](int smem_row) -> int64_t {
@@ -178,6 +236,23 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 
   const uint32_t smem_base = fp8::SharedAddress(smem);
+  // The e2m1 lookup tables. kWgmma reads them back from shared memory into
+  // registers for the whole kernel: as constants (even behind an empty asm)
+  // ptxas keeps them in uniform registers and moves them to a register before
+  // every prmt (8 moves a K block in the SASS); a shared load's result stays
+  // in a register. The mma path keeps its constants (its code is the one
+  // measured on the H200).
+  uint32_t table_lo = kE2m1ToF16HighLo, table_hi = kE2m1ToF16HighHi, sign_table = 0x80808080u;
+  if constexpr (kWgmma) {
+    if (tid < 3) {
+      const uint32_t value = tid == 0 ? kE2m1ToE4m3Lo : tid == 1 ? kE2m1ToE4m3Hi : 0x80808080u;
+      fp8::StoreSharedU32(smem_base + kL.tables + 4 * tid, value);
+    }
+    __syncthreads();
+    table_lo = fp8::LoadShared32(smem_base + kL.tables);
+    table_hi = fp8::LoadShared32(smem_base + kL.tables + 4);
+    sign_table = fp8::LoadShared32(smem_base + kL.tables + 8);
+  }
   const int col_group = kGated ? warp >> 1 : warp;  // 16 output columns
   const int64_t warp_col0 = n0 + 16 * col_group;
 
@@ -262,58 +337,103 @@ __global__ void __launch_bounds__(kWarps * 32)
         }
         __syncwarp();
       }
+      if constexpr (kWgmma) {
+        // The slot's X descriptor; a block and 8-row group add their byte
+        // offset / 16 to its address field (no carry: shared memory < 256 KB).
+        const uint64_t x_desc = SwizzledKMajorDescriptor(x_base);
 #pragma unroll
-      for (int j = 0; j < kMxfp4GemmBlocksPerStage; ++j) {
-        const int jj = j & 3;
-        const uint32_t x_half = x_base + (j >> 2) * kBm * 128;
-        fp8::F16B b[kNi];
+        for (int j = 0; j < kMxfp4GemmBlocksPerStage; ++j) {
+          const int x_block = (j >> 2) * kBm * 128 + (j & 3) * 32;
+          uint32_t a[4];
 #pragma unroll
-        for (int ni = 0; ni + 1 < kNi; ni += 2) {
-          if (ni < active_ni) {
-            const dense::Fp8GemmRowChunk src = dense::Fp8GemmBLdmatrixSource(lane, jj);
-            uint32_t r0_, r1_, r2_, r3_;
-            fp8::LdMatrixX4(x_half + dense::Fp8GemmSwizzledOffset(ni * 8 + src.row, src.chunk), r0_,
-                            r1_, r2_, r3_);
-            b[ni] = fp8::WidenB(r0_, r1_);
-            b[ni + 1] = fp8::WidenB(r2_, r3_);
+          for (int q = 0; q < 4; ++q) {
+            a[q] = E2m1x4Lookup(LoadShared16(w_base + Mxfp4PackedAOffset(row0, lane, j, q)),
+                                table_lo, table_hi, PrmtInstruction{}, sign_table);
+          }
+          float p[kNi][4];
+          WgmmaFence();
+#pragma unroll
+          for (int ni = 0; ni < kNi; ++ni) {
+            // Every 8-row group, held rows or not (a group past the tile
+            // sums stale X into columns never stored): a wgmma under a
+            // branch costs ptxas an empty wgmma and a wait.
+            WgmmaBlockSum(a, x_desc + static_cast<uint64_t>((x_block + ni * 1024) >> 4), p[ni]);
+          }
+          WgmmaCommit();
+          WgmmaWaitAll();
+#pragma unroll
+          for (int q = 0; q < 4; ++q) PinRegister(a[q]);
+          const float2 wf = fp8::LoadSharedF32x2(sf_base + 4 * Mxfp4ScaleFloatW(j, g));
+#pragma unroll
+          for (int ni = 0; ni < kNi; ++ni) {
+            if (ni < active_ni) {
+#pragma unroll
+              for (int r = 0; r < 4; ++r) PinRegister(p[ni][r]);
+              const float2 xf = fp8::LoadSharedF32x2(
+                  sf_base +
+                  4 * Mxfp4ScaleFloatX(j, ni * 8 + dense::Fp8GemmAccumulatorCoord(lane, 0).m, kBm));
+              acc[ni][0] = __fmaf_rn(p[ni][0], __fmul_rn(wf.x, xf.x), acc[ni][0]);
+              acc[ni][1] = __fmaf_rn(p[ni][1], __fmul_rn(wf.x, xf.y), acc[ni][1]);
+              acc[ni][2] = __fmaf_rn(p[ni][2], __fmul_rn(wf.y, xf.x), acc[ni][2]);
+              acc[ni][3] = __fmaf_rn(p[ni][3], __fmul_rn(wf.y, xf.y), acc[ni][3]);
+            }
           }
         }
-        if constexpr (kNi % 2 == 1) {
-          const dense::Fp8GemmRowChunk src = dense::Fp8GemmBLdmatrixSource(lane & 15, jj);
-          uint32_t r0_, r1_;
-          fp8::LdMatrixX2(x_half + dense::Fp8GemmSwizzledOffset((kNi - 1) * 8 + src.row, src.chunk),
-                          r0_, r1_);
-          b[kNi - 1] = fp8::WidenB(r0_, r1_);
-        }
-        // The A fragment: packed codes -> the high bytes of their f16 (a prmt
-        // table) -> f16x2 registers, the values WidenA makes of the e4m3
-        // registers ldmatrix gives Fp8BlockGemm.
-        uint32_t hi8[4];
+      } else {
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          hi8[q] = E2m1x4ToF16High(LoadShared16(w_base + Mxfp4PackedAOffset(row0, lane, j, q)),
-                                   PrmtInstruction{});
-        }
-        const fp8::F16A a = {{Prmt(hi8[0], 0u, kF16x2Of01), Prmt(hi8[1], 0u, kF16x2Of01),
-                              Prmt(hi8[0], 0u, kF16x2Of23), Prmt(hi8[1], 0u, kF16x2Of23)},
-                             {Prmt(hi8[2], 0u, kF16x2Of01), Prmt(hi8[3], 0u, kF16x2Of01),
-                              Prmt(hi8[2], 0u, kF16x2Of23), Prmt(hi8[3], 0u, kF16x2Of23)}};
-        // Weight scales of rows g and g + 8 (one 8-byte load).
-        const float2 wf = fp8::LoadSharedF32x2(sf_base + 4 * Mxfp4ScaleFloatW(j, g));
+        for (int j = 0; j < kMxfp4GemmBlocksPerStage; ++j) {
+          const int jj = j & 3;
+          const uint32_t x_half = x_base + (j >> 2) * kBm * 128;
+          fp8::F16B b[kNi];
 #pragma unroll
-        for (int ni = 0; ni < kNi; ++ni) {
-          if (ni < active_ni) {
-            // X scales of the lane's rows 2t and 2t + 1 of this mma tile.
-            const float2 xf = fp8::LoadSharedF32x2(
-                sf_base +
-                4 * Mxfp4ScaleFloatX(j, ni * 8 + dense::Fp8GemmAccumulatorCoord(lane, 0).m, kBm));
-            float p[4];
-            fp8::BlockSum(a, b[ni], p);
-            // Powers of two: exact products, so each fma rounds once.
-            acc[ni][0] = __fmaf_rn(p[0], __fmul_rn(wf.x, xf.x), acc[ni][0]);
-            acc[ni][1] = __fmaf_rn(p[1], __fmul_rn(wf.x, xf.y), acc[ni][1]);
-            acc[ni][2] = __fmaf_rn(p[2], __fmul_rn(wf.y, xf.x), acc[ni][2]);
-            acc[ni][3] = __fmaf_rn(p[3], __fmul_rn(wf.y, xf.y), acc[ni][3]);
+          for (int ni = 0; ni + 1 < kNi; ni += 2) {
+            if (ni < active_ni) {
+              const dense::Fp8GemmRowChunk src = dense::Fp8GemmBLdmatrixSource(lane, jj);
+              uint32_t r0_, r1_, r2_, r3_;
+              fp8::LdMatrixX4(x_half + dense::Fp8GemmSwizzledOffset(ni * 8 + src.row, src.chunk),
+                              r0_, r1_, r2_, r3_);
+              b[ni] = fp8::WidenB(r0_, r1_);
+              b[ni + 1] = fp8::WidenB(r2_, r3_);
+            }
+          }
+          if constexpr (kNi % 2 == 1) {
+            const dense::Fp8GemmRowChunk src = dense::Fp8GemmBLdmatrixSource(lane & 15, jj);
+            uint32_t r0_, r1_;
+            fp8::LdMatrixX2(
+                x_half + dense::Fp8GemmSwizzledOffset((kNi - 1) * 8 + src.row, src.chunk), r0_,
+                r1_);
+            b[kNi - 1] = fp8::WidenB(r0_, r1_);
+          }
+          // The A fragment: packed codes -> the high bytes of their f16 (a prmt
+          // table) -> f16x2 registers, the values WidenA makes of the e4m3
+          // registers ldmatrix gives Fp8BlockGemm.
+          uint32_t hi8[4];
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            hi8[q] = E2m1x4Lookup(LoadShared16(w_base + Mxfp4PackedAOffset(row0, lane, j, q)),
+                                  table_lo, table_hi, PrmtInstruction{}, sign_table);
+          }
+          const fp8::F16A a = {{Prmt(hi8[0], 0u, kF16x2Of01), Prmt(hi8[1], 0u, kF16x2Of01),
+                                Prmt(hi8[0], 0u, kF16x2Of23), Prmt(hi8[1], 0u, kF16x2Of23)},
+                               {Prmt(hi8[2], 0u, kF16x2Of01), Prmt(hi8[3], 0u, kF16x2Of01),
+                                Prmt(hi8[2], 0u, kF16x2Of23), Prmt(hi8[3], 0u, kF16x2Of23)}};
+          // Weight scales of rows g and g + 8 (one 8-byte load).
+          const float2 wf = fp8::LoadSharedF32x2(sf_base + 4 * Mxfp4ScaleFloatW(j, g));
+#pragma unroll
+          for (int ni = 0; ni < kNi; ++ni) {
+            if (ni < active_ni) {
+              // X scales of the lane's rows 2t and 2t + 1 of this mma tile.
+              const float2 xf = fp8::LoadSharedF32x2(
+                  sf_base +
+                  4 * Mxfp4ScaleFloatX(j, ni * 8 + dense::Fp8GemmAccumulatorCoord(lane, 0).m, kBm));
+              float p[4];
+              fp8::BlockSum(a, b[ni], p);
+              // Powers of two: exact products, so each fma rounds once.
+              acc[ni][0] = __fmaf_rn(p[0], __fmul_rn(wf.x, xf.x), acc[ni][0]);
+              acc[ni][1] = __fmaf_rn(p[1], __fmul_rn(wf.x, xf.y), acc[ni][1]);
+              acc[ni][2] = __fmaf_rn(p[2], __fmul_rn(wf.y, xf.x), acc[ni][2]);
+              acc[ni][3] = __fmaf_rn(p[3], __fmul_rn(wf.y, xf.y), acc[ni][3]);
+            }
           }
         }
       }
@@ -329,7 +449,8 @@ __global__ void __launch_bounds__(kWarps * 32)
       int next_slot = kStages - 1;
       for (int kt = 0; kt < num_kt; ++kt) {
         fp8::CpAsyncWait<kStages - 2>();  // this thread's copies of stage kt have landed
-        __syncthreads();                  // everyone's have; the slot of stage kt - 1 is free
+        if constexpr (kWgmma) FenceSharedForAsyncProxy();
+        __syncthreads();  // everyone's have; the slot of stage kt - 1 is free
         const int next = kt + kStages - 1;
         if (next < num_kt) load_stage(next, next_slot);
         fp8::CpAsyncCommit();

@@ -102,6 +102,7 @@ struct Mxfp4ExpertFfnParams {
   int64_t rows_per_expert_hint = 0;  // host estimate; tile choice only
   Mxfp4GroupedTile gate_up_tile = Mxfp4GroupedTile::kAuto;
   Mxfp4GroupedTile down_tile = Mxfp4GroupedTile::kAuto;
+  Mxfp4GemmMath math = Mxfp4GemmMath::kMmaF16;  // both products
 };
 
 // Bytes of scratch (`h` then `h_scales`, each 16-byte aligned if laid out so).

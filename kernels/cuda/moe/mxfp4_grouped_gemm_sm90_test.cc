@@ -4,7 +4,9 @@
 // batch compositions, the fused SwiGLU + FP8 epilogue bit for bit against its
 // host arithmetic, the whole expert FFN against kernels/cpu, missing weights,
 // graph replays under changing device offsets, bad arguments, and empty
-// experts reading no weights.
+// experts reading no weights. Both block-sum maths (Mxfp4GemmMath) run the
+// bound, tile, gate/up and batch cases, hence the length (835 lines): the
+// cases share their fixtures.
 
 #include "kernels/cuda/moe/mxfp4_grouped_gemm_sm90.h"
 
@@ -147,8 +149,8 @@ void Exact(const std::vector<uint8_t>& x, const std::vector<uint8_t>& xs,
 // stay poisoned) with NaN-poisoned y; returns y.
 std::vector<float> RunGemm(const std::vector<uint8_t>& x, const std::vector<uint8_t>& xs,
                            const std::vector<int64_t>& offsets, const DeviceWeights& w, int64_t n,
-                           int64_t k, int64_t rows, Mxfp4GroupedTile tile,
-                           bool round_bf16 = false) {
+                           int64_t k, int64_t rows, Mxfp4GroupedTile tile, bool round_bf16 = false,
+                           Mxfp4GemmMath math = Mxfp4GemmMath::kMmaF16) {
   DeviceBuffer<uint8_t> dx(x), dxs(xs);
   DeviceBuffer<int64_t> doff(offsets);
   DeviceBuffer<float> y(rows * n);
@@ -164,7 +166,8 @@ std::vector<float> RunGemm(const std::vector<uint8_t>& x, const std::vector<uint
                                            .k = k,
                                            .num_experts = static_cast<int>(offsets.size()) - 1,
                                            .round_bf16 = round_bf16,
-                                           .tile = tile},
+                                           .tile = tile,
+                                           .math = math},
                                           nullptr);
   EXPECT_TRUE(s.ok()) << s;
   EXPECT_TRUE(Synced());
@@ -174,6 +177,24 @@ std::vector<float> RunGemm(const std::vector<uint8_t>& x, const std::vector<uint
 // Error allowed, relative to sum |x w|: Fp8BlockGemm's bound (the block sums
 // are the same tensor-core sums; the fold adds one 2^-24 rounding per block).
 double Bound(int64_t k) { return 1e-5 + static_cast<double>(k / 32) * std::ldexp(1.0, -24); }
+
+// ... and for kWgmma: FP8 wgmma keeps fewer bits in a block's sum (about 14,
+// DeepSeek-V3 report), so each block may be off by a few 2^-14 of its sum
+// |x w|: 2^-11 of the total allowed (a wrong fragment or descriptor is off by
+// O(1); the test prints the worst seen).
+double Bound(int64_t k, Mxfp4GemmMath math) {
+  return math == Mxfp4GemmMath::kWgmma ? std::ldexp(1.0, -11) + Bound(k) : Bound(k);
+}
+
+constexpr Mxfp4GemmMath kMaths[] = {Mxfp4GemmMath::kMmaF16, Mxfp4GemmMath::kWgmma};
+const char* MathName(Mxfp4GemmMath math) {
+  return math == Mxfp4GemmMath::kWgmma ? "wgmma" : "mma f16";
+}
+
+// The tiles a math runs (wgmma: whole warpgroups, no 2-warp tile).
+bool RunsOn(Mxfp4GroupedTile tile, Mxfp4GemmMath math) {
+  return math != Mxfp4GemmMath::kWgmma || ShapeOfMxfp4GroupedTile(tile).warps % 4 == 0;
+}
 
 bool AllNanPoison(const std::vector<float>& y, int64_t from) {
   for (size_t i = from; i < y.size(); ++i) {
@@ -215,35 +236,42 @@ TEST(Mxfp4GroupedGemmTest, MatchesTheExactProductWithinTheBoundOnEveryTile) {
       const DeviceWeights dw(ws);
       std::vector<double> exact, abs_sum;
       Exact(x, xs, offsets, ws, c.n, c.k, exact, abs_sum);
-      const std::vector<float> first =
-          RunGemm(x, xs, offsets, dw, c.n, c.k, rows, Mxfp4GroupedTile::kAuto);
-      int64_t violations = 0;
-      double worst = 0;
-      for (size_t i = 0; i < exact.size(); ++i) {
-        const double err = std::fabs(static_cast<double>(first[i]) - exact[i]);
-        if (!(err <= Bound(c.k) * abs_sum[i] + 1e-30)) ++violations;  // NaN counts
-        if (abs_sum[i] > 0) worst = std::max(worst, err / abs_sum[i]);
+      for (Mxfp4GemmMath math : kMaths) {
+        const std::vector<float> first =
+            RunGemm(x, xs, offsets, dw, c.n, c.k, rows, Mxfp4GroupedTile::kAuto, false, math);
+        int64_t violations = 0;
+        double worst = 0;
+        for (size_t i = 0; i < exact.size(); ++i) {
+          const double err = std::fabs(static_cast<double>(first[i]) - exact[i]);
+          if (!(err <= Bound(c.k, math) * abs_sum[i] + 1e-30)) ++violations;  // NaN counts
+          if (abs_sum[i] > 0) worst = std::max(worst, err / abs_sum[i]);
+        }
+        EXPECT_EQ(violations, 0) << "n " << c.n << " k " << c.k << " source "
+                                 << static_cast<int>(source) << " " << MathName(math);
+        EXPECT_TRUE(AllNanPoison(first, offsets.back() * c.n)) << "rows past the last expert";
+        std::printf(
+            "grouped gemm %-7s n %-4lld k %-5lld rows %-4lld %s: worst |y - exact| / sum|xw| = "
+            "%.3g (bound %.3g)\n",
+            MathName(math), static_cast<long long>(c.n), static_cast<long long>(c.k),
+            static_cast<long long>(offsets.back()),
+            source == Source::kRaw ? "raw      " : "quantized", worst, Bound(c.k, math));
+        // Every tile of the math: the same bits (the batch picks the tile).
+        for (Mxfp4GroupedTile tile : kPlainTiles) {
+          if (!RunsOn(tile, math)) continue;
+          EXPECT_EQ(
+              BitMismatches(RunGemm(x, xs, offsets, dw, c.n, c.k, rows, tile, false, math), first),
+              0)
+              << "tile " << static_cast<int>(tile) << " n " << c.n << " k " << c.k << " "
+              << MathName(math);
+        }
+        // bf16 output: the rounded fp32 output.
+        std::vector<float> rounded = first;
+        for (int64_t i = 0; i < offsets.back() * c.n; ++i) rounded[i] = RoundToBf16(first[i]);
+        EXPECT_EQ(BitMismatches(RunGemm(x, xs, offsets, dw, c.n, c.k, rows, Mxfp4GroupedTile::kAuto,
+                                        true, math),
+                                rounded),
+                  0);
       }
-      EXPECT_EQ(violations, 0) << "n " << c.n << " k " << c.k << " source "
-                               << static_cast<int>(source);
-      EXPECT_TRUE(AllNanPoison(first, offsets.back() * c.n)) << "rows past the last expert";
-      std::printf(
-          "grouped gemm n %-4lld k %-5lld rows %-4lld %s: worst |y - exact| / sum|xw| = "
-          "%.3g (bound %.3g)\n",
-          static_cast<long long>(c.n), static_cast<long long>(c.k),
-          static_cast<long long>(offsets.back()),
-          source == Source::kRaw ? "raw      " : "quantized", worst, Bound(c.k));
-      for (Mxfp4GroupedTile tile : kPlainTiles) {
-        EXPECT_EQ(BitMismatches(RunGemm(x, xs, offsets, dw, c.n, c.k, rows, tile), first), 0)
-            << "tile " << static_cast<int>(tile) << " n " << c.n << " k " << c.k;
-      }
-      // bf16 output: the rounded fp32 output.
-      std::vector<float> rounded = first;
-      for (int64_t i = 0; i < offsets.back() * c.n; ++i) rounded[i] = RoundToBf16(first[i]);
-      EXPECT_EQ(
-          BitMismatches(RunGemm(x, xs, offsets, dw, c.n, c.k, rows, Mxfp4GroupedTile::kAuto, true),
-                        rounded),
-          0);
     }
   }
 }
@@ -321,7 +349,7 @@ GateUpResult RunGateUp(const std::vector<uint8_t>& x, const std::vector<uint8_t>
                        const std::vector<int64_t>& offsets, const DeviceWeights& w1,
                        const DeviceWeights& w3, const std::vector<float>& rw, int64_t inter,
                        int64_t dim, int64_t rows, Mxfp4GroupedTile tile, float limit,
-                       bool round_bf16) {
+                       bool round_bf16, Mxfp4GemmMath math = Mxfp4GemmMath::kMmaF16) {
   DeviceBuffer<uint8_t> dx(x), dxs(xs), h(rows * inter), hs(rows * inter / 32);
   DeviceBuffer<int64_t> doff(offsets);
   DeviceBuffer<float> drw(rw);
@@ -343,7 +371,8 @@ GateUpResult RunGateUp(const std::vector<uint8_t>& x, const std::vector<uint8_t>
                                              .num_experts = static_cast<int>(offsets.size()) - 1,
                                              .swiglu_limit = limit,
                                              .round_bf16 = round_bf16,
-                                             .tile = tile},
+                                             .tile = tile,
+                                             .math = math},
                                             nullptr);
   EXPECT_TRUE(s.ok()) << s;
   EXPECT_TRUE(Synced());
@@ -372,57 +401,60 @@ TEST(Mxfp4GroupedGemmTest, GateUpIsSwigluOfTheProductsThenActQuant) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (float& v : rw) v = 0.05f + std::fabs(normal(rng));
   const DeviceWeights d1(w1), d3(w3);
-  const std::vector<float> g =
-      RunGemm(x, xs, offsets, d1, kInter, kDim, rows, Mxfp4GroupedTile::kAuto);
-  const std::vector<float> u =
-      RunGemm(x, xs, offsets, d3, kInter, kDim, rows, Mxfp4GroupedTile::kAuto);
-  // The products span the clamp: print how often it bites.
-  int64_t clamped = 0;
-  for (int64_t i = 0; i < offsets.back() * kInter; ++i) clamped += std::fabs(u[i]) > 10.0f;
-  std::printf("gate/up: %lld of %lld up values beyond the clamp\n", static_cast<long long>(clamped),
-              static_cast<long long>(offsets.back() * kInter));
-  for (bool round_bf16 : {true, false}) {
-    for (bool with_rw : {true, false}) {
-      const float limit = round_bf16 ? 10.0f : 0.0f;
-      // Host: SwigluOut, then the CPU quantizer per row.
-      std::vector<uint8_t> want_h(offsets.back() * kInter), want_s(offsets.back() * kInter / 32);
-      std::vector<float> h_row(kInter);
-      for (int64_t r = 0; r < offsets.back(); ++r) {
-        for (int64_t c = 0; c < kInter; ++c) {
-          h_row[c] = HostSwiglu(g[r * kInter + c], u[r * kInter + c], with_rw ? rw[r] : 1.0f,
-                                with_rw, limit, round_bf16);
+  for (Mxfp4GemmMath math : kMaths) {
+    const std::vector<float> g =
+        RunGemm(x, xs, offsets, d1, kInter, kDim, rows, Mxfp4GroupedTile::kAuto, false, math);
+    const std::vector<float> u =
+        RunGemm(x, xs, offsets, d3, kInter, kDim, rows, Mxfp4GroupedTile::kAuto, false, math);
+    // The products span the clamp: print how often it bites.
+    int64_t clamped = 0;
+    for (int64_t i = 0; i < offsets.back() * kInter; ++i) clamped += std::fabs(u[i]) > 10.0f;
+    std::printf("gate/up: %lld of %lld up values beyond the clamp\n",
+                static_cast<long long>(clamped), static_cast<long long>(offsets.back() * kInter));
+    for (bool round_bf16 : {true, false}) {
+      for (bool with_rw : {true, false}) {
+        const float limit = round_bf16 ? 10.0f : 0.0f;
+        // Host: SwigluOut, then the CPU quantizer per row.
+        std::vector<uint8_t> want_h(offsets.back() * kInter), want_s(offsets.back() * kInter / 32);
+        std::vector<float> h_row(kInter);
+        for (int64_t r = 0; r < offsets.back(); ++r) {
+          for (int64_t c = 0; c < kInter; ++c) {
+            h_row[c] = HostSwiglu(g[r * kInter + c], u[r * kInter + c], with_rw ? rw[r] : 1.0f,
+                                  with_rw, limit, round_bf16);
+          }
+          ASSERT_TRUE(cpu::QuantizeFp8(h_row, 32, std::span(want_h).subspan(r * kInter, kInter),
+                                       std::span(want_s).subspan(r * kInter / 32, kInter / 32))
+                          .ok());
         }
-        ASSERT_TRUE(cpu::QuantizeFp8(h_row, 32, std::span(want_h).subspan(r * kInter, kInter),
-                                     std::span(want_s).subspan(r * kInter / 32, kInter / 32))
-                        .ok());
-      }
-      for (Mxfp4GroupedTile tile : kGatedTiles) {
-        const GateUpResult got =
-            RunGateUp(x, xs, offsets, d1, d3, with_rw ? rw : std::vector<float>{}, kInter, kDim,
-                      rows, tile, limit, round_bf16);
-        int64_t bad_codes = 0, bad_scales = 0, first = -1;
-        for (size_t i = 0; i < want_h.size(); ++i) {
-          if (got.h[i] != want_h[i]) {
-            ++bad_codes;
-            if (first < 0) first = static_cast<int64_t>(i);
+        for (Mxfp4GroupedTile tile : kGatedTiles) {
+          const GateUpResult got =
+              RunGateUp(x, xs, offsets, d1, d3, with_rw ? rw : std::vector<float>{}, kInter, kDim,
+                        rows, tile, limit, round_bf16, math);
+          int64_t bad_codes = 0, bad_scales = 0, first = -1;
+          for (size_t i = 0; i < want_h.size(); ++i) {
+            if (got.h[i] != want_h[i]) {
+              ++bad_codes;
+              if (first < 0) first = static_cast<int64_t>(i);
+            }
+          }
+          for (size_t i = 0; i < want_s.size(); ++i) bad_scales += got.h_scales[i] != want_s[i];
+          EXPECT_EQ(bad_codes, 0) << MathName(math) << " tile " << static_cast<int>(tile)
+                                  << " bf16 " << round_bf16 << " rw " << with_rw << " first "
+                                  << first;
+          EXPECT_EQ(bad_scales, 0) << "tile " << static_cast<int>(tile);
+          for (size_t i = want_h.size(); i < got.h.size(); ++i) ASSERT_EQ(got.h[i], 0xFF) << i;
+          for (size_t i = want_s.size(); i < got.h_scales.size(); ++i) {
+            ASSERT_EQ(got.h_scales[i], 0xFF) << i;
           }
         }
-        for (size_t i = 0; i < want_s.size(); ++i) bad_scales += got.h_scales[i] != want_s[i];
-        EXPECT_EQ(bad_codes, 0) << "tile " << static_cast<int>(tile) << " bf16 " << round_bf16
-                                << " rw " << with_rw << " first " << first;
-        EXPECT_EQ(bad_scales, 0) << "tile " << static_cast<int>(tile);
-        for (size_t i = want_h.size(); i < got.h.size(); ++i) ASSERT_EQ(got.h[i], 0xFF) << i;
-        for (size_t i = want_s.size(); i < got.h_scales.size(); ++i) {
-          ASSERT_EQ(got.h_scales[i], 0xFF) << i;
+        // The NaN block: expert 3's rows, columns 0..31 (the block of column 5).
+        const GateUpResult got = RunGateUp(x, xs, offsets, d1, d3, rw, kInter, kDim, rows,
+                                           Mxfp4GroupedTile::kAuto, limit, round_bf16, math);
+        for (int64_t r = offsets[3]; r < offsets[4]; ++r) {
+          EXPECT_EQ(got.h_scales[r * kInter / 32], 0xFF) << r;
+          EXPECT_EQ(got.h[r * kInter + 5], 0x7F) << r;
+          EXPECT_NE(got.h_scales[r * kInter / 32 + 1], 0xFF) << r;
         }
-      }
-      // The NaN block: expert 3's rows, columns 0..31 (the block of column 5).
-      const GateUpResult got = RunGateUp(x, xs, offsets, d1, d3, rw, kInter, kDim, rows,
-                                         Mxfp4GroupedTile::kAuto, limit, round_bf16);
-      for (int64_t r = offsets[3]; r < offsets[4]; ++r) {
-        EXPECT_EQ(got.h_scales[r * kInter / 32], 0xFF) << r;
-        EXPECT_EQ(got.h[r * kInter + 5], 0x7F) << r;
-        EXPECT_NE(got.h_scales[r * kInter / 32 + 1], 0xFF) << r;
       }
     }
   }
@@ -456,7 +488,8 @@ struct FfnOut {
 
 FfnOut RunFfn(const Ffn& f, const std::vector<uint8_t>& x, const std::vector<uint8_t>& xs,
               const std::vector<int64_t>& offsets, const std::vector<float>& rw, int64_t rows,
-              Mxfp4GroupedTile gate_up_tile, Mxfp4GroupedTile down_tile) {
+              Mxfp4GroupedTile gate_up_tile, Mxfp4GroupedTile down_tile,
+              Mxfp4GemmMath math = Mxfp4GemmMath::kMmaF16) {
   DeviceBuffer<uint8_t> dx(x), dxs(xs), h(rows * f.inter), hs(rows * f.inter / 32);
   DeviceBuffer<int64_t> doff(offsets);
   DeviceBuffer<float> drw(rw), y(rows * f.dim);
@@ -481,7 +514,8 @@ FfnOut RunFfn(const Ffn& f, const std::vector<uint8_t>& x, const std::vector<uin
                                          .inter = f.inter,
                                          .num_experts = static_cast<int>(offsets.size()) - 1,
                                          .gate_up_tile = gate_up_tile,
-                                         .down_tile = down_tile},
+                                         .down_tile = down_tile,
+                                         .math = math},
                                         nullptr);
   EXPECT_TRUE(s.ok()) << s;
   EXPECT_TRUE(Synced());
@@ -499,37 +533,41 @@ TEST(Mxfp4GroupedGemmTest, ARowsResultDoesNotDependOnTheBatch) {
   std::vector<uint8_t> row_x, row_s;
   QuantizedFp8Rows(1, kDim, rng, row_x, row_s, -2, 2);
   const float row_rw = 0.7f;
-  const FfnOut alone = RunFfn(f, row_x, row_s, Offsets({0, 0, 1, 0, 0}), {row_rw}, 1,
-                              Mxfp4GroupedTile::kAuto, Mxfp4GroupedTile::kAuto);
-  ASSERT_EQ(alone.y.size(), static_cast<size_t>(kDim));
-  for (float v : alone.y) ASSERT_TRUE(std::isfinite(v));
-  const std::vector<int64_t> counts = {7, 64, 64, 1, 0};
-  const std::vector<int64_t> offsets = Offsets(counts);
-  const int64_t rows = offsets.back();
-  std::vector<uint8_t> x, xs;
-  QuantizedFp8Rows(rows, kDim, rng, x, xs, -2, 2);
-  std::vector<float> rw(rows);
-  for (float& v : rw) v = 0.1f + static_cast<float>(rng() % 100) / 100.0f;
-  const std::pair<Mxfp4GroupedTile, Mxfp4GroupedTile> tiles[] = {
-      {Mxfp4GroupedTile::kAuto, Mxfp4GroupedTile::kAuto},
-      {Mxfp4GroupedTile::kW4M8, Mxfp4GroupedTile::kW2M8},
-      {Mxfp4GroupedTile::kW4M32, Mxfp4GroupedTile::kW4M32},
-      {Mxfp4GroupedTile::kW8M64, Mxfp4GroupedTile::kW8M64}};
-  for (int64_t pos : {int64_t{0}, int64_t{31}, int64_t{63}}) {
-    const int64_t r = offsets[kTarget] + pos;
-    std::copy(row_x.begin(), row_x.end(), x.begin() + r * kDim);
-    std::copy(row_s.begin(), row_s.end(), xs.begin() + r * kDim / 32);
-    std::vector<float> rw_r = rw;
-    rw_r[r] = row_rw;
-    for (auto [gu, down] : tiles) {
-      const FfnOut out = RunFfn(f, x, xs, offsets, rw_r, rows, gu, down);
-      const std::vector<float> y(out.y.begin() + r * kDim, out.y.begin() + (r + 1) * kDim);
-      EXPECT_EQ(BitMismatches(y, alone.y), 0)
-          << "position " << pos << " tiles " << static_cast<int>(gu) << "/"
-          << static_cast<int>(down);
-      EXPECT_TRUE(std::equal(alone.h.begin(), alone.h.end(), out.h.begin() + r * kInter));
-      EXPECT_TRUE(std::equal(alone.h_scales.begin(), alone.h_scales.end(),
-                             out.h_scales.begin() + r * kInter / 32));
+  for (Mxfp4GemmMath math : kMaths) {
+    const FfnOut alone = RunFfn(f, row_x, row_s, Offsets({0, 0, 1, 0, 0}), {row_rw}, 1,
+                                Mxfp4GroupedTile::kAuto, Mxfp4GroupedTile::kAuto, math);
+    ASSERT_EQ(alone.y.size(), static_cast<size_t>(kDim));
+    for (float v : alone.y) ASSERT_TRUE(std::isfinite(v));
+    const std::vector<int64_t> counts = {7, 64, 64, 1, 0};
+    const std::vector<int64_t> offsets = Offsets(counts);
+    const int64_t rows = offsets.back();
+    std::vector<uint8_t> x, xs;
+    std::mt19937 batch_rng(22);
+    QuantizedFp8Rows(rows, kDim, batch_rng, x, xs, -2, 2);
+    std::vector<float> rw(rows);
+    for (float& v : rw) v = 0.1f + static_cast<float>(batch_rng() % 100) / 100.0f;
+    const std::pair<Mxfp4GroupedTile, Mxfp4GroupedTile> tiles[] = {
+        {Mxfp4GroupedTile::kAuto, Mxfp4GroupedTile::kAuto},
+        {Mxfp4GroupedTile::kW4M8,
+         math == Mxfp4GemmMath::kWgmma ? Mxfp4GroupedTile::kW4M8S4 : Mxfp4GroupedTile::kW2M8},
+        {Mxfp4GroupedTile::kW4M32, Mxfp4GroupedTile::kW4M32},
+        {Mxfp4GroupedTile::kW8M64, Mxfp4GroupedTile::kW8M64}};
+    for (int64_t pos : {int64_t{0}, int64_t{31}, int64_t{63}}) {
+      const int64_t r = offsets[kTarget] + pos;
+      std::copy(row_x.begin(), row_x.end(), x.begin() + r * kDim);
+      std::copy(row_s.begin(), row_s.end(), xs.begin() + r * kDim / 32);
+      std::vector<float> rw_r = rw;
+      rw_r[r] = row_rw;
+      for (auto [gu, down] : tiles) {
+        const FfnOut out = RunFfn(f, x, xs, offsets, rw_r, rows, gu, down, math);
+        const std::vector<float> y(out.y.begin() + r * kDim, out.y.begin() + (r + 1) * kDim);
+        EXPECT_EQ(BitMismatches(y, alone.y), 0)
+            << MathName(math) << " position " << pos << " tiles " << static_cast<int>(gu) << "/"
+            << static_cast<int>(down);
+        EXPECT_TRUE(std::equal(alone.h.begin(), alone.h.end(), out.h.begin() + r * kInter));
+        EXPECT_TRUE(std::equal(alone.h_scales.begin(), alone.h_scales.end(),
+                               out.h_scales.begin() + r * kInter / 32));
+      }
     }
   }
 }
@@ -706,6 +744,11 @@ TEST(Mxfp4GroupedGemmTest, RefusesBadArguments) {
                                     .k = 256,
                                     .num_experts = 1};
   EXPECT_TRUE(Mxfp4GroupedGemm(good, nullptr).ok());  // rows 0: nothing launched
+  Mxfp4GroupedGemmParams two_warps = good;
+  two_warps.rows = 1;
+  two_warps.tile = Mxfp4GroupedTile::kW2M8;
+  two_warps.math = Mxfp4GemmMath::kWgmma;  // a warpgroup is 4 warps
+  EXPECT_EQ(Mxfp4GroupedGemm(two_warps, nullptr).code(), absl::StatusCode::kInvalidArgument);
   Mxfp4GroupedGemmParams p = good;
   p.k = 128;
   EXPECT_EQ(Mxfp4GroupedGemm(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
