@@ -42,7 +42,11 @@ Cluster::Cluster(std::vector<std::string> flags) {
   std::vector<char*> args;
   for (std::string& a : argv) args.push_back(a.data());
   args.push_back(nullptr);
-  pid_ = fork();
+  // vfork, not fork: no pthread_atfork handlers run in this (gRPC-using) test
+  // process, so gRPC cannot restart pollers in the child before exec (the
+  // coordinator's Launcher and tests/weir_cluster.py avoid fork for the same
+  // reason). The child only execs or exits.
+  pid_ = vfork();
   if (pid_ == 0) {
     execv(args[0], args.data());
     _exit(127);
