@@ -126,6 +126,18 @@ __device__ __forceinline__ void WgmmaBlockSum(const uint32_t (&a)[4], uint64_t b
       : "memory");
 }
 
+// acc += p * (weight scale x X scale) for a lane's four accumulators of one
+// 8-row mma tile and K block (p the block's sum; weight rows g, g + 8 in wf,
+// X rows 2t, 2t + 1 in xf). Powers of two: exact products, so each fma
+// rounds once. Both maths fold their block sums with it.
+__device__ __forceinline__ void PromoteBlock(float (&acc)[4], const float (&p)[4], float2 wf,
+                                             float2 xf) {
+  acc[0] = __fmaf_rn(p[0], __fmul_rn(wf.x, xf.x), acc[0]);
+  acc[1] = __fmaf_rn(p[1], __fmul_rn(wf.x, xf.y), acc[1]);
+  acc[2] = __fmaf_rn(p[2], __fmul_rn(wf.y, xf.x), acc[2]);
+  acc[3] = __fmaf_rn(p[3], __fmul_rn(wf.y, xf.y), acc[3]);
+}
+
 // True when the expert's pointers can be streamed (cp.async needs 16-byte
 // aligned code rows and 8-byte aligned scale rows; k % 256 keeps rows so).
 __device__ __forceinline__ bool Usable(const uint8_t* codes, const uint8_t* scales) {
@@ -372,10 +384,7 @@ __global__ void __launch_bounds__(kWarps * 32)
               const float2 xf = fp8::LoadSharedF32x2(
                   sf_base +
                   4 * Mxfp4ScaleFloatX(j, ni * 8 + dense::Fp8GemmAccumulatorCoord(lane, 0).m, kBm));
-              acc[ni][0] = __fmaf_rn(p[ni][0], __fmul_rn(wf.x, xf.x), acc[ni][0]);
-              acc[ni][1] = __fmaf_rn(p[ni][1], __fmul_rn(wf.x, xf.y), acc[ni][1]);
-              acc[ni][2] = __fmaf_rn(p[ni][2], __fmul_rn(wf.y, xf.x), acc[ni][2]);
-              acc[ni][3] = __fmaf_rn(p[ni][3], __fmul_rn(wf.y, xf.y), acc[ni][3]);
+              PromoteBlock(acc[ni], p[ni], wf, xf);
             }
           }
         }
@@ -428,11 +437,7 @@ __global__ void __launch_bounds__(kWarps * 32)
                   4 * Mxfp4ScaleFloatX(j, ni * 8 + dense::Fp8GemmAccumulatorCoord(lane, 0).m, kBm));
               float p[4];
               fp8::BlockSum(a, b[ni], p);
-              // Powers of two: exact products, so each fma rounds once.
-              acc[ni][0] = __fmaf_rn(p[0], __fmul_rn(wf.x, xf.x), acc[ni][0]);
-              acc[ni][1] = __fmaf_rn(p[1], __fmul_rn(wf.x, xf.y), acc[ni][1]);
-              acc[ni][2] = __fmaf_rn(p[2], __fmul_rn(wf.y, xf.x), acc[ni][2]);
-              acc[ni][3] = __fmaf_rn(p[3], __fmul_rn(wf.y, xf.y), acc[ni][3]);
+              PromoteBlock(acc[ni], p, wf, xf);
             }
           }
         }
