@@ -105,6 +105,9 @@ ABSL_FLAG(
 ABSL_FLAG(bool, expert_wgmma, false,
           "kFast: the routed experts' block sums on wgmma (DeviceDecoderOptions::expert_wgmma); "
           "false: the f16 mma pair.");
+ABSL_FLAG(bool, dense_wgmma, false,
+          "kFast: the FP8 linears' block sums on wgmma (DeviceDecoderOptions::dense_wgmma); "
+          "false: the f16 mma pair.");
 ABSL_FLAG(bool, programmatic, true,
           "Graphs with programmatic edges between kernels "
           "(DeviceDecoderOptions::programmatic_launch); false: ordinary edges.");
@@ -243,7 +246,8 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
         .fused_split_reduce = absl::GetFlag(FLAGS_fused_split_reduce),
         .profile = !graphs,
         .expert_tile = absl::GetFlag(FLAGS_expert_tile),
-        .expert_wgmma = absl::GetFlag(FLAGS_expert_wgmma)};
+        .expert_wgmma = absl::GetFlag(FLAGS_expert_wgmma),
+        .dense_wgmma = absl::GetFlag(FLAGS_dense_wgmma)};
     if (exchange) options.communicator = nccl->get();
     auto dd = weir::model::DeviceDecoder::Create(model, precision, options);
     WEIR_CHECK(dd.ok()) << dd.status();
@@ -370,7 +374,8 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       .programmatic_launch = absl::GetFlag(FLAGS_programmatic),
       .fused_split_reduce = absl::GetFlag(FLAGS_fused_split_reduce),
       .expert_tile = absl::GetFlag(FLAGS_expert_tile),
-      .expert_wgmma = absl::GetFlag(FLAGS_expert_wgmma)};
+      .expert_wgmma = absl::GetFlag(FLAGS_expert_wgmma),
+      .dense_wgmma = absl::GetFlag(FLAGS_dense_wgmma)};
   auto dd = weir::model::CreateSyntheticDeviceDecoder(c, options_precision(), options);
   WEIR_CHECK(dd.ok()) << dd.status();
   std::printf("numerics %s: fast dense layers %d (bf16 %d), reference dense %d, fast MoE layers "

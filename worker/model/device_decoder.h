@@ -199,6 +199,11 @@ struct DeviceDecoderOptions {
   // fewer), keeps batch invariance (every tile of one math gives a row the
   // same bits). Off by default until measured faster end to end.
   bool expert_wgmma = false;
+  // kFast FP8 linears: each 32-element block sum on wgmma with both operands
+  // read from shared memory by descriptor (kernels/cuda/dense
+  // Fp8GemmMath::kWgmma, its own 64-row tiles) instead of the f16 mma pair.
+  // Other low bits, batch invariant on its own. Off until measured.
+  bool dense_wgmma = false;
   // Expert parallelism over NCCL on device buffers (see the file comment):
   // this decoder is rank communicator->rank() of communicator->world_size().
   // Not owned; must outlive the decoder and live on `device`. Null: every

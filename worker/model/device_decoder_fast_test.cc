@@ -165,7 +165,8 @@ struct TrainedInputs {
 void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision precision,
                    bool expect_fast_moe, double min_top1, double max_median = 1e-2,
                    double max_choices_differing = 0.01, bool fast_mhc = false,
-                   const TrainedInputs* trained = nullptr, bool expert_wgmma = false) {
+                   const TrainedInputs* trained = nullptr, bool expert_wgmma = false,
+                   bool dense_wgmma = false) {
   const ModelConfig& c = ckpt.config();
   auto cpu = RowStableCpuModel(ckpt, precision,
                                trained != nullptr ? trained->engram_token_map
@@ -180,6 +181,7 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
   options.numerics = DecodeNumerics::kFast;
   options.fast_mhc = fast_mhc;
   options.expert_wgmma = expert_wgmma;
+  options.dense_wgmma = dense_wgmma;
   auto fast = DeviceDecoder::Create(*cpu, precision, options);
   ASSERT_TRUE(fast.ok()) << fast.status();
   const DeviceDecoderStats& fs = (*fast)->stats();
@@ -360,6 +362,13 @@ TEST(DeviceDecoderFastTest, SmallBf16WithWgmmaExpertsAgreesWithReference) {
   CheckFidelity(*small, "small wgmma experts", ActivationPrecision::kBf16, true, 0.95, 1e-2, 0.01,
                 /*fast_mhc=*/false, nullptr, /*expert_wgmma=*/true);
 }
+// Both the FP8 linears and the routed experts on wgmma.
+TEST(DeviceDecoderFastTest, SmallBf16WithWgmmaEverywhereAgreesWithReference) {
+  const Checkpoint* small = SmallCheckpoint(3);
+  ASSERT_NE(small, nullptr);
+  CheckFidelity(*small, "small wgmma", ActivationPrecision::kBf16, true, 0.95, 1e-2, 0.01,
+                /*fast_mhc=*/false, nullptr, /*expert_wgmma=*/true, /*dense_wgmma=*/true);
+}
 TEST(DeviceDecoderFastTest, SmallBf16WithFastMhcStaysClose) {
   const Checkpoint* small = SmallCheckpoint(3);
   ASSERT_NE(small, nullptr);
@@ -447,7 +456,7 @@ std::vector<std::vector<float>> Decode(const Model& model, const DeviceDecoderOp
   return out;
 }
 
-void CheckBatchInvariance(bool expert_wgmma) {
+void CheckBatchInvariance(bool expert_wgmma, bool dense_wgmma = false) {
   const Checkpoint* small = SmallCheckpoint(3);
   ASSERT_NE(small, nullptr);
   const int64_t v = small->config().vocab_size;
@@ -456,6 +465,7 @@ void CheckBatchInvariance(bool expert_wgmma) {
   DeviceDecoderOptions options{.numerics = DecodeNumerics::kFast, .max_sequences = 16,
                                .max_positions = 64, .max_batch = 16};
   options.expert_wgmma = expert_wgmma;
+  options.dense_wgmma = dense_wgmma;
   DeviceDecoderOptions eager = options;
   eager.use_graphs = false;
   const std::vector<int64_t> fed = RandomTokens(40, 5, v - 1);
@@ -483,6 +493,9 @@ void CheckBatchInvariance(bool expert_wgmma) {
 TEST(DeviceDecoderFastTest, SmallBf16IsBatchInvariant) { CheckBatchInvariance(false); }
 TEST(DeviceDecoderFastTest, SmallBf16WithWgmmaExpertsIsBatchInvariant) {
   CheckBatchInvariance(true);
+}
+TEST(DeviceDecoderFastTest, SmallBf16WithWgmmaEverywhereIsBatchInvariant) {
+  CheckBatchInvariance(true, true);
 }
 
 }  // namespace

@@ -67,9 +67,10 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
   constexpr int kWTile = kBn * kStageBytes;
   constexpr int kXTile = kBm * kStageBytes;
   constexpr int kWChunks = kBn * 8 / kThreads;
-  constexpr int kXChunks = kBm * 8 / kThreads;
+  constexpr int kXChunks = (kBm * 8 + kThreads - 1) / kThreads;  // 8 X rows: half the threads
   static_assert(kBn % 16 == 0 && kWarpN % 16 == 0 && kWarpM % 8 == 0, "tile shape");
-  static_assert(kBn * 8 % kThreads == 0 && kBm * 8 % kThreads == 0, "chunk split");
+  static_assert(kBn * 8 % kThreads == 0 && (kBm * 8 % kThreads == 0 || kBm * 8 < kThreads),
+                "chunk split");
   static_assert(kStages >= 2, "pipeline");
 
   extern __shared__ __align__(128) uint8_t smem[];
@@ -95,8 +96,8 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
 
   const StageRowCopies<kWChunks, kThreads> w_rows(reinterpret_cast<const uint8_t*>(wg), k_bytes, n0,
                                                   args.n, tid);
-  const StageRowCopies<kXChunks, kThreads> x_rows(reinterpret_cast<const uint8_t*>(xg), k_bytes, m0,
-                                                  args.m, tid);
+  const StageRowCopies<kXChunks, kThreads, kBm> x_rows(reinterpret_cast<const uint8_t*>(xg),
+                                                       k_bytes, m0, args.m, tid);
 
   // Stage kt's tiles into ring slot `slot`; rows past n / m and K past k are
   // zero-filled (so a half step's upper 8 elements multiply zeros).

@@ -50,13 +50,26 @@ Fp8GemmTileShape ShapeOfFp8GemmTile(Fp8GemmTile tile) {
       return {.block_n = 128, .block_m = 64, .warps_n = 8, .warps_m = 1, .stages = 4};
     case Fp8GemmTile::kN128M128:
       return {.block_n = 128, .block_m = 128, .warps_n = 2, .warps_m = 4, .stages = 4};
+    case Fp8GemmTile::kN64M8:
+      return {.block_n = 64, .block_m = 8, .warps_n = 4, .warps_m = 1, .stages = 6};
+    case Fp8GemmTile::kN64M16:
+      return {.block_n = 64, .block_m = 16, .warps_n = 4, .warps_m = 1, .stages = 6};
+    case Fp8GemmTile::kN64M32:
+      return {.block_n = 64, .block_m = 32, .warps_n = 4, .warps_m = 1, .stages = 5};
     case Fp8GemmTile::kAuto:
       break;
   }
   return {};
 }
 
-Fp8GemmTile ChooseFp8GemmTile(int64_t m, int64_t n) {
+Fp8GemmTile ChooseFp8GemmTile(int64_t m, int64_t n, Fp8GemmMath math) {
+  if (math == Fp8GemmMath::kWgmma) {  // not tuned yet: one warpgroup over 64 W rows
+    if (m <= 8) return Fp8GemmTile::kN64M8;
+    if (m <= 16) return Fp8GemmTile::kN64M16;
+    if (m <= 32) return Fp8GemmTile::kN64M32;
+    if (m <= 256) return Fp8GemmTile::kN64M64;
+    return Fp8GemmTile::kN128M64;
+  }
   // From fp8_gemm_bench's tile sweep on an H200 (README "Measurements"). Up to
   // 64 rows the CTA covers all of X, so W is read once; wide tiles win only
   // when n is large enough to fill the GPU anyway (they read X fewer times).
@@ -90,7 +103,8 @@ int64_t Fp8GemmSplitScratchFloats(const Fp8BlockGemmParams& p) {
 
 int64_t Fp8GemmSplitCounters(const Fp8BlockGemmParams& p) {
   if (p.k_splits <= 1) return 0;
-  const Fp8GemmTile tile = p.tile == Fp8GemmTile::kAuto ? ChooseFp8GemmTile(p.m, p.n) : p.tile;
+  const Fp8GemmTile tile =
+      p.tile == Fp8GemmTile::kAuto ? ChooseFp8GemmTile(p.m, p.n, p.math) : p.tile;
   const Fp8GemmTileShape shape = ShapeOfFp8GemmTile(tile);
   return (p.n + shape.block_n - 1) / shape.block_n * ((p.m + shape.block_m - 1) / shape.block_m) *
          p.groups;
@@ -160,9 +174,18 @@ absl::Status CheckFp8BlockGemmParams(const Fp8BlockGemmParams& p) {
   if (p.k_splits > 1 && p.split_scratch == nullptr) {
     return absl::InvalidArgumentError("Fp8BlockGemm: k_splits > 1 needs split_scratch");
   }
-  const Fp8GemmTile tile = p.tile == Fp8GemmTile::kAuto ? ChooseFp8GemmTile(p.m, p.n) : p.tile;
+  if (p.math != Fp8GemmMath::kMmaF16 && p.math != Fp8GemmMath::kWgmma) {
+    return absl::InvalidArgumentError("Fp8BlockGemm: unknown math");
+  }
+  const Fp8GemmTile tile =
+      p.tile == Fp8GemmTile::kAuto ? ChooseFp8GemmTile(p.m, p.n, p.math) : p.tile;
   const Fp8GemmTileShape shape = ShapeOfFp8GemmTile(tile);
   if (shape.block_m == 0) return absl::InvalidArgumentError("Fp8BlockGemm: unknown tile");
+  if (p.math == Fp8GemmMath::kWgmma && !Fp8GemmTileRunsWgmma(shape)) {
+    return absl::InvalidArgumentError(
+        "Fp8BlockGemm: wgmma needs a tile of whole warpgroups, each warp 16 W rows and every "
+        "X row (kN64M8, kN64M16, kN64M32, kN64M64, kN128M64)");
+  }
   if ((p.m + shape.block_m - 1) / shape.block_m > kMaxGridY) {
     return absl::InvalidArgumentError(
         absl::StrCat("Fp8BlockGemm: m ", p.m, " exceeds the launch grid of the tile"));

@@ -61,6 +61,11 @@ enum class Fp8GemmTile {
   kN64M64,    // 4 warps, each 16 W rows x 64 X rows
   kN128M64,   // 8 warps, each 16 W rows x 64 X rows
   kN128M128,  // prefill: 8 warps as 2 (n) x 4 (m), each 64 W rows x 32 X rows
+  // 4 warps, each 16 W rows x all 8 / 16 / 32 X rows: the decode tiles of
+  // Fp8GemmMath::kWgmma (one warpgroup over 64 W rows).
+  kN64M8,
+  kN64M16,
+  kN64M32,
 };
 
 // Every tile but kAuto (tests, benchmarks).
@@ -68,7 +73,8 @@ inline constexpr Fp8GemmTile kFp8GemmTiles[] = {
     Fp8GemmTile::kN16M8,    Fp8GemmTile::kN16M16,   Fp8GemmTile::kN16M32,   Fp8GemmTile::kN16M64,
     Fp8GemmTile::kN16M32W2, Fp8GemmTile::kN16M64W4, Fp8GemmTile::kN32M64W4, Fp8GemmTile::kN64M64W4,
     Fp8GemmTile::kN32M8,    Fp8GemmTile::kN32M16,   Fp8GemmTile::kN32M32,   Fp8GemmTile::kN32M64,
-    Fp8GemmTile::kN64M64,   Fp8GemmTile::kN128M64,  Fp8GemmTile::kN128M128};
+    Fp8GemmTile::kN64M64,   Fp8GemmTile::kN128M64,  Fp8GemmTile::kN128M128, Fp8GemmTile::kN64M8,
+    Fp8GemmTile::kN64M16,   Fp8GemmTile::kN64M32};
 
 // The geometry of one tile. Warps are laid out warp = warp_n + warps_n * warp_m.
 struct Fp8GemmTileShape {
@@ -82,9 +88,28 @@ struct Fp8GemmTileShape {
 // Returns the shape of `tile`; kAuto returns a zero shape.
 Fp8GemmTileShape ShapeOfFp8GemmTile(Fp8GemmTile tile);
 
+// How Fp8BlockGemm sums each 32-element K block on the tensor cores. Every
+// tile of one math gives a row the same bits (so the batch never moves them);
+// the two maths differ in the block sum's low bits.
+//  * kMmaF16: two mma.sync m16n8k16 on the e4m3 values widened to f16 (Hopper
+//    has no FP8 mma.sync datapath); the block sum keeps fp32 precision.
+//  * kWgmma: one wgmma m64n8k32 e4m3 per 8 X rows (sm_90a's FP8 tensor-core
+//    path), both operands read from the swizzled shared tiles by descriptor,
+//    no widening. FP8 wgmma keeps fewer bits in a sum (about 14, DeepSeek-V3
+//    report). Runs on the tiles where every warp owns 16 W rows and all the
+//    X rows and the warps form whole warpgroups (Fp8GemmTileRunsWgmma:
+//    kN64M8 / M16 / M32, kN64M64, kN128M64); other tiles are refused.
+enum class Fp8GemmMath { kMmaF16, kWgmma };
+
+// True when `shape` can run kWgmma (see above).
+inline bool Fp8GemmTileRunsWgmma(const Fp8GemmTileShape& shape) {
+  return shape.warps_m == 1 && shape.warps_n % 4 == 0 && shape.block_n == 16 * shape.warps_n;
+}
+
 // Returns the tile kAuto runs for m rows of X and n rows of W. Up to 64 rows
 // a single CTA row covers all of X, so every weight byte is read once.
-Fp8GemmTile ChooseFp8GemmTile(int64_t m, int64_t n);
+// kWgmma: kN64M8 / M16 / M32 up to 32 rows, kN64M64 to 256, then kN128M64.
+Fp8GemmTile ChooseFp8GemmTile(int64_t m, int64_t n, Fp8GemmMath math = Fp8GemmMath::kMmaF16);
 
 // Bytes of K per pipeline stage (4 scale blocks).
 inline constexpr int kFp8GemmStageK = 128;
@@ -143,6 +168,8 @@ struct Fp8BlockGemmParams {
   // the second kernel sums.
   uint32_t* split_counters = nullptr;
   int64_t split_counter_count = 0;
+  // The block sums' math (see Fp8GemmMath); kAuto tiles follow it.
+  Fp8GemmMath math = Fp8GemmMath::kMmaF16;
 };
 
 // Rows up to which split_counters are used (decode at small batch, where the

@@ -110,7 +110,8 @@ TEST(Fp8BlockGemmParamsTest, TileTableIsConsistent) {
     EXPECT_EQ(s.block_n / s.warps_n % 16, 0);
     EXPECT_EQ(s.block_m / s.warps_m % 8, 0);
     EXPECT_EQ(s.block_n * 8 % threads, 0);  // 16-byte chunks split evenly
-    EXPECT_EQ(s.block_m * 8 % threads, 0);
+    // X chunks split evenly, or (8 X rows over 4 warps) half the threads copy one.
+    EXPECT_TRUE(s.block_m * 8 % threads == 0 || s.block_m * 8 < threads) << s.block_m;
     EXPECT_GE(s.stages, 3);
     EXPECT_LE(Fp8GemmSharedBytes(s), 227 * 1024);  // sm_90 opt-in limit per block
   }
@@ -120,6 +121,37 @@ TEST(Fp8BlockGemmParamsTest, TileTableIsConsistent) {
     EXPECT_GE(ShapeOfFp8GemmTile(ChooseFp8GemmTile(m, 5120)).block_m, m) << m;
   }
   EXPECT_EQ(ChooseFp8GemmTile(4096, 5120), Fp8GemmTile::kN128M128);
+  // wgmma: only tiles of whole warpgroups of 16-row warps over every X row,
+  // one CTA row up to 64 rows; the ring's W and X tiles on 1024-byte
+  // boundaries (wgmma's swizzle is on shared addresses).
+  int wgmma_tiles = 0;
+  for (Fp8GemmTile tile : kFp8GemmTiles) {
+    const Fp8GemmTileShape s = ShapeOfFp8GemmTile(tile);
+    if (!Fp8GemmTileRunsWgmma(s)) continue;
+    ++wgmma_tiles;
+    EXPECT_EQ(s.block_n * kFp8GemmStageK % 1024, 0);
+    EXPECT_EQ(s.block_m * kFp8GemmStageK % 1024, 0);
+  }
+  EXPECT_EQ(wgmma_tiles, 5);
+  for (int64_t m : {1, 8, 9, 16, 17, 32, 33, 64, 256, 257, 4096}) {
+    const Fp8GemmTile t = ChooseFp8GemmTile(m, 5120, Fp8GemmMath::kWgmma);
+    EXPECT_TRUE(Fp8GemmTileRunsWgmma(ShapeOfFp8GemmTile(t))) << m;
+    if (m <= 64) EXPECT_GE(ShapeOfFp8GemmTile(t).block_m, m) << m;
+  }
+  Fp8BlockGemmParams w{.x = FakeDevice(256),
+                       .x_scales = FakeDevice(256),
+                       .w = FakeDevice(256),
+                       .w_scales = FakeDevice(256),
+                       .y = const_cast<uint8_t*>(FakeDevice(256)),
+                       .m = 8,
+                       .n = 64,
+                       .k = 128};
+  w.math = Fp8GemmMath::kWgmma;
+  EXPECT_TRUE(CheckFp8BlockGemmParams(w).ok());
+  w.tile = Fp8GemmTile::kN32M8;
+  EXPECT_FALSE(CheckFp8BlockGemmParams(w).ok());
+  w.tile = Fp8GemmTile::kN64M8;
+  EXPECT_TRUE(CheckFp8BlockGemmParams(w).ok());
   EXPECT_EQ(
       Fp8GemmSharedBytes({.block_n = 32, .block_m = 8, .warps_n = 2, .warps_m = 1, .stages = 12}),
       12 * (40 * 128 + (1 + 8) * 4) + 2 * 8 * 4 * 4);  // + each warp's 8 rows x 4 scales

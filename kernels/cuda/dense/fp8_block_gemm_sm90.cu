@@ -70,6 +70,18 @@ absl::Status LaunchTile(const Fp8BlockGemmParams& p, const Fp8GemmTileShape& sha
                             reinterpret_cast<uintptr_t>(p.x_scales) % 4 == 0 &&
                             reinterpret_cast<uintptr_t>(p.w_scales) % 4 == 0 &&
                             (p.groups == 1 || (args.xs_stride % 4 == 0 && args.ws_stride % 4 == 0));
+  if (p.math == Fp8GemmMath::kWgmma) {
+    // Instances only for the tiles that can run it (CheckFp8BlockGemmParams
+    // refuses the others).
+    if constexpr (kWarpsM == 1 && kWarpsN % 4 == 0 && kBn == 16 * kWarpsN) {
+      if (async_scales) {
+        return launch(
+            fp8_gemm::Fp8BlockGemmKernel<kBn, kBm, kWarpsN, kWarpsM, kStages, true, true>);
+      }
+      return launch(fp8_gemm::Fp8BlockGemmKernel<kBn, kBm, kWarpsN, kWarpsM, kStages, false, true>);
+    }
+    return absl::InvalidArgumentError("Fp8BlockGemm: this tile cannot run wgmma");
+  }
   if (async_scales) {
     return launch(fp8_gemm::Fp8BlockGemmKernel<kBn, kBm, kWarpsN, kWarpsM, kStages, true>);
   }

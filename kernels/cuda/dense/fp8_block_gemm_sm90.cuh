@@ -61,7 +61,15 @@ __device__ __forceinline__ void StoreY(const KernelArgs& args, int64_t at, float
 // scale bytes of each row are one aligned word, copied by cp.async with the
 // tiles. Otherwise they go through registers, stored one stage late (slower:
 // the loop then waits for them every stage). Both give the same bits.
-template <int kBn, int kBm, int kWarpsN, int kWarpsM, int kStages, bool kAsyncScales>
+//
+// kWgmma (Fp8GemmMath::kWgmma): each K block of the stage is one wgmma
+// m64n8k32 e4m3 per 8 X rows, warpgroup wg reading W rows 64 wg .. 64 wg + 63
+// and the X rows straight from the swizzled ring by descriptor (no ldmatrix,
+// no widening); the block sums are then folded as in the mma path. Needs
+// warps of 16 W rows and all X rows in whole warpgroups
+// (Fp8GemmTileRunsWgmma) and a 1024-byte aligned ring (else NaN outputs).
+template <int kBn, int kBm, int kWarpsN, int kWarpsM, int kStages, bool kAsyncScales,
+          bool kWgmma = false>
 __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
     Fp8BlockGemmKernel(const __grid_constant__ KernelArgs grouped) {
   GridDependencyPrologue();
@@ -98,11 +106,14 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
   constexpr int kScaleLoads = (kScaleRows * kBlocksPerStage + kThreads - 1) / kThreads;
   constexpr int kAsyncScaleRows = (kScaleRows + kThreads - 1) / kThreads;
   constexpr int kWChunks = kBn * 8 / kThreads;  // 16-byte chunks per thread and stage
-  constexpr int kXChunks = kBm * 8 / kThreads;
+  constexpr int kXChunks = (kBm * 8 + kThreads - 1) / kThreads;  // 8 X rows: half the threads
   static_assert(kBn % 16 == 0 && kWarpN % 16 == 0 && kWarpM % 8 == 0, "tile shape");
   static_assert(kBn % 32 == 0 || kBn == 16, "a CTA covers whole weight scale rows, or half of one");
-  static_assert(kBn * 8 % kThreads == 0 && kBm * 8 % kThreads == 0, "chunk split");
+  static_assert(kBn * 8 % kThreads == 0 && (kBm * 8 % kThreads == 0 || kBm * 8 < kThreads),
+                "chunk split");
   static_assert(kStages >= 3, "scales are stored one stage after their loads");
+  static_assert(!kWgmma || (kWarpsM == 1 && kWarpsN % 4 == 0 && kWarpN == 16),
+                "wgmma: whole warpgroups of 16-row warps over every X row");
 
   extern __shared__ __align__(128) uint8_t smem[];
   uint8_t* const w_tiles = smem;                        // [kStages][kBn][128] swizzled
@@ -130,7 +141,7 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
 
   // Per-thread copy sources, fixed for the whole K loop.
   const StageRowCopies<kWChunks, kThreads> w_rows(args.w, k, n0, args.n, tid);
-  const StageRowCopies<kXChunks, kThreads> x_rows(args.x, k, m0, args.m, tid);
+  const StageRowCopies<kXChunks, kThreads, kBm> x_rows(args.x, k, m0, args.m, tid);
   // Scale rows this thread copies when kAsyncScales: X rows first, then the
   // weight scale rows; their stage word sits at offset 4 kt of the row.
   const uint8_t* s_src[kAsyncScaleRows];
@@ -202,6 +213,9 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
 
   float acc[kMi][kNi][4];
   ZeroAccumulators(acc);
+  // wgmma's swizzle is on shared addresses: the W and X tiles (multiples of
+  // 1024 bytes in the ring) need a 1024-byte aligned base.
+  const bool misaligned = kWgmma && (SharedAddress(smem) & 1023u) != 0;
 
   // Folds the K blocks of ring slot `slot` (the first `blocks` of its 4) into acc.
   auto compute = [&](int slot, int blocks) {
@@ -227,42 +241,80 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
       w_word[mi] =
           LoadShared32(SharedAddress(w_sc) + slot * kWScaleBytes + (warp_n0 + mi * 16) / 32 * 4);
     }
+    if constexpr (kWgmma) {
+      // The warpgroup's 64 W rows and the X tile, by descriptor; a K block
+      // and an 8-row X group add their byte offset / 16 to the address field.
+      // (With one warpgroup its index is the constant 0, so the descriptor
+      // stays in uniform registers: derived from the warp index, ptxas moved
+      // it into them before every wgmma.)
+      const int warpgroup = kWarpsN == 4 ? 0 : warp / 4;
+      const uint64_t w_desc = SwizzledKMajorDescriptor(w_base + warpgroup * 64 * kStageK);
+      const uint64_t x_desc = SwizzledKMajorDescriptor(x_base);
 #pragma unroll
-    for (int j = 0; j < kBlocksPerStage; ++j) {
-      if (j >= blocks) break;  // uniform over the CTA: only in the last stage
-      uint32_t raw[kNi][2];
-      LoadXFragments<kNi>(x_base, warp_m0, lane, j, raw);
-      F16B b[kNi];
-#pragma unroll
-      for (int ni = 0; ni < kNi; ++ni) b[ni] = WidenB(raw[ni][0], raw[ni][1]);
-      float xf[kNi][2];  // X scales of this thread's two output columns per tile
-#pragma unroll
-      for (int ni = 0; ni < kNi; ++ni) {
-        const float2 f = LoadSharedF32x2(
-            x_scales_f + (j * kWarpM + ni * 8 + Fp8GemmAccumulatorCoord(lane, 0).m) * 4);
-        xf[ni][0] = f.x;  // row 2t
-        xf[ni][1] = f.y;  // row 2t + 1
-      }
-#pragma unroll
-      for (int mi = 0; mi < kMi; ++mi) {
-        uint32_t a8[4];
-        const Fp8GemmRowChunk src = Fp8GemmALdmatrixSource(lane, j);
-        LdMatrixX4(w_base + Fp8GemmSwizzledOffset(warp_n0 + mi * 16 + src.row, src.chunk), a8[0],
-                   a8[1], a8[2], a8[3]);
-        const F16A a = WidenA(a8);
-        const float wf = ScaleOf(w_word[mi], j);
+      for (int j = 0; j < kBlocksPerStage; ++j) {
+        if (j >= blocks) break;  // uniform over the CTA: only in the last stage
+        float p[kNi][4];
+        WgmmaFence();
 #pragma unroll
         for (int ni = 0; ni < kNi; ++ni) {
-          float p[4];
-          BlockSum(a, b[ni], p);
-          // sx * sw is a product of powers of two: exact, so p * (sx * sw) is
-          // too, and the fma rounds once, exactly like acc + p * sx * sw.
-          const float f0 = __fmul_rn(wf, xf[ni][0]);
-          const float f1 = __fmul_rn(wf, xf[ni][1]);
-          acc[mi][ni][0] = __fmaf_rn(p[0], f0, acc[mi][ni][0]);
-          acc[mi][ni][1] = __fmaf_rn(p[1], f1, acc[mi][ni][1]);
-          acc[mi][ni][2] = __fmaf_rn(p[2], f0, acc[mi][ni][2]);
-          acc[mi][ni][3] = __fmaf_rn(p[3], f1, acc[mi][ni][3]);
+          WgmmaBlockSumSS(w_desc + static_cast<uint64_t>((j * 32) >> 4),
+                          x_desc + static_cast<uint64_t>((ni * 8 * kStageK + j * 32) >> 4), p[ni]);
+        }
+        WgmmaCommit();
+        WgmmaWaitAll();
+        const float wf = ScaleOf(w_word[0], j);
+#pragma unroll
+        for (int ni = 0; ni < kNi; ++ni) {
+#pragma unroll
+          for (int r = 0; r < 4; ++r) PinRegister(p[ni][r]);
+          const float2 xf = LoadSharedF32x2(
+              x_scales_f + (j * kWarpM + ni * 8 + Fp8GemmAccumulatorCoord(lane, 0).m) * 4);
+          const float f0 = __fmul_rn(wf, xf.x);
+          const float f1 = __fmul_rn(wf, xf.y);
+          acc[0][ni][0] = __fmaf_rn(p[ni][0], f0, acc[0][ni][0]);
+          acc[0][ni][1] = __fmaf_rn(p[ni][1], f1, acc[0][ni][1]);
+          acc[0][ni][2] = __fmaf_rn(p[ni][2], f0, acc[0][ni][2]);
+          acc[0][ni][3] = __fmaf_rn(p[ni][3], f1, acc[0][ni][3]);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < kBlocksPerStage; ++j) {
+        if (j >= blocks) break;  // uniform over the CTA: only in the last stage
+        uint32_t raw[kNi][2];
+        LoadXFragments<kNi>(x_base, warp_m0, lane, j, raw);
+        F16B b[kNi];
+#pragma unroll
+        for (int ni = 0; ni < kNi; ++ni) b[ni] = WidenB(raw[ni][0], raw[ni][1]);
+        float xf[kNi][2];  // X scales of this thread's two output columns per tile
+#pragma unroll
+        for (int ni = 0; ni < kNi; ++ni) {
+          const float2 f = LoadSharedF32x2(
+              x_scales_f + (j * kWarpM + ni * 8 + Fp8GemmAccumulatorCoord(lane, 0).m) * 4);
+          xf[ni][0] = f.x;  // row 2t
+          xf[ni][1] = f.y;  // row 2t + 1
+        }
+#pragma unroll
+        for (int mi = 0; mi < kMi; ++mi) {
+          uint32_t a8[4];
+          const Fp8GemmRowChunk src = Fp8GemmALdmatrixSource(lane, j);
+          LdMatrixX4(w_base + Fp8GemmSwizzledOffset(warp_n0 + mi * 16 + src.row, src.chunk), a8[0],
+                     a8[1], a8[2], a8[3]);
+          const F16A a = WidenA(a8);
+          const float wf = ScaleOf(w_word[mi], j);
+#pragma unroll
+          for (int ni = 0; ni < kNi; ++ni) {
+            float p[4];
+            BlockSum(a, b[ni], p);
+            // sx * sw is a product of powers of two: exact, so p * (sx * sw) is
+            // too, and the fma rounds once, exactly like acc + p * sx * sw.
+            const float f0 = __fmul_rn(wf, xf[ni][0]);
+            const float f1 = __fmul_rn(wf, xf[ni][1]);
+            acc[mi][ni][0] = __fmaf_rn(p[0], f0, acc[mi][ni][0]);
+            acc[mi][ni][1] = __fmaf_rn(p[1], f1, acc[mi][ni][1]);
+            acc[mi][ni][2] = __fmaf_rn(p[2], f0, acc[mi][ni][2]);
+            acc[mi][ni][3] = __fmaf_rn(p[3], f1, acc[mi][ni][3]);
+          }
         }
       }
     }
@@ -288,7 +340,8 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
   int next_slot = kStages - 1;
   for (int kt = kt_begin; kt < kt_end; ++kt) {
     CpAsyncWait<kStages - 2>();  // this thread's copies of stage kt have landed
-    __syncthreads();             // everyone's have; the slot of stage kt - 1 is free
+    if constexpr (kWgmma) FenceSharedForAsyncProxy();  // wgmma reads through the async proxy
+    __syncthreads();  // everyone's have; the slot of stage kt - 1 is free
     const int next = kt + kStages - 1;
     if constexpr (!kAsyncScales) {
       // Scales of stage next - 1 (loaded one iteration ago) go to their slot,
@@ -310,6 +363,7 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
 
   ForEachOutput(acc, lane, n0 + warp_n0, m0 + warp_m0, args.n, args.m,
                 [&](int64_t gm, int64_t gn, float v) {
+                  if (misaligned) v = __uint_as_float(0x7FC00000u);
                   if (args.splits > 1) {
                     args.partial[gm * args.n + gn] = v;
                   } else {

@@ -113,7 +113,8 @@ void Exact(const Operands& op, std::vector<double>& y, std::vector<double>& abs_
 // (split_counters); the counters must be zero again afterwards.
 std::vector<float> RunGpu(const Operands& op, Fp8GemmTile tile,
                           Fp8GemmOutput output = Fp8GemmOutput::kF32, int scale_offset = 0,
-                          int splits = 1, bool fused = false) {
+                          int splits = 1, bool fused = false,
+                          Fp8GemmMath math = Fp8GemmMath::kMmaF16) {
   DeviceBuffer<uint8_t> x(op.x), w(op.w), ws(op.w_scales);
   DeviceBuffer<uint8_t> xs(static_cast<int64_t>(op.x_scales.size()) + 4);
   if (xs.ok()) {
@@ -139,7 +140,8 @@ std::vector<float> RunGpu(const Operands& op, Fp8GemmTile tile,
                             .output = output,
                             .tile = tile,
                             .k_splits = splits,
-                            .split_scratch = splits > 1 ? scratch.get() : nullptr};
+                            .split_scratch = splits > 1 ? scratch.get() : nullptr,
+                            .math = math};
   const int64_t counters = std::max<int64_t>(1, Fp8GemmSplitCounters(params));
   DeviceBuffer<uint32_t> counter(counters);
   counter.Poison(0);
@@ -179,14 +181,21 @@ struct Agreement {
   double worst_ratio = 0;  // max |y - exact| / sum |x w|
 };
 
+// ... and for Fp8GemmMath::kWgmma: FP8 wgmma keeps fewer bits in a block's
+// sum (about 14, DeepSeek-V3 report), so a block may be off by a few 2^-14
+// of its sum |x w|: 2^-11 allowed in all (a wrong descriptor or fragment is
+// off by O(1); the test prints the worst seen).
+constexpr double kWgmmaRel = 1.0 / 2048;
+
 // With a split, the S partial sums are folded block by block as above and
 // then added in split order: S - 1 more roundings of at most 2^-24 sum|xw|.
-Agreement Compare(const Operands& op, const std::vector<float>& got, int splits = 1) {
+Agreement Compare(const Operands& op, const std::vector<float>& got, int splits = 1,
+                  Fp8GemmMath math = Fp8GemmMath::kMmaF16) {
   std::vector<double> exact, abs_sum;
   Exact(op, exact, abs_sum);
   Agreement a;
-  const double rel =
-      kTensorCoreRel + static_cast<double>(op.k / 32 + splits - 1) * std::ldexp(1.0, -24);
+  const double rel = (math == Fp8GemmMath::kWgmma ? kWgmmaRel : kTensorCoreRel) +
+                     static_cast<double>(op.k / 32 + splits - 1) * std::ldexp(1.0, -24);
   for (size_t i = 0; i < exact.size(); ++i) {
     const double err = std::fabs(static_cast<double>(got[i]) - exact[i]);
     if (!(err <= rel * abs_sum[i] + 1e-30)) ++a.violations;  // NaN counts
@@ -456,6 +465,70 @@ TEST(Fp8BlockGemmTest, SplitKIsBoundedTileFreeAndBatchInvariant) {
   }
 }
 
+// Fp8GemmMath::kWgmma: within its bound of the exact product, the same bits
+// on every tile that runs it, with both scale paths, with a split (fused or
+// not), and for a row alone or inside batches.
+TEST(Fp8BlockGemmTest, WgmmaIsBoundedTileFreeAndBatchInvariant) {
+  constexpr Fp8GemmMath kW = Fp8GemmMath::kWgmma;
+  std::vector<Fp8GemmTile> tiles;
+  for (Fp8GemmTile t : kFp8GemmTiles) {
+    if (Fp8GemmTileRunsWgmma(ShapeOfFp8GemmTile(t))) tiles.push_back(t);
+  }
+  ASSERT_EQ(tiles.size(), 5u);
+  for (const Shape& s : {Shape{1, 1280, 5120}, Shape{7, 100, 160}, Shape{13, 257, 1056},
+                         Shape{33, 96, 2304}, Shape{64, 130, 1280}, Shape{300, 257, 1024}}) {
+    const int64_t num_kt = (s.k + 127) / 128;
+    for (int splits : {1, 3, ChooseFp8GemmSplits(s.n, s.k)}) {
+      if (splits > num_kt) continue;
+      const Operands op = MakeOperands(s.m, s.n, s.k, 11 * s.m + s.n + splits, Source::kRawCodes);
+      const std::vector<float> first =
+          RunGpu(op, Fp8GemmTile::kAuto, Fp8GemmOutput::kF32, 0, splits, false, kW);
+      ASSERT_EQ(first.size(), static_cast<size_t>(s.m * s.n));
+      const Agreement a = Compare(op, first, splits, kW);
+      EXPECT_EQ(a.violations, 0) << s.m << "x" << s.n << "x" << s.k << " splits " << splits;
+      std::printf("wgmma split %d m %-3lld n %-5lld k %-5lld: worst |y - exact| / sum|xw| = %.3g\n",
+                  splits, static_cast<long long>(s.m), static_cast<long long>(s.n),
+                  static_cast<long long>(s.k), a.worst_ratio);
+      for (Fp8GemmTile tile : tiles) {
+        for (bool fused : {false, true}) {
+          int64_t at = -1;
+          EXPECT_EQ(BitMismatches(RunGpu(op, tile, Fp8GemmOutput::kF32, 0, splits, fused, kW),
+                                  first, &at),
+                    0)
+              << "tile " << static_cast<int>(tile) << " splits " << splits << " fused " << fused
+              << " first mismatch " << at;
+        }
+      }
+      EXPECT_EQ(
+          BitMismatches(RunGpu(op, Fp8GemmTile::kAuto, Fp8GemmOutput::kF32, 1, splits, false, kW),
+                        first, nullptr),
+          0)
+          << "register scales, splits " << splits;
+    }
+  }
+  constexpr int64_t kN = 1280, kK = 5120;
+  const int splits = ChooseFp8GemmSplits(kN, kK);
+  Operands alone = MakeOperands(1, kN, kK, 78, Source::kQuantized);
+  const std::vector<float> want =
+      RunGpu(alone, Fp8GemmTile::kAuto, Fp8GemmOutput::kF32, 0, splits, false, kW);
+  ASSERT_EQ(want.size(), static_cast<size_t>(kN));
+  std::mt19937 rng(9);
+  for (int64_t m : {int64_t{8}, int64_t{31}, int64_t{64}, int64_t{200}}) {
+    Operands batch = alone;
+    batch.m = m;
+    QuantizedFp8Rows(m, kK, rng, batch.x, batch.x_scales);
+    const int64_t pos = m / 2;
+    std::copy(alone.x.begin(), alone.x.end(), batch.x.begin() + pos * kK);
+    std::copy(alone.x_scales.begin(), alone.x_scales.end(),
+              batch.x_scales.begin() + pos * (kK / 32));
+    const std::vector<float> got =
+        RunGpu(batch, Fp8GemmTile::kAuto, Fp8GemmOutput::kF32, 0, splits, false, kW);
+    ASSERT_EQ(got.size(), static_cast<size_t>(m * kN));
+    const std::vector<float> row(got.begin() + pos * kN, got.begin() + (pos + 1) * kN);
+    EXPECT_EQ(BitMismatches(row, want, nullptr), 0) << "m " << m;
+  }
+}
+
 TEST(Fp8BlockGemmTest, Bf16OutputIsTheRoundedFp32Output) {
   const Operands op = MakeOperands(37, 190, 640, 8, Source::kQuantized);
   for (Fp8GemmTile tile : {Fp8GemmTile::kAuto, Fp8GemmTile::kN128M128}) {
@@ -556,12 +629,17 @@ TEST(Fp8BlockGemmTest, RefusesBadArguments) {
       .x = d, .x_scales = d, .w = d, .w_scales = d, .y = d, .m = 2, .n = 32, .k = 64};
   EXPECT_TRUE(Fp8BlockGemm(good, nullptr).ok());
   using P = Fp8BlockGemmParams;
-  EXPECT_TRUE(EachIsInvalidArgument(good, [](const P& p) { return Fp8BlockGemm(p, nullptr).code(); },
+  EXPECT_TRUE(EachIsInvalidArgument(good,
+                                    [](const P& p) { return Fp8BlockGemm(p, nullptr).code(); },
                                     {
                                         [](P& p) { p.w = nullptr; },
                                         [](P& p) { p.k = 40; },
                                         [](P& p) { p.m = 0; },
                                         [&](P& p) { p.x = d + 8; },
+                                        [](P& p) {  // wgmma runs whole warpgroups
+                                          p.tile = Fp8GemmTile::kN32M8;
+                                          p.math = Fp8GemmMath::kWgmma;
+                                        },
                                     }));
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }

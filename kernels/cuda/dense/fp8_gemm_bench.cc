@@ -91,22 +91,33 @@ struct Problem {
     cudaFree(counters);
   }
   int64_t ReadBytes() const { return n * k + (n + 31) / 32 * (k / 32) + m * k + m * k / 32; }
-  Fp8BlockGemmParams Params(int c, Fp8GemmTile tile, int splits = 1) const {
-    return {.x = x[c],
-            .x_scales = xs[c],
-            .w = w[c],
-            .w_scales = ws[c],
-            .y = y,
-            .m = m,
-            .n = n,
-            .k = k,
-            .tile = tile,
-            .k_splits = splits,
-            .split_scratch = splits > 1 ? scratch : nullptr,
-            .split_counters = counters,
-            .split_counter_count = kCounters};
-  }
+  Fp8BlockGemmParams Params(int c, Fp8GemmTile tile, int splits = 1) const;
 };
+
+// The block-sum math of every call (argv[1] "wgmma": Fp8GemmMath::kWgmma).
+Fp8GemmMath g_math = Fp8GemmMath::kMmaF16;
+
+// True when `tile` runs under g_math.
+bool Runs(Fp8GemmTile tile) {
+  return g_math != Fp8GemmMath::kWgmma || Fp8GemmTileRunsWgmma(ShapeOfFp8GemmTile(tile));
+}
+
+Fp8BlockGemmParams Problem::Params(int c, Fp8GemmTile tile, int splits) const {
+  return {.x = x[c],
+          .x_scales = xs[c],
+          .w = w[c],
+          .w_scales = ws[c],
+          .y = y,
+          .m = m,
+          .n = n,
+          .k = k,
+          .tile = tile,
+          .k_splits = splits,
+          .split_scratch = splits > 1 ? scratch : nullptr,
+          .split_counters = counters,
+          .split_counter_count = kCounters,
+          .math = g_math};
+}
 
 // Per-call time (us) of `launches` back-to-back Fp8BlockGemm calls captured
 // in one CUDA graph, cycling over copies [0, copies).
@@ -156,6 +167,12 @@ const char* TileName(Fp8GemmTile t) {
       return "n128m64";
     case Fp8GemmTile::kN128M128:
       return "n128m128";
+    case Fp8GemmTile::kN64M8:
+      return "n64m8";
+    case Fp8GemmTile::kN64M16:
+      return "n64m16";
+    case Fp8GemmTile::kN64M32:
+      return "n64m32";
     case Fp8GemmTile::kAuto:
       return "auto";
   }
@@ -202,6 +219,7 @@ void Decode(double copy_gbps, cudaStream_t stream) {
       double best_us = 1e30, split_best_us = 1e30;
       for (Fp8GemmTile t : kTiles) {
         if (m <= 64 && ShapeOfFp8GemmTile(t).block_m < m) continue;  // would re-read W
+        if (!Runs(t)) continue;
         const double us = GraphUs(p, t, copies, stream);
         if (us < best_us) best_us = us, best = t;
         const double split_tile_us = splits > 1 ? GraphUs(p, t, copies, stream, splits) : us;
@@ -213,9 +231,9 @@ void Decode(double copy_gbps, cudaStream_t stream) {
           "%-12s %-3lld %-6lld %-6lld %9.2f | %-8s %8.2f %7.0f %6.2f | %8.2f %7.0f | "
           "%-9s %8.2f | %5d %8.2f %6.2f | %-9s %8.2f\n",
           l.name, static_cast<long long>(m), static_cast<long long>(l.n),
-          static_cast<long long>(l.k), bytes / 1e6, TileName(ChooseFp8GemmTile(m, l.n)), cold, gbps,
-          gbps / copy_gbps, hot, bytes / hot / 1e3, TileName(best), best_us, splits, split_us,
-          bytes / split_us / 1e3 / copy_gbps, TileName(split_best), split_best_us);
+          static_cast<long long>(l.k), bytes / 1e6, TileName(ChooseFp8GemmTile(m, l.n, g_math)),
+          cold, gbps, gbps / copy_gbps, hot, bytes / hot / 1e3, TileName(best), best_us, splits,
+          split_us, bytes / split_us / 1e3 / copy_gbps, TileName(split_best), split_best_us);
     }
   }
   std::printf("* head-sized: V4.1's head is bf16/fp32; the shape only stands for a large n.\n");
@@ -302,6 +320,7 @@ void Prefill(cudaStream_t stream) {
     double best_ms = 1e30;
     Fp8GemmTile best = Fp8GemmTile::kAuto;
     for (Fp8GemmTile t : {Fp8GemmTile::kN64M64, Fp8GemmTile::kN128M64, Fp8GemmTile::kN128M128}) {
+      if (!Runs(t)) continue;
       const double ms = ours(t);
       if (ms < best_ms) best_ms = ms, best = t;
     }
@@ -379,6 +398,11 @@ int Run() {
 }  // namespace weir::kernels::cuda::dense
 
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "wgmma") {  // fp8_gemm_bench wgmma [one M N K [TILE]]
+    weir::kernels::cuda::dense::g_math = weir::kernels::cuda::dense::Fp8GemmMath::kWgmma;
+    std::printf("block sums: wgmma (FP8)\n");
+    --argc, ++argv;
+  }
   if (argc >= 5 && std::string(argv[1]) == "one") {
     return weir::kernels::cuda::dense::RunOne(std::atoll(argv[2]), std::atoll(argv[3]),
                                               std::atoll(argv[4]), argc > 5 ? argv[5] : "auto");

@@ -127,6 +127,55 @@ __device__ __forceinline__ void BlockSum(const F16A& a, const F16B& b, float (&d
       : "r"(a.hi[0]), "r"(a.hi[1]), "r"(a.hi[2]), "r"(a.hi[3]), "r"(b.hi[0]), "r"(b.hi[1]));
 }
 
+// ---- wgmma (sm_90a's FP8 tensor-core path; Fp8GemmMath::kWgmma and
+// Mxfp4GemmMath::kWgmma) ----------------------------------------------------
+__device__ __forceinline__ void WgmmaFence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void WgmmaCommit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void WgmmaWaitAll() {
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+// cp.async writes the ring through the generic proxy; wgmma reads it through
+// the async proxy. Every thread fences its own landed copies before the
+// barrier that publishes the stage.
+__device__ __forceinline__ void FenceSharedForAsyncProxy() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// Keeps a register live and unmoved across the wait (wgmma reads A and writes
+// D asynchronously: neither may be touched before wgmma.wait_group).
+__device__ __forceinline__ void PinRegister(float& v) { asm volatile("" : "+f"(v)::"memory"); }
+__device__ __forceinline__ void PinRegister(uint32_t& v) { asm volatile("" : "+r"(v)::"memory"); }
+
+// The shared-memory descriptor of an 8-row K-major operand stored with the
+// 128-byte swizzle (Fp8GemmSwizzledOffset: 128-byte rows, 16-byte chunk c of
+// row r at c ^ (r % 8), 1024-byte aligned 8-row atoms), starting `addr`
+// bytes into shared memory (an atom plus 32 bytes per K block). Fields:
+// start address / 16 (bits 0-13), leading byte offset / 16 (16-29; unused by
+// swizzled K-major layouts), stride byte offset / 16 (32-45: the next 8
+// rows, 1024 bytes), base offset 0 (the atom is aligned), swizzle mode 1 =
+// 128 bytes (62-63).
+__device__ __forceinline__ uint64_t SwizzledKMajorDescriptor(uint32_t addr) {
+  return static_cast<uint64_t>((addr & 0x3FFFFu) >> 4) | (uint64_t{1} << 16) |
+         (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
+}
+
+// d = A B for one K block of 32, both operands by descriptor: A 64 W rows
+// (the warpgroup's, K-major, 128-byte swizzle), B 8 X rows. The previous d
+// is ignored (scale-d false): each block's sum starts from zero, as
+// BlockSum's does.
+__device__ __forceinline__ void WgmmaBlockSumSS(uint64_t a_desc, uint64_t b_desc, float (&d)[4]) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3}, %4, %5, p, 1, 1;\n}\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "l"(a_desc), "l"(b_desc), "r"(0)
+      : "memory");
+}
+
 // E8m0ToFloat of byte j of `word`, without branches: 2^(c - 127) from the
 // bits, c = 0 the subnormal 2^-127, c = 0xFF NaN.
 __device__ __forceinline__ float ScaleOf(uint32_t word, int j) {
@@ -142,13 +191,19 @@ __device__ __forceinline__ float ScaleOf(uint32_t word, int j) {
 // tile is 16 bytes, row c / 8, bytes 16 (c % 8) of the row's 128 bytes of the
 // stage, stored at Fp8GemmSwizzledOffset(row, c % 8). The sources are fixed
 // for the whole K loop; rows at or past `rows` point at row 0 and copy
-// nothing (zero-filled).
-template <int kChunks, int kThreads>
+// nothing (zero-filled). A tile of fewer than kChunks x kThreads / 8 rows
+// (kTileRows: 8 X rows over 128 threads) leaves the chunks past it uncopied.
+template <int kChunks, int kThreads, int kTileRows = kChunks* kThreads / 8>
 struct StageRowCopies {
+  static_assert(kTileRows * 8 <= kChunks * kThreads, "every chunk of the tile has a thread");
+  // Threads whose chunk lies past the tile (only when the tile is smaller
+  // than the threads' chunks) copy nothing.
+  static constexpr bool kPartial = kTileRows * 8 < kChunks * kThreads;
   const uint8_t* src[kChunks];
   uint32_t dst[kChunks];
   int col[kChunks];
   bool row_ok[kChunks];
+  bool in_tile[kChunks];
 
   // `base`: the operand's first byte; rows of `row_bytes`; this tile's first
   // row `row0` of `rows`.
@@ -157,6 +212,7 @@ struct StageRowCopies {
 #pragma unroll
     for (int i = 0; i < kChunks; ++i) {
       const int c = tid + i * kThreads, row = c >> 3, chunk = c & 7;
+      in_tile[i] = !kPartial || row < kTileRows;
       row_ok[i] = row0 + row < rows;
       col[i] = chunk * 16;
       src[i] = base + (row_ok[i] ? (row0 + row) * row_bytes : 0) + col[i];
@@ -170,6 +226,9 @@ struct StageRowCopies {
   __device__ __forceinline__ void Copy(uint32_t tile, int64_t offset, int64_t left) const {
 #pragma unroll
     for (int i = 0; i < kChunks; ++i) {
+      if constexpr (kPartial) {
+        if (!in_tile[i]) continue;
+      }
       const bool valid = row_ok[i] && col[i] < left;
       CpAsync16(tile + dst[i], valid ? src[i] + offset : src[i], valid);
     }

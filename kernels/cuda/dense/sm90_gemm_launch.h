@@ -91,6 +91,12 @@ absl::Status DispatchGemmTile(Fp8GemmTile tile, Launch&& launch, const char* op)
       return Instance<128, 64, 8, 1, 4>(tile, launch, op);
     case Fp8GemmTile::kN128M128:
       return Instance<128, 128, 2, 4, 4>(tile, launch, op);
+    case Fp8GemmTile::kN64M8:
+      return Instance<64, 8, 4, 1, 6>(tile, launch, op);
+    case Fp8GemmTile::kN64M16:
+      return Instance<64, 16, 4, 1, 6>(tile, launch, op);
+    case Fp8GemmTile::kN64M32:
+      return Instance<64, 32, 4, 1, 5>(tile, launch, op);
     case Fp8GemmTile::kAuto:
       break;
   }
@@ -106,7 +112,14 @@ absl::Status RunGemmTile(const Params& p, const absl::Status& checked, const cha
                          LaunchTile&& launch_tile) {
   if (!checked.ok()) return checked;
   if (absl::Status s = CheckSm90Device(op); !s.ok()) return s;
-  const Fp8GemmTile tile = p.tile == Fp8GemmTile::kAuto ? ChooseFp8GemmTile(p.m, p.n) : p.tile;
+  Fp8GemmTile tile = p.tile;
+  if (tile == Fp8GemmTile::kAuto) {
+    if constexpr (requires { p.math; }) {  // Fp8BlockGemm: the math picks among its tiles
+      tile = ChooseFp8GemmTile(p.m, p.n, p.math);
+    } else {
+      tile = ChooseFp8GemmTile(p.m, p.n);
+    }
+  }
   const Fp8GemmTileShape shape = ShapeOfFp8GemmTile(tile);
   return DispatchGemmTile(
       tile,

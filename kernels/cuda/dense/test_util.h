@@ -35,9 +35,10 @@ namespace weir::kernels::cuda::dense {
 // Every tile of the mma.sync GEMMs (Fp8BlockGemm, Bf16Gemm): the tests run
 // each and compare bits.
 inline constexpr Fp8GemmTile kAllFp8GemmTiles[] = {
-    Fp8GemmTile::kN16M8,  Fp8GemmTile::kN16M16,  Fp8GemmTile::kN16M32,  Fp8GemmTile::kN16M64,
-    Fp8GemmTile::kN32M8,  Fp8GemmTile::kN32M16,  Fp8GemmTile::kN32M32,  Fp8GemmTile::kN32M64,
-    Fp8GemmTile::kN64M64, Fp8GemmTile::kN128M64, Fp8GemmTile::kN128M128};
+    Fp8GemmTile::kN16M8,  Fp8GemmTile::kN16M16,  Fp8GemmTile::kN16M32,   Fp8GemmTile::kN16M64,
+    Fp8GemmTile::kN32M8,  Fp8GemmTile::kN32M16,  Fp8GemmTile::kN32M32,   Fp8GemmTile::kN32M64,
+    Fp8GemmTile::kN64M64, Fp8GemmTile::kN128M64, Fp8GemmTile::kN128M128, Fp8GemmTile::kN64M8,
+    Fp8GemmTile::kN64M16, Fp8GemmTile::kN64M32};
 
 using ::weir::kernels::cuda::testing::DeviceBuffer;
 

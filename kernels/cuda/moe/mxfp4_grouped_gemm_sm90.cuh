@@ -77,39 +77,14 @@ __device__ __forceinline__ uint32_t LoadShared16(uint32_t addr) {
 // m64n8k32 instruction per 8 X rows and K block: the warpgroup's four warps
 // give their 16 weight rows each as e4m3 registers (the m16n8k32 A fragment
 // layout, which wgmma's register A shares), X comes from the stage's
-// swizzled tile by descriptor.
-__device__ __forceinline__ void WgmmaFence() {
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void WgmmaCommit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void WgmmaWaitAll() {
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-}
-// cp.async writes the ring through the generic proxy; wgmma reads it through
-// the async proxy. Every thread fences its own landed copies before the
-// barrier that publishes the stage.
-__device__ __forceinline__ void FenceSharedForAsyncProxy() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-// Keeps a register live and unmoved across the wait (wgmma reads A and writes
-// D asynchronously: neither may be touched before wgmma.wait_group).
-__device__ __forceinline__ void PinRegister(float& v) { asm volatile("" : "+f"(v)::"memory"); }
-__device__ __forceinline__ void PinRegister(uint32_t& v) { asm volatile("" : "+r"(v)::"memory"); }
-
-// The shared-memory descriptor of an 8-row K-major operand stored with the
-// 128-byte swizzle (Fp8GemmSwizzledOffset: 128-byte rows, 16-byte chunk c of
-// row r at c ^ (r % 8), 1024-byte aligned 8-row atoms), starting `addr`
-// bytes into shared memory (an atom plus 32 bytes per K block). Fields:
-// start address / 16 (bits 0-13), leading byte offset / 16 (16-29; unused by
-// swizzled K-major layouts), stride byte offset / 16 (32-45: the next 8
-// rows, 1024 bytes), base offset 0 (the atom is aligned), swizzle mode 1 =
-// 128 bytes (62-63).
-__device__ __forceinline__ uint64_t SwizzledKMajorDescriptor(uint32_t addr) {
-  return static_cast<uint64_t>((addr & 0x3FFFFu) >> 4) | (uint64_t{1} << 16) |
-         (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
-}
+// swizzled tile by descriptor (dense/fp8_mma_sm90.cuh: the descriptor, the
+// fences, the waits).
+using fp8::FenceSharedForAsyncProxy;
+using fp8::PinRegister;
+using fp8::SwizzledKMajorDescriptor;
+using fp8::WgmmaCommit;
+using fp8::WgmmaFence;
+using fp8::WgmmaWaitAll;
 
 // d = A B for one K block of 32: A the warpgroup's 64 weight rows (this
 // warp's 16 in e4m3 registers), B 8 X rows of the descriptor; the previous d
