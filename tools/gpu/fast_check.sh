@@ -52,15 +52,18 @@ step decode_gpu_small 180 "${bundle}/tools/decode_gpu" --cuda_ops=false \
 step decode_gpu_ep8 300 "${bundle}/tools/decode_gpu" --ep_slice=8 \
   --numerics="${EP_SLICE_NUMERICS:-fast}" --batches=1,64 --context=64 --steps=6 \
   --csv="${results}/decode_ep8.csv"
-# FAST_CHECK_WGMMA=1: the routed experts' wgmma block sums against the mma
-# ones (kernels/cuda/moe README "wgmma block sums"): the expert bench in both
-# maths and the slice with --expert_wgmma (about 4 more minutes).
+# FAST_CHECK_WGMMA=1: the wgmma block sums against the mma ones
+# (kernels/cuda/moe README "wgmma block sums", kernels/cuda/dense README): the
+# expert bench in both maths, the slice with --expert_wgmma and with both
+# --expert_wgmma --dense_wgmma (about 5 more minutes).
 if [[ "${FAST_CHECK_WGMMA:-0}" != 0 ]]; then
   for math in mma wgmma; do
     step "mxfp4_bench_${math}" 150 "${bundle}/tools/mxfp4_grouped_gemm_bench" 48 1 "${math}"
   done
   step decode_gpu_ep8_wgmma 300 "${bundle}/tools/decode_gpu" --ep_slice=8 --numerics=fast \
     --batches=1,64 --context=64 --steps=6 --expert_wgmma
+  step decode_gpu_ep8_wgmma_all 300 "${bundle}/tools/decode_gpu" --ep_slice=8 --numerics=fast \
+    --batches=1,64 --context=64 --steps=6 --expert_wgmma --dense_wgmma
 fi
 # Both as one CSV (one header) for tools/bench/plot.py: tools/bench/README.md "Plots".
 if [[ -s "${results}/decode_small.csv" ]]; then
@@ -77,7 +80,8 @@ if [[ "${FAST_CHECK_WGMMA:-0}" != 0 ]]; then
   echo "--- experts: mma, then wgmma (bench rows; the slice with --expert_wgmma)"
   grep -h -E "^[0-9]+ +[0-9.]+ " "${results}/mxfp4_bench_mma.log" \
     "${results}/mxfp4_bench_wgmma.log" || true
-  grep -h -E "^ +[0-9]+ +[0-9]+ " "${results}/decode_gpu_ep8_wgmma.log" | grep -v nccl1 || true
+  grep -h -E "^ +[0-9]+ +[0-9]+ " "${results}/decode_gpu_ep8_wgmma.log" \
+    "${results}/decode_gpu_ep8_wgmma_all.log" | grep -v nccl1 || true
 fi
 echo "--- serve_smoke"
 tail -n 6 "${results}/serve_smoke.log" || true
