@@ -99,10 +99,10 @@ class InferenceBackend final : public BatchItemBackend {
   }
   const tokenizer::Tokenizer* tokenizer() const override { return service_.tokenizer(); }
   RequestId NextId() override { return service_.NextRequestId(); }
-  absl::Status Submit(SeqSubmission submission) override {
+  absl::Status SubmitGroup(std::vector<SeqSubmission> group) override {
     StepDriver* driver = service_.driver();
     if (driver == nullptr) return absl::UnavailableError("the server is stopping");
-    return driver->Submit(std::move(submission));
+    return driver->SubmitGroup(std::move(group));
   }
   absl::Status Cancel(RequestId id) override {
     StepDriver* driver = service_.driver();
@@ -634,8 +634,8 @@ void BatchJobsService::RunJob(Job& job) {
       }
       const absl::Status submitted = item.samples->SubmitRest(
           [&] { return backend_.NextId(); },
-          [&](SeqSubmission s) { return backend_.Submit(std::move(s)); }, queue,
-          EventIndex(index, 0));
+          [&](std::vector<SeqSubmission> group) { return backend_.SubmitGroup(std::move(group)); },
+          queue, EventIndex(index, 0));
       if (submitted.ok()) {
         ++next;
         continue;

@@ -99,9 +99,9 @@ class BatchItemBackend {
   // May be null.
   virtual const tokenizer::Tokenizer* tokenizer() const = 0;
   virtual RequestId NextId() = 0;
-  // As StepDriver::Submit / Cancel (the submission's sink feeds the job's
-  // event queue).
-  virtual absl::Status Submit(SeqSubmission submission) = 0;
+  // As StepDriver::SubmitGroup (all or none; an item's samples go as one
+  // group) / Cancel (the submissions' sinks feed the job's event queue).
+  virtual absl::Status SubmitGroup(std::vector<SeqSubmission> group) = 0;
   virtual absl::Status Cancel(RequestId id) = 0;
 };
 

@@ -33,25 +33,38 @@ class FakeBackend final : public BatchItemBackend {
   }
   const tokenizer::Tokenizer* tokenizer() const override { return nullptr; }
   RequestId NextId() override { return RequestId(next_id_++); }
-  absl::Status Submit(SeqSubmission submission) override {
-    absl::MutexLock lock(&mu_);
-    if (exhausted_ > 0 || submit_calls_++ == refuse_call_) {
-      exhausted_ = std::max(exhausted_ - 1, 0);
-      return absl::ResourceExhaustedError("full");
+  // A group is refused or taken whole, as StepDriver::SubmitGroup.
+  absl::Status SubmitGroup(std::vector<SeqSubmission> group) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (exhausted_ > 0 || submit_calls_++ == refuse_call_) {
+        exhausted_ = std::max(exhausted_ - 1, 0);
+        return absl::ResourceExhaustedError("full");
+      }
+      group_sizes_.push_back(group.size());
     }
+    for (SeqSubmission& submission : group) Take(std::move(submission));
+    return absl::OkStatus();
+  }
+  std::vector<size_t> group_sizes() {
+    absl::MutexLock lock(&mu_);
+    return group_sizes_;
+  }
+  void Take(SeqSubmission submission) {
+    absl::MutexLock lock(&mu_);
     const scheduler::SeqRequest& request = submission.request;
     submitted_.push_back({request.id, submission.seed, request.fork_of});
     if (request.prompt[0] == kLong) {
       held_[request.id] = submission.sink;
       max_held_ = std::max<int>(max_held_, held_.size());
-      return absl::OkStatus();
+      return;
     }
     SeqEvent event;
     event.tokens = {request.prompt[0] + 1, request.prompt[0] + 2};
     if (request.prompt[0] == kSeeded) event.tokens[1] = submission.seed % 1000;
     event.finish = scheduler::FinishReason::kMaxTokens;
     submission.sink(event);
-    return absl::OkStatus();
+    return;
   }
   absl::Status Cancel(RequestId id) override {
     absl::MutexLock lock(&mu_);
@@ -75,7 +88,7 @@ class FakeBackend final : public BatchItemBackend {
     absl::MutexLock lock(&mu_);
     exhausted_ = n;
   }
-  // Refuses the `k`-th Submit call from now on (0-based) once.
+  // Refuses the `k`-th SubmitGroup call from now on (0-based) once.
   void refuse_call(int k) {
     absl::MutexLock lock(&mu_);
     refuse_call_ = submit_calls_ + k;
@@ -100,6 +113,7 @@ class FakeBackend final : public BatchItemBackend {
   int submit_calls_ = 0;
   int refuse_call_ = -1;
   std::vector<Submitted> submitted_;
+  std::vector<size_t> group_sizes_;
 };
 
 v1::CreateBatchJobRequest Request(const std::vector<uint32_t>& first_tokens) {
@@ -263,7 +277,7 @@ TEST(BatchJobsServiceTest, ASampleRefusedByAFullLoopIsRetried) {
   v1::CreateBatchJobRequest request = Request({kSeeded});
   request.mutable_items()->mutable_items(0)->mutable_request()->mutable_sampling()->set_seed(7);
   request.mutable_items()->mutable_items(0)->mutable_request()->mutable_sampling()->set_num_samples(3);
-  backend.refuse_call(1);  // sample 1's first try
+  backend.refuse_call(0);  // the item's first try: none of its samples runs
   const v1::BatchJob created = Create(service, request);
   WaitStatus(service, created.id(), v1::BATCH_JOB_STATUS_COMPLETED);
   const std::vector<v1::BatchItemResult> results = ReadAll(service, created.id());
@@ -272,7 +286,8 @@ TEST(BatchJobsServiceTest, ASampleRefusedByAFullLoopIsRetried) {
   const std::vector<std::vector<uint32_t>> samples = SampleTokens(results[0].item());
   ASSERT_EQ(samples.size(), 3u);
   for (uint32_t i = 0; i < 3; ++i) EXPECT_EQ(samples[i][1], 7u + i);
-  EXPECT_EQ(backend.submitted().size(), 3u);  // sample 0 was not run again
+  EXPECT_EQ(backend.submitted().size(), 3u);                 // the refused try ran nothing
+  EXPECT_EQ(backend.group_sizes(), std::vector<size_t>{3});  // one group: 1 and 2 fork 0
 }
 
 TEST(BatchJobsServiceTest, CancellingAJobEndsItemsWithRunningSamples) {

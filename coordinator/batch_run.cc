@@ -116,10 +116,12 @@ void BatchRun::SubmitMore() {
         const int sequences = static_cast<int>(std::max<uint32_t>(built->num_samples, 1));
         if (in_flight_ > 0 && in_flight_ + sequences > kMaxInFlight) return;  // later
         item.samples.emplace(std::move(*built), env_.tokenizer, absl::Now());
-        submitted = item.samples->SubmitRest(
-            [this] { return RequestId(env_.next_request.fetch_add(1)); },
-            [this](SeqSubmission s) { return env_.driver.Submit(std::move(s)); }, queue_,
-            EventIndex(index, 0));
+        submitted =
+            item.samples->SubmitRest([this] { return RequestId(env_.next_request.fetch_add(1)); },
+                                     [this](std::vector<SeqSubmission> group) {
+                                       return env_.driver.SubmitGroup(std::move(group));
+                                     },
+                                     queue_, EventIndex(index, 0));
         // Samples already submitted when a later one was refused stop again.
         if (!submitted.ok()) item.samples->Abandon(CancelIn(env_.driver));
       }

@@ -16,29 +16,34 @@ uint32_t SampleSet::running() const {
       std::count_if(samples_.begin(), samples_.end(), [](const Sample& s) { return s.running; }));
 }
 
-absl::Status SampleSet::SubmitRest(const std::function<RequestId()>& next_id,
-                                   const std::function<absl::Status(SeqSubmission)>& submit,
-                                   const std::shared_ptr<SeqEventQueue>& queue, size_t base) {
+absl::Status SampleSet::SubmitRest(
+    const std::function<RequestId()>& next_id,
+    const std::function<absl::Status(std::vector<SeqSubmission>)>& submit_group,
+    const std::shared_ptr<SeqEventQueue>& queue, size_t base) {
   if (samples_.size() > kSamplesPerItem) {
     return absl::InvalidArgumentError(
         absl::StrCat(samples_.size(), " samples; a batch item takes at most ", kSamplesPerItem));
   }
-  while (next_submit_ < size()) {
-    const uint32_t i = next_submit_;
+  if (next_submit_ >= size()) return absl::OkStatus();
+  std::vector<SeqSubmission> group;
+  for (uint32_t i = next_submit_; i < size(); ++i) {
     Sample& sample = samples_[i];
     sample.id = next_id();
     SeqSubmission submission = MakeSubmission(*sample.id, built_, queue, base + i);
     submission.seed = built_.seed + i;
     if (i > 0 && !built_.prompt_logprobs.has_value()) submission.request.fork_of = samples_[0].id;
     sample.tracker = std::make_unique<GenerationTracker>(built_, tokenizer_, start_);
-    if (absl::Status s = submit(std::move(submission)); !s.ok()) {
-      sample.tracker.reset();
-      sample.id.reset();
-      return s;
-    }
-    sample.running = true;
-    ++next_submit_;
+    group.push_back(std::move(submission));
   }
+  if (absl::Status s = submit_group(std::move(group)); !s.ok()) {
+    for (uint32_t i = next_submit_; i < size(); ++i) {
+      samples_[i].tracker.reset();
+      samples_[i].id.reset();
+    }
+    return s;
+  }
+  for (uint32_t i = next_submit_; i < size(); ++i) samples_[i].running = true;
+  next_submit_ = size();
   return absl::OkStatus();
 }
 

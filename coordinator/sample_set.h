@@ -13,7 +13,7 @@
 // `base + i` (EventIndex); SplitEventIndex gives the item and the sample back.
 //
 //   SampleSet& set = items[k].emplace(std::move(built), tokenizer, absl::Now());
-//   absl::Status s = set.SubmitRest(next_id, submit, queue, EventIndex(k, 0));
+//   absl::Status s = set.SubmitRest(next_id, submit_group, queue, EventIndex(k, 0));
 //   ...  // for each event: auto [k, i] = SplitEventIndex(event.first);
 //   SampleSet::Update u = items[k]->Apply(i, event.second);
 //   if (u.done) result = items[k]->Result();
@@ -62,7 +62,7 @@ class SampleSet {
   const BuiltRequest& built() const { return built_; }
   // The server request id of sample `i`. REQUIRES: sample `i` was submitted.
   RequestId id(uint32_t i) const { return *samples_[i].id; }
-  // Samples submitted so far (SubmitRest goes in order).
+  // Samples submitted so far (0 or all: SubmitRest submits one group).
   uint32_t submitted() const { return next_submit_; }
   // Every sample has been submitted.
   bool all_submitted() const { return next_submit_ == size(); }
@@ -71,16 +71,20 @@ class SampleSet {
   // Every sample has ended (Final or error) and nothing is left to submit.
   bool done() const { return all_submitted() && running() == 0; }
 
-  // Submits the samples not submitted yet, in order: sample i as request
+  // Submits the samples not submitted yet as one group: sample i as request
   // `next_id()` with seed + i, its events to `queue` under `base + i`,
   // samples 1.. as forks of sample 0 (not with prompt_logprobs), through
-  // `submit` (StepDriver::Submit or a stand-in). Returns the first error of
-  // `submit`: the samples before it stay submitted and the next call resumes
-  // at the one that failed (with a fresh id). INVALID_ARGUMENT (nothing
-  // submitted) for more than kSamplesPerItem samples.
-  absl::Status SubmitRest(const std::function<RequestId()>& next_id,
-                          const std::function<absl::Status(SeqSubmission)>& submit,
-                          const std::shared_ptr<SeqEventQueue>& queue, size_t base);
+  // `submit_group` (StepDriver::SubmitGroup or a stand-in: all or none). One
+  // group, so the step loop sees every sample before it plans sample 0's
+  // prefill and the others fork it (submitted one by one, sample 0 could be
+  // prefilled first and the rest prefill on their own). On an error nothing
+  // of this call is submitted and it is returned; the next call tries the
+  // same samples again (with fresh ids). INVALID_ARGUMENT (nothing submitted)
+  // for more than kSamplesPerItem samples.
+  absl::Status SubmitRest(
+      const std::function<RequestId()>& next_id,
+      const std::function<absl::Status(std::vector<SeqSubmission>)>& submit_group,
+      const std::shared_ptr<SeqEventQueue>& queue, size_t base);
 
   struct Update {
     // The sample's new output; sample_index is set.

@@ -24,7 +24,8 @@ SeqEvent Tokens(std::vector<uint32_t> tokens, bool last) {
   return event;
 }
 
-// Records submissions; refuses the `refuse_at`-th call (0-based) with `refusal`.
+// Records submissions; refuses the `refuse_at`-th call (0-based; a call is
+// one group) with `refusal`.
 struct FakeLoop {
   std::vector<SeqSubmission> submitted;
   std::vector<RequestId> cancelled;
@@ -36,10 +37,12 @@ struct FakeLoop {
   std::function<RequestId()> ids() {
     return [this] { return RequestId(next_id++); };
   }
-  std::function<absl::Status(SeqSubmission)> submit() {
-    return [this](SeqSubmission s) {
+  std::vector<size_t> group_sizes;
+  std::function<absl::Status(std::vector<SeqSubmission>)> submit() {
+    return [this](std::vector<SeqSubmission> group) {
       if (calls++ == refuse_at) return refusal;
-      submitted.push_back(std::move(s));
+      group_sizes.push_back(group.size());
+      for (SeqSubmission& s : group) submitted.push_back(std::move(s));
       return absl::OkStatus();
     };
   }
@@ -114,22 +117,28 @@ TEST(SampleSetTest, ResultHasEverySampleInOrderOnceAllEnded) {
   EXPECT_EQ(set.ItemReason(), v1::FINISH_REASON_MAX_TOKENS);
 }
 
-TEST(SampleSetTest, RefusedSampleResumesWithAFreshId) {
+// The samples go as one group (so the step loop sees them together and the
+// others fork sample 0); a refused group submits nothing and the next call
+// tries every sample again with fresh ids.
+TEST(SampleSetTest, RefusedGroupResumesWithFreshIds) {
   SampleSet set(Built(3), nullptr, absl::Now());
   FakeLoop loop;
-  loop.refuse_at = 1;
+  loop.refuse_at = 0;
   auto queue = std::make_shared<SeqEventQueue>();
   absl::Status s = set.SubmitRest(loop.ids(), loop.submit(), queue, 0);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(set.submitted(), 1u);
-  EXPECT_EQ(set.running(), 1u);
+  EXPECT_EQ(set.submitted(), 0u);
+  EXPECT_EQ(set.running(), 0u);
   EXPECT_FALSE(set.all_submitted());
   ASSERT_TRUE(set.SubmitRest(loop.ids(), loop.submit(), queue, 0).ok());
+  ASSERT_EQ(loop.group_sizes, std::vector<size_t>{3});
   ASSERT_EQ(loop.submitted.size(), 3u);
-  EXPECT_EQ(loop.submitted[1].request.id, RequestId(12));  // 11 went to the refused try
+  EXPECT_EQ(loop.submitted[0].request.id, RequestId(13));  // 10 - 12 went to the refused try
   EXPECT_EQ(loop.submitted[1].seed, 101u);
-  EXPECT_EQ(loop.submitted[2].request.fork_of, RequestId(10));
+  EXPECT_EQ(loop.submitted[2].request.fork_of, RequestId(13));
   EXPECT_EQ(set.running(), 3u);
+  EXPECT_TRUE(set.SubmitRest(loop.ids(), loop.submit(), queue, 0).ok());  // nothing left
+  EXPECT_EQ(loop.calls, 2);
 }
 
 TEST(SampleSetTest, FailedSampleFailsTheItemAndAbandonStopsTheOthers) {
