@@ -50,7 +50,8 @@ absl::Status LaunchTile(const Fp8BlockGemmParams& p, const Fp8GemmTileShape& sha
                             p.split_counter_count >= int64_t{grid.x} * grid.y * p.groups;
   if (fused_reduce) args.counters = p.split_counters;
   const int threads = kWarpsN * kWarpsM * 32;
-  const int smem = static_cast<int>(Fp8GemmSharedBytes(shape));
+  const int smem = static_cast<int>(Fp8GemmSharedBytes(shape)) +
+                   (p.math == Fp8GemmMath::kWgmma ? fp8_gemm::kWgmmaSmemSlack : 0);
   auto launch = [&](auto kernel) -> absl::Status {
     if (absl::Status s = AllowSharedBytes(kernel, smem, "Fp8BlockGemm"); !s.ok()) return s;
     kernel<<<grid, threads, smem, stream>>>(args);

@@ -67,7 +67,8 @@ __device__ __forceinline__ void StoreY(const KernelArgs& args, int64_t at, float
 // and the X rows straight from the swizzled ring by descriptor (no ldmatrix,
 // no widening); the block sums are then folded as in the mma path. Needs
 // warps of 16 W rows and all X rows in whole warpgroups
-// (Fp8GemmTileRunsWgmma) and a 1024-byte aligned ring (else NaN outputs).
+// (Fp8GemmTileRunsWgmma); the ring starts on a 1024-byte boundary (the
+// launch adds kWgmmaSmemSlack bytes, the kernel moves its base up).
 template <int kBn, int kBm, int kWarpsN, int kWarpsM, int kStages, bool kAsyncScales,
           bool kWgmma = false>
 __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
@@ -115,7 +116,9 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
   static_assert(!kWgmma || (kWarpsM == 1 && kWarpsN % 4 == 0 && kWarpN == 16),
                 "wgmma: whole warpgroups of 16-row warps over every X row");
 
-  extern __shared__ __align__(128) uint8_t smem[];
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  // kWgmma: the base moved up to 1024 bytes (the launch adds the slack).
+  uint8_t* const smem = kWgmma ? AlignSharedTo1024(smem_raw) : smem_raw;
   uint8_t* const w_tiles = smem;                        // [kStages][kBn][128] swizzled
   uint8_t* const x_tiles = w_tiles + kStages * kWTile;  // [kStages][kBm][128] swizzled
   uint8_t* const w_sc = x_tiles + kStages * kXTile;     // [kStages][kGroups][4]
@@ -213,9 +216,6 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
 
   float acc[kMi][kNi][4];
   ZeroAccumulators(acc);
-  // wgmma's swizzle is on shared addresses: the W and X tiles (multiples of
-  // 1024 bytes in the ring) need a 1024-byte aligned base.
-  const bool misaligned = kWgmma && (SharedAddress(smem) & 1023u) != 0;
 
   // Folds the K blocks of ring slot `slot` (the first `blocks` of its 4) into acc.
   auto compute = [&](int slot, int blocks) {
@@ -363,7 +363,6 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
 
   ForEachOutput(acc, lane, n0 + warp_n0, m0 + warp_m0, args.n, args.m,
                 [&](int64_t gm, int64_t gn, float v) {
-                  if (misaligned) v = __uint_as_float(0x7FC00000u);
                   if (args.splits > 1) {
                     args.partial[gm * args.n + gn] = v;
                   } else {

@@ -129,6 +129,15 @@ __device__ __forceinline__ void BlockSum(const F16A& a, const F16B& b, float (&d
 
 // ---- wgmma (sm_90a's FP8 tensor-core path; Fp8GemmMath::kWgmma and
 // Mxfp4GemmMath::kWgmma) ----------------------------------------------------
+// wgmma's 128-byte swizzle is applied to shared addresses, so its tiles
+// must start on 1024-byte boundaries: where the dynamic shared memory lands
+// is up to the toolchain (after any static shared variables), so a wgmma
+// kernel is launched with kWgmmaSmemSlack more bytes and moves its base up.
+inline constexpr int kWgmmaSmemSlack = 1024;
+__device__ __forceinline__ uint8_t* AlignSharedTo1024(uint8_t* base) {
+  return base + ((1024u - (SharedAddress(base) & 1023u)) & 1023u);
+}
+
 __device__ __forceinline__ void WgmmaFence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }

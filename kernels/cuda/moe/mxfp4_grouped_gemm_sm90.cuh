@@ -173,7 +173,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   static_assert(kWRows * 8 % kThreads == 0, "W chunk split");
   static_assert(!kWgmma || kWarps % 4 == 0, "wgmma runs whole warpgroups");
 
-  extern __shared__ __align__(128) uint8_t smem[];
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  // kWgmma: the base moved up to 1024 bytes (the launch adds the slack).
+  uint8_t* const smem = kWgmma ? fp8::AlignSharedTo1024(smem_raw) : smem_raw;
 
   const int expert =
       ExpertOfSlot(args.offsets, args.num_experts, args.rows, static_cast<int>(blockIdx.y));
@@ -195,10 +197,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const uint8_t* const s0 = args.w_scales[expert];
   const uint8_t* const w1 = kGated ? args.w_up[expert] : nullptr;
   const uint8_t* const s1 = kGated ? args.w_up_scales[expert] : nullptr;
-  // wgmma's swizzle is on shared addresses: the X tiles (offsets multiples of
-  // 1024 in the layout) need a 1024-byte aligned base; NaN rows otherwise.
-  const bool missing = !Usable(w0, s0) || (kGated && !Usable(w1, s1)) ||
-                       (kWgmma && (fp8::SharedAddress(smem) & 1023u) != 0);
+  const bool missing = !Usable(w0, s0) || (kGated && !Usable(w1, s1));
 
   // Output column of W row `smem_row` of the CTA, and which weight it reads.
   auto column_of = [&](int smem_row) -> int64_t {
@@ -338,6 +337,10 @@ __global__ void __launch_bounds__(kWarps * 32)
                                 table_lo, table_hi, PrmtInstruction{}, sign_table);
           }
           float p[kNi][4];
+          // The A registers are complete before the fence (a lookup moved
+          // past it would make ptxas serialize the wgmma).
+#pragma unroll
+          for (int q = 0; q < 4; ++q) PinRegister(a[q]);
           WgmmaFence();
 #pragma unroll
           for (int ni = 0; ni < kNi; ++ni) {
