@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <random>
 #include <vector>
@@ -383,6 +384,34 @@ TEST(Fp8BlockGemmTest, GroupsGiveEachGroupItsOwnBits) {
 // Split-K (decode shapes of V4.1 and odd ones): within the bound, the same
 // bits for every tile at a fixed split, a row's bits independent of the batch
 // around it, and bf16 output the rounded fp32 output.
+// A row alone and inside batches of `ms` other rows (in the middle), at the
+// split its weight shape gets: the same bits.
+void CheckARowIsBatchInvariantAtItsSplit(Fp8GemmMath math, uint32_t seed,
+                                         std::initializer_list<int64_t> ms) {
+  constexpr int64_t kN = 1280, kK = 5120;
+  const int splits = ChooseFp8GemmSplits(kN, kK);
+  ASSERT_GT(splits, 1);
+  Operands alone = MakeOperands(1, kN, kK, seed, Source::kQuantized);
+  const std::vector<float> want =
+      RunGpu(alone, Fp8GemmTile::kAuto, Fp8GemmOutput::kF32, 0, splits, false, math);
+  ASSERT_EQ(want.size(), static_cast<size_t>(kN));
+  std::mt19937 rng(seed);
+  for (int64_t m : ms) {
+    Operands batch = alone;
+    batch.m = m;
+    QuantizedFp8Rows(m, kK, rng, batch.x, batch.x_scales);
+    const int64_t pos = m / 2;
+    std::copy(alone.x.begin(), alone.x.end(), batch.x.begin() + pos * kK);
+    std::copy(alone.x_scales.begin(), alone.x_scales.end(),
+              batch.x_scales.begin() + pos * (kK / 32));
+    const std::vector<float> got =
+        RunGpu(batch, Fp8GemmTile::kAuto, Fp8GemmOutput::kF32, 0, splits, false, math);
+    ASSERT_EQ(got.size(), static_cast<size_t>(m * kN));
+    const std::vector<float> row(got.begin() + pos * kN, got.begin() + (pos + 1) * kN);
+    EXPECT_EQ(BitMismatches(row, want, nullptr), 0) << "m " << m;
+  }
+}
+
 TEST(Fp8BlockGemmTest, SplitKIsBoundedTileFreeAndBatchInvariant) {
   for (const Shape& s : {Shape{1, 1280, 5120}, Shape{5, 512, 5120}, Shape{64, 130, 1280},
                          Shape{3, 33, 416}, Shape{17, 1024, 2304}}) {
@@ -439,30 +468,7 @@ TEST(Fp8BlockGemmTest, SplitKIsBoundedTileFreeAndBatchInvariant) {
           << "fp32 rounded to bf16 fused, splits " << splits;
     }
   }
-  // A row alone and inside batches of other rows, at the split its weight
-  // shape gets.
-  constexpr int64_t kN = 1280, kK = 5120;
-  const int splits = ChooseFp8GemmSplits(kN, kK);
-  ASSERT_GT(splits, 1);
-  Operands alone = MakeOperands(1, kN, kK, 77, Source::kQuantized);
-  const std::vector<float> want =
-      RunGpu(alone, Fp8GemmTile::kAuto, Fp8GemmOutput::kF32, 0, splits);
-  ASSERT_EQ(want.size(), static_cast<size_t>(kN));
-  std::mt19937 rng(8);
-  for (int64_t m : {int64_t{8}, int64_t{64}, int64_t{200}}) {
-    Operands batch = alone;
-    batch.m = m;
-    QuantizedFp8Rows(m, kK, rng, batch.x, batch.x_scales);
-    const int64_t pos = m / 2;
-    std::copy(alone.x.begin(), alone.x.end(), batch.x.begin() + pos * kK);
-    std::copy(alone.x_scales.begin(), alone.x_scales.end(),
-              batch.x_scales.begin() + pos * (kK / 32));
-    const std::vector<float> got =
-        RunGpu(batch, Fp8GemmTile::kAuto, Fp8GemmOutput::kF32, 0, splits);
-    ASSERT_EQ(got.size(), static_cast<size_t>(m * kN));
-    const std::vector<float> row(got.begin() + pos * kN, got.begin() + (pos + 1) * kN);
-    EXPECT_EQ(BitMismatches(row, want, nullptr), 0) << "m " << m;
-  }
+  CheckARowIsBatchInvariantAtItsSplit(Fp8GemmMath::kMmaF16, 77, {8, 64, 200});
 }
 
 // Fp8GemmMath::kWgmma: within its bound of the exact product, the same bits
@@ -506,27 +512,7 @@ TEST(Fp8BlockGemmTest, WgmmaIsBoundedTileFreeAndBatchInvariant) {
           << "register scales, splits " << splits;
     }
   }
-  constexpr int64_t kN = 1280, kK = 5120;
-  const int splits = ChooseFp8GemmSplits(kN, kK);
-  Operands alone = MakeOperands(1, kN, kK, 78, Source::kQuantized);
-  const std::vector<float> want =
-      RunGpu(alone, Fp8GemmTile::kAuto, Fp8GemmOutput::kF32, 0, splits, false, kW);
-  ASSERT_EQ(want.size(), static_cast<size_t>(kN));
-  std::mt19937 rng(9);
-  for (int64_t m : {int64_t{8}, int64_t{31}, int64_t{64}, int64_t{200}}) {
-    Operands batch = alone;
-    batch.m = m;
-    QuantizedFp8Rows(m, kK, rng, batch.x, batch.x_scales);
-    const int64_t pos = m / 2;
-    std::copy(alone.x.begin(), alone.x.end(), batch.x.begin() + pos * kK);
-    std::copy(alone.x_scales.begin(), alone.x_scales.end(),
-              batch.x_scales.begin() + pos * (kK / 32));
-    const std::vector<float> got =
-        RunGpu(batch, Fp8GemmTile::kAuto, Fp8GemmOutput::kF32, 0, splits, false, kW);
-    ASSERT_EQ(got.size(), static_cast<size_t>(m * kN));
-    const std::vector<float> row(got.begin() + pos * kN, got.begin() + (pos + 1) * kN);
-    EXPECT_EQ(BitMismatches(row, want, nullptr), 0) << "m " << m;
-  }
+  CheckARowIsBatchInvariantAtItsSplit(kW, 78, {8, 31, 64, 200});
 }
 
 TEST(Fp8BlockGemmTest, Bf16OutputIsTheRoundedFp32Output) {
