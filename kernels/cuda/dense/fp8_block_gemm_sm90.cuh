@@ -244,12 +244,10 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
     if constexpr (kWgmma) {
       // The warpgroup's 64 W rows and the X tile, by descriptor; a K block
       // and an 8-row X group add their byte offset / 16 to the address field.
-      // (With one warpgroup its index is the constant 0, so the descriptor
-      // stays in uniform registers: derived from the warp index, ptxas moved
-      // it into them before every wgmma.)
+      // (With one warpgroup its index is the constant 0, not the warp's.)
       const int warpgroup = kWarpsN == 4 ? 0 : warp / 4;
-      const uint64_t w_desc = SwizzledKMajorDescriptor(w_base + warpgroup * 64 * kStageK);
-      const uint64_t x_desc = SwizzledKMajorDescriptor(x_base);
+      const uint32_t w_lo = SwizzledKMajorDescriptorLo(w_base + warpgroup * 64 * kStageK);
+      const uint32_t x_lo = SwizzledKMajorDescriptorLo(x_base);
 #pragma unroll
       for (int j = 0; j < kBlocksPerStage; ++j) {
         if (j >= blocks) break;  // uniform over the CTA: only in the last stage
@@ -257,8 +255,8 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
         WgmmaFence();
 #pragma unroll
         for (int ni = 0; ni < kNi; ++ni) {
-          WgmmaBlockSumSS(w_desc + static_cast<uint64_t>((j * 32) >> 4),
-                          x_desc + static_cast<uint64_t>((ni * 8 * kStageK + j * 32) >> 4), p[ni]);
+          WgmmaBlockSumSS(DescriptorOf(w_lo + ((j * 32) >> 4)),
+                          DescriptorOf(x_lo + ((ni * 8 * kStageK + j * 32) >> 4)), p[ni]);
         }
         WgmmaCommit();
         WgmmaWaitAll();

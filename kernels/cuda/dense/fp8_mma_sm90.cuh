@@ -170,6 +170,16 @@ __device__ __forceinline__ uint64_t SwizzledKMajorDescriptor(uint32_t addr) {
   return static_cast<uint64_t>((addr & 0x3FFFFu) >> 4) | (uint64_t{1} << 16) |
          (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
 }
+// The same descriptor in two halves: the low word (address field and the
+// leading byte offset), which a K block or row group advances, and the
+// constant high word; DescriptorOf joins them (32-bit arithmetic on the low
+// word keeps it in uniform registers, where wgmma reads descriptors).
+__device__ __forceinline__ uint32_t SwizzledKMajorDescriptorLo(uint32_t addr) {
+  return ((addr & 0x3FFFFu) >> 4) | (1u << 16);
+}
+__device__ __forceinline__ uint64_t DescriptorOf(uint32_t lo) {
+  return (uint64_t{(1024u >> 4) | (1u << 30)} << 32) | lo;
+}
 
 // d = A B for one K block of 32, both operands by descriptor: A 64 W rows
 // (the warpgroup's, K-major, 128-byte swizzle), B 8 X rows. The previous d
