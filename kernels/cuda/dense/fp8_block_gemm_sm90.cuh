@@ -267,12 +267,7 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
           for (int r = 0; r < 4; ++r) PinRegister(p[ni][r]);
           const float2 xf = LoadSharedF32x2(
               x_scales_f + (j * kWarpM + ni * 8 + Fp8GemmAccumulatorCoord(lane, 0).m) * 4);
-          const float f0 = __fmul_rn(wf, xf.x);
-          const float f1 = __fmul_rn(wf, xf.y);
-          acc[0][ni][0] = __fmaf_rn(p[ni][0], f0, acc[0][ni][0]);
-          acc[0][ni][1] = __fmaf_rn(p[ni][1], f1, acc[0][ni][1]);
-          acc[0][ni][2] = __fmaf_rn(p[ni][2], f0, acc[0][ni][2]);
-          acc[0][ni][3] = __fmaf_rn(p[ni][3], f1, acc[0][ni][3]);
+          PromoteBlock(acc[0][ni], p[ni], make_float2(wf, wf), xf);  // one 32-row scale group
         }
       }
     } else {
@@ -306,12 +301,7 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
             BlockSum(a, b[ni], p);
             // sx * sw is a product of powers of two: exact, so p * (sx * sw) is
             // too, and the fma rounds once, exactly like acc + p * sx * sw.
-            const float f0 = __fmul_rn(wf, xf[ni][0]);
-            const float f1 = __fmul_rn(wf, xf[ni][1]);
-            acc[mi][ni][0] = __fmaf_rn(p[0], f0, acc[mi][ni][0]);
-            acc[mi][ni][1] = __fmaf_rn(p[1], f1, acc[mi][ni][1]);
-            acc[mi][ni][2] = __fmaf_rn(p[2], f0, acc[mi][ni][2]);
-            acc[mi][ni][3] = __fmaf_rn(p[3], f1, acc[mi][ni][3]);
+            PromoteBlock(acc[mi][ni], p, make_float2(wf, wf), make_float2(xf[ni][0], xf[ni][1]));
           }
         }
       }

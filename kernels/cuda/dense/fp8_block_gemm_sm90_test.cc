@@ -313,6 +313,20 @@ TEST(Fp8BlockGemmTest, GroupsGiveEachGroupItsOwnBits) {
   ASSERT_TRUE(dx.ok() && dxs.ok() && dw.ok() && dws.ok() && y.ok() && scratch.ok());
   DeviceBuffer<uint32_t> counters(1 << 16);
   counters.Poison(0);
+  const Fp8BlockGemmParams grouped{.x = dx.get(),
+                                   .x_scales = dxs.get(),
+                                   .w = dw.get(),
+                                   .w_scales = dws.get(),
+                                   .y = y.get(),
+                                   .m = m,
+                                   .n = n,
+                                   .k = k,
+                                   .groups = kGroups,
+                                   .x_group_stride = xs,
+                                   .x_scales_group_stride = xss,
+                                   .w_group_stride = ws,
+                                   .w_scales_group_stride = wss,
+                                   .y_group_stride = ys};
   // Variants: split 1 or 3; -3: split 3 summed by the last split (counters);
   // x_shared: every group multiplies group 0's X (the decoder's shared w1 and
   // w3 over one input). Each group gets the bits of its own call.
@@ -320,27 +334,14 @@ TEST(Fp8BlockGemmTest, GroupsGiveEachGroupItsOwnBits) {
     for (bool x_shared : {false, true}) {
       const int splits = variant < 0 ? -variant : variant;
       y.Poison(0xFF);
-      ASSERT_TRUE(Fp8BlockGemm({.x = dx.get(),
-                                .x_scales = dxs.get(),
-                                .w = dw.get(),
-                                .w_scales = dws.get(),
-                                .y = y.get(),
-                                .m = m,
-                                .n = n,
-                                .k = k,
-                                .groups = kGroups,
-                                .x_shared = x_shared,
-                                .x_group_stride = x_shared ? 0 : xs,
-                                .x_scales_group_stride = x_shared ? 0 : xss,
-                                .w_group_stride = ws,
-                                .w_scales_group_stride = wss,
-                                .y_group_stride = ys,
-                                .k_splits = splits,
-                                .split_scratch = splits > 1 ? scratch.get() : nullptr,
-                                .split_counters = variant < 0 ? counters.get() : nullptr,
-                                .split_counter_count = variant < 0 ? int64_t{1} << 16 : 0},
-                               nullptr)
-                      .ok());
+      Fp8BlockGemmParams p = grouped;
+      p.x_shared = x_shared;
+      if (x_shared) p.x_group_stride = p.x_scales_group_stride = 0;
+      p.k_splits = splits;
+      p.split_scratch = splits > 1 ? scratch.get() : nullptr;
+      p.split_counters = variant < 0 ? counters.get() : nullptr;
+      p.split_counter_count = variant < 0 ? int64_t{1} << 16 : 0;
+      ASSERT_TRUE(Fp8BlockGemm(p, nullptr).ok());
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       const std::vector<float> got = y.Download();
       for (int g = 0; g < kGroups; ++g) {
@@ -358,20 +359,9 @@ TEST(Fp8BlockGemmTest, GroupsGiveEachGroupItsOwnBits) {
     }
   }
   // x_shared with an x stride is refused.
-  EXPECT_EQ(Fp8BlockGemm({.x = dx.get(),
-                          .x_scales = dxs.get(),
-                          .w = dw.get(),
-                          .w_scales = dws.get(),
-                          .y = y.get(),
-                          .m = m,
-                          .n = n,
-                          .k = k,
-                          .groups = kGroups,
-                          .x_shared = true,
-                          .x_group_stride = xs},
-                         nullptr)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  Fp8BlockGemmParams shared_with_stride = grouped;
+  shared_with_stride.x_shared = true;
+  EXPECT_EQ(Fp8BlockGemm(shared_with_stride, nullptr).code(), absl::StatusCode::kInvalidArgument);
   // A stride below its group's size is refused.
   EXPECT_EQ(Fp8BlockGemm({.x = dx.get(), .x_scales = dxs.get(), .w = dw.get(),
                           .w_scales = dws.get(), .y = y.get(), .m = m, .n = n, .k = k,

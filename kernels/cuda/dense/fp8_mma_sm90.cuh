@@ -195,6 +195,19 @@ __device__ __forceinline__ void WgmmaBlockSumSS(uint64_t a_desc, uint64_t b_desc
       : "memory");
 }
 
+// acc += p * (weight scale x X scale) for a lane's four accumulators of one
+// 8-row mma tile and K block (p the block's sum; the scales of weight rows g,
+// g + 8 in wf, of X rows 2t, 2t + 1 in xf). Powers of two: exact products, so
+// each fma rounds once. Every block sum of Fp8BlockGemm and Mxfp4Grouped*,
+// mma or wgmma, is folded with it.
+__device__ __forceinline__ void PromoteBlock(float (&acc)[4], const float (&p)[4], float2 wf,
+                                             float2 xf) {
+  acc[0] = __fmaf_rn(p[0], __fmul_rn(wf.x, xf.x), acc[0]);
+  acc[1] = __fmaf_rn(p[1], __fmul_rn(wf.x, xf.y), acc[1]);
+  acc[2] = __fmaf_rn(p[2], __fmul_rn(wf.y, xf.x), acc[2]);
+  acc[3] = __fmaf_rn(p[3], __fmul_rn(wf.y, xf.y), acc[3]);
+}
+
 // E8m0ToFloat of byte j of `word`, without branches: 2^(c - 127) from the
 // bits, c = 0 the subnormal 2^-127, c = 0xFF NaN.
 __device__ __forceinline__ float ScaleOf(uint32_t word, int j) {

@@ -101,17 +101,7 @@ __device__ __forceinline__ void WgmmaBlockSum(const uint32_t (&a)[4], uint64_t b
       : "memory");
 }
 
-// acc += p * (weight scale x X scale) for a lane's four accumulators of one
-// 8-row mma tile and K block (p the block's sum; weight rows g, g + 8 in wf,
-// X rows 2t, 2t + 1 in xf). Powers of two: exact products, so each fma
-// rounds once. Both maths fold their block sums with it.
-__device__ __forceinline__ void PromoteBlock(float (&acc)[4], const float (&p)[4], float2 wf,
-                                             float2 xf) {
-  acc[0] = __fmaf_rn(p[0], __fmul_rn(wf.x, xf.x), acc[0]);
-  acc[1] = __fmaf_rn(p[1], __fmul_rn(wf.x, xf.y), acc[1]);
-  acc[2] = __fmaf_rn(p[2], __fmul_rn(wf.y, xf.x), acc[2]);
-  acc[3] = __fmaf_rn(p[3], __fmul_rn(wf.y, xf.y), acc[3]);
-}
+using fp8::PromoteBlock;
 
 // True when the expert's pointers can be streamed (cp.async needs 16-byte
 // aligned code rows and 8-byte aligned scale rows; k % 256 keeps rows so).
