@@ -165,15 +165,10 @@ __device__ __forceinline__ void PinRegister(uint32_t& v) { asm volatile("" : "+r
 // start address / 16 (bits 0-13), leading byte offset / 16 (16-29; unused by
 // swizzled K-major layouts), stride byte offset / 16 (32-45: the next 8
 // rows, 1024 bytes), base offset 0 (the atom is aligned), swizzle mode 1 =
-// 128 bytes (62-63).
-__device__ __forceinline__ uint64_t SwizzledKMajorDescriptor(uint32_t addr) {
-  return static_cast<uint64_t>((addr & 0x3FFFFu) >> 4) | (uint64_t{1} << 16) |
-         (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
-}
-// The same descriptor in two halves: the low word (address field and the
-// leading byte offset), which a K block or row group advances, and the
-// constant high word; DescriptorOf joins them (32-bit arithmetic on the low
-// word keeps it in uniform registers, where wgmma reads descriptors).
+// 128 bytes (62-63). Built in two halves: the low word (address field and
+// leading byte offset), which a K block or row group advances by its byte
+// offset / 16 (no carry: shared memory < 256 KB), and the constant high
+// word; DescriptorOf joins them.
 __device__ __forceinline__ uint32_t SwizzledKMajorDescriptorLo(uint32_t addr) {
   return ((addr & 0x3FFFFu) >> 4) | (1u << 16);
 }

@@ -79,9 +79,10 @@ __device__ __forceinline__ uint32_t LoadShared16(uint32_t addr) {
 // layout, which wgmma's register A shares), X comes from the stage's
 // swizzled tile by descriptor (dense/fp8_mma_sm90.cuh: the descriptor, the
 // fences, the waits).
+using fp8::DescriptorOf;
 using fp8::FenceSharedForAsyncProxy;
 using fp8::PinRegister;
-using fp8::SwizzledKMajorDescriptor;
+using fp8::SwizzledKMajorDescriptorLo;
 using fp8::WgmmaCommit;
 using fp8::WgmmaFence;
 using fp8::WgmmaWaitAll;
@@ -212,13 +213,13 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 
   const uint32_t smem_base = fp8::SharedAddress(smem);
-  // The e2m1 lookup tables. kWgmma reads them back from shared memory into
-  // registers for the whole kernel: as constants (even behind an empty asm)
-  // ptxas keeps them in uniform registers and moves them to a register before
-  // every prmt (8 moves a K block in the SASS); a shared load's result stays
-  // in a register. The mma path keeps its constants (its code is the one
-  // measured on the H200).
-  uint32_t table_lo = kE2m1ToF16HighLo, table_hi = kE2m1ToF16HighHi, sign_table = 0x80808080u;
+  // kWgmma's e2m1 -> e4m3 lookup tables (E2m1x4ToE4m3x4's), read back from
+  // shared memory into registers for the whole kernel: as constants (even
+  // behind an empty asm) ptxas keeps them in uniform registers and moves them
+  // to a register before every prmt (8 moves a K block in the SASS); a shared
+  // load's result stays in a register. (The mma path calls E2m1x4ToF16High
+  // with its constants: its code is the one measured on the H200.)
+  uint32_t table_lo = 0, table_hi = 0, sign_table = 0;
   if constexpr (kWgmma) {
     if (tid < 3) {
       const uint32_t value = tid == 0 ? kE2m1ToE4m3Lo : tid == 1 ? kE2m1ToE4m3Hi : 0x80808080u;
@@ -316,7 +317,9 @@ __global__ void __launch_bounds__(kWarps * 32)
       if constexpr (kWgmma) {
         // The slot's X descriptor; a block and 8-row group add their byte
         // offset / 16 to its address field (no carry: shared memory < 256 KB).
-        const uint64_t x_desc = SwizzledKMajorDescriptor(x_base);
+        // (Offsets added to the 64-bit value: with the low word advanced
+        // instead ptxas made this loop 20 instructions a stage longer.)
+        const uint64_t x_desc = DescriptorOf(SwizzledKMajorDescriptorLo(x_base));
 #pragma unroll
         for (int j = 0; j < kMxfp4GemmBlocksPerStage; ++j) {
           const int x_block = (j >> 2) * kBm * 128 + (j & 3) * 32;
@@ -387,8 +390,8 @@ __global__ void __launch_bounds__(kWarps * 32)
           uint32_t hi8[4];
 #pragma unroll
           for (int q = 0; q < 4; ++q) {
-            hi8[q] = E2m1x4Lookup(LoadShared16(w_base + Mxfp4PackedAOffset(row0, lane, j, q)),
-                                  table_lo, table_hi, PrmtInstruction{}, sign_table);
+            hi8[q] = E2m1x4ToF16High(LoadShared16(w_base + Mxfp4PackedAOffset(row0, lane, j, q)),
+                                     PrmtInstruction{});
           }
           const fp8::F16A a = {{Prmt(hi8[0], 0u, kF16x2Of01), Prmt(hi8[1], 0u, kF16x2Of01),
                                 Prmt(hi8[0], 0u, kF16x2Of23), Prmt(hi8[1], 0u, kF16x2Of23)},
