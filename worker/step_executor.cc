@@ -451,6 +451,9 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
   std::vector<model::SequenceState*> states;
   std::vector<std::span<const int64_t>> tokens;
   std::vector<int64_t> host_starts;
+  // The first input of each row whose logits the model returns: the head
+  // runs only where they are read (Model::ForwardBatch's logits_from).
+  std::vector<int64_t> logits_from(rows.size(), 0), host_from;
   // A collective backend takes one Step per plan, at most max_batch rows:
   // sequences already on it decode there first, newcomers take what is left.
   auto decodes_one = [&](const RowPlan& row) {
@@ -513,6 +516,14 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
     states.push_back(slot.state.get());
     tokens.emplace_back(inputs[i]);
     host_starts.push_back(starts[i]);
+    // Every position of a row that verifies drafts or scores its prompt; the
+    // last of one that samples or returns its top logits; none of a prefill
+    // chunk that does neither.
+    const int64_t size = static_cast<int64_t>(inputs[i].size());
+    if (drafts[i] == 0 && row.prompt_logprobs < 0) {
+      logits_from[i] = row.sample || row.return_top_k > 0 ? size - 1 : size;
+    }
+    host_from.push_back(logits_from[i]);
   }
   std::vector<std::vector<float>> logits(rows.size());
   // A device row's logits [vocab] in the backend's view (valid until its next
@@ -524,7 +535,7 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
   // skips it).
   if (!host_rows.empty() || device_rows.empty() || collective) {
     absl::StatusOr<std::vector<std::vector<float>>> host =
-        model_.ForwardBatch(states, tokens, host_starts);
+        model_.ForwardBatch(states, tokens, host_starts, host_from);
     if (!host.ok()) {
       join(/*model_too=*/false);
       return host.status();
@@ -600,7 +611,12 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
       }
       kept = *verified;
     }
-    const float* last = viewed[i] != nullptr ? viewed[i] : logits[i].data() + (kept - 1) * vocab;
+    // The logits of the last kept position (null where none were computed:
+    // then the row neither samples nor returns its top logits).
+    const float* last = viewed[i];
+    if (last == nullptr && kept - 1 >= logits_from[i]) {
+      last = logits[i].data() + (kept - 1 - logits_from[i]) * vocab;
+    }
     if (row.return_top_k > 0) {
       std::vector<int32_t> order(vocab);
       std::iota(order.begin(), order.end(), 0);

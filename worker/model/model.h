@@ -133,9 +133,18 @@ class Model {
   // model first joins the step with zero rows, so its peers do not stall).
   // INTERNAL (all states of the step broken) if the step fails later, e.g.
   // UNAVAILABLE from the communicator.
+  // `logits_from` (empty: 0 for every row): row i returns the logits of its
+  // tokens logits_from[i] .. tokens[i].size() - 1 only, [(size - from),
+  // vocab] (from == size: none), each computed as the whole row's would be
+  // on a row-stable head (CpuOps row_stable_logits; the default head's
+  // sgemm may round a row differently with another row count). A prefill
+  // chunk that samples needs its last position, one that does not none: the
+  // head (vocab x dim a position) and the logits' memory are then paid only
+  // where they are read. INVALID_ARGUMENT (nothing changes) when its size is
+  // neither 0 nor the row count or an entry is outside [0, tokens[i].size()].
   absl::StatusOr<std::vector<std::vector<float>>> ForwardBatch(
-      std::span<SequenceState* const> states,
-      std::span<const std::span<const int64_t>> tokens, std::span<const int64_t> start_pos);
+      std::span<SequenceState* const> states, std::span<const std::span<const int64_t>> tokens,
+      std::span<const int64_t> start_pos, std::span<const int64_t> logits_from = {});
 
   // DSpark: drafts dspark_block_size tokens following `next_token`, the
   // target's token for position state.length(), from the features of the
@@ -182,7 +191,7 @@ class Model {
   // The backbone of ForwardBatch (model_batch.cc); rows validated.
   absl::Status RunBatch(std::span<SequenceState* const> states,
                         std::span<const std::span<const int64_t>> tokens,
-                        std::span<const int64_t> start_pos,
+                        std::span<const int64_t> start_pos, std::span<const int64_t> logits_from,
                         std::vector<std::vector<float>>& logits);
   // A collective step without rows: every backbone Engram gather (if
   // collective) and MoE exchange (if expert-parallel), empty.

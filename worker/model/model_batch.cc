@@ -35,12 +35,22 @@ absl::Status Model::CheckRow(const SequenceState& state, std::span<const int64_t
 
 absl::StatusOr<std::vector<std::vector<float>>> Model::ForwardBatch(
     std::span<SequenceState* const> states, std::span<const std::span<const int64_t>> tokens,
-    std::span<const int64_t> start_pos) {
+    std::span<const int64_t> start_pos, std::span<const int64_t> logits_from) {
   absl::Status bad;
   if (tokens.size() != states.size() || start_pos.size() != states.size()) {
     bad = absl::InvalidArgumentError(absl::StrCat("ForwardBatch: ", states.size(), " states, ",
                                                   tokens.size(), " token rows, ", start_pos.size(),
                                                   " start positions"));
+  } else if (!logits_from.empty() && logits_from.size() != states.size()) {
+    bad = absl::InvalidArgumentError(absl::StrCat("ForwardBatch: ", states.size(), " rows but ",
+                                                  logits_from.size(), " logits_from entries"));
+  }
+  for (size_t i = 0; bad.ok() && i < logits_from.size(); ++i) {
+    if (logits_from[i] < 0 || logits_from[i] > static_cast<int64_t>(tokens[i].size())) {
+      bad = absl::InvalidArgumentError(absl::StrCat("ForwardBatch: row ", i, ": logits_from ",
+                                                    logits_from[i], " outside [0, ",
+                                                    tokens[i].size(), "]"));
+    }
   }
   absl::flat_hash_set<const SequenceState*> seen;
   for (size_t i = 0; bad.ok() && i < states.size(); ++i) {
@@ -63,7 +73,10 @@ absl::StatusOr<std::vector<std::vector<float>>> Model::ForwardBatch(
     return std::vector<std::vector<float>>{};
   }
   std::vector<std::vector<float>> logits;
-  absl::Status st = RunBatch(states, tokens, start_pos, logits);
+  const std::vector<int64_t> from =
+      logits_from.empty() ? std::vector<int64_t>(states.size(), 0)
+                          : std::vector<int64_t>(logits_from.begin(), logits_from.end());
+  absl::Status st = RunBatch(states, tokens, start_pos, from, logits);
   if (!st.ok()) {
     for (SequenceState* s : states) s->MarkBroken();
     return absl::InternalError(absl::StrCat("ForwardBatch: ", st.message()));
@@ -112,6 +125,7 @@ void DropLeading(std::vector<T>& v, int64_t width, const std::vector<int64_t>& o
 absl::Status Model::RunBatch(std::span<SequenceState* const> states,
                              std::span<const std::span<const int64_t>> tokens,
                              std::span<const int64_t> start_pos,
+                             std::span<const int64_t> logits_from,
                              std::vector<std::vector<float>>& logits) {
   const ModelConfig& c = config_;
   const size_t rows = states.size();
@@ -233,14 +247,19 @@ absl::Status Model::RunBatch(std::span<SequenceState* const> states,
   }
   const ModelRuntime rt{c, roles_, weights_, rope_, *ops_, *executor_, load_.get()};
   logits.resize(rows);
-  for (size_t i = 0; i < rows; ++i) {  // the head per row: the same sgemm shape as Forward
+  for (size_t i = 0; i < rows; ++i) {  // the head per row over the tokens asked for
     const int64_t s = off[i + 1] - off[i];
-    // Rows of positions the decoder skipped (bounded replay) have no logits.
-    logits[i].assign((s + skip[i]) * c.vocab_size, std::numeric_limits<float>::quiet_NaN());
+    // Row i's tokens [from, s + skip) are returned; those the decoder skipped
+    // (bounded replay: the first skip[i]) have no logits (NaN).
+    const int64_t from = logits_from[i], first = std::max(from, skip[i]);
+    logits[i].assign((s + skip[i] - from) * c.vocab_size, std::numeric_limits<float>::quiet_NaN());
+    if (const int64_t computed = s + skip[i] - first; computed > 0) {
+      RETURN_IF_ERROR(ops_->Logits(
+          weights_.head,
+          std::span<const float>(h).subspan((off[i] + first - skip[i]) * d, computed * d), computed,
+          std::span<float>(logits[i]).subspan((first - from) * c.vocab_size)));
+    }
     if (s == 0) continue;
-    RETURN_IF_ERROR(ops_->Logits(weights_.head,
-                                 std::span<const float>(h).subspan(off[i] * d, s * d), s,
-                                 std::span<float>(logits[i]).subspan(skip[i] * c.vocab_size)));
     if (c.n_mtp_layers > 0 && n_targets > 0) {
       RETURN_IF_ERROR(UpdateDsparkRings(
           rt,

@@ -1,6 +1,7 @@
 // Model::ForwardBatch on a generated `tiny` checkpoint: a batch of rows (mixed
 // prefill and decode) equals each row's Forward alone, bit for bit; bad rows
 // are rejected without touching any state.
+#include <algorithm>
 #include <cstdlib>
 #include <random>
 #include <string>
@@ -67,6 +68,63 @@ TEST(ModelBatchTest, AllPositionsOfAPrefillRowMatch) {
   EXPECT_EQ((*got)[1], *wb);
   EXPECT_EQ(sa->length(), 9);
   EXPECT_EQ(sb->length(), 14);
+}
+
+// logits_from: each row returns the suffix of its logits that it asks for
+// (all, the last, none, from the middle), equal bit for bit to that suffix of
+// the whole row's on a row-stable head, and the states advance as without it;
+// the forward itself (the next step's logits) is unchanged.
+TEST(ModelBatchTest, LogitsFromReturnsTheSuffixAskedFor) {
+  auto asked = RowStableCpuModel(Tiny(), ActivationPrecision::kBf16);
+  auto whole = RowStableCpuModel(Tiny(), ActivationPrecision::kBf16);
+  ASSERT_NE(asked, nullptr);
+  ASSERT_NE(whole, nullptr);
+  const int64_t v = Tiny().config().vocab_size;
+  const std::vector<std::vector<int64_t>> prompts = {Tokens(9, 5), Tokens(14, 6), Tokens(5, 7),
+                                                     Tokens(11, 8)};
+  const std::vector<int64_t> from = {0, 13, 5, 4};  // all, the last, none, a suffix of 7
+  std::vector<std::unique_ptr<SequenceState>> sa, sw;
+  std::vector<SequenceState*> pa, pw;
+  std::vector<std::span<const int64_t>> rows;
+  for (const auto& p : prompts) {
+    sa.push_back(asked->NewSequence());
+    sw.push_back(whole->NewSequence());
+    pa.push_back(sa.back().get());
+    pw.push_back(sw.back().get());
+    rows.emplace_back(p);
+  }
+  const std::vector<int64_t> starts(prompts.size(), 0);
+  auto got = asked->ForwardBatch(pa, rows, starts, from);
+  auto want = whole->ForwardBatch(pw, rows, starts);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const int64_t n = static_cast<int64_t>(prompts[i].size());
+    ASSERT_EQ((*got)[i].size(), static_cast<size_t>((n - from[i]) * v)) << "row " << i;
+    EXPECT_TRUE(std::equal((*got)[i].begin(), (*got)[i].end(), (*want)[i].begin() + from[i] * v))
+        << "row " << i;
+    EXPECT_EQ(sa[i]->length(), n);
+  }
+  // The next step (one token each) is the same with and without.
+  const std::vector<std::vector<int64_t>> next = {{3}, {4}, {5}, {6}};
+  std::vector<std::span<const int64_t>> next_rows(next.begin(), next.end());
+  std::vector<int64_t> next_starts;
+  for (const auto& p : prompts) next_starts.push_back(static_cast<int64_t>(p.size()));
+  auto got2 = asked->ForwardBatch(pa, next_rows, next_starts);
+  auto want2 = whole->ForwardBatch(pw, next_rows, next_starts);
+  ASSERT_TRUE(got2.ok() && want2.ok());
+  EXPECT_EQ(*got2, *want2);
+  // Refused, nothing changed: an entry past the row, a negative one, a count
+  // that is not the row count.
+  for (const std::vector<int64_t>& bad :
+       {std::vector<int64_t>{0, 0, 0, 2}, std::vector<int64_t>{-1, 0, 0, 0},
+        std::vector<int64_t>{0, 0}}) {
+    EXPECT_EQ(asked->ForwardBatch(pa, next_rows, next_starts, bad).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(sa[i]->length(), static_cast<int64_t>(prompts[i].size()) + 1);
+  }
 }
 
 TEST(ModelBatchTest, EmptyBatchIsANoOp) {
