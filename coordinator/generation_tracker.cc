@@ -131,6 +131,7 @@ GenerationTracker::Update GenerationTracker::Apply(const SeqEvent& event) {
       *update.delta.mutable_prompt_logprobs() = prompt_logprobs_;
     }
   }
+  rejected_drafts_ += static_cast<uint32_t>(std::max(event.rejected_drafts, 0));
   bool stop_string = false;
   for (size_t i = 0; i < event.tokens.size(); ++i) {
     const uint32_t token = event.tokens[i];
@@ -186,6 +187,7 @@ v1::GenerateEvent::Final GenerationTracker::Final(bool with_full_output) const {
   out.mutable_usage()->set_prompt_tokens(built_.prompt.size());
   out.mutable_usage()->set_completion_tokens(ids_.size());
   out.mutable_usage()->set_accepted_draft_tokens(accepted_drafts_);
+  out.mutable_usage()->set_rejected_draft_tokens(rejected_drafts_);
   out.mutable_timings()->set_total_ms(absl::ToDoubleMilliseconds(absl::Now() - start_));
   if (first_token_) {
     out.mutable_timings()->set_ttft_ms(absl::ToDoubleMilliseconds(*first_token_ - start_));

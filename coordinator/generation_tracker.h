@@ -104,6 +104,8 @@ class GenerationTracker {
   std::vector<uint32_t> ids_;
   // Of ids_, the accepted DSpark drafts (Usage.accepted_draft_tokens).
   uint32_t accepted_drafts_ = 0;
+  // Drafts rejected by verification (Usage.rejected_draft_tokens).
+  uint32_t rejected_drafts_ = 0;
   std::string text_;
   v1::FinishReason reason_ = v1::FINISH_REASON_UNSPECIFIED;
   std::string stop_text_;

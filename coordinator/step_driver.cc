@@ -583,7 +583,8 @@ absl::Status StepDriver::ReadAndApply() {
       if (live == live_.end()) continue;
       SeqEvent event{.tokens = std::move(update.new_tokens),
                      .finish = update.finish,
-                     .accepted_drafts = update.accepted_drafts};
+                     .accepted_drafts = update.accepted_drafts,
+                     .rejected_drafts = update.rejected_drafts};
       if (live->second.top_logprobs > 0) {
         // The tokens of this step's row of the request (OnResult takes the
         // first token of a plain sampling row; all of a speculative row's up

@@ -105,6 +105,8 @@ struct SeqEvent {
   scheduler::FinishReason finish = scheduler::FinishReason::kNone;
   // The first this many of `tokens` are accepted DSpark drafts.
   int32_t accepted_drafts = 0;
+  // Drafts the step's verification rejected (SeqUpdate::rejected_drafts).
+  int32_t rejected_drafts = 0;
   // Not OK when the request failed (worker error, NaN logits, lost worker).
   absl::Status error;
   bool done() const { return finish != scheduler::FinishReason::kNone || !error.ok(); }

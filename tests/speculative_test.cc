@@ -36,6 +36,7 @@ struct Outcome {
   v1::FinishReason reason = v1::FINISH_REASON_UNSPECIFIED;
   uint32_t completion_tokens = 0;
   uint32_t accepted_drafts = 0;
+  uint32_t rejected_drafts = 0;
   // With OutputOptions.top_logprobs: one entry per token.
   std::vector<v1::TokenLogprobs> logprobs;
 };
@@ -52,6 +53,7 @@ Outcome Run(v1::Inference::Stub& stub, const v1::GenerateRequest& request) {
     out.reason = event.final().reason();
     out.completion_tokens = event.final().usage().completion_tokens();
     out.accepted_drafts = event.final().usage().accepted_draft_tokens();
+    out.rejected_drafts = event.final().usage().rejected_draft_tokens();
     out.logprobs.assign(event.final().logprobs().begin(), event.final().logprobs().end());
   }
   out.status = reader->Finish();
@@ -191,10 +193,14 @@ TEST(SpeculativeTest, TrainedTinyAcceptsDraftsWithTheSameOutputs) {
   const std::vector<Outcome> got = RunAll(spec, requests);
   ExpectSame(got, plain);
   uint32_t accepted = 0, completion = 0;
+  uint64_t rejected = 0;
   for (const Outcome& o : got) {
     accepted += o.accepted_drafts;
+    rejected += o.rejected_drafts;
     completion += o.completion_tokens;
   }
+  for (const Outcome& o : plain) EXPECT_EQ(o.rejected_drafts, 0u);
+  EXPECT_GT(rejected, 0u);  // DSpark's stages are weak (models/README.md)
   // Tokens a verification emits = 1 + accepted drafts; over a fifth of the
   // tokens accepted means a mean accepted length above 1.25.
   EXPECT_GT(accepted * 5, completion) << accepted << " of " << completion;
@@ -205,7 +211,12 @@ TEST(SpeculativeTest, TrainedTinyAcceptsDraftsWithTheSameOutputs) {
   // its Final a moment before the counts of that step.
   v1::ServerState state;
   uint64_t rows = 0, in_rows = 0;
-  for (int attempt = 0; attempt < 50 && in_rows < accepted; ++attempt) {
+  // Each verification's drafts are accepted or rejected: the requests'
+  // rejected drafts are what the workers verified less what they accepted.
+  auto settled = [&] {
+    return in_rows >= accepted && state.speculation().verified_drafts() - in_rows == rejected;
+  };
+  for (int attempt = 0; attempt < 50 && (attempt == 0 || !settled()); ++attempt) {
     if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     ASSERT_TRUE(spec.State(state).ok());
     ASSERT_TRUE(state.has_speculation());
@@ -226,6 +237,10 @@ TEST(SpeculativeTest, TrainedTinyAcceptsDraftsWithTheSameOutputs) {
   EXPECT_GT(s.verified_drafts(), 3 * rows);  // full blocks but near the ends
   EXPECT_EQ(s.verify_length(), "fixed");
   EXPECT_DOUBLE_EQ(s.mean_verify_length(), static_cast<double>(s.verified_drafts()) / rows);
+  EXPECT_EQ(s.verified_drafts() - in_rows, rejected);
+  std::printf("trained tiny: %llu drafts verified, %llu accepted, %llu rejected\n",
+              static_cast<unsigned long long>(s.verified_drafts()),
+              static_cast<unsigned long long>(in_rows), static_cast<unsigned long long>(rejected));
 }
 
 // --verify_length=confidence (issue 18 item 1): each row verifies the drafts

@@ -226,7 +226,7 @@ TEST(HttpServerTest, CompletionRunsThroughGenerate) {
   EXPECT_EQ(body["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(body["usage"], Json::parse(R"({"prompt_tokens": 3, "completion_tokens": 3,
                                            "total_tokens": 6, "completion_tokens_details":
-                                           {"accepted_prediction_tokens": 0}})"));
+                                           {"accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}})"));
   const v1::GenerateRequest seen = s->service.last();
   EXPECT_EQ(seen.text(), "hi");
   EXPECT_EQ(seen.stop().max_new_tokens(), 3u);

@@ -269,12 +269,14 @@ Json ResponseBuilder::Usage() const {
   uint64_t prompt = 0;
   for (uint64_t p : prompt_tokens_) prompt += p;
   // Speculative decoding: the completion tokens that were accepted drafts,
-  // in OpenAI's field for accepted predicted tokens (0 with it off).
+  // and the drafts verification rejected, in OpenAI's fields for accepted
+  // and rejected predicted tokens (0 with it off).
   return Json{{"prompt_tokens", prompt},
               {"completion_tokens", completion_tokens_},
               {"total_tokens", prompt + completion_tokens_},
               {"completion_tokens_details",
-               {{"accepted_prediction_tokens", accepted_draft_tokens_}}}};
+               {{"accepted_prediction_tokens", accepted_draft_tokens_},
+                {"rejected_prediction_tokens", rejected_draft_tokens_}}}};
 }
 
 void ResponseBuilder::OnEvent(size_t call, const v1::GenerateEvent& event, std::string* sse) {
@@ -353,6 +355,7 @@ void ResponseBuilder::OnEvent(size_t call, const v1::GenerateEvent& event, std::
     }
     completion_tokens_ += final_event.usage().completion_tokens();
     accepted_draft_tokens_ += final_event.usage().accepted_draft_tokens();
+    rejected_draft_tokens_ += final_event.usage().rejected_draft_tokens();
     if (final_event.usage().prompt_tokens() > 0) {
       prompt_tokens_[call] = final_event.usage().prompt_tokens();
     }

@@ -108,6 +108,7 @@ class ResponseBuilder {
   std::vector<uint64_t> prompt_tokens_;  // per call
   uint64_t completion_tokens_ = 0;
   uint64_t accepted_draft_tokens_ = 0;  // Usage.accepted_draft_tokens, summed
+  uint64_t rejected_draft_tokens_ = 0;  // Usage.rejected_draft_tokens, summed
 };
 
 }  // namespace weir::coordinator::http

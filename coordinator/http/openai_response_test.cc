@@ -161,12 +161,13 @@ TEST(OpenAiResponseTest, CompletionWithTwoPromptsAndEcho) {
         {"index": 1, "text": "B y", "logprobs": null, "finish_reason": "stop",
          "stop_reason": "\n"}],
       "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7,
-                "completion_tokens_details": {"accepted_prediction_tokens": 0}}})"));
+                "completion_tokens_details": {"accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}}})"));
 }
 
-// Speculative decoding: Usage.accepted_draft_tokens of every sample, summed,
-// as OpenAI's completion_tokens_details.accepted_prediction_tokens, in the
-// response and in the stream's usage chunk.
+// Speculative decoding: Usage.accepted_draft_tokens and rejected_draft_tokens
+// of every sample, summed, as OpenAI's completion_tokens_details
+// accepted_prediction_tokens and rejected_prediction_tokens, in the response
+// and in the stream's usage chunk.
 TEST(OpenAiResponseTest, UsageReportsAcceptedDraftTokens) {
   OpenAiRequest request;
   request.endpoint = kChat;
@@ -181,10 +182,12 @@ TEST(OpenAiResponseTest, UsageReportsAcceptedDraftTokens) {
     v1::GenerateEvent done = Final(v1::FINISH_REASON_MAX_TOKENS, 4, 6);
     done.mutable_final()->set_sample_index(sample);
     done.mutable_final()->mutable_usage()->set_accepted_draft_tokens(3 + sample);
+    done.mutable_final()->mutable_usage()->set_rejected_draft_tokens(5 * sample + 2);
     b.OnEvent(0, done, &sse);
   }
   const Json expected = Json::parse(R"({"prompt_tokens": 4, "completion_tokens": 12,
-      "total_tokens": 16, "completion_tokens_details": {"accepted_prediction_tokens": 7}})");
+      "total_tokens": 16, "completion_tokens_details": {"accepted_prediction_tokens": 7,
+      "rejected_prediction_tokens": 9}})");
   EXPECT_EQ(b.Response()["usage"], expected);
   sse += b.StreamTail();
   const std::vector<std::string> payloads = Payloads(sse);
@@ -222,7 +225,7 @@ TEST(OpenAiResponseTest, ChatStreamChunks) {
   EXPECT_EQ(usage["choices"], Json::array());
   EXPECT_EQ(usage["usage"], Json::parse(R"({"prompt_tokens": 4, "completion_tokens": 3,
                                             "total_tokens": 7, "completion_tokens_details":
-                                            {"accepted_prediction_tokens": 0}})"));
+                                            {"accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}})"));
   EXPECT_EQ(payloads[5], "[DONE]");
 }
 

@@ -298,12 +298,17 @@ absl::StatusOr<std::vector<SeqUpdate>> RankScheduler::OnResult(const RankStepRes
       // The row wrote n positions; its plan counted 1 + draft_tokens.
       seq->num_scheduled -= 1 + refs[i].draft_tokens - static_cast<int64_t>(n);
     }
+    int32_t rejected = 0;
     if (refs[i].draft_tokens > 0 && n - 1 < accepted_histogram_.size()) {
       ++accepted_histogram_[n - 1];
-      verified_drafts_ +=
+      const int64_t verified =
           std::clamp<int64_t>(result.rows[i].verified_drafts, 0, refs[i].draft_tokens);
+      verified_drafts_ += verified;
+      // n - 1 drafts were accepted (the last token is the target's own).
+      rejected = static_cast<int32_t>(std::max<int64_t>(verified - static_cast<int64_t>(n - 1), 0));
     }
     SeqUpdate update{seq->request.id, {}, FinishReason::kNone};
+    update.rejected_drafts = rejected;
     // Stop conditions apply token by token: what follows a stop is dropped.
     for (size_t k = 0; k < n && update.finish == FinishReason::kNone; ++k) {
       seq->tokens.push_back(emitted[k]);

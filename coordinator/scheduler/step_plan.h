@@ -137,6 +137,9 @@ struct SeqUpdate {
   FinishReason finish = FinishReason::kNone;
   // How many of new_tokens are accepted DSpark drafts.
   int32_t accepted_drafts = 0;
+  // How many drafts the row's verification rejected (verified drafts past
+  // the accepted ones; counted whether or not a stop cut the row short).
+  int32_t rejected_drafts = 0;
 };
 
 // What the step-type vote and the router need from a rank.

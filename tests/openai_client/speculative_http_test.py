@@ -7,8 +7,9 @@ completions, one with --speculative=off and one with --speculative=dspark: the t
 and token counts must be equal (speculation is lossless), the speculative cluster
 must report accepted drafts in usage.completion_tokens_details.
 accepted_prediction_tokens (never more than the completion's tokens, never fewer
-than zero), and the plain one must report none. A streamed completion's final
-usage chunk (stream_options.include_usage) carries the same count as the
+than zero) and the drafts verification rejected in rejected_prediction_tokens,
+and the plain one must report none of either. A streamed completion's final
+usage chunk (stream_options.include_usage) carries the same counts as the
 non-streamed one.
 
 Environment (set by run_test.sh through tests/python_env.sh): WEIR_RUNFILES_ROOT,
@@ -62,14 +63,15 @@ def connect(cluster):
 
 def complete_all(client, model):
     """Greedy completions of PROMPTS (32 tokens each, EOS ignored): a list of
-    (text, completion_tokens, accepted_prediction_tokens)."""
+    (text, completion_tokens, accepted_prediction_tokens, rejected_prediction_tokens)."""
     out = []
     for prompt in PROMPTS:
         r = client.completions.create(model=model, prompt=prompt, max_tokens=32,
                                       temperature=0, extra_body={"ignore_eos": True})
         details = r.usage.completion_tokens_details
         accepted = details.accepted_prediction_tokens if details is not None else None
-        out.append((r.choices[0].text, r.usage.completion_tokens, accepted))
+        rejected = details.rejected_prediction_tokens if details is not None else None
+        out.append((r.choices[0].text, r.usage.completion_tokens, accepted, rejected))
     return out
 
 
@@ -106,13 +108,18 @@ class SpeculativeHttpTest(unittest.TestCase):
                 self.assertEqual(on[i][1], off[i][1])
                 self.assertEqual(off[i][1], 32)
                 self.assertEqual(off[i][2], 0, "accepted drafts reported with speculation off")
+                self.assertEqual(off[i][3], 0, "rejected drafts reported with speculation off")
+                self.assertIsNotNone(on[i][3])
+                self.assertGreaterEqual(on[i][3], 0)
                 self.assertIsNotNone(on[i][2])
                 self.assertGreaterEqual(on[i][2], 0)
                 self.assertLessEqual(on[i][2], on[i][1])
         accepted = sum(r[2] for r in on)
+        rejected = sum(r[3] for r in on)
         total = sum(r[1] for r in on)
         print(f"accepted drafts: {accepted} of {total} completion tokens over "
-              f"{len(PROMPTS)} greedy completions")
+              f"{len(PROMPTS)} greedy completions; {rejected} drafts rejected")
+        self.assertGreater(rejected, 0, "no draft was rejected (DSpark's stages are weak)")
         self.assertGreater(accepted, 0, "no draft was accepted on the trained tiny")
         # Streaming: the final usage chunk carries the same counts.
         self.assertEqual(stream_text, on[0][0])
@@ -120,6 +127,8 @@ class SpeculativeHttpTest(unittest.TestCase):
         self.assertEqual(stream_usage.completion_tokens, on[0][1])
         self.assertEqual(stream_usage.completion_tokens_details.accepted_prediction_tokens,
                          on[0][2])
+        self.assertEqual(stream_usage.completion_tokens_details.rejected_prediction_tokens,
+                         on[0][3])
 
 
 if __name__ == "__main__":
