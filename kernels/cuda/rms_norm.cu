@@ -1,5 +1,6 @@
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <string>
 
 #include "kernels/cuda/rms_norm.cuh"
@@ -8,14 +9,19 @@
 namespace weir::kernels::cuda {
 
 bool SupportsRmsNorm(const RmsNormParams& p) {
+  const bool fp8_ok = (p.codes == nullptr && p.scales == nullptr) ||
+                      (p.codes != nullptr && p.scales != nullptr && p.dim % 32 == 0 &&
+                       reinterpret_cast<uintptr_t>(p.codes) % 8 == 0 &&
+                       reinterpret_cast<uintptr_t>(p.out) % 32 == 0);
   return p.rows > 0 && p.dim > 0 && p.dim % 4 == 0 && p.x != nullptr && p.out != nullptr &&
-         p.eps >= 0.0f && p.rows <= 0x7fffffff;
+         p.eps >= 0.0f && p.rows <= 0x7fffffff && fp8_ok;
 }
 
 absl::Status RmsNorm(const RmsNormParams& p, cudaStream_t stream) {
   if (!SupportsRmsNorm(p)) {
     return absl::InvalidArgumentError(
-        "RmsNorm: needs rows > 0, dim > 0 and a multiple of 4, x and out, eps >= 0");
+        "RmsNorm: needs rows > 0, dim > 0 and a multiple of 4, x and out, eps >= 0 (with "
+        "codes: scales, dim a multiple of 32, codes 8-byte and out 32-byte aligned)");
   }
   constexpr int kThreads = 256;
   // Rows up to kStagedRowMaxBytes (the default shared memory) are staged.
@@ -23,10 +29,10 @@ absl::Status RmsNorm(const RmsNormParams& p, cudaStream_t stream) {
   if (row_bytes <= kStagedRowMaxBytes) {
     RmsNormKernel<kThreads, true>
         <<<static_cast<unsigned>(p.rows), kThreads, static_cast<size_t>(row_bytes), stream>>>(
-            p.x, p.weight, p.out, p.dim, p.eps, p.round_bf16);
+            p.x, p.weight, p.out, p.dim, p.eps, p.round_bf16, p.codes, p.scales);
   } else {
     RmsNormKernel<kThreads, false><<<static_cast<unsigned>(p.rows), kThreads, 0, stream>>>(
-        p.x, p.weight, p.out, p.dim, p.eps, p.round_bf16);
+        p.x, p.weight, p.out, p.dim, p.eps, p.round_bf16, p.codes, p.scales);
   }
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
     return absl::InternalError(std::string("RmsNorm launch: ") + cudaGetErrorString(err));

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "kernels/common/fmath.h"
+#include "kernels/cuda/dense/act_quant_fp8.cuh"
 #include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/cuda/rounding.cuh"
 
@@ -29,10 +30,14 @@ inline constexpr int64_t kStagedRowMaxBytes = 48 * 1024 - 128;
 // NormalizeRow is that kernel's work after the row is in place (global or
 // shared memory); HcCollapseNorm (moe/mhc.cuh) stages a collapsed row and
 // calls it, so the fused launch gives the bits of HcCollapse then RmsNorm.
+// With `codes` (uniform over the block; dim % 32 == 0) it then writes the
+// output row's FP8 form, codes [dim] and UE8M0 scales [dim / 32], the bits
+// ActQuantFp8 gives over out_row (dense/act_quant_fp8.cuh's ActQuantEight).
 template <int kThreads>
 __device__ __forceinline__ void NormalizeRow(const float* src, const float* __restrict__ weight,
                                              float* out_row, int64_t dim, float eps,
-                                             bool round_bf16) {
+                                             bool round_bf16, uint8_t* codes = nullptr,
+                                             uint8_t* scales = nullptr) {
   namespace fm = ::weir::kernels::fmath;
   const float4* src4 = reinterpret_cast<const float4*>(src);
   const int64_t n4 = dim / 4;
@@ -65,11 +70,13 @@ __device__ __forceinline__ void NormalizeRow(const float* src, const float* __re
     }
     out4[i] = v;
   }
+  if (codes != nullptr) dense::ActQuantRowAfterBarrier<kThreads>(out_row, dim, codes, scales);
 }
 
 template <int kThreads, bool kStaged>
 __global__ void RmsNormKernel(const float* __restrict__ x, const float* __restrict__ weight,
-                              float* out, int64_t dim, float eps, bool round_bf16) {
+                              float* out, int64_t dim, float eps, bool round_bf16, uint8_t* codes,
+                              uint8_t* scales) {
   GridDependencyPrologue();
   extern __shared__ float4 staged[];
   const int64_t row = blockIdx.x;
@@ -80,7 +87,9 @@ __global__ void RmsNormKernel(const float* __restrict__ x, const float* __restri
     __syncthreads();
   }
   NormalizeRow<kThreads>(kStaged ? reinterpret_cast<const float*>(staged) : xr, weight,
-                         out + row * dim, dim, eps, round_bf16);
+                         out + row * dim, dim, eps, round_bf16,
+                         codes != nullptr ? codes + row * dim : nullptr,
+                         codes != nullptr ? scales + row * (dim / 32) : nullptr);
 }
 
 }  // namespace weir::kernels::cuda

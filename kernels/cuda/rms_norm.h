@@ -29,10 +29,17 @@ struct RmsNormParams {
   // out rounded to bf16 (nearest even) as fp32: the bits a RoundBf16 pass
   // over the output gives (the bf16 boundary after a norm, one launch fewer).
   bool round_bf16 = false;
+  // Optional: also out's FP8 form as ActQuantFp8 (kernels/cuda/dense) makes
+  // it from out, the same bits in the same launch: e4m3 codes [rows, dim]
+  // (8-byte aligned) and a UE8M0 scale per 32 [rows, dim / 32]; dim % 32 ==
+  // 0, out 32-byte aligned. Both or neither.
+  uint8_t* codes = nullptr;
+  uint8_t* scales = nullptr;
 };
 
 // Returns true if the launcher handles `params` (positive dims, dim a
-// multiple of 4 for vectorized loads, non-null x/out, eps >= 0).
+// multiple of 4 for vectorized loads, non-null x/out, eps >= 0; with codes:
+// scales too, dim a multiple of 32, codes 8-byte and out 32-byte aligned).
 bool SupportsRmsNorm(const RmsNormParams& params);
 
 // Enqueues the normalization on `stream`. INVALID_ARGUMENT when

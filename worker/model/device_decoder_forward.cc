@@ -184,10 +184,9 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
   Mark("attn.qkv");
   // h and, after its norm, qr hold their values to the end of the attention;
   // the compressor and the indexer read them too.
-  Bind(h_in, h, b, c.dim);
+  Rebind(h_in, h, b, c.dim);  // Collapse bound it (and may have made its FP8 form)
   RETURN_IF_ERROR(MmRound(L.wq_a, h_in, b, qr));
-  RETURN_IF_ERROR(Norm(qr, L.q_norm, b, ql, /*round=*/true));
-  Bind(qr_in, qr, b, ql);
+  RETURN_IF_ERROR(Norm(qr, L.q_norm, b, ql, /*round=*/true, &qr_in, L.wq_b.codes != nullptr));
   RETURN_IF_ERROR(MmRound(L.wq_b, qr_in, b, q));
   RETURN_IF_ERROR(
       Rope(q, pos, b, static_cast<int>(heads), hd, layer, /*inverse=*/false, /*round=*/true));
@@ -350,12 +349,13 @@ absl::Status DeviceDecoder::Impl::Enqueue(int64_t b) {
       }
       Mark("mhc");
       RETURN_IF_ERROR(Mix(L.hc_attn, b, ca));
-      RETURN_IF_ERROR(Collapse(pre, b, L.attn_norm));
+      // h's FP8 form in the collapse's launch when wq_a reads it as FP8.
+      RETURN_IF_ERROR(Collapse(pre, b, L.attn_norm, L.wq_a.codes != nullptr));
       RETURN_IF_ERROR(Attention(l, b)) << "layer " << l;
       Mark("mhc");
       RETURN_IF_ERROR(Expand(ca, b));
       RETURN_IF_ERROR(Mix(L.hc_ffn, b, cf));
-      RETURN_IF_ERROR(Collapse(ca.pre, b, L.ffn_norm));
+      RETURN_IF_ERROR(Collapse(ca.pre, b, L.ffn_norm, L.sw1.codes != nullptr));
       RETURN_IF_ERROR(Moe(l, b)) << "layer " << l;
       Mark("mhc");
       RETURN_IF_ERROR(Expand(cf, b));

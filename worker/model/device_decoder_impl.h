@@ -379,6 +379,18 @@ struct DeviceDecoder::Impl {
     in.has_fp8 = in.has_bf16 = false;
   }
   static void Unbind(SharedInput& in) { Bind(in, nullptr, 0, 0); }
+  // Bind, keeping the forms already made when `in` is bound to exactly this
+  // src and shape (Norm and Collapse bind their output, with its FP8 form
+  // made in their launch; they are the only writers of what they bind).
+  static void Rebind(SharedInput& in, const float* src, int64_t rows, int64_t cols) {
+    if (in.src != src || in.rows != rows || in.cols != cols) Bind(in, src, rows, cols);
+  }
+  // True when a norm over [rows, cols] can write `in`'s FP8 form in its own
+  // launch (kFast: the codes exist; the norms' fused quantizer needs cols %
+  // 32 == 0).
+  bool NormMakesFp8(const SharedInput& in, int64_t rows, int64_t cols) const {
+    return fast() && in.codes != nullptr && cols % 32 == 0 && rows * cols <= in.capacity;
+  }
   // kFast: the FP8 products' split-K partials (ChooseFp8GemmSplits per weight
   // shape; below kSplitFloatsPerRow per batch row by construction).
   float* split = nullptr;
@@ -690,16 +702,29 @@ struct DeviceDecoder::Impl {
     return dec::RoundBf16({.x = v, .n = n}, stream);
   }
   // RmsNorm in place; `round`: then the bf16 boundary (Round) on its output,
-  // in the same launch (the same bits).
-  absl::Status Norm(float* v, const float* weight, int64_t rows, int64_t dim, bool round = false) {
-    return kc::RmsNorm({.x = v,
+  // in the same launch (the same bits). `bind`: then `bind` is bound to the
+  // output, and with `fp8` (an FP8 product reads it next) its FP8 form is
+  // made in the same launch where NormMakesFp8 (the bits Fp8Input gives).
+  absl::Status Norm(float* v, const float* weight, int64_t rows, int64_t dim, bool round = false,
+                    SharedInput* bind = nullptr, bool fp8 = false) {
+    kc::RmsNormParams p{.x = v,
                         .weight = weight,
                         .out = v,
                         .rows = rows,
                         .dim = dim,
                         .eps = static_cast<float>(c.norm_eps),
-                        .round_bf16 = round && bf16()},
-                       stream);
+                        .round_bf16 = round && bf16()};
+    const bool quantize = bind != nullptr && fp8 && NormMakesFp8(*bind, rows, dim);
+    if (quantize) {
+      p.codes = bind->codes;
+      p.scales = bind->scales;
+    }
+    RETURN_IF_ERROR(kc::RmsNorm(p, stream));
+    if (bind != nullptr) {
+      Bind(*bind, v, rows, dim);
+      bind->has_fp8 = quantize;
+    }
+    return absl::OkStatus();
   }
   // RoPE in place; `round`: then the bf16 boundary, in the same launch. The
   // kernel rounds only the rotated elements, which is a Round pass over `v`
@@ -742,24 +767,36 @@ struct DeviceDecoder::Impl {
   }
   // h = RmsNorm(collapse of x) (bf16 boundaries after each): one
   // HcCollapseNorm launch where the row fits its shared memory, else
-  // HcCollapse then RmsNorm; the same bits either way.
-  absl::Status Collapse(const float* pre, int64_t b, const float* norm_weight) {
-    const kc::HcCollapseNormParams fused{.x = x,
-                                         .pre = pre,
-                                         .weight = norm_weight,
-                                         .out = h,
-                                         .tokens = b,
-                                         .dim = c.dim,
-                                         .hc_mult = static_cast<int>(c.hc_mult),
-                                         .eps = static_cast<float>(c.norm_eps),
-                                         .round_collapse = bf16(),
-                                         .round_out = bf16()};
-    if (kc::SupportsHcCollapseNorm(fused)) return kc::HcCollapseNorm(fused, stream);
+  // HcCollapse then RmsNorm; the same bits either way. h_in is bound to h
+  // afterwards; with `fp8` (an FP8 product reads h next) h's FP8 form is
+  // made in the same launch where NormMakesFp8.
+  absl::Status Collapse(const float* pre, int64_t b, const float* norm_weight, bool fp8 = false) {
+    kc::HcCollapseNormParams fused{.x = x,
+                                   .pre = pre,
+                                   .weight = norm_weight,
+                                   .out = h,
+                                   .tokens = b,
+                                   .dim = c.dim,
+                                   .hc_mult = static_cast<int>(c.hc_mult),
+                                   .eps = static_cast<float>(c.norm_eps),
+                                   .round_collapse = bf16(),
+                                   .round_out = bf16()};
+    if (kc::SupportsHcCollapseNorm(fused)) {
+      const bool quantize = fp8 && NormMakesFp8(h_in, b, c.dim);
+      if (quantize) {
+        fused.codes = h_in.codes;
+        fused.scales = h_in.scales;
+      }
+      RETURN_IF_ERROR(kc::HcCollapseNorm(fused, stream));
+      Bind(h_in, h, b, c.dim);
+      h_in.has_fp8 = quantize;
+      return absl::OkStatus();
+    }
     RETURN_IF_ERROR(kc::HcCollapse({.x = x, .pre = pre, .out = h, .tokens = b, .dim = c.dim,
                                     .hc_mult = static_cast<int>(c.hc_mult),
                                     .round_bf16 = bf16()},
                                    stream));
-    return Norm(h, norm_weight, b, c.dim, /*round=*/true);
+    return Norm(h, norm_weight, b, c.dim, /*round=*/true, &h_in, fp8);
   }
   absl::Status Expand(const Coeffs& coeff, int64_t b) {
     RETURN_IF_ERROR(kc::HcExpand({.x = x, .y = y, .post = coeff.post, .comb = coeff.comb,

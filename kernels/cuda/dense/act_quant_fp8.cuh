@@ -45,17 +45,14 @@ __device__ __forceinline__ void LoadEight(const void* x, int64_t first, float (&
   }
 }
 
-// Thread t quantizes elements [8t, 8t + 8); the 4 threads of a 32-block are
-// consecutive lanes, so amax and the finite flag are 2-step shuffle
-// reductions. num_threads = n / 8 (a multiple of 4).
-template <bool kBf16>
-__global__ void ActQuantFp8Kernel(const void* __restrict__ x, uint8_t* __restrict__ codes,
-                                  uint8_t* __restrict__ scales, int64_t num_threads) {
-  GridDependencyPrologue();
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const bool active = t < num_threads;
-  float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  if (active) LoadEight<kBf16>(x, t * 8, v);
+// Quantizes the 8 consecutive elements v of one lane, elements [8t, 8t + 8)
+// of a row: the 4 lanes of a 32-block are consecutive lanes (lane % 4 = t %
+// 4), so amax and the finite flag are 2-step shuffle reductions. Every lane
+// of the warp must call it (inactive lanes with zeros; a block's 4 lanes are
+// active together). An active lane writes its 8 codes at codes8 (8-byte
+// aligned) and the block's first lane the scale code at *scale.
+__device__ __forceinline__ void ActQuantEight(const float (&v)[8], bool active, uint8_t* codes8,
+                                              uint8_t* scale) {
   float amax = 0.0f;
   int nonfinite = 0;
 #pragma unroll
@@ -82,8 +79,40 @@ __global__ void ActQuantFp8Kernel(const void* __restrict__ x, uint8_t* __restric
       packed[h] = word;
     }
   }
-  *reinterpret_cast<uint2*>(codes + t * 8) = make_uint2(packed[0], packed[1]);
-  if ((threadIdx.x & 3) == 0) scales[t / 4] = static_cast<uint8_t>(scale_code);
+  *reinterpret_cast<uint2*>(codes8) = make_uint2(packed[0], packed[1]);
+  if ((threadIdx.x & 3) == 0) *scale = static_cast<uint8_t>(scale_code);
+}
+
+// Thread t quantizes elements [8t, 8t + 8). num_threads = n / 8 (a multiple
+// of 4).
+template <bool kBf16>
+__global__ void ActQuantFp8Kernel(const void* __restrict__ x, uint8_t* __restrict__ codes,
+                                  uint8_t* __restrict__ scales, int64_t num_threads) {
+  GridDependencyPrologue();
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const bool active = t < num_threads;
+  float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  if (active) LoadEight<kBf16>(x, t * 8, v);
+  ActQuantEight(v, active, codes + t * 8, scales + t / 4);
+}
+
+// A block's row of `dim` floats (dim % 32 == 0, row 32-byte aligned) that
+// its threads have just written: after a barrier, its FP8 form as
+// ActQuantFp8 gives it (the same ActQuantEight), codes [dim] and scales
+// [dim / 32]. Every thread of the block calls it (kThreads % 32 == 0).
+template <int kThreads>
+__device__ __forceinline__ void ActQuantRowAfterBarrier(const float* row, int64_t dim,
+                                                        uint8_t* codes, uint8_t* scales) {
+  static_assert(kThreads % 32 == 0, "whole warps");
+  __syncthreads();  // the row's global writes are visible to the block
+  const int64_t groups = dim / 8;
+  for (int64_t base = 0; base < groups; base += kThreads) {
+    const int64_t g = base + threadIdx.x;
+    const bool active = g < groups;
+    float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (active) LoadEight<false>(row, g * 8, v);
+    ActQuantEight(v, active, codes + g * 8, scales + g / 4);
+  }
 }
 
 }  // namespace weir::kernels::cuda::dense

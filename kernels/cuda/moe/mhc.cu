@@ -62,9 +62,13 @@ absl::Status HcCollapse(const HcCollapseParams& p, cudaStream_t stream) {
 }
 
 bool SupportsHcCollapseNorm(const HcCollapseNormParams& p) {
+  const bool fp8_ok = (p.codes == nullptr && p.scales == nullptr) ||
+                      (p.codes != nullptr && p.scales != nullptr && p.dim % 32 == 0 &&
+                       reinterpret_cast<uintptr_t>(p.codes) % 8 == 0 &&
+                       reinterpret_cast<uintptr_t>(p.out) % 32 == 0);
   return ShapeOk(p.tokens, p.dim, p.hc_mult) && p.x != nullptr && p.pre != nullptr &&
          p.out != nullptr && p.dim % 4 == 0 && p.dim * 4 <= kStagedRowMaxBytes && p.eps >= 0.0f &&
-         p.tokens <= 0x7fffffff;
+         p.tokens <= 0x7fffffff && fp8_ok;
 }
 
 absl::Status HcCollapseNorm(const HcCollapseNormParams& p, cudaStream_t stream) {
@@ -76,7 +80,8 @@ absl::Status HcCollapseNorm(const HcCollapseNormParams& p, cudaStream_t stream) 
   constexpr int kThreads = 256;  // RmsNorm's block
   moe::HcCollapseNormKernel<kThreads>
       <<<static_cast<unsigned>(p.tokens), kThreads, static_cast<size_t>(p.dim * 4), stream>>>(
-          p.x, p.pre, p.weight, p.out, p.dim, p.hc_mult, p.eps, p.round_collapse, p.round_out);
+          p.x, p.pre, p.weight, p.out, p.dim, p.hc_mult, p.eps, p.round_collapse, p.round_out,
+          p.codes, p.scales);
   return LaunchStatus("HcCollapseNorm");
 }
 

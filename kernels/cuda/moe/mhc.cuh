@@ -86,7 +86,7 @@ template <int kThreads>
 __global__ void HcCollapseNormKernel(const float* __restrict__ x, const float* __restrict__ pre,
                                      const float* __restrict__ weight, float* __restrict__ out,
                                      int64_t dim, int n, float eps, bool round_collapse,
-                                     bool round_out) {
+                                     bool round_out, uint8_t* codes, uint8_t* scales) {
   GridDependencyPrologue();
   extern __shared__ float4 collapsed[];
   const int64_t t = blockIdx.x;
@@ -107,7 +107,8 @@ __global__ void HcCollapseNormKernel(const float* __restrict__ x, const float* _
   }
   __syncthreads();
   NormalizeRow<kThreads>(reinterpret_cast<const float*>(collapsed), weight, out + t * dim, dim, eps,
-                         round_out);
+                         round_out, codes != nullptr ? codes + t * dim : nullptr,
+                         codes != nullptr ? scales + t * (dim / 32) : nullptr);
 }
 
 // One thread per out[t, k, c].

@@ -93,11 +93,17 @@ struct HcCollapseNormParams {
   float eps = 1e-20f;
   bool round_collapse = true;
   bool round_out = true;
+  // Optional: also out's FP8 form in the same launch, the bits ActQuantFp8
+  // (kernels/cuda/dense) gives over out: e4m3 codes [tokens, dim] (8-byte
+  // aligned), a UE8M0 scale per 32 [tokens, dim / 32]; dim % 32 == 0, out
+  // 32-byte aligned. Both or neither.
+  uint8_t* codes = nullptr;
+  uint8_t* scales = nullptr;
 };
 
 // True for SupportsHcCollapse's shapes with dim a multiple of 4 and a row
 // that fits the default shared memory (dim <= 12256; kStagedRowMaxBytes in
-// kernels/cuda/rms_norm.cuh), eps >= 0.
+// kernels/cuda/rms_norm.cuh), eps >= 0, and codes as above.
 bool SupportsHcCollapseNorm(const HcCollapseNormParams& params);
 
 // Enqueues the fused collapse and norm on `stream`. Errors as HcMix.

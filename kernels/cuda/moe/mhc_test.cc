@@ -9,6 +9,7 @@
 #include "kernels/common/numeric_formats.h"
 #include "kernels/cpu/mhc.h"
 #include "kernels/cpu/rms_norm.h"
+#include "kernels/cuda/dense/act_quant_fp8.h"
 #include "kernels/cuda/moe/test_util.h"
 
 namespace weir::kernels::cuda {
@@ -153,8 +154,8 @@ TEST(HcCollapseExpandCudaTest, BitIdenticalToTheCpu) {
 // The fused collapse + norm: the CPU's HcCollapse, then its RmsNorm (which
 // the CUDA RmsNorm matches bit for bit), then the output rounding.
 TEST(HcCollapseNormCudaTest, IsCollapseThenRmsNormBitForBit) {
-  for (const HcCase& c :
-       {HcCase{1, 8, 4}, HcCase{5, 5120, 4}, HcCase{3, 1024, 1}, HcCase{2, 12256, 4}}) {
+  for (const HcCase& c : {HcCase{1, 8, 4}, HcCase{5, 5120, 4}, HcCase{3, 1024, 1},
+                          HcCase{2, 12256, 4}, HcCase{64, 256, 4}}) {
     for (bool bf16 : {false, true}) {
       std::mt19937 rng(c.tokens * 31 + c.dim + c.n + bf16);
       const std::vector<float> x = NormalVector(c.tokens * c.n * c.dim, 1.0f, rng);
@@ -188,6 +189,40 @@ TEST(HcCollapseNormCudaTest, IsCollapseThenRmsNormBitForBit) {
                       .ok());
       ASSERT_TRUE(Synced());
       EXPECT_EQ(BitMismatches(dout.Download(), want), 0)
+          << c.tokens << "x" << c.n << "x" << c.dim << " bf16 " << bf16;
+      if (c.dim % 32 != 0) continue;
+      // With codes: also the output's FP8 form, byte for byte ActQuantFp8's.
+      DeviceBuffer<float> fused(want.size());
+      DeviceBuffer<uint8_t> codes(want.size()), scales(want.size() / 32), want_codes(want.size()),
+          want_scales(want.size() / 32);
+      fused.Poison();
+      codes.Poison();
+      scales.Poison();
+      ASSERT_TRUE(dense::ActQuantFp8({.x = dout.get(),
+                                      .codes = want_codes.get(),
+                                      .scales = want_scales.get(),
+                                      .rows = c.tokens,
+                                      .cols = c.dim},
+                                     nullptr)
+                      .ok());
+      ASSERT_TRUE(HcCollapseNorm({.x = dx.get(),
+                                  .pre = dpre.get(),
+                                  .weight = dw.get(),
+                                  .out = fused.get(),
+                                  .tokens = c.tokens,
+                                  .dim = c.dim,
+                                  .hc_mult = c.n,
+                                  .eps = 1e-6f,
+                                  .round_collapse = bf16,
+                                  .round_out = bf16,
+                                  .codes = codes.get(),
+                                  .scales = scales.get()},
+                                 nullptr)
+                      .ok());
+      EXPECT_EQ(BitMismatches(fused.Download(), want), 0) << "with codes";
+      EXPECT_TRUE(codes.Download() == want_codes.Download())
+          << c.tokens << "x" << c.n << "x" << c.dim << " bf16 " << bf16;
+      EXPECT_TRUE(scales.Download() == want_scales.Download())
           << c.tokens << "x" << c.n << "x" << c.dim << " bf16 " << bf16;
     }
   }
