@@ -175,7 +175,7 @@ TEST(HcCollapseNormCudaTest, IsCollapseThenRmsNormBitForBit) {
       }
       DeviceBuffer<float> dx(x), dpre(pre), dw(weight), dout(want.size());
       dout.Poison();
-      ASSERT_TRUE(HcCollapseNorm({.x = dx.get(),
+      HcCollapseNormParams params{.x = dx.get(),
                                   .pre = dpre.get(),
                                   .weight = dw.get(),
                                   .out = dout.get(),
@@ -184,9 +184,8 @@ TEST(HcCollapseNormCudaTest, IsCollapseThenRmsNormBitForBit) {
                                   .hc_mult = c.n,
                                   .eps = 1e-6f,
                                   .round_collapse = bf16,
-                                  .round_out = bf16},
-                                 nullptr)
-                      .ok());
+                                  .round_out = bf16};
+      ASSERT_TRUE(HcCollapseNorm(params, nullptr).ok());
       ASSERT_TRUE(Synced());
       EXPECT_EQ(BitMismatches(dout.Download(), want), 0)
           << c.tokens << "x" << c.n << "x" << c.dim << " bf16 " << bf16;
@@ -205,20 +204,10 @@ TEST(HcCollapseNormCudaTest, IsCollapseThenRmsNormBitForBit) {
                                       .cols = c.dim},
                                      nullptr)
                       .ok());
-      ASSERT_TRUE(HcCollapseNorm({.x = dx.get(),
-                                  .pre = dpre.get(),
-                                  .weight = dw.get(),
-                                  .out = fused.get(),
-                                  .tokens = c.tokens,
-                                  .dim = c.dim,
-                                  .hc_mult = c.n,
-                                  .eps = 1e-6f,
-                                  .round_collapse = bf16,
-                                  .round_out = bf16,
-                                  .codes = codes.get(),
-                                  .scales = scales.get()},
-                                 nullptr)
-                      .ok());
+      params.out = fused.get();
+      params.codes = codes.get();
+      params.scales = scales.get();
+      ASSERT_TRUE(HcCollapseNorm(params, nullptr).ok());
       EXPECT_EQ(BitMismatches(fused.Download(), want), 0) << "with codes";
       EXPECT_TRUE(codes.Download() == want_codes.Download())
           << c.tokens << "x" << c.n << "x" << c.dim << " bf16 " << bf16;
