@@ -42,7 +42,10 @@ for t in kernels_cuda_decode_dot_rows_test kernels_cuda_dense_fp8_block_gemm_sm9
          kernels_cuda_moe_moe_gate_test; do
   step "${t}" 120 "${bundle}/bin/${t}" || status=1
 done
-step device_decoder_fast_test 480 "${bundle}/bin/worker_model_device_decoder_fast_test" || status=1
+# The wgmma cases (about 5 minutes: three decoders of small each) run only with
+# FAST_CHECK_WGMMA=1, below.
+step device_decoder_fast_test 480 "${bundle}/bin/worker_model_device_decoder_fast_test" \
+  --gtest_filter='-*Wgmma*' || status=1
 if [[ "${FAST_CHECK_REFERENCE:-1}" != 0 ]]; then
   step device_decoder_test 300 "${bundle}/bin/worker_model_device_decoder_test" \
     --gtest_filter='-*TwoRanks*' || status=1
@@ -54,9 +57,13 @@ step decode_gpu_ep8 300 "${bundle}/tools/decode_gpu" --ep_slice=8 \
   --csv="${results}/decode_ep8.csv"
 # FAST_CHECK_WGMMA=1: the wgmma block sums against the mma ones
 # (kernels/cuda/moe README "wgmma block sums", kernels/cuda/dense README): the
-# expert bench in both maths, the slice with --expert_wgmma and with both
-# --expert_wgmma --dense_wgmma (about 5 more minutes).
+# decoder's wgmma fidelity and invariance cases, the expert bench in both
+# maths, the slice with --expert_wgmma and with both --expert_wgmma
+# --dense_wgmma (about 10 more minutes: a call of its own with
+# FAST_CHECK_REFERENCE=0).
 if [[ "${FAST_CHECK_WGMMA:-0}" != 0 ]]; then
+  step device_decoder_fast_test_wgmma 420 "${bundle}/bin/worker_model_device_decoder_fast_test" \
+    --gtest_filter='*Wgmma*' || status=1
   for math in mma wgmma; do
     step "mxfp4_bench_${math}" 150 "${bundle}/tools/mxfp4_grouped_gemm_bench" 48 1 "${math}"
   done
