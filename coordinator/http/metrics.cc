@@ -176,11 +176,12 @@ void Metrics::CountItemError(absl::string_view code) {
 }
 
 void Metrics::AddTokens(uint64_t prompt_tokens, uint64_t generation_tokens,
-                        uint64_t accepted_draft_tokens) {
+                        uint64_t accepted_draft_tokens, uint64_t rejected_draft_tokens) {
   absl::MutexLock lock(&mu_);
   prompt_tokens_ += prompt_tokens;
   generation_tokens_ += generation_tokens;
   accepted_draft_tokens_ += accepted_draft_tokens;
+  rejected_draft_tokens_ += rejected_draft_tokens;
 }
 
 void Metrics::ObserveTimeToFirstToken(double seconds) {
@@ -232,6 +233,9 @@ std::string Metrics::Render(const v1::ServerState* state) const {
     Header("weir_accepted_draft_tokens_total", "counter",
            "Generated tokens of finished samples that were accepted speculative drafts.", out);
     absl::StrAppend(&out, "weir_accepted_draft_tokens_total ", accepted_draft_tokens_, "\n");
+    Header("weir_rejected_draft_tokens_total", "counter",
+           "Speculative drafts of finished samples that verification rejected.", out);
+    absl::StrAppend(&out, "weir_rejected_draft_tokens_total ", rejected_draft_tokens_, "\n");
     Header("weir_time_to_first_token_seconds", "histogram",
            "From the request's arrival to its first generated token.", out);
     ttft_.Render("weir_time_to_first_token_seconds", out);

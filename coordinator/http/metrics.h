@@ -58,9 +58,10 @@ class Metrics {
   // A batch item failed with `code`.
   void CountItemError(absl::string_view code);
   // `accepted_draft_tokens`: how many of the generation tokens were
-  // accepted DSpark drafts (Usage.accepted_draft_tokens).
+  // accepted DSpark drafts (Usage.accepted_draft_tokens); `rejected`: the
+  // drafts verification rejected (Usage.rejected_draft_tokens).
   void AddTokens(uint64_t prompt_tokens, uint64_t generation_tokens,
-                 uint64_t accepted_draft_tokens = 0);
+                 uint64_t accepted_draft_tokens = 0, uint64_t rejected_draft_tokens = 0);
   void ObserveTimeToFirstToken(double seconds);
   void ObserveInterToken(double seconds, uint64_t count);
   void ObserveEndToEnd(double seconds);
@@ -82,6 +83,7 @@ class Metrics {
   uint64_t prompt_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t generation_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t accepted_draft_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t rejected_draft_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   Histogram ttft_ ABSL_GUARDED_BY(mu_);
   Histogram inter_token_ ABSL_GUARDED_BY(mu_);
   Histogram end_to_end_ ABSL_GUARDED_BY(mu_);

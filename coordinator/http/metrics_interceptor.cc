@@ -141,7 +141,8 @@ void RecordFinal(const v1::GenerateEvent::Final& final_event, bool streamed, Met
   metrics.CountFinish(ReasonName(final_event.reason()));
   const uint32_t tokens = final_event.usage().completion_tokens();
   metrics.AddTokens(final_event.usage().prompt_tokens(), tokens,
-                    final_event.usage().accepted_draft_tokens());
+                    final_event.usage().accepted_draft_tokens(),
+                    final_event.usage().rejected_draft_tokens());
   const v1::Timings& t = final_event.timings();
   if (tokens > 0) metrics.ObserveTimeToFirstToken(t.ttft_ms() / 1e3);
   metrics.ObserveEndToEnd(t.total_ms() / 1e3);

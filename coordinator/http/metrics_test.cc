@@ -39,6 +39,7 @@ TEST(MetricsTest, RendersCountersHistogramsAndState) {
   final_event.mutable_usage()->set_prompt_tokens(5);
   final_event.mutable_usage()->set_completion_tokens(11);
   final_event.mutable_usage()->set_accepted_draft_tokens(4);
+  final_event.mutable_usage()->set_rejected_draft_tokens(9);
   final_event.mutable_timings()->set_ttft_ms(20);
   final_event.mutable_timings()->set_total_ms(120);
   RecordFinal(final_event, /*streamed=*/false, m);
@@ -68,6 +69,7 @@ TEST(MetricsTest, RendersCountersHistogramsAndState) {
   EXPECT_TRUE(Has(text, "weir_prompt_tokens_total 5"));
   EXPECT_TRUE(Has(text, "weir_generation_tokens_total 11"));
   EXPECT_TRUE(Has(text, "weir_accepted_draft_tokens_total 4")) << text;
+  EXPECT_TRUE(Has(text, "weir_rejected_draft_tokens_total 9")) << text;
   EXPECT_TRUE(Has(text, "weir_time_to_first_token_seconds_count 1"));
   EXPECT_TRUE(Has(text, "weir_time_to_first_token_seconds_bucket{le=\"0.02\"} 1")) << text;
   EXPECT_TRUE(Has(text, "weir_e2e_request_latency_seconds_sum 0.12"));
