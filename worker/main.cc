@@ -71,6 +71,13 @@ ABSL_FLAG(bool, fast_mhc, true,
           "With --numerics=fast: the mHC coefficients in one split-K launch (HcMixSplitK; "
           "batch-invariant, ~1e-7 relative from the reference's mixes); false: the "
           "reference's row-stable products (slower; fewer near-tie flips on random weights).");
+ABSL_FLAG(bool, expert_wgmma, false,
+          "With --numerics=fast: the routed experts' block sums on FP8 wgmma (faster at "
+          "batch 8-64; Hopper's FP8 sums keep ~13 bits a 32-element block against the "
+          "default f16 mma's fp32, so logits move more; kernels/cuda/moe README).");
+ABSL_FLAG(bool, dense_wgmma, false,
+          "With --numerics=fast: the FP8 linears' block sums on FP8 wgmma (faster at small "
+          "batches, slower at 32-64; the same precision trade as --expert_wgmma).");
 
 ABSL_FLAG(bool, fault_injection, false,
           "Testing only: SIGUSR1 makes this worker stop answering its Steps stream (a hang "
@@ -125,31 +132,31 @@ int Run(int argc, char** argv) {
   }
 
   grpc::HealthCheckServiceInterface* health = nullptr;
-  WorkerService service(WorkerHooks{
-      .set_serving =
-          [&health](bool serving) {
-            if (health != nullptr) health->SetServingStatus("weir.v1.Worker", serving);
-          },
-      .request_stop =
-          [&stop](const std::string&) {
-            if (!stop.HasBeenNotified()) stop.Notify();
-          }},
+  WorkerService service(
+      WorkerHooks{.set_serving =
+                      [&health](bool serving) {
+                        if (health != nullptr) health->SetServingStatus("weir.v1.Worker", serving);
+                      },
+                  .request_stop =
+                      [&stop](const std::string&) {
+                        if (!stop.HasBeenNotified()) stop.Notify();
+                      }},
       WorkerOptions{.max_slots = absl::GetFlag(FLAGS_max_slots),
                     .kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_bytes),
                     .kv_cache_blocks = absl::GetFlag(FLAGS_kv_cache_blocks),
                     .kv_block_tokens = absl::GetFlag(FLAGS_kv_block_tokens),
                     .ucx_transports = absl::GetFlag(FLAGS_ucx_transports),
-                    .collective_timeout =
-                        absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_s)),
+                    .collective_timeout = absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_s)),
                     .backend = absl::GetFlag(FLAGS_backend),
                     .gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction),
                     .device_decode = absl::GetFlag(FLAGS_device_decode),
                     .device_decode_ep = absl::GetFlag(FLAGS_device_decode_ep),
-                    .device_decode_max_positions =
-                        absl::GetFlag(FLAGS_device_decode_max_positions),
+                    .device_decode_max_positions = absl::GetFlag(FLAGS_device_decode_max_positions),
                     .device_decode_max_batch = absl::GetFlag(FLAGS_device_decode_max_batch),
                     .numerics = *numerics,
                     .fast_mhc = absl::GetFlag(FLAGS_fast_mhc),
+                    .expert_wgmma = absl::GetFlag(FLAGS_expert_wgmma),
+                    .dense_wgmma = absl::GetFlag(FLAGS_dense_wgmma),
                     .fault_injection = absl::GetFlag(FLAGS_fault_injection)});
   if (absl::GetFlag(FLAGS_fault_injection)) InstallStallSignal();
   absl::StatusOr<StartedServer> server =

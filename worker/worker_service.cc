@@ -356,6 +356,8 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
         .max_batch = options_.device_decode_max_batch, .engram_token_map = engram_token_map};
     dd_options.numerics = options_.numerics;
     dd_options.fast_mhc = options_.fast_mhc;
+    dd_options.expert_wgmma = options_.expert_wgmma;
+    dd_options.dense_wgmma = options_.dense_wgmma;
     dd_options.memory = device_memory;
     // The host-staged communicator of the CUDA path wraps the NCCL one.
     if (auto* staged = dynamic_cast<parallel::HostStagedCommunicator*>(communicator_.get())) {

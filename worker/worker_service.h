@@ -107,6 +107,10 @@ struct WorkerOptions {
   model::DecodeNumerics numerics = model::DecodeNumerics::kFast;
   // kFast: the mHC coefficients on HcMixSplitK (DeviceDecoderOptions::fast_mhc).
   bool fast_mhc = true;
+  // kFast: block sums on FP8 wgmma (DeviceDecoderOptions::expert_wgmma /
+  // dense_wgmma; off: the f16 mma maths).
+  bool expert_wgmma = false;
+  bool dense_wgmma = false;
   // Testing: after SIGUSR1 (fault_injection.h) the Steps stream stops
   // answering, as a hung worker would; health keeps answering.
   bool fault_injection = false;
