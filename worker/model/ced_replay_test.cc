@@ -311,6 +311,45 @@ TEST(CedReplayTest, BatchedRowsEqualEachAlone) {
   ExpectSameState(*m, *c, *c2);
 }
 
+// logits_from across the replay start: a chunk whose first 6 tokens lie
+// before it (no logits: NaN rows) asked from token 3 (inside the skipped
+// part) and from token 8 (past it): the rows returned are those of the
+// whole chunk's logits from there, on a row-stable head.
+TEST(CedReplayTest, LogitsFromAcrossTheReplayStart) {
+  auto m = RowStableCpuModel(Tiny(), ActivationPrecision::kBf16);
+  ASSERT_NE(m, nullptr);
+  const int64_t v = m->config().vocab_size;
+  const std::vector<int64_t> prompt = RandomTokens(kPrompt, 9);
+  const std::span<const int64_t> head(prompt.data(), 26), tail(prompt.data() + 26, 14);
+  // The chunk [26, 40) starts 6 before the replay start (32).
+  auto run = [&](std::span<const int64_t> from) -> std::vector<float> {
+    auto seq = m->NewSequence();
+    EXPECT_TRUE(m->StartCedReplay(*seq, kPrompt).ok());
+    EXPECT_TRUE(m->Forward(*seq, head, 0).ok());
+    SequenceState* states[] = {seq.get()};
+    const std::span<const int64_t> rows[] = {tail};
+    const int64_t starts[] = {26};
+    auto out = m->ForwardBatch(states, rows, starts, from);
+    EXPECT_TRUE(out.ok()) << out.status();
+    return out.ok() ? (*out)[0] : std::vector<float>{};
+  };
+  const std::vector<float> all = run({});
+  ASSERT_EQ(all.size(), static_cast<size_t>(14 * v));
+  EXPECT_TRUE(std::isnan(all[5 * v]));   // token 5: before the replay start
+  EXPECT_FALSE(std::isnan(all[6 * v]));  // token 6: position 32
+  for (int64_t from : {3, 8, 13, 14}) {
+    const int64_t f[] = {from};
+    const std::vector<float> got = run(f);
+    ASSERT_EQ(got.size(), static_cast<size_t>((14 - from) * v)) << "from " << from;
+    int64_t differing = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const float want = all[from * v + i];
+      differing += !(got[i] == want || (std::isnan(got[i]) && std::isnan(want)));
+    }
+    EXPECT_EQ(differing, 0) << "from " << from;
+  }
+}
+
 TEST(CedReplayTest, ShortPromptsAndStatesWithoutReplayAreExact) {
   auto m = NewModelOrFail(Tiny());
   ASSERT_NE(m, nullptr);
