@@ -1,6 +1,5 @@
 #include <cuda_runtime.h>
 
-#include <cstdint>
 #include <string>
 
 #include "kernels/cuda/rms_norm.cuh"
@@ -9,12 +8,8 @@
 namespace weir::kernels::cuda {
 
 bool SupportsRmsNorm(const RmsNormParams& p) {
-  const bool fp8_ok = (p.codes == nullptr && p.scales == nullptr) ||
-                      (p.codes != nullptr && p.scales != nullptr && p.dim % 32 == 0 &&
-                       reinterpret_cast<uintptr_t>(p.codes) % 8 == 0 &&
-                       reinterpret_cast<uintptr_t>(p.out) % 32 == 0);
   return p.rows > 0 && p.dim > 0 && p.dim % 4 == 0 && p.x != nullptr && p.out != nullptr &&
-         p.eps >= 0.0f && p.rows <= 0x7fffffff && fp8_ok;
+         p.eps >= 0.0f && p.rows <= 0x7fffffff && NormFp8OutputOk(p.out, p.codes, p.scales, p.dim);
 }
 
 absl::Status RmsNorm(const RmsNormParams& p, cudaStream_t stream) {

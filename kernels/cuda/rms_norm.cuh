@@ -33,6 +33,16 @@ inline constexpr int64_t kStagedRowMaxBytes = 48 * 1024 - 128;
 // With `codes` (uniform over the block; dim % 32 == 0) it then writes the
 // output row's FP8 form, codes [dim] and UE8M0 scales [dim / 32], the bits
 // ActQuantFp8 gives over out_row (dense/act_quant_fp8.cuh's ActQuantEight).
+// Host check of NormalizeRow's optional FP8 output (RmsNorm, HcCollapseNorm):
+// none, or codes and scales with dim % 32 == 0, codes 8-byte and the output
+// rows 32-byte aligned (ActQuantRowAfterBarrier's loads and stores).
+inline bool NormFp8OutputOk(const float* out, const uint8_t* codes, const uint8_t* scales,
+                            int64_t dim) {
+  if (codes == nullptr && scales == nullptr) return true;
+  return codes != nullptr && scales != nullptr && dim % 32 == 0 &&
+         reinterpret_cast<uintptr_t>(codes) % 8 == 0 && reinterpret_cast<uintptr_t>(out) % 32 == 0;
+}
+
 template <int kThreads>
 __device__ __forceinline__ void NormalizeRow(const float* src, const float* __restrict__ weight,
                                              float* out_row, int64_t dim, float eps,

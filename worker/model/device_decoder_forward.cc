@@ -183,8 +183,8 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
   const int64_t* pos = meta_d.positions;
   Mark("attn.qkv");
   // h and, after its norm, qr hold their values to the end of the attention;
-  // the compressor and the indexer read them too.
-  Rebind(h_in, h, b, c.dim);  // Collapse bound it (and may have made its FP8 form)
+  // the compressor and the indexer read them too. Collapse bound h_in to h
+  // (with its FP8 form when wq_a reads it), Norm binds qr_in to qr.
   RETURN_IF_ERROR(MmRound(L.wq_a, h_in, b, qr));
   RETURN_IF_ERROR(Norm(qr, L.q_norm, b, ql, /*round=*/true, &qr_in, L.wq_b.codes != nullptr));
   RETURN_IF_ERROR(MmRound(L.wq_b, qr_in, b, q));

@@ -379,12 +379,6 @@ struct DeviceDecoder::Impl {
     in.has_fp8 = in.has_bf16 = false;
   }
   static void Unbind(SharedInput& in) { Bind(in, nullptr, 0, 0); }
-  // Bind, keeping the forms already made when `in` is bound to exactly this
-  // src and shape (Norm and Collapse bind their output, with its FP8 form
-  // made in their launch; they are the only writers of what they bind).
-  static void Rebind(SharedInput& in, const float* src, int64_t rows, int64_t cols) {
-    if (in.src != src || in.rows != rows || in.cols != cols) Bind(in, src, rows, cols);
-  }
   // True when a norm over [rows, cols] can write `in`'s FP8 form in its own
   // launch (kFast: the codes exist; the norms' fused quantizer needs cols %
   // 32 == 0).

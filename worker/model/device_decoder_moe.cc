@@ -217,9 +217,8 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
     RETURN_IF_ERROR(Return(b));
   }
   Mark("moe.shared");
-  // w1 and w3 read the same FP8 form of h (made by the collapse's launch,
-  // or by the first of them).
-  Rebind(h_in, h, b, d);
+  // w1 and w3 read the same FP8 form of h_in, bound to h by Collapse (made
+  // in its launch when w1 is FP8, otherwise by the first of them).
   if (!SharedGateUp(L, b)) {
     RETURN_IF_ERROR(Mm(L.sw1, h_in, b, sg));
     RETURN_IF_ERROR(Mm(L.sw3, h_in, b, su));

@@ -73,10 +73,12 @@ absl::StatusOr<std::vector<std::vector<float>>> Model::ForwardBatch(
     return std::vector<std::vector<float>>{};
   }
   std::vector<std::vector<float>> logits;
-  const std::vector<int64_t> from =
-      logits_from.empty() ? std::vector<int64_t>(states.size(), 0)
-                          : std::vector<int64_t>(logits_from.begin(), logits_from.end());
-  absl::Status st = RunBatch(states, tokens, start_pos, from, logits);
+  std::vector<int64_t> all;  // empty logits_from: every position of every row
+  if (logits_from.empty()) {
+    all.assign(states.size(), 0);
+    logits_from = all;
+  }
+  absl::Status st = RunBatch(states, tokens, start_pos, logits_from, logits);
   if (!st.ok()) {
     for (SequenceState* s : states) s->MarkBroken();
     return absl::InternalError(absl::StrCat("ForwardBatch: ", st.message()));

@@ -62,13 +62,9 @@ absl::Status HcCollapse(const HcCollapseParams& p, cudaStream_t stream) {
 }
 
 bool SupportsHcCollapseNorm(const HcCollapseNormParams& p) {
-  const bool fp8_ok = (p.codes == nullptr && p.scales == nullptr) ||
-                      (p.codes != nullptr && p.scales != nullptr && p.dim % 32 == 0 &&
-                       reinterpret_cast<uintptr_t>(p.codes) % 8 == 0 &&
-                       reinterpret_cast<uintptr_t>(p.out) % 32 == 0);
   return ShapeOk(p.tokens, p.dim, p.hc_mult) && p.x != nullptr && p.pre != nullptr &&
          p.out != nullptr && p.dim % 4 == 0 && p.dim * 4 <= kStagedRowMaxBytes && p.eps >= 0.0f &&
-         p.tokens <= 0x7fffffff && fp8_ok;
+         p.tokens <= 0x7fffffff && NormFp8OutputOk(p.out, p.codes, p.scales, p.dim);
 }
 
 absl::Status HcCollapseNorm(const HcCollapseNormParams& p, cudaStream_t stream) {
