@@ -58,6 +58,38 @@ double StoredKvBytes(const model::ModelConfig& c, int64_t position) {
   return bytes;
 }
 
+double PrefillFlopsPerToken(const model::ModelConfig& c, int64_t position) {
+  double matrix = 0, experts = 0;
+  for (const model::ParamSpec& param : model::ModelParams(c)) {
+    if (!StartsWith(param.name, "layers.") || param.shape.size() != 2) continue;
+    if (param.name.find(".engram.") != std::string::npos) continue;
+    const double elements = static_cast<double>(param.shape[0] * param.shape[1]);
+    if (param.name.find(".experts.") != std::string::npos &&
+        param.name.find("shared_experts") == std::string::npos) {
+      experts += elements;
+    } else {
+      matrix += elements;
+    }
+  }
+  const double per_expert =
+      experts / static_cast<double>(c.n_layers) / static_cast<double>(c.n_routed_experts);
+  double flops = 2 * matrix + 2 * per_expert * c.n_layers * c.n_activated_experts;
+  const model::LayerRoles roles(c);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const model::LayerRole& role = roles[l];
+    double keys = static_cast<double>(std::min<int64_t>(position + 1, c.window_size));
+    if (role.ratio > 0) {
+      const int64_t visible = (position + 1) / role.ratio;
+      keys += static_cast<double>(std::min<int64_t>(visible, c.index_topk));
+      if (role.index_source == l) {
+        flops += 2.0 * c.index_n_heads * c.index_head_dim * static_cast<double>(visible);
+      }
+    }
+    flops += 2 * 2.0 * c.n_heads * c.head_dim * keys;  // QK^T and PV
+  }
+  return flops;
+}
+
 double ExpectedExpertsHit(int64_t experts, int64_t per_token, int64_t tokens) {
   if (experts <= 0 || per_token <= 0 || tokens <= 0) return 0;
   const double miss = 1.0 - static_cast<double>(std::min(per_token, experts)) /

@@ -46,6 +46,15 @@ double StoredKvBytes(const model::ModelConfig& config, int64_t position);
 // experts * (1 - (1 - per_token/experts)^tokens). One token hits per_token.
 double ExpectedExpertsHit(int64_t experts, int64_t per_token, int64_t tokens);
 
+// Model FLOPs of one token of a prefill chunk at `position` (matmul
+// multiply-adds count 2): every backbone matrix (dense linears, the shared
+// expert, the gate) once, n_activated_experts routed experts, the sparse
+// attention's QK^T and PV over the window and the selected compressed
+// entries, the indexer's scores over every visible key of its layer; not the
+// head (a prefill chunk's logits are its last row's), Engram, norms, mHC's
+// small mixes. The prefill "model FLOPs" of MFU reports.
+double PrefillFlopsPerToken(const model::ModelConfig& config, int64_t position);
+
 // The whole floor of a step of `batch` sequences all at `position`:
 // dense + per_expert * layers * ExpectedExpertsHit(experts, top_k, batch)
 // + batch * (embed_row + StoredKvBytes).

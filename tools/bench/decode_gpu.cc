@@ -71,6 +71,7 @@
 #include "parallel/nccl_communicator.h"
 #include "tools/bench/decode_csv.h"
 #include "tools/bench/decode_floor.h"
+#include "tools/bench/fp8_peak.h"
 #include "worker/model/cuda_ops.h"
 #include "worker/model/device_decoder.h"
 #include "worker/model/device_decoder_synthetic.h"
@@ -93,6 +94,11 @@ ABSL_FLAG(int, ep_slice, 0,
 ABSL_FLAG(std::string, slice_config, "models/v41-flash/config.json",
           "Config the --ep_slice benchmark slices.");
 ABSL_FLAG(int, context, 64, "--ep_slice: positions decoded before the timed steps.");
+ABSL_FLAG(int, prefill_chunk, 0,
+          "--ep_slice: > 0 fills each sequence's context by device-resident prefill chunks of "
+          "this many positions (DeviceDecoder::StepRows, the last chunk's last row's logits "
+          "only), timed, with model FLOPs against cuBLASLt's FP8 GEMM; 0 decodes the context "
+          "one position a step.");
 ABSL_FLAG(bool, slice_profile, true,
           "--ep_slice: also step an eager decoder with section events at the smallest and "
           "largest batch and print where its device time goes.");
@@ -345,6 +351,22 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
               "CUDA graph\n");
 }
 
+// Feeds `context` positions to `slot` (started) in StepRows chunks of up to
+// `chunk` rows; only the last chunk asks for logits (its last row).
+void FillByChunks(weir::model::DeviceDecoder& dd, int slot, int64_t context, int chunk,
+                  int64_t vocab) {
+  for (int64_t at = 0; at < context;) {
+    const int64_t n = std::min<int64_t>(chunk, context - at);
+    std::vector<int> rows(n, slot);
+    std::vector<int64_t> toks(n);
+    for (int64_t j = 0; j < n; ++j) toks[j] = (slot * 7919 + (at + j) * 104729) % vocab;
+    const int last[] = {static_cast<int>(n - 1)};
+    auto logits = dd.StepRows(
+        rows, toks, at + n == context ? std::span<const int>(last) : std::span<const int>());
+    WEIR_CHECK(logits.ok()) << logits.status();
+    at += n;
+  }
+}
 
 // The --ep_slice benchmark (see the file comment).
 int SliceBench(const std::vector<int>& batches, double bandwidth) {
@@ -360,6 +382,15 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
   c.engram_layer_ids.clear();
   c.engram_num_embeddings.clear();
   const int max_batch = *std::max_element(batches.begin(), batches.end());
+  const int chunk = absl::GetFlag(FLAGS_prefill_chunk);
+  double peak_tflops = 0;  // cuBLASLt FP8, measured once
+  if (chunk > 0) {
+    absl::StatusOr<double> peak = weir::bench::CublasLtFp8Tflops();
+    WEIR_CHECK(peak.ok()) << peak.status();
+    peak_tflops = *peak;
+    std::printf("cuBLASLt FP8 GEMM 8192^3 (e4m3, fp32 accumulation, bf16 out): %.0f TFLOP/s\n",
+                peak_tflops);
+  }
   double fp32_dense = 0;  // dense bytes as the reference holds them (its run, if any)
   for (weir::model::DecodeNumerics numerics : NumericsList()) {
   const auto t0 = Clock::now();
@@ -368,9 +399,10 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
   weir::model::DeviceDecoderOptions options{
       .numerics = numerics,
       .fast_mhc = absl::GetFlag(FLAGS_fast_mhc),
-      .max_sequences = max_batch,
+      .max_sequences = max_batch + 1,  // + a spare slot for the untimed prefill
       .max_positions = context + warmup + steps + 8,
-      .max_batch = max_batch,
+      .max_batch = std::max(max_batch, chunk),
+      .max_rows_per_slot = std::max(chunk, 1),
       .programmatic_launch = absl::GetFlag(FLAGS_programmatic),
       .fused_split_reduce = absl::GetFlag(FLAGS_fused_split_reduce),
       .expert_tile = absl::GetFlag(FLAGS_expert_tile),
@@ -427,7 +459,34 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       WEIR_CHECK(logits.ok()) << logits.status();
       ++pos;
     };
-    for (int i = 0; i < context + warmup; ++i) step();
+    if (chunk > 0) {
+      // Device-resident prefill: each sequence's context in chunks of one
+      // slot (the last chunk returns its last row's logits), after one
+      // untimed fill of a spare slot that captures the chunk graphs.
+      auto fill = [&](int slot) { FillByChunks(**dd, slot, context, chunk, c.vocab_size); };
+      if (batch == batches.front()) {
+        WEIR_CHECK((*dd)->Start(batch).ok());
+        fill(batch);
+        WEIR_CHECK((*dd)->Release(batch).ok());
+      }
+      const double dev0 = (*dd)->stats().device_seconds;
+      const auto f0 = Clock::now();
+      for (int b = 0; b < batch; ++b) fill(b);
+      const double wall = Seconds(f0), dev = (*dd)->stats().device_seconds - dev0;
+      double flops = 0;
+      for (int64_t p = 0; p < context; ++p) flops += weir::bench::PrefillFlopsPerToken(c, p);
+      flops *= batch;
+      const double tokens_filled = static_cast<double>(batch) * context;
+      std::printf(
+          "prefill: %d sequence(s) x %d positions in chunks of %d: %.3f s (device %.3f "
+          "s), %.0f tok/s, %.1f TFLOP/s model FLOPs = %.3f of cuBLASLt FP8 (%.0f)\n",
+          batch, context, chunk, wall, dev, tokens_filled / wall, flops / wall / 1e12,
+          flops / wall / 1e12 / peak_tflops, peak_tflops);
+      pos = context;
+      for (int i = 0; i < warmup; ++i) step();
+    } else {
+      for (int i = 0; i < context + warmup; ++i) step();
+    }
     const double before = (*dd)->stats().device_seconds;
     const int64_t first = pos;
     std::vector<double> times;
@@ -498,7 +557,22 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
         WEIR_CHECK((*eager)->Start(b).ok());
       }
       std::map<std::string, double> before;
-      for (int i = 0; i < context + warmup + steps; ++i) {
+      int first_step = 0;
+      if (chunk > 0) {  // the context by chunks, as above, its sections printed
+        const std::map<std::string, double> start = (*eager)->stats().section_seconds;
+        for (int b = 0; b < batch; ++b) FillByChunks(**eager, b, context, chunk, c.vocab_size);
+        first_step = context;
+        std::vector<std::pair<double, std::string>> parts;
+        for (const auto& [name, secs] : (*eager)->stats().section_seconds) {
+          const auto it = start.find(name);
+          parts.push_back({secs - (it == start.end() ? 0.0 : it->second), name});
+        }
+        std::sort(parts.rbegin(), parts.rend());
+        std::printf("  eager prefill of %d x %d positions, sections (ms):", batch, context);
+        for (const auto& [secs, name] : parts) std::printf(" %s %.1f", name.c_str(), secs * 1e3);
+        std::printf("\n");
+      }
+      for (int i = first_step; i < context + warmup + steps; ++i) {
         if (i == context + warmup) before = (*eager)->stats().section_seconds;
         for (int b = 0; b < batch; ++b) tokens[b] = (b * 7919 + i * 104729) % c.vocab_size;
         WEIR_CHECK((*eager)->StepView(slots, tokens).ok());

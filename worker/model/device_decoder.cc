@@ -303,17 +303,17 @@ absl::Status DeviceDecoder::Import(int slot, const SequenceState& state) {
     return absl::InvalidArgumentError("Import: the Engram history does not match the length");
   }
   WEIR_DD_CUDA("set device", cudaSetDevice(options_.device));
-  const int64_t win = m.window(), hd = c.head_dim, di = c.index_head_dim;
+  const int64_t win = m.window(), ring = m.ring(), hd = c.head_dim, di = c.index_head_dim;
   std::vector<float> block;
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerRole& role = m.roles[l];
     const LayerDev& L = m.layers[l];
-    block.assign(win * hd, 0.0f);
+    block.assign(ring * hd, 0.0f);
     for (int64_t p = std::max<int64_t>(0, len - win); p < len; ++p) {
       std::span<const float> row = state.window(l).Row(p);
-      std::copy(row.begin(), row.end(), block.begin() + (p % win) * hd);
+      std::copy(row.begin(), row.end(), block.begin() + (p % ring) * hd);
     }
-    RETURN_IF_ERROR(m.UploadKv(block, /*window=*/true, L.window_base + int64_t{slot} * win));
+    RETURN_IF_ERROR(m.UploadKv(block, /*window=*/true, L.window_base + int64_t{slot} * ring));
     if (role.attention != AttentionRole::kFull) continue;
     const int r = role.ratio;
     const int64_t me = m.max_entries(r), entries = len / r;
@@ -368,15 +368,15 @@ absl::Status DeviceDecoder::Export(int slot, SequenceState& state) {
                                                    ", or belongs to another model"));
   }
   WEIR_DD_CUDA("set device", cudaSetDevice(options_.device));
-  const int64_t win = m.window(), hd = c.head_dim, di = c.index_head_dim;
-  std::vector<float> block(win * hd);
+  const int64_t win = m.window(), ring = m.ring(), hd = c.head_dim, di = c.index_head_dim;
+  std::vector<float> block(ring * hd);
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerRole& role = m.roles[l];
     const LayerDev& L = m.layers[l];
-    RETURN_IF_ERROR(m.DownloadKv(block, /*window=*/true, L.window_base + int64_t{slot} * win));
+    RETURN_IF_ERROR(m.DownloadKv(block, /*window=*/true, L.window_base + int64_t{slot} * ring));
     for (int64_t p = std::max<int64_t>(0, len - win); p < len; ++p) {
       std::span<float> row = state.window(l).Row(p);
-      std::copy_n(block.data() + (p % win) * hd, hd, row.data());
+      std::copy_n(block.data() + (p % ring) * hd, hd, row.data());
     }
     if (role.attention != AttentionRole::kFull) continue;
     const int r = role.ratio;
@@ -438,6 +438,12 @@ absl::StatusOr<std::vector<float>> DeviceDecoder::Step(std::span<const int> slot
 
 absl::StatusOr<std::span<const float>> DeviceDecoder::StepView(std::span<const int> slots,
                                                                std::span<const int64_t> tokens) {
+  return StepRows(slots, tokens, std::nullopt);
+}
+
+absl::StatusOr<std::span<const float>> DeviceDecoder::StepRows(
+    std::span<const int> slots, std::span<const int64_t> tokens,
+    std::optional<std::span<const int>> logit_rows) {
   const auto t0 = Clock::now();
   Impl& m = *impl_;
   const ModelConfig& c = m.c;
@@ -450,22 +456,39 @@ absl::StatusOr<std::span<const float>> DeviceDecoder::StepView(std::span<const i
                                                      options_.max_batch, ")"));
     }
     absl::flat_hash_set<int> seen;
+    int64_t run = 0;
     for (int64_t i = 0; i < rows; ++i) {
       const int s = slots[i];
       if (s < 0 || s >= options_.max_sequences || !m.slot_state[s].used) {
         return absl::InvalidArgumentError(absl::StrCat("Step: row ", i, " names slot ", s,
                                                        ", which holds no sequence"));
       }
-      if (!seen.insert(s).second) {
-        return absl::InvalidArgumentError(absl::StrCat("Step: slot ", s, " appears twice"));
+      run = i > 0 && slots[i - 1] == s ? run + 1 : 1;
+      if (run == 1 && !seen.insert(s).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("Step: slot ", s, " appears in rows that are not adjacent"));
+      }
+      if (run > options_.max_rows_per_slot) {
+        return absl::InvalidArgumentError(absl::StrCat("Step: slot ", s, " has more than ",
+                                                       options_.max_rows_per_slot,
+                                                       " rows (max_rows_per_slot)"));
       }
       if (tokens[i] < 0 || tokens[i] >= c.vocab_size) {
         return absl::InvalidArgumentError(absl::StrCat("Step: token ", tokens[i], " of row ", i,
                                                        ", vocabulary has ", c.vocab_size));
       }
-      if (m.slot_state[s].length >= options_.max_positions) {
+      if (m.slot_state[s].length + run > options_.max_positions) {
         return absl::OutOfRangeError(absl::StrCat("Step: slot ", s, " is full (",
                                                   options_.max_positions, " positions)"));
+      }
+    }
+    if (logit_rows.has_value()) {
+      for (size_t k = 0; k < logit_rows->size(); ++k) {
+        const int r = (*logit_rows)[k];
+        if (r < 0 || r >= rows || (k > 0 && r <= (*logit_rows)[k - 1])) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("Step: logit row ", r, " (rows ascending, below ", rows, ")"));
+        }
       }
     }
     return absl::OkStatus();
@@ -478,20 +501,26 @@ absl::StatusOr<std::span<const float>> DeviceDecoder::StepView(std::span<const i
     }
     return valid;
   }
+  const int64_t interval = options_.batch_interval;
   // A collective step has the same padded size on every rank (block sizes).
-  const int64_t padded = collective ? m.batch_cap
-                                    : (rows + options_.batch_interval - 1) /
-                                          options_.batch_interval * options_.batch_interval;
+  const int64_t padded = collective ? m.batch_cap : (rows + interval - 1) / interval * interval;
+  // The head's rows: every row (-1), or the asked ones padded the same way.
+  const int64_t asked = logit_rows.has_value() ? static_cast<int64_t>(logit_rows->size()) : rows;
+  const int64_t head_padded =
+      logit_rows.has_value() ? std::min(padded, (asked + interval - 1) / interval * interval) : -1;
+  const std::span<const int> head_rows =
+      logit_rows.has_value() ? *logit_rows : std::span<const int>();
   absl::Status st = [&]() -> absl::Status {
     WEIR_DD_CUDA("set device", cudaSetDevice(options_.device));
-    RETURN_IF_ERROR(m.PrepareMeta(slots, tokens, padded));
+    RETURN_IF_ERROR(m.PrepareMeta(slots, tokens, padded, head_rows, head_padded));
     WEIR_DD_CUDA("event", cudaEventRecord(m.ev_begin, m.stream));
     if (options_.use_graphs) {
-      auto it = m.graphs.find(padded);
+      const int64_t key = padded * (m.batch_cap + 2) + head_padded + 1;
+      auto it = m.graphs.find(key);
       if (it == m.graphs.end()) {
         WEIR_DD_CUDA("begin capture",
                      cudaStreamBeginCapture(m.stream, cudaStreamCaptureModeThreadLocal));
-        absl::Status enq = m.Enqueue(padded);
+        absl::Status enq = m.Enqueue(padded, head_padded);
         cudaGraph_t graph = nullptr;
         const cudaError_t end = cudaStreamEndCapture(m.stream, &graph);
         if (!enq.ok()) {
@@ -516,7 +545,7 @@ absl::StatusOr<std::span<const float>> DeviceDecoder::StepView(std::span<const i
         const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
         cudaGraphDestroy(graph);
         if (inst != cudaSuccess) return CudaError("instantiate", inst);
-        it = m.graphs.emplace(padded, exec).first;
+        it = m.graphs.emplace(key, exec).first;
         ++stats_.graph_captures;
       }
       WEIR_DD_CUDA("graph launch", cudaGraphLaunch(it->second, m.stream));
@@ -524,16 +553,18 @@ absl::StatusOr<std::span<const float>> DeviceDecoder::StepView(std::span<const i
     } else {
       m.profiling = options_.profile;
       m.prof_used = 0;
-      absl::Status enq = m.Enqueue(padded);
+      absl::Status enq = m.Enqueue(padded, head_padded);
       m.Mark(nullptr);
       m.profiling = false;
       RETURN_IF_ERROR(enq);
       ++stats_.eager_steps;
     }
     WEIR_DD_CUDA("event", cudaEventRecord(m.ev_end, m.stream));
-    WEIR_DD_CUDA("logits", cudaMemcpyAsync(m.logits_host, m.logits,
-                                           rows * c.vocab_size * sizeof(float),
-                                           cudaMemcpyDeviceToHost, m.stream));
+    if (asked > 0) {
+      WEIR_DD_CUDA("logits",
+                   cudaMemcpyAsync(m.logits_host, m.logits, asked * c.vocab_size * sizeof(float),
+                                   cudaMemcpyDeviceToHost, m.stream));
+    }
     if (options_.communicator != nullptr) {
       // Bounded by the communicator's timeout (a dead peer does not hang the step).
       RETURN_IF_ERROR(options_.communicator->Synchronize(
@@ -574,7 +605,7 @@ absl::StatusOr<std::span<const float>> DeviceDecoder::StepView(std::span<const i
   ++stats_.steps;
   stats_.rows += rows;
   stats_.host_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
-  return std::span<const float>(m.logits_host, rows * c.vocab_size);
+  return std::span<const float>(m.logits_host, asked * c.vocab_size);
 }
 
 }  // namespace weir::model

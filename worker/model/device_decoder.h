@@ -54,6 +54,12 @@
 // step is padded to the full batch capacity, so that block sizes agree
 // across ranks. A world of 1 moves the blocks with device copies.
 //
+// Several positions of one sequence in a step (StepRows, up to
+// max_rows_per_slot): each row's window KV lands in a ring of window +
+// max_rows_per_slot - 1 rows, the compressor applies a slot's rows in order
+// (CompressorDecode runs), the Engram n-grams see the earlier rows, and the
+// head runs only for the rows whose logits are asked.
+//
 // Not covered (Step returns UNIMPLEMENTED or Create INVALID_ARGUMENT): DSpark
 // drafting (the stages' rings are not kept on the device: a sequence decoded
 // here cannot Draft), image tokens, rollback, sharded Engram tables. The
@@ -69,6 +75,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -160,6 +167,12 @@ struct DeviceDecoderOptions {
   // batch_interval (one graph per padded size).
   int max_batch = 64;
   int batch_interval = 8;
+  // Most consecutive positions of one sequence in a Step (StepRows: a
+  // prefill chunk, or a verification's token and drafts); 1 to max_batch.
+  // Each slot's window ring holds window + max_rows_per_slot - 1 rows a
+  // layer, so a row never finds its window overwritten by a later row of
+  // its own step.
+  int max_rows_per_slot = 1;
   // Replay CUDA graphs (false: launch the same kernels eagerly every step).
   bool use_graphs = true;
   // Graphs: the edges between the project's kernels are programmatic
@@ -316,6 +329,21 @@ class DeviceDecoder : public DecodeBackend {
   // Step or StepView); Step is this plus a copy.
   absl::StatusOr<std::span<const float>> StepView(std::span<const int> slots,
                                                   std::span<const int64_t> tokens) override;
+  // StepView with several consecutive positions of a sequence in one step
+  // (device-resident prefill chunks, verification of drafts): the rows of
+  // one slot are adjacent, at most max_rows_per_slot of them, and take the
+  // slot's next positions in row order; each row attends to its slot's
+  // earlier rows of the step (KV, compressed entries, Engram n-grams) as
+  // if they had been stepped one at a time, and the step is bit-identical
+  // to that on kReference (batch-invariant on kFast). `logit_rows`
+  // (ascending row indices; nullopt: every row) names the rows whose logits
+  // come back, [logit_rows.size(), vocab]; the head runs only for them.
+  // INVALID_ARGUMENT as Step, plus rows of a slot that are not adjacent,
+  // too many of them, or a bad logit row; OUT_OF_RANGE when the slot's
+  // rows pass max_positions.
+  absl::StatusOr<std::span<const float>> StepRows(std::span<const int> slots,
+                                                  std::span<const int64_t> tokens,
+                                                  std::optional<std::span<const int>> logit_rows);
   int max_batch() const override { return options_.max_batch; }
   int max_sequences() const override { return options_.max_sequences; }
   int64_t max_positions() const override { return options_.max_positions; }

@@ -25,8 +25,8 @@
 #include <cstring>
 #include <map>
 #include <numeric>
-#include <string>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -34,6 +34,7 @@
 #include "worker/model/checkpoint.h"
 #include "worker/model/cpu_ops.h"
 #include "worker/model/device_decoder.h"
+#include "worker/model/device_decoder_chunk_check.h"
 #include "worker/model/golden_file.h"
 #include "worker/model/model.h"
 #include "worker/model/tiny_model_test_util.h"
@@ -528,6 +529,26 @@ void CheckBatchInvariance(bool expert_wgmma, bool dense_wgmma = false) {
 }
 
 TEST(DeviceDecoderFastTest, SmallBf16IsBatchInvariant) { CheckBatchInvariance(false); }
+
+// Several positions of a slot in one step on kFast: bit-identical to one
+// position a step (batch invariance with a slot's rows side by side), the
+// head on some rows equal to the head on all (device_decoder_chunk_check.h).
+TEST(DeviceDecoderFastTest, SmallBf16ChunkedStepsAreBatchInvariant) {
+  const Checkpoint* small = SmallCheckpoint(3);
+  ASSERT_NE(small, nullptr);
+  auto cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
+  ASSERT_NE(cpu, nullptr);
+  testing::CheckChunkedSteps(*cpu, ActivationPrecision::kBf16, {.numerics = DecodeNumerics::kFast},
+                             nullptr, "small bf16 fast");
+}
+TEST(DeviceDecoderFastTest, StoredKvChunkedStepsAreBatchInvariant) {
+  const Checkpoint* ck = Small512Checkpoint();
+  ASSERT_NE(ck, nullptr);
+  auto cpu = RowStableCpuModel(*ck, ActivationPrecision::kBf16);
+  ASSERT_NE(cpu, nullptr);
+  testing::CheckChunkedSteps(*cpu, ActivationPrecision::kBf16, {.numerics = DecodeNumerics::kFast},
+                             nullptr, "small head_dim 512 fast, stored KV");
+}
 TEST(DeviceDecoderFastTest, SmallBf16WithWgmmaExpertsIsBatchInvariant) {
   CheckBatchInvariance(true);
 }

@@ -9,24 +9,42 @@ using device_decoder_internal::LayerDev;
 using device_decoder_internal::StepMeta;
 
 absl::Status DeviceDecoder::Impl::PrepareMeta(std::span<const int> slot_ids,
-                                               std::span<const int64_t> tokens, int64_t padded) {
-  const int64_t win = window(), cols = c.engram_hash_cols();
+                                              std::span<const int64_t> tokens, int64_t padded,
+                                              std::span<const int> head_rows, int64_t head_padded) {
+  const int64_t win = window(), ring_rows = ring(), cols = c.engram_hash_cols();
   const int layers_e = hasher.num_layers();
+  const int64_t real_rows = static_cast<int64_t>(slot_ids.size());
   std::vector<int64_t> rows(std::max<int64_t>(layers_e * cols, 1));
-  meta_h.valid[0] = static_cast<int64_t>(slot_ids.size());
+  meta_h.valid[0] = real_rows;
+  // Engram ids pushed onto slot histories for this step's later rows of a
+  // slot (popped at the end: the step commits them only when it succeeds).
+  std::vector<int> pushed;
+  absl::Status hashed = absl::OkStatus();
+  int64_t offset = 0;  // the row's place in its slot's run
   for (int64_t i = 0; i < padded; ++i) {
-    const bool real = i < static_cast<int64_t>(slot_ids.size());
+    const bool real = i < real_rows;
     const int s = real ? slot_ids[i] : slots - 1;
-    const int64_t p = real ? slot_state[s].length : 0;
+    offset = real && i > 0 && slot_ids[i - 1] == s ? offset + 1 : 0;
+    const int64_t p = real ? slot_state[s].length + offset : 0;
+    int32_t run = 1;
+    if (!real) {
+      run = 1;
+    } else if (offset > 0) {
+      run = 0;
+    } else {
+      while (i + run < real_rows && slot_ids[i + run] == s) ++run;
+    }
+    meta_h.run_length[i] = run;
     meta_h.tokens[i] = real ? tokens[i] : 0;
     meta_h.positions[i] = p;
     meta_h.slot[i] = s;
     const int64_t lo = std::max<int64_t>(0, p - win + 1);
     for (int64_t j = 0; j < win; ++j) {
       const int64_t pos = lo + j;
-      meta_h.win_rows[i * win + j] = pos <= p ? static_cast<int32_t>(s * win + pos % win) : -1;
+      meta_h.win_rows[i * win + j] =
+          pos <= p ? static_cast<int32_t>(s * ring_rows + pos % ring_rows) : -1;
     }
-    meta_h.win_write[i] = static_cast<int32_t>(s * win + p % win);
+    meta_h.win_write[i] = static_cast<int32_t>(s * ring_rows + p % ring_rows);
     for (size_t ri = 0; ri < ratios.size(); ++ri) {
       const int r = ratios[ri];
       const int64_t me = max_entries(r);
@@ -39,12 +57,11 @@ absl::Status DeviceDecoder::Impl::PrepareMeta(std::span<const int> slot_ids,
       pr.row_base[i] = static_cast<int32_t>(s * me);
     }
     if (layers_e > 0) {
-      if (real) {
+      if (real && hashed.ok()) {
         std::vector<int64_t>& history = slot_state[s].history;
         history.push_back(hasher.Compress(tokens[i]));
-        absl::Status st = hasher.Hash(history, p, rows);
-        history.pop_back();
-        RETURN_IF_ERROR(st);
+        pushed.push_back(s);
+        hashed = hasher.Hash(history, p, rows);
       } else {
         std::fill(rows.begin(), rows.end(), 0);
       }
@@ -52,6 +69,11 @@ absl::Status DeviceDecoder::Impl::PrepareMeta(std::span<const int> slot_ids,
         std::copy_n(rows.data() + e * cols, cols, meta_h.engram_ids[e] + i * cols);
       }
     }
+  }
+  for (int s : pushed) slot_state[s].history.pop_back();
+  RETURN_IF_ERROR(hashed);
+  for (int64_t i = 0; i < head_padded; ++i) {
+    meta_h.head_rows[i] = i < static_cast<int64_t>(head_rows.size()) ? head_rows[i] : 0;
   }
   WEIR_DD_CUDA("step inputs", cudaMemcpyAsync(meta_dev, meta_host, meta_bytes,
                                               cudaMemcpyHostToDevice, stream));
@@ -101,6 +123,7 @@ absl::Status DeviceDecoder::Impl::UpdateCompressed(int layer, int64_t b) {
                                            .score_state = L.comp_score_state,
                                            .state_slot = meta_d.slot,
                                            .positions = meta_d.positions,
+                                           .run_length = meta_d.run_length,
                                            .out = latent,
                                            .rows = b,
                                            .dim = hd,
@@ -180,6 +203,7 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
   const LayerRole& role = roles[layer];
   const LayerDev& L = layers[layer];
   const int64_t hd = c.head_dim, heads = c.n_heads, ql = c.q_lora_rank, win = window();
+  const int64_t ring_rows = ring();
   const int64_t* pos = meta_d.positions;
   Mark("attn.qkv");
   // h and, after its norm, qr hold their values to the end of the attention;
@@ -236,7 +260,7 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
         .window_codes = win_codes + int64_t{L.window_base} * hd,
         .window_scales = win_scales + int64_t{L.window_base} * hd / 32,
         .window_index = meta_d.win_rows,
-        .window_rows = slots * win,
+        .window_rows = slots * ring_rows,
         .window_width = static_cast<int>(win),
         .out = o,
         .queries = b,
@@ -331,7 +355,7 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
   return MmRound(L.wo_b, u, b, y);
 }
 
-absl::Status DeviceDecoder::Impl::Enqueue(int64_t b) {
+absl::Status DeviceDecoder::Impl::Enqueue(int64_t b, int64_t head_b) {
   float* const x0 = x;
   float* const x20 = x2;
   absl::Status st = [&]() -> absl::Status {
@@ -363,13 +387,28 @@ absl::Status DeviceDecoder::Impl::Enqueue(int64_t b) {
     }
     Mark("head");
     RETURN_IF_ERROR(Collapse(pre, b, final_norm));
-    if (head.bf16 != nullptr) return MmBf16(head, h, b, logits);  // kFast, bf16
-    const dense::MatmulParams p{.x = h, .w = head.w, .y = logits, .rows = b, .out = head.out,
-                                .in = head.in};
+    // Logits of some rows only (a prefill chunk's last row): their h rows
+    // gathered first; every head below is row by row, so a row's logits do
+    // not depend on which rows are asked.
+    const float* hx = h;
+    if (head_b >= 0) {
+      if (head_b == 0) return absl::OkStatus();
+      RETURN_IF_ERROR(dec::CopyRows({.src = h,
+                                     .dst = h_head,
+                                     .src_rows = meta_d.head_rows,
+                                     .rows = head_b,
+                                     .width = c.dim,
+                                     .src_capacity = b},
+                                    stream));
+      hx = h_head;
+      b = head_b;
+    }
+    if (head.bf16 != nullptr) return MmBf16(head, hx, b, logits);  // kFast, bf16
+    const dense::MatmulParams p{
+        .x = hx, .w = head.w, .y = logits, .rows = b, .out = head.out, .in = head.in};
     if (fast() && options.fast_dot_rows) {  // a CTA per vocabulary row, fixed order (batch-invariant)
-      return dec::DotRows({.x = h, .w = head.w, .y = logits, .rows = b, .out = head.out,
-                           .k = head.in},
-                          stream);
+      return dec::DotRows(
+          {.x = hx, .w = head.w, .y = logits, .rows = b, .out = head.out, .k = head.in}, stream);
     }
     return options.row_stable_logits ? dense::RowStableMatmul(p, stream)
                                      : gemm->Matmul(p, stream);

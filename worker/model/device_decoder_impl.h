@@ -224,6 +224,8 @@ struct StepMeta {
   int32_t* slot = nullptr;       // [B]
   int32_t* win_rows = nullptr;   // [B, window] rows relative to a layer's window base, -1
   int32_t* win_write = nullptr;  // [B]
+  int32_t* run_length = nullptr;  // [B] rows of the run a row starts (0: inside a run)
+  int32_t* head_rows = nullptr;   // [B] rows the head reads (logits of a row subset)
   struct PerRatio {
     int64_t* visible = nullptr;      // [B] (p + 1) / r
     int64_t* key_offset = nullptr;   // [B] slot * max_entries
@@ -345,6 +347,7 @@ struct DeviceDecoder::Impl {
   uint8_t *kq_codes = nullptr, *kq_scales = nullptr;
   // Activations [batch_cap, ...].
   float *x = nullptr, *x2 = nullptr, *mixes = nullptr, *h = nullptr, *y = nullptr;
+  float* h_head = nullptr;  // the head's input rows when logits are asked of some rows
   Coeffs ca, cf;
   float* identity_pre = nullptr;
   float* act = nullptr;  // matmul activation scratch [batch_cap * topk, max in]
@@ -520,6 +523,9 @@ struct DeviceDecoder::Impl {
   // it has none (bf16 linear, shape, or values that do not re-encode).
   const EncodedDense* Fp8Form(const DenseWeight& w);
   int64_t window() const { return c.window_size; }
+  // Rows of a slot's window ring in every layer: the window plus the rows a
+  // step may add beyond it (several positions of one slot in a step).
+  int64_t ring() const { return c.window_size + options.max_rows_per_slot - 1; }
   int64_t max_entries(int ratio) const { return options.max_positions / ratio; }
   int ratio_index(int ratio) const {
     return static_cast<int>(std::find(ratios.begin(), ratios.end(), ratio) - ratios.begin());
@@ -560,9 +566,14 @@ struct DeviceDecoder::Impl {
   absl::Status LayoutWeights(Region& r, int64_t& max_in);
   absl::StatusOr<std::unique_ptr<DeviceDecoder>> Build(std::unique_ptr<Impl> self);
   void LayoutMeta(char* base, StepMeta& m, size_t& bytes) const;
+  // Rows of one slot are adjacent (a run, consecutive positions from the
+  // slot's length); `head_rows` (head_padded entries, padded with row 0)
+  // when the head reads a subset (head_padded >= 0), ignored otherwise.
   absl::Status PrepareMeta(std::span<const int> slot_ids, std::span<const int64_t> tokens,
-                           int64_t padded);
-  absl::Status Enqueue(int64_t b);
+                           int64_t padded, std::span<const int> head_rows, int64_t head_padded);
+  // The backbone over b rows; the head over all of them (head_b < 0) or over
+  // the head_b rows meta head_rows names (0: no head).
+  absl::Status Enqueue(int64_t b, int64_t head_b);
   // Host <-> device copies of KV rows [n, head_dim] starting at pool row
   // `first_row` (window ring or compressed entries, in kv_pool's numbering),
   // through the stored form when the pools hold it (UploadKv: INTERNAL when

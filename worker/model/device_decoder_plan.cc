@@ -18,11 +18,13 @@ absl::StatusOr<LocalExperts> CheckDecodable(const ModelConfig& c, const LayerRol
                                            const DeviceDecoderOptions& options,
                                            bool synthetic) {
   if (options.max_sequences < 1 || options.max_positions < 2 || options.max_batch < 1 ||
-      options.batch_interval < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "DeviceDecoder: max_sequences ", options.max_sequences, ", max_positions ",
-        options.max_positions, ", max_batch ", options.max_batch, ", batch_interval ",
-        options.batch_interval, " (each must be >= 1, max_positions >= 2)"));
+      options.batch_interval < 1 || options.max_rows_per_slot < 1 ||
+      options.max_rows_per_slot > options.max_batch) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DeviceDecoder: max_sequences ", options.max_sequences, ", max_positions ",
+                     options.max_positions, ", max_batch ", options.max_batch, ", batch_interval ",
+                     options.batch_interval, ", max_rows_per_slot ", options.max_rows_per_slot,
+                     " (each must be >= 1, max_positions >= 2, max_rows_per_slot <= max_batch)"));
   }
   if (!options.expert_tile.empty()) {
     const std::optional<kc::Mxfp4GroupedTile> tile =
@@ -101,7 +103,7 @@ absl::StatusOr<LocalExperts> CheckDecodable(const ModelConfig& c, const LayerRol
 absl::Status DeviceDecoder::Impl::Layout(Region& r) {
   const ModelWeights& w = wts;
   const int64_t d = c.dim, n = c.hc_mult, hd = c.head_dim, di = c.index_head_dim;
-  const int64_t bc = batch_cap, win = window();
+  const int64_t bc = batch_cap, win = window(), ring_rows = ring();
   fills = 0;
   expert_bytes = 0;
   mxfp4_layers = 0;
@@ -112,7 +114,7 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
   int64_t rows = 0;
   for (int l = 0; l < c.n_layers; ++l) {
     layers[l].window_base = static_cast<int32_t>(rows);
-    rows += slots * win;
+    rows += slots * ring_rows;
   }
   window_rows_total = rows;
   int64_t max_width = 1;
@@ -282,6 +284,7 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
   ekey = r.Alloc<float>(bc * n * d);
   evalue = r.Alloc<float>(bc * d);
   logits = r.Alloc<float>(bc * c.vocab_size);
+  h_head = r.Alloc<float>(bc * d);
   // --- step inputs
   size_t mb = 0;
   LayoutMeta(nullptr, meta_d, mb);
@@ -306,6 +309,8 @@ void DeviceDecoder::Impl::LayoutMeta(char* base, StepMeta& m, size_t& bytes) con
   take(m.slot, bc);
   take(m.win_rows, bc * window());
   take(m.win_write, bc);
+  take(m.run_length, bc);
+  take(m.head_rows, bc);
   m.ratio.assign(ratios.size(), {});
   for (StepMeta::PerRatio& pr : m.ratio) {
     take(pr.visible, bc);

@@ -20,6 +20,10 @@
 // (some steps with none), every row bit-identical to the CPU.
 // A last test checks the refusals (bad slots, tokens, batch sizes, a full
 // slot) and that a refused call changes nothing.
+#include "worker/model/device_decoder.h"
+
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -31,12 +35,10 @@
 #include <thread>
 #include <vector>
 
-#include <cuda_runtime.h>
-
 #include "gtest/gtest.h"
 #include "parallel/nccl_communicator.h"
 #include "worker/model/cpu_ops.h"
-#include "worker/model/device_decoder.h"
+#include "worker/model/device_decoder_chunk_check.h"
 #include "worker/model/device_decoder_synthetic.h"
 #include "worker/model/model.h"
 #include "worker/model/tiny_checkpoint.h"
@@ -262,6 +264,28 @@ TEST(DeviceDecoderTest, SmallBf16) {
   CheckModel(*Small(), "small", ActivationPrecision::kBf16);
 }
 
+// Several positions of a slot in one step (device prefill chunks, draft
+// verification): bit-identical to one position a step and to the CPU's
+// ForwardBatch of the same chunks (device_decoder_chunk_check.h).
+TEST(DeviceDecoderTest, ChunkedStepsTinyBf16) {
+  auto cpu = RowStableCpuModel(TinyCheckpoint(11), ActivationPrecision::kBf16);
+  ASSERT_NE(cpu, nullptr);
+  testing::CheckChunkedSteps(*cpu, ActivationPrecision::kBf16, {}, cpu.get(), "tiny bf16");
+}
+TEST(DeviceDecoderTest, ChunkedStepsSmallFp32Eager) {
+  ASSERT_NE(Small(), nullptr);
+  auto cpu = RowStableCpuModel(*Small(), ActivationPrecision::kFp32);
+  ASSERT_NE(cpu, nullptr);
+  testing::CheckChunkedSteps(*cpu, ActivationPrecision::kFp32, {.use_graphs = false}, cpu.get(),
+                             "small fp32 eager");
+}
+TEST(DeviceDecoderTest, ChunkedStepsSmallBf16) {
+  ASSERT_NE(Small(), nullptr);
+  auto cpu = RowStableCpuModel(*Small(), ActivationPrecision::kBf16);
+  ASSERT_NE(cpu, nullptr);
+  testing::CheckChunkedSteps(*cpu, ActivationPrecision::kBf16, {}, cpu.get(), "small bf16");
+}
+
 // Synthetic weights (the benchmark path for configs too large for the host):
 // sequences started empty decode finite logits, identically with graphs and
 // eagerly, and the same seed draws the same weights.
@@ -464,7 +488,7 @@ TEST(DeviceDecoderTest, RefusesBadInput) {
   EXPECT_EQ(code({}, {}), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(code(s0, t2), absl::StatusCode::kInvalidArgument);    // sizes differ
   EXPECT_EQ(code(s01, t2), absl::StatusCode::kInvalidArgument);   // slot 1 empty
-  EXPECT_EQ(code(s00, t2), absl::StatusCode::kInvalidArgument);   // repeated slot
+  EXPECT_EQ(code(s00, t2), absl::StatusCode::kInvalidArgument);   // two rows, max_rows_per_slot 1
   EXPECT_EQ(code(s5, t1), absl::StatusCode::kInvalidArgument);    // out of range
   EXPECT_EQ(code(s0, bad), absl::StatusCode::kInvalidArgument);   // token
   EXPECT_EQ(code(s_all, t5), absl::StatusCode::kInvalidArgument); // batch > max_batch

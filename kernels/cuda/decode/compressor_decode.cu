@@ -32,8 +32,8 @@ absl::Status CompressorDecode(const CompressorDecodeParams& p, cudaStream_t stre
   const int64_t n = p.rows * p.dim;
   if (n == 0) return absl::OkStatus();
   CompressorDecodeKernel<<<internal::BlocksFor(n), internal::kThreads, 0, stream>>>(
-      p.kv, p.score, p.kv_state, p.score_state, p.state_slot, p.positions, p.out, p.rows, p.dim,
-      p.ratio, p.slots, p.round_bf16);
+      p.kv, p.score, p.kv_state, p.score_state, p.state_slot, p.positions, p.run_length, p.out,
+      p.rows, p.dim, p.ratio, p.slots, p.round_bf16);
   return LaunchStatus("CompressorDecode");
 }
 

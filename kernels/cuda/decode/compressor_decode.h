@@ -3,11 +3,11 @@
 // CompressorDecode: the KV compressor of kv-source layers (spec §4.3.1;
 // kernels/cpu/compressor.h, kernels/cuda/attention/compressor_pool.h) for a
 // batched DECODE step, where every row is one token of a different sequence
-// at its own position. Each sequence keeps its partial group in a slot of a
-// state pool; slot s's block [ratio, dim] has the layout of the `kv_state` /
-// `score_state` of CompressorPool (entry p % ratio holds the latest token of
-// that residue class), so a prefill by CompressorPool on the block and decode
-// steps here continue each other.
+// at its own position, or (run_length) a few consecutive tokens of one. Each sequence keeps its
+// partial group in a slot of a state pool; slot s's block [ratio, dim] has the layout of the
+// `kv_state` / `score_state` of CompressorPool (entry p % ratio holds the latest token of that
+// residue class), so a prefill by CompressorPool on the block and decode steps here continue each
+// other.
 //
 // For each row t with slot s = state_slot[t] and position p = positions[t]:
 //   1. kv_state[s, p % ratio, :] = kv[t, :]; score_state[s, p % ratio, :] = score[t, :]
@@ -46,6 +46,12 @@ struct CompressorDecodeParams {
   float* score_state = nullptr;          // device pool [slots, ratio, dim]
   const int32_t* state_slot = nullptr;   // device [rows] the state block row t uses
   const int64_t* positions = nullptr;    // device [rows] the token's position
+  // device [rows] or null (every row its own run): several consecutive
+  // positions of one sequence in one step. run_length[t] = n > 0: rows
+  // t .. t+n-1 are one sequence's positions p, p+1, ..., p+n-1 (same slot),
+  // applied in that order; run_length[t] = 0: row t belongs to an earlier
+  // row's run. The state and latents are those of n single-row steps.
+  const int32_t* run_length = nullptr;
   float* out = nullptr;                  // device [rows, dim]: pooled latent or zeros
   int64_t rows = 0, dim = 0;
   int ratio = 2;           // >= 2 (ratio 1 needs no pooling)
@@ -62,7 +68,8 @@ bool SupportsCompressorDecode(const CompressorDecodeParams& p);
 // (row, channel) doing both for its channel: race-free). Returns
 // INVALID_ARGUMENT when SupportsCompressorDecode is false; INTERNAL with the
 // CUDA error if the launch fails. rows * dim == 0 enqueues nothing.
-// REQUIRES: no two non-padding rows use the same slot; with slots == 0 every
+// REQUIRES: no two non-padding rows use the same slot, except the rows of
+// one run (run_length); runs cover every row; with slots == 0 every
 // state_slot < the pool's slot count; out overlaps no other buffer.
 absl::Status CompressorDecode(const CompressorDecodeParams& p, cudaStream_t stream);
 

@@ -236,6 +236,139 @@ TEST(CompressorDecodeTest, DecodeStepsMatchTheCpuCompressorPerSequence) {
   }
 }
 
+// Runs: each step gives every unfinished sequence a run of 1 .. 2 * ratio + 3
+// consecutive rows (one launch applies them in order), in random order, plus
+// a padding row; against cpu::CompressorPool per sequence from the same
+// prefilled states: every row's latent or zeros and the final pool
+// bit-identical. A run that crosses groups pools a group whose first tokens
+// came from an earlier step's state and whose last ones from this run.
+void RunRuns(int r, int64_t d) {
+  constexpr int kSlots = 6, kSequences = 4;
+  std::mt19937 rng(r * 7919 + d);
+  std::vector<float> pool_kv = Normal(int64_t{kSlots} * r * d, 1.0f, rng);
+  std::vector<float> pool_score = Normal(int64_t{kSlots} * r * d, 2.0f, rng);
+  DeviceBuffer<float> d_kv_state(pool_kv), d_score_state(pool_score);  // before any step
+  struct Seq {
+    int slot;
+    int64_t start, total;
+    std::vector<float> kv, score, latents;  // latents: [groups completed, dim] from start
+  };
+  std::vector<Seq> seqs(kSequences);
+  std::uniform_int_distribution<int64_t> start_of(0, 2 * r), total_of(1, 4 * r + 5);
+  for (int q = 0; q < kSequences; ++q) {
+    Seq& s = seqs[q];
+    s.slot = q + 1;  // slot 0 keeps its old contents throughout
+    // The slot's state as an earlier prefill of `start` tokens left it: the
+    // residues below start % r of its group are live, the rest stale.
+    s.start = start_of(rng);
+    s.total = total_of(rng);
+    s.kv = Normal(s.total * d, 1.0f, rng);
+    s.score = Normal(s.total * d, 2.0f, rng);
+    std::span<float> kvs(pool_kv.data() + s.slot * r * d, r * d);
+    std::span<float> scs(pool_score.data() + s.slot * r * d, r * d);
+    s.latents.resize(cpu::CompressedCount(s.start, s.total, r) * d);
+    ASSERT_TRUE(cpu::CompressorPool({.kv = s.kv,
+                                     .score = s.score,
+                                     .kv_state = kvs,
+                                     .score_state = scs,
+                                     .out = s.latents,
+                                     .start_pos = s.start,
+                                     .tokens = s.total,
+                                     .dim = d,
+                                     .ratio = r})
+                    .ok());
+  }
+  const int64_t cap = kSequences * (2 * r + 3) + 1;
+  DeviceBuffer<float> d_kv(cap * d), d_score(cap * d), d_out(cap * d);
+  DeviceBuffer<int32_t> d_slot(cap), d_run(cap);
+  DeviceBuffer<int64_t> d_pos(cap);
+  std::vector<int64_t> done(kSequences, 0);
+  int64_t latents_checked = 0, longest = 0;
+  for (int step = 0;; ++step) {
+    std::vector<int> order;
+    for (int q = 0; q < kSequences; ++q) {
+      if (done[q] < seqs[q].total) order.push_back(q);
+    }
+    if (order.empty()) break;
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<float> kv, score, want;
+    std::vector<int32_t> slot, run;
+    std::vector<int64_t> pos;
+    for (int q : order) {
+      const Seq& s = seqs[q];
+      const int64_t n = std::min<int64_t>(
+          s.total - done[q], std::uniform_int_distribution<int64_t>(1, 2 * r + 3)(rng));
+      longest = std::max(longest, n);
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t i = done[q] + j, p = s.start + i;
+        slot.push_back(s.slot);
+        pos.push_back(p);
+        run.push_back(j == 0 ? static_cast<int32_t>(n) : 0);
+        kv.insert(kv.end(), s.kv.begin() + i * d, s.kv.begin() + (i + 1) * d);
+        score.insert(score.end(), s.score.begin() + i * d, s.score.begin() + (i + 1) * d);
+        if ((p + 1) % r == 0) {
+          const int64_t e = p / r - s.start / r;
+          want.insert(want.end(), s.latents.begin() + e * d, s.latents.begin() + (e + 1) * d);
+          ++latents_checked;
+        } else {
+          want.insert(want.end(), d, 0.0f);
+        }
+      }
+      done[q] += n;
+    }
+    slot.push_back(-1);  // padding, its own run
+    pos.push_back(0);
+    run.push_back(1);
+    kv.insert(kv.end(), d, 1e30f);
+    score.insert(score.end(), d, 1e30f);
+    want.insert(want.end(), d, 0.0f);
+    const int64_t rows = static_cast<int64_t>(slot.size());
+    kv.resize(cap * d);
+    score.resize(cap * d);
+    slot.resize(cap, -1);
+    pos.resize(cap, 0);
+    run.resize(cap, 1);
+    d_kv.Upload(kv);
+    d_score.Upload(score);
+    d_slot.Upload(slot);
+    d_pos.Upload(pos);
+    d_run.Upload(run);
+    d_out.Poison();
+    ASSERT_TRUE(CompressorDecode({.kv = d_kv.get(),
+                                  .score = d_score.get(),
+                                  .kv_state = d_kv_state.get(),
+                                  .score_state = d_score_state.get(),
+                                  .state_slot = d_slot.get(),
+                                  .positions = d_pos.get(),
+                                  .run_length = d_run.get(),
+                                  .out = d_out.get(),
+                                  .rows = rows,
+                                  .dim = d,
+                                  .ratio = r,
+                                  .slots = kSlots},
+                                 nullptr)
+                    .ok());
+    std::vector<float> got = d_out.Download();
+    got.resize(rows * d);
+    ASSERT_TRUE(SameBits(got, want, /*nan_matches_nan=*/true)) << "ratio " << r << " step " << step;
+  }
+  int64_t expected = 0;
+  for (const Seq& s : seqs) expected += static_cast<int64_t>(s.latents.size()) / d;
+  EXPECT_EQ(latents_checked, expected);
+  EXPECT_GT(latents_checked, 0);
+  EXPECT_GT(longest, r);  // some run completed a group and went on
+  EXPECT_TRUE(SameBits(d_kv_state.Download(), pool_kv)) << "kv pool, ratio " << r;
+  EXPECT_TRUE(SameBits(d_score_state.Download(), pool_score)) << "score pool, ratio " << r;
+}
+
+TEST(CompressorDecodeTest, RunsOfOneSequenceEqualItsTokensInOrder) {
+  for (const auto& [r, d] : std::vector<std::pair<int, int64_t>>{{2, 64}, {4, 130}, {128, 33}}) {
+    SCOPED_TRACE(::testing::Message() << "ratio " << r << " dim " << d);
+    RunRuns(r, d);
+    if (HasFatalFailure()) return;
+  }
+}
+
 TEST(CompressorDecodeTest, RefusesBadParamsAndSkipsEmptyWork) {
   float* f = reinterpret_cast<float*>(256);
   const int32_t* slot = reinterpret_cast<const int32_t*>(256);
