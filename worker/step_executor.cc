@@ -456,18 +456,30 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
   std::vector<int64_t> logits_from(rows.size(), 0), host_from;
   // A collective backend takes one Step per plan, at most max_batch rows:
   // sequences already on it decode there first, newcomers take what is left.
-  auto decodes_one = [&](const RowPlan& row) {
-    return row.draft_tokens < 0 && row.tokens.size() + (row.remap >= 0 ? 1 : 0) == 1 && row.start_pos > 0 &&
-           row.start_pos < device_->max_positions();
+  // Whether a row of `n` positions may run on the backend (chunks: several
+  // positions of a slot, i.e. device-resident prefill), as far as the plan
+  // tells.
+  auto chunks_ok = [&](const RowPlan& row) {
+    return device_ != nullptr && device_->max_rows_per_slot() > 1 && num_draft_tokens_ == 0 &&
+           !ced_replay_ && row.prompt_logprobs < 0;
   };
-  size_t room_for_new = 0;
+  auto backend_takes = [&](const RowPlan& row, int64_t start, int64_t n) {
+    return device_ != nullptr && row.draft_tokens < 0 && n >= 1 &&
+           start + n <= device_->max_positions() &&
+           (n == 1 ? start > 0 || chunks_ok(row) : chunks_ok(row));
+  };
+  int64_t room_for_new = 0;
+  int64_t device_tokens = 0;  // positions of device_rows' inputs
   if (collective) {
-    size_t resident = 0;
+    int64_t resident = 0;
     for (const RowPlan& row : rows) {
-      resident += slots_[row.slot].on_device && decodes_one(row);
+      const int64_t n = static_cast<int64_t>(row.tokens.size()) + (row.remap >= 0 ? 1 : 0);
+      if (slots_[row.slot].on_device && backend_takes(row, row.start_pos, n) &&
+          n <= device_->max_rows_per_slot()) {
+        resident += n;
+      }
     }
-    room_for_new = static_cast<size_t>(device_->max_batch()) -
-                   std::min(resident, static_cast<size_t>(device_->max_batch()));
+    room_for_new = std::max<int64_t>(0, device_->max_batch() - resident);
   }
   for (size_t i = 0; i < rows.size(); ++i) {
     const RowPlan& row = rows[i];
@@ -489,17 +501,30 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
     }
     outcomes[i].status = slot.grammar_status;
     starts[i] = slot.state->length();
-    // One token at a position the backend still holds.
-    bool decode = device_ != nullptr && row.draft_tokens < 0 && inputs[i].size() == 1 && starts[i] > 0 &&
-                  starts[i] < device_->max_positions();
-    if (decode && collective) {
-      decode = device_rows.size() < static_cast<size_t>(device_->max_batch()) &&
-               (slot.on_device || room_for_new > 0);
+    // On the backend: one token at a position it still holds, or (a backend
+    // of several rows a slot: device-resident prefill) a chunk of positions
+    // that ends where it still holds them, unless the row needs what only
+    // the model keeps (drafts and their features, prompt logprobs, a CED
+    // replay).
+    const int64_t n = static_cast<int64_t>(inputs[i].size());
+    bool decode = backend_takes(row, starts[i], n);
+    if (decode && collective) {  // one step: the row whole, within the batch
+      decode = n <= device_->max_rows_per_slot() && device_tokens + n <= device_->max_batch() &&
+               (slot.on_device || n <= room_for_new);
     }
-    if (decode && (slot.on_device || device_->Import(row.slot, *slot.state).ok())) {
-      if (!slot.on_device && collective) --room_for_new;
+    if (decode && !slot.on_device) {
+      decode =
+          (starts[i] == 0 ? device_->Start(row.slot) : device_->Import(row.slot, *slot.state)).ok();
+      if (decode && collective) room_for_new -= n;
+    }
+    if (decode) {
       slot.on_device = true;
       device_rows.push_back(i);
+      device_tokens += n;
+      // The last position's logits when the row samples, returns its top
+      // logits or scores its prompt (a decode row, n == 1; as logits_from
+      // below).
+      logits_from[i] = row.sample || row.return_top_k > 0 || row.prompt_logprobs >= 0 ? n - 1 : n;
       continue;
     }
     if (slot.on_device) {
@@ -542,21 +567,46 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
     }
     for (size_t j = 0; j < host_rows.size(); ++j) logits[host_rows[j]] = std::move((*host)[j]);
   }
-  // Decode rows on the device, in batches of at most the decoder's max_batch
-  // (a collective backend: one batch, possibly empty).
-  const size_t chunk = device_rows.empty() ? 1 : static_cast<size_t>(device_->max_batch());
-  for (size_t first = 0; first < device_rows.size() || (collective && first == 0);
-       first += chunk) {
-    const size_t last = std::min(device_rows.size(), first + chunk);
-    std::vector<int> device_slots;
-    std::vector<int64_t> device_tokens;
-    for (size_t j = first; j < last; ++j) {
-      device_slots.push_back(rows[device_rows[j]].slot);
-      device_tokens.push_back(inputs[device_rows[j]][0]);
+  // Device rows in backend steps of at most its max_batch positions, each
+  // row's positions in pieces of at most max_rows_per_slot (a piece a row a
+  // step, in order); the logits of a row's last position come back with its
+  // last piece. A collective backend takes exactly one step (possibly
+  // empty), which holds every device row whole.
+  const int64_t batch_cap = device_ != nullptr ? device_->max_batch() : 1;
+  const int64_t piece_cap = device_ != nullptr ? device_->max_rows_per_slot() : 1;
+  std::vector<int64_t> done(rows.size(), 0);  // positions of the row stepped so far
+  size_t pending = 0;                         // device rows before this have finished
+  while (pending < device_rows.size()) {
+    std::vector<int> device_slots, logit_rows;
+    std::vector<int64_t> device_tokens_in;
+    struct Piece {
+      size_t i;
+      int64_t n;
+      int logit_index;  // index in logit_rows, or -1
+    };
+    std::vector<Piece> pieces;
+    for (size_t j = pending; j < device_rows.size(); ++j) {
+      const size_t i = device_rows[j];
+      const int64_t left = static_cast<int64_t>(inputs[i].size()) - done[i];
+      const int64_t room = batch_cap - static_cast<int64_t>(device_slots.size());
+      if (left == 0) continue;
+      if (room == 0) break;
+      const int64_t n = std::min({left, piece_cap, room});
+      for (int64_t k = 0; k < n; ++k) {
+        device_slots.push_back(rows[i].slot);
+        device_tokens_in.push_back(inputs[i][done[i] + k]);
+      }
+      int logit_index = -1;
+      if (n == left && logits_from[i] < static_cast<int64_t>(inputs[i].size())) {
+        logit_index = static_cast<int>(logit_rows.size());
+        logit_rows.push_back(static_cast<int>(device_slots.size()) - 1);
+      }
+      pieces.push_back({i, n, logit_index});
     }
-    absl::StatusOr<std::span<const float>> out = device_->StepView(device_slots, device_tokens);
+    absl::StatusOr<std::span<const float>> out =
+        device_->StepRows(device_slots, device_tokens_in, std::span<const int>(logit_rows));
     if (!out.ok()) {
-      for (size_t j = first; j < device_rows.size(); ++j) {
+      for (size_t j = pending; j < device_rows.size(); ++j) {
         // The decoder dropped the failed rows; the host states are stale.
         Slot& slot = slots_[rows[device_rows[j]].slot];
         LeaveDevice(rows[device_rows[j]].slot);
@@ -564,18 +614,33 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
       }
       return out.status();
     }
-    const bool last_batch = last == device_rows.size();
-    for (size_t j = first; j < last; ++j) {
-      const size_t k = j - first;
-      const size_t i = device_rows[j];
-      if (last_batch && rows[i].prompt_logprobs < 0) {
-        viewed[i] = out->data() + k * vocab;
-      } else {
-        logits[i].assign(out->begin() + k * vocab, out->begin() + (k + 1) * vocab);
-      }
-      slots_[rows[device_rows[j]].slot].state->Advance(1);
+    for (const Piece& piece : pieces) {
+      done[piece.i] += piece.n;
+      slots_[rows[piece.i].slot].state->Advance(piece.n);
+      device_rows_ += piece.n;
     }
-    device_rows_ += static_cast<int64_t>(last - first);
+    while (pending < device_rows.size() &&
+           done[device_rows[pending]] ==
+               static_cast<int64_t>(inputs[device_rows[pending]].size())) {
+      ++pending;
+    }
+    const bool last_step = pending == device_rows.size();
+    for (const Piece& piece : pieces) {
+      if (piece.logit_index < 0) continue;
+      const float* row_logits = out->data() + static_cast<int64_t>(piece.logit_index) * vocab;
+      if (last_step && rows[piece.i].prompt_logprobs < 0) {
+        viewed[piece.i] = row_logits;
+      } else {
+        logits[piece.i].assign(row_logits, row_logits + vocab);
+      }
+    }
+    if (collective) break;
+  }
+  if (collective && device_rows.empty()) {
+    // The group's step, without rows on this rank.
+    if (absl::StatusOr<std::span<const float>> out = device_->StepView({}, {}); !out.ok()) {
+      return out.status();
+    }
   }
   std::vector<DraftRequest> drafting;
   for (size_t i = 0; i < rows.size(); ++i) {

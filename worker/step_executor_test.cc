@@ -450,7 +450,7 @@ TEST(StepExecutorBackendTest, AFailedBackendStepBreaksOnlyItsSlots) {
 // refused plan on one rank): no collective may be left unpaired (a missing
 // one times out), and every outcome equals a single-process executor's
 // without a backend.
-TEST(StepExecutorBackendTest, CollectiveBackendKeepsExpertParallelRanksInStep) {
+void CheckCollectiveBackend(int rows_per_slot) {
   Fixture f;
   constexpr int kWorld = 2;
   constexpr int kSteps = 10;
@@ -495,8 +495,9 @@ TEST(StepExecutorBackendTest, CollectiveBackendKeepsExpertParallelRanksInStep) {
         absl::StatusOr<model::ExpertParallelModel> ep =
             model::CreateExpertParallelModel(config, *f.checkpoint, placement, c);
         if (!ep.ok()) return ep.status();
-        model::HostDecodeBackend backend(*ep->model, /*max_sequences=*/4, /*max_batch=*/2,
-                                         /*max_positions=*/40, /*collective=*/true);
+        model::HostDecodeBackend backend(*ep->model, /*max_sequences=*/4,
+                                         /*max_batch=*/rows_per_slot > 1 ? 6 : 2,
+                                         /*max_positions=*/40, /*collective=*/true, rows_per_slot);
         StepExecutor executor(*ep->model, 4);
         executor.SetDecodeBackend(&backend);
         for (int s = 0; s < kSteps; ++s) got[r].push_back(executor.Execute(plans[r][s], {}));
@@ -531,6 +532,16 @@ TEST(StepExecutorBackendTest, CollectiveBackendKeepsExpertParallelRanksInStep) {
   // One collective backend step per plan on each rank, whatever it held.
   EXPECT_EQ(backend_stats[0].steps, kSteps);
   EXPECT_EQ(backend_stats[1].steps, kSteps);
+  if (rows_per_slot > 1) {
+    // Prefill chunks on the backend too (batch 6): rank 0's first plan puts
+    // its 6 + 3 + 1 prompt positions partly there (whole rows only), and
+    // nothing ever comes back to the model.
+    EXPECT_GT(backend_stats[0].starts, 0);
+    EXPECT_EQ(backend_stats[0].exports, 0);
+    EXPECT_EQ(backend_stats[1].exports, 0);
+    EXPECT_GT(device_rows[1], 10);
+    return;
+  }
   // Rank 0: two of its three decode rows per step on the backend (its batch),
   // the same two while they decode: one export (the three-token row), no
   // slot pushed out by a newcomer.
@@ -539,6 +550,87 @@ TEST(StepExecutorBackendTest, CollectiveBackendKeepsExpertParallelRanksInStep) {
   // Rank 1: every decode row (7 steps on slot 0, 3 on slot 1).
   EXPECT_EQ(device_rows[1], 10);
   EXPECT_EQ(backend_stats[1].imports, 2);
+}
+
+TEST(StepExecutorBackendTest, CollectiveBackendKeepsExpertParallelRanksInStep) {
+  CheckCollectiveBackend(1);
+}
+TEST(StepExecutorBackendTest, CollectiveBackendWithPrefillChunksKeepsRanksInStep) {
+  CheckCollectiveBackend(4);
+}
+
+// A backend of several rows a slot (device-resident prefill): prompts start
+// on it (Start) and run there in pieces of at most max_rows_per_slot, several
+// backend steps a plan when a plan has more positions than its batch; a row
+// of several tokens after decoding stays there; a chunk that neither samples
+// nor returns logits asks for none. Every outcome equals the executor
+// without a backend.
+TEST(StepExecutorBackendTest, PrefillChunksOnTheBackendGiveTheModelsOutcomes) {
+  Fixture f;
+  model::HostDecodeBackend backend(*f.model, /*max_sequences=*/4, /*max_batch=*/8,
+                                   /*max_positions=*/40, /*collective=*/false,
+                                   /*max_rows_per_slot=*/5);
+  StepExecutor host(*f.model, 5), dev(*f.model, 5);
+  dev.SetDecodeBackend(&backend);
+  int steps = 0;
+  auto both = [&](const std::vector<RowPlan>& rows, const std::vector<int32_t>& release) {
+    auto a = host.Execute(rows, release);
+    auto b = dev.Execute(rows, release);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(b.ok()) << b.status();
+    ExpectSame(*a, *b, steps++);
+  };
+  RowPlan silent = Row(3, 0, {40, 41, 42, 43});  // a first chunk: no sample, no logits
+  silent.sample = false;
+  silent.return_top_k = 0;
+  // 12 + 3 + 1 + 4 = 20 positions: three backend steps of at most 8.
+  both({Row(0, 0, {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}), Row(1, 0, {17, 18, 19}),
+        Row(2, 0, {20}), silent},
+       {});
+  EXPECT_EQ(dev.device_rows(), 20);
+  EXPECT_EQ(backend.stats().starts, 4);
+  EXPECT_EQ(backend.stats().steps, 3);
+  int64_t len[4] = {12, 3, 1, 4};
+  both({Row(0, len[0], {}, 0), Row(1, len[1], {}, 1), Row(2, len[2], {}, 2),
+        Row(3, len[3], {44, 45, 46, 47, 48, 49})},
+       {});
+  len[0]++, len[1]++, len[2]++, len[3] += 6;
+  for (int s = 0; s < 4; ++s) {
+    both({Row(0, len[0], {}, 0), Row(1, len[1], {}, 1), Row(2, len[2], {}, 2),
+          Row(3, len[3], {}, 3)},
+         {});
+    for (int64_t& l : len) ++l;
+  }
+  // Three tokens after decoding: they run on the backend too.
+  both({Row(0, len[0], {}, 0), Row(1, len[1], {50, 51, 52}), Row(2, len[2], {}, 2),
+        Row(3, len[3], {}, 3)},
+       {});
+  len[0]++, len[1] += 3, len[2]++, len[3]++;
+  EXPECT_EQ(backend.stats().exports, 0);
+  EXPECT_EQ(backend.stats().imports, 0);
+  // Slot 4 is past the backend's slots: its prompt runs on the model.
+  both({Row(4, 0, {60, 61, 62}), Row(0, len[0], {}, 0)}, {});
+  len[0]++;
+  // Release slot 2, a new sequence there; a seeded stochastic row on slot 0.
+  both({Row(2, 0, {30, 31, 32, 33, 34, 35, 36})}, {2});
+  EXPECT_EQ(backend.stats().starts, 5);
+  len[2] = 7;
+  for (int s = 0; s < 3; ++s) {
+    RowPlan r0 = Row(0, len[0], {}, s == 0 ? -1 : 0);
+    if (s == 0) r0.tokens = {70};
+    r0.sampling.temperature = 0.8f;
+    r0.sampling.seed = 99;
+    both({r0, Row(2, len[2], {}, s == 0 ? 0 : 1)}, {});
+    ++len[0];
+    ++len[2];
+  }
+  // Up to the backend's last position (40): a chunk that would pass it runs
+  // on the model, its sequence exported first.
+  const int64_t to_end = 40 - len[1];
+  std::vector<int64_t> fill(to_end + 1, 3);
+  both({Row(1, len[1], fill)}, {});
+  EXPECT_EQ(backend.stats().exports, 1);
+  EXPECT_FALSE(backend.holds(1));
 }
 
 }  // namespace

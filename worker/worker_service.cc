@@ -354,6 +354,16 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
         .device = cuda_device_, .max_sequences = options_.max_slots,
         .max_positions = options_.device_decode_max_positions,
         .max_batch = options_.device_decode_max_batch, .engram_token_map = engram_token_map};
+    // Prefill chunks: at one rank the batch grows to hold a piece (graphs
+    // are per padded size, so small decode steps do not pay for it); a
+    // collective step is always its full batch, so there pieces fit in it.
+    const int prefill_rows = std::max(1, options_.device_prefill_rows);
+    if (world == 1) {
+      dd_options.max_batch = std::max(dd_options.max_batch, prefill_rows);
+      dd_options.max_rows_per_slot = prefill_rows;
+    } else {
+      dd_options.max_rows_per_slot = std::min(dd_options.max_batch, prefill_rows);
+    }
     dd_options.numerics = options_.numerics;
     dd_options.fast_mhc = options_.fast_mhc;
     dd_options.expert_wgmma = options_.expert_wgmma;

@@ -22,6 +22,7 @@
 #define WEIR_WORKER_MODEL_DECODE_BACKEND_H_
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -58,6 +59,29 @@ class DecodeBackend {
     if (!logits.ok()) return logits.status();
     view_ = *std::move(logits);
     return std::span<const float>(view_);
+  }
+  // Several consecutive positions of a slot in one step (device-resident
+  // prefill chunks): the most rows one slot may have in a StepRows call; 1
+  // (the default) when the backend only decodes.
+  virtual int max_rows_per_slot() const { return 1; }
+  // Starts an empty sequence in `slot` (its first row is position 0), for a
+  // prompt fed by StepRows. UNIMPLEMENTED unless max_rows_per_slot() > 1.
+  virtual absl::Status Start(int slot) {
+    return absl::UnimplementedError("this decode backend does not start sequences");
+  }
+  // StepView where the rows of one slot (adjacent, at most
+  // max_rows_per_slot()) take its next positions in row order, and only the
+  // rows in `logit_rows` (ascending; nullopt: every row) return logits,
+  // [logit_rows.size(), vocab]. The logits of a row equal what stepping the
+  // positions one at a time gives. The default takes only one row a slot and
+  // every row's logits (StepView).
+  virtual absl::StatusOr<std::span<const float>> StepRows(
+      std::span<const int> slots, std::span<const int64_t> tokens,
+      std::optional<std::span<const int>> logit_rows) {
+    if (logit_rows.has_value()) {
+      return absl::UnimplementedError("this decode backend returns every row's logits");
+    }
+    return StepView(slots, tokens);
   }
   // Most rows one Step takes.
   virtual int max_batch() const = 0;

@@ -501,6 +501,10 @@ absl::StatusOr<std::span<const float>> DeviceDecoder::StepRows(
     }
     return valid;
   }
+  // Every row asked, in order: the plain head (no gather).
+  if (logit_rows.has_value() && static_cast<int64_t>(logit_rows->size()) == rows) {
+    logit_rows = std::nullopt;  // validated ascending and in range: 0 .. rows - 1
+  }
   const int64_t interval = options_.batch_interval;
   // A collective step has the same padded size on every rank (block sizes).
   const int64_t padded = collective ? m.batch_cap : (rows + interval - 1) / interval * interval;

@@ -301,7 +301,7 @@ class DeviceDecoder : public DecodeBackend {
   absl::Status Import(int slot, const SequenceState& state) override;
   // Starts an empty sequence in `slot` (its first Step runs position 0: a
   // prompt can be fed one token per step). INVALID_ARGUMENT on a bad slot.
-  absl::Status Start(int slot);
+  absl::Status Start(int slot) override;
   // Writes the sequence of `slot` back into `state` (the state Imported into
   // it, advanced or not): window rings, compressed KV, index keys, the
   // compressor's partial group and the Engram history, then advances it to
@@ -341,9 +341,10 @@ class DeviceDecoder : public DecodeBackend {
   // INVALID_ARGUMENT as Step, plus rows of a slot that are not adjacent,
   // too many of them, or a bad logit row; OUT_OF_RANGE when the slot's
   // rows pass max_positions.
-  absl::StatusOr<std::span<const float>> StepRows(std::span<const int> slots,
-                                                  std::span<const int64_t> tokens,
-                                                  std::optional<std::span<const int>> logit_rows);
+  absl::StatusOr<std::span<const float>> StepRows(
+      std::span<const int> slots, std::span<const int64_t> tokens,
+      std::optional<std::span<const int>> logit_rows) override;
+  int max_rows_per_slot() const override { return options_.max_rows_per_slot; }
   int max_batch() const override { return options_.max_batch; }
   int max_sequences() const override { return options_.max_sequences; }
   int64_t max_positions() const override { return options_.max_positions; }

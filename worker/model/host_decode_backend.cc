@@ -1,5 +1,6 @@
 #include "worker/model/host_decode_backend.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -8,9 +9,23 @@
 namespace weir::model {
 
 HostDecodeBackend::HostDecodeBackend(Model& model, int max_sequences, int max_batch,
-                                     int64_t max_positions, bool collective)
-    : model_(model), max_batch_(max_batch), max_positions_(max_positions),
-      collective_(collective), slots_(max_sequences) {}
+                                     int64_t max_positions, bool collective, int max_rows_per_slot)
+    : model_(model),
+      max_batch_(max_batch),
+      max_positions_(max_positions),
+      collective_(collective),
+      max_rows_per_slot_(max_rows_per_slot),
+      slots_(max_sequences) {}
+
+absl::Status HostDecodeBackend::Start(int slot) {
+  if (max_rows_per_slot_ < 2) return DecodeBackend::Start(slot);
+  if (slot < 0 || slot >= max_sequences()) {
+    return absl::InvalidArgumentError(absl::StrCat("Start: slot ", slot));
+  }
+  slots_[slot] = model_.NewSequence();
+  ++stats_.starts;
+  return absl::OkStatus();
+}
 
 absl::Status HostDecodeBackend::Import(int slot, const SequenceState& state) {
   if (slot < 0 || slot >= max_sequences()) {
@@ -46,19 +61,47 @@ absl::Status HostDecodeBackend::Release(int slot) {
 
 absl::StatusOr<std::vector<float>> HostDecodeBackend::Step(std::span<const int> slots,
                                                            std::span<const int64_t> tokens) {
+  absl::StatusOr<std::span<const float>> view = StepRows(slots, tokens, std::nullopt);
+  if (!view.ok()) return view.status();
+  return std::vector<float>(view->begin(), view->end());
+}
+
+absl::StatusOr<std::span<const float>> HostDecodeBackend::StepRows(
+    std::span<const int> slots, std::span<const int64_t> tokens,
+    std::optional<std::span<const int>> logit_rows) {
   const int64_t rows = static_cast<int64_t>(slots.size());
+  // Runs: [first row, rows) of one slot each.
+  std::vector<std::pair<int64_t, int64_t>> runs;
   absl::Status valid = [&]() -> absl::Status {
     if ((rows == 0 && !collective_) || rows > max_batch_ || tokens.size() != slots.size()) {
       return absl::InvalidArgumentError(absl::StrCat("Step: ", rows, " slots, ", tokens.size(),
                                                      " tokens"));
     }
     absl::flat_hash_set<int> seen;
-    for (int s : slots) {
-      if (!holds(s) || !seen.insert(s).second) {
-        return absl::InvalidArgumentError(absl::StrCat("Step: slot ", s));
+    for (int64_t i = 0; i < rows; ++i) {
+      const int s = slots[i];
+      if (i > 0 && slots[i - 1] == s) {
+        ++runs.back().second;
+      } else {
+        if (!holds(s) || !seen.insert(s).second) {
+          return absl::InvalidArgumentError(absl::StrCat("Step: slot ", s));
+        }
+        runs.push_back({i, 1});
       }
-      if (slots_[s]->length() >= max_positions_) {
+      if (runs.back().second > max_rows_per_slot_) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("Step: slot ", s, " has more than ", max_rows_per_slot_, " rows"));
+      }
+      if (slots_[s]->length() + runs.back().second > max_positions_) {
         return absl::OutOfRangeError(absl::StrCat("Step: slot ", s, " is full"));
+      }
+    }
+    if (logit_rows.has_value()) {
+      for (size_t k = 0; k < logit_rows->size(); ++k) {
+        const int r = (*logit_rows)[k];
+        if (r < 0 || r >= rows || (k > 0 && r <= (*logit_rows)[k - 1])) {
+          return absl::InvalidArgumentError(absl::StrCat("Step: logit row ", r));
+        }
       }
     }
     return absl::OkStatus();
@@ -70,10 +113,10 @@ absl::StatusOr<std::vector<float>> HostDecodeBackend::Step(std::span<const int> 
   std::vector<SequenceState*> states;
   std::vector<std::span<const int64_t>> inputs;
   std::vector<int64_t> starts;
-  for (int64_t i = 0; i < rows; ++i) {
-    states.push_back(slots_[slots[i]].get());
-    inputs.push_back(tokens.subspan(i, 1));
-    starts.push_back(slots_[slots[i]]->length());
+  for (const auto& [first, n] : runs) {
+    states.push_back(slots_[slots[first]].get());
+    inputs.push_back(tokens.subspan(first, n));
+    starts.push_back(slots_[slots[first]]->length());
   }
   if (fail_next_ && collective_) model_.ForwardBatch({}, {}, {}).IgnoreError();
   absl::StatusOr<std::vector<std::vector<float>>> logits =
@@ -85,11 +128,20 @@ absl::StatusOr<std::vector<float>> HostDecodeBackend::Step(std::span<const int> 
     for (int s : slots) slots_[s].reset();
     return absl::InternalError(logits.status().message());
   }
-  std::vector<float> out;
-  for (const std::vector<float>& row : *logits) out.insert(out.end(), row.begin(), row.end());
+  std::vector<float> all;
+  for (const std::vector<float>& run : *logits) all.insert(all.end(), run.begin(), run.end());
+  if (logit_rows.has_value()) {
+    const size_t vocab = all.size() / static_cast<size_t>(std::max<int64_t>(rows, 1));
+    rows_view_.clear();
+    for (int r : *logit_rows) {
+      rows_view_.insert(rows_view_.end(), all.begin() + r * vocab, all.begin() + (r + 1) * vocab);
+    }
+  } else {
+    rows_view_ = std::move(all);
+  }
   ++stats_.steps;
   stats_.rows += rows;
-  return out;
+  return std::span<const float>(rows_view_);
 }
 
 }  // namespace weir::model

@@ -31,20 +31,28 @@ struct HostDecodeBackendStats {
   int64_t exports = 0;
   int64_t steps = 0;
   int64_t rows = 0;
+  int64_t starts = 0;
 };
 
 class HostDecodeBackend : public DecodeBackend {
  public:
   // REQUIRES: `model` outlives the backend; max_sequences, max_batch >= 1;
   // `collective` only over an expert-parallel model.
+  // max_rows_per_slot > 1: StepRows takes several positions of a slot
+  // (prefill chunks) and Start begins empty sequences.
   HostDecodeBackend(Model& model, int max_sequences, int max_batch, int64_t max_positions,
-                    bool collective = false);
+                    bool collective = false, int max_rows_per_slot = 1);
 
   absl::Status Import(int slot, const SequenceState& state) override;
   absl::Status Export(int slot, SequenceState& state) override;
   absl::Status Release(int slot) override;
   absl::StatusOr<std::vector<float>> Step(std::span<const int> slots,
                                           std::span<const int64_t> tokens) override;
+  absl::Status Start(int slot) override;
+  absl::StatusOr<std::span<const float>> StepRows(
+      std::span<const int> slots, std::span<const int64_t> tokens,
+      std::optional<std::span<const int>> logit_rows) override;
+  int max_rows_per_slot() const override { return max_rows_per_slot_; }
   int max_batch() const override { return max_batch_; }
   int max_sequences() const override { return static_cast<int>(slots_.size()); }
   int64_t max_positions() const override { return max_positions_; }
@@ -59,7 +67,9 @@ class HostDecodeBackend : public DecodeBackend {
   const int max_batch_;
   const int64_t max_positions_;
   const bool collective_;
+  const int max_rows_per_slot_;
   std::vector<std::unique_ptr<SequenceState>> slots_;
+  std::vector<float> rows_view_;  // StepRows' logits
   bool fail_next_ = false;
   HostDecodeBackendStats stats_;
 };
