@@ -618,6 +618,7 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
       done[piece.i] += piece.n;
       slots_[rows[piece.i].slot].state->Advance(piece.n);
       device_rows_ += piece.n;
+      if (inputs[piece.i].size() > 1 || starts[piece.i] == 0) device_prefill_rows_ += piece.n;
     }
     while (pending < device_rows.size() &&
            done[device_rows[pending]] ==

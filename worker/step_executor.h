@@ -34,6 +34,7 @@
 #ifndef WEIR_WORKER_STEP_EXECUTOR_H_
 #define WEIR_WORKER_STEP_EXECUTOR_H_
 
+#include <atomic>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -212,7 +213,14 @@ class StepExecutor {
   // REQUIRES: 0 <= slot < max_slots().
   std::vector<BlockId> block_table(int32_t slot) const;
   // Rows run on the decode backend since construction.
-  int64_t device_rows() const { return device_rows_; }
+  // (Positions, since several a row may run there: prefill chunks.) Safe to
+  // read from another thread (a log line).
+  int64_t device_rows() const { return device_rows_.load(std::memory_order_relaxed); }
+  // Of those, the positions of rows of several (device-resident prefill) or
+  // of a slot's first position.
+  int64_t device_prefill_rows() const {
+    return device_prefill_rows_.load(std::memory_order_relaxed);
+  }
 
   // Speculative decoding: speculative rows (RowPlan::draft_tokens) draft
   // `n` tokens after their last sample (0: off; rows then verify nothing
@@ -360,7 +368,8 @@ class StepExecutor {
   model::Model& model_;
   model::DecodeBackend* device_ = nullptr;
   kv_cache::BlockPool* pool_ = nullptr;
-  int64_t device_rows_ = 0;
+  std::atomic<int64_t> device_rows_ = 0;
+  std::atomic<int64_t> device_prefill_rows_ = 0;
   int32_t num_draft_tokens_ = 0;
   std::optional<VerifyCostCurve> cost_curve_;
   bool ced_replay_ = false;

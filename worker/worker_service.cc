@@ -762,6 +762,13 @@ grpc::Status WorkerService::Shutdown(grpc::ServerContext* context,
     if (stopping_) return grpc::Status::OK;
     stopping_ = true;
   }
+  {
+    absl::MutexLock lock(&mu_);
+    if (executor_ != nullptr && device_decoder_ != nullptr) {
+      WEIR_LOG(INFO) << "device decoder: " << executor_->device_rows() << " positions stepped, "
+                     << executor_->device_prefill_rows() << " of them prompt chunks";
+    }
+  }
   WEIR_LOG(INFO) << "shutdown requested: " << request->reason();
   if (hooks_.set_serving) hooks_.set_serving(false);
   if (hooks_.request_stop) hooks_.request_stop(request->reason());

@@ -44,7 +44,7 @@ inline void CheckChunkedSteps(const Model& model, ActivationPrecision precision,
                               DeviceDecoderOptions options, Model* cpu, const char* name) {
   const int64_t v = model.config().vocab_size;
   constexpr int kRows = 12, kSeqs = 5;
-  options.max_sequences = 8;
+  options.max_sequences = 2 * kSeqs;
   options.max_positions = 160;
   options.max_batch = kSeqs * kRows;
   options.max_rows_per_slot = kRows;
