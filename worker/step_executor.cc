@@ -606,11 +606,16 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
     absl::StatusOr<std::span<const float>> out =
         device_->StepRows(device_slots, device_tokens_in, std::span<const int>(logit_rows));
     if (!out.ok()) {
+      // The decoder dropped the slots of the failed step; rows not finished
+      // yet are stale on the host too. Rows finished by an earlier step keep
+      // their sequences.
       for (size_t j = pending; j < device_rows.size(); ++j) {
-        // The decoder dropped the failed rows; the host states are stale.
-        Slot& slot = slots_[rows[device_rows[j]].slot];
-        LeaveDevice(rows[device_rows[j]].slot);
-        slot.state->MarkBroken();
+        const size_t i = device_rows[j];
+        const bool in_step =
+            std::any_of(pieces.begin(), pieces.end(), [&](const Piece& p) { return p.i == i; });
+        if (!in_step && done[i] == static_cast<int64_t>(inputs[i].size())) continue;
+        LeaveDevice(rows[i].slot);
+        slots_[rows[i].slot].state->MarkBroken();
       }
       return out.status();
     }

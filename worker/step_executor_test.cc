@@ -624,6 +624,19 @@ TEST(StepExecutorBackendTest, PrefillChunksOnTheBackendGiveTheModelsOutcomes) {
     ++len[0];
     ++len[2];
   }
+  // A plan of two backend steps whose second fails: the row finished in the
+  // first keeps its sequence; the row cut short is broken until restarted.
+  backend.fail_step_after(1);
+  std::vector<int64_t> long_prompt(12, 9);
+  auto failed = dev.Execute({Row(0, len[0], {}, 0), Row(3, 0, long_prompt)}, {3});
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kInternal);
+  EXPECT_TRUE(backend.holds(0));
+  EXPECT_FALSE(backend.holds(3));
+  EXPECT_FALSE(FirstError(dev.Execute({Row(3, 12, {1})}, {})).ok());
+  ASSERT_TRUE(host.Execute({Row(0, len[0], {}, 0), Row(3, 0, long_prompt)}, {3}).ok());
+  ++len[0];
+  both({Row(0, len[0], {71})}, {});  // slot 0 goes on where the failed plan left it
+  ++len[0];
   // Up to the backend's last position (40): a chunk that would pass it runs
   // on the model, its sequence exported first.
   const int64_t to_end = 40 - len[1];

@@ -74,14 +74,23 @@ class DecodeBackend {
   // rows in `logit_rows` (ascending; nullopt: every row) return logits,
   // [logit_rows.size(), vocab]. The logits of a row equal what stepping the
   // positions one at a time gives. The default takes only one row a slot and
-  // every row's logits (StepView).
+  // every row's logits (StepView), then keeps the rows asked.
   virtual absl::StatusOr<std::span<const float>> StepRows(
       std::span<const int> slots, std::span<const int64_t> tokens,
       std::optional<std::span<const int>> logit_rows) {
-    if (logit_rows.has_value()) {
-      return absl::UnimplementedError("this decode backend returns every row's logits");
+    absl::StatusOr<std::span<const float>> all = StepView(slots, tokens);
+    if (!all.ok() || !logit_rows.has_value() || slots.empty()) return all;
+    const size_t vocab = all->size() / slots.size();
+    std::vector<float> kept;
+    kept.reserve(logit_rows->size() * vocab);
+    for (int r : *logit_rows) {
+      if (r < 0 || static_cast<size_t>(r) >= slots.size()) {
+        return absl::InvalidArgumentError("StepRows: a logit row outside the step");
+      }
+      kept.insert(kept.end(), all->begin() + r * vocab, all->begin() + (r + 1) * vocab);
     }
-    return StepView(slots, tokens);
+    view_ = std::move(kept);
+    return std::span<const float>(view_);
   }
   // Most rows one Step takes.
   virtual int max_batch() const = 0;

@@ -118,11 +118,11 @@ absl::StatusOr<std::span<const float>> HostDecodeBackend::StepRows(
     inputs.push_back(tokens.subspan(first, n));
     starts.push_back(slots_[slots[first]]->length());
   }
-  if (fail_next_ && collective_) model_.ForwardBatch({}, {}, {}).IgnoreError();
+  const bool fail = fail_in_ > 0 && --fail_in_ == 0;
+  if (fail && collective_) model_.ForwardBatch({}, {}, {}).IgnoreError();
   absl::StatusOr<std::vector<std::vector<float>>> logits =
-      fail_next_ ? absl::InternalError("HostDecodeBackend: injected failure")
-                 : model_.ForwardBatch(states, inputs, starts);
-  fail_next_ = false;
+      fail ? absl::InternalError("HostDecodeBackend: injected failure")
+           : model_.ForwardBatch(states, inputs, starts);
   if (!logits.ok()) {
     if (logits.status().code() == absl::StatusCode::kInvalidArgument) return logits.status();
     for (int s : slots) slots_[s].reset();

@@ -58,7 +58,9 @@ class HostDecodeBackend : public DecodeBackend {
   int64_t max_positions() const override { return max_positions_; }
   bool collective() const override { return collective_; }
 
-  void fail_next_step() { fail_next_ = true; }
+  void fail_next_step() { fail_in_ = 1; }
+  // The step after `steps` more successful ones fails instead.
+  void fail_step_after(int steps) { fail_in_ = steps + 1; }
   const HostDecodeBackendStats& stats() const { return stats_; }
   bool holds(int slot) const { return slot >= 0 && slot < max_sequences() && slots_[slot]; }
 
@@ -70,7 +72,7 @@ class HostDecodeBackend : public DecodeBackend {
   const int max_rows_per_slot_;
   std::vector<std::unique_ptr<SequenceState>> slots_;
   std::vector<float> rows_view_;  // StepRows' logits
-  bool fail_next_ = false;
+  int fail_in_ = 0;               // > 0: the fail_in_-th step from now fails
   HostDecodeBackendStats stats_;
 };
 
