@@ -75,6 +75,15 @@ TEST(StepExecutorKvTest, PagedSequencesMatchTheEngineTokenForToken) {
   auto pool = f.Pool(kBlocks);
   StepExecutor engine(*f.model, kSlots), paged(*f.model, kSlots);
   paged.SetKvCache(pool.get());
+  // A third executor as a GPU worker runs: prompt chunks and decode on a
+  // backend of several rows a slot (device-resident prefill; HostDecodeBackend
+  // stands in for the DeviceDecoder), over a pool of its own.
+  auto device_pool = f.Pool(kBlocks);
+  model::HostDecodeBackend backend(*f.model, kSlots, /*max_batch=*/8, /*max_positions=*/4096,
+                                   /*collective=*/false, /*max_rows_per_slot=*/5);
+  StepExecutor on_device(*f.model, kSlots);
+  on_device.SetKvCache(device_pool.get());
+  on_device.SetDecodeBackend(&backend);
 
   std::mt19937_64 rng(17);
   std::vector<int32_t> free_blocks(kBlocks);
@@ -162,9 +171,12 @@ TEST(StepExecutorKvTest, PagedSequencesMatchTheEngineTokenForToken) {
     }
     auto a = engine.Execute(rows, release);
     auto b = paged.Execute(rows, release);
+    auto c = on_device.Execute(rows, release);
     ASSERT_TRUE(a.ok()) << "step " << step << ": " << a.status();
     ASSERT_TRUE(b.ok()) << "step " << step << ": " << b.status();
+    ASSERT_TRUE(c.ok()) << "step " << step << ": " << c.status();
     ExpectSame(*a, *b, step);
+    ExpectSame(*a, *c, step);
     for (auto& seq : slots) {
       if (seq.has_value()) seq->sampled_row = -1;
     }
@@ -181,10 +193,12 @@ TEST(StepExecutorKvTest, PagedSequencesMatchTheEngineTokenForToken) {
       const std::vector<BlockId> want =
           slots[s].has_value() ? slots[s]->blocks : std::vector<BlockId>{};
       ASSERT_EQ(paged.block_table(s), want) << "step " << step << " slot " << s;
+      ASSERT_EQ(on_device.block_table(s), want) << "step " << step << " slot " << s;
       held += static_cast<int64_t>(want.size());
     }
     ASSERT_EQ(pool->num_used(), held) << "step " << step;
     ASSERT_TRUE(pool->VerifyAccounting().ok());
+    ASSERT_EQ(device_pool->num_used(), held) << "step " << step;
   }
   std::vector<int32_t> all;
   for (int32_t s = 0; s < kSlots; ++s) all.push_back(s);
@@ -198,6 +212,12 @@ TEST(StepExecutorKvTest, PagedSequencesMatchTheEngineTokenForToken) {
   EXPECT_GT(restarts, 3);
   EXPECT_GT(moved_in_plan, 0);
   EXPECT_GT(waits, 0);
+  // Prompts (and their restarts) began on the backend and stayed there.
+  std::cout << on_device.device_rows() << " positions on the backend, "
+            << on_device.device_prefill_rows() << " of them prompt chunks, "
+            << backend.stats().starts << " sequences started there\n";
+  EXPECT_GT(on_device.device_prefill_rows(), 100);
+  EXPECT_GT(backend.stats().starts, 8);
 }
 
 TEST(StepExecutorKvTest, RowsWithBadBlocksFailAlone) {
