@@ -343,19 +343,32 @@ void ExpectSame(const std::vector<RowOutcome>& a, const std::vector<RowOutcome>&
   }
 }
 
-TEST(StepExecutorBackendTest, DecodeRowsOnTheBackendGiveTheModelsOutcomes) {
-  Fixture f;
-  model::HostDecodeBackend backend(*f.model, /*max_sequences=*/4, /*max_batch=*/2,
-                                   /*max_positions=*/40);
-  StepExecutor host(*f.model, 4), dev(*f.model, 4);
-  dev.SetDecodeBackend(&backend);
-  int steps = 0;
-  auto both = [&](const std::vector<RowPlan>& rows, const std::vector<int32_t>& release) {
+// Runs every plan on an executor without a backend and on one with it,
+// expecting the same outcomes.
+struct Twin {
+  Twin(model::Model& model, int32_t slots, model::DecodeBackend* backend)
+      : host(model, slots), dev(model, slots) {
+    dev.SetDecodeBackend(backend);
+  }
+  void Both(const std::vector<RowPlan>& rows, const std::vector<int32_t>& release) {
     auto a = host.Execute(rows, release);
     auto b = dev.Execute(rows, release);
     ASSERT_TRUE(a.ok()) << a.status();
     ASSERT_TRUE(b.ok()) << b.status();
     ExpectSame(*a, *b, steps++);
+  }
+  StepExecutor host, dev;
+  int steps = 0;
+};
+
+TEST(StepExecutorBackendTest, DecodeRowsOnTheBackendGiveTheModelsOutcomes) {
+  Fixture f;
+  model::HostDecodeBackend backend(*f.model, /*max_sequences=*/4, /*max_batch=*/2,
+                                   /*max_positions=*/40);
+  Twin twin(*f.model, 4, &backend);
+  StepExecutor& dev = twin.dev;
+  auto both = [&](const std::vector<RowPlan>& rows, const std::vector<int32_t>& release) {
+    twin.Both(rows, release);
   };
   both({Row(0, 0, {5, 6, 7, 8, 9, 10}), Row(1, 0, {11, 12, 13}), Row(2, 0, {14})}, {});
   EXPECT_EQ(dev.device_rows(), 0);  // prefill stays on the model
@@ -570,15 +583,10 @@ TEST(StepExecutorBackendTest, PrefillChunksOnTheBackendGiveTheModelsOutcomes) {
   model::HostDecodeBackend backend(*f.model, /*max_sequences=*/4, /*max_batch=*/8,
                                    /*max_positions=*/40, /*collective=*/false,
                                    /*max_rows_per_slot=*/5);
-  StepExecutor host(*f.model, 5), dev(*f.model, 5);
-  dev.SetDecodeBackend(&backend);
-  int steps = 0;
+  Twin twin(*f.model, 5, &backend);
+  StepExecutor &host = twin.host, &dev = twin.dev;
   auto both = [&](const std::vector<RowPlan>& rows, const std::vector<int32_t>& release) {
-    auto a = host.Execute(rows, release);
-    auto b = dev.Execute(rows, release);
-    ASSERT_TRUE(a.ok()) << a.status();
-    ASSERT_TRUE(b.ok()) << b.status();
-    ExpectSame(*a, *b, steps++);
+    twin.Both(rows, release);
   };
   RowPlan silent = Row(3, 0, {40, 41, 42, 43});  // a first chunk: no sample, no logits
   silent.sample = false;
