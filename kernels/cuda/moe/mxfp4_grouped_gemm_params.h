@@ -37,8 +37,11 @@ enum class Mxfp4GroupedTile {
   kW2M8,   // plain GEMM only (gate/up needs 4 warps for one 32-column FP8 block)
   kW2M32,  // plain GEMM only
   kW4M8,
-  kW4M8S4,   // kW4M8 with a ring of 4 stages (43 KB: 5 CTAs an SM instead of 3)
-  kW4M8S3,   // and of 3 (32 KB: 7 CTAs an SM)
+  // Shared memory a CTA (Mxfp4GroupedLayout, scale scratch included) and the
+  // CTAs an SM's 228 KB then holds (1 KB reserved a CTA; registers aside):
+  // kW4M8 (6 stages) 66.4 KB, 3.
+  kW4M8S4,   // kW4M8 with a ring of 4 stages (45.3 KB: 4 CTAs an SM)
+  kW4M8S3,   // and of 3 (34.7 KB: 6 CTAs an SM)
   kW4M16S4,  // 16 X rows a pass, 4 stages: a decode expert of 9 - 16 rows in one pass
   kW4M32,
   kW8M64,
