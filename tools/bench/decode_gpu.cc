@@ -132,6 +132,21 @@ using Clock = std::chrono::steady_clock;
 using weir::model::CudaOps;
 using weir::model::CudaOpsStats;
 
+// Prints " name ms" for each profile section of `after` less `before`, over
+// `per` (steps), largest first, with `decimals`, then the line's end.
+void PrintSections(const std::map<std::string, double>& before,
+                   const std::map<std::string, double>& after, int per, int decimals) {
+  std::vector<std::pair<double, std::string>> parts;
+  for (const auto& [name, secs] : after) {
+    const auto it = before.find(name);
+    parts.push_back({(secs - (it == before.end() ? 0.0 : it->second)) / per, name});
+  }
+  std::sort(parts.rbegin(), parts.rend());
+  for (const auto& [secs, name] : parts)
+    std::printf(" %s %.*f", name.c_str(), decimals, secs * 1e3);
+  std::printf("\n");
+}
+
 double Seconds(Clock::time_point a) {
   return std::chrono::duration<double>(Clock::now() - a).count();
 }
@@ -320,16 +335,8 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
                                               : std::nullopt,
               .graph_nodes = graphs ? std::optional<int64_t>(after.graph_nodes) : std::nullopt});
       if (!graphs) {  // where the eager step's device time goes (events between sections)
-        std::vector<std::pair<double, std::string>> parts;
-        for (const auto& [name, secs] : after.section_seconds) {
-          auto it = before.section_seconds.find(name);
-          parts.push_back({(secs - (it == before.section_seconds.end() ? 0 : it->second)) / steps,
-                           name});
-        }
-        std::sort(parts.rbegin(), parts.rend());
         std::printf("      sections (ms per step):");
-        for (const auto& [secs, name] : parts) std::printf(" %s %.3f", name.c_str(), secs * 1e3);
-        std::printf("\n");
+        PrintSections(before.section_seconds, after.section_seconds, steps, 3);
       }
       for (int b = 0; b < batch; ++b) WEIR_CHECK((*dd)->Release(b).ok());
     }
@@ -562,29 +569,16 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
         const std::map<std::string, double> start = (*eager)->stats().section_seconds;
         for (int b = 0; b < batch; ++b) FillByChunks(**eager, b, context, chunk, c.vocab_size);
         first_step = context;
-        std::vector<std::pair<double, std::string>> parts;
-        for (const auto& [name, secs] : (*eager)->stats().section_seconds) {
-          const auto it = start.find(name);
-          parts.push_back({secs - (it == start.end() ? 0.0 : it->second), name});
-        }
-        std::sort(parts.rbegin(), parts.rend());
         std::printf("  eager prefill of %d x %d positions, sections (ms):", batch, context);
-        for (const auto& [secs, name] : parts) std::printf(" %s %.1f", name.c_str(), secs * 1e3);
-        std::printf("\n");
+        PrintSections(start, (*eager)->stats().section_seconds, 1, 1);
       }
       for (int i = first_step; i < context + warmup + steps; ++i) {
         if (i == context + warmup) before = (*eager)->stats().section_seconds;
         for (int b = 0; b < batch; ++b) tokens[b] = (b * 7919 + i * 104729) % c.vocab_size;
         WEIR_CHECK((*eager)->StepView(slots, tokens).ok());
       }
-      std::vector<std::pair<double, std::string>> parts;
-      for (const auto& [name, secs] : (*eager)->stats().section_seconds) {
-        parts.push_back({(secs - before[name]) / steps, name});
-      }
-      std::sort(parts.rbegin(), parts.rend());
       std::printf("  eager b%d sections (ms per step):", batch);
-      for (const auto& [secs, name] : parts) std::printf(" %s %.3f", name.c_str(), secs * 1e3);
-      std::printf("\n");
+      PrintSections(before, (*eager)->stats().section_seconds, steps, 3);
       for (int b = 0; b < batch; ++b) WEIR_CHECK((*eager)->Release(b).ok());
     }
   }

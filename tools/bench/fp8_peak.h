@@ -15,10 +15,11 @@
 
 namespace weir::bench {
 
-// TFLOP/s (2 n^3 / median time of `reps` launches after a warm-up) of
-// cuBLASLt's FP8 GEMM of n x n by n x n on the current device, inputs random
-// bytes of e4m3's finite range. UNAVAILABLE when cuBLASLt has no algorithm
-// for it, INTERNAL on a CUDA / cuBLASLt failure.
+// TFLOP/s (2 n^3 / median time of `reps` launches after a warm-up,
+// kernels/cuda/cublaslt_fp8.h) of cuBLASLt's FP8 GEMM of n x n by n x n on
+// the current device, inputs random bytes of e4m3's finite range.
+// UNAVAILABLE when cuBLASLt has no algorithm for it (or a launch fails),
+// INTERNAL on a CUDA failure.
 absl::StatusOr<double> CublasLtFp8Tflops(int64_t n = 8192, int reps = 20);
 
 }  // namespace weir::bench

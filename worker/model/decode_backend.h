@@ -28,6 +28,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "worker/model/sequence_state.h"
 
 namespace weir::model {
@@ -78,17 +79,12 @@ class DecodeBackend {
   virtual absl::StatusOr<std::span<const float>> StepRows(
       std::span<const int> slots, std::span<const int64_t> tokens,
       std::optional<std::span<const int>> logit_rows) {
+    const int64_t rows = static_cast<int64_t>(slots.size());
+    if (absl::Status s = CheckLogitRows(logit_rows, rows); !s.ok()) return s;
     absl::StatusOr<std::span<const float>> all = StepView(slots, tokens);
-    if (!all.ok() || !logit_rows.has_value() || slots.empty()) return all;
-    const size_t vocab = all->size() / slots.size();
+    if (!all.ok() || !logit_rows.has_value()) return all;
     std::vector<float> kept;
-    kept.reserve(logit_rows->size() * vocab);
-    for (int r : *logit_rows) {
-      if (r < 0 || static_cast<size_t>(r) >= slots.size()) {
-        return absl::InvalidArgumentError("StepRows: a logit row outside the step");
-      }
-      kept.insert(kept.end(), all->begin() + r * vocab, all->begin() + (r + 1) * vocab);
-    }
+    KeepRows(*all, rows, *logit_rows, kept);
     view_ = std::move(kept);
     return std::span<const float>(view_);
   }
@@ -107,6 +103,31 @@ class DecodeBackend {
   // counters. INVALID_ARGUMENT for spans of other sizes.
   virtual absl::Status TakeExpertLoad(std::span<int64_t> routed, std::span<int64_t> served) {
     return absl::OkStatus();
+  }
+
+ protected:
+  // INVALID_ARGUMENT unless the logit rows (if any) ascend strictly inside
+  // [0, rows).
+  static absl::Status CheckLogitRows(std::optional<std::span<const int>> logit_rows, int64_t rows) {
+    if (!logit_rows.has_value()) return absl::OkStatus();
+    for (size_t k = 0; k < logit_rows->size(); ++k) {
+      const int r = (*logit_rows)[k];
+      if (r < 0 || r >= rows || (k > 0 && r <= (*logit_rows)[k - 1])) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Step: logit row ", r, " (logit rows ascend, each below the ", rows, " rows)"));
+      }
+    }
+    return absl::OkStatus();
+  }
+  // The rows `logit_rows` of `all` ([rows, vocab]) into `out`, in order.
+  static void KeepRows(std::span<const float> all, int64_t rows, std::span<const int> logit_rows,
+                       std::vector<float>& out) {
+    const size_t vocab = rows > 0 ? all.size() / static_cast<size_t>(rows) : 0;
+    out.clear();
+    out.reserve(logit_rows.size() * vocab);
+    for (int r : logit_rows) {
+      out.insert(out.end(), all.begin() + r * vocab, all.begin() + (r + 1) * vocab);
+    }
   }
 
  private:

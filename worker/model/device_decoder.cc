@@ -482,16 +482,7 @@ absl::StatusOr<std::span<const float>> DeviceDecoder::StepRows(
                                                   options_.max_positions, " positions)"));
       }
     }
-    if (logit_rows.has_value()) {
-      for (size_t k = 0; k < logit_rows->size(); ++k) {
-        const int r = (*logit_rows)[k];
-        if (r < 0 || r >= rows || (k > 0 && r <= (*logit_rows)[k - 1])) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("Step: logit row ", r, " (rows ascending, below ", rows, ")"));
-        }
-      }
-    }
-    return absl::OkStatus();
+    return CheckLogitRows(logit_rows, rows);
   }();
   if (!valid.ok()) {
     // The peers of a collective step wait for this rank's blocks: join with

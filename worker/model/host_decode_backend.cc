@@ -96,15 +96,7 @@ absl::StatusOr<std::span<const float>> HostDecodeBackend::StepRows(
         return absl::OutOfRangeError(absl::StrCat("Step: slot ", s, " is full"));
       }
     }
-    if (logit_rows.has_value()) {
-      for (size_t k = 0; k < logit_rows->size(); ++k) {
-        const int r = (*logit_rows)[k];
-        if (r < 0 || r >= rows || (k > 0 && r <= (*logit_rows)[k - 1])) {
-          return absl::InvalidArgumentError(absl::StrCat("Step: logit row ", r));
-        }
-      }
-    }
-    return absl::OkStatus();
+    return CheckLogitRows(logit_rows, rows);
   }();
   if (!valid.ok()) {
     if (collective_) model_.ForwardBatch({}, {}, {}).IgnoreError();  // join the group's step
@@ -131,11 +123,7 @@ absl::StatusOr<std::span<const float>> HostDecodeBackend::StepRows(
   std::vector<float> all;
   for (const std::vector<float>& run : *logits) all.insert(all.end(), run.begin(), run.end());
   if (logit_rows.has_value()) {
-    const size_t vocab = all.size() / static_cast<size_t>(std::max<int64_t>(rows, 1));
-    rows_view_.clear();
-    for (int r : *logit_rows) {
-      rows_view_.insert(rows_view_.end(), all.begin() + r * vocab, all.begin() + (r + 1) * vocab);
-    }
+    KeepRows(all, rows, *logit_rows, rows_view_);
   } else {
     rows_view_ = std::move(all);
   }

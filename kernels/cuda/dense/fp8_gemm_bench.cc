@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "kernels/cuda/bench_util.h"
+#include "kernels/cuda/cublaslt_fp8.h"
 #include "kernels/cuda/dense/act_quant_fp8.h"
 #include "kernels/cuda/dense/fp8_block_gemm_sm90.h"
 
@@ -239,54 +240,6 @@ void Decode(double copy_gbps, cudaStream_t stream) {
   std::printf("* head-sized: V4.1's head is bf16/fp32; the shape only stands for a large n.\n");
 }
 
-// cuBLASLt FP8 GEMM y^T [n, m] = W [n, k] x^T, TN, per-tensor scales 1.0.
-// Returns the median ms, or a negative value when cuBLASLt has no algorithm.
-double CublasLtFp8Ms(cublasLtHandle_t lt, const Problem& p, cudaDataType_t out_type,
-                     void* workspace, size_t workspace_bytes, const float* one,
-                     cudaStream_t stream) {
-  cublasLtMatmulDesc_t desc;
-  cublasLtMatrixLayout_t a, b, c;
-  if (cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) {
-    return -1;
-  }
-  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
-  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
-  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &one, sizeof(one));
-  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &one, sizeof(one));
-  cublasLtMatrixLayoutCreate(&a, CUDA_R_8F_E4M3, p.k, p.n, p.k);
-  cublasLtMatrixLayoutCreate(&b, CUDA_R_8F_E4M3, p.k, p.m, p.k);
-  cublasLtMatrixLayoutCreate(&c, out_type, p.n, p.m, p.n);
-  cublasLtMatmulPreference_t pref;
-  cublasLtMatmulPreferenceCreate(&pref);
-  const uint64_t ws = workspace_bytes;
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                       sizeof(ws));
-  cublasLtMatmulHeuristicResult_t result;
-  int found = 0;
-  double ms = -1;
-  if (cublasLtMatmulAlgoGetHeuristic(lt, desc, a, b, c, c, pref, 1, &result, &found) ==
-          CUBLAS_STATUS_SUCCESS &&
-      found > 0) {
-    const float alpha = 1.0f, beta = 0.0f;
-    bool ok = true;
-    ms = MedianMs(
-        [&] {
-          ok &= cublasLtMatmul(lt, desc, &alpha, p.w[0], a, p.x[0], b, &beta, p.y, c, p.y, c,
-                               &result.algo, workspace, workspace_bytes,
-                               stream) == CUBLAS_STATUS_SUCCESS;
-        },
-        stream, 10);
-    if (!ok) ms = -1;
-  }
-  cublasLtMatmulPreferenceDestroy(pref);
-  cublasLtMatrixLayoutDestroy(a);
-  cublasLtMatrixLayoutDestroy(b);
-  cublasLtMatrixLayoutDestroy(c);
-  cublasLtMatmulDescDestroy(desc);
-  return ms;
-}
-
 void Prefill(cudaStream_t stream) {
   constexpr int64_t kM = 4096;
   cublasLtHandle_t lt;
@@ -324,9 +277,10 @@ void Prefill(cudaStream_t stream) {
       const double ms = ours(t);
       if (ms < best_ms) best_ms = ms, best = t;
     }
-    const double lt_bf16 =
-        CublasLtFp8Ms(lt, p, CUDA_R_16BF, workspace, workspace_bytes, one, stream);
-    const double lt_f32 = CublasLtFp8Ms(lt, p, CUDA_R_32F, workspace, workspace_bytes, one, stream);
+    const double lt_bf16 = CublasLtFp8Ms(lt, p.w[0], p.x[0], p.y, p.m, p.n, p.k, CUDA_R_16BF,
+                                         workspace, workspace_bytes, one, stream);
+    const double lt_f32 = CublasLtFp8Ms(lt, p.w[0], p.x[0], p.y, p.m, p.n, p.k, CUDA_R_32F,
+                                        workspace, workspace_bytes, one, stream);
     auto tf = [&](double ms) { return ms > 0 ? flops / ms / 1e9 : 0.0; };
     std::printf(
         "%-12s %-6lld %-6lld | %-9s %8.1f %7.0f | %-9s %8.0f | %9.1f %7.0f %9.1f %7.0f | "
