@@ -549,6 +549,19 @@ TEST(DeviceDecoderFastTest, StoredKvChunkedStepsAreBatchInvariant) {
   testing::CheckChunkedSteps(*cpu, ActivationPrecision::kBf16, {.numerics = DecodeNumerics::kFast},
                              nullptr, "small head_dim 512 fast, stored KV");
 }
+// ... and with wgmma block sums everywhere (the tiles of either math give a
+// row the same bits; a chunk's rows go through one wide wgmma a block).
+TEST(DeviceDecoderFastTest, SmallBf16WithWgmmaChunkedStepsAreBatchInvariant) {
+  const Checkpoint* small = SmallCheckpoint(3);
+  ASSERT_NE(small, nullptr);
+  auto cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
+  ASSERT_NE(cpu, nullptr);
+  DeviceDecoderOptions options{.numerics = DecodeNumerics::kFast};
+  options.expert_wgmma = true;
+  options.dense_wgmma = true;
+  testing::CheckChunkedSteps(*cpu, ActivationPrecision::kBf16, options, nullptr,
+                             "small bf16 fast, wgmma everywhere");
+}
 TEST(DeviceDecoderFastTest, SmallBf16WithWgmmaExpertsIsBatchInvariant) {
   CheckBatchInvariance(true);
 }

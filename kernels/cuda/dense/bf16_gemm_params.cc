@@ -61,6 +61,9 @@ absl::Status CheckBf16GemmParams(const Bf16GemmParams& p) {
   const Fp8GemmTile tile = p.tile == Fp8GemmTile::kAuto ? ChooseFp8GemmTile(p.m, p.n) : p.tile;
   const Fp8GemmTileShape shape = ShapeOfFp8GemmTile(tile);
   if (shape.block_m == 0) return absl::InvalidArgumentError("Bf16Gemm: unknown tile");
+  if (Fp8GemmTileIsWgmmaOnly(shape.block_m, shape.warps_m)) {
+    return absl::InvalidArgumentError("Bf16Gemm: this tile runs Fp8BlockGemm's wgmma only");
+  }
   if ((p.m + shape.block_m - 1) / shape.block_m > kMaxGridYZ) {
     return absl::InvalidArgumentError(
         absl::StrCat("Bf16Gemm: m ", p.m, " exceeds the launch grid of the tile"));

@@ -17,25 +17,29 @@ namespace {
 template <int kBn, int kBm, int kWarpsN, int kWarpsM, int kStages>
 absl::Status LaunchTile(const Bf16GemmParams& p, const Fp8GemmTileShape& shape,
                         cudaStream_t stream) {
-  const bf16_gemm::KernelArgs args{p.x,
-                                   p.w,
-                                   p.y,
-                                   p.m,
-                                   p.n,
-                                   p.k,
-                                   p.x_group_stride != 0 ? p.x_group_stride : p.m * p.k,
-                                   p.w_group_stride != 0 ? p.w_group_stride : p.n * p.k,
-                                   p.y_group_stride != 0 ? p.y_group_stride : p.m * p.n,
-                                   p.output == Fp8GemmOutput::kBf16,
-                                   p.output == Fp8GemmOutput::kF32RoundedBf16};
-  const dim3 grid(static_cast<unsigned>((p.n + kBn - 1) / kBn),
-                  static_cast<unsigned>((p.m + kBm - 1) / kBm), static_cast<unsigned>(p.groups));
-  const int threads = kWarpsN * kWarpsM * 32;
-  const int smem = static_cast<int>(Bf16GemmSharedBytes(shape));
-  auto kernel = bf16_gemm::Bf16GemmKernel<kBn, kBm, kWarpsN, kWarpsM, kStages>;
-  if (absl::Status s = AllowSharedBytes(kernel, smem, "Bf16Gemm"); !s.ok()) return s;
-  kernel<<<grid, threads, smem, stream>>>(args);
-  return LaunchStatus("Bf16Gemm");
+  if constexpr (Fp8GemmTileIsWgmmaOnly(kBm, kWarpsM)) {
+    return absl::InvalidArgumentError("Bf16Gemm: this tile runs Fp8BlockGemm's wgmma only");
+  } else {
+    const bf16_gemm::KernelArgs args{p.x,
+                                     p.w,
+                                     p.y,
+                                     p.m,
+                                     p.n,
+                                     p.k,
+                                     p.x_group_stride != 0 ? p.x_group_stride : p.m * p.k,
+                                     p.w_group_stride != 0 ? p.w_group_stride : p.n * p.k,
+                                     p.y_group_stride != 0 ? p.y_group_stride : p.m * p.n,
+                                     p.output == Fp8GemmOutput::kBf16,
+                                     p.output == Fp8GemmOutput::kF32RoundedBf16};
+    const dim3 grid(static_cast<unsigned>((p.n + kBn - 1) / kBn),
+                    static_cast<unsigned>((p.m + kBm - 1) / kBm), static_cast<unsigned>(p.groups));
+    const int threads = kWarpsN * kWarpsM * 32;
+    const int smem = static_cast<int>(Bf16GemmSharedBytes(shape));
+    auto kernel = bf16_gemm::Bf16GemmKernel<kBn, kBm, kWarpsN, kWarpsM, kStages>;
+    if (absl::Status s = AllowSharedBytes(kernel, smem, "Bf16Gemm"); !s.ok()) return s;
+    kernel<<<grid, threads, smem, stream>>>(args);
+    return LaunchStatus("Bf16Gemm");
+  }
 }
 
 }  // namespace

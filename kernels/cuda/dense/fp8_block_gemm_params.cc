@@ -56,6 +56,8 @@ Fp8GemmTileShape ShapeOfFp8GemmTile(Fp8GemmTile tile) {
       return {.block_n = 64, .block_m = 16, .warps_n = 4, .warps_m = 1, .stages = 6};
     case Fp8GemmTile::kN64M32:
       return {.block_n = 64, .block_m = 32, .warps_n = 4, .warps_m = 1, .stages = 5};
+    case Fp8GemmTile::kN128M128Wg:
+      return {.block_n = 128, .block_m = 128, .warps_n = 8, .warps_m = 1, .stages = 4};
     case Fp8GemmTile::kAuto:
       break;
   }
@@ -68,7 +70,7 @@ Fp8GemmTile ChooseFp8GemmTile(int64_t m, int64_t n, Fp8GemmMath math) {
     if (m <= 16) return Fp8GemmTile::kN64M16;
     if (m <= 32) return Fp8GemmTile::kN64M32;
     if (m <= 256) return Fp8GemmTile::kN64M64;
-    return Fp8GemmTile::kN128M64;
+    return Fp8GemmTile::kN128M128Wg;
   }
   // From fp8_gemm_bench's tile sweep on an H200 (README "Measurements"). Up to
   // 64 rows the CTA covers all of X, so W is read once; wide tiles win only
@@ -184,7 +186,10 @@ absl::Status CheckFp8BlockGemmParams(const Fp8BlockGemmParams& p) {
   if (p.math == Fp8GemmMath::kWgmma && !Fp8GemmTileRunsWgmma(shape)) {
     return absl::InvalidArgumentError(
         "Fp8BlockGemm: wgmma needs a tile of whole warpgroups, each warp 16 W rows and every "
-        "X row (kN64M8, kN64M16, kN64M32, kN64M64, kN128M64)");
+        "X row (kN64M8, kN64M16, kN64M32, kN64M64, kN128M64, kN128M128Wg)");
+  }
+  if (p.math == Fp8GemmMath::kMmaF16 && Fp8GemmTileIsWgmmaOnly(shape.block_m, shape.warps_m)) {
+    return absl::InvalidArgumentError("Fp8BlockGemm: this tile runs wgmma only");
   }
   if ((p.m + shape.block_m - 1) / shape.block_m > kMaxGridY) {
     return absl::InvalidArgumentError(

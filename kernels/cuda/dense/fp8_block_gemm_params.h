@@ -66,15 +66,19 @@ enum class Fp8GemmTile {
   kN64M8,
   kN64M16,
   kN64M32,
+  // Prefill of Fp8GemmMath::kWgmma: 8 warps (two warpgroups over 64 W rows
+  // each), every warp 16 W rows x all 128 X rows: one m64n128k32 wgmma a
+  // block and warpgroup.
+  kN128M128Wg,
 };
 
 // Every tile but kAuto (tests, benchmarks).
 inline constexpr Fp8GemmTile kFp8GemmTiles[] = {
-    Fp8GemmTile::kN16M8,    Fp8GemmTile::kN16M16,   Fp8GemmTile::kN16M32,   Fp8GemmTile::kN16M64,
-    Fp8GemmTile::kN16M32W2, Fp8GemmTile::kN16M64W4, Fp8GemmTile::kN32M64W4, Fp8GemmTile::kN64M64W4,
-    Fp8GemmTile::kN32M8,    Fp8GemmTile::kN32M16,   Fp8GemmTile::kN32M32,   Fp8GemmTile::kN32M64,
-    Fp8GemmTile::kN64M64,   Fp8GemmTile::kN128M64,  Fp8GemmTile::kN128M128, Fp8GemmTile::kN64M8,
-    Fp8GemmTile::kN64M16,   Fp8GemmTile::kN64M32};
+    Fp8GemmTile::kN16M8,    Fp8GemmTile::kN16M16,   Fp8GemmTile::kN16M32,    Fp8GemmTile::kN16M64,
+    Fp8GemmTile::kN16M32W2, Fp8GemmTile::kN16M64W4, Fp8GemmTile::kN32M64W4,  Fp8GemmTile::kN64M64W4,
+    Fp8GemmTile::kN32M8,    Fp8GemmTile::kN32M16,   Fp8GemmTile::kN32M32,    Fp8GemmTile::kN32M64,
+    Fp8GemmTile::kN64M64,   Fp8GemmTile::kN128M64,  Fp8GemmTile::kN128M128,  Fp8GemmTile::kN64M8,
+    Fp8GemmTile::kN64M16,   Fp8GemmTile::kN64M32,   Fp8GemmTile::kN128M128Wg};
 
 // The geometry of one tile. Warps are laid out warp = warp_n + warps_n * warp_m.
 struct Fp8GemmTileShape {
@@ -101,6 +105,18 @@ Fp8GemmTileShape ShapeOfFp8GemmTile(Fp8GemmTile tile);
 //    kN64M8 / M16 / M32, kN64M64, kN128M64); other tiles are refused.
 enum class Fp8GemmMath { kMmaF16, kWgmma };
 
+// Block sums of kWgmma a warpgroup keeps in flight (Fp8BlockGemm issues
+// block j + depth as soon as block j is folded): 4 up to 64 X rows, 2 for
+// 128 (two sets of 64 floats beside the 64 accumulators).
+WEIR_FP8_GEMM_HD constexpr int Fp8GemmWgmmaDepth(int x_rows) { return x_rows <= 64 ? 4 : 2; }
+
+// Tiles that run only kWgmma (kN128M128Wg: 128 X rows a warp is past what
+// the mma path's registers hold); kMmaF16 and Bf16Gemm refuse them and
+// compile no instance for them.
+WEIR_FP8_GEMM_HD constexpr bool Fp8GemmTileIsWgmmaOnly(int block_m, int warps_m) {
+  return warps_m == 1 && block_m > 64;
+}
+
 // True when `shape` can run kWgmma (see above).
 inline bool Fp8GemmTileRunsWgmma(const Fp8GemmTileShape& shape) {
   return shape.warps_m == 1 && shape.warps_n % 4 == 0 && shape.block_n == 16 * shape.warps_n;
@@ -108,7 +124,7 @@ inline bool Fp8GemmTileRunsWgmma(const Fp8GemmTileShape& shape) {
 
 // Returns the tile kAuto runs for m rows of X and n rows of W. Up to 64 rows
 // a single CTA row covers all of X, so every weight byte is read once.
-// kWgmma: kN64M8 / M16 / M32 up to 32 rows, kN64M64 to 256, then kN128M64.
+// kWgmma: kN64M8 / M16 / M32 up to 32 rows, kN64M64 to 256, then kN128M128Wg.
 Fp8GemmTile ChooseFp8GemmTile(int64_t m, int64_t n, Fp8GemmMath math = Fp8GemmMath::kMmaF16);
 
 // Bytes of K per pipeline stage (4 scale blocks).

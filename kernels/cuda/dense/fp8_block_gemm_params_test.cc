@@ -132,7 +132,8 @@ TEST(Fp8BlockGemmParamsTest, TileTableIsConsistent) {
     EXPECT_EQ(s.block_n * kFp8GemmStageK % 1024, 0);
     EXPECT_EQ(s.block_m * kFp8GemmStageK % 1024, 0);
   }
-  EXPECT_EQ(wgmma_tiles, 5);
+  EXPECT_EQ(wgmma_tiles, 6);
+  EXPECT_EQ(ChooseFp8GemmTile(4096, 5120, Fp8GemmMath::kWgmma), Fp8GemmTile::kN128M128Wg);
   for (int64_t m : {1, 8, 9, 16, 17, 32, 33, 64, 256, 257, 4096}) {
     const Fp8GemmTile t = ChooseFp8GemmTile(m, 5120, Fp8GemmMath::kWgmma);
     EXPECT_TRUE(Fp8GemmTileRunsWgmma(ShapeOfFp8GemmTile(t))) << m;
@@ -152,6 +153,11 @@ TEST(Fp8BlockGemmParamsTest, TileTableIsConsistent) {
   EXPECT_FALSE(CheckFp8BlockGemmParams(w).ok());
   w.tile = Fp8GemmTile::kN64M8;
   EXPECT_TRUE(CheckFp8BlockGemmParams(w).ok());
+  w.tile = Fp8GemmTile::kN128M128Wg;  // wgmma only: the mma path refuses it
+  EXPECT_TRUE(CheckFp8BlockGemmParams(w).ok());
+  w.math = Fp8GemmMath::kMmaF16;
+  EXPECT_FALSE(CheckFp8BlockGemmParams(w).ok());
+  w.math = Fp8GemmMath::kWgmma;
   EXPECT_EQ(
       Fp8GemmSharedBytes({.block_n = 32, .block_m = 8, .warps_n = 2, .warps_m = 1, .stages = 12}),
       12 * (40 * 128 + (1 + 8) * 4) + 2 * 8 * 4 * 4);  // + each warp's 8 rows x 4 scales

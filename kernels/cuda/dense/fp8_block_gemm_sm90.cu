@@ -83,10 +83,14 @@ absl::Status LaunchTile(const Fp8BlockGemmParams& p, const Fp8GemmTileShape& sha
     }
     return absl::InvalidArgumentError("Fp8BlockGemm: this tile cannot run wgmma");
   }
-  if (async_scales) {
-    return launch(fp8_gemm::Fp8BlockGemmKernel<kBn, kBm, kWarpsN, kWarpsM, kStages, true>);
+  if constexpr (Fp8GemmTileIsWgmmaOnly(kBm, kWarpsM)) {
+    return absl::InvalidArgumentError("Fp8BlockGemm: this tile runs wgmma only");
+  } else {
+    if (async_scales) {
+      return launch(fp8_gemm::Fp8BlockGemmKernel<kBn, kBm, kWarpsN, kWarpsM, kStages, true>);
+    }
+    return launch(fp8_gemm::Fp8BlockGemmKernel<kBn, kBm, kWarpsN, kWarpsM, kStages, false>);
   }
-  return launch(fp8_gemm::Fp8BlockGemmKernel<kBn, kBm, kWarpsN, kWarpsM, kStages, false>);
 }
 
 }  // namespace

@@ -225,49 +225,84 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
     // scratch ([block][row]), instead of once per K block in every lane and
     // mma tile. Weight scales stay words: byte j is K block j.
     const uint32_t x_scales_f = SharedAddress(x_sc_f) + warp * (kWarpM * kBlocksPerStage * 4);
-#pragma unroll
-    for (int r = lane; r < kWarpM; r += 32) {
-      const uint32_t word =
-          LoadShared32(SharedAddress(x_sc) + slot * kXScaleBytes + (warp_m0 + r) * 4);
-#pragma unroll
-      for (int j = 0; j < kBlocksPerStage; ++j) {
-        StoreSharedF32(x_scales_f + (j * kWarpM + r) * 4, ScaleOf(word, j));
-      }
-    }
-    __syncwarp();
     uint32_t w_word[kMi];
 #pragma unroll
     for (int mi = 0; mi < kMi; ++mi) {  // 16-row tiles start at multiples of 16: one scale row
       w_word[mi] =
           LoadShared32(SharedAddress(w_sc) + slot * kWScaleBytes + (warp_n0 + mi * 16) / 32 * 4);
     }
+    // kWgmma: a warp's 16 W rows share one weight scale a block, so the
+    // scratch holds sx * sw (exact: powers of two; the product the mma path
+    // forms in PromoteBlock).
+#pragma unroll
+    for (int r = lane; r < kWarpM; r += 32) {
+      const uint32_t word =
+          LoadShared32(SharedAddress(x_sc) + slot * kXScaleBytes + (warp_m0 + r) * 4);
+#pragma unroll
+      for (int j = 0; j < kBlocksPerStage; ++j) {
+        const float sx = ScaleOf(word, j);
+        StoreSharedF32(x_scales_f + (j * kWarpM + r) * 4,
+                       kWgmma ? __fmul_rn(ScaleOf(w_word[0], j), sx) : sx);
+      }
+    }
+    __syncwarp();
     if constexpr (kWgmma) {
       // The warpgroup's 64 W rows and the X tile, by descriptor; a K block
-      // and an 8-row X group add their byte offset / 16 to the address field.
-      // (With one warpgroup its index is the constant 0, not the warp's.)
+      // adds its byte offset / 16 to the address field. One wgmma of N =
+      // kWarpM X rows a block. (With one warpgroup its index is the constant
+      // 0, not the warp's.) The scratch holds sx * sw already (decoded
+      // above): the product PromoteBlock would form, so the same bits.
       const int warpgroup = kWarpsN == 4 ? 0 : warp / 4;
       const uint32_t w_lo = SwizzledKMajorDescriptorLo(w_base + warpgroup * 64 * kStageK);
       const uint32_t x_lo = SwizzledKMajorDescriptorLo(x_base);
+      constexpr int kP = kWarpM / 2;  // floats of one block sum a thread
+      auto issue = [&](int j, float(&d)[kP]) {
+        Wgmma<kWarpM>::SS(DescriptorOf(w_lo + ((j * 32) >> 4)),
+                          DescriptorOf(x_lo + ((j * 32) >> 4)), d);
+      };
+      auto fold = [&](int j, float(&d)[kP]) {
 #pragma unroll
-      for (int j = 0; j < kBlocksPerStage; ++j) {
-        if (j >= blocks) break;  // uniform over the CTA: only in the last stage
-        float p[kNi][4];
+        for (int r = 0; r < kP; ++r) PinRegister(d[r]);
+#pragma unroll
+        for (int ni = 0; ni < kNi; ++ni) {
+          const float2 s = LoadSharedF32x2(
+              x_scales_f + (j * kWarpM + ni * 8 + Fp8GemmAccumulatorCoord(lane, 0).m) * 4);
+          acc[0][ni][0] = __fmaf_rn(d[4 * ni + 0], s.x, acc[0][ni][0]);
+          acc[0][ni][1] = __fmaf_rn(d[4 * ni + 1], s.y, acc[0][ni][1]);
+          acc[0][ni][2] = __fmaf_rn(d[4 * ni + 2], s.x, acc[0][ni][2]);
+          acc[0][ni][3] = __fmaf_rn(d[4 * ni + 3], s.y, acc[0][ni][3]);
+        }
+      };
+      if (blocks == kBlocksPerStage) {
+        // kDepth block sums in flight: block j + kDepth is issued as soon as
+        // block j is folded, so the tensor cores run while the warps fold.
+        constexpr int kDepth = Fp8GemmWgmmaDepth(kWarpM);
+        float p[kDepth][kP];
         WgmmaFence();
 #pragma unroll
-        for (int ni = 0; ni < kNi; ++ni) {
-          WgmmaBlockSumSS(DescriptorOf(w_lo + ((j * 32) >> 4)),
-                          DescriptorOf(x_lo + ((ni * 8 * kStageK + j * 32) >> 4)), p[ni]);
+        for (int j = 0; j < kDepth; ++j) {
+          issue(j, p[j]);
+          WgmmaCommit();
         }
-        WgmmaCommit();
-        WgmmaWaitAll();
-        const float wf = ScaleOf(w_word[0], j);
 #pragma unroll
-        for (int ni = 0; ni < kNi; ++ni) {
-#pragma unroll
-          for (int r = 0; r < 4; ++r) PinRegister(p[ni][r]);
-          const float2 xf = LoadSharedF32x2(
-              x_scales_f + (j * kWarpM + ni * 8 + Fp8GemmAccumulatorCoord(lane, 0).m) * 4);
-          PromoteBlock(acc[0][ni], p[ni], make_float2(wf, wf), xf);  // one 32-row scale group
+        for (int j = 0; j < kBlocksPerStage; ++j) {
+          const int issued = min(kBlocksPerStage, j + kDepth);
+          WgmmaWait(issued - 1 - j);
+          fold(j, p[j % kDepth]);
+          if (j + kDepth < kBlocksPerStage) {
+            WgmmaFence();
+            issue(j + kDepth, p[j % kDepth]);
+            WgmmaCommit();
+          }
+        }
+      } else {
+        for (int j = 0; j < blocks; ++j) {  // the last stage of a K that is not a multiple of 128
+          float p[kP];
+          WgmmaFence();
+          issue(j, p);
+          WgmmaCommit();
+          WgmmaWait(0);
+          fold(j, p);
         }
       }
     } else {

@@ -174,6 +174,8 @@ const char* TileName(Fp8GemmTile t) {
       return "n64m16";
     case Fp8GemmTile::kN64M32:
       return "n64m32";
+    case Fp8GemmTile::kN128M128Wg:
+      return "n128m128wg";
     case Fp8GemmTile::kAuto:
       return "auto";
   }
@@ -272,7 +274,8 @@ void Prefill(cudaStream_t stream) {
     const double auto_ms = ours(Fp8GemmTile::kAuto);
     double best_ms = 1e30;
     Fp8GemmTile best = Fp8GemmTile::kAuto;
-    for (Fp8GemmTile t : {Fp8GemmTile::kN64M64, Fp8GemmTile::kN128M64, Fp8GemmTile::kN128M128}) {
+    for (Fp8GemmTile t : {Fp8GemmTile::kN64M64, Fp8GemmTile::kN128M64, Fp8GemmTile::kN128M128,
+                          Fp8GemmTile::kN128M128Wg}) {
       if (!Runs(t)) continue;
       const double ms = ours(t);
       if (ms < best_ms) best_ms = ms, best = t;
@@ -286,7 +289,7 @@ void Prefill(cudaStream_t stream) {
         "%-12s %-6lld %-6lld | %-9s %8.1f %7.0f | %-9s %8.0f | %9.1f %7.0f %9.1f %7.0f | "
         "%.2f\n",
         l.name, static_cast<long long>(l.n), static_cast<long long>(l.k),
-        TileName(ChooseFp8GemmTile(kM, l.n)), auto_ms * 1e3, tf(auto_ms), TileName(best),
+        TileName(ChooseFp8GemmTile(kM, l.n, g_math)), auto_ms * 1e3, tf(auto_ms), TileName(best),
         tf(best_ms), lt_bf16 * 1e3, tf(lt_bf16), lt_f32 * 1e3, tf(lt_f32),
         lt_bf16 > 0 ? lt_bf16 / auto_ms : 0.0);
   }

@@ -18,7 +18,15 @@
 //   * the reference GroupedExpertFfn (CUDA-core fp32 over dequantized fp32
 //     weights) on the same routing, rows and shapes.
 //
-//   mxfp4_grouped_gemm_bench [EXPERTS [RANKS]]    (default 384 8)
+//   * prefill (PREFILL_TOKENS > 0, default 4096): one layer's experts over
+//     that many tokens (hundreds of rows an expert), every tile of gate/up
+//     and down, as model TFLOP/s (2 x rows x 3 x dim x inter) against
+//     cuBLASLt's FP8 GEMM of the same FLOPs as two dense products ([rows x
+//     dim] x [2 inter x dim]^T and [rows x inter] x [dim x inter]^T, e4m3,
+//     per-tensor scales, bf16 out) measured in the same run.
+//
+//   mxfp4_grouped_gemm_bench [EXPERTS [RANKS [mma|wgmma [PREFILL_TOKENS]]]]
+//                                                 (default 384 8 mma 4096)
 
 #include <cuda_runtime.h>
 
@@ -31,6 +39,7 @@
 #include <vector>
 
 #include "kernels/cuda/bench_util.h"
+#include "kernels/cuda/cublaslt_fp8.h"
 #include "kernels/cuda/moe/expert_ffn.h"
 #include "kernels/cuda/moe/mxfp4_grouped_gemm_sm90.h"
 
@@ -269,7 +278,72 @@ double ReferenceUs(const Step& s, int local, cudaStream_t stream) {
   return ms * 1e3;
 }
 
-int Run(int experts, int ranks) {
+// The prefill table (see the top of the file): layer 0's weights, `tokens`
+// tokens routed as in decode.
+void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, std::mt19937& rng,
+             const uint8_t* codes, const uint8_t* scales, cudaStream_t stream) {
+  Step s = MakeStep(tokens, experts, local, rng, codes, scales, 7);
+  const Mxfp4ExpertFfnParams f = FfnParams(layer, s, local, tokens);
+  const double rows = static_cast<double>(s.local_rows);
+  const double gu_flops = 2.0 * rows * 2 * kInter * kDim, dn_flops = 2.0 * rows * kDim * kInter;
+  auto tf = [](double flops, double ms) { return ms > 0 ? flops / ms / 1e9 : 0.0; };
+  Ok(Mxfp4ExpertFfn(f, stream));  // valid intermediates for down
+  const double ffn_ms = MedianMs([&] { Ok(Mxfp4ExpertFfn(f, stream)); }, stream, 10);
+  std::printf(
+      "\nPrefill: %lld tokens, %lld local rows over %d experts (%.0f an expert); auto tiles "
+      "(gate/up %s, down %s): FFN %.3f ms, %.0f TFLOP/s\n",
+      static_cast<long long>(tokens), static_cast<long long>(s.local_rows), s.hit,
+      rows / std::max(1, s.hit),
+      Mxfp4GroupedTileName(ChooseMxfp4GroupedTile(s.local_rows / local, true, g_math)),
+      Mxfp4GroupedTileName(ChooseMxfp4GroupedTile(s.local_rows / local, false, g_math)), ffn_ms,
+      tf(gu_flops + dn_flops, ffn_ms));
+  double gu_best = 1e30, dn_best = 1e30;
+  for (Mxfp4GroupedTile t : kMxfp4GroupedTiles) {
+    if (ShapeOfMxfp4GroupedTile(t).warps % 4 != 0) continue;
+    const double gu =
+        MedianMs([&] { Ok(Mxfp4GroupedGateUp(GateUpParams(f, t), stream)); }, stream, 5);
+    const double dn = MedianMs([&] { Ok(Mxfp4GroupedGemm(DownParams(f, t), stream)); }, stream, 5);
+    gu_best = std::min(gu_best, gu), dn_best = std::min(dn_best, dn);
+    std::printf("  %-8s gate/up %8.3f ms %6.0f TF/s | down %8.3f ms %6.0f TF/s\n",
+                Mxfp4GroupedTileName(t), gu, tf(gu_flops, gu), dn, tf(dn_flops, dn));
+  }
+  // The ceiling: cuBLASLt FP8 on the same FLOPs as two dense products.
+  cublasLtHandle_t lt;
+  if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) {
+    std::printf("  cuBLASLt unavailable: no ceiling\n");
+    FreeStep(s);
+    return;
+  }
+  const size_t workspace_bytes = size_t{64} << 20;
+  void* workspace = DeviceAlloc<uint8_t>(static_cast<int64_t>(workspace_bytes));
+  float* one = DeviceAlloc<float>(1);
+  const float h_one = 1.0f;
+  WEIR_BENCH_CHECK(cudaMemcpy(one, &h_one, sizeof(float), cudaMemcpyHostToDevice));
+  const int64_t m = s.local_rows;
+  uint8_t* w = DeviceAlloc<uint8_t>(2 * kInter * kDim);
+  uint8_t* x = DeviceAlloc<uint8_t>(m * kDim);
+  void* y = DeviceAlloc<uint16_t>(m * std::max(2 * kInter, kDim));  // bf16 [m, n] of either
+  Fill(w, 2 * kInter * kDim, codes, 3);
+  Fill(x, m * kDim, codes, 4);
+  const double lt_gu = CublasLtFp8Ms(lt, w, x, y, m, 2 * kInter, kDim, CUDA_R_16BF, workspace,
+                                     workspace_bytes, one, stream);
+  const double lt_dn = CublasLtFp8Ms(lt, w, x, y, m, kDim, kInter, CUDA_R_16BF, workspace,
+                                     workspace_bytes, one, stream);
+  std::printf(
+      "  cuBLASLt FP8 (dense, same FLOPs): gate/up %.3f ms %.0f TF/s, down %.3f ms %.0f TF/s; "
+      "FFN ours/Lt = %.2f (best tiles %.2f)\n",
+      lt_gu, tf(gu_flops, lt_gu), lt_dn, tf(dn_flops, lt_dn),
+      lt_gu > 0 && lt_dn > 0 ? (lt_gu + lt_dn) / ffn_ms : 0.0,
+      lt_gu > 0 && lt_dn > 0 ? (lt_gu + lt_dn) / (gu_best + dn_best) : 0.0);
+  for (void* q :
+       {static_cast<void*>(w), static_cast<void*>(x), y, workspace, static_cast<void*>(one)}) {
+    cudaFree(q);
+  }
+  cublasLtDestroy(lt);
+  FreeStep(s);
+}
+
+int Run(int experts, int ranks, int64_t prefill_tokens) {
   const int local = experts / ranks;
   cudaStream_t stream;
   WEIR_BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -308,6 +382,8 @@ int Run(int experts, int ranks) {
       "%10s %7s\n",
       "batch", "rows", "hit", "MB", "ffn us", "GB/s", "/copy", "hot us", "empty us", "gu tile",
       "gu us", "/copy", "dn tile", "dn us", "/copy", "best sum", "ref us", "ref/ffn");
+  if (prefill_tokens > 0)
+    Prefill(layers[0], prefill_tokens, experts, local, rng, codes, scales, stream);
   for (int64_t tokens : {1, 8, 32, 64}) {
     std::vector<Step> steps;
     for (int l = 0; l < kLayers; ++l) {
@@ -393,11 +469,14 @@ int main(int argc, char** argv) {
   const int experts = argc > 1 ? std::atoi(argv[1]) : 384;
   const int ranks = argc > 2 ? std::atoi(argv[2]) : 8;
   const std::string math = argc > 3 ? argv[3] : "mma";
-  if (experts <= 0 || ranks <= 0 || experts % ranks != 0 || (math != "mma" && math != "wgmma")) {
-    std::fprintf(stderr, "usage: mxfp4_grouped_gemm_bench [EXPERTS [RANKS [mma|wgmma]]]\n");
+  const long long prefill = argc > 4 ? std::atoll(argv[4]) : 4096;
+  if (experts <= 0 || ranks <= 0 || experts % ranks != 0 || (math != "mma" && math != "wgmma") ||
+      prefill < 0) {
+    std::fprintf(
+        stderr, "usage: mxfp4_grouped_gemm_bench [EXPERTS [RANKS [mma|wgmma [PREFILL_TOKENS]]]]\n");
     return 2;
   }
   if (math == "wgmma") weir::kernels::cuda::g_math = weir::kernels::cuda::Mxfp4GemmMath::kWgmma;
   std::printf("block sums: %s\n", math == "wgmma" ? "wgmma (FP8)" : "mma.sync f16 pair");
-  return weir::kernels::cuda::Run(experts, ranks);
+  return weir::kernels::cuda::Run(experts, ranks, prefill);
 }

@@ -79,6 +79,8 @@ Mxfp4GroupedTileShape ShapeOfMxfp4GroupedTile(Mxfp4GroupedTile tile) {
       return {.warps = 4, .block_m = 32, .stages = 4};
     case Mxfp4GroupedTile::kW8M64:
       return {.warps = 8, .block_m = 64, .stages = 3};
+    case Mxfp4GroupedTile::kW8M128:
+      return {.warps = 8, .block_m = 128, .stages = 3};
     case Mxfp4GroupedTile::kAuto:
       break;
   }
@@ -103,6 +105,8 @@ const char* Mxfp4GroupedTileName(Mxfp4GroupedTile tile) {
       return "w4m32";
     case Mxfp4GroupedTile::kW8M64:
       return "w8m64";
+    case Mxfp4GroupedTile::kW8M128:
+      return "w8m128";
     case Mxfp4GroupedTile::kAuto:
       return "auto";
   }
@@ -132,6 +136,7 @@ Mxfp4GroupedTile ChooseMxfp4GroupedTile(int64_t rows_per_expert, bool gated, Mxf
     return gated || math == Mxfp4GemmMath::kWgmma ? Mxfp4GroupedTile::kW4M32
                                                   : Mxfp4GroupedTile::kW2M32;
   }
+  if (math == Mxfp4GemmMath::kWgmma && rows_per_expert >= 96) return Mxfp4GroupedTile::kW8M128;
   return Mxfp4GroupedTile::kW8M64;
 }
 

@@ -45,13 +45,16 @@ enum class Mxfp4GroupedTile {
   kW4M16S4,  // 16 X rows a pass, 4 stages: a decode expert of 9 - 16 rows in one pass
   kW4M32,
   kW8M64,
+  // Prefill: 128 X rows a pass (3 stages, 186 KB: one CTA an SM); with kWgmma
+  // one m64n128k32 a block and warpgroup.
+  kW8M128,
 };
 
 // Every tile but kAuto, in the order above (tests, benchmarks, name lookup).
 inline constexpr Mxfp4GroupedTile kMxfp4GroupedTiles[] = {
     Mxfp4GroupedTile::kW2M8,   Mxfp4GroupedTile::kW2M32,  Mxfp4GroupedTile::kW4M8,
     Mxfp4GroupedTile::kW4M8S4, Mxfp4GroupedTile::kW4M8S3, Mxfp4GroupedTile::kW4M16S4,
-    Mxfp4GroupedTile::kW4M32,  Mxfp4GroupedTile::kW8M64};
+    Mxfp4GroupedTile::kW4M32,  Mxfp4GroupedTile::kW8M64,  Mxfp4GroupedTile::kW8M128};
 
 // How a tile sums each 32-element K block on the tensor cores. Every tile of
 // one math gives the same bits for a row (so the batch never moves them); the
@@ -67,6 +70,11 @@ inline constexpr Mxfp4GroupedTile kMxfp4GroupedTiles[] = {
 //    warpgroup is 4 warps); kW2* tiles are refused.
 enum class Mxfp4GemmMath { kMmaF16, kWgmma };
 
+// Block sums of kWgmma a warpgroup keeps in flight (block j + depth's A
+// registers made and its wgmma issued once block j is folded): 2 up to 64 X
+// rows, 1 for 128 (64 floats of block sum beside 64 accumulators).
+WEIR_FP8_GEMM_HD constexpr int Mxfp4WgmmaDepth(int x_rows) { return x_rows <= 64 ? 2 : 1; }
+
 struct Mxfp4GroupedTileShape {
   int warps = 0;    // 16-row weight tiles per CTA
   int block_m = 0;  // X rows per pass (multiple of 8); an expert with more loops
@@ -77,7 +85,7 @@ struct Mxfp4GroupedTileShape {
 Mxfp4GroupedTileShape ShapeOfMxfp4GroupedTile(Mxfp4GroupedTile tile);
 
 // The tile's lower-case name (w2m8, w2m32, w4m8, w4m8s4, w4m8s3, w4m16s4,
-// w4m32, w8m64; auto), and back (nullopt for an unknown name).
+// w4m32, w8m64, w8m128; auto), and back (nullopt for an unknown name).
 const char* Mxfp4GroupedTileName(Mxfp4GroupedTile tile);
 std::optional<Mxfp4GroupedTile> Mxfp4GroupedTileByName(std::string_view name);
 
@@ -90,7 +98,7 @@ inline int Mxfp4GroupedBlockN(const Mxfp4GroupedTileShape& shape, bool gated) {
 // (a host estimate: the device counts are never read). Decode: kW4M8S4 up to
 // 4 rows (gate/up with 1 - 4 rows: kW4M8S3), kW4M16S4 up to 16 (an expert of
 // 9 - 16 rows in one pass instead of two; README has the measurements); more
-// rows: the M32 tiles, then kW8M64 (not tuned: prefill).
+// rows: the M32 tiles, then kW8M64; kWgmma from 96 rows kW8M128 (prefill).
 // kWgmma never gets a kW2* tile (kW2M32 becomes kW4M32).
 Mxfp4GroupedTile ChooseMxfp4GroupedTile(int64_t rows_per_expert, bool gated,
                                         Mxfp4GemmMath math = Mxfp4GemmMath::kMmaF16);

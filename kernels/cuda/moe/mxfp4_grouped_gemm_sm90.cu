@@ -72,6 +72,8 @@ absl::Status LaunchOf(const moe::mxfp4_gemm::KernelArgs& args, int num_experts,
       return LaunchTile<4, 32, 4, kGated, kWgmma>(args, num_experts, shape, what, stream);
     case Mxfp4GroupedTile::kW8M64:
       return LaunchTile<8, 64, 3, kGated, kWgmma>(args, num_experts, shape, what, stream);
+    case Mxfp4GroupedTile::kW8M128:
+      return LaunchTile<8, 128, 3, kGated, kWgmma>(args, num_experts, shape, what, stream);
     case Mxfp4GroupedTile::kAuto:
       break;
   }

@@ -85,22 +85,12 @@ using fp8::PinRegister;
 using fp8::SwizzledKMajorDescriptorLo;
 using fp8::WgmmaCommit;
 using fp8::WgmmaFence;
-using fp8::WgmmaWaitAll;
+using fp8::WgmmaWait;
 
-// d = A B for one K block of 32: A the warpgroup's 64 weight rows (this
-// warp's 16 in e4m3 registers), B 8 X rows of the descriptor; the previous d
-// is ignored (scale-d false), so each block's sum starts from zero as
-// BlockSum's does.
-__device__ __forceinline__ void WgmmaBlockSum(const uint32_t (&a)[4], uint64_t b_desc,
-                                              float (&d)[4]) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 "
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(0)
-      : "memory");
-}
+// d = A B for one K block of 32 over the tile's kBm X rows: fp8::Wgmma<kBm>::RS
+// (A the warpgroup's 64 weight rows, this warp's 16 in e4m3 registers; B the
+// X rows by descriptor; each block's sum from zero, as BlockSum's).
+using fp8::Wgmma;
 
 using fp8::PromoteBlock;
 
@@ -320,43 +310,68 @@ __global__ void __launch_bounds__(kWarps * 32)
         // (Offsets added to the 64-bit value: with the low word advanced
         // instead ptxas made this loop 20 instructions a stage longer.)
         const uint64_t x_desc = DescriptorOf(SwizzledKMajorDescriptorLo(x_base));
-#pragma unroll
-        for (int j = 0; j < kMxfp4GemmBlocksPerStage; ++j) {
-          const int x_block = (j >> 2) * kBm * 128 + (j & 3) * 32;
-          uint32_t a[4];
+        constexpr int kP = kBm / 2;  // p[4 ni + r]: 8-row group ni (Wgmma's layout)
+        // This warp's e4m3 A registers of block j (its 16 weight rows), complete
+        // before the fence that precedes their wgmma (a lookup moved past it
+        // would make ptxas serialize the wgmma).
+        auto make_a = [&](int j, uint32_t(&a)[4]) {
 #pragma unroll
           for (int q = 0; q < 4; ++q) {
             a[q] = E2m1x4Lookup(LoadShared16(w_base + Mxfp4PackedAOffset(row0, lane, j, q)),
                                 table_lo, table_hi, PrmtInstruction{}, sign_table);
           }
-          float p[kNi][4];
-          // The A registers are complete before the fence (a lookup moved
-          // past it would make ptxas serialize the wgmma).
 #pragma unroll
           for (int q = 0; q < 4; ++q) PinRegister(a[q]);
-          WgmmaFence();
-#pragma unroll
-          for (int ni = 0; ni < kNi; ++ni) {
-            // Every 8-row group, held rows or not (a group past the tile
-            // sums stale X into columns never stored): a wgmma under a
-            // branch costs ptxas an empty wgmma and a wait.
-            WgmmaBlockSum(a, x_desc + static_cast<uint64_t>((x_block + ni * 1024) >> 4), p[ni]);
-          }
-          WgmmaCommit();
-          WgmmaWaitAll();
-#pragma unroll
-          for (int q = 0; q < 4; ++q) PinRegister(a[q]);
+        };
+        // Every X row of the tile, held or not (rows past the tile sum stale X
+        // into columns never stored): one instruction over kBm rows.
+        auto issue = [&](int j, const uint32_t(&a)[4], float(&d)[kP]) {
+          const int x_block = (j >> 2) * kBm * 128 + (j & 3) * 32;
+          Wgmma<kBm>::RS(a, x_desc + static_cast<uint64_t>(x_block >> 4), d);
+        };
+        auto fold = [&](int j, float(&d)[kP]) {
           const float2 wf = fp8::LoadSharedF32x2(sf_base + 4 * Mxfp4ScaleFloatW(j, g));
 #pragma unroll
           for (int ni = 0; ni < kNi; ++ni) {
             if (ni < active_ni) {
+              float pn[4];
 #pragma unroll
-              for (int r = 0; r < 4; ++r) PinRegister(p[ni][r]);
+              for (int r = 0; r < 4; ++r) {
+                PinRegister(d[4 * ni + r]);
+                pn[r] = d[4 * ni + r];
+              }
               const float2 xf = fp8::LoadSharedF32x2(
                   sf_base +
                   4 * Mxfp4ScaleFloatX(j, ni * 8 + dense::Fp8GemmAccumulatorCoord(lane, 0).m, kBm));
-              PromoteBlock(acc[ni], p[ni], wf, xf);
+              PromoteBlock(acc[ni], pn, wf, xf);
             }
+          }
+        };
+        // kDepth blocks in flight: block j + kDepth's A registers are made and
+        // its wgmma issued as soon as block j is folded (its registers free).
+        constexpr int kDepth = Mxfp4WgmmaDepth(kBm);
+        constexpr int kBlocks = kMxfp4GemmBlocksPerStage;
+        uint32_t a[kDepth][4];
+        float p[kDepth][kP];
+#pragma unroll
+        for (int j = 0; j < kDepth; ++j) make_a(j, a[j]);
+        WgmmaFence();
+#pragma unroll
+        for (int j = 0; j < kDepth; ++j) {
+          issue(j, a[j], p[j]);
+          WgmmaCommit();
+        }
+#pragma unroll
+        for (int j = 0; j < kBlocks; ++j) {
+          WgmmaWait(min(kBlocks, j + kDepth) - 1 - j);
+#pragma unroll
+          for (int q = 0; q < 4; ++q) PinRegister(a[j % kDepth][q]);
+          fold(j, p[j % kDepth]);
+          if (j + kDepth < kBlocks) {
+            make_a(j + kDepth, a[j % kDepth]);
+            WgmmaFence();
+            issue(j + kDepth, a[j % kDepth], p[j % kDepth]);
+            WgmmaCommit();
           }
         }
       } else {
