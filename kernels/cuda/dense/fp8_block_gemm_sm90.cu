@@ -9,6 +9,7 @@
 #include "kernels/cuda/dense/fp8_block_gemm_sm90.h"
 #include "kernels/cuda/dense/sm90_gemm_launch.h"
 #include "kernels/cuda/launch_status.h"
+#include "kernels/cuda/tma.cuh"
 
 namespace weir::kernels::cuda::dense {
 namespace {
@@ -37,7 +38,9 @@ absl::Status LaunchTile(const Fp8BlockGemmParams& p, const Fp8GemmTileShape& sha
       p.y_group_stride != 0 ? p.y_group_stride : p.m * p.n,
       p.k_splits,
       p.split_scratch,
-      nullptr};
+      nullptr,
+      {},
+      {}};
   const dim3 grid(static_cast<unsigned>((p.n + kBn - 1) / kBn),
                   static_cast<unsigned>((p.m + kBm - 1) / kBm),
                   static_cast<unsigned>(p.groups * p.k_splits));
@@ -71,6 +74,21 @@ absl::Status LaunchTile(const Fp8BlockGemmParams& p, const Fp8GemmTileShape& sha
                             reinterpret_cast<uintptr_t>(p.x_scales) % 4 == 0 &&
                             reinterpret_cast<uintptr_t>(p.w_scales) % 4 == 0 &&
                             (p.groups == 1 || (args.xs_stride % 4 == 0 && args.ws_stride % 4 == 0));
+  if (fp8_gemm::Fp8GemmUsesTma(kBm, async_scales, p.math == Fp8GemmMath::kWgmma)) {
+    // The code matrices as tensor maps (strides are multiples of 16 and the
+    // bases 16-byte aligned: CheckFp8BlockGemmParams).
+    const bool x_grouped = args.x_stride != 0 && p.groups > 1;
+    if (absl::Status s =
+            EncodeTmaRowsMap(&args.w_map, p.w, p.k, p.n, p.groups, p.k, args.w_stride, kBn);
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = EncodeTmaRowsMap(&args.x_map, p.x, p.k, p.m, x_grouped ? p.groups : 1, p.k,
+                                          x_grouped ? args.x_stride : p.m * p.k, kBm);
+        !s.ok()) {
+      return s;
+    }
+  }
   if (p.math == Fp8GemmMath::kWgmma) {
     // Instances only for the tiles that can run it (CheckFp8BlockGemmParams
     // refuses the others).

@@ -13,6 +13,7 @@
 #ifndef WEIR_KERNELS_CUDA_DENSE_FP8_BLOCK_GEMM_SM90_CUH_
 #define WEIR_KERNELS_CUDA_DENSE_FP8_BLOCK_GEMM_SM90_CUH_
 
+#include <cuda.h>
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -21,6 +22,7 @@
 #include "kernels/cuda/dense/fp8_mma_sm90.cuh"
 #include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/cuda/rounding.cuh"
+#include "kernels/cuda/tma.cuh"
 
 namespace weir::kernels::cuda::dense {
 namespace fp8_gemm {
@@ -45,7 +47,20 @@ struct KernelArgs {
   // the tile's partials in split order into y and zeroes the counter again.
   // Null: Fp8SplitReduceKernel does the sum.
   uint32_t* counters;
+  // Fp8GemmUsesTma instances: the W and X code matrices as TMA tensor maps
+  // ([groups][rows][k] bytes, boxes of kBn / kBm rows x 128 bytes, 128-byte
+  // swizzle; X with one group when every group reads the same X).
+  CUtensorMap w_map;
+  CUtensorMap x_map;
 };
+
+// Instances whose code tiles arrive by TMA (one thread issues a stage's two
+// boxes; an mbarrier per ring slot counts their bytes) instead of cp.async
+// from every thread: the wgmma prefill tiles with cp.async scales. The
+// smem layout, the scales' path and the arithmetic are unchanged.
+__host__ __device__ constexpr bool Fp8GemmUsesTma(int block_m, bool async_scales, bool wgmma) {
+  return wgmma && async_scales && block_m >= 64;
+}
 
 // Writes element `at` of this group's y: bf16, fp32, or fp32 rounded to bf16.
 __device__ __forceinline__ void StoreY(const KernelArgs& args, int64_t at, float v) {
@@ -116,6 +131,9 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
   static_assert(!kWgmma || (kWarpsM == 1 && kWarpsN % 4 == 0 && kWarpN == 16),
                 "wgmma: whole warpgroups of 16-row warps over every X row");
 
+  constexpr bool kTma = Fp8GemmUsesTma(kBm, kAsyncScales, kWgmma);
+  // kTma: ring slot s's full barrier (one arrival with the expected bytes).
+  __shared__ __align__(8) uint64_t full_bar[kTma ? kStages : 1];
   extern __shared__ __align__(128) uint8_t smem_raw[];
   // kWgmma: the base moved up to 1024 bytes (the launch adds the slack).
   uint8_t* const smem = kWgmma ? AlignSharedTo1024(smem_raw) : smem_raw;
@@ -171,8 +189,20 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
   auto load_tiles = [&](int kt, int slot) {
     const int64_t k_base = static_cast<int64_t>(kt) * kStageK;
     const int64_t k_left = k - k_base;
-    w_rows.Copy(SharedAddress(w_tiles) + slot * kWTile, k_base, k_left);
-    x_rows.Copy(SharedAddress(x_tiles) + slot * kXTile, k_base, k_left);
+    if constexpr (kTma) {
+      if (tid == 0) {
+        const uint32_t bar = SharedAddress(&full_bar[slot]);
+        MbarrierArriveExpectTx(bar, (kBn + kBm) * kStageK);
+        TmaLoadRows(SharedAddress(w_tiles) + slot * kWTile, &grouped.w_map, bar,
+                    static_cast<int>(k_base), static_cast<int>(n0), static_cast<int>(group));
+        TmaLoadRows(SharedAddress(x_tiles) + slot * kXTile, &grouped.x_map, bar,
+                    static_cast<int>(k_base), static_cast<int>(m0),
+                    grouped.x_stride != 0 ? static_cast<int>(group) : 0);
+      }
+    } else {
+      w_rows.Copy(SharedAddress(w_tiles) + slot * kWTile, k_base, k_left);
+      x_rows.Copy(SharedAddress(x_tiles) + slot * kXTile, k_base, k_left);
+    }
     if constexpr (kAsyncScales) {  // unused rows read as code 0; their products are dropped
 #pragma unroll
       for (int i = 0; i < kAsyncScaleRows; ++i) {
@@ -343,6 +373,14 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
     }
   };
 
+  if constexpr (kTma) {
+    if (tid == 0) {
+#pragma unroll
+      for (int s = 0; s < kStages; ++s) MbarrierInit(SharedAddress(&full_bar[s]), 1);
+      FenceMbarrierInit();
+    }
+    __syncthreads();
+  }
   // Prologue: stages 0 .. kStages - 2 (register-path scales stored at once).
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
@@ -363,7 +401,11 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
   int next_slot = kStages - 1;
   for (int kt = kt_begin; kt < kt_end; ++kt) {
     CpAsyncWait<kStages - 2>();  // this thread's copies of stage kt have landed
-    if constexpr (kWgmma) FenceSharedForAsyncProxy();  // wgmma reads through the async proxy
+    if constexpr (kTma) {        // and the stage's boxes (the slot's (i / kStages)-th phase)
+      MbarrierWait(SharedAddress(&full_bar[slot]), ((kt - kt_begin) / kStages) & 1);
+    } else if constexpr (kWgmma) {
+      FenceSharedForAsyncProxy();  // wgmma reads the cp.async data through the async proxy
+    }
     __syncthreads();  // everyone's have; the slot of stage kt - 1 is free
     const int next = kt + kStages - 1;
     if constexpr (!kAsyncScales) {

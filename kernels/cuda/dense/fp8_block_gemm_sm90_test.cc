@@ -350,32 +350,46 @@ TEST(Fp8BlockGemmTest, GroupsGiveEachGroupItsOwnBits) {
                                    .y_group_stride = ys};
   // Variants: split 1 or 3; -3: split 3 summed by the last split (counters);
   // x_shared: every group multiplies group 0's X (the decoder's shared w1 and
-  // w3 over one input). Each group gets the bits of its own call.
-  for (int variant : {1, 3, -3}) {
-    for (bool x_shared : {false, true}) {
-      const int splits = variant < 0 ? -variant : variant;
-      y.Poison(0xFF);
-      Fp8BlockGemmParams p = grouped;
-      p.x_shared = x_shared;
-      if (x_shared) p.x_group_stride = p.x_scales_group_stride = 0;
-      p.k_splits = splits;
-      p.split_scratch = splits > 1 ? scratch.get() : nullptr;
-      p.split_counters = variant < 0 ? counters.get() : nullptr;
-      p.split_counter_count = variant < 0 ? int64_t{1} << 16 : 0;
-      ASSERT_TRUE(Fp8BlockGemm(p, nullptr).ok());
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      const std::vector<float> got = y.Download();
-      for (int g = 0; g < kGroups; ++g) {
-        Operands op = ops[g];
-        if (x_shared) {
-          op.x = ops[0].x;
-          op.x_scales = ops[0].x_scales;
+  // w3 over one input). Each group gets the bits of its own call, in either
+  // math; kWgmma also on the tiles fed by TMA (3-D tensor maps over the
+  // groups, X with one group when shared).
+  struct MathTile {
+    Fp8GemmMath math;
+    Fp8GemmTile tile;
+  };
+  for (const MathTile mt : {MathTile{Fp8GemmMath::kMmaF16, Fp8GemmTile::kAuto},
+                            MathTile{Fp8GemmMath::kWgmma, Fp8GemmTile::kAuto},
+                            MathTile{Fp8GemmMath::kWgmma, Fp8GemmTile::kN64M64},
+                            MathTile{Fp8GemmMath::kWgmma, Fp8GemmTile::kN128M128Wg}}) {
+    for (int variant : {1, 3, -3}) {
+      for (bool x_shared : {false, true}) {
+        const int splits = variant < 0 ? -variant : variant;
+        y.Poison(0xFF);
+        Fp8BlockGemmParams p = grouped;
+        p.math = mt.math;
+        p.tile = mt.tile;
+        p.x_shared = x_shared;
+        if (x_shared) p.x_group_stride = p.x_scales_group_stride = 0;
+        p.k_splits = splits;
+        p.split_scratch = splits > 1 ? scratch.get() : nullptr;
+        p.split_counters = variant < 0 ? counters.get() : nullptr;
+        p.split_counter_count = variant < 0 ? int64_t{1} << 16 : 0;
+        ASSERT_TRUE(Fp8BlockGemm(p, nullptr).ok());
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const std::vector<float> got = y.Download();
+        for (int g = 0; g < kGroups; ++g) {
+          Operands op = ops[g];
+          if (x_shared) {
+            op.x = ops[0].x;
+            op.x_scales = ops[0].x_scales;
+          }
+          const std::vector<float> want =
+              RunGpu(op, Fp8GemmTile::kAuto, Fp8GemmOutput::kF32, 0, splits, false, mt.math);
+          ASSERT_EQ(want.size(), static_cast<size_t>(m * n));
+          EXPECT_EQ(std::memcmp(got.data() + g * ys, want.data(), m * n * sizeof(float)), 0)
+              << "group " << g << " splits " << splits << " x_shared " << x_shared << " tile "
+              << static_cast<int>(mt.tile);
         }
-        const std::vector<float> want =
-            RunGpu(op, Fp8GemmTile::kAuto, Fp8GemmOutput::kF32, 0, splits);
-        ASSERT_EQ(want.size(), static_cast<size_t>(m * n));
-        EXPECT_EQ(std::memcmp(got.data() + g * ys, want.data(), m * n * sizeof(float)), 0)
-            << "group " << g << " splits " << splits << " x_shared " << x_shared;
       }
     }
   }
