@@ -63,10 +63,11 @@ ABSL_FLAG(int64_t, device_decode_max_positions, 4096,
           "Device decode: positions one sequence may reach on the device (longer ones decode "
           "on the CUDA ops).");
 ABSL_FLAG(int, device_decode_max_batch, 64, "Device decode: rows of one graph replay.");
-ABSL_FLAG(int, device_prefill_rows, 256,
+ABSL_FLAG(int, device_prefill_rows, 2048,
           "Device decode: prompt chunks run on the device decoder too (device-resident "
-          "prefill), up to this many positions of a sequence a step; 1: prefill on the CUDA "
-          "ops. Not while speculating or with --ced_replay.");
+          "prefill), up to this many positions of a sequence a step (steps of more than 256 "
+          "rows launch eagerly); 1: prefill on the CUDA ops. Not while speculating or with "
+          "--ced_replay.");
 ABSL_FLAG(std::string, numerics, "fast",
           "Device decode numerics: fast (tensor cores on the stored FP8/MXFP4 weights, "
           "batch-invariant, held to the reference by tolerances) or reference (every op in "

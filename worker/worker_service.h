@@ -104,13 +104,14 @@ struct WorkerOptions {
   int64_t device_decode_max_positions = 4096;
   int32_t device_decode_max_batch = 64;
   // Device-resident prefill: prompt chunks run on the device decoder too, in
-  // pieces of up to this many positions of a sequence a step (its window
-  // rings grow by as many rows; one rank: its batch grows to at least this;
-  // several ranks: at most device_decode_max_batch, the collective step's
-  // size). 1: prefill on the CUDA ops (host-staged), as before. Off while
-  // the executor speculates or replays (CED): drafts and replays need the
-  // model's own state.
-  int32_t device_prefill_rows = 256;
+  // pieces of up to this many positions of a sequence a step (the default
+  // matches the coordinator's --max_prefill_tokens; one rank: the decoder's
+  // batch grows to at least this, its activations and window staging rows
+  // with it; several ranks: at most device_decode_max_batch, the collective
+  // step's size). 1: prefill on the CUDA ops (host-staged), as before. Off
+  // while the executor speculates or replays (CED): drafts and replays need
+  // the model's own state.
+  int32_t device_prefill_rows = 2048;
   // The device decoder's arithmetic (model::DecodeNumerics).
   model::DecodeNumerics numerics = model::DecodeNumerics::kFast;
   // kFast: the mHC coefficients on HcMixSplitK (DeviceDecoderOptions::fast_mhc).

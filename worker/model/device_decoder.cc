@@ -303,17 +303,17 @@ absl::Status DeviceDecoder::Import(int slot, const SequenceState& state) {
     return absl::InvalidArgumentError("Import: the Engram history does not match the length");
   }
   WEIR_DD_CUDA("set device", cudaSetDevice(options_.device));
-  const int64_t win = m.window(), ring = m.ring(), hd = c.head_dim, di = c.index_head_dim;
+  const int64_t win = m.window(), hd = c.head_dim, di = c.index_head_dim;
   std::vector<float> block;
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerRole& role = m.roles[l];
     const LayerDev& L = m.layers[l];
-    block.assign(ring * hd, 0.0f);
+    block.assign(win * hd, 0.0f);
     for (int64_t p = std::max<int64_t>(0, len - win); p < len; ++p) {
       std::span<const float> row = state.window(l).Row(p);
-      std::copy(row.begin(), row.end(), block.begin() + (p % ring) * hd);
+      std::copy(row.begin(), row.end(), block.begin() + (p % win) * hd);
     }
-    RETURN_IF_ERROR(m.UploadKv(block, /*window=*/true, L.window_base + int64_t{slot} * ring));
+    RETURN_IF_ERROR(m.UploadKv(block, /*window=*/true, L.window_base + int64_t{slot} * win));
     if (role.attention != AttentionRole::kFull) continue;
     const int r = role.ratio;
     const int64_t me = m.max_entries(r), entries = len / r;
@@ -368,15 +368,15 @@ absl::Status DeviceDecoder::Export(int slot, SequenceState& state) {
                                                    ", or belongs to another model"));
   }
   WEIR_DD_CUDA("set device", cudaSetDevice(options_.device));
-  const int64_t win = m.window(), ring = m.ring(), hd = c.head_dim, di = c.index_head_dim;
-  std::vector<float> block(ring * hd);
+  const int64_t win = m.window(), hd = c.head_dim, di = c.index_head_dim;
+  std::vector<float> block(win * hd);
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerRole& role = m.roles[l];
     const LayerDev& L = m.layers[l];
-    RETURN_IF_ERROR(m.DownloadKv(block, /*window=*/true, L.window_base + int64_t{slot} * ring));
+    RETURN_IF_ERROR(m.DownloadKv(block, /*window=*/true, L.window_base + int64_t{slot} * win));
     for (int64_t p = std::max<int64_t>(0, len - win); p < len; ++p) {
       std::span<float> row = state.window(l).Row(p);
-      std::copy_n(block.data() + (p % ring) * hd, hd, row.data());
+      std::copy_n(block.data() + (p % win) * hd, hd, row.data());
     }
     if (role.attention != AttentionRole::kFull) continue;
     const int r = role.ratio;
@@ -507,15 +507,18 @@ absl::StatusOr<std::span<const float>> DeviceDecoder::StepRows(
       logit_rows.has_value() ? *logit_rows : std::span<const int>();
   absl::Status st = [&]() -> absl::Status {
     WEIR_DD_CUDA("set device", cudaSetDevice(options_.device));
-    RETURN_IF_ERROR(m.PrepareMeta(slots, tokens, padded, head_rows, head_padded));
+    ASSIGN_OR_RETURN(const bool runs, m.PrepareMeta(slots, tokens, padded, head_rows, head_padded));
     WEIR_DD_CUDA("event", cudaEventRecord(m.ev_begin, m.stream));
-    if (options_.use_graphs) {
-      const int64_t key = padded * (m.batch_cap + 2) + head_padded + 1;
+    // Large steps (prefill chunks) launch eagerly: their launch overhead is
+    // small beside their work, and a graph per padded size would be
+    // captured on first use.
+    if (options_.use_graphs && padded <= options_.graph_max_rows) {
+      const int64_t key = (padded * (m.batch_cap + 2) + head_padded + 1) * 2 + (runs ? 1 : 0);
       auto it = m.graphs.find(key);
       if (it == m.graphs.end()) {
         WEIR_DD_CUDA("begin capture",
                      cudaStreamBeginCapture(m.stream, cudaStreamCaptureModeThreadLocal));
-        absl::Status enq = m.Enqueue(padded, head_padded);
+        absl::Status enq = m.Enqueue(padded, head_padded, runs);
         cudaGraph_t graph = nullptr;
         const cudaError_t end = cudaStreamEndCapture(m.stream, &graph);
         if (!enq.ok()) {
@@ -548,7 +551,7 @@ absl::StatusOr<std::span<const float>> DeviceDecoder::StepRows(
     } else {
       m.profiling = options_.profile;
       m.prof_used = 0;
-      absl::Status enq = m.Enqueue(padded, head_padded);
+      absl::Status enq = m.Enqueue(padded, head_padded, runs);
       m.Mark(nullptr);
       m.profiling = false;
       RETURN_IF_ERROR(enq);

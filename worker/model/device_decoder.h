@@ -55,8 +55,9 @@
 // across ranks. A world of 1 moves the blocks with device copies.
 //
 // Several positions of one sequence in a step (StepRows, up to
-// max_rows_per_slot): each row's window KV lands in a ring of window +
-// max_rows_per_slot - 1 rows, the compressor applies a slot's rows in order
+// max_rows_per_slot): a run's window KV goes to staging rows its later rows
+// read (its last `window` rows then move into the slot's ring), the
+// compressor applies a slot's rows in order
 // (CompressorDecode runs), the Engram n-grams see the earlier rows, and the
 // head runs only for the rows whose logits are asked.
 //
@@ -169,12 +170,16 @@ struct DeviceDecoderOptions {
   int batch_interval = 8;
   // Most consecutive positions of one sequence in a Step (StepRows: a
   // prefill chunk, or a verification's token and drafts); 1 to max_batch.
-  // Each slot's window ring holds window + max_rows_per_slot - 1 rows a
-  // layer, so a row never finds its window overwritten by a later row of
-  // its own step.
+  // The rows of such a run write their window KV into staging rows (one a
+  // batch row and layer), which the run's later rows read; the last
+  // `window` of them move into the slot's ring after the attention.
   int max_rows_per_slot = 1;
   // Replay CUDA graphs (false: launch the same kernels eagerly every step).
   bool use_graphs = true;
+  // Steps of more (padded) rows than this launch eagerly even with
+  // use_graphs (prefill chunks: launches are small beside their work, and a
+  // graph would be captured for every new size).
+  int64_t graph_max_rows = 256;
   // Graphs: the edges between the project's kernels are programmatic
   // (kernels/cuda/programmatic_graph.h), so each kernel launches while the
   // one before it finishes and waits in its prologue; same results, less

@@ -8,10 +8,12 @@ namespace weir::model {
 using device_decoder_internal::LayerDev;
 using device_decoder_internal::StepMeta;
 
-absl::Status DeviceDecoder::Impl::PrepareMeta(std::span<const int> slot_ids,
-                                              std::span<const int64_t> tokens, int64_t padded,
-                                              std::span<const int> head_rows, int64_t head_padded) {
-  const int64_t win = window(), ring_rows = ring(), cols = c.engram_hash_cols();
+absl::StatusOr<bool> DeviceDecoder::Impl::PrepareMeta(std::span<const int> slot_ids,
+                                                      std::span<const int64_t> tokens,
+                                                      int64_t padded,
+                                                      std::span<const int> head_rows,
+                                                      int64_t head_padded) {
+  const int64_t win = window(), cols = c.engram_hash_cols();
   const int layers_e = hasher.num_layers();
   const int64_t real_rows = static_cast<int64_t>(slot_ids.size());
   std::vector<int64_t> rows(std::max<int64_t>(layers_e * cols, 1));
@@ -21,30 +23,40 @@ absl::Status DeviceDecoder::Impl::PrepareMeta(std::span<const int> slot_ids,
   std::vector<int> pushed;
   absl::Status hashed = absl::OkStatus();
   int64_t offset = 0;  // the row's place in its slot's run
+  int64_t first = 0;   // the run's first row
+  int64_t length = 1;  // the run's rows
+  bool runs = false;
   for (int64_t i = 0; i < padded; ++i) {
     const bool real = i < real_rows;
     const int s = real ? slot_ids[i] : slots - 1;
     offset = real && i > 0 && slot_ids[i - 1] == s ? offset + 1 : 0;
-    const int64_t p = real ? slot_state[s].length + offset : 0;
-    int32_t run = 1;
-    if (!real) {
-      run = 1;
-    } else if (offset > 0) {
-      run = 0;
-    } else {
-      while (i + run < real_rows && slot_ids[i + run] == s) ++run;
+    if (offset == 0) {
+      first = i;
+      length = 1;
+      while (real && i + length < real_rows && slot_ids[i + length] == s) ++length;
+      runs = runs || length > 1;
     }
-    meta_h.run_length[i] = run;
+    const int64_t p0 = real ? slot_state[s].length : 0, p = p0 + offset;
+    meta_h.run_length[i] = offset == 0 ? static_cast<int32_t>(length) : 0;
     meta_h.tokens[i] = real ? tokens[i] : 0;
     meta_h.positions[i] = p;
     meta_h.slot[i] = s;
+    // The window: a run's own positions from its staging rows (every row's
+    // KV is written before any row attends), earlier ones from the ring; a
+    // row alone writes and reads the ring directly.
+    auto window_row = [&](int64_t pos) -> int32_t {
+      if (length > 1 && pos >= p0) return static_cast<int32_t>(staging_row(first + pos - p0));
+      return static_cast<int32_t>(s * win + pos % win);
+    };
     const int64_t lo = std::max<int64_t>(0, p - win + 1);
     for (int64_t j = 0; j < win; ++j) {
       const int64_t pos = lo + j;
-      meta_h.win_rows[i * win + j] =
-          pos <= p ? static_cast<int32_t>(s * ring_rows + pos % ring_rows) : -1;
+      meta_h.win_rows[i * win + j] = pos <= p ? window_row(pos) : -1;
     }
-    meta_h.win_write[i] = static_cast<int32_t>(s * ring_rows + p % ring_rows);
+    meta_h.win_write[i] = window_row(p);
+    // After the attention the run's last `window` positions enter the ring.
+    meta_h.win_commit[i] =
+        length > 1 && p > p0 + length - 1 - win ? static_cast<int32_t>(s * win + p % win) : -1;
     for (size_t ri = 0; ri < ratios.size(); ++ri) {
       const int r = ratios[ri];
       const int64_t me = max_entries(r);
@@ -77,7 +89,7 @@ absl::Status DeviceDecoder::Impl::PrepareMeta(std::span<const int> slot_ids,
   }
   WEIR_DD_CUDA("step inputs", cudaMemcpyAsync(meta_dev, meta_host, meta_bytes,
                                               cudaMemcpyHostToDevice, stream));
-  return absl::OkStatus();
+  return runs;
 }
 
 absl::Status DeviceDecoder::Impl::Engram(int layer, int64_t b) {
@@ -203,7 +215,6 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
   const LayerRole& role = roles[layer];
   const LayerDev& L = layers[layer];
   const int64_t hd = c.head_dim, heads = c.n_heads, ql = c.q_lora_rank, win = window();
-  const int64_t ring_rows = ring();
   const int64_t* pos = meta_d.positions;
   Mark("attn.qkv");
   // h and, after its norm, qr hold their values to the end of the attention;
@@ -260,7 +271,7 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
         .window_codes = win_codes + int64_t{L.window_base} * hd,
         .window_scales = win_scales + int64_t{L.window_base} * hd / 32,
         .window_index = meta_d.win_rows,
-        .window_rows = slots * ring_rows,
+        .window_rows = window_region_rows(),
         .window_width = static_cast<int>(win),
         .out = o,
         .queries = b,
@@ -290,6 +301,14 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
          .heads = static_cast<int>(heads), .head_dim = static_cast<int>(hd),
          .kv_len = pool_rows, .topk = ip.window_width + ip.k_width, .scale = scale},
         stream));
+  }
+  if (runs_) {  // the runs' last window positions, staging -> ring
+    if (stored_kv) {
+      RETURN_IF_ERROR(MoveStaged(win_codes + int64_t{L.window_base} * hd, hd, b));
+      RETURN_IF_ERROR(MoveStaged(win_scales + int64_t{L.window_base} * hd / 32, hd / 32, b));
+    } else {
+      RETURN_IF_ERROR(MoveStaged(kv_pool + int64_t{L.window_base} * hd, hd * 4, b));
+    }
   }
   Mark("attn.out");
   Unbind(h_in);
@@ -355,7 +374,8 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
   return MmRound(L.wo_b, u, b, y);
 }
 
-absl::Status DeviceDecoder::Impl::Enqueue(int64_t b, int64_t head_b) {
+absl::Status DeviceDecoder::Impl::Enqueue(int64_t b, int64_t head_b, bool runs) {
+  runs_ = runs;
   float* const x0 = x;
   float* const x20 = x2;
   absl::Status st = [&]() -> absl::Status {

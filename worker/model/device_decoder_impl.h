@@ -223,7 +223,8 @@ struct StepMeta {
   int64_t* positions = nullptr;  // [B]
   int32_t* slot = nullptr;       // [B]
   int32_t* win_rows = nullptr;   // [B, window] rows relative to a layer's window base, -1
-  int32_t* win_write = nullptr;  // [B]
+  int32_t* win_write = nullptr;  // [B] the ring row, or (a row of a run) its staging row
+  int32_t* win_commit = nullptr;  // [B] ring row its staging row moves to after the attention, -1
   int32_t* run_length = nullptr;  // [B] rows of the run a row starts (0: inside a run)
   int32_t* head_rows = nullptr;   // [B] rows the head reads (logits of a row subset)
   struct PerRatio {
@@ -513,6 +514,18 @@ struct DeviceDecoder::Impl {
                           .rows = b, .width = scale_bytes / 4},
                          stream);
   }
+  // Copies the staging rows of a step's `b` rows (`row_bytes` a row, whole
+  // words) of the window region at `region` to their ring rows
+  // (win_commit; -1: none).
+  absl::Status MoveStaged(void* region, int64_t row_bytes, int64_t b) {
+    float* base = static_cast<float*>(region);
+    return dec::CopyRows({.src = base + staging_row(0) * row_bytes / 4,
+                          .dst = base,
+                          .dst_rows = meta_d.win_commit,
+                          .rows = b,
+                          .width = row_bytes / 4},
+                         stream);
+  }
   // kFast: whether layer `L`'s routed experts run on Mxfp4ExpertFfn (MXFP4
   // weights, FP8 inputs of both products as the reference, shapes it takes).
   bool FastExperts(const LayerDev& L) const {
@@ -523,9 +536,12 @@ struct DeviceDecoder::Impl {
   // it has none (bf16 linear, shape, or values that do not re-encode).
   const EncodedDense* Fp8Form(const DenseWeight& w);
   int64_t window() const { return c.window_size; }
-  // Rows of a slot's window ring in every layer: the window plus the rows a
-  // step may add beyond it (several positions of one slot in a step).
-  int64_t ring() const { return c.window_size + options.max_rows_per_slot - 1; }
+  // A layer's window region: a ring of `window` rows a slot, then one
+  // staging row a step row (the window KV of rows in runs of several
+  // positions, which their run's later rows read; the last `window` of a
+  // run are copied into the ring after the attention).
+  int64_t window_region_rows() const { return slots * window() + batch_cap; }
+  int64_t staging_row(int64_t step_row) const { return slots * window() + step_row; }
   int64_t max_entries(int ratio) const { return options.max_positions / ratio; }
   int ratio_index(int ratio) const {
     return static_cast<int>(std::find(ratios.begin(), ratios.end(), ratio) - ratios.begin());
@@ -569,11 +585,15 @@ struct DeviceDecoder::Impl {
   // Rows of one slot are adjacent (a run, consecutive positions from the
   // slot's length); `head_rows` (head_padded entries, padded with row 0)
   // when the head reads a subset (head_padded >= 0), ignored otherwise.
-  absl::Status PrepareMeta(std::span<const int> slot_ids, std::span<const int64_t> tokens,
-                           int64_t padded, std::span<const int> head_rows, int64_t head_padded);
+  // Returns whether some slot has several rows (runs: staging rows used).
+  absl::StatusOr<bool> PrepareMeta(std::span<const int> slot_ids, std::span<const int64_t> tokens,
+                                   int64_t padded, std::span<const int> head_rows,
+                                   int64_t head_padded);
   // The backbone over b rows; the head over all of them (head_b < 0) or over
   // the head_b rows meta head_rows names (0: no head).
-  absl::Status Enqueue(int64_t b, int64_t head_b);
+  // `runs`: some slot has several rows (the staging rows move to the rings).
+  absl::Status Enqueue(int64_t b, int64_t head_b, bool runs);
+  bool runs_ = false;  // the step being enqueued has runs
   // Host <-> device copies of KV rows [n, head_dim] starting at pool row
   // `first_row` (window ring or compressed entries, in kv_pool's numbering),
   // through the stored form when the pools hold it (UploadKv: INTERNAL when

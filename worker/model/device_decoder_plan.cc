@@ -103,7 +103,7 @@ absl::StatusOr<LocalExperts> CheckDecodable(const ModelConfig& c, const LayerRol
 absl::Status DeviceDecoder::Impl::Layout(Region& r) {
   const ModelWeights& w = wts;
   const int64_t d = c.dim, n = c.hc_mult, hd = c.head_dim, di = c.index_head_dim;
-  const int64_t bc = batch_cap, win = window(), ring_rows = ring();
+  const int64_t bc = batch_cap, win = window();
   fills = 0;
   expert_bytes = 0;
   mxfp4_layers = 0;
@@ -114,7 +114,7 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
   int64_t rows = 0;
   for (int l = 0; l < c.n_layers; ++l) {
     layers[l].window_base = static_cast<int32_t>(rows);
-    rows += slots * ring_rows;
+    rows += window_region_rows();
   }
   window_rows_total = rows;
   int64_t max_width = 1;
@@ -309,6 +309,7 @@ void DeviceDecoder::Impl::LayoutMeta(char* base, StepMeta& m, size_t& bytes) con
   take(m.slot, bc);
   take(m.win_rows, bc * window());
   take(m.win_write, bc);
+  take(m.win_commit, bc);
   take(m.run_length, bc);
   take(m.head_rows, bc);
   m.ratio.assign(ratios.size(), {});
