@@ -3,6 +3,7 @@
 #include "kernels/cpu/weight_quant.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -104,6 +105,59 @@ absl::Status QuantizeMxfp4Weight(std::span<const float> w, int64_t rows, int64_t
   }
   RETURN_IF_ERROR(CheckSize("w", w.size(), rows * cols));
   return QuantizeFp4(w, kMxfp4Block, Fp4Scale::kE8m0, packed, scales);
+}
+
+absl::StatusOr<int64_t> Mxfp4ToFp8Tiles(std::span<const uint8_t> packed,
+                                        std::span<const uint8_t> scales, int64_t rows, int64_t cols,
+                                        std::span<uint8_t> codes, std::span<uint8_t> tile_scales,
+                                        std::span<uint8_t> exact) {
+  constexpr int kTile = kMxfp4Block;  // 32: the MXFP4 block along K and the FP8 tile
+  RETURN_IF_ERROR(CheckDims(rows, cols, kTile));
+  if (cols % kTile != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("MXFP4 cols ", cols, " not a multiple of 32"));
+  }
+  const int64_t blocks = cols / kTile, tile_rows = CeilDiv(rows, kTile);
+  RETURN_IF_ERROR(CheckSize("packed", packed.size(), rows * cols / 2));
+  RETURN_IF_ERROR(CheckSize("scales", scales.size(), rows * blocks));
+  RETURN_IF_ERROR(CheckSize("codes", codes.size(), rows * cols));
+  RETURN_IF_ERROR(CheckSize("tile_scales", tile_scales.size(), tile_rows * blocks));
+  RETURN_IF_ERROR(CheckSize("exact", exact.size(), tile_rows * blocks));
+  int64_t inexact = 0;
+  for (int64_t tr = 0; tr < tile_rows; ++tr) {
+    const int64_t r0 = tr * kTile, r1 = std::min(rows, r0 + kTile);
+    for (int64_t kb = 0; kb < blocks; ++kb) {
+      uint8_t top = 0;
+      bool ok = true;
+      for (int64_t r = r0; r < r1; ++r) {
+        const uint8_t s = scales[r * blocks + kb];
+        ok = ok && s != kE8m0Nan;
+        top = std::max(top, s);
+      }
+      for (int64_t r = r0; r < r1 && ok; ++r) {
+        const int shift = top - scales[r * blocks + kb];  // binades below the tile's scale
+        for (int64_t c = kb * kTile; c < (kb + 1) * kTile && ok; ++c) {
+          const uint8_t byte = packed[(r * cols + c) / 2];
+          const uint8_t e2m1 = c % 2 == 0 ? byte & 0xF : byte >> 4;
+          // Exact in fp32 down to 2^-149; a nonzero code that underflows to 0
+          // lost its value.
+          const float v = std::ldexp(E2m1ToFloat(e2m1), -shift);
+          const uint8_t code = FloatToE4m3(v);
+          ok = std::bit_cast<uint32_t>(E4m3ToFloat(code)) == std::bit_cast<uint32_t>(v) &&
+               (v != 0.0f || (e2m1 & 0x7) == 0);
+          codes[r * cols + c] = code;
+        }
+      }
+      if (!ok) {
+        for (int64_t r = r0; r < r1; ++r) {
+          std::fill_n(codes.begin() + r * cols + kb * kTile, kTile, uint8_t{0});
+        }
+      }
+      tile_scales[tr * blocks + kb] = top;
+      exact[tr * blocks + kb] = ok ? 1 : 0;
+      inexact += ok ? 0 : 1;
+    }
+  }
+  return inexact;
 }
 
 }  // namespace weir::kernels::cpu

@@ -21,6 +21,7 @@
 #include <span>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace weir::kernels::cpu {
 
@@ -48,6 +49,25 @@ absl::Status DequantizeMxfp4Weight(std::span<const uint8_t> packed,
 // Quantizes fp32 `w` [rows, cols] to MXFP4 (shapes as above).
 absl::Status QuantizeMxfp4Weight(std::span<const float> w, int64_t rows, int64_t cols,
                                  std::span<uint8_t> packed, std::span<uint8_t> scales);
+
+// The FP8 form with 32 x 32 tile scales (DequantizeFp8Weight's, block 32) of
+// an MXFP4 weight [rows, cols], value for value where it can be: in each tile
+// (32 rows x one 32-column K block) the largest scale E of the tile's rows
+// becomes the tile's scale, and each element the e4m3 code of
+// e2m1 x 2^(e_row - E). `exact` [ceil(rows / 32), cols / 32] marks the tiles
+// whose every element kept its value (there DequantizeFp8Weight gives
+// DequantizeMxfp4Weight's floats bit for bit): every tile whose row scales lie
+// within 8 binades of E (0.5 x 2^-8 is e4m3's smallest subnormal), and others
+// whose small rows hold no code that underflows; never a tile with a NaN
+// scale (0xFF). Codes of an inexact tile are 0. The prefill form of the
+// routed experts (kernels/cuda/moe/README.md "Prefill": a wgmma block sum of
+// rows scaled by powers of two is the unscaled sum scaled, so the tile form
+// runs the dense FP8 kernel with the MXFP4 kernel's bits). Returns the number
+// of inexact tiles; INVALID_ARGUMENT on a bad shape or span size.
+absl::StatusOr<int64_t> Mxfp4ToFp8Tiles(std::span<const uint8_t> packed,
+                                        std::span<const uint8_t> scales, int64_t rows, int64_t cols,
+                                        std::span<uint8_t> codes, std::span<uint8_t> tile_scales,
+                                        std::span<uint8_t> exact);
 
 }  // namespace weir::kernels::cpu
 

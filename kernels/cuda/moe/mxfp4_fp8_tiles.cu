@@ -1,0 +1,41 @@
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/launch_status.h"
+#include "kernels/cuda/moe/mxfp4_fp8_tiles.cuh"
+#include "kernels/cuda/moe/mxfp4_fp8_tiles.h"
+
+namespace weir::kernels::cuda {
+
+absl::Status Mxfp4ToFp8Tiles(const Mxfp4Fp8TilesParams& p, cudaStream_t stream) {
+  if (p.w == nullptr || p.w_scales == nullptr || p.codes == nullptr || p.tile_scales == nullptr ||
+      p.inexact == nullptr) {
+    return absl::InvalidArgumentError("Mxfp4ToFp8Tiles: null pointer");
+  }
+  if (p.n <= 0 || p.k <= 0 || p.experts <= 0 || p.k % 32 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("Mxfp4ToFp8Tiles: bad shape n ", p.n, " k ", p.k,
+                                                   " experts ", p.experts,
+                                                   " (k a multiple of 32)"));
+  }
+  if (reinterpret_cast<uintptr_t>(p.codes) % 16 != 0) {
+    return absl::InvalidArgumentError("Mxfp4ToFp8Tiles: codes must be 16-byte aligned");
+  }
+  namespace t = moe::mxfp4_fp8_tiles;
+  const int64_t grid_x = (p.k / 32 + t::kWarps - 1) / t::kWarps, grid_y = (p.n + 31) / 32;
+  if (grid_x > 0x7FFFFFFF || grid_y > 65535 || p.experts > 65535) {
+    return absl::InvalidArgumentError("Mxfp4ToFp8Tiles: shape past the launch grid");
+  }
+  if (cudaError_t e = cudaMemsetAsync(p.inexact, 0, p.experts * sizeof(int32_t), stream);
+      e != cudaSuccess) {
+    return CudaStatus(e, "Mxfp4ToFp8Tiles: zeroing the counts");
+  }
+  t::Mxfp4ToFp8TilesKernel<<<dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y),
+                                  static_cast<unsigned>(p.experts)),
+                             t::kWarps * 32, 0, stream>>>(
+      {p.w, p.w_scales, p.codes, p.tile_scales, p.inexact, p.n, p.k});
+  return LaunchStatus("Mxfp4ToFp8Tiles");
+}
+
+}  // namespace weir::kernels::cuda
