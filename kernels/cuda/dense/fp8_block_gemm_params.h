@@ -97,12 +97,13 @@ Fp8GemmTileShape ShapeOfFp8GemmTile(Fp8GemmTile tile);
 // the two maths differ in the block sum's low bits.
 //  * kMmaF16: two mma.sync m16n8k16 on the e4m3 values widened to f16 (Hopper
 //    has no FP8 mma.sync datapath); the block sum keeps fp32 precision.
-//  * kWgmma: one wgmma m64n8k32 e4m3 per 8 X rows (sm_90a's FP8 tensor-core
-//    path), both operands read from the swizzled shared tiles by descriptor,
+//  * kWgmma: one wgmma m64nNk32 e4m3 over the tile's N X rows (sm_90a's FP8
+//    tensor-core path), both operands read from the swizzled shared tiles by descriptor,
 //    no widening. FP8 wgmma keeps fewer bits in a sum (about 14, DeepSeek-V3
 //    report). Runs on the tiles where every warp owns 16 W rows and all the
 //    X rows and the warps form whole warpgroups (Fp8GemmTileRunsWgmma:
-//    kN64M8 / M16 / M32, kN64M64, kN128M64); other tiles are refused.
+//    kN64M8 / M16 / M32, kN64M64, kN128M64, kN128M128Wg); other tiles are
+//    refused.
 enum class Fp8GemmMath { kMmaF16, kWgmma };
 
 // Block sums of kWgmma a warpgroup keeps in flight (Fp8BlockGemm issues

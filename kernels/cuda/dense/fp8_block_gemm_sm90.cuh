@@ -3,9 +3,10 @@
 // fp8_block_gemm_sm90.h; the shared-memory layout in fp8_block_gemm_params.h.
 //
 // One CTA owns a block_n x block_m tile of Y^T (W rows x X rows) and walks all
-// of K in stages of 128: cp.async copies the W and X code tiles into a ring of
-// `stages` shared buffers (the scale bytes go through registers one stage
-// late, since their rows need not be 16-byte aligned), ldmatrix loads the
+// of K in stages of 128: cp.async (or, on the wgmma tiles of 64 and 128 X
+// rows, TMA: Fp8GemmUsesTma) copies the W and X code tiles into a ring of
+// `stages` shared buffers (the scale bytes by cp.async, or through registers
+// one stage late when their rows are not 4-byte aligned), ldmatrix loads the
 // mma fragments, and every 32 of K each warp widens them to f16 and sums the
 // block on the tensor cores (BlockSum: two m16n8k16 f16 mma per 16 x 8
 // sub-tile, from a zero accumulator), then folds the block sum into the fp32
@@ -78,9 +79,10 @@ __device__ __forceinline__ void StoreY(const KernelArgs& args, int64_t at, float
 // the loop then waits for them every stage). Both give the same bits.
 //
 // kWgmma (Fp8GemmMath::kWgmma): each K block of the stage is one wgmma
-// m64n8k32 e4m3 per 8 X rows, warpgroup wg reading W rows 64 wg .. 64 wg + 63
-// and the X rows straight from the swizzled ring by descriptor (no ldmatrix,
-// no widening); the block sums are then folded as in the mma path. Needs
+// m64nNk32 e4m3 over all N = kBm X rows, warpgroup wg reading W rows 64 wg ..
+// 64 wg + 63 and the X rows straight from the swizzled ring by descriptor (no
+// ldmatrix, no widening), Fp8GemmWgmmaDepth blocks in flight; the block sums
+// are then folded as in the mma path. Needs
 // warps of 16 W rows and all X rows in whole warpgroups
 // (Fp8GemmTileRunsWgmma); the ring starts on a 1024-byte boundary (the
 // launch adds kWgmmaSmemSlack bytes, the kernel moves its base up).

@@ -62,8 +62,8 @@ inline constexpr Mxfp4GroupedTile kMxfp4GroupedTiles[] = {
 //  * kMmaF16: mma.sync m16n8k16 on the e4m3 values widened to f16, two per
 //    block (Hopper has no FP8 mma.sync datapath). The block sum keeps fp32
 //    precision; equal to Fp8BlockGemm on the e4m3 form of the weights.
-//  * kWgmma: wgmma m64n8k32 e4m3 (sm_90a's FP8 tensor-core path), one per 8
-//    X rows and block, weights as e4m3 registers, X by descriptor. FP8 wgmma
+//  * kWgmma: wgmma m64nNk32 e4m3 (sm_90a's FP8 tensor-core path), one over
+//    the tile's N X rows a block, weights as e4m3 registers, X by descriptor. FP8 wgmma
 //    keeps fewer bits in its sum (about 14, DeepSeek-V3 report), so a block
 //    sum may differ from kMmaF16's in its low bits; the fp32 promotion with
 //    the two scales is the same. Runs on the 4- and 8-warp tiles only (a

@@ -74,7 +74,8 @@ __device__ __forceinline__ uint32_t LoadShared16(uint32_t addr) {
 
 // The wgmma form (kWgmma): sm_90a's asynchronous warpgroup MMA, the native
 // FP8 tensor-core path (mma.sync e4m3 is two f16 products on Hopper). One
-// m64n8k32 instruction per 8 X rows and K block: the warpgroup's four warps
+// m64nNk32 instruction over the tile's N X rows a K block (Wgmma<N>::RS), with
+// Mxfp4WgmmaDepth blocks in flight: the warpgroup's four warps
 // give their 16 weight rows each as e4m3 registers (the m16n8k32 A fragment
 // layout, which wgmma's register A shares), X comes from the stage's
 // swizzled tile by descriptor (dense/fp8_mma_sm90.cuh: the descriptor, the
