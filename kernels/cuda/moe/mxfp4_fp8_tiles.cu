@@ -19,8 +19,15 @@ absl::Status Mxfp4ToFp8Tiles(const Mxfp4Fp8TilesParams& p, cudaStream_t stream) 
                                                    " experts ", p.experts,
                                                    " (k a multiple of 32)"));
   }
-  if (reinterpret_cast<uintptr_t>(p.codes) % 16 != 0) {
-    return absl::InvalidArgumentError("Mxfp4ToFp8Tiles: codes must be 16-byte aligned");
+  const int64_t codes_stride = p.codes_expert_stride != 0 ? p.codes_expert_stride : p.n * p.k;
+  const int64_t tiles_stride =
+      p.tile_scales_expert_stride != 0 ? p.tile_scales_expert_stride : (p.n + 31) / 32 * (p.k / 32);
+  if (reinterpret_cast<uintptr_t>(p.codes) % 16 != 0 || codes_stride % 16 != 0) {
+    return absl::InvalidArgumentError(
+        "Mxfp4ToFp8Tiles: codes and their expert stride must be 16-byte aligned");
+  }
+  if (codes_stride < p.n * p.k || tiles_stride < (p.n + 31) / 32 * (p.k / 32)) {
+    return absl::InvalidArgumentError("Mxfp4ToFp8Tiles: an expert stride below its size");
   }
   namespace t = moe::mxfp4_fp8_tiles;
   const int64_t grid_x = (p.k / 32 + t::kWarps - 1) / t::kWarps, grid_y = (p.n + 31) / 32;
@@ -34,7 +41,7 @@ absl::Status Mxfp4ToFp8Tiles(const Mxfp4Fp8TilesParams& p, cudaStream_t stream) 
   t::Mxfp4ToFp8TilesKernel<<<dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y),
                                   static_cast<unsigned>(p.experts)),
                              t::kWarps * 32, 0, stream>>>(
-      {p.w, p.w_scales, p.codes, p.tile_scales, p.inexact, p.n, p.k});
+      {p.w, p.w_scales, p.codes, p.tile_scales, p.inexact, p.n, p.k, codes_stride, tiles_stride});
   return LaunchStatus("Mxfp4ToFp8Tiles");
 }
 

@@ -20,6 +20,7 @@ struct KernelArgs {
   uint8_t* tile_scales;
   int32_t* inexact;
   int64_t n, k;
+  int64_t codes_stride, tile_scales_stride;  // between experts, resolved
 };
 
 inline constexpr int kWarps = 4;  // K blocks a CTA (one tile a warp)
@@ -63,13 +64,14 @@ __global__ void __launch_bounds__(kWarps * 32) Mxfp4ToFp8TilesKernel(const Kerne
   }
   const bool exact = __all_sync(0xffffffffu, kept) && !nan_scale;
   if (has) {
-    uint4* dst = reinterpret_cast<uint4*>(args.codes + (expert * args.n + row) * args.k + kb * 32);
+    uint4* dst =
+        reinterpret_cast<uint4*>(args.codes + expert * args.codes_stride + row * args.k + kb * 32);
     dst[0] = exact ? make_uint4(out[0], out[1], out[2], out[3]) : make_uint4(0, 0, 0, 0);
     dst[1] = exact ? make_uint4(out[4], out[5], out[6], out[7]) : make_uint4(0, 0, 0, 0);
   }
   if (lane == 0) {
-    const int64_t tile_rows = (args.n + 31) / 32;
-    args.tile_scales[(expert * tile_rows + tile_row) * blocks + kb] = static_cast<uint8_t>(top);
+    args.tile_scales[expert * args.tile_scales_stride + tile_row * blocks + kb] =
+        static_cast<uint8_t>(top);
     if (!exact) atomicAdd(args.inexact + expert, 1);
   }
 }

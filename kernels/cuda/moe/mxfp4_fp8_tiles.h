@@ -36,12 +36,19 @@ struct Mxfp4Fp8TilesParams {
   int64_t n = 0;
   int64_t k = 0;  // multiple of 32
   int experts = 0;
+  // Elements between experts' codes / tile scales (0: packed, n k and
+  // ceil(n / 32) k / 32): e.g. w1 and w3 converted into one [2 n, k] weight an
+  // expert by two calls, the second at codes + n k. Codes strides are
+  // multiples of 16.
+  int64_t codes_expert_stride = 0;
+  int64_t tile_scales_expert_stride = 0;
 };
 
 // Enqueues the conversion on `stream` (the inexact counts are zeroed first,
 // on the same stream). INVALID_ARGUMENT for null outputs or pointer arrays,
-// n, k or experts not positive, k not a multiple of 32, or a grid past the
-// launch limits; INTERNAL with the CUDA error if a launch fails.
+// n, k or experts not positive, k not a multiple of 32, codes (or their
+// stride) not 16-byte aligned, a stride below an expert's size, or a grid
+// past the launch limits; INTERNAL with the CUDA error if a launch fails.
 absl::Status Mxfp4ToFp8Tiles(const Mxfp4Fp8TilesParams& params, cudaStream_t stream);
 
 }  // namespace weir::kernels::cuda

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <random>
 #include <tuple>
@@ -103,6 +104,34 @@ TEST(Mxfp4ToFp8TilesTest, EqualsTheCpuSpecificationBitForBit) {
                   static_cast<long long>(tile_rows * blocks));
     }
     EXPECT_EQ(got_inexact[kExperts], tile_rows * blocks) << "the missing expert";
+    // The same experts into a buffer with a gap after each (as w1 then w3 of
+    // one expert would be): each expert's codes and scales land at its stride.
+    const int64_t cs = 2 * n * k, ts = 2 * tile_rows * blocks;
+    DeviceBuffer<uint8_t> strided((kExperts + 1) * cs), strided_tiles((kExperts + 1) * ts);
+    ASSERT_TRUE(strided.ok() && strided_tiles.ok());
+    strided.Poison(0xCD);
+    ASSERT_TRUE(Mxfp4ToFp8Tiles({.w = w_ptrs.get(),
+                                 .w_scales = s_ptrs.get(),
+                                 .codes = strided.get(),
+                                 .tile_scales = strided_tiles.get(),
+                                 .inexact = inexact.get(),
+                                 .n = n,
+                                 .k = k,
+                                 .experts = kExperts + 1,
+                                 .codes_expert_stride = cs,
+                                 .tile_scales_expert_stride = ts},
+                                nullptr)
+                    .ok());
+    const std::vector<uint8_t> s_codes = strided.Download(), s_tiles = strided_tiles.Download();
+    for (int e = 0; e < kExperts; ++e) {
+      EXPECT_EQ(std::memcmp(s_codes.data() + e * cs, got_codes.data() + e * n * k, n * k), 0)
+          << "expert " << e;
+      EXPECT_EQ(std::memcmp(s_tiles.data() + e * ts, got_tiles.data() + e * tile_rows * blocks,
+                            tile_rows * blocks),
+                0)
+          << "expert " << e;
+      EXPECT_EQ(s_codes[e * cs + n * k], 0xCD) << "the gap after expert " << e;
+    }
     for (int64_t i = 0; i < n * k; ++i) {
       ASSERT_EQ(got_codes[kExperts * n * k + i], 0xAB) << "the missing expert's codes written";
     }
@@ -129,7 +158,10 @@ TEST(Mxfp4ToFp8TilesTest, RefusesBadArguments) {
         +[](Mxfp4Fp8TilesParams& p) { p.experts = 0; },
         +[](Mxfp4Fp8TilesParams& p) { p.codes = nullptr; },
         +[](Mxfp4Fp8TilesParams& p) { p.inexact = nullptr; },
-        +[](Mxfp4Fp8TilesParams& p) { p.codes += 1; }}) {
+        +[](Mxfp4Fp8TilesParams& p) { p.codes += 1; },
+        +[](Mxfp4Fp8TilesParams& p) { p.codes_expert_stride = 32 * 64 + 8; },
+        +[](Mxfp4Fp8TilesParams& p) { p.codes_expert_stride = 16; },
+        +[](Mxfp4Fp8TilesParams& p) { p.tile_scales_expert_stride = 1; }}) {
     Mxfp4Fp8TilesParams p = ok;
     bad(p);
     EXPECT_EQ(Mxfp4ToFp8Tiles(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
