@@ -745,10 +745,18 @@ void StepDriver::Forget(RequestId id) {
 
 void StepDriver::FailAll(const absl::Status& given) {
   absl::Status status = given;
+  bool first_failure = false;
   {
     absl::MutexLock lock(&mu_);
     // Stop cancelled the streams: whatever the loop saw, the cause is the stop.
     if (stopping_) status = absl::UnavailableError("server is stopping");
+    // The cause is recorded before any request hears of it, so a client that
+    // sees its request fail finds why in failure() (GetServerState), and a
+    // submission from inside a sink is refused with it.
+    if (failure_.ok()) {
+      failure_ = status;
+      first_failure = !stopping_;
+    }
   }
   if (!live_.empty()) WEIR_LOG(ERROR) << "failing " << live_.size() << " requests: " << status;
   for (auto& [id, live] : live_) live.sink(SeqEvent{.error = status});
@@ -757,13 +765,8 @@ void StepDriver::FailAll(const absl::Status& given) {
   in_flight_.clear();
   in_flight_tokens_.clear();
   std::vector<std::pair<SeqSubmission, absl::Time>> inbox;
-  bool first_failure = false;
   {
     absl::MutexLock lock(&mu_);
-    if (failure_.ok()) {
-      failure_ = status;
-      first_failure = !stopping_;
-    }
     inbox.swap(inbox_);
     known_.clear();
     known_tokens_ = 0;

@@ -520,9 +520,26 @@ TEST_F(StepDriverRecoveryTest, RequestsFinishOnTheReplacementWorker) {
 TEST_F(StepDriverRecoveryTest, FailedRecoveryFailsTheRequests) {
   Start(/*recover_ok=*/false);
   Events a;
-  ASSERT_TRUE(Submit(1, a, 40).ok());
+  // The request's sink reads the loop's failure the moment its error
+  // arrives: the cause is recorded before any request hears of it.
+  absl::Mutex mu;
+  absl::Status failure_seen_by_sink = absl::OkStatus();
+  SeqSubmission sub = Submission(1, {100, 101, 102}, 40, a);
+  sub.sink = [&, inner = std::move(sub.sink)](const SeqEvent& event) {
+    if (event.done() && !event.error.ok()) {
+      absl::MutexLock lock(&mu);
+      failure_seen_by_sink = driver_->failure();
+    }
+    inner(event);
+  };
+  ASSERT_TRUE(driver_->Submit(std::move(sub)).ok());
   ASSERT_TRUE(a.WaitDone());
   EXPECT_FALSE(a.Done()->error.ok());
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_FALSE(failure_seen_by_sink.ok()) << "the request failed before the loop said why";
+    EXPECT_EQ(failure_seen_by_sink, a.Done()->error);
+  }
   EXPECT_LT(a.Tokens(), 40);
   EXPECT_EQ(driver_->Recoveries().recoveries, 0);
   // The loop's failure names the step's error and why recovery failed.
