@@ -3,10 +3,47 @@
 #include "kernels/cuda/bench_util.h"
 
 namespace weir::kernels::cuda {
+namespace {
 
-double CublasLtFp8Ms(cublasLtHandle_t lt, const void* w, const void* x, void* y, int64_t m,
-                     int64_t n, int64_t k, cudaDataType_t out_type, void* workspace,
-                     size_t workspace_bytes, const float* one, cudaStream_t stream, int reps) {
+constexpr size_t kWorkspaceBytes = size_t{64} << 20;
+
+}  // namespace
+
+std::unique_ptr<CublasLtFp8> CublasLtFp8::Create(std::string* error) {
+  std::unique_ptr<CublasLtFp8> t(new CublasLtFp8());
+  auto fail = [&](const std::string& why) -> std::unique_ptr<CublasLtFp8> {
+    cudaGetLastError();
+    if (error != nullptr) *error = why;
+    return nullptr;
+  };
+  if (cublasLtCreate(&t->lt_) != CUBLAS_STATUS_SUCCESS) {
+    t->lt_ = nullptr;
+    return fail("cublasLtCreate failed");
+  }
+  if (cudaMalloc(&t->workspace_, kWorkspaceBytes) != cudaSuccess ||
+      cudaMalloc(&t->one_, sizeof(float)) != cudaSuccess) {
+    return fail("cuBLASLt workspace: cudaMalloc failed");
+  }
+  const float one = 1.0f;
+  if (cudaMemcpy(t->one_, &one, sizeof(one), cudaMemcpyHostToDevice) != cudaSuccess) {
+    return fail("cuBLASLt scale: cudaMemcpy failed");
+  }
+  return t;
+}
+
+CublasLtFp8::~CublasLtFp8() {
+  cudaDeviceSynchronize();
+  if (lt_ != nullptr) cublasLtDestroy(lt_);
+  cudaFree(workspace_);
+  cudaFree(one_);
+}
+
+double CublasLtFp8::Ms(const void* w, const void* x, void* y, int64_t m, int64_t n, int64_t k,
+                       cudaDataType_t out_type, cudaStream_t stream, int reps) const {
+  cublasLtHandle_t lt = lt_;
+  void* const workspace = workspace_;
+  const size_t workspace_bytes = kWorkspaceBytes;
+  const float* one = one_;
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t a, b, c;
   if (cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) {

@@ -12,16 +12,34 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <string>
 
 namespace weir::kernels::cuda {
 
-// Median ms (MedianMs of `reps` launches after 3) of cuBLASLt's FP8 GEMM
-// y^T [n, m] = W [n, k] x^T: TN, e4m3 x e4m3, fp32 compute, output `out_type`
-// (y holds m * n of it), per-tensor scales read from `one` (a device float
-// 1.0). A negative value when cuBLASLt has no algorithm or a launch fails.
-double CublasLtFp8Ms(cublasLtHandle_t lt, const void* w, const void* x, void* y, int64_t m,
-                     int64_t n, int64_t k, cudaDataType_t out_type, void* workspace,
-                     size_t workspace_bytes, const float* one, cudaStream_t stream, int reps = 10);
+// What cuBLASLt's FP8 GEMM needs to be timed, made once: a handle, a 64 MiB
+// workspace and the device 1.0f its per-tensor scales read.
+class CublasLtFp8 {
+ public:
+  // Null, with the reason in `*error` when given, when cuBLASLt or an
+  // allocation fails.
+  static std::unique_ptr<CublasLtFp8> Create(std::string* error = nullptr);
+  ~CublasLtFp8();
+  CublasLtFp8(const CublasLtFp8&) = delete;
+  CublasLtFp8& operator=(const CublasLtFp8&) = delete;
+
+  // Median ms (MedianMs of `reps` launches after 3) of y^T [n, m] = W [n, k]
+  // x^T: TN, e4m3 x e4m3, fp32 compute, output `out_type` (y holds m * n of
+  // it). A negative value when cuBLASLt has no algorithm or a launch fails.
+  double Ms(const void* w, const void* x, void* y, int64_t m, int64_t n, int64_t k,
+            cudaDataType_t out_type, cudaStream_t stream, int reps = 10) const;
+
+ private:
+  CublasLtFp8() = default;
+  cublasLtHandle_t lt_ = nullptr;
+  void* workspace_ = nullptr;
+  float* one_ = nullptr;
+};
 
 }  // namespace weir::kernels::cuda
 

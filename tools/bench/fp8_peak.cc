@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -15,13 +17,10 @@ namespace weir::bench {
 absl::StatusOr<double> CublasLtFp8Tflops(int64_t n, int reps) {
   // Frees what it holds on every return path.
   struct Held {
-    cublasLtHandle_t lt = nullptr;
-    void *x = nullptr, *w = nullptr, *y = nullptr, *workspace = nullptr;
-    float* one = nullptr;
+    void *x = nullptr, *w = nullptr, *y = nullptr;
     ~Held() {
       cudaDeviceSynchronize();
-      if (lt != nullptr) cublasLtDestroy(lt);
-      for (void* p : {x, w, y, workspace, static_cast<void*>(one)}) cudaFree(p);
+      for (void* p : {x, w, y}) cudaFree(p);
     }
   } h;
   auto cuda = [](const char* what, cudaError_t e) -> absl::Status {
@@ -29,18 +28,10 @@ absl::StatusOr<double> CublasLtFp8Tflops(int64_t n, int reps) {
     cudaGetLastError();
     return absl::InternalError(absl::StrCat("fp8 peak: ", what, ": ", cudaGetErrorString(e)));
   };
-  const size_t elements = static_cast<size_t>(n * n), workspace_bytes = size_t{64} << 20;
-  for (auto [p, bytes] : {std::pair<void**, size_t>{&h.x, elements},
-                          {&h.w, elements},
-                          {&h.y, elements * 2},
-                          {&h.workspace, workspace_bytes},
-                          {reinterpret_cast<void**>(&h.one), sizeof(float)}}) {
+  const size_t elements = static_cast<size_t>(n * n);
+  for (auto [p, bytes] :
+       {std::pair<void**, size_t>{&h.x, elements}, {&h.w, elements}, {&h.y, elements * 2}}) {
     if (absl::Status s = cuda("malloc", cudaMalloc(p, bytes)); !s.ok()) return s;
-  }
-  const float one = 1.0f;
-  if (absl::Status s = cuda("copy", cudaMemcpy(h.one, &one, sizeof(one), cudaMemcpyHostToDevice));
-      !s.ok()) {
-    return s;
   }
   // Random bytes with the top exponent bit clear: finite e4m3 values of
   // moderate size (never NaN: 0x7F / 0xFF need it set).
@@ -54,12 +45,10 @@ absl::StatusOr<double> CublasLtFp8Tflops(int64_t n, int reps) {
       return s;
     }
   }
-  if (cublasLtCreate(&h.lt) != CUBLAS_STATUS_SUCCESS) {
-    return absl::InternalError("fp8 peak: cublasLtCreate failed");
-  }
-  const double ms =
-      kernels::cuda::CublasLtFp8Ms(h.lt, h.w, h.x, h.y, n, n, n, CUDA_R_16BF, h.workspace,
-                                   workspace_bytes, h.one, nullptr, reps);
+  std::string error;
+  const std::unique_ptr<kernels::cuda::CublasLtFp8> lt = kernels::cuda::CublasLtFp8::Create(&error);
+  if (lt == nullptr) return absl::InternalError("fp8 peak: " + error);
+  const double ms = lt->Ms(h.w, h.x, h.y, n, n, n, CUDA_R_16BF, nullptr, reps);
   if (ms <= 0) return absl::UnavailableError("fp8 peak: cuBLASLt has no FP8 algorithm here");
   return 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) /
          (ms / 1e3) / 1e12;

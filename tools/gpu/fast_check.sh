@@ -19,22 +19,8 @@ set -uo pipefail
 here="$(cd "$(dirname "$0")/../.." && pwd)"
 bundle="${here}/.gpu_bundle"
 results="${1:-${bundle}/results_fast}"
-mkdir -p "${results}"
-export LD_LIBRARY_PATH="${bundle}/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export NCCL_NVLS_ENABLE=0
-status=0
-step() {  # step NAME TIMEOUT_S COMMAND...
-  local name="$1" limit="$2"
-  shift 2
-  local start end code
-  start=$(date +%s)
-  timeout "${limit}" "$@" > "${results}/${name}.log" 2>&1
-  code=$?
-  end=$(date +%s)
-  printf '%-36s exit %3d  %4d s\n' "${name}" "${code}" $((end - start)) | tee -a "${results}/summary.txt"
-  return "${code}"
-}
-: > "${results}/summary.txt"
+# shellcheck source=tools/gpu/check_steps.sh
+source "${here}/tools/gpu/check_steps.sh"
 for t in kernels_cuda_decode_dot_rows_test kernels_cuda_dense_fp8_block_gemm_sm90_test \
          kernels_cuda_dense_bf16_gemm_sm90_test kernels_cuda_decode_rows_test \
          kernels_cuda_dense_fake_quant_test kernels_cuda_attention_sparse_decode_attention_sm90_test \

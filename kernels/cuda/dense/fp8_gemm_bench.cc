@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -244,18 +245,12 @@ void Decode(double copy_gbps, cudaStream_t stream) {
 
 void Prefill(cudaStream_t stream) {
   constexpr int64_t kM = 4096;
-  cublasLtHandle_t lt;
-  if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) {
-    std::fprintf(stderr, "cublasLtCreate failed\n");
+  std::string error;
+  const std::unique_ptr<CublasLtFp8> lt = CublasLtFp8::Create(&error);
+  if (lt == nullptr) {
+    std::fprintf(stderr, "%s\n", error.c_str());
     std::exit(1);
   }
-  const size_t workspace_bytes = 64 << 20;
-  void* workspace;
-  float* one;
-  WEIR_BENCH_CHECK(cudaMalloc(&workspace, workspace_bytes));
-  WEIR_BENCH_CHECK(cudaMalloc(&one, sizeof(float)));
-  const float h_one = 1.0f;
-  WEIR_BENCH_CHECK(cudaMemcpy(one, &h_one, sizeof(float), cudaMemcpyHostToDevice));
   std::printf(
       "\nPrefill m = %lld (TFLOP/s = 2 m n k / time; cuBLASLt: e4m3 x e4m3, fp32 "
       "compute, per-tensor scales)\n",
@@ -280,10 +275,8 @@ void Prefill(cudaStream_t stream) {
       const double ms = ours(t);
       if (ms < best_ms) best_ms = ms, best = t;
     }
-    const double lt_bf16 = CublasLtFp8Ms(lt, p.w[0], p.x[0], p.y, p.m, p.n, p.k, CUDA_R_16BF,
-                                         workspace, workspace_bytes, one, stream);
-    const double lt_f32 = CublasLtFp8Ms(lt, p.w[0], p.x[0], p.y, p.m, p.n, p.k, CUDA_R_32F,
-                                        workspace, workspace_bytes, one, stream);
+    const double lt_bf16 = lt->Ms(p.w[0], p.x[0], p.y, p.m, p.n, p.k, CUDA_R_16BF, stream);
+    const double lt_f32 = lt->Ms(p.w[0], p.x[0], p.y, p.m, p.n, p.k, CUDA_R_32F, stream);
     auto tf = [&](double ms) { return ms > 0 ? flops / ms / 1e9 : 0.0; };
     std::printf(
         "%-12s %-6lld %-6lld | %-9s %8.1f %7.0f | %-9s %8.0f | %9.1f %7.0f %9.1f %7.0f | "
@@ -293,9 +286,6 @@ void Prefill(cudaStream_t stream) {
         tf(best_ms), lt_bf16 * 1e3, tf(lt_bf16), lt_f32 * 1e3, tf(lt_f32),
         lt_bf16 > 0 ? lt_bf16 / auto_ms : 0.0);
   }
-  WEIR_BENCH_CHECK(cudaFree(workspace));
-  WEIR_BENCH_CHECK(cudaFree(one));
-  cublasLtDestroy(lt);
 }
 
 void ActQuant(double copy_gbps, cudaStream_t stream) {

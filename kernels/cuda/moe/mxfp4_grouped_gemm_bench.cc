@@ -34,6 +34,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -308,38 +309,28 @@ void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, 
                 Mxfp4GroupedTileName(t), gu, tf(gu_flops, gu), dn, tf(dn_flops, dn));
   }
   // The ceiling: cuBLASLt FP8 on the same FLOPs as two dense products.
-  cublasLtHandle_t lt;
-  if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) {
-    std::printf("  cuBLASLt unavailable: no ceiling\n");
+  std::string error;
+  const std::unique_ptr<CublasLtFp8> lt = CublasLtFp8::Create(&error);
+  if (lt == nullptr) {
+    std::printf("  cuBLASLt unavailable (%s): no ceiling\n", error.c_str());
     FreeStep(s);
     return;
   }
-  const size_t workspace_bytes = size_t{64} << 20;
-  void* workspace = DeviceAlloc<uint8_t>(static_cast<int64_t>(workspace_bytes));
-  float* one = DeviceAlloc<float>(1);
-  const float h_one = 1.0f;
-  WEIR_BENCH_CHECK(cudaMemcpy(one, &h_one, sizeof(float), cudaMemcpyHostToDevice));
   const int64_t m = s.local_rows;
   uint8_t* w = DeviceAlloc<uint8_t>(2 * kInter * kDim);
   uint8_t* x = DeviceAlloc<uint8_t>(m * kDim);
   void* y = DeviceAlloc<uint16_t>(m * std::max(2 * kInter, kDim));  // bf16 [m, n] of either
   Fill(w, 2 * kInter * kDim, codes, 3);
   Fill(x, m * kDim, codes, 4);
-  const double lt_gu = CublasLtFp8Ms(lt, w, x, y, m, 2 * kInter, kDim, CUDA_R_16BF, workspace,
-                                     workspace_bytes, one, stream);
-  const double lt_dn = CublasLtFp8Ms(lt, w, x, y, m, kDim, kInter, CUDA_R_16BF, workspace,
-                                     workspace_bytes, one, stream);
+  const double lt_gu = lt->Ms(w, x, y, m, 2 * kInter, kDim, CUDA_R_16BF, stream);
+  const double lt_dn = lt->Ms(w, x, y, m, kDim, kInter, CUDA_R_16BF, stream);
   std::printf(
       "  cuBLASLt FP8 (dense, same FLOPs): gate/up %.3f ms %.0f TF/s, down %.3f ms %.0f TF/s; "
       "FFN ours/Lt = %.2f (best tiles %.2f)\n",
       lt_gu, tf(gu_flops, lt_gu), lt_dn, tf(dn_flops, lt_dn),
       lt_gu > 0 && lt_dn > 0 ? (lt_gu + lt_dn) / ffn_ms : 0.0,
       lt_gu > 0 && lt_dn > 0 ? (lt_gu + lt_dn) / (gu_best + dn_best) : 0.0);
-  for (void* q :
-       {static_cast<void*>(w), static_cast<void*>(x), y, workspace, static_cast<void*>(one)}) {
-    cudaFree(q);
-  }
-  cublasLtDestroy(lt);
+  for (void* q : {static_cast<void*>(w), static_cast<void*>(x), y}) cudaFree(q);
   FreeStep(s);
 }
 
