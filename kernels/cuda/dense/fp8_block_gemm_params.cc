@@ -173,6 +173,13 @@ absl::Status CheckFp8BlockGemmParams(const Fp8BlockGemmParams& p) {
         absl::StrCat("Fp8BlockGemm: k_splits ", p.k_splits, " outside [1, ", num_kt,
                      "] (stages of 128 of K) or groups x k_splits above 65535"));
   }
+  if (p.group_offsets != nullptr &&
+      (p.x_shared || p.x_group_stride != 0 || p.x_scales_group_stride != 0 ||
+       p.y_group_stride != 0 || p.k_splits != 1)) {
+    return absl::InvalidArgumentError(
+        "Fp8BlockGemm: group_offsets takes its rows from the offsets: no x / y strides, no "
+        "x_shared, no split");
+  }
   if (p.k_splits > 1 && p.split_scratch == nullptr) {
     return absl::InvalidArgumentError("Fp8BlockGemm: k_splits > 1 needs split_scratch");
   }

@@ -162,6 +162,16 @@ struct Fp8BlockGemmParams {
   // Every group reads group 0's x and x_scales (several weights over one
   // input, e.g. a shared expert's w1 and w3); the x strides must be 0.
   bool x_shared = false;
+  // Rows by group (routed experts over their rows, the W of group g at
+  // g x w_group_stride): device [groups + 1] ascending offsets into the m rows
+  // of x, x_scales and y; group g multiplies rows [offsets[g], offsets[g + 1])
+  // (clamped into [0, m]; a decreasing pair is empty) and writes the same rows
+  // of y, which no other group writes. m is then the rows of all groups (an
+  // upper bound is fine: rows past offsets[groups] are never written) and the
+  // grid has ceil(m / block_m) row tiles a group, those past the group's rows
+  // exiting at once. Every row gets the bits the same product of that row
+  // alone gives. Needs the x and y strides 0, x_shared false, k_splits 1.
+  const int64_t* group_offsets = nullptr;
   int64_t x_group_stride = 0;
   int64_t x_scales_group_stride = 0;
   int64_t w_group_stride = 0;

@@ -54,6 +54,21 @@ TEST(Fp8BlockGemmParamsTest, RefusesBadArguments) {
       [](P& p) { p.w = FakeDevice(1032); },
       [](P& p) { p.y = reinterpret_cast<void*>(4098); },  // fp32 out needs 4
   }));
+  // Rows by group offsets: the rows come from the offsets, so no x / y
+  // strides, no shared x and no split.
+  static const int64_t kOffsets[3] = {0, 1, 2};
+  P grouped = Valid();
+  grouped.groups = 2;
+  grouped.group_offsets = kOffsets;
+  EXPECT_TRUE(CheckFp8BlockGemmParams(grouped).ok());
+  EXPECT_TRUE(EachIsInvalidArgument(grouped, code,
+                                    {
+                                        [](P& p) { p.x_group_stride = p.m * p.k; },
+                                        [](P& p) { p.x_scales_group_stride = p.m * p.k / 32; },
+                                        [](P& p) { p.y_group_stride = p.m * p.n; },
+                                        [](P& p) { p.x_shared = true; },
+                                        [](P& p) { p.k_splits = 2; },
+                                    }));
   P p = Valid();
   p.tile = Fp8GemmTile::kN32M8, p.m = int64_t{65536} * 8;  // grid y > 65535
   EXPECT_EQ(code(p), absl::StatusCode::kInvalidArgument);

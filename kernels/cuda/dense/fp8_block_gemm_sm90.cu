@@ -20,6 +20,8 @@ template <int kBn, int kBm, int kWarpsN, int kWarpsM, int kStages>
 absl::Status LaunchTile(const Fp8BlockGemmParams& p, const Fp8GemmTileShape& shape,
                         cudaStream_t stream) {
   const int64_t n_groups = (p.n + 31) / 32;
+  // With group_offsets every group's rows come from the offsets: no X or Y strides.
+  const bool x_strided = !p.x_shared && p.group_offsets == nullptr;
   fp8_gemm::KernelArgs args{
       p.x,
       p.x_scales,
@@ -31,14 +33,15 @@ absl::Status LaunchTile(const Fp8BlockGemmParams& p, const Fp8GemmTileShape& sha
       p.k,
       p.output == Fp8GemmOutput::kBf16,
       p.output == Fp8GemmOutput::kF32RoundedBf16,
-      p.x_shared ? 0 : (p.x_group_stride != 0 ? p.x_group_stride : p.m * p.k),
-      p.x_shared ? 0 : (p.x_scales_group_stride != 0 ? p.x_scales_group_stride : p.m * (p.k / 32)),
+      !x_strided ? 0 : (p.x_group_stride != 0 ? p.x_group_stride : p.m * p.k),
+      !x_strided ? 0 : (p.x_scales_group_stride != 0 ? p.x_scales_group_stride : p.m * (p.k / 32)),
       p.w_group_stride != 0 ? p.w_group_stride : p.n * p.k,
       p.w_scales_group_stride != 0 ? p.w_scales_group_stride : n_groups * (p.k / 32),
-      p.y_group_stride != 0 ? p.y_group_stride : p.m * p.n,
+      p.group_offsets != nullptr ? 0 : (p.y_group_stride != 0 ? p.y_group_stride : p.m * p.n),
       p.k_splits,
       p.split_scratch,
       nullptr,
+      p.group_offsets,
       {},
       {}};
   const dim3 grid(static_cast<unsigned>((p.n + kBn - 1) / kBn),

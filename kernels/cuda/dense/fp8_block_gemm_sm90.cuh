@@ -48,6 +48,9 @@ struct KernelArgs {
   // the tile's partials in split order into y and zeroes the counter again.
   // Null: Fp8SplitReduceKernel does the sum.
   uint32_t* counters;
+  // Rows by group (Fp8BlockGemmParams::group_offsets): group g's X and Y rows
+  // are [offsets[g], offsets[g + 1]) of the m rows (clamped); null: strides.
+  const int64_t* offsets;
   // Fp8GemmUsesTma instances: the W and X code matrices as TMA tensor maps
   // ([groups][rows][k] bytes, boxes of kBn / kBm rows x 128 bytes, 128-byte
   // swizzle; X with one group when every group reads the same X).
@@ -95,18 +98,34 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
   KernelArgs args = grouped;
   const int split = static_cast<int>(blockIdx.z % grouped.splits);
   const int64_t group = blockIdx.z / grouped.splits;
+  int64_t x_row_base = 0;  // the group's first row of x (the TMA box's row base)
   {
     const int64_t g = group;
     if (grouped.splits > 1) {
       args.partial = grouped.partial + (g * grouped.splits + split) * grouped.m * grouped.n;
     }
-    args.x += g * grouped.x_stride;
-    args.x_scales += g * grouped.xs_stride;
     args.w += g * grouped.w_stride;
     args.w_scales += g * grouped.ws_stride;
-    args.y = grouped.bf16_out
-                 ? static_cast<void*>(static_cast<__nv_bfloat16*>(grouped.y) + g * grouped.y_stride)
-                 : static_cast<void*>(static_cast<float*>(grouped.y) + g * grouped.y_stride);
+    if (grouped.offsets != nullptr) {  // this group's rows of x, x_scales and y
+      const int64_t begin = min(max(grouped.offsets[g], int64_t{0}), grouped.m);
+      const int64_t end = min(max(grouped.offsets[g + 1], int64_t{0}), grouped.m);
+      args.m = max(end - begin, int64_t{0});
+      x_row_base = begin;
+      args.x += begin * grouped.k;
+      args.x_scales += begin * (grouped.k / kFp8GemmScaleBlock);
+      args.y = grouped.bf16_out
+                   ? static_cast<void*>(static_cast<__nv_bfloat16*>(grouped.y) + begin * grouped.n)
+                   : static_cast<void*>(static_cast<float*>(grouped.y) + begin * grouped.n);
+      // Uniform over the CTA, before any barrier: a row tile past the group.
+      if (static_cast<int64_t>(blockIdx.y) * kBm >= args.m) return;
+    } else {
+      args.x += g * grouped.x_stride;
+      args.x_scales += g * grouped.xs_stride;
+      args.y =
+          grouped.bf16_out
+              ? static_cast<void*>(static_cast<__nv_bfloat16*>(grouped.y) + g * grouped.y_stride)
+              : static_cast<void*>(static_cast<float*>(grouped.y) + g * grouped.y_stride);
+    }
   }
   constexpr int kThreads = kWarpsN * kWarpsM * 32;
   constexpr int kWarpN = kBn / kWarpsN;  // W rows per warp
@@ -198,7 +217,7 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
         TmaLoadRows(SharedAddress(w_tiles) + slot * kWTile, &grouped.w_map, bar,
                     static_cast<int>(k_base), static_cast<int>(n0), static_cast<int>(group));
         TmaLoadRows(SharedAddress(x_tiles) + slot * kXTile, &grouped.x_map, bar,
-                    static_cast<int>(k_base), static_cast<int>(m0),
+                    static_cast<int>(k_base), static_cast<int>(x_row_base + m0),
                     grouped.x_stride != 0 ? static_cast<int>(group) : 0);
       }
     } else {

@@ -406,6 +406,75 @@ TEST(Fp8BlockGemmTest, GroupsGiveEachGroupItsOwnBits) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Rows by group offsets (routed experts over their rows): every group's rows
+// get the bits of a plain call on those rows with that group's weight, an
+// empty group and a decreasing pair write nothing, rows past the last offset
+// stay untouched; both maths, and the TMA-fed wgmma tile whose X boxes run
+// past a group's rows into the next group's.
+TEST(Fp8BlockGemmTest, GroupOffsetsGiveEachGroupItsRowsBits) {
+  const int64_t m = 310, n = 96, k = 1024;
+  const std::vector<int64_t> offsets = {0, 5, 5, 140, 300, 290};  // groups 1 and 4 empty
+  const int groups = static_cast<int>(offsets.size()) - 1;
+  const Operands rows = MakeOperands(m, n, k, 61, Source::kQuantized);
+  std::vector<uint8_t> w, w_scales;
+  std::vector<Operands> per_group;
+  for (int g = 0; g < groups; ++g) {
+    per_group.push_back(MakeOperands(1, n, k, 70 + g, Source::kQuantized));
+    w.insert(w.end(), per_group.back().w.begin(), per_group.back().w.end());
+    w_scales.insert(w_scales.end(), per_group.back().w_scales.begin(),
+                    per_group.back().w_scales.end());
+  }
+  DeviceBuffer<uint8_t> dx(rows.x), dxs(rows.x_scales), dw(w), dws(w_scales);
+  DeviceBuffer<int64_t> doff(offsets);
+  DeviceBuffer<float> y(m * n);
+  ASSERT_TRUE(dx.ok() && dxs.ok() && dw.ok() && dws.ok() && doff.ok() && y.ok());
+  struct MathTile {
+    Fp8GemmMath math;
+    Fp8GemmTile tile;
+  };
+  for (const MathTile mt : {MathTile{Fp8GemmMath::kMmaF16, Fp8GemmTile::kAuto},
+                            MathTile{Fp8GemmMath::kWgmma, Fp8GemmTile::kAuto},
+                            MathTile{Fp8GemmMath::kWgmma, Fp8GemmTile::kN64M16},
+                            MathTile{Fp8GemmMath::kWgmma, Fp8GemmTile::kN128M128Wg}}) {
+    y.Poison(0xFF);
+    const Fp8BlockGemmParams p{.x = dx.get(),
+                               .x_scales = dxs.get(),
+                               .w = dw.get(),
+                               .w_scales = dws.get(),
+                               .y = y.get(),
+                               .m = m,
+                               .n = n,
+                               .k = k,
+                               .tile = mt.tile,
+                               .groups = groups,
+                               .group_offsets = doff.get(),
+                               .math = mt.math};
+    ASSERT_TRUE(Fp8BlockGemm(p, nullptr).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<float> got = y.Download();
+    int64_t written_rows = 0;
+    for (int g = 0; g < groups; ++g) {
+      const int64_t begin = offsets[g], end = std::max(offsets[g], offsets[g + 1]);
+      if (end == begin) continue;
+      written_rows += end - begin;
+      Operands op = per_group[g];
+      op.m = end - begin;
+      op.x.assign(rows.x.begin() + begin * k, rows.x.begin() + end * k);
+      op.x_scales.assign(rows.x_scales.begin() + begin * (k / 32),
+                         rows.x_scales.begin() + end * (k / 32));
+      const std::vector<float> want =
+          RunGpu(op, Fp8GemmTile::kAuto, Fp8GemmOutput::kF32, 0, 1, false, mt.math);
+      ASSERT_EQ(want.size(), static_cast<size_t>(op.m * n));
+      EXPECT_EQ(std::memcmp(got.data() + begin * n, want.data(), want.size() * sizeof(float)), 0)
+          << "group " << g << " tile " << static_cast<int>(mt.tile);
+    }
+    EXPECT_EQ(written_rows, 300);
+    for (int64_t i = 300 * n; i < m * n; ++i) {
+      ASSERT_TRUE(std::isnan(got[i])) << "row " << i / n << " past the last group was written";
+    }
+  }
+}
+
 // Split-K (decode shapes of V4.1 and odd ones): within the bound, the same
 // bits for every tile at a fixed split, a row's bits independent of the batch
 // around it, and bf16 output the rounded fp32 output.
