@@ -41,7 +41,9 @@
 
 #include "kernels/cuda/bench_util.h"
 #include "kernels/cuda/cublaslt_fp8.h"
+#include "kernels/cuda/dense/fp8_block_gemm_sm90.h"
 #include "kernels/cuda/moe/expert_ffn.h"
+#include "kernels/cuda/moe/mxfp4_fp8_tiles.h"
 #include "kernels/cuda/moe/mxfp4_grouped_gemm_sm90.h"
 
 namespace weir::kernels::cuda {
@@ -307,6 +309,93 @@ void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, 
     gu_best = std::min(gu_best, gu), dn_best = std::min(dn_best, dn);
     std::printf("  %-8s gate/up %8.3f ms %6.0f TF/s | down %8.3f ms %6.0f TF/s\n",
                 Mxfp4GroupedTileName(t), gu, tf(gu_flops, gu), dn, tf(dn_flops, dn));
+  }
+  // The experts' prefill design P (README "Not done"): the weights converted
+  // to the FP8 tile form, then Fp8BlockGemm over the rows by expert (w1, w3,
+  // w2; the SwiGLU and the quantization of h between them are not timed).
+  {
+    const int64_t w13 = kInter * kDim, w2 = kDim * kInter;
+    uint8_t* c13 = DeviceAlloc<uint8_t>(int64_t{local} * 2 * w13);
+    uint8_t* t13 = DeviceAlloc<uint8_t>(int64_t{local} * 2 * w13 / 1024);
+    uint8_t* c2 = DeviceAlloc<uint8_t>(int64_t{local} * w2);
+    uint8_t* t2 = DeviceAlloc<uint8_t>(int64_t{local} * w2 / 1024);
+    int32_t* inexact = DeviceAlloc<int32_t>(3 * local);
+    auto convert = [&] {
+      Ok(Mxfp4ToFp8Tiles({.w = layer.w1,
+                          .w_scales = layer.w1s,
+                          .codes = c13,
+                          .tile_scales = t13,
+                          .inexact = inexact,
+                          .n = kInter,
+                          .k = kDim,
+                          .experts = local,
+                          .codes_expert_stride = 2 * w13,
+                          .tile_scales_expert_stride = 2 * w13 / 1024},
+                         stream));
+      Ok(Mxfp4ToFp8Tiles({.w = layer.w3,
+                          .w_scales = layer.w3s,
+                          .codes = c13 + w13,
+                          .tile_scales = t13 + w13 / 1024,
+                          .inexact = inexact + local,
+                          .n = kInter,
+                          .k = kDim,
+                          .experts = local,
+                          .codes_expert_stride = 2 * w13,
+                          .tile_scales_expert_stride = 2 * w13 / 1024},
+                         stream));
+      Ok(Mxfp4ToFp8Tiles({.w = layer.w2,
+                          .w_scales = layer.w2s,
+                          .codes = c2,
+                          .tile_scales = t2,
+                          .inexact = inexact + 2 * local,
+                          .n = kDim,
+                          .k = kInter,
+                          .experts = local},
+                         stream));
+    };
+    const double conv_ms = MedianMs(convert, stream, 5);
+    std::vector<int32_t> counts(3 * local);
+    WEIR_BENCH_CHECK(cudaMemcpy(counts.data(), inexact, counts.size() * sizeof(int32_t),
+                                cudaMemcpyDeviceToHost));
+    int64_t inexact_tiles = 0;
+    for (int32_t c : counts) inexact_tiles += c;
+    float* y13 = DeviceAlloc<float>(s.rows * 2 * kInter);
+    const dense::Fp8BlockGemmParams gu{.x = s.x,
+                                       .x_scales = s.xs,
+                                       .w = c13,
+                                       .w_scales = t13,
+                                       .y = y13,
+                                       .m = s.rows,
+                                       .n = 2 * kInter,
+                                       .k = kDim,
+                                       .groups = local,
+                                       .group_offsets = s.d_offsets,
+                                       .w_group_stride = 2 * w13,
+                                       .w_scales_group_stride = 2 * w13 / 1024,
+                                       .math = dense::Fp8GemmMath::kWgmma};
+    const dense::Fp8BlockGemmParams dn{.x = s.h,
+                                       .x_scales = s.hs,
+                                       .w = c2,
+                                       .w_scales = t2,
+                                       .y = s.y,
+                                       .m = s.rows,
+                                       .n = kDim,
+                                       .k = kInter,
+                                       .output = dense::Fp8GemmOutput::kF32RoundedBf16,
+                                       .groups = local,
+                                       .group_offsets = s.d_offsets,
+                                       .math = dense::Fp8GemmMath::kWgmma};
+    const double gu_ms = MedianMs([&] { Ok(dense::Fp8BlockGemm(gu, stream)); }, stream, 5);
+    const double dn_ms = MedianMs([&] { Ok(dense::Fp8BlockGemm(dn, stream)); }, stream, 5);
+    std::printf(
+        "  tile form (design P): convert %.3f ms (%lld inexact tiles), gate/up %.3f ms %.0f TF/s, "
+        "down %.3f ms %.0f TF/s, all %.3f ms\n",
+        conv_ms, static_cast<long long>(inexact_tiles), gu_ms, tf(gu_flops, gu_ms), dn_ms,
+        tf(dn_flops, dn_ms), conv_ms + gu_ms + dn_ms);
+    for (void* q : {static_cast<void*>(c13), static_cast<void*>(t13), static_cast<void*>(c2),
+                    static_cast<void*>(t2), static_cast<void*>(inexact), static_cast<void*>(y13)}) {
+      cudaFree(q);
+    }
   }
   // The ceiling: cuBLASLt FP8 on the same FLOPs as two dense products.
   std::string error;
