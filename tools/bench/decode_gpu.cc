@@ -111,6 +111,9 @@ ABSL_FLAG(
 ABSL_FLAG(bool, expert_wgmma, false,
           "kFast: the routed experts' block sums on wgmma (DeviceDecoderOptions::expert_wgmma); "
           "false: the f16 mma pair.");
+ABSL_FLAG(bool, expert_prefill_tiles, false,
+          "kFast with --expert_wgmma: prefill steps run the routed experts on the FP8 tile form "
+          "(DeviceDecoderOptions::expert_prefill_tiles; not yet shown bit-identical).");
 ABSL_FLAG(bool, dense_wgmma, false,
           "kFast: the FP8 linears' block sums on wgmma (DeviceDecoderOptions::dense_wgmma); "
           "false: the f16 mma pair.");
@@ -268,7 +271,8 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
         .profile = !graphs,
         .expert_tile = absl::GetFlag(FLAGS_expert_tile),
         .expert_wgmma = absl::GetFlag(FLAGS_expert_wgmma),
-        .dense_wgmma = absl::GetFlag(FLAGS_dense_wgmma)};
+        .dense_wgmma = absl::GetFlag(FLAGS_dense_wgmma),
+        .expert_prefill_tiles = absl::GetFlag(FLAGS_expert_prefill_tiles)};
     if (exchange) options.communicator = nccl->get();
     auto dd = weir::model::DeviceDecoder::Create(model, precision, options);
     WEIR_CHECK(dd.ok()) << dd.status();
@@ -414,7 +418,8 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       .fused_split_reduce = absl::GetFlag(FLAGS_fused_split_reduce),
       .expert_tile = absl::GetFlag(FLAGS_expert_tile),
       .expert_wgmma = absl::GetFlag(FLAGS_expert_wgmma),
-      .dense_wgmma = absl::GetFlag(FLAGS_dense_wgmma)};
+      .dense_wgmma = absl::GetFlag(FLAGS_dense_wgmma),
+      .expert_prefill_tiles = absl::GetFlag(FLAGS_expert_prefill_tiles)};
   auto dd = weir::model::CreateSyntheticDeviceDecoder(c, options_precision(), options);
   WEIR_CHECK(dd.ok()) << dd.status();
   std::printf("numerics %s: fast dense layers %d (bf16 %d), reference dense %d, fast MoE layers "

@@ -222,6 +222,13 @@ struct DeviceDecoderOptions {
   // Fp8GemmMath::kWgmma, its own 64-row tiles) instead of the f16 mma pair.
   // Other low bits, batch invariant on its own. Off until measured.
   bool dense_wgmma = false;
+  // kFast with expert_wgmma: steps whose local experts get at least
+  // kExpertTileFormRows rows each (prefill chunks) run the routed experts on
+  // Fp8BlockGemm's wgmma tiles over the weights converted each step to the
+  // FP8 tile form (kernels/cuda/moe/README.md "Not done", design P), in the
+  // layers whose experts convert exactly (checked once at Create). Meant to
+  // give the MXFP4 kernel's bits; off until a GPU test shows it does.
+  bool expert_prefill_tiles = false;
   // Expert parallelism over NCCL on device buffers (see the file comment):
   // this decoder is rank communicator->rank() of communicator->world_size().
   // Not owned; must outlive the decoder and live on `device`. Null: every
@@ -263,6 +270,7 @@ struct DeviceDecoderStats {
   size_t expert_bytes = 0;      // routed experts, as held (MXFP4 or fp32)
   size_t embed_bytes = 0;
   int mxfp4_layers = 0;         // layers whose experts are held as MXFP4
+  int tile_form_layers = 0;     // expert_prefill_tiles: layers whose experts convert exactly
   // Numerics kFast: dense linears held as FP8 codes + scales (tensor cores)
   // and those left on the reference kernel (fp32); MoE layers whose routed
   // experts run on Mxfp4ExpertFfn.

@@ -23,8 +23,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "kernels/cpu/rope.h"
 #include "kernels/common/numeric_formats.h"
+#include "kernels/cpu/rope.h"
 #include "kernels/cpu/weight_quant.h"
 #include "kernels/cuda/attention/indexer_score.h"
 #include "kernels/cuda/attention/sparse_attention.h"
@@ -48,6 +48,7 @@
 #include "kernels/cuda/moe/moe_exchange.h"
 #include "kernels/cuda/moe/moe_gate.h"
 #include "kernels/cuda/moe/moe_permute.h"
+#include "kernels/cuda/moe/mxfp4_fp8_tiles.h"
 #include "kernels/cuda/moe/mxfp4_grouped_gemm_sm90.h"
 #include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/rope.h"
@@ -186,6 +187,9 @@ struct LayerDev {
   int64_t inter = 0;
   bool w13_fp8 = false;
   bool w2_fp8 = false;
+  // expert_prefill_tiles: every local expert's w1, w3 and w2 convert to the
+  // FP8 tile form exactly (Build checks it once; the weights do not change).
+  bool tile_exact = false;
   DevDense sw1, sw2, sw3;
   // Expert parallelism: this layer's replica table (kc::ReplicaTable):
   // offsets [logical + 1], slots [num_physical].
@@ -306,6 +310,7 @@ struct DeviceDecoder::Impl {
   std::vector<std::vector<EncodedExpert>> encoded;
   size_t expert_bytes = 0, embed_bytes = 0;
   int mxfp4_layers = 0;
+  int tile_form_layers = 0;  // expert_prefill_tiles: layers whose experts convert exactly
   // Numerics kFast: host encodings of the FP8 dense weights by address (made
   // once, reused by every layout pass, dropped after the upload), and what
   // the layout put where.
@@ -357,6 +362,12 @@ struct DeviceDecoder::Impl {
   // gate/up and w2 [batch_cap * topk, inter].
   uint8_t *fq = nullptr, *fq_scales = nullptr, *fh = nullptr, *fh_scales = nullptr;
   int64_t fq_count = 0;    // elements of fq
+  // expert_prefill_tiles: one layer's local experts in the FP8 tile form, w1
+  // and w3 stacked an expert ([experts][2 inter][dim] + tile scales), w2
+  // ([experts][dim][inter] + tile scales), and the conversion's inexact-tile
+  // counts [3][experts].
+  uint8_t *tile13 = nullptr, *tile13_scales = nullptr, *tile2 = nullptr, *tile2_scales = nullptr;
+  int32_t* tile_inexact = nullptr;
   uint16_t* xb = nullptr;  // kFast: bf16 bits of a bf16 product's input
   int64_t xb_count = 0;
   // kFast: an activation several products read (the attention's and the
@@ -526,6 +537,9 @@ struct DeviceDecoder::Impl {
                           .width = row_bytes / 4},
                          stream);
   }
+  // Rows an expert (the host estimate, as rows_per_expert_hint) from which a
+  // step takes the tile form (expert_prefill_tiles).
+  static constexpr int64_t kExpertTileFormRows = 96;
   // kFast: whether layer `L`'s routed experts run on Mxfp4ExpertFfn (MXFP4
   // weights, FP8 inputs of both products as the reference, shapes it takes).
   bool FastExperts(const LayerDev& L) const {
@@ -837,6 +851,13 @@ struct DeviceDecoder::Impl {
   absl::Status UpdateCompressed(int layer, int64_t b);
   absl::Status SelectCompressed(int layer, int64_t b);
   absl::Status Moe(int layer, int64_t b);
+  // expert_prefill_tiles: layer L's local experts into the tile-form scratch
+  // (tile13 / tile2, counts in tile_inexact).
+  absl::Status ConvertExperts(const LayerDev& L);
+  // The routed experts of `rows` grouped rows (fq / fq_scales made) on the
+  // tile form: w1 and w3 by rows of each expert, SwiGLU with the route
+  // weight, the FP8 quantization of h, w2 into yg.
+  absl::Status TileFormExperts(const LayerDev& L, int64_t rows, float limit);
   // Expert parallelism: the dispatch blocks (x rows, local slots, route
   // weights) to and from every rank, and the expert outputs back.
   absl::Status Dispatch(int64_t b);

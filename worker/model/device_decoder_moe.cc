@@ -83,6 +83,90 @@ bool DeviceDecoder::Impl::SharedGateUp(const LayerDev& L, int64_t b) const {
          (splits == 1 || int64_t{2} * splits * b * w1.out <= split_count);
 }
 
+absl::Status DeviceDecoder::Impl::ConvertExperts(const LayerDev& L) {
+  const int64_t d = c.dim, inter = L.inter, w13 = 2 * inter * d;
+  RETURN_IF_ERROR(kc::Mxfp4ToFp8Tiles({.w = L.w1c,
+                                       .w_scales = L.w1q,
+                                       .codes = tile13,
+                                       .tile_scales = tile13_scales,
+                                       .inexact = tile_inexact,
+                                       .n = inter,
+                                       .k = d,
+                                       .experts = L.experts,
+                                       .codes_expert_stride = w13,
+                                       .tile_scales_expert_stride = w13 / 1024},
+                                      stream));
+  RETURN_IF_ERROR(kc::Mxfp4ToFp8Tiles({.w = L.w3c,
+                                       .w_scales = L.w3q,
+                                       .codes = tile13 + inter * d,
+                                       .tile_scales = tile13_scales + inter * d / 1024,
+                                       .inexact = tile_inexact + L.experts,
+                                       .n = inter,
+                                       .k = d,
+                                       .experts = L.experts,
+                                       .codes_expert_stride = w13,
+                                       .tile_scales_expert_stride = w13 / 1024},
+                                      stream));
+  return kc::Mxfp4ToFp8Tiles({.w = L.w2c,
+                              .w_scales = L.w2q,
+                              .codes = tile2,
+                              .tile_scales = tile2_scales,
+                              .inexact = tile_inexact + 2 * L.experts,
+                              .n = d,
+                              .k = inter,
+                              .experts = L.experts},
+                             stream);
+}
+
+absl::Status DeviceDecoder::Impl::TileFormExperts(const LayerDev& L, int64_t rows, float limit) {
+  const int64_t d = c.dim, inter = L.inter, w13 = 2 * inter * d;
+  // w1 and w3: the first and second inter rows of each expert's stacked weight.
+  for (int part = 0; part < 2; ++part) {
+    RETURN_IF_ERROR(dense::Fp8BlockGemm({.x = fq,
+                                         .x_scales = fq_scales,
+                                         .w = tile13 + part * inter * d,
+                                         .w_scales = tile13_scales + part * inter * d / 1024,
+                                         .y = part == 0 ? gg : upg,
+                                         .m = rows,
+                                         .n = inter,
+                                         .k = d,
+                                         .groups = L.experts,
+                                         .group_offsets = group_offsets,
+                                         .w_group_stride = w13,
+                                         .w_scales_group_stride = w13 / 1024,
+                                         .math = dense::Fp8GemmMath::kWgmma},
+                                        stream));
+  }
+  // SwiGLU with the route weight and its bf16 roundings, then the FP8 form of
+  // h: the operations of the MXFP4 kernel's fused epilogue (SwigluOut,
+  // Fp8ActScaleCode / Fp8ActCode).
+  RETURN_IF_ERROR(dec::Swiglu({.gate = gg,
+                               .up = upg,
+                               .route_weight = wg,
+                               .out = gg,
+                               .rows = rows,
+                               .inter = inter,
+                               .limit = limit,
+                               .round_bf16 = bf16()},
+                              stream));
+  RETURN_IF_ERROR(dense::ActQuantFp8(
+      {.x = gg, .codes = fh, .scales = fh_scales, .rows = rows, .cols = inter}, stream));
+  return dense::Fp8BlockGemm(
+      {.x = fh,
+       .x_scales = fh_scales,
+       .w = tile2,
+       .w_scales = tile2_scales,
+       .y = yg,
+       .m = rows,
+       .n = d,
+       .k = inter,
+       .output = bf16() ? dense::Fp8GemmOutput::kF32RoundedBf16 : dense::Fp8GemmOutput::kF32,
+       .groups = L.experts,
+       .group_offsets = group_offsets,
+       .math = dense::Fp8GemmMath::kWgmma},
+      stream);
+}
+
 absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
   const LayerDev& L = layers[layer];
   const int k = static_cast<int>(c.n_activated_experts);
@@ -162,7 +246,14 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
     }
     return dense::RowStableGroupedMatmul(p, stream);
   };
-  if (FastExperts(L)) {
+  const bool tile_form = FastExperts(L) && options.expert_prefill_tiles && options.expert_wgmma &&
+                         L.tile_exact && b * k / std::max(L.experts, 1) >= kExpertTileFormRows;
+  if (tile_form) {
+    RETURN_IF_ERROR(dense::ActQuantFp8(
+        {.x = xg, .codes = fq, .scales = fq_scales, .rows = rows, .cols = d}, stream));
+    RETURN_IF_ERROR(ConvertExperts(L));
+    RETURN_IF_ERROR(TileFormExperts(L, rows, limit));
+  } else if (FastExperts(L)) {
     // kFast: the reference's act_quant of the grouped rows, then gate/up with
     // SwiGLU, the route weight and the FP8 quantization of h fused, then w2,
     // all on tensor cores over the MXFP4 weights (rows past the groups' end

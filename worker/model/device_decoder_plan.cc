@@ -216,6 +216,21 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
     fq_scales = r.Alloc<uint8_t>(pairs * (widest / 32 + 1));
     fh = r.Alloc<uint8_t>(pairs * inter);
     fh_scales = r.Alloc<uint8_t>(pairs * (inter / 32 + 1));
+    if (options.expert_prefill_tiles && options.expert_wgmma) {
+      // One layer's local experts in the tile form (the largest layer).
+      int64_t w13 = 0, w2 = 0, experts = 1;
+      for (const LayerDev& L : layers) {
+        if (!L.mxfp4) continue;
+        w13 = std::max(w13, int64_t{L.experts} * 2 * L.inter * d);
+        w2 = std::max(w2, int64_t{L.experts} * d * L.inter);
+        experts = std::max<int64_t>(experts, L.experts);
+      }
+      tile13 = r.Alloc<uint8_t>(std::max<int64_t>(w13, 16));
+      tile13_scales = r.Alloc<uint8_t>(std::max<int64_t>(w13 / 1024, 1));
+      tile2 = r.Alloc<uint8_t>(std::max<int64_t>(w2, 16));
+      tile2_scales = r.Alloc<uint8_t>(std::max<int64_t>(w2 / 1024, 1));
+      tile_inexact = r.Alloc<int32_t>(3 * experts);
+    }
     gate_logits = r.Alloc<float>(bc * std::max<int64_t>(c.n_routed_experts, 1));
     xb_count = std::max(pairs * widest, bc * c.n_heads * hd);
     xb = r.Alloc<uint16_t>(xb_count);
