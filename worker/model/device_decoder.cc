@@ -254,20 +254,7 @@ absl::StatusOr<std::unique_ptr<DeviceDecoder>> DeviceDecoder::Impl::Build(
   m.slot_state.assign(m.slots, {});
   WEIR_DD_CUDA("upload", cudaStreamSynchronize(m.stream));
   WEIR_DD_CUDA("upload", cudaDeviceSynchronize());
-  if (options.expert_prefill_tiles && options.expert_wgmma) {
-    // Which layers' experts convert to the tile form exactly: once, here.
-    for (LayerDev& L : m.layers) {
-      if (!m.FastExperts(L)) continue;
-      RETURN_IF_ERROR(m.ConvertExperts(L));
-      std::vector<int32_t> inexact(3 * static_cast<size_t>(L.experts));
-      WEIR_DD_CUDA("tile form",
-                   cudaMemcpyAsync(inexact.data(), m.tile_inexact, inexact.size() * sizeof(int32_t),
-                                   cudaMemcpyDeviceToHost, m.stream));
-      WEIR_DD_CUDA("tile form", cudaStreamSynchronize(m.stream));
-      L.tile_exact = std::all_of(inexact.begin(), inexact.end(), [](int32_t n) { return n == 0; });
-      m.tile_form_layers += L.tile_exact ? 1 : 0;
-    }
-  }
+  RETURN_IF_ERROR(m.CheckTileForm());
   m.encoded.clear();  // the host copies are on the device now
   m.fp8_dense.clear();
   m.bf16_exact.clear();

@@ -854,6 +854,10 @@ struct DeviceDecoder::Impl {
   // expert_prefill_tiles: layer L's local experts into the tile-form scratch
   // (tile13 / tile2, counts in tile_inexact).
   absl::Status ConvertExperts(const LayerDev& L);
+  // expert_prefill_tiles: which layers' local experts convert to the tile
+  // form exactly (LayerDev::tile_exact, tile_form_layers); at Build and after
+  // every SetPlacement (new experts in the slots). Synchronizes the stream.
+  absl::Status CheckTileForm();
   // The routed experts of `rows` grouped rows (fq / fq_scales made) on the
   // tile form: w1 and w3 by rows of each expert, SwiGLU with the route
   // weight, the FP8 quantization of h, w2 into yg.

@@ -118,6 +118,24 @@ absl::Status DeviceDecoder::Impl::ConvertExperts(const LayerDev& L) {
                              stream);
 }
 
+absl::Status DeviceDecoder::Impl::CheckTileForm() {
+  tile_form_layers = 0;
+  if (!options.expert_prefill_tiles || !options.expert_wgmma) return absl::OkStatus();
+  for (LayerDev& L : layers) {
+    L.tile_exact = false;
+    if (!FastExperts(L)) continue;
+    RETURN_IF_ERROR(ConvertExperts(L));
+    std::vector<int32_t> inexact(3 * static_cast<size_t>(L.experts));
+    WEIR_DD_CUDA("tile form",
+                 cudaMemcpyAsync(inexact.data(), tile_inexact, inexact.size() * sizeof(int32_t),
+                                 cudaMemcpyDeviceToHost, stream));
+    WEIR_DD_CUDA("tile form", cudaStreamSynchronize(stream));
+    L.tile_exact = std::all_of(inexact.begin(), inexact.end(), [](int32_t n) { return n == 0; });
+    tile_form_layers += L.tile_exact ? 1 : 0;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status DeviceDecoder::Impl::TileFormExperts(const LayerDev& L, int64_t rows, float limit) {
   const int64_t d = c.dim, inter = L.inter, w13 = 2 * inter * d;
   // w1 and w3: the first and second inter rows of each expert's stacked weight.
@@ -450,6 +468,9 @@ absl::Status DeviceDecoder::SetPlacement(const ExpertPlacement& placement) {
   m.ex = std::move(next);
   options_.placement = placement;
   m.options.placement = placement;
+  // Other experts in the slots: whether they convert exactly is asked again.
+  RETURN_IF_ERROR(m.CheckTileForm());
+  stats_.tile_form_layers = m.tile_form_layers;
   return absl::OkStatus();
 }
 
