@@ -385,6 +385,17 @@ __device__ __forceinline__ float ScaleOf(uint32_t word, int j) {
   return __uint_as_float(bits);
 }
 
+// True when no byte of `word` is 0x00 or 0xFF: its four E8M0 scales are all
+// normal, 2^(c - 127) with bits c << 23 (NormalScaleOf gives ScaleOf's value).
+__device__ __forceinline__ bool NormalScales(uint32_t word) {
+  const uint32_t zero = (word - 0x01010101u) & ~word & 0x80808080u;
+  const uint32_t full = (~word - 0x01010101u) & word & 0x80808080u;
+  return (zero | full) == 0u;
+}
+__device__ __forceinline__ float NormalScaleOf(uint32_t word, int j) {
+  return __uint_as_float(((word >> (8 * j)) & 0xFFu) << 23);
+}
+
 // One operand's rows of a pipeline stage as one thread copies them (the W and
 // X tiles of Fp8BlockGemm and Bf16Gemm): chunk c = tid + i * kThreads of the
 // tile is 16 bytes, row c / 8, bytes 16 (c % 8) of the row's 128 bytes of the
