@@ -113,7 +113,7 @@ ABSL_FLAG(bool, expert_wgmma, false,
           "false: the f16 mma pair.");
 ABSL_FLAG(bool, expert_prefill_tiles, false,
           "kFast with --expert_wgmma: prefill steps run the routed experts on the FP8 tile form "
-          "(DeviceDecoderOptions::expert_prefill_tiles; not yet shown bit-identical).");
+          "(DeviceDecoderOptions::expert_prefill_tiles; the MXFP4 kernel's bits).");
 ABSL_FLAG(bool, dense_wgmma, false,
           "kFast: the FP8 linears' block sums on wgmma (DeviceDecoderOptions::dense_wgmma); "
           "false: the f16 mma pair.");

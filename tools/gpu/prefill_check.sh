@@ -11,7 +11,7 @@
 #      mxfp4_grouped_gemm_bench 48 1 wgmma 4096 (the experts' prefill table);
 #   4. decode_gpu's prefill of the EP8 slice of V4.1-Flash (4,096 positions in
 #      one chunk) with the default maths, with --expert_wgmma --dense_wgmma,
-#      and, where the build has it, with --expert_prefill_tiles too.
+#      and with --expert_prefill_tiles too.
 # One log per step under RESULTS (default .gpu_bundle/results_prefill), a
 # summary and the prefill lines at the end; exits non-zero if a test failed.
 #   tools/gpu/prefill_check.sh [RESULTS]
@@ -35,10 +35,8 @@ slice=(--ep_slice=8 --numerics=fast --batches=1 --context=4096 --prefill_chunk=4
 step decode_gpu_prefill 150 "${bundle}/tools/decode_gpu" "${slice[@]}"
 step decode_gpu_prefill_wgmma 150 "${bundle}/tools/decode_gpu" "${slice[@]}" --expert_wgmma \
   --dense_wgmma
-if "${bundle}/tools/decode_gpu" --helpfull 2>&1 | grep -q expert_prefill_tiles; then
-  step decode_gpu_prefill_tiles 150 "${bundle}/tools/decode_gpu" "${slice[@]}" --expert_wgmma \
-    --dense_wgmma --expert_prefill_tiles
-fi
+step decode_gpu_prefill_tiles 150 "${bundle}/tools/decode_gpu" "${slice[@]}" --expert_wgmma \
+  --dense_wgmma --expert_prefill_tiles
 echo "== summary"
 cat "${results}/summary.txt"
 echo "== tests"
