@@ -85,6 +85,48 @@ absl::Status DecodeKvRows(const std::vector<uint8_t>& codes, const std::vector<u
 
 }  // namespace
 
+bool DeviceDecoder::Impl::GrowTable(int s, int64_t blocks) {
+  Slot& slot = slot_state[s];
+  if (blocks <= slot.blocks) return true;
+  if (blocks > table_width || blocks - slot.blocks > static_cast<int64_t>(free_blocks.size())) {
+    return false;
+  }
+  for (int32_t* row = table_row(s); slot.blocks < blocks; ++slot.blocks) {
+    const int32_t b = free_blocks.back();
+    free_blocks.pop_back();
+    block_owner[b] = s;
+    row[slot.blocks] = b;
+  }
+  table_dirty[s] = 1;
+  return true;
+}
+
+void DeviceDecoder::Impl::DropTable(int s) {
+  Slot& slot = slot_state[s];
+  int32_t* row = table_row(s);
+  for (int64_t j = 0; j < slot.blocks; ++j) {
+    block_owner[row[j]] = -1;
+    if (!options.external_block_tables) free_blocks.push_back(row[j]);
+    row[j] = -1;
+  }
+  if (!options.external_block_tables) {  // the lowest free block is taken first
+    std::sort(free_blocks.begin(), free_blocks.end(), std::greater<int32_t>());
+  }
+  if (slot.blocks > 0) table_dirty[s] = 1;
+  slot.blocks = 0;
+}
+
+absl::Status DeviceDecoder::Impl::UploadTables() {
+  for (int s = 0; s < slots; ++s) {
+    if (table_dirty[s] == 0) continue;
+    WEIR_DD_CUDA("block tables",
+                 cudaMemcpyAsync(tables_dev + int64_t{s} * table_width, table_row(s),
+                                 table_width * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+    table_dirty[s] = 0;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status DeviceDecoder::Impl::UploadKv(std::span<const float> rows, bool window,
                                            int64_t first_row) {
   const int64_t hd = c.head_dim;
@@ -252,6 +294,27 @@ absl::StatusOr<std::unique_ptr<DeviceDecoder>> DeviceDecoder::Impl::Build(
     ASSIGN_OR_RETURN(m.gemm, dense::GemmHandle::Create());
   }
   m.slot_state.assign(m.slots, {});
+  // Block tables: every block free but the padding slot's (the last).
+  m.table_dirty.assign(m.slots, 0);
+  m.block_owner.assign(m.num_blocks, -1);
+  m.free_blocks.clear();
+  if (m.table_width > 0) {
+    WEIR_DD_CUDA("pinned tables",
+                 cudaMallocHost(&m.tables_host, m.slots * m.table_width * sizeof(int32_t)));
+    std::fill_n(m.tables_host, m.slots * m.table_width, -1);
+    const int pad = m.slots - 1;
+    m.table_row(pad)[0] = static_cast<int32_t>(m.num_blocks - 1);
+    m.block_owner[m.num_blocks - 1] = pad;
+    m.slot_state[pad].blocks = 1;
+    if (!options.external_block_tables) {
+      for (int64_t b = m.num_blocks - 2; b >= 0; --b) {
+        m.free_blocks.push_back(static_cast<int32_t>(b));
+      }
+    }
+    WEIR_DD_CUDA("block tables",
+                 cudaMemcpy(m.tables_dev, m.tables_host, m.slots * m.table_width * sizeof(int32_t),
+                            cudaMemcpyHostToDevice));
+  }
   WEIR_DD_CUDA("upload", cudaStreamSynchronize(m.stream));
   WEIR_DD_CUDA("upload", cudaDeviceSynchronize());
   RETURN_IF_ERROR(m.CheckTileForm());
@@ -281,7 +344,12 @@ absl::Status DeviceDecoder::Start(int slot) {
     return absl::InvalidArgumentError(absl::StrCat("Start: slot ", slot, " of ",
                                                    options_.max_sequences));
   }
-  impl_->slot_state[slot] = {.used = true};
+  Impl& m = *impl_;
+  if (!options_.external_block_tables) m.DropTable(slot);
+  Impl::Slot& s = m.slot_state[slot];
+  s.used = true;
+  s.length = 0;
+  s.history.clear();
   return absl::OkStatus();
 }
 
@@ -304,50 +372,80 @@ absl::Status DeviceDecoder::Import(int slot, const SequenceState& state) {
   if (m.hasher.num_layers() > 0 && static_cast<int64_t>(state.engram_history().size()) != len) {
     return absl::InvalidArgumentError("Import: the Engram history does not match the length");
   }
-  WEIR_DD_CUDA("set device", cudaSetDevice(options_.device));
-  const int64_t win = m.window(), hd = c.head_dim, di = c.index_head_dim;
-  std::vector<float> block;
-  for (int l = 0; l < c.n_layers; ++l) {
-    const LayerRole& role = m.roles[l];
-    const LayerDev& L = m.layers[l];
-    block.assign(win * hd, 0.0f);
-    for (int64_t p = std::max<int64_t>(0, len - win); p < len; ++p) {
-      std::span<const float> row = state.window(l).Row(p);
-      std::copy(row.begin(), row.end(), block.begin() + (p % win) * hd);
+  // The blocks of its compressed entries: from the free list (own tables;
+  // the slot's old ones first go back) or the table set by the caller.
+  if (!options_.external_block_tables) {
+    m.DropTable(slot);
+    m.slot_state[slot].used = false;
+    if (!m.GrowTable(slot, m.BlocksFor(len))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Import: ", len, " positions need ", m.BlocksFor(len), " KV blocks; ",
+                       m.free_blocks.size(), " of ", m.num_blocks - 1, " are free"));
     }
-    RETURN_IF_ERROR(m.UploadKv(block, /*window=*/true, L.window_base + int64_t{slot} * win));
-    if (role.attention != AttentionRole::kFull) continue;
-    const int r = role.ratio;
-    const int64_t me = m.max_entries(r), entries = len / r;
-    const KvSourceState& src = state.kv_source(l);
-    const CompressedKvStore& store = state.compressed();
-    if (store.entries(l) != entries) {
-      return absl::InvalidArgumentError(absl::StrCat("Import: layer ", l, " holds ",
-                                                     store.entries(l),
-                                                     " compressed entries, expected ", entries));
-    }
-    if (entries > 0) {
-      // Gathered from the state's store (paged blocks on a worker) into one copy.
-      std::vector<float> kv_rows(entries * hd), key_rows(entries * di);
-      store.ReadKv(l, 0, kv_rows);
-      store.ReadIndexK(l, 0, key_rows);
-      RETURN_IF_ERROR(m.UploadKv(kv_rows, /*window=*/false, L.comp_base + int64_t{slot} * me));
-      RETURN_IF_ERROR(m.UploadIndexKeys(L, key_rows, int64_t{slot} * me));
-    }
-    if (r > 1) {
-      std::vector<float> kv(r * hd, 0.0f), score(r * hd, 0.0f);
-      for (int64_t p = len - len % r; p < len; ++p) {
-        std::span<const float> row = src.pending.Row(p);
-        std::copy_n(row.data(), hd, kv.data() + (p % r) * hd);
-        std::copy_n(row.data() + hd, hd, score.data() + (p % r) * hd);
+  } else if (m.slot_state[slot].blocks < m.BlocksFor(len)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Import: ", len, " positions need ", m.BlocksFor(len), " KV blocks; slot ",
+                     slot, "'s table holds ", m.slot_state[slot].blocks, " (SetBlockTable)"));
+  }
+  // A failed copy leaves the slot empty (its own blocks back in the pool).
+  m.slot_state[slot].used = false;
+  absl::Status copied = [&]() -> absl::Status {
+    WEIR_DD_CUDA("set device", cudaSetDevice(options_.device));
+    const int64_t win = m.window(), hd = c.head_dim, di = c.index_head_dim;
+    std::vector<float> block;
+    for (int l = 0; l < c.n_layers; ++l) {
+      const LayerRole& role = m.roles[l];
+      const LayerDev& L = m.layers[l];
+      block.assign(win * hd, 0.0f);
+      for (int64_t p = std::max<int64_t>(0, len - win); p < len; ++p) {
+        std::span<const float> row = state.window(l).Row(p);
+        std::copy(row.begin(), row.end(), block.begin() + (p % win) * hd);
       }
-      WEIR_DD_CUDA("import compressor", cudaMemcpy(L.comp_kv_state + int64_t{slot} * r * hd,
-                                                   kv.data(), kv.size() * sizeof(float),
-                                                   cudaMemcpyHostToDevice));
-      WEIR_DD_CUDA("import compressor", cudaMemcpy(L.comp_score_state + int64_t{slot} * r * hd,
-                                                   score.data(), score.size() * sizeof(float),
-                                                   cudaMemcpyHostToDevice));
+      RETURN_IF_ERROR(m.UploadKv(block, /*window=*/true, L.window_base + int64_t{slot} * win));
+      if (role.attention != AttentionRole::kFull) continue;
+      const int r = role.ratio;
+      const int64_t e = m.entries_per_block(r), entries = len / r;
+      const KvSourceState& src = state.kv_source(l);
+      const CompressedKvStore& store = state.compressed();
+      if (store.entries(l) != entries) {
+        return absl::InvalidArgumentError(absl::StrCat("Import: layer ", l, " holds ",
+                                                       store.entries(l),
+                                                       " compressed entries, expected ", entries));
+      }
+      if (entries > 0) {
+        // Gathered from the state's store (paged blocks on a worker), then
+        // into the slot's blocks, block by block.
+        std::vector<float> kv_rows(entries * hd), key_rows(entries * di);
+        store.ReadKv(l, 0, kv_rows);
+        store.ReadIndexK(l, 0, key_rows);
+        for (int64_t j = 0; j < entries; j += e) {
+          const int64_t n = std::min(e, entries - j), row = m.EntryRow(slot, r, j);
+          RETURN_IF_ERROR(m.UploadKv(std::span<const float>(kv_rows).subspan(j * hd, n * hd),
+                                     /*window=*/false, L.comp_base + row));
+          RETURN_IF_ERROR(
+              m.UploadIndexKeys(L, std::span<const float>(key_rows).subspan(j * di, n * di), row));
+        }
+      }
+      if (r > 1) {
+        std::vector<float> kv(r * hd, 0.0f), score(r * hd, 0.0f);
+        for (int64_t p = len - len % r; p < len; ++p) {
+          std::span<const float> row = src.pending.Row(p);
+          std::copy_n(row.data(), hd, kv.data() + (p % r) * hd);
+          std::copy_n(row.data() + hd, hd, score.data() + (p % r) * hd);
+        }
+        WEIR_DD_CUDA("import compressor",
+                     cudaMemcpy(L.comp_kv_state + int64_t{slot} * r * hd, kv.data(),
+                                kv.size() * sizeof(float), cudaMemcpyHostToDevice));
+        WEIR_DD_CUDA("import compressor",
+                     cudaMemcpy(L.comp_score_state + int64_t{slot} * r * hd, score.data(),
+                                score.size() * sizeof(float), cudaMemcpyHostToDevice));
+      }
     }
+    return absl::OkStatus();
+  }();
+  if (!copied.ok()) {
+    if (!options_.external_block_tables) m.DropTable(slot);
+    return copied;
   }
   Impl::Slot& s = m.slot_state[slot];
   s.used = true;
@@ -382,12 +480,15 @@ absl::Status DeviceDecoder::Export(int slot, SequenceState& state) {
     }
     if (role.attention != AttentionRole::kFull) continue;
     const int r = role.ratio;
-    const int64_t me = m.max_entries(r), entries = len / r;
+    const int64_t e = m.entries_per_block(r), entries = len / r;
     KvSourceState& src = state.kv_source(l);
     std::vector<float> kv_rows(entries * hd), key_rows(entries * di);
-    if (entries > 0) {
-      RETURN_IF_ERROR(m.DownloadKv(kv_rows, /*window=*/false, L.comp_base + int64_t{slot} * me));
-      RETURN_IF_ERROR(m.DownloadIndexKeys(L, key_rows, int64_t{slot} * me));
+    for (int64_t j = 0; j < entries; j += e) {  // block by block through the table
+      const int64_t n = std::min(e, entries - j), row = m.EntryRow(slot, r, j);
+      RETURN_IF_ERROR(m.DownloadKv(std::span<float>(kv_rows).subspan(j * hd, n * hd),
+                                   /*window=*/false, L.comp_base + row));
+      RETURN_IF_ERROR(
+          m.DownloadIndexKeys(L, std::span<float>(key_rows).subspan(j * di, n * di), row));
     }
     // Into the state's own store (a worker's paged blocks, which the plans
     // kept growing while the sequence lived here).
@@ -420,9 +521,66 @@ absl::Status DeviceDecoder::Release(int slot) {
   if (slot < 0 || slot >= options_.max_sequences) {
     return absl::InvalidArgumentError(absl::StrCat("Release: slot ", slot));
   }
+  impl_->DropTable(slot);
   impl_->slot_state[slot] = {};
   return absl::OkStatus();
 }
+
+absl::Status DeviceDecoder::SetBlockTable(int slot, std::span<const int32_t> blocks) {
+  Impl& m = *impl_;
+  if (!options_.external_block_tables) {
+    return absl::InvalidArgumentError(
+        "SetBlockTable: the decoder keeps its own tables (options.external_block_tables)");
+  }
+  if (slot < 0 || slot >= options_.max_sequences) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SetBlockTable: slot ", slot, " of ", options_.max_sequences));
+  }
+  const int64_t n = static_cast<int64_t>(blocks.size());
+  const int64_t needed = m.slot_state[slot].used ? m.BlocksFor(m.slot_state[slot].length) : 0;
+  if (n > m.table_width || n < needed) {
+    return absl::InvalidArgumentError(absl::StrCat("SetBlockTable: ", n, " blocks for slot ", slot,
+                                                   " (", needed, " to ", m.table_width, ")"));
+  }
+  absl::flat_hash_set<int32_t> seen;
+  for (int32_t b : blocks) {
+    if (b < 0 || b >= m.num_blocks - 1 || !seen.insert(b).second ||
+        (m.block_owner[b] != -1 && m.block_owner[b] != slot)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("SetBlockTable: block ", b, " for slot ", slot, " is outside the pool's ",
+                       m.num_blocks - 1, ", repeated or held by slot ",
+                       b >= 0 && b < m.num_blocks - 1 ? m.block_owner[b] : -1));
+    }
+  }
+  // The entries of a sequence that lives on stay where they are: its blocks
+  // must keep their places in the table.
+  const int32_t* row = m.table_row(slot);
+  for (int64_t j = 0; j < needed; ++j) {
+    if (row[j] != blocks[j]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("SetBlockTable: slot ", slot, "'s block ", j, " holds entries (block ",
+                       row[j], "), the new table puts block ", blocks[j], " there"));
+    }
+  }
+  m.DropTable(slot);
+  int32_t* out = m.table_row(slot);
+  for (int64_t j = 0; j < n; ++j) {
+    out[j] = blocks[j];
+    m.block_owner[blocks[j]] = slot;
+  }
+  m.slot_state[slot].blocks = n;
+  m.table_dirty[slot] = 1;
+  return absl::OkStatus();
+}
+
+int DeviceDecoder::kv_block_tokens() const { return impl_->block_tokens; }
+int64_t DeviceDecoder::table_width() const { return impl_->table_width; }
+int64_t DeviceDecoder::kv_blocks() const { return impl_->num_blocks - 1; }
+int64_t DeviceDecoder::free_kv_blocks() const {
+  if (!options_.external_block_tables) return static_cast<int64_t>(impl_->free_blocks.size());
+  return std::count(impl_->block_owner.begin(), impl_->block_owner.end() - 1, -1);
+}
+int64_t DeviceDecoder::BlocksFor(int64_t positions) const { return impl_->BlocksFor(positions); }
 
 bool DeviceDecoder::collective() const { return impl_->ex.world > 1; }
 
@@ -484,7 +642,33 @@ absl::StatusOr<std::span<const float>> DeviceDecoder::StepRows(
                                                   options_.max_positions, " positions)"));
       }
     }
-    return CheckLogitRows(logit_rows, rows);
+    RETURN_IF_ERROR(CheckLogitRows(logit_rows, rows));
+    // The KV blocks the rows write: each slot's table must cover its new
+    // length (own tables grow here, all or nothing).
+    std::vector<std::pair<int, int64_t>> grow;  // slot, blocks it needs
+    int64_t wanted = 0;
+    for (int64_t i = 0; i < rows; ++i) {
+      if (i + 1 < rows && slots[i + 1] == slots[i]) continue;  // a run's last row
+      const int s = slots[i];
+      int64_t run = 1;
+      while (i - run >= 0 && slots[i - run] == s) ++run;
+      const int64_t need = m.BlocksFor(m.slot_state[s].length + run);
+      if (need <= m.slot_state[s].blocks) continue;
+      if (options_.external_block_tables) {
+        return absl::OutOfRangeError(absl::StrCat(
+            "Step: slot ", s, " needs ", need, " KV blocks for ", m.slot_state[s].length + run,
+            " positions; its table holds ", m.slot_state[s].blocks, " (SetBlockTable)"));
+      }
+      grow.emplace_back(s, need);
+      wanted += need - m.slot_state[s].blocks;
+    }
+    if (wanted > static_cast<int64_t>(m.free_blocks.size())) {
+      return absl::OutOfRangeError(absl::StrCat("Step: the rows need ", wanted, " more KV blocks; ",
+                                                m.free_blocks.size(), " of ", m.num_blocks - 1,
+                                                " are free"));
+    }
+    for (const auto& [s, need] : grow) m.GrowTable(s, need);
+    return absl::OkStatus();
   }();
   if (!valid.ok()) {
     // The peers of a collective step wait for this rank's blocks: join with
@@ -592,7 +776,10 @@ absl::StatusOr<std::span<const float>> DeviceDecoder::StepRows(
     // stream drains.
     cudaStreamSynchronize(m.stream);
     cudaGetLastError();
-    for (int s : slots) m.slot_state[s] = {};
+    for (int s : slots) {
+      m.DropTable(s);
+      m.slot_state[s] = {};
+    }
     return absl::Status(
         st.code() == absl::StatusCode::kUnavailable ? st.code() : absl::StatusCode::kInternal,
         absl::StrCat("DeviceDecoder step: ", st.message()));

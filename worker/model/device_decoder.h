@@ -31,10 +31,17 @@
 // options.memory, the worker's one arena) holds the weights (fp32, exactly
 // dequantized, as CudaOps), the KV pools of every slot and the activations of
 // the largest batch; nothing is allocated on the step path. The pools per
-// slot: a window ring [window, head_dim] per backbone layer; per kv-source
-// layer of ratio r the compressed KV [max_positions / r, head_dim], the index
-// keys [max_positions / r, index_head_dim] and, at r > 1, the compressor's
-// partial group [r, head_dim] x 2. Values are stored as fp32 holding the
+// slot: a window ring [window, head_dim] per backbone layer and, per
+// kv-source layer of ratio r > 1, the compressor's partial group [r,
+// head_dim] x 2. The compressed KV and the index keys are paged: one pool of
+// kv_blocks blocks, a block covering kv_block_tokens positions of one
+// sequence (block_tokens / r entries of every ratio-r kv-source layer, as
+// worker/kv_cache lays out its host blocks), a block table per slot on the
+// device through which the steps write entries and the indexer and the
+// attention read them. The tables are the decoder's own (blocks taken as a
+// sequence grows, returned at Release) or, with
+// options.external_block_tables, the caller's (SetBlockTable: a worker's
+// blocks from the coordinator's plans). Values are stored as fp32 holding the
 // quantized formats' exact values (FP8 window KV, FP4 compressed KV, MXFP4
 // index keys), as the CPU reference keeps them.
 //
@@ -161,6 +168,19 @@ struct DeviceDecoderOptions {
   int max_sequences = 64;
   // Positions one slot can hold (prompt + generated).
   int64_t max_positions = 2048;
+  // Paged compressed pools (see the file comment): positions a block covers,
+  // a multiple of every compress ratio of the model (INVALID_ARGUMENT at
+  // Create otherwise); 0: the smallest such multiple >= 64.
+  int kv_block_tokens = 0;
+  // Blocks in the pool; 0: enough for every slot at max_positions (the
+  // footprint of unpaged pools). Fewer lets more slots share the memory of
+  // the sequences actually held: a step that needs more blocks than are
+  // free is OUT_OF_RANGE and changes nothing.
+  int64_t kv_blocks = 0;
+  // The slots' block tables come from the caller (SetBlockTable) instead of
+  // the decoder's own free list: the decoder never takes a block itself, and
+  // a step whose rows pass a slot's table is OUT_OF_RANGE.
+  bool external_block_tables = false;
   // > 0: Create lowers max_positions (to no less than 2) until the arena fits
   // in this many bytes; options() then reports the value used.
   size_t arena_budget_bytes = 0;
@@ -322,8 +342,27 @@ class DeviceDecoder : public DecodeBackend {
   // is not valid). INVALID_ARGUMENT on an empty slot or a state of another
   // model or longer than the slot; INTERNAL on a CUDA failure.
   absl::Status Export(int slot, SequenceState& state) override;
-  // Forgets the sequence of `slot` (its pools are simply overwritten later).
+  // Forgets the sequence of `slot` (its pools are simply overwritten later)
+  // and its block table (own blocks go back to the free list).
   absl::Status Release(int slot) override;
+  // options.external_block_tables: `slot`'s block table becomes `blocks`
+  // (pool blocks, in the order of the sequence's positions; at most
+  // table_width() of them), replacing the one it had; the entries already in
+  // blocks the slot keeps are kept (a table that grows, or a sequence
+  // imported or started after it is set). INVALID_ARGUMENT (nothing changes)
+  // without that option, for a bad slot, a block outside the pool or held by
+  // another slot, a repeated block, or a table shorter than the slot's
+  // sequence needs.
+  absl::Status SetBlockTable(int slot, std::span<const int32_t> blocks);
+  // The paged pools: positions a block covers, blocks a table holds at most
+  // (max_positions), blocks in the pool and how many no slot holds.
+  int kv_block_tokens() const;
+  int64_t table_width() const;
+  int64_t kv_blocks() const;
+  int64_t free_kv_blocks() const;
+  // Blocks a sequence of `positions` positions holds (the coordinator's
+  // BlocksForTokens rule over this model's ratios).
+  int64_t BlocksFor(int64_t positions) const;
   // Positions held by `slot` (0 when empty).
   int64_t length(int slot) const;
 
@@ -333,7 +372,9 @@ class DeviceDecoder : public DecodeBackend {
   // batch when it has no rows). INVALID_ARGUMENT (nothing changes) for an
   // empty batch in a world of 1, an oversize batch, a slot that is out of range, empty or
   // repeated, or a token outside the vocabulary; OUT_OF_RANGE when a slot is
-  // full (max_positions); INTERNAL on a CUDA failure, UNAVAILABLE on an NCCL
+  // full (max_positions) or its sequence needs more KV blocks than the pool
+  // has free (own tables) or its table holds (external tables), nothing
+  // changed; INTERNAL on a CUDA failure, UNAVAILABLE on an NCCL
   // failure or timeout (every slot of the step is then released; after an
   // NCCL failure the communicator is broken for good).
   absl::StatusOr<std::vector<float>> Step(std::span<const int> slots,

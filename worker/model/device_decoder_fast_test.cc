@@ -546,8 +546,10 @@ TEST(DeviceDecoderFastTest, StoredKvChunkedStepsAreBatchInvariant) {
   ASSERT_NE(ck, nullptr);
   auto cpu = RowStableCpuModel(*ck, ActivationPrecision::kBf16);
   ASSERT_NE(cpu, nullptr);
-  testing::CheckChunkedSteps(*cpu, ActivationPrecision::kBf16, {.numerics = DecodeNumerics::kFast},
-                             nullptr, "small head_dim 512 fast, stored KV");
+  // Blocks of 2 positions: the stored pools' entries scattered by the tables.
+  testing::CheckChunkedSteps(*cpu, ActivationPrecision::kBf16,
+                             {.numerics = DecodeNumerics::kFast, .kv_block_tokens = 2}, nullptr,
+                             "small head_dim 512 fast, stored KV");
 }
 // ... and with wgmma block sums everywhere (the tiles of either math give a
 // row the same bits; a chunk's rows go through one wide wgmma a block).

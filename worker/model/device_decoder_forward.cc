@@ -59,14 +59,12 @@ absl::StatusOr<bool> DeviceDecoder::Impl::PrepareMeta(std::span<const int> slot_
         length > 1 && p > p0 + length - 1 - win ? static_cast<int32_t>(s * win + p % win) : -1;
     for (size_t ri = 0; ri < ratios.size(); ++ri) {
       const int r = ratios[ri];
-      const int64_t me = max_entries(r);
       const bool emit = (p + 1) % r == 0;
       StepMeta::PerRatio& pr = meta_h.ratio[ri];
       pr.visible[i] = (p + 1) / r;
-      pr.key_offset[i] = s * me;
       pr.entry_pos[i] = emit ? p + 1 - r : 0;
-      pr.entry_write[i] = emit ? static_cast<int32_t>(s * me + (p + 1) / r - 1) : -1;
-      pr.row_base[i] = static_cast<int32_t>(s * me);
+      // The step's caller made the slot's table cover its rows (StepRows).
+      pr.entry_write[i] = emit ? static_cast<int32_t>(EntryRow(s, r, (p + 1) / r - 1)) : -1;
     }
     if (layers_e > 0) {
       if (real && hashed.ok()) {
@@ -87,6 +85,7 @@ absl::StatusOr<bool> DeviceDecoder::Impl::PrepareMeta(std::span<const int> slot_
   for (int64_t i = 0; i < head_padded; ++i) {
     meta_h.head_rows[i] = i < static_cast<int64_t>(head_rows.size()) ? head_rows[i] : 0;
   }
+  RETURN_IF_ERROR(UploadTables());
   WEIR_DD_CUDA("step inputs", cudaMemcpyAsync(meta_dev, meta_host, meta_bytes,
                                               cudaMemcpyHostToDevice, stream));
   return runs;
@@ -187,11 +186,15 @@ absl::Status DeviceDecoder::Impl::SelectCompressed(int layer, int64_t b) {
                                          std::sqrt(static_cast<double>(nh)));
   RETURN_IF_ERROR(
       dec::Scale({.x = iw, .n = b * nh, .factor = scale, .round_bf16 = bf16()}, stream));
+  // Each query's keys through its slot's block table (paged pools).
   kc::IndexerScoreParams sp{.q = iq, .k = src.index_k, .weights = iw,
                             .visible_len = pr.visible, .out = scores, .queries = b,
                             .heads = static_cast<int>(nh), .dim = static_cast<int>(di),
                             .keys = me, .round_bf16 = bf16()};
-  sp.key_offset = pr.key_offset;
+  sp.block_table = tables_dev;
+  sp.table_slot = meta_d.slot;
+  sp.table_width = static_cast<int>(table_width);
+  sp.entries_per_block = static_cast<int>(entries_per_block(role.ratio));
   sp.k_codes = src.index_k_codes;  // stored_kv: MXFP4 keys (index_k null)
   sp.k_scales = src.index_k_scales;
   RETURN_IF_ERROR(kc::IndexerScore(sp, stream));
@@ -255,7 +258,10 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
       RETURN_IF_ERROR(SelectCompressed(layer, b));
     }
     ip.topk = layers[role.index_source].topk;
-    ip.topk_row_base = meta_d.ratio[ratio_index(role.ratio)].row_base;
+    ip.block_table = tables_dev;  // top-k entries -> pool rows through the tables
+    ip.table_slot = meta_d.slot;
+    ip.table_width = static_cast<int>(table_width);
+    ip.entries_per_block = static_cast<int>(entries_per_block(role.ratio));
     ip.k_width = static_cast<int>(c.index_topk);
     ip.topk_base = layers[role.kv_source].comp_base;
   }
@@ -290,7 +296,7 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
       sp.compressed_codes = comp_codes + row0 * hd / 2;
       sp.compressed_scales = comp_scales + row0 * hd / 16;
       sp.compressed_index = index;
-      sp.compressed_rows = slots * max_entries(role.ratio);
+      sp.compressed_rows = num_blocks * entries_per_block(role.ratio);
       sp.compressed_width = ip.k_width;
     }
     RETURN_IF_ERROR(kc::SparseDecodeAttention(sp, stream));

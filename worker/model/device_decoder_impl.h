@@ -203,8 +203,8 @@ struct LayerDev {
   const float* egate = nullptr;
   // Pools (rows of the KV pool; device buffers).
   int32_t window_base = 0;  // this layer's window rings: [slots, window]
-  int32_t comp_base = 0;    // kv source: compressed KV [slots, max_entries]
-  // kv source: index keys [slots * max_entries, index_dim] fp32, or with
+  int32_t comp_base = 0;    // kv source: compressed KV [num_blocks * entries a block]
+  // kv source: index keys [num_blocks * entries a block, index_dim] fp32, or with
   // stored_kv MXFP4 codes [.., index_dim / 2] + E8M0 scales [.., index_dim / 32].
   float* index_k = nullptr;
   uint8_t* index_k_codes = nullptr;
@@ -233,10 +233,8 @@ struct StepMeta {
   int32_t* head_rows = nullptr;   // [B] rows the head reads (logits of a row subset)
   struct PerRatio {
     int64_t* visible = nullptr;      // [B] (p + 1) / r
-    int64_t* key_offset = nullptr;   // [B] slot * max_entries
     int64_t* entry_pos = nullptr;    // [B] position of the entry completed now (0 if none)
-    int32_t* entry_write = nullptr;  // [B] row of that entry, -1 if none
-    int32_t* row_base = nullptr;     // [B] slot * max_entries
+    int32_t* entry_write = nullptr;  // [B] row of that entry (through the table), -1 if none
   };
   std::vector<PerRatio> ratio;      // by ratio index
   std::vector<int64_t*> engram_ids;  // per Engram layer [B, cols]
@@ -273,6 +271,10 @@ struct LocalExperts {
 // not fit the config or the communicator).
 absl::StatusOr<LocalExperts> PlanExpertSlots(const ModelConfig& c,
                                             const DeviceDecoderOptions& options);
+
+// Positions a KV block covers: `asked` when > 0, else the smallest multiple
+// of every compress ratio of `roles` (DSpark stages aside) that is >= 64.
+int32_t DefaultBlockTokens(const LayerRoles& roles, int asked);
 
 // What a decoder cannot hold (INVALID_ARGUMENT), before anything is
 // allocated; otherwise the routed experts it holds. `synthetic`: the weights
@@ -450,8 +452,22 @@ struct DeviceDecoder::Impl {
     bool used = false;
     int64_t length = 0;
     std::vector<int64_t> history;  // Engram compressed ids
+    int64_t blocks = 0;            // entries of its block table
   };
   std::vector<Slot> slot_state;
+  // Paged compressed pools (DeviceDecoderOptions::kv_block_tokens): a
+  // kv-source layer's compressed KV and index keys are [num_blocks, e] rows
+  // (e = block_tokens / ratio entries a block); entry j of slot s is row
+  // table[s][j / e] * e + j % e. The padding slot (slots - 1, which padded
+  // rows use at position 0) holds the last block for good.
+  int32_t block_tokens = 0;
+  int64_t table_width = 0;           // blocks a table holds at most
+  int64_t num_blocks = 0;            // options' blocks + the padding slot's
+  int32_t* tables_dev = nullptr;     // [slots, table_width], -1 past a table
+  int32_t* tables_host = nullptr;    // pinned mirror
+  std::vector<int32_t> block_owner;  // [num_blocks] the slot holding it, or -1
+  std::vector<int32_t> free_blocks;  // own tables: the free blocks, lowest last
+  std::vector<uint8_t> table_dirty;  // [slots] rows the device has not got yet
   absl::flat_hash_map<int64_t, cudaGraphExec_t> graphs;
   // Profiling (eager steps): an event per section boundary, and its name.
   bool profiling = false;
@@ -496,6 +512,7 @@ struct DeviceDecoder::Impl {
     gemm.reset();
     if (arena != nullptr && options.memory == nullptr) cudaFree(arena);
     if (meta_host != nullptr) cudaFreeHost(meta_host);
+    if (tables_host != nullptr) cudaFreeHost(tables_host);
     if (logits_host != nullptr) cudaFreeHost(logits_host);
     if (ev_begin != nullptr) cudaEventDestroy(ev_begin);
     if (ev_end != nullptr) cudaEventDestroy(ev_end);
@@ -557,6 +574,29 @@ struct DeviceDecoder::Impl {
   int64_t window_region_rows() const { return slots * window() + batch_cap; }
   int64_t staging_row(int64_t step_row) const { return slots * window() + step_row; }
   int64_t max_entries(int ratio) const { return options.max_positions / ratio; }
+  int64_t entries_per_block(int ratio) const { return block_tokens / ratio; }
+  // Blocks a sequence of `positions` positions needs (DeviceDecoder::BlocksFor).
+  int64_t BlocksFor(int64_t positions) const {
+    int64_t blocks = 0;
+    for (int r : ratios) {
+      const int64_t e = entries_per_block(r);
+      blocks = std::max(blocks, (std::max<int64_t>(positions, 0) / r + e - 1) / e);
+    }
+    return blocks;
+  }
+  int32_t* table_row(int s) const { return tables_host + int64_t{s} * table_width; }
+  // Row of entry j of slot s in a ratio-r kv-source layer's region.
+  int64_t EntryRow(int s, int r, int64_t j) const {
+    const int64_t e = entries_per_block(r);
+    return int64_t{table_row(s)[j / e]} * e + j % e;
+  }
+  // Own tables: extends slot s's table to `blocks` blocks from the free list
+  // (false, nothing taken, when too few are free).
+  bool GrowTable(int s, int64_t blocks);
+  // Empties slot s's table (own blocks back to the free list).
+  void DropTable(int s);
+  // Copies the changed table rows to the device (on the stream).
+  absl::Status UploadTables();
   int ratio_index(int ratio) const {
     return static_cast<int>(std::find(ratios.begin(), ratios.end(), ratio) - ratios.begin());
   }
@@ -579,6 +619,11 @@ struct DeviceDecoder::Impl {
         ratios.push_back(role.ratio);
       }
     }
+    block_tokens = device_decoder_internal::DefaultBlockTokens(roles, options.kv_block_tokens);
+    table_width = ratios.empty() ? 0 : BlocksFor(options.max_positions);
+    num_blocks =
+        (options.kv_blocks > 0 ? options.kv_blocks : int64_t{options.max_sequences} * table_width) +
+        1;
   }
   // The arena bytes of the current options (a dry run of Layout; no device).
   absl::StatusOr<size_t> MeasureArena() {
@@ -615,7 +660,7 @@ struct DeviceDecoder::Impl {
   absl::Status UploadKv(std::span<const float> rows, bool window, int64_t first_row);
   absl::Status DownloadKv(std::span<float> rows, bool window, int64_t first_row);
   // The same for index keys [n, index_dim] of kv-source layer `L` from its
-  // entry `first_entry` (slot * max_entries + j): fp32, or MXFP4 when the
+  // entry row `first_entry` (EntryRow): fp32, or MXFP4 when the
   // pools hold the stored form.
   absl::Status UploadIndexKeys(const LayerDev& L, std::span<const float> keys, int64_t first_entry);
   absl::Status DownloadIndexKeys(const LayerDev& L, std::span<float> keys, int64_t first_entry);

@@ -2,6 +2,8 @@
 // inputs laid out by one Region pass, measured by a dry run), the checks of
 // what a decoder can hold, and MaxPositionsFor.
 
+#include <numeric>
+
 #include "worker/model/device_decoder_impl.h"
 
 namespace weir::model {
@@ -9,6 +11,16 @@ using device_decoder_internal::CheckDecodable;
 using device_decoder_internal::LocalExperts;
 
 namespace device_decoder_internal {
+
+int32_t DefaultBlockTokens(const LayerRoles& roles, int asked) {
+  if (asked > 0) return asked;
+  int64_t lcm = 1;
+  for (const LayerRole& role : roles.layers()) {
+    if (role.is_dspark_stage || role.ratio <= 0) continue;
+    lcm = std::lcm(lcm, int64_t{role.ratio});
+  }
+  return static_cast<int32_t>((64 + lcm - 1) / lcm * lcm);
+}
 
 // What a decoder cannot hold (INVALID_ARGUMENT), before anything is
 // allocated; otherwise the routed experts it holds. `synthetic`: the weights
@@ -25,6 +37,19 @@ absl::StatusOr<LocalExperts> CheckDecodable(const ModelConfig& c, const LayerRol
                      options.max_positions, ", max_batch ", options.max_batch, ", batch_interval ",
                      options.batch_interval, ", max_rows_per_slot ", options.max_rows_per_slot,
                      " (each must be >= 1, max_positions >= 2, max_rows_per_slot <= max_batch)"));
+  }
+  if (options.kv_block_tokens < 0 || options.kv_block_tokens > (1 << 20) || options.kv_blocks < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DeviceDecoder: kv_block_tokens ", options.kv_block_tokens,
+                     " (0 to 2^20), kv_blocks ", options.kv_blocks, " (>= 0)"));
+  }
+  for (const LayerRole& role : roles.layers()) {
+    if (role.is_dspark_stage || role.ratio <= 0 || options.kv_block_tokens == 0) continue;
+    if (options.kv_block_tokens % role.ratio != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("DeviceDecoder: kv_block_tokens ", options.kv_block_tokens,
+                       " is not a multiple of compress ratio ", role.ratio));
+    }
   }
   if (!options.expert_tile.empty()) {
     const std::optional<kc::Mxfp4GroupedTile> tile =
@@ -129,16 +154,17 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
     LayerDev& L = layers[l];
     if (role.ratio > 0) max_width = std::max(max_width, max_entries(role.ratio));
     if (role.attention != AttentionRole::kFull) continue;
-    const int64_t me = max_entries(role.ratio);
+    // Paged: [num_blocks, e] entries (the padding slot's block last).
+    const int64_t me = num_blocks * entries_per_block(role.ratio);
     L.comp_base = static_cast<int32_t>(rows);
-    rows += slots * me;
+    rows += me;
     if (stored_kv) {  // MXFP4: e2m1 codes + an E8M0 scale per 32
-      L.index_k_codes = r.Alloc<uint8_t>(slots * me * di / 2, &index_keys.bytes);
-      L.index_k_scales = r.Alloc<uint8_t>(slots * me * di / 32, &index_keys.bytes);
+      L.index_k_codes = r.Alloc<uint8_t>(me * di / 2, &index_keys.bytes);
+      L.index_k_scales = r.Alloc<uint8_t>(me * di / 32, &index_keys.bytes);
     } else {
-      L.index_k = r.Alloc<float>(slots * me * di, &index_keys.bytes);
+      L.index_k = r.Alloc<float>(me * di, &index_keys.bytes);
     }
-    index_keys.entries += slots * me;
+    index_keys.entries += me;
     if (role.ratio > 1) {
       L.comp_kv_state = r.Alloc<float>(slots * role.ratio * hd, &comp_state.bytes);
       L.comp_score_state = r.Alloc<float>(slots * role.ratio * hd, &comp_state.bytes);
@@ -175,6 +201,7 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
     compressed.bytes = comp_rows * hd * sizeof(float);
   }
   kv_pools = {window, compressed, index_keys, comp_state};
+  tables_dev = table_width > 0 ? r.Alloc<int32_t>(slots * table_width) : nullptr;
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerRole& role = roles[l];
     if (role.ratio > 0 && role.index_source == l) {
@@ -330,10 +357,8 @@ void DeviceDecoder::Impl::LayoutMeta(char* base, StepMeta& m, size_t& bytes) con
   m.ratio.assign(ratios.size(), {});
   for (StepMeta::PerRatio& pr : m.ratio) {
     take(pr.visible, bc);
-    take(pr.key_offset, bc);
     take(pr.entry_pos, bc);
     take(pr.entry_write, bc);
-    take(pr.row_base, bc);
   }
   m.engram_ids.assign(c.engram_layer_ids.size(), nullptr);
   for (int64_t*& ids : m.engram_ids) take(ids, bc * c.engram_hash_cols());

@@ -18,6 +18,10 @@
 // TwoRanksOverNccl (needs 2 GPUs, skipped otherwise): two ranks on two
 // devices, a random redundant placement, each rank stepping its own sequences
 // (some steps with none), every row bit-identical to the CPU.
+// PagedPoolsThroughBlockTables: the decoder's own block tables (a pool
+// smaller than its slots could hold), the caller's (SetBlockTable) and wide
+// blocks give the same bits; running out of blocks refuses a step and
+// changes nothing.
 // A last test checks the refusals (bad slots, tokens, batch sizes, a full
 // slot) and that a refused call changes nothing.
 #include "worker/model/device_decoder.h"
@@ -108,11 +112,13 @@ void CheckModel(const Checkpoint& ckpt, const char* name, ActivationPrecision pr
   ASSERT_TRUE(graph.ok()) << graph.status();
   options.use_graphs = false;
   options.mxfp4_experts = false;  // the eager decoder also checks the fp32 expert path
+  options.kv_block_tokens = 6;    // and small KV blocks: 3 or 6 entries a block, tables scattered
   auto eager = DeviceDecoder::Create(*cpu, precision, options);
   ASSERT_TRUE(eager.ok()) << eager.status();
   std::vector<std::unique_ptr<parallel::NcclCommunicator>> nccl = MakeNccl(1);
   ASSERT_NE(nccl[0], nullptr);
-  DeviceDecoderOptions ep_options{.max_sequences = 16, .max_positions = 256, .max_batch = 16};
+  DeviceDecoderOptions ep_options{
+      .max_sequences = 16, .max_positions = 256, .kv_block_tokens = 2, .max_batch = 16};
   ep_options.communicator = nccl[0].get();
   ep_options.placement = RedundantPlacement(ckpt.config(), 1, 3, 5);
   auto ep = DeviceDecoder::Create(*cpu, precision, ep_options);
@@ -270,7 +276,9 @@ TEST(DeviceDecoderTest, SmallBf16) {
 TEST(DeviceDecoderTest, ChunkedStepsTinyBf16) {
   auto cpu = RowStableCpuModel(TinyCheckpoint(11), ActivationPrecision::kBf16);
   ASSERT_NE(cpu, nullptr);
-  testing::CheckChunkedSteps(*cpu, ActivationPrecision::kBf16, {}, cpu.get(), "tiny bf16");
+  // Blocks of 2 positions: every sequence's entries scattered over the pool.
+  testing::CheckChunkedSteps(*cpu, ActivationPrecision::kBf16, {.kv_block_tokens = 2}, cpu.get(),
+                             "tiny bf16");
 }
 TEST(DeviceDecoderTest, ChunkedStepsSmallFp32Eager) {
   ASSERT_NE(Small(), nullptr);
@@ -283,7 +291,181 @@ TEST(DeviceDecoderTest, ChunkedStepsSmallBf16) {
   ASSERT_NE(Small(), nullptr);
   auto cpu = RowStableCpuModel(*Small(), ActivationPrecision::kBf16);
   ASSERT_NE(cpu, nullptr);
-  testing::CheckChunkedSteps(*cpu, ActivationPrecision::kBf16, {}, cpu.get(), "small bf16");
+  testing::CheckChunkedSteps(*cpu, ActivationPrecision::kBf16, {.kv_block_tokens = 4}, cpu.get(),
+                             "small bf16");
+}
+
+// Paged compressed pools. Three decoders step the same rows (prompts in
+// chunks, then greedy tokens, sequences ending and new ones starting in
+// their slots): `own` takes 4-position blocks from a pool of 24 (fewer than
+// its 4 slots x 16 could hold), `ext` gets its tables from the test
+// (SetBlockTable: blocks of a pool of 64 in a shuffled order, grown before
+// each step), `wide` keeps the default 64-position blocks. Every row's
+// logits are the same bits on all three. When `own`'s rows need more blocks
+// than are free the step is OUT_OF_RANGE and changes nothing (lengths, free
+// blocks); releasing a slot returns its blocks and the step then runs.
+// SetBlockTable's refusals change nothing either.
+TEST(DeviceDecoderTest, PagedPoolsThroughBlockTables) {
+  const Checkpoint& ckpt = TinyCheckpoint(11);
+  const int64_t v = ckpt.config().vocab_size;
+  auto cpu = RowStableCpuModel(ckpt, ActivationPrecision::kBf16);
+  ASSERT_NE(cpu, nullptr);
+  constexpr int kSlots = 4, kRows = 8;
+  const DeviceDecoderOptions base{.max_sequences = kSlots,
+                                  .max_positions = 64,
+                                  .max_batch = kSlots * kRows,
+                                  .max_rows_per_slot = kRows};
+  DeviceDecoderOptions o = base;
+  o.kv_block_tokens = 4;
+  o.kv_blocks = 24;
+  auto own = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, o);
+  ASSERT_TRUE(own.ok()) << own.status();
+  o.kv_blocks = 64;
+  o.external_block_tables = true;
+  auto ext = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, o);
+  ASSERT_TRUE(ext.ok()) << ext.status();
+  auto wide = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, base);
+  ASSERT_TRUE(wide.ok()) << wide.status();
+  EXPECT_EQ((*own)->kv_block_tokens(), 4);
+  EXPECT_EQ((*own)->table_width(), 16);
+  EXPECT_EQ((*own)->kv_blocks(), 24);
+  EXPECT_EQ((*own)->free_kv_blocks(), 24);
+  EXPECT_EQ((*wide)->kv_block_tokens(), 64);
+  EXPECT_EQ((*own)->BlocksFor(9), 3);  // ratio 1: 9 entries in blocks of 4
+  EXPECT_EQ((*own)->SetBlockTable(0, {}).code(), absl::StatusCode::kInvalidArgument);
+
+  // The test's pool for `ext`: 64 blocks in a shuffled order, per slot a table.
+  std::mt19937 rng(23);
+  std::vector<int32_t> free_ext(64);
+  std::iota(free_ext.begin(), free_ext.end(), 0);
+  std::shuffle(free_ext.begin(), free_ext.end(), rng);
+  std::vector<std::vector<int32_t>> tables(kSlots);
+  auto grow_ext = [&](int slot, int64_t positions) {
+    const int64_t need = (*ext)->BlocksFor(positions);
+    while (static_cast<int64_t>(tables[slot].size()) < need) {
+      tables[slot].push_back(free_ext.back());
+      free_ext.pop_back();
+    }
+    ASSERT_TRUE((*ext)->SetBlockTable(slot, tables[slot]).ok());
+  };
+  auto release = [&](int slot) {
+    for (auto* d : {own->get(), ext->get(), wide->get()}) ASSERT_TRUE(d->Release(slot).ok());
+    free_ext.insert(free_ext.begin(), tables[slot].begin(), tables[slot].end());
+    tables[slot].clear();
+  };
+  std::vector<int64_t> fed(kSlots, 0), next(kSlots, 0), prompt_len(kSlots, 0);
+  std::vector<std::vector<int64_t>> prompt(kSlots);
+  int started = 0;
+  auto start = [&](int slot) {
+    prompt_len[slot] = std::uniform_int_distribution<int>(5, 40)(rng);
+    prompt[slot] = RandomTokens(prompt_len[slot], 900 + started++, v - 1);
+    fed[slot] = 0;
+    for (auto* d : {own->get(), ext->get(), wide->get()}) ASSERT_TRUE(d->Start(slot).ok());
+  };
+  for (int slot = 0; slot < kSlots; ++slot) start(slot);
+  int64_t rows_checked = 0, differ = 0, refusals = 0;
+  for (int step = 0; step < 40; ++step) {
+    // A sequence past 48 positions ends; a new one takes its slot.
+    for (int slot = 0; slot < kSlots; ++slot) {
+      if (fed[slot] >= 48) {
+        release(slot);
+        start(slot);
+      }
+    }
+    std::vector<int> slots, order(kSlots);
+    std::vector<int64_t> tokens;
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<int64_t> rows_of(kSlots, 0);
+    for (int slot : order) {
+      const int64_t n = fed[slot] < prompt_len[slot]
+                            ? std::min<int64_t>(prompt_len[slot] - fed[slot],
+                                                std::uniform_int_distribution<int>(1, kRows)(rng))
+                            : 1;
+      for (int64_t j = 0; j < n; ++j) {
+        slots.push_back(slot);
+        tokens.push_back(fed[slot] + j < prompt_len[slot] ? prompt[slot][fed[slot] + j]
+                                                          : next[slot]);
+      }
+      rows_of[slot] = n;
+    }
+    // `own` may run out of blocks: nothing changes, then a slot is freed.
+    absl::StatusOr<std::span<const float>> a = (*own)->StepRows(slots, tokens, std::nullopt);
+    if (!a.ok()) {
+      ASSERT_EQ(a.status().code(), absl::StatusCode::kOutOfRange) << a.status();
+      ++refusals;
+      const int64_t free_before = (*own)->free_kv_blocks();
+      for (int slot = 0; slot < kSlots; ++slot) EXPECT_EQ((*own)->length(slot), fed[slot]);
+      EXPECT_LT(free_before, 24);
+      int longest = 0;
+      for (int slot = 1; slot < kSlots; ++slot) longest = fed[slot] > fed[longest] ? slot : longest;
+      release(longest);
+      start(longest);
+      EXPECT_GT((*own)->free_kv_blocks(), free_before);
+      --step;
+      continue;
+    }
+    const std::vector<float> got_own(a->begin(), a->end());
+    for (int slot = 0; slot < kSlots; ++slot) grow_ext(slot, fed[slot] + rows_of[slot]);
+    auto b = (*ext)->StepRows(slots, tokens, std::nullopt);
+    ASSERT_TRUE(b.ok()) << b.status();
+    const std::vector<float> got_ext(b->begin(), b->end());
+    auto c = (*wide)->StepRows(slots, tokens, std::nullopt);
+    ASSERT_TRUE(c.ok()) << c.status();
+    for (size_t r = 0; r < slots.size(); ++r) {
+      ++rows_checked;
+      differ += std::memcmp(got_own.data() + r * v, got_ext.data() + r * v, v * 4) != 0 ||
+                std::memcmp(got_own.data() + r * v, c->data() + r * v, v * 4) != 0;
+    }
+    size_t row = 0;
+    for (int slot : order) {
+      row += rows_of[slot];
+      fed[slot] += rows_of[slot];
+      next[slot] = Argmax(got_own.data() + (row - 1) * v, v);
+      EXPECT_EQ((*own)->length(slot), fed[slot]);
+    }
+  }
+  std::printf(
+      "paged pools: %lld rows, %lld differ between own / external / wide tables; %lld "
+      "steps refused for want of blocks\n",
+      static_cast<long long>(rows_checked), static_cast<long long>(differ),
+      static_cast<long long>(refusals));
+  EXPECT_EQ(differ, 0);
+  EXPECT_GT(rows_checked, 150);
+  EXPECT_GT(refusals, 0);
+  // A step needing blocks past the table set: OUT_OF_RANGE, nothing changes.
+  const int64_t len0 = (*ext)->length(0);
+  ASSERT_TRUE((*ext)->SetBlockTable(0, tables[0]).ok());
+  std::vector<int> s0(kRows, 0);
+  std::vector<int64_t> t0(kRows, 1);
+  if ((*ext)->BlocksFor(len0 + kRows) > static_cast<int64_t>(tables[0].size())) {
+    EXPECT_EQ((*ext)->StepRows(s0, t0, std::nullopt).status().code(),
+              absl::StatusCode::kOutOfRange);
+    EXPECT_EQ((*ext)->length(0), len0);
+  }
+  // Refusals: another slot's block, a repeated block, one outside the pool,
+  // a table shorter than the sequence, a live entry moved.
+  ASSERT_FALSE(tables[1].empty());
+  std::vector<int32_t> t = tables[0];
+  t.push_back(tables[1][0]);
+  EXPECT_EQ((*ext)->SetBlockTable(0, t).code(), absl::StatusCode::kInvalidArgument);
+  t.back() = t.front();
+  EXPECT_EQ((*ext)->SetBlockTable(0, t).code(), absl::StatusCode::kInvalidArgument);
+  t.back() = 64;
+  EXPECT_EQ((*ext)->SetBlockTable(0, t).code(), absl::StatusCode::kInvalidArgument);
+  if (tables[0].size() >= 2 && (*ext)->BlocksFor(len0) >= 2) {
+    std::vector<int32_t> swapped = tables[0];
+    std::swap(swapped[0], swapped[1]);
+    EXPECT_EQ((*ext)->SetBlockTable(0, swapped).code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ((*ext)->SetBlockTable(0, std::span<const int32_t>(tables[0]).first(1)).code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ((*ext)->SetBlockTable(kSlots, {}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*ext)->length(0), len0);
+  // Releasing every slot returns every block.
+  for (int slot = 0; slot < kSlots; ++slot) release(slot);
+  EXPECT_EQ((*own)->free_kv_blocks(), 24);
+  EXPECT_EQ((*ext)->free_kv_blocks(), 64);
 }
 
 // Synthetic weights (the benchmark path for configs too large for the host):

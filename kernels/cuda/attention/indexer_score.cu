@@ -27,8 +27,8 @@ absl::Status Launch(const IndexerScoreParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.keys + kIndexerKeyTile - 1) / kIndexerKeyTile),
                   static_cast<unsigned>(std::min<int64_t>(p.queries, 65535)));
   IndexerScoreKernel<kRoundBf16><<<grid, kIndexerKeyTile, shared, stream>>>(
-      p.q, p.k, p.k_codes, p.k_scales, p.weights, p.visible_len, p.key_offset, p.out, p.queries,
-      p.heads, p.dim, p.keys);
+      p.q, p.k, p.k_codes, p.k_scales, p.weights, p.visible_len, p.key_offset, p.block_table,
+      p.table_slot, p.table_width, p.entries_per_block, p.out, p.queries, p.heads, p.dim, p.keys);
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
     return absl::InternalError(std::string("IndexerScore launch: ") + cudaGetErrorString(err));
   }
@@ -54,8 +54,12 @@ bool SupportsIndexerScore(const IndexerScoreParams& p) {
   const bool fp32_keys = p.k != nullptr && p.k_codes == nullptr && p.k_scales == nullptr;
   const bool mxfp4_keys = p.k == nullptr && p.k_codes != nullptr && p.k_scales != nullptr &&
                           p.dim % 32 == 0 && reinterpret_cast<uintptr_t>(p.k_codes) % 4 == 0;
+  // Paged keys: a table row per query's slot, never with key_offset.
+  const bool paging_ok =
+      p.block_table == nullptr || (p.key_offset == nullptr && p.table_slot != nullptr &&
+                                   p.table_width > 0 && p.entries_per_block > 0);
   return p.q != nullptr && (fp32_keys || mxfp4_keys) && p.weights != nullptr &&
-         p.visible_len != nullptr && p.out != nullptr;
+         p.visible_len != nullptr && p.out != nullptr && paging_ok;
 }
 
 absl::Status IndexerScore(const IndexerScoreParams& p, cudaStream_t stream) {
@@ -65,7 +69,8 @@ absl::Status IndexerScore(const IndexerScoreParams& p, cudaStream_t stream) {
         std::to_string(IndexerScoreSharedBytes(std::max(p.heads, 0), std::max(p.dim, 0))) +
         " <= " + std::to_string(kHopperMaxSharedBytes) +
         " bytes and the pointers (keys as fp32 k, or MXFP4 k_codes (4-byte aligned) + "
-        "k_scales with dim % 32 == 0)");
+        "k_scales with dim % 32 == 0; a block_table with table_slot, table_width > 0, "
+        "entries_per_block > 0 and no key_offset)");
   }
   if (p.queries == 0 || p.keys == 0) return absl::OkStatus();
   return p.round_bf16 ? Launch<true>(p, stream) : Launch<false>(p, stream);

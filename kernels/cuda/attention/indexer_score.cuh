@@ -19,20 +19,23 @@ inline constexpr int kIndexerKeyTile = 128;  // keys per block = threads per blo
 // null, else per query from rows key_offset[s] + tile_start + i, and then
 // only the rows below visible_len[s] (the others are never read, so a
 // query's keys need to exist only up to its visible length). A negative
-// key_offset[s] reads nothing and scores that query's visible keys NaN.
+// key_offset[s] reads nothing and scores that query's visible keys NaN. With
+// block_table the rows come through query s's table row (paged pools); a
+// negative table_slot[s] scores like a negative offset, a key whose block is
+// negative (or past table_width) is staged as NaN.
 // With k_codes / k_scales (and k null) the keys are MXFP4 (e2m1 codes two a
 // byte, an E8M0 scale per 32; dim % 32 == 0, the codes 4-byte aligned) and
 // the tile holds their exact fp32 values (Mxfp4Value), so the scores equal
 // those of the fp32 keys FakeQuant kMxfp4 gives.
 // Dynamic shared memory: kIndexerKeyTile * (dim + 1) + heads * dim floats.
 template <bool kRoundBf16>
-__global__ void IndexerScoreKernel(const float* __restrict__ q, const float* __restrict__ k,
-                                   const uint8_t* __restrict__ k_codes,
-                                   const uint8_t* __restrict__ k_scales,
-                                   const float* __restrict__ weights,
-                                   const int64_t* __restrict__ visible_len,
-                                   const int64_t* __restrict__ key_offset, float* __restrict__ out,
-                                   int64_t queries, int heads, int dim, int64_t keys) {
+__global__ void IndexerScoreKernel(
+    const float* __restrict__ q, const float* __restrict__ k, const uint8_t* __restrict__ k_codes,
+    const uint8_t* __restrict__ k_scales, const float* __restrict__ weights,
+    const int64_t* __restrict__ visible_len, const int64_t* __restrict__ key_offset,
+    const int32_t* __restrict__ block_table, const int32_t* __restrict__ table_slot,
+    int table_width, int entries_per_block, float* __restrict__ out, int64_t queries, int heads,
+    int dim, int64_t keys) {
   GridDependencyPrologue();
   extern __shared__ float shared[];
   float* tile = shared;                                 // [kIndexerKeyTile, dim + 1]
@@ -40,16 +43,24 @@ __global__ void IndexerScoreKernel(const float* __restrict__ q, const float* __r
   const int64_t tile_start = static_cast<int64_t>(blockIdx.x) * kIndexerKeyTile;
   const int rows = static_cast<int>(keys - tile_start < kIndexerKeyTile ? keys - tile_start
                                                                      : kIndexerKeyTile);
-  auto load_tile = [&](int64_t first_key, int count) {
+  // Stages `count` keys of the tile; key i of the tile is pool row
+  // row_of(i), a negative row loading NaN.
+  auto load_tile = [&](auto row_of, int count) {
     if (k_codes != nullptr) {  // eight elements (one word of codes) a step
       const int words = dim / 8;
       const uint32_t* code_words = reinterpret_cast<const uint32_t*>(k_codes);
       for (int e = threadIdx.x; e < count * words; e += kIndexerKeyTile) {
         const int r = e / words, c = (e % words) * 8;
-        const int64_t at = (first_key + r) * dim + c;
+        float* dst = tile + r * (dim + 1) + c;
+        const int64_t row = row_of(r);
+        if (row < 0) {
+#pragma unroll
+          for (int j = 0; j < 8; ++j) dst[j] = __int_as_float(0x7fffffff);
+          continue;
+        }
+        const int64_t at = row * dim + c;
         const uint32_t word = code_words[at / 8];
         const uint32_t scale = k_scales[at / 32];
-        float* dst = tile + r * (dim + 1) + c;
 #pragma unroll
         for (int j = 0; j < 8; ++j) dst[j] = Mxfp4Value((word >> (4 * j)) & 0xFu, scale);
       }
@@ -57,10 +68,12 @@ __global__ void IndexerScoreKernel(const float* __restrict__ q, const float* __r
     }
     for (int e = threadIdx.x; e < count * dim; e += kIndexerKeyTile) {
       const int r = e / dim, c = e % dim;
-      tile[r * (dim + 1) + c] = k[(first_key + r) * dim + c];
+      const int64_t row = row_of(r);
+      tile[r * (dim + 1) + c] = row < 0 ? __int_as_float(0x7fffffff) : k[row * dim + c];
     }
   };
-  if (key_offset == nullptr) load_tile(tile_start, rows);
+  const bool per_query = key_offset != nullptr || block_table != nullptr;
+  if (!per_query) load_tile([&](int i) -> int64_t { return tile_start + i; }, rows);
   auto round = [](float x) { return kRoundBf16 ? RoundToBf16(x) : x; };
   const int64_t t = tile_start + threadIdx.x;
   const float* kr = tile + threadIdx.x * (dim + 1);
@@ -69,13 +82,27 @@ __global__ void IndexerScoreKernel(const float* __restrict__ q, const float* __r
     const int64_t visible = v < 0 ? 0 : (v > keys ? keys : v);
     const bool any_visible = tile_start < visible;  // block-uniform
     const int64_t offset = key_offset == nullptr ? 0 : key_offset[s];
-    const bool bad_offset = offset < 0;             // block-uniform
+    const int32_t* table = block_table == nullptr || table_slot[s] < 0
+                               ? nullptr
+                               : block_table + static_cast<int64_t>(table_slot[s]) * table_width;
+    const bool bad_offset = offset < 0 || (block_table != nullptr && table == nullptr);
     __syncthreads();  // the tile is loaded; the previous query's tile and heads are used up
     if (any_visible && !bad_offset) {
-      if (key_offset != nullptr) {
+      if (per_query) {
         const int64_t visible_in_tile = visible - tile_start;
-        load_tile(offset + tile_start,
-                  visible_in_tile < rows ? static_cast<int>(visible_in_tile) : rows);
+        const int count = visible_in_tile < rows ? static_cast<int>(visible_in_tile) : rows;
+        if (table != nullptr) {  // key t: entry t % e of the slot's block t / e
+          load_tile(
+              [&](int i) -> int64_t {
+                const int64_t t = tile_start + i, j = t / entries_per_block;
+                const int32_t b = j < table_width ? table[j] : -1;
+                return b < 0 ? -1
+                             : static_cast<int64_t>(b) * entries_per_block + t % entries_per_block;
+              },
+              count);
+        } else {
+          load_tile([&](int i) -> int64_t { return offset + tile_start + i; }, count);
+        }
       }
       for (int e = threadIdx.x; e < heads * dim; e += kIndexerKeyTile) {
         qs[e] = q[s * heads * dim + e];

@@ -50,6 +50,19 @@ struct IndexerScoreParams {
   // below visible_len[s] are read. Cannot be checked on the host: a negative
   // key_offset[s] reads nothing and makes that query's visible scores NaN.
   const int64_t* key_offset = nullptr;
+  // Paged key pools (instead of key_offset): query s reads its keys through
+  // the table row of its slot, key t at pool row
+  //   block_table[table_slot[s] * table_width + t / entries_per_block]
+  //       * entries_per_block + t % entries_per_block,
+  // as a decoder whose index keys live in blocks of entries_per_block
+  // entries does. Device values are not checked on the host: a negative
+  // table_slot[s] makes that query's visible scores NaN, a negative block
+  // (or t / entries_per_block >= table_width) makes the scores of its keys
+  // NaN. Only the keys below visible_len[s] are read.
+  const int32_t* block_table = nullptr;  // device [slots, table_width]
+  const int32_t* table_slot = nullptr;   // device [queries]
+  int table_width = 0;
+  int entries_per_block = 0;
   // The keys in stored form instead of k (the decoder's MXFP4 index-key
   // pool): device e2m1 codes [rows, dim / 2] (element 2j in the low nibble;
   // 4-byte aligned) and E8M0 scales [rows, dim / 32], rows as k's; dim % 32
@@ -71,6 +84,8 @@ size_t IndexerScoreSharedBytes(int heads, int dim);
 // q, weights, visible_len, out and the keys (k alone, or k_codes and k_scales
 // with dim % 32 == 0 and k null) wherever queries * keys > 0. key_offset
 // is optional (null = 0); its values live on the device and are not checked.
+// block_table excludes key_offset and needs table_slot, table_width > 0 and
+// entries_per_block > 0.
 bool SupportsIndexerScore(const IndexerScoreParams& params);
 
 // Enqueues the scoring on `stream`; writes every element of out. A

@@ -322,6 +322,155 @@ TEST(IndexerScoreCudaTest, ANegativeKeyOffsetGivesNaNForThatQueryOnly) {
   EXPECT_EQ(wrong, 0);
 }
 
+// Paged key pools (block_table): the slots' tables share a pool of blocks of
+// e keys, handed out in a shuffled order, so a slot's keys are scattered
+// over the pool; each query (a slot, a visible length inside its table's
+// coverage) must equal the CPU reference on the keys gathered through its
+// table, bit for bit, with fp32 and with MXFP4 keys. A query whose slot is
+// -1 scores its visible keys NaN; blocks past a slot's coverage are -1 and
+// never read.
+void CompareWithTables(const Shape& shape, int slots, int table_width, int e, bool round_bf16,
+                       uint32_t seed, bool mxfp4_keys) {
+  SCOPED_TRACE(::testing::Message()
+               << "block_table: queries " << shape.queries << " heads " << shape.heads << " dim "
+               << shape.dim << " keys " << shape.keys << " e " << e << " bf16 " << round_bf16
+               << " mxfp4 keys " << mxfp4_keys);
+  ASSERT_GE(int64_t{table_width} * e, shape.keys);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto value = [&](float scale) {
+    const float v = scale * normal(rng);
+    return round_bf16 ? RoundToBf16(v) : v;
+  };
+  const int64_t blocks = int64_t{slots} * table_width, pool_rows = blocks * e;
+  const int64_t qsize = int64_t{shape.heads} * shape.dim;
+  std::vector<float> q(shape.queries * qsize), pool(pool_rows * shape.dim),
+      weights(shape.queries * shape.heads);
+  for (float& v : q) v = value(1.0f);
+  for (float& v : pool) v = value(1.0f);
+  for (float& v : weights) v = value(0.02f);
+  std::vector<int32_t> order(blocks);
+  for (int64_t b = 0; b < blocks; ++b) order[b] = static_cast<int32_t>(b);
+  std::shuffle(order.begin(), order.end(), rng);
+  // Slot s holds covered[s] blocks (the rest of its row -1).
+  std::vector<int32_t> table(blocks, -1);
+  std::vector<int64_t> covered(slots);
+  for (int sl = 0; sl < slots; ++sl) {
+    covered[sl] = std::uniform_int_distribution<int64_t>(1, table_width)(rng);
+    for (int64_t j = 0; j < covered[sl]; ++j) {
+      table[sl * table_width + j] = order[sl * table_width + j];
+    }
+  }
+  std::vector<int32_t> qslot(shape.queries);
+  std::vector<int64_t> visible(shape.queries);
+  for (int64_t s = 0; s < shape.queries; ++s) {
+    qslot[s] = static_cast<int32_t>(s % slots);
+    const int64_t room = std::min(shape.keys, covered[qslot[s]] * e);
+    visible[s] = std::uniform_int_distribution<int64_t>(1, room)(rng);
+  }
+  const int64_t lost = shape.queries > 2 ? 1 : -1;  // the query without a slot
+  if (lost >= 0) qslot[lost] = -1;
+  std::vector<uint8_t> codes(mxfp4_keys ? pool.size() / 2 : 1),
+      scales(mxfp4_keys ? pool.size() / 32 : 1);
+  if (mxfp4_keys) {
+    ASSERT_EQ(shape.dim % 32, 0);
+    ASSERT_TRUE(cpu::QuantizeFp4(pool, 32, cpu::Fp4Scale::kE8m0, codes, scales).ok());
+    ASSERT_TRUE(cpu::DequantizeFp4(codes, scales, 32, cpu::Fp4Scale::kE8m0, pool).ok());
+  }
+  DeviceBuffer<float> dq(q), dpool(pool), dweights(weights), dout(shape.queries * shape.keys);
+  DeviceBuffer<uint8_t> dcodes(codes), dscales(scales);
+  DeviceBuffer<int64_t> dvisible(visible);
+  DeviceBuffer<int32_t> dtable(table), dslot(qslot);
+  dout.Poison();
+  IndexerScoreParams params{.q = dq.get(),
+                            .k = dpool.get(),
+                            .weights = dweights.get(),
+                            .visible_len = dvisible.get(),
+                            .out = dout.get(),
+                            .queries = shape.queries,
+                            .heads = shape.heads,
+                            .dim = shape.dim,
+                            .keys = shape.keys,
+                            .round_bf16 = round_bf16,
+                            .block_table = dtable.get(),
+                            .table_slot = dslot.get(),
+                            .table_width = table_width,
+                            .entries_per_block = e};
+  if (mxfp4_keys) {
+    params.k = nullptr;
+    params.k_codes = dcodes.get();
+    params.k_scales = dscales.get();
+  }
+  ASSERT_TRUE(IndexerScore(params, nullptr).ok());
+  const std::vector<float> got = dout.Download();
+  int64_t mismatches = 0, finite = 0, first = -1;
+  std::vector<float> block(shape.keys * shape.dim), want(shape.keys);
+  for (int64_t s = 0; s < shape.queries; ++s) {
+    const int64_t vis = visible[s];
+    if (s == lost) {
+      for (int64_t t = 0; t < shape.keys; ++t) {
+        const float g = got[s * shape.keys + t];
+        mismatches += t < vis ? !std::isnan(g) : g != -INFINITY;
+      }
+      continue;
+    }
+    for (int64_t t = 0; t < shape.keys; ++t) {
+      const int32_t b = table[qslot[s] * table_width + t / e];
+      for (int c = 0; c < shape.dim; ++c) {
+        block[t * shape.dim + c] = b < 0 ? 1e30f : pool[(b * e + t % e) * shape.dim + c];
+      }
+    }
+    ASSERT_TRUE(cpu::IndexerScore({.q = std::span<const float>(q).subspan(s * qsize, qsize),
+                                   .k = block,
+                                   .weights = std::span<const float>(weights).subspan(
+                                       s * shape.heads, shape.heads),
+                                   .visible_len = std::span<const int64_t>(&vis, 1),
+                                   .out = want,
+                                   .queries = 1,
+                                   .heads = shape.heads,
+                                   .dim = shape.dim,
+                                   .keys = shape.keys,
+                                   .round_bf16 = round_bf16})
+                    .ok());
+    for (int64_t t = 0; t < shape.keys; ++t) {
+      const float g = got[s * shape.keys + t];
+      finite += std::isfinite(want[t]);
+      if (std::memcmp(&g, &want[t], sizeof(float)) != 0 && mismatches++ == 0) {
+        first = s * shape.keys + t;
+      }
+    }
+  }
+  std::printf(
+      "block_table: queries %lld heads %d dim %d keys %lld e %d bf16 %d mxfp4 %d: %lld "
+      "finite scores, %lld differ\n",
+      static_cast<long long>(shape.queries), shape.heads, shape.dim,
+      static_cast<long long>(shape.keys), e, round_bf16, mxfp4_keys, static_cast<long long>(finite),
+      static_cast<long long>(mismatches));
+  EXPECT_GT(finite, 0);
+  EXPECT_EQ(mismatches, 0) << "first at query " << first / shape.keys << " key "
+                           << first % shape.keys;
+}
+
+TEST(IndexerScoreCudaTest, PagedKeysThroughBlockTablesAreBitIdenticalToTheCpu) {
+  struct TableCase {
+    Shape shape;
+    int slots, table_width, e;
+  };
+  const TableCase cases[] = {
+      {{.queries = 6, .heads = 32, .dim = 128, .keys = 300}, 4, 10, 32},  // V4.1 heads, ratio 4
+      {{.queries = 5, .heads = 4, .dim = 32, .keys = 130}, 3, 130, 1},    // ratio 128: 1 a block
+      {{.queries = 9, .heads = 2, .dim = 64, .keys = 129}, 9, 5, 27},     // blocks across tiles
+  };
+  uint32_t seed = 300;
+  for (const TableCase& c : cases) {
+    for (bool mxfp4 : {false, true}) {
+      for (bool round_bf16 : {false, true}) {
+        CompareWithTables(c.shape, c.slots, c.table_width, c.e, round_bf16, seed++, mxfp4);
+      }
+    }
+  }
+}
+
 TEST(IndexerScoreCudaTest, RefusesWhatItDoesNotSupport) {
   float* f = reinterpret_cast<float*>(16);
   int64_t* v = reinterpret_cast<int64_t*>(16);
@@ -346,6 +495,22 @@ TEST(IndexerScoreCudaTest, RefusesWhatItDoesNotSupport) {
   EXPECT_TRUE(SupportsIndexerScore(p));
   p.k = nullptr;
   EXPECT_EQ(IndexerScore(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  // A block table excludes key_offset and needs its slots, width and entries.
+  int32_t* i = reinterpret_cast<int32_t*>(16);
+  p = good;
+  p.block_table = i;
+  p.table_slot = i;
+  p.table_width = 4;
+  p.entries_per_block = 2;
+  EXPECT_TRUE(SupportsIndexerScore(p));
+  p.key_offset = v;
+  EXPECT_FALSE(SupportsIndexerScore(p));
+  p.key_offset = nullptr;
+  p.table_slot = nullptr;
+  EXPECT_FALSE(SupportsIndexerScore(p));
+  p.table_slot = i;
+  p.entries_per_block = 0;
+  EXPECT_FALSE(SupportsIndexerScore(p));
 }
 
 }  // namespace

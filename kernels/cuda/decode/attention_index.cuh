@@ -18,8 +18,11 @@ __device__ __forceinline__ int32_t WrapAdd(int32_t a, int32_t b) {
 __global__ void AssembleIndexKernel(const int32_t* __restrict__ window,
                                     const int32_t* __restrict__ topk,
                                     const int32_t* __restrict__ topk_row_base,
-                                    int32_t* __restrict__ out, int64_t rows, int window_width,
-                                    int k_width, int32_t window_base, int32_t topk_base) {
+                                    const int32_t* __restrict__ block_table,
+                                    const int32_t* __restrict__ table_slot, int table_width,
+                                    int entries_per_block, int32_t* __restrict__ out, int64_t rows,
+                                    int window_width, int k_width, int32_t window_base,
+                                    int32_t topk_base) {
   GridDependencyPrologue();
   const int64_t width = static_cast<int64_t>(window_width) + k_width;
   const int64_t n = rows * width;
@@ -33,7 +36,17 @@ __global__ void AssembleIndexKernel(const int32_t* __restrict__ window,
       v = w < 0 ? -1 : WrapAdd(w, window_base);
     } else {
       const int32_t k = topk[t * k_width + (j - window_width)];
-      v = k < 0 ? -1 : WrapAdd(WrapAdd(topk_row_base[t], topk_base), k);
+      if (k < 0) {
+        v = -1;
+      } else if (block_table == nullptr) {
+        v = WrapAdd(WrapAdd(topk_row_base[t], topk_base), k);
+      } else {  // entry k: row k % e of the slot's block k / e
+        const int32_t slot = table_slot[t], kb = k / entries_per_block;
+        const int32_t b = slot < 0 || kb >= table_width
+                              ? -1
+                              : block_table[static_cast<int64_t>(slot) * table_width + kb];
+        v = b < 0 ? -1 : WrapAdd(WrapAdd(b * entries_per_block, topk_base), k % entries_per_block);
+      }
     }
     out[e] = v;
   }

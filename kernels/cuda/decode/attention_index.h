@@ -31,6 +31,11 @@ namespace weir::kernels::cuda::decode {
 // pool (ww = window_width, kw = k_width):
 //   out[t, j]      = window[t, j] < 0 ? -1 : window[t, j] + window_base              j < ww
 //   out[t, ww + k] = topk[t, k] < 0 ? -1 : topk_row_base[t] + topk_base + topk[t, k]  k < kw
+// or, with a block table (a paged pool of blocks of e = entries_per_block
+// entries; topk_row_base unused), with b = block_table[table_slot[t] *
+// table_width + topk[t, k] / e]:
+//   out[t, ww + k] = topk[t, k] < 0 || b < 0 ? -1 : b * e + topk_base + topk[t, k] % e
+// (-1 too for a negative table_slot[t] or topk[t, k] / e >= table_width).
 // Sums are 32-bit two's complement (they wrap rather than trap; callers keep
 // pool entry numbers below 2^31). Device values are not range-checked: any
 // non-negative entry passes through, offset.
@@ -38,6 +43,9 @@ struct AssembleIndexParams {
   const int32_t* window = nullptr;         // device [rows, window_width], -1 = unused slot
   const int32_t* topk = nullptr;           // device [rows, k_width] entry numbers or -1; may be null iff k_width == 0
   const int32_t* topk_row_base = nullptr;  // device [rows]; may be null iff k_width == 0
+  const int32_t* block_table = nullptr;    // device [slots, table_width]; null: topk_row_base
+  const int32_t* table_slot = nullptr;     // device [rows] with block_table
+  int table_width = 0, entries_per_block = 0;
   int32_t* out = nullptr;                  // device [rows, window_width + k_width]
   int64_t rows = 0;
   int window_width = 0, k_width = 0;
@@ -46,7 +54,8 @@ struct AssembleIndexParams {
 
 // Returns true if AssembleIndex handles `p`: rows, window_width, k_width >= 0
 // and, when rows * (window_width + k_width) > 0: non-null out, window when
-// window_width > 0, topk and topk_row_base when k_width > 0.
+// window_width > 0, topk and topk_row_base (or block_table, table_slot,
+// table_width > 0 and entries_per_block > 0) when k_width > 0.
 bool SupportsAssembleIndex(const AssembleIndexParams& p);
 
 // Enqueues the assembly on `stream`. INVALID_ARGUMENT when

@@ -81,6 +81,73 @@ TEST(AssembleIndexTest, OffsetsWindowAndTopkEntriesIntoOnePool) {
   }
 }
 
+// Paged pools: a top-k entry k of row t is row k % e of block
+// table[slot[t]][k / e], offset by topk_base; -1 for unused entries, a
+// negative slot, a negative block and an entry past the table's width.
+TEST(AssembleIndexTest, MapsTopkEntriesThroughBlockTables) {
+  struct Case {
+    int64_t rows;
+    int window_width, k_width, slots, table_width, e;
+    int32_t topk_base;
+  };
+  const Case cases[] = {
+      {4, 128, 512, 3, 64, 32, 5000},  // V4.1 widths, ratio 4 at 128 positions a block
+      {7, 2, 9, 5, 6, 1, 0},           // one entry a block (ratio 128)
+      {3, 0, 17, 2, 3, 5, -11},        // top-k only, entries past the table
+  };
+  for (const Case& c : cases) {
+    std::mt19937 rng(c.rows * 7 + c.k_width + c.e);
+    const int32_t entries = c.table_width * c.e;
+    std::uniform_int_distribution<int32_t> entry(-2, entries + c.e),
+        block(-1, c.slots * c.table_width * 2), slot(0, c.slots - 1);
+    std::vector<int32_t> window(c.rows * c.window_width), topk(c.rows * c.k_width),
+        table(c.slots * c.table_width), slots(c.rows);
+    for (int32_t& v : window) v = entry(rng);
+    for (int32_t& v : topk) v = entry(rng);
+    for (int32_t& v : table) v = block(rng);
+    for (int32_t& v : slots) v = slot(rng);
+    slots[c.rows - 1] = -1;  // a row without a table: every entry -1
+    const int64_t width = int64_t{c.window_width} + c.k_width;
+    std::vector<int32_t> want(c.rows * width);
+    int64_t mapped = 0;
+    for (int64_t t = 0; t < c.rows; ++t) {
+      for (int j = 0; j < c.window_width; ++j) {
+        const int32_t w = window[t * c.window_width + j];
+        want[t * width + j] = w < 0 ? -1 : w;
+      }
+      for (int k = 0; k < c.k_width; ++k) {
+        const int32_t e = topk[t * c.k_width + k];
+        int32_t v = -1;
+        if (e >= 0 && slots[t] >= 0 && e / c.e < c.table_width) {
+          const int32_t b = table[slots[t] * c.table_width + e / c.e];
+          if (b >= 0) v = Wrap(int64_t{b} * c.e + c.topk_base + e % c.e);
+        }
+        mapped += v >= 0;
+        want[t * width + c.window_width + k] = v;
+      }
+    }
+    EXPECT_GT(mapped, 0);
+    DeviceBuffer<int32_t> d_window(window), d_topk(topk), d_table(table), d_slots(slots),
+        d_out(want.size());
+    d_out.Poison(0x5A);
+    ASSERT_TRUE(AssembleIndex({.window = d_window.get(),
+                               .topk = d_topk.get(),
+                               .block_table = d_table.get(),
+                               .table_slot = d_slots.get(),
+                               .table_width = c.table_width,
+                               .entries_per_block = c.e,
+                               .out = d_out.get(),
+                               .rows = c.rows,
+                               .window_width = c.window_width,
+                               .k_width = c.k_width,
+                               .topk_base = c.topk_base},
+                              nullptr)
+                    .ok());
+    EXPECT_TRUE(SameValues(d_out.Download(), want))
+        << "rows " << c.rows << " window " << c.window_width << " k " << c.k_width;
+  }
+}
+
 TEST(MaskScoresTest, SetsMinusInfinityWhereNotKept) {
   for (int64_t n : {int64_t{1}, int64_t{4097}, int64_t{1} << 20}) {
     std::mt19937 rng(static_cast<uint32_t>(n));
@@ -132,6 +199,33 @@ TEST(AttentionIndexArgumentsTest, RefusesBadParamsAndSkipsEmptyWork) {
                 .code(),
             kInvalid);
   EXPECT_EQ(AssembleIndex({.window = p, .out = nullptr, .rows = 2, .window_width = 2}, nullptr)
+                .code(),
+            kInvalid);
+  // A block table needs its slots, width and entries a block.
+  EXPECT_EQ(AssembleIndex({.window = p,
+                           .topk = p,
+                           .block_table = p,
+                           .table_slot = nullptr,
+                           .table_width = 2,
+                           .entries_per_block = 2,
+                           .out = p,
+                           .rows = 2,
+                           .window_width = 2,
+                           .k_width = 2},
+                          nullptr)
+                .code(),
+            kInvalid);
+  EXPECT_EQ(AssembleIndex({.window = p,
+                           .topk = p,
+                           .block_table = p,
+                           .table_slot = p,
+                           .table_width = 2,
+                           .entries_per_block = 0,
+                           .out = p,
+                           .rows = 2,
+                           .window_width = 2,
+                           .k_width = 2},
+                          nullptr)
                 .code(),
             kInvalid);
   EXPECT_TRUE(AssembleIndex({.rows = 0, .window_width = 4, .k_width = 4}, nullptr).ok());
