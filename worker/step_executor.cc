@@ -53,6 +53,21 @@ void StepExecutor::LeaveDevice(int32_t slot_id) {
   if (!slot.on_device) return;
   device_->Release(slot_id).IgnoreError();
   slot.on_device = false;
+  slot.device_blocks = -1;
+}
+
+absl::Status StepExecutor::SendBlockTable(int32_t slot_id) {
+  Slot& slot = slots_[slot_id];
+  if (device_ == nullptr || !device_->takes_block_tables() || slot.paged == nullptr) {
+    return absl::OkStatus();
+  }
+  const std::span<const BlockId> blocks = slot.paged->blocks();
+  if (static_cast<int64_t>(blocks.size()) == slot.device_blocks) return absl::OkStatus();
+  std::vector<int32_t> ids(blocks.size());
+  for (size_t j = 0; j < blocks.size(); ++j) ids[j] = static_cast<int32_t>(blocks[j].value());
+  if (absl::Status s = device_->SetBlockTable(slot_id, ids); !s.ok()) return s;
+  slot.device_blocks = static_cast<int64_t>(blocks.size());
+  return absl::OkStatus();
 }
 
 absl::Status StepExecutor::StartGrammar(const RowPlan& row, Slot& slot) {
@@ -512,9 +527,21 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
       decode = n <= device_->max_rows_per_slot() && device_tokens + n <= device_->max_batch() &&
                (slot.on_device || n <= room_for_new);
     }
+    if (decode && slot.on_device) {
+      // Its table grew with this plan's blocks (paged backends); if the
+      // backend refuses it, the sequence comes back to the host below.
+      decode = SendBlockTable(row.slot).ok();
+    }
     if (decode && !slot.on_device) {
+      // Paged backends get the slot's table (this plan's blocks included)
+      // before the sequence moves in; a refused move leaves no table there.
       decode =
+          SendBlockTable(row.slot).ok() &&
           (starts[i] == 0 ? device_->Start(row.slot) : device_->Import(row.slot, *slot.state)).ok();
+      if (!decode && slot.device_blocks >= 0) {
+        device_->Release(row.slot).IgnoreError();
+        slot.device_blocks = -1;
+      }
       if (decode && collective) room_for_new -= n;
     }
     if (decode) {

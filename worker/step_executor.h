@@ -285,6 +285,9 @@ class StepExecutor {
     // The sequence lives in the device decoder (`state` has the right
     // length but stale contents until Export).
     bool on_device = false;
+    // Blocks of its table the backend has (DecodeBackend::SetBlockTable);
+    // -1: none sent since the backend last forgot the slot.
+    int64_t device_blocks = -1;
     // Prompt logprobs across rows: the logits [vocab] of the last position of
     // the previous row, and that position (-1: none kept).
     std::vector<float> last_logits;
@@ -337,6 +340,9 @@ class StepExecutor {
 
   // Ends the slot's residence in the device decoder (nothing if none).
   void LeaveDevice(int32_t slot_id);
+  // A backend that takes block tables: gives it the slot's table (its
+  // PagedKvStore's blocks) if it grew since the backend last had it.
+  absl::Status SendBlockTable(int32_t slot_id);
 
   // Starts compiling `row`'s constraint for `slot` (start_pos 0, constrained).
   absl::Status StartGrammar(const RowPlan& row, Slot& slot);

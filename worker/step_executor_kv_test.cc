@@ -81,6 +81,10 @@ TEST(StepExecutorKvTest, PagedSequencesMatchTheEngineTokenForToken) {
   auto device_pool = f.Pool(kBlocks);
   model::HostDecodeBackend backend(*f.model, kSlots, /*max_batch=*/8, /*max_positions=*/4096,
                                    /*collective=*/false, /*max_rows_per_slot=*/5);
+  // It takes the worker's block tables, as a DeviceDecoder with external
+  // tables does, and checks them: each slot's table covers every row it
+  // steps, no block is in two tables.
+  backend.ExpectBlockTables(kBlockTokens, kBlocks);
   StepExecutor on_device(*f.model, kSlots);
   on_device.SetKvCache(device_pool.get());
   on_device.SetDecodeBackend(&backend);
@@ -194,6 +198,11 @@ TEST(StepExecutorKvTest, PagedSequencesMatchTheEngineTokenForToken) {
           slots[s].has_value() ? slots[s]->blocks : std::vector<BlockId>{};
       ASSERT_EQ(paged.block_table(s), want) << "step " << step << " slot " << s;
       ASSERT_EQ(on_device.block_table(s), want) << "step " << step << " slot " << s;
+      if (backend.holds(s)) {  // the backend's table is the plans' table
+        std::vector<BlockId> got;
+        for (int32_t b : backend.table(s)) got.push_back(BlockId(b));
+        ASSERT_EQ(got, want) << "step " << step << " slot " << s;
+      }
       held += static_cast<int64_t>(want.size());
     }
     ASSERT_EQ(pool->num_used(), held) << "step " << step;
@@ -215,9 +224,11 @@ TEST(StepExecutorKvTest, PagedSequencesMatchTheEngineTokenForToken) {
   // Prompts (and their restarts) began on the backend and stayed there.
   std::cout << on_device.device_rows() << " positions on the backend, "
             << on_device.device_prefill_rows() << " of them prompt chunks, "
-            << backend.stats().starts << " sequences started there\n";
+            << backend.stats().starts << " sequences started there, " << backend.stats().table_sets
+            << " block tables set\n";
   EXPECT_GT(on_device.device_prefill_rows(), 100);
   EXPECT_GT(backend.stats().starts, 8);
+  EXPECT_GT(backend.stats().table_sets, backend.stats().starts);
 }
 
 TEST(StepExecutorKvTest, RowsWithBadBlocksFailAlone) {

@@ -88,6 +88,21 @@ class DecodeBackend {
     view_ = std::move(kept);
     return std::span<const float>(view_);
   }
+  // Paged KV addressed by the caller's blocks (a worker's pool, the
+  // coordinator's block ids): true when the backend reads and writes a
+  // slot's compressed KV through a block table the caller gives. The caller
+  // then sets a slot's table (SetBlockTable) before Start or Import and again
+  // whenever it grows, before the step that needs it; Release forgets it. A
+  // step whose rows pass a slot's table is OUT_OF_RANGE, an Import beyond it
+  // INVALID_ARGUMENT.
+  virtual bool takes_block_tables() const { return false; }
+  // `blocks` (ids of the caller's pool, in position order) become `slot`'s
+  // table. INVALID_ARGUMENT (nothing changes) for a block out of the pool,
+  // repeated or held by another slot, a table shorter than the slot's
+  // sequence, or one that moves a block holding entries.
+  virtual absl::Status SetBlockTable(int slot, std::span<const int32_t> blocks) {
+    return absl::UnimplementedError("this decode backend keeps no block tables");
+  }
   // Most rows one Step takes.
   virtual int max_batch() const = 0;
   // Positions one slot holds: a slot of this length takes no more Steps

@@ -353,7 +353,8 @@ class DeviceDecoder : public DecodeBackend {
   // without that option, for a bad slot, a block outside the pool or held by
   // another slot, a repeated block, or a table shorter than the slot's
   // sequence needs.
-  absl::Status SetBlockTable(int slot, std::span<const int32_t> blocks);
+  absl::Status SetBlockTable(int slot, std::span<const int32_t> blocks) override;
+  bool takes_block_tables() const override { return options_.external_block_tables; }
   // The paged pools: positions a block covers, blocks a table holds at most
   // (max_positions), blocks in the pool and how many no slot holds.
   int kv_block_tokens() const;

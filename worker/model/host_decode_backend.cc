@@ -15,7 +15,55 @@ HostDecodeBackend::HostDecodeBackend(Model& model, int max_sequences, int max_ba
       max_positions_(max_positions),
       collective_(collective),
       max_rows_per_slot_(max_rows_per_slot),
-      slots_(max_sequences) {}
+      slots_(max_sequences),
+      tables_(max_sequences) {}
+
+void HostDecodeBackend::ExpectBlockTables(int block_tokens, int64_t pool_blocks) {
+  block_tokens_ = block_tokens;
+  owner_.assign(pool_blocks, -1);
+  for (std::vector<int32_t>& t : tables_) t.clear();
+}
+
+int64_t HostDecodeBackend::BlocksFor(int64_t positions) const {
+  int64_t blocks = 0;
+  for (const LayerRole& role : model_.roles().layers()) {
+    if (role.is_dspark_stage || role.ratio <= 0 || block_tokens_ <= 0) continue;
+    const int64_t e = block_tokens_ / role.ratio;
+    blocks = std::max(blocks, (std::max<int64_t>(positions, 0) / role.ratio + e - 1) / e);
+  }
+  return blocks;
+}
+
+absl::Status HostDecodeBackend::SetBlockTable(int slot, std::span<const int32_t> blocks) {
+  if (block_tokens_ <= 0) return DecodeBackend::SetBlockTable(slot, blocks);
+  if (slot < 0 || slot >= max_sequences()) {
+    return absl::InvalidArgumentError(absl::StrCat("SetBlockTable: slot ", slot));
+  }
+  const int64_t needed = holds(slot) ? BlocksFor(slots_[slot]->length()) : 0;
+  if (static_cast<int64_t>(blocks.size()) < needed) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SetBlockTable: ", blocks.size(), " blocks for a sequence needing ", needed));
+  }
+  absl::flat_hash_set<int32_t> seen;
+  for (size_t j = 0; j < blocks.size(); ++j) {
+    const int32_t b = blocks[j];
+    if (b < 0 || b >= static_cast<int64_t>(owner_.size()) || !seen.insert(b).second ||
+        (owner_[b] != -1 && owner_[b] != slot)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("SetBlockTable: block ", b, " of slot ", slot,
+                       " is outside the pool, repeated or held by another slot"));
+    }
+    if (static_cast<int64_t>(j) < needed && tables_[slot][j] != b) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("SetBlockTable: slot ", slot, "'s block ", j, " holds entries"));
+    }
+  }
+  for (int32_t b : tables_[slot]) owner_[b] = -1;
+  tables_[slot].assign(blocks.begin(), blocks.end());
+  for (int32_t b : tables_[slot]) owner_[b] = slot;
+  ++stats_.table_sets;
+  return absl::OkStatus();
+}
 
 absl::Status HostDecodeBackend::Start(int slot) {
   if (max_rows_per_slot_ < 2) return DecodeBackend::Start(slot);
@@ -34,6 +82,11 @@ absl::Status HostDecodeBackend::Import(int slot, const SequenceState& state) {
   if (state.broken() || state.length() < 1 || state.length() >= max_positions_) {
     return absl::InvalidArgumentError(absl::StrCat("Import: a state of ", state.length(),
                                                    " positions (broken: ", state.broken(), ")"));
+  }
+  if (block_tokens_ > 0 && static_cast<int64_t>(tables_[slot].size()) < BlocksFor(state.length())) {
+    return absl::InvalidArgumentError(absl::StrCat("Import: ", state.length(), " positions need ",
+                                                   BlocksFor(state.length()), " KV blocks; slot ",
+                                                   slot, "'s table holds ", tables_[slot].size()));
   }
   slots_[slot] = std::make_unique<SequenceState>(state);
   ++stats_.imports;
@@ -56,6 +109,8 @@ absl::Status HostDecodeBackend::Release(int slot) {
     return absl::InvalidArgumentError(absl::StrCat("Release: slot ", slot));
   }
   slots_[slot].reset();
+  for (int32_t b : tables_[slot]) owner_[b] = -1;
+  tables_[slot].clear();
   return absl::OkStatus();
 }
 
@@ -95,6 +150,11 @@ absl::StatusOr<std::span<const float>> HostDecodeBackend::StepRows(
       if (slots_[s]->length() + runs.back().second > max_positions_) {
         return absl::OutOfRangeError(absl::StrCat("Step: slot ", s, " is full"));
       }
+      if (block_tokens_ > 0 && BlocksFor(slots_[s]->length() + runs.back().second) >
+                                   static_cast<int64_t>(tables_[s].size())) {
+        return absl::OutOfRangeError(absl::StrCat("Step: slot ", s, "'s rows pass its table of ",
+                                                  tables_[s].size(), " blocks"));
+      }
     }
     return CheckLogitRows(logit_rows, rows);
   }();
@@ -117,7 +177,11 @@ absl::StatusOr<std::span<const float>> HostDecodeBackend::StepRows(
            : model_.ForwardBatch(states, inputs, starts);
   if (!logits.ok()) {
     if (logits.status().code() == absl::StatusCode::kInvalidArgument) return logits.status();
-    for (int s : slots) slots_[s].reset();
+    for (int s : slots) {
+      slots_[s].reset();
+      for (int32_t b : tables_[s]) owner_[b] = -1;
+      tables_[s].clear();
+    }
     return absl::InternalError(logits.status().message());
   }
   std::vector<float> all;

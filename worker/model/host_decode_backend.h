@@ -32,6 +32,7 @@ struct HostDecodeBackendStats {
   int64_t steps = 0;
   int64_t rows = 0;
   int64_t starts = 0;
+  int64_t table_sets = 0;  // SetBlockTable calls accepted
 };
 
 class HostDecodeBackend : public DecodeBackend {
@@ -58,6 +59,20 @@ class HostDecodeBackend : public DecodeBackend {
   int64_t max_positions() const override { return max_positions_; }
   bool collective() const override { return collective_; }
 
+  // From now on the backend takes block tables (takes_block_tables) over a
+  // pool of `pool_blocks` blocks of `block_tokens` positions, and checks
+  // them as DeviceDecoder with external_block_tables does: SetBlockTable's
+  // refusals, Import and Start only within the slot's table (a step whose
+  // rows pass it is OUT_OF_RANGE), Release forgetting it. It still decodes
+  // on its own copies: the tables are checked, not read. REQUIRES: no slot
+  // is held; block_tokens a multiple of every compress ratio of the model.
+  void ExpectBlockTables(int block_tokens, int64_t pool_blocks);
+  bool takes_block_tables() const override { return block_tokens_ > 0; }
+  absl::Status SetBlockTable(int slot, std::span<const int32_t> blocks) override;
+  // Blocks a sequence of `positions` positions needs (BlocksForPositions).
+  int64_t BlocksFor(int64_t positions) const;
+  std::span<const int32_t> table(int slot) const { return tables_[slot]; }
+
   void fail_next_step() { fail_in_ = 1; }
   // The step after `steps` more successful ones fails instead.
   void fail_step_after(int steps) { fail_in_ = steps + 1; }
@@ -73,6 +88,9 @@ class HostDecodeBackend : public DecodeBackend {
   std::vector<std::unique_ptr<SequenceState>> slots_;
   std::vector<float> rows_view_;  // StepRows' logits
   int fail_in_ = 0;               // > 0: the fail_in_-th step from now fails
+  int block_tokens_ = 0;          // > 0: block tables expected (ExpectBlockTables)
+  std::vector<int32_t> owner_;    // [pool blocks] slot or -1
+  std::vector<std::vector<int32_t>> tables_;  // [slot]
   HostDecodeBackendStats stats_;
 };
 
