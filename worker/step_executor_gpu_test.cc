@@ -49,8 +49,14 @@ TEST(StepExecutorGpuTest, DeviceDecodeGivesTheModelsOutcomes) {
   };
   auto m = model::Model::Create((*ckpt)->config(), **ckpt, std::move(options));
   ASSERT_TRUE(m.ok()) << m.status();
+  // The decoder pages its compressed KV by the executor's blocks (as a CUDA
+  // worker's does): 64 blocks of 16 positions, the pool's.
   auto device = model::DeviceDecoder::Create(**m, model::ActivationPrecision::kBf16,
-                                             {.max_sequences = 4, .max_positions = 128,
+                                             {.max_sequences = 4,
+                                              .max_positions = 128,
+                                              .kv_block_tokens = 16,
+                                              .kv_blocks = 64,
+                                              .external_block_tables = true,
                                               .max_batch = 2});
   ASSERT_TRUE(device.ok()) << device.status();
   // The pool outlives the executor whose block tables hold its blocks.

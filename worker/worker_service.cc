@@ -346,6 +346,18 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     runtime = std::move(ep->model);
   }
   if (!runtime.ok()) return ToGrpcStatus(runtime.status());
+  const int32_t block_tokens = request->kv_block_tokens() > 0
+                                   ? static_cast<int32_t>(request->kv_block_tokens())
+                                   : options_.kv_block_tokens;
+  if (block_tokens < 1 || block_tokens > (1 << 16)) {
+    return Error(grpc::StatusCode::INVALID_ARGUMENT,
+                 absl::StrCat("kv_block_tokens must be in [1, 65536], got ", block_tokens));
+  }
+  absl::StatusOr<kv_cache::KvCacheLayout> kv_layout =
+      kv_cache::MakeKvCacheLayout(config, (*runtime)->roles(), block_tokens);
+  if (!kv_layout.ok()) return ToGrpcStatus(kv_layout.status());
+  const int64_t slot_bytes = kv_cache::SequenceSlotBytes(config, (*runtime)->roles(),
+                                                         (*runtime)->NewSequence()->max_rollback());
   std::unique_ptr<model::DeviceDecoder> device_decoder;
   if (device_decode) {
     // The rest of the worker's arena (the CUDA ops took half), as many
@@ -374,40 +386,50 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
       dd_options.communicator = &staged->device();
       dd_options.placement = ToPlacement(map, world);
     }
+    // The worker's KV blocks are the decoder's: its compressed pools are
+    // addressed by the plans' block tables, and it holds as many blocks as
+    // the rest of the arena fits (at most the host budget's, and the
+    // coordinator then books no more than both hold).
+    dd_options.kv_block_tokens = block_tokens;
+    dd_options.external_block_tables = true;
+    absl::StatusOr<int64_t> fit = model::DeviceDecoder::MaxKvBlocksFor(
+        **runtime, precision, dd_options, device_memory->available());
+    absl::StatusOr<kv_cache::KvCacheSize> host_size =
+        kv_cache::SizeKvCache(*kv_layout, slot_bytes, options_.kv_cache_bytes, options_.max_slots,
+                              options_.kv_cache_blocks);
+    if (fit.ok() && host_size.ok()) {
+      dd_options.kv_blocks = std::max<int64_t>(1, std::min(*fit, host_size->num_blocks));
+    }
     absl::StatusOr<std::unique_ptr<model::DeviceDecoder>> dd =
-        model::DeviceDecoder::Create(**runtime, precision, dd_options);
+        fit.ok() ? model::DeviceDecoder::Create(**runtime, precision, dd_options)
+                 : absl::StatusOr<std::unique_ptr<model::DeviceDecoder>>(fit.status());
     if (!dd.ok()) {  // the CUDA ops decode instead
       WEIR_LOG(WARNING) << "device decode off: " << dd.status();
     } else {
       device_decoder = std::move(*dd);
       WEIR_LOG(INFO) << "device decode on: " << device_decoder->stats().arena_bytes / (1 << 20)
                      << " MiB of the worker's " << device_memory->capacity() / (1 << 20)
-                     << " MiB device arena, "
-                     << device_decoder->options().max_positions << " positions per sequence, "
+                     << " MiB device arena, " << device_decoder->options().max_positions
+                     << " positions per sequence, " << device_decoder->kv_blocks()
+                     << " KV blocks of " << block_tokens << " positions, "
                      << model::DecodeNumericsName(options_.numerics) << " numerics ("
                      << device_decoder->stats().fast_dense << " dense layers and "
-                     << device_decoder->stats().fast_moe_layers
-                     << " MoE layers on tensor cores)";
+                     << device_decoder->stats().fast_moe_layers << " MoE layers on tensor cores)";
     }
   }
   // The paged KV pool: blocks of kv_block_tokens positions over every
-  // kv-source layer, sized from the host budget after max_slots slots.
-  const int32_t block_tokens = request->kv_block_tokens() > 0
-                                   ? static_cast<int32_t>(request->kv_block_tokens())
-                                   : options_.kv_block_tokens;
-  if (block_tokens < 1 || block_tokens > (1 << 16)) {
-    return Error(grpc::StatusCode::INVALID_ARGUMENT,
-                 absl::StrCat("kv_block_tokens must be in [1, 65536], got ", block_tokens));
-  }
-  absl::StatusOr<kv_cache::KvCacheLayout> kv_layout =
-      kv_cache::MakeKvCacheLayout(config, (*runtime)->roles(), block_tokens);
-  if (!kv_layout.ok()) return ToGrpcStatus(kv_layout.status());
-  const int64_t slot_bytes = kv_cache::SequenceSlotBytes(
-      config, (*runtime)->roles(), (*runtime)->NewSequence()->max_rollback());
+  // kv-source layer, sized from the host budget after max_slots slots and,
+  // with a device decoder, from the blocks its arena holds (it pages its
+  // compressed KV by the same blocks: external_block_tables).
   absl::StatusOr<kv_cache::KvCacheSize> kv_size =
       kv_cache::SizeKvCache(*kv_layout, slot_bytes, options_.kv_cache_bytes, options_.max_slots,
                             options_.kv_cache_blocks);
   if (!kv_size.ok()) return ToGrpcStatus(kv_size.status());
+  if (device_decoder != nullptr && device_decoder->kv_blocks() < kv_size->num_blocks) {
+    kv_size = kv_cache::SizeKvCache(*kv_layout, slot_bytes, options_.kv_cache_bytes,
+                                    options_.max_slots, device_decoder->kv_blocks());
+    if (!kv_size.ok()) return ToGrpcStatus(kv_size.status());
+  }
   absl::StatusOr<std::unique_ptr<kv_cache::BlockPool>> kv_pool =
       kv_cache::BlockPool::Create(*kv_layout, kv_size->num_blocks);
   if (!kv_pool.ok()) return ToGrpcStatus(kv_pool.status());

@@ -324,6 +324,13 @@ class DeviceDecoder : public DecodeBackend {
                                                  const DeviceDecoderOptions& options,
                                                  size_t budget_bytes,
                                                  size_t* arena_bytes = nullptr);
+  // The most KV blocks (options.kv_blocks, at most max_sequences full
+  // tables) whose arena fits `budget_bytes` with the other options as given,
+  // by dry runs of the layout (no device). INVALID_ARGUMENT as Create;
+  // RESOURCE_EXHAUSTED when not even one block fits.
+  static absl::StatusOr<int64_t> MaxKvBlocksFor(const Model& model, ActivationPrecision precision,
+                                                const DeviceDecoderOptions& options,
+                                                size_t budget_bytes);
   ~DeviceDecoder() override;
   DeviceDecoder(const DeviceDecoder&) = delete;
   DeviceDecoder& operator=(const DeviceDecoder&) = delete;

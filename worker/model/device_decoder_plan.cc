@@ -415,4 +415,43 @@ absl::StatusOr<int64_t> DeviceDecoder::MaxPositionsFor(const Model& model,
   return positions;
 }
 
+absl::StatusOr<int64_t> DeviceDecoder::MaxKvBlocksFor(const Model& model,
+                                                      ActivationPrecision precision,
+                                                      const DeviceDecoderOptions& options,
+                                                      size_t budget_bytes) {
+  ASSIGN_OR_RETURN(LocalExperts slots,
+                   CheckDecodable(model.config(), model.roles(), model.weights(), options));
+  ASSIGN_OR_RETURN(EngramHasher hasher,
+                   EngramHasher::Create(model.config(), options.engram_token_map));
+  Impl m(nullptr, model.config(), model.roles(), model.weights(), precision, options,
+         std::move(hasher));
+  m.ex = std::move(slots);
+  m.EncodeExperts();
+  auto bytes_at = [&](int64_t blocks) -> absl::StatusOr<size_t> {
+    m.options.kv_blocks = blocks;
+    return m.MeasureArena();
+  };
+  ASSIGN_OR_RETURN(size_t smallest, bytes_at(1));
+  if (smallest > budget_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("DeviceDecoder: even one KV block needs ",
+                                                     smallest, " bytes, ", budget_bytes,
+                                                     " available"));
+  }
+  // More blocks than every slot's table could hold are never used.
+  const int64_t most = std::max<int64_t>(1, int64_t{options.max_sequences} * m.table_width);
+  int64_t lo = 1, hi = most;
+  ASSIGN_OR_RETURN(size_t largest, bytes_at(hi));
+  if (largest <= budget_bytes) return hi;
+  while (lo < hi) {  // bytes_at(lo) fits; the answer is in [lo, hi]
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    ASSIGN_OR_RETURN(size_t b, bytes_at(mid));
+    if (b <= budget_bytes) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
 }  // namespace weir::model

@@ -32,22 +32,56 @@ size_t ArenaAt(const Model& m, DeviceDecoderOptions options, int64_t positions) 
 TEST(DeviceDecoderPlanTest, FindsTheLargestMaxPositionsThatFits) {
   auto m = TinyModel();
   ASSERT_NE(m, nullptr);
-  const DeviceDecoderOptions options{.max_sequences = 4, .max_positions = 512, .max_batch = 8};
-  const size_t at100 = ArenaAt(*m, options, 100), at512 = ArenaAt(*m, options, 512);
-  EXPECT_LT(at100, at512);
-  EXPECT_LT(ArenaAt(*m, options, 99), at100 + 1);
+  // Blocks of 2 positions: the pools grow with max_positions almost position
+  // by position (whole 64-position blocks a slot would hide the trade below).
+  const DeviceDecoderOptions options{
+      .max_sequences = 4, .max_positions = 4096, .kv_block_tokens = 2, .max_batch = 8};
+  const size_t at2000 = ArenaAt(*m, options, 2000), at4096 = ArenaAt(*m, options, 4096);
+  EXPECT_LT(at2000, at4096);
+  EXPECT_LT(ArenaAt(*m, options, 1999), at2000 + 1);
   size_t bytes = 0;
-  auto fit = DeviceDecoder::MaxPositionsFor(*m, kBf16, options, at100, &bytes);
+  auto fit = DeviceDecoder::MaxPositionsFor(*m, kBf16, options, at2000, &bytes);
   ASSERT_TRUE(fit.ok()) << fit.status();
-  EXPECT_GE(*fit, 100);
-  EXPECT_LE(bytes, at100);
-  EXPECT_GT(ArenaAt(*m, options, *fit + 1), at100);  // one more does not fit
-  // More sequences, fewer positions each within the same budget.
+  EXPECT_GE(*fit, 2000);
+  EXPECT_LE(bytes, at2000);
+  EXPECT_GT(ArenaAt(*m, options, *fit + 1), at2000);  // one more does not fit
+  // More sequences, fewer positions each within the same budget (each slot
+  // also holds its window rings, whatever its positions).
   DeviceDecoderOptions more = options;
   more.max_sequences = 16;
-  auto fewer = DeviceDecoder::MaxPositionsFor(*m, kBf16, more, at100);
+  auto fewer = DeviceDecoder::MaxPositionsFor(*m, kBf16, more, at2000);
   ASSERT_TRUE(fewer.ok()) << fewer.status();
   EXPECT_LT(*fewer, *fit);
+}
+
+// Paged pools: the most blocks a budget holds, by dry runs; one more block
+// does not fit, and more than every slot's full table is never asked for.
+TEST(DeviceDecoderPlanTest, FindsTheMostKvBlocksThatFit) {
+  auto m = TinyModel();
+  ASSERT_NE(m, nullptr);
+  DeviceDecoderOptions options{
+      .max_sequences = 4, .max_positions = 512, .kv_block_tokens = 8, .max_batch = 8};
+  auto arena_at = [&](int64_t blocks) {
+    DeviceDecoderOptions o = options;
+    o.kv_blocks = blocks;
+    size_t bytes = 0;
+    auto fit = DeviceDecoder::MaxPositionsFor(*m, kBf16, o, SIZE_MAX, &bytes);
+    EXPECT_TRUE(fit.ok()) << fit.status();
+    return bytes;
+  };
+  const size_t at50 = arena_at(50), at51 = arena_at(51);
+  EXPECT_LT(at50, at51);
+  auto most = DeviceDecoder::MaxKvBlocksFor(*m, kBf16, options, at50);
+  ASSERT_TRUE(most.ok()) << most.status();
+  EXPECT_EQ(*most, 50);
+  EXPECT_EQ(*DeviceDecoder::MaxKvBlocksFor(*m, kBf16, options, at51 - 1), 50);
+  // Every slot's whole table (512 positions in blocks of 8: 64) at most.
+  EXPECT_EQ(*DeviceDecoder::MaxKvBlocksFor(*m, kBf16, options, SIZE_MAX), 4 * 64);
+  EXPECT_EQ(DeviceDecoder::MaxKvBlocksFor(*m, kBf16, options, 4096).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  options.kv_block_tokens = 3;  // not a multiple of tiny's ratio 2
+  EXPECT_EQ(DeviceDecoder::MaxKvBlocksFor(*m, kBf16, options, SIZE_MAX).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(DeviceDecoderPlanTest, HoldsCheckpointExpertsAsMxfp4) {

@@ -38,9 +38,9 @@ absl::Status Launch(const IndexerScoreParams& p, cudaStream_t stream) {
 }  // namespace
 
 size_t IndexerScoreSharedBytes(int heads, int dim) {
-  return (static_cast<size_t>(kIndexerKeyTile) * (static_cast<size_t>(dim) + 1) +
-          static_cast<size_t>(heads) * dim) *
-         sizeof(float);
+  const size_t floats = static_cast<size_t>(kIndexerKeyTile) * (static_cast<size_t>(dim) + 1) +
+                        static_cast<size_t>(heads) * dim;
+  return ((floats + 1) & ~size_t{1}) * sizeof(float) + kIndexerKeyTile * sizeof(int64_t);
 }
 
 bool SupportsIndexerScore(const IndexerScoreParams& p) {

@@ -27,7 +27,8 @@ inline constexpr int kIndexerKeyTile = 128;  // keys per block = threads per blo
 // byte, an E8M0 scale per 32; dim % 32 == 0, the codes 4-byte aligned) and
 // the tile holds their exact fp32 values (Mxfp4Value), so the scores equal
 // those of the fp32 keys FakeQuant kMxfp4 gives.
-// Dynamic shared memory: kIndexerKeyTile * (dim + 1) + heads * dim floats.
+// Dynamic shared memory: kIndexerKeyTile * (dim + 1) + heads * dim floats
+// (rounded up to an even count), then kIndexerKeyTile int64 rows.
 template <bool kRoundBf16>
 __global__ void IndexerScoreKernel(
     const float* __restrict__ q, const float* __restrict__ k, const uint8_t* __restrict__ k_codes,
@@ -40,6 +41,9 @@ __global__ void IndexerScoreKernel(
   extern __shared__ float shared[];
   float* tile = shared;                                 // [kIndexerKeyTile, dim + 1]
   float* qs = shared + kIndexerKeyTile * (dim + 1);     // [heads, dim]
+  // Paged keys: the pool row of each key of the tile, [kIndexerKeyTile].
+  int64_t* tile_rows =
+      reinterpret_cast<int64_t*>(shared + ((kIndexerKeyTile * (dim + 1) + heads * dim + 1) & ~1));
   const int64_t tile_start = static_cast<int64_t>(blockIdx.x) * kIndexerKeyTile;
   const int rows = static_cast<int>(keys - tile_start < kIndexerKeyTile ? keys - tile_start
                                                                      : kIndexerKeyTile);
@@ -92,14 +96,14 @@ __global__ void IndexerScoreKernel(
         const int64_t visible_in_tile = visible - tile_start;
         const int count = visible_in_tile < rows ? static_cast<int>(visible_in_tile) : rows;
         if (table != nullptr) {  // key t: entry t % e of the slot's block t / e
-          load_tile(
-              [&](int i) -> int64_t {
-                const int64_t t = tile_start + i, j = t / entries_per_block;
-                const int32_t b = j < table_width ? table[j] : -1;
-                return b < 0 ? -1
-                             : static_cast<int64_t>(b) * entries_per_block + t % entries_per_block;
-              },
-              count);
+          if (threadIdx.x < count) {
+            const int64_t t = tile_start + threadIdx.x, j = t / entries_per_block;
+            const int32_t b = j < table_width ? table[j] : -1;
+            tile_rows[threadIdx.x] =
+                b < 0 ? -1 : static_cast<int64_t>(b) * entries_per_block + t % entries_per_block;
+          }
+          __syncthreads();  // block-uniform: any_visible and bad_offset are
+          load_tile([&](int i) -> int64_t { return tile_rows[i]; }, count);
         } else {
           load_tile([&](int i) -> int64_t { return offset + tile_start + i; }, count);
         }

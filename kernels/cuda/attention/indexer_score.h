@@ -75,12 +75,13 @@ struct IndexerScoreParams {
 
 // Shared memory one block of the launcher needs: a tile of 128 keys plus the
 // query's heads, (128 * (dim + 1) + heads * dim) * 4 bytes (with or without
-// key_offset: the tile is then restaged per query).
+// key_offset: the tile is then restaged per query), rounded up to 8 bytes,
+// plus the 128 keys' pool rows (8 bytes each; used with a block table).
 size_t IndexerScoreSharedBytes(int heads, int dim);
 
 // Returns true if the launcher handles `params`: queries >= 0, heads > 0,
 // dim > 0, keys >= 0, IndexerScoreSharedBytes(heads, dim) within the 227 KiB
-// a Hopper block may use (heads * dim <= 41600 at dim 128), and non-null
+// a Hopper block may use (heads * dim <= 41344 at dim 128), and non-null
 // q, weights, visible_len, out and the keys (k alone, or k_codes and k_scales
 // with dim % 32 == 0 and k null) wherever queries * keys > 0. key_offset
 // is optional (null = 0); its values live on the device and are not checked.
