@@ -391,17 +391,17 @@ absl::Status DeviceDecoder::Import(int slot, const SequenceState& state) {
   m.slot_state[slot].used = false;
   absl::Status copied = [&]() -> absl::Status {
     WEIR_DD_CUDA("set device", cudaSetDevice(options_.device));
-    const int64_t win = m.window(), hd = c.head_dim, di = c.index_head_dim;
+    const int64_t win = m.window(), rg = m.ring(), hd = c.head_dim, di = c.index_head_dim;
     std::vector<float> block;
     for (int l = 0; l < c.n_layers; ++l) {
       const LayerRole& role = m.roles[l];
       const LayerDev& L = m.layers[l];
-      block.assign(win * hd, 0.0f);
+      block.assign(rg * hd, 0.0f);
       for (int64_t p = std::max<int64_t>(0, len - win); p < len; ++p) {
         std::span<const float> row = state.window(l).Row(p);
-        std::copy(row.begin(), row.end(), block.begin() + (p % win) * hd);
+        std::copy(row.begin(), row.end(), block.begin() + (p % rg) * hd);
       }
-      RETURN_IF_ERROR(m.UploadKv(block, /*window=*/true, L.window_base + int64_t{slot} * win));
+      RETURN_IF_ERROR(m.UploadKv(block, /*window=*/true, L.window_base + int64_t{slot} * rg));
       if (role.attention != AttentionRole::kFull) continue;
       const int r = role.ratio;
       const int64_t e = m.entries_per_block(r), entries = len / r;
@@ -426,18 +426,19 @@ absl::Status DeviceDecoder::Import(int slot, const SequenceState& state) {
               m.UploadIndexKeys(L, std::span<const float>(key_rows).subspan(j * di, n * di), row));
         }
       }
-      if (r > 1) {
-        std::vector<float> kv(r * hd, 0.0f), score(r * hd, 0.0f);
+      if (r > 1) {  // the partial group, position p at ring row p % sr
+        const int64_t sr = m.state_rows(r);
+        std::vector<float> kv(sr * hd, 0.0f), score(sr * hd, 0.0f);
         for (int64_t p = len - len % r; p < len; ++p) {
           std::span<const float> row = src.pending.Row(p);
-          std::copy_n(row.data(), hd, kv.data() + (p % r) * hd);
-          std::copy_n(row.data() + hd, hd, score.data() + (p % r) * hd);
+          std::copy_n(row.data(), hd, kv.data() + (p % sr) * hd);
+          std::copy_n(row.data() + hd, hd, score.data() + (p % sr) * hd);
         }
         WEIR_DD_CUDA("import compressor",
-                     cudaMemcpy(L.comp_kv_state + int64_t{slot} * r * hd, kv.data(),
+                     cudaMemcpy(L.comp_kv_state + int64_t{slot} * sr * hd, kv.data(),
                                 kv.size() * sizeof(float), cudaMemcpyHostToDevice));
         WEIR_DD_CUDA("import compressor",
-                     cudaMemcpy(L.comp_score_state + int64_t{slot} * r * hd, score.data(),
+                     cudaMemcpy(L.comp_score_state + int64_t{slot} * sr * hd, score.data(),
                                 score.size() * sizeof(float), cudaMemcpyHostToDevice));
       }
     }
@@ -468,15 +469,15 @@ absl::Status DeviceDecoder::Export(int slot, SequenceState& state) {
                                                    ", or belongs to another model"));
   }
   WEIR_DD_CUDA("set device", cudaSetDevice(options_.device));
-  const int64_t win = m.window(), hd = c.head_dim, di = c.index_head_dim;
-  std::vector<float> block(win * hd);
+  const int64_t win = m.window(), rg = m.ring(), hd = c.head_dim, di = c.index_head_dim;
+  std::vector<float> block(rg * hd);
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerRole& role = m.roles[l];
     const LayerDev& L = m.layers[l];
-    RETURN_IF_ERROR(m.DownloadKv(block, /*window=*/true, L.window_base + int64_t{slot} * win));
+    RETURN_IF_ERROR(m.DownloadKv(block, /*window=*/true, L.window_base + int64_t{slot} * rg));
     for (int64_t p = std::max<int64_t>(0, len - win); p < len; ++p) {
       std::span<float> row = state.window(l).Row(p);
-      std::copy_n(block.data() + (p % win) * hd, hd, row.data());
+      std::copy_n(block.data() + (p % rg) * hd, hd, row.data());
     }
     if (role.attention != AttentionRole::kFull) continue;
     const int r = role.ratio;
@@ -498,17 +499,18 @@ absl::Status DeviceDecoder::Export(int slot, SequenceState& state) {
       return absl::Status(st.code(), absl::StrCat("Export: layer ", l, ": ", st.message()));
     }
     if (r > 1) {
-      std::vector<float> kv(r * hd), score(r * hd);
-      WEIR_DD_CUDA("export compressor", cudaMemcpy(kv.data(), L.comp_kv_state + int64_t{slot} * r * hd,
-                                                   kv.size() * sizeof(float),
-                                                   cudaMemcpyDeviceToHost));
+      const int64_t sr = m.state_rows(r);  // position p at ring row p % sr
+      std::vector<float> kv(sr * hd), score(sr * hd);
       WEIR_DD_CUDA("export compressor",
-                   cudaMemcpy(score.data(), L.comp_score_state + int64_t{slot} * r * hd,
+                   cudaMemcpy(kv.data(), L.comp_kv_state + int64_t{slot} * sr * hd,
+                              kv.size() * sizeof(float), cudaMemcpyDeviceToHost));
+      WEIR_DD_CUDA("export compressor",
+                   cudaMemcpy(score.data(), L.comp_score_state + int64_t{slot} * sr * hd,
                               score.size() * sizeof(float), cudaMemcpyDeviceToHost));
       for (int64_t p = len - len % r; p < len; ++p) {
         std::span<float> row = src.pending.Row(p);
-        std::copy_n(kv.data() + (p % r) * hd, hd, row.data());
-        std::copy_n(score.data() + (p % r) * hd, hd, row.data() + hd);
+        std::copy_n(kv.data() + (p % sr) * hd, hd, row.data());
+        std::copy_n(score.data() + (p % sr) * hd, hd, row.data() + hd);
       }
     }
   }
@@ -587,6 +589,26 @@ bool DeviceDecoder::collective() const { return impl_->ex.world > 1; }
 int64_t DeviceDecoder::length(int slot) const {
   if (slot < 0 || slot >= options_.max_sequences) return 0;
   return impl_->slot_state[slot].length;
+}
+
+absl::Status DeviceDecoder::Rollback(int slot, int64_t length) {
+  if (slot < 0 || slot >= options_.max_sequences || !impl_->slot_state[slot].used) {
+    return absl::InvalidArgumentError(absl::StrCat("Rollback: slot ", slot, " holds no sequence"));
+  }
+  Impl::Slot& s = impl_->slot_state[slot];
+  if (length < 0 || length > s.length || s.length - length > options_.max_rollback) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Rollback: slot ", slot, " holds ", s.length, " positions; it can go back to ",
+                     std::max<int64_t>(0, s.length - options_.max_rollback), " .. ", s.length,
+                     ", not ", length, " (max_rollback ", options_.max_rollback, ")"));
+  }
+  // Everything on the device is addressed by position: the rings' rows of
+  // the undone positions are rewritten before they are read again, entries
+  // past the length are invisible until rewritten, and the blocks stay with
+  // the slot. The host keeps the length and the Engram history.
+  s.length = length;
+  if (static_cast<int64_t>(s.history.size()) > length) s.history.resize(length);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<float>> DeviceDecoder::Step(std::span<const int> slots,

@@ -181,6 +181,14 @@ struct DeviceDecoderOptions {
   // the decoder's own free list: the decoder never takes a block itself, and
   // a step whose rows pass a slot's table is OUT_OF_RANGE.
   bool external_block_tables = false;
+  // Speculative verification on the device: Rollback may undo up to this
+  // many of a slot's last positions (a verification's rejected drafts).
+  // Runs of up to max_rollback + 1 rows write their window KV straight into
+  // rings of window + max_rollback rows a slot and layer, and the
+  // compressor's partial groups live in rings of ratio + max_rollback rows,
+  // so the positions undone never overwrote one the kept positions read.
+  // 0: no rollback (rings of window and ratio rows).
+  int max_rollback = 0;
   // > 0: Create lowers max_positions (to no less than 2) until the arena fits
   // in this many bytes; options() then reports the value used.
   size_t arena_budget_bytes = 0;
@@ -373,6 +381,13 @@ class DeviceDecoder : public DecodeBackend {
   int64_t BlocksFor(int64_t positions) const;
   // Positions held by `slot` (0 when empty).
   int64_t length(int slot) const;
+  // Undoes the positions of `slot` from `length` on (the rejected drafts of a
+  // verification step): the window rings, compressed entries, index keys and
+  // compressor state of the kept positions are as if the undone ones had
+  // never been stepped, and the slot's next row takes position `length`.
+  // INVALID_ARGUMENT (nothing changes) for a bad or empty slot, a length
+  // past the slot's, or more than options.max_rollback positions undone.
+  absl::Status Rollback(int slot, int64_t length);
 
   // Row i appends tokens[i] to the sequence of slots[i] at its next position
   // and returns the logits [rows, vocab]. With a communicator of a world > 1

@@ -177,6 +177,94 @@ inline void CheckChunkedSteps(const Model& model, ActivationPrecision precision,
   for (int q = 0; q < kSeqs; ++q) EXPECT_GE(fed[q], prompt_len[q]) << "sequence " << q;
 }
 
+// Rollback (device verification): `spec` (max_rollback kDrafts) steps each
+// of kSeqs sequences a run of 1 + m rows a step (m in 0 .. kDrafts: the
+// next token of the sequence's stream, then m drafts of which a random prefix
+// is the stream's next tokens and the rest other tokens), then rolls back
+// the rejected ones; `plain` (no rollback) steps only the kept rows. Every
+// kept row's logits are the same bits on both, through prompts that cross
+// the window, compressor groups and KV blocks many times (the rejected rows
+// wrote ring rows, compressor state, entries and index keys that the kept
+// ones must never read). Rollback's refusals change nothing.
+inline void CheckRollback(const Model& model, ActivationPrecision precision,
+                          DeviceDecoderOptions options, const char* name) {
+  const int64_t v = model.config().vocab_size;
+  constexpr int kSeqs = 3, kDrafts = 4, kSteps = 90;
+  options.max_sequences = kSeqs;
+  options.max_positions = 640;
+  options.max_batch = kSeqs * (kDrafts + 1);
+  options.max_rows_per_slot = kDrafts + 1;
+  options.max_rollback = kDrafts;
+  auto spec = DeviceDecoder::Create(model, precision, options);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  options.max_rollback = 0;
+  auto plain = DeviceDecoder::Create(model, precision, options);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  std::vector<std::vector<int64_t>> stream(kSeqs);
+  for (int q = 0; q < kSeqs; ++q) {
+    stream[q] = RandomTokens(kSteps * (kDrafts + 1), 900 + q, v - 1);
+    ASSERT_TRUE((*spec)->Start(q).ok());
+    ASSERT_TRUE((*plain)->Start(q).ok());
+  }
+  std::mt19937 rng(5);
+  std::vector<int64_t> length(kSeqs, 0);
+  int64_t kept_rows = 0, differ = 0, rejected = 0;
+  for (int step = 0; step < kSteps; ++step) {
+    std::vector<int> s_slots, p_slots, kept_of(kSeqs), first_row(kSeqs);
+    std::vector<int64_t> s_tokens, p_tokens;
+    for (int q = 0; q < kSeqs; ++q) {
+      const int m = std::uniform_int_distribution<int>(0, kDrafts)(rng);
+      const int kept = std::uniform_int_distribution<int>(0, m)(rng);
+      kept_of[q] = kept;
+      first_row[q] = static_cast<int>(s_slots.size());
+      for (int j = 0; j <= m; ++j) {
+        int64_t t = stream[q][length[q] + j];
+        if (j > kept) t = (t + 1 + rng() % (v - 2)) % (v - 1);  // a rejected draft
+        s_slots.push_back(q);
+        s_tokens.push_back(t);
+      }
+      for (int j = 0; j <= kept; ++j) {
+        p_slots.push_back(q);
+        p_tokens.push_back(stream[q][length[q] + j]);
+      }
+      rejected += m - kept;
+    }
+    auto a = (*spec)->StepRows(s_slots, s_tokens, std::nullopt);
+    ASSERT_TRUE(a.ok()) << "step " << step << ": " << a.status();
+    const std::vector<float> got(a->begin(), a->end());
+    auto b = (*plain)->StepRows(p_slots, p_tokens, std::nullopt);
+    ASSERT_TRUE(b.ok()) << b.status();
+    size_t prow = 0;
+    for (int q = 0; q < kSeqs; ++q) {
+      for (int j = 0; j <= kept_of[q]; ++j, ++prow) {
+        ++kept_rows;
+        differ += std::memcmp(got.data() + (first_row[q] + j) * v, b->data() + prow * v,
+                              v * sizeof(float)) != 0;
+      }
+      length[q] += 1 + kept_of[q];
+      if (step == 7 && q == 0) {  // refusals first: too far back, past the end, no slot
+        const int64_t at = (*spec)->length(q);
+        EXPECT_EQ((*spec)->Rollback(q, at - kDrafts - 1).code(),
+                  absl::StatusCode::kInvalidArgument);
+        EXPECT_EQ((*spec)->Rollback(q, at + 1).code(), absl::StatusCode::kInvalidArgument);
+        EXPECT_EQ((*spec)->Rollback(kSeqs, 0).code(), absl::StatusCode::kInvalidArgument);
+        EXPECT_EQ((*spec)->length(q), at);
+      }
+      ASSERT_TRUE((*spec)->Rollback(q, length[q]).ok());
+      EXPECT_EQ((*spec)->length(q), length[q]);
+      EXPECT_EQ((*plain)->length(q), length[q]);
+    }
+  }
+  std::printf(
+      "%s rollback: %lld kept rows over %d steps (%lld drafts rejected): %lld differ "
+      "from stepping the kept rows alone\n",
+      name, static_cast<long long>(kept_rows), kSteps, static_cast<long long>(rejected),
+      static_cast<long long>(differ));
+  EXPECT_EQ(differ, 0);
+  EXPECT_GT(rejected, 50);
+  for (int q = 0; q < kSeqs; ++q) EXPECT_GT(length[q], 128);  // past the window
+}
+
 }  // namespace weir::model::testing
 
 #endif  // WEIR_WORKER_MODEL_DEVICE_DECODER_CHUNK_CHECK_H_

@@ -541,6 +541,18 @@ TEST(DeviceDecoderFastTest, SmallBf16ChunkedStepsAreBatchInvariant) {
   testing::CheckChunkedSteps(*cpu, ActivationPrecision::kBf16, {.numerics = DecodeNumerics::kFast},
                              nullptr, "small bf16 fast");
 }
+// Verification rollback on kFast with stored KV: the kept rows of rolled-back
+// runs equal the kept rows stepped alone, bit for bit (batch invariance
+// with rejected rows beside them).
+TEST(DeviceDecoderFastTest, StoredKvRollbackIsBatchInvariant) {
+  const Checkpoint* ck = Small512Checkpoint();
+  ASSERT_NE(ck, nullptr);
+  auto cpu = RowStableCpuModel(*ck, ActivationPrecision::kBf16);
+  ASSERT_NE(cpu, nullptr);
+  testing::CheckRollback(*cpu, ActivationPrecision::kBf16,
+                         {.numerics = DecodeNumerics::kFast, .kv_block_tokens = 4},
+                         "small head_dim 512 fast, stored KV");
+}
 TEST(DeviceDecoderFastTest, StoredKvChunkedStepsAreBatchInvariant) {
   const Checkpoint* ck = Small512Checkpoint();
   ASSERT_NE(ck, nullptr);

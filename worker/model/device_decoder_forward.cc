@@ -44,9 +44,14 @@ absl::StatusOr<bool> DeviceDecoder::Impl::PrepareMeta(std::span<const int> slot_
     // The window: a run's own positions from its staging rows (every row's
     // KV is written before any row attends), earlier ones from the ring; a
     // row alone writes and reads the ring directly.
+    // A run of up to direct_run_rows() (a verification) writes the ring
+    // straight away (its rows are distinct ring rows: the ring has room for
+    // them past the window).
+    const bool staged = length > direct_run_rows();
+    const int64_t rg = ring();
     auto window_row = [&](int64_t pos) -> int32_t {
-      if (length > 1 && pos >= p0) return static_cast<int32_t>(staging_row(first + pos - p0));
-      return static_cast<int32_t>(s * win + pos % win);
+      if (staged && pos >= p0) return static_cast<int32_t>(staging_row(first + pos - p0));
+      return static_cast<int32_t>(s * rg + pos % rg);
     };
     const int64_t lo = std::max<int64_t>(0, p - win + 1);
     for (int64_t j = 0; j < win; ++j) {
@@ -56,7 +61,7 @@ absl::StatusOr<bool> DeviceDecoder::Impl::PrepareMeta(std::span<const int> slot_
     meta_h.win_write[i] = window_row(p);
     // After the attention the run's last `window` positions enter the ring.
     meta_h.win_commit[i] =
-        length > 1 && p > p0 + length - 1 - win ? static_cast<int32_t>(s * win + p % win) : -1;
+        staged && p > p0 + length - 1 - win ? static_cast<int32_t>(s * rg + p % rg) : -1;
     for (size_t ri = 0; ri < ratios.size(); ++ri) {
       const int r = ratios[ri];
       const bool emit = (p + 1) % r == 0;
@@ -139,6 +144,7 @@ absl::Status DeviceDecoder::Impl::UpdateCompressed(int layer, int64_t b) {
                                            .rows = b,
                                            .dim = hd,
                                            .ratio = r,
+                                           .state_rows = state_rows(r),
                                            .round_bf16 = bf16()},
                                           stream));
   }

@@ -567,12 +567,19 @@ struct DeviceDecoder::Impl {
   // it has none (bf16 linear, shape, or values that do not re-encode).
   const EncodedDense* Fp8Form(const DenseWeight& w);
   int64_t window() const { return c.window_size; }
-  // A layer's window region: a ring of `window` rows a slot, then one
+  // A layer's window region: a ring of `ring()` rows a slot, then one
   // staging row a step row (the window KV of rows in runs of several
   // positions, which their run's later rows read; the last `window` of a
   // run are copied into the ring after the attention).
-  int64_t window_region_rows() const { return slots * window() + batch_cap; }
-  int64_t staging_row(int64_t step_row) const { return slots * window() + step_row; }
+  int64_t window_region_rows() const { return slots * ring() + batch_cap; }
+  int64_t staging_row(int64_t step_row) const { return slots * ring() + step_row; }
+  // A slot's window ring: window + max_rollback rows (position p at p % ring).
+  int64_t ring() const { return window() + options.max_rollback; }
+  // Rows of a run that write the ring directly (a verification: at most
+  // max_rollback + 1); longer runs (prefill chunks) go through staging rows.
+  int64_t direct_run_rows() const { return options.max_rollback + 1; }
+  // Rows of a slot's compressor state for ratio r (position p at p % rows).
+  int64_t state_rows(int r) const { return r + options.max_rollback; }
   int64_t max_entries(int ratio) const { return options.max_positions / ratio; }
   int64_t entries_per_block(int ratio) const { return block_tokens / ratio; }
   // Blocks a sequence of `positions` positions needs (DeviceDecoder::BlocksFor).

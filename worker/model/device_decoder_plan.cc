@@ -38,6 +38,10 @@ absl::StatusOr<LocalExperts> CheckDecodable(const ModelConfig& c, const LayerRol
                      options.batch_interval, ", max_rows_per_slot ", options.max_rows_per_slot,
                      " (each must be >= 1, max_positions >= 2, max_rows_per_slot <= max_batch)"));
   }
+  if (options.max_rollback < 0 || options.max_rollback > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DeviceDecoder: max_rollback ", options.max_rollback, " (0 to 1024)"));
+  }
   if (options.kv_block_tokens < 0 || options.kv_block_tokens > (1 << 20) || options.kv_blocks < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("DeviceDecoder: kv_block_tokens ", options.kv_block_tokens,
@@ -166,8 +170,8 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
     }
     index_keys.entries += me;
     if (role.ratio > 1) {
-      L.comp_kv_state = r.Alloc<float>(slots * role.ratio * hd, &comp_state.bytes);
-      L.comp_score_state = r.Alloc<float>(slots * role.ratio * hd, &comp_state.bytes);
+      L.comp_kv_state = r.Alloc<float>(slots * state_rows(role.ratio) * hd, &comp_state.bytes);
+      L.comp_score_state = r.Alloc<float>(slots * state_rows(role.ratio) * hd, &comp_state.bytes);
       comp_state.entries += slots;
       comp_state_stored += slots * 2 * role.ratio * hd * 4;  // fp32 kv and score rows
     }

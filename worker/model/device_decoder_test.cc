@@ -468,6 +468,21 @@ TEST(DeviceDecoderTest, PagedPoolsThroughBlockTables) {
   EXPECT_EQ((*ext)->free_kv_blocks(), 64);
 }
 
+// Verification rollback (device_decoder_chunk_check.h CheckRollback): the
+// kept rows of runs whose rejected drafts are rolled back equal the kept rows
+// stepped alone, bit for bit (both equal the CPU on kReference).
+TEST(DeviceDecoderTest, RollbackUndoesRejectedDraftsTinyBf16) {
+  auto cpu = RowStableCpuModel(TinyCheckpoint(11), ActivationPrecision::kBf16);
+  ASSERT_NE(cpu, nullptr);
+  testing::CheckRollback(*cpu, ActivationPrecision::kBf16, {.kv_block_tokens = 2}, "tiny bf16");
+}
+TEST(DeviceDecoderTest, RollbackUndoesRejectedDraftsSmallFp32) {
+  ASSERT_NE(Small(), nullptr);
+  auto cpu = RowStableCpuModel(*Small(), ActivationPrecision::kFp32);
+  ASSERT_NE(cpu, nullptr);
+  testing::CheckRollback(*cpu, ActivationPrecision::kFp32, {}, "small fp32");
+}
+
 // Synthetic weights (the benchmark path for configs too large for the host):
 // sequences started empty decode finite logits, identically with graphs and
 // eagerly, and the same seed draws the same weights.

@@ -13,8 +13,10 @@ namespace weir::kernels::cuda::decode {
 bool SupportsCompressorDecode(const CompressorDecodeParams& p) {
   int64_t n = 0;
   if (p.rows < 0 || p.rows > INT_MAX || p.dim < 0 || p.ratio < 2 || p.slots < 0) return false;
+  if (p.state_rows != 0 && p.state_rows < p.ratio) return false;
+  const int64_t state_rows = p.state_rows > 0 ? p.state_rows : p.ratio;
   if (!internal::CheckedProduct({p.rows, p.dim}, &n)) return false;
-  if (p.slots > 0 && !internal::CheckedProduct({p.slots, p.ratio, p.dim}, &n)) return false;
+  if (p.slots > 0 && !internal::CheckedProduct({p.slots, state_rows, p.dim}, &n)) return false;
   if (p.rows == 0 || p.dim == 0) return true;
   return p.kv != nullptr && p.score != nullptr && p.kv_state != nullptr &&
          p.score_state != nullptr && p.state_slot != nullptr && p.positions != nullptr &&
@@ -24,16 +26,17 @@ bool SupportsCompressorDecode(const CompressorDecodeParams& p) {
 absl::Status CompressorDecode(const CompressorDecodeParams& p, cudaStream_t stream) {
   if (!SupportsCompressorDecode(p)) {
     return absl::InvalidArgumentError(
-        "CompressorDecode: needs rows (< 2^31), dim, slots >= 0, ratio >= 2 and every pointer "
-        "when there is output; got rows " + std::to_string(p.rows) + " dim " +
-        std::to_string(p.dim) + " ratio " + std::to_string(p.ratio) + " slots " +
+        "CompressorDecode: needs rows (< 2^31), dim, slots >= 0, ratio >= 2, state_rows 0 or "
+        ">= ratio and every pointer when there is output; got rows " +
+        std::to_string(p.rows) + " dim " + std::to_string(p.dim) + " ratio " +
+        std::to_string(p.ratio) + " state_rows " + std::to_string(p.state_rows) + " slots " +
         std::to_string(p.slots));
   }
   const int64_t n = p.rows * p.dim;
   if (n == 0) return absl::OkStatus();
   CompressorDecodeKernel<<<internal::BlocksFor(n), internal::kThreads, 0, stream>>>(
       p.kv, p.score, p.kv_state, p.score_state, p.state_slot, p.positions, p.run_length, p.out,
-      p.rows, p.dim, p.ratio, p.slots, p.round_bf16);
+      p.rows, p.dim, p.ratio, p.state_rows > 0 ? p.state_rows : p.ratio, p.slots, p.round_bf16);
   return LaunchStatus("CompressorDecode");
 }
 

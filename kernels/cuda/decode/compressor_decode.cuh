@@ -24,7 +24,8 @@ __global__ void CompressorDecodeKernel(const float* __restrict__ kv,
                                        const int64_t* __restrict__ positions,
                                        const int32_t* __restrict__ run_length,
                                        float* __restrict__ out, int64_t rows, int64_t dim,
-                                       int ratio, int64_t slots, bool round_bf16) {
+                                       int ratio, int64_t state_rows, int64_t slots,
+                                       bool round_bf16) {
   GridDependencyPrologue();
   namespace fm = ::weir::kernels::fmath;
   const int64_t n = rows * dim;
@@ -41,26 +42,29 @@ __global__ void CompressorDecodeKernel(const float* __restrict__ kv,
         out[o] = 0.0f;
         continue;
       }
-      float* kvs = kv_state + s * ratio * dim + c;     // entry i at kvs[i * dim]
-      float* scs = score_state + s * ratio * dim + c;  // entry i at scs[i * dim]
-      const int64_t entry = pos % ratio;
-      kvs[entry * dim] = kv[o];
-      scs[entry * dim] = score[o];
+      // Position q at ring row q % state_rows (state_rows >= ratio).
+      float* kvs = kv_state + s * state_rows * dim + c;
+      float* scs = score_state + s * state_rows * dim + c;
+      kvs[(pos % state_rows) * dim] = kv[o];
+      scs[(pos % state_rows) * dim] = score[o];
       if ((pos + 1) % ratio != 0) {
         out[o] = 0.0f;
         continue;
       }
-      float m = scs[0];
+      // The group's entry i: position pos + 1 - ratio + i.
+      const int64_t first = pos + 1 - ratio;
+      auto at = [&](int i) { return ((first + i) % state_rows) * dim; };
+      float m = scs[at(0)];
       for (int i = 1; i < ratio; ++i) {
-        const float v = scs[i * dim];
+        const float v = scs[at(i)];
         m = m < v ? v : m;  // std::max(m, v)
       }
       float sum = 0.0f;
-      for (int i = 0; i < ratio; ++i) sum = __fadd_rn(sum, fm::ExpF(__fsub_rn(scs[i * dim], m)));
+      for (int i = 0; i < ratio; ++i) sum = __fadd_rn(sum, fm::ExpF(__fsub_rn(scs[at(i)], m)));
       float acc = 0.0f;
       for (int i = 0; i < ratio; ++i) {
-        const float w = fm::ExpF(__fsub_rn(scs[i * dim], m));
-        acc = __fadd_rn(acc, __fmul_rn(kvs[i * dim], __fdiv_rn(w, sum)));
+        const float w = fm::ExpF(__fsub_rn(scs[at(i)], m));
+        acc = __fadd_rn(acc, __fmul_rn(kvs[at(i)], __fdiv_rn(w, sum)));
       }
       out[o] = round_bf16 ? RoundToBf16(acc) : acc;
     }

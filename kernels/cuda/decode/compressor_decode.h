@@ -55,13 +55,18 @@ struct CompressorDecodeParams {
   float* out = nullptr;                  // device [rows, dim]: pooled latent or zeros
   int64_t rows = 0, dim = 0;
   int ratio = 2;           // >= 2 (ratio 1 needs no pooling)
+  // Rows of a slot's state block: position q at row q % state_rows. 0 means
+  // ratio (the CompressorPool layout above); more (ratio + k) is a ring that
+  // keeps a partial group through k positions written past it and undone
+  // (a decoder's rollback of rejected drafts).
+  int64_t state_rows = 0;
   int64_t slots = 0;       // pool size, to bound state_slot; 0 = unchecked (trusted)
   bool round_bf16 = false;  // out through RoundBf16's rounding, in the same launch
 };
 
 // Returns true if CompressorDecode handles `p`: rows >= 0 (at most 2^31 - 1),
-// dim >= 0, ratio >= 2, slots >= 0 and, when rows * dim > 0, every pointer
-// non-null.
+// dim >= 0, ratio >= 2, state_rows 0 or >= ratio, slots >= 0 and, when
+// rows * dim > 0, every pointer non-null.
 bool SupportsCompressorDecode(const CompressorDecodeParams& p);
 
 // Enqueues the store and pooling on `stream` (one kernel, one thread per

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -365,6 +366,94 @@ TEST(CompressorDecodeTest, RunsOfOneSequenceEqualItsTokensInOrder) {
   for (const auto& [r, d] : std::vector<std::pair<int, int64_t>>{{2, 64}, {4, 130}, {128, 33}}) {
     SCOPED_TRACE(::testing::Message() << "ratio " << r << " dim " << d);
     RunRuns(r, d);
+    if (HasFatalFailure()) return;
+  }
+}
+
+// Rollback: slot 0's state is a ring of ratio + k rows (state_rows). Each
+// step runs 1 + m rows of it (m <= k): a kept token, then drafts of which a
+// prefix is kept and the rest rejected (other values), and the sequence goes
+// on after the kept ones, rewriting the rejected positions next step. Every
+// kept row's latent, bit for bit, equals that of a plain ratio-row state fed
+// the kept tokens alone; so does every group completed later (the rejected
+// rows never overwrote a position the partial group still needed).
+void RollbackRing(int r, int64_t d, int k) {
+  std::mt19937 rng(static_cast<uint32_t>(r * 31 + k));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t ring = r + k, rows_cap = 1 + k;
+  DeviceBuffer<float> ring_kv(ring * d), ring_score(ring * d), plain_kv(r * d), plain_score(r * d),
+      d_kv(rows_cap * d), d_score(rows_cap * d), d_out(rows_cap * d);
+  for (DeviceBuffer<float>* b : {&ring_kv, &ring_score, &plain_kv, &plain_score}) {
+    b->Upload(std::vector<float>(b->size(), 0.0f));
+  }
+  DeviceBuffer<int32_t> d_slot(rows_cap), d_run(rows_cap);
+  DeviceBuffer<int64_t> d_pos(rows_cap);
+  auto run = [&](float* kv_state, float* score_state, int64_t state_rows, int64_t start,
+                 const std::vector<float>& kv, const std::vector<float>& score) {
+    const int64_t n = static_cast<int64_t>(kv.size()) / d;
+    // The run, then padding rows (no slot) up to the buffers' rows.
+    std::vector<int32_t> slot(rows_cap, -1), runs(rows_cap, 1);
+    std::vector<int64_t> pos(rows_cap, 0);
+    for (int64_t j = 0; j < n; ++j) {
+      slot[j] = 0;
+      pos[j] = start + j;
+      runs[j] = j == 0 ? static_cast<int32_t>(n) : 0;
+    }
+    std::vector<float> kv_in = kv, score_in = score;
+    kv_in.resize(rows_cap * d, 1e30f);
+    score_in.resize(rows_cap * d, 1e30f);
+    d_kv.Upload(kv_in);
+    d_score.Upload(score_in);
+    d_slot.Upload(slot);
+    d_pos.Upload(pos);
+    d_run.Upload(runs);
+    d_out.Poison();
+    EXPECT_TRUE(CompressorDecode({.kv = d_kv.get(),
+                                  .score = d_score.get(),
+                                  .kv_state = kv_state,
+                                  .score_state = score_state,
+                                  .state_slot = d_slot.get(),
+                                  .positions = d_pos.get(),
+                                  .run_length = d_run.get(),
+                                  .out = d_out.get(),
+                                  .rows = rows_cap,
+                                  .dim = d,
+                                  .ratio = r,
+                                  .state_rows = state_rows,
+                                  .slots = 1},
+                                 nullptr)
+                    .ok());
+    std::vector<float> out = d_out.Download();
+    out.resize(n * d);
+    return out;
+  };
+  int64_t length = 0, latents = 0, rejected = 0;
+  for (int step = 0; step < 12 * r + 20; ++step) {
+    const int m = std::uniform_int_distribution<int>(0, k)(rng);
+    const int kept = std::uniform_int_distribution<int>(0, m)(rng);
+    std::vector<float> kv((1 + m) * d), score((1 + m) * d);
+    for (float& v : kv) v = normal(rng);
+    for (float& v : score) v = normal(rng);
+    const std::vector<float> all = run(ring_kv.get(), ring_score.get(), ring, length, kv, score);
+    const std::vector<float> kept_kv(kv.begin(), kv.begin() + (1 + kept) * d),
+        kept_score(score.begin(), score.begin() + (1 + kept) * d);
+    const std::vector<float> want =
+        run(plain_kv.get(), plain_score.get(), 0, length, kept_kv, kept_score);
+    const std::vector<float> got(all.begin(), all.begin() + (1 + kept) * d);
+    ASSERT_TRUE(SameBits(got, want)) << "ratio " << r << " step " << step;
+    for (int j = 0; j <= kept; ++j) latents += (length + j + 1) % r == 0;
+    rejected += m - kept;
+    length += 1 + kept;
+  }
+  EXPECT_GT(latents, 5);
+  EXPECT_GT(rejected, 5);
+}
+
+TEST(CompressorDecodeTest, StateRingsKeepPartialGroupsThroughRolledBackRows) {
+  for (const auto& [r, d, k] :
+       std::vector<std::tuple<int, int64_t, int>>{{2, 64, 3}, {4, 130, 5}, {128, 33, 7}}) {
+    SCOPED_TRACE(::testing::Message() << "ratio " << r << " dim " << d << " k " << k);
+    RollbackRing(r, d, k);
     if (HasFatalFailure()) return;
   }
 }
