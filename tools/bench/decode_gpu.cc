@@ -114,6 +114,9 @@ ABSL_FLAG(bool, expert_wgmma, false,
 ABSL_FLAG(bool, expert_prefill_tiles, false,
           "kFast with --expert_wgmma: prefill steps run the routed experts on the FP8 tile form "
           "(DeviceDecoderOptions::expert_prefill_tiles; the MXFP4 kernel's bits).");
+ABSL_FLAG(int, kv_block_tokens, 0,
+          "Positions a KV block of the paged compressed pools covers "
+          "(DeviceDecoderOptions::kv_block_tokens; 0: the decoder's default).");
 ABSL_FLAG(bool, dense_wgmma, false,
           "kFast: the FP8 linears' block sums on wgmma (DeviceDecoderOptions::dense_wgmma); "
           "false: the f16 mma pair.");
@@ -264,6 +267,7 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
         .fast_mhc = absl::GetFlag(FLAGS_fast_mhc),
         .max_sequences = max_batch,
         .max_positions = prompt + warmup + steps + 8,
+        .kv_block_tokens = absl::GetFlag(FLAGS_kv_block_tokens),
         .max_batch = max_batch,
         .use_graphs = graphs,
         .programmatic_launch = absl::GetFlag(FLAGS_programmatic),
@@ -412,6 +416,7 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       .fast_mhc = absl::GetFlag(FLAGS_fast_mhc),
       .max_sequences = max_batch + 1,  // + a spare slot for the untimed prefill
       .max_positions = context + warmup + steps + 8,
+      .kv_block_tokens = absl::GetFlag(FLAGS_kv_block_tokens),
       .max_batch = std::max(max_batch, chunk),
       .max_rows_per_slot = std::max(chunk, 1),
       .programmatic_launch = absl::GetFlag(FLAGS_programmatic),

@@ -8,7 +8,11 @@
 # Exits non-zero when a run fails.
 #   <bundle>/serve_smoke.sh [MODEL_DIR] [RESULTS_DIR] [WORKERS]
 # CUDA_WORKER_FLAGS (comma-separated) go to the cuda run's workers, e.g.
-# CUDA_WORKER_FLAGS=--device_decode_ep (the device decoder with several ranks).
+# CUDA_WORKER_FLAGS=--device_decode_ep (the device decoder with several ranks);
+# CUDA_COORDINATOR_FLAGS (space-separated) to the cuda runs' coordinator. KV
+# pressure (the device decoder's paged pools too small for the batch, so
+# requests queue and are preempted and recomputed): CUDA_COORDINATOR_FLAGS=
+# --kv_block_tokens=16 CUDA_WORKER_FLAGS=--kv_cache_blocks=10.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 model="${1:-models/small}"
@@ -31,6 +35,10 @@ for run in cuda cuda_reference cpu; do
   extra=()
   if [[ "${backend}" == cuda && -n "${CUDA_WORKER_FLAGS:-}" ]]; then
     extra=(--worker_flags="${CUDA_WORKER_FLAGS}")
+  fi
+  if [[ "${backend}" == cuda && -n "${CUDA_COORDINATOR_FLAGS:-}" ]]; then
+    read -r -a coordinator_flags <<< "${CUDA_COORDINATOR_FLAGS}"
+    extra+=("${coordinator_flags[@]}")
   fi
   if [[ "${run}" == cuda_reference ]]; then
     extra+=(--numerics=reference)
