@@ -80,6 +80,10 @@ ABSL_FLAG(bool, expert_wgmma, false,
           "With --numerics=fast: the routed experts' block sums on FP8 wgmma (faster at "
           "batch 8-64; Hopper's FP8 sums keep ~13 bits a 32-element block against the "
           "default f16 mma's fp32, so logits move more; kernels/cuda/moe README).");
+ABSL_FLAG(bool, expert_prefill_tiles, true,
+          "With --expert_wgmma: prompt chunks of at least 96 rows an expert run the routed "
+          "experts on the FP8 tile form (the same bits as the MXFP4 wgmma kernel, faster at "
+          "prefill; DeviceDecoderOptions::expert_prefill_tiles).");
 ABSL_FLAG(bool, dense_wgmma, false,
           "With --numerics=fast: the FP8 linears' block sums on FP8 wgmma (faster at small "
           "batches, slower at 32-64; the same precision trade as --expert_wgmma).");
@@ -162,6 +166,7 @@ int Run(int argc, char** argv) {
                     .numerics = *numerics,
                     .fast_mhc = absl::GetFlag(FLAGS_fast_mhc),
                     .expert_wgmma = absl::GetFlag(FLAGS_expert_wgmma),
+                    .expert_prefill_tiles = absl::GetFlag(FLAGS_expert_prefill_tiles),
                     .dense_wgmma = absl::GetFlag(FLAGS_dense_wgmma),
                     .fault_injection = absl::GetFlag(FLAGS_fault_injection)});
   if (absl::GetFlag(FLAGS_fault_injection)) InstallStallSignal();

@@ -379,6 +379,7 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     dd_options.numerics = options_.numerics;
     dd_options.fast_mhc = options_.fast_mhc;
     dd_options.expert_wgmma = options_.expert_wgmma;
+    dd_options.expert_prefill_tiles = options_.expert_prefill_tiles;
     dd_options.dense_wgmma = options_.dense_wgmma;
     dd_options.memory = device_memory;
     // The host-staged communicator of the CUDA path wraps the NCCL one.

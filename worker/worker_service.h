@@ -119,6 +119,9 @@ struct WorkerOptions {
   // kFast: block sums on FP8 wgmma (DeviceDecoderOptions::expert_wgmma /
   // dense_wgmma; off: the f16 mma maths).
   bool expert_wgmma = false;
+  // With expert_wgmma: prefill chunks on the experts' FP8 tile form
+  // (DeviceDecoderOptions::expert_prefill_tiles).
+  bool expert_prefill_tiles = true;
   bool dense_wgmma = false;
   // Testing: after SIGUSR1 (fault_injection.h) the Steps stream stops
   // answering, as a hung worker would; health keeps answering.

@@ -111,7 +111,7 @@ ABSL_FLAG(
 ABSL_FLAG(bool, expert_wgmma, false,
           "kFast: the routed experts' block sums on wgmma (DeviceDecoderOptions::expert_wgmma); "
           "false: the f16 mma pair.");
-ABSL_FLAG(bool, expert_prefill_tiles, false,
+ABSL_FLAG(bool, expert_prefill_tiles, true,
           "kFast with --expert_wgmma: prefill steps run the routed experts on the FP8 tile form "
           "(DeviceDecoderOptions::expert_prefill_tiles; the MXFP4 kernel's bits).");
 ABSL_FLAG(int, kv_block_tokens, 0,

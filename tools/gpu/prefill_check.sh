@@ -5,13 +5,13 @@
 #   1. the prefill kernels' tests: Fp8BlockGemm (every tile of each math the
 #      same bits, the TMA-fed wgmma tiles), the grouped MXFP4 GEMMs, the
 #      experts' FP8 tile form (Mxfp4ToFp8Tiles against its CPU specification);
-#   2. device_decoder_fast_test's chunked and batch-invariance cases (and the
-#      tile-form experts where the build has them);
+#   2. device_decoder_fast_test's chunked and batch-invariance cases and the
+#      tile-form experts;
 #   3. fp8_gemm_bench wgmma (its prefill table against cuBLASLt FP8) and
 #      mxfp4_grouped_gemm_bench 48 1 wgmma 4096 (the experts' prefill table);
 #   4. decode_gpu's prefill of the EP8 slice of V4.1-Flash (4,096 positions in
-#      one chunk) with the default maths, with --expert_wgmma --dense_wgmma,
-#      and with --expert_prefill_tiles too.
+#      one chunk) with the default maths, with --expert_wgmma --dense_wgmma
+#      (--expert_prefill_tiles=false) and with the tile form (its default).
 # One log per step under RESULTS (default .gpu_bundle/results_prefill), a
 # summary and the prefill lines at the end; exits non-zero if a test failed.
 #   tools/gpu/prefill_check.sh [RESULTS]
@@ -34,7 +34,7 @@ slice=(--ep_slice=8 --numerics=fast --batches=1 --context=4096 --prefill_chunk=4
        --warmup=1 --slice_profile=false)
 step decode_gpu_prefill 150 "${bundle}/tools/decode_gpu" "${slice[@]}"
 step decode_gpu_prefill_wgmma 150 "${bundle}/tools/decode_gpu" "${slice[@]}" --expert_wgmma \
-  --dense_wgmma
+  --dense_wgmma --expert_prefill_tiles=false
 step decode_gpu_prefill_tiles 150 "${bundle}/tools/decode_gpu" "${slice[@]}" --expert_wgmma \
   --dense_wgmma --expert_prefill_tiles
 echo "== summary"

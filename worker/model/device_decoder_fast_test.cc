@@ -594,6 +594,7 @@ TEST(DeviceDecoderFastTest, SmallBf16TileFormExpertsGiveTheMxfp4KernelsBits) {
                                .max_batch = kChunk,
                                .max_rows_per_slot = kChunk};
   options.expert_wgmma = true;
+  options.expert_prefill_tiles = false;  // the MXFP4 kernel at every size
   DeviceDecoderOptions tiles = options;
   tiles.expert_prefill_tiles = true;
   auto plain = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, options);
