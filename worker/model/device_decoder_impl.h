@@ -642,6 +642,11 @@ struct DeviceDecoder::Impl {
   }
   // Lowers options.max_positions to the largest whose arena fits (dry runs).
   absl::StatusOr<int64_t> FitPositions(size_t budget_bytes);
+  // An Impl for dry runs of the layout over `model` (no device): the checks
+  // of Create, then the routed experts' encoding.
+  static absl::StatusOr<std::unique_ptr<Impl>> DryRun(const Model& model,
+                                                      ActivationPrecision precision,
+                                                      const DeviceDecoderOptions& options);
   absl::Status Layout(Region& r);
   // The weights part of Layout (and the RoPE tables); `max_in` receives the
   // widest matmul input seen.

@@ -2,6 +2,8 @@
 // inputs laid out by one Region pass, measured by a dry run), the checks of
 // what a decoder can hold, and MaxPositionsFor.
 
+#include <functional>
+#include <memory>
 #include <numeric>
 
 #include "worker/model/device_decoder_impl.h"
@@ -370,33 +372,59 @@ void DeviceDecoder::Impl::LayoutMeta(char* base, StepMeta& m, size_t& bytes) con
   bytes = used;
 }
 
-absl::StatusOr<int64_t> DeviceDecoder::Impl::FitPositions(size_t budget_bytes) {
-  const int64_t most = options.max_positions;
-  auto bytes_at = [&](int64_t positions) -> absl::StatusOr<size_t> {
-    options.max_positions = positions;
-    return MeasureArena();
-  };
-  // The arena grows with max_positions: the largest that fits, by bisection.
-  int64_t lo = 2, hi = most;
+namespace {
+
+// The largest n in [lo, hi] whose bytes_at(n) fits `budget` (bytes_at grows
+// with n), by bisection; RESOURCE_EXHAUSTED naming `what` when not even lo
+// does.
+absl::StatusOr<int64_t> LargestFitting(
+    int64_t lo, int64_t hi, size_t budget,
+    const std::function<absl::StatusOr<size_t>(int64_t)>& bytes_at, const char* what) {
   ASSIGN_OR_RETURN(size_t smallest, bytes_at(lo));
-  if (smallest > budget_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "DeviceDecoder: even 2 positions per sequence need ", smallest, " bytes, ",
-        budget_bytes, " available"));
+  if (smallest > budget) {
+    return absl::ResourceExhaustedError(absl::StrCat("DeviceDecoder: even ", what, " need ",
+                                                     smallest, " bytes, ", budget, " available"));
   }
   ASSIGN_OR_RETURN(size_t largest, bytes_at(hi));
-  if (largest <= budget_bytes) lo = hi;
+  if (largest <= budget) return hi;
   while (lo < hi) {  // bytes_at(lo) fits; the answer is in [lo, hi]
     const int64_t mid = lo + (hi - lo + 1) / 2;
-    ASSIGN_OR_RETURN(size_t b, bytes_at(mid));
-    if (b <= budget_bytes) {
+    ASSIGN_OR_RETURN(size_t bytes, bytes_at(mid));
+    if (bytes <= budget) {
       lo = mid;
     } else {
       hi = mid - 1;
     }
   }
-  options.max_positions = lo;
   return lo;
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> DeviceDecoder::Impl::FitPositions(size_t budget_bytes) {
+  // The arena grows with max_positions: the largest that fits.
+  ASSIGN_OR_RETURN(const int64_t positions, LargestFitting(
+                                                2, options.max_positions, budget_bytes,
+                                                [&](int64_t p) -> absl::StatusOr<size_t> {
+                                                  options.max_positions = p;
+                                                  return MeasureArena();
+                                                },
+                                                "2 positions per sequence"));
+  options.max_positions = positions;
+  return positions;
+}
+
+absl::StatusOr<std::unique_ptr<DeviceDecoder::Impl>> DeviceDecoder::Impl::DryRun(
+    const Model& model, ActivationPrecision precision, const DeviceDecoderOptions& options) {
+  ASSIGN_OR_RETURN(LocalExperts slots,
+                   CheckDecodable(model.config(), model.roles(), model.weights(), options));
+  ASSIGN_OR_RETURN(EngramHasher hasher,
+                   EngramHasher::Create(model.config(), options.engram_token_map));
+  auto m = std::make_unique<Impl>(nullptr, model.config(), model.roles(), model.weights(),
+                                  precision, options, std::move(hasher));
+  m->ex = std::move(slots);
+  m->EncodeExperts();
+  return m;
 }
 
 absl::StatusOr<int64_t> DeviceDecoder::MaxPositionsFor(const Model& model,
@@ -404,17 +432,10 @@ absl::StatusOr<int64_t> DeviceDecoder::MaxPositionsFor(const Model& model,
                                                        const DeviceDecoderOptions& options,
                                                        size_t budget_bytes,
                                                        size_t* arena_bytes) {
-  ASSIGN_OR_RETURN(LocalExperts slots,
-                   CheckDecodable(model.config(), model.roles(), model.weights(), options));
-  ASSIGN_OR_RETURN(EngramHasher hasher,
-                   EngramHasher::Create(model.config(), options.engram_token_map));
-  Impl m(nullptr, model.config(), model.roles(), model.weights(), precision, options,
-         std::move(hasher));
-  m.ex = std::move(slots);
-  m.EncodeExperts();
-  ASSIGN_OR_RETURN(int64_t positions, m.FitPositions(budget_bytes));
+  ASSIGN_OR_RETURN(std::unique_ptr<Impl> m, Impl::DryRun(model, precision, options));
+  ASSIGN_OR_RETURN(int64_t positions, m->FitPositions(budget_bytes));
   if (arena_bytes != nullptr) {
-    ASSIGN_OR_RETURN(*arena_bytes, m.MeasureArena());
+    ASSIGN_OR_RETURN(*arena_bytes, m->MeasureArena());
   }
   return positions;
 }
@@ -423,39 +444,17 @@ absl::StatusOr<int64_t> DeviceDecoder::MaxKvBlocksFor(const Model& model,
                                                       ActivationPrecision precision,
                                                       const DeviceDecoderOptions& options,
                                                       size_t budget_bytes) {
-  ASSIGN_OR_RETURN(LocalExperts slots,
-                   CheckDecodable(model.config(), model.roles(), model.weights(), options));
-  ASSIGN_OR_RETURN(EngramHasher hasher,
-                   EngramHasher::Create(model.config(), options.engram_token_map));
-  Impl m(nullptr, model.config(), model.roles(), model.weights(), precision, options,
-         std::move(hasher));
-  m.ex = std::move(slots);
-  m.EncodeExperts();
-  auto bytes_at = [&](int64_t blocks) -> absl::StatusOr<size_t> {
-    m.options.kv_blocks = blocks;
-    return m.MeasureArena();
-  };
-  ASSIGN_OR_RETURN(size_t smallest, bytes_at(1));
-  if (smallest > budget_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat("DeviceDecoder: even one KV block needs ",
-                                                     smallest, " bytes, ", budget_bytes,
-                                                     " available"));
-  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Impl> m, Impl::DryRun(model, precision, options));
+  m->Plan();  // table_width
   // More blocks than every slot's table could hold are never used.
-  const int64_t most = std::max<int64_t>(1, int64_t{options.max_sequences} * m.table_width);
-  int64_t lo = 1, hi = most;
-  ASSIGN_OR_RETURN(size_t largest, bytes_at(hi));
-  if (largest <= budget_bytes) return hi;
-  while (lo < hi) {  // bytes_at(lo) fits; the answer is in [lo, hi]
-    const int64_t mid = lo + (hi - lo + 1) / 2;
-    ASSIGN_OR_RETURN(size_t b, bytes_at(mid));
-    if (b <= budget_bytes) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  return lo;
+  const int64_t most = std::max<int64_t>(1, int64_t{options.max_sequences} * m->table_width);
+  return LargestFitting(
+      1, most, budget_bytes,
+      [&](int64_t blocks) -> absl::StatusOr<size_t> {
+        m->options.kv_blocks = blocks;
+        return m->MeasureArena();
+      },
+      "one KV block");
 }
 
 }  // namespace weir::model
