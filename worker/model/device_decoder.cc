@@ -109,9 +109,6 @@ void DeviceDecoder::Impl::DropTable(int s) {
     if (!options.external_block_tables) free_blocks.push_back(row[j]);
     row[j] = -1;
   }
-  if (!options.external_block_tables) {  // the lowest free block is taken first
-    std::sort(free_blocks.begin(), free_blocks.end(), std::greater<int32_t>());
-  }
   if (slot.blocks > 0) table_dirty[s] = 1;
   slot.blocks = 0;
 }
@@ -376,7 +373,6 @@ absl::Status DeviceDecoder::Import(int slot, const SequenceState& state) {
   // the slot's old ones first go back) or the table set by the caller.
   if (!options_.external_block_tables) {
     m.DropTable(slot);
-    m.slot_state[slot].used = false;
     if (!m.GrowTable(slot, m.BlocksFor(len))) {
       return absl::InvalidArgumentError(
           absl::StrCat("Import: ", len, " positions need ", m.BlocksFor(len), " KV blocks; ",

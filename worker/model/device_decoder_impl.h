@@ -466,7 +466,7 @@ struct DeviceDecoder::Impl {
   int32_t* tables_dev = nullptr;     // [slots, table_width], -1 past a table
   int32_t* tables_host = nullptr;    // pinned mirror
   std::vector<int32_t> block_owner;  // [num_blocks] the slot holding it, or -1
-  std::vector<int32_t> free_blocks;  // own tables: the free blocks, lowest last
+  std::vector<int32_t> free_blocks;  // own tables: the free blocks (a stack)
   std::vector<uint8_t> table_dirty;  // [slots] rows the device has not got yet
   absl::flat_hash_map<int64_t, cudaGraphExec_t> graphs;
   // Profiling (eager steps): an event per section boundary, and its name.
