@@ -474,13 +474,19 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
   // Whether a row of `n` positions may run on the backend (chunks: several
   // positions of a slot, i.e. device-resident prefill), as far as the plan
   // tells.
+  // With speculation, only a backend that drafts (it keeps the DSpark rings
+  // its steps update) takes prompt chunks and speculating rows; a row that
+  // verifies drafts goes whole into one step (every position's logits). Not
+  // on a collective backend: its drafts would be collectives of their own.
+  const bool backend_drafts = device_ != nullptr && device_->drafts() && !collective;
   auto chunks_ok = [&](const RowPlan& row) {
-    return device_ != nullptr && device_->max_rows_per_slot() > 1 && num_draft_tokens_ == 0 &&
-           !ced_replay_ && row.prompt_logprobs < 0;
+    return device_ != nullptr && device_->max_rows_per_slot() > 1 &&
+           (num_draft_tokens_ == 0 || backend_drafts) && !ced_replay_ && row.prompt_logprobs < 0;
   };
-  auto backend_takes = [&](const RowPlan& row, int64_t start, int64_t n) {
-    return device_ != nullptr && row.draft_tokens < 0 && n >= 1 &&
+  auto backend_takes = [&](const RowPlan& row, int64_t start, int64_t n, int64_t row_drafts) {
+    return device_ != nullptr && (row.draft_tokens < 0 || backend_drafts) && n >= 1 &&
            start + n <= device_->max_positions() &&
+           (row_drafts == 0 || n <= device_->max_rows_per_slot()) &&
            (n == 1 ? start > 0 || chunks_ok(row) : chunks_ok(row));
   };
   int64_t room_for_new = 0;
@@ -489,7 +495,7 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
     int64_t resident = 0;
     for (const RowPlan& row : rows) {
       const int64_t n = static_cast<int64_t>(row.tokens.size()) + (row.remap >= 0 ? 1 : 0);
-      if (slots_[row.slot].on_device && backend_takes(row, row.start_pos, n) &&
+      if (slots_[row.slot].on_device && backend_takes(row, row.start_pos, n, 0) &&
           n <= device_->max_rows_per_slot()) {
         resident += n;
       }
@@ -522,7 +528,7 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
     // the model keeps (drafts and their features, prompt logprobs, a CED
     // replay).
     const int64_t n = static_cast<int64_t>(inputs[i].size());
-    bool decode = backend_takes(row, starts[i], n);
+    bool decode = backend_takes(row, starts[i], n, drafts[i]);
     if (decode && collective) {  // one step: the row whole, within the batch
       decode = n <= device_->max_rows_per_slot() && device_tokens + n <= device_->max_batch() &&
                (slot.on_device || n <= room_for_new);
@@ -550,8 +556,11 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
       device_tokens += n;
       // The last position's logits when the row samples, returns its top
       // logits or scores its prompt (a decode row, n == 1; as logits_from
-      // below).
-      logits_from[i] = row.sample || row.return_top_k > 0 || row.prompt_logprobs >= 0 ? n - 1 : n;
+      // below); every position's when it verifies drafts.
+      logits_from[i] =
+          drafts[i] > 0
+              ? 0
+              : (row.sample || row.return_top_k > 0 || row.prompt_logprobs >= 0 ? n - 1 : n);
       continue;
     }
     if (slot.on_device) {
@@ -609,7 +618,8 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
     struct Piece {
       size_t i;
       int64_t n;
-      int logit_index;  // index in logit_rows, or -1
+      int logit_index;  // index in logit_rows of its first logit row, or -1
+      int logit_count;  // its logit rows (the row's last position, or all of a verification)
     };
     std::vector<Piece> pieces;
     for (size_t j = pending; j < device_rows.size(); ++j) {
@@ -618,17 +628,25 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
       const int64_t room = batch_cap - static_cast<int64_t>(device_slots.size());
       if (left == 0) continue;
       if (room == 0) break;
+      // A row that needs several positions' logits (a verification) is never
+      // split: it waits for a step with room for all of it.
+      const int64_t size = static_cast<int64_t>(inputs[i].size());
+      const bool whole = logits_from[i] < size - 1;
+      if (whole && left > room) break;
       const int64_t n = std::min({left, piece_cap, room});
+      const int first = static_cast<int>(device_slots.size());
       for (int64_t k = 0; k < n; ++k) {
         device_slots.push_back(rows[i].slot);
         device_tokens_in.push_back(inputs[i][done[i] + k]);
       }
-      int logit_index = -1;
-      if (n == left && logits_from[i] < static_cast<int64_t>(inputs[i].size())) {
+      int logit_index = -1, logit_count = 0;
+      if (n == left && logits_from[i] < size) {
         logit_index = static_cast<int>(logit_rows.size());
-        logit_rows.push_back(static_cast<int>(device_slots.size()) - 1);
+        for (int64_t k = whole ? logits_from[i] : n - 1; k < n; ++k, ++logit_count) {
+          logit_rows.push_back(first + static_cast<int>(k));
+        }
       }
-      pieces.push_back({i, n, logit_index});
+      pieces.push_back({i, n, logit_index, logit_count});
     }
     absl::StatusOr<std::span<const float>> out =
         device_->StepRows(device_slots, device_tokens_in, std::span<const int>(logit_rows));
@@ -661,7 +679,9 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
     for (const Piece& piece : pieces) {
       if (piece.logit_index < 0) continue;
       const float* row_logits = out->data() + static_cast<int64_t>(piece.logit_index) * vocab;
-      if (last_step && rows[piece.i].prompt_logprobs < 0) {
+      if (piece.logit_count > 1) {  // a verification: every position from logits_from
+        logits[piece.i].assign(row_logits, row_logits + piece.logit_count * vocab);
+      } else if (last_step && rows[piece.i].prompt_logprobs < 0) {
         viewed[piece.i] = row_logits;
       } else {
         logits[piece.i].assign(row_logits, row_logits + vocab);

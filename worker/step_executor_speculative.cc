@@ -94,7 +94,11 @@ absl::StatusOr<int64_t> StepExecutor::VerifyDrafts(const RowPlan& row, Slot& slo
   out.verified_drafts = drafts;
   drafts_verified_ += drafts;
   drafts_accepted_ += accepted;
-  if (absl::Status s = slot.state->Rollback(drafts - accepted); !s.ok()) {
+  absl::Status rolled = slot.state->Rollback(drafts - accepted);
+  // A sequence on a drafting backend: the host state only counts positions
+  // there; the backend undoes its own.
+  if (rolled.ok() && slot.on_device) rolled = device_->Rollback(row.slot, slot.state->length());
+  if (absl::Status s = rolled; !s.ok()) {
     slot.state->MarkBroken();
     out.accepted.clear();
     out.accepted_logprobs.clear();
@@ -153,7 +157,38 @@ void StepExecutor::DraftAfter(std::span<const DraftRequest> requests) {
     tokens.push_back(request.token);
   }
   if (drafting.empty()) return;
-  std::vector<absl::StatusOr<model::DraftResult>> drafted = model_.DraftBatch(states, tokens);
+  // The model drafts for the sequences it holds, a drafting backend for
+  // those it holds (their DSpark rings live there).
+  std::vector<absl::StatusOr<model::DraftResult>> drafted(drafting.size(),
+                                                          absl::InternalError("not drafted"));
+  std::vector<size_t> on_model, on_backend;
+  for (size_t i = 0; i < drafting.size(); ++i) {
+    (slots_[drafting[i]->slot].on_device ? on_backend : on_model).push_back(i);
+  }
+  if (!on_model.empty()) {
+    std::vector<const model::SequenceState*> model_states;
+    std::vector<int64_t> model_tokens;
+    for (size_t i : on_model) {
+      model_states.push_back(states[i]);
+      model_tokens.push_back(tokens[i]);
+    }
+    std::vector<absl::StatusOr<model::DraftResult>> got =
+        model_.DraftBatch(model_states, model_tokens);
+    for (size_t j = 0; j < on_model.size(); ++j) drafted[on_model[j]] = std::move(got[j]);
+  }
+  if (!on_backend.empty()) {
+    std::vector<int> backend_slots;
+    std::vector<int64_t> backend_tokens;
+    for (size_t i : on_backend) {
+      backend_slots.push_back(drafting[i]->slot);
+      backend_tokens.push_back(tokens[i]);
+    }
+    std::vector<absl::StatusOr<model::DraftResult>> got =
+        device_->DraftBatch(backend_slots, backend_tokens);
+    for (size_t j = 0; j < on_backend.size() && j < got.size(); ++j) {
+      drafted[on_backend[j]] = std::move(got[j]);
+    }
+  }
   for (size_t i = 0; i < drafting.size(); ++i) {
     if (!drafted[i].ok()) {
       // The next row just verifies nothing.

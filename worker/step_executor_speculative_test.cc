@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "worker/kv_cache/block_pool.h"
 #include "worker/kv_cache/kv_cache_layout.h"
+#include "worker/model/host_decode_backend.h"
 #include "worker/step_executor.h"
 #include "worker/step_executor_test_util.h"
 
@@ -92,9 +93,11 @@ std::vector<std::vector<int64_t>> Speculative(model::Model& model, kv_cache::Blo
                                               const std::vector<std::vector<int64_t>>& reference,
                                               int64_t& accepted,
                                               const VerifyCostCurve* curve = nullptr,
-                                              std::vector<int64_t>* lengths = nullptr) {
+                                              std::vector<int64_t>* lengths = nullptr,
+                                              model::HostDecodeBackend* backend = nullptr) {
   StepExecutor ex(model, 4);
   ex.SetKvCache(&pool);
+  if (backend != nullptr) ex.SetDecodeBackend(backend);
   EXPECT_TRUE(ex.SetSpeculation(kDrafts).ok());
   if (curve != nullptr) ex.SetVerifyCostCurve(*curve);
   // Per slot: the verify length its next row must choose (-1: any).
@@ -213,6 +216,41 @@ TEST(StepExecutorSpeculativeTest, ConfidenceVerifyLengthEmitsThePlainTokens) {
     // Every length from none to all was chosen.
     for (int64_t k = 0; k <= kDrafts; ++k) {
       EXPECT_NE(std::find(lengths.begin(), lengths.end(), k), lengths.end()) << k;
+    }
+  }
+}
+
+// A GPU worker's sequences live on its DeviceDecoder, which keeps their
+// DSpark rings and drafts there. HostDecodeBackend stands in for it (with
+// EnableDrafting, over the worker's block tables): prompts go to it in
+// chunks, each verification is one run of StepRows with every position's
+// logits, rejected drafts are rolled back there and the next drafts come
+// from its DraftBatch. The tokens, and with the model's own drafts the
+// accepted counts, equal those of the executor drafting on the model.
+TEST(StepExecutorSpeculativeTest, DraftingBackendEmitsThePlainTokens) {
+  Fixture f;
+  ASSERT_NE(f.model, nullptr);
+  for (const sampling::SamplingParams& params : {GreedySampling(), SeededSampling()}) {
+    const auto plain = Plain(*f.model, *f.pool, params);
+    for (Drafts drafts : {Drafts::kModel, Drafts::kInjected}) {
+      int64_t on_model = 0, on_backend = 0;
+      const auto spec = Speculative(*f.model, *f.pool, params, drafts, plain, on_model);
+      model::HostDecodeBackend backend(*f.model, 4, /*max_batch=*/8, /*max_positions=*/4096,
+                                       /*collective=*/false, /*max_rows_per_slot=*/kDrafts + 1);
+      backend.ExpectBlockTables(kBlockTokens, 64);
+      backend.EnableDrafting();
+      ExpectPrefixEqual(Speculative(*f.model, *f.pool, params, drafts, plain, on_backend, nullptr,
+                                    nullptr, &backend),
+                        plain);
+      ExpectPrefixEqual(spec, plain);
+      if (drafts == Drafts::kModel) EXPECT_EQ(on_backend, on_model);
+      if (drafts == Drafts::kInjected) EXPECT_GT(on_backend, 20);
+      // Every sequence ran on the backend, drafted and was rolled back there.
+      EXPECT_EQ(backend.stats().starts, 2);
+      EXPECT_GT(backend.stats().rows, 2 * static_cast<int64_t>(kOutput));
+      EXPECT_GE(backend.stats().drafts, 20);
+      EXPECT_GT(backend.stats().rollbacks, 10);
+      EXPECT_EQ(backend.stats().table_sets, 2);  // each row's 24 blocks came with its prompt
     }
   }
 }

@@ -29,6 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "worker/model/draft_result.h"
 #include "worker/model/sequence_state.h"
 
 namespace weir::model {
@@ -102,6 +103,26 @@ class DecodeBackend {
   // sequence, or one that moves a block holding entries.
   virtual absl::Status SetBlockTable(int slot, std::span<const int32_t> blocks) {
     return absl::UnimplementedError("this decode backend keeps no block tables");
+  }
+  // Speculative decoding on the backend: true when it keeps each slot's
+  // draft state (the DSpark rings, updated by every step) and drafts. The
+  // caller then verifies a slot's drafts there (its token and drafts as one
+  // run of StepRows, every position's logits), rolls back what it rejects
+  // (Rollback) and asks for the next drafts after the token it samples
+  // (DraftBatch).
+  virtual bool drafts() const { return false; }
+  // Drafts after next_tokens[i] for slots[i] (as Model::DraftBatch on the
+  // slot's sequence): one result per slot, a failed one for a slot that
+  // cannot draft.
+  virtual std::vector<absl::StatusOr<DraftResult>> DraftBatch(
+      std::span<const int> slots, std::span<const int64_t> next_tokens) {
+    return std::vector<absl::StatusOr<DraftResult>>(
+        slots.size(), absl::UnimplementedError("this decode backend does not draft"));
+  }
+  // Undoes the slot's positions from `length` on (rejected drafts).
+  // INVALID_ARGUMENT (nothing changes) for a bad slot or length.
+  virtual absl::Status Rollback(int slot, int64_t length) {
+    return absl::UnimplementedError("this decode backend does not roll back");
   }
   // Most rows one Step takes.
   virtual int max_batch() const = 0;

@@ -390,7 +390,7 @@ class DeviceDecoder : public DecodeBackend {
   // never been stepped, and the slot's next row takes position `length`.
   // INVALID_ARGUMENT (nothing changes) for a bad or empty slot, a length
   // past the slot's, or more than options.max_rollback positions undone.
-  absl::Status Rollback(int slot, int64_t length);
+  absl::Status Rollback(int slot, int64_t length) override;
 
   // Row i appends tokens[i] to the sequence of slots[i] at its next position
   // and returns the logits [rows, vocab]. With a communicator of a world > 1

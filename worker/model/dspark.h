@@ -25,16 +25,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "worker/model/draft_result.h"
 #include "worker/model/model_runtime.h"
 #include "worker/model/sequence_state.h"
 
 namespace weir::model {
-
-struct DraftResult {
-  std::vector<int64_t> tokens;       // [B] drafted tokens for positions p+2 .. p+B+1
-  std::vector<float> confidence;     // [B] logits; sigmoid = P(accept i | prefix accepted)
-  std::vector<float> logits;         // [B, vocab] draft logits incl. the Markov bias
-};
 
 // Writes the stages' ring rows for positions [start_pos, start_pos + tokens)
 // from main_hidden [tokens, dspark_main_dim].

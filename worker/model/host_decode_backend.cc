@@ -114,6 +114,38 @@ absl::Status HostDecodeBackend::Release(int slot) {
   return absl::OkStatus();
 }
 
+std::vector<absl::StatusOr<DraftResult>> HostDecodeBackend::DraftBatch(
+    std::span<const int> slots, std::span<const int64_t> next_tokens) {
+  if (!drafting_) return DecodeBackend::DraftBatch(slots, next_tokens);
+  std::vector<absl::StatusOr<DraftResult>> out(
+      slots.size(), absl::InvalidArgumentError("DraftBatch: the slot holds no sequence"));
+  std::vector<const SequenceState*> states;
+  std::vector<int64_t> tokens;
+  std::vector<size_t> rows;
+  for (size_t i = 0; i < slots.size() && i < next_tokens.size(); ++i) {
+    if (!holds(slots[i])) continue;
+    states.push_back(slots_[slots[i]].get());
+    tokens.push_back(next_tokens[i]);
+    rows.push_back(i);
+  }
+  std::vector<absl::StatusOr<DraftResult>> drafted = model_.DraftBatch(states, tokens);
+  for (size_t j = 0; j < rows.size(); ++j) out[rows[j]] = std::move(drafted[j]);
+  stats_.drafts += static_cast<int64_t>(rows.size());
+  return out;
+}
+
+absl::Status HostDecodeBackend::Rollback(int slot, int64_t length) {
+  if (!drafting_) return DecodeBackend::Rollback(slot, length);
+  if (!holds(slot) || length < 0 || length > slots_[slot]->length()) {
+    return absl::InvalidArgumentError(absl::StrCat("Rollback: slot ", slot, " to ", length));
+  }
+  const int64_t undo = slots_[slot]->length() - length;
+  if (undo == 0) return absl::OkStatus();
+  if (absl::Status s = slots_[slot]->Rollback(undo); !s.ok()) return s;
+  ++stats_.rollbacks;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<float>> HostDecodeBackend::Step(std::span<const int> slots,
                                                            std::span<const int64_t> tokens) {
   absl::StatusOr<std::span<const float>> view = StepRows(slots, tokens, std::nullopt);

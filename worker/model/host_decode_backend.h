@@ -33,6 +33,8 @@ struct HostDecodeBackendStats {
   int64_t rows = 0;
   int64_t starts = 0;
   int64_t table_sets = 0;  // SetBlockTable calls accepted
+  int64_t drafts = 0;      // sequences drafted (DraftBatch rows)
+  int64_t rollbacks = 0;   // Rollback calls that undid positions
 };
 
 class HostDecodeBackend : public DecodeBackend {
@@ -73,6 +75,15 @@ class HostDecodeBackend : public DecodeBackend {
   int64_t BlocksFor(int64_t positions) const;
   std::span<const int32_t> table(int slot) const { return tables_[slot]; }
 
+  // From now on the backend drafts (drafts(): true): DraftBatch is the
+  // model's on the slot's own sequence (whose DSpark rings every step here
+  // keeps), Rollback the sequence's. REQUIRES: the model has DSpark stages.
+  void EnableDrafting() { drafting_ = true; }
+  bool drafts() const override { return drafting_; }
+  std::vector<absl::StatusOr<DraftResult>> DraftBatch(
+      std::span<const int> slots, std::span<const int64_t> next_tokens) override;
+  absl::Status Rollback(int slot, int64_t length) override;
+
   void fail_next_step() { fail_in_ = 1; }
   // The step after `steps` more successful ones fails instead.
   void fail_step_after(int steps) { fail_in_ = steps + 1; }
@@ -89,6 +100,7 @@ class HostDecodeBackend : public DecodeBackend {
   std::vector<float> rows_view_;  // StepRows' logits
   int fail_in_ = 0;               // > 0: the fail_in_-th step from now fails
   int block_tokens_ = 0;          // > 0: block tables expected (ExpectBlockTables)
+  bool drafting_ = false;         // EnableDrafting
   std::vector<int32_t> owner_;    // [pool blocks] slot or -1
   std::vector<std::vector<int32_t>> tables_;  // [slot]
   HostDecodeBackendStats stats_;
