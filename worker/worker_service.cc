@@ -358,6 +358,8 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
   if (!kv_layout.ok()) return ToGrpcStatus(kv_layout.status());
   const int64_t slot_bytes = kv_cache::SequenceSlotBytes(config, (*runtime)->roles(),
                                                          (*runtime)->NewSequence()->max_rollback());
+  const int32_t num_draft_tokens =
+      static_cast<int32_t>(std::min<uint32_t>(request->num_draft_tokens(), INT32_MAX));
   std::unique_ptr<model::DeviceDecoder> device_decoder;
   if (device_decode) {
     // The rest of the worker's arena (the CUDA ops took half), as many
@@ -375,6 +377,16 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
       dd_options.max_rows_per_slot = prefill_rows;
     } else {
       dd_options.max_rows_per_slot = std::min(dd_options.max_batch, prefill_rows);
+    }
+    // Speculation: the DSpark stages on the device (one rank), verification
+    // runs of the token and its drafts, their rollback.
+    if (num_draft_tokens > 0 && world == 1 && config.n_mtp_layers > 0) {
+      dd_options.drafting = true;
+      dd_options.max_rollback = num_draft_tokens;
+      dd_options.max_rows_per_slot = std::max(dd_options.max_rows_per_slot, num_draft_tokens + 1);
+      dd_options.max_batch = std::max<int>(
+          {dd_options.max_batch, dd_options.max_rows_per_slot,
+           static_cast<int>(config.dspark_block_size)});
     }
     dd_options.numerics = options_.numerics;
     dd_options.fast_mhc = options_.fast_mhc;
@@ -449,12 +461,12 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
                  << kv_size->num_slots << " sequence slots of " << kv_size->slot_bytes
                  << " bytes; " << kv_size->used_bytes << " of " << options_.kv_cache_bytes
                  << " budget bytes";
-  const int32_t num_draft_tokens =
-      static_cast<int32_t>(std::min<uint32_t>(request->num_draft_tokens(), INT32_MAX));
-  if (num_draft_tokens > 0 && options_.backend == "cuda") {
+  if (num_draft_tokens > 0 && options_.backend == "cuda" &&
+      (device_decoder == nullptr || !device_decoder->drafts())) {
     return Error(grpc::StatusCode::FAILED_PRECONDITION,
-                 "speculative decoding runs on the CPU backend only (the device decoder has no "
-                 "draft and verify path yet); this worker runs --backend=cuda");
+                 "speculative decoding on --backend=cuda needs the device decoder drafting "
+                 "(--device_decode, one rank: the DSpark stages' experts are not placed over "
+                 "expert parallelism); it is off on this worker");
   }
   if (num_draft_tokens > 0) {
     StepExecutor probe(**runtime, 1);

@@ -287,6 +287,10 @@ absl::StatusOr<std::unique_ptr<DeviceDecoder>> DeviceDecoder::Impl::Build(
   m.LayoutMeta(m.meta_host, m.meta_h, bytes);
   WEIR_DD_CUDA("pinned logits",
                cudaMallocHost(&m.logits_host, m.batch_cap * c.vocab_size * sizeof(float)));
+  if (options.drafting) {
+    WEIR_DD_CUDA("pinned drafts",
+                 cudaMallocHost(&m.draft_host, m.batch_cap * (sizeof(int64_t) + sizeof(float))));
+  }
   if (!options.row_stable_logits) {
     ASSIGN_OR_RETURN(m.gemm, dense::GemmHandle::Create());
   }
@@ -389,7 +393,7 @@ absl::Status DeviceDecoder::Import(int slot, const SequenceState& state) {
     WEIR_DD_CUDA("set device", cudaSetDevice(options_.device));
     const int64_t win = m.window(), rg = m.ring(), hd = c.head_dim, di = c.index_head_dim;
     std::vector<float> block;
-    for (int l = 0; l < c.n_layers; ++l) {
+    for (int l = 0; l < m.held_layers(); ++l) {  // the DSpark stages' rings too
       const LayerRole& role = m.roles[l];
       const LayerDev& L = m.layers[l];
       block.assign(rg * hd, 0.0f);
@@ -467,7 +471,7 @@ absl::Status DeviceDecoder::Export(int slot, SequenceState& state) {
   WEIR_DD_CUDA("set device", cudaSetDevice(options_.device));
   const int64_t win = m.window(), rg = m.ring(), hd = c.head_dim, di = c.index_head_dim;
   std::vector<float> block(rg * hd);
-  for (int l = 0; l < c.n_layers; ++l) {
+  for (int l = 0; l < m.held_layers(); ++l) {  // the DSpark stages' rings too
     const LayerRole& role = m.roles[l];
     const LayerDev& L = m.layers[l];
     RETURN_IF_ERROR(m.DownloadKv(block, /*window=*/true, L.window_base + int64_t{slot} * rg));

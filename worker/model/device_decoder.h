@@ -189,6 +189,13 @@ struct DeviceDecoderOptions {
   // so the positions undone never overwrote one the kept positions read.
   // 0: no rollback (rings of window and ratio rows).
   int max_rollback = 0;
+  // DSpark drafting on the device (speculative decoding): the model's DSpark
+  // stages live here too; every step writes their rings (the targets' mean
+  // over the mHC streams, main_proj, each stage's window KV) for every row,
+  // and DraftBatch runs a block through the stages and the heads. Needs a
+  // model with stages and no communicator (the stages' experts are all
+  // local); the rings follow Rollback like the backbone's.
+  bool drafting = false;
   // > 0: Create lowers max_positions (to no less than 2) until the arena fits
   // in this many bytes; options() then reports the value used.
   size_t arena_budget_bytes = 0;
@@ -292,6 +299,8 @@ struct DeviceDecoderStats {
   int64_t graph_nodes = 0;      // nodes (kernels, copies) of the last captured graph
   int64_t programmatic_edges = 0;  // of its edges, made programmatic
   int64_t eager_steps = 0;
+  int64_t drafts = 0;           // sequences drafted (DraftBatch)
+  int64_t draft_launches = 0;   // DraftBatch's device passes (batch_cap / block sequences each)
   double host_seconds = 0;      // wall time inside Step
   double device_seconds = 0;    // device time of the steps (events around the graph)
   size_t arena_bytes = 0;       // the one device allocation
@@ -391,6 +400,18 @@ class DeviceDecoder : public DecodeBackend {
   // INVALID_ARGUMENT (nothing changes) for a bad or empty slot, a length
   // past the slot's, or more than options.max_rollback positions undone.
   absl::Status Rollback(int slot, int64_t length) override;
+
+  // options.drafting: the drafts after next_tokens[i] for the sequence of
+  // slots[i], as Model::DraftBatch gives for the same sequence (its block
+  // of dspark_block_size rows through the stages over the slot's stage
+  // rings, the head, the Markov head and the confidence head; bit for bit
+  // with kReference numerics). One result a slot: INVALID_ARGUMENT for a
+  // slot that holds no sequence, holds fewer than 2 positions, appears
+  // twice, or a token outside the vocabulary; FAILED_PRECONDITION for all
+  // without options.drafting. Nothing of a slot changes. Not collective.
+  bool drafts() const override { return options_.drafting; }
+  std::vector<absl::StatusOr<DraftResult>> DraftBatch(
+      std::span<const int> slots, std::span<const int64_t> next_tokens) override;
 
   // Row i appends tokens[i] to the sequence of slots[i] at its next position
   // and returns the logits [rows, vocab]. With a communicator of a world > 1

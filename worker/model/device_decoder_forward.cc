@@ -62,6 +62,11 @@ absl::StatusOr<bool> DeviceDecoder::Impl::PrepareMeta(std::span<const int> slot_
     // After the attention the run's last `window` positions enter the ring.
     meta_h.win_commit[i] =
         staged && p > p0 + length - 1 - win ? static_cast<int32_t>(s * rg + p % rg) : -1;
+    // The DSpark stage rings take the ring row directly (nothing of this
+    // step reads them), a staged run's last `window` rows only.
+    if (meta_h.ring_write != nullptr) {
+      meta_h.ring_write[i] = staged ? meta_h.win_commit[i] : static_cast<int32_t>(s * rg + p % rg);
+    }
     for (size_t ri = 0; ri < ratios.size(); ++ri) {
       const int r = ratios[ri];
       const bool emit = (p + 1) % r == 0;
@@ -251,8 +256,10 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
                                   stream));
   }
   // Compressed part.
-  dec::AssembleIndexParams ip{.window = meta_d.win_rows, .out = index, .rows = b,
-                              .window_width = static_cast<int>(win),
+  dec::AssembleIndexParams ip{.window = attn_rows_,
+                              .out = index,
+                              .rows = b,
+                              .window_width = static_cast<int>(attn_width_),
                               .window_base = L.window_base};
   if (role.ratio > 0) {
     if (role.attention == AttentionRole::kFull) {
@@ -282,9 +289,9 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
         .sink = L.sink,
         .window_codes = win_codes + int64_t{L.window_base} * hd,
         .window_scales = win_scales + int64_t{L.window_base} * hd / 32,
-        .window_index = meta_d.win_rows,
+        .window_index = attn_rows_,
         .window_rows = window_region_rows(),
-        .window_width = static_cast<int>(win),
+        .window_width = static_cast<int>(attn_width_),
         .out = o,
         .queries = b,
         .heads = static_cast<int>(heads),
@@ -386,8 +393,21 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
   return MmRound(L.wo_b, u, b, y);
 }
 
+absl::Status DeviceDecoder::Impl::HeadProduct(const DevDense& w, const float* in, int64_t rows,
+                                              float* out) {
+  if (w.bf16 != nullptr) return MmBf16(w, in, rows, out);  // kFast, bf16
+  const dense::MatmulParams p{.x = in, .w = w.w, .y = out, .rows = rows, .out = w.out, .in = w.in};
+  if (fast() && options.fast_dot_rows) {  // a CTA per vocabulary row, fixed order (batch-invariant)
+    return dec::DotRows({.x = in, .w = w.w, .y = out, .rows = rows, .out = w.out, .k = w.in},
+                        stream);
+  }
+  return options.row_stable_logits ? dense::RowStableMatmul(p, stream) : gemm->Matmul(p, stream);
+}
+
 absl::Status DeviceDecoder::Impl::Enqueue(int64_t b, int64_t head_b, bool runs) {
   runs_ = runs;
+  attn_rows_ = meta_d.win_rows;
+  attn_width_ = window();
   float* const x0 = x;
   float* const x20 = x2;
   absl::Status st = [&]() -> absl::Status {
@@ -403,6 +423,18 @@ absl::Status DeviceDecoder::Impl::Enqueue(int64_t b, int64_t head_b, bool runs) 
         Mark("engram");
         RETURN_IF_ERROR(Engram(l, b)) << "layer " << l;
       }
+      // DSpark targets: the layer's input, the mean over its streams.
+      for (size_t t = 0; options.drafting && t < c.dspark_target_layer_ids.size(); ++t) {
+        if (c.dspark_target_layer_ids[t] != l) continue;
+        const int64_t width = static_cast<int64_t>(c.dspark_target_layer_ids.size()) * c.dim;
+        RETURN_IF_ERROR(dec::StreamMean({.x = x,
+                                         .out = targets + t * c.dim,
+                                         .tokens = b,
+                                         .dim = c.dim,
+                                         .copies = static_cast<int>(c.hc_mult),
+                                         .out_stride = width},
+                                        stream));
+      }
       Mark("mhc");
       RETURN_IF_ERROR(Mix(L.hc_attn, b, ca));
       // h's FP8 form in the collapse's launch when wq_a reads it as FP8.
@@ -416,6 +448,10 @@ absl::Status DeviceDecoder::Impl::Enqueue(int64_t b, int64_t head_b, bool runs) 
       Mark("mhc");
       RETURN_IF_ERROR(Expand(cf, b));
       pre = cf.pre;
+    }
+    if (options.drafting) {
+      Mark("dspark.rings");
+      RETURN_IF_ERROR(UpdateStageRings(b));
     }
     Mark("head");
     RETURN_IF_ERROR(Collapse(pre, b, final_norm));
@@ -435,15 +471,7 @@ absl::Status DeviceDecoder::Impl::Enqueue(int64_t b, int64_t head_b, bool runs) 
       hx = h_head;
       b = head_b;
     }
-    if (head.bf16 != nullptr) return MmBf16(head, hx, b, logits);  // kFast, bf16
-    const dense::MatmulParams p{
-        .x = hx, .w = head.w, .y = logits, .rows = b, .out = head.out, .in = head.in};
-    if (fast() && options.fast_dot_rows) {  // a CTA per vocabulary row, fixed order (batch-invariant)
-      return dec::DotRows(
-          {.x = hx, .w = head.w, .y = logits, .rows = b, .out = head.out, .k = head.in}, stream);
-    }
-    return options.row_stable_logits ? dense::RowStableMatmul(p, stream)
-                                     : gemm->Matmul(p, stream);
+    return HeadProduct(head, hx, b, logits);
   }();
   x = x0;  // the same buffers start every step (graphs bake the pointers in)
   x2 = x20;

@@ -54,8 +54,10 @@
 #include "kernels/cuda/rope.h"
 #include "parallel/nccl_communicator.h"
 #include "worker/model/device_decoder.h"
+#include "worker/model/draft_result.h"
 #include "worker/model/engram_layer.h"
 #include "worker/model/layer_roles.h"
+#include "worker/model/moe_layer.h"
 
 namespace weir::model {
 namespace cpu = ::weir::kernels::cpu;
@@ -180,6 +182,8 @@ struct LayerDev {
   const uint8_t* const* w2c = nullptr;
   const uint8_t* const* w2q = nullptr;
   int experts = 0;  // local expert slots (groups of the grouped products)
+  int logical = 0;  // the gate's experts (MoeExperts: a DSpark stage has its own count)
+  int route_topk = 0;  // experts a token (MoeTopk)
   // Host copies of the device addresses of each local slot's w1, w3, w2
   // (MXFP4: codes and scales; fp32: weights), for SetPlacement.
   std::vector<uint8_t*> slot_codes[3], slot_scales[3];
@@ -231,6 +235,16 @@ struct StepMeta {
   int32_t* win_commit = nullptr;  // [B] ring row its staging row moves to after the attention, -1
   int32_t* run_length = nullptr;  // [B] rows of the run a row starts (0: inside a run)
   int32_t* head_rows = nullptr;   // [B] rows the head reads (logits of a row subset)
+  // drafting: [B] the DSpark stage rings' row of each row's position (the
+  // ring row, or for a staged run only its last `window` rows'; else -1).
+  int32_t* ring_write = nullptr;
+  // drafting, a draft pass: [B, window + block] each block row's attention
+  // entries (the stage ring's rows in ring-slot order, then the block's own
+  // staging rows; -1 past them), rows of a layer's window region.
+  int32_t* draft_rows = nullptr;
+  // drafting, a draft pass: [B] the Markov head's previous token of each
+  // sequence (the sampled token first; MarkovArgmax updates it).
+  int32_t* draft_prev = nullptr;
   struct PerRatio {
     int64_t* visible = nullptr;      // [B] (p + 1) / r
     int64_t* entry_pos = nullptr;    // [B] position of the entry completed now (0 if none)
@@ -336,6 +350,19 @@ struct DeviceDecoder::Impl {
   const float* embed = nullptr;
   const float* final_norm = nullptr;
   DevDense head;
+  // drafting: the DSpark weights (DsparkWeights) and the draft's buffers:
+  // targets [batch_cap, n_targets * dim] (the streams' means at the target
+  // layers), main_x [batch_cap, dim], the block's pre-norm h [batch_cap,
+  // dim], the Markov head's embedding rows [batch_cap, rank] and bias
+  // [batch_cap, vocab], the confidence features [batch_cap, dim + rank] and
+  // logits [batch_cap], the chosen tokens (int64 [batch_cap], and int32 per
+  // sequence for the next gather), and their pinned host copies.
+  DevDense main_proj, markov_head, confidence;
+  const float *main_norm = nullptr, *dspark_norm = nullptr, *markov_embed = nullptr;
+  float *targets = nullptr, *main_x = nullptr, *draft_h = nullptr, *markov_e = nullptr,
+        *markov_bias = nullptr, *draft_feat = nullptr, *draft_conf = nullptr;
+  int64_t* draft_tokens = nullptr;
+  char* draft_host = nullptr;  // pinned: tokens [batch_cap] int64, then confidences [batch_cap]
   std::vector<LayerDev> layers;
   const float* cos_sin_swa = nullptr;         // [max_positions, rope/2, 2]
   const float* cos_sin_compressed = nullptr;
@@ -514,12 +541,16 @@ struct DeviceDecoder::Impl {
     if (meta_host != nullptr) cudaFreeHost(meta_host);
     if (tables_host != nullptr) cudaFreeHost(tables_host);
     if (logits_host != nullptr) cudaFreeHost(logits_host);
+    if (draft_host != nullptr) cudaFreeHost(draft_host);
     if (ev_begin != nullptr) cudaEventDestroy(ev_begin);
     if (ev_end != nullptr) cudaEventDestroy(ev_end);
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
 
   bool bf16() const { return precision == ActivationPrecision::kBf16; }
+  // Layers held: the backbone's, and with options.drafting the DSpark stages.
+  int held_layers() const { return c.n_layers + (options.drafting ? c.n_mtp_layers : 0); }
+  int64_t draft_block() const { return c.dspark_block_size; }
   bool fast() const { return options.numerics == DecodeNumerics::kFast; }
   // Whether the pools take the stored form (options.stored_kv, kFast, the
   // head_dim SparseDecodeAttention takes, and index keys whose MXFP4 codes
@@ -665,6 +696,25 @@ struct DeviceDecoder::Impl {
   // `runs`: some slot has several rows (the staging rows move to the rings).
   absl::Status Enqueue(int64_t b, int64_t head_b, bool runs);
   bool runs_ = false;  // the step being enqueued has runs
+  // The window attention's entries: meta win_rows of `window` a row in a
+  // step, meta draft_rows of window + block in a draft pass.
+  const int32_t* attn_rows_ = nullptr;
+  int64_t attn_width_ = 0;
+  // drafting: the stage rings' rows of the step's b rows (meta ring_write)
+  // from the targets: main_proj, main_norm, each stage's window KV.
+  absl::Status UpdateStageRings(int64_t b);
+  // Window KV of `in` [b, dim] for `layer` (wkv, kv_norm, RoPE at meta
+  // positions, the FP8 form) into its window region's rows `dst_rows` (-1:
+  // none).
+  absl::Status StageWindowKv(int layer, const float* in, int64_t b, const int32_t* dst_rows);
+  // drafting: the draft pass over `sequences` sequences (meta prepared by
+  // DraftBatch: sequences * block rows, padded to `padded`): the stages,
+  // the heads, the Markov loop and the confidences, then the logits,
+  // tokens and confidences to the pinned host buffers.
+  absl::Status EnqueueDraft(int64_t sequences, int64_t padded);
+  // The head's product of `rows` rows of `in` by `w` (the decoder's head:
+  // row-stable, cuBLASLt, DotRows or Bf16Gemm).
+  absl::Status HeadProduct(const DevDense& w, const float* in, int64_t rows, float* out);
   // Host <-> device copies of KV rows [n, head_dim] starting at pool row
   // `first_row` (window ring or compressed entries, in kv_pool's numbering),
   // through the stored form when the pools hold it (UploadKv: INTERNAL when

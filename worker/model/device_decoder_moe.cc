@@ -187,25 +187,38 @@ absl::Status DeviceDecoder::Impl::TileFormExperts(const LayerDev& L, int64_t row
 
 absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
   const LayerDev& L = layers[layer];
-  const int k = static_cast<int>(c.n_activated_experts);
+  // A DSpark stage has a gate of its own size (MoeExperts, MoeTopk).
+  const int k = L.route_topk;
+  const int logical = L.logical;
   const int64_t d = c.dim;
   kc::GateScore score = kc::GateScore::kSqrtSoftplus;
   if (c.score_func == ScoreFunc::kSigmoid) score = kc::GateScore::kSigmoid;
   if (c.score_func == ScoreFunc::kSoftmax) score = kc::GateScore::kSoftmax;
   Mark("moe.gate");
   if (fast()) {  // the reference's logits (bits and all), a warp per (token, expert)
-    RETURN_IF_ERROR(kc::MoeGateLogits({.x = h, .weight = L.gate, .logits = gate_logits,
-                                       .tokens = b, .dim = d,
-                                       .num_experts = static_cast<int>(c.n_routed_experts)},
+    RETURN_IF_ERROR(kc::MoeGateLogits({.x = h,
+                                       .weight = L.gate,
+                                       .logits = gate_logits,
+                                       .tokens = b,
+                                       .dim = d,
+                                       .num_experts = logical},
                                       stream));
   }
-  RETURN_IF_ERROR(kc::MoeGate({.x = h, .weight = L.gate, .logits = fast() ? gate_logits : nullptr,
-                               .bias = L.bias, .bias_vl = L.bias_vl,
-                               .indices = moe_idx, .weights = moe_w, .tokens = b, .dim = d,
-                               .num_experts = static_cast<int>(c.n_routed_experts), .topk = k,
+  RETURN_IF_ERROR(kc::MoeGate({.x = h,
+                               .weight = L.gate,
+                               .logits = fast() ? gate_logits : nullptr,
+                               .bias = L.bias,
+                               .bias_vl = L.bias_vl,
+                               .indices = moe_idx,
+                               .weights = moe_w,
+                               .tokens = b,
+                               .dim = d,
+                               .num_experts = logical,
+                               .topk = k,
                                .gate_temp = static_cast<float>(c.gate_temp),
                                .route_scale = static_cast<float>(c.route_scale),
-                               .norm_topk_prob = c.norm_topk_prob, .score = score},
+                               .norm_topk_prob = c.norm_topk_prob,
+                               .score = score},
                               stream));
   // The pairs this rank computes: its own (groups = logical experts), or with
   // a communicator every rank's pairs routed here (groups = local slots).
@@ -216,10 +229,13 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
   int64_t in_tokens = b;
   if (ep) {
     Mark("moe.dispatch");
-    RETURN_IF_ERROR(kc::ExpertSlots({.indices = moe_idx, .replica_offsets = L.ep_offsets,
-                                     .replica_slots = L.ep_slots, .slots = ep_physical,
-                                     .tokens = b, .topk = k,
-                                     .num_logical = static_cast<int>(c.n_routed_experts),
+    RETURN_IF_ERROR(kc::ExpertSlots({.indices = moe_idx,
+                                     .replica_offsets = L.ep_offsets,
+                                     .replica_slots = L.ep_slots,
+                                     .slots = ep_physical,
+                                     .tokens = b,
+                                     .topk = k,
+                                     .num_logical = logical,
                                      .rank = ex.rank},
                                     stream));
     RETURN_IF_ERROR(kc::MoeDispatchPack(
@@ -241,13 +257,19 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
                                     .x_grouped = xg, .weight_grouped = wg, .tokens = in_tokens,
                                     .dim = d, .topk = k, .num_groups = L.experts},
                                    stream));
-  RETURN_IF_ERROR(kc::AccumulateExpertLoad(
-      {.experts = moe_idx, .valid_tokens = meta_d.valid,
-       .group_offsets = ep ? group_offsets : nullptr,
-       .routed = load_routed + int64_t{layer} * c.n_routed_experts,
-       .served = load_served + layer, .tokens = b, .topk = k,
-       .num_experts = static_cast<int>(c.n_routed_experts), .num_groups = L.experts},
-      stream));
+  if (layer < c.n_layers) {  // the backbone's load (EPLB); not the DSpark stages'
+    RETURN_IF_ERROR(
+        kc::AccumulateExpertLoad({.experts = moe_idx,
+                                  .valid_tokens = meta_d.valid,
+                                  .group_offsets = ep ? group_offsets : nullptr,
+                                  .routed = load_routed + int64_t{layer} * c.n_routed_experts,
+                                  .served = load_served + layer,
+                                  .tokens = b,
+                                  .topk = k,
+                                  .num_experts = static_cast<int>(c.n_routed_experts),
+                                  .num_groups = L.experts},
+                                 stream));
+  }
   const float limit = static_cast<float>(c.swiglu_limit);
   auto grouped = [&](const float* in, const float* const* w, const uint8_t* const* codes,
                      const uint8_t* const* scales, int64_t out_dim, int64_t in_dim, bool fp8,

@@ -117,6 +117,46 @@ absl::StatusOr<LocalExperts> CheckDecodable(const ModelConfig& c, const LayerRol
       }
     }
   }
+  if (options.drafting) {
+    // DSpark stages: window attention and MoE over their own experts, all
+    // local (no exchange); the drafting weights present.
+    const int first = c.n_layers, stages = c.n_mtp_layers;
+    if (stages <= 0 || c.dspark_target_layer_ids.empty() || c.dspark_block_size < 1 ||
+        c.dspark_markov_rank < 1 || static_cast<int>(w.layers.size()) < first + stages ||
+        synthetic || w.dspark.main_proj.w.empty()) {
+      return absl::InvalidArgumentError(
+          "DeviceDecoder: drafting needs a model with DSpark stages, targets and real weights");
+    }
+    if (options.communicator != nullptr) {
+      return absl::InvalidArgumentError(
+          "DeviceDecoder: drafting with a communicator (the stages' experts are not placed)");
+    }
+    if (options.max_rows_per_slot < 2 || options.max_batch < c.dspark_block_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "DeviceDecoder: drafting needs max_rows_per_slot >= 2 and max_batch >= the DSpark "
+          "block (",
+          c.dspark_block_size, ")"));
+    }
+    for (int l = first; l < first + stages; ++l) {
+      const std::vector<ExpertWeightsF32>& experts = w.layers[l].ffn.experts;
+      const int64_t n = MoeExperts(c, roles[l]);
+      if (static_cast<int64_t>(experts.size()) != n || roles[l].ratio != 0 ||
+          n > kc::kMoeGroupRowsMaxGroups) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("DeviceDecoder: DSpark stage ", l - first, " has ", experts.size(),
+                         " routed experts (config: ", n, ") or compresses"));
+      }
+      std::vector<int> identity(n);
+      for (int e = 0; e < n; ++e) {
+        identity[e] = e;
+        if (experts[e].w1.w.empty()) {
+          return absl::InvalidArgumentError(absl::StrCat("DeviceDecoder: DSpark stage ", l - first,
+                                                         " expert ", e, " is not loaded"));
+        }
+      }
+      slots.local.push_back(std::move(identity));
+    }
+  }
   if (c.n_routed_experts > kc::kMoeGroupRowsMaxGroups ||
       slots.per_rank > kc::kMoeGroupRowsMaxGroups) {
     return absl::InvalidArgumentError("DeviceDecoder: too many routed experts");
@@ -143,7 +183,7 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
   weight_bytes = r.used();
   // --- pools
   int64_t rows = 0;
-  for (int l = 0; l < c.n_layers; ++l) {
+  for (int l = 0; l < held_layers(); ++l) {  // the DSpark stages' rings too
     layers[l].window_base = static_cast<int32_t>(rows);
     rows += window_region_rows();
   }
@@ -221,9 +261,17 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
   load_served = r.Alloc<int64_t>(c.n_layers);
   pool_bytes = r.used() - weight_bytes;
   // --- activations
-  const int64_t nmix = c.hc_mix_dim(), k = c.n_activated_experts;
+  const int64_t nmix = c.hc_mix_dim();
+  int64_t k = c.n_activated_experts, logical = c.n_routed_experts;
+  for (const LayerDev& L : layers) {  // a DSpark stage's own gate
+    k = std::max<int64_t>(k, L.route_topk);
+    logical = std::max<int64_t>(logical, L.logical);
+  }
   int64_t inter = 1, inter_s = std::max<int64_t>(w.layers[0].ffn.shared.w1.out, 1);
   for (const LayerDev& L : layers) inter = std::max(inter, L.inter);
+  for (int l = 0; l < held_layers(); ++l) {
+    inter_s = std::max<int64_t>(inter_s, w.layers[l].ffn.shared.w1.out);
+  }
   x = r.Alloc<float>(bc * n * d);
   x2 = r.Alloc<float>(bc * n * d);
   mixes = r.Alloc<float>(bc * nmix);
@@ -264,7 +312,7 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
       tile2_scales = r.Alloc<uint8_t>(std::max<int64_t>(w2 / 1024, 1));
       tile_inexact = r.Alloc<int32_t>(3 * experts);
     }
-    gate_logits = r.Alloc<float>(bc * std::max<int64_t>(c.n_routed_experts, 1));
+    gate_logits = r.Alloc<float>(bc * std::max<int64_t>(logical, 1));
     xb_count = std::max(pairs * widest, bc * c.n_heads * hd);
     xb = r.Alloc<uint16_t>(xb_count);
     using Shared = std::pair<SharedInput*, int64_t>;
@@ -300,10 +348,11 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
   iq = r.Alloc<float>(bc * c.index_n_heads * di);
   iw = r.Alloc<float>(bc * c.index_n_heads);
   scores = r.Alloc<float>(bc * max_width);
-  index = r.Alloc<int32_t>(bc * (win + c.index_topk));
+  // A step's window + top-k entries, or a draft pass's window + block.
+  index = r.Alloc<int32_t>(bc * (win + std::max<int64_t>(c.index_topk, draft_block())));
   moe_idx = r.Alloc<int32_t>(bc * k);
   moe_w = r.Alloc<float>(bc * k);
-  group_offsets = r.Alloc<int64_t>(std::max<int64_t>(c.n_routed_experts, ex.per_rank) + 1);
+  group_offsets = r.Alloc<int64_t>(std::max<int64_t>(logical, ex.per_rank) + 1);
   pair_row = r.Alloc<int32_t>(pairs);
   xg = r.Alloc<float>(pairs * d);
   wg = r.Alloc<float>(pairs);
@@ -333,6 +382,18 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
   evalue = r.Alloc<float>(bc * d);
   logits = r.Alloc<float>(bc * c.vocab_size);
   h_head = r.Alloc<float>(bc * d);
+  if (options.drafting) {
+    const int64_t targets_n = static_cast<int64_t>(c.dspark_target_layer_ids.size());
+    const int64_t rank = c.dspark_markov_rank;
+    targets = r.Alloc<float>(bc * targets_n * d);
+    main_x = r.Alloc<float>(bc * d);
+    draft_h = r.Alloc<float>(bc * d);
+    markov_e = r.Alloc<float>(bc * rank);
+    markov_bias = r.Alloc<float>(bc * c.vocab_size);
+    draft_feat = r.Alloc<float>(bc * (d + rank));
+    draft_conf = r.Alloc<float>(bc);
+    draft_tokens = r.Alloc<int64_t>(bc);
+  }
   // --- step inputs
   size_t mb = 0;
   LayoutMeta(nullptr, meta_d, mb);
@@ -360,6 +421,11 @@ void DeviceDecoder::Impl::LayoutMeta(char* base, StepMeta& m, size_t& bytes) con
   take(m.win_commit, bc);
   take(m.run_length, bc);
   take(m.head_rows, bc);
+  if (options.drafting) {
+    take(m.ring_write, bc);
+    take(m.draft_rows, bc * (window() + draft_block()));
+    take(m.draft_prev, bc);
+  }
   m.ratio.assign(ratios.size(), {});
   for (StepMeta::PerRatio& pr : m.ratio) {
     take(pr.visible, bc);

@@ -53,9 +53,9 @@ const device_decoder_internal::EncodedDense* DeviceDecoder::Impl::Fp8Form(
 // Encodes the routed experts as MXFP4 where every expert of a layer
 // re-encodes exactly (real weights only).
 void DeviceDecoder::Impl::EncodeExperts() {
-  encoded.assign(c.n_layers, {});
+  encoded.assign(held_layers(), {});
   if (!options.mxfp4_experts || seed != 0) return;
-  for (int l = 0; l < c.n_layers; ++l) {
+  for (int l = 0; l < held_layers(); ++l) {
     std::vector<EncodedExpert> layer;
     bool exact = true;
     for (int slot : ex.local[l]) {
@@ -90,7 +90,7 @@ absl::Status DeviceDecoder::Impl::LayoutWeights(Region& r, int64_t& max_in) {
   }
   embed_bytes = static_cast<size_t>(c.vocab_size * d) * sizeof(float);
   final_norm = r.Put(w.norm);
-  layers.assign(c.n_layers, LayerDev{});
+  layers.assign(held_layers(), LayerDev{});
   max_in = std::max<int64_t>(w.head.in, 1);
   // kFast: a dense FP8 linear in its stored form (real weights: when they
   // re-encode exactly; synthetic: random e4m3 codes without NaN, one scale
@@ -204,7 +204,7 @@ absl::Status DeviceDecoder::Impl::LayoutWeights(Region& r, int64_t& max_in) {
   } else {
     head = dense_fp32(w.head);
   }
-  for (int l = 0; l < c.n_layers; ++l) {
+  for (int l = 0; l < held_layers(); ++l) {
     const BlockWeights& bw = w.layers[l];
     const LayerRole& role = roles[l];
     LayerDev& L = layers[l];
@@ -239,6 +239,8 @@ absl::Status DeviceDecoder::Impl::LayoutWeights(Region& r, int64_t& max_in) {
     L.bias_vl = r.Put(f.bias_vl);
     const std::vector<int>& local = ex.local[l];
     L.experts = static_cast<int>(local.size());
+    L.logical = static_cast<int>(MoeExperts(c, role));
+    L.route_topk = MoeTopk(c, role);
     if (!local.empty()) {
       const ExpertWeightsF32& first = f.experts[local[0]];
       L.inter = first.w1.out;
@@ -331,6 +333,15 @@ absl::Status DeviceDecoder::Impl::LayoutWeights(Region& r, int64_t& max_in) {
       L.ewkv = dense(e.wkv);
       L.egate = r.Put(e.gate_weight);
     }
+  }
+  if (options.drafting) {  // DSpark: main_proj and its norm, the last stage's heads
+    const DsparkWeights& dw = w.dspark;
+    main_proj = dense(dw.main_proj);
+    main_norm = r.Put(dw.main_norm);
+    dspark_norm = r.Put(dw.norm);
+    markov_embed = r.Put(dw.markov_embed);
+    markov_head = dense_fp32(dw.markov_head);  // the head's products (HeadProduct)
+    confidence = dense_fp32(dw.confidence);    // row-stable, as the CPU's Matmul
   }
   // RoPE cos/sin for every position a slot can hold, the CPU's values.
   {

@@ -193,4 +193,27 @@ absl::Status StreamMean(const StreamMeanParams& p, cudaStream_t stream) {
   return LaunchStatus("StreamMean");
 }
 
+bool SupportsMarkovArgmax(const MarkovArgmaxParams& p) {
+  if (p.sequences < 0 || p.sequences > INT_MAX || p.vocab < 1 || p.vocab > INT_MAX || p.step < 0 ||
+      p.step >= p.block) {
+    return false;
+  }
+  return p.sequences == 0 ||
+         (p.logits != nullptr && p.bias != nullptr && p.tokens != nullptr && p.prev != nullptr);
+}
+
+absl::Status MarkovArgmax(const MarkovArgmaxParams& p, cudaStream_t stream) {
+  if (!SupportsMarkovArgmax(p)) {
+    return absl::InvalidArgumentError(
+        "MarkovArgmax: needs 0 <= sequences < 2^31, 1 <= vocab < 2^31, 0 <= step < block and "
+        "the pointers; got sequences " +
+        Str(p.sequences) + " vocab " + Str(p.vocab) + " step " + Str(p.step) + " block " +
+        Str(p.block));
+  }
+  if (p.sequences == 0) return absl::OkStatus();
+  MarkovArgmaxKernel<<<static_cast<unsigned>(p.sequences), kMarkovThreads, 0, stream>>>(
+      p.logits, p.bias, p.tokens, p.prev, p.vocab, p.block, p.step);
+  return LaunchStatus("MarkovArgmax");
+}
+
 }  // namespace weir::kernels::cuda::decode

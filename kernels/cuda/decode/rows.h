@@ -213,6 +213,31 @@ bool SupportsStreamMean(const StreamMeanParams& p);
 // REQUIRES: out does not overlap x.
 absl::Status StreamMean(const StreamMeanParams& p, cudaStream_t stream);
 
+// ---- MarkovArgmax -----------------------------------------------------------
+
+// One position of DSpark's Markov head (worker/model/dspark.cc), for each
+// sequence r < sequences: row = logits + (r * block + step) * vocab,
+//   row[t] = row[t] + bias[r * vocab + t]   (one fp32 add each, in place)
+// then choice = the first t of the largest row[t] (std::max_element's rule
+// on NaN-free rows), written to tokens[r * block + step] and prev[r].
+struct MarkovArgmaxParams {
+  float* logits = nullptr;      // device [sequences * block, vocab]
+  const float* bias = nullptr;  // device [sequences, vocab]
+  int64_t* tokens = nullptr;    // device [sequences * block]
+  int32_t* prev = nullptr;      // device [sequences]
+  int64_t sequences = 0, vocab = 0;
+  int block = 1, step = 0;
+};
+
+// Returns true if MarkovArgmax handles `p`: sequences >= 0 (< 2^31), 1 <=
+// vocab < 2^31, 0 <= step < block, and the pointers when sequences > 0.
+bool SupportsMarkovArgmax(const MarkovArgmaxParams& p);
+
+// Enqueues the step on `stream` (a block a sequence). INVALID_ARGUMENT when
+// SupportsMarkovArgmax is false; INTERNAL with the CUDA error if the launch
+// fails. REQUIRES: bias does not overlap logits.
+absl::Status MarkovArgmax(const MarkovArgmaxParams& p, cudaStream_t stream);
+
 }  // namespace weir::kernels::cuda::decode
 
 #endif  // WEIR_KERNELS_CUDA_DECODE_ROWS_H_
