@@ -341,14 +341,9 @@ int Run(int argc, char** argv) {
     std::cerr << "weir: " << s.message() << "\n";
     return 2;
   }
-  if (*num_draft_tokens > 0 && absl::GetFlag(FLAGS_backend) == "cuda") {
-    // The device decoder has no draft/verify path yet: verify rows would take the
-    // multi-token path, whose fast numerics differ from the decode kernels', and
-    // outputs would no longer equal --speculative=off's (seen on the H200).
-    std::cerr << "weir: --speculative=dspark runs on --backend=cpu only (the device decoder "
-                 "has no draft and verify path yet)\n";
-    return 2;
-  }
+  // --backend=cuda speculates on the device decoder (it drafts, verifies and
+  // rolls back there: worker --device_decode on one rank); a worker that
+  // cannot refuses the model load with FAILED_PRECONDITION naming why.
   if (absl::GetFlag(FLAGS_ced_replay) && absl::GetFlag(FLAGS_backend) == "cuda") {
     // Not run on a GPU yet (the replay is in the model's forward, which CudaOps
     // would run, and the device decoder would take the sequences after it).

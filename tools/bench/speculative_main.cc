@@ -22,6 +22,13 @@
 // MODEL_DIR holds config.json and a checkpoint (a tokenizer too, for text
 // prompts and the Engram map); without --dir the random-weight tiny is
 // generated into a temporary directory (drafts are then rarely accepted).
+//
+// speculative_gpu (the same source built with WEIR_SPECULATIVE_DEVICE, tag
+// gpu; .gpu_bundle/tools/) runs the same loops with the executor's decode
+// backend a DeviceDecoder, as a CUDA worker of one rank does: prompts as
+// device chunks, verification runs, drafts (DeviceDecoderOptions::drafting)
+// and rollbacks on the device; --numerics=fast|reference. A fresh decoder
+// for every run.
 
 #include <algorithm>
 #include <chrono>
@@ -45,6 +52,9 @@
 #include "worker/model/tiny_checkpoint.h"
 #include "worker/step_executor.h"
 #include "worker/verify_length.h"
+#ifdef WEIR_SPECULATIVE_DEVICE
+#include "worker/model/device_decoder.h"
+#endif
 
 ABSL_FLAG(std::string, dir, "", "Model directory with a checkpoint (default: random tiny).");
 ABSL_FLAG(std::string, config, "models/random/tiny/config.json",
@@ -55,6 +65,10 @@ ABSL_FLAG(int, num_draft_tokens, 0, "Drafts verified per row; 0 = the DSpark blo
 ABSL_FLAG(bool, profile_verify, false,
           "Measure the verify cost curve at --batches and write DIR/verify_cost.json first.");
 ABSL_FLAG(std::string, machine, "", "With --profile_verify: the machine, for measured_on.");
+#ifdef WEIR_SPECULATIVE_DEVICE
+ABSL_FLAG(std::string, numerics, "fast", "The device decoder's numerics: fast or reference.");
+ABSL_FLAG(bool, bf16, true, "ActivationPrecision::kBf16 (else kFp32).");
+#endif
 
 namespace {
 
@@ -79,23 +93,71 @@ const char* const kPrompts[] = {
 struct Result {
   double seconds = 0;
   int64_t tokens = 0;
-  int64_t rows = 0;  // decode rows run
+  int64_t rows = 0;      // decode rows run
   int64_t verified = 0;  // drafts those rows verified
   std::vector<std::vector<int64_t>> outputs;
+  std::string device;  // the device decoder's step and draft times (speculative_gpu)
 };
+
+// The model's Engram token map (ModelOptions'), for the device decoder.
+std::vector<int64_t>& EngramMap() {
+  static std::vector<int64_t>* map = new std::vector<int64_t>();
+  return *map;
+}
+
+// The executor's decode backend for one run of `batch` sequences: none on
+// the CPU; a fresh DeviceDecoder (drafting when `drafts` > 0) on the GPU.
+std::unique_ptr<weir::model::DecodeBackend> MakeBackend(
+    weir::model::Model& model, const std::vector<std::vector<int64_t>>& prompts, int batch,
+    int new_tokens, int drafts) {
+#ifdef WEIR_SPECULATIVE_DEVICE
+  int64_t longest = 0;
+  for (const auto& p : prompts) longest = std::max<int64_t>(longest, p.size());
+  weir::model::DeviceDecoderOptions o;
+  absl::StatusOr<weir::model::DecodeNumerics> numerics =
+      weir::model::ParseDecodeNumerics(absl::GetFlag(FLAGS_numerics));
+  WEIR_CHECK(numerics.ok()) << numerics.status();
+  o.numerics = *numerics;
+  o.max_sequences = batch;
+  o.max_positions = longest + new_tokens + 2 * drafts + 8;
+  o.max_rollback = drafts;
+  o.drafting = drafts > 0;
+  o.max_rows_per_slot = static_cast<int>(std::max<int64_t>(longest, drafts + 1));
+  o.max_batch = static_cast<int>(std::max<int64_t>(
+      {int64_t{batch} * (drafts + 1), o.max_rows_per_slot, model.config().dspark_block_size}));
+  o.engram_token_map = EngramMap();
+  auto dd = weir::model::DeviceDecoder::Create(model,
+                                               absl::GetFlag(FLAGS_bf16)
+                                                   ? weir::model::ActivationPrecision::kBf16
+                                                   : weir::model::ActivationPrecision::kFp32,
+                                               o);
+  WEIR_CHECK(dd.ok()) << dd.status();
+  return std::move(*dd);
+#else
+  return nullptr;
+#endif
+}
 
 Result Decode(weir::model::Model& model, const std::vector<std::vector<int64_t>>& prompts,
               int batch, int new_tokens, int drafts, const VerifyCostCurve* curve) {
-  // Without a KV pool: each sequence keeps its entries in its own vectors.
+  // Without a KV pool: each sequence keeps its entries in its own vectors
+  // (or on the device decoder).
+  std::unique_ptr<weir::model::DecodeBackend> backend =
+      MakeBackend(model, prompts, batch, new_tokens, drafts);
   StepExecutor ex(model, batch);
+  if (backend != nullptr) ex.SetDecodeBackend(backend.get());
   WEIR_CHECK_OK(ex.SetSpeculation(drafts));
   if (curve != nullptr) ex.SetVerifyCostCurve(*curve);
   weir::worker::sampling::SamplingParams greedy;
   greedy.temperature = 0.0f;
   std::vector<RowPlan> rows;
   for (int s = 0; s < batch; ++s) {
-    RowPlan row{.slot = s, .start_pos = 0, .tokens = prompts[s % prompts.size()], .sample = true,
-                .sampling = greedy, .draft_tokens = drafts > 0 ? 0 : -1};
+    RowPlan row{.slot = s,
+                .start_pos = 0,
+                .tokens = prompts[s % prompts.size()],
+                .sample = true,
+                .sampling = greedy,
+                .draft_tokens = drafts > 0 ? 0 : -1};
     rows.push_back(std::move(row));
   }
   Result r;
@@ -123,10 +185,14 @@ Result Decode(weir::model::Model& model, const std::vector<std::vector<int64_t>>
       }
       if (static_cast<int>(r.outputs[s].size()) >= new_tokens) continue;
       // The slot holds the prompt and every token but the last (its input).
-      const int64_t start = static_cast<int64_t>(prompts[s % prompts.size()].size() +
-                                                 r.outputs[s].size()) - 1;
-      next.push_back({.slot = s, .start_pos = start, .remap = index, .sample = true,
-                      .sampling = greedy, .draft_tokens = drafts > 0 ? drafts : -1});
+      const int64_t start =
+          static_cast<int64_t>(prompts[s % prompts.size()].size() + r.outputs[s].size()) - 1;
+      next.push_back({.slot = s,
+                      .start_pos = start,
+                      .remap = index,
+                      .sample = true,
+                      .sampling = greedy,
+                      .draft_tokens = drafts > 0 ? drafts : -1});
     }
     if (next.empty()) break;
     rows = std::move(next);
@@ -134,6 +200,20 @@ Result Decode(weir::model::Model& model, const std::vector<std::vector<int64_t>>
     WEIR_CHECK(out.ok()) << out.status();
   }
   r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+#ifdef WEIR_SPECULATIVE_DEVICE
+  if (auto* dd = dynamic_cast<weir::model::DeviceDecoder*>(backend.get())) {
+    const weir::model::DeviceDecoderStats& st = dd->stats();
+    char line[256];
+    std::snprintf(line, sizeof(line),
+                  "%lld steps, %.3f ms a step (device %.3f), %lld draft passes, %.3f ms a pass",
+                  static_cast<long long>(st.steps),
+                  1e3 * st.host_seconds / std::max<int64_t>(1, st.steps),
+                  1e3 * st.device_seconds / std::max<int64_t>(1, st.steps),
+                  static_cast<long long>(st.draft_launches),
+                  1e3 * st.draft_seconds / std::max<int64_t>(1, st.draft_launches));
+    r.device = line;
+  }
+#endif
   return r;
 }
 
@@ -166,9 +246,10 @@ void PrintCosts(weir::model::Model& model, const std::vector<int64_t>& prompt, i
     WEIR_CHECK_OK(seq->Rollback(1 + drafts));
   });
   const double draft = BestOf(5, [&] { WEIR_CHECK(model.Draft(*seq, prompt.back()).ok()); });
-  std::printf("costs, one sequence: 1-token forward %.2f ms, %d-token verify %.2f ms, "
-              "draft %.2f ms\n",
-              one, 1 + drafts, verify, draft);
+  std::printf(
+      "costs, one sequence: 1-token forward %.2f ms, %d-token verify %.2f ms, "
+      "draft %.2f ms\n",
+      one, 1 + drafts, verify, draft);
 }
 
 // Drafting `batch` sequences (the bench's prompts, prefilled) as the executor
@@ -266,6 +347,7 @@ int Run() {
     auto engram = weir::tokenizer::BuildEngramVocab(**tok);
     if (engram.ok() && engram->size == config.engram_compressed_vocab_size) {
       options.engram_token_map.assign(engram->compressed_id.begin(), engram->compressed_id.end());
+      EngramMap() = options.engram_token_map;
     }
     for (const char* text : kPrompts) {
       auto ids = (*tok)->Encode(text, /*add_special_tokens=*/true);
@@ -287,14 +369,18 @@ int Run() {
   const int new_tokens = absl::GetFlag(FLAGS_new_tokens);
   std::printf("model %s, greedy, %d new tokens a sequence, %d drafts a row\n",
               dir.empty() ? "random tiny" : dir.c_str(), new_tokens, drafts);
+#ifndef WEIR_SPECULATIVE_DEVICE  // the model's costs on the CPU
   PrintCosts(**model, prompts[0], drafts);
+#endif
   std::vector<int> batches;
   for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_batches), ',')) {
     int batch = 0;
     WEIR_CHECK(absl::SimpleAtoi(part, &batch) && batch > 0) << "--batches: " << part;
     batches.push_back(batch);
   }
+#ifndef WEIR_SPECULATIVE_DEVICE
   PrintDraftCosts(**model, prompts, batches);
+#endif
   std::optional<VerifyCostCurve> curve;
   if (absl::GetFlag(FLAGS_profile_verify)) {
     WEIR_CHECK(!dir.empty()) << "--profile_verify writes DIR/verify_cost.json: set --dir";
@@ -345,6 +431,11 @@ int Run() {
       std::printf(" %10s %6s %6s |", "-", "-", "-");
     }
     std::printf(" %5s\n", equal ? "yes" : "NO");
+    for (const Result* run : {&off, &fixed}) {
+      if (!run->device.empty()) {
+        std::printf("       %s: %s\n", run == &off ? "off" : "fixed", run->device.c_str());
+      }
+    }
     std::fflush(stdout);
   }
   return 0;

@@ -623,6 +623,44 @@ absl::StatusOr<std::span<const float>> DeviceDecoder::StepView(std::span<const i
   return StepRows(slots, tokens, std::nullopt);
 }
 
+absl::Status DeviceDecoder::LaunchGraph(int64_t key, absl::FunctionRef<absl::Status()> enqueue) {
+  Impl& m = *impl_;
+  auto it = m.graphs.find(key);
+  if (it == m.graphs.end()) {
+    WEIR_DD_CUDA("begin capture",
+                 cudaStreamBeginCapture(m.stream, cudaStreamCaptureModeThreadLocal));
+    absl::Status enq = enqueue();
+    cudaGraph_t graph = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(m.stream, &graph);
+    if (!enq.ok()) {
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      return enq;
+    }
+    if (end != cudaSuccess) return CudaError("end capture", end);
+    size_t nodes = 0;
+    if (cudaGraphGetNodes(graph, nullptr, &nodes) == cudaSuccess) {
+      stats_.graph_nodes = static_cast<int64_t>(nodes);
+    }
+    stats_.programmatic_edges = 0;
+    if (options_.programmatic_launch) {
+      absl::StatusOr<int64_t> edges = kernels::cuda::MakeKernelEdgesProgrammatic(graph);
+      if (!edges.ok()) {
+        cudaGraphDestroy(graph);
+        return edges.status();
+      }
+      stats_.programmatic_edges = *edges;
+    }
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (inst != cudaSuccess) return CudaError("instantiate", inst);
+    it = m.graphs.emplace(key, exec).first;
+    ++stats_.graph_captures;
+  }
+  WEIR_DD_CUDA("graph launch", cudaGraphLaunch(it->second, m.stream));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::span<const float>> DeviceDecoder::StepRows(
     std::span<const int> slots, std::span<const int64_t> tokens,
     std::optional<std::span<const int>> logit_rows) {
@@ -722,39 +760,7 @@ absl::StatusOr<std::span<const float>> DeviceDecoder::StepRows(
     // captured on first use.
     if (options_.use_graphs && padded <= options_.graph_max_rows) {
       const int64_t key = (padded * (m.batch_cap + 2) + head_padded + 1) * 2 + (runs ? 1 : 0);
-      auto it = m.graphs.find(key);
-      if (it == m.graphs.end()) {
-        WEIR_DD_CUDA("begin capture",
-                     cudaStreamBeginCapture(m.stream, cudaStreamCaptureModeThreadLocal));
-        absl::Status enq = m.Enqueue(padded, head_padded, runs);
-        cudaGraph_t graph = nullptr;
-        const cudaError_t end = cudaStreamEndCapture(m.stream, &graph);
-        if (!enq.ok()) {
-          if (graph != nullptr) cudaGraphDestroy(graph);
-          return enq;
-        }
-        if (end != cudaSuccess) return CudaError("end capture", end);
-        size_t nodes = 0;
-        if (cudaGraphGetNodes(graph, nullptr, &nodes) == cudaSuccess) {
-          stats_.graph_nodes = static_cast<int64_t>(nodes);
-        }
-        stats_.programmatic_edges = 0;
-        if (options_.programmatic_launch) {
-          absl::StatusOr<int64_t> edges = kernels::cuda::MakeKernelEdgesProgrammatic(graph);
-          if (!edges.ok()) {
-            cudaGraphDestroy(graph);
-            return edges.status();
-          }
-          stats_.programmatic_edges = *edges;
-        }
-        cudaGraphExec_t exec = nullptr;
-        const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
-        cudaGraphDestroy(graph);
-        if (inst != cudaSuccess) return CudaError("instantiate", inst);
-        it = m.graphs.emplace(key, exec).first;
-        ++stats_.graph_captures;
-      }
-      WEIR_DD_CUDA("graph launch", cudaGraphLaunch(it->second, m.stream));
+      RETURN_IF_ERROR(LaunchGraph(key, [&] { return m.Enqueue(padded, head_padded, runs); }));
       ++stats_.graph_launches;
     } else {
       m.profiling = options_.profile;

@@ -300,6 +300,7 @@ struct DeviceDecoderStats {
   int64_t programmatic_edges = 0;  // of its edges, made programmatic
   int64_t eager_steps = 0;
   int64_t drafts = 0;           // sequences drafted (DraftBatch)
+  double draft_seconds = 0;     // wall time inside DraftBatch
   int64_t draft_launches = 0;   // DraftBatch's device passes (batch_cap / block sequences each)
   double host_seconds = 0;      // wall time inside Step
   double device_seconds = 0;    // device time of the steps (events around the graph)
@@ -476,6 +477,9 @@ class DeviceDecoder : public DecodeBackend {
       const ModelConfig& config, ActivationPrecision precision,
       const DeviceDecoderOptions& options, uint64_t seed);
   explicit DeviceDecoder(std::unique_ptr<Impl> impl);
+  // Launches the graph of `key` on the decoder's stream, capturing
+  // `enqueue` into it on first use (with programmatic edges per options).
+  absl::Status LaunchGraph(int64_t key, absl::FunctionRef<absl::Status()> enqueue);
   std::unique_ptr<Impl> impl_;
   DeviceDecoderOptions options_;
   DeviceDecoderStats stats_;

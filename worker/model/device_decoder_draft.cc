@@ -151,6 +151,7 @@ absl::Status DeviceDecoder::Impl::EnqueueDraft(int64_t sequences, int64_t padded
 
 std::vector<absl::StatusOr<DraftResult>> DeviceDecoder::DraftBatch(
     std::span<const int> slots, std::span<const int64_t> next_tokens) {
+  const auto t0 = std::chrono::steady_clock::now();
   Impl& m = *impl_;
   const ModelConfig& c = m.c;
   std::vector<absl::StatusOr<DraftResult>> out(
@@ -228,7 +229,14 @@ std::vector<absl::StatusOr<DraftResult>> DeviceDecoder::DraftBatch(
       WEIR_DD_CUDA("draft inputs", cudaMemcpyAsync(m.meta_dev, m.meta_host, m.meta_bytes,
                                                    cudaMemcpyHostToDevice, m.stream));
       m.profiling = false;
-      RETURN_IF_ERROR(m.EnqueueDraft(n, padded));
+      // A graph per sequence count (the copies back depend on it); the step
+      // graphs' keys are >= 0.
+      if (options_.use_graphs && padded <= options_.graph_max_rows) {
+        RETURN_IF_ERROR(LaunchGraph(-1 - n, [&] { return m.EnqueueDraft(n, padded); }));
+        ++stats_.graph_launches;
+      } else {
+        RETURN_IF_ERROR(m.EnqueueDraft(n, padded));
+      }
       WEIR_DD_CUDA("draft", cudaStreamSynchronize(m.stream));
       return absl::OkStatus();
     }();
@@ -250,6 +258,8 @@ std::vector<absl::StatusOr<DraftResult>> DeviceDecoder::DraftBatch(
       ++stats_.drafts;
     }
   }
+  stats_.draft_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }
 
