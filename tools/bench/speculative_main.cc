@@ -93,6 +93,11 @@ const char* const kPrompts[] = {
 struct Result {
   double seconds = 0;
   int64_t tokens = 0;
+  // Until the first sequence has its tokens (every sequence still decoding):
+  // the batch's steady rate, without the tail where the sequences that
+  // accepted fewer drafts finish alone.
+  double steady_seconds = 0;
+  int64_t steady_tokens = 0;
   int64_t rows = 0;      // decode rows run
   int64_t verified = 0;  // drafts those rows verified
   std::vector<std::vector<int64_t>> outputs;
@@ -183,7 +188,13 @@ Result Decode(weir::model::Model& model, const std::vector<std::vector<int64_t>>
         r.tokens += static_cast<int64_t>(o.accepted.size()) + 1;
         r.verified += o.verified_drafts;
       }
-      if (static_cast<int>(r.outputs[s].size()) >= new_tokens) continue;
+      if (static_cast<int>(r.outputs[s].size()) >= new_tokens) {
+        if (r.steady_seconds == 0) {
+          r.steady_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+          r.steady_tokens = r.tokens;
+        }
+        continue;
+      }
       // The slot holds the prompt and every token but the last (its input).
       const int64_t start =
           static_cast<int64_t>(prompts[s % prompts.size()].size() + r.outputs[s].size()) - 1;
@@ -403,8 +414,9 @@ int Run() {
     }
   }
   // Per mode: tokens/s, mean verify length, mean accepted length.
-  std::printf("%6s %10s | %10s %6s %6s | %10s %6s %6s | %5s\n", "batch", "off tok/s", "fixed tok/s",
-              "verify", "accept", "conf tok/s", "verify", "accept", "equal");
+  std::printf("%6s %10s | %10s %6s %6s | %10s %6s %6s | %5s | steady tok/s: off fixed\n", "batch",
+              "off tok/s", "fixed tok/s", "verify", "accept", "conf tok/s", "verify", "accept",
+              "equal");
   for (int batch : batches) {
     const Result off = Decode(**model, prompts, batch, new_tokens, 0, nullptr);
     const Result fixed = Decode(**model, prompts, batch, new_tokens, drafts, nullptr);
@@ -430,7 +442,10 @@ int Run() {
     } else {
       std::printf(" %10s %6s %6s |", "-", "-", "-");
     }
-    std::printf(" %5s\n", equal ? "yes" : "NO");
+    auto steady = [](const Result& r) {
+      return r.steady_seconds > 0 ? r.steady_tokens / r.steady_seconds : r.tokens / r.seconds;
+    };
+    std::printf(" %5s | %10.1f %10.1f\n", equal ? "yes" : "NO", steady(off), steady(fixed));
     for (const Result* run : {&off, &fixed}) {
       if (!run->device.empty()) {
         std::printf("       %s: %s\n", run == &off ? "off" : "fixed", run->device.c_str());

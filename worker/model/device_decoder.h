@@ -193,8 +193,9 @@ struct DeviceDecoderOptions {
   // stages live here too; every step writes their rings (the targets' mean
   // over the mHC streams, main_proj, each stage's window KV) for every row,
   // and DraftBatch runs a block through the stages and the heads. Needs a
-  // model with stages and no communicator (the stages' experts are all
-  // local); the rings follow Rollback like the backbone's.
+  // model with stages and no communicator of more than one rank (the
+  // stages' experts are all local, never exchanged); the rings follow
+  // Rollback like the backbone's.
   bool drafting = false;
   // > 0: Create lowers max_positions (to no less than 2) until the arena fits
   // in this many bytes; options() then reports the value used.

@@ -229,9 +229,10 @@ std::vector<absl::StatusOr<DraftResult>> DeviceDecoder::DraftBatch(
       WEIR_DD_CUDA("draft inputs", cudaMemcpyAsync(m.meta_dev, m.meta_host, m.meta_bytes,
                                                    cudaMemcpyHostToDevice, m.stream));
       m.profiling = false;
-      // A graph per sequence count (the copies back depend on it); the step
-      // graphs' keys are >= 0.
-      if (options_.use_graphs && padded <= options_.graph_max_rows) {
+      // A graph per sequence count (the copies back depend on it; at most
+      // max_sequences graphs, whatever graph_max_rows); the step graphs'
+      // keys are >= 0.
+      if (options_.use_graphs) {
         RETURN_IF_ERROR(LaunchGraph(-1 - n, [&] { return m.EnqueueDraft(n, padded); }));
         ++stats_.graph_launches;
       } else {

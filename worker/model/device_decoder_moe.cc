@@ -222,7 +222,8 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
                               stream));
   // The pairs this rank computes: its own (groups = logical experts), or with
   // a communicator every rank's pairs routed here (groups = local slots).
-  const bool ep = options.communicator != nullptr;
+  // (A DSpark stage's experts are all local: never exchanged.)
+  const bool ep = options.communicator != nullptr && layer < c.n_layers;
   const float* in_x = h;
   const int32_t* in_groups = moe_idx;
   const float* in_weight = moe_w;
@@ -486,6 +487,10 @@ absl::Status DeviceDecoder::SetPlacement(const ExpertPlacement& placement) {
   WEIR_DD_CUDA("placement", cudaStreamSynchronize(m.stream));
   for (const Upload& u : uploads) {
     WEIR_DD_CUDA("placement upload", cudaMemcpy(u.dst, u.src, u.bytes, cudaMemcpyHostToDevice));
+  }
+  // The DSpark stages' slots (all local) stay as they are.
+  for (size_t l = next.local.size(); l < m.ex.local.size(); ++l) {
+    next.local.push_back(std::move(m.ex.local[l]));
   }
   m.ex = std::move(next);
   options_.placement = placement;

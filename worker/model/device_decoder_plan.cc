@@ -127,9 +127,9 @@ absl::StatusOr<LocalExperts> CheckDecodable(const ModelConfig& c, const LayerRol
       return absl::InvalidArgumentError(
           "DeviceDecoder: drafting needs a model with DSpark stages, targets and real weights");
     }
-    if (options.communicator != nullptr) {
+    if (options.communicator != nullptr && options.communicator->world_size() > 1) {
       return absl::InvalidArgumentError(
-          "DeviceDecoder: drafting with a communicator (the stages' experts are not placed)");
+          "DeviceDecoder: drafting over several ranks (the stages' experts are not placed)");
     }
     if (options.max_rows_per_slot < 2 || options.max_batch < c.dspark_block_size) {
       return absl::InvalidArgumentError(absl::StrCat(

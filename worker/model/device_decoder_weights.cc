@@ -247,7 +247,7 @@ absl::Status DeviceDecoder::Impl::LayoutWeights(Region& r, int64_t& max_in) {
       L.w13_fp8 = first.w1.fp8_activation;
       L.w2_fp8 = first.w2.fp8_activation;
     }
-    if (options.communicator != nullptr) {
+    if (options.communicator != nullptr && l < c.n_layers) {  // DSpark stages: all local
       L.ep_offsets = r.Put(ex.replicas[l].offsets);
       L.ep_slots = r.Put(ex.replicas[l].slots);
     }
