@@ -336,7 +336,8 @@ int Run(int argc, char** argv) {
     return 2;
   }
   if (absl::Status s =
-          VerifyLengthFromFlags(absl::GetFlag(FLAGS_verify_length), *num_draft_tokens, model_dir);
+          VerifyLengthFromFlags(absl::GetFlag(FLAGS_verify_length), *num_draft_tokens, model_dir,
+                                /*workers_measure=*/absl::GetFlag(FLAGS_backend) == "cuda");
       !s.ok()) {
     std::cerr << "weir: " << s.message() << "\n";
     return 2;

@@ -31,9 +31,10 @@ absl::StatusOr<int32_t> NumDraftTokensFromFlags(std::string_view mode, int num_d
 // (NumDraftTokensFromFlags). INVALID_ARGUMENT (naming the flag) unless it is
 // "fixed" or "confidence"; for "confidence" with speculation off
 // (`num_draft_tokens` 0); FAILED_PRECONDITION for "confidence" when
-// `model_dir` has no verify_cost.json (the workers check its contents).
+// `model_dir` has no verify_cost.json (the workers check its contents),
+// unless `workers_measure` (CUDA workers measure their own curve at load).
 absl::Status VerifyLengthFromFlags(std::string_view policy, int32_t num_draft_tokens,
-                                   const std::string& model_dir);
+                                   const std::string& model_dir, bool workers_measure = false);
 
 }  // namespace weir::coordinator
 

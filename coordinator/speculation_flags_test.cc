@@ -54,6 +54,10 @@ TEST(SpeculationFlagsTest, VerifyLengthConfidenceNeedsDsparkAndTheCostCurve) {
   EXPECT_NE(std::string(missing.message()).find("verify_cost.json"), std::string::npos);
   std::ofstream(dir + "/verify_cost.json") << "{}";
   EXPECT_TRUE(VerifyLengthFromFlags("confidence", 5, dir).ok());
+  // CUDA workers measure their own curve: no file needed.
+  EXPECT_TRUE(VerifyLengthFromFlags("confidence", 5, "/nonexistent", true).ok());
+  EXPECT_EQ(VerifyLengthFromFlags("confidence", 0, dir, true).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

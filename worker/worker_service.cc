@@ -2,9 +2,8 @@
 
 #include <cuda_runtime.h>
 
-#include <filesystem>
-
 #include <algorithm>
+#include <filesystem>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_set.h"
@@ -26,6 +25,7 @@
 #include "worker/model/expert_parallel_model.h"
 #include "worker/step_sequencer.h"
 #include "worker/verify_length.h"
+#include "worker/verify_profile.h"
 #include "worker/worker_service_internal.h"
 
 namespace weir::worker {
@@ -474,7 +474,32 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     WEIR_LOG(INFO) << "speculative decoding: DSpark, " << num_draft_tokens << " drafts a row";
   }
   std::optional<VerifyCostCurve> cost_curve;
-  if (request->verify_length() == "confidence") {
+  if (request->verify_length() == "confidence" && device_decoder != nullptr &&
+      device_decoder->drafts()) {
+    // Drafting on the device: the curve of this decoder on this GPU,
+    // measured now (a curve of the CPU model says nothing about it).
+    const int64_t batches[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+    absl::StatusOr<VerifyCostCurve> curve =
+        ProfileVerifyCost(*device_decoder, batches,
+                          {.drafts = num_draft_tokens,
+                           .reps = 3,
+                           .backend = "cuda",
+                           .measured_on = "this worker's start-up",
+                           .model = std::filesystem::path(request->model_dir()).filename().string(),
+                           .blocks_per_slot = device_decoder->BlocksFor(num_draft_tokens + 3)});
+    if (!curve.ok()) return ToGrpcStatus(curve.status());
+    std::string points;
+    for (const VerifyCostCurve::Point& p : curve->points) {
+      absl::StrAppend(&points, points.empty() ? "" : "; ", "batch ", p.batch, ": draft ",
+                      p.draft_ms, " ms a row, steps");
+      for (double ms : p.step_ms) absl::StrAppend(&points, " ", ms);
+      absl::StrAppend(&points, " ms");
+    }
+    WEIR_LOG(INFO) << "verify length: from the DSpark confidence against the decoder's curve, "
+                      "measured now: "
+                   << points;
+    cost_curve = std::move(*curve);
+  } else if (request->verify_length() == "confidence") {
     absl::StatusOr<VerifyCostCurve> curve = LoadVerifyCostCurve(request->model_dir());
     if (absl::IsNotFound(curve.status())) {
       return Error(

@@ -6,7 +6,8 @@
 // with the verify length chosen from the DSpark confidence against the
 // model's cost curve (confidence), the mean verify length (drafts a
 // speculative row verified), the mean accepted length (tokens it emits: 1 +
-// accepted drafts) and whether the outputs equal off's. Before that, per
+// accepted drafts) and whether the outputs equal off's (batch 1: every
+// prompt decoded alone in turn, summed). Before that, per
 // batch size, the time to draft B sequences one Model::Draft at a time and in
 // one Model::DraftBatch (what the executor does per step).
 //
@@ -418,12 +419,30 @@ int Run() {
               "off tok/s", "fixed tok/s", "verify", "accept", "conf tok/s", "verify", "accept",
               "equal");
   for (int batch : batches) {
-    const Result off = Decode(**model, prompts, batch, new_tokens, 0, nullptr);
-    const Result fixed = Decode(**model, prompts, batch, new_tokens, drafts, nullptr);
+    // Batch 1 decodes each prompt alone in turn (one prompt's acceptance is
+    // not the model's); larger batches take the prompts in turn.
+    auto run = [&](int d, const VerifyCostCurve* c) {
+      if (batch > 1) return Decode(**model, prompts, batch, new_tokens, d, c);
+      Result all;
+      for (const std::vector<int64_t>& prompt : prompts) {
+        Result one = Decode(**model, {prompt}, 1, new_tokens, d, c);
+        all.seconds += one.seconds;
+        all.tokens += one.tokens;
+        all.rows += one.rows;
+        all.verified += one.verified;
+        all.steady_seconds += one.seconds;
+        all.steady_tokens += one.tokens;
+        all.outputs.push_back(std::move(one.outputs[0]));
+        all.device = one.device;
+      }
+      return all;
+    };
+    const Result off = run(0, nullptr);
+    const Result fixed = run(drafts, nullptr);
     std::optional<Result> conf;
-    if (curve.has_value()) conf = Decode(**model, prompts, batch, new_tokens, drafts, &*curve);
+    if (curve.has_value()) conf = run(drafts, &*curve);
     bool equal = true;
-    for (int s = 0; s < batch; ++s) {
+    for (size_t s = 0; s < off.outputs.size(); ++s) {
       const auto& a = off.outputs[s];
       equal = equal && std::equal(a.begin(), a.begin() + new_tokens, fixed.outputs[s].begin());
       if (conf.has_value()) {

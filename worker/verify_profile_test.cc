@@ -1,0 +1,84 @@
+// ProfileVerifyCost on HostDecodeBackend (the CPU stand-in of a drafting
+// DeviceDecoder) over the random tiny: a curve of the batch sizes that fit,
+// every cost positive, the backend's slots empty again; the refusals.
+#include "worker/verify_profile.h"
+
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "worker/model/host_decode_backend.h"
+#include "worker/step_executor_test_util.h"
+
+namespace weir::worker {
+namespace {
+
+struct Fixture {
+  const model::Checkpoint* checkpoint =
+      model::DerivedCheckpoint("random/tiny", "random_tiny_seed5", {}, 5);
+  std::unique_ptr<model::Model> model =
+      checkpoint == nullptr ? nullptr : model::NewModelOrFail(*checkpoint);
+};
+
+TEST(VerifyProfileTest, MeasuresTheBatchSizesThatFit) {
+  Fixture f;
+  ASSERT_NE(f.model, nullptr);
+  // 4 slots, 12 rows a step: batch 8 does not fit, nor 4 x (3 + 1) = 16 rows.
+  model::HostDecodeBackend backend(*f.model, /*max_sequences=*/4, /*max_batch=*/12,
+                                   /*max_positions=*/64, /*collective=*/false,
+                                   /*max_rows_per_slot=*/4);
+  backend.ExpectBlockTables(8, 16);
+  backend.EnableDrafting();
+  const int64_t batches[] = {1, 2, 3, 4, 8};
+  absl::StatusOr<VerifyCostCurve> curve = ProfileVerifyCost(backend, batches,
+                                                            {.drafts = 3,
+                                                             .reps = 1,
+                                                             .backend = "cpu",
+                                                             .measured_on = "test",
+                                                             .model = "random tiny",
+                                                             .blocks_per_slot = 1});
+  ASSERT_TRUE(curve.ok()) << curve.status();
+  ASSERT_EQ(curve->points.size(), 3u);  // 1, 2, 3
+  EXPECT_EQ(curve->max_drafts(), 3);
+  for (size_t i = 0; i < curve->points.size(); ++i) {
+    const VerifyCostCurve::Point& p = curve->points[i];
+    EXPECT_EQ(p.batch, static_cast<int64_t>(i + 1));
+    EXPECT_GT(p.draft_ms, 0);
+    for (double ms : p.step_ms) EXPECT_TRUE(std::isfinite(ms) && ms > 0) << ms;
+  }
+  // The JSON form round-trips (what a worker would log or keep).
+  absl::StatusOr<VerifyCostCurve> parsed = ParseVerifyCostCurve(VerifyCostCurveToJson(*curve));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->points.size(), 3u);
+  // Every slot is free again, and the backend still works.
+  for (int s = 0; s < 4; ++s) EXPECT_FALSE(backend.holds(s)) << s;
+  EXPECT_GT(backend.stats().drafts, 0);
+  EXPECT_GT(backend.stats().rollbacks, 0);
+  ASSERT_TRUE(
+      ProfileVerifyCost(backend, batches, {.drafts = 3, .reps = 1, .blocks_per_slot = 1}).ok());
+}
+
+TEST(VerifyProfileTest, Refusals) {
+  Fixture f;
+  ASSERT_NE(f.model, nullptr);
+  const int64_t batches[] = {1, 2};
+  model::HostDecodeBackend plain(*f.model, 2, 8, 64, false, 4);
+  EXPECT_EQ(ProfileVerifyCost(plain, batches, {.drafts = 3}).status().code(),
+            absl::StatusCode::kFailedPrecondition);  // does not draft
+  model::HostDecodeBackend backend(*f.model, 2, 8, 64, false, 4);
+  backend.EnableDrafting();
+  EXPECT_EQ(ProfileVerifyCost(backend, batches, {.drafts = 0}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ProfileVerifyCost(backend, batches, {.drafts = 4}).status().code(),
+            absl::StatusCode::kFailedPrecondition);  // 5 rows a slot
+  const int64_t unordered[] = {2, 1};
+  EXPECT_EQ(ProfileVerifyCost(backend, unordered, {.drafts = 1}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  const int64_t big[] = {16};
+  EXPECT_EQ(ProfileVerifyCost(backend, big, {.drafts = 1}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace weir::worker
