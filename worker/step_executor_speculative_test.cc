@@ -238,7 +238,7 @@ TEST(StepExecutorSpeculativeTest, DraftingBackendEmitsThePlainTokens) {
       model::HostDecodeBackend backend(*f.model, 4, /*max_batch=*/8, /*max_positions=*/4096,
                                        /*collective=*/false, /*max_rows_per_slot=*/kDrafts + 1);
       backend.ExpectBlockTables(kBlockTokens, 64);
-      backend.EnableDrafting();
+      backend.EnableDrafting(kDrafts);
       ExpectPrefixEqual(Speculative(*f.model, *f.pool, params, drafts, plain, on_backend, nullptr,
                                     nullptr, &backend),
                         plain);

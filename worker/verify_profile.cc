@@ -27,6 +27,11 @@ absl::StatusOr<double> Fastest(int reps, Body&& body) {
 
 }  // namespace
 
+int64_t ProfileVerifyPositions(int64_t batch_sizes, const VerifyProfileOptions& options) {
+  const int64_t rows = options.drafts + 1;
+  return 2 + batch_sizes * rows * (options.reps + 1) + rows;
+}
+
 absl::StatusOr<VerifyCostCurve> ProfileVerifyCost(model::DecodeBackend& backend,
                                                   std::span<const int64_t> batches,
                                                   const VerifyProfileOptions& options) {
@@ -63,7 +68,9 @@ absl::StatusOr<VerifyCostCurve> ProfileVerifyCost(model::DecodeBackend& backend,
   auto release = [&] {
     for (int s = 0; s < started; ++s) backend.Release(s).IgnoreError();
   };
-  // Every slot holds two positions (a sequence drafts from two on).
+  // Every slot holds two positions (a sequence drafts from two on), then
+  // one more after each timed step.
+  std::vector<int64_t> held(slots, 2);
   for (int s = 0; s < slots; ++s) {
     if (backend.takes_block_tables()) {
       std::vector<int32_t> table(options.blocks_per_slot);
@@ -105,8 +112,10 @@ absl::StatusOr<VerifyCostCurve> ProfileVerifyCost(model::DecodeBackend& backend,
         // Every position's logits, as a verification asks.
         absl::StatusOr<std::span<const float>> out = backend.StepRows(rows, tokens, std::nullopt);
         if (!out.ok()) return out.status();
+        // As a verification that rejects every draft: the token stays (a
+        // rollback undoes at most the drafts).
         for (int s = 0; s < b; ++s) {
-          if (absl::Status st = backend.Rollback(s, 2); !st.ok()) return st;
+          if (absl::Status st = backend.Rollback(s, ++held[s]); !st.ok()) return st;
         }
         return absl::OkStatus();
       });

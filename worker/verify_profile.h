@@ -31,10 +31,16 @@ struct VerifyProfileOptions {
   std::string measured_on;       // VerifyCostCurve::measured_on
   std::string model;             // VerifyCostCurve::model
   // A backend that takes block tables (takes_block_tables): the blocks each
-  // profiled slot needs for drafts + 3 positions; slot s gets blocks
-  // [s * blocks_per_slot, (s + 1) * blocks_per_slot).
+  // profiled slot needs for ProfileVerifyPositions positions; slot s gets
+  // blocks [s * blocks_per_slot, (s + 1) * blocks_per_slot).
   int64_t blocks_per_slot = 0;
 };
+
+// The most positions a profiled slot reaches over `batch_sizes` measured
+// batch sizes: it starts with two and keeps one position of every timed step
+// (a verification rejecting all its drafts), each step first writing
+// drafts + 1.
+int64_t ProfileVerifyPositions(int64_t batch_sizes, const VerifyProfileOptions& options);
 
 // Measures the curve at the batch sizes of `batches` (increasing, >= 1) the
 // backend can take: B sequences in its slots and B x (drafts + 1) rows in

@@ -28,16 +28,15 @@ TEST(VerifyProfileTest, MeasuresTheBatchSizesThatFit) {
   model::HostDecodeBackend backend(*f.model, /*max_sequences=*/4, /*max_batch=*/12,
                                    /*max_positions=*/64, /*collective=*/false,
                                    /*max_rows_per_slot=*/4);
-  backend.ExpectBlockTables(8, 16);
-  backend.EnableDrafting();
+  backend.ExpectBlockTables(8, 32);
+  backend.EnableDrafting(/*max_rollback=*/3);  // as the decoder of a worker drafting 3
   const int64_t batches[] = {1, 2, 3, 4, 8};
-  absl::StatusOr<VerifyCostCurve> curve = ProfileVerifyCost(backend, batches,
-                                                            {.drafts = 3,
-                                                             .reps = 1,
-                                                             .backend = "cpu",
-                                                             .measured_on = "test",
-                                                             .model = "random tiny",
-                                                             .blocks_per_slot = 1});
+  VerifyProfileOptions options{
+      .drafts = 3, .reps = 1, .backend = "cpu", .measured_on = "test", .model = "random tiny"};
+  // The blocks a slot needs, as a worker sizes them (46 positions: 6 blocks).
+  options.blocks_per_slot = backend.BlocksFor(ProfileVerifyPositions(5, options));
+  EXPECT_EQ(options.blocks_per_slot, 6);
+  absl::StatusOr<VerifyCostCurve> curve = ProfileVerifyCost(backend, batches, options);
   ASSERT_TRUE(curve.ok()) << curve.status();
   ASSERT_EQ(curve->points.size(), 3u);  // 1, 2, 3
   EXPECT_EQ(curve->max_drafts(), 3);
@@ -55,8 +54,7 @@ TEST(VerifyProfileTest, MeasuresTheBatchSizesThatFit) {
   for (int s = 0; s < 4; ++s) EXPECT_FALSE(backend.holds(s)) << s;
   EXPECT_GT(backend.stats().drafts, 0);
   EXPECT_GT(backend.stats().rollbacks, 0);
-  ASSERT_TRUE(
-      ProfileVerifyCost(backend, batches, {.drafts = 3, .reps = 1, .blocks_per_slot = 1}).ok());
+  ASSERT_TRUE(ProfileVerifyCost(backend, batches, options).ok());
 }
 
 TEST(VerifyProfileTest, Refusals) {

@@ -479,14 +479,15 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     // Drafting on the device: the curve of this decoder on this GPU,
     // measured now (a curve of the CPU model says nothing about it).
     const int64_t batches[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
-    absl::StatusOr<VerifyCostCurve> curve =
-        ProfileVerifyCost(*device_decoder, batches,
-                          {.drafts = num_draft_tokens,
-                           .reps = 3,
-                           .backend = "cuda",
-                           .measured_on = "this worker's start-up",
-                           .model = std::filesystem::path(request->model_dir()).filename().string(),
-                           .blocks_per_slot = device_decoder->BlocksFor(num_draft_tokens + 3)});
+    VerifyProfileOptions profile{
+        .drafts = num_draft_tokens,
+        .reps = 3,
+        .backend = "cuda",
+        .measured_on = "this worker's start-up",
+        .model = std::filesystem::path(request->model_dir()).filename().string()};
+    profile.blocks_per_slot = device_decoder->BlocksFor(
+        ProfileVerifyPositions(static_cast<int64_t>(std::size(batches)), profile));
+    absl::StatusOr<VerifyCostCurve> curve = ProfileVerifyCost(*device_decoder, batches, profile);
     if (!curve.ok()) return ToGrpcStatus(curve.status());
     std::string points;
     for (const VerifyCostCurve::Point& p : curve->points) {

@@ -141,6 +141,10 @@ absl::Status HostDecodeBackend::Rollback(int slot, int64_t length) {
   }
   const int64_t undo = slots_[slot]->length() - length;
   if (undo == 0) return absl::OkStatus();
+  if (max_rollback_ > 0 && undo > max_rollback_) {
+    return absl::InvalidArgumentError(absl::StrCat("Rollback: slot ", slot, " by ", undo,
+                                                   " positions, more than ", max_rollback_));
+  }
   if (absl::Status s = slots_[slot]->Rollback(undo); !s.ok()) return s;
   ++stats_.rollbacks;
   return absl::OkStatus();

@@ -77,8 +77,13 @@ class HostDecodeBackend : public DecodeBackend {
 
   // From now on the backend drafts (drafts(): true): DraftBatch is the
   // model's on the slot's own sequence (whose DSpark rings every step here
-  // keeps), Rollback the sequence's. REQUIRES: the model has DSpark stages.
-  void EnableDrafting() { drafting_ = true; }
+  // keeps), Rollback the sequence's, refusing (INVALID_ARGUMENT) to undo more
+  // than `max_rollback` positions when > 0, as DeviceDecoder does past its
+  // options.max_rollback. REQUIRES: the model has DSpark stages.
+  void EnableDrafting(int max_rollback = 0) {
+    drafting_ = true;
+    max_rollback_ = max_rollback;
+  }
   bool drafts() const override { return drafting_; }
   std::vector<absl::StatusOr<DraftResult>> DraftBatch(
       std::span<const int> slots, std::span<const int64_t> next_tokens) override;
@@ -101,6 +106,7 @@ class HostDecodeBackend : public DecodeBackend {
   int fail_in_ = 0;               // > 0: the fail_in_-th step from now fails
   int block_tokens_ = 0;          // > 0: block tables expected (ExpectBlockTables)
   bool drafting_ = false;         // EnableDrafting
+  int max_rollback_ = 0;          // EnableDrafting: > 0 caps a Rollback
   std::vector<int32_t> owner_;    // [pool blocks] slot or -1
   std::vector<std::vector<int32_t>> tables_;  // [slot]
   HostDecodeBackendStats stats_;
