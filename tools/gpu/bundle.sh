@@ -4,6 +4,7 @@
 #
 #   tools/gpu/bundle.sh [OUT_DIR]        # default: .gpu_bundle (git-ignored)
 #   -> also .gpu_pack/bundle.tar.xz (git-ignored), the packed bundle to carry
+#   BUNDLE_PACK="bin/NAME tools/NAME serve ..." packs only those (and lib/)
 #
 # Left out of the bundle: glibc, libstdc++/libgcc, CUDA and NCCL libraries (the
 # GPU machine has its own, and cuBLASLt/NCCL are linked by soname for that).
@@ -63,7 +64,18 @@ du -sh "${out}" >&2
 # The device runner carries at most 64 MiB; OpenBLAS alone is 36 MB, so the
 # bundle travels packed (about 17 MB) and is unpacked there first:
 #   run(carry=[".gpu_pack"], command="tar -xJf .gpu_pack/bundle.tar.xz && ...")
+# The carry limit counts the tracked files too (about 32 MB, the trained tiny
+# included), and the whole bundle packs to about 35 MB: BUNDLE_PACK (paths
+# under OUT_DIR, space-separated, e.g. "bin/worker_model_device_decoder_test
+# tools/speculative_gpu serve serve_smoke.sh") packs those and lib/ only.
 mkdir -p .gpu_pack
-tar -cJf .gpu_pack/bundle.tar.xz "${out}"
+if [[ -n "${BUNDLE_PACK:-}" ]]; then
+  read -r -a parts <<< "${BUNDLE_PACK}"
+  paths=("${out}/lib")
+  for part in "${parts[@]}"; do paths+=("${out}/${part}"); done
+  tar -cJf .gpu_pack/bundle.tar.xz "${paths[@]}"
+else
+  tar -cJf .gpu_pack/bundle.tar.xz "${out}"
+fi
 du -sh .gpu_pack/bundle.tar.xz >&2
 echo "${out}"

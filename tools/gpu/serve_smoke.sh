@@ -12,7 +12,10 @@
 # CUDA_COORDINATOR_FLAGS (space-separated) to the cuda runs' coordinator. KV
 # pressure (the device decoder's paged pools too small for the batch, so
 # requests queue and are preempted and recomputed): CUDA_COORDINATOR_FLAGS=
-# --kv_block_tokens=16 CUDA_WORKER_FLAGS=--kv_cache_blocks=10.
+# --kv_block_tokens=16 CUDA_WORKER_FLAGS=--kv_cache_blocks=10. Speculative
+# decoding on the device decoder (the cpu run stays plain, so identical
+# outputs mean lossless): CUDA_COORDINATOR_FLAGS="--speculative=dspark
+# --num_draft_tokens=4 [--verify_length=confidence]".
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 model="${1:-models/small}"
