@@ -5,7 +5,9 @@
 // draft replaced by the token the unconstrained argmax prefers, which the
 // grammar forbids wherever it differs from the greedy token) every emitted
 // token, its sampler log-probability, its scored logprobs and the grammar's
-// end equal plain decoding's, greedy and seeded.
+// end equal plain decoding's, greedy and seeded; also with the sequences on
+// a drafting decode backend (HostDecodeBackend standing in for a CUDA
+// worker's DeviceDecoder: verification runs, drafts and rollbacks there).
 #include <cstdlib>
 #include <iostream>
 #include <memory>
@@ -16,6 +18,7 @@
 #include "grammar/structured_output.h"
 #include "gtest/gtest.h"
 #include "tokenizer/tokenizer.h"
+#include "worker/model/host_decode_backend.h"
 #include "worker/step_executor.h"
 #include "worker/step_executor_test_util.h"
 
@@ -83,9 +86,10 @@ struct Run {
 // Decodes kPrompts[0] under `constraint` and kPrompts[1] unconstrained, both
 // with logprobs, until the constrained one ends (or kMaxOutput tokens).
 Run Decode(const grammar::Constraint& constraint, const sampling::SamplingParams& params,
-           Drafts drafts, const Run* reference) {
+           Drafts drafts, const Run* reference, model::HostDecodeBackend* backend = nullptr) {
   Fixture& f = Shared();
   StepExecutor ex(*f.model, 2, f.compiler.get());
+  if (backend != nullptr) ex.SetDecodeBackend(backend);
   Run run;
   if (drafts != Drafts::kOff) {
     EXPECT_TRUE(ex.SetSpeculation(kDrafts).ok());
@@ -93,8 +97,13 @@ Run Decode(const grammar::Constraint& constraint, const sampling::SamplingParams
   const int32_t draft_tokens = drafts == Drafts::kOff ? -1 : kDrafts;
   std::vector<RowPlan> rows;
   for (int32_t s = 0; s < 2; ++s) {
-    RowPlan row{.slot = s, .start_pos = 0, .tokens = kPrompts[s], .sample = true,
-                .sampling = params, .return_top_k = 1, .logprobs = 3,
+    RowPlan row{.slot = s,
+                .start_pos = 0,
+                .tokens = kPrompts[s],
+                .sample = true,
+                .sampling = params,
+                .return_top_k = 1,
+                .logprobs = 3,
                 .draft_tokens = draft_tokens};
     if (s == 0) {
       row.constraint = constraint;
@@ -112,18 +121,26 @@ Run Decode(const grammar::Constraint& constraint, const sampling::SamplingParams
       const RowOutcome& o = (*r)[s];
       EXPECT_EQ(o.accepted.size(), o.accepted_scored.size());
       for (size_t k = 0; k < o.accepted.size(); ++k) {
-        run.out[s].push_back({.token = o.accepted[k], .logprob = o.accepted_logprobs[k],
+        run.out[s].push_back({.token = o.accepted[k],
+                              .logprob = o.accepted_logprobs[k],
                               .scored = o.accepted_scored[k]});
       }
       run.accepted[s] += static_cast<int64_t>(o.accepted.size());
       EXPECT_TRUE(o.token.has_value() && o.sampled_logprobs.has_value());
       if (!o.token.has_value() || !o.sampled_logprobs.has_value()) return run;
-      run.out[s].push_back({.token = *o.token, .logprob = o.logprob,
-                            .scored = *o.sampled_logprobs, .finished = o.finished});
+      run.out[s].push_back({.token = *o.token,
+                            .logprob = o.logprob,
+                            .scored = *o.sampled_logprobs,
+                            .finished = o.finished});
       if (drafts == Drafts::kOff) run.unmasked_top[s].push_back(o.top_ids.at(0));
       if (s == 0) ended = o.finished || run.out[0].size() >= kMaxOutput;
-      rows[s] = {.slot = s, .start_pos = static_cast<int64_t>(kPrompts[s].size()), .remap = s,
-                 .sample = true, .sampling = params, .return_top_k = 1, .logprobs = 3,
+      rows[s] = {.slot = s,
+                 .start_pos = static_cast<int64_t>(kPrompts[s].size()),
+                 .remap = s,
+                 .sample = true,
+                 .sampling = params,
+                 .return_top_k = 1,
+                 .logprobs = 3,
                  .draft_tokens = draft_tokens};
       if (drafts == Drafts::kOff) {
         rows[s].start_pos += static_cast<int64_t>(run.out[s].size()) - 1;
@@ -163,24 +180,36 @@ void ExpectSpeculationChangesNothing(const grammar::Constraint& constraint,
     overruled += plain.unmasked_top[0][k] != plain.out[0][k].token;
   }
   EXPECT_GT(overruled, 2);
-  for (Drafts drafts : {Drafts::kModel, Drafts::kInjected}) {
-    const Run spec = Decode(constraint, params, drafts, &plain);
-    const size_t n = plain.out[0].size();
-    // The unconstrained sequence ran as many steps, so at least as many tokens.
-    for (int s = 0; s < 2; ++s) {
-      const size_t compared = s == 0 ? n : std::min(spec.out[1].size(), plain.out[1].size());
-      ASSERT_EQ(spec.out[s].size() >= compared, true) << "sequence " << s;
-      EXPECT_EQ(std::vector<Emitted>(spec.out[s].begin(), spec.out[s].begin() + compared),
-                std::vector<Emitted>(plain.out[s].begin(), plain.out[s].begin() + compared))
-          << "sequence " << s << (drafts == Drafts::kModel ? " (model drafts)" : " (injected)");
-    }
-    EXPECT_EQ(spec.out[0].size(), n);  // nothing after the grammar's end
-    if (drafts == Drafts::kInjected) {
-      // Drafts were accepted under the grammar, and on the other sequence.
-      EXPECT_GE(spec.accepted[0], 1);
-      EXPECT_GE(spec.accepted[1], 3);
-      std::cout << "drafts accepted: " << spec.accepted[0] << " of the constrained sequence's "
-                << n << " tokens, " << spec.accepted[1] << " of the other's\n";
+  for (const bool on_backend : {false, true}) {
+    for (Drafts drafts : {Drafts::kModel, Drafts::kInjected}) {
+      model::HostDecodeBackend backend(*Shared().model, 2, /*max_batch=*/16,
+                                       /*max_positions=*/4096, /*collective=*/false,
+                                       /*max_rows_per_slot=*/kDrafts + 1);
+      backend.EnableDrafting(kDrafts);
+      const Run spec = Decode(constraint, params, drafts, &plain, on_backend ? &backend : nullptr);
+      if (on_backend) {  // the sequences verified, drafted and rolled back there
+        EXPECT_EQ(backend.stats().starts, 2);
+        EXPECT_GT(backend.stats().drafts, 4);
+        EXPECT_GT(backend.stats().rollbacks, 0);
+      }
+      const size_t n = plain.out[0].size();
+      // The unconstrained sequence ran as many steps, so at least as many tokens.
+      for (int s = 0; s < 2; ++s) {
+        const size_t compared = s == 0 ? n : std::min(spec.out[1].size(), plain.out[1].size());
+        ASSERT_EQ(spec.out[s].size() >= compared, true) << "sequence " << s;
+        EXPECT_EQ(std::vector<Emitted>(spec.out[s].begin(), spec.out[s].begin() + compared),
+                  std::vector<Emitted>(plain.out[s].begin(), plain.out[s].begin() + compared))
+            << "sequence " << s << (drafts == Drafts::kModel ? " (model drafts)" : " (injected)")
+            << (on_backend ? " on the backend" : "");
+      }
+      EXPECT_EQ(spec.out[0].size(), n);  // nothing after the grammar's end
+      if (drafts == Drafts::kInjected) {
+        // Drafts were accepted under the grammar, and on the other sequence.
+        EXPECT_GE(spec.accepted[0], 1);
+        EXPECT_GE(spec.accepted[1], 3);
+        std::cout << "drafts accepted: " << spec.accepted[0] << " of the constrained sequence's "
+                  << n << " tokens, " << spec.accepted[1] << " of the other's\n";
+      }
     }
   }
 }
