@@ -122,6 +122,7 @@ std::vector<int64_t> StepExecutor::AllowedDrafts(grammar::Matcher& matcher,
     if (!allowed(pick)) {
       // The most likely allowed token under the draft's logits (the Markov
       // head's bias there assumed the unmasked draft before it).
+      if (static_cast<int64_t>(drafted.logits.size()) < (i + 1) * vocab) break;  // none kept
       const float* logits = drafted.logits.data() + i * vocab;
       pick = -1;
       for (int64_t id = 0; id < vocab; ++id) {
@@ -183,8 +184,11 @@ void StepExecutor::DraftAfter(std::span<const DraftRequest> requests) {
       backend_slots.push_back(drafting[i]->slot);
       backend_tokens.push_back(tokens[i]);
     }
+    // The draft logits only serve a grammar's substitutes (AllowedDrafts).
+    bool with_logits = false;
+    for (size_t i : on_backend) with_logits |= slots_[drafting[i]->slot].matcher != nullptr;
     std::vector<absl::StatusOr<model::DraftResult>> got =
-        device_->DraftBatch(backend_slots, backend_tokens);
+        device_->DraftBatch(backend_slots, backend_tokens, with_logits);
     for (size_t j = 0; j < on_backend.size() && j < got.size(); ++j) {
       drafted[on_backend[j]] = std::move(got[j]);
     }

@@ -191,6 +191,7 @@ void ExpectSpeculationChangesNothing(const grammar::Constraint& constraint,
         EXPECT_EQ(backend.stats().starts, 2);
         EXPECT_GT(backend.stats().drafts, 4);
         EXPECT_GT(backend.stats().rollbacks, 0);
+        EXPECT_GT(backend.stats().draft_logits, 0);  // the grammar's substitutes read them
       }
       const size_t n = plain.out[0].size();
       // The unconstrained sequence ran as many steps, so at least as many tokens.

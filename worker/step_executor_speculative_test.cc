@@ -251,6 +251,7 @@ TEST(StepExecutorSpeculativeTest, DraftingBackendEmitsThePlainTokens) {
       EXPECT_GE(backend.stats().drafts, 20);
       EXPECT_GT(backend.stats().rollbacks, 10);
       EXPECT_EQ(backend.stats().table_sets, 2);  // each row's 24 blocks came with its prompt
+      EXPECT_EQ(backend.stats().draft_logits, 0);  // no grammar: no draft logits copied back
     }
   }
 }

@@ -113,9 +113,12 @@ class DecodeBackend {
   virtual bool drafts() const { return false; }
   // Drafts after next_tokens[i] for slots[i] (as Model::DraftBatch on the
   // slot's sequence): one result per slot, a failed one for a slot that
-  // cannot draft.
-  virtual std::vector<absl::StatusOr<DraftResult>> DraftBatch(
-      std::span<const int> slots, std::span<const int64_t> next_tokens) {
+  // cannot draft. Without `with_logits` the results' logits are left empty
+  // (only a grammar's substitute drafts read them; a device copies [block,
+  // vocab] floats a sequence back otherwise).
+  virtual std::vector<absl::StatusOr<DraftResult>> DraftBatch(std::span<const int> slots,
+                                                              std::span<const int64_t> next_tokens,
+                                                              bool with_logits = true) {
     return std::vector<absl::StatusOr<DraftResult>>(
         slots.size(), absl::UnimplementedError("this decode backend does not draft"));
   }

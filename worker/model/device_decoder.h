@@ -411,9 +411,12 @@ class DeviceDecoder : public DecodeBackend {
   // slot that holds no sequence, holds fewer than 2 positions, appears
   // twice, or a token outside the vocabulary; FAILED_PRECONDITION for all
   // without options.drafting. Nothing of a slot changes. Not collective.
+  // Without `with_logits` the draft logits stay on the device (empty in the
+  // results).
   bool drafts() const override { return options_.drafting; }
-  std::vector<absl::StatusOr<DraftResult>> DraftBatch(
-      std::span<const int> slots, std::span<const int64_t> next_tokens) override;
+  std::vector<absl::StatusOr<DraftResult>> DraftBatch(std::span<const int> slots,
+                                                      std::span<const int64_t> next_tokens,
+                                                      bool with_logits = true) override;
 
   // Row i appends tokens[i] to the sequence of slots[i] at its next position
   // and returns the logits [rows, vocab]. With a communicator of a world > 1

@@ -46,7 +46,8 @@ absl::Status DeviceDecoder::Impl::UpdateStageRings(int64_t b) {
   return absl::OkStatus();
 }
 
-absl::Status DeviceDecoder::Impl::EnqueueDraft(int64_t sequences, int64_t padded) {
+absl::Status DeviceDecoder::Impl::EnqueueDraft(int64_t sequences, int64_t padded,
+                                               bool with_logits) {
   const int64_t bs = draft_block(), d = c.dim, rank = c.dspark_markov_rank, v = c.vocab_size;
   const int64_t rows = sequences * bs;
   runs_ = false;
@@ -135,8 +136,10 @@ absl::Status DeviceDecoder::Impl::EnqueueDraft(int64_t sequences, int64_t padded
     }
     RETURN_IF_ERROR(Mm(confidence, draft_feat, rows, draft_conf));
     Mark(nullptr);
-    WEIR_DD_CUDA("draft logits", cudaMemcpyAsync(logits_host, logits, rows * v * sizeof(float),
-                                                 cudaMemcpyDeviceToHost, stream));
+    if (with_logits) {
+      WEIR_DD_CUDA("draft logits", cudaMemcpyAsync(logits_host, logits, rows * v * sizeof(float),
+                                                   cudaMemcpyDeviceToHost, stream));
+    }
     WEIR_DD_CUDA("draft tokens", cudaMemcpyAsync(draft_host, draft_tokens, rows * sizeof(int64_t),
                                                  cudaMemcpyDeviceToHost, stream));
     WEIR_DD_CUDA("draft confidences",
@@ -150,7 +153,7 @@ absl::Status DeviceDecoder::Impl::EnqueueDraft(int64_t sequences, int64_t padded
 }
 
 std::vector<absl::StatusOr<DraftResult>> DeviceDecoder::DraftBatch(
-    std::span<const int> slots, std::span<const int64_t> next_tokens) {
+    std::span<const int> slots, std::span<const int64_t> next_tokens, bool with_logits) {
   const auto t0 = std::chrono::steady_clock::now();
   Impl& m = *impl_;
   const ModelConfig& c = m.c;
@@ -229,14 +232,15 @@ std::vector<absl::StatusOr<DraftResult>> DeviceDecoder::DraftBatch(
       WEIR_DD_CUDA("draft inputs", cudaMemcpyAsync(m.meta_dev, m.meta_host, m.meta_bytes,
                                                    cudaMemcpyHostToDevice, m.stream));
       m.profiling = false;
-      // A graph per sequence count (the copies back depend on it; at most
-      // max_sequences graphs, whatever graph_max_rows); the step graphs'
-      // keys are >= 0.
+      // A graph per sequence count and logits copy (the copies back depend
+      // on them; at most 2 x max_sequences graphs, whatever graph_max_rows);
+      // the step graphs' keys are >= 0.
       if (options_.use_graphs) {
-        RETURN_IF_ERROR(LaunchGraph(-1 - n, [&] { return m.EnqueueDraft(n, padded); }));
+        RETURN_IF_ERROR(LaunchGraph(-1 - (2 * n + (with_logits ? 1 : 0)),
+                                    [&] { return m.EnqueueDraft(n, padded, with_logits); }));
         ++stats_.graph_launches;
       } else {
-        RETURN_IF_ERROR(m.EnqueueDraft(n, padded));
+        RETURN_IF_ERROR(m.EnqueueDraft(n, padded, with_logits));
       }
       WEIR_DD_CUDA("draft", cudaStreamSynchronize(m.stream));
       return absl::OkStatus();
@@ -254,7 +258,9 @@ std::vector<absl::StatusOr<DraftResult>> DeviceDecoder::DraftBatch(
           reinterpret_cast<const float*>(m.draft_host + m.batch_cap * sizeof(int64_t));
       dr.tokens.assign(tokens + r * bs, tokens + (r + 1) * bs);
       dr.confidence.assign(conf + r * bs, conf + (r + 1) * bs);
-      dr.logits.assign(m.logits_host + r * bs * v, m.logits_host + (r + 1) * bs * v);
+      if (with_logits) {
+        dr.logits.assign(m.logits_host + r * bs * v, m.logits_host + (r + 1) * bs * v);
+      }
       out[k] = std::move(dr);
       ++stats_.drafts;
     }

@@ -299,6 +299,13 @@ TEST(DeviceDecoderDraftTest, BadCallsAreRefusedPerSlot) {
   ASSERT_TRUE(again[0].ok());
   EXPECT_EQ(again[0]->tokens, got[0]->tokens);
   EXPECT_TRUE(SameBits(again[0]->logits, got[0]->logits));
+  // Without logits: the same drafts and confidences, no logits copied back.
+  auto bare = (*dev)->DraftBatch(std::span<const int>(slots, 1),
+                                 std::span<const int64_t>(tokens, 1), /*with_logits=*/false);
+  ASSERT_TRUE(bare[0].ok());
+  EXPECT_EQ(bare[0]->tokens, got[0]->tokens);
+  EXPECT_TRUE(SameBits(bare[0]->confidence, got[0]->confidence));
+  EXPECT_TRUE(bare[0]->logits.empty());
 }
 
 }  // namespace

@@ -711,7 +711,7 @@ struct DeviceDecoder::Impl {
   // DraftBatch: sequences * block rows, padded to `padded`): the stages,
   // the heads, the Markov loop and the confidences, then the logits,
   // tokens and confidences to the pinned host buffers.
-  absl::Status EnqueueDraft(int64_t sequences, int64_t padded);
+  absl::Status EnqueueDraft(int64_t sequences, int64_t padded, bool with_logits);
   // The head's product of `rows` rows of `in` by `w` (the decoder's head:
   // row-stable, cuBLASLt, DotRows or Bf16Gemm).
   absl::Status HeadProduct(const DevDense& w, const float* in, int64_t rows, float* out);

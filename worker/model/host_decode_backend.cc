@@ -115,8 +115,8 @@ absl::Status HostDecodeBackend::Release(int slot) {
 }
 
 std::vector<absl::StatusOr<DraftResult>> HostDecodeBackend::DraftBatch(
-    std::span<const int> slots, std::span<const int64_t> next_tokens) {
-  if (!drafting_) return DecodeBackend::DraftBatch(slots, next_tokens);
+    std::span<const int> slots, std::span<const int64_t> next_tokens, bool with_logits) {
+  if (!drafting_) return DecodeBackend::DraftBatch(slots, next_tokens, with_logits);
   std::vector<absl::StatusOr<DraftResult>> out(
       slots.size(), absl::InvalidArgumentError("DraftBatch: the slot holds no sequence"));
   std::vector<const SequenceState*> states;
@@ -129,8 +129,13 @@ std::vector<absl::StatusOr<DraftResult>> HostDecodeBackend::DraftBatch(
     rows.push_back(i);
   }
   std::vector<absl::StatusOr<DraftResult>> drafted = model_.DraftBatch(states, tokens);
-  for (size_t j = 0; j < rows.size(); ++j) out[rows[j]] = std::move(drafted[j]);
+  for (size_t j = 0; j < rows.size(); ++j) {
+    // As a DeviceDecoder, which does not copy the logits back unless asked.
+    if (!with_logits && drafted[j].ok()) drafted[j]->logits.clear();
+    out[rows[j]] = std::move(drafted[j]);
+  }
   stats_.drafts += static_cast<int64_t>(rows.size());
+  if (with_logits) stats_.draft_logits += static_cast<int64_t>(rows.size());
   return out;
 }
 

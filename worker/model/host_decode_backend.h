@@ -34,6 +34,7 @@ struct HostDecodeBackendStats {
   int64_t starts = 0;
   int64_t table_sets = 0;  // SetBlockTable calls accepted
   int64_t drafts = 0;      // sequences drafted (DraftBatch rows)
+  int64_t draft_logits = 0;  // of those, drafted with their logits (with_logits)
   int64_t rollbacks = 0;   // Rollback calls that undid positions
 };
 
@@ -85,8 +86,9 @@ class HostDecodeBackend : public DecodeBackend {
     max_rollback_ = max_rollback;
   }
   bool drafts() const override { return drafting_; }
-  std::vector<absl::StatusOr<DraftResult>> DraftBatch(
-      std::span<const int> slots, std::span<const int64_t> next_tokens) override;
+  std::vector<absl::StatusOr<DraftResult>> DraftBatch(std::span<const int> slots,
+                                                      std::span<const int64_t> next_tokens,
+                                                      bool with_logits = true) override;
   absl::Status Rollback(int slot, int64_t length) override;
 
   void fail_next_step() { fail_in_ = 1; }
