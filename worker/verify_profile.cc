@@ -5,6 +5,7 @@
 #include <numeric>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 
 namespace weir::worker {
@@ -50,10 +51,12 @@ absl::StatusOr<VerifyCostCurve> ProfileVerifyCost(model::DecodeBackend& backend,
     return absl::InvalidArgumentError("ProfileVerifyCost: a paged backend needs blocks_per_slot");
   }
   std::vector<int64_t> sizes;
+  int64_t previous = 0;
   for (int64_t b : batches) {
-    if (b < 1 || (!sizes.empty() && b <= sizes.back())) {
+    if (b <= previous) {
       return absl::InvalidArgumentError("ProfileVerifyCost: batch sizes must increase from 1");
     }
+    previous = b;
     if (b <= backend.max_sequences() && b * (drafts + 1) <= backend.max_batch()) {
       sizes.push_back(b);
     }
@@ -64,34 +67,29 @@ absl::StatusOr<VerifyCostCurve> ProfileVerifyCost(model::DecodeBackend& backend,
         " sequences, ", backend.max_batch(), " rows a step, ", drafts + 1, " rows a sequence)"));
   }
   const int slots = static_cast<int>(sizes.back());
-  int started = 0;
-  auto release = [&] {
-    for (int s = 0; s < started; ++s) backend.Release(s).IgnoreError();
+  int touched = 0;  // slots given a table or started: released on every return
+  absl::Cleanup release = [&] {
+    for (int s = 0; s < touched; ++s) backend.Release(s).IgnoreError();
   };
   // Every slot holds two positions (a sequence drafts from two on), then
   // one more after each timed step.
   std::vector<int64_t> held(slots, 2);
   for (int s = 0; s < slots; ++s) {
+    touched = s + 1;
     if (backend.takes_block_tables()) {
       std::vector<int32_t> table(options.blocks_per_slot);
       std::iota(table.begin(), table.end(), static_cast<int32_t>(s * options.blocks_per_slot));
-      if (absl::Status st = backend.SetBlockTable(s, table); !st.ok()) {
-        release();
-        return st;
-      }
+      if (absl::Status st = backend.SetBlockTable(s, table); !st.ok()) return st;
     }
     if (absl::Status st = backend.Start(s); !st.ok()) {
-      release();
       return absl::FailedPreconditionError(
           absl::StrCat("ProfileVerifyCost: slot ", s, ": ", st.message()));
     }
-    ++started;
     const int rows[] = {s, s};
     const int64_t tokens[] = {1, 2};
     if (absl::StatusOr<std::span<const float>> out =
             backend.StepRows(rows, tokens, std::span<const int>());
         !out.ok()) {
-      release();
       return out.status();
     }
   }
@@ -119,10 +117,7 @@ absl::StatusOr<VerifyCostCurve> ProfileVerifyCost(model::DecodeBackend& backend,
         }
         return absl::OkStatus();
       });
-      if (!ms.ok()) {
-        release();
-        return ms.status();
-      }
+      if (!ms.ok()) return ms.status();
       point.step_ms.push_back(*ms);
     }
     std::vector<int> draft_slots(b);
@@ -136,14 +131,10 @@ absl::StatusOr<VerifyCostCurve> ProfileVerifyCost(model::DecodeBackend& backend,
       }
       return absl::OkStatus();
     });
-    if (!ms.ok()) {
-      release();
-      return ms.status();
-    }
+    if (!ms.ok()) return ms.status();
     point.draft_ms = *ms / static_cast<double>(b);
     curve.points.push_back(std::move(point));
   }
-  release();
   return curve;
 }
 

@@ -73,6 +73,9 @@ TEST(VerifyProfileTest, Refusals) {
   const int64_t unordered[] = {2, 1};
   EXPECT_EQ(ProfileVerifyCost(backend, unordered, {.drafts = 1}).status().code(),
             absl::StatusCode::kInvalidArgument);
+  const int64_t unordered_past_the_fit[] = {1, 64, 2};  // 64 does not fit; still unordered
+  EXPECT_EQ(ProfileVerifyCost(backend, unordered_past_the_fit, {.drafts = 1}).status().code(),
+            absl::StatusCode::kInvalidArgument);
   const int64_t big[] = {16};
   EXPECT_EQ(ProfileVerifyCost(backend, big, {.drafts = 1}).status().code(),
             absl::StatusCode::kInvalidArgument);

@@ -489,16 +489,9 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
         ProfileVerifyPositions(static_cast<int64_t>(std::size(batches)), profile));
     absl::StatusOr<VerifyCostCurve> curve = ProfileVerifyCost(*device_decoder, batches, profile);
     if (!curve.ok()) return ToGrpcStatus(curve.status());
-    std::string points;
-    for (const VerifyCostCurve::Point& p : curve->points) {
-      absl::StrAppend(&points, points.empty() ? "" : "; ", "batch ", p.batch, ": draft ",
-                      p.draft_ms, " ms a row, steps");
-      for (double ms : p.step_ms) absl::StrAppend(&points, " ", ms);
-      absl::StrAppend(&points, " ms");
-    }
     WEIR_LOG(INFO) << "verify length: from the DSpark confidence against the decoder's curve, "
                       "measured now: "
-                   << points;
+                   << VerifyCostCurveToJson(*curve);
     cost_curve = std::move(*curve);
   } else if (request->verify_length() == "confidence") {
     absl::StatusOr<VerifyCostCurve> curve = LoadVerifyCostCurve(request->model_dir());

@@ -9,40 +9,20 @@
 namespace weir::model {
 using device_decoder_internal::LayerDev;
 
-absl::Status DeviceDecoder::Impl::StageWindowKv(int layer, const float* in, int64_t b,
-                                                const int32_t* dst_rows) {
-  const LayerDev& L = layers[layer];
-  const int64_t hd = c.head_dim;
-  // ProjectWindowKv: wkv, kv_norm, RoPE (bf16 boundaries after each), FP8.
-  RETURN_IF_ERROR(MmRound(L.wkv, in, b, kvw));
-  RETURN_IF_ERROR(Norm(kvw, L.kv_norm, b, hd, /*round=*/true));
-  RETURN_IF_ERROR(Rope(kvw, meta_d.positions, b, 1, hd, layer, /*inverse=*/false, /*round=*/true));
-  if (stored_kv) {
-    RETURN_IF_ERROR(dense::ActQuantFp8(
-        {.x = kvw, .codes = kq_codes, .scales = kq_scales, .rows = b, .cols = hd}, stream));
-    return ScatterStored(win_codes + int64_t{L.window_base} * hd,
-                         win_scales + int64_t{L.window_base} * hd / 32, hd, hd / 32, dst_rows, b);
-  }
-  RETURN_IF_ERROR(Quant(kvw, b * hd, dense::FakeQuantFormat::kFp8));
-  return dec::CopyRows({.src = kvw,
-                        .dst = kv_pool + int64_t{L.window_base} * hd,
-                        .dst_rows = dst_rows,
-                        .rows = b,
-                        .width = hd},
-                       stream);
-}
-
 absl::Status DeviceDecoder::Impl::UpdateStageRings(int64_t b) {
   const int64_t d = c.dim;
   const int64_t width = static_cast<int64_t>(c.dspark_target_layer_ids.size()) * d;
   // UpdateDsparkRings after RunBackbone's bf16 boundary on main_hidden.
   RETURN_IF_ERROR(Round(targets, b * width));
   RETURN_IF_ERROR(MmRound(main_proj, targets, b, main_x));
-  RETURN_IF_ERROR(Norm(main_x, main_norm, b, d, /*round=*/true));
+  // Every stage's wkv reads main_x: its FP8 (or bf16) form made once.
+  RETURN_IF_ERROR(Norm(main_x, main_norm, b, d, /*round=*/true, &h_in,
+                       layers[c.n_layers].wkv.codes != nullptr));
   for (int stage = 0; stage < c.n_mtp_layers; ++stage) {
-    RETURN_IF_ERROR(StageWindowKv(c.n_layers + stage, main_x, b, meta_d.ring_write))
+    RETURN_IF_ERROR(WindowKv(c.n_layers + stage, h_in, b, meta_d.ring_write))
         << "DSpark stage " << stage;
   }
+  Unbind(h_in);
   return absl::OkStatus();
 }
 
@@ -231,7 +211,6 @@ std::vector<absl::StatusOr<DraftResult>> DeviceDecoder::DraftBatch(
     absl::Status st = [&]() -> absl::Status {
       WEIR_DD_CUDA("draft inputs", cudaMemcpyAsync(m.meta_dev, m.meta_host, m.meta_bytes,
                                                    cudaMemcpyHostToDevice, m.stream));
-      m.profiling = false;
       // A graph per sequence count and logits copy (the copies back depend
       // on them; at most 2 x max_sequences graphs, whatever graph_max_rows);
       // the step graphs' keys are >= 0.

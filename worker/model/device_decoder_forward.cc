@@ -65,7 +65,7 @@ absl::StatusOr<bool> DeviceDecoder::Impl::PrepareMeta(std::span<const int> slot_
     // The DSpark stage rings take the ring row directly (nothing of this
     // step reads them), a staged run's last `window` rows only.
     if (meta_h.ring_write != nullptr) {
-      meta_h.ring_write[i] = staged ? meta_h.win_commit[i] : static_cast<int32_t>(s * rg + p % rg);
+      meta_h.ring_write[i] = staged ? meta_h.win_commit[i] : meta_h.win_write[i];
     }
     for (size_t ri = 0; ri < ratios.size(); ++ri) {
       const int r = ratios[ri];
@@ -225,10 +225,32 @@ absl::Status DeviceDecoder::Impl::SelectCompressed(int layer, int64_t b) {
                            stream);
 }
 
+absl::Status DeviceDecoder::Impl::WindowKv(int layer, SharedInput& in, int64_t b,
+                                           const int32_t* dst_rows) {
+  const LayerDev& L = layers[layer];
+  const int64_t hd = c.head_dim;
+  RETURN_IF_ERROR(MmRound(L.wkv, in, b, kvw));
+  RETURN_IF_ERROR(Norm(kvw, L.kv_norm, b, hd, /*round=*/true));
+  RETURN_IF_ERROR(Rope(kvw, meta_d.positions, b, 1, hd, layer, /*inverse=*/false, /*round=*/true));
+  if (stored_kv) {  // e4m3 codes + UE8M0 per 32: the values FakeQuant kFp8 keeps
+    RETURN_IF_ERROR(dense::ActQuantFp8(
+        {.x = kvw, .codes = kq_codes, .scales = kq_scales, .rows = b, .cols = hd}, stream));
+    return ScatterStored(win_codes + int64_t{L.window_base} * hd,
+                         win_scales + int64_t{L.window_base} * hd / 32, hd, hd / 32, dst_rows, b);
+  }
+  RETURN_IF_ERROR(Quant(kvw, b * hd, dense::FakeQuantFormat::kFp8));
+  return dec::CopyRows({.src = kvw,
+                        .dst = kv_pool + int64_t{L.window_base} * hd,
+                        .dst_rows = dst_rows,
+                        .rows = b,
+                        .width = hd},
+                       stream);
+}
+
 absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
   const LayerRole& role = roles[layer];
   const LayerDev& L = layers[layer];
-  const int64_t hd = c.head_dim, heads = c.n_heads, ql = c.q_lora_rank, win = window();
+  const int64_t hd = c.head_dim, heads = c.n_heads, ql = c.q_lora_rank;
   const int64_t* pos = meta_d.positions;
   Mark("attn.qkv");
   // h and, after its norm, qr hold their values to the end of the attention;
@@ -240,21 +262,7 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
   RETURN_IF_ERROR(
       Rope(q, pos, b, static_cast<int>(heads), hd, layer, /*inverse=*/false, /*round=*/true));
   // Window KV, written into the slot's ring before the attention reads it.
-  RETURN_IF_ERROR(MmRound(L.wkv, h_in, b, kvw));
-  RETURN_IF_ERROR(Norm(kvw, L.kv_norm, b, hd, /*round=*/true));
-  RETURN_IF_ERROR(Rope(kvw, pos, b, 1, hd, layer, /*inverse=*/false, /*round=*/true));
-  if (stored_kv) {  // e4m3 codes + UE8M0 per 32: the values FakeQuant kFp8 keeps
-    RETURN_IF_ERROR(dense::ActQuantFp8(
-        {.x = kvw, .codes = kq_codes, .scales = kq_scales, .rows = b, .cols = hd}, stream));
-    RETURN_IF_ERROR(ScatterStored(win_codes + int64_t{L.window_base} * hd,
-                                  win_scales + int64_t{L.window_base} * hd / 32, hd, hd / 32,
-                                  meta_d.win_write, b));
-  } else {
-    RETURN_IF_ERROR(Quant(kvw, b * hd, dense::FakeQuantFormat::kFp8));
-    RETURN_IF_ERROR(dec::CopyRows({.src = kvw, .dst = kv_pool + int64_t{L.window_base} * hd,
-                                   .dst_rows = meta_d.win_write, .rows = b, .width = hd},
-                                  stream));
-  }
+  RETURN_IF_ERROR(WindowKv(layer, h_in, b, meta_d.win_write));
   // Compressed part.
   dec::AssembleIndexParams ip{.window = attn_rows_,
                               .out = index,

@@ -355,8 +355,8 @@ struct DeviceDecoder::Impl {
   // layers), main_x [batch_cap, dim], the block's pre-norm h [batch_cap,
   // dim], the Markov head's embedding rows [batch_cap, rank] and bias
   // [batch_cap, vocab], the confidence features [batch_cap, dim + rank] and
-  // logits [batch_cap], the chosen tokens (int64 [batch_cap], and int32 per
-  // sequence for the next gather), and their pinned host copies.
+  // logits [batch_cap], the chosen tokens (int64 [batch_cap]), and the
+  // pinned host copies of the tokens and confidences.
   DevDense main_proj, markov_head, confidence;
   const float *main_norm = nullptr, *dspark_norm = nullptr, *markov_embed = nullptr;
   float *targets = nullptr, *main_x = nullptr, *draft_h = nullptr, *markov_e = nullptr,
@@ -703,10 +703,11 @@ struct DeviceDecoder::Impl {
   // drafting: the stage rings' rows of the step's b rows (meta ring_write)
   // from the targets: main_proj, main_norm, each stage's window KV.
   absl::Status UpdateStageRings(int64_t b);
-  // Window KV of `in` [b, dim] for `layer` (wkv, kv_norm, RoPE at meta
-  // positions, the FP8 form) into its window region's rows `dst_rows` (-1:
-  // none).
-  absl::Status StageWindowKv(int layer, const float* in, int64_t b, const int32_t* dst_rows);
+  // Window KV of the bound input `in` [b, dim] for `layer` (the CPU's
+  // ProjectWindowKv: wkv, kv_norm, RoPE at meta positions, bf16 boundaries
+  // after each, the FP8 form) into its window region's rows `dst_rows` (-1:
+  // none): a step's own rows (Attention) or the DSpark stage rings.
+  absl::Status WindowKv(int layer, SharedInput& in, int64_t b, const int32_t* dst_rows);
   // drafting: the draft pass over `sequences` sequences (meta prepared by
   // DraftBatch: sequences * block rows, padded to `padded`): the stages,
   // the heads, the Markov loop and the confidences, then the logits,

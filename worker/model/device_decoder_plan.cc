@@ -267,9 +267,9 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
     k = std::max<int64_t>(k, L.route_topk);
     logical = std::max<int64_t>(logical, L.logical);
   }
-  int64_t inter = 1, inter_s = std::max<int64_t>(w.layers[0].ffn.shared.w1.out, 1);
+  int64_t inter = 1, inter_s = 1;
   for (const LayerDev& L : layers) inter = std::max(inter, L.inter);
-  for (int l = 0; l < held_layers(); ++l) {
+  for (int l = 0; l < held_layers(); ++l) {  // the shared experts (a DSpark stage's too)
     inter_s = std::max<int64_t>(inter_s, w.layers[l].ffn.shared.w1.out);
   }
   x = r.Alloc<float>(bc * n * d);
