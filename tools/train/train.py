@@ -80,6 +80,20 @@ def parse_args(argv=None):
     ap.add_argument("--dspark_ce_target", choices=("target", "data"), default="target",
                     help="the CE term's token: the target's argmax (DeepSpec trains on target-"
                          "generated text, where the next token is the target's own) or the data's")
+    ap.add_argument("--init_checkpoint", default="",
+                    help="start from an exported checkpoint (the official layout, e.g. models/tiny) "
+                         "at --start_phase instead of from random weights; its stages count as "
+                         "warm-started")
+    ap.add_argument("--start_phase", choices=PHASES, default="dspark",
+                    help="the first phase run after --init_checkpoint")
+    ap.add_argument("--dspark_greedy_minutes", type=float, default=0.0,
+                    help="at the DSpark phase's start, this long generating a pool of windows "
+                         "whose last --dspark_greedy_tokens ids are the target's own greedy "
+                         "continuation (stored-form numerics); every --dspark_greedy_every-th "
+                         "step then trains on pool windows, anchors inside the continuation")
+    ap.add_argument("--dspark_greedy_tokens", type=int, default=128)
+    ap.add_argument("--dspark_greedy_every", type=int, default=2)
+    ap.add_argument("--dspark_greedy_batch", type=int, default=512)
     ap.add_argument("--compile", choices=("off", "sinkhorn", "model"), default="off",
                     help="torch.compile for the training steps: the mHC Sinkhorn only (most of an "
                          "eager step's kernels) or the model's whole forward; falls back to eager, "
@@ -181,15 +195,35 @@ def backbone_step(model, ids, args, fwd=None):
     return loss, parts, out.routers
 
 
-def sample_anchors(B, S, n, bs, gen, device):
-    """Anchor positions p with p + 1 + bs <= S - 1 (the block's targets exist), sorted,
-    distinct within a window while n allows."""
+def sample_anchors(B, S, n, bs, gen, device, lo=0):
+    """Anchor positions p, lo <= p, with p + 1 + bs <= S - 1 (the block's targets exist),
+    sorted, distinct within a window while n allows."""
     hi = S - bs - 2
-    if n <= hi + 1:
-        a = torch.rand(B, hi + 1, generator=gen).argsort(dim=1)[:, :n].sort(dim=1).values
+    span = hi - lo + 1
+    if n <= span:
+        a = torch.rand(B, span, generator=gen).argsort(dim=1)[:, :n].sort(dim=1).values
     else:
-        a = torch.randint(0, hi + 1, (B, n), generator=gen).sort(dim=1).values
-    return a.to(device)
+        a = torch.randint(0, span, (B, n), generator=gen).sort(dim=1).values
+    return (a + lo).to(device)
+
+
+@torch.no_grad()
+def greedy_pool(model, data, seconds, gen_tokens, batch, device):
+    """Windows of data.seq_len + 1 ids: a real prefix, then the target's own greedy
+    continuation (the current numerics) over the last gen_tokens positions, batches of
+    `batch` until `seconds` have passed (at least one). What a served greedy sequence's
+    drafter sees: context the target wrote, block targets the target's argmaxes.
+    Returns (ids [N, S + 1] on device, the first generated position)."""
+    cut = data.seq_len + 1 - gen_tokens
+    if cut < 1:
+        raise ValueError(f"--dspark_greedy_tokens {gen_tokens} leaves no prefix")
+    t0, out = time.time(), []
+    while not out or time.time() - t0 < seconds:
+        ids = data.batch(batch, device)
+        for t in range(cut, ids.shape[1]):
+            ids[:, t] = model(ids[:, :t]).logits[:, -1].argmax(-1)
+        out.append(ids)
+    return torch.cat(out), cut
 
 
 def dspark_loss(model, ids, anchors, ce_target="target", fwd=None):
@@ -298,14 +332,15 @@ def perplexity(model, data, args, mode):
 
 
 @torch.no_grad()
-def dspark_acceptance(model, data, args, positions=(31, 63, 127, 191)):
+def dspark_acceptance(model, data, args, positions=(31, 63, 127, 191), ids_all=None):
     """Greedy, block 5: from a held-out prefix ending at p, the target's argmax t* at p+1,
     the drafts of the block; the target then runs over prefix + t* + drafts and a draft is
     accepted while it equals the target's argmax after the accepted prefix. Returns the mean
     accepted drafts and the mean tokens per verification (accepted + 1)."""
     model.set_numerics("qat")
     bs = model.c.dspark_block_size
-    ids_all = data.fixed(args.accept_windows, args.device)
+    if ids_all is None:
+        ids_all = data.fixed(args.accept_windows, args.device)
     accepted, count = [], 0
     for p in positions:
         if p + 1 >= ids_all.shape[1]:
@@ -366,6 +401,16 @@ def load_snapshot(snap_dir, model):
     return meta["state"]
 
 
+class FixedWindows:
+    """data's evaluation windows (Tokens.fixed) through Tokens.batch's interface."""
+
+    def __init__(self, data, args):
+        self.seq_len, self.data, self.n = data.seq_len, data, args.accept_windows
+
+    def batch(self, n, device):
+        return self.data.fixed(self.n, device)[:n]
+
+
 def load_token_map(path):
     if not path:
         return None
@@ -402,6 +447,13 @@ def main(argv=None):
         print(f"from snapshot: phase {PHASES[min(state['phase'], 2)]} step {state['step']} "
               "(bf16 weights, fresh optimizer)", flush=True)
         train.rng = np.random.default_rng(args.seed + 1000 * state["phase"] + state["step"])
+        if state.get("init_checkpoint") and PHASES[min(state["phase"], 2)] == "dspark":
+            # The snapshot's bf16 copy would round the frozen backbone's fp32 tensors (the
+            # routing biases): take them from the checkpoint again, exactly.
+            imported, _ = E.import_checkpoint(state["init_checkpoint"], load_token_map(args.token_map))
+            own = model.state_dict()
+            model.load_state_dict({k: (v if k.startswith("mtp.") else imported.state_dict()[k])
+                                   for k, v in own.items()})
     elif os.path.exists(state_path):
         saved = torch.load(state_path, map_location=args.device, weights_only=False)
         model.load_state_dict(saved["model"])
@@ -409,7 +461,16 @@ def main(argv=None):
         torch.set_rng_state(saved["torch_rng"].cpu())
         train.rng = np.random.default_rng(args.seed + 1000 * state["phase"] + state["step"])
         print(f"resumed: phase {PHASES[min(state['phase'], 2)]} step {state['step']}", flush=True)
+    elif args.init_checkpoint:
+        imported, report = E.import_checkpoint(args.init_checkpoint, load_token_map(args.token_map))
+        model.load_state_dict(imported.state_dict())
+        state["phase"] = PHASES.index(args.start_phase)
+        state["dspark_warm_started"] = True
+        state["init_checkpoint"] = args.init_checkpoint
+        print(f"from checkpoint {args.init_checkpoint} at phase {args.start_phase} "
+              f"(unexpected tensors: {len(report['unexpected'])})", flush=True)
     gen = torch.Generator().manual_seed(args.seed + state["step"])
+    pool, pool_cut = None, 0
     compiled = None
     if args.compile != "off" and not args.eval_only:
         try:
@@ -442,6 +503,14 @@ def main(argv=None):
             state["dspark_warm_started"] = True
             print(f"dspark: stages warm-started from layers {cfg.dspark_target_layer_ids} "
                   f"({n} tensors)", flush=True)
+        if phase == "dspark" and args.dspark_greedy_minutes > 0 and pool is None:
+            model.eval()
+            t_pool = time.time()
+            pool, pool_cut = greedy_pool(model, train, args.dspark_greedy_minutes * 60,
+                                         args.dspark_greedy_tokens, args.dspark_greedy_batch,
+                                         args.device)
+            print(f"dspark: greedy pool of {pool.shape[0]} windows, ids {pool_cut}.. the "
+                  f"target's own, in {time.time() - t_pool:.0f} s", flush=True)
         model.train()
         t_phase = time.time()
         t_rate, step_rate = None, state["step"]
@@ -465,10 +534,18 @@ def main(argv=None):
             lr = lr_at(state["step"], total, base_lr, warmup)
             for g in opt.param_groups:
                 g["lr"] = lr
-            ids = train.batch(args.batch, args.device)
+            from_pool = phase == "dspark" and pool is not None and \
+                state["step"] % max(1, args.dspark_greedy_every) == 0
+            if from_pool:
+                rows = torch.randint(0, pool.shape[0], (args.batch,), generator=gen)
+                ids = pool[rows.to(pool.device)]
+            else:
+                ids = train.batch(args.batch, args.device)
             if phase == "dspark":
+                # Pool windows: the block's first id (p + 1) is the first generated or later.
                 anchors = sample_anchors(ids.shape[0], ids.shape[1], args.anchors,
-                                         cfg.dspark_block_size, gen, args.device)
+                                         cfg.dspark_block_size, gen, args.device,
+                                         lo=pool_cut - 1 if from_pool else 0)
                 step_fn = lambda f: dspark_loss(model, ids, anchors, args.dspark_ce_target, f)
                 gate_list = gates(model, dspark=True)
             else:
@@ -495,7 +572,8 @@ def main(argv=None):
             state["step"] += 1
             if state["step"] % args.log_every == 0 or state["step"] == total:
                 rate = state["step"] / max(1e-9, time.time() - t_phase)
-                entry = {"phase": phase, "step": state["step"], "loss": loss.item(), "lr": lr,
+                entry = {"phase": phase, "step": state["step"], "pool": from_pool,
+                         "loss": loss.item(), "lr": lr,
                          "grad_norm": grad_norm.item(), **{k: v.item() for k, v in parts.items()}}
                 state["log"].append(entry)
                 line = json.dumps(entry)
@@ -517,6 +595,15 @@ def main(argv=None):
     if len(model.mtp):
         results["dspark"] = dspark_acceptance(model, held, args)
         print(f"DSpark greedy block {cfg.dspark_block_size}: {results['dspark']}", flush=True)
+        # As a served greedy sequence drafts: anchors inside the target's own continuation
+        # of held-out prefixes (64 real ids, then 192 greedy).
+        model.set_numerics("qat")
+        windows, cut = greedy_pool(model, FixedWindows(held, args), 0, args.seq_len + 1 - 64,
+                                   args.accept_windows, args.device)
+        results["dspark_generated"] = dspark_acceptance(
+            model, held, args, positions=(cut + 15, cut + 63, cut + 127, cut + 183), ids_all=windows)
+        print(f"DSpark greedy block {cfg.dspark_block_size}, anchors in the target's own "
+              f"continuation: {results['dspark_generated']}", flush=True)
     model.set_numerics("qat")
     E.export_checkpoint(model.cpu(), os.path.join(args.out, "export"), config_text=config_text)
     results["train_log_tail"] = state["log"][-6:]
