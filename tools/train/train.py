@@ -208,18 +208,18 @@ def sample_anchors(B, S, n, bs, gen, device, lo=0):
 
 
 @torch.no_grad()
-def greedy_pool(model, data, seconds, gen_tokens, batch, device):
-    """Windows of data.seq_len + 1 ids: a real prefix, then the target's own greedy
-    continuation (the current numerics) over the last gen_tokens positions, batches of
-    `batch` until `seconds` have passed (at least one). What a served greedy sequence's
-    drafter sees: context the target wrote, block targets the target's argmaxes.
-    Returns (ids [N, S + 1] on device, the first generated position)."""
-    cut = data.seq_len + 1 - gen_tokens
-    if cut < 1:
-        raise ValueError(f"--dspark_greedy_tokens {gen_tokens} leaves no prefix")
-    t0, out = time.time(), []
+def greedy_pool(model, draw, seconds, gen_tokens):
+    """Windows from draw() ([n, S + 1] ids on the device): a real prefix, then the target's
+    own greedy continuation (the current numerics) over the last gen_tokens positions, a
+    draw() at a time until `seconds` have passed (at least one). What a served greedy
+    sequence's drafter sees: context the target wrote, block targets the target's argmaxes.
+    Returns (ids [N, S + 1], the first generated position)."""
+    t0, out, cut = time.time(), [], None
     while not out or time.time() - t0 < seconds:
-        ids = data.batch(batch, device)
+        ids = draw()
+        cut = ids.shape[1] - gen_tokens
+        if cut < 1:
+            raise ValueError(f"--dspark_greedy_tokens {gen_tokens} leaves no prefix")
         for t in range(cut, ids.shape[1]):
             ids[:, t] = model(ids[:, :t]).logits[:, -1].argmax(-1)
         out.append(ids)
@@ -401,14 +401,15 @@ def load_snapshot(snap_dir, model):
     return meta["state"]
 
 
-class FixedWindows:
-    """data's evaluation windows (Tokens.fixed) through Tokens.batch's interface."""
-
-    def __init__(self, data, args):
-        self.seq_len, self.data, self.n = data.seq_len, data, args.accept_windows
-
-    def batch(self, n, device):
-        return self.data.fixed(self.n, device)[:n]
+def load_checkpoint(model, ckpt_dir, token_map_path, backbone_only=False):
+    """model's parameters from an exported checkpoint (all, or all but the DSpark stages');
+    returns import_checkpoint's report."""
+    imported, report = E.import_checkpoint(ckpt_dir, load_token_map(token_map_path))
+    new = imported.state_dict()
+    if backbone_only:
+        new = {k: (v if k.startswith("mtp.") else new[k]) for k, v in model.state_dict().items()}
+    model.load_state_dict(new)
+    return report
 
 
 def load_token_map(path):
@@ -450,10 +451,7 @@ def main(argv=None):
         if state.get("init_checkpoint") and PHASES[min(state["phase"], 2)] == "dspark":
             # The snapshot's bf16 copy would round the frozen backbone's fp32 tensors (the
             # routing biases): take them from the checkpoint again, exactly.
-            imported, _ = E.import_checkpoint(state["init_checkpoint"], load_token_map(args.token_map))
-            own = model.state_dict()
-            model.load_state_dict({k: (v if k.startswith("mtp.") else imported.state_dict()[k])
-                                   for k, v in own.items()})
+            load_checkpoint(model, state["init_checkpoint"], args.token_map, backbone_only=True)
     elif os.path.exists(state_path):
         saved = torch.load(state_path, map_location=args.device, weights_only=False)
         model.load_state_dict(saved["model"])
@@ -462,8 +460,7 @@ def main(argv=None):
         train.rng = np.random.default_rng(args.seed + 1000 * state["phase"] + state["step"])
         print(f"resumed: phase {PHASES[min(state['phase'], 2)]} step {state['step']}", flush=True)
     elif args.init_checkpoint:
-        imported, report = E.import_checkpoint(args.init_checkpoint, load_token_map(args.token_map))
-        model.load_state_dict(imported.state_dict())
+        report = load_checkpoint(model, args.init_checkpoint, args.token_map)
         state["phase"] = PHASES.index(args.start_phase)
         state["dspark_warm_started"] = True
         state["init_checkpoint"] = args.init_checkpoint
@@ -506,9 +503,9 @@ def main(argv=None):
         if phase == "dspark" and args.dspark_greedy_minutes > 0 and pool is None:
             model.eval()
             t_pool = time.time()
-            pool, pool_cut = greedy_pool(model, train, args.dspark_greedy_minutes * 60,
-                                         args.dspark_greedy_tokens, args.dspark_greedy_batch,
-                                         args.device)
+            pool, pool_cut = greedy_pool(
+                model, lambda: train.batch(args.dspark_greedy_batch, args.device),
+                args.dspark_greedy_minutes * 60, args.dspark_greedy_tokens)
             print(f"dspark: greedy pool of {pool.shape[0]} windows, ids {pool_cut}.. the "
                   f"target's own, in {time.time() - t_pool:.0f} s", flush=True)
         model.train()
@@ -598,8 +595,8 @@ def main(argv=None):
         # As a served greedy sequence drafts: anchors inside the target's own continuation
         # of held-out prefixes (64 real ids, then 192 greedy).
         model.set_numerics("qat")
-        windows, cut = greedy_pool(model, FixedWindows(held, args), 0, args.seq_len + 1 - 64,
-                                   args.accept_windows, args.device)
+        windows, cut = greedy_pool(model, lambda: held.fixed(args.accept_windows, args.device),
+                                   0, args.seq_len + 1 - 64)
         results["dspark_generated"] = dspark_acceptance(
             model, held, args, positions=(cut + 15, cut + 63, cut + 127, cut + 183), ids_all=windows)
         print(f"DSpark greedy block {cfg.dspark_block_size}, anchors in the target's own "
