@@ -343,8 +343,9 @@ int Run(int argc, char** argv) {
     return 2;
   }
   // --backend=cuda speculates on the device decoder (it drafts, verifies and
-  // rolls back there: worker --device_decode on one rank); a worker that
-  // cannot refuses the model load with FAILED_PRECONDITION naming why.
+  // rolls back there: worker --device_decode, with more ranks
+  // --device_decode_ep); a worker that cannot refuses the model load with
+  // FAILED_PRECONDITION naming why.
   if (absl::GetFlag(FLAGS_ced_replay) && absl::GetFlag(FLAGS_backend) == "cuda") {
     // Not run on a GPU yet (the replay is in the model's forward, which CudaOps
     // would run, and the device decoder would take the sequences after it).

@@ -476,9 +476,11 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
   // tells.
   // With speculation, only a backend that drafts (it keeps the DSpark rings
   // its steps update) takes prompt chunks and speculating rows; a row that
-  // verifies drafts goes whole into one step (every position's logits). Not
-  // on a collective backend: its drafts would be collectives of their own.
-  const bool backend_drafts = device_ != nullptr && device_->drafts() && !collective;
+  // verifies drafts goes whole into one step (every position's logits). A
+  // collective backend too: its drafts and rollbacks are no collectives (the
+  // stages' experts are on every rank), and a verification is rows of the
+  // one collective step the rank takes per plan anyway.
+  const bool backend_drafts = device_ != nullptr && device_->drafts();
   auto chunks_ok = [&](const RowPlan& row) {
     return device_ != nullptr && device_->max_rows_per_slot() > 1 &&
            (num_draft_tokens_ == 0 || backend_drafts) && !ced_replay_ && row.prompt_logprobs < 0;
@@ -494,8 +496,12 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
   if (collective) {
     int64_t resident = 0;
     for (const RowPlan& row : rows) {
-      const int64_t n = static_cast<int64_t>(row.tokens.size()) + (row.remap >= 0 ? 1 : 0);
-      if (slots_[row.slot].on_device && backend_takes(row, row.start_pos, n, 0) &&
+      // A verification's drafts are positions of the step too.
+      const int64_t one = SingleInput(row);
+      const int64_t verify =
+          row.draft_tokens >= 0 ? UsableDrafts(row, one, static_cast<int64_t>(rows.size())) : 0;
+      const int64_t n = static_cast<int64_t>(row.tokens.size()) + (row.remap >= 0 ? 1 : 0) + verify;
+      if (slots_[row.slot].on_device && backend_takes(row, row.start_pos, n, verify) &&
           n <= device_->max_rows_per_slot()) {
         resident += n;
       }

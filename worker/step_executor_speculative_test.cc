@@ -4,16 +4,23 @@
 // own, mostly rejected, or injected: the plain continuation with k of them
 // right), the tokens emitted equal plain decoding's, greedy and seeded
 // sampling alike, and with the verify length chosen per row from the
-// drafts' confidences (SetVerifyCostCurve) as with the fixed one. On the
-// trained tiny, rows drafted together draft as they would alone.
+// drafts' confidences (SetVerifyCostCurve) as with the fixed one; on a
+// drafting backend, and on the collective drafting backends of an
+// expert-parallel group. On the trained tiny, rows drafted together draft as
+// they would alone.
 #include <algorithm>
 #include <memory>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "parallel/fake_communicator.h"
 #include "worker/kv_cache/block_pool.h"
 #include "worker/kv_cache/kv_cache_layout.h"
+#include "worker/model/expert_parallel_model.h"
+#include "worker/model/expert_placement.h"
 #include "worker/model/host_decode_backend.h"
 #include "worker/step_executor.h"
 #include "worker/step_executor_test_util.h"
@@ -253,6 +260,125 @@ TEST(StepExecutorSpeculativeTest, DraftingBackendEmitsThePlainTokens) {
       EXPECT_EQ(backend.stats().table_sets, 2);  // each row's 24 blocks came with its prompt
       EXPECT_EQ(backend.stats().draft_logits, 0);  // no grammar: no draft logits copied back
     }
+  }
+}
+
+// An expert-parallel group speculating on its backends: two ranks (threads
+// over a FakeCommunicator world), each an executor with a collective drafting
+// HostDecodeBackend over its rank's model, as two GPUs' DeviceDecoders with an
+// NCCL communicator. Every backend step is a collective of the group, while
+// drafts and rollbacks are each rank's own. The ranks' plans differ: rank 0
+// decodes both prompts with injected drafts (0 .. all of them right, so its
+// rows verify and accept different lengths step by step), rank 1 one prompt
+// started two plans late with the model's own drafts, and each rank's plans
+// turn empty when its sequences have their tokens. No collective may be left
+// unpaired (a missing one times out); the tokens equal single-process plain
+// decoding's, greedy and seeded; every verification ran on the backends.
+TEST(StepExecutorSpeculativeTest, ExpertParallelRanksSpeculateOnCollectiveBackends) {
+  Fixture f;
+  ASSERT_NE(f.model, nullptr);
+  constexpr int kWorld = 2;
+  constexpr int kSteps = 36;
+  const model::ModelConfig& config = f.checkpoint->config();
+  const model::ExpertPlacement placement =
+      model::IdentityPlacement(config.n_layers, config.n_routed_experts, kWorld);
+  for (const sampling::SamplingParams& params : {GreedySampling(), SeededSampling()}) {
+    const auto plain = Plain(*f.model, *f.pool, params);
+    // Per rank: its prompts (indices into kPrompts) and the plan they start at.
+    const std::vector<int> prompts_of[kWorld] = {{0, 1}, {1}};
+    const int first_step[kWorld] = {0, 2};
+    std::vector<std::vector<std::vector<int64_t>>> out(kWorld);
+    std::vector<model::HostDecodeBackendStats> stats(kWorld);
+    std::vector<int64_t> verified(kWorld), accepted(kWorld), device_rows(kWorld);
+    auto comms = parallel::FakeCommunicator::CreateWorld(kWorld, {.timeout = absl::Seconds(30)});
+    std::vector<absl::Status> st =
+        parallel::RunOnRankThreads(comms, [&](parallel::Communicator& c) -> absl::Status {
+          const int r = c.rank().value();
+          absl::StatusOr<model::ExpertParallelModel> ep =
+              model::CreateExpertParallelModel(config, *f.checkpoint, placement, c);
+          if (!ep.ok()) return ep.status();
+          model::HostDecodeBackend backend(*ep->model, /*max_sequences=*/4, /*max_batch=*/12,
+                                           /*max_positions=*/4096, /*collective=*/true,
+                                           /*max_rows_per_slot=*/kDrafts + 1);
+          backend.EnableDrafting(kDrafts);
+          StepExecutor ex(*ep->model, 4);
+          ex.SetDecodeBackend(&backend);
+          if (absl::Status s = ex.SetSpeculation(kDrafts); !s.ok()) return s;
+          const std::vector<int>& mine = prompts_of[r];
+          out[r].assign(mine.size(), {});
+          std::vector<int> row_of(mine.size(), -1);  // index in the last plan, or -1
+          for (int step = 0; step < kSteps; ++step) {
+            std::vector<RowPlan> rows;
+            std::vector<int> in_plan;  // the slot of each row
+            for (size_t s = 0; s < mine.size(); ++s) {
+              if (step < first_step[r] || out[r][s].size() >= kOutput) continue;
+              const auto& prompt = kPrompts[mine[s]];
+              const int32_t slot = static_cast<int32_t>(s);
+              if (row_of[s] < 0) {
+                rows.push_back({.slot = slot,
+                                .start_pos = 0,
+                                .tokens = prompt,
+                                .sample = true,
+                                .sampling = params,
+                                .draft_tokens = kDrafts});
+              } else {
+                rows.push_back({.slot = slot,
+                                .start_pos = static_cast<int64_t>(prompt.size()),
+                                .remap = row_of[s],
+                                .sample = true,
+                                .sampling = params,
+                                .draft_tokens = kDrafts});
+              }
+              in_plan.push_back(slot);
+            }
+            absl::StatusOr<std::vector<RowOutcome>> got = ex.Execute(rows, {});
+            if (absl::Status e = FirstError(got); !e.ok()) {
+              return absl::Status(e.code(), absl::StrCat("step ", step, ": ", e.message()));
+            }
+            std::fill(row_of.begin(), row_of.end(), -1);
+            for (size_t i = 0; i < in_plan.size(); ++i) {
+              const int s = in_plan[i];
+              const RowOutcome& o = (*got)[i];
+              std::vector<int64_t>& toks = out[r][s];
+              toks.insert(toks.end(), o.accepted.begin(), o.accepted.end());
+              if (o.token.has_value()) toks.push_back(*o.token);
+              row_of[s] = static_cast<int>(i);
+              const std::vector<int64_t>& want = plain[mine[s]];
+              if (r == 0 && toks.size() + kDrafts < want.size()) {
+                const int right = (step + s) % (kDrafts + 1);
+                std::vector<int64_t> d(want.begin() + toks.size(),
+                                       want.begin() + toks.size() + kDrafts);
+                if (right < kDrafts) d[right] = (d[right] + 1) % config.vocab_size;
+                ex.SetDraftsForTest(s, std::move(d));
+              }
+            }
+          }
+          stats[r] = backend.stats();
+          verified[r] = ex.drafts_verified();
+          accepted[r] = ex.drafts_accepted();
+          device_rows[r] = ex.device_rows();
+          return absl::OkStatus();
+        });
+    for (int r = 0; r < kWorld; ++r) ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r];
+    for (int r = 0; r < kWorld; ++r) {
+      for (size_t s = 0; s < prompts_of[r].size(); ++s) {
+        const std::vector<int64_t>& want = plain[prompts_of[r][s]];
+        ASSERT_GE(out[r][s].size(), kOutput) << "rank " << r << " sequence " << s;
+        EXPECT_EQ(std::vector<int64_t>(out[r][s].begin(), out[r][s].begin() + kOutput),
+                  std::vector<int64_t>(want.begin(), want.begin() + kOutput))
+            << "rank " << r << " sequence " << s;
+      }
+      // One collective step per plan, whatever the rank's rows.
+      EXPECT_EQ(stats[r].steps, kSteps) << "rank " << r;
+      // Verifications, drafts and rollbacks on the backend; nothing came
+      // back to the host model once there.
+      EXPECT_GT(verified[r], 10) << "rank " << r;
+      EXPECT_GE(stats[r].drafts, 10) << "rank " << r;
+      EXPECT_GT(stats[r].rollbacks, 0) << "rank " << r;
+      EXPECT_EQ(stats[r].exports, 0) << "rank " << r;
+      EXPECT_GT(device_rows[r], static_cast<int64_t>(kOutput)) << "rank " << r;
+    }
+    EXPECT_GT(accepted[0], 20);  // the injected right drafts were taken
   }
 }
 

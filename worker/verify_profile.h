@@ -8,7 +8,11 @@
 // L - 1 drafts; one StepRows, undone by Rollback) for L = 1 .. drafts + 1,
 // and one DraftBatch of the B sequences (a row's share), each the fastest
 // of `reps` runs after a first untimed one (which captures the decoder's
-// graphs).
+// graphs). The steps taken depend only on `batches`, the options and the
+// backend's capacities, so on a collective backend (one rank of an
+// expert-parallel group, every step a collective) every rank calling it
+// alike takes the same steps: a worker of such a group profiles at load on
+// every rank.
 //
 // Thread safety: uses `backend` as its owner would; nothing else.
 #ifndef WEIR_WORKER_VERIFY_PROFILE_H_

@@ -378,9 +378,10 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     } else {
       dd_options.max_rows_per_slot = std::min(dd_options.max_batch, prefill_rows);
     }
-    // Speculation: the DSpark stages on the device (one rank), verification
-    // runs of the token and its drafts, their rollback.
-    if (num_draft_tokens > 0 && world == 1 && config.n_mtp_layers > 0) {
+    // Speculation: the DSpark stages on the device (every rank holds all
+    // their experts: drafting is no collective), verification runs of the
+    // token and its drafts, their rollback.
+    if (num_draft_tokens > 0 && config.n_mtp_layers > 0) {
       dd_options.drafting = true;
       dd_options.max_rollback = num_draft_tokens;
       dd_options.max_rows_per_slot = std::max(dd_options.max_rows_per_slot, num_draft_tokens + 1);
@@ -465,8 +466,8 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
       (device_decoder == nullptr || !device_decoder->drafts())) {
     return Error(grpc::StatusCode::FAILED_PRECONDITION,
                  "speculative decoding on --backend=cuda needs the device decoder drafting "
-                 "(--device_decode, one rank: the DSpark stages' experts are not placed over "
-                 "expert parallelism); it is off on this worker");
+                 "(--device_decode, and --device_decode_ep with more than one rank); it is off "
+                 "on this worker");
   }
   if (num_draft_tokens > 0) {
     StepExecutor probe(**runtime, 1);

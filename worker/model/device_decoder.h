@@ -68,9 +68,8 @@
 // (CompressorDecode runs), the Engram n-grams see the earlier rows, and the
 // head runs only for the rows whose logits are asked.
 //
-// Not covered (Step returns UNIMPLEMENTED or Create INVALID_ARGUMENT): DSpark
-// drafting (the stages' rings are not kept on the device: a sequence decoded
-// here cannot Draft), image tokens, rollback, sharded Engram tables. The
+// Not covered (Step returns UNIMPLEMENTED or Create INVALID_ARGUMENT): image
+// tokens, sharded Engram tables. The
 // expert load (for EPLB) is counted on the device (TakeExpertLoad), and a new
 // expert map is installed between steps (SetPlacement).
 //
@@ -193,9 +192,10 @@ struct DeviceDecoderOptions {
   // stages live here too; every step writes their rings (the targets' mean
   // over the mHC streams, main_proj, each stage's window KV) for every row,
   // and DraftBatch runs a block through the stages and the heads. Needs a
-  // model with stages and no communicator of more than one rank (the
-  // stages' experts are all local, never exchanged); the rings follow
-  // Rollback like the backbone's.
+  // model with stages. With a communicator every rank holds all the stages'
+  // experts (never exchanged), so DraftBatch is no collective: the ranks of
+  // an expert-parallel group draft each for its own sequences; the rings
+  // follow Rollback like the backbone's.
   bool drafting = false;
   // > 0: Create lowers max_positions (to no less than 2) until the arena fits
   // in this many bytes; options() then reports the value used.

@@ -12,16 +12,24 @@
 // stage rings follow prefill chunks, verification runs and rollbacks); a
 // one-position sequence gets an error on both sides. kFast drafts are
 // batch-invariant (a sequence drafted alone or among others: the same
-// bits). Bad calls are refused per slot and change nothing.
+// bits). Bad calls are refused per slot and change nothing. A decoder that
+// is a rank of an expert-parallel group (NCCL; two ranks need two GPUs)
+// drafts its own sequences as the single decoder does.
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "parallel/nccl_communicator.h"
 #include "worker/model/device_decoder.h"
+#include "worker/model/expert_placement.h"
 #include "worker/model/model.h"
 #include "worker/model/tiny_model_test_util.h"
 
@@ -56,8 +64,10 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// `seed` varies the prompts and the verification lengths (ranks of a group
+// check different sequences with the same number of steps).
 void CheckDrafts(Model& cpu, ActivationPrecision precision, DeviceDecoderOptions options,
-                 const char* name, int steps) {
+                 const char* name, int steps, int seed = 0) {
   const ModelConfig& c = cpu.config();
   const int64_t v = c.vocab_size;
   auto dev = DeviceDecoder::Create(cpu, precision, DraftingOptions(options, c));
@@ -67,7 +77,7 @@ void CheckDrafts(Model& cpu, ActivationPrecision precision, DeviceDecoderOptions
   const int lengths[kSeqs] = {9, 30, 1, 23, 40};
   for (int q = 0; q < kSeqs; ++q) {
     states[q] = cpu.NewSequence();
-    const std::vector<int64_t> prompt = RandomTokens(lengths[q], 70 + q, v - 1);
+    const std::vector<int64_t> prompt = RandomTokens(lengths[q], 70 + q + 100 * seed, v - 1);
     auto logits = cpu.Forward(*states[q], prompt, 0);
     ASSERT_TRUE(logits.ok()) << logits.status();
     next[q] = ArgmaxRow(logits->data() + (lengths[q] - 1) * v, v);
@@ -89,7 +99,7 @@ void CheckDrafts(Model& cpu, ActivationPrecision precision, DeviceDecoderOptions
           << name << " prefill chunk of sequence " << q;
     }
   }
-  std::mt19937 rng(9);
+  std::mt19937 rng(9 + seed);
   int64_t drafted = 0, draft_differ = 0, verify_rows = 0, verify_differ = 0, kept_total = 0,
           rolled = 0, matched = 0;
   for (int step = 0; step < steps; ++step) {
@@ -174,6 +184,70 @@ TEST(DeviceDecoderDraftTest, TinyBf16DraftsAreTheCpusBits) {
   auto cpu = RowStableCpuModel(TinyCheckpoint(11), ActivationPrecision::kBf16);
   ASSERT_NE(cpu, nullptr);
   CheckDrafts(*cpu, ActivationPrecision::kBf16, {.kv_block_tokens = 2}, "tiny bf16", 40);
+}
+
+// A decoder that is one rank of an expert-parallel group (an NCCL
+// communicator): the backbone's MoE goes through the exchange, the stages'
+// experts stay local. A world of one here; two ranks below.
+TEST(DeviceDecoderDraftTest, TinyBf16DraftsInAnExpertParallelWorldOfOne) {
+  auto cpu = RowStableCpuModel(TinyCheckpoint(11), ActivationPrecision::kBf16);
+  ASSERT_NE(cpu, nullptr);
+  auto id = parallel::NcclCommunicator::MakeUniqueId();
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto comm = parallel::NcclCommunicator::Create(Rank(0), 1, *id, {});
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  const ModelConfig& c = cpu->config();
+  DeviceDecoderOptions o{.kv_block_tokens = 2};
+  o.communicator = comm->get();
+  o.placement =
+      IdentityPlacement(static_cast<int>(c.n_layers), static_cast<int>(c.n_routed_experts), 1);
+  CheckDrafts(*cpu, ActivationPrecision::kBf16, o, "tiny bf16, EP world of 1", 30);
+}
+
+// Two ranks on two GPUs (skipped with fewer): every StepRows is a collective
+// of the pair (the same number on both, each rank's own rows), while each
+// drafts and rolls back its own sequences; each rank's drafts and
+// verification rows equal its CPU model's, bit for bit.
+TEST(DeviceDecoderDraftTest, TwoRanksDraftOverNccl) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices < 2) {
+    GTEST_SKIP() << devices << " CUDA device(s); two are needed";
+  }
+  constexpr int kWorld = 2;
+  const Checkpoint& ckpt = TinyCheckpoint(11);
+  const ModelConfig& c = ckpt.config();
+  auto id = parallel::NcclCommunicator::MakeUniqueId();
+  ASSERT_TRUE(id.ok()) << id.status();
+  std::vector<std::unique_ptr<parallel::NcclCommunicator>> comms(kWorld);
+  std::vector<std::unique_ptr<Model>> cpus(kWorld);
+  {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kWorld; ++r) {
+      cpus[r] = RowStableCpuModel(ckpt, ActivationPrecision::kBf16);
+      threads.emplace_back([&, r] {
+        auto comm = parallel::NcclCommunicator::Create(
+            Rank(r), kWorld, *id, {.timeout = absl::Seconds(60), .device = DeviceOrdinal(r)});
+        EXPECT_TRUE(comm.ok()) << comm.status();
+        if (comm.ok()) comms[r] = std::move(*comm);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+  const ExpertPlacement placement =
+      IdentityPlacement(static_cast<int>(c.n_layers), static_cast<int>(c.n_routed_experts), kWorld);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_NE(comms[r], nullptr);
+    ASSERT_NE(cpus[r], nullptr);
+    threads.emplace_back([&, r] {
+      DeviceDecoderOptions o{.device = r, .kv_block_tokens = 2};
+      o.communicator = comms[r].get();
+      o.placement = placement;
+      CheckDrafts(*cpus[r], ActivationPrecision::kBf16, o, r == 0 ? "rank 0 of 2" : "rank 1 of 2",
+                  30, r);
+    });
+  }
+  for (std::thread& t : threads) t.join();
 }
 
 TEST(DeviceDecoderDraftTest, TinyFp32EagerDraftsAreTheCpusBits) {

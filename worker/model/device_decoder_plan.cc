@@ -119,17 +119,15 @@ absl::StatusOr<LocalExperts> CheckDecodable(const ModelConfig& c, const LayerRol
   }
   if (options.drafting) {
     // DSpark stages: window attention and MoE over their own experts, all
-    // local (no exchange); the drafting weights present.
+    // local on every rank (no exchange: a draft pass is no collective, so
+    // ranks of an expert-parallel group draft independently); the drafting
+    // weights present.
     const int first = c.n_layers, stages = c.n_mtp_layers;
     if (stages <= 0 || c.dspark_target_layer_ids.empty() || c.dspark_block_size < 1 ||
         c.dspark_markov_rank < 1 || static_cast<int>(w.layers.size()) < first + stages ||
         synthetic || w.dspark.main_proj.w.empty()) {
       return absl::InvalidArgumentError(
           "DeviceDecoder: drafting needs a model with DSpark stages, targets and real weights");
-    }
-    if (options.communicator != nullptr && options.communicator->world_size() > 1) {
-      return absl::InvalidArgumentError(
-          "DeviceDecoder: drafting over several ranks (the stages' experts are not placed)");
     }
     if (options.max_rows_per_slot < 2 || options.max_batch < c.dspark_block_size) {
       return absl::InvalidArgumentError(absl::StrCat(
