@@ -1,13 +1,18 @@
 // ProfileVerifyCost on HostDecodeBackend (the CPU stand-in of a drafting
 // DeviceDecoder) over the random tiny: a curve of the batch sizes that fit,
-// every cost positive, the backend's slots empty again; the refusals.
+// every cost positive, the backend's slots empty again; the ranks of a group
+// profiling their collective backends in step; the refusals.
 #include "worker/verify_profile.h"
 
 #include <cmath>
 #include <memory>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "parallel/fake_communicator.h"
+#include "worker/model/expert_parallel_model.h"
+#include "worker/model/expert_placement.h"
 #include "worker/model/host_decode_backend.h"
 #include "worker/step_executor_test_util.h"
 
@@ -55,6 +60,48 @@ TEST(VerifyProfileTest, MeasuresTheBatchSizesThatFit) {
   EXPECT_GT(backend.stats().drafts, 0);
   EXPECT_GT(backend.stats().rollbacks, 0);
   ASSERT_TRUE(ProfileVerifyCost(backend, batches, options).ok());
+}
+
+// The ranks of an expert-parallel group profile at load, each on its
+// collective backend (every step a collective of the group): the steps
+// depend only on the batches, options and capacities, so both ranks take
+// the same ones (an unpaired collective would time out) and measure the
+// same batch sizes.
+TEST(VerifyProfileTest, RanksOfAGroupProfileInStep) {
+  Fixture f;
+  ASSERT_NE(f.model, nullptr);
+  constexpr int kWorld = 2;
+  const model::ModelConfig& config = f.checkpoint->config();
+  const model::ExpertPlacement placement =
+      model::IdentityPlacement(config.n_layers, config.n_routed_experts, kWorld);
+  const int64_t batches[] = {1, 2, 4, 8};
+  std::vector<absl::StatusOr<VerifyCostCurve>> curves(kWorld, absl::InternalError("not run"));
+  std::vector<int64_t> steps(kWorld);
+  auto comms = parallel::FakeCommunicator::CreateWorld(kWorld, {.timeout = absl::Seconds(30)});
+  std::vector<absl::Status> st =
+      parallel::RunOnRankThreads(comms, [&](parallel::Communicator& c) -> absl::Status {
+        const int r = c.rank().value();
+        absl::StatusOr<model::ExpertParallelModel> ep =
+            model::CreateExpertParallelModel(config, *f.checkpoint, placement, c);
+        if (!ep.ok()) return ep.status();
+        model::HostDecodeBackend backend(*ep->model, /*max_sequences=*/4, /*max_batch=*/16,
+                                         /*max_positions=*/64, /*collective=*/true,
+                                         /*max_rows_per_slot=*/4);
+        backend.EnableDrafting(/*max_rollback=*/3);
+        curves[r] = ProfileVerifyCost(
+            backend, batches,
+            {.drafts = 3, .reps = 1, .backend = "cpu", .measured_on = "test", .model = "tiny"});
+        steps[r] = backend.stats().steps;
+        return absl::OkStatus();
+      });
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r];
+    ASSERT_TRUE(curves[r].ok()) << "rank " << r << ": " << curves[r].status();
+    ASSERT_EQ(curves[r]->points.size(), 3u) << "rank " << r;  // 1, 2, 4 (8: 4 slots)
+  }
+  EXPECT_EQ(steps[0], steps[1]);
+  // 4 starts, then per batch size 4 lengths x 2 runs.
+  EXPECT_EQ(steps[0], 4 + 3 * 4 * 2);
 }
 
 TEST(VerifyProfileTest, Refusals) {

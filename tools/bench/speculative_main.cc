@@ -36,6 +36,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -66,6 +67,13 @@ ABSL_FLAG(int, num_draft_tokens, 0, "Drafts verified per row; 0 = the DSpark blo
 ABSL_FLAG(bool, profile_verify, false,
           "Measure the verify cost curve at --batches and write DIR/verify_cost.json first.");
 ABSL_FLAG(std::string, machine, "", "With --profile_verify: the machine, for measured_on.");
+ABSL_FLAG(std::string, prompts_file, "",
+          "Text whose documents (separated by a form feed and newline, as the training "
+          "corpus) are the prompts instead of the built-in ones; needs a tokenizer in --dir.");
+ABSL_FLAG(int, prompt_tokens, 0,
+          "With --prompts_file: each prompt is its document's first N tokens (BOS included); "
+          "shorter documents are skipped. 0 = whole documents.");
+ABSL_FLAG(int, max_prompts, 8, "With --prompts_file: at most this many prompts.");
 #ifdef WEIR_SPECULATIVE_DEVICE
 ABSL_FLAG(std::string, numerics, "fast", "The device decoder's numerics: fast or reference.");
 ABSL_FLAG(bool, bf16, true, "ActivationPrecision::kBf16 (else kFp32).");
@@ -361,11 +369,25 @@ int Run() {
       options.engram_token_map.assign(engram->compressed_id.begin(), engram->compressed_id.end());
       EngramMap() = options.engram_token_map;
     }
-    for (const char* text : kPrompts) {
+    std::vector<std::string> texts(std::begin(kPrompts), std::end(kPrompts));
+    if (const std::string path = absl::GetFlag(FLAGS_prompts_file); !path.empty()) {
+      std::ifstream in(path, std::ios::binary);
+      WEIR_CHECK(in.good()) << "--prompts_file: cannot read " << path;
+      const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      texts = absl::StrSplit(all, "\f\n", absl::SkipWhitespace());
+    }
+    const size_t want = absl::GetFlag(FLAGS_prompt_tokens);
+    for (const std::string& text : texts) {
       auto ids = (*tok)->Encode(text, /*add_special_tokens=*/true);
       WEIR_CHECK(ids.ok()) << ids.status();
-      prompts.emplace_back(ids->begin(), ids->end());
+      if (want > 0 && ids->size() < want) continue;
+      prompts.emplace_back(ids->begin(), want > 0 ? ids->begin() + want : ids->end());
+      if (!absl::GetFlag(FLAGS_prompts_file).empty() &&
+          prompts.size() >= static_cast<size_t>(absl::GetFlag(FLAGS_max_prompts))) {
+        break;
+      }
     }
+    WEIR_CHECK(!prompts.empty()) << "no prompt of " << want << " tokens";
   } else {
     for (int p = 0; p < 8; ++p) {
       std::vector<int64_t> ids;
