@@ -37,10 +37,13 @@ ABSL_FLAG(int, coordinator_timeout_s, 10, "Exit after the coordinator is gone th
 ABSL_FLAG(int, max_slots, 256, "Sequence slots (concurrent sequences) of this rank.");
 ABSL_FLAG(int64_t, kv_cache_bytes, int64_t{512} << 20,
           "Host memory of the KV cache: --max_slots sequence slots, then as many paged blocks "
-          "of compressed KV as the rest holds (reported to the coordinator at LoadWeights).");
+          "of compressed KV as the rest holds (reported to the coordinator at LoadWeights). "
+          "A CUDA worker with a device decoder reports the blocks its decoder's arena holds "
+          "instead (the host mirrors them as address space, backed only where a sequence "
+          "runs on the host).");
 ABSL_FLAG(int64_t, kv_cache_blocks, 0,
           "Tests: exactly this many KV blocks, whatever --kv_cache_bytes says (0: from the "
-          "budget).");
+          "budget; on a device decoder at most this many).");
 ABSL_FLAG(int, kv_block_tokens, 64,
           "Positions per KV block when the coordinator does not say (it normally does).");
 ABSL_FLAG(std::string, ucx_transports, "tcp,self",

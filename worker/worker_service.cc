@@ -402,17 +402,16 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     }
     // The worker's KV blocks are the decoder's: its compressed pools are
     // addressed by the plans' block tables, and it holds as many blocks as
-    // the rest of the arena fits (at most the host budget's, and the
-    // coordinator then books no more than both hold).
+    // the rest of the arena fits (--kv_cache_blocks, for tests, caps them).
+    // The host pool mirrors them as address space (below), so the host
+    // budget does not cap them.
     dd_options.kv_block_tokens = block_tokens;
     dd_options.external_block_tables = true;
     absl::StatusOr<int64_t> fit = model::DeviceDecoder::MaxKvBlocksFor(
         **runtime, precision, dd_options, device_memory->available());
-    absl::StatusOr<kv_cache::KvCacheSize> host_size =
-        kv_cache::SizeKvCache(*kv_layout, slot_bytes, options_.kv_cache_bytes, options_.max_slots,
-                              options_.kv_cache_blocks);
-    if (fit.ok() && host_size.ok()) {
-      dd_options.kv_blocks = std::max<int64_t>(1, std::min(*fit, host_size->num_blocks));
+    if (fit.ok()) {
+      dd_options.kv_blocks = std::max<int64_t>(
+          1, options_.kv_cache_blocks > 0 ? std::min(*fit, options_.kv_cache_blocks) : *fit);
     }
     absl::StatusOr<std::unique_ptr<model::DeviceDecoder>> dd =
         fit.ok() ? model::DeviceDecoder::Create(**runtime, precision, dd_options)
@@ -432,20 +431,21 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     }
   }
   // The paged KV pool: blocks of kv_block_tokens positions over every
-  // kv-source layer, sized from the host budget after max_slots slots and,
-  // with a device decoder, from the blocks its arena holds (it pages its
-  // compressed KV by the same blocks: external_block_tables).
+  // kv-source layer, sized from the host budget after max_slots slots, or,
+  // with a device decoder, the blocks its arena holds (it pages its
+  // compressed KV by the same blocks: external_block_tables). The host pool
+  // then mirrors them: address space whose pages are backed only where a
+  // sequence runs on the host model (prompt logprobs, CED replays, a
+  // sequence brought back), given back when its blocks are released.
   absl::StatusOr<kv_cache::KvCacheSize> kv_size =
-      kv_cache::SizeKvCache(*kv_layout, slot_bytes, options_.kv_cache_bytes, options_.max_slots,
-                            options_.kv_cache_blocks);
+      device_decoder != nullptr
+          ? kv_cache::SizeKvCache(*kv_layout, slot_bytes, options_.kv_cache_bytes,
+                                  options_.max_slots, device_decoder->kv_blocks())
+          : kv_cache::SizeKvCache(*kv_layout, slot_bytes, options_.kv_cache_bytes,
+                                  options_.max_slots, options_.kv_cache_blocks);
   if (!kv_size.ok()) return ToGrpcStatus(kv_size.status());
-  if (device_decoder != nullptr && device_decoder->kv_blocks() < kv_size->num_blocks) {
-    kv_size = kv_cache::SizeKvCache(*kv_layout, slot_bytes, options_.kv_cache_bytes,
-                                    options_.max_slots, device_decoder->kv_blocks());
-    if (!kv_size.ok()) return ToGrpcStatus(kv_size.status());
-  }
-  absl::StatusOr<std::unique_ptr<kv_cache::BlockPool>> kv_pool =
-      kv_cache::BlockPool::Create(*kv_layout, kv_size->num_blocks);
+  absl::StatusOr<std::unique_ptr<kv_cache::BlockPool>> kv_pool = kv_cache::BlockPool::Create(
+      *kv_layout, kv_size->num_blocks, {.mirror = device_decoder != nullptr});
   if (!kv_pool.ok()) return ToGrpcStatus(kv_pool.status());
   v1::KvCacheInfo* kv_info = response->mutable_kv_cache();
   kv_info->set_block_tokens(static_cast<uint32_t>(block_tokens));
@@ -457,11 +457,20 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
   kv_info->set_block_bytes(static_cast<uint64_t>(kv_size->block_bytes));
   kv_info->set_slot_bytes(static_cast<uint64_t>(kv_size->slot_bytes));
   kv_info->set_budget_bytes(static_cast<uint64_t>(options_.kv_cache_bytes));
-  WEIR_LOG(INFO) << "KV cache: " << kv_size->num_blocks << " blocks of " << block_tokens
-                 << " positions (" << kv_size->block_bytes << " bytes each), "
-                 << kv_size->num_slots << " sequence slots of " << kv_size->slot_bytes
-                 << " bytes; " << kv_size->used_bytes << " of " << options_.kv_cache_bytes
-                 << " budget bytes";
+  if (device_decoder != nullptr) {
+    WEIR_LOG(INFO) << "KV cache: " << kv_size->num_blocks << " blocks of " << block_tokens
+                   << " positions on the device decoder (its arena's), mirrored on the host "
+                      "as address space ("
+                   << kv_size->block_bytes << " bytes a block, backed only where a sequence "
+                   << "runs on the host); " << kv_size->num_slots << " sequence slots of "
+                   << kv_size->slot_bytes << " bytes";
+  } else {
+    WEIR_LOG(INFO) << "KV cache: " << kv_size->num_blocks << " blocks of " << block_tokens
+                   << " positions (" << kv_size->block_bytes << " bytes each), "
+                   << kv_size->num_slots << " sequence slots of " << kv_size->slot_bytes
+                   << " bytes; " << kv_size->used_bytes << " of " << options_.kv_cache_bytes
+                   << " budget bytes";
+  }
   if (num_draft_tokens > 0 && options_.backend == "cuda" &&
       (device_decoder == nullptr || !device_decoder->drafts())) {
     return Error(grpc::StatusCode::FAILED_PRECONDITION,

@@ -32,14 +32,28 @@ namespace weir::worker::kv_cache {
 //   RETURN_IF_ERROR(pool->Claim(SeqSlot(3), BlockId(17)));   // from a plan's new_blocks
 //   std::span<float> bytes = pool->block(BlockId(17));        // [block_floats]
 //   RETURN_IF_ERROR(pool->Release(SeqSlot(3), BlockId(17)));  // slot released
+struct BlockPoolOptions {
+  // The pool mirrors a device's blocks (a CUDA worker whose decoder pages
+  // its KV by the same block ids): most blocks are never written here, only
+  // those of sequences that run on the host model (prompt logprobs, CED
+  // replays, a sequence brought back from the device). Release then gives a
+  // block's whole memory pages back to the system (MADV_DONTNEED; they read
+  // as zeros when touched again), so the host's resident memory follows the
+  // sequences on the host now, not every block they ever wrote.
+  bool mirror = false;
+};
+
 class BlockPool {
  public:
-  // Allocates `num_blocks` blocks of `layout` (their contents undefined until
-  // written; pages are touched only when a block is first written).
+  // Reserves `num_blocks` blocks of `layout` as address space only (an
+  // anonymous mapping without swap reservation: their contents undefined
+  // until written; a page is backed only once a block on it is written).
   // INVALID_ARGUMENT for num_blocks outside [0, 2^31); RESOURCE_EXHAUSTED if
-  // the memory cannot be had.
+  // the address space cannot be had.
   static absl::StatusOr<std::unique_ptr<BlockPool>> Create(const KvCacheLayout& layout,
-                                                           int64_t num_blocks);
+                                                           int64_t num_blocks,
+                                                           BlockPoolOptions options = {});
+  ~BlockPool();
 
   BlockPool(const BlockPool&) = delete;
   BlockPool& operator=(const BlockPool&) = delete;
@@ -64,22 +78,35 @@ class BlockPool {
 
   // Takes `block` back from `slot`. INVALID_ARGUMENT if the block is not in
   // the pool; FAILED_PRECONDITION if `slot` does not hold it (a double free,
-  // or another slot's block). Nothing changes on error.
+  // or another slot's block). Nothing changes on error. A mirror pool gives
+  // the memory pages that lie wholly inside the block back to the system.
   absl::Status Release(SeqSlot slot, BlockId block);
 
-  // The floats of `block` [block_floats]. REQUIRES: Contains(block).
+  // The floats of `block` [block_floats]. REQUIRES: Contains(block). (A
+  // mirror pool notes that the block may have been written.)
   std::span<float> block(BlockId block);
   std::span<const float> block(BlockId block) const;
 
   // Recounts the owners; INTERNAL if the count of used blocks disagrees.
   absl::Status VerifyAccounting() const;
 
+  bool mirror() const { return options_.mirror; }
+  // Memory pages given back by Release (mirror pools).
+  int64_t pages_returned() const { return pages_returned_; }
+
  private:
-  BlockPool(const KvCacheLayout& layout, int64_t num_blocks, std::unique_ptr<float[]> data);
+  BlockPool(const KvCacheLayout& layout, int64_t num_blocks, BlockPoolOptions options, float* data,
+            size_t mapped_bytes);
 
   KvCacheLayout layout_;
-  std::unique_ptr<float[]> data_;  // [num_blocks, block_floats]
-  std::vector<int32_t> owner_;     // [num_blocks] slot value, -1 = free
+  BlockPoolOptions options_;
+  float* data_ = nullptr;  // [num_blocks, block_floats], mapped_bytes_ mapped
+  size_t mapped_bytes_ = 0;
+  int64_t pages_returned_ = 0;
+  std::vector<int32_t> owner_;  // [num_blocks] slot value, -1 = free
+  // Mirror pools: [num_blocks] 1 once the block's writable view was taken
+  // since it was last released (only those blocks have pages to give back).
+  std::vector<uint8_t> written_;
   int64_t num_used_ = 0;
 };
 
