@@ -14,13 +14,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/time.h"
 #include "gtest/gtest.h"
-#include "parallel/fake_communicator.h"
 #include "worker/kv_cache/block_pool.h"
 #include "worker/kv_cache/kv_cache_layout.h"
-#include "worker/model/expert_parallel_model.h"
-#include "worker/model/expert_placement.h"
 #include "worker/model/host_decode_backend.h"
 #include "worker/step_executor.h"
 #include "worker/step_executor_test_util.h"
@@ -280,8 +276,6 @@ TEST(StepExecutorSpeculativeTest, ExpertParallelRanksSpeculateOnCollectiveBacken
   constexpr int kWorld = 2;
   constexpr int kSteps = 36;
   const model::ModelConfig& config = f.checkpoint->config();
-  const model::ExpertPlacement placement =
-      model::IdentityPlacement(config.n_layers, config.n_routed_experts, kWorld);
   for (const sampling::SamplingParams& params : {GreedySampling(), SeededSampling()}) {
     const auto plain = Plain(*f.model, *f.pool, params);
     // Per rank: its prompts (indices into kPrompts) and the plan they start at.
@@ -290,18 +284,13 @@ TEST(StepExecutorSpeculativeTest, ExpertParallelRanksSpeculateOnCollectiveBacken
     std::vector<std::vector<std::vector<int64_t>>> out(kWorld);
     std::vector<model::HostDecodeBackendStats> stats(kWorld);
     std::vector<int64_t> verified(kWorld), accepted(kWorld), device_rows(kWorld);
-    auto comms = parallel::FakeCommunicator::CreateWorld(kWorld, {.timeout = absl::Seconds(30)});
     std::vector<absl::Status> st =
-        parallel::RunOnRankThreads(comms, [&](parallel::Communicator& c) -> absl::Status {
-          const int r = c.rank().value();
-          absl::StatusOr<model::ExpertParallelModel> ep =
-              model::CreateExpertParallelModel(config, *f.checkpoint, placement, c);
-          if (!ep.ok()) return ep.status();
-          model::HostDecodeBackend backend(*ep->model, /*max_sequences=*/4, /*max_batch=*/12,
+        OnExpertParallelRanks(*f.checkpoint, kWorld, [&](int r, model::Model& m) -> absl::Status {
+          model::HostDecodeBackend backend(m, /*max_sequences=*/4, /*max_batch=*/12,
                                            /*max_positions=*/4096, /*collective=*/true,
                                            /*max_rows_per_slot=*/kDrafts + 1);
           backend.EnableDrafting(kDrafts);
-          StepExecutor ex(*ep->model, 4);
+          StepExecutor ex(m, 4);
           ex.SetDecodeBackend(&backend);
           if (absl::Status s = ex.SetSpeculation(kDrafts); !s.ok()) return s;
           const std::vector<int>& mine = prompts_of[r];

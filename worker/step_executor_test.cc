@@ -5,11 +5,7 @@
 #include <cstring>
 #include <string>
 
-#include "absl/time/time.h"
 #include "gtest/gtest.h"
-#include "parallel/fake_communicator.h"
-#include "worker/model/expert_parallel_model.h"
-#include "worker/model/expert_placement.h"
 #include "worker/model/host_decode_backend.h"
 #include "worker/step_executor_test_util.h"
 
@@ -498,20 +494,12 @@ void CheckCollectiveBackend(int rows_per_slot) {
   std::vector<std::vector<Outcomes>> got(kWorld);
   std::vector<model::HostDecodeBackendStats> backend_stats(kWorld);
   std::vector<int64_t> device_rows(kWorld);
-  const model::ModelConfig& config = f.checkpoint->config();
-  const model::ExpertPlacement placement =
-      model::IdentityPlacement(config.n_layers, config.n_routed_experts, kWorld);
-  auto comms = parallel::FakeCommunicator::CreateWorld(kWorld, {.timeout = absl::Seconds(30)});
   std::vector<absl::Status> st =
-      parallel::RunOnRankThreads(comms, [&](parallel::Communicator& c) -> absl::Status {
-        const int r = c.rank().value();
-        absl::StatusOr<model::ExpertParallelModel> ep =
-            model::CreateExpertParallelModel(config, *f.checkpoint, placement, c);
-        if (!ep.ok()) return ep.status();
-        model::HostDecodeBackend backend(*ep->model, /*max_sequences=*/4,
+      OnExpertParallelRanks(*f.checkpoint, kWorld, [&](int r, model::Model& m) -> absl::Status {
+        model::HostDecodeBackend backend(m, /*max_sequences=*/4,
                                          /*max_batch=*/rows_per_slot > 1 ? 6 : 2,
                                          /*max_positions=*/40, /*collective=*/true, rows_per_slot);
-        StepExecutor executor(*ep->model, 4);
+        StepExecutor executor(m, 4);
         executor.SetDecodeBackend(&backend);
         for (int s = 0; s < kSteps; ++s) got[r].push_back(executor.Execute(plans[r][s], {}));
         backend_stats[r] = backend.stats();

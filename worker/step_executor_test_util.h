@@ -2,19 +2,26 @@
 //
 // What the step executor tests share: the tiny model to run plans on (the
 // checkpoint generated once per test binary and seed, model/
-// tiny_model_test_util.h) and the first error of an executed plan.
+// tiny_model_test_util.h), the first error of an executed plan, and the
+// ranks of an expert-parallel group on threads.
 //
-// Thread safety: as the model tests' fixtures (one test thread).
+// Thread safety: as the model tests' fixtures (one test thread);
+// OnExpertParallelRanks runs its body on one thread a rank.
 
 #ifndef WEIR_WORKER_STEP_EXECUTOR_TEST_UTIL_H_
 #define WEIR_WORKER_STEP_EXECUTOR_TEST_UTIL_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "parallel/fake_communicator.h"
+#include "worker/model/expert_parallel_model.h"
+#include "worker/model/expert_placement.h"
 #include "worker/model/model.h"
 #include "worker/model/tiny_model_test_util.h"
 #include "worker/sampling/sampling_params.h"
@@ -56,6 +63,25 @@ struct TinyModelFixture {
   const model::Checkpoint* checkpoint;
   std::unique_ptr<model::Model> model;
 };
+
+// Runs `body(rank, model)` for every rank of a `world`-rank expert-parallel
+// group, each on a thread of its own with its rank's model of `checkpoint`
+// (identity placement) over a FakeCommunicator world (a collective not
+// entered by every rank times out after 30 s). Returns each rank's status.
+inline std::vector<absl::Status> OnExpertParallelRanks(
+    const model::Checkpoint& checkpoint, int world,
+    const std::function<absl::Status(int rank, model::Model& model)>& body) {
+  const model::ModelConfig& config = checkpoint.config();
+  const model::ExpertPlacement placement =
+      model::IdentityPlacement(config.n_layers, config.n_routed_experts, world);
+  auto comms = parallel::FakeCommunicator::CreateWorld(world, {.timeout = absl::Seconds(30)});
+  return parallel::RunOnRankThreads(comms, [&](parallel::Communicator& c) -> absl::Status {
+    absl::StatusOr<model::ExpertParallelModel> ep =
+        model::CreateExpertParallelModel(config, checkpoint, placement, c);
+    if (!ep.ok()) return ep.status();
+    return body(c.rank().value(), *ep->model);
+  });
+}
 
 }  // namespace weir::worker
 

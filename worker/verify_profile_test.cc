@@ -8,11 +8,7 @@
 #include <memory>
 #include <vector>
 
-#include "absl/time/time.h"
 #include "gtest/gtest.h"
-#include "parallel/fake_communicator.h"
-#include "worker/model/expert_parallel_model.h"
-#include "worker/model/expert_placement.h"
 #include "worker/model/host_decode_backend.h"
 #include "worker/step_executor_test_util.h"
 
@@ -71,20 +67,12 @@ TEST(VerifyProfileTest, RanksOfAGroupProfileInStep) {
   Fixture f;
   ASSERT_NE(f.model, nullptr);
   constexpr int kWorld = 2;
-  const model::ModelConfig& config = f.checkpoint->config();
-  const model::ExpertPlacement placement =
-      model::IdentityPlacement(config.n_layers, config.n_routed_experts, kWorld);
   const int64_t batches[] = {1, 2, 4, 8};
   std::vector<absl::StatusOr<VerifyCostCurve>> curves(kWorld, absl::InternalError("not run"));
   std::vector<int64_t> steps(kWorld);
-  auto comms = parallel::FakeCommunicator::CreateWorld(kWorld, {.timeout = absl::Seconds(30)});
   std::vector<absl::Status> st =
-      parallel::RunOnRankThreads(comms, [&](parallel::Communicator& c) -> absl::Status {
-        const int r = c.rank().value();
-        absl::StatusOr<model::ExpertParallelModel> ep =
-            model::CreateExpertParallelModel(config, *f.checkpoint, placement, c);
-        if (!ep.ok()) return ep.status();
-        model::HostDecodeBackend backend(*ep->model, /*max_sequences=*/4, /*max_batch=*/16,
+      OnExpertParallelRanks(*f.checkpoint, kWorld, [&](int r, model::Model& m) -> absl::Status {
+        model::HostDecodeBackend backend(m, /*max_sequences=*/4, /*max_batch=*/16,
                                          /*max_positions=*/64, /*collective=*/true,
                                          /*max_rows_per_slot=*/4);
         backend.EnableDrafting(/*max_rollback=*/3);
