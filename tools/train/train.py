@@ -568,7 +568,7 @@ def main(argv=None):
             update_biases(gate_list, routers, args.bias_rate)
             state["step"] += 1
             if state["step"] % args.log_every == 0 or state["step"] == total:
-                rate = state["step"] / max(1e-9, time.time() - t_phase)
+                rate = (state["step"] - step_rate) / max(1e-9, time.time() - t_phase)  # this call's steps
                 entry = {"phase": phase, "step": state["step"], "pool": from_pool,
                          "loss": loss.item(), "lr": lr,
                          "grad_norm": grad_norm.item(), **{k: v.item() for k, v in parts.items()}}
