@@ -13,7 +13,8 @@ sampling::SampleResult SamplePosition(const float* logits, int64_t vocab, const 
                                  .prompt_tokens = row.prompt,
                                  .output_tokens = row.output,
                                  .position = position,
-                                 .is_draft = false};
+                                 .is_draft = false,
+                                 .want_logprob = row.want_logprob};
   if (row.matcher != nullptr && !row.matcher->IsTerminated()) {
     // The constraint decides which tokens may come next.
     grammar::Matcher& matcher = *row.matcher;

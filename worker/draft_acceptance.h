@@ -46,6 +46,8 @@ struct RowSampling {
   // The slot's grammar, or null (unconstrained). SamplePosition masks by its
   // allowed next tokens unless it has terminated.
   grammar::Matcher* matcher = nullptr;
+  // SampleResult::logprob computed (sampling::SampleRow::want_logprob).
+  bool want_logprob = true;
 };
 
 // Scratch space of SamplePosition (the mask and the masked logits), reused
@@ -66,7 +68,7 @@ struct Acceptance {
   // Drafts accepted: the first `accepted` of them, in order.
   int64_t accepted = 0;
   // [accepted] the sampler's log-probability of each accepted draft
-  // (SampleResult::logprob).
+  // (SampleResult::logprob; 0 unless row.want_logprob).
   std::vector<float> logprobs;
 };
 

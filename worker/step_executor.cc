@@ -125,7 +125,8 @@ void StepExecutor::SampleConstrained(Slot& slot, const float* logits,
   const RowSampling row{.params = base.params,
                         .prompt = base.prompt_tokens,
                         .output = base.output_tokens,
-                        .matcher = &matcher};
+                        .matcher = &matcher,
+                        .want_logprob = base.want_logprob};
   sampling::SampleResult result = SamplePosition(logits, vocab, row, base.position, scratch_);
   out.status = result.status;
   if (!result.status.ok()) return;
@@ -763,7 +764,10 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
                                    .prompt_tokens = slot.prompt,
                                    .output_tokens = slot.output,
                                    .position = slot.state->length(),
-                                   .is_draft = false};
+                                   .is_draft = false,
+                                   // Only a row that asked for logprobs reports the
+                                   // sampler's (a pass with an exp a token).
+                                   .want_logprob = row.logprobs >= 0};
     if (slot.matcher != nullptr) {
       SampleConstrained(slot, last, sample_row, out);
       if (out.token.has_value()) {
@@ -774,8 +778,10 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
       }
       continue;
     }
-    const RowSampling plain{
-        .params = &row.sampling, .prompt = slot.prompt, .output = slot.output};
+    const RowSampling plain{.params = &row.sampling,
+                            .prompt = slot.prompt,
+                            .output = slot.output,
+                            .want_logprob = row.logprobs >= 0};
     sampling::SampleResult result =
         SamplePosition(last, vocab, plain, sample_row.position, scratch_);
     out.status = result.status;

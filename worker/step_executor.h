@@ -132,6 +132,9 @@ TokenLogprob ScoreToken(const float* logits, int64_t vocab, int32_t token, int32
 
 struct RowOutcome {
   std::optional<int32_t> token;
+  // The sampler's log-probability of `token` when the row asked for logprobs
+  // (RowPlan::logprobs >= 0), else 0: the sampler then skips that pass over
+  // the vocabulary.
   float logprob = 0.0f;
   std::vector<int32_t> top_ids;
   std::vector<float> top_logits;

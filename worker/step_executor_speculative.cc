@@ -73,8 +73,10 @@ absl::StatusOr<int64_t> StepExecutor::VerifyDrafts(const RowPlan& row, Slot& slo
   const int64_t vocab = model_.config().vocab_size;
   const int64_t base = static_cast<int64_t>(inputs.size()) - drafts;
   // The logits of the position before each draft predict it.
-  const RowSampling sampling_row{
-      .params = &row.sampling, .prompt = slot.prompt, .matcher = slot.matcher.get()};
+  const RowSampling sampling_row{.params = &row.sampling,
+                                 .prompt = slot.prompt,
+                                 .matcher = slot.matcher.get(),
+                                 .want_logprob = row.logprobs >= 0};
   const Acceptance acceptance =
       AcceptDrafts(logits.data() + (base - 1) * vocab, vocab,
                    std::span<const int64_t>(inputs).subspan(base, drafts), sampling_row,

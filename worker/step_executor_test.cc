@@ -254,6 +254,7 @@ RowPlan Seeded(int32_t slot, int64_t start, std::vector<int64_t> tokens, uint64_
   RowPlan row{.slot = slot, .start_pos = start, .tokens = std::move(tokens), .sample = true};
   row.sampling.temperature = 1.0f;
   row.sampling.seed = seed;
+  row.logprobs = 0;  // the sampler's logprob too (compared below)
   return row;
 }
 
@@ -320,6 +321,7 @@ RowPlan Row(int32_t slot, int64_t start, std::vector<int64_t> tokens, int32_t re
   RowPlan row{.slot = slot, .start_pos = start, .tokens = std::move(tokens), .remap = remap,
               .sample = true, .return_top_k = 4};
   row.sampling.temperature = 0.0f;
+  row.logprobs = 0;  // the sampler's logprob too (ExpectSame compares it)
   return row;
 }
 

@@ -78,6 +78,7 @@
 #include "worker/model/layer_roles.h"
 #include "worker/model/model.h"
 #include "worker/model/tiny_checkpoint.h"
+#include "worker/sampling/sampler.h"
 
 ABSL_FLAG(std::string, config, "models/small/config.json", "config.json of the model.");
 ABSL_FLAG(std::string, dir, "", "Where to generate the checkpoint (default: a temp dir).");
@@ -302,14 +303,23 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
         slots[b] = b;
         WEIR_CHECK((*dd)->Import(b, *seq).ok());
       }
+      weir::worker::sampling::SamplingParams greedy;
+      greedy.temperature = 0.0f;
+      std::vector<weir::worker::sampling::SampleRow> sample_rows(batch);
       auto step = [&]() {
         // The serving executor's call: the logits stay in the decoder's
-        // pinned buffer (no 33 MB copy a step at batch 64 of V4.1).
+        // pinned buffer (no 33 MB copy a step at batch 64 of V4.1), and its
+        // sampler picks each row's greedy token (no logprob asked).
         auto logits = (*dd)->StepView(slots, next);
         WEIR_CHECK(logits.ok()) << logits.status();
         for (int b = 0; b < batch; ++b) {
-          next[b] = Argmax(logits->subspan(b * c.vocab_size, c.vocab_size));
+          sample_rows[b] = {.logits = logits->data() + b * c.vocab_size,
+                            .params = &greedy,
+                            .want_logprob = false};
         }
+        const std::vector<weir::worker::sampling::SampleResult> sampled =
+            weir::worker::sampling::SampleBatch(sample_rows, static_cast<int32_t>(c.vocab_size));
+        for (int b = 0; b < batch; ++b) next[b] = sampled[b].token;
       };
       for (int i = 0; i < warmup; ++i) step();
       const weir::model::DeviceDecoderStats before = (*dd)->stats();

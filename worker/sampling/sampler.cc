@@ -2,8 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
-#include <numeric>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -18,11 +19,20 @@ uint64_t SplitMix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// Whether bias or a penalty changes any logit of the row.
+bool Adjusts(const SamplingParams& p) {
+  return !p.logit_bias.empty() || p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f ||
+         p.presence_penalty != 0.0f;
+}
+
 void ApplyBiasAndPenalties(const SampleRow& row, std::vector<float>& logits) {
   const SamplingParams& p = *row.params;
   const int32_t vocab = static_cast<int32_t>(logits.size());
   for (const auto& [id, bias] : p.logit_bias) {
     if (id >= 0 && id < vocab) logits[id] += std::clamp(bias, -kMaxLogitBias, kMaxLogitBias);
+  }
+  if (p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f) {
+    return;  // the output's counts are not needed
   }
   absl::flat_hash_map<int32_t, int32_t> output_counts;
   for (int32_t t : row.output_tokens) {
@@ -46,10 +56,66 @@ void ApplyBiasAndPenalties(const SampleRow& row, std::vector<float>& logits) {
   }
 }
 
+// The first index of a row's maximum (ties to the lowest id, as a scan
+// keeping the first strictly greater value) and whether any value is NaN or
+// +inf: eight running maxima (lanes i mod 8, which the compiler keeps in
+// vector registers), then a search for the first index holding the maximum,
+// eight values a test.
+struct RowScan {
+  int32_t best = 0;
+  bool bad = false;
+};
+RowScan ScanRow(const float* x, int32_t n) {
+  constexpr int kLanes = 8;
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  // NaN or +inf: the magnitude's bits at or above +inf's, unless -inf.
+  auto is_bad = [](uint32_t bits) -> uint32_t {
+    return static_cast<uint32_t>((bits & 0x7fffffffu) >= 0x7f800000u) &
+           static_cast<uint32_t>(bits != 0xff800000u);
+  };
+  float lane_max[kLanes];
+  uint32_t lane_bad[kLanes];
+  for (int j = 0; j < kLanes; ++j) {
+    lane_max[j] = -kInf;
+    lane_bad[j] = 0;
+  }
+  int32_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    uint32_t bits[kLanes];
+    std::memcpy(bits, x + i, sizeof(bits));
+    for (int j = 0; j < kLanes; ++j) {
+      lane_bad[j] |= is_bad(bits[j]);
+      lane_max[j] = x[i + j] > lane_max[j] ? x[i + j] : lane_max[j];
+    }
+  }
+  float m = -kInf;
+  uint32_t bad = 0;
+  for (; i < n; ++i) {
+    bad |= !(x[i] < kInf);  // NaN or +inf
+    m = x[i] > m ? x[i] : m;
+  }
+  for (int j = 0; j < kLanes; ++j) {
+    bad |= lane_bad[j];
+    m = lane_max[j] > m ? lane_max[j] : m;
+  }
+  RowScan scan;
+  scan.bad = bad != 0;
+  if (scan.bad) return scan;
+  int32_t at = 0;
+  for (; at + kLanes <= n; at += kLanes) {
+    uint32_t hit = 0;
+    for (int j = 0; j < kLanes; ++j) hit |= static_cast<uint32_t>(x[at + j] == m);
+    if (hit != 0) break;
+  }
+  while (at < n - 1 && !(x[at] == m)) ++at;
+  scan.best = at;
+  return scan;
+}
+
 // log-softmax value of logits[id] over the whole row.
-float LogSoftmaxAt(const std::vector<float>& logits, int32_t id, float max_logit) {
+float LogSoftmaxAt(const float* logits, int32_t vocab, int32_t id, float max_logit) {
   double sum = 0.0;
-  for (float v : logits) sum += std::exp(static_cast<double>(v) - max_logit);
+  for (int32_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - max_logit);
   return static_cast<float>(static_cast<double>(logits[id]) - max_logit - std::log(sum));
 }
 
@@ -59,81 +125,119 @@ SampleResult SampleRowImpl(const SampleRow& row, int32_t vocab) {
     result.status = absl::InvalidArgumentError("sample row without logits or params");
     return result;
   }
-  std::vector<float> logits(row.logits, row.logits + vocab);
-  for (float v : logits) {
-    if (std::isnan(v) || v == std::numeric_limits<float>::infinity()) {
-      result.status = absl::InternalError("NUMERICAL_ERROR: non-finite logits");
-      return result;
-    }
-  }
-  ApplyBiasAndPenalties(row, logits);
   const SamplingParams& p = *row.params;
-  // Argmax with ties to the lowest id.
-  int32_t best = 0;
-  for (int32_t i = 1; i < vocab; ++i) {
-    if (logits[i] > logits[best]) best = i;
+  // The row as given until something must change it (bias, penalties, a
+  // temperature): then a copy.
+  std::vector<float> copy;
+  const float* logits = row.logits;
+  RowScan scan = ScanRow(logits, vocab);
+  if (scan.bad) {
+    result.status = absl::InternalError("NUMERICAL_ERROR: non-finite logits");
+    return result;
   }
+  if (Adjusts(p)) {
+    copy.assign(row.logits, row.logits + vocab);
+    ApplyBiasAndPenalties(row, copy);
+    logits = copy.data();
+    scan = ScanRow(logits, vocab);  // the argmax of the adjusted row
+  }
+  // Argmax with ties to the lowest id.
+  const int32_t best = scan.best;
   if (logits[best] == -std::numeric_limits<float>::infinity()) {
     result.status = absl::InvalidArgumentError("every token is masked");
     return result;
   }
   if (p.temperature == 0.0f) {
     result.token = best;
-    result.logprob = LogSoftmaxAt(logits, best, logits[best]);
+    if (row.want_logprob) result.logprob = LogSoftmaxAt(logits, vocab, best, logits[best]);
     return result;
   }
-  for (float& v : logits) v /= p.temperature;
-  const float max_logit = logits[best];
+  if (copy.empty()) copy.assign(row.logits, row.logits + vocab);
+  for (float& v : copy) v /= p.temperature;
+  const float max_logit = copy[best];
 
-  // Candidates by descending logit, ties by id. Only the top k need sorting.
-  std::vector<int32_t> order(vocab);
-  std::iota(order.begin(), order.end(), 0);
-  auto before = [&logits](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  // Candidates by descending logit, ties by id, as (logit, id) pairs, sorted
+  // only as far as the filters and the draw look: the first `sorted` are
+  // the largest, in order (nth_element, then a sort of the new ones).
+  struct Candidate {
+    float logit;
+    int32_t id;
+  };
+  auto before = [](const Candidate& a, const Candidate& b) {
+    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+  };
+  std::vector<Candidate> order(vocab);
+  for (int32_t i = 0; i < vocab; ++i) order[i] = {copy[i], i};
+  size_t sorted = 0;
+  std::vector<double> probs;  // e^(logit - max) of order[0 .. probs.size())
+  auto sort_to = [&](size_t k) {
+    k = std::min(k, order.size());
+    if (k <= sorted) return;
+    if (k - sorted <= 1024) {  // a few: one heap pass over the rest
+      std::partial_sort(order.begin() + sorted, order.begin() + k, order.end(), before);
+    } else {
+      if (k < order.size()) {
+        std::nth_element(order.begin() + sorted, order.begin() + k, order.end(), before);
+      }
+      std::sort(order.begin() + sorted, order.begin() + k, before);
+    }
+    sorted = k;
+  };
+  // The probability (unnormalized) of the j-th candidate.
+  auto prob = [&](size_t j) -> double {
+    if (j >= sorted) sort_to(std::max({j + 1, 4 * sorted, size_t{64}}));
+    while (probs.size() <= j) {
+      probs.push_back(std::exp(static_cast<double>(order[probs.size()].logit) - max_logit));
+    }
+    return probs[j];
   };
   size_t keep = static_cast<size_t>(vocab);
+  double total = 0.0;
   if (p.top_k > 0 && p.top_k < vocab) {
     keep = static_cast<size_t>(p.top_k);
-    std::partial_sort(order.begin(), order.begin() + keep, order.end(), before);
+    for (size_t i = 0; i < keep; ++i) total += prob(i);
   } else {
-    std::sort(order.begin(), order.end(), before);
+    // Every token: the sum in id order (no sort needed for it).
+    for (int32_t i = 0; i < vocab; ++i) total += std::exp(static_cast<double>(copy[i]) - max_logit);
   }
-  std::vector<double> probs(keep);
-  double total = 0.0;
-  for (size_t i = 0; i < keep; ++i) {
-    probs[i] = std::exp(static_cast<double>(logits[order[i]]) - max_logit);
-    total += probs[i];
-  }
+  const size_t candidates = keep;
   // top-p over the (top-k) candidates, keeping at least one.
   if (p.top_p < 1.0f) {
     double mass = 0.0;
     size_t n = 0;
     while (n < keep) {
-      mass += probs[n++];
+      mass += prob(n++);
       if (mass >= p.top_p * total) break;
     }
     keep = n;
   }
-  // min-p relative to the most likely token (probs[0] is the max).
+  // min-p relative to the most likely token (prob(0) is the max).
   if (p.min_p > 0.0f) {
     size_t n = 1;
-    while (n < keep && probs[n] >= p.min_p * probs[0]) ++n;
+    while (n < keep && prob(n) >= p.min_p * prob(0)) ++n;
     keep = n;
   }
   double kept_mass = 0.0;
-  for (size_t i = 0; i < keep; ++i) kept_mass += probs[i];
+  if (keep == candidates && keep == static_cast<size_t>(vocab)) {
+    kept_mass = total;  // nothing cut: every token
+  } else {
+    for (size_t i = 0; i < keep; ++i) kept_mass += prob(i);
+  }
   const double target = DrawUniform(p.seed, row.position, row.is_draft) * kept_mass;
   double cumulative = 0.0;
   size_t chosen = keep - 1;  // Rounding can leave target just above the sum.
   for (size_t i = 0; i < keep; ++i) {
-    cumulative += probs[i];
+    cumulative += prob(i);
     if (target < cumulative) {
       chosen = i;
       break;
     }
   }
-  result.token = order[chosen];
-  result.logprob = LogSoftmaxAt(logits, result.token, max_logit);
+  sort_to(chosen + 1);
+  result.token = order[chosen].id;
+  if (row.want_logprob) {
+    result.logprob = LogSoftmaxAt(copy.data(), vocab, result.token, max_logit);
+  }
   return result;
 }
 

@@ -12,6 +12,12 @@
 // Determinism: the draw of a row is DrawUniform(seed, position, is_draft), so
 // a sequence samples the same token alone or in any batch, in any row order.
 //
+// Cost: a greedy row without bias or penalties reads its logits once (no
+// copy); penalties cost a copy and, for the output-count ones, a pass over
+// the output; a sampled row sorts its candidates (all of the vocabulary
+// without top-k); the logprob is one more pass with an exp a token, only when
+// asked (sampler_bench).
+//
 // Thread safety: stateless; SampleBatch may run concurrently on distinct data.
 
 #ifndef WEIR_WORKER_SAMPLING_SAMPLER_H_
@@ -38,13 +44,17 @@ struct SampleRow {
   // Position of the token being sampled; with is_draft, the draw's identity.
   int64_t position = 0;
   bool is_draft = false;
+  // Compute SampleResult::logprob (a pass over the row with an exp a token);
+  // false leaves it 0. The token does not depend on it.
+  bool want_logprob = true;
 };
 
 struct SampleResult {
   // The sampled id, or -1 when status is not OK.
   int32_t token = -1;
   // log-probability of `token` after bias, penalties and temperature (before
-  // the top-k/top-p/min-p filters); for greedy rows, at temperature 1.
+  // the top-k/top-p/min-p filters); for greedy rows, at temperature 1. 0
+  // unless SampleRow::want_logprob.
   float logprob = 0.0f;
   // INTERNAL with "NUMERICAL_ERROR" for NaN/+Inf logits; INVALID_ARGUMENT for
   // a row without logits or params, or where every token is masked (-inf).

@@ -1,7 +1,9 @@
 #include "worker/sampling/sampler.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -158,6 +160,123 @@ TEST(SamplerTest, BadRowsFailAloneWithoutHarmingOthers) {
   EXPECT_GE(r[1].token, 0);
   EXPECT_EQ(r[2].status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(r[3].status.code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The sampler as first written, plainly: a copy of the row, the argmax by a
+// scan keeping the first strictly greater value, every candidate sorted by
+// (logit desc, id), the total summed in that order. The fast paths must
+// choose the same tokens.
+int32_t PlainSample(const std::vector<float>& in, const SamplingParams& p, int64_t position) {
+  std::vector<float> logits = in;
+  const int32_t vocab = static_cast<int32_t>(logits.size());
+  int32_t best = 0;
+  for (int32_t i = 1; i < vocab; ++i) {
+    if (logits[i] > logits[best]) best = i;
+  }
+  if (p.temperature == 0.0f) return best;
+  for (float& v : logits) v /= p.temperature;
+  std::vector<int32_t> order(vocab);
+  for (int32_t i = 0; i < vocab; ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  size_t keep = p.top_k > 0 && p.top_k < vocab ? static_cast<size_t>(p.top_k) : vocab;
+  std::vector<double> probs(keep);
+  double total = 0.0;
+  for (size_t i = 0; i < keep; ++i) {
+    probs[i] = std::exp(static_cast<double>(logits[order[i]]) - logits[best]);
+    total += probs[i];
+  }
+  if (p.top_p < 1.0f) {
+    double mass = 0.0;
+    size_t n = 0;
+    while (n < keep) {
+      mass += probs[n++];
+      if (mass >= p.top_p * total) break;
+    }
+    keep = n;
+  }
+  if (p.min_p > 0.0f) {
+    size_t n = 1;
+    while (n < keep && probs[n] >= p.min_p * probs[0]) ++n;
+    keep = n;
+  }
+  double kept = 0.0;
+  for (size_t i = 0; i < keep; ++i) kept += probs[i];
+  const double target = DrawUniform(p.seed, position, false) * kept;
+  double cumulative = 0.0;
+  for (size_t i = 0; i < keep; ++i) {
+    cumulative += probs[i];
+    if (target < cumulative) return order[i];
+  }
+  return order[keep - 1];
+}
+
+// Greedy reads the row once (eight lanes, then a search): the first maximum
+// whatever the row's length (multiples of 8 or not), ties (also across
+// lanes), -inf entries and a maximum in the tail; NaN / +inf anywhere is
+// NUMERICAL_ERROR, a row of -inf is masked. Without want_logprob the
+// logprob is 0 and the token the same.
+TEST(SamplerTest, GreedyScanFindsTheFirstMaximum) {
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> small(-3, 3);  // many ties
+  for (int32_t n : {1, 3, 7, 8, 9, 16, 21, 4096, 4101}) {
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<float> row(n);
+      for (float& v : row) v = static_cast<float>(small(rng));
+      if (trial % 4 == 1 && n > 1) row[rng() % n] = -std::numeric_limits<float>::infinity();
+      if (trial % 4 == 2) row[n - 1] = 9.0f;  // the maximum in the tail
+      ASSERT_EQ(SampleOne(row, greedy), PlainSample(row, greedy, 0)) << n << " " << trial;
+      SampleRow no_logprob = Row(row, greedy);
+      no_logprob.want_logprob = false;
+      const SampleResult r = SampleBatch({&no_logprob, 1}, n)[0];
+      EXPECT_EQ(r.token, PlainSample(row, greedy, 0));
+      EXPECT_EQ(r.logprob, 0.0f);
+    }
+    for (int32_t at : {0, n / 2, n - 1}) {
+      for (float bad :
+           {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+        std::vector<float> row(n, 1.0f);
+        row[at] = bad;
+        SampleRow r = Row(row, greedy);
+        EXPECT_EQ(SampleBatch({&r, 1}, n)[0].status.code(), absl::StatusCode::kInternal)
+            << n << " at " << at;
+      }
+    }
+    std::vector<float> masked(n, -std::numeric_limits<float>::infinity());
+    SampleRow r = Row(masked, greedy);
+    EXPECT_EQ(SampleBatch({&r, 1}, n)[0].status.code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
+// Seeded draws with top-k, top-p and min-p sort only the candidates they
+// look at: the tokens equal the fully sorted sampler's over 4,096-token rows
+// (broad and peaked) at many positions.
+TEST(SamplerTest, PartlySortedDrawsEqualTheFullySortedOnes) {
+  std::mt19937 rng(11);
+  for (float scale : {1.0f, 3.0f, 8.0f}) {
+    std::normal_distribution<float> normal(0.0f, scale);
+    std::vector<float> row(4096);
+    for (float& v : row) v = normal(rng);
+    for (int variant = 0; variant < 5; ++variant) {
+      SamplingParams p;
+      p.temperature = 0.8f;
+      p.seed = 3 + variant;
+      if (variant == 1) p.top_k = 40;
+      if (variant == 2) p.top_p = 0.9f;
+      if (variant == 3) p.min_p = 0.05f;
+      if (variant == 4) {
+        p.top_k = 2000;
+        p.top_p = 0.97f;
+      }
+      for (int64_t position = 0; position < 200; ++position) {
+        ASSERT_EQ(SampleOne(row, p, position), PlainSample(row, p, position))
+            << "scale " << scale << " variant " << variant << " position " << position;
+      }
+    }
+  }
 }
 
 TEST(SamplingParamsTest, RejectsOutOfRangeValues) {
