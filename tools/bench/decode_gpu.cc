@@ -480,10 +480,28 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       WEIR_CHECK((*dd)->Start(b).ok());
     }
     int64_t pos = 0;
+    // What a worker then does on the host before its next step: each row's
+    // token by its sampler (greedy, no logprob), timed apart (the inputs stay
+    // synthetic, so the routing does not follow the random weights' argmax).
+    weir::worker::sampling::SamplingParams greedy;
+    greedy.temperature = 0.0f;
+    std::vector<weir::worker::sampling::SampleRow> sample_rows(batch);
+    double sample_s = 0;
     auto step = [&]() {
       for (int b = 0; b < batch; ++b) tokens[b] = (b * 7919 + pos * 104729) % c.vocab_size;
       auto logits = (*dd)->StepView(slots, tokens);
       WEIR_CHECK(logits.ok()) << logits.status();
+      const auto s0 = Clock::now();
+      for (int b = 0; b < batch; ++b) {
+        sample_rows[b] = {.logits = logits->data() + b * c.vocab_size,
+                          .params = &greedy,
+                          .want_logprob = false};
+      }
+      for (const weir::worker::sampling::SampleResult& r :
+           weir::worker::sampling::SampleBatch(sample_rows, static_cast<int32_t>(c.vocab_size))) {
+        WEIR_CHECK(r.status.ok()) << r.status;
+      }
+      sample_s += Seconds(s0);
       ++pos;
     };
     if (chunk > 0) {
@@ -517,6 +535,7 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
     const double before = (*dd)->stats().device_seconds;
     const int64_t first = pos;
     std::vector<double> times;
+    sample_s = 0;
     for (int i = 0; i < steps; ++i) {
       const auto s0 = Clock::now();
       step();
@@ -567,6 +586,10 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
     std::printf("      graph of batch %d: %lld nodes, %lld programmatic edges\n", batch,
                 static_cast<long long>((*dd)->stats().graph_nodes),
                 static_cast<long long>((*dd)->stats().programmatic_edges));
+    std::printf(
+        "      the host's greedy sampling of the %d rows (%lld tokens each; in step_ms and "
+        "gpu_idle): %.3f ms a step\n",
+        batch, static_cast<long long>(c.vocab_size), sample_s / steps * 1e3);
     for (int b = 0; b < batch; ++b) WEIR_CHECK((*dd)->Release(b).ok());
   }
   if (absl::GetFlag(FLAGS_slice_profile)) {
