@@ -25,6 +25,7 @@
 #include "base/signals.h"
 #include "worker/fault_injection.h"
 #include "worker/rank_watch.h"
+#include "worker/sampling/sampler.h"
 #include "worker/worker_service.h"
 
 ABSL_FLAG(std::string, coordinator, "", "Coordinator address HOST:PORT (required).");
@@ -44,6 +45,10 @@ ABSL_FLAG(int64_t, kv_cache_bytes, int64_t{512} << 20,
 ABSL_FLAG(int64_t, kv_cache_blocks, 0,
           "Tests: exactly this many KV blocks, whatever --kv_cache_bytes says (0: from the "
           "budget; on a device decoder at most this many).");
+ABSL_FLAG(int, sampler_threads, -1,
+          "Threads that sample a step's rows besides the step's own (rows of 2^19 logits or "
+          "more in all: batch 64 of a large vocabulary): -1 = half the machine's hardware "
+          "threads less one, at most 8; 0 = none.");
 ABSL_FLAG(int, kv_block_tokens, 64,
           "Positions per KV block when the coordinator does not say (it normally does).");
 ABSL_FLAG(std::string, ucx_transports, "tcp,self",
@@ -120,6 +125,12 @@ int Run(int argc, char** argv) {
       absl::GetFlag(FLAGS_kv_block_tokens) < 1) {
     std::cerr << "worker: --kv_cache_bytes and --kv_cache_blocks must be >= 0, "
                  "--kv_block_tokens >= 1\n";
+    return 2;
+  }
+  if (absl::Status s =
+          weir::worker::sampling::SetSamplerThreads(absl::GetFlag(FLAGS_sampler_threads));
+      !s.ok()) {
+    std::cerr << "worker: --sampler_threads: " << s.message() << "\n";
     return 2;
   }
   if (absl::GetFlag(FLAGS_backend) != "cpu" && absl::GetFlag(FLAGS_backend) != "cuda") {

@@ -702,6 +702,39 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
       return out.status();
     }
   }
+  // Rows whose sample depends on nothing but their logits and parameters
+  // (no grammar, no drafts to verify, no penalty over the history the loop
+  // below extends) are sampled first, together: SampleBatch splits a large
+  // batch over the sampler threads (at batch 64 of V4.1, 8.3 M logits).
+  std::vector<std::optional<sampling::SampleResult>> presampled(rows.size());
+  {
+    std::vector<sampling::SampleRow> batch;
+    std::vector<size_t> batch_rows;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const RowPlan& row = rows[i];
+      const Slot& slot = slots_[row.slot];
+      const sampling::SamplingParams& p = row.sampling;
+      const int64_t kept = static_cast<int64_t>(inputs[i].size());
+      if (!row.sample || !outcomes[i].status.ok() || drafts[i] > 0 || slot.matcher != nullptr ||
+          slot.pending_grammar.has_value() || p.repetition_penalty != 1.0f ||
+          p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f ||
+          (viewed[i] == nullptr && kept - 1 < logits_from[i])) {
+        continue;
+      }
+      const float* last =
+          viewed[i] != nullptr ? viewed[i] : logits[i].data() + (kept - 1 - logits_from[i]) * vocab;
+      batch.push_back({.logits = last,
+                       .params = &p,
+                       .position = slot.state->length(),
+                       .is_draft = false,
+                       .want_logprob = row.logprobs >= 0});
+      batch_rows.push_back(i);
+    }
+    std::vector<sampling::SampleResult> sampled =
+        sampling::SampleBatch(batch, static_cast<int32_t>(vocab));
+    for (size_t j = 0; j < batch_rows.size(); ++j)
+      presampled[batch_rows[j]] = std::move(sampled[j]);
+  }
   std::vector<DraftRequest> drafting;
   for (size_t i = 0; i < rows.size(); ++i) {
     const RowPlan& row = rows[i];
@@ -783,7 +816,9 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
                             .output = slot.output,
                             .want_logprob = row.logprobs >= 0};
     sampling::SampleResult result =
-        SamplePosition(last, vocab, plain, sample_row.position, scratch_);
+        presampled[i].has_value()
+            ? std::move(*presampled[i])
+            : SamplePosition(last, vocab, plain, sample_row.position, scratch_);
     out.status = result.status;
     if (result.status.ok()) {
       out.token = result.token;

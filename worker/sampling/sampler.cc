@@ -2,12 +2,18 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
+#include <memory>
+#include <mutex>
+#include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
 
 namespace weir::worker::sampling {
 namespace {
@@ -250,10 +256,140 @@ double DrawUniform(uint64_t seed, int64_t position, bool is_draft) {
   return static_cast<double>(bits >> 11) * (1.0 / 9007199254740992.0);  // 2^-53
 }
 
+namespace {
+
+// A fixed set of threads that run the parts of one batch at a time with the
+// caller (fork-join); a batch that finds them busy (another caller's) runs
+// on its caller alone.
+class SamplerThreads {
+ public:
+  explicit SamplerThreads(int threads) {
+    for (int t = 0; t < threads; ++t) threads_.emplace_back([this] { Serve(); });
+  }
+  ~SamplerThreads() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+  int size() const { return static_cast<int>(threads_.size()); }
+
+  // Runs body(part) for every part in [0, parts), on the threads and the
+  // caller; returns when all are done. False (nothing run) when another
+  // batch holds the threads.
+  bool Run(int parts, const std::function<void(int)>& body) {
+    std::unique_lock<std::mutex> busy(run_mu_, std::try_to_lock);
+    if (!busy.owns_lock()) return false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      body_ = &body;
+      parts_ = parts;
+      next_ = 0;
+      done_ = 0;
+      ++generation_;
+    }
+    wake_.notify_all();
+    Work();
+    std::unique_lock<std::mutex> lock(mu_);
+    finished_.wait(lock, [&] { return done_ == parts_; });
+    body_ = nullptr;
+    return true;
+  }
+
+ private:
+  // Takes parts of the current batch until none is left.
+  void Work() {
+    while (true) {
+      const std::function<void(int)>* body;
+      int part;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (body_ == nullptr || next_ >= parts_) return;
+        body = body_;
+        part = next_++;
+      }
+      (*body)(part);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (++done_ == parts_) finished_.notify_all();
+    }
+  }
+  void Serve() {
+    uint64_t seen = 0;
+    while (true) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+      }
+      Work();
+    }
+  }
+
+  std::mutex run_mu_;  // one batch at a time
+  std::mutex mu_;
+  std::condition_variable wake_, finished_;
+  const std::function<void(int)>* body_ = nullptr;
+  int parts_ = 0, next_ = 0, done_ = 0;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+int DefaultSamplerThreads() {
+  return std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 2 - 1, 0, 8);
+}
+
+std::mutex threads_mu;
+std::shared_ptr<SamplerThreads>& ThreadsSlot() {
+  static std::shared_ptr<SamplerThreads>* slot = new std::shared_ptr<SamplerThreads>(
+      std::make_shared<SamplerThreads>(DefaultSamplerThreads()));
+  return *slot;
+}
+
+std::shared_ptr<SamplerThreads> Threads() {
+  std::lock_guard<std::mutex> lock(threads_mu);
+  return ThreadsSlot();
+}
+
+}  // namespace
+
+absl::Status SetSamplerThreads(int threads) {
+  if (threads < -1 || threads > 256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampler threads must be -1 (automatic) or 0 to 256, got ", threads));
+  }
+  auto fresh = std::make_shared<SamplerThreads>(threads < 0 ? DefaultSamplerThreads() : threads);
+  std::shared_ptr<SamplerThreads> old;
+  {
+    std::lock_guard<std::mutex> lock(threads_mu);
+    old = std::move(ThreadsSlot());
+    ThreadsSlot() = std::move(fresh);
+  }
+  return absl::OkStatus();  // `old` joins its threads when its last batch is done
+}
+
+int SamplerThreadCount() { return Threads()->size(); }
+
 std::vector<SampleResult> SampleBatch(absl::Span<const SampleRow> rows, int32_t vocab_size) {
-  std::vector<SampleResult> results;
-  results.reserve(rows.size());
-  for (const SampleRow& row : rows) results.push_back(SampleRowImpl(row, vocab_size));
+  std::vector<SampleResult> results(rows.size());
+  // Rows are independent: a large batch is split over the sampler threads
+  // (each row sampled by one thread, as alone: the same results).
+  constexpr int64_t kParallelLogits = int64_t{1} << 19;
+  const int64_t logits = static_cast<int64_t>(rows.size()) * vocab_size;
+  if (logits >= kParallelLogits) {
+    const std::shared_ptr<SamplerThreads> threads = Threads();
+    const int parts = static_cast<int>(std::min<int64_t>(rows.size(), threads->size() + 1));
+    const std::function<void(int)> body = [&](int part) {
+      for (size_t i = part; i < rows.size(); i += parts) {
+        results[i] = SampleRowImpl(rows[i], vocab_size);
+      }
+    };
+    if (parts > 1 && threads->Run(parts, body)) return results;
+  }
+  for (size_t i = 0; i < rows.size(); ++i) results[i] = SampleRowImpl(rows[i], vocab_size);
   return results;
 }
 

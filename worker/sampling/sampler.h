@@ -18,7 +18,8 @@
 // without top-k); the logprob is one more pass with an exp a token, only when
 // asked (sampler_bench).
 //
-// Thread safety: stateless; SampleBatch may run concurrently on distinct data.
+// Thread safety: SampleBatch may run concurrently on distinct data (one batch
+// at a time uses the sampler threads); SetSamplerThreads any time.
 
 #ifndef WEIR_WORKER_SAMPLING_SAMPLER_H_
 #define WEIR_WORKER_SAMPLING_SAMPLER_H_
@@ -62,8 +63,18 @@ struct SampleResult {
 };
 
 // Samples every row independently; an error in one row never affects the
-// others. REQUIRES: vocab_size >= 1.
+// others. A batch of at least 2^19 logits is split over the sampler threads
+// (SetSamplerThreads), each row sampled by one thread exactly as alone; a
+// batch that finds them busy with another caller's runs on its caller.
+// REQUIRES: vocab_size >= 1.
 std::vector<SampleResult> SampleBatch(absl::Span<const SampleRow> rows, int32_t vocab_size);
+
+// The threads SampleBatch splits large batches over, besides its caller:
+// -1 = automatic (half the machine's hardware threads less one, at most 8;
+// the default), 0 = none. Replaces the set (a batch running on the old one
+// finishes there). INVALID_ARGUMENT outside [-1, 256].
+absl::Status SetSamplerThreads(int threads);
+int SamplerThreadCount();
 
 // The uniform draw in [0, 1) of (seed, position, is_draft): a SplitMix64
 // mix of the three, 53 bits of mantissa.

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -277,6 +279,68 @@ TEST(SamplerTest, PartlySortedDrawsEqualTheFullySortedOnes) {
       }
     }
   }
+}
+
+// A batch of 2^19 logits or more is split over the sampler threads: every
+// row's result (token, logprob bits, status) equals the row sampled alone,
+// with 3 threads, with concurrent callers (one of them gets the threads, the
+// others run alone) and with none.
+TEST(SamplerTest, ThreadsGiveEachRowItsOwnResult) {
+  constexpr int32_t kVocab = 20000;
+  constexpr int kRows = 40;  // 800,000 logits
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<std::vector<float>> logits(kRows, std::vector<float>(kVocab));
+  for (auto& row : logits) {
+    for (float& v : row) v = normal(rng);
+  }
+  logits[7][123] = std::numeric_limits<float>::quiet_NaN();  // a bad row fails alone
+  std::vector<SamplingParams> params(kRows);
+  const std::vector<int32_t> output = {5, 9, 9, 300, 17};
+  std::vector<SampleRow> rows(kRows);
+  for (int r = 0; r < kRows; ++r) {
+    SamplingParams& p = params[r];
+    p.temperature = r % 3 == 0 ? 0.0f : 0.7f;
+    p.seed = 100 + r;
+    if (r % 4 == 1) p.top_p = 0.9f;
+    if (r % 5 == 2) p.repetition_penalty = 1.2f;
+    if (r % 6 == 3) p.top_k = 20;
+    rows[r] = {.logits = logits[r].data(),
+               .params = &p,
+               .output_tokens = output,
+               .position = 40 + r,
+               .want_logprob = r % 2 == 0};
+  }
+  std::vector<SampleResult> alone;
+  for (const SampleRow& row : rows) alone.push_back(SampleBatch({&row, 1}, kVocab)[0]);
+  auto expect_same = [&](const std::vector<SampleResult>& got, const char* how) {
+    ASSERT_EQ(got.size(), alone.size());
+    for (int r = 0; r < kRows; ++r) {
+      EXPECT_EQ(got[r].token, alone[r].token) << how << " row " << r;
+      EXPECT_EQ(std::memcmp(&got[r].logprob, &alone[r].logprob, sizeof(float)), 0)
+          << how << " row " << r;
+      EXPECT_EQ(got[r].status.code(), alone[r].status.code()) << how << " row " << r;
+    }
+  };
+  EXPECT_EQ(alone[7].status.code(), absl::StatusCode::kInternal);
+  ASSERT_TRUE(SetSamplerThreads(3).ok());
+  EXPECT_EQ(SamplerThreadCount(), 3);
+  expect_same(SampleBatch(rows, kVocab), "3 threads");
+  std::vector<std::vector<SampleResult>> concurrent(4);
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 4; ++t) {
+    callers.emplace_back([&, t] {
+      for (int k = 0; k < 3; ++k) concurrent[t] = SampleBatch(rows, kVocab);
+    });
+  }
+  for (std::thread& t : callers) t.join();
+  for (const auto& got : concurrent) expect_same(got, "concurrent callers");
+  ASSERT_TRUE(SetSamplerThreads(0).ok());
+  EXPECT_EQ(SamplerThreadCount(), 0);
+  expect_same(SampleBatch(rows, kVocab), "no threads");
+  EXPECT_EQ(SetSamplerThreads(-2).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SetSamplerThreads(257).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(SetSamplerThreads(-1).ok());
 }
 
 TEST(SamplingParamsTest, RejectsOutOfRangeValues) {
