@@ -41,7 +41,7 @@ sampling::SampleResult SamplePosition(const float* logits, int64_t vocab, const 
 
 Acceptance AcceptDrafts(const float* logits, int64_t vocab, std::span<const int64_t> drafts,
                         const RowSampling& row, std::vector<int32_t>& output, int64_t position,
-                        MaskScratch& scratch) {
+                        MaskScratch& scratch, std::span<const sampling::SampleResult> presampled) {
   Acceptance out;
   grammar::Matcher* matcher = row.matcher;
   if (matcher != nullptr && matcher->IsTerminated()) return out;
@@ -49,7 +49,9 @@ Acceptance AcceptDrafts(const float* logits, int64_t vocab, std::span<const int6
     RowSampling at = row;
     at.output = output;
     const sampling::SampleResult sample =
-        SamplePosition(logits + j * vocab, vocab, at, position + static_cast<int64_t>(j), scratch);
+        j < presampled.size() ? presampled[j]
+                              : SamplePosition(logits + j * vocab, vocab, at,
+                                               position + static_cast<int64_t>(j), scratch);
     if (!sample.status.ok() || sample.token != drafts[j]) break;
     if (matcher != nullptr) {
       // The mask let the sample in, so the matcher takes it.

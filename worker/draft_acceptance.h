@@ -76,15 +76,18 @@ struct Acceptance {
 // position of drafts[j], `position` + j: drafts[j] is accepted while it
 // equals SamplePosition of row j, given the drafts accepted before it. The
 // history is `output` (`row.output` is not read): each accepted draft is
-// appended to it, and accepted by `row.matcher` if set. A draft the grammar would end on (the matcher
-// terminates after it) is not accepted: the row's own sample of that
-// position, the same token, emits it and reports the end. A sampling error
-// rejects the draft (the row's own sample of that position reports it).
-// After the call, the row samples position `position` + accepted itself from
-// row `accepted` of its verify logits (SamplePosition, `output` as history).
+// appended to it, and accepted by `row.matcher` if set. A draft the grammar would end on (the
+// matcher terminates after it) is not accepted: the row's own sample of that position, the same
+// token, emits it and reports the end. A sampling error rejects the draft (the row's own sample of
+// that position reports it). After the call, the row samples position `position` + accepted itself
+// from row `accepted` of its verify logits (SamplePosition, `output` as history). `presampled`
+// (empty, or at least [k]): the samples of the k positions made beforehand, for a row whose samples
+// do not depend on the history (no grammar, no penalty over the output): taken instead of sampling
+// again.
 Acceptance AcceptDrafts(const float* logits, int64_t vocab, std::span<const int64_t> drafts,
                         const RowSampling& row, std::vector<int32_t>& output, int64_t position,
-                        MaskScratch& scratch);
+                        MaskScratch& scratch,
+                        std::span<const sampling::SampleResult> presampled = {});
 
 }  // namespace weir::worker
 

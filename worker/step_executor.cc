@@ -702,38 +702,57 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
       return out.status();
     }
   }
-  // Rows whose sample depends on nothing but their logits and parameters
-  // (no grammar, no drafts to verify, no penalty over the history the loop
-  // below extends) are sampled first, together: SampleBatch splits a large
-  // batch over the sampler threads (at batch 64 of V4.1, 8.3 M logits).
-  std::vector<std::optional<sampling::SampleResult>> presampled(rows.size());
+  // Rows whose samples depend on nothing but their logits and parameters
+  // (no grammar, no penalty over the history the loop below extends) are
+  // sampled first, together: SampleBatch splits a large batch over the
+  // sampler threads (at batch 64 of V4.1, 8.3 M logits). A plain row's one
+  // sample; a verification's every draft position and the one after (the
+  // row's own sample once the drafts stop: the loop takes what it needs).
+  std::vector<std::vector<sampling::SampleResult>> presampled(rows.size());
   {
     std::vector<sampling::SampleRow> batch;
-    std::vector<size_t> batch_rows;
+    std::vector<std::pair<size_t, size_t>> spans;  // (row, samples)
     for (size_t i = 0; i < rows.size(); ++i) {
       const RowPlan& row = rows[i];
       const Slot& slot = slots_[row.slot];
       const sampling::SamplingParams& p = row.sampling;
-      const int64_t kept = static_cast<int64_t>(inputs[i].size());
-      if (!row.sample || !outcomes[i].status.ok() || drafts[i] > 0 || slot.matcher != nullptr ||
+      const int64_t n = static_cast<int64_t>(inputs[i].size());
+      if (!row.sample || !outcomes[i].status.ok() || slot.matcher != nullptr ||
           slot.pending_grammar.has_value() || p.repetition_penalty != 1.0f ||
-          p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f ||
-          (viewed[i] == nullptr && kept - 1 < logits_from[i])) {
+          p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
         continue;
       }
-      const float* last =
-          viewed[i] != nullptr ? viewed[i] : logits[i].data() + (kept - 1 - logits_from[i]) * vocab;
-      batch.push_back({.logits = last,
-                       .params = &p,
-                       .position = slot.state->length(),
-                       .is_draft = false,
-                       .want_logprob = row.logprobs >= 0});
-      batch_rows.push_back(i);
+      const sampling::SampleRow base_row{
+          .params = &p, .is_draft = false, .want_logprob = row.logprobs >= 0};
+      if (drafts[i] > 0) {
+        // Every position's logits from the row's first (VerifyDrafts).
+        if (logits_from[i] != 0 || static_cast<int64_t>(logits[i].size()) != n * vocab) continue;
+        const int64_t base = n - drafts[i];
+        for (int64_t k = 0; k <= drafts[i]; ++k) {
+          sampling::SampleRow r = base_row;
+          r.logits = logits[i].data() + (base - 1 + k) * vocab;
+          r.position = starts[i] + base + k;
+          batch.push_back(r);
+        }
+        spans.emplace_back(i, static_cast<size_t>(drafts[i] + 1));
+        continue;
+      }
+      if (viewed[i] == nullptr && n - 1 < logits_from[i]) continue;
+      sampling::SampleRow r = base_row;
+      r.logits =
+          viewed[i] != nullptr ? viewed[i] : logits[i].data() + (n - 1 - logits_from[i]) * vocab;
+      r.position = slot.state->length();
+      batch.push_back(r);
+      spans.emplace_back(i, 1);
     }
     std::vector<sampling::SampleResult> sampled =
         sampling::SampleBatch(batch, static_cast<int32_t>(vocab));
-    for (size_t j = 0; j < batch_rows.size(); ++j)
-      presampled[batch_rows[j]] = std::move(sampled[j]);
+    size_t at = 0;
+    for (const auto& [i, count] : spans) {
+      presampled[i].assign(std::make_move_iterator(sampled.begin() + at),
+                           std::make_move_iterator(sampled.begin() + at + count));
+      at += count;
+    }
   }
   std::vector<DraftRequest> drafting;
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -762,7 +781,7 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
     int64_t kept = static_cast<int64_t>(inputs[i].size());
     if (drafts[i] > 0 && out.status.ok()) {
       absl::StatusOr<int64_t> verified =
-          VerifyDrafts(row, slot, starts[i], inputs[i], drafts[i], logits[i], out);
+          VerifyDrafts(row, slot, starts[i], inputs[i], drafts[i], logits[i], out, presampled[i]);
       if (!verified.ok()) {
         out.status = verified.status();
         continue;
@@ -815,9 +834,13 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
                             .prompt = slot.prompt,
                             .output = slot.output,
                             .want_logprob = row.logprobs >= 0};
+    // Presampled: index 0 of a plain row, the first position not accepted of
+    // a verification.
+    const size_t own =
+        static_cast<size_t>(kept - (static_cast<int64_t>(inputs[i].size()) - drafts[i]));
     sampling::SampleResult result =
-        presampled[i].has_value()
-            ? std::move(*presampled[i])
+        own < presampled[i].size()
+            ? std::move(presampled[i][own])
             : SamplePosition(last, vocab, plain, sample_row.position, scratch_);
     out.status = result.status;
     if (result.status.ok()) {

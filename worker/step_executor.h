@@ -315,9 +315,12 @@ class StepExecutor {
   // row that equals the samples of their positions (`logits` [inputs, vocab],
   // the inputs from position `start`), appends the accepted ones to the
   // slot's output and `out`, and rolls the rest back. Returns the inputs kept.
+  // `presampled`: empty, or the samples of the drafts' positions (and more),
+  // as AcceptDrafts takes them.
   absl::StatusOr<int64_t> VerifyDrafts(const RowPlan& row, Slot& slot, int64_t start,
                                        const std::vector<int64_t>& inputs, int64_t drafts,
-                                       const std::vector<float>& logits, RowOutcome& out);
+                                       const std::vector<float>& logits, RowOutcome& out,
+                                       std::span<const sampling::SampleResult> presampled = {});
   // A slot that drafts its next block after `token`, its sample of this step.
   struct DraftRequest {
     int32_t slot = -1;

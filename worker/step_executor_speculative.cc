@@ -65,11 +65,10 @@ int64_t StepExecutor::UsableDrafts(const RowPlan& row, int64_t input, int64_t ba
   return ChooseVerifyLength(slot.draft_confidence, kept, *cost_curve_, batch);
 }
 
-absl::StatusOr<int64_t> StepExecutor::VerifyDrafts(const RowPlan& row, Slot& slot, int64_t start,
-                                                   const std::vector<int64_t>& inputs,
-                                                   int64_t drafts,
-                                                   const std::vector<float>& logits,
-                                                   RowOutcome& out) {
+absl::StatusOr<int64_t> StepExecutor::VerifyDrafts(
+    const RowPlan& row, Slot& slot, int64_t start, const std::vector<int64_t>& inputs,
+    int64_t drafts, const std::vector<float>& logits, RowOutcome& out,
+    std::span<const sampling::SampleResult> presampled) {
   const int64_t vocab = model_.config().vocab_size;
   const int64_t base = static_cast<int64_t>(inputs.size()) - drafts;
   // The logits of the position before each draft predict it.
@@ -80,7 +79,7 @@ absl::StatusOr<int64_t> StepExecutor::VerifyDrafts(const RowPlan& row, Slot& slo
   const Acceptance acceptance =
       AcceptDrafts(logits.data() + (base - 1) * vocab, vocab,
                    std::span<const int64_t>(inputs).subspan(base, drafts), sampling_row,
-                   slot.output, start + base, scratch_);
+                   slot.output, start + base, scratch_, presampled);
   const int64_t accepted = acceptance.accepted;
   out.accepted.assign(inputs.begin() + base, inputs.begin() + base + accepted);
   out.accepted_logprobs = acceptance.logprobs;
