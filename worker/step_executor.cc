@@ -718,8 +718,7 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
       const sampling::SamplingParams& p = row.sampling;
       const int64_t n = static_cast<int64_t>(inputs[i].size());
       if (!row.sample || !outcomes[i].status.ok() || slot.matcher != nullptr ||
-          slot.pending_grammar.has_value() || p.repetition_penalty != 1.0f ||
-          p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
+          slot.pending_grammar.has_value() || sampling::UsesHistory(p)) {
         continue;
       }
       const sampling::SampleRow base_row{

@@ -437,12 +437,9 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
   // then mirrors them: address space whose pages are backed only where a
   // sequence runs on the host model (prompt logprobs, CED replays, a
   // sequence brought back), given back when its blocks are released.
-  absl::StatusOr<kv_cache::KvCacheSize> kv_size =
-      device_decoder != nullptr
-          ? kv_cache::SizeKvCache(*kv_layout, slot_bytes, options_.kv_cache_bytes,
-                                  options_.max_slots, device_decoder->kv_blocks())
-          : kv_cache::SizeKvCache(*kv_layout, slot_bytes, options_.kv_cache_bytes,
-                                  options_.max_slots, options_.kv_cache_blocks);
+  absl::StatusOr<kv_cache::KvCacheSize> kv_size = kv_cache::SizeKvCache(
+      *kv_layout, slot_bytes, options_.kv_cache_bytes, options_.max_slots,
+      device_decoder != nullptr ? device_decoder->kv_blocks() : options_.kv_cache_blocks);
   if (!kv_size.ok()) return ToGrpcStatus(kv_size.status());
   absl::StatusOr<std::unique_ptr<kv_cache::BlockPool>> kv_pool = kv_cache::BlockPool::Create(
       *kv_layout, kv_size->num_blocks, {.mirror = device_decoder != nullptr});

@@ -190,6 +190,21 @@ int64_t Argmax(std::span<const float> row) {
   return std::max_element(row.begin(), row.end()) - row.begin();
 }
 
+// What a worker does on the host with a step's logits [rows, vocab] before
+// its next step: each row's greedy token by its sampler, no logprob asked
+// (the executor's call for a plain greedy row).
+std::vector<weir::worker::sampling::SampleResult> SampleGreedy(std::span<const float> logits,
+                                                               int rows, int64_t vocab) {
+  weir::worker::sampling::SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  std::vector<weir::worker::sampling::SampleRow> sample_rows(rows);
+  for (int b = 0; b < rows; ++b) {
+    sample_rows[b] = {
+        .logits = logits.data() + b * vocab, .params = &greedy, .want_logprob = false};
+  }
+  return weir::worker::sampling::SampleBatch(sample_rows, static_cast<int32_t>(vocab));
+}
+
 CudaOpsStats Delta(const CudaOpsStats& b, const CudaOpsStats& a) {
   CudaOpsStats d;
   d.calls = b.calls - a.calls;
@@ -303,22 +318,14 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
         slots[b] = b;
         WEIR_CHECK((*dd)->Import(b, *seq).ok());
       }
-      weir::worker::sampling::SamplingParams greedy;
-      greedy.temperature = 0.0f;
-      std::vector<weir::worker::sampling::SampleRow> sample_rows(batch);
       auto step = [&]() {
         // The serving executor's call: the logits stay in the decoder's
         // pinned buffer (no 33 MB copy a step at batch 64 of V4.1), and its
         // sampler picks each row's greedy token (no logprob asked).
         auto logits = (*dd)->StepView(slots, next);
         WEIR_CHECK(logits.ok()) << logits.status();
-        for (int b = 0; b < batch; ++b) {
-          sample_rows[b] = {.logits = logits->data() + b * c.vocab_size,
-                            .params = &greedy,
-                            .want_logprob = false};
-        }
         const std::vector<weir::worker::sampling::SampleResult> sampled =
-            weir::worker::sampling::SampleBatch(sample_rows, static_cast<int32_t>(c.vocab_size));
+            SampleGreedy(*logits, batch, c.vocab_size);
         for (int b = 0; b < batch; ++b) next[b] = sampled[b].token;
       };
       for (int i = 0; i < warmup; ++i) step();
@@ -480,25 +487,17 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       WEIR_CHECK((*dd)->Start(b).ok());
     }
     int64_t pos = 0;
-    // What a worker then does on the host before its next step: each row's
-    // token by its sampler (greedy, no logprob), timed apart (the inputs stay
-    // synthetic, so the routing does not follow the random weights' argmax).
-    weir::worker::sampling::SamplingParams greedy;
-    greedy.temperature = 0.0f;
-    std::vector<weir::worker::sampling::SampleRow> sample_rows(batch);
+    // The host's sampling of each step's rows (SampleGreedy), timed apart
+    // (the inputs stay synthetic, so the routing does not follow the random
+    // weights' argmax).
     double sample_s = 0;
     auto step = [&]() {
       for (int b = 0; b < batch; ++b) tokens[b] = (b * 7919 + pos * 104729) % c.vocab_size;
       auto logits = (*dd)->StepView(slots, tokens);
       WEIR_CHECK(logits.ok()) << logits.status();
       const auto s0 = Clock::now();
-      for (int b = 0; b < batch; ++b) {
-        sample_rows[b] = {.logits = logits->data() + b * c.vocab_size,
-                          .params = &greedy,
-                          .want_logprob = false};
-      }
       for (const weir::worker::sampling::SampleResult& r :
-           weir::worker::sampling::SampleBatch(sample_rows, static_cast<int32_t>(c.vocab_size))) {
+           SampleGreedy(*logits, batch, c.vocab_size)) {
         WEIR_CHECK(r.status.ok()) << r.status;
       }
       sample_s += Seconds(s0);

@@ -93,8 +93,9 @@ absl::Status BlockPool::Release(SeqSlot slot, BlockId block) {
   if (options_.mirror && written_[block.value()]) {
     written_[block.value()] = 0;
     // The pages wholly inside the block (its neighbours may be in use).
+    // (The const view: the writable one would mark the block written again.)
     const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-    const std::span<float> b = this->block(block);
+    const std::span<const float> b = std::as_const(*this).block(block);
     const uintptr_t begin = (reinterpret_cast<uintptr_t>(b.data()) + page - 1) / page * page;
     const uintptr_t end = reinterpret_cast<uintptr_t>(b.data() + b.size()) / page * page;
     if (end > begin && madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED) == 0) {

@@ -26,10 +26,7 @@ uint64_t SplitMix64(uint64_t x) {
 }
 
 // Whether bias or a penalty changes any logit of the row.
-bool Adjusts(const SamplingParams& p) {
-  return !p.logit_bias.empty() || p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f ||
-         p.presence_penalty != 0.0f;
-}
+bool Adjusts(const SamplingParams& p) { return !p.logit_bias.empty() || UsesHistory(p); }
 
 void ApplyBiasAndPenalties(const SampleRow& row, std::vector<float>& logits) {
   const SamplingParams& p = *row.params;
@@ -37,9 +34,7 @@ void ApplyBiasAndPenalties(const SampleRow& row, std::vector<float>& logits) {
   for (const auto& [id, bias] : p.logit_bias) {
     if (id >= 0 && id < vocab) logits[id] += std::clamp(bias, -kMaxLogitBias, kMaxLogitBias);
   }
-  if (p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f) {
-    return;  // the output's counts are not needed
-  }
+  if (!UsesHistory(p)) return;  // the output's counts are not needed
   absl::flat_hash_map<int32_t, int32_t> output_counts;
   for (int32_t t : row.output_tokens) {
     if (t >= 0 && t < vocab) ++output_counts[t];
@@ -206,7 +201,6 @@ SampleResult SampleRowImpl(const SampleRow& row, int32_t vocab) {
     // Every token: the sum in id order (no sort needed for it).
     for (int32_t i = 0; i < vocab; ++i) total += std::exp(static_cast<double>(copy[i]) - max_logit);
   }
-  const size_t candidates = keep;
   // top-p over the (top-k) candidates, keeping at least one.
   if (p.top_p < 1.0f) {
     double mass = 0.0;
@@ -224,7 +218,7 @@ SampleResult SampleRowImpl(const SampleRow& row, int32_t vocab) {
     keep = n;
   }
   double kept_mass = 0.0;
-  if (keep == candidates && keep == static_cast<size_t>(vocab)) {
+  if (keep == static_cast<size_t>(vocab)) {
     kept_mass = total;  // nothing cut: every token
   } else {
     for (size_t i = 0; i < keep; ++i) kept_mass += prob(i);
@@ -248,6 +242,10 @@ SampleResult SampleRowImpl(const SampleRow& row, int32_t vocab) {
 }
 
 }  // namespace
+
+bool UsesHistory(const SamplingParams& p) {
+  return p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
+}
 
 double DrawUniform(uint64_t seed, int64_t position, bool is_draft) {
   uint64_t bits = SplitMix64(seed);

@@ -62,6 +62,11 @@ struct SampleResult {
   absl::Status status;
 };
 
+// Whether a row's sample depends on the tokens before it (the repetition,
+// frequency or presence penalty; SampleRow's prompt / output tokens are read
+// only then).
+bool UsesHistory(const SamplingParams& params);
+
 // Samples every row independently; an error in one row never affects the
 // others. A batch of at least 2^19 logits is split over the sampler threads
 // (SetSamplerThreads), each row sampled by one thread exactly as alone; a
