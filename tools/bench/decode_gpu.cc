@@ -49,6 +49,7 @@
 //   tools/bazel build //tools/bench:decode_gpu   (run on the GPU machine from
 //   the repository root: it reads models/small/config.json)
 
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -129,6 +130,12 @@ ABSL_FLAG(bool, fused_split_reduce, false,
           "(DeviceDecoderOptions::fused_split_reduce); false: a second kernel.");
 ABSL_FLAG(bool, fast_mhc, true,
           "kFast: the mHC coefficients on HcMixSplitK (DeviceDecoderOptions::fast_mhc).");
+ABSL_FLAG(bool, weight_prefetch, true,
+          "--ep_slice: DeviceDecoderOptions::weight_prefetch (FP8 linears ask L2 for their "
+          "weights before waiting for the kernel before them).");
+ABSL_FLAG(bool, profile_timed_steps, false,
+          "--ep_slice: cudaProfilerStart / Stop around the timed graph steps only, for "
+          "`ncu --profile-from-start off` (one step's kernels, none of the fill's).");
 ABSL_FLAG(std::string, csv, "",
           "Also write every measured row to this CSV file (tools/bench/decode_csv.h), for "
           "tools/bench/plot.py.");
@@ -438,6 +445,7 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       .max_rows_per_slot = std::max(chunk, 1),
       .programmatic_launch = absl::GetFlag(FLAGS_programmatic),
       .fused_split_reduce = absl::GetFlag(FLAGS_fused_split_reduce),
+      .weight_prefetch = absl::GetFlag(FLAGS_weight_prefetch),
       .expert_tile = absl::GetFlag(FLAGS_expert_tile),
       .expert_wgmma = absl::GetFlag(FLAGS_expert_wgmma),
       .dense_wgmma = absl::GetFlag(FLAGS_dense_wgmma),
@@ -535,11 +543,14 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
     const int64_t first = pos;
     std::vector<double> times;
     sample_s = 0;
+    const bool profiled = absl::GetFlag(FLAGS_profile_timed_steps);
+    if (profiled) WEIR_CHECK(cudaProfilerStart() == cudaSuccess);
     for (int i = 0; i < steps; ++i) {
       const auto s0 = Clock::now();
       step();
       times.push_back(Seconds(s0));
     }
+    if (profiled) WEIR_CHECK(cudaProfilerStop() == cudaSuccess);
     const double device_s = ((*dd)->stats().device_seconds - before) / steps;
     double total = 0;
     for (double t : times) total += t;

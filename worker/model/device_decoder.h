@@ -227,6 +227,11 @@ struct DeviceDecoderOptions {
   // default: measured slower on the EP8 slice (batch 1 16.52 vs 15.83 ms,
   // batch 8 23.60 vs 22.98; H200, tools/bench README "decode_gpu").
   bool fused_split_reduce = false;
+  // kFast FP8 linears: the CTAs ask L2 for their weight rows before they
+  // wait for the kernel before them (Fp8BlockGemmParams::prefetch_weights),
+  // so with programmatic edges a decode step's weights stream during the
+  // previous kernel. A hint: same results either way.
+  bool weight_prefetch = true;
   // Eager steps only (use_graphs false): record CUDA events between the
   // step's sections (embedding, Engram, mHC, attention parts, MoE parts,
   // head) and add their device times to DeviceDecoderStats::section_seconds.

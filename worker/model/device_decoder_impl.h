@@ -760,6 +760,7 @@ struct DeviceDecoder::Impl {
   // is chosen for (a grouped weight run group by group keeps its split).
   absl::Status Fp8Gemm(dense::Fp8BlockGemmParams p, int split_groups = 0) {
     p.math = options.dense_wgmma ? dense::Fp8GemmMath::kWgmma : dense::Fp8GemmMath::kMmaF16;
+    p.prefetch_weights = options.weight_prefetch;
     p.k_splits = dense::ChooseFp8GemmSplits(p.n, p.k, split_groups > 0 ? split_groups : p.groups);
     if (p.k_splits > 1) {
       p.split_scratch = split;

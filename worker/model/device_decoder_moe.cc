@@ -253,11 +253,24 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
   }
   const int64_t rows = in_tokens * k;
   Mark("moe.experts");
-  RETURN_IF_ERROR(kc::MoeGroupRows({.groups = in_groups, .x = in_x, .route_weight = in_weight,
-                                    .group_offsets = group_offsets, .pair_row = pair_row,
-                                    .x_grouped = xg, .weight_grouped = wg, .tokens = in_tokens,
-                                    .dim = d, .topk = k, .num_groups = L.experts},
-                                   stream));
+  // The step's padding rows (a batch padded up to its graph's size) route
+  // to no expert: at batch 1 of 8 they would add up to topk experts' weights
+  // to the step's reads. (The exchange leaves them out by itself; a DSpark
+  // stage's rows are its own.)
+  RETURN_IF_ERROR(
+      kc::MoeGroupRows({.groups = in_groups,
+                        .x = in_x,
+                        .route_weight = in_weight,
+                        .group_offsets = group_offsets,
+                        .pair_row = pair_row,
+                        .x_grouped = xg,
+                        .weight_grouped = wg,
+                        .tokens = in_tokens,
+                        .dim = d,
+                        .topk = k,
+                        .num_groups = L.experts,
+                        .valid_tokens = !ep && layer < c.n_layers ? meta_d.valid : nullptr},
+                       stream));
   if (layer < c.n_layers) {  // the backbone's load (EPLB); not the DSpark stages'
     RETURN_IF_ERROR(
         kc::AccumulateExpertLoad({.experts = moe_idx,

@@ -197,6 +197,12 @@ struct Fp8BlockGemmParams {
   int64_t split_counter_count = 0;
   // The block sums' math (see Fp8GemmMath); kAuto tiles follow it.
   Fp8GemmMath math = Fp8GemmMath::kMmaF16;
+  // Decode: the CTAs of the first row tile ask L2 for their W code rows
+  // before they wait for the kernel before them (GridDependencyPrologue
+  // with L2Rows), so in a graph with programmatic edges the weights stream
+  // during that kernel. A hint: no value changes. Ignored with group_offsets
+  // (which W a CTA reads would depend on device data).
+  bool prefetch_weights = false;
 };
 
 // Rows up to which split_counters are used (decode at small batch, where the

@@ -55,6 +55,7 @@ absl::Status LaunchTile(const Fp8BlockGemmParams& p, const Fp8GemmTileShape& sha
                             p.m <= kFp8GemmFusedReduceMaxM &&
                             p.split_counter_count >= int64_t{grid.x} * grid.y * p.groups;
   if (fused_reduce) args.counters = p.split_counters;
+  args.prefetch_w = p.prefetch_weights && p.group_offsets == nullptr;
   const int threads = kWarpsN * kWarpsM * 32;
   const int smem = static_cast<int>(Fp8GemmSharedBytes(shape)) +
                    (p.math == Fp8GemmMath::kWgmma ? fp8_gemm::kWgmmaSmemSlack : 0);

@@ -56,6 +56,9 @@ struct KernelArgs {
   // swizzle; X with one group when every group reads the same X).
   CUtensorMap w_map;
   CUtensorMap x_map;
+  // Fp8BlockGemmParams::prefetch_weights without group offsets: the first
+  // row tile's CTAs ask L2 for their W code rows before the wait.
+  bool prefetch_w;
 };
 
 // Instances whose code tiles arrive by TMA (one thread issues a stage's two
@@ -73,6 +76,27 @@ __device__ __forceinline__ void StoreY(const KernelArgs& args, int64_t at, float
   } else {
     static_cast<float*>(args.y)[at] = args.round_f32 ? RoundToBf16(v) : v;
   }
+}
+
+// The W code rows a CTA of the first row tile reads (its kBn rows, its
+// split's K range, its group's weight), for GridDependencyPrologue to ask L2
+// for before the wait: weights, which no kernel of a step writes. From the
+// kernel's arguments and block index only. None without prefetch_w.
+template <int kBn>
+__device__ __forceinline__ L2Rows Fp8GemmWeightRows(const KernelArgs& a) {
+  if (!a.prefetch_w || blockIdx.y != 0) return {};
+  const int split = static_cast<int>(blockIdx.z % a.splits);
+  const int64_t group = blockIdx.z / a.splits;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBn;
+  constexpr int kBlocksPerStage = kFp8GemmStageK / kFp8GemmScaleBlock;
+  const int64_t num_kt = (a.k / kFp8GemmScaleBlock + kBlocksPerStage - 1) / kBlocksPerStage;
+  const int64_t k0 = split * num_kt / a.splits * kFp8GemmStageK;
+  const int64_t k1 = min((split + 1) * num_kt / a.splits * kFp8GemmStageK, a.k);
+  if (k1 <= k0 || n0 >= a.n) return {};
+  return {.base = a.w + group * a.w_stride + n0 * a.k + k0,
+          .stride = a.k,
+          .bytes = static_cast<unsigned>(k1 - k0),
+          .rows = static_cast<int>(min(int64_t{kBn}, a.n - n0))};
 }
 
 // kBn x kBm tile of Y^T per CTA; warp tile (kBn / kWarpsN) x (kBm / kWarpsM).
@@ -93,7 +117,7 @@ template <int kBn, int kBm, int kWarpsN, int kWarpsM, int kStages, bool kAsyncSc
           bool kWgmma = false>
 __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
     Fp8BlockGemmKernel(const __grid_constant__ KernelArgs grouped) {
-  GridDependencyPrologue();
+  GridDependencyPrologue(Fp8GemmWeightRows<kBn>(grouped));
   // This CTA's group: the same product over advanced pointers.
   KernelArgs args = grouped;
   const int split = static_cast<int>(blockIdx.z % grouped.splits);

@@ -15,6 +15,20 @@ inline constexpr int kHcSplitWarps = kHcSplitThreads / 32;
 inline constexpr int kHcSplitChunk = 4 * kHcSplitThreads;
 inline constexpr int kHcSplitTokens = 4;
 
+// The rows of hc_fn a CTA of the first token group reads (its split's
+// columns of every mix), for GridDependencyPrologue to ask L2 for before the
+// wait (weights: no kernel of a step writes them).
+template <int kN>
+__device__ __forceinline__ L2Rows HcMixWeightRows(const HcMixKernelArgs& a) {
+  const int64_t nd = kN * a.dim;
+  const int64_t e0 = static_cast<int64_t>(blockIdx.x) * kHcSplitChunk;
+  if (blockIdx.y != 0 || e0 >= nd) return {};
+  return {.base = a.hc_fn + e0,
+          .stride = nd * static_cast<long long>(sizeof(float)),
+          .bytes = static_cast<unsigned>(min(int64_t{kHcSplitChunk}, nd - e0) * sizeof(float)),
+          .rows = (2 + kN) * kN};
+}
+
 // Grid (splits, token groups), kHcSplitThreads threads. partials holds
 // [tokens, splits, (2+N)N + 1] floats; counters one word per group, zero on
 // entry and left zero by the group's last CTA.
@@ -22,7 +36,7 @@ template <int kN>
 __global__ void __launch_bounds__(kHcSplitThreads)
     HcMixSplitKernel(HcMixKernelArgs a, int64_t tokens, float* __restrict__ partials,
                      uint32_t* __restrict__ counters) {
-  GridDependencyPrologue();
+  GridDependencyPrologue(HcMixWeightRows<kN>(a));
   constexpr int kMix = (2 + kN) * kN;
   constexpr int kVals = kMix + 1;  // the mixes, then sum v^2
   constexpr int kR = kHcSplitTokens;

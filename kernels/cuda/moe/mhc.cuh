@@ -82,12 +82,17 @@ __global__ void HcCollapseKernel(const float* __restrict__ x, const float* __res
 // (dim * 4 bytes, dynamic), then RmsNorm's NormalizeRow over it, so out is
 // bit for bit HcCollapse followed by RmsNorm (with their roundings), in one
 // launch.
+// (The first block asks L2 for the norm's weight before the wait: no
+// kernel of a step writes it.)
 template <int kThreads>
 __global__ void HcCollapseNormKernel(const float* __restrict__ x, const float* __restrict__ pre,
                                      const float* __restrict__ weight, float* __restrict__ out,
                                      int64_t dim, int n, float eps, bool round_collapse,
                                      bool round_out, uint8_t* codes, uint8_t* scales) {
-  GridDependencyPrologue();
+  GridDependencyPrologue(L2Rows{.base = weight,
+                                .stride = 0,
+                                .bytes = static_cast<unsigned>(dim * sizeof(float)),
+                                .rows = blockIdx.x == 0 ? 1 : 0});
   extern __shared__ float4 collapsed[];
   const int64_t t = blockIdx.x;
   const float* p = pre + t * n;

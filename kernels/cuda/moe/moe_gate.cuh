@@ -39,13 +39,26 @@ struct GateKernelArgs {
   int score;
 };
 
+// The gate rows the warps of a block of the first token read, for
+// GridDependencyPrologue to ask L2 for before the wait (weights: no kernel of
+// a step writes them); thread t asks for the row of warp t.
+template <int kWarps>
+__device__ __forceinline__ L2Rows GateWeightRows(const float* weight, int64_t dim, int num_e) {
+  const int64_t e0 = static_cast<int64_t>(blockIdx.x) * kWarps;
+  if (e0 >= num_e) return {};
+  return {.base = weight + e0 * dim,
+          .stride = dim * static_cast<long long>(sizeof(float)),
+          .bytes = static_cast<unsigned>(dim * sizeof(float)),
+          .rows = static_cast<int>(min(int64_t{kWarps}, num_e - e0))};
+}
+
 // MoeGateLogits: one warp per (token, expert) pair, the same WarpLaneSum
 // (and so the same bits) as MoeGateKernel's logits, without the division by
 // gate_temp (MoeGateKernel applies it to given logits).
 template <int kWarps>
 __global__ void MoeGateLogitsKernel(const float* x, const float* weight, float* logits,
                                     int64_t dim, int num_e, int64_t pairs) {
-  GridDependencyPrologue();
+  GridDependencyPrologue(GateWeightRows<kWarps>(weight, dim, num_e));
   const int64_t pair = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (pair >= pairs) return;  // whole warps leave together
   const int64_t token = pair / num_e;

@@ -27,8 +27,8 @@ absl::Status MoeGroupRows(const MoeGroupRowsParams& p, cudaStream_t stream) {
         ", non-null arrays, weight_grouped with route_weight)"));
   }
   const int64_t pairs = p.tokens * p.topk;
-  moe::GroupRowsKernel<<<1, moe::kGroupThreads, 0, stream>>>(p.groups, pairs, p.num_groups,
-                                                             p.group_offsets, p.pair_row);
+  moe::GroupRowsKernel<<<1, moe::kGroupThreads, 0, stream>>>(
+      p.groups, pairs, p.num_groups, p.valid_tokens, p.topk, p.group_offsets, p.pair_row);
   if (absl::Status s = LaunchStatus("MoeGroupRows"); !s.ok()) return s;
   const unsigned chunks = static_cast<unsigned>((p.dim + moe::kRowChunk - 1) / moe::kRowChunk);
   moe::GatherRowsKernel<<<dim3(static_cast<unsigned>(pairs), chunks), 256, 0, stream>>>(
@@ -51,7 +51,10 @@ absl::Status MoeCombine(const MoeCombineParams& p, cudaStream_t stream) {
                                                    ", non-null arrays)"));
   }
   const unsigned chunks = static_cast<unsigned>((p.dim + moe::kRowChunk - 1) / moe::kRowChunk);
-  moe::CombineKernel<<<dim3(static_cast<unsigned>(p.tokens), chunks), 256, 0, stream>>>(
+  // A thread per column of a block's 1,024 (one pass: a decode step's
+  // combine is latency, not bandwidth).
+  moe::CombineKernel<<<dim3(static_cast<unsigned>(p.tokens), chunks),
+                       static_cast<unsigned>(moe::kRowChunk), 0, stream>>>(
       p.y_grouped, p.pair_row, p.experts, p.shared, p.out, p.dim, p.topk, p.round_bf16);
   return LaunchStatus("MoeCombine");
 }

@@ -15,11 +15,15 @@ inline constexpr int kCombineMaxTopk = 64;
 
 // One block of kGroupThreads. Thread g counts, then numbers, the pairs of
 // group g, reading the pair list in chunks through shared memory (ascending
-// pair order, so rows within a group ascend).
+// pair order, so rows within a group ascend). With valid_tokens, the pairs of
+// tokens at or past *valid_tokens (padding rows) belong to no group.
 __global__ void __launch_bounds__(kGroupThreads)
     GroupRowsKernel(const int32_t* __restrict__ groups, int64_t pairs, int num_groups,
+                    const int64_t* __restrict__ valid_tokens, int topk,
                     int64_t* __restrict__ offsets, int32_t* __restrict__ pair_row) {
   GridDependencyPrologue();
+  const int64_t live =
+      valid_tokens == nullptr ? pairs : min(max(*valid_tokens, int64_t{0}) * topk, pairs);
   __shared__ int32_t s_chunk[kGroupThreads];
   __shared__ int64_t s_start[kGroupThreads];
   const int g = threadIdx.x;
@@ -30,8 +34,9 @@ __global__ void __launch_bounds__(kGroupThreads)
       __syncthreads();
       const int64_t mine = base + threadIdx.x;
       if (mine < pairs) {
-        s_chunk[threadIdx.x] = groups[mine];
-        if (pass == 1 && (groups[mine] < 0 || groups[mine] >= num_groups)) pair_row[mine] = -1;
+        const int32_t group = mine < live ? groups[mine] : -1;
+        s_chunk[threadIdx.x] = group;
+        if (pass == 1 && (group < 0 || group >= num_groups)) pair_row[mine] = -1;
       }
       __syncthreads();
       const int n = pairs - base < kGroupThreads ? static_cast<int>(pairs - base) : kGroupThreads;
@@ -98,11 +103,20 @@ __global__ void CombineKernel(const float* __restrict__ y_grouped,
   __shared__ int32_t s_row[kCombineMaxTopk];
   __shared__ int32_t s_key[kCombineMaxTopk];
   __shared__ int s_n;
+  __shared__ int32_t s_pair_row[kCombineMaxTopk];
+  __shared__ int32_t s_expert[kCombineMaxTopk];
   const int64_t t = blockIdx.x;
+  // The token's ids read by topk threads at once (a chain of dependent
+  // global loads on one thread was most of a decode step's combine).
+  if (threadIdx.x < topk) {
+    s_pair_row[threadIdx.x] = pair_row[t * topk + threadIdx.x];
+    s_expert[threadIdx.x] = experts[t * topk + threadIdx.x];
+  }
+  __syncthreads();
   if (threadIdx.x == 0) {
     int n = 0;
     for (int k = 0; k < topk; ++k) {
-      const int32_t row = pair_row[t * topk + k], key = experts[t * topk + k];
+      const int32_t row = s_pair_row[k], key = s_expert[k];
       if (row < 0) continue;
       int j = n++;
       for (; j > 0 && s_key[j - 1] > key; --j) {
@@ -118,8 +132,20 @@ __global__ void CombineKernel(const float* __restrict__ y_grouped,
   const int n = s_n;
   const int64_t end = min(dim, (static_cast<int64_t>(blockIdx.y) + 1) * kRowChunk);
   for (int64_t c = blockIdx.y * kRowChunk + threadIdx.x; c < end; c += blockDim.x) {
+    // Up to 8 rows' loads in flight before their additions (in order: the
+    // same sum).
     float acc = 0.0f;
-    for (int j = 0; j < n; ++j) acc = __fadd_rn(acc, y_grouped[static_cast<int64_t>(s_row[j]) * dim + c]);
+    for (int j0 = 0; j0 < n; j0 += 8) {
+      float v[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        v[j] = j0 + j < n ? y_grouped[static_cast<int64_t>(s_row[j0 + j]) * dim + c] : 0.0f;
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        if (j0 + j < n) acc = __fadd_rn(acc, v[j]);
+      }
+    }
     if (shared != nullptr) acc = __fadd_rn(acc, shared[t * dim + c]);
     out[t * dim + c] = round_bf16 ? RoundToBf16(acc) : acc;
   }

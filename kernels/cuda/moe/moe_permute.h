@@ -7,7 +7,9 @@
 //     groups[i] (an expert, or a local slot); within a group the rows are in
 //     ascending pair index. Writes the group offsets, each pair's grouped row,
 //     and gathers x rows and route weights into that order. Integer
-//     bookkeeping only: exact and deterministic.
+//     bookkeeping only: exact and deterministic. Padding tokens (at or past
+//     *valid_tokens) join no group: a padded decode step does not read the
+//     experts its padding rows would route to.
 //   MoeCombine: out[t] = ((0 + Y_{e_1}) + Y_{e_2} + ...) + shared[t], over the
 //     pairs of t in ascending expert id, fp32 adds, then bf16 if asked: the
 //     CPU's combine operation for operation, so bit-identical given equal
@@ -43,6 +45,9 @@ struct MoeGroupRowsParams {
   int64_t dim = 0;
   int topk = 0;
   int num_groups = 0;
+  const int64_t* valid_tokens = nullptr;  // device [1] or null (= tokens): the pairs of
+                                          // tokens at or past it (padding rows of a
+                                          // padded step) join no group, pair_row -1
 };
 
 // True for tokens, dim, topk > 0, dim <= 65535 x 1024 (a row is spread over

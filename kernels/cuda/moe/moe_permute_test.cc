@@ -61,13 +61,23 @@ TEST(MoeGroupRowsCudaTest, GroupsAsTheCpuExecutorDoes) {
     int topk, groups;
     double invalid;
     int64_t dim;
+    int64_t valid = -1;  // >= 0: *valid_tokens (the rest are padding rows)
   };
   for (const Case& c :
        {Case{1, 1, 1, 0.0, 8}, Case{300, 8, 256, 0.0, 64}, Case{2000, 6, 37, 0.1, 33},
-        Case{5, 4, 1024, 0.0, 128}, Case{3, 6, 48, 0.0, 2500}}) {  // a row over 3 column blocks
+        Case{5, 4, 1024, 0.0, 128}, Case{3, 6, 48, 0.0, 2500},  // a row over 3 column blocks
+        // A decode step of 1 row padded to 8, other partial steps, none, all, past the end.
+        Case{8, 6, 48, 0.0, 64, 1}, Case{300, 8, 256, 0.0, 64, 299},
+        Case{2000, 6, 37, 0.1, 33, 1500}, Case{5, 4, 1024, 0.0, 128, 0},
+        Case{5, 4, 16, 0.0, 128, 5}, Case{5, 4, 16, 0.0, 128, 9}}) {
     std::mt19937 rng(c.tokens + c.topk + c.groups);
-    const std::vector<int32_t> groups = RandomRouting(c.tokens, c.topk, c.groups, c.invalid, rng);
+    const std::vector<int32_t> routed = RandomRouting(c.tokens, c.topk, c.groups, c.invalid, rng);
     const int64_t pairs = c.tokens * c.topk;
+    // The CPU's view of a padded step: the padding rows' pairs go nowhere.
+    std::vector<int32_t> groups = routed;
+    if (c.valid >= 0) {
+      for (int64_t i = std::min(c.valid, c.tokens) * c.topk; i < pairs; ++i) groups[i] = -1;
+    }
     std::normal_distribution<float> normal(0.0f, 1.0f);
     std::vector<float> x(c.tokens * c.dim), rw(pairs);
     for (float& v : x) v = normal(rng);
@@ -76,16 +86,23 @@ TEST(MoeGroupRowsCudaTest, GroupsAsTheCpuExecutorDoes) {
     std::vector<int32_t> want_row;
     ReferenceGrouping(groups, c.groups, &want_off, &want_row);
 
-    DeviceBuffer<int32_t> dgroups(groups), drow(pairs);
+    DeviceBuffer<int32_t> dgroups(routed), drow(pairs);
     DeviceBuffer<float> dx(x), drw(rw), dxg(pairs * c.dim), dwg(pairs);
-    DeviceBuffer<int64_t> doff(c.groups + 1);
+    DeviceBuffer<int64_t> doff(c.groups + 1), dvalid(std::vector<int64_t>{c.valid});
     drow.Poison();
     doff.Poison();
-    ASSERT_TRUE(MoeGroupRows({.groups = dgroups.get(), .x = dx.get(), .route_weight = drw.get(),
-                              .group_offsets = doff.get(), .pair_row = drow.get(),
-                              .x_grouped = dxg.get(), .weight_grouped = dwg.get(),
-                              .tokens = c.tokens, .dim = c.dim, .topk = c.topk,
-                              .num_groups = c.groups},
+    ASSERT_TRUE(MoeGroupRows({.groups = dgroups.get(),
+                              .x = dx.get(),
+                              .route_weight = drw.get(),
+                              .group_offsets = doff.get(),
+                              .pair_row = drow.get(),
+                              .x_grouped = dxg.get(),
+                              .weight_grouped = dwg.get(),
+                              .tokens = c.tokens,
+                              .dim = c.dim,
+                              .topk = c.topk,
+                              .num_groups = c.groups,
+                              .valid_tokens = c.valid >= 0 ? dvalid.get() : nullptr},
                              nullptr)
                     .ok());
     ASSERT_TRUE(Synced());
