@@ -593,6 +593,22 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
     }
     host_from.push_back(logits_from[i]);
   }
+  // A row whose sample is the argmax of its last logits and that reads them
+  // for nothing else (greedy without bias or penalties; no grammar,
+  // logprobs, top logits, prompt scores or drafts): a step whose rows with
+  // logits are all such lets the backend pick the tokens (StepRowsGreedy:
+  // on a GPU, 4 bytes a row come back instead of the row's logits).
+  auto plain_greedy = [&](size_t i) {
+    const RowPlan& row = rows[i];
+    const Slot& slot = slots_[row.slot];
+    return row.sample && row.sampling.temperature == 0.0f && row.sampling.logit_bias.empty() &&
+           !sampling::UsesHistory(row.sampling) && row.logprobs < 0 && row.return_top_k == 0 &&
+           row.prompt_logprobs < 0 && drafts[i] == 0 && slot.matcher == nullptr &&
+           !slot.pending_grammar.has_value() && outcomes[i].status.ok();
+  };
+  // The backend's pick for such a row (a token or a DecodeBackend::kGreedy*
+  // code), when it made one.
+  std::vector<std::optional<int32_t>> picked(rows.size());
   std::vector<std::vector<float>> logits(rows.size());
   // A device row's logits [vocab] in the backend's view (valid until its next
   // step: only the last batch's rows are kept so, earlier batches are
@@ -655,8 +671,19 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
       }
       pieces.push_back({i, n, logit_index, logit_count});
     }
-    absl::StatusOr<std::span<const float>> out =
-        device_->StepRows(device_slots, device_tokens_in, std::span<const int>(logit_rows));
+    bool greedy = !logit_rows.empty();
+    for (const Piece& piece : pieces) {
+      if (piece.logit_index >= 0 && !plain_greedy(piece.i)) greedy = false;
+    }
+    absl::StatusOr<std::span<const float>> out = std::span<const float>();
+    absl::StatusOr<std::span<const int32_t>> picks = std::span<const int32_t>();
+    if (greedy) {
+      picks =
+          device_->StepRowsGreedy(device_slots, device_tokens_in, std::span<const int>(logit_rows));
+      if (!picks.ok()) out = picks.status();
+    } else {
+      out = device_->StepRows(device_slots, device_tokens_in, std::span<const int>(logit_rows));
+    }
     if (!out.ok()) {
       // The decoder dropped the slots of the failed step; rows not finished
       // yet are stale on the host too. Rows finished by an earlier step keep
@@ -685,6 +712,10 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
     const bool last_step = pending == device_rows.size();
     for (const Piece& piece : pieces) {
       if (piece.logit_index < 0) continue;
+      if (greedy) {
+        picked[piece.i] = (*picks)[piece.logit_index];
+        continue;
+      }
       const float* row_logits = out->data() + static_cast<int64_t>(piece.logit_index) * vocab;
       if (piece.logit_count > 1) {  // a verification: every position from logits_from
         logits[piece.i].assign(row_logits, row_logits + piece.logit_count * vocab);
@@ -713,6 +744,21 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
     std::vector<sampling::SampleRow> batch;
     std::vector<std::pair<size_t, size_t>> spans;  // (row, samples)
     for (size_t i = 0; i < rows.size(); ++i) {
+      if (picked[i].has_value()) {  // the backend's greedy pick, as the sampler reports it
+        sampling::SampleResult r;
+        const int32_t id = *picked[i];
+        if (id >= 0 && id < vocab) {
+          r.token = id;
+        } else if (id == model::DecodeBackend::kGreedyNonFinite) {
+          r.status = sampling::NonFiniteLogitsError();
+        } else if (id == model::DecodeBackend::kGreedyAllMasked) {
+          r.status = sampling::EveryTokenMaskedError();
+        } else {
+          r.status = absl::InternalError(absl::StrCat("decode backend picked token ", id));
+        }
+        presampled[i].push_back(std::move(r));
+        continue;
+      }
       const RowPlan& row = rows[i];
       const Slot& slot = slots_[row.slot];
       const sampling::SamplingParams& p = row.sampling;
@@ -790,7 +836,7 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
     // The logits of the last kept position (null where none were computed:
     // then the row neither samples nor returns its top logits).
     const float* last = viewed[i];
-    if (last == nullptr && kept - 1 >= logits_from[i]) {
+    if (last == nullptr && kept - 1 >= logits_from[i] && !logits[i].empty()) {
       last = logits[i].data() + (kept - 1 - logits_from[i]) * vocab;
     }
     if (row.return_top_k > 0) {

@@ -3,10 +3,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "gtest/gtest.h"
 #include "worker/model/host_decode_backend.h"
+#include "worker/sampling/sampler.h"
 #include "worker/step_executor_test_util.h"
 
 namespace weir::worker {
@@ -404,6 +406,76 @@ TEST(StepExecutorBackendTest, DecodeRowsOnTheBackendGiveTheModelsOutcomes) {
     ++len[1];
   }
   EXPECT_EQ(dev.device_rows(), 15 + 2 + 9 + 8);
+}
+
+// Greedy rows that read their logits for nothing else let the backend pick
+// the tokens (StepRowsGreedy; a GPU copies back 4 bytes a row): the outcomes
+// equal the host sampler's, and a step with any other row with logits (here
+// one asking for logprobs, one sampled at a temperature) returns logits.
+TEST(StepExecutorBackendTest, PlainGreedyRowsArePickedByTheBackend) {
+  Fixture f;
+  model::HostDecodeBackend backend(*f.model, /*max_sequences=*/4, /*max_batch=*/4,
+                                   /*max_positions=*/40);
+  Twin twin(*f.model, 4, &backend);
+  auto greedy = [](int32_t slot, int64_t start, std::vector<int64_t> tokens, int32_t remap) {
+    RowPlan row{.slot = slot,
+                .start_pos = start,
+                .tokens = std::move(tokens),
+                .remap = remap,
+                .sample = true};
+    row.sampling.temperature = 0.0f;
+    return row;
+  };
+  twin.Both({greedy(0, 0, {5, 6, 7}, -1), greedy(1, 0, {8, 9}, -1), greedy(2, 0, {10}, -1)}, {});
+  int64_t len[3] = {3, 2, 1};
+  for (int s = 0; s < 4; ++s) {
+    twin.Both({greedy(0, len[0], {}, 0), greedy(1, len[1], {}, 1), greedy(2, len[2], {}, 2)}, {});
+    for (int64_t& l : len) ++l;
+  }
+  EXPECT_EQ(backend.stats().greedy_steps, 4);
+  EXPECT_EQ(twin.dev.device_rows(), 12);
+  // One row wants its logprob: the step returns logits, the greedy rows
+  // are sampled on the host as before.
+  RowPlan with_logprob = greedy(1, len[1], {}, 1);
+  with_logprob.logprobs = 0;
+  twin.Both({greedy(0, len[0], {}, 0), with_logprob, greedy(2, len[2], {}, 2)}, {});
+  for (int64_t& l : len) ++l;
+  RowPlan sampled = greedy(2, len[2], {}, 2);
+  sampled.sampling.temperature = 0.7f;
+  sampled.sampling.seed = 5;
+  twin.Both({greedy(0, len[0], {}, 0), greedy(1, len[1], {}, 1), sampled}, {});
+  for (int64_t& l : len) ++l;
+  EXPECT_EQ(backend.stats().greedy_steps, 4);
+  twin.Both({greedy(0, len[0], {}, 0), greedy(1, len[1], {}, 1), greedy(2, len[2], {}, 2)}, {});
+  EXPECT_EQ(backend.stats().greedy_steps, 5);
+}
+
+// DecodeBackend's default greedy pick: the first largest logit, NaN or +Inf
+// anywhere, every logit -Inf.
+TEST(StepExecutorBackendTest, TheDefaultGreedyPickFollowsTheSampler) {
+  const float inf = std::numeric_limits<float>::infinity();
+  using B = model::DecodeBackend;
+  EXPECT_EQ(B::GreedyPick(std::vector<float>{1.0f, 3.0f, -2.0f, 3.0f}), 1);
+  EXPECT_EQ(B::GreedyPick(std::vector<float>{-inf, -inf, 0.5f}), 2);
+  EXPECT_EQ(B::GreedyPick(std::vector<float>{-inf, -inf}), B::kGreedyAllMasked);
+  EXPECT_EQ(B::GreedyPick(std::vector<float>{2.0f, std::nanf(""), 1.0f}), B::kGreedyNonFinite);
+  EXPECT_EQ(B::GreedyPick(std::vector<float>{2.0f, 1.0f, inf}), B::kGreedyNonFinite);
+  // The sampler agrees on each (its statuses are what the executor reports).
+  sampling::SamplingParams p;
+  p.temperature = 0.0f;
+  const std::vector<float> rows[] = {{1.0f, 3.0f, -2.0f, 3.0f}, {-inf, -inf}, {2.0f, 1.0f, inf}};
+  for (const std::vector<float>& r : rows) {
+    const sampling::SampleRow row{.logits = r.data(), .params = &p, .want_logprob = false};
+    const sampling::SampleResult got =
+        sampling::SampleBatch({row}, static_cast<int32_t>(r.size()))[0];
+    const int32_t pick = B::GreedyPick(r);
+    if (pick >= 0) {
+      EXPECT_EQ(got.token, pick);
+    } else {
+      EXPECT_EQ(got.status, pick == B::kGreedyAllMasked ? sampling::EveryTokenMaskedError()
+                                                        : sampling::NonFiniteLogitsError());
+    }
+  }
 }
 
 TEST(StepExecutorBackendTest, SlotsBeyondTheBackendStayOnTheModel) {

@@ -133,6 +133,10 @@ ABSL_FLAG(bool, fast_mhc, true,
 ABSL_FLAG(bool, weight_prefetch, true,
           "--ep_slice: DeviceDecoderOptions::weight_prefetch (FP8 linears ask L2 for their "
           "weights before waiting for the kernel before them).");
+ABSL_FLAG(bool, device_greedy, true,
+          "--ep_slice: each step's tokens are its rows' argmax on the device "
+          "(StepRowsGreedy, as the serving executor does for plain greedy rows); false: the "
+          "logits come back and the worker's sampler picks on the host (timed apart).");
 ABSL_FLAG(bool, profile_timed_steps, false,
           "--ep_slice: cudaProfilerStart / Stop around the timed graph steps only, for "
           "`ncu --profile-from-start off` (one step's kernels, none of the fill's).");
@@ -499,8 +503,15 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
     // (the inputs stay synthetic, so the routing does not follow the random
     // weights' argmax).
     double sample_s = 0;
+    const bool device_greedy = absl::GetFlag(FLAGS_device_greedy);
     auto step = [&]() {
       for (int b = 0; b < batch; ++b) tokens[b] = (b * 7919 + pos * 104729) % c.vocab_size;
+      if (device_greedy) {  // the argmax on the device, 4 bytes a row back
+        auto picks = (*dd)->StepRowsGreedy(slots, tokens, std::nullopt);
+        WEIR_CHECK(picks.ok()) << picks.status();
+        ++pos;
+        return;
+      }
       auto logits = (*dd)->StepView(slots, tokens);
       WEIR_CHECK(logits.ok()) << logits.status();
       const auto s0 = Clock::now();
@@ -596,10 +607,17 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
     std::printf("      graph of batch %d: %lld nodes, %lld programmatic edges\n", batch,
                 static_cast<long long>((*dd)->stats().graph_nodes),
                 static_cast<long long>((*dd)->stats().programmatic_edges));
-    std::printf(
-        "      the host's greedy sampling of the %d rows (%lld tokens each; in step_ms and "
-        "gpu_idle): %.3f ms a step\n",
-        batch, static_cast<long long>(c.vocab_size), sample_s / steps * 1e3);
+    if (device_greedy) {
+      std::printf(
+          "      greedy tokens picked on the device (ArgmaxRows over %lld logits a row, "
+          "%d ids copied back; --device_greedy)\n",
+          static_cast<long long>(c.vocab_size), batch);
+    } else {
+      std::printf(
+          "      the host's greedy sampling of the %d rows (%lld tokens each; in step_ms and "
+          "gpu_idle): %.3f ms a step\n",
+          batch, static_cast<long long>(c.vocab_size), sample_s / steps * 1e3);
+    }
     for (int b = 0; b < batch; ++b) WEIR_CHECK((*dd)->Release(b).ok());
   }
   if (absl::GetFlag(FLAGS_slice_profile)) {

@@ -287,6 +287,7 @@ absl::StatusOr<std::unique_ptr<DeviceDecoder>> DeviceDecoder::Impl::Build(
   m.LayoutMeta(m.meta_host, m.meta_h, bytes);
   WEIR_DD_CUDA("pinned logits",
                cudaMallocHost(&m.logits_host, m.batch_cap * c.vocab_size * sizeof(float)));
+  WEIR_DD_CUDA("pinned greedy ids", cudaMallocHost(&m.greedy_host, m.batch_cap * sizeof(int32_t)));
   if (options.drafting) {
     WEIR_DD_CUDA("pinned drafts",
                  cudaMallocHost(&m.draft_host, m.batch_cap * (sizeof(int64_t) + sizeof(float))));
@@ -664,6 +665,24 @@ absl::Status DeviceDecoder::LaunchGraph(int64_t key, absl::FunctionRef<absl::Sta
 absl::StatusOr<std::span<const float>> DeviceDecoder::StepRows(
     std::span<const int> slots, std::span<const int64_t> tokens,
     std::optional<std::span<const int>> logit_rows) {
+  ASSIGN_OR_RETURN(const int64_t asked, StepInto(slots, tokens, logit_rows, /*greedy=*/false));
+  return std::span<const float>(impl_->logits_host, asked * impl_->c.vocab_size);
+}
+
+static_assert(DecodeBackend::kGreedyNonFinite == kernels::cuda::dense::kArgmaxNonFinite &&
+              DecodeBackend::kGreedyAllMasked == kernels::cuda::dense::kArgmaxAllMasked);
+
+absl::StatusOr<std::span<const int32_t>> DeviceDecoder::StepRowsGreedy(
+    std::span<const int> slots, std::span<const int64_t> tokens,
+    std::optional<std::span<const int>> logit_rows) {
+  ASSIGN_OR_RETURN(const int64_t asked, StepInto(slots, tokens, logit_rows, /*greedy=*/true));
+  return std::span<const int32_t>(impl_->greedy_host, asked);
+}
+
+absl::StatusOr<int64_t> DeviceDecoder::StepInto(std::span<const int> slots,
+                                                std::span<const int64_t> tokens,
+                                                std::optional<std::span<const int>> logit_rows,
+                                                bool greedy) {
   const auto t0 = Clock::now();
   Impl& m = *impl_;
   const ModelConfig& c = m.c;
@@ -772,7 +791,14 @@ absl::StatusOr<std::span<const float>> DeviceDecoder::StepRows(
       ++stats_.eager_steps;
     }
     WEIR_DD_CUDA("event", cudaEventRecord(m.ev_end, m.stream));
-    if (asked > 0) {
+    if (asked > 0 && greedy) {  // the argmax of each asked row, 4 bytes a row back
+      RETURN_IF_ERROR(kernels::cuda::dense::ArgmaxRows(
+          {.logits = m.logits, .rows = asked, .vocab = c.vocab_size, .ids = m.greedy_ids},
+          m.stream));
+      WEIR_DD_CUDA("greedy ids",
+                   cudaMemcpyAsync(m.greedy_host, m.greedy_ids, asked * sizeof(int32_t),
+                                   cudaMemcpyDeviceToHost, m.stream));
+    } else if (asked > 0) {
       WEIR_DD_CUDA("logits",
                    cudaMemcpyAsync(m.logits_host, m.logits, asked * c.vocab_size * sizeof(float),
                                    cudaMemcpyDeviceToHost, m.stream));
@@ -820,7 +846,7 @@ absl::StatusOr<std::span<const float>> DeviceDecoder::StepRows(
   ++stats_.steps;
   stats_.rows += rows;
   stats_.host_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
-  return std::span<const float>(m.logits_host, asked * c.vocab_size);
+  return asked;
 }
 
 }  // namespace weir::model

@@ -455,6 +455,14 @@ class DeviceDecoder : public DecodeBackend {
   absl::StatusOr<std::span<const float>> StepRows(
       std::span<const int> slots, std::span<const int64_t> tokens,
       std::optional<std::span<const int>> logit_rows) override;
+  // StepRows whose asked rows come back as their argmax token (ArgmaxRows
+  // after the step, on the device: kernels/cuda/dense/sampling.h, the CPU
+  // sampler's greedy choice and its NaN / all-masked cases as the
+  // DecodeBackend::kGreedy* codes), 4 bytes a row copied back instead of the
+  // row's logits; in the decoder's pinned buffer until the next step.
+  absl::StatusOr<std::span<const int32_t>> StepRowsGreedy(
+      std::span<const int> slots, std::span<const int64_t> tokens,
+      std::optional<std::span<const int>> logit_rows) override;
   int max_rows_per_slot() const override { return options_.max_rows_per_slot; }
   int max_batch() const override { return options_.max_batch; }
   int max_sequences() const override { return options_.max_sequences; }
@@ -489,6 +497,10 @@ class DeviceDecoder : public DecodeBackend {
   // Launches the graph of `key` on the decoder's stream, capturing
   // `enqueue` into it on first use (with programmatic edges per options).
   absl::Status LaunchGraph(int64_t key, absl::FunctionRef<absl::Status()> enqueue);
+  // StepRows and StepRowsGreedy: runs the step, then copies back the asked
+  // rows' logits or (greedy) their argmax ids; returns how many rows.
+  absl::StatusOr<int64_t> StepInto(std::span<const int> slots, std::span<const int64_t> tokens,
+                                   std::optional<std::span<const int>> logit_rows, bool greedy);
   std::unique_ptr<Impl> impl_;
   DeviceDecoderOptions options_;
   DeviceDecoderStats stats_;

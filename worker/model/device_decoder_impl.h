@@ -42,6 +42,7 @@
 #include "kernels/cuda/dense/gemm_handle.h"
 #include "kernels/cuda/dense/grouped_row_stable_matmul.h"
 #include "kernels/cuda/dense/row_stable_matmul.h"
+#include "kernels/cuda/dense/sampling.h"
 #include "kernels/cuda/moe/engram.h"
 #include "kernels/cuda/moe/hc_mix_split.h"
 #include "kernels/cuda/moe/mhc.h"
@@ -465,12 +466,14 @@ struct DeviceDecoder::Impl {
   float *sg = nullptr, *su = nullptr, *sy = nullptr;
   float *emb = nullptr, *ekv = nullptr, *ekey = nullptr, *evalue = nullptr;
   float* logits = nullptr;
+  int32_t* greedy_ids = nullptr;  // [batch_cap] StepRowsGreedy's picks
   // Step inputs.
   char* meta_dev = nullptr;
   char* meta_host = nullptr;  // pinned
   size_t meta_bytes = 0;
   StepMeta meta_d, meta_h;
   float* logits_host = nullptr;  // pinned [batch_cap, vocab]
+  int32_t* greedy_host = nullptr;  // pinned [batch_cap]
   // options.expert_tile (checked by CheckDecodable); kAuto when empty.
   kc::Mxfp4GroupedTile expert_tile = kc::Mxfp4GroupedTile::kAuto;
 
@@ -541,6 +544,7 @@ struct DeviceDecoder::Impl {
     if (meta_host != nullptr) cudaFreeHost(meta_host);
     if (tables_host != nullptr) cudaFreeHost(tables_host);
     if (logits_host != nullptr) cudaFreeHost(logits_host);
+    if (greedy_host != nullptr) cudaFreeHost(greedy_host);
     if (draft_host != nullptr) cudaFreeHost(draft_host);
     if (ev_begin != nullptr) cudaEventDestroy(ev_begin);
     if (ev_end != nullptr) cudaEventDestroy(ev_end);

@@ -379,6 +379,7 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
   ekey = r.Alloc<float>(bc * n * d);
   evalue = r.Alloc<float>(bc * d);
   logits = r.Alloc<float>(bc * c.vocab_size);
+  greedy_ids = r.Alloc<int32_t>(bc);
   h_head = r.Alloc<float>(bc * d);
   if (options.drafting) {
     const int64_t targets_n = static_cast<int64_t>(c.dspark_target_layer_ids.size());

@@ -36,6 +36,7 @@ struct HostDecodeBackendStats {
   int64_t drafts = 0;      // sequences drafted (DraftBatch rows)
   int64_t draft_logits = 0;  // of those, drafted with their logits (with_logits)
   int64_t rollbacks = 0;   // Rollback calls that undid positions
+  int64_t greedy_steps = 0;  // StepRowsGreedy calls (the default pick over StepRows)
 };
 
 class HostDecodeBackend : public DecodeBackend {
@@ -53,6 +54,13 @@ class HostDecodeBackend : public DecodeBackend {
   absl::StatusOr<std::vector<float>> Step(std::span<const int> slots,
                                           std::span<const int64_t> tokens) override;
   absl::Status Start(int slot) override;
+  // Counted (stats().greedy_steps), then DecodeBackend's pick on the host.
+  absl::StatusOr<std::span<const int32_t>> StepRowsGreedy(
+      std::span<const int> slots, std::span<const int64_t> tokens,
+      std::optional<std::span<const int>> logit_rows) override {
+    ++stats_.greedy_steps;
+    return DecodeBackend::StepRowsGreedy(slots, tokens, logit_rows);
+  }
   absl::StatusOr<std::span<const float>> StepRows(
       std::span<const int> slots, std::span<const int64_t> tokens,
       std::optional<std::span<const int>> logit_rows) override;

@@ -120,6 +120,16 @@ float LogSoftmaxAt(const float* logits, int32_t vocab, int32_t id, float max_log
   return static_cast<float>(static_cast<double>(logits[id]) - max_logit - std::log(sum));
 }
 
+}  // namespace
+
+absl::Status NonFiniteLogitsError() {
+  return absl::InternalError("NUMERICAL_ERROR: non-finite logits");
+}
+
+absl::Status EveryTokenMaskedError() { return absl::InvalidArgumentError("every token is masked"); }
+
+namespace {
+
 SampleResult SampleRowImpl(const SampleRow& row, int32_t vocab) {
   SampleResult result;
   if (row.logits == nullptr || row.params == nullptr) {
@@ -133,7 +143,7 @@ SampleResult SampleRowImpl(const SampleRow& row, int32_t vocab) {
   const float* logits = row.logits;
   RowScan scan = ScanRow(logits, vocab);
   if (scan.bad) {
-    result.status = absl::InternalError("NUMERICAL_ERROR: non-finite logits");
+    result.status = NonFiniteLogitsError();
     return result;
   }
   if (Adjusts(p)) {
@@ -145,7 +155,7 @@ SampleResult SampleRowImpl(const SampleRow& row, int32_t vocab) {
   // Argmax with ties to the lowest id.
   const int32_t best = scan.best;
   if (logits[best] == -std::numeric_limits<float>::infinity()) {
-    result.status = absl::InvalidArgumentError("every token is masked");
+    result.status = EveryTokenMaskedError();
     return result;
   }
   if (p.temperature == 0.0f) {

@@ -62,6 +62,12 @@ struct SampleResult {
   absl::Status status;
 };
 
+// SampleResult::status of a row with NaN or +Inf logits, and of one whose
+// every token is masked (-Inf), for greedy choices made elsewhere (a decode
+// backend that picks on its GPU) to report as the sampler does.
+absl::Status NonFiniteLogitsError();
+absl::Status EveryTokenMaskedError();
+
 // Whether a row's sample depends on the tokens before it (the repetition,
 // frequency or presence penalty; SampleRow's prompt / output tokens are read
 // only then).
