@@ -133,6 +133,9 @@ ABSL_FLAG(bool, fast_mhc, true,
 ABSL_FLAG(bool, weight_prefetch, true,
           "--ep_slice: DeviceDecoderOptions::weight_prefetch (FP8 linears ask L2 for their "
           "weights before waiting for the kernel before them).");
+ABSL_FLAG(bool, concurrent_branches, true,
+          "--ep_slice: DeviceDecoderOptions::concurrent_branches (the shared expert, the window "
+          "KV and the compressor on parallel branches of the step's graph).");
 ABSL_FLAG(bool, device_greedy, true,
           "--ep_slice: each step's tokens are its rows' argmax on the device "
           "(StepRowsGreedy, as the serving executor does for plain greedy rows); false: the "
@@ -450,6 +453,7 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       .programmatic_launch = absl::GetFlag(FLAGS_programmatic),
       .fused_split_reduce = absl::GetFlag(FLAGS_fused_split_reduce),
       .weight_prefetch = absl::GetFlag(FLAGS_weight_prefetch),
+      .concurrent_branches = absl::GetFlag(FLAGS_concurrent_branches),
       .expert_tile = absl::GetFlag(FLAGS_expert_tile),
       .expert_wgmma = absl::GetFlag(FLAGS_expert_wgmma),
       .dense_wgmma = absl::GetFlag(FLAGS_dense_wgmma),

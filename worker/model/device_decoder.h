@@ -232,6 +232,11 @@ struct DeviceDecoderOptions {
   // so with programmatic edges a decode step's weights stream during the
   // previous kernel. A hint: same results either way.
   bool weight_prefetch = true;
+  // kFast, one rank: independent parts of a step run on a second stream (a
+  // parallel branch of its graph) with their own FP8 and split-K scratch:
+  // the shared expert beside the routed experts, the window KV and the
+  // compressor beside the query projections. Same results either way.
+  bool concurrent_branches = true;
   // Eager steps only (use_graphs false): record CUDA events between the
   // step's sections (embedding, Engram, mHC, attention parts, MoE parts,
   // head) and add their device times to DeviceDecoderStats::section_seconds.

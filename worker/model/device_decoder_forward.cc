@@ -256,13 +256,30 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
   // h and, after its norm, qr hold their values to the end of the attention;
   // the compressor and the indexer read them too. Collapse bound h_in to h
   // (with its FP8 form when wq_a reads it), Norm binds qr_in to qr.
+  // kFast: the window KV and the compressor (products of h_in's FP8 form,
+  // which exists: Collapse made it) run on a parallel branch beside the
+  // query projections; the indexer and the attention read both after the
+  // join.
+  const bool compress = role.ratio > 0 && role.attention == AttentionRole::kFull;
+  const bool branch = Branches() && h_in.has_fp8 && FastFp8(L.wkv) &&
+                      (!compress || (FastFp8(L.comp_wkv) && FastFp8(L.index_wk) &&
+                                     (role.ratio == 1 || FastFp8(L.comp_wgate))));
+  auto kv_side = [&]() -> absl::Status {
+    // Window KV, written into the slot's ring before the attention reads it.
+    RETURN_IF_ERROR(WindowKv(layer, h_in, b, meta_d.win_write));
+    if (compress) {
+      Mark("attn.compressor");
+      RETURN_IF_ERROR(UpdateCompressed(layer, b));
+    }
+    return absl::OkStatus();
+  };
+  if (branch) RETURN_IF_ERROR(ForkSide(kv_side));
   RETURN_IF_ERROR(MmRound(L.wq_a, h_in, b, qr));
   RETURN_IF_ERROR(Norm(qr, L.q_norm, b, ql, /*round=*/true, &qr_in, L.wq_b.codes != nullptr));
   RETURN_IF_ERROR(MmRound(L.wq_b, qr_in, b, q));
   RETURN_IF_ERROR(
       Rope(q, pos, b, static_cast<int>(heads), hd, layer, /*inverse=*/false, /*round=*/true));
-  // Window KV, written into the slot's ring before the attention reads it.
-  RETURN_IF_ERROR(WindowKv(layer, h_in, b, meta_d.win_write));
+  RETURN_IF_ERROR(branch ? JoinSide() : kv_side());
   // Compressed part.
   dec::AssembleIndexParams ip{.window = attn_rows_,
                               .out = index,
@@ -270,10 +287,6 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
                               .window_width = static_cast<int>(attn_width_),
                               .window_base = L.window_base};
   if (role.ratio > 0) {
-    if (role.attention == AttentionRole::kFull) {
-      Mark("attn.compressor");
-      RETURN_IF_ERROR(UpdateCompressed(layer, b));
-    }
     if (role.attention == AttentionRole::kFull || role.attention == AttentionRole::kReindex) {
       Mark("attn.indexer");
       RETURN_IF_ERROR(SelectCompressed(layer, b));

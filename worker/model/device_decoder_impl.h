@@ -21,6 +21,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "kernels/common/numeric_formats.h"
@@ -342,6 +343,10 @@ struct DeviceDecoder::Impl {
 
   cudaStream_t stream = nullptr;
   cudaEvent_t ev_begin = nullptr, ev_end = nullptr;
+  // The shared expert's branch (options.concurrent_branches): a stream
+  // forked from `stream` and joined again within the step.
+  cudaStream_t side = nullptr;
+  cudaEvent_t fork_ev = nullptr, join_ev = nullptr;
   char* arena = nullptr;
   size_t weight_bytes = 0, pool_bytes = 0, arena_bytes = 0;
   std::vector<DeviceKvPool> kv_pools;  // filled by Layout
@@ -392,6 +397,11 @@ struct DeviceDecoder::Impl {
   // gate/up and w2 [batch_cap * topk, inter].
   uint8_t *fq = nullptr, *fq_scales = nullptr, *fh = nullptr, *fh_scales = nullptr;
   int64_t fq_count = 0;    // elements of fq
+  // The shared expert's branch's own fq and split (swapped in while it is
+  // enqueued on `side`: SharedExpert).
+  uint8_t *side_fq = nullptr, *side_fq_scales = nullptr;
+  int64_t side_fq_count = 0;
+  float* side_split = nullptr;
   // expert_prefill_tiles: one layer's local experts in the FP8 tile form, w1
   // and w3 stacked an expert ([experts][2 inter][dim] + tile scales), w2
   // ([experts][dim][inter] + tile scales), and the conversion's inexact-tile
@@ -548,6 +558,9 @@ struct DeviceDecoder::Impl {
     if (draft_host != nullptr) cudaFreeHost(draft_host);
     if (ev_begin != nullptr) cudaEventDestroy(ev_begin);
     if (ev_end != nullptr) cudaEventDestroy(ev_end);
+    if (fork_ev != nullptr) cudaEventDestroy(fork_ev);
+    if (join_ev != nullptr) cudaEventDestroy(join_ev);
+    if (side != nullptr) cudaStreamDestroy(side);
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
 
@@ -964,6 +977,44 @@ struct DeviceDecoder::Impl {
   absl::Status UpdateCompressed(int layer, int64_t b);
   absl::Status SelectCompressed(int layer, int64_t b);
   absl::Status Moe(int layer, int64_t b);
+  // The shared expert of layer L over h_in into sy (Moe's last part before
+  // the combine), on `stream` with fq and split as they are then bound.
+  absl::Status SharedExpert(const LayerDev& L, int64_t b);
+  // Parallel branches (options.concurrent_branches; kFast, no section
+  // profile, no fused split sums): ForkSide enqueues `branch` on `side`,
+  // forked from `stream` at this point, with side_fq / side_split swapped in
+  // for fq / split while it is enqueued; `stream` waits for it at JoinSide.
+  // The branch may read what is already enqueued and must not make a shared
+  // input's form (a later reader on `stream` would not wait for it). One
+  // branch at a time; in a capture the two streams are two paths of the graph.
+  // A weight whose products on a branch use only the swapped scratch (its
+  // FP8 form; a bf16 one would stage through the shared xb).
+  static bool FastFp8(const DevDense& w) { return w.codes != nullptr && w.bf16 == nullptr; }
+  bool Branches() const {
+    return options.concurrent_branches && side_fq != nullptr && fast() && !profiling &&
+           !options.fused_split_reduce;
+  }
+  absl::Status ForkSide(absl::FunctionRef<absl::Status()> branch) {
+    WEIR_DD_CUDA("fork", cudaEventRecord(fork_ev, stream));
+    WEIR_DD_CUDA("fork", cudaStreamWaitEvent(side, fork_ev, 0));
+    SwapSide();
+    const absl::Status enqueued = branch();
+    SwapSide();
+    if (!enqueued.ok()) return enqueued;
+    WEIR_DD_CUDA("join", cudaEventRecord(join_ev, side));
+    return absl::OkStatus();
+  }
+  absl::Status JoinSide() {
+    WEIR_DD_CUDA("join", cudaStreamWaitEvent(stream, join_ev, 0));
+    return absl::OkStatus();
+  }
+  void SwapSide() {
+    std::swap(stream, side);
+    std::swap(fq, side_fq);
+    std::swap(fq_scales, side_fq_scales);
+    std::swap(fq_count, side_fq_count);
+    std::swap(split, side_split);
+  }
   // expert_prefill_tiles: layer L's local experts into the tile-form scratch
   // (tile13 / tile2, counts in tile_inexact).
   absl::Status ConvertExperts(const LayerDev& L);

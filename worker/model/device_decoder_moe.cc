@@ -194,6 +194,14 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
   kc::GateScore score = kc::GateScore::kSqrtSoftplus;
   if (c.score_func == ScoreFunc::kSigmoid) score = kc::GateScore::kSigmoid;
   if (c.score_func == ScoreFunc::kSoftmax) score = kc::GateScore::kSoftmax;
+  // kFast on one rank: the shared expert forks onto `side` here and joins
+  // before the combine, a branch of the step's graph beside the routed
+  // experts (its own FP8 and split-K scratch swapped in while enqueued).
+  // (Its inputs, h_in's FP8 form, exist: Collapse made them. With an
+  // exchange the routed path's collectives keep the stream to themselves.)
+  const bool concurrent = Branches() && !(options.communicator != nullptr && layer < c.n_layers) &&
+                          FastFp8(L.sw1) && FastFp8(L.sw3) && FastFp8(L.sw2) && h_in.has_fp8;
+  if (concurrent) RETURN_IF_ERROR(ForkSide([&] { return SharedExpert(L, b); }));
   Mark("moe.gate");
   if (fast()) {  // the reference's logits (bits and all), a warp per (token, expert)
     RETURN_IF_ERROR(kc::MoeGateLogits({.x = h,
@@ -361,7 +369,28 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
                                   stream));
     RETURN_IF_ERROR(Return(b));
   }
-  Mark("moe.shared");
+  if (concurrent) {
+    RETURN_IF_ERROR(JoinSide());
+  } else {
+    Mark("moe.shared");
+    RETURN_IF_ERROR(SharedExpert(L, b));
+  }
+  Mark("moe.combine");
+  return kc::MoeCombine({.y_grouped = ep ? ep_ret : yg,
+                         .pair_row = ep ? ep_return_row : pair_row,
+                         .experts = moe_idx,
+                         .shared = sy,
+                         .out = y,
+                         .tokens = b,
+                         .dim = d,
+                         .topk = k,
+                         .round_bf16 = bf16()},
+                        stream);
+}
+
+absl::Status DeviceDecoder::Impl::SharedExpert(const LayerDev& L, int64_t b) {
+  const int64_t d = c.dim;
+  const float limit = static_cast<float>(c.swiglu_limit);
   // w1 and w3 read the same FP8 form of h_in, bound to h by Collapse (made
   // in its launch when w1 is FP8, otherwise by the first of them).
   if (!SharedGateUp(L, b)) {
@@ -390,12 +419,7 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
   RETURN_IF_ERROR(dec::Swiglu({.gate = sg, .up = su, .out = sg, .rows = b, .inter = L.sw1.out,
                                .limit = limit, .round_bf16 = bf16()},
                               stream));
-  RETURN_IF_ERROR(MmRound(L.sw2, sg, b, sy));
-  Mark("moe.combine");
-  return kc::MoeCombine({.y_grouped = ep ? ep_ret : yg, .pair_row = ep ? ep_return_row : pair_row,
-                         .experts = moe_idx, .shared = sy, .out = y, .tokens = b, .dim = d,
-                         .topk = k, .round_bf16 = bf16()},
-                        stream);
+  return MmRound(L.sw2, sg, b, sy);
 }
 
 absl::Status DeviceDecoder::Impl::Dispatch(int64_t b) {

@@ -322,6 +322,12 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
     }
     split_count = bc * kSplitFloatsPerRow;
     split = r.Alloc<float>(split_count);
+    if (options.concurrent_branches) {  // the shared expert's branch
+      side_fq_count = bc * widest;
+      side_fq = r.Alloc<uint8_t>(side_fq_count);
+      side_fq_scales = r.Alloc<uint8_t>(bc * (widest / 32 + 1));
+      side_split = r.Alloc<float>(split_count);
+    }
     // Zeroed once; each split product leaves its counters zero again.
     split_counter_count = kSplitCounters;
     split_counters = const_cast<uint32_t*>(
