@@ -109,7 +109,7 @@ class DecodeBackend {
     absl::StatusOr<std::span<const float>> logits = StepRows(slots, tokens, logit_rows);
     if (!logits.ok()) return logits.status();
     const size_t asked = logit_rows.has_value() ? logit_rows->size() : slots.size();
-    greedy_view_.assign(asked, kGreedyAllMasked);
+    greedy_view_.resize(asked);
     const size_t vocab = asked > 0 ? logits->size() / asked : 0;
     for (size_t r = 0; r < asked; ++r)
       greedy_view_[r] = GreedyPick(logits->subspan(r * vocab, vocab));

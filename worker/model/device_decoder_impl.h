@@ -343,7 +343,7 @@ struct DeviceDecoder::Impl {
 
   cudaStream_t stream = nullptr;
   cudaEvent_t ev_begin = nullptr, ev_end = nullptr;
-  // The shared expert's branch (options.concurrent_branches): a stream
+  // Parallel branches (options.concurrent_branches, ForkSide): a stream
   // forked from `stream` and joined again within the step.
   cudaStream_t side = nullptr;
   cudaEvent_t fork_ev = nullptr, join_ev = nullptr;
@@ -397,8 +397,8 @@ struct DeviceDecoder::Impl {
   // gate/up and w2 [batch_cap * topk, inter].
   uint8_t *fq = nullptr, *fq_scales = nullptr, *fh = nullptr, *fh_scales = nullptr;
   int64_t fq_count = 0;    // elements of fq
-  // The shared expert's branch's own fq and split (swapped in while it is
-  // enqueued on `side`: SharedExpert).
+  // A parallel branch's own fq and split (swapped in while it is enqueued
+  // on `side`: ForkSide).
   uint8_t *side_fq = nullptr, *side_fq_scales = nullptr;
   int64_t side_fq_count = 0;
   float* side_split = nullptr;
@@ -987,9 +987,6 @@ struct DeviceDecoder::Impl {
   // The branch may read what is already enqueued and must not make a shared
   // input's form (a later reader on `stream` would not wait for it). One
   // branch at a time; in a capture the two streams are two paths of the graph.
-  // A weight whose products on a branch use only the swapped scratch (its
-  // FP8 form; a bf16 one would stage through the shared xb).
-  static bool FastFp8(const DevDense& w) { return w.codes != nullptr && w.bf16 == nullptr; }
   bool Branches() const {
     return options.concurrent_branches && side_fq != nullptr && fast() && !profiling &&
            !options.fused_split_reduce;
@@ -1004,6 +1001,9 @@ struct DeviceDecoder::Impl {
     WEIR_DD_CUDA("join", cudaEventRecord(join_ev, side));
     return absl::OkStatus();
   }
+  // A weight whose products on a branch use only the swapped scratch (its
+  // FP8 form; a bf16 one would stage through the shared xb).
+  static bool FastFp8(const DevDense& w) { return w.codes != nullptr && w.bf16 == nullptr; }
   absl::Status JoinSide() {
     WEIR_DD_CUDA("join", cudaStreamWaitEvent(stream, join_ev, 0));
     return absl::OkStatus();

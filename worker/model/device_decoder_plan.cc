@@ -322,7 +322,7 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
     }
     split_count = bc * kSplitFloatsPerRow;
     split = r.Alloc<float>(split_count);
-    if (options.concurrent_branches) {  // the shared expert's branch
+    if (options.concurrent_branches) {  // a parallel branch's own (ForkSide)
       side_fq_count = bc * widest;
       side_fq = r.Alloc<uint8_t>(side_fq_count);
       side_fq_scales = r.Alloc<uint8_t>(bc * (widest / 32 + 1));
