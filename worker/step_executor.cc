@@ -593,22 +593,26 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
     }
     host_from.push_back(logits_from[i]);
   }
-  // A row whose sample is the argmax of its last logits and that reads them
+  // A row whose samples are the argmax of its logits and that reads them
   // for nothing else (greedy without bias or penalties; no grammar,
-  // logprobs, top logits, prompt scores or drafts): a step whose rows with
-  // logits are all such lets the backend pick the tokens (StepRowsGreedy:
-  // on a GPU, 4 bytes a row come back instead of the row's logits).
+  // logprobs, top logits or prompt scores): a step whose rows with logits
+  // are all such lets the backend pick the tokens (StepRowsGreedy: on a GPU,
+  // 4 bytes a row come back instead of the row's logits). A verification
+  // is such a row too: greedy acceptance compares each draft with the argmax
+  // of the position before it (AcceptDrafts over presampled picks), so its
+  // 1 + drafts positions come back as picks.
   auto plain_greedy = [&](size_t i) {
     const RowPlan& row = rows[i];
     const Slot& slot = slots_[row.slot];
     return row.sample && row.sampling.temperature == 0.0f && row.sampling.logit_bias.empty() &&
            !sampling::UsesHistory(row.sampling) && row.logprobs < 0 && row.return_top_k == 0 &&
-           row.prompt_logprobs < 0 && drafts[i] == 0 && slot.matcher == nullptr &&
+           row.prompt_logprobs < 0 && slot.matcher == nullptr &&
            !slot.pending_grammar.has_value() && outcomes[i].status.ok();
   };
-  // The backend's pick for such a row (a token or a DecodeBackend::kGreedy*
-  // code), when it made one.
-  std::vector<std::optional<int32_t>> picked(rows.size());
+  // The backend's picks for such a row (tokens or DecodeBackend::kGreedy*
+  // codes), when it made them: one for the row's last position, or one per
+  // logit row of a verification (from logits_from, as its logits would be).
+  std::vector<std::vector<int32_t>> picked(rows.size());
   std::vector<std::vector<float>> logits(rows.size());
   // A device row's logits [vocab] in the backend's view (valid until its next
   // step: only the last batch's rows are kept so, earlier batches are
@@ -713,7 +717,8 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
     for (const Piece& piece : pieces) {
       if (piece.logit_index < 0) continue;
       if (greedy) {
-        picked[piece.i] = (*picks)[piece.logit_index];
+        picked[piece.i].assign(picks->begin() + piece.logit_index,
+                               picks->begin() + piece.logit_index + piece.logit_count);
         continue;
       }
       const float* row_logits = out->data() + static_cast<int64_t>(piece.logit_index) * vocab;
@@ -744,19 +749,26 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
     std::vector<sampling::SampleRow> batch;
     std::vector<std::pair<size_t, size_t>> spans;  // (row, samples)
     for (size_t i = 0; i < rows.size(); ++i) {
-      if (picked[i].has_value()) {  // the backend's greedy pick, as the sampler reports it
-        sampling::SampleResult r;
-        const int32_t id = *picked[i];
-        if (id >= 0 && id < vocab) {
-          r.token = id;
-        } else if (id == model::DecodeBackend::kGreedyNonFinite) {
-          r.status = sampling::NonFiniteLogitsError();
-        } else if (id == model::DecodeBackend::kGreedyAllMasked) {
-          r.status = sampling::EveryTokenMaskedError();
-        } else {
-          r.status = absl::InternalError(absl::StrCat("decode backend picked token ", id));
+      if (!picked[i].empty()) {  // the backend's greedy picks, as the sampler reports them
+        // A verification's picks from its first position (logits_from 0):
+        // those of the position before each draft and of its last position,
+        // as the host samples them below; a plain row's one pick.
+        const int64_t n = static_cast<int64_t>(inputs[i].size());
+        const int64_t first = drafts[i] > 0 ? n - drafts[i] - 1 : 0;
+        for (int64_t k = first; k < static_cast<int64_t>(picked[i].size()); ++k) {
+          sampling::SampleResult r;
+          const int32_t id = picked[i][k];
+          if (id >= 0 && id < vocab) {
+            r.token = id;
+          } else if (id == model::DecodeBackend::kGreedyNonFinite) {
+            r.status = sampling::NonFiniteLogitsError();
+          } else if (id == model::DecodeBackend::kGreedyAllMasked) {
+            r.status = sampling::EveryTokenMaskedError();
+          } else {
+            r.status = absl::InternalError(absl::StrCat("decode backend picked token ", id));
+          }
+          presampled[i].push_back(std::move(r));
         }
-        presampled[i].push_back(std::move(r));
         continue;
       }
       const RowPlan& row = rows[i];

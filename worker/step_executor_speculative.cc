@@ -76,8 +76,11 @@ absl::StatusOr<int64_t> StepExecutor::VerifyDrafts(
                                  .prompt = slot.prompt,
                                  .matcher = slot.matcher.get(),
                                  .want_logprob = row.logprobs >= 0};
+  // No logits when the backend picked a greedy row's tokens (every sample
+  // is presampled then, and nothing below reads them).
+  const float* before = logits.empty() ? nullptr : logits.data() + (base - 1) * vocab;
   const Acceptance acceptance =
-      AcceptDrafts(logits.data() + (base - 1) * vocab, vocab,
+      AcceptDrafts(before, vocab,
                    std::span<const int64_t>(inputs).subspan(base, drafts), sampling_row,
                    slot.output, start + base, scratch_, presampled);
   const int64_t accepted = acceptance.accepted;

@@ -258,6 +258,13 @@ TEST(StepExecutorSpeculativeTest, DraftingBackendEmitsThePlainTokens) {
       EXPECT_GT(backend.stats().rollbacks, 10);
       EXPECT_EQ(backend.stats().table_sets, 2);  // each row's 24 blocks came with its prompt
       EXPECT_EQ(backend.stats().draft_logits, 0);  // no grammar: no draft logits copied back
+      // Greedy verifications come back as the backend's picks (StepRowsGreedy:
+      // no logits), sampled ones as logits.
+      if (params.temperature == 0.0f) {
+        EXPECT_GT(backend.stats().greedy_steps, 10);
+      } else {
+        EXPECT_EQ(backend.stats().greedy_steps, 0);
+      }
     }
   }
 }
