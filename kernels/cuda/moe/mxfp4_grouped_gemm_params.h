@@ -107,7 +107,9 @@ Mxfp4GroupedTile ChooseMxfp4GroupedTile(int64_t rows_per_expert, bool gated,
 // W scales [16 warps][8] | X scales [block_m][8]; slots follow each other.
 // Byte offsets (from the start of dynamic shared memory) of slot `slot`'s parts.
 // After the ring, one scratch per warp: the current stage's scales the warp
-// reads, decoded to fp32 once (Mxfp4ScaleFloatW / Mxfp4ScaleFloatX).
+// reads, decoded to fp32 once (Mxfp4ScaleFloatW / Mxfp4ScaleFloatX); the
+// lookup tables; with `widen_x` (Mxfp4WidensXOnce) the current stage's X as
+// f16 fragments, 128-byte aligned (Mxfp4WidenedXOffset).
 struct Mxfp4GroupedSmemLayout {
   int w_codes = 0;  // slot 0 offsets; add slot * the matching *_stride
   int x_codes = 0;
@@ -120,8 +122,32 @@ struct Mxfp4GroupedSmemLayout {
   int scale_floats = 0;         // warp 0's scratch; add warp * scale_floats_stride
   int scale_floats_stride = 0;  // bytes per warp
   int tables = 0;               // 16 bytes: the e2m1 lookup tables (read into registers)
-  int total = 0;                // dynamic shared memory of the CTA
+  // With the X operand widened once a stage (Mxfp4WidensXOnce): the stage's f16
+  // B fragments, Mxfp4WidenedXOffset; otherwise empty (x_f16 == total).
+  int x_f16 = 0;
+  int total = 0;  // dynamic shared memory of the CTA
 };
+
+// True when a tile of `block_m` X rows on the mma.sync math widens the stage's
+// X codes to f16 once for the CTA (each warp widening a share of the blocks
+// into shared memory) instead of once in every warp: every warp multiplies
+// all X rows of the tile, so with 4 warps each code was widened 4 times.
+// The 8-row tiles only (4 KB more a CTA; their gated K loop 619 -> 539 SASS
+// instructions a stage): the 16-row tile saved 3% of its gated loop for 8 KB,
+// one CTA an SM fewer, and ran slower at batch 64 (README "Measurements").
+// The wgmma math reads X as e4m3 and never widens.
+WEIR_FP8_GEMM_HD constexpr bool Mxfp4WidensXOnce(int block_m, bool wgmma) {
+  return !wgmma && block_m <= 8;
+}
+
+// Byte offset, inside the widened-X area, of the 16 bytes (the F16B
+// registers lo[0], lo[1], hi[0], hi[1]) lane `lane` multiplies for K block
+// `block` (0..7) and 8-row group `ni` of X: each (block, group) is 512
+// contiguous bytes, a lane's 16 in lane order, so a warp's loads and stores
+// of one group are conflict-free.
+WEIR_FP8_GEMM_HD constexpr int Mxfp4WidenedXOffset(int block, int ni, int lane, int block_m) {
+  return ((block * (block_m / 8) + ni) * 32 + lane) * 16;
+}
 
 // Float index, inside a warp's scale scratch, of K block `block` (0..7) of the
 // stage for row `row` (0..15) of the warp's weight tile: rows g and g + 8 side
@@ -137,7 +163,8 @@ WEIR_FP8_GEMM_HD constexpr int Mxfp4ScaleFloatX(int block, int row, int block_m)
 }
 
 WEIR_FP8_GEMM_HD constexpr Mxfp4GroupedSmemLayout Mxfp4GroupedLayout(int warps, int block_m,
-                                                                     int stages) {
+                                                                     int stages,
+                                                                     bool widen_x = false) {
   Mxfp4GroupedSmemLayout l;
   l.w_codes_stride = 16 * warps * 128;
   l.x_codes_stride = 2 * block_m * 128;
@@ -150,7 +177,9 @@ WEIR_FP8_GEMM_HD constexpr Mxfp4GroupedSmemLayout Mxfp4GroupedLayout(int warps, 
   l.scale_floats = l.x_scales + stages * l.x_scales_stride;
   l.scale_floats_stride = kMxfp4GemmBlocksPerStage * (16 + block_m) * 4;
   l.tables = l.scale_floats + warps * l.scale_floats_stride;
-  l.total = l.tables + 16;
+  l.x_f16 = (l.tables + 16 + 127) / 128 * 128;
+  l.total = widen_x ? l.x_f16 + kMxfp4GemmBlocksPerStage * block_m * 64 : l.tables + 16;
+  if (!widen_x) l.x_f16 = l.total;
   return l;
 }
 

@@ -302,6 +302,45 @@ TEST(Mxfp4GroupedGemmParamsTest, ScaleScratchIsOneFloatEach) {
   }
 }
 
+// The widened X of the 8-row tiles: after the tables, 128-byte aligned, one
+// 16-byte F16B of every (K block, 8-row group, lane) with none shared, and
+// nothing else moved; the other tiles and the wgmma math keep no such area.
+TEST(Mxfp4GroupedGemmParamsTest, WidenedXHasASlotPerBlockGroupAndLane) {
+  for (Mxfp4GroupedTile tile : kMxfp4GroupedTiles) {
+    const Mxfp4GroupedTileShape s = ShapeOfMxfp4GroupedTile(tile);
+    EXPECT_FALSE(Mxfp4WidensXOnce(s.block_m, /*wgmma=*/true));
+    const bool widen = Mxfp4WidensXOnce(s.block_m, /*wgmma=*/false);
+    EXPECT_EQ(widen, s.block_m == 8) << Mxfp4GroupedTileName(tile);
+    const Mxfp4GroupedSmemLayout plain = Mxfp4GroupedLayout(s.warps, s.block_m, s.stages);
+    const Mxfp4GroupedSmemLayout l = Mxfp4GroupedLayout(s.warps, s.block_m, s.stages, widen);
+    EXPECT_EQ(l.tables, plain.tables);
+    EXPECT_EQ(l.scale_floats, plain.scale_floats);
+    if (!widen) {
+      EXPECT_EQ(l.total, plain.total);
+      EXPECT_EQ(l.x_f16, l.total);
+      continue;
+    }
+    EXPECT_EQ(l.x_f16 % 128, 0);
+    EXPECT_GE(l.x_f16, l.tables + 16);
+    const int bytes = l.total - l.x_f16;
+    EXPECT_EQ(bytes, kMxfp4GemmBlocksPerStage * s.block_m * 64);
+    std::vector<int> seen(bytes / 16, 0);
+    for (int j = 0; j < kMxfp4GemmBlocksPerStage; ++j) {
+      for (int ni = 0; ni < s.block_m / 8; ++ni) {
+        for (int lane = 0; lane < 32; ++lane) {
+          const int at = Mxfp4WidenedXOffset(j, ni, lane, s.block_m);
+          ASSERT_EQ(at % 16, 0);
+          ASSERT_LT(at, bytes);
+          ++seen[at / 16];
+          // A warp's 32 lanes of one (block, group) are 512 contiguous bytes.
+          EXPECT_EQ(at - Mxfp4WidenedXOffset(j, ni, 0, s.block_m), 16 * lane);
+        }
+      }
+    }
+    for (int v : seen) EXPECT_EQ(v, 1) << Mxfp4GroupedTileName(tile);
+  }
+}
+
 // The fragments are emulated from the PTX ISA definitions (EmulatedLdMatrix,
 // EmulatedMmaM16n8k32 in dense/test_util.h), values in double (e4m3 products
 // and their sums of 32 are exact).

@@ -38,7 +38,7 @@ absl::Status LaunchTile(const moe::mxfp4_gemm::KernelArgs& args, int num_experts
   // One expert slot per expert that can have rows: at most `rows` of them.
   const dim3 grid(static_cast<unsigned>((args.n + block_n - 1) / block_n),
                   static_cast<unsigned>(std::min<int64_t>(num_experts, args.rows)));
-  const int smem = Mxfp4GroupedLayout(kWarps, kBm, kStages).total +
+  const int smem = Mxfp4GroupedLayout(kWarps, kBm, kStages, Mxfp4WidensXOnce(kBm, kWgmma)).total +
                    (kWgmma ? dense::fp8_gemm::kWgmmaSmemSlack : 0);
   auto kernel = moe::mxfp4_gemm::Mxfp4GroupedKernel<kWarps, kBm, kStages, kGated, kWgmma>;
   if (absl::Status s = AllowSharedBytes(kernel, smem, what); !s.ok()) return s;

@@ -66,6 +66,22 @@ struct PrmtInstruction {
   }
 };
 
+// The F16B registers of one (K block, 8-row X group) of a lane, as
+// Mxfp4WidenedXOffset places them.
+__device__ __forceinline__ void StoreF16B(uint32_t addr, const fp8::F16B& b) {
+  asm volatile("st.shared.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(b.lo[0]), "r"(b.lo[1]),
+               "r"(b.hi[0]), "r"(b.hi[1])
+               : "memory");
+}
+
+__device__ __forceinline__ fp8::F16B LoadF16B(uint32_t addr) {
+  fp8::F16B b;
+  asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(b.lo[0]), "=r"(b.lo[1]), "=r"(b.hi[0]), "=r"(b.hi[1])
+               : "r"(addr));
+  return b;
+}
+
 __device__ __forceinline__ uint32_t LoadShared16(uint32_t addr) {
   uint32_t v;
   asm volatile("ld.shared.u16 %0, [%1];\n" : "=r"(v) : "r"(addr));
@@ -146,7 +162,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   constexpr int kNi = kBm / 8;
   constexpr int kWRows = 16 * kWarps;
   constexpr int kBlockN = kGated ? 8 * kWarps : 16 * kWarps;
-  constexpr Mxfp4GroupedSmemLayout kL = Mxfp4GroupedLayout(kWarps, kBm, kStages);
+  // mma.sync tiles of up to 32 X rows widen X once a stage for the CTA.
+  constexpr bool kWidenX = Mxfp4WidensXOnce(kBm, kWgmma);
+  constexpr Mxfp4GroupedSmemLayout kL = Mxfp4GroupedLayout(kWarps, kBm, kStages, kWidenX);
   constexpr int kWChunks = kWRows * 8 / kThreads;  // 16-byte W chunks per thread and stage
   constexpr int kXChunks = (kBm * 16 + kThreads - 1) / kThreads;
   constexpr int kScaleRows = (kWRows + kBm + kThreads - 1) / kThreads;
@@ -191,6 +209,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const uint8_t* w_src[kWChunks];
   uint32_t w_dst[kWChunks];
   bool w_ok[kWChunks];
+  int w_step[kWChunks];  // bytes a stage: a row's 128 (0 for a column past n: zero-filled)
   if (!missing) {
 #pragma unroll
     for (int i = 0; i < kWChunks; ++i) {
@@ -199,21 +218,23 @@ __global__ void __launch_bounds__(kWarps * 32)
       w_ok[i] = col < args.n;
       const uint8_t* base = up_row(row) ? w1 : w0;
       w_src[i] = base + (w_ok[i] ? col * row_bytes : 0) + chunk * 16;
+      w_step[i] = w_ok[i] ? kMxfp4GemmStageK / 2 : 0;
       w_dst[i] = dense::Fp8GemmSwizzledOffset(row, chunk);
     }
   }
 
   const uint32_t smem_base = fp8::SharedAddress(smem);
-  // kWgmma's e2m1 -> e4m3 lookup tables (E2m1x4ToE4m3x4's), read back from
-  // shared memory into registers for the whole kernel: as constants (even
-  // behind an empty asm) ptxas keeps them in uniform registers and moves them
-  // to a register before every prmt (8 moves a K block in the SASS); a shared
-  // load's result stays in a register. (The mma path calls E2m1x4ToF16High
-  // with its constants: its code is the one measured on the H200.)
+  // The e2m1 lookup tables (kWgmma: E2m1x4ToE4m3x4's; mma: E2m1x4ToF16High's),
+  // read back from shared memory into registers for the whole kernel: as
+  // constants (even behind an empty asm) ptxas keeps them in uniform
+  // registers and moves them to a register before every prmt (8 moves a K
+  // block in the SASS); a shared load's result stays in a register.
   uint32_t table_lo = 0, table_hi = 0, sign_table = 0;
-  if constexpr (kWgmma) {
+  {
     if (tid < 3) {
-      const uint32_t value = tid == 0 ? kE2m1ToE4m3Lo : tid == 1 ? kE2m1ToE4m3Hi : 0x80808080u;
+      const uint32_t lo = kWgmma ? kE2m1ToE4m3Lo : kE2m1ToF16HighLo;
+      const uint32_t hi = kWgmma ? kE2m1ToE4m3Hi : kE2m1ToF16HighHi;
+      const uint32_t value = tid == 0 ? lo : tid == 1 ? hi : 0x80808080u;
       fp8::StoreSharedU32(smem_base + kL.tables + 4 * tid, value);
     }
     __syncthreads();
@@ -228,38 +249,73 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int tile_rows = static_cast<int>(min(end - r0, int64_t{kBm}));
     const int active_ni = (tile_rows + 7) >> 3;  // uniform over the CTA
 
+    // This thread's copy sources of the pass at K = 0 and their advance per
+    // stage (0 where the copy only zero-fills or is skipped), so a stage's
+    // address is one multiply-add of kt: X chunks, then one scale row (W or
+    // X; kScaleRows is 1 for every tile but the 2-warp ones).
+    const uint8_t* x_src[kXChunks];
+    bool x_ok[kXChunks];
+#pragma unroll
+    for (int i = 0; i < kXChunks; ++i) {
+      const int c = tid + i * kThreads, row = c >> 4, chunk = c & 15;
+      x_ok[i] = c < kBm * 16 && row < tile_rows;
+      x_src[i] = x_ok[i] ? args.x + (r0 + row) * k + chunk * 16 : args.x;
+    }
+    const uint8_t* s_src[kScaleRows];
+    uint32_t s_dst[kScaleRows];
+    int s_step[kScaleRows];
+    bool s_copy[kScaleRows], s_ok[kScaleRows];
+#pragma unroll
+    for (int i = 0; i < kScaleRows; ++i) {
+      const int e = tid + i * kThreads;
+      s_copy[i] = false;
+      s_ok[i] = false;
+      s_src[i] = args.x_scales;
+      s_dst[i] = 0;
+      s_step[i] = 0;
+      if (e < kWRows) {
+        const int64_t col = column_of(e);
+        s_ok[i] = col < args.n;
+        s_copy[i] = true;
+        s_src[i] = (up_row(e) ? s1 : s0) + (s_ok[i] ? col * scale_row : 0);
+        s_dst[i] = kL.w_scales + e * 8;
+        s_step[i] = s_ok[i] ? 8 : 0;
+      } else if (e < kWRows + kBm && e - kWRows < tile_rows) {
+        const int row = e - kWRows;
+        s_ok[i] = true;
+        s_copy[i] = true;
+        s_src[i] = args.x_scales + (r0 + row) * scale_row;
+        s_dst[i] = kL.x_scales + row * 8;
+        s_step[i] = 8;
+      }
+    }
+
     // Copies stage kt (codes and scale words of W and of the tile's X rows)
     // into ring slot `slot`. X rows past the tile are not copied: their
     // columns of the product are never stored.
     auto load_stage = [&](int kt, int slot) {
-      const int64_t kc = static_cast<int64_t>(kt) * kMxfp4GemmStageK;
       const uint32_t w_slot = smem_base + kL.w_codes + slot * kL.w_codes_stride;
 #pragma unroll
       for (int i = 0; i < kWChunks; ++i) {
-        fp8::CpAsync16(w_slot + w_dst[i], w_ok[i] ? w_src[i] + kc / 2 : w_src[i], w_ok[i]);
+        fp8::CpAsync16(w_slot + w_dst[i], w_src[i] + kt * w_step[i], w_ok[i]);
       }
       const uint32_t x_slot = smem_base + kL.x_codes + slot * kL.x_codes_stride;
 #pragma unroll
       for (int i = 0; i < kXChunks; ++i) {
         const int c = tid + i * kThreads, row = c >> 4, chunk = c & 15;
-        if (c < kBm * 16 && row < tile_rows) {
+        if (x_ok[i]) {
           fp8::CpAsync16(x_slot + Mxfp4GroupedXOffset(row, chunk, kBm),
-                         args.x + (r0 + row) * k + kc + chunk * 16, true);
+                         x_src[i] + kt * kMxfp4GemmStageK, true);
         }
       }
 #pragma unroll
       for (int i = 0; i < kScaleRows; ++i) {
-        const int e = tid + i * kThreads;
-        if (e < kWRows) {
-          const int64_t col = column_of(e);
-          const bool ok = col < args.n;
-          const uint8_t* base = up_row(e) ? s1 : s0;
-          fp8::CpAsync8(smem_base + kL.w_scales + slot * kL.w_scales_stride + e * 8,
-                        base + (ok ? col * scale_row + kt * 8 : 0), ok);
-        } else if (e < kWRows + kBm && e - kWRows < tile_rows) {
-          const int row = e - kWRows;
-          fp8::CpAsync8(smem_base + kL.x_scales + slot * kL.x_scales_stride + row * 8,
-                        args.x_scales + (r0 + row) * scale_row + kt * 8, true);
+        if (s_copy[i]) {
+          // W and X scale parts of a slot share one stride pattern: the
+          // offset of slot `slot` is the part's offset + slot * its stride.
+          const bool w_part = tid + i * kThreads < kWRows;
+          const uint32_t stride = w_part ? kL.w_scales_stride : kL.x_scales_stride;
+          fp8::CpAsync8(smem_base + s_dst[i] + slot * stride, s_src[i] + kt * s_step[i], s_ok[i]);
         }
       }
     };
@@ -281,6 +337,40 @@ __global__ void __launch_bounds__(kWarps * 32)
       const uint32_t sf_base = smem_base + kL.scale_floats + warp * kL.scale_floats_stride;
       const int row0 = 16 * warp;
       const int g = lane >> 2;
+      [[maybe_unused]] const uint32_t xh_base = smem_base + kL.x_f16;
+      // kWidenX: the stage's X B fragments, widened once for the CTA. Unit u
+      // is K block u / pairs and the 8-row groups 2 (u % pairs) (+ 1): the
+      // ldmatrix and WidenB the per-warp path below runs, spread over the
+      // warps, stored where every warp reads them (Mxfp4WidenedXOffset).
+      // Groups past the tile's rows are skipped (never multiplied).
+      if constexpr (kWidenX) {
+        constexpr int kPairs = (kNi + 1) / 2;
+        constexpr int kUnits = kMxfp4GemmBlocksPerStage * kPairs;
+        static_assert(kUnits % kWarps == 0, "every warp widens as many units");
+#pragma unroll
+        for (int it = 0; it < kUnits / kWarps; ++it) {
+          const int u = warp + it * kWarps;
+          const int j = u / kPairs, ni = 2 * (u % kPairs);
+          if (ni < active_ni) {
+            const uint32_t x_half = x_base + (j >> 2) * kBm * 128;
+            if (ni + 1 < kNi) {
+              const dense::Fp8GemmRowChunk src = dense::Fp8GemmBLdmatrixSource(lane, j & 3);
+              uint32_t r0_, r1_, r2_, r3_;
+              fp8::LdMatrixX4(x_half + dense::Fp8GemmSwizzledOffset(ni * 8 + src.row, src.chunk),
+                              r0_, r1_, r2_, r3_);
+              StoreF16B(xh_base + Mxfp4WidenedXOffset(j, ni, lane, kBm), fp8::WidenB(r0_, r1_));
+              StoreF16B(xh_base + Mxfp4WidenedXOffset(j, ni + 1, lane, kBm),
+                        fp8::WidenB(r2_, r3_));
+            } else {
+              const dense::Fp8GemmRowChunk src = dense::Fp8GemmBLdmatrixSource(lane & 15, j & 3);
+              uint32_t r0_, r1_;
+              fp8::LdMatrixX2(x_half + dense::Fp8GemmSwizzledOffset(ni * 8 + src.row, src.chunk),
+                              r0_, r1_);
+              StoreF16B(xh_base + Mxfp4WidenedXOffset(j, ni, lane, kBm), fp8::WidenB(r0_, r1_));
+            }
+          }
+        }
+      }
       // The stage's scales this warp reads, decoded to fp32 once into its
       // scratch (4 bytes a lane: the warp's 16 weight rows x 8 blocks, then
       // the tile's X rows), instead of two decodes per weight row and X row
@@ -303,7 +393,11 @@ __global__ void __launch_bounds__(kWarps * 32)
                                 fp8::ScaleOf(xword, i));
           }
         }
-        __syncwarp();
+        if constexpr (kWidenX) {
+          __syncthreads();  // every warp's share of the widened X is written
+        } else {
+          __syncwarp();
+        }
       }
       if constexpr (kWgmma) {
         // The slot's X descriptor; a block and 8-row group add their byte
@@ -381,8 +475,14 @@ __global__ void __launch_bounds__(kWarps * 32)
           const int jj = j & 3;
           const uint32_t x_half = x_base + (j >> 2) * kBm * 128;
           fp8::F16B b[kNi];
+          if constexpr (kWidenX) {
 #pragma unroll
-          for (int ni = 0; ni + 1 < kNi; ni += 2) {
+            for (int ni = 0; ni < kNi; ++ni) {
+              if (ni < active_ni) b[ni] = LoadF16B(xh_base + Mxfp4WidenedXOffset(j, ni, lane, kBm));
+            }
+          }
+#pragma unroll
+          for (int ni = 0; !kWidenX && ni + 1 < kNi; ni += 2) {
             if (ni < active_ni) {
               const dense::Fp8GemmRowChunk src = dense::Fp8GemmBLdmatrixSource(lane, jj);
               uint32_t r0_, r1_, r2_, r3_;
@@ -392,7 +492,7 @@ __global__ void __launch_bounds__(kWarps * 32)
               b[ni + 1] = fp8::WidenB(r2_, r3_);
             }
           }
-          if constexpr (kNi % 2 == 1) {
+          if constexpr (!kWidenX && kNi % 2 == 1) {
             const dense::Fp8GemmRowChunk src = dense::Fp8GemmBLdmatrixSource(lane & 15, jj);
             uint32_t r0_, r1_;
             fp8::LdMatrixX2(
@@ -404,10 +504,15 @@ __global__ void __launch_bounds__(kWarps * 32)
           // table) -> f16x2 registers, the values WidenA makes of the e4m3
           // registers ldmatrix gives Fp8BlockGemm.
           uint32_t hi8[4];
+          // ptxas kept table_lo in a uniform register and copied it to a
+          // register before each of the 4 lookups of a block (seen in the
+          // SASS); pinned here, once a block.
+          asm volatile("" : "+r"(table_lo));
 #pragma unroll
           for (int q = 0; q < 4; ++q) {
-            hi8[q] = E2m1x4ToF16High(LoadShared16(w_base + Mxfp4PackedAOffset(row0, lane, j, q)),
-                                     PrmtInstruction{});
+            // E2m1x4ToF16High, with its tables in registers.
+            hi8[q] = E2m1x4Lookup(LoadShared16(w_base + Mxfp4PackedAOffset(row0, lane, j, q)),
+                                  table_lo, table_hi, PrmtInstruction{}, sign_table);
           }
           const fp8::F16A a = {{Prmt(hi8[0], 0u, kF16x2Of01), Prmt(hi8[1], 0u, kF16x2Of01),
                                 Prmt(hi8[0], 0u, kF16x2Of23), Prmt(hi8[1], 0u, kF16x2Of23)},
