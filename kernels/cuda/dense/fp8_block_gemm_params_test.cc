@@ -80,9 +80,9 @@ TEST(Fp8BlockGemmParamsTest, RefusesBadArguments) {
 // split, the wide ones do not, every split keeps >= 4 stages of K, and the
 // checks refuse splits the kernel cannot run.
 TEST(Fp8BlockGemmParamsTest, SplitsFollowTheWeightShape) {
-  EXPECT_EQ(ChooseFp8GemmSplits(1280, 5120), 10);   // wq_a: 40 CTAs -> 13 wanted, 10 stages max
+  EXPECT_EQ(ChooseFp8GemmSplits(1280, 5120), 10);   // wq_a: 40 CTAs -> 26 wanted, 10 stages max
   EXPECT_EQ(ChooseFp8GemmSplits(512, 5120), 10);    // wkv
-  EXPECT_EQ(ChooseFp8GemmSplits(5120, 8192), 4);    // wo_b: 160 CTAs
+  EXPECT_EQ(ChooseFp8GemmSplits(5120, 8192), 7);    // wo_b: 160 CTAs -> 7 for 1,024
   EXPECT_EQ(ChooseFp8GemmSplits(5120, 2304), 4);    // shared.w2: 18 stages
   EXPECT_EQ(ChooseFp8GemmSplits(4096, 1280), 2);    // index.wq_b: 10 stages
   EXPECT_EQ(ChooseFp8GemmSplits(32768, 1280), 1);   // wq_b: 1024 CTAs
