@@ -40,8 +40,8 @@ enum class Mxfp4GroupedTile {
   // Shared memory a CTA (Mxfp4GroupedLayout, scale scratch included) and the
   // CTAs an SM's 228 KB then holds (1 KB reserved a CTA; registers aside):
   // kW4M8 (6 stages) 66.4 KB, 3.
-  kW4M8S4,   // kW4M8 with a ring of 4 stages (45.3 KB: 4 CTAs an SM)
-  kW4M8S3,   // and of 3 (34.7 KB: 6 CTAs an SM)
+  kW4M8S4,   // kW4M8 with a ring of 4 stages (45.3 KB + 4 KB of widened X: 4 CTAs an SM)
+  kW4M8S3,   // and of 3 (34.7 + 4 KB; 5 CTAs by shared memory, 4 by its ~120 registers)
   kW4M16S4,  // 16 X rows a pass, 4 stages: a decode expert of 9 - 16 rows in one pass
   kW4M32,
   kW8M64,
