@@ -7,8 +7,10 @@
 // device offsets and returns at once when there is none, before touching any
 // weight. Otherwise, per pass of block_m rows, it walks all of K in stages of
 // 256 through a cp.async ring (packed W rows of 128 bytes, X rows of 2 x 128
-// bytes, the 8 scale bytes of each row). Each warp owns a 16-row weight tile:
-// per stage it first decodes the scales it will read (its 16 weight rows and
+// bytes, the 8 scale bytes of each row; a stage's copy address is one
+// multiply-add of its index). Each warp owns a 16-row weight tile: per stage
+// (the 8-row tiles first widen the stage's X to f16 once for the CTA, each
+// warp a share) it decodes the scales it will read (its 16 weight rows and
 // the tile's X rows, 8 K blocks each) to fp32 into its own shared scratch;
 // then per 32 of K it reads its A fragment's packed codes (16 bits per
 // register), looks up the high bytes of their f16 (a prmt table: every e2m1
@@ -18,7 +20,8 @@
 // (dense/fp8_mma_sm90.cuh: WidenB, BlockSum on the tensor cores, fma with the
 // two power-of-two scales). The only difference is that each weight row has
 // its own scale. The profile that shaped this (ncu, H200): the integer/logic
-// pipe was the bound (80% busy), not memory (README "Measurements").
+// pipe was the bound (80% busy), not memory; the SASS counts of the K loop
+// since are in README "Instruction diet 2".
 #ifndef WEIR_KERNELS_CUDA_MOE_MXFP4_GROUPED_GEMM_SM90_CUH_
 #define WEIR_KERNELS_CUDA_MOE_MXFP4_GROUPED_GEMM_SM90_CUH_
 
@@ -162,7 +165,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   constexpr int kNi = kBm / 8;
   constexpr int kWRows = 16 * kWarps;
   constexpr int kBlockN = kGated ? 8 * kWarps : 16 * kWarps;
-  // mma.sync tiles of up to 32 X rows widen X once a stage for the CTA.
+  // The mma.sync 8-row tiles widen X once a stage for the CTA (Mxfp4WidensXOnce).
   constexpr bool kWidenX = Mxfp4WidensXOnce(kBm, kWgmma);
   constexpr Mxfp4GroupedSmemLayout kL = Mxfp4GroupedLayout(kWarps, kBm, kStages, kWidenX);
   constexpr int kWChunks = kWRows * 8 / kThreads;  // 16-byte W chunks per thread and stage
