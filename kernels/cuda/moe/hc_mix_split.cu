@@ -1,5 +1,7 @@
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/launch_status.h"
 #include "kernels/cuda/moe/hc_mix_args.cuh"
@@ -14,7 +16,15 @@ static_assert(kHcMixTokensPerCta == moe::kHcSplitTokens);
 namespace {
 
 int64_t Splits(int hc_mult, int64_t dim) { return (hc_mult * dim + kHcMixChunk - 1) / kHcMixChunk; }
-int64_t Groups(int64_t tokens) { return (tokens + kHcMixTokensPerCta - 1) / kHcMixTokensPerCta; }
+// Tokens a CTA: one for a decode-sized call (more CTAs, each a quarter of the
+// butterflies), else kHcMixTokensPerCta (each hc_fn chunk read by fewer CTAs).
+int64_t TokensPerCta(int64_t tokens) {
+  return tokens <= kHcMixOneTokenCtas ? 1 : kHcMixTokensPerCta;
+}
+int64_t Groups(int64_t tokens) {
+  const int64_t per = TokensPerCta(tokens);
+  return (tokens + per - 1) / per;
+}
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
@@ -23,7 +33,7 @@ int64_t HcMixSplitPartialFloats(int64_t tokens, int hc_mult, int64_t dim) {
   return tokens * Splits(hc_mult, dim) * ((2 + hc_mult) * hc_mult + 1);
 }
 
-int64_t HcMixSplitCounters(int64_t tokens) { return Groups(tokens); }
+int64_t HcMixSplitCounters(int64_t tokens) { return std::max<int64_t>(tokens, 0); }
 
 bool SupportsHcMixSplitK(const HcMixParams& p) {
   HcMixParams own = p;
@@ -47,22 +57,22 @@ absl::Status HcMixSplitK(const HcMixParams& p, const HcMixSplitScratch& scratch,
   const dim3 grid(static_cast<unsigned>(Splits(p.hc_mult, p.dim)),
                   static_cast<unsigned>(Groups(p.tokens)));
   constexpr int kThreads = moe::kHcSplitThreads;
+  const bool one = TokensPerCta(p.tokens) == 1;
+  auto launch = [&](auto kernel) {
+    kernel<<<grid, kThreads, 0, stream>>>(args, p.tokens, scratch.partials, scratch.counters);
+  };
   switch (p.hc_mult) {
     case 1:
-      moe::HcMixSplitKernel<1><<<grid, kThreads, 0, stream>>>(args, p.tokens, scratch.partials,
-                                                              scratch.counters);
+      one ? launch(moe::HcMixSplitKernel<1, 1>) : launch(moe::HcMixSplitKernel<1>);
       break;
     case 2:
-      moe::HcMixSplitKernel<2><<<grid, kThreads, 0, stream>>>(args, p.tokens, scratch.partials,
-                                                              scratch.counters);
+      one ? launch(moe::HcMixSplitKernel<2, 1>) : launch(moe::HcMixSplitKernel<2>);
       break;
     case 3:
-      moe::HcMixSplitKernel<3><<<grid, kThreads, 0, stream>>>(args, p.tokens, scratch.partials,
-                                                              scratch.counters);
+      one ? launch(moe::HcMixSplitKernel<3, 1>) : launch(moe::HcMixSplitKernel<3>);
       break;
     default:
-      moe::HcMixSplitKernel<4><<<grid, kThreads, 0, stream>>>(args, p.tokens, scratch.partials,
-                                                              scratch.counters);
+      one ? launch(moe::HcMixSplitKernel<4, 1>) : launch(moe::HcMixSplitKernel<4>);
       break;
   }
   return LaunchStatus("HcMixSplitK");

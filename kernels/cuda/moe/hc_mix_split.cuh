@@ -29,18 +29,20 @@ __device__ __forceinline__ L2Rows HcMixWeightRows(const HcMixKernelArgs& a) {
           .rows = (2 + kN) * kN};
 }
 
-// Grid (splits, token groups), kHcSplitThreads threads. partials holds
-// [tokens, splits, (2+N)N + 1] floats; counters one word per group, zero on
-// entry and left zero by the group's last CTA.
-template <int kN>
+// Grid (splits, token groups of kR tokens), kHcSplitThreads threads. partials
+// holds [tokens, splits, (2+N)N + 1] floats; counters one word per group, zero
+// on entry and left zero by the group's last CTA. A token's arithmetic is the
+// same for every kR (its sums never meet another token's), so the group size
+// moves time only.
+template <int kN, int kR = kHcSplitTokens>
 __global__ void __launch_bounds__(kHcSplitThreads)
     HcMixSplitKernel(HcMixKernelArgs a, int64_t tokens, float* __restrict__ partials,
                      uint32_t* __restrict__ counters) {
   GridDependencyPrologue(HcMixWeightRows<kN>(a));
   constexpr int kMix = (2 + kN) * kN;
   constexpr int kVals = kMix + 1;  // the mixes, then sum v^2
-  constexpr int kR = kHcSplitTokens;
   static_assert(kVals <= 32, "one lane per value in the finish");
+  static_assert(kR >= 1 && kR <= kHcSplitWarps, "a warp per token in the finish");
   const int split = static_cast<int>(blockIdx.x);
   const int splits = static_cast<int>(gridDim.x);
   const int64_t group = blockIdx.y;

@@ -44,8 +44,11 @@ namespace weir::kernels::cuda {
 
 // Elements of v per split.
 inline constexpr int64_t kHcMixChunk = 1024;
-// Tokens per CTA (a group shares a counter).
+// Tokens per CTA (a group shares a counter); calls of at most
+// kHcMixOneTokenCtas tokens (decode) run one token a CTA instead: four times
+// the CTAs, each a quarter of the cross-lane sums (same bits either way).
 inline constexpr int64_t kHcMixTokensPerCta = 4;
+inline constexpr int64_t kHcMixOneTokenCtas = 8;
 
 struct HcMixSplitScratch {
   // device, HcMixSplitPartialFloats(tokens, n, dim) floats.
