@@ -80,9 +80,8 @@ absl::StatusOr<int64_t> StepExecutor::VerifyDrafts(
   // is presampled then, and nothing below reads them).
   const float* before = logits.empty() ? nullptr : logits.data() + (base - 1) * vocab;
   const Acceptance acceptance =
-      AcceptDrafts(before, vocab,
-                   std::span<const int64_t>(inputs).subspan(base, drafts), sampling_row,
-                   slot.output, start + base, scratch_, presampled);
+      AcceptDrafts(before, vocab, std::span<const int64_t>(inputs).subspan(base, drafts),
+                   sampling_row, slot.output, start + base, scratch_, presampled);
   const int64_t accepted = acceptance.accepted;
   out.accepted.assign(inputs.begin() + base, inputs.begin() + base + accepted);
   out.accepted_logprobs = acceptance.logprobs;

@@ -362,8 +362,7 @@ __global__ void __launch_bounds__(kWarps * 32)
               fp8::LdMatrixX4(x_half + dense::Fp8GemmSwizzledOffset(ni * 8 + src.row, src.chunk),
                               r0_, r1_, r2_, r3_);
               StoreF16B(xh_base + Mxfp4WidenedXOffset(j, ni, lane, kBm), fp8::WidenB(r0_, r1_));
-              StoreF16B(xh_base + Mxfp4WidenedXOffset(j, ni + 1, lane, kBm),
-                        fp8::WidenB(r2_, r3_));
+              StoreF16B(xh_base + Mxfp4WidenedXOffset(j, ni + 1, lane, kBm), fp8::WidenB(r2_, r3_));
             } else {
               const dense::Fp8GemmRowChunk src = dense::Fp8GemmBLdmatrixSource(lane & 15, j & 3);
               uint32_t r0_, r1_;
