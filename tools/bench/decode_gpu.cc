@@ -113,6 +113,9 @@ ABSL_FLAG(
 ABSL_FLAG(bool, expert_wgmma, false,
           "kFast: the routed experts' block sums on wgmma (DeviceDecoderOptions::expert_wgmma); "
           "false: the f16 mma pair.");
+ABSL_FLAG(bool, expert_wgmma_f16, false,
+          "kFast: the routed experts' f16 block sums on wgmma m64nNk16 f16, the mma pair's bits "
+          "(DeviceDecoderOptions::expert_wgmma_f16).");
 ABSL_FLAG(bool, expert_prefill_tiles, true,
           "kFast with --expert_wgmma: prefill steps run the routed experts on the FP8 tile form "
           "(DeviceDecoderOptions::expert_prefill_tiles; the MXFP4 kernel's bits).");
@@ -305,6 +308,7 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
         .profile = !graphs,
         .expert_tile = absl::GetFlag(FLAGS_expert_tile),
         .expert_wgmma = absl::GetFlag(FLAGS_expert_wgmma),
+        .expert_wgmma_f16 = absl::GetFlag(FLAGS_expert_wgmma_f16),
         .dense_wgmma = absl::GetFlag(FLAGS_dense_wgmma),
         .expert_prefill_tiles = absl::GetFlag(FLAGS_expert_prefill_tiles)};
     if (exchange) options.communicator = nccl->get();
@@ -456,6 +460,7 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       .concurrent_branches = absl::GetFlag(FLAGS_concurrent_branches),
       .expert_tile = absl::GetFlag(FLAGS_expert_tile),
       .expert_wgmma = absl::GetFlag(FLAGS_expert_wgmma),
+      .expert_wgmma_f16 = absl::GetFlag(FLAGS_expert_wgmma_f16),
       .dense_wgmma = absl::GetFlag(FLAGS_dense_wgmma),
       .expert_prefill_tiles = absl::GetFlag(FLAGS_expert_prefill_tiles)};
   auto dd = weir::model::CreateSyntheticDeviceDecoder(c, options_precision(), options);

@@ -263,6 +263,12 @@ struct DeviceDecoderOptions {
   // fewer), keeps batch invariance (every tile of one math gives a row the
   // same bits). Off by default until measured faster end to end.
   bool expert_wgmma = false;
+  // kFast routed experts (without expert_wgmma): the f16 mma pair's block
+  // sums issued as wgmma m64nNk16 f16 (Mxfp4GemmMath::kWgmmaF16), X widened
+  // once a stage for the CTA: the same bits as the mma pair (the f16 wgmma
+  // sums as mma.sync does: kernels/cuda/dense/tensor_core_sum_probe_test), so
+  // a choice of speed only.
+  bool expert_wgmma_f16 = false;
   // kFast FP8 linears: each 32-element block sum on wgmma with both operands
   // read from shared memory by descriptor (kernels/cuda/dense
   // Fp8GemmMath::kWgmma, its own 64-row tiles) instead of the f16 mma pair.

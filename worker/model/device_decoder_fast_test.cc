@@ -550,6 +550,35 @@ void CheckBatchInvariance(bool expert_wgmma, bool dense_wgmma = false) {
 
 TEST(DeviceDecoderFastTest, SmallBf16IsBatchInvariant) { CheckBatchInvariance(false); }
 
+// The routed experts' f16 block sums on wgmma (expert_wgmma_f16) give the
+// mma pair's bits: a row's logits equal the default decoder's, alone and in a
+// crowd, step for step (tensor_core_sum_probe_test: f16 wgmma sums as the
+// mma.sync pair does).
+TEST(DeviceDecoderFastTest, SmallBf16WgmmaF16ExpertsGiveTheMmaBits) {
+  const Checkpoint* small = SmallCheckpoint(3);
+  ASSERT_NE(small, nullptr);
+  const int64_t v = small->config().vocab_size;
+  auto cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
+  ASSERT_NE(cpu, nullptr);
+  DeviceDecoderOptions mma{
+      .numerics = DecodeNumerics::kFast, .max_sequences = 16, .max_positions = 64, .max_batch = 16};
+  DeviceDecoderOptions f16 = mma;
+  f16.expert_wgmma_f16 = true;
+  const std::vector<int64_t> fed = RandomTokens(40, 5, v - 1);
+  const auto mma_alone = Decode(*cpu, mma, {3}, fed, 100);
+  const auto f16_alone = Decode(*cpu, f16, {3}, fed, 100);
+  const auto f16_crowd = Decode(*cpu, f16, {0, 1, 2, 4, 5, 3, 6, 7, 8, 9, 10}, fed, 200);
+  ASSERT_EQ(mma_alone.size(), fed.size());
+  ASSERT_EQ(f16_alone.size(), fed.size());
+  ASSERT_EQ(f16_crowd.size(), fed.size());
+  int differing = 0;
+  for (size_t s = 0; s < fed.size(); ++s) {
+    differing += mma_alone[s] != f16_alone[s];
+    differing += mma_alone[s] != f16_crowd[s];
+  }
+  EXPECT_EQ(differing, 0) << "of " << 2 * fed.size() << " compared steps";
+}
+
 // Several positions of a slot in one step on kFast: bit-identical to one
 // position a step (batch invariance with a slot's rows side by side), the
 // head on some rows equal to the head on all (device_decoder_chunk_check.h).

@@ -23,26 +23,13 @@ using fp8_gemm::PinRegister;
 using fp8_gemm::SwizzledKMajorDescriptorLo;
 using fp8_gemm::Wgmma;
 using fp8_gemm::WgmmaCommit;
+using fp8_gemm::WgmmaF16;
 using fp8_gemm::WgmmaFence;
 using fp8_gemm::WgmmaWait;
 
 // Two e4m3 codes (low byte first) as an f16x2 register (exact).
 __device__ __forceinline__ uint32_t F16PairOf(const uint8_t* codes) {
   return E4m3x2ToF16x2(static_cast<uint32_t>(codes[0]) | (static_cast<uint32_t>(codes[1]) << 8));
-}
-
-// d = A B over K 16h .. 16h + 15 as wgmma m64n8k16 f16, A this warp's 16
-// rows in the mma.sync A fragment, B by descriptor; `accumulate` false starts
-// from zero.
-__device__ __forceinline__ void WgmmaF16Half(const uint32_t (&a)[4], uint64_t b_desc,
-                                             bool accumulate, float (&d)[4]) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 "
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(accumulate ? 1 : 0)
-      : "memory");
 }
 
 __global__ void __launch_bounds__(128) TensorCoreSumProbeKernel(TensorCoreSumProbeParams p) {
@@ -104,8 +91,8 @@ __global__ void __launch_bounds__(128) TensorCoreSumProbeKernel(TensorCoreSumPro
   float d16[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   const uint32_t x16_lo = SwizzledKMajorDescriptorLo(SharedAddress(x16));
   WgmmaFence();
-  WgmmaF16Half(a[0], DescriptorOf(x16_lo), false, d16);
-  WgmmaF16Half(a[1], DescriptorOf(x16_lo + (32 >> 4)), true, d16);
+  WgmmaF16<8>::RS(a[0], DescriptorOf(x16_lo), d16, false);
+  WgmmaF16<8>::RS(a[1], DescriptorOf(x16_lo + (32 >> 4)), d16, true);
   WgmmaCommit();
   WgmmaWait(0);
   for (int i = 0; i < 4; ++i) PinRegister(d16[i]);

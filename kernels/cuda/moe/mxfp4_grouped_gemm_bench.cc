@@ -25,7 +25,7 @@
 //     dim] x [2 inter x dim]^T and [rows x inter] x [dim x inter]^T, e4m3,
 //     per-tensor scales, bf16 out) measured in the same run.
 //
-//   mxfp4_grouped_gemm_bench [EXPERTS [RANKS [mma|wgmma [PREFILL_TOKENS]]]]
+//   mxfp4_grouped_gemm_bench [EXPERTS [RANKS [mma|wgmma|wgmma_f16 [PREFILL_TOKENS]]]]
 //                                                 (default 384 8 mma 4096)
 
 #include <cuda_runtime.h>
@@ -180,6 +180,10 @@ void FreeStep(Step& s) {
 
 // The block-sum math of every call (argv[3]: mma or wgmma).
 Mxfp4GemmMath g_math = Mxfp4GemmMath::kMmaF16;
+// kWgmmaF16 has no kW8M128 (its f16 X tile does not fit).
+bool MathRuns(Mxfp4GroupedTile t) {
+  return !(g_math == Mxfp4GemmMath::kWgmmaF16 && t == Mxfp4GroupedTile::kW8M128);
+}
 
 Mxfp4ExpertFfnParams FfnParams(const LayerWeights& w, const Step& s, int local, int64_t tokens) {
   return {.x = s.x,
@@ -302,7 +306,7 @@ void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, 
       tf(gu_flops + dn_flops, ffn_ms));
   double gu_best = 1e30, dn_best = 1e30;
   for (Mxfp4GroupedTile t : kMxfp4GroupedTiles) {
-    if (ShapeOfMxfp4GroupedTile(t).warps % 4 != 0) continue;
+    if (ShapeOfMxfp4GroupedTile(t).warps % 4 != 0 || !MathRuns(t)) continue;
     const double gu =
         MedianMs([&] { Ok(Mxfp4GroupedGateUp(GateUpParams(f, t), stream)); }, stream, 5);
     const double dn = MedianMs([&] { Ok(Mxfp4GroupedGemm(DownParams(f, t), stream)); }, stream, 5);
@@ -500,7 +504,8 @@ int Run(int experts, int ranks, int64_t prefill_tokens) {
     Mxfp4GroupedTile best_gu = Mxfp4GroupedTile::kAuto, best_dn = Mxfp4GroupedTile::kAuto;
     double gu_us = 1e30, dn_us = 1e30;
     for (Mxfp4GroupedTile t : kMxfp4GroupedTiles) {
-      if (ShapeOfMxfp4GroupedTile(t).warps % 4 != 0) continue;  // gate/up: whole FP8 blocks
+      // gate/up: whole FP8 blocks
+      if (ShapeOfMxfp4GroupedTile(t).warps % 4 != 0 || !MathRuns(t)) continue;
       const double us = GraphUs(
           [&](int c, cudaStream_t st) {
             Ok(Mxfp4GroupedGateUp(GateUpParams(params[c % kLayers], t), st));
@@ -512,7 +517,8 @@ int Run(int experts, int ranks, int64_t prefill_tokens) {
     }
     for (Mxfp4GroupedTile t : kMxfp4GroupedTiles) {
       // wgmma runs whole warpgroups: no 2-warp tile.
-      if (g_math == Mxfp4GemmMath::kWgmma && ShapeOfMxfp4GroupedTile(t).warps % 4 != 0) continue;
+      if (Mxfp4MathIsWgmma(g_math) && ShapeOfMxfp4GroupedTile(t).warps % 4 != 0) continue;
+      if (!MathRuns(t)) continue;
       const double us = GraphUs(
           [&](int c, cudaStream_t st) {
             Ok(Mxfp4GroupedGemm(DownParams(params[c % kLayers], t), st));
@@ -550,13 +556,19 @@ int main(int argc, char** argv) {
   const int ranks = argc > 2 ? std::atoi(argv[2]) : 8;
   const std::string math = argc > 3 ? argv[3] : "mma";
   const long long prefill = argc > 4 ? std::atoll(argv[4]) : 4096;
-  if (experts <= 0 || ranks <= 0 || experts % ranks != 0 || (math != "mma" && math != "wgmma") ||
-      prefill < 0) {
-    std::fprintf(
-        stderr, "usage: mxfp4_grouped_gemm_bench [EXPERTS [RANKS [mma|wgmma [PREFILL_TOKENS]]]]\n");
+  if (experts <= 0 || ranks <= 0 || experts % ranks != 0 ||
+      (math != "mma" && math != "wgmma" && math != "wgmma_f16") || prefill < 0) {
+    std::fprintf(stderr,
+                 "usage: mxfp4_grouped_gemm_bench [EXPERTS [RANKS [mma|wgmma|wgmma_f16 "
+                 "[PREFILL_TOKENS]]]]\n");
     return 2;
   }
   if (math == "wgmma") weir::kernels::cuda::g_math = weir::kernels::cuda::Mxfp4GemmMath::kWgmma;
-  std::printf("block sums: %s\n", math == "wgmma" ? "wgmma (FP8)" : "mma.sync f16 pair");
+  if (math == "wgmma_f16") {
+    weir::kernels::cuda::g_math = weir::kernels::cuda::Mxfp4GemmMath::kWgmmaF16;
+  }
+  std::printf("block sums: %s\n", math == "wgmma"       ? "wgmma (FP8)"
+                                  : math == "wgmma_f16" ? "wgmma f16 (the mma pair's bits)"
+                                                        : "mma.sync f16 pair");
   return weir::kernels::cuda::Run(experts, ranks, prefill);
 }

@@ -68,7 +68,22 @@ inline constexpr Mxfp4GroupedTile kMxfp4GroupedTiles[] = {
 //    sum may differ from kMmaF16's in its low bits; the fp32 promotion with
 //    the two scales is the same. Runs on the 4- and 8-warp tiles only (a
 //    warpgroup is 4 warps); kW2* tiles are refused.
-enum class Mxfp4GemmMath { kMmaF16, kWgmma };
+//  * kWgmmaF16: wgmma m64nNk16 on the same f16 operands as kMmaF16, two a
+//    block (K 0-15 from zero, then 16-31 added) over the tile's N X rows:
+//    the weights' f16 registers are kMmaF16's A fragments, X is widened once
+//    a stage for the CTA into a swizzled f16 tile in the mma B fragment's K
+//    order (Mxfp4WgmmaF16XOffset). Hopper's f16 wgmma sums with the mma.sync
+//    pair's bits (dense/tensor_core_sum_probe_test), so kWgmmaF16 gives
+//    kMmaF16's bits on every tile (tested) and the two may share a step.
+//    4- and 8-warp tiles only, as kWgmma, and not kW8M128 (its 64 KB f16 X
+//    tile would not fit beside the ring); kAuto takes kW8M64 past 48 rows.
+enum class Mxfp4GemmMath { kMmaF16, kWgmma, kWgmmaF16 };
+
+// True for the maths that run wgmma (whole warpgroups, 1024-byte aligned
+// shared tiles).
+WEIR_FP8_GEMM_HD constexpr bool Mxfp4MathIsWgmma(Mxfp4GemmMath math) {
+  return math != Mxfp4GemmMath::kMmaF16;
+}
 
 // Block sums of kWgmma a warpgroup keeps in flight (block j + depth's A
 // registers made and its wgmma issued once block j is folded): 2 up to 64 X
@@ -98,7 +113,8 @@ inline int Mxfp4GroupedBlockN(const Mxfp4GroupedTileShape& shape, bool gated) {
 // (a host estimate: the device counts are never read). Decode: kW4M8S4 up to
 // 4 rows (gate/up with 1 - 4 rows: kW4M8S3), kW4M16S4 up to 16 (an expert of
 // 9 - 16 rows in one pass instead of two; README has the measurements); more
-// rows: the M32 tiles, then kW8M64; kWgmma from 96 rows kW8M128 (prefill).
+// rows: the M32 tiles, then kW8M64; kWgmma (e4m3) from 96 rows kW8M128
+// (prefill); kMmaF16 from 256 rows kW4M32 again (its passes beat kW8M64's).
 // kWgmma never gets a kW2* tile (kW2M32 becomes kW4M32).
 Mxfp4GroupedTile ChooseMxfp4GroupedTile(int64_t rows_per_expert, bool gated,
                                         Mxfp4GemmMath math = Mxfp4GemmMath::kMmaF16);
@@ -109,7 +125,9 @@ Mxfp4GroupedTile ChooseMxfp4GroupedTile(int64_t rows_per_expert, bool gated,
 // After the ring, one scratch per warp: the current stage's scales the warp
 // reads, decoded to fp32 once (Mxfp4ScaleFloatW / Mxfp4ScaleFloatX); the
 // lookup tables; with `widen_x` (Mxfp4WidensXOnce) the current stage's X as
-// f16 fragments, 128-byte aligned (Mxfp4WidenedXOffset).
+// f16 fragments, 128-byte aligned (Mxfp4WidenedXOffset); with `wgmma_f16`
+// (kWgmmaF16) instead its swizzled f16 tile, 1024-byte aligned
+// (Mxfp4WgmmaF16XOffset).
 struct Mxfp4GroupedSmemLayout {
   int w_codes = 0;  // slot 0 offsets; add slot * the matching *_stride
   int x_codes = 0;
@@ -162,9 +180,23 @@ WEIR_FP8_GEMM_HD constexpr int Mxfp4ScaleFloatX(int block, int row, int block_m)
   return kMxfp4GemmBlocksPerStage * 16 + block * block_m + row;
 }
 
+// kWgmmaF16's widened X (`wgmma_f16` in Mxfp4GroupedLayout): the stage's
+// block_m rows x 256 K as f16, 512 bytes a row, in 4 column atoms of
+// [block_m][128 bytes] (2 K blocks each) with the 128-byte swizzle, so a K
+// half (16 f16, 32 bytes) of every row is one wgmma B descriptor. Returns the
+// offset of 16-byte chunk `chunk` (0..31) of row `row`. Inside a K half the
+// values sit in the mma B fragment's K slots (slot 2t + i holds k = 4t + i,
+// slot 8 + 2t + i holds k = 4t + 2 + i: WidenB's order), so chunk 2q holds
+// the low code pairs of X chunk q's four 4-byte words and chunk 2q + 1 the
+// high pairs.
+WEIR_FP8_GEMM_HD constexpr int Mxfp4WgmmaF16XOffset(int row, int chunk, int block_m) {
+  return (chunk >> 3) * block_m * 128 + dense::Fp8GemmSwizzledOffset(row, chunk & 7);
+}
+
 WEIR_FP8_GEMM_HD constexpr Mxfp4GroupedSmemLayout Mxfp4GroupedLayout(int warps, int block_m,
                                                                      int stages,
-                                                                     bool widen_x = false) {
+                                                                     bool widen_x = false,
+                                                                     bool wgmma_f16 = false) {
   Mxfp4GroupedSmemLayout l;
   l.w_codes_stride = 16 * warps * 128;
   l.x_codes_stride = 2 * block_m * 128;
@@ -180,6 +212,10 @@ WEIR_FP8_GEMM_HD constexpr Mxfp4GroupedSmemLayout Mxfp4GroupedLayout(int warps, 
   l.x_f16 = (l.tables + 16 + 127) / 128 * 128;
   l.total = widen_x ? l.x_f16 + kMxfp4GemmBlocksPerStage * block_m * 64 : l.tables + 16;
   if (!widen_x) l.x_f16 = l.total;
+  if (wgmma_f16) {  // Mxfp4WgmmaF16XOffset's tile, on a swizzle atom boundary
+    l.x_f16 = (l.tables + 16 + 1023) / 1024 * 1024;
+    l.total = l.x_f16 + block_m * 512;
+  }
   return l;
 }
 

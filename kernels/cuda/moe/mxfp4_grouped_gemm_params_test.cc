@@ -168,7 +168,11 @@ TEST(Mxfp4GroupedGemmParamsTest, TileTableIsConsistent) {
     EXPECT_EQ(ShapeOfMxfp4GroupedTile(ChooseMxfp4GroupedTile(17, gated)).block_m, 32);
     EXPECT_EQ(ShapeOfMxfp4GroupedTile(ChooseMxfp4GroupedTile(48, gated)).block_m, 32);
     EXPECT_EQ(ChooseMxfp4GroupedTile(49, gated), Mxfp4GroupedTile::kW8M64);
-    EXPECT_EQ(ChooseMxfp4GroupedTile(5000, gated), Mxfp4GroupedTile::kW8M64);
+    EXPECT_EQ(ChooseMxfp4GroupedTile(255, gated), Mxfp4GroupedTile::kW8M64);
+    EXPECT_EQ(ChooseMxfp4GroupedTile(256, gated), Mxfp4GroupedTile::kW4M32);
+    EXPECT_EQ(ChooseMxfp4GroupedTile(5000, gated), Mxfp4GroupedTile::kW4M32);
+    EXPECT_EQ(ChooseMxfp4GroupedTile(5000, gated, Mxfp4GemmMath::kWgmmaF16),
+              Mxfp4GroupedTile::kW8M64);
     EXPECT_EQ(ChooseMxfp4GroupedTile(95, gated, Mxfp4GemmMath::kWgmma), Mxfp4GroupedTile::kW8M64);
     EXPECT_EQ(ChooseMxfp4GroupedTile(96, gated, Mxfp4GemmMath::kWgmma), Mxfp4GroupedTile::kW8M128);
     for (int64_t m : {1, 17, 5000}) {

@@ -28,7 +28,7 @@ absl::Status CheckDevice(const char* what) {
 
 // Instantiates one tile (values from ShapeOfMxfp4GroupedTile, checked here so
 // the table and the instances cannot drift) and launches it.
-template <int kWarps, int kBm, int kStages, bool kGated, bool kWgmma>
+template <int kWarps, int kBm, int kStages, bool kGated, bool kWgmma, bool kF16Wgmma>
 absl::Status LaunchTile(const moe::mxfp4_gemm::KernelArgs& args, int num_experts,
                         const Mxfp4GroupedTileShape& shape, const char* what, cudaStream_t stream) {
   if (shape.warps != kWarps || shape.block_m != kBm || shape.stages != kStages) {
@@ -38,42 +38,51 @@ absl::Status LaunchTile(const moe::mxfp4_gemm::KernelArgs& args, int num_experts
   // One expert slot per expert that can have rows: at most `rows` of them.
   const dim3 grid(static_cast<unsigned>((args.n + block_n - 1) / block_n),
                   static_cast<unsigned>(std::min<int64_t>(num_experts, args.rows)));
-  const int smem = Mxfp4GroupedLayout(kWarps, kBm, kStages, Mxfp4WidensXOnce(kBm, kWgmma)).total +
-                   (kWgmma ? dense::fp8_gemm::kWgmmaSmemSlack : 0);
-  auto kernel = moe::mxfp4_gemm::Mxfp4GroupedKernel<kWarps, kBm, kStages, kGated, kWgmma>;
+  constexpr bool kAnyWgmma = kWgmma || kF16Wgmma;
+  const int smem =
+      Mxfp4GroupedLayout(kWarps, kBm, kStages, Mxfp4WidensXOnce(kBm, kAnyWgmma), kF16Wgmma).total +
+      (kAnyWgmma ? dense::fp8_gemm::kWgmmaSmemSlack : 0);
+  auto kernel =
+      moe::mxfp4_gemm::Mxfp4GroupedKernel<kWarps, kBm, kStages, kGated, kWgmma, kF16Wgmma>;
   if (absl::Status s = AllowSharedBytes(kernel, smem, what); !s.ok()) return s;
   kernel<<<grid, kWarps * 32, smem, stream>>>(args);
   return LaunchStatus(what);
 }
 
-template <bool kGated, bool kWgmma>
+template <bool kGated, bool kWgmma, bool kF16Wgmma>
 absl::Status LaunchOf(const moe::mxfp4_gemm::KernelArgs& args, int num_experts,
                       Mxfp4GroupedTile tile, const Mxfp4GroupedTileShape& shape, const char* what,
                       cudaStream_t stream) {
   switch (tile) {
     case Mxfp4GroupedTile::kW2M8:
-      if constexpr (!kGated && !kWgmma)
-        return LaunchTile<2, 8, 6, false, false>(args, num_experts, shape, what, stream);
+      if constexpr (!kGated && !kWgmma && !kF16Wgmma)
+        return LaunchTile<2, 8, 6, false, false, false>(args, num_experts, shape, what, stream);
       break;
     case Mxfp4GroupedTile::kW2M32:
-      if constexpr (!kGated && !kWgmma) {
-        return LaunchTile<2, 32, 4, false, false>(args, num_experts, shape, what, stream);
+      if constexpr (!kGated && !kWgmma && !kF16Wgmma) {
+        return LaunchTile<2, 32, 4, false, false, false>(args, num_experts, shape, what, stream);
       }
       break;
     case Mxfp4GroupedTile::kW4M8:
-      return LaunchTile<4, 8, 6, kGated, kWgmma>(args, num_experts, shape, what, stream);
+      return LaunchTile<4, 8, 6, kGated, kWgmma, kF16Wgmma>(args, num_experts, shape, what, stream);
     case Mxfp4GroupedTile::kW4M8S4:
-      return LaunchTile<4, 8, 4, kGated, kWgmma>(args, num_experts, shape, what, stream);
+      return LaunchTile<4, 8, 4, kGated, kWgmma, kF16Wgmma>(args, num_experts, shape, what, stream);
     case Mxfp4GroupedTile::kW4M8S3:
-      return LaunchTile<4, 8, 3, kGated, kWgmma>(args, num_experts, shape, what, stream);
+      return LaunchTile<4, 8, 3, kGated, kWgmma, kF16Wgmma>(args, num_experts, shape, what, stream);
     case Mxfp4GroupedTile::kW4M16S4:
-      return LaunchTile<4, 16, 4, kGated, kWgmma>(args, num_experts, shape, what, stream);
+      return LaunchTile<4, 16, 4, kGated, kWgmma, kF16Wgmma>(args, num_experts, shape, what,
+                                                             stream);
     case Mxfp4GroupedTile::kW4M32:
-      return LaunchTile<4, 32, 4, kGated, kWgmma>(args, num_experts, shape, what, stream);
+      return LaunchTile<4, 32, 4, kGated, kWgmma, kF16Wgmma>(args, num_experts, shape, what,
+                                                             stream);
     case Mxfp4GroupedTile::kW8M64:
-      return LaunchTile<8, 64, 3, kGated, kWgmma>(args, num_experts, shape, what, stream);
+      return LaunchTile<8, 64, 3, kGated, kWgmma, kF16Wgmma>(args, num_experts, shape, what,
+                                                             stream);
     case Mxfp4GroupedTile::kW8M128:
-      return LaunchTile<8, 128, 3, kGated, kWgmma>(args, num_experts, shape, what, stream);
+      if constexpr (!kF16Wgmma) {  // its f16 X tile would not fit
+        return LaunchTile<8, 128, 3, kGated, kWgmma, false>(args, num_experts, shape, what, stream);
+      }
+      break;
     case Mxfp4GroupedTile::kAuto:
       break;
   }
@@ -89,9 +98,15 @@ absl::Status Launch(const moe::mxfp4_gemm::KernelArgs& args, int num_experts, Mx
         ChooseMxfp4GroupedTile(rows_hint > 0 ? rows_hint : args.rows / num_experts, kGated, math);
   }
   const Mxfp4GroupedTileShape shape = ShapeOfMxfp4GroupedTile(tile);
-  return math == Mxfp4GemmMath::kWgmma
-             ? LaunchOf<kGated, true>(args, num_experts, tile, shape, what, stream)
-             : LaunchOf<kGated, false>(args, num_experts, tile, shape, what, stream);
+  switch (math) {
+    case Mxfp4GemmMath::kWgmma:
+      return LaunchOf<kGated, true, false>(args, num_experts, tile, shape, what, stream);
+    case Mxfp4GemmMath::kWgmmaF16:
+      return LaunchOf<kGated, false, true>(args, num_experts, tile, shape, what, stream);
+    case Mxfp4GemmMath::kMmaF16:
+      break;
+  }
+  return LaunchOf<kGated, false, false>(args, num_experts, tile, shape, what, stream);
 }
 
 }  // namespace

@@ -91,6 +91,18 @@ __device__ __forceinline__ uint32_t LoadShared16(uint32_t addr) {
   return v;
 }
 
+__device__ __forceinline__ void LoadShared128(uint32_t addr, uint32_t (&v)[4]) {
+  asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void StoreShared128(uint32_t addr, uint32_t a, uint32_t b, uint32_t c,
+                                               uint32_t d) {
+  asm volatile("st.shared.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(a), "r"(b), "r"(c), "r"(d)
+               : "memory");
+}
+
 // The wgmma form (kWgmma): sm_90a's asynchronous warpgroup MMA, the native
 // FP8 tensor-core path (mma.sync e4m3 is two f16 products on Hopper). One
 // m64nNk32 instruction over the tile's N X rows a K block (Wgmma<N>::RS), with
@@ -157,7 +169,11 @@ __device__ __forceinline__ int ExpertOfSlot(const int64_t* offsets, int num_expe
 // columns n0 + 16 (w / 2) .. of w1 (w even) or w3 (w odd); a 32-column FP8
 // block is the 4 warps 4b .. 4b + 3. block_m rows per pass, kBm / 8 mma tiles,
 // of which only those holding rows run.
-template <int kWarps, int kBm, int kStages, bool kGated, bool kWgmma>
+//
+// kF16Wgmma (Mxfp4GemmMath::kWgmmaF16, with kWgmma false): the mma math's
+// operands and K slots on wgmma m64nNk16 f16, X widened once a stage into
+// the swizzled f16 tile (Mxfp4WgmmaF16XOffset): kMmaF16's bits.
+template <int kWarps, int kBm, int kStages, bool kGated, bool kWgmma, bool kF16Wgmma = false>
 __global__ void __launch_bounds__(kWarps * 32)
     Mxfp4GroupedKernel(const __grid_constant__ KernelArgs args) {
   GridDependencyPrologue();
@@ -165,20 +181,23 @@ __global__ void __launch_bounds__(kWarps * 32)
   constexpr int kNi = kBm / 8;
   constexpr int kWRows = 16 * kWarps;
   constexpr int kBlockN = kGated ? 8 * kWarps : 16 * kWarps;
+  constexpr bool kAnyWgmma = kWgmma || kF16Wgmma;
   // The mma.sync 8-row tiles widen X once a stage for the CTA (Mxfp4WidensXOnce).
-  constexpr bool kWidenX = Mxfp4WidensXOnce(kBm, kWgmma);
-  constexpr Mxfp4GroupedSmemLayout kL = Mxfp4GroupedLayout(kWarps, kBm, kStages, kWidenX);
+  constexpr bool kWidenX = Mxfp4WidensXOnce(kBm, kAnyWgmma);
+  constexpr Mxfp4GroupedSmemLayout kL =
+      Mxfp4GroupedLayout(kWarps, kBm, kStages, kWidenX, kF16Wgmma);
   constexpr int kWChunks = kWRows * 8 / kThreads;  // 16-byte W chunks per thread and stage
   constexpr int kXChunks = (kBm * 16 + kThreads - 1) / kThreads;
   constexpr int kScaleRows = (kWRows + kBm + kThreads - 1) / kThreads;
   static_assert(kBm % 8 == 0 && kStages >= 3, "tile shape");
   static_assert(!kGated || kWarps % 4 == 0, "a gated CTA covers whole 32-column FP8 blocks");
   static_assert(kWRows * 8 % kThreads == 0, "W chunk split");
-  static_assert(!kWgmma || kWarps % 4 == 0, "wgmma runs whole warpgroups");
+  static_assert(!kAnyWgmma || kWarps % 4 == 0, "wgmma runs whole warpgroups");
+  static_assert(!(kWgmma && kF16Wgmma), "one math");
 
   extern __shared__ __align__(128) uint8_t smem_raw[];
   // kWgmma: the base moved up to 1024 bytes (the launch adds the slack).
-  uint8_t* const smem = kWgmma ? fp8::AlignSharedTo1024(smem_raw) : smem_raw;
+  uint8_t* const smem = kAnyWgmma ? fp8::AlignSharedTo1024(smem_raw) : smem_raw;
 
   const int expert =
       ExpertOfSlot(args.offsets, args.num_experts, args.rows, static_cast<int>(blockIdx.y));
@@ -401,6 +420,30 @@ __global__ void __launch_bounds__(kWarps * 32)
           __syncwarp();
         }
       }
+      // kF16Wgmma: the stage's held X rows widened to f16 once for the CTA
+      // (16 codes a unit: their low code pairs to one chunk, their high pairs
+      // to the next, Mxfp4WgmmaF16XOffset), then made visible to wgmma's
+      // async proxy. The previous stage's wgmmas have all retired (every warp
+      // waited for them before the ring's barrier).
+      if constexpr (kF16Wgmma) {
+        const uint32_t xw_base = smem_base + kL.x_f16;
+#pragma unroll
+        for (int u0 = 0; u0 < kBm * 16; u0 += kThreads) {
+          const int u = u0 + tid, row = u >> 4, q = u & 15;
+          if (u < kBm * 16 && row < tile_rows) {
+            uint32_t c[4];
+            LoadShared128(x_base + Mxfp4GroupedXOffset(row, q, kBm), c);
+            StoreShared128(xw_base + Mxfp4WgmmaF16XOffset(row, 2 * q, kBm),
+                           fp8::E4m3x2ToF16x2(c[0]), fp8::E4m3x2ToF16x2(c[1]),
+                           fp8::E4m3x2ToF16x2(c[2]), fp8::E4m3x2ToF16x2(c[3]));
+            StoreShared128(xw_base + Mxfp4WgmmaF16XOffset(row, 2 * q + 1, kBm),
+                           fp8::E4m3x2ToF16x2(c[0] >> 16), fp8::E4m3x2ToF16x2(c[1] >> 16),
+                           fp8::E4m3x2ToF16x2(c[2] >> 16), fp8::E4m3x2ToF16x2(c[3] >> 16));
+          }
+        }
+        FenceSharedForAsyncProxy();
+        __syncthreads();
+      }
       if constexpr (kWgmma) {
         // The slot's X descriptor; a block and 8-row group add their byte
         // offset / 16 to its address field (no carry: shared memory < 256 KB).
@@ -463,6 +506,84 @@ __global__ void __launch_bounds__(kWarps * 32)
           WgmmaWait(min(kBlocks, j + kDepth) - 1 - j);
 #pragma unroll
           for (int q = 0; q < 4; ++q) PinRegister(a[j % kDepth][q]);
+          fold(j, p[j % kDepth]);
+          if (j + kDepth < kBlocks) {
+            make_a(j + kDepth, a[j % kDepth]);
+            WgmmaFence();
+            issue(j + kDepth, a[j % kDepth], p[j % kDepth]);
+            WgmmaCommit();
+          }
+        }
+      } else if constexpr (kF16Wgmma) {
+        // The widened X tile's descriptor; block j's halves start (j / 2)
+        // column atoms and (j % 2) 64 + 32 h bytes into it.
+        const uint64_t x_desc = DescriptorOf(SwizzledKMajorDescriptorLo(smem_base + kL.x_f16));
+        constexpr int kP = kBm / 2;  // p[4 ni + r]: 8-row group ni (Wgmma's layout)
+        // This warp's f16 A registers of block j: the mma math's (packed codes
+        // -> f16 high bytes by the prmt table -> WidenA's slots).
+        auto make_a = [&](int j, fp8::F16A& a) {
+          asm volatile("" : "+r"(table_lo));
+          uint32_t hi8[4];
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            hi8[q] = E2m1x4Lookup(LoadShared16(w_base + Mxfp4PackedAOffset(row0, lane, j, q)),
+                                  table_lo, table_hi, PrmtInstruction{}, sign_table);
+          }
+          a = {{Prmt(hi8[0], 0u, kF16x2Of01), Prmt(hi8[1], 0u, kF16x2Of01),
+                Prmt(hi8[0], 0u, kF16x2Of23), Prmt(hi8[1], 0u, kF16x2Of23)},
+               {Prmt(hi8[2], 0u, kF16x2Of01), Prmt(hi8[3], 0u, kF16x2Of01),
+                Prmt(hi8[2], 0u, kF16x2Of23), Prmt(hi8[3], 0u, kF16x2Of23)}};
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            PinRegister(a.lo[q]);
+            PinRegister(a.hi[q]);
+          }
+        };
+        // Every X row of the tile, held or not (rows past the tile sum stale
+        // values into columns never stored): K 0-15 from zero, then 16-31.
+        auto issue = [&](int j, const fp8::F16A& a, float(&d)[kP]) {
+          const int at = (j >> 1) * kBm * 128 + (j & 1) * 64;
+          fp8::WgmmaF16<kBm>::RSZero(a.lo, x_desc + static_cast<uint64_t>(at >> 4), d);
+          fp8::WgmmaF16<kBm>::RS(a.hi, x_desc + static_cast<uint64_t>((at + 32) >> 4), d, true);
+        };
+        auto fold = [&](int j, float(&d)[kP]) {
+          const float2 wf = fp8::LoadSharedF32x2(sf_base + 4 * Mxfp4ScaleFloatW(j, g));
+#pragma unroll
+          for (int ni = 0; ni < kNi; ++ni) {
+            if (ni < active_ni) {
+              float pn[4];
+#pragma unroll
+              for (int r = 0; r < 4; ++r) {
+                PinRegister(d[4 * ni + r]);
+                pn[r] = d[4 * ni + r];
+              }
+              const float2 xf = fp8::LoadSharedF32x2(
+                  sf_base +
+                  4 * Mxfp4ScaleFloatX(j, ni * 8 + dense::Fp8GemmAccumulatorCoord(lane, 0).m, kBm));
+              PromoteBlock(acc[ni], pn, wf, xf);
+            }
+          }
+        };
+        constexpr int kDepth = Mxfp4WgmmaDepth(kBm);
+        constexpr int kBlocks = kMxfp4GemmBlocksPerStage;
+        fp8::F16A a[kDepth];
+        float p[kDepth][kP];
+#pragma unroll
+        for (int j = 0; j < kDepth; ++j) make_a(j, a[j]);
+        WgmmaFence();
+#pragma unroll
+        for (int j = 0; j < kDepth; ++j) {
+          issue(j, a[j], p[j]);
+          WgmmaCommit();
+        }
+#pragma unroll
+        for (int j = 0; j < kBlocks; ++j) {
+          WgmmaWait(min(kBlocks, j + kDepth) - 1 - j);
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            PinRegister(a[j % kDepth].lo[q]);
+            PinRegister(a[j % kDepth].hi[q]);
+          }
           fold(j, p[j % kDepth]);
           if (j + kDepth < kBlocks) {
             make_a(j + kDepth, a[j % kDepth]);

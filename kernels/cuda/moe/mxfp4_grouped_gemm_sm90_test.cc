@@ -187,14 +187,21 @@ double Bound(int64_t k, Mxfp4GemmMath math) {
   return math == Mxfp4GemmMath::kWgmma ? std::ldexp(1.0, -11) + Bound(k) : Bound(k);
 }
 
-constexpr Mxfp4GemmMath kMaths[] = {Mxfp4GemmMath::kMmaF16, Mxfp4GemmMath::kWgmma};
+// kMmaF16 first: MatchesTheExactProductWithinTheBoundOnEveryTile compares
+// kWgmmaF16 with its bits.
+constexpr Mxfp4GemmMath kMaths[] = {Mxfp4GemmMath::kMmaF16, Mxfp4GemmMath::kWgmma,
+                                    Mxfp4GemmMath::kWgmmaF16};
 const char* MathName(Mxfp4GemmMath math) {
-  return math == Mxfp4GemmMath::kWgmma ? "wgmma" : "mma f16";
+  return math == Mxfp4GemmMath::kWgmma      ? "wgmma"
+         : math == Mxfp4GemmMath::kWgmmaF16 ? "wgmma f16"
+                                            : "mma f16";
 }
 
 // The tiles a math runs (wgmma: whole warpgroups, no 2-warp tile).
+// kWgmmaF16: not kW8M128 either (its f16 X tile does not fit).
 bool RunsOn(Mxfp4GroupedTile tile, Mxfp4GemmMath math) {
-  return math != Mxfp4GemmMath::kWgmma || ShapeOfMxfp4GroupedTile(tile).warps % 4 == 0;
+  if (math == Mxfp4GemmMath::kWgmmaF16 && tile == Mxfp4GroupedTile::kW8M128) return false;
+  return !Mxfp4MathIsWgmma(math) || ShapeOfMxfp4GroupedTile(tile).warps % 4 == 0;
 }
 
 bool AllNanPoison(const std::vector<float>& y, int64_t from) {
@@ -237,9 +244,15 @@ TEST(Mxfp4GroupedGemmTest, MatchesTheExactProductWithinTheBoundOnEveryTile) {
       const DeviceWeights dw(ws);
       std::vector<double> exact, abs_sum;
       Exact(x, xs, offsets, ws, c.n, c.k, exact, abs_sum);
+      std::vector<float> mma_first;
       for (Mxfp4GemmMath math : kMaths) {
         const std::vector<float> first =
             RunGemm(x, xs, offsets, dw, c.n, c.k, rows, Mxfp4GroupedTile::kAuto, false, math);
+        if (math == Mxfp4GemmMath::kMmaF16) mma_first = first;
+        // f16 wgmma: the mma math's bits (its tiles below then match them too).
+        if (math == Mxfp4GemmMath::kWgmmaF16) {
+          EXPECT_EQ(BitMismatches(first, mma_first), 0) << "wgmma f16 n " << c.n << " k " << c.k;
+        }
         int64_t violations = 0;
         double worst = 0;
         for (size_t i = 0; i < exact.size(); ++i) {
@@ -428,6 +441,7 @@ TEST(Mxfp4GroupedGemmTest, GateUpIsSwigluOfTheProductsThenActQuant) {
                           .ok());
         }
         for (Mxfp4GroupedTile tile : kGatedTiles) {
+          if (!RunsOn(tile, math)) continue;
           const GateUpResult got =
               RunGateUp(x, xs, offsets, d1, d3, with_rw ? rw : std::vector<float>{}, kInter, kDim,
                         rows, tile, limit, round_bf16, math);
@@ -550,7 +564,7 @@ TEST(Mxfp4GroupedGemmTest, ARowsResultDoesNotDependOnTheBatch) {
     const std::pair<Mxfp4GroupedTile, Mxfp4GroupedTile> tiles[] = {
         {Mxfp4GroupedTile::kAuto, Mxfp4GroupedTile::kAuto},
         {Mxfp4GroupedTile::kW4M8,
-         math == Mxfp4GemmMath::kWgmma ? Mxfp4GroupedTile::kW4M8S4 : Mxfp4GroupedTile::kW2M8},
+         Mxfp4MathIsWgmma(math) ? Mxfp4GroupedTile::kW4M8S4 : Mxfp4GroupedTile::kW2M8},
         {Mxfp4GroupedTile::kW4M32, Mxfp4GroupedTile::kW4M32},
         {Mxfp4GroupedTile::kW8M64, Mxfp4GroupedTile::kW8M64}};
     for (int64_t pos : {int64_t{0}, int64_t{31}, int64_t{63}}) {
