@@ -116,6 +116,9 @@ ABSL_FLAG(bool, expert_wgmma, false,
 ABSL_FLAG(bool, expert_wgmma_f16, false,
           "kFast: the routed experts' f16 block sums on wgmma m64nNk16 f16, the mma pair's bits "
           "(DeviceDecoderOptions::expert_wgmma_f16).");
+ABSL_FLAG(bool, dense_wgmma_f16, false,
+          "kFast: FP8 linears of more than 256 rows on wgmma f16, the mma pair's bits "
+          "(DeviceDecoderOptions::dense_wgmma_f16).");
 ABSL_FLAG(bool, expert_prefill_tiles, true,
           "kFast with --expert_wgmma: prefill steps run the routed experts on the FP8 tile form "
           "(DeviceDecoderOptions::expert_prefill_tiles; the MXFP4 kernel's bits).");
@@ -462,6 +465,7 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       .expert_wgmma = absl::GetFlag(FLAGS_expert_wgmma),
       .expert_wgmma_f16 = absl::GetFlag(FLAGS_expert_wgmma_f16),
       .dense_wgmma = absl::GetFlag(FLAGS_dense_wgmma),
+      .dense_wgmma_f16 = absl::GetFlag(FLAGS_dense_wgmma_f16),
       .expert_prefill_tiles = absl::GetFlag(FLAGS_expert_prefill_tiles)};
   auto dd = weir::model::CreateSyntheticDeviceDecoder(c, options_precision(), options);
   WEIR_CHECK(dd.ok()) << dd.status();

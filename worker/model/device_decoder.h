@@ -130,6 +130,10 @@ const char* DecodeNumericsName(DecodeNumerics n);
 // Parses DecodeNumericsName's spellings; INVALID_ARGUMENT otherwise.
 absl::StatusOr<DecodeNumerics> ParseDecodeNumerics(std::string_view name);
 
+// Rows above which DeviceDecoderOptions::dense_wgmma_f16 takes a linear to
+// f16 wgmma (its 128 x 128 tile).
+inline constexpr int64_t kDenseWgmmaF16MinRows = 256;
+
 struct DeviceDecoderOptions {
   int device = 0;
   DecodeNumerics numerics = DecodeNumerics::kReference;
@@ -274,6 +278,12 @@ struct DeviceDecoderOptions {
   // Fp8GemmMath::kWgmma, its own 64-row tiles) instead of the f16 mma pair.
   // Other low bits, batch invariant on its own. Off until measured.
   bool dense_wgmma = false;
+  // kFast FP8 linears of more than kDenseWgmmaF16MinRows rows (prefill
+  // chunks): the f16 mma pair's block sums issued as wgmma m64nNk16 f16
+  // (Fp8GemmMath::kWgmmaF16, incl. the 128 x 128 prefill tile): the same bits
+  // as the mma pair (kernels/cuda/dense/tensor_core_sum_probe_test), so a
+  // choice of speed only.
+  bool dense_wgmma_f16 = false;
   // kFast with expert_wgmma: steps whose local experts get at least
   // kExpertTileFormRows rows each (prefill chunks) run the routed experts on
   // Fp8BlockGemm's wgmma tiles over the weights converted each step to the

@@ -550,6 +550,53 @@ void CheckBatchInvariance(bool expert_wgmma, bool dense_wgmma = false) {
 
 TEST(DeviceDecoderFastTest, SmallBf16IsBatchInvariant) { CheckBatchInvariance(false); }
 
+// Prefill-sized steps on f16 wgmma (dense_wgmma_f16 takes the FP8 linears
+// of more than kDenseWgmmaF16MinRows rows to the 128 x 128 wgmma tile,
+// expert_wgmma_f16 the routed experts): the default decoder's logits bit for
+// bit, for a 300-row chunk of one sequence and the decode steps after it.
+TEST(DeviceDecoderFastTest, SmallBf16WgmmaF16PrefillGivesTheMmaBits) {
+  const Checkpoint* small = SmallCheckpoint(3);
+  ASSERT_NE(small, nullptr);
+  const int64_t v = small->config().vocab_size;
+  auto cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
+  ASSERT_NE(cpu, nullptr);
+  constexpr int kChunk = 300;
+  DeviceDecoderOptions mma{.numerics = DecodeNumerics::kFast,
+                           .max_sequences = 2,
+                           .max_positions = kChunk + 16,
+                           .max_batch = kChunk,
+                           .max_rows_per_slot = kChunk};
+  DeviceDecoderOptions f16 = mma;
+  f16.dense_wgmma_f16 = true;
+  f16.expert_wgmma_f16 = true;
+  const std::vector<int64_t> prompt = RandomTokens(kChunk, 41, v - 1);
+  std::vector<std::vector<float>> got[2];
+  int which = 0;
+  for (const DeviceDecoderOptions& o : {mma, f16}) {
+    auto dd = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, o);
+    ASSERT_TRUE(dd.ok()) << dd.status();
+    ASSERT_TRUE((*dd)->Start(1).ok());
+    const std::vector<int> slots(kChunk, 1);
+    auto rows = (*dd)->StepRows(slots, prompt, std::nullopt);
+    ASSERT_TRUE(rows.ok()) << rows.status();
+    got[which].emplace_back(rows->begin(), rows->end());
+    for (int step = 0; step < 4; ++step) {
+      auto r = (*dd)->StepRows(std::vector<int>{1}, std::vector<int64_t>{7 + step}, std::nullopt);
+      ASSERT_TRUE(r.ok()) << r.status();
+      got[which].emplace_back(r->begin(), r->end());
+    }
+    ++which;
+  }
+  ASSERT_EQ(got[0].size(), got[1].size());
+  ASSERT_EQ(got[0][0].size(), static_cast<size_t>(kChunk * v));
+  int differing = 0;
+  for (size_t i = 0; i < got[0].size(); ++i) {
+    differing +=
+        std::memcmp(got[0][i].data(), got[1][i].data(), got[0][i].size() * sizeof(float)) != 0;
+  }
+  EXPECT_EQ(differing, 0) << "of " << got[0].size() << " steps";
+}
+
 // The routed experts' f16 block sums on wgmma (expert_wgmma_f16) give the
 // mma pair's bits: a row's logits equal the default decoder's, alone and in a
 // crowd, step for step (tensor_core_sum_probe_test: f16 wgmma sums as the

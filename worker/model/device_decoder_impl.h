@@ -776,7 +776,13 @@ struct DeviceDecoder::Impl {
   // batch size: batch-invariant). `split_groups`: the group count the split
   // is chosen for (a grouped weight run group by group keeps its split).
   absl::Status Fp8Gemm(dense::Fp8BlockGemmParams p, int split_groups = 0) {
-    p.math = options.dense_wgmma ? dense::Fp8GemmMath::kWgmma : dense::Fp8GemmMath::kMmaF16;
+    // dense_wgmma_f16: the mma pair's bits on f16 wgmma where a call has
+    // more than kDenseWgmmaF16MinRows rows (prefill chunks): a choice of speed
+    // only, so a row's bits never depend on it.
+    p.math = options.dense_wgmma ? dense::Fp8GemmMath::kWgmma
+             : options.dense_wgmma_f16 && p.m > kDenseWgmmaF16MinRows
+                 ? dense::Fp8GemmMath::kWgmmaF16
+                 : dense::Fp8GemmMath::kMmaF16;
     p.prefetch_weights = options.weight_prefetch;
     p.k_splits = dense::ChooseFp8GemmSplits(p.n, p.k, split_groups > 0 ? split_groups : p.groups);
     if (p.k_splits > 1) {

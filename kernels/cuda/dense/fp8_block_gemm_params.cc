@@ -65,7 +65,7 @@ Fp8GemmTileShape ShapeOfFp8GemmTile(Fp8GemmTile tile) {
 }
 
 Fp8GemmTile ChooseFp8GemmTile(int64_t m, int64_t n, Fp8GemmMath math) {
-  if (math == Fp8GemmMath::kWgmma) {  // not tuned yet: one warpgroup over 64 W rows
+  if (Fp8GemmMathIsWgmma(math)) {  // not tuned yet: one warpgroup over 64 W rows
     if (m <= 8) return Fp8GemmTile::kN64M8;
     if (m <= 16) return Fp8GemmTile::kN64M16;
     if (m <= 32) return Fp8GemmTile::kN64M32;
@@ -185,14 +185,15 @@ absl::Status CheckFp8BlockGemmParams(const Fp8BlockGemmParams& p) {
   if (p.k_splits > 1 && p.split_scratch == nullptr) {
     return absl::InvalidArgumentError("Fp8BlockGemm: k_splits > 1 needs split_scratch");
   }
-  if (p.math != Fp8GemmMath::kMmaF16 && p.math != Fp8GemmMath::kWgmma) {
+  if (p.math != Fp8GemmMath::kMmaF16 && p.math != Fp8GemmMath::kWgmma &&
+      p.math != Fp8GemmMath::kWgmmaF16) {
     return absl::InvalidArgumentError("Fp8BlockGemm: unknown math");
   }
   const Fp8GemmTile tile =
       p.tile == Fp8GemmTile::kAuto ? ChooseFp8GemmTile(p.m, p.n, p.math) : p.tile;
   const Fp8GemmTileShape shape = ShapeOfFp8GemmTile(tile);
   if (shape.block_m == 0) return absl::InvalidArgumentError("Fp8BlockGemm: unknown tile");
-  if (p.math == Fp8GemmMath::kWgmma && !Fp8GemmTileRunsWgmma(shape)) {
+  if (Fp8GemmMathIsWgmma(p.math) && !Fp8GemmTileRunsWgmma(shape)) {
     return absl::InvalidArgumentError(
         "Fp8BlockGemm: wgmma needs a tile of whole warpgroups, each warp 16 W rows and every "
         "X row (kN64M8, kN64M16, kN64M32, kN64M64, kN128M64, kN128M128Wg)");

@@ -104,7 +104,32 @@ Fp8GemmTileShape ShapeOfFp8GemmTile(Fp8GemmTile tile);
 //    X rows and the warps form whole warpgroups (Fp8GemmTileRunsWgmma:
 //    kN64M8 / M16 / M32, kN64M64, kN128M64, kN128M128Wg); other tiles are
 //    refused.
-enum class Fp8GemmMath { kMmaF16, kWgmma };
+//  * kWgmmaF16: kMmaF16's operands and K slots on wgmma m64nNk16 f16 (the
+//    warp's W rows widened to f16 registers as the mma A fragment, X widened
+//    once a stage for the CTA into a swizzled f16 tile, Fp8GemmF16XOffset):
+//    Hopper's f16 wgmma sums as the mma.sync pair does
+//    (tensor_core_sum_probe_test), so every tile gives kMmaF16's bits and the
+//    two maths may share a step; the tiles of kWgmma, including the
+//    wgmma-only kN128M128Wg (a prefill tile for the default bits).
+enum class Fp8GemmMath { kMmaF16, kWgmma, kWgmmaF16 };
+
+// The wgmma maths (whole warpgroups, 1024-byte aligned shared tiles).
+WEIR_FP8_GEMM_HD constexpr bool Fp8GemmMathIsWgmma(Fp8GemmMath math) {
+  return math != Fp8GemmMath::kMmaF16;
+}
+
+// kWgmmaF16's X tile: `block_m` rows x 128 K as f16 (256 bytes a row) in two
+// column atoms of [block_m][128 bytes] with the 128-byte swizzle, starting at
+// the first 1024-byte boundary after the tile's other shared memory
+// (`shared_bytes`, Fp8GemmSharedBytes). 16-byte chunk c (0..15) of row r sits
+// at Fp8GemmF16XChunk(r, c, block_m) from there; inside a K half (2 chunks)
+// the values are in the mma B fragment's K slots (WidenB's order): chunk 2q
+// holds the low code pairs of the stage's 16-code chunk q, chunk 2q + 1 the
+// high pairs.
+WEIR_FP8_GEMM_HD constexpr int64_t Fp8GemmF16XOffset(int64_t shared_bytes) {
+  return (shared_bytes + 1023) / 1024 * 1024;
+}
+WEIR_FP8_GEMM_HD constexpr int64_t Fp8GemmF16XBytes(int block_m) { return int64_t{block_m} * 256; }
 
 // Block sums of kWgmma a warpgroup keeps in flight (Fp8BlockGemm issues
 // block j + depth as soon as block j is folded): 4 up to 64 X rows, 2 for

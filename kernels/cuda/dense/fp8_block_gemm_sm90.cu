@@ -57,8 +57,13 @@ absl::Status LaunchTile(const Fp8BlockGemmParams& p, const Fp8GemmTileShape& sha
   if (fused_reduce) args.counters = p.split_counters;
   args.prefetch_w = p.prefetch_weights && p.group_offsets == nullptr;
   const int threads = kWarpsN * kWarpsM * 32;
-  const int smem = static_cast<int>(Fp8GemmSharedBytes(shape)) +
-                   (p.math == Fp8GemmMath::kWgmma ? fp8_gemm::kWgmmaSmemSlack : 0);
+  // kWgmmaF16: the f16 X tile after the rest (Fp8GemmF16XOffset).
+  const int smem =
+      p.math == Fp8GemmMath::kWgmmaF16
+          ? static_cast<int>(Fp8GemmF16XOffset(Fp8GemmSharedBytes(shape)) + Fp8GemmF16XBytes(kBm)) +
+                fp8_gemm::kWgmmaSmemSlack
+          : static_cast<int>(Fp8GemmSharedBytes(shape)) +
+                (p.math == Fp8GemmMath::kWgmma ? fp8_gemm::kWgmmaSmemSlack : 0);
   auto launch = [&](auto kernel) -> absl::Status {
     if (absl::Status s = AllowSharedBytes(kernel, smem, "Fp8BlockGemm"); !s.ok()) return s;
     kernel<<<grid, threads, smem, stream>>>(args);
@@ -92,6 +97,17 @@ absl::Status LaunchTile(const Fp8BlockGemmParams& p, const Fp8GemmTileShape& sha
         !s.ok()) {
       return s;
     }
+  }
+  if (p.math == Fp8GemmMath::kWgmmaF16) {
+    if constexpr (kWarpsM == 1 && kWarpsN % 4 == 0 && kBn == 16 * kWarpsN) {
+      if (async_scales) {
+        return launch(
+            fp8_gemm::Fp8BlockGemmKernel<kBn, kBm, kWarpsN, kWarpsM, kStages, true, false, true>);
+      }
+      return launch(
+          fp8_gemm::Fp8BlockGemmKernel<kBn, kBm, kWarpsN, kWarpsM, kStages, false, false, true>);
+    }
+    return absl::InvalidArgumentError("Fp8BlockGemm: this tile cannot run wgmma");
   }
   if (p.math == Fp8GemmMath::kWgmma) {
     // Instances only for the tiles that can run it (CheckFp8BlockGemmParams

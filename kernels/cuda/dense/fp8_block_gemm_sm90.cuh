@@ -28,6 +28,23 @@
 namespace weir::kernels::cuda::dense {
 namespace fp8_gemm {
 
+// 16 bytes of shared memory in and out (kF16Wgmma's X widening).
+__device__ __forceinline__ void LoadShared128(uint32_t addr, uint32_t (&v)[4]) {
+  asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void StoreShared128(uint32_t addr, uint32_t a, uint32_t b, uint32_t c,
+                                               uint32_t d) {
+  asm volatile("st.shared.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(a), "r"(b), "r"(c), "r"(d)
+               : "memory");
+}
+// Offset of 16-byte chunk `chunk` (0..15) of row `row` in kF16Wgmma's X tile
+// (Fp8GemmF16XOffset).
+__host__ __device__ constexpr int Fp8GemmF16XChunk(int row, int chunk, int block_m) {
+  return (chunk >> 3) * block_m * 128 + Fp8GemmSwizzledOffset(row, chunk & 7);
+}
+
 struct KernelArgs {
   const uint8_t* x;         // [m, k]
   const uint8_t* x_scales;  // [m, k / 32]
@@ -113,8 +130,13 @@ __device__ __forceinline__ L2Rows Fp8GemmWeightRows(const KernelArgs& a) {
 // warps of 16 W rows and all X rows in whole warpgroups
 // (Fp8GemmTileRunsWgmma); the ring starts on a 1024-byte boundary (the
 // launch adds kWgmmaSmemSlack bytes, the kernel moves its base up).
+//
+// kF16Wgmma (Fp8GemmMath::kWgmmaF16, kWgmma false): the mma path's operands
+// and K slots on wgmma m64nNk16 f16: each warp's A fragment as the mma path
+// widens it, X widened once a stage for the CTA into the f16 tile after the
+// scratch (Fp8GemmF16XOffset); the mma path's fold. kMmaF16's bits.
 template <int kBn, int kBm, int kWarpsN, int kWarpsM, int kStages, bool kAsyncScales,
-          bool kWgmma = false>
+          bool kWgmma = false, bool kF16Wgmma = false>
 __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
     Fp8BlockGemmKernel(const __grid_constant__ KernelArgs grouped) {
   GridDependencyPrologue(Fp8GemmWeightRows<kBn>(grouped));
@@ -173,15 +195,16 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
   static_assert(kBn * 8 % kThreads == 0 && (kBm * 8 % kThreads == 0 || kBm * 8 < kThreads),
                 "chunk split");
   static_assert(kStages >= 3, "scales are stored one stage after their loads");
-  static_assert(!kWgmma || (kWarpsM == 1 && kWarpsN % 4 == 0 && kWarpN == 16),
+  static_assert(!(kWgmma || kF16Wgmma) || (kWarpsM == 1 && kWarpsN % 4 == 0 && kWarpN == 16),
                 "wgmma: whole warpgroups of 16-row warps over every X row");
+  static_assert(!(kWgmma && kF16Wgmma), "one math");
 
   constexpr bool kTma = Fp8GemmUsesTma(kBm, kAsyncScales, kWgmma);
   // kTma: ring slot s's full barrier (one arrival with the expected bytes).
   __shared__ __align__(8) uint64_t full_bar[kTma ? kStages : 1];
   extern __shared__ __align__(128) uint8_t smem_raw[];
   // kWgmma: the base moved up to 1024 bytes (the launch adds the slack).
-  uint8_t* const smem = kWgmma ? AlignSharedTo1024(smem_raw) : smem_raw;
+  uint8_t* const smem = (kWgmma || kF16Wgmma) ? AlignSharedTo1024(smem_raw) : smem_raw;
   uint8_t* const w_tiles = smem;                        // [kStages][kBn][128] swizzled
   uint8_t* const x_tiles = w_tiles + kStages * kWTile;  // [kStages][kBm][128] swizzled
   uint8_t* const w_sc = x_tiles + kStages * kXTile;     // [kStages][kGroups][4]
@@ -189,6 +212,10 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
   // Per warp: the current stage's X scales as fp32, [block][kWarpM rows].
   float* const x_sc_f = reinterpret_cast<float*>(
       smem + Fp8GemmScaleScratchOffset((x_sc + kStages * kXScaleBytes) - smem));
+  // kF16Wgmma: the f16 X tile after the scratch (Fp8GemmSharedBytes' total).
+  constexpr int64_t kF16X = Fp8GemmF16XOffset(
+      Fp8GemmScaleScratchOffset(kStages * (kWTile + kXTile + kWScaleBytes + kXScaleBytes)) +
+      int64_t{kWarpsN} * kWarpsM * kWarpM * kBlocksPerStage * 4);
 
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid & 31;
@@ -332,7 +359,109 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
       }
     }
     __syncwarp();
-    if constexpr (kWgmma) {
+    // kF16Wgmma: the stage's X rows widened to f16 once for the CTA (a unit
+    // is 16 codes: their low pairs to chunk 2q, their high pairs to 2q + 1),
+    // then published to wgmma's async proxy. Every warp waited for its
+    // previous stage's wgmmas before the ring's barrier.
+    if constexpr (kF16Wgmma) {
+      const uint32_t x16 = SharedAddress(smem) + kF16X;
+#pragma unroll
+      for (int u0 = 0; u0 < kBm * 8; u0 += kThreads) {
+        const int u = u0 + tid, row = u >> 3, q = u & 7;
+        if (u < kBm * 8) {
+          uint32_t c[4];
+          LoadShared128(x_base + Fp8GemmSwizzledOffset(row, q), c);
+          StoreShared128(x16 + Fp8GemmF16XChunk(row, 2 * q, kBm), E4m3x2ToF16x2(c[0]),
+                         E4m3x2ToF16x2(c[1]), E4m3x2ToF16x2(c[2]), E4m3x2ToF16x2(c[3]));
+          StoreShared128(x16 + Fp8GemmF16XChunk(row, 2 * q + 1, kBm), E4m3x2ToF16x2(c[0] >> 16),
+                         E4m3x2ToF16x2(c[1] >> 16), E4m3x2ToF16x2(c[2] >> 16),
+                         E4m3x2ToF16x2(c[3] >> 16));
+        }
+      }
+      FenceSharedForAsyncProxy();
+      __syncthreads();
+    }
+    if constexpr (kF16Wgmma) {
+      // The f16 X tile's descriptor; block j's halves start (j / 2) column
+      // atoms and (j % 2) 64 + 32 h bytes into it.
+      const uint64_t x_desc = DescriptorOf(SwizzledKMajorDescriptorLo(SharedAddress(smem) + kF16X));
+      constexpr int kP = kWarpM / 2;  // floats of one block sum a thread
+      // The warp's 16 W rows of block j as the mma path's f16 A fragment.
+      auto make_a = [&](int j, F16A& a) {
+        uint32_t a8[4];
+        const Fp8GemmRowChunk src = Fp8GemmALdmatrixSource(lane, j);
+        LdMatrixX4(w_base + Fp8GemmSwizzledOffset(warp_n0 + src.row, src.chunk), a8[0], a8[1],
+                   a8[2], a8[3]);
+        a = WidenA(a8);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          PinRegister(a.lo[q]);
+          PinRegister(a.hi[q]);
+        }
+      };
+      auto issue = [&](int j, const F16A& a, float(&d)[kP]) {
+        const int at = (j >> 1) * kBm * 128 + (j & 1) * 64;
+        WgmmaF16<kWarpM>::RSZero(a.lo, x_desc + static_cast<uint64_t>(at >> 4), d);
+        WgmmaF16<kWarpM>::RS(a.hi, x_desc + static_cast<uint64_t>((at + 32) >> 4), d, true);
+      };
+      // The mma path's fold (PromoteBlock with the weight and X scales).
+      auto fold = [&](int j, float(&d)[kP]) {
+        const float wf = ScaleOf(w_word[0], j);
+#pragma unroll
+        for (int ni = 0; ni < kNi; ++ni) {
+          float pn[4];
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            PinRegister(d[4 * ni + r]);
+            pn[r] = d[4 * ni + r];
+          }
+          const float2 xf = LoadSharedF32x2(
+              x_scales_f + (j * kWarpM + ni * 8 + Fp8GemmAccumulatorCoord(lane, 0).m) * 4);
+          PromoteBlock(acc[0][ni], pn, make_float2(wf, wf), xf);
+        }
+      };
+      if (blocks == kBlocksPerStage) {
+        constexpr int kDepth = Fp8GemmWgmmaDepth(kWarpM);
+        F16A a[kDepth];
+        float p[kDepth][kP];
+#pragma unroll
+        for (int j = 0; j < kDepth; ++j) make_a(j, a[j]);
+        WgmmaFence();
+#pragma unroll
+        for (int j = 0; j < kDepth; ++j) {
+          issue(j, a[j], p[j]);
+          WgmmaCommit();
+        }
+#pragma unroll
+        for (int j = 0; j < kBlocksPerStage; ++j) {
+          const int issued = min(kBlocksPerStage, j + kDepth);
+          WgmmaWait(issued - 1 - j);
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            PinRegister(a[j % kDepth].lo[q]);
+            PinRegister(a[j % kDepth].hi[q]);
+          }
+          fold(j, p[j % kDepth]);
+          if (j + kDepth < kBlocksPerStage) {
+            make_a(j + kDepth, a[j % kDepth]);
+            WgmmaFence();
+            issue(j + kDepth, a[j % kDepth], p[j % kDepth]);
+            WgmmaCommit();
+          }
+        }
+      } else {
+        for (int j = 0; j < blocks; ++j) {  // the last stage of a K that is not a multiple of 128
+          F16A a;
+          float p[kP];
+          make_a(j, a);
+          WgmmaFence();
+          issue(j, a, p);
+          WgmmaCommit();
+          WgmmaWait(0);
+          fold(j, p);
+        }
+      }
+    } else if constexpr (kWgmma) {
       // The warpgroup's 64 W rows and the X tile, by descriptor; a K block
       // adds its byte offset / 16 to the address field. One wgmma of N =
       // kWarpM X rows a block. (With one warpgroup its index is the constant

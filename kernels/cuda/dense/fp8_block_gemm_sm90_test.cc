@@ -609,6 +609,48 @@ TEST(Fp8BlockGemmTest, WgmmaIsBoundedTileFreeAndBatchInvariant) {
   CheckARowIsBatchInvariantAtItsSplit(kW, 78, {8, 31, 64, 200});
 }
 
+// Fp8GemmMath::kWgmmaF16: kMmaF16's bits on every tile that runs wgmma
+// (the wgmma-only prefill tile kN128M128Wg included), with both scale paths
+// and with a split (fused or not), so the two maths may share a step
+// (tensor_core_sum_probe_test: f16 wgmma sums as the mma.sync pair does).
+TEST(Fp8BlockGemmTest, WgmmaF16GivesTheMmaBitsOnEveryTile) {
+  constexpr Fp8GemmMath kF = Fp8GemmMath::kWgmmaF16;
+  std::vector<Fp8GemmTile> tiles;
+  for (Fp8GemmTile t : kFp8GemmTiles) {
+    if (Fp8GemmTileRunsWgmma(ShapeOfFp8GemmTile(t))) tiles.push_back(t);
+  }
+  ASSERT_EQ(tiles.size(), 6u);
+  for (const Shape& s : {Shape{1, 1280, 5120}, Shape{7, 100, 160}, Shape{13, 257, 1056},
+                         Shape{33, 96, 2304}, Shape{64, 130, 1280}, Shape{300, 257, 1024}}) {
+    const int64_t num_kt = (s.k + 127) / 128;
+    for (int splits : {1, 3, ChooseFp8GemmSplits(s.n, s.k)}) {
+      if (splits > num_kt) continue;
+      for (Source source : {Source::kRawCodes, Source::kQuantized}) {
+        const Operands op = MakeOperands(s.m, s.n, s.k, 13 * s.m + s.n + splits, source);
+        const std::vector<float> mma = RunGpu(op, Fp8GemmTile::kAuto, Fp8GemmOutput::kF32, 0,
+                                              splits, false, Fp8GemmMath::kMmaF16);
+        ASSERT_EQ(mma.size(), static_cast<size_t>(s.m * s.n));
+        for (Fp8GemmTile tile : tiles) {
+          for (bool fused : {false, true}) {
+            int64_t at = -1;
+            EXPECT_EQ(BitMismatches(RunGpu(op, tile, Fp8GemmOutput::kF32, 0, splits, fused, kF),
+                                    mma, &at),
+                      0)
+                << s.m << "x" << s.n << "x" << s.k << " tile " << static_cast<int>(tile)
+                << " splits " << splits << " fused " << fused << " first mismatch " << at;
+          }
+        }
+        EXPECT_EQ(
+            BitMismatches(RunGpu(op, Fp8GemmTile::kAuto, Fp8GemmOutput::kF32, 1, splits, false, kF),
+                          mma, nullptr),
+            0)
+            << "register scales, splits " << splits;
+      }
+    }
+  }
+  CheckARowIsBatchInvariantAtItsSplit(kF, 79, {8, 31, 64, 200});
+}
+
 TEST(Fp8BlockGemmTest, Bf16OutputIsTheRoundedFp32Output) {
   const Operands op = MakeOperands(37, 190, 640, 8, Source::kQuantized);
   for (Fp8GemmTile tile : {Fp8GemmTile::kAuto, Fp8GemmTile::kN128M128}) {

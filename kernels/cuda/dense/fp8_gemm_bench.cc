@@ -96,12 +96,15 @@ struct Problem {
   Fp8BlockGemmParams Params(int c, Fp8GemmTile tile, int splits = 1) const;
 };
 
-// The block-sum math of every call (argv[1] "wgmma": Fp8GemmMath::kWgmma).
+// The block-sum math of every call (argv[1] "wgmma": Fp8GemmMath::kWgmma;
+// "wgmma_f16": kWgmmaF16, the mma pair's bits).
 Fp8GemmMath g_math = Fp8GemmMath::kMmaF16;
 
 // True when `tile` runs under g_math.
 bool Runs(Fp8GemmTile tile) {
-  return g_math != Fp8GemmMath::kWgmma || Fp8GemmTileRunsWgmma(ShapeOfFp8GemmTile(tile));
+  const Fp8GemmTileShape shape = ShapeOfFp8GemmTile(tile);
+  if (!Fp8GemmMathIsWgmma(g_math)) return !Fp8GemmTileIsWgmmaOnly(shape.block_m, shape.warps_m);
+  return Fp8GemmTileRunsWgmma(shape);
 }
 
 Fp8BlockGemmParams Problem::Params(int c, Fp8GemmTile tile, int splits) const {
@@ -348,6 +351,10 @@ int main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "wgmma") {  // fp8_gemm_bench wgmma [one M N K [TILE]]
     weir::kernels::cuda::dense::g_math = weir::kernels::cuda::dense::Fp8GemmMath::kWgmma;
     std::printf("block sums: wgmma (FP8)\n");
+    --argc, ++argv;
+  } else if (argc >= 2 && std::string(argv[1]) == "wgmma_f16") {
+    weir::kernels::cuda::dense::g_math = weir::kernels::cuda::dense::Fp8GemmMath::kWgmmaF16;
+    std::printf("block sums: wgmma f16 (the mma pair's bits)\n");
     --argc, ++argv;
   }
   if (argc >= 5 && std::string(argv[1]) == "one") {
