@@ -284,15 +284,15 @@ struct DeviceDecoderOptions {
   // as the mma pair (kernels/cuda/dense/tensor_core_sum_probe_test), so a
   // choice of speed only.
   bool dense_wgmma_f16 = false;
-  // kFast with expert_wgmma: steps whose local experts get at least
-  // kExpertTileFormRows rows each (prefill chunks) run the routed experts on
-  // Fp8BlockGemm's wgmma tiles over the weights converted each step to the
-  // FP8 tile form (kernels/cuda/moe/README.md design P), in the layers whose
-  // experts convert exactly (checked at Create and after SetPlacement): the
-  // MXFP4 wgmma kernel's bits (device_decoder_fast_test
-  // SmallBf16TileFormExpertsGiveTheMxfp4KernelsBits), faster at prefill
-  // (EP8 slice, 4,096-row chunk: 2,831 -> 3,425 tok/s). Its scratch (one
-  // layer's local experts in FP8) is in the arena only with expert_wgmma.
+  // kFast: steps whose local experts get at least kExpertTileFormRows rows
+  // each (prefill chunks) run the routed experts on Fp8BlockGemm over the
+  // weights converted each step to the FP8 tile form
+  // (kernels/cuda/moe/README.md design P), in the layers whose experts
+  // convert exactly (checked at Create and after SetPlacement), in the
+  // MXFP4 kernel's math (e4m3 wgmma with expert_wgmma, else the f16 mma
+  // pair) and so with its bits (device_decoder_fast_test
+  // SmallBf16TileFormExpertsGiveTheMxfp4KernelsBits, both maths). Its scratch
+  // (one layer's local experts in FP8) is in the arena.
   bool expert_prefill_tiles = true;
   // Expert parallelism over NCCL on device buffers (see the file comment):
   // this decoder is rank communicator->rank() of communicator->world_size().

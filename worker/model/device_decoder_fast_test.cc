@@ -674,9 +674,10 @@ TEST(DeviceDecoderFastTest, SmallBf16WithWgmmaChunkedStepsAreBatchInvariant) {
 }
 // expert_prefill_tiles: a 400-row prompt chunk of small (16 experts, top-4:
 // 100 rows an expert) runs its routed experts on the FP8 tile form and the
-// dense kernel, which must give the MXFP4 kernel's bits (wgmma block sums):
-// every row's logits equal the decoder without it, and so do the decode
-// steps after (those run the MXFP4 kernel in both).
+// dense kernel, which must give the MXFP4 kernel's bits in either math (the
+// f16 mma pair, the default, and e4m3 wgmma): every row's logits equal the
+// decoder without it, and so do the decode steps after (those run the MXFP4
+// kernel in both).
 TEST(DeviceDecoderFastTest, SmallBf16TileFormExpertsGiveTheMxfp4KernelsBits) {
   const Checkpoint* small = SmallCheckpoint(3);
   ASSERT_NE(small, nullptr);
@@ -684,44 +685,48 @@ TEST(DeviceDecoderFastTest, SmallBf16TileFormExpertsGiveTheMxfp4KernelsBits) {
   ASSERT_NE(cpu, nullptr);
   const int64_t v = small->config().vocab_size;
   constexpr int kChunk = 400;
-  DeviceDecoderOptions options{.numerics = DecodeNumerics::kFast,
-                               .max_sequences = 2,
-                               .max_positions = kChunk + 16,
-                               .max_batch = kChunk,
-                               .max_rows_per_slot = kChunk};
-  options.expert_wgmma = true;
-  options.expert_prefill_tiles = false;  // the MXFP4 kernel at every size
-  DeviceDecoderOptions tiles = options;
-  tiles.expert_prefill_tiles = true;
-  auto plain = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, options);
-  auto tiled = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, tiles);
-  ASSERT_TRUE(plain.ok()) << plain.status();
-  ASSERT_TRUE(tiled.ok()) << tiled.status();
-  EXPECT_GT((*tiled)->stats().tile_form_layers, 0) << "no layer converted exactly: nothing tested";
-  const std::vector<int64_t> prompt = RandomTokens(kChunk, 91, v - 1);
-  const std::vector<int> slots(kChunk, 1);
-  ASSERT_TRUE((*plain)->Start(1).ok());
-  ASSERT_TRUE((*tiled)->Start(1).ok());
-  auto a = (*plain)->StepRows(slots, prompt, std::nullopt);
-  ASSERT_TRUE(a.ok()) << a.status();
-  const std::vector<float> want(a->begin(), a->end());
-  auto b = (*tiled)->StepRows(slots, prompt, std::nullopt);
-  ASSERT_TRUE(b.ok()) << b.status();
-  ASSERT_EQ(b->size(), want.size());
-  int64_t rows_differ = 0;
-  for (int64_t r = 0; r < kChunk; ++r) {
-    rows_differ += std::memcmp(b->data() + r * v, want.data() + r * v, v * sizeof(float)) != 0;
+  for (const bool wgmma : {false, true}) {
+    DeviceDecoderOptions options{.numerics = DecodeNumerics::kFast,
+                                 .max_sequences = 2,
+                                 .max_positions = kChunk + 16,
+                                 .max_batch = kChunk,
+                                 .max_rows_per_slot = kChunk};
+    options.expert_wgmma = wgmma;
+    options.expert_prefill_tiles = false;  // the MXFP4 kernel at every size
+    DeviceDecoderOptions tiles = options;
+    tiles.expert_prefill_tiles = true;
+    auto plain = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, options);
+    auto tiled = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, tiles);
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    ASSERT_TRUE(tiled.ok()) << tiled.status();
+    EXPECT_GT((*tiled)->stats().tile_form_layers, 0)
+        << "no layer converted exactly: nothing tested";
+    const std::vector<int64_t> prompt = RandomTokens(kChunk, 91, v - 1);
+    const std::vector<int> slots(kChunk, 1);
+    ASSERT_TRUE((*plain)->Start(1).ok());
+    ASSERT_TRUE((*tiled)->Start(1).ok());
+    auto a = (*plain)->StepRows(slots, prompt, std::nullopt);
+    ASSERT_TRUE(a.ok()) << a.status();
+    const std::vector<float> want(a->begin(), a->end());
+    auto b = (*tiled)->StepRows(slots, prompt, std::nullopt);
+    ASSERT_TRUE(b.ok()) << b.status();
+    ASSERT_EQ(b->size(), want.size());
+    int64_t rows_differ = 0;
+    for (int64_t r = 0; r < kChunk; ++r) {
+      rows_differ += std::memcmp(b->data() + r * v, want.data() + r * v, v * sizeof(float)) != 0;
+    }
+    EXPECT_EQ(rows_differ, 0) << "of " << kChunk << " prompt rows, wgmma " << wgmma;
+    for (int step = 0; step < 8; ++step) {
+      const std::vector<int64_t> token = RandomTokens(1, 500 + step, v - 1);
+      auto pa = (*plain)->Step(std::vector<int>{1}, token);
+      auto pb = (*tiled)->Step(std::vector<int>{1}, token);
+      ASSERT_TRUE(pa.ok() && pb.ok());
+      EXPECT_EQ(*pa, *pb) << "decode step " << step << ", wgmma " << wgmma;
+    }
+    std::printf("tile form (%s): %d layers converted exactly; %lld of %d prompt rows differ\n",
+                wgmma ? "e4m3 wgmma" : "mma pair", (*tiled)->stats().tile_form_layers,
+                static_cast<long long>(rows_differ), kChunk);
   }
-  EXPECT_EQ(rows_differ, 0) << "of " << kChunk << " prompt rows";
-  for (int step = 0; step < 8; ++step) {
-    const std::vector<int64_t> token = RandomTokens(1, 500 + step, v - 1);
-    auto pa = (*plain)->Step(std::vector<int>{1}, token);
-    auto pb = (*tiled)->Step(std::vector<int>{1}, token);
-    ASSERT_TRUE(pa.ok() && pb.ok());
-    EXPECT_EQ(*pa, *pb) << "decode step " << step;
-  }
-  std::printf("tile form: %d layers converted exactly; %lld of %d prompt rows differ\n",
-              (*tiled)->stats().tile_form_layers, static_cast<long long>(rows_differ), kChunk);
 }
 
 TEST(DeviceDecoderFastTest, SmallBf16WithWgmmaExpertsIsBatchInvariant) {

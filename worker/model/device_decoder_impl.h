@@ -1032,6 +1032,7 @@ struct DeviceDecoder::Impl {
   // tile form: w1 and w3 by rows of each expert, SwiGLU with the route
   // weight, the FP8 quantization of h, w2 into yg.
   absl::Status TileFormExperts(const LayerDev& L, int64_t rows, float limit);
+  dense::Fp8GemmMath TileFormMath() const;
   // Expert parallelism: the dispatch blocks (x rows, local slots, route
   // weights) to and from every rank, and the expert outputs back.
   absl::Status Dispatch(int64_t b);

@@ -120,7 +120,7 @@ absl::Status DeviceDecoder::Impl::ConvertExperts(const LayerDev& L) {
 
 absl::Status DeviceDecoder::Impl::CheckTileForm() {
   tile_form_layers = 0;
-  if (!options.expert_prefill_tiles || !options.expert_wgmma) return absl::OkStatus();
+  if (!options.expert_prefill_tiles) return absl::OkStatus();
   for (LayerDev& L : layers) {
     L.tile_exact = false;
     if (!FastExperts(L)) continue;
@@ -134,6 +134,12 @@ absl::Status DeviceDecoder::Impl::CheckTileForm() {
     tile_form_layers += L.tile_exact ? 1 : 0;
   }
   return absl::OkStatus();
+}
+
+// The tile form's dense math: the MXFP4 kernel's block sums (e4m3 wgmma with
+// expert_wgmma, else the f16 mma pair), so its bits are that kernel's.
+dense::Fp8GemmMath DeviceDecoder::Impl::TileFormMath() const {
+  return options.expert_wgmma ? dense::Fp8GemmMath::kWgmma : dense::Fp8GemmMath::kMmaF16;
 }
 
 absl::Status DeviceDecoder::Impl::TileFormExperts(const LayerDev& L, int64_t rows, float limit) {
@@ -152,7 +158,7 @@ absl::Status DeviceDecoder::Impl::TileFormExperts(const LayerDev& L, int64_t row
                                          .group_offsets = group_offsets,
                                          .w_group_stride = w13,
                                          .w_scales_group_stride = w13 / 1024,
-                                         .math = dense::Fp8GemmMath::kWgmma},
+                                         .math = TileFormMath()},
                                         stream));
   }
   // SwiGLU with the route weight and its bf16 roundings, then the FP8 form of
@@ -181,7 +187,7 @@ absl::Status DeviceDecoder::Impl::TileFormExperts(const LayerDev& L, int64_t row
        .output = bf16() ? dense::Fp8GemmOutput::kF32RoundedBf16 : dense::Fp8GemmOutput::kF32,
        .groups = L.experts,
        .group_offsets = group_offsets,
-       .math = dense::Fp8GemmMath::kWgmma},
+       .math = TileFormMath()},
       stream);
 }
 
@@ -308,8 +314,8 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
     }
     return dense::RowStableGroupedMatmul(p, stream);
   };
-  const bool tile_form = FastExperts(L) && options.expert_prefill_tiles && options.expert_wgmma &&
-                         L.tile_exact && b * k / std::max(L.experts, 1) >= kExpertTileFormRows;
+  const bool tile_form = FastExperts(L) && options.expert_prefill_tiles && L.tile_exact &&
+                         b * k / std::max(L.experts, 1) >= kExpertTileFormRows;
   if (tile_form) {
     RETURN_IF_ERROR(dense::ActQuantFp8(
         {.x = xg, .codes = fq, .scales = fq_scales, .rows = rows, .cols = d}, stream));

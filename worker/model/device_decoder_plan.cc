@@ -295,7 +295,7 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
     fq_scales = r.Alloc<uint8_t>(pairs * (widest / 32 + 1));
     fh = r.Alloc<uint8_t>(pairs * inter);
     fh_scales = r.Alloc<uint8_t>(pairs * (inter / 32 + 1));
-    if (options.expert_prefill_tiles && options.expert_wgmma) {
+    if (options.expert_prefill_tiles) {
       // One layer's local experts in the tile form (the largest layer).
       int64_t w13 = 0, w2 = 0, experts = 1;
       for (const LayerDev& L : layers) {
