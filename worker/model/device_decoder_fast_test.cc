@@ -552,22 +552,23 @@ TEST(DeviceDecoderFastTest, SmallBf16IsBatchInvariant) { CheckBatchInvariance(fa
 
 // Prefill-sized steps on f16 wgmma (dense_wgmma_f16 takes the FP8 linears
 // of more than kDenseWgmmaF16MinRows rows to the 128 x 128 wgmma tile,
-// expert_wgmma_f16 the routed experts): the default decoder's logits bit for
-// bit, for a 300-row chunk of one sequence and the decode steps after it.
+// expert_wgmma_f16 the routed experts' MXFP4 kernel, and the tile form's
+// dense products at 100 rows an expert): the default decoder's logits bit
+// for bit, for a 400-row chunk of one sequence and the decode steps after it.
 TEST(DeviceDecoderFastTest, SmallBf16WgmmaF16PrefillGivesTheMmaBits) {
   const Checkpoint* small = SmallCheckpoint(3);
   ASSERT_NE(small, nullptr);
   const int64_t v = small->config().vocab_size;
   auto cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
   ASSERT_NE(cpu, nullptr);
-  constexpr int kChunk = 300;
+  constexpr int kChunk = 400;
   DeviceDecoderOptions mma{.numerics = DecodeNumerics::kFast,
                            .max_sequences = 2,
                            .max_positions = kChunk + 16,
                            .max_batch = kChunk,
                            .max_rows_per_slot = kChunk};
   DeviceDecoderOptions f16 = mma;
-  f16.dense_wgmma_f16 = true;
+  f16.dense_wgmma_f16 = true;  // the linears and the experts' tile form
   f16.expert_wgmma_f16 = true;
   const std::vector<int64_t> prompt = RandomTokens(kChunk, 41, v - 1);
   std::vector<std::vector<float>> got[2];

@@ -137,9 +137,11 @@ absl::Status DeviceDecoder::Impl::CheckTileForm() {
 }
 
 // The tile form's dense math: the MXFP4 kernel's block sums (e4m3 wgmma with
-// expert_wgmma, else the f16 mma pair), so its bits are that kernel's.
+// expert_wgmma, else the f16 mma pair, issued as f16 wgmma with
+// dense_wgmma_f16: the same bits), so its bits are that kernel's.
 dense::Fp8GemmMath DeviceDecoder::Impl::TileFormMath() const {
-  return options.expert_wgmma ? dense::Fp8GemmMath::kWgmma : dense::Fp8GemmMath::kMmaF16;
+  if (options.expert_wgmma) return dense::Fp8GemmMath::kWgmma;
+  return options.dense_wgmma_f16 ? dense::Fp8GemmMath::kWgmmaF16 : dense::Fp8GemmMath::kMmaF16;
 }
 
 absl::Status DeviceDecoder::Impl::TileFormExperts(const LayerDev& L, int64_t rows, float limit) {

@@ -83,7 +83,7 @@ absl::Status LaunchTile(const Fp8BlockGemmParams& p, const Fp8GemmTileShape& sha
                             reinterpret_cast<uintptr_t>(p.x_scales) % 4 == 0 &&
                             reinterpret_cast<uintptr_t>(p.w_scales) % 4 == 0 &&
                             (p.groups == 1 || (args.xs_stride % 4 == 0 && args.ws_stride % 4 == 0));
-  if (fp8_gemm::Fp8GemmUsesTma(kBm, async_scales, p.math == Fp8GemmMath::kWgmma)) {
+  if (fp8_gemm::Fp8GemmUsesTma(kBm, async_scales, Fp8GemmMathIsWgmma(p.math))) {
     // The code matrices as tensor maps (strides are multiples of 16 and the
     // bases 16-byte aligned: CheckFp8BlockGemmParams).
     const bool x_grouped = args.x_stride != 0 && p.groups > 1;

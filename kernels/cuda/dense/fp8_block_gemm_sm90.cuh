@@ -199,7 +199,7 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
                 "wgmma: whole warpgroups of 16-row warps over every X row");
   static_assert(!(kWgmma && kF16Wgmma), "one math");
 
-  constexpr bool kTma = Fp8GemmUsesTma(kBm, kAsyncScales, kWgmma);
+  constexpr bool kTma = Fp8GemmUsesTma(kBm, kAsyncScales, kWgmma || kF16Wgmma);
   // kTma: ring slot s's full barrier (one arrival with the expected bytes).
   __shared__ __align__(8) uint64_t full_bar[kTma ? kStages : 1];
   extern __shared__ __align__(128) uint8_t smem_raw[];
@@ -340,7 +340,7 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
     for (int r = lane; r < kWarpM; r += 32) {
       const uint32_t word =
           LoadShared32(SharedAddress(x_sc) + slot * kXScaleBytes + (warp_m0 + r) * 4);
-      if (kWgmma && NormalScales(word) && NormalScales(w_word[0])) {
+      if ((kWgmma || kF16Wgmma) && NormalScales(word) && NormalScales(w_word[0])) {
         // No 0x00 or 0xFF byte (the quantizer writes neither but for NaN
         // blocks): every scale is 2^(c - 127), bits c << 23, as ScaleOf
         // decodes it; the same products, fewer instructions.
@@ -354,7 +354,7 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
         for (int j = 0; j < kBlocksPerStage; ++j) {
           const float sx = ScaleOf(word, j);
           StoreSharedF32(x_scales_f + (j * kWarpM + r) * 4,
-                         kWgmma ? __fmul_rn(ScaleOf(w_word[0], j), sx) : sx);
+                         kWgmma || kF16Wgmma ? __fmul_rn(ScaleOf(w_word[0], j), sx) : sx);
         }
       }
     }
@@ -404,20 +404,19 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
         WgmmaF16<kWarpM>::RSZero(a.lo, x_desc + static_cast<uint64_t>(at >> 4), d);
         WgmmaF16<kWarpM>::RS(a.hi, x_desc + static_cast<uint64_t>((at + 32) >> 4), d, true);
       };
-      // The mma path's fold (PromoteBlock with the weight and X scales).
+      // The mma path's fold: PromoteBlock's fma(p, sw * sx, acc) with the
+      // product sw * sx (exact) read from the scratch, as kWgmma keeps it.
       auto fold = [&](int j, float(&d)[kP]) {
-        const float wf = ScaleOf(w_word[0], j);
+#pragma unroll
+        for (int r = 0; r < kP; ++r) PinRegister(d[r]);
 #pragma unroll
         for (int ni = 0; ni < kNi; ++ni) {
-          float pn[4];
-#pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            PinRegister(d[4 * ni + r]);
-            pn[r] = d[4 * ni + r];
-          }
-          const float2 xf = LoadSharedF32x2(
+          const float2 s = LoadSharedF32x2(
               x_scales_f + (j * kWarpM + ni * 8 + Fp8GemmAccumulatorCoord(lane, 0).m) * 4);
-          PromoteBlock(acc[0][ni], pn, make_float2(wf, wf), xf);
+          acc[0][ni][0] = __fmaf_rn(d[4 * ni + 0], s.x, acc[0][ni][0]);
+          acc[0][ni][1] = __fmaf_rn(d[4 * ni + 1], s.y, acc[0][ni][1]);
+          acc[0][ni][2] = __fmaf_rn(d[4 * ni + 2], s.x, acc[0][ni][2]);
+          acc[0][ni][3] = __fmaf_rn(d[4 * ni + 3], s.y, acc[0][ni][3]);
         }
       };
       if (blocks == kBlocksPerStage) {
