@@ -381,6 +381,22 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
       FenceSharedForAsyncProxy();
       __syncthreads();
     }
+    // The wgmma maths' fold of block j's sums d: PromoteBlock's fma(p, sw *
+    // sx, acc) with the exact product sw * sx from the scratch (decoded
+    // above), so the mma path's bits for kF16Wgmma's sums.
+    [[maybe_unused]] auto fold = [&](int j, float(&d)[kWarpM / 2]) {
+#pragma unroll
+      for (int r = 0; r < kWarpM / 2; ++r) PinRegister(d[r]);
+#pragma unroll
+      for (int ni = 0; ni < kNi; ++ni) {
+        const float2 s = LoadSharedF32x2(
+            x_scales_f + (j * kWarpM + ni * 8 + Fp8GemmAccumulatorCoord(lane, 0).m) * 4);
+        acc[0][ni][0] = __fmaf_rn(d[4 * ni + 0], s.x, acc[0][ni][0]);
+        acc[0][ni][1] = __fmaf_rn(d[4 * ni + 1], s.y, acc[0][ni][1]);
+        acc[0][ni][2] = __fmaf_rn(d[4 * ni + 2], s.x, acc[0][ni][2]);
+        acc[0][ni][3] = __fmaf_rn(d[4 * ni + 3], s.y, acc[0][ni][3]);
+      }
+    };
     if constexpr (kF16Wgmma) {
       // The f16 X tile's descriptor; block j's halves start (j / 2) column
       // atoms and (j % 2) 64 + 32 h bytes into it.
@@ -403,21 +419,6 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
         const int at = (j >> 1) * kBm * 128 + (j & 1) * 64;
         WgmmaF16<kWarpM>::RSZero(a.lo, x_desc + static_cast<uint64_t>(at >> 4), d);
         WgmmaF16<kWarpM>::RS(a.hi, x_desc + static_cast<uint64_t>((at + 32) >> 4), d, true);
-      };
-      // The mma path's fold: PromoteBlock's fma(p, sw * sx, acc) with the
-      // product sw * sx (exact) read from the scratch, as kWgmma keeps it.
-      auto fold = [&](int j, float(&d)[kP]) {
-#pragma unroll
-        for (int r = 0; r < kP; ++r) PinRegister(d[r]);
-#pragma unroll
-        for (int ni = 0; ni < kNi; ++ni) {
-          const float2 s = LoadSharedF32x2(
-              x_scales_f + (j * kWarpM + ni * 8 + Fp8GemmAccumulatorCoord(lane, 0).m) * 4);
-          acc[0][ni][0] = __fmaf_rn(d[4 * ni + 0], s.x, acc[0][ni][0]);
-          acc[0][ni][1] = __fmaf_rn(d[4 * ni + 1], s.y, acc[0][ni][1]);
-          acc[0][ni][2] = __fmaf_rn(d[4 * ni + 2], s.x, acc[0][ni][2]);
-          acc[0][ni][3] = __fmaf_rn(d[4 * ni + 3], s.y, acc[0][ni][3]);
-        }
       };
       if (blocks == kBlocksPerStage) {
         constexpr int kDepth = Fp8GemmWgmmaDepth(kWarpM);
@@ -473,19 +474,6 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
       auto issue = [&](int j, float(&d)[kP]) {
         Wgmma<kWarpM>::SS(DescriptorOf(w_lo + ((j * 32) >> 4)),
                           DescriptorOf(x_lo + ((j * 32) >> 4)), d);
-      };
-      auto fold = [&](int j, float(&d)[kP]) {
-#pragma unroll
-        for (int r = 0; r < kP; ++r) PinRegister(d[r]);
-#pragma unroll
-        for (int ni = 0; ni < kNi; ++ni) {
-          const float2 s = LoadSharedF32x2(
-              x_scales_f + (j * kWarpM + ni * 8 + Fp8GemmAccumulatorCoord(lane, 0).m) * 4);
-          acc[0][ni][0] = __fmaf_rn(d[4 * ni + 0], s.x, acc[0][ni][0]);
-          acc[0][ni][1] = __fmaf_rn(d[4 * ni + 1], s.y, acc[0][ni][1]);
-          acc[0][ni][2] = __fmaf_rn(d[4 * ni + 2], s.x, acc[0][ni][2]);
-          acc[0][ni][3] = __fmaf_rn(d[4 * ni + 3], s.y, acc[0][ni][3]);
-        }
       };
       if (blocks == kBlocksPerStage) {
         // kDepth block sums in flight: block j + kDepth is issued as soon as

@@ -444,30 +444,64 @@ __global__ void __launch_bounds__(kWarps * 32)
         FenceSharedForAsyncProxy();
         __syncthreads();
       }
-      if constexpr (kWgmma) {
-        // The slot's X descriptor; a block and 8-row group add their byte
-        // offset / 16 to its address field (no carry: shared memory < 256 KB).
-        // (Offsets added to the 64-bit value: with the low word advanced
-        // instead ptxas made this loop 20 instructions a stage longer.)
-        const uint64_t x_desc = DescriptorOf(SwizzledKMajorDescriptorLo(x_base));
+      if constexpr (kAnyWgmma) {
+        // X by descriptor: kWgmma the slot's e4m3 tile, kF16Wgmma the widened
+        // f16 tile. A block and 8-row group add their byte offset / 16 to its
+        // address field (no carry: shared memory < 256 KB). (Offsets added to
+        // the 64-bit value: with the low word advanced instead ptxas made this
+        // loop 20 instructions a stage longer.)
+        const uint64_t x_desc =
+            DescriptorOf(SwizzledKMajorDescriptorLo(kWgmma ? x_base : smem_base + kL.x_f16));
         constexpr int kP = kBm / 2;  // p[4 ni + r]: 8-row group ni (Wgmma's layout)
-        // This warp's e4m3 A registers of block j (its 16 weight rows), complete
+        // A registers a block: kWgmma's 4 of e4m3 codes; kF16Wgmma's 8, the
+        // mma path's f16 fragment (K 0-15 in 0-3, K 16-31 in 4-7).
+        constexpr int kARegs = kWgmma ? 4 : 8;
+        // This warp's A registers of block j (its 16 weight rows), complete
         // before the fence that precedes their wgmma (a lookup moved past it
         // would make ptxas serialize the wgmma).
-        auto make_a = [&](int j, uint32_t(&a)[4]) {
+        auto make_a = [&](int j, uint32_t(&a)[kARegs]) {
+          if constexpr (kWgmma) {
 #pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            a[q] = E2m1x4Lookup(LoadShared16(w_base + Mxfp4PackedAOffset(row0, lane, j, q)),
-                                table_lo, table_hi, PrmtInstruction{}, sign_table);
+            for (int q = 0; q < 4; ++q) {
+              a[q] = E2m1x4Lookup(LoadShared16(w_base + Mxfp4PackedAOffset(row0, lane, j, q)),
+                                  table_lo, table_hi, PrmtInstruction{}, sign_table);
+            }
+          } else {
+            // Packed codes -> f16 high bytes by the prmt table -> WidenA's slots.
+            asm volatile("" : "+r"(table_lo));
+            uint32_t hi8[4];
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+              hi8[q] = E2m1x4Lookup(LoadShared16(w_base + Mxfp4PackedAOffset(row0, lane, j, q)),
+                                    table_lo, table_hi, PrmtInstruction{}, sign_table);
+            }
+            a[0] = Prmt(hi8[0], 0u, kF16x2Of01);
+            a[1] = Prmt(hi8[1], 0u, kF16x2Of01);
+            a[2] = Prmt(hi8[0], 0u, kF16x2Of23);
+            a[3] = Prmt(hi8[1], 0u, kF16x2Of23);
+            a[4] = Prmt(hi8[2], 0u, kF16x2Of01);
+            a[5] = Prmt(hi8[3], 0u, kF16x2Of01);
+            a[6] = Prmt(hi8[2], 0u, kF16x2Of23);
+            a[7] = Prmt(hi8[3], 0u, kF16x2Of23);
           }
 #pragma unroll
-          for (int q = 0; q < 4; ++q) PinRegister(a[q]);
+          for (int q = 0; q < kARegs; ++q) PinRegister(a[q]);
         };
-        // Every X row of the tile, held or not (rows past the tile sum stale X
-        // into columns never stored): one instruction over kBm rows.
-        auto issue = [&](int j, const uint32_t(&a)[4], float(&d)[kP]) {
-          const int x_block = (j >> 2) * kBm * 128 + (j & 3) * 32;
-          Wgmma<kBm>::RS(a, x_desc + static_cast<uint64_t>(x_block >> 4), d);
+        // Every X row of the tile, held or not (rows past the tile sum stale
+        // values into columns never stored): kWgmma one m64nNk32 over kBm
+        // rows; kF16Wgmma K 0-15 from zero, then 16-31 added (block j's halves
+        // start (j / 2) column atoms and (j % 2) 64 + 32 h bytes in).
+        auto issue = [&](int j, const uint32_t(&a)[kARegs], float(&d)[kP]) {
+          if constexpr (kWgmma) {
+            const int x_block = (j >> 2) * kBm * 128 + (j & 3) * 32;
+            Wgmma<kBm>::RS(a, x_desc + static_cast<uint64_t>(x_block >> 4), d);
+          } else {
+            const int at = (j >> 1) * kBm * 128 + (j & 1) * 64;
+            const uint32_t lo[4] = {a[0], a[1], a[2], a[3]};
+            const uint32_t hi[4] = {a[4], a[5], a[6], a[7]};
+            fp8::WgmmaF16<kBm>::RSZero(lo, x_desc + static_cast<uint64_t>(at >> 4), d);
+            fp8::WgmmaF16<kBm>::RS(hi, x_desc + static_cast<uint64_t>((at + 32) >> 4), d, true);
+          }
         };
         auto fold = [&](int j, float(&d)[kP]) {
           const float2 wf = fp8::LoadSharedF32x2(sf_base + 4 * Mxfp4ScaleFloatW(j, g));
@@ -491,7 +525,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         // its wgmma issued as soon as block j is folded (its registers free).
         constexpr int kDepth = Mxfp4WgmmaDepth(kBm);
         constexpr int kBlocks = kMxfp4GemmBlocksPerStage;
-        uint32_t a[kDepth][4];
+        uint32_t a[kDepth][kARegs];
         float p[kDepth][kP];
 #pragma unroll
         for (int j = 0; j < kDepth; ++j) make_a(j, a[j]);
@@ -505,85 +539,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         for (int j = 0; j < kBlocks; ++j) {
           WgmmaWait(min(kBlocks, j + kDepth) - 1 - j);
 #pragma unroll
-          for (int q = 0; q < 4; ++q) PinRegister(a[j % kDepth][q]);
-          fold(j, p[j % kDepth]);
-          if (j + kDepth < kBlocks) {
-            make_a(j + kDepth, a[j % kDepth]);
-            WgmmaFence();
-            issue(j + kDepth, a[j % kDepth], p[j % kDepth]);
-            WgmmaCommit();
-          }
-        }
-      } else if constexpr (kF16Wgmma) {
-        // The widened X tile's descriptor; block j's halves start (j / 2)
-        // column atoms and (j % 2) 64 + 32 h bytes into it.
-        const uint64_t x_desc = DescriptorOf(SwizzledKMajorDescriptorLo(smem_base + kL.x_f16));
-        constexpr int kP = kBm / 2;  // p[4 ni + r]: 8-row group ni (Wgmma's layout)
-        // This warp's f16 A registers of block j: the mma math's (packed codes
-        // -> f16 high bytes by the prmt table -> WidenA's slots).
-        auto make_a = [&](int j, fp8::F16A& a) {
-          asm volatile("" : "+r"(table_lo));
-          uint32_t hi8[4];
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            hi8[q] = E2m1x4Lookup(LoadShared16(w_base + Mxfp4PackedAOffset(row0, lane, j, q)),
-                                  table_lo, table_hi, PrmtInstruction{}, sign_table);
-          }
-          a = {{Prmt(hi8[0], 0u, kF16x2Of01), Prmt(hi8[1], 0u, kF16x2Of01),
-                Prmt(hi8[0], 0u, kF16x2Of23), Prmt(hi8[1], 0u, kF16x2Of23)},
-               {Prmt(hi8[2], 0u, kF16x2Of01), Prmt(hi8[3], 0u, kF16x2Of01),
-                Prmt(hi8[2], 0u, kF16x2Of23), Prmt(hi8[3], 0u, kF16x2Of23)}};
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            PinRegister(a.lo[q]);
-            PinRegister(a.hi[q]);
-          }
-        };
-        // Every X row of the tile, held or not (rows past the tile sum stale
-        // values into columns never stored): K 0-15 from zero, then 16-31.
-        auto issue = [&](int j, const fp8::F16A& a, float(&d)[kP]) {
-          const int at = (j >> 1) * kBm * 128 + (j & 1) * 64;
-          fp8::WgmmaF16<kBm>::RSZero(a.lo, x_desc + static_cast<uint64_t>(at >> 4), d);
-          fp8::WgmmaF16<kBm>::RS(a.hi, x_desc + static_cast<uint64_t>((at + 32) >> 4), d, true);
-        };
-        auto fold = [&](int j, float(&d)[kP]) {
-          const float2 wf = fp8::LoadSharedF32x2(sf_base + 4 * Mxfp4ScaleFloatW(j, g));
-#pragma unroll
-          for (int ni = 0; ni < kNi; ++ni) {
-            if (ni < active_ni) {
-              float pn[4];
-#pragma unroll
-              for (int r = 0; r < 4; ++r) {
-                PinRegister(d[4 * ni + r]);
-                pn[r] = d[4 * ni + r];
-              }
-              const float2 xf = fp8::LoadSharedF32x2(
-                  sf_base +
-                  4 * Mxfp4ScaleFloatX(j, ni * 8 + dense::Fp8GemmAccumulatorCoord(lane, 0).m, kBm));
-              PromoteBlock(acc[ni], pn, wf, xf);
-            }
-          }
-        };
-        constexpr int kDepth = Mxfp4WgmmaDepth(kBm);
-        constexpr int kBlocks = kMxfp4GemmBlocksPerStage;
-        fp8::F16A a[kDepth];
-        float p[kDepth][kP];
-#pragma unroll
-        for (int j = 0; j < kDepth; ++j) make_a(j, a[j]);
-        WgmmaFence();
-#pragma unroll
-        for (int j = 0; j < kDepth; ++j) {
-          issue(j, a[j], p[j]);
-          WgmmaCommit();
-        }
-#pragma unroll
-        for (int j = 0; j < kBlocks; ++j) {
-          WgmmaWait(min(kBlocks, j + kDepth) - 1 - j);
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            PinRegister(a[j % kDepth].lo[q]);
-            PinRegister(a[j % kDepth].hi[q]);
-          }
+          for (int q = 0; q < kARegs; ++q) PinRegister(a[j % kDepth][q]);
           fold(j, p[j % kDepth]);
           if (j + kDepth < kBlocks) {
             make_a(j + kDepth, a[j % kDepth]);
