@@ -275,6 +275,12 @@ WEIR_FP8_GEMM_HD constexpr int Fp8GemmSwizzledOffset(int row, int chunk) {
   return row * kFp8GemmStageK + ((chunk ^ (row & 7)) << 4);
 }
 
+// Offset of 16-byte chunk `chunk` (0..15) of row `row` in kWgmmaF16's X tile
+// (Fp8GemmF16XOffset): column atom chunk / 8, swizzled as the code tiles.
+WEIR_FP8_GEMM_HD constexpr int Fp8GemmF16XChunk(int row, int chunk, int block_m) {
+  return (chunk >> 3) * block_m * 128 + Fp8GemmSwizzledOffset(row, chunk & 7);
+}
+
 struct Fp8GemmRowChunk {
   int row;    // row inside the 16-row (A) or 16-row pair-of-8 (B) fragment tile
   int chunk;  // 16-byte chunk of the stage row

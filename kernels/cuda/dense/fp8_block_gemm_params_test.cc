@@ -210,6 +210,32 @@ TEST(Fp8BlockGemmParamsTest, SwizzleIsABijectionAndConflictFree) {
 // The fragments are emulated from the PTX ISA definitions (EmulatedLdMatrix,
 // EmulatedMmaM16n8k32 in test_util.h); elements are plain integers here: the
 // test is about positions.
+// kWgmmaF16's f16 X tile: every (row, chunk) its own 16 bytes inside
+// block_m x 256 bytes, on a 1024-byte boundary after the rest of the tile's
+// shared memory, and the whole within an SM's 227 KB on every wgmma tile.
+TEST(Fp8BlockGemmParamsTest, WgmmaF16XTileIsABijectionAndFits) {
+  for (Fp8GemmTile tile : kFp8GemmTiles) {
+    const Fp8GemmTileShape shape = ShapeOfFp8GemmTile(tile);
+    if (!Fp8GemmTileRunsWgmma(shape)) continue;
+    const int bm = shape.block_m;
+    std::vector<int> seen(static_cast<size_t>(bm) * 16, 0);
+    for (int r = 0; r < bm; ++r) {
+      for (int c = 0; c < 16; ++c) {
+        const int at = Fp8GemmF16XChunk(r, c, bm);
+        ASSERT_EQ(at % 16, 0);
+        ASSERT_GE(at, 0);
+        ASSERT_LT(at, Fp8GemmF16XBytes(bm));
+        ++seen[at / 16];
+      }
+    }
+    for (int n : seen) EXPECT_EQ(n, 1) << "tile " << static_cast<int>(tile);
+    const int64_t x16 = Fp8GemmF16XOffset(Fp8GemmSharedBytes(shape));
+    EXPECT_EQ(x16 % 1024, 0);
+    EXPECT_GE(x16, Fp8GemmSharedBytes(shape));
+    EXPECT_LE(x16 + Fp8GemmF16XBytes(bm) + 1024, 227 * 1024) << "tile " << static_cast<int>(tile);
+  }
+}
+
 TEST(Fp8BlockGemmParamsTest, FragmentMappingComputesTheTileProduct) {
   // W tile 16 rows, X tile 24 rows (tiles 0, 1 through ldmatrix.x4, tile 2
   // through .x2), one stage of 128 bytes of K, written by the kernel's

@@ -39,12 +39,6 @@ __device__ __forceinline__ void StoreShared128(uint32_t addr, uint32_t a, uint32
   asm volatile("st.shared.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(a), "r"(b), "r"(c), "r"(d)
                : "memory");
 }
-// Offset of 16-byte chunk `chunk` (0..15) of row `row` in kF16Wgmma's X tile
-// (Fp8GemmF16XOffset).
-__host__ __device__ constexpr int Fp8GemmF16XChunk(int row, int chunk, int block_m) {
-  return (chunk >> 3) * block_m * 128 + Fp8GemmSwizzledOffset(row, chunk & 7);
-}
-
 struct KernelArgs {
   const uint8_t* x;         // [m, k]
   const uint8_t* x_scales;  // [m, k / 32]

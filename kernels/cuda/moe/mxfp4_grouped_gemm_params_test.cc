@@ -348,6 +348,35 @@ TEST(Mxfp4GroupedGemmParamsTest, WidenedXHasASlotPerBlockGroupAndLane) {
 // The fragments are emulated from the PTX ISA definitions (EmulatedLdMatrix,
 // EmulatedMmaM16n8k32 in dense/test_util.h), values in double (e4m3 products
 // and their sums of 32 are exact).
+// kWgmmaF16's f16 X tile (Mxfp4WgmmaF16XOffset): every (row, chunk) its own
+// 16 bytes inside block_m x 512 bytes, 1024-byte aligned after the rest, and
+// every 4- and 8-warp tile but kW8M128 (refused) within an SM's 227 KB.
+TEST(Mxfp4GroupedGemmParamsTest, WgmmaF16XTileIsABijectionAndFits) {
+  for (Mxfp4GroupedTile tile : kMxfp4GroupedTiles) {
+    const Mxfp4GroupedTileShape shape = ShapeOfMxfp4GroupedTile(tile);
+    if (shape.warps % 4 != 0) continue;
+    const int bm = shape.block_m;
+    std::vector<int> seen(static_cast<size_t>(bm) * 32, 0);
+    for (int r = 0; r < bm; ++r) {
+      for (int c = 0; c < 32; ++c) {
+        const int at = Mxfp4WgmmaF16XOffset(r, c, bm);
+        ASSERT_EQ(at % 16, 0);
+        ASSERT_GE(at, 0);
+        ASSERT_LT(at, bm * 512);
+        ++seen[at / 16];
+      }
+    }
+    for (int n : seen) EXPECT_EQ(n, 1) << Mxfp4GroupedTileName(tile);
+    const Mxfp4GroupedSmemLayout l =
+        Mxfp4GroupedLayout(shape.warps, bm, shape.stages, false, /*wgmma_f16=*/true);
+    EXPECT_EQ(l.x_f16 % 1024, 0);
+    EXPECT_GE(l.x_f16, l.tables + 16);
+    EXPECT_EQ(l.total, l.x_f16 + bm * 512);
+    const bool fits = l.total + 1024 <= 227 * 1024;  // + the wgmma alignment slack
+    EXPECT_EQ(fits, tile != Mxfp4GroupedTile::kW8M128) << Mxfp4GroupedTileName(tile);
+  }
+}
+
 TEST(Mxfp4GroupedGemmParamsTest, FragmentMappingComputesTheTileProduct) {
   // One stage (256 of K) of a 2-warp CTA's W tile (32 packed rows of 128
   // bytes; warp 1 = rows 16..31) and 24 X rows (tiles 0, 1 by ldmatrix.x4,
