@@ -415,34 +415,14 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
         WgmmaF16<kWarpM>::RS(a.hi, x_desc + static_cast<uint64_t>((at + 32) >> 4), d, true);
       };
       if (blocks == kBlocksPerStage) {
-        constexpr int kDepth = Fp8GemmWgmmaDepth(kWarpM);
-        F16A a[kDepth];
-        float p[kDepth][kP];
+        WgmmaBlocksInFlight<Fp8GemmWgmmaDepth(kWarpM), kBlocksPerStage, kP, F16A>(
+            make_a, issue, fold, [](F16A& a) {
 #pragma unroll
-        for (int j = 0; j < kDepth; ++j) make_a(j, a[j]);
-        WgmmaFence();
-#pragma unroll
-        for (int j = 0; j < kDepth; ++j) {
-          issue(j, a[j], p[j]);
-          WgmmaCommit();
-        }
-#pragma unroll
-        for (int j = 0; j < kBlocksPerStage; ++j) {
-          const int issued = min(kBlocksPerStage, j + kDepth);
-          WgmmaWait(issued - 1 - j);
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            PinRegister(a[j % kDepth].lo[q]);
-            PinRegister(a[j % kDepth].hi[q]);
-          }
-          fold(j, p[j % kDepth]);
-          if (j + kDepth < kBlocksPerStage) {
-            make_a(j + kDepth, a[j % kDepth]);
-            WgmmaFence();
-            issue(j + kDepth, a[j % kDepth], p[j % kDepth]);
-            WgmmaCommit();
-          }
-        }
+              for (int q = 0; q < 4; ++q) {
+                PinRegister(a.lo[q]);
+                PinRegister(a.hi[q]);
+              }
+            });
       } else {
         for (int j = 0; j < blocks; ++j) {  // the last stage of a K that is not a multiple of 128
           F16A a;

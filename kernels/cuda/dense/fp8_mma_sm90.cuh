@@ -192,6 +192,41 @@ __device__ __forceinline__ void WgmmaWait(int pending) {
   }
 }
 
+// kBlocks K blocks of wgmma block sums with A in registers, kDepth of them in
+// flight a warpgroup: make_a(j, a) makes block j's A registers, issue(j, a, p)
+// issues its wgmma group into p (committed here), fold(j, p) folds the sums
+// once they are retired, pin(a) keeps a's registers unmoved across the wait
+// (wgmma reads them asynchronously). Block j + kDepth's registers are made
+// and issued as soon as block j is folded, so the tensor cores run while the
+// warps fold.
+template <int kDepth, int kBlocks, int kP, typename ARegs, typename MakeA, typename Issue,
+          typename Fold, typename Pin>
+__device__ __forceinline__ void WgmmaBlocksInFlight(const MakeA& make_a, const Issue& issue,
+                                                    const Fold& fold, const Pin& pin) {
+  ARegs a[kDepth];
+  float p[kDepth][kP];
+#pragma unroll
+  for (int j = 0; j < kDepth; ++j) make_a(j, a[j]);
+  WgmmaFence();
+#pragma unroll
+  for (int j = 0; j < kDepth; ++j) {
+    issue(j, a[j], p[j]);
+    WgmmaCommit();
+  }
+#pragma unroll
+  for (int j = 0; j < kBlocks; ++j) {
+    WgmmaWait(min(kBlocks, j + kDepth) - 1 - j);
+    pin(a[j % kDepth]);
+    fold(j, p[j % kDepth]);
+    if (j + kDepth < kBlocks) {
+      make_a(j + kDepth, a[j % kDepth]);
+      WgmmaFence();
+      issue(j + kDepth, a[j % kDepth], p[j % kDepth]);
+      WgmmaCommit();
+    }
+  }
+}
+
 // d = A B for one K block of 32 over N X rows (N = 8 .. 128): A the
 // warpgroup's 64 W rows, either by descriptor (SS: K-major, 128-byte swizzle)
 // or as this warp's 16 rows in e4m3 registers (RS: the m16n8k32 A fragment),

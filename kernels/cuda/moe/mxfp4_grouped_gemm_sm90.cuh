@@ -521,33 +521,14 @@ __global__ void __launch_bounds__(kWarps * 32)
             }
           }
         };
-        // kDepth blocks in flight: block j + kDepth's A registers are made and
-        // its wgmma issued as soon as block j is folded (its registers free).
-        constexpr int kDepth = Mxfp4WgmmaDepth(kBm);
-        constexpr int kBlocks = kMxfp4GemmBlocksPerStage;
-        uint32_t a[kDepth][kARegs];
-        float p[kDepth][kP];
+        // Mxfp4WgmmaDepth blocks in flight: block j + depth's A registers are
+        // made and its wgmma issued as soon as block j is folded.
+        using ARegs = uint32_t[kARegs];
+        fp8::WgmmaBlocksInFlight<Mxfp4WgmmaDepth(kBm), kMxfp4GemmBlocksPerStage, kP, ARegs>(
+            make_a, issue, fold, [](ARegs& a) {
 #pragma unroll
-        for (int j = 0; j < kDepth; ++j) make_a(j, a[j]);
-        WgmmaFence();
-#pragma unroll
-        for (int j = 0; j < kDepth; ++j) {
-          issue(j, a[j], p[j]);
-          WgmmaCommit();
-        }
-#pragma unroll
-        for (int j = 0; j < kBlocks; ++j) {
-          WgmmaWait(min(kBlocks, j + kDepth) - 1 - j);
-#pragma unroll
-          for (int q = 0; q < kARegs; ++q) PinRegister(a[j % kDepth][q]);
-          fold(j, p[j % kDepth]);
-          if (j + kDepth < kBlocks) {
-            make_a(j + kDepth, a[j % kDepth]);
-            WgmmaFence();
-            issue(j + kDepth, a[j % kDepth], p[j % kDepth]);
-            WgmmaCommit();
-          }
-        }
+              for (int q = 0; q < kARegs; ++q) PinRegister(a[q]);
+            });
       } else {
 #pragma unroll
         for (int j = 0; j < kMxfp4GemmBlocksPerStage; ++j) {
