@@ -28,17 +28,6 @@
 namespace weir::kernels::cuda::dense {
 namespace fp8_gemm {
 
-// 16 bytes of shared memory in and out (kF16Wgmma's X widening).
-__device__ __forceinline__ void LoadShared128(uint32_t addr, uint32_t (&v)[4]) {
-  asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void StoreShared128(uint32_t addr, uint32_t a, uint32_t b, uint32_t c,
-                                               uint32_t d) {
-  asm volatile("st.shared.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(a), "r"(b), "r"(c), "r"(d)
-               : "memory");
-}
 struct KernelArgs {
   const uint8_t* x;         // [m, k]
   const uint8_t* x_scales;  // [m, k / 32]
@@ -363,13 +352,9 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
       for (int u0 = 0; u0 < kBm * 8; u0 += kThreads) {
         const int u = u0 + tid, row = u >> 3, q = u & 7;
         if (u < kBm * 8) {
-          uint32_t c[4];
-          LoadShared128(x_base + Fp8GemmSwizzledOffset(row, q), c);
-          StoreShared128(x16 + Fp8GemmF16XChunk(row, 2 * q, kBm), E4m3x2ToF16x2(c[0]),
-                         E4m3x2ToF16x2(c[1]), E4m3x2ToF16x2(c[2]), E4m3x2ToF16x2(c[3]));
-          StoreShared128(x16 + Fp8GemmF16XChunk(row, 2 * q + 1, kBm), E4m3x2ToF16x2(c[0] >> 16),
-                         E4m3x2ToF16x2(c[1] >> 16), E4m3x2ToF16x2(c[2] >> 16),
-                         E4m3x2ToF16x2(c[3] >> 16));
+          WidenCodesToF16Slots(x_base + Fp8GemmSwizzledOffset(row, q),
+                               x16 + Fp8GemmF16XChunk(row, 2 * q, kBm),
+                               x16 + Fp8GemmF16XChunk(row, 2 * q + 1, kBm));
         }
       }
       FenceSharedForAsyncProxy();

@@ -88,6 +88,32 @@ __device__ __forceinline__ uint32_t E4m3x2ToF16x2(uint32_t codes) {
   return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
 }
 
+// 16 bytes of shared memory as four words, in and out.
+__device__ __forceinline__ void LoadShared128(uint32_t addr, uint32_t (&v)[4]) {
+  asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void StoreShared128(uint32_t addr, uint32_t a, uint32_t b, uint32_t c,
+                                               uint32_t d) {
+  asm volatile("st.shared.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(a), "r"(b), "r"(c), "r"(d)
+               : "memory");
+}
+
+// The f16 wgmma maths' X widening: the 16 e4m3 codes at shared `src` (16 of
+// K of one X row) as f16 in the mma B fragment's K slots (WidenB's order):
+// the low code pairs of its four words to the 16 bytes at `dst_lo`, the high
+// pairs to those at `dst_hi`.
+__device__ __forceinline__ void WidenCodesToF16Slots(uint32_t src, uint32_t dst_lo,
+                                                     uint32_t dst_hi) {
+  uint32_t c[4];
+  LoadShared128(src, c);
+  StoreShared128(dst_lo, E4m3x2ToF16x2(c[0]), E4m3x2ToF16x2(c[1]), E4m3x2ToF16x2(c[2]),
+                 E4m3x2ToF16x2(c[3]));
+  StoreShared128(dst_hi, E4m3x2ToF16x2(c[0] >> 16), E4m3x2ToF16x2(c[1] >> 16),
+                 E4m3x2ToF16x2(c[2] >> 16), E4m3x2ToF16x2(c[3] >> 16));
+}
+
 // An m16n8k32 e4m3 fragment pair (A: 4 registers of 4 codes, B: 2) widened to
 // the two m16n8k16 f16 products that cover K 0-15 and 16-31. A thread's codes
 // k = 4t .. 4t+3 (t = lane % 4) land in the f16 slots 2t, 2t+1 and 2t+8,

@@ -91,18 +91,6 @@ __device__ __forceinline__ uint32_t LoadShared16(uint32_t addr) {
   return v;
 }
 
-__device__ __forceinline__ void LoadShared128(uint32_t addr, uint32_t (&v)[4]) {
-  asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
-               : "r"(addr));
-}
-
-__device__ __forceinline__ void StoreShared128(uint32_t addr, uint32_t a, uint32_t b, uint32_t c,
-                                               uint32_t d) {
-  asm volatile("st.shared.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(a), "r"(b), "r"(c), "r"(d)
-               : "memory");
-}
-
 // The wgmma form (kWgmma): sm_90a's asynchronous warpgroup MMA, the native
 // FP8 tensor-core path (mma.sync e4m3 is two f16 products on Hopper). One
 // m64nNk32 instruction over the tile's N X rows a K block (Wgmma<N>::RS), with
@@ -431,14 +419,9 @@ __global__ void __launch_bounds__(kWarps * 32)
         for (int u0 = 0; u0 < kBm * 16; u0 += kThreads) {
           const int u = u0 + tid, row = u >> 4, q = u & 15;
           if (u < kBm * 16 && row < tile_rows) {
-            uint32_t c[4];
-            LoadShared128(x_base + Mxfp4GroupedXOffset(row, q, kBm), c);
-            StoreShared128(xw_base + Mxfp4WgmmaF16XOffset(row, 2 * q, kBm),
-                           fp8::E4m3x2ToF16x2(c[0]), fp8::E4m3x2ToF16x2(c[1]),
-                           fp8::E4m3x2ToF16x2(c[2]), fp8::E4m3x2ToF16x2(c[3]));
-            StoreShared128(xw_base + Mxfp4WgmmaF16XOffset(row, 2 * q + 1, kBm),
-                           fp8::E4m3x2ToF16x2(c[0] >> 16), fp8::E4m3x2ToF16x2(c[1] >> 16),
-                           fp8::E4m3x2ToF16x2(c[2] >> 16), fp8::E4m3x2ToF16x2(c[3] >> 16));
+            fp8::WidenCodesToF16Slots(x_base + Mxfp4GroupedXOffset(row, q, kBm),
+                                      xw_base + Mxfp4WgmmaF16XOffset(row, 2 * q, kBm),
+                                      xw_base + Mxfp4WgmmaF16XOffset(row, 2 * q + 1, kBm));
           }
         }
         FenceSharedForAsyncProxy();
