@@ -565,18 +565,26 @@ TEST(Fp8BlockGemmTest, SplitKIsBoundedTileFreeAndBatchInvariant) {
   CheckARowIsBatchInvariantAtItsSplit(Fp8GemmMath::kMmaF16, 77, {8, 64, 200});
 }
 
+// The tiles that run the wgmma maths, and the shapes their tests take (one
+// row to 300, n and k not multiples of the tiles).
+std::vector<Fp8GemmTile> WgmmaTiles() {
+  std::vector<Fp8GemmTile> tiles;
+  for (Fp8GemmTile t : kFp8GemmTiles) {
+    if (Fp8GemmTileRunsWgmma(ShapeOfFp8GemmTile(t))) tiles.push_back(t);
+  }
+  return tiles;
+}
+constexpr Shape kWgmmaShapes[] = {{1, 1280, 5120}, {7, 100, 160},   {13, 257, 1056},
+                                  {33, 96, 2304},  {64, 130, 1280}, {300, 257, 1024}};
+
 // Fp8GemmMath::kWgmma: within its bound of the exact product, the same bits
 // on every tile that runs it, with both scale paths, with a split (fused or
 // not), and for a row alone or inside batches.
 TEST(Fp8BlockGemmTest, WgmmaIsBoundedTileFreeAndBatchInvariant) {
   constexpr Fp8GemmMath kW = Fp8GemmMath::kWgmma;
-  std::vector<Fp8GemmTile> tiles;
-  for (Fp8GemmTile t : kFp8GemmTiles) {
-    if (Fp8GemmTileRunsWgmma(ShapeOfFp8GemmTile(t))) tiles.push_back(t);
-  }
+  const std::vector<Fp8GemmTile> tiles = WgmmaTiles();
   ASSERT_EQ(tiles.size(), 6u);
-  for (const Shape& s : {Shape{1, 1280, 5120}, Shape{7, 100, 160}, Shape{13, 257, 1056},
-                         Shape{33, 96, 2304}, Shape{64, 130, 1280}, Shape{300, 257, 1024}}) {
+  for (const Shape& s : kWgmmaShapes) {
     const int64_t num_kt = (s.k + 127) / 128;
     for (int splits : {1, 3, ChooseFp8GemmSplits(s.n, s.k)}) {
       if (splits > num_kt) continue;
@@ -615,13 +623,9 @@ TEST(Fp8BlockGemmTest, WgmmaIsBoundedTileFreeAndBatchInvariant) {
 // (tensor_core_sum_probe_test: f16 wgmma sums as the mma.sync pair does).
 TEST(Fp8BlockGemmTest, WgmmaF16GivesTheMmaBitsOnEveryTile) {
   constexpr Fp8GemmMath kF = Fp8GemmMath::kWgmmaF16;
-  std::vector<Fp8GemmTile> tiles;
-  for (Fp8GemmTile t : kFp8GemmTiles) {
-    if (Fp8GemmTileRunsWgmma(ShapeOfFp8GemmTile(t))) tiles.push_back(t);
-  }
+  const std::vector<Fp8GemmTile> tiles = WgmmaTiles();
   ASSERT_EQ(tiles.size(), 6u);
-  for (const Shape& s : {Shape{1, 1280, 5120}, Shape{7, 100, 160}, Shape{13, 257, 1056},
-                         Shape{33, 96, 2304}, Shape{64, 130, 1280}, Shape{300, 257, 1024}}) {
+  for (const Shape& s : kWgmmaShapes) {
     const int64_t num_kt = (s.k + 127) / 128;
     for (int splits : {1, 3, ChooseFp8GemmSplits(s.n, s.k)}) {
       if (splits > num_kt) continue;
