@@ -119,6 +119,9 @@ ABSL_FLAG(bool, expert_wgmma_f16, false,
 ABSL_FLAG(bool, dense_wgmma_f16, false,
           "kFast: FP8 linears of more than 256 rows on wgmma f16, the mma pair's bits "
           "(DeviceDecoderOptions::dense_wgmma_f16).");
+ABSL_FLAG(bool, dense_wgmma_f16_decode, false,
+          "FP8 linears of at most 16 rows on f16 wgmma too, the same bits "
+          "(DeviceDecoderOptions::dense_wgmma_f16_decode).");
 ABSL_FLAG(bool, expert_prefill_tiles, true,
           "kFast with --expert_wgmma: prefill steps run the routed experts on the FP8 tile form "
           "(DeviceDecoderOptions::expert_prefill_tiles; the MXFP4 kernel's bits).");
@@ -466,6 +469,7 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       .expert_wgmma_f16 = absl::GetFlag(FLAGS_expert_wgmma_f16),
       .dense_wgmma = absl::GetFlag(FLAGS_dense_wgmma),
       .dense_wgmma_f16 = absl::GetFlag(FLAGS_dense_wgmma_f16),
+      .dense_wgmma_f16_decode = absl::GetFlag(FLAGS_dense_wgmma_f16_decode),
       .expert_prefill_tiles = absl::GetFlag(FLAGS_expert_prefill_tiles)};
   auto dd = weir::model::CreateSyntheticDeviceDecoder(c, options_precision(), options);
   WEIR_CHECK(dd.ok()) << dd.status();

@@ -133,6 +133,8 @@ absl::StatusOr<DecodeNumerics> ParseDecodeNumerics(std::string_view name);
 // Rows above which DeviceDecoderOptions::dense_wgmma_f16 takes a linear to
 // f16 wgmma (its 128 x 128 tile).
 inline constexpr int64_t kDenseWgmmaF16MinRows = 256;
+// Rows up to which DeviceDecoderOptions::dense_wgmma_f16_decode does.
+inline constexpr int64_t kDenseWgmmaF16DecodeRows = 16;
 
 struct DeviceDecoderOptions {
   int device = 0;
@@ -284,6 +286,11 @@ struct DeviceDecoderOptions {
   // as the mma pair (kernels/cuda/dense/tensor_core_sum_probe_test), so a
   // choice of speed only.
   bool dense_wgmma_f16 = false;
+  // kFast FP8 linears of at most kDenseWgmmaF16DecodeRows rows (decode
+  // steps) on the same f16 wgmma (kN64M8 / kN64M16): the same bits, a choice
+  // of speed only. Off: slower than the mma tiles (EP8 slice of V4.1-Flash,
+  // 2026-12-04: 12.66 - 12.75 against 11.95 - 12.03 ms at batch 1).
+  bool dense_wgmma_f16_decode = false;
   // kFast: steps whose local experts get at least kExpertTileFormRows rows
   // each (prefill chunks) run the routed experts on Fp8BlockGemm over the
   // weights converted each step to the FP8 tile form

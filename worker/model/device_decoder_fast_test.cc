@@ -553,8 +553,10 @@ TEST(DeviceDecoderFastTest, SmallBf16IsBatchInvariant) { CheckBatchInvariance(fa
 // Prefill-sized steps on f16 wgmma (dense_wgmma_f16 takes the FP8 linears
 // of more than kDenseWgmmaF16MinRows rows to the 128 x 128 wgmma tile,
 // expert_wgmma_f16 the routed experts' MXFP4 kernel, and the tile form's
-// dense products at 100 rows an expert): the default decoder's logits bit
-// for bit, for a 400-row chunk of one sequence and the decode steps after it.
+// dense products at 100 rows an expert), the decode steps' linears too
+// (dense_wgmma_f16_decode: kN64M8 on f16 wgmma against the mma kernel's
+// decode tile): the default decoder's logits bit for bit, for a 400-row
+// chunk of one sequence and the decode steps after it.
 TEST(DeviceDecoderFastTest, SmallBf16WgmmaF16PrefillGivesTheMmaBits) {
   const Checkpoint* small = SmallCheckpoint(3);
   ASSERT_NE(small, nullptr);
@@ -570,6 +572,7 @@ TEST(DeviceDecoderFastTest, SmallBf16WgmmaF16PrefillGivesTheMmaBits) {
   DeviceDecoderOptions f16 = mma;
   f16.dense_wgmma_f16 = true;  // the linears and the experts' tile form
   f16.expert_wgmma_f16 = true;
+  f16.dense_wgmma_f16_decode = true;
   const std::vector<int64_t> prompt = RandomTokens(kChunk, 41, v - 1);
   std::vector<std::vector<float>> got[2];
   int which = 0;

@@ -779,10 +779,11 @@ struct DeviceDecoder::Impl {
     // dense_wgmma_f16: the mma pair's bits on f16 wgmma where a call has
     // more than kDenseWgmmaF16MinRows rows (prefill chunks): a choice of speed
     // only, so a row's bits never depend on it.
+    const bool f16_wgmma = (options.dense_wgmma_f16 && p.m > kDenseWgmmaF16MinRows) ||
+                           (options.dense_wgmma_f16_decode && p.m <= kDenseWgmmaF16DecodeRows);
     p.math = options.dense_wgmma ? dense::Fp8GemmMath::kWgmma
-             : options.dense_wgmma_f16 && p.m > kDenseWgmmaF16MinRows
-                 ? dense::Fp8GemmMath::kWgmmaF16
-                 : dense::Fp8GemmMath::kMmaF16;
+             : f16_wgmma         ? dense::Fp8GemmMath::kWgmmaF16
+                                 : dense::Fp8GemmMath::kMmaF16;
     p.prefetch_weights = options.weight_prefetch;
     p.k_splits = dense::ChooseFp8GemmSplits(p.n, p.k, split_groups > 0 ? split_groups : p.groups);
     if (p.k_splits > 1) {

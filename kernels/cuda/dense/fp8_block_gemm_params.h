@@ -281,6 +281,13 @@ WEIR_FP8_GEMM_HD constexpr int Fp8GemmF16XChunk(int row, int chunk, int block_m)
   return (chunk >> 3) * block_m * 128 + Fp8GemmSwizzledOffset(row, chunk & 7);
 }
 
+// The offset of the same fragment row's source for K block j of a stage,
+// from its offset for block 0 (Fp8GemmALdmatrixSource / Fp8GemmBLdmatrixSource
+// give chunk 2 j + c with c in {0, 1}): 2 j and c are disjoint bits, so the
+// swizzled chunk (2 j + c) ^ key is (c ^ key) ^ 2 j, and the row's base is a
+// multiple of 128. fp8_block_gemm_params_test checks it on every row.
+WEIR_FP8_GEMM_HD constexpr int Fp8GemmBlockSource(int offset0, int j) { return offset0 ^ (j << 5); }
+
 struct Fp8GemmRowChunk {
   int row;    // row inside the 16-row (A) or 16-row pair-of-8 (B) fragment tile
   int chunk;  // 16-byte chunk of the stage row

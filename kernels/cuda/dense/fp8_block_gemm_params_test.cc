@@ -213,6 +213,28 @@ TEST(Fp8BlockGemmParamsTest, SwizzleIsABijectionAndConflictFree) {
 // kWgmmaF16's f16 X tile: every (row, chunk) its own 16 bytes inside
 // block_m x 256 bytes, on a 1024-byte boundary after the rest of the tile's
 // shared memory, and the whole within an SM's 227 KB on every wgmma tile.
+// The kernel takes a fragment row's ldmatrix source of K block j from its
+// block-0 source (Fp8GemmBlockSource); it must be the swizzled offset of the
+// block's own chunk for every lane, block and 8-aligned row base.
+TEST(Fp8BlockGemmParamsTest, BlockSourcesFollowFromBlockZero) {
+  for (int base = 0; base < 256; base += 8) {
+    for (int lane = 0; lane < 32; ++lane) {
+      const Fp8GemmRowChunk a0 = Fp8GemmALdmatrixSource(lane, 0);
+      const Fp8GemmRowChunk b0 = Fp8GemmBLdmatrixSource(lane, 0);
+      const int a_off = Fp8GemmSwizzledOffset(2 * base + a0.row, a0.chunk);  // 16-row tiles
+      const int b_off = Fp8GemmSwizzledOffset(base + b0.row, b0.chunk);
+      for (int j = 0; j < kFp8GemmStageK / kFp8GemmScaleBlock; ++j) {
+        const Fp8GemmRowChunk a = Fp8GemmALdmatrixSource(lane, j);
+        const Fp8GemmRowChunk b = Fp8GemmBLdmatrixSource(lane, j);
+        EXPECT_EQ(Fp8GemmBlockSource(a_off, j), Fp8GemmSwizzledOffset(2 * base + a.row, a.chunk))
+            << "A lane " << lane << " block " << j << " base " << 2 * base;
+        EXPECT_EQ(Fp8GemmBlockSource(b_off, j), Fp8GemmSwizzledOffset(base + b.row, b.chunk))
+            << "B lane " << lane << " block " << j << " base " << base;
+      }
+    }
+  }
+}
+
 TEST(Fp8BlockGemmParamsTest, WgmmaF16XTileIsABijectionAndFits) {
   for (Fp8GemmTile tile : kFp8GemmTiles) {
     const Fp8GemmTileShape shape = ShapeOfFp8GemmTile(tile);

@@ -183,6 +183,17 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
   static_assert(!(kWgmma && kF16Wgmma), "one math");
 
   constexpr bool kTma = Fp8GemmUsesTma(kBm, kAsyncScales, kWgmma || kF16Wgmma);
+  // The mma tiles of at most 16 X rows (decode; kLean) take fewer
+  // instructions a stage, with the same data in the same places: copy
+  // sources held in registers, a whole stage copied without K tests, the
+  // ldmatrix sources of every K block derived from block 0's, scales decoded
+  // by a shift when normal, and with one 8-row X tile a warp
+  // (kDirectXScales) each lane decodes the two X rows it folds in registers
+  // instead of through the shared scratch. Measured on the H200 (README):
+  // faster at 1 - 8 rows, slower on the 32- and 64-row tiles, which keep the
+  // plain path.
+  constexpr bool kLean = !kWgmma && !kF16Wgmma && !kTma && kBm <= 16;
+  constexpr bool kDirectXScales = kLean && kNi == 1;
   // kTma: ring slot s's full barrier (one arrival with the expected bytes).
   __shared__ __align__(8) uint64_t full_bar[kTma ? kStages : 1];
   extern __shared__ __align__(128) uint8_t smem_raw[];
@@ -216,8 +227,12 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
   const int64_t n_groups = (args.n + 31) / 32;
 
   // Per-thread copy sources, fixed for the whole K loop.
-  const StageRowCopies<kWChunks, kThreads> w_rows(args.w, k, n0, args.n, tid);
-  const StageRowCopies<kXChunks, kThreads, kBm> x_rows(args.x, k, m0, args.m, tid);
+  StageRowCopies<kWChunks, kThreads> w_rows(args.w, k, n0, args.n, tid);
+  StageRowCopies<kXChunks, kThreads, kBm> x_rows(args.x, k, m0, args.m, tid);
+  if constexpr (kLean) {
+    w_rows.Keep();
+    x_rows.Keep();
+  }
   // Scale rows this thread copies when kAsyncScales: X rows first, then the
   // weight scale rows; their stage word sits at offset 4 kt of the row.
   const uint8_t* s_src[kAsyncScaleRows];
@@ -255,8 +270,13 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
                     grouped.x_stride != 0 ? static_cast<int>(group) : 0);
       }
     } else {
-      w_rows.Copy(SharedAddress(w_tiles) + slot * kWTile, k_base, k_left);
-      x_rows.Copy(SharedAddress(x_tiles) + slot * kXTile, k_base, k_left);
+      if (kLean && k_left >= kStageK) {
+        w_rows.CopyWhole(SharedAddress(w_tiles) + slot * kWTile, k_base);
+        x_rows.CopyWhole(SharedAddress(x_tiles) + slot * kXTile, k_base);
+      } else {
+        w_rows.Copy(SharedAddress(w_tiles) + slot * kWTile, k_base, k_left);
+        x_rows.Copy(SharedAddress(x_tiles) + slot * kXTile, k_base, k_left);
+      }
     }
     if constexpr (kAsyncScales) {  // unused rows read as code 0; their products are dropped
 #pragma unroll
@@ -301,6 +321,24 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
 
   float acc[kMi][kNi][4];
   ZeroAccumulators(acc);
+  // The mma path's ldmatrix sources of K block 0 in a ring slot's W and X
+  // tiles (block j's: Fp8GemmBlockSource), fixed for the whole K loop.
+  uint32_t a_src[kMi];
+#pragma unroll
+  for (int mi = 0; mi < kMi; ++mi) {
+    const Fp8GemmRowChunk s = Fp8GemmALdmatrixSource(lane, 0);
+    a_src[mi] = Fp8GemmSwizzledOffset(warp_n0 + mi * 16 + s.row, s.chunk);
+  }
+  uint32_t b_src[(kNi + 1) / 2];
+#pragma unroll
+  for (int ni = 0; ni + 1 < kNi; ni += 2) {
+    const Fp8GemmRowChunk s = Fp8GemmBLdmatrixSource(lane, 0);
+    b_src[ni / 2] = Fp8GemmSwizzledOffset(warp_m0 + ni * 8 + s.row, s.chunk);
+  }
+  if constexpr (kNi % 2 == 1) {  // ldmatrix.x2: lanes 0..15 give the addresses
+    const Fp8GemmRowChunk s = Fp8GemmBLdmatrixSource(lane & 15, 0);
+    b_src[kNi / 2] = Fp8GemmSwizzledOffset(warp_m0 + (kNi - 1) * 8 + s.row, s.chunk);
+  }
 
   // Folds the K blocks of ring slot `slot` (the first `blocks` of its 4) into acc.
   auto compute = [&](int slot, int blocks) {
@@ -319,8 +357,19 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
     // kWgmma: a warp's 16 W rows share one weight scale a block, so the
     // scratch holds sx * sw (exact: powers of two; the product the mma path
     // forms in PromoteBlock).
+    // One 8-row mma tile a warp (kDirectXScales): each lane decodes the two
+    // X rows it folds (2t, 2t + 1) itself, in registers, instead.
+    float xs_direct[2][kBlocksPerStage];
+    if constexpr (kDirectXScales) {
 #pragma unroll
-    for (int r = lane; r < kWarpM; r += 32) {
+      for (int h = 0; h < 2; ++h) {
+        ScalesOf(LoadShared32(SharedAddress(x_sc) + slot * kXScaleBytes +
+                              (warp_m0 + Fp8GemmAccumulatorCoord(lane, h).m) * 4),
+                 xs_direct[h]);
+      }
+    }
+#pragma unroll
+    for (int r = lane; r < (kDirectXScales ? 0 : kWarpM); r += 32) {
       const uint32_t word =
           LoadShared32(SharedAddress(x_sc) + slot * kXScaleBytes + (warp_m0 + r) * 4);
       if ((kWgmma || kF16Wgmma) && NormalScales(word) && NormalScales(w_word[0])) {
@@ -341,7 +390,7 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
         }
       }
     }
-    __syncwarp();
+    if constexpr (!kDirectXScales) __syncwarp();
     // kF16Wgmma: the stage's X rows widened to f16 once for the CTA (a unit
     // is 16 codes: their low pairs to chunk 2q, their high pairs to 2q + 1),
     // then published to wgmma's async proxy. Every warp waited for its
@@ -467,37 +516,68 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
         }
       }
     } else {
+      [[maybe_unused]] float wf[kMi][kBlocksPerStage];
+      if constexpr (kLean) {
+#pragma unroll
+        for (int mi = 0; mi < kMi; ++mi) ScalesOf(w_word[mi], wf[mi]);
+      }
 #pragma unroll
       for (int j = 0; j < kBlocksPerStage; ++j) {
         if (j >= blocks) break;  // uniform over the CTA: only in the last stage
         uint32_t raw[kNi][2];
-        LoadXFragments<kNi>(x_base, warp_m0, lane, j, raw);
+        if constexpr (kLean) {
+#pragma unroll
+          for (int ni = 0; ni + 1 < kNi; ni += 2) {
+            LdMatrixX4(x_base + Fp8GemmBlockSource(b_src[ni / 2], j), raw[ni][0], raw[ni][1],
+                       raw[ni + 1][0], raw[ni + 1][1]);
+          }
+          if constexpr (kNi % 2 == 1) {
+            LdMatrixX2(x_base + Fp8GemmBlockSource(b_src[kNi / 2], j), raw[kNi - 1][0],
+                       raw[kNi - 1][1]);
+          }
+        } else {
+          LoadXFragments<kNi>(x_base, warp_m0, lane, j, raw);
+        }
         F16B b[kNi];
 #pragma unroll
         for (int ni = 0; ni < kNi; ++ni) b[ni] = WidenB(raw[ni][0], raw[ni][1]);
         float xf[kNi][2];  // X scales of this thread's two output columns per tile
 #pragma unroll
         for (int ni = 0; ni < kNi; ++ni) {
-          const float2 f = LoadSharedF32x2(
-              x_scales_f + (j * kWarpM + ni * 8 + Fp8GemmAccumulatorCoord(lane, 0).m) * 4);
-          xf[ni][0] = f.x;  // row 2t
-          xf[ni][1] = f.y;  // row 2t + 1
+          if constexpr (kDirectXScales) {
+            xf[ni][0] = xs_direct[0][j];
+            xf[ni][1] = xs_direct[1][j];
+          } else {
+            const float2 f = LoadSharedF32x2(
+                x_scales_f + (j * kWarpM + ni * 8 + Fp8GemmAccumulatorCoord(lane, 0).m) * 4);
+            xf[ni][0] = f.x;  // row 2t
+            xf[ni][1] = f.y;  // row 2t + 1
+          }
         }
 #pragma unroll
         for (int mi = 0; mi < kMi; ++mi) {
           uint32_t a8[4];
-          const Fp8GemmRowChunk src = Fp8GemmALdmatrixSource(lane, j);
-          LdMatrixX4(w_base + Fp8GemmSwizzledOffset(warp_n0 + mi * 16 + src.row, src.chunk), a8[0],
-                     a8[1], a8[2], a8[3]);
+          if constexpr (kLean) {
+            LdMatrixX4(w_base + Fp8GemmBlockSource(a_src[mi], j), a8[0], a8[1], a8[2], a8[3]);
+          } else {
+            const Fp8GemmRowChunk src = Fp8GemmALdmatrixSource(lane, j);
+            LdMatrixX4(w_base + Fp8GemmSwizzledOffset(warp_n0 + mi * 16 + src.row, src.chunk),
+                       a8[0], a8[1], a8[2], a8[3]);
+          }
           const F16A a = WidenA(a8);
-          const float wf = ScaleOf(w_word[mi], j);
+          float w;
+          if constexpr (kLean) {
+            w = wf[mi][j];
+          } else {
+            w = ScaleOf(w_word[mi], j);
+          }
 #pragma unroll
           for (int ni = 0; ni < kNi; ++ni) {
             float p[4];
             BlockSum(a, b[ni], p);
             // sx * sw is a product of powers of two: exact, so p * (sx * sw) is
             // too, and the fma rounds once, exactly like acc + p * sx * sw.
-            PromoteBlock(acc[mi][ni], p, make_float2(wf, wf), make_float2(xf[ni][0], xf[ni][1]));
+            PromoteBlock(acc[mi][ni], p, make_float2(w, w), make_float2(xf[ni][0], xf[ni][1]));
           }
         }
       }

@@ -457,6 +457,18 @@ __device__ __forceinline__ float NormalScaleOf(uint32_t word, int j) {
   return __uint_as_float(((word >> (8 * j)) & 0xFFu) << 23);
 }
 
+// The four scales of `word` as ScaleOf gives them: by NormalScaleOf when all
+// four are normal (one test a word instead of two selects a scale).
+__device__ __forceinline__ void ScalesOf(uint32_t word, float (&s)[4]) {
+  if (NormalScales(word)) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) s[j] = NormalScaleOf(word, j);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) s[j] = ScaleOf(word, j);
+  }
+}
+
 // d (+)= A B over one K half of 16 as wgmma m64nNk16 with f16 operands and
 // fp32 accumulation (N = 8 .. 128): A this warp's 16 rows of the
 // warpgroup's 64 in the mma.sync m16n8k16 A fragment (registers), B the N X
@@ -664,6 +676,17 @@ struct StageRowCopies {
     }
   }
 
+  // Makes the copies' sources and destinations opaque to the compiler (no
+  // instruction of its own): called once before a K loop, it keeps ptxas
+  // from recomputing them from the thread index in every stage.
+  __device__ __forceinline__ void Keep() {
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {
+      asm volatile("" : "+r"(dst[i]));
+      asm volatile("" : "+l"(src[i]));
+    }
+  }
+
   // Copies the stage starting `offset` bytes into each row into the tile at
   // shared address `tile`; bytes at or past `left` (from `offset`) are
   // zero-filled.
@@ -675,6 +698,18 @@ struct StageRowCopies {
       }
       const bool valid = row_ok[i] && col[i] < left;
       CpAsync16(tile + dst[i], valid ? src[i] + offset : src[i], valid);
+    }
+  }
+  // Copy with all 128 bytes of the stage inside K. A row past `rows` copies
+  // nothing; its source (row 0, `offset` + its column) is still inside the
+  // operand, so no select is needed.
+  __device__ __forceinline__ void CopyWhole(uint32_t tile, int64_t offset) const {
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {
+      if constexpr (kPartial) {
+        if (!in_tile[i]) continue;
+      }
+      CpAsync16(tile + dst[i], src[i] + offset, row_ok[i]);
     }
   }
 };
