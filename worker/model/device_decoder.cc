@@ -251,6 +251,9 @@ absl::StatusOr<std::unique_ptr<DeviceDecoder>> DeviceDecoder::Impl::Build(
   WEIR_DD_CUDA("stream", cudaStreamCreateWithFlags(&m.side, cudaStreamNonBlocking));
   WEIR_DD_CUDA("event", cudaEventCreateWithFlags(&m.fork_ev, cudaEventDisableTiming));
   WEIR_DD_CUDA("event", cudaEventCreateWithFlags(&m.join_ev, cudaEventDisableTiming));
+  WEIR_DD_CUDA("stream", cudaStreamCreateWithFlags(&m.mix_side, cudaStreamNonBlocking));
+  WEIR_DD_CUDA("event", cudaEventCreateWithFlags(&m.mix_fork_ev, cudaEventDisableTiming));
+  WEIR_DD_CUDA("event", cudaEventCreateWithFlags(&m.mix_join_ev, cudaEventDisableTiming));
   WEIR_DD_CUDA("event", cudaEventCreate(&m.ev_begin));
   WEIR_DD_CUDA("event", cudaEventCreate(&m.ev_end));
   Region measure;

@@ -550,6 +550,55 @@ void CheckBatchInvariance(bool expert_wgmma, bool dense_wgmma = false) {
 
 TEST(DeviceDecoderFastTest, SmallBf16IsBatchInvariant) { CheckBatchInvariance(false); }
 
+// The step's parallel paths (concurrent_branches: the shared expert, the
+// window KV and compressor, and each sublayer's mHC mix beside the Collapse
+// and the sublayer) change the order of launches, not their arithmetic: the
+// logits equal those of one stream bit for bit, for a prompt chunk and the
+// decode steps after it, in graphs.
+TEST(DeviceDecoderFastTest, SmallBf16ParallelBranchesGiveTheOneStreamBits) {
+  const Checkpoint* small = SmallCheckpoint(3);
+  ASSERT_NE(small, nullptr);
+  const int64_t v = small->config().vocab_size;
+  auto cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
+  ASSERT_NE(cpu, nullptr);
+  constexpr int kChunk = 40;
+  DeviceDecoderOptions branches{.numerics = DecodeNumerics::kFast,
+                                .max_sequences = 3,
+                                .max_positions = kChunk + 16,
+                                .max_batch = kChunk,
+                                .max_rows_per_slot = kChunk};
+  DeviceDecoderOptions one = branches;
+  one.concurrent_branches = false;
+  const std::vector<int64_t> prompt = RandomTokens(kChunk, 43, v - 1);
+  std::vector<std::vector<float>> got[2];
+  int which = 0;
+  for (const DeviceDecoderOptions& o : {branches, one}) {
+    auto dd = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, o);
+    ASSERT_TRUE(dd.ok()) << dd.status();
+    for (int slot : {1, 2}) {
+      ASSERT_TRUE((*dd)->Start(slot).ok());
+      auto rows = (*dd)->StepRows(std::vector<int>(kChunk, slot), prompt, std::nullopt);
+      ASSERT_TRUE(rows.ok()) << rows.status();
+      got[which].emplace_back(rows->begin(), rows->end());
+    }
+    for (int step = 0; step < 4; ++step) {
+      auto r = (*dd)->StepRows(std::vector<int>{1, 2},
+                               std::vector<int64_t>{3 + step, 11 + 2 * step}, std::nullopt);
+      ASSERT_TRUE(r.ok()) << r.status();
+      got[which].emplace_back(r->begin(), r->end());
+    }
+    ++which;
+  }
+  ASSERT_EQ(got[0].size(), got[1].size());
+  int differing = 0;
+  for (size_t i = 0; i < got[0].size(); ++i) {
+    ASSERT_EQ(got[0][i].size(), got[1][i].size());
+    differing +=
+        std::memcmp(got[0][i].data(), got[1][i].data(), got[0][i].size() * sizeof(float)) != 0;
+  }
+  EXPECT_EQ(differing, 0) << "of " << got[0].size() << " steps";
+}
+
 // Prefill-sized steps on f16 wgmma (dense_wgmma_f16 takes the FP8 linears
 // of more than kDenseWgmmaF16MinRows rows to the 128 x 128 wgmma tile,
 // expert_wgmma_f16 the routed experts' MXFP4 kernel, and the tile form's

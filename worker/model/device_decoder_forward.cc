@@ -457,13 +457,13 @@ absl::Status DeviceDecoder::Impl::Enqueue(int64_t b, int64_t head_b, bool runs) 
                                         stream));
       }
       Mark("mhc");
-      RETURN_IF_ERROR(Mix(L.hc_attn, b, ca));
+      RETURN_IF_ERROR(MixBeside(L.hc_attn, b, ca));
       // h's FP8 form in the collapse's launch when wq_a reads it as FP8.
       RETURN_IF_ERROR(Collapse(pre, b, L.attn_norm, L.wq_a.codes != nullptr));
       RETURN_IF_ERROR(Attention(l, b)) << "layer " << l;
       Mark("mhc");
       RETURN_IF_ERROR(Expand(ca, b));
-      RETURN_IF_ERROR(Mix(L.hc_ffn, b, cf));
+      RETURN_IF_ERROR(MixBeside(L.hc_ffn, b, cf));
       RETURN_IF_ERROR(Collapse(ca.pre, b, L.ffn_norm, L.sw1.codes != nullptr));
       RETURN_IF_ERROR(Moe(l, b)) << "layer " << l;
       Mark("mhc");
@@ -494,6 +494,10 @@ absl::Status DeviceDecoder::Impl::Enqueue(int64_t b, int64_t head_b, bool runs) 
     }
     return HeadProduct(head, hx, b, logits);
   }();
+  if (mix_pending) {  // a step that failed between a MixBeside and its Expand
+    cudaStreamWaitEvent(stream, mix_join_ev, 0);
+    mix_pending = false;
+  }
   x = x0;  // the same buffers start every step (graphs bake the pointers in)
   x2 = x20;
   return st;

@@ -347,6 +347,11 @@ struct DeviceDecoder::Impl {
   // forked from `stream` and joined again within the step.
   cudaStream_t side = nullptr;
   cudaEvent_t fork_ev = nullptr, join_ev = nullptr;
+  // MixBeside's path: the next Expand waits for mix_join_ev while
+  // mix_pending.
+  cudaStream_t mix_side = nullptr;
+  cudaEvent_t mix_fork_ev = nullptr, mix_join_ev = nullptr;
+  bool mix_pending = false;
   char* arena = nullptr;
   size_t weight_bytes = 0, pool_bytes = 0, arena_bytes = 0;
   std::vector<DeviceKvPool> kv_pools;  // filled by Layout
@@ -561,6 +566,9 @@ struct DeviceDecoder::Impl {
     if (fork_ev != nullptr) cudaEventDestroy(fork_ev);
     if (join_ev != nullptr) cudaEventDestroy(join_ev);
     if (side != nullptr) cudaStreamDestroy(side);
+    if (mix_fork_ev != nullptr) cudaEventDestroy(mix_fork_ev);
+    if (mix_join_ev != nullptr) cudaEventDestroy(mix_join_ev);
+    if (mix_side != nullptr) cudaStreamDestroy(mix_side);
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
 
@@ -970,7 +978,29 @@ struct DeviceDecoder::Impl {
                                    stream));
     return Norm(h, norm_weight, b, c.dim, /*round=*/true, &h_in, fp8);
   }
+  // The mHC coefficients of the sublayer about to run are first read by the
+  // Expand after it (its Collapse takes the previous coefficients' pre), so
+  // with parallel branches (kFast) MixBeside enqueues their Mix on a path of
+  // the step's graph of its own (mix_side), forked here and joined at the
+  // next Expand, beside the Collapse and the sublayer instead of before them.
+  // Without branches, Mix at once.
+  absl::Status MixBeside(const HcDev& hc, int64_t b, const Coeffs& out) {
+    if (!Branches()) return Mix(hc, b, out);
+    WEIR_DD_CUDA("mix fork", cudaEventRecord(mix_fork_ev, stream));
+    WEIR_DD_CUDA("mix fork", cudaStreamWaitEvent(mix_side, mix_fork_ev, 0));
+    std::swap(stream, mix_side);
+    const absl::Status enqueued = Mix(hc, b, out);
+    std::swap(stream, mix_side);
+    RETURN_IF_ERROR(enqueued);
+    WEIR_DD_CUDA("mix join", cudaEventRecord(mix_join_ev, mix_side));
+    mix_pending = true;
+    return absl::OkStatus();
+  }
   absl::Status Expand(const Coeffs& coeff, int64_t b) {
+    if (mix_pending) {  // MixBeside's coefficients
+      WEIR_DD_CUDA("mix join", cudaStreamWaitEvent(stream, mix_join_ev, 0));
+      mix_pending = false;
+    }
     RETURN_IF_ERROR(kc::HcExpand({.x = x, .y = y, .post = coeff.post, .comb = coeff.comb,
                                   .out = x2, .tokens = b, .dim = c.dim,
                                   .hc_mult = static_cast<int>(c.hc_mult), .round_bf16 = bf16()},
