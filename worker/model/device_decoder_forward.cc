@@ -438,12 +438,22 @@ absl::Status DeviceDecoder::Impl::Enqueue(int64_t b, int64_t head_b, bool runs) 
                                        .copies = static_cast<int>(c.hc_mult)},
                                       stream));
     const float* pre = identity_pre;
+    // kFast: the Expand ending a layer runs in the next layer's attention
+    // Collapse (one launch, Collapse's `expand`), unless Engram changes the
+    // streams between them.
+    const Coeffs* expand = nullptr;
     for (int l = 0; l < c.n_layers; ++l) {
       const LayerDev& L = layers[l];
       if (roles[l].has_engram) {
+        if (expand != nullptr) RETURN_IF_ERROR(Expand(*expand, b));
+        expand = nullptr;
         Mark("engram");
         RETURN_IF_ERROR(Engram(l, b)) << "layer " << l;
       }
+      Mark("mhc");
+      // h's FP8 form in the collapse's launch when wq_a reads it as FP8.
+      RETURN_IF_ERROR(Collapse(pre, b, L.attn_norm, L.wq_a.codes != nullptr, expand));
+      expand = nullptr;
       // DSpark targets: the layer's input, the mean over its streams.
       for (size_t t = 0; options.drafting && t < c.dspark_target_layer_ids.size(); ++t) {
         if (c.dspark_target_layer_ids[t] != l) continue;
@@ -456,19 +466,18 @@ absl::Status DeviceDecoder::Impl::Enqueue(int64_t b, int64_t head_b, bool runs) 
                                          .out_stride = width},
                                         stream));
       }
-      Mark("mhc");
       RETURN_IF_ERROR(MixBeside(L.hc_attn, b, ca));
-      // h's FP8 form in the collapse's launch when wq_a reads it as FP8.
-      RETURN_IF_ERROR(Collapse(pre, b, L.attn_norm, L.wq_a.codes != nullptr));
       RETURN_IF_ERROR(Attention(l, b)) << "layer " << l;
       Mark("mhc");
-      RETURN_IF_ERROR(Expand(ca, b));
+      RETURN_IF_ERROR(Collapse(ca.pre, b, L.ffn_norm, L.sw1.codes != nullptr, &ca));
       RETURN_IF_ERROR(MixBeside(L.hc_ffn, b, cf));
-      RETURN_IF_ERROR(Collapse(ca.pre, b, L.ffn_norm, L.sw1.codes != nullptr));
       RETURN_IF_ERROR(Moe(l, b)) << "layer " << l;
-      Mark("mhc");
-      RETURN_IF_ERROR(Expand(cf, b));
+      expand = &cf;
       pre = cf.pre;
+    }
+    if (expand != nullptr) {
+      Mark("mhc");
+      RETURN_IF_ERROR(Expand(*expand, b));
     }
     if (options.drafting) {
       Mark("dspark.rings");
@@ -494,10 +503,7 @@ absl::Status DeviceDecoder::Impl::Enqueue(int64_t b, int64_t head_b, bool runs) 
     }
     return HeadProduct(head, hx, b, logits);
   }();
-  if (mix_pending) {  // a step that failed between a MixBeside and its Expand
-    cudaStreamWaitEvent(stream, mix_join_ev, 0);
-    mix_pending = false;
-  }
+  JoinMix();  // a step that failed between a MixBeside and its Expand
   x = x0;  // the same buffers start every step (graphs bake the pointers in)
   x2 = x20;
   return st;

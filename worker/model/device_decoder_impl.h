@@ -352,6 +352,7 @@ struct DeviceDecoder::Impl {
   cudaStream_t mix_side = nullptr;
   cudaEvent_t mix_fork_ev = nullptr, mix_join_ev = nullptr;
   bool mix_pending = false;
+  bool expanded_ = false;  // ExpandForCollapse made the collapse too
   char* arena = nullptr;
   size_t weight_bytes = 0, pool_bytes = 0, arena_bytes = 0;
   std::vector<DeviceKvPool> kv_pools;  // filled by Layout
@@ -950,7 +951,16 @@ struct DeviceDecoder::Impl {
   // HcCollapse then RmsNorm; the same bits either way. h_in is bound to h
   // afterwards; with `fp8` (an FP8 product reads h next) h's FP8 form is
   // made in the same launch where NormMakesFp8.
-  absl::Status Collapse(const float* pre, int64_t b, const float* norm_weight, bool fp8 = false) {
+  //
+  // With `expand` (kFast): Expand(*expand, b) first, the streams the collapse
+  // reads, in the same launch where HcExpandCollapseNorm takes both.
+  absl::Status Collapse(const float* pre, int64_t b, const float* norm_weight, bool fp8 = false,
+                        const Coeffs* expand = nullptr) {
+    if (expand != nullptr) RETURN_IF_ERROR(ExpandForCollapse(*expand, pre, b, norm_weight, fp8));
+    if (expand != nullptr && expanded_) {
+      expanded_ = false;
+      return absl::OkStatus();
+    }
     kc::HcCollapseNormParams fused{.x = x,
                                    .pre = pre,
                                    .weight = norm_weight,
@@ -978,6 +988,46 @@ struct DeviceDecoder::Impl {
                                    stream));
     return Norm(h, norm_weight, b, c.dim, /*round=*/true, &h_in, fp8);
   }
+  // Collapse's `expand`: the fused launch when it takes the call (then
+  // expanded_ is set and h, h_in are bound as Collapse binds them), else
+  // Expand alone.
+  absl::Status ExpandForCollapse(const Coeffs& coeff, const float* pre, int64_t b,
+                                 const float* norm_weight, bool fp8) {
+    expanded_ = false;
+    if (!fast()) return Expand(coeff, b);
+    JoinMix();
+    const kc::HcExpandParams e{.x = x,
+                               .y = y,
+                               .post = coeff.post,
+                               .comb = coeff.comb,
+                               .out = x2,
+                               .tokens = b,
+                               .dim = c.dim,
+                               .hc_mult = static_cast<int>(c.hc_mult),
+                               .round_bf16 = bf16()};
+    kc::HcCollapseNormParams n{.x = x2,
+                               .pre = pre,
+                               .weight = norm_weight,
+                               .out = h,
+                               .tokens = b,
+                               .dim = c.dim,
+                               .hc_mult = static_cast<int>(c.hc_mult),
+                               .eps = static_cast<float>(c.norm_eps),
+                               .round_collapse = bf16(),
+                               .round_out = bf16()};
+    if (!kc::SupportsHcExpandCollapseNorm(e, n)) return Expand(coeff, b);
+    const bool quantize = fp8 && NormMakesFp8(h_in, b, c.dim);
+    if (quantize) {
+      n.codes = h_in.codes;
+      n.scales = h_in.scales;
+    }
+    RETURN_IF_ERROR(kc::HcExpandCollapseNorm(e, n, stream));
+    std::swap(x, x2);
+    Bind(h_in, h, b, c.dim);
+    h_in.has_fp8 = quantize;
+    expanded_ = true;
+    return absl::OkStatus();
+  }
   // The mHC coefficients of the sublayer about to run are first read by the
   // Expand after it (its Collapse takes the previous coefficients' pre), so
   // with parallel branches (kFast) MixBeside enqueues their Mix on a path of
@@ -996,11 +1046,14 @@ struct DeviceDecoder::Impl {
     mix_pending = true;
     return absl::OkStatus();
   }
+  // The step's stream waits for MixBeside's coefficients, if any are pending.
+  void JoinMix() {
+    if (!mix_pending) return;
+    cudaStreamWaitEvent(stream, mix_join_ev, 0);  // fails only with a capture gone bad
+    mix_pending = false;
+  }
   absl::Status Expand(const Coeffs& coeff, int64_t b) {
-    if (mix_pending) {  // MixBeside's coefficients
-      WEIR_DD_CUDA("mix join", cudaStreamWaitEvent(stream, mix_join_ev, 0));
-      mix_pending = false;
-    }
+    JoinMix();
     RETURN_IF_ERROR(kc::HcExpand({.x = x, .y = y, .post = coeff.post, .comb = coeff.comb,
                                   .out = x2, .tokens = b, .dim = c.dim,
                                   .hc_mult = static_cast<int>(c.hc_mult), .round_bf16 = bf16()},

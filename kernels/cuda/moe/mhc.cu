@@ -101,4 +101,43 @@ absl::Status HcExpand(const HcExpandParams& p, cudaStream_t stream) {
   return LaunchStatus("HcExpand");
 }
 
+bool SupportsHcExpandCollapseNorm(const HcExpandParams& e, const HcCollapseNormParams& c) {
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  return SupportsHcExpand(e) && SupportsHcCollapseNorm(c) && c.x == e.out && e.tokens == c.tokens &&
+         e.dim == c.dim && e.hc_mult == c.hc_mult && e.hc_mult <= 4 && aligned(e.x) &&
+         aligned(e.y) && aligned(e.out);
+}
+
+absl::Status HcExpandCollapseNorm(const HcExpandParams& e, const HcCollapseNormParams& c,
+                                  cudaStream_t stream) {
+  if (!SupportsHcExpandCollapseNorm(e, c)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "HcExpandCollapseNorm: unsupported (tokens ", e.tokens, " / ", c.tokens, ", dim ", e.dim,
+        " / ", c.dim, ", hc_mult ", e.hc_mult, " / ", c.hc_mult,
+        "; needs HcExpand's and HcCollapseNorm's conditions, the collapse reading the expand's "
+        "output, hc_mult <= 4 and 16-byte aligned x, y and out)"));
+  }
+  constexpr int kThreads = 1024;  // as HcCollapseNorm
+  auto launch = [&](auto kernel) {
+    kernel<<<static_cast<unsigned>(c.tokens), kThreads, static_cast<size_t>(c.dim * 4), stream>>>(
+        e.x, e.y, e.post, e.comb, e.out, e.round_bf16, c.pre, c.weight, c.out, c.dim, c.eps,
+        c.round_collapse, c.round_out, c.codes, c.scales);
+  };
+  switch (e.hc_mult) {
+    case 1:
+      launch(moe::HcExpandCollapseNormKernel<kThreads, 1>);
+      break;
+    case 2:
+      launch(moe::HcExpandCollapseNormKernel<kThreads, 2>);
+      break;
+    case 3:
+      launch(moe::HcExpandCollapseNormKernel<kThreads, 3>);
+      break;
+    default:
+      launch(moe::HcExpandCollapseNormKernel<kThreads, 4>);
+      break;
+  }
+  return LaunchStatus("HcExpandCollapseNorm");
+}
+
 }  // namespace weir::kernels::cuda

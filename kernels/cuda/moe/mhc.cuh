@@ -116,6 +116,69 @@ __global__ void HcCollapseNormKernel(const float* __restrict__ x, const float* _
                          codes != nullptr ? scales + t * (dim / 32) : nullptr);
 }
 
+// HcExpandKernel's streams of one token, then HcCollapseNormKernel over
+// them, in one launch (a block per token): each thread makes its quads of
+// the new streams exactly as HcExpandKernel makes each element (the comb
+// products added in stream order, then post * y, then the bf16 rounding),
+// stores them, and collapses the values it stored in HcCollapseNormKernel's
+// order; the norm is NormalizeRow's. So x_new, out and its FP8 form are
+// HcExpand then HcCollapseNorm bit for bit. kN = n streams.
+template <int kThreads, int kN>
+__global__ void __launch_bounds__(kThreads)
+    HcExpandCollapseNormKernel(const float* __restrict__ x, const float* __restrict__ y,
+                               const float* __restrict__ post, const float* __restrict__ comb,
+                               float* __restrict__ x_new, bool round_expand,
+                               const float* __restrict__ pre, const float* __restrict__ weight,
+                               float* __restrict__ out, int64_t dim, float eps, bool round_collapse,
+                               bool round_out, uint8_t* codes, uint8_t* scales) {
+  GridDependencyPrologue(L2Rows{.base = weight,
+                                .stride = 0,
+                                .bytes = static_cast<unsigned>(dim * sizeof(float)),
+                                .rows = blockIdx.x == 0 ? 1 : 0});
+  extern __shared__ float4 collapsed[];
+  const int64_t t = blockIdx.x;
+  const float* p = pre + t * kN;
+  const float4* y4 = reinterpret_cast<const float4*>(y + t * dim);
+  for (int64_t i = threadIdx.x; i < dim / 4; i += kThreads) {
+    float4 xo[kN];
+#pragma unroll
+    for (int j = 0; j < kN; ++j) xo[j] = reinterpret_cast<const float4*>(x + (t * kN + j) * dim)[i];
+    const float4 yv = y4[i];
+    float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int k = 0; k < kN;
+         ++k) {  // new stream k: HcExpandKernel's element, then its collapse term
+      float m[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int j = 0; j < kN; ++j) {
+        const float w = comb[(t * kN + j) * kN + k];
+        m[0] = __fadd_rn(m[0], __fmul_rn(w, xo[j].x));
+        m[1] = __fadd_rn(m[1], __fmul_rn(w, xo[j].y));
+        m[2] = __fadd_rn(m[2], __fmul_rn(w, xo[j].z));
+        m[3] = __fadd_rn(m[3], __fmul_rn(w, xo[j].w));
+      }
+      const float po = post[t * kN + k];
+      float v[4] = {__fadd_rn(__fmul_rn(po, yv.x), m[0]), __fadd_rn(__fmul_rn(po, yv.y), m[1]),
+                    __fadd_rn(__fmul_rn(po, yv.z), m[2]), __fadd_rn(__fmul_rn(po, yv.w), m[3])};
+      if (round_expand) {
+        for (float& e : v) e = RoundToBf16(e);
+      }
+      reinterpret_cast<float4*>(x_new + (t * kN + k) * dim)[i] =
+          make_float4(v[0], v[1], v[2], v[3]);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) a[q] = __fadd_rn(a[q], __fmul_rn(p[k], v[q]));
+    }
+    if (round_collapse) {
+      for (float& v : a) v = RoundToBf16(v);
+    }
+    collapsed[i] = make_float4(a[0], a[1], a[2], a[3]);
+  }
+  __syncthreads();
+  NormalizeRow<kThreads>(reinterpret_cast<const float*>(collapsed), weight, out + t * dim, dim, eps,
+                         round_out, codes != nullptr ? codes + t * dim : nullptr,
+                         codes != nullptr ? scales + t * (dim / 32) : nullptr);
+}
+
 // One thread per out[t, k, c].
 __global__ void HcExpandKernel(const float* __restrict__ x, const float* __restrict__ y,
                                const float* __restrict__ post, const float* __restrict__ comb,

@@ -128,6 +128,19 @@ bool SupportsHcExpand(const HcExpandParams& params);
 // on `stream`. Errors as HcMix.
 absl::Status HcExpand(const HcExpandParams& params, cudaStream_t stream);
 
+// HcExpand and then HcCollapseNorm over the streams it writes, in one launch
+// (a block per token): `collapse.x` must be `expand.out`. x_new, the collapse
+// and its FP8 form are the two launches' bits. True when both are supported
+// on their own, their tokens, dim and hc_mult agree, hc_mult <= 4, and
+// expand's x, y and out are 16-byte aligned.
+bool SupportsHcExpandCollapseNorm(const HcExpandParams& expand,
+                                  const HcCollapseNormParams& collapse);
+
+// Enqueues both on `stream`. INVALID_ARGUMENT when
+// SupportsHcExpandCollapseNorm is false; INTERNAL if the launch fails.
+absl::Status HcExpandCollapseNorm(const HcExpandParams& expand,
+                                  const HcCollapseNormParams& collapse, cudaStream_t stream);
+
 }  // namespace weir::kernels::cuda
 
 #endif  // WEIR_KERNELS_CUDA_MOE_MHC_H_

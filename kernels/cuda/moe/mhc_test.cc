@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -221,6 +222,80 @@ TEST(HcCollapseNormCudaTest, IsCollapseThenRmsNormBitForBit) {
             absl::StatusCode::kInvalidArgument);  // a row past the default shared memory
   EXPECT_EQ(HcCollapseNorm({.x = p, .pre = p, .out = o, .tokens = 1, .dim = 6}, nullptr).code(),
             absl::StatusCode::kInvalidArgument);  // not a multiple of 4
+}
+
+// HcExpandCollapseNorm against HcExpand then HcCollapseNorm: the new
+// streams, the collapse-norm and its FP8 form bit for bit, with and without
+// the bf16 roundings.
+TEST(HcExpandCollapseNormCudaTest, IsExpandThenCollapseNormBitForBit) {
+  for (const HcCase& c : {HcCase{1, 1024, 4}, HcCase{8, 5120, 4}, HcCase{3, 256, 1},
+                          HcCase{5, 2048, 2}, HcCase{64, 1024, 4}}) {
+    for (bool bf16 : {false, true}) {
+      std::mt19937 rng(c.tokens * 17 + c.dim + c.n + bf16);
+      const std::vector<float> x = NormalVector(c.tokens * c.n * c.dim, 1.0f, rng);
+      const std::vector<float> y = NormalVector(c.tokens * c.dim, 1.0f, rng);
+      const std::vector<float> post = NormalVector(c.tokens * c.n, 1.0f, rng);
+      const std::vector<float> comb = NormalVector(c.tokens * c.n * c.n, 0.5f, rng);
+      const std::vector<float> pre = NormalVector(c.tokens * c.n, 0.5f, rng);
+      const std::vector<float> weight = NormalVector(c.dim, 1.0f, rng);
+      DeviceBuffer<float> dx(x), dy(y), dpost(post), dcomb(comb), dpre(pre), dw(weight);
+      std::vector<float> streams[2], out[2];
+      std::vector<uint8_t> codes[2], scales[2];
+      for (int fused = 0; fused < 2; ++fused) {
+        DeviceBuffer<float> dnew(x.size()), dout(c.tokens * c.dim);
+        DeviceBuffer<uint8_t> dcodes(c.tokens * c.dim), dscales(c.tokens * c.dim / 32);
+        dnew.Poison();
+        dout.Poison();
+        const HcExpandParams e{.x = dx.get(),
+                               .y = dy.get(),
+                               .post = dpost.get(),
+                               .comb = dcomb.get(),
+                               .out = dnew.get(),
+                               .tokens = c.tokens,
+                               .dim = c.dim,
+                               .hc_mult = c.n,
+                               .round_bf16 = bf16};
+        const HcCollapseNormParams n{.x = dnew.get(),
+                                     .pre = dpre.get(),
+                                     .weight = dw.get(),
+                                     .out = dout.get(),
+                                     .tokens = c.tokens,
+                                     .dim = c.dim,
+                                     .hc_mult = c.n,
+                                     .eps = 1e-6f,
+                                     .round_collapse = bf16,
+                                     .round_out = bf16,
+                                     .codes = dcodes.get(),
+                                     .scales = dscales.get()};
+        if (fused == 1) {
+          ASSERT_TRUE(SupportsHcExpandCollapseNorm(e, n));
+          ASSERT_TRUE(HcExpandCollapseNorm(e, n, nullptr).ok());
+        } else {
+          ASSERT_TRUE(HcExpand(e, nullptr).ok());
+          ASSERT_TRUE(HcCollapseNorm(n, nullptr).ok());
+        }
+        ASSERT_TRUE(Synced());
+        streams[fused] = dnew.Download();
+        out[fused] = dout.Download();
+        codes[fused] = dcodes.Download();
+        scales[fused] = dscales.Download();
+      }
+      const std::string what = std::to_string(c.tokens) + "x" + std::to_string(c.n) + "x" +
+                               std::to_string(c.dim) + (bf16 ? " bf16" : " fp32");
+      EXPECT_EQ(BitMismatches(streams[1], streams[0]), 0) << what;
+      EXPECT_EQ(BitMismatches(out[1], out[0]), 0) << what;
+      EXPECT_TRUE(codes[1] == codes[0]) << what;
+      EXPECT_TRUE(scales[1] == scales[0]) << what;
+    }
+  }
+  float* p = reinterpret_cast<float*>(256);
+  const HcExpandParams e{
+      .x = p, .y = p, .post = p, .comb = p, .out = p + 64, .tokens = 1, .dim = 8, .hc_mult = 4};
+  HcCollapseNormParams n{.x = p + 64, .pre = p, .out = p + 128, .tokens = 1, .dim = 8};
+  EXPECT_TRUE(SupportsHcExpandCollapseNorm(e, n));
+  n.x = p + 192;  // not what the expand writes
+  EXPECT_FALSE(SupportsHcExpandCollapseNorm(e, n));
+  EXPECT_EQ(HcExpandCollapseNorm(e, n, nullptr).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(HcCudaTest, RefusesBadArguments) {
