@@ -352,7 +352,6 @@ struct DeviceDecoder::Impl {
   cudaStream_t mix_side = nullptr;
   cudaEvent_t mix_fork_ev = nullptr, mix_join_ev = nullptr;
   bool mix_pending = false;
-  bool expanded_ = false;  // ExpandForCollapse made the collapse too
   char* arena = nullptr;
   size_t weight_bytes = 0, pool_bytes = 0, arena_bytes = 0;
   std::vector<DeviceKvPool> kv_pools;  // filled by Layout
@@ -956,31 +955,21 @@ struct DeviceDecoder::Impl {
   // reads, in the same launch where HcExpandCollapseNorm takes both.
   absl::Status Collapse(const float* pre, int64_t b, const float* norm_weight, bool fp8 = false,
                         const Coeffs* expand = nullptr) {
-    if (expand != nullptr) RETURN_IF_ERROR(ExpandForCollapse(*expand, pre, b, norm_weight, fp8));
-    if (expand != nullptr && expanded_) {
-      expanded_ = false;
-      return absl::OkStatus();
-    }
-    kc::HcCollapseNormParams fused{.x = x,
-                                   .pre = pre,
-                                   .weight = norm_weight,
-                                   .out = h,
-                                   .tokens = b,
-                                   .dim = c.dim,
-                                   .hc_mult = static_cast<int>(c.hc_mult),
-                                   .eps = static_cast<float>(c.norm_eps),
-                                   .round_collapse = bf16(),
-                                   .round_out = bf16()};
-    if (kc::SupportsHcCollapseNorm(fused)) {
-      const bool quantize = fp8 && NormMakesFp8(h_in, b, c.dim);
-      if (quantize) {
-        fused.codes = h_in.codes;
-        fused.scales = h_in.scales;
+    if (expand != nullptr) {
+      const kc::HcExpandParams e = ExpandParams(*expand, b);
+      kc::HcCollapseNormParams both = CollapseNormParams(x2, pre, b, norm_weight);
+      if (fast() && kc::SupportsHcExpandCollapseNorm(e, both)) {
+        JoinMix();
+        RETURN_IF_ERROR(
+            NormInto(both, b, fp8, [&] { return kc::HcExpandCollapseNorm(e, both, stream); }));
+        std::swap(x, x2);
+        return absl::OkStatus();
       }
-      RETURN_IF_ERROR(kc::HcCollapseNorm(fused, stream));
-      Bind(h_in, h, b, c.dim);
-      h_in.has_fp8 = quantize;
-      return absl::OkStatus();
+      RETURN_IF_ERROR(Expand(*expand, b));
+    }
+    kc::HcCollapseNormParams fused = CollapseNormParams(x, pre, b, norm_weight);
+    if (kc::SupportsHcCollapseNorm(fused)) {
+      return NormInto(fused, b, fp8, [&] { return kc::HcCollapseNorm(fused, stream); });
     }
     RETURN_IF_ERROR(kc::HcCollapse({.x = x, .pre = pre, .out = h, .tokens = b, .dim = c.dim,
                                     .hc_mult = static_cast<int>(c.hc_mult),
@@ -988,45 +977,45 @@ struct DeviceDecoder::Impl {
                                    stream));
     return Norm(h, norm_weight, b, c.dim, /*round=*/true, &h_in, fp8);
   }
-  // Collapse's `expand`: the fused launch when it takes the call (then
-  // expanded_ is set and h, h_in are bound as Collapse binds them), else
-  // Expand alone.
-  absl::Status ExpandForCollapse(const Coeffs& coeff, const float* pre, int64_t b,
-                                 const float* norm_weight, bool fp8) {
-    expanded_ = false;
-    if (!fast()) return Expand(coeff, b);
-    JoinMix();
-    const kc::HcExpandParams e{.x = x,
-                               .y = y,
-                               .post = coeff.post,
-                               .comb = coeff.comb,
-                               .out = x2,
-                               .tokens = b,
-                               .dim = c.dim,
-                               .hc_mult = static_cast<int>(c.hc_mult),
-                               .round_bf16 = bf16()};
-    kc::HcCollapseNormParams n{.x = x2,
-                               .pre = pre,
-                               .weight = norm_weight,
-                               .out = h,
-                               .tokens = b,
-                               .dim = c.dim,
-                               .hc_mult = static_cast<int>(c.hc_mult),
-                               .eps = static_cast<float>(c.norm_eps),
-                               .round_collapse = bf16(),
-                               .round_out = bf16()};
-    if (!kc::SupportsHcExpandCollapseNorm(e, n)) return Expand(coeff, b);
+  // The collapse-norm of `streams` into h (Collapse's launches).
+  kc::HcCollapseNormParams CollapseNormParams(const float* streams, const float* pre, int64_t b,
+                                              const float* norm_weight) const {
+    return {.x = streams,
+            .pre = pre,
+            .weight = norm_weight,
+            .out = h,
+            .tokens = b,
+            .dim = c.dim,
+            .hc_mult = static_cast<int>(c.hc_mult),
+            .eps = static_cast<float>(c.norm_eps),
+            .round_collapse = bf16(),
+            .round_out = bf16()};
+  }
+  // Enqueues `launch`, a collapse-norm `p` into h, with h's FP8 form in the
+  // same launch when `fp8` and the norm can make it; binds h_in to h.
+  template <typename Launch>
+  absl::Status NormInto(kc::HcCollapseNormParams& p, int64_t b, bool fp8, Launch&& launch) {
     const bool quantize = fp8 && NormMakesFp8(h_in, b, c.dim);
     if (quantize) {
-      n.codes = h_in.codes;
-      n.scales = h_in.scales;
+      p.codes = h_in.codes;
+      p.scales = h_in.scales;
     }
-    RETURN_IF_ERROR(kc::HcExpandCollapseNorm(e, n, stream));
-    std::swap(x, x2);
+    RETURN_IF_ERROR(launch());
     Bind(h_in, h, b, c.dim);
     h_in.has_fp8 = quantize;
-    expanded_ = true;
     return absl::OkStatus();
+  }
+  // Expand's streams: x mixed by `coeff` with y, into x2.
+  kc::HcExpandParams ExpandParams(const Coeffs& coeff, int64_t b) const {
+    return {.x = x,
+            .y = y,
+            .post = coeff.post,
+            .comb = coeff.comb,
+            .out = x2,
+            .tokens = b,
+            .dim = c.dim,
+            .hc_mult = static_cast<int>(c.hc_mult),
+            .round_bf16 = bf16()};
   }
   // The mHC coefficients of the sublayer about to run are first read by the
   // Expand after it (its Collapse takes the previous coefficients' pre), so
@@ -1054,10 +1043,7 @@ struct DeviceDecoder::Impl {
   }
   absl::Status Expand(const Coeffs& coeff, int64_t b) {
     JoinMix();
-    RETURN_IF_ERROR(kc::HcExpand({.x = x, .y = y, .post = coeff.post, .comb = coeff.comb,
-                                  .out = x2, .tokens = b, .dim = c.dim,
-                                  .hc_mult = static_cast<int>(c.hc_mult), .round_bf16 = bf16()},
-                                 stream));
+    RETURN_IF_ERROR(kc::HcExpand(ExpandParams(coeff, b), stream));
     std::swap(x, x2);
     return absl::OkStatus();
   }
