@@ -354,9 +354,6 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
       w_word[mi] =
           LoadShared32(SharedAddress(w_sc) + slot * kWScaleBytes + (warp_n0 + mi * 16) / 32 * 4);
     }
-    // kWgmma: a warp's 16 W rows share one weight scale a block, so the
-    // scratch holds sx * sw (exact: powers of two; the product the mma path
-    // forms in PromoteBlock).
     // One 8-row mma tile a warp (kDirectXScales): each lane decodes the two
     // X rows it folds (2t, 2t + 1) itself, in registers, instead.
     float xs_direct[2][kBlocksPerStage];
@@ -368,6 +365,9 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
                  xs_direct[h]);
       }
     }
+    // kWgmma: a warp's 16 W rows share one weight scale a block, so the
+    // scratch holds sx * sw (exact: powers of two; the product the mma path
+    // forms in PromoteBlock).
 #pragma unroll
     for (int r = lane; r < (kDirectXScales ? 0 : kWarpM); r += 32) {
       const uint32_t word =
