@@ -56,6 +56,10 @@ Fp8GemmTileShape ShapeOfFp8GemmTile(Fp8GemmTile tile) {
       return {.block_n = 64, .block_m = 16, .warps_n = 4, .warps_m = 1, .stages = 6};
     case Fp8GemmTile::kN64M32:
       return {.block_n = 64, .block_m = 32, .warps_n = 4, .warps_m = 1, .stages = 5};
+    case Fp8GemmTile::kN64M8S4:
+      return {.block_n = 64, .block_m = 8, .warps_n = 4, .warps_m = 1, .stages = 4};
+    case Fp8GemmTile::kN64M8S3:
+      return {.block_n = 64, .block_m = 8, .warps_n = 4, .warps_m = 1, .stages = 3};
     case Fp8GemmTile::kN128M128Wg:
       return {.block_n = 128, .block_m = 128, .warps_n = 8, .warps_m = 1, .stages = 4};
     case Fp8GemmTile::kAuto:
