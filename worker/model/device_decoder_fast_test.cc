@@ -550,6 +550,46 @@ void CheckBatchInvariance(bool expert_wgmma, bool dense_wgmma = false) {
 
 TEST(DeviceDecoderFastTest, SmallBf16IsBatchInvariant) { CheckBatchInvariance(false); }
 
+// On a fresh decoder of `options`: each of `slots` started and fed `prompt`
+// as one chunk, then one decode step of all slots per entry of `steps`
+// (a token a slot). Returns every call's logits, in order.
+std::vector<std::vector<float>> ChunkThenSteps(const Model& model,
+                                               const DeviceDecoderOptions& options,
+                                               const std::vector<int>& slots,
+                                               const std::vector<int64_t>& prompt,
+                                               const std::vector<std::vector<int64_t>>& steps) {
+  std::vector<std::vector<float>> out;
+  auto dd = DeviceDecoder::Create(model, ActivationPrecision::kBf16, options);
+  EXPECT_TRUE(dd.ok()) << dd.status();
+  if (!dd.ok()) return out;
+  for (int slot : slots) {
+    EXPECT_TRUE((*dd)->Start(slot).ok());
+    auto rows = (*dd)->StepRows(std::vector<int>(prompt.size(), slot), prompt, std::nullopt);
+    EXPECT_TRUE(rows.ok()) << rows.status();
+    if (!rows.ok()) return out;
+    out.emplace_back(rows->begin(), rows->end());
+  }
+  for (const std::vector<int64_t>& tokens : steps) {
+    auto r = (*dd)->StepRows(slots, tokens, std::nullopt);
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return out;
+    out.emplace_back(r->begin(), r->end());
+  }
+  return out;
+}
+
+// The calls of two ChunkThenSteps runs whose logits differ in any bit.
+int DifferingCalls(const std::vector<std::vector<float>>& a,
+                   const std::vector<std::vector<float>>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  int differing = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    differing += a[i].size() != b[i].size() ||
+                 std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) != 0;
+  }
+  return differing;
+}
+
 // The step's parallel paths (concurrent_branches: the shared expert, the
 // window KV and compressor, and each sublayer's mHC mix beside the Collapse
 // and the sublayer) change the order of launches, not their arithmetic: the
@@ -570,33 +610,12 @@ TEST(DeviceDecoderFastTest, SmallBf16ParallelBranchesGiveTheOneStreamBits) {
   DeviceDecoderOptions one = branches;
   one.concurrent_branches = false;
   const std::vector<int64_t> prompt = RandomTokens(kChunk, 43, v - 1);
-  std::vector<std::vector<float>> got[2];
-  int which = 0;
-  for (const DeviceDecoderOptions& o : {branches, one}) {
-    auto dd = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, o);
-    ASSERT_TRUE(dd.ok()) << dd.status();
-    for (int slot : {1, 2}) {
-      ASSERT_TRUE((*dd)->Start(slot).ok());
-      auto rows = (*dd)->StepRows(std::vector<int>(kChunk, slot), prompt, std::nullopt);
-      ASSERT_TRUE(rows.ok()) << rows.status();
-      got[which].emplace_back(rows->begin(), rows->end());
-    }
-    for (int step = 0; step < 4; ++step) {
-      auto r = (*dd)->StepRows(std::vector<int>{1, 2},
-                               std::vector<int64_t>{3 + step, 11 + 2 * step}, std::nullopt);
-      ASSERT_TRUE(r.ok()) << r.status();
-      got[which].emplace_back(r->begin(), r->end());
-    }
-    ++which;
-  }
-  ASSERT_EQ(got[0].size(), got[1].size());
-  int differing = 0;
-  for (size_t i = 0; i < got[0].size(); ++i) {
-    ASSERT_EQ(got[0][i].size(), got[1][i].size());
-    differing +=
-        std::memcmp(got[0][i].data(), got[1][i].data(), got[0][i].size() * sizeof(float)) != 0;
-  }
-  EXPECT_EQ(differing, 0) << "of " << got[0].size() << " steps";
+  std::vector<std::vector<int64_t>> steps;
+  for (int step = 0; step < 4; ++step) steps.push_back({3 + step, 11 + 2 * step});
+  const auto with = ChunkThenSteps(*cpu, branches, {1, 2}, prompt, steps);
+  const auto without = ChunkThenSteps(*cpu, one, {1, 2}, prompt, steps);
+  ASSERT_EQ(with.size(), 6u);
+  EXPECT_EQ(DifferingCalls(with, without), 0) << "of " << with.size() << " calls";
 }
 
 // Prefill-sized steps on f16 wgmma (dense_wgmma_f16 takes the FP8 linears
@@ -623,31 +642,13 @@ TEST(DeviceDecoderFastTest, SmallBf16WgmmaF16PrefillGivesTheMmaBits) {
   f16.expert_wgmma_f16 = true;
   f16.dense_wgmma_f16_decode = true;
   const std::vector<int64_t> prompt = RandomTokens(kChunk, 41, v - 1);
-  std::vector<std::vector<float>> got[2];
-  int which = 0;
-  for (const DeviceDecoderOptions& o : {mma, f16}) {
-    auto dd = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, o);
-    ASSERT_TRUE(dd.ok()) << dd.status();
-    ASSERT_TRUE((*dd)->Start(1).ok());
-    const std::vector<int> slots(kChunk, 1);
-    auto rows = (*dd)->StepRows(slots, prompt, std::nullopt);
-    ASSERT_TRUE(rows.ok()) << rows.status();
-    got[which].emplace_back(rows->begin(), rows->end());
-    for (int step = 0; step < 4; ++step) {
-      auto r = (*dd)->StepRows(std::vector<int>{1}, std::vector<int64_t>{7 + step}, std::nullopt);
-      ASSERT_TRUE(r.ok()) << r.status();
-      got[which].emplace_back(r->begin(), r->end());
-    }
-    ++which;
-  }
-  ASSERT_EQ(got[0].size(), got[1].size());
-  ASSERT_EQ(got[0][0].size(), static_cast<size_t>(kChunk * v));
-  int differing = 0;
-  for (size_t i = 0; i < got[0].size(); ++i) {
-    differing +=
-        std::memcmp(got[0][i].data(), got[1][i].data(), got[0][i].size() * sizeof(float)) != 0;
-  }
-  EXPECT_EQ(differing, 0) << "of " << got[0].size() << " steps";
+  std::vector<std::vector<int64_t>> steps;
+  for (int step = 0; step < 4; ++step) steps.push_back({7 + step});
+  const auto got_mma = ChunkThenSteps(*cpu, mma, {1}, prompt, steps);
+  const auto got_f16 = ChunkThenSteps(*cpu, f16, {1}, prompt, steps);
+  ASSERT_EQ(got_mma.size(), 5u);
+  ASSERT_EQ(got_mma[0].size(), static_cast<size_t>(kChunk * v));
+  EXPECT_EQ(DifferingCalls(got_mma, got_f16), 0) << "of " << got_mma.size() << " calls";
 }
 
 // The routed experts' f16 block sums on wgmma (expert_wgmma_f16) give the

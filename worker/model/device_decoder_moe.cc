@@ -323,18 +323,17 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
   };
   const bool tile_form = FastExperts(L) && options.expert_prefill_tiles && L.tile_exact &&
                          b * k / std::max(L.experts, 1) >= kExpertTileFormRows;
-  if (tile_form) {
+  if (FastExperts(L)) {  // the reference's act_quant of the grouped rows, read by either form
     RETURN_IF_ERROR(dense::ActQuantFp8(
         {.x = xg, .codes = fq, .scales = fq_scales, .rows = rows, .cols = d}, stream));
+  }
+  if (tile_form) {  // (FastExperts: tile_form implies it)
     RETURN_IF_ERROR(ConvertExperts(L));
     RETURN_IF_ERROR(TileFormExperts(L, rows, limit));
   } else if (FastExperts(L)) {
-    // kFast: the reference's act_quant of the grouped rows, then gate/up with
-    // SwiGLU, the route weight and the FP8 quantization of h fused, then w2,
-    // all on tensor cores over the MXFP4 weights (rows past the groups' end
-    // are quantized too and never read).
-    RETURN_IF_ERROR(dense::ActQuantFp8(
-        {.x = xg, .codes = fq, .scales = fq_scales, .rows = rows, .cols = d}, stream));
+    // kFast: gate/up with SwiGLU, the route weight and the FP8 quantization
+    // of h fused, then w2, all on tensor cores over the MXFP4 weights (rows
+    // past the groups' end are quantized too and never read).
     RETURN_IF_ERROR(
         kc::Mxfp4ExpertFfn({.x = fq,
                             .x_scales = fq_scales,
