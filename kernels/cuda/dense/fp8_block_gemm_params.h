@@ -72,7 +72,7 @@ enum class Fp8GemmTile {
   kN128M128Wg,
   // kN64M8 with a 4- or 3-slot ring (37 / 28 KB of shared memory: 6 / 8 CTAs
   // an SM instead of 4): a split decode CTA walks only 4 - 10 stages. Same
-  // bits as every tile; for the tile sweep until measured.
+  // bits as every tile; kN64M8S3 is the mma maths' choice up to 8 rows.
   kN64M8S4,
   kN64M8S3,
 };
