@@ -1025,10 +1025,17 @@ struct DeviceDecoder::Impl {
   // Without branches, Mix at once.
   absl::Status MixBeside(const HcDev& hc, int64_t b, const Coeffs& out) {
     if (!Branches()) return Mix(hc, b, out);
+    return Beside([&] { return Mix(hc, b, out); });
+  }
+  // Enqueues `work` on the mix path (mix_side) after everything enqueued on
+  // the step's stream so far; the next Expand waits for it. For work nothing
+  // reads before that Expand: the mHC mix, the experts' load counters.
+  template <typename Work>
+  absl::Status Beside(Work&& work) {
     WEIR_DD_CUDA("mix fork", cudaEventRecord(mix_fork_ev, stream));
     WEIR_DD_CUDA("mix fork", cudaStreamWaitEvent(mix_side, mix_fork_ev, 0));
     std::swap(stream, mix_side);
-    const absl::Status enqueued = Mix(hc, b, out);
+    const absl::Status enqueued = work();
     std::swap(stream, mix_side);
     RETURN_IF_ERROR(enqueued);
     WEIR_DD_CUDA("mix join", cudaEventRecord(mix_join_ev, mix_side));

@@ -288,17 +288,22 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
                         .valid_tokens = !ep && layer < c.n_layers ? meta_d.valid : nullptr},
                        stream));
   if (layer < c.n_layers) {  // the backbone's load (EPLB); not the DSpark stages'
-    RETURN_IF_ERROR(
-        kc::AccumulateExpertLoad({.experts = moe_idx,
-                                  .valid_tokens = meta_d.valid,
-                                  .group_offsets = ep ? group_offsets : nullptr,
-                                  .routed = load_routed + int64_t{layer} * c.n_routed_experts,
-                                  .served = load_served + layer,
-                                  .tokens = b,
-                                  .topk = k,
-                                  .num_experts = static_cast<int>(c.n_routed_experts),
-                                  .num_groups = L.experts},
-                                 stream));
+    // With branches on the mix path, off the experts' way: its counters are
+    // read after the step, and moe_idx / group_offsets are next written after
+    // the Expand that joins the path.
+    auto load = [&] {
+      return kc::AccumulateExpertLoad({.experts = moe_idx,
+                                       .valid_tokens = meta_d.valid,
+                                       .group_offsets = ep ? group_offsets : nullptr,
+                                       .routed = load_routed + int64_t{layer} * c.n_routed_experts,
+                                       .served = load_served + layer,
+                                       .tokens = b,
+                                       .topk = k,
+                                       .num_experts = static_cast<int>(c.n_routed_experts),
+                                       .num_groups = L.experts},
+                                      stream);
+    };
+    RETURN_IF_ERROR(Branches() ? Beside(load) : load());
   }
   const float limit = static_cast<float>(c.swiglu_limit);
   auto grouped = [&](const float* in, const float* const* w, const uint8_t* const* codes,

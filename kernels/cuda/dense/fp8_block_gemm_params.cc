@@ -56,6 +56,10 @@ Fp8GemmTileShape ShapeOfFp8GemmTile(Fp8GemmTile tile) {
       return {.block_n = 64, .block_m = 16, .warps_n = 4, .warps_m = 1, .stages = 6};
     case Fp8GemmTile::kN64M32:
       return {.block_n = 64, .block_m = 32, .warps_n = 4, .warps_m = 1, .stages = 5};
+    case Fp8GemmTile::kN64M8S4:
+      return {.block_n = 64, .block_m = 8, .warps_n = 4, .warps_m = 1, .stages = 4};
+    case Fp8GemmTile::kN64M8S3:
+      return {.block_n = 64, .block_m = 8, .warps_n = 4, .warps_m = 1, .stages = 3};
     case Fp8GemmTile::kN128M128Wg:
       return {.block_n = 128, .block_m = 128, .warps_n = 8, .warps_m = 1, .stages = 4};
     case Fp8GemmTile::kAuto:
@@ -76,8 +80,12 @@ Fp8GemmTile ChooseFp8GemmTile(int64_t m, int64_t n, Fp8GemmMath math) {
   // 64 rows the CTA covers all of X, so W is read once; wide tiles win only
   // when n is large enough to fill the GPU anyway (they read X fewer times).
   // Up to 8 rows: 4 warps over 64 W rows (one warpgroup's tile; 2026-12-04,
-  // EP8 slice at batch 1: 12.59 -> 12.32 ms against kN32M8, the same splits).
-  if (m <= 8) return Fp8GemmTile::kN64M8;
+  // EP8 slice at batch 1: 12.59 -> 12.32 ms against kN32M8, the same splits)
+  // with a 3-slot ring: 8 CTAs an SM by shared memory (6 by registers)
+  // instead of 4, and a split CTA walks only 4 - 10 stages anyway
+  // (fp8_gemm_bench, decoder splits, m = 8: wo_b 24.8 -> 20.1 us, shared.w13
+  // 18.3 -> 15.0, main_proj 37.4 -> 29.2 against kN64M8's 6 slots).
+  if (m <= 8) return Fp8GemmTile::kN64M8S3;
   if (m <= 16) return Fp8GemmTile::kN32M16;
   // 17 - 64 rows (fp8_gemm_bench, 2026-12-02, with the split the decoder runs
   // each weight with): the one-warp n16 tiles left the SMs at 7% occupancy

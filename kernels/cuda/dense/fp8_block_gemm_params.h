@@ -70,15 +70,22 @@ enum class Fp8GemmTile {
   // each), every warp 16 W rows x all 128 X rows: one m64n128k32 wgmma a
   // block and warpgroup.
   kN128M128Wg,
+  // kN64M8 with a 4- or 3-slot ring (37 / 28 KB of shared memory: 6 / 8 CTAs
+  // an SM instead of 4): a split decode CTA walks only 4 - 10 stages. Same
+  // bits as every tile; kN64M8S3 is the mma maths' choice up to 8 rows.
+  kN64M8S4,
+  kN64M8S3,
 };
 
 // Every tile but kAuto (tests, benchmarks).
 inline constexpr Fp8GemmTile kFp8GemmTiles[] = {
-    Fp8GemmTile::kN16M8,    Fp8GemmTile::kN16M16,   Fp8GemmTile::kN16M32,    Fp8GemmTile::kN16M64,
-    Fp8GemmTile::kN16M32W2, Fp8GemmTile::kN16M64W4, Fp8GemmTile::kN32M64W4,  Fp8GemmTile::kN64M64W4,
-    Fp8GemmTile::kN32M8,    Fp8GemmTile::kN32M16,   Fp8GemmTile::kN32M32,    Fp8GemmTile::kN32M64,
-    Fp8GemmTile::kN64M64,   Fp8GemmTile::kN128M64,  Fp8GemmTile::kN128M128,  Fp8GemmTile::kN64M8,
-    Fp8GemmTile::kN64M16,   Fp8GemmTile::kN64M32,   Fp8GemmTile::kN128M128Wg};
+    Fp8GemmTile::kN16M8,      Fp8GemmTile::kN16M16,   Fp8GemmTile::kN16M32,
+    Fp8GemmTile::kN16M64,     Fp8GemmTile::kN16M32W2, Fp8GemmTile::kN16M64W4,
+    Fp8GemmTile::kN32M64W4,   Fp8GemmTile::kN64M64W4, Fp8GemmTile::kN32M8,
+    Fp8GemmTile::kN32M16,     Fp8GemmTile::kN32M32,   Fp8GemmTile::kN32M64,
+    Fp8GemmTile::kN64M64,     Fp8GemmTile::kN128M64,  Fp8GemmTile::kN128M128,
+    Fp8GemmTile::kN64M8,      Fp8GemmTile::kN64M16,   Fp8GemmTile::kN64M32,
+    Fp8GemmTile::kN128M128Wg, Fp8GemmTile::kN64M8S4,  Fp8GemmTile::kN64M8S3};
 
 // The geometry of one tile. Warps are laid out warp = warp_n + warps_n * warp_m.
 struct Fp8GemmTileShape {

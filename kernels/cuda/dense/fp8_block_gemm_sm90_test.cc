@@ -583,7 +583,7 @@ constexpr Shape kWgmmaShapes[] = {{1, 1280, 5120}, {7, 100, 160},   {13, 257, 10
 TEST(Fp8BlockGemmTest, WgmmaIsBoundedTileFreeAndBatchInvariant) {
   constexpr Fp8GemmMath kW = Fp8GemmMath::kWgmma;
   const std::vector<Fp8GemmTile> tiles = WgmmaTiles();
-  ASSERT_EQ(tiles.size(), 6u);
+  ASSERT_EQ(tiles.size(), 8u);  // kN64M8 with three ring depths
   for (const Shape& s : kWgmmaShapes) {
     const int64_t num_kt = (s.k + 127) / 128;
     for (int splits : {1, 3, ChooseFp8GemmSplits(s.n, s.k)}) {
@@ -624,7 +624,7 @@ TEST(Fp8BlockGemmTest, WgmmaIsBoundedTileFreeAndBatchInvariant) {
 TEST(Fp8BlockGemmTest, WgmmaF16GivesTheMmaBitsOnEveryTile) {
   constexpr Fp8GemmMath kF = Fp8GemmMath::kWgmmaF16;
   const std::vector<Fp8GemmTile> tiles = WgmmaTiles();
-  ASSERT_EQ(tiles.size(), 6u);
+  ASSERT_EQ(tiles.size(), 8u);  // kN64M8 with three ring depths
   for (const Shape& s : kWgmmaShapes) {
     const int64_t num_kt = (s.k + 127) / 128;
     for (int splits : {1, 3, ChooseFp8GemmSplits(s.n, s.k)}) {

@@ -180,6 +180,10 @@ const char* TileName(Fp8GemmTile t) {
       return "n64m32";
     case Fp8GemmTile::kN128M128Wg:
       return "n128m128wg";
+    case Fp8GemmTile::kN64M8S4:
+      return "n64m8s4";
+    case Fp8GemmTile::kN64M8S3:
+      return "n64m8s3";
     case Fp8GemmTile::kAuto:
       return "auto";
   }

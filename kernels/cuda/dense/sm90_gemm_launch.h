@@ -97,6 +97,10 @@ absl::Status DispatchGemmTile(Fp8GemmTile tile, Launch&& launch, const char* op)
       return Instance<64, 16, 4, 1, 6>(tile, launch, op);
     case Fp8GemmTile::kN64M32:
       return Instance<64, 32, 4, 1, 5>(tile, launch, op);
+    case Fp8GemmTile::kN64M8S4:
+      return Instance<64, 8, 4, 1, 4>(tile, launch, op);
+    case Fp8GemmTile::kN64M8S3:
+      return Instance<64, 8, 4, 1, 3>(tile, launch, op);
     case Fp8GemmTile::kN128M128Wg:
       return Instance<128, 128, 8, 1, 4>(tile, launch, op);
     case Fp8GemmTile::kAuto:

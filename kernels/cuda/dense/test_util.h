@@ -38,7 +38,7 @@ inline constexpr Fp8GemmTile kAllFp8GemmTiles[] = {
     Fp8GemmTile::kN16M8,  Fp8GemmTile::kN16M16,  Fp8GemmTile::kN16M32,   Fp8GemmTile::kN16M64,
     Fp8GemmTile::kN32M8,  Fp8GemmTile::kN32M16,  Fp8GemmTile::kN32M32,   Fp8GemmTile::kN32M64,
     Fp8GemmTile::kN64M64, Fp8GemmTile::kN128M64, Fp8GemmTile::kN128M128, Fp8GemmTile::kN64M8,
-    Fp8GemmTile::kN64M16, Fp8GemmTile::kN64M32};
+    Fp8GemmTile::kN64M16, Fp8GemmTile::kN64M32,  Fp8GemmTile::kN64M8S4,  Fp8GemmTile::kN64M8S3};
 
 using ::weir::kernels::cuda::testing::DeviceBuffer;
 

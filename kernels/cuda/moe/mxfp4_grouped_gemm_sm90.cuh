@@ -387,19 +387,20 @@ __global__ void __launch_bounds__(kWarps * 32)
       {
         const int r = lane >> 1, half = lane & 1;
         const uint32_t word = fp8::LoadShared32(ws_base + (row0 + r) * 8 + half * 4);
+        float ws[4];
+        fp8::ScalesOf(word, ws);  // ScaleOf's values, by a shift when all four are normal
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          fp8::StoreSharedF32(sf_base + 4 * Mxfp4ScaleFloatW(4 * half + i, r),
-                              fp8::ScaleOf(word, i));
+          fp8::StoreSharedF32(sf_base + 4 * Mxfp4ScaleFloatW(4 * half + i, r), ws[i]);
         }
 #pragma unroll
         for (int e = lane; e < 2 * kBm; e += 32) {
           const int xr = e >> 1, xhalf = e & 1;
-          const uint32_t xword = fp8::LoadShared32(xs_base + xr * 8 + xhalf * 4);
+          float xs[4];
+          fp8::ScalesOf(fp8::LoadShared32(xs_base + xr * 8 + xhalf * 4), xs);
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            fp8::StoreSharedF32(sf_base + 4 * Mxfp4ScaleFloatX(4 * xhalf + i, xr, kBm),
-                                fp8::ScaleOf(xword, i));
+            fp8::StoreSharedF32(sf_base + 4 * Mxfp4ScaleFloatX(4 * xhalf + i, xr, kBm), xs[i]);
           }
         }
         if constexpr (kWidenX) {
