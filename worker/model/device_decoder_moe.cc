@@ -209,6 +209,8 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
   // exchange the routed path's collectives keep the stream to themselves.)
   const bool concurrent = Branches() && !(options.communicator != nullptr && layer < c.n_layers) &&
                           FastFp8(L.sw1) && FastFp8(L.sw3) && FastFp8(L.sw2) && h_in.has_fp8;
+  // h_in as Collapse bound it (the shared expert unbinds it when enqueued).
+  const SharedInput h_bound = h_in;
   if (concurrent) RETURN_IF_ERROR(ForkSide([&] { return SharedExpert(L, b); }));
   Mark("moe.gate");
   if (fast()) {  // the reference's logits (bits and all), a warp per (token, expert)
@@ -273,20 +275,40 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
   // to no expert: at batch 1 of 8 they would add up to topk experts' weights
   // to the step's reads. (The exchange leaves them out by itself; a DSpark
   // stage's rows are its own.)
-  RETURN_IF_ERROR(
-      kc::MoeGroupRows({.groups = in_groups,
-                        .x = in_x,
-                        .route_weight = in_weight,
-                        .group_offsets = group_offsets,
-                        .pair_row = pair_row,
-                        .x_grouped = xg,
-                        .weight_grouped = wg,
-                        .tokens = in_tokens,
-                        .dim = d,
-                        .topk = k,
-                        .num_groups = L.experts,
-                        .valid_tokens = !ep && layer < c.n_layers ? meta_d.valid : nullptr},
-                       stream));
+  kc::MoeGroupRowsParams group{.groups = in_groups,
+                               .x = in_x,
+                               .route_weight = in_weight,
+                               .group_offsets = group_offsets,
+                               .pair_row = pair_row,
+                               .x_grouped = xg,
+                               .weight_grouped = wg,
+                               .tokens = in_tokens,
+                               .dim = d,
+                               .topk = k,
+                               .num_groups = L.experts,
+                               .valid_tokens = !ep && layer < c.n_layers ? meta_d.valid : nullptr};
+  // The fast experts read the grouped rows' FP8 form only. Without an
+  // exchange the rows are h's, whose FP8 form the FFN's Collapse made (the
+  // same ActQuantFp8 bits, row by row): gather those codes and scales and
+  // skip the fp32 gather and its quantization.
+  const bool gather_codes = FastExperts(L) && !ep && h_bound.src == in_x && h_bound.has_fp8 &&
+                            h_bound.rows == in_tokens && h_bound.cols == d;
+  if (gather_codes) {
+    group.x = nullptr;
+    group.x_grouped = nullptr;
+    group.codes = h_bound.codes;
+    group.scales = h_bound.scales;
+    group.codes_grouped = fq;
+    group.scales_grouped = fq_scales;
+  }
+  const bool by_codes = gather_codes && kc::SupportsMoeGroupRows(group);
+  if (!by_codes) {
+    group.x = in_x;
+    group.x_grouped = xg;
+    group.codes = group.scales = nullptr;
+    group.codes_grouped = group.scales_grouped = nullptr;
+  }
+  RETURN_IF_ERROR(kc::MoeGroupRows(group, stream));
   if (layer < c.n_layers) {  // the backbone's load (EPLB); not the DSpark stages'
     // With branches on the mix path, off the experts' way: its counters are
     // read after the step, and moe_idx / group_offsets are next written after
@@ -323,7 +345,7 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
   };
   const bool tile_form = FastExperts(L) && options.expert_prefill_tiles && L.tile_exact &&
                          b * k / std::max(L.experts, 1) >= kExpertTileFormRows;
-  if (FastExperts(L)) {  // the reference's act_quant of the grouped rows, read by either form
+  if (FastExperts(L) && !by_codes) {  // the reference's act_quant of the grouped rows
     RETURN_IF_ERROR(dense::ActQuantFp8(
         {.x = xg, .codes = fq, .scales = fq_scales, .rows = rows, .cols = d}, stream));
   }

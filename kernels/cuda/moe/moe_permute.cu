@@ -11,11 +11,19 @@ namespace weir::kernels::cuda {
 
 static_assert(kMoeGroupRowsMaxGroups == moe::kGroupThreads);
 
+namespace {
+bool Aligned16(const void* p) { return p != nullptr && reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+}  // namespace
+
 bool SupportsMoeGroupRows(const MoeGroupRowsParams& p) {
+  const bool rows = p.codes != nullptr
+                        ? p.dim % 512 == 0 && Aligned16(p.codes) && Aligned16(p.scales) &&
+                              Aligned16(p.codes_grouped) && Aligned16(p.scales_grouped)
+                        : p.x != nullptr && p.x_grouped != nullptr;
   return p.tokens > 0 && p.dim > 0 && p.dim <= 65535 * moe::kRowChunk && p.topk > 0 &&
          p.num_groups >= 1 && p.num_groups <= kMoeGroupRowsMaxGroups &&
-         p.tokens * p.topk < (int64_t{1} << 31) && p.groups != nullptr && p.x != nullptr &&
-         p.group_offsets != nullptr && p.pair_row != nullptr && p.x_grouped != nullptr &&
+         p.tokens * p.topk < (int64_t{1} << 31) && p.groups != nullptr &&
+         p.group_offsets != nullptr && p.pair_row != nullptr && rows &&
          (p.route_weight == nullptr || p.weight_grouped != nullptr);
 }
 
@@ -30,6 +38,12 @@ absl::Status MoeGroupRows(const MoeGroupRowsParams& p, cudaStream_t stream) {
   moe::GroupRowsKernel<<<1, moe::kGroupThreads, 0, stream>>>(
       p.groups, pairs, p.num_groups, p.valid_tokens, p.topk, p.group_offsets, p.pair_row);
   if (absl::Status s = LaunchStatus("MoeGroupRows"); !s.ok()) return s;
+  if (p.codes != nullptr) {  // the FP8 form: a block of 16-byte chunks per pair
+    moe::GatherCodesKernel<<<static_cast<unsigned>(pairs), moe::kGatherCodesThreads, 0, stream>>>(
+        p.codes, p.scales, p.route_weight, p.pair_row, p.codes_grouped, p.scales_grouped,
+        p.weight_grouped, p.dim, p.topk);
+    return LaunchStatus("MoeGroupRows gather codes");
+  }
   const unsigned chunks = static_cast<unsigned>((p.dim + moe::kRowChunk - 1) / moe::kRowChunk);
   moe::GatherRowsKernel<<<dim3(static_cast<unsigned>(pairs), chunks), 256, 0, stream>>>(
       p.x, p.route_weight, p.pair_row, p.x_grouped, p.weight_grouped, p.dim, p.topk);

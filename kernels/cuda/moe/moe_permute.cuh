@@ -13,10 +13,15 @@ namespace weir::kernels::cuda::moe {
 inline constexpr int kGroupThreads = 1024;  // one thread per group
 inline constexpr int kCombineMaxTopk = 64;
 
-// One block of kGroupThreads. Thread g counts, then numbers, the pairs of
-// group g, reading the pair list in chunks through shared memory (ascending
-// pair order, so rows within a group ascend). With valid_tokens, the pairs of
-// tokens at or past *valid_tokens (padding rows) belong to no group.
+// One block of kGroupThreads (one thread per group for the scan). The pairs
+// of each group are counted by shared-memory atomics (a count has no order),
+// the counts scanned into offsets, then the pairs numbered in ascending pair
+// order: chunk by chunk of kGroupThreads pairs, warp by warp of a chunk (a
+// barrier between warps), a lane's row being its group's next row plus the
+// lanes below it in its warp with the same group (match.any). So rows
+// within a group ascend with the pair index, as the CPU executor numbers
+// them. With valid_tokens, the pairs of tokens at or past *valid_tokens
+// (padding rows) belong to no group.
 __global__ void __launch_bounds__(kGroupThreads)
     GroupRowsKernel(const int32_t* __restrict__ groups, int64_t pairs, int num_groups,
                     const int64_t* __restrict__ valid_tokens, int topk,
@@ -24,42 +29,64 @@ __global__ void __launch_bounds__(kGroupThreads)
   GridDependencyPrologue();
   const int64_t live =
       valid_tokens == nullptr ? pairs : min(max(*valid_tokens, int64_t{0}) * topk, pairs);
-  __shared__ int32_t s_chunk[kGroupThreads];
-  __shared__ int64_t s_start[kGroupThreads];
-  const int g = threadIdx.x;
-  for (int pass = 0; pass < 2; ++pass) {
-    int64_t count = 0;
-    if (pass == 1 && g < num_groups) count = s_start[g];
-    for (int64_t base = 0; base < pairs; base += kGroupThreads) {
-      __syncthreads();
-      const int64_t mine = base + threadIdx.x;
-      if (mine < pairs) {
-        const int32_t group = mine < live ? groups[mine] : -1;
-        s_chunk[threadIdx.x] = group;
-        if (pass == 1 && (group < 0 || group >= num_groups)) pair_row[mine] = -1;
-      }
-      __syncthreads();
-      const int n = pairs - base < kGroupThreads ? static_cast<int>(pairs - base) : kGroupThreads;
-      if (g >= num_groups) continue;
-      for (int i = 0; i < n; ++i) {
-        if (s_chunk[i] != g) continue;
-        if (pass == 1) pair_row[base + i] = static_cast<int32_t>(count);
-        ++count;
-      }
+  __shared__ int32_t s_next[kGroupThreads];  // counts, then each group's next row
+  __shared__ int32_t s_warp[kGroupThreads / 32];
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  // The group of pair i, or -1 (padding, or a group not handled here).
+  auto group_of = [&](int64_t i) -> int32_t {
+    if (i >= live) return -1;
+    const int32_t g = groups[i];
+    return g >= 0 && g < num_groups ? g : -1;
+  };
+  s_next[tid] = 0;
+  __syncthreads();
+  for (int64_t i = tid; i < live; i += kGroupThreads) {
+    const int32_t g = group_of(i);
+    if (g >= 0) atomicAdd(&s_next[g], 1);
+  }
+  __syncthreads();
+  // Exclusive scan of the counts: within each warp by shuffles, then over
+  // the warps' totals in warp 0.
+  const int32_t count = tid < num_groups ? s_next[tid] : 0;
+  int32_t inclusive = count;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int32_t v = __shfl_up_sync(0xFFFFFFFFu, inclusive, o);
+    if (lane >= o) inclusive += v;
+  }
+  if (lane == 31) s_warp[warp] = inclusive;
+  __syncthreads();
+  if (warp == 0) {
+    const int32_t total = s_warp[lane];
+    int32_t before = total;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int32_t v = __shfl_up_sync(0xFFFFFFFFu, before, o);
+      if (lane >= o) before += v;
     }
-    if (pass == 0) {
-      __syncthreads();
-      if (g < num_groups) s_start[g] = count;
-      __syncthreads();
-      if (threadIdx.x == 0) {  // exclusive scan of the counts
-        int64_t total = 0;
-        offsets[0] = 0;
-        for (int e = 0; e < num_groups; ++e) {
-          const int64_t c = s_start[e];
-          s_start[e] = total;
-          total += c;
-          offsets[e + 1] = total;
-        }
+    s_warp[lane] = before - total;
+  }
+  __syncthreads();
+  const int32_t start = s_warp[warp] + inclusive - count;
+  if (tid < num_groups) {
+    offsets[tid] = start;
+    s_next[tid] = start;  // only this thread read entry tid above
+  }
+  if (tid == num_groups - 1) offsets[num_groups] = start + count;
+  __syncthreads();
+  for (int64_t base = 0; base < pairs; base += kGroupThreads) {
+    const int64_t i = base + tid;
+    const int32_t g = group_of(i);
+    const int64_t left = pairs - base;
+    const int warps = static_cast<int>(((left < kGroupThreads ? left : kGroupThreads) + 31) / 32);
+    for (int w = 0; w < warps; ++w) {  // uniform over the block
+      if (warp == w) {                 // uniform over the warp
+        const unsigned same = __match_any_sync(0xFFFFFFFFu, g);
+        const int rank = __popc(same & ((1u << lane) - 1u));
+        const int32_t row = g >= 0 ? s_next[g] + rank : -1;
+        __syncwarp();
+        if (g >= 0 && rank == 0) s_next[g] += __popc(same);
+        if (i < pairs) pair_row[i] = row;
       }
       __syncthreads();
     }
@@ -89,6 +116,31 @@ __global__ void GatherRowsKernel(const float* __restrict__ x,
   if (blockIdx.y == 0 && threadIdx.x == 0 && route_weight != nullptr) {
     weight_grouped[row] = route_weight[pair];
   }
+}
+
+// One block per pair: its token's FP8 codes row (dim bytes) and UE8M0
+// scales row (dim / 32 bytes) copied to its grouped row in 16-byte chunks
+// (dim % 512 == 0, rows 16-byte aligned: the launcher checks), and its route
+// weight. Pairs without a row (-1) copy nothing.
+inline constexpr int kGatherCodesThreads = 128;
+__global__ void __launch_bounds__(kGatherCodesThreads)
+    GatherCodesKernel(const uint8_t* __restrict__ codes, const uint8_t* __restrict__ scales,
+                      const float* __restrict__ route_weight, const int32_t* __restrict__ pair_row,
+                      uint8_t* __restrict__ codes_grouped, uint8_t* __restrict__ scales_grouped,
+                      float* __restrict__ weight_grouped, int64_t dim, int topk) {
+  GridDependencyPrologue();
+  const int64_t pair = blockIdx.x;
+  const int32_t row = pair_row[pair];
+  if (row < 0) return;
+  const int64_t token = pair / topk;
+  const int64_t code_chunks = dim / 16, scale_chunks = dim / 512;
+  const uint4* src = reinterpret_cast<const uint4*>(codes + token * dim);
+  uint4* dst = reinterpret_cast<uint4*>(codes_grouped + static_cast<int64_t>(row) * dim);
+  for (int64_t c = threadIdx.x; c < code_chunks; c += blockDim.x) dst[c] = src[c];
+  const uint4* ssrc = reinterpret_cast<const uint4*>(scales + token * (dim / 32));
+  uint4* sdst = reinterpret_cast<uint4*>(scales_grouped + static_cast<int64_t>(row) * (dim / 32));
+  for (int64_t c = threadIdx.x; c < scale_chunks; c += blockDim.x) sdst[c] = ssrc[c];
+  if (threadIdx.x == 0 && route_weight != nullptr) weight_grouped[row] = route_weight[pair];
 }
 
 // One block per (token, column chunk): thread 0 orders the token's rows by

@@ -6,7 +6,8 @@
 //   MoeGroupRows: the (token t, k) pair i = t * topk + k goes to group
 //     groups[i] (an expert, or a local slot); within a group the rows are in
 //     ascending pair index. Writes the group offsets, each pair's grouped row,
-//     and gathers x rows and route weights into that order. Integer
+//     and gathers x rows (or their FP8 codes and scales) and route weights
+//     into that order. Integer
 //     bookkeeping only: exact and deterministic. Padding tokens (at or past
 //     *valid_tokens) join no group: a padded decode step does not read the
 //     experts its padding rows would route to.
@@ -48,12 +49,22 @@ struct MoeGroupRowsParams {
   const int64_t* valid_tokens = nullptr;  // device [1] or null (= tokens): the pairs of
                                           // tokens at or past it (padding rows of a
                                           // padded step) join no group, pair_row -1
+  // With `codes`: x's FP8 form (ActQuantFp8's codes [tokens, dim] and UE8M0
+  // scales [tokens, dim / 32]) is gathered instead of x: codes_grouped and
+  // scales_grouped get the rows ActQuantFp8 of x_grouped would give (its
+  // quantization is row by row), and x / x_grouped are not read or written
+  // (may be null). Needs dim % 512 == 0 and the four pointers 16-byte aligned.
+  const uint8_t* codes = nullptr;
+  const uint8_t* scales = nullptr;
+  uint8_t* codes_grouped = nullptr;   // device out [tokens * topk, dim]
+  uint8_t* scales_grouped = nullptr;  // device out [tokens * topk, dim / 32]
 };
 
 // True for tokens, dim, topk > 0, dim <= 65535 x 1024 (a row is spread over
 // blocks of 1024 columns), 1 <= num_groups <= kMoeGroupRowsMaxGroups,
-// tokens * topk < 2^31, non-null groups/x/group_offsets/pair_row/x_grouped, and
-// weight_grouped non-null when route_weight is.
+// tokens * topk < 2^31, non-null groups/group_offsets/pair_row, x/x_grouped
+// non-null (or, with codes, the four FP8 arrays non-null and aligned as
+// listed, dim % 512 == 0), and weight_grouped non-null when route_weight is.
 bool SupportsMoeGroupRows(const MoeGroupRowsParams& params);
 
 // Enqueues the grouping (one block) and the gather on `stream`. The result

@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "kernels/common/numeric_formats.h"
 #include "kernels/cpu/moe_expert.h"
+#include "kernels/cuda/dense/act_quant_fp8.h"
 #include "kernels/cuda/moe/expert_ffn.h"
 #include "kernels/cuda/moe/test_util.h"
 #include "kernels/cuda/moe/weight_test_util.h"
@@ -118,6 +119,124 @@ TEST(MoeGroupRowsCudaTest, GroupsAsTheCpuExecutorDoes) {
       ASSERT_EQ(wg[r], rw[i]) << "pair " << i;
     }
   }
+}
+
+// With the FP8 form of x (the decoder's h, quantized by the norm before it):
+// the gathered codes and scales are byte for byte ActQuantFp8 of the fp32
+// gather, padding and foreign pairs included, and the route weights as
+// without codes.
+TEST(MoeGroupRowsCudaTest, GathersTheFp8FormActQuantWouldMake) {
+  struct Case {
+    int64_t tokens;
+    int topk, groups;
+    double invalid;
+    int64_t dim;
+    int64_t valid = -1;
+  };
+  for (const Case& c : {Case{1, 6, 48, 0.0, 5120}, Case{8, 6, 48, 0.0, 512, 1},
+                        Case{64, 6, 48, 0.1, 1024}, Case{300, 8, 256, 0.0, 2048, 299}}) {
+    std::mt19937 rng(7 * c.tokens + c.dim);
+    const std::vector<int32_t> routed = RandomRouting(c.tokens, c.topk, c.groups, c.invalid, rng);
+    const int64_t pairs = c.tokens * c.topk, blocks = c.dim / 32;
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::uniform_real_distribution<float> magnitude(-12.0f, 12.0f);
+    std::vector<float> x(c.tokens * c.dim), rw(pairs);
+    for (float& v : x) v = normal(rng) * std::exp2(magnitude(rng));  // scales spread widely
+    for (float& v : rw) v = normal(rng);
+    DeviceBuffer<int32_t> dgroups(routed), drow(pairs), drow2(pairs);
+    DeviceBuffer<float> dx(x), drw(rw), dxg(pairs * c.dim), dwg(pairs), dwg2(pairs);
+    DeviceBuffer<int64_t> doff(c.groups + 1), doff2(c.groups + 1),
+        dvalid(std::vector<int64_t>{c.valid});
+    DeviceBuffer<uint8_t> codes(c.tokens * c.dim), scales(c.tokens * blocks),
+        want_codes(pairs * c.dim), want_scales(pairs * blocks), got_codes(pairs * c.dim),
+        got_scales(pairs * blocks);
+    ASSERT_TRUE(dense::ActQuantFp8({.x = dx.get(),
+                                    .codes = codes.get(),
+                                    .scales = scales.get(),
+                                    .rows = c.tokens,
+                                    .cols = c.dim},
+                                   nullptr)
+                    .ok());
+    const int64_t* valid = c.valid >= 0 ? dvalid.get() : nullptr;
+    ASSERT_TRUE(MoeGroupRows({.groups = dgroups.get(),
+                              .x = dx.get(),
+                              .route_weight = drw.get(),
+                              .group_offsets = doff.get(),
+                              .pair_row = drow.get(),
+                              .x_grouped = dxg.get(),
+                              .weight_grouped = dwg.get(),
+                              .tokens = c.tokens,
+                              .dim = c.dim,
+                              .topk = c.topk,
+                              .num_groups = c.groups,
+                              .valid_tokens = valid},
+                             nullptr)
+                    .ok());
+    ASSERT_TRUE(dense::ActQuantFp8({.x = dxg.get(),
+                                    .codes = want_codes.get(),
+                                    .scales = want_scales.get(),
+                                    .rows = pairs,
+                                    .cols = c.dim},
+                                   nullptr)
+                    .ok());
+    const MoeGroupRowsParams by_codes{.groups = dgroups.get(),
+                                      .route_weight = drw.get(),
+                                      .group_offsets = doff2.get(),
+                                      .pair_row = drow2.get(),
+                                      .weight_grouped = dwg2.get(),
+                                      .tokens = c.tokens,
+                                      .dim = c.dim,
+                                      .topk = c.topk,
+                                      .num_groups = c.groups,
+                                      .valid_tokens = valid,
+                                      .codes = codes.get(),
+                                      .scales = scales.get(),
+                                      .codes_grouped = got_codes.get(),
+                                      .scales_grouped = got_scales.get()};
+    ASSERT_TRUE(SupportsMoeGroupRows(by_codes));
+    ASSERT_TRUE(MoeGroupRows(by_codes, nullptr).ok());
+    ASSERT_TRUE(Synced());
+    const std::vector<int32_t> rows = drow.Download();
+    EXPECT_EQ(drow2.Download(), rows);
+    EXPECT_EQ(doff2.Download(), doff.Download());
+    const std::vector<uint8_t> wc = want_codes.Download(), ws = want_scales.Download(),
+                               gc = got_codes.Download(), gs = got_scales.Download();
+    const std::vector<float> wg = dwg.Download(), wg2 = dwg2.Download();
+    int64_t checked = 0;
+    for (int64_t i = 0; i < pairs; ++i) {
+      const int64_t r = rows[i];
+      if (r < 0) continue;
+      ++checked;
+      ASSERT_TRUE(
+          std::equal(wc.begin() + r * c.dim, wc.begin() + (r + 1) * c.dim, gc.begin() + r * c.dim))
+          << "codes of pair " << i;
+      ASSERT_TRUE(std::equal(ws.begin() + r * blocks, ws.begin() + (r + 1) * blocks,
+                             gs.begin() + r * blocks))
+          << "scales of pair " << i;
+      ASSERT_EQ(wg2[r], wg[r]) << "pair " << i;
+    }
+    EXPECT_GT(checked, 0);
+  }
+  // Codes need dim % 512 and aligned rows; without them the launcher refuses.
+  DeviceBuffer<uint8_t> b(4096);
+  DeviceBuffer<int32_t> i(8);
+  DeviceBuffer<int64_t> o(9);
+  MoeGroupRowsParams bad{.groups = i.get(),
+                         .group_offsets = o.get(),
+                         .pair_row = i.get(),
+                         .tokens = 1,
+                         .dim = 256,
+                         .topk = 1,
+                         .num_groups = 8,
+                         .codes = b.get(),
+                         .scales = b.get(),
+                         .codes_grouped = b.get(),
+                         .scales_grouped = b.get()};
+  EXPECT_FALSE(SupportsMoeGroupRows(bad));
+  bad.dim = 512;
+  EXPECT_TRUE(SupportsMoeGroupRows(bad));
+  bad.scales = b.get() + 4;
+  EXPECT_FALSE(SupportsMoeGroupRows(bad));
 }
 
 TEST(MoeCombineCudaTest, BitIdenticalToTheCpuSum) {
