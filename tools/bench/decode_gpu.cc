@@ -73,6 +73,7 @@
 #include "tools/bench/decode_csv.h"
 #include "tools/bench/decode_floor.h"
 #include "tools/bench/fp8_peak.h"
+#include "tools/bench/kernel_timeline.h"
 #include "worker/model/cuda_ops.h"
 #include "worker/model/device_decoder.h"
 #include "worker/model/device_decoder_synthetic.h"
@@ -152,6 +153,11 @@ ABSL_FLAG(bool, device_greedy, true,
 ABSL_FLAG(bool, profile_timed_steps, false,
           "--ep_slice: cudaProfilerStart / Stop around the timed graph steps only, for "
           "`ncu --profile-from-start off` (one step's kernels, none of the fill's).");
+ABSL_FLAG(bool, kernel_timeline, false,
+          "--ep_slice: record the timed steps' kernels with CUPTI (graph nodes one by one) "
+          "and print where the steps' time goes: the GPU's span and idle time, each "
+          "kernel's share of the wall time (an interval k kernels share counts 1/k to each) "
+          "and the largest idle gaps. The recording slows the timed steps a little.");
 ABSL_FLAG(std::string, csv, "",
           "Also write every measured row to this CSV file (tools/bench/decode_csv.h), for "
           "tools/bench/plot.py.");
@@ -268,6 +274,29 @@ void CsvRow(const weir::bench::DecodeRow& row) {
 // The model's name for the CSV: its config's directory ("models/small/config.json" -> "small").
 std::string ModelName(const std::string& config) {
   return std::filesystem::path(config).parent_path().filename().string();
+}
+
+// decode_gpu --kernel_timeline: the summary of `steps` timed steps at `batch`.
+void PrintTimeline(int batch, int steps, const weir::bench::TimelineSummary& t) {
+  std::printf(
+      "      kernel timeline of batch %d (%d steps, CUPTI): %lld kernels, GPU span %.1f us a "
+      "step, idle %.1f us (%.2f%%)\n",
+      batch, steps, static_cast<long long>(t.kernels), t.span_us / steps, t.idle_us / steps,
+      t.span_us > 0 ? 100.0 * t.idle_us / t.span_us : 0.0);
+  std::printf(
+      "      %10s %10s %7s %9s  kernel (us a step; wall: the span shared among the "
+      "kernels running)\n",
+      "wall", "busy", "count", "mean");
+  const size_t shown = std::min<size_t>(t.shares.size(), 30);
+  for (size_t i = 0; i < shown; ++i) {
+    const weir::bench::TimelineShare& s = t.shares[i];
+    std::printf("      %10.1f %10.1f %7lld %9.2f  %s\n", s.wall_us / steps, s.busy_us / steps,
+                static_cast<long long>(s.count / steps), s.busy_us / std::max<int64_t>(s.count, 1),
+                s.name.c_str());
+  }
+  for (const weir::bench::TimelineGap& g : t.gaps) {
+    std::printf("      idle gap %.2f us: %s -> %s\n", g.us, g.before.c_str(), g.after.c_str());
+  }
 }
 
 }  // namespace
@@ -572,13 +601,26 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
     std::vector<double> times;
     sample_s = 0;
     const bool profiled = absl::GetFlag(FLAGS_profile_timed_steps);
+    const bool timeline = absl::GetFlag(FLAGS_kernel_timeline);
     if (profiled) WEIR_CHECK(cudaProfilerStart() == cudaSuccess);
+    if (timeline) {
+      WEIR_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+      const absl::Status started = weir::bench::StartKernelRecording();
+      WEIR_CHECK(started.ok()) << started;
+    }
     for (int i = 0; i < steps; ++i) {
       const auto s0 = Clock::now();
       step();
       times.push_back(Seconds(s0));
     }
     if (profiled) WEIR_CHECK(cudaProfilerStop() == cudaSuccess);
+    if (timeline) {
+      WEIR_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+      absl::StatusOr<std::vector<weir::bench::KernelRecord>> records =
+          weir::bench::StopKernelRecording();
+      WEIR_CHECK(records.ok()) << records.status();
+      PrintTimeline(batch, steps, weir::bench::SummarizeTimeline(std::move(*records), 10));
+    }
     const double device_s = ((*dd)->stats().device_seconds - before) / steps;
     double total = 0;
     for (double t : times) total += t;
