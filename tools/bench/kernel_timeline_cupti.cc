@@ -80,8 +80,11 @@ absl::Status StartKernelRecording() {
     r.records.clear();
     r.dropped = 0;
   }
-  absl::Status s = Cupti(cuptiActivityRegisterCallbacks(BufferRequested, BufferCompleted),
-                         "register callbacks");
+  // The buffer callbacks are registered once for the process (decode_gpu
+  // records each batch size's timed steps in turn).
+  static const absl::Status registered =
+      Cupti(cuptiActivityRegisterCallbacks(BufferRequested, BufferCompleted), "register callbacks");
+  absl::Status s = registered;
   if (s.ok()) s = Cupti(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "enable");
   if (!s.ok()) {
     std::lock_guard<std::mutex> lock(r.mu);
