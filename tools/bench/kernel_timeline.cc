@@ -50,11 +50,14 @@ TimelineSummary SummarizeTimeline(std::vector<KernelRecord> records, size_t top_
   });
   std::vector<std::string> names(records.size());
   std::map<std::string, TimelineShare> shares;
+  std::map<std::string, std::string> short_names;
   uint64_t first = records.front().start_ns, last = 0;
   for (size_t i = 0; i < records.size(); ++i) {
     KernelRecord& r = records[i];
     if (r.end_ns < r.start_ns) r.end_ns = r.start_ns;
-    names[i] = ShortKernelName(r.name);
+    auto [short_name, fresh] = short_names.try_emplace(r.name);  // a name demangled once
+    if (fresh) short_name->second = ShortKernelName(r.name);
+    names[i] = short_name->second;
     TimelineShare& s = shares[names[i]];
     s.name = names[i];
     ++s.count;

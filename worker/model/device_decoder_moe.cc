@@ -294,20 +294,16 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
   const bool gather_codes = FastExperts(L) && !ep && h_bound.src == in_x && h_bound.has_fp8 &&
                             h_bound.rows == in_tokens && h_bound.cols == d;
   if (gather_codes) {
-    group.x = nullptr;
-    group.x_grouped = nullptr;
-    group.codes = h_bound.codes;
-    group.scales = h_bound.scales;
-    group.codes_grouped = fq;
-    group.scales_grouped = fq_scales;
+    kc::MoeGroupRowsParams codes = group;
+    codes.x = nullptr;
+    codes.x_grouped = nullptr;
+    codes.codes = h_bound.codes;
+    codes.scales = h_bound.scales;
+    codes.codes_grouped = fq;
+    codes.scales_grouped = fq_scales;
+    if (kc::SupportsMoeGroupRows(codes)) group = codes;
   }
-  const bool by_codes = gather_codes && kc::SupportsMoeGroupRows(group);
-  if (!by_codes) {
-    group.x = in_x;
-    group.x_grouped = xg;
-    group.codes = group.scales = nullptr;
-    group.codes_grouped = group.scales_grouped = nullptr;
-  }
+  const bool by_codes = group.codes != nullptr;
   RETURN_IF_ERROR(kc::MoeGroupRows(group, stream));
   if (layer < c.n_layers) {  // the backbone's load (EPLB); not the DSpark stages'
     // With branches on the mix path, off the experts' way: its counters are
@@ -355,7 +351,7 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
   } else if (FastExperts(L)) {
     // kFast: gate/up with SwiGLU, the route weight and the FP8 quantization
     // of h fused, then w2, all on tensor cores over the MXFP4 weights (rows
-    // past the groups' end are quantized too and never read).
+    // past the groups' end are never read).
     RETURN_IF_ERROR(
         kc::Mxfp4ExpertFfn({.x = fq,
                             .x_scales = fq_scales,

@@ -78,21 +78,25 @@ __global__ void HcCollapseKernel(const float* __restrict__ x, const float* __res
   out[i] = round_bf16 ? RoundToBf16(acc) : acc;
 }
 
+// The norm's weight row, which the first block asks L2 for before the wait
+// (no kernel of a step writes it).
+__device__ __forceinline__ L2Rows NormWeightRow(const float* weight, int64_t dim) {
+  return {.base = weight,
+          .stride = 0,
+          .bytes = static_cast<unsigned>(dim * sizeof(float)),
+          .rows = blockIdx.x == 0 ? 1 : 0};
+}
+
 // One block per token: the token's HcCollapseKernel row into shared memory
 // (dim * 4 bytes, dynamic), then RmsNorm's NormalizeRow over it, so out is
 // bit for bit HcCollapse followed by RmsNorm (with their roundings), in one
-// launch.
-// (The first block asks L2 for the norm's weight before the wait: no
-// kernel of a step writes it.)
+// launch. (The first block asks L2 for the norm's weight: NormWeightRow.)
 template <int kThreads>
 __global__ void HcCollapseNormKernel(const float* __restrict__ x, const float* __restrict__ pre,
                                      const float* __restrict__ weight, float* __restrict__ out,
                                      int64_t dim, int n, float eps, bool round_collapse,
                                      bool round_out, uint8_t* codes, uint8_t* scales) {
-  GridDependencyPrologue(L2Rows{.base = weight,
-                                .stride = 0,
-                                .bytes = static_cast<unsigned>(dim * sizeof(float)),
-                                .rows = blockIdx.x == 0 ? 1 : 0});
+  GridDependencyPrologue(NormWeightRow(weight, dim));
   extern __shared__ float4 collapsed[];
   const int64_t t = blockIdx.x;
   const float* p = pre + t * n;
@@ -131,10 +135,7 @@ __global__ void __launch_bounds__(kThreads)
                                const float* __restrict__ pre, const float* __restrict__ weight,
                                float* __restrict__ out, int64_t dim, float eps, bool round_collapse,
                                bool round_out, uint8_t* codes, uint8_t* scales) {
-  GridDependencyPrologue(L2Rows{.base = weight,
-                                .stride = 0,
-                                .bytes = static_cast<unsigned>(dim * sizeof(float)),
-                                .rows = blockIdx.x == 0 ? 1 : 0});
+  GridDependencyPrologue(NormWeightRow(weight, dim));
   extern __shared__ float4 collapsed[];
   const int64_t t = blockIdx.x;
   const float* p = pre + t * kN;

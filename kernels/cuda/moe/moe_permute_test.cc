@@ -157,21 +157,19 @@ TEST(MoeGroupRowsCudaTest, GathersTheFp8FormActQuantWouldMake) {
                                     .cols = c.dim},
                                    nullptr)
                     .ok());
-    const int64_t* valid = c.valid >= 0 ? dvalid.get() : nullptr;
-    ASSERT_TRUE(MoeGroupRows({.groups = dgroups.get(),
-                              .x = dx.get(),
-                              .route_weight = drw.get(),
-                              .group_offsets = doff.get(),
-                              .pair_row = drow.get(),
-                              .x_grouped = dxg.get(),
-                              .weight_grouped = dwg.get(),
-                              .tokens = c.tokens,
-                              .dim = c.dim,
-                              .topk = c.topk,
-                              .num_groups = c.groups,
-                              .valid_tokens = valid},
-                             nullptr)
-                    .ok());
+    const MoeGroupRowsParams by_rows{.groups = dgroups.get(),
+                                     .x = dx.get(),
+                                     .route_weight = drw.get(),
+                                     .group_offsets = doff.get(),
+                                     .pair_row = drow.get(),
+                                     .x_grouped = dxg.get(),
+                                     .weight_grouped = dwg.get(),
+                                     .tokens = c.tokens,
+                                     .dim = c.dim,
+                                     .topk = c.topk,
+                                     .num_groups = c.groups,
+                                     .valid_tokens = c.valid >= 0 ? dvalid.get() : nullptr};
+    ASSERT_TRUE(MoeGroupRows(by_rows, nullptr).ok());
     ASSERT_TRUE(dense::ActQuantFp8({.x = dxg.get(),
                                     .codes = want_codes.get(),
                                     .scales = want_scales.get(),
@@ -179,20 +177,17 @@ TEST(MoeGroupRowsCudaTest, GathersTheFp8FormActQuantWouldMake) {
                                     .cols = c.dim},
                                    nullptr)
                     .ok());
-    const MoeGroupRowsParams by_codes{.groups = dgroups.get(),
-                                      .route_weight = drw.get(),
-                                      .group_offsets = doff2.get(),
-                                      .pair_row = drow2.get(),
-                                      .weight_grouped = dwg2.get(),
-                                      .tokens = c.tokens,
-                                      .dim = c.dim,
-                                      .topk = c.topk,
-                                      .num_groups = c.groups,
-                                      .valid_tokens = valid,
-                                      .codes = codes.get(),
-                                      .scales = scales.get(),
-                                      .codes_grouped = got_codes.get(),
-                                      .scales_grouped = got_scales.get()};
+    // The same call with the FP8 form instead of x, into outputs of its own.
+    MoeGroupRowsParams by_codes = by_rows;
+    by_codes.x = nullptr;
+    by_codes.x_grouped = nullptr;
+    by_codes.group_offsets = doff2.get();
+    by_codes.pair_row = drow2.get();
+    by_codes.weight_grouped = dwg2.get();
+    by_codes.codes = codes.get();
+    by_codes.scales = scales.get();
+    by_codes.codes_grouped = got_codes.get();
+    by_codes.scales_grouped = got_scales.get();
     ASSERT_TRUE(SupportsMoeGroupRows(by_codes));
     ASSERT_TRUE(MoeGroupRows(by_codes, nullptr).ok());
     ASSERT_TRUE(Synced());
