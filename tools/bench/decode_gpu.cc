@@ -279,10 +279,11 @@ std::string ModelName(const std::string& config) {
 // decode_gpu --kernel_timeline: the summary of `steps` timed steps at `batch`.
 void PrintTimeline(int batch, int steps, const weir::bench::TimelineSummary& t) {
   std::printf(
-      "      kernel timeline of batch %d (%d steps, CUPTI): %lld kernels, GPU span %.1f us a "
-      "step, idle %.1f us (%.2f%%)\n",
-      batch, steps, static_cast<long long>(t.kernels), t.span_us / steps, t.idle_us / steps,
-      t.span_us > 0 ? 100.0 * t.idle_us / t.span_us : 0.0);
+      "      kernel timeline of batch %d (%d steps, CUPTI): %lld kernels in %lld launches, GPU "
+      "span %.1f us a step, idle %.1f us (%.2f%%); host between launches %.1f us a step\n",
+      batch, steps, static_cast<long long>(t.kernels), static_cast<long long>(t.launches),
+      t.span_us / steps, t.idle_us / steps, t.span_us > 0 ? 100.0 * t.idle_us / t.span_us : 0.0,
+      t.host_us / steps);
   std::printf(
       "      %10s %10s %7s %9s  kernel (us a step; wall: the span shared among the "
       "kernels running)\n",

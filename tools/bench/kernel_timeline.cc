@@ -1,16 +1,17 @@
 // tools/bench/kernel_timeline.cc — SummarizeTimeline and ShortKernelName
 // (pure; the CUPTI recording is kernel_timeline_cupti.cc).
 
+#include "tools/bench/kernel_timeline.h"
+
 #include <cxxabi.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include "tools/bench/kernel_timeline.h"
 
 namespace weir::bench {
 
@@ -65,6 +66,16 @@ TimelineSummary SummarizeTimeline(std::vector<KernelRecord> records, size_t top_
     last = std::max(last, r.end_ns);
   }
   out.span_us = static_cast<double>(last - first) * 1e-3;
+  // The first kernel of each launch (records are in start order): idle time
+  // that ends there is the host's.
+  std::vector<bool> opens_launch(records.size(), false);
+  {
+    std::set<uint32_t> seen;
+    for (size_t i = 0; i < records.size(); ++i) {
+      opens_launch[i] = seen.insert(records[i].launch).second;
+    }
+    out.launches = static_cast<int64_t>(seen.size());
+  }
 
   // Sweep: at every start or end the set of running kernels changes; the
   // interval up to the next boundary is shared by the running ones.
@@ -94,20 +105,23 @@ TimelineSummary SummarizeTimeline(std::vector<KernelRecord> records, size_t top_
     if (e == events.size()) break;
     const double dt = static_cast<double>(events[e].at - at) * 1e-3;
     if (running.empty()) {
-      out.idle_us += dt;
+      // The next boundary after an empty interval is a start.
+      (opens_launch[events[e].record] ? out.host_us : out.idle_us) += dt;
     } else {
       for (size_t r : running) shares[names[r]].wall_us += dt / static_cast<double>(running.size());
     }
   }
+  out.span_us -= out.host_us;
   for (auto& [name, share] : shares) out.shares.push_back(share);
   std::sort(out.shares.begin(), out.shares.end(),
             [](const TimelineShare& a, const TimelineShare& b) { return a.wall_us > b.wall_us; });
 
-  // Idle gaps: a kernel starting after every earlier one has ended.
+  // Idle gaps: a kernel starting after every earlier one has ended (not the
+  // first of a launch: that gap is the host's).
   uint64_t reach = records.front().end_ns;
   size_t reach_record = 0;
   for (size_t i = 1; i < records.size(); ++i) {
-    if (records[i].start_ns > reach) {
+    if (records[i].start_ns > reach && !opens_launch[i]) {
       out.gaps.push_back({.us = static_cast<double>(records[i].start_ns - reach) * 1e-3,
                           .before = names[reach_record],
                           .after = names[i]});

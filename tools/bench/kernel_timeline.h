@@ -9,7 +9,14 @@
 // wall time (an interval in which k kernels run counts 1/k to each: a kernel
 // alone on the GPU, on the critical path, gets all of its time; one beside
 // others gets less), and the largest idle gaps with the kernels on their
-// sides.
+// sides. Idle time before the first kernel of a launch (a step's graph)
+// is the host's and is reported apart (`host_us`), so a step's idle time is
+// the GPU's own.
+//
+// With programmatic edges a kernel starts while its predecessor runs and
+// waits in its prologue: its record then includes that wait, and the busy
+// and wall figures of such kernels are upper bounds (decode_gpu
+// --programmatic=false gives each kernel's own time).
 //
 // Thread safety: one recording at a time per process (CUPTI's activity
 // buffers are process-wide); SummarizeTimeline and ShortKernelName are pure.
@@ -31,6 +38,10 @@ struct KernelRecord {
   uint64_t end_ns = 0;
   uint32_t stream = 0;
   std::string name;  // as CUPTI reports it (mangled)
+  // The host call that launched it (CUPTI's correlation id: every node of one
+  // cudaGraphLaunch shares it). Time before the first kernel of a launch in
+  // which nothing runs is the host's, not the step's: counted apart.
+  uint32_t launch = 0;
 };
 
 struct TimelineShare {
@@ -47,8 +58,12 @@ struct TimelineGap {
 
 struct TimelineSummary {
   int64_t kernels = 0;
-  double span_us = 0;  // first start to last end
-  double idle_us = 0;  // time in the span with no kernel running
+  double span_us = 0;  // first start to last end, less host_us
+  double idle_us = 0;  // time in the span with no kernel running (host_us apart)
+  // Idle time that ends at the first kernel of a launch: the host between
+  // launches (e.g. between two replayed steps), not a gap inside a step.
+  double host_us = 0;
+  int64_t launches = 0;               // distinct `launch` values
   std::vector<TimelineShare> shares;  // by wall_us, largest first
   std::vector<TimelineGap> gaps;      // the `top_gaps` largest, largest first
 };

@@ -58,7 +58,8 @@ void CUPTIAPI BufferCompleted(CUcontext context, uint32_t stream, uint8_t* buffe
     got.push_back({.start_ns = k->start,
                    .end_ns = k->end,
                    .stream = k->streamId,
-                   .name = k->name != nullptr ? k->name : "?"});
+                   .name = k->name != nullptr ? k->name : "?",
+                   .launch = k->correlationId});
   }
   size_t dropped = 0;
   cuptiActivityGetNumDroppedRecords(context, stream, &dropped);

@@ -50,6 +50,26 @@ TEST(KernelTimelineTest, GroupsLaunchesByShortNameAndKeepsTheLargestGaps) {
   EXPECT_EQ(SummarizeTimeline({}, 3).kernels, 0);
 }
 
+TEST(KernelTimelineTest, TimeBeforeALaunchsFirstKernelIsTheHosts) {
+  // Two launches (steps) of two kernels each, 1000 ns of host time between
+  // them and a 20 ns gap inside the second.
+  const std::vector<KernelRecord> records = {
+      {.start_ns = 0, .end_ns = 100, .name = "A", .launch = 1},
+      {.start_ns = 100, .end_ns = 200, .name = "B", .launch = 1},
+      {.start_ns = 1200, .end_ns = 1300, .name = "A", .launch = 2},
+      {.start_ns = 1320, .end_ns = 1400, .name = "B", .launch = 2},
+  };
+  const TimelineSummary s = SummarizeTimeline(records, 4);
+  EXPECT_EQ(s.launches, 2);
+  EXPECT_DOUBLE_EQ(s.host_us, 1.0);
+  EXPECT_DOUBLE_EQ(s.idle_us, 0.02);
+  EXPECT_DOUBLE_EQ(s.span_us, 0.4);
+  ASSERT_EQ(s.gaps.size(), 1u);
+  EXPECT_DOUBLE_EQ(s.gaps[0].us, 0.02);
+  EXPECT_EQ(s.gaps[0].before, "A");
+  EXPECT_EQ(s.gaps[0].after, "B");
+}
+
 TEST(KernelTimelineTest, ShortNamesDemangleAndDropScopesAndParameters) {
   EXPECT_EQ(ShortKernelName("_ZN4weir7kernels4cuda3moe15GroupRowsKernelEPKiliPKliPlPi"),
             "GroupRowsKernel");
