@@ -26,7 +26,7 @@ absl::Status Launch(const IndexerScoreParams& p, cudaStream_t stream) {
   }
   const dim3 grid(static_cast<unsigned>((p.keys + kIndexerKeyTile - 1) / kIndexerKeyTile),
                   static_cast<unsigned>(std::min<int64_t>(p.queries, 65535)));
-  IndexerScoreKernel<kRoundBf16><<<grid, kIndexerKeyTile, shared, stream>>>(
+  IndexerScoreKernel<kRoundBf16><<<grid, kIndexerThreads, shared, stream>>>(
       p.q, p.k, p.k_codes, p.k_scales, p.weights, p.visible_len, p.key_offset, p.block_table,
       p.table_slot, p.table_width, p.entries_per_block, p.out, p.queries, p.heads, p.dim, p.keys);
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
@@ -39,7 +39,8 @@ absl::Status Launch(const IndexerScoreParams& p, cudaStream_t stream) {
 
 size_t IndexerScoreSharedBytes(int heads, int dim) {
   const size_t floats = static_cast<size_t>(kIndexerKeyTile) * (static_cast<size_t>(dim) + 1) +
-                        static_cast<size_t>(heads) * dim;
+                        static_cast<size_t>(heads) * dim +
+                        static_cast<size_t>(heads) * kIndexerKeyTile;
   return ((floats + 1) & ~size_t{1}) * sizeof(float) + kIndexerKeyTile * sizeof(int64_t);
 }
 

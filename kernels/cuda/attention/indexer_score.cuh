@@ -10,25 +10,32 @@
 
 namespace weir::kernels::cuda {
 
-inline constexpr int kIndexerKeyTile = 128;  // keys per block = threads per block
+inline constexpr int kIndexerKeyTile = 32;  // keys per block: lane i of every warp has key i
+inline constexpr int kIndexerWarps = 8;
+inline constexpr int kIndexerThreads = kIndexerWarps * 32;
+inline constexpr int kIndexerChains = 4;  // heads a thread runs at once (independent sums)
 
 // Block (x = key tile, y = first query): for each query s = y, y + gridDim.y,
-// ... the query's heads are staged in shared memory and thread i scores key
-// tile_start + i. The tile of keys is staged too (row stride dim + 1, so a
-// warp's threads hit distinct banks): once for all queries when key_offset is
-// null, else per query from rows key_offset[s] + tile_start + i, and then
-// only the rows below visible_len[s] (the others are never read, so a
-// query's keys need to exist only up to its visible length). A negative
-// key_offset[s] reads nothing and scores that query's visible keys NaN. With
-// block_table the rows come through query s's table row (paged pools); a
-// negative table_slot[s] scores like a negative offset, a key whose block is
-// negative (or past table_width) is staged as NaN.
-// With k_codes / k_scales (and k null) the keys are MXFP4 (e2m1 codes two a
-// byte, an E8M0 scale per 32; dim % 32 == 0, the codes 4-byte aligned) and
-// the tile holds their exact fp32 values (Mxfp4Value), so the scores equal
-// those of the fp32 keys FakeQuant kMxfp4 gives.
-// Dynamic shared memory: kIndexerKeyTile * (dim + 1) + heads * dim floats
-// (rounded up to an even count), then kIndexerKeyTile int64 rows.
+// ... the query's heads are staged in shared memory; warp w takes heads
+// kIndexerChains w .. + kIndexerChains - 1, then the next such group
+// kIndexerWarps groups on, and lane i runs the dots of those heads with key
+// tile_start + i side by side (each dot's channels ascending, as the CPU's
+// loop), storing each head's rounded, weighted term; then lane i of warp 0
+// adds its key's terms in head order. So every product and sum is the CPU's,
+// in its order, and the many heads no longer run one after another on one
+// thread (a V4.1 decode step at batch 1 spent 45 us a call there). The tile of keys is staged too
+// (row stride dim + 1, so a warp's threads hit distinct banks): once for all queries when
+// key_offset is null, else per query from rows key_offset[s] + tile_start + i, and then only the
+// rows below visible_len[s] (the others are never read, so a query's keys need to exist only up to
+// its visible length). A negative key_offset[s] reads nothing and scores that query's visible keys
+// NaN. With block_table the rows come through query s's table row (paged pools); a negative
+// table_slot[s] scores like a negative offset, a key whose block is negative (or past table_width)
+// is staged as NaN. With k_codes / k_scales (and k null) the keys are MXFP4 (e2m1 codes two a byte,
+// an E8M0 scale per 32; dim % 32 == 0, the codes 4-byte aligned) and the tile holds their exact
+// fp32 values (Mxfp4Value), so the scores equal those of the fp32 keys FakeQuant kMxfp4 gives.
+// Dynamic shared memory: kIndexerKeyTile * (dim + 1) + heads * dim floats,
+// then heads * kIndexerKeyTile floats of terms (rounded up to an even count),
+// then kIndexerKeyTile int64 rows.
 template <bool kRoundBf16>
 __global__ void IndexerScoreKernel(
     const float* __restrict__ q, const float* __restrict__ k, const uint8_t* __restrict__ k_codes,
@@ -41,9 +48,11 @@ __global__ void IndexerScoreKernel(
   extern __shared__ float shared[];
   float* tile = shared;                                 // [kIndexerKeyTile, dim + 1]
   float* qs = shared + kIndexerKeyTile * (dim + 1);     // [heads, dim]
+  float* terms = qs + heads * dim;                      // [heads, kIndexerKeyTile]
   // Paged keys: the pool row of each key of the tile, [kIndexerKeyTile].
-  int64_t* tile_rows =
-      reinterpret_cast<int64_t*>(shared + ((kIndexerKeyTile * (dim + 1) + heads * dim + 1) & ~1));
+  int64_t* tile_rows = reinterpret_cast<int64_t*>(
+      shared + ((kIndexerKeyTile * (dim + 1) + heads * dim + heads * kIndexerKeyTile + 1) & ~1));
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const int64_t tile_start = static_cast<int64_t>(blockIdx.x) * kIndexerKeyTile;
   const int rows = static_cast<int>(keys - tile_start < kIndexerKeyTile ? keys - tile_start
                                                                      : kIndexerKeyTile);
@@ -53,7 +62,7 @@ __global__ void IndexerScoreKernel(
     if (k_codes != nullptr) {  // eight elements (one word of codes) a step
       const int words = dim / 8;
       const uint32_t* code_words = reinterpret_cast<const uint32_t*>(k_codes);
-      for (int e = threadIdx.x; e < count * words; e += kIndexerKeyTile) {
+      for (int e = threadIdx.x; e < count * words; e += kIndexerThreads) {
         const int r = e / words, c = (e % words) * 8;
         float* dst = tile + r * (dim + 1) + c;
         const int64_t row = row_of(r);
@@ -70,7 +79,7 @@ __global__ void IndexerScoreKernel(
       }
       return;
     }
-    for (int e = threadIdx.x; e < count * dim; e += kIndexerKeyTile) {
+    for (int e = threadIdx.x; e < count * dim; e += kIndexerThreads) {
       const int r = e / dim, c = e % dim;
       const int64_t row = row_of(r);
       tile[r * (dim + 1) + c] = row < 0 ? __int_as_float(0x7fffffff) : k[row * dim + c];
@@ -79,8 +88,8 @@ __global__ void IndexerScoreKernel(
   const bool per_query = key_offset != nullptr || block_table != nullptr;
   if (!per_query) load_tile([&](int i) -> int64_t { return tile_start + i; }, rows);
   auto round = [](float x) { return kRoundBf16 ? RoundToBf16(x) : x; };
-  const int64_t t = tile_start + threadIdx.x;
-  const float* kr = tile + threadIdx.x * (dim + 1);
+  const int64_t t = tile_start + lane;  // this lane's key
+  const float* kr = tile + lane * (dim + 1);
   for (int64_t s = blockIdx.y; s < queries; s += gridDim.y) {
     const int64_t v = visible_len[s];
     const int64_t visible = v < 0 ? 0 : (v > keys ? keys : v);
@@ -108,12 +117,47 @@ __global__ void IndexerScoreKernel(
           load_tile([&](int i) -> int64_t { return offset + tile_start + i; }, count);
         }
       }
-      for (int e = threadIdx.x; e < heads * dim; e += kIndexerKeyTile) {
+      for (int e = threadIdx.x; e < heads * dim; e += kIndexerThreads) {
         qs[e] = q[s * heads * dim + e];
       }
     }
     __syncthreads();
-    if (t >= keys) continue;
+    // Block-uniform: the heads' terms of the tile's keys (a key past the
+    // visible ones, or of a bad offset, computes garbage that is not used).
+    if (any_visible && !bad_offset) {
+      for (int h0 = warp * kIndexerChains; h0 < heads; h0 += kIndexerWarps * kIndexerChains) {
+        float dot[kIndexerChains];
+#pragma unroll
+        for (int j = 0; j < kIndexerChains; ++j) dot[j] = 0.0f;
+        if (h0 + kIndexerChains <= heads) {
+          for (int c = 0; c < dim; ++c) {
+            const float kc = kr[c];
+#pragma unroll
+            for (int j = 0; j < kIndexerChains; ++j) {
+              dot[j] = __fadd_rn(dot[j], __fmul_rn(qs[(h0 + j) * dim + c], kc));
+            }
+          }
+        } else {  // the last heads, fewer than kIndexerChains
+#pragma unroll
+          for (int j = 0; j < kIndexerChains; ++j) {
+            if (h0 + j >= heads) break;
+            for (int c = 0; c < dim; ++c) {
+              dot[j] = __fadd_rn(dot[j], __fmul_rn(qs[(h0 + j) * dim + c], kr[c]));
+            }
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < kIndexerChains; ++j) {
+          if (h0 + j >= heads) break;
+          const float d = round(dot[j]);
+          const float relu = d < 0.0f ? 0.0f : d;  // std::max(d, 0.0f)
+          terms[(h0 + j) * kIndexerKeyTile + lane] =
+              round(__fmul_rn(relu, weights[s * heads + h0 + j]));
+        }
+      }
+    }
+    __syncthreads();
+    if (warp != 0 || t >= keys) continue;
     if (t >= visible) {
       out[s * keys + t] = -INFINITY;
       continue;
@@ -123,14 +167,7 @@ __global__ void IndexerScoreKernel(
       continue;
     }
     float total = 0.0f;
-    for (int h = 0; h < heads; ++h) {
-      const float* qh = qs + h * dim;
-      float dot = 0.0f;
-      for (int c = 0; c < dim; ++c) dot = __fadd_rn(dot, __fmul_rn(qh[c], kr[c]));
-      const float d = round(dot);
-      const float relu = d < 0.0f ? 0.0f : d;  // std::max(d, 0.0f)
-      total = __fadd_rn(total, round(__fmul_rn(relu, weights[s * heads + h])));
-    }
+    for (int h = 0; h < heads; ++h) total = __fadd_rn(total, terms[h * kIndexerKeyTile + lane]);
     out[s * keys + t] = round(total);
   }
 }

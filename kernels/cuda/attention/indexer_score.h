@@ -12,10 +12,12 @@
 // one index-key pool for all sequences; row s then equals the CPU reference
 // run on that query alone with its block of keys.
 //
-// Order of operations: one thread per (query, key) runs the CPU's loops —
-// heads ascending, channels ascending, each product and sum rounded on its
-// own (no fused multiply-add), relu as std::max(x, 0) (NaN and -0 kept) — so
-// the result is bit-identical to the CPU reference in both modes.
+// Order of operations: the CPU's — each head's dot over the channels
+// ascending, each product and sum rounded on its own (no fused
+// multiply-add), relu as std::max(x, 0) (NaN and -0 kept), the weighted head
+// terms added in head order — so the result is bit-identical to the CPU
+// reference in both modes. The heads' dots of a key run on different threads
+// (several a thread, side by side) and one thread a key adds the terms.
 //
 // Thread safety: stateless; safe from any thread.
 
@@ -73,10 +75,11 @@ struct IndexerScoreParams {
   const uint8_t* k_scales = nullptr;
 };
 
-// Shared memory one block of the launcher needs: a tile of 128 keys plus the
-// query's heads, (128 * (dim + 1) + heads * dim) * 4 bytes (with or without
+// Shared memory one block of the launcher needs: a tile of 32 keys, the
+// query's heads and the heads' terms of the tile's keys,
+// (32 * (dim + 1) + heads * dim + heads * 32) * 4 bytes (with or without
 // key_offset: the tile is then restaged per query), rounded up to 8 bytes,
-// plus the 128 keys' pool rows (8 bytes each; used with a block table).
+// plus the 32 keys' pool rows (8 bytes each; used with a block table).
 size_t IndexerScoreSharedBytes(int heads, int dim);
 
 // Returns true if the launcher handles `params`: queries >= 0, heads > 0,
