@@ -22,17 +22,21 @@ inline constexpr int kIndexerChains = 4;  // heads a thread runs at once (indepe
 // tile_start + i side by side (each dot's channels ascending, as the CPU's
 // loop), storing each head's rounded, weighted term; then lane i of warp 0
 // adds its key's terms in head order. So every product and sum is the CPU's,
-// in its order, and the many heads no longer run one after another on one
-// thread (a V4.1 decode step at batch 1 spent 45 us a call there). The tile of keys is staged too
-// (row stride dim + 1, so a warp's threads hit distinct banks): once for all queries when
-// key_offset is null, else per query from rows key_offset[s] + tile_start + i, and then only the
-// rows below visible_len[s] (the others are never read, so a query's keys need to exist only up to
-// its visible length). A negative key_offset[s] reads nothing and scores that query's visible keys
-// NaN. With block_table the rows come through query s's table row (paged pools); a negative
-// table_slot[s] scores like a negative offset, a key whose block is negative (or past table_width)
-// is staged as NaN. With k_codes / k_scales (and k null) the keys are MXFP4 (e2m1 codes two a byte,
-// an E8M0 scale per 32; dim % 32 == 0, the codes 4-byte aligned) and the tile holds their exact
-// fp32 values (Mxfp4Value), so the scores equal those of the fp32 keys FakeQuant kMxfp4 gives.
+// in its order, and the heads no longer run one after another on one thread
+// (a V4.1 decode step at batch 1 spent 45 us a call there).
+// The tile of keys is staged too (row stride dim + 1, so a warp's threads hit
+// distinct banks): once for all queries when key_offset is null, else per
+// query from rows key_offset[s] + tile_start + i, and then only the rows below
+// visible_len[s] (the others are never read, so a query's keys need to exist
+// only up to its visible length). A negative key_offset[s] reads nothing and
+// scores that query's visible keys NaN. With block_table the rows come through
+// query s's table row (paged pools); a negative table_slot[s] scores like a
+// negative offset, a key whose block is negative (or past table_width) is
+// staged as NaN.
+// With k_codes / k_scales (and k null) the keys are MXFP4 (e2m1 codes two a
+// byte, an E8M0 scale per 32; dim % 32 == 0, the codes 4-byte aligned) and
+// the tile holds their exact fp32 values (Mxfp4Value), so the scores equal
+// those of the fp32 keys FakeQuant kMxfp4 gives.
 // Dynamic shared memory: kIndexerKeyTile * (dim + 1) + heads * dim floats,
 // then heads * kIndexerKeyTile floats of terms (rounded up to an even count),
 // then kIndexerKeyTile int64 rows.
