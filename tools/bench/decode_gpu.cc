@@ -138,6 +138,12 @@ ABSL_FLAG(bool, programmatic, true,
 ABSL_FLAG(bool, fused_split_reduce, false,
           "Split-K linears at small batch sum in their last split CTA "
           "(DeviceDecoderOptions::fused_split_reduce); false: a second kernel.");
+ABSL_FLAG(int64_t, fp8_split_target, 1024,
+          "kFast FP8 linears: the split-K rule's target of 32-row CTAs "
+          "(DeviceDecoderOptions::fp8_split_target_ctas; ChooseFp8GemmSplits).");
+ABSL_FLAG(int32_t, fp8_split_min_stages, 4,
+          "kFast FP8 linears: the fewest 128-wide K stages a split walks "
+          "(DeviceDecoderOptions::fp8_split_min_stages).");
 ABSL_FLAG(bool, fast_mhc, true,
           "kFast: the mHC coefficients on HcMixSplitK (DeviceDecoderOptions::fast_mhc).");
 ABSL_FLAG(bool, weight_prefetch, true,
@@ -341,6 +347,8 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
         .use_graphs = graphs,
         .programmatic_launch = absl::GetFlag(FLAGS_programmatic),
         .fused_split_reduce = absl::GetFlag(FLAGS_fused_split_reduce),
+        .fp8_split_target_ctas = absl::GetFlag(FLAGS_fp8_split_target),
+        .fp8_split_min_stages = absl::GetFlag(FLAGS_fp8_split_min_stages),
         .profile = !graphs,
         .expert_tile = absl::GetFlag(FLAGS_expert_tile),
         .expert_wgmma = absl::GetFlag(FLAGS_expert_wgmma),
@@ -492,6 +500,8 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       .max_rows_per_slot = std::max(chunk, 1),
       .programmatic_launch = absl::GetFlag(FLAGS_programmatic),
       .fused_split_reduce = absl::GetFlag(FLAGS_fused_split_reduce),
+      .fp8_split_target_ctas = absl::GetFlag(FLAGS_fp8_split_target),
+      .fp8_split_min_stages = absl::GetFlag(FLAGS_fp8_split_min_stages),
       .weight_prefetch = absl::GetFlag(FLAGS_weight_prefetch),
       .concurrent_branches = absl::GetFlag(FLAGS_concurrent_branches),
       .expert_tile = absl::GetFlag(FLAGS_expert_tile),

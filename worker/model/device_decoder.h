@@ -233,6 +233,13 @@ struct DeviceDecoderOptions {
   // default: measured slower on the EP8 slice (batch 1 16.52 vs 15.83 ms,
   // batch 8 23.60 vs 22.98; H200, tools/bench README "decode_gpu").
   bool fused_split_reduce = false;
+  // kFast FP8 linears: the split-K rule's knobs (ChooseFp8GemmSplits: about
+  // this many CTAs of 32 weight rows, at least this many 128-wide K stages a
+  // split). Each setting has its own bits; the decoder keeps one for every
+  // call. For sweeps (decode_gpu --fp8_split_target / --fp8_split_min_stages);
+  // the split-K scratch grows with the target.
+  int64_t fp8_split_target_ctas = 1024;
+  int fp8_split_min_stages = 4;
   // kFast FP8 linears: the CTAs ask L2 for their weight rows before they
   // wait for the kernel before them (Fp8BlockGemmParams::prefetch_weights),
   // so with programmatic edges a decode step's weights stream during the

@@ -446,7 +446,7 @@ struct DeviceDecoder::Impl {
     return fast() && in.codes != nullptr && cols % 32 == 0 && rows * cols <= in.capacity;
   }
   // kFast: the FP8 products' split-K partials (ChooseFp8GemmSplits per weight
-  // shape; below kSplitFloatsPerRow per batch row by construction).
+  // shape; below SplitFloatsPerRow() per batch row by construction).
   float* split = nullptr;
   int64_t split_count = 0;
   // Split-K products sum their partials in their last split (no second
@@ -458,7 +458,16 @@ struct DeviceDecoder::Impl {
   // once at planning; every launch leaves them zero).
   float* hc_partials = nullptr;
   uint32_t* hc_counters = nullptr;
-  static constexpr int64_t kSplitFloatsPerRow = 2 * dense::kFp8GemmSplitTargetCtas * 32;
+  // Per batch row: splits x n x groups stays below 2 x target x 32 (each
+  // split adds at most target CTAs of 32 rows).
+  int64_t SplitFloatsPerRow() const {
+    return 2 * std::max<int64_t>(options.fp8_split_target_ctas, 1) * 32;
+  }
+  // The split of an FP8 product of this weight shape (options' knobs).
+  int FastSplits(int64_t n, int64_t k, int groups) const {
+    return dense::ChooseFp8GemmSplits(n, k, groups, options.fp8_split_target_ctas,
+                                      options.fp8_split_min_stages);
+  }
   float* gate_logits = nullptr;  // kFast: [batch_cap, routed experts]
   float *qr = nullptr, *q = nullptr, *kvw = nullptr, *o = nullptr, *og = nullptr,
         *ug = nullptr, *u = nullptr;
@@ -793,7 +802,7 @@ struct DeviceDecoder::Impl {
              : f16_wgmma         ? dense::Fp8GemmMath::kWgmmaF16
                                  : dense::Fp8GemmMath::kMmaF16;
     p.prefetch_weights = options.weight_prefetch;
-    p.k_splits = dense::ChooseFp8GemmSplits(p.n, p.k, split_groups > 0 ? split_groups : p.groups);
+    p.k_splits = FastSplits(p.n, p.k, split_groups > 0 ? split_groups : p.groups);
     if (p.k_splits > 1) {
       p.split_scratch = split;
       if (options.fused_split_reduce) {

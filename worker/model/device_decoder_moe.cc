@@ -77,7 +77,7 @@ bool DeviceDecoder::Impl::SharedGateUp(const LayerDev& L, int64_t b) const {
     return false;
   }
   const int64_t cs = w3.codes - w1.codes, ss = w3.scales - w1.scales, ys = su - sg;
-  const int splits = dense::ChooseFp8GemmSplits(w1.out, w1.in, 1);
+  const int splits = FastSplits(w1.out, w1.in, 1);
   return cs >= w1.out * w1.in && cs % 16 == 0 && ss >= (w1.out + 31) / 32 * (w1.in / 32) &&
          ss % 4 == 0 && ys >= b * w1.out &&
          (splits == 1 || int64_t{2} * splits * b * w1.out <= split_count);

@@ -122,13 +122,13 @@ int64_t Fp8GemmSplitCounters(const Fp8BlockGemmParams& p) {
          p.groups;
 }
 
-int ChooseFp8GemmSplits(int64_t n, int64_t k, int groups) {
-  if (n <= 0 || k <= 0 || groups <= 0) return 1;
+int ChooseFp8GemmSplits(int64_t n, int64_t k, int groups, int64_t target_ctas, int min_stages) {
+  if (n <= 0 || k <= 0 || groups <= 0 || target_ctas <= 0 || min_stages <= 0) return 1;
   const int64_t ctas = (n + 31) / 32 * groups;
-  if (ctas >= kFp8GemmSplitTargetCtas) return 1;
+  if (ctas >= target_ctas) return 1;
   const int64_t num_kt = (k + kFp8GemmStageK - 1) / kFp8GemmStageK;
-  const int64_t wanted = (kFp8GemmSplitTargetCtas + ctas - 1) / ctas;
-  const int64_t most = std::min<int64_t>(kFp8GemmMaxSplits, num_kt / 4);
+  const int64_t wanted = (target_ctas + ctas - 1) / ctas;
+  const int64_t most = std::min<int64_t>(kFp8GemmMaxSplits, num_kt / min_stages);
   return static_cast<int>(std::max<int64_t>(1, std::min(wanted, most)));
 }
 

@@ -261,7 +261,13 @@ int64_t Fp8GemmSplitScratchFloats(const Fp8BlockGemmParams& p);
 // (README "Measurements").
 inline constexpr int64_t kFp8GemmSplitTargetCtas = 1024;
 inline constexpr int kFp8GemmMaxSplits = 16;
-int ChooseFp8GemmSplits(int64_t n, int64_t k, int groups = 1);
+inline constexpr int kFp8GemmMinSplitStages = 4;
+// `target_ctas` and `min_stages` (the two constants above by default) are the
+// rule's knobs, for a decoder that sweeps them (DeviceDecoderOptions); each
+// setting gives its own bits, so one decoder keeps one.
+int ChooseFp8GemmSplits(int64_t n, int64_t k, int groups = 1,
+                        int64_t target_ctas = kFp8GemmSplitTargetCtas,
+                        int min_stages = kFp8GemmMinSplitStages);
 
 // Returns OK or INVALID_ARGUMENT naming the problem: a null pointer, m, n or
 // k not positive, k not a multiple of 32, x or w not 16-byte aligned, y not

@@ -88,6 +88,12 @@ TEST(Fp8BlockGemmParamsTest, SplitsFollowTheWeightShape) {
   EXPECT_EQ(ChooseFp8GemmSplits(32768, 1280), 1);   // wq_b: 1024 CTAs
   EXPECT_EQ(ChooseFp8GemmSplits(1024, 1024, 8), 2);  // grouped wo_a: 256 CTAs
   EXPECT_EQ(ChooseFp8GemmSplits(64, 256), 1);       // 2 stages: no room to split
+  // The knobs (a decoder's sweep): a larger target, fewer stages a split.
+  EXPECT_EQ(ChooseFp8GemmSplits(5120, 8192, 1, 2048), 13);    // wo_b: 160 CTAs -> 13
+  EXPECT_EQ(ChooseFp8GemmSplits(32768, 1280, 1, 2048), 2);    // wq_b: 1024 CTAs -> 2
+  EXPECT_EQ(ChooseFp8GemmSplits(4096, 1280, 1, 1024, 2), 5);  // index.wq_b: 10 stages / 2
+  EXPECT_EQ(ChooseFp8GemmSplits(5120, 8192, 1, 1024, 4), ChooseFp8GemmSplits(5120, 8192));
+  EXPECT_EQ(ChooseFp8GemmSplits(5120, 8192, 1, 0), 1);  // no target: no split
   for (int64_t n : {int64_t{16}, int64_t{100}, int64_t{1280}, int64_t{20000}}) {
     for (int64_t k : {int64_t{32}, int64_t{512}, int64_t{5120}, int64_t{16384}}) {
       const int s = ChooseFp8GemmSplits(n, k);
