@@ -138,12 +138,13 @@ ABSL_FLAG(bool, programmatic, true,
 ABSL_FLAG(bool, fused_split_reduce, false,
           "Split-K linears at small batch sum in their last split CTA "
           "(DeviceDecoderOptions::fused_split_reduce); false: a second kernel.");
-ABSL_FLAG(int64_t, fp8_split_target, 1024,
+ABSL_FLAG(int64_t, fp8_split_target, 0,
           "kFast FP8 linears: the split-K rule's target of 32-row CTAs "
-          "(DeviceDecoderOptions::fp8_split_target_ctas; ChooseFp8GemmSplits).");
-ABSL_FLAG(int32_t, fp8_split_min_stages, 4,
+          "(DeviceDecoderOptions::fp8_split_target_ctas; ChooseFp8GemmSplits; 0: its "
+          "default, 1,024).");
+ABSL_FLAG(int32_t, fp8_split_min_stages, 0,
           "kFast FP8 linears: the fewest 128-wide K stages a split walks "
-          "(DeviceDecoderOptions::fp8_split_min_stages).");
+          "(DeviceDecoderOptions::fp8_split_min_stages; 0: the rule's default, 4).");
 ABSL_FLAG(bool, fast_mhc, true,
           "kFast: the mHC coefficients on HcMixSplitK (DeviceDecoderOptions::fast_mhc).");
 ABSL_FLAG(bool, weight_prefetch, true,

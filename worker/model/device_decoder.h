@@ -238,8 +238,9 @@ struct DeviceDecoderOptions {
   // split). Each setting has its own bits; the decoder keeps one for every
   // call. For sweeps (decode_gpu --fp8_split_target / --fp8_split_min_stages);
   // the split-K scratch grows with the target.
-  int64_t fp8_split_target_ctas = 1024;
-  int fp8_split_min_stages = 4;
+  // 0: the rule's own constants (kFp8GemmSplitTargetCtas, kFp8GemmMinSplitStages).
+  int64_t fp8_split_target_ctas = 0;
+  int fp8_split_min_stages = 0;
   // kFast FP8 linears: the CTAs ask L2 for their weight rows before they
   // wait for the kernel before them (Fp8BlockGemmParams::prefetch_weights),
   // so with programmatic edges a decode step's weights stream during the

@@ -460,13 +460,17 @@ struct DeviceDecoder::Impl {
   uint32_t* hc_counters = nullptr;
   // Per batch row: splits x n x groups stays below 2 x target x 32 (each
   // split adds at most target CTAs of 32 rows).
-  int64_t SplitFloatsPerRow() const {
-    return 2 * std::max<int64_t>(options.fp8_split_target_ctas, 1) * 32;
+  int64_t SplitTargetCtas() const {
+    return options.fp8_split_target_ctas > 0 ? options.fp8_split_target_ctas
+                                             : dense::kFp8GemmSplitTargetCtas;
   }
+  int64_t SplitFloatsPerRow() const { return 2 * SplitTargetCtas() * 32; }
   // The split of an FP8 product of this weight shape (options' knobs).
   int FastSplits(int64_t n, int64_t k, int groups) const {
-    return dense::ChooseFp8GemmSplits(n, k, groups, options.fp8_split_target_ctas,
-                                      options.fp8_split_min_stages);
+    return dense::ChooseFp8GemmSplits(n, k, groups, SplitTargetCtas(),
+                                      options.fp8_split_min_stages > 0
+                                          ? options.fp8_split_min_stages
+                                          : dense::kFp8GemmMinSplitStages);
   }
   float* gate_logits = nullptr;  // kFast: [batch_cap, routed experts]
   float *qr = nullptr, *q = nullptr, *kvw = nullptr, *o = nullptr, *og = nullptr,
