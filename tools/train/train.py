@@ -91,6 +91,10 @@ def parse_args(argv=None):
                          "whose last --dspark_greedy_tokens ids are the target's own greedy "
                          "continuation (stored-form numerics); every --dspark_greedy_every-th "
                          "step then trains on pool windows, anchors inside the continuation")
+    ap.add_argument("--dspark_pool", default="",
+                    help="a pool made beforehand by weir_greedy_pool.py (uint16 windows, with its "
+                         ".json beside it), used as --dspark_greedy_minutes' pool is; no time "
+                         "is spent generating")
     ap.add_argument("--dspark_greedy_tokens", type=int, default=128)
     ap.add_argument("--dspark_greedy_every", type=int, default=2)
     ap.add_argument("--dspark_greedy_batch", type=int, default=512)
@@ -224,6 +228,20 @@ def greedy_pool(model, draw, seconds, gen_tokens):
             ids[:, t] = model(ids[:, :t]).logits[:, -1].argmax(-1)
         out.append(ids)
     return torch.cat(out), cut
+
+
+def load_pool(path, seq_len, device):
+    """A weir_greedy_pool.py pool: (ids [N, seq_len + 1] on the device, the first generated
+    position)."""
+    with open(path + ".json") as f:
+        meta = json.load(f)
+    if meta["width"] != seq_len + 1:
+        raise ValueError(f"{path}: windows of {meta['width']} ids, --seq_len {seq_len} needs "
+                         f"{seq_len + 1}")
+    ids = np.fromfile(path, dtype="<u2").reshape(-1, meta["width"])
+    if ids.shape[0] != meta["windows"]:
+        raise ValueError(f"{path}: {ids.shape[0]} windows, its .json says {meta['windows']}")
+    return torch.from_numpy(ids.astype(np.int64)).to(device), int(meta["first_generated"])
 
 
 def dspark_loss(model, ids, anchors, ce_target="target", fwd=None):
@@ -500,6 +518,10 @@ def main(argv=None):
             state["dspark_warm_started"] = True
             print(f"dspark: stages warm-started from layers {cfg.dspark_target_layer_ids} "
                   f"({n} tensors)", flush=True)
+        if phase == "dspark" and args.dspark_pool and pool is None:
+            pool, pool_cut = load_pool(args.dspark_pool, args.seq_len, args.device)
+            print(f"dspark: greedy pool of {pool.shape[0]} windows from {args.dspark_pool}, "
+                  f"ids {pool_cut}.. weir's own", flush=True)
         if phase == "dspark" and args.dspark_greedy_minutes > 0 and pool is None:
             model.eval()
             t_pool = time.time()
