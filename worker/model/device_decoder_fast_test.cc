@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -590,30 +591,48 @@ int DifferingCalls(const std::vector<std::vector<float>>& a,
   return differing;
 }
 
+// The small bf16 model under two decoder set-ups that must agree bit for
+// bit: a 40-row prompt chunk (tokens from `seed`) into slots 1 and 2, then 4
+// decode steps of both (tokens first_token + i and first_token + 8 + 2 i).
+struct SmallChunkCase {
+  static constexpr int kChunk = 40;
+  std::unique_ptr<Model> cpu;  // null when the checkpoint is missing
+  DeviceDecoderOptions options{.numerics = DecodeNumerics::kFast,
+                               .max_sequences = 3,
+                               .max_positions = kChunk + 16,
+                               .max_batch = kChunk,
+                               .max_rows_per_slot = kChunk};
+  std::vector<int64_t> prompt;
+  std::vector<std::vector<int64_t>> steps;
+
+  // Every call's logits on a fresh decoder of `o` (ChunkThenSteps).
+  std::vector<std::vector<float>> Run(const DeviceDecoderOptions& o) const {
+    return ChunkThenSteps(*cpu, o, {1, 2}, prompt, steps);
+  }
+};
+
+SmallChunkCase SmallChunk(uint32_t seed, int64_t first_token) {
+  SmallChunkCase c;
+  const Checkpoint* small = SmallCheckpoint(3);
+  if (small == nullptr) return c;
+  c.cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
+  c.prompt = RandomTokens(SmallChunkCase::kChunk, seed, small->config().vocab_size - 1);
+  for (int i = 0; i < 4; ++i) c.steps.push_back({first_token + i, first_token + 8 + 2 * i});
+  return c;
+}
+
 // The step's parallel paths (concurrent_branches: the shared expert, the
 // window KV and compressor, and each sublayer's mHC mix beside the Collapse
 // and the sublayer) change the order of launches, not their arithmetic: the
 // logits equal those of one stream bit for bit, for a prompt chunk and the
 // decode steps after it, in graphs.
 TEST(DeviceDecoderFastTest, SmallBf16ParallelBranchesGiveTheOneStreamBits) {
-  const Checkpoint* small = SmallCheckpoint(3);
-  ASSERT_NE(small, nullptr);
-  const int64_t v = small->config().vocab_size;
-  auto cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
-  ASSERT_NE(cpu, nullptr);
-  constexpr int kChunk = 40;
-  DeviceDecoderOptions branches{.numerics = DecodeNumerics::kFast,
-                                .max_sequences = 3,
-                                .max_positions = kChunk + 16,
-                                .max_batch = kChunk,
-                                .max_rows_per_slot = kChunk};
-  DeviceDecoderOptions one = branches;
+  const SmallChunkCase c = SmallChunk(43, 3);
+  ASSERT_NE(c.cpu, nullptr);
+  DeviceDecoderOptions one = c.options;
   one.concurrent_branches = false;
-  const std::vector<int64_t> prompt = RandomTokens(kChunk, 43, v - 1);
-  std::vector<std::vector<int64_t>> steps;
-  for (int step = 0; step < 4; ++step) steps.push_back({3 + step, 11 + 2 * step});
-  const auto with = ChunkThenSteps(*cpu, branches, {1, 2}, prompt, steps);
-  const auto without = ChunkThenSteps(*cpu, one, {1, 2}, prompt, steps);
+  const auto with = c.Run(c.options);
+  const auto without = c.Run(one);
   ASSERT_EQ(with.size(), 6u);
   EXPECT_EQ(DifferingCalls(with, without), 0) << "of " << with.size() << " calls";
 }
