@@ -28,6 +28,7 @@ RUN_DIR/export. Results go to RUN_DIR/results.json.
 
 import argparse
 import json
+import lzma
 import math
 import os
 import sys
@@ -92,9 +93,9 @@ def parse_args(argv=None):
                          "continuation (stored-form numerics); every --dspark_greedy_every-th "
                          "step then trains on pool windows, anchors inside the continuation")
     ap.add_argument("--dspark_pool", default="",
-                    help="a pool made beforehand by weir_greedy_pool.py (uint16 windows, with its "
-                         ".json beside it), used as --dspark_greedy_minutes' pool is; no time "
-                         "is spent generating")
+                    help="pools made beforehand by weir_greedy_pool.py (comma-separated uint16 "
+                         "window files, .xz or not, each with its .json beside it), used as "
+                         "--dspark_greedy_minutes' pool is; no time is spent generating")
     ap.add_argument("--dspark_greedy_tokens", type=int, default=128)
     ap.add_argument("--dspark_greedy_every", type=int, default=2)
     ap.add_argument("--dspark_greedy_batch", type=int, default=512)
@@ -230,18 +231,29 @@ def greedy_pool(model, draw, seconds, gen_tokens):
     return torch.cat(out), cut
 
 
-def load_pool(path, seq_len, device):
-    """A weir_greedy_pool.py pool: (ids [N, seq_len + 1] on the device, the first generated
-    position)."""
-    with open(path + ".json") as f:
-        meta = json.load(f)
-    if meta["width"] != seq_len + 1:
-        raise ValueError(f"{path}: windows of {meta['width']} ids, --seq_len {seq_len} needs "
-                         f"{seq_len + 1}")
-    ids = np.fromfile(path, dtype="<u2").reshape(-1, meta["width"])
-    if ids.shape[0] != meta["windows"]:
-        raise ValueError(f"{path}: {ids.shape[0]} windows, its .json says {meta['windows']}")
-    return torch.from_numpy(ids.astype(np.int64)).to(device), int(meta["first_generated"])
+def load_pool(paths, seq_len, device):
+    """weir_greedy_pool.py pools (comma-separated FILE or FILE.xz, each with FILE.json beside
+    it), one after the other: (ids [N, seq_len + 1] on the device, the first generated
+    position, which they must share)."""
+    parts, first = [], None
+    for path in paths.split(","):
+        plain = path[:-3] if path.endswith(".xz") else path
+        with open(plain + ".json") as f:
+            meta = json.load(f)
+        if meta["width"] != seq_len + 1:
+            raise ValueError(f"{path}: windows of {meta['width']} ids, --seq_len {seq_len} "
+                             f"needs {seq_len + 1}")
+        if first is not None and meta["first_generated"] != first:
+            raise ValueError(f"{path}: generated from {meta['first_generated']}, the pool "
+                             f"before it from {first}")
+        first = meta["first_generated"]
+        opener = lzma.open if path.endswith(".xz") else open
+        with opener(path, "rb") as f:
+            ids = np.frombuffer(f.read(), dtype="<u2").reshape(-1, meta["width"])
+        if ids.shape[0] != meta["windows"]:
+            raise ValueError(f"{path}: {ids.shape[0]} windows, its .json says {meta['windows']}")
+        parts.append(ids)
+    return torch.from_numpy(np.concatenate(parts).astype(np.int64)).to(device), int(first)
 
 
 def dspark_loss(model, ids, anchors, ce_target="target", fwd=None):
