@@ -13,9 +13,11 @@ near-tie may go either way). The pool is written once and read by
 train.py --dspark_pool, so a training call spends no time on it.
 
 Output: POOL (little-endian uint16 ids, N windows of seq_len + 1) and
-POOL.json (shape, the first generated position, seed, source, the weir
-binary's model directory). Windows are drawn as train.py's Tokens.batch
-draws them (uniform starts over the id file, documents BOS ... EOS).
+POOL.json (windows, width, the first generated position, seed, the id file,
+the maker). Windows are drawn as train.py's Tokens.batch draws them (uniform
+starts over the id file, documents BOS ... EOS). --weir must be the built
+binary in bazel-bin (its runfiles hold the embedded model and the worker);
+it serves its default model, the embedded trained tiny.
 
   tools/bazel build //coordinator:main
   python tools/train/weir_greedy_pool.py --tokens=/tmp/weir_train/tokens_train.u16 \\
