@@ -1,5 +1,6 @@
 #include "coordinator/startup.h"
 
+#include <unistd.h>
 #include <xxhash.h>
 
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include "base/read_file.h"
 #include "coordinator/api_key_interceptor.h"
 #include "coordinator/batch_client.h"
+#include "tools/progress_bar.h"
 
 namespace weir::coordinator {
 
@@ -66,11 +68,13 @@ int RunOffline(const std::string& input, const std::string& output, const std::s
   if (!output.empty()) file.open(output, std::ios::binary | std::ios::trunc);
   std::ostream& out = output.empty() ? std::cout : file;
   const absl::Time start = absl::Now();
-  absl::StatusOr<BatchCounts> counts = RunJsonlBatch(
-      MakeChannel(address, kPublicMaxRequestBytes), *text, out, [](int done, int total) {
-        std::cerr << "\rweir: " << done << "/" << total << " requests done" << std::flush;
-      });
-  std::cerr << "\n";
+  // `weir batch`'s progress: a line redrawn in place on a terminal, a plain
+  // line at each tenth (or every 10 s) in logs and pipes.
+  tools::ProgressBar bar(std::cerr, isatty(STDERR_FILENO) != 0, start);
+  absl::StatusOr<BatchCounts> counts =
+      RunJsonlBatch(MakeChannel(address, kPublicMaxRequestBytes), *text, out,
+                    [&bar](int done, int total) { bar.Update(done, total, absl::Now()); });
+  bar.Finish(absl::Now());
   if (!counts.ok()) {
     std::cerr << "weir: batch failed: " << counts.status() << "\n";
     return 1;

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <regex>
 #include <string>
 #include <thread>
@@ -24,9 +25,9 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "proto/eplb.grpc.pb.h"
+#include "proto/inference.grpc.pb.h"
 #include "tests/local_cluster.h"
 #include "tests/reference_greedy.h"
-#include "proto/inference.grpc.pb.h"
 #include "worker/model/checkpoint.h"
 #include "worker/model/model.h"
 
@@ -164,9 +165,8 @@ TEST(ServeTest, OfflineModeRunsAJsonlBatchAndExits) {
                                       "{\"custom_id\": \"b\", \"tokens\": [99999]}\n";
   const std::string command =
       Runfile("coordinator/main") + " --listen=127.0.0.1:0 --eplb=false --workers=1" +
-      " --model_dir=" + Runfile("models/random/tiny") +
-      " --model_cache_dir=" + CacheDir() + " --input=" + dir + "/in.jsonl --output=" + dir +
-      "/out.jsonl 2>/dev/null";
+      " --model_dir=" + Runfile("models/random/tiny") + " --model_cache_dir=" + CacheDir() +
+      " --input=" + dir + "/in.jsonl --output=" + dir + "/out.jsonl 2>" + dir + "/err.txt";
   ASSERT_EQ(std::system(command.c_str()), 0);
   std::ifstream out(dir + "/out.jsonl");
   std::string first, second;
@@ -175,6 +175,12 @@ TEST(ServeTest, OfflineModeRunsAJsonlBatchAndExits) {
   EXPECT_NE(first.find("\"custom_id\":\"a\""), std::string::npos) << first;
   EXPECT_NE(first.find("\"finish_reason\":\"MAX_TOKENS\""), std::string::npos) << first;
   EXPECT_NE(second.find("INVALID_ARGUMENT"), std::string::npos) << second;
+  // Progress into a file (not a terminal): whole lines, the last one 2 of 2,
+  // never a carriage return (a log of one ever-growing line).
+  std::ifstream err(dir + "/err.txt");
+  const std::string log((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(log.find('\r'), std::string::npos) << log;
+  EXPECT_TRUE(log.rfind("2/2 100%", 0) == 0 || log.find("\n2/2 100%") != std::string::npos) << log;
 }
 
 TEST(ServeTest, PreemptionKeepsGreedyOutputs) {
