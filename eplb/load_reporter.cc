@@ -59,8 +59,15 @@ void LoadReporter::Loop() {
     if (stream == nullptr) return;
     stream->WritesDone();
     grpc::Status status = stream->Finish();
+    bool stopping = false;
+    {
+      absl::MutexLock lock(&mu_);
+      stopping = stopping_;
+    }
     if (status.ok()) {
       failures = 0;
+    } else if (stopping && status.error_code() == grpc::StatusCode::CANCELLED) {
+      // Our own cancel (the destructor): the process is stopping, nothing failed.
     } else if (failures++ % 1000 == 0) {
       WEIR_LOG(WARNING) << "EPLB ReportLoad ended: " << FromGrpcStatus(status) << " ("
                         << failures << " failed in a row; serving goes on)";
