@@ -777,13 +777,20 @@ int Run(int argc, char** argv) {
   set_api_serving(true);
   controller.StartMonitor(on_worker_change);
   const std::string eplb = cluster.eplb_address();
-  std::cout << "weir ready at " << server->address << " (model " << model->name << ", " << world
-            << " workers" << (eplb.empty() ? "" : ", eplb " + eplb)
-            << (http_server == nullptr ? "" : ", http " + http_server->address())
-            << "). Try: tools/bazel run //tools:weir -- info --server=" << server->address
-            << std::endl;
+  const std::string input = absl::GetFlag(FLAGS_input);
+  // The offline mode's stdout is its results (without --output): the banner
+  // goes to stderr there, and the hint to query a server that is about to
+  // exit is left out.
+  std::ostream& banner = input.empty() ? std::cout : std::cerr;
+  banner << "weir ready at " << server->address << " (model " << model->name << ", " << world
+         << " workers" << (eplb.empty() ? "" : ", eplb " + eplb)
+         << (http_server == nullptr ? "" : ", http " + http_server->address()) << ")";
+  if (input.empty()) {
+    banner << ". Try: tools/bazel run //tools:weir -- info --server=" << server->address;
+  }
+  banner << std::endl;
 
-  if (const std::string input = absl::GetFlag(FLAGS_input); !input.empty()) {
+  if (!input.empty()) {
     const int code = RunOffline(input, absl::GetFlag(FLAGS_output), server->address);
     live_driver = nullptr;
     batch_jobs.Stop();

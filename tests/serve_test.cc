@@ -163,24 +163,33 @@ TEST(ServeTest, OfflineModeRunsAJsonlBatchAndExits) {
   std::ofstream(dir + "/in.jsonl") << "{\"custom_id\": \"a\", \"tokens\": [5, 6], "
                                       "\"max_new_tokens\": 3, \"temperature\": 0}\n"
                                       "{\"custom_id\": \"b\", \"tokens\": [99999]}\n";
-  const std::string command =
-      Runfile("coordinator/main") + " --listen=127.0.0.1:0 --eplb=false --workers=1" +
-      " --model_dir=" + Runfile("models/random/tiny") + " --model_cache_dir=" + CacheDir() +
-      " --input=" + dir + "/in.jsonl --output=" + dir + "/out.jsonl 2>" + dir + "/err.txt";
-  ASSERT_EQ(std::system(command.c_str()), 0);
-  std::ifstream out(dir + "/out.jsonl");
-  std::string first, second;
-  std::getline(out, first);
-  std::getline(out, second);
-  EXPECT_NE(first.find("\"custom_id\":\"a\""), std::string::npos) << first;
-  EXPECT_NE(first.find("\"finish_reason\":\"MAX_TOKENS\""), std::string::npos) << first;
-  EXPECT_NE(second.find("INVALID_ARGUMENT"), std::string::npos) << second;
-  // Progress into a file (not a terminal): whole lines, the last one 2 of 2,
-  // never a carriage return (a log of one ever-growing line).
-  std::ifstream err(dir + "/err.txt");
-  const std::string log((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
-  EXPECT_EQ(log.find('\r'), std::string::npos) << log;
-  EXPECT_TRUE(log.rfind("2/2 100%", 0) == 0 || log.find("\n2/2 100%") != std::string::npos) << log;
+  // With --output, and with the results on stdout (redirected to a file: the
+  // banner must not land among them).
+  for (bool to_stdout : {false, true}) {
+    const std::string results = dir + (to_stdout ? "/stdout.jsonl" : "/out.jsonl");
+    const std::string command =
+        Runfile("coordinator/main") + " --listen=127.0.0.1:0 --eplb=false --workers=1" +
+        " --model_dir=" + Runfile("models/random/tiny") + " --model_cache_dir=" + CacheDir() +
+        " --input=" + dir + "/in.jsonl" + (to_stdout ? " >" + results : " --output=" + results) +
+        " 2>" + dir + "/err.txt";
+    ASSERT_EQ(std::system(command.c_str()), 0);
+    std::ifstream out(results);
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(out, line);) lines.push_back(line);
+    ASSERT_EQ(lines.size(), 2u) << (to_stdout ? "stdout" : "--output");
+    EXPECT_NE(lines[0].find("\"custom_id\":\"a\""), std::string::npos) << lines[0];
+    EXPECT_NE(lines[0].find("\"finish_reason\":\"MAX_TOKENS\""), std::string::npos) << lines[0];
+    EXPECT_NE(lines[1].find("INVALID_ARGUMENT"), std::string::npos) << lines[1];
+    // Progress into a file (not a terminal): whole lines, the last one 2 of
+    // 2, never a carriage return (a log of one ever-growing line); the
+    // banner is there, not in the results.
+    std::ifstream err(dir + "/err.txt");
+    const std::string log((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(log.find('\r'), std::string::npos) << log;
+    EXPECT_TRUE(log.rfind("2/2 100%", 0) == 0 || log.find("\n2/2 100%") != std::string::npos)
+        << log;
+    EXPECT_NE(log.find("weir ready at"), std::string::npos) << log;
+  }
 }
 
 TEST(ServeTest, PreemptionKeepsGreedyOutputs) {
