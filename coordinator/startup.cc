@@ -65,7 +65,13 @@ int RunOffline(const std::string& input, const std::string& output, const std::s
     return 1;
   }
   std::ofstream file;
-  if (!output.empty()) file.open(output, std::ios::binary | std::ios::trunc);
+  if (!output.empty()) {
+    file.open(output, std::ios::binary | std::ios::trunc);
+    if (!file.is_open()) {  // before any request: no results are computed to be lost
+      std::cerr << "weir: cannot write --output " << output << "\n";
+      return 1;
+    }
+  }
   std::ostream& out = output.empty() ? std::cout : file;
   const absl::Time start = absl::Now();
   // `weir batch`'s progress: a line redrawn in place on a terminal, a plain
@@ -77,6 +83,11 @@ int RunOffline(const std::string& input, const std::string& output, const std::s
   bar.Finish(absl::Now());
   if (!counts.ok()) {
     std::cerr << "weir: batch failed: " << counts.status() << "\n";
+    return 1;
+  }
+  if (!out.flush()) {
+    std::cerr << "weir: writing the results to " << (output.empty() ? "stdout" : output)
+              << " failed\n";
     return 1;
   }
   std::cerr << "weir: " << counts->completed << " completed, " << counts->failed << " failed in "

@@ -190,6 +190,20 @@ TEST(ServeTest, OfflineModeRunsAJsonlBatchAndExits) {
         << log;
     EXPECT_NE(log.find("weir ready at"), std::string::npos) << log;
   }
+  // An --output that cannot be written is an error before any request runs
+  // (the results are not computed and lost), and the process says why.
+  const std::string bad =
+      Runfile("coordinator/main") + " --listen=127.0.0.1:0 --eplb=false --workers=1" +
+      " --model_dir=" + Runfile("models/random/tiny") + " --model_cache_dir=" + CacheDir() +
+      " --input=" + dir + "/in.jsonl --output=" + dir + "/missing/dir/out.jsonl 2>" + dir +
+      "/bad.txt";
+  EXPECT_NE(std::system(bad.c_str()), 0);
+  std::ifstream bad_err(dir + "/bad.txt");
+  const std::string bad_log((std::istreambuf_iterator<char>(bad_err)),
+                            std::istreambuf_iterator<char>());
+  EXPECT_NE(bad_log.find("cannot write --output"), std::string::npos) << bad_log;
+  EXPECT_EQ(bad_log.find("1/2 "), std::string::npos) << bad_log;  // no request was sent
+  EXPECT_EQ(bad_log.find("2/2 "), std::string::npos) << bad_log;
 }
 
 TEST(ServeTest, PreemptionKeepsGreedyOutputs) {

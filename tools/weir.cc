@@ -273,9 +273,16 @@ int Batch(const std::shared_ptr<grpc::Channel>& channel, const std::string& path
     std::cerr << "batch: " << text.status().message() << "\n";
     return 2;
   }
+  const std::string output = absl::GetFlag(FLAGS_output);
   std::ofstream file;
-  if (!absl::GetFlag(FLAGS_output).empty()) file.open(absl::GetFlag(FLAGS_output));
-  std::ostream& out = absl::GetFlag(FLAGS_output).empty() ? std::cout : file;
+  if (!output.empty()) {
+    file.open(output);
+    if (!file.is_open()) {  // before any request: no results are computed to be lost
+      std::cerr << "batch: cannot write --output " << output << "\n";
+      return 2;
+    }
+  }
+  std::ostream& out = output.empty() ? std::cout : file;
   // A bar redrawn in place on a terminal; plain lines in logs and pipes.
   tools::ProgressBar bar(std::cerr, isatty(STDERR_FILENO) != 0, absl::Now());
   absl::StatusOr<coordinator::BatchCounts> counts = coordinator::RunJsonlBatch(
@@ -283,6 +290,11 @@ int Batch(const std::shared_ptr<grpc::Channel>& channel, const std::string& path
   bar.Finish(absl::Now());
   if (!counts.ok()) {
     std::cerr << "batch: " << counts.status() << "\n";
+    return 1;
+  }
+  if (!out.flush()) {
+    std::cerr << "batch: writing the results to " << (output.empty() ? "stdout" : output)
+              << " failed\n";
     return 1;
   }
   std::cerr << counts->completed << " completed, " << counts->failed << " failed\n";
