@@ -62,6 +62,12 @@ void ProgressBar::Update(int done, int total, absl::Time now) {
 
 void ProgressBar::Finish(absl::Time now) {
   if (finished_) return;
+  // No progress was ever reported (a job that ended before its first item):
+  // no "0/0" line.
+  if (last_write_ == absl::InfinitePast()) {
+    finished_ = true;
+    return;
+  }
   if (terminal_) {
     out_ << "\r" << FormatProgress(done_, total_, now - start_, 30) << "\x1b[K\n" << std::flush;
   } else if (last_tenth_ != 10) {

@@ -30,7 +30,8 @@ class ProgressBar {
 
   // Reports `done` of `total` at `now` (writes only when due, see above).
   void Update(int done, int total, absl::Time now);
-  // Writes the final line (and ends a terminal's line) once.
+  // Writes the final line (and ends a terminal's line) once; nothing when
+  // Update never wrote (a job that ended before its first report).
   void Finish(absl::Time now);
 
  private:

@@ -68,5 +68,16 @@ TEST(ProgressBarTest, NotATerminalStillWritesEveryTenSeconds) {
   EXPECT_EQ(lines[1].rfind("3/1000 ", 0), 0u);
 }
 
+// A job that ends before any progress (e.g. its input is refused) leaves no
+// "0/0" line behind, on a terminal or not.
+TEST(ProgressBarTest, FinishWithoutProgressWritesNothing) {
+  for (bool terminal : {false, true}) {
+    std::ostringstream out;
+    ProgressBar bar(out, terminal, kStart);
+    bar.Finish(kStart + absl::Seconds(1));
+    EXPECT_EQ(out.str(), "") << (terminal ? "terminal" : "log");
+  }
+}
+
 }  // namespace
 }  // namespace weir::tools
