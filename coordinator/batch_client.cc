@@ -1,8 +1,16 @@
 #include "coordinator/batch_client.h"
 
+#include <unistd.h>
+
+#include <fstream>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "base/grpc_util.h"
 #include "coordinator/jsonl_batch.h"
 #include "proto/inference.grpc.pb.h"
+#include "tools/progress_bar.h"
 
 namespace weir::coordinator {
 
@@ -31,6 +39,28 @@ absl::StatusOr<BatchCounts> RunJsonlBatch(const std::shared_ptr<grpc::Channel>& 
   out.flush();
   grpc::Status status = reader->Finish();
   if (!status.ok()) return FromGrpcStatus(status);
+  return counts;
+}
+
+absl::StatusOr<BatchCounts> RunJsonlBatchToOutput(const std::shared_ptr<grpc::Channel>& channel,
+                                                  std::string_view jsonl,
+                                                  const std::string& output) {
+  std::ofstream file;
+  if (!output.empty()) {
+    file.open(output, std::ios::binary | std::ios::trunc);
+    if (!file.is_open()) {
+      return absl::FailedPreconditionError(absl::StrCat("cannot write --output ", output));
+    }
+  }
+  std::ostream& out = output.empty() ? std::cout : file;
+  tools::ProgressBar bar(std::cerr, isatty(STDERR_FILENO) != 0, absl::Now());
+  absl::StatusOr<BatchCounts> counts = RunJsonlBatch(
+      channel, jsonl, out, [&bar](int done, int total) { bar.Update(done, total, absl::Now()); });
+  bar.Finish(absl::Now());
+  if (counts.ok() && !out.flush()) {
+    return absl::DataLossError(
+        absl::StrCat("writing the results to ", output.empty() ? "stdout" : output, " failed"));
+  }
   return counts;
 }
 

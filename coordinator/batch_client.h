@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <ostream>
+#include <string>
 #include <string_view>
 
 #include "absl/status/statusor.h"
@@ -33,6 +34,16 @@ struct BatchCounts {
 absl::StatusOr<BatchCounts> RunJsonlBatch(const std::shared_ptr<grpc::Channel>& channel,
                                           std::string_view jsonl, std::ostream& out,
                                           const std::function<void(int, int)>& progress);
+
+// RunJsonlBatch as the offline mode and `weir batch` run it: the results to
+// the file `output` (stdout when empty), progress on stderr (tools::ProgressBar:
+// redrawn in place on a terminal, a plain line a tenth otherwise).
+// FAILED_PRECONDITION when `output` cannot be opened, before any request (no
+// result is computed to be lost); DATA_LOSS when writing the results fails;
+// otherwise RunJsonlBatch's result.
+absl::StatusOr<BatchCounts> RunJsonlBatchToOutput(const std::shared_ptr<grpc::Channel>& channel,
+                                                  std::string_view jsonl,
+                                                  const std::string& output);
 
 }  // namespace weir::coordinator
 

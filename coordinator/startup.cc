@@ -1,6 +1,5 @@
 #include "coordinator/startup.h"
 
-#include <unistd.h>
 #include <xxhash.h>
 
 #include <cstdio>
@@ -15,7 +14,6 @@
 #include "base/read_file.h"
 #include "coordinator/api_key_interceptor.h"
 #include "coordinator/batch_client.h"
-#include "tools/progress_bar.h"
 
 namespace weir::coordinator {
 
@@ -64,30 +62,11 @@ int RunOffline(const std::string& input, const std::string& output, const std::s
     std::cerr << "weir: cannot read --input " << input << "\n";
     return 1;
   }
-  std::ofstream file;
-  if (!output.empty()) {
-    file.open(output, std::ios::binary | std::ios::trunc);
-    if (!file.is_open()) {  // before any request: no results are computed to be lost
-      std::cerr << "weir: cannot write --output " << output << "\n";
-      return 1;
-    }
-  }
-  std::ostream& out = output.empty() ? std::cout : file;
   const absl::Time start = absl::Now();
-  // `weir batch`'s progress: a line redrawn in place on a terminal, a plain
-  // line at each tenth (or every 10 s) in logs and pipes.
-  tools::ProgressBar bar(std::cerr, isatty(STDERR_FILENO) != 0, start);
   absl::StatusOr<BatchCounts> counts =
-      RunJsonlBatch(MakeChannel(address, kPublicMaxRequestBytes), *text, out,
-                    [&bar](int done, int total) { bar.Update(done, total, absl::Now()); });
-  bar.Finish(absl::Now());
+      RunJsonlBatchToOutput(MakeChannel(address, kPublicMaxRequestBytes), *text, output);
   if (!counts.ok()) {
     std::cerr << "weir: batch failed: " << counts.status() << "\n";
-    return 1;
-  }
-  if (!out.flush()) {
-    std::cerr << "weir: writing the results to " << (output.empty() ? "stdout" : output)
-              << " failed\n";
     return 1;
   }
   std::cerr << "weir: " << counts->completed << " completed, " << counts->failed << " failed in "

@@ -163,16 +163,21 @@ TEST(ServeTest, OfflineModeRunsAJsonlBatchAndExits) {
   std::ofstream(dir + "/in.jsonl") << "{\"custom_id\": \"a\", \"tokens\": [5, 6], "
                                       "\"max_new_tokens\": 3, \"temperature\": 0}\n"
                                       "{\"custom_id\": \"b\", \"tokens\": [99999]}\n";
+  // The offline mode on in.jsonl, with `tail` after the flags.
+  auto offline = [&](const std::string& tail) {
+    const std::string command =
+        Runfile("coordinator/main") + " --listen=127.0.0.1:0 --eplb=false --workers=1" +
+        " --model_dir=" + Runfile("models/random/tiny") + " --model_cache_dir=" + CacheDir() +
+        " --input=" + dir + "/in.jsonl" + tail;
+    return std::system(command.c_str());
+  };
   // With --output, and with the results on stdout (redirected to a file: the
   // banner must not land among them).
   for (bool to_stdout : {false, true}) {
     const std::string results = dir + (to_stdout ? "/stdout.jsonl" : "/out.jsonl");
-    const std::string command =
-        Runfile("coordinator/main") + " --listen=127.0.0.1:0 --eplb=false --workers=1" +
-        " --model_dir=" + Runfile("models/random/tiny") + " --model_cache_dir=" + CacheDir() +
-        " --input=" + dir + "/in.jsonl" + (to_stdout ? " >" + results : " --output=" + results) +
-        " 2>" + dir + "/err.txt";
-    ASSERT_EQ(std::system(command.c_str()), 0);
+    ASSERT_EQ(
+        offline((to_stdout ? " >" + results : " --output=" + results) + " 2>" + dir + "/err.txt"),
+        0);
     std::ifstream out(results);
     std::vector<std::string> lines;
     for (std::string line; std::getline(out, line);) lines.push_back(line);
@@ -192,12 +197,7 @@ TEST(ServeTest, OfflineModeRunsAJsonlBatchAndExits) {
   }
   // An --output that cannot be written is an error before any request runs
   // (the results are not computed and lost), and the process says why.
-  const std::string bad =
-      Runfile("coordinator/main") + " --listen=127.0.0.1:0 --eplb=false --workers=1" +
-      " --model_dir=" + Runfile("models/random/tiny") + " --model_cache_dir=" + CacheDir() +
-      " --input=" + dir + "/in.jsonl --output=" + dir + "/missing/dir/out.jsonl 2>" + dir +
-      "/bad.txt";
-  EXPECT_NE(std::system(bad.c_str()), 0);
+  EXPECT_NE(offline(" --output=" + dir + "/missing/dir/out.jsonl 2>" + dir + "/bad.txt"), 0);
   std::ifstream bad_err(dir + "/bad.txt");
   const std::string bad_log((std::istreambuf_iterator<char>(bad_err)),
                             std::istreambuf_iterator<char>());

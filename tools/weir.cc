@@ -5,27 +5,23 @@
 //
 // Exit code 0 on success (for `health`: the service is SERVING), 1 otherwise.
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <fstream>
 #include <iostream>
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/time/clock.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "base/grpc_util.h"
 #include "base/init.h"
 #include "base/read_file.h"
 #include "coordinator/batch_client.h"
 #include "proto/eplb.grpc.pb.h"
 #include "proto/inference.grpc.pb.h"
-#include "tools/progress_bar.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "Coordinator address.");
 ABSL_FLAG(std::string, service, "weir.v1.Inference",
@@ -273,29 +269,12 @@ int Batch(const std::shared_ptr<grpc::Channel>& channel, const std::string& path
     std::cerr << "batch: " << text.status().message() << "\n";
     return 2;
   }
-  const std::string output = absl::GetFlag(FLAGS_output);
-  std::ofstream file;
-  if (!output.empty()) {
-    file.open(output);
-    if (!file.is_open()) {  // before any request: no results are computed to be lost
-      std::cerr << "batch: cannot write --output " << output << "\n";
-      return 2;
-    }
-  }
-  std::ostream& out = output.empty() ? std::cout : file;
-  // A bar redrawn in place on a terminal; plain lines in logs and pipes.
-  tools::ProgressBar bar(std::cerr, isatty(STDERR_FILENO) != 0, absl::Now());
-  absl::StatusOr<coordinator::BatchCounts> counts = coordinator::RunJsonlBatch(
-      channel, *text, out, [&bar](int done, int total) { bar.Update(done, total, absl::Now()); });
-  bar.Finish(absl::Now());
+  absl::StatusOr<coordinator::BatchCounts> counts =
+      coordinator::RunJsonlBatchToOutput(channel, *text, absl::GetFlag(FLAGS_output));
   if (!counts.ok()) {
     std::cerr << "batch: " << counts.status() << "\n";
-    return 1;
-  }
-  if (!out.flush()) {
-    std::cerr << "batch: writing the results to " << (output.empty() ? "stdout" : output)
-              << " failed\n";
-    return 1;
+    // An unwritable --output is a usage error, found before any request.
+    return counts.status().code() == absl::StatusCode::kFailedPrecondition ? 2 : 1;
   }
   std::cerr << counts->completed << " completed, " << counts->failed << " failed\n";
   return counts->failed == 0 ? 0 : 1;
