@@ -11,6 +11,7 @@
 #define WEIR_KERNELS_COMMON_NUMERIC_FORMATS_H_
 
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <limits>
 
@@ -57,13 +58,22 @@ inline constexpr std::array<float, 16> kE2m1Values = {0.0f,  0.5f,  1.0f,  1.5f,
 
 // Returns the bf16 bit pattern nearest to `x`, ties to even. NaN stays NaN
 // (quiet bit forced, sign kept); values past the largest bf16 round to +-Inf.
-uint16_t FloatToBf16Bits(float x);
+inline uint16_t FloatToBf16Bits(float x) {
+  const uint32_t bits = std::bit_cast<uint32_t>(x);
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((bits >> 16) | 0x0040u);
+  // Adding 0x7FFF plus the lowest kept bit rounds to nearest, ties to even;
+  // the carry ripples into the exponent (and to Inf) exactly as it should.
+  const uint32_t rounding = 0x7FFFu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
 
 // Returns the fp32 value of a bf16 bit pattern (exact).
-float Bf16BitsToFloat(uint16_t bits);
+inline float Bf16BitsToFloat(uint16_t bits) {
+  return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
+}
 
 // Returns `x` rounded to the nearest bf16 value, as an fp32.
-float RoundToBf16(float x);
+inline float RoundToBf16(float x) { return Bf16BitsToFloat(FloatToBf16Bits(x)); }
 
 // ---- FP8 e4m3fn (1-4-3, bias 7, no Inf, NaN = S.1111.111) -----------------
 
@@ -72,7 +82,29 @@ inline constexpr float kE4m3Max = 448.0f;
 // Returns the e4m3fn code nearest to `x`, ties to even, subnormals kept
 // (smallest 2^-9). Saturating (like CUDA's __NV_SATFINITE): |x| > 448 and
 // +-Inf give +-448; NaN gives 0x7F with the sign of `x`.
-uint8_t FloatToE4m3(float x);
+// (Computed on the fp32 bits; numeric_formats_test holds it equal to the
+// rule spelled out with frexp / ldexp / nearbyint on every fp32 whose code
+// is not a constant.)
+inline uint8_t FloatToE4m3(float x) {
+  const uint32_t bits = std::bit_cast<uint32_t>(x);
+  const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
+  const uint32_t a = bits & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return sign | 0x7F;   // NaN
+  if (a >= 0x43E00000u) return sign | 0x7E;  // >= 448 (Inf too): satfinite
+  if (a < 0x3C800000u) {
+    // Below the smallest normal 2^-6: multiples of the subnormal step 2^-9.
+    // |x| * 2^9 < 8 is exact; adding 2^23 rounds it to an integer, ties to
+    // even (the default rounding mode), and leaves that integer in the low
+    // mantissa bits. q == 8 is the smallest normal, whose code is also 8.
+    const float shifted = std::bit_cast<float>(a) * 512.0f + 8388608.0f;
+    return sign | static_cast<uint8_t>(std::bit_cast<uint32_t>(shifted) - 0x4B000000u);
+  }
+  // Normal: keep 3 of the 23 mantissa bits, ties to even; a carry moves into
+  // the exponent as it should. The fp32 exponent bias is 127, e4m3's 7:
+  // (127 - 7) << 3 = 960. |x| < 448 keeps the code at 0x7E at most.
+  const uint32_t rounded = (a + 0x7FFFFu + ((a >> 20) & 1u)) >> 20;
+  return sign | static_cast<uint8_t>(rounded - 960u);
+}
 
 // Returns the fp32 value of an e4m3fn code (exact); 0x7F / 0xFF give NaN.
 inline float E4m3ToFloat(uint8_t code) { return internal::kE4m3Values[code]; }
@@ -85,7 +117,23 @@ inline constexpr float kE2m1Max = 6.0f;
 // to the even code (0.25->0, 0.75->1, 1.25->1, 1.75->2, 2.5->2, 3.5->4, 5->4).
 // Saturating: |x| > 6 and +-Inf give +-6. e2m1 has no NaN: NaN gives +0
 // (callers flag non-finite blocks through the block scale instead).
-uint8_t FloatToE2m1(float x);
+// (On the fp32 bits, as FloatToE4m3; numeric_formats_test checks it the same
+// way.)
+inline uint8_t FloatToE2m1(float x) {
+  const uint32_t bits = std::bit_cast<uint32_t>(x);
+  const uint32_t a = bits & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return 0;  // NaN
+  const uint8_t sign = static_cast<uint8_t>((bits >> 28) & 0x8u);
+  if (a >= 0x40C00000u) return sign | 0x7;  // >= 6 (Inf too)
+  if (a < 0x3F800000u) {
+    // Below 1: multiples of 0.5 (q == 2 is 1.0, whose code is also 2).
+    const float shifted = std::bit_cast<float>(a) * 2.0f + 8388608.0f;
+    return sign | static_cast<uint8_t>(std::bit_cast<uint32_t>(shifted) - 0x4B000000u);
+  }
+  // Keep 1 mantissa bit, ties to even; bias 127 -> 1: (127 - 1) << 1 = 252.
+  const uint32_t rounded = (a + 0x1FFFFFu + ((a >> 22) & 1u)) >> 22;
+  return sign | static_cast<uint8_t>(rounded - 252u);
+}
 
 // Returns the fp32 value of the e2m1 code in the low nibble of `code`.
 inline float E2m1ToFloat(uint8_t code) { return internal::kE2m1Values[code & 0xF]; }

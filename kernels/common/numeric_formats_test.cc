@@ -19,6 +19,64 @@ constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
 
 float Pow2(int e) { return std::ldexp(1.0f, e); }
 
+// The conversions as the rule reads, with frexp / ldexp / nearbyint (the
+// library's functions work on the fp32 bits and must give these codes).
+int RoundHalfEven(float v) { return static_cast<int>(std::nearbyint(v)); }
+
+uint16_t SpelledBf16Bits(float x) {
+  const uint32_t bits = std::bit_cast<uint32_t>(x);
+  if (std::isnan(x)) return static_cast<uint16_t>((bits >> 16) | 0x0040u);
+  const uint32_t rounding = 0x7FFFu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
+uint8_t SpelledE4m3(float x) {
+  const uint8_t sign = std::signbit(x) ? 0x80 : 0x00;
+  if (std::isnan(x)) return sign | 0x7F;
+  const float a = std::fabs(x);
+  if (a >= kE4m3Max) return sign | 0x7E;
+  if (a < 0.015625f) return sign | static_cast<uint8_t>(RoundHalfEven(std::ldexp(a, 9)));
+  int e2 = 0;
+  std::frexp(a, &e2);  // a = m * 2^e2, m in [0.5, 1)
+  int exponent = e2 - 1;
+  int q = RoundHalfEven(std::ldexp(a, 3 - exponent));  // in [8, 16]
+  if (q == 16) {
+    q = 8;
+    ++exponent;
+  }
+  return sign | static_cast<uint8_t>(((exponent + 7) << 3) | (q - 8));
+}
+
+uint8_t SpelledE2m1(float x) {
+  if (std::isnan(x)) return 0;
+  const uint8_t sign = std::signbit(x) ? 0x8 : 0x0;
+  const float a = std::fabs(x);
+  if (a >= kE2m1Max) return sign | 0x7;
+  if (a < 1.0f) return sign | static_cast<uint8_t>(RoundHalfEven(a * 2.0f));
+  int e2 = 0;
+  std::frexp(a, &e2);
+  int exponent = e2 - 1;
+  int q = RoundHalfEven(std::ldexp(a, 1 - exponent));  // in [2, 4]
+  if (q == 4) {
+    q = 2;
+    ++exponent;
+  }
+  return sign | static_cast<uint8_t>(((exponent + 1) << 1) | (q - 2));
+}
+
+// Calls check(bits) for the positive fp32s with biased exponent field in
+// [lo, hi], every `stride`-th mantissa (1: all of them), and the negative
+// ones of every 16th; stops at the first false.
+template <typename Check>
+void ForEveryFloatWithExponent(uint32_t lo, uint32_t hi, Check check, uint32_t stride = 1) {
+  for (uint32_t e = lo; e <= hi; ++e) {
+    for (uint32_t m = 0; m < (1u << 23); m += stride) {
+      if (!check((e << 23) | m)) return;
+      if (m % (16 * stride) == 0 && !check(0x80000000u | (e << 23) | m)) return;
+    }
+  }
+}
+
 TEST(Bf16, KnownValuesAndTies) {
   EXPECT_EQ(FloatToBf16Bits(1.0f), 0x3F80);
   EXPECT_EQ(FloatToBf16Bits(-2.0f), 0xC000);
@@ -44,6 +102,19 @@ TEST(Bf16, RoundTripOfEveryFiniteBf16) {
     const float v = Bf16BitsToFloat(static_cast<uint16_t>(b));
     if (std::isnan(v)) continue;
     ASSERT_EQ(FloatToBf16Bits(v), b) << std::hex << b;
+  }
+}
+
+TEST(Bf16, EqualsTheSpelledRule) {
+  // Every mantissa of the binades where something can differ: zero and
+  // subnormals, around 1, the largest finite binade (rounding to Inf), Inf
+  // and NaN.
+  for (uint32_t e : {0u, 1u, 126u, 127u, 254u, 255u}) {
+    ForEveryFloatWithExponent(e, e, [](uint32_t bits) {
+      const float x = std::bit_cast<float>(bits);
+      EXPECT_EQ(FloatToBf16Bits(x), SpelledBf16Bits(x)) << std::hex << bits;
+      return FloatToBf16Bits(x) == SpelledBf16Bits(x);
+    });
   }
 }
 
@@ -123,6 +194,33 @@ TEST(E4m3, MatchesBruteForceNearest) {
   }
 }
 
+TEST(E4m3, EqualsTheSpelledRuleOnEveryFloatThatMatters) {
+  // Every mantissa of exponent fields 116 .. 123 (|x| in [2^-11, 2^-3):
+  // the ties to zero at 2^-10, every subnormal step 2^-9 and its ties, the
+  // first normal binades) and 134 .. 136 (up to the saturation at 448 and
+  // past it); every 61st of the binades between, whose rounding is the same
+  // bits at another exponent. Below, both give a signed zero; above and
+  // NaN, constants (the random probes cover them).
+  const auto same = [](uint32_t bits) {
+    const float x = std::bit_cast<float>(bits);
+    EXPECT_EQ(FloatToE4m3(x), SpelledE4m3(x)) << std::hex << bits;
+    return FloatToE4m3(x) == SpelledE4m3(x);
+  };
+  ForEveryFloatWithExponent(116, 123, same);
+  ForEveryFloatWithExponent(124, 133, same, 61);
+  ForEveryFloatWithExponent(134, 136, same);
+  std::mt19937 rng(5);
+  for (int i = 0; i < 2000000; ++i) {
+    const uint32_t bits = static_cast<uint32_t>(rng());
+    const float x = std::bit_cast<float>(bits);
+    ASSERT_EQ(FloatToE4m3(x), SpelledE4m3(x)) << std::hex << bits;
+  }
+  for (float x : {0.0f, -0.0f, kInf, -kInf, kNan, -kNan, Pow2(-149), -Pow2(-149),
+                  std::numeric_limits<float>::max(), std::numeric_limits<float>::min()}) {
+    ASSERT_EQ(FloatToE4m3(x), SpelledE4m3(x)) << x;
+  }
+}
+
 TEST(E4m3, RoundTripOfEveryCode) {
   for (int c = 0; c < 256; ++c) {
     if ((c & 0x7F) == 0x7F) continue;
@@ -162,6 +260,25 @@ TEST(E2m1, MatchesBruteForceNearest) {
   for (int i = 0; i < 20000; ++i) {
     const float a = u(rng);
     ASSERT_EQ(FloatToE2m1(a), NearestCode(a, table)) << a;
+  }
+}
+
+TEST(E2m1, EqualsTheSpelledRuleOnEveryFloatThatMatters) {
+  // Every mantissa of exponent fields 123 .. 129, |x| in [2^-4, 8): the
+  // ties at 0.25 and every step up to the saturation at 6 and past it.
+  ForEveryFloatWithExponent(123, 129, [](uint32_t bits) {
+    const float x = std::bit_cast<float>(bits);
+    EXPECT_EQ(FloatToE2m1(x), SpelledE2m1(x)) << std::hex << bits;
+    return FloatToE2m1(x) == SpelledE2m1(x);
+  });
+  std::mt19937 rng(9);
+  for (int i = 0; i < 2000000; ++i) {
+    const uint32_t bits = static_cast<uint32_t>(rng());
+    const float x = std::bit_cast<float>(bits);
+    ASSERT_EQ(FloatToE2m1(x), SpelledE2m1(x)) << std::hex << bits;
+  }
+  for (float x : {0.0f, -0.0f, kInf, -kInf, kNan, -kNan, Pow2(-149), -Pow2(-149)}) {
+    ASSERT_EQ(FloatToE2m1(x), SpelledE2m1(x)) << x;
   }
 }
 

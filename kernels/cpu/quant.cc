@@ -95,11 +95,22 @@ absl::Status DequantizeFp8(std::span<const uint8_t> codes, std::span<const uint8
 }
 
 absl::Status FakeQuantFp8(std::span<float> x, int block) {
+  // QuantizeFp8 then DequantizeFp8, block by block in place: the same codes,
+  // scales and products without the two buffers.
   RETURN_IF_ERROR(CheckBlock(x.size(), block, false));
-  std::vector<uint8_t> codes(x.size());
-  std::vector<uint8_t> scales(x.size() / block);
-  RETURN_IF_ERROR(QuantizeFp8(x, block, codes, scales));
-  return DequantizeFp8(codes, scales, block, x);
+  for (size_t b = 0; b < x.size() / block; ++b) {
+    float* xb = x.data() + b * block;
+    const float amax = BlockAmax(xb, block);
+    if (std::isnan(amax)) {  // code 0x7F and scale 0xFF: NaN either way
+      std::fill(xb, xb + block, std::numeric_limits<float>::quiet_NaN());
+      continue;
+    }
+    const float s = E8m0ToFloat(Ue8m0CeilCode(std::max(amax, kFp8AmaxFloor) * kInv448));
+    for (int i = 0; i < block; ++i) {
+      xb[i] = E4m3ToFloat(FloatToE4m3(std::clamp(xb[i] / s, -kE4m3Max, kE4m3Max))) * s;
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status QuantizeFp4(std::span<const float> x, int block, Fp4Scale scale,
@@ -136,11 +147,16 @@ absl::Status DequantizeFp4(std::span<const uint8_t> packed, std::span<const uint
 }
 
 absl::Status FakeQuantFp4(std::span<float> x, int block, Fp4Scale scale) {
+  // QuantizeFp4 then DequantizeFp4, block by block in place (as FakeQuantFp8).
   RETURN_IF_ERROR(CheckBlock(x.size(), block, true));
-  std::vector<uint8_t> packed(x.size() / 2);
-  std::vector<uint8_t> scales(x.size() / block);
-  RETURN_IF_ERROR(QuantizeFp4(x, block, scale, packed, scales));
-  return DequantizeFp4(packed, scales, block, scale, x);
+  for (size_t b = 0; b < x.size() / block; ++b) {
+    float* xb = x.data() + b * block;
+    const float s = Fp4ScaleValue(Fp4ScaleCode(BlockAmax(xb, block), scale), scale);
+    for (int i = 0; i < block; ++i) {
+      xb[i] = E2m1ToFloat(FloatToE2m1(std::clamp(xb[i] / s, -kE2m1Max, kE2m1Max))) * s;
+    }
+  }
+  return absl::OkStatus();
 }
 
 void RoundToBf16InPlace(std::span<float> x) {

@@ -2,6 +2,7 @@
 
 #include "kernels/cpu/quant.h"
 
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -166,6 +167,49 @@ TEST(Fp4E4m3, ZeroBlockKeepsNonzeroScaleAndNanBlock) {
   ASSERT_TRUE(DequantizeFp4(packed, scales, 16, Fp4Scale::kE4m3, out).ok());
   EXPECT_EQ(out[0], 0.0f);
   EXPECT_TRUE(std::isnan(out[16]));
+}
+
+// FakeQuant* work in place block by block; they must equal Dequantize of
+// Quantize bit for bit (NaN and Inf blocks, zero blocks, tiny and huge
+// values, every scale kind).
+TEST(Quant, FakeQuantEqualsDequantizeOfQuantize) {
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> exponent(-140.0f, 130.0f);
+  std::vector<float> x(64 * 32);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float v = std::exp2(exponent(rng));
+    x[i] = (rng() & 1) ? -v : v;
+  }
+  const float inf = std::numeric_limits<float>::infinity();
+  x[40] = std::numeric_limits<float>::quiet_NaN();
+  x[100] = -inf;
+  std::fill(x.begin() + 128, x.begin() + 160, 0.0f);
+  for (int i = 160; i < 192; ++i) x[i] = std::ldexp(1.0f, -140) * static_cast<float>(i - 170);
+  const auto bits_equal = [](const std::vector<float>& a, const std::vector<float>& b) {
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (std::bit_cast<uint32_t>(a[i]) != std::bit_cast<uint32_t>(b[i])) {
+        ADD_FAILURE() << "element " << i << ": " << a[i] << " vs " << b[i];
+        return false;
+      }
+    }
+    return true;
+  };
+  {
+    std::vector<uint8_t> codes(x.size()), scales(x.size() / 32);
+    std::vector<float> want(x.size()), got = x;
+    ASSERT_TRUE(QuantizeFp8(x, 32, codes, scales).ok());
+    ASSERT_TRUE(DequantizeFp8(codes, scales, 32, want).ok());
+    ASSERT_TRUE(FakeQuantFp8(got, 32).ok());
+    EXPECT_TRUE(bits_equal(got, want));
+  }
+  for (auto [block, scale] : {std::pair{32, Fp4Scale::kE8m0}, std::pair{16, Fp4Scale::kE4m3}}) {
+    std::vector<uint8_t> packed(x.size() / 2), scales(x.size() / block);
+    std::vector<float> want(x.size()), got = x;
+    ASSERT_TRUE(QuantizeFp4(x, block, scale, packed, scales).ok());
+    ASSERT_TRUE(DequantizeFp4(packed, scales, block, scale, want).ok());
+    ASSERT_TRUE(FakeQuantFp4(got, block, scale).ok());
+    EXPECT_TRUE(bits_equal(got, want)) << "block " << block;
+  }
 }
 
 TEST(Quant, StoredSizesMatchSpec) {
