@@ -838,7 +838,8 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
     int64_t kept = static_cast<int64_t>(inputs[i].size());
     if (drafts[i] > 0 && out.status.ok()) {
       absl::StatusOr<int64_t> verified =
-          VerifyDrafts(row, slot, starts[i], inputs[i], drafts[i], logits[i], out, presampled[i]);
+          VerifyDrafts(row, slot, starts[i], inputs[i], drafts[i],
+                       static_cast<int64_t>(rows.size()), logits[i], out, presampled[i]);
       if (!verified.ok()) {
         out.status = verified.status();
         continue;

@@ -235,8 +235,10 @@ class StepExecutor {
   // default) all it may (RowPlan::draft_tokens of those kept); with one, the
   // k of them with the most expected tokens per unit of step cost under the
   // drafts' DSpark confidences and the curve at the plan's row count
-  // (verify_length.h, ChooseVerifyLength). Outputs are the same either way:
-  // only how many tokens a step delivers changes.
+  // (verify_length.h, ChooseVerifyLength), and a row whose recent drafts
+  // did not pay for the draft pass and the positions they took pauses
+  // drafting for a while (DraftPacer; drafts_paused()). Outputs are the
+  // same either way: only how many tokens a step delivers changes.
   void SetVerifyCostCurve(std::optional<VerifyCostCurve> curve) { cost_curve_ = std::move(curve); }
   const std::optional<VerifyCostCurve>& verify_cost_curve() const { return cost_curve_; }
   // CED bounded replay (spec §4.4, model::Model::StartCedReplay): a row that
@@ -251,6 +253,9 @@ class StepExecutor {
   // Drafts verified and accepted by speculative rows since construction.
   int64_t drafts_verified() const { return drafts_verified_; }
   int64_t drafts_accepted() const { return drafts_accepted_; }
+  // Draft passes a speculative row skipped since construction because its
+  // drafts did not pay for their cost (with a cost curve: DraftPacer).
+  int64_t drafts_paused() const { return drafts_paused_; }
   // Tests: replaces the drafts `slot` made after its last sample (a
   // speculative row must have sampled there), e.g. with the plain decode's
   // continuation to exercise acceptance on random weights.
@@ -301,6 +306,9 @@ class StepExecutor {
     std::vector<float> draft_confidence;  // [drafts.size()] logits
     int64_t drafts_after = -1;
     int64_t drafts_pos = -1;
+    // With a cost curve: whether the slot drafts after its next samples
+    // (verify_length.h DraftPacer).
+    DraftPacer pacer;
   };
 
   // The drafts `row` verifies: RowPlan::draft_tokens of the slot's drafts, if
@@ -317,9 +325,12 @@ class StepExecutor {
   // slot's output and `out`, and rolls the rest back. Returns the inputs kept.
   // `presampled`: empty, or the samples of the drafts' positions (and more),
   // as AcceptDrafts takes them.
+  // With a cost curve, the slot's pacer sees the verification (at a plan of
+  // `batch` rows).
   absl::StatusOr<int64_t> VerifyDrafts(const RowPlan& row, Slot& slot, int64_t start,
                                        const std::vector<int64_t>& inputs, int64_t drafts,
-                                       const std::vector<float>& logits, RowOutcome& out,
+                                       int64_t batch, const std::vector<float>& logits,
+                                       RowOutcome& out,
                                        std::span<const sampling::SampleResult> presampled = {});
   // A slot that drafts its next block after `token`, its sample of this step.
   struct DraftRequest {
@@ -330,7 +341,9 @@ class StepExecutor {
   // Model::DraftBatch (a slot's drafts are cleared when the model cannot draft
   // it; a failed draft is logged and leaves it none). With a matcher (which
   // has accepted `token`), each draft is one the grammar allows after the
-  // ones before it. REQUIRES: each slot at most once, with a state.
+  // ones before it. With a cost curve, a slot whose pacer is paused drafts
+  // nothing (its next row verifies nothing). REQUIRES: each slot at most
+  // once, with a state.
   void DraftAfter(std::span<const DraftRequest> requests);
   // DraftAfter's block under `matcher`: position i keeps the draft if the
   // grammar allows it after drafts 0..i-1, else takes the allowed token with
@@ -387,6 +400,7 @@ class StepExecutor {
   bool ced_replay_ = false;
   int64_t drafts_verified_ = 0;
   int64_t drafts_accepted_ = 0;
+  int64_t drafts_paused_ = 0;
   grammar::GrammarCompiler* const grammar_;
   const StepGrammarOptions grammar_options_;
   std::vector<Slot> slots_;

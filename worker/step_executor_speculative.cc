@@ -14,7 +14,10 @@
 //
 // How many drafts a row verifies does not change what it emits, only how
 // many tokens it emits: with a cost curve (SetVerifyCostCurve) a row verifies
-// the first ChooseVerifyLength of its drafts, the rest are not forwarded.
+// the first ChooseVerifyLength of its drafts, the rest are not forwarded, and
+// a row whose verifications have not paid for their cost lately stops
+// drafting for a while (DraftPacer): its rows then run one position, as plain
+// decoding's.
 
 #include <algorithm>
 
@@ -67,7 +70,7 @@ int64_t StepExecutor::UsableDrafts(const RowPlan& row, int64_t input, int64_t ba
 
 absl::StatusOr<int64_t> StepExecutor::VerifyDrafts(
     const RowPlan& row, Slot& slot, int64_t start, const std::vector<int64_t>& inputs,
-    int64_t drafts, const std::vector<float>& logits, RowOutcome& out,
+    int64_t drafts, int64_t batch, const std::vector<float>& logits, RowOutcome& out,
     std::span<const sampling::SampleResult> presampled) {
   const int64_t vocab = model_.config().vocab_size;
   const int64_t base = static_cast<int64_t>(inputs.size()) - drafts;
@@ -97,6 +100,7 @@ absl::StatusOr<int64_t> StepExecutor::VerifyDrafts(
   out.verified_drafts = drafts;
   drafts_verified_ += drafts;
   drafts_accepted_ += accepted;
+  if (cost_curve_.has_value()) slot.pacer.Observe(drafts, accepted, *cost_curve_, batch);
   absl::Status rolled = slot.state->Rollback(drafts - accepted);
   // A sequence on a drafting backend: the host state only counts positions
   // there; the backend undoes its own.
@@ -156,6 +160,11 @@ void StepExecutor::DraftAfter(std::span<const DraftRequest> requests) {
     slot.drafts_pos = -1;
     // A draft needs the features of two forwarded positions (spec §4.8).
     if (num_draft_tokens_ == 0 || slot.state->length() < 2) continue;
+    // Drafts that have not paid for their pass lately: decode plainly a while.
+    if (cost_curve_.has_value() && !slot.pacer.ShouldDraft()) {
+      ++drafts_paused_;
+      continue;
+    }
     drafting.push_back(&request);
     states.push_back(slot.state.get());
     tokens.push_back(request.token);

@@ -91,13 +91,11 @@ enum class Drafts { kModel, kInjected };
 // ChooseVerifyLength picks; injected drafts then carry confidences that make
 // it pick 0..kDrafts of them in turn (checked), and `lengths` gets every
 // row's verified drafts. Returns the tokens and the accepted drafts.
-std::vector<std::vector<int64_t>> Speculative(model::Model& model, kv_cache::BlockPool& pool,
-                                              const sampling::SamplingParams& params, Drafts drafts,
-                                              const std::vector<std::vector<int64_t>>& reference,
-                                              int64_t& accepted,
-                                              const VerifyCostCurve* curve = nullptr,
-                                              std::vector<int64_t>* lengths = nullptr,
-                                              model::HostDecodeBackend* backend = nullptr) {
+std::vector<std::vector<int64_t>> Speculative(
+    model::Model& model, kv_cache::BlockPool& pool, const sampling::SamplingParams& params,
+    Drafts drafts, const std::vector<std::vector<int64_t>>& reference, int64_t& accepted,
+    const VerifyCostCurve* curve = nullptr, std::vector<int64_t>* lengths = nullptr,
+    model::HostDecodeBackend* backend = nullptr, int64_t* paused = nullptr) {
   StepExecutor ex(model, 4);
   ex.SetKvCache(&pool);
   if (backend != nullptr) ex.SetDecodeBackend(backend);
@@ -152,6 +150,7 @@ std::vector<std::vector<int64_t>> Speculative(model::Model& model, kv_cache::Blo
   }
   EXPECT_GT(ex.drafts_verified(), 0);
   EXPECT_EQ(ex.drafts_accepted(), accepted);
+  if (paused != nullptr) *paused = ex.drafts_paused();
   return out;
 }
 
@@ -221,6 +220,51 @@ TEST(StepExecutorSpeculativeTest, ConfidenceVerifyLengthEmitsThePlainTokens) {
       EXPECT_NE(std::find(lengths.begin(), lengths.end(), k), lengths.end()) << k;
     }
   }
+}
+
+// A draft pass that costs as much as 20 positions: the random model's drafts
+// (almost all rejected) never pay for it, so after DraftPacer::kProbe
+// verifications each row stops drafting (its next rows verify nothing) and
+// retries after the pause; the tokens stay the plain ones. Injected drafts
+// that are mostly right pay even for that pass, and no row pauses.
+TEST(StepExecutorSpeculativeTest, RowsWhoseDraftsDoNotPayStopDrafting) {
+  Fixture f;
+  ASSERT_NE(f.model, nullptr);
+  VerifyCostCurve curve = CheapPositions();
+  curve.points[0].draft_ms = 10;  // a step of 2 rows: 20 ms of drafting
+  for (const sampling::SamplingParams& params : {GreedySampling(), SeededSampling()}) {
+    const auto plain = Plain(*f.model, *f.pool, params);
+    int64_t accepted = 0, paused = 0;
+    std::vector<int64_t> lengths;
+    ExpectPrefixEqual(Speculative(*f.model, *f.pool, params, Drafts::kModel, plain, accepted,
+                                  &curve, &lengths, nullptr, &paused),
+                      plain);
+    // Each row drafted kProbe times, then paused for kFirstPause steps,
+    // probed again (its means afresh) and paused for twice as long.
+    EXPECT_GE(paused, 2 * DraftPacer::kFirstPause) << "paused draft passes";
+    const int64_t verifying =
+        std::count_if(lengths.begin(), lengths.end(), [](int64_t k) { return k > 0; });
+    EXPECT_LE(verifying, 4 * DraftPacer::kProbe) << "rows that verified drafts";
+  }
+  // Injected drafts with the confidences that pick 0 .. 4 of them in turn
+  // (about 2 verified, 1 + 1.2 tokens a verification for 13 + 6 ms of a
+  // 2-row step against 11 plain) pay for a 3 ms pass.
+  VerifyCostCurve cheaper = CheapPositions();
+  cheaper.points[0].draft_ms = 3;
+  const auto plain = Plain(*f.model, *f.pool, GreedySampling());
+  int64_t accepted = 0, paused = -1;
+  ExpectPrefixEqual(Speculative(*f.model, *f.pool, GreedySampling(), Drafts::kInjected, plain,
+                                accepted, nullptr, nullptr, nullptr, &paused),
+                    plain);
+  EXPECT_EQ(paused, 0);  // without a curve nothing pauses
+  ExpectPrefixEqual(Speculative(*f.model, *f.pool, GreedySampling(), Drafts::kInjected, plain,
+                                accepted, &cheaper, nullptr, nullptr, &paused),
+                    plain);
+  EXPECT_GT(accepted, 20);
+  // While drafts are injected every row verifies the length its confidences
+  // pick (Speculative checks it), so none paused then; the model's own
+  // drafts of the last steps (nothing injected past the reference) may.
+  EXPECT_LT(paused, DraftPacer::kFirstPause);
 }
 
 // A GPU worker's sequences live on its DeviceDecoder, which keeps their

@@ -36,6 +36,18 @@ double VerifyCostCurve::StepCost(int64_t batch, int64_t drafts) const {
   return (1 - t) * PointCost(a, drafts) + t * PointCost(b, drafts);
 }
 
+double VerifyCostCurve::PlainStepCost(int64_t batch) const {
+  const auto plain = [](const Point& p) { return p.step_ms[0]; };
+  if (batch <= points.front().batch) return plain(points.front());
+  if (batch >= points.back().batch) return plain(points.back());
+  size_t hi = 1;
+  while (points[hi].batch < batch) ++hi;
+  const Point& a = points[hi - 1];
+  const Point& b = points[hi];
+  const double t = static_cast<double>(batch - a.batch) / static_cast<double>(b.batch - a.batch);
+  return (1 - t) * plain(a) + t * plain(b);
+}
+
 absl::StatusOr<VerifyCostCurve> ParseVerifyCostCurve(std::string_view json) {
   const Json j = Json::parse(json.begin(), json.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Bad("not a JSON object");
@@ -123,6 +135,44 @@ int64_t ChooseVerifyLength(std::span<const float> confidence, int64_t max_drafts
     if (rate > best_rate) best = k, best_rate = rate;
   }
   return best;
+}
+
+bool SpeculationPays(double tokens, double drafts, const VerifyCostCurve& curve, int64_t batch) {
+  const double k = std::clamp(drafts, 0.0, static_cast<double>(curve.max_drafts()));
+  const int64_t lo = static_cast<int64_t>(std::floor(k));
+  const int64_t hi = std::min<int64_t>(lo + 1, curve.max_drafts());
+  const double t = k - static_cast<double>(lo);
+  const double cost = (1 - t) * curve.StepCost(batch, lo) + t * curve.StepCost(batch, hi);
+  return tokens / cost >= 1.0 / curve.PlainStepCost(batch);
+}
+
+bool DraftPacer::ShouldDraft() {
+  if (pause_left_ == 0) return true;
+  if (--pause_left_ == 0) {  // the next step drafts again: fresh means
+    seen_ = 0;
+    tokens_ = verified_ = 0;
+  }
+  return false;
+}
+
+void DraftPacer::Observe(int64_t verified, int64_t accepted, const VerifyCostCurve& curve,
+                         int64_t batch) {
+  const double tokens = 1.0 + static_cast<double>(accepted);
+  if (seen_ == 0) {
+    tokens_ = tokens;
+    verified_ = static_cast<double>(verified);
+  } else {
+    tokens_ += 0.25 * (tokens - tokens_);
+    verified_ += 0.25 * (static_cast<double>(verified) - verified_);
+  }
+  ++seen_;
+  if (seen_ < kProbe || pause_left_ > 0) return;
+  if (SpeculationPays(tokens_, verified_, curve, batch)) {
+    next_pause_ = kFirstPause;
+    return;
+  }
+  pause_left_ = next_pause_;
+  next_pause_ = std::min(2 * next_pause_, kMaxPause);
 }
 
 }  // namespace weir::worker

@@ -62,6 +62,10 @@ struct VerifyCostCurve {
   // measured points, the nearest point's outside them.
   // REQUIRES: !points.empty(), 0 <= drafts <= max_drafts().
   double StepCost(int64_t batch, int64_t drafts) const;
+  // The cost of one plain step of `batch` rows (one position each, nothing
+  // drafted after): step_ms[0], interpolated as StepCost.
+  // REQUIRES: !points.empty().
+  double PlainStepCost(int64_t batch) const;
 };
 
 // Parses the JSON form. INVALID_ARGUMENT when it is not JSON, a field is
@@ -86,6 +90,56 @@ double ExpectedTokens(std::span<const float> confidence, int64_t k);
 // smallest such k on ties. REQUIRES: !curve.points.empty().
 int64_t ChooseVerifyLength(std::span<const float> confidence, int64_t max_drafts,
                            const VerifyCostCurve& curve, int64_t batch);
+
+// Whether speculating pays at `batch` rows for a row that emits `tokens` a
+// verification on average while verifying `drafts` drafts on average (>= 0,
+// fractional: the step cost interpolated between the whole lengths, capped
+// at curve.max_drafts()): tokens / StepCost(batch, drafts) against one token
+// a PlainStepCost(batch). REQUIRES: !curve.points.empty().
+bool SpeculationPays(double tokens, double drafts, const VerifyCostCurve& curve, int64_t batch);
+
+// Whether a speculative row drafts its next block. The draft pass is paid
+// whatever the row verifies next (ChooseVerifyLength weighs only what it
+// verifies), so a row whose drafts do not pay for their cost has to stop
+// drafting to decode at the plain rate; the text (and so the acceptance)
+// changes along a sequence, so it tries again later.
+//
+// The pacer keeps the row's mean tokens a verification and mean verified
+// drafts over its recent verifications (exponential weights, 1/4 the
+// newest). After kProbe verifications since drafting (re)started, a mean
+// that SpeculationPays rejects pauses drafting for a number of the row's
+// steps: kFirstPause, doubled after each pause that ends in another (at
+// most kMaxPause), back to kFirstPause once drafting pays. A resumed row
+// starts its means afresh. Drafting never changes what a row emits, only how
+// many tokens a step gives it.
+//
+// Thread safety: a plain value (the step executor keeps one per slot).
+class DraftPacer {
+ public:
+  static constexpr int64_t kProbe = 3;
+  static constexpr int64_t kFirstPause = 16;
+  static constexpr int64_t kMaxPause = 256;
+
+  // One step of the row that may draft after it: false while paused (one
+  // paused step used up).
+  bool ShouldDraft();
+  // One verification of the row at `batch` rows: `verified` drafts of which
+  // `accepted` were taken (0 <= accepted <= verified).
+  void Observe(int64_t verified, int64_t accepted, const VerifyCostCurve& curve, int64_t batch);
+
+  bool paused() const { return pause_left_ > 0; }
+  // The current means (0 before the first verification since drafting
+  // started).
+  double mean_tokens() const { return tokens_; }
+  double mean_verified() const { return verified_; }
+
+ private:
+  double tokens_ = 0;
+  double verified_ = 0;
+  int64_t seen_ = 0;        // verifications since drafting (re)started
+  int64_t pause_left_ = 0;  // steps still paused
+  int64_t next_pause_ = kFirstPause;
+};
 
 }  // namespace weir::worker
 

@@ -62,6 +62,98 @@ TEST(VerifyLengthTest, StepCostInterpolatesBatchAndAddsDrafting) {
   EXPECT_LT(mid, curve.StepCost(8, 1));
 }
 
+TEST(VerifyLengthTest, PlainStepCostHasNoDrafting) {
+  const VerifyCostCurve curve = Linear(10, 1, 2, 2);
+  EXPECT_DOUBLE_EQ(curve.PlainStepCost(1), 11);
+  EXPECT_DOUBLE_EQ(curve.PlainStepCost(8), 44);
+  EXPECT_DOUBLE_EQ(curve.PlainStepCost(0), 11);
+  EXPECT_DOUBLE_EQ(curve.PlainStepCost(100), 44);
+  EXPECT_DOUBLE_EQ(curve.PlainStepCost(4), 11 + 3.0 / 7.0 * 33);
+}
+
+TEST(VerifyLengthTest, SpeculationPaysWhenTokensOutrunTheCost) {
+  // Batch 1: plain 11 ms; verifying k drafts 11 + k plus a 2 ms draft.
+  const VerifyCostCurve curve = Linear(10, 1, 2, 5);
+  // k = 2: 15 ms, so 15 / 11 = 1.364 tokens break even.
+  EXPECT_TRUE(SpeculationPays(1.37, 2, curve, 1));
+  EXPECT_FALSE(SpeculationPays(1.36, 2, curve, 1));
+  // Verifying nothing never pays for the draft pass.
+  EXPECT_FALSE(SpeculationPays(1.0, 0, curve, 1));
+  // Fractional lengths interpolate: k = 1.5 costs 14.5 ms.
+  EXPECT_TRUE(SpeculationPays(14.5 / 11 + 1e-9, 1.5, curve, 1));
+  EXPECT_FALSE(SpeculationPays(14.5 / 11 - 1e-9, 1.5, curve, 1));
+  // Past the curve's lengths: its last one.
+  EXPECT_EQ(SpeculationPays(1.5, 9, curve, 1), SpeculationPays(1.5, 5, curve, 1));
+  // Batch 8: drafting costs 16 ms of a 4 x (10 + 1 + k) step, plain 44.
+  EXPECT_FALSE(SpeculationPays(1.5, 2, curve, 8));  // 1.5 / 68 < 1 / 44
+  EXPECT_TRUE(SpeculationPays(1.6, 2, curve, 8));   // 1.6 / 68 > 1 / 44
+  EXPECT_TRUE(SpeculationPays(1.5, 2, curve, 1));
+}
+
+TEST(VerifyLengthTest, PacerPausesRowsWhoseDraftsDoNotPayAndBacksOff) {
+  const VerifyCostCurve curve = Linear(10, 1, 2, 5);
+  DraftPacer pacer;
+  EXPECT_TRUE(pacer.ShouldDraft());
+  // Two poor verifications: not yet judged.
+  pacer.Observe(2, 0, curve, 1);
+  pacer.Observe(2, 0, curve, 1);
+  EXPECT_FALSE(pacer.paused());
+  EXPECT_TRUE(pacer.ShouldDraft());
+  pacer.Observe(2, 0, curve, 1);  // the third: 1 token a 15 ms step
+  EXPECT_TRUE(pacer.paused());
+  int64_t paused = 0;
+  while (!pacer.ShouldDraft()) ++paused;
+  EXPECT_EQ(paused, DraftPacer::kFirstPause);
+  EXPECT_EQ(pacer.mean_tokens(), 0);  // resumed afresh
+  // Still poor: paused twice as long, then four times.
+  for (int64_t want : {2 * DraftPacer::kFirstPause, 4 * DraftPacer::kFirstPause}) {
+    for (int i = 0; i < DraftPacer::kProbe; ++i) pacer.Observe(3, 0, curve, 1);
+    paused = 0;
+    while (!pacer.ShouldDraft()) ++paused;
+    EXPECT_EQ(paused, want);
+  }
+  // Drafts that pay (3 tokens for 16 ms against 11): drafting goes on, and a
+  // later pause starts short again.
+  for (int i = 0; i < 10; ++i) {
+    pacer.Observe(3, 2, curve, 1);
+    EXPECT_FALSE(pacer.paused()) << i;
+    EXPECT_TRUE(pacer.ShouldDraft());
+  }
+  EXPECT_NEAR(pacer.mean_tokens(), 3, 1e-12);
+  EXPECT_NEAR(pacer.mean_verified(), 3, 1e-12);
+  // Plain verifications: the means decay toward 1 token and 0 drafts until
+  // they no longer pay (1 + 2 x 0.75^n tokens for 3 x 0.75^n drafts).
+  int observed = 0;
+  while (!pacer.paused() && observed < 20) {
+    pacer.Observe(0, 0, curve, 1);
+    ++observed;
+  }
+  EXPECT_GT(observed, 1);
+  EXPECT_LT(observed, 20);
+  // A verification seen while paused (none should come) changes no pause.
+  pacer.Observe(0, 0, curve, 1);
+  paused = 0;
+  while (!pacer.ShouldDraft()) ++paused;
+  EXPECT_EQ(paused, DraftPacer::kFirstPause);
+  // The pause never grows past kMaxPause.
+  for (int round = 0; round < 10; ++round) {
+    for (int i = 0; i < DraftPacer::kProbe; ++i) pacer.Observe(0, 0, curve, 1);
+    paused = 0;
+    while (!pacer.ShouldDraft()) ++paused;
+    EXPECT_LE(paused, DraftPacer::kMaxPause);
+  }
+  EXPECT_EQ(paused, DraftPacer::kMaxPause);
+}
+
+TEST(VerifyLengthTest, PacerWeighsRecentVerifications) {
+  const VerifyCostCurve curve = Linear(10, 1, 2, 5);
+  DraftPacer pacer;
+  pacer.Observe(4, 4, curve, 1);  // 5 tokens
+  pacer.Observe(0, 0, curve, 1);  // 1 token: 5 + (1 - 5) / 4 = 4
+  EXPECT_DOUBLE_EQ(pacer.mean_tokens(), 4);
+  EXPECT_DOUBLE_EQ(pacer.mean_verified(), 3);
+}
+
 TEST(VerifyLengthTest, JsonRoundTrip) {
   const VerifyCostCurve curve = Linear(10, 1, 2.5, 3);
   absl::StatusOr<VerifyCostCurve> back = ParseVerifyCostCurve(VerifyCostCurveToJson(curve));
