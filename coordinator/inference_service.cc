@@ -319,6 +319,7 @@ grpc::Status InferenceService::DoGetServerState(v1::ServerState* response) {
                                                           static_cast<double>(verifications)
                                                     : 0.0);
       out->set_verify_length(spec.verify_length);
+      out->set_paused_steps(static_cast<uint64_t>(spec.paused_steps));
     }
     const StepDriver::RecoveryStats recoveries = driver->Recoveries();
     v1::ServerState::Recoveries* out = response->mutable_recoveries();

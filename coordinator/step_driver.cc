@@ -460,6 +460,7 @@ bool StepDriver::Iterate() {
     speculation_.accepted_histogram.resize(hist.size(), 0);
     for (size_t a = 0; a < hist.size(); ++a) speculation_.accepted_histogram[a] += hist[a];
     speculation_.verified_drafts += rank->verified_drafts();
+    speculation_.paused_steps += rank->paused_steps();
   }
   steps_ = steps_before_recovery_ + static_cast<int64_t>(next_step_);
   return true;
@@ -558,7 +559,8 @@ absl::Status StepDriver::ReadAndApply() {
       const v1::RowResult& row = result.rows(i);
       applied.rows.push_back({.tokens = {row.tokens().begin(), row.tokens().end()},
                               .finished = row.finished(),
-                              .verified_drafts = static_cast<int32_t>(row.verified_drafts())});
+                              .verified_drafts = static_cast<int32_t>(row.verified_drafts()),
+                              .drafts_paused = row.drafts_paused()});
       if (row.has_sampled_logprobs()) {
         std::vector<const v1::TokenLogprobs*>& scored = sampled[rows_of[r][i]];
         for (const v1::TokenLogprobs& draft : row.accepted_logprobs()) scored.push_back(&draft);

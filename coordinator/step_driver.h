@@ -213,6 +213,7 @@ class StepDriver {
   struct SpeculationStats {
     std::vector<int64_t> accepted_histogram;
     int64_t verified_drafts = 0;
+    int64_t paused_steps = 0;  // RankScheduler::paused_steps
     std::string verify_length;
   };
   SpeculationStats speculation() const;

@@ -290,8 +290,11 @@ TEST(SpeculativeTest, TrainedTinyConfidenceVerifyLengthEqualsOff) {
   ASSERT_GT(rows, 0u);
   EXPECT_LE(s.verified_drafts(), 5 * rows);
   EXPECT_DOUBLE_EQ(s.mean_verify_length(), static_cast<double>(s.verified_drafts()) / rows);
-  std::printf("trained tiny, confidence: mean verify length %.2f over %lu verifications\n",
-              s.mean_verify_length(), static_cast<unsigned long>(rows));
+  std::printf(
+      "trained tiny, confidence: mean verify length %.2f over %lu verifications, %lu steps with "
+      "drafting paused\n",
+      s.mean_verify_length(), static_cast<unsigned long>(rows),
+      static_cast<unsigned long>(s.paused_steps()));
   // `weir info` prints the policy and the mean verify length.
   const std::string command = Runfile("tools/weir") + " info --server=" + spec.address() + " 2>&1";
   std::string info;
@@ -304,6 +307,10 @@ TEST(SpeculativeTest, TrainedTinyConfidenceVerifyLengthEqualsOff) {
   char mean[64];
   std::snprintf(mean, sizeof(mean), "mean verify length %.2f", s.mean_verify_length());
   EXPECT_NE(info.find(mean), std::string::npos) << info;
+  // And the steps whose drafting the workers paused (DraftPacer).
+  const std::string paused =
+      absl::StrCat(s.paused_steps(), " steps with drafting paused (drafts that did not pay)");
+  EXPECT_NE(info.find(paused), std::string::npos) << info;
 }
 
 bool SameLogprobs(const v1::TokenLogprobs& a, const v1::TokenLogprobs& b) {

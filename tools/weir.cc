@@ -110,9 +110,11 @@ int Info(const std::shared_ptr<grpc::Channel>& channel) {
     const double per = rows > 0 ? 1.0 / static_cast<double>(rows) : 0.0;
     std::cout << absl::StrFormat(
         "speculate  DSpark, %d drafts, verify length %s; %d verifications, mean verify length "
-        "%.2f, mean accepted length %.2f; accepted 0..%d: %s\n",
+        "%.2f, mean accepted length %.2f; accepted 0..%d: %s; %d steps with drafting paused "
+        "(drafts that did not pay)\n",
         spec.num_draft_tokens(), spec.verify_length().empty() ? "fixed" : spec.verify_length(),
-        rows, spec.mean_verify_length(), 1.0 + accepted * per, spec.num_draft_tokens(), hist);
+        rows, spec.mean_verify_length(), 1.0 + accepted * per, spec.num_draft_tokens(), hist,
+        spec.paused_steps());
   }
   if (state.recoveries().count() > 0) {
     std::cout << absl::StrFormat(

@@ -157,6 +157,9 @@ struct RowOutcome {
   std::vector<TokenLogprob> accepted_scored;
   // Speculative rows: the drafts the row verified (0 .. draft_tokens).
   int64_t verified_drafts = 0;
+  // A speculative row that verified nothing because its slot had paused
+  // drafting after its previous sample (DraftPacer).
+  bool drafts_paused = false;
 };
 
 struct StepGrammarOptions {
@@ -307,8 +310,10 @@ class StepExecutor {
     int64_t drafts_after = -1;
     int64_t drafts_pos = -1;
     // With a cost curve: whether the slot drafts after its next samples
-    // (verify_length.h DraftPacer).
+    // (verify_length.h DraftPacer), and whether it skipped its last draft
+    // pass for it.
     DraftPacer pacer;
+    bool paused_drafting = false;
   };
 
   // The drafts `row` verifies: RowPlan::draft_tokens of the slot's drafts, if

@@ -158,11 +158,13 @@ void StepExecutor::DraftAfter(std::span<const DraftRequest> requests) {
     slot.draft_confidence.clear();
     slot.drafts_after = -1;
     slot.drafts_pos = -1;
+    slot.paused_drafting = false;
     // A draft needs the features of two forwarded positions (spec §4.8).
     if (num_draft_tokens_ == 0 || slot.state->length() < 2) continue;
     // Drafts that have not paid for their pass lately: decode plainly a while.
     if (cost_curve_.has_value() && !slot.pacer.ShouldDraft()) {
       ++drafts_paused_;
+      slot.paused_drafting = true;
       continue;
     }
     drafting.push_back(&request);

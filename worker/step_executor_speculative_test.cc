@@ -110,6 +110,7 @@ std::vector<std::vector<int64_t>> Speculative(
   }
   std::vector<std::vector<int64_t>> out(2);
   accepted = 0;
+  int64_t paused_rows = 0;  // rows that said their slot had paused drafting
   for (int step = 0; out[0].size() < kOutput || out[1].size() < kOutput; ++step) {
     absl::StatusOr<std::vector<RowOutcome>> r = ex.Execute(rows, {});
     EXPECT_TRUE(FirstError(r).ok()) << FirstError(r);
@@ -117,6 +118,10 @@ std::vector<std::vector<int64_t>> Speculative(
     for (int32_t s = 0; s < 2; ++s) {
       const RowOutcome& o = (*r)[s];
       if (step > 0 && lengths != nullptr) lengths->push_back(o.verified_drafts);
+      if (o.drafts_paused) {
+        EXPECT_EQ(o.verified_drafts, 0);
+        ++paused_rows;
+      }
       if (expected_length[s] >= 0) {
         EXPECT_EQ(o.verified_drafts, expected_length[s]) << step;
       }
@@ -151,6 +156,10 @@ std::vector<std::vector<int64_t>> Speculative(
   EXPECT_GT(ex.drafts_verified(), 0);
   EXPECT_EQ(ex.drafts_accepted(), accepted);
   if (paused != nullptr) *paused = ex.drafts_paused();
+  // Each skipped draft pass shows in the slot's next row (the last ones may
+  // have no next row here).
+  EXPECT_LE(paused_rows, ex.drafts_paused());
+  EXPECT_GE(paused_rows, ex.drafts_paused() - 2);
   return out;
 }
 

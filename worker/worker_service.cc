@@ -710,6 +710,7 @@ void WorkerService::ExecutePlan(const v1::StepPlan& plan, v1::StepResult& result
     v1::RowResult* row = result.add_rows();
     row->set_finished(outcome.finished);
     row->set_verified_drafts(static_cast<uint32_t>(outcome.verified_drafts));
+    row->set_drafts_paused(outcome.drafts_paused);
     if (outcome.token.has_value()) {
       for (size_t k = 0; k < outcome.accepted.size(); ++k) {
         row->add_tokens(static_cast<uint32_t>(outcome.accepted[k]));

@@ -299,7 +299,9 @@ absl::StatusOr<std::vector<SeqUpdate>> RankScheduler::OnResult(const RankStepRes
       seq->num_scheduled -= 1 + refs[i].draft_tokens - static_cast<int64_t>(n);
     }
     int32_t rejected = 0;
-    if (refs[i].draft_tokens > 0 && n - 1 < accepted_histogram_.size()) {
+    if (refs[i].draft_tokens > 0 && result.rows[i].drafts_paused) {
+      ++paused_steps_;
+    } else if (refs[i].draft_tokens > 0 && n - 1 < accepted_histogram_.size()) {
       ++accepted_histogram_[n - 1];
       const int64_t verified =
           std::clamp<int64_t>(result.rows[i].verified_drafts, 0, refs[i].draft_tokens);

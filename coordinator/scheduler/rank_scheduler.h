@@ -133,6 +133,9 @@ class RankScheduler {
   // verify length = verified_drafts / rows).
   const std::vector<int64_t>& accepted_histogram() const { return accepted_histogram_; }
   int64_t verified_drafts() const { return verified_drafts_; }
+  // Decode rows of a speculative slot whose drafting the worker had paused
+  // (RowOutput::drafts_paused), counted instead of in accepted_histogram.
+  int64_t paused_steps() const { return paused_steps_; }
   // Live sequences (waiting, prefilling or running).
   int64_t num_live() const { return static_cast<int64_t>(seqs_.size()); }
 
@@ -218,6 +221,7 @@ class RankScheduler {
   int64_t num_forks_ = 0;
   std::vector<int64_t> accepted_histogram_;
   int64_t verified_drafts_ = 0;
+  int64_t paused_steps_ = 0;
 };
 
 }  // namespace weir::coordinator::scheduler

@@ -60,6 +60,32 @@ TEST(RankSchedulerTest, LoadShowsTheKvBooksAndQueuedReleases) {
   EXPECT_TRUE(s->slots_to_release().empty());
 }
 
+// Speculative rows: a verification counts in the accepted histogram and its
+// verified drafts; a row whose slot the worker had paused (it verified
+// nothing) counts as a paused step instead. Both emit their tokens.
+TEST(RankSchedulerTest, PausedSpeculativeRowsCountApartFromVerifications) {
+  RankSchedulerConfig config = SmallConfig(16);
+  config.num_draft_tokens = 3;
+  auto s = *RankScheduler::Create(config);
+  ASSERT_TRUE(s->Add(MakeRequest(1, 6, 20)).ok());
+  RankStepPlan p0 = *s->BuildPlan(0, StepType::kPrefill);
+  ASSERT_TRUE(s->OnResult(UniformResult(p0, 5)).ok());
+  RankStepPlan p1 = *s->BuildPlan(1, StepType::kDecode);
+  ASSERT_EQ(p1.rows.size(), 1u);
+  ASSERT_EQ(p1.rows[0].draft_tokens, 3);
+  RankStepResult r1{.step_id = p1.step_id};
+  r1.rows.push_back({.tokens = {7, 8, 9}, .verified_drafts = 3});  // 2 accepted
+  ASSERT_TRUE(s->OnResult(r1).ok());
+  RankStepPlan p2 = *s->BuildPlan(2, StepType::kDecode);
+  ASSERT_EQ(p2.rows.size(), 1u);
+  RankStepResult r2{.step_id = p2.step_id};
+  r2.rows.push_back({.tokens = {10}, .drafts_paused = true});
+  ASSERT_TRUE(s->OnResult(r2).ok());
+  EXPECT_EQ(s->accepted_histogram(), (std::vector<int64_t>{0, 0, 1, 0}));
+  EXPECT_EQ(s->verified_drafts(), 3);
+  EXPECT_EQ(s->paused_steps(), 1);
+}
+
 TEST(RankSchedulerTest, ChunkedPrefillRespectsTheBudget) {
   auto s = *RankScheduler::Create(SmallConfig(64, /*budget=*/16));
   ASSERT_TRUE(s->Add(MakeRequest(1, 10)).ok());

@@ -122,6 +122,9 @@ struct RowOutput {
   // fewer than draft_tokens when it had fewer, or chose fewer from their
   // confidence).
   int32_t verified_drafts = 0;
+  // A speculative row that verified nothing because the worker had paused
+  // its slot's drafting (RowResult.drafts_paused).
+  bool drafts_paused = false;
 };
 
 // The result of one rank for one step: one RowOutput per plan row, in order.

@@ -6,7 +6,10 @@
 // with the verify length chosen from the DSpark confidence against the
 // model's cost curve (confidence), the mean verify length (drafts a
 // speculative row verified), the mean accepted length (tokens it emits: 1 +
-// accepted drafts) and whether the outputs equal off's (batch 1: every
+// accepted drafts), for the confidence runs the share of decode rows whose
+// slot had paused drafting (worker/verify_length.h DraftPacer: drafts that
+// did not pay lately; such a row verifies nothing, and counts in the verify
+// and accept means as 0 and 1) and whether the outputs equal off's (batch 1: every
 // prompt decoded alone in turn, summed). Before that, per
 // batch size, the time to draft B sequences one Model::Draft at a time and in
 // one Model::DraftBatch (what the executor does per step).
@@ -109,6 +112,7 @@ struct Result {
   int64_t steady_tokens = 0;
   int64_t rows = 0;      // decode rows run
   int64_t verified = 0;  // drafts those rows verified
+  int64_t paused = 0;    // rows whose slot had paused drafting (DraftPacer)
   std::vector<std::vector<int64_t>> outputs;
   std::string device;  // the device decoder's step and draft times (speculative_gpu)
 };
@@ -196,6 +200,7 @@ Result Decode(weir::model::Model& model, const std::vector<std::vector<int64_t>>
         ++r.rows;
         r.tokens += static_cast<int64_t>(o.accepted.size()) + 1;
         r.verified += o.verified_drafts;
+        r.paused += o.drafts_paused ? 1 : 0;
       }
       if (static_cast<int>(r.outputs[s].size()) >= new_tokens) {
         if (r.steady_seconds == 0) {
@@ -437,9 +442,9 @@ int Run() {
     }
   }
   // Per mode: tokens/s, mean verify length, mean accepted length.
-  std::printf("%6s %10s | %10s %6s %6s | %10s %6s %6s | %5s | steady tok/s: off fixed\n", "batch",
-              "off tok/s", "fixed tok/s", "verify", "accept", "conf tok/s", "verify", "accept",
-              "equal");
+  std::printf("%6s %10s | %10s %6s %6s | %10s %6s %6s %6s | %5s | steady tok/s: off fixed\n",
+              "batch", "off tok/s", "fixed tok/s", "verify", "accept", "conf tok/s", "verify",
+              "accept", "paused", "equal");
   for (int batch : batches) {
     // Batch 1 decodes each prompt alone in turn (one prompt's acceptance is
     // not the model's); larger batches take the prompts in turn.
@@ -452,6 +457,7 @@ int Run() {
         all.tokens += one.tokens;
         all.rows += one.rows;
         all.verified += one.verified;
+        all.paused += one.paused;
         all.steady_seconds += one.seconds;
         all.steady_tokens += one.tokens;
         all.outputs.push_back(std::move(one.outputs[0]));
@@ -478,10 +484,11 @@ int Run() {
                 fixed.tokens / fixed.seconds, per_row(fixed.verified, fixed),
                 per_row(fixed.tokens, fixed));
     if (conf.has_value()) {
-      std::printf(" %10.1f %6.2f %6.2f |", conf->tokens / conf->seconds,
-                  per_row(conf->verified, *conf), per_row(conf->tokens, *conf));
+      std::printf(" %10.1f %6.2f %6.2f %5.0f%% |", conf->tokens / conf->seconds,
+                  per_row(conf->verified, *conf), per_row(conf->tokens, *conf),
+                  100 * per_row(conf->paused, *conf));
     } else {
-      std::printf(" %10s %6s %6s |", "-", "-", "-");
+      std::printf(" %10s %6s %6s %6s |", "-", "-", "-", "-");
     }
     auto steady = [](const Result& r) {
       return r.steady_seconds > 0 ? r.steady_tokens / r.steady_seconds : r.tokens / r.seconds;
