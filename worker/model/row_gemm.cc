@@ -1,5 +1,7 @@
 #include "worker/model/row_gemm.h"
 
+#include <immintrin.h>
+
 #include <cstring>
 
 #include "kernels/common/row_stable.h"
@@ -107,10 +109,109 @@ void Tile1x4(const float* x0, const float* w, int64_t in, float* y0) {
   y0[3] = Reduce(a3);
 }
 
+// AVX2 (x86-64 machines that have it, checked once at run time): a 256-bit
+// register holds the four lanes of two outputs, [n: l0..l3 | n + 1: l0..l3],
+// so one multiply and one add advance eight lane sums by one term each, the
+// same product-then-add as the 128-bit form (no FMA: the target is avx2
+// alone). A tile is 4 rows x 4 outputs.
+#if defined(__x86_64__)
+#define WEIR_ROW_GEMM_AVX2 1
+
+// The two outputs' lane sums of `acc` through the k tail and the combine.
+__attribute__((target("avx2"))) inline void FinishPair(__m256 acc, const float* x, const float* w0,
+                                                       const float* w1, int64_t k4, int64_t in,
+                                                       float* y) {
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, acc);
+  V4 a0 = {lanes[0], lanes[1], lanes[2], lanes[3]};
+  V4 a1 = {lanes[4], lanes[5], lanes[6], lanes[7]};
+  Tail(x, w0, k4, in, a0);
+  Tail(x, w1, k4, in, a1);
+  y[0] = Reduce(a0);
+  y[1] = Reduce(a1);
+}
+
+__attribute__((target("avx2"))) inline __m256 PairOf(const float* w0, const float* w1) {
+  return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(w0)), _mm_loadu_ps(w1), 1);
+}
+
+// Rows x0..x0 + (rows - 1) * in (1 <= rows <= 4) against w's 4 rows.
+template <int kRows>
+__attribute__((target("avx2"))) void TileAvx2(const float* x0, const float* w, int64_t in,
+                                              float* y0, int64_t out) {
+  const float* w0 = w;
+  const float* w1 = w + in;
+  const float* w2 = w + 2 * in;
+  const float* w3 = w + 3 * in;
+  // Outputs (0, 1) and (2, 3) of each row, in registers: the row loops are
+  // unrolled (-O2 would keep the arrays in memory otherwise).
+  __m256 lo[kRows], hi[kRows];
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) lo[r] = hi[r] = _mm256_setzero_ps();
+  const int64_t k4 = in & ~int64_t{3};
+  for (int64_t k = 0; k < k4; k += 4) {
+    const __m256 b01 = PairOf(w0 + k, w1 + k);
+    const __m256 b23 = PairOf(w2 + k, w3 + k);
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      const __m256 u = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(x0 + r * in + k));
+      lo[r] = _mm256_add_ps(lo[r], _mm256_mul_ps(u, b01));
+      hi[r] = _mm256_add_ps(hi[r], _mm256_mul_ps(u, b23));
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    FinishPair(lo[r], x0 + r * in, w0, w1, k4, in, y0 + r * out);
+    FinishPair(hi[r], x0 + r * in, w2, w3, k4, in, y0 + r * out + 2);
+  }
+}
+
+__attribute__((target("avx2"))) void RowStableGemmAvx2(const float* x, const float* w, float* y,
+                                                       int64_t rows, int64_t out, int64_t in) {
+  const int64_t n4 = out & ~int64_t{3};
+  int64_t m = 0;
+  for (; m + 4 <= rows; m += 4) {
+    for (int64_t n = 0; n < n4; n += 4)
+      TileAvx2<4>(x + m * in, w + n * in, in, y + m * out + n, out);
+  }
+  const int64_t left = rows - m;
+  for (int64_t n = 0; n < n4 && left > 0; n += 4) {
+    const float* xm = x + m * in;
+    float* ym = y + m * out + n;
+    if (left == 3) TileAvx2<3>(xm, w + n * in, in, ym, out);
+    if (left == 2) TileAvx2<2>(xm, w + n * in, in, ym, out);
+    if (left == 1) TileAvx2<1>(xm, w + n * in, in, ym, out);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t n = n4; n < out; ++n) y[r * out + n] = Dot(x + r * in, w + n * in, in);
+  }
+}
+
+bool HasAvx2() {
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has;
+}
+#endif
+
 }  // namespace
 
 void RowStableGemm(const float* x, const float* w, float* y, int64_t rows, int64_t out,
                    int64_t in) {
+#ifdef WEIR_ROW_GEMM_AVX2
+  if (HasAvx2()) return RowStableGemmAvx2(x, w, y, rows, out, in);
+#endif
+  RowStableGemmSse(x, w, y, rows, out, in);
+}
+
+bool RowStableGemmUsesAvx2() {
+#ifdef WEIR_ROW_GEMM_AVX2
+  return HasAvx2();
+#else
+  return false;
+#endif
+}
+
+void RowStableGemmSse(const float* x, const float* w, float* y, int64_t rows, int64_t out,
+                      int64_t in) {
   const int64_t n4 = out & ~int64_t{3};
   int64_t m = 0;
   for (; m + 2 <= rows; m += 2) {

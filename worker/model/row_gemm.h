@@ -25,8 +25,17 @@ namespace weir::model {
 
 // Computes y[rows, out] = x[rows, in] * w[out, in]^T. Pointers must not be
 // null for positive sizes; y must not overlap x or w.
+// On x86-64 machines with AVX2 (checked once at run time) the tiles use
+// 256-bit registers, two outputs' lanes in one; elsewhere 128-bit ones. The
+// arithmetic of every element is the same either way.
 void RowStableGemm(const float* x, const float* w, float* y, int64_t rows, int64_t out,
                    int64_t in);
+
+// The 128-bit path whatever the machine (tests compare the two paths), and
+// whether RowStableGemm takes the AVX2 one here.
+void RowStableGemmSse(const float* x, const float* w, float* y, int64_t rows, int64_t out,
+                      int64_t in);
+bool RowStableGemmUsesAvx2();
 
 }  // namespace weir::model
 

@@ -1,6 +1,9 @@
 #include "worker/model/row_gemm.h"
 
+#include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -32,19 +35,42 @@ TEST(RowStableGemmTest, MatchesDoubleReference) {
   }
 }
 
-// Every element is the row-stable order's, bit for bit: the 2 x 4 and 1 x 4
-// tiles, the odd last row, the columns past a multiple of 4 and the k tail.
+// Every element is the row-stable order's, bit for bit, on both paths: the
+// 4-row AVX2 tiles and their 1 - 3 row remainders, the 2 x 4 and 1 x 4
+// tiles, the odd last row, the columns past a multiple of 4 and the k tail;
+// values spread over many binades, with zeros, subnormal products, Inf and
+// NaN among them.
 TEST(RowStableGemmTest, BitIdenticalToTheRowStableOrder) {
-  for (int64_t k : {1, 3, 4, 37, 256}) {
-    const int64_t m = 5, n = 11;
-    const std::vector<float> x = Random(m * k, 5), w = Random(n * k, 6);
-    std::vector<float> y(m * n);
-    RowStableGemm(x.data(), w.data(), y.data(), m, n, k);
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < n; ++j) {
-        const float want = kernels::RowStableDotReference(x.data() + i * k, w.data() + j * k, k);
-        ASSERT_EQ(0, std::memcmp(&y[i * n + j], &want, sizeof(float)))
-            << "k " << k << " (" << i << ", " << j << "): " << y[i * n + j] << " vs " << want;
+  std::printf("RowStableGemm takes the %s path here\n",
+              RowStableGemmUsesAvx2() ? "AVX2" : "128-bit");
+  std::mt19937 gen(9);
+  std::uniform_real_distribution<float> exponent(-60.0f, 40.0f);
+  for (int64_t k : {1, 3, 4, 5, 37, 256}) {
+    for (int64_t m : {1, 2, 3, 4, 5, 7, 9}) {
+      const int64_t n = 11;
+      std::vector<float> x = Random(m * k, 5 + static_cast<uint32_t>(m)), w = Random(n * k, 6);
+      for (size_t i = 0; i < x.size(); i += 3) x[i] *= std::exp2(exponent(gen));
+      for (size_t i = 0; i < w.size(); i += 5) w[i] *= std::exp2(exponent(gen));
+      if (m >= 3 && k >= 4) {
+        x[k + 1] = 0.0f;
+        x[2 * k] = std::numeric_limits<float>::infinity();
+        w[3 * k + 2] = std::numeric_limits<float>::quiet_NaN();
+        x[1] = 1e-30f;
+        w[1] = 1e-20f;  // a product below the normal range
+      }
+      std::vector<float> fast(m * n), narrow(m * n);
+      RowStableGemm(x.data(), w.data(), fast.data(), m, n, k);
+      RowStableGemmSse(x.data(), w.data(), narrow.data(), m, n, k);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          const float want = kernels::RowStableDotReference(x.data() + i * k, w.data() + j * k, k);
+          ASSERT_EQ(0, std::memcmp(&fast[i * n + j], &want, sizeof(float)))
+              << "k " << k << " rows " << m << " (" << i << ", " << j << "): " << fast[i * n + j]
+              << " vs " << want;
+          ASSERT_EQ(0, std::memcmp(&narrow[i * n + j], &want, sizeof(float)))
+              << "128-bit path, k " << k << " rows " << m << " (" << i << ", " << j
+              << "): " << narrow[i * n + j] << " vs " << want;
+        }
       }
     }
   }
