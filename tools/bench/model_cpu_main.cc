@@ -26,6 +26,8 @@
 #include "absl/flags/flag.h"
 #include "base/init.h"
 #include "base/logging.h"
+#include "tokenizer/engram_vocab.h"
+#include "tokenizer/tokenizer.h"
 #include "worker/model/model.h"
 #include "worker/model/row_gemm.h"
 #include "worker/model/tiny_checkpoint.h"
@@ -134,10 +136,27 @@ int main(int argc, char** argv) {
   weir::InitProcess(argc, argv, "CPU model forward benchmark", "model_cpu");
   std::string dir = absl::GetFlag(FLAGS_dir);
   if (dir.empty()) dir = (std::filesystem::temp_directory_path() / "weir_model_cpu_bench").string();
-  auto ckpt = weir::model::GenerateAndOpenCheckpoint(absl::GetFlag(FLAGS_config), dir, 1);
-  WEIR_CHECK(ckpt.ok()) << ckpt.status();
-  auto model = weir::model::Model::Create((*ckpt)->config(), **ckpt);
-  WEIR_CHECK(model.ok()) << model.status();
+  const std::string config_path = absl::GetFlag(FLAGS_config);
+  auto ckpt = weir::model::GenerateAndOpenCheckpoint(config_path, dir, 1);
+  if (!ckpt.ok()) {
+    std::fprintf(stderr, "model_cpu: %s\n", ckpt.status().ToString().c_str());
+    return 1;
+  }
+  // A config with a compressed Engram vocabulary (a trained model's, e.g.
+  // models/tiny) needs the map of the tokenizer beside it.
+  weir::model::ModelOptions options;
+  const std::string config_dir = std::filesystem::path(config_path).parent_path().string();
+  if (auto tok = weir::tokenizer::Tokenizer::FromDirectory(config_dir); tok.ok()) {
+    auto engram = weir::tokenizer::BuildEngramVocab(**tok);
+    if (engram.ok() && engram->size == (*ckpt)->config().engram_compressed_vocab_size) {
+      options.engram_token_map.assign(engram->compressed_id.begin(), engram->compressed_id.end());
+    }
+  }
+  auto model = weir::model::Model::Create((*ckpt)->config(), **ckpt, options);
+  if (!model.ok()) {
+    std::fprintf(stderr, "model_cpu: %s\n", model.status().ToString().c_str());
+    return 1;
+  }
   const weir::model::ModelConfig& c = (*model)->config();
   const int prompt = absl::GetFlag(FLAGS_prompt), decode = absl::GetFlag(FLAGS_decode);
   WEIR_CHECK(prompt >= 2 && decode >= 1) << "need --prompt >= 2 and --decode >= 1";
