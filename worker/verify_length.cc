@@ -23,29 +23,28 @@ double PointCost(const VerifyCostCurve::Point& p, int64_t drafts) {
   return p.step_ms[drafts] + static_cast<double>(p.batch) * p.draft_ms;
 }
 
+// cost(point) at `batch`: linear between the measured batch sizes around it,
+// the nearest one's outside them.
+template <typename Cost>
+double Interpolate(const std::vector<VerifyCostCurve::Point>& points, int64_t batch, Cost cost) {
+  if (batch <= points.front().batch) return cost(points.front());
+  if (batch >= points.back().batch) return cost(points.back());
+  size_t hi = 1;
+  while (points[hi].batch < batch) ++hi;
+  const VerifyCostCurve::Point& a = points[hi - 1];
+  const VerifyCostCurve::Point& b = points[hi];
+  const double t = static_cast<double>(batch - a.batch) / static_cast<double>(b.batch - a.batch);
+  return (1 - t) * cost(a) + t * cost(b);
+}
+
 }  // namespace
 
 double VerifyCostCurve::StepCost(int64_t batch, int64_t drafts) const {
-  if (batch <= points.front().batch) return PointCost(points.front(), drafts);
-  if (batch >= points.back().batch) return PointCost(points.back(), drafts);
-  size_t hi = 1;
-  while (points[hi].batch < batch) ++hi;
-  const Point& a = points[hi - 1];
-  const Point& b = points[hi];
-  const double t = static_cast<double>(batch - a.batch) / static_cast<double>(b.batch - a.batch);
-  return (1 - t) * PointCost(a, drafts) + t * PointCost(b, drafts);
+  return Interpolate(points, batch, [drafts](const Point& p) { return PointCost(p, drafts); });
 }
 
 double VerifyCostCurve::PlainStepCost(int64_t batch) const {
-  const auto plain = [](const Point& p) { return p.step_ms[0]; };
-  if (batch <= points.front().batch) return plain(points.front());
-  if (batch >= points.back().batch) return plain(points.back());
-  size_t hi = 1;
-  while (points[hi].batch < batch) ++hi;
-  const Point& a = points[hi - 1];
-  const Point& b = points[hi];
-  const double t = static_cast<double>(batch - a.batch) / static_cast<double>(b.batch - a.batch);
-  return (1 - t) * plain(a) + t * plain(b);
+  return Interpolate(points, batch, [](const Point& p) { return p.step_ms[0]; });
 }
 
 absl::StatusOr<VerifyCostCurve> ParseVerifyCostCurve(std::string_view json) {
