@@ -73,6 +73,7 @@ absl::Status ClusterController::BringUp() {
   load.set_num_draft_tokens(static_cast<uint32_t>(std::max(0, options_.num_draft_tokens)));
   load.set_ced_replay(options_.ced_replay);
   load.set_verify_length(options_.verify_length);
+  load.set_measure_verify_cost(options_.measure_verify_cost);
   for (const WorkerRecord& w : workers) {
     v1::PeerInfo* peer = load.add_peers();
     peer->set_rank(w.rank.value());

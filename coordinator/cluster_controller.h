@@ -48,6 +48,8 @@ struct ControllerOptions {
   // How many drafts a speculative row verifies, sent to every worker at
   // LoadWeights (--verify_length: "fixed" or "confidence").
   std::string verify_length = "fixed";
+  // LoadWeightsRequest.measure_verify_cost (MeasureVerifyCost).
+  bool measure_verify_cost = false;
 };
 
 class ClusterController {

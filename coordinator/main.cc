@@ -97,7 +97,9 @@ ABSL_FLAG(std::string, verify_length, "fixed",
           "--num_draft_tokens), or confidence (per request, the length with the most expected "
           "tokens per unit of step cost: DSpark's confidence head against the cost curve "
           "verify_cost.json in the model directory, from tools/bench:speculative "
-          "--profile_verify). Outputs are the same.");
+          "--profile_verify, or one the workers measure at start: CUDA workers always, CPU "
+          "workers when the directory has none; a sequence whose drafts do not pay for "
+          "themselves pauses drafting a while). Outputs are the same.");
 ABSL_FLAG(bool, ced_replay, false,
           "CED bounded replay (spec 4.4): a prompt runs the decoder half of the layers only over "
           "its last sliding-window positions (the global KV stays exact); faster prefill, "
@@ -335,9 +337,7 @@ int Run(int argc, char** argv) {
     std::cerr << "weir: " << num_draft_tokens.status().message() << "\n";
     return 2;
   }
-  if (absl::Status s =
-          VerifyLengthFromFlags(absl::GetFlag(FLAGS_verify_length), *num_draft_tokens, model_dir,
-                                /*workers_measure=*/absl::GetFlag(FLAGS_backend) == "cuda");
+  if (absl::Status s = VerifyLengthFromFlags(absl::GetFlag(FLAGS_verify_length), *num_draft_tokens);
       !s.ok()) {
     std::cerr << "weir: " << s.message() << "\n";
     return 2;
@@ -370,19 +370,22 @@ int Run(int argc, char** argv) {
                                             redundant));
   }
   ClusterController controller(
-      cluster, ControllerOptions{.model_dir = model_dir,
-                                 .epoch = epoch,
-                                 // A remote survivor's Init at a new group epoch first
-                                 // ends its old step (a collective with the lost peer is
-                                 // aborted) and drops its model; a remote link may be slow.
-                                 .rpc_timeout = local ? absl::Seconds(10) : absl::Seconds(90),
-                                 .health_interval =
-                                     absl::Milliseconds(absl::GetFlag(FLAGS_health_interval_ms)),
-                                 .failure_threshold = absl::GetFlag(FLAGS_health_failures),
-                                 .kv_block_tokens = absl::GetFlag(FLAGS_kv_block_tokens),
-                                 .num_draft_tokens = *num_draft_tokens,
-                                 .ced_replay = absl::GetFlag(FLAGS_ced_replay),
-                                 .verify_length = absl::GetFlag(FLAGS_verify_length)});
+      cluster,
+      ControllerOptions{
+          .model_dir = model_dir,
+          .epoch = epoch,
+          // A remote survivor's Init at a new group epoch first
+          // ends its old step (a collective with the lost peer is
+          // aborted) and drops its model; a remote link may be slow.
+          .rpc_timeout = local ? absl::Seconds(10) : absl::Seconds(90),
+          .health_interval = absl::Milliseconds(absl::GetFlag(FLAGS_health_interval_ms)),
+          .failure_threshold = absl::GetFlag(FLAGS_health_failures),
+          .kv_block_tokens = absl::GetFlag(FLAGS_kv_block_tokens),
+          .num_draft_tokens = *num_draft_tokens,
+          .ced_replay = absl::GetFlag(FLAGS_ced_replay),
+          .verify_length = absl::GetFlag(FLAGS_verify_length),
+          .measure_verify_cost = MeasureVerifyCost(absl::GetFlag(FLAGS_verify_length),
+                                                   absl::GetFlag(FLAGS_backend), model_dir)});
   std::string tokenizer_fingerprint;
   absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> tokenizer =
       LoadTokenizer(model_dir, tokenizer_fingerprint);

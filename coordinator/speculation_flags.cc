@@ -35,24 +35,21 @@ absl::StatusOr<int32_t> NumDraftTokensFromFlags(std::string_view mode, int num_d
   return num_draft_tokens == 0 ? static_cast<int32_t>(block) : num_draft_tokens;
 }
 
-absl::Status VerifyLengthFromFlags(std::string_view policy, int32_t num_draft_tokens,
-                                   const std::string& model_dir, bool workers_measure) {
+absl::Status VerifyLengthFromFlags(std::string_view policy, int32_t num_draft_tokens) {
   if (policy != "fixed" && policy != "confidence") {
     return absl::InvalidArgumentError(absl::StrCat(
         "--verify_length must be fixed or confidence, got \"", std::string(policy), "\""));
   }
-  if (policy == "fixed") return absl::OkStatus();
-  if (num_draft_tokens == 0) {
+  if (policy == "confidence" && num_draft_tokens == 0) {
     return absl::InvalidArgumentError("--verify_length=confidence needs --speculative=dspark");
   }
-  if (workers_measure) return absl::OkStatus();
-  const std::filesystem::path curve = std::filesystem::path(model_dir) / "verify_cost.json";
-  if (!std::filesystem::exists(curve)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--verify_length=confidence needs the model's verify cost curve ", curve.string(),
-        " (measure it with tools/bench:speculative --profile_verify)"));
-  }
   return absl::OkStatus();
+}
+
+bool MeasureVerifyCost(std::string_view policy, std::string_view backend,
+                       const std::string& model_dir) {
+  return policy == "confidence" && backend != "cuda" &&
+         !std::filesystem::exists(std::filesystem::path(model_dir) / "verify_cost.json");
 }
 
 }  // namespace weir::coordinator

@@ -30,11 +30,17 @@ absl::StatusOr<int32_t> NumDraftTokensFromFlags(std::string_view mode, int num_d
 // Checks --verify_length `policy` given the drafts a row verifies
 // (NumDraftTokensFromFlags). INVALID_ARGUMENT (naming the flag) unless it is
 // "fixed" or "confidence"; for "confidence" with speculation off
-// (`num_draft_tokens` 0); FAILED_PRECONDITION for "confidence" when
-// `model_dir` has no verify_cost.json (the workers check its contents),
-// unless `workers_measure` (CUDA workers measure their own curve at load).
-absl::Status VerifyLengthFromFlags(std::string_view policy, int32_t num_draft_tokens,
-                                   const std::string& model_dir, bool workers_measure = false);
+// (`num_draft_tokens` 0). The curve itself is the workers' business: the
+// model directory's verify_cost.json (they check its contents), or one they
+// measure at load (CUDA workers always; CPU workers when the directory has
+// none: MeasureVerifyCost).
+absl::Status VerifyLengthFromFlags(std::string_view policy, int32_t num_draft_tokens);
+
+// Whether CPU workers should measure the verify cost curve at load
+// (LoadWeightsRequest.measure_verify_cost): "confidence" on the CPU backend
+// with no verify_cost.json in `model_dir`.
+bool MeasureVerifyCost(std::string_view policy, std::string_view backend,
+                       const std::string& model_dir);
 
 }  // namespace weir::coordinator
 

@@ -42,22 +42,25 @@ TEST(SpeculationFlagsTest, BadValuesAreInvalidArgumentNamingTheFlag) {
   refused("dspark", 0, "--speculative=dspark");
 }
 
-TEST(SpeculationFlagsTest, VerifyLengthConfidenceNeedsDsparkAndTheCostCurve) {
+TEST(SpeculationFlagsTest, VerifyLengthConfidenceNeedsDspark) {
+  EXPECT_TRUE(VerifyLengthFromFlags("fixed", 0).ok());
+  EXPECT_TRUE(VerifyLengthFromFlags("fixed", 5).ok());
+  EXPECT_TRUE(VerifyLengthFromFlags("confidence", 5).ok());
+  EXPECT_EQ(VerifyLengthFromFlags("longest", 5).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(VerifyLengthFromFlags("confidence", 0).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// CPU workers measure the curve at load when the model directory has none;
+// CUDA workers always measure their own (not this flag).
+TEST(SpeculationFlagsTest, CpuWorkersMeasureWithoutACostCurve) {
   const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/verify_length_flags";
   std::filesystem::create_directories(dir);
-  EXPECT_TRUE(VerifyLengthFromFlags("fixed", 0, dir).ok());
-  EXPECT_TRUE(VerifyLengthFromFlags("fixed", 5, dir).ok());
-  EXPECT_EQ(VerifyLengthFromFlags("longest", 5, dir).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(VerifyLengthFromFlags("confidence", 0, dir).code(), absl::StatusCode::kInvalidArgument);
-  const absl::Status missing = VerifyLengthFromFlags("confidence", 5, dir);
-  EXPECT_EQ(missing.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(std::string(missing.message()).find("verify_cost.json"), std::string::npos);
+  std::filesystem::remove(dir + "/verify_cost.json");
+  EXPECT_TRUE(MeasureVerifyCost("confidence", "cpu", dir));
+  EXPECT_FALSE(MeasureVerifyCost("fixed", "cpu", dir));
+  EXPECT_FALSE(MeasureVerifyCost("confidence", "cuda", dir));
   std::ofstream(dir + "/verify_cost.json") << "{}";
-  EXPECT_TRUE(VerifyLengthFromFlags("confidence", 5, dir).ok());
-  // CUDA workers measure their own curve: no file needed.
-  EXPECT_TRUE(VerifyLengthFromFlags("confidence", 5, "/nonexistent", true).ok());
-  EXPECT_EQ(VerifyLengthFromFlags("confidence", 0, dir, true).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(MeasureVerifyCost("confidence", "cpu", dir));
 }
 
 }  // namespace

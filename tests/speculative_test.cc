@@ -159,6 +159,38 @@ TEST(SpeculativeTest, OneDraftAndOneWorkerEqualOff) {
   ExpectSame(RunAll(spec, mix), plain);
 }
 
+// --verify_length=confidence on a model directory without verify_cost.json
+// (the random tiny): the coordinator asks the CPU workers to measure the
+// curve at start (LoadWeightsRequest.measure_verify_cost); with two workers,
+// one expert-parallel group, both profile in step (each forward a collective
+// over UCX). The outputs equal off's, and the workers' rows report verified
+// lengths and paused steps.
+TEST(SpeculativeTest, RandomTinyConfidenceMeasuresTheCurveAtStart) {
+  ASSERT_FALSE(std::filesystem::exists(Runfile("models/random/tiny") + "/verify_cost.json"));
+  const std::vector<v1::GenerateRequest> mix = Mix(8, 24);
+  std::vector<Outcome> plain;
+  {
+    Cluster off({"--workers=2", RandomTiny()});
+    plain = RunAll(off, mix);
+  }
+  Cluster spec({"--workers=2", RandomTiny(), "--speculative=dspark", "--verify_length=confidence"});
+  ExpectSame(RunAll(spec, mix), plain);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  v1::ServerState state;
+  ASSERT_TRUE(spec.State(state).ok());
+  ASSERT_TRUE(state.has_speculation());
+  EXPECT_EQ(state.speculation().verify_length(), "confidence");
+  uint64_t rows = 0;
+  for (uint64_t n : state.speculation().accepted_histogram()) rows += n;
+  // Every decode step of the 8 sequences after the first is a verification
+  // or a paused step.
+  EXPECT_GT(rows + state.speculation().paused_steps(), 8u);
+  std::printf("random tiny, measured curve: %lu verifications (%lu drafts verified), %lu paused\n",
+              static_cast<unsigned long>(rows),
+              static_cast<unsigned long>(state.speculation().verified_drafts()),
+              static_cast<unsigned long>(state.speculation().paused_steps()));
+}
+
 // Prompts of the kind of text the trained tiny learned (manual pages, Python
 // docstrings, licences).
 constexpr const char* kCorpusTexts[] = {
@@ -405,8 +437,8 @@ TEST(SpeculativeTest, BadFlagValuesExitWithCode2) {
   // (--backend=cuda speculates on the workers' device decoders: no refusal.)
   EXPECT_EQ(ExitCode("--speculative=dspark --verify_length=longest"), 2);
   EXPECT_EQ(ExitCode("--verify_length=confidence"), 2);  // without --speculative=dspark
-  // The random tiny has no verify_cost.json.
-  EXPECT_EQ(ExitCode("--speculative=dspark --verify_length=confidence"), 2);
+  // (The random tiny has no verify_cost.json: its CPU workers measure one at
+  // start, RandomTinyConfidenceMeasuresTheCurveAtStart.)
 }
 
 }  // namespace

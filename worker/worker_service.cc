@@ -23,6 +23,7 @@
 #include "worker/model/cuda_ops.h"
 #include "worker/model/device_arena.h"
 #include "worker/model/expert_parallel_model.h"
+#include "worker/model/host_decode_backend.h"
 #include "worker/step_sequencer.h"
 #include "worker/verify_length.h"
 #include "worker/verify_profile.h"
@@ -499,6 +500,33 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     WEIR_LOG(INFO) << "verify length: from the DSpark confidence against the decoder's curve, "
                       "measured now: "
                    << VerifyCostCurveToJson(*curve);
+    cost_curve = std::move(*curve);
+  } else if (request->verify_length() == "confidence" && request->measure_verify_cost()) {
+    // No curve in the model directory: this machine's, measured now on the
+    // model (a second or so on tiny). Batch sizes up to 16 (the curve's
+    // last point stands for larger steps: a row's choice compares costs at
+    // one batch size). Every rank takes the same steps (a collective each
+    // over an expert-parallel group).
+    const int64_t batches[] = {1, 2, 4, 8, 16};
+    VerifyProfileOptions profile{
+        .drafts = num_draft_tokens,
+        .reps = 2,
+        .backend = "cpu",
+        .measured_on = "this worker's start-up",
+        .model = std::filesystem::path(request->model_dir()).filename().string()};
+    const int slots = std::clamp(options_.max_slots, 1, 16);
+    model::HostDecodeBackend backend(
+        **runtime, slots, slots * (num_draft_tokens + 1),
+        ProfileVerifyPositions(static_cast<int64_t>(std::size(batches)), profile) + 1,
+        /*collective=*/world > 1, num_draft_tokens + 1);
+    backend.EnableDrafting(num_draft_tokens);
+    const auto t0 = absl::Now();
+    absl::StatusOr<VerifyCostCurve> curve = ProfileVerifyCost(backend, batches, profile);
+    if (!curve.ok()) return ToGrpcStatus(curve.status());
+    WEIR_LOG(INFO) << "verify length: from the DSpark confidence against this machine's curve, "
+                      "measured now in "
+                   << absl::FormatDuration(absl::Now() - t0)
+                   << " (the model directory has none): " << VerifyCostCurveToJson(*curve);
     cost_curve = std::move(*curve);
   } else if (request->verify_length() == "confidence") {
     absl::StatusOr<VerifyCostCurve> curve = LoadVerifyCostCurve(request->model_dir());

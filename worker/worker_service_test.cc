@@ -94,12 +94,13 @@ TEST(WorkerServiceTest, InitThenLoadMakesItServing) {
 TEST(WorkerServiceTest, ConfidenceVerifyLengthNeedsAGoodCostCurve) {
   Harness h(/*rank=*/0);
   ASSERT_TRUE(h.Init(0, 1).ok());
-  auto load = [&](const std::string& policy) {
+  auto load = [&](const std::string& policy, bool measure = false) {
     v1::LoadWeightsRequest request;
     request.set_coordinator_epoch(kEpoch);
     request.set_model_dir(TinyModelDir());
     request.set_num_draft_tokens(5);
     request.set_verify_length(policy);
+    request.set_measure_verify_cost(measure);
     grpc::ClientContext context;
     v1::LoadWeightsResponse response;
     return h.stub->LoadWeights(&context, request, &response).error_code();
@@ -119,7 +120,14 @@ TEST(WorkerServiceTest, ConfidenceVerifyLengthNeedsAGoodCostCurve) {
   EXPECT_EQ(load("confidence"), grpc::StatusCode::OK);
   EXPECT_TRUE(h.serving);
   EXPECT_EQ(load("fixed"), grpc::StatusCode::OK);
+  // Asked to measure, the worker profiles the model now and ignores the
+  // file (a bad one here).
+  std::ofstream(curve) << "not json";
+  EXPECT_EQ(load("confidence"), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(load("confidence", /*measure=*/true), grpc::StatusCode::OK);
+  EXPECT_TRUE(h.serving);
   std::filesystem::remove(curve);
+  EXPECT_EQ(load("confidence", /*measure=*/true), grpc::StatusCode::OK);
 }
 
 TEST(WorkerServiceTest, ForeignEpochIsFenced) {
