@@ -92,9 +92,10 @@ ABSL_FLAG(std::string, speculative, "off",
 ABSL_FLAG(int, num_draft_tokens, 0,
           "--speculative=dspark: drafts verified per decode step, 1 .. the model's "
           "dspark_block_size; 0 = the block size.");
-ABSL_FLAG(std::string, verify_length, "fixed",
+ABSL_FLAG(std::string, verify_length, "",
           "--speculative=dspark: how many of its drafts a decode step verifies: fixed (all "
-          "--num_draft_tokens), or confidence (per request, the length with the most expected "
+          "--num_draft_tokens, for experiments), or confidence (the default with "
+          "--speculative=dspark; per request, the length with the most expected "
           "tokens per unit of step cost: DSpark's confidence head against the cost curve "
           "verify_cost.json in the model directory, from tools/bench:speculative "
           "--profile_verify, or one the workers measure at start: CUDA workers always, CPU "
@@ -253,7 +254,8 @@ StepDriverOptions DriverOptionsFromFlags(const model::ModelConfig& config,
       NumDraftTokensFromFlags(absl::GetFlag(FLAGS_speculative),
                               absl::GetFlag(FLAGS_num_draft_tokens), config)
           .value_or(0);
-  driver_options.verify_length = absl::GetFlag(FLAGS_verify_length);
+  driver_options.verify_length = EffectiveVerifyLength(absl::GetFlag(FLAGS_verify_length),
+                                                       driver_options.rank.num_draft_tokens);
   driver_options.policy.prefill_attempt_interval = absl::GetFlag(FLAGS_prefill_attempt_interval);
   driver_options.policy.prefill_any_attempt_interval =
       absl::GetFlag(FLAGS_prefill_any_attempt_interval);
@@ -370,22 +372,23 @@ int Run(int argc, char** argv) {
                                             redundant));
   }
   ClusterController controller(
-      cluster,
-      ControllerOptions{
-          .model_dir = model_dir,
-          .epoch = epoch,
-          // A remote survivor's Init at a new group epoch first
-          // ends its old step (a collective with the lost peer is
-          // aborted) and drops its model; a remote link may be slow.
-          .rpc_timeout = local ? absl::Seconds(10) : absl::Seconds(90),
-          .health_interval = absl::Milliseconds(absl::GetFlag(FLAGS_health_interval_ms)),
-          .failure_threshold = absl::GetFlag(FLAGS_health_failures),
-          .kv_block_tokens = absl::GetFlag(FLAGS_kv_block_tokens),
-          .num_draft_tokens = *num_draft_tokens,
-          .ced_replay = absl::GetFlag(FLAGS_ced_replay),
-          .verify_length = absl::GetFlag(FLAGS_verify_length),
-          .measure_verify_cost = MeasureVerifyCost(absl::GetFlag(FLAGS_verify_length),
-                                                   absl::GetFlag(FLAGS_backend), model_dir)});
+      cluster, ControllerOptions{
+                   .model_dir = model_dir,
+                   .epoch = epoch,
+                   // A remote survivor's Init at a new group epoch first
+                   // ends its old step (a collective with the lost peer is
+                   // aborted) and drops its model; a remote link may be slow.
+                   .rpc_timeout = local ? absl::Seconds(10) : absl::Seconds(90),
+                   .health_interval = absl::Milliseconds(absl::GetFlag(FLAGS_health_interval_ms)),
+                   .failure_threshold = absl::GetFlag(FLAGS_health_failures),
+                   .kv_block_tokens = absl::GetFlag(FLAGS_kv_block_tokens),
+                   .num_draft_tokens = *num_draft_tokens,
+                   .ced_replay = absl::GetFlag(FLAGS_ced_replay),
+                   .verify_length =
+                       EffectiveVerifyLength(absl::GetFlag(FLAGS_verify_length), *num_draft_tokens),
+                   .measure_verify_cost = MeasureVerifyCost(
+                       EffectiveVerifyLength(absl::GetFlag(FLAGS_verify_length), *num_draft_tokens),
+                       absl::GetFlag(FLAGS_backend), model_dir)});
   std::string tokenizer_fingerprint;
   absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> tokenizer =
       LoadTokenizer(model_dir, tokenizer_fingerprint);

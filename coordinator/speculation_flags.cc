@@ -36,6 +36,7 @@ absl::StatusOr<int32_t> NumDraftTokensFromFlags(std::string_view mode, int num_d
 }
 
 absl::Status VerifyLengthFromFlags(std::string_view policy, int32_t num_draft_tokens) {
+  if (policy.empty()) return absl::OkStatus();  // EffectiveVerifyLength's default
   if (policy != "fixed" && policy != "confidence") {
     return absl::InvalidArgumentError(absl::StrCat(
         "--verify_length must be fixed or confidence, got \"", std::string(policy), "\""));
@@ -44,6 +45,11 @@ absl::Status VerifyLengthFromFlags(std::string_view policy, int32_t num_draft_to
     return absl::InvalidArgumentError("--verify_length=confidence needs --speculative=dspark");
   }
   return absl::OkStatus();
+}
+
+std::string EffectiveVerifyLength(std::string_view flag, int32_t num_draft_tokens) {
+  if (!flag.empty()) return std::string(flag);
+  return num_draft_tokens > 0 ? "confidence" : "fixed";
 }
 
 bool MeasureVerifyCost(std::string_view policy, std::string_view backend,

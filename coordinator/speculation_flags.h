@@ -29,12 +29,16 @@ absl::StatusOr<int32_t> NumDraftTokensFromFlags(std::string_view mode, int num_d
 
 // Checks --verify_length `policy` given the drafts a row verifies
 // (NumDraftTokensFromFlags). INVALID_ARGUMENT (naming the flag) unless it is
-// "fixed" or "confidence"; for "confidence" with speculation off
-// (`num_draft_tokens` 0). The curve itself is the workers' business: the
-// model directory's verify_cost.json (they check its contents), or one they
+// "" (the default: EffectiveVerifyLength), "fixed" or "confidence"; for an
+// explicit "confidence" with speculation off (`num_draft_tokens` 0). The curve itself is the
+// workers' business: the model directory's verify_cost.json (they check its contents), or one they
 // measure at load (CUDA workers always; CPU workers when the directory has
 // none: MeasureVerifyCost).
 absl::Status VerifyLengthFromFlags(std::string_view policy, int32_t num_draft_tokens);
+
+// The policy the workers get: `flag` when set, else "confidence" with
+// speculation on and "fixed" (nothing to verify) with it off.
+std::string EffectiveVerifyLength(std::string_view flag, int32_t num_draft_tokens);
 
 // Whether CPU workers should measure the verify cost curve at load
 // (LoadWeightsRequest.measure_verify_cost): "confidence" on the CPU backend

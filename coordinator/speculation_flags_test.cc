@@ -43,11 +43,21 @@ TEST(SpeculationFlagsTest, BadValuesAreInvalidArgumentNamingTheFlag) {
 }
 
 TEST(SpeculationFlagsTest, VerifyLengthConfidenceNeedsDspark) {
+  EXPECT_TRUE(VerifyLengthFromFlags("", 0).ok());
+  EXPECT_TRUE(VerifyLengthFromFlags("", 5).ok());
   EXPECT_TRUE(VerifyLengthFromFlags("fixed", 0).ok());
   EXPECT_TRUE(VerifyLengthFromFlags("fixed", 5).ok());
   EXPECT_TRUE(VerifyLengthFromFlags("confidence", 5).ok());
   EXPECT_EQ(VerifyLengthFromFlags("longest", 5).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(VerifyLengthFromFlags("confidence", 0).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Unset, the policy is the confidence one with speculation on.
+TEST(SpeculationFlagsTest, ConfidenceIsTheDefaultWithSpeculation) {
+  EXPECT_EQ(EffectiveVerifyLength("", 5), "confidence");
+  EXPECT_EQ(EffectiveVerifyLength("", 0), "fixed");
+  EXPECT_EQ(EffectiveVerifyLength("fixed", 5), "fixed");
+  EXPECT_EQ(EffectiveVerifyLength("confidence", 5), "confidence");
 }
 
 // CPU workers measure the curve at load when the model directory has none;

@@ -88,7 +88,7 @@ TEST(CedReplayServeTest, PreemptionKeepsReplayOutputs) {
 TEST(CedReplayServeTest, SpeculativeDecodingAfterAReplayPrefill) {
   // DSpark verification and rollback after replayed prompts: greedy speculation
   // is lossless, so the outputs are the replaying model's again.
-  Cluster cluster({"--workers=2", "--ced_replay", "--speculative=dspark"});
+  Cluster cluster({"--workers=2", "--ced_replay", "--speculative=dspark", "--verify_length=fixed"});
   ExpectMatchesReplay(cluster, 16);
 }
 

@@ -124,8 +124,9 @@ TEST(SpeculativeTest, OutputsEqualOffWithStopsAndPreemption) {
     EXPECT_EQ(o.reason, v1::FINISH_REASON_STOP_TOKEN);
   }
   // 8 blocks of 16 positions a rank for 12 sequences a rank: they preempt.
-  Cluster spec({"--workers=2", RandomTiny(), "--speculative=dspark", "--kv_block_tokens=16",
-                "--worker_flags=--kv_cache_blocks=8", "--kv_check_every_step=true"});
+  Cluster spec({"--workers=2", RandomTiny(), "--speculative=dspark", "--verify_length=fixed",
+                "--kv_block_tokens=16", "--worker_flags=--kv_cache_blocks=8",
+                "--kv_check_every_step=true"});
   ExpectSame(RunAll(spec, mix), plain);
   ExpectSame(RunAll(spec, stops), plain_stops);
   {
@@ -155,7 +156,8 @@ TEST(SpeculativeTest, OneDraftAndOneWorkerEqualOff) {
     Cluster off({"--workers=1", RandomTiny(), "--zero_overhead=false"});
     plain = RunAll(off, mix);
   }
-  Cluster spec({"--workers=1", RandomTiny(), "--speculative=dspark", "--num_draft_tokens=1"});
+  Cluster spec({"--workers=1", RandomTiny(), "--speculative=dspark", "--num_draft_tokens=1",
+                "--verify_length=fixed"});
   ExpectSame(RunAll(spec, mix), plain);
 }
 
@@ -221,7 +223,8 @@ TEST(SpeculativeTest, TrainedTinyAcceptsDraftsWithTheSameOutputs) {
     Cluster off({"--workers=2", "--model_dir=" + trained});
     plain = RunAll(off, requests);
   }
-  Cluster spec({"--workers=2", "--model_dir=" + trained, "--speculative=dspark"});
+  Cluster spec(
+      {"--workers=2", "--model_dir=" + trained, "--speculative=dspark", "--verify_length=fixed"});
   const std::vector<Outcome> got = RunAll(spec, requests);
   ExpectSame(got, plain);
   uint32_t accepted = 0, completion = 0;
@@ -307,8 +310,8 @@ TEST(SpeculativeTest, TrainedTinyConfidenceVerifyLengthEqualsOff) {
     Cluster off({"--workers=2", "--model_dir=" + trained});
     plain = RunAll(off, requests);
   }
-  Cluster spec({"--workers=2", "--model_dir=" + trained, "--speculative=dspark",
-                "--verify_length=confidence"});
+  // (confidence is the default with --speculative=dspark)
+  Cluster spec({"--workers=2", "--model_dir=" + trained, "--speculative=dspark"});
   ExpectSame(RunAll(spec, requests), plain);
   // The counts of a step are published a moment after its events.
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
@@ -398,8 +401,8 @@ TEST(SpeculativeTest, TrainedTinyWithConstraintsAndLogprobsEqualsOff) {
   // 5 blocks of 16 positions a rank for 4 sequences a rank: they preempt (a
   // recomputed constrained sequence replays its output through the grammar).
   Cluster spec({"--workers=2", "--model_dir=" + trained, "--speculative=dspark",
-                "--kv_block_tokens=16", "--worker_flags=--kv_cache_blocks=5",
-                "--kv_check_every_step=true"});
+                "--verify_length=fixed", "--kv_block_tokens=16",
+                "--worker_flags=--kv_cache_blocks=5", "--kv_check_every_step=true"});
   const std::vector<Outcome> got = RunAll(spec, requests);
   ExpectSame(got, plain);
   v1::ServerState state;

@@ -41,6 +41,8 @@ class HttpCluster(weir_cluster.Cluster):
         super().__init__(workers=1, name=name, extra_args=[
             f"--model_dir={TRAINED_TINY}",
             f"--speculative={speculative}",
+            # every draft verified: the test wants accepted drafts reported
+            "--verify_length=fixed",
             "--http_listen=127.0.0.1:0",
         ])
 

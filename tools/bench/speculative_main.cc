@@ -32,7 +32,9 @@
 // backend a DeviceDecoder, as a CUDA worker of one rank does: prompts as
 // device chunks, verification runs, drafts (DeviceDecoderOptions::drafting)
 // and rollbacks on the device; --numerics=fast|reference. A fresh decoder
-// for every run.
+// for every run. Its confidence runs use the decoder's own curve, measured
+// first (worker/verify_profile.h ProfileVerifyCost at B = 1, 2, 4 .. the
+// largest batch), as a CUDA worker measures it at load.
 
 #include <algorithm>
 #include <chrono>
@@ -59,9 +61,16 @@
 #include "worker/verify_length.h"
 #ifdef WEIR_SPECULATIVE_DEVICE
 #include "worker/model/device_decoder.h"
+#include "worker/verify_profile.h"
 #endif
 
 ABSL_FLAG(std::string, dir, "", "Model directory with a checkpoint (default: random tiny).");
+
+#ifdef WEIR_SPECULATIVE_DEVICE
+constexpr bool kOnDevice = true;
+#else
+constexpr bool kOnDevice = false;
+#endif
 ABSL_FLAG(std::string, config, "models/random/tiny/config.json",
           "Without --dir: the config whose random weights are generated.");
 ABSL_FLAG(std::string, batches, "1,8,32,64", "Batch sizes, comma-separated.");
@@ -125,9 +134,10 @@ std::vector<int64_t>& EngramMap() {
 
 // The executor's decode backend for one run of `batch` sequences: none on
 // the CPU; a fresh DeviceDecoder (drafting when `drafts` > 0) on the GPU.
+// `min_positions`: at least that many positions a sequence.
 std::unique_ptr<weir::model::DecodeBackend> MakeBackend(
     weir::model::Model& model, const std::vector<std::vector<int64_t>>& prompts, int batch,
-    int new_tokens, int drafts) {
+    int new_tokens, int drafts, int64_t min_positions = 0) {
 #ifdef WEIR_SPECULATIVE_DEVICE
   int64_t longest = 0;
   for (const auto& p : prompts) longest = std::max<int64_t>(longest, p.size());
@@ -137,7 +147,7 @@ std::unique_ptr<weir::model::DecodeBackend> MakeBackend(
   WEIR_CHECK(numerics.ok()) << numerics.status();
   o.numerics = *numerics;
   o.max_sequences = batch;
-  o.max_positions = longest + new_tokens + 2 * drafts + 8;
+  o.max_positions = std::max(min_positions, longest + new_tokens + 2 * drafts + 8);
   o.max_rollback = drafts;
   o.drafting = drafts > 0;
   o.max_rows_per_slot = static_cast<int>(std::max<int64_t>(longest, drafts + 1));
@@ -433,6 +443,27 @@ int Run() {
     const std::string path = (std::filesystem::path(dir) / weir::worker::kVerifyCostFile).string();
     std::ofstream(path) << weir::worker::VerifyCostCurveToJson(*curve);
     std::printf("wrote %s\n", path.c_str());
+  } else if (kOnDevice) {
+    // As a CUDA worker does at load: the decoder's own curve (the model
+    // directory's was measured on the CPU and says nothing about it).
+#ifdef WEIR_SPECULATIVE_DEVICE
+    std::vector<int64_t> sizes;
+    const int largest = *std::max_element(batches.begin(), batches.end());
+    for (int b = 1; b <= largest; b *= 2) sizes.push_back(b);
+    if (sizes.back() != largest) sizes.push_back(largest);
+    weir::worker::VerifyProfileOptions profile{
+        .drafts = drafts, .reps = 3, .backend = "cuda", .measured_on = "speculative_gpu"};
+    std::unique_ptr<weir::model::DecodeBackend> backend = MakeBackend(
+        **model, prompts, largest, new_tokens, drafts,
+        weir::worker::ProfileVerifyPositions(static_cast<int64_t>(sizes.size()), profile) + drafts +
+            2);
+    absl::StatusOr<VerifyCostCurve> measured =
+        weir::worker::ProfileVerifyCost(*backend, sizes, profile);
+    WEIR_CHECK(measured.ok()) << measured.status();
+    std::printf("the decoder's verify cost curve (for the conf columns): %s\n",
+                weir::worker::VerifyCostCurveToJson(*measured).c_str());
+    curve = std::move(*measured);
+#endif
   } else if (!dir.empty()) {
     absl::StatusOr<VerifyCostCurve> loaded = weir::worker::LoadVerifyCostCurve(dir);
     if (loaded.ok()) {
