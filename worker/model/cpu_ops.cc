@@ -44,7 +44,11 @@ absl::Status CpuOps::Matmul(const DenseWeight& w, std::span<const float> x, int6
     in = xq.data();
   }
   MatmulTimer timer(stats_, 2 * rows * w.out * w.in);  // the product only, not the quantization
-  RowStableGemm(in, w.w.data(), y.data(), rows, w.out, w.in);
+  if (w.w_bf16.size() == w.w.size() && !w.w_bf16.empty()) {
+    RowStableGemmBf16W(in, w.w_bf16.data(), y.data(), rows, w.out, w.in);  // same values
+  } else {
+    RowStableGemm(in, w.w.data(), y.data(), rows, w.out, w.in);
+  }
   return absl::OkStatus();
 }
 

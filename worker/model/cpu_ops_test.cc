@@ -1,4 +1,5 @@
-// CpuOps::Logits under both settings of CpuOpsOptions::row_stable_logits.
+// CpuOps::Logits under both settings of CpuOpsOptions::row_stable_logits;
+// Matmul on a weight's bf16 form (DenseWeight::w_bf16).
 #include "worker/model/cpu_ops.h"
 
 #include <cmath>
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/common/numeric_formats.h"
 
 namespace weir::model {
 namespace {
@@ -49,6 +51,30 @@ TEST(CpuOpsTest, RowStableLogitsAreBatchInvariantAndEqualMatmul) {
   EXPECT_GT(scale, 0.1);
   std::vector<float> bad(3);
   EXPECT_EQ(ops.Logits(head, x, rows, bad).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A weight whose values are all bf16 ones keeps a bf16 form, which Matmul
+// reads with the same result bit for bit (FP8 activation on and off); one
+// value off the bf16 grid leaves no form.
+TEST(CpuOpsTest, Bf16FormGivesTheSameProduct) {
+  const int64_t rows = 5, out = 11, in = 96;  // FP8 activations: blocks of 32
+  DenseWeight w{.out = out, .in = in, .w = Normal(out * in, 3, 0.1f)};
+  for (float& v : w.w) v = kernels::RoundToBf16(v);
+  const std::vector<float> x = Normal(rows * in, 4);
+  CpuOps ops(ActivationPrecision::kFp32);
+  for (bool fp8 : {false, true}) {
+    w.fp8_activation = fp8;
+    w.w_bf16.clear();
+    std::vector<float> wide(rows * out), narrow(rows * out);
+    ASSERT_TRUE(ops.Matmul(w, x, rows, wide).ok());
+    ASSERT_TRUE(KeepBf16Form(w));
+    ASSERT_EQ(w.w_bf16.size(), w.w.size());
+    ASSERT_TRUE(ops.Matmul(w, x, rows, narrow).ok());
+    EXPECT_TRUE(BitEqual(wide.data(), narrow.data(), wide.size())) << "fp8 " << fp8;
+  }
+  w.w[17] = std::nextafter(w.w[17], 1.0f);
+  EXPECT_FALSE(KeepBf16Form(w));
+  EXPECT_TRUE(w.w_bf16.empty());
 }
 
 }  // namespace

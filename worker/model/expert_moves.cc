@@ -141,6 +141,10 @@ absl::StatusOr<StagedExperts> ExchangeExperts(parallel::Communicator& comm,
       std::memcpy(part->w.data(), recv.data() + cursor[m.src], part->w.size() * sizeof(float));
       cursor[m.src] += static_cast<int64_t>(part->w.size());
     }
+    // The CPU products read bf16 copies where the layer's experts have them.
+    if (!like.w1.w_bf16.empty()) {
+      for (DenseWeight* part : {&w.w1, &w.w3, &w.w2}) KeepBf16Form(*part);
+    }
     staged.experts[{m.layer, m.expert}] = std::move(w);
   }
   staged.bytes_received = recv.size() * sizeof(float);

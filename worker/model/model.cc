@@ -61,6 +61,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config,
     if (m->ops_ == nullptr) return absl::InvalidArgumentError("make_ops gave null");
   } else {
     m->ops_ = std::make_unique<CpuOps>(m->options_.precision);
+    // The CPU products read bf16 copies of the weights (the same values).
+    KeepBf16Forms(m->weights_);
   }
   m->executor_ = std::make_unique<LocalExpertExecutor>(*m->ops_, m->weights_,
                                                        static_cast<float>(c.swiglu_limit));

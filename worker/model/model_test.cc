@@ -5,13 +5,14 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/common/numeric_formats.h"
 #include "worker/model/tiny_checkpoint.h"
 #include "worker/model/tiny_model_test_util.h"
 
@@ -74,6 +75,22 @@ TEST(ModelTest, PrefillShapesAndFiniteLogits) {
   EXPECT_GT(MaxRelDiff(std::vector<float>(logits->begin(), logits->begin() + kVocab),
                        std::vector<float>(logits->end() - kVocab, logits->end()), kVocab),
             1e-3);
+}
+
+// On the CPU ops the products read bf16 forms of the weights (the same
+// values: FP8 and MXFP4 weights all have them).
+TEST(ModelTest, CpuProductsReadTheWeightsBf16Forms) {
+  auto model = NewModel();
+  ASSERT_NE(model, nullptr);
+  const ModelWeights& w = model->weights();
+  const AttentionWeights& a = w.layers[0].attn;
+  for (const DenseWeight* d : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_b, &w.layers[0].ffn.shared.w1}) {
+    ASSERT_EQ(d->w_bf16.size(), d->w.size());
+    for (size_t i = 0; i < d->w.size(); i += 97) {
+      ASSERT_EQ(kernels::Bf16BitsToFloat(d->w_bf16[i]), d->w[i]) << i;
+    }
+  }
+  EXPECT_TRUE(w.head.w_bf16.empty());  // Logits do not read it
 }
 
 // 40 positions cross the window (8) many times, complete ratio-2 groups at

@@ -41,7 +41,16 @@ struct DenseWeight {
   int64_t in = 0;
   std::vector<float> w;  // [out, in]
   bool fp8_activation = false;
+  // Empty, or w's values as bf16 bit patterns [out, in] when every one of
+  // them is exactly a bf16 value (FP8 and MXFP4 weights always are): the
+  // CPU products read these instead, half the bytes, the same values
+  // (KeepBf16Form). Whatever changes w must clear or remake it.
+  std::vector<uint16_t> w_bf16;
 };
+
+// Makes w.w_bf16 when every value of w.w is a bf16 one (no rounding), else
+// leaves it empty. Returns whether it did.
+bool KeepBf16Form(DenseWeight& w);
 
 // INVALID_ARGUMENT unless rows > 0, `w` holds out * in values, and x and y
 // hold rows * w.in and rows * w.out values: the spans every backend's Matmul

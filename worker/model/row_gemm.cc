@@ -27,37 +27,57 @@ inline V4 Load(const float* p) {
 
 inline float Reduce(V4 a) { return RowStableCombine(a[0], a[1], a[2], a[3]); }
 
+// Weights are fp32, or bf16 bit patterns, widened exactly (bits << 16) as
+// they are loaded: the same values, half the bytes to read.
+inline V4 LoadW(const float* p) { return Load(p); }
+inline V4 LoadW(const uint16_t* p) {
+  uint64_t bits;
+  std::memcpy(&bits, p, sizeof(bits));
+  // Each 32-bit lane i becomes (p[i] << 16) | 0.
+  const __m128i wide = _mm_unpacklo_epi16(_mm_setzero_si128(), _mm_cvtsi64_si128(bits));
+  return reinterpret_cast<V4>(_mm_castsi128_ps(wide));
+}
+inline float WAt(const float* p) { return *p; }
+inline float WAt(const uint16_t* p) {
+  const uint32_t bits = static_cast<uint32_t>(*p) << 16;
+  float v;
+  std::memcpy(&v, &bits, sizeof(v));
+  return v;
+}
+
 // Tail of k (in % 4 != 0) is folded into its lane in ascending order, so the
 // lane structure is the same as for the vector part.
-inline void Tail(const float* x, const float* w, int64_t k0, int64_t in, V4& acc) {
+template <typename W>
+inline void Tail(const float* x, const W* w, int64_t k0, int64_t in, V4& acc) {
   for (int64_t k = k0; k < in; ++k) {
     const int l = RowStableLane(k);
-    acc[l] = RowStableStep(acc[l], x[k], w[k]);
+    acc[l] = RowStableStep(acc[l], x[k], WAt(w + k));
   }
 }
 
 // One output element.
-float Dot(const float* x, const float* w, int64_t in) {
+template <typename W>
+float Dot(const float* x, const W* w, int64_t in) {
   V4 acc = {0, 0, 0, 0};
   const int64_t k4 = in & ~int64_t{3};
-  for (int64_t k = 0; k < k4; k += 4) acc += Load(x + k) * Load(w + k);
+  for (int64_t k = 0; k < k4; k += 4) acc += Load(x + k) * LoadW(w + k);
   Tail(x, w, k4, in, acc);
   return Reduce(acc);
 }
 
 // A 2 x 4 tile of outputs: shares loads, same per-element arithmetic as Dot.
-void Tile2x4(const float* x0, const float* x1, const float* w, int64_t in, float* y0,
-             float* y1) {
-  const float* w0 = w;
-  const float* w1 = w + in;
-  const float* w2 = w + 2 * in;
-  const float* w3 = w + 3 * in;
+template <typename W>
+void Tile2x4(const float* x0, const float* x1, const W* w, int64_t in, float* y0, float* y1) {
+  const W* w0 = w;
+  const W* w1 = w + in;
+  const W* w2 = w + 2 * in;
+  const W* w3 = w + 3 * in;
   V4 a00 = {0, 0, 0, 0}, a01 = a00, a02 = a00, a03 = a00;
   V4 a10 = a00, a11 = a00, a12 = a00, a13 = a00;
   const int64_t k4 = in & ~int64_t{3};
   for (int64_t k = 0; k < k4; k += 4) {
     const V4 u = Load(x0 + k), v = Load(x1 + k);
-    const V4 b0 = Load(w0 + k), b1 = Load(w1 + k), b2 = Load(w2 + k), b3 = Load(w3 + k);
+    const V4 b0 = LoadW(w0 + k), b1 = LoadW(w1 + k), b2 = LoadW(w2 + k), b3 = LoadW(w3 + k);
     a00 += u * b0;
     a01 += u * b1;
     a02 += u * b2;
@@ -86,18 +106,19 @@ void Tile2x4(const float* x0, const float* x1, const float* w, int64_t in, float
 }
 
 // A 1 x 4 tile (the last odd row, or decode): same per-element arithmetic.
-void Tile1x4(const float* x0, const float* w, int64_t in, float* y0) {
-  const float* w1 = w + in;
-  const float* w2 = w + 2 * in;
-  const float* w3 = w + 3 * in;
+template <typename W>
+void Tile1x4(const float* x0, const W* w, int64_t in, float* y0) {
+  const W* w1 = w + in;
+  const W* w2 = w + 2 * in;
+  const W* w3 = w + 3 * in;
   V4 a0 = {0, 0, 0, 0}, a1 = a0, a2 = a0, a3 = a0;
   const int64_t k4 = in & ~int64_t{3};
   for (int64_t k = 0; k < k4; k += 4) {
     const V4 u = Load(x0 + k);
-    a0 += u * Load(w + k);
-    a1 += u * Load(w1 + k);
-    a2 += u * Load(w2 + k);
-    a3 += u * Load(w3 + k);
+    a0 += u * LoadW(w + k);
+    a1 += u * LoadW(w1 + k);
+    a2 += u * LoadW(w2 + k);
+    a3 += u * LoadW(w3 + k);
   }
   Tail(x0, w, k4, in, a0);
   Tail(x0, w1, k4, in, a1);
@@ -118,8 +139,9 @@ void Tile1x4(const float* x0, const float* w, int64_t in, float* y0) {
 #define WEIR_ROW_GEMM_AVX2 1
 
 // The two outputs' lane sums of `acc` through the k tail and the combine.
-__attribute__((target("avx2"))) inline void FinishPair(__m256 acc, const float* x, const float* w0,
-                                                       const float* w1, int64_t k4, int64_t in,
+template <typename W>
+__attribute__((target("avx2"))) inline void FinishPair(__m256 acc, const float* x, const W* w0,
+                                                       const W* w1, int64_t k4, int64_t in,
                                                        float* y) {
   alignas(32) float lanes[8];
   _mm256_store_ps(lanes, acc);
@@ -134,15 +156,23 @@ __attribute__((target("avx2"))) inline void FinishPair(__m256 acc, const float* 
 __attribute__((target("avx2"))) inline __m256 PairOf(const float* w0, const float* w1) {
   return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(w0)), _mm_loadu_ps(w1), 1);
 }
+__attribute__((target("avx2"))) inline __m256 PairOf(const uint16_t* w0, const uint16_t* w1) {
+  uint64_t lo, hi;
+  std::memcpy(&lo, w0, sizeof(lo));
+  std::memcpy(&hi, w1, sizeof(hi));
+  // Eight bf16 patterns, each widened into the top half of a 32-bit lane.
+  const __m128i both = _mm_set_epi64x(static_cast<int64_t>(hi), static_cast<int64_t>(lo));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(both), 16));
+}
 
 // Rows x0..x0 + (rows - 1) * in (1 <= rows <= 4) against w's 4 rows.
-template <int kRows>
-__attribute__((target("avx2"))) void TileAvx2(const float* x0, const float* w, int64_t in,
-                                              float* y0, int64_t out) {
-  const float* w0 = w;
-  const float* w1 = w + in;
-  const float* w2 = w + 2 * in;
-  const float* w3 = w + 3 * in;
+template <int kRows, typename W>
+__attribute__((target("avx2"))) void TileAvx2(const float* x0, const W* w, int64_t in, float* y0,
+                                              int64_t out) {
+  const W* w0 = w;
+  const W* w1 = w + in;
+  const W* w2 = w + 2 * in;
+  const W* w3 = w + 3 * in;
   // Outputs (0, 1) and (2, 3) of each row, in registers: the row loops are
   // unrolled (-O2 would keep the arrays in memory otherwise).
   __m256 lo[kRows], hi[kRows];
@@ -165,7 +195,8 @@ __attribute__((target("avx2"))) void TileAvx2(const float* x0, const float* w, i
   }
 }
 
-__attribute__((target("avx2"))) void RowStableGemmAvx2(const float* x, const float* w, float* y,
+template <typename W>
+__attribute__((target("avx2"))) void RowStableGemmAvx2(const float* x, const W* w, float* y,
                                                        int64_t rows, int64_t out, int64_t in) {
   const int64_t n4 = out & ~int64_t{3};
   int64_t m = 0;
@@ -192,26 +223,9 @@ bool HasAvx2() {
 }
 #endif
 
-}  // namespace
-
-void RowStableGemm(const float* x, const float* w, float* y, int64_t rows, int64_t out,
-                   int64_t in) {
-#ifdef WEIR_ROW_GEMM_AVX2
-  if (HasAvx2()) return RowStableGemmAvx2(x, w, y, rows, out, in);
-#endif
-  RowStableGemmSse(x, w, y, rows, out, in);
-}
-
-bool RowStableGemmUsesAvx2() {
-#ifdef WEIR_ROW_GEMM_AVX2
-  return HasAvx2();
-#else
-  return false;
-#endif
-}
-
-void RowStableGemmSse(const float* x, const float* w, float* y, int64_t rows, int64_t out,
-                      int64_t in) {
+// The 128-bit tiles: rows in pairs (2 x 4), the odd last row (1 x 4).
+template <typename W>
+void GemmSse(const float* x, const W* w, float* y, int64_t rows, int64_t out, int64_t in) {
   const int64_t n4 = out & ~int64_t{3};
   int64_t m = 0;
   for (; m + 2 <= rows; m += 2) {
@@ -229,6 +243,42 @@ void RowStableGemmSse(const float* x, const float* w, float* y, int64_t rows, in
     for (int64_t n = 0; n < n4; n += 4) Tile1x4(x + m * in, w + n * in, in, y + m * out + n);
     for (int64_t n = n4; n < out; ++n) y[m * out + n] = Dot(x + m * in, w + n * in, in);
   }
+}
+
+}  // namespace
+
+void RowStableGemm(const float* x, const float* w, float* y, int64_t rows, int64_t out,
+                   int64_t in) {
+#ifdef WEIR_ROW_GEMM_AVX2
+  if (HasAvx2()) return RowStableGemmAvx2(x, w, y, rows, out, in);
+#endif
+  GemmSse(x, w, y, rows, out, in);
+}
+
+bool RowStableGemmUsesAvx2() {
+#ifdef WEIR_ROW_GEMM_AVX2
+  return HasAvx2();
+#else
+  return false;
+#endif
+}
+
+void RowStableGemmSse(const float* x, const float* w, float* y, int64_t rows, int64_t out,
+                      int64_t in) {
+  GemmSse(x, w, y, rows, out, in);
+}
+
+void RowStableGemmBf16W(const float* x, const uint16_t* w, float* y, int64_t rows, int64_t out,
+                        int64_t in) {
+#ifdef WEIR_ROW_GEMM_AVX2
+  if (HasAvx2()) return RowStableGemmAvx2(x, w, y, rows, out, in);
+#endif
+  GemmSse(x, w, y, rows, out, in);
+}
+
+void RowStableGemmBf16WSse(const float* x, const uint16_t* w, float* y, int64_t rows, int64_t out,
+                           int64_t in) {
+  GemmSse(x, w, y, rows, out, in);
 }
 
 }  // namespace weir::model

@@ -37,6 +37,16 @@ void RowStableGemmSse(const float* x, const float* w, float* y, int64_t rows, in
                       int64_t in);
 bool RowStableGemmUsesAvx2();
 
+// The same product with w stored as bf16 bit patterns [out, in], widened
+// exactly as they are loaded: bit for bit RowStableGemm of the widened
+// weights, reading half the bytes (the model keeps a weight so when every
+// value is a bf16 one: FP8, MXFP4 and bf16 checkpoint tensors). And its
+// 128-bit path, for tests.
+void RowStableGemmBf16W(const float* x, const uint16_t* w, float* y, int64_t rows, int64_t out,
+                        int64_t in);
+void RowStableGemmBf16WSse(const float* x, const uint16_t* w, float* y, int64_t rows, int64_t out,
+                           int64_t in);
+
 }  // namespace weir::model
 
 #endif  // WEIR_WORKER_MODEL_ROW_GEMM_H_

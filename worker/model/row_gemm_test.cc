@@ -76,6 +76,39 @@ TEST(RowStableGemmTest, BitIdenticalToTheRowStableOrder) {
   }
 }
 
+// Weights held as bf16 bit patterns give the product of the widened weights
+// bit for bit, on both paths, for every tile shape and tail.
+TEST(RowStableGemmTest, Bf16WeightsEqualTheirWidenedProduct) {
+  std::mt19937 gen(13);
+  std::uniform_real_distribution<float> exponent(-30.0f, 20.0f);
+  for (int64_t k : {1, 3, 4, 7, 36, 257}) {
+    for (int64_t m : {1, 2, 3, 4, 5, 6, 9}) {
+      for (int64_t n : {1, 4, 7, 12}) {
+        std::vector<float> x = Random(m * k, 21 + static_cast<uint32_t>(m));
+        const std::vector<float> r = Random(n * k, 22 + static_cast<uint32_t>(k));
+        std::vector<uint16_t> w16(n * k);
+        std::vector<float> wide(n * k);
+        for (size_t i = 0; i < w16.size(); ++i) {
+          const float v = r[i] * std::exp2(exponent(gen));
+          uint32_t bits;
+          std::memcpy(&bits, &v, 4);
+          w16[i] = static_cast<uint16_t>(bits >> 16);  // truncated: any bf16 pattern
+          bits = static_cast<uint32_t>(w16[i]) << 16;
+          std::memcpy(&wide[i], &bits, 4);
+        }
+        std::vector<float> want(m * n), got(m * n), narrow(m * n);
+        RowStableGemm(x.data(), wide.data(), want.data(), m, n, k);
+        RowStableGemmBf16W(x.data(), w16.data(), got.data(), m, n, k);
+        RowStableGemmBf16WSse(x.data(), w16.data(), narrow.data(), m, n, k);
+        ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4))
+            << "k " << k << " rows " << m << " out " << n;
+        ASSERT_EQ(0, std::memcmp(narrow.data(), want.data(), narrow.size() * 4))
+            << "128-bit path, k " << k << " rows " << m << " out " << n;
+      }
+    }
+  }
+}
+
 // A row's result is bit-identical whatever the number of rows in the call.
 TEST(RowStableGemmTest, RowsDoNotDependOnBatch) {
   for (int64_t k : {4, 64, 130, 1024}) {

@@ -241,4 +241,30 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const ModelConfig& config, const L
   return w;
 }
 
+int64_t KeepBf16Forms(ModelWeights& weights) {
+  int64_t kept = 0;
+  auto keep = [&kept](DenseWeight& w) { kept += KeepBf16Form(w) ? 1 : 0; };
+  auto expert = [&keep](ExpertWeightsF32& e) {
+    keep(e.w1);
+    keep(e.w2);
+    keep(e.w3);
+  };
+  // (Not the head: CpuOps::Logits takes sgemm, or RowStableGemm on fp32.)
+  for (BlockWeights& b : weights.layers) {
+    AttentionWeights& a = b.attn;
+    for (DenseWeight* w : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_b, &a.comp_wkv, &a.comp_wgate,
+                           &a.index_wk, &a.index_wq_b, &a.index_weights_proj}) {
+      keep(*w);
+    }
+    for (DenseWeight& w : a.wo_a) keep(w);
+    for (ExpertWeightsF32& e : b.ffn.experts) expert(e);
+    expert(b.ffn.shared);
+    keep(b.engram.wkv);
+  }
+  keep(weights.dspark.main_proj);
+  keep(weights.dspark.markov_head);
+  keep(weights.dspark.confidence);
+  return kept;
+}
+
 }  // namespace weir::model

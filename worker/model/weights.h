@@ -94,6 +94,11 @@ struct ModelWeights {
   DsparkWeights dspark;              // empty when n_mtp_layers == 0
 };
 
+// KeepBf16Form on every DenseWeight of `weights` that CpuOps::Matmul reads
+// (all but the head: the CPU backend's products then read half the bytes);
+// returns how many got the form.
+int64_t KeepBf16Forms(ModelWeights& weights);
+
 // Which routed experts of the backbone layers (0 <= layer < n_layers) to
 // load: filter(layer, logical expert). An expert it rejects stays an empty
 // ExpertWeightsF32 (out = in = 0) in MoeWeights::experts. DSpark stages always
