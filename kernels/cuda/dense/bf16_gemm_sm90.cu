@@ -7,6 +7,7 @@
 #include "kernels/cuda/dense/bf16_gemm_sm90.cuh"
 #include "kernels/cuda/dense/bf16_gemm_sm90.h"
 #include "kernels/cuda/dense/sm90_gemm_launch.h"
+#include "kernels/cuda/dense/split_reduce.cuh"
 #include "kernels/cuda/launch_status.h"
 
 namespace weir::kernels::cuda::dense {
@@ -44,10 +45,9 @@ absl::Status LaunchTile(const Bf16GemmParams& p, const Fp8GemmTileShape& shape,
     if (p.k_splits > 1) {
       constexpr int kReduceThreads = 256;
       const int64_t mn = p.m * p.n;
-      bf16_gemm::Bf16SplitReduceKernel<<<dim3(static_cast<unsigned>((mn + kReduceThreads - 1) /
-                                                                    kReduceThreads),
-                                              static_cast<unsigned>(p.groups)),
-                                         kReduceThreads, 0, stream>>>(
+      SplitReduceKernel<<<dim3(static_cast<unsigned>((mn + kReduceThreads - 1) / kReduceThreads),
+                               static_cast<unsigned>(p.groups)),
+                          kReduceThreads, 0, stream>>>(
           p.split_scratch, p.y, mn, p.k_splits, args.y_stride, args.bf16_out, args.round_f32);
     }
     return LaunchStatus("Bf16Gemm");

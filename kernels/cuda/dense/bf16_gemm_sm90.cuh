@@ -33,7 +33,7 @@ struct KernelArgs {
   int64_t x_stride, w_stride, y_stride;  // per group, elements (resolved)
   bool bf16_out;
   bool round_f32;  // fp32 y rounded to bf16 (kF32RoundedBf16)
-  int k_splits;    // > 1: fp32 partials into `partial`, Bf16SplitReduceKernel sums them
+  int k_splits;    // > 1: fp32 partials into `partial`, SplitReduceKernel sums them
   float* partial;  // [groups][k_splits][m, n]
 };
 
@@ -172,25 +172,6 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
               args.round_f32 ? RoundToBf16(v) : v;
         }
       });
-}
-
-// y of each group = the splits' partials summed in split order, then
-// rounded per the output (one thread per output element of a group; blockIdx.y
-// is the group).
-__global__ void Bf16SplitReduceKernel(const float* __restrict__ partial, void* y, int64_t mn,
-                                      int splits, int64_t y_stride, bool bf16_out, bool round_f32) {
-  GridDependencyPrologue();
-  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (e >= mn) return;
-  const int64_t g = blockIdx.y;
-  const float* part = partial + g * splits * mn + e;
-  float v = part[0];
-  for (int s = 1; s < splits; ++s) v = __fadd_rn(v, part[s * mn]);
-  if (bf16_out) {
-    static_cast<__nv_bfloat16*>(y)[g * y_stride + e] = __float2bfloat16_rn(v);
-  } else {
-    static_cast<float*>(y)[g * y_stride + e] = round_f32 ? RoundToBf16(v) : v;
-  }
 }
 
 }  // namespace bf16_gemm
