@@ -241,6 +241,10 @@ struct DeviceDecoderOptions {
   // 0: the rule's own constants (kFp8GemmSplitTargetCtas, kFp8GemmMinSplitStages).
   int64_t fp8_split_target_ctas = 0;
   int fp8_split_min_stages = 0;
+  // kFast bf16 linears (V4.1's grouped wo_a): split-K by weight shape
+  // (ChooseBf16GemmSplits) and a second kernel summing the partials in split
+  // order; false: one CTA walks all of K (other bits, also batch-invariant).
+  bool bf16_split_k = true;
   // kFast FP8 linears: the CTAs ask L2 for their weight rows before they
   // wait for the kernel before them (Fp8BlockGemmParams::prefetch_weights),
   // so with programmatic edges a decode step's weights stream during the

@@ -780,9 +780,12 @@ struct DeviceDecoder::Impl {
     RETURN_IF_ERROR(dec::ToBf16({.x = in, .out = xb, .n = n_in}, stream));
     return Bf16GemmOf(w, xb, rows, out, groups, w_stride, output);
   }
+  // Bf16Gemm with the split-K its weight shape gets (ChooseBf16GemmSplits:
+  // the same for every batch size, batch-invariant; V4.1's grouped wo_a runs
+  // 4 splits instead of 128 CTAs walking all of its 4,096 K).
   absl::Status Bf16GemmOf(const DevDense& w, const uint16_t* x16, int64_t rows, float* out,
                           int groups, int64_t w_stride, dense::Fp8GemmOutput output) {
-    return dense::Bf16Gemm({.x = x16,
+    dense::Bf16GemmParams p{.x = x16,
                             .w = w.bf16,
                             .y = out,
                             .m = rows,
@@ -790,8 +793,17 @@ struct DeviceDecoder::Impl {
                             .k = w.in,
                             .groups = groups,
                             .w_group_stride = w_stride,
-                            .output = output},
-                           stream);
+                            .output = output};
+    if (options.bf16_split_k) p.k_splits = dense::ChooseBf16GemmSplits(p.n, p.k, groups);
+    if (p.k_splits > 1) {
+      p.split_scratch = split;
+      if (dense::Bf16GemmSplitScratchFloats(p) > split_count) {
+        return absl::InternalError(absl::StrCat("DeviceDecoder: bf16 split-K partials of ",
+                                                dense::Bf16GemmSplitScratchFloats(p),
+                                                " floats exceed their scratch of ", split_count));
+      }
+    }
+    return dense::Bf16Gemm(p, stream);
   }
   // Fp8BlockGemm with the split-K its weight shape gets (the same for every
   // batch size: batch-invariant). `split_groups`: the group count the split

@@ -1,5 +1,6 @@
 #include "kernels/cuda/dense/bf16_gemm_params.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
@@ -17,6 +18,21 @@ bool AlignedTo(const void* p, uintptr_t bytes) {
 
 int64_t Bf16GemmSharedBytes(const Fp8GemmTileShape& s) {
   return static_cast<int64_t>(s.block_n + s.block_m) * kFp8GemmStageK * s.stages;
+}
+
+int64_t Bf16GemmSplitScratchFloats(const Bf16GemmParams& p) {
+  if (p.k_splits <= 1) return 0;
+  return int64_t{p.groups} * p.k_splits * p.m * p.n;
+}
+
+int ChooseBf16GemmSplits(int64_t n, int64_t k, int groups) {
+  if (n <= 0 || k <= 0 || groups <= 0) return 1;
+  const int64_t ctas = (n + 31) / 32 * groups;
+  if (ctas >= kFp8GemmSplitTargetCtas) return 1;
+  const int64_t num_kt = (k + kBf16GemmStageK - 1) / kBf16GemmStageK;
+  const int64_t wanted = (kFp8GemmSplitTargetCtas + ctas - 1) / ctas;
+  const int64_t most = std::min<int64_t>(kFp8GemmMaxSplits, num_kt / 4);
+  return static_cast<int>(std::max<int64_t>(1, std::min(wanted, most)));
 }
 
 absl::Status CheckBf16GemmParams(const Bf16GemmParams& p) {
@@ -57,6 +73,16 @@ absl::Status CheckBf16GemmParams(const Bf16GemmParams& p) {
   }
   if (!AlignedTo(p.y, Fp8GemmOutputBytes(p.output))) {
     return absl::InvalidArgumentError("Bf16Gemm: y is not aligned to its element");
+  }
+  const int64_t num_kt = (p.k + kBf16GemmStageK - 1) / kBf16GemmStageK;
+  if (p.k_splits < 1 || p.k_splits > num_kt || int64_t{p.groups} * p.k_splits > kMaxGridYZ) {
+    return absl::InvalidArgumentError(absl::StrCat("Bf16Gemm: k_splits ", p.k_splits,
+                                                   " outside [1, ", num_kt,
+                                                   "] or groups x "
+                                                   "k_splits above 65535"));
+  }
+  if (p.k_splits > 1 && p.split_scratch == nullptr) {
+    return absl::InvalidArgumentError("Bf16Gemm: k_splits > 1 needs split_scratch");
   }
   const Fp8GemmTile tile = p.tile == Fp8GemmTile::kAuto ? ChooseFp8GemmTile(p.m, p.n) : p.tile;
   const Fp8GemmTileShape shape = ShapeOfFp8GemmTile(tile);

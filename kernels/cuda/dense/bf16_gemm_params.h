@@ -39,13 +39,40 @@ struct Bf16GemmParams {
   int64_t y_group_stride = 0;
   Fp8GemmOutput output = Fp8GemmOutput::kF32;
   Fp8GemmTile tile = Fp8GemmTile::kAuto;
+  // Split-K for decode (few CTAs from small n and a long k), as
+  // Fp8BlockGemm's: the K stages (kBf16GemmStageK each, num_kt = ceil(k /
+  // 64)) are cut into k_splits contiguous ranges, split s covering stages
+  // [s num_kt / k_splits, (s + 1) num_kt / k_splits); each range is summed
+  // as below into its own fp32 partial (in split_scratch,
+  // Bf16GemmSplitScratchFloats floats), then y = ((part_0 + part_1) +
+  // part_2) + ... in split order (a second kernel), rounded per `output`.
+  // The cut depends on k_splits and k only, so with k_splits fixed per
+  // weight (ChooseBf16GemmSplits) a row's bits still depend on nothing but
+  // its X row and W. 1 = no split.
+  int k_splits = 1;
+  float* split_scratch = nullptr;
 };
+
+// Floats of split_scratch a call with `p`'s shape needs: groups x k_splits x
+// m x n (0 without a split).
+int64_t Bf16GemmSplitScratchFloats(const Bf16GemmParams& p);
+
+// The split a decode-shaped product (n rows of W, k of K, `groups` groups)
+// runs with: ChooseFp8GemmSplits' rule on Bf16Gemm's stages (about
+// kFp8GemmSplitTargetCtas CTAs of 32 W rows, at least 4 stages of 64 a split,
+// at most kFp8GemmMaxSplits); 1 when the n / 32 x groups CTAs already reach
+// the target. A function of the weight's shape alone (never of m), so it
+// keeps every row batch-invariant. V4.1's grouped wo_a (8 groups of 1,024 x
+// 4,096) gets 4.
+int ChooseBf16GemmSplits(int64_t n, int64_t k, int groups = 1);
 
 // Returns OK or INVALID_ARGUMENT naming the problem: a null pointer, m, n, k
 // or groups not positive (groups at most 65535), k not a multiple of 8, a
 // group stride that is negative, not a multiple of 8 (x, w) or smaller than
 // its packed size, x or w not 16-byte aligned, y not aligned to its element,
-// or m too large for the launch grid of the tile.
+// or m too large for the launch grid of the tile, or k_splits outside
+// [1, ceil(k / 64)] (groups x k_splits <= 65535) or above 1 without
+// split_scratch.
 absl::Status CheckBf16GemmParams(const Bf16GemmParams& params);
 
 // Dynamic shared memory of one Bf16Gemm CTA of `shape`: per stage the W and

@@ -64,5 +64,34 @@ TEST(Bf16GemmParamsTest, SharedBytesAreTheTilesStages) {
   }
 }
 
+TEST(Bf16GemmParamsTest, SplitsComeFromTheWeightsShapeAndAreChecked) {
+  // V4.1's grouped wo_a: 8 x 32 CTAs of 32 rows, 64 stages of 64: 4 splits.
+  EXPECT_EQ(ChooseBf16GemmSplits(1024, 4096, 8), 4);
+  // The head (129,280 rows) fills the GPU alone; a short K keeps 4 stages a split.
+  EXPECT_EQ(ChooseBf16GemmSplits(129280, 5120, 1), 1);
+  EXPECT_EQ(ChooseBf16GemmSplits(64, 512, 1), 2);
+  EXPECT_EQ(ChooseBf16GemmSplits(64, 128, 1), 1);
+  EXPECT_EQ(ChooseBf16GemmSplits(32, 1 << 20, 1), kFp8GemmMaxSplits);
+  Bf16GemmParams p = Good();  // k 24: one stage
+  p.k_splits = 2;
+  p.split_scratch = reinterpret_cast<float*>(0x4000);
+  EXPECT_EQ(CheckBf16GemmParams(p).code(), absl::StatusCode::kInvalidArgument);  // > stages
+  p.k = 256;                                                                     // 4 stages
+  p.k_splits = 4;
+  EXPECT_TRUE(CheckBf16GemmParams(p).ok());
+  EXPECT_EQ(Bf16GemmSplitScratchFloats(p), 4 * 3 * 40);
+  p.split_scratch = nullptr;
+  EXPECT_EQ(CheckBf16GemmParams(p).code(), absl::StatusCode::kInvalidArgument);
+  p.split_scratch = reinterpret_cast<float*>(0x4000);
+  p.k_splits = 0;
+  EXPECT_EQ(CheckBf16GemmParams(p).code(), absl::StatusCode::kInvalidArgument);
+  p.k_splits = 4;
+  p.groups = 20000;  // x 4 splits passes the grid's z
+  EXPECT_EQ(CheckBf16GemmParams(p).code(), absl::StatusCode::kInvalidArgument);
+  p.groups = 1;
+  p.k_splits = 1;
+  EXPECT_EQ(Bf16GemmSplitScratchFloats(p), 0);
+}
+
 }  // namespace
 }  // namespace weir::kernels::cuda::dense

@@ -7,6 +7,7 @@
 #include "kernels/cuda/dense/bf16_gemm_sm90.cuh"
 #include "kernels/cuda/dense/bf16_gemm_sm90.h"
 #include "kernels/cuda/dense/sm90_gemm_launch.h"
+#include "kernels/cuda/dense/split_reduce.cuh"
 #include "kernels/cuda/launch_status.h"
 
 namespace weir::kernels::cuda::dense {
@@ -30,14 +31,25 @@ absl::Status LaunchTile(const Bf16GemmParams& p, const Fp8GemmTileShape& shape,
                                      p.w_group_stride != 0 ? p.w_group_stride : p.n * p.k,
                                      p.y_group_stride != 0 ? p.y_group_stride : p.m * p.n,
                                      p.output == Fp8GemmOutput::kBf16,
-                                     p.output == Fp8GemmOutput::kF32RoundedBf16};
+                                     p.output == Fp8GemmOutput::kF32RoundedBf16,
+                                     p.k_splits,
+                                     p.split_scratch};
     const dim3 grid(static_cast<unsigned>((p.n + kBn - 1) / kBn),
-                    static_cast<unsigned>((p.m + kBm - 1) / kBm), static_cast<unsigned>(p.groups));
+                    static_cast<unsigned>((p.m + kBm - 1) / kBm),
+                    static_cast<unsigned>(p.groups * p.k_splits));
     const int threads = kWarpsN * kWarpsM * 32;
     const int smem = static_cast<int>(Bf16GemmSharedBytes(shape));
     auto kernel = bf16_gemm::Bf16GemmKernel<kBn, kBm, kWarpsN, kWarpsM, kStages>;
     if (absl::Status s = AllowSharedBytes(kernel, smem, "Bf16Gemm"); !s.ok()) return s;
     kernel<<<grid, threads, smem, stream>>>(args);
+    if (p.k_splits > 1) {
+      constexpr int kReduceThreads = 256;
+      const int64_t mn = p.m * p.n;
+      SplitReduceKernel<<<dim3(static_cast<unsigned>((mn + kReduceThreads - 1) / kReduceThreads),
+                               static_cast<unsigned>(p.groups)),
+                          kReduceThreads, 0, stream>>>(
+          p.split_scratch, p.y, mn, p.k_splits, args.y_stride, args.bf16_out, args.round_f32);
+    }
     return LaunchStatus("Bf16Gemm");
   }
 }

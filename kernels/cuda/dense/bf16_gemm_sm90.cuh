@@ -33,6 +33,8 @@ struct KernelArgs {
   int64_t x_stride, w_stride, y_stride;  // per group, elements (resolved)
   bool bf16_out;
   bool round_f32;  // fp32 y rounded to bf16 (kF32RoundedBf16)
+  int k_splits;    // > 1: fp32 partials into `partial`, SplitReduceKernel sums them
+  float* partial;  // [groups][k_splits][m, n]
 };
 
 // acc += A B over one 16-element K step (bf16 operands, fp32 accumulation).
@@ -84,7 +86,9 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
   const int warp_m0 = (warp / kWarpsN) * kWarpM;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBn;
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kBm;
-  const int64_t g = blockIdx.z;
+  // blockIdx.z = group x k_splits + split.
+  const int64_t g = blockIdx.z / args.k_splits;
+  const int split = static_cast<int>(blockIdx.z % args.k_splits);
   const uint16_t* const xg = args.x + g * args.x_stride;
   const uint16_t* const wg = args.w + g * args.w_stride;
   const int64_t k = args.k;
@@ -92,7 +96,10 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
   const int num_steps = static_cast<int>(k / 16);  // whole 16-element steps
   const bool tail = k % 16 != 0;                   // a last half step (k % 16 == 8)
   const int total_steps = num_steps + (tail ? 1 : 0);
-  const int num_kt = (total_steps + kStepsPerStage - 1) / kStepsPerStage;
+  const int all_kt = (total_steps + kStepsPerStage - 1) / kStepsPerStage;
+  // This split's stages [kt0, kt0 + num_kt) (all of them without a split).
+  const int kt0 = static_cast<int>(int64_t{split} * all_kt / args.k_splits);
+  const int num_kt = static_cast<int>(int64_t{split + 1} * all_kt / args.k_splits) - kt0;
 
   const StageRowCopies<kWChunks, kThreads> w_rows(reinterpret_cast<const uint8_t*>(wg), k_bytes, n0,
                                                   args.n, tid);
@@ -102,7 +109,7 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
   // Stage kt's tiles into ring slot `slot`; rows past n / m and K past k are
   // zero-filled (so a half step's upper 8 elements multiply zeros).
   auto load_tiles = [&](int kt, int slot) {
-    const int64_t base = static_cast<int64_t>(kt) * kStageBytes;
+    const int64_t base = static_cast<int64_t>(kt0 + kt) * kStageBytes;
     const int64_t left = k_bytes - base;
     w_rows.Copy(SharedAddress(w_tiles) + slot * kWTile, base, left);
     x_rows.Copy(SharedAddress(x_tiles) + slot * kXTile, base, left);
@@ -144,11 +151,17 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
     const int next = kt + kStages - 1;
     if (next < num_kt) load_tiles(next, next_slot);
     CpAsyncCommit();
-    compute(slot, min(kStepsPerStage, total_steps - kt * kStepsPerStage));
+    compute(slot, min(kStepsPerStage, total_steps - (kt0 + kt) * kStepsPerStage));
     slot = slot + 1 == kStages ? 0 : slot + 1;
     next_slot = next_slot + 1 == kStages ? 0 : next_slot + 1;
   }
 
+  if (args.k_splits > 1) {  // this split's partial, unrounded
+    float* const part = args.partial + (g * args.k_splits + split) * args.m * args.n;
+    ForEachOutput(acc, lane, n0 + warp_n0, m0 + warp_m0, args.n, args.m,
+                  [&](int64_t gm, int64_t gn, float v) { part[gm * args.n + gn] = v; });
+    return;
+  }
   const int64_t y_off = g * args.y_stride;
   ForEachOutput(
       acc, lane, n0 + warp_n0, m0 + warp_m0, args.n, args.m, [&](int64_t gm, int64_t gn, float v) {

@@ -10,7 +10,7 @@
 // Arithmetic, per output element (identical for every tile, every m and every
 // group count):
 //   acc = +0
-//   for s = 0, 1, ..., ceil(k/16) - 1 (ascending, never split):
+//   for s = 0, 1, ..., ceil(k/16) - 1 (ascending; split-K below):
 //     acc = the tensor core's fp32 sum of acc and x[m, 16s + i] * w[n, 16s + i],
 //           i = 0..15 (elements past k are zero)
 //   y = acc (fp32), or bf16(acc) rounded to nearest even.
@@ -18,9 +18,14 @@
 // about fp32 precision. Against the exact product the test bounds
 // |y - exact| <= (1e-6 + ceil(k/16) 2^-22) sum_k |x_k w_k|.
 //
-// Batch invariance: a row's output depends only on that row of X and on W
-// (no split-K, one fixed order); the tiles of fp8_block_gemm_params.h all
-// run the same arithmetic (the test compares them bit for bit).
+// With k_splits > 1 (Bf16GemmParams) the loop above runs over each split's
+// stages into its own acc (from +0), and y = ((acc_0 + acc_1) + ...) in
+// split order, then the output's rounding; the bound above still holds.
+//
+// Batch invariance: a row's output depends only on that row of X, on W and
+// on k_splits (chosen from W's shape, ChooseBf16GemmSplits; one fixed order);
+// the tiles of fp8_block_gemm_params.h all run the same arithmetic (the test
+// compares them bit for bit).
 //
 // Thread safety: stateless; safe from any thread.
 

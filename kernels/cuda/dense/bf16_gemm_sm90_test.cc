@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -171,6 +172,95 @@ TEST(Bf16GemmTest, GroupsAndBf16Output) {
           << "fp32 rounded, group " << g << " element " << i;
     }
   }
+}
+
+// Split-K: each split is the product over its K stages from +0 (the same
+// call on that slice of K alone), and y is the partials added in split
+// order, then rounded per the output; every tile gives the same bits, a row
+// the same alone and in a batch, a grouped call the same as each group
+// alone; and the split product stays within the exact product's bound.
+TEST(Bf16GemmTest, SplitKSumsTheSplitsProductsInOrder) {
+  const int groups = 2;
+  const int64_t m = 9, n = 96, k = 1000;  // 16 stages (the last one short)
+  const int splits = 3;                   // stages [0, 5), [5, 10), [10, 16)
+  std::mt19937 rng(23);
+  const std::vector<uint16_t> x = RandomRows(groups * m, k, rng),
+                              w = RandomRows(groups * n, k, rng);
+  const int64_t mn = m * n;
+  DeviceBuffer<uint16_t> dx(x), dw(w);
+  DeviceBuffer<float> y(groups * mn), scratch(groups * splits * mn);
+  auto run = [&](int64_t rows, const uint16_t* xp, Fp8GemmTile tile, Fp8GemmOutput output,
+                 int g_count) {
+    y.Poison(0xFF);
+    const absl::Status st = Bf16Gemm({.x = xp,
+                                      .w = dw.get(),
+                                      .y = y.get(),
+                                      .m = rows,
+                                      .n = n,
+                                      .k = k,
+                                      .groups = g_count,
+                                      .x_group_stride = m * k,
+                                      .w_group_stride = n * k,
+                                      .y_group_stride = mn,
+                                      .output = output,
+                                      .tile = tile,
+                                      .k_splits = splits,
+                                      .split_scratch = scratch.get()},
+                                     nullptr);
+    EXPECT_TRUE(st.ok()) << st;
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    return y.Download();
+  };
+  const std::vector<float> got = run(m, dx.get(), Fp8GemmTile::kAuto, Fp8GemmOutput::kF32, groups);
+  ASSERT_EQ(got.size(), static_cast<size_t>(groups * mn));
+  const int64_t stages = (k + 63) / 64;
+  for (int g = 0; g < groups; ++g) {
+    std::vector<float> want(mn, 0.0f);
+    for (int s = 0; s < splits; ++s) {
+      const int64_t c0 = s * stages / splits * 64, c1 = std::min(k, (s + 1) * stages / splits * 64);
+      std::vector<uint16_t> xs, ws;
+      for (int64_t i = 0; i < m; ++i) {
+        xs.insert(xs.end(), x.begin() + (g * m + i) * k + c0, x.begin() + (g * m + i) * k + c1);
+      }
+      for (int64_t j = 0; j < n; ++j) {
+        ws.insert(ws.end(), w.begin() + (g * n + j) * k + c0, w.begin() + (g * n + j) * k + c1);
+      }
+      const std::vector<float> part = RunGpu(xs, ws, m, n, c1 - c0, Fp8GemmTile::kAuto);
+      ASSERT_EQ(part.size(), static_cast<size_t>(mn));
+      for (int64_t e = 0; e < mn; ++e) want[e] = s == 0 ? part[e] : want[e] + part[e];
+    }
+    EXPECT_EQ(std::memcmp(want.data(), got.data() + g * mn, mn * sizeof(float)), 0)
+        << "group " << g << ": not the splits' products added in order";
+    for (int64_t i = 0; i < m; ++i) {  // within the exact product's bound
+      for (int64_t j = 0; j < n; ++j) {
+        double exact = 0, abs_sum = 0;
+        for (int64_t c = 0; c < k; ++c) {
+          const double p =
+              static_cast<double>(Value(x[(g * m + i) * k + c])) * Value(w[(g * n + j) * k + c]);
+          exact += p;
+          abs_sum += std::fabs(p);
+        }
+        ASSERT_LE(std::fabs(got[g * mn + i * n + j] - exact),
+                  (1e-6 + std::ceil(k / 16.0) * std::ldexp(1.0, -22)) * abs_sum);
+      }
+    }
+  }
+  for (Fp8GemmTile tile : kAllFp8GemmTiles) {
+    EXPECT_TRUE(SameBits(run(m, dx.get(), tile, Fp8GemmOutput::kF32, groups), got, groups * mn))
+        << "tile " << static_cast<int>(tile);
+  }
+  // Rounded outputs: the fp32 sum rounded.
+  const std::vector<float> rounded =
+      run(m, dx.get(), Fp8GemmTile::kAuto, Fp8GemmOutput::kF32RoundedBf16, groups);
+  for (int64_t e = 0; e < groups * mn; ++e) {
+    const float want = kernels::RoundToBf16(got[e]);
+    ASSERT_EQ(std::memcmp(&rounded[e], &want, sizeof(float)), 0) << "element " << e;
+  }
+  // Row 4 of group 0 alone.
+  DeviceBuffer<uint16_t> one(std::vector<uint16_t>(x.begin() + 4 * k, x.begin() + 5 * k));
+  const std::vector<float> alone = run(1, one.get(), Fp8GemmTile::kAuto, Fp8GemmOutput::kF32, 1);
+  EXPECT_EQ(std::memcmp(alone.data(), got.data() + 4 * n, n * sizeof(float)), 0)
+      << "a row alone differs from the row in its batch";
 }
 
 TEST(Bf16GemmTest, RefusesBadArguments) {

@@ -70,10 +70,9 @@ absl::Status LaunchTile(const Fp8BlockGemmParams& p, const Fp8GemmTileShape& sha
     if (p.k_splits > 1 && !fused_reduce) {
       constexpr int kReduceThreads = 256;
       const int64_t mn = p.m * p.n;
-      fp8_gemm::Fp8SplitReduceKernel<<<dim3(static_cast<unsigned>((mn + kReduceThreads - 1) /
-                                                                  kReduceThreads),
-                                            static_cast<unsigned>(p.groups)),
-                                       kReduceThreads, 0, stream>>>(
+      SplitReduceKernel<<<dim3(static_cast<unsigned>((mn + kReduceThreads - 1) / kReduceThreads),
+                               static_cast<unsigned>(p.groups)),
+                          kReduceThreads, 0, stream>>>(
           p.split_scratch, p.y, mn, p.k_splits, args.y_stride, args.bf16_out, args.round_f32);
     }
     return LaunchStatus("Fp8BlockGemm");

@@ -21,6 +21,7 @@
 
 #include "kernels/cuda/dense/fp8_block_gemm_params.h"
 #include "kernels/cuda/dense/fp8_mma_sm90.cuh"
+#include "kernels/cuda/dense/split_reduce.cuh"
 #include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/cuda/rounding.cuh"
 #include "kernels/cuda/tma.cuh"
@@ -46,7 +47,7 @@ struct KernelArgs {
   // Split-K without a second kernel: one zeroed counter per (group, M tile,
   // N tile) (the grid's x, y and group); the split CTA that counts last sums
   // the tile's partials in split order into y and zeroes the counter again.
-  // Null: Fp8SplitReduceKernel does the sum.
+  // Null: SplitReduceKernel (split_reduce.cuh) does the sum.
   uint32_t* counters;
   // Rows by group (Fp8BlockGemmParams::group_offsets): group g's X and Y rows
   // are [offsets[g], offsets[g + 1]) of the m rows (clamped); null: strides.
@@ -648,7 +649,7 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
   if (args.splits > 1 && args.counters != nullptr) {
     // Publish this split's partial, then count it; the last split of the
     // tile reads every split's partial (from L2: other CTAs wrote them) and
-    // sums them in split order, as Fp8SplitReduceKernel would.
+    // sums them in split order, as SplitReduceKernel would.
     __shared__ int s_last;
     uint32_t* counter = args.counters + (group * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
     __threadfence();
@@ -669,24 +670,6 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
       }
       if (tid == 0) *counter = 0u;
     }
-  }
-}
-
-// y of each group = the splits' partials summed in split order (one thread
-// per output element of a group).
-__global__ void Fp8SplitReduceKernel(const float* __restrict__ partial, void* y, int64_t mn,
-                                     int splits, int64_t y_stride, bool bf16_out, bool round_f32) {
-  GridDependencyPrologue();
-  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (e >= mn) return;
-  const int64_t g = blockIdx.y;
-  const float* part = partial + g * splits * mn + e;
-  float v = part[0];
-  for (int s = 1; s < splits; ++s) v = __fadd_rn(v, part[s * mn]);
-  if (bf16_out) {
-    static_cast<__nv_bfloat16*>(y)[g * y_stride + e] = __float2bfloat16_rn(v);
-  } else {
-    static_cast<float*>(y)[g * y_stride + e] = round_f32 ? RoundToBf16(v) : v;
   }
 }
 
