@@ -145,6 +145,9 @@ ABSL_FLAG(int64_t, fp8_split_target, 0,
 ABSL_FLAG(int32_t, fp8_split_min_stages, 0,
           "kFast FP8 linears: the fewest 128-wide K stages a split walks "
           "(DeviceDecoderOptions::fp8_split_min_stages; 0: the rule's default, 4).");
+ABSL_FLAG(int32_t, norm_cluster_ranks, 0,
+          "The mHC collapse-norms' CTAs a token (DeviceDecoderOptions::norm_cluster_ranks: "
+          "1 one block, 2 / 4 / 8 a cluster, 0 by the token count; the same bits).");
 ABSL_FLAG(bool, fast_mhc, true,
           "kFast: the mHC coefficients on HcMixSplitK (DeviceDecoderOptions::fast_mhc).");
 ABSL_FLAG(bool, weight_prefetch, true,
@@ -350,6 +353,7 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
         .fused_split_reduce = absl::GetFlag(FLAGS_fused_split_reduce),
         .fp8_split_target_ctas = absl::GetFlag(FLAGS_fp8_split_target),
         .fp8_split_min_stages = absl::GetFlag(FLAGS_fp8_split_min_stages),
+        .norm_cluster_ranks = absl::GetFlag(FLAGS_norm_cluster_ranks),
         .profile = !graphs,
         .expert_tile = absl::GetFlag(FLAGS_expert_tile),
         .expert_wgmma = absl::GetFlag(FLAGS_expert_wgmma),
@@ -503,6 +507,7 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       .fused_split_reduce = absl::GetFlag(FLAGS_fused_split_reduce),
       .fp8_split_target_ctas = absl::GetFlag(FLAGS_fp8_split_target),
       .fp8_split_min_stages = absl::GetFlag(FLAGS_fp8_split_min_stages),
+      .norm_cluster_ranks = absl::GetFlag(FLAGS_norm_cluster_ranks),
       .weight_prefetch = absl::GetFlag(FLAGS_weight_prefetch),
       .concurrent_branches = absl::GetFlag(FLAGS_concurrent_branches),
       .expert_tile = absl::GetFlag(FLAGS_expert_tile),

@@ -637,6 +637,35 @@ TEST(DeviceDecoderFastTest, SmallBf16ParallelBranchesGiveTheOneStreamBits) {
   EXPECT_EQ(DifferingCalls(with, without), 0) << "of " << with.size() << " calls";
 }
 
+// The mHC collapse-norms with a block a token and with each cluster size
+// (norm_cluster_ranks; the default picks by the step's rows): the logits of
+// a 40-row chunk and of 4 decode steps of two sequences bit for bit.
+TEST(DeviceDecoderFastTest, SmallBf16NormClustersGiveTheOneBlockBits) {
+  const Checkpoint* small = SmallCheckpoint(3);
+  ASSERT_NE(small, nullptr);
+  const int64_t v = small->config().vocab_size;
+  auto cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
+  ASSERT_NE(cpu, nullptr);
+  constexpr int kChunk = 40;
+  DeviceDecoderOptions one_block{.numerics = DecodeNumerics::kFast,
+                                 .max_sequences = 3,
+                                 .max_positions = kChunk + 16,
+                                 .max_batch = kChunk,
+                                 .max_rows_per_slot = kChunk,
+                                 .norm_cluster_ranks = 1};
+  const std::vector<int64_t> prompt = RandomTokens(kChunk, 47, v - 1);
+  std::vector<std::vector<int64_t>> steps;
+  for (int step = 0; step < 4; ++step) steps.push_back({5 + step, 13 + 2 * step});
+  const auto want = ChunkThenSteps(*cpu, one_block, {1, 2}, prompt, steps);
+  ASSERT_EQ(want.size(), 6u);
+  for (int ranks : {0, 2, 4, 8}) {
+    DeviceDecoderOptions clustered = one_block;
+    clustered.norm_cluster_ranks = ranks;
+    const auto got = ChunkThenSteps(*cpu, clustered, {1, 2}, prompt, steps);
+    EXPECT_EQ(DifferingCalls(got, want), 0) << "ranks " << ranks << ", of " << got.size();
+  }
+}
+
 // Prefill-sized steps on f16 wgmma (dense_wgmma_f16 takes the FP8 linears
 // of more than kDenseWgmmaF16MinRows rows to the 128 x 128 wgmma tile,
 // expert_wgmma_f16 the routed experts' MXFP4 kernel, and the tile form's
