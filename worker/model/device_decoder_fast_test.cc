@@ -641,28 +641,16 @@ TEST(DeviceDecoderFastTest, SmallBf16ParallelBranchesGiveTheOneStreamBits) {
 // (norm_cluster_ranks; the default picks by the step's rows): the logits of
 // a 40-row chunk and of 4 decode steps of two sequences bit for bit.
 TEST(DeviceDecoderFastTest, SmallBf16NormClustersGiveTheOneBlockBits) {
-  const Checkpoint* small = SmallCheckpoint(3);
-  ASSERT_NE(small, nullptr);
-  const int64_t v = small->config().vocab_size;
-  auto cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
-  ASSERT_NE(cpu, nullptr);
-  constexpr int kChunk = 40;
-  DeviceDecoderOptions one_block{.numerics = DecodeNumerics::kFast,
-                                 .max_sequences = 3,
-                                 .max_positions = kChunk + 16,
-                                 .max_batch = kChunk,
-                                 .max_rows_per_slot = kChunk,
-                                 .norm_cluster_ranks = 1};
-  const std::vector<int64_t> prompt = RandomTokens(kChunk, 47, v - 1);
-  std::vector<std::vector<int64_t>> steps;
-  for (int step = 0; step < 4; ++step) steps.push_back({5 + step, 13 + 2 * step});
-  const auto want = ChunkThenSteps(*cpu, one_block, {1, 2}, prompt, steps);
+  const SmallChunkCase c = SmallChunk(47, 5);
+  ASSERT_NE(c.cpu, nullptr);
+  DeviceDecoderOptions one_block = c.options;
+  one_block.norm_cluster_ranks = 1;
+  const auto want = c.Run(one_block);
   ASSERT_EQ(want.size(), 6u);
   for (int ranks : {0, 2, 4, 8}) {
-    DeviceDecoderOptions clustered = one_block;
+    DeviceDecoderOptions clustered = c.options;
     clustered.norm_cluster_ranks = ranks;
-    const auto got = ChunkThenSteps(*cpu, clustered, {1, 2}, prompt, steps);
-    EXPECT_EQ(DifferingCalls(got, want), 0) << "ranks " << ranks << ", of " << got.size();
+    EXPECT_EQ(DifferingCalls(c.Run(clustered), want), 0) << "ranks " << ranks;
   }
 }
 
