@@ -43,14 +43,19 @@ inline bool NormFp8OutputOk(const float* out, const uint8_t* codes, const uint8_
          reinterpret_cast<uintptr_t>(codes) % 8 == 0 && reinterpret_cast<uintptr_t>(out) % 32 == 0;
 }
 
+// NormalizeRow over the float4 columns [lo4, hi4) of the row only: the sum
+// of squares is still the whole row's (warp 0, the same chain), then the
+// block scales and writes those columns and, with `codes` (the whole row's
+// codes and scales; lo4 % 8 == 0, and hi4 % 8 == 0 or hi4 == dim / 4), their
+// FP8 form. The clustered mHC collapse-norm (moe/mhc.cuh) gives each CTA of
+// a token's cluster its columns this way; every value has NormalizeRow's
+// bits.
 template <int kThreads>
-__device__ __forceinline__ void NormalizeRow(const float* src, const float* __restrict__ weight,
-                                             float* out_row, int64_t dim, float eps,
-                                             bool round_bf16, uint8_t* codes = nullptr,
-                                             uint8_t* scales = nullptr) {
+__device__ __forceinline__ void NormalizeRowColumns(
+    const float* src, const float* __restrict__ weight, float* out_row, int64_t dim, int64_t lo4,
+    int64_t hi4, float eps, bool round_bf16, uint8_t* codes = nullptr, uint8_t* scales = nullptr) {
   namespace fm = ::weir::kernels::fmath;
   const float4* src4 = reinterpret_cast<const float4*>(src);
-  const int64_t n4 = dim / 4;
   __shared__ float inv_rms;
   if (threadIdx.x < 32) {
     const double total = fm::WarpLaneSum<double>(dim, [&](int64_t i) {
@@ -65,7 +70,7 @@ __device__ __forceinline__ void NormalizeRow(const float* src, const float* __re
   __syncthreads();
   float4* out4 = reinterpret_cast<float4*>(out_row);
   const float4* w4 = reinterpret_cast<const float4*>(weight);
-  for (int64_t i = threadIdx.x; i < n4; i += kThreads) {
+  for (int64_t i = lo4 + threadIdx.x; i < hi4; i += kThreads) {
     float4 v = src4[i];
     const float4 w = weight != nullptr ? w4[i] : make_float4(1.f, 1.f, 1.f, 1.f);
     v.x = __fmul_rn(w.x, __fmul_rn(v.x, inv_rms));
@@ -80,7 +85,19 @@ __device__ __forceinline__ void NormalizeRow(const float* src, const float* __re
     }
     out4[i] = v;
   }
-  if (codes != nullptr) dense::ActQuantRowAfterBarrier<kThreads>(out_row, dim, codes, scales);
+  if (codes != nullptr) {
+    dense::ActQuantRowAfterBarrier<kThreads>(out_row + lo4 * 4, (hi4 - lo4) * 4, codes + lo4 * 4,
+                                             scales + lo4 / 8);
+  }
+}
+
+template <int kThreads>
+__device__ __forceinline__ void NormalizeRow(const float* src, const float* __restrict__ weight,
+                                             float* out_row, int64_t dim, float eps,
+                                             bool round_bf16, uint8_t* codes = nullptr,
+                                             uint8_t* scales = nullptr) {
+  NormalizeRowColumns<kThreads>(src, weight, out_row, dim, 0, dim / 4, eps, round_bf16, codes,
+                                scales);
 }
 
 template <int kThreads, bool kStaged>

@@ -148,6 +148,9 @@ ABSL_FLAG(int32_t, fp8_split_min_stages, 0,
 ABSL_FLAG(bool, bf16_split_k, true,
           "kFast bf16 linears split K by weight shape (DeviceDecoderOptions::bf16_split_k); "
           "false: one CTA walks all of K.");
+ABSL_FLAG(int32_t, norm_cluster_ranks, 0,
+          "The mHC collapse-norms' CTAs a token (DeviceDecoderOptions::norm_cluster_ranks: "
+          "1 one block, 2 / 4 / 8 a cluster, 0 by the token count; the same bits).");
 ABSL_FLAG(bool, fast_mhc, true,
           "kFast: the mHC coefficients on HcMixSplitK (DeviceDecoderOptions::fast_mhc).");
 ABSL_FLAG(bool, weight_prefetch, true,
@@ -354,6 +357,7 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
         .fp8_split_target_ctas = absl::GetFlag(FLAGS_fp8_split_target),
         .fp8_split_min_stages = absl::GetFlag(FLAGS_fp8_split_min_stages),
         .bf16_split_k = absl::GetFlag(FLAGS_bf16_split_k),
+        .norm_cluster_ranks = absl::GetFlag(FLAGS_norm_cluster_ranks),
         .profile = !graphs,
         .expert_tile = absl::GetFlag(FLAGS_expert_tile),
         .expert_wgmma = absl::GetFlag(FLAGS_expert_wgmma),
@@ -508,6 +512,7 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       .fp8_split_target_ctas = absl::GetFlag(FLAGS_fp8_split_target),
       .fp8_split_min_stages = absl::GetFlag(FLAGS_fp8_split_min_stages),
       .bf16_split_k = absl::GetFlag(FLAGS_bf16_split_k),
+      .norm_cluster_ranks = absl::GetFlag(FLAGS_norm_cluster_ranks),
       .weight_prefetch = absl::GetFlag(FLAGS_weight_prefetch),
       .concurrent_branches = absl::GetFlag(FLAGS_concurrent_branches),
       .expert_tile = absl::GetFlag(FLAGS_expert_tile),

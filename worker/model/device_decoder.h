@@ -245,6 +245,11 @@ struct DeviceDecoderOptions {
   // (ChooseBf16GemmSplits) and a second kernel summing the partials in split
   // order; false: one CTA walks all of K (other bits, also batch-invariant).
   bool bf16_split_k = true;
+  // The mHC collapse-norms (HcCollapseNorm, HcExpandCollapseNorm): CTAs a
+  // token (HcCollapseNormParams::cluster_ranks; 1 = a block a token, 2 / 4 /
+  // 8 = a cluster, 0 = by the step's token count). The same bits whatever it
+  // is; for sweeps (decode_gpu --norm_cluster_ranks).
+  int norm_cluster_ranks = 0;
   // kFast FP8 linears: the CTAs ask L2 for their weight rows before they
   // wait for the kernel before them (Fp8BlockGemmParams::prefetch_weights),
   // so with programmatic edges a decode step's weights stream during the

@@ -637,6 +637,23 @@ TEST(DeviceDecoderFastTest, SmallBf16ParallelBranchesGiveTheOneStreamBits) {
   EXPECT_EQ(DifferingCalls(with, without), 0) << "of " << with.size() << " calls";
 }
 
+// The mHC collapse-norms with a block a token and with each cluster size
+// (norm_cluster_ranks; the default picks by the step's rows): the logits of
+// a 40-row chunk and of 4 decode steps of two sequences bit for bit.
+TEST(DeviceDecoderFastTest, SmallBf16NormClustersGiveTheOneBlockBits) {
+  const SmallChunkCase c = SmallChunk(47, 5);
+  ASSERT_NE(c.cpu, nullptr);
+  DeviceDecoderOptions one_block = c.options;
+  one_block.norm_cluster_ranks = 1;
+  const auto want = c.Run(one_block);
+  ASSERT_EQ(want.size(), 6u);
+  for (int ranks : {0, 2, 4, 8}) {
+    DeviceDecoderOptions clustered = c.options;
+    clustered.norm_cluster_ranks = ranks;
+    EXPECT_EQ(DifferingCalls(c.Run(clustered), want), 0) << "ranks " << ranks;
+  }
+}
+
 // Prefill-sized steps on f16 wgmma (dense_wgmma_f16 takes the FP8 linears
 // of more than kDenseWgmmaF16MinRows rows to the 128 x 128 wgmma tile,
 // expert_wgmma_f16 the routed experts' MXFP4 kernel, and the tile form's

@@ -1014,7 +1014,8 @@ struct DeviceDecoder::Impl {
             .hc_mult = static_cast<int>(c.hc_mult),
             .eps = static_cast<float>(c.norm_eps),
             .round_collapse = bf16(),
-            .round_out = bf16()};
+            .round_out = bf16(),
+            .cluster_ranks = options.norm_cluster_ranks};
   }
   // Enqueues `launch`, a collapse-norm `p` into h, with h's FP8 form in the
   // same launch when `fp8` and the norm can make it; binds h_in to h.

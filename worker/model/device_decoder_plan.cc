@@ -44,6 +44,10 @@ absl::StatusOr<LocalExperts> CheckDecodable(const ModelConfig& c, const LayerRol
     return absl::InvalidArgumentError(
         absl::StrCat("DeviceDecoder: max_rollback ", options.max_rollback, " (0 to 1024)"));
   }
+  if (const int r = options.norm_cluster_ranks; r != 0 && r != 1 && r != 2 && r != 4 && r != 8) {
+    return absl::InvalidArgumentError(absl::StrCat("DeviceDecoder: norm_cluster_ranks ", r,
+                                                   " (0 = by the token count, 1, 2, 4 or 8)"));
+  }
   if (options.kv_block_tokens < 0 || options.kv_block_tokens > (1 << 20) || options.kv_blocks < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("DeviceDecoder: kv_block_tokens ", options.kv_block_tokens,

@@ -126,6 +126,21 @@ TEST(DeviceDecoderPlanTest, RefusesBudgetsAndOptionsItCannotMeet) {
                     .ok())
         << tile;
   }
+  // The collapse-norms' CTAs a token: a cluster size the kernels have.
+  for (int ranks : {-1, 3, 16}) {
+    EXPECT_EQ(DeviceDecoder::MaxPositionsFor(
+                  *m, kBf16, {.max_sequences = 2, .norm_cluster_ranks = ranks}, SIZE_MAX)
+                  .status()
+                  .code(),
+              absl::StatusCode::kInvalidArgument)
+        << ranks;
+  }
+  for (int ranks : {0, 1, 2, 4, 8}) {
+    EXPECT_TRUE(DeviceDecoder::MaxPositionsFor(
+                    *m, kBf16, {.max_sequences = 2, .norm_cluster_ranks = ranks}, SIZE_MAX)
+                    .ok())
+        << ranks;
+  }
 }
 
 }  // namespace

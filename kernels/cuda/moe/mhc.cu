@@ -24,6 +24,49 @@ unsigned ElementBlocks(int64_t elements) {
   return static_cast<unsigned>((elements + kElementThreads - 1) / kElementThreads);
 }
 
+// The CTAs a token of a collapse-norm launch takes (params.cluster_ranks, 0
+// resolved by the token count).
+int NormRanks(const HcCollapseNormParams& p) {
+  return p.cluster_ranks == 0 ? moe::HcNormClusterRanks(p.tokens) : p.cluster_ranks;
+}
+
+bool NormRanksOk(const HcCollapseNormParams& p) {
+  const int r = p.cluster_ranks;
+  return (r == 0 || r == 1 || r == 2 || r == 4 || r == 8) && p.tokens * NormRanks(p) <= 0x7fffffff;
+}
+
+// The threads of a collapse-norm CTA: a token's row in two passes with one
+// block a token; a rank's share (at most a fifth of V4.1's 1,280 float4s
+// with two ranks) in a few with a cluster.
+constexpr int kNormThreads = 1024;
+constexpr int kClusterNormThreads = 256;
+
+// Launches a collapse-norm kernel with `ranks` CTAs a token: a plain launch
+// for one, a cluster launch (cudaLaunchKernelEx) for more.
+template <typename... Params, typename... Args>
+void LaunchNorm(void (*kernel)(Params...), const HcCollapseNormParams& p, int ranks,
+                cudaStream_t stream, Args... args) {
+  const size_t smem = static_cast<size_t>(p.dim * 4);
+  if (ranks == 1) {
+    kernel<<<static_cast<unsigned>(p.tokens), kNormThreads, smem, stream>>>(args...);
+    return;
+  }
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(p.tokens * ranks));
+  config.blockDim = dim3(kClusterNormThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = static_cast<unsigned>(ranks);
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  // An error is left for LaunchStatus to report (cudaGetLastError).
+  (void)cudaLaunchKernelEx(&config, kernel, args...);
+}
+
 }  // namespace
 
 bool SupportsHcMix(const HcMixParams& p) {
@@ -64,23 +107,39 @@ absl::Status HcCollapse(const HcCollapseParams& p, cudaStream_t stream) {
 bool SupportsHcCollapseNorm(const HcCollapseNormParams& p) {
   return ShapeOk(p.tokens, p.dim, p.hc_mult) && p.x != nullptr && p.pre != nullptr &&
          p.out != nullptr && p.dim % 4 == 0 && p.dim * 4 <= kStagedRowMaxBytes && p.eps >= 0.0f &&
-         p.tokens <= 0x7fffffff && NormFp8OutputOk(p.out, p.codes, p.scales, p.dim);
+         p.tokens <= 0x7fffffff && NormFp8OutputOk(p.out, p.codes, p.scales, p.dim) &&
+         NormRanksOk(p);
 }
 
 absl::Status HcCollapseNorm(const HcCollapseNormParams& p, cudaStream_t stream) {
   if (!SupportsHcCollapseNorm(p)) {
-    return absl::InvalidArgumentError(absl::StrCat("HcCollapseNorm: unsupported (tokens ", p.tokens,
-                                                   ", dim ", p.dim, ", hc_mult ", p.hc_mult,
-                                                   ", eps ", p.eps, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "HcCollapseNorm: unsupported (tokens ", p.tokens, ", dim ", p.dim, ", hc_mult ", p.hc_mult,
+        ", eps ", p.eps, ", cluster_ranks ", p.cluster_ranks, ")"));
   }
-  // A decode step has a block per token: 1,024 threads take a row of V4.1's
-  // 4 x 5,120 streams in two passes instead of five (each pass a round trip
-  // to memory). The norm's sum is warp 0's whatever the block: same bits.
-  constexpr int kThreads = 1024;
-  moe::HcCollapseNormKernel<kThreads>
-      <<<static_cast<unsigned>(p.tokens), kThreads, static_cast<size_t>(p.dim * 4), stream>>>(
-          p.x, p.pre, p.weight, p.out, p.dim, p.hc_mult, p.eps, p.round_collapse, p.round_out,
-          p.codes, p.scales);
+  // With one block a token, 1,024 threads take a row of V4.1's 4 x 5,120
+  // streams in two passes instead of five (each pass a round trip to
+  // memory); a decode step of a few tokens spreads each over a cluster
+  // (hc_norm_split.h). The norm's sum is warp 0's whatever the shape: same
+  // bits.
+  auto launch = [&](auto kernel, int ranks) {
+    LaunchNorm(kernel, p, ranks, stream, p.x, p.pre, p.weight, p.out, p.dim, p.hc_mult, p.eps,
+               p.round_collapse, p.round_out, p.codes, p.scales);
+  };
+  switch (NormRanks(p)) {
+    case 1:
+      launch(moe::HcCollapseNormKernel<kNormThreads, 1>, 1);
+      break;
+    case 2:
+      launch(moe::HcCollapseNormKernel<kClusterNormThreads, 2>, 2);
+      break;
+    case 4:
+      launch(moe::HcCollapseNormKernel<kClusterNormThreads, 4>, 4);
+      break;
+    default:
+      launch(moe::HcCollapseNormKernel<kClusterNormThreads, 8>, 8);
+      break;
+  }
   return LaunchStatus("HcCollapseNorm");
 }
 
@@ -117,24 +176,40 @@ absl::Status HcExpandCollapseNorm(const HcExpandParams& e, const HcCollapseNormP
         "; needs HcExpand's and HcCollapseNorm's conditions, the collapse reading the expand's "
         "output, hc_mult <= 4 and 16-byte aligned x, y and out)"));
   }
-  constexpr int kThreads = 1024;  // as HcCollapseNorm
-  auto launch = [&](auto kernel) {
-    kernel<<<static_cast<unsigned>(c.tokens), kThreads, static_cast<size_t>(c.dim * 4), stream>>>(
-        e.x, e.y, e.post, e.comb, e.out, e.round_bf16, c.pre, c.weight, c.out, c.dim, c.eps,
-        c.round_collapse, c.round_out, c.codes, c.scales);
+  auto launch = [&](auto kernel, int ranks) {
+    LaunchNorm(kernel, c, ranks, stream, e.x, e.y, e.post, e.comb, e.out, e.round_bf16, c.pre,
+               c.weight, c.out, c.dim, c.eps, c.round_collapse, c.round_out, c.codes, c.scales);
+  };
+  // The kernel for n streams and `ranks` CTAs a token (threads as
+  // HcCollapseNorm's).
+  auto with_streams = [&]<int kN>() {
+    switch (NormRanks(c)) {
+      case 1:
+        launch(moe::HcExpandCollapseNormKernel<kNormThreads, kN, 1>, 1);
+        break;
+      case 2:
+        launch(moe::HcExpandCollapseNormKernel<kClusterNormThreads, kN, 2>, 2);
+        break;
+      case 4:
+        launch(moe::HcExpandCollapseNormKernel<kClusterNormThreads, kN, 4>, 4);
+        break;
+      default:
+        launch(moe::HcExpandCollapseNormKernel<kClusterNormThreads, kN, 8>, 8);
+        break;
+    }
   };
   switch (e.hc_mult) {
     case 1:
-      launch(moe::HcExpandCollapseNormKernel<kThreads, 1>);
+      with_streams.template operator()<1>();
       break;
     case 2:
-      launch(moe::HcExpandCollapseNormKernel<kThreads, 2>);
+      with_streams.template operator()<2>();
       break;
     case 3:
-      launch(moe::HcExpandCollapseNormKernel<kThreads, 3>);
+      with_streams.template operator()<3>();
       break;
     default:
-      launch(moe::HcExpandCollapseNormKernel<kThreads, 4>);
+      with_streams.template operator()<4>();
       break;
   }
   return LaunchStatus("HcExpandCollapseNorm");

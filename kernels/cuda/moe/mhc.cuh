@@ -5,7 +5,9 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/cluster.cuh"
 #include "kernels/cuda/grid_dependency.cuh"
+#include "kernels/cuda/moe/hc_norm_split.h"
 #include "kernels/cuda/moe/hc_sinkhorn.cuh"
 #include "kernels/cuda/moe/numerics.cuh"
 #include "kernels/cuda/rms_norm.cuh"
@@ -87,20 +89,61 @@ __device__ __forceinline__ L2Rows NormWeightRow(const float* weight, int64_t dim
           .rows = blockIdx.x == 0 ? 1 : 0};
 }
 
-// One block per token: the token's HcCollapseKernel row into shared memory
-// (dim * 4 bytes, dynamic), then RmsNorm's NormalizeRow over it, so out is
-// bit for bit HcCollapse followed by RmsNorm (with their roundings), in one
-// launch. (The first block asks L2 for the norm's weight: NormWeightRow.)
-template <int kThreads>
-__global__ void HcCollapseNormKernel(const float* __restrict__ x, const float* __restrict__ pre,
-                                     const float* __restrict__ weight, float* __restrict__ out,
-                                     int64_t dim, int n, float eps, bool round_collapse,
-                                     bool round_out, uint8_t* codes, uint8_t* scales) {
+// The columns of the token's row this CTA makes: all of them with one block
+// a token, its rank's share (HcNormColumnsOf) in a cluster of kRanks.
+template <int kRanks>
+__device__ __forceinline__ HcNormColumns HcNormOwnColumns(int64_t dim) {
+  if constexpr (kRanks == 1) {
+    return {0, dim / 4};
+  } else {
+    return HcNormColumnsOf(dim / 4, kRanks, static_cast<int>(ClusterCtaRank()));
+  }
+}
+
+// Once this CTA has written its columns `own` of the collapsed row into its
+// shared `row`: with one block a token, a block barrier; in a cluster, copies
+// them into every other rank's `row` (after the start-up arrive every thread
+// made with ClusterArriveRelaxed: every rank has started) and waits until
+// every rank's columns are in this CTA's `row`. No rank touches another's
+// shared memory after it, so a CTA may then run to its end.
+template <int kThreads, int kRanks>
+__device__ __forceinline__ void HcNormShareRow(float4* row, HcNormColumns own) {
+  if constexpr (kRanks == 1) {
+    __syncthreads();
+  } else {
+    ClusterWait();
+    const unsigned me = ClusterCtaRank();
+#pragma unroll
+    for (unsigned d = 1; d < kRanks; ++d) {
+      const uint32_t base = ClusterSharedAddress(row, (me + d) % kRanks);
+      for (int64_t i = own.lo + threadIdx.x; i < own.hi; i += kThreads) {
+        StoreClusterF32x4(base + static_cast<uint32_t>(i) * 16u, row[i]);
+      }
+    }
+    ClusterSync();
+  }
+}
+
+// One block per token (kRanks == 1), or a cluster of kRanks CTAs per token
+// (hc_norm_split.h: each rank collapses its columns, the ranks exchange them,
+// each normalizes its own): the token's HcCollapseKernel row into shared
+// memory (dim * 4 bytes, dynamic), then RmsNorm's NormalizeRow over it, so
+// out is bit for bit HcCollapse followed by RmsNorm (with their roundings),
+// in one launch, whatever kRanks. (The first block asks L2 for the norm's
+// weight: NormWeightRow.)
+template <int kThreads, int kRanks>
+__global__ void __launch_bounds__(kThreads)
+    HcCollapseNormKernel(const float* __restrict__ x, const float* __restrict__ pre,
+                         const float* __restrict__ weight, float* __restrict__ out, int64_t dim,
+                         int n, float eps, bool round_collapse, bool round_out, uint8_t* codes,
+                         uint8_t* scales) {
   GridDependencyPrologue(NormWeightRow(weight, dim));
   extern __shared__ float4 collapsed[];
-  const int64_t t = blockIdx.x;
+  if constexpr (kRanks > 1) ClusterArriveRelaxed();
+  const int64_t t = blockIdx.x / kRanks;
+  const HcNormColumns own = HcNormOwnColumns<kRanks>(dim);
   const float* p = pre + t * n;
-  for (int64_t i = threadIdx.x; i < dim / 4; i += kThreads) {
+  for (int64_t i = own.lo + threadIdx.x; i < own.hi; i += kThreads) {
     float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int j = 0; j < n; ++j) {
       const float4 v = reinterpret_cast<const float4*>(x + (t * n + j) * dim)[i];
@@ -114,20 +157,23 @@ __global__ void HcCollapseNormKernel(const float* __restrict__ x, const float* _
     }
     collapsed[i] = make_float4(a[0], a[1], a[2], a[3]);
   }
-  __syncthreads();
-  NormalizeRow<kThreads>(reinterpret_cast<const float*>(collapsed), weight, out + t * dim, dim, eps,
-                         round_out, codes != nullptr ? codes + t * dim : nullptr,
-                         codes != nullptr ? scales + t * (dim / 32) : nullptr);
+  HcNormShareRow<kThreads, kRanks>(collapsed, own);
+  NormalizeRowColumns<kThreads>(reinterpret_cast<const float*>(collapsed), weight, out + t * dim,
+                                dim, own.lo, own.hi, eps, round_out,
+                                codes != nullptr ? codes + t * dim : nullptr,
+                                codes != nullptr ? scales + t * (dim / 32) : nullptr);
 }
 
 // HcExpandKernel's streams of one token, then HcCollapseNormKernel over
-// them, in one launch (a block per token): each thread makes its quads of
+// them, in one launch (a block or a cluster per token): each thread makes its quads of
 // the new streams exactly as HcExpandKernel makes each element (the comb
 // products added in stream order, then post * y, then the bf16 rounding),
 // stores them, and collapses the values it stored in HcCollapseNormKernel's
 // order; the norm is NormalizeRow's. So x_new, out and its FP8 form are
-// HcExpand then HcCollapseNorm bit for bit. kN = n streams.
-template <int kThreads, int kN>
+// HcExpand then HcCollapseNorm bit for bit. kN = n streams. kRanks as
+// HcCollapseNormKernel's: a rank makes the streams and the collapse of its
+// columns only.
+template <int kThreads, int kN, int kRanks>
 __global__ void __launch_bounds__(kThreads)
     HcExpandCollapseNormKernel(const float* __restrict__ x, const float* __restrict__ y,
                                const float* __restrict__ post, const float* __restrict__ comb,
@@ -137,10 +183,12 @@ __global__ void __launch_bounds__(kThreads)
                                bool round_out, uint8_t* codes, uint8_t* scales) {
   GridDependencyPrologue(NormWeightRow(weight, dim));
   extern __shared__ float4 collapsed[];
-  const int64_t t = blockIdx.x;
+  if constexpr (kRanks > 1) ClusterArriveRelaxed();
+  const int64_t t = blockIdx.x / kRanks;
+  const HcNormColumns own = HcNormOwnColumns<kRanks>(dim);
   const float* p = pre + t * kN;
   const float4* y4 = reinterpret_cast<const float4*>(y + t * dim);
-  for (int64_t i = threadIdx.x; i < dim / 4; i += kThreads) {
+  for (int64_t i = own.lo + threadIdx.x; i < own.hi; i += kThreads) {
     float4 xo[kN];
 #pragma unroll
     for (int j = 0; j < kN; ++j) xo[j] = reinterpret_cast<const float4*>(x + (t * kN + j) * dim)[i];
@@ -174,10 +222,11 @@ __global__ void __launch_bounds__(kThreads)
     }
     collapsed[i] = make_float4(a[0], a[1], a[2], a[3]);
   }
-  __syncthreads();
-  NormalizeRow<kThreads>(reinterpret_cast<const float*>(collapsed), weight, out + t * dim, dim, eps,
-                         round_out, codes != nullptr ? codes + t * dim : nullptr,
-                         codes != nullptr ? scales + t * (dim / 32) : nullptr);
+  HcNormShareRow<kThreads, kRanks>(collapsed, own);
+  NormalizeRowColumns<kThreads>(reinterpret_cast<const float*>(collapsed), weight, out + t * dim,
+                                dim, own.lo, own.hi, eps, round_out,
+                                codes != nullptr ? codes + t * dim : nullptr,
+                                codes != nullptr ? scales + t * (dim / 32) : nullptr);
 }
 
 // One thread per out[t, k, c].

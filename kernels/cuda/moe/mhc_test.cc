@@ -156,7 +156,7 @@ TEST(HcCollapseExpandCudaTest, BitIdenticalToTheCpu) {
 // the CUDA RmsNorm matches bit for bit), then the output rounding.
 TEST(HcCollapseNormCudaTest, IsCollapseThenRmsNormBitForBit) {
   for (const HcCase& c : {HcCase{1, 8, 4}, HcCase{5, 5120, 4}, HcCase{3, 1024, 1},
-                          HcCase{2, 12256, 4}, HcCase{64, 256, 4}}) {
+                          HcCase{2, 12256, 4}, HcCase{64, 256, 4}, HcCase{17, 1000, 4}}) {
     for (bool bf16 : {false, true}) {
       std::mt19937 rng(c.tokens * 31 + c.dim + c.n + bf16);
       const std::vector<float> x = NormalVector(c.tokens * c.n * c.dim, 1.0f, rng);
@@ -186,10 +186,16 @@ TEST(HcCollapseNormCudaTest, IsCollapseThenRmsNormBitForBit) {
                                   .eps = 1e-6f,
                                   .round_collapse = bf16,
                                   .round_out = bf16};
-      ASSERT_TRUE(HcCollapseNorm(params, nullptr).ok());
-      ASSERT_TRUE(Synced());
-      EXPECT_EQ(BitMismatches(dout.Download(), want), 0)
-          << c.tokens << "x" << c.n << "x" << c.dim << " bf16 " << bf16;
+      // One block a token, each cluster size, and the automatic choice: the
+      // same bits.
+      for (int ranks : {1, 2, 4, 8, 0}) {
+        params.cluster_ranks = ranks;
+        dout.Poison();
+        ASSERT_TRUE(HcCollapseNorm(params, nullptr).ok());
+        ASSERT_TRUE(Synced());
+        EXPECT_EQ(BitMismatches(dout.Download(), want), 0)
+            << c.tokens << "x" << c.n << "x" << c.dim << " bf16 " << bf16 << " ranks " << ranks;
+      }
       if (c.dim % 32 != 0) continue;
       // With codes: also the output's FP8 form, byte for byte ActQuantFp8's.
       DeviceBuffer<float> fused(want.size());
@@ -208,12 +214,19 @@ TEST(HcCollapseNormCudaTest, IsCollapseThenRmsNormBitForBit) {
       params.out = fused.get();
       params.codes = codes.get();
       params.scales = scales.get();
-      ASSERT_TRUE(HcCollapseNorm(params, nullptr).ok());
-      EXPECT_EQ(BitMismatches(fused.Download(), want), 0) << "with codes";
-      EXPECT_TRUE(codes.Download() == want_codes.Download())
-          << c.tokens << "x" << c.n << "x" << c.dim << " bf16 " << bf16;
-      EXPECT_TRUE(scales.Download() == want_scales.Download())
-          << c.tokens << "x" << c.n << "x" << c.dim << " bf16 " << bf16;
+      for (int ranks : {1, 2, 4, 8}) {
+        params.cluster_ranks = ranks;
+        fused.Poison();
+        codes.Poison();
+        scales.Poison();
+        ASSERT_TRUE(HcCollapseNorm(params, nullptr).ok());
+        const std::string what = std::to_string(c.tokens) + "x" + std::to_string(c.n) + "x" +
+                                 std::to_string(c.dim) + " bf16 " + std::to_string(bf16) +
+                                 " ranks " + std::to_string(ranks);
+        EXPECT_EQ(BitMismatches(fused.Download(), want), 0) << "with codes, " << what;
+        EXPECT_TRUE(codes.Download() == want_codes.Download()) << what;
+        EXPECT_TRUE(scales.Download() == want_scales.Download()) << what;
+      }
     }
   }
   const float* p = reinterpret_cast<const float*>(16);
@@ -222,6 +235,16 @@ TEST(HcCollapseNormCudaTest, IsCollapseThenRmsNormBitForBit) {
             absl::StatusCode::kInvalidArgument);  // a row past the default shared memory
   EXPECT_EQ(HcCollapseNorm({.x = p, .pre = p, .out = o, .tokens = 1, .dim = 6}, nullptr).code(),
             absl::StatusCode::kInvalidArgument);  // not a multiple of 4
+  EXPECT_EQ(HcCollapseNorm({.x = p, .pre = p, .out = o, .tokens = 1, .dim = 8, .cluster_ranks = 3},
+                           nullptr)
+                .code(),
+            absl::StatusCode::kInvalidArgument);  // not a cluster size the kernels have
+  EXPECT_EQ(
+      HcCollapseNorm(
+          {.x = p, .pre = p, .out = o, .tokens = int64_t{1} << 30, .dim = 8, .cluster_ranks = 2},
+          nullptr)
+          .code(),
+      absl::StatusCode::kInvalidArgument);  // tokens x ranks past the grid
 }
 
 // HcExpandCollapseNorm against HcExpand then HcCollapseNorm: the new
@@ -229,7 +252,7 @@ TEST(HcCollapseNormCudaTest, IsCollapseThenRmsNormBitForBit) {
 // the bf16 roundings.
 TEST(HcExpandCollapseNormCudaTest, IsExpandThenCollapseNormBitForBit) {
   for (const HcCase& c : {HcCase{1, 1024, 4}, HcCase{8, 5120, 4}, HcCase{3, 256, 1},
-                          HcCase{5, 2048, 2}, HcCase{64, 1024, 4}}) {
+                          HcCase{5, 2048, 2}, HcCase{64, 1024, 4}, HcCase{40, 1056, 3}}) {
     for (bool bf16 : {false, true}) {
       std::mt19937 rng(c.tokens * 17 + c.dim + c.n + bf16);
       const std::vector<float> x = NormalVector(c.tokens * c.n * c.dim, 1.0f, rng);
@@ -239,9 +262,14 @@ TEST(HcExpandCollapseNormCudaTest, IsExpandThenCollapseNormBitForBit) {
       const std::vector<float> pre = NormalVector(c.tokens * c.n, 0.5f, rng);
       const std::vector<float> weight = NormalVector(c.dim, 1.0f, rng);
       DeviceBuffer<float> dx(x), dy(y), dpost(post), dcomb(comb), dpre(pre), dw(weight);
-      std::vector<float> streams[2], out[2];
-      std::vector<uint8_t> codes[2], scales[2];
-      for (int fused = 0; fused < 2; ++fused) {
+      // Run 0: the two launches, one block a token; runs 1 - 5: the fused
+      // launch with one block a token, clusters of 2, 4 and 8, and the
+      // automatic choice.
+      constexpr int kRuns = 6;
+      constexpr int kRanks[kRuns] = {1, 1, 2, 4, 8, 0};
+      std::vector<float> streams[kRuns], out[kRuns];
+      std::vector<uint8_t> codes[kRuns], scales[kRuns];
+      for (int fused = 0; fused < kRuns; ++fused) {
         DeviceBuffer<float> dnew(x.size()), dout(c.tokens * c.dim);
         DeviceBuffer<uint8_t> dcodes(c.tokens * c.dim), dscales(c.tokens * c.dim / 32);
         dnew.Poison();
@@ -266,8 +294,9 @@ TEST(HcExpandCollapseNormCudaTest, IsExpandThenCollapseNormBitForBit) {
                                      .round_collapse = bf16,
                                      .round_out = bf16,
                                      .codes = dcodes.get(),
-                                     .scales = dscales.get()};
-        if (fused == 1) {
+                                     .scales = dscales.get(),
+                                     .cluster_ranks = kRanks[fused]};
+        if (fused >= 1) {
           ASSERT_TRUE(SupportsHcExpandCollapseNorm(e, n));
           ASSERT_TRUE(HcExpandCollapseNorm(e, n, nullptr).ok());
         } else {
@@ -280,12 +309,15 @@ TEST(HcExpandCollapseNormCudaTest, IsExpandThenCollapseNormBitForBit) {
         codes[fused] = dcodes.Download();
         scales[fused] = dscales.Download();
       }
-      const std::string what = std::to_string(c.tokens) + "x" + std::to_string(c.n) + "x" +
-                               std::to_string(c.dim) + (bf16 ? " bf16" : " fp32");
-      EXPECT_EQ(BitMismatches(streams[1], streams[0]), 0) << what;
-      EXPECT_EQ(BitMismatches(out[1], out[0]), 0) << what;
-      EXPECT_TRUE(codes[1] == codes[0]) << what;
-      EXPECT_TRUE(scales[1] == scales[0]) << what;
+      for (int run = 1; run < kRuns; ++run) {
+        const std::string what = std::to_string(c.tokens) + "x" + std::to_string(c.n) + "x" +
+                                 std::to_string(c.dim) + (bf16 ? " bf16" : " fp32") + " ranks " +
+                                 std::to_string(kRanks[run]);
+        EXPECT_EQ(BitMismatches(streams[run], streams[0]), 0) << what;
+        EXPECT_EQ(BitMismatches(out[run], out[0]), 0) << what;
+        EXPECT_TRUE(codes[run] == codes[0]) << what;
+        EXPECT_TRUE(scales[run] == scales[0]) << what;
+      }
     }
   }
   float* p = reinterpret_cast<float*>(256);
