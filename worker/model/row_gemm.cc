@@ -245,14 +245,20 @@ void GemmSse(const float* x, const W* w, float* y, int64_t rows, int64_t out, in
   }
 }
 
-}  // namespace
-
-void RowStableGemm(const float* x, const float* w, float* y, int64_t rows, int64_t out,
-                   int64_t in) {
+// The AVX2 tiles where the CPU has them, else the 128-bit ones.
+template <typename W>
+void Dispatch(const float* x, const W* w, float* y, int64_t rows, int64_t out, int64_t in) {
 #ifdef WEIR_ROW_GEMM_AVX2
   if (HasAvx2()) return RowStableGemmAvx2(x, w, y, rows, out, in);
 #endif
   GemmSse(x, w, y, rows, out, in);
+}
+
+}  // namespace
+
+void RowStableGemm(const float* x, const float* w, float* y, int64_t rows, int64_t out,
+                   int64_t in) {
+  Dispatch(x, w, y, rows, out, in);
 }
 
 bool RowStableGemmUsesAvx2() {
@@ -270,10 +276,7 @@ void RowStableGemmSse(const float* x, const float* w, float* y, int64_t rows, in
 
 void RowStableGemmBf16W(const float* x, const uint16_t* w, float* y, int64_t rows, int64_t out,
                         int64_t in) {
-#ifdef WEIR_ROW_GEMM_AVX2
-  if (HasAvx2()) return RowStableGemmAvx2(x, w, y, rows, out, in);
-#endif
-  GemmSse(x, w, y, rows, out, in);
+  Dispatch(x, w, y, rows, out, in);
 }
 
 void RowStableGemmBf16WSse(const float* x, const uint16_t* w, float* y, int64_t rows, int64_t out,
