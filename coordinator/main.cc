@@ -94,8 +94,8 @@ ABSL_FLAG(int, num_draft_tokens, 0,
           "dspark_block_size; 0 = the block size.");
 ABSL_FLAG(std::string, verify_length, "",
           "--speculative=dspark: how many of its drafts a decode step verifies: fixed (all "
-          "--num_draft_tokens, for experiments), or confidence (the default with "
-          "--speculative=dspark; per request, the length with the most expected "
+          "--num_draft_tokens; the default), or confidence (per request, the length with the "
+          "most expected "
           "tokens per unit of step cost: DSpark's confidence head against the cost curve "
           "verify_cost.json in the model directory, from tools/bench:speculative "
           "--profile_verify, or one the workers measure at start: CUDA workers always, CPU "

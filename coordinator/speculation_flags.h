@@ -36,8 +36,7 @@ absl::StatusOr<int32_t> NumDraftTokensFromFlags(std::string_view mode, int num_d
 // none: MeasureVerifyCost).
 absl::Status VerifyLengthFromFlags(std::string_view policy, int32_t num_draft_tokens);
 
-// The policy the workers get: `flag` when set, else "confidence" with
-// speculation on and "fixed" (nothing to verify) with it off.
+// The policy the workers get: `flag` when set, else "fixed".
 std::string EffectiveVerifyLength(std::string_view flag, int32_t num_draft_tokens);
 
 // Whether CPU workers should measure the verify cost curve at load

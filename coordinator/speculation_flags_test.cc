@@ -52,9 +52,9 @@ TEST(SpeculationFlagsTest, VerifyLengthConfidenceNeedsDspark) {
   EXPECT_EQ(VerifyLengthFromFlags("confidence", 0).code(), absl::StatusCode::kInvalidArgument);
 }
 
-// Unset, the policy is the confidence one with speculation on.
-TEST(SpeculationFlagsTest, ConfidenceIsTheDefaultWithSpeculation) {
-  EXPECT_EQ(EffectiveVerifyLength("", 5), "confidence");
+// Unset, every draft is verified.
+TEST(SpeculationFlagsTest, FixedIsTheDefault) {
+  EXPECT_EQ(EffectiveVerifyLength("", 5), "fixed");
   EXPECT_EQ(EffectiveVerifyLength("", 0), "fixed");
   EXPECT_EQ(EffectiveVerifyLength("fixed", 5), "fixed");
   EXPECT_EQ(EffectiveVerifyLength("confidence", 5), "confidence");

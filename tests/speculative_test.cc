@@ -310,8 +310,8 @@ TEST(SpeculativeTest, TrainedTinyConfidenceVerifyLengthEqualsOff) {
     Cluster off({"--workers=2", "--model_dir=" + trained});
     plain = RunAll(off, requests);
   }
-  // (confidence is the default with --speculative=dspark)
-  Cluster spec({"--workers=2", "--model_dir=" + trained, "--speculative=dspark"});
+  Cluster spec({"--workers=2", "--model_dir=" + trained, "--speculative=dspark",
+                "--verify_length=confidence"});
   ExpectSame(RunAll(spec, requests), plain);
   // The counts of a step are published a moment after its events.
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
