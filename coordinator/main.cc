@@ -254,8 +254,7 @@ StepDriverOptions DriverOptionsFromFlags(const model::ModelConfig& config,
       NumDraftTokensFromFlags(absl::GetFlag(FLAGS_speculative),
                               absl::GetFlag(FLAGS_num_draft_tokens), config)
           .value_or(0);
-  driver_options.verify_length = EffectiveVerifyLength(absl::GetFlag(FLAGS_verify_length),
-                                                       driver_options.rank.num_draft_tokens);
+  driver_options.verify_length = EffectiveVerifyLength(absl::GetFlag(FLAGS_verify_length));
   driver_options.policy.prefill_attempt_interval = absl::GetFlag(FLAGS_prefill_attempt_interval);
   driver_options.policy.prefill_any_attempt_interval =
       absl::GetFlag(FLAGS_prefill_any_attempt_interval);
@@ -384,11 +383,10 @@ int Run(int argc, char** argv) {
                    .kv_block_tokens = absl::GetFlag(FLAGS_kv_block_tokens),
                    .num_draft_tokens = *num_draft_tokens,
                    .ced_replay = absl::GetFlag(FLAGS_ced_replay),
-                   .verify_length =
-                       EffectiveVerifyLength(absl::GetFlag(FLAGS_verify_length), *num_draft_tokens),
-                   .measure_verify_cost = MeasureVerifyCost(
-                       EffectiveVerifyLength(absl::GetFlag(FLAGS_verify_length), *num_draft_tokens),
-                       absl::GetFlag(FLAGS_backend), model_dir)});
+                   .verify_length = EffectiveVerifyLength(absl::GetFlag(FLAGS_verify_length)),
+                   .measure_verify_cost =
+                       MeasureVerifyCost(EffectiveVerifyLength(absl::GetFlag(FLAGS_verify_length)),
+                                         absl::GetFlag(FLAGS_backend), model_dir)});
   std::string tokenizer_fingerprint;
   absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> tokenizer =
       LoadTokenizer(model_dir, tokenizer_fingerprint);

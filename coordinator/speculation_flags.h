@@ -37,7 +37,7 @@ absl::StatusOr<int32_t> NumDraftTokensFromFlags(std::string_view mode, int num_d
 absl::Status VerifyLengthFromFlags(std::string_view policy, int32_t num_draft_tokens);
 
 // The policy the workers get: `flag` when set, else "fixed".
-std::string EffectiveVerifyLength(std::string_view flag, int32_t num_draft_tokens);
+std::string EffectiveVerifyLength(std::string_view flag);
 
 // Whether CPU workers should measure the verify cost curve at load
 // (LoadWeightsRequest.measure_verify_cost): "confidence" on the CPU backend

@@ -54,10 +54,9 @@ TEST(SpeculationFlagsTest, VerifyLengthConfidenceNeedsDspark) {
 
 // Unset, every draft is verified.
 TEST(SpeculationFlagsTest, FixedIsTheDefault) {
-  EXPECT_EQ(EffectiveVerifyLength("", 5), "fixed");
-  EXPECT_EQ(EffectiveVerifyLength("", 0), "fixed");
-  EXPECT_EQ(EffectiveVerifyLength("fixed", 5), "fixed");
-  EXPECT_EQ(EffectiveVerifyLength("confidence", 5), "confidence");
+  EXPECT_EQ(EffectiveVerifyLength(""), "fixed");
+  EXPECT_EQ(EffectiveVerifyLength("fixed"), "fixed");
+  EXPECT_EQ(EffectiveVerifyLength("confidence"), "confidence");
 }
 
 // CPU workers measure the curve at load when the model directory has none;

@@ -43,12 +43,8 @@ absl::Status LaunchTile(const Bf16GemmParams& p, const Fp8GemmTileShape& shape,
     if (absl::Status s = AllowSharedBytes(kernel, smem, "Bf16Gemm"); !s.ok()) return s;
     kernel<<<grid, threads, smem, stream>>>(args);
     if (p.k_splits > 1) {
-      constexpr int kReduceThreads = 256;
-      const int64_t mn = p.m * p.n;
-      SplitReduceKernel<<<dim3(static_cast<unsigned>((mn + kReduceThreads - 1) / kReduceThreads),
-                               static_cast<unsigned>(p.groups)),
-                          kReduceThreads, 0, stream>>>(
-          p.split_scratch, p.y, mn, p.k_splits, args.y_stride, args.bf16_out, args.round_f32);
+      LaunchSplitReduce(p.split_scratch, p.y, p.m * p.n, p.groups, p.k_splits, args.y_stride,
+                        args.bf16_out, args.round_f32, stream);
     }
     return LaunchStatus("Bf16Gemm");
   }

@@ -68,12 +68,8 @@ absl::Status LaunchTile(const Fp8BlockGemmParams& p, const Fp8GemmTileShape& sha
     if (absl::Status s = AllowSharedBytes(kernel, smem, "Fp8BlockGemm"); !s.ok()) return s;
     kernel<<<grid, threads, smem, stream>>>(args);
     if (p.k_splits > 1 && !fused_reduce) {
-      constexpr int kReduceThreads = 256;
-      const int64_t mn = p.m * p.n;
-      SplitReduceKernel<<<dim3(static_cast<unsigned>((mn + kReduceThreads - 1) / kReduceThreads),
-                               static_cast<unsigned>(p.groups)),
-                          kReduceThreads, 0, stream>>>(
-          p.split_scratch, p.y, mn, p.k_splits, args.y_stride, args.bf16_out, args.round_f32);
+      LaunchSplitReduce(p.split_scratch, p.y, p.m * p.n, p.groups, p.k_splits, args.y_stride,
+                        args.bf16_out, args.round_f32, stream);
     }
     return LaunchStatus("Fp8BlockGemm");
   };

@@ -35,6 +35,17 @@ static __global__ void SplitReduceKernel(const float* __restrict__ partial, void
   }
 }
 
+// Launches SplitReduceKernel over `groups` groups of `mn` elements (the
+// split products' second kernel, as both launchers run it).
+static inline void LaunchSplitReduce(const float* partial, void* y, int64_t mn, int64_t groups,
+                                     int splits, int64_t y_stride, bool bf16_out, bool round_f32,
+                                     cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  SplitReduceKernel<<<dim3(static_cast<unsigned>((mn + kThreads - 1) / kThreads),
+                           static_cast<unsigned>(groups)),
+                      kThreads, 0, stream>>>(partial, y, mn, splits, y_stride, bf16_out, round_f32);
+}
+
 }  // namespace weir::kernels::cuda::dense
 
 #endif  // WEIR_KERNELS_CUDA_DENSE_SPLIT_REDUCE_CUH_
