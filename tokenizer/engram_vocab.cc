@@ -81,4 +81,12 @@ absl::StatusOr<EngramVocab> BuildEngramVocab(const Tokenizer& tokenizer) {
   return v;
 }
 
+absl::StatusOr<std::vector<int64_t>> EngramTokenMap(const Tokenizer& tokenizer,
+                                                    int64_t compressed_vocab_size) {
+  absl::StatusOr<EngramVocab> vocab = BuildEngramVocab(tokenizer);
+  if (!vocab.ok()) return vocab.status();
+  if (vocab->size != compressed_vocab_size) return std::vector<int64_t>();
+  return std::vector<int64_t>(vocab->compressed_id.begin(), vocab->compressed_id.end());
+}
+
 }  // namespace weir::tokenizer

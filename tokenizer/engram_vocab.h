@@ -41,6 +41,14 @@ absl::StatusOr<std::string> EngramKey(const Tokenizer& tokenizer, int32_t id);
 // Returns the compressed vocabulary of `tokenizer` over ids [0, vocab_size).
 absl::StatusOr<EngramVocab> BuildEngramVocab(const Tokenizer& tokenizer);
 
+// The token map a model's Engram hashes through (ModelOptions::engram_token_map):
+// `tokenizer`'s compressed ids when their count equals the model config's
+// `engram_compressed_vocab_size`, else empty (the model then hashes raw ids,
+// which it accepts only when that size equals its vocabulary). Errors only
+// when the vocabulary cannot be built.
+absl::StatusOr<std::vector<int64_t>> EngramTokenMap(const Tokenizer& tokenizer,
+                                                    int64_t compressed_vocab_size);
+
 }  // namespace weir::tokenizer
 
 #endif  // WEIR_TOKENIZER_ENGRAM_VOCAB_H_

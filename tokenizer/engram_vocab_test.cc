@@ -54,5 +54,20 @@ TEST(EngramVocabTest, TinyTokenizerSharesIdsAmongVariants) {
   EXPECT_EQ(*EngramKey(**tok, 0), "<|begin▁of▁sentence|>");
 }
 
+TEST(EngramVocabTest, TokenMapOnlyForTheConfigsCompressedSize) {
+  auto tok = Tokenizer::FromJson(ReadRunfile("models/random/tiny/tokenizer.json"));
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  auto v = BuildEngramVocab(**tok);
+  ASSERT_TRUE(v.ok()) << v.status();
+  auto map = EngramTokenMap(**tok, v->size);
+  ASSERT_TRUE(map.ok()) << map.status();
+  ASSERT_EQ(map->size(), v->compressed_id.size());
+  for (size_t i = 0; i < map->size(); ++i) EXPECT_EQ((*map)[i], v->compressed_id[i]) << i;
+  // Any other size: the model hashes raw ids.
+  auto raw = EngramTokenMap(**tok, (*tok)->vocab_size());
+  ASSERT_TRUE(raw.ok()) << raw.status();
+  EXPECT_TRUE(raw->empty());
+}
+
 }  // namespace
 }  // namespace weir::tokenizer

@@ -68,10 +68,8 @@ int Run() {
   weir::model::ModelOptions options;
   options.precision = precision == "fp32" ? ActivationPrecision::kFp32 : ActivationPrecision::kBf16;
   if (auto tok = weir::tokenizer::Tokenizer::FromDirectory(absl::GetFlag(FLAGS_dir)); tok.ok()) {
-    auto engram = weir::tokenizer::BuildEngramVocab(**tok);
-    if (engram.ok() && engram->size == config.engram_compressed_vocab_size) {
-      options.engram_token_map.assign(engram->compressed_id.begin(), engram->compressed_id.end());
-    }
+    auto map = weir::tokenizer::EngramTokenMap(**tok, config.engram_compressed_vocab_size);
+    if (map.ok()) options.engram_token_map = *std::move(map);
   }
   auto model = weir::model::Model::Create(config, **checkpoint, std::move(options));
   if (!model.ok()) {

@@ -241,12 +241,10 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     // The tokenizer's compressed vocabulary is used when the config
     // declares its size; otherwise (the tiny test model) Engram hashes the
     // raw ids, which the model accepts only when the sizes equal the vocab.
-    absl::StatusOr<tokenizer::EngramVocab> engram = tokenizer::BuildEngramVocab(**tok);
+    absl::StatusOr<std::vector<int64_t>> engram =
+        tokenizer::EngramTokenMap(**tok, (*checkpoint)->config().engram_compressed_vocab_size);
     if (!engram.ok()) return ToGrpcStatus(engram.status());
-    if (engram->size == (*checkpoint)->config().engram_compressed_vocab_size) {
-      model_options.engram_token_map.assign(engram->compressed_id.begin(),
-                                            engram->compressed_id.end());
-    }
+    model_options.engram_token_map = *std::move(engram);
   }
   const model::ModelConfig& config = (*checkpoint)->config();
   const model::ActivationPrecision precision = model_options.precision;

@@ -159,8 +159,12 @@ TEST(Mxfp4Weight, TileFp8FormKeepsEveryValueOfItsExactTiles) {
     EXPECT_FALSE(exact[2 * blocks + 1]) << "a code that underflows fp32 is not kept";
     // Tile (0, 0) spans `spread` binades: exact up to 8, and past 8 only if
     // row 5 holds no code that underflows (a 0.5 or 1.5 at 9 binades, ...).
-    if (spread <= 8) EXPECT_TRUE(exact[0]) << spread;
-    if (spread >= 12) EXPECT_FALSE(exact[0]) << spread;
+    if (spread <= 8) {
+      EXPECT_TRUE(exact[0]) << spread;
+    }
+    if (spread >= 12) {
+      EXPECT_FALSE(exact[0]) << spread;
+    }
   }
   std::vector<uint8_t> packed(32 * 32 / 2), scales(32), codes(32 * 32), ts(1), ex(1);
   EXPECT_FALSE(Mxfp4ToFp8Tiles(packed, scales, 32, 33, codes, ts, ex).ok());

@@ -147,10 +147,9 @@ int main(int argc, char** argv) {
   weir::model::ModelOptions options;
   const std::string config_dir = std::filesystem::path(config_path).parent_path().string();
   if (auto tok = weir::tokenizer::Tokenizer::FromDirectory(config_dir); tok.ok()) {
-    auto engram = weir::tokenizer::BuildEngramVocab(**tok);
-    if (engram.ok() && engram->size == (*ckpt)->config().engram_compressed_vocab_size) {
-      options.engram_token_map.assign(engram->compressed_id.begin(), engram->compressed_id.end());
-    }
+    auto map =
+        weir::tokenizer::EngramTokenMap(**tok, (*ckpt)->config().engram_compressed_vocab_size);
+    if (map.ok()) options.engram_token_map = *std::move(map);
   }
   auto model = weir::model::Model::Create((*ckpt)->config(), **ckpt, options);
   if (!model.ok()) {

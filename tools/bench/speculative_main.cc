@@ -379,9 +379,9 @@ int Run() {
   weir::model::ModelOptions options;
   std::vector<std::vector<int64_t>> prompts;
   if (auto tok = weir::tokenizer::Tokenizer::FromDirectory(dir); !dir.empty() && tok.ok()) {
-    auto engram = weir::tokenizer::BuildEngramVocab(**tok);
-    if (engram.ok() && engram->size == config.engram_compressed_vocab_size) {
-      options.engram_token_map.assign(engram->compressed_id.begin(), engram->compressed_id.end());
+    auto map = weir::tokenizer::EngramTokenMap(**tok, config.engram_compressed_vocab_size);
+    if (map.ok()) {
+      options.engram_token_map = *std::move(map);
       EngramMap() = options.engram_token_map;
     }
     std::vector<std::string> texts(std::begin(kPrompts), std::end(kPrompts));
