@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine, from the repository root, after the bundle is
+# unpacked (tools/gpu/bundle.sh with BUNDLE_PACK="tools/speculative_gpu"):
+# DSpark on the device decoder against plain decoding, the way issue 18's
+# batch-1 figure is measured: speculative_gpu on the first 128 tokens of 32
+# held-out documents (tools/train/data/corpus_heldout.txt.xz), batch 1 at 64
+# and at 256 new tokens a sequence, then batches 8 and 64 at 64 tokens; fast
+# numerics. Exits non-zero when a run fails or its outputs differ from `off`.
+#   tools/gpu/speculative_check.sh [MODEL_DIR ...]       (default models/tiny)
+# SPEC_FLAGS (space-separated) go to every run, e.g. SPEC_FLAGS=--fused_markov=false
+# for an A/B in one call; RESULTS (default .gpu_bundle/results) gets spec.txt.
+set -uo pipefail
+bundle="${BUNDLE:-.gpu_bundle}"
+results="${RESULTS:-${bundle}/results}"
+mkdir -p "${results}"
+export LD_LIBRARY_PATH="${bundle}/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export NCCL_NVLS_ENABLE=0
+prompts="${results}/corpus_heldout.txt"
+xz -dc tools/train/data/corpus_heldout.txt.xz > "${prompts}" || exit 1
+read -r -a flags <<< "${SPEC_FLAGS:-}"
+status=0
+for model in "${@:-models/tiny}"; do
+  for run in "1 64 32" "1 256 32" "8,64 64 64"; do
+    read -r batches tokens count <<< "${run}"
+    echo "=== ${model}: batches ${batches}, ${tokens} new tokens, ${count} prompts ${flags[*]}" |
+      tee -a "${results}/spec.txt"
+    out="$("${bundle}/tools/speculative_gpu" --dir="${model}" --batches="${batches}" \
+      --new_tokens="${tokens}" --numerics=fast --prompts_file="${prompts}" --prompt_tokens=128 \
+      --max_prompts="${count}" "${flags[@]}" 2>&1)"
+    rc=$?
+    # The table and the per-run costs, not the cost curve's JSON.
+    grep -v '^ *[{}"]\|^ *\]' <<< "${out}" | tee -a "${results}/spec.txt"
+    if ((rc != 0)) || grep -q '|  *NO  *|' <<< "${out}"; then
+      echo "speculative_check: ${model} batches ${batches}: failed (exit ${rc}) or outputs differ"
+      status=1
+    fi
+  done
+done
+exit "${status}"
