@@ -74,6 +74,8 @@ absl::Status ClusterController::BringUp() {
   load.set_ced_replay(options_.ced_replay);
   load.set_verify_length(options_.verify_length);
   load.set_measure_verify_cost(options_.measure_verify_cost);
+  load.set_speculative_max_batch(
+      static_cast<uint32_t>(std::max(0, options_.speculative_max_batch)));
   for (const WorkerRecord& w : workers) {
     v1::PeerInfo* peer = load.add_peers();
     peer->set_rank(w.rank.value());

@@ -50,6 +50,8 @@ struct ControllerOptions {
   std::string verify_length = "fixed";
   // LoadWeightsRequest.measure_verify_cost (MeasureVerifyCost).
   bool measure_verify_cost = false;
+  // LoadWeightsRequest.speculative_max_batch (--speculative_max_batch; 0 = no limit).
+  int32_t speculative_max_batch = 0;
 };
 
 class ClusterController {

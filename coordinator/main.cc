@@ -101,6 +101,12 @@ ABSL_FLAG(std::string, verify_length, "",
           "--profile_verify, or one the workers measure at start: CUDA workers always, CPU "
           "workers when the directory has none; a sequence whose drafts do not pay for "
           "themselves pauses drafting a while). Outputs are the same.");
+ABSL_FLAG(int, speculative_max_batch, 0,
+          "--speculative=dspark: a worker step with more speculative rows than this drafts "
+          "nothing, so they decode at the plain rate until the batch is smaller again (at large "
+          "batches a verification's extra positions and the draft pass cost more than the "
+          "drafts return; vLLM's speculative_disable_by_batch_size). 0 = no limit. Outputs "
+          "are the same.");
 ABSL_FLAG(bool, ced_replay, false,
           "CED bounded replay (spec 4.4): a prompt runs the decoder half of the layers only over "
           "its last sliding-window positions (the global KV stays exact); faster prefill, "
@@ -343,6 +349,12 @@ int Run(int argc, char** argv) {
     std::cerr << "weir: " << s.message() << "\n";
     return 2;
   }
+  if (absl::Status s = SpeculativeMaxBatchFromFlags(absl::GetFlag(FLAGS_speculative_max_batch),
+                                                    *num_draft_tokens);
+      !s.ok()) {
+    std::cerr << "weir: " << s.message() << "\n";
+    return 2;
+  }
   // --backend=cuda speculates on the device decoder (it drafts, verifies and
   // rolls back there: worker --device_decode, with more ranks
   // --device_decode_ep); a worker that cannot refuses the model load with
@@ -386,7 +398,8 @@ int Run(int argc, char** argv) {
                    .verify_length = EffectiveVerifyLength(absl::GetFlag(FLAGS_verify_length)),
                    .measure_verify_cost =
                        MeasureVerifyCost(EffectiveVerifyLength(absl::GetFlag(FLAGS_verify_length)),
-                                         absl::GetFlag(FLAGS_backend), model_dir)});
+                                         absl::GetFlag(FLAGS_backend), model_dir),
+                   .speculative_max_batch = absl::GetFlag(FLAGS_speculative_max_batch)});
   std::string tokenizer_fingerprint;
   absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> tokenizer =
       LoadTokenizer(model_dir, tokenizer_fingerprint);

@@ -47,6 +47,18 @@ absl::Status VerifyLengthFromFlags(std::string_view policy, int32_t num_draft_to
   return absl::OkStatus();
 }
 
+absl::Status SpeculativeMaxBatchFromFlags(int rows, int32_t num_draft_tokens) {
+  if (rows < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--speculative_max_batch must be >= 0 (0: no limit); got ", rows));
+  }
+  if (rows > 0 && num_draft_tokens == 0) {
+    return absl::InvalidArgumentError(
+        "--speculative_max_batch is set but --speculative=off; add --speculative=dspark");
+  }
+  return absl::OkStatus();
+}
+
 std::string EffectiveVerifyLength(std::string_view flag) {
   // Fixed: on the H200 the trained tiny's drafts pay at batch 1 whatever a
   // few verifications say, and the pacer's pauses cost more than they save

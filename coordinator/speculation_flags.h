@@ -36,6 +36,11 @@ absl::StatusOr<int32_t> NumDraftTokensFromFlags(std::string_view mode, int num_d
 // none: MeasureVerifyCost).
 absl::Status VerifyLengthFromFlags(std::string_view policy, int32_t num_draft_tokens);
 
+// Checks --speculative_max_batch `rows` (the speculative rows a worker's
+// step may hold and still draft; 0 = no limit): INVALID_ARGUMENT (naming the
+// flag) when negative, or positive with speculation off (`num_draft_tokens` 0).
+absl::Status SpeculativeMaxBatchFromFlags(int rows, int32_t num_draft_tokens);
+
 // The policy the workers get: `flag` when set, else "fixed".
 std::string EffectiveVerifyLength(std::string_view flag);
 

@@ -52,6 +52,16 @@ TEST(SpeculationFlagsTest, VerifyLengthConfidenceNeedsDspark) {
   EXPECT_EQ(VerifyLengthFromFlags("confidence", 0).code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(SpeculationFlagsTest, MaxBatchNeedsDsparkAndIsNotNegative) {
+  EXPECT_TRUE(SpeculativeMaxBatchFromFlags(0, 0).ok());
+  EXPECT_TRUE(SpeculativeMaxBatchFromFlags(0, 5).ok());
+  EXPECT_TRUE(SpeculativeMaxBatchFromFlags(4, 5).ok());
+  const absl::Status negative = SpeculativeMaxBatchFromFlags(-1, 5);
+  EXPECT_EQ(negative.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(negative.message().find("--speculative_max_batch"), std::string_view::npos);
+  EXPECT_EQ(SpeculativeMaxBatchFromFlags(4, 0).code(), absl::StatusCode::kInvalidArgument);
+}
+
 // Unset, every draft is verified.
 TEST(SpeculationFlagsTest, FixedIsTheDefault) {
   EXPECT_EQ(EffectiveVerifyLength(""), "fixed");

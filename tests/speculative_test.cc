@@ -161,6 +161,30 @@ TEST(SpeculativeTest, OneDraftAndOneWorkerEqualOff) {
   ExpectSame(RunAll(spec, mix), plain);
 }
 
+// --speculative_max_batch: a worker step with more speculative rows than the
+// limit drafts nothing, so the 6 concurrent sequences decode plainly while
+// more than 2 are running (paused steps), and verify drafts once fewer are
+// left; the outputs equal off's.
+TEST(SpeculativeTest, BatchLimitPausesDraftingWithTheSameOutputs) {
+  const std::vector<v1::GenerateRequest> mix = Mix(6, 24);
+  std::vector<Outcome> plain;
+  {
+    Cluster off({"--workers=1", RandomTiny()});
+    plain = RunAll(off, mix);
+  }
+  Cluster spec({"--workers=1", RandomTiny(), "--speculative=dspark", "--verify_length=fixed",
+                "--speculative_max_batch=2"});
+  ExpectSame(RunAll(spec, mix), plain);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  v1::ServerState state;
+  ASSERT_TRUE(spec.State(state).ok());
+  ASSERT_TRUE(state.has_speculation());
+  EXPECT_GT(state.speculation().paused_steps(), 6u);
+  std::printf("batch limit 2 over 6 sequences: %lu paused steps, %lu drafts verified\n",
+              static_cast<unsigned long>(state.speculation().paused_steps()),
+              static_cast<unsigned long>(state.speculation().verified_drafts()));
+}
+
 // --verify_length=confidence on a model directory without verify_cost.json
 // (the random tiny): the coordinator asks the CPU workers to measure the
 // curve at start (LoadWeightsRequest.measure_verify_cost); with two workers,
@@ -440,6 +464,8 @@ TEST(SpeculativeTest, BadFlagValuesExitWithCode2) {
   // (--backend=cuda speculates on the workers' device decoders: no refusal.)
   EXPECT_EQ(ExitCode("--speculative=dspark --verify_length=longest"), 2);
   EXPECT_EQ(ExitCode("--verify_length=confidence"), 2);  // without --speculative=dspark
+  EXPECT_EQ(ExitCode("--speculative_max_batch=4"), 2);   // without --speculative=dspark
+  EXPECT_EQ(ExitCode("--speculative=dspark --speculative_max_batch=-1"), 2);
   // (The random tiny has no verify_cost.json: its CPU workers measure one at
   // start, RandomTinyConfidenceMeasuresTheCurveAtStart.)
 }

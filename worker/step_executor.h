@@ -34,6 +34,7 @@
 #ifndef WEIR_WORKER_STEP_EXECUTOR_H_
 #define WEIR_WORKER_STEP_EXECUTOR_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <limits>
@@ -243,6 +244,14 @@ class StepExecutor {
   // drafting for a while (DraftPacer; drafts_paused()). Outputs are the
   // same either way: only how many tokens a step delivers changes.
   void SetVerifyCostCurve(std::optional<VerifyCostCurve> curve) { cost_curve_ = std::move(curve); }
+  // At most `rows` speculative rows draft in a step (0, the default: no
+  // limit): a step with more drafts nothing after its samples (each such row
+  // counts in drafts_paused() and RowOutcome::drafts_paused next step), so
+  // its rows verify nothing next step and decode at the plain rate, where a
+  // verification's extra positions and the draft pass cost more than the
+  // drafts return. Outputs are the same either way.
+  void SetSpeculationMaxBatch(int64_t rows) { speculation_max_batch_ = std::max<int64_t>(0, rows); }
+  int64_t speculation_max_batch() const { return speculation_max_batch_; }
   const std::optional<VerifyCostCurve>& verify_cost_curve() const { return cost_curve_; }
   // CED bounded replay (spec §4.4, model::Model::StartCedReplay): a row that
   // starts a sequence (start_pos 0, no fork_from; not exact_prefill, no
@@ -402,6 +411,7 @@ class StepExecutor {
   std::atomic<int64_t> device_prefill_rows_ = 0;
   int32_t num_draft_tokens_ = 0;
   std::optional<VerifyCostCurve> cost_curve_;
+  int64_t speculation_max_batch_ = 0;  // SetSpeculationMaxBatch
   bool ced_replay_ = false;
   int64_t drafts_verified_ = 0;
   int64_t drafts_accepted_ = 0;

@@ -152,6 +152,9 @@ void StepExecutor::DraftAfter(std::span<const DraftRequest> requests) {
   std::vector<const DraftRequest*> drafting;
   std::vector<const model::SequenceState*> states;
   std::vector<int64_t> tokens;
+  // A step of more speculative rows than the limit drafts for none of them.
+  const bool over_limit =
+      speculation_max_batch_ > 0 && static_cast<int64_t>(requests.size()) > speculation_max_batch_;
   for (const DraftRequest& request : requests) {
     Slot& slot = slots_[request.slot];
     slot.drafts.clear();
@@ -161,8 +164,9 @@ void StepExecutor::DraftAfter(std::span<const DraftRequest> requests) {
     slot.paused_drafting = false;
     // A draft needs the features of two forwarded positions (spec §4.8).
     if (num_draft_tokens_ == 0 || slot.state->length() < 2) continue;
-    // Drafts that have not paid for their pass lately: decode plainly a while.
-    if (cost_curve_.has_value() && !slot.pacer.ShouldDraft()) {
+    // Drafts that have not paid for their pass lately: decode plainly a while
+    // (a row over the batch limit leaves its pacer as it was).
+    if (over_limit || (cost_curve_.has_value() && !slot.pacer.ShouldDraft())) {
       ++drafts_paused_;
       slot.paused_drafting = true;
       continue;

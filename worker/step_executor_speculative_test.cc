@@ -90,16 +90,18 @@ enum class Drafts { kModel, kInjected };
 // them right (then one wrong). With `curve`, rows verify as many drafts as
 // ChooseVerifyLength picks; injected drafts then carry confidences that make
 // it pick 0..kDrafts of them in turn (checked), and `lengths` gets every
-// row's verified drafts. Returns the tokens and the accepted drafts.
+// row's verified drafts. `max_batch`: SetSpeculationMaxBatch (the steps here
+// hold 2 speculative rows). Returns the tokens and the accepted drafts.
 std::vector<std::vector<int64_t>> Speculative(
     model::Model& model, kv_cache::BlockPool& pool, const sampling::SamplingParams& params,
     Drafts drafts, const std::vector<std::vector<int64_t>>& reference, int64_t& accepted,
     const VerifyCostCurve* curve = nullptr, std::vector<int64_t>* lengths = nullptr,
-    model::HostDecodeBackend* backend = nullptr, int64_t* paused = nullptr) {
+    model::HostDecodeBackend* backend = nullptr, int64_t* paused = nullptr, int64_t max_batch = 0) {
   StepExecutor ex(model, 4);
   ex.SetKvCache(&pool);
   if (backend != nullptr) ex.SetDecodeBackend(backend);
   EXPECT_TRUE(ex.SetSpeculation(kDrafts).ok());
+  ex.SetSpeculationMaxBatch(max_batch);
   if (curve != nullptr) ex.SetVerifyCostCurve(*curve);
   // Per slot: the verify length its next row must choose (-1: any).
   std::vector<int64_t> expected_length = {-1, -1};
@@ -153,7 +155,7 @@ std::vector<std::vector<int64_t>> Speculative(
       }
     }
   }
-  EXPECT_GT(ex.drafts_verified(), 0);
+  if (max_batch == 0 || max_batch >= 2) EXPECT_GT(ex.drafts_verified(), 0);
   EXPECT_EQ(ex.drafts_accepted(), accepted);
   if (paused != nullptr) *paused = ex.drafts_paused();
   // Each skipped draft pass shows in the slot's next row (the last ones may
@@ -274,6 +276,33 @@ TEST(StepExecutorSpeculativeTest, RowsWhoseDraftsDoNotPayStopDrafting) {
   // pick (Speculative checks it), so none paused then; the model's own
   // drafts of the last steps (nothing injected past the reference) may.
   EXPECT_LT(paused, DraftPacer::kFirstPause);
+}
+
+// --speculative_max_batch: steps of more speculative rows than the limit draft
+// nothing (their rows verify nothing and say so), the others as without one;
+// the tokens are the plain ones either way.
+TEST(StepExecutorSpeculativeTest, StepsOverTheBatchLimitDraftNothing) {
+  Fixture f;
+  ASSERT_NE(f.model, nullptr);
+  for (const sampling::SamplingParams& params : {GreedySampling(), SeededSampling()}) {
+    const auto plain = Plain(*f.model, *f.pool, params);
+    int64_t accepted = -1, paused = 0;
+    std::vector<int64_t> lengths;
+    ExpectPrefixEqual(Speculative(*f.model, *f.pool, params, Drafts::kModel, plain, accepted,
+                                  nullptr, &lengths, nullptr, &paused, /*max_batch=*/1),
+                      plain);
+    EXPECT_EQ(accepted, 0);
+    EXPECT_EQ(std::count(lengths.begin(), lengths.end(), 0), static_cast<int64_t>(lengths.size()));
+    // Every row of every step after the first skipped its draft pass.
+    EXPECT_GE(paused, static_cast<int64_t>(lengths.size()));
+    lengths.clear();
+    ExpectPrefixEqual(Speculative(*f.model, *f.pool, params, Drafts::kModel, plain, accepted,
+                                  nullptr, &lengths, nullptr, &paused, /*max_batch=*/2),
+                      plain);
+    EXPECT_EQ(paused, 0);
+    EXPECT_EQ(std::count(lengths.begin(), lengths.end(), kDrafts),
+              static_cast<int64_t>(lengths.size()));
+  }
 }
 
 // A GPU worker's sequences live on its DeviceDecoder, which keeps their

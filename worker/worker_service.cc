@@ -584,6 +584,7 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     // Validated before the model was swapped in (below the KV pool).
     executor_->SetSpeculation(num_draft_tokens).IgnoreError();
     executor_->SetVerifyCostCurve(std::move(cost_curve));
+    executor_->SetSpeculationMaxBatch(request->speculative_max_batch());
     executor_->SetCedReplay(ced_replay).IgnoreError();
     executor_->SetDecodeBackend(device_decoder_.get());
     executor_->SetKvCache(kv_pool_.get());
