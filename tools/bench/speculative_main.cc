@@ -89,6 +89,8 @@ ABSL_FLAG(int, max_prompts, 8, "With --prompts_file: at most this many prompts."
 #ifdef WEIR_SPECULATIVE_DEVICE
 ABSL_FLAG(std::string, numerics, "fast", "The device decoder's numerics: fast or reference.");
 ABSL_FLAG(bool, bf16, true, "ActivationPrecision::kBf16 (else kFp32).");
+ABSL_FLAG(bool, fused_markov, false,
+          "DeviceDecoderOptions::fused_markov: the Markov head of a draft block in one launch.");
 #endif
 
 namespace {
@@ -154,6 +156,7 @@ std::unique_ptr<weir::model::DecodeBackend> MakeBackend(
   o.max_batch = static_cast<int>(std::max<int64_t>(
       {int64_t{batch} * (drafts + 1), o.max_rows_per_slot, model.config().dspark_block_size}));
   o.engram_token_map = EngramMap();
+  o.fused_markov = absl::GetFlag(FLAGS_fused_markov);
   auto dd = weir::model::DeviceDecoder::Create(model,
                                                absl::GetFlag(FLAGS_bf16)
                                                    ? weir::model::ActivationPrecision::kBf16

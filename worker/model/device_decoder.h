@@ -155,6 +155,11 @@ struct DeviceDecoderOptions {
   // kFast: the head on DotRows (false: the reference's row-stable product;
   // for fidelity studies).
   bool fast_dot_rows = true;
+  // kFast with the Markov head on DotRows: a draft block's Markov head in one
+  // MarkovDraft launch (the same bits as the per-position loop of 4 kernels,
+  // which false keeps; vocab x rank up to kMarkovDraftMaxProducts). Off until
+  // its tests (markov_test, FusedMarkovGivesTheLoopsBits) have run on a GPU.
+  bool fused_markov = false;
   // kFast with bf16 activations: the bf16 linears (the grouped wo_a, the
   // head, compressor / indexer projections, Engram's wkv) held in bf16 on
   // Bf16Gemm's tensor cores (false: fp32 on the reference kernel; the head

@@ -86,33 +86,52 @@ absl::Status DeviceDecoder::Impl::EnqueueDraft(int64_t sequences, int64_t padded
                                    .src_stride = d,
                                    .dst_stride = fw},
                                   stream));
-    // The Markov head, one position of every sequence at a time: e of the
-    // previous token, its bias on the position's logits, the first maximum.
-    for (int64_t i = 0; i < bs; ++i) {
-      RETURN_IF_ERROR(dec::CopyRows({.src = markov_embed,
-                                     .dst = markov_e,
-                                     .src_rows = meta_d.draft_prev,
-                                     .rows = sequences,
-                                     .width = rank,
-                                     .src_capacity = v},
-                                    stream));
-      RETURN_IF_ERROR(dec::CopyRows({.src = markov_e,
-                                     .dst = draft_feat + i * fw + d,
-                                     .rows = sequences,
-                                     .width = rank,
-                                     .src_stride = rank,
-                                     .dst_stride = bs * fw},
-                                    stream));
-      RETURN_IF_ERROR(HeadProduct(markov_head, markov_e, sequences, markov_bias));
-      RETURN_IF_ERROR(dec::MarkovArgmax({.logits = logits,
-                                         .bias = markov_bias,
-                                         .tokens = draft_tokens,
-                                         .prev = meta_d.draft_prev,
-                                         .sequences = sequences,
-                                         .vocab = v,
-                                         .block = static_cast<int>(bs),
-                                         .step = static_cast<int>(i)},
-                                        stream));
+    // The Markov head over the block: on kFast with the head on DotRows, one
+    // MarkovDraft launch (the loop's bits); otherwise one position of every
+    // sequence at a time: e of the previous token, its bias on the
+    // position's logits, the first maximum.
+    const dec::MarkovDraftParams fused{.logits = logits,
+                                       .embed = markov_embed,
+                                       .head = markov_head.w,
+                                       .features = draft_feat,
+                                       .tokens = draft_tokens,
+                                       .prev = meta_d.draft_prev,
+                                       .sequences = sequences,
+                                       .vocab = v,
+                                       .rank = rank,
+                                       .feature_stride = fw,
+                                       .feature_offset = d,
+                                       .block = static_cast<int>(bs)};
+    if (options.fused_markov && fast() && options.fast_dot_rows && markov_head.bf16 == nullptr &&
+        dec::SupportsMarkovDraft(fused)) {
+      RETURN_IF_ERROR(dec::MarkovDraft(fused, stream));
+    } else {
+      for (int64_t i = 0; i < bs; ++i) {
+        RETURN_IF_ERROR(dec::CopyRows({.src = markov_embed,
+                                       .dst = markov_e,
+                                       .src_rows = meta_d.draft_prev,
+                                       .rows = sequences,
+                                       .width = rank,
+                                       .src_capacity = v},
+                                      stream));
+        RETURN_IF_ERROR(dec::CopyRows({.src = markov_e,
+                                       .dst = draft_feat + i * fw + d,
+                                       .rows = sequences,
+                                       .width = rank,
+                                       .src_stride = rank,
+                                       .dst_stride = bs * fw},
+                                      stream));
+        RETURN_IF_ERROR(HeadProduct(markov_head, markov_e, sequences, markov_bias));
+        RETURN_IF_ERROR(dec::MarkovArgmax({.logits = logits,
+                                           .bias = markov_bias,
+                                           .tokens = draft_tokens,
+                                           .prev = meta_d.draft_prev,
+                                           .sequences = sequences,
+                                           .vocab = v,
+                                           .block = static_cast<int>(bs),
+                                           .step = static_cast<int>(i)},
+                                          stream));
+      }
     }
     RETURN_IF_ERROR(Mm(confidence, draft_feat, rows, draft_conf));
     Mark(nullptr);

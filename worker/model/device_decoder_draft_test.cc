@@ -14,7 +14,8 @@
 // batch-invariant (a sequence drafted alone or among others: the same
 // bits). Bad calls are refused per slot and change nothing. A decoder that
 // is a rank of an expert-parallel group (NCCL; two ranks need two GPUs)
-// drafts its own sequences as the single decoder does.
+// drafts its own sequences as the single decoder does. The fused Markov head
+// (one launch a block) gives the per-position loop's bits.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -334,6 +335,48 @@ TEST(DeviceDecoderDraftTest, FastDraftsAreBatchInvariant) {
   // near-tie flipped spreads; a broken fast path (rings, indices) would
   // agree about as often as chance over 4,096 tokens.
   EXPECT_GE(same * 2, total);
+}
+
+// kFast: the Markov head of a block in one MarkovDraft launch gives the
+// per-position loop's drafts, confidences and draft logits bit for bit.
+TEST(DeviceDecoderDraftTest, FusedMarkovGivesTheLoopsBits) {
+  const Checkpoint* trained = TrainedTinyCheckpoint();
+  ASSERT_NE(trained, nullptr);
+  auto cpu = RowStableCpuModel(*trained, ActivationPrecision::kBf16, TrainedTinyEngramMap());
+  ASSERT_NE(cpu, nullptr);
+  const ModelConfig& c = cpu->config();
+  std::vector<std::vector<DraftResult>> drafts(2);
+  for (bool fused : {false, true}) {
+    DeviceDecoderOptions o{.numerics = DecodeNumerics::kFast};
+    o.engram_token_map = TrainedTinyEngramMap();
+    o.fused_markov = fused;
+    auto dev = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, DraftingOptions(o, c));
+    ASSERT_TRUE(dev.ok()) << dev.status();
+    std::vector<int> slots;
+    std::vector<int64_t> next;
+    for (int q = 0; q < kSeqs; ++q) {
+      const std::vector<int64_t> prompt = RandomTokens(9 + 5 * q, 700 + q, c.vocab_size - 1);
+      ASSERT_TRUE((*dev)->Start(q).ok());
+      Prefill(**dev, q, prompt);
+      slots.push_back(q);
+      next.push_back(prompt.back());
+    }
+    // Every sequence together, then the first alone (a pass of one sequence).
+    for (auto& d : (*dev)->DraftBatch(slots, next)) {
+      ASSERT_TRUE(d.ok()) << d.status();
+      drafts[fused].push_back(*std::move(d));
+    }
+    auto alone = (*dev)->DraftBatch(std::span<const int>(slots).subspan(0, 1),
+                                    std::span<const int64_t>(next).subspan(0, 1));
+    ASSERT_TRUE(alone[0].ok()) << alone[0].status();
+    drafts[fused].push_back(*std::move(alone[0]));
+  }
+  ASSERT_EQ(drafts[0].size(), drafts[1].size());
+  for (size_t q = 0; q < drafts[0].size(); ++q) {
+    EXPECT_EQ(drafts[1][q].tokens, drafts[0][q].tokens) << q;
+    EXPECT_TRUE(SameBits(drafts[1][q].confidence, drafts[0][q].confidence)) << q;
+    EXPECT_TRUE(SameBits(drafts[1][q].logits, drafts[0][q].logits)) << q;
+  }
 }
 
 TEST(DeviceDecoderDraftTest, BadCallsAreRefusedPerSlot) {

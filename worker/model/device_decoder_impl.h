@@ -34,6 +34,7 @@
 #include "kernels/cuda/decode/attention_index.h"
 #include "kernels/cuda/decode/compressor_decode.h"
 #include "kernels/cuda/decode/dot_rows.h"
+#include "kernels/cuda/decode/markov.h"
 #include "kernels/cuda/decode/rows.h"
 #include "kernels/cuda/decode/swiglu.h"
 #include "kernels/cuda/dense/act_quant_fp8.h"

@@ -7,13 +7,11 @@
 
 #include "kernels/common/row_stable.h"
 #include "kernels/cuda/cp_async.cuh"
+#include "kernels/cuda/decode/dot_rows_element.cuh"
 #include "kernels/cuda/decode/row_stable_chain.cuh"
 #include "kernels/cuda/grid_dependency.cuh"
 
 namespace weir::kernels::cuda::decode {
-
-inline constexpr int kDotRowsWarps = 8;
-inline constexpr int kDotRowsChunk = 128;  // elements of K per warp step (4 per lane)
 
 // One CTA: output column blockIdx.x for rows [blockIdx.y * R, +R).
 template <int R>

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/decode/markov_argmax.cuh"
 #include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/cuda/rounding.cuh"
 
@@ -166,7 +167,6 @@ __global__ void StreamMeanKernel(const float* __restrict__ x, float* __restrict_
 // A block of kMarkovThreads per sequence: each thread adds and scans a
 // strided share of the row, then a tree keeps the larger value, the lower
 // index on ties (the first maximum).
-inline constexpr int kMarkovThreads = 256;
 
 __global__ void MarkovArgmaxKernel(float* __restrict__ logits, const float* __restrict__ bias,
                                    int64_t* __restrict__ tokens, int32_t* __restrict__ prev,
@@ -185,27 +185,10 @@ __global__ void MarkovArgmaxKernel(float* __restrict__ logits, const float* __re
       best_i = t;
     }
   }
-  __shared__ float s_best[kMarkovThreads];
-  __shared__ int64_t s_index[kMarkovThreads];
-  s_best[threadIdx.x] = best;
-  s_index[threadIdx.x] = best_i;
-  __syncthreads();
-  for (int half = blockDim.x / 2; half > 0; half /= 2) {
-    if (threadIdx.x < half) {
-      const float ov = s_best[threadIdx.x + half];
-      const int64_t oi = s_index[threadIdx.x + half];
-      const int64_t mi = s_index[threadIdx.x];
-      if (oi >= 0 &&
-          (mi < 0 || s_best[threadIdx.x] < ov || (s_best[threadIdx.x] == ov && oi < mi))) {
-        s_best[threadIdx.x] = ov;
-        s_index[threadIdx.x] = oi;
-      }
-    }
-    __syncthreads();
-  }
+  const int64_t winner = MarkovBlockArgmax(best, best_i);
   if (threadIdx.x == 0) {
-    tokens[r * block + step] = s_index[0];
-    prev[r] = static_cast<int32_t>(s_index[0]);
+    tokens[r * block + step] = winner;
+    prev[r] = static_cast<int32_t>(winner);
   }
 }
 
