@@ -7,7 +7,7 @@
 # and at 256 new tokens a sequence, then batches 8 and 64 at 64 tokens; fast
 # numerics. Exits non-zero when a run fails or its outputs differ from `off`.
 #   tools/gpu/speculative_check.sh [MODEL_DIR ...]       (default models/tiny)
-# SPEC_FLAGS (space-separated) go to every run, e.g. SPEC_FLAGS=--fused_markov=false
+# SPEC_FLAGS (space-separated) go to every run, e.g. SPEC_FLAGS=--fused_markov
 # for an A/B in one call; RESULTS (default .gpu_bundle/results) gets spec.txt.
 set -uo pipefail
 bundle="${BUNDLE:-.gpu_bundle}"
