@@ -23,6 +23,18 @@ it serves its default model, the embedded trained tiny.
   python tools/train/weir_greedy_pool.py --tokens=/tmp/weir_train/tokens_train.u16 \\
       --windows=4096 --out=/tmp/weir_train/dspark_pool.u16 \\
       --weir=bazel-bin/coordinator/main
+
+On the GPU machine, from a bundle's serving binaries (tools/gpu/bundle.sh), the
+device decoder gives the fast numerics' greedy tokens, what a served GPU sequence
+drafts against (not yet run: speculative_gpu decodes the trained tiny at 40k
+tokens/s at batch 64 there, two CPU workers made these pools at 260-330):
+
+  python3 tools/train/weir_greedy_pool.py --tokens=$TD/tokens_train.u16 --windows=4096 \\
+      --seed=15 --out=$TD/dspark_pool_e.u16 --weir=.gpu_bundle/serve/coordinator_main \\
+      --weir_flags="--backend=cuda --workers=1 --eplb=false --model_dir=models/tiny \\
+      --worker_binary=.gpu_bundle/serve/worker_main --startup_timeout_s=600"
+
+POOL.json records --weir_flags.
 """
 
 import argparse
@@ -90,7 +102,8 @@ def main():
     with open(args.out + ".json", "w") as f:
         json.dump({"windows": args.windows, "width": width, "first_generated": cut,
                    "seed": args.seed, "tokens": os.path.basename(args.tokens),
-                   "maker": "weir offline mode, greedy, ignore_eos"}, f, indent=1)
+                   "maker": "weir offline mode, greedy, ignore_eos",
+                   "weir_flags": args.weir_flags}, f, indent=1)
     print(f"{args.windows} windows of {width} ids (generated from {cut}) -> {args.out}")
 
 
