@@ -5,19 +5,23 @@
 
 #include <cstdint>
 
+#include "kernels/common/dot_rows_order.h"
 #include "kernels/common/row_stable.h"
 #include "kernels/cuda/cp_async.cuh"
-#include "kernels/cuda/decode/dot_rows_element.cuh"
 #include "kernels/cuda/decode/row_stable_chain.cuh"
 #include "kernels/cuda/grid_dependency.cuh"
 
 namespace weir::kernels::cuda::decode {
 
+inline constexpr int kDotRowsWarps = dot_rows_order::kWarps;
+inline constexpr int kDotRowsChunk =
+    dot_rows_order::kChunk;  // elements of K per warp step (4 per lane)
+
 // One CTA: output column blockIdx.x for rows [blockIdx.y * R, +R).
 template <int R>
 __global__ void __launch_bounds__(kDotRowsWarps * 32)
-    DotRowsKernel(const float* __restrict__ x, const float* __restrict__ w, float* y,
-                  int64_t rows, int64_t out, int64_t k) {
+    DotRowsKernel(const float* __restrict__ x, const float* __restrict__ w, float* y, int64_t rows,
+                  int64_t out, int64_t k) {
   GridDependencyPrologue();
   __shared__ float partial[kDotRowsWarps][R];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/decode/dot_rows_element.cuh"
+#include "kernels/common/dot_rows_order.h"
 #include "kernels/cuda/decode/markov_argmax.cuh"
 #include "kernels/cuda/grid_dependency.cuh"
 
@@ -39,7 +39,8 @@ __global__ void __launch_bounds__(kMarkovThreads)
     float best = 0.0f;
     int64_t best_i = -1;
     for (int64_t t = threadIdx.x; t < vocab; t += blockDim.x) {
-      const float v = __fadd_rn(row[t], DotRowsElement<kLanes>(e, head + t * rank, rank));
+      const float v =
+          __fadd_rn(row[t], dot_rows_order::DotRowsElement<kLanes>(e, head + t * rank, rank));
       row[t] = v;
       if (best_i < 0 || best < v) {
         best = v;
