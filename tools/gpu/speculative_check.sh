@@ -15,7 +15,7 @@ results="${RESULTS:-${bundle}/results}"
 mkdir -p "${results}"
 export LD_LIBRARY_PATH="${bundle}/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export NCCL_NVLS_ENABLE=0
-prompts="${results}/corpus_heldout.txt"
+prompts="${TMPDIR:-/tmp}/speculative_check_heldout.txt"
 xz -dc tools/train/data/corpus_heldout.txt.xz > "${prompts}" || exit 1
 read -r -a flags <<< "${SPEC_FLAGS:-}"
 status=0
