@@ -251,7 +251,6 @@ class StepExecutor {
   // verification's extra positions and the draft pass cost more than the
   // drafts return. Outputs are the same either way.
   void SetSpeculationMaxBatch(int64_t rows) { speculation_max_batch_ = std::max<int64_t>(0, rows); }
-  int64_t speculation_max_batch() const { return speculation_max_batch_; }
   const std::optional<VerifyCostCurve>& verify_cost_curve() const { return cost_curve_; }
   // CED bounded replay (spec §4.4, model::Model::StartCedReplay): a row that
   // starts a sequence (start_pos 0, no fork_from; not exact_prefill, no

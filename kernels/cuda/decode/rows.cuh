@@ -165,9 +165,8 @@ __global__ void StreamMeanKernel(const float* __restrict__ x, float* __restrict_
 }
 
 // A block of kMarkovThreads per sequence: each thread adds and scans a
-// strided share of the row, then a tree keeps the larger value, the lower
-// index on ties (the first maximum).
-
+// strided share of the row, then MarkovBlockArgmax's tree keeps the larger
+// value, the lower index on ties (the first maximum).
 __global__ void MarkovArgmaxKernel(float* __restrict__ logits, const float* __restrict__ bias,
                                    int64_t* __restrict__ tokens, int32_t* __restrict__ prev,
                                    int64_t vocab, int block, int step) {
