@@ -31,8 +31,13 @@
 // gpu; .gpu_bundle/tools/) runs the same loops with the executor's decode
 // backend a DeviceDecoder, as a CUDA worker of one rank does: prompts as
 // device chunks, verification runs, drafts (DeviceDecoderOptions::drafting)
-// and rollbacks on the device; --numerics=fast|reference. A fresh decoder
-// for every run. Its confidence runs use the decoder's own curve, measured
+// and rollbacks on the device; --numerics=fast|reference. One decoder per
+// mode and batch size, which every prompt of the mode reuses (a slot released
+// after each run), its graphs captured by an untimed warm-up run first: a
+// serving worker's decoder lives across requests, so a request does not pay
+// for capturing the graphs of its shapes (--warm_decoder=false: a fresh
+// decoder for every run, captures inside the timed loop, as the figures
+// before 2026-12-05). Its confidence runs use the decoder's own curve, measured
 // first (worker/verify_profile.h ProfileVerifyCost at B = 1, 2, 4 .. the
 // largest batch), as a CUDA worker measures it at load.
 
@@ -91,6 +96,9 @@ ABSL_FLAG(std::string, numerics, "fast", "The device decoder's numerics: fast or
 ABSL_FLAG(bool, bf16, true, "ActivationPrecision::kBf16 (else kFp32).");
 ABSL_FLAG(bool, fused_markov, false,
           "DeviceDecoderOptions::fused_markov: the Markov head of a draft block in one launch.");
+ABSL_FLAG(bool, warm_decoder, true,
+          "One decoder per mode and batch size, reused by every prompt and warmed by an untimed "
+          "run (graphs captured before the clock starts); false: a fresh decoder a run.");
 #endif
 
 namespace {
@@ -125,7 +133,44 @@ struct Result {
   int64_t verified = 0;  // drafts those rows verified
   int64_t paused = 0;    // rows whose slot had paused drafting (DraftPacer)
   std::vector<std::vector<int64_t>> outputs;
-  std::string device;  // the device decoder's step and draft times (speculative_gpu)
+  // The device decoder's work inside the timed loops (speculative_gpu).
+  bool on_device = false;
+  int64_t device_steps = 0;
+  double step_seconds = 0;         // host wall time inside its steps
+  double step_device_seconds = 0;  // device time of those steps
+  int64_t draft_passes = 0;
+  double draft_seconds = 0;
+  int64_t graph_captures = 0;
+
+  // Adds `other`'s counts (a prompt's run into the batch-1 total).
+  void Add(const Result& other) {
+    seconds += other.seconds;
+    tokens += other.tokens;
+    rows += other.rows;
+    verified += other.verified;
+    paused += other.paused;
+    on_device = on_device || other.on_device;
+    device_steps += other.device_steps;
+    step_seconds += other.step_seconds;
+    step_device_seconds += other.step_device_seconds;
+    draft_passes += other.draft_passes;
+    draft_seconds += other.draft_seconds;
+    graph_captures += other.graph_captures;
+  }
+  // The decoder's line: steps, ms a step, draft passes, ms a pass, captures.
+  std::string DeviceLine() const {
+    char line[256];
+    std::snprintf(line, sizeof(line),
+                  "%lld steps, %.3f ms a step (device %.3f), %lld draft passes, %.3f ms a pass, "
+                  "%lld graphs captured while timed",
+                  static_cast<long long>(device_steps),
+                  1e3 * step_seconds / std::max<int64_t>(1, device_steps),
+                  1e3 * step_device_seconds / std::max<int64_t>(1, device_steps),
+                  static_cast<long long>(draft_passes),
+                  1e3 * draft_seconds / std::max<int64_t>(1, draft_passes),
+                  static_cast<long long>(graph_captures));
+    return line;
+  }
 };
 
 // The model's Engram token map (ModelOptions'), for the device decoder.
@@ -169,14 +214,38 @@ std::unique_ptr<weir::model::DecodeBackend> MakeBackend(
 #endif
 }
 
+// The decoder's counters, for the difference a timed loop makes.
+struct DeviceCounters {
+  int64_t steps = 0, draft_passes = 0, captures = 0;
+  double step_seconds = 0, step_device_seconds = 0, draft_seconds = 0;
+};
+std::optional<DeviceCounters> CountersOf(weir::model::DecodeBackend* backend) {
+#ifdef WEIR_SPECULATIVE_DEVICE
+  if (auto* dd = dynamic_cast<weir::model::DeviceDecoder*>(backend)) {
+    const weir::model::DeviceDecoderStats& st = dd->stats();
+    return DeviceCounters{.steps = st.steps,
+                          .draft_passes = st.draft_launches,
+                          .captures = st.graph_captures,
+                          .step_seconds = st.host_seconds,
+                          .step_device_seconds = st.device_seconds,
+                          .draft_seconds = st.draft_seconds};
+  }
+#endif
+  (void)backend;
+  return std::nullopt;
+}
+
+// `batch` sequences of `prompts` (in turn) prefilled (untimed) and decoded
+// to `new_tokens` each. `backend`: the executor's decode backend (null: the
+// model alone); its slots 0 .. batch - 1 must be free, and are released at
+// the end, so the next run may reuse it.
 Result Decode(weir::model::Model& model, const std::vector<std::vector<int64_t>>& prompts,
-              int batch, int new_tokens, int drafts, const VerifyCostCurve* curve) {
+              int batch, int new_tokens, int drafts, const VerifyCostCurve* curve,
+              weir::model::DecodeBackend* backend) {
   // Without a KV pool: each sequence keeps its entries in its own vectors
   // (or on the device decoder).
-  std::unique_ptr<weir::model::DecodeBackend> backend =
-      MakeBackend(model, prompts, batch, new_tokens, drafts);
   StepExecutor ex(model, batch);
-  if (backend != nullptr) ex.SetDecodeBackend(backend.get());
+  if (backend != nullptr) ex.SetDecodeBackend(backend);
   WEIR_CHECK_OK(ex.SetSpeculation(drafts));
   if (curve != nullptr) ex.SetVerifyCostCurve(*curve);
   weir::worker::sampling::SamplingParams greedy;
@@ -195,6 +264,7 @@ Result Decode(weir::model::Model& model, const std::vector<std::vector<int64_t>>
   r.outputs.resize(batch);
   absl::StatusOr<std::vector<RowOutcome>> out = ex.Execute(rows, {});  // prefill, untimed
   WEIR_CHECK(out.ok()) << out.status();
+  const std::optional<DeviceCounters> before = CountersOf(backend);
   const auto start = Clock::now();
   while (true) {
     std::vector<RowPlan> next;
@@ -238,20 +308,18 @@ Result Decode(weir::model::Model& model, const std::vector<std::vector<int64_t>>
     WEIR_CHECK(out.ok()) << out.status();
   }
   r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-#ifdef WEIR_SPECULATIVE_DEVICE
-  if (auto* dd = dynamic_cast<weir::model::DeviceDecoder*>(backend.get())) {
-    const weir::model::DeviceDecoderStats& st = dd->stats();
-    char line[256];
-    std::snprintf(line, sizeof(line),
-                  "%lld steps, %.3f ms a step (device %.3f), %lld draft passes, %.3f ms a pass",
-                  static_cast<long long>(st.steps),
-                  1e3 * st.host_seconds / std::max<int64_t>(1, st.steps),
-                  1e3 * st.device_seconds / std::max<int64_t>(1, st.steps),
-                  static_cast<long long>(st.draft_launches),
-                  1e3 * st.draft_seconds / std::max<int64_t>(1, st.draft_launches));
-    r.device = line;
+  if (const std::optional<DeviceCounters> after = CountersOf(backend); after.has_value()) {
+    r.on_device = true;
+    r.device_steps = after->steps - before->steps;
+    r.step_seconds = after->step_seconds - before->step_seconds;
+    r.step_device_seconds = after->step_device_seconds - before->step_device_seconds;
+    r.draft_passes = after->draft_passes - before->draft_passes;
+    r.draft_seconds = after->draft_seconds - before->draft_seconds;
+    r.graph_captures = after->captures - before->captures;
   }
-#endif
+  if (backend != nullptr) {
+    for (int s = 0; s < batch; ++s) WEIR_CHECK_OK(backend->Release(s));
+  }
   return r;
 }
 
@@ -476,6 +544,13 @@ int Run() {
     }
   }
   // Per mode: tokens/s, mean verify length, mean accepted length.
+#ifdef WEIR_SPECULATIVE_DEVICE
+  const bool warm_decoder = absl::GetFlag(FLAGS_warm_decoder);
+  std::printf("decoders: %s\n", warm_decoder ? "one a mode and batch, warmed untimed"
+                                             : "a fresh one a run, captures timed");
+#else
+  constexpr bool warm_decoder = false;
+#endif
   std::printf("%6s %10s | %10s %6s %6s | %10s %6s %6s %6s | %5s | steady tok/s: off fixed\n",
               "batch", "off tok/s", "fixed tok/s", "verify", "accept", "conf tok/s", "verify",
               "accept", "paused", "equal");
@@ -483,19 +558,28 @@ int Run() {
     // Batch 1 decodes each prompt alone in turn (one prompt's acceptance is
     // not the model's); larger batches take the prompts in turn.
     auto run = [&](int d, const VerifyCostCurve* c) {
-      if (batch > 1) return Decode(**model, prompts, batch, new_tokens, d, c);
+      // On the device with --warm_decoder: one decoder for the mode, its
+      // graphs captured by the same run untimed (batch 1: the first prompt).
+      std::unique_ptr<weir::model::DecodeBackend> shared;
+      if (kOnDevice && warm_decoder) {
+        shared = MakeBackend(**model, prompts, batch, new_tokens, d);
+        (void)Decode(**model, batch > 1 ? prompts : std::vector<std::vector<int64_t>>{prompts[0]},
+                     batch, new_tokens, d, c, shared.get());
+      }
+      auto decode = [&](const std::vector<std::vector<int64_t>>& ps) {
+        if (shared != nullptr) return Decode(**model, ps, batch, new_tokens, d, c, shared.get());
+        std::unique_ptr<weir::model::DecodeBackend> fresh =
+            MakeBackend(**model, ps, batch, new_tokens, d);
+        return Decode(**model, ps, batch, new_tokens, d, c, fresh.get());
+      };
+      if (batch > 1) return decode(prompts);
       Result all;
       for (const std::vector<int64_t>& prompt : prompts) {
-        Result one = Decode(**model, {prompt}, 1, new_tokens, d, c);
-        all.seconds += one.seconds;
-        all.tokens += one.tokens;
-        all.rows += one.rows;
-        all.verified += one.verified;
-        all.paused += one.paused;
+        Result one = decode({prompt});
+        all.Add(one);
         all.steady_seconds += one.seconds;
         all.steady_tokens += one.tokens;
         all.outputs.push_back(std::move(one.outputs[0]));
-        all.device = one.device;
       }
       return all;
     };
@@ -529,8 +613,8 @@ int Run() {
     };
     std::printf(" %5s | %10.1f %10.1f\n", equal ? "yes" : "NO", steady(off), steady(fixed));
     for (const Result* run : {&off, &fixed}) {
-      if (!run->device.empty()) {
-        std::printf("       %s: %s\n", run == &off ? "off" : "fixed", run->device.c_str());
+      if (run->on_device) {
+        std::printf("       %s: %s\n", run == &off ? "off" : "fixed", run->DeviceLine().c_str());
       }
     }
     std::fflush(stdout);

@@ -8,6 +8,7 @@
 # numerics. Exits non-zero when a run fails or its outputs differ from `off`.
 #   tools/gpu/speculative_check.sh [MODEL_DIR ...]       (default models/tiny)
 # SPEC_FLAGS (space-separated) go to every run, e.g. SPEC_FLAGS=--fused_markov
+# or SPEC_FLAGS=--warm_decoder=false (a fresh decoder a run, as before 2026-12-05)
 # (run once without it and once with it for an A/B); RESULTS (default .gpu_bundle/results) gets spec.txt.
 set -uo pipefail
 bundle="${BUNDLE:-.gpu_bundle}"
