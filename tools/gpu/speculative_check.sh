@@ -10,6 +10,8 @@
 # SPEC_FLAGS (space-separated) go to every run, e.g. SPEC_FLAGS=--fused_markov
 # or SPEC_FLAGS=--warm_decoder=false (a fresh decoder a run, as before 2026-12-05)
 # (run once without it and once with it for an A/B); RESULTS (default .gpu_bundle/results) gets spec.txt.
+# SPEC_RUNS: the runs, "BATCHES TOKENS PROMPTS" separated by ";" (default
+# "1 64 32;1 256 32;8,64 64 64"), e.g. SPEC_RUNS="1 256 32" for batch 1 alone.
 set -uo pipefail
 bundle="${BUNDLE:-.gpu_bundle}"
 results="${RESULTS:-${bundle}/results}"
@@ -21,7 +23,8 @@ xz -dc tools/train/data/corpus_heldout.txt.xz > "${prompts}" || exit 1
 read -r -a flags <<< "${SPEC_FLAGS:-}"
 status=0
 for model in "${@:-models/tiny}"; do
-  for run in "1 64 32" "1 256 32" "8,64 64 64"; do
+  IFS=';' read -r -a runs <<< "${SPEC_RUNS:-1 64 32;1 256 32;8,64 64 64}"
+  for run in "${runs[@]}"; do
     read -r batches tokens count <<< "${run}"
     echo "=== ${model}: batches ${batches}, ${tokens} new tokens, ${count} prompts ${flags[*]}" |
       tee -a "${results}/spec.txt"

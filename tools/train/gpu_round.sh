@@ -17,6 +17,7 @@
 #                         steps 10-40); MAX_MINUTES [BUDGET + 2.5]
 #   LR [1e-3], EVERY [1]  --dspark_lr, --dspark_greedy_every
 #   TRAIN_FLAGS           more train.py flags, space-separated
+# SPEC_RUNS and SPEC_FLAGS pass to speculative_check.sh (e.g. SPEC_RUNS="1 256 32").
 # Exits non-zero if a step fails (speculative_check.sh: outputs differ from off).
 set -euo pipefail
 td="${TD:-.train_data}"
