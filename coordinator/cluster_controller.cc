@@ -76,6 +76,7 @@ absl::Status ClusterController::BringUp() {
   load.set_measure_verify_cost(options_.measure_verify_cost);
   load.set_speculative_max_batch(
       static_cast<uint32_t>(std::max(0, options_.speculative_max_batch)));
+  load.set_ngram_lookup(static_cast<uint32_t>(std::max(0, options_.ngram_lookup)));
   for (const WorkerRecord& w : workers) {
     v1::PeerInfo* peer = load.add_peers();
     peer->set_rank(w.rank.value());

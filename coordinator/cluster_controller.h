@@ -52,6 +52,8 @@ struct ControllerOptions {
   bool measure_verify_cost = false;
   // LoadWeightsRequest.speculative_max_batch (--speculative_max_batch; 0 = no limit).
   int32_t speculative_max_batch = 0;
+  // LoadWeightsRequest.ngram_lookup (--ngram_lookup, resolved; 0 = off).
+  int32_t ngram_lookup = 0;
 };
 
 class ClusterController {

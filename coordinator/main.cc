@@ -107,6 +107,12 @@ ABSL_FLAG(int, speculative_max_batch, 0,
           "batches a verification's extra positions and the draft pass cost more than the "
           "drafts return; vLLM's speculative_disable_by_batch_size). 0 = no limit. Outputs "
           "are the same.");
+ABSL_FLAG(int, ngram_lookup, -1,
+          "--speculative=dspark: prompt lookup beside DSpark's drafts. After its sample, a "
+          "sequence whose last N tokens occurred before in it (prompt or output) takes the "
+          "tokens that followed them there as its drafts and skips the DSpark draft pass "
+          "(vLLM's ngram method). N = this match length; 0 = off; unset = 3 with speculation on. "
+          "Outputs are the same.");
 ABSL_FLAG(bool, ced_replay, false,
           "CED bounded replay (spec 4.4): a prompt runs the decoder half of the layers only over "
           "its last sliding-window positions (the global KV stays exact); faster prefill, "
@@ -355,6 +361,12 @@ int Run(int argc, char** argv) {
     std::cerr << "weir: " << s.message() << "\n";
     return 2;
   }
+  absl::StatusOr<int32_t> ngram_lookup =
+      NgramLookupFromFlags(absl::GetFlag(FLAGS_ngram_lookup), *num_draft_tokens);
+  if (!ngram_lookup.ok()) {
+    std::cerr << "weir: " << ngram_lookup.status().message() << "\n";
+    return 2;
+  }
   // --backend=cuda speculates on the device decoder (it drafts, verifies and
   // rolls back there: worker --device_decode, with more ranks
   // --device_decode_ep); a worker that cannot refuses the model load with
@@ -399,7 +411,8 @@ int Run(int argc, char** argv) {
                    .measure_verify_cost =
                        MeasureVerifyCost(EffectiveVerifyLength(absl::GetFlag(FLAGS_verify_length)),
                                          absl::GetFlag(FLAGS_backend), model_dir),
-                   .speculative_max_batch = absl::GetFlag(FLAGS_speculative_max_batch)});
+                   .speculative_max_batch = absl::GetFlag(FLAGS_speculative_max_batch),
+                   .ngram_lookup = *ngram_lookup});
   std::string tokenizer_fingerprint;
   absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> tokenizer =
       LoadTokenizer(model_dir, tokenizer_fingerprint);

@@ -59,6 +59,20 @@ absl::Status SpeculativeMaxBatchFromFlags(int rows, int32_t num_draft_tokens) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<int32_t> NgramLookupFromFlags(int flag, int32_t num_draft_tokens) {
+  if (flag < -1 || flag > worker::kMaxNgramMatch) {
+    return absl::InvalidArgumentError(absl::StrCat("--ngram_lookup must be in [0, ",
+                                                   worker::kMaxNgramMatch,
+                                                   "] (the match length; 0: off); got ", flag));
+  }
+  if (flag == -1) return num_draft_tokens > 0 ? kDefaultNgramLookup : 0;
+  if (flag > 0 && num_draft_tokens == 0) {
+    return absl::InvalidArgumentError(
+        "--ngram_lookup is set but --speculative=off; add --speculative=dspark");
+  }
+  return flag;
+}
+
 std::string EffectiveVerifyLength(std::string_view flag) {
   // Fixed: on the H200 the trained tiny's drafts pay at batch 1 whatever a
   // few verifications say, and the pacer's pauses cost more than they save

@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/model/config.h"
+#include "worker/ngram_lookup.h"
 
 namespace weir::coordinator {
 
@@ -40,6 +41,13 @@ absl::Status VerifyLengthFromFlags(std::string_view policy, int32_t num_draft_to
 // step may hold and still draft; 0 = no limit): INVALID_ARGUMENT (naming the
 // flag) when negative, or positive with speculation off (`num_draft_tokens` 0).
 absl::Status SpeculativeMaxBatchFromFlags(int rows, int32_t num_draft_tokens);
+
+// The prompt lookup's match length the workers get (--ngram_lookup `flag`):
+// -1 (unset) is kDefaultNgramLookup with speculation on and 0 with it off;
+// 0 turns it off. INVALID_ARGUMENT (naming the flag) below -1, above
+// kMaxNgramMatch, or positive with speculation off (`num_draft_tokens` 0).
+inline constexpr int32_t kDefaultNgramLookup = 3;
+absl::StatusOr<int32_t> NgramLookupFromFlags(int flag, int32_t num_draft_tokens);
 
 // The policy the workers get: `flag` when set, else "fixed".
 std::string EffectiveVerifyLength(std::string_view flag);

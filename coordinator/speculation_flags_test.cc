@@ -62,6 +62,22 @@ TEST(SpeculationFlagsTest, MaxBatchNeedsDsparkAndIsNotNegative) {
   EXPECT_EQ(SpeculativeMaxBatchFromFlags(4, 0).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// --ngram_lookup: unset means 3 with speculation on and off without it; 0
+// turns it off; out of range, or set with speculation off, is refused.
+TEST(SpeculationFlagsTest, NgramLookup) {
+  EXPECT_EQ(NgramLookupFromFlags(-1, 5).value(), kDefaultNgramLookup);
+  EXPECT_EQ(NgramLookupFromFlags(-1, 0).value(), 0);
+  EXPECT_EQ(NgramLookupFromFlags(0, 5).value(), 0);
+  EXPECT_EQ(NgramLookupFromFlags(2, 5).value(), 2);
+  EXPECT_EQ(NgramLookupFromFlags(0, 0).value(), 0);
+  for (int bad : {-2, worker::kMaxNgramMatch + 1}) {
+    const absl::Status s = NgramLookupFromFlags(bad, 5).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("--ngram_lookup"), std::string_view::npos);
+  }
+  EXPECT_EQ(NgramLookupFromFlags(3, 0).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 // Unset, every draft is verified.
 TEST(SpeculationFlagsTest, FixedIsTheDefault) {
   EXPECT_EQ(EffectiveVerifyLength(""), "fixed");

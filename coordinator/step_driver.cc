@@ -461,6 +461,8 @@ bool StepDriver::Iterate() {
     for (size_t a = 0; a < hist.size(); ++a) speculation_.accepted_histogram[a] += hist[a];
     speculation_.verified_drafts += rank->verified_drafts();
     speculation_.paused_steps += rank->paused_steps();
+    speculation_.lookup_verifications += rank->lookup_verifications();
+    speculation_.lookup_accepted += rank->lookup_accepted();
   }
   steps_ = steps_before_recovery_ + static_cast<int64_t>(next_step_);
   return true;
@@ -560,7 +562,8 @@ absl::Status StepDriver::ReadAndApply() {
       applied.rows.push_back({.tokens = {row.tokens().begin(), row.tokens().end()},
                               .finished = row.finished(),
                               .verified_drafts = static_cast<int32_t>(row.verified_drafts()),
-                              .drafts_paused = row.drafts_paused()});
+                              .drafts_paused = row.drafts_paused(),
+                              .lookup_drafts = row.lookup_drafts()});
       if (row.has_sampled_logprobs()) {
         std::vector<const v1::TokenLogprobs*>& scored = sampled[rows_of[r][i]];
         for (const v1::TokenLogprobs& draft : row.accepted_logprobs()) scored.push_back(&draft);

@@ -214,6 +214,8 @@ class StepDriver {
     std::vector<int64_t> accepted_histogram;
     int64_t verified_drafts = 0;
     int64_t paused_steps = 0;  // RankScheduler::paused_steps
+    int64_t lookup_verifications = 0;  // RankScheduler::lookup_verifications
+    int64_t lookup_accepted = 0;       // RankScheduler::lookup_accepted
     std::string verify_length;
   };
   SpeculationStats speculation() const;

@@ -300,6 +300,29 @@ TEST(SpeculativeTest, TrainedTinyAcceptsDraftsWithTheSameOutputs) {
   std::printf("trained tiny: %llu drafts verified, %llu accepted, %llu rejected\n",
               static_cast<unsigned long long>(s.verified_drafts()),
               static_cast<unsigned long long>(in_rows), static_cast<unsigned long long>(rejected));
+  // Prompt lookup is on by default with speculation (--ngram_lookup 3): the
+  // trained tiny's greedy text repeats itself, so some verifications checked
+  // a repeated n-gram's continuation instead of DSpark's block.
+  EXPECT_GT(s.lookup_verifications(), 0u);
+  EXPECT_LT(s.lookup_verifications(), rows);
+  EXPECT_LE(s.lookup_accepted_drafts(), in_rows);
+  // With it off, DSpark drafts every block: the same outputs, no lookups.
+  Cluster dspark_only({"--workers=2", "--model_dir=" + trained, "--speculative=dspark",
+                       "--verify_length=fixed", "--ngram_lookup=0"});
+  const std::vector<Outcome> alone = RunAll(dspark_only, requests);
+  ExpectSame(alone, plain);
+  uint32_t accepted_alone = 0;
+  for (const Outcome& o : alone) accepted_alone += o.accepted_drafts;
+  v1::ServerState alone_state;
+  ASSERT_TRUE(dspark_only.State(alone_state).ok());
+  EXPECT_EQ(alone_state.speculation().lookup_verifications(), 0u);
+  std::printf(
+      "trained tiny: %llu of %llu verifications were prompt lookups (%llu drafts accepted); "
+      "accepted drafts %u with lookup, %u with DSpark alone, of %u tokens\n",
+      static_cast<unsigned long long>(s.lookup_verifications()),
+      static_cast<unsigned long long>(rows),
+      static_cast<unsigned long long>(s.lookup_accepted_drafts()), accepted, accepted_alone,
+      completion);
 }
 
 // --verify_length=confidence (issue 18 item 1): each row verifies the drafts
@@ -370,6 +393,11 @@ TEST(SpeculativeTest, TrainedTinyConfidenceVerifyLengthEqualsOff) {
   const std::string paused =
       absl::StrCat(s.paused_steps(), " steps with drafting paused (drafts that did not pay)");
   EXPECT_NE(info.find(paused), std::string::npos) << info;
+  // And the verifications of prompt lookup drafts (on by default).
+  const std::string lookups =
+      absl::StrCat(s.lookup_verifications(), " verifications of prompt lookup drafts, ",
+                   s.lookup_accepted_drafts(), " of them accepted");
+  EXPECT_NE(info.find(lookups), std::string::npos) << info;
 }
 
 bool SameLogprobs(const v1::TokenLogprobs& a, const v1::TokenLogprobs& b) {

@@ -111,10 +111,11 @@ int Info(const std::shared_ptr<grpc::Channel>& channel) {
     std::cout << absl::StrFormat(
         "speculate  DSpark, %d drafts, verify length %s; %d verifications, mean verify length "
         "%.2f, mean accepted length %.2f; accepted 0..%d: %s; %d steps with drafting paused "
-        "(drafts that did not pay)\n",
+        "(drafts that did not pay); %d verifications of prompt lookup drafts, %d of them "
+        "accepted\n",
         spec.num_draft_tokens(), spec.verify_length().empty() ? "fixed" : spec.verify_length(),
         rows, spec.mean_verify_length(), 1.0 + accepted * per, spec.num_draft_tokens(), hist,
-        spec.paused_steps());
+        spec.paused_steps(), spec.lookup_verifications(), spec.lookup_accepted_drafts());
   }
   if (state.recoveries().count() > 0) {
     std::cout << absl::StrFormat(

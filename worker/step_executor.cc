@@ -838,6 +838,7 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
     int64_t kept = static_cast<int64_t>(inputs[i].size());
     // Nothing to verify because the slot skipped its last draft pass.
     out.drafts_paused = row.draft_tokens > 0 && drafts[i] == 0 && slot.paused_drafting;
+    out.lookup_drafts = drafts[i] > 0 && slot.drafts_from_lookup;
     if (drafts[i] > 0 && out.status.ok()) {
       absl::StatusOr<int64_t> verified =
           VerifyDrafts(row, slot, starts[i], inputs[i], drafts[i],

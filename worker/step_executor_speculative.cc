@@ -17,7 +17,9 @@
 // the first ChooseVerifyLength of its drafts, the rest are not forwarded, and
 // a row whose verifications have not paid for their cost lately stops
 // drafting for a while (DraftPacer): its rows then run one position, as plain
-// decoding's.
+// decoding's. With prompt lookup (SetNgramLookup) a row whose last tokens
+// repeat earlier ones takes what followed them as its drafts and skips the
+// DSpark pass.
 
 #include <algorithm>
 
@@ -43,6 +45,15 @@ absl::Status StepExecutor::SetSpeculation(int32_t num_draft_tokens) {
         "speculative decoding needs DSpark stages; the model has none");
   }
   num_draft_tokens_ = num_draft_tokens;
+  return absl::OkStatus();
+}
+
+absl::Status StepExecutor::SetNgramLookup(int32_t min_match) {
+  if (min_match < 0 || min_match > kMaxNgramMatch) {
+    return absl::InvalidArgumentError(absl::StrCat("ngram lookup: the match length must be in [0, ",
+                                                   kMaxNgramMatch, "], got ", min_match));
+  }
+  ngram_lookup_ = min_match;
   return absl::OkStatus();
 }
 
@@ -148,6 +159,29 @@ std::vector<int64_t> StepExecutor::AllowedDrafts(grammar::Matcher& matcher,
   return out;
 }
 
+std::vector<int64_t> StepExecutor::AllowedPrefix(grammar::Matcher& matcher,
+                                                 std::span<const int64_t> tokens) {
+  std::vector<int64_t> out;
+  int advanced = 0;
+  for (const int64_t token : tokens) {
+    if (matcher.IsTerminated()) break;
+    scratch_.mask.assign(matcher.grammar().vocab().mask_words(), 0);
+    matcher.FillNextTokenBitmask(scratch_.mask);
+    if (token < 0 || token / 32 >= static_cast<int64_t>(scratch_.mask.size()) ||
+        !((scratch_.mask[token / 32] >> (token % 32)) & 1u)) {
+      break;
+    }
+    if (!matcher.AcceptToken(static_cast<int32_t>(token)).ok()) break;
+    ++advanced;
+    if (matcher.IsTerminated()) break;  // never accepted (AcceptDrafts)
+    out.push_back(token);
+  }
+  if (absl::Status s = matcher.Rollback(advanced); !s.ok()) {
+    WEIR_LOG(ERROR) << "grammar rollback after a lookup: " << s;
+  }
+  return out;
+}
+
 void StepExecutor::DraftAfter(std::span<const DraftRequest> requests) {
   std::vector<const DraftRequest*> drafting;
   std::vector<const model::SequenceState*> states;
@@ -162,6 +196,7 @@ void StepExecutor::DraftAfter(std::span<const DraftRequest> requests) {
     slot.drafts_after = -1;
     slot.drafts_pos = -1;
     slot.paused_drafting = false;
+    slot.drafts_from_lookup = false;
     // A draft needs the features of two forwarded positions (spec §4.8).
     if (num_draft_tokens_ == 0 || slot.state->length() < 2) continue;
     // Drafts that have not paid for their pass lately: decode plainly a while
@@ -170,6 +205,23 @@ void StepExecutor::DraftAfter(std::span<const DraftRequest> requests) {
       ++drafts_paused_;
       slot.paused_drafting = true;
       continue;
+    }
+    // Prompt lookup: a repeated n-gram's continuation instead of a draft pass.
+    if (ngram_lookup_ > 0) {
+      std::vector<int64_t> proposal = slot.lookup.Propose(slot.prompt, slot.output, request.token,
+                                                          ngram_lookup_, num_draft_tokens_);
+      if (!proposal.empty() && slot.matcher != nullptr) {
+        proposal = AllowedPrefix(*slot.matcher, proposal);
+      }
+      if (!proposal.empty()) {
+        slot.drafts = std::move(proposal);
+        slot.draft_confidence.assign(slot.drafts.size(), kLookupDraftConfidence);
+        slot.drafts_after = request.token;
+        slot.drafts_pos = slot.state->length();
+        slot.drafts_from_lookup = true;
+        ++lookup_drafts_;
+        continue;
+      }
     }
     drafting.push_back(&request);
     states.push_back(slot.state.get());
@@ -230,6 +282,7 @@ void StepExecutor::DraftAfter(std::span<const DraftRequest> requests) {
                                  drafted[i]->confidence.begin() + slot.drafts.size());
     slot.drafts_after = drafting[i]->token;
     slot.drafts_pos = slot.state->length();
+    ++dspark_drafts_;
   }
 }
 

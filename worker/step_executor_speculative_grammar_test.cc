@@ -73,7 +73,8 @@ std::ostream& operator<<(std::ostream& os, const Emitted& e) {
 
 const std::vector<int64_t> kPrompts[] = {{11, 400, 23, 7}, {3000, 12, 12, 400, 5, 6, 71}};
 
-enum class Drafts { kOff, kModel, kInjected };
+// kLookup: the model's drafts with prompt lookup beside them (SetNgramLookup(1)).
+enum class Drafts { kOff, kModel, kInjected, kLookup };
 
 struct Run {
   std::vector<std::vector<Emitted>> out{2};
@@ -81,12 +82,15 @@ struct Run {
   // sampled from (RowPlan::return_top_k).
   std::vector<std::vector<int32_t>> unmasked_top{2};
   std::vector<int64_t> accepted = {0, 0};  // drafts accepted, by sequence
+  int64_t lookups = 0;                     // blocks of drafts from prompt lookup
 };
 
 // Decodes kPrompts[0] under `constraint` and kPrompts[1] unconstrained, both
 // with logprobs, until the constrained one ends (or kMaxOutput tokens).
+// `ngram`: SetNgramLookup's match length (prompt lookup beside the drafts).
 Run Decode(const grammar::Constraint& constraint, const sampling::SamplingParams& params,
-           Drafts drafts, const Run* reference, model::HostDecodeBackend* backend = nullptr) {
+           Drafts drafts, const Run* reference, model::HostDecodeBackend* backend = nullptr,
+           int32_t ngram = 0) {
   Fixture& f = Shared();
   StepExecutor ex(*f.model, 2, f.compiler.get());
   if (backend != nullptr) ex.SetDecodeBackend(backend);
@@ -94,6 +98,7 @@ Run Decode(const grammar::Constraint& constraint, const sampling::SamplingParams
   if (drafts != Drafts::kOff) {
     EXPECT_TRUE(ex.SetSpeculation(kDrafts).ok());
   }
+  EXPECT_TRUE(ex.SetNgramLookup(ngram).ok());
   const int32_t draft_tokens = drafts == Drafts::kOff ? -1 : kDrafts;
   std::vector<RowPlan> rows;
   for (int32_t s = 0; s < 2; ++s) {
@@ -164,11 +169,14 @@ Run Decode(const grammar::Constraint& constraint, const sampling::SamplingParams
   if (drafts != Drafts::kOff) {
     EXPECT_GT(ex.drafts_verified(), 0);
   }
+  run.lookups = ex.lookup_drafts();
   return run;
 }
 
+// `repeats`: the constraint's text repeats itself, so prompt lookup must
+// propose drafts on it.
 void ExpectSpeculationChangesNothing(const grammar::Constraint& constraint,
-                                     const sampling::SamplingParams& params) {
+                                     const sampling::SamplingParams& params, bool repeats = false) {
   ASSERT_NE(Shared().compiler, nullptr);
   const Run plain = Decode(constraint, params, Drafts::kOff, nullptr);
   ASSERT_FALSE(plain.out[0].empty());
@@ -181,12 +189,28 @@ void ExpectSpeculationChangesNothing(const grammar::Constraint& constraint,
   }
   EXPECT_GT(overruled, 2);
   for (const bool on_backend : {false, true}) {
-    for (Drafts drafts : {Drafts::kModel, Drafts::kInjected}) {
+    for (Drafts drafts : {Drafts::kModel, Drafts::kInjected, Drafts::kLookup}) {
       model::HostDecodeBackend backend(*Shared().model, 2, /*max_batch=*/16,
                                        /*max_positions=*/4096, /*collective=*/false,
                                        /*max_rows_per_slot=*/kDrafts + 1);
       backend.EnableDrafting(kDrafts);
-      const Run spec = Decode(constraint, params, drafts, &plain, on_backend ? &backend : nullptr);
+      const Run spec =
+          drafts == Drafts::kLookup
+              ? Decode(constraint, params, Drafts::kModel, &plain, on_backend ? &backend : nullptr,
+                       /*ngram=*/1)
+              : Decode(constraint, params, drafts, &plain, on_backend ? &backend : nullptr);
+      // Prompt lookup proposed drafts (the grammar's allowed prefix of them on
+      // the constrained sequence) where the text repeats, and only with it.
+      if (drafts == Drafts::kLookup) {
+        if (repeats) {
+          EXPECT_GT(spec.lookups, 0);
+        }
+        std::cout << "prompt lookup: " << spec.lookups << " blocks, " << spec.accepted[0]
+                  << " drafts accepted of the constrained sequence's " << plain.out[0].size()
+                  << " tokens\n";
+      } else {
+        EXPECT_EQ(spec.lookups, 0);
+      }
       if (on_backend) {  // the sequences verified, drafted and rolled back there
         EXPECT_EQ(backend.stats().starts, 2);
         EXPECT_GT(backend.stats().drafts, 4);
@@ -200,7 +224,10 @@ void ExpectSpeculationChangesNothing(const grammar::Constraint& constraint,
         ASSERT_EQ(spec.out[s].size() >= compared, true) << "sequence " << s;
         EXPECT_EQ(std::vector<Emitted>(spec.out[s].begin(), spec.out[s].begin() + compared),
                   std::vector<Emitted>(plain.out[s].begin(), plain.out[s].begin() + compared))
-            << "sequence " << s << (drafts == Drafts::kModel ? " (model drafts)" : " (injected)")
+            << "sequence " << s
+            << (drafts == Drafts::kModel    ? " (model drafts)"
+                : drafts == Drafts::kLookup ? " (lookup)"
+                                            : " (injected)")
             << (on_backend ? " on the backend" : "");
       }
       EXPECT_EQ(spec.out[0].size(), n);  // nothing after the grammar's end
@@ -223,6 +250,19 @@ const grammar::Constraint kSchema{
                 "n": {"type": "integer", "minimum": 0, "maximum": 999},
                 "tag": {"enum": ["red", "green", "blue"]}},
                 "required": ["ok", "n", "tag"], "additionalProperties": false})"};
+
+// A text that must repeat itself: prompt lookup proposes its continuation,
+// and the grammar's mask cuts the proposal where the repetition ends.
+const grammar::Constraint kRepeating{.kind = grammar::ConstraintKind::kRegex,
+                                     .text = "(na ){6,10}batman!"};
+
+TEST(StepExecutorSpeculativeGrammarTest, GreedyRepeatingRegex) {
+  ExpectSpeculationChangesNothing(kRepeating, GreedySampling(), /*repeats=*/true);
+}
+
+TEST(StepExecutorSpeculativeGrammarTest, SeededRepeatingRegex) {
+  ExpectSpeculationChangesNothing(kRepeating, SeededSampling(), /*repeats=*/true);
+}
 
 TEST(StepExecutorSpeculativeGrammarTest, GreedyRegex) {
   ExpectSpeculationChangesNothing(kRegex, GreedySampling());

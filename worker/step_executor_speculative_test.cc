@@ -9,6 +9,7 @@
 // expert-parallel group. On the trained tiny, rows drafted together draft as
 // they would alone.
 #include <algorithm>
+#include <cstdio>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -96,12 +97,14 @@ std::vector<std::vector<int64_t>> Speculative(
     model::Model& model, kv_cache::BlockPool& pool, const sampling::SamplingParams& params,
     Drafts drafts, const std::vector<std::vector<int64_t>>& reference, int64_t& accepted,
     const VerifyCostCurve* curve = nullptr, std::vector<int64_t>* lengths = nullptr,
-    model::HostDecodeBackend* backend = nullptr, int64_t* paused = nullptr, int64_t max_batch = 0) {
+    model::HostDecodeBackend* backend = nullptr, int64_t* paused = nullptr, int64_t max_batch = 0,
+    int32_t ngram = 0, int64_t* lookups = nullptr) {
   StepExecutor ex(model, 4);
   ex.SetKvCache(&pool);
   if (backend != nullptr) ex.SetDecodeBackend(backend);
   EXPECT_TRUE(ex.SetSpeculation(kDrafts).ok());
   ex.SetSpeculationMaxBatch(max_batch);
+  EXPECT_TRUE(ex.SetNgramLookup(ngram).ok());
   if (curve != nullptr) ex.SetVerifyCostCurve(*curve);
   // Per slot: the verify length its next row must choose (-1: any).
   std::vector<int64_t> expected_length = {-1, -1};
@@ -113,6 +116,7 @@ std::vector<std::vector<int64_t>> Speculative(
   std::vector<std::vector<int64_t>> out(2);
   accepted = 0;
   int64_t paused_rows = 0;  // rows that said their slot had paused drafting
+  int64_t lookup_rows = 0;  // rows that verified prompt lookup drafts
   for (int step = 0; out[0].size() < kOutput || out[1].size() < kOutput; ++step) {
     absl::StatusOr<std::vector<RowOutcome>> r = ex.Execute(rows, {});
     EXPECT_TRUE(FirstError(r).ok()) << FirstError(r);
@@ -123,6 +127,10 @@ std::vector<std::vector<int64_t>> Speculative(
       if (o.drafts_paused) {
         EXPECT_EQ(o.verified_drafts, 0);
         ++paused_rows;
+      }
+      if (o.lookup_drafts) {
+        EXPECT_GT(o.verified_drafts, 0);
+        ++lookup_rows;
       }
       if (expected_length[s] >= 0) {
         EXPECT_EQ(o.verified_drafts, expected_length[s]) << step;
@@ -155,9 +163,21 @@ std::vector<std::vector<int64_t>> Speculative(
       }
     }
   }
-  if (max_batch == 0 || max_batch >= 2) EXPECT_GT(ex.drafts_verified(), 0);
+  if (max_batch == 0 || max_batch >= 2) {
+    EXPECT_GT(ex.drafts_verified(), 0);
+  }
   EXPECT_EQ(ex.drafts_accepted(), accepted);
   if (paused != nullptr) *paused = ex.drafts_paused();
+  if (lookups != nullptr) *lookups = ex.lookup_drafts();
+  // Without lookup no block came from it; with it, each block shows in the
+  // slot's next row (the last ones may have no next row here).
+  if (ngram == 0) {
+    EXPECT_EQ(ex.lookup_drafts(), 0);
+    EXPECT_EQ(lookup_rows, 0);
+  } else {
+    EXPECT_LE(lookup_rows, ex.lookup_drafts());
+    EXPECT_GE(lookup_rows, ex.lookup_drafts() - 2);
+  }
   // Each skipped draft pass shows in the slot's next row (the last ones may
   // have no next row here).
   EXPECT_LE(paused_rows, ex.drafts_paused());
@@ -302,6 +322,54 @@ TEST(StepExecutorSpeculativeTest, StepsOverTheBatchLimitDraftNothing) {
     EXPECT_EQ(paused, 0);
     EXPECT_EQ(std::count(lengths.begin(), lengths.end(), kDrafts),
               static_cast<int64_t>(lengths.size()));
+  }
+}
+
+// Prompt lookup (SetNgramLookup): a row whose last tokens occurred before
+// takes what followed them as its drafts instead of a DSpark pass. The
+// random tiny's text does not repeat itself, so the rows here ask for
+// repetition (a negative presence penalty, a repetition penalty below 1:
+// tokens seen before are favoured), and loop: lookups are taken, and
+// accepted; the tokens are the plain ones, greedy and seeded alike.
+TEST(StepExecutorSpeculativeTest, PromptLookupDraftsEmitThePlainTokens) {
+  Fixture f;
+  ASSERT_NE(f.model, nullptr);
+  for (sampling::SamplingParams params : {GreedySampling(), SeededSampling()}) {
+    params.presence_penalty = -2.0f;
+    params.repetition_penalty = 0.5f;
+    params.temperature = std::min(params.temperature, 0.3f);
+    const auto plain = Plain(*f.model, *f.pool, params);
+    for (int32_t ngram : {1, 2}) {
+      int64_t accepted = -1, lookups = -1;
+      ExpectPrefixEqual(Speculative(*f.model, *f.pool, params, Drafts::kModel, plain, accepted,
+                                    nullptr, nullptr, nullptr, nullptr, 0, ngram, &lookups),
+                        plain);
+      std::printf("ngram %d: %lld lookups, %lld drafts accepted\n", ngram,
+                  static_cast<long long>(lookups), static_cast<long long>(accepted));
+      EXPECT_GT(lookups, 0) << "ngram " << ngram;
+      EXPECT_GT(accepted, 0) << "ngram " << ngram;
+      // On a drafting backend (a CUDA worker's decoder): the same tokens and
+      // acceptance, and a lookup row asks it for no draft pass.
+      model::HostDecodeBackend backend(*f.model, 4, /*max_batch=*/8, /*max_positions=*/4096,
+                                       /*collective=*/false, /*max_rows_per_slot=*/kDrafts + 1);
+      backend.ExpectBlockTables(kBlockTokens, 64);
+      backend.EnableDrafting(kDrafts);
+      int64_t on_backend = -1, backend_lookups = -1;
+      ExpectPrefixEqual(
+          Speculative(*f.model, *f.pool, params, Drafts::kModel, plain, on_backend, nullptr,
+                      nullptr, &backend, nullptr, 0, ngram, &backend_lookups),
+          plain);
+      EXPECT_EQ(on_backend, accepted);
+      EXPECT_EQ(backend_lookups, lookups);
+      int64_t plain_drafts = -1;
+      model::HostDecodeBackend without(*f.model, 4, /*max_batch=*/8, /*max_positions=*/4096,
+                                       /*collective=*/false, /*max_rows_per_slot=*/kDrafts + 1);
+      without.ExpectBlockTables(kBlockTokens, 64);
+      without.EnableDrafting(kDrafts);
+      Speculative(*f.model, *f.pool, params, Drafts::kModel, plain, plain_drafts, nullptr, nullptr,
+                  &without);
+      EXPECT_LT(backend.stats().drafts, without.stats().drafts) << "ngram " << ngram;
+    }
   }
 }
 

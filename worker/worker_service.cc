@@ -477,7 +477,16 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
   if (num_draft_tokens > 0) {
     StepExecutor probe(**runtime, 1);
     if (absl::Status s = probe.SetSpeculation(num_draft_tokens); !s.ok()) return ToGrpcStatus(s);
-    WEIR_LOG(INFO) << "speculative decoding: DSpark, " << num_draft_tokens << " drafts a row";
+    WEIR_LOG(INFO) << "speculative decoding: DSpark, " << num_draft_tokens << " drafts a row"
+                   << (request->ngram_lookup() > 0
+                           ? absl::StrCat(", prompt lookup after ", request->ngram_lookup(),
+                                          "-token matches")
+                           : std::string());
+  }
+  const int32_t ngram_lookup =
+      static_cast<int32_t>(std::min<uint32_t>(request->ngram_lookup(), INT32_MAX));
+  if (absl::Status s = StepExecutor(**runtime, 1).SetNgramLookup(ngram_lookup); !s.ok()) {
+    return ToGrpcStatus(s);
   }
   std::optional<VerifyCostCurve> cost_curve;
   if (request->verify_length() == "confidence" && device_decoder != nullptr &&
@@ -585,6 +594,7 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     executor_->SetSpeculation(num_draft_tokens).IgnoreError();
     executor_->SetVerifyCostCurve(std::move(cost_curve));
     executor_->SetSpeculationMaxBatch(request->speculative_max_batch());
+    executor_->SetNgramLookup(ngram_lookup).IgnoreError();
     executor_->SetCedReplay(ced_replay).IgnoreError();
     executor_->SetDecodeBackend(device_decoder_.get());
     executor_->SetKvCache(kv_pool_.get());
@@ -738,6 +748,7 @@ void WorkerService::ExecutePlan(const v1::StepPlan& plan, v1::StepResult& result
     row->set_finished(outcome.finished);
     row->set_verified_drafts(static_cast<uint32_t>(outcome.verified_drafts));
     row->set_drafts_paused(outcome.drafts_paused);
+    row->set_lookup_drafts(outcome.lookup_drafts);
     if (outcome.token.has_value()) {
       for (size_t k = 0; k < outcome.accepted.size(); ++k) {
         row->add_tokens(static_cast<uint32_t>(outcome.accepted[k]));

@@ -306,6 +306,10 @@ absl::StatusOr<std::vector<SeqUpdate>> RankScheduler::OnResult(const RankStepRes
       const int64_t verified =
           std::clamp<int64_t>(result.rows[i].verified_drafts, 0, refs[i].draft_tokens);
       verified_drafts_ += verified;
+      if (result.rows[i].lookup_drafts) {
+        ++lookup_verifications_;
+        lookup_accepted_ += static_cast<int64_t>(n - 1);
+      }
       // n - 1 drafts were accepted (the last token is the target's own).
       rejected = static_cast<int32_t>(std::max<int64_t>(verified - static_cast<int64_t>(n - 1), 0));
     }

@@ -136,6 +136,10 @@ class RankScheduler {
   // Decode rows of a speculative slot whose drafting the worker had paused
   // (RowOutput::drafts_paused), counted instead of in accepted_histogram.
   int64_t paused_steps() const { return paused_steps_; }
+  // Of the verifications in accepted_histogram, those whose drafts came from
+  // prompt lookup (RowOutput::lookup_drafts), and the drafts they accepted.
+  int64_t lookup_verifications() const { return lookup_verifications_; }
+  int64_t lookup_accepted() const { return lookup_accepted_; }
   // Live sequences (waiting, prefilling or running).
   int64_t num_live() const { return static_cast<int64_t>(seqs_.size()); }
 
@@ -222,6 +226,8 @@ class RankScheduler {
   std::vector<int64_t> accepted_histogram_;
   int64_t verified_drafts_ = 0;
   int64_t paused_steps_ = 0;
+  int64_t lookup_verifications_ = 0;
+  int64_t lookup_accepted_ = 0;
 };
 
 }  // namespace weir::coordinator::scheduler

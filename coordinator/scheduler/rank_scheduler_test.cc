@@ -84,6 +84,17 @@ TEST(RankSchedulerTest, PausedSpeculativeRowsCountApartFromVerifications) {
   EXPECT_EQ(s->accepted_histogram(), (std::vector<int64_t>{0, 0, 1, 0}));
   EXPECT_EQ(s->verified_drafts(), 3);
   EXPECT_EQ(s->paused_steps(), 1);
+  EXPECT_EQ(s->lookup_verifications(), 0);
+  // A verification of prompt lookup drafts counts in the histogram and apart.
+  RankStepPlan p3 = *s->BuildPlan(3, StepType::kDecode);
+  ASSERT_EQ(p3.rows.size(), 1u);
+  RankStepResult r3{.step_id = p3.step_id};
+  r3.rows.push_back({.tokens = {11, 12, 13, 14}, .verified_drafts = 3, .lookup_drafts = true});
+  ASSERT_TRUE(s->OnResult(r3).ok());
+  EXPECT_EQ(s->accepted_histogram(), (std::vector<int64_t>{0, 0, 1, 1}));
+  EXPECT_EQ(s->verified_drafts(), 6);
+  EXPECT_EQ(s->lookup_verifications(), 1);
+  EXPECT_EQ(s->lookup_accepted(), 3);
 }
 
 TEST(RankSchedulerTest, ChunkedPrefillRespectsTheBudget) {

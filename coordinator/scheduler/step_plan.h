@@ -125,6 +125,8 @@ struct RowOutput {
   // A speculative row that verified nothing because the worker had paused
   // its slot's drafting (RowResult.drafts_paused).
   bool drafts_paused = false;
+  // Its verified drafts came from prompt lookup (RowResult.lookup_drafts).
+  bool lookup_drafts = false;
 };
 
 // The result of one rank for one step: one RowOutput per plan row, in order.

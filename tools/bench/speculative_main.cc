@@ -91,6 +91,12 @@ ABSL_FLAG(int, prompt_tokens, 0,
           "With --prompts_file: each prompt is its document's first N tokens (BOS included); "
           "shorter documents are skipped. 0 = whole documents.");
 ABSL_FLAG(int, max_prompts, 8, "With --prompts_file: at most this many prompts.");
+ABSL_FLAG(int, ngram_lookup, 0,
+          "Prompt lookup beside DSpark in the speculative runs (StepExecutor::SetNgramLookup): "
+          "the match length, 0 = off.");
+ABSL_FLAG(std::string, outputs_file, "",
+          "Write each batch's `off` outputs there, a line a sequence: the batch size, then "
+          "the prompt's ids, a '|', the greedy ids (space-separated).");
 #ifdef WEIR_SPECULATIVE_DEVICE
 ABSL_FLAG(std::string, numerics, "fast", "The device decoder's numerics: fast or reference.");
 ABSL_FLAG(bool, bf16, true, "ActivationPrecision::kBf16 (else kFp32).");
@@ -132,6 +138,8 @@ struct Result {
   int64_t rows = 0;      // decode rows run
   int64_t verified = 0;  // drafts those rows verified
   int64_t paused = 0;    // rows whose slot had paused drafting (DraftPacer)
+  int64_t lookups = 0;   // blocks of drafts from prompt lookup (--ngram_lookup)
+  int64_t dspark = 0;    // blocks drafted by DSpark
   std::vector<std::vector<int64_t>> outputs;
   // The device decoder's work inside the timed loops (speculative_gpu).
   bool on_device = false;
@@ -149,6 +157,8 @@ struct Result {
     rows += other.rows;
     verified += other.verified;
     paused += other.paused;
+    lookups += other.lookups;
+    dspark += other.dspark;
     on_device = on_device || other.on_device;
     device_steps += other.device_steps;
     step_seconds += other.step_seconds;
@@ -247,6 +257,9 @@ Result Decode(weir::model::Model& model, const std::vector<std::vector<int64_t>>
   StepExecutor ex(model, batch);
   if (backend != nullptr) ex.SetDecodeBackend(backend);
   WEIR_CHECK_OK(ex.SetSpeculation(drafts));
+  if (drafts > 0) {
+    WEIR_CHECK_OK(ex.SetNgramLookup(absl::GetFlag(FLAGS_ngram_lookup)));
+  }
   if (curve != nullptr) ex.SetVerifyCostCurve(*curve);
   weir::worker::sampling::SamplingParams greedy;
   greedy.temperature = 0.0f;
@@ -308,6 +321,8 @@ Result Decode(weir::model::Model& model, const std::vector<std::vector<int64_t>>
     WEIR_CHECK(out.ok()) << out.status();
   }
   r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  r.lookups = ex.lookup_drafts();
+  r.dspark = ex.dspark_drafts();
   if (const std::optional<DeviceCounters> after = CountersOf(backend); after.has_value()) {
     r.on_device = true;
     r.device_steps = after->steps - before->steps;
@@ -338,7 +353,8 @@ double BestOf(int runs, Body&& body) {
 // The costs behind the numbers, one sequence: a 1-token forward, a
 // (1 + drafts)-token forward (a verification) and one Model::Draft, in ms
 // (best of 5 each, on a sequence of `prompt`).
-void PrintCosts(weir::model::Model& model, const std::vector<int64_t>& prompt, int drafts) {
+[[maybe_unused]] void PrintCosts(weir::model::Model& model, const std::vector<int64_t>& prompt,
+                                 int drafts) {
   auto seq = model.NewSequence();
   WEIR_CHECK(model.Forward(*seq, prompt, 0).ok());
   const int64_t at = seq->length();
@@ -361,8 +377,9 @@ void PrintCosts(weir::model::Model& model, const std::vector<int64_t>& prompt, i
 // Drafting `batch` sequences (the bench's prompts, prefilled) as the executor
 // did before issue 18, one Model::Draft each, and as it does now, one
 // Model::DraftBatch; best of 5 each.
-void PrintDraftCosts(weir::model::Model& model, const std::vector<std::vector<int64_t>>& prompts,
-                     const std::vector<int>& batches) {
+[[maybe_unused]] void PrintDraftCosts(weir::model::Model& model,
+                                      const std::vector<std::vector<int64_t>>& prompts,
+                                      const std::vector<int>& batches) {
   for (int batch : batches) {
     std::vector<std::unique_ptr<weir::model::SequenceState>> seqs;
     std::vector<const weir::model::SequenceState*> states;
@@ -584,6 +601,17 @@ int Run() {
       return all;
     };
     const Result off = run(0, nullptr);
+    if (const std::string path = absl::GetFlag(FLAGS_outputs_file); !path.empty()) {
+      std::ofstream out(path, std::ios::app);
+      for (size_t s = 0; s < off.outputs.size(); ++s) {
+        out << batch;
+        for (int64_t id : prompts[s % prompts.size()]) out << ' ' << id;
+        out << " |";
+        for (int64_t id : off.outputs[s]) out << ' ' << id;
+        out << '\n';
+      }
+      WEIR_CHECK(out.good()) << "--outputs_file: cannot write " << path;
+    }
     const Result fixed = run(drafts, nullptr);
     std::optional<Result> conf;
     if (curve.has_value()) conf = run(drafts, &*curve);
@@ -612,6 +640,15 @@ int Run() {
       return r.steady_seconds > 0 ? r.steady_tokens / r.steady_seconds : r.tokens / r.seconds;
     };
     std::printf(" %5s | %10.1f %10.1f\n", equal ? "yes" : "NO", steady(off), steady(fixed));
+    if (absl::GetFlag(FLAGS_ngram_lookup) > 0) {
+      for (const Result* run :
+           {&fixed, conf.has_value() ? &*conf : static_cast<const Result*>(nullptr)}) {
+        if (run == nullptr) continue;
+        std::printf("       %s: %lld blocks of drafts from prompt lookup, %lld from DSpark\n",
+                    run == &fixed ? "fixed" : "conf", static_cast<long long>(run->lookups),
+                    static_cast<long long>(run->dspark));
+      }
+    }
     for (const Result* run : {&off, &fixed}) {
       if (run->on_device) {
         std::printf("       %s: %s\n", run == &off ? "off" : "fixed", run->DeviceLine().c_str());

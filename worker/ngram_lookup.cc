@@ -1,0 +1,85 @@
+// worker/ngram_lookup.cc
+
+#include "worker/ngram_lookup.h"
+
+#include <algorithm>
+
+namespace weir::worker {
+namespace {
+
+// The history prompt ++ output ++ {last} without copying it.
+struct History {
+  std::span<const int32_t> prompt;
+  std::span<const int32_t> output;
+  int64_t last;
+
+  int64_t size() const {
+    return static_cast<int64_t>(prompt.size()) + static_cast<int64_t>(output.size()) + 1;
+  }
+  int64_t operator[](int64_t i) const {
+    const auto p = static_cast<int64_t>(prompt.size());
+    if (i < p) return prompt[i];
+    i -= p;
+    if (i < static_cast<int64_t>(output.size())) return output[i];
+    return last;
+  }
+};
+
+// A 64-bit hash of the n tokens ending at `end` (inclusive).
+uint64_t HashAt(const History& h, int64_t end, int n) {
+  uint64_t x = 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(n);
+  for (int64_t i = end - n + 1; i <= end; ++i) {
+    x ^= static_cast<uint64_t>(h[i]) + 0x9e3779b97f4a7c15ull + (x << 6) + (x >> 2);
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 31;
+  }
+  return x;
+}
+
+}  // namespace
+
+void NgramIndex::Reset() {
+  last_end_.clear();
+  indexed_ = 0;
+  n_ = 0;
+  prompt_size_ = -1;
+}
+
+std::vector<int64_t> NgramIndex::Propose(std::span<const int32_t> prompt,
+                                         std::span<const int32_t> output, int64_t last, int n,
+                                         int k) {
+  std::vector<int64_t> out;
+  if (n < 1 || n > kMaxNgramMatch || k < 1) return out;
+  const History h{prompt, output, last};
+  const int64_t size = h.size();
+  // A prompt that grew once output was indexed (not how the executor fills
+  // them), a different n or a shorter history: start over.
+  const bool moved =
+      prompt_size_ >= 0 && static_cast<int64_t>(prompt.size()) != prompt_size_ &&
+      indexed_ > std::min<int64_t>(prompt_size_, static_cast<int64_t>(prompt.size()));
+  if (n != n_ || moved || indexed_ > size - 1) Reset();
+  n_ = n;
+  prompt_size_ = static_cast<int64_t>(prompt.size());
+  if (size < n + 1) return out;
+  // Every n-gram ending before the last token, the newest winning.
+  for (int64_t end = std::max<int64_t>(indexed_, n - 1); end <= size - 2; ++end) {
+    last_end_[HashAt(h, end, n)] = end;
+  }
+  indexed_ = std::max<int64_t>(indexed_, size - 1);
+  const auto it = last_end_.find(HashAt(h, size - 1, n));
+  if (it == last_end_.end()) return out;
+  const int64_t end = it->second;
+  for (int i = 0; i < n; ++i) {  // a hash collision proposes nothing
+    if (h[end - i] != h[size - 1 - i]) return out;
+  }
+  // The tokens after the occurrence; where they run past the history, the
+  // proposal repeats itself (an overlapping copy: a loop of period p < k
+  // proposes k tokens of the loop).
+  for (int64_t j = 0; j < k; ++j) {
+    const int64_t from = end + 1 + j;
+    out.push_back(from < size ? h[from] : out[from - size]);
+  }
+  return out;
+}
+
+}  // namespace weir::worker

@@ -1,0 +1,63 @@
+// worker/ngram_lookup.h
+//
+// Drafts from a sequence's own history ("prompt lookup", vLLM's `ngram`
+// speculative method): when the last n tokens of a sequence occurred before
+// in it, the tokens that followed them there are proposed as the next
+// drafts. Greedy text repeats itself (names, phrases, code, a small model's
+// loops), and there a match predicts several tokens for almost nothing: no
+// forward pass, a hash probe on the host.
+//
+// NgramIndex keeps, for one sequence, the last end position of every n-gram
+// of its history (n = the match length), indexed lazily up to the history's
+// last-but-one token at each Propose. The history is the concatenation
+// prompt ++ output ++ {last}, as the step executor keeps them (a slot's
+// forwarded prompt, its accepted output, the token just sampled); it only
+// grows, so the index never drops an entry (Reset starts over).
+//
+// Thread safety: a plain value (the step executor keeps one per slot).
+
+#ifndef WEIR_WORKER_NGRAM_LOOKUP_H_
+#define WEIR_WORKER_NGRAM_LOOKUP_H_
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+
+namespace weir::worker {
+
+// The longest match length NgramIndex takes.
+inline constexpr int kMaxNgramMatch = 16;
+
+class NgramIndex {
+ public:
+  // `k` tokens that followed the most recent earlier occurrence of the
+  // history's last `n` tokens (history = prompt ++ output ++ {last}), in
+  // order; where they would run past the history's end, the proposal's own
+  // tokens again (the match repeats with the period between the occurrence
+  // and the end, as in an overlapping copy); empty when the
+  // last n tokens occur nowhere before, the history is shorter than n + 1,
+  // or n is not in [1, kMaxNgramMatch] or k < 1. Indexes the history up to
+  // its last-but-one token first. Calls on one index must use the same n and
+  // a history that extends the previous one (else Reset first; a different
+  // prompt length is detected and the index rebuilt).
+  std::vector<int64_t> Propose(std::span<const int32_t> prompt, std::span<const int32_t> output,
+                               int64_t last, int n, int k);
+
+  // Forgets everything (a slot that starts a new sequence).
+  void Reset();
+
+  // End positions indexed so far (tests).
+  int64_t indexed() const { return indexed_; }
+
+ private:
+  absl::flat_hash_map<uint64_t, int64_t> last_end_;  // n-gram hash -> its last end position
+  int64_t indexed_ = 0;                              // end positions < indexed_ are in last_end_
+  int n_ = 0;                                        // the match length of the index
+  int64_t prompt_size_ = -1;                         // the prompt's length when indexed
+};
+
+}  // namespace weir::worker
+
+#endif  // WEIR_WORKER_NGRAM_LOOKUP_H_

@@ -1,0 +1,127 @@
+#include "worker/ngram_lookup.h"
+
+#include <random>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace weir::worker {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+
+// The proposal by brute force: the latest end e < size - 1 whose n tokens
+// equal the last n, then up to k tokens after it.
+std::vector<int64_t> BruteForce(const std::vector<int64_t>& h, int n, int k) {
+  const int64_t size = static_cast<int64_t>(h.size());
+  for (int64_t e = size - 2; e >= n - 1; --e) {
+    bool same = true;
+    for (int i = 0; i < n && same; ++i) same = h[e - i] == h[size - 1 - i];
+    if (!same) continue;
+    // Past the end the sequence is taken to repeat with period size - 1 - e.
+    std::vector<int64_t> out;
+    std::vector<int64_t> ext = h;
+    for (int j = 0; j < k; ++j) {
+      ext.push_back(ext[e + 1 + j]);
+      out.push_back(ext.back());
+    }
+    return out;
+  }
+  return {};
+}
+
+TEST(NgramIndexTest, ProposesWhatFollowedTheLastOccurrence) {
+  NgramIndex index;
+  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 1, 2};
+  EXPECT_THAT(index.Propose(prompt, {}, 3, 3, 5), ElementsAre(4, 5, 1, 2, 3));
+  // Two tokens proposed at most.
+  NgramIndex two;
+  EXPECT_THAT(two.Propose(prompt, {}, 3, 3, 2), ElementsAre(4, 5));
+}
+
+TEST(NgramIndexTest, TheMostRecentOccurrenceWins) {
+  NgramIndex index;
+  // "8 9" is followed by 1 first, by 2 later.
+  const std::vector<int32_t> prompt = {8, 9, 1, 8, 9, 2, 8};
+  EXPECT_THAT(index.Propose(prompt, {}, 9, 2, 1), ElementsAre(2));
+}
+
+TEST(NgramIndexTest, AContinuationPastTheEndRepeatsTheLoop) {
+  NgramIndex index;
+  const std::vector<int32_t> prompt = {7, 8, 9, 7, 8};
+  EXPECT_THAT(index.Propose(prompt, {}, 9, 2, 5), ElementsAre(7, 8, 9, 7, 8));
+}
+
+TEST(NgramIndexTest, NothingWithoutARepeatOrWithBadArguments) {
+  NgramIndex index;
+  const std::vector<int32_t> prompt = {1, 2, 3, 4};
+  EXPECT_THAT(index.Propose(prompt, {}, 5, 2, 5), IsEmpty());
+  EXPECT_THAT(index.Propose({}, {}, 5, 1, 5), IsEmpty());  // one token: nothing before
+  const std::vector<int32_t> loop = {1, 1, 1};
+  EXPECT_THAT(index.Propose(loop, {}, 1, 0, 5), IsEmpty());
+  EXPECT_THAT(index.Propose(loop, {}, 1, kMaxNgramMatch + 1, 5), IsEmpty());
+  EXPECT_THAT(index.Propose(loop, {}, 1, 2, 0), IsEmpty());
+  EXPECT_THAT(index.Propose(loop, {}, 1, 2, 5), ElementsAre(1, 1, 1, 1, 1));
+}
+
+TEST(NgramIndexTest, OutputAndLastTokenAreHistoryToo) {
+  NgramIndex index;
+  const std::vector<int32_t> prompt = {5, 6};
+  const std::vector<int32_t> output = {7, 5};
+  EXPECT_THAT(index.Propose(prompt, output, 6, 2, 4), ElementsAre(7, 5, 6, 7));
+}
+
+// Growing histories (the executor's pattern: a prompt in chunks, then a few
+// tokens a step) give what a fresh index and brute force give, for every n.
+TEST(NgramIndexTest, IncrementalEqualsFreshAndBruteForce) {
+  std::mt19937 rng(7);
+  for (int n = 1; n <= 4; ++n) {
+    for (int trial = 0; trial < 20; ++trial) {
+      std::uniform_int_distribution<int> token(0, 2 + trial % 4);
+      std::uniform_int_distribution<int> grow(1, 6);
+      std::vector<int32_t> prompt, output;
+      NgramIndex incremental;
+      int proposals = 0;
+      for (int step = 0; step < 60; ++step) {
+        std::vector<int32_t>& into = step < 5 ? prompt : output;
+        for (int g = grow(rng); g > 0; --g) into.push_back(token(rng));
+        const int64_t last = token(rng);
+        std::vector<int64_t> h(prompt.begin(), prompt.end());
+        h.insert(h.end(), output.begin(), output.end());
+        h.push_back(last);
+        const std::vector<int64_t> want = BruteForce(h, n, 5);
+        NgramIndex fresh;
+        ASSERT_EQ(fresh.Propose(prompt, output, last, n, 5), want) << "n " << n << " step " << step;
+        ASSERT_EQ(incremental.Propose(prompt, output, last, n, 5), want)
+            << "n " << n << " step " << step;
+        if (static_cast<int>(h.size()) > n) {
+          EXPECT_EQ(incremental.indexed(), static_cast<int64_t>(h.size()) - 1);
+        }
+        proposals += want.empty() ? 0 : 1;
+        // `last` becomes history only if the next step's output took it.
+        if (step % 2 == 0) output.push_back(static_cast<int32_t>(last));
+      }
+      EXPECT_GT(proposals, 0);
+    }
+  }
+}
+
+// A history that is not the previous one extended (another sequence, or a
+// prompt that grew after output was indexed) is indexed afresh.
+TEST(NgramIndexTest, AChangedHistoryIsIndexedAfresh) {
+  NgramIndex index;
+  const std::vector<int32_t> a = {1, 2, 3, 1, 2, 3, 1, 2};
+  EXPECT_THAT(index.Propose(a, {}, 3, 3, 1), ElementsAre(1));
+  const std::vector<int32_t> shorter = {4, 5, 4};
+  EXPECT_THAT(index.Propose(shorter, {}, 5, 2, 3), ElementsAre(4, 5, 4));
+  const std::vector<int32_t> prompt = {1, 2};
+  const std::vector<int32_t> output = {9, 1, 2};
+  EXPECT_THAT(index.Propose(prompt, output, 9, 2, 1), ElementsAre(1));
+  const std::vector<int32_t> grown = {1, 2, 7};  // the prompt took a token: positions move
+  EXPECT_THAT(index.Propose(grown, output, 9, 2, 1), IsEmpty());  // "2 9" never occurred
+}
+
+}  // namespace
+}  // namespace weir::worker
