@@ -111,7 +111,9 @@ absl::StatusOr<int64_t> StepExecutor::VerifyDrafts(
   out.verified_drafts = drafts;
   drafts_verified_ += drafts;
   drafts_accepted_ += accepted;
-  if (cost_curve_.has_value()) slot.pacer.Observe(drafts, accepted, *cost_curve_, batch);
+  if (cost_curve_.has_value() && !slot.drafts_from_lookup) {
+    slot.pacer.Observe(drafts, accepted, *cost_curve_, batch);
+  }
   absl::Status rolled = slot.state->Rollback(drafts - accepted);
   // A sequence on a drafting backend: the host state only counts positions
   // there; the backend undoes its own.
@@ -199,14 +201,16 @@ void StepExecutor::DraftAfter(std::span<const DraftRequest> requests) {
     slot.drafts_from_lookup = false;
     // A draft needs the features of two forwarded positions (spec §4.8).
     if (num_draft_tokens_ == 0 || slot.state->length() < 2) continue;
-    // Drafts that have not paid for their pass lately: decode plainly a while
-    // (a row over the batch limit leaves its pacer as it was).
-    if (over_limit || (cost_curve_.has_value() && !slot.pacer.ShouldDraft())) {
+    // Over the batch limit nothing drafts (the pacers are left as they were).
+    if (over_limit) {
       ++drafts_paused_;
       slot.paused_drafting = true;
       continue;
     }
     // Prompt lookup: a repeated n-gram's continuation instead of a draft pass.
+    // It costs no pass, so the pacer (which weighs DSpark's drafts against
+    // their pass) neither stops it nor learns from it; how many of its
+    // drafts a row verifies is ChooseVerifyLength's choice, as for any.
     if (ngram_lookup_ > 0) {
       std::vector<int64_t> proposal = slot.lookup.Propose(slot.prompt, slot.output, request.token,
                                                           ngram_lookup_, num_draft_tokens_);
@@ -222,6 +226,13 @@ void StepExecutor::DraftAfter(std::span<const DraftRequest> requests) {
         ++lookup_drafts_;
         continue;
       }
+    }
+    // DSpark drafts that have not paid for their pass lately: decode plainly
+    // a while.
+    if (cost_curve_.has_value() && !slot.pacer.ShouldDraft()) {
+      ++drafts_paused_;
+      slot.paused_drafting = true;
+      continue;
     }
     drafting.push_back(&request);
     states.push_back(slot.state.get());

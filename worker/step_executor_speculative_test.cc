@@ -373,6 +373,40 @@ TEST(StepExecutorSpeculativeTest, PromptLookupDraftsEmitThePlainTokens) {
   }
 }
 
+// Lookup drafts cost no draft pass: a pacer that has paused DSpark (its
+// pass too dear under the curve) neither stops them nor learns from them;
+// the cost curve still picks how many of them a row verifies.
+TEST(StepExecutorSpeculativeTest, PausedDraftingStillTakesLookups) {
+  Fixture f;
+  ASSERT_NE(f.model, nullptr);
+  VerifyCostCurve curve = CheapPositions();
+  curve.points[0].draft_ms = 10;  // DSpark's drafts never pay (RowsWhoseDraftsDoNotPay...)
+  sampling::SamplingParams params = GreedySampling();
+  params.presence_penalty = -2.0f;
+  params.repetition_penalty = 0.5f;
+  const auto plain = Plain(*f.model, *f.pool, params);
+  int64_t accepted = -1, paused = -1, lookups = -1, alone_paused = -1;
+  std::vector<int64_t> lengths, alone_lengths;
+  ExpectPrefixEqual(Speculative(*f.model, *f.pool, params, Drafts::kModel, plain, accepted, &curve,
+                                &lengths, nullptr, &paused, 0, /*ngram=*/1, &lookups),
+                    plain);
+  int64_t alone_accepted = -1;
+  ExpectPrefixEqual(Speculative(*f.model, *f.pool, params, Drafts::kModel, plain, alone_accepted,
+                                &curve, &alone_lengths, nullptr, &alone_paused),
+                    plain);
+  EXPECT_GE(alone_paused, 2 * DraftPacer::kFirstPause);
+  EXPECT_GT(paused, 0);  // DSpark still paused
+  EXPECT_GT(lookups, DraftPacer::kFirstPause);
+  // Rows verified lookups through the pauses: more verifications than
+  // DSpark's probes alone allow.
+  const auto verifying = [](const std::vector<int64_t>& l) {
+    return std::count_if(l.begin(), l.end(), [](int64_t k) { return k > 0; });
+  };
+  EXPECT_LE(verifying(alone_lengths), 4 * DraftPacer::kProbe);
+  EXPECT_GT(verifying(lengths), 4 * DraftPacer::kProbe);
+  EXPECT_GT(accepted, alone_accepted);
+}
+
 // A GPU worker's sequences live on its DeviceDecoder, which keeps their
 // DSpark rings and drafts there. HostDecodeBackend stands in for it (with
 // EnableDrafting, over the worker's block tables): prompts go to it in

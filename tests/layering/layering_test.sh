@@ -17,7 +17,8 @@ allowed_coordinator_uses='//eplb:main
 //worker/model:checkpoint_writer
 //worker/model:config
 //worker/sampling:sampling_params
-//worker:main'
+//worker:main
+//worker:ngram_lookup'
 # worker/ -> eplb/: the EPLB client workers stream their expert load with.
 allowed_worker_uses='//eplb:load_reporter'
 
