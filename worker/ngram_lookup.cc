@@ -5,28 +5,16 @@
 #include <algorithm>
 
 namespace weir::worker {
-namespace {
 
-// The history prompt ++ output ++ {last} without copying it.
-struct History {
-  std::span<const int32_t> prompt;
-  std::span<const int32_t> output;
-  int64_t last;
-
-  int64_t size() const {
-    return static_cast<int64_t>(prompt.size()) + static_cast<int64_t>(output.size()) + 1;
-  }
-  int64_t operator[](int64_t i) const {
-    const auto p = static_cast<int64_t>(prompt.size());
-    if (i < p) return prompt[i];
-    i -= p;
-    if (i < static_cast<int64_t>(output.size())) return output[i];
-    return last;
-  }
-};
+void NgramIndex::Reset() {
+  last_end_.clear();
+  indexed_ = 0;
+  n_ = 0;
+  prompt_size_ = -1;
+}
 
 // A 64-bit hash of the n tokens ending at `end` (inclusive).
-uint64_t HashAt(const History& h, int64_t end, int n) {
+uint64_t NgramIndex::HashAt(const History& h, int64_t end, int n) {
   uint64_t x = 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(n);
   for (int64_t i = end - n + 1; i <= end; ++i) {
     x ^= static_cast<uint64_t>(h[i]) + 0x9e3779b97f4a7c15ull + (x << 6) + (x >> 2);
@@ -36,13 +24,32 @@ uint64_t HashAt(const History& h, int64_t end, int n) {
   return x;
 }
 
-}  // namespace
+void NgramIndex::Sync(const History& h, int n) {
+  // A prompt that grew once output was indexed (not how the executor fills
+  // them), a different n or a shorter history: start over.
+  const auto prompt = static_cast<int64_t>(h.prompt.size());
+  const bool moved =
+      prompt_size_ >= 0 && prompt != prompt_size_ && indexed_ > std::min(prompt_size_, prompt);
+  if (n != n_ || moved || indexed_ > h.size() - 1) Reset();
+  n_ = n;
+  prompt_size_ = prompt;
+}
 
-void NgramIndex::Reset() {
-  last_end_.clear();
-  indexed_ = 0;
-  n_ = 0;
-  prompt_size_ = -1;
+void NgramIndex::IndexUpTo(const History& h, int64_t last_end) {
+  // Every n-gram ending at last_end or before, the newest winning.
+  for (int64_t end = std::max<int64_t>(indexed_, n_ - 1); end <= last_end; ++end) {
+    last_end_[HashAt(h, end, n_)] = end;
+  }
+  indexed_ = std::max(indexed_, last_end + 1);
+}
+
+void NgramIndex::Index(std::span<const int32_t> prompt, std::span<const int32_t> output, int n) {
+  if (n < 1 || n > kMaxNgramMatch) return;
+  // The history with a stand-in last token, never read: the ends indexed
+  // stop before it.
+  const History h{prompt, output, 0};
+  Sync(h, n);
+  IndexUpTo(h, h.size() - 2);
 }
 
 std::vector<int64_t> NgramIndex::Propose(std::span<const int32_t> prompt,
@@ -52,20 +59,9 @@ std::vector<int64_t> NgramIndex::Propose(std::span<const int32_t> prompt,
   if (n < 1 || n > kMaxNgramMatch || k < 1) return out;
   const History h{prompt, output, last};
   const int64_t size = h.size();
-  // A prompt that grew once output was indexed (not how the executor fills
-  // them), a different n or a shorter history: start over.
-  const bool moved =
-      prompt_size_ >= 0 && static_cast<int64_t>(prompt.size()) != prompt_size_ &&
-      indexed_ > std::min<int64_t>(prompt_size_, static_cast<int64_t>(prompt.size()));
-  if (n != n_ || moved || indexed_ > size - 1) Reset();
-  n_ = n;
-  prompt_size_ = static_cast<int64_t>(prompt.size());
+  Sync(h, n);
   if (size < n + 1) return out;
-  // Every n-gram ending before the last token, the newest winning.
-  for (int64_t end = std::max<int64_t>(indexed_, n - 1); end <= size - 2; ++end) {
-    last_end_[HashAt(h, end, n)] = end;
-  }
-  indexed_ = std::max<int64_t>(indexed_, size - 1);
+  IndexUpTo(h, size - 2);  // every n-gram ending before the last token
   const auto it = last_end_.find(HashAt(h, size - 1, n));
   if (it == last_end_.end()) return out;
   const int64_t end = it->second;

@@ -45,6 +45,14 @@ class NgramIndex {
   std::vector<int64_t> Propose(std::span<const int32_t> prompt, std::span<const int32_t> output,
                                int64_t last, int n, int k);
 
+  // Indexes the n-grams of prompt ++ output (every end position), so that a
+  // later Propose over it plus a sample has only its last n-gram to add: the
+  // step executor calls it after every speculative row it forwards (for a
+  // prompt, its last chunk), so a long prompt is indexed beside its prefill
+  // rather than in the draft step. Same rules for n and the history as
+  // Propose.
+  void Index(std::span<const int32_t> prompt, std::span<const int32_t> output, int n);
+
   // Forgets everything (a slot that starts a new sequence).
   void Reset();
 
@@ -52,6 +60,29 @@ class NgramIndex {
   int64_t indexed() const { return indexed_; }
 
  private:
+  // The history prompt ++ output ++ {last} without copying it.
+  struct History {
+    std::span<const int32_t> prompt;
+    std::span<const int32_t> output;
+    int64_t last;
+
+    int64_t size() const {
+      return static_cast<int64_t>(prompt.size()) + static_cast<int64_t>(output.size()) + 1;
+    }
+    int64_t operator[](int64_t i) const {
+      const auto p = static_cast<int64_t>(prompt.size());
+      if (i < p) return prompt[i];
+      i -= p;
+      if (i < static_cast<int64_t>(output.size())) return output[i];
+      return last;
+    }
+  };
+  static uint64_t HashAt(const History& h, int64_t end, int n);
+  // Starts over unless `h` extends what was indexed with the same n.
+  void Sync(const History& h, int n);
+  // Indexes the n-grams ending at indexed_ .. last_end.
+  void IndexUpTo(const History& h, int64_t last_end);
+
   absl::flat_hash_map<uint64_t, int64_t> last_end_;  // n-gram hash -> its last end position
   int64_t indexed_ = 0;                              // end positions < indexed_ are in last_end_
   int n_ = 0;                                        // the match length of the index

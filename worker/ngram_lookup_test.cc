@@ -94,6 +94,13 @@ TEST(NgramIndexTest, IncrementalEqualsFreshAndBruteForce) {
         const std::vector<int64_t> want = BruteForce(h, n, 5);
         NgramIndex fresh;
         ASSERT_EQ(fresh.Propose(prompt, output, last, n, 5), want) << "n " << n << " step " << step;
+        // As the executor does while a prompt's chunks arrive: index what is
+        // known first (sometimes), then propose after the sample.
+        if (step % 3 != 1) {
+          incremental.Index(prompt, output, n);
+          const int64_t known = static_cast<int64_t>(prompt.size() + output.size());
+          if (known >= n) EXPECT_EQ(incremental.indexed(), known);
+        }
         ASSERT_EQ(incremental.Propose(prompt, output, last, n, 5), want)
             << "n " << n << " step " << step;
         if (static_cast<int>(h.size()) > n) {
@@ -106,6 +113,17 @@ TEST(NgramIndexTest, IncrementalEqualsFreshAndBruteForce) {
       EXPECT_GT(proposals, 0);
     }
   }
+}
+
+// Index alone, then Propose with the sample: the same as Propose alone.
+TEST(NgramIndexTest, IndexThenProposeEqualsPropose) {
+  const std::vector<int32_t> prompt = {1, 2, 3, 4, 1, 2, 3, 9, 1, 2};
+  NgramIndex indexed, direct;
+  indexed.Index(std::span(prompt).first(4), {}, 2);  // a first chunk
+  indexed.Index(prompt, {}, 2);                      // the whole prompt
+  EXPECT_EQ(indexed.indexed(), static_cast<int64_t>(prompt.size()));
+  EXPECT_EQ(indexed.Propose(prompt, {}, 3, 2, 3), direct.Propose(prompt, {}, 3, 2, 3));
+  EXPECT_THAT(direct.Propose(prompt, {}, 3, 2, 3), ElementsAre(9, 1, 2));
 }
 
 // A history that is not the previous one extended (another sequence, or a

@@ -834,6 +834,12 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
           slot.sampled_once || starts[i] + static_cast<int64_t>(j) >= slot.output_from;
       (generated ? slot.output : slot.prompt).push_back(static_cast<int32_t>(inputs[i][j]));
     }
+    // Prompt lookup's index grows with what a speculative row forwarded: a
+    // prompt's at its last chunk (the one that samples), beside that chunk's
+    // forward, instead of at the first draft; then a step's few tokens.
+    if (ngram_lookup_ > 0 && num_draft_tokens_ > 0 && row.draft_tokens >= 0) {
+      slot.lookup.Index(slot.prompt, slot.output, ngram_lookup_);
+    }
     RowOutcome& out = outcomes[i];
     int64_t kept = static_cast<int64_t>(inputs[i].size());
     // Nothing to verify because the slot skipped its last draft pass.
