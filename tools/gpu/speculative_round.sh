@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine, from the repository root, after the bundle is
+# unpacked (tools/gpu/bundle.sh with BUNDLE_PACK="serve tools/speculative_gpu
+# bin/kernels_cuda_decode_markov_test bin/worker_model_device_decoder_draft_test"):
+# issue 18's batch-1 measurements in one call of under 10 minutes, three files
+# under RESULTS (default $OUT):
+#   tests.log  the fused Markov head's kernel test and the drafting decoder's
+#              tests (FusedMarkovGivesTheLoopsBits among them)
+#   spec.txt   speculative_check.sh's tables: batch 1 at 64 and 256 new tokens
+#              with warm decoders, then with prompt lookup (--ngram_lookup=3),
+#              then with lookup and the fused Markov head (256 tokens), then
+#              64 tokens the old way (--warm_decoder=false) for the A/B
+#   spec.log   what speculative_check.sh said besides (a run that failed)
+#   summary.txt  one line a step: its name, exit status and seconds
+#   tools/gpu/speculative_round.sh [MODEL_DIR]      (default models/tiny)
+# Each step is stopped after STEP_TIMEOUT_S (default 170) seconds.
+set -uo pipefail
+bundle="${BUNDLE:-.gpu_bundle}"
+results="${RESULTS:-${OUT:?set RESULTS or OUT}}"
+model="${1:-models/tiny}"
+mkdir -p "${results}"
+export LD_LIBRARY_PATH="${bundle}/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export NCCL_NVLS_ENABLE=0
+limit="${STEP_TIMEOUT_S:-170}"
+status=0
+
+# step NAME LOG COMMAND...: runs COMMAND into LOG, one summary line.
+step() {
+  local name="$1" log="$2" start rc
+  shift 2
+  start=$(date +%s)
+  echo "=== ${name}" >> "${log}"
+  timeout "${limit}" "$@" >> "${log}" 2>&1
+  rc=$?
+  echo "${name} rc ${rc} $(($(date +%s) - start)) s" | tee -a "${results}/summary.txt"
+  ((rc == 0)) || status=1
+}
+
+nvidia-smi --query-gpu=name,memory.used --format=csv > "${results}/summary.txt" 2>&1
+step markov_test "${results}/tests.log" "${bundle}/bin/kernels_cuda_decode_markov_test"
+step draft_test "${results}/tests.log" "${bundle}/bin/worker_model_device_decoder_draft_test"
+spec() {
+  local name="$1" runs="$2" flags="$3"
+  step "${name}" "${results}/spec.log" env SPEC_RUNS="${runs}" SPEC_FLAGS="${flags}" \
+    RESULTS="${results}" BUNDLE="${bundle}" tools/gpu/speculative_check.sh "${model}"
+}
+spec warm "1 64 32;1 256 32" ""
+spec lookup "1 64 32;1 256 32" "--ngram_lookup=3"
+spec lookup_fused "1 256 32" "--ngram_lookup=3 --fused_markov"
+spec cold "1 64 32" "--warm_decoder=false"
+exit "${status}"
