@@ -113,6 +113,10 @@ ABSL_FLAG(int, ngram_lookup, -1,
           "tokens that followed them there as its drafts and skips the DSpark draft pass "
           "(vLLM's ngram method). N = this match length; 0 = off; unset = 3 with speculation on. "
           "Outputs are the same.");
+ABSL_FLAG(int, ngram_lookup_tokens, 0,
+          "With prompt lookup: how many tokens a lookup proposes (0 = --num_draft_tokens). "
+          "More than DSpark's block verifies a long repetition in one step (each speculative "
+          "row is then booked for as many); at most 16.");
 ABSL_FLAG(bool, ced_replay, false,
           "CED bounded replay (spec 4.4): a prompt runs the decoder half of the layers only over "
           "its last sliding-window positions (the global KV stays exact); faster prefill, "
@@ -261,11 +265,16 @@ StepDriverOptions DriverOptionsFromFlags(const model::ModelConfig& config,
   driver_options.rank.max_prefill_tokens = absl::GetFlag(FLAGS_max_prefill_tokens);
   driver_options.rank.max_decode_batch = absl::GetFlag(FLAGS_max_seqs_per_rank);
   driver_options.rank.max_running_per_tenant = absl::GetFlag(FLAGS_max_running_per_tenant);
-  // Checked against the model at start-up (Run).
-  driver_options.rank.num_draft_tokens =
+  // Checked against the model at start-up (Run). A row is booked for the
+  // most drafts it may verify: DSpark's, or a longer lookup's.
+  const int32_t dspark_drafts =
       NumDraftTokensFromFlags(absl::GetFlag(FLAGS_speculative),
                               absl::GetFlag(FLAGS_num_draft_tokens), config)
           .value_or(0);
+  driver_options.rank.num_draft_tokens = MaxDraftTokens(
+      dspark_drafts,
+      NgramLookupFromFlags(absl::GetFlag(FLAGS_ngram_lookup), dspark_drafts).value_or(0),
+      absl::GetFlag(FLAGS_ngram_lookup_tokens));
   driver_options.verify_length = EffectiveVerifyLength(absl::GetFlag(FLAGS_verify_length));
   driver_options.policy.prefill_attempt_interval = absl::GetFlag(FLAGS_prefill_attempt_interval);
   driver_options.policy.prefill_any_attempt_interval =
@@ -367,6 +376,12 @@ int Run(int argc, char** argv) {
     std::cerr << "weir: " << ngram_lookup.status().message() << "\n";
     return 2;
   }
+  if (absl::Status s =
+          NgramLookupTokensFromFlags(absl::GetFlag(FLAGS_ngram_lookup_tokens), *ngram_lookup);
+      !s.ok()) {
+    std::cerr << "weir: " << s.message() << "\n";
+    return 2;
+  }
   // --backend=cuda speculates on the device decoder (it drafts, verifies and
   // rolls back there: worker --device_decode, with more ranks
   // --device_decode_ep); a worker that cannot refuses the model load with
@@ -412,7 +427,8 @@ int Run(int argc, char** argv) {
                        MeasureVerifyCost(EffectiveVerifyLength(absl::GetFlag(FLAGS_verify_length)),
                                          absl::GetFlag(FLAGS_backend), model_dir),
                    .speculative_max_batch = absl::GetFlag(FLAGS_speculative_max_batch),
-                   .ngram_lookup = *ngram_lookup});
+                   .ngram_lookup = *ngram_lookup,
+                   .ngram_lookup_tokens = absl::GetFlag(FLAGS_ngram_lookup_tokens)});
   std::string tokenizer_fingerprint;
   absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> tokenizer =
       LoadTokenizer(model_dir, tokenizer_fingerprint);

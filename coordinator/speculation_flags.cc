@@ -1,5 +1,6 @@
 #include "coordinator/speculation_flags.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 
@@ -71,6 +72,24 @@ absl::StatusOr<int32_t> NgramLookupFromFlags(int flag, int32_t num_draft_tokens)
         "--ngram_lookup is set but --speculative=off; add --speculative=dspark");
   }
   return flag;
+}
+
+absl::Status NgramLookupTokensFromFlags(int tokens, int32_t ngram_lookup) {
+  if (tokens < 0 || tokens > worker::kMaxNgramMatch) {
+    return absl::InvalidArgumentError(absl::StrCat("--ngram_lookup_tokens must be in [0, ",
+                                                   worker::kMaxNgramMatch,
+                                                   "] (0: --num_draft_tokens); got ", tokens));
+  }
+  if (tokens > 0 && ngram_lookup == 0) {
+    return absl::InvalidArgumentError(
+        "--ngram_lookup_tokens is set but prompt lookup is off (--ngram_lookup=0 or "
+        "--speculative=off)");
+  }
+  return absl::OkStatus();
+}
+
+int32_t MaxDraftTokens(int32_t num_draft_tokens, int32_t ngram_lookup, int32_t lookup_tokens) {
+  return ngram_lookup > 0 ? std::max(num_draft_tokens, lookup_tokens) : num_draft_tokens;
 }
 
 std::string EffectiveVerifyLength(std::string_view flag) {

@@ -49,6 +49,16 @@ absl::Status SpeculativeMaxBatchFromFlags(int rows, int32_t num_draft_tokens);
 inline constexpr int32_t kDefaultNgramLookup = 3;
 absl::StatusOr<int32_t> NgramLookupFromFlags(int flag, int32_t num_draft_tokens);
 
+// Checks --ngram_lookup_tokens `tokens` (how many tokens a lookup proposes;
+// 0: num_draft_tokens) against the resolved `ngram_lookup`: INVALID_ARGUMENT
+// (naming the flag) outside [0, kMaxNgramMatch], or positive with lookup off.
+absl::Status NgramLookupTokensFromFlags(int tokens, int32_t ngram_lookup);
+
+// The most drafts a speculative row verifies, what the scheduler books for
+// it: DSpark's num_draft_tokens, or a lookup's tokens when lookup is on and
+// they are more.
+int32_t MaxDraftTokens(int32_t num_draft_tokens, int32_t ngram_lookup, int32_t lookup_tokens);
+
 // The policy the workers get: `flag` when set, else "fixed".
 std::string EffectiveVerifyLength(std::string_view flag);
 

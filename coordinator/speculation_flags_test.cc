@@ -78,6 +78,24 @@ TEST(SpeculationFlagsTest, NgramLookup) {
   EXPECT_EQ(NgramLookupFromFlags(3, 0).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// --ngram_lookup_tokens: in [0, 16], and only with lookup on; the rows are
+// booked for the longer of DSpark's drafts and a lookup's.
+TEST(SpeculationFlagsTest, NgramLookupTokens) {
+  EXPECT_TRUE(NgramLookupTokensFromFlags(0, 0).ok());
+  EXPECT_TRUE(NgramLookupTokensFromFlags(8, 3).ok());
+  for (int bad : {-1, worker::kMaxNgramMatch + 1}) {
+    const absl::Status s = NgramLookupTokensFromFlags(bad, 3);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("--ngram_lookup_tokens"), std::string_view::npos);
+  }
+  EXPECT_EQ(NgramLookupTokensFromFlags(8, 0).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MaxDraftTokens(5, 3, 8), 8);
+  EXPECT_EQ(MaxDraftTokens(5, 3, 0), 5);
+  EXPECT_EQ(MaxDraftTokens(5, 3, 4), 5);
+  EXPECT_EQ(MaxDraftTokens(5, 0, 8), 5);
+  EXPECT_EQ(MaxDraftTokens(0, 0, 0), 0);
+}
+
 // Unset, every draft is verified.
 TEST(SpeculationFlagsTest, FixedIsTheDefault) {
   EXPECT_EQ(EffectiveVerifyLength(""), "fixed");

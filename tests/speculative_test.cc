@@ -325,6 +325,49 @@ TEST(SpeculativeTest, TrainedTinyAcceptsDraftsWithTheSameOutputs) {
       completion);
 }
 
+// --ngram_lookup_tokens=8: lookups propose 8 tokens, more than DSpark's block
+// of 5, so the workers' sequences roll back 8 and every speculative row is
+// booked for 8 drafts; the outputs still equal off's, and the trained tiny's
+// loops get verifications that accept more than a DSpark block could.
+TEST(SpeculativeTest, TrainedTinyLongerLookupsEqualOff) {
+  const std::string trained = Runfile("models/tiny");
+  if (!std::filesystem::exists(trained + "/model-00001-of-00001.safetensors")) {
+    GTEST_SKIP() << "models/tiny has no checkpoint";
+  }
+  std::vector<v1::GenerateRequest> requests;
+  for (const char* text : kCorpusTexts) {
+    v1::GenerateRequest r;
+    r.set_text(text);
+    r.mutable_stop()->set_max_new_tokens(48);
+    r.mutable_stop()->set_ignore_eos(true);
+    r.mutable_sampling()->set_temperature(0.0f);
+    requests.push_back(std::move(r));
+  }
+  std::vector<Outcome> plain;
+  {
+    Cluster off({"--workers=1", "--model_dir=" + trained});
+    plain = RunAll(off, requests);
+  }
+  Cluster spec({"--workers=1", "--model_dir=" + trained, "--speculative=dspark",
+                "--verify_length=fixed", "--ngram_lookup_tokens=8"});
+  ExpectSame(RunAll(spec, requests), plain);
+  v1::ServerState state;
+  ASSERT_TRUE(spec.State(state).ok());
+  const v1::ServerState::Speculation& s = state.speculation();
+  EXPECT_EQ(s.num_draft_tokens(), 8u);
+  ASSERT_EQ(s.accepted_histogram_size(), 9);
+  uint64_t beyond_block = 0;
+  for (int a = 6; a <= 8; ++a) beyond_block += s.accepted_histogram(a);
+  EXPECT_GT(s.lookup_verifications(), 0u);
+  EXPECT_GT(beyond_block, 0u) << "no verification accepted more than 5 drafts";
+  std::printf(
+      "trained tiny, 8-token lookups: %llu lookup verifications accepted %llu drafts; "
+      "%llu verifications accepted 6-8\n",
+      static_cast<unsigned long long>(s.lookup_verifications()),
+      static_cast<unsigned long long>(s.lookup_accepted_drafts()),
+      static_cast<unsigned long long>(beyond_block));
+}
+
 // --verify_length=confidence (issue 18 item 1): each row verifies the drafts
 // the DSpark confidences and the model's cost curve (models/tiny/
 // verify_cost.json) make worth it; the outputs still equal off's, and

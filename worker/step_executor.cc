@@ -98,7 +98,7 @@ absl::Status StepExecutor::FinishGrammar(Slot& slot) {
   }
   // Drafting advances the matcher through a whole block and rolls it back.
   slot.matcher =
-      std::make_unique<grammar::Matcher>(std::move(*compiled), std::max(7, num_draft_tokens_ + 2));
+      std::make_unique<grammar::Matcher>(std::move(*compiled), std::max(7, max_draft_tokens() + 2));
   return absl::OkStatus();
 }
 
@@ -334,9 +334,10 @@ absl::Status StepExecutor::Validate(const std::vector<RowPlan>& rows,
                                       " holds ", length, " positions"));
     }
     if (row.tokens.empty() && row.remap < 0) return RowError(i, "no input tokens");
-    if (row.draft_tokens > num_draft_tokens_) {
-      return RowError(i, absl::StrCat("draft_tokens ", row.draft_tokens,
-                                      " above this worker's num_draft_tokens ", num_draft_tokens_));
+    if (row.draft_tokens > max_draft_tokens()) {
+      return RowError(i,
+                      absl::StrCat("draft_tokens ", row.draft_tokens,
+                                   " above this worker's most drafts a row ", max_draft_tokens()));
     }
     for (int64_t t : row.tokens) {
       if (t < 0 || t >= vocab) {

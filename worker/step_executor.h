@@ -261,10 +261,20 @@ class StepExecutor {
   // as its drafts (with a constraint: those the grammar allows, in order)
   // and skips the DSpark draft pass; other rows draft as before. 0 (the
   // default) turns it off. Outputs are the same either way (drafts are
-  // verified as any). INVALID_ARGUMENT unless 0 <= min_match <=
-  // kMaxNgramMatch.
-  absl::Status SetNgramLookup(int32_t min_match);
+  // verified as any). `tokens`: how many tokens a lookup proposes (0: the
+  // num_draft_tokens() of SetSpeculation, whatever it is when drafting);
+  // more than DSpark's block lets a long repetition be verified in one step
+  // (the plans' draft_tokens may then go up to it: max_draft_tokens()).
+  // INVALID_ARGUMENT unless 0 <= min_match <= kMaxNgramMatch and 0 <=
+  // tokens <= kMaxNgramMatch and the sequences' max_rollback (a
+  // verification's drafts may all be rejected).
+  absl::Status SetNgramLookup(int32_t min_match, int32_t tokens = 0);
   int32_t ngram_lookup() const { return ngram_lookup_; }
+  // The most drafts a speculative row may verify (RowPlan::draft_tokens'
+  // bound): num_draft_tokens(), or the lookup's tokens when larger.
+  int32_t max_draft_tokens() const {
+    return ngram_lookup_ > 0 ? std::max(num_draft_tokens_, lookup_tokens_) : num_draft_tokens_;
+  }
   // The confidence logit a lookup draft carries for ChooseVerifyLength:
   // sigmoid(2.2) = 0.90 a draft, about what the trained tiny's greedy text
   // accepts after a 3-token match (3.9 of 5 drafts on 32 held-out prompts,
@@ -442,6 +452,7 @@ class StepExecutor {
   std::optional<VerifyCostCurve> cost_curve_;
   int64_t speculation_max_batch_ = 0;  // SetSpeculationMaxBatch
   int32_t ngram_lookup_ = 0;           // SetNgramLookup
+  int32_t lookup_tokens_ = 0;          // SetNgramLookup's tokens (0: num_draft_tokens_)
   int64_t lookup_drafts_ = 0;
   int64_t dspark_drafts_ = 0;
   bool ced_replay_ = false;

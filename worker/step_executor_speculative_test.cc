@@ -98,20 +98,29 @@ std::vector<std::vector<int64_t>> Speculative(
     Drafts drafts, const std::vector<std::vector<int64_t>>& reference, int64_t& accepted,
     const VerifyCostCurve* curve = nullptr, std::vector<int64_t>* lengths = nullptr,
     model::HostDecodeBackend* backend = nullptr, int64_t* paused = nullptr, int64_t max_batch = 0,
-    int32_t ngram = 0, int64_t* lookups = nullptr) {
+    int32_t ngram = 0, int64_t* lookups = nullptr, int32_t lookup_tokens = 0,
+    int64_t* longest = nullptr) {
   StepExecutor ex(model, 4);
   ex.SetKvCache(&pool);
   if (backend != nullptr) ex.SetDecodeBackend(backend);
   EXPECT_TRUE(ex.SetSpeculation(kDrafts).ok());
   ex.SetSpeculationMaxBatch(max_batch);
-  EXPECT_TRUE(ex.SetNgramLookup(ngram).ok());
+  EXPECT_TRUE(ex.SetNgramLookup(ngram, lookup_tokens).ok());
+  // The plans' draft_tokens: what a row may verify.
+  const int32_t row_drafts = ex.max_draft_tokens();
+  if (longest != nullptr) *longest = 0;
   if (curve != nullptr) ex.SetVerifyCostCurve(*curve);
   // Per slot: the verify length its next row must choose (-1: any).
   std::vector<int64_t> expected_length = {-1, -1};
   std::vector<RowPlan> rows;
   for (int32_t s = 0; s < 2; ++s) {
-    rows.push_back({.slot = s, .start_pos = 0, .tokens = kPrompts[s], .sample = true,
-                    .sampling = params, .new_blocks = BlocksOf(s), .draft_tokens = kDrafts});
+    rows.push_back({.slot = s,
+                    .start_pos = 0,
+                    .tokens = kPrompts[s],
+                    .sample = true,
+                    .sampling = params,
+                    .new_blocks = BlocksOf(s),
+                    .draft_tokens = row_drafts});
   }
   std::vector<std::vector<int64_t>> out(2);
   accepted = 0;
@@ -138,13 +147,18 @@ std::vector<std::vector<int64_t>> Speculative(
       EXPECT_LE(o.accepted.size(), static_cast<size_t>(o.verified_drafts));
       expected_length[s] = -1;
       EXPECT_EQ(o.accepted.size(), o.accepted_logprobs.size());
-      EXPECT_LE(o.accepted.size(), static_cast<size_t>(kDrafts));
+      EXPECT_LE(o.accepted.size(), static_cast<size_t>(row_drafts));
+      if (longest != nullptr) *longest = std::max(*longest, o.verified_drafts);
       out[s].insert(out[s].end(), o.accepted.begin(), o.accepted.end());
       accepted += static_cast<int64_t>(o.accepted.size());
       if (o.token.has_value()) out[s].push_back(*o.token);
       // start_pos: only a lower bound (the prompt's end) is known ahead.
-      rows[s] = {.slot = s, .start_pos = static_cast<int64_t>(kPrompts[s].size()), .remap = s,
-                 .sample = true, .sampling = params, .draft_tokens = kDrafts};
+      rows[s] = {.slot = s,
+                 .start_pos = static_cast<int64_t>(kPrompts[s].size()),
+                 .remap = s,
+                 .sample = true,
+                 .sampling = params,
+                 .draft_tokens = row_drafts};
       if (drafts == Drafts::kInjected && out[s].size() + kDrafts < reference[s].size()) {
         const int right = (step + s) % (kDrafts + 1);
         std::vector<int64_t> d(reference[s].begin() + out[s].size(),
@@ -371,6 +385,42 @@ TEST(StepExecutorSpeculativeTest, PromptLookupDraftsEmitThePlainTokens) {
       EXPECT_LT(backend.stats().drafts, without.stats().drafts) << "ngram " << ngram;
     }
   }
+}
+
+// A lookup may propose more tokens than DSpark's block (SetNgramLookup's
+// tokens, up to the sequences' rollback): rows then verify up to that many
+// (the plans' draft_tokens are max_draft_tokens()), accept at least as many,
+// and still emit the plain tokens; more than the rollback is refused.
+TEST(StepExecutorSpeculativeTest, LongerLookupsVerifyMoreDrafts) {
+  Fixture f;
+  ASSERT_NE(f.model, nullptr);
+  const int32_t rollback = static_cast<int32_t>(f.model->NewSequence()->max_rollback());
+  ASSERT_GT(rollback, kDrafts);
+  sampling::SamplingParams params = GreedySampling();
+  params.presence_penalty = -2.0f;
+  params.repetition_penalty = 0.5f;
+  const auto plain = Plain(*f.model, *f.pool, params);
+  int64_t accepted = -1, lookups = -1, longest = -1;
+  ExpectPrefixEqual(Speculative(*f.model, *f.pool, params, Drafts::kModel, plain, accepted, nullptr,
+                                nullptr, nullptr, nullptr, 0, /*ngram=*/1, &lookups,
+                                /*lookup_tokens=*/rollback, &longest),
+                    plain);
+  EXPECT_GT(lookups, 0);
+  EXPECT_EQ(longest, rollback);  // some row verified a whole lookup
+  int64_t short_accepted = -1, short_lookups = -1;
+  ExpectPrefixEqual(Speculative(*f.model, *f.pool, params, Drafts::kModel, plain, short_accepted,
+                                nullptr, nullptr, nullptr, nullptr, 0, /*ngram=*/1, &short_lookups),
+                    plain);
+  EXPECT_GE(accepted, short_accepted);
+  StepExecutor ex(*f.model, 2);
+  EXPECT_EQ(ex.SetNgramLookup(1, rollback + 1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ex.SetNgramLookup(1, -1).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(ex.SetSpeculation(kDrafts).ok());
+  EXPECT_EQ(ex.max_draft_tokens(), kDrafts);
+  ASSERT_TRUE(ex.SetNgramLookup(1, rollback).ok());
+  EXPECT_EQ(ex.max_draft_tokens(), rollback);
+  ASSERT_TRUE(ex.SetNgramLookup(0, rollback).ok());  // lookup off: DSpark's alone
+  EXPECT_EQ(ex.max_draft_tokens(), kDrafts);
 }
 
 // Lookup drafts cost no draft pass: a pacer that has paused DSpark (its

@@ -247,6 +247,11 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     model_options.engram_token_map = *std::move(engram);
   }
   const model::ModelConfig& config = (*checkpoint)->config();
+  // Prompt lookup may verify more drafts than DSpark's block: the sequences
+  // roll back as many (ModelOptions' default holds a block and one more).
+  const int32_t lookup_tokens = static_cast<int32_t>(std::min<uint32_t>(
+      request->ngram_lookup() > 0 ? request->ngram_lookup_tokens() : 0, kMaxNgramMatch + 1));
+  if (lookup_tokens > config.dspark_block_size + 1) model_options.max_rollback = lookup_tokens;
   const model::ActivationPrecision precision = model_options.precision;
   const std::vector<int64_t> engram_token_map = model_options.engram_token_map;
   ExpertMap map = request->has_expert_map()
@@ -381,9 +386,11 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     // their experts: drafting is no collective), verification runs of the
     // token and its drafts, their rollback.
     if (num_draft_tokens > 0 && config.n_mtp_layers > 0) {
+      // A verification holds DSpark's drafts or a lookup's, whichever is longer.
+      const int verified = std::max(num_draft_tokens, lookup_tokens);
       dd_options.drafting = true;
-      dd_options.max_rollback = num_draft_tokens;
-      dd_options.max_rows_per_slot = std::max(dd_options.max_rows_per_slot, num_draft_tokens + 1);
+      dd_options.max_rollback = verified;
+      dd_options.max_rows_per_slot = std::max(dd_options.max_rows_per_slot, verified + 1);
       dd_options.max_batch = std::max<int>(
           {dd_options.max_batch, dd_options.max_rows_per_slot,
            static_cast<int>(config.dspark_block_size)});
@@ -485,7 +492,8 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
   }
   const int32_t ngram_lookup =
       static_cast<int32_t>(std::min<uint32_t>(request->ngram_lookup(), INT32_MAX));
-  if (absl::Status s = StepExecutor(**runtime, 1).SetNgramLookup(ngram_lookup); !s.ok()) {
+  if (absl::Status s = StepExecutor(**runtime, 1).SetNgramLookup(ngram_lookup, lookup_tokens);
+      !s.ok()) {
     return ToGrpcStatus(s);
   }
   std::optional<VerifyCostCurve> cost_curve;
@@ -594,7 +602,7 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     executor_->SetSpeculation(num_draft_tokens).IgnoreError();
     executor_->SetVerifyCostCurve(std::move(cost_curve));
     executor_->SetSpeculationMaxBatch(request->speculative_max_batch());
-    executor_->SetNgramLookup(ngram_lookup).IgnoreError();
+    executor_->SetNgramLookup(ngram_lookup, lookup_tokens).IgnoreError();
     executor_->SetCedReplay(ced_replay).IgnoreError();
     executor_->SetDecodeBackend(device_decoder_.get());
     executor_->SetKvCache(kv_pool_.get());

@@ -94,6 +94,8 @@ ABSL_FLAG(int, max_prompts, 8, "With --prompts_file: at most this many prompts."
 ABSL_FLAG(int, ngram_lookup, 0,
           "Prompt lookup beside DSpark in the speculative runs (StepExecutor::SetNgramLookup): "
           "the match length, 0 = off.");
+ABSL_FLAG(int, ngram_lookup_tokens, 0,
+          "With --ngram_lookup: how many tokens a lookup proposes (0 = the drafts a row).");
 ABSL_FLAG(std::string, outputs_file, "",
           "Write each batch's `off` outputs there, a line a sequence: the batch size, then "
           "the prompt's ids, a '|', the greedy ids (space-separated).");
@@ -258,8 +260,11 @@ Result Decode(weir::model::Model& model, const std::vector<std::vector<int64_t>>
   if (backend != nullptr) ex.SetDecodeBackend(backend);
   WEIR_CHECK_OK(ex.SetSpeculation(drafts));
   if (drafts > 0) {
-    WEIR_CHECK_OK(ex.SetNgramLookup(absl::GetFlag(FLAGS_ngram_lookup)));
+    WEIR_CHECK_OK(ex.SetNgramLookup(absl::GetFlag(FLAGS_ngram_lookup),
+                                    absl::GetFlag(FLAGS_ngram_lookup_tokens)));
   }
+  // What a speculative row may verify: its drafts, or a longer lookup's.
+  const int row_drafts = drafts > 0 ? ex.max_draft_tokens() : -1;
   if (curve != nullptr) ex.SetVerifyCostCurve(*curve);
   weir::worker::sampling::SamplingParams greedy;
   greedy.temperature = 0.0f;
@@ -313,7 +318,7 @@ Result Decode(weir::model::Model& model, const std::vector<std::vector<int64_t>>
                       .remap = index,
                       .sample = true,
                       .sampling = greedy,
-                      .draft_tokens = drafts > 0 ? drafts : -1});
+                      .draft_tokens = row_drafts});
     }
     if (next.empty()) break;
     rows = std::move(next);
@@ -498,6 +503,10 @@ int Run() {
       prompts.push_back(std::move(ids));
     }
   }
+  // Lookups longer than DSpark's block roll back as many positions.
+  const int lookup_tokens =
+      absl::GetFlag(FLAGS_ngram_lookup) > 0 ? absl::GetFlag(FLAGS_ngram_lookup_tokens) : 0;
+  if (lookup_tokens > config.dspark_block_size + 1) options.max_rollback = lookup_tokens;
   auto model = weir::model::Model::Create(config, **checkpoint, std::move(options));
   WEIR_CHECK(model.ok()) << model.status();
   const int drafts = absl::GetFlag(FLAGS_num_draft_tokens) > 0
@@ -574,19 +583,22 @@ int Run() {
   for (int batch : batches) {
     // Batch 1 decodes each prompt alone in turn (one prompt's acceptance is
     // not the model's); larger batches take the prompts in turn.
+    // The most drafts a row verifies with `d` DSpark drafts (a decoder's
+    // rollback and rows a slot).
+    auto verified = [&](int d) { return d > 0 ? std::max(d, lookup_tokens) : 0; };
     auto run = [&](int d, const VerifyCostCurve* c) {
       // On the device with --warm_decoder: one decoder for the mode, its
       // graphs captured by the same run untimed (batch 1: the first prompt).
       std::unique_ptr<weir::model::DecodeBackend> shared;
       if (kOnDevice && warm_decoder) {
-        shared = MakeBackend(**model, prompts, batch, new_tokens, d);
+        shared = MakeBackend(**model, prompts, batch, new_tokens, std::max(d, verified(d)));
         (void)Decode(**model, batch > 1 ? prompts : std::vector<std::vector<int64_t>>{prompts[0]},
                      batch, new_tokens, d, c, shared.get());
       }
       auto decode = [&](const std::vector<std::vector<int64_t>>& ps) {
         if (shared != nullptr) return Decode(**model, ps, batch, new_tokens, d, c, shared.get());
         std::unique_ptr<weir::model::DecodeBackend> fresh =
-            MakeBackend(**model, ps, batch, new_tokens, d);
+            MakeBackend(**model, ps, batch, new_tokens, std::max(d, verified(d)));
         return Decode(**model, ps, batch, new_tokens, d, c, fresh.get());
       };
       if (batch > 1) return decode(prompts);
