@@ -8,8 +8,9 @@
 #              tests (FusedMarkovGivesTheLoopsBits among them)
 #   spec.txt   speculative_check.sh's tables: batch 1 at 64 and 256 new tokens
 #              with warm decoders, then with prompt lookup (--ngram_lookup=3),
-#              then with lookup and the fused Markov head (256 tokens), then
-#              64 tokens the old way (--warm_decoder=false) for the A/B
+#              then with lookup and the fused Markov head (256 tokens), with
+#              8-token lookups (256 tokens), then 64 tokens the old way
+#              (--warm_decoder=false) for the A/B
 #   spec.log   what speculative_check.sh said besides (a run that failed)
 #   summary.txt  one line a step: its name, exit status and seconds
 #   tools/gpu/speculative_round.sh [MODEL_DIR]      (default models/tiny)
@@ -47,5 +48,6 @@ spec() {
 spec warm "1 64 32;1 256 32" ""
 spec lookup "1 64 32;1 256 32" "--ngram_lookup=3"
 spec lookup_fused "1 256 32" "--ngram_lookup=3 --fused_markov"
+spec lookup8 "1 256 32" "--ngram_lookup=3 --ngram_lookup_tokens=8"
 spec cold "1 64 32" "--warm_decoder=false"
 exit "${status}"
