@@ -226,6 +226,27 @@ constexpr const char* kCorpusTexts[] = {
     "DESCRIPTION\n       The grep utility searches input files for",
 };
 
+// One greedy request of `max_new` tokens (EOS ignored) per corpus text.
+std::vector<v1::GenerateRequest> GreedyCorpusRequests(uint32_t max_new) {
+  std::vector<v1::GenerateRequest> requests;
+  for (const char* text : kCorpusTexts) {
+    v1::GenerateRequest r;
+    r.set_text(text);
+    r.mutable_stop()->set_max_new_tokens(max_new);
+    r.mutable_stop()->set_ignore_eos(true);
+    r.mutable_sampling()->set_temperature(0.0f);
+    requests.push_back(std::move(r));
+  }
+  return requests;
+}
+
+// `requests` on `workers` workers of `model_dir` without speculation.
+std::vector<Outcome> RunOff(const std::string& model_dir, int workers,
+                            const std::vector<v1::GenerateRequest>& requests) {
+  Cluster off({absl::StrCat("--workers=", workers), "--model_dir=" + model_dir});
+  return RunAll(off, requests);
+}
+
 // The trained tiny (models/tiny, issue 19): its drafts are accepted, and the
 // outputs still equal off's (greedy, text prompts of its corpus' kind).
 TEST(SpeculativeTest, TrainedTinyAcceptsDraftsWithTheSameOutputs) {
@@ -233,20 +254,8 @@ TEST(SpeculativeTest, TrainedTinyAcceptsDraftsWithTheSameOutputs) {
   if (!std::filesystem::exists(trained + "/model-00001-of-00001.safetensors")) {
     GTEST_SKIP() << "models/tiny has no checkpoint";
   }
-  std::vector<v1::GenerateRequest> requests;
-  for (const char* text : kCorpusTexts) {
-    v1::GenerateRequest r;
-    r.set_text(text);
-    r.mutable_stop()->set_max_new_tokens(40);
-    r.mutable_stop()->set_ignore_eos(true);
-    r.mutable_sampling()->set_temperature(0.0f);
-    requests.push_back(std::move(r));
-  }
-  std::vector<Outcome> plain;
-  {
-    Cluster off({"--workers=2", "--model_dir=" + trained});
-    plain = RunAll(off, requests);
-  }
+  const std::vector<v1::GenerateRequest> requests = GreedyCorpusRequests(40);
+  const std::vector<Outcome> plain = RunOff(trained, 2, requests);
   Cluster spec(
       {"--workers=2", "--model_dir=" + trained, "--speculative=dspark", "--verify_length=fixed"});
   const std::vector<Outcome> got = RunAll(spec, requests);
@@ -334,20 +343,8 @@ TEST(SpeculativeTest, TrainedTinyLongerLookupsEqualOff) {
   if (!std::filesystem::exists(trained + "/model-00001-of-00001.safetensors")) {
     GTEST_SKIP() << "models/tiny has no checkpoint";
   }
-  std::vector<v1::GenerateRequest> requests;
-  for (const char* text : kCorpusTexts) {
-    v1::GenerateRequest r;
-    r.set_text(text);
-    r.mutable_stop()->set_max_new_tokens(48);
-    r.mutable_stop()->set_ignore_eos(true);
-    r.mutable_sampling()->set_temperature(0.0f);
-    requests.push_back(std::move(r));
-  }
-  std::vector<Outcome> plain;
-  {
-    Cluster off({"--workers=1", "--model_dir=" + trained});
-    plain = RunAll(off, requests);
-  }
+  const std::vector<v1::GenerateRequest> requests = GreedyCorpusRequests(48);
+  const std::vector<Outcome> plain = RunOff(trained, 1, requests);
   Cluster spec({"--workers=1", "--model_dir=" + trained, "--speculative=dspark",
                 "--verify_length=fixed", "--ngram_lookup_tokens=8"});
   ExpectSame(RunAll(spec, requests), plain);
@@ -395,11 +392,7 @@ TEST(SpeculativeTest, TrainedTinyConfidenceVerifyLengthEqualsOff) {
       requests.push_back(std::move(r));
     }
   }
-  std::vector<Outcome> plain;
-  {
-    Cluster off({"--workers=2", "--model_dir=" + trained});
-    plain = RunAll(off, requests);
-  }
+  const std::vector<Outcome> plain = RunOff(trained, 2, requests);
   Cluster spec({"--workers=2", "--model_dir=" + trained, "--speculative=dspark",
                 "--verify_length=confidence"});
   ExpectSame(RunAll(spec, requests), plain);
