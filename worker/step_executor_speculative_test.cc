@@ -92,7 +92,10 @@ enum class Drafts { kModel, kInjected };
 // ChooseVerifyLength picks; injected drafts then carry confidences that make
 // it pick 0..kDrafts of them in turn (checked), and `lengths` gets every
 // row's verified drafts. `max_batch`: SetSpeculationMaxBatch (the steps here
-// hold 2 speculative rows). Returns the tokens and the accepted drafts.
+// hold 2 speculative rows). `ngram`, `lookup_tokens`: SetNgramLookup (the
+// rows' draft_tokens then max_draft_tokens()); `lookups` gets the blocks
+// from lookup, `longest` the most drafts a row verified. Returns the tokens
+// and the accepted drafts.
 std::vector<std::vector<int64_t>> Speculative(
     model::Model& model, kv_cache::BlockPool& pool, const sampling::SamplingParams& params,
     Drafts drafts, const std::vector<std::vector<int64_t>>& reference, int64_t& accepted,

@@ -129,6 +129,38 @@ const char* const kPrompts[] = {
     "Return the number of elements in the set. The set must not be modified while",
 };
 
+// A device decoder's counters (DeviceDecoderStats), and their difference
+// over a timed loop.
+struct DeviceCounters {
+  int64_t steps = 0, draft_passes = 0, captures = 0;
+  double step_seconds = 0;         // host wall time inside its steps
+  double step_device_seconds = 0;  // device time of those steps
+  double draft_seconds = 0;
+
+  // Adds `sign` times `other` (-1: the counters before a loop).
+  void Add(const DeviceCounters& o, int sign) {
+    steps += sign * o.steps;
+    draft_passes += sign * o.draft_passes;
+    captures += sign * o.captures;
+    step_seconds += sign * o.step_seconds;
+    step_device_seconds += sign * o.step_device_seconds;
+    draft_seconds += sign * o.draft_seconds;
+  }
+  // Steps, ms a step, draft passes, ms a pass, graphs captured.
+  std::string Line() const {
+    char line[256];
+    std::snprintf(line, sizeof(line),
+                  "%lld steps, %.3f ms a step (device %.3f), %lld draft passes, %.3f ms a pass, "
+                  "%lld graphs captured while timed",
+                  static_cast<long long>(steps), 1e3 * step_seconds / std::max<int64_t>(1, steps),
+                  1e3 * step_device_seconds / std::max<int64_t>(1, steps),
+                  static_cast<long long>(draft_passes),
+                  1e3 * draft_seconds / std::max<int64_t>(1, draft_passes),
+                  static_cast<long long>(captures));
+    return line;
+  }
+};
+
 struct Result {
   double seconds = 0;
   int64_t tokens = 0;
@@ -144,13 +176,7 @@ struct Result {
   int64_t dspark = 0;    // blocks drafted by DSpark
   std::vector<std::vector<int64_t>> outputs;
   // The device decoder's work inside the timed loops (speculative_gpu).
-  bool on_device = false;
-  int64_t device_steps = 0;
-  double step_seconds = 0;         // host wall time inside its steps
-  double step_device_seconds = 0;  // device time of those steps
-  int64_t draft_passes = 0;
-  double draft_seconds = 0;
-  int64_t graph_captures = 0;
+  std::optional<DeviceCounters> device;
 
   // Adds `other`'s counts (a prompt's run into the batch-1 total).
   void Add(const Result& other) {
@@ -161,27 +187,10 @@ struct Result {
     paused += other.paused;
     lookups += other.lookups;
     dspark += other.dspark;
-    on_device = on_device || other.on_device;
-    device_steps += other.device_steps;
-    step_seconds += other.step_seconds;
-    step_device_seconds += other.step_device_seconds;
-    draft_passes += other.draft_passes;
-    draft_seconds += other.draft_seconds;
-    graph_captures += other.graph_captures;
-  }
-  // The decoder's line: steps, ms a step, draft passes, ms a pass, captures.
-  std::string DeviceLine() const {
-    char line[256];
-    std::snprintf(line, sizeof(line),
-                  "%lld steps, %.3f ms a step (device %.3f), %lld draft passes, %.3f ms a pass, "
-                  "%lld graphs captured while timed",
-                  static_cast<long long>(device_steps),
-                  1e3 * step_seconds / std::max<int64_t>(1, device_steps),
-                  1e3 * step_device_seconds / std::max<int64_t>(1, device_steps),
-                  static_cast<long long>(draft_passes),
-                  1e3 * draft_seconds / std::max<int64_t>(1, draft_passes),
-                  static_cast<long long>(graph_captures));
-    return line;
+    if (other.device.has_value()) {
+      if (!device.has_value()) device.emplace();
+      device->Add(*other.device, 1);
+    }
   }
 };
 
@@ -226,11 +235,6 @@ std::unique_ptr<weir::model::DecodeBackend> MakeBackend(
 #endif
 }
 
-// The decoder's counters, for the difference a timed loop makes.
-struct DeviceCounters {
-  int64_t steps = 0, draft_passes = 0, captures = 0;
-  double step_seconds = 0, step_device_seconds = 0, draft_seconds = 0;
-};
 std::optional<DeviceCounters> CountersOf(weir::model::DecodeBackend* backend) {
 #ifdef WEIR_SPECULATIVE_DEVICE
   if (auto* dd = dynamic_cast<weir::model::DeviceDecoder*>(backend)) {
@@ -328,15 +332,8 @@ Result Decode(weir::model::Model& model, const std::vector<std::vector<int64_t>>
   r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   r.lookups = ex.lookup_drafts();
   r.dspark = ex.dspark_drafts();
-  if (const std::optional<DeviceCounters> after = CountersOf(backend); after.has_value()) {
-    r.on_device = true;
-    r.device_steps = after->steps - before->steps;
-    r.step_seconds = after->step_seconds - before->step_seconds;
-    r.step_device_seconds = after->step_device_seconds - before->step_device_seconds;
-    r.draft_passes = after->draft_passes - before->draft_passes;
-    r.draft_seconds = after->draft_seconds - before->draft_seconds;
-    r.graph_captures = after->captures - before->captures;
-  }
+  r.device = CountersOf(backend);
+  if (r.device.has_value()) r.device->Add(*before, -1);
   if (backend != nullptr) {
     for (int s = 0; s < batch; ++s) WEIR_CHECK_OK(backend->Release(s));
   }
@@ -662,8 +659,8 @@ int Run() {
       }
     }
     for (const Result* run : {&off, &fixed}) {
-      if (run->on_device) {
-        std::printf("       %s: %s\n", run == &off ? "off" : "fixed", run->DeviceLine().c_str());
+      if (run->device.has_value()) {
+        std::printf("       %s: %s\n", run == &off ? "off" : "fixed", run->device->Line().c_str());
       }
     }
     std::fflush(stdout);
