@@ -319,6 +319,7 @@ grpc::Status InferenceService::DoGetServerState(v1::ServerState* response) {
                                                           static_cast<double>(verifications)
                                                     : 0.0);
       out->set_verify_length(spec.verify_length);
+      out->set_method(spec.method);
       out->set_paused_steps(static_cast<uint64_t>(spec.paused_steps));
       out->set_lookup_verifications(static_cast<uint64_t>(spec.lookup_verifications));
       out->set_lookup_accepted_drafts(static_cast<uint64_t>(spec.lookup_accepted));

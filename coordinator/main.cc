@@ -86,12 +86,15 @@ ABSL_FLAG(uint64_t, weights_seed, 0, "Seed of generated weights (config-only mod
 ABSL_FLAG(bool, zero_overhead, true,
           "Send plan t+1 before result t arrives (inputs resolved on the worker).");
 ABSL_FLAG(std::string, speculative, "off",
-          "Speculative decoding: off, or dspark (every decode step verifies the DSpark drafts "
-          "of the step before and drafts the next block; greedy and seeded outputs equal "
-          "off's, structured output and logprobs included).");
+          "Speculative decoding: off; dspark (every decode step verifies the DSpark drafts "
+          "of the step before and drafts the next block, with prompt lookup beside them); or "
+          "ngram (prompt lookup alone, on any model: a sequence whose last --ngram_lookup tokens "
+          "occurred before in it verifies the tokens that followed them there). Greedy and "
+          "seeded outputs equal off's, structured output and logprobs included.");
 ABSL_FLAG(int, num_draft_tokens, 0,
           "--speculative=dspark: drafts verified per decode step, 1 .. the model's "
-          "dspark_block_size; 0 = the block size.");
+          "dspark_block_size; 0 = the block size. --speculative=ngram: the tokens a lookup "
+          "proposes, 1 .. 16; 0 = 5.");
 ABSL_FLAG(std::string, verify_length, "",
           "--speculative=dspark: how many of its drafts a decode step verifies: fixed (all "
           "--num_draft_tokens; the default), or confidence (per request, the length with the "
@@ -102,19 +105,22 @@ ABSL_FLAG(std::string, verify_length, "",
           "workers when the directory has none; a sequence whose drafts do not pay for "
           "themselves pauses drafting a while). Outputs are the same.");
 ABSL_FLAG(int, speculative_max_batch, 0,
-          "--speculative=dspark: a worker step with more speculative rows than this drafts "
+          "--speculative=dspark or ngram: a worker step with more speculative rows than this "
+          "drafts "
           "nothing, so they decode at the plain rate until the batch is smaller again (at large "
           "batches a verification's extra positions and the draft pass cost more than the "
           "drafts return; vLLM's speculative_disable_by_batch_size). 0 = no limit. Outputs "
           "are the same.");
 ABSL_FLAG(int, ngram_lookup, -1,
-          "--speculative=dspark: prompt lookup beside DSpark's drafts. After its sample, a "
+          "Prompt lookup (--speculative=dspark: beside DSpark's drafts; ngram: alone). After its "
+          "sample, a "
           "sequence whose last N tokens occurred before in it (prompt or output) takes the "
           "tokens that followed them there as its drafts and skips the DSpark draft pass "
-          "(vLLM's ngram method). N = this match length; 0 = off; unset = 3 with speculation on. "
-          "Outputs are the same.");
+          "(vLLM's ngram method). N = this match length; 0 = off; unset = 3 with speculation on "
+          "(--speculative=ngram needs it). Outputs are the same.");
 ABSL_FLAG(int, ngram_lookup_tokens, 0,
-          "With prompt lookup: how many tokens a lookup proposes (0 = --num_draft_tokens). "
+          "--speculative=dspark with prompt lookup: how many tokens a lookup proposes (0 = "
+          "--num_draft_tokens). "
           "More than DSpark's block verifies a long repetition in one step (each speculative "
           "row is then booked for as many); at most 16.");
 ABSL_FLAG(bool, ced_replay, false,
@@ -242,6 +248,16 @@ constexpr char kUsage[] =
     "  main                         local cluster: 2 workers + EPLB on the tiny model\n"
     "  main --expect_workers=N      wait for N remote workers (worker --coordinator=HOST:PORT)";
 
+// The speculative-decoding flags as given (SpeculationFromFlags checks them).
+SpeculationFlags SpeculationFlagsFromFlags() {
+  return {.mode = absl::GetFlag(FLAGS_speculative),
+          .num_draft_tokens = absl::GetFlag(FLAGS_num_draft_tokens),
+          .verify_length = absl::GetFlag(FLAGS_verify_length),
+          .max_batch = absl::GetFlag(FLAGS_speculative_max_batch),
+          .ngram_lookup = absl::GetFlag(FLAGS_ngram_lookup),
+          .ngram_lookup_tokens = absl::GetFlag(FLAGS_ngram_lookup_tokens)};
+}
+
 // The step loop's options: scheduler limits from the flags, the KV layout
 // from what the workers reported, EPLB statistics from the model.
 StepDriverOptions DriverOptionsFromFlags(const model::ModelConfig& config,
@@ -267,15 +283,11 @@ StepDriverOptions DriverOptionsFromFlags(const model::ModelConfig& config,
   driver_options.rank.max_running_per_tenant = absl::GetFlag(FLAGS_max_running_per_tenant);
   // Checked against the model at start-up (Run). A row is booked for the
   // most drafts it may verify: DSpark's, or a longer lookup's.
-  const int32_t dspark_drafts =
-      NumDraftTokensFromFlags(absl::GetFlag(FLAGS_speculative),
-                              absl::GetFlag(FLAGS_num_draft_tokens), config)
-          .value_or(0);
-  driver_options.rank.num_draft_tokens = MaxDraftTokens(
-      dspark_drafts,
-      NgramLookupFromFlags(absl::GetFlag(FLAGS_ngram_lookup), dspark_drafts).value_or(0),
-      absl::GetFlag(FLAGS_ngram_lookup_tokens));
-  driver_options.verify_length = EffectiveVerifyLength(absl::GetFlag(FLAGS_verify_length));
+  const Speculation speculation =
+      SpeculationFromFlags(SpeculationFlagsFromFlags(), config).value_or(Speculation{});
+  driver_options.rank.num_draft_tokens = speculation.max_draft_tokens();
+  driver_options.speculative = absl::GetFlag(FLAGS_speculative);
+  driver_options.verify_length = speculation.verify_length;
   driver_options.policy.prefill_attempt_interval = absl::GetFlag(FLAGS_prefill_attempt_interval);
   driver_options.policy.prefill_any_attempt_interval =
       absl::GetFlag(FLAGS_prefill_any_attempt_interval);
@@ -353,33 +365,10 @@ int Run(int argc, char** argv) {
     std::cerr << "weir: --numerics must be fast or reference\n";
     return 2;
   }
-  absl::StatusOr<int32_t> num_draft_tokens = NumDraftTokensFromFlags(
-      absl::GetFlag(FLAGS_speculative), absl::GetFlag(FLAGS_num_draft_tokens), *config);
-  if (!num_draft_tokens.ok()) {
-    std::cerr << "weir: " << num_draft_tokens.status().message() << "\n";
-    return 2;
-  }
-  if (absl::Status s = VerifyLengthFromFlags(absl::GetFlag(FLAGS_verify_length), *num_draft_tokens);
-      !s.ok()) {
-    std::cerr << "weir: " << s.message() << "\n";
-    return 2;
-  }
-  if (absl::Status s = SpeculativeMaxBatchFromFlags(absl::GetFlag(FLAGS_speculative_max_batch),
-                                                    *num_draft_tokens);
-      !s.ok()) {
-    std::cerr << "weir: " << s.message() << "\n";
-    return 2;
-  }
-  absl::StatusOr<int32_t> ngram_lookup =
-      NgramLookupFromFlags(absl::GetFlag(FLAGS_ngram_lookup), *num_draft_tokens);
-  if (!ngram_lookup.ok()) {
-    std::cerr << "weir: " << ngram_lookup.status().message() << "\n";
-    return 2;
-  }
-  if (absl::Status s =
-          NgramLookupTokensFromFlags(absl::GetFlag(FLAGS_ngram_lookup_tokens), *ngram_lookup);
-      !s.ok()) {
-    std::cerr << "weir: " << s.message() << "\n";
+  absl::StatusOr<Speculation> speculation =
+      SpeculationFromFlags(SpeculationFlagsFromFlags(), *config);
+  if (!speculation.ok()) {
+    std::cerr << "weir: " << speculation.status().message() << "\n";
     return 2;
   }
   // --backend=cuda speculates on the device decoder (it drafts, verifies and
@@ -420,15 +409,14 @@ int Run(int argc, char** argv) {
                    .health_interval = absl::Milliseconds(absl::GetFlag(FLAGS_health_interval_ms)),
                    .failure_threshold = absl::GetFlag(FLAGS_health_failures),
                    .kv_block_tokens = absl::GetFlag(FLAGS_kv_block_tokens),
-                   .num_draft_tokens = *num_draft_tokens,
+                   .num_draft_tokens = speculation->dspark_drafts,
                    .ced_replay = absl::GetFlag(FLAGS_ced_replay),
-                   .verify_length = EffectiveVerifyLength(absl::GetFlag(FLAGS_verify_length)),
-                   .measure_verify_cost =
-                       MeasureVerifyCost(EffectiveVerifyLength(absl::GetFlag(FLAGS_verify_length)),
-                                         absl::GetFlag(FLAGS_backend), model_dir),
-                   .speculative_max_batch = absl::GetFlag(FLAGS_speculative_max_batch),
-                   .ngram_lookup = *ngram_lookup,
-                   .ngram_lookup_tokens = absl::GetFlag(FLAGS_ngram_lookup_tokens)});
+                   .verify_length = speculation->verify_length,
+                   .measure_verify_cost = MeasureVerifyCost(
+                       speculation->verify_length, absl::GetFlag(FLAGS_backend), model_dir),
+                   .speculative_max_batch = speculation->max_batch,
+                   .ngram_lookup = speculation->ngram_lookup,
+                   .ngram_lookup_tokens = speculation->lookup_tokens});
   std::string tokenizer_fingerprint;
   absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> tokenizer =
       LoadTokenizer(model_dir, tokenizer_fingerprint);

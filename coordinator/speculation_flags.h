@@ -1,11 +1,18 @@
 // coordinator/speculation_flags.h
 //
 // The coordinator's speculative-decoding flags (--speculative,
-// --num_draft_tokens) checked against the model: how many DSpark drafts a
-// decode row verifies, sent to every worker at LoadWeights and to every
-// rank's scheduler (README.md "Speculative decoding").
+// --num_draft_tokens, --verify_length, --speculative_max_batch,
+// --ngram_lookup, --ngram_lookup_tokens) checked against the model and
+// resolved into what every worker gets at LoadWeights and every rank's
+// scheduler books (README.md "Speculative decoding").
 //
-// Thread safety: a pure function.
+// Two modes speculate. "dspark": the model's DSpark stages draft a block
+// after every sample, with prompt lookup beside them (a row whose last
+// tokens repeat earlier ones takes what followed them instead). "ngram":
+// prompt lookup alone (vLLM's ngram method), on any model, stages or not; a
+// row without a match decodes one token.
+//
+// Thread safety: pure functions.
 
 #ifndef WEIR_COORDINATOR_SPECULATION_FLAGS_H_
 #define WEIR_COORDINATOR_SPECULATION_FLAGS_H_
@@ -20,47 +27,57 @@
 
 namespace weir::coordinator {
 
-// Returns the drafts a speculative decode row verifies: 0 for mode "off",
-// and for "dspark" `num_draft_tokens`, or the model's dspark_block_size when
-// it is 0. INVALID_ARGUMENT (naming the flag and the allowed values) for
-// another mode, num_draft_tokens outside [0, dspark_block_size], a non-zero
-// num_draft_tokens with "off", or "dspark" on a model without DSpark stages.
-absl::StatusOr<int32_t> NumDraftTokensFromFlags(std::string_view mode, int num_draft_tokens,
-                                                const model::ModelConfig& config);
+// The flags as given (see coordinator/main.cc for their help).
+struct SpeculationFlags {
+  std::string mode = "off";     // --speculative: off, dspark or ngram
+  int num_draft_tokens = 0;     // dspark: drafts a row verifies; ngram: a lookup's tokens
+  std::string verify_length;    // "", fixed or confidence
+  int max_batch = 0;            // --speculative_max_batch
+  int ngram_lookup = -1;        // -1 = unset
+  int ngram_lookup_tokens = 0;  // dspark only: a lookup's tokens (0: num_draft_tokens)
+};
 
-// Checks --verify_length `policy` given the drafts a row verifies
-// (NumDraftTokensFromFlags). INVALID_ARGUMENT (naming the flag) unless it is
-// "" (the default: EffectiveVerifyLength), "fixed" or "confidence"; for an
-// explicit "confidence" with speculation off (`num_draft_tokens` 0). The curve itself is the
-// workers' business: the model directory's verify_cost.json (they check its contents), or one they
-// measure at load (CUDA workers always; CPU workers when the directory has
-// none: MeasureVerifyCost).
-absl::Status VerifyLengthFromFlags(std::string_view policy, int32_t num_draft_tokens);
-
-// Checks --speculative_max_batch `rows` (the speculative rows a worker's
-// step may hold and still draft; 0 = no limit): INVALID_ARGUMENT (naming the
-// flag) when negative, or positive with speculation off (`num_draft_tokens` 0).
-absl::Status SpeculativeMaxBatchFromFlags(int rows, int32_t num_draft_tokens);
-
-// The prompt lookup's match length the workers get (--ngram_lookup `flag`):
-// -1 (unset) is kDefaultNgramLookup with speculation on and 0 with it off;
-// 0 turns it off. INVALID_ARGUMENT (naming the flag) below -1, above
-// kMaxNgramMatch, or positive with speculation off (`num_draft_tokens` 0).
+// Unset --ngram_lookup with speculation on: matches of 3 tokens.
 inline constexpr int32_t kDefaultNgramLookup = 3;
-absl::StatusOr<int32_t> NgramLookupFromFlags(int flag, int32_t num_draft_tokens);
+// --speculative=ngram without --num_draft_tokens: a lookup proposes 5 tokens.
+inline constexpr int32_t kDefaultLookupTokens = 5;
 
-// Checks --ngram_lookup_tokens `tokens` (how many tokens a lookup proposes;
-// 0: num_draft_tokens) against the resolved `ngram_lookup`: INVALID_ARGUMENT
-// (naming the flag) outside [0, kMaxNgramMatch], or positive with lookup off.
-absl::Status NgramLookupTokensFromFlags(int tokens, int32_t ngram_lookup);
+// The resolved settings (all 0 with speculation off).
+struct Speculation {
+  // LoadWeightsRequest.num_draft_tokens: DSpark drafts a row makes (0 with
+  // "off" and "ngram").
+  int32_t dspark_drafts = 0;
+  // LoadWeightsRequest.ngram_lookup: the match length (0: no lookup).
+  int32_t ngram_lookup = 0;
+  // LoadWeightsRequest.ngram_lookup_tokens: the tokens a lookup proposes (0
+  // with "dspark": its drafts'; always set with "ngram").
+  int32_t lookup_tokens = 0;
+  // LoadWeightsRequest.verify_length: "fixed" or "confidence".
+  std::string verify_length = "fixed";
+  // LoadWeightsRequest.speculative_max_batch (0: no limit).
+  int32_t max_batch = 0;
 
-// The most drafts a speculative row verifies, what the scheduler books for
-// it: DSpark's num_draft_tokens, or a lookup's tokens when lookup is on and
-// they are more.
-int32_t MaxDraftTokens(int32_t num_draft_tokens, int32_t ngram_lookup, int32_t lookup_tokens);
+  bool on() const { return dspark_drafts > 0 || ngram_lookup > 0; }
+  // The most drafts a speculative row verifies, what the scheduler books for
+  // it: DSpark's, or a lookup's when lookup is on and they are more.
+  int32_t max_draft_tokens() const;
+};
 
-// The policy the workers get: `flag` when set, else "fixed".
-std::string EffectiveVerifyLength(std::string_view flag);
+// Checks `flags` against `config` and resolves them. INVALID_ARGUMENT, whose
+// message names the flag and what it allows, for:
+// * --speculative other than off, dspark, ngram; dspark on a model without
+//   DSpark stages;
+// * --num_draft_tokens outside [0, dspark_block_size] with dspark, outside
+//   [0, 16] with ngram (0: the block, or kDefaultLookupTokens), non-zero
+//   with off;
+// * --verify_length other than "", fixed, confidence; confidence without
+//   dspark (the length comes from DSpark's confidence head);
+// * --speculative_max_batch negative, or positive with off;
+// * --ngram_lookup outside [-1, 16]; positive with off; 0 with ngram;
+// * --ngram_lookup_tokens outside [0, 16]; positive with lookup off or with
+//   ngram (where --num_draft_tokens is the lookup's tokens).
+absl::StatusOr<Speculation> SpeculationFromFlags(const SpeculationFlags& flags,
+                                                 const model::ModelConfig& config);
 
 // Whether CPU workers should measure the verify cost curve at load
 // (LoadWeightsRequest.measure_verify_cost): "confidence" on the CPU backend

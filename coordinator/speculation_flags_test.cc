@@ -16,91 +16,123 @@ model::ModelConfig Tiny() {
   return c.ok() ? *c : model::ModelConfig{};
 }
 
+absl::StatusOr<Speculation> Resolve(SpeculationFlags f, const model::ModelConfig& c) {
+  return SpeculationFromFlags(f, c);
+}
+
+// The flag named in a refusal of `f`.
+void ExpectRefused(const SpeculationFlags& f, const model::ModelConfig& c, std::string_view flag) {
+  absl::StatusOr<Speculation> r = SpeculationFromFlags(f, c);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument)
+      << f.mode << " " << f.num_draft_tokens;
+  EXPECT_NE(std::string(r.status().message()).find(flag), std::string::npos) << r.status();
+}
+
 TEST(SpeculationFlagsTest, OffIsZeroAndDsparkDefaultsToTheBlock) {
   const model::ModelConfig c = Tiny();
   ASSERT_EQ(c.dspark_block_size, 5);
-  EXPECT_EQ(*NumDraftTokensFromFlags("off", 0, c), 0);
-  EXPECT_EQ(*NumDraftTokensFromFlags("dspark", 0, c), 5);
-  EXPECT_EQ(*NumDraftTokensFromFlags("dspark", 1, c), 1);
-  EXPECT_EQ(*NumDraftTokensFromFlags("dspark", 5, c), 5);
+  const Speculation off = *Resolve({}, c);
+  EXPECT_FALSE(off.on());
+  EXPECT_EQ(off.dspark_drafts, 0);
+  EXPECT_EQ(off.ngram_lookup, 0);
+  EXPECT_EQ(off.max_draft_tokens(), 0);
+  EXPECT_EQ(off.verify_length, "fixed");
+  EXPECT_EQ(Resolve({.mode = "dspark"}, c)->dspark_drafts, 5);
+  EXPECT_EQ(Resolve({.mode = "dspark", .num_draft_tokens = 1}, c)->dspark_drafts, 1);
+  EXPECT_EQ(Resolve({.mode = "dspark", .num_draft_tokens = 5}, c)->dspark_drafts, 5);
 }
 
 TEST(SpeculationFlagsTest, BadValuesAreInvalidArgumentNamingTheFlag) {
   model::ModelConfig c = Tiny();
-  auto refused = [&](std::string_view mode, int n, std::string_view flag) {
-    absl::StatusOr<int32_t> r = NumDraftTokensFromFlags(mode, n, c);
-    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << mode << " " << n;
-    EXPECT_NE(std::string(r.status().message()).find(flag), std::string::npos) << r.status();
-  };
-  refused("eagle", 0, "--speculative");
-  refused("", 0, "--speculative");
-  refused("DSPARK", 0, "--speculative");
-  refused("dspark", 6, "--num_draft_tokens");
-  refused("dspark", -1, "--num_draft_tokens");
-  refused("off", 3, "--num_draft_tokens");
+  ExpectRefused({.mode = "eagle"}, c, "--speculative");
+  ExpectRefused({.mode = ""}, c, "--speculative");
+  ExpectRefused({.mode = "DSPARK"}, c, "--speculative");
+  ExpectRefused({.mode = "dspark", .num_draft_tokens = 6}, c, "--num_draft_tokens");
+  ExpectRefused({.mode = "dspark", .num_draft_tokens = -1}, c, "--num_draft_tokens");
+  ExpectRefused({.mode = "off", .num_draft_tokens = 3}, c, "--num_draft_tokens");
   c.n_mtp_layers = 0;
-  refused("dspark", 0, "--speculative=dspark");
+  ExpectRefused({.mode = "dspark"}, c, "--speculative=dspark");
 }
 
 TEST(SpeculationFlagsTest, VerifyLengthConfidenceNeedsDspark) {
-  EXPECT_TRUE(VerifyLengthFromFlags("", 0).ok());
-  EXPECT_TRUE(VerifyLengthFromFlags("", 5).ok());
-  EXPECT_TRUE(VerifyLengthFromFlags("fixed", 0).ok());
-  EXPECT_TRUE(VerifyLengthFromFlags("fixed", 5).ok());
-  EXPECT_TRUE(VerifyLengthFromFlags("confidence", 5).ok());
-  EXPECT_EQ(VerifyLengthFromFlags("longest", 5).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(VerifyLengthFromFlags("confidence", 0).code(), absl::StatusCode::kInvalidArgument);
+  const model::ModelConfig c = Tiny();
+  for (const char* mode : {"off", "dspark", "ngram"}) {
+    EXPECT_EQ(Resolve({.mode = mode}, c)->verify_length, "fixed") << mode;
+    EXPECT_EQ(Resolve({.mode = mode, .verify_length = "fixed"}, c)->verify_length, "fixed");
+    ExpectRefused({.mode = mode, .verify_length = "longest"}, c, "--verify_length");
+  }
+  EXPECT_EQ(Resolve({.mode = "dspark", .verify_length = "confidence"}, c)->verify_length,
+            "confidence");
+  ExpectRefused({.mode = "off", .verify_length = "confidence"}, c, "--verify_length");
+  ExpectRefused({.mode = "ngram", .verify_length = "confidence"}, c, "--verify_length");
 }
 
-TEST(SpeculationFlagsTest, MaxBatchNeedsDsparkAndIsNotNegative) {
-  EXPECT_TRUE(SpeculativeMaxBatchFromFlags(0, 0).ok());
-  EXPECT_TRUE(SpeculativeMaxBatchFromFlags(0, 5).ok());
-  EXPECT_TRUE(SpeculativeMaxBatchFromFlags(4, 5).ok());
-  const absl::Status negative = SpeculativeMaxBatchFromFlags(-1, 5);
-  EXPECT_EQ(negative.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(negative.message().find("--speculative_max_batch"), std::string_view::npos);
-  EXPECT_EQ(SpeculativeMaxBatchFromFlags(4, 0).code(), absl::StatusCode::kInvalidArgument);
+TEST(SpeculationFlagsTest, MaxBatchNeedsSpeculationAndIsNotNegative) {
+  const model::ModelConfig c = Tiny();
+  EXPECT_EQ(Resolve({.mode = "off"}, c)->max_batch, 0);
+  EXPECT_EQ(Resolve({.mode = "dspark", .max_batch = 4}, c)->max_batch, 4);
+  EXPECT_EQ(Resolve({.mode = "ngram", .max_batch = 4}, c)->max_batch, 4);
+  ExpectRefused({.mode = "dspark", .max_batch = -1}, c, "--speculative_max_batch");
+  ExpectRefused({.mode = "off", .max_batch = 4}, c, "--speculative_max_batch");
 }
 
 // --ngram_lookup: unset means 3 with speculation on and off without it; 0
-// turns it off; out of range, or set with speculation off, is refused.
+// turns it off beside DSpark and is refused alone; out of range, or set with
+// speculation off, is refused.
 TEST(SpeculationFlagsTest, NgramLookup) {
-  EXPECT_EQ(NgramLookupFromFlags(-1, 5).value(), kDefaultNgramLookup);
-  EXPECT_EQ(NgramLookupFromFlags(-1, 0).value(), 0);
-  EXPECT_EQ(NgramLookupFromFlags(0, 5).value(), 0);
-  EXPECT_EQ(NgramLookupFromFlags(2, 5).value(), 2);
-  EXPECT_EQ(NgramLookupFromFlags(0, 0).value(), 0);
+  const model::ModelConfig c = Tiny();
+  EXPECT_EQ(Resolve({.mode = "dspark"}, c)->ngram_lookup, kDefaultNgramLookup);
+  EXPECT_EQ(Resolve({.mode = "ngram"}, c)->ngram_lookup, kDefaultNgramLookup);
+  EXPECT_EQ(Resolve({.mode = "off"}, c)->ngram_lookup, 0);
+  EXPECT_EQ(Resolve({.mode = "dspark", .ngram_lookup = 0}, c)->ngram_lookup, 0);
+  EXPECT_EQ(Resolve({.mode = "dspark", .ngram_lookup = 2}, c)->ngram_lookup, 2);
+  EXPECT_EQ(Resolve({.mode = "off", .ngram_lookup = 0}, c)->ngram_lookup, 0);
   for (int bad : {-2, worker::kMaxNgramMatch + 1}) {
-    const absl::Status s = NgramLookupFromFlags(bad, 5).status();
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
-    EXPECT_NE(s.message().find("--ngram_lookup"), std::string_view::npos);
+    ExpectRefused({.mode = "dspark", .ngram_lookup = bad}, c, "--ngram_lookup");
   }
-  EXPECT_EQ(NgramLookupFromFlags(3, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  ExpectRefused({.mode = "off", .ngram_lookup = 3}, c, "--ngram_lookup");
+  ExpectRefused({.mode = "ngram", .ngram_lookup = 0}, c, "--ngram_lookup");
 }
 
-// --ngram_lookup_tokens: in [0, 16], and only with lookup on; the rows are
-// booked for the longer of DSpark's drafts and a lookup's.
+// --ngram_lookup_tokens: in [0, 16], only with lookup beside DSpark; the
+// rows are booked for the longer of DSpark's drafts and a lookup's.
 TEST(SpeculationFlagsTest, NgramLookupTokens) {
-  EXPECT_TRUE(NgramLookupTokensFromFlags(0, 0).ok());
-  EXPECT_TRUE(NgramLookupTokensFromFlags(8, 3).ok());
+  const model::ModelConfig c = Tiny();
+  const Speculation longer = *Resolve({.mode = "dspark", .ngram_lookup_tokens = 8}, c);
+  EXPECT_EQ(longer.lookup_tokens, 8);
+  EXPECT_EQ(longer.max_draft_tokens(), 8);
+  EXPECT_EQ(Resolve({.mode = "dspark"}, c)->max_draft_tokens(), 5);
+  EXPECT_EQ(Resolve({.mode = "dspark", .ngram_lookup_tokens = 4}, c)->max_draft_tokens(), 5);
+  EXPECT_EQ(Resolve({.mode = "dspark", .ngram_lookup = 0}, c)->max_draft_tokens(), 5);
   for (int bad : {-1, worker::kMaxNgramMatch + 1}) {
-    const absl::Status s = NgramLookupTokensFromFlags(bad, 3);
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
-    EXPECT_NE(s.message().find("--ngram_lookup_tokens"), std::string_view::npos);
+    ExpectRefused({.mode = "dspark", .ngram_lookup_tokens = bad}, c, "--ngram_lookup_tokens");
   }
-  EXPECT_EQ(NgramLookupTokensFromFlags(8, 0).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(MaxDraftTokens(5, 3, 8), 8);
-  EXPECT_EQ(MaxDraftTokens(5, 3, 0), 5);
-  EXPECT_EQ(MaxDraftTokens(5, 3, 4), 5);
-  EXPECT_EQ(MaxDraftTokens(5, 0, 8), 5);
-  EXPECT_EQ(MaxDraftTokens(0, 0, 0), 0);
+  ExpectRefused({.mode = "dspark", .ngram_lookup = 0, .ngram_lookup_tokens = 8}, c,
+                "--ngram_lookup_tokens");
+  ExpectRefused({.mode = "off", .ngram_lookup_tokens = 8}, c, "--ngram_lookup_tokens");
 }
 
-// Unset, every draft is verified.
-TEST(SpeculationFlagsTest, FixedIsTheDefault) {
-  EXPECT_EQ(EffectiveVerifyLength(""), "fixed");
-  EXPECT_EQ(EffectiveVerifyLength("fixed"), "fixed");
-  EXPECT_EQ(EffectiveVerifyLength("confidence"), "confidence");
+// --speculative=ngram: lookup alone, no DSpark drafts, on a model with stages
+// or without; --num_draft_tokens is a lookup's tokens (0: 5, at most 16).
+TEST(SpeculationFlagsTest, NgramAloneOnAnyModel) {
+  model::ModelConfig c = Tiny();
+  for (int stages : {3, 0}) {
+    c.n_mtp_layers = stages;
+    const Speculation s = *Resolve({.mode = "ngram"}, c);
+    EXPECT_TRUE(s.on());
+    EXPECT_EQ(s.dspark_drafts, 0);
+    EXPECT_EQ(s.ngram_lookup, kDefaultNgramLookup);
+    EXPECT_EQ(s.lookup_tokens, kDefaultLookupTokens);
+    EXPECT_EQ(s.max_draft_tokens(), kDefaultLookupTokens);
+    const Speculation longer =
+        *Resolve({.mode = "ngram", .num_draft_tokens = 12, .ngram_lookup = 2}, c);
+    EXPECT_EQ(longer.lookup_tokens, 12);
+    EXPECT_EQ(longer.ngram_lookup, 2);
+    EXPECT_EQ(longer.max_draft_tokens(), 12);
+    ExpectRefused({.mode = "ngram", .num_draft_tokens = 17}, c, "--num_draft_tokens");
+    ExpectRefused({.mode = "ngram", .num_draft_tokens = -1}, c, "--num_draft_tokens");
+    ExpectRefused({.mode = "ngram", .ngram_lookup_tokens = 8}, c, "--ngram_lookup_tokens");
+  }
 }
 
 // CPU workers measure the curve at load when the model directory has none;

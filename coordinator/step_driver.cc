@@ -284,6 +284,7 @@ int64_t StepDriver::forks() const {
 StepDriver::SpeculationStats StepDriver::speculation() const {
   absl::MutexLock lock(&mu_);
   SpeculationStats stats = speculation_;
+  stats.method = options_.speculative;
   stats.verify_length = options_.verify_length;
   return stats;
 }

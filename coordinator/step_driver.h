@@ -62,8 +62,10 @@ struct StepDriverOptions {
   // slot's release is queued). A failure is logged and stops the step loop
   // with INTERNAL naming it. Off: no mirror, no cost but one branch per step.
   bool kv_check_every_step = false;
-  // Speculative decoding: --verify_length ("fixed" or "confidence"), only
-  // reported (speculation()); the workers apply it.
+  // Speculative decoding: --speculative ("dspark" or "ngram") and
+  // --verify_length ("fixed" or "confidence"), only reported (speculation());
+  // the workers apply them.
+  std::string speculative = "dspark";
   std::string verify_length = "fixed";
   // The clock max_queue_time is measured on (tests inject a fake one).
   std::function<absl::Time()> clock = [] { return absl::Now(); };
@@ -209,13 +211,14 @@ class StepDriver {
   // Speculative decoding over every rank since start
   // (RankScheduler::accepted_histogram, verified_drafts); empty when off.
   // verified_drafts counts what the workers verified
-  // (RowResult.verified_drafts); verify_length is the options'.
+  // (RowResult.verified_drafts); method and verify_length are the options'.
   struct SpeculationStats {
     std::vector<int64_t> accepted_histogram;
     int64_t verified_drafts = 0;
     int64_t paused_steps = 0;  // RankScheduler::paused_steps
     int64_t lookup_verifications = 0;  // RankScheduler::lookup_verifications
     int64_t lookup_accepted = 0;       // RankScheduler::lookup_accepted
+    std::string method;                // the options' speculative
     std::string verify_length;
   };
   SpeculationStats speculation() const;

@@ -13,6 +13,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -298,6 +300,7 @@ TEST(SpeculativeTest, TrainedTinyAcceptsDraftsWithTheSameOutputs) {
   }
   const v1::ServerState::Speculation& s = state.speculation();
   EXPECT_EQ(s.num_draft_tokens(), 5u);
+  EXPECT_EQ(s.method(), "dspark");
   EXPECT_GE(in_rows, accepted);
   EXPECT_LE(in_rows, accepted + 4 * 5);  // at most a cut block per request
   EXPECT_GT(rows, 0u);
@@ -363,6 +366,101 @@ TEST(SpeculativeTest, TrainedTinyLongerLookupsEqualOff) {
       static_cast<unsigned long long>(s.lookup_verifications()),
       static_cast<unsigned long long>(s.lookup_accepted_drafts()),
       static_cast<unsigned long long>(beyond_block));
+}
+
+// --speculative=ngram: prompt lookup alone, no DSpark drafts. On the trained
+// tiny every verification is a lookup's, the outputs equal off's, and its
+// loops accept drafts; --num_draft_tokens=8 makes a lookup propose 8.
+TEST(SpeculativeTest, TrainedTinyNgramAloneEqualsOff) {
+  const std::string trained = Runfile("models/tiny");
+  if (!std::filesystem::exists(trained + "/model-00001-of-00001.safetensors")) {
+    GTEST_SKIP() << "models/tiny has no checkpoint";
+  }
+  const std::vector<v1::GenerateRequest> requests = GreedyCorpusRequests(48);
+  const std::vector<Outcome> plain = RunOff(trained, 2, requests);
+  Cluster spec(
+      {"--workers=2", "--model_dir=" + trained, "--speculative=ngram", "--num_draft_tokens=8"});
+  const std::vector<Outcome> got = RunAll(spec, requests);
+  ExpectSame(got, plain);
+  uint32_t accepted = 0, completion = 0;
+  for (const Outcome& o : got) {
+    accepted += o.accepted_drafts;
+    completion += o.completion_tokens;
+  }
+  EXPECT_GT(accepted, 0u);
+  v1::ServerState state;
+  uint64_t rows = 0;
+  // The counts of a step are published a moment after its events.
+  for (int attempt = 0; attempt < 50 && (attempt == 0 || rows == 0 ||
+                                         state.speculation().lookup_accepted_drafts() < accepted);
+       ++attempt) {
+    if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ASSERT_TRUE(spec.State(state).ok());
+    ASSERT_TRUE(state.has_speculation());
+    rows = 0;
+    for (uint64_t n : state.speculation().accepted_histogram()) rows += n;
+  }
+  const v1::ServerState::Speculation& s = state.speculation();
+  EXPECT_EQ(s.num_draft_tokens(), 8u);
+  EXPECT_EQ(s.method(), "ngram");
+  EXPECT_GT(rows, 0u);
+  // No DSpark: the drafts verified were all a lookup's; a step whose lookup
+  // found no match verified none (and counts at 0 accepted).
+  EXPECT_GT(s.lookup_verifications(), 0u);
+  EXPECT_LT(s.lookup_verifications(), rows);
+  EXPECT_LE(s.verified_drafts(), 8 * s.lookup_verifications());
+  EXPECT_GE(s.lookup_accepted_drafts(), accepted);
+  std::printf(
+      "trained tiny, ngram alone: %llu verifications, %llu drafts verified, %llu accepted (%u "
+      "of %u delivered tokens)\n",
+      static_cast<unsigned long long>(rows), static_cast<unsigned long long>(s.verified_drafts()),
+      static_cast<unsigned long long>(s.lookup_accepted_drafts()), accepted, completion);
+}
+
+// A model without DSpark stages: --speculative=dspark stops the coordinator
+// (exit 2), --speculative=ngram serves it with off's outputs, greedy and
+// seeded, over two ranks of DP x EP.
+TEST(SpeculativeTest, NgramAloneServesAModelWithoutStages) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/tiny_without_stages";
+  std::filesystem::create_directories(dir);
+  const std::string from = Runfile("models/random/tiny");
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
+    std::filesystem::copy_file(from + "/" + file, dir + "/" + file,
+                               std::filesystem::copy_options::overwrite_existing);
+  }
+  std::ifstream in(from + "/config.json");
+  std::string config((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (const auto& [text, edit] :
+       {std::pair<std::string, std::string>{"\"num_nextn_predict_layers\": 3",
+                                            "\"num_nextn_predict_layers\": 0"},
+        {"[0, 0, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 0, 0, 0]",
+         "[0, 0, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1]"}}) {
+    const size_t at = config.find(text);
+    ASSERT_NE(at, std::string::npos) << text;
+    config.replace(at, text.size(), edit);
+  }
+  std::ofstream(dir + "/config.json") << config;
+  const std::string command = Runfile("coordinator/main") +
+                              " --listen=127.0.0.1:0 --eplb=false --workers=1 --model_dir=" + dir +
+                              " --model_cache_dir=" + CacheDir() +
+                              " --speculative=dspark 2>/dev/null";
+  const int status = std::system(command.c_str());
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << status;
+
+  const std::vector<v1::GenerateRequest> mix = Mix(12, 24);
+  std::vector<Outcome> plain;
+  {
+    Cluster off({"--workers=2", "--model_dir=" + dir});
+    plain = RunAll(off, mix);
+  }
+  Cluster spec({"--workers=2", "--model_dir=" + dir, "--speculative=ngram", "--ngram_lookup=1"});
+  ExpectSame(RunAll(spec, mix), plain);
+  v1::ServerState state;
+  ASSERT_TRUE(spec.State(state).ok());
+  ASSERT_TRUE(state.has_speculation());
+  EXPECT_EQ(state.speculation().num_draft_tokens(), 5u);
+  std::printf("random tiny without stages, ngram alone: %llu lookup verifications\n",
+              static_cast<unsigned long long>(state.speculation().lookup_verifications()));
 }
 
 // --verify_length=confidence (issue 18 item 1): each row verifies the drafts
@@ -530,6 +628,10 @@ TEST(SpeculativeTest, BadFlagValuesExitWithCode2) {
   EXPECT_EQ(ExitCode("--verify_length=confidence"), 2);  // without --speculative=dspark
   EXPECT_EQ(ExitCode("--speculative_max_batch=4"), 2);   // without --speculative=dspark
   EXPECT_EQ(ExitCode("--speculative=dspark --speculative_max_batch=-1"), 2);
+  EXPECT_EQ(ExitCode("--speculative=ngram --ngram_lookup=0"), 2);  // lookup is the mode
+  EXPECT_EQ(ExitCode("--speculative=ngram --num_draft_tokens=17"), 2);
+  EXPECT_EQ(ExitCode("--speculative=ngram --verify_length=confidence"), 2);  // DSpark's head
+  EXPECT_EQ(ExitCode("--speculative=ngram --ngram_lookup_tokens=8"), 2);     // --num_draft_tokens
   // (The random tiny has no verify_cost.json: its CPU workers measure one at
   // start, RandomTinyConfidenceMeasuresTheCurveAtStart.)
 }

@@ -109,12 +109,13 @@ int Info(const std::shared_ptr<grpc::Channel>& channel) {
     }
     const double per = rows > 0 ? 1.0 / static_cast<double>(rows) : 0.0;
     std::cout << absl::StrFormat(
-        "speculate  DSpark, %d drafts, verify length %s; %d verifications, mean verify length "
+        "speculate  %s, %d drafts, verify length %s; %d verifications, mean verify length "
         "%.2f, mean accepted length %.2f; accepted 0..%d: %s; %d steps with drafting paused "
         "(drafts that did not pay); %d verifications of prompt lookup drafts, %d of them "
         "accepted\n",
-        spec.num_draft_tokens(), spec.verify_length().empty() ? "fixed" : spec.verify_length(),
-        rows, spec.mean_verify_length(), 1.0 + accepted * per, spec.num_draft_tokens(), hist,
+        spec.method() == "ngram" ? "prompt lookup alone" : "DSpark", spec.num_draft_tokens(),
+        spec.verify_length().empty() ? "fixed" : spec.verify_length(), rows,
+        spec.mean_verify_length(), 1.0 + accepted * per, spec.num_draft_tokens(), hist,
         spec.paused_steps(), spec.lookup_verifications(), spec.lookup_accepted_drafts());
   }
   if (state.recoveries().count() > 0) {

@@ -482,13 +482,17 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
   // collective backend too: its drafts and rollbacks are no collectives (the
   // stages' experts are on every rank), and a verification is rows of the
   // one collective step the rank takes per plan anyway.
+  // Prompt lookup alone (no DSpark drafts) keeps no draft state: a backend
+  // that rolls back as many positions as a row may verify takes its rows.
   const bool backend_drafts = device_ != nullptr && device_->drafts();
+  const bool backend_verifies = backend_drafts || (device_ != nullptr && num_draft_tokens_ == 0 &&
+                                                   device_->max_rollback() >= max_draft_tokens());
   auto chunks_ok = [&](const RowPlan& row) {
     return device_ != nullptr && device_->max_rows_per_slot() > 1 &&
            (num_draft_tokens_ == 0 || backend_drafts) && !ced_replay_ && row.prompt_logprobs < 0;
   };
   auto backend_takes = [&](const RowPlan& row, int64_t start, int64_t n, int64_t row_drafts) {
-    return device_ != nullptr && (row.draft_tokens < 0 || backend_drafts) && n >= 1 &&
+    return device_ != nullptr && (row.draft_tokens < 0 || backend_verifies) && n >= 1 &&
            start + n <= device_->max_positions() &&
            (row_drafts == 0 || n <= device_->max_rows_per_slot()) &&
            (n == 1 ? start > 0 || chunks_ok(row) : chunks_ok(row));
@@ -838,7 +842,7 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
     // Prompt lookup's index grows with what a speculative row forwarded: a
     // prompt's at its last chunk (the one that samples), beside that chunk's
     // forward, instead of at the first draft; then a step's few tokens.
-    if (ngram_lookup_ > 0 && num_draft_tokens_ > 0 && row.draft_tokens >= 0) {
+    if (ngram_lookup_ > 0 && row.draft_tokens >= 0) {
       slot.lookup.Index(slot.prompt, slot.output, ngram_lookup_);
     }
     RowOutcome& out = outcomes[i];

@@ -265,9 +265,14 @@ class StepExecutor {
   // num_draft_tokens() of SetSpeculation, whatever it is when drafting);
   // more than DSpark's block lets a long repetition be verified in one step
   // (the plans' draft_tokens may then go up to it: max_draft_tokens()).
-  // INVALID_ARGUMENT unless 0 <= min_match <= kMaxNgramMatch and 0 <=
-  // tokens <= kMaxNgramMatch and the sequences' max_rollback (a
-  // verification's drafts may all be rejected).
+  // Without SetSpeculation (no DSpark drafts; a model without stages too)
+  // lookup is the only source of drafts (`--speculative=ngram`, vLLM's
+  // ngram method): `tokens` then says how many (0: none), a row without a
+  // match verifies nothing next step, and a decode backend that rolls back
+  // that many positions (DecodeBackend::max_rollback) takes speculative rows
+  // though it does not draft. INVALID_ARGUMENT unless 0 <= min_match <=
+  // kMaxNgramMatch and 0 <= tokens <= kMaxNgramMatch and the sequences'
+  // max_rollback (a verification's drafts may all be rejected).
   absl::Status SetNgramLookup(int32_t min_match, int32_t tokens = 0);
   int32_t ngram_lookup() const { return ngram_lookup_; }
   // The most drafts a speculative row may verify (RowPlan::draft_tokens'

@@ -19,7 +19,8 @@
 // drafting for a while (DraftPacer): its rows then run one position, as plain
 // decoding's. With prompt lookup (SetNgramLookup) a row whose last tokens
 // repeat earlier ones takes what followed them as its drafts and skips the
-// DSpark pass.
+// DSpark pass; with lookup alone (SetNgramLookup without SetSpeculation,
+// `--speculative=ngram`) a row without a match verifies nothing next step.
 
 #include <algorithm>
 
@@ -206,8 +207,7 @@ void StepExecutor::DraftAfter(std::span<const DraftRequest> requests) {
     slot.drafts_pos = -1;
     slot.paused_drafting = false;
     slot.drafts_from_lookup = false;
-    // A draft needs the features of two forwarded positions (spec §4.8).
-    if (num_draft_tokens_ == 0 || slot.state->length() < 2) continue;
+    if (max_draft_tokens() == 0) continue;
     // Over the batch limit nothing drafts (the pacers are left as they were).
     if (over_limit) {
       ++drafts_paused_;
@@ -235,6 +235,9 @@ void StepExecutor::DraftAfter(std::span<const DraftRequest> requests) {
         continue;
       }
     }
+    // Lookup alone (no DSpark drafts): no match, nothing to verify. A DSpark
+    // draft needs the features of two forwarded positions (spec §4.8).
+    if (num_draft_tokens_ == 0 || slot.state->length() < 2) continue;
     // DSpark drafts that have not paid for their pass lately: decode plainly
     // a while.
     if (cost_curve_.has_value() && !slot.pacer.ShouldDraft()) {

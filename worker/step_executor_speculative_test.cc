@@ -30,13 +30,30 @@ constexpr int32_t kDrafts = 4;
 constexpr size_t kOutput = 28;
 
 // The random-weight tiny (models/random/tiny), whatever models/tiny holds.
-struct Fixture {
-  const model::Checkpoint* checkpoint =
-      model::DerivedCheckpoint("random/tiny", "random_tiny_seed5", {}, 5);
-  std::unique_ptr<model::Model> model =
-      checkpoint == nullptr ? nullptr : model::NewModelOrFail(*checkpoint);
+const model::Checkpoint* RandomTiny() {
+  return model::DerivedCheckpoint("random/tiny", "random_tiny_seed5", {}, 5);
+}
 
-  Fixture() {
+// The same without DSpark stages (a model prompt lookup alone serves).
+const model::Checkpoint* RandomTinyWithoutStages() {
+  return model::DerivedCheckpoint(
+      "random/tiny", "random_tiny_no_stages_seed5",
+      {{"\"num_nextn_predict_layers\": 3", "\"num_nextn_predict_layers\": 0"},
+       {"[0, 0, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 0, 0, 0]", "[0, 0, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1]"}},
+      5);
+}
+
+struct Fixture {
+  const model::Checkpoint* checkpoint;
+  std::unique_ptr<model::Model> model;
+
+  // `max_rollback`: ModelOptions' (-1: its default).
+  explicit Fixture(const model::Checkpoint* from = RandomTiny(), int64_t max_rollback = -1)
+      : checkpoint(from) {
+    if (checkpoint == nullptr) return;
+    model::ModelOptions options;
+    options.max_rollback = max_rollback;
+    model = model::NewModelOrFail(*checkpoint, std::move(options));
     if (model == nullptr) return;
     auto made = kv_cache::MakeKvCacheLayout(model->config(), model->roles(), kBlockTokens);
     EXPECT_TRUE(made.ok()) << made.status();
@@ -94,19 +111,20 @@ enum class Drafts { kModel, kInjected };
 // row's verified drafts. `max_batch`: SetSpeculationMaxBatch (the steps here
 // hold 2 speculative rows). `ngram`, `lookup_tokens`: SetNgramLookup (the
 // rows' draft_tokens then max_draft_tokens()); `lookups` gets the blocks
-// from lookup, `longest` the most drafts a row verified. Returns the tokens
-// and the accepted drafts.
+// from lookup, `longest` the most drafts a row verified. `dspark_drafts`:
+// SetSpeculation's (0: lookup alone). Returns the tokens and the accepted
+// drafts.
 std::vector<std::vector<int64_t>> Speculative(
     model::Model& model, kv_cache::BlockPool& pool, const sampling::SamplingParams& params,
     Drafts drafts, const std::vector<std::vector<int64_t>>& reference, int64_t& accepted,
     const VerifyCostCurve* curve = nullptr, std::vector<int64_t>* lengths = nullptr,
     model::HostDecodeBackend* backend = nullptr, int64_t* paused = nullptr, int64_t max_batch = 0,
     int32_t ngram = 0, int64_t* lookups = nullptr, int32_t lookup_tokens = 0,
-    int64_t* longest = nullptr) {
+    int64_t* longest = nullptr, int32_t dspark_drafts = kDrafts) {
   StepExecutor ex(model, 4);
   ex.SetKvCache(&pool);
   if (backend != nullptr) ex.SetDecodeBackend(backend);
-  EXPECT_TRUE(ex.SetSpeculation(kDrafts).ok());
+  EXPECT_TRUE(ex.SetSpeculation(dspark_drafts).ok());
   ex.SetSpeculationMaxBatch(max_batch);
   EXPECT_TRUE(ex.SetNgramLookup(ngram, lookup_tokens).ok());
   // The plans' draft_tokens: what a row may verify.
@@ -424,6 +442,70 @@ TEST(StepExecutorSpeculativeTest, LongerLookupsVerifyMoreDrafts) {
   EXPECT_EQ(ex.max_draft_tokens(), rollback);
   ASSERT_TRUE(ex.SetNgramLookup(0, rollback).ok());  // lookup off: DSpark's alone
   EXPECT_EQ(ex.max_draft_tokens(), kDrafts);
+}
+
+// Prompt lookup alone (SetNgramLookup without SetSpeculation, the workers of
+// `--speculative=ngram`) on a model without DSpark stages: rows that match
+// verify the lookup's tokens, the others nothing, and the tokens are the
+// plain ones, greedy and seeded. A backend that rolls back without drafting
+// (a CUDA worker's decoder of this mode) takes the speculative rows and rolls
+// back their rejected drafts; one that cannot roll back as many leaves them
+// on the model, with the same tokens.
+TEST(StepExecutorSpeculativeTest, PromptLookupAloneEmitsThePlainTokens) {
+  constexpr int32_t kLookupTokens = 6;
+  Fixture f(RandomTinyWithoutStages(), /*max_rollback=*/kLookupTokens);
+  ASSERT_NE(f.model, nullptr);
+  ASSERT_EQ(f.model->config().n_mtp_layers, 0);
+  {
+    StepExecutor ex(*f.model, 2);
+    EXPECT_EQ(ex.SetSpeculation(kDrafts).code(), absl::StatusCode::kInvalidArgument);
+    ASSERT_TRUE(ex.SetNgramLookup(2, kLookupTokens).ok());
+    EXPECT_EQ(ex.max_draft_tokens(), kLookupTokens);
+    EXPECT_EQ(ex.SetNgramLookup(2, kLookupTokens + 1).code(), absl::StatusCode::kInvalidArgument);
+  }
+  for (sampling::SamplingParams params : {GreedySampling(), SeededSampling()}) {
+    params.presence_penalty = -2.0f;
+    params.repetition_penalty = 0.5f;
+    params.temperature = std::min(params.temperature, 0.3f);
+    const auto plain = Plain(*f.model, *f.pool, params);
+    int64_t accepted = -1, lookups = -1, longest = -1;
+    ExpectPrefixEqual(Speculative(*f.model, *f.pool, params, Drafts::kModel, plain, accepted,
+                                  nullptr, nullptr, nullptr, nullptr, 0, /*ngram=*/2, &lookups,
+                                  kLookupTokens, &longest, /*dspark_drafts=*/0),
+                      plain);
+    EXPECT_GT(lookups, 0);
+    EXPECT_GT(accepted, 0);
+    EXPECT_EQ(longest, kLookupTokens);
+    model::HostDecodeBackend backend(*f.model, 4, /*max_batch=*/16, /*max_positions=*/4096,
+                                     /*collective=*/false,
+                                     /*max_rows_per_slot=*/kLookupTokens + 1);
+    backend.ExpectBlockTables(kBlockTokens, 64);
+    backend.EnableRollback(kLookupTokens);
+    ASSERT_FALSE(backend.drafts());
+    int64_t on_backend = -1, backend_lookups = -1;
+    ExpectPrefixEqual(
+        Speculative(*f.model, *f.pool, params, Drafts::kModel, plain, on_backend, nullptr, nullptr,
+                    &backend, nullptr, 0, 2, &backend_lookups, kLookupTokens, nullptr, 0),
+        plain);
+    EXPECT_EQ(on_backend, accepted);
+    EXPECT_EQ(backend_lookups, lookups);
+    EXPECT_EQ(backend.stats().starts, 2);
+    EXPECT_GT(backend.stats().rows, 2 * static_cast<int64_t>(kOutput));
+    EXPECT_GT(backend.stats().rollbacks, 0);
+    EXPECT_EQ(backend.stats().drafts, 0);
+    // Rolling back fewer positions than a lookup verifies: rows stay on the
+    // model, tokens unchanged.
+    model::HostDecodeBackend shallow(*f.model, 4, 16, 4096, false, kLookupTokens + 1);
+    shallow.ExpectBlockTables(kBlockTokens, 64);
+    shallow.EnableRollback(kLookupTokens - 1);
+    int64_t on_model = -1;
+    ExpectPrefixEqual(
+        Speculative(*f.model, *f.pool, params, Drafts::kModel, plain, on_model, nullptr, nullptr,
+                    &shallow, nullptr, 0, 2, nullptr, kLookupTokens, nullptr, 0),
+        plain);
+    EXPECT_EQ(on_model, accepted);
+    EXPECT_EQ(shallow.stats().rows, 0);
+  }
 }
 
 // Lookup drafts cost no draft pass: a pacer that has paused DSpark (its

@@ -394,6 +394,11 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
       dd_options.max_batch = std::max<int>(
           {dd_options.max_batch, dd_options.max_rows_per_slot,
            static_cast<int>(config.dspark_block_size)});
+    } else if (num_draft_tokens == 0 && lookup_tokens > 0) {
+      // Prompt lookup alone: verification runs and their rollback, no stages.
+      dd_options.max_rollback = lookup_tokens;
+      dd_options.max_rows_per_slot = std::max(dd_options.max_rows_per_slot, lookup_tokens + 1);
+      dd_options.max_batch = std::max(dd_options.max_batch, dd_options.max_rows_per_slot);
     }
     dd_options.numerics = options_.numerics;
     dd_options.fast_mhc = options_.fast_mhc;
@@ -492,11 +497,29 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
   }
   const int32_t ngram_lookup =
       static_cast<int32_t>(std::min<uint32_t>(request->ngram_lookup(), INT32_MAX));
+  if (num_draft_tokens == 0 && ngram_lookup > 0) {
+    if (lookup_tokens == 0) {
+      return Error(grpc::StatusCode::INVALID_ARGUMENT,
+                   "ngram_lookup without DSpark drafts (num_draft_tokens 0) needs "
+                   "ngram_lookup_tokens, the tokens a lookup proposes");
+    }
+    WEIR_LOG(INFO) << "speculative decoding: prompt lookup alone, " << lookup_tokens
+                   << " tokens after " << ngram_lookup << "-token matches"
+                   << (device_decoder != nullptr
+                           ? absl::StrCat(", verified on the device decoder (rollback ",
+                                          device_decoder->max_rollback(), ")")
+                           : std::string());
+  }
   if (absl::Status s = StepExecutor(**runtime, 1).SetNgramLookup(ngram_lookup, lookup_tokens);
       !s.ok()) {
     return ToGrpcStatus(s);
   }
   std::optional<VerifyCostCurve> cost_curve;
+  if (request->verify_length() == "confidence" && num_draft_tokens == 0) {
+    return Error(grpc::StatusCode::INVALID_ARGUMENT,
+                 "verify_length confidence needs DSpark drafts (num_draft_tokens > 0): the "
+                 "length comes from their confidence head");
+  }
   if (request->verify_length() == "confidence" && device_decoder != nullptr &&
       device_decoder->drafts()) {
     // Drafting on the device: the curve of this decoder on this GPU,

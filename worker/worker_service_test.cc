@@ -130,6 +130,31 @@ TEST(WorkerServiceTest, ConfidenceVerifyLengthNeedsAGoodCostCurve) {
   EXPECT_EQ(load("confidence", /*measure=*/true), grpc::StatusCode::OK);
 }
 
+// Prompt lookup alone (num_draft_tokens 0, coordinator --speculative=ngram):
+// the tokens a lookup proposes must be given, and no confidence length (it
+// comes from DSpark's head); then the model loads.
+TEST(WorkerServiceTest, PromptLookupAloneNeedsItsTokens) {
+  Harness h(/*rank=*/0);
+  ASSERT_TRUE(h.Init(0, 1).ok());
+  auto load = [&](uint32_t lookup_tokens, const std::string& policy) {
+    v1::LoadWeightsRequest request;
+    request.set_coordinator_epoch(kEpoch);
+    request.set_model_dir(TinyModelDir());
+    request.set_ngram_lookup(3);
+    request.set_ngram_lookup_tokens(lookup_tokens);
+    request.set_verify_length(policy);
+    grpc::ClientContext context;
+    v1::LoadWeightsResponse response;
+    return h.stub->LoadWeights(&context, request, &response).error_code();
+  };
+  EXPECT_EQ(load(0, "fixed"), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(load(8, "confidence"), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(load(17, "fixed"), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_FALSE(h.serving);
+  EXPECT_EQ(load(8, "fixed"), grpc::StatusCode::OK);
+  EXPECT_TRUE(h.serving);
+}
+
 TEST(WorkerServiceTest, ForeignEpochIsFenced) {
   Harness h(0);
   v1::InitRequest request;

@@ -167,6 +167,11 @@ class DecodeBackend {
   virtual absl::Status Rollback(int slot, int64_t length) {
     return absl::UnimplementedError("this decode backend does not roll back");
   }
+  // The most positions one Rollback undoes (0: it does not roll back). A
+  // backend that rolls back but does not draft still verifies drafts made
+  // elsewhere (prompt lookup's): a slot's token and drafts as one run of
+  // StepRows, then Rollback of what was rejected.
+  virtual int64_t max_rollback() const { return 0; }
   // Most rows one Step takes.
   virtual int max_batch() const = 0;
   // Positions one slot holds: a slot of this length takes no more Steps

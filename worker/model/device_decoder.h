@@ -457,6 +457,7 @@ class DeviceDecoder : public DecodeBackend {
   // INVALID_ARGUMENT (nothing changes) for a bad or empty slot, a length
   // past the slot's, or more than options.max_rollback positions undone.
   absl::Status Rollback(int slot, int64_t length) override;
+  int64_t max_rollback() const override { return options_.max_rollback; }
 
   // options.drafting: the drafts after next_tokens[i] for the sequence of
   // slots[i], as Model::DraftBatch gives for the same sequence (its block

@@ -140,7 +140,7 @@ std::vector<absl::StatusOr<DraftResult>> HostDecodeBackend::DraftBatch(
 }
 
 absl::Status HostDecodeBackend::Rollback(int slot, int64_t length) {
-  if (!drafting_) return DecodeBackend::Rollback(slot, length);
+  if (!rollback_) return DecodeBackend::Rollback(slot, length);
   if (!holds(slot) || length < 0 || length > slots_[slot]->length()) {
     return absl::InvalidArgumentError(absl::StrCat("Rollback: slot ", slot, " to ", length));
   }

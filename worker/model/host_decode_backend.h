@@ -91,9 +91,19 @@ class HostDecodeBackend : public DecodeBackend {
   // options.max_rollback. REQUIRES: the model has DSpark stages.
   void EnableDrafting(int max_rollback = 0) {
     drafting_ = true;
+    EnableRollback(max_rollback);
+  }
+  // From now on Rollback undoes up to `max_rollback` positions of a slot's
+  // sequence (0: any number), without drafting: the backend of prompt lookup
+  // alone.
+  void EnableRollback(int max_rollback = 0) {
+    rollback_ = true;
     max_rollback_ = max_rollback;
   }
   bool drafts() const override { return drafting_; }
+  int64_t max_rollback() const override {
+    return !rollback_ ? 0 : max_rollback_ > 0 ? max_rollback_ : INT64_MAX;
+  }
   std::vector<absl::StatusOr<DraftResult>> DraftBatch(std::span<const int> slots,
                                                       std::span<const int64_t> next_tokens,
                                                       bool with_logits = true) override;
@@ -116,7 +126,8 @@ class HostDecodeBackend : public DecodeBackend {
   int fail_in_ = 0;               // > 0: the fail_in_-th step from now fails
   int block_tokens_ = 0;          // > 0: block tables expected (ExpectBlockTables)
   bool drafting_ = false;         // EnableDrafting
-  int max_rollback_ = 0;          // EnableDrafting: > 0 caps a Rollback
+  bool rollback_ = false;         // EnableRollback (and EnableDrafting)
+  int max_rollback_ = 0;          // EnableRollback: > 0 caps a Rollback
   std::vector<int32_t> owner_;    // [pool blocks] slot or -1
   std::vector<std::vector<int32_t>> tables_;  // [slot]
   HostDecodeBackendStats stats_;
