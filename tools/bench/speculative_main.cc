@@ -12,7 +12,9 @@
 // and accept means as 0 and 1) and whether the outputs equal off's (batch 1: every
 // prompt decoded alone in turn, summed). Before that, per
 // batch size, the time to draft B sequences one Model::Draft at a time and in
-// one Model::DraftBatch (what the executor does per step).
+// one Model::DraftBatch (what the executor does per step). --lookup_alone
+// adds a run of prompt lookup without DSpark (the workers of
+// --speculative=ngram) a line per batch.
 //
 //   tools/bazel run -c opt //tools/bench:speculative -- --dir=MODEL_DIR
 //
@@ -95,7 +97,12 @@ ABSL_FLAG(int, ngram_lookup, 0,
           "Prompt lookup beside DSpark in the speculative runs (StepExecutor::SetNgramLookup): "
           "the match length, 0 = off.");
 ABSL_FLAG(int, ngram_lookup_tokens, 0,
-          "With --ngram_lookup: how many tokens a lookup proposes (0 = the drafts a row).");
+          "With --ngram_lookup or --lookup_alone: how many tokens a lookup proposes (0 = the "
+          "drafts a row).");
+ABSL_FLAG(bool, lookup_alone, false,
+          "Also run prompt lookup alone (no DSpark drafts, the workers of --speculative=ngram): "
+          "matches of --ngram_lookup tokens (0: 3), --ngram_lookup_tokens a lookup (0: the "
+          "drafts a row); a line per batch after the table.");
 ABSL_FLAG(std::string, outputs_file, "",
           "Write each batch's `off` outputs there, a line a sequence: the batch size, then "
           "the prompt's ids, a '|', the greedy ids (space-separated).");
@@ -161,6 +168,18 @@ struct DeviceCounters {
   }
 };
 
+// What a run speculates with.
+struct Mode {
+  int dspark = 0;         // DSpark drafts a row (SetSpeculation; 0: none)
+  int lookup = 0;         // SetNgramLookup's match length (0: no lookup)
+  int lookup_tokens = 0;  // and a lookup's tokens (0: dspark's)
+
+  // The most drafts a row verifies (0: not speculating).
+  int verified() const {
+    return lookup > 0 ? std::max(dspark, lookup_tokens > 0 ? lookup_tokens : dspark) : dspark;
+  }
+};
+
 struct Result {
   double seconds = 0;
   int64_t tokens = 0;
@@ -201,11 +220,12 @@ std::vector<int64_t>& EngramMap() {
 }
 
 // The executor's decode backend for one run of `batch` sequences: none on
-// the CPU; a fresh DeviceDecoder (drafting when `drafts` > 0) on the GPU.
-// `min_positions`: at least that many positions a sequence.
+// the CPU; a fresh DeviceDecoder (drafting when the mode has DSpark drafts,
+// rolling back what it verifies) on the GPU. `min_positions`: at least that
+// many positions a sequence.
 std::unique_ptr<weir::model::DecodeBackend> MakeBackend(
     weir::model::Model& model, const std::vector<std::vector<int64_t>>& prompts, int batch,
-    int new_tokens, int drafts, int64_t min_positions = 0) {
+    int new_tokens, const Mode& mode, int64_t min_positions = 0) {
 #ifdef WEIR_SPECULATIVE_DEVICE
   int64_t longest = 0;
   for (const auto& p : prompts) longest = std::max<int64_t>(longest, p.size());
@@ -214,10 +234,11 @@ std::unique_ptr<weir::model::DecodeBackend> MakeBackend(
       weir::model::ParseDecodeNumerics(absl::GetFlag(FLAGS_numerics));
   WEIR_CHECK(numerics.ok()) << numerics.status();
   o.numerics = *numerics;
+  const int drafts = mode.verified();
   o.max_sequences = batch;
   o.max_positions = std::max(min_positions, longest + new_tokens + 2 * drafts + 8);
   o.max_rollback = drafts;
-  o.drafting = drafts > 0;
+  o.drafting = mode.dspark > 0;
   o.max_rows_per_slot = static_cast<int>(std::max<int64_t>(longest, drafts + 1));
   o.max_batch = static_cast<int>(std::max<int64_t>(
       {int64_t{batch} * (drafts + 1), o.max_rows_per_slot, model.config().dspark_block_size}));
@@ -231,6 +252,7 @@ std::unique_ptr<weir::model::DecodeBackend> MakeBackend(
   WEIR_CHECK(dd.ok()) << dd.status();
   return std::move(*dd);
 #else
+  (void)mode;
   return nullptr;
 #endif
 }
@@ -256,19 +278,17 @@ std::optional<DeviceCounters> CountersOf(weir::model::DecodeBackend* backend) {
 // model alone); its slots 0 .. batch - 1 must be free, and are released at
 // the end, so the next run may reuse it.
 Result Decode(weir::model::Model& model, const std::vector<std::vector<int64_t>>& prompts,
-              int batch, int new_tokens, int drafts, const VerifyCostCurve* curve,
+              int batch, int new_tokens, const Mode& mode, const VerifyCostCurve* curve,
               weir::model::DecodeBackend* backend) {
   // Without a KV pool: each sequence keeps its entries in its own vectors
   // (or on the device decoder).
   StepExecutor ex(model, batch);
   if (backend != nullptr) ex.SetDecodeBackend(backend);
-  WEIR_CHECK_OK(ex.SetSpeculation(drafts));
-  if (drafts > 0) {
-    WEIR_CHECK_OK(ex.SetNgramLookup(absl::GetFlag(FLAGS_ngram_lookup),
-                                    absl::GetFlag(FLAGS_ngram_lookup_tokens)));
-  }
+  WEIR_CHECK_OK(ex.SetSpeculation(mode.dspark));
+  WEIR_CHECK_OK(ex.SetNgramLookup(mode.lookup, mode.lookup_tokens));
   // What a speculative row may verify: its drafts, or a longer lookup's.
-  const int row_drafts = drafts > 0 ? ex.max_draft_tokens() : -1;
+  const bool speculating = ex.max_draft_tokens() > 0;
+  const int row_drafts = speculating ? ex.max_draft_tokens() : -1;
   if (curve != nullptr) ex.SetVerifyCostCurve(*curve);
   weir::worker::sampling::SamplingParams greedy;
   greedy.temperature = 0.0f;
@@ -279,7 +299,7 @@ Result Decode(weir::model::Model& model, const std::vector<std::vector<int64_t>>
                 .tokens = prompts[s % prompts.size()],
                 .sample = true,
                 .sampling = greedy,
-                .draft_tokens = drafts > 0 ? 0 : -1};
+                .draft_tokens = speculating ? 0 : -1};
     rows.push_back(std::move(row));
   }
   Result r;
@@ -502,7 +522,9 @@ int Run() {
   }
   // Lookups longer than DSpark's block roll back as many positions.
   const int lookup_tokens =
-      absl::GetFlag(FLAGS_ngram_lookup) > 0 ? absl::GetFlag(FLAGS_ngram_lookup_tokens) : 0;
+      absl::GetFlag(FLAGS_ngram_lookup) > 0 || absl::GetFlag(FLAGS_lookup_alone)
+          ? absl::GetFlag(FLAGS_ngram_lookup_tokens)
+          : 0;
   if (lookup_tokens > config.dspark_block_size + 1) options.max_rollback = lookup_tokens;
   auto model = weir::model::Model::Create(config, **checkpoint, std::move(options));
   WEIR_CHECK(model.ok()) << model.status();
@@ -548,7 +570,7 @@ int Run() {
     weir::worker::VerifyProfileOptions profile{
         .drafts = drafts, .reps = 3, .backend = "cuda", .measured_on = "speculative_gpu"};
     std::unique_ptr<weir::model::DecodeBackend> backend = MakeBackend(
-        **model, prompts, largest, new_tokens, drafts,
+        **model, prompts, largest, new_tokens, Mode{.dspark = drafts},
         weir::worker::ProfileVerifyPositions(static_cast<int64_t>(sizes.size()), profile) + drafts +
             2);
     absl::StatusOr<VerifyCostCurve> measured =
@@ -580,22 +602,19 @@ int Run() {
   for (int batch : batches) {
     // Batch 1 decodes each prompt alone in turn (one prompt's acceptance is
     // not the model's); larger batches take the prompts in turn.
-    // The most drafts a row verifies with `d` DSpark drafts (a decoder's
-    // rollback and rows a slot).
-    auto verified = [&](int d) { return d > 0 ? std::max(d, lookup_tokens) : 0; };
-    auto run = [&](int d, const VerifyCostCurve* c) {
+    auto run = [&](const Mode& d, const VerifyCostCurve* c) {
       // On the device with --warm_decoder: one decoder for the mode, its
       // graphs captured by the same run untimed (batch 1: the first prompt).
       std::unique_ptr<weir::model::DecodeBackend> shared;
       if (kOnDevice && warm_decoder) {
-        shared = MakeBackend(**model, prompts, batch, new_tokens, std::max(d, verified(d)));
+        shared = MakeBackend(**model, prompts, batch, new_tokens, d);
         (void)Decode(**model, batch > 1 ? prompts : std::vector<std::vector<int64_t>>{prompts[0]},
                      batch, new_tokens, d, c, shared.get());
       }
       auto decode = [&](const std::vector<std::vector<int64_t>>& ps) {
         if (shared != nullptr) return Decode(**model, ps, batch, new_tokens, d, c, shared.get());
         std::unique_ptr<weir::model::DecodeBackend> fresh =
-            MakeBackend(**model, ps, batch, new_tokens, std::max(d, verified(d)));
+            MakeBackend(**model, ps, batch, new_tokens, d);
         return Decode(**model, ps, batch, new_tokens, d, c, fresh.get());
       };
       if (batch > 1) return decode(prompts);
@@ -609,7 +628,7 @@ int Run() {
       }
       return all;
     };
-    const Result off = run(0, nullptr);
+    const Result off = run(Mode{}, nullptr);
     if (const std::string path = absl::GetFlag(FLAGS_outputs_file); !path.empty()) {
       std::ofstream out(path, std::ios::app);
       for (size_t s = 0; s < off.outputs.size(); ++s) {
@@ -621,15 +640,32 @@ int Run() {
       }
       WEIR_CHECK(out.good()) << "--outputs_file: cannot write " << path;
     }
-    const Result fixed = run(drafts, nullptr);
+    const Mode dspark{.dspark = drafts,
+                      .lookup = absl::GetFlag(FLAGS_ngram_lookup),
+                      .lookup_tokens = absl::GetFlag(FLAGS_ngram_lookup_tokens)};
+    const Result fixed = run(dspark, nullptr);
     std::optional<Result> conf;
-    if (curve.has_value()) conf = run(drafts, &*curve);
+    if (curve.has_value()) conf = run(dspark, &*curve);
+    // Prompt lookup alone, without DSpark's drafts.
+    std::optional<Result> alone;
+    if (absl::GetFlag(FLAGS_lookup_alone)) {
+      alone = run(
+          Mode{.lookup =
+                   absl::GetFlag(FLAGS_ngram_lookup) > 0 ? absl::GetFlag(FLAGS_ngram_lookup) : 3,
+               .lookup_tokens = absl::GetFlag(FLAGS_ngram_lookup_tokens) > 0
+                                    ? absl::GetFlag(FLAGS_ngram_lookup_tokens)
+                                    : drafts},
+          nullptr);
+    }
     bool equal = true;
     for (size_t s = 0; s < off.outputs.size(); ++s) {
       const auto& a = off.outputs[s];
       equal = equal && std::equal(a.begin(), a.begin() + new_tokens, fixed.outputs[s].begin());
       if (conf.has_value()) {
         equal = equal && std::equal(a.begin(), a.begin() + new_tokens, conf->outputs[s].begin());
+      }
+      if (alone.has_value()) {
+        equal = equal && std::equal(a.begin(), a.begin() + new_tokens, alone->outputs[s].begin());
       }
     }
     auto per_row = [](int64_t n, const Result& r) {
@@ -658,9 +694,24 @@ int Run() {
                     static_cast<long long>(run->dspark));
       }
     }
-    for (const Result* run : {&off, &fixed}) {
-      if (run->device.has_value()) {
-        std::printf("       %s: %s\n", run == &off ? "off" : "fixed", run->device->Line().c_str());
+    if (alone.has_value()) {
+      std::printf(
+          "       lookup alone: %.1f tok/s (%.2fx off), verify %.2f, accept %.2f, %lld "
+          "lookups over %lld decode rows (steady %.1f tok/s)\n",
+          alone->tokens / alone->seconds,
+          (alone->tokens / alone->seconds) / (off.tokens / off.seconds),
+          per_row(alone->verified, *alone), per_row(alone->tokens, *alone),
+          static_cast<long long>(alone->lookups), static_cast<long long>(alone->rows),
+          steady(*alone));
+    }
+    for (const Result* run :
+         {&off, &fixed, alone.has_value() ? &*alone : static_cast<const Result*>(nullptr)}) {
+      if (run != nullptr && run->device.has_value()) {
+        std::printf("       %s: %s\n",
+                    run == &off     ? "off"
+                    : run == &fixed ? "fixed"
+                                    : "alone",
+                    run->device->Line().c_str());
       }
     }
     std::fflush(stdout);

@@ -7,8 +7,11 @@
 #   tests.log  the fused Markov head's kernel test and the drafting decoder's
 #              tests (FusedMarkovGivesTheLoopsBits among them)
 #   spec.txt   speculative_check.sh's tables: batch 1 at 64 and 256 new tokens
-#              with warm decoders, then with prompt lookup (--ngram_lookup=3),
-#              then with lookup and the fused Markov head (256 tokens), with
+#              with warm decoders, then with prompt lookup (--ngram_lookup=3)
+#              and a line of lookup alone (--lookup_alone: the workers of
+#              --speculative=ngram, verifying and rolling back on a decoder
+#              that does not draft), then with lookup and the fused Markov
+#              head (256 tokens), with
 #              8-token lookups (256 tokens), then 64 tokens the old way
 #              (--warm_decoder=false) for the A/B
 #   spec.log   what speculative_check.sh said besides (a run that failed)
@@ -46,7 +49,7 @@ spec() {
     RESULTS="${results}" BUNDLE="${bundle}" tools/gpu/speculative_check.sh "${model}"
 }
 spec warm "1 64 32;1 256 32" ""
-spec lookup "1 64 32;1 256 32" "--ngram_lookup=3"
+spec lookup "1 64 32;1 256 32" "--ngram_lookup=3 --lookup_alone"
 spec lookup_fused "1 256 32" "--ngram_lookup=3 --fused_markov"
 spec lookup8 "1 256 32" "--ngram_lookup=3 --ngram_lookup_tokens=8"
 spec cold "1 64 32" "--warm_decoder=false"
