@@ -167,5 +167,89 @@ TEST(StepExecutorGpuTest, DeviceDecodeGivesTheModelsOutcomes) {
   EXPECT_EQ((*pool)->num_used(), held);
 }
 
+// Prompt lookup alone (`--speculative=ngram`'s workers): a decoder that rolls
+// back but does not draft takes the speculative rows, each verification one
+// run of the token and its lookup drafts, the rejected ones rolled back on
+// the device. Rows asked to repeat themselves (a negative presence penalty, a
+// repetition penalty below 1) so that lookups match and are accepted; the
+// outcomes equal the executor's without a decoder, bit for bit.
+TEST(StepExecutorGpuTest, LookupAloneVerifiesOnADecoderThatDoesNotDraft) {
+  constexpr int32_t kLookup = 4;
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  auto ckpt = model::GenerateAndOpenCheckpoint("models/small/config.json",
+                                               std::string(tmp ? tmp : "/tmp") + "/small_lookup",
+                                               /*seed=*/5);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  model::ModelOptions options;
+  options.max_rollback = kLookup;
+  options.make_ops = [](model::ActivationPrecision p)
+      -> absl::StatusOr<std::unique_ptr<model::Ops>> {
+    return std::unique_ptr<model::Ops>(new model::CpuOps(p, {.row_stable_logits = true}));
+  };
+  auto m = model::Model::Create((*ckpt)->config(), **ckpt, std::move(options));
+  ASSERT_TRUE(m.ok()) << m.status();
+  auto device = model::DeviceDecoder::Create(**m, model::ActivationPrecision::kBf16,
+                                             {.max_sequences = 2,
+                                              .max_positions = 128,
+                                              .kv_block_tokens = 16,
+                                              .kv_blocks = 16,
+                                              .external_block_tables = true,
+                                              .max_rollback = kLookup,
+                                              .max_batch = 2 * (kLookup + 1),
+                                              .max_rows_per_slot = kLookup + 1});
+  ASSERT_TRUE(device.ok()) << device.status();
+  ASSERT_FALSE((*device)->drafts());
+  auto layout = kv_cache::MakeKvCacheLayout((*m)->config(), (*m)->roles(), /*block_tokens=*/16);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  auto pool = kv_cache::BlockPool::Create(*layout, 16);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  StepExecutor host(**m, 2), dev(**m, 2);
+  dev.SetDecodeBackend(device->get());
+  dev.SetKvCache(pool->get());
+  for (StepExecutor* ex : {&host, &dev}) ASSERT_TRUE(ex->SetNgramLookup(1, kLookup).ok());
+  sampling::SamplingParams params;
+  params.temperature = 0.0f;
+  params.presence_penalty = -2.0f;
+  params.repetition_penalty = 0.5f;
+  const std::vector<int64_t> prompts[] = {{5, 9, 300, 14, 2, 77, 1000, 31, 8}, {3000, 12, 12, 400}};
+  std::vector<RowPlan> rows;
+  for (int32_t s = 0; s < 2; ++s) {
+    RowPlan row{.slot = s, .start_pos = 0, .tokens = prompts[s], .sample = true,
+                .sampling = params, .draft_tokens = kLookup};
+    // Each slot gets its 8 blocks (128 positions) with its prompt.
+    for (int b = 0; b < 8; ++b) row.new_blocks.push_back(BlockId(s * 8 + b));
+    rows.push_back(std::move(row));
+  }
+  int64_t emitted = 0, accepted = 0;
+  for (int step = 0; step < 40; ++step) {
+    auto a = host.Execute(rows, {});
+    auto b = dev.Execute(rows, {});
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(b.ok()) << b.status();
+    for (int32_t s = 0; s < 2; ++s) {
+      const RowOutcome &x = (*a)[s], &y = (*b)[s];
+      ASSERT_TRUE(x.status.ok()) << x.status;
+      ASSERT_TRUE(y.status.ok()) << y.status;
+      EXPECT_EQ(x.accepted, y.accepted) << "step " << step << " slot " << s;
+      EXPECT_EQ(x.token, y.token) << "step " << step << " slot " << s;
+      EXPECT_EQ(x.verified_drafts, y.verified_drafts);
+      emitted += static_cast<int64_t>(y.accepted.size()) + 1;
+      accepted += static_cast<int64_t>(y.accepted.size());
+      rows[s] = {.slot = s, .start_pos = static_cast<int64_t>(prompts[s].size()), .remap = s,
+                 .sample = true, .sampling = params, .draft_tokens = kLookup};
+    }
+    if (emitted > 2 * 100) break;  // stay inside 128 positions a slot
+  }
+  std::printf("lookup alone on the decoder: %lld tokens, %lld accepted drafts, %lld lookups, "
+              "%lld rows on the device\n",
+              static_cast<long long>(emitted), static_cast<long long>(accepted),
+              static_cast<long long>(dev.lookup_drafts()),
+              static_cast<long long>(dev.device_rows()));
+  EXPECT_EQ(dev.drafts_accepted(), host.drafts_accepted());
+  EXPECT_GT(dev.lookup_drafts(), 0);
+  EXPECT_GT(accepted, 0);
+  EXPECT_GT(dev.device_rows(), 20);
+}
+
 }  // namespace
 }  // namespace weir::worker
