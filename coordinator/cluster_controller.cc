@@ -77,6 +77,7 @@ absl::Status ClusterController::BringUp() {
   load.set_speculative_max_batch(
       static_cast<uint32_t>(std::max(0, options_.speculative_max_batch)));
   load.set_ngram_lookup(static_cast<uint32_t>(std::max(0, options_.ngram_lookup)));
+  load.set_ngram_lookup_max(static_cast<uint32_t>(std::max(0, options_.ngram_lookup_max)));
   load.set_ngram_lookup_tokens(static_cast<uint32_t>(std::max(0, options_.ngram_lookup_tokens)));
   for (const WorkerRecord& w : workers) {
     v1::PeerInfo* peer = load.add_peers();

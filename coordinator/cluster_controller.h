@@ -54,6 +54,8 @@ struct ControllerOptions {
   int32_t speculative_max_batch = 0;
   // LoadWeightsRequest.ngram_lookup (--ngram_lookup, resolved; 0 = off).
   int32_t ngram_lookup = 0;
+  // LoadWeightsRequest.ngram_lookup_max (--ngram_lookup_max, resolved).
+  int32_t ngram_lookup_max = 0;
   // LoadWeightsRequest.ngram_lookup_tokens (--ngram_lookup_tokens; 0 = num_draft_tokens).
   int32_t ngram_lookup_tokens = 0;
 };

@@ -113,11 +113,17 @@ ABSL_FLAG(int, speculative_max_batch, 0,
           "are the same.");
 ABSL_FLAG(int, ngram_lookup, -1,
           "Prompt lookup (--speculative=dspark: beside DSpark's drafts; ngram: alone). After its "
-          "sample, a "
-          "sequence whose last N tokens occurred before in it (prompt or output) takes the "
-          "tokens that followed them there as its drafts and skips the DSpark draft pass "
-          "(vLLM's ngram method). N = this match length; 0 = off; unset = 3 with speculation on "
-          "(--speculative=ngram needs it). Outputs are the same.");
+          "sample, a sequence whose last N tokens occurred before in it (prompt or output) "
+          "takes the tokens that followed them there as its drafts and skips the DSpark draft "
+          "pass (vLLM's ngram method). N = this match length (the shortest, with "
+          "--ngram_lookup_max); 0 = off (refused with --speculative=ngram); unset = 3 with "
+          "speculation on. Outputs are the same.");
+ABSL_FLAG(int, ngram_lookup_max, 0,
+          "With prompt lookup: the longest match tried first; lengths from this down to "
+          "--ngram_lookup are tried in turn and the longest that matches proposes (vLLM's "
+          "prompt_lookup_max .. prompt_lookup_min). 0 = --ngram_lookup alone. With "
+          "--speculative=ngram, --ngram_lookup=1 --ngram_lookup_max=4 makes more tokens a step "
+          "than the default 3 but verifies more drafts: for GPUs at small batches.");
 ABSL_FLAG(int, ngram_lookup_tokens, 0,
           "--speculative=dspark with prompt lookup: how many tokens a lookup proposes (0 = "
           "--num_draft_tokens). "
@@ -255,6 +261,7 @@ SpeculationFlags SpeculationFlagsFromFlags() {
           .verify_length = absl::GetFlag(FLAGS_verify_length),
           .max_batch = absl::GetFlag(FLAGS_speculative_max_batch),
           .ngram_lookup = absl::GetFlag(FLAGS_ngram_lookup),
+          .ngram_lookup_max = absl::GetFlag(FLAGS_ngram_lookup_max),
           .ngram_lookup_tokens = absl::GetFlag(FLAGS_ngram_lookup_tokens)};
 }
 
@@ -416,6 +423,7 @@ int Run(int argc, char** argv) {
                        speculation->verify_length, absl::GetFlag(FLAGS_backend), model_dir),
                    .speculative_max_batch = speculation->max_batch,
                    .ngram_lookup = speculation->ngram_lookup,
+                   .ngram_lookup_max = speculation->ngram_lookup_max,
                    .ngram_lookup_tokens = speculation->lookup_tokens});
   std::string tokenizer_fingerprint;
   absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> tokenizer =

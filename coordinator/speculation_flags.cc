@@ -95,6 +95,22 @@ absl::StatusOr<Speculation> SpeculationFromFlags(const SpeculationFlags& f,
         "--speculative=ngram needs prompt lookup: --ngram_lookup must be in [1, 16]");
   }
   s.ngram_lookup = f.ngram_lookup == -1 ? (on ? kDefaultNgramLookup : 0) : f.ngram_lookup;
+  if (f.ngram_lookup_max < 0 || f.ngram_lookup_max > worker::kMaxNgramMatch) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ngram_lookup_max must be in [0, ", worker::kMaxNgramMatch,
+        "] (the longest match tried first; 0: --ngram_lookup alone); got ", f.ngram_lookup_max));
+  }
+  if (f.ngram_lookup_max > 0 && s.ngram_lookup == 0) {
+    return absl::InvalidArgumentError(
+        "--ngram_lookup_max is set but prompt lookup is off (--ngram_lookup=0 or "
+        "--speculative=off)");
+  }
+  if (f.ngram_lookup_max > 0 && f.ngram_lookup_max < s.ngram_lookup) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ngram_lookup_max (", f.ngram_lookup_max,
+                     ") must not be below the match length --ngram_lookup (", s.ngram_lookup, ")"));
+  }
+  s.ngram_lookup_max = f.ngram_lookup_max > 0 ? f.ngram_lookup_max : s.ngram_lookup;
 
   if (f.ngram_lookup_tokens < 0 || f.ngram_lookup_tokens > worker::kMaxNgramMatch) {
     return absl::InvalidArgumentError(

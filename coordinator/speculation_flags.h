@@ -34,10 +34,17 @@ struct SpeculationFlags {
   std::string verify_length;    // "", fixed or confidence
   int max_batch = 0;            // --speculative_max_batch
   int ngram_lookup = -1;        // -1 = unset
+  int ngram_lookup_max = 0;     // 0 = unset
   int ngram_lookup_tokens = 0;  // dspark only: a lookup's tokens (0: num_draft_tokens)
 };
 
-// Unset --ngram_lookup with speculation on: matches of 3 tokens.
+// Unset --ngram_lookup with speculation on: matches of 3 tokens. With
+// DSpark (the trained tiny, CPU) 3.76 tokens a verification against 3.70
+// with 2 and 3.37 with 1: a short match displaces a better DSpark block.
+// Alone, 4 .. 1 makes more tokens a step (2.82 against 2.42) but verifies
+// far more drafts: 0.87x of off on 2 CPU cores against 1.15x
+// (tools/bench/README.md); on a GPU at batch 1 it should pay (not yet
+// measured).
 inline constexpr int32_t kDefaultNgramLookup = 3;
 // --speculative=ngram without --num_draft_tokens: a lookup proposes 5 tokens.
 inline constexpr int32_t kDefaultLookupTokens = 5;
@@ -49,6 +56,9 @@ struct Speculation {
   int32_t dspark_drafts = 0;
   // LoadWeightsRequest.ngram_lookup: the match length (0: no lookup).
   int32_t ngram_lookup = 0;
+  // LoadWeightsRequest.ngram_lookup_max: the longest match tried first
+  // (>= ngram_lookup; equal: that length alone).
+  int32_t ngram_lookup_max = 0;
   // LoadWeightsRequest.ngram_lookup_tokens: the tokens a lookup proposes (0
   // with "dspark": its drafts'; always set with "ngram").
   int32_t lookup_tokens = 0;
@@ -74,6 +84,8 @@ struct Speculation {
 //   dspark (the length comes from DSpark's confidence head);
 // * --speculative_max_batch negative, or positive with off;
 // * --ngram_lookup outside [-1, 16]; positive with off; 0 with ngram;
+// * --ngram_lookup_max outside [0, 16], below the match length, or positive
+//   with lookup off;
 // * --ngram_lookup_tokens outside [0, 16]; positive with lookup off or with
 //   ngram (where --num_draft_tokens is the lookup's tokens).
 absl::StatusOr<Speculation> SpeculationFromFlags(const SpeculationFlags& flags,

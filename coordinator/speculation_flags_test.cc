@@ -94,6 +94,34 @@ TEST(SpeculationFlagsTest, NgramLookup) {
   ExpectRefused({.mode = "ngram", .ngram_lookup = 0}, c, "--ngram_lookup");
 }
 
+// --ngram_lookup_max: the longest match tried first, in [match length, 16];
+// unset it is the match length.
+TEST(SpeculationFlagsTest, NgramLookupMax) {
+  const model::ModelConfig c = Tiny();
+  const Speculation dspark = *Resolve({.mode = "dspark"}, c);
+  EXPECT_EQ(dspark.ngram_lookup, kDefaultNgramLookup);
+  EXPECT_EQ(dspark.ngram_lookup_max, kDefaultNgramLookup);
+  const Speculation ranged = *Resolve({.mode = "dspark", .ngram_lookup_max = 5}, c);
+  EXPECT_EQ(ranged.ngram_lookup, kDefaultNgramLookup);
+  EXPECT_EQ(ranged.ngram_lookup_max, 5);
+  const Speculation alone = *Resolve({.mode = "ngram"}, c);
+  EXPECT_EQ(alone.ngram_lookup, kDefaultNgramLookup);
+  EXPECT_EQ(alone.ngram_lookup_max, kDefaultNgramLookup);
+  const Speculation one_to_four =
+      *Resolve({.mode = "ngram", .ngram_lookup = 1, .ngram_lookup_max = 4}, c);
+  EXPECT_EQ(one_to_four.ngram_lookup, 1);
+  EXPECT_EQ(one_to_four.ngram_lookup_max, 4);
+  EXPECT_EQ(Resolve({.mode = "off"}, c)->ngram_lookup_max, 0);
+  for (int bad : {-1, worker::kMaxNgramMatch + 1}) {
+    ExpectRefused({.mode = "dspark", .ngram_lookup_max = bad}, c, "--ngram_lookup_max");
+  }
+  ExpectRefused({.mode = "dspark", .ngram_lookup = 3, .ngram_lookup_max = 2}, c,
+                "--ngram_lookup_max");
+  ExpectRefused({.mode = "dspark", .ngram_lookup = 0, .ngram_lookup_max = 4}, c,
+                "--ngram_lookup_max");
+  ExpectRefused({.mode = "off", .ngram_lookup_max = 4}, c, "--ngram_lookup_max");
+}
+
 // --ngram_lookup_tokens: in [0, 16], only with lookup beside DSpark; the
 // rows are booked for the longer of DSpark's drafts and a lookup's.
 TEST(SpeculationFlagsTest, NgramLookupTokens) {

@@ -370,7 +370,8 @@ TEST(SpeculativeTest, TrainedTinyLongerLookupsEqualOff) {
 
 // --speculative=ngram: prompt lookup alone, no DSpark drafts. On the trained
 // tiny every verification is a lookup's, the outputs equal off's, and its
-// loops accept drafts; --num_draft_tokens=8 makes a lookup propose 8.
+// loops accept drafts; --num_draft_tokens=8 makes a lookup propose 8, after
+// matches of 4 .. 1 tokens (--ngram_lookup=1 --ngram_lookup_max=4).
 TEST(SpeculativeTest, TrainedTinyNgramAloneEqualsOff) {
   const std::string trained = Runfile("models/tiny");
   if (!std::filesystem::exists(trained + "/model-00001-of-00001.safetensors")) {
@@ -378,8 +379,8 @@ TEST(SpeculativeTest, TrainedTinyNgramAloneEqualsOff) {
   }
   const std::vector<v1::GenerateRequest> requests = GreedyCorpusRequests(48);
   const std::vector<Outcome> plain = RunOff(trained, 2, requests);
-  Cluster spec(
-      {"--workers=2", "--model_dir=" + trained, "--speculative=ngram", "--num_draft_tokens=8"});
+  Cluster spec({"--workers=2", "--model_dir=" + trained, "--speculative=ngram",
+                "--num_draft_tokens=8", "--ngram_lookup=1", "--ngram_lookup_max=4"});
   const std::vector<Outcome> got = RunAll(spec, requests);
   ExpectSame(got, plain);
   uint32_t accepted = 0, completion = 0;
@@ -632,6 +633,8 @@ TEST(SpeculativeTest, BadFlagValuesExitWithCode2) {
   EXPECT_EQ(ExitCode("--speculative=ngram --num_draft_tokens=17"), 2);
   EXPECT_EQ(ExitCode("--speculative=ngram --verify_length=confidence"), 2);  // DSpark's head
   EXPECT_EQ(ExitCode("--speculative=ngram --ngram_lookup_tokens=8"), 2);     // --num_draft_tokens
+  EXPECT_EQ(ExitCode("--speculative=dspark --ngram_lookup=3 --ngram_lookup_max=2"), 2);
+  EXPECT_EQ(ExitCode("--ngram_lookup_max=4"), 2);  // without speculation
   // (The random tiny has no verify_cost.json: its CPU workers measure one at
   // start, RandomTinyConfidenceMeasuresTheCurveAtStart.)
 }

@@ -10,6 +10,7 @@ void NgramIndex::Reset() {
   last_end_.clear();
   indexed_ = 0;
   n_ = 0;
+  max_n_ = 0;
   prompt_size_ = -1;
 }
 
@@ -24,56 +25,67 @@ uint64_t NgramIndex::HashAt(const History& h, int64_t end, int n) {
   return x;
 }
 
-void NgramIndex::Sync(const History& h, int n) {
+void NgramIndex::Sync(const History& h, int n, int max_n) {
   // A prompt that grew once output was indexed (not how the executor fills
-  // them), a different n or a shorter history: start over.
+  // them), other lengths or a shorter history: start over.
   const auto prompt = static_cast<int64_t>(h.prompt.size());
   const bool moved =
       prompt_size_ >= 0 && prompt != prompt_size_ && indexed_ > std::min(prompt_size_, prompt);
-  if (n != n_ || moved || indexed_ > h.size() - 1) Reset();
+  if (n != n_ || max_n != max_n_ || moved || indexed_ > h.size() - 1) Reset();
   n_ = n;
+  max_n_ = max_n;
+  last_end_.resize(max_n - n + 1);
   prompt_size_ = prompt;
 }
 
 void NgramIndex::IndexUpTo(const History& h, int64_t last_end) {
   // Every n-gram ending at last_end or before, the newest winning.
   for (int64_t end = std::max<int64_t>(indexed_, n_ - 1); end <= last_end; ++end) {
-    last_end_[HashAt(h, end, n_)] = end;
+    for (int n = n_; n <= max_n_ && n <= end + 1; ++n) {
+      last_end_[n - n_][HashAt(h, end, n)] = end;
+    }
   }
   indexed_ = std::max(indexed_, last_end + 1);
 }
 
-void NgramIndex::Index(std::span<const int32_t> prompt, std::span<const int32_t> output, int n) {
-  if (n < 1 || n > kMaxNgramMatch) return;
+void NgramIndex::Index(std::span<const int32_t> prompt, std::span<const int32_t> output, int n,
+                       int max_n) {
+  max_n = std::max(n, max_n);
+  if (n < 1 || max_n > kMaxNgramMatch) return;
   // The history with a stand-in last token, never read: the ends indexed
   // stop before it.
   const History h{prompt, output, 0};
-  Sync(h, n);
+  Sync(h, n, max_n);
   IndexUpTo(h, h.size() - 2);
 }
 
 std::vector<int64_t> NgramIndex::Propose(std::span<const int32_t> prompt,
                                          std::span<const int32_t> output, int64_t last, int n,
-                                         int k) {
+                                         int k, int max_n) {
   std::vector<int64_t> out;
-  if (n < 1 || n > kMaxNgramMatch || k < 1) return out;
+  max_n = std::max(n, max_n);
+  if (n < 1 || max_n > kMaxNgramMatch || k < 1) return out;
   const History h{prompt, output, last};
   const int64_t size = h.size();
-  Sync(h, n);
+  Sync(h, n, max_n);
   if (size < n + 1) return out;
   IndexUpTo(h, size - 2);  // every n-gram ending before the last token
-  const auto it = last_end_.find(HashAt(h, size - 1, n));
-  if (it == last_end_.end()) return out;
-  const int64_t end = it->second;
-  for (int i = 0; i < n; ++i) {  // a hash collision proposes nothing
-    if (h[end - i] != h[size - 1 - i]) return out;
-  }
-  // The tokens after the occurrence; where they run past the history, the
-  // proposal repeats itself (an overlapping copy: a loop of period p < k
-  // proposes k tokens of the loop).
-  for (int64_t j = 0; j < k; ++j) {
-    const int64_t from = end + 1 + j;
-    out.push_back(from < size ? h[from] : out[from - size]);
+  // The longest length that matches proposes.
+  for (int len = std::min<int64_t>(max_n, size - 1); len >= n; --len) {
+    const auto it = last_end_[len - n].find(HashAt(h, size - 1, len));
+    if (it == last_end_[len - n].end()) continue;
+    const int64_t end = it->second;
+    bool same = true;  // a hash collision proposes nothing at this length
+    for (int i = 0; i < len && same; ++i) same = h[end - i] == h[size - 1 - i];
+    if (!same) continue;
+    // The tokens after the occurrence; where they run past the history, the
+    // proposal repeats itself (an overlapping copy: a loop of period p < k
+    // proposes k tokens of the loop).
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t from = end + 1 + j;
+      out.push_back(from < size ? h[from] : out[from - size]);
+    }
+    return out;
   }
   return out;
 }

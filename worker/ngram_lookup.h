@@ -8,7 +8,9 @@
 // forward pass, a hash probe on the host.
 //
 // NgramIndex keeps, for one sequence, the last end position of every n-gram
-// of its history (n = the match length), indexed lazily up to the history's
+// of its history for each match length n it is asked for (a range
+// [n, max_n]: the longest match is tried first, as vLLM's
+// prompt_lookup_max .. prompt_lookup_min), indexed lazily up to the history's
 // last-but-one token at each Propose. The history is the concatenation
 // prompt ++ output ++ {last}, as the step executor keeps them (a slot's
 // forwarded prompt, its accepted output, the token just sampled); it only
@@ -38,12 +40,16 @@ class NgramIndex {
   // tokens again (the match repeats with the period between the occurrence
   // and the end, as in an overlapping copy); empty when the
   // last n tokens occur nowhere before, the history is shorter than n + 1,
-  // or n is not in [1, kMaxNgramMatch] or k < 1. Indexes the history up to
-  // its last-but-one token first. Calls on one index must use the same n and
-  // a history that extends the previous one (else Reset first; a different
-  // prompt length is detected and the index rebuilt).
+  // or n is not in [1, kMaxNgramMatch] or k < 1. With `max_n` > n, the
+  // lengths max_n, max_n - 1, .. n are tried in turn and the first that
+  // matches proposes (a longer match predicts better than a more recent
+  // shorter one); max_n <= n: n alone; max_n above kMaxNgramMatch: nothing.
+  // Indexes the history up to its last-but-one token first. Calls on one
+  // index must use the same lengths and a history that extends the previous
+  // one (else Reset first; other lengths or a different prompt length are
+  // detected and the index rebuilt).
   std::vector<int64_t> Propose(std::span<const int32_t> prompt, std::span<const int32_t> output,
-                               int64_t last, int n, int k);
+                               int64_t last, int n, int k, int max_n = 0);
 
   // Indexes the n-grams of prompt ++ output (every end position), so that a
   // later Propose over it plus a sample has only its last n-gram to add: the
@@ -51,7 +57,8 @@ class NgramIndex {
   // prompt, its last chunk), so a long prompt is indexed beside its prefill
   // rather than in the draft step. Same rules for n and the history as
   // Propose.
-  void Index(std::span<const int32_t> prompt, std::span<const int32_t> output, int n);
+  void Index(std::span<const int32_t> prompt, std::span<const int32_t> output, int n,
+             int max_n = 0);
 
   // Forgets everything (a slot that starts a new sequence).
   void Reset();
@@ -78,15 +85,17 @@ class NgramIndex {
     }
   };
   static uint64_t HashAt(const History& h, int64_t end, int n);
-  // Starts over unless `h` extends what was indexed with the same n.
-  void Sync(const History& h, int n);
-  // Indexes the n-grams ending at indexed_ .. last_end.
+  // Starts over unless `h` extends what was indexed with the same lengths.
+  void Sync(const History& h, int n, int max_n);
+  // Indexes the n-grams of every length ending at indexed_ .. last_end.
   void IndexUpTo(const History& h, int64_t last_end);
 
-  absl::flat_hash_map<uint64_t, int64_t> last_end_;  // n-gram hash -> its last end position
-  int64_t indexed_ = 0;                              // end positions < indexed_ are in last_end_
-  int n_ = 0;                                        // the match length of the index
-  int64_t prompt_size_ = -1;                         // the prompt's length when indexed
+  // [n - n_]: an n-gram's hash -> its last end position.
+  std::vector<absl::flat_hash_map<uint64_t, int64_t>> last_end_;
+  int64_t indexed_ = 0;       // end positions < indexed_ are in last_end_
+  int n_ = 0;                 // the shortest match length of the index
+  int max_n_ = 0;             // and the longest
+  int64_t prompt_size_ = -1;  // the prompt's length when indexed
 };
 
 }  // namespace weir::worker

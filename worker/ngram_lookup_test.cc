@@ -32,6 +32,15 @@ std::vector<int64_t> BruteForce(const std::vector<int64_t>& h, int n, int k) {
   return {};
 }
 
+// The lengths max_n .. n in turn: the first that matches proposes.
+std::vector<int64_t> BruteForceRange(const std::vector<int64_t>& h, int n, int max_n, int k) {
+  for (int len = max_n; len >= n; --len) {
+    std::vector<int64_t> out = BruteForce(h, len, k);
+    if (!out.empty()) return out;
+  }
+  return {};
+}
+
 TEST(NgramIndexTest, ProposesWhatFollowedTheLastOccurrence) {
   NgramIndex index;
   const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 1, 2};
@@ -75,9 +84,31 @@ TEST(NgramIndexTest, OutputAndLastTokenAreHistoryToo) {
 
 // Growing histories (the executor's pattern: a prompt in chunks, then a few
 // tokens a step) give what a fresh index and brute force give, for every n.
+// A range of lengths: the longest match wins over a more recent shorter
+// one, and a shorter one proposes where no longer one matches.
+TEST(NgramIndexTest, TheLongestMatchWins) {
+  // "2 3" last occurred before 8; "1 2 3" before 7.
+  const std::vector<int32_t> prompt = {1, 2, 3, 7, 5, 2, 3, 8, 1, 2};
+  NgramIndex longest;
+  EXPECT_THAT(longest.Propose(prompt, {}, 3, 1, 1, 3), ElementsAre(7));
+  NgramIndex two;
+  EXPECT_THAT(two.Propose(prompt, {}, 3, 2, 1), ElementsAre(8));
+  // No length of 1 .. 3 ends in "1 2 6" before: nothing.
+  NgramIndex none;
+  EXPECT_THAT(none.Propose(prompt, {}, 6, 1, 1, 3), IsEmpty());
+  // "5 9 4 5 4": neither "4 5 4" nor "5 4" occurred before; "4" did, and 5, 4
+  // followed it.
+  const std::vector<int32_t> fives = {5, 9, 4, 5};
+  NgramIndex one;
+  EXPECT_THAT(one.Propose(fives, {}, 4, 1, 2, 3), ElementsAre(5, 4));
+  // Lengths past kMaxNgramMatch propose nothing.
+  EXPECT_THAT(one.Propose(fives, {}, 4, 1, 2, kMaxNgramMatch + 1), IsEmpty());
+}
+
 TEST(NgramIndexTest, IncrementalEqualsFreshAndBruteForce) {
   std::mt19937 rng(7);
-  for (int n = 1; n <= 4; ++n) {
+  const std::pair<int, int> ranges[] = {{1, 1}, {2, 2}, {3, 3}, {4, 4}, {1, 4}, {2, 3}};
+  for (const auto& [n, max_n] : ranges) {
     for (int trial = 0; trial < 20; ++trial) {
       std::uniform_int_distribution<int> token(0, 2 + trial % 4);
       std::uniform_int_distribution<int> grow(1, 6);
@@ -91,18 +122,19 @@ TEST(NgramIndexTest, IncrementalEqualsFreshAndBruteForce) {
         std::vector<int64_t> h(prompt.begin(), prompt.end());
         h.insert(h.end(), output.begin(), output.end());
         h.push_back(last);
-        const std::vector<int64_t> want = BruteForce(h, n, 5);
+        const std::vector<int64_t> want = BruteForceRange(h, n, max_n, 5);
         NgramIndex fresh;
-        ASSERT_EQ(fresh.Propose(prompt, output, last, n, 5), want) << "n " << n << " step " << step;
+        ASSERT_EQ(fresh.Propose(prompt, output, last, n, 5, max_n), want)
+            << "n " << n << ".." << max_n << " step " << step;
         // As the executor does while a prompt's chunks arrive: index what is
         // known first (sometimes), then propose after the sample.
         if (step % 3 != 1) {
-          incremental.Index(prompt, output, n);
+          incremental.Index(prompt, output, n, max_n);
           const int64_t known = static_cast<int64_t>(prompt.size() + output.size());
           if (known >= n) EXPECT_EQ(incremental.indexed(), known);
         }
-        ASSERT_EQ(incremental.Propose(prompt, output, last, n, 5), want)
-            << "n " << n << " step " << step;
+        ASSERT_EQ(incremental.Propose(prompt, output, last, n, 5, max_n), want)
+            << "n " << n << ".." << max_n << " step " << step;
         if (static_cast<int>(h.size()) > n) {
           EXPECT_EQ(incremental.indexed(), static_cast<int64_t>(h.size()) - 1);
         }

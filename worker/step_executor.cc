@@ -843,7 +843,7 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
     // prompt's at its last chunk (the one that samples), beside that chunk's
     // forward, instead of at the first draft; then a step's few tokens.
     if (ngram_lookup_ > 0 && row.draft_tokens >= 0) {
-      slot.lookup.Index(slot.prompt, slot.output, ngram_lookup_);
+      slot.lookup.Index(slot.prompt, slot.output, ngram_lookup_, ngram_lookup_max_);
     }
     RowOutcome& out = outcomes[i];
     int64_t kept = static_cast<int64_t>(inputs[i].size());

@@ -257,24 +257,31 @@ class StepExecutor {
   void SetSpeculationMaxBatch(int64_t rows) { speculation_max_batch_ = std::max<int64_t>(0, rows); }
   // Prompt lookup beside DSpark (ngram_lookup.h): after its sample, a
   // speculative row whose last `min_match` tokens occurred before in its
-  // sequence takes the num_draft_tokens() tokens that followed them there
-  // as its drafts (with a constraint: those the grammar allows, in order)
-  // and skips the DSpark draft pass; other rows draft as before. 0 (the
-  // default) turns it off. Outputs are the same either way (drafts are
-  // verified as any). `tokens`: how many tokens a lookup proposes (0: the
-  // num_draft_tokens() of SetSpeculation, whatever it is when drafting);
-  // more than DSpark's block lets a long repetition be verified in one step
-  // (the plans' draft_tokens may then go up to it: max_draft_tokens()).
-  // Without SetSpeculation (no DSpark drafts; a model without stages too)
-  // lookup is the only source of drafts (`--speculative=ngram`, vLLM's
-  // ngram method): `tokens` then says how many (0: none), a row without a
-  // match verifies nothing next step, and a decode backend that rolls back
-  // that many positions (DecodeBackend::max_rollback) takes speculative rows
-  // though it does not draft. INVALID_ARGUMENT unless 0 <= min_match <=
-  // kMaxNgramMatch and 0 <= tokens <= kMaxNgramMatch and the sequences'
-  // max_rollback (a verification's drafts may all be rejected).
-  absl::Status SetNgramLookup(int32_t min_match, int32_t tokens = 0);
+  // sequence takes the num_draft_tokens() tokens that followed them there as
+  // its drafts (with a constraint: those the grammar allows, in order) and
+  // skips the DSpark draft pass; other rows draft as before. 0 (the default)
+  // turns it off. Outputs are the same either way (drafts are verified as
+  // any).
+  // * `max_match` > min_match: the lengths max_match .. min_match are tried
+  //   in turn, the longest that matches proposes (vLLM's prompt_lookup_max
+  //   .. prompt_lookup_min); 0: min_match alone.
+  // * `tokens`: how many tokens a lookup proposes (0: the num_draft_tokens()
+  //   of SetSpeculation, whatever it is when drafting); more than DSpark's
+  //   block lets a long repetition be verified in one step (the plans'
+  //   draft_tokens may then go up to it: max_draft_tokens()).
+  // * Without SetSpeculation (no DSpark drafts; a model without stages too)
+  //   lookup is the only source of drafts (`--speculative=ngram`, vLLM's
+  //   ngram method): `tokens` then says how many (0: none), a row without a
+  //   match verifies nothing next step, and a decode backend that rolls back
+  //   that many positions (DecodeBackend::max_rollback) takes speculative
+  //   rows though it does not draft.
+  // INVALID_ARGUMENT unless 0 <= min_match <= kMaxNgramMatch, max_match is 0
+  // or in [min_match, kMaxNgramMatch], and 0 <= tokens <= kMaxNgramMatch and
+  // the sequences' max_rollback (a verification's drafts may all be
+  // rejected).
+  absl::Status SetNgramLookup(int32_t min_match, int32_t tokens = 0, int32_t max_match = 0);
   int32_t ngram_lookup() const { return ngram_lookup_; }
+  int32_t ngram_lookup_max() const { return ngram_lookup_max_; }
   // The most drafts a speculative row may verify (RowPlan::draft_tokens'
   // bound): num_draft_tokens(), or the lookup's tokens when larger.
   int32_t max_draft_tokens() const {
@@ -457,6 +464,7 @@ class StepExecutor {
   std::optional<VerifyCostCurve> cost_curve_;
   int64_t speculation_max_batch_ = 0;  // SetSpeculationMaxBatch
   int32_t ngram_lookup_ = 0;           // SetNgramLookup
+  int32_t ngram_lookup_max_ = 0;       // SetNgramLookup's max_match (>= ngram_lookup_)
   int32_t lookup_tokens_ = 0;          // SetNgramLookup's tokens (0: num_draft_tokens_)
   int64_t lookup_drafts_ = 0;
   int64_t dspark_drafts_ = 0;

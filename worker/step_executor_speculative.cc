@@ -49,10 +49,15 @@ absl::Status StepExecutor::SetSpeculation(int32_t num_draft_tokens) {
   return absl::OkStatus();
 }
 
-absl::Status StepExecutor::SetNgramLookup(int32_t min_match, int32_t tokens) {
+absl::Status StepExecutor::SetNgramLookup(int32_t min_match, int32_t tokens, int32_t max_match) {
   if (min_match < 0 || min_match > kMaxNgramMatch) {
     return absl::InvalidArgumentError(absl::StrCat("ngram lookup: the match length must be in [0, ",
                                                    kMaxNgramMatch, "], got ", min_match));
+  }
+  if (max_match != 0 && (max_match < min_match || max_match > kMaxNgramMatch)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ngram lookup: the longest match length must be 0 or in [", min_match, ", ",
+                     kMaxNgramMatch, "], got ", max_match));
   }
   const int64_t most = std::min<int64_t>(kMaxNgramMatch, model_.NewSequence()->max_rollback());
   if (tokens < 0 || tokens > most) {
@@ -61,6 +66,7 @@ absl::Status StepExecutor::SetNgramLookup(int32_t min_match, int32_t tokens) {
                      "] (at most 16, and what the sequences can roll back), got ", tokens));
   }
   ngram_lookup_ = min_match;
+  ngram_lookup_max_ = std::max(min_match, max_match);
   lookup_tokens_ = tokens;
   return absl::OkStatus();
 }
@@ -219,9 +225,9 @@ void StepExecutor::DraftAfter(std::span<const DraftRequest> requests) {
     // their pass) neither stops it nor learns from it; how many of its
     // drafts a row verifies is ChooseVerifyLength's choice, as for any.
     if (ngram_lookup_ > 0) {
-      std::vector<int64_t> proposal =
-          slot.lookup.Propose(slot.prompt, slot.output, request.token, ngram_lookup_,
-                              lookup_tokens_ > 0 ? lookup_tokens_ : num_draft_tokens_);
+      std::vector<int64_t> proposal = slot.lookup.Propose(
+          slot.prompt, slot.output, request.token, ngram_lookup_,
+          lookup_tokens_ > 0 ? lookup_tokens_ : num_draft_tokens_, ngram_lookup_max_);
       if (!proposal.empty() && slot.matcher != nullptr) {
         proposal = AllowedPrefix(*slot.matcher, proposal);
       }

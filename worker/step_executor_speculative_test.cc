@@ -112,21 +112,21 @@ enum class Drafts { kModel, kInjected };
 // hold 2 speculative rows). `ngram`, `lookup_tokens`: SetNgramLookup (the
 // rows' draft_tokens then max_draft_tokens()); `lookups` gets the blocks
 // from lookup, `longest` the most drafts a row verified. `dspark_drafts`:
-// SetSpeculation's (0: lookup alone). Returns the tokens and the accepted
-// drafts.
+// SetSpeculation's (0: lookup alone); `lookup_max`: SetNgramLookup's
+// longest match. Returns the tokens and the accepted drafts.
 std::vector<std::vector<int64_t>> Speculative(
     model::Model& model, kv_cache::BlockPool& pool, const sampling::SamplingParams& params,
     Drafts drafts, const std::vector<std::vector<int64_t>>& reference, int64_t& accepted,
     const VerifyCostCurve* curve = nullptr, std::vector<int64_t>* lengths = nullptr,
     model::HostDecodeBackend* backend = nullptr, int64_t* paused = nullptr, int64_t max_batch = 0,
     int32_t ngram = 0, int64_t* lookups = nullptr, int32_t lookup_tokens = 0,
-    int64_t* longest = nullptr, int32_t dspark_drafts = kDrafts) {
+    int64_t* longest = nullptr, int32_t dspark_drafts = kDrafts, int32_t lookup_max = 0) {
   StepExecutor ex(model, 4);
   ex.SetKvCache(&pool);
   if (backend != nullptr) ex.SetDecodeBackend(backend);
   EXPECT_TRUE(ex.SetSpeculation(dspark_drafts).ok());
   ex.SetSpeculationMaxBatch(max_batch);
-  EXPECT_TRUE(ex.SetNgramLookup(ngram, lookup_tokens).ok());
+  EXPECT_TRUE(ex.SetNgramLookup(ngram, lookup_tokens, lookup_max).ok());
   // The plans' draft_tokens: what a row may verify.
   const int32_t row_drafts = ex.max_draft_tokens();
   if (longest != nullptr) *longest = 0;
@@ -462,6 +462,12 @@ TEST(StepExecutorSpeculativeTest, PromptLookupAloneEmitsThePlainTokens) {
     ASSERT_TRUE(ex.SetNgramLookup(2, kLookupTokens).ok());
     EXPECT_EQ(ex.max_draft_tokens(), kLookupTokens);
     EXPECT_EQ(ex.SetNgramLookup(2, kLookupTokens + 1).code(), absl::StatusCode::kInvalidArgument);
+    // The longest match: 0 (the match length alone) or in [match, 16].
+    EXPECT_EQ(ex.SetNgramLookup(2, kLookupTokens, 1).code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(ex.SetNgramLookup(2, kLookupTokens, kMaxNgramMatch + 1).code(),
+              absl::StatusCode::kInvalidArgument);
+    ASSERT_TRUE(ex.SetNgramLookup(1, kLookupTokens, 4).ok());
+    EXPECT_EQ(ex.ngram_lookup_max(), 4);
   }
   for (sampling::SamplingParams params : {GreedySampling(), SeededSampling()}) {
     params.presence_penalty = -2.0f;
@@ -476,6 +482,15 @@ TEST(StepExecutorSpeculativeTest, PromptLookupAloneEmitsThePlainTokens) {
     EXPECT_GT(lookups, 0);
     EXPECT_GT(accepted, 0);
     EXPECT_EQ(longest, kLookupTokens);
+    // Matches of 3 .. 1 tokens, the longest first: the plain tokens too.
+    int64_t ranged_accepted = -1, ranged_lookups = -1;
+    ExpectPrefixEqual(Speculative(*f.model, *f.pool, params, Drafts::kModel, plain, ranged_accepted,
+                                  nullptr, nullptr, nullptr, nullptr, 0,
+                                  /*ngram=*/1, &ranged_lookups, kLookupTokens, nullptr,
+                                  /*dspark_drafts=*/0, /*lookup_max=*/3),
+                      plain);
+    EXPECT_GT(ranged_lookups, 0);
+    EXPECT_GT(ranged_accepted, 0);
     model::HostDecodeBackend backend(*f.model, 4, /*max_batch=*/16, /*max_positions=*/4096,
                                      /*collective=*/false,
                                      /*max_rows_per_slot=*/kLookupTokens + 1);

@@ -504,13 +504,20 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
                    "ngram_lookup_tokens, the tokens a lookup proposes");
     }
     WEIR_LOG(INFO) << "speculative decoding: prompt lookup alone, " << lookup_tokens
-                   << " tokens after " << ngram_lookup << "-token matches"
+                   << " tokens after matches of "
+                   << (request->ngram_lookup_max() > static_cast<uint32_t>(ngram_lookup)
+                           ? absl::StrCat(request->ngram_lookup_max(), " .. ")
+                           : std::string())
+                   << ngram_lookup << " tokens"
                    << (device_decoder != nullptr
                            ? absl::StrCat(", verified on the device decoder (rollback ",
                                           device_decoder->max_rollback(), ")")
                            : std::string());
   }
-  if (absl::Status s = StepExecutor(**runtime, 1).SetNgramLookup(ngram_lookup, lookup_tokens);
+  const int32_t ngram_lookup_max =
+      static_cast<int32_t>(std::min<uint32_t>(request->ngram_lookup_max(), INT32_MAX));
+  if (absl::Status s =
+          StepExecutor(**runtime, 1).SetNgramLookup(ngram_lookup, lookup_tokens, ngram_lookup_max);
       !s.ok()) {
     return ToGrpcStatus(s);
   }
@@ -625,7 +632,7 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     executor_->SetSpeculation(num_draft_tokens).IgnoreError();
     executor_->SetVerifyCostCurve(std::move(cost_curve));
     executor_->SetSpeculationMaxBatch(request->speculative_max_batch());
-    executor_->SetNgramLookup(ngram_lookup, lookup_tokens).IgnoreError();
+    executor_->SetNgramLookup(ngram_lookup, lookup_tokens, ngram_lookup_max).IgnoreError();
     executor_->SetCedReplay(ced_replay).IgnoreError();
     executor_->SetDecodeBackend(device_decoder_.get());
     executor_->SetKvCache(kv_pool_.get());

@@ -99,6 +99,9 @@ ABSL_FLAG(int, ngram_lookup, 0,
 ABSL_FLAG(int, ngram_lookup_tokens, 0,
           "With --ngram_lookup or --lookup_alone: how many tokens a lookup proposes (0 = the "
           "drafts a row).");
+ABSL_FLAG(int, ngram_lookup_max, 0,
+          "With prompt lookup: the longest match tried first (lengths this .. --ngram_lookup, "
+          "the longest that matches proposes); 0 = --ngram_lookup alone.");
 ABSL_FLAG(bool, lookup_alone, false,
           "Also run prompt lookup alone (no DSpark drafts, the workers of --speculative=ngram): "
           "matches of --ngram_lookup tokens (0: 3), --ngram_lookup_tokens a lookup (0: the "
@@ -173,6 +176,7 @@ struct Mode {
   int dspark = 0;         // DSpark drafts a row (SetSpeculation; 0: none)
   int lookup = 0;         // SetNgramLookup's match length (0: no lookup)
   int lookup_tokens = 0;  // and a lookup's tokens (0: dspark's)
+  int lookup_max = 0;     // and the longest match tried first (0: lookup alone)
 
   // The most drafts a row verifies (0: not speculating).
   int verified() const {
@@ -285,7 +289,7 @@ Result Decode(weir::model::Model& model, const std::vector<std::vector<int64_t>>
   StepExecutor ex(model, batch);
   if (backend != nullptr) ex.SetDecodeBackend(backend);
   WEIR_CHECK_OK(ex.SetSpeculation(mode.dspark));
-  WEIR_CHECK_OK(ex.SetNgramLookup(mode.lookup, mode.lookup_tokens));
+  WEIR_CHECK_OK(ex.SetNgramLookup(mode.lookup, mode.lookup_tokens, mode.lookup_max));
   // What a speculative row may verify: its drafts, or a longer lookup's.
   const bool speculating = ex.max_draft_tokens() > 0;
   const int row_drafts = speculating ? ex.max_draft_tokens() : -1;
@@ -642,7 +646,8 @@ int Run() {
     }
     const Mode dspark{.dspark = drafts,
                       .lookup = absl::GetFlag(FLAGS_ngram_lookup),
-                      .lookup_tokens = absl::GetFlag(FLAGS_ngram_lookup_tokens)};
+                      .lookup_tokens = absl::GetFlag(FLAGS_ngram_lookup_tokens),
+                      .lookup_max = absl::GetFlag(FLAGS_ngram_lookup_max)};
     const Result fixed = run(dspark, nullptr);
     std::optional<Result> conf;
     if (curve.has_value()) conf = run(dspark, &*curve);
@@ -654,7 +659,8 @@ int Run() {
                    absl::GetFlag(FLAGS_ngram_lookup) > 0 ? absl::GetFlag(FLAGS_ngram_lookup) : 3,
                .lookup_tokens = absl::GetFlag(FLAGS_ngram_lookup_tokens) > 0
                                     ? absl::GetFlag(FLAGS_ngram_lookup_tokens)
-                                    : drafts},
+                                    : drafts,
+               .lookup_max = absl::GetFlag(FLAGS_ngram_lookup_max)},
           nullptr);
     }
     bool equal = true;
