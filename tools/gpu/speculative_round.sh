@@ -11,7 +11,8 @@
 #              and a line of lookup alone (--lookup_alone: the workers of
 #              --speculative=ngram, verifying and rolling back on a decoder
 #              that does not draft), then with lookup and the fused Markov
-#              head (256 tokens), with
+#              head (256 tokens), matches of 4 .. 1 tokens beside DSpark and
+#              alone (--ngram_lookup=1 --ngram_lookup_max=4, 256 tokens), with
 #              8-token lookups (256 tokens), then 64 tokens the old way
 #              (--warm_decoder=false) for the A/B
 #   spec.log   what speculative_check.sh said besides (a run that failed)
@@ -52,5 +53,6 @@ spec warm "1 64 32;1 256 32" ""
 spec lookup "1 64 32;1 256 32" "--ngram_lookup=3 --lookup_alone"
 spec lookup_fused "1 256 32" "--ngram_lookup=3 --fused_markov"
 spec lookup8 "1 256 32" "--ngram_lookup=3 --ngram_lookup_tokens=8"
+spec range14 "1 256 32" "--ngram_lookup=1 --ngram_lookup_max=4 --lookup_alone"
 spec cold "1 64 32" "--warm_decoder=false"
 exit "${status}"
