@@ -96,14 +96,14 @@ ABSL_FLAG(int, num_draft_tokens, 0,
           "dspark_block_size; 0 = the block size. --speculative=ngram: the tokens a lookup "
           "proposes, 1 .. 16; 0 = 5.");
 ABSL_FLAG(std::string, verify_length, "",
-          "--speculative=dspark: how many of its drafts a decode step verifies: fixed (all "
-          "--num_draft_tokens; the default), or confidence (per request, the length with the "
-          "most expected "
-          "tokens per unit of step cost: DSpark's confidence head against the cost curve "
-          "verify_cost.json in the model directory, from tools/bench:speculative "
-          "--profile_verify, or one the workers measure at start: CUDA workers always, CPU "
-          "workers when the directory has none; a sequence whose drafts do not pay for "
-          "themselves pauses drafting a while). Outputs are the same.");
+          "--speculative=dspark or ngram: how many of its drafts a decode step verifies: fixed "
+          "(all of them; the default), or confidence (per request, the length with the most "
+          "expected tokens per unit of step cost: DSpark's confidence head, or for a lookup how "
+          "far its match reaches, against the cost curve verify_cost.json in the model "
+          "directory, from tools/bench:speculative --profile_verify, or one the workers "
+          "measure at start: CUDA workers and ngram always, CPU workers when the directory has "
+          "none; a sequence whose DSpark drafts do not pay for themselves pauses drafting a "
+          "while). Outputs are the same.");
 ABSL_FLAG(int, speculative_max_batch, 0,
           "--speculative=dspark or ngram: a worker step with more speculative rows than this "
           "drafts "

@@ -60,10 +60,9 @@ absl::StatusOr<Speculation> SpeculationFromFlags(const SpeculationFlags& f,
     return absl::InvalidArgumentError(
         absl::StrCat("--verify_length must be fixed or confidence, got \"", f.verify_length, "\""));
   }
-  if (f.verify_length == "confidence" && s.dspark_drafts == 0) {
+  if (f.verify_length == "confidence" && !on) {
     return absl::InvalidArgumentError(
-        "--verify_length=confidence needs --speculative=dspark (the length comes from DSpark's "
-        "confidence head)");
+        "--verify_length=confidence needs --speculative=dspark or ngram");
   }
   // Fixed by default: on the H200 the trained tiny's drafts pay at batch 1
   // whatever a few verifications say, and the pacer's pauses cost more than

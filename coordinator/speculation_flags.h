@@ -80,8 +80,7 @@ struct Speculation {
 // * --num_draft_tokens outside [0, dspark_block_size] with dspark, outside
 //   [0, 16] with ngram (0: the block, or kDefaultLookupTokens), non-zero
 //   with off;
-// * --verify_length other than "", fixed, confidence; confidence without
-//   dspark (the length comes from DSpark's confidence head);
+// * --verify_length other than "", fixed, confidence; confidence with off;
 // * --speculative_max_batch negative, or positive with off;
 // * --ngram_lookup outside [-1, 16]; positive with off; 0 with ngram;
 // * --ngram_lookup_max outside [0, 16], below the match length, or positive

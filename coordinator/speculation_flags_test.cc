@@ -54,7 +54,7 @@ TEST(SpeculationFlagsTest, BadValuesAreInvalidArgumentNamingTheFlag) {
   ExpectRefused({.mode = "dspark"}, c, "--speculative=dspark");
 }
 
-TEST(SpeculationFlagsTest, VerifyLengthConfidenceNeedsDspark) {
+TEST(SpeculationFlagsTest, VerifyLengthConfidenceNeedsSpeculation) {
   const model::ModelConfig c = Tiny();
   for (const char* mode : {"off", "dspark", "ngram"}) {
     EXPECT_EQ(Resolve({.mode = mode}, c)->verify_length, "fixed") << mode;
@@ -63,8 +63,9 @@ TEST(SpeculationFlagsTest, VerifyLengthConfidenceNeedsDspark) {
   }
   EXPECT_EQ(Resolve({.mode = "dspark", .verify_length = "confidence"}, c)->verify_length,
             "confidence");
+  EXPECT_EQ(Resolve({.mode = "ngram", .verify_length = "confidence"}, c)->verify_length,
+            "confidence");
   ExpectRefused({.mode = "off", .verify_length = "confidence"}, c, "--verify_length");
-  ExpectRefused({.mode = "ngram", .verify_length = "confidence"}, c, "--verify_length");
 }
 
 TEST(SpeculationFlagsTest, MaxBatchNeedsSpeculationAndIsNotNegative) {

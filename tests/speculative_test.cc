@@ -411,6 +411,15 @@ TEST(SpeculativeTest, TrainedTinyNgramAloneEqualsOff) {
   EXPECT_LT(s.lookup_verifications(), rows);
   EXPECT_LE(s.verified_drafts(), 8 * s.lookup_verifications());
   EXPECT_GE(s.lookup_accepted_drafts(), accepted);
+  // The confidence length: verifications chosen by how far a match reaches,
+  // against a curve each worker measures at load; the same outputs.
+  Cluster conf({"--workers=2", "--model_dir=" + trained, "--speculative=ngram",
+                "--num_draft_tokens=8", "--ngram_lookup=1", "--ngram_lookup_max=4",
+                "--verify_length=confidence"});
+  ExpectSame(RunAll(conf, requests), plain);
+  v1::ServerState conf_state;
+  ASSERT_TRUE(conf.State(conf_state).ok());
+  EXPECT_EQ(conf_state.speculation().verify_length(), "confidence");
   std::printf(
       "trained tiny, ngram alone: %llu verifications, %llu drafts verified, %llu accepted (%u "
       "of %u delivered tokens)\n",

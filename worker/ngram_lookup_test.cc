@@ -105,6 +105,29 @@ TEST(NgramIndexTest, TheLongestMatchWins) {
   EXPECT_THAT(one.Propose(fives, {}, 4, 1, 2, kMaxNgramMatch + 1), IsEmpty());
 }
 
+// Propose reports how far the match reaches back, past the length that
+// matched, up to kMaxNgramMatch; the lookup confidence grows with it.
+TEST(NgramIndexTest, TheExtentOfAMatch) {
+  // "4 5 6" before 9, and again at the end: a 1-token lookup matches "6",
+  // which reaches 3 tokens back.
+  const std::vector<int32_t> prompt = {1, 4, 5, 6, 9, 2, 4, 5};
+  NgramIndex index;
+  int extent = -1;
+  EXPECT_THAT(index.Propose(prompt, {}, 6, 1, 2, 0, &extent), ElementsAre(9, 2));
+  EXPECT_EQ(extent, 3);
+  // A loop reaches as far as the index allows.
+  const std::vector<int32_t> loop(40, 7);
+  NgramIndex looping;
+  EXPECT_THAT(looping.Propose(loop, {}, 7, 2, 1, 0, &extent), ElementsAre(7));
+  EXPECT_EQ(extent, kMaxNgramMatch);
+  float previous = -100;
+  for (int e = 1; e <= kMaxNgramMatch; ++e) {
+    EXPECT_GE(LookupDraftConfidence(e, 0), previous) << e;
+    previous = LookupDraftConfidence(e, 0);
+    EXPECT_GE(LookupDraftConfidence(e, 1), LookupDraftConfidence(e, 0)) << e;
+  }
+}
+
 TEST(NgramIndexTest, IncrementalEqualsFreshAndBruteForce) {
   std::mt19937 rng(7);
   const std::pair<int, int> ranges[] = {{1, 1}, {2, 2}, {3, 3}, {4, 4}, {1, 4}, {2, 3}};

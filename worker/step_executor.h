@@ -287,11 +287,6 @@ class StepExecutor {
   int32_t max_draft_tokens() const {
     return ngram_lookup_ > 0 ? std::max(num_draft_tokens_, lookup_tokens_) : num_draft_tokens_;
   }
-  // The confidence logit a lookup draft carries for ChooseVerifyLength:
-  // sigmoid(2.2) = 0.90 a draft, about what the trained tiny's greedy text
-  // accepts after a 3-token match (3.9 of 5 drafts on 32 held-out prompts,
-  // CPU, 2026-12-05).
-  static constexpr float kLookupDraftConfidence = 2.2f;
   const std::optional<VerifyCostCurve>& verify_cost_curve() const { return cost_curve_; }
   // CED bounded replay (spec §4.4, model::Model::StartCedReplay): a row that
   // starts a sequence (start_pos 0, no fork_from; not exact_prefill, no

@@ -223,17 +223,22 @@ void StepExecutor::DraftAfter(std::span<const DraftRequest> requests) {
     // Prompt lookup: a repeated n-gram's continuation instead of a draft pass.
     // It costs no pass, so the pacer (which weighs DSpark's drafts against
     // their pass) neither stops it nor learns from it; how many of its
-    // drafts a row verifies is ChooseVerifyLength's choice, as for any.
+    // drafts a row verifies is ChooseVerifyLength's choice, as for any, from
+    // confidences by how far the match reaches (LookupDraftConfidence).
     if (ngram_lookup_ > 0) {
+      int extent = 0;
       std::vector<int64_t> proposal = slot.lookup.Propose(
           slot.prompt, slot.output, request.token, ngram_lookup_,
-          lookup_tokens_ > 0 ? lookup_tokens_ : num_draft_tokens_, ngram_lookup_max_);
+          lookup_tokens_ > 0 ? lookup_tokens_ : num_draft_tokens_, ngram_lookup_max_, &extent);
       if (!proposal.empty() && slot.matcher != nullptr) {
         proposal = AllowedPrefix(*slot.matcher, proposal);
       }
       if (!proposal.empty()) {
         slot.drafts = std::move(proposal);
-        slot.draft_confidence.assign(slot.drafts.size(), kLookupDraftConfidence);
+        slot.draft_confidence.clear();
+        for (size_t j = 0; j < slot.drafts.size(); ++j) {
+          slot.draft_confidence.push_back(LookupDraftConfidence(extent, static_cast<int>(j)));
+        }
         slot.drafts_after = request.token;
         slot.drafts_pos = slot.state->length();
         slot.drafts_from_lookup = true;

@@ -42,10 +42,14 @@ absl::StatusOr<VerifyCostCurve> ProfileVerifyCost(model::DecodeBackend& backend,
                                                    " and reps ", options.reps,
                                                    " must be >= 1, blocks_per_slot >= 0"));
   }
-  if (!backend.drafts() || backend.max_rows_per_slot() < drafts + 1) {
+  // A backend that only rolls back (prompt lookup alone) is measured without
+  // a draft pass: draft_ms 0.
+  const bool drafting = backend.drafts();
+  if ((!drafting && backend.max_rollback() < drafts) || backend.max_rows_per_slot() < drafts + 1) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "ProfileVerifyCost: the backend must draft and take ", drafts + 1, " rows a slot (drafts: ",
-        backend.drafts(), ", rows a slot ", backend.max_rows_per_slot(), ")"));
+        "ProfileVerifyCost: the backend must draft or roll back ", drafts, " positions, and take ",
+        drafts + 1, " rows a slot (drafts: ", drafting, ", rollback ", backend.max_rollback(),
+        ", rows a slot ", backend.max_rows_per_slot(), ")"));
   }
   if (backend.takes_block_tables() && options.blocks_per_slot < 1) {
     return absl::InvalidArgumentError("ProfileVerifyCost: a paged backend needs blocks_per_slot");
@@ -119,6 +123,10 @@ absl::StatusOr<VerifyCostCurve> ProfileVerifyCost(model::DecodeBackend& backend,
       });
       if (!ms.ok()) return ms.status();
       point.step_ms.push_back(*ms);
+    }
+    if (!drafting) {
+      curve.points.push_back(std::move(point));
+      continue;
     }
     std::vector<int> draft_slots(b);
     std::iota(draft_slots.begin(), draft_slots.end(), 0);

@@ -1,7 +1,8 @@
 // worker/verify_profile.h
 //
 // The verify cost curve (verify_length.h VerifyCostCurve) of a drafting
-// decode backend, measured on it: what a CUDA worker does at start-up for
+// decode backend, or of one that only rolls back (prompt lookup alone:
+// draft_ms 0, no draft pass to pay), measured on it: what a CUDA worker does at start-up for
 // --verify_length=confidence, where a curve measured on the CPU model (the
 // model directory's verify_cost.json) says nothing about its steps. Per
 // batch size B: a step of B sequences of L positions each (the token and
@@ -52,8 +53,8 @@ int64_t ProfileVerifyPositions(int64_t batch_sizes, const VerifyProfileOptions& 
 // two positions, released at the end, also on failure).
 // REQUIRES: the backend holds no sequence in those slots (a worker profiles
 // its decoder at load, before serving: Start would replace one).
-// FAILED_PRECONDITION when the backend does not draft or takes fewer than
-// drafts + 1 rows a slot;
+// FAILED_PRECONDITION when the backend neither drafts nor rolls back
+// `drafts` positions, or takes fewer than drafts + 1 rows a slot;
 // INVALID_ARGUMENT for bad options or when no batch size fits; a step's or
 // draft's error as it comes.
 absl::StatusOr<VerifyCostCurve> ProfileVerifyCost(model::DecodeBackend& backend,

@@ -58,6 +58,32 @@ TEST(VerifyProfileTest, MeasuresTheBatchSizesThatFit) {
   ASSERT_TRUE(ProfileVerifyCost(backend, batches, options).ok());
 }
 
+// A backend that rolls back but does not draft (prompt lookup alone): the
+// steps are measured, no draft pass (draft_ms 0, nothing drafted).
+TEST(VerifyProfileTest, ABackendThatOnlyRollsBackHasNoDraftCost) {
+  Fixture f;
+  ASSERT_NE(f.model, nullptr);
+  model::HostDecodeBackend backend(*f.model, 2, 8, 64, false, 4);
+  backend.EnableRollback(3);
+  const int64_t batches[] = {1, 2};
+  absl::StatusOr<VerifyCostCurve> curve =
+      ProfileVerifyCost(backend, batches, {.drafts = 3, .reps = 1, .backend = "cpu"});
+  ASSERT_TRUE(curve.ok()) << curve.status();
+  ASSERT_EQ(curve->points.size(), 2u);
+  for (const VerifyCostCurve::Point& p : curve->points) {
+    EXPECT_EQ(p.draft_ms, 0);
+    ASSERT_EQ(p.step_ms.size(), 4u);
+    for (double ms : p.step_ms) EXPECT_TRUE(std::isfinite(ms) && ms > 0) << ms;
+  }
+  EXPECT_EQ(backend.stats().drafts, 0);
+  EXPECT_GT(backend.stats().rollbacks, 0);
+  // It must roll back as many positions as a verification holds drafts.
+  model::HostDecodeBackend shallow(*f.model, 2, 8, 64, false, 4);
+  shallow.EnableRollback(2);
+  EXPECT_EQ(ProfileVerifyCost(shallow, batches, {.drafts = 3}).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 // The ranks of an expert-parallel group profile at load, each on its
 // collective backend (every step a collective of the group): the steps
 // depend only on the batches, options and capacities, so both ranks take
@@ -98,7 +124,7 @@ TEST(VerifyProfileTest, Refusals) {
   const int64_t batches[] = {1, 2};
   model::HostDecodeBackend plain(*f.model, 2, 8, 64, false, 4);
   EXPECT_EQ(ProfileVerifyCost(plain, batches, {.drafts = 3}).status().code(),
-            absl::StatusCode::kFailedPrecondition);  // does not draft
+            absl::StatusCode::kFailedPrecondition);  // neither drafts nor rolls back
   model::HostDecodeBackend backend(*f.model, 2, 8, 64, false, 4);
   backend.EnableDrafting();
   EXPECT_EQ(ProfileVerifyCost(backend, batches, {.drafts = 0}).status().code(),

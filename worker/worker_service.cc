@@ -522,18 +522,24 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     return ToGrpcStatus(s);
   }
   std::optional<VerifyCostCurve> cost_curve;
-  if (request->verify_length() == "confidence" && num_draft_tokens == 0) {
+  // Prompt lookup alone verifies lookups' drafts only: its curve has no
+  // draft pass (draft_ms 0), so it is always measured here, on what verifies.
+  const bool lookup_alone = num_draft_tokens == 0 && ngram_lookup > 0;
+  const int32_t curve_drafts = lookup_alone ? lookup_tokens : num_draft_tokens;
+  const char* const confidence_from =
+      lookup_alone ? "the lookups' match lengths" : "the DSpark confidence";
+  if (request->verify_length() == "confidence" && curve_drafts == 0) {
     return Error(grpc::StatusCode::INVALID_ARGUMENT,
-                 "verify_length confidence needs DSpark drafts (num_draft_tokens > 0): the "
-                 "length comes from their confidence head");
+                 "verify_length confidence needs speculation (num_draft_tokens > 0, or "
+                 "ngram_lookup with ngram_lookup_tokens)");
   }
   if (request->verify_length() == "confidence" && device_decoder != nullptr &&
-      device_decoder->drafts()) {
-    // Drafting on the device: the curve of this decoder on this GPU,
+      (device_decoder->drafts() || lookup_alone)) {
+    // Verifying on the device: the curve of this decoder on this GPU,
     // measured now (a curve of the CPU model says nothing about it).
     const int64_t batches[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
     VerifyProfileOptions profile{
-        .drafts = num_draft_tokens,
+        .drafts = curve_drafts,
         .reps = 3,
         .backend = "cuda",
         .measured_on = "this worker's start-up",
@@ -542,36 +548,42 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
         ProfileVerifyPositions(static_cast<int64_t>(std::size(batches)), profile));
     absl::StatusOr<VerifyCostCurve> curve = ProfileVerifyCost(*device_decoder, batches, profile);
     if (!curve.ok()) return ToGrpcStatus(curve.status());
-    WEIR_LOG(INFO) << "verify length: from the DSpark confidence against the decoder's curve, "
-                      "measured now: "
+    WEIR_LOG(INFO) << "verify length: from " << confidence_from
+                   << " against the decoder's curve, measured now: "
                    << VerifyCostCurveToJson(*curve);
     cost_curve = std::move(*curve);
-  } else if (request->verify_length() == "confidence" && request->measure_verify_cost()) {
-    // No curve in the model directory: this machine's, measured now on the
-    // model (a second or so on tiny). Batch sizes up to 16 (the curve's
+  } else if (request->verify_length() == "confidence" &&
+             (request->measure_verify_cost() || lookup_alone)) {
+    // No curve in the model directory (or lookup alone, whose curve has no
+    // draft pass): this machine's, measured now on the model (a second or so
+    // on tiny). Batch sizes up to 16 (the curve's
     // last point stands for larger steps: a row's choice compares costs at
     // one batch size). Every rank takes the same steps (a collective each
     // over an expert-parallel group).
     const int64_t batches[] = {1, 2, 4, 8, 16};
     VerifyProfileOptions profile{
-        .drafts = num_draft_tokens,
+        .drafts = curve_drafts,
         .reps = 2,
         .backend = "cpu",
         .measured_on = "this worker's start-up",
         .model = std::filesystem::path(request->model_dir()).filename().string()};
     const int slots = std::clamp(options_.max_slots, 1, 16);
     model::HostDecodeBackend backend(
-        **runtime, slots, slots * (num_draft_tokens + 1),
+        **runtime, slots, slots * (curve_drafts + 1),
         ProfileVerifyPositions(static_cast<int64_t>(std::size(batches)), profile) + 1,
-        /*collective=*/world > 1, num_draft_tokens + 1);
-    backend.EnableDrafting(num_draft_tokens);
+        /*collective=*/world > 1, curve_drafts + 1);
+    if (lookup_alone) {
+      backend.EnableRollback(curve_drafts);
+    } else {
+      backend.EnableDrafting(num_draft_tokens);
+    }
     const auto t0 = absl::Now();
     absl::StatusOr<VerifyCostCurve> curve = ProfileVerifyCost(backend, batches, profile);
     if (!curve.ok()) return ToGrpcStatus(curve.status());
-    WEIR_LOG(INFO) << "verify length: from the DSpark confidence against this machine's curve, "
-                      "measured now in "
-                   << absl::FormatDuration(absl::Now() - t0)
-                   << " (the model directory has none): " << VerifyCostCurveToJson(*curve);
+    WEIR_LOG(INFO) << "verify length: from " << confidence_from
+                   << " against this machine's curve, measured now in "
+                   << absl::FormatDuration(absl::Now() - t0) << ": "
+                   << VerifyCostCurveToJson(*curve);
     cost_curve = std::move(*curve);
   } else if (request->verify_length() == "confidence") {
     absl::StatusOr<VerifyCostCurve> curve = LoadVerifyCostCurve(request->model_dir());

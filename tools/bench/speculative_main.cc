@@ -652,16 +652,22 @@ int Run() {
     std::optional<Result> conf;
     if (curve.has_value()) conf = run(dspark, &*curve);
     // Prompt lookup alone, without DSpark's drafts.
-    std::optional<Result> alone;
+    std::optional<Result> alone, alone_conf;
     if (absl::GetFlag(FLAGS_lookup_alone)) {
-      alone = run(
-          Mode{.lookup =
-                   absl::GetFlag(FLAGS_ngram_lookup) > 0 ? absl::GetFlag(FLAGS_ngram_lookup) : 3,
-               .lookup_tokens = absl::GetFlag(FLAGS_ngram_lookup_tokens) > 0
-                                    ? absl::GetFlag(FLAGS_ngram_lookup_tokens)
-                                    : drafts,
-               .lookup_max = absl::GetFlag(FLAGS_ngram_lookup_max)},
-          nullptr);
+      const Mode lookup{
+          .lookup = absl::GetFlag(FLAGS_ngram_lookup) > 0 ? absl::GetFlag(FLAGS_ngram_lookup) : 3,
+          .lookup_tokens = absl::GetFlag(FLAGS_ngram_lookup_tokens) > 0
+                               ? absl::GetFlag(FLAGS_ngram_lookup_tokens)
+                               : drafts,
+          .lookup_max = absl::GetFlag(FLAGS_ngram_lookup_max)};
+      alone = run(lookup, nullptr);
+      if (curve.has_value()) {
+        // The confidence length against the same steps without a draft pass
+        // (as a worker of lookup alone measures its curve).
+        VerifyCostCurve no_pass = *curve;
+        for (VerifyCostCurve::Point& p : no_pass.points) p.draft_ms = 0;
+        alone_conf = run(lookup, &no_pass);
+      }
     }
     bool equal = true;
     for (size_t s = 0; s < off.outputs.size(); ++s) {
@@ -670,8 +676,10 @@ int Run() {
       if (conf.has_value()) {
         equal = equal && std::equal(a.begin(), a.begin() + new_tokens, conf->outputs[s].begin());
       }
-      if (alone.has_value()) {
-        equal = equal && std::equal(a.begin(), a.begin() + new_tokens, alone->outputs[s].begin());
+      for (const std::optional<Result>* r : {&alone, &alone_conf}) {
+        if (r->has_value()) {
+          equal = equal && std::equal(a.begin(), a.begin() + new_tokens, (*r)->outputs[s].begin());
+        }
       }
     }
     auto per_row = [](int64_t n, const Result& r) {
@@ -700,15 +708,16 @@ int Run() {
                     static_cast<long long>(run->dspark));
       }
     }
-    if (alone.has_value()) {
+    for (const std::optional<Result>* r : {&alone, &alone_conf}) {
+      if (!r->has_value()) continue;
+      const Result& a = **r;
       std::printf(
-          "       lookup alone: %.1f tok/s (%.2fx off), verify %.2f, accept %.2f, %lld "
+          "       lookup alone, %s: %.1f tok/s (%.2fx off), verify %.2f, accept %.2f, %lld "
           "lookups over %lld decode rows (steady %.1f tok/s)\n",
-          alone->tokens / alone->seconds,
-          (alone->tokens / alone->seconds) / (off.tokens / off.seconds),
-          per_row(alone->verified, *alone), per_row(alone->tokens, *alone),
-          static_cast<long long>(alone->lookups), static_cast<long long>(alone->rows),
-          steady(*alone));
+          r == &alone ? "fixed" : "conf", a.tokens / a.seconds,
+          (a.tokens / a.seconds) / (off.tokens / off.seconds), per_row(a.verified, a),
+          per_row(a.tokens, a), static_cast<long long>(a.lookups), static_cast<long long>(a.rows),
+          steady(a));
     }
     for (const Result* run :
          {&off, &fixed, alone.has_value() ? &*alone : static_cast<const Result*>(nullptr)}) {
