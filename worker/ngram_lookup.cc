@@ -39,13 +39,27 @@ void NgramIndex::Sync(const History& h, int n, int max_n) {
 }
 
 void NgramIndex::IndexUpTo(const History& h, int64_t last_end) {
-  // Every n-gram ending at last_end or before, the newest winning.
+  // Every n-gram ending at last_end or before, the newest winning; the one
+  // ending `window_` positions before each leaves, unless a newer occurrence
+  // took its place.
   for (int64_t end = std::max<int64_t>(indexed_, n_ - 1); end <= last_end; ++end) {
+    const int64_t old = end - window_;
     for (int n = n_; n <= max_n_ && n <= end + 1; ++n) {
-      last_end_[n - n_][HashAt(h, end, n)] = end;
+      absl::flat_hash_map<uint64_t, int64_t>& map = last_end_[n - n_];
+      map[HashAt(h, end, n)] = end;
+      if (old >= n - 1) {
+        const auto it = map.find(HashAt(h, old, n));
+        if (it != map.end() && it->second == old) map.erase(it);
+      }
     }
   }
   indexed_ = std::max(indexed_, last_end + 1);
+}
+
+int64_t NgramIndex::entries() const {
+  int64_t total = 0;
+  for (const auto& map : last_end_) total += static_cast<int64_t>(map.size());
+  return total;
 }
 
 void NgramIndex::Index(std::span<const int32_t> prompt, std::span<const int32_t> output, int n,

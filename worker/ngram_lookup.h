@@ -32,6 +32,12 @@ namespace weir::worker {
 // The longest match length NgramIndex takes.
 inline constexpr int kMaxNgramMatch = 16;
 
+// How far back a lookup looks by default: the n-grams ending at the last
+// this many positions before the newest. Older entries are dropped as the
+// history grows, so an index holds at most this many entries a length
+// (about 2 MiB a length at 32 bytes an entry) whatever the context.
+inline constexpr int64_t kDefaultNgramWindow = int64_t{1} << 16;
+
 // The confidence logit of draft `position` (0 = the first) of a lookup
 // whose match reaches `extent` tokens (NgramIndex::Propose): sigmoid of it
 // estimates P(that draft is accepted | the drafts before it were), what
@@ -47,9 +53,13 @@ float LookupDraftConfidence(int extent, int position);
 
 class NgramIndex {
  public:
+  // `window`: how many of the latest end positions stay indexed (>= 1).
+  explicit NgramIndex(int64_t window = kDefaultNgramWindow) : window_(window) {}
+
   // `k` tokens that followed the most recent earlier occurrence of the
-  // history's last `n` tokens (history = prompt ++ output ++ {last}), in
-  // order; where they would run past the history's end, the proposal's own
+  // history's last `n` tokens (history = prompt ++ output ++ {last}) that
+  // ends within the window (at the last `window` positions before `last`),
+  // in order; where they would run past the history's end, the proposal's own
   // tokens again (the match repeats with the period between the occurrence
   // and the end, as in an overlapping copy); empty when the
   // last n tokens occur nowhere before, the history is shorter than n + 1,
@@ -81,6 +91,8 @@ class NgramIndex {
 
   // End positions indexed so far (tests).
   int64_t indexed() const { return indexed_; }
+  // Entries held, over every length (at most window x lengths).
+  int64_t entries() const;
 
  private:
   // The history prompt ++ output ++ {last} without copying it.
@@ -108,6 +120,7 @@ class NgramIndex {
 
   // [n - n_]: an n-gram's hash -> its last end position.
   std::vector<absl::flat_hash_map<uint64_t, int64_t>> last_end_;
+  int64_t window_;            // end positions kept (the latest)
   int64_t indexed_ = 0;       // end positions < indexed_ are in last_end_
   int n_ = 0;                 // the shortest match length of the index
   int max_n_ = 0;             // and the longest

@@ -12,11 +12,12 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 
-// The proposal by brute force: the latest end e < size - 1 whose n tokens
-// equal the last n, then up to k tokens after it.
-std::vector<int64_t> BruteForce(const std::vector<int64_t>& h, int n, int k) {
+// The proposal by brute force: the latest end e < size - 1 (and e >= size -
+// 1 - window) whose n tokens equal the last n, then up to k tokens after it.
+std::vector<int64_t> BruteForce(const std::vector<int64_t>& h, int n, int k,
+                                int64_t window = kDefaultNgramWindow) {
   const int64_t size = static_cast<int64_t>(h.size());
-  for (int64_t e = size - 2; e >= n - 1; --e) {
+  for (int64_t e = size - 2; e >= n - 1 && e >= size - 1 - window; --e) {
     bool same = true;
     for (int i = 0; i < n && same; ++i) same = h[e - i] == h[size - 1 - i];
     if (!same) continue;
@@ -33,9 +34,10 @@ std::vector<int64_t> BruteForce(const std::vector<int64_t>& h, int n, int k) {
 }
 
 // The lengths max_n .. n in turn: the first that matches proposes.
-std::vector<int64_t> BruteForceRange(const std::vector<int64_t>& h, int n, int max_n, int k) {
+std::vector<int64_t> BruteForceRange(const std::vector<int64_t>& h, int n, int max_n, int k,
+                                     int64_t window = kDefaultNgramWindow) {
   for (int len = max_n; len >= n; --len) {
-    std::vector<int64_t> out = BruteForce(h, len, k);
+    std::vector<int64_t> out = BruteForce(h, len, k, window);
     if (!out.empty()) return out;
   }
   return {};
@@ -131,43 +133,68 @@ TEST(NgramIndexTest, TheExtentOfAMatch) {
 TEST(NgramIndexTest, IncrementalEqualsFreshAndBruteForce) {
   std::mt19937 rng(7);
   const std::pair<int, int> ranges[] = {{1, 1}, {2, 2}, {3, 3}, {4, 4}, {1, 4}, {2, 3}};
-  for (const auto& [n, max_n] : ranges) {
-    for (int trial = 0; trial < 20; ++trial) {
-      std::uniform_int_distribution<int> token(0, 2 + trial % 4);
-      std::uniform_int_distribution<int> grow(1, 6);
-      std::vector<int32_t> prompt, output;
-      NgramIndex incremental;
-      int proposals = 0;
-      for (int step = 0; step < 60; ++step) {
-        std::vector<int32_t>& into = step < 5 ? prompt : output;
-        for (int g = grow(rng); g > 0; --g) into.push_back(token(rng));
-        const int64_t last = token(rng);
-        std::vector<int64_t> h(prompt.begin(), prompt.end());
-        h.insert(h.end(), output.begin(), output.end());
-        h.push_back(last);
-        const std::vector<int64_t> want = BruteForceRange(h, n, max_n, 5);
-        NgramIndex fresh;
-        ASSERT_EQ(fresh.Propose(prompt, output, last, n, 5, max_n), want)
-            << "n " << n << ".." << max_n << " step " << step;
-        // As the executor does while a prompt's chunks arrive: index what is
-        // known first (sometimes), then propose after the sample.
-        if (step % 3 != 1) {
-          incremental.Index(prompt, output, n, max_n);
-          const int64_t known = static_cast<int64_t>(prompt.size() + output.size());
-          if (known >= n) EXPECT_EQ(incremental.indexed(), known);
+  // The default window (all of these histories), and one of 7 positions:
+  // older occurrences are forgotten, and so are their entries.
+  for (const int64_t window : {kDefaultNgramWindow, int64_t{7}}) {
+    for (const auto& [n, max_n] : ranges) {
+      for (int trial = 0; trial < 20; ++trial) {
+        std::uniform_int_distribution<int> token(0, 2 + trial % 4);
+        std::uniform_int_distribution<int> grow(1, 6);
+        std::vector<int32_t> prompt, output;
+        NgramIndex incremental(window);
+        int proposals = 0;
+        for (int step = 0; step < 60; ++step) {
+          std::vector<int32_t>& into = step < 5 ? prompt : output;
+          for (int g = grow(rng); g > 0; --g) into.push_back(token(rng));
+          const int64_t last = token(rng);
+          std::vector<int64_t> h(prompt.begin(), prompt.end());
+          h.insert(h.end(), output.begin(), output.end());
+          h.push_back(last);
+          const std::vector<int64_t> want = BruteForceRange(h, n, max_n, 5, window);
+          NgramIndex fresh(window);
+          ASSERT_EQ(fresh.Propose(prompt, output, last, n, 5, max_n), want)
+              << "n " << n << ".." << max_n << " window " << window << " step " << step;
+          // As the executor does while a prompt's chunks arrive: index what
+          // is known first (sometimes), then propose after the sample.
+          if (step % 3 != 1) {
+            incremental.Index(prompt, output, n, max_n);
+            const int64_t known = static_cast<int64_t>(prompt.size() + output.size());
+            if (known >= n) EXPECT_EQ(incremental.indexed(), known);
+          }
+          ASSERT_EQ(incremental.Propose(prompt, output, last, n, 5, max_n), want)
+              << "n " << n << ".." << max_n << " window " << window << " step " << step;
+          if (static_cast<int>(h.size()) > n) {
+            EXPECT_EQ(incremental.indexed(), static_cast<int64_t>(h.size()) - 1);
+          }
+          EXPECT_LE(incremental.entries(), window * (max_n - n + 1));
+          proposals += want.empty() ? 0 : 1;
+          // `last` becomes history only if the next step's output took it.
+          if (step % 2 == 0) output.push_back(static_cast<int32_t>(last));
         }
-        ASSERT_EQ(incremental.Propose(prompt, output, last, n, 5, max_n), want)
-            << "n " << n << ".." << max_n << " step " << step;
-        if (static_cast<int>(h.size()) > n) {
-          EXPECT_EQ(incremental.indexed(), static_cast<int64_t>(h.size()) - 1);
-        }
-        proposals += want.empty() ? 0 : 1;
-        // `last` becomes history only if the next step's output took it.
-        if (step % 2 == 0) output.push_back(static_cast<int32_t>(last));
+        // (A 7-position window may see no repeat of 4 tokens in a history.)
+        if (window == kDefaultNgramWindow) EXPECT_GT(proposals, 0);
       }
-      EXPECT_GT(proposals, 0);
     }
   }
+}
+
+// A window keeps the latest end positions only: an occurrence further back
+// is forgotten (and its entry dropped), a newer one within it still found.
+TEST(NgramIndexTest, AWindowForgetsOlderOccurrences) {
+  // "1 2" ends at 1, then the history runs 6 positions on; the last "1 2"
+  // looks back over ends 3 .. 7 with a window of 5.
+  const std::vector<int32_t> prompt = {1, 2, 9, 5, 5, 5, 5, 1};
+  NgramIndex near(5);
+  EXPECT_THAT(near.Propose(prompt, {}, 2, 2, 1), IsEmpty());
+  NgramIndex far(6);  // ends 2 .. 7: still not 1
+  EXPECT_THAT(far.Propose(prompt, {}, 2, 2, 1), IsEmpty());
+  NgramIndex whole(7);  // ends 1 .. 7
+  EXPECT_THAT(whole.Propose(prompt, {}, 2, 2, 1), ElementsAre(9));
+  // Entries: one a position of the window, for each length.
+  NgramIndex bounded(4);
+  const std::vector<int32_t> distinct = {10, 11, 12, 13, 14, 15, 16, 17, 18, 19};
+  EXPECT_THAT(bounded.Propose(distinct, {}, 20, 1, 1, 2), IsEmpty());
+  EXPECT_EQ(bounded.entries(), 4 + 4);
 }
 
 // Index alone, then Propose with the sample: the same as Propose alone.

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, after the bundle is
 # unpacked (tools/gpu/bundle.sh with BUNDLE_PACK="serve tools/speculative_gpu
-# bin/kernels_cuda_decode_markov_test bin/worker_model_device_decoder_draft_test"):
+# bin/kernels_cuda_decode_markov_test bin/worker_model_device_decoder_draft_test
+# bin/worker_step_executor_gpu_test"):
 # issue 18's batch-1 measurements in one call of under 10 minutes, three files
 # under RESULTS (default $OUT):
-#   tests.log  the fused Markov head's kernel test and the drafting decoder's
-#              tests (FusedMarkovGivesTheLoopsBits among them)
+#   tests.log  the fused Markov head's kernel test, the drafting decoder's
+#              tests (FusedMarkovGivesTheLoopsBits among them) and the executor
+#              on a decoder (LookupAloneVerifiesOnADecoderThatDoesNotDraft)
 #   spec.txt   speculative_check.sh's tables: batch 1 at 64 and 256 new tokens
 #              with warm decoders, then with prompt lookup (--ngram_lookup=3)
 #              and a line of lookup alone (--lookup_alone: the workers of
@@ -44,6 +46,7 @@ step() {
 nvidia-smi --query-gpu=name,memory.used --format=csv > "${results}/summary.txt" 2>&1
 step markov_test "${results}/tests.log" "${bundle}/bin/kernels_cuda_decode_markov_test"
 step draft_test "${results}/tests.log" "${bundle}/bin/worker_model_device_decoder_draft_test"
+step executor_gpu_test "${results}/tests.log" "${bundle}/bin/worker_step_executor_gpu_test"
 spec() {
   local name="$1" runs="$2" flags="$3"
   step "${name}" "${results}/spec.log" env SPEC_RUNS="${runs}" SPEC_FLAGS="${flags}" \
