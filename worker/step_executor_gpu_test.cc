@@ -37,22 +37,39 @@ RowPlan Row(int32_t slot, int64_t start, std::vector<int64_t> tokens, int32_t re
   return row;
 }
 
+// The small model (weights of seed 5, generated under TEST_TMPDIR/`dir`) on
+// CpuOps with row-stable logits, whose sequences roll back `max_rollback`
+// positions (-1: ModelOptions' default).
+struct RowStableSmall {
+  RowStableSmall(const std::string& dir, int64_t max_rollback = -1) {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    absl::StatusOr<std::unique_ptr<model::Checkpoint>> made = model::GenerateAndOpenCheckpoint(
+        "models/small/config.json", std::string(tmp ? tmp : "/tmp") + "/" + dir, /*seed=*/5);
+    EXPECT_TRUE(made.ok()) << made.status();
+    if (!made.ok()) return;
+    checkpoint = std::move(*made);
+    model::ModelOptions options;
+    options.max_rollback = max_rollback;
+    options.make_ops =
+        [](model::ActivationPrecision p) -> absl::StatusOr<std::unique_ptr<model::Ops>> {
+      return std::unique_ptr<model::Ops>(new model::CpuOps(p, {.row_stable_logits = true}));
+    };
+    absl::StatusOr<std::unique_ptr<model::Model>> m =
+        model::Model::Create(checkpoint->config(), *checkpoint, std::move(options));
+    EXPECT_TRUE(m.ok()) << m.status();
+    if (m.ok()) model = std::move(*m);
+  }
+  std::unique_ptr<model::Checkpoint> checkpoint;
+  std::unique_ptr<model::Model> model;  // null after a failure (a test failure)
+};
+
 TEST(StepExecutorGpuTest, DeviceDecodeGivesTheModelsOutcomes) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  auto ckpt = model::GenerateAndOpenCheckpoint("models/small/config.json",
-                                               std::string(tmp ? tmp : "/tmp") + "/small_exec",
-                                               /*seed=*/5);
-  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
-  model::ModelOptions options;
-  options.make_ops = [](model::ActivationPrecision p)
-      -> absl::StatusOr<std::unique_ptr<model::Ops>> {
-    return std::unique_ptr<model::Ops>(new model::CpuOps(p, {.row_stable_logits = true}));
-  };
-  auto m = model::Model::Create((*ckpt)->config(), **ckpt, std::move(options));
-  ASSERT_TRUE(m.ok()) << m.status();
+  RowStableSmall small("small_exec");
+  ASSERT_NE(small.model, nullptr);
+  model::Model& net = *small.model;
   // The decoder pages its compressed KV by the executor's blocks (as a CUDA
   // worker's does): 64 blocks of 16 positions, the pool's.
-  auto device = model::DeviceDecoder::Create(**m, model::ActivationPrecision::kBf16,
+  auto device = model::DeviceDecoder::Create(net, model::ActivationPrecision::kBf16,
                                              {.max_sequences = 4,
                                               .max_positions = 128,
                                               .kv_block_tokens = 16,
@@ -61,11 +78,11 @@ TEST(StepExecutorGpuTest, DeviceDecodeGivesTheModelsOutcomes) {
                                               .max_batch = 2});
   ASSERT_TRUE(device.ok()) << device.status();
   // The pool outlives the executor whose block tables hold its blocks.
-  auto layout = kv_cache::MakeKvCacheLayout((*m)->config(), (*m)->roles(), /*block_tokens=*/16);
+  auto layout = kv_cache::MakeKvCacheLayout(net.config(), net.roles(), /*block_tokens=*/16);
   ASSERT_TRUE(layout.ok()) << layout.status();
   auto pool = kv_cache::BlockPool::Create(*layout, 64);
   ASSERT_TRUE(pool.ok()) << pool.status();
-  StepExecutor host(**m, 4), dev(**m, 4);
+  StepExecutor host(net, 4), dev(net, 4);
   dev.SetDecodeBackend(device->get());
   dev.SetKvCache(pool->get());
   std::vector<int32_t> free_blocks;
@@ -175,20 +192,10 @@ TEST(StepExecutorGpuTest, DeviceDecodeGivesTheModelsOutcomes) {
 // outcomes equal the executor's without a decoder, bit for bit.
 TEST(StepExecutorGpuTest, LookupAloneVerifiesOnADecoderThatDoesNotDraft) {
   constexpr int32_t kLookup = 4;
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  auto ckpt = model::GenerateAndOpenCheckpoint("models/small/config.json",
-                                               std::string(tmp ? tmp : "/tmp") + "/small_lookup",
-                                               /*seed=*/5);
-  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
-  model::ModelOptions options;
-  options.max_rollback = kLookup;
-  options.make_ops = [](model::ActivationPrecision p)
-      -> absl::StatusOr<std::unique_ptr<model::Ops>> {
-    return std::unique_ptr<model::Ops>(new model::CpuOps(p, {.row_stable_logits = true}));
-  };
-  auto m = model::Model::Create((*ckpt)->config(), **ckpt, std::move(options));
-  ASSERT_TRUE(m.ok()) << m.status();
-  auto device = model::DeviceDecoder::Create(**m, model::ActivationPrecision::kBf16,
+  RowStableSmall small("small_lookup", /*max_rollback=*/kLookup);
+  ASSERT_NE(small.model, nullptr);
+  model::Model& net = *small.model;
+  auto device = model::DeviceDecoder::Create(net, model::ActivationPrecision::kBf16,
                                              {.max_sequences = 2,
                                               .max_positions = 128,
                                               .kv_block_tokens = 16,
@@ -199,11 +206,11 @@ TEST(StepExecutorGpuTest, LookupAloneVerifiesOnADecoderThatDoesNotDraft) {
                                               .max_rows_per_slot = kLookup + 1});
   ASSERT_TRUE(device.ok()) << device.status();
   ASSERT_FALSE((*device)->drafts());
-  auto layout = kv_cache::MakeKvCacheLayout((*m)->config(), (*m)->roles(), /*block_tokens=*/16);
+  auto layout = kv_cache::MakeKvCacheLayout(net.config(), net.roles(), /*block_tokens=*/16);
   ASSERT_TRUE(layout.ok()) << layout.status();
   auto pool = kv_cache::BlockPool::Create(*layout, 16);
   ASSERT_TRUE(pool.ok()) << pool.status();
-  StepExecutor host(**m, 2), dev(**m, 2);
+  StepExecutor host(net, 2), dev(net, 2);
   dev.SetDecodeBackend(device->get());
   dev.SetKvCache(pool->get());
   for (StepExecutor* ex : {&host, &dev}) ASSERT_TRUE(ex->SetNgramLookup(1, kLookup).ok());
