@@ -106,11 +106,10 @@ ABSL_FLAG(std::string, verify_length, "",
           "while). Outputs are the same.");
 ABSL_FLAG(int, speculative_max_batch, 0,
           "--speculative=dspark or ngram: a worker step with more speculative rows than this "
-          "drafts "
-          "nothing, so they decode at the plain rate until the batch is smaller again (at large "
-          "batches a verification's extra positions and the draft pass cost more than the "
-          "drafts return; vLLM's speculative_disable_by_batch_size). 0 = no limit. Outputs "
-          "are the same.");
+          "drafts nothing, so they decode at the plain rate until the batch is smaller again "
+          "(at large batches a verification's extra positions and the draft pass cost more "
+          "than the drafts return; vLLM's speculative_disable_by_batch_size). 0 = no limit. "
+          "Outputs are the same.");
 ABSL_FLAG(int, ngram_lookup, -1,
           "Prompt lookup (--speculative=dspark: beside DSpark's drafts; ngram: alone). After its "
           "sample, a sequence whose last N tokens occurred before in it (prompt or output) "
@@ -126,9 +125,8 @@ ABSL_FLAG(int, ngram_lookup_max, 0,
           "than the default 3 but verifies more drafts: for GPUs at small batches.");
 ABSL_FLAG(int, ngram_lookup_tokens, 0,
           "--speculative=dspark with prompt lookup: how many tokens a lookup proposes (0 = "
-          "--num_draft_tokens). "
-          "More than DSpark's block verifies a long repetition in one step (each speculative "
-          "row is then booked for as many); at most 16.");
+          "--num_draft_tokens). More than DSpark's block verifies a long repetition in one "
+          "step (each speculative row is then booked for as many); at most 16.");
 ABSL_FLAG(bool, ced_replay, false,
           "CED bounded replay (spec 4.4): a prompt runs the decoder half of the layers only over "
           "its last sliding-window positions (the global KV stays exact); faster prefill, "
