@@ -525,7 +525,11 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
   // Prompt lookup alone verifies lookups' drafts only: its curve has no
   // draft pass (draft_ms 0), so it is always measured here, on what verifies.
   const bool lookup_alone = num_draft_tokens == 0 && ngram_lookup > 0;
-  const int32_t curve_drafts = lookup_alone ? lookup_tokens : num_draft_tokens;
+  // A measured curve covers the longest verification: DSpark's block or a
+  // longer lookup's.
+  const int32_t curve_drafts =
+      lookup_alone ? lookup_tokens
+                   : std::max(num_draft_tokens, ngram_lookup > 0 ? lookup_tokens : 0);
   const char* const confidence_from =
       lookup_alone ? "the lookups' match lengths" : "the DSpark confidence";
   if (request->verify_length() == "confidence" && curve_drafts == 0) {
@@ -575,7 +579,7 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     if (lookup_alone) {
       backend.EnableRollback(curve_drafts);
     } else {
-      backend.EnableDrafting(num_draft_tokens);
+      backend.EnableDrafting(curve_drafts);
     }
     const auto t0 = absl::Now();
     absl::StatusOr<VerifyCostCurve> curve = ProfileVerifyCost(backend, batches, profile);
@@ -601,6 +605,11 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     }
     WEIR_LOG(INFO) << "verify length: from the DSpark confidence against " << kVerifyCostFile
                    << " (" << curve->backend << ", " << curve->measured_on << ")";
+    if (curve->max_drafts() < curve_drafts) {
+      WEIR_LOG(WARNING) << "verify length: " << kVerifyCostFile << " covers " << curve->max_drafts()
+                        << " drafts a row, so lookups of " << curve_drafts
+                        << " tokens verify at most that many";
+    }
     cost_curve = std::move(*curve);
   } else if (!request->verify_length().empty() && request->verify_length() != "fixed") {
     return Error(

@@ -128,6 +128,19 @@ TEST(WorkerServiceTest, ConfidenceVerifyLengthNeedsAGoodCostCurve) {
   EXPECT_TRUE(h.serving);
   std::filesystem::remove(curve);
   EXPECT_EQ(load("confidence", /*measure=*/true), grpc::StatusCode::OK);
+  // Lookups longer than DSpark's block: the curve measured at load covers
+  // them (a verification of 1 + 8 positions, rolled back 8).
+  v1::LoadWeightsRequest longer;
+  longer.set_coordinator_epoch(kEpoch);
+  longer.set_model_dir(TinyModelDir());
+  longer.set_num_draft_tokens(5);
+  longer.set_ngram_lookup(3);
+  longer.set_ngram_lookup_tokens(8);
+  longer.set_verify_length("confidence");
+  longer.set_measure_verify_cost(true);
+  grpc::ClientContext context;
+  v1::LoadWeightsResponse response;
+  EXPECT_EQ(h.stub->LoadWeights(&context, longer, &response).error_code(), grpc::StatusCode::OK);
 }
 
 // Prompt lookup alone (num_draft_tokens 0, coordinator --speculative=ngram):
