@@ -20,7 +20,12 @@
 #   spec.log   what speculative_check.sh said besides (a run that failed)
 #   summary.txt  one line a step: its name, exit status and seconds
 #   tools/gpu/speculative_round.sh [MODEL_DIR]      (default models/tiny)
-# Each step is stopped after STEP_TIMEOUT_S (default 170) seconds.
+# Each step is stopped after STEP_TIMEOUT_S (default 170) seconds. All the
+# steps may pass a device call's 10 minutes: ROUND_STEPS (names, space-
+# separated; default all) runs some of them, e.g. two calls of
+#   ROUND_STEPS="markov_test draft_test executor_gpu_test warm lookup"
+#   ROUND_STEPS="lookup_fused lookup8 range14 cold"
+# (summary.txt is appended to, so the second call's RESULTS may be the same.)
 set -uo pipefail
 bundle="${BUNDLE:-.gpu_bundle}"
 results="${RESULTS:-${OUT:?set RESULTS or OUT}}"
@@ -31,10 +36,14 @@ export NCCL_NVLS_ENABLE=0
 limit="${STEP_TIMEOUT_S:-170}"
 status=0
 
-# step NAME LOG COMMAND...: runs COMMAND into LOG, one summary line.
+# step NAME LOG COMMAND...: runs COMMAND into LOG, one summary line (nothing
+# when ROUND_STEPS is set and does not name it).
 step() {
   local name="$1" log="$2" start rc
   shift 2
+  if [[ -n "${ROUND_STEPS:-}" && " ${ROUND_STEPS} " != *" ${name} "* ]]; then
+    return 0
+  fi
   start=$(date +%s)
   echo "=== ${name}" >> "${log}"
   timeout "${limit}" "$@" >> "${log}" 2>&1
@@ -43,7 +52,7 @@ step() {
   ((rc == 0)) || status=1
 }
 
-nvidia-smi --query-gpu=name,memory.used --format=csv > "${results}/summary.txt" 2>&1
+nvidia-smi --query-gpu=name,memory.used --format=csv >> "${results}/summary.txt" 2>&1
 step markov_test "${results}/tests.log" "${bundle}/bin/kernels_cuda_decode_markov_test"
 step draft_test "${results}/tests.log" "${bundle}/bin/worker_model_device_decoder_draft_test"
 step executor_gpu_test "${results}/tests.log" "${bundle}/bin/worker_step_executor_gpu_test"
