@@ -46,6 +46,44 @@ const char* LifecycleName(v1::Lifecycle lifecycle) {
   }
 }
 
+// Speculative decoding over every rank since start (ServerState.speculation),
+// with the method as a label: verifications by accepted drafts, the drafts
+// verified and accepted, prompt lookup's share, the steps with drafting
+// paused (vLLM's spec_decode counters, from the workers' row results).
+void RenderSpeculation(const v1::ServerState::Speculation& spec, std::string& out) {
+  const std::string method = absl::StrCat(
+      "method=\"", EscapeLabel(spec.method().empty() ? "dspark" : spec.method()), "\"");
+  uint64_t accepted = 0;
+  for (int a = 0; a < spec.accepted_histogram_size(); ++a) {
+    accepted += static_cast<uint64_t>(a) * spec.accepted_histogram(a);
+  }
+  Header("weir_spec_decode_verifications_total", "counter",
+         "Decode steps of speculating sequences that verified drafts, by drafts accepted.", out);
+  for (int a = 0; a < spec.accepted_histogram_size(); ++a) {
+    absl::StrAppend(&out, "weir_spec_decode_verifications_total{", method, ",accepted=\"", a,
+                    "\"} ", spec.accepted_histogram(a), "\n");
+  }
+  Header("weir_spec_decode_draft_tokens_total", "counter", "Draft tokens the workers verified.",
+         out);
+  absl::StrAppend(&out, "weir_spec_decode_draft_tokens_total{", method, "} ",
+                  spec.verified_drafts(), "\n");
+  Header("weir_spec_decode_accepted_tokens_total", "counter",
+         "Draft tokens verification accepted (before stop conditions).", out);
+  absl::StrAppend(&out, "weir_spec_decode_accepted_tokens_total{", method, "} ", accepted, "\n");
+  Header("weir_spec_decode_lookup_verifications_total", "counter",
+         "Of the verifications, those of prompt lookup drafts.", out);
+  absl::StrAppend(&out, "weir_spec_decode_lookup_verifications_total{", method, "} ",
+                  spec.lookup_verifications(), "\n");
+  Header("weir_spec_decode_lookup_accepted_tokens_total", "counter",
+         "Prompt lookup drafts verification accepted.", out);
+  absl::StrAppend(&out, "weir_spec_decode_lookup_accepted_tokens_total{", method, "} ",
+                  spec.lookup_accepted_drafts(), "\n");
+  Header("weir_spec_decode_paused_steps_total", "counter",
+         "Decode steps of speculating sequences whose drafting was paused.", out);
+  absl::StrAppend(&out, "weir_spec_decode_paused_steps_total{", method, "} ", spec.paused_steps(),
+                  "\n");
+}
+
 void RenderState(const v1::ServerState& state, std::string& out) {
   Header("weir_lifecycle", "gauge", "1 for the cluster's lifecycle state, 0 for the others.", out);
   for (v1::Lifecycle l : {v1::LIFECYCLE_STARTING, v1::LIFECYCLE_READY, v1::LIFECYCLE_DEGRADED,
@@ -115,6 +153,7 @@ void RenderState(const v1::ServerState& state, std::string& out) {
   absl::StrAppend(&out, "weir_recoveries_total ", state.recoveries().count(), "\n");
   Header("weir_expert_map_version", "gauge", "Version of the committed expert map.", out);
   absl::StrAppend(&out, "weir_expert_map_version ", state.expert_map_version(), "\n");
+  if (state.has_speculation()) RenderSpeculation(state.speculation(), out);
 }
 
 }  // namespace

@@ -91,6 +91,27 @@ TEST(MetricsTest, RendersCountersHistogramsAndState) {
   EXPECT_TRUE(Has(text, "weir_steps_total 42"));
   EXPECT_TRUE(Has(text, "weir_preemptions_total 3"));
   EXPECT_TRUE(Has(text, "weir_forked_samples_total 5"));
+  EXPECT_FALSE(absl::StrContains(text, "weir_spec_decode")) << "no speculation: none";
+  // With speculation: its counters, the method as a label.
+  v1::ServerState::Speculation* spec = state.mutable_speculation();
+  spec->set_method("ngram");
+  for (uint64_t n : {5, 0, 2, 1}) spec->add_accepted_histogram(n);  // 0..3 accepted
+  spec->set_verified_drafts(20);
+  spec->set_lookup_verifications(6);
+  spec->set_lookup_accepted_drafts(7);
+  spec->set_paused_steps(4);
+  const std::string with_spec = m.Render(&state);
+  EXPECT_TRUE(
+      Has(with_spec, "weir_spec_decode_verifications_total{method=\"ngram\",accepted=\"0\"} 5"));
+  EXPECT_TRUE(
+      Has(with_spec, "weir_spec_decode_verifications_total{method=\"ngram\",accepted=\"3\"} 1"));
+  EXPECT_TRUE(Has(with_spec, "weir_spec_decode_draft_tokens_total{method=\"ngram\"} 20"));
+  // 2 x 2 + 1 x 3 accepted drafts.
+  EXPECT_TRUE(Has(with_spec, "weir_spec_decode_accepted_tokens_total{method=\"ngram\"} 7"))
+      << with_spec;
+  EXPECT_TRUE(Has(with_spec, "weir_spec_decode_lookup_verifications_total{method=\"ngram\"} 6"));
+  EXPECT_TRUE(Has(with_spec, "weir_spec_decode_lookup_accepted_tokens_total{method=\"ngram\"} 7"));
+  EXPECT_TRUE(Has(with_spec, "weir_spec_decode_paused_steps_total{method=\"ngram\"} 4"));
   // Without state only the request metrics.
   EXPECT_FALSE(absl::StrContains(m.Render(nullptr), "weir_steps_total"));
 }
