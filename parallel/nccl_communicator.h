@@ -126,6 +126,8 @@ class NcclCommunicator final : public Communicator {
   absl::Status Synchronize(const ExecContext& ctx);
 
  private:
+  friend class NcclSymmetricMemory;  // registers windows through comm_, waits by Await
+
   NcclCommunicator(ncclComm_t comm, int rank, int world_size, int device,
                    const NcclOptions& options);
 

@@ -256,6 +256,23 @@ absl::StatusOr<std::unique_ptr<DeviceDecoder>> DeviceDecoder::Impl::Build(
   WEIR_DD_CUDA("event", cudaEventCreateWithFlags(&m.mix_join_ev, cudaEventDisableTiming));
   WEIR_DD_CUDA("event", cudaEventCreate(&m.ev_begin));
   WEIR_DD_CUDA("event", cudaEventCreate(&m.ev_end));
+  if (m.lsa_exchange()) {  // collective: every rank builds its decoder alike
+    const int64_t rows_all = m.ex.world * m.batch_cap,
+                  k = std::max<int64_t>(c.n_activated_experts, 1);
+    const size_t windows[] = {static_cast<size_t>(rows_all * c.dim) * sizeof(float),
+                              static_cast<size_t>(rows_all * k) * sizeof(int32_t),
+                              static_cast<size_t>(rows_all * k) * sizeof(float),
+                              static_cast<size_t>(m.batch_cap * k * c.dim) * sizeof(float),
+                              kc::MoeLsaBarrierBytes(m.ex.world)};
+    ASSIGN_OR_RETURN(m.ep_sym,
+                     parallel::NcclSymmetricMemory::Create(*options.communicator, windows, 0));
+    WEIR_DD_CUDA("abort word", cudaHostAlloc(reinterpret_cast<void**>(&m.lsa_abort_host),
+                                             sizeof(int32_t), cudaHostAllocMapped));
+    *m.lsa_abort_host = 0;
+    void* abort_dev = nullptr;
+    WEIR_DD_CUDA("abort word", cudaHostGetDevicePointer(&abort_dev, m.lsa_abort_host, 0));
+    m.lsa_abort = static_cast<const int32_t*>(abort_dev);
+  }
   Region measure;
   measure.Begin(nullptr);
   RETURN_IF_ERROR(m.Layout(measure));
@@ -811,11 +828,24 @@ absl::StatusOr<int64_t> DeviceDecoder::StepInto(std::span<const int> slots,
     }
     if (options_.communicator != nullptr) {
       // Bounded by the communicator's timeout (a dead peer does not hang the step).
-      RETURN_IF_ERROR(options_.communicator->Synchronize(
-          {.memory = parallel::MemoryKind::kDevice, .stream = m.stream}));
+      if (absl::Status synced = options_.communicator->Synchronize(
+              {.memory = parallel::MemoryKind::kDevice, .stream = m.stream});
+          !synced.ok()) {
+        // A lost peer: the exchange's barriers stop waiting, the stream
+        // drains, and the decoder stays broken with its communicator.
+        if (m.lsa_abort_host != nullptr) {
+          *m.lsa_abort_host = 1;
+          cudaStreamSynchronize(m.stream);
+        }
+        return synced;
+      }
       const int64_t k = c.n_activated_experts;
-      stats_.exchange_bytes += int64_t{c.n_layers} * (m.ex.world - 1) * padded *
-                               (c.dim + 2 * k + k * c.dim) * 4;
+      // The fixed blocks' bytes (the device-initiated exchange sends what the
+      // routing asks for: not counted here).
+      if (!m.lsa_exchange()) {
+        stats_.exchange_bytes +=
+            int64_t{c.n_layers} * (m.ex.world - 1) * padded * (c.dim + 2 * k + k * c.dim) * 4;
+      }
     } else {
       WEIR_DD_CUDA("step", cudaStreamSynchronize(m.stream));
     }

@@ -328,6 +328,17 @@ struct DeviceDecoderOptions {
   // Not owned; must outlive the decoder and live on `device`. Null: every
   // routed expert is local and nothing is exchanged.
   parallel::NcclCommunicator* communicator = nullptr;
+  // With a communicator: the MoE exchange written by the device into the
+  // peers' NCCL symmetric windows (kernels/cuda/moe/moe_exchange_lsa.h)
+  // instead of NCCL sends of fixed blocks: a token's row goes only to the
+  // ranks that serve one of its pairs and each served pair's output goes back
+  // once, so a prefill chunk moves about (ranks hit a token) / world of the
+  // rows; the same bits. Its receive windows (world x batch rows x (dim + 2
+  // topk) floats, batch rows x topk x dim floats back) are NCCL memory
+  // outside the arena. Needs every rank load/store accessible (one node on
+  // NVLink): Create returns FAILED_PRECONDITION otherwise. Off by default
+  // until it has run on several GPUs.
+  bool ep_lsa_exchange = false;
   // With a communicator: the expert map, world_size equal to the
   // communicator's (num_layers 0 = IdentityPlacement over that world). The
   // model must hold the routed experts of this rank's slots.
@@ -376,7 +387,8 @@ struct DeviceDecoderStats {
   int reference_dense = 0;
   int fast_moe_layers = 0;
   bool stored_kv = false;       // the pools hold the stored form (options.stored_kv applied)
-  int64_t exchange_bytes = 0;   // expert parallelism: bytes sent to other ranks
+  int64_t exchange_bytes = 0;   // expert parallelism: bytes sent to other ranks (fixed
+                                // blocks; 0 with ep_lsa_exchange, which is not counted)
   // With DeviceDecoderOptions::profile: device seconds per section name.
   std::map<std::string, double> section_seconds;
 };

@@ -49,6 +49,7 @@
 #include "kernels/cuda/moe/hc_mix_split.h"
 #include "kernels/cuda/moe/mhc.h"
 #include "kernels/cuda/moe/moe_exchange.h"
+#include "kernels/cuda/moe/moe_exchange_lsa.h"
 #include "kernels/cuda/moe/moe_gate.h"
 #include "kernels/cuda/moe/moe_permute.h"
 #include "kernels/cuda/moe/mxfp4_fp8_tiles.h"
@@ -56,6 +57,7 @@
 #include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/rope.h"
 #include "parallel/nccl_communicator.h"
+#include "parallel/nccl_symmetric.h"
 #include "worker/model/device_decoder.h"
 #include "worker/model/draft_result.h"
 #include "worker/model/engram_layer.h"
@@ -491,6 +493,16 @@ struct DeviceDecoder::Impl {
   int64_t* load_routed = nullptr;
   int64_t* load_served = nullptr;
   float *ep_back = nullptr, *ep_ret = nullptr;  // [world, batch rows, topk, dim]
+  // options.ep_lsa_exchange: the receive side's windows, in this order:
+  // ep_recv_x, ep_recv_slot, ep_recv_w, then ep_ret as [batch rows, topk,
+  // dim] (a pair's row does not depend on the rank that served it). No send
+  // blocks and no ep_back then.
+  std::unique_ptr<parallel::NcclSymmetricMemory> ep_sym;  // + the barrier's window (4)
+  // Raised when the step's synchronisation fails (a lost peer): the
+  // exchange's barriers stop waiting. Pinned host memory mapped for the device.
+  int32_t* lsa_abort_host = nullptr;
+  const int32_t* lsa_abort = nullptr;
+  bool lsa_exchange() const { return options.communicator != nullptr && options.ep_lsa_exchange; }
   float *xg = nullptr, *wg = nullptr, *gg = nullptr, *upg = nullptr, *yg = nullptr;
   float *sg = nullptr, *su = nullptr, *sy = nullptr;
   float *emb = nullptr, *ekv = nullptr, *ekey = nullptr, *evalue = nullptr;
@@ -569,6 +581,8 @@ struct DeviceDecoder::Impl {
     for (auto& [b, exec] : graphs) cudaGraphExecDestroy(exec);
     for (cudaEvent_t e : prof_events) cudaEventDestroy(e);
     gemm.reset();
+    ep_sym.reset();
+    if (lsa_abort_host != nullptr) cudaFreeHost(lsa_abort_host);
     if (arena != nullptr && options.memory == nullptr) cudaFree(arena);
     if (meta_host != nullptr) cudaFreeHost(meta_host);
     if (tables_host != nullptr) cudaFreeHost(tables_host);

@@ -257,13 +257,43 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
                                      .num_logical = logical,
                                      .rank = ex.rank},
                                     stream));
-    RETURN_IF_ERROR(kc::MoeDispatchPack(
-        {.slots = ep_physical, .route_weight = moe_w, .x = h, .valid_tokens = meta_d.valid,
-         .send_x = ep_send_x, .send_slot = ep_send_slot, .send_weight = ep_send_w,
-         .return_row = ep_return_row, .tokens = b, .dim = d, .topk = k, .world = ex.world,
-         .slots_per_rank = ex.per_rank},
-        stream));
-    RETURN_IF_ERROR(Dispatch(b));
+    if (lsa_exchange()) {  // straight into the peers' windows, then their barrier
+      if (k > c.n_activated_experts) {
+        return absl::InternalError("DeviceDecoder: an exchanged layer routes past its windows");
+      }
+      RETURN_IF_ERROR(kc::MoeDispatchLsa({.slots = ep_physical,
+                                          .route_weight = moe_w,
+                                          .x = h,
+                                          .valid_tokens = meta_d.valid,
+                                          .recv_x = ep_sym->window(0),
+                                          .recv_slot = ep_sym->window(1),
+                                          .recv_weight = ep_sym->window(2),
+                                          .return_row = ep_return_row,
+                                          .barrier = ep_sym->window(4),
+                                          .abort = lsa_abort,
+                                          .comm = &ep_sym->dev_comm(),
+                                          .tokens = b,
+                                          .dim = d,
+                                          .topk = k,
+                                          .slots_per_rank = ex.per_rank},
+                                         stream));
+    } else {
+      RETURN_IF_ERROR(kc::MoeDispatchPack({.slots = ep_physical,
+                                           .route_weight = moe_w,
+                                           .x = h,
+                                           .valid_tokens = meta_d.valid,
+                                           .send_x = ep_send_x,
+                                           .send_slot = ep_send_slot,
+                                           .send_weight = ep_send_w,
+                                           .return_row = ep_return_row,
+                                           .tokens = b,
+                                           .dim = d,
+                                           .topk = k,
+                                           .world = ex.world,
+                                           .slots_per_rank = ex.per_rank},
+                                          stream));
+      RETURN_IF_ERROR(Dispatch(b));
+    }
     in_x = ep_recv_x;
     in_groups = ep_recv_slot;
     in_weight = ep_recv_w;
@@ -396,10 +426,22 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
     // Each received pair's output into the block of the rank it came from
     // (pairs served elsewhere: zeros), then back.
     Mark("moe.return");
-    RETURN_IF_ERROR(dec::CopyRows({.src = yg, .dst = ep_back, .src_rows = pair_row,
-                                   .rows = rows, .width = d},
-                                  stream));
-    RETURN_IF_ERROR(Return(b));
+    if (lsa_exchange()) {
+      RETURN_IF_ERROR(kc::MoeReturnLsa({.y_grouped = yg,
+                                        .pair_row = pair_row,
+                                        .ret = ep_sym->window(3),
+                                        .barrier = ep_sym->window(4),
+                                        .abort = lsa_abort,
+                                        .comm = &ep_sym->dev_comm(),
+                                        .tokens = b,
+                                        .dim = d,
+                                        .topk = k},
+                                       stream));
+    } else {
+      RETURN_IF_ERROR(dec::CopyRows(
+          {.src = yg, .dst = ep_back, .src_rows = pair_row, .rows = rows, .width = d}, stream));
+      RETURN_IF_ERROR(Return(b));
+    }
   }
   if (concurrent) {
     RETURN_IF_ERROR(JoinSide());

@@ -367,7 +367,16 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
   gg = r.Alloc<float>(pairs * inter);
   upg = r.Alloc<float>(pairs * inter);
   yg = r.Alloc<float>(pairs * d);
-  if (options.communicator != nullptr) {
+  if (lsa_exchange()) {  // the receive side in the symmetric windows (Build)
+    ep_return_row = r.Alloc<int32_t>(bc * k);
+    ep_physical = r.Alloc<int32_t>(bc * k);
+    if (ep_sym != nullptr) {
+      ep_recv_x = static_cast<float*>(ep_sym->local(0));
+      ep_recv_slot = static_cast<int32_t*>(ep_sym->local(1));
+      ep_recv_w = static_cast<float*>(ep_sym->local(2));
+      ep_ret = static_cast<float*>(ep_sym->local(3));
+    }
+  } else if (options.communicator != nullptr) {
     const int64_t rows_all = ex.world * bc;
     ep_send_x = r.Alloc<float>(rows_all * d);
     ep_recv_x = r.Alloc<float>(rows_all * d);
