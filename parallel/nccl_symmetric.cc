@@ -19,6 +19,15 @@ absl::StatusOr<std::unique_ptr<NcclSymmetricMemory>> NcclSymmetricMemory::Create
   for (size_t b : bytes) {
     if (b == 0) return absl::InvalidArgumentError("NcclSymmetricMemory: a buffer of 0 bytes");
   }
+  if (comm.world_size() < 2) {
+    // NCCL 2.28 gives symmetric memory only to a communicator whose ranks
+    // are all direct P2P peers, and a world of one has none (measured on an
+    // H100: "isAllDirectP2p 0", then ncclDevCommCreate refuses). Refused
+    // here, before a failed NCCL call would break the communicator.
+    return absl::FailedPreconditionError(
+        "NcclSymmetricMemory: a world of one rank has no peers; NCCL gives symmetric memory "
+        "only to ranks that are all direct P2P peers");
+  }
   if (!comm.broken_.ok() || comm.comm_ == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("NcclSymmetricMemory: ", comm.broken_.message()));

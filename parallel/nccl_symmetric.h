@@ -11,8 +11,11 @@
 // moe_exchange_lsa.h).
 //
 // Create is collective: every rank of the communicator calls it with the same
-// sizes in the same order. It needs every rank in one LSA team (one node);
-// otherwise FAILED_PRECONDITION and nothing is kept. Errors of NCCL break the
+// sizes in the same order. It needs at least two ranks, all in one LSA team
+// (one node, direct P2P between every pair: NCCL 2.28 refuses symmetric
+// memory otherwise, a world of one included); otherwise FAILED_PRECONDITION
+// before any NCCL call, and the communicator stays usable. A failure of NCCL
+// after that point breaks the communicator, as any of its calls does. Errors of NCCL break the
 // communicator as any of its calls does (nccl_communicator.h "Failure").
 //
 // Ownership: the memory must be destroyed before its communicator (the
@@ -43,8 +46,9 @@ class NcclSymmetricMemory {
   // with `lsa_barriers` LSA barriers (a kernel's CTA b uses barrier b; 0 for
   // kernels that keep their own). INVALID_ARGUMENT for no buffer, a zero
   // size or lsa_barriers < 0;
-  // FAILED_PRECONDITION when some rank is not load/store accessible
-  // (ncclTeamLsa smaller than the world) or the communicator is broken;
+  // FAILED_PRECONDITION for a world of one, when some rank is not load/store
+  // accessible (ncclTeamLsa smaller than the world) or the communicator is
+  // broken;
   // UNAVAILABLE / ABORTED as the communicator's waits.
   static absl::StatusOr<std::unique_ptr<NcclSymmetricMemory>> Create(NcclCommunicator& comm,
                                                                      std::span<const size_t> bytes,

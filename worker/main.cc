@@ -92,6 +92,11 @@ ABSL_FLAG(bool, expert_prefill_tiles, true,
           "With --expert_wgmma: prompt chunks of at least 96 rows an expert run the routed "
           "experts on the FP8 tile form (the same bits as the MXFP4 wgmma kernel, faster at "
           "prefill; DeviceDecoderOptions::expert_prefill_tiles).");
+ABSL_FLAG(bool, ep_lsa_exchange, false,
+          "With --device_decode_ep on several GPUs of one node: the MoE exchange written by "
+          "the device into the peers' NCCL symmetric windows, a token's row only to the ranks "
+          "that serve it (same outputs; not yet run on several GPUs; "
+          "DeviceDecoderOptions::ep_lsa_exchange).");
 ABSL_FLAG(bool, dense_wgmma, false,
           "With --numerics=fast: the FP8 linears' block sums on FP8 wgmma (faster at small "
           "batches, slower at 32-64; the same precision trade as --expert_wgmma).");
@@ -182,6 +187,7 @@ int Run(int argc, char** argv) {
                     .expert_wgmma = absl::GetFlag(FLAGS_expert_wgmma),
                     .expert_prefill_tiles = absl::GetFlag(FLAGS_expert_prefill_tiles),
                     .dense_wgmma = absl::GetFlag(FLAGS_dense_wgmma),
+                    .ep_lsa_exchange = absl::GetFlag(FLAGS_ep_lsa_exchange),
                     .fault_injection = absl::GetFlag(FLAGS_fault_injection)});
   if (absl::GetFlag(FLAGS_fault_injection)) InstallStallSignal();
   absl::StatusOr<StartedServer> server =

@@ -405,6 +405,7 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     dd_options.expert_wgmma = options_.expert_wgmma;
     dd_options.expert_prefill_tiles = options_.expert_prefill_tiles;
     dd_options.dense_wgmma = options_.dense_wgmma;
+    dd_options.ep_lsa_exchange = options_.ep_lsa_exchange;
     dd_options.memory = device_memory;
     // The host-staged communicator of the CUDA path wraps the NCCL one.
     if (auto* staged = dynamic_cast<parallel::HostStagedCommunicator*>(communicator_.get())) {

@@ -123,6 +123,10 @@ struct WorkerOptions {
   // (DeviceDecoderOptions::expert_prefill_tiles).
   bool expert_prefill_tiles = true;
   bool dense_wgmma = false;
+  // With device_decode_ep on several GPUs of one node: the MoE exchange
+  // written by the device into the peers' NCCL symmetric windows
+  // (DeviceDecoderOptions::ep_lsa_exchange).
+  bool ep_lsa_exchange = false;
   // Testing: after SIGUSR1 (fault_injection.h) the Steps stream stops
   // answering, as a hung worker would; health keeps answering.
   bool fault_injection = false;

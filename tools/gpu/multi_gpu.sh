@@ -14,8 +14,10 @@
 #          per GPU, --backend=cuda against --backend=cpu)
 #   serve_ep: the same with the workers' device decoder on every rank
 #          (--device_decode_ep: each decode step a collective of the N ranks, the
-#          MoE exchange over NCCL inside the CUDA graphs), and the
-#          device_decoder_test two-rank cases (they need 2 GPUs)
+#          MoE exchange over NCCL inside the CUDA graphs), again with
+#          --ep_lsa_exchange (the exchange written by the device into NCCL
+#          symmetric windows), the device_decoder_test two-rank cases and
+#          moe_exchange_lsa_test (they need 2 GPUs)
 #   eplb:  MODEL with a skewed router (gen_model --gate_bias_skew=0.4) served on N
 #          GPUs with N redundant expert slots and EPLB rearranging every 3
 #          report rounds; 24 concurrent greedy requests x 64 tokens through the
@@ -188,6 +190,12 @@ if [[ ",${steps}," == *",serve_ep,"* ]]; then
       -- env CUDA_WORKER_FLAGS=--device_decode_ep "${bundle}/serve_smoke.sh" "${model}" \
       "${results}/serve_ep" "${n}"
     grep -h 'device decode' "${results}/serve_smoke_ep.log" | head -n 1
+    # The same with the exchange written by the device (NCCL symmetric windows).
+    mkdir -p "${results}/serve_ep_lsa"
+    run_step "serve_smoke ${model} workers=${n} --device_decode_ep --ep_lsa_exchange" \
+      "${results}/serve_smoke_ep_lsa.log" note_serve \
+      -- env CUDA_WORKER_FLAGS=--device_decode_ep,--ep_lsa_exchange "${bundle}/serve_smoke.sh" \
+      "${model}" "${results}/serve_ep_lsa" "${n}"
   else
     missing "serve_smoke --device_decode_ep" "${bundle}/serve_smoke.sh or ${model}"
   fi
@@ -195,9 +203,17 @@ if [[ ",${steps}," == *",serve_ep,"* ]]; then
   if [[ -x "${decoder_test}" ]]; then
     run_step "device_decoder_test two ranks over NCCL" "${results}/device_decoder_two_ranks.log" \
       note_decoder -- "${decoder_test}" --gtest_filter='*TwoRanks*'
-    grep -h 'two ranks over NCCL\|SKIPPED' "${results}/device_decoder_two_ranks.log" | head -n 4
+    grep -h 'two ranks over NCCL\|SKIPPED' "${results}/device_decoder_two_ranks.log" | head -n 6
   else
     missing "device_decoder_test" "${decoder_test}"
+  fi
+  lsa_test="${bundle}/bin/kernels_cuda_moe_moe_exchange_lsa_test"
+  if [[ -x "${lsa_test}" ]]; then
+    run_step "moe_exchange_lsa_test (two ranks on NCCL symmetric windows)" \
+      "${results}/moe_exchange_lsa.log" note_decoder -- "${lsa_test}"
+    grep -h 'world 2\|SKIPPED' "${results}/moe_exchange_lsa.log" | head -n 8
+  else
+    missing "moe_exchange_lsa_test" "${lsa_test}"
   fi
 fi
 

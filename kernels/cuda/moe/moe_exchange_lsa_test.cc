@@ -1,6 +1,7 @@
-// MoeDispatchLsa and MoeReturnLsa against their CPU statement, on a world of
-// every GPU up to two (one rank on one GPU; the two-rank cases skip there),
-// and NcclSymmetricMemory's argument checks.
+// MoeDispatchLsa and MoeReturnLsa against their CPU statement on two GPUs
+// (skipped with one: NCCL gives a world of one no symmetric memory), the
+// barrier released by the abort word, NcclSymmetricMemory's refusals, and the
+// kernels' argument checks.
 #include "kernels/cuda/moe/moe_exchange_lsa.h"
 
 #include <cuda_runtime.h>
@@ -261,17 +262,12 @@ void CheckExchange(int world, const Shape& s, int rounds) {
   OnRanks(world, [&](int r) { mem[r].reset(); });
 }
 
-TEST(MoeExchangeLsaTest, OneRankMatchesTheStatement) {
-  if (Devices() < 1) GTEST_SKIP() << "no CUDA device";
-  CheckExchange(1, {.tokens = 37, .valid = 33, .dim = 256, .topk = 6, .per_rank = 9}, 3);
-  // More tokens than CTAs, a dim that is not a multiple of 4 (scalar copies).
-  CheckExchange(1, {.tokens = 300, .valid = 300, .dim = 130, .topk = 2, .per_rank = 4}, 2);
-}
-
 TEST(MoeExchangeLsaTest, TwoRanksMatchTheStatement) {
   if (Devices() < 2) GTEST_SKIP() << Devices() << " CUDA device(s); two are needed";
   CheckExchange(2, {.tokens = 37, .valid = 33, .dim = 256, .topk = 6, .per_rank = 5}, 3);
   CheckExchange(2, {.tokens = 520, .valid = 511, .dim = 64, .topk = 8, .per_rank = 16}, 2);
+  // A dim that is not a multiple of 4 (scalar copies).
+  CheckExchange(2, {.tokens = 300, .valid = 300, .dim = 130, .topk = 2, .per_rank = 4}, 2);
 }
 
 // A peer that never comes: the barrier leaves once the abort word is raised.
@@ -328,11 +324,12 @@ TEST(MoeExchangeLsaTest, AbortReleasesTheBarrier) {
   OnRanks(2, [&](int r) { mem[r].reset(); });
 }
 
-TEST(MoeExchangeLsaTest, RefusesBadArguments) {
+// A world of one has no peers and NCCL gives it no symmetric memory: refused
+// before any NCCL call, and the communicator stays usable.
+TEST(MoeExchangeLsaTest, AWorldOfOneIsRefusedAndTheCommunicatorStaysUsable) {
   if (Devices() < 1) GTEST_SKIP() << "no CUDA device";
   auto comms = MakeNccl(1);
   ASSERT_NE(comms[0], nullptr);
-  // NcclSymmetricMemory's own checks.
   EXPECT_EQ(NcclSymmetricMemory::Create(*comms[0], {}, 0).status().code(),
             absl::StatusCode::kInvalidArgument);
   const size_t zero[] = {16, 0};
@@ -341,56 +338,72 @@ TEST(MoeExchangeLsaTest, RefusesBadArguments) {
   const size_t one[] = {16};
   EXPECT_EQ(NcclSymmetricMemory::Create(*comms[0], one, -1).status().code(),
             absl::StatusCode::kInvalidArgument);
-  const Shape s{.tokens = 4, .valid = 4, .dim = 32, .topk = 2, .per_rank = 2};
-  auto mem = Windows(*comms[0], s, 1);
-  ASSERT_NE(mem, nullptr);
-  EXPECT_EQ(mem->bytes(4) % 4096, 0u);  // rounded up to NCCL's window alignment
-  int32_t* i32 = Upload(std::vector<int32_t>(64, -1));
-  float* f32 = Upload(std::vector<float>(256, 0.0f));
-  MoeDispatchLsaParams ok{.slots = i32,
-                          .route_weight = f32,
-                          .x = f32,
-                          .recv_x = mem->window(0),
-                          .recv_slot = mem->window(1),
-                          .recv_weight = mem->window(2),
-                          .return_row = i32,
-                          .barrier = mem->window(4),
-                          .comm = &mem->dev_comm(),
-                          .tokens = s.tokens,
-                          .dim = s.dim,
-                          .topk = s.topk,
-                          .slots_per_rank = s.per_rank};
-  EXPECT_TRUE(MoeDispatchLsa(ok, nullptr).ok());
-  MoeDispatchLsaParams bad = ok;
-  bad.comm = nullptr;
-  EXPECT_EQ(MoeDispatchLsa(bad, nullptr).code(), absl::StatusCode::kInvalidArgument);
-  bad = ok;
-  bad.barrier = nullptr;
-  EXPECT_EQ(MoeDispatchLsa(bad, nullptr).code(), absl::StatusCode::kInvalidArgument);
-  bad = ok;
-  bad.topk = 2000;  // world * topk past the shared table
-  EXPECT_EQ(MoeDispatchLsa(bad, nullptr).code(), absl::StatusCode::kInvalidArgument);
-  ncclDevComm split = mem->dev_comm();  // a world larger than its LSA team
-  split.nRanks = 2;
+  const auto refused = NcclSymmetricMemory::Create(*comms[0], one, 0);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_TRUE(comms[0]->Barrier({.memory = parallel::MemoryKind::kDevice}).ok());
+}
+
+// Every unsupported argument is refused before a launch (a device
+// communicator and windows stand-ins: nothing reaches the device).
+TEST(MoeExchangeLsaTest, RefusesBadArguments) {
+  ncclDevComm comm{};
+  comm.rank = 0;
+  comm.nRanks = 2;
+  comm.lsaRank = 0;
+  comm.lsaSize = 2;
+  int32_t i32[4] = {};
+  float f32[4] = {};
+  ncclWindow_t window = reinterpret_cast<ncclWindow_t>(&f32[0]);  // never dereferenced
+  const MoeDispatchLsaParams ok{.slots = i32,
+                                .route_weight = f32,
+                                .x = f32,
+                                .recv_x = window,
+                                .recv_slot = window,
+                                .recv_weight = window,
+                                .return_row = i32,
+                                .barrier = window,
+                                .comm = &comm,
+                                .tokens = 4,
+                                .dim = 32,
+                                .topk = 2,
+                                .slots_per_rank = 2};
+  EXPECT_TRUE(SupportsMoeDispatchLsa(ok));
+  std::vector<std::pair<std::string, MoeDispatchLsaParams>> bad;
+  auto with = [&](const std::string& what, auto change) {
+    MoeDispatchLsaParams p = ok;
+    change(p);
+    bad.emplace_back(what, p);
+  };
+  with("no comm", [](MoeDispatchLsaParams& p) { p.comm = nullptr; });
+  with("no barrier", [](MoeDispatchLsaParams& p) { p.barrier = nullptr; });
+  with("no recv_x", [](MoeDispatchLsaParams& p) { p.recv_x = nullptr; });
+  with("no x", [](MoeDispatchLsaParams& p) { p.x = nullptr; });
+  with("no tokens", [](MoeDispatchLsaParams& p) { p.tokens = 0; });
+  with("topk past the table", [](MoeDispatchLsaParams& p) { p.topk = 600; });
+  ncclDevComm split = comm;  // a world larger than its LSA team (two nodes)
   split.lsaSize = 1;
-  bad = ok;
-  bad.comm = &split;
-  EXPECT_EQ(MoeDispatchLsa(bad, nullptr).code(), absl::StatusCode::kInvalidArgument);
-  MoeReturnLsaParams ret{.y_grouped = f32,
-                         .pair_row = i32,
-                         .ret = mem->window(3),
-                         .barrier = mem->window(4),
-                         .comm = &mem->dev_comm(),
-                         .tokens = s.tokens,
-                         .dim = s.dim,
-                         .topk = s.topk};
-  EXPECT_TRUE(MoeReturnLsa(ret, nullptr).ok());
-  ret.ret = nullptr;
-  EXPECT_EQ(MoeReturnLsa(ret, nullptr).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  cudaFree(i32);
-  cudaFree(f32);
-  mem.reset();
+  with("world past the LSA team", [&](MoeDispatchLsaParams& p) { p.comm = &split; });
+  for (const auto& [what, p] : bad) {
+    EXPECT_FALSE(SupportsMoeDispatchLsa(p)) << what;
+    EXPECT_EQ(MoeDispatchLsa(p, nullptr).code(), absl::StatusCode::kInvalidArgument) << what;
+  }
+  const MoeReturnLsaParams ret{.y_grouped = f32,
+                               .pair_row = i32,
+                               .ret = window,
+                               .barrier = window,
+                               .comm = &comm,
+                               .tokens = 4,
+                               .dim = 32,
+                               .topk = 2};
+  EXPECT_TRUE(SupportsMoeReturnLsa(ret));
+  for (auto change : {+[](MoeReturnLsaParams& p) { p.ret = nullptr; },
+                      +[](MoeReturnLsaParams& p) { p.barrier = nullptr; },
+                      +[](MoeReturnLsaParams& p) { p.comm = nullptr; },
+                      +[](MoeReturnLsaParams& p) { p.dim = 0; }}) {
+    MoeReturnLsaParams p = ret;
+    change(p);
+    EXPECT_EQ(MoeReturnLsa(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  }
 }
 
 }  // namespace
