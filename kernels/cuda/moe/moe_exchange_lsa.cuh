@@ -41,7 +41,8 @@ __device__ __forceinline__ void BoundedLsaBarrier(ncclWindow_t barrier, int worl
   __shared__ uint32_t s_epoch;
   uint32_t* local = static_cast<uint32_t*>(ncclGetLocalPointer(barrier, 0));
   uint32_t* epochs = local + static_cast<size_t>(gridDim.x) * world;
-  __syncthreads();  // every store of this CTA into the peers is issued
+  __threadfence_system();  // this thread's stores into the peers, at system scope
+  __syncthreads();         // ... and every thread's, before the epoch goes out
   if (threadIdx.x == 0) s_epoch = epochs[blockIdx.x] + 1;
   __syncthreads();
   const uint32_t epoch = s_epoch;
