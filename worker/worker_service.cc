@@ -405,7 +405,11 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     dd_options.expert_wgmma = options_.expert_wgmma;
     dd_options.expert_prefill_tiles = options_.expert_prefill_tiles;
     dd_options.dense_wgmma = options_.dense_wgmma;
-    dd_options.ep_lsa_exchange = options_.ep_lsa_exchange;
+    // A world of one exchanges by device copies; the symmetric windows need peers.
+    dd_options.ep_lsa_exchange = options_.ep_lsa_exchange && world > 1;
+    if (options_.ep_lsa_exchange && world == 1) {
+      WEIR_LOG(INFO) << "--ep_lsa_exchange: one rank, nothing to exchange (device copies)";
+    }
     dd_options.memory = device_memory;
     // The host-staged communicator of the CUDA path wraps the NCCL one.
     if (auto* staged = dynamic_cast<parallel::HostStagedCommunicator*>(communicator_.get())) {
