@@ -126,6 +126,9 @@ ABSL_FLAG(bool, dense_wgmma_f16_decode, false,
 ABSL_FLAG(bool, expert_prefill_tiles, true,
           "kFast with --expert_wgmma: prefill steps run the routed experts on the FP8 tile form "
           "(DeviceDecoderOptions::expert_prefill_tiles; the MXFP4 kernel's bits).");
+ABSL_FLAG(bool, expert_tiles_resident, false,
+          "With the tile form: every layer's experts converted once and kept in the arena, not "
+          "converted a prefill step (DeviceDecoderOptions::expert_tiles_resident; same bits).");
 ABSL_FLAG(int, kv_block_tokens, 0,
           "Positions a KV block of the paged compressed pools covers "
           "(DeviceDecoderOptions::kv_block_tokens; 0: the decoder's default).");
@@ -363,7 +366,8 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
         .expert_wgmma = absl::GetFlag(FLAGS_expert_wgmma),
         .expert_wgmma_f16 = absl::GetFlag(FLAGS_expert_wgmma_f16),
         .dense_wgmma = absl::GetFlag(FLAGS_dense_wgmma),
-        .expert_prefill_tiles = absl::GetFlag(FLAGS_expert_prefill_tiles)};
+        .expert_prefill_tiles = absl::GetFlag(FLAGS_expert_prefill_tiles),
+        .expert_tiles_resident = absl::GetFlag(FLAGS_expert_tiles_resident)};
     if (exchange) options.communicator = nccl->get();
     auto dd = weir::model::DeviceDecoder::Create(model, precision, options);
     WEIR_CHECK(dd.ok()) << dd.status();
@@ -521,7 +525,8 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       .dense_wgmma = absl::GetFlag(FLAGS_dense_wgmma),
       .dense_wgmma_f16 = absl::GetFlag(FLAGS_dense_wgmma_f16),
       .dense_wgmma_f16_decode = absl::GetFlag(FLAGS_dense_wgmma_f16_decode),
-      .expert_prefill_tiles = absl::GetFlag(FLAGS_expert_prefill_tiles)};
+      .expert_prefill_tiles = absl::GetFlag(FLAGS_expert_prefill_tiles),
+      .expert_tiles_resident = absl::GetFlag(FLAGS_expert_tiles_resident)};
   auto dd = weir::model::CreateSyntheticDeviceDecoder(c, options_precision(), options);
   WEIR_CHECK(dd.ok()) << dd.status();
   std::printf("numerics %s: fast dense layers %d (bf16 %d), reference dense %d, fast MoE layers "
@@ -544,6 +549,10 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
               c.n_layers, st0.arena_bytes / 1073741824.0, dense_bytes / 1073741824.0,
               st0.expert_bytes / 1073741824.0, st0.mxfp4_layers, st0.embed_bytes / 1073741824.0,
               st0.pool_bytes / 1073741824.0, Seconds(t0));
+  if (st0.tile_resident_bytes > 0) {
+    std::printf("experts' tile form resident: %.1f GiB, %d layers converted exactly\n",
+                st0.tile_resident_bytes / 1073741824.0, st0.tile_form_layers);
+  }
   // KV pools: bytes an entry as held against the model's stored form (issue 16).
   std::printf("%-17s %12s %10s %14s %16s %7s\n", "kv pool", "entries", "MiB", "held B/entry",
               "stored B/entry", "ratio");

@@ -10,7 +10,8 @@
 #   3. fp8_gemm_bench wgmma (its prefill table against cuBLASLt FP8) and
 #      mxfp4_grouped_gemm_bench 48 1 wgmma 4096 (the experts' prefill table);
 #   4. decode_gpu's prefill of the EP8 slice of V4.1-Flash (4,096 positions in
-#      one chunk) with the default maths, with --expert_wgmma --dense_wgmma
+#      one chunk) with the default maths, with the tile form resident
+#      (--expert_tiles_resident), with --expert_wgmma --dense_wgmma
 #      (--expert_prefill_tiles=false) and with the tile form (its default).
 # One log per step under RESULTS (default .gpu_bundle/results_prefill), a
 # summary and the prefill lines at the end; exits non-zero if a test failed.
@@ -33,6 +34,10 @@ step mxfp4_bench_prefill 150 "${bundle}/tools/mxfp4_grouped_gemm_bench" 48 1 wgm
 slice=(--ep_slice=8 --numerics=fast --batches=1 --context=4096 --prefill_chunk=4096 --steps=3
        --warmup=1 --slice_profile=false)
 step decode_gpu_prefill 150 "${bundle}/tools/decode_gpu" "${slice[@]}"
+# The experts' tile form converted once at build, not every step (needs about
+# 55 GiB more arena: an H200).
+step decode_gpu_prefill_resident 150 "${bundle}/tools/decode_gpu" "${slice[@]}" \
+  --expert_tiles_resident
 step decode_gpu_prefill_wgmma 150 "${bundle}/tools/decode_gpu" "${slice[@]}" --expert_wgmma \
   --dense_wgmma --expert_prefill_tiles=false
 step decode_gpu_prefill_tiles 150 "${bundle}/tools/decode_gpu" "${slice[@]}" --expert_wgmma \

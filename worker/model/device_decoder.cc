@@ -356,6 +356,7 @@ absl::StatusOr<std::unique_ptr<DeviceDecoder>> DeviceDecoder::Impl::Build(
   st.embed_bytes = m.embed_bytes;
   st.mxfp4_layers = m.mxfp4_layers;
   st.tile_form_layers = m.tile_form_layers;
+  st.tile_resident_bytes = m.tile_resident_bytes;
   st.fast_dense = m.fast_dense;
   st.bf16_dense = m.bf16_dense;
   st.stored_kv = m.stored_kv;

@@ -323,6 +323,13 @@ struct DeviceDecoderOptions {
   // SmallBf16TileFormExpertsGiveTheMxfp4KernelsBits, both maths). Its scratch
   // (one layer's local experts in FP8) is in the arena.
   bool expert_prefill_tiles = true;
+  // With expert_prefill_tiles: every layer's local experts kept in the tile
+  // form in the arena, converted once at Create and after each SetPlacement,
+  // instead of converted into one layer's scratch at every prefill step (the
+  // same bits). Costs 3 x inter x dim bytes (+1/1024 scales) an expert a
+  // layer, about twice the MXFP4 experts' own bytes, taken from the arena
+  // before the KV pools. Off by default.
+  bool expert_tiles_resident = false;
   // Expert parallelism over NCCL on device buffers (see the file comment):
   // this decoder is rank communicator->rank() of communicator->world_size().
   // Not owned; must outlive the decoder and live on `device`. Null: every
@@ -379,6 +386,7 @@ struct DeviceDecoderStats {
   size_t embed_bytes = 0;
   int mxfp4_layers = 0;         // layers whose experts are held as MXFP4
   int tile_form_layers = 0;     // expert_prefill_tiles: layers whose experts convert exactly
+  int64_t tile_resident_bytes = 0;  // expert_tiles_resident: the arena's converted experts
   // Numerics kFast: dense linears held as FP8 codes + scales (tensor cores)
   // and those left on the reference kernel (fp32); MoE layers whose routed
   // experts run on Mxfp4ExpertFfn.

@@ -785,16 +785,24 @@ TEST(DeviceDecoderFastTest, SmallBf16TileFormExpertsGiveTheMxfp4KernelsBits) {
     options.expert_prefill_tiles = false;  // the MXFP4 kernel at every size
     DeviceDecoderOptions tiles = options;
     tiles.expert_prefill_tiles = true;
+    DeviceDecoderOptions resident_options = tiles;  // converted once, kept in the arena
+    resident_options.expert_tiles_resident = true;
     auto plain = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, options);
     auto tiled = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, tiles);
+    auto resident = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, resident_options);
     ASSERT_TRUE(plain.ok()) << plain.status();
     ASSERT_TRUE(tiled.ok()) << tiled.status();
+    ASSERT_TRUE(resident.ok()) << resident.status();
+    EXPECT_EQ((*resident)->stats().tile_form_layers, (*tiled)->stats().tile_form_layers);
+    EXPECT_EQ((*tiled)->stats().tile_resident_bytes, 0);
+    EXPECT_GT((*resident)->stats().tile_resident_bytes, 0);
     EXPECT_GT((*tiled)->stats().tile_form_layers, 0)
         << "no layer converted exactly: nothing tested";
     const std::vector<int64_t> prompt = RandomTokens(kChunk, 91, v - 1);
     const std::vector<int> slots(kChunk, 1);
     ASSERT_TRUE((*plain)->Start(1).ok());
     ASSERT_TRUE((*tiled)->Start(1).ok());
+    ASSERT_TRUE((*resident)->Start(1).ok());
     auto a = (*plain)->StepRows(slots, prompt, std::nullopt);
     ASSERT_TRUE(a.ok()) << a.status();
     const std::vector<float> want(a->begin(), a->end());
@@ -806,16 +814,26 @@ TEST(DeviceDecoderFastTest, SmallBf16TileFormExpertsGiveTheMxfp4KernelsBits) {
       rows_differ += std::memcmp(b->data() + r * v, want.data() + r * v, v * sizeof(float)) != 0;
     }
     EXPECT_EQ(rows_differ, 0) << "of " << kChunk << " prompt rows, wgmma " << wgmma;
+    auto c = (*resident)->StepRows(slots, prompt, std::nullopt);
+    ASSERT_TRUE(c.ok()) << c.status();
+    ASSERT_EQ(c->size(), want.size());
+    EXPECT_EQ(std::memcmp(c->data(), want.data(), want.size() * sizeof(float)), 0)
+        << "resident tiles, wgmma " << wgmma;
     for (int step = 0; step < 8; ++step) {
       const std::vector<int64_t> token = RandomTokens(1, 500 + step, v - 1);
       auto pa = (*plain)->Step(std::vector<int>{1}, token);
       auto pb = (*tiled)->Step(std::vector<int>{1}, token);
-      ASSERT_TRUE(pa.ok() && pb.ok());
+      auto pc = (*resident)->Step(std::vector<int>{1}, token);
+      ASSERT_TRUE(pa.ok() && pb.ok() && pc.ok());
       EXPECT_EQ(*pa, *pb) << "decode step " << step << ", wgmma " << wgmma;
+      EXPECT_EQ(*pa, *pc) << "decode step " << step << ", resident, wgmma " << wgmma;
     }
-    std::printf("tile form (%s): %d layers converted exactly; %lld of %d prompt rows differ\n",
-                wgmma ? "e4m3 wgmma" : "mma pair", (*tiled)->stats().tile_form_layers,
-                static_cast<long long>(rows_differ), kChunk);
+    std::printf(
+        "tile form (%s): %d layers converted exactly; %lld of %d prompt rows differ; "
+        "resident tiles %.1f MiB\n",
+        wgmma ? "e4m3 wgmma" : "mma pair", (*tiled)->stats().tile_form_layers,
+        static_cast<long long>(rows_differ), kChunk,
+        (*resident)->stats().tile_resident_bytes / 1048576.0);
   }
 }
 

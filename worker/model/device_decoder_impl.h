@@ -199,6 +199,9 @@ struct LayerDev {
   // expert_prefill_tiles: every local expert's w1, w3 and w2 convert to the
   // FP8 tile form exactly (Build checks it once; the weights do not change).
   bool tile_exact = false;
+  // expert_tiles_resident: this layer's own tile form (TileForm's layout),
+  // kept converted; null otherwise (the shared scratch, converted a step).
+  uint8_t *rt13 = nullptr, *rt13_scales = nullptr, *rt2 = nullptr, *rt2_scales = nullptr;
   DevDense sw1, sw2, sw3;
   // Expert parallelism: this layer's replica table (kc::ReplicaTable):
   // offsets [logical + 1], slots [num_physical].
@@ -416,6 +419,7 @@ struct DeviceDecoder::Impl {
   // counts [3][experts].
   uint8_t *tile13 = nullptr, *tile13_scales = nullptr, *tile2 = nullptr, *tile2_scales = nullptr;
   int32_t* tile_inexact = nullptr;
+  int64_t tile_resident_bytes = 0;  // expert_tiles_resident: every layer's tile form
   uint16_t* xb = nullptr;  // kFast: bf16 bits of a bf16 product's input
   int64_t xb_count = 0;
   // kFast: an activation several products read (the attention's and the
@@ -1139,8 +1143,17 @@ struct DeviceDecoder::Impl {
     std::swap(fq_count, side_fq_count);
     std::swap(split, side_split);
   }
-  // expert_prefill_tiles: layer L's local experts into the tile-form scratch
-  // (tile13 / tile2, counts in tile_inexact).
+  // expert_prefill_tiles: where layer L's tile form lives: its resident
+  // buffers (expert_tiles_resident) or the shared scratch.
+  struct TileForm {
+    uint8_t *w13, *w13_scales, *w2, *w2_scales;
+  };
+  TileForm TilesOf(const LayerDev& L) const {
+    if (L.rt13 != nullptr) return {L.rt13, L.rt13_scales, L.rt2, L.rt2_scales};
+    return {tile13, tile13_scales, tile2, tile2_scales};
+  }
+  // expert_prefill_tiles: layer L's local experts into TilesOf(L) (counts in
+  // tile_inexact).
   absl::Status ConvertExperts(const LayerDev& L);
   // expert_prefill_tiles: which layers' local experts convert to the tile
   // form exactly (LayerDev::tile_exact, tile_form_layers); at Build and after

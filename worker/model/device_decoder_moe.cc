@@ -85,10 +85,11 @@ bool DeviceDecoder::Impl::SharedGateUp(const LayerDev& L, int64_t b) const {
 
 absl::Status DeviceDecoder::Impl::ConvertExperts(const LayerDev& L) {
   const int64_t d = c.dim, inter = L.inter, w13 = 2 * inter * d;
+  const TileForm t = TilesOf(L);
   RETURN_IF_ERROR(kc::Mxfp4ToFp8Tiles({.w = L.w1c,
                                        .w_scales = L.w1q,
-                                       .codes = tile13,
-                                       .tile_scales = tile13_scales,
+                                       .codes = t.w13,
+                                       .tile_scales = t.w13_scales,
                                        .inexact = tile_inexact,
                                        .n = inter,
                                        .k = d,
@@ -98,8 +99,8 @@ absl::Status DeviceDecoder::Impl::ConvertExperts(const LayerDev& L) {
                                       stream));
   RETURN_IF_ERROR(kc::Mxfp4ToFp8Tiles({.w = L.w3c,
                                        .w_scales = L.w3q,
-                                       .codes = tile13 + inter * d,
-                                       .tile_scales = tile13_scales + inter * d / 1024,
+                                       .codes = t.w13 + inter * d,
+                                       .tile_scales = t.w13_scales + inter * d / 1024,
                                        .inexact = tile_inexact + L.experts,
                                        .n = inter,
                                        .k = d,
@@ -109,8 +110,8 @@ absl::Status DeviceDecoder::Impl::ConvertExperts(const LayerDev& L) {
                                       stream));
   return kc::Mxfp4ToFp8Tiles({.w = L.w2c,
                               .w_scales = L.w2q,
-                              .codes = tile2,
-                              .tile_scales = tile2_scales,
+                              .codes = t.w2,
+                              .tile_scales = t.w2_scales,
                               .inexact = tile_inexact + 2 * L.experts,
                               .n = d,
                               .k = inter,
@@ -146,12 +147,13 @@ dense::Fp8GemmMath DeviceDecoder::Impl::TileFormMath() const {
 
 absl::Status DeviceDecoder::Impl::TileFormExperts(const LayerDev& L, int64_t rows, float limit) {
   const int64_t d = c.dim, inter = L.inter, w13 = 2 * inter * d;
+  const TileForm t = TilesOf(L);
   // w1 and w3: the first and second inter rows of each expert's stacked weight.
   for (int part = 0; part < 2; ++part) {
     RETURN_IF_ERROR(dense::Fp8BlockGemm({.x = fq,
                                          .x_scales = fq_scales,
-                                         .w = tile13 + part * inter * d,
-                                         .w_scales = tile13_scales + part * inter * d / 1024,
+                                         .w = t.w13 + part * inter * d,
+                                         .w_scales = t.w13_scales + part * inter * d / 1024,
                                          .y = part == 0 ? gg : upg,
                                          .m = rows,
                                          .n = inter,
@@ -180,8 +182,8 @@ absl::Status DeviceDecoder::Impl::TileFormExperts(const LayerDev& L, int64_t row
   return dense::Fp8BlockGemm(
       {.x = fh,
        .x_scales = fh_scales,
-       .w = tile2,
-       .w_scales = tile2_scales,
+       .w = t.w2,
+       .w_scales = t.w2_scales,
        .y = yg,
        .m = rows,
        .n = d,
@@ -376,7 +378,8 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
         {.x = xg, .codes = fq, .scales = fq_scales, .rows = rows, .cols = d}, stream));
   }
   if (tile_form) {  // (FastExperts: tile_form implies it)
-    RETURN_IF_ERROR(ConvertExperts(L));
+    // Resident tiles were converted at Create / SetPlacement.
+    if (L.rt13 == nullptr) RETURN_IF_ERROR(ConvertExperts(L));
     RETURN_IF_ERROR(TileFormExperts(L, rows, limit));
   } else if (FastExperts(L)) {
     // kFast: gate/up with SwiGLU, the route weight and the FP8 quantization

@@ -180,6 +180,7 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
   fills = 0;
   expert_bytes = 0;
   mxfp4_layers = 0;
+  tile_resident_bytes = 0;
   int64_t max_in = 1;
   RETURN_IF_ERROR(LayoutWeights(r, max_in));
   weight_bytes = r.used();
@@ -300,18 +301,31 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
     fh = r.Alloc<uint8_t>(pairs * inter);
     fh_scales = r.Alloc<uint8_t>(pairs * (inter / 32 + 1));
     if (options.expert_prefill_tiles) {
-      // One layer's local experts in the tile form (the largest layer).
+      // One layer's local experts in the tile form (the largest layer), or
+      // with expert_tiles_resident every layer's own.
       int64_t w13 = 0, w2 = 0, experts = 1;
-      for (const LayerDev& L : layers) {
+      for (LayerDev& L : layers) {
         if (!L.mxfp4) continue;
-        w13 = std::max(w13, int64_t{L.experts} * 2 * L.inter * d);
-        w2 = std::max(w2, int64_t{L.experts} * d * L.inter);
+        const int64_t l13 = int64_t{L.experts} * 2 * L.inter * d,
+                      l2 = int64_t{L.experts} * d * L.inter;
         experts = std::max<int64_t>(experts, L.experts);
+        if (options.expert_tiles_resident) {
+          L.rt13 = r.Alloc<uint8_t>(std::max<int64_t>(l13, 16));
+          L.rt13_scales = r.Alloc<uint8_t>(std::max<int64_t>(l13 / 1024, 1));
+          L.rt2 = r.Alloc<uint8_t>(std::max<int64_t>(l2, 16));
+          L.rt2_scales = r.Alloc<uint8_t>(std::max<int64_t>(l2 / 1024, 1));
+          tile_resident_bytes += l13 + l13 / 1024 + l2 + l2 / 1024;
+          continue;
+        }
+        w13 = std::max(w13, l13);
+        w2 = std::max(w2, l2);
       }
-      tile13 = r.Alloc<uint8_t>(std::max<int64_t>(w13, 16));
-      tile13_scales = r.Alloc<uint8_t>(std::max<int64_t>(w13 / 1024, 1));
-      tile2 = r.Alloc<uint8_t>(std::max<int64_t>(w2, 16));
-      tile2_scales = r.Alloc<uint8_t>(std::max<int64_t>(w2 / 1024, 1));
+      if (w13 > 0) {  // some layer converts at every step
+        tile13 = r.Alloc<uint8_t>(w13);
+        tile13_scales = r.Alloc<uint8_t>(std::max<int64_t>(w13 / 1024, 1));
+        tile2 = r.Alloc<uint8_t>(std::max<int64_t>(w2, 16));
+        tile2_scales = r.Alloc<uint8_t>(std::max<int64_t>(w2 / 1024, 1));
+      }
       tile_inexact = r.Alloc<int32_t>(3 * experts);
     }
     gate_logits = r.Alloc<float>(bc * std::max<int64_t>(logical, 1));
