@@ -92,6 +92,11 @@ ABSL_FLAG(bool, expert_prefill_tiles, true,
           "With --expert_wgmma: prompt chunks of at least 96 rows an expert run the routed "
           "experts on the FP8 tile form (the same bits as the MXFP4 wgmma kernel, faster at "
           "prefill; DeviceDecoderOptions::expert_prefill_tiles).");
+ABSL_FLAG(bool, expert_tiles_resident, false,
+          "With the experts' tile form: every layer's experts converted once at load and kept "
+          "in the device arena (about twice the MXFP4 experts' bytes, taken before the KV "
+          "pools) instead of converted at every prefill step; the same outputs "
+          "(DeviceDecoderOptions::expert_tiles_resident).");
 ABSL_FLAG(bool, ep_lsa_exchange, false,
           "With --device_decode_ep on several GPUs of one node: the MoE exchange written by "
           "the device into the peers' NCCL symmetric windows, a token's row only to the ranks "
@@ -186,6 +191,7 @@ int Run(int argc, char** argv) {
                     .fast_mhc = absl::GetFlag(FLAGS_fast_mhc),
                     .expert_wgmma = absl::GetFlag(FLAGS_expert_wgmma),
                     .expert_prefill_tiles = absl::GetFlag(FLAGS_expert_prefill_tiles),
+                    .expert_tiles_resident = absl::GetFlag(FLAGS_expert_tiles_resident),
                     .dense_wgmma = absl::GetFlag(FLAGS_dense_wgmma),
                     .ep_lsa_exchange = absl::GetFlag(FLAGS_ep_lsa_exchange),
                     .fault_injection = absl::GetFlag(FLAGS_fault_injection)});

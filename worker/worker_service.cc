@@ -404,6 +404,7 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     dd_options.fast_mhc = options_.fast_mhc;
     dd_options.expert_wgmma = options_.expert_wgmma;
     dd_options.expert_prefill_tiles = options_.expert_prefill_tiles;
+    dd_options.expert_tiles_resident = options_.expert_tiles_resident;
     dd_options.dense_wgmma = options_.dense_wgmma;
     // A world of one exchanges by device copies; the symmetric windows need peers.
     dd_options.ep_lsa_exchange = options_.ep_lsa_exchange && world > 1;

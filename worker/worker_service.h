@@ -122,6 +122,9 @@ struct WorkerOptions {
   // With expert_wgmma: prefill chunks on the experts' FP8 tile form
   // (DeviceDecoderOptions::expert_prefill_tiles).
   bool expert_prefill_tiles = true;
+  // The tile form converted once and kept in the arena
+  // (DeviceDecoderOptions::expert_tiles_resident).
+  bool expert_tiles_resident = false;
   bool dense_wgmma = false;
   // With device_decode_ep on several GPUs of one node: the MoE exchange
   // written by the device into the peers' NCCL symmetric windows
