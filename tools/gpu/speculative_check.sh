@@ -7,6 +7,8 @@
 # and at 256 new tokens a sequence, then batches 8 and 64 at 64 tokens; fast
 # numerics. Exits non-zero when a run fails or its outputs differ from `off`.
 #   tools/gpu/speculative_check.sh [MODEL_DIR ...]       (default models/tiny)
+# A MODEL_DIR with a config but no checkpoint (models/small) gets random
+# weights from the bundle's serve/tools_gen_model first (BUNDLE_PACK "serve").
 # SPEC_FLAGS (space-separated) go to every run, e.g. SPEC_FLAGS=--fused_markov
 # or SPEC_FLAGS=--warm_decoder=false (a fresh decoder a run, as before 2026-12-05)
 # (run once without it and once with it for an A/B); RESULTS (default .gpu_bundle/results) gets spec.txt.
@@ -23,6 +25,18 @@ xz -dc tools/train/data/corpus_heldout.txt.xz > "${prompts}" || exit 1
 read -r -a flags <<< "${SPEC_FLAGS:-}"
 status=0
 for model in "${@:-models/tiny}"; do
+  # A directory of a config alone (models/small): its random checkpoint first,
+  # made by tools_gen_model into a scratch copy (needs the bundle's serve/).
+  if ! compgen -G "${model}/*.safetensors" > /dev/null; then
+    made="${TMPDIR:-/tmp}/speculative_check_models/$(basename "${model}")"
+    if ! compgen -G "${made}/*.safetensors" > /dev/null; then
+      mkdir -p "${made}" &&
+        "${bundle}/serve/tools_gen_model" --config="${model}/config.json" --out="${made}" &&
+        cp -rn "${model}"/. "${made}"/ ||
+        { echo "speculative_check: ${model}: no checkpoint and gen_model failed"; status=1; continue; }
+    fi
+    model="${made}"
+  fi
   IFS=';' read -r -a runs <<< "${SPEC_RUNS:-1 64 32;1 256 32;8,64 64 64}"
   for run in "${runs[@]}"; do
     read -r batches tokens count <<< "${run}"
