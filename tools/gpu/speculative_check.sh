@@ -30,10 +30,13 @@ for model in "${@:-models/tiny}"; do
   if ! compgen -G "${model}/*.safetensors" > /dev/null; then
     made="${TMPDIR:-/tmp}/speculative_check_models/$(basename "${model}")"
     if ! compgen -G "${made}/*.safetensors" > /dev/null; then
-      mkdir -p "${made}" &&
-        "${bundle}/serve/tools_gen_model" --config="${model}/config.json" --out="${made}" &&
-        cp -rn "${model}"/. "${made}"/ ||
-        { echo "speculative_check: ${model}: no checkpoint and gen_model failed"; status=1; continue; }
+      if ! mkdir -p "${made}" ||
+        ! "${bundle}/serve/tools_gen_model" --config="${model}/config.json" --out="${made}"; then
+        echo "speculative_check: ${model}: no checkpoint and gen_model failed"
+        status=1
+        continue
+      fi
+      cp -rn "${model}"/. "${made}"/
     fi
     model="${made}"
   fi
