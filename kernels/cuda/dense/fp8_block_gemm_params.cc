@@ -62,6 +62,8 @@ Fp8GemmTileShape ShapeOfFp8GemmTile(Fp8GemmTile tile) {
       return {.block_n = 64, .block_m = 8, .warps_n = 4, .warps_m = 1, .stages = 3};
     case Fp8GemmTile::kN128M128Wg:
       return {.block_n = 128, .block_m = 128, .warps_n = 8, .warps_m = 1, .stages = 4};
+    case Fp8GemmTile::kN128M128Ws:  // the consumer warps (a producer warpgroup besides)
+      return {.block_n = 128, .block_m = 128, .warps_n = 8, .warps_m = 1, .stages = 4};
     case Fp8GemmTile::kAuto:
       break;
   }
@@ -98,6 +100,24 @@ Fp8GemmTile ChooseFp8GemmTile(int64_t m, int64_t n, Fp8GemmMath math) {
   return Fp8GemmTile::kN128M128;
 }
 
+bool Fp8GemmWsApplies(const Fp8BlockGemmParams& p) {
+  if (p.math == Fp8GemmMath::kWgmma || p.k % kFp8GemmStageK != 0) return false;
+  if (!AlignedTo(p.x_scales, 4) || !AlignedTo(p.w_scales, 4)) return false;
+  // Packed group strides are multiples of k / 32, itself a multiple of 4 here.
+  return p.groups == 1 || (p.x_scales_group_stride % 4 == 0 && p.w_scales_group_stride % 4 == 0);
+}
+
+Fp8GemmTile ResolveFp8GemmTile(const Fp8BlockGemmParams& p) {
+  if (p.tile != Fp8GemmTile::kAuto) return p.tile;
+  const Fp8GemmTile tile = ChooseFp8GemmTile(p.m, p.n, p.math);
+  // Above 256 rows (the 128 x 128 tiles' range) the warp-specialized tile
+  // runs the same bits.
+  if ((tile == Fp8GemmTile::kN128M128 || tile == Fp8GemmTile::kN128M128Wg) && Fp8GemmWsApplies(p)) {
+    return Fp8GemmTile::kN128M128Ws;
+  }
+  return tile;
+}
+
 int64_t Fp8GemmSharedBytes(const Fp8GemmTileShape& s) {
   const int64_t groups = (s.block_n + kFp8GemmScaleBlock - 1) / kFp8GemmScaleBlock;
   const int64_t per_stage =
@@ -115,9 +135,7 @@ int64_t Fp8GemmSplitScratchFloats(const Fp8BlockGemmParams& p) {
 
 int64_t Fp8GemmSplitCounters(const Fp8BlockGemmParams& p) {
   if (p.k_splits <= 1) return 0;
-  const Fp8GemmTile tile =
-      p.tile == Fp8GemmTile::kAuto ? ChooseFp8GemmTile(p.m, p.n, p.math) : p.tile;
-  const Fp8GemmTileShape shape = ShapeOfFp8GemmTile(tile);
+  const Fp8GemmTileShape shape = ShapeOfFp8GemmTile(ResolveFp8GemmTile(p));
   return (p.n + shape.block_n - 1) / shape.block_n * ((p.m + shape.block_m - 1) / shape.block_m) *
          p.groups;
 }
@@ -197,10 +215,21 @@ absl::Status CheckFp8BlockGemmParams(const Fp8BlockGemmParams& p) {
       p.math != Fp8GemmMath::kWgmmaF16) {
     return absl::InvalidArgumentError("Fp8BlockGemm: unknown math");
   }
-  const Fp8GemmTile tile =
-      p.tile == Fp8GemmTile::kAuto ? ChooseFp8GemmTile(p.m, p.n, p.math) : p.tile;
+  const Fp8GemmTile tile = ResolveFp8GemmTile(p);
   const Fp8GemmTileShape shape = ShapeOfFp8GemmTile(tile);
   if (shape.block_m == 0) return absl::InvalidArgumentError("Fp8BlockGemm: unknown tile");
+  if (tile == Fp8GemmTile::kN128M128Ws) {
+    if (!Fp8GemmWsApplies(p)) {
+      return absl::InvalidArgumentError(
+          "Fp8BlockGemm: kN128M128Ws runs kMmaF16's bits (math kMmaF16 or kWgmmaF16) and needs k "
+          "a multiple of 128 and 4-byte aligned scales");
+    }
+    if ((p.m + shape.block_m - 1) / shape.block_m > kMaxGridY) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Fp8BlockGemm: m ", p.m, " exceeds the launch grid of the tile"));
+    }
+    return absl::OkStatus();
+  }
   if (Fp8GemmMathIsWgmma(p.math) && !Fp8GemmTileRunsWgmma(shape)) {
     return absl::InvalidArgumentError(
         "Fp8BlockGemm: wgmma needs a tile of whole warpgroups, each warp 16 W rows and every "

@@ -75,6 +75,14 @@ enum class Fp8GemmTile {
   // bits as every tile; kN64M8S3 is the mma maths' choice up to 8 rows.
   kN64M8S4,
   kN64M8S3,
+  // Prefill, warp-specialized (fp8_block_gemm_ws_sm90.cuh): a producer
+  // warpgroup (TMA loader; X widened to f16 once and the scale products
+  // tabled for the CTA) and two consumer warpgroups of 64 W rows x all 128
+  // X rows that only issue f16 wgmma and fold: kMmaF16's bits, so it runs
+  // for kMmaF16 and kWgmmaF16 (not kWgmma). Needs k % 128 == 0 and 4-byte
+  // aligned scales (Fp8GemmWsApplies); kAuto takes it above 256 rows when
+  // they hold. Not in kFp8GemmTiles (its own tests and bench rows).
+  kN128M128Ws,
 };
 
 // Every tile but kAuto (tests, benchmarks).
@@ -162,6 +170,18 @@ Fp8GemmTile ChooseFp8GemmTile(int64_t m, int64_t n, Fp8GemmMath math = Fp8GemmMa
 
 // Bytes of K per pipeline stage (4 scale blocks).
 inline constexpr int kFp8GemmStageK = 128;
+
+struct Fp8BlockGemmParams;
+
+// True when `p` can run kN128M128Ws: math kMmaF16 or kWgmmaF16, k a
+// multiple of 128, the scale pointers (and scale group strides) 4-byte
+// aligned, no split counters needed (any split is summed by the second
+// kernel).
+bool Fp8GemmWsApplies(const Fp8BlockGemmParams& p);
+
+// The tile a call runs: p.tile, or for kAuto ChooseFp8GemmTile(m, n, math)
+// with the 128 x 128 prefill tile replaced by kN128M128Ws where it applies.
+Fp8GemmTile ResolveFp8GemmTile(const Fp8BlockGemmParams& p);
 
 // Dynamic shared memory of one CTA of `shape`: per stage the W and X code
 // tiles ([rows][128] bytes each) and their scale bytes; then per warp its X
@@ -287,6 +307,21 @@ absl::Status CheckFp8BlockGemmParams(const Fp8BlockGemmParams& params);
 WEIR_FP8_GEMM_HD constexpr int Fp8GemmSwizzledOffset(int row, int chunk) {
   return row * kFp8GemmStageK + ((chunk ^ (row & 7)) << 4);
 }
+
+// kN128M128Ws's table of scale products for one stage: float index of
+// sw(W scale row g of the tile) x sx(X row `row`) for K block j. The floats
+// of the X rows a lane quad folds (8 i + 2 quad + e, i = 0 .. 15, e = 0, 1)
+// are 32 in a row at Fp8GemmWsQuadBase(j, g, quad) + 2 i + e, so a consumer
+// reads them with eight 16-byte loads; quads sit kFp8GemmWsQuadFloats (36)
+// floats apart, so the four quads of a warp's load start 4 banks apart.
+inline constexpr int kFp8GemmWsQuadFloats = 36;
+WEIR_FP8_GEMM_HD constexpr int Fp8GemmWsQuadBase(int j, int g, int quad) {
+  return ((j * 4 + g) * 4 + quad) * kFp8GemmWsQuadFloats;
+}
+WEIR_FP8_GEMM_HD constexpr int Fp8GemmWsTableIndex(int j, int g, int row) {
+  return Fp8GemmWsQuadBase(j, g, (row & 7) >> 1) + (row >> 3) * 2 + (row & 1);
+}
+inline constexpr int kFp8GemmWsTableFloats = 4 * 4 * 4 * kFp8GemmWsQuadFloats;
 
 // Offset of 16-byte chunk `chunk` (0..15) of row `row` in kWgmmaF16's X tile
 // (Fp8GemmF16XOffset): column atom chunk / 8, swizzled as the code tiles.

@@ -5,6 +5,7 @@
 
 #include "kernels/cuda/dense/fp8_block_gemm_params.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <random>
@@ -317,6 +318,53 @@ TEST(Fp8BlockGemmParamsTest, FragmentMappingComputesTheTileProduct) {
       }
     }
   }
+}
+
+// kN128M128Ws's scale table: the wideners write sw x sx of (block j, W scale
+// row g, X row r) at Fp8GemmWsTableIndex; a consumer lane reads the 32 floats
+// of its quad from Fp8GemmWsQuadBase with 16-byte loads, float 2 i + e being
+// X row 8 i + 2 quad + e (the rows of its accumulators d[4 i + e] and
+// d[4 i + 2 + e]). Every entry has its own float, loads are aligned, and the
+// four quads of a warp's load fall in distinct banks.
+TEST(Fp8BlockGemmParamsTest, WsTableGivesEachLaneItsRowsWithoutBankConflicts) {
+  std::vector<int> seen(kFp8GemmWsTableFloats, 0);
+  for (int j = 0; j < 4; ++j) {
+    for (int g = 0; g < 4; ++g) {
+      for (int row = 0; row < 128; ++row) {
+        const int at = Fp8GemmWsTableIndex(j, g, row);
+        ASSERT_GE(at, 0);
+        ASSERT_LT(at, kFp8GemmWsTableFloats);
+        ++seen[at];
+      }
+      for (int lane = 0; lane < 32; ++lane) {
+        const int quad = lane & 3;
+        const int base = Fp8GemmWsQuadBase(j, g, quad);
+        EXPECT_EQ(base * 4 % 16, 0);
+        for (int i = 0; i < 16; ++i) {
+          for (int e = 0; e < 2; ++e) {
+            const Fp8GemmAccCoord c = Fp8GemmAccumulatorCoord(lane, e);
+            EXPECT_EQ(base + 2 * i + e, Fp8GemmWsTableIndex(j, g, 8 * i + c.m));
+          }
+        }
+      }
+      for (int v = 0; v < 8; ++v) {  // one 16-byte load: 4 banks per quad
+        std::vector<int> banks;
+        for (int quad = 0; quad < 4; ++quad) {
+          for (int b = 0; b < 4; ++b)
+            banks.push_back((Fp8GemmWsQuadBase(j, g, quad) + 4 * v + b) % 32);
+        }
+        std::sort(banks.begin(), banks.end());
+        EXPECT_EQ(std::unique(banks.begin(), banks.end()), banks.end())
+            << j << " " << g << " " << v;
+      }
+    }
+  }
+  int used = 0;
+  for (int c : seen) {
+    EXPECT_LE(c, 1);
+    used += c;
+  }
+  EXPECT_EQ(used, 4 * 4 * 128);
 }
 
 }  // namespace

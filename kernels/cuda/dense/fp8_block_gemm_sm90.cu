@@ -7,6 +7,7 @@
 #include "kernels/cuda/dense/fp8_block_gemm_params.h"
 #include "kernels/cuda/dense/fp8_block_gemm_sm90.cuh"
 #include "kernels/cuda/dense/fp8_block_gemm_sm90.h"
+#include "kernels/cuda/dense/fp8_block_gemm_ws_sm90.cuh"
 #include "kernels/cuda/dense/sm90_gemm_launch.h"
 #include "kernels/cuda/launch_status.h"
 #include "kernels/cuda/tma.cuh"
@@ -126,9 +127,70 @@ absl::Status LaunchTile(const Fp8BlockGemmParams& p, const Fp8GemmTileShape& sha
   }
 }
 
+// kN128M128Ws (fp8_block_gemm_ws_sm90.cuh): one CTA of 384 threads a 128 x
+// 128 tile of Y^T; CheckFp8BlockGemmParams has established Fp8GemmWsApplies.
+// A split's partials are always summed by the second kernel.
+absl::Status LaunchWs(const Fp8BlockGemmParams& p, cudaStream_t stream) {
+  const int64_t n_groups = (p.n + 31) / 32;
+  const bool x_strided = !p.x_shared && p.group_offsets == nullptr;
+  fp8_gemm::KernelArgs args{
+      p.x,
+      p.x_scales,
+      p.w,
+      p.w_scales,
+      p.y,
+      p.m,
+      p.n,
+      p.k,
+      p.output == Fp8GemmOutput::kBf16,
+      p.output == Fp8GemmOutput::kF32RoundedBf16,
+      !x_strided ? 0 : (p.x_group_stride != 0 ? p.x_group_stride : p.m * p.k),
+      !x_strided ? 0 : (p.x_scales_group_stride != 0 ? p.x_scales_group_stride : p.m * (p.k / 32)),
+      p.w_group_stride != 0 ? p.w_group_stride : p.n * p.k,
+      p.w_scales_group_stride != 0 ? p.w_scales_group_stride : n_groups * (p.k / 32),
+      p.group_offsets != nullptr ? 0 : (p.y_group_stride != 0 ? p.y_group_stride : p.m * p.n),
+      p.k_splits,
+      p.split_scratch,
+      nullptr,
+      p.group_offsets,
+      {},
+      {}};
+  args.prefetch_w = p.prefetch_weights && p.group_offsets == nullptr;
+  const bool x_grouped = args.x_stride != 0 && p.groups > 1;
+  if (absl::Status s = EncodeTmaRowsMap(&args.w_map, p.w, p.k, p.n, p.groups, p.k, args.w_stride,
+                                        fp8_gemm::kWsBn);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = EncodeTmaRowsMap(&args.x_map, p.x, p.k, p.m, x_grouped ? p.groups : 1, p.k,
+                                        x_grouped ? args.x_stride : p.m * p.k, fp8_gemm::kWsBm);
+      !s.ok()) {
+    return s;
+  }
+  const dim3 grid(static_cast<unsigned>((p.n + fp8_gemm::kWsBn - 1) / fp8_gemm::kWsBn),
+                  static_cast<unsigned>((p.m + fp8_gemm::kWsBm - 1) / fp8_gemm::kWsBm),
+                  static_cast<unsigned>(p.groups * p.k_splits));
+  const int smem = fp8_gemm::kWsSharedBytes + fp8_gemm::kWgmmaSmemSlack;
+  if (absl::Status s = AllowSharedBytes(fp8_gemm::Fp8BlockGemmWsKernel, smem, "Fp8BlockGemm");
+      !s.ok()) {
+    return s;
+  }
+  fp8_gemm::Fp8BlockGemmWsKernel<<<grid, fp8_gemm::kWsThreads, smem, stream>>>(args);
+  if (p.k_splits > 1) {
+    LaunchSplitReduce(p.split_scratch, p.y, p.m * p.n, p.groups, p.k_splits, args.y_stride,
+                      args.bf16_out, args.round_f32, stream);
+  }
+  return LaunchStatus("Fp8BlockGemm");
+}
+
 }  // namespace
 
 absl::Status Fp8BlockGemm(const Fp8BlockGemmParams& p, cudaStream_t stream) {
+  if (ResolveFp8GemmTile(p) == Fp8GemmTile::kN128M128Ws) {
+    if (absl::Status s = CheckFp8BlockGemmParams(p); !s.ok()) return s;
+    if (absl::Status s = CheckSm90Device("Fp8BlockGemm"); !s.ok()) return s;
+    return LaunchWs(p, stream);
+  }
   return RunGemmTile(
       p, CheckFp8BlockGemmParams(p), "Fp8BlockGemm",
       [&]<int kBn, int kBm, int kWarpsN, int kWarpsM, int kStages>(const Fp8GemmTileShape& shape) {

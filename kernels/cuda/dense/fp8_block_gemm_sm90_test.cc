@@ -360,7 +360,8 @@ TEST(Fp8BlockGemmTest, GroupsGiveEachGroupItsOwnBits) {
   for (const MathTile mt : {MathTile{Fp8GemmMath::kMmaF16, Fp8GemmTile::kAuto},
                             MathTile{Fp8GemmMath::kWgmma, Fp8GemmTile::kAuto},
                             MathTile{Fp8GemmMath::kWgmma, Fp8GemmTile::kN64M64},
-                            MathTile{Fp8GemmMath::kWgmma, Fp8GemmTile::kN128M128Wg}}) {
+                            MathTile{Fp8GemmMath::kWgmma, Fp8GemmTile::kN128M128Wg},
+                            MathTile{Fp8GemmMath::kMmaF16, Fp8GemmTile::kN128M128Ws}}) {
     for (int variant : {1, 3, -3}) {
       for (bool x_shared : {false, true}) {
         const int splits = variant < 0 ? -variant : variant;
@@ -435,7 +436,9 @@ TEST(Fp8BlockGemmTest, GroupOffsetsGiveEachGroupItsRowsBits) {
   for (const MathTile mt : {MathTile{Fp8GemmMath::kMmaF16, Fp8GemmTile::kAuto},
                             MathTile{Fp8GemmMath::kWgmma, Fp8GemmTile::kAuto},
                             MathTile{Fp8GemmMath::kWgmma, Fp8GemmTile::kN64M16},
-                            MathTile{Fp8GemmMath::kWgmma, Fp8GemmTile::kN128M128Wg}}) {
+                            MathTile{Fp8GemmMath::kWgmma, Fp8GemmTile::kN128M128Wg},
+                            MathTile{Fp8GemmMath::kMmaF16, Fp8GemmTile::kN128M128Ws},
+                            MathTile{Fp8GemmMath::kWgmmaF16, Fp8GemmTile::kN128M128Ws}}) {
     y.Poison(0xFF);
     const Fp8BlockGemmParams p{.x = dx.get(),
                                .x_scales = dxs.get(),
@@ -653,6 +656,93 @@ TEST(Fp8BlockGemmTest, WgmmaF16GivesTheMmaBitsOnEveryTile) {
     }
   }
   CheckARowIsBatchInvariantAtItsSplit(kF, 79, {8, 31, 64, 200});
+}
+
+// kN128M128Ws, the warp-specialized prefill tile: kMmaF16's bits (the mma
+// tile kN128M128 is the witness) in both maths it runs, every output form,
+// with and without a split, rows and columns that leave partial tiles, the
+// automatic tile above 256 rows, and a row alone against the same row in a
+// prefill-sized batch; refused where it does not apply.
+TEST(Fp8BlockGemmTest, WarpSpecializedTileGivesTheMmaBits) {
+  constexpr Fp8GemmTile kWs = Fp8GemmTile::kN128M128Ws;
+  for (const Shape& s :
+       {Shape{1, 64, 128}, Shape{130, 257, 1024}, Shape{300, 1280, 5120}, Shape{1030, 512, 1280}}) {
+    const int64_t num_kt = s.k / 128;
+    for (Source source : {Source::kRawCodes, Source::kQuantized}) {
+      const Operands op = MakeOperands(s.m, s.n, s.k, 7 * s.m + s.n, source);
+      for (int splits : {1, 3}) {
+        if (splits > num_kt) continue;
+        for (Fp8GemmOutput output :
+             {Fp8GemmOutput::kF32, Fp8GemmOutput::kBf16, Fp8GemmOutput::kF32RoundedBf16}) {
+          const std::vector<float> mma = RunGpu(op, Fp8GemmTile::kN128M128, output, 0, splits);
+          ASSERT_EQ(mma.size(), static_cast<size_t>(s.m * s.n));
+          if (output == Fp8GemmOutput::kF32 && s.m * s.n * s.k < (int64_t{1} << 30)) {
+            EXPECT_EQ(Compare(op, mma, splits).violations, 0);
+          }
+          for (Fp8GemmMath math : {Fp8GemmMath::kMmaF16, Fp8GemmMath::kWgmmaF16}) {
+            int64_t at = -1;
+            EXPECT_EQ(BitMismatches(RunGpu(op, kWs, output, 0, splits, false, math), mma, &at), 0)
+                << s.m << "x" << s.n << "x" << s.k << " splits " << splits << " output "
+                << static_cast<int>(output) << " math " << static_cast<int>(math)
+                << " first mismatch " << at;
+          }
+        }
+      }
+    }
+  }
+  // kAuto takes it above 256 rows where it applies, and not elsewhere.
+  const Fp8BlockGemmParams big{.x_scales = reinterpret_cast<const uint8_t*>(uintptr_t{256}),
+                               .w_scales = reinterpret_cast<const uint8_t*>(uintptr_t{512}),
+                               .m = 4096,
+                               .n = 1280,
+                               .k = 5120};
+  EXPECT_EQ(ResolveFp8GemmTile(big), kWs);
+  Fp8BlockGemmParams other = big;
+  other.math = Fp8GemmMath::kWgmma;
+  EXPECT_EQ(ResolveFp8GemmTile(other), Fp8GemmTile::kN128M128Wg);
+  other = big;
+  other.k = 5120 + 32;
+  EXPECT_EQ(ResolveFp8GemmTile(other), Fp8GemmTile::kN128M128);
+  other = big;
+  other.x_scales += 1;
+  EXPECT_EQ(ResolveFp8GemmTile(other), Fp8GemmTile::kN128M128);
+  other = big;
+  other.m = 256;
+  EXPECT_NE(ResolveFp8GemmTile(other), kWs);
+  // A row alone and in a prefill batch (the automatic tile: the mma tiles
+  // alone, kN128M128Ws in the batch).
+  constexpr int64_t kN = 1024, kK = 2048;
+  const Operands alone = MakeOperands(1, kN, kK, 123, Source::kQuantized);
+  const std::vector<float> want = RunGpu(alone, Fp8GemmTile::kAuto);
+  std::mt19937 rng(9);
+  Operands batch = alone;
+  batch.m = 2048;
+  QuantizedFp8Rows(batch.m, kK, rng, batch.x, batch.x_scales);
+  for (int64_t pos : {int64_t{0}, int64_t{1337}, batch.m - 1}) {
+    Operands b = batch;
+    std::copy(alone.x.begin(), alone.x.end(), b.x.begin() + pos * kK);
+    std::copy(alone.x_scales.begin(), alone.x_scales.end(), b.x_scales.begin() + pos * (kK / 32));
+    const std::vector<float> got = RunGpu(b, Fp8GemmTile::kAuto);
+    ASSERT_EQ(got.size(), static_cast<size_t>(b.m * kN));
+    const std::vector<float> row(got.begin() + pos * kN, got.begin() + (pos + 1) * kN);
+    EXPECT_EQ(BitMismatches(row, want, nullptr), 0) << "position " << pos;
+  }
+  // Refused: kWgmma's bits, K not a multiple of 128, scales not 4-byte aligned.
+  DeviceBuffer<uint8_t> buf(1 << 16);
+  ASSERT_TRUE(buf.ok());
+  uint8_t* d = buf.get();
+  const Fp8BlockGemmParams good{
+      .x = d, .x_scales = d, .w = d, .w_scales = d, .y = d, .m = 2, .n = 32, .k = 128, .tile = kWs};
+  EXPECT_TRUE(Fp8BlockGemm(good, nullptr).ok());
+  using P = Fp8BlockGemmParams;
+  EXPECT_TRUE(EachIsInvalidArgument(good,
+                                    [](const P& p) { return Fp8BlockGemm(p, nullptr).code(); },
+                                    {
+                                        [](P& p) { p.math = Fp8GemmMath::kWgmma; },
+                                        [](P& p) { p.k = 96; },
+                                        [&](P& p) { p.x_scales = d + 1; },
+                                    }));
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
 TEST(Fp8BlockGemmTest, Bf16OutputIsTheRoundedFp32Output) {

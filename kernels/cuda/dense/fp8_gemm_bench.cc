@@ -102,6 +102,7 @@ Fp8GemmMath g_math = Fp8GemmMath::kMmaF16;
 
 // True when `tile` runs under g_math.
 bool Runs(Fp8GemmTile tile) {
+  if (tile == Fp8GemmTile::kN128M128Ws) return g_math != Fp8GemmMath::kWgmma;
   const Fp8GemmTileShape shape = ShapeOfFp8GemmTile(tile);
   if (!Fp8GemmMathIsWgmma(g_math)) return !Fp8GemmTileIsWgmmaOnly(shape.block_m, shape.warps_m);
   return Fp8GemmTileRunsWgmma(shape);
@@ -184,6 +185,8 @@ const char* TileName(Fp8GemmTile t) {
       return "n64m8s4";
     case Fp8GemmTile::kN64M8S3:
       return "n64m8s3";
+    case Fp8GemmTile::kN128M128Ws:
+      return "n128m128ws";
     case Fp8GemmTile::kAuto:
       return "auto";
   }
@@ -277,7 +280,7 @@ void Prefill(cudaStream_t stream) {
     double best_ms = 1e30;
     Fp8GemmTile best = Fp8GemmTile::kAuto;
     for (Fp8GemmTile t : {Fp8GemmTile::kN64M64, Fp8GemmTile::kN128M64, Fp8GemmTile::kN128M128,
-                          Fp8GemmTile::kN128M128Wg}) {
+                          Fp8GemmTile::kN128M128Wg, Fp8GemmTile::kN128M128Ws}) {
       if (!Runs(t)) continue;
       const double ms = ours(t);
       if (ms < best_ms) best_ms = ms, best = t;
@@ -289,8 +292,8 @@ void Prefill(cudaStream_t stream) {
         "%-12s %-6lld %-6lld | %-9s %8.1f %7.0f | %-9s %8.0f | %9.1f %7.0f %9.1f %7.0f | "
         "%.2f\n",
         l.name, static_cast<long long>(l.n), static_cast<long long>(l.k),
-        TileName(ChooseFp8GemmTile(kM, l.n, g_math)), auto_ms * 1e3, tf(auto_ms), TileName(best),
-        tf(best_ms), lt_bf16 * 1e3, tf(lt_bf16), lt_f32 * 1e3, tf(lt_f32),
+        TileName(ResolveFp8GemmTile(p.Params(0, Fp8GemmTile::kAuto))), auto_ms * 1e3, tf(auto_ms),
+        TileName(best), tf(best_ms), lt_bf16 * 1e3, tf(lt_bf16), lt_f32 * 1e3, tf(lt_f32),
         lt_bf16 > 0 ? lt_bf16 / auto_ms : 0.0);
   }
 }
@@ -321,6 +324,9 @@ int RunOne(int64_t m, int64_t n, int64_t k, const std::string& tile_name) {
   for (Fp8GemmTile t : kTiles) {
     if (tile_name == TileName(t)) tile = t;
   }
+  if (tile_name == TileName(Fp8GemmTile::kN128M128Ws)) {
+    tile = Fp8GemmTile::kN128M128Ws;
+  }
   Problem p(m, n, k, 1);
   for (int i = 0; i < 2; ++i) {
     if (absl::Status s = Fp8BlockGemm(p.Params(0, tile), nullptr); !s.ok()) {
@@ -334,14 +340,19 @@ int RunOne(int64_t m, int64_t n, int64_t k, const std::string& tile_name) {
   return 0;
 }
 
-int Run() {
+// `prefill_only`: the prefill table alone (a minute instead of several).
+int Run(bool prefill_only) {
   cudaStream_t stream;
   WEIR_BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  const double copy_gbps = CopyGbps(stream);
-  std::printf("device copy (1 GiB, read + write): %.0f GB/s\n", copy_gbps);
-  Decode(copy_gbps, stream);
-  Prefill(stream);
-  ActQuant(copy_gbps, stream);
+  if (prefill_only) {
+    Prefill(stream);
+  } else {
+    const double copy_gbps = CopyGbps(stream);
+    std::printf("device copy (1 GiB, read + write): %.0f GB/s\n", copy_gbps);
+    Decode(copy_gbps, stream);
+    Prefill(stream);
+    ActQuant(copy_gbps, stream);
+  }
   WEIR_BENCH_CHECK(cudaStreamSynchronize(stream));
   WEIR_BENCH_CHECK(cudaGetLastError());
   WEIR_BENCH_CHECK(cudaStreamDestroy(stream));
@@ -365,5 +376,6 @@ int main(int argc, char** argv) {
     return weir::kernels::cuda::dense::RunOne(std::atoll(argv[2]), std::atoll(argv[3]),
                                               std::atoll(argv[4]), argc > 5 ? argv[5] : "auto");
   }
-  return weir::kernels::cuda::dense::Run();
+  // fp8_gemm_bench [wgmma | wgmma_f16] [prefill]
+  return weir::kernels::cuda::dense::Run(argc >= 2 && std::string(argv[1]) == "prefill");
 }

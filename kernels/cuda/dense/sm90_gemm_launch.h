@@ -103,6 +103,7 @@ absl::Status DispatchGemmTile(Fp8GemmTile tile, Launch&& launch, const char* op)
       return Instance<64, 8, 4, 1, 3>(tile, launch, op);
     case Fp8GemmTile::kN128M128Wg:
       return Instance<128, 128, 8, 1, 4>(tile, launch, op);
+    case Fp8GemmTile::kN128M128Ws:  // launched by Fp8BlockGemm itself (LaunchWs)
     case Fp8GemmTile::kAuto:
       break;
   }

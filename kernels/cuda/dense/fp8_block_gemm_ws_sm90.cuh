@@ -1,0 +1,310 @@
+// kernels/cuda/dense/fp8_block_gemm_ws_sm90.cuh — Fp8BlockGemm's
+// warp-specialized prefill tile (Fp8GemmTile::kN128M128Ws). Device code only;
+// included by fp8_block_gemm_sm90.cu. The arithmetic is kMmaF16's (the
+// contract in fp8_block_gemm_sm90.h), so a row gets the bits of every other
+// tile; what changes is who does what:
+//
+//  * warpgroup 0, the producer (registers lowered to kWsProducerRegs):
+//    - warp 0 walks the CTA's K stages ahead of the others: it waits for a
+//      code slot to be free, has lane 0 issue the stage's W and X code boxes
+//      by TMA, and the lanes copy the stage's scale words by cp.async, all
+//      counted on the slot's `full` mbarrier (lane 0's expect_tx arrival and
+//      one cp.async arrival a lane);
+//    - warps 1 - 3 (the wideners) take each landed stage, widen its X codes
+//      to f16 once for the CTA into the stage's f16 slot (WidenB's K slots,
+//      the layout kWgmmaF16 reads by descriptor), and write the table of
+//      exact scale products sw x sx the fold needs ([block][W scale row]
+//      [lane quad][X rows of the quad], padded so a warp's 16-byte reads hit
+//      distinct banks); then they publish the f16 slot (`x16_full`) and free
+//      the code slot's X half (`empty`).
+//  * warpgroups 1 and 2, the consumers (kWsConsumerRegs): warpgroup c owns W
+//    rows 64 c .. 64 c + 63 of the CTA's 128 and all 128 X rows. Each 32 of
+//    K is two wgmma m64n128k16 f16 (A: the warp's 16 W rows widened in
+//    registers as the mma A fragment, B: the f16 X slot), then the fold
+//    acc = fma(p, sw sx, acc) with the product from the table: PromoteBlock's
+//    arithmetic on the mma pair's sums (tensor_core_sum_probe_test), so
+//    kMmaF16's bits. The next block's A fragment is made while the current
+//    block runs on the tensor cores, and the two consumer warpgroups fold in
+//    each other's shadow.
+//
+// Rings: kWsCodeStages code slots (W and X codes and scale words of one
+// stage of 128 K), kWsX16Stages f16 slots (the widened X and the scale table).
+// mbarriers: full / empty per code slot, x16_full / x16_empty per f16 slot;
+// a slot's use i completes phase i, so its waiter tests parity (i / slots) & 1.
+#ifndef WEIR_KERNELS_CUDA_DENSE_FP8_BLOCK_GEMM_WS_SM90_CUH_
+#define WEIR_KERNELS_CUDA_DENSE_FP8_BLOCK_GEMM_WS_SM90_CUH_
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/dense/fp8_block_gemm_params.h"
+#include "kernels/cuda/dense/fp8_block_gemm_sm90.cuh"
+#include "kernels/cuda/dense/fp8_mma_sm90.cuh"
+#include "kernels/cuda/grid_dependency.cuh"
+#include "kernels/cuda/tma.cuh"
+
+namespace weir::kernels::cuda::dense {
+namespace fp8_gemm {
+
+inline constexpr int kWsBn = 128;  // W rows a CTA (two consumer warpgroups of 64)
+inline constexpr int kWsBm = 128;  // X rows a CTA (the wgmma N)
+inline constexpr int kWsThreads = 384;
+inline constexpr int kWsCodeStages = 4;
+inline constexpr int kWsX16Stages = 2;
+inline constexpr int kWsProducerRegs = 56;
+inline constexpr int kWsConsumerRegs = 224;
+static_assert(kWsThreads / 3 * (kWsProducerRegs + 2 * kWsConsumerRegs) <= 65536, "register file");
+
+// Shared layout (bytes from the 1024-aligned base).
+inline constexpr int kWsCodeTile = kWsBn * kFp8GemmStageK;  // one operand's codes of a stage
+inline constexpr int kWsCodeSlot = 2 * kWsCodeTile;         // W then X
+inline constexpr int kWsX16Slot = kWsBm * 256;              // Fp8GemmF16XBytes(128)
+// The fold's table of a stage (Fp8GemmWsTableIndex).
+inline constexpr int kWsTableSlot = kFp8GemmWsTableFloats * 4;
+inline constexpr int kWsScaleSlot = (kWsBm + kWsBn / 32) * 4;  // X words, then W words
+inline constexpr int kWsX16Offset = kWsCodeStages * kWsCodeSlot;
+inline constexpr int kWsTableOffset = kWsX16Offset + kWsX16Stages * kWsX16Slot;
+inline constexpr int kWsScaleOffset = kWsTableOffset + kWsX16Stages * kWsTableSlot;
+inline constexpr int kWsSharedBytes = kWsScaleOffset + kWsCodeStages * kWsScaleSlot;
+
+__device__ __forceinline__ void MbarrierArrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// One arrival on `bar` once every cp.async this thread issued so far has landed.
+__device__ __forceinline__ void CpAsyncArriveOn(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+template <int kRegs>
+__device__ __forceinline__ void LowerRegisters() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void RaiseRegisters() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
+__global__ void __launch_bounds__(kWsThreads, 1)
+    Fp8BlockGemmWsKernel(const __grid_constant__ KernelArgs grouped) {
+  GridDependencyPrologue(Fp8GemmWeightRows<kWsBn>(grouped));
+  KernelArgs args = grouped;
+  const int split = static_cast<int>(blockIdx.z % grouped.splits);
+  const int64_t group = blockIdx.z / grouped.splits;
+  int64_t x_row_base = 0;
+  if (grouped.splits > 1) {
+    args.partial = grouped.partial + (group * grouped.splits + split) * grouped.m * grouped.n;
+  }
+  args.w_scales += group * grouped.ws_stride;
+  if (grouped.offsets != nullptr) {
+    const int64_t begin = min(max(grouped.offsets[group], int64_t{0}), grouped.m);
+    const int64_t end = min(max(grouped.offsets[group + 1], int64_t{0}), grouped.m);
+    args.m = max(end - begin, int64_t{0});
+    x_row_base = begin;
+    args.x_scales += begin * (grouped.k / kFp8GemmScaleBlock);
+    args.y = grouped.bf16_out
+                 ? static_cast<void*>(static_cast<__nv_bfloat16*>(grouped.y) + begin * grouped.n)
+                 : static_cast<void*>(static_cast<float*>(grouped.y) + begin * grouped.n);
+    if (static_cast<int64_t>(blockIdx.y) * kWsBm >= args.m) return;  // uniform, before barriers
+  } else {
+    args.x_scales += group * grouped.xs_stride;
+    args.y =
+        grouped.bf16_out
+            ? static_cast<void*>(static_cast<__nv_bfloat16*>(grouped.y) + group * grouped.y_stride)
+            : static_cast<void*>(static_cast<float*>(grouped.y) + group * grouped.y_stride);
+  }
+
+  constexpr int kBlocks = kFp8GemmStageK / kFp8GemmScaleBlock;  // 4 K blocks a stage
+  __shared__ __align__(8) uint64_t bars[2 * kWsCodeStages + 2 * kWsX16Stages];
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  uint8_t* const smem = AlignSharedTo1024(smem_raw);
+  const uint32_t base = SharedAddress(smem);
+  const uint32_t full0 = SharedAddress(&bars[0]);
+  const uint32_t empty0 = full0 + 8 * kWsCodeStages;
+  const uint32_t x16_full0 = empty0 + 8 * kWsCodeStages;
+  const uint32_t x16_empty0 = x16_full0 + 8 * kWsX16Stages;
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kWsBn;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kWsBm;
+  const int num_kb = static_cast<int>(args.k / kFp8GemmScaleBlock);
+  const int num_kt = num_kb / kBlocks;  // k % 128 == 0 (the launcher's condition)
+  const int kt_begin = static_cast<int>(int64_t{split} * num_kt / args.splits);
+  const int kt_end = static_cast<int>(int64_t{split + 1} * num_kt / args.splits);
+  const int stages = kt_end - kt_begin;
+
+  if (tid == 0) {
+    for (int s = 0; s < kWsCodeStages; ++s) {
+      MbarrierInit(full0 + 8 * s, 1 + 32);             // expect_tx + the lanes' copies
+      MbarrierInit(empty0 + 8 * s, 2 * 128 + 3 * 32);  // consumers + wideners
+    }
+    for (int s = 0; s < kWsX16Stages; ++s) {
+      MbarrierInit(x16_full0 + 8 * s, 3 * 32);    // wideners
+      MbarrierInit(x16_empty0 + 8 * s, 2 * 128);  // consumers
+    }
+    FenceMbarrierInit();
+  }
+  __syncthreads();
+
+  if (warp < 4) {
+    LowerRegisters<kWsProducerRegs>();
+    if (warp == 0) {
+      // The loader: codes by TMA, scale words by cp.async, stage i into slot i % 4.
+      const int64_t n_groups = (args.n + 31) / 32;
+      for (int i = 0; i < stages; ++i) {
+        const int slot = i % kWsCodeStages;
+        const int kt = kt_begin + i;
+        const uint32_t full = full0 + 8 * slot;
+        if (i >= kWsCodeStages) MbarrierWait(empty0 + 8 * slot, ((i / kWsCodeStages) - 1) & 1);
+        if (lane == 0) {
+          MbarrierArriveExpectTx(full, kWsCodeSlot);
+          const int k_base = kt * kFp8GemmStageK;
+          TmaLoadRows(base + slot * kWsCodeSlot, &grouped.w_map, full, k_base, static_cast<int>(n0),
+                      static_cast<int>(group));
+          TmaLoadRows(base + slot * kWsCodeSlot + kWsCodeTile, &grouped.x_map, full, k_base,
+                      static_cast<int>(x_row_base + m0),
+                      grouped.x_stride != 0 ? static_cast<int>(group) : 0);
+        }
+        const uint32_t sc = base + kWsScaleOffset + slot * kWsScaleSlot;
+#pragma unroll
+        for (int r = 0; r < kWsBm / 32; ++r) {
+          const int row = lane + 32 * r;
+          const bool ok = m0 + row < args.m;
+          CpAsync4(sc + row * 4, args.x_scales + (ok ? (m0 + row) * num_kb + 4 * kt : 0), ok);
+        }
+        if (lane < kWsBn / 32) {
+          const int64_t g = n0 / 32 + lane;
+          const bool ok = g < n_groups;
+          CpAsync4(sc + (kWsBm + lane) * 4, args.w_scales + (ok ? g * num_kb + 4 * kt : 0), ok);
+        }
+        CpAsyncArriveOn(full);
+      }
+    } else {
+      // The wideners: stage i's X codes -> f16 slot i % 2, and its scale table.
+      const int t = tid - 32;  // 0 .. 95
+      for (int i = 0; i < stages; ++i) {
+        const int slot = i % kWsCodeStages;
+        const int ts = i % kWsX16Stages;
+        MbarrierWait(full0 + 8 * slot, (i / kWsCodeStages) & 1);
+        if (i >= kWsX16Stages) MbarrierWait(x16_empty0 + 8 * ts, ((i / kWsX16Stages) - 1) & 1);
+        const uint32_t x_codes = base + slot * kWsCodeSlot + kWsCodeTile;
+        const uint32_t x16 = base + kWsX16Offset + ts * kWsX16Slot;
+        for (int u = t; u < kWsBm * 8; u += 96) {
+          const int row = u >> 3, q = u & 7;
+          WidenCodesToF16Slots(x_codes + Fp8GemmSwizzledOffset(row, q),
+                               x16 + Fp8GemmF16XChunk(row, 2 * q, kWsBm),
+                               x16 + Fp8GemmF16XChunk(row, 2 * q + 1, kWsBm));
+        }
+        const uint32_t sc = base + kWsScaleOffset + slot * kWsScaleSlot;
+        const uint32_t table = base + kWsTableOffset + ts * kWsTableSlot;
+        uint32_t w_word[kWsBn / 32];
+#pragma unroll
+        for (int g = 0; g < kWsBn / 32; ++g) w_word[g] = LoadShared32(sc + (kWsBm + g) * 4);
+        for (int row = t; row < kWsBm; row += 96) {
+          const uint32_t x_word = LoadShared32(sc + row * 4);
+#pragma unroll
+          for (int j = 0; j < kBlocks; ++j) {
+            const float sx = ScaleOf(x_word, j);
+#pragma unroll
+            for (int g = 0; g < kWsBn / 32; ++g) {
+              StoreSharedF32(table + Fp8GemmWsTableIndex(j, g, row) * 4,
+                             __fmul_rn(ScaleOf(w_word[g], j), sx));
+            }
+          }
+        }
+        FenceSharedForAsyncProxy();  // the f16 slot is read by wgmma (async proxy)
+        MbarrierArrive(x16_full0 + 8 * ts);
+        MbarrierArrive(empty0 + 8 * slot);
+      }
+    }
+    return;
+  }
+
+  // ---- consumers ----
+  RaiseRegisters<kWsConsumerRegs>();
+  const int cw = warp - 4;       // 0 .. 7: W rows 16 cw .. 16 cw + 15 of the tile
+  constexpr int kP = kWsBm / 2;  // floats of one block sum a thread
+  float acc[1][kWsBm / 8][4];
+  ZeroAccumulators(acc);
+  const int g_local = cw / 2;  // the warp's weight scale row in the tile
+  const int quad = lane & 3;
+  auto make_a = [&](uint32_t w_base, int j, F16A& a) {
+    uint32_t a8[4];
+    const Fp8GemmRowChunk src = Fp8GemmALdmatrixSource(lane, j);
+    LdMatrixX4(w_base + Fp8GemmSwizzledOffset(cw * 16 + src.row, src.chunk), a8[0], a8[1], a8[2],
+               a8[3]);
+    a = WidenA(a8);
+  };
+  auto pin_a = [](F16A& a) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      PinRegister(a.lo[q]);
+      PinRegister(a.hi[q]);
+    }
+  };
+  F16A a[2];
+  for (int i = 0; i < stages; ++i) {
+    const int slot = i % kWsCodeStages;
+    const int ts = i % kWsX16Stages;
+    const uint32_t w_base = base + slot * kWsCodeSlot;
+    MbarrierWait(full0 + 8 * slot, (i / kWsCodeStages) & 1);
+    make_a(w_base, 0, a[0]);
+    MbarrierWait(x16_full0 + 8 * ts, (i / kWsX16Stages) & 1);
+    const uint64_t x_desc =
+        DescriptorOf(SwizzledKMajorDescriptorLo(base + kWsX16Offset + ts * kWsX16Slot));
+    const uint32_t table = base + kWsTableOffset + ts * kWsTableSlot;
+#pragma unroll
+    for (int j = 0; j < kBlocks; ++j) {
+      float p[kP];
+      const int at = (j >> 1) * kWsBm * 128 + (j & 1) * 64;
+      WgmmaFence();
+      WgmmaF16<kWsBm>::RSZero(a[j & 1].lo, x_desc + static_cast<uint64_t>(at >> 4), p);
+      WgmmaF16<kWsBm>::RS(a[j & 1].hi, x_desc + static_cast<uint64_t>((at + 32) >> 4), p, true);
+      WgmmaCommit();
+      if (j + 1 < kBlocks) {
+        make_a(w_base, j + 1, a[(j + 1) & 1]);
+      } else {
+        MbarrierArrive(empty0 + 8 * slot);  // the W codes of this stage are in registers
+      }
+      WgmmaWait(0);
+      pin_a(a[j & 1]);
+#pragma unroll
+      for (int r = 0; r < kP; ++r) PinRegister(p[r]);
+      // The fold: 16 floats of sw sx at a time (4 x 16 bytes), the quad's X
+      // rows 8 ni + 2 quad + {0, 1} for ni = 0 .. 15.
+      const uint32_t tj = table + Fp8GemmWsQuadBase(j, g_local, quad) * 4;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        uint32_t s[4][4];
+#pragma unroll
+        for (int v = 0; v < 4; ++v) LoadShared128(tj + (h * 16 + v * 4) * 4, s[v]);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const int ni = h * 8 + e;
+          const float sx0 = __uint_as_float(s[e / 2][(e % 2) * 2]);
+          const float sx1 = __uint_as_float(s[e / 2][(e % 2) * 2 + 1]);
+          acc[0][ni][0] = __fmaf_rn(p[4 * ni + 0], sx0, acc[0][ni][0]);
+          acc[0][ni][1] = __fmaf_rn(p[4 * ni + 1], sx1, acc[0][ni][1]);
+          acc[0][ni][2] = __fmaf_rn(p[4 * ni + 2], sx0, acc[0][ni][2]);
+          acc[0][ni][3] = __fmaf_rn(p[4 * ni + 3], sx1, acc[0][ni][3]);
+        }
+      }
+    }
+    MbarrierArrive(x16_empty0 + 8 * ts);  // every wgmma of this f16 slot has retired
+  }
+
+  ForEachOutput(acc, lane, n0 + cw * 16, m0, args.n, args.m, [&](int64_t gm, int64_t gn, float v) {
+    if (args.splits > 1) {
+      args.partial[gm * args.n + gn] = v;
+    } else {
+      StoreY(args, gm * args.n + gn, v);
+    }
+  });
+}
+
+}  // namespace fp8_gemm
+}  // namespace weir::kernels::cuda::dense
+
+#endif  // WEIR_KERNELS_CUDA_DENSE_FP8_BLOCK_GEMM_WS_SM90_CUH_
