@@ -687,6 +687,51 @@ TEST(DeviceDecoderFastTest, SmallBf16WgmmaF16PrefillGivesTheMmaBits) {
   EXPECT_EQ(DifferingCalls(got_mma, got_f16), 0) << "of " << got_mma.size() << " calls";
 }
 
+// A 400-row prompt chunk runs the FP8 linears (and the experts' tile form)
+// on the warp-specialized prefill tile (Fp8GemmTile::kN128M128Ws, kAuto's
+// tile above 256 rows); the same prompt in four chunks of 100 rows runs the
+// mma tiles and the MXFP4 kernel. Every row's logits must be the same bits,
+// and so must the decode steps after.
+TEST(DeviceDecoderFastTest, SmallBf16LongChunkGivesTheShortChunksBits) {
+  const Checkpoint* small = SmallCheckpoint(3);
+  ASSERT_NE(small, nullptr);
+  const int64_t v = small->config().vocab_size;
+  auto cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
+  ASSERT_NE(cpu, nullptr);
+  constexpr int kChunk = 400, kShort = 100;
+  const DeviceDecoderOptions options{.numerics = DecodeNumerics::kFast,
+                                     .max_sequences = 2,
+                                     .max_positions = kChunk + 16,
+                                     .max_batch = kChunk,
+                                     .max_rows_per_slot = kChunk};
+  const std::vector<int64_t> prompt = RandomTokens(kChunk, 43, v - 1);
+  std::vector<std::vector<int64_t>> steps;
+  for (int step = 0; step < 3; ++step) steps.push_back({11 + step});
+  const auto whole = ChunkThenSteps(*cpu, options, {1}, prompt, steps);
+  ASSERT_EQ(whole.size(), 4u);
+  ASSERT_EQ(whole[0].size(), static_cast<size_t>(kChunk * v));
+  auto dd = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, options);
+  ASSERT_TRUE(dd.ok()) << dd.status();
+  ASSERT_TRUE((*dd)->Start(1).ok());
+  int64_t differing_rows = 0;
+  for (int c = 0; c < kChunk / kShort; ++c) {
+    const std::vector<int64_t> part(prompt.begin() + c * kShort, prompt.begin() + (c + 1) * kShort);
+    auto rows = (*dd)->StepRows(std::vector<int>(kShort, 1), part, std::nullopt);
+    ASSERT_TRUE(rows.ok()) << rows.status();
+    ASSERT_EQ(rows->size(), static_cast<size_t>(kShort * v));
+    for (int r = 0; r < kShort; ++r) {
+      differing_rows += std::memcmp(rows->data() + r * v, whole[0].data() + (c * kShort + r) * v,
+                                    v * sizeof(float)) != 0;
+    }
+  }
+  EXPECT_EQ(differing_rows, 0) << "of " << kChunk << " prompt rows";
+  for (size_t i = 0; i < steps.size(); ++i) {
+    auto r = (*dd)->StepRows(std::vector<int>{1}, steps[i], std::nullopt);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(std::memcmp(r->data(), whole[i + 1].data(), v * sizeof(float)), 0) << "step " << i;
+  }
+}
+
 // The routed experts' f16 block sums on wgmma (expert_wgmma_f16) give the
 // mma pair's bits: a row's logits equal the default decoder's, alone and in a
 // crowd, step for step (tensor_core_sum_probe_test: f16 wgmma sums as the
