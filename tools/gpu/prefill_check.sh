@@ -7,7 +7,9 @@
 #      experts' FP8 tile form (Mxfp4ToFp8Tiles against its CPU specification);
 #   2. device_decoder_fast_test's chunked and batch-invariance cases and the
 #      tile-form experts;
-#   3. fp8_gemm_bench wgmma (its prefill table against cuBLASLt FP8) and
+#   3. fp8_gemm_bench's prefill table against cuBLASLt FP8 in the default
+#      math (the automatic tile above 256 rows: the warp-specialized
+#      kN128M128Ws) and in wgmma, and
 #      mxfp4_grouped_gemm_bench 48 1 wgmma 4096 (the experts' prefill table);
 #   4. decode_gpu's prefill of the EP8 slice of V4.1-Flash (4,096 positions in
 #      one chunk) with the default maths, with the tile form resident
@@ -29,7 +31,8 @@ for t in kernels_cuda_dense_fp8_block_gemm_sm90_test kernels_cuda_moe_mxfp4_grou
 done
 step device_decoder_fast_test_prefill 300 "${bundle}/bin/worker_model_device_decoder_fast_test" \
   --gtest_filter='*TileForm*:*SmallBf16ChunkedSteps*:*WgmmaChunked*' || status=1
-step fp8_gemm_bench_wgmma 120 "${bundle}/tools/fp8_gemm_bench" wgmma
+step fp8_gemm_bench_prefill 120 "${bundle}/tools/fp8_gemm_bench" prefill
+step fp8_gemm_bench_wgmma 120 "${bundle}/tools/fp8_gemm_bench" wgmma prefill
 step mxfp4_bench_prefill 150 "${bundle}/tools/mxfp4_grouped_gemm_bench" 48 1 wgmma 4096
 slice=(--ep_slice=8 --numerics=fast --batches=1 --context=4096 --prefill_chunk=4096 --steps=3
        --warmup=1 --slice_profile=false)
@@ -48,7 +51,7 @@ echo "== tests"
 grep -hE '^\[  (PASSED|FAILED)|FAILED  \]|rows differ|tile form:' "${results}"/*test*.log 2>/dev/null
 echo "== prefill"
 grep -hE '^Prefill m|^(wq_a|wq_b|wo_b|shared\.w13|shared\.w2|square8k) +[0-9]+ +[0-9]+ +\|' \
-  "${results}/fp8_gemm_bench_wgmma.log" 2>/dev/null
+  "${results}/fp8_gemm_bench_prefill.log" "${results}/fp8_gemm_bench_wgmma.log" 2>/dev/null
 sed -n '/^Prefill:/,/cuBLASLt FP8/p' "${results}/mxfp4_bench_prefill.log" 2>/dev/null
 grep -h '^prefill:' "${results}"/decode_gpu_prefill*.log 2>/dev/null
 exit "${status}"
