@@ -35,6 +35,12 @@ int ChooseBf16GemmSplits(int64_t n, int64_t k, int groups) {
   return static_cast<int>(std::max<int64_t>(1, std::min(wanted, most)));
 }
 
+Fp8GemmTile ResolveBf16GemmTile(const Bf16GemmParams& p) {
+  if (p.tile != Fp8GemmTile::kAuto) return p.tile;
+  const Fp8GemmTile tile = ChooseFp8GemmTile(p.m, p.n);
+  return tile == Fp8GemmTile::kN128M128 ? Fp8GemmTile::kN128M128Ws : tile;
+}
+
 absl::Status CheckBf16GemmParams(const Bf16GemmParams& p) {
   if (p.x == nullptr || p.w == nullptr || p.y == nullptr) {
     return absl::InvalidArgumentError("Bf16Gemm: null pointer");
@@ -84,10 +90,10 @@ absl::Status CheckBf16GemmParams(const Bf16GemmParams& p) {
   if (p.k_splits > 1 && p.split_scratch == nullptr) {
     return absl::InvalidArgumentError("Bf16Gemm: k_splits > 1 needs split_scratch");
   }
-  const Fp8GemmTile tile = p.tile == Fp8GemmTile::kAuto ? ChooseFp8GemmTile(p.m, p.n) : p.tile;
+  const Fp8GemmTile tile = ResolveBf16GemmTile(p);
   const Fp8GemmTileShape shape = ShapeOfFp8GemmTile(tile);
   if (shape.block_m == 0) return absl::InvalidArgumentError("Bf16Gemm: unknown tile");
-  if (Fp8GemmTileIsWgmmaOnly(shape.block_m, shape.warps_m)) {
+  if (tile != Fp8GemmTile::kN128M128Ws && Fp8GemmTileIsWgmmaOnly(shape.block_m, shape.warps_m)) {
     return absl::InvalidArgumentError("Bf16Gemm: this tile runs Fp8BlockGemm's wgmma only");
   }
   if ((p.m + shape.block_m - 1) / shape.block_m > kMaxGridYZ) {

@@ -53,6 +53,12 @@ struct Bf16GemmParams {
   float* split_scratch = nullptr;
 };
 
+// The tile a call runs: p.tile, or for kAuto ChooseFp8GemmTile(m, n) with
+// the 128 x 128 prefill tile replaced by the warp-specialized kN128M128Ws
+// (bf16_gemm_ws_sm90.cuh: TMA and wgmma, the same bits), which takes every
+// shape CheckBf16GemmParams accepts.
+Fp8GemmTile ResolveBf16GemmTile(const Bf16GemmParams& p);
+
 // Floats of split_scratch a call with `p`'s shape needs: groups x k_splits x
 // m x n (0 without a split).
 int64_t Bf16GemmSplitScratchFloats(const Bf16GemmParams& p);

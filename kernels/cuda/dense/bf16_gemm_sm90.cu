@@ -6,9 +6,11 @@
 #include "kernels/cuda/dense/bf16_gemm_params.h"
 #include "kernels/cuda/dense/bf16_gemm_sm90.cuh"
 #include "kernels/cuda/dense/bf16_gemm_sm90.h"
+#include "kernels/cuda/dense/bf16_gemm_ws_sm90.cuh"
 #include "kernels/cuda/dense/sm90_gemm_launch.h"
 #include "kernels/cuda/dense/split_reduce.cuh"
 #include "kernels/cuda/launch_status.h"
+#include "kernels/cuda/tma.cuh"
 
 namespace weir::kernels::cuda::dense {
 namespace {
@@ -50,9 +52,57 @@ absl::Status LaunchTile(const Bf16GemmParams& p, const Fp8GemmTileShape& shape,
   }
 }
 
+// kN128M128Ws (bf16_gemm_ws_sm90.cuh): one CTA of 384 threads a 128 x 128
+// tile of Y^T; the operands as TMA tensor maps of bytes (a row is 2 k bytes).
+absl::Status LaunchWs(const Bf16GemmParams& p, cudaStream_t stream) {
+  bf16_gemm::WsArgs ws{};
+  ws.plain = {p.x,
+              p.w,
+              p.y,
+              p.m,
+              p.n,
+              p.k,
+              p.x_group_stride != 0 ? p.x_group_stride : p.m * p.k,
+              p.w_group_stride != 0 ? p.w_group_stride : p.n * p.k,
+              p.y_group_stride != 0 ? p.y_group_stride : p.m * p.n,
+              p.output == Fp8GemmOutput::kBf16,
+              p.output == Fp8GemmOutput::kF32RoundedBf16,
+              p.k_splits,
+              p.split_scratch};
+  const uint64_t row = static_cast<uint64_t>(p.k) * 2;
+  if (absl::Status s = EncodeTmaRowsMap(&ws.w_map, p.w, row, p.n, p.groups, row,
+                                        ws.plain.w_stride * 2, bf16_gemm::kWsBn);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = EncodeTmaRowsMap(&ws.x_map, p.x, row, p.m, p.groups, row,
+                                        ws.plain.x_stride * 2, bf16_gemm::kWsBm);
+      !s.ok()) {
+    return s;
+  }
+  const dim3 grid(static_cast<unsigned>((p.n + bf16_gemm::kWsBn - 1) / bf16_gemm::kWsBn),
+                  static_cast<unsigned>((p.m + bf16_gemm::kWsBm - 1) / bf16_gemm::kWsBm),
+                  static_cast<unsigned>(p.groups * p.k_splits));
+  const int smem = bf16_gemm::kWsSharedBytes + fp8_gemm::kWgmmaSmemSlack;
+  if (absl::Status s = AllowSharedBytes(bf16_gemm::Bf16GemmWsKernel, smem, "Bf16Gemm"); !s.ok()) {
+    return s;
+  }
+  bf16_gemm::Bf16GemmWsKernel<<<grid, bf16_gemm::kWsThreads, smem, stream>>>(ws);
+  if (p.k_splits > 1) {
+    LaunchSplitReduce(p.split_scratch, p.y, p.m * p.n, p.groups, p.k_splits, ws.plain.y_stride,
+                      ws.plain.bf16_out, ws.plain.round_f32, stream);
+  }
+  return LaunchStatus("Bf16Gemm");
+}
+
 }  // namespace
 
 absl::Status Bf16Gemm(const Bf16GemmParams& p, cudaStream_t stream) {
+  if (ResolveBf16GemmTile(p) == Fp8GemmTile::kN128M128Ws) {
+    if (absl::Status s = CheckBf16GemmParams(p); !s.ok()) return s;
+    if (absl::Status s = CheckSm90Device("Bf16Gemm"); !s.ok()) return s;
+    return LaunchWs(p, stream);
+  }
   return RunGemmTile(
       p, CheckBf16GemmParams(p), "Bf16Gemm",
       [&]<int kBn, int kBm, int kWarpsN, int kWarpsM, int kStages>(const Fp8GemmTileShape& shape) {

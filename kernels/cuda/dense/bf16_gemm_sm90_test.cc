@@ -249,6 +249,9 @@ TEST(Bf16GemmTest, SplitKSumsTheSplitsProductsInOrder) {
     EXPECT_TRUE(SameBits(run(m, dx.get(), tile, Fp8GemmOutput::kF32, groups), got, groups * mn))
         << "tile " << static_cast<int>(tile);
   }
+  EXPECT_TRUE(SameBits(run(m, dx.get(), Fp8GemmTile::kN128M128Ws, Fp8GemmOutput::kF32, groups), got,
+                       groups * mn))
+      << "the warp-specialized tile";
   // Rounded outputs: the fp32 sum rounded.
   const std::vector<float> rounded =
       run(m, dx.get(), Fp8GemmTile::kAuto, Fp8GemmOutput::kF32RoundedBf16, groups);
@@ -261,6 +264,50 @@ TEST(Bf16GemmTest, SplitKSumsTheSplitsProductsInOrder) {
   const std::vector<float> alone = run(1, one.get(), Fp8GemmTile::kAuto, Fp8GemmOutput::kF32, 1);
   EXPECT_EQ(std::memcmp(alone.data(), got.data() + 4 * n, n * sizeof(float)), 0)
       << "a row alone differs from the row in its batch";
+}
+
+// The warp-specialized prefill tile (kN128M128Ws: TMA and wgmma) gives the
+// mma tiles' bits: partial tiles, a half last K step and K past the last
+// stage's steps (k % 64 != 0), every output form, groups with padded
+// strides; kAuto takes it above 256 rows.
+TEST(Bf16GemmTest, WarpSpecializedTileGivesTheMmaBits) {
+  constexpr Fp8GemmTile kWs = Fp8GemmTile::kN128M128Ws;
+  struct Shape {
+    int64_t m, n, k;
+  };
+  std::mt19937 rng(29);
+  for (const Shape& s :
+       {Shape{1, 64, 64}, Shape{300, 200, 1032}, Shape{257, 130, 1000}, Shape{700, 1024, 4096}}) {
+    const std::vector<uint16_t> x = RandomRows(s.m, s.k, rng), w = RandomRows(s.n, s.k, rng);
+    for (Fp8GemmOutput output :
+         {Fp8GemmOutput::kF32, Fp8GemmOutput::kBf16, Fp8GemmOutput::kF32RoundedBf16}) {
+      const std::vector<float> want = RunGpu(x, w, s.m, s.n, s.k, Fp8GemmTile::kN128M128, output);
+      ASSERT_EQ(want.size(), static_cast<size_t>(s.m * s.n));
+      EXPECT_TRUE(SameBits(RunGpu(x, w, s.m, s.n, s.k, kWs, output), want, s.m * s.n))
+          << s.m << "x" << s.n << "x" << s.k << " output " << static_cast<int>(output);
+    }
+  }
+  const int groups = 3;
+  const int64_t m = 260, n = 96, k = 520, xs = m * k + 8, ws = n * k + 64, ys = m * n + 3;
+  const std::vector<uint16_t> x = RandomRows(groups * xs / k + 1, k, rng),
+                              w = RandomRows(groups * ws / k + 1, k, rng);
+  const std::vector<float> want =
+      RunGpu(x, w, m, n, k, Fp8GemmTile::kN128M128, Fp8GemmOutput::kF32, groups, xs, ws, ys);
+  const std::vector<float> got =
+      RunGpu(x, w, m, n, k, kWs, Fp8GemmOutput::kF32, groups, xs, ws, ys);
+  ASSERT_EQ(want.size(), static_cast<size_t>(groups * ys));
+  for (int g = 0; g < groups; ++g) {
+    EXPECT_TRUE(SameBits(std::vector<float>(got.begin() + g * ys, got.begin() + g * ys + m * n),
+                         std::vector<float>(want.begin() + g * ys, want.begin() + g * ys + m * n),
+                         m * n))
+        << "group " << g;
+  }
+  uint16_t dummy[8];
+  const Bf16GemmParams big{.x = dummy, .w = dummy, .y = dummy, .m = 4096, .n = 1024, .k = 4096};
+  EXPECT_EQ(ResolveBf16GemmTile(big), kWs);
+  Bf16GemmParams small = big;
+  small.m = 256;
+  EXPECT_NE(ResolveBf16GemmTile(small), kWs);
 }
 
 TEST(Bf16GemmTest, RefusesBadArguments) {

@@ -1,0 +1,191 @@
+// kernels/cuda/dense/bf16_gemm_ws_sm90.cuh — Bf16Gemm's warp-specialized
+// prefill tile (Fp8GemmTile::kN128M128Ws, as Fp8BlockGemm names it). Device
+// code only; included by bf16_gemm_sm90.cu. The arithmetic is Bf16Gemm's
+// (bf16_gemm_sm90.h: per element, acc += the tensor core's sum of 16
+// products, K ascending), issued as wgmma m64n128k16 bf16 with both operands
+// read by descriptor from the TMA-filled ring, so no operand passes through
+// registers and nothing needs widening:
+//
+//  * warp 0 (the loader) walks the CTA's K stages of 64 elements: it waits
+//    for a free slot (`empty`), and lane 0 issues the stage's W and X boxes
+//    (128 rows x 128 bytes each, 128-byte swizzle) counted on the slot's
+//    `full` mbarrier; warps 1 - 3 have nothing to do and leave;
+//  * warpgroups 1 and 2 own W rows 64 c .. 64 c + 63 of the CTA's 128 and all
+//    128 X rows: for each stage, its K steps as wgmma into the same fp32
+//    accumulators (issued back to back, one commit a stage), and once the
+//    previous stage's group has retired its slot is freed.
+// Rows and K past the operands are zero-filled by TMA.
+#ifndef WEIR_KERNELS_CUDA_DENSE_BF16_GEMM_WS_SM90_CUH_
+#define WEIR_KERNELS_CUDA_DENSE_BF16_GEMM_WS_SM90_CUH_
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/dense/bf16_gemm_sm90.cuh"
+#include "kernels/cuda/dense/fp8_block_gemm_params.h"
+#include "kernels/cuda/dense/fp8_mma_sm90.cuh"
+#include "kernels/cuda/grid_dependency.cuh"
+#include "kernels/cuda/rounding.cuh"
+#include "kernels/cuda/tma.cuh"
+
+namespace weir::kernels::cuda::dense {
+namespace bf16_gemm {
+
+inline constexpr int kWsBn = 128;
+inline constexpr int kWsBm = 128;
+inline constexpr int kWsThreads = 384;
+inline constexpr int kWsStages = 6;
+inline constexpr int kWsTile = 128 * 128;  // one operand's bytes of a stage
+inline constexpr int kWsSlot = 2 * kWsTile;
+inline constexpr int kWsSharedBytes = kWsStages * kWsSlot;
+
+struct WsArgs {
+  KernelArgs plain;   // pointers (y only), shape, strides, output form, split
+  CUtensorMap w_map;  // [groups][n][2 k] bytes, boxes of 128 rows x 128 bytes
+  CUtensorMap x_map;  // [groups][m][2 k] bytes
+};
+
+// d += A B for one K step of 16 bf16: A the warpgroup's 64 W rows, B the 128
+// X rows, both K-major with the 128-byte swizzle, by descriptor.
+__device__ __forceinline__ void WgmmaBf16N128(uint64_t a_desc, uint64_t b_desc, float (&d)[64]) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
+      "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, "
+      "%37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, "
+      "%55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63])
+      : "l"(a_desc), "l"(b_desc), "n"(1)
+      : "memory");
+}
+
+__device__ __forceinline__ void WsArrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+__global__ void __launch_bounds__(kWsThreads, 1)
+    Bf16GemmWsKernel(const __grid_constant__ WsArgs ws) {
+  GridDependencyPrologue();
+  using fp8_gemm::AlignSharedTo1024;
+  using fp8_gemm::DescriptorOf;
+  using fp8_gemm::ForEachOutput;
+  using fp8_gemm::PinRegister;
+  using fp8_gemm::SharedAddress;
+  using fp8_gemm::SwizzledKMajorDescriptorLo;
+  using fp8_gemm::WgmmaCommit;
+  using fp8_gemm::WgmmaFence;
+  using fp8_gemm::WgmmaWait;
+  const KernelArgs& args = ws.plain;
+  const int split = static_cast<int>(blockIdx.z % args.k_splits);
+  const int group = static_cast<int>(blockIdx.z / args.k_splits);
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kWsBn;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kWsBm;
+  const int num_kt = static_cast<int>((args.k + kBf16GemmStageK - 1) / kBf16GemmStageK);
+  const int kt_begin = static_cast<int>(int64_t{split} * num_kt / args.k_splits);
+  const int kt_end = static_cast<int>(int64_t{split + 1} * num_kt / args.k_splits);
+  const int stages = kt_end - kt_begin;
+
+  __shared__ __align__(8) uint64_t bars[2 * kWsStages];
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  const uint32_t base = SharedAddress(AlignSharedTo1024(smem_raw));
+  const uint32_t full0 = SharedAddress(&bars[0]);
+  const uint32_t empty0 = full0 + 8 * kWsStages;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid >> 5;
+  if (tid == 0) {
+    for (int s = 0; s < kWsStages; ++s) {
+      MbarrierInit(full0 + 8 * s, 1);
+      MbarrierInit(empty0 + 8 * s, 2 * 128);
+    }
+    FenceMbarrierInit();
+  }
+  __syncthreads();
+
+  if (warp < 4) {
+    if (tid == 0) {
+      for (int i = 0; i < stages; ++i) {
+        const int slot = i % kWsStages;
+        if (i >= kWsStages) MbarrierWait(empty0 + 8 * slot, ((i / kWsStages) - 1) & 1);
+        const uint32_t full = full0 + 8 * slot;
+        MbarrierArriveExpectTx(full, kWsSlot);
+        const int k_byte = (kt_begin + i) * kBf16GemmStageK * 2;
+        TmaLoadRows(base + slot * kWsSlot, &ws.w_map, full, k_byte, static_cast<int>(n0), group);
+        TmaLoadRows(base + slot * kWsSlot + kWsTile, &ws.x_map, full, k_byte, static_cast<int>(m0),
+                    group);
+      }
+    }
+    return;
+  }
+
+  const int wg = (warp - 4) / 4;  // 0 or 1: W rows 64 wg .. 64 wg + 63
+  float d[64];
+#pragma unroll
+  for (int r = 0; r < 64; ++r) d[r] = 0.0f;
+  for (int i = 0; i < stages; ++i) {
+    const int slot = i % kWsStages;
+    MbarrierWait(full0 + 8 * slot, (i / kWsStages) & 1);
+    const uint32_t w_lo = SwizzledKMajorDescriptorLo(base + slot * kWsSlot + wg * 64 * 128);
+    const uint32_t x_lo = SwizzledKMajorDescriptorLo(base + slot * kWsSlot + kWsTile);
+    // All 4 K steps of every stage, also past k in the last one (a stage of a
+    // k % 64 != 0): TMA zero-fills both operands there, and the tensor
+    // core's sum of acc and 16 products of +0 is acc (acc is never -0: it
+    // starts at +0, and a sum is -0 only when every term is). A step count
+    // that varies would make ptxas serialize every wgmma (C7520).
+    WgmmaFence();
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      WgmmaBf16N128(DescriptorOf(w_lo + ((32 * s) >> 4)), DescriptorOf(x_lo + ((32 * s) >> 4)), d);
+    }
+    WgmmaCommit();
+    // The previous stage's group has retired once at most this one is in
+    // flight: its slot is free.
+    WgmmaWait(1);
+    if (i > 0) WsArrive(empty0 + 8 * ((i - 1) % kWsStages));
+  }
+  WgmmaWait(0);
+#pragma unroll
+  for (int r = 0; r < 64; ++r) PinRegister(d[r]);
+
+  // d[4 i + r] is element Fp8GemmAccumulatorCoord(lane, r) of X rows
+  // 8 i .. 8 i + 7 (Wgmma's layout): ForEachOutput's [1][16][4].
+  float acc[1][16][4];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) acc[0][i][r] = d[4 * i + r];
+  }
+  const int lane = tid & 31;
+  const int64_t g = group;
+  if (args.k_splits > 1) {
+    float* part = args.partial + (g * args.k_splits + split) * args.m * args.n;
+    ForEachOutput(acc, lane, n0 + (warp - 4) * 16, m0, args.n, args.m,
+                  [&](int64_t gm, int64_t gn, float v) { part[gm * args.n + gn] = v; });
+    return;
+  }
+  ForEachOutput(acc, lane, n0 + (warp - 4) * 16, m0, args.n, args.m,
+                [&](int64_t gm, int64_t gn, float v) {
+                  const int64_t at = g * args.y_stride + gm * args.n + gn;
+                  if (args.bf16_out) {
+                    static_cast<__nv_bfloat16*>(args.y)[at] = __float2bfloat16_rn(v);
+                  } else {
+                    static_cast<float*>(args.y)[at] = args.round_f32 ? RoundToBf16(v) : v;
+                  }
+                });
+}
+
+}  // namespace bf16_gemm
+}  // namespace weir::kernels::cuda::dense
+
+#endif  // WEIR_KERNELS_CUDA_DENSE_BF16_GEMM_WS_SM90_CUH_
