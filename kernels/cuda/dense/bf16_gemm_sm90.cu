@@ -69,6 +69,7 @@ absl::Status LaunchWs(const Bf16GemmParams& p, cudaStream_t stream) {
               p.output == Fp8GemmOutput::kF32RoundedBf16,
               p.k_splits,
               p.split_scratch};
+  ws.fold_splits = p.k_splits > 1;  // summed in the CTA, no second kernel
   const uint64_t row = static_cast<uint64_t>(p.k) * 2;
   if (absl::Status s = EncodeTmaRowsMap(&ws.w_map, p.w, row, p.n, p.groups, row,
                                         ws.plain.w_stride * 2, bf16_gemm::kWsBn);
@@ -82,16 +83,12 @@ absl::Status LaunchWs(const Bf16GemmParams& p, cudaStream_t stream) {
   }
   const dim3 grid(static_cast<unsigned>((p.n + bf16_gemm::kWsBn - 1) / bf16_gemm::kWsBn),
                   static_cast<unsigned>((p.m + bf16_gemm::kWsBm - 1) / bf16_gemm::kWsBm),
-                  static_cast<unsigned>(p.groups * p.k_splits));
+                  static_cast<unsigned>(p.groups));
   const int smem = bf16_gemm::kWsSharedBytes + fp8_gemm::kWgmmaSmemSlack;
   if (absl::Status s = AllowSharedBytes(bf16_gemm::Bf16GemmWsKernel, smem, "Bf16Gemm"); !s.ok()) {
     return s;
   }
   bf16_gemm::Bf16GemmWsKernel<<<grid, bf16_gemm::kWsThreads, smem, stream>>>(ws);
-  if (p.k_splits > 1) {
-    LaunchSplitReduce(p.split_scratch, p.y, p.m * p.n, p.groups, p.k_splits, ws.plain.y_stride,
-                      ws.plain.bf16_out, ws.plain.round_f32, stream);
-  }
   return LaunchStatus("Bf16Gemm");
 }
 

@@ -45,6 +45,10 @@ struct WsArgs {
   KernelArgs plain;   // pointers (y only), shape, strides, output form, split
   CUtensorMap w_map;  // [groups][n][2 k] bytes, boxes of 128 rows x 128 bytes
   CUtensorMap x_map;  // [groups][m][2 k] bytes
+  // The CTA walks all of K and sums its tile's splits itself (each from
+  // zero, then added in split order: SplitReduceKernel's bits); grid.z is
+  // the groups alone and nothing goes through `partial`.
+  bool fold_splits;
 };
 
 // d += A B for one K step of 16 bf16: A the warpgroup's 64 W rows, B the 128
@@ -88,13 +92,14 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   using fp8_gemm::WgmmaFence;
   using fp8_gemm::WgmmaWait;
   const KernelArgs& args = ws.plain;
-  const int split = static_cast<int>(blockIdx.z % args.k_splits);
-  const int group = static_cast<int>(blockIdx.z / args.k_splits);
+  const int z_splits = ws.fold_splits ? 1 : args.k_splits;
+  const int split = static_cast<int>(blockIdx.z % z_splits);
+  const int group = static_cast<int>(blockIdx.z / z_splits);
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kWsBn;
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kWsBm;
   const int num_kt = static_cast<int>((args.k + kBf16GemmStageK - 1) / kBf16GemmStageK);
-  const int kt_begin = static_cast<int>(int64_t{split} * num_kt / args.k_splits);
-  const int kt_end = static_cast<int>(int64_t{split + 1} * num_kt / args.k_splits);
+  const int kt_begin = static_cast<int>(int64_t{split} * num_kt / z_splits);
+  const int kt_end = static_cast<int>(int64_t{split + 1} * num_kt / z_splits);
   const int stages = kt_end - kt_begin;
 
   __shared__ __align__(8) uint64_t bars[2 * kWsStages];
@@ -133,7 +138,24 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   float d[64];
 #pragma unroll
   for (int r = 0; r < 64; ++r) d[r] = 0.0f;
+  // fold_splits: the splits' sums so far, and the first stage of the next split.
+  const int folds = ws.fold_splits ? args.k_splits : 1;
+  float total[64];
+  int next_split = 1;
+  int boundary = folds > 1 ? num_kt / folds : stages;
   for (int i = 0; i < stages; ++i) {
+    if (i == boundary) {  // split next_split starts: its sum begins at +0
+      WgmmaWait(0);
+#pragma unroll
+      for (int r = 0; r < 64; ++r) {
+        PinRegister(d[r]);
+        total[r] = next_split == 1 ? d[r] : __fadd_rn(total[r], d[r]);
+        d[r] = 0.0f;
+      }
+      ++next_split;
+      boundary =
+          next_split < folds ? static_cast<int>(int64_t{next_split} * num_kt / folds) : stages;
+    }
     const int slot = i % kWsStages;
     MbarrierWait(full0 + 8 * slot, (i / kWsStages) & 1);
     const uint32_t w_lo = SwizzledKMajorDescriptorLo(base + slot * kWsSlot + wg * 64 * 128);
@@ -156,7 +178,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   }
   WgmmaWait(0);
 #pragma unroll
-  for (int r = 0; r < 64; ++r) PinRegister(d[r]);
+  for (int r = 0; r < 64; ++r) {
+    PinRegister(d[r]);
+    if (folds > 1) d[r] = __fadd_rn(total[r], d[r]);
+  }
 
   // d[4 i + r] is element Fp8GemmAccumulatorCoord(lane, r) of X rows
   // 8 i .. 8 i + 7 (Wgmma's layout): ForEachOutput's [1][16][4].
@@ -168,7 +193,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   }
   const int lane = tid & 31;
   const int64_t g = group;
-  if (args.k_splits > 1) {
+  if (z_splits > 1) {
     float* part = args.partial + (g * args.k_splits + split) * args.m * args.n;
     ForEachOutput(acc, lane, n0 + (warp - 4) * 16, m0, args.n, args.m,
                   [&](int64_t gm, int64_t gn, float v) { part[gm * args.n + gn] = v; });

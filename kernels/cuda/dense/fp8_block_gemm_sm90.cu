@@ -129,7 +129,8 @@ absl::Status LaunchTile(const Fp8BlockGemmParams& p, const Fp8GemmTileShape& sha
 
 // kN128M128Ws (fp8_block_gemm_ws_sm90.cuh): one CTA of 384 threads a 128 x
 // 128 tile of Y^T; CheckFp8BlockGemmParams has established Fp8GemmWsApplies.
-// A split's partials are always summed by the second kernel.
+// A split is summed by the CTA itself (KernelArgs::fold_splits): no partials,
+// no second kernel.
 absl::Status LaunchWs(const Fp8BlockGemmParams& p, cudaStream_t stream) {
   const int64_t n_groups = (p.n + 31) / 32;
   const bool x_strided = !p.x_shared && p.group_offsets == nullptr;
@@ -156,6 +157,8 @@ absl::Status LaunchWs(const Fp8BlockGemmParams& p, cudaStream_t stream) {
       {},
       {}};
   args.prefetch_w = p.prefetch_weights && p.group_offsets == nullptr;
+  // A split is summed inside the CTA (the second kernel's order and bits).
+  args.fold_splits = p.k_splits > 1;
   const bool x_grouped = args.x_stride != 0 && p.groups > 1;
   if (absl::Status s = EncodeTmaRowsMap(&args.w_map, p.w, p.k, p.n, p.groups, p.k, args.w_stride,
                                         fp8_gemm::kWsBn);
@@ -169,17 +172,13 @@ absl::Status LaunchWs(const Fp8BlockGemmParams& p, cudaStream_t stream) {
   }
   const dim3 grid(static_cast<unsigned>((p.n + fp8_gemm::kWsBn - 1) / fp8_gemm::kWsBn),
                   static_cast<unsigned>((p.m + fp8_gemm::kWsBm - 1) / fp8_gemm::kWsBm),
-                  static_cast<unsigned>(p.groups * p.k_splits));
+                  static_cast<unsigned>(p.groups));
   const int smem = fp8_gemm::kWsSharedBytes + fp8_gemm::kWgmmaSmemSlack;
   if (absl::Status s = AllowSharedBytes(fp8_gemm::Fp8BlockGemmWsKernel, smem, "Fp8BlockGemm");
       !s.ok()) {
     return s;
   }
   fp8_gemm::Fp8BlockGemmWsKernel<<<grid, fp8_gemm::kWsThreads, smem, stream>>>(args);
-  if (p.k_splits > 1) {
-    LaunchSplitReduce(p.split_scratch, p.y, p.m * p.n, p.groups, p.k_splits, args.y_stride,
-                      args.bf16_out, args.round_f32, stream);
-  }
   return LaunchStatus("Fp8BlockGemm");
 }
 

@@ -60,6 +60,10 @@ struct KernelArgs {
   // Fp8BlockGemmParams::prefetch_weights without group offsets: the first
   // row tile's CTAs ask L2 for their W code rows before the wait.
   bool prefetch_w;
+  // kN128M128Ws only: a CTA walks all of K and sums its tile's splits itself
+  // (each from zero, then added in split order: SplitReduceKernel's bits);
+  // grid.z is the groups alone and nothing goes through `partial`.
+  bool fold_splits;
 };
 
 // Instances whose code tiles arrive by TMA (one thread issues a stage's two

@@ -89,10 +89,12 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     Fp8BlockGemmWsKernel(const __grid_constant__ KernelArgs grouped) {
   GridDependencyPrologue(Fp8GemmWeightRows<kWsBn>(grouped));
   KernelArgs args = grouped;
-  const int split = static_cast<int>(blockIdx.z % grouped.splits);
-  const int64_t group = blockIdx.z / grouped.splits;
+  // fold_splits: one CTA walks every split of its tile (blockIdx.z = group).
+  const int z_splits = grouped.fold_splits ? 1 : grouped.splits;
+  const int split = static_cast<int>(blockIdx.z % z_splits);
+  const int64_t group = blockIdx.z / z_splits;
   int64_t x_row_base = 0;
-  if (grouped.splits > 1) {
+  if (z_splits > 1) {
     args.partial = grouped.partial + (group * grouped.splits + split) * grouped.m * grouped.n;
   }
   args.w_scales += group * grouped.ws_stride;
@@ -131,8 +133,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kWsBm;
   const int num_kb = static_cast<int>(args.k / kFp8GemmScaleBlock);
   const int num_kt = num_kb / kBlocks;  // k % 128 == 0 (the launcher's condition)
-  const int kt_begin = static_cast<int>(int64_t{split} * num_kt / args.splits);
-  const int kt_end = static_cast<int>(int64_t{split + 1} * num_kt / args.splits);
+  const int kt_begin = static_cast<int>(int64_t{split} * num_kt / z_splits);
+  const int kt_end = static_cast<int>(int64_t{split + 1} * num_kt / z_splits);
   const int stages = kt_end - kt_begin;
 
   if (tid == 0) {
@@ -245,7 +247,27 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     }
   };
   F16A a[2];
+  // fold_splits: the splits' sums so far (split 0, then + split 1, ...), and
+  // the first stage of the next split.
+  const int folds = grouped.fold_splits ? args.splits : 1;
+  float total[1][kWsBm / 8][4];
+  int next_split = 1;
+  int boundary = folds > 1 ? num_kt / folds : stages;
   for (int i = 0; i < stages; ++i) {
+    if (i == boundary) {  // split next_split starts: bank the previous one's sum
+#pragma unroll
+      for (int ni = 0; ni < kWsBm / 8; ++ni) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          total[0][ni][r] =
+              next_split == 1 ? acc[0][ni][r] : __fadd_rn(total[0][ni][r], acc[0][ni][r]);
+          acc[0][ni][r] = 0.0f;
+        }
+      }
+      ++next_split;
+      boundary =
+          next_split < folds ? static_cast<int>(int64_t{next_split} * num_kt / folds) : stages;
+    }
     const int slot = i % kWsCodeStages;
     const int ts = i % kWsX16Stages;
     const uint32_t w_base = base + slot * kWsCodeSlot;
@@ -295,8 +317,15 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     MbarrierArrive(x16_empty0 + 8 * ts);  // every wgmma of this f16 slot has retired
   }
 
+  if (folds > 1) {
+#pragma unroll
+    for (int ni = 0; ni < kWsBm / 8; ++ni) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[0][ni][r] = __fadd_rn(total[0][ni][r], acc[0][ni][r]);
+    }
+  }
   ForEachOutput(acc, lane, n0 + cw * 16, m0, args.n, args.m, [&](int64_t gm, int64_t gn, float v) {
-    if (args.splits > 1) {
+    if (z_splits > 1) {
       args.partial[gm * args.n + gn] = v;
     } else {
       StoreY(args, gm * args.n + gn, v);
