@@ -31,6 +31,7 @@
 #include "kernels/cuda/bench_util.h"
 #include "kernels/cuda/cublaslt_fp8.h"
 #include "kernels/cuda/dense/act_quant_fp8.h"
+#include "kernels/cuda/dense/bf16_gemm_sm90.h"
 #include "kernels/cuda/dense/fp8_block_gemm_sm90.h"
 
 namespace weir::kernels::cuda::dense {
@@ -265,9 +266,9 @@ void Prefill(cudaStream_t stream) {
       "\nPrefill m = %lld (TFLOP/s = 2 m n k / time; cuBLASLt: e4m3 x e4m3, fp32 "
       "compute, per-tensor scales)\n",
       static_cast<long long>(kM));
-  std::printf("%-12s %-6s %-6s | %-9s %8s %7s | %-9s %8s | %9s %7s %9s %7s | %s\n", "linear", "n",
-              "k", "auto", "us", "TF/s", "best tile", "TF/s", "Lt bf16us", "TF/s", "Lt f32 us",
-              "TF/s", "ours/Lt(bf16)");
+  std::printf("%-12s %-6s %-6s | %-9s %8s %7s | %-9s %8s | %9s %7s %9s %7s | %s | %s\n", "linear",
+              "n", "k", "auto", "us", "TF/s", "best tile", "TF/s", "Lt bf16us", "TF/s", "Lt f32 us",
+              "TF/s", "ours/Lt(bf16)", "n128m128 (mma) TF/s");
   for (const Linear& l : {Linear{"wq_a", 1280, 5120}, Linear{"wq_b", 32768, 1280},
                           Linear{"wo_b", 5120, 8192}, Linear{"shared.w13", 4608, 5120},
                           Linear{"shared.w2", 5120, 2304}, Linear{"square8k", 8192, 8192}}) {
@@ -277,6 +278,8 @@ void Prefill(cudaStream_t stream) {
       return MedianMs([&] { (void)Fp8BlockGemm(p.Params(0, t), stream); }, stream, 10);
     };
     const double auto_ms = ours(Fp8GemmTile::kAuto);
+    // The tile kAuto ran before the warp-specialized one (mma maths only).
+    const double mma_ms = g_math == Fp8GemmMath::kMmaF16 ? ours(Fp8GemmTile::kN128M128) : 0.0;
     double best_ms = 1e30;
     Fp8GemmTile best = Fp8GemmTile::kAuto;
     for (Fp8GemmTile t : {Fp8GemmTile::kN64M64, Fp8GemmTile::kN128M64, Fp8GemmTile::kN128M128,
@@ -290,11 +293,45 @@ void Prefill(cudaStream_t stream) {
     auto tf = [&](double ms) { return ms > 0 ? flops / ms / 1e9 : 0.0; };
     std::printf(
         "%-12s %-6lld %-6lld | %-9s %8.1f %7.0f | %-9s %8.0f | %9.1f %7.0f %9.1f %7.0f | "
-        "%.2f\n",
+        "%.2f | %.0f\n",
         l.name, static_cast<long long>(l.n), static_cast<long long>(l.k),
         TileName(ResolveFp8GemmTile(p.Params(0, Fp8GemmTile::kAuto))), auto_ms * 1e3, tf(auto_ms),
         TileName(best), tf(best_ms), lt_bf16 * 1e3, tf(lt_bf16), lt_f32 * 1e3, tf(lt_f32),
-        lt_bf16 > 0 ? lt_bf16 / auto_ms : 0.0);
+        lt_bf16 > 0 ? lt_bf16 / auto_ms : 0.0, tf(mma_ms));
+  }
+  // Bf16Gemm at V4.1's grouped wo_a (8 groups of 1,024 x 4,096 over the
+  // attention output's 8 x 4,096 columns): the warp-specialized tile
+  // (kAuto) against the mma tile, beside cuBLASLt FP8 of one group's shape.
+  {
+    constexpr int kGroups = 8;
+    constexpr int64_t kN = 1024, kK = 4096;
+    uint16_t* x = reinterpret_cast<uint16_t*>(DeviceBytes(kGroups * kM * kK * 2, true, 11));
+    uint16_t* w = reinterpret_cast<uint16_t*>(DeviceBytes(kGroups * kN * kK * 2, true, 12));
+    float* y;
+    WEIR_BENCH_CHECK(cudaMalloc(&y, kGroups * kM * kN * sizeof(float)));
+    auto run = [&](Fp8GemmTile t) {
+      const Bf16GemmParams p{.x = x,
+                             .w = w,
+                             .y = y,
+                             .m = kM,
+                             .n = kN,
+                             .k = kK,
+                             .groups = kGroups,
+                             .output = Fp8GemmOutput::kF32RoundedBf16,
+                             .tile = t};
+      return MedianMs([&] { (void)Bf16Gemm(p, stream); }, stream, 10);
+    };
+    const double flops = 2.0 * kGroups * kM * kN * kK;
+    const double ws_ms = run(Fp8GemmTile::kAuto), mma_ms = run(Fp8GemmTile::kN128M128);
+    std::printf(
+        "bf16 wo_a    8x%lld 8x%lld | Bf16Gemm %-9s %8.1f us %7.0f TF/s | n128m128 (mma) %8.1f us "
+        "%7.0f TF/s\n",
+        static_cast<long long>(kN), static_cast<long long>(kK),
+        TileName(ResolveBf16GemmTile({.x = x, .w = w, .y = y, .m = kM, .n = kN, .k = kK})),
+        ws_ms * 1e3, flops / ws_ms / 1e9, mma_ms * 1e3, flops / mma_ms / 1e9);
+    WEIR_BENCH_CHECK(cudaFree(x));
+    WEIR_BENCH_CHECK(cudaFree(w));
+    WEIR_BENCH_CHECK(cudaFree(y));
   }
 }
 
