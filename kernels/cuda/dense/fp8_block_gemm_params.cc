@@ -224,7 +224,9 @@ absl::Status CheckFp8BlockGemmParams(const Fp8BlockGemmParams& p) {
           "Fp8BlockGemm: kN128M128Ws runs kMmaF16's bits (math kMmaF16 or kWgmmaF16) and needs k "
           "a multiple of 128 and 4-byte aligned scales");
     }
-    if ((p.m + shape.block_m - 1) / shape.block_m > kMaxGridY) {
+    // With group offsets the grid's rows are ceil(m / 128) + groups items.
+    if ((p.m + shape.block_m - 1) / shape.block_m + (p.group_offsets != nullptr ? p.groups : 0) >
+        kMaxGridY) {
       return absl::InvalidArgumentError(
           absl::StrCat("Fp8BlockGemm: m ", p.m, " exceeds the launch grid of the tile"));
     }

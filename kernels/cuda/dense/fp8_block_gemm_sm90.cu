@@ -159,6 +159,7 @@ absl::Status LaunchWs(const Fp8BlockGemmParams& p, cudaStream_t stream) {
   args.prefetch_w = p.prefetch_weights && p.group_offsets == nullptr;
   // A split is summed inside the CTA (the second kernel's order and bits).
   args.fold_splits = p.k_splits > 1;
+  args.groups = p.groups;
   const bool x_grouped = args.x_stride != 0 && p.groups > 1;
   if (absl::Status s = EncodeTmaRowsMap(&args.w_map, p.w, p.k, p.n, p.groups, p.k, args.w_stride,
                                         fp8_gemm::kWsBn);
@@ -170,9 +171,13 @@ absl::Status LaunchWs(const Fp8BlockGemmParams& p, cudaStream_t stream) {
       !s.ok()) {
     return s;
   }
-  const dim3 grid(static_cast<unsigned>((p.n + fp8_gemm::kWsBn - 1) / fp8_gemm::kWsBn),
-                  static_cast<unsigned>((p.m + fp8_gemm::kWsBm - 1) / fp8_gemm::kWsBm),
-                  static_cast<unsigned>(p.groups));
+  // With group offsets the grid is compact: ceil(m / 128) + groups items
+  // cover every group's row tiles (each group's last tile may be partial).
+  const int64_t row_tiles = (p.m + fp8_gemm::kWsBm - 1) / fp8_gemm::kWsBm;
+  const dim3 grid(
+      static_cast<unsigned>((p.n + fp8_gemm::kWsBn - 1) / fp8_gemm::kWsBn),
+      static_cast<unsigned>(p.group_offsets != nullptr ? row_tiles + p.groups : row_tiles),
+      static_cast<unsigned>(p.group_offsets != nullptr ? 1 : p.groups));
   const int smem = fp8_gemm::kWsSharedBytes + fp8_gemm::kWgmmaSmemSlack;
   if (absl::Status s = AllowSharedBytes(fp8_gemm::Fp8BlockGemmWsKernel, smem, "Fp8BlockGemm");
       !s.ok()) {

@@ -64,6 +64,10 @@ struct KernelArgs {
   // (each from zero, then added in split order: SplitReduceKernel's bits);
   // grid.z is the groups alone and nothing goes through `partial`.
   bool fold_splits;
+  // kN128M128Ws with offsets: the group count. Its grid is compact there:
+  // blockIdx.y numbers every group's row tiles in group order (ceil(m / 128)
+  // + groups covers them), so no CTA is launched for a group's empty tiles.
+  int groups;
 };
 
 // Instances whose code tiles arrive by TMA (one thread issues a stage's two

@@ -690,6 +690,62 @@ TEST(Fp8BlockGemmTest, WarpSpecializedTileGivesTheMmaBits) {
       }
     }
   }
+  // Rows by group offsets on the compact grid (row tiles numbered over the
+  // groups in order): 20 groups of 0 - 300 rows, each group's rows the bits
+  // of the mma tile on those rows with that group's weight.
+  {
+    constexpr int kGroups = 20;
+    constexpr int64_t kN = 160, kK = 512;
+    std::mt19937 rng(77);
+    std::uniform_int_distribution<int> count(0, 300);
+    std::vector<int64_t> offsets = {0};
+    for (int g = 0; g < kGroups; ++g) {
+      const int c = g % 5 == 0 ? (g == 0 ? 128 : 0) : g == 7 ? 129 : count(rng);
+      offsets.push_back(offsets.back() + c);
+    }
+    const int64_t m = offsets.back();
+    const Operands rows = MakeOperands(m, kN, kK, 91, Source::kQuantized);
+    std::vector<uint8_t> w, w_scales;
+    std::vector<Operands> per_group;
+    for (int g = 0; g < kGroups; ++g) {
+      per_group.push_back(MakeOperands(1, kN, kK, 200 + g, Source::kRawCodes));
+      w.insert(w.end(), per_group.back().w.begin(), per_group.back().w.end());
+      w_scales.insert(w_scales.end(), per_group.back().w_scales.begin(),
+                      per_group.back().w_scales.end());
+    }
+    DeviceBuffer<uint8_t> dx(rows.x), dxs(rows.x_scales), dw(w), dws(w_scales);
+    DeviceBuffer<int64_t> doff(offsets);
+    DeviceBuffer<float> y(m * kN);
+    ASSERT_TRUE(dx.ok() && dxs.ok() && dw.ok() && dws.ok() && doff.ok() && y.ok());
+    y.Poison(0xFF);
+    const Fp8BlockGemmParams p{.x = dx.get(),
+                               .x_scales = dxs.get(),
+                               .w = dw.get(),
+                               .w_scales = dws.get(),
+                               .y = y.get(),
+                               .m = m,
+                               .n = kN,
+                               .k = kK,
+                               .tile = kWs,
+                               .groups = kGroups,
+                               .group_offsets = doff.get()};
+    ASSERT_TRUE(Fp8BlockGemm(p, nullptr).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<float> got = y.Download();
+    for (int g = 0; g < kGroups; ++g) {
+      const int64_t begin = offsets[g], end = offsets[g + 1];
+      if (end == begin) continue;
+      Operands op = per_group[g];
+      op.m = end - begin;
+      op.x.assign(rows.x.begin() + begin * kK, rows.x.begin() + end * kK);
+      op.x_scales.assign(rows.x_scales.begin() + begin * (kK / 32),
+                         rows.x_scales.begin() + end * (kK / 32));
+      const std::vector<float> want = RunGpu(op, Fp8GemmTile::kN128M128);
+      ASSERT_EQ(want.size(), static_cast<size_t>(op.m * kN));
+      EXPECT_EQ(std::memcmp(got.data() + begin * kN, want.data(), want.size() * sizeof(float)), 0)
+          << "group " << g << " rows " << op.m;
+    }
+  }
   // kAuto takes it above 256 rows where it applies, and not elsewhere.
   const Fp8BlockGemmParams big{.x_scales = reinterpret_cast<const uint8_t*>(uintptr_t{256}),
                                .w_scales = reinterpret_cast<const uint8_t*>(uintptr_t{512}),

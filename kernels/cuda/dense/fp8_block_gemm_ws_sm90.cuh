@@ -92,7 +92,26 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   // fold_splits: one CTA walks every split of its tile (blockIdx.z = group).
   const int z_splits = grouped.fold_splits ? 1 : grouped.splits;
   const int split = static_cast<int>(blockIdx.z % z_splits);
-  const int64_t group = blockIdx.z / z_splits;
+  int64_t group = blockIdx.z / z_splits;
+  int64_t row_tile = blockIdx.y;
+  if (grouped.offsets != nullptr) {
+    // The compact grid (KernelArgs::groups): item blockIdx.y of the row tiles
+    // of groups 0, 1, ... in order; past the last one, nothing to do.
+    int64_t t = blockIdx.y;
+    group = -1;
+    for (int g = 0; g < grouped.groups; ++g) {
+      const int64_t b = min(max(grouped.offsets[g], int64_t{0}), grouped.m);
+      const int64_t e = min(max(grouped.offsets[g + 1], int64_t{0}), grouped.m);
+      const int64_t tiles = (max(e - b, int64_t{0}) + kWsBm - 1) / kWsBm;
+      if (t < tiles) {
+        group = g;
+        row_tile = t;
+        break;
+      }
+      t -= tiles;
+    }
+    if (group < 0) return;  // uniform over the CTA, before any barrier
+  }
   int64_t x_row_base = 0;
   if (z_splits > 1) {
     args.partial = grouped.partial + (group * grouped.splits + split) * grouped.m * grouped.n;
@@ -107,7 +126,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     args.y = grouped.bf16_out
                  ? static_cast<void*>(static_cast<__nv_bfloat16*>(grouped.y) + begin * grouped.n)
                  : static_cast<void*>(static_cast<float*>(grouped.y) + begin * grouped.n);
-    if (static_cast<int64_t>(blockIdx.y) * kWsBm >= args.m) return;  // uniform, before barriers
+
   } else {
     args.x_scales += group * grouped.xs_stride;
     args.y =
@@ -130,7 +149,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const int lane = tid & 31;
   const int warp = tid >> 5;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kWsBn;
-  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kWsBm;
+  const int64_t m0 = row_tile * kWsBm;
   const int num_kb = static_cast<int>(args.k / kFp8GemmScaleBlock);
   const int num_kt = num_kb / kBlocks;  // k % 128 == 0 (the launcher's condition)
   const int kt_begin = static_cast<int>(int64_t{split} * num_kt / z_splits);
