@@ -28,6 +28,21 @@ TEST(Bf16GemmParamsTest, AcceptsGoodArguments) {
   EXPECT_TRUE(CheckBf16GemmParams(p).ok());
 }
 
+// kAuto runs the warp-specialized tile where the mma path would take its 128
+// x 128 tile (above 256 rows); explicitly it takes any accepted shape.
+TEST(Bf16GemmParamsTest, WarpSpecializedTileAboveTheDecodeSizes) {
+  Bf16GemmParams p = Good();
+  p.m = 4096;
+  EXPECT_EQ(ResolveBf16GemmTile(p), Fp8GemmTile::kN128M128Ws);
+  EXPECT_TRUE(CheckBf16GemmParams(p).ok());
+  p.m = 256;
+  EXPECT_NE(ResolveBf16GemmTile(p), Fp8GemmTile::kN128M128Ws);
+  p.tile = Fp8GemmTile::kN128M128Ws;
+  EXPECT_TRUE(CheckBf16GemmParams(p).ok());
+  p.tile = Fp8GemmTile::kN128M128Wg;  // Fp8BlockGemm's wgmma-only tile stays refused
+  EXPECT_EQ(CheckBf16GemmParams(p).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(Bf16GemmParamsTest, RefusesEachBadArgument) {
   auto refused = [](auto edit) {
     Bf16GemmParams p = Good();

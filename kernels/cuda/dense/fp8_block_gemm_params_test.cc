@@ -191,6 +191,66 @@ TEST(Fp8BlockGemmParamsTest, TileTableIsConsistent) {
   EXPECT_EQ(Fp8GemmScaleScratchOffset(17), 32);
 }
 
+// kN128M128Ws: kAuto's tile above 256 rows where it applies (kMmaF16 and
+// kWgmmaF16, k % 128 == 0, 4-byte aligned scales and scale strides), the mma
+// or wgmma 128 x 128 tile where it does not; asked for explicitly where it
+// does not apply, INVALID_ARGUMENT; the group-offset grid's rows counted.
+TEST(Fp8BlockGemmParamsTest, WarpSpecializedTileWhereItApplies) {
+  const Fp8BlockGemmParams big{.x = FakeDevice(256),
+                               .x_scales = FakeDevice(512),
+                               .w = FakeDevice(1024),
+                               .w_scales = FakeDevice(2048),
+                               .y = const_cast<uint8_t*>(FakeDevice(4096)),
+                               .m = 4096,
+                               .n = 1280,
+                               .k = 5120};
+  EXPECT_EQ(ResolveFp8GemmTile(big), Fp8GemmTile::kN128M128Ws);
+  EXPECT_TRUE(CheckFp8BlockGemmParams(big).ok());
+  Fp8BlockGemmParams p = big;
+  p.math = Fp8GemmMath::kWgmmaF16;
+  EXPECT_EQ(ResolveFp8GemmTile(p), Fp8GemmTile::kN128M128Ws);
+  p.math = Fp8GemmMath::kWgmma;
+  EXPECT_EQ(ResolveFp8GemmTile(p), Fp8GemmTile::kN128M128Wg);
+  p = big;
+  p.k = 5120 + 32;
+  EXPECT_EQ(ResolveFp8GemmTile(p), Fp8GemmTile::kN128M128);
+  p = big;
+  p.w_scales = FakeDevice(2050);
+  EXPECT_EQ(ResolveFp8GemmTile(p), Fp8GemmTile::kN128M128);
+  p = big;
+  p.groups = 2;
+  p.x_scales_group_stride = 4096 * 160 + 2;
+  EXPECT_EQ(ResolveFp8GemmTile(p), Fp8GemmTile::kN128M128);
+  p = big;
+  p.m = 256;
+  EXPECT_EQ(ResolveFp8GemmTile(p), Fp8GemmTile::kN64M64);
+  p = big;
+  p.tile = Fp8GemmTile::kN64M64;  // an explicit tile stays
+  EXPECT_EQ(ResolveFp8GemmTile(p), Fp8GemmTile::kN64M64);
+  // Explicitly asked for where it does not apply.
+  p = big;
+  p.tile = Fp8GemmTile::kN128M128Ws;
+  EXPECT_TRUE(CheckFp8BlockGemmParams(p).ok());
+  p.math = Fp8GemmMath::kWgmma;
+  EXPECT_EQ(CheckFp8BlockGemmParams(p).code(), absl::StatusCode::kInvalidArgument);
+  p.math = Fp8GemmMath::kMmaF16;
+  p.k = 96;
+  EXPECT_EQ(CheckFp8BlockGemmParams(p).code(), absl::StatusCode::kInvalidArgument);
+  p.k = 5120;
+  p.x_scales = FakeDevice(513);
+  EXPECT_EQ(CheckFp8BlockGemmParams(p).code(), absl::StatusCode::kInvalidArgument);
+  // Group offsets: ceil(m / 128) + groups grid rows, at most 65,535.
+  static const int64_t kOffsets[2] = {0, 0};
+  p = big;
+  p.tile = Fp8GemmTile::kN128M128Ws;
+  p.group_offsets = kOffsets;
+  p.groups = 1000;
+  p.m = 128 * (65535 - 1000);
+  EXPECT_TRUE(CheckFp8BlockGemmParams(p).ok());
+  p.m += 1;
+  EXPECT_EQ(CheckFp8BlockGemmParams(p).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(Fp8BlockGemmParamsTest, SwizzleIsABijectionAndConflictFree) {
   std::vector<int> seen(64 * 128, 0);
   for (int row = 0; row < 64; ++row) {
