@@ -15,6 +15,23 @@
 namespace weir::kernels::cuda::dense {
 namespace {
 
+// The kernels' arguments of `p` (group strides resolved: 0 means packed).
+bf16_gemm::KernelArgs ArgsOf(const Bf16GemmParams& p) {
+  return {p.x,
+          p.w,
+          p.y,
+          p.m,
+          p.n,
+          p.k,
+          p.x_group_stride != 0 ? p.x_group_stride : p.m * p.k,
+          p.w_group_stride != 0 ? p.w_group_stride : p.n * p.k,
+          p.y_group_stride != 0 ? p.y_group_stride : p.m * p.n,
+          p.output == Fp8GemmOutput::kBf16,
+          p.output == Fp8GemmOutput::kF32RoundedBf16,
+          p.k_splits,
+          p.split_scratch};
+}
+
 // Instantiates the kernel of one tile (values checked by DispatchGemmTile)
 // and launches it.
 template <int kBn, int kBm, int kWarpsN, int kWarpsM, int kStages>
@@ -23,19 +40,7 @@ absl::Status LaunchTile(const Bf16GemmParams& p, const Fp8GemmTileShape& shape,
   if constexpr (Fp8GemmTileIsWgmmaOnly(kBm, kWarpsM)) {
     return absl::InvalidArgumentError("Bf16Gemm: this tile runs Fp8BlockGemm's wgmma only");
   } else {
-    const bf16_gemm::KernelArgs args{p.x,
-                                     p.w,
-                                     p.y,
-                                     p.m,
-                                     p.n,
-                                     p.k,
-                                     p.x_group_stride != 0 ? p.x_group_stride : p.m * p.k,
-                                     p.w_group_stride != 0 ? p.w_group_stride : p.n * p.k,
-                                     p.y_group_stride != 0 ? p.y_group_stride : p.m * p.n,
-                                     p.output == Fp8GemmOutput::kBf16,
-                                     p.output == Fp8GemmOutput::kF32RoundedBf16,
-                                     p.k_splits,
-                                     p.split_scratch};
+    const bf16_gemm::KernelArgs args = ArgsOf(p);
     const dim3 grid(static_cast<unsigned>((p.n + kBn - 1) / kBn),
                     static_cast<unsigned>((p.m + kBm - 1) / kBm),
                     static_cast<unsigned>(p.groups * p.k_splits));
@@ -56,19 +61,7 @@ absl::Status LaunchTile(const Bf16GemmParams& p, const Fp8GemmTileShape& shape,
 // tile of Y^T; the operands as TMA tensor maps of bytes (a row is 2 k bytes).
 absl::Status LaunchWs(const Bf16GemmParams& p, cudaStream_t stream) {
   bf16_gemm::WsArgs ws{};
-  ws.plain = {p.x,
-              p.w,
-              p.y,
-              p.m,
-              p.n,
-              p.k,
-              p.x_group_stride != 0 ? p.x_group_stride : p.m * p.k,
-              p.w_group_stride != 0 ? p.w_group_stride : p.n * p.k,
-              p.y_group_stride != 0 ? p.y_group_stride : p.m * p.n,
-              p.output == Fp8GemmOutput::kBf16,
-              p.output == Fp8GemmOutput::kF32RoundedBf16,
-              p.k_splits,
-              p.split_scratch};
+  ws.plain = ArgsOf(p);
   ws.fold_splits = p.k_splits > 1;  // summed in the CTA, no second kernel
   const uint64_t row = static_cast<uint64_t>(p.k) * 2;
   if (absl::Status s = EncodeTmaRowsMap(&ws.w_map, p.w, row, p.n, p.groups, row,

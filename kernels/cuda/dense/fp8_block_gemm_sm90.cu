@@ -15,15 +15,13 @@
 namespace weir::kernels::cuda::dense {
 namespace {
 
-// Instantiates the kernel of one tile (values from ShapeOfFp8GemmTile,
-// checked by DispatchGemmTile) and launches it.
-template <int kBn, int kBm, int kWarpsN, int kWarpsM, int kStages>
-absl::Status LaunchTile(const Fp8BlockGemmParams& p, const Fp8GemmTileShape& shape,
-                        cudaStream_t stream) {
+// The kernels' arguments of `p` (strides resolved; no split counters, no
+// tensor maps, no prefetch yet).
+fp8_gemm::KernelArgs ArgsOf(const Fp8BlockGemmParams& p) {
   const int64_t n_groups = (p.n + 31) / 32;
   // With group_offsets every group's rows come from the offsets: no X or Y strides.
   const bool x_strided = !p.x_shared && p.group_offsets == nullptr;
-  fp8_gemm::KernelArgs args{
+  return fp8_gemm::KernelArgs{
       p.x,
       p.x_scales,
       p.w,
@@ -45,6 +43,14 @@ absl::Status LaunchTile(const Fp8BlockGemmParams& p, const Fp8GemmTileShape& sha
       p.group_offsets,
       {},
       {}};
+}
+
+// Instantiates the kernel of one tile (values from ShapeOfFp8GemmTile,
+// checked by DispatchGemmTile) and launches it.
+template <int kBn, int kBm, int kWarpsN, int kWarpsM, int kStages>
+absl::Status LaunchTile(const Fp8BlockGemmParams& p, const Fp8GemmTileShape& shape,
+                        cudaStream_t stream) {
+  fp8_gemm::KernelArgs args = ArgsOf(p);
   const dim3 grid(static_cast<unsigned>((p.n + kBn - 1) / kBn),
                   static_cast<unsigned>((p.m + kBm - 1) / kBm),
                   static_cast<unsigned>(p.groups * p.k_splits));
@@ -132,30 +138,7 @@ absl::Status LaunchTile(const Fp8BlockGemmParams& p, const Fp8GemmTileShape& sha
 // A split is summed by the CTA itself (KernelArgs::fold_splits): no partials,
 // no second kernel.
 absl::Status LaunchWs(const Fp8BlockGemmParams& p, cudaStream_t stream) {
-  const int64_t n_groups = (p.n + 31) / 32;
-  const bool x_strided = !p.x_shared && p.group_offsets == nullptr;
-  fp8_gemm::KernelArgs args{
-      p.x,
-      p.x_scales,
-      p.w,
-      p.w_scales,
-      p.y,
-      p.m,
-      p.n,
-      p.k,
-      p.output == Fp8GemmOutput::kBf16,
-      p.output == Fp8GemmOutput::kF32RoundedBf16,
-      !x_strided ? 0 : (p.x_group_stride != 0 ? p.x_group_stride : p.m * p.k),
-      !x_strided ? 0 : (p.x_scales_group_stride != 0 ? p.x_scales_group_stride : p.m * (p.k / 32)),
-      p.w_group_stride != 0 ? p.w_group_stride : p.n * p.k,
-      p.w_scales_group_stride != 0 ? p.w_scales_group_stride : n_groups * (p.k / 32),
-      p.group_offsets != nullptr ? 0 : (p.y_group_stride != 0 ? p.y_group_stride : p.m * p.n),
-      p.k_splits,
-      p.split_scratch,
-      nullptr,
-      p.group_offsets,
-      {},
-      {}};
+  fp8_gemm::KernelArgs args = ArgsOf(p);
   args.prefetch_w = p.prefetch_weights && p.group_offsets == nullptr;
   // A split is summed inside the CTA (the second kernel's order and bits).
   args.fold_splits = p.k_splits > 1;
