@@ -126,7 +126,6 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     args.y = grouped.bf16_out
                  ? static_cast<void*>(static_cast<__nv_bfloat16*>(grouped.y) + begin * grouped.n)
                  : static_cast<void*>(static_cast<float*>(grouped.y) + begin * grouped.n);
-
   } else {
     args.x_scales += group * grouped.xs_stride;
     args.y =
