@@ -5,7 +5,7 @@
 // of row r at c ^ (r % 8) inside 1024-byte groups of 8 rows), completion
 // counted on an mbarrier. Host side: the tensor map (its encoder reached
 // through the runtime, so nothing links libcuda). Device side: the mbarrier
-// init / expect / wait and the 3-D tile load.
+// init / arrive / expect / wait and the 3-D tile load.
 //
 // Included by .cu files only. Thread safety: EncodeTmaRowsMap is safe from
 // any thread (the driver entry point is looked up once).
@@ -73,6 +73,12 @@ __device__ __forceinline__ void FenceMbarrierInit() {
 __device__ __forceinline__ void MbarrierArriveExpectTx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
                : "memory");
+}
+
+// One plain arrival on `bar` (release: this thread's earlier memory accesses
+// happen before the phase completes for its waiters).
+__device__ __forceinline__ void MbarrierArrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 
 // Spins until the phase of parity `phase` of `bar` has completed.

@@ -75,10 +75,6 @@ __device__ __forceinline__ void WgmmaBf16N128(uint64_t a_desc, uint64_t b_desc, 
       : "memory");
 }
 
-__device__ __forceinline__ void WsArrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-
 __global__ void __launch_bounds__(kWsThreads, 1)
     Bf16GemmWsKernel(const __grid_constant__ WsArgs ws) {
   GridDependencyPrologue();
@@ -174,7 +170,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     // The previous stage's group has retired once at most this one is in
     // flight: its slot is free.
     WgmmaWait(1);
-    if (i > 0) WsArrive(empty0 + 8 * ((i - 1) % kWsStages));
+    if (i > 0) MbarrierArrive(empty0 + 8 * ((i - 1) % kWsStages));
   }
   WgmmaWait(0);
 #pragma unroll

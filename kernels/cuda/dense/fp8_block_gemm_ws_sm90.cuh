@@ -69,9 +69,6 @@ inline constexpr int kWsTableOffset = kWsX16Offset + kWsX16Stages * kWsX16Slot;
 inline constexpr int kWsScaleOffset = kWsTableOffset + kWsX16Stages * kWsTableSlot;
 inline constexpr int kWsSharedBytes = kWsScaleOffset + kWsCodeStages * kWsScaleSlot;
 
-__device__ __forceinline__ void MbarrierArrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
 // One arrival on `bar` once every cp.async this thread issued so far has landed.
 __device__ __forceinline__ void CpAsyncArriveOn(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
