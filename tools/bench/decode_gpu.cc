@@ -129,6 +129,9 @@ ABSL_FLAG(bool, expert_prefill_tiles, true,
 ABSL_FLAG(bool, expert_tiles_resident, false,
           "With the tile form: every layer's experts converted once and kept in the arena, not "
           "converted a prefill step (DeviceDecoderOptions::expert_tiles_resident; same bits).");
+ABSL_FLAG(bool, x16_panel, true,
+          "Prefill: the FP8 products on the warp-specialized tile read X's f16 panel "
+          "(DeviceDecoderOptions::prefill_x16_panel; same bits).");
 ABSL_FLAG(int, kv_block_tokens, 0,
           "Positions a KV block of the paged compressed pools covers "
           "(DeviceDecoderOptions::kv_block_tokens; 0: the decoder's default).");
@@ -367,7 +370,8 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
         .expert_wgmma_f16 = absl::GetFlag(FLAGS_expert_wgmma_f16),
         .dense_wgmma = absl::GetFlag(FLAGS_dense_wgmma),
         .expert_prefill_tiles = absl::GetFlag(FLAGS_expert_prefill_tiles),
-        .expert_tiles_resident = absl::GetFlag(FLAGS_expert_tiles_resident)};
+        .expert_tiles_resident = absl::GetFlag(FLAGS_expert_tiles_resident),
+        .prefill_x16_panel = absl::GetFlag(FLAGS_x16_panel)};
     if (exchange) options.communicator = nccl->get();
     auto dd = weir::model::DeviceDecoder::Create(model, precision, options);
     WEIR_CHECK(dd.ok()) << dd.status();
@@ -526,7 +530,8 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       .dense_wgmma_f16 = absl::GetFlag(FLAGS_dense_wgmma_f16),
       .dense_wgmma_f16_decode = absl::GetFlag(FLAGS_dense_wgmma_f16_decode),
       .expert_prefill_tiles = absl::GetFlag(FLAGS_expert_prefill_tiles),
-      .expert_tiles_resident = absl::GetFlag(FLAGS_expert_tiles_resident)};
+      .expert_tiles_resident = absl::GetFlag(FLAGS_expert_tiles_resident),
+      .prefill_x16_panel = absl::GetFlag(FLAGS_x16_panel)};
   auto dd = weir::model::CreateSyntheticDeviceDecoder(c, options_precision(), options);
   WEIR_CHECK(dd.ok()) << dd.status();
   std::printf("numerics %s: fast dense layers %d (bf16 %d), reference dense %d, fast MoE layers "

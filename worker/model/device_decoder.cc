@@ -814,6 +814,7 @@ absl::StatusOr<int64_t> DeviceDecoder::StepInto(std::span<const int> slots,
       RETURN_IF_ERROR(enq);
       ++stats_.eager_steps;
     }
+    stats_.x16_panels = m.x16_panels;
     WEIR_DD_CUDA("event", cudaEventRecord(m.ev_end, m.stream));
     if (asked > 0 && greedy) {  // the argmax of each asked row, 4 bytes a row back
       RETURN_IF_ERROR(kernels::cuda::dense::ArgmaxRows(

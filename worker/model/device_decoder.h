@@ -133,6 +133,9 @@ absl::StatusOr<DecodeNumerics> ParseDecodeNumerics(std::string_view name);
 // Rows above which DeviceDecoderOptions::dense_wgmma_f16 takes a linear to
 // f16 wgmma (its 128 x 128 tile).
 inline constexpr int64_t kDenseWgmmaF16MinRows = 256;
+// Rows above which kAuto runs the FP8 products on the warp-specialized
+// prefill tile, so steps that may need DeviceDecoderOptions::prefill_x16_panel.
+inline constexpr int64_t kX16PanelMinRows = 256;
 // Rows up to which DeviceDecoderOptions::dense_wgmma_f16_decode does.
 inline constexpr int64_t kDenseWgmmaF16DecodeRows = 16;
 
@@ -330,6 +333,14 @@ struct DeviceDecoderOptions {
   // layer, about twice the MXFP4 experts' own bytes, taken from the arena
   // before the KV pools. Off by default.
   bool expert_tiles_resident = false;
+  // kFast, steps of more than 256 rows: the FP8 products on the
+  // warp-specialized prefill tile read X from an f16 panel of its codes
+  // (dense::WidenFp8ToF16Panel, made before each such product) instead of
+  // widening the codes in every CTA: the same bits, less shared-memory
+  // traffic a stage. Costs 2 bytes an element of the FP8 activation scratch
+  // (and of the parallel branch's), taken from the arena when the decoder
+  // plans steps above 256 rows.
+  bool prefill_x16_panel = true;
   // Expert parallelism over NCCL on device buffers (see the file comment):
   // this decoder is rank communicator->rank() of communicator->world_size().
   // Not owned; must outlive the decoder and live on `device`. Null: every
@@ -373,6 +384,7 @@ struct DeviceDecoderStats {
   int64_t graph_nodes = 0;      // nodes (kernels, copies) of the last captured graph
   int64_t programmatic_edges = 0;  // of its edges, made programmatic
   int64_t eager_steps = 0;
+  int64_t x16_panels = 0;       // prefill_x16_panel: FP8 products enqueued on an f16 panel
   int64_t drafts = 0;           // sequences drafted (DraftBatch)
   double draft_seconds = 0;     // wall time inside DraftBatch
   int64_t draft_launches = 0;   // DraftBatch's device passes (batch_cap / block sequences each)

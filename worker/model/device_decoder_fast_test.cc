@@ -730,6 +730,27 @@ TEST(DeviceDecoderFastTest, SmallBf16LongChunkGivesTheShortChunksBits) {
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_EQ(std::memcmp(r->data(), whole[i + 1].data(), v * sizeof(float)), 0) << "step " << i;
   }
+  // The 400-row chunk's FP8 products read X's f16 panel (prefill_x16_panel,
+  // on by default); without the panel the chunk's rows are the same bits.
+  auto panels = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, options);
+  ASSERT_TRUE(panels.ok()) << panels.status();
+  DeviceDecoderOptions off = options;
+  off.prefill_x16_panel = false;
+  auto widened = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, off);
+  ASSERT_TRUE(widened.ok()) << widened.status();
+  std::vector<float> chunk[2];
+  for (int i = 0; i < 2; ++i) {
+    DeviceDecoder& d = i == 0 ? **panels : **widened;
+    ASSERT_TRUE(d.Start(1).ok());
+    auto rows = d.StepRows(std::vector<int>(kChunk, 1), prompt, std::nullopt);
+    ASSERT_TRUE(rows.ok()) << rows.status();
+    chunk[i].assign(rows->begin(), rows->end());
+  }
+  EXPECT_GT((*panels)->stats().x16_panels, 0);
+  EXPECT_EQ((*widened)->stats().x16_panels, 0);
+  ASSERT_EQ(chunk[0].size(), whole[0].size());
+  EXPECT_EQ(std::memcmp(chunk[0].data(), whole[0].data(), chunk[0].size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(chunk[1].data(), whole[0].data(), chunk[1].size() * sizeof(float)), 0);
 }
 
 // The routed experts' f16 block sums on wgmma (expert_wgmma_f16) give the

@@ -412,6 +412,11 @@ struct DeviceDecoder::Impl {
   // on `side`: ForkSide).
   uint8_t *side_fq = nullptr, *side_fq_scales = nullptr;
   int64_t side_fq_count = 0;
+  // prefill_x16_panel: the f16 panel of the codes a warp-specialized FP8
+  // product reads (made by MakeX16Panel right before it), and the branch's.
+  uint16_t *x16 = nullptr, *side_x16 = nullptr;
+  int64_t x16_count = 0, side_x16_count = 0;
+  int64_t x16_panels = 0;  // panels made (DeviceDecoderStats::x16_panels)
   float* side_split = nullptr;
   // expert_prefill_tiles: one layer's local experts in the FP8 tile form, w1
   // and w3 stacked an expert ([experts][2 inter][dim] + tile scales), w2
@@ -824,6 +829,30 @@ struct DeviceDecoder::Impl {
     }
     return dense::Bf16Gemm(p, stream);
   }
+  // prefill_x16_panel: where `p` runs the warp-specialized prefill tile and
+  // its X fits the panel scratch, widens X's codes into the panel and points
+  // p.x_f16 at it (the same bits; see the option). Leaves a p.x_f16 already
+  // set (a second product over the same codes) and every other call alone.
+  absl::Status MakeX16Panel(dense::Fp8BlockGemmParams& p) {
+    if (x16 == nullptr || p.x_f16 != nullptr ||
+        dense::ResolveFp8GemmTile(p) != dense::Fp8GemmTile::kN128M128Ws) {
+      return absl::OkStatus();
+    }
+    const bool x_grouped = p.groups > 1 && !p.x_shared && p.group_offsets == nullptr;
+    const int x_groups = x_grouped ? p.groups : 1;
+    if (int64_t{x_groups} * p.m * p.k > x16_count) return absl::OkStatus();
+    RETURN_IF_ERROR(
+        dense::WidenFp8ToF16Panel({.codes = p.x,
+                                   .out = x16,
+                                   .rows = p.m,
+                                   .k = p.k,
+                                   .groups = x_groups,
+                                   .code_group_stride = x_grouped ? p.x_group_stride : 0},
+                                  stream));
+    p.x_f16 = x16;
+    ++x16_panels;
+    return absl::OkStatus();
+  }
   // Fp8BlockGemm with the split-K its weight shape gets (the same for every
   // batch size: batch-invariant). `split_groups`: the group count the split
   // is chosen for (a grouped weight run group by group keeps its split).
@@ -838,6 +867,7 @@ struct DeviceDecoder::Impl {
                                  : dense::Fp8GemmMath::kMmaF16;
     p.prefetch_weights = options.weight_prefetch;
     p.k_splits = FastSplits(p.n, p.k, split_groups > 0 ? split_groups : p.groups);
+    RETURN_IF_ERROR(MakeX16Panel(p));
     if (p.k_splits > 1) {
       p.split_scratch = split;
       if (options.fused_split_reduce) {
@@ -1142,6 +1172,8 @@ struct DeviceDecoder::Impl {
     std::swap(fq_scales, side_fq_scales);
     std::swap(fq_count, side_fq_count);
     std::swap(split, side_split);
+    std::swap(x16, side_x16);
+    std::swap(x16_count, side_x16_count);
   }
   // expert_prefill_tiles: where layer L's tile form lives: its resident
   // buffers (expert_tiles_resident) or the shared scratch.

@@ -148,22 +148,27 @@ dense::Fp8GemmMath DeviceDecoder::Impl::TileFormMath() const {
 absl::Status DeviceDecoder::Impl::TileFormExperts(const LayerDev& L, int64_t rows, float limit) {
   const int64_t d = c.dim, inter = L.inter, w13 = 2 * inter * d;
   const TileForm t = TilesOf(L);
-  // w1 and w3: the first and second inter rows of each expert's stacked weight.
+  // w1 and w3: the first and second inter rows of each expert's stacked
+  // weight, over one f16 panel of the rows' codes (where the tile reads one).
+  const uint16_t* panel = nullptr;
   for (int part = 0; part < 2; ++part) {
-    RETURN_IF_ERROR(dense::Fp8BlockGemm({.x = fq,
-                                         .x_scales = fq_scales,
-                                         .w = t.w13 + part * inter * d,
-                                         .w_scales = t.w13_scales + part * inter * d / 1024,
-                                         .y = part == 0 ? gg : upg,
-                                         .m = rows,
-                                         .n = inter,
-                                         .k = d,
-                                         .groups = L.experts,
-                                         .group_offsets = group_offsets,
-                                         .w_group_stride = w13,
-                                         .w_scales_group_stride = w13 / 1024,
-                                         .math = TileFormMath()},
-                                        stream));
+    dense::Fp8BlockGemmParams p{.x = fq,
+                                .x_scales = fq_scales,
+                                .w = t.w13 + part * inter * d,
+                                .w_scales = t.w13_scales + part * inter * d / 1024,
+                                .y = part == 0 ? gg : upg,
+                                .m = rows,
+                                .n = inter,
+                                .k = d,
+                                .groups = L.experts,
+                                .group_offsets = group_offsets,
+                                .w_group_stride = w13,
+                                .w_scales_group_stride = w13 / 1024,
+                                .math = TileFormMath(),
+                                .x_f16 = panel};
+    RETURN_IF_ERROR(MakeX16Panel(p));
+    panel = p.x_f16;
+    RETURN_IF_ERROR(dense::Fp8BlockGemm(p, stream));
   }
   // SwiGLU with the route weight and its bf16 roundings, then the FP8 form of
   // h: the operations of the MXFP4 kernel's fused epilogue (SwigluOut,
@@ -179,20 +184,21 @@ absl::Status DeviceDecoder::Impl::TileFormExperts(const LayerDev& L, int64_t row
                               stream));
   RETURN_IF_ERROR(dense::ActQuantFp8(
       {.x = gg, .codes = fh, .scales = fh_scales, .rows = rows, .cols = inter}, stream));
-  return dense::Fp8BlockGemm(
-      {.x = fh,
-       .x_scales = fh_scales,
-       .w = t.w2,
-       .w_scales = t.w2_scales,
-       .y = yg,
-       .m = rows,
-       .n = d,
-       .k = inter,
-       .output = bf16() ? dense::Fp8GemmOutput::kF32RoundedBf16 : dense::Fp8GemmOutput::kF32,
-       .groups = L.experts,
-       .group_offsets = group_offsets,
-       .math = TileFormMath()},
-      stream);
+  dense::Fp8BlockGemmParams p{
+      .x = fh,
+      .x_scales = fh_scales,
+      .w = t.w2,
+      .w_scales = t.w2_scales,
+      .y = yg,
+      .m = rows,
+      .n = d,
+      .k = inter,
+      .output = bf16() ? dense::Fp8GemmOutput::kF32RoundedBf16 : dense::Fp8GemmOutput::kF32,
+      .groups = L.experts,
+      .group_offsets = group_offsets,
+      .math = TileFormMath()};
+  RETURN_IF_ERROR(MakeX16Panel(p));
+  return dense::Fp8BlockGemm(p, stream);
 }
 
 absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {

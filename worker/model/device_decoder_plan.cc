@@ -346,6 +346,16 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
       side_fq_scales = r.Alloc<uint8_t>(bc * (widest / 32 + 1));
       side_split = r.Alloc<float>(split_count);
     }
+    // The f16 panels of the warp-specialized prefill tile, which only steps
+    // of more than kX16PanelMinRows rows run.
+    if (options.prefill_x16_panel && bc > kX16PanelMinRows) {
+      x16_count = fq_count;
+      x16 = r.Alloc<uint16_t>(x16_count);
+      if (options.concurrent_branches) {
+        side_x16_count = side_fq_count;
+        side_x16 = r.Alloc<uint16_t>(side_x16_count);
+      }
+    }
     // Zeroed once; each split product leaves its counters zero again.
     split_counter_count = kSplitCounters;
     split_counters = const_cast<uint32_t*>(

@@ -150,6 +150,27 @@ int ChooseFp8GemmSplits(int64_t n, int64_t k, int groups, int64_t target_ctas, i
   return static_cast<int>(std::max<int64_t>(1, std::min(wanted, most)));
 }
 
+absl::Status CheckFp8F16PanelParams(const Fp8F16PanelParams& p) {
+  if (p.codes == nullptr || p.out == nullptr) {
+    return absl::InvalidArgumentError("WidenFp8ToF16Panel: null pointer");
+  }
+  if (p.rows < 0 || p.k <= 0 || p.k % 16 != 0 || p.groups < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("WidenFp8ToF16Panel: rows ", p.rows, ", k ", p.k,
+                                                   " (a positive multiple of 16), groups ",
+                                                   p.groups, " (at least 1)"));
+  }
+  if (!AlignedTo(p.codes, 16) || !AlignedTo(p.out, 16)) {
+    return absl::InvalidArgumentError("WidenFp8ToF16Panel: codes and out must be 16-byte aligned");
+  }
+  if (p.code_group_stride != 0 &&
+      (p.code_group_stride < p.rows * p.k || p.code_group_stride % 16 != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("WidenFp8ToF16Panel: code group stride ",
+                                                   p.code_group_stride,
+                                                   " is below rows x k or not a multiple of 16"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckFp8BlockGemmParams(const Fp8BlockGemmParams& p) {
   if (p.x == nullptr || p.x_scales == nullptr || p.w == nullptr || p.w_scales == nullptr ||
       p.y == nullptr) {
@@ -223,6 +244,9 @@ absl::Status CheckFp8BlockGemmParams(const Fp8BlockGemmParams& p) {
       return absl::InvalidArgumentError(
           "Fp8BlockGemm: kN128M128Ws runs kMmaF16's bits (math kMmaF16 or kWgmmaF16) and needs k "
           "a multiple of 128 and 4-byte aligned scales");
+    }
+    if (!AlignedTo(p.x_f16, 16)) {
+      return absl::InvalidArgumentError("Fp8BlockGemm: x_f16 must be 16-byte aligned");
     }
     // With group offsets the grid's rows are ceil(m / 128) + groups items.
     if ((p.m + shape.block_m - 1) / shape.block_m + (p.group_offsets != nullptr ? p.groups : 0) >

@@ -249,6 +249,13 @@ struct Fp8BlockGemmParams {
   int64_t split_counter_count = 0;
   // The block sums' math (see Fp8GemmMath); kAuto tiles follow it.
   Fp8GemmMath math = Fp8GemmMath::kMmaF16;
+  // Optional, for kN128M128Ws (prefill): x's codes already widened to f16 in
+  // the panel order (WidenFp8ToF16Panel of x, [x groups][m][k] packed, 16-byte
+  // aligned; x groups = groups when x has group strides, else 1). The tile
+  // then loads X by TMA straight into its f16 slots instead of widening the
+  // codes in every CTA; the values, so the bits, are the same. Ignored by
+  // the other tiles.
+  const uint16_t* x_f16 = nullptr;
   // Decode: the CTAs of the first row tile ask L2 for their W code rows
   // before they wait for the kernel before them (GridDependencyPrologue
   // with L2Rows), so in a graph with programmatic edges the weights stream
@@ -328,6 +335,30 @@ inline constexpr int kFp8GemmWsTableFloats = 4 * 4 * 4 * kFp8GemmWsQuadFloats;
 WEIR_FP8_GEMM_HD constexpr int Fp8GemmF16XChunk(int row, int chunk, int block_m) {
   return (chunk >> 3) * block_m * 128 + Fp8GemmSwizzledOffset(row, chunk & 7);
 }
+
+// The f16 panel of FP8 codes (Fp8BlockGemmParams::x_f16, WidenFp8ToF16Panel):
+// each row's codes widened to f16 and permuted inside every 16 of K into the
+// order Fp8GemmF16XChunk's slots hold them, so that a TMA box of 64 f16 x 128
+// rows with the 128-byte swizzle lands as the kernel's f16 X tile: code
+// 16 q + 4 w + p (word w, byte p) sits at column 16 q + 8 (p / 2) + 2 w + p % 2
+// (chunk 2 q takes the words' low code pairs, chunk 2 q + 1 the high ones).
+WEIR_FP8_GEMM_HD constexpr int64_t Fp8GemmF16PanelColumn(int64_t k) {
+  const int64_t q = k / 16;
+  const int i = static_cast<int>(k % 16), w = i / 4, p = i % 4;
+  return 16 * q + 8 * (p / 2) + 2 * w + p % 2;
+}
+
+struct Fp8F16PanelParams {
+  const uint8_t* codes = nullptr;  // device e4m3 [groups][rows][k], 16-byte aligned
+  uint16_t* out = nullptr;         // device f16 [groups][rows][k] packed, 16-byte aligned
+  int64_t rows = 0;
+  int64_t k = 0;  // multiple of 16
+  int groups = 1;
+  int64_t code_group_stride = 0;  // elements; 0 = rows x k (a multiple of 16)
+};
+
+// OK or INVALID_ARGUMENT naming the problem (null, shape, alignment, stride).
+absl::Status CheckFp8F16PanelParams(const Fp8F16PanelParams& params);
 
 // The offset of the same fragment row's source for K block j of a stage,
 // from its offset for block 0 (Fp8GemmALdmatrixSource / Fp8GemmBLdmatrixSource

@@ -427,5 +427,89 @@ TEST(Fp8BlockGemmParamsTest, WsTableGivesEachLaneItsRowsWithoutBankConflicts) {
   EXPECT_EQ(used, 4 * 4 * 128);
 }
 
+// The f16 panel (Fp8BlockGemmParams::x_f16) loaded by two TMA boxes of 128
+// rows x 128 bytes with the 128-byte swizzle (granule g of row r at granule
+// g ^ (r % 8)) fills the kN128M128Ws f16 slot exactly as the wideners'
+// WidenCodesToF16Slots does from the swizzled code tile: every f16 slot holds
+// the same code of the same row. Tokens stand for codes (k + 1, 0 = unset).
+TEST(Fp8BlockGemmParamsTest, F16PanelBoxesFillTheWidenersSlots) {
+  constexpr int kRows = 128, kK = 256;  // two stages
+  std::vector<int> seen(16, 0);
+  for (int k = 0; k < 16; ++k) ++seen[Fp8GemmF16PanelColumn(k)];
+  for (int c : seen) EXPECT_EQ(c, 1);
+  for (int k = 0; k < kK; ++k) EXPECT_EQ(Fp8GemmF16PanelColumn(k) / 16, k / 16);
+  // The panel: row r, column Fp8GemmF16PanelColumn(k) holds token k + 1.
+  std::vector<int> panel(kRows * kK, 0);
+  for (int r = 0; r < kRows; ++r) {
+    for (int k = 0; k < kK; ++k) panel[r * kK + Fp8GemmF16PanelColumn(k)] = k + 1;
+  }
+  for (int kt = 0; kt < kK / kFp8GemmStageK; ++kt) {
+    const int slot_f16 = kRows * 128;  // f16 elements of a slot (32 KB)
+    std::vector<int> widened(slot_f16, 0), boxed(slot_f16, 0);
+    for (int r = 0; r < kRows; ++r) {
+      // The wideners: chunk q (16 codes) of the stage's row -> chunks 2q
+      // (low code pairs of its four words) and 2q + 1 (high pairs).
+      for (int q = 0; q < 8; ++q) {
+        for (int h = 0; h < 2; ++h) {
+          const int at = Fp8GemmF16XChunk(r, 2 * q + h, kRows) / 2;
+          for (int w = 0; w < 4; ++w) {
+            for (int e = 0; e < 2; ++e) {
+              widened[at + 2 * w + e] = kt * kFp8GemmStageK + 16 * q + 4 * w + 2 * h + e + 1;
+            }
+          }
+        }
+      }
+      // The loader's two boxes: bytes [256 kt + 128 a, + 128) of panel row r.
+      for (int a = 0; a < 2; ++a) {
+        for (int g = 0; g < 8; ++g) {
+          const int dst = (a * kRows * 128 + r * 128 + ((g ^ (r & 7)) << 4)) / 2;
+          const int src = r * kK + (256 * kt + 128 * a + 16 * g) / 2;
+          for (int e = 0; e < 8; ++e) boxed[dst + e] = panel[src + e];
+        }
+      }
+    }
+    for (int i = 0; i < slot_f16; ++i) {
+      ASSERT_NE(widened[i], 0) << i;
+      ASSERT_EQ(widened[i], boxed[i]) << "stage " << kt << " f16 " << i;
+    }
+  }
+}
+
+TEST(Fp8BlockGemmParamsTest, F16PanelChecksItsArguments) {
+  alignas(16) static uint8_t codes[64];
+  alignas(16) static uint16_t out[64];
+  const Fp8F16PanelParams ok{.codes = codes, .out = out, .rows = 2, .k = 32};
+  EXPECT_TRUE(CheckFp8F16PanelParams(ok).ok());
+  auto bad = [&](auto edit) {
+    Fp8F16PanelParams p = ok;
+    edit(p);
+    return CheckFp8F16PanelParams(p).code() == absl::StatusCode::kInvalidArgument;
+  };
+  EXPECT_TRUE(bad([](Fp8F16PanelParams& p) { p.codes = nullptr; }));
+  EXPECT_TRUE(bad([](Fp8F16PanelParams& p) { p.out = nullptr; }));
+  EXPECT_TRUE(bad([](Fp8F16PanelParams& p) { p.k = 24; }));
+  EXPECT_TRUE(bad([](Fp8F16PanelParams& p) { p.k = 0; }));
+  EXPECT_TRUE(bad([](Fp8F16PanelParams& p) { p.rows = -1; }));
+  EXPECT_TRUE(bad([](Fp8F16PanelParams& p) { p.groups = 0; }));
+  EXPECT_TRUE(bad([&](Fp8F16PanelParams& p) { p.codes = codes + 8; }));
+  EXPECT_TRUE(bad([&](Fp8F16PanelParams& p) { p.out = out + 4; }));
+  EXPECT_TRUE(bad([](Fp8F16PanelParams& p) { p.code_group_stride = 48; }));   // below rows x k
+  EXPECT_TRUE(bad([](Fp8F16PanelParams& p) { p.code_group_stride = 72; }));   // not 16-aligned
+  EXPECT_FALSE(bad([](Fp8F16PanelParams& p) { p.code_group_stride = 80; }));  // padded groups
+  // The GEMM refuses a misaligned panel where the tile reads it.
+  Fp8BlockGemmParams g{.x = codes,
+                       .x_scales = codes,
+                       .w = codes,
+                       .w_scales = codes,
+                       .y = out,
+                       .m = 512,
+                       .n = 256,
+                       .k = 128,
+                       .tile = Fp8GemmTile::kN128M128Ws};
+  EXPECT_TRUE(CheckFp8BlockGemmParams(g).ok());
+  g.x_f16 = out + 4;
+  EXPECT_EQ(CheckFp8BlockGemmParams(g).code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace weir::kernels::cuda::dense

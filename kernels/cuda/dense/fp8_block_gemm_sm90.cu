@@ -1,6 +1,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -149,11 +150,14 @@ absl::Status LaunchWs(const Fp8BlockGemmParams& p, cudaStream_t stream) {
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = EncodeTmaRowsMap(&args.x_map, p.x, p.k, p.m, x_grouped ? p.groups : 1, p.k,
-                                        x_grouped ? args.x_stride : p.m * p.k, fp8_gemm::kWsBm);
-      !s.ok()) {
-    return s;
-  }
+  // X: the codes, or their f16 panel (rows of 2 k bytes, groups packed).
+  const absl::Status x_map =
+      p.x_f16 != nullptr
+          ? EncodeTmaRowsMap(&args.x_map, p.x_f16, 2 * p.k, p.m, x_grouped ? p.groups : 1, 2 * p.k,
+                             2 * p.m * p.k, fp8_gemm::kWsBm)
+          : EncodeTmaRowsMap(&args.x_map, p.x, p.k, p.m, x_grouped ? p.groups : 1, p.k,
+                             x_grouped ? args.x_stride : p.m * p.k, fp8_gemm::kWsBm);
+  if (!x_map.ok()) return x_map;
   // With group offsets the grid is compact: ceil(m / 128) + groups items
   // cover every group's row tiles (each group's last tile may be partial).
   const int64_t row_tiles = (p.m + fp8_gemm::kWsBm - 1) / fp8_gemm::kWsBm;
@@ -161,16 +165,62 @@ absl::Status LaunchWs(const Fp8BlockGemmParams& p, cudaStream_t stream) {
       static_cast<unsigned>((p.n + fp8_gemm::kWsBn - 1) / fp8_gemm::kWsBn),
       static_cast<unsigned>(p.group_offsets != nullptr ? row_tiles + p.groups : row_tiles),
       static_cast<unsigned>(p.group_offsets != nullptr ? 1 : p.groups));
-  const int smem = fp8_gemm::kWsSharedBytes + fp8_gemm::kWgmmaSmemSlack;
-  if (absl::Status s = AllowSharedBytes(fp8_gemm::Fp8BlockGemmWsKernel, smem, "Fp8BlockGemm");
-      !s.ok()) {
-    return s;
+  auto launch = [&]<bool kPanel>() -> absl::Status {
+    const int smem = fp8_gemm::WsLayout<kPanel>::kSharedBytes + fp8_gemm::kWgmmaSmemSlack;
+    if (absl::Status s =
+            AllowSharedBytes(fp8_gemm::Fp8BlockGemmWsKernel<kPanel>, smem, "Fp8BlockGemm");
+        !s.ok()) {
+      return s;
+    }
+    fp8_gemm::Fp8BlockGemmWsKernel<kPanel><<<grid, fp8_gemm::kWsThreads, smem, stream>>>(args);
+    return LaunchStatus("Fp8BlockGemm");
+  };
+  return p.x_f16 != nullptr ? launch.template operator()<true>()
+                            : launch.template operator()<false>();
+}
+
+// WidenFp8ToF16Panel: a thread takes 16 codes of a row (one 16-byte load)
+// and writes their 16 f16 values as the panel's two chunks: the words' low
+// code pairs, then the high ones (Fp8GemmF16PanelColumn).
+__global__ void WidenFp8ToF16PanelKernel(const Fp8F16PanelParams p, int64_t code_group_stride) {
+  GridDependencyPrologue();
+  const int64_t chunks = p.k / 16;
+  const int64_t per_group = p.rows * chunks;
+  const int64_t total = per_group * p.groups;
+  for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < total;
+       t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t g = t / per_group, rc = t % per_group;
+    const int64_t r = rc / chunks, q = rc % chunks;
+    const uint4 c =
+        *reinterpret_cast<const uint4*>(p.codes + g * code_group_stride + r * p.k + 16 * q);
+    const uint32_t w[4] = {c.x, c.y, c.z, c.w};
+    uint4 lo, hi;
+    lo.x = fp8_gemm::E4m3x2ToF16x2(w[0]);
+    lo.y = fp8_gemm::E4m3x2ToF16x2(w[1]);
+    lo.z = fp8_gemm::E4m3x2ToF16x2(w[2]);
+    lo.w = fp8_gemm::E4m3x2ToF16x2(w[3]);
+    hi.x = fp8_gemm::E4m3x2ToF16x2(w[0] >> 16);
+    hi.y = fp8_gemm::E4m3x2ToF16x2(w[1] >> 16);
+    hi.z = fp8_gemm::E4m3x2ToF16x2(w[2] >> 16);
+    hi.w = fp8_gemm::E4m3x2ToF16x2(w[3] >> 16);
+    uint4* out = reinterpret_cast<uint4*>(p.out + (g * p.rows + r) * p.k + 16 * q);
+    out[0] = lo;
+    out[1] = hi;
   }
-  fp8_gemm::Fp8BlockGemmWsKernel<<<grid, fp8_gemm::kWsThreads, smem, stream>>>(args);
-  return LaunchStatus("Fp8BlockGemm");
 }
 
 }  // namespace
+
+absl::Status WidenFp8ToF16Panel(const Fp8F16PanelParams& p, cudaStream_t stream) {
+  if (absl::Status s = CheckFp8F16PanelParams(p); !s.ok()) return s;
+  const int64_t total = p.groups * p.rows * (p.k / 16);
+  if (total == 0) return absl::OkStatus();
+  constexpr int kThreads = 256;
+  const int64_t blocks = std::min<int64_t>((total + kThreads - 1) / kThreads, int64_t{1} << 20);
+  WidenFp8ToF16PanelKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+      p, p.code_group_stride != 0 ? p.code_group_stride : p.rows * p.k);
+  return LaunchStatus("WidenFp8ToF16Panel");
+}
 
 absl::Status Fp8BlockGemm(const Fp8BlockGemmParams& p, cudaStream_t stream) {
   if (ResolveFp8GemmTile(p) == Fp8GemmTile::kN128M128Ws) {

@@ -65,6 +65,13 @@ namespace weir::kernels::cuda::dense {
 // sm_90a only); INTERNAL with the CUDA error if a launch fails.
 absl::Status Fp8BlockGemm(const Fp8BlockGemmParams& params, cudaStream_t stream);
 
+// The f16 panel of FP8 codes (Fp8GemmF16PanelColumn's order) that the
+// warp-specialized prefill tile reads as Fp8BlockGemmParams::x_f16: one
+// thread a 16-byte chunk of codes, 3 bytes an element of traffic. A
+// product over the same codes may reuse it; the codes must not change
+// in between.
+absl::Status WidenFp8ToF16Panel(const Fp8F16PanelParams& params, cudaStream_t stream);
+
 }  // namespace weir::kernels::cuda::dense
 
 #endif  // WEIR_KERNELS_CUDA_DENSE_FP8_BLOCK_GEMM_SM90_H_

@@ -125,19 +125,25 @@ void Exact(const Operands& op, std::vector<double>& y, std::vector<double>& abs_
 std::vector<float> RunGpu(const Operands& op, Fp8GemmTile tile,
                           Fp8GemmOutput output = Fp8GemmOutput::kF32, int scale_offset = 0,
                           int splits = 1, bool fused = false,
-                          Fp8GemmMath math = Fp8GemmMath::kMmaF16) {
+                          Fp8GemmMath math = Fp8GemmMath::kMmaF16, bool panel = false) {
   DeviceBuffer<uint8_t> x(op.x), w(op.w), ws(op.w_scales);
+  DeviceBuffer<uint16_t> x16(panel ? op.m * op.k : 1);
   DeviceBuffer<uint8_t> xs(static_cast<int64_t>(op.x_scales.size()) + 4);
   if (xs.ok()) {
     cudaMemcpy(xs.get() + scale_offset, op.x_scales.data(), op.x_scales.size(),
                cudaMemcpyHostToDevice);
   }
   DeviceBuffer<float> y(op.m * op.n);  // large enough for bf16 too
-  if (!x.ok() || !xs.ok() || !w.ok() || !ws.ok() || !y.ok()) {
+  if (!x.ok() || !xs.ok() || !w.ok() || !ws.ok() || !y.ok() || !x16.ok()) {
     ADD_FAILURE() << "cudaMalloc";
     return {};
   }
   y.Poison(0xFF);  // NaN in fp32 and in bf16
+  if (panel) {
+    const absl::Status widened =
+        WidenFp8ToF16Panel({.codes = x.get(), .out = x16.get(), .rows = op.m, .k = op.k}, nullptr);
+    EXPECT_TRUE(widened.ok()) << widened;
+  }
   DeviceBuffer<float> scratch(std::max<int64_t>(1, splits * op.m * op.n));
   scratch.Poison(0xFF);
   Fp8BlockGemmParams params{.x = x.get(),
@@ -152,7 +158,8 @@ std::vector<float> RunGpu(const Operands& op, Fp8GemmTile tile,
                             .tile = tile,
                             .k_splits = splits,
                             .split_scratch = splits > 1 ? scratch.get() : nullptr,
-                            .math = math};
+                            .math = math,
+                            .x_f16 = panel ? x16.get() : nullptr};
   const int64_t counters = std::max<int64_t>(1, Fp8GemmSplitCounters(params));
   DeviceBuffer<uint32_t> counter(counters);
   counter.Poison(0);
@@ -331,7 +338,8 @@ TEST(Fp8BlockGemmTest, GroupsGiveEachGroupItsOwnBits) {
   }
   DeviceBuffer<uint8_t> dx(x), dxs(x_scales), dw(w), dws(w_scales);
   DeviceBuffer<float> y(kGroups * ys), scratch(kGroups * 3 * m * n);
-  ASSERT_TRUE(dx.ok() && dxs.ok() && dw.ok() && dws.ok() && y.ok() && scratch.ok());
+  DeviceBuffer<uint16_t> x16(kGroups * m * k);
+  ASSERT_TRUE(dx.ok() && dxs.ok() && dw.ok() && dws.ok() && y.ok() && scratch.ok() && x16.ok());
   DeviceBuffer<uint32_t> counters(1 << 16);
   counters.Poison(0);
   const Fp8BlockGemmParams grouped{.x = dx.get(),
@@ -356,12 +364,14 @@ TEST(Fp8BlockGemmTest, GroupsGiveEachGroupItsOwnBits) {
   struct MathTile {
     Fp8GemmMath math;
     Fp8GemmTile tile;
+    bool panel = false;  // kN128M128Ws reading X from its f16 panel
   };
   for (const MathTile mt : {MathTile{Fp8GemmMath::kMmaF16, Fp8GemmTile::kAuto},
                             MathTile{Fp8GemmMath::kWgmma, Fp8GemmTile::kAuto},
                             MathTile{Fp8GemmMath::kWgmma, Fp8GemmTile::kN64M64},
                             MathTile{Fp8GemmMath::kWgmma, Fp8GemmTile::kN128M128Wg},
-                            MathTile{Fp8GemmMath::kMmaF16, Fp8GemmTile::kN128M128Ws}}) {
+                            MathTile{Fp8GemmMath::kMmaF16, Fp8GemmTile::kN128M128Ws},
+                            MathTile{Fp8GemmMath::kMmaF16, Fp8GemmTile::kN128M128Ws, true}}) {
     for (int variant : {1, 3, -3}) {
       for (bool x_shared : {false, true}) {
         const int splits = variant < 0 ? -variant : variant;
@@ -375,6 +385,17 @@ TEST(Fp8BlockGemmTest, GroupsGiveEachGroupItsOwnBits) {
         p.split_scratch = splits > 1 ? scratch.get() : nullptr;
         p.split_counters = variant < 0 ? counters.get() : nullptr;
         p.split_counter_count = variant < 0 ? int64_t{1} << 16 : 0;
+        if (mt.panel) {  // the panel packs the groups X has (one when shared)
+          ASSERT_TRUE(WidenFp8ToF16Panel({.codes = dx.get(),
+                                          .out = x16.get(),
+                                          .rows = m,
+                                          .k = k,
+                                          .groups = x_shared ? 1 : kGroups,
+                                          .code_group_stride = xs},
+                                         nullptr)
+                          .ok());
+          p.x_f16 = x16.get();
+        }
         ASSERT_TRUE(Fp8BlockGemm(p, nullptr).ok());
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         const std::vector<float> got = y.Download();
@@ -389,7 +410,7 @@ TEST(Fp8BlockGemmTest, GroupsGiveEachGroupItsOwnBits) {
           ASSERT_EQ(want.size(), static_cast<size_t>(m * n));
           EXPECT_EQ(std::memcmp(got.data() + g * ys, want.data(), m * n * sizeof(float)), 0)
               << "group " << g << " splits " << splits << " x_shared " << x_shared << " tile "
-              << static_cast<int>(mt.tile);
+              << static_cast<int>(mt.tile) << " panel " << mt.panel;
         }
       }
     }
@@ -680,11 +701,15 @@ TEST(Fp8BlockGemmTest, WarpSpecializedTileGivesTheMmaBits) {
             EXPECT_EQ(Compare(op, mma, splits).violations, 0);
           }
           for (Fp8GemmMath math : {Fp8GemmMath::kMmaF16, Fp8GemmMath::kWgmmaF16}) {
-            int64_t at = -1;
-            EXPECT_EQ(BitMismatches(RunGpu(op, kWs, output, 0, splits, false, math), mma, &at), 0)
-                << s.m << "x" << s.n << "x" << s.k << " splits " << splits << " output "
-                << static_cast<int>(output) << " math " << static_cast<int>(math)
-                << " first mismatch " << at;
+            for (bool panel : {false, true}) {  // X widened in the CTA / from the f16 panel
+              int64_t at = -1;
+              EXPECT_EQ(
+                  BitMismatches(RunGpu(op, kWs, output, 0, splits, false, math, panel), mma, &at),
+                  0)
+                  << s.m << "x" << s.n << "x" << s.k << " splits " << splits << " output "
+                  << static_cast<int>(output) << " math " << static_cast<int>(math) << " panel "
+                  << panel << " first mismatch " << at;
+            }
           }
         }
       }
@@ -716,34 +741,41 @@ TEST(Fp8BlockGemmTest, WarpSpecializedTileGivesTheMmaBits) {
     DeviceBuffer<uint8_t> dx(rows.x), dxs(rows.x_scales), dw(w), dws(w_scales);
     DeviceBuffer<int64_t> doff(offsets);
     DeviceBuffer<float> y(m * kN);
-    ASSERT_TRUE(dx.ok() && dxs.ok() && dw.ok() && dws.ok() && doff.ok() && y.ok());
-    y.Poison(0xFF);
-    const Fp8BlockGemmParams p{.x = dx.get(),
-                               .x_scales = dxs.get(),
-                               .w = dw.get(),
-                               .w_scales = dws.get(),
-                               .y = y.get(),
-                               .m = m,
-                               .n = kN,
-                               .k = kK,
-                               .tile = kWs,
-                               .groups = kGroups,
-                               .group_offsets = doff.get()};
-    ASSERT_TRUE(Fp8BlockGemm(p, nullptr).ok());
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const std::vector<float> got = y.Download();
-    for (int g = 0; g < kGroups; ++g) {
-      const int64_t begin = offsets[g], end = offsets[g + 1];
-      if (end == begin) continue;
-      Operands op = per_group[g];
-      op.m = end - begin;
-      op.x.assign(rows.x.begin() + begin * kK, rows.x.begin() + end * kK);
-      op.x_scales.assign(rows.x_scales.begin() + begin * (kK / 32),
-                         rows.x_scales.begin() + end * (kK / 32));
-      const std::vector<float> want = RunGpu(op, Fp8GemmTile::kN128M128);
-      ASSERT_EQ(want.size(), static_cast<size_t>(op.m * kN));
-      EXPECT_EQ(std::memcmp(got.data() + begin * kN, want.data(), want.size() * sizeof(float)), 0)
-          << "group " << g << " rows " << op.m;
+    DeviceBuffer<uint16_t> x16(m * kK);
+    ASSERT_TRUE(dx.ok() && dxs.ok() && dw.ok() && dws.ok() && doff.ok() && y.ok() && x16.ok());
+    ASSERT_TRUE(
+        WidenFp8ToF16Panel({.codes = dx.get(), .out = x16.get(), .rows = m, .k = kK}, nullptr)
+            .ok());
+    for (bool panel : {false, true}) {
+      y.Poison(0xFF);
+      const Fp8BlockGemmParams p{.x = dx.get(),
+                                 .x_scales = dxs.get(),
+                                 .w = dw.get(),
+                                 .w_scales = dws.get(),
+                                 .y = y.get(),
+                                 .m = m,
+                                 .n = kN,
+                                 .k = kK,
+                                 .tile = kWs,
+                                 .groups = kGroups,
+                                 .group_offsets = doff.get(),
+                                 .x_f16 = panel ? x16.get() : nullptr};
+      ASSERT_TRUE(Fp8BlockGemm(p, nullptr).ok());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::vector<float> got = y.Download();
+      for (int g = 0; g < kGroups; ++g) {
+        const int64_t begin = offsets[g], end = offsets[g + 1];
+        if (end == begin) continue;
+        Operands op = per_group[g];
+        op.m = end - begin;
+        op.x.assign(rows.x.begin() + begin * kK, rows.x.begin() + end * kK);
+        op.x_scales.assign(rows.x_scales.begin() + begin * (kK / 32),
+                           rows.x_scales.begin() + end * (kK / 32));
+        const std::vector<float> want = RunGpu(op, Fp8GemmTile::kN128M128);
+        ASSERT_EQ(want.size(), static_cast<size_t>(op.m * kN));
+        EXPECT_EQ(std::memcmp(got.data() + begin * kN, want.data(), want.size() * sizeof(float)), 0)
+            << "group " << g << " rows " << op.m << " panel " << panel;
+      }
     }
   }
   // kAuto takes it above 256 rows where it applies, and not elsewhere.
@@ -799,6 +831,56 @@ TEST(Fp8BlockGemmTest, WarpSpecializedTileGivesTheMmaBits) {
                                         [&](P& p) { p.x_scales = d + 1; },
                                     }));
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+float F16BitsToFloat(uint16_t h) {
+  const int sign = h >> 15, e = (h >> 10) & 31, f = h & 1023;
+  const float mag = e == 0    ? std::ldexp(static_cast<float>(f), -24)
+                    : e == 31 ? (f != 0 ? std::numeric_limits<float>::quiet_NaN()
+                                        : std::numeric_limits<float>::infinity())
+                              : std::ldexp(static_cast<float>(f + 1024), e - 25);
+  return sign != 0 ? -mag : mag;
+}
+
+// Every e4m3 code (NaN ones too) in two groups with a padded stride: the
+// panel holds its f16 value at Fp8GemmF16PanelColumn's place of its row.
+TEST(Fp8BlockGemmTest, F16PanelHoldsEveryCodeAtItsColumn) {
+  constexpr int64_t kRows = 37, kK = 256, kStride = kRows * kK + 48;
+  constexpr int kGroups = 2;
+  std::vector<uint8_t> codes(kGroups * kStride);
+  std::mt19937 rng(5);
+  for (size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<uint8_t>(i < 256 ? i : rng());
+  DeviceBuffer<uint8_t> dc(codes);
+  DeviceBuffer<uint16_t> out(kGroups * kRows * kK);
+  ASSERT_TRUE(dc.ok() && out.ok());
+  out.Poison(0xAB);
+  const absl::Status s = WidenFp8ToF16Panel({.codes = dc.get(),
+                                             .out = out.get(),
+                                             .rows = kRows,
+                                             .k = kK,
+                                             .groups = kGroups,
+                                             .code_group_stride = kStride},
+                                            nullptr);
+  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<uint16_t> got = out.Download();
+  int64_t wrong = 0;
+  for (int g = 0; g < kGroups; ++g) {
+    for (int64_t r = 0; r < kRows; ++r) {
+      for (int64_t k = 0; k < kK; ++k) {
+        const float want = E4m3ToFloat(codes[g * kStride + r * kK + k]);
+        const float have = F16BitsToFloat(got[(g * kRows + r) * kK + Fp8GemmF16PanelColumn(k)]);
+        const bool same =
+            std::isnan(want) ? std::isnan(have) : std::memcmp(&want, &have, sizeof(float)) == 0;
+        wrong += same ? 0 : 1;
+      }
+    }
+  }
+  EXPECT_EQ(wrong, 0);
+  EXPECT_EQ(
+      WidenFp8ToF16Panel({.codes = dc.get(), .out = out.get(), .rows = kRows, .k = 24}, nullptr)
+          .code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 TEST(Fp8BlockGemmTest, Bf16OutputIsTheRoundedFp32Output) {

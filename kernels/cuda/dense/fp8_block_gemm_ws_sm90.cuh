@@ -28,9 +28,19 @@
 //    each other's shadow.
 //
 // Rings: kWsCodeStages code slots (W and X codes and scale words of one
-// stage of 128 K), kWsX16Stages f16 slots (the widened X and the scale table).
-// mbarriers: full / empty per code slot, x16_full / x16_empty per f16 slot;
-// a slot's use i completes phase i, so its waiter tests parity (i / slots) & 1.
+// stage of 128 K), WsLayout::kX16Stages f16 slots (the widened X and the
+// scale table). mbarriers: full / empty per code slot, x16_full / x16_empty
+// per f16 slot; a slot's use i completes phase i, so its waiter tests parity
+// (i / slots) & 1.
+//
+// With an f16 panel of X (kPanel, Fp8BlockGemmParams::x_f16: the codes
+// widened once for the whole product, in the f16 slots' K order) the code
+// slots hold W alone and the loader also brings each stage's X by TMA
+// straight into its f16 slot (two 64 x 128 boxes, counted on x16_full with
+// the wideners' arrivals); the wideners then only write the scale table. The
+// f16 slot's bytes are the same, so are the bits, and the 48 KB a stage of
+// shared-memory traffic the widening cost (16 KB read, 32 KB written) go; three
+// f16 slots fit where the X codes were.
 #ifndef WEIR_KERNELS_CUDA_DENSE_FP8_BLOCK_GEMM_WS_SM90_CUH_
 #define WEIR_KERNELS_CUDA_DENSE_FP8_BLOCK_GEMM_WS_SM90_CUH_
 
@@ -52,22 +62,26 @@ inline constexpr int kWsBn = 128;  // W rows a CTA (two consumer warpgroups of 6
 inline constexpr int kWsBm = 128;  // X rows a CTA (the wgmma N)
 inline constexpr int kWsThreads = 384;
 inline constexpr int kWsCodeStages = 4;
-inline constexpr int kWsX16Stages = 2;
 inline constexpr int kWsProducerRegs = 56;
 inline constexpr int kWsConsumerRegs = 224;
 static_assert(kWsThreads / 3 * (kWsProducerRegs + 2 * kWsConsumerRegs) <= 65536, "register file");
 
 // Shared layout (bytes from the 1024-aligned base).
 inline constexpr int kWsCodeTile = kWsBn * kFp8GemmStageK;  // one operand's codes of a stage
-inline constexpr int kWsCodeSlot = 2 * kWsCodeTile;         // W then X
 inline constexpr int kWsX16Slot = kWsBm * 256;              // Fp8GemmF16XBytes(128)
 // The fold's table of a stage (Fp8GemmWsTableIndex).
 inline constexpr int kWsTableSlot = kFp8GemmWsTableFloats * 4;
 inline constexpr int kWsScaleSlot = (kWsBm + kWsBn / 32) * 4;  // X words, then W words
-inline constexpr int kWsX16Offset = kWsCodeStages * kWsCodeSlot;
-inline constexpr int kWsTableOffset = kWsX16Offset + kWsX16Stages * kWsX16Slot;
-inline constexpr int kWsScaleOffset = kWsTableOffset + kWsX16Stages * kWsTableSlot;
-inline constexpr int kWsSharedBytes = kWsScaleOffset + kWsCodeStages * kWsScaleSlot;
+template <bool kPanel>
+struct WsLayout {
+  static constexpr int kCodeSlot = kPanel ? kWsCodeTile : 2 * kWsCodeTile;  // W (then X)
+  static constexpr int kX16Stages = kPanel ? 3 : 2;
+  static constexpr int kX16Offset = kWsCodeStages * kCodeSlot;
+  static constexpr int kTableOffset = kX16Offset + kX16Stages * kWsX16Slot;
+  static constexpr int kScaleOffset = kTableOffset + kX16Stages * kWsTableSlot;
+  static constexpr int kSharedBytes = kScaleOffset + kWsCodeStages * kWsScaleSlot;
+  static_assert(kX16Offset % 1024 == 0 && kWsX16Slot % 1024 == 0, "swizzled f16 slots");
+};
 
 // One arrival on `bar` once every cp.async this thread issued so far has landed.
 __device__ __forceinline__ void CpAsyncArriveOn(uint32_t bar) {
@@ -82,9 +96,18 @@ __device__ __forceinline__ void RaiseRegisters() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 }
 
+template <bool kPanel>
 __global__ void __launch_bounds__(kWsThreads, 1)
     Fp8BlockGemmWsKernel(const __grid_constant__ KernelArgs grouped) {
-  GridDependencyPrologue(Fp8GemmWeightRows<kWsBn>(grouped));
+  // With folded splits blockIdx.z is the group alone, which the L2 hint's
+  // row arithmetic (group x splits) does not describe: no hint then.
+  GridDependencyPrologue(grouped.fold_splits ? L2Rows{} : Fp8GemmWeightRows<kWsBn>(grouped));
+  using Layout = WsLayout<kPanel>;
+  constexpr int kWsCodeSlot = Layout::kCodeSlot;
+  constexpr int kWsX16Stages = Layout::kX16Stages;
+  constexpr int kWsX16Offset = Layout::kX16Offset;
+  constexpr int kWsTableOffset = Layout::kTableOffset;
+  constexpr int kWsScaleOffset = Layout::kScaleOffset;
   KernelArgs args = grouped;
   // fold_splits: one CTA walks every split of its tile (blockIdx.z = group).
   const int z_splits = grouped.fold_splits ? 1 : grouped.splits;
@@ -158,7 +181,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       MbarrierInit(empty0 + 8 * s, 2 * 128 + 3 * 32);  // consumers + wideners
     }
     for (int s = 0; s < kWsX16Stages; ++s) {
-      MbarrierInit(x16_full0 + 8 * s, 3 * 32);    // wideners
+      MbarrierInit(x16_full0 + 8 * s, 3 * 32 + (kPanel ? 1 : 0));  // wideners (+ X's expect_tx)
       MbarrierInit(x16_empty0 + 8 * s, 2 * 128);  // consumers
     }
     FenceMbarrierInit();
@@ -175,14 +198,16 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         const int kt = kt_begin + i;
         const uint32_t full = full0 + 8 * slot;
         if (i >= kWsCodeStages) MbarrierWait(empty0 + 8 * slot, ((i / kWsCodeStages) - 1) & 1);
+        const int x_group = grouped.x_stride != 0 ? static_cast<int>(group) : 0;
         if (lane == 0) {
           MbarrierArriveExpectTx(full, kWsCodeSlot);
           const int k_base = kt * kFp8GemmStageK;
           TmaLoadRows(base + slot * kWsCodeSlot, &grouped.w_map, full, k_base, static_cast<int>(n0),
                       static_cast<int>(group));
-          TmaLoadRows(base + slot * kWsCodeSlot + kWsCodeTile, &grouped.x_map, full, k_base,
-                      static_cast<int>(x_row_base + m0),
-                      grouped.x_stride != 0 ? static_cast<int>(group) : 0);
+          if constexpr (!kPanel) {
+            TmaLoadRows(base + slot * kWsCodeSlot + kWsCodeTile, &grouped.x_map, full, k_base,
+                        static_cast<int>(x_row_base + m0), x_group);
+          }
         }
         const uint32_t sc = base + kWsScaleOffset + slot * kWsScaleSlot;
 #pragma unroll
@@ -197,22 +222,44 @@ __global__ void __launch_bounds__(kWsThreads, 1)
           CpAsync4(sc + (kWsBm + lane) * 4, args.w_scales + (ok ? g * num_kb + 4 * kt : 0), ok);
         }
         CpAsyncArriveOn(full);
+        if constexpr (kPanel) {
+          // The stage's X from the panel into f16 slot i % kWsX16Stages: two
+          // boxes of 128 rows x 128 bytes (64 of K), the slot's two column
+          // atoms, at byte 256 kt + 128 a of the panel's rows.
+          const int ts = i % kWsX16Stages;
+          if (i >= kWsX16Stages) {
+            MbarrierWait(x16_empty0 + 8 * ts, ((i / kWsX16Stages) - 1) & 1);
+          }
+          if (lane == 0) {
+            const uint32_t x16_full = x16_full0 + 8 * ts;
+            const uint32_t x16 = base + kWsX16Offset + ts * kWsX16Slot;
+            MbarrierArriveExpectTx(x16_full, kWsX16Slot);
+#pragma unroll
+            for (int a = 0; a < 2; ++a) {
+              TmaLoadRows(x16 + a * kWsBm * 128, &grouped.x_map, x16_full, kt * 256 + a * 128,
+                          static_cast<int>(x_row_base + m0), x_group);
+            }
+          }
+        }
       }
     } else {
-      // The wideners: stage i's X codes -> f16 slot i % 2, and its scale table.
+      // The wideners: stage i's X codes -> f16 slot i % kWsX16Stages (unless
+      // the panel's box brings it), and its scale table.
       const int t = tid - 32;  // 0 .. 95
       for (int i = 0; i < stages; ++i) {
         const int slot = i % kWsCodeStages;
         const int ts = i % kWsX16Stages;
         MbarrierWait(full0 + 8 * slot, (i / kWsCodeStages) & 1);
         if (i >= kWsX16Stages) MbarrierWait(x16_empty0 + 8 * ts, ((i / kWsX16Stages) - 1) & 1);
-        const uint32_t x_codes = base + slot * kWsCodeSlot + kWsCodeTile;
-        const uint32_t x16 = base + kWsX16Offset + ts * kWsX16Slot;
-        for (int u = t; u < kWsBm * 8; u += 96) {
-          const int row = u >> 3, q = u & 7;
-          WidenCodesToF16Slots(x_codes + Fp8GemmSwizzledOffset(row, q),
-                               x16 + Fp8GemmF16XChunk(row, 2 * q, kWsBm),
-                               x16 + Fp8GemmF16XChunk(row, 2 * q + 1, kWsBm));
+        if constexpr (!kPanel) {
+          const uint32_t x_codes = base + slot * kWsCodeSlot + kWsCodeTile;
+          const uint32_t x16 = base + kWsX16Offset + ts * kWsX16Slot;
+          for (int u = t; u < kWsBm * 8; u += 96) {
+            const int row = u >> 3, q = u & 7;
+            WidenCodesToF16Slots(x_codes + Fp8GemmSwizzledOffset(row, q),
+                                 x16 + Fp8GemmF16XChunk(row, 2 * q, kWsBm),
+                                 x16 + Fp8GemmF16XChunk(row, 2 * q + 1, kWsBm));
+          }
         }
         const uint32_t sc = base + kWsScaleOffset + slot * kWsScaleSlot;
         const uint32_t table = base + kWsTableOffset + ts * kWsTableSlot;
@@ -231,7 +278,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             }
           }
         }
-        FenceSharedForAsyncProxy();  // the f16 slot is read by wgmma (async proxy)
+        // The widened f16 slot is read by wgmma (async proxy); the panel's
+        // arrives by TMA, already in that proxy.
+        if constexpr (!kPanel) FenceSharedForAsyncProxy();
         MbarrierArrive(x16_full0 + 8 * ts);
         MbarrierArrive(empty0 + 8 * slot);
       }

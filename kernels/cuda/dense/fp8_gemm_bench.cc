@@ -266,9 +266,10 @@ void Prefill(cudaStream_t stream) {
       "\nPrefill m = %lld (TFLOP/s = 2 m n k / time; cuBLASLt: e4m3 x e4m3, fp32 "
       "compute, per-tensor scales)\n",
       static_cast<long long>(kM));
-  std::printf("%-12s %-6s %-6s | %-9s %8s %7s | %-9s %8s | %9s %7s %9s %7s | %s | %s\n", "linear",
-              "n", "k", "auto", "us", "TF/s", "best tile", "TF/s", "Lt bf16us", "TF/s", "Lt f32 us",
-              "TF/s", "ours/Lt(bf16)", "n128m128 (mma) TF/s");
+  std::printf("%-12s %-6s %-6s | %-9s %8s %7s | %-9s %8s | %9s %7s %9s %7s | %s | %s | %s\n",
+              "linear", "n", "k", "auto", "us", "TF/s", "best tile", "TF/s", "Lt bf16us", "TF/s",
+              "Lt f32 us", "TF/s", "ours/Lt(bf16)", "n128m128 (mma) TF/s",
+              "x_f16 panel: us, TF/s, widen us, TF/s with it, with it/Lt(bf16)");
   for (const Linear& l : {Linear{"wq_a", 1280, 5120}, Linear{"wq_b", 32768, 1280},
                           Linear{"wo_b", 5120, 8192}, Linear{"shared.w13", 4608, 5120},
                           Linear{"shared.w2", 5120, 2304}, Linear{"square8k", 8192, 8192}}) {
@@ -291,13 +292,28 @@ void Prefill(cudaStream_t stream) {
     const double lt_bf16 = lt->Ms(p.w[0], p.x[0], p.y, p.m, p.n, p.k, CUDA_R_16BF, stream);
     const double lt_f32 = lt->Ms(p.w[0], p.x[0], p.y, p.m, p.n, p.k, CUDA_R_32F, stream);
     auto tf = [&](double ms) { return ms > 0 ? flops / ms / 1e9 : 0.0; };
+    // The warp-specialized tile reading X from its f16 panel (the decoder
+    // widens once a product): the product alone, the widening alone.
+    double panel_ms = 0.0, widen_ms = 0.0;
+    if (g_math != Fp8GemmMath::kWgmma) {
+      uint16_t* panel = nullptr;
+      WEIR_BENCH_CHECK(cudaMalloc(&panel, kM * l.k * sizeof(uint16_t)));
+      const Fp8F16PanelParams wp{.codes = p.x[0], .out = panel, .rows = kM, .k = l.k};
+      widen_ms = MedianMs([&] { (void)WidenFp8ToF16Panel(wp, stream); }, stream, 10);
+      Fp8BlockGemmParams pp = p.Params(0, Fp8GemmTile::kN128M128Ws);
+      pp.x_f16 = panel;
+      panel_ms = MedianMs([&] { (void)Fp8BlockGemm(pp, stream); }, stream, 10);
+      WEIR_BENCH_CHECK(cudaFree(panel));
+    }
     std::printf(
         "%-12s %-6lld %-6lld | %-9s %8.1f %7.0f | %-9s %8.0f | %9.1f %7.0f %9.1f %7.0f | "
-        "%.2f | %.0f\n",
+        "%.2f | %.0f | %8.1f %7.0f %7.1f %7.0f %.2f\n",
         l.name, static_cast<long long>(l.n), static_cast<long long>(l.k),
         TileName(ResolveFp8GemmTile(p.Params(0, Fp8GemmTile::kAuto))), auto_ms * 1e3, tf(auto_ms),
         TileName(best), tf(best_ms), lt_bf16 * 1e3, tf(lt_bf16), lt_f32 * 1e3, tf(lt_f32),
-        lt_bf16 > 0 ? lt_bf16 / auto_ms : 0.0, tf(mma_ms));
+        lt_bf16 > 0 ? lt_bf16 / auto_ms : 0.0, tf(mma_ms), panel_ms * 1e3, tf(panel_ms),
+        widen_ms * 1e3, tf(panel_ms + widen_ms),
+        panel_ms > 0 ? lt_bf16 / (panel_ms + widen_ms) : 0.0);
   }
   // Bf16Gemm at V4.1's grouped wo_a (8 groups of 1,024 x 4,096 over the
   // attention output's 8 x 4,096 columns): the warp-specialized tile
@@ -361,19 +377,35 @@ int RunOne(int64_t m, int64_t n, int64_t k, const std::string& tile_name) {
   for (Fp8GemmTile t : kTiles) {
     if (tile_name == TileName(t)) tile = t;
   }
-  if (tile_name == TileName(Fp8GemmTile::kN128M128Ws)) {
+  // "n128m128ws_panel": the warp-specialized tile reading X's f16 panel.
+  const bool panel = tile_name == std::string(TileName(Fp8GemmTile::kN128M128Ws)) + "_panel";
+  if (tile_name == TileName(Fp8GemmTile::kN128M128Ws) || panel) {
     tile = Fp8GemmTile::kN128M128Ws;
   }
   Problem p(m, n, k, 1);
+  uint16_t* x16 = nullptr;
+  Fp8BlockGemmParams params = p.Params(0, tile);
+  if (panel) {
+    WEIR_BENCH_CHECK(cudaMalloc(&x16, m * k * sizeof(uint16_t)));
+    if (absl::Status s =
+            WidenFp8ToF16Panel({.codes = p.x[0], .out = x16, .rows = m, .k = k}, nullptr);
+        !s.ok()) {
+      std::fprintf(stderr, "%s\n", s.ToString().c_str());
+      return 1;
+    }
+    params.x_f16 = x16;
+  }
   for (int i = 0; i < 2; ++i) {
-    if (absl::Status s = Fp8BlockGemm(p.Params(0, tile), nullptr); !s.ok()) {
+    if (absl::Status s = Fp8BlockGemm(params, nullptr); !s.ok()) {
       std::fprintf(stderr, "%s\n", s.ToString().c_str());
       return 1;
     }
   }
   WEIR_BENCH_CHECK(cudaDeviceSynchronize());
-  std::printf("ran m %lld n %lld k %lld tile %s\n", static_cast<long long>(m),
-              static_cast<long long>(n), static_cast<long long>(k), TileName(tile));
+  if (x16 != nullptr) WEIR_BENCH_CHECK(cudaFree(x16));
+  std::printf("ran m %lld n %lld k %lld tile %s%s\n", static_cast<long long>(m),
+              static_cast<long long>(n), static_cast<long long>(k), TileName(tile),
+              panel ? " (x_f16 panel)" : "");
   return 0;
 }
 
