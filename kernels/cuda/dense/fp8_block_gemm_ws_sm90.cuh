@@ -96,11 +96,11 @@ __device__ __forceinline__ void RaiseRegisters() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 }
 
+// With folded splits blockIdx.z is the group alone, which the L2 hint's row
+// arithmetic (group x splits) does not describe: no hint then.
 template <bool kPanel>
 __global__ void __launch_bounds__(kWsThreads, 1)
     Fp8BlockGemmWsKernel(const __grid_constant__ KernelArgs grouped) {
-  // With folded splits blockIdx.z is the group alone, which the L2 hint's
-  // row arithmetic (group x splits) does not describe: no hint then.
   GridDependencyPrologue(grouped.fold_splits ? L2Rows{} : Fp8GemmWeightRows<kWsBn>(grouped));
   using Layout = WsLayout<kPanel>;
   constexpr int kWsCodeSlot = Layout::kCodeSlot;
