@@ -511,5 +511,57 @@ TEST(Fp8BlockGemmParamsTest, F16PanelChecksItsArguments) {
   EXPECT_EQ(CheckFp8BlockGemmParams(g).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// The bf16 table: every (block, W scale row, X row) has its own half, a lane
+// quad's 32 products are 64 contiguous bytes in the order the fold reads them
+// (row 8 i + 2 quad + e at 2 i + e), and each 16-byte load of the four quads
+// of a warp hits four distinct groups of four banks.
+TEST(Fp8BlockGemmParamsTest, WsTable16GivesEachLaneItsRowsWithoutBankConflicts) {
+  std::vector<int> seen(kFp8GemmWsTable16Halves, 0);
+  for (int j = 0; j < 4; ++j) {
+    for (int g = 0; g < 4; ++g) {
+      for (int row = 0; row < 128; ++row) {
+        const int at = Fp8GemmWsTable16Index(j, g, row);
+        ASSERT_GE(at, 0);
+        ASSERT_LT(at, kFp8GemmWsTable16Halves);
+        ++seen[at];
+      }
+      for (int lane = 0; lane < 32; ++lane) {
+        const int quad = lane & 3;
+        const int base = Fp8GemmWsQuadBase16(j, g, quad);
+        EXPECT_EQ(base * 2 % 16, 0);
+        for (int i = 0; i < 16; ++i) {
+          for (int e = 0; e < 2; ++e) {
+            const Fp8GemmAccCoord c = Fp8GemmAccumulatorCoord(lane, e);
+            EXPECT_EQ(base + 2 * i + e, Fp8GemmWsTable16Index(j, g, 8 * i + c.m));
+          }
+        }
+      }
+      for (int v = 0; v < 4; ++v) {  // one 16-byte load (8 halves) per quad
+        std::vector<int> banks;
+        for (int quad = 0; quad < 4; ++quad) {
+          for (int b = 0; b < 4; ++b) {
+            banks.push_back((Fp8GemmWsQuadBase16(j, g, quad) * 2 + 16 * v + 4 * b) / 4 % 32);
+          }
+        }
+        std::sort(banks.begin(), banks.end());
+        EXPECT_EQ(std::unique(banks.begin(), banks.end()), banks.end())
+            << j << " " << g << " " << v;
+      }
+    }
+  }
+  int used = 0;
+  for (int c : seen) {
+    EXPECT_LE(c, 1);
+    used += c;
+  }
+  EXPECT_EQ(used, 4 * 4 * 128);
+  // Which fp32 products the bf16 table holds exactly.
+  EXPECT_TRUE(Fp8GemmWsBf16Exact(0x3F800000u));   // 1
+  EXPECT_TRUE(Fp8GemmWsBf16Exact(0x00010000u));   // 2^-133, a bf16 subnormal
+  EXPECT_FALSE(Fp8GemmWsBf16Exact(0x00008000u));  // 2^-134
+  EXPECT_TRUE(Fp8GemmWsBf16Exact(0x7F800000u));   // inf
+  EXPECT_TRUE(Fp8GemmWsBf16Exact(0x00000000u));
+}
+
 }  // namespace
 }  // namespace weir::kernels::cuda::dense

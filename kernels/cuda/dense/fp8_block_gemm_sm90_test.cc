@@ -715,6 +715,25 @@ TEST(Fp8BlockGemmTest, WarpSpecializedTileGivesTheMmaBits) {
       }
     }
   }
+  // Scale products that are not bf16 values (subnormal here) in valid rows:
+  // those stages fold from the fp32 table, the others from the bf16 one; the
+  // bits stay the mma tile's.
+  {
+    constexpr int64_t kM = 300, kN = 256, kK = 1024;
+    Operands op = MakeOperands(kM, kN, kK, 4242, Source::kRawCodes);
+    op.x_scales[5 * (kK / 32) + 3] = 0;     // 2^-127
+    op.x_scales[200 * (kK / 32) + 17] = 1;  // 2^-126
+    op.w_scales[1 * (kK / 32) + 30] = 2;    // 2^-125
+    const std::vector<float> mma = RunGpu(op, Fp8GemmTile::kN128M128);
+    for (bool panel : {false, true}) {
+      int64_t at = -1;
+      EXPECT_EQ(BitMismatches(
+                    RunGpu(op, kWs, Fp8GemmOutput::kF32, 0, 1, false, Fp8GemmMath::kMmaF16, panel),
+                    mma, &at),
+                0)
+          << "tiny scales, panel " << panel << " first mismatch " << at;
+    }
+  }
   // Rows by group offsets on the compact grid (row tiles numbered over the
   // groups in order): 20 groups of 0 - 300 rows, each group's rows the bits
   // of the mma tile on those rows with that group's weight.
