@@ -92,9 +92,10 @@ __global__ void __launch_bounds__(kWarps * 32) Mxfp4ToFp8TilesKernel(const Kerne
       const uint32_t nibbles = (i % 2 == 0 ? words[i / 2] : words[i / 2] >> 16) & 0xFFFFu;
       const uint32_t magnitudes = nibbles & 0x7777u;
       keep &= Prmt(kept_lo, kept_hi, magnitudes);
-      // 0x7F for a positive code, 0x00 for a negative one (its sign replicated).
-      const uint32_t positive = Prmt(0x7F7F7F7Fu, 0x7F7F7F7Fu, nibbles);
-      out[i] = Prmt(code_lo, code_hi, magnitudes) | (~positive & 0x80808080u);
+      // A byte of 0x80 for a positive code, 0xFF (0x80's sign replicated) for
+      // a negative one: its bit 0, moved to bit 7, is the code's sign.
+      const uint32_t signs = Prmt(0x80808080u, 0x80808080u, nibbles);
+      out[i] = Prmt(code_lo, code_hi, magnitudes) | ((signs << 7) & 0x80808080u);
     }
     kept = keep == 0xFFFFFFFFu;
   }
