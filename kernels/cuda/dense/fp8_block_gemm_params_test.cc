@@ -386,33 +386,40 @@ TEST(Fp8BlockGemmParamsTest, FragmentMappingComputesTheTileProduct) {
 // X row 8 i + 2 quad + e (the rows of its accumulators d[4 i + e] and
 // d[4 i + 2 + e]). Every entry has its own float, loads are aligned, and the
 // four quads of a warp's load fall in distinct banks.
-TEST(Fp8BlockGemmParamsTest, WsTableGivesEachLaneItsRowsWithoutBankConflicts) {
-  std::vector<int> seen(kFp8GemmWsTableFloats, 0);
+// A kN128M128Ws scale table (`base`: a lane quad's first element, `index`:
+// an (block, W scale row, X row)'s element, `elements` in all, `bytes` each):
+// every product has its own element, a quad's 32 products are contiguous in
+// the order the fold reads them (row 8 i + 2 quad + e at 2 i + e), and each
+// 16-byte load of the four quads of a warp hits four distinct groups of four
+// banks.
+template <typename Base, typename Index>
+void CheckWsTable(Base base_of, Index index_of, int elements, int bytes) {
+  std::vector<int> seen(elements, 0);
   for (int j = 0; j < 4; ++j) {
     for (int g = 0; g < 4; ++g) {
       for (int row = 0; row < 128; ++row) {
-        const int at = Fp8GemmWsTableIndex(j, g, row);
+        const int at = index_of(j, g, row);
         ASSERT_GE(at, 0);
-        ASSERT_LT(at, kFp8GemmWsTableFloats);
+        ASSERT_LT(at, elements);
         ++seen[at];
       }
       for (int lane = 0; lane < 32; ++lane) {
-        const int quad = lane & 3;
-        const int base = Fp8GemmWsQuadBase(j, g, quad);
-        EXPECT_EQ(base * 4 % 16, 0);
+        const int base = base_of(j, g, lane & 3);
+        EXPECT_EQ(base * bytes % 16, 0);
         for (int i = 0; i < 16; ++i) {
           for (int e = 0; e < 2; ++e) {
             const Fp8GemmAccCoord c = Fp8GemmAccumulatorCoord(lane, e);
-            EXPECT_EQ(base + 2 * i + e, Fp8GemmWsTableIndex(j, g, 8 * i + c.m));
+            EXPECT_EQ(base + 2 * i + e, index_of(j, g, 8 * i + c.m));
           }
         }
       }
-      for (int v = 0; v < 8; ++v) {  // one 16-byte load: 4 banks per quad
+      for (int v = 0; v < 32 * bytes / 16; ++v) {  // the quad's 16-byte loads
         std::vector<int> banks;
         for (int quad = 0; quad < 4; ++quad) {
           for (int b = 0; b < 4; ++b)
-            banks.push_back((Fp8GemmWsQuadBase(j, g, quad) + 4 * v + b) % 32);
+            banks.push_back((base_of(j, g, quad) * bytes + 16 * v) / 4 % 32 + b);
         }
+        for (int& bank : banks) bank %= 32;
         std::sort(banks.begin(), banks.end());
         EXPECT_EQ(std::unique(banks.begin(), banks.end()), banks.end())
             << j << " " << g << " " << v;
@@ -425,6 +432,10 @@ TEST(Fp8BlockGemmParamsTest, WsTableGivesEachLaneItsRowsWithoutBankConflicts) {
     used += c;
   }
   EXPECT_EQ(used, 4 * 4 * 128);
+}
+
+TEST(Fp8BlockGemmParamsTest, WsTableGivesEachLaneItsRowsWithoutBankConflicts) {
+  CheckWsTable(Fp8GemmWsQuadBase, Fp8GemmWsTableIndex, kFp8GemmWsTableFloats, 4);
 }
 
 // The f16 panel (Fp8BlockGemmParams::x_f16) loaded by two TMA boxes of 128
@@ -511,50 +522,9 @@ TEST(Fp8BlockGemmParamsTest, F16PanelChecksItsArguments) {
   EXPECT_EQ(CheckFp8BlockGemmParams(g).code(), absl::StatusCode::kInvalidArgument);
 }
 
-// The bf16 table: every (block, W scale row, X row) has its own half, a lane
-// quad's 32 products are 64 contiguous bytes in the order the fold reads them
-// (row 8 i + 2 quad + e at 2 i + e), and each 16-byte load of the four quads
-// of a warp hits four distinct groups of four banks.
+// The bf16 table (2 bytes a product) keeps the fp32 table's properties.
 TEST(Fp8BlockGemmParamsTest, WsTable16GivesEachLaneItsRowsWithoutBankConflicts) {
-  std::vector<int> seen(kFp8GemmWsTable16Halves, 0);
-  for (int j = 0; j < 4; ++j) {
-    for (int g = 0; g < 4; ++g) {
-      for (int row = 0; row < 128; ++row) {
-        const int at = Fp8GemmWsTable16Index(j, g, row);
-        ASSERT_GE(at, 0);
-        ASSERT_LT(at, kFp8GemmWsTable16Halves);
-        ++seen[at];
-      }
-      for (int lane = 0; lane < 32; ++lane) {
-        const int quad = lane & 3;
-        const int base = Fp8GemmWsQuadBase16(j, g, quad);
-        EXPECT_EQ(base * 2 % 16, 0);
-        for (int i = 0; i < 16; ++i) {
-          for (int e = 0; e < 2; ++e) {
-            const Fp8GemmAccCoord c = Fp8GemmAccumulatorCoord(lane, e);
-            EXPECT_EQ(base + 2 * i + e, Fp8GemmWsTable16Index(j, g, 8 * i + c.m));
-          }
-        }
-      }
-      for (int v = 0; v < 4; ++v) {  // one 16-byte load (8 halves) per quad
-        std::vector<int> banks;
-        for (int quad = 0; quad < 4; ++quad) {
-          for (int b = 0; b < 4; ++b) {
-            banks.push_back((Fp8GemmWsQuadBase16(j, g, quad) * 2 + 16 * v + 4 * b) / 4 % 32);
-          }
-        }
-        std::sort(banks.begin(), banks.end());
-        EXPECT_EQ(std::unique(banks.begin(), banks.end()), banks.end())
-            << j << " " << g << " " << v;
-      }
-    }
-  }
-  int used = 0;
-  for (int c : seen) {
-    EXPECT_LE(c, 1);
-    used += c;
-  }
-  EXPECT_EQ(used, 4 * 4 * 128);
+  CheckWsTable(Fp8GemmWsQuadBase16, Fp8GemmWsTable16Index, kFp8GemmWsTable16Halves, 2);
   // Which fp32 products the bf16 table holds exactly.
   EXPECT_TRUE(Fp8GemmWsBf16Exact(0x3F800000u));   // 1
   EXPECT_TRUE(Fp8GemmWsBf16Exact(0x00010000u));   // 2^-133, a bf16 subnormal

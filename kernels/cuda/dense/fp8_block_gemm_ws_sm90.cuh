@@ -387,6 +387,12 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       // The fold over the quad's X rows 8 ni + 2 quad + {0, 1}, ni = 0 .. 15:
       // from the bf16 table 16 products at a time (2 x 16 bytes, a word the
       // two rows of one ni), else from the fp32 one (4 x 16 bytes).
+      auto fold = [&](int ni, float sx0, float sx1) {
+        acc[0][ni][0] = __fmaf_rn(p[4 * ni + 0], sx0, acc[0][ni][0]);
+        acc[0][ni][1] = __fmaf_rn(p[4 * ni + 1], sx1, acc[0][ni][1]);
+        acc[0][ni][2] = __fmaf_rn(p[4 * ni + 2], sx0, acc[0][ni][2]);
+        acc[0][ni][3] = __fmaf_rn(p[4 * ni + 3], sx1, acc[0][ni][3]);
+      };
       if (bf16_table) {
         const uint32_t tj = table16 + Fp8GemmWsQuadBase16(j, g_local, quad) * 2;
 #pragma unroll
@@ -396,14 +402,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
           for (int v = 0; v < 2; ++v) LoadShared128(tj + (h * 16 + v * 8) * 2, s[v]);
 #pragma unroll
           for (int e = 0; e < 8; ++e) {
-            const int ni = h * 8 + e;
             const uint32_t word = s[e / 4][e % 4];
-            const float sx0 = __uint_as_float(word << 16);
-            const float sx1 = __uint_as_float(word & 0xFFFF0000u);
-            acc[0][ni][0] = __fmaf_rn(p[4 * ni + 0], sx0, acc[0][ni][0]);
-            acc[0][ni][1] = __fmaf_rn(p[4 * ni + 1], sx1, acc[0][ni][1]);
-            acc[0][ni][2] = __fmaf_rn(p[4 * ni + 2], sx0, acc[0][ni][2]);
-            acc[0][ni][3] = __fmaf_rn(p[4 * ni + 3], sx1, acc[0][ni][3]);
+            fold(h * 8 + e, __uint_as_float(word << 16), __uint_as_float(word & 0xFFFF0000u));
           }
         }
         continue;
@@ -416,13 +416,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         for (int v = 0; v < 4; ++v) LoadShared128(tj + (h * 16 + v * 4) * 4, s[v]);
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
-          const int ni = h * 8 + e;
-          const float sx0 = __uint_as_float(s[e / 2][(e % 2) * 2]);
-          const float sx1 = __uint_as_float(s[e / 2][(e % 2) * 2 + 1]);
-          acc[0][ni][0] = __fmaf_rn(p[4 * ni + 0], sx0, acc[0][ni][0]);
-          acc[0][ni][1] = __fmaf_rn(p[4 * ni + 1], sx1, acc[0][ni][1]);
-          acc[0][ni][2] = __fmaf_rn(p[4 * ni + 2], sx0, acc[0][ni][2]);
-          acc[0][ni][3] = __fmaf_rn(p[4 * ni + 3], sx1, acc[0][ni][3]);
+          fold(h * 8 + e, __uint_as_float(s[e / 2][(e % 2) * 2]),
+               __uint_as_float(s[e / 2][(e % 2) * 2 + 1]));
         }
       }
     }
