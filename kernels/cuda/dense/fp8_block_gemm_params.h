@@ -330,24 +330,6 @@ WEIR_FP8_GEMM_HD constexpr int Fp8GemmWsTableIndex(int j, int g, int row) {
 }
 inline constexpr int kFp8GemmWsTableFloats = 4 * 4 * 4 * kFp8GemmWsQuadFloats;
 
-// The same table as bf16 (each product's high 16 bits), which the fold reads
-// when every product it needs is a bf16 value (a power of two of at least
-// 2^-133, +0, inf or NaN: its low 16 bits 0), as real scales give: a lane
-// quad's 32 products are 64 bytes, four 16-byte loads instead of eight, and
-// each word widens to its two fp32 products with one shift and one and. The
-// fp32 table is the fallback for a stage with another product. Quads sit
-// kFp8GemmWsQuadHalves (40) halves = 80 bytes = 20 banks apart, so the four
-// quads of a load hit distinct banks.
-inline constexpr int kFp8GemmWsQuadHalves = 40;
-WEIR_FP8_GEMM_HD constexpr int Fp8GemmWsQuadBase16(int j, int g, int quad) {
-  return ((j * 4 + g) * 4 + quad) * kFp8GemmWsQuadHalves;
-}
-WEIR_FP8_GEMM_HD constexpr int Fp8GemmWsTable16Index(int j, int g, int row) {
-  return Fp8GemmWsQuadBase16(j, g, (row & 7) >> 1) + (row >> 3) * 2 + (row & 1);
-}
-inline constexpr int kFp8GemmWsTable16Halves = 4 * 4 * 4 * kFp8GemmWsQuadHalves;
-// True when fp32 `bits` are a bf16 value (the bf16 table holds them exactly).
-WEIR_FP8_GEMM_HD constexpr bool Fp8GemmWsBf16Exact(uint32_t bits) { return (bits & 0xFFFFu) == 0; }
 
 // Offset of 16-byte chunk `chunk` (0..15) of row `row` in kWgmmaF16's X tile
 // (Fp8GemmF16XOffset): column atom chunk / 8, swizzled as the code tiles.

@@ -386,7 +386,7 @@ TEST(Fp8BlockGemmParamsTest, FragmentMappingComputesTheTileProduct) {
 // X row 8 i + 2 quad + e (the rows of its accumulators d[4 i + e] and
 // d[4 i + 2 + e]). Every entry has its own float, loads are aligned, and the
 // four quads of a warp's load fall in distinct banks.
-// A kN128M128Ws scale table (`base`: a lane quad's first element, `index`:
+// kN128M128Ws's scale table (`base`: a lane quad's first element, `index`:
 // an (block, W scale row, X row)'s element, `elements` in all, `bytes` each):
 // every product has its own element, a quad's 32 products are contiguous in
 // the order the fold reads them (row 8 i + 2 quad + e at 2 i + e), and each
@@ -522,16 +522,6 @@ TEST(Fp8BlockGemmParamsTest, F16PanelChecksItsArguments) {
   EXPECT_EQ(CheckFp8BlockGemmParams(g).code(), absl::StatusCode::kInvalidArgument);
 }
 
-// The bf16 table (2 bytes a product) keeps the fp32 table's properties.
-TEST(Fp8BlockGemmParamsTest, WsTable16GivesEachLaneItsRowsWithoutBankConflicts) {
-  CheckWsTable(Fp8GemmWsQuadBase16, Fp8GemmWsTable16Index, kFp8GemmWsTable16Halves, 2);
-  // Which fp32 products the bf16 table holds exactly.
-  EXPECT_TRUE(Fp8GemmWsBf16Exact(0x3F800000u));   // 1
-  EXPECT_TRUE(Fp8GemmWsBf16Exact(0x00010000u));   // 2^-133, a bf16 subnormal
-  EXPECT_FALSE(Fp8GemmWsBf16Exact(0x00008000u));  // 2^-134
-  EXPECT_TRUE(Fp8GemmWsBf16Exact(0x7F800000u));   // inf
-  EXPECT_TRUE(Fp8GemmWsBf16Exact(0x00000000u));
-}
 
 }  // namespace
 }  // namespace weir::kernels::cuda::dense

@@ -715,9 +715,8 @@ TEST(Fp8BlockGemmTest, WarpSpecializedTileGivesTheMmaBits) {
       }
     }
   }
-  // Scale products that are not bf16 values (subnormal here) in valid rows:
-  // those stages fold from the fp32 table, the others from the bf16 one; the
-  // bits stay the mma tile's.
+  // Scale products that are subnormal in valid rows: the bits stay the mma
+  // tile's.
   {
     constexpr int64_t kM = 300, kN = 256, kK = 1024;
     Operands op = MakeOperands(kM, kN, kK, 4242, Source::kRawCodes);

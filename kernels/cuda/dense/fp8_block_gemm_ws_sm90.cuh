@@ -69,12 +69,8 @@ static_assert(kWsThreads / 3 * (kWsProducerRegs + 2 * kWsConsumerRegs) <= 65536,
 // Shared layout (bytes from the 1024-aligned base).
 inline constexpr int kWsCodeTile = kWsBn * kFp8GemmStageK;  // one operand's codes of a stage
 inline constexpr int kWsX16Slot = kWsBm * 256;              // Fp8GemmF16XBytes(128)
-// The fold's tables of a stage (Fp8GemmWsTableIndex, Fp8GemmWsTable16Index)
-// and the tablers' flags (a word a tabler warp: 1 when one of its products
-// of a valid row and W scale row is not a bf16 value).
+// The fold's table of a stage (Fp8GemmWsTableIndex).
 inline constexpr int kWsTableSlot = kFp8GemmWsTableFloats * 4;
-inline constexpr int kWsTable16Slot = kFp8GemmWsTable16Halves * 2;
-inline constexpr int kWsFlagsSlot = 16;
 inline constexpr int kWsScaleSlot = (kWsBm + kWsBn / 32) * 4;  // X words, then W words
 template <bool kPanel>
 struct WsLayout {
@@ -82,9 +78,7 @@ struct WsLayout {
   static constexpr int kX16Stages = kPanel ? 3 : 2;
   static constexpr int kX16Offset = kWsCodeStages * kCodeSlot;
   static constexpr int kTableOffset = kX16Offset + kX16Stages * kWsX16Slot;
-  static constexpr int kTable16Offset = kTableOffset + kX16Stages * kWsTableSlot;
-  static constexpr int kFlagsOffset = kTable16Offset + kX16Stages * kWsTable16Slot;
-  static constexpr int kScaleOffset = kFlagsOffset + kX16Stages * kWsFlagsSlot;
+  static constexpr int kScaleOffset = kTableOffset + kX16Stages * kWsTableSlot;
   static constexpr int kSharedBytes = kScaleOffset + kWsCodeStages * kWsScaleSlot;
   static_assert(kX16Offset % 1024 == 0 && kWsX16Slot % 1024 == 0, "swizzled f16 slots");
 };
@@ -113,8 +107,6 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   constexpr int kWsX16Stages = Layout::kX16Stages;
   constexpr int kWsX16Offset = Layout::kX16Offset;
   constexpr int kWsTableOffset = Layout::kTableOffset;
-  constexpr int kWsTable16Offset = Layout::kTable16Offset;
-  constexpr int kWsFlagsOffset = Layout::kFlagsOffset;
   constexpr int kWsScaleOffset = Layout::kScaleOffset;
   KernelArgs args = grouped;
   // fold_splits: one CTA walks every split of its tile (blockIdx.z = group).
@@ -271,34 +263,20 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         }
         const uint32_t sc = base + kWsScaleOffset + slot * kWsScaleSlot;
         const uint32_t table = base + kWsTableOffset + ts * kWsTableSlot;
-        const uint32_t table16 = base + kWsTable16Offset + ts * kWsTable16Slot;
         uint32_t w_word[kWsBn / 32];
 #pragma unroll
         for (int g = 0; g < kWsBn / 32; ++g) w_word[g] = LoadShared32(sc + (kWsBm + g) * 4);
-        // Products of rows past m or W scale rows past n feed outputs nobody
-        // stores: they never send the fold to the fp32 table.
-        bool inexact = false;
         for (int row = t; row < kWsBm; row += 96) {
           const uint32_t x_word = LoadShared32(sc + row * 4);
-          const bool row_ok = m0 + row < args.m;
 #pragma unroll
           for (int j = 0; j < kBlocks; ++j) {
             const float sx = ScaleOf(x_word, j);
 #pragma unroll
             for (int g = 0; g < kWsBn / 32; ++g) {
-              const float prod = __fmul_rn(ScaleOf(w_word[g], j), sx);
-              const uint32_t bits = __float_as_uint(prod);
-              StoreSharedF32(table + Fp8GemmWsTableIndex(j, g, row) * 4, prod);
-              StoreSharedU16(table16 + Fp8GemmWsTable16Index(j, g, row) * 2, bits >> 16);
-              inexact |= row_ok && n0 + 32 * g < args.n && !Fp8GemmWsBf16Exact(bits);
+              StoreSharedF32(table + Fp8GemmWsTableIndex(j, g, row) * 4,
+                             __fmul_rn(ScaleOf(w_word[g], j), sx));
             }
           }
-        }
-        // Uniform over each tabler warp (warp 0 of them takes two rows a lane).
-        const bool warp_inexact = __any_sync(0xFFFFFFFFu, inexact);
-        if (lane == 0) {
-          StoreSharedU32(base + kWsFlagsOffset + ts * kWsFlagsSlot + (warp - 1) * 4,
-                         warp_inexact ? 1u : 0u);
         }
         // The widened f16 slot is read by wgmma (async proxy); the panel's
         // arrives by TMA, already in that proxy.
@@ -363,10 +341,6 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     const uint64_t x_desc =
         DescriptorOf(SwizzledKMajorDescriptorLo(base + kWsX16Offset + ts * kWsX16Slot));
     const uint32_t table = base + kWsTableOffset + ts * kWsTableSlot;
-    const uint32_t table16 = base + kWsTable16Offset + ts * kWsTable16Slot;
-    uint32_t flags[4];
-    LoadShared128(base + kWsFlagsOffset + ts * kWsFlagsSlot, flags);
-    const bool bf16_table = (flags[0] | flags[1] | flags[2]) == 0;  // uniform over the CTA
 #pragma unroll
     for (int j = 0; j < kBlocks; ++j) {
       float p[kP];
@@ -384,30 +358,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       pin_a(a[j & 1]);
 #pragma unroll
       for (int r = 0; r < kP; ++r) PinRegister(p[r]);
-      // The fold over the quad's X rows 8 ni + 2 quad + {0, 1}, ni = 0 .. 15:
-      // from the bf16 table 16 products at a time (2 x 16 bytes, a word the
-      // two rows of one ni), else from the fp32 one (4 x 16 bytes).
-      auto fold = [&](int ni, float sx0, float sx1) {
-        acc[0][ni][0] = __fmaf_rn(p[4 * ni + 0], sx0, acc[0][ni][0]);
-        acc[0][ni][1] = __fmaf_rn(p[4 * ni + 1], sx1, acc[0][ni][1]);
-        acc[0][ni][2] = __fmaf_rn(p[4 * ni + 2], sx0, acc[0][ni][2]);
-        acc[0][ni][3] = __fmaf_rn(p[4 * ni + 3], sx1, acc[0][ni][3]);
-      };
-      if (bf16_table) {
-        const uint32_t tj = table16 + Fp8GemmWsQuadBase16(j, g_local, quad) * 2;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          uint32_t s[2][4];
-#pragma unroll
-          for (int v = 0; v < 2; ++v) LoadShared128(tj + (h * 16 + v * 8) * 2, s[v]);
-#pragma unroll
-          for (int e = 0; e < 8; ++e) {
-            const uint32_t word = s[e / 4][e % 4];
-            fold(h * 8 + e, __uint_as_float(word << 16), __uint_as_float(word & 0xFFFF0000u));
-          }
-        }
-        continue;
-      }
+      // The fold: 16 floats of sw sx at a time (4 x 16 bytes), the quad's X
+      // rows 8 ni + 2 quad + {0, 1} for ni = 0 .. 15.
       const uint32_t tj = table + Fp8GemmWsQuadBase(j, g_local, quad) * 4;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -416,8 +368,13 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         for (int v = 0; v < 4; ++v) LoadShared128(tj + (h * 16 + v * 4) * 4, s[v]);
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
-          fold(h * 8 + e, __uint_as_float(s[e / 2][(e % 2) * 2]),
-               __uint_as_float(s[e / 2][(e % 2) * 2 + 1]));
+          const int ni = h * 8 + e;
+          const float sx0 = __uint_as_float(s[e / 2][(e % 2) * 2]);
+          const float sx1 = __uint_as_float(s[e / 2][(e % 2) * 2 + 1]);
+          acc[0][ni][0] = __fmaf_rn(p[4 * ni + 0], sx0, acc[0][ni][0]);
+          acc[0][ni][1] = __fmaf_rn(p[4 * ni + 1], sx1, acc[0][ni][1]);
+          acc[0][ni][2] = __fmaf_rn(p[4 * ni + 2], sx0, acc[0][ni][2]);
+          acc[0][ni][3] = __fmaf_rn(p[4 * ni + 3], sx1, acc[0][ni][3]);
         }
       }
     }
