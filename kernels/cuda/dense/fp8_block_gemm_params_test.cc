@@ -491,22 +491,24 @@ TEST(Fp8BlockGemmParamsTest, F16PanelChecksItsArguments) {
   alignas(16) static uint16_t out[64];
   const Fp8F16PanelParams ok{.codes = codes, .out = out, .rows = 2, .k = 32};
   EXPECT_TRUE(CheckFp8F16PanelParams(ok).ok());
-  auto bad = [&](auto edit) {
-    Fp8F16PanelParams p = ok;
-    edit(p);
-    return CheckFp8F16PanelParams(p).code() == absl::StatusCode::kInvalidArgument;
-  };
-  EXPECT_TRUE(bad([](Fp8F16PanelParams& p) { p.codes = nullptr; }));
-  EXPECT_TRUE(bad([](Fp8F16PanelParams& p) { p.out = nullptr; }));
-  EXPECT_TRUE(bad([](Fp8F16PanelParams& p) { p.k = 24; }));
-  EXPECT_TRUE(bad([](Fp8F16PanelParams& p) { p.k = 0; }));
-  EXPECT_TRUE(bad([](Fp8F16PanelParams& p) { p.rows = -1; }));
-  EXPECT_TRUE(bad([](Fp8F16PanelParams& p) { p.groups = 0; }));
-  EXPECT_TRUE(bad([&](Fp8F16PanelParams& p) { p.codes = codes + 8; }));
-  EXPECT_TRUE(bad([&](Fp8F16PanelParams& p) { p.out = out + 4; }));
-  EXPECT_TRUE(bad([](Fp8F16PanelParams& p) { p.code_group_stride = 48; }));   // below rows x k
-  EXPECT_TRUE(bad([](Fp8F16PanelParams& p) { p.code_group_stride = 72; }));   // not 16-aligned
-  EXPECT_FALSE(bad([](Fp8F16PanelParams& p) { p.code_group_stride = 80; }));  // padded groups
+  auto code = [](const Fp8F16PanelParams& p) { return CheckFp8F16PanelParams(p).code(); };
+  EXPECT_TRUE(EachIsInvalidArgument(ok, code,
+                                    {
+                                        [](Fp8F16PanelParams& p) { p.codes = nullptr; },
+                                        [](Fp8F16PanelParams& p) { p.out = nullptr; },
+                                        [](Fp8F16PanelParams& p) { p.k = 24; },
+                                        [](Fp8F16PanelParams& p) { p.k = 0; },
+                                        [](Fp8F16PanelParams& p) { p.rows = -1; },
+                                        [](Fp8F16PanelParams& p) { p.groups = 0; },
+                                        [](Fp8F16PanelParams& p) { p.codes = codes + 8; },
+                                        [](Fp8F16PanelParams& p) { p.out = out + 4; },
+                                        // below rows x k, then not 16-aligned
+                                        [](Fp8F16PanelParams& p) { p.code_group_stride = 48; },
+                                        [](Fp8F16PanelParams& p) { p.code_group_stride = 72; },
+                                    }));
+  Fp8F16PanelParams padded = ok;  // padded groups
+  padded.code_group_stride = 80;
+  EXPECT_TRUE(CheckFp8F16PanelParams(padded).ok());
   // The GEMM refuses a misaligned panel where the tile reads it.
   Fp8BlockGemmParams g{.x = codes,
                        .x_scales = codes,
@@ -521,7 +523,6 @@ TEST(Fp8BlockGemmParamsTest, F16PanelChecksItsArguments) {
   g.x_f16 = out + 4;
   EXPECT_EQ(CheckFp8BlockGemmParams(g).code(), absl::StatusCode::kInvalidArgument);
 }
-
 
 }  // namespace
 }  // namespace weir::kernels::cuda::dense
