@@ -129,6 +129,9 @@ ABSL_FLAG(bool, expert_prefill_tiles, true,
 ABSL_FLAG(bool, expert_tiles_resident, false,
           "With the tile form: every layer's experts converted once and kept in the arena, not "
           "converted a prefill step (DeviceDecoderOptions::expert_tiles_resident; same bits).");
+ABSL_FLAG(bool, attention_wgmma, true,
+          "kFast: the sparse attention on one CTA a query for 64 heads (wgmma) instead of "
+          "one a query and 16 heads (mma.sync) (DeviceDecoderOptions::attention_wgmma).");
 ABSL_FLAG(bool, x16_panel, true,
           "Prefill: the FP8 products on the warp-specialized tile read X's f16 panel "
           "(DeviceDecoderOptions::prefill_x16_panel; same bits).");
@@ -371,7 +374,8 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
         .dense_wgmma = absl::GetFlag(FLAGS_dense_wgmma),
         .expert_prefill_tiles = absl::GetFlag(FLAGS_expert_prefill_tiles),
         .expert_tiles_resident = absl::GetFlag(FLAGS_expert_tiles_resident),
-        .prefill_x16_panel = absl::GetFlag(FLAGS_x16_panel)};
+        .prefill_x16_panel = absl::GetFlag(FLAGS_x16_panel),
+        .attention_wgmma = absl::GetFlag(FLAGS_attention_wgmma)};
     if (exchange) options.communicator = nccl->get();
     auto dd = weir::model::DeviceDecoder::Create(model, precision, options);
     WEIR_CHECK(dd.ok()) << dd.status();
@@ -531,7 +535,8 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       .dense_wgmma_f16_decode = absl::GetFlag(FLAGS_dense_wgmma_f16_decode),
       .expert_prefill_tiles = absl::GetFlag(FLAGS_expert_prefill_tiles),
       .expert_tiles_resident = absl::GetFlag(FLAGS_expert_tiles_resident),
-      .prefill_x16_panel = absl::GetFlag(FLAGS_x16_panel)};
+      .prefill_x16_panel = absl::GetFlag(FLAGS_x16_panel),
+      .attention_wgmma = absl::GetFlag(FLAGS_attention_wgmma)};
   auto dd = weir::model::CreateSyntheticDeviceDecoder(c, options_precision(), options);
   WEIR_CHECK(dd.ok()) << dd.status();
   std::printf("numerics %s: fast dense layers %d (bf16 %d), reference dense %d, fast MoE layers "

@@ -341,6 +341,12 @@ struct DeviceDecoderOptions {
   // (and of the parallel branch's), taken from the arena when the decoder
   // plans steps above 256 rows.
   bool prefill_x16_panel = true;
+  // kFast (stored KV): the sparse attention runs one CTA a query for 64 heads
+  // on wgmma (kernels::cuda::SparseDecodeKernel::kWgmma64: each listed row
+  // gathered and dequantized once a query); false: one CTA a query and 16
+  // heads on mma.sync (kMma16). The two are not bit-identical to each other;
+  // each is batch-invariant, so a decoder keeps one for all its steps.
+  bool attention_wgmma = true;
   // Expert parallelism over NCCL on device buffers (see the file comment):
   // this decoder is rank communicator->rank() of communicator->world_size().
   // Not owned; must outlive the decoder and live on `device`. Null: every

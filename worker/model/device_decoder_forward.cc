@@ -318,7 +318,9 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
         .heads = static_cast<int>(heads),
         .head_dim = static_cast<int>(hd),
         .scale = scale,
-        .round_bf16 = bf16()};  // o's bf16 boundary in the attention's epilogue
+        .round_bf16 = bf16(),  // o's bf16 boundary in the attention's epilogue
+        .kernel = options.attention_wgmma ? kc::SparseDecodeKernel::kWgmma64
+                                          : kc::SparseDecodeKernel::kMma16};
     if (role.ratio > 0) {
       dec::AssembleIndexParams cp = ip;
       cp.window = nullptr;

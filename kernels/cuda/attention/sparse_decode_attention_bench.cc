@@ -7,9 +7,10 @@
 // the same selections.
 //
 //   sparse_decode_attention_bench [--iters=N] [--context=N] [--topk=N] [--batch=N]
-//                                 [--graph=0]                (on the GPU machine)
+//                                 [--graph=0] [--kernel=0|1|2]  (on the GPU machine)
 // --batch=N times that batch only (default: 1, 8, 32, 64); --graph=0 skips
-// the graph timing (e.g. under ncu).
+// the graph timing (e.g. under ncu); --kernel=1 times SparseDecodeKernel::kMma16
+// only, 2 kWgmma64 only, 0 (default) both, each batch size in turn.
 //
 // Every query has its own sequence (64 x 65536 compressed rows, 1.2 GB) and
 // the launches rotate over 1024 index rows, so the KV rows a launch gathers
@@ -167,86 +168,107 @@ int Run(int argc, char** argv) {
   std::printf("device copy: %.1f GB/s (1 GiB D2D, read + write counted)\n", copy_gbs);
   std::printf("shape: heads %d, head_dim %d, window %d (FP8) + topk %d (FP4) of context %lld\n\n",
               kHeads, kD, window, topk, static_cast<long long>(context));
-  std::printf("%5s | %9s %9s | %8s %8s %6s | %8s %6s | %7s | %9s %7s | %8s\n", "batch",
-              "fast us", "graph us", "KV MB", "KV GB/s", "/copy", "all GB/s", "/copy", "TFLOP/s",
-              "ref us", "ref/fast", "rel L2");
+  std::printf("%8s %5s | %9s %9s | %8s %8s %6s | %8s %6s | %7s | %9s %7s | %8s\n", "kernel",
+              "batch", "fast us", "graph us", "KV MB", "KV GB/s", "/copy", "all GB/s", "/copy",
+              "TFLOP/s", "ref us", "ref/fast", "rel L2");
 
+  const int only_kernel = IntFlag(argc, argv, "kernel", 0);
+  SparseDecodeKernel kernel = SparseDecodeKernel::kAuto;
   const auto params = [&](int batch, int offset) {
     return SparseDecodeAttentionParams{
-        .q = d_q, .sink = d_sink, .window_codes = d_win_codes, .window_scales = d_win_scales,
+        .q = d_q,
+        .sink = d_sink,
+        .window_codes = d_win_codes,
+        .window_scales = d_win_scales,
         .window_index = d_win_index + static_cast<int64_t>(offset) * window,
-        .window_rows = win_rows, .window_width = window,
-        .compressed_codes = d_comp_codes, .compressed_scales = d_comp_scales,
+        .window_rows = win_rows,
+        .window_width = window,
+        .compressed_codes = d_comp_codes,
+        .compressed_scales = d_comp_scales,
         .compressed_index = d_comp_index + static_cast<int64_t>(offset) * topk,
-        .compressed_rows = comp_rows, .compressed_width = topk, .out = d_out,
-        .queries = batch, .heads = kHeads};
+        .compressed_rows = comp_rows,
+        .compressed_width = topk,
+        .out = d_out,
+        .queries = batch,
+        .heads = kHeads,
+        .kernel = kernel};
   };
   for (int batch : {1, 8, 32, 64}) {
     if (only_batch != 0 && batch != only_batch) continue;
-    const auto launch = [&](int i, cudaStream_t stream) {
-      CheckOk(SparseDecodeAttention(params(batch, (i * batch) % kIndexRows), stream), "launch");
-    };
-    const double fast_ms = MedianMs([&](int i) { launch(i, nullptr); }, nullptr, iters, 5);
-    Check(cudaDeviceSynchronize(), "fast kernel");
-    const double graph_ms = graph ? GraphMs(launch, 32, 20) : 0.0;
-    const double kv_bytes = double(batch) * (window * 528.0 + topk * 288.0);
-    const double all_bytes =
-        kv_bytes + double(batch) * (2.0 * kHeads * kD * 4 + (window + topk) * 4.0);
-    const double flops = 4.0 * batch * kHeads * (window + topk) * kD;
+    for (const SparseDecodeKernel k : {SparseDecodeKernel::kMma16, SparseDecodeKernel::kWgmma64}) {
+      if (only_kernel != 0 && (only_kernel == 1) != (k == SparseDecodeKernel::kMma16)) continue;
+      kernel = k;
+      const auto launch = [&](int i, cudaStream_t stream) {
+        CheckOk(SparseDecodeAttention(params(batch, (i * batch) % kIndexRows), stream), "launch");
+      };
+      const double fast_ms = MedianMs([&](int i) { launch(i, nullptr); }, nullptr, iters, 5);
+      Check(cudaDeviceSynchronize(), "fast kernel");
+      const double graph_ms = graph ? GraphMs(launch, 32, 20) : 0.0;
+      const double kv_bytes = double(batch) * (window * 528.0 + topk * 288.0);
+      const double all_bytes =
+          kv_bytes + double(batch) * (2.0 * kHeads * kD * 4 + (window + topk) * 4.0);
+      const double flops = 4.0 * batch * kHeads * (window + topk) * kD;
 
-    // Reference on the selections of index offset 0: fp32 rows gathered on
-    // the host (dequantized), one table row per list entry.
-    const int width = window + topk;
-    std::vector<float> table(static_cast<size_t>(batch) * width * kD);
-    std::vector<int32_t> ref_index(batch * width);
-    for (int b = 0; b < batch; ++b) {
-      for (int j = 0; j < width; ++j) {
-        float* dst = table.data() + (static_cast<size_t>(b) * width + j) * kD;
-        if (j < window) {
-          const int64_t t = win_index[b * window + j];
-          CheckOk(cpu::DequantizeFp8(std::span(win_codes).subspan(t * kD, kD),
-                                     std::span(win_scales).subspan(t * kD / 32, kD / 32), 32,
-                                     std::span(dst, kD)),
-                  "dequant");
-        } else {
-          const int64_t t = comp_index[b * topk + j - window] % context;  // content of region 0
-          CheckOk(cpu::DequantizeFp4(std::span(comp_codes).subspan(t * kD / 2, kD / 2),
-                                     std::span(comp_scales).subspan(t * kD / 16, kD / 16), 16,
-                                     cpu::Fp4Scale::kE4m3, std::span(dst, kD)),
-                  "dequant");
+      // Reference on the selections of index offset 0: fp32 rows gathered on
+      // the host (dequantized), one table row per list entry.
+      const int width = window + topk;
+      std::vector<float> table(static_cast<size_t>(batch) * width * kD);
+      std::vector<int32_t> ref_index(batch * width);
+      for (int b = 0; b < batch; ++b) {
+        for (int j = 0; j < width; ++j) {
+          float* dst = table.data() + (static_cast<size_t>(b) * width + j) * kD;
+          if (j < window) {
+            const int64_t t = win_index[b * window + j];
+            CheckOk(cpu::DequantizeFp8(std::span(win_codes).subspan(t * kD, kD),
+                                       std::span(win_scales).subspan(t * kD / 32, kD / 32), 32,
+                                       std::span(dst, kD)),
+                    "dequant");
+          } else {
+            const int64_t t = comp_index[b * topk + j - window] % context;  // content of region 0
+            CheckOk(cpu::DequantizeFp4(std::span(comp_codes).subspan(t * kD / 2, kD / 2),
+                                       std::span(comp_scales).subspan(t * kD / 16, kD / 16), 16,
+                                       cpu::Fp4Scale::kE4m3, std::span(dst, kD)),
+                    "dequant");
+          }
+          ref_index[b * width + j] = b * width + j;
         }
-        ref_index[b * width + j] = b * width + j;
       }
-    }
-    float* d_table = DeviceCopy(table);
-    int32_t* d_ref_index = DeviceCopy(ref_index);
-    const SparseAttentionParams ref{.q = d_q, .kv = d_table, .sink = d_sink,
-                                    .index = d_ref_index, .out = d_ref_out, .queries = batch,
-                                    .heads = kHeads, .head_dim = kD,
-                                    .kv_len = static_cast<int64_t>(batch) * width,
-                                    .topk = width};
-    const double ref_ms =
-        MedianMs([&] { CheckOk(SparseAttention(ref, nullptr), "reference"); }, nullptr,
-                 std::max(3, iters / 20), 5);
-    CheckOk(SparseDecodeAttention(params(batch, 0), nullptr), "launch");
-    Check(cudaDeviceSynchronize(), "kernels");
-    std::vector<float> got(static_cast<size_t>(batch) * kHeads * kD), want(got.size());
-    Check(cudaMemcpy(got.data(), d_out, got.size() * 4, cudaMemcpyDeviceToHost), "download");
-    Check(cudaMemcpy(want.data(), d_ref_out, want.size() * 4, cudaMemcpyDeviceToHost), "download");
-    double num = 0, den = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-      num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-      den += double(want[i]) * want[i];
-    }
-    cudaFree(d_table);
-    cudaFree(d_ref_index);
+      float* d_table = DeviceCopy(table);
+      int32_t* d_ref_index = DeviceCopy(ref_index);
+      const SparseAttentionParams ref{.q = d_q,
+                                      .kv = d_table,
+                                      .sink = d_sink,
+                                      .index = d_ref_index,
+                                      .out = d_ref_out,
+                                      .queries = batch,
+                                      .heads = kHeads,
+                                      .head_dim = kD,
+                                      .kv_len = static_cast<int64_t>(batch) * width,
+                                      .topk = width};
+      const double ref_ms = MedianMs([&] { CheckOk(SparseAttention(ref, nullptr), "reference"); },
+                                     nullptr, std::max(3, iters / 20), 5);
+      CheckOk(SparseDecodeAttention(params(batch, 0), nullptr), "launch");
+      Check(cudaDeviceSynchronize(), "kernels");
+      std::vector<float> got(static_cast<size_t>(batch) * kHeads * kD), want(got.size());
+      Check(cudaMemcpy(got.data(), d_out, got.size() * 4, cudaMemcpyDeviceToHost), "download");
+      Check(cudaMemcpy(want.data(), d_ref_out, want.size() * 4, cudaMemcpyDeviceToHost),
+            "download");
+      double num = 0, den = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+        den += double(want[i]) * want[i];
+      }
+      cudaFree(d_table);
+      cudaFree(d_ref_index);
 
-    const double kv_gbs = kv_bytes / (fast_ms * 1e-3) / 1e9;
-    const double all_gbs = all_bytes / (fast_ms * 1e-3) / 1e9;
-    std::printf("%5d | %9.2f %9.2f | %8.3f %8.1f %6.3f | %8.1f %6.3f | %7.1f | %9.1f %7.1f | %8.2g\n",
-                batch, fast_ms * 1e3, graph_ms * 1e3, kv_bytes / 1e6, kv_gbs, kv_gbs / copy_gbs,
-                all_gbs, all_gbs / copy_gbs, flops / (fast_ms * 1e-3) / 1e12, ref_ms * 1e3,
-                ref_ms / fast_ms, std::sqrt(num / den));
+      const double kv_gbs = kv_bytes / (fast_ms * 1e-3) / 1e9;
+      const double all_gbs = all_bytes / (fast_ms * 1e-3) / 1e9;
+      std::printf(
+          "%8s %5d | %9.2f %9.2f | %8.3f %8.1f %6.3f | %8.1f %6.3f | %7.1f | %9.1f %7.1f | %8.2g\n",
+          k == SparseDecodeKernel::kMma16 ? "mma16" : "wgmma64", batch, fast_ms * 1e3,
+          graph_ms * 1e3, kv_bytes / 1e6, kv_gbs, kv_gbs / copy_gbs, all_gbs, all_gbs / copy_gbs,
+          flops / (fast_ms * 1e-3) / 1e12, ref_ms * 1e3, ref_ms / fast_ms, std::sqrt(num / den));
+    }
   }
   return 0;
 }

@@ -6,12 +6,14 @@
 
 #include "kernels/cuda/attention/sparse_decode_attention_sm90.cuh"
 #include "kernels/cuda/attention/sparse_decode_attention_sm90.h"
+#include "kernels/cuda/attention/sparse_decode_attention_wg_sm90.cuh"
 #include "kernels/cuda/launch_status.h"
 
 namespace weir::kernels::cuda {
 namespace {
 
 namespace sd = sparse_decode;
+namespace wg = sparse_decode_wg;
 
 static_assert(sd::kHeadDim == kSparseDecodeHeadDim);
 static_assert(sd::kFp8Row == kSparseDecodeWindowCodeBytes &&
@@ -19,6 +21,9 @@ static_assert(sd::kFp8Row == kSparseDecodeWindowCodeBytes &&
 static_assert(sd::kFp4Row == kSparseDecodeCompressedCodeBytes &&
               sd::kFp4ScaleRow == kSparseDecodeCompressedScaleBytes);
 static_assert(sd::kSharedBytes <= 227 * 1024, "Hopper's shared memory per CTA");
+static_assert(wg::kHeadDim == kSparseDecodeHeadDim && wg::kHeads % sd::kHeads == 0);
+static_assert(wg::kRawSlotBytes == kSparseDecodeWindowCodeBytes + kSparseDecodeWindowScaleBytes &&
+              wg::kFp4ScaleAt == kSparseDecodeCompressedCodeBytes);
 
 // CTAs per query: head groups of 16.
 int64_t HeadGroups(int heads) { return (heads + sd::kHeads - 1) / sd::kHeads; }
@@ -67,7 +72,9 @@ absl::Status SparseDecodeAttention(const SparseDecodeAttentionParams& p, cudaStr
         "(q/out 8 B, codes 16 B, window scales 4 B, compressed scales 8 B)");
   }
   if (p.queries == 0) return absl::OkStatus();
-  const int groups = static_cast<int>(HeadGroups(p.heads));
+  const bool wgmma = p.kernel != SparseDecodeKernel::kMma16;
+  const int heads_per_cta = wgmma ? wg::kHeads : sd::kHeads;
+  const int groups = (p.heads + heads_per_cta - 1) / heads_per_cta;
   const float scale = p.scale != 0.0f ? p.scale : 1.0f / std::sqrt(static_cast<float>(p.head_dim));
   const sd::KernelArgs args{
       .q = p.q,
@@ -88,6 +95,16 @@ absl::Status SparseDecodeAttention(const SparseDecodeAttentionParams& p, cudaStr
       .scale_log2 = static_cast<float>(static_cast<double>(scale) * 1.4426950408889634),
       .round_bf16 = p.round_bf16,
   };
+  if (wgmma) {
+    if (absl::Status s = AllowSharedBytes(wg::SparseDecodeAttentionWgKernel, wg::kSharedBytes,
+                                          "SparseDecodeAttention");
+        !s.ok()) {
+      return s;
+    }
+    wg::SparseDecodeAttentionWgKernel<<<static_cast<unsigned>(p.queries * groups), wg::kThreads,
+                                        wg::kSharedBytes, stream>>>(args);
+    return LaunchStatus("SparseDecodeAttention");
+  }
   if (absl::Status s = AllowSharedBytes(sd::SparseDecodeAttentionKernel, sd::kSharedBytes,
                                         "SparseDecodeAttention");
       !s.ok()) {

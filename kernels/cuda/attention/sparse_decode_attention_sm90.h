@@ -25,11 +25,9 @@
 //     denominator sums those rounded values, so each output is a convex
 //     combination of V rows with weights within ~2^-8 of the reference's:
 //     |out - ref| <= ~4e-3 * max_t |v_t[c]| per element, rel. L2 ~1e-3.
-//   * Batch-invariant: one CTA per (query, group of 16 heads); its two warp
-//     sets walk the even and the odd 32-row tiles of the query's list and
-//     merge their softmax states in a fixed order; every reduction order is
-//     fixed, nothing depends on other queries or on the batch size.
-//     Deterministic.
+//   * Batch-invariant: one CTA per (query, group of 16 or 64 heads, by
+//     SparseDecodeKernel); every reduction order is fixed, nothing depends
+//     on other queries or on the batch size. Deterministic.
 //
 // Thread safety: stateless; safe from any thread.
 
@@ -56,6 +54,17 @@ inline constexpr int kSparseDecodeCompressedScaleBytes = 32;
 // keeps query * width far from overflow).
 inline constexpr int kSparseDecodeMaxWidth = 1 << 20;
 
+// Which kernel runs the attention. Both hold the numerics above and each is
+// batch-invariant on its own; they are not bit-identical to each other, so a
+// decoder keeps one for all its steps.
+enum class SparseDecodeKernel {
+  kAuto,     // kWgmma64
+  kMma16,    // one CTA per (query, 16 heads), mma.sync: every head group
+             // gathers and dequantizes the query's rows itself
+  kWgmma64,  // one CTA per (query, 64 heads), wgmma: each row gathered and
+             // dequantized once per query, producer / consumer warpgroups
+};
+
 struct SparseDecodeAttentionParams {
   const float* q = nullptr;     // device [queries, heads, 512]; 8-byte aligned
   const float* sink = nullptr;  // device [heads] attention-sink logits
@@ -77,6 +86,7 @@ struct SparseDecodeAttentionParams {
   int head_dim = kSparseDecodeHeadDim;
   float scale = 0.0f;  // 0 means head_dim^-0.5
   bool round_bf16 = false;  // out through RoundToBf16 (the reference's bf16 boundary)
+  SparseDecodeKernel kernel = SparseDecodeKernel::kAuto;
 };
 
 // Returns true if the launcher handles `params`: head_dim == 512, heads > 0,

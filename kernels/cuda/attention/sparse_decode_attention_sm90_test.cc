@@ -106,8 +106,8 @@ Batch MakeBatch(int64_t queries, int heads, int win_width, int comp_width, const
 }
 
 // Runs the fast kernel on `b` (output poisoned with NaN first).
-std::vector<float> RunFast(const Batch& b, const DevicePools& dp, const Pools& pools,
-                           float scale = 0.0f, bool round_bf16 = false) {
+std::vector<float> RunFast(SparseDecodeKernel kernel, const Batch& b, const DevicePools& dp,
+                           const Pools& pools, float scale = 0.0f, bool round_bf16 = false) {
   DeviceBuffer<float> q(b.q), sink(b.sink), out(b.q.size());
   DeviceBuffer<int32_t> wi(b.win_index), ci(b.comp_index);
   out.Poison();
@@ -127,7 +127,8 @@ std::vector<float> RunFast(const Batch& b, const DevicePools& dp, const Pools& p
                                                  .queries = b.queries,
                                                  .heads = b.heads,
                                                  .scale = scale,
-                                                 .round_bf16 = round_bf16},
+                                                 .round_bf16 = round_bf16,
+                                                 .kernel = kernel},
                                                 nullptr);
   EXPECT_TRUE(st.ok()) << st;
   EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "after launch";
@@ -220,75 +221,82 @@ void Compare(const Batch& b, const Pools& pools, const std::vector<int32_t>& ind
   EXPECT_LE(l2, 3e-3) << name;
 }
 
-void CheckAgainstReference(const Batch& b, const Pools& pools, const DevicePools& dp,
-                           const char* name, float scale = 0.0f) {
+void CheckAgainstReference(SparseDecodeKernel kernel, const Batch& b, const Pools& pools,
+                           const DevicePools& dp, const char* name, float scale = 0.0f) {
   std::vector<int32_t> index;
   const std::vector<float> want = RunReference(b, dp, pools, index, scale);
-  const std::vector<float> got = RunFast(b, dp, pools, scale);
+  const std::vector<float> got = RunFast(kernel, b, dp, pools, scale);
   Compare(b, pools, index, got, want, name);
 }
 
-TEST(SparseDecodeAttentionTest, MatchesTheReferenceOnDequantizedRows) {
+// Every test runs on both kernels (SparseDecodeKernel).
+class SparseDecodeAttentionTest : public ::testing::TestWithParam<SparseDecodeKernel> {};
+
+TEST_P(SparseDecodeAttentionTest, MatchesTheReferenceOnDequantizedRows) {
   std::mt19937 rng(11);
   const Pools pools = MakePools(/*win_rows=*/5 * 128, /*comp_rows=*/20000, rng);
   const DevicePools dp(pools);
   // V4.1 decode: 64 heads, window 128 + index_topk 512, a few -1.
-  CheckAgainstReference(MakeBatch(5, 64, 128, 512, pools, 0.05, false, rng), pools, dp,
+  CheckAgainstReference(GetParam(), MakeBatch(5, 64, 128, 512, pools, 0.05, false, rng), pools, dp,
                         "v41 decode");
   // Widths that are multiples of nothing (partial tiles), heads not a
   // multiple of 16, many -1, an explicit scale.
-  CheckAgainstReference(MakeBatch(9, 20, 37, 77, pools, 0.6, false, rng), pools, dp,
+  CheckAgainstReference(GetParam(), MakeBatch(9, 20, 37, 77, pools, 0.6, false, rng), pools, dp,
                         "odd shapes", 0.03f);
+  // More heads than one CTA takes (16 or 64): several head groups a query,
+  // the last one partial.
+  CheckAgainstReference(GetParam(), MakeBatch(3, 130, 100, 300, pools, 0.1, false, rng), pools, dp,
+                        "130 heads");
   // Duplicate entries count once per occurrence.
-  CheckAgainstReference(MakeBatch(4, 64, 128, 512, pools, 0.1, true, rng), pools, dp,
+  CheckAgainstReference(GetParam(), MakeBatch(4, 64, 128, 512, pools, 0.1, true, rng), pools, dp,
                         "duplicates");
   // One pool only.
-  CheckAgainstReference(MakeBatch(3, 64, 128, 0, pools, 0.0, false, rng), pools, dp,
+  CheckAgainstReference(GetParam(), MakeBatch(3, 64, 128, 0, pools, 0.0, false, rng), pools, dp,
                         "window only");
-  CheckAgainstReference(MakeBatch(3, 64, 0, 512, pools, 0.0, false, rng), pools, dp,
+  CheckAgainstReference(GetParam(), MakeBatch(3, 64, 0, 512, pools, 0.0, false, rng), pools, dp,
                         "compressed only");
   // A long list (index_topk 2048), nearly full.
-  CheckAgainstReference(MakeBatch(2, 64, 128, 2048, pools, 0.01, false, rng), pools, dp,
+  CheckAgainstReference(GetParam(), MakeBatch(2, 64, 128, 2048, pools, 0.01, false, rng), pools, dp,
                         "long list");
   // Nearly flat weights (logit std ~0.6): hundreds of rows contribute.
-  CheckAgainstReference(MakeBatch(4, 64, 128, 512, pools, 0.05, false, rng, 0.3f), pools, dp,
-                        "flat softmax");
+  CheckAgainstReference(GetParam(), MakeBatch(4, 64, 128, 512, pools, 0.05, false, rng, 0.3f),
+                        pools, dp, "flat softmax");
   // Peaked weights (logit std ~30): a few rows decide.
-  CheckAgainstReference(MakeBatch(4, 64, 128, 512, pools, 0.05, false, rng, 15.0f), pools, dp,
-                        "peaked softmax");
+  CheckAgainstReference(GetParam(), MakeBatch(4, 64, 128, 512, pools, 0.05, false, rng, 15.0f),
+                        pools, dp, "peaked softmax");
 }
 
-TEST(SparseDecodeAttentionTest, WideBlockScales) {
+TEST_P(SparseDecodeAttentionTest, WideBlockScales) {
   // Blocks from 2^-8 to 2^8: scale codes over a wide range (|kv row| ~ 1600,
   // q_std 0.04 keeps the logits' spread near 3).
   std::mt19937 rng(14);
   const Pools pools = MakePools(256, 4000, rng, /*max_exp=*/8);
   const DevicePools dp(pools);
-  CheckAgainstReference(MakeBatch(4, 64, 128, 512, pools, 0.05, false, rng, 0.04f), pools, dp,
-                        "wide scales");
+  CheckAgainstReference(GetParam(), MakeBatch(4, 64, 128, 512, pools, 0.05, false, rng, 0.04f),
+                        pools, dp, "wide scales");
 }
 
-TEST(SparseDecodeAttentionTest, EmptyListsGiveZero) {
+TEST_P(SparseDecodeAttentionTest, EmptyListsGiveZero) {
   std::mt19937 rng(12);
   const Pools pools = MakePools(256, 1000, rng);
   const DevicePools dp(pools);
   // Every entry -1 (only the sink): out = 0 for every head.
-  CheckAgainstReference(MakeBatch(3, 64, 128, 512, pools, 1.0, false, rng), pools, dp,
+  CheckAgainstReference(GetParam(), MakeBatch(3, 64, 128, 512, pools, 1.0, false, rng), pools, dp,
                         "all empty");
   // Query 1 of 4 empty among full ones; entries past the pools count as -1.
   Batch b = MakeBatch(4, 64, 128, 512, pools, 0.0, false, rng);
   for (int j = 0; j < 128; ++j) b.win_index[1 * 128 + j] = -1;
   for (int j = 0; j < 512; ++j) b.comp_index[1 * 512 + j] = j % 2 ? -1 : -7;
-  const std::vector<float> got = RunFast(b, dp, pools);
+  const std::vector<float> got = RunFast(GetParam(), b, dp, pools);
   for (int64_t i = 64 * kD; i < 2 * 64 * kD; ++i) ASSERT_EQ(got[i], 0.0f) << i;
   // Out-of-range entries are skipped like -1 (the reference rejects them).
   Batch oob = b;
   for (int j = 0; j < 512; ++j) oob.comp_index[1 * 512 + j] = 1000 + j;
-  const std::vector<float> got_oob = RunFast(oob, dp, pools);
+  const std::vector<float> got_oob = RunFast(GetParam(), oob, dp, pools);
   EXPECT_EQ(std::memcmp(got.data(), got_oob.data(), got.size() * sizeof(float)), 0);
   // Zero widths: only the sink everywhere.
-  const std::vector<float> none = RunFast(MakeBatch(2, 16, 0, 0, pools, 0.0, false, rng), dp,
-                                          pools);
+  const std::vector<float> none =
+      RunFast(GetParam(), MakeBatch(2, 16, 0, 0, pools, 0.0, false, rng), dp, pools);
   for (float v : none) ASSERT_EQ(v, 0.0f);
 }
 
@@ -302,13 +310,13 @@ void CopyQuery(const Batch& src, int64_t from, Batch& dst, int64_t to) {
               dst.comp_index.begin() + to * dst.comp_width);
 }
 
-TEST(SparseDecodeAttentionTest, BatchInvariant) {
+TEST_P(SparseDecodeAttentionTest, BatchInvariant) {
   std::mt19937 rng(13);
   const Pools pools = MakePools(64 * 128, 64 * 600, rng);
   const DevicePools dp(pools);
   const Batch probe = MakeBatch(1, 64, 128, 512, pools, 0.1, false, rng);
-  const std::vector<float> alone = RunFast(probe, dp, pools);
-  const std::vector<float> again = RunFast(probe, dp, pools);
+  const std::vector<float> alone = RunFast(GetParam(), probe, dp, pools);
+  const std::vector<float> again = RunFast(GetParam(), probe, dp, pools);
   ASSERT_EQ(std::memcmp(alone.data(), again.data(), alone.size() * sizeof(float)), 0)
       << "not deterministic";
   const int64_t qn = 64 * kD;
@@ -316,17 +324,23 @@ TEST(SparseDecodeAttentionTest, BatchInvariant) {
     Batch batch = MakeBatch(size, 64, 128, 512, pools, 0.1, false, rng);
     batch.sink = probe.sink;  // the sinks are the layer's, shared by the batch
     CopyQuery(probe, 0, batch, at);
-    const std::vector<float> got = RunFast(batch, dp, pools);
+    const std::vector<float> got = RunFast(GetParam(), batch, dp, pools);
     EXPECT_EQ(std::memcmp(got.data() + at * qn, alone.data(), qn * sizeof(float)), 0)
         << "query at " << at << " of " << size << " differs from the query alone";
   }
   // round_bf16: the same output through RoundToBf16, in the same launch.
   std::vector<float> rounded = alone;
   cpu::RoundToBf16InPlace(rounded);
-  const std::vector<float> got = RunFast(probe, dp, pools, 0.0f, /*round_bf16=*/true);
+  const std::vector<float> got = RunFast(GetParam(), probe, dp, pools, 0.0f, /*round_bf16=*/true);
   EXPECT_EQ(std::memcmp(got.data(), rounded.data(), rounded.size() * sizeof(float)), 0)
       << "round_bf16 is not the rounded output";
 }
+
+INSTANTIATE_TEST_SUITE_P(Kernels, SparseDecodeAttentionTest,
+                         ::testing::Values(SparseDecodeKernel::kMma16, SparseDecodeKernel::kWgmma64),
+                         [](const ::testing::TestParamInfo<SparseDecodeKernel>& info) {
+                           return info.param == SparseDecodeKernel::kMma16 ? "Mma16" : "Wgmma64";
+                         });
 
 }  // namespace
 }  // namespace weir::kernels::cuda

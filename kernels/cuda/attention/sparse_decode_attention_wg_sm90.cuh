@@ -1,0 +1,472 @@
+// kernels/cuda/attention/sparse_decode_attention_wg_sm90.cuh — device code of
+// SparseDecodeAttention's warpgroup kernel (SparseDecodeKernel::kWgmma64;
+// contract in sparse_decode_attention_sm90.h, design in README.md). No host
+// dependencies.
+//
+// One CTA = one query x 64 heads (the wgmma M), so each listed KV row is
+// gathered and dequantized once for all heads of its query. 384 threads:
+//   * producer warpgroup (warps 0-3, registers lowered to 56): warp w owns
+//     rows 16w .. 16w + 15 of every 64-entry tile of the query's list. It
+//     cp.asyncs each row in stored form into its private ring of kRawSlots
+//     row slots (kRawSlots - 1 rows in flight), dequantizes it exactly to
+//     bf16 into the tile's stage of the bf16 ring (kStages tiles, 128-byte
+//     swizzle, K-major: the layout wgmma reads), and publishes the tile on
+//     `full` with its valid-row mask; rows not listed become 0.
+//   * two consumer warpgroups (224 registers): each computes S = Q K^T for
+//     its 32 rows of the tile (wgmma m64n32k16, Q and K from shared memory),
+//     the two exchange their per-head tile maxima through shared memory so
+//     both hold the same running maximum, each writes its half of P (bf16)
+//     into a shared tile, and each accumulates O[64 heads][its 256 dims] +=
+//     P V over all 64 rows (wgmma m64n256k16, P K-major, V read transposed
+//     from the same stage as K). The stage goes back on `empty`.
+// The per-head denominators are per-thread partial sums (each scaled by the
+// same factors as O), added in a fixed order at the end; the sink enters
+// only the final denominator. Nothing depends on other queries: batch
+// invariant and deterministic.
+#ifndef WEIR_KERNELS_CUDA_ATTENTION_SPARSE_DECODE_ATTENTION_WG_SM90_CUH_
+#define WEIR_KERNELS_CUDA_ATTENTION_SPARSE_DECODE_ATTENTION_WG_SM90_CUH_
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/attention/sparse_decode_attention_sm90.cuh"
+#include "kernels/cuda/cp_async.cuh"
+#include "kernels/cuda/grid_dependency.cuh"
+#include "kernels/cuda/rounding.cuh"
+#include "kernels/cuda/tma.cuh"
+
+namespace weir::kernels::cuda {
+namespace sparse_decode_wg {
+
+using sparse_decode::KernelArgs;
+
+inline constexpr int kHeadDim = 512;
+inline constexpr int kHeads = 64;  // heads per CTA: the wgmma M
+inline constexpr int kTile = 64;   // list entries per tile
+inline constexpr int kStages = 2;  // bf16 tiles in the ring
+inline constexpr int kProducerWarps = 4;
+inline constexpr int kRowsPerWarp = kTile / kProducerWarps;  // 16
+inline constexpr int kThreads = 3 * 128;
+inline constexpr int kRawSlots = 12;         // per producer warp: stored rows in its ring
+inline constexpr int kRawSlotBytes = 528;    // a window row: 512 codes + 16 scales
+inline constexpr int kFp8ScaleAt = 512;      // window scales' byte in a slot
+inline constexpr int kFp4ScaleAt = 256;      // compressed scales' byte in a slot
+inline constexpr int kAtomBytes = 64 * 128;  // [64 rows][64 bf16]: one 128-byte swizzle column
+inline constexpr int kOperandBytes = (kHeadDim / 64) * kAtomBytes;  // [64][512] bf16
+// Shared memory, from the 1024-aligned base: Q, the bf16 ring, P, the raw
+// rings, the tile maxima / denominators exchange, the valid-row masks, the
+// raw slots' row numbers and the mbarriers.
+inline constexpr int kQAt = 0;
+inline constexpr int kKvAt = kQAt + kOperandBytes;
+inline constexpr int kPAt = kKvAt + kStages * kOperandBytes;
+inline constexpr int kRawAt = kPAt + kAtomBytes;
+inline constexpr int kRedAt = kRawAt + kProducerWarps * kRawSlots * kRawSlotBytes;
+inline constexpr int kMaskAt = kRedAt + 2 * kHeads * 4;
+inline constexpr int kSlotRowAt = kMaskAt + kStages * 8;
+inline constexpr int kBarAt = kSlotRowAt + kProducerWarps * kRawSlots * 4;
+inline constexpr int kUsedBytes = kBarAt + 2 * kStages * 8;
+inline constexpr int kSharedBytes = kUsedBytes + 1024;  // + the base's alignment slack
+static_assert(kRawSlotBytes % 16 == 0 && kRawAt % 16 == 0 && kBarAt % 8 == 0);
+static_assert(kSharedBytes <= 227 * 1024, "Hopper's shared memory per CTA");
+
+// The descriptor of a K-major bf16 operand in 128-byte swizzled atoms
+// (8-row groups 1024 bytes apart) starting `addr` bytes into shared memory.
+__device__ __forceinline__ uint64_t KMajorDescriptor(uint32_t addr) {
+  return (uint64_t{(1024u >> 4) | (1u << 30)} << 32) | ((addr & 0x3FFFFu) >> 4) | (1u << 16);
+}
+
+// The descriptor of V [16 rows][256 dims] read MN-major from the swizzled
+// tile: 64 dims (128 bytes) contiguous, the next 64 dims one atom further
+// (leading byte offset kAtomBytes), the next 8 rows 1024 bytes further
+// (stride byte offset), 128-byte swizzle.
+__device__ __forceinline__ uint64_t MnMajorDescriptor(uint32_t addr) {
+  return (uint64_t{(1024u >> 4) | (1u << 30)} << 32) | ((addr & 0x3FFFFu) >> 4) |
+         (static_cast<uint32_t>(kAtomBytes >> 4) << 16);
+}
+
+// Byte of 16-byte chunk `chunk` (0..7) of row `row` in an atom.
+__device__ __forceinline__ uint32_t AtomOffset(int row, int chunk) {
+  return static_cast<uint32_t>(row * 128 + ((chunk ^ (row & 7)) << 4));
+}
+
+__device__ __forceinline__ void StoreShared128(uint32_t addr, const uint4& v) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
+__device__ __forceinline__ void StoreShared32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ void WgmmaFence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void WgmmaCommit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void WgmmaWaitAll() {
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+// Generic-proxy writes to shared memory (dequantized rows, Q, P) become
+// visible to wgmma (the async proxy): each writer fences before the barrier
+// that publishes them.
+__device__ __forceinline__ void FenceSharedForAsyncProxy() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void Pin(float& v) { asm volatile("" : "+f"(v)::"memory"); }
+
+// Barrier of the two consumer warpgroups (named barriers 1 - 3).
+__device__ __forceinline__ void ConsumerBarrier(int id) {
+  asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
+}
+
+// d += A B^T over 16 dims: A = Q [64 heads][16], B = K [32 rows][16], both
+// K-major with the 128-byte swizzle (by descriptor); bf16, fp32 accumulation.
+__device__ __forceinline__ void WgmmaQk(uint64_t a_desc, uint64_t b_desc, float (&d)[16]) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+      "}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15])
+      : "l"(a_desc), "l"(b_desc), "n"(1)
+      : "memory");
+}
+
+// d += A B over 16 rows: A = P [64 heads][16 rows] K-major, B = V [16 rows]
+// [256 dims] read MN-major (transposed) from the tile QK read as K.
+__device__ __forceinline__ void WgmmaPv(uint64_t a_desc, uint64_t b_desc, float (&d)[128]) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, "
+      "%127"
+      "}, %128, %129, p, 1, 1, 0, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
+        "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
+        "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+        "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
+        "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),
+        "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]),
+        "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),
+        "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),
+        "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(a_desc), "l"(b_desc), "n"(1)
+      : "memory");
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    SparseDecodeAttentionWgKernel(const __grid_constant__ KernelArgs a) {
+  GridDependencyPrologue();
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  uint8_t* const smem =
+      smem_raw + ((1024u - (SharedAddress(smem_raw) & 1023u)) & 1023u);  // 1024-aligned
+  const uint32_t base = SharedAddress(smem);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid >> 5, lane = tid & 31;
+  const int64_t query = blockIdx.x / a.head_groups;
+  const int head0 = static_cast<int>(blockIdx.x % a.head_groups) * kHeads;
+  const int entries = a.win_width + a.comp_width;
+  const int tiles = (entries + kTile - 1) / kTile;
+  const uint32_t full0 = base + kBarAt, empty0 = full0 + 8 * kStages;
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      MbarrierInit(full0 + 8 * s, kProducerWarps * 32);
+      MbarrierInit(empty0 + 8 * s, 256);
+    }
+    FenceMbarrierInit();
+  }
+  __syncthreads();
+
+  if (warp < kProducerWarps) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n");
+    // Warp `warp`'s stream: its row j is entry (j / 16) * 64 + 16 warp + j % 16.
+    const int rows = tiles * kRowsPerWarp;
+    const uint32_t raw = base + kRawAt + warp * kRawSlots * kRawSlotBytes;
+    const uint8_t* const raw_bytes = smem + kRawAt + warp * kRawSlots * kRawSlotBytes;
+    volatile int32_t* const slot_row =
+        reinterpret_cast<volatile int32_t*>(smem + kSlotRowAt) + warp * kRawSlots;
+    auto entry_of = [&](int j) {
+      return (j / kRowsPerWarp) * kTile + warp * kRowsPerWarp + j % kRowsPerWarp;
+    };
+    // Pool row of stream row j, or -1 (padding, past the list, outside the pool).
+    auto row_of = [&](int j) -> int32_t {
+      const int e = entry_of(j);
+      if (j >= rows || e >= entries) return -1;
+      const bool fp8 = e < a.win_width;
+      const int32_t v = fp8 ? __ldg(a.win_index + query * a.win_width + e)
+                            : __ldg(a.comp_index + query * a.comp_width + (e - a.win_width));
+      return (v >= 0 && v < (fp8 ? a.win_rows : a.comp_rows)) ? v : -1;
+    };
+    int32_t rows32 = -1;  // lane l: row_of(32 c + l) for the current chunk c of 32
+    // Starts the copies of stream row j into slot j % kRawSlots; one
+    // cp.async group per row (possibly empty), so the waits count rows.
+    auto issue = [&](int j) {
+      if (j < rows) {
+        if (j % 32 == 0) rows32 = row_of(j + lane);
+        const int32_t r = __shfl_sync(0xFFFFFFFFu, rows32, j % 32);
+        const uint32_t dst = raw + (j % kRawSlots) * kRawSlotBytes;
+        if (lane == 0) slot_row[j % kRawSlots] = r;
+        if (r >= 0) {
+          if (entry_of(j) < a.win_width) {
+            sparse_decode::CpAsync16(dst + 16 * lane,
+                                     a.win_codes + static_cast<int64_t>(r) * 512 + 16 * lane);
+            if (lane < 4) {
+              sparse_decode::CpAsyncCa<4>(dst + kFp8ScaleAt + 4 * lane,
+                                          a.win_scales + static_cast<int64_t>(r) * 16 + 4 * lane);
+            }
+          } else if (lane < 16) {
+            sparse_decode::CpAsync16(dst + 16 * lane,
+                                     a.comp_codes + static_cast<int64_t>(r) * 256 + 16 * lane);
+          } else if (lane < 20) {
+            sparse_decode::CpAsyncCa<8>(
+                dst + kFp4ScaleAt + 8 * (lane - 16),
+                a.comp_scales + static_cast<int64_t>(r) * 32 + 8 * (lane - 16));
+          }
+        }
+      }
+      CpAsyncCommit();
+    };
+#pragma unroll 1
+    for (int j = 0; j < kRawSlots - 1; ++j) issue(j);
+    uint32_t valid = 0;  // the valid rows of the warp's 16 in the current tile
+#pragma unroll 1
+    for (int j = 0; j < rows; ++j) {
+      issue(j + kRawSlots - 1);  // into the slot row j - 1 used
+      const int t = j / kRowsPerWarp, i = j % kRowsPerWarp, s = t % kStages;
+      if (i == 0 && t >= kStages) MbarrierWait(empty0 + 8 * s, ((t / kStages) - 1) & 1);
+      CpAsyncWait<kRawSlots - 1>();  // row j's copies (this lane's) have landed
+      __syncwarp();                  // ... and every lane's
+      const int slot = j % kRawSlots;
+      const int32_t r = slot_row[slot];
+      const int row = warp * kRowsPerWarp + i;
+      uint4 lo = make_uint4(0u, 0u, 0u, 0u), hi = lo;  // dims 16 lane .. +7, +8 .. +15
+      if (r >= 0) {
+        const uint8_t* src = raw_bytes + slot * kRawSlotBytes;
+        if (entry_of(j) < a.win_width) {
+          const uint4 c = *reinterpret_cast<const uint4*>(src + 16 * lane);
+          const float sc = E8m0ToFloat(src[kFp8ScaleAt + (lane >> 1)]);
+          lo.x = sparse_decode::Fp8PairToBf16(c.x, sc);
+          lo.y = sparse_decode::Fp8PairToBf16(c.x >> 16, sc);
+          lo.z = sparse_decode::Fp8PairToBf16(c.y, sc);
+          lo.w = sparse_decode::Fp8PairToBf16(c.y >> 16, sc);
+          hi.x = sparse_decode::Fp8PairToBf16(c.z, sc);
+          hi.y = sparse_decode::Fp8PairToBf16(c.z >> 16, sc);
+          hi.z = sparse_decode::Fp8PairToBf16(c.w, sc);
+          hi.w = sparse_decode::Fp8PairToBf16(c.w >> 16, sc);
+        } else {
+          const uint2 c = *reinterpret_cast<const uint2*>(src + 8 * lane);
+          const __nv_bfloat162 sc = __float2bfloat162_rn(E4m3ToFloat(src[kFp4ScaleAt + lane]));
+          sparse_decode::Fp4x8ToBf16(c.x, sc, lo);
+          sparse_decode::Fp4x8ToBf16(c.y, sc, hi);
+        }
+      }
+      valid |= static_cast<uint32_t>(r >= 0) << i;
+      // Lane l writes dims 16 l .. 16 l + 15: atom l / 4, chunks 2 (l % 4)
+      // and 2 (l % 4) + 1. Lanes of odd atoms store their second chunk first,
+      // so each quarter-warp store phase hits 8 distinct chunks.
+      const uint32_t atom = base + kKvAt + s * kOperandBytes + (lane >> 2) * kAtomBytes;
+      const int c0 = 2 * (lane & 3), odd = (lane >> 2) & 1;
+      StoreShared128(atom + AtomOffset(row, c0 + odd), odd ? hi : lo);
+      StoreShared128(atom + AtomOffset(row, c0 + 1 - odd), odd ? lo : hi);
+      if (i == kRowsPerWarp - 1) {
+        if (lane == 0) {
+          reinterpret_cast<volatile uint16_t*>(smem + kMaskAt + 8 * s)[warp] =
+              static_cast<uint16_t>(valid);
+        }
+        valid = 0;
+        FenceSharedForAsyncProxy();
+        MbarrierArrive(full0 + 8 * s);
+      }
+      __syncwarp();  // every lane has read slot j before issue(j + kRawSlots) refills it
+    }
+    CpAsyncWait<0>();
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n");
+  const int wg = warp / 4 - 1;  // consumer warpgroup: rows 32 wg .. of a tile, dims 256 wg ..
+  const int cw = warp % 4;      // heads 16 cw .. 16 cw + 15 of the wgmma tiles
+  const int ctid = tid - 128;
+  // Q -> bf16 [64 heads][512] K-major, swizzled; heads past `heads` are 0.
+#pragma unroll 4
+  for (int it = 0; it < kHeads * 64 / 256; ++it) {
+    const int c = it * 256 + ctid, h = c >> 6, ch = c & 63;  // head, 8-dim chunk
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (head0 + h < a.heads) {
+      const float2* src = reinterpret_cast<const float2*>(
+          a.q + (query * a.heads + head0 + h) * kHeadDim + 8 * ch);  // q is 8-byte aligned
+      const float2 x0 = src[0], x1 = src[1], x2 = src[2], x3 = src[3];
+      v = make_uint4(sparse_decode::PackBf16(x0.x, x0.y), sparse_decode::PackBf16(x1.x, x1.y),
+                     sparse_decode::PackBf16(x2.x, x2.y), sparse_decode::PackBf16(x3.x, x3.y));
+    }
+    StoreShared128(base + kQAt + (ch >> 3) * kAtomBytes + AtomOffset(h, ch & 7), v);
+  }
+  FenceSharedForAsyncProxy();
+  ConsumerBarrier(1);
+
+  float o[128];  // O[head][dim]: o[4 i + r] at head 16 cw + lane / 4 + 8 (r / 2), dim 256 wg + 8 i
+                 // + 2 (lane % 4) + r % 2
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+  float m_run[2] = {-INFINITY, -INFINITY};  // heads lo, hi (log2 domain)
+  float l_run[2] = {0.0f, 0.0f};            // this thread's share of the denominators
+  const int h_lo = cw * 16 + (lane >> 2), h_hi = h_lo + 8;
+  float* const red = reinterpret_cast<float*>(smem + kRedAt);  // [2 warpgroups][64 heads]
+  const uint32_t p_tile = base + kPAt;
+#pragma unroll 1
+  for (int t = 0; t < tiles; ++t) {
+    const int s = t % kStages;
+    MbarrierWait(full0 + 8 * s, (t / kStages) & 1);
+    const uint64_t mask = *reinterpret_cast<volatile uint64_t*>(smem + kMaskAt + 8 * s);
+    if (mask == 0) {  // uniform: the whole tile is padding
+      MbarrierArrive(empty0 + 8 * s);
+      continue;
+    }
+    const uint32_t kv = base + kKvAt + s * kOperandBytes;
+    float sc[16];  // S[head][row]: sc[4 i + r] at head h_lo / h_hi, row 32 wg + 8 i + 2 (lane % 4)
+                   // + r % 2
+#pragma unroll
+    for (int i = 0; i < 16; ++i) sc[i] = 0.0f;
+    WgmmaFence();
+#pragma unroll
+    for (int k = 0; k < kHeadDim / 16; ++k) {
+      const uint32_t at = (k >> 2) * kAtomBytes + (k & 3) * 32;
+      WgmmaQk(KMajorDescriptor(base + kQAt + at), KMajorDescriptor(kv + at + wg * 32 * 128), sc);
+    }
+    WgmmaCommit();
+    WgmmaWaitAll();
+#pragma unroll
+    for (int i = 0; i < 16; ++i) Pin(sc[i]);
+
+    // Scaled logits, -inf for rows not listed; the tile's maximum per head
+    // over both warpgroups' rows (fmaxf: a NaN logit never becomes it).
+    const uint32_t mine = static_cast<uint32_t>(mask >> (32 * wg));
+    float m_tile[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int row = 8 * i + 2 * (lane & 3) + (r & 1);
+        const float x = ((mine >> row) & 1u) ? sc[4 * i + r] * a.scale_log2 : -INFINITY;
+        sc[4 * i + r] = x;
+        m_tile[r >> 1] = fmaxf(m_tile[r >> 1], x);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      m_tile[r] = fmaxf(m_tile[r], __shfl_xor_sync(0xFFFFFFFFu, m_tile[r], 1));
+      m_tile[r] = fmaxf(m_tile[r], __shfl_xor_sync(0xFFFFFFFFu, m_tile[r], 2));
+    }
+    if ((lane & 3) == 0) {
+      red[wg * kHeads + h_lo] = m_tile[0];
+      red[wg * kHeads + h_hi] = m_tile[1];
+    }
+    ConsumerBarrier(2);
+    float alpha[2], m_use[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int h = r == 0 ? h_lo : h_hi;
+      const float m_new = fmaxf(m_run[r], fmaxf(red[h], red[kHeads + h]));
+      m_use[r] = m_new == -INFINITY ? 0.0f : m_new;
+      alpha[r] = exp2f(m_run[r] - m_use[r]);
+      m_run[r] = m_new;
+    }
+    // P rounded to bf16; the denominators sum the rounded values. Written
+    // into the P tile [64 heads][64 rows] (K-major, one swizzled atom) at
+    // this warpgroup's 32 rows.
+    float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const __nv_bfloat162 p = __floats2bfloat162_rn(exp2f(sc[4 * i + 2 * r] - m_use[r]),
+                                                       exp2f(sc[4 * i + 2 * r + 1] - m_use[r]));
+        const float2 pf = __bfloat1622float2(p);
+        sum[r] += pf.x + pf.y;
+        const int h = r == 0 ? h_lo : h_hi;
+        StoreShared32(p_tile + AtomOffset(h, 4 * wg + i) + 4 * (lane & 3),
+                      sparse_decode::Bf16x2Bits(p));
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + sum[r];
+    if (__any_sync(0xFFFFFFFFu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+      for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
+    }
+    FenceSharedForAsyncProxy();
+    ConsumerBarrier(3);  // both halves of P are in place
+
+    WgmmaFence();
+#pragma unroll
+    for (int k = 0; k < kTile / 16; ++k) {
+      WgmmaPv(KMajorDescriptor(p_tile + 32 * k),
+              MnMajorDescriptor(kv + 4 * wg * kAtomBytes + 16 * k * 128), o);
+    }
+    WgmmaCommit();
+    WgmmaWaitAll();
+#pragma unroll
+    for (int i = 0; i < 128; ++i) Pin(o[i]);
+    MbarrierArrive(empty0 + 8 * s);
+  }
+
+  // Denominators: the quad's shares, then both warpgroups', in fixed order
+  // (red is free: both warpgroups passed the last tile's barrier 3, after
+  // which nobody reads it).
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l_run[r] += __shfl_xor_sync(0xFFFFFFFFu, l_run[r], 1);
+    l_run[r] += __shfl_xor_sync(0xFFFFFFFFu, l_run[r], 2);
+  }
+  if ((lane & 3) == 0) {
+    red[wg * kHeads + h_lo] = l_run[0];
+    red[wg * kHeads + h_hi] = l_run[1];
+  }
+  ConsumerBarrier(2);
+  // out = O / (l + exp(sink - max)); a head without a listed row gets 0.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int h = r == 0 ? h_lo : h_hi;
+    const int head = head0 + h;
+    if (head >= a.heads) continue;
+    const bool any = m_run[r] != -INFINITY;
+    const float denom =
+        any ? (red[h] + red[kHeads + h]) + exp2f(a.sink[head] * 1.4426950408889634f - m_run[r])
+            : 1.0f;
+    float* const dst = a.out + (query * a.heads + head) * kHeadDim + 256 * wg + 2 * (lane & 3);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      float2 v = any ? make_float2(o[4 * i + 2 * r] / denom, o[4 * i + 2 * r + 1] / denom)
+                     : make_float2(0.0f, 0.0f);
+      if (a.round_bf16) v = make_float2(RoundToBf16(v.x), RoundToBf16(v.y));
+      *reinterpret_cast<float2*>(dst + 8 * i) = v;
+    }
+  }
+}
+
+}  // namespace sparse_decode_wg
+}  // namespace weir::kernels::cuda
+
+#endif  // WEIR_KERNELS_CUDA_ATTENTION_SPARSE_DECODE_ATTENTION_WG_SM90_CUH_
