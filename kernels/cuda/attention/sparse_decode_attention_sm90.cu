@@ -46,6 +46,10 @@ bool PoolOk(int64_t queries, int width, int64_t rows, const int32_t* index, cons
 }  // namespace
 
 bool SupportsSparseDecodeAttention(const SparseDecodeAttentionParams& p) {
+  if (p.kernel != SparseDecodeKernel::kAuto && p.kernel != SparseDecodeKernel::kMma16 &&
+      p.kernel != SparseDecodeKernel::kWgmma64) {
+    return false;
+  }
   if (p.head_dim != kSparseDecodeHeadDim || p.heads <= 0 || p.heads > (1 << 16) ||
       p.queries < 0 || !std::isfinite(p.scale)) {
     return false;
@@ -65,14 +69,15 @@ bool SupportsSparseDecodeAttention(const SparseDecodeAttentionParams& p) {
 absl::Status SparseDecodeAttention(const SparseDecodeAttentionParams& p, cudaStream_t stream) {
   if (!SupportsSparseDecodeAttention(p)) {
     return absl::InvalidArgumentError(
-        "SparseDecodeAttention: needs head_dim 512, heads in [1, 65536], queries >= 0 with "
+        "SparseDecodeAttention: needs a known kernel, head_dim 512, heads in [1, 65536], queries "
+        ">= 0 with "
         "queries * ceil(heads / 16) < 2^31, widths in [0, " +
         std::to_string(kSparseDecodeMaxWidth) +
         "], pool rows in [0, 2^31), a finite scale, and non-null aligned pointers where used "
         "(q/out 8 B, codes 16 B, window scales 4 B, compressed scales 8 B)");
   }
   if (p.queries == 0) return absl::OkStatus();
-  const bool wgmma = p.kernel != SparseDecodeKernel::kMma16;
+  const bool wgmma = p.kernel == SparseDecodeKernel::kWgmma64;
   const int heads_per_cta = wgmma ? wg::kHeads : sd::kHeads;
   const int groups = (p.heads + heads_per_cta - 1) / heads_per_cta;
   const float scale = p.scale != 0.0f ? p.scale : 1.0f / std::sqrt(static_cast<float>(p.head_dim));

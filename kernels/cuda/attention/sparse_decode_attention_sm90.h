@@ -58,7 +58,7 @@ inline constexpr int kSparseDecodeMaxWidth = 1 << 20;
 // batch-invariant on its own; they are not bit-identical to each other, so a
 // decoder keeps one for all its steps.
 enum class SparseDecodeKernel {
-  kAuto,     // kWgmma64
+  kAuto,     // kMma16 (the faster at decode batches up to ~32; see README "Known limits")
   kMma16,    // one CTA per (query, 16 heads), mma.sync: every head group
              // gathers and dequantizes the query's rows itself
   kWgmma64,  // one CTA per (query, 64 heads), wgmma: each row gathered and
@@ -89,7 +89,8 @@ struct SparseDecodeAttentionParams {
   SparseDecodeKernel kernel = SparseDecodeKernel::kAuto;
 };
 
-// Returns true if the launcher handles `params`: head_dim == 512, heads > 0,
+// Returns true if the launcher handles `params`: a SparseDecodeKernel value,
+// head_dim == 512, heads > 0,
 // queries >= 0 with queries * ceil(heads / 16) < 2^31, 0 <= window_width,
 // compressed_width <= kSparseDecodeMaxWidth, 0 <= window_rows,
 // compressed_rows < 2^31, finite scale, and, where the sizes make them read

@@ -28,7 +28,18 @@ void ExpectRejected(const SparseDecodeAttentionParams& p, const char* what) {
 }
 
 TEST(SparseDecodeAttentionParamsTest, AcceptsTheV41DecodeShape) {
-  EXPECT_TRUE(SupportsSparseDecodeAttention(Good()));
+  for (const SparseDecodeKernel k :
+       {SparseDecodeKernel::kAuto, SparseDecodeKernel::kMma16, SparseDecodeKernel::kWgmma64}) {
+    SparseDecodeAttentionParams p = Good();
+    p.kernel = k;
+    EXPECT_TRUE(SupportsSparseDecodeAttention(p)) << static_cast<int>(k);
+  }
+}
+
+TEST(SparseDecodeAttentionParamsTest, RejectsAnUnknownKernel) {
+  SparseDecodeAttentionParams p = Good();
+  p.kernel = static_cast<SparseDecodeKernel>(7);
+  ExpectRejected(p, "kernel 7");
 }
 
 TEST(SparseDecodeAttentionParamsTest, RejectsBadShapesBeforeLaunch) {
