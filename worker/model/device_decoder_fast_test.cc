@@ -815,6 +815,28 @@ TEST(DeviceDecoderFastTest, StoredKvChunkedStepsAreBatchInvariant) {
                              {.numerics = DecodeNumerics::kFast, .kv_block_tokens = 2}, nullptr,
                              "small head_dim 512 fast, stored KV");
 }
+// ... and with the attention on SparseDecodeKernel::kWgmma64 (one CTA a
+// query for all heads): the kernel is batch-invariant on its own.
+TEST(DeviceDecoderFastTest, StoredKvWgmmaAttentionChunkedStepsAreBatchInvariant) {
+  const Checkpoint* ck = Small512Checkpoint();
+  ASSERT_NE(ck, nullptr);
+  auto cpu = RowStableCpuModel(*ck, ActivationPrecision::kBf16);
+  ASSERT_NE(cpu, nullptr);
+  DeviceDecoderOptions options{.numerics = DecodeNumerics::kFast, .kv_block_tokens = 2};
+  options.attention_wgmma = true;
+  testing::CheckChunkedSteps(*cpu, ActivationPrecision::kBf16, options, nullptr,
+                             "small head_dim 512 fast, stored KV, wgmma attention");
+}
+TEST(DeviceDecoderFastTest, StoredKvWgmmaAttentionRollbackIsBatchInvariant) {
+  const Checkpoint* ck = Small512Checkpoint();
+  ASSERT_NE(ck, nullptr);
+  auto cpu = RowStableCpuModel(*ck, ActivationPrecision::kBf16);
+  ASSERT_NE(cpu, nullptr);
+  DeviceDecoderOptions options{.numerics = DecodeNumerics::kFast, .kv_block_tokens = 4};
+  options.attention_wgmma = true;
+  testing::CheckRollback(*cpu, ActivationPrecision::kBf16, options,
+                         "small head_dim 512 fast, stored KV, wgmma attention");
+}
 // ... and with wgmma block sums everywhere (the tiles of either math give a
 // row the same bits; a chunk's rows go through one wide wgmma a block).
 TEST(DeviceDecoderFastTest, SmallBf16WithWgmmaChunkedStepsAreBatchInvariant) {

@@ -69,9 +69,8 @@ bool SupportsSparseDecodeAttention(const SparseDecodeAttentionParams& p) {
 absl::Status SparseDecodeAttention(const SparseDecodeAttentionParams& p, cudaStream_t stream) {
   if (!SupportsSparseDecodeAttention(p)) {
     return absl::InvalidArgumentError(
-        "SparseDecodeAttention: needs a known kernel, head_dim 512, heads in [1, 65536], queries "
-        ">= 0 with "
-        "queries * ceil(heads / 16) < 2^31, widths in [0, " +
+        "SparseDecodeAttention: needs a known kernel, head_dim 512, heads in [1, 65536], "
+        "queries >= 0 with queries * ceil(heads / 16) < 2^31, widths in [0, " +
         std::to_string(kSparseDecodeMaxWidth) +
         "], pool rows in [0, 2^31), a finite scale, and non-null aligned pointers where used "
         "(q/out 8 B, codes 16 B, window scales 4 B, compressed scales 8 B)");

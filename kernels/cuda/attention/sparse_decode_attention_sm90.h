@@ -90,8 +90,8 @@ struct SparseDecodeAttentionParams {
 };
 
 // Returns true if the launcher handles `params`: a SparseDecodeKernel value,
-// head_dim == 512, heads > 0,
-// queries >= 0 with queries * ceil(heads / 16) < 2^31, 0 <= window_width,
+// head_dim == 512, heads > 0, queries >= 0 with queries * ceil(heads / 16)
+// < 2^31, 0 <= window_width,
 // compressed_width <= kSparseDecodeMaxWidth, 0 <= window_rows,
 // compressed_rows < 2^31, finite scale, and, where the sizes make them read
 // or written, non-null and aligned pointers as listed in the struct (q, sink,
