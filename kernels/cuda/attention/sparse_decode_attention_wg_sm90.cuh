@@ -32,6 +32,7 @@
 
 #include "kernels/cuda/attention/sparse_decode_attention_sm90.cuh"
 #include "kernels/cuda/cp_async.cuh"
+#include "kernels/cuda/dense/fp8_mma_sm90.cuh"
 #include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/cuda/rounding.cuh"
 #include "kernels/cuda/tma.cuh"
@@ -40,6 +41,26 @@ namespace weir::kernels::cuda {
 namespace sparse_decode_wg {
 
 using sparse_decode::KernelArgs;
+// The wgmma and shared-memory building blocks of the dense GEMMs: descriptors
+// of K-major operands in 128-byte swizzled atoms, the wgmma fence / commit /
+// wait, the async-proxy fence (generic-proxy writes to shared memory, the
+// dequantized rows, Q and P, become visible to wgmma: each writer fences
+// before the barrier that publishes them) and the register pin.
+using dense::fp8_gemm::DescriptorOf;
+using dense::fp8_gemm::FenceSharedForAsyncProxy;
+using dense::fp8_gemm::StoreSharedU32;
+using dense::fp8_gemm::SwizzledKMajorDescriptorLo;
+using dense::fp8_gemm::WgmmaCommit;
+using dense::fp8_gemm::WgmmaFence;
+using dense::fp8_gemm::WgmmaWait;
+
+__device__ __forceinline__ uint64_t KMajorDescriptor(uint32_t addr) {
+  return DescriptorOf(SwizzledKMajorDescriptorLo(addr));
+}
+__device__ __forceinline__ void Pin(float& v) { dense::fp8_gemm::PinRegister(v); }
+__device__ __forceinline__ void StoreShared128(uint32_t addr, const uint4& v) {
+  dense::fp8_gemm::StoreShared128(addr, v.x, v.y, v.z, v.w);
+}
 
 inline constexpr int kHeadDim = 512;
 inline constexpr int kHeads = 64;  // heads per CTA: the wgmma M
@@ -70,12 +91,6 @@ inline constexpr int kSharedBytes = kUsedBytes + 1024;  // + the base's alignmen
 static_assert(kRawSlotBytes % 16 == 0 && kRawAt % 16 == 0 && kBarAt % 8 == 0);
 static_assert(kSharedBytes <= 227 * 1024, "Hopper's shared memory per CTA");
 
-// The descriptor of a K-major bf16 operand in 128-byte swizzled atoms
-// (8-row groups 1024 bytes apart) starting `addr` bytes into shared memory.
-__device__ __forceinline__ uint64_t KMajorDescriptor(uint32_t addr) {
-  return (uint64_t{(1024u >> 4) | (1u << 30)} << 32) | ((addr & 0x3FFFFu) >> 4) | (1u << 16);
-}
-
 // The descriptor of V [16 rows][256 dims] read MN-major from the swizzled
 // tile: 64 dims (128 bytes) contiguous, the next 64 dims one atom further
 // (leading byte offset kAtomBytes), the next 8 rows 1024 bytes further
@@ -89,33 +104,6 @@ __device__ __forceinline__ uint64_t MnMajorDescriptor(uint32_t addr) {
 __device__ __forceinline__ uint32_t AtomOffset(int row, int chunk) {
   return static_cast<uint32_t>(row * 128 + ((chunk ^ (row & 7)) << 4));
 }
-
-__device__ __forceinline__ void StoreShared128(uint32_t addr, const uint4& v) {
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y),
-               "r"(v.z), "r"(v.w)
-               : "memory");
-}
-
-__device__ __forceinline__ void StoreShared32(uint32_t addr, uint32_t v) {
-  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
-}
-
-__device__ __forceinline__ void WgmmaFence() {
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void WgmmaCommit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void WgmmaWaitAll() {
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-}
-// Generic-proxy writes to shared memory (dequantized rows, Q, P) become
-// visible to wgmma (the async proxy): each writer fences before the barrier
-// that publishes them.
-__device__ __forceinline__ void FenceSharedForAsyncProxy() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-__device__ __forceinline__ void Pin(float& v) { asm volatile("" : "+f"(v)::"memory"); }
 
 // Barrier of the two consumer warpgroups (named barriers 1 - 3).
 __device__ __forceinline__ void ConsumerBarrier(int id) {
@@ -356,7 +344,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       WgmmaQk(KMajorDescriptor(base + kQAt + at), KMajorDescriptor(kv + at + wg * 32 * 128), sc);
     }
     WgmmaCommit();
-    WgmmaWaitAll();
+    WgmmaWait(0);
 #pragma unroll
     for (int i = 0; i < 16; ++i) Pin(sc[i]);
 
@@ -406,8 +394,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         const float2 pf = __bfloat1622float2(p);
         sum[r] += pf.x + pf.y;
         const int h = r == 0 ? h_lo : h_hi;
-        StoreShared32(p_tile + AtomOffset(h, 4 * wg + i) + 4 * (lane & 3),
-                      sparse_decode::Bf16x2Bits(p));
+        StoreSharedU32(p_tile + AtomOffset(h, 4 * wg + i) + 4 * (lane & 3),
+                       sparse_decode::Bf16x2Bits(p));
       }
     }
 #pragma unroll
@@ -426,7 +414,7 @@ __global__ void __launch_bounds__(kThreads, 1)
               MnMajorDescriptor(kv + 4 * wg * kAtomBytes + 16 * k * 128), o);
     }
     WgmmaCommit();
-    WgmmaWaitAll();
+    WgmmaWait(0);
 #pragma unroll
     for (int i = 0; i < 128; ++i) Pin(o[i]);
     MbarrierArrive(empty0 + 8 * s);
