@@ -35,9 +35,9 @@
 #include <vector>
 
 #include "kernels/cpu/quant.h"
-#include "kernels/cuda/bench_util.h"
 #include "kernels/cuda/attention/sparse_attention.h"
 #include "kernels/cuda/attention/sparse_decode_attention_sm90.h"
+#include "kernels/cuda/bench_util.h"
 
 namespace weir::kernels::cuda {
 namespace {
@@ -195,6 +195,56 @@ int Run(int argc, char** argv) {
   };
   for (int batch : {1, 8, 32, 64}) {
     if (only_batch != 0 && batch != only_batch) continue;
+    const double kv_bytes = double(batch) * (window * 528.0 + topk * 288.0);
+    const double all_bytes =
+        kv_bytes + double(batch) * (2.0 * kHeads * kD * 4 + (window + topk) * 4.0);
+    const double flops = 4.0 * batch * kHeads * (window + topk) * kD;
+
+    // Reference on the selections of index offset 0 (once a batch size, for
+    // both kernels): fp32 rows gathered on the host (dequantized), one table
+    // row per list entry.
+    const int width = window + topk;
+    std::vector<float> table(static_cast<size_t>(batch) * width * kD);
+    std::vector<int32_t> ref_index(batch * width);
+    for (int b = 0; b < batch; ++b) {
+      for (int j = 0; j < width; ++j) {
+        float* dst = table.data() + (static_cast<size_t>(b) * width + j) * kD;
+        if (j < window) {
+          const int64_t t = win_index[b * window + j];
+          CheckOk(cpu::DequantizeFp8(std::span(win_codes).subspan(t * kD, kD),
+                                     std::span(win_scales).subspan(t * kD / 32, kD / 32), 32,
+                                     std::span(dst, kD)),
+                  "dequant");
+        } else {
+          const int64_t t = comp_index[b * topk + j - window] % context;  // content of region 0
+          CheckOk(cpu::DequantizeFp4(std::span(comp_codes).subspan(t * kD / 2, kD / 2),
+                                     std::span(comp_scales).subspan(t * kD / 16, kD / 16), 16,
+                                     cpu::Fp4Scale::kE4m3, std::span(dst, kD)),
+                  "dequant");
+        }
+        ref_index[b * width + j] = b * width + j;
+      }
+    }
+    float* d_table = DeviceCopy(table);
+    int32_t* d_ref_index = DeviceCopy(ref_index);
+    const SparseAttentionParams ref{.q = d_q,
+                                    .kv = d_table,
+                                    .sink = d_sink,
+                                    .index = d_ref_index,
+                                    .out = d_ref_out,
+                                    .queries = batch,
+                                    .heads = kHeads,
+                                    .head_dim = kD,
+                                    .kv_len = static_cast<int64_t>(batch) * width,
+                                    .topk = width};
+    const double ref_ms = MedianMs([&] { CheckOk(SparseAttention(ref, nullptr), "reference"); },
+                                   nullptr, std::max(3, iters / 20), 5);
+    Check(cudaDeviceSynchronize(), "reference");
+    std::vector<float> want(static_cast<size_t>(batch) * kHeads * kD), got(want.size());
+    Check(cudaMemcpy(want.data(), d_ref_out, want.size() * 4, cudaMemcpyDeviceToHost), "download");
+    cudaFree(d_table);
+    cudaFree(d_ref_index);
+
     for (const SparseDecodeKernel k : {SparseDecodeKernel::kMma16, SparseDecodeKernel::kWgmma64}) {
       if (only_kernel != 0 && (only_kernel == 1) != (k == SparseDecodeKernel::kMma16)) continue;
       kernel = k;
@@ -204,63 +254,14 @@ int Run(int argc, char** argv) {
       const double fast_ms = MedianMs([&](int i) { launch(i, nullptr); }, nullptr, iters, 5);
       Check(cudaDeviceSynchronize(), "fast kernel");
       const double graph_ms = graph ? GraphMs(launch, 32, 20) : 0.0;
-      const double kv_bytes = double(batch) * (window * 528.0 + topk * 288.0);
-      const double all_bytes =
-          kv_bytes + double(batch) * (2.0 * kHeads * kD * 4 + (window + topk) * 4.0);
-      const double flops = 4.0 * batch * kHeads * (window + topk) * kD;
-
-      // Reference on the selections of index offset 0: fp32 rows gathered on
-      // the host (dequantized), one table row per list entry.
-      const int width = window + topk;
-      std::vector<float> table(static_cast<size_t>(batch) * width * kD);
-      std::vector<int32_t> ref_index(batch * width);
-      for (int b = 0; b < batch; ++b) {
-        for (int j = 0; j < width; ++j) {
-          float* dst = table.data() + (static_cast<size_t>(b) * width + j) * kD;
-          if (j < window) {
-            const int64_t t = win_index[b * window + j];
-            CheckOk(cpu::DequantizeFp8(std::span(win_codes).subspan(t * kD, kD),
-                                       std::span(win_scales).subspan(t * kD / 32, kD / 32), 32,
-                                       std::span(dst, kD)),
-                    "dequant");
-          } else {
-            const int64_t t = comp_index[b * topk + j - window] % context;  // content of region 0
-            CheckOk(cpu::DequantizeFp4(std::span(comp_codes).subspan(t * kD / 2, kD / 2),
-                                       std::span(comp_scales).subspan(t * kD / 16, kD / 16), 16,
-                                       cpu::Fp4Scale::kE4m3, std::span(dst, kD)),
-                    "dequant");
-          }
-          ref_index[b * width + j] = b * width + j;
-        }
-      }
-      float* d_table = DeviceCopy(table);
-      int32_t* d_ref_index = DeviceCopy(ref_index);
-      const SparseAttentionParams ref{.q = d_q,
-                                      .kv = d_table,
-                                      .sink = d_sink,
-                                      .index = d_ref_index,
-                                      .out = d_ref_out,
-                                      .queries = batch,
-                                      .heads = kHeads,
-                                      .head_dim = kD,
-                                      .kv_len = static_cast<int64_t>(batch) * width,
-                                      .topk = width};
-      const double ref_ms = MedianMs([&] { CheckOk(SparseAttention(ref, nullptr), "reference"); },
-                                     nullptr, std::max(3, iters / 20), 5);
       CheckOk(SparseDecodeAttention(params(batch, 0), nullptr), "launch");
       Check(cudaDeviceSynchronize(), "kernels");
-      std::vector<float> got(static_cast<size_t>(batch) * kHeads * kD), want(got.size());
       Check(cudaMemcpy(got.data(), d_out, got.size() * 4, cudaMemcpyDeviceToHost), "download");
-      Check(cudaMemcpy(want.data(), d_ref_out, want.size() * 4, cudaMemcpyDeviceToHost),
-            "download");
       double num = 0, den = 0;
       for (size_t i = 0; i < got.size(); ++i) {
         num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
         den += double(want[i]) * want[i];
       }
-      cudaFree(d_table);
-      cudaFree(d_ref_index);
-
       const double kv_gbs = kv_bytes / (fast_ms * 1e-3) / 1e9;
       const double all_gbs = all_bytes / (fast_ms * 1e-3) / 1e9;
       std::printf(
