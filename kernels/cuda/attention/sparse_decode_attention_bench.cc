@@ -173,8 +173,7 @@ int Run(int argc, char** argv) {
               "TFLOP/s", "ref us", "ref/fast", "rel L2");
 
   const int only_kernel = IntFlag(argc, argv, "kernel", 0);
-  SparseDecodeKernel kernel = SparseDecodeKernel::kAuto;
-  const auto params = [&](int batch, int offset) {
+  const auto params = [&](SparseDecodeKernel kernel, int batch, int offset) {
     return SparseDecodeAttentionParams{
         .q = d_q,
         .sink = d_sink,
@@ -247,14 +246,14 @@ int Run(int argc, char** argv) {
 
     for (const SparseDecodeKernel k : {SparseDecodeKernel::kMma16, SparseDecodeKernel::kWgmma64}) {
       if (only_kernel != 0 && (only_kernel == 1) != (k == SparseDecodeKernel::kMma16)) continue;
-      kernel = k;
       const auto launch = [&](int i, cudaStream_t stream) {
-        CheckOk(SparseDecodeAttention(params(batch, (i * batch) % kIndexRows), stream), "launch");
+        CheckOk(SparseDecodeAttention(params(k, batch, (i * batch) % kIndexRows), stream),
+                "launch");
       };
       const double fast_ms = MedianMs([&](int i) { launch(i, nullptr); }, nullptr, iters, 5);
       Check(cudaDeviceSynchronize(), "fast kernel");
       const double graph_ms = graph ? GraphMs(launch, 32, 20) : 0.0;
-      CheckOk(SparseDecodeAttention(params(batch, 0), nullptr), "launch");
+      CheckOk(SparseDecodeAttention(params(k, batch, 0), nullptr), "launch");
       Check(cudaDeviceSynchronize(), "kernels");
       Check(cudaMemcpy(got.data(), d_out, got.size() * 4, cudaMemcpyDeviceToHost), "download");
       double num = 0, den = 0;
