@@ -31,6 +31,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/attention/sparse_decode_attention_sm90.cuh"
+#include "kernels/cuda/cluster.cuh"
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/dense/fp8_mma_sm90.cuh"
 #include "kernels/cuda/grid_dependency.cuh"
@@ -68,7 +69,9 @@ inline constexpr int kTile = 64;   // list entries per tile
 inline constexpr int kStages = 2;  // bf16 tiles in the ring
 inline constexpr int kProducerWarps = 4;
 inline constexpr int kRowsPerWarp = kTile / kProducerWarps;  // 16
-inline constexpr int kThreads = 3 * 128;
+inline constexpr int kConsumerThreads = 256;
+inline constexpr int kThreads = kProducerWarps * 32 + kConsumerThreads;
+inline constexpr int kMaxRanges = 8;         // a cluster's CTAs (the portable limit)
 inline constexpr int kRawSlots = 12;         // per producer warp: stored rows in its ring
 inline constexpr int kRawSlotBytes = 528;    // a window row: 512 codes + 16 scales
 inline constexpr int kFp8ScaleAt = 512;      // window scales' byte in a slot
@@ -103,6 +106,21 @@ __device__ __forceinline__ uint64_t MnMajorDescriptor(uint32_t addr) {
 // Byte of 16-byte chunk `chunk` (0..7) of row `row` in an atom.
 __device__ __forceinline__ uint32_t AtomOffset(int row, int chunk) {
   return static_cast<uint32_t>(row * 128 + ((chunk ^ (row & 7)) << 4));
+}
+
+// Loads from another CTA's shared memory (ClusterSharedAddress).
+__device__ __forceinline__ float LoadClusterF32(uint32_t addr) {
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
+  return v;
+}
+__device__ __forceinline__ float2 LoadClusterF32x2(uint32_t addr) {
+  float2 v;
+  asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];\n"
+               : "=f"(v.x), "=f"(v.y)
+               : "r"(addr)
+               : "memory");
+  return v;
 }
 
 // Barrier of the two consumer warpgroups (named barriers 1 - 3).
@@ -173,10 +191,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t base = SharedAddress(smem);
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid >> 5, lane = tid & 31;
-  const int64_t query = blockIdx.x / a.head_groups;
-  const int head0 = static_cast<int>(blockIdx.x % a.head_groups) * kHeads;
+  // Block x: ((query, head group), range); the ranges of a (query, head
+  // group) are one cluster, rank = range.
+  const int64_t qg = blockIdx.x / a.ranges;
+  const int rank = a.ranges > 1 ? static_cast<int>(ClusterCtaRank()) : 0;
+  const int64_t query = qg / a.head_groups;
+  const int head0 = static_cast<int>(qg % a.head_groups) * kHeads;
   const int entries = a.win_width + a.comp_width;
-  const int tiles = (entries + kTile - 1) / kTile;
+  const int all_tiles = (entries + kTile - 1) / kTile;
+  const int tile0 = min(rank * a.range_tiles, all_tiles);   // this CTA's tiles: tile0 ..
+  const int tiles = min(all_tiles - tile0, a.range_tiles);  // .. tile0 + tiles - 1
   const uint32_t full0 = base + kBarAt, empty0 = full0 + 8 * kStages;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -196,7 +220,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     volatile int32_t* const slot_row =
         reinterpret_cast<volatile int32_t*>(smem + kSlotRowAt) + warp * kRawSlots;
     auto entry_of = [&](int j) {
-      return (j / kRowsPerWarp) * kTile + warp * kRowsPerWarp + j % kRowsPerWarp;
+      return (tile0 + j / kRowsPerWarp) * kTile + warp * kRowsPerWarp + j % kRowsPerWarp;
     };
     // Pool row of stream row j, or -1 (padding, past the list, outside the pool).
     auto row_of = [&](int j) -> int32_t {
@@ -290,6 +314,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       __syncwarp();  // every lane has read slot j before issue(j + kRawSlots) refills it
     }
     CpAsyncWait<0>();
+    if (a.ranges > 1) {  // the consumers' two cluster barrier phases (below)
+      ClusterSync();
+      ClusterSync();
+    }
     return;
   }
 
@@ -433,25 +461,86 @@ __global__ void __launch_bounds__(kThreads, 1)
     red[wg * kHeads + h_hi] = l_run[1];
   }
   ConsumerBarrier(2);
-  // out = O / (l + exp(sink - max)); a head without a listed row gets 0.
+  if (a.ranges == 1) {
+    // out = O / (l + exp(sink - max)); a head without a listed row gets 0.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int h = r == 0 ? h_lo : h_hi;
+      const int head = head0 + h;
+      if (head >= a.heads) continue;
+      const bool any = m_run[r] != -INFINITY;
+      const float denom =
+          any ? (red[h] + red[kHeads + h]) + exp2f(a.sink[head] * 1.4426950408889634f - m_run[r])
+              : 1.0f;
+      float* const dst = a.out + (query * a.heads + head) * kHeadDim + 256 * wg + 2 * (lane & 3);
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        float2 v = any ? make_float2(o[4 * i + 2 * r] / denom, o[4 * i + 2 * r + 1] / denom)
+                       : make_float2(0.0f, 0.0f);
+        if (a.round_bf16) v = make_float2(RoundToBf16(v.x), RoundToBf16(v.y));
+        *reinterpret_cast<float2*>(dst + 8 * i) = v;
+      }
+    }
+    return;
+  }
+
+  // Ranges: this CTA's state (O [64 heads][512] fp32 over Q and the first
+  // stage, which every wgmma is done with; m, l per head in the P tile),
+  // then the cluster folds the ranges' states in rank order:
+  //   m = max_r m_r, w_r = 2^(m_r - m), l = sum_r l_r w_r, O = sum_r O_r w_r,
+  // each CTA for its share of the heads, and out = O / (l + exp(sink - m)).
+  // Every range starts from m = -inf, l = 0, O = 0, so a query's bits depend
+  // on the list widths alone (they set the ranges), never on the batch.
+  float* const state_o = reinterpret_cast<float*>(smem + kQAt);
+  float* const state_ml = reinterpret_cast<float*>(smem + kPAt);  // [m 64][l 64]
+  static_assert(kHeads * kHeadDim * 4 <= kPAt - kQAt && kPAt == kKvAt + kStages * kOperandBytes);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int h = r == 0 ? h_lo : h_hi;
-    const int head = head0 + h;
-    if (head >= a.heads) continue;
-    const bool any = m_run[r] != -INFINITY;
-    const float denom =
-        any ? (red[h] + red[kHeads + h]) + exp2f(a.sink[head] * 1.4426950408889634f - m_run[r])
-            : 1.0f;
-    float* const dst = a.out + (query * a.heads + head) * kHeadDim + 256 * wg + 2 * (lane & 3);
+    float* const row = state_o + h * kHeadDim + 256 * wg + 2 * (lane & 3);
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
-      float2 v = any ? make_float2(o[4 * i + 2 * r] / denom, o[4 * i + 2 * r + 1] / denom)
-                     : make_float2(0.0f, 0.0f);
-      if (a.round_bf16) v = make_float2(RoundToBf16(v.x), RoundToBf16(v.y));
-      *reinterpret_cast<float2*>(dst + 8 * i) = v;
+      *reinterpret_cast<float2*>(row + 8 * i) = make_float2(o[4 * i + 2 * r], o[4 * i + 2 * r + 1]);
+    }
+    if (wg == 0 && (lane & 3) == 0) {
+      state_ml[h] = m_run[r];
+      state_ml[kHeads + h] = red[h] + red[kHeads + h];
     }
   }
+  ClusterSync();  // every range's state is in its CTA's shared memory
+  // The ranges' m and l, gathered once (rank order) next to this CTA's own.
+  float* const gathered = state_ml + 2 * kHeads;  // [rank][m 64, l 64]
+  for (int i = ctid; i < a.ranges * 2 * kHeads; i += kConsumerThreads) {
+    gathered[i] =
+        LoadClusterF32(ClusterSharedAddress(state_ml + i % (2 * kHeads), i / (2 * kHeads)));
+  }
+  ConsumerBarrier(1);
+  // This CTA's heads: [rank * 64 / ranges, (rank + 1) * 64 / ranges); a thread
+  // takes 2 adjacent dims of a head at a time.
+  const int h_begin = rank * kHeads / a.ranges, h_end = (rank + 1) * kHeads / a.ranges;
+  for (int e = h_begin * (kHeadDim / 2) + ctid; e < h_end * (kHeadDim / 2); e += kConsumerThreads) {
+    const int h = e / (kHeadDim / 2), d = 2 * (e % (kHeadDim / 2));
+    const int head = head0 + h;
+    if (head >= a.heads) continue;
+    float m = -INFINITY;
+    for (int r = 0; r < a.ranges; ++r) m = fmaxf(m, gathered[r * 2 * kHeads + h]);
+    const float m_use = m == -INFINITY ? 0.0f : m;
+    float l = 0.0f;
+    float2 acc = make_float2(0.0f, 0.0f);
+    for (int r = 0; r < a.ranges; ++r) {
+      const float w = exp2f(gathered[r * 2 * kHeads + h] - m_use);
+      l += gathered[r * 2 * kHeads + kHeads + h] * w;
+      const float2 v = LoadClusterF32x2(ClusterSharedAddress(state_o + h * kHeadDim + d, r));
+      acc.x += v.x * w;
+      acc.y += v.y * w;
+    }
+    const bool any = m != -INFINITY;
+    const float denom = any ? l + exp2f(a.sink[head] * 1.4426950408889634f - m) : 1.0f;
+    float2 v = any ? make_float2(acc.x / denom, acc.y / denom) : make_float2(0.0f, 0.0f);
+    if (a.round_bf16) v = make_float2(RoundToBf16(v.x), RoundToBf16(v.y));
+    *reinterpret_cast<float2*>(a.out + (query * a.heads + head) * kHeadDim + d) = v;
+  }
+  ClusterSync();  // no CTA leaves while another may read its state
 }
 
 }  // namespace sparse_decode_wg
