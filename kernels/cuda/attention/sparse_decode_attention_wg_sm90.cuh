@@ -112,30 +112,31 @@ __device__ __forceinline__ uint32_t LoadShared8(uint32_t addr) {
   asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
   return v;
 }
+__device__ __forceinline__ uint32_t LoadShared32(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
 __device__ __forceinline__ uint2 LoadShared64(uint32_t addr) {
   uint2 v;
   asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr) : "memory");
   return v;
 }
-__device__ __forceinline__ uint4 LoadShared128(uint32_t addr) {
-  uint4 v;
-  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "r"(addr)
-               : "memory");
-  return v;
-}
+// Lane l holds dims 16 l .. 16 l + 15 of a row: atom l / 4, chunks 2 (l % 4)
+// and 2 (l % 4) + 1. Lanes of odd atoms take their second chunk first, so
+// each quarter-warp store phase hits 8 distinct chunks; the lane reads its
+// codes in that order too, so no register is swapped. FirstChunk(lane) is
+// the chunk (0 or 1 of the lane's two) taken first.
+__device__ __forceinline__ int FirstChunk(int lane) { return (lane >> 2) & 1; }
 
-// Writes a dequantized row into a bf16 stage: lane l holds dims 16 l .. 16 l
-// + 15 (lo, hi), atom l / 4, chunks 2 (l % 4) and 2 (l % 4) + 1. Lanes of odd
-// atoms store their second chunk first, so each quarter-warp store phase
-// hits 8 distinct chunks.
-__device__ __forceinline__ void StoreDequantRow(uint32_t stage, int lane, int row, uint4 lo,
-                                                uint4 hi) {
+// Writes the lane's two chunks of a dequantized row, `first` then `second`
+// (chunks FirstChunk(lane) and 1 - FirstChunk(lane)), into a bf16 stage.
+__device__ __forceinline__ void StoreDequantRow(uint32_t stage, int lane, int row, uint4 first,
+                                                uint4 second) {
   const uint32_t atom = stage + (lane >> 2) * kAtomBytes;
-  const int c0 = 2 * (lane & 3), odd = (lane >> 2) & 1;
-  StoreShared128(atom + AtomOffset(row, c0 + odd), odd ? hi : lo);
-  StoreShared128(atom + AtomOffset(row, c0 + 1 - odd), odd ? lo : hi);
+  const int c0 = 2 * (lane & 3), f = FirstChunk(lane);
+  StoreShared128(atom + AtomOffset(row, c0 + f), first);
+  StoreShared128(atom + AtomOffset(row, c0 + 1 - f), second);
 }
 
 // Eight e4m3 codes (two words, low byte = lower dim) times a power-of-two
@@ -300,8 +301,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
 #pragma unroll 1
     for (int g = 0; g < kRingGroups - 1; ++g) issue_group(g);
-    uint32_t valid = 0;  // the valid rows of the warp's 16 in the current tile
-    int ring = 0;        // ring position of group g
+    uint32_t valid = 0;                  // the valid rows of the warp's 16 in the current tile
+    int ring = 0;                        // ring position of group g
+    const int first = FirstChunk(lane);  // the lane's chunk read and stored first
 #pragma unroll 1
     for (int g = 0; g < groups; ++g) {
       issue_group(g + kRingGroups - 1);  // into the slots group g - 1 used
@@ -326,11 +328,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const uint32_t src = src0 + (k + h) * kRawSlotBytes;
-            const uint4 c = LoadShared128(src + 16 * lane);
+            const uint2 c0 = LoadShared64(src + 16 * lane + 8 * first);
+            const uint2 c1 = LoadShared64(src + 16 * lane + 8 * (1 - first));
             const float sc = E8m0ToFloat(LoadShared8(src + kFp8ScaleAt + (lane >> 1)));
             const bool ok = (bits >> (k + h)) & 1u;
-            v[h][0] = Fp8QuadToBf16(c.x, c.y, sc, ok);
-            v[h][1] = Fp8QuadToBf16(c.z, c.w, sc, ok);
+            v[h][0] = Fp8QuadToBf16(c0.x, c0.y, sc, ok);
+            v[h][1] = Fp8QuadToBf16(c1.x, c1.y, sc, ok);
           }
           StoreDequantRow(stage, lane, row0 + k, v[0][0], v[0][1]);
           StoreDequantRow(stage, lane, row0 + k + 1, v[1][0], v[1][1]);
@@ -342,12 +345,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const uint32_t src = src0 + (k + h) * kRawSlotBytes;
-            const uint2 c = LoadShared64(src + 8 * lane);
+            const uint32_t c0 = LoadShared32(src + 8 * lane + 4 * first);
+            const uint32_t c1 = LoadShared32(src + 8 * lane + 4 * (1 - first));
             const bool ok = (bits >> (k + h)) & 1u;
             const __nv_bfloat162 sc = __float2bfloat162_rn(
                 ok ? E4m3ToFloat(LoadShared8(src + kFp4ScaleAt + lane)) : 1.0f);
-            sparse_decode::Fp4x8ToBf16(ok ? c.x : 0u, sc, v[h][0]);
-            sparse_decode::Fp4x8ToBf16(ok ? c.y : 0u, sc, v[h][1]);
+            sparse_decode::Fp4x8ToBf16(ok ? c0 : 0u, sc, v[h][0]);
+            sparse_decode::Fp4x8ToBf16(ok ? c1 : 0u, sc, v[h][1]);
           }
           StoreDequantRow(stage, lane, row0 + k, v[0][0], v[0][1]);
           StoreDequantRow(stage, lane, row0 + k + 1, v[1][0], v[1][1]);
@@ -359,16 +363,18 @@ __global__ void __launch_bounds__(kThreads, 1)
           const bool ok = (bits >> k) & 1u;
           uint4 lo, hi;
           if (e0 + k < a.win_width) {
-            const uint4 c = LoadShared128(src + 16 * lane);
+            const uint2 c0 = LoadShared64(src + 16 * lane + 8 * first);
+            const uint2 c1 = LoadShared64(src + 16 * lane + 8 * (1 - first));
             const float sc = E8m0ToFloat(LoadShared8(src + kFp8ScaleAt + (lane >> 1)));
-            lo = Fp8QuadToBf16(c.x, c.y, sc, ok);
-            hi = Fp8QuadToBf16(c.z, c.w, sc, ok);
+            lo = Fp8QuadToBf16(c0.x, c0.y, sc, ok);
+            hi = Fp8QuadToBf16(c1.x, c1.y, sc, ok);
           } else {
-            const uint2 c = LoadShared64(src + 8 * lane);
+            const uint32_t c0 = LoadShared32(src + 8 * lane + 4 * first);
+            const uint32_t c1 = LoadShared32(src + 8 * lane + 4 * (1 - first));
             const __nv_bfloat162 sc = __float2bfloat162_rn(
                 ok ? E4m3ToFloat(LoadShared8(src + kFp4ScaleAt + lane)) : 1.0f);
-            sparse_decode::Fp4x8ToBf16(ok ? c.x : 0u, sc, lo);
-            sparse_decode::Fp4x8ToBf16(ok ? c.y : 0u, sc, hi);
+            sparse_decode::Fp4x8ToBf16(ok ? c0 : 0u, sc, lo);
+            sparse_decode::Fp4x8ToBf16(ok ? c1 : 0u, sc, hi);
           }
           StoreDequantRow(stage, lane, row0 + k, lo, hi);
         }
