@@ -1,8 +1,11 @@
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "kernels/cuda/attention/sparse_decode_attention_sm90.cuh"
 #include "kernels/cuda/attention/sparse_decode_attention_sm90.h"
@@ -28,9 +31,7 @@ static_assert(wg::kRawSlotBytes == kSparseDecodeWindowCodeBytes + kSparseDecodeW
 // CTAs per query: head groups of 16.
 int64_t HeadGroups(int heads) { return (heads + sd::kHeads - 1) / sd::kHeads; }
 
-bool Aligned(const void* p, uintptr_t bytes) {
-  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
-}
+bool Aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 // A pool's pointers, where `queries` rows of `width` entries make them used.
 bool PoolOk(int64_t queries, int width, int64_t rows, const int32_t* index, const uint8_t* codes,
@@ -43,6 +44,17 @@ bool PoolOk(int64_t queries, int width, int64_t rows, const int32_t* index, cons
          Aligned(scales, scale_align);
 }
 
+// kWgmma64's ranges of a list of `entries`: {ranges, tiles a range}.
+std::pair<int, int> WgmmaRanges(int64_t entries, int range_tiles) {
+  const int64_t tiles = (entries + wg::kTile - 1) / wg::kTile;
+  if (tiles <= 1) return {1, 1};
+  int64_t per = range_tiles > 0
+                    ? range_tiles
+                    : std::max<int64_t>(2, (tiles + wg::kMaxRanges - 1) / wg::kMaxRanges);
+  per = std::min(per, tiles);
+  return {static_cast<int>((tiles + per - 1) / per), static_cast<int>(per)};
+}
+
 }  // namespace
 
 bool SupportsSparseDecodeAttention(const SparseDecodeAttentionParams& p) {
@@ -50,11 +62,23 @@ bool SupportsSparseDecodeAttention(const SparseDecodeAttentionParams& p) {
       p.kernel != SparseDecodeKernel::kWgmma64) {
     return false;
   }
-  if (p.head_dim != kSparseDecodeHeadDim || p.heads <= 0 || p.heads > (1 << 16) ||
-      p.queries < 0 || !std::isfinite(p.scale)) {
+  if (p.wgmma_range_tiles < 0) return false;
+  if (p.kernel == SparseDecodeKernel::kWgmma64 && p.window_width >= 0 && p.compressed_width >= 0 &&
+      WgmmaRanges(int64_t{p.window_width} + p.compressed_width, p.wgmma_range_tiles).first >
+          wg::kMaxRanges) {
+    return false;
+  }
+  if (p.head_dim != kSparseDecodeHeadDim || p.heads <= 0 || p.heads > (1 << 16) || p.queries < 0 ||
+      !std::isfinite(p.scale)) {
     return false;
   }
   if (p.queries > INT32_MAX / HeadGroups(p.heads)) return false;
+  if (p.kernel == SparseDecodeKernel::kWgmma64) {  // its blocks: x ceil(heads / 64) x ranges
+    const int64_t per_query =
+        (p.heads + wg::kHeads - 1) / wg::kHeads *
+        WgmmaRanges(int64_t{p.window_width} + p.compressed_width, p.wgmma_range_tiles).first;
+    if (p.queries > INT32_MAX / per_query) return false;
+  }
   if (!PoolOk(p.queries, p.window_width, p.window_rows, p.window_index, p.window_codes,
               p.window_scales, 4) ||
       !PoolOk(p.queries, p.compressed_width, p.compressed_rows, p.compressed_index,
@@ -69,8 +93,10 @@ bool SupportsSparseDecodeAttention(const SparseDecodeAttentionParams& p) {
 absl::Status SparseDecodeAttention(const SparseDecodeAttentionParams& p, cudaStream_t stream) {
   if (!SupportsSparseDecodeAttention(p)) {
     return absl::InvalidArgumentError(
-        "SparseDecodeAttention: needs a known kernel, head_dim 512, heads in [1, 65536], "
-        "queries >= 0 with queries * ceil(heads / 16) < 2^31, widths in [0, " +
+        "SparseDecodeAttention: needs a known kernel, wgmma_range_tiles >= 0 giving at most 8 "
+        "ranges, head_dim 512, heads in [1, 65536], queries >= 0 with fewer than 2^31 blocks "
+        "(queries * ceil(heads / 16), kWgmma64: queries * ceil(heads / 64) * ranges), widths in "
+        "[0, " +
         std::to_string(kSparseDecodeMaxWidth) +
         "], pool rows in [0, 2^31), a finite scale, and non-null aligned pointers where used "
         "(q/out 8 B, codes 16 B, window scales 4 B, compressed scales 8 B)");
@@ -105,8 +131,27 @@ absl::Status SparseDecodeAttention(const SparseDecodeAttentionParams& p, cudaStr
         !s.ok()) {
       return s;
     }
-    wg::SparseDecodeAttentionWgKernel<<<static_cast<unsigned>(p.queries * groups), wg::kThreads,
-                                        wg::kSharedBytes, stream>>>(args);
+    sd::KernelArgs wargs = args;
+    std::tie(wargs.ranges, wargs.range_tiles) =
+        WgmmaRanges(int64_t{p.window_width} + p.compressed_width, p.wgmma_range_tiles);
+    const unsigned blocks = static_cast<unsigned>(p.queries * groups * wargs.ranges);
+    if (wargs.ranges == 1) {
+      wg::SparseDecodeAttentionWgKernel<<<blocks, wg::kThreads, wg::kSharedBytes, stream>>>(wargs);
+      return LaunchStatus("SparseDecodeAttention");
+    }
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(blocks);
+    config.blockDim = dim3(wg::kThreads);
+    config.dynamicSmemBytes = wg::kSharedBytes;
+    config.stream = stream;
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = static_cast<unsigned>(wargs.ranges);
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = 1;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    (void)cudaLaunchKernelEx(&config, wg::SparseDecodeAttentionWgKernel, wargs);
     return LaunchStatus("SparseDecodeAttention");
   }
   if (absl::Status s = AllowSharedBytes(sd::SparseDecodeAttentionKernel, sd::kSharedBytes,

@@ -70,6 +70,9 @@ struct KernelArgs {
   int heads, head_groups;
   float scale_log2;  // softmax scale * log2(e)
   bool round_bf16;   // out through RoundToBf16
+  // kWgmma64 only: a query's list in `ranges` ranges of `range_tiles` tiles,
+  // one CTA each, the CTAs of a query one cluster (ranges == 1: no cluster).
+  int ranges = 1, range_tiles = 0;
 };
 
 __device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src) {

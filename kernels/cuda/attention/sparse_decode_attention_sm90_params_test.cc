@@ -36,6 +36,32 @@ TEST(SparseDecodeAttentionParamsTest, AcceptsTheV41DecodeShape) {
   }
 }
 
+TEST(SparseDecodeAttentionParamsTest, ChecksTheWgmmaRanges) {
+  SparseDecodeAttentionParams p = Good();  // 128 + 512 entries: 10 tiles of 64
+  p.wgmma_range_tiles = -1;
+  ExpectRejected(p, "negative range tiles");
+  p.kernel = SparseDecodeKernel::kWgmma64;
+  p.wgmma_range_tiles = 1;
+  ExpectRejected(p, "10 ranges of 1 tile: more than a cluster of 8");
+  for (const int tiles : {0, 2, 10, 1000}) {
+    p.wgmma_range_tiles = tiles;
+    EXPECT_TRUE(SupportsSparseDecodeAttention(p)) << tiles;
+  }
+  p.wgmma_range_tiles = 0;  // the default keeps long lists to 8 ranges
+  p.compressed_width = kSparseDecodeMaxWidth;
+  EXPECT_TRUE(SupportsSparseDecodeAttention(p));
+  p.kernel = SparseDecodeKernel::kMma16;  // kMma16 has no ranges
+  p.compressed_width = 512;
+  p.wgmma_range_tiles = 1;
+  EXPECT_TRUE(SupportsSparseDecodeAttention(p));
+  // kWgmma64's blocks: queries x ceil(heads / 64) x ranges below 2^31.
+  p.kernel = SparseDecodeKernel::kWgmma64;
+  p.wgmma_range_tiles = 2;  // 5 ranges
+  p.heads = 1;
+  p.queries = INT32_MAX / 4;  // x 5 passes 2^31 (kMma16's x 1 would not)
+  ExpectRejected(p, "too many wgmma blocks");
+}
+
 TEST(SparseDecodeAttentionParamsTest, RejectsAnUnknownKernel) {
   SparseDecodeAttentionParams p = Good();
   p.kernel = static_cast<SparseDecodeKernel>(7);

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -107,7 +108,8 @@ Batch MakeBatch(int64_t queries, int heads, int win_width, int comp_width, const
 
 // Runs the fast kernel on `b` (output poisoned with NaN first).
 std::vector<float> RunFast(SparseDecodeKernel kernel, const Batch& b, const DevicePools& dp,
-                           const Pools& pools, float scale = 0.0f, bool round_bf16 = false) {
+                           const Pools& pools, float scale = 0.0f, bool round_bf16 = false,
+                           int wgmma_range_tiles = 0) {
   DeviceBuffer<float> q(b.q), sink(b.sink), out(b.q.size());
   DeviceBuffer<int32_t> wi(b.win_index), ci(b.comp_index);
   out.Poison();
@@ -128,7 +130,8 @@ std::vector<float> RunFast(SparseDecodeKernel kernel, const Batch& b, const Devi
                                                  .heads = b.heads,
                                                  .scale = scale,
                                                  .round_bf16 = round_bf16,
-                                                 .kernel = kernel},
+                                                 .kernel = kernel,
+                                                 .wgmma_range_tiles = wgmma_range_tiles},
                                                 nullptr);
   EXPECT_TRUE(st.ok()) << st;
   EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "after launch";
@@ -334,6 +337,29 @@ TEST_P(SparseDecodeAttentionTest, BatchInvariant) {
   const std::vector<float> got = RunFast(GetParam(), probe, dp, pools, 0.0f, /*round_bf16=*/true);
   EXPECT_EQ(std::memcmp(got.data(), rounded.data(), rounded.size() * sizeof(float)), 0)
       << "round_bf16 is not the rounded output";
+}
+
+// kWgmma64's ranges (one CTA a range, a cluster folding them in rank order):
+// every range size gives the reference's result within the bound, and the
+// folded result stays batch-invariant (BatchInvariant above runs the default
+// ranges: 5 of 2 tiles at the V4.1 shape).
+TEST(SparseDecodeAttentionRangesTest, EveryRangeSizeMatchesTheReference) {
+  std::mt19937 rng(15);
+  const Pools pools = MakePools(5 * 128, 20000, rng);
+  const DevicePools dp(pools);
+  const Batch b = MakeBatch(5, 64, 128, 512, pools, 0.05, false, rng);
+  std::vector<int32_t> index;
+  const std::vector<float> want = RunReference(b, dp, pools, index, 0.0f);
+  for (const int tiles : {2, 3, 4, 10, 100}) {  // 5, 4, 3, 1, 1 ranges of 64-entry tiles
+    const std::vector<float> got =
+        RunFast(SparseDecodeKernel::kWgmma64, b, dp, pools, 0.0f, false, tiles);
+    Compare(b, pools, index, got, want, ("range tiles " + std::to_string(tiles)).c_str());
+  }
+  // A long list (2,176 entries, 34 tiles): the default ranges are 7 of 5 tiles.
+  const Batch longer = MakeBatch(2, 64, 128, 2048, pools, 0.01, false, rng);
+  const std::vector<float> want_long = RunReference(longer, dp, pools, index, 0.0f);
+  Compare(longer, pools, index, RunFast(SparseDecodeKernel::kWgmma64, longer, dp, pools), want_long,
+          "long list, default ranges");
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, SparseDecodeAttentionTest,

@@ -31,6 +31,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/attention/sparse_decode_attention_sm90.cuh"
+#include "kernels/cuda/cluster.cuh"
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/dense/fp8_mma_sm90.cuh"
 #include "kernels/cuda/grid_dependency.cuh"
@@ -68,8 +69,13 @@ inline constexpr int kTile = 64;   // list entries per tile
 inline constexpr int kStages = 2;  // bf16 tiles in the ring
 inline constexpr int kProducerWarps = 4;
 inline constexpr int kRowsPerWarp = kTile / kProducerWarps;  // 16
-inline constexpr int kThreads = 3 * 128;
-inline constexpr int kRawSlots = 12;         // per producer warp: stored rows in its ring
+inline constexpr int kConsumerThreads = 256;
+inline constexpr int kThreads = kProducerWarps * 32 + kConsumerThreads;
+inline constexpr int kMaxRanges = 8;   // a cluster's CTAs (the portable limit)
+inline constexpr int kGroup = 4;       // rows a producer warp moves as one cp.async group
+inline constexpr int kRingGroups = 3;  // groups in a producer warp's ring
+inline constexpr int kRawSlots = kGroup * kRingGroups;  // stored rows in the ring
+inline constexpr uint32_t kGroupMask = (1u << kGroup) - 1;
 inline constexpr int kRawSlotBytes = 528;    // a window row: 512 codes + 16 scales
 inline constexpr int kFp8ScaleAt = 512;      // window scales' byte in a slot
 inline constexpr int kFp4ScaleAt = 256;      // compressed scales' byte in a slot
@@ -84,8 +90,7 @@ inline constexpr int kPAt = kKvAt + kStages * kOperandBytes;
 inline constexpr int kRawAt = kPAt + kAtomBytes;
 inline constexpr int kRedAt = kRawAt + kProducerWarps * kRawSlots * kRawSlotBytes;
 inline constexpr int kMaskAt = kRedAt + 2 * kHeads * 4;
-inline constexpr int kSlotRowAt = kMaskAt + kStages * 8;
-inline constexpr int kBarAt = kSlotRowAt + kProducerWarps * kRawSlots * 4;
+inline constexpr int kBarAt = kMaskAt + kStages * 8;
 inline constexpr int kUsedBytes = kBarAt + 2 * kStages * 8;
 inline constexpr int kSharedBytes = kUsedBytes + 1024;  // + the base's alignment slack
 static_assert(kRawSlotBytes % 16 == 0 && kRawAt % 16 == 0 && kBarAt % 8 == 0);
@@ -103,6 +108,66 @@ __device__ __forceinline__ uint64_t MnMajorDescriptor(uint32_t addr) {
 // Byte of 16-byte chunk `chunk` (0..7) of row `row` in an atom.
 __device__ __forceinline__ uint32_t AtomOffset(int row, int chunk) {
   return static_cast<uint32_t>(row * 128 + ((chunk ^ (row & 7)) << 4));
+}
+
+__device__ __forceinline__ uint32_t LoadShared8(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
+__device__ __forceinline__ uint32_t LoadShared32(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
+__device__ __forceinline__ uint2 LoadShared64(uint32_t addr) {
+  uint2 v;
+  asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr) : "memory");
+  return v;
+}
+// Lane l holds dims 16 l .. 16 l + 15 of a row: atom l / 4, chunks 2 (l % 4)
+// and 2 (l % 4) + 1. Lanes of odd atoms take their second chunk first, so
+// each quarter-warp store phase hits 8 distinct chunks; the lane reads its
+// codes in that order too, so no register is swapped. FirstChunk(lane) is
+// the chunk (0 or 1 of the lane's two) taken first.
+__device__ __forceinline__ int FirstChunk(int lane) { return (lane >> 2) & 1; }
+
+// Writes the lane's two chunks of a dequantized row, `first` then `second`
+// (chunks FirstChunk(lane) and 1 - FirstChunk(lane)), into a bf16 stage.
+__device__ __forceinline__ void StoreDequantRow(uint32_t stage, int lane, int row, uint4 first,
+                                                uint4 second) {
+  const uint32_t atom = stage + (lane >> 2) * kAtomBytes;
+  const int c0 = 2 * (lane & 3), f = FirstChunk(lane);
+  StoreShared128(atom + AtomOffset(row, c0 + f), first);
+  StoreShared128(atom + AtomOffset(row, c0 + 1 - f), second);
+}
+
+// Eight e4m3 codes (two words, low byte = lower dim) times a power-of-two
+// scale as four bf16x2 words, or +0 when !ok (a row never copied: its slot
+// holds stale or uninitialized bytes, codes and scale alike).
+__device__ __forceinline__ uint4 Fp8QuadToBf16(uint32_t w0, uint32_t w1, float scale, bool ok) {
+  if (!ok) {
+    w0 = w1 = 0u;  // e4m3 0x00 is +0
+    scale = 1.0f;
+  }
+  return make_uint4(
+      sparse_decode::Fp8PairToBf16(w0, scale), sparse_decode::Fp8PairToBf16(w0 >> 16, scale),
+      sparse_decode::Fp8PairToBf16(w1, scale), sparse_decode::Fp8PairToBf16(w1 >> 16, scale));
+}
+
+// Loads from another CTA's shared memory (ClusterSharedAddress).
+__device__ __forceinline__ float LoadClusterF32(uint32_t addr) {
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
+  return v;
+}
+__device__ __forceinline__ float2 LoadClusterF32x2(uint32_t addr) {
+  float2 v;
+  asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];\n"
+               : "=f"(v.x), "=f"(v.y)
+               : "r"(addr)
+               : "memory");
+  return v;
 }
 
 // Barrier of the two consumer warpgroups (named barriers 1 - 3).
@@ -173,10 +238,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t base = SharedAddress(smem);
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid >> 5, lane = tid & 31;
-  const int64_t query = blockIdx.x / a.head_groups;
-  const int head0 = static_cast<int>(blockIdx.x % a.head_groups) * kHeads;
+  // Block x: ((query, head group), range); the ranges of a (query, head
+  // group) are one cluster, rank = range.
+  const int64_t qg = blockIdx.x / a.ranges;
+  const int rank = a.ranges > 1 ? static_cast<int>(ClusterCtaRank()) : 0;
+  const int64_t query = qg / a.head_groups;
+  const int head0 = static_cast<int>(qg % a.head_groups) * kHeads;
   const int entries = a.win_width + a.comp_width;
-  const int tiles = (entries + kTile - 1) / kTile;
+  const int all_tiles = (entries + kTile - 1) / kTile;
+  const int tile0 = min(rank * a.range_tiles, all_tiles);   // this CTA's tiles: tile0 ..
+  const int tiles = min(all_tiles - tile0, a.range_tiles);  // .. tile0 + tiles - 1
   const uint32_t full0 = base + kBarAt, empty0 = full0 + 8 * kStages;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -190,13 +261,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (warp < kProducerWarps) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n");
     // Warp `warp`'s stream: its row j is entry (j / 16) * 64 + 16 warp + j % 16.
+    // Rows go through the ring in groups of kGroup (one cp.async group each,
+    // kRingGroups groups in the ring); a group is one tile's, and one pool
+    // kind unless the window width cuts it.
     const int rows = tiles * kRowsPerWarp;
+    const int groups = rows / kGroup;
     const uint32_t raw = base + kRawAt + warp * kRawSlots * kRawSlotBytes;
-    const uint8_t* const raw_bytes = smem + kRawAt + warp * kRawSlots * kRawSlotBytes;
-    volatile int32_t* const slot_row =
-        reinterpret_cast<volatile int32_t*>(smem + kSlotRowAt) + warp * kRawSlots;
     auto entry_of = [&](int j) {
-      return (j / kRowsPerWarp) * kTile + warp * kRowsPerWarp + j % kRowsPerWarp;
+      return (tile0 + j / kRowsPerWarp) * kTile + warp * kRowsPerWarp + j % kRowsPerWarp;
     };
     // Pool row of stream row j, or -1 (padding, past the list, outside the pool).
     auto row_of = [&](int j) -> int32_t {
@@ -207,16 +279,29 @@ __global__ void __launch_bounds__(kThreads, 1)
                             : __ldg(a.comp_index + query * a.comp_width + (e - a.win_width));
       return (v >= 0 && v < (fp8 ? a.win_rows : a.comp_rows)) ? v : -1;
     };
-    int32_t rows32 = -1;  // lane l: row_of(32 c + l) for the current chunk c of 32
-    // Starts the copies of stream row j into slot j % kRawSlots; one
-    // cp.async group per row (possibly empty), so the waits count rows.
-    auto issue = [&](int j) {
-      if (j < rows) {
-        if (j % 32 == 0) rows32 = row_of(j + lane);
-        const int32_t r = __shfl_sync(0xFFFFFFFFu, rows32, j % 32);
-        const uint32_t dst = raw + (j % kRawSlots) * kRawSlotBytes;
-        if (lane == 0) slot_row[j % kRawSlots] = r;
-        if (r >= 0) {
+    // Lane l: row_of(32 c + l) of the current chunk c of 32 stream rows, and
+    // of the next chunk (loaded a chunk ahead, so the index loads overlap).
+    int32_t rows32 = row_of(lane), next32 = row_of(32 + lane);
+    uint32_t listed = 0;  // bit k: the row in ring slot k is listed (uniform)
+    int issue_ring = 0;   // ring position of the next group issued
+    // Starts the copies of group g (stream rows kGroup g ..) into ring
+    // position issue_ring; commits one group (empty past the stream).
+    auto issue_group = [&](int g) {
+      if (g < groups) {
+        const int j0 = kGroup * g;
+        if (j0 % 32 == 0 && j0 > 0) {
+          rows32 = next32;
+          next32 = row_of(j0 + 32 + lane);
+        }
+        const int slot0 = issue_ring * kGroup;
+        uint32_t bits = 0;
+#pragma unroll
+        for (int k = 0; k < kGroup; ++k) {
+          const int j = j0 + k;
+          const int32_t r = __shfl_sync(0xFFFFFFFFu, rows32, j % 32);
+          bits |= static_cast<uint32_t>(r >= 0) << k;
+          const uint32_t dst = raw + (slot0 + k) * kRawSlotBytes;
+          if (r < 0) continue;
           if (entry_of(j) < a.win_width) {
             sparse_decode::CpAsync16(dst + 16 * lane,
                                      a.win_codes + static_cast<int64_t>(r) * 512 + 16 * lane);
@@ -233,52 +318,93 @@ __global__ void __launch_bounds__(kThreads, 1)
                 a.comp_scales + static_cast<int64_t>(r) * 32 + 8 * (lane - 16));
           }
         }
+        listed = (listed & ~(kGroupMask << slot0)) | (bits << slot0);
+        issue_ring = issue_ring == kRingGroups - 1 ? 0 : issue_ring + 1;
       }
       CpAsyncCommit();
     };
 #pragma unroll 1
-    for (int j = 0; j < kRawSlots - 1; ++j) issue(j);
-    uint32_t valid = 0;  // the valid rows of the warp's 16 in the current tile
+    for (int g = 0; g < kRingGroups - 1; ++g) issue_group(g);
+    uint32_t valid = 0;                  // the valid rows of the warp's 16 in the current tile
+    int ring = 0;                        // ring position of group g
+    const int first = FirstChunk(lane);  // the lane's chunk read and stored first
 #pragma unroll 1
-    for (int j = 0; j < rows; ++j) {
-      issue(j + kRawSlots - 1);  // into the slot row j - 1 used
-      const int t = j / kRowsPerWarp, i = j % kRowsPerWarp, s = t % kStages;
-      if (i == 0 && t >= kStages) MbarrierWait(empty0 + 8 * s, ((t / kStages) - 1) & 1);
-      CpAsyncWait<kRawSlots - 1>();  // row j's copies (this lane's) have landed
-      __syncwarp();                  // ... and every lane's
-      const int slot = j % kRawSlots;
-      const int32_t r = slot_row[slot];
-      const int row = warp * kRowsPerWarp + i;
-      uint4 lo = make_uint4(0u, 0u, 0u, 0u), hi = lo;  // dims 16 lane .. +7, +8 .. +15
-      if (r >= 0) {
-        const uint8_t* src = raw_bytes + slot * kRawSlotBytes;
-        if (entry_of(j) < a.win_width) {
-          const uint4 c = *reinterpret_cast<const uint4*>(src + 16 * lane);
-          const float sc = E8m0ToFloat(src[kFp8ScaleAt + (lane >> 1)]);
-          lo.x = sparse_decode::Fp8PairToBf16(c.x, sc);
-          lo.y = sparse_decode::Fp8PairToBf16(c.x >> 16, sc);
-          lo.z = sparse_decode::Fp8PairToBf16(c.y, sc);
-          lo.w = sparse_decode::Fp8PairToBf16(c.y >> 16, sc);
-          hi.x = sparse_decode::Fp8PairToBf16(c.z, sc);
-          hi.y = sparse_decode::Fp8PairToBf16(c.z >> 16, sc);
-          hi.z = sparse_decode::Fp8PairToBf16(c.w, sc);
-          hi.w = sparse_decode::Fp8PairToBf16(c.w >> 16, sc);
-        } else {
-          const uint2 c = *reinterpret_cast<const uint2*>(src + 8 * lane);
-          const __nv_bfloat162 sc = __float2bfloat162_rn(E4m3ToFloat(src[kFp4ScaleAt + lane]));
-          sparse_decode::Fp4x8ToBf16(c.x, sc, lo);
-          sparse_decode::Fp4x8ToBf16(c.y, sc, hi);
+    for (int g = 0; g < groups; ++g) {
+      issue_group(g + kRingGroups - 1);  // into the slots group g - 1 used
+      const int j0 = kGroup * g, t = j0 / kRowsPerWarp, i0 = j0 % kRowsPerWarp;
+      const int s = t % kStages;
+      if (i0 == 0 && t >= kStages) MbarrierWait(empty0 + 8 * s, ((t / kStages) - 1) & 1);
+      CpAsyncWait<kRingGroups - 1>();  // this lane's copies of group g have landed
+      __syncwarp();                    // ... and every lane's
+      const int slot0 = ring * kGroup;
+      const uint32_t bits = (listed >> slot0) & kGroupMask;
+      valid |= bits << i0;
+      const uint32_t stage = base + kKvAt + s * kOperandBytes;
+      const int row0 = warp * kRowsPerWarp + i0;
+      const uint32_t src0 = raw + slot0 * kRawSlotBytes;
+      const int e0 = entry_of(j0);
+      // Rows not listed were never copied: their slot's bytes become 0 (a
+      // select, not a branch).
+      if (e0 + kGroup <= a.win_width) {  // all window rows (uniform)
+#pragma unroll
+        for (int k = 0; k < kGroup; k += 2) {
+          uint4 v[2][2];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const uint32_t src = src0 + (k + h) * kRawSlotBytes;
+            const uint2 c0 = LoadShared64(src + 16 * lane + 8 * first);
+            const uint2 c1 = LoadShared64(src + 16 * lane + 8 * (1 - first));
+            const float sc = E8m0ToFloat(LoadShared8(src + kFp8ScaleAt + (lane >> 1)));
+            const bool ok = (bits >> (k + h)) & 1u;
+            v[h][0] = Fp8QuadToBf16(c0.x, c0.y, sc, ok);
+            v[h][1] = Fp8QuadToBf16(c1.x, c1.y, sc, ok);
+          }
+          StoreDequantRow(stage, lane, row0 + k, v[0][0], v[0][1]);
+          StoreDequantRow(stage, lane, row0 + k + 1, v[1][0], v[1][1]);
+        }
+      } else if (e0 >= a.win_width) {  // all compressed rows (uniform)
+#pragma unroll
+        for (int k = 0; k < kGroup; k += 2) {
+          uint4 v[2][2];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const uint32_t src = src0 + (k + h) * kRawSlotBytes;
+            const uint32_t c0 = LoadShared32(src + 8 * lane + 4 * first);
+            const uint32_t c1 = LoadShared32(src + 8 * lane + 4 * (1 - first));
+            const bool ok = (bits >> (k + h)) & 1u;
+            const __nv_bfloat162 sc = __float2bfloat162_rn(
+                ok ? E4m3ToFloat(LoadShared8(src + kFp4ScaleAt + lane)) : 1.0f);
+            sparse_decode::Fp4x8ToBf16(ok ? c0 : 0u, sc, v[h][0]);
+            sparse_decode::Fp4x8ToBf16(ok ? c1 : 0u, sc, v[h][1]);
+          }
+          StoreDequantRow(stage, lane, row0 + k, v[0][0], v[0][1]);
+          StoreDequantRow(stage, lane, row0 + k + 1, v[1][0], v[1][1]);
+        }
+      } else {  // the group the window width cuts: row by row
+#pragma unroll 1
+        for (int k = 0; k < kGroup; ++k) {
+          const uint32_t src = src0 + k * kRawSlotBytes;
+          const bool ok = (bits >> k) & 1u;
+          uint4 lo, hi;
+          if (e0 + k < a.win_width) {
+            const uint2 c0 = LoadShared64(src + 16 * lane + 8 * first);
+            const uint2 c1 = LoadShared64(src + 16 * lane + 8 * (1 - first));
+            const float sc = E8m0ToFloat(LoadShared8(src + kFp8ScaleAt + (lane >> 1)));
+            lo = Fp8QuadToBf16(c0.x, c0.y, sc, ok);
+            hi = Fp8QuadToBf16(c1.x, c1.y, sc, ok);
+          } else {
+            const uint32_t c0 = LoadShared32(src + 8 * lane + 4 * first);
+            const uint32_t c1 = LoadShared32(src + 8 * lane + 4 * (1 - first));
+            const __nv_bfloat162 sc = __float2bfloat162_rn(
+                ok ? E4m3ToFloat(LoadShared8(src + kFp4ScaleAt + lane)) : 1.0f);
+            sparse_decode::Fp4x8ToBf16(ok ? c0 : 0u, sc, lo);
+            sparse_decode::Fp4x8ToBf16(ok ? c1 : 0u, sc, hi);
+          }
+          StoreDequantRow(stage, lane, row0 + k, lo, hi);
         }
       }
-      valid |= static_cast<uint32_t>(r >= 0) << i;
-      // Lane l writes dims 16 l .. 16 l + 15: atom l / 4, chunks 2 (l % 4)
-      // and 2 (l % 4) + 1. Lanes of odd atoms store their second chunk first,
-      // so each quarter-warp store phase hits 8 distinct chunks.
-      const uint32_t atom = base + kKvAt + s * kOperandBytes + (lane >> 2) * kAtomBytes;
-      const int c0 = 2 * (lane & 3), odd = (lane >> 2) & 1;
-      StoreShared128(atom + AtomOffset(row, c0 + odd), odd ? hi : lo);
-      StoreShared128(atom + AtomOffset(row, c0 + 1 - odd), odd ? lo : hi);
-      if (i == kRowsPerWarp - 1) {
+      ring = ring == kRingGroups - 1 ? 0 : ring + 1;
+      if (i0 + kGroup == kRowsPerWarp) {
         if (lane == 0) {
           reinterpret_cast<volatile uint16_t*>(smem + kMaskAt + 8 * s)[warp] =
               static_cast<uint16_t>(valid);
@@ -287,9 +413,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         FenceSharedForAsyncProxy();
         MbarrierArrive(full0 + 8 * s);
       }
-      __syncwarp();  // every lane has read slot j before issue(j + kRawSlots) refills it
+      __syncwarp();  // every lane has read group g's slots before they are refilled
     }
     CpAsyncWait<0>();
+    if (a.ranges > 1) {  // the consumers' two cluster barrier phases (below)
+      ClusterSync();
+      ClusterSync();
+    }
     return;
   }
 
@@ -433,25 +563,86 @@ __global__ void __launch_bounds__(kThreads, 1)
     red[wg * kHeads + h_hi] = l_run[1];
   }
   ConsumerBarrier(2);
-  // out = O / (l + exp(sink - max)); a head without a listed row gets 0.
+  if (a.ranges == 1) {
+    // out = O / (l + exp(sink - max)); a head without a listed row gets 0.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int h = r == 0 ? h_lo : h_hi;
+      const int head = head0 + h;
+      if (head >= a.heads) continue;
+      const bool any = m_run[r] != -INFINITY;
+      const float denom =
+          any ? (red[h] + red[kHeads + h]) + exp2f(a.sink[head] * 1.4426950408889634f - m_run[r])
+              : 1.0f;
+      float* const dst = a.out + (query * a.heads + head) * kHeadDim + 256 * wg + 2 * (lane & 3);
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        float2 v = any ? make_float2(o[4 * i + 2 * r] / denom, o[4 * i + 2 * r + 1] / denom)
+                       : make_float2(0.0f, 0.0f);
+        if (a.round_bf16) v = make_float2(RoundToBf16(v.x), RoundToBf16(v.y));
+        *reinterpret_cast<float2*>(dst + 8 * i) = v;
+      }
+    }
+    return;
+  }
+
+  // Ranges: this CTA's state (O [64 heads][512] fp32 over Q and the first
+  // stage, which every wgmma is done with; m, l per head in the P tile),
+  // then the cluster folds the ranges' states in rank order:
+  //   m = max_r m_r, w_r = 2^(m_r - m), l = sum_r l_r w_r, O = sum_r O_r w_r,
+  // each CTA for its share of the heads, and out = O / (l + exp(sink - m)).
+  // Every range starts from m = -inf, l = 0, O = 0, so a query's bits depend
+  // on the list widths alone (they set the ranges), never on the batch.
+  float* const state_o = reinterpret_cast<float*>(smem + kQAt);
+  float* const state_ml = reinterpret_cast<float*>(smem + kPAt);  // [m 64][l 64]
+  static_assert(kHeads * kHeadDim * 4 <= kPAt - kQAt && kPAt == kKvAt + kStages * kOperandBytes);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int h = r == 0 ? h_lo : h_hi;
-    const int head = head0 + h;
-    if (head >= a.heads) continue;
-    const bool any = m_run[r] != -INFINITY;
-    const float denom =
-        any ? (red[h] + red[kHeads + h]) + exp2f(a.sink[head] * 1.4426950408889634f - m_run[r])
-            : 1.0f;
-    float* const dst = a.out + (query * a.heads + head) * kHeadDim + 256 * wg + 2 * (lane & 3);
+    float* const row = state_o + h * kHeadDim + 256 * wg + 2 * (lane & 3);
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
-      float2 v = any ? make_float2(o[4 * i + 2 * r] / denom, o[4 * i + 2 * r + 1] / denom)
-                     : make_float2(0.0f, 0.0f);
-      if (a.round_bf16) v = make_float2(RoundToBf16(v.x), RoundToBf16(v.y));
-      *reinterpret_cast<float2*>(dst + 8 * i) = v;
+      *reinterpret_cast<float2*>(row + 8 * i) = make_float2(o[4 * i + 2 * r], o[4 * i + 2 * r + 1]);
+    }
+    if (wg == 0 && (lane & 3) == 0) {
+      state_ml[h] = m_run[r];
+      state_ml[kHeads + h] = red[h] + red[kHeads + h];
     }
   }
+  ClusterSync();  // every range's state is in its CTA's shared memory
+  // The ranges' m and l, gathered once (rank order) next to this CTA's own.
+  float* const gathered = state_ml + 2 * kHeads;  // [rank][m 64, l 64]
+  for (int i = ctid; i < a.ranges * 2 * kHeads; i += kConsumerThreads) {
+    gathered[i] =
+        LoadClusterF32(ClusterSharedAddress(state_ml + i % (2 * kHeads), i / (2 * kHeads)));
+  }
+  ConsumerBarrier(1);
+  // This CTA's heads: [rank * 64 / ranges, (rank + 1) * 64 / ranges); a thread
+  // takes 2 adjacent dims of a head at a time.
+  const int h_begin = rank * kHeads / a.ranges, h_end = (rank + 1) * kHeads / a.ranges;
+  for (int e = h_begin * (kHeadDim / 2) + ctid; e < h_end * (kHeadDim / 2); e += kConsumerThreads) {
+    const int h = e / (kHeadDim / 2), d = 2 * (e % (kHeadDim / 2));
+    const int head = head0 + h;
+    if (head >= a.heads) continue;
+    float m = -INFINITY;
+    for (int r = 0; r < a.ranges; ++r) m = fmaxf(m, gathered[r * 2 * kHeads + h]);
+    const float m_use = m == -INFINITY ? 0.0f : m;
+    float l = 0.0f;
+    float2 acc = make_float2(0.0f, 0.0f);
+    for (int r = 0; r < a.ranges; ++r) {
+      const float w = exp2f(gathered[r * 2 * kHeads + h] - m_use);
+      l += gathered[r * 2 * kHeads + kHeads + h] * w;
+      const float2 v = LoadClusterF32x2(ClusterSharedAddress(state_o + h * kHeadDim + d, r));
+      acc.x += v.x * w;
+      acc.y += v.y * w;
+    }
+    const bool any = m != -INFINITY;
+    const float denom = any ? l + exp2f(a.sink[head] * 1.4426950408889634f - m) : 1.0f;
+    float2 v = any ? make_float2(acc.x / denom, acc.y / denom) : make_float2(0.0f, 0.0f);
+    if (a.round_bf16) v = make_float2(RoundToBf16(v.x), RoundToBf16(v.y));
+    *reinterpret_cast<float2*>(a.out + (query * a.heads + head) * kHeadDim + d) = v;
+  }
+  ClusterSync();  // no CTA leaves while another may read its state
 }
 
 }  // namespace sparse_decode_wg
