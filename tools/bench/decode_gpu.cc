@@ -132,6 +132,10 @@ ABSL_FLAG(bool, expert_tiles_resident, false,
 ABSL_FLAG(bool, attention_wgmma, false,
           "kFast: the sparse attention on one CTA a query for 64 heads (wgmma) instead of "
           "one a query and 16 heads (mma.sync) (DeviceDecoderOptions::attention_wgmma).");
+ABSL_FLAG(int32_t, attention_range_tiles, 0,
+          "With --attention_wgmma: the least 64-entry tiles of a query's list a CTA takes (0: 2, "
+          "the decode latency; 16: one CTA a query, the prefill throughput) "
+          "(DeviceDecoderOptions::attention_range_tiles).");
 ABSL_FLAG(bool, x16_panel, true,
           "Prefill: the FP8 products on the warp-specialized tile read X's f16 panel "
           "(DeviceDecoderOptions::prefill_x16_panel; same bits).");
@@ -375,7 +379,8 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
         .expert_prefill_tiles = absl::GetFlag(FLAGS_expert_prefill_tiles),
         .expert_tiles_resident = absl::GetFlag(FLAGS_expert_tiles_resident),
         .prefill_x16_panel = absl::GetFlag(FLAGS_x16_panel),
-        .attention_wgmma = absl::GetFlag(FLAGS_attention_wgmma)};
+        .attention_wgmma = absl::GetFlag(FLAGS_attention_wgmma),
+        .attention_range_tiles = absl::GetFlag(FLAGS_attention_range_tiles)};
     if (exchange) options.communicator = nccl->get();
     auto dd = weir::model::DeviceDecoder::Create(model, precision, options);
     WEIR_CHECK(dd.ok()) << dd.status();
@@ -536,7 +541,8 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       .expert_prefill_tiles = absl::GetFlag(FLAGS_expert_prefill_tiles),
       .expert_tiles_resident = absl::GetFlag(FLAGS_expert_tiles_resident),
       .prefill_x16_panel = absl::GetFlag(FLAGS_x16_panel),
-      .attention_wgmma = absl::GetFlag(FLAGS_attention_wgmma)};
+      .attention_wgmma = absl::GetFlag(FLAGS_attention_wgmma),
+      .attention_range_tiles = absl::GetFlag(FLAGS_attention_range_tiles)};
   auto dd = weir::model::CreateSyntheticDeviceDecoder(c, options_precision(), options);
   WEIR_CHECK(dd.ok()) << dd.status();
   std::printf("numerics %s: fast dense layers %d (bf16 %d), reference dense %d, fast MoE layers "

@@ -350,6 +350,13 @@ struct DeviceDecoderOptions {
   // prefill chunk 11 % shorter and a decode step 8 - 13 % longer at batch 1
   // - 8 (one CTA a query leaves most SMs idle there), so it is off by default.
   bool attention_wgmma = false;
+  // With attention_wgmma: the least number of 64-entry tiles of a query's
+  // list one CTA takes (SparseDecodeAttentionParams::wgmma_range_tiles; a
+  // query's ranges are one thread-block cluster). 0 means 2 (five CTAs a
+  // query at V4.1's 640-entry lists: the decode latency); 16 or more, one
+  // CTA a query (no cluster, no fold: the prefill throughput). Each value
+  // gives its own bits, batch-invariant, so a decoder keeps one; >= 0.
+  int attention_range_tiles = 0;
   // Expert parallelism over NCCL on device buffers (see the file comment):
   // this decoder is rank communicator->rank() of communicator->world_size().
   // Not owned; must outlive the decoder and live on `device`. Null: every

@@ -40,6 +40,10 @@ absl::StatusOr<LocalExperts> CheckDecodable(const ModelConfig& c, const LayerRol
                      options.batch_interval, ", max_rows_per_slot ", options.max_rows_per_slot,
                      " (each must be >= 1, max_positions >= 2, max_rows_per_slot <= max_batch)"));
   }
+  if (options.attention_range_tiles < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("DeviceDecoder: attention_range_tiles ",
+                                                   options.attention_range_tiles, " (>= 0)"));
+  }
   if (options.max_rollback < 0 || options.max_rollback > 1024) {
     return absl::InvalidArgumentError(
         absl::StrCat("DeviceDecoder: max_rollback ", options.max_rollback, " (0 to 1024)"));

@@ -126,6 +126,15 @@ TEST(DeviceDecoderPlanTest, RefusesBudgetsAndOptionsItCannotMeet) {
                     .ok())
         << tile;
   }
+  // The sparse attention's tiles a range: any count, never negative.
+  DeviceDecoderOptions ranged{.max_sequences = 2, .attention_wgmma = true};
+  ranged.attention_range_tiles = -1;
+  EXPECT_EQ(DeviceDecoder::MaxPositionsFor(*m, kBf16, ranged, SIZE_MAX).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  for (int tiles : {0, 1, 16, 1 << 20}) {
+    ranged.attention_range_tiles = tiles;
+    EXPECT_TRUE(DeviceDecoder::MaxPositionsFor(*m, kBf16, ranged, SIZE_MAX).ok()) << tiles;
+  }
   // The collapse-norms' CTAs a token: a cluster size the kernels have.
   for (int ranks : {-1, 3, 16}) {
     EXPECT_EQ(DeviceDecoder::MaxPositionsFor(

@@ -2,15 +2,19 @@
 //
 // Times SparseDecodeAttention at the V4.1 decode shape (64 heads x 512, window
 // 128 + index_topk 512 of a 65536-entry compressed context per query) for
-// batches 1, 8, 32, 64, next to a device copy measured in the same run and
-// the reference SparseAttention (fp32 rows, one block per (query, head)) on
-// the same selections.
+// batches 1, 8, 32, 64 and 1,024 (a prefill chunk's worth of queries), next
+// to a device copy measured in the same run and the reference SparseAttention
+// (fp32 rows, one block per (query, head)) on the same selections (not at
+// 1,024: its host-gathered table would take 1.3 GB).
 //
 //   sparse_decode_attention_bench [--iters=N] [--context=N] [--topk=N] [--batch=N]
-//                                 [--graph=0] [--kernel=0|1|2]  (on the GPU machine)
-// --batch=N times that batch only (default: 1, 8, 32, 64); --graph=0 skips
-// the graph timing (e.g. under ncu); --kernel=1 times SparseDecodeKernel::kMma16
-// only, 2 kWgmma64 only, 0 (default) both, each batch size in turn.
+//                                 [--graph=0] [--kernel=0|1|2] [--range_tiles=A,B,..]
+//                                 (on the GPU machine)
+// --batch=N times that batch only (default: 1, 8, 32, 64, 1024); --graph=0
+// skips the graph timing (e.g. under ncu); --kernel=1 times
+// SparseDecodeKernel::kMma16 only, 2 kWgmma64 only, 0 (default) both, each
+// batch size in turn; --range_tiles lists kWgmma64's wgmma_range_tiles to
+// time (default 0: the kernel's 2; row label wgmma64/rN for N != 0).
 //
 // Every query has its own sequence (64 x 65536 compressed rows, 1.2 GB) and
 // the launches rotate over 1024 index rows, so the KV rows a launch gathers
@@ -32,6 +36,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/quant.h"
@@ -44,7 +49,8 @@ namespace {
 
 constexpr int kD = kSparseDecodeHeadDim;
 constexpr int kHeads = 64;
-constexpr int kMaxBatch = 64;
+constexpr int kMaxBatch = 64;      // sequences (each its own KV region)
+constexpr int kMaxQueries = 1024;  // queries of the largest batch (query r reads sequence r % 64)
 constexpr int kIndexRows = 1024;  // rotation of index rows (a multiple of every batch)
 
 void Check(cudaError_t err, const char* what) {
@@ -154,7 +160,7 @@ int Run(int argc, char** argv) {
   }
   int32_t* d_win_index = DeviceCopy(win_index);
   int32_t* d_comp_index = DeviceCopy(comp_index);
-  std::vector<float> q(kMaxBatch * kHeads * kD), sink(kHeads);
+  std::vector<float> q(static_cast<size_t>(kMaxQueries) * kHeads * kD), sink(kHeads);
   for (float& v : q) v = normal(rng);
   cpu::RoundToBf16InPlace(q);
   for (float& v : sink) v = normal(rng);
@@ -168,12 +174,22 @@ int Run(int argc, char** argv) {
   std::printf("device copy: %.1f GB/s (1 GiB D2D, read + write counted)\n", copy_gbs);
   std::printf("shape: heads %d, head_dim %d, window %d (FP8) + topk %d (FP4) of context %lld\n\n",
               kHeads, kD, window, topk, static_cast<long long>(context));
-  std::printf("%8s %5s | %9s %9s | %8s %8s %6s | %8s %6s | %7s | %9s %7s | %8s\n", "kernel",
+  std::printf("%11s %5s | %9s %9s | %8s %8s %6s | %8s %6s | %7s | %9s %7s | %8s\n", "kernel",
               "batch", "fast us", "graph us", "KV MB", "KV GB/s", "/copy", "all GB/s", "/copy",
               "TFLOP/s", "ref us", "ref/fast", "rel L2");
 
   const int only_kernel = IntFlag(argc, argv, "kernel", 0);
-  const auto params = [&](SparseDecodeKernel kernel, int batch, int offset) {
+  std::vector<int> range_tiles;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--range_tiles=", 14) != 0) continue;
+    for (const char* t = argv[i] + 14; *t != '\0';) {
+      range_tiles.push_back(std::atoi(t));
+      while (*t != '\0' && *t != ',') ++t;
+      if (*t == ',') ++t;
+    }
+  }
+  if (range_tiles.empty()) range_tiles.push_back(0);
+  const auto params = [&](SparseDecodeKernel kernel, int range, int batch, int offset) {
     return SparseDecodeAttentionParams{
         .q = d_q,
         .sink = d_sink,
@@ -190,9 +206,10 @@ int Run(int argc, char** argv) {
         .out = d_out,
         .queries = batch,
         .heads = kHeads,
-        .kernel = kernel};
+        .kernel = kernel,
+        .wgmma_range_tiles = range};
   };
-  for (int batch : {1, 8, 32, 64}) {
+  for (int batch : {1, 8, 32, 64, kMaxQueries}) {
     if (only_batch != 0 && batch != only_batch) continue;
     const double kv_bytes = double(batch) * (window * 528.0 + topk * 288.0);
     const double all_bytes =
@@ -201,11 +218,12 @@ int Run(int argc, char** argv) {
 
     // Reference on the selections of index offset 0 (once a batch size, for
     // both kernels): fp32 rows gathered on the host (dequantized), one table
-    // row per list entry.
+    // row per list entry. Not at the prefill-sized batch.
+    const bool checked = batch <= kMaxBatch;
     const int width = window + topk;
-    std::vector<float> table(static_cast<size_t>(batch) * width * kD);
-    std::vector<int32_t> ref_index(batch * width);
-    for (int b = 0; b < batch; ++b) {
+    std::vector<float> table(checked ? static_cast<size_t>(batch) * width * kD : 0);
+    std::vector<int32_t> ref_index(checked ? batch * width : 0);
+    for (int b = 0; b < (checked ? batch : 0); ++b) {
       for (int j = 0; j < width; ++j) {
         float* dst = table.data() + (static_cast<size_t>(b) * width + j) * kD;
         if (j < window) {
@@ -236,38 +254,57 @@ int Run(int argc, char** argv) {
                                     .head_dim = kD,
                                     .kv_len = static_cast<int64_t>(batch) * width,
                                     .topk = width};
-    const double ref_ms = MedianMs([&] { CheckOk(SparseAttention(ref, nullptr), "reference"); },
-                                   nullptr, std::max(3, iters / 20), 5);
-    Check(cudaDeviceSynchronize(), "reference");
-    std::vector<float> want(static_cast<size_t>(batch) * kHeads * kD), got(want.size());
-    Check(cudaMemcpy(want.data(), d_ref_out, want.size() * 4, cudaMemcpyDeviceToHost), "download");
+    double ref_ms = 0.0;
+    std::vector<float> want(checked ? static_cast<size_t>(batch) * kHeads * kD : 0);
+    std::vector<float> got(want.size());
+    if (checked) {
+      ref_ms = MedianMs([&] { CheckOk(SparseAttention(ref, nullptr), "reference"); }, nullptr,
+                        std::max(3, iters / 20), 5);
+      Check(cudaDeviceSynchronize(), "reference");
+      Check(cudaMemcpy(want.data(), d_ref_out, want.size() * 4, cudaMemcpyDeviceToHost),
+            "download");
+    }
     cudaFree(d_table);
     cudaFree(d_ref_index);
 
-    for (const SparseDecodeKernel k : {SparseDecodeKernel::kMma16, SparseDecodeKernel::kWgmma64}) {
-      if (only_kernel != 0 && (only_kernel == 1) != (k == SparseDecodeKernel::kMma16)) continue;
+    // {kernel, range tiles}: kMma16 once, kWgmma64 at each asked range size.
+    std::vector<std::pair<SparseDecodeKernel, int>> runs;
+    if (only_kernel != 2) runs.emplace_back(SparseDecodeKernel::kMma16, 0);
+    if (only_kernel != 1) {
+      for (const int r : range_tiles) runs.emplace_back(SparseDecodeKernel::kWgmma64, r);
+    }
+    const int reps = checked ? iters : std::max(5, iters / 20);
+    for (const auto& [k, range] : runs) {
       const auto launch = [&](int i, cudaStream_t stream) {
-        CheckOk(SparseDecodeAttention(params(k, batch, (i * batch) % kIndexRows), stream),
+        CheckOk(SparseDecodeAttention(params(k, range, batch, (i * batch) % kIndexRows), stream),
                 "launch");
       };
-      const double fast_ms = MedianMs([&](int i) { launch(i, nullptr); }, nullptr, iters, 5);
+      const double fast_ms = MedianMs([&](int i) { launch(i, nullptr); }, nullptr, reps, 5);
       Check(cudaDeviceSynchronize(), "fast kernel");
-      const double graph_ms = graph ? GraphMs(launch, 32, 20) : 0.0;
-      CheckOk(SparseDecodeAttention(params(k, batch, 0), nullptr), "launch");
-      Check(cudaDeviceSynchronize(), "kernels");
-      Check(cudaMemcpy(got.data(), d_out, got.size() * 4, cudaMemcpyDeviceToHost), "download");
-      double num = 0, den = 0;
-      for (size_t i = 0; i < got.size(); ++i) {
-        num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-        den += double(want[i]) * want[i];
+      const double graph_ms = graph ? GraphMs(launch, checked ? 32 : 4, checked ? 20 : 5) : 0.0;
+      double rel = 0.0;
+      if (checked) {
+        CheckOk(SparseDecodeAttention(params(k, range, batch, 0), nullptr), "launch");
+        Check(cudaDeviceSynchronize(), "kernels");
+        Check(cudaMemcpy(got.data(), d_out, got.size() * 4, cudaMemcpyDeviceToHost), "download");
+        double num = 0, den = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+          den += double(want[i]) * want[i];
+        }
+        rel = std::sqrt(num / den);
       }
       const double kv_gbs = kv_bytes / (fast_ms * 1e-3) / 1e9;
       const double all_gbs = all_bytes / (fast_ms * 1e-3) / 1e9;
+      const std::string label = k == SparseDecodeKernel::kMma16 ? "mma16"
+                                : range == 0                    ? "wgmma64"
+                                             : "wgmma64/r" + std::to_string(range);
       std::printf(
-          "%8s %5d | %9.2f %9.2f | %8.3f %8.1f %6.3f | %8.1f %6.3f | %7.1f | %9.1f %7.1f | %8.2g\n",
-          k == SparseDecodeKernel::kMma16 ? "mma16" : "wgmma64", batch, fast_ms * 1e3,
-          graph_ms * 1e3, kv_bytes / 1e6, kv_gbs, kv_gbs / copy_gbs, all_gbs, all_gbs / copy_gbs,
-          flops / (fast_ms * 1e-3) / 1e12, ref_ms * 1e3, ref_ms / fast_ms, std::sqrt(num / den));
+          "%11s %5d | %9.2f %9.2f | %8.3f %8.1f %6.3f | %8.1f %6.3f | %7.1f | %9.1f %7.1f | "
+          "%8.2g\n",
+          label.c_str(), batch, fast_ms * 1e3, graph_ms * 1e3, kv_bytes / 1e6, kv_gbs,
+          kv_gbs / copy_gbs, all_gbs, all_gbs / copy_gbs, flops / (fast_ms * 1e-3) / 1e12,
+          ref_ms * 1e3, checked ? ref_ms / fast_ms : 0.0, rel);
     }
   }
   return 0;

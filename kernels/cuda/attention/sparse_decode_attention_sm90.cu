@@ -48,9 +48,8 @@ bool PoolOk(int64_t queries, int width, int64_t rows, const int32_t* index, cons
 std::pair<int, int> WgmmaRanges(int64_t entries, int range_tiles) {
   const int64_t tiles = (entries + wg::kTile - 1) / wg::kTile;
   if (tiles <= 1) return {1, 1};
-  int64_t per = range_tiles > 0
-                    ? range_tiles
-                    : std::max<int64_t>(2, (tiles + wg::kMaxRanges - 1) / wg::kMaxRanges);
+  int64_t per = std::max<int64_t>(range_tiles > 0 ? range_tiles : 2,
+                                  (tiles + wg::kMaxRanges - 1) / wg::kMaxRanges);
   per = std::min(per, tiles);
   return {static_cast<int>((tiles + per - 1) / per), static_cast<int>(per)};
 }
@@ -63,11 +62,6 @@ bool SupportsSparseDecodeAttention(const SparseDecodeAttentionParams& p) {
     return false;
   }
   if (p.wgmma_range_tiles < 0) return false;
-  if (p.kernel == SparseDecodeKernel::kWgmma64 && p.window_width >= 0 && p.compressed_width >= 0 &&
-      WgmmaRanges(int64_t{p.window_width} + p.compressed_width, p.wgmma_range_tiles).first >
-          wg::kMaxRanges) {
-    return false;
-  }
   if (p.head_dim != kSparseDecodeHeadDim || p.heads <= 0 || p.heads > (1 << 16) || p.queries < 0 ||
       !std::isfinite(p.scale)) {
     return false;
@@ -93,8 +87,8 @@ bool SupportsSparseDecodeAttention(const SparseDecodeAttentionParams& p) {
 absl::Status SparseDecodeAttention(const SparseDecodeAttentionParams& p, cudaStream_t stream) {
   if (!SupportsSparseDecodeAttention(p)) {
     return absl::InvalidArgumentError(
-        "SparseDecodeAttention: needs a known kernel, wgmma_range_tiles >= 0 giving at most 8 "
-        "ranges, head_dim 512, heads in [1, 65536], queries >= 0 with fewer than 2^31 blocks "
+        "SparseDecodeAttention: needs a known kernel, wgmma_range_tiles >= 0, head_dim 512, heads "
+        "in [1, 65536], queries >= 0 with fewer than 2^31 blocks "
         "(queries * ceil(heads / 16), kWgmma64: queries * ceil(heads / 64) * ranges), widths in "
         "[0, " +
         std::to_string(kSparseDecodeMaxWidth) +

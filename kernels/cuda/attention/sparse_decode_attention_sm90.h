@@ -87,16 +87,19 @@ struct SparseDecodeAttentionParams {
   float scale = 0.0f;  // 0 means head_dim^-0.5
   bool round_bf16 = false;  // out through RoundToBf16 (the reference's bf16 boundary)
   SparseDecodeKernel kernel = SparseDecodeKernel::kAuto;
-  // kWgmma64: tiles of 64 list entries a range (one CTA a range, a query's
-  // ranges one thread-block cluster folding their states in rank order).
-  // 0: 2 tiles, or more when the list would need more than 8 ranges. The
-  // ranges follow the list widths alone, so the bits never depend on the
-  // batch; a decoder keeps one value for its life.
+  // kWgmma64: the least number of 64-entry tiles a range (one CTA a range, a
+  // query's ranges one thread-block cluster folding their states in rank
+  // order); raised where the list would need more than 8 ranges. 0 means 2.
+  // A value at least the list's tiles runs each query on one CTA (no
+  // cluster): fewer CTAs, no fold, the better choice when the queries fill
+  // the GPU (prefill). The ranges follow the list widths and this value
+  // alone, so the bits never depend on the batch; a decoder keeps one value
+  // for its life.
   int wgmma_range_tiles = 0;
 };
 
 // Returns true if the launcher handles `params`: a SparseDecodeKernel value,
-// wgmma_range_tiles >= 0 giving kWgmma64 at most 8 ranges, head_dim == 512,
+// wgmma_range_tiles >= 0, head_dim == 512,
 // heads > 0, queries >= 0 with queries * ceil(heads / 16)
 // < 2^31, 0 <= window_width,
 // compressed_width <= kSparseDecodeMaxWidth, 0 <= window_rows,

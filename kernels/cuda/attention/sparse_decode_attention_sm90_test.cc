@@ -350,16 +350,20 @@ TEST(SparseDecodeAttentionRangesTest, EveryRangeSizeMatchesTheReference) {
   const Batch b = MakeBatch(5, 64, 128, 512, pools, 0.05, false, rng);
   std::vector<int32_t> index;
   const std::vector<float> want = RunReference(b, dp, pools, index, 0.0f);
-  for (const int tiles : {2, 3, 4, 10, 100}) {  // 5, 4, 3, 1, 1 ranges of 64-entry tiles
+  // 5 (1 tile asked, raised to 2: at most 8 ranges), 5, 4, 3, 1, 1 ranges of 64-entry tiles.
+  for (const int tiles : {1, 2, 3, 4, 10, 100}) {
     const std::vector<float> got =
         RunFast(SparseDecodeKernel::kWgmma64, b, dp, pools, 0.0f, false, tiles);
     Compare(b, pools, index, got, want, ("range tiles " + std::to_string(tiles)).c_str());
   }
-  // A long list (2,176 entries, 34 tiles): the default ranges are 7 of 5 tiles.
+  // A long list (2,176 entries, 34 tiles): the default ranges are 7 of 5 tiles,
+  // and so are 3 tiles asked (raised to fit 8 ranges).
   const Batch longer = MakeBatch(2, 64, 128, 2048, pools, 0.01, false, rng);
   const std::vector<float> want_long = RunReference(longer, dp, pools, index, 0.0f);
-  Compare(longer, pools, index, RunFast(SparseDecodeKernel::kWgmma64, longer, dp, pools), want_long,
-          "long list, default ranges");
+  const std::vector<float> got_long = RunFast(SparseDecodeKernel::kWgmma64, longer, dp, pools);
+  Compare(longer, pools, index, got_long, want_long, "long list, default ranges");
+  EXPECT_EQ(RunFast(SparseDecodeKernel::kWgmma64, longer, dp, pools, 0.0f, false, 3), got_long)
+      << "3 tiles asked of a 34-tile list: the 7 ranges of 5 tiles, the same bits";
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, SparseDecodeAttentionTest,
