@@ -827,6 +827,20 @@ TEST(DeviceDecoderFastTest, StoredKvWgmmaAttentionChunkedStepsAreBatchInvariant)
   testing::CheckChunkedSteps(*cpu, ActivationPrecision::kBf16, options, nullptr,
                              "small head_dim 512 fast, stored KV, wgmma attention");
 }
+// ... and with one CTA a query (attention_range_tiles past the list's 10
+// tiles: no cluster, no fold), the prefill setting.
+TEST(DeviceDecoderFastTest, StoredKvWgmmaOneCtaAttentionChunkedStepsAreBatchInvariant) {
+  const Checkpoint* ck = Small512Checkpoint();
+  ASSERT_NE(ck, nullptr);
+  auto cpu = RowStableCpuModel(*ck, ActivationPrecision::kBf16);
+  ASSERT_NE(cpu, nullptr);
+  DeviceDecoderOptions options{.numerics = DecodeNumerics::kFast, .kv_block_tokens = 2};
+  options.attention_wgmma = true;
+  options.attention_range_tiles = 16;
+  testing::CheckChunkedSteps(
+      *cpu, ActivationPrecision::kBf16, options, nullptr,
+      "small head_dim 512 fast, stored KV, wgmma attention, one CTA a query");
+}
 TEST(DeviceDecoderFastTest, StoredKvWgmmaAttentionRollbackIsBatchInvariant) {
   const Checkpoint* ck = Small512Checkpoint();
   ASSERT_NE(ck, nullptr);
