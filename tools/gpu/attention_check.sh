@@ -16,7 +16,7 @@
 #      CTA a query (r16): the 4,096-row prefill chunk with the section
 #      profile, the decode steps at batch 1 and 8 (context 4,096) and at 64
 #      (context 64).
-# BUDGET_S (default 540) stops before a step that would not fit; a step is
+# DECODER_FILTER (default '*StoredKv*') narrows step 3. BUDGET_S (default 540) stops before a step that would not fit; a step is
 # skipped, not cut, so every log is whole. One log per step under RESULTS
 # (default .gpu_bundle/results_attention), a summary and the timing lines at
 # the end; exits non-zero if a test failed.
@@ -43,7 +43,7 @@ for ctx in 65536 1024; do
   fi
 done
 fits 240 && { step decoder_stored_kv_test 240 "${bundle}/bin/worker_model_device_decoder_fast_test" \
-  --gtest_filter='*StoredKv*' || status=1; }
+  --gtest_filter="${DECODER_FILTER:-*StoredKv*}" || status=1; }
 slice=(--ep_slice=8 --numerics=fast)
 mode_flags() {  # mma16 | r0 | r16: the decoder's attention flags of a mode
   case "$1" in
