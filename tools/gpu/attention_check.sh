@@ -5,7 +5,7 @@
 #   1. sparse_decode_attention_sm90_test (every case on kMma16 and kWgmma64,
 #      against SparseAttention on the dequantized rows);
 #   2. sparse_decode_attention_bench (both kernels, kWgmma64 at the default
-#      ranges and at one CTA a query (--range_tiles=0,16), batch 1 / 8 / 32 /
+#      ranges, 4 and 5 tiles a range and one CTA a query (--range_tiles=0,4,5,16), batch 1 / 8 / 32 /
 #      64 / 1,024 at context 65,536 and 1,024), and with OLD_BENCH (a previous
 #      binary, e.g. main's, carried xz-packed and unpacked) its kWgmma64 rows
 #      too, so a branch's kernel and main's are timed in the same call;
@@ -37,7 +37,7 @@ step attention_test 120 "${bundle}/bin/kernels_cuda_attention_sparse_decode_atte
   status=1
 for ctx in 65536 1024; do
   fits 60 && step "attention_bench_${ctx}" 60 "${bundle}/tools/sparse_decode_attention_bench" \
-    --context="${ctx}" --range_tiles=0,16
+    --context="${ctx}" --range_tiles=0,4,5,16
   if [[ -n "${old_bench}" ]] && fits 60; then
     step "attention_bench_old_${ctx}" 60 "${old_bench}" --context="${ctx}" --kernel=2
   fi
