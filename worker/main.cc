@@ -102,6 +102,16 @@ ABSL_FLAG(bool, ep_lsa_exchange, false,
           "the device into the peers' NCCL symmetric windows, a token's row only to the ranks "
           "that serve it (same outputs; not yet run on several GPUs; "
           "DeviceDecoderOptions::ep_lsa_exchange).");
+ABSL_FLAG(bool, attention_wgmma, false,
+          "With --numerics=fast: the sparse attention on one thread-block cluster a query for "
+          "its 64 heads (wgmma; each listed KV row gathered once) instead of one CTA a query and "
+          "16 heads (mma.sync). With the default --attention_range_tiles it shortens decode "
+          "steps at batch 1 - 8; with --attention_range_tiles=16 it speeds prefill up "
+          "(DeviceDecoderOptions::attention_wgmma).");
+ABSL_FLAG(int32_t, attention_range_tiles, 0,
+          "With --attention_wgmma: the least 64-entry tiles of a query's list one CTA takes "
+          "(0: 2, five CTAs a query at V4.1's 640-entry lists, for decode latency; 16: one CTA a "
+          "query, for prefill throughput). Each value has its own bits (all batch-invariant).");
 ABSL_FLAG(bool, dense_wgmma, false,
           "With --numerics=fast: the FP8 linears' block sums on FP8 wgmma (faster at small "
           "batches, slower at 32-64; the same precision trade as --expert_wgmma).");
@@ -158,6 +168,10 @@ int Run(int argc, char** argv) {
     std::cerr << "worker: --gpu_memory_fraction must be in (0, 1]\n";
     return 2;
   }
+  if (absl::GetFlag(FLAGS_attention_range_tiles) < 0) {
+    std::cerr << "worker: --attention_range_tiles must be >= 0\n";
+    return 2;
+  }
   const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
   if (coordinator.empty()) {
     std::cerr << "worker: --coordinator=HOST:PORT is required\n";
@@ -193,6 +207,8 @@ int Run(int argc, char** argv) {
                     .expert_prefill_tiles = absl::GetFlag(FLAGS_expert_prefill_tiles),
                     .expert_tiles_resident = absl::GetFlag(FLAGS_expert_tiles_resident),
                     .dense_wgmma = absl::GetFlag(FLAGS_dense_wgmma),
+                    .attention_wgmma = absl::GetFlag(FLAGS_attention_wgmma),
+                    .attention_range_tiles = absl::GetFlag(FLAGS_attention_range_tiles),
                     .ep_lsa_exchange = absl::GetFlag(FLAGS_ep_lsa_exchange),
                     .fault_injection = absl::GetFlag(FLAGS_fault_injection)});
   if (absl::GetFlag(FLAGS_fault_injection)) InstallStallSignal();
