@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/grid_dependency.cuh"
+#include "kernels/cuda/rope_pair.cuh"
 #include "kernels/cuda/rounding.cuh"
 
 namespace weir::kernels::cuda {
@@ -25,13 +26,9 @@ __global__ void RopeKernel(float* x, const int64_t* __restrict__ positions,
   const int64_t token = vec / num_heads;
   float c, s;
   if (cos_sin != nullptr && cos_sin_rows > 0) {  // the CPU's values, by position
-    const int64_t row = positions[token];
-    if (row >= 0 && row < cos_sin_rows) {
-      c = cos_sin[(row * half + pair) * 2];
-      s = cos_sin[(row * half + pair) * 2 + 1];
-    } else {
-      c = s = __int_as_float(0x7fffffff);
-    }
+    const float2 cs = RopeCosSinAt(cos_sin, cos_sin_rows, positions[token], half, pair);
+    c = cs.x;
+    s = cs.y;
   } else if (cos_sin != nullptr) {  // the CPU's values, by token
     c = cos_sin[(token * half + pair) * 2];
     s = cos_sin[(token * half + pair) * 2 + 1];
@@ -42,14 +39,8 @@ __global__ void RopeKernel(float* x, const int64_t* __restrict__ positions,
   }
   float* v = x + vec * head_dim + (head_dim - rope_dim) + 2 * pair;
   const float a = v[0], b = v[1];
-  float r0, r1;
-  if (!inverse) {
-    r0 = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-    r1 = __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
-  } else {
-    r0 = __fadd_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-    r1 = __fsub_rn(__fmul_rn(b, c), __fmul_rn(a, s));
-  }
+  const float2 r = RopeRotatePair(a, b, c, s, inverse);
+  float r0 = r.x, r1 = r.y;
   if (round_bf16) {
     r0 = RoundToBf16(r0);
     r1 = RoundToBf16(r1);

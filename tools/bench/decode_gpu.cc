@@ -148,6 +148,9 @@ ABSL_FLAG(bool, dense_wgmma, false,
 ABSL_FLAG(bool, programmatic, true,
           "Graphs with programmatic edges between kernels "
           "(DeviceDecoderOptions::programmatic_launch); false: ordinary edges.");
+ABSL_FLAG(bool, fused_rope, true,
+          "kFast: RoPE inside the launch before it (the FP8 product's split-K reduce, the "
+          "attention output's transpose; same bits) (DeviceDecoderOptions::fused_rope).");
 ABSL_FLAG(bool, fused_split_reduce, false,
           "Split-K linears at small batch sum in their last split CTA "
           "(DeviceDecoderOptions::fused_split_reduce); false: a second kernel.");
@@ -367,6 +370,7 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
         .use_graphs = graphs,
         .programmatic_launch = absl::GetFlag(FLAGS_programmatic),
         .fused_split_reduce = absl::GetFlag(FLAGS_fused_split_reduce),
+        .fused_rope = absl::GetFlag(FLAGS_fused_rope),
         .fp8_split_target_ctas = absl::GetFlag(FLAGS_fp8_split_target),
         .fp8_split_min_stages = absl::GetFlag(FLAGS_fp8_split_min_stages),
         .bf16_split_k = absl::GetFlag(FLAGS_bf16_split_k),
@@ -526,6 +530,7 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       .max_rows_per_slot = std::max(chunk, 1),
       .programmatic_launch = absl::GetFlag(FLAGS_programmatic),
       .fused_split_reduce = absl::GetFlag(FLAGS_fused_split_reduce),
+      .fused_rope = absl::GetFlag(FLAGS_fused_rope),
       .fp8_split_target_ctas = absl::GetFlag(FLAGS_fp8_split_target),
       .fp8_split_min_stages = absl::GetFlag(FLAGS_fp8_split_min_stages),
       .bf16_split_k = absl::GetFlag(FLAGS_bf16_split_k),
@@ -710,9 +715,12 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
                                  ? std::optional<double>(fp32_bytes / bandwidth * 1e3)
                                  : std::nullopt,
             .graph_nodes = static_cast<int64_t>((*dd)->stats().graph_nodes)});
-    std::printf("      graph of batch %d: %lld nodes, %lld programmatic edges\n", batch,
-                static_cast<long long>((*dd)->stats().graph_nodes),
-                static_cast<long long>((*dd)->stats().programmatic_edges));
+    std::printf(
+        "      graph of batch %d: %lld nodes, %lld programmatic edges; %lld RoPEs fused into "
+        "other launches since the decoder's start (--fused_rope)\n",
+        batch, static_cast<long long>((*dd)->stats().graph_nodes),
+        static_cast<long long>((*dd)->stats().programmatic_edges),
+        static_cast<long long>((*dd)->stats().fused_ropes));
     if (device_greedy) {
       std::printf(
           "      greedy tokens picked on the device (ArgmaxRows over %lld logits a row, "

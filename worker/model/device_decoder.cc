@@ -815,6 +815,7 @@ absl::StatusOr<int64_t> DeviceDecoder::StepInto(std::span<const int> slots,
       ++stats_.eager_steps;
     }
     stats_.x16_panels = m.x16_panels;
+    stats_.fused_ropes = m.fused_ropes;
     WEIR_DD_CUDA("event", cudaEventRecord(m.ev_end, m.stream));
     if (asked > 0 && greedy) {  // the argmax of each asked row, 4 bytes a row back
       RETURN_IF_ERROR(kernels::cuda::dense::ArgmaxRows(

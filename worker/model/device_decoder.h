@@ -241,6 +241,13 @@ struct DeviceDecoderOptions {
   // default: measured slower on the EP8 slice (batch 1 16.52 vs 15.83 ms,
   // batch 8 23.60 vs 22.98; H200, tools/bench README "decode_gpu").
   bool fused_split_reduce = false;
+  // RoPE inside the launch before it where that launch can take it, the same
+  // bits (ApplyRope's arithmetic, kernels/cuda/rope_pair.cuh): the query's
+  // and the indexer query's in their FP8 product's split-K reduce (decode
+  // steps), the attention output's inverse one in the transpose before its
+  // grouped projection. A step's chain of launches gets shorter by up to 3
+  // a layer; DeviceDecoderStats::fused_ropes counts them.
+  bool fused_rope = true;
   // kFast FP8 linears: the split-K rule's knobs (ChooseFp8GemmSplits: about
   // this many CTAs of 32 weight rows, at least this many 128-wide K stages a
   // split). Each setting has its own bits; the decoder keeps one for every
@@ -405,6 +412,7 @@ struct DeviceDecoderStats {
   int64_t programmatic_edges = 0;  // of its edges, made programmatic
   int64_t eager_steps = 0;
   int64_t x16_panels = 0;       // prefill_x16_panel: FP8 products enqueued on an f16 panel
+  int64_t fused_ropes = 0;      // fused_rope: RoPEs enqueued inside another launch
   int64_t drafts = 0;           // sequences drafted (DraftBatch)
   double draft_seconds = 0;     // wall time inside DraftBatch
   int64_t draft_launches = 0;   // DraftBatch's device passes (batch_cap / block sequences each)

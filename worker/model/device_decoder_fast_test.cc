@@ -687,6 +687,51 @@ TEST(DeviceDecoderFastTest, SmallBf16WgmmaF16PrefillGivesTheMmaBits) {
   EXPECT_EQ(DifferingCalls(got_mma, got_f16), 0) << "of " << got_mma.size() << " calls";
 }
 
+// fused_rope (the query's and the indexer query's RoPE in their product's
+// split-K reduce, the attention output's inverse one in its transpose) gives
+// the Rope launches' bits: a 40-row prompt chunk and four decode steps of two
+// sequences, every call's logits equal with and without it, and the fused
+// decoder did fuse.
+TEST(DeviceDecoderFastTest, SmallBf16FusedRopeGivesTheRopeLaunchesBits) {
+  for (const bool stored : {false, true}) {
+    const Checkpoint* ck = stored ? Small512Checkpoint() : SmallCheckpoint(3);
+    ASSERT_NE(ck, nullptr);
+    const int64_t v = ck->config().vocab_size;
+    auto cpu = RowStableCpuModel(*ck, ActivationPrecision::kBf16);
+    ASSERT_NE(cpu, nullptr);
+    DeviceDecoderOptions plain{.numerics = DecodeNumerics::kFast,
+                               .max_sequences = 3,
+                               .max_positions = 64,
+                               .kv_block_tokens = stored ? 4 : 0,
+                               .max_batch = 40,
+                               .max_rows_per_slot = 40};
+    plain.fused_rope = false;
+    DeviceDecoderOptions fused = plain;
+    fused.fused_rope = true;
+    const std::vector<int64_t> prompt = RandomTokens(40, 43, v - 1);
+    std::vector<std::vector<int64_t>> steps;
+    for (int step = 0; step < 4; ++step) steps.push_back({5 + step, 9 + step});
+    const auto want = ChunkThenSteps(*cpu, plain, {1, 2}, prompt, steps);
+    const auto got = ChunkThenSteps(*cpu, fused, {1, 2}, prompt, steps);
+    ASSERT_EQ(want.size(), 6u);
+    EXPECT_EQ(DifferingCalls(want, got), 0) << "of " << want.size() << " calls, stored " << stored;
+    for (const bool on : {false, true}) {
+      DeviceDecoderOptions o = on ? fused : plain;
+      auto dd = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, o);
+      ASSERT_TRUE(dd.ok()) << dd.status();
+      ASSERT_TRUE((*dd)->Start(1).ok());
+      const std::vector<int> slot = {1};
+      const std::vector<int64_t> token = {3};
+      ASSERT_TRUE((*dd)->StepRows(slot, token, std::nullopt).ok());
+      if (on) {
+        EXPECT_GT((*dd)->stats().fused_ropes, 0) << "stored " << stored;
+      } else {
+        EXPECT_EQ((*dd)->stats().fused_ropes, 0) << "stored " << stored;
+      }
+    }
+  }
+}
+
 // A 400-row prompt chunk runs the FP8 linears (and the experts' tile form)
 // on the warp-specialized prefill tile (Fp8GemmTile::kN128M128Ws, kAuto's
 // tile above 256 rows); the same prompt in four chunks of 100 rows runs the

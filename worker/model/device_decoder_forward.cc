@@ -188,9 +188,8 @@ absl::Status DeviceDecoder::Impl::SelectCompressed(int layer, int64_t b) {
   const LayerDev& src = layers[role.kv_source];
   const StepMeta::PerRatio& pr = meta_d.ratio[ratio_index(role.ratio)];
   const int64_t nh = c.index_n_heads, di = c.index_head_dim, me = max_entries(role.ratio);
-  RETURN_IF_ERROR(MmRound(L.index_wq_b, qr_in, b, iq));
-  RETURN_IF_ERROR(Rope(iq, meta_d.positions, b, static_cast<int>(nh), di, layer, /*inverse=*/false,
-                       /*round=*/true));
+  RETURN_IF_ERROR(
+      MmRoundRope(L.index_wq_b, qr_in, b, iq, meta_d.positions, static_cast<int>(nh), di, layer));
   RETURN_IF_ERROR(Quant(iq, b * nh * di, dense::FakeQuantFormat::kMxfp4));
   RETURN_IF_ERROR(MmRound(L.index_weights_proj, h_in, b, iw));
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(di)) /
@@ -276,9 +275,7 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
   if (branch) RETURN_IF_ERROR(ForkSide(kv_side));
   RETURN_IF_ERROR(MmRound(L.wq_a, h_in, b, qr));
   RETURN_IF_ERROR(Norm(qr, L.q_norm, b, ql, /*round=*/true, &qr_in, L.wq_b.codes != nullptr));
-  RETURN_IF_ERROR(MmRound(L.wq_b, qr_in, b, q));
-  RETURN_IF_ERROR(
-      Rope(q, pos, b, static_cast<int>(heads), hd, layer, /*inverse=*/false, /*round=*/true));
+  RETURN_IF_ERROR(MmRoundRope(L.wq_b, qr_in, b, q, pos, static_cast<int>(heads), hd, layer));
   RETURN_IF_ERROR(branch ? JoinSide() : kv_side());
   // Compressed part.
   dec::AssembleIndexParams ip{.window = attn_rows_,
@@ -357,11 +354,25 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
   Unbind(h_in);
   Unbind(qr_in);
   if (!stored_kv) RETURN_IF_ERROR(Round(o, b * heads * hd));
-  RETURN_IF_ERROR(
-      Rope(o, pos, b, static_cast<int>(heads), hd, layer, /*inverse=*/true, /*round=*/true));
   // Grouped low-rank output: o [B, G, gin] -> og [G, B, gin] -> ug [G, B, r] -> u [B, G, r].
+  // The inverse RoPE of o rides on the first transpose (ApplyRope's bits,
+  // one launch fewer) where a group row holds whole heads.
   const int64_t groups = c.o_groups, gin = c.o_group_in_dim(), rank = c.o_lora_rank;
-  RETURN_IF_ERROR(dec::SwapAxes({.src = o, .dst = og, .a = b, .b = groups, .width = gin}, stream));
+  dec::SwapAxesParams swap{.src = o, .dst = og, .a = b, .b = groups, .width = gin};
+  if (options.fused_rope && gin % hd == 0) {
+    ++fused_ropes;
+    swap.rope_positions = pos;
+    swap.rope_cos_sin = cos_sin(layer);
+    swap.rope_cos_sin_rows = options.max_positions;
+    swap.rope_head_dim = static_cast<int>(hd);
+    swap.rope_dim = static_cast<int>(c.rope_head_dim);
+    swap.rope_inverse = true;
+    swap.rope_round_bf16 = bf16();
+  } else {
+    RETURN_IF_ERROR(
+        Rope(o, pos, b, static_cast<int>(heads), hd, layer, /*inverse=*/true, /*round=*/true));
+  }
+  RETURN_IF_ERROR(dec::SwapAxes(swap, stream));
   // kFast: one grouped Bf16Gemm when the groups' bf16 weights lie evenly apart.
   bool grouped = groups > 1 && L.wo_a[0].bf16 != nullptr;
   const int64_t stride = grouped ? L.wo_a[1].bf16 - L.wo_a[0].bf16 : 0;

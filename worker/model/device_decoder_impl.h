@@ -417,6 +417,11 @@ struct DeviceDecoder::Impl {
   uint16_t *x16 = nullptr, *side_x16 = nullptr;
   int64_t x16_count = 0, side_x16_count = 0;
   int64_t x16_panels = 0;  // panels made (DeviceDecoderStats::x16_panels)
+  int64_t fused_ropes = 0;  // DeviceDecoderStats::fused_ropes
+  // MmRoundRope -> Fp8Gemm: the RoPE its next product may take, and whether
+  // it took it.
+  const dense::Fp8BlockGemmParams::Rope* product_rope = nullptr;
+  bool product_roped = false;
   float* side_split = nullptr;
   // expert_prefill_tiles: one layer's local experts in the FP8 tile form, w1
   // and w3 stacked an expert ([experts][2 inter][dim] + tile scales), w2
@@ -867,6 +872,12 @@ struct DeviceDecoder::Impl {
                                  : dense::Fp8GemmMath::kMmaF16;
     p.prefetch_weights = options.weight_prefetch;
     p.k_splits = FastSplits(p.n, p.k, split_groups > 0 ? split_groups : p.groups);
+    if (product_rope != nullptr) {  // MmRoundRope's RoPE, where the split reduce can take it
+      p.rope = *product_rope;
+      product_rope = nullptr;
+      product_roped = dense::Fp8GemmRopeApplies(p);
+      if (!product_roped) p.rope = {};
+    }
     RETURN_IF_ERROR(MakeX16Panel(p));
     if (p.k_splits > 1) {
       p.split_scratch = split;
@@ -950,6 +961,34 @@ struct DeviceDecoder::Impl {
     }
     RETURN_IF_ERROR(Mm(w, in, rows, out, split_groups));
     return Round(out, rows * w.out);
+  }
+  // MmRound of w into out [rows, heads * dim], then Rope (forward, rounded)
+  // of its heads at `positions`: the same bits either way, the rotation in
+  // the FP8 product's split-K reduce where it has one (a decode step's
+  // product: one launch fewer), else a Rope launch after it.
+  template <typename In>
+  absl::Status MmRoundRope(const DevDense& w, In&& in, int64_t rows, float* out,
+                           const int64_t* positions, int heads, int64_t dim, int layer) {
+    const dense::Fp8BlockGemmParams::Rope rope{.positions = positions,
+                                               .cos_sin = cos_sin(layer),
+                                               .cos_sin_rows = options.max_positions,
+                                               .head_dim = static_cast<int>(dim),
+                                               .dim = static_cast<int>(c.rope_head_dim),
+                                               .round_bf16 = bf16()};
+    // The reduce rotates the product's output, so that output must be final:
+    // rounded in the epilogue (or never rounded).
+    product_roped = false;
+    if (options.fused_rope && (!bf16() || FusesRound(w)) && w.out == heads * dim) {
+      product_rope = &rope;
+    }
+    const absl::Status made = MmRound(w, in, rows, out);
+    product_rope = nullptr;
+    RETURN_IF_ERROR(made);
+    if (product_roped) {
+      ++fused_ropes;
+      return absl::OkStatus();
+    }
+    return Rope(out, positions, rows, heads, dim, layer, /*inverse=*/false, /*round=*/true);
   }
   absl::Status Round(float* v, int64_t n) {
     if (!bf16()) return absl::OkStatus();

@@ -141,21 +141,33 @@ absl::Status CopyRows(const CopyRowsParams& p, cudaStream_t stream) {
 bool SupportsSwapAxes(const SwapAxesParams& p) {
   int64_t n = 0;
   if (p.a < 0 || p.b < 0 || p.width < 0 || !CheckedProduct({p.a, p.b, p.width}, &n)) return false;
+  if (p.rope_cos_sin != nullptr &&
+      (p.rope_positions == nullptr || p.rope_cos_sin_rows <= 0 || p.rope_dim <= 0 ||
+       p.rope_dim % 2 != 0 || p.rope_dim > p.rope_head_dim || p.width % p.rope_head_dim != 0 ||
+       p.a * p.b >= (int64_t{1} << 31) || p.width >= (int64_t{1} << 26))) {
+    return false;
+  }
   return n == 0 || (p.src != nullptr && p.dst != nullptr);
 }
 
 absl::Status SwapAxes(const SwapAxesParams& p, cudaStream_t stream) {
   if (!SupportsSwapAxes(p)) {
     return absl::InvalidArgumentError(
-        "SwapAxes: needs a, b, width >= 0 and src and dst when there is output; got a " +
+        "SwapAxes: needs a, b, width >= 0 and src and dst when there is output, and with a RoPE "
+        "its positions, a table of rows > 0, an even rope_dim in (0, rope_head_dim] with width "
+        "a multiple of rope_head_dim, a * b < 2^31 and width < 2^26; got a " +
         Str(p.a) + " b " + Str(p.b) + " width " + Str(p.width));
   }
   const int64_t n = p.a * p.b * p.width;
   if (n == 0) return absl::OkStatus();
   const int64_t chunks = (p.width + kSwapChunk - 1) / kSwapChunk;
-  if (p.a * p.b < (int64_t{1} << 31) && chunks <= 65535) {
-    SwapAxesRowsKernel<<<dim3(static_cast<unsigned>(p.a * p.b), static_cast<unsigned>(chunks)), 256,
-                         0, stream>>>(p.src, p.dst, p.a, p.b, p.width);
+  const dim3 grid(static_cast<unsigned>(p.a * p.b), static_cast<unsigned>(chunks));
+  if (p.rope_cos_sin != nullptr) {  // chunks < 65,536 by width < 2^26
+    const SwapRope rope{p.rope_positions, p.rope_cos_sin, p.rope_cos_sin_rows, p.rope_head_dim,
+                        p.rope_dim,       p.rope_inverse, p.rope_round_bf16};
+    SwapAxesRowsKernel<true><<<grid, 256, 0, stream>>>(p.src, p.dst, p.a, p.b, p.width, rope);
+  } else if (p.a * p.b < (int64_t{1} << 31) && chunks <= 65535) {
+    SwapAxesRowsKernel<false><<<grid, 256, 0, stream>>>(p.src, p.dst, p.a, p.b, p.width, {});
   } else {
     SwapAxesKernel<<<BlocksFor(n), internal::kThreads, 0, stream>>>(p.src, p.dst, p.a, p.b,
                                                                     p.width);

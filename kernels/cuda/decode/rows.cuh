@@ -7,6 +7,7 @@
 
 #include "kernels/cuda/decode/markov_argmax.cuh"
 #include "kernels/cuda/grid_dependency.cuh"
+#include "kernels/cuda/rope_pair.cuh"
 #include "kernels/cuda/rounding.cuh"
 
 namespace weir::kernels::cuda::decode {
@@ -132,18 +133,46 @@ __global__ void SwapAxesKernel(const float* __restrict__ src, float* __restrict_
 // Columns one block of SwapAxesRowsKernel copies.
 constexpr int64_t kSwapChunk = 1024;
 
+// SwapAxesRowsKernel's RoPE (SwapAxesParams' rope fields).
+struct SwapRope {
+  const int64_t* positions;
+  const float* cos_sin;
+  int64_t cos_sin_rows;
+  int head_dim, rope_dim;
+  bool inverse, round_bf16;
+};
+
 // One block per (dst row, chunk of kSwapChunk columns): dst row q = j a + i
 // is src row i b + j, so the index arithmetic is once per block (the
-// element-wise kernel above divides 64-bit indices per element).
+// element-wise kernel above divides 64-bit indices per element). kRope: a
+// thread whose column is in a head's last rope_dim rotates its pair as
+// RopeKernel does (reading the partner too) and keeps its own half.
+template <bool kRope>
 __global__ void SwapAxesRowsKernel(const float* __restrict__ src, float* __restrict__ dst,
-                                   int64_t a, int64_t b, int64_t width) {
+                                   int64_t a, int64_t b, int64_t width, SwapRope rope) {
   GridDependencyPrologue();
   const int64_t q = blockIdx.x;
   const int64_t i = q % a, j = q / a;
   const float* s = src + (i * b + j) * width;
   float* d = dst + q * width;
   const int64_t end = min(width, (static_cast<int64_t>(blockIdx.y) + 1) * kSwapChunk);
-  for (int64_t c = blockIdx.y * kSwapChunk + threadIdx.x; c < end; c += blockDim.x) d[c] = s[c];
+  int64_t position = 0;
+  if constexpr (kRope) position = rope.positions[i];
+  for (int64_t c = blockIdx.y * kSwapChunk + threadIdx.x; c < end; c += blockDim.x) {
+    if constexpr (kRope) {
+      const int k = static_cast<int>(c % rope.head_dim) - (rope.head_dim - rope.rope_dim);
+      if (k >= 0) {
+        const int64_t c0 = c - (k & 1);
+        const float2 cs =
+            RopeCosSinAt(rope.cos_sin, rope.cos_sin_rows, position, rope.rope_dim / 2, k >> 1);
+        const float2 r = RopeRotatePair(s[c0], s[c0 + 1], cs.x, cs.y, rope.inverse);
+        const float v = (k & 1) ? r.y : r.x;
+        d[c] = rope.round_bf16 ? RoundToBf16(v) : v;
+        continue;
+      }
+    }
+    d[c] = s[c];
+  }
 }
 
 // Grid-stride over (token, channel); each thread runs the CPU's loop for its

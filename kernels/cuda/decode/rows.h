@@ -173,15 +173,30 @@ absl::Status CopyRows(const CopyRowsParams& p, cudaStream_t stream);
 // ---- SwapAxes ---------------------------------------------------------------
 
 // dst[j, i, :] = src[i, j, :] for src [a, b, width] and dst [b, a, width].
-// Bitwise copies.
+// Bitwise copies; with `rope_cos_sin`, ApplyRope (kernels/cuda/rope.h) on the
+// way, the same bits as ApplyRope on src and then the copy: src row (i, j)
+// holds width / rope_head_dim heads of token i, at position rope_positions[i]
+// (row of the by-position table rope_cos_sin of rope_cos_sin_rows rows; NaN
+// outside it), and each head's last rope_dim values rotate in pairs (inverse:
+// by -angle), then round to bf16 when rope_round_bf16. The decoder's inverse
+// RoPE of the attention output before its grouped projection.
 struct SwapAxesParams {
   const float* src = nullptr;  // device [a, b, width]
   float* dst = nullptr;        // device [b, a, width]
   int64_t a = 0, b = 0, width = 0;
+  const int64_t* rope_positions = nullptr;  // device [a]
+  const float* rope_cos_sin = nullptr;      // device [rope_cos_sin_rows, rope_dim / 2, 2]
+  int64_t rope_cos_sin_rows = 0;
+  int rope_head_dim = 0;
+  int rope_dim = 0;
+  bool rope_inverse = false;
+  bool rope_round_bf16 = false;
 };
 
 // Returns true if SwapAxes handles `p`: a, b, width >= 0 and non-null src and
-// dst when a * b * width > 0.
+// dst when a * b * width > 0; with rope_cos_sin, also rope_positions,
+// rope_cos_sin_rows > 0, an even rope_dim in (0, rope_head_dim], width a
+// multiple of rope_head_dim, a * b < 2^31 and width < 2^26.
 bool SupportsSwapAxes(const SwapAxesParams& p);
 
 // Enqueues the transpose on `stream`. INVALID_ARGUMENT when SupportsSwapAxes

@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "kernels/common/numeric_formats.h"
 #include "kernels/cuda/decode/test_util.h"
+#include "kernels/cuda/rope.h"
 
 namespace weir::kernels::cuda::decode {
 namespace {
@@ -326,6 +327,81 @@ TEST(SwapAxesTest, TransposesTheLeadingAxes) {
   }
 }
 
+// With a RoPE: the bits of ApplyRope (by-position table) on src, then the
+// copy, forward and inverse, rounded or not, a position past the table
+// (its rotated dims NaN), V4.1's o shape (8 heads of 512 a group row) and odd
+// sizes.
+TEST(SwapAxesTest, RopeOnTheWayGivesApplyRopeThenTheCopy) {
+  struct Case {
+    int64_t a, b;
+    int heads, head_dim, rope_dim;
+  };
+  for (const Case c : {Case{3, 8, 8, 512, 64}, Case{1, 2, 1, 6, 2}, Case{5, 3, 2, 16, 16},
+                       Case{2, 1, 3, 130, 64}}) {
+    for (const bool inverse : {false, true}) {
+      for (const bool round : {false, true}) {
+        std::mt19937 rng(c.a * 1000 + c.head_dim + inverse * 7 + round);
+        const int64_t width = int64_t{c.heads} * c.head_dim;
+        std::vector<float> src = RandomFloats(c.a * c.b * width, rng);
+        if (round) {  // the decoder rounds before the rotation; the copy keeps bits
+          for (float& v : src) v = RoundToBf16(v);
+        }
+        const int64_t rows = 40;
+        std::vector<float> table = RandomFloats(rows * c.rope_dim, rng);
+        std::vector<int64_t> positions(c.a);
+        for (int64_t i = 0; i < c.a; ++i) positions[i] = static_cast<int64_t>(rng() % rows);
+        positions[c.a - 1] = rows + 3;  // past the table: NaN in its rotated dims
+        DeviceBuffer<float> d_src(src), d_dst(src.size()), d_table(table), d_want(src),
+            d_want_dst(src.size());
+        DeviceBuffer<int64_t> d_pos(positions);
+        // The two launches the fused copy replaces.
+        ASSERT_TRUE(ApplyRope({.x = d_want.get(),
+                               .positions = d_pos.get(),
+                               .cos_sin = d_table.get(),
+                               .num_tokens = c.a,
+                               .num_heads = static_cast<int>(c.b) * c.heads,
+                               .head_dim = c.head_dim,
+                               .rope_dim = c.rope_dim,
+                               .inverse = inverse,
+                               .cos_sin_by_position = true,
+                               .cos_sin_rows = rows,
+                               .round_bf16 = round},
+                              nullptr)
+                        .ok());
+        ASSERT_TRUE(
+            SwapAxes(
+                {.src = d_want.get(), .dst = d_want_dst.get(), .a = c.a, .b = c.b, .width = width},
+                nullptr)
+                .ok());
+        d_dst.Poison();
+        ASSERT_TRUE(SwapAxes({.src = d_src.get(),
+                              .dst = d_dst.get(),
+                              .a = c.a,
+                              .b = c.b,
+                              .width = width,
+                              .rope_positions = d_pos.get(),
+                              .rope_cos_sin = d_table.get(),
+                              .rope_cos_sin_rows = rows,
+                              .rope_head_dim = c.head_dim,
+                              .rope_dim = c.rope_dim,
+                              .rope_inverse = inverse,
+                              .rope_round_bf16 = round},
+                             nullptr)
+                        .ok());
+        const std::vector<float> got = d_dst.Download(), want = d_want_dst.Download();
+        EXPECT_TRUE(SameBits(got, want))
+            << c.a << "x" << c.b << "x" << c.heads << "x" << c.head_dim << " rope " << c.rope_dim
+            << (inverse ? " inverse" : "") << (round ? " rounded" : "");
+        EXPECT_EQ(d_src.Download(), src) << "src is read only";
+        // The last token's rotated dims are NaN, the others not.
+        const int64_t last = (c.a - 1) * width;  // dst row (j = 0, i = a - 1)
+        EXPECT_TRUE(std::isnan(got[last + c.head_dim - 1]));
+        EXPECT_FALSE(std::isnan(got[last]) && c.head_dim > c.rope_dim);
+      }
+    }
+  }
+}
+
 // ---- StreamMean -------------------------------------------------------------
 
 TEST(StreamMeanTest, IsBitIdenticalToTheBackboneLoop) {
@@ -419,6 +495,30 @@ TEST(RowsArgumentsTest, RefusesBadParamsAndSkipsEmptyWork) {
                 .code(),
             kInvalid);  // the element count overflows int64
   EXPECT_TRUE(SwapAxes({.a = 2, .b = 0, .width = 3}, nullptr).ok());
+  // SwapAxes' RoPE: positions, a table, an even rope_dim <= head_dim dividing
+  // nothing but a width that is a multiple of the head.
+  const int64_t* pos = reinterpret_cast<const int64_t*>(f);
+  const SwapAxesParams roped{.src = f,
+                             .dst = f + 64,
+                             .a = 2,
+                             .b = 2,
+                             .width = 16,
+                             .rope_positions = pos,
+                             .rope_cos_sin = f,
+                             .rope_cos_sin_rows = 4,
+                             .rope_head_dim = 8,
+                             .rope_dim = 4};
+  EXPECT_TRUE(SupportsSwapAxes(roped));
+  for (auto bad :
+       {+[](SwapAxesParams& q) { q.rope_positions = nullptr; },
+        +[](SwapAxesParams& q) { q.rope_cos_sin_rows = 0; },
+        +[](SwapAxesParams& q) { q.rope_dim = 3; }, +[](SwapAxesParams& q) { q.rope_dim = 0; },
+        +[](SwapAxesParams& q) { q.rope_dim = 10; }, +[](SwapAxesParams& q) { q.width = 12; },
+        +[](SwapAxesParams& q) { q.width = int64_t{1} << 26; }}) {
+    SwapAxesParams q = roped;
+    bad(q);
+    EXPECT_EQ(SwapAxes(q, nullptr).code(), kInvalid);
+  }
   // StreamMean.
   EXPECT_EQ(StreamMean({.x = f, .out = f, .tokens = 2, .dim = 8, .copies = 0}, nullptr).code(),
             kInvalid);

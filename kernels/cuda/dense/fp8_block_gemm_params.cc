@@ -107,6 +107,12 @@ bool Fp8GemmWsApplies(const Fp8BlockGemmParams& p) {
   return p.groups == 1 || (p.x_scales_group_stride % 4 == 0 && p.w_scales_group_stride % 4 == 0);
 }
 
+bool Fp8GemmRopeApplies(const Fp8BlockGemmParams& p) {
+  return p.rope.cos_sin != nullptr && p.k_splits > 1 && p.output != Fp8GemmOutput::kBf16 &&
+         p.groups == 1 && p.group_offsets == nullptr &&
+         ResolveFp8GemmTile(p) != Fp8GemmTile::kN128M128Ws;
+}
+
 Fp8GemmTile ResolveFp8GemmTile(const Fp8BlockGemmParams& p) {
   if (p.tile != Fp8GemmTile::kAuto) return p.tile;
   const Fp8GemmTile tile = ChooseFp8GemmTile(p.m, p.n, p.math);
@@ -228,6 +234,13 @@ absl::Status CheckFp8BlockGemmParams(const Fp8BlockGemmParams& p) {
     return absl::InvalidArgumentError(
         "Fp8BlockGemm: group_offsets takes its rows from the offsets: no x / y strides, no "
         "x_shared, no split");
+  }
+  if (p.rope.cos_sin != nullptr &&
+      (p.rope.positions == nullptr || p.rope.cos_sin_rows <= 0 || p.rope.dim <= 0 ||
+       p.rope.dim % 2 != 0 || p.rope.dim > p.rope.head_dim || p.n % p.rope.head_dim != 0)) {
+    return absl::InvalidArgumentError(
+        "Fp8BlockGemm: a RoPE needs positions, a table of rows > 0 and an even dim in (0, "
+        "head_dim] with n a multiple of head_dim");
   }
   if (p.k_splits > 1 && p.split_scratch == nullptr) {
     return absl::InvalidArgumentError("Fp8BlockGemm: k_splits > 1 needs split_scratch");

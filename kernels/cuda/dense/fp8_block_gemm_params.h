@@ -262,7 +262,28 @@ struct Fp8BlockGemmParams {
   // during that kernel. A hint: no value changes. Ignored with group_offsets
   // (which W a CTA reads would depend on device data).
   bool prefetch_weights = false;
+  // ApplyRope (kernels/cuda/rope.h, by-position table, forward) on Y after
+  // the output's rounding, by the second kernel of a split
+  // (Fp8GemmRopeApplies says whether this call has one; else it is ignored
+  // and the caller rotates Y itself): row r is one token at
+  // rope.positions[r], holding n / rope.head_dim heads whose last rope.dim
+  // values rotate in pairs, then round to bf16 when rope.round_bf16. The same
+  // bits as ApplyRope after the product, one launch fewer (the decoder's q).
+  struct Rope {
+    const int64_t* positions = nullptr;  // device [m]
+    const float* cos_sin = nullptr;      // device [cos_sin_rows, dim / 2, 2]; null: no RoPE
+    int64_t cos_sin_rows = 0;
+    int head_dim = 0;
+    int dim = 0;
+    bool round_bf16 = false;
+  } rope;
 };
+
+// True when `p` asks for a RoPE and runs a second kernel that applies it: k
+// split, fp32 output, one group, a tile other than the warp-specialized one
+// (which sums its splits in the CTA). With a RoPE the last split never sums
+// the partials itself (split_counters are not used).
+bool Fp8GemmRopeApplies(const Fp8BlockGemmParams& p);
 
 // Rows up to which split_counters are used (decode at small batch, where the
 // second kernel's launch costs more than the last CTA's sum).

@@ -77,6 +77,43 @@ TEST(Fp8BlockGemmParamsTest, RefusesBadArguments) {
   EXPECT_TRUE(CheckFp8BlockGemmParams(p).ok());
 }
 
+// A RoPE in the split reduce: positions, a table, an even dim within a head
+// that divides n; it applies only where a second kernel runs.
+TEST(Fp8BlockGemmParamsTest, ChecksTheRopeAndWhereItApplies) {
+  using P = Fp8BlockGemmParams;
+  const auto code = [](const P& p) { return CheckFp8BlockGemmParams(p).code(); };
+  static const int64_t kPositions[3] = {0, 1, 2};
+  P roped = Valid();
+  roped.n = 256;
+  roped.k = 1024;
+  roped.rope = {.positions = kPositions,
+                .cos_sin = reinterpret_cast<const float*>(8192),
+                .cos_sin_rows = 4,
+                .head_dim = 128,
+                .dim = 64};
+  EXPECT_TRUE(CheckFp8BlockGemmParams(roped).ok());
+  EXPECT_TRUE(EachIsInvalidArgument(
+      roped, code,
+      {
+          [](P& p) { p.rope.positions = nullptr; }, [](P& p) { p.rope.cos_sin_rows = 0; },
+          [](P& p) { p.rope.dim = 63; }, [](P& p) { p.rope.dim = 0; },
+          [](P& p) { p.rope.dim = 130; }, [](P& p) { p.rope.head_dim = 96; },  // 256 % 96
+      }));
+  EXPECT_FALSE(Fp8GemmRopeApplies(roped));  // no split, no second kernel
+  roped.k_splits = 2;
+  EXPECT_TRUE(Fp8GemmRopeApplies(roped));
+  P bf16 = roped;
+  bf16.output = Fp8GemmOutput::kBf16;
+  EXPECT_FALSE(Fp8GemmRopeApplies(bf16));
+  P wide = roped;
+  wide.m = 4096;  // kAuto's warp-specialized tile sums its splits in the CTA
+  EXPECT_EQ(ResolveFp8GemmTile(wide), Fp8GemmTile::kN128M128Ws);
+  EXPECT_FALSE(Fp8GemmRopeApplies(wide));
+  P none = roped;
+  none.rope = {};
+  EXPECT_FALSE(Fp8GemmRopeApplies(none));
+}
+
 // The split follows the weight's shape only: V4.1's small-n decode linears
 // split, the wide ones do not, every split keeps >= 4 stages of K, and the
 // checks refuse splits the kernel cannot run.

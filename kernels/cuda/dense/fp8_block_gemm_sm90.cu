@@ -59,7 +59,8 @@ absl::Status LaunchTile(const Fp8BlockGemmParams& p, const Fp8GemmTileShape& sha
   // for every tile and at most kFp8GemmFusedReduceMaxM rows; else the second
   // kernel does (at m = 64 the last CTA's serial sum of its 64 x 64 tile
   // cost more than the launch it saves: main_proj 68.9 -> 98.9 us).
-  const bool fused_reduce = p.k_splits > 1 && p.split_counters != nullptr &&
+  const bool rope = Fp8GemmRopeApplies(p);  // the second kernel rotates Y: no fused sum
+  const bool fused_reduce = !rope && p.k_splits > 1 && p.split_counters != nullptr &&
                             p.m <= kFp8GemmFusedReduceMaxM &&
                             p.split_counter_count >= int64_t{grid.x} * grid.y * p.groups;
   if (fused_reduce) args.counters = p.split_counters;
@@ -75,7 +76,14 @@ absl::Status LaunchTile(const Fp8BlockGemmParams& p, const Fp8GemmTileShape& sha
   auto launch = [&](auto kernel) -> absl::Status {
     if (absl::Status s = AllowSharedBytes(kernel, smem, "Fp8BlockGemm"); !s.ok()) return s;
     kernel<<<grid, threads, smem, stream>>>(args);
-    if (p.k_splits > 1 && !fused_reduce) {
+    if (rope) {
+      constexpr int kThreads = 256;
+      const SplitRope r{p.rope.positions, p.rope.cos_sin, p.rope.cos_sin_rows,
+                        p.rope.head_dim,  p.rope.dim,     p.rope.round_bf16};
+      SplitReduceRopeKernel<<<static_cast<unsigned>((p.m * p.n + kThreads - 1) / kThreads),
+                              kThreads, 0, stream>>>(p.split_scratch, static_cast<float*>(p.y),
+                                                     p.m * p.n, p.n, p.k_splits, args.round_f32, r);
+    } else if (p.k_splits > 1 && !fused_reduce) {
       LaunchSplitReduce(p.split_scratch, p.y, p.m * p.n, p.groups, p.k_splits, args.y_stride,
                         args.bf16_out, args.round_f32, stream);
     }

@@ -21,6 +21,7 @@
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/weight_quant.h"
 #include "kernels/cuda/dense/test_util.h"
+#include "kernels/cuda/rope.h"
 
 namespace weir::kernels::cuda::dense {
 namespace {
@@ -125,7 +126,8 @@ void Exact(const Operands& op, std::vector<double>& y, std::vector<double>& abs_
 std::vector<float> RunGpu(const Operands& op, Fp8GemmTile tile,
                           Fp8GemmOutput output = Fp8GemmOutput::kF32, int scale_offset = 0,
                           int splits = 1, bool fused = false,
-                          Fp8GemmMath math = Fp8GemmMath::kMmaF16, bool panel = false) {
+                          Fp8GemmMath math = Fp8GemmMath::kMmaF16, bool panel = false,
+                          const Fp8BlockGemmParams::Rope* rope = nullptr) {
   DeviceBuffer<uint8_t> x(op.x), w(op.w), ws(op.w_scales);
   DeviceBuffer<uint16_t> x16(panel ? op.m * op.k : 1);
   DeviceBuffer<uint8_t> xs(static_cast<int64_t>(op.x_scales.size()) + 4);
@@ -160,6 +162,7 @@ std::vector<float> RunGpu(const Operands& op, Fp8GemmTile tile,
                             .split_scratch = splits > 1 ? scratch.get() : nullptr,
                             .math = math,
                             .x_f16 = panel ? x16.get() : nullptr};
+  if (rope != nullptr) params.rope = *rope;
   const int64_t counters = std::max<int64_t>(1, Fp8GemmSplitCounters(params));
   DeviceBuffer<uint32_t> counter(counters);
   counter.Poison(0);
@@ -899,6 +902,66 @@ TEST(Fp8BlockGemmTest, F16PanelHoldsEveryCodeAtItsColumn) {
       WidenFp8ToF16Panel({.codes = dc.get(), .out = out.get(), .rows = kRows, .k = 24}, nullptr)
           .code(),
       absl::StatusCode::kInvalidArgument);
+}
+
+// A RoPE in the split-K reduce (Fp8BlockGemmParams::rope, the decoder's
+// query): the product's bits, then ApplyRope's (by-position table, a position
+// past it giving NaN in its rotated dims), rounded or not, with the last-CTA
+// sum asked for too (a RoPE turns it off); without a split there is no second
+// kernel and the RoPE is ignored (Fp8GemmRopeApplies false).
+TEST(Fp8BlockGemmTest, RopeInTheSplitReduceGivesApplyRopeAfterTheProduct) {
+  constexpr int64_t kM = 3, kHeads = 4, kHeadDim = 128, kRows = 16;
+  const int64_t n = kHeads * kHeadDim, k = 1024;
+  const Operands op = MakeOperands(kM, n, k, 77, Source::kQuantized);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  std::vector<float> table(kRows * 64);
+  for (float& v : table) v = unit(rng);
+  const std::vector<int64_t> positions = {2, kRows - 1, kRows + 24};
+  DeviceBuffer<float> d_table(table);
+  DeviceBuffer<int64_t> d_pos(positions);
+  for (const Fp8GemmOutput output : {Fp8GemmOutput::kF32, Fp8GemmOutput::kF32RoundedBf16}) {
+    const bool round = output == Fp8GemmOutput::kF32RoundedBf16;
+    const Fp8BlockGemmParams::Rope rope{.positions = d_pos.get(),
+                                        .cos_sin = d_table.get(),
+                                        .cos_sin_rows = kRows,
+                                        .head_dim = static_cast<int>(kHeadDim),
+                                        .dim = 64,
+                                        .round_bf16 = round};
+    for (const int splits : {1, 3}) {
+      for (const bool fused : {false, true}) {
+        const std::vector<float> plain = RunGpu(op, Fp8GemmTile::kAuto, output, 0, splits);
+        ASSERT_EQ(plain.size(), static_cast<size_t>(kM * n));
+        DeviceBuffer<float> roped(plain);
+        ASSERT_TRUE(ApplyRope({.x = roped.get(),
+                               .positions = d_pos.get(),
+                               .cos_sin = d_table.get(),
+                               .num_tokens = kM,
+                               .num_heads = static_cast<int>(kHeads),
+                               .head_dim = static_cast<int>(kHeadDim),
+                               .rope_dim = 64,
+                               .cos_sin_by_position = true,
+                               .cos_sin_rows = kRows,
+                               .round_bf16 = round},
+                              nullptr)
+                        .ok());
+        const std::vector<float> got = RunGpu(op, Fp8GemmTile::kAuto, output, 0, splits, fused,
+                                              Fp8GemmMath::kMmaF16, false, &rope);
+        Fp8BlockGemmParams asked{.m = kM, .n = n, .k = k, .output = output, .k_splits = splits};
+        asked.rope = rope;
+        const bool applies = Fp8GemmRopeApplies(asked);
+        EXPECT_EQ(applies, splits > 1);
+        int64_t at = -1;
+        EXPECT_EQ(BitMismatches(got, applies ? roped.Download() : plain, &at), 0)
+            << "splits " << splits << " fused " << fused << " round " << round << " first mismatch "
+            << at;
+        if (applies) {  // the last row's position is past the table
+          EXPECT_TRUE(std::isnan(got[(kM - 1) * n + kHeadDim - 1]));
+          EXPECT_FALSE(std::isnan(got[(kM - 1) * n]));
+        }
+      }
+    }
+  }
 }
 
 TEST(Fp8BlockGemmTest, Bf16OutputIsTheRoundedFp32Output) {

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/grid_dependency.cuh"
+#include "kernels/cuda/rope_pair.cuh"
 #include "kernels/cuda/rounding.cuh"
 
 namespace weir::kernels::cuda::dense {
@@ -33,6 +34,45 @@ static __global__ void SplitReduceKernel(const float* __restrict__ partial, void
   } else {
     static_cast<float*>(y)[g * y_stride + e] = round_f32 ? RoundToBf16(v) : v;
   }
+}
+
+// SplitReduceRopeKernel's RoPE (Fp8BlockGemmParams::Rope on the device).
+struct SplitRope {
+  const int64_t* positions;
+  const float* cos_sin;
+  int64_t cos_sin_rows;
+  int head_dim, dim;
+  bool round_bf16;
+};
+
+// SplitReduceKernel of one group into fp32 [m][n], then ApplyRope's rotation
+// of each row's heads (forward, by-position table): an element in a head's
+// last rope.dim sums its partner's partials too, rounds both as the output
+// asks, rotates the pair as RopeKernel does and keeps its own half.
+static __global__ void SplitReduceRopeKernel(const float* __restrict__ partial, float* y,
+                                             int64_t mn, int64_t n, int splits, bool round_f32,
+                                             SplitRope rope) {
+  GridDependencyPrologue();
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= mn) return;
+  auto sum = [&](int64_t i) {
+    const float* part = partial + i;
+    float v = part[0];
+    for (int s = 1; s < splits; ++s) v = __fadd_rn(v, part[s * mn]);
+    return round_f32 ? RoundToBf16(v) : v;
+  };
+  const int64_t col = e % n;
+  const int k = static_cast<int>(col % rope.head_dim) - (rope.head_dim - rope.dim);
+  if (k < 0) {
+    y[e] = sum(e);
+    return;
+  }
+  const int64_t e0 = e - (k & 1);
+  const float2 cs =
+      RopeCosSinAt(rope.cos_sin, rope.cos_sin_rows, rope.positions[e / n], rope.dim / 2, k >> 1);
+  const float2 r = RopeRotatePair(sum(e0), sum(e0 + 1), cs.x, cs.y, /*inverse=*/false);
+  const float v = (k & 1) ? r.y : r.x;
+  y[e] = rope.round_bf16 ? RoundToBf16(v) : v;
 }
 
 // Launches SplitReduceKernel over `groups` groups of `mn` elements (the
