@@ -860,31 +860,24 @@ TEST(DeviceDecoderFastTest, StoredKvChunkedStepsAreBatchInvariant) {
                              {.numerics = DecodeNumerics::kFast, .kv_block_tokens = 2}, nullptr,
                              "small head_dim 512 fast, stored KV");
 }
-// ... and with the attention on SparseDecodeKernel::kWgmma64 (one CTA a
-// query for all heads): the kernel is batch-invariant on its own.
+// ... and with the attention on SparseDecodeKernel::kWgmma64 (all heads of a
+// query on wgmma), at the default ranges (a query's list over a cluster of
+// CTAs) and at one CTA a query (attention_range_tiles past the list's 10
+// tiles: no cluster, no fold): each is batch-invariant on its own.
 TEST(DeviceDecoderFastTest, StoredKvWgmmaAttentionChunkedStepsAreBatchInvariant) {
   const Checkpoint* ck = Small512Checkpoint();
   ASSERT_NE(ck, nullptr);
   auto cpu = RowStableCpuModel(*ck, ActivationPrecision::kBf16);
   ASSERT_NE(cpu, nullptr);
-  DeviceDecoderOptions options{.numerics = DecodeNumerics::kFast, .kv_block_tokens = 2};
-  options.attention_wgmma = true;
-  testing::CheckChunkedSteps(*cpu, ActivationPrecision::kBf16, options, nullptr,
-                             "small head_dim 512 fast, stored KV, wgmma attention");
-}
-// ... and with one CTA a query (attention_range_tiles past the list's 10
-// tiles: no cluster, no fold), the prefill setting.
-TEST(DeviceDecoderFastTest, StoredKvWgmmaOneCtaAttentionChunkedStepsAreBatchInvariant) {
-  const Checkpoint* ck = Small512Checkpoint();
-  ASSERT_NE(ck, nullptr);
-  auto cpu = RowStableCpuModel(*ck, ActivationPrecision::kBf16);
-  ASSERT_NE(cpu, nullptr);
-  DeviceDecoderOptions options{.numerics = DecodeNumerics::kFast, .kv_block_tokens = 2};
-  options.attention_wgmma = true;
-  options.attention_range_tiles = 16;
-  testing::CheckChunkedSteps(
-      *cpu, ActivationPrecision::kBf16, options, nullptr,
-      "small head_dim 512 fast, stored KV, wgmma attention, one CTA a query");
+  for (const int range_tiles : {0, 16}) {
+    DeviceDecoderOptions options{.numerics = DecodeNumerics::kFast, .kv_block_tokens = 2};
+    options.attention_wgmma = true;
+    options.attention_range_tiles = range_tiles;
+    testing::CheckChunkedSteps(
+        *cpu, ActivationPrecision::kBf16, options, nullptr,
+        range_tiles == 0 ? "small head_dim 512 fast, stored KV, wgmma attention"
+                         : "small head_dim 512 fast, stored KV, wgmma attention, one CTA a query");
+  }
 }
 TEST(DeviceDecoderFastTest, StoredKvWgmmaAttentionRollbackIsBatchInvariant) {
   const Checkpoint* ck = Small512Checkpoint();
