@@ -148,6 +148,10 @@ ABSL_FLAG(bool, dense_wgmma, false,
 ABSL_FLAG(bool, programmatic, true,
           "Graphs with programmatic edges between kernels "
           "(DeviceDecoderOptions::programmatic_launch); false: ordinary edges.");
+ABSL_FLAG(int64_t, max_positions, 0,
+          "--ep_slice: the decoder's max_positions (0: the context plus the steps). A serving "
+          "decoder's is its longest context, and some kernels' widths follow it (the indexer's "
+          "scores and top-k), so a larger value times a step as a server would run it.");
 ABSL_FLAG(bool, fused_rope, true,
           "kFast: RoPE inside the launch before it (the FP8 product's split-K reduce, the "
           "attention output's transpose; same bits) (DeviceDecoderOptions::fused_rope).");
@@ -524,7 +528,8 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       .numerics = numerics,
       .fast_mhc = absl::GetFlag(FLAGS_fast_mhc),
       .max_sequences = max_batch + 1,  // + a spare slot for the untimed prefill
-      .max_positions = context + warmup + steps + 8,
+      .max_positions =
+          std::max<int64_t>(absl::GetFlag(FLAGS_max_positions), context + warmup + steps + 8),
       .kv_block_tokens = absl::GetFlag(FLAGS_kv_block_tokens),
       .max_batch = std::max(max_batch, chunk),
       .max_rows_per_slot = std::max(chunk, 1),
