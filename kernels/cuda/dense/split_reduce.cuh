@@ -15,6 +15,14 @@
 
 namespace weir::kernels::cuda::dense {
 
+// The sum of one output element's splits: part[0] + part[mn] + ... in split
+// order, one rounding each (both reduce kernels' arithmetic).
+__device__ __forceinline__ float SumSplits(const float* __restrict__ part, int64_t mn, int splits) {
+  float v = part[0];
+  for (int s = 1; s < splits; ++s) v = __fadd_rn(v, part[s * mn]);
+  return v;
+}
+
 // partial: [groups][splits][mn]; y: group g at g * y_stride, bf16 or fp32
 // (rounded to bf16 when round_f32). One thread per element of a group,
 // blockIdx.y the group. `static`: each launcher's translation unit has its
@@ -26,9 +34,7 @@ static __global__ void SplitReduceKernel(const float* __restrict__ partial, void
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= mn) return;
   const int64_t g = blockIdx.y;
-  const float* part = partial + g * splits * mn + e;
-  float v = part[0];
-  for (int s = 1; s < splits; ++s) v = __fadd_rn(v, part[s * mn]);
+  const float v = SumSplits(partial + g * splits * mn + e, mn, splits);
   if (bf16_out) {
     static_cast<__nv_bfloat16*>(y)[g * y_stride + e] = __float2bfloat16_rn(v);
   } else {
@@ -56,9 +62,7 @@ static __global__ void SplitReduceRopeKernel(const float* __restrict__ partial, 
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= mn) return;
   auto sum = [&](int64_t i) {
-    const float* part = partial + i;
-    float v = part[0];
-    for (int s = 1; s < splits; ++s) v = __fadd_rn(v, part[s * mn]);
+    const float v = SumSplits(partial + i, mn, splits);
     return round_f32 ? RoundToBf16(v) : v;
   };
   const int64_t col = e % n;
