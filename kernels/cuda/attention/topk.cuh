@@ -88,6 +88,7 @@ __device__ uint32_t BlockExclusiveScan(uint32_t value, uint32_t& total, SelectSh
 template <int kThreads, typename KeyOf>
 __device__ uint32_t RadixSelectLargest(int64_t n, KeyOf key_of, uint32_t& want, uint32_t& equal,
                                        SelectShared<kThreads>& sm) {
+  static_assert(kThreads >= 256, "a thread a bin");
   uint32_t prefix = 0, mask = 0;
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int b = threadIdx.x; b < 256; b += kThreads) sm.hist[b] = 0;
@@ -99,13 +100,23 @@ __device__ uint32_t RadixSelectLargest(int64_t n, KeyOf key_of, uint32_t& want, 
       }
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-      uint32_t above = 0;
-      int b = 255;
-      for (; b > 0 && above + sm.hist[b] < want; --b) above += sm.hist[b];
-      sm.prefix = prefix | (static_cast<uint32_t>(b) << shift);
-      sm.want = want - above;
-      sm.equal = sm.hist[b];
+    // The bin holding the want-th largest key: walking the bins from the top,
+    // the first b whose count from the top (above(b) + hist[b]) reaches
+    // want, else bin 0. Thread t < 256 takes bin 255 - t and a block scan
+    // gives its count from the top, so the walk is one scan instead of up to
+    // 256 dependent steps on one thread (the same bin, the same results).
+    const int t = static_cast<int>(threadIdx.x);
+    const uint32_t count = t < 256 ? sm.hist[255 - t] : 0u;
+    uint32_t total = 0;
+    const uint32_t above = BlockExclusiveScan<kThreads>(count, total, sm);
+    if (t < 256) {
+      const bool reached = above + count >= want;
+      const bool before = above >= want;  // bin 256 - t, the one walked first, reached already
+      if ((reached && (t == 0 || !before)) || (t == 255 && !reached)) {
+        sm.prefix = prefix | (static_cast<uint32_t>(255 - t) << shift);
+        sm.want = want - above;
+        sm.equal = count;
+      }
     }
     __syncthreads();
     prefix = sm.prefix;
