@@ -50,7 +50,11 @@ absl::Status MoeGate(const MoeGateParams& p, cudaStream_t stream) {
 }
 
 absl::Status MoeGateLogits(const MoeGateLogitsParams& p, cudaStream_t stream) {
-  constexpr int kWarps = 8;
+  // Two warps (pairs) a block: a decode step's few tokens spread over more
+  // SMs (batch 1: 192 blocks for V4.1's 384 experts instead of 48, each
+  // warp's chain of loads the same). The bits are a warp's, whatever the
+  // block.
+  constexpr int kWarps = 2;
   const int64_t pairs = p.tokens * p.num_experts;
   if (p.tokens <= 0 || p.dim <= 0 || p.num_experts < 1 || p.num_experts > kMoeGateMaxExperts ||
       p.tokens > 0x7fffffff || (pairs + kWarps - 1) / kWarps > 0x7fffffff || p.x == nullptr ||

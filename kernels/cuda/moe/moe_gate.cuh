@@ -71,7 +71,7 @@ __global__ void MoeGateLogitsKernel(const float* x, const float* weight, float* 
 }
 
 // One block per token. Warps take experts round robin for the logits; the
-// top-k is k rounds of a block-wide argmax under Precedes.
+// top-k is k rounds of a warp-wide argmax under Precedes on warp 0.
 template <int kThreads>
 __global__ void MoeGateKernel(GateKernelArgs a) {
   GridDependencyPrologue();
@@ -79,8 +79,6 @@ __global__ void MoeGateKernel(GateKernelArgs a) {
   __shared__ float s_score[kGateMaxExperts];
   __shared__ float s_biased[kGateMaxExperts];
   __shared__ uint8_t s_taken[kGateMaxExperts];
-  __shared__ float s_warp_v[kWarps];
-  __shared__ int s_warp_i[kWarps];
   __shared__ int s_order[kGateMaxTopk];
   const int64_t token = blockIdx.x;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -129,46 +127,41 @@ __global__ void MoeGateKernel(GateKernelArgs a) {
     s_taken[e] = 0;
   }
   __syncthreads();
-  for (int j = 0; j < a.topk; ++j) {
-    float best_v = -INFINITY;
-    int best_i = INT_MAX;
-    for (int e = threadIdx.x; e < num_e; e += kThreads) {
-      if (!s_taken[e] && Precedes(s_biased[e], e, best_v, best_i)) {
-        best_v = s_biased[e];
-        best_i = e;
+  // The top-k on warp 0 alone: k rounds of a warp argmax under Precedes (a
+  // strict order on the scores that are not NaN, so the best of a round is
+  // the same whichever threads compare it; NaN never wins), with no block
+  // barrier inside a round.
+  if (warp == 0) {
+    for (int j = 0; j < a.topk; ++j) {
+      float best_v = -INFINITY;
+      int best_i = INT_MAX;
+      for (int e = lane; e < num_e; e += 32) {
+        if (!s_taken[e] && Precedes(s_biased[e], e, best_v, best_i)) {
+          best_v = s_biased[e];
+          best_i = e;
+        }
       }
-    }
-    for (int offset = 16; offset > 0; offset /= 2) {
-      const float v = __shfl_xor_sync(0xffffffffu, best_v, offset);
-      const int i = __shfl_xor_sync(0xffffffffu, best_i, offset);
-      if (Precedes(v, i, best_v, best_i)) {
-        best_v = v;
-        best_i = i;
-      }
-    }
-    if (lane == 0) {
-      s_warp_v[warp] = best_v;
-      s_warp_i[warp] = best_i;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      best_v = s_warp_v[0];
-      best_i = s_warp_i[0];
-      for (int w = 1; w < kWarps; ++w) {
-        if (Precedes(s_warp_v[w], s_warp_i[w], best_v, best_i)) {
-          best_v = s_warp_v[w];
-          best_i = s_warp_i[w];
+      for (int offset = 16; offset > 0; offset /= 2) {
+        const float v = __shfl_xor_sync(0xffffffffu, best_v, offset);
+        const int i = __shfl_xor_sync(0xffffffffu, best_i, offset);
+        if (Precedes(v, i, best_v, best_i)) {
+          best_v = v;
+          best_i = i;
         }
       }
       if (best_i >= num_e) {  // only NaN scores left: take the lowest free id
         best_i = 0;
         while (s_taken[best_i]) ++best_i;
       }
-      s_order[j] = best_i;
-      s_taken[best_i] = 1;
+      __syncwarp();  // every lane has read s_taken before lane 0 marks the pick
+      if (lane == 0) {
+        s_order[j] = best_i;
+        s_taken[best_i] = 1;
+      }
+      __syncwarp();
     }
-    __syncthreads();
   }
+  __syncthreads();
   if (threadIdx.x == 0) {
     int32_t* idx = a.indices + token * a.topk;
     float* wt = a.weights + token * a.topk;
