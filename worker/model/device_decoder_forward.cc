@@ -219,8 +219,15 @@ absl::Status DeviceDecoder::Impl::SelectCompressed(int layer, int64_t b) {
         {.scores = scores, .keep = layers[role.candidate_source].candidates, .n = b * me},
         stream));
   }
-  return kc::TopkPositions({.scores = scores, .visible_len = pr.visible, .out = L.topk,
-                            .rows = b, .width = me, .k = static_cast<int>(c.index_topk)},
+  // IndexerScore scored every key past a query's visible length -inf (and
+  // MaskScores only adds -inf), so the select reads the visible keys alone.
+  return kc::TopkPositions({.scores = scores,
+                            .visible_len = pr.visible,
+                            .out = L.topk,
+                            .rows = b,
+                            .width = me,
+                            .k = static_cast<int>(c.index_topk),
+                            .masked_past_visible = true},
                            stream);
 }
 

@@ -25,7 +25,7 @@ absl::Status TopkPositions(const TopkParams& p, cudaStream_t stream) {
   }
   if (p.rows == 0) return absl::OkStatus();
   TopkPositionsKernel<kTopkThreads><<<static_cast<unsigned>(p.rows), kTopkThreads, 0, stream>>>(
-      p.scores, p.visible_len, p.out, p.width, p.k, p.offset);
+      p.scores, p.visible_len, p.out, p.width, p.k, p.offset, p.masked_past_visible);
   return LaunchStatus("TopkPositions");
 }
 

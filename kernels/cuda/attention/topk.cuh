@@ -164,8 +164,8 @@ __device__ Selection SelectBest(int64_t n, int64_t k, KeyOf key_of, SelectShared
 template <int kThreads>
 __global__ void TopkPositionsKernel(const float* __restrict__ scores,
                                     const int64_t* __restrict__ visible_len,
-                                    int32_t* __restrict__ out, int64_t width, int k,
-                                    int32_t offset) {
+                                    int32_t* __restrict__ out, int64_t width, int k, int32_t offset,
+                                    bool masked_past_visible) {
   GridDependencyPrologue();
   __shared__ SelectShared<kThreads> sm;
   const int64_t row = blockIdx.x;
@@ -178,7 +178,8 @@ __global__ void TopkPositionsKernel(const float* __restrict__ scores,
     key = OrderedKey(v);
     return true;
   };
-  const Selection selection = SelectBest<kThreads>(width, k, key_of, sm);
+  const Selection selection =
+      SelectBest<kThreads>(masked_past_visible ? visible : width, k, key_of, sm);
   uint32_t written = 0;
   for (int64_t base = 0; base < visible; base += kThreads) {
     const int64_t i = base + threadIdx.x;

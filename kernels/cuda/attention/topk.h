@@ -42,6 +42,12 @@ struct TopkParams {
   int64_t width = 0;
   int k = 0;
   int32_t offset = 0;
+  // The caller's promise that every score at or past its row's visible_len
+  // is -inf or NaN (IndexerScore's rows): such scores are never selectable,
+  // so the select reads only [0, visible_len) and gives the same positions.
+  // Its cost then follows the visible length, not the width (a decoder's
+  // width is its longest context's entries).
+  bool masked_past_visible = false;
 };
 
 // Returns true if the launcher handles `params`: rows >= 0, 0 <= width <
