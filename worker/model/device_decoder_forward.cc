@@ -209,11 +209,15 @@ absl::Status DeviceDecoder::Impl::SelectCompressed(int layer, int64_t b) {
   sp.k_scales = src.index_k_scales;
   RETURN_IF_ERROR(kc::IndexerScore(sp, stream));
   if (role.produces_candidates) {
-    RETURN_IF_ERROR(kc::CandidateBlocks(
-        {.scores = scores, .visible_len = pr.visible, .pool = L.candidates, .rows = b,
-         .width = me, .topk_blocks = static_cast<int>(c.candidate_topk_blocks),
-         .block_size = static_cast<int>(c.candidate_block_size)},
-        stream));
+    RETURN_IF_ERROR(kc::CandidateBlocks({.scores = scores,
+                                         .visible_len = pr.visible,
+                                         .pool = L.candidates,
+                                         .rows = b,
+                                         .width = me,
+                                         .topk_blocks = static_cast<int>(c.candidate_topk_blocks),
+                                         .block_size = static_cast<int>(c.candidate_block_size),
+                                         .masked_past_visible = true},
+                                        stream));
   } else if (role.candidate_source >= 0) {
     RETURN_IF_ERROR(dec::MaskScores(
         {.scores = scores, .keep = layers[role.candidate_source].candidates, .n = b * me},

@@ -70,6 +70,10 @@ struct CandidateBlocksParams {
   int64_t width = 0;
   int topk_blocks = 0;
   int block_size = 0;
+  // As TopkParams::masked_past_visible: the blocks past the one holding a
+  // row's last visible score are never selectable, so the select reads only
+  // the blocks up to it (the same pool; the rest is still written 0).
+  bool masked_past_visible = false;
 };
 
 // Returns true if the launcher handles `params`: rows >= 0, 0 <= width <

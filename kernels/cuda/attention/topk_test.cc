@@ -97,13 +97,18 @@ void CompareTopk(int64_t rows, int64_t width, int k, int32_t offset, Draw draw, 
 
 // CandidateBlocks on both backends; the pools must be identical.
 void CompareBlocks(int64_t rows, int64_t width, int topk_blocks, int block_size, Draw draw,
-                   uint32_t seed) {
+                   uint32_t seed, bool masked = false) {
   SCOPED_TRACE(::testing::Message() << "rows " << rows << " width " << width << " topk_blocks "
                                     << topk_blocks << " block_size " << block_size << " draw "
-                                    << static_cast<int>(draw));
+                                    << static_cast<int>(draw) << " masked " << masked);
   std::mt19937 rng(seed);
-  const std::vector<float> scores = Scores(rows * width, draw, rng);
+  std::vector<float> scores = Scores(rows * width, draw, rng);
   const std::vector<int64_t> visible = Visible(rows, width, rng);
+  if (masked) {  // as TopkPositions' masked case
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t i = visible[r]; i < width; ++i) scores[r * width + i] = -kInf;
+    }
+  }
   std::vector<uint8_t> want(rows * width);
   ASSERT_TRUE(cpu::CandidateBlocks({.scores = scores, .visible_len = visible, .pool = want,
                                     .rows = rows, .width = width, .topk_blocks = topk_blocks,
@@ -113,9 +118,14 @@ void CompareBlocks(int64_t rows, int64_t width, int topk_blocks, int block_size,
   DeviceBuffer<int64_t> dvisible(visible);
   DeviceBuffer<uint8_t> dpool(want.size());
   dpool.Poison(0x5A);
-  ASSERT_TRUE(CandidateBlocks({.scores = dscores.get(), .visible_len = dvisible.get(),
-                               .pool = dpool.get(), .rows = rows, .width = width,
-                               .topk_blocks = topk_blocks, .block_size = block_size},
+  ASSERT_TRUE(CandidateBlocks({.scores = dscores.get(),
+                               .visible_len = dvisible.get(),
+                               .pool = dpool.get(),
+                               .rows = rows,
+                               .width = width,
+                               .topk_blocks = topk_blocks,
+                               .block_size = block_size,
+                               .masked_past_visible = masked},
                               nullptr)
                   .ok());
   const std::vector<uint8_t> got = dpool.Download();
@@ -182,6 +192,10 @@ TEST(TopkCudaTest, CandidateBlocksIdenticalToTheCpuReference) {
     CompareBlocks(5, 20, 1, 1, draw, seed++);
     CompareBlocks(3, 10, 2, 1000, draw, seed++);       // one block wider than the row
     CompareBlocks(6, 1, 1, 8, draw, seed++);
+    // Scores past the visible length -inf, blocks selected up to it only.
+    CompareBlocks(4, 3000, 64, 8, draw, seed++, true);
+    CompareBlocks(9, 262144, 2048, 8, draw, seed++, true);
+    CompareBlocks(7, 101, 3, 3, draw, seed++, true);
   }
 }
 
