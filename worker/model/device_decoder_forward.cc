@@ -209,18 +209,29 @@ absl::Status DeviceDecoder::Impl::SelectCompressed(int layer, int64_t b) {
   sp.k_scales = src.index_k_scales;
   RETURN_IF_ERROR(kc::IndexerScore(sp, stream));
   if (role.produces_candidates) {
-    RETURN_IF_ERROR(kc::CandidateBlocks(
-        {.scores = scores, .visible_len = pr.visible, .pool = L.candidates, .rows = b,
-         .width = me, .topk_blocks = static_cast<int>(c.candidate_topk_blocks),
-         .block_size = static_cast<int>(c.candidate_block_size)},
-        stream));
+    RETURN_IF_ERROR(kc::CandidateBlocks({.scores = scores,
+                                         .visible_len = pr.visible,
+                                         .pool = L.candidates,
+                                         .rows = b,
+                                         .width = me,
+                                         .topk_blocks = static_cast<int>(c.candidate_topk_blocks),
+                                         .block_size = static_cast<int>(c.candidate_block_size),
+                                         .masked_past_visible = true},
+                                        stream));
   } else if (role.candidate_source >= 0) {
     RETURN_IF_ERROR(dec::MaskScores(
         {.scores = scores, .keep = layers[role.candidate_source].candidates, .n = b * me},
         stream));
   }
-  return kc::TopkPositions({.scores = scores, .visible_len = pr.visible, .out = L.topk,
-                            .rows = b, .width = me, .k = static_cast<int>(c.index_topk)},
+  // IndexerScore scored every key past a query's visible length -inf (and
+  // MaskScores only adds -inf), so the select reads the visible keys alone.
+  return kc::TopkPositions({.scores = scores,
+                            .visible_len = pr.visible,
+                            .out = L.topk,
+                            .rows = b,
+                            .width = me,
+                            .k = static_cast<int>(c.index_topk),
+                            .masked_past_visible = true},
                            stream);
 }
 

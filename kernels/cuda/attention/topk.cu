@@ -25,7 +25,7 @@ absl::Status TopkPositions(const TopkParams& p, cudaStream_t stream) {
   }
   if (p.rows == 0) return absl::OkStatus();
   TopkPositionsKernel<kTopkThreads><<<static_cast<unsigned>(p.rows), kTopkThreads, 0, stream>>>(
-      p.scores, p.visible_len, p.out, p.width, p.k, p.offset);
+      p.scores, p.visible_len, p.out, p.width, p.k, p.offset, p.masked_past_visible);
   return LaunchStatus("TopkPositions");
 }
 
@@ -47,9 +47,8 @@ absl::Status CandidateBlocks(const CandidateBlocksParams& p, cudaStream_t stream
         " block_size " + std::to_string(p.block_size));
   }
   if (p.rows == 0 || p.width == 0) return absl::OkStatus();
-  CandidateBlocksKernel<kTopkThreads>
-      <<<static_cast<unsigned>(p.rows), kTopkThreads, 0, stream>>>(
-          p.scores, p.visible_len, p.pool, p.width, p.topk_blocks, p.block_size);
+  CandidateBlocksKernel<kTopkThreads><<<static_cast<unsigned>(p.rows), kTopkThreads, 0, stream>>>(
+      p.scores, p.visible_len, p.pool, p.width, p.topk_blocks, p.block_size, p.masked_past_visible);
   return LaunchStatus("CandidateBlocks");
 }
 

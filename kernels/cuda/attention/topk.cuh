@@ -175,8 +175,8 @@ __device__ Selection SelectBest(int64_t n, int64_t k, KeyOf key_of, SelectShared
 template <int kThreads>
 __global__ void TopkPositionsKernel(const float* __restrict__ scores,
                                     const int64_t* __restrict__ visible_len,
-                                    int32_t* __restrict__ out, int64_t width, int k,
-                                    int32_t offset) {
+                                    int32_t* __restrict__ out, int64_t width, int k, int32_t offset,
+                                    bool masked_past_visible) {
   GridDependencyPrologue();
   __shared__ SelectShared<kThreads> sm;
   const int64_t row = blockIdx.x;
@@ -189,7 +189,8 @@ __global__ void TopkPositionsKernel(const float* __restrict__ scores,
     key = OrderedKey(v);
     return true;
   };
-  const Selection selection = SelectBest<kThreads>(width, k, key_of, sm);
+  const Selection selection =
+      SelectBest<kThreads>(masked_past_visible ? visible : width, k, key_of, sm);
   uint32_t written = 0;
   for (int64_t base = 0; base < visible; base += kThreads) {
     const int64_t i = base + threadIdx.x;
@@ -209,7 +210,7 @@ template <int kThreads>
 __global__ void CandidateBlocksKernel(const float* __restrict__ scores,
                                       const int64_t* __restrict__ visible_len,
                                       uint8_t* __restrict__ pool, int64_t width, int topk_blocks,
-                                      int block_size) {
+                                      int block_size, bool masked_past_visible) {
   GridDependencyPrologue();
   __shared__ SelectShared<kThreads> sm;
   const int64_t row = blockIdx.x;
@@ -233,10 +234,12 @@ __global__ void CandidateBlocksKernel(const float* __restrict__ scores,
     key = OrderedKey(m);
     return true;
   };
-  const Selection selection = SelectBest<kThreads>(n_blocks, topk_blocks, key_of, sm);
+  // Masked: the blocks past the visible ones hold only -inf (never kept).
+  const int64_t n_select = masked_past_visible ? (visible + block_size - 1) / block_size : n_blocks;
+  const Selection selection = SelectBest<kThreads>(n_select, topk_blocks, key_of, sm);
   for (int64_t b = threadIdx.x; b < n_blocks; b += kThreads) {
     uint32_t key = 0;
-    const uint8_t keep = key_of(b, key) && selection.Selected(b, key) ? 1 : 0;
+    const uint8_t keep = b < n_select && key_of(b, key) && selection.Selected(b, key) ? 1 : 0;
     const int64_t end = ClampTo((b + 1) * block_size, 0, width);
     for (int64_t t = b * block_size; t < end; ++t) p[t] = keep;
   }

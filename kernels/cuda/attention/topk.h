@@ -42,6 +42,12 @@ struct TopkParams {
   int64_t width = 0;
   int k = 0;
   int32_t offset = 0;
+  // The caller's promise that every score at or past its row's visible_len
+  // is -inf or NaN (IndexerScore's rows): such scores are never selectable,
+  // so the select reads only [0, visible_len) and gives the same positions.
+  // Its cost then follows the visible length, not the width (a decoder's
+  // width is its longest context's entries).
+  bool masked_past_visible = false;
 };
 
 // Returns true if the launcher handles `params`: rows >= 0, 0 <= width <
@@ -64,6 +70,10 @@ struct CandidateBlocksParams {
   int64_t width = 0;
   int topk_blocks = 0;
   int block_size = 0;
+  // As TopkParams::masked_past_visible: the blocks past the one holding a
+  // row's last visible score are never selectable, so the select reads only
+  // the blocks up to it (the same pool; the rest is still written 0).
+  bool masked_past_visible = false;
 };
 
 // Returns true if the launcher handles `params`: rows >= 0, 0 <= width <

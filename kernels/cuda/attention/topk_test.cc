@@ -49,12 +49,20 @@ std::vector<int64_t> Visible(int64_t rows, int64_t width, std::mt19937& rng) {
 }
 
 // TopkPositions on both backends; the outputs must be identical.
-void CompareTopk(int64_t rows, int64_t width, int k, int32_t offset, Draw draw, uint32_t seed) {
+// `masked`: every score past its row's visible length is -inf (IndexerScore's
+// rows), and the device runs with masked_past_visible.
+void CompareTopk(int64_t rows, int64_t width, int k, int32_t offset, Draw draw, uint32_t seed,
+                 bool masked = false) {
   SCOPED_TRACE(::testing::Message() << "rows " << rows << " width " << width << " k " << k
-                                    << " draw " << static_cast<int>(draw));
+                                    << " draw " << static_cast<int>(draw) << " masked " << masked);
   std::mt19937 rng(seed);
-  const std::vector<float> scores = Scores(rows * width, draw, rng);
+  std::vector<float> scores = Scores(rows * width, draw, rng);
   const std::vector<int64_t> visible = Visible(rows, width, rng);
+  if (masked) {
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t i = visible[r]; i < width; ++i) scores[r * width + i] = -kInf;
+    }
+  }
   std::vector<int32_t> want(rows * k);
   ASSERT_TRUE(cpu::TopkPositions({.scores = scores, .visible_len = visible, .out = want,
                                   .rows = rows, .width = width, .k = k, .offset = offset})
@@ -63,9 +71,14 @@ void CompareTopk(int64_t rows, int64_t width, int k, int32_t offset, Draw draw, 
   DeviceBuffer<int64_t> dvisible(visible);
   DeviceBuffer<int32_t> dout(want.size());
   dout.Poison(0x7F);
-  ASSERT_TRUE(TopkPositions({.scores = dscores.get(), .visible_len = dvisible.get(),
-                             .out = dout.get(), .rows = rows, .width = width, .k = k,
-                             .offset = offset},
+  ASSERT_TRUE(TopkPositions({.scores = dscores.get(),
+                             .visible_len = dvisible.get(),
+                             .out = dout.get(),
+                             .rows = rows,
+                             .width = width,
+                             .k = k,
+                             .offset = offset,
+                             .masked_past_visible = masked},
                             nullptr)
                   .ok());
   const std::vector<int32_t> got = dout.Download();
@@ -84,13 +97,18 @@ void CompareTopk(int64_t rows, int64_t width, int k, int32_t offset, Draw draw, 
 
 // CandidateBlocks on both backends; the pools must be identical.
 void CompareBlocks(int64_t rows, int64_t width, int topk_blocks, int block_size, Draw draw,
-                   uint32_t seed) {
+                   uint32_t seed, bool masked = false) {
   SCOPED_TRACE(::testing::Message() << "rows " << rows << " width " << width << " topk_blocks "
                                     << topk_blocks << " block_size " << block_size << " draw "
-                                    << static_cast<int>(draw));
+                                    << static_cast<int>(draw) << " masked " << masked);
   std::mt19937 rng(seed);
-  const std::vector<float> scores = Scores(rows * width, draw, rng);
+  std::vector<float> scores = Scores(rows * width, draw, rng);
   const std::vector<int64_t> visible = Visible(rows, width, rng);
+  if (masked) {  // as TopkPositions' masked case
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t i = visible[r]; i < width; ++i) scores[r * width + i] = -kInf;
+    }
+  }
   std::vector<uint8_t> want(rows * width);
   ASSERT_TRUE(cpu::CandidateBlocks({.scores = scores, .visible_len = visible, .pool = want,
                                     .rows = rows, .width = width, .topk_blocks = topk_blocks,
@@ -100,9 +118,14 @@ void CompareBlocks(int64_t rows, int64_t width, int topk_blocks, int block_size,
   DeviceBuffer<int64_t> dvisible(visible);
   DeviceBuffer<uint8_t> dpool(want.size());
   dpool.Poison(0x5A);
-  ASSERT_TRUE(CandidateBlocks({.scores = dscores.get(), .visible_len = dvisible.get(),
-                               .pool = dpool.get(), .rows = rows, .width = width,
-                               .topk_blocks = topk_blocks, .block_size = block_size},
+  ASSERT_TRUE(CandidateBlocks({.scores = dscores.get(),
+                               .visible_len = dvisible.get(),
+                               .pool = dpool.get(),
+                               .rows = rows,
+                               .width = width,
+                               .topk_blocks = topk_blocks,
+                               .block_size = block_size,
+                               .masked_past_visible = masked},
                               nullptr)
                   .ok());
   const std::vector<uint8_t> got = dpool.Download();
@@ -128,6 +151,11 @@ TEST(TopkCudaTest, TopkPositionsIdenticalToTheCpuReference) {
     CompareTopk(3, 513, 1, 0, draw, seed++);
     CompareTopk(2, 9, 0, 0, draw, seed++);             // k 0
     CompareTopk(3, 0, 4, 0, draw, seed++);             // nothing compressed yet
+    // Scores past the visible length -inf, read only up to it: the same
+    // positions (a long decoder width with short visible rows among them).
+    CompareTopk(4, 3000, 512, 0, draw, seed++, true);
+    CompareTopk(9, 262144, 512, 0, draw, seed++, true);
+    CompareTopk(5, 40, 64, 0, draw, seed++, true);
   }
 }
 
@@ -164,6 +192,10 @@ TEST(TopkCudaTest, CandidateBlocksIdenticalToTheCpuReference) {
     CompareBlocks(5, 20, 1, 1, draw, seed++);
     CompareBlocks(3, 10, 2, 1000, draw, seed++);       // one block wider than the row
     CompareBlocks(6, 1, 1, 8, draw, seed++);
+    // Scores past the visible length -inf, blocks selected up to it only.
+    CompareBlocks(4, 3000, 64, 8, draw, seed++, true);
+    CompareBlocks(9, 262144, 2048, 8, draw, seed++, true);
+    CompareBlocks(7, 101, 3, 3, draw, seed++, true);
   }
 }
 
