@@ -79,6 +79,8 @@ Mxfp4GroupedTileShape ShapeOfMxfp4GroupedTile(Mxfp4GroupedTile tile) {
       return {.warps = 4, .block_m = 8, .stages = 3};
     case Mxfp4GroupedTile::kW4M16S4:
       return {.warps = 4, .block_m = 16, .stages = 4};
+    case Mxfp4GroupedTile::kW4M16S3:
+      return {.warps = 4, .block_m = 16, .stages = 3};
     case Mxfp4GroupedTile::kW4M32:
       return {.warps = 4, .block_m = 32, .stages = 4};
     case Mxfp4GroupedTile::kW8M64:
@@ -105,6 +107,8 @@ const char* Mxfp4GroupedTileName(Mxfp4GroupedTile tile) {
       return "w4m8s3";
     case Mxfp4GroupedTile::kW4M16S4:
       return "w4m16s4";
+    case Mxfp4GroupedTile::kW4M16S3:
+      return "w4m16s3";
     case Mxfp4GroupedTile::kW4M32:
       return "w4m32";
     case Mxfp4GroupedTile::kW8M64:

@@ -43,6 +43,9 @@ enum class Mxfp4GroupedTile {
   kW4M8S4,   // kW4M8 with a ring of 4 stages (45.3 KB + 4 KB of widened X: 4 CTAs an SM)
   kW4M8S3,   // and of 3 (34.7 + 4 KB; 5 CTAs by shared memory, 4 by its ~120 registers)
   kW4M16S4,  // 16 X rows a pass, 4 stages: a decode expert of 9 - 16 rows in one pass
+  // kW4M16S4 with a ring of 3 stages (42.9 KB: 5 CTAs an SM by shared memory,
+  // and by registers with Mxfp4MinBlocks' bound; kAuto does not take it yet).
+  kW4M16S3,
   kW4M32,
   kW8M64,
   // Prefill: 128 X rows a pass (3 stages, 186 KB: one CTA an SM); with kWgmma
@@ -52,9 +55,10 @@ enum class Mxfp4GroupedTile {
 
 // Every tile but kAuto, in the order above (tests, benchmarks, name lookup).
 inline constexpr Mxfp4GroupedTile kMxfp4GroupedTiles[] = {
-    Mxfp4GroupedTile::kW2M8,   Mxfp4GroupedTile::kW2M32,  Mxfp4GroupedTile::kW4M8,
-    Mxfp4GroupedTile::kW4M8S4, Mxfp4GroupedTile::kW4M8S3, Mxfp4GroupedTile::kW4M16S4,
-    Mxfp4GroupedTile::kW4M32,  Mxfp4GroupedTile::kW8M64,  Mxfp4GroupedTile::kW8M128};
+    Mxfp4GroupedTile::kW2M8,    Mxfp4GroupedTile::kW2M32,  Mxfp4GroupedTile::kW4M8,
+    Mxfp4GroupedTile::kW4M8S4,  Mxfp4GroupedTile::kW4M8S3, Mxfp4GroupedTile::kW4M16S4,
+    Mxfp4GroupedTile::kW4M16S3, Mxfp4GroupedTile::kW4M32,  Mxfp4GroupedTile::kW8M64,
+    Mxfp4GroupedTile::kW8M128};
 
 // How a tile sums each 32-element K block on the tensor cores. Every tile of
 // one math gives the same bits for a row (so the batch never moves them); the
@@ -89,6 +93,27 @@ WEIR_FP8_GEMM_HD constexpr bool Mxfp4MathIsWgmma(Mxfp4GemmMath math) {
 // registers made and its wgmma issued once block j is folded): 2 up to 64 X
 // rows, 1 for 128 (64 floats of block sum beside 64 accumulators).
 WEIR_FP8_GEMM_HD constexpr int Mxfp4WgmmaDepth(int x_rows) { return x_rows <= 64 ? 2 : 1; }
+
+// CTAs an SM a tile's kernel asks ptxas to fit by registers
+// (__launch_bounds__' second argument; 1: none, ptxas's own choice), on the
+// mma math (the wgmma ones keep theirs). The SASS (sass_loops.py, K-loop
+// instructions a warp and stage; 2026-12-05, not yet timed on a GPU):
+//  * plain kW4M16S4 (down at 5 - 16 rows an expert): 136 registers, 3 CTAs an
+//    SM; bounded to 4 (its shared memory's limit too): 128 registers and a
+//    shorter loop (832 -> 799);
+//  * kW4M16S3 (gate/up and down): 96 registers, 5 CTAs an SM, the loop about
+//    11 % longer than kW4M16S4's (959 gated, 935 plain);
+//  * plain kW4M8S3: 80 registers, 5 CTAs an SM (its shared memory's limit),
+//    654 against kW4M8S4's 604 at 4 CTAs. The gated kW4M8S3 bounded to 5 grew
+//    18 % (567 -> 670) and stays unbounded.
+WEIR_FP8_GEMM_HD constexpr int Mxfp4MinBlocks(int warps, int block_m, int stages, bool gated,
+                                              bool wgmma) {
+  if (warps != 4 || wgmma) return 1;
+  if (block_m == 16 && stages == 4 && !gated) return 4;
+  if (block_m == 16 && stages == 3) return 5;
+  if (block_m == 8 && stages == 3 && !gated) return 5;
+  return 1;
+}
 
 struct Mxfp4GroupedTileShape {
   int warps = 0;    // 16-row weight tiles per CTA

@@ -150,6 +150,14 @@ TEST(Mxfp4GroupedGemmParamsTest, TileTableIsConsistent) {
       const int exchange = s.warps / 2 * (s.block_m / 8) * 4 * 32 * 4 + s.warps / 2 * s.block_m * 8;
       EXPECT_LE(exchange, l.total);
     }
+    // A tile bounded to fit N CTAs an SM by registers fits them by shared
+    // memory too (228 KB an SM, 1 KB reserved a CTA).
+    for (bool gated : {false, true}) {
+      const int blocks = Mxfp4MinBlocks(s.warps, s.block_m, s.stages, gated, /*wgmma=*/false);
+      const Mxfp4GroupedSmemLayout lx =
+          Mxfp4GroupedLayout(s.warps, s.block_m, s.stages, Mxfp4WidensXOnce(s.block_m, false));
+      EXPECT_LE(blocks * (lx.total + 1024), 228 * 1024) << Mxfp4GroupedTileName(tile);
+    }
     EXPECT_EQ(Mxfp4GroupedBlockN(s, false), 16 * s.warps);
     EXPECT_EQ(Mxfp4GroupedBlockN(s, true) % 32, s.warps % 4 == 0 ? 0 : 16);
   }

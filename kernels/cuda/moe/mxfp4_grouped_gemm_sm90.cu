@@ -42,11 +42,19 @@ absl::Status LaunchTile(const moe::mxfp4_gemm::KernelArgs& args, int num_experts
   const int smem =
       Mxfp4GroupedLayout(kWarps, kBm, kStages, Mxfp4WidensXOnce(kBm, kAnyWgmma), kF16Wgmma).total +
       (kAnyWgmma ? dense::fp8_gemm::kWgmmaSmemSlack : 0);
-  auto kernel =
-      moe::mxfp4_gemm::Mxfp4GroupedKernel<kWarps, kBm, kStages, kGated, kWgmma, kF16Wgmma>;
-  if (absl::Status s = AllowSharedBytes(kernel, smem, what); !s.ok()) return s;
-  kernel<<<grid, kWarps * 32, smem, stream>>>(args);
-  return LaunchStatus(what);
+  constexpr int kMinBlocks = Mxfp4MinBlocks(kWarps, kBm, kStages, kGated, kAnyWgmma);
+  auto launch = [&](auto kernel) -> absl::Status {
+    if (absl::Status s = AllowSharedBytes(kernel, smem, what); !s.ok()) return s;
+    kernel<<<grid, kWarps * 32, smem, stream>>>(args);
+    return LaunchStatus(what);
+  };
+  if constexpr (kMinBlocks > 1) {
+    return launch(moe::mxfp4_gemm::Mxfp4GroupedKernelBounded<kWarps, kBm, kStages, kGated, kWgmma,
+                                                             kF16Wgmma, kMinBlocks>);
+  } else {
+    return launch(
+        moe::mxfp4_gemm::Mxfp4GroupedKernel<kWarps, kBm, kStages, kGated, kWgmma, kF16Wgmma>);
+  }
 }
 
 template <bool kGated, bool kWgmma, bool kF16Wgmma>
@@ -71,6 +79,9 @@ absl::Status LaunchOf(const moe::mxfp4_gemm::KernelArgs& args, int num_experts,
       return LaunchTile<4, 8, 3, kGated, kWgmma, kF16Wgmma>(args, num_experts, shape, what, stream);
     case Mxfp4GroupedTile::kW4M16S4:
       return LaunchTile<4, 16, 4, kGated, kWgmma, kF16Wgmma>(args, num_experts, shape, what,
+                                                             stream);
+    case Mxfp4GroupedTile::kW4M16S3:
+      return LaunchTile<4, 16, 3, kGated, kWgmma, kF16Wgmma>(args, num_experts, shape, what,
                                                              stream);
     case Mxfp4GroupedTile::kW4M32:
       return LaunchTile<4, 32, 4, kGated, kWgmma, kF16Wgmma>(args, num_experts, shape, what,

@@ -161,10 +161,10 @@ __device__ __forceinline__ int ExpertOfSlot(const int64_t* offsets, int num_expe
 // kF16Wgmma (Mxfp4GemmMath::kWgmmaF16, with kWgmma false): the mma math's
 // operands and K slots on wgmma m64nNk16 f16, X widened once a stage into
 // the swizzled f16 tile (Mxfp4WgmmaF16XOffset): kMmaF16's bits.
-template <int kWarps, int kBm, int kStages, bool kGated, bool kWgmma, bool kF16Wgmma = false>
-__global__ void __launch_bounds__(kWarps * 32)
-    Mxfp4GroupedKernel(const __grid_constant__ KernelArgs args) {
-  GridDependencyPrologue();
+//
+// The body of both kernels below (after their GridDependencyPrologue).
+template <int kWarps, int kBm, int kStages, bool kGated, bool kWgmma, bool kF16Wgmma>
+__device__ __forceinline__ void GroupedBody(const KernelArgs& args) {
   constexpr int kThreads = kWarps * 32;
   constexpr int kNi = kBm / 8;
   constexpr int kWRows = 16 * kWarps;
@@ -707,6 +707,26 @@ __global__ void __launch_bounds__(kWarps * 32)
       __syncthreads();  // the next pass reuses the exchange memory
     }
   }
+}
+
+// The kernel of a tile, with ptxas's own register choice.
+template <int kWarps, int kBm, int kStages, bool kGated, bool kWgmma, bool kF16Wgmma = false>
+__global__ void __launch_bounds__(kWarps * 32)
+    Mxfp4GroupedKernel(const __grid_constant__ KernelArgs args) {
+  GridDependencyPrologue();
+  GroupedBody<kWarps, kBm, kStages, kGated, kWgmma, kF16Wgmma>(args);
+}
+
+// ... and of a tile that Mxfp4MinBlocks bounds (kMinBlocks CTAs an SM by
+// registers). Two kernels because a second __launch_bounds__ argument of 1 is
+// not the same as none: ptxas then gave the 16-row tiles 207 registers
+// instead of 128.
+template <int kWarps, int kBm, int kStages, bool kGated, bool kWgmma, bool kF16Wgmma,
+          int kMinBlocks>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
+    Mxfp4GroupedKernelBounded(const __grid_constant__ KernelArgs args) {
+  GridDependencyPrologue();
+  GroupedBody<kWarps, kBm, kStages, kGated, kWgmma, kF16Wgmma>(args);
 }
 
 }  // namespace weir::kernels::cuda::moe::mxfp4_gemm

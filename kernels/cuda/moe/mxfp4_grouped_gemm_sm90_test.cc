@@ -43,10 +43,10 @@ using moe_test::Synced;
 
 // Every tile runs the plain product; gate/up needs 4 warps a CTA.
 const auto& kPlainTiles = kMxfp4GroupedTiles;
-constexpr Mxfp4GroupedTile kGatedTiles[] = {Mxfp4GroupedTile::kW4M8,   Mxfp4GroupedTile::kW4M8S4,
-                                            Mxfp4GroupedTile::kW4M8S3, Mxfp4GroupedTile::kW4M16S4,
-                                            Mxfp4GroupedTile::kW4M32,  Mxfp4GroupedTile::kW8M64,
-                                            Mxfp4GroupedTile::kW8M128};
+constexpr Mxfp4GroupedTile kGatedTiles[] = {Mxfp4GroupedTile::kW4M8,    Mxfp4GroupedTile::kW4M8S4,
+                                            Mxfp4GroupedTile::kW4M8S3,  Mxfp4GroupedTile::kW4M16S4,
+                                            Mxfp4GroupedTile::kW4M16S3, Mxfp4GroupedTile::kW4M32,
+                                            Mxfp4GroupedTile::kW8M64,   Mxfp4GroupedTile::kW8M128};
 
 // One expert's weight in stored MXFP4 form.
 struct Mxfp4 {
