@@ -102,7 +102,7 @@ ABSL_FLAG(bool, ep_lsa_exchange, false,
           "the device into the peers' NCCL symmetric windows, a token's row only to the ranks "
           "that serve it (same outputs; not yet run on several GPUs; "
           "DeviceDecoderOptions::ep_lsa_exchange).");
-ABSL_FLAG(bool, attention_wgmma, false,
+ABSL_FLAG(bool, attention_wgmma, true,
           "With --numerics=fast: the sparse attention on one thread-block cluster a query for "
           "its 64 heads (wgmma; each listed KV row gathered once) instead of one CTA a query and "
           "16 heads (mma.sync). With the default --attention_range_tiles it shortens decode "

@@ -128,7 +128,7 @@ struct WorkerOptions {
   bool dense_wgmma = false;
   // kFast: the sparse attention on kWgmma64 and its least tiles a range
   // (DeviceDecoderOptions::attention_wgmma / attention_range_tiles).
-  bool attention_wgmma = false;
+  bool attention_wgmma = true;
   int attention_range_tiles = 0;
   // With device_decode_ep on several GPUs of one node: the MoE exchange
   // written by the device into the peers' NCCL symmetric windows

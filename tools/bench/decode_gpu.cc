@@ -129,7 +129,7 @@ ABSL_FLAG(bool, expert_prefill_tiles, true,
 ABSL_FLAG(bool, expert_tiles_resident, false,
           "With the tile form: every layer's experts converted once and kept in the arena, not "
           "converted a prefill step (DeviceDecoderOptions::expert_tiles_resident; same bits).");
-ABSL_FLAG(bool, attention_wgmma, false,
+ABSL_FLAG(bool, attention_wgmma, true,
           "kFast: the sparse attention on one CTA a query for 64 heads (wgmma) instead of "
           "one a query and 16 heads (mma.sync) (DeviceDecoderOptions::attention_wgmma).");
 ABSL_FLAG(int32_t, attention_range_tiles, 0,

@@ -364,9 +364,11 @@ struct DeviceDecoderOptions {
   // 2.1 % shorter at batch 1 / 8, 4 % longer at batch 64 (context 64), the
   // 4,096-row prefill chunk unchanged; at one CTA a query (16) the chunk
   // 12 % shorter (attn.sparse 198 -> 85 ms) and decode steps 10.5 % / 7.6 %
-  // longer at batch 1 / 8. No setting wins everywhere, so it is off by
-  // default: decode-latency servers take 0, prefill servers 16.
-  bool attention_wgmma = false;
+  // longer at batch 1 / 8. At batch 64 and context 4,096 the default ranges
+  // and kMma16 tie (40.52 / 40.58 ms, one H100, 2026-12-05), so since then it
+  // is on by default at the default ranges (decode latency); prefill servers
+  // take 16, and false keeps kMma16.
+  bool attention_wgmma = true;
   // With attention_wgmma: the least number of 64-entry tiles of a query's
   // list one CTA takes (SparseDecodeAttentionParams::wgmma_range_tiles; a
   // query's ranges are one thread-block cluster). 0 means 2 (five CTAs a

@@ -168,7 +168,7 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
                    bool expect_fast_moe, double min_top1, double max_median = 1e-2,
                    double max_choices_differing = 0.01, bool fast_mhc = false,
                    const TrainedInputs* trained = nullptr, bool expert_wgmma = false,
-                   bool dense_wgmma = false) {
+                   bool dense_wgmma = false, bool attention_wgmma = true) {
   const ModelConfig& c = ckpt.config();
   auto cpu = RowStableCpuModel(ckpt, precision,
                                trained != nullptr ? trained->engram_token_map
@@ -184,6 +184,7 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
   options.fast_mhc = fast_mhc;
   options.expert_wgmma = expert_wgmma;
   options.dense_wgmma = dense_wgmma;
+  options.attention_wgmma = attention_wgmma;
   auto fast = DeviceDecoder::Create(*cpu, precision, options);
   ASSERT_TRUE(fast.ok()) << fast.status();
   const DeviceDecoderStats& fs = (*fast)->stats();
@@ -334,6 +335,14 @@ TEST(DeviceDecoderFastTest, StoredKvOnHeadDim512AgreesWithReference) {
   // logits: top-1 ~1/vocab, error ~1.4).
   CheckFidelity(*ck, "small head_dim 512", ActivationPrecision::kBf16, true, 0.45, 0.35, 0.1);
 }
+// ... with the attention on kMma16 (attention_wgmma false; the default runs
+// kWgmma64 since 2026-12-05), held to the same bars.
+TEST(DeviceDecoderFastTest, StoredKvOnHeadDim512WithMma16AttentionAgreesWithReference) {
+  const Checkpoint* ck = Small512Checkpoint();
+  ASSERT_NE(ck, nullptr);
+  CheckFidelity(*ck, "small head_dim 512, mma16 attention", ActivationPrecision::kBf16, true, 0.45,
+                0.35, 0.1, false, nullptr, false, false, /*attention_wgmma=*/false);
+}
 
 // The stored pools and SparseDecodeAttention on a model without discrete
 // choices: what is left is the attention's own numerics (P rounded to bf16,
@@ -351,6 +360,13 @@ TEST(DeviceDecoderFastTest, StoredKvIsCloseWhenNothingIsChosen) {
   ASSERT_NE(ck, nullptr);
   CheckFidelity(*ck, "small head_dim 512, nothing chosen", ActivationPrecision::kBf16, true,
                 0.7, 0.15, 0.0);
+}
+TEST(DeviceDecoderFastTest, StoredKvWithMma16AttentionIsCloseWhenNothingIsChosen) {
+  const Checkpoint* ck = Small512ContinuousCheckpoint();
+  ASSERT_NE(ck, nullptr);
+  CheckFidelity(*ck, "small head_dim 512, nothing chosen, mma16 attention",
+                ActivationPrecision::kBf16, true, 0.7, 0.15, 0.0, false, nullptr, false, false,
+                /*attention_wgmma=*/false);
 }
 
 TEST(DeviceDecoderFastTest, TinyBf16AgreesWithReference) {
