@@ -70,8 +70,8 @@ struct Problem {
   int64_t m, n, k;
   std::vector<uint8_t*> x, xs, w, ws;
   float* y = nullptr;
-  float* scratch = nullptr;  // split-K partials at the split the shape gets
-  uint32_t* counters = nullptr;  // zeroed: the last split of a tile sums (as the decoder)
+  float* scratch = nullptr;      // split-K partials at the split the shape gets
+  uint32_t* counters = nullptr;  // zeroed; passed with argv "fused" (g_fused) only
   static constexpr int64_t kCounters = int64_t{1} << 16;
   Problem(int64_t m_, int64_t n_, int64_t k_, int copies) : m(m_), n(n_), k(k_) {
     for (int c = 0; c < copies; ++c) {
@@ -100,6 +100,11 @@ struct Problem {
 // The block-sum math of every call (argv[1] "wgmma": Fp8GemmMath::kWgmma;
 // "wgmma_f16": kWgmmaF16, the mma pair's bits).
 Fp8GemmMath g_math = Fp8GemmMath::kMmaF16;
+// argv[1] "fused": split calls of at most kFp8GemmFusedReduceMaxM rows sum in
+// their last split CTA (split_counters). Off by default, as in the decoder
+// (DeviceDecoderOptions::fused_split_reduce): the split columns then time the
+// second kernel the decoder runs.
+bool g_fused = false;
 
 // True when `tile` runs under g_math.
 bool Runs(Fp8GemmTile tile) {
@@ -121,8 +126,8 @@ Fp8BlockGemmParams Problem::Params(int c, Fp8GemmTile tile, int splits) const {
           .tile = tile,
           .k_splits = splits,
           .split_scratch = splits > 1 ? scratch : nullptr,
-          .split_counters = counters,
-          .split_counter_count = kCounters,
+          .split_counters = g_fused ? counters : nullptr,
+          .split_counter_count = g_fused ? kCounters : 0,
           .math = g_math};
 }
 
@@ -432,6 +437,12 @@ int Run(bool prefill_only) {
 }  // namespace weir::kernels::cuda::dense
 
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "fused") {  // fp8_gemm_bench fused [...]
+    weir::kernels::cuda::dense::g_fused = true;
+    std::printf("split sums: in the last split CTA up to %lld rows\n",
+                static_cast<long long>(weir::kernels::cuda::dense::kFp8GemmFusedReduceMaxM));
+    --argc, ++argv;
+  }
   if (argc >= 2 && std::string(argv[1]) == "wgmma") {  // fp8_gemm_bench wgmma [one M N K [TILE]]
     weir::kernels::cuda::dense::g_math = weir::kernels::cuda::dense::Fp8GemmMath::kWgmma;
     std::printf("block sums: wgmma (FP8)\n");
@@ -445,6 +456,6 @@ int main(int argc, char** argv) {
     return weir::kernels::cuda::dense::RunOne(std::atoll(argv[2]), std::atoll(argv[3]),
                                               std::atoll(argv[4]), argc > 5 ? argv[5] : "auto");
   }
-  // fp8_gemm_bench [wgmma | wgmma_f16] [prefill]
+  // fp8_gemm_bench [fused] [wgmma | wgmma_f16] [prefill]
   return weir::kernels::cuda::dense::Run(argc >= 2 && std::string(argv[1]) == "prefill");
 }

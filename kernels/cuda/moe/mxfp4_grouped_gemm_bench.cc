@@ -12,6 +12,10 @@
 //     codes + scales, the X codes + scales of the local rows, and the FP8
 //     intermediate the down projection reads; GB/s and the ratio to the
 //     device-copy rate (read + write) measured in the same run;
+//   * the FFN ("ffn us") on the tiles kAuto takes for the hint the decoder
+//     would pass in this deployment (RowsPerExpertHint: B / ranks tokens on
+//     every rank; before 2026-12-05 the hint was the launch's row capacity,
+//     6 B over the local experts, which took the 16-row tiles at B = 64);
 //   * gate/up and down alone for every tile (the bits never change with the
 //     tile, so the fastest one is free to use), and the launch floor when no
 //     row is local;
@@ -185,7 +189,18 @@ bool MathRuns(Mxfp4GroupedTile t) {
   return !(g_math == Mxfp4GemmMath::kWgmmaF16 && t == Mxfp4GroupedTile::kW8M128);
 }
 
-Mxfp4ExpertFfnParams FfnParams(const LayerWeights& w, const Step& s, int local, int64_t tokens) {
+// The rows a hit expert is expected to get, as the decoder's hint computes it
+// for its own batch b (b x top-k over its local experts, every rank stepping
+// b tokens): here `tokens` is the batch of all `ranks` together, so b =
+// tokens / ranks and the hint is tokens x top-k / experts. kAuto takes its
+// tiles from this (not from the launch's row capacity, tokens x top-k, which
+// counts rows that land on other ranks).
+int64_t RowsPerExpertHint(int64_t tokens, int experts) {
+  return std::max<int64_t>(tokens * kTopk / experts, 1);
+}
+
+Mxfp4ExpertFfnParams FfnParams(const LayerWeights& w, const Step& s, int local, int64_t tokens,
+                               int experts) {
   return {.x = s.x,
           .x_scales = s.xs,
           .expert_offsets = s.d_offsets,
@@ -202,7 +217,8 @@ Mxfp4ExpertFfnParams FfnParams(const LayerWeights& w, const Step& s, int local, 
           .rows = s.rows,
           .dim = kDim,
           .inter = kInter,
-          .num_experts = local,  // kAuto tiles (ChooseMxfp4GroupedTile of rows / experts)
+          .num_experts = local,
+          .rows_per_expert_hint = RowsPerExpertHint(tokens, experts),  // kAuto's tiles
           .math = g_math};
 }
 
@@ -290,7 +306,7 @@ double ReferenceUs(const Step& s, int local, cudaStream_t stream) {
 void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, std::mt19937& rng,
              const uint8_t* codes, const uint8_t* scales, cudaStream_t stream) {
   Step s = MakeStep(tokens, experts, local, rng, codes, scales, 7);
-  const Mxfp4ExpertFfnParams f = FfnParams(layer, s, local, tokens);
+  const Mxfp4ExpertFfnParams f = FfnParams(layer, s, local, tokens, experts);
   const double rows = static_cast<double>(s.local_rows);
   const double gu_flops = 2.0 * rows * 2 * kInter * kDim, dn_flops = 2.0 * rows * kDim * kInter;
   auto tf = [](double flops, double ms) { return ms > 0 ? flops / ms / 1e9 : 0.0; };
@@ -301,8 +317,8 @@ void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, 
       "(gate/up %s, down %s): FFN %.3f ms, %.0f TFLOP/s\n",
       static_cast<long long>(tokens), static_cast<long long>(s.local_rows), s.hit,
       rows / std::max(1, s.hit),
-      Mxfp4GroupedTileName(ChooseMxfp4GroupedTile(s.local_rows / local, true, g_math)),
-      Mxfp4GroupedTileName(ChooseMxfp4GroupedTile(s.local_rows / local, false, g_math)), ffn_ms,
+      Mxfp4GroupedTileName(ChooseMxfp4GroupedTile(f.rows_per_expert_hint, true, g_math)),
+      Mxfp4GroupedTileName(ChooseMxfp4GroupedTile(f.rows_per_expert_hint, false, g_math)), ffn_ms,
       tf(gu_flops + dn_flops, ffn_ms));
   double gu_best = 1e30, dn_best = 1e30;
   for (Mxfp4GroupedTile t : kMxfp4GroupedTiles) {
@@ -484,7 +500,7 @@ int Run(int experts, int ranks, int64_t prefill_tokens) {
     bytes = gu_bytes + dn_bytes;
     std::vector<Mxfp4ExpertFfnParams> params;
     for (int l = 0; l < kLayers; ++l)
-      params.push_back(FfnParams(layers[l], steps[l], local, tokens));
+      params.push_back(FfnParams(layers[l], steps[l], local, tokens, experts));
     for (const auto& p : params) Ok(Mxfp4ExpertFfn(p, stream));  // valid intermediates
     WEIR_BENCH_CHECK(cudaStreamSynchronize(stream));
 
