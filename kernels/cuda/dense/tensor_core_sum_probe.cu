@@ -106,10 +106,28 @@ __global__ void __launch_bounds__(128) TensorCoreSumProbeKernel(TensorCoreSumPro
   WgmmaWait(0);
   for (int i = 0; i < 4; ++i) PinRegister(d8[i]);
 
+  // The same with imm-scale-a = -1.
+  float dn[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (p.wgmma_e4m3_neg_a != nullptr) {
+    WgmmaFence();
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3}, %4, %5, p, -1, 1;\n}\n"
+        : "=f"(dn[0]), "=f"(dn[1]), "=f"(dn[2]), "=f"(dn[3])
+        : "l"(DescriptorOf(SwizzledKMajorDescriptorLo(SharedAddress(w8)))),
+          "l"(DescriptorOf(SwizzledKMajorDescriptorLo(SharedAddress(x8)))), "r"(0)
+        : "memory");
+    WgmmaCommit();
+    WgmmaWait(0);
+    for (int i = 0; i < 4; ++i) PinRegister(dn[i]);
+  }
+
   // Accumulator (row g / g + 8 of the warp's 16, X rows 2t, 2t + 1).
-  float* out[3] = {p.mma, p.wgmma_f16, p.wgmma_e4m3};
-  const float* v[3] = {mma, d16, d8};
-  for (int o = 0; o < 3; ++o) {
+  float* out[4] = {p.mma, p.wgmma_f16, p.wgmma_e4m3, p.wgmma_e4m3_neg_a};
+  const float* v[4] = {mma, d16, d8, dn};
+  for (int o = 0; o < 4; ++o) {
+    if (out[o] == nullptr) continue;
     float* y = out[o] + tile * kProbeRows * kProbeCols;
     y[r0 * kProbeCols + 2 * t] = v[o][0];
     y[r0 * kProbeCols + 2 * t + 1] = v[o][1];

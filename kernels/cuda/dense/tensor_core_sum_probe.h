@@ -43,6 +43,9 @@ struct TensorCoreSumProbeParams {
   float* mma = nullptr;
   float* wgmma_f16 = nullptr;
   float* wgmma_e4m3 = nullptr;
+  // Optional: the e4m3 wgmma again with imm-scale-a = -1 (the instruction's
+  // own negation of A), for comparing with the sum of the negated codes.
+  float* wgmma_e4m3_neg_a = nullptr;
 };
 
 // Runs the three sums (one CTA of 128 threads a tile) and synchronizes.

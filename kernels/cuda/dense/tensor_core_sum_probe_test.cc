@@ -129,6 +129,7 @@ struct DotStats {
   double bias = 0;            // mean (block sum - exact) / mean sum|p|
   double pair_bias = 0;       // the same for the paired estimate
   double mirrored = 0;        // share of block sums with S(-W) == -S(W)
+  double imm_equal = 0;       // share where imm-scale-a = -1 gives S(-W)'s bits
   double dot_median[3] = {};  // median |dot - exact| / |exact|: mma, e4m3, pair
   double dot_p90[3] = {};
 };
@@ -147,6 +148,7 @@ void QuantizeBlock(std::mt19937& rng, uint8_t* out) {
 }
 
 DotStats ProbeDots(int64_t tiles, bool e2m1_weights, uint32_t seed) {
+  double s_imm_equal_share = 0;
   std::mt19937 rng(seed);
   std::vector<uint8_t> w(tiles * kProbeRows * kProbeK), x(tiles * kProbeCols * kProbeK);
   for (int64_t b = 0; b < tiles * kProbeRows; ++b) {
@@ -166,25 +168,34 @@ DotStats ProbeDots(int64_t tiles, bool e2m1_weights, uint32_t seed) {
   for (uint8_t& c : wn) c ^= 0x80;  // -W: the sign bit (zero stays a zero)
   const size_t outputs = tiles * kProbeRows * kProbeCols;
   auto run = [&](const std::vector<uint8_t>& weights, std::vector<float>* mma,
-                 std::vector<float>* e4m3) {
+                 std::vector<float>* e4m3, std::vector<float>* e4m3_neg_a) {
     DeviceBuffer<uint8_t> dw(weights), dx(x);
-    DeviceBuffer<float> m(outputs), f(outputs), e(outputs);
+    DeviceBuffer<float> m(outputs), f(outputs), e(outputs), n(outputs);
     m.Poison();
     e.Poison();
+    n.Poison();
     const absl::Status st = TensorCoreSumProbe({.tiles = tiles,
                                                 .w = dw.get(),
                                                 .x = dx.get(),
                                                 .mma = m.get(),
                                                 .wgmma_f16 = f.get(),
-                                                .wgmma_e4m3 = e.get()});
+                                                .wgmma_e4m3 = e.get(),
+                                                .wgmma_e4m3_neg_a = n.get()});
     EXPECT_TRUE(st.ok()) << st;
     *mma = m.Download();
     *e4m3 = e.Download();
+    *e4m3_neg_a = n.Download();
   };
-  std::vector<float> mma, e4m3, mma_neg, e4m3_neg;
-  run(w, &mma, &e4m3);
-  run(wn, &mma_neg, &e4m3_neg);
+  std::vector<float> mma, e4m3, neg_a, mma_neg, e4m3_neg, unused;
+  run(w, &mma, &e4m3, &neg_a);
+  run(wn, &mma_neg, &e4m3_neg, &unused);
+  // Whether imm-scale-a = -1 sums as the negated codes do (then the pair costs
+  // one more wgmma and no operand change).
+  int64_t imm_equal = 0;
+  for (size_t i = 0; i < outputs; ++i) imm_equal += Bits(neg_a[i]) == Bits(e4m3_neg[i]);
+  s_imm_equal_share = static_cast<double>(imm_equal) / outputs;
   DotStats s;
+  s.imm_equal = s_imm_equal_share;
   double err_sum = 0, pair_err_sum = 0, mag_sum = 0;
   int64_t mirrored = 0;
   std::vector<double> rel[3];
@@ -232,11 +243,12 @@ DotStats ProbeDots(int64_t tiles, bool e2m1_weights, uint32_t seed) {
   }
   std::printf(
       "%s weights x act_quant'ed X, %lld dots of K %d: e4m3 wgmma bias %.3g of sum|p| (paired "
-      "%.3g), S(-W) == -S(W) in %.4f of block sums; |dot - exact| / |exact| median / p90: mma "
-      "%.3g / %.3g, e4m3 %.3g / %.3g, paired %.3g / %.3g\n",
+      "%.3g), S(-W) == -S(W) in %.4f of block sums, imm-scale-a -1 gives S(-W)'s bits in %.4f; "
+      "|dot - exact| / |exact| median / p90: mma %.3g / %.3g, e4m3 %.3g / %.3g, paired %.3g / "
+      "%.3g\n",
       e2m1_weights ? "e2m1" : "e4m3", static_cast<long long>(rel[0].size()), kDotBlocks * kProbeK,
-      s.bias, s.pair_bias, s.mirrored, s.dot_median[0], s.dot_p90[0], s.dot_median[1], s.dot_p90[1],
-      s.dot_median[2], s.dot_p90[2]);
+      s.bias, s.pair_bias, s.mirrored, s.imm_equal, s.dot_median[0], s.dot_p90[0], s.dot_median[1],
+      s.dot_p90[1], s.dot_median[2], s.dot_p90[2]);
   return s;
 }
 
@@ -250,6 +262,7 @@ TEST(TensorCoreSumProbeTest, E4m3WgmmaDotErrorAndItsNegatedPair) {
     EXPECT_GT(s.dot_median[1], 0.0);   // e4m3 wgmma loses bits
     EXPECT_LT(s.dot_median[1], 0.1);
     EXPECT_LT(s.dot_median[2], 0.1);
+    EXPECT_GE(s.imm_equal, 0.0);
     EXPECT_GE(s.mirrored, 0.0);
     EXPECT_LE(s.mirrored, 1.0);
   }
