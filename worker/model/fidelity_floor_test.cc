@@ -11,12 +11,14 @@
 // device_decoder_fast_test's CheckFidelity (top-1 agreement, median per-row
 // relative L2 error, expert choices), one step on a shared history and
 // teacher-forced on each model's own history, over the eight golden prompts
-// and 64 steps each. The numbers are printed; the test holds sigma 0 to
-// identity and every sigma > 0 to a visible change.
+// and 64 steps each, with bf16 activations (as served) and fp32 ones (no bf16
+// rounding for a small change to flip). The numbers are printed; the test
+// holds sigma 0 to identity and every sigma > 0 to a visible change.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <utility>
@@ -79,9 +81,9 @@ class NoisyOps : public CpuOps {
 };
 
 std::unique_ptr<Model> NoisyModel(const Checkpoint& ckpt, double sigma,
-                                  std::vector<int32_t>* choices) {
+                                  std::vector<int32_t>* choices, ActivationPrecision precision) {
   ModelOptions options;
-  options.precision = ActivationPrecision::kBf16;
+  options.precision = precision;
   options.engram_token_map = TrainedTinyEngramMap();
   options.make_ops = [sigma,
                       choices](ActivationPrecision p) -> absl::StatusOr<std::unique_ptr<Ops>> {
@@ -137,11 +139,11 @@ int64_t Differing(const std::vector<int32_t>& a, const std::vector<int32_t>& b, 
 // reference's state (shared history) or on its own state from the same
 // prefill (teacher-forced, own history).
 Agreement Compare(const Checkpoint& ckpt, double sigma, bool shared,
-                  const std::vector<std::vector<int64_t>>& prompts) {
+                  const std::vector<std::vector<int64_t>>& prompts, ActivationPrecision precision) {
   constexpr int kSteps = 64;
   std::vector<int32_t> ref_choices, noisy_choices;
-  auto ref = NoisyModel(ckpt, 0.0, &ref_choices);
-  auto noisy = NoisyModel(ckpt, sigma, &noisy_choices);
+  auto ref = NoisyModel(ckpt, 0.0, &ref_choices, precision);
+  auto noisy = NoisyModel(ckpt, sigma, &noisy_choices, precision);
   Agreement out;
   if (ref == nullptr || noisy == nullptr) return out;
   const ModelConfig& c = ref->config();
@@ -182,22 +184,24 @@ Agreement Compare(const Checkpoint& ckpt, double sigma, bool shared,
   return out;
 }
 
-TEST(FidelityFloorTest, TrainedTinyAgainstItselfWithNoisyProducts) {
+void Measure(ActivationPrecision precision, std::initializer_list<double> sigmas) {
   const Checkpoint* ck = TrainedTinyCheckpoint();
   ASSERT_NE(ck, nullptr);
   const std::vector<std::vector<int64_t>> prompts = Prompts();
   ASSERT_EQ(prompts.size(), 8u);
-  for (const double sigma : {0.0, 1e-8, 1e-7, 1e-6, 3e-5}) {
+  const char* name = precision == ActivationPrecision::kBf16 ? "bf16" : "fp32";
+  for (const double sigma : sigmas) {
     for (const bool shared : {true, false}) {
-      const Agreement g = Compare(*ck, sigma, shared, prompts);
+      const Agreement g = Compare(*ck, sigma, shared, prompts, precision);
       ASSERT_EQ(g.positions, 8 * 64);
       const double top1 = static_cast<double>(g.top1) / g.positions;
       std::printf(
-          "trained tiny, products off by a relative %.0e, %s: %d positions: top-1 agreement "
+          "trained tiny %s, products off by a relative %.0e, %s: %d positions: top-1 agreement "
           "%.4f, expert choices differing %lld of %lld (agreement %.4f), per-row relative L2 "
           "error median %.3g, worst %.3g\n",
-          sigma, shared ? "one step on a shared history" : "tokens only (own history)", g.positions,
-          top1, static_cast<long long>(g.choices_differing), static_cast<long long>(g.choices),
+          name, sigma, shared ? "one step on a shared history" : "tokens only (own history)",
+          g.positions, top1, static_cast<long long>(g.choices_differing),
+          static_cast<long long>(g.choices),
           1.0 - static_cast<double>(g.choices_differing) / std::max<int64_t>(g.choices, 1),
           g.median(), g.max());
       ASSERT_GT(g.choices, 0);
@@ -212,6 +216,16 @@ TEST(FidelityFloorTest, TrainedTinyAgainstItselfWithNoisyProducts) {
       }
     }
   }
+}
+
+// As served: bf16 activations, rounded at the reference's storage points.
+TEST(FidelityFloorTest, TrainedTinyBf16AgainstItselfWithNoisyProducts) {
+  Measure(ActivationPrecision::kBf16, {0.0, 1e-8, 1e-7, 1e-6, 3e-5});
+}
+
+// fp32 activations: no bf16 rounding for a small change to flip.
+TEST(FidelityFloorTest, TrainedTinyFp32AgainstItselfWithNoisyProducts) {
+  Measure(ActivationPrecision::kFp32, {0.0, 1e-7, 1e-6, 3e-5});
 }
 
 }  // namespace
