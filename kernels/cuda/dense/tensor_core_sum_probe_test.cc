@@ -1,5 +1,6 @@
 // Whether Hopper's f16 wgmma sums a K block with the bits of the mma.sync f16
-// pair that Fp8BlockGemm and the MXFP4 kernels run (tensor_core_sum_probe.h).
+// pair that Fp8BlockGemm and the MXFP4 kernels run (tensor_core_sum_probe.h),
+// and what the e4m3 wgmma's lost bits do to whole dot products.
 #include "kernels/cuda/dense/tensor_core_sum_probe.h"
 
 #include <algorithm>
