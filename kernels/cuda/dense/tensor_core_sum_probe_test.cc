@@ -149,7 +149,7 @@ void QuantizeBlock(std::mt19937& rng, uint8_t* out) {
 }
 
 DotStats ProbeDots(int64_t tiles, bool e2m1_weights, uint32_t seed) {
-  double s_imm_equal_share = 0;
+  DotStats s;
   std::mt19937 rng(seed);
   std::vector<uint8_t> w(tiles * kProbeRows * kProbeK), x(tiles * kProbeCols * kProbeK);
   for (int64_t b = 0; b < tiles * kProbeRows; ++b) {
@@ -194,9 +194,7 @@ DotStats ProbeDots(int64_t tiles, bool e2m1_weights, uint32_t seed) {
   // one more wgmma and no operand change).
   int64_t imm_equal = 0;
   for (size_t i = 0; i < outputs; ++i) imm_equal += Bits(neg_a[i]) == Bits(e4m3_neg[i]);
-  s_imm_equal_share = static_cast<double>(imm_equal) / outputs;
-  DotStats s;
-  s.imm_equal = s_imm_equal_share;
+  s.imm_equal = static_cast<double>(imm_equal) / outputs;
   double err_sum = 0, pair_err_sum = 0, mag_sum = 0;
   int64_t mirrored = 0;
   std::vector<double> rel[3];
@@ -263,9 +261,11 @@ TEST(TensorCoreSumProbeTest, E4m3WgmmaDotErrorAndItsNegatedPair) {
     EXPECT_GT(s.dot_median[1], 0.0);   // e4m3 wgmma loses bits
     EXPECT_LT(s.dot_median[1], 0.1);
     EXPECT_LT(s.dot_median[2], 0.1);
-    EXPECT_GE(s.imm_equal, 0.0);
-    EXPECT_GE(s.mirrored, 0.0);
-    EXPECT_LE(s.mirrored, 1.0);
+    // Measured on an H100 (2026-12-05): imm-scale-a = -1 gives the negated
+    // codes' bits in every block, and the negated codes' sum is the negated
+    // sum in 99.99 % of blocks (the alignment truncates toward zero).
+    EXPECT_GT(s.imm_equal, 0.99);
+    EXPECT_GT(s.mirrored, 0.99);
   }
 }
 
