@@ -46,25 +46,37 @@ struct Counts {
   double f16_worst = 0, e4m3_worst = 0, mma_worst = 0;  // |sum - exact| / sum |products|
 };
 
-Counts ProbeSums(int64_t tiles, bool narrow, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<uint8_t> w(tiles * kProbeRows * kProbeK), x(tiles * kProbeCols * kProbeK);
-  for (uint8_t& c : w) c = RandomCode(rng, narrow);
-  for (uint8_t& c : x) c = RandomCode(rng, narrow);
+// The probe's sums of `tiles` tiles of codes w and x, on the host.
+struct ProbeOut {
+  std::vector<float> mma, f16, e4m3, e4m3_neg_a;
+};
+
+ProbeOut RunProbe(int64_t tiles, const std::vector<uint8_t>& w, const std::vector<uint8_t>& x) {
   DeviceBuffer<uint8_t> dw(w), dx(x);
   const size_t outputs = tiles * kProbeRows * kProbeCols;
-  DeviceBuffer<float> mma(outputs), f16(outputs), e4m3(outputs);
+  DeviceBuffer<float> mma(outputs), f16(outputs), e4m3(outputs), neg_a(outputs);
   mma.Poison();
   f16.Poison();
   e4m3.Poison();
+  neg_a.Poison();
   const absl::Status st = TensorCoreSumProbe({.tiles = tiles,
                                               .w = dw.get(),
                                               .x = dx.get(),
                                               .mma = mma.get(),
                                               .wgmma_f16 = f16.get(),
-                                              .wgmma_e4m3 = e4m3.get()});
+                                              .wgmma_e4m3 = e4m3.get(),
+                                              .wgmma_e4m3_neg_a = neg_a.get()});
   EXPECT_TRUE(st.ok()) << st;
-  const std::vector<float> hm = mma.Download(), hf = f16.Download(), he = e4m3.Download();
+  return {mma.Download(), f16.Download(), e4m3.Download(), neg_a.Download()};
+}
+
+Counts ProbeSums(int64_t tiles, bool narrow, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> w(tiles * kProbeRows * kProbeK), x(tiles * kProbeCols * kProbeK);
+  for (uint8_t& c : w) c = RandomCode(rng, narrow);
+  for (uint8_t& c : x) c = RandomCode(rng, narrow);
+  const ProbeOut out = RunProbe(tiles, w, x);
+  const std::vector<float>&hm = out.mma, &hf = out.f16, &he = out.e4m3;
   Counts c;
   for (int64_t t = 0; t < tiles; ++t) {
     for (int r = 0; r < kProbeRows; ++r) {
@@ -168,32 +180,12 @@ DotStats ProbeDots(int64_t tiles, bool e2m1_weights, uint32_t seed) {
   std::vector<uint8_t> wn(w);
   for (uint8_t& c : wn) c ^= 0x80;  // -W: the sign bit (zero stays a zero)
   const size_t outputs = tiles * kProbeRows * kProbeCols;
-  auto run = [&](const std::vector<uint8_t>& weights, std::vector<float>* mma,
-                 std::vector<float>* e4m3, std::vector<float>* e4m3_neg_a) {
-    DeviceBuffer<uint8_t> dw(weights), dx(x);
-    DeviceBuffer<float> m(outputs), f(outputs), e(outputs), n(outputs);
-    m.Poison();
-    e.Poison();
-    n.Poison();
-    const absl::Status st = TensorCoreSumProbe({.tiles = tiles,
-                                                .w = dw.get(),
-                                                .x = dx.get(),
-                                                .mma = m.get(),
-                                                .wgmma_f16 = f.get(),
-                                                .wgmma_e4m3 = e.get(),
-                                                .wgmma_e4m3_neg_a = n.get()});
-    EXPECT_TRUE(st.ok()) << st;
-    *mma = m.Download();
-    *e4m3 = e.Download();
-    *e4m3_neg_a = n.Download();
-  };
-  std::vector<float> mma, e4m3, neg_a, mma_neg, e4m3_neg, unused;
-  run(w, &mma, &e4m3, &neg_a);
-  run(wn, &mma_neg, &e4m3_neg, &unused);
+  const ProbeOut pos = RunProbe(tiles, w, x), neg = RunProbe(tiles, wn, x);
+  const std::vector<float>&mma = pos.mma, &e4m3 = pos.e4m3, &e4m3_neg = neg.e4m3;
   // Whether imm-scale-a = -1 sums as the negated codes do (then the pair costs
   // one more wgmma and no operand change).
   int64_t imm_equal = 0;
-  for (size_t i = 0; i < outputs; ++i) imm_equal += Bits(neg_a[i]) == Bits(e4m3_neg[i]);
+  for (size_t i = 0; i < outputs; ++i) imm_equal += Bits(pos.e4m3_neg_a[i]) == Bits(e4m3_neg[i]);
   s.imm_equal = static_cast<double>(imm_equal) / outputs;
   double err_sum = 0, pair_err_sum = 0, mag_sum = 0;
   int64_t mirrored = 0;
