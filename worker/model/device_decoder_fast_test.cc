@@ -36,7 +36,6 @@
 #include "worker/model/cpu_ops.h"
 #include "worker/model/device_decoder.h"
 #include "worker/model/device_decoder_chunk_check.h"
-#include "worker/model/golden_file.h"
 #include "worker/model/model.h"
 #include "worker/model/tiny_model_test_util.h"
 #include "worker/model/widen_experts.h"
@@ -440,18 +439,11 @@ const TrainedInputs* TrainedTinyInputs() {
   static const TrainedInputs* inputs = []() -> const TrainedInputs* {
     std::vector<int64_t> engram_map = TrainedTinyEngramMap();
     if (engram_map.empty()) return nullptr;
-    Golden g("tests/golden/tiny_trained/ref_fp32.safetensors");
-    if (!g.ok()) return nullptr;
-    const std::vector<int32_t> lens = g.Get<int32_t>("prompt_lens");
-    const std::vector<int32_t> tokens = g.Get<int32_t>("tf.tokens");
-    const std::vector<int32_t> offsets = g.Get<int32_t>("tf.offsets");
-    if (lens.size() < 8 || offsets.size() < 8) return nullptr;
+    std::vector<std::vector<int64_t>> prompts = TrainedTinyPrompts();
+    if (prompts.size() < 8) return nullptr;
     auto* out = new TrainedInputs;
     out->engram_token_map = std::move(engram_map);
-    for (int p = 0; p < 8; ++p) {
-      out->prompts.emplace_back(tokens.begin() + offsets[p],
-                                tokens.begin() + offsets[p] + lens[p]);
-    }
+    out->prompts = std::move(prompts);
     return out;
   }();
   return inputs;

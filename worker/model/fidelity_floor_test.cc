@@ -28,7 +28,6 @@
 #include "gtest/gtest.h"
 #include "worker/model/checkpoint.h"
 #include "worker/model/cpu_ops.h"
-#include "worker/model/golden_file.h"
 #include "worker/model/model.h"
 #include "worker/model/sequence_state.h"
 #include "worker/model/tiny_model_test_util.h"
@@ -77,24 +76,6 @@ std::unique_ptr<Model> NoisyModel(const Checkpoint& ckpt, double sigma,
     return std::unique_ptr<Ops>(new NoisyOps(p, sigma, choices));
   };
   return NewModelOrFail(ckpt, std::move(options));
-}
-
-// The first eight golden prompts of the trained tiny (held-out text), as
-// device_decoder_fast_test feeds them.
-std::vector<std::vector<int64_t>> Prompts() {
-  std::vector<std::vector<int64_t>> out;
-  Golden g("tests/golden/tiny_trained/ref_fp32.safetensors");
-  EXPECT_TRUE(g.ok());
-  if (!g.ok()) return out;
-  const std::vector<int32_t> lens = g.Get<int32_t>("prompt_lens");
-  const std::vector<int32_t> tokens = g.Get<int32_t>("tf.tokens");
-  const std::vector<int32_t> offsets = g.Get<int32_t>("tf.offsets");
-  EXPECT_GE(lens.size(), 8u);
-  EXPECT_GE(offsets.size(), 8u);
-  for (size_t p = 0; p < 8 && p < lens.size() && p < offsets.size(); ++p) {
-    out.emplace_back(tokens.begin() + offsets[p], tokens.begin() + offsets[p] + lens[p]);
-  }
-  return out;
 }
 
 struct Agreement {
@@ -174,7 +155,7 @@ Agreement Compare(const Checkpoint& ckpt, double sigma, bool shared,
 void Measure(ActivationPrecision precision, std::initializer_list<double> sigmas) {
   const Checkpoint* ck = TrainedTinyCheckpoint();
   ASSERT_NE(ck, nullptr);
-  const std::vector<std::vector<int64_t>> prompts = Prompts();
+  const std::vector<std::vector<int64_t>> prompts = TrainedTinyPrompts();
   ASSERT_EQ(prompts.size(), 8u);
   const char* name = precision == ActivationPrecision::kBf16 ? "bf16" : "fp32";
   for (const double sigma : sigmas) {

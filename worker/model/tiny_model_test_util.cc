@@ -17,6 +17,7 @@
 #include "tokenizer/engram_vocab.h"
 #include "tokenizer/tokenizer.h"
 #include "worker/model/cpu_ops.h"
+#include "worker/model/golden_file.h"
 #include "worker/model/tiny_checkpoint.h"
 
 namespace weir::model {
@@ -74,6 +75,22 @@ std::vector<int64_t> TrainedTinyEngramMap() {
   EXPECT_TRUE(engram.ok()) << engram.status();
   if (!engram.ok()) return {};
   return std::vector<int64_t>(engram->compressed_id.begin(), engram->compressed_id.end());
+}
+
+std::vector<std::vector<int64_t>> TrainedTinyPrompts() {
+  std::vector<std::vector<int64_t>> out;
+  Golden g("tests/golden/tiny_trained/ref_fp32.safetensors");
+  EXPECT_TRUE(g.ok());
+  if (!g.ok()) return out;
+  const std::vector<int32_t> lens = g.Get<int32_t>("prompt_lens");
+  const std::vector<int32_t> tokens = g.Get<int32_t>("tf.tokens");
+  const std::vector<int32_t> offsets = g.Get<int32_t>("tf.offsets");
+  EXPECT_GE(lens.size(), 8u);
+  EXPECT_GE(offsets.size(), 8u);
+  for (size_t p = 0; p < 8 && p < lens.size() && p < offsets.size(); ++p) {
+    out.emplace_back(tokens.begin() + offsets[p], tokens.begin() + offsets[p] + lens[p]);
+  }
+  return out;
 }
 
 std::unique_ptr<Model> NewModelOrFail(const Checkpoint& ckpt, ModelOptions options) {

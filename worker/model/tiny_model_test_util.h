@@ -48,6 +48,11 @@ const Checkpoint* TrainedTinyCheckpoint();
 // ModelOptions::engram_token_map; empty after a failure (a test failure).
 std::vector<int64_t> TrainedTinyEngramMap();
 
+// The first eight prompts of the trained tiny's golden file (held-out text,
+// 20 to 61 tokens; a test's data must hold //tests/golden:tiny_trained);
+// fewer after a failure (a test failure).
+std::vector<std::vector<int64_t>> TrainedTinyPrompts();
+
 // A Model over `ckpt` with `options`, or null after a creation failure (a
 // test failure).
 std::unique_ptr<Model> NewModelOrFail(const Checkpoint& ckpt, ModelOptions options = {});
