@@ -155,6 +155,13 @@ ABSL_FLAG(int64_t, max_positions, 0,
 ABSL_FLAG(bool, fused_rope, true,
           "kFast: RoPE inside the launch before it (the FP8 product's split-K reduce, the "
           "attention output's transpose; same bits) (DeviceDecoderOptions::fused_rope).");
+ABSL_FLAG(bool, fused_kv_rows, true,
+          "kFast: each KV row's norm, RoPE, quantization and scatter in one launch "
+          "(KvRowFinish; same bits) (DeviceDecoderOptions::fused_kv_rows).");
+ABSL_FLAG(bool, fold_row_ops, true,
+          "kFast: the indexer query's MXFP4 form and weights' scale in IndexerScore, the "
+          "unstored attention output's bf16 boundary in SparseAttention (same bits) "
+          "(DeviceDecoderOptions::fold_row_ops).");
 ABSL_FLAG(bool, fused_split_reduce, false,
           "Split-K linears at small batch sum in their last split CTA "
           "(DeviceDecoderOptions::fused_split_reduce); false: a second kernel.");
@@ -375,6 +382,8 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
         .programmatic_launch = absl::GetFlag(FLAGS_programmatic),
         .fused_split_reduce = absl::GetFlag(FLAGS_fused_split_reduce),
         .fused_rope = absl::GetFlag(FLAGS_fused_rope),
+        .fused_kv_rows = absl::GetFlag(FLAGS_fused_kv_rows),
+        .fold_row_ops = absl::GetFlag(FLAGS_fold_row_ops),
         .fp8_split_target_ctas = absl::GetFlag(FLAGS_fp8_split_target),
         .fp8_split_min_stages = absl::GetFlag(FLAGS_fp8_split_min_stages),
         .bf16_split_k = absl::GetFlag(FLAGS_bf16_split_k),
@@ -536,6 +545,8 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       .programmatic_launch = absl::GetFlag(FLAGS_programmatic),
       .fused_split_reduce = absl::GetFlag(FLAGS_fused_split_reduce),
       .fused_rope = absl::GetFlag(FLAGS_fused_rope),
+      .fused_kv_rows = absl::GetFlag(FLAGS_fused_kv_rows),
+      .fold_row_ops = absl::GetFlag(FLAGS_fold_row_ops),
       .fp8_split_target_ctas = absl::GetFlag(FLAGS_fp8_split_target),
       .fp8_split_min_stages = absl::GetFlag(FLAGS_fp8_split_min_stages),
       .bf16_split_k = absl::GetFlag(FLAGS_bf16_split_k),
@@ -722,10 +733,13 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
             .graph_nodes = static_cast<int64_t>((*dd)->stats().graph_nodes)});
     std::printf(
         "      graph of batch %d: %lld nodes, %lld programmatic edges; %lld RoPEs fused into "
-        "other launches since the decoder's start (--fused_rope)\n",
+        "other launches, %lld KvRowFinish launches, %lld passes folded since the decoder's start "
+        "(--fused_rope, --fused_kv_rows, --fold_row_ops)\n",
         batch, static_cast<long long>((*dd)->stats().graph_nodes),
         static_cast<long long>((*dd)->stats().programmatic_edges),
-        static_cast<long long>((*dd)->stats().fused_ropes));
+        static_cast<long long>((*dd)->stats().fused_ropes),
+        static_cast<long long>((*dd)->stats().fused_kv_rows),
+        static_cast<long long>((*dd)->stats().folded_row_ops));
     if (device_greedy) {
       std::printf(
           "      greedy tokens picked on the device (ArgmaxRows over %lld logits a row, "

@@ -816,6 +816,8 @@ absl::StatusOr<int64_t> DeviceDecoder::StepInto(std::span<const int> slots,
     }
     stats_.x16_panels = m.x16_panels;
     stats_.fused_ropes = m.fused_ropes;
+    stats_.fused_kv_rows = m.fused_kv_rows;
+    stats_.folded_row_ops = m.folded_row_ops;
     WEIR_DD_CUDA("event", cudaEventRecord(m.ev_end, m.stream));
     if (asked > 0 && greedy) {  // the argmax of each asked row, 4 bytes a row back
       RETURN_IF_ERROR(kernels::cuda::dense::ArgmaxRows(

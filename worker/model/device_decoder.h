@@ -254,6 +254,21 @@ struct DeviceDecoderOptions {
   // with programmatic edges those launches were off the critical path. On:
   // the same bits, fewer launches, not slower.
   bool fused_rope = true;
+  // kFast: each KV-like row's end in one KvRowFinish launch
+  // (kernels/cuda/decode/kv_rows.h), the same bits: the window KV's norm,
+  // RoPE, quantization and scatter into its ring (4 - 5 launches), the
+  // compressed latent's norm, RoPE and store (3 - 4; its pre-RoPE row stays
+  // for the index keys' product) and the index keys' (3 - 4).
+  // DeviceDecoderStats::fused_kv_rows counts the fused launches.
+  bool fused_kv_rows = true;
+  // kFast: small passes over a launch's input or output folded into that
+  // launch, the same bits: the indexer query's MXFP4 fake quantization and
+  // its weights' scale into IndexerScore (IndexerScoreParams::q_mxfp4,
+  // weights_factor), the bf16 boundary of the unstored pools' attention
+  // output into SparseAttention (round_bf16). Two launches fewer a layer
+  // with an indexer, one a layer on the unstored pools.
+  // DeviceDecoderStats::folded_row_ops counts the passes folded.
+  bool fold_row_ops = true;
   // kFast FP8 linears: the split-K rule's knobs (ChooseFp8GemmSplits: about
   // this many CTAs of 32 weight rows, at least this many 128-wide K stages a
   // split). Each setting has its own bits; the decoder keeps one for every
@@ -421,6 +436,8 @@ struct DeviceDecoderStats {
   int64_t eager_steps = 0;
   int64_t x16_panels = 0;       // prefill_x16_panel: FP8 products enqueued on an f16 panel
   int64_t fused_ropes = 0;      // fused_rope: RoPEs enqueued inside another launch
+  int64_t fused_kv_rows = 0;    // fused_kv_rows: KvRowFinish launches enqueued
+  int64_t folded_row_ops = 0;   // fold_row_ops: passes folded into another launch
   int64_t drafts = 0;           // sequences drafted (DraftBatch)
   double draft_seconds = 0;     // wall time inside DraftBatch
   int64_t draft_launches = 0;   // DraftBatch's device passes (batch_cap / block sequences each)

@@ -607,15 +607,14 @@ TEST(DeviceDecoderFastTest, SmallBf16IsBatchInvariant) { CheckBatchInvariance(fa
 
 // On a fresh decoder of `options`: each of `slots` started and fed `prompt`
 // as one chunk, then one decode step of all slots per entry of `steps`
-// (a token a slot). Returns every call's logits, in order.
-std::vector<std::vector<float>> ChunkThenSteps(const Model& model,
-                                               const DeviceDecoderOptions& options,
-                                               const std::vector<int>& slots,
-                                               const std::vector<int64_t>& prompt,
-                                               const std::vector<std::vector<int64_t>>& steps,
-                                               DeviceDecoderStats* stats = nullptr) {
+// (a token a slot), on activations of `precision`. Returns every call's logits, in order.
+std::vector<std::vector<float>> ChunkThenSteps(
+    const Model& model, const DeviceDecoderOptions& options, const std::vector<int>& slots,
+    const std::vector<int64_t>& prompt, const std::vector<std::vector<int64_t>>& steps,
+    DeviceDecoderStats* stats = nullptr,
+    ActivationPrecision precision = ActivationPrecision::kBf16) {
   std::vector<std::vector<float>> out;
-  auto dd = DeviceDecoder::Create(model, ActivationPrecision::kBf16, options);
+  auto dd = DeviceDecoder::Create(model, precision, options);
   EXPECT_TRUE(dd.ok()) << dd.status();
   if (!dd.ok()) return out;
   for (int slot : slots) {
@@ -774,6 +773,54 @@ TEST(DeviceDecoderFastTest, SmallBf16FusedRopeGivesTheRopeLaunchesBits) {
     EXPECT_EQ(DifferingCalls(want, got), 0) << "of " << want.size() << " calls, stored " << stored;
     EXPECT_EQ(plain_stats.fused_ropes, 0) << "stored " << stored;
     EXPECT_GT(fused_stats.fused_ropes, 0) << "stored " << stored;
+  }
+}
+
+// fused_kv_rows (each KV row's norm, RoPE, quantization and scatter in one
+// KvRowFinish launch) and fold_row_ops (the indexer's inputs made in its
+// scoring launch, the unstored attention output rounded in its launch) give
+// the separate launches' bits: a 40-row prompt chunk and four decode steps
+// of two sequences, every call's logits equal with and without them, on the
+// fake-quantized pools (head_dim 256) and the stored ones (head_dim 512),
+// bf16 and fp32; and the fused decoder did fuse.
+TEST(DeviceDecoderFastTest, SmallFusedRowLaunchesGiveTheSeparateLaunchesBits) {
+  struct Case {
+    bool stored;
+    ActivationPrecision precision;
+  };
+  for (const Case& k :
+       {Case{false, ActivationPrecision::kBf16}, Case{true, ActivationPrecision::kBf16},
+        Case{true, ActivationPrecision::kFp32}}) {
+    const std::string name = std::string(k.stored ? "stored" : "fake-quantized") +
+                             (k.precision == ActivationPrecision::kBf16 ? " bf16" : " fp32");
+    const Checkpoint* ck = k.stored ? Small512Checkpoint() : SmallCheckpoint(3);
+    ASSERT_NE(ck, nullptr);
+    const int64_t v = ck->config().vocab_size;
+    auto cpu = RowStableCpuModel(*ck, k.precision);
+    ASSERT_NE(cpu, nullptr);
+    DeviceDecoderOptions plain{.numerics = DecodeNumerics::kFast,
+                               .max_sequences = 3,
+                               .max_positions = 64,
+                               .kv_block_tokens = k.stored ? 4 : 0,
+                               .max_batch = 40,
+                               .max_rows_per_slot = 40};
+    plain.fused_kv_rows = false;
+    plain.fold_row_ops = false;
+    DeviceDecoderOptions fused = plain;
+    fused.fused_kv_rows = true;
+    fused.fold_row_ops = true;
+    const std::vector<int64_t> prompt = RandomTokens(40, 47, v - 1);
+    std::vector<std::vector<int64_t>> steps;
+    for (int step = 0; step < 4; ++step) steps.push_back({7 + step, 3 + step});
+    DeviceDecoderStats plain_stats, fused_stats;
+    const auto want = ChunkThenSteps(*cpu, plain, {1, 2}, prompt, steps, &plain_stats, k.precision);
+    const auto got = ChunkThenSteps(*cpu, fused, {1, 2}, prompt, steps, &fused_stats, k.precision);
+    ASSERT_EQ(want.size(), 6u) << name;
+    EXPECT_EQ(DifferingCalls(want, got), 0) << "of " << want.size() << " calls, " << name;
+    EXPECT_EQ(plain_stats.fused_kv_rows, 0) << name;
+    EXPECT_GT(fused_stats.fused_kv_rows, 0) << name;
+    EXPECT_EQ(plain_stats.folded_row_ops, 0) << name;
+    EXPECT_GT(fused_stats.folded_row_ops, 0) << name;
   }
 }
 

@@ -153,6 +153,34 @@ absl::Status DeviceDecoder::Impl::UpdateCompressed(int layer, int64_t b) {
                                            .round_bf16 = bf16()},
                                           stream));
   }
+  if (FusesKvRows()) {
+    // The latent's norm (its pre-RoPE row back in latent, which the index
+    // keys' product reads), RoPE and store in one launch; the index keys'
+    // norm, RoPE and store in another.
+    dec::KvRowFinishParams lp =
+        KvRow(latent, L.comp_norm, b, hd, pr.entry_pos, layer, pr.entry_write);
+    lp.out = latent;
+    lp.rope_out = false;
+    dec::KvRowFinishParams kp =
+        KvRow(ik, L.index_k_norm, b, di, pr.entry_pos, layer, pr.entry_write);
+    if (stored_kv) {
+      const int64_t row0 = L.comp_base - window_rows_total;
+      lp.store = dec::KvRowStore::kCodesNvfp4;
+      lp.codes = comp_codes + row0 * hd / 2;
+      lp.scales = comp_scales + row0 * hd / 16;
+      kp.store = dec::KvRowStore::kCodesMxfp4;
+      kp.codes = L.index_k_codes;
+      kp.scales = L.index_k_scales;
+    } else {
+      lp.store = dec::KvRowStore::kFloatNvfp4;
+      lp.pool = kv_pool + int64_t{L.comp_base} * hd;
+      kp.store = dec::KvRowStore::kFloatMxfp4;
+      kp.pool = L.index_k;
+    }
+    RETURN_IF_ERROR(FinishKvRows(lp));
+    RETURN_IF_ERROR(MmRound(L.index_wk, latent, b, ik));
+    return FinishKvRows(kp);
+  }
   RETURN_IF_ERROR(Norm(latent, L.comp_norm, b, hd, /*round=*/true));
   // Index keys from the pre-RoPE latent.
   RETURN_IF_ERROR(MmRound(L.index_wk, latent, b, ik));
@@ -190,12 +218,17 @@ absl::Status DeviceDecoder::Impl::SelectCompressed(int layer, int64_t b) {
   const int64_t nh = c.index_n_heads, di = c.index_head_dim, me = max_entries(role.ratio);
   RETURN_IF_ERROR(
       MmRoundRope(L.index_wq_b, qr_in, b, iq, meta_d.positions, static_cast<int>(nh), di, layer));
-  RETURN_IF_ERROR(Quant(iq, b * nh * di, dense::FakeQuantFormat::kMxfp4));
+  // fold_row_ops: q's MXFP4 form and the weights' scale made as IndexerScore
+  // stages them (the same bits), two launches fewer.
+  const bool fold = FoldsRowOps() && di % 32 == 0;
+  if (!fold) RETURN_IF_ERROR(Quant(iq, b * nh * di, dense::FakeQuantFormat::kMxfp4));
   RETURN_IF_ERROR(MmRound(L.index_weights_proj, h_in, b, iw));
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(di)) /
                                          std::sqrt(static_cast<double>(nh)));
-  RETURN_IF_ERROR(
-      dec::Scale({.x = iw, .n = b * nh, .factor = scale, .round_bf16 = bf16()}, stream));
+  if (!fold) {
+    RETURN_IF_ERROR(
+        dec::Scale({.x = iw, .n = b * nh, .factor = scale, .round_bf16 = bf16()}, stream));
+  }
   // Each query's keys through its slot's block table (paged pools).
   kc::IndexerScoreParams sp{.q = iq, .k = src.index_k, .weights = iw,
                             .visible_len = pr.visible, .out = scores, .queries = b,
@@ -207,6 +240,11 @@ absl::Status DeviceDecoder::Impl::SelectCompressed(int layer, int64_t b) {
   sp.entries_per_block = static_cast<int>(entries_per_block(role.ratio));
   sp.k_codes = src.index_k_codes;  // stored_kv: MXFP4 keys (index_k null)
   sp.k_scales = src.index_k_scales;
+  if (fold) {
+    sp.q_mxfp4 = true;
+    sp.weights_factor = scale;  // (Scale rounds as IndexerScore's round_bf16: bf16())
+    folded_row_ops += 2;
+  }
   RETURN_IF_ERROR(kc::IndexerScore(sp, stream));
   if (role.produces_candidates) {
     RETURN_IF_ERROR(kc::CandidateBlocks({.scores = scores,
@@ -240,6 +278,18 @@ absl::Status DeviceDecoder::Impl::WindowKv(int layer, SharedInput& in, int64_t b
   const LayerDev& L = layers[layer];
   const int64_t hd = c.head_dim;
   RETURN_IF_ERROR(MmRound(L.wkv, in, b, kvw));
+  if (FusesKvRows()) {  // norm, RoPE, quantization and scatter in one launch
+    dec::KvRowFinishParams p = KvRow(kvw, L.kv_norm, b, hd, meta_d.positions, layer, dst_rows);
+    if (stored_kv) {
+      p.store = dec::KvRowStore::kCodesFp8;
+      p.codes = win_codes + int64_t{L.window_base} * hd;
+      p.scales = win_scales + int64_t{L.window_base} * hd / 32;
+    } else {
+      p.store = dec::KvRowStore::kFloatFp8;
+      p.pool = kv_pool + int64_t{L.window_base} * hd;
+    }
+    return FinishKvRows(p);
+  }
   RETURN_IF_ERROR(Norm(kvw, L.kv_norm, b, hd, /*round=*/true));
   RETURN_IF_ERROR(Rope(kvw, meta_d.positions, b, 1, hd, layer, /*inverse=*/false, /*round=*/true));
   if (stored_kv) {  // e4m3 codes + UE8M0 per 32: the values FakeQuant kFp8 keeps
@@ -347,11 +397,23 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
     RETURN_IF_ERROR(kc::SparseDecodeAttention(sp, stream));
   } else {
     RETURN_IF_ERROR(dec::AssembleIndex(ip, stream));
-    RETURN_IF_ERROR(kc::SparseAttention(
-        {.q = q, .kv = kv_pool, .sink = L.sink, .index = index, .out = o, .queries = b,
-         .heads = static_cast<int>(heads), .head_dim = static_cast<int>(hd),
-         .kv_len = pool_rows, .topk = ip.window_width + ip.k_width, .scale = scale},
-        stream));
+    // fold_row_ops: o's bf16 boundary in the attention's launch (the Round
+    // below is then skipped; the same bits).
+    const bool round_o = FoldsRowOps() && bf16();
+    RETURN_IF_ERROR(kc::SparseAttention({.q = q,
+                                         .kv = kv_pool,
+                                         .sink = L.sink,
+                                         .index = index,
+                                         .out = o,
+                                         .queries = b,
+                                         .heads = static_cast<int>(heads),
+                                         .head_dim = static_cast<int>(hd),
+                                         .kv_len = pool_rows,
+                                         .topk = ip.window_width + ip.k_width,
+                                         .scale = scale,
+                                         .round_bf16 = round_o},
+                                        stream));
+    if (round_o) ++folded_row_ops;
   }
   if (runs_) {  // the runs' last window positions, staging -> ring
     if (stored_kv) {
@@ -364,7 +426,7 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
   Mark("attn.out");
   Unbind(h_in);
   Unbind(qr_in);
-  if (!stored_kv) RETURN_IF_ERROR(Round(o, b * heads * hd));
+  if (!stored_kv && !(FoldsRowOps() && bf16())) RETURN_IF_ERROR(Round(o, b * heads * hd));
   // Grouped low-rank output: o [B, G, gin] -> og [G, B, gin] -> ug [G, B, r] -> u [B, G, r].
   // The inverse RoPE of o rides on the first transpose (ApplyRope's bits,
   // one launch fewer) where a group row holds whole heads.

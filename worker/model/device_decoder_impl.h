@@ -34,6 +34,7 @@
 #include "kernels/cuda/decode/attention_index.h"
 #include "kernels/cuda/decode/compressor_decode.h"
 #include "kernels/cuda/decode/dot_rows.h"
+#include "kernels/cuda/decode/kv_rows.h"
 #include "kernels/cuda/decode/markov.h"
 #include "kernels/cuda/decode/rows.h"
 #include "kernels/cuda/decode/swiglu.h"
@@ -418,6 +419,8 @@ struct DeviceDecoder::Impl {
   int64_t x16_count = 0, side_x16_count = 0;
   int64_t x16_panels = 0;  // panels made (DeviceDecoderStats::x16_panels)
   int64_t fused_ropes = 0;  // DeviceDecoderStats::fused_ropes
+  int64_t fused_kv_rows = 0;   // DeviceDecoderStats::fused_kv_rows
+  int64_t folded_row_ops = 0;  // DeviceDecoderStats::folded_row_ops
   // MmRoundRope -> Fp8Gemm: the RoPE its next product may take, and whether
   // it took it.
   const dense::Fp8BlockGemmParams::Rope* product_rope = nullptr;
@@ -1033,6 +1036,30 @@ struct DeviceDecoder::Impl {
     p.round_bf16 = round && bf16();
     return kc::ApplyRope(p, stream);
   }
+  // KvRowFinish's parameters for `rows` rows of width `dim` at x: the
+  // norm `weight` (bf16 boundary when bf16()), the forward RoPE of layer
+  // `layer` at `positions` (bf16 boundary), stores filled in by the caller.
+  dec::KvRowFinishParams KvRow(const float* x, const float* weight, int64_t rows, int64_t dim,
+                               const int64_t* positions, int layer, const int32_t* dst_rows) {
+    dec::KvRowFinishParams p{.x = x,
+                             .norm_weight = weight,
+                             .eps = static_cast<float>(c.norm_eps),
+                             .round_bf16 = bf16(),
+                             .positions = positions,
+                             .cos_sin = cos_sin(layer),
+                             .cos_sin_rows = options.max_positions,
+                             .rope_dim = static_cast<int>(c.rope_head_dim)};
+    p.dst_rows = dst_rows;
+    p.rows = rows;
+    p.dim = dim;
+    return p;
+  }
+  absl::Status FinishKvRows(const dec::KvRowFinishParams& p) {
+    ++fused_kv_rows;
+    return dec::KvRowFinish(p, stream);
+  }
+  bool FusesKvRows() const { return fast() && options.fused_kv_rows; }
+  bool FoldsRowOps() const { return fast() && options.fold_row_ops; }
   absl::Status Quant(float* v, int64_t n, dense::FakeQuantFormat f) {
     return dense::FakeQuant({.x = v, .out = v, .n = n, .format = f}, stream);
   }

@@ -28,7 +28,8 @@ absl::Status Launch(const IndexerScoreParams& p, cudaStream_t stream) {
                   static_cast<unsigned>(std::min<int64_t>(p.queries, 65535)));
   IndexerScoreKernel<kRoundBf16><<<grid, kIndexerThreads, shared, stream>>>(
       p.q, p.k, p.k_codes, p.k_scales, p.weights, p.visible_len, p.key_offset, p.block_table,
-      p.table_slot, p.table_width, p.entries_per_block, p.out, p.queries, p.heads, p.dim, p.keys);
+      p.table_slot, p.table_width, p.entries_per_block, p.out, p.queries, p.heads, p.dim, p.keys,
+      p.q_mxfp4, p.weights_factor);
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
     return absl::InternalError(std::string("IndexerScore launch: ") + cudaGetErrorString(err));
   }
@@ -60,7 +61,8 @@ bool SupportsIndexerScore(const IndexerScoreParams& p) {
       p.block_table == nullptr || (p.key_offset == nullptr && p.table_slot != nullptr &&
                                    p.table_width > 0 && p.entries_per_block > 0);
   return p.q != nullptr && (fp32_keys || mxfp4_keys) && p.weights != nullptr &&
-         p.visible_len != nullptr && p.out != nullptr && paging_ok;
+         p.visible_len != nullptr && p.out != nullptr && paging_ok &&
+         (!p.q_mxfp4 || p.dim % 32 == 0);
 }
 
 absl::Status IndexerScore(const IndexerScoreParams& p, cudaStream_t stream) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/dense/fake_quant.cuh"
 #include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/cuda/rounding.cuh"
 
@@ -47,7 +48,7 @@ __global__ void IndexerScoreKernel(
     const int64_t* __restrict__ visible_len, const int64_t* __restrict__ key_offset,
     const int32_t* __restrict__ block_table, const int32_t* __restrict__ table_slot,
     int table_width, int entries_per_block, float* __restrict__ out, int64_t queries, int heads,
-    int dim, int64_t keys) {
+    int dim, int64_t keys, bool q_mxfp4, float weights_factor) {
   GridDependencyPrologue();
   extern __shared__ float shared[];
   float* tile = shared;                                 // [kIndexerKeyTile, dim + 1]
@@ -121,8 +122,17 @@ __global__ void IndexerScoreKernel(
           load_tile([&](int i) -> int64_t { return offset + tile_start + i; }, count);
         }
       }
+      // Whole warps a pass (heads * dim % 32 == 0 with q_mxfp4): a 32-block
+      // of q lies in one warp's consecutive lanes, as in FakeQuantKernel.
       for (int e = threadIdx.x; e < heads * dim; e += kIndexerThreads) {
-        qs[e] = q[s * heads * dim + e];
+        float v = q[s * heads * dim + e];
+        if (q_mxfp4) {
+          float amax;
+          int nonfinite;
+          dense::BlockAmax<32>(v, amax, nonfinite);
+          v = dense::FakeQuantValue<dense::DeviceFakeQuantFormat::kMxfp4>(v, amax, nonfinite);
+        }
+        qs[e] = v;
       }
     }
     __syncthreads();
@@ -155,8 +165,9 @@ __global__ void IndexerScoreKernel(
           if (h0 + j >= heads) break;
           const float d = round(dot[j]);
           const float relu = d < 0.0f ? 0.0f : d;  // std::max(d, 0.0f)
-          terms[(h0 + j) * kIndexerKeyTile + lane] =
-              round(__fmul_rn(relu, weights[s * heads + h0 + j]));
+          float w = weights[s * heads + h0 + j];
+          if (weights_factor != 0.0f) w = round(__fmul_rn(w, weights_factor));  // decode's Scale
+          terms[(h0 + j) * kIndexerKeyTile + lane] = round(__fmul_rn(relu, w));
         }
       }
     }

@@ -73,6 +73,13 @@ struct IndexerScoreParams {
   // those of k = that dequantized copy.
   const uint8_t* k_codes = nullptr;
   const uint8_t* k_scales = nullptr;
+  // Inputs made in this launch instead of a launch before it (the fast
+  // decoder's indexer; the same bits): with q_mxfp4 each query is used as
+  // FakeQuant kMxfp4 of q (dim % 32 == 0) makes it, as it is staged; with
+  // weights_factor != 0 each weight w is used as decode's Scale makes it,
+  // fl(w * weights_factor), then rounded to bf16 when round_bf16.
+  bool q_mxfp4 = false;
+  float weights_factor = 0.0f;
 };
 
 // Shared memory one block of the launcher needs: a tile of 32 keys, the

@@ -12,6 +12,8 @@
 #include "kernels/common/numeric_formats.h"
 #include "kernels/cpu/indexer_score.h"
 #include "kernels/cpu/quant.h"
+#include "kernels/cuda/decode/rows.h"
+#include "kernels/cuda/dense/fake_quant.h"
 #include "kernels/cuda/device_buffer.h"
 
 namespace weir::kernels::cuda {
@@ -511,6 +513,94 @@ TEST(IndexerScoreCudaTest, RefusesWhatItDoesNotSupport) {
   p.table_slot = i;
   p.entries_per_block = 0;
   EXPECT_FALSE(SupportsIndexerScore(p));
+}
+
+}  // namespace
+}  // namespace weir::kernels::cuda
+
+namespace weir::kernels::cuda {
+namespace {
+
+// q_mxfp4 and weights_factor (the fast decoder's indexer inputs made in the
+// scoring launch) give the bits of FakeQuant kMxfp4 over q and Scale over the
+// weights, launched before: both modes, shapes of V4.1 and small, and a NaN
+// in one query's block.
+TEST(IndexerScoreCudaTest, FusedInputsGiveTheSeparateLaunchesBits) {
+  const Shape shapes[] = {{.queries = 5, .heads = 64, .dim = 128, .keys = 200},
+                          {.queries = 3, .heads = 8, .dim = 128, .keys = 70},
+                          {.queries = 2, .heads = 4, .dim = 32, .keys = 33}};
+  uint32_t seed = 700;
+  for (const Shape& shape : shapes) {
+    for (bool round_bf16 : {false, true}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "heads " << shape.heads << " dim " << shape.dim << " bf16 " << round_bf16);
+      std::mt19937 rng(seed++);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      std::vector<float> q(shape.queries * shape.heads * shape.dim), w(shape.queries * shape.heads);
+      for (float& v : q) v = std::ldexp(normal(rng), static_cast<int>(rng() % 9) - 4);
+      for (float& v : w) v = round_bf16 ? RoundToBf16(normal(rng)) : normal(rng);
+      q[shape.heads * shape.dim + 3] = NAN;  // query 1, head 0, its first block
+      std::vector<int64_t> visible(shape.queries, shape.keys);
+      visible[shape.queries - 1] = shape.keys / 2;
+      std::vector<float> k(shape.keys * shape.dim);
+      for (float& v : k) v = round_bf16 ? RoundToBf16(normal(rng)) : normal(rng);
+      const float factor = 0.0625f * 1.0f / std::sqrt(3.0f);
+      DeviceBuffer<float> dq(q), dk(k), dw(w), dq2(q.size()), dw2(w);
+      DeviceBuffer<int64_t> dvisible(visible);
+      ASSERT_TRUE(dense::FakeQuant({.x = dq.get(),
+                                    .out = dq2.get(),
+                                    .n = static_cast<int64_t>(q.size()),
+                                    .format = dense::FakeQuantFormat::kMxfp4},
+                                   nullptr)
+                      .ok());
+      ASSERT_TRUE(decode::Scale({.x = dw2.get(),
+                                 .n = static_cast<int64_t>(w.size()),
+                                 .factor = factor,
+                                 .round_bf16 = round_bf16},
+                                nullptr)
+                      .ok());
+      DeviceBuffer<float> want(shape.queries * shape.keys), got(shape.queries * shape.keys);
+      want.Poison();
+      got.Poison();
+      IndexerScoreParams p{.q = dq2.get(),
+                           .k = dk.get(),
+                           .weights = dw2.get(),
+                           .visible_len = dvisible.get(),
+                           .out = want.get(),
+                           .queries = shape.queries,
+                           .heads = shape.heads,
+                           .dim = shape.dim,
+                           .keys = shape.keys,
+                           .round_bf16 = round_bf16};
+      ASSERT_TRUE(IndexerScore(p, nullptr).ok());
+      p.q = dq.get();
+      p.weights = dw.get();
+      p.out = got.get();
+      p.q_mxfp4 = true;
+      p.weights_factor = factor;
+      ASSERT_TRUE(IndexerScore(p, nullptr).ok());
+      const std::vector<float> a = got.Download(), b = want.Download();
+      int64_t differ = 0, nan = 0;
+      for (size_t i = 0; i < a.size(); ++i) {
+        differ += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+        nan += std::isnan(b[i]);
+      }
+      EXPECT_EQ(differ, 0);
+      EXPECT_GT(nan, 0);  // the NaN block reached query 1's scores
+    }
+  }
+  IndexerScoreParams bad{.q = reinterpret_cast<const float*>(256),
+                         .k = reinterpret_cast<const float*>(256),
+                         .weights = reinterpret_cast<const float*>(256),
+                         .visible_len = reinterpret_cast<const int64_t*>(256),
+                         .out = reinterpret_cast<float*>(256),
+                         .queries = 1,
+                         .heads = 1,
+                         .dim = 48,
+                         .keys = 4};
+  EXPECT_TRUE(SupportsIndexerScore(bad));
+  bad.q_mxfp4 = true;  // 48 is not whole MXFP4 blocks
+  EXPECT_FALSE(SupportsIndexerScore(bad));
 }
 
 }  // namespace

@@ -31,7 +31,8 @@ absl::Status SparseAttention(const SparseAttentionParams& p, cudaStream_t stream
   const size_t shared = static_cast<size_t>(p.topk) * (sizeof(float) + sizeof(int32_t));
   SparseAttentionKernel<kThreads>
       <<<static_cast<unsigned>(p.queries * p.heads), kThreads, shared, stream>>>(
-          p.q, p.kv, p.sink, p.index, p.out, p.heads, p.head_dim, p.kv_len, p.topk, scale);
+          p.q, p.kv, p.sink, p.index, p.out, p.heads, p.head_dim, p.kv_len, p.topk, scale,
+          p.round_bf16);
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
     return absl::InternalError(std::string("SparseAttention launch: ") + cudaGetErrorString(err));
   }

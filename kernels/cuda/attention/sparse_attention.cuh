@@ -7,6 +7,7 @@
 
 #include "kernels/common/fmath.h"
 #include "kernels/cuda/grid_dependency.cuh"
+#include "kernels/cuda/rounding.cuh"
 
 namespace weir::kernels::cuda {
 
@@ -21,7 +22,7 @@ __global__ void SparseAttentionKernel(const float* __restrict__ q, const float* 
                                       const float* __restrict__ sink,
                                       const int32_t* __restrict__ index, float* __restrict__ out,
                                       int heads, int head_dim, int64_t kv_len, int topk,
-                                      float scale) {
+                                      float scale, bool round_bf16) {
   GridDependencyPrologue();
   constexpr int kWarps = kThreads / 32;
   extern __shared__ float shared[];
@@ -99,7 +100,8 @@ __global__ void SparseAttentionKernel(const float* __restrict__ q, const float* 
       if (t < 0) continue;
       acc = __fadd_rn(acc, __fmul_rn(z[j], kv[static_cast<int64_t>(t) * head_dim + c]));
     }
-    o[c] = __fdiv_rn(acc, denom);
+    const float v = __fdiv_rn(acc, denom);
+    o[c] = round_bf16 ? RoundToBf16(v) : v;
   }
 }
 

@@ -45,6 +45,9 @@ struct SparseAttentionParams {
   int64_t kv_len = 0;
   int topk = 0;
   float scale = 0.0f;              // 0 means head_dim^-0.5
+  // out rounded to bf16 (nearest even) as fp32 in this launch: the bits of a
+  // RoundBf16 pass after it (the fast decoder's bf16 boundary of o).
+  bool round_bf16 = false;
 };
 
 // Returns true if the launcher handles `params`: queries >= 0, heads > 0,

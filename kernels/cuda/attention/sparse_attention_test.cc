@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/common/numeric_formats.h"
 #include "kernels/cpu/sparse_attention.h"
 #include "kernels/cuda/device_buffer.h"
 
@@ -29,7 +30,7 @@ struct Shape {
 // Both sum in the same orders (dots in fmath::LaneSum order, the denominator
 // and the outputs in list order) with the same exp (fmath::ExpF) and no FMA,
 // so the outputs must be bit-identical; the relative error is printed.
-void Compare(const Shape& shape, uint32_t seed, float scale = 0.0f) {
+void Compare(const Shape& shape, uint32_t seed, float scale = 0.0f, bool round_bf16 = false) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
@@ -49,15 +50,25 @@ void Compare(const Shape& shape, uint32_t seed, float scale = 0.0f) {
                                     .head_dim = shape.head_dim, .kv_len = shape.kv_len,
                                     .topk = shape.topk, .scale = scale})
                   .ok());
+  if (round_bf16) {  // the bf16 boundary a RoundBf16 pass would put after it
+    for (float& v : want) v = RoundToBf16(v);
+  }
 
   DeviceBuffer<float> dq(q), dkv(kv), dsink(sink), dout(qn);
   DeviceBuffer<int32_t> dindex(index);
   dout.Poison();
-  ASSERT_TRUE(SparseAttention({.q = dq.get(), .kv = dkv.get(), .sink = dsink.get(),
-                               .index = dindex.get(), .out = dout.get(),
-                               .queries = shape.queries, .heads = shape.heads,
-                               .head_dim = shape.head_dim, .kv_len = shape.kv_len,
-                               .topk = shape.topk, .scale = scale},
+  ASSERT_TRUE(SparseAttention({.q = dq.get(),
+                               .kv = dkv.get(),
+                               .sink = dsink.get(),
+                               .index = dindex.get(),
+                               .out = dout.get(),
+                               .queries = shape.queries,
+                               .heads = shape.heads,
+                               .head_dim = shape.head_dim,
+                               .kv_len = shape.kv_len,
+                               .topk = shape.topk,
+                               .scale = scale,
+                               .round_bf16 = round_bf16},
                               nullptr)
                   .ok());
   const std::vector<float> got = dout.Download();
@@ -102,6 +113,10 @@ TEST(SparseAttentionCudaTest, MatchesTheCpuReference) {
   for (const Shape& shape : shapes) Compare(shape, seed++);
   // An explicit scale.
   Compare(shapes[2], seed++, 0.3f);
+  // The output's bf16 boundary in the launch (round_bf16): the rounded CPU
+  // output, including a row with no valid slot (zeros).
+  Compare(shapes[0], seed++, 0.0f, /*round_bf16=*/true);
+  Compare(shapes[2], seed++, 0.0f, /*round_bf16=*/true);
 }
 
 TEST(SparseAttentionCudaTest, EmptyRowsGiveZero) {

@@ -83,18 +83,7 @@ __global__ void QuantizeFp4Kernel(const float* __restrict__ x, uint8_t* __restri
   int nonfinite;
   BlockAmax<kBlock>(v, amax, nonfinite);
   uint32_t scale_code;
-  float s;
-  if constexpr (kE8m0) {  // a non-finite block: the NaN scale 0xFF, zero codes
-    const float inv6 = static_cast<float>(1.0 / 6.0);
-    const float floor = 6.0f * 0x1p-126f;
-    scale_code = nonfinite ? 0xFFu : Ue8m0CeilCode(__fmul_rn(fmaxf(amax, floor), inv6));
-    s = E8m0ToFloat(scale_code);
-  } else {  // a non-finite block: the NaN scale 0x7F, zero codes
-    const float floor = 6.0f * 0x1p-9f;
-    scale_code = nonfinite ? 0x7Fu : FloatToE4m3(__fdiv_rn(fmaxf(amax, floor), 6.0f));
-    s = E4m3ToFloat(static_cast<uint8_t>(scale_code));
-  }
-  const uint32_t code = nonfinite ? 0u : E2m1Code(fminf(fmaxf(__fdiv_rn(v, s), -6.0f), 6.0f));
+  const uint32_t code = Fp4StoredCode<kE8m0>(v, amax, nonfinite, &scale_code);
   const uint32_t high = __shfl_down_sync(0xffffffffu, code, 1);
   if (!active) return;
   if (i % 2 == 0) codes[i / 2] = static_cast<uint8_t>(code | (high << 4));

@@ -56,6 +56,13 @@ __device__ __forceinline__ void BlockAmax(float v, float& amax, int& nonfinite) 
   }
 }
 
+// The value FakeQuant gives v in a block whose statistics (BlockAmax) are
+// amax and nonfinite: the one copy of that arithmetic, shared by
+// FakeQuantKernel and the kernels that fake-quantize a row they made
+// (decode/kv_rows.cuh).
+template <DeviceFakeQuantFormat kFormat>
+__device__ __forceinline__ float FakeQuantValue(float v, float amax, int nonfinite);
+
 // One thread per element; the kBlock lanes of a block are consecutive lanes
 // of one warp (kBlock divides 32), so the amax is a shuffle reduction inside
 // the block's lanes. n is a multiple of kBlock.
@@ -69,16 +76,17 @@ __global__ void FakeQuantKernel(const float* x, float* out, int64_t n) {
   int nonfinite;
   BlockAmax<kBlock>(v, amax, nonfinite);
   if (!active) return;
-  if (nonfinite) {
-    out[i] = __uint_as_float(0x7FC00000u);
-    return;
-  }
-  float result;
+  out[i] = FakeQuantValue<kFormat>(v, amax, nonfinite);
+}
+
+template <DeviceFakeQuantFormat kFormat>
+__device__ __forceinline__ float FakeQuantValue(float v, float amax, int nonfinite) {
+  if (nonfinite) return __uint_as_float(0x7FC00000u);
   if constexpr (kFormat == DeviceFakeQuantFormat::kFp8) {
     const float inv448 = static_cast<float>(1.0 / 448.0);
     const float s = E8m0ToFloat(Ue8m0CeilCode(__fmul_rn(fmaxf(amax, 1e-4f), inv448)));
     const float q = fminf(fmaxf(__fdiv_rn(v, s), -448.0f), 448.0f);
-    result = __fmul_rn(E4m3ToFloat(FloatToE4m3(q)), s);
+    return __fmul_rn(E4m3ToFloat(FloatToE4m3(q)), s);
   } else {
     float s;
     if constexpr (kFormat == DeviceFakeQuantFormat::kMxfp4) {
@@ -90,9 +98,8 @@ __global__ void FakeQuantKernel(const float* x, float* out, int64_t n) {
       s = E4m3ToFloat(FloatToE4m3(__fdiv_rn(fmaxf(amax, floor), 6.0f)));
     }
     const float q = fminf(fmaxf(__fdiv_rn(v, s), -6.0f), 6.0f);
-    result = __fmul_rn(RoundToE2m1(q), s);
+    return __fmul_rn(RoundToE2m1(q), s);
   }
-  out[i] = result;
 }
 
 // The e2m1 code (bit 3 = sign, from the sign bit of v) of RoundToE2m1(v).
@@ -117,6 +124,30 @@ __device__ __forceinline__ uint32_t E2m1Code(float v) {
     m = 7;
   }
   return m | (signbit(v) ? 8u : 0u);
+}
+
+// The stored FP4 form of v in its block (QuantizeNvfp4Kv: kE8m0 false,
+// e4m3 scales per 16; QuantizeMxfp4: kE8m0 true, E8M0 scales per 32): sets
+// *scale_code to the block's scale code and returns v's e2m1 code (bit 3 =
+// sign). The scale and the clamped quotient are FakeQuantValue's, so the
+// codes decode to its values; a non-finite block gets the NaN scale (0xFF
+// E8M0, 0x7F e4m3) and zero codes. The one copy of that arithmetic, shared by
+// QuantizeFp4Kernel (fake_quant.cu) and decode/kv_rows.cuh.
+template <bool kE8m0>
+__device__ __forceinline__ uint32_t Fp4StoredCode(float v, float amax, int nonfinite,
+                                                  uint32_t* scale_code) {
+  float s;
+  if constexpr (kE8m0) {
+    const float inv6 = static_cast<float>(1.0 / 6.0);
+    const float floor = 6.0f * 0x1p-126f;
+    *scale_code = nonfinite ? 0xFFu : Ue8m0CeilCode(__fmul_rn(fmaxf(amax, floor), inv6));
+    s = E8m0ToFloat(*scale_code);
+  } else {
+    const float floor = 6.0f * 0x1p-9f;
+    *scale_code = nonfinite ? 0x7Fu : FloatToE4m3(__fdiv_rn(fmaxf(amax, floor), 6.0f));
+    s = E4m3ToFloat(static_cast<uint8_t>(*scale_code));
+  }
+  return nonfinite ? 0u : E2m1Code(fminf(fmaxf(__fdiv_rn(v, s), -6.0f), 6.0f));
 }
 
 }  // namespace weir::kernels::cuda::dense

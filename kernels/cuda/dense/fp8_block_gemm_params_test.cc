@@ -196,7 +196,9 @@ TEST(Fp8BlockGemmParamsTest, TileTableIsConsistent) {
   for (int64_t m : {1, 8, 9, 16, 17, 32, 33, 64, 256, 257, 4096}) {
     const Fp8GemmTile t = ChooseFp8GemmTile(m, 5120, Fp8GemmMath::kWgmma);
     EXPECT_TRUE(Fp8GemmTileRunsWgmma(ShapeOfFp8GemmTile(t))) << m;
-    if (m <= 64) EXPECT_GE(ShapeOfFp8GemmTile(t).block_m, m) << m;
+    if (m <= 64) {
+      EXPECT_GE(ShapeOfFp8GemmTile(t).block_m, m) << m;
+    }
   }
   Fp8BlockGemmParams w{.x = FakeDevice(256),
                        .x_scales = FakeDevice(256),
