@@ -265,8 +265,10 @@ struct DeviceDecoderOptions {
   // launch, the same bits: the indexer query's MXFP4 fake quantization and
   // its weights' scale into IndexerScore (IndexerScoreParams::q_mxfp4,
   // weights_factor), the bf16 boundary of the unstored pools' attention
-  // output into SparseAttention (round_bf16). Two launches fewer a layer
-  // with an indexer, one a layer on the unstored pools.
+  // output into SparseAttention (round_bf16), the Engram embeddings' into
+  // their lookup and the Engram keys' and value's copies into the gate
+  // (reading the projection's output in place). Two launches fewer a layer
+  // with an indexer, one a layer on the unstored pools, three an Engram layer.
   // DeviceDecoderStats::folded_row_ops counts the passes folded.
   bool fold_row_ops = true;
   // kFast FP8 linears: the split-K rule's knobs (ChooseFp8GemmSplits: about

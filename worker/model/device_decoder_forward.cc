@@ -105,27 +105,44 @@ absl::Status DeviceDecoder::Impl::Engram(int layer, int64_t b) {
   const LayerDev& L = layers[layer];
   const int e = c.engram_index(layer);
   const int64_t cols = c.engram_hash_cols(), ehd = c.engram_head_dim, d = c.dim, n = c.hc_mult;
-  RETURN_IF_ERROR(kc::EngramLookup({.table = L.etable, .scales = L.escales,
-                                    .ids = meta_d.engram_ids[e], .out = emb,
-                                    .table_rows = L.erows, .dim = ehd, .num_ids = b * cols},
+  // fold_row_ops: the embeddings' bf16 boundary in the lookup, and the gate
+  // reading the keys and the value in place from the projection's output
+  // (the same bits; three launches fewer).
+  const bool fold = FoldsRowOps();
+  RETURN_IF_ERROR(kc::EngramLookup({.table = L.etable,
+                                    .scales = L.escales,
+                                    .ids = meta_d.engram_ids[e],
+                                    .out = emb,
+                                    .table_rows = L.erows,
+                                    .dim = ehd,
+                                    .num_ids = b * cols,
+                                    .round_bf16 = fold && bf16()},
                                    stream));
-  RETURN_IF_ERROR(Round(emb, b * cols * ehd));
+  if (!fold) RETURN_IF_ERROR(Round(emb, b * cols * ehd));
   RETURN_IF_ERROR(MmRound(L.ewkv, emb, b, ekv));
-  RETURN_IF_ERROR(dec::CopyRows(
-      {.src = ekv, .dst = ekey, .rows = b, .width = n * d, .src_stride = (n + 1) * d}, stream));
-  RETURN_IF_ERROR(dec::CopyRows(
-      {.src = ekv + n * d, .dst = evalue, .rows = b, .width = d, .src_stride = (n + 1) * d},
-      stream));
-  return kc::EngramGate({.x = x,
-                         .key = ekey,
-                         .value = evalue,
-                         .weight = L.egate,
-                         .tokens = b,
-                         .hc_mult = static_cast<int>(n),
-                         .dim = d,
-                         .eps = static_cast<float>(c.norm_eps),
-                         .round_bf16 = bf16()},
-                        stream);
+  kc::EngramGateParams gate{.x = x,
+                            .key = ekey,
+                            .value = evalue,
+                            .weight = L.egate,
+                            .tokens = b,
+                            .hc_mult = static_cast<int>(n),
+                            .dim = d,
+                            .eps = static_cast<float>(c.norm_eps),
+                            .round_bf16 = bf16()};
+  if (fold) {
+    gate.key = ekv;
+    gate.value = ekv + n * d;
+    gate.key_token_stride = (n + 1) * d;
+    gate.value_token_stride = (n + 1) * d;
+    folded_row_ops += 3;
+  } else {
+    RETURN_IF_ERROR(dec::CopyRows(
+        {.src = ekv, .dst = ekey, .rows = b, .width = n * d, .src_stride = (n + 1) * d}, stream));
+    RETURN_IF_ERROR(dec::CopyRows(
+        {.src = ekv + n * d, .dst = evalue, .rows = b, .width = d, .src_stride = (n + 1) * d},
+        stream));
+  }
+  return kc::EngramGate(gate, stream);
 }
 
 absl::Status DeviceDecoder::Impl::UpdateCompressed(int layer, int64_t b) {

@@ -23,15 +23,15 @@ absl::Status EngramLookup(const EngramLookupParams& p, cudaStream_t stream) {
   }
   constexpr int kThreads = 256;
   const unsigned blocks = static_cast<unsigned>((p.num_ids * p.dim + kThreads - 1) / kThreads);
-  moe::EngramLookupKernel<<<blocks, kThreads, 0, stream>>>(p.table, p.scales, p.ids, p.out,
-                                                           p.bad_count, p.table_rows, p.dim,
-                                                           p.num_ids);
+  moe::EngramLookupKernel<<<blocks, kThreads, 0, stream>>>(
+      p.table, p.scales, p.ids, p.out, p.bad_count, p.table_rows, p.dim, p.num_ids, p.round_bf16);
   return LaunchStatus("EngramLookup");
 }
 
 bool SupportsEngramGate(const EngramGateParams& p) {
   return p.tokens > 0 && p.hc_mult > 0 && p.dim > 0 && p.tokens * p.hc_mult <= 0x7fffffff &&
-         p.x != nullptr && p.key != nullptr && p.value != nullptr && p.weight != nullptr;
+         p.x != nullptr && p.key != nullptr && p.value != nullptr && p.weight != nullptr &&
+         p.key_token_stride >= 0 && p.value_token_stride >= 0;
 }
 
 absl::Status EngramGate(const EngramGateParams& p, cudaStream_t stream) {
@@ -45,7 +45,8 @@ absl::Status EngramGate(const EngramGateParams& p, cudaStream_t stream) {
   moe::EngramGateKernel<kThreads>
       <<<static_cast<unsigned>(p.tokens * p.hc_mult), kThreads, 0, stream>>>(
           p.x, p.key, p.value, p.weight, p.token_mask, p.hc_mult, p.dim, p.eps, inv_sqrt_dim,
-          p.round_bf16);
+          p.round_bf16, p.key_token_stride != 0 ? p.key_token_stride : p.hc_mult * p.dim,
+          p.value_token_stride != 0 ? p.value_token_stride : p.dim);
   return LaunchStatus("EngramGate");
 }
 

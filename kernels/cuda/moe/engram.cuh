@@ -15,7 +15,7 @@ __global__ void EngramLookupKernel(const uint8_t* __restrict__ table,
                                    const uint8_t* __restrict__ scales,
                                    const int64_t* __restrict__ ids, float* __restrict__ out,
                                    int32_t* bad_count, int64_t table_rows, int64_t dim,
-                                   int64_t num_ids) {
+                                   int64_t num_ids, bool round_bf16) {
   GridDependencyPrologue();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= num_ids * dim) return;
@@ -26,7 +26,8 @@ __global__ void EngramLookupKernel(const uint8_t* __restrict__ table,
     return;
   }
   const float s = E8m0ToFloat(scales[row * (dim / 32) + c / 32]);
-  out[i] = __fmul_rn(E4m3ToFloat(table[row * dim + c]), s);
+  const float v = __fmul_rn(E4m3ToFloat(table[row * dim + c]), s);
+  out[i] = round_bf16 ? RoundToBf16(v) : v;
 }
 
 // One block per (token, stream). The first warp takes the three sums in
@@ -36,15 +37,16 @@ template <int kThreads>
 __global__ void EngramGateKernel(float* x, const float* __restrict__ key,
                                  const float* __restrict__ value, const float* __restrict__ weight,
                                  const uint8_t* __restrict__ token_mask, int n, int64_t dim,
-                                 float eps, float inv_sqrt_dim, bool round_bf16) {
+                                 float eps, float inv_sqrt_dim, bool round_bf16,
+                                 int64_t key_token_stride, int64_t value_token_stride) {
   GridDependencyPrologue();
   namespace fm = ::weir::kernels::fmath;
   __shared__ float s_gate;
   const int64_t tk = blockIdx.x, t = tk / n, k = tk % n;
   float* xs = x + tk * dim;
-  const float* ks = key + tk * dim;
+  const float* ks = key + t * key_token_stride + k * dim;
   const float* ws = weight + k * dim;
-  const float* vs = value + t * dim;
+  const float* vs = value + t * value_token_stride;
   const bool on = token_mask == nullptr || token_mask[t] != 0;
   if (threadIdx.x < 32) {
     float gate = 0.0f;

@@ -41,6 +41,10 @@ struct EngramLookupParams {
   int64_t table_rows = 0;
   int64_t dim = 0;
   int64_t num_ids = 0;
+  // out rounded to bf16 (nearest even) as fp32 in this launch: the bits of a
+  // RoundBf16 pass after it (the fast decoder's bf16 boundary of the
+  // embeddings). Rows of bad ids stay NaN.
+  bool round_bf16 = false;
 };
 
 // True for table_rows, num_ids > 0, dim a positive multiple of 32 and
@@ -62,6 +66,12 @@ struct EngramGateParams {
   int64_t dim = 0;
   float eps = 1e-20f;
   bool round_bf16 = true;                // round the updated streams to bf16
+  // Elements from one token's key rows (value row) to the next token's; 0 =
+  // packed (n * dim, dim). The fast decoder reads both from its projection's
+  // output [tokens, (n + 1) * dim] in place: keys at 0, the value at n * dim,
+  // both strides (n + 1) * dim (no copies before this launch).
+  int64_t key_token_stride = 0;
+  int64_t value_token_stride = 0;
 };
 
 // True for tokens, hc_mult, dim > 0 and non-null x/key/value/weight.

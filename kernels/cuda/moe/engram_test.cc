@@ -1,11 +1,13 @@
 #include "kernels/cuda/moe/engram.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/common/numeric_formats.h"
 #include "kernels/cpu/engram.h"
 #include "kernels/cuda/moe/test_util.h"
 
@@ -60,6 +62,23 @@ TEST(EngramLookupCudaTest, BitIdenticalToTheCpu) {
     const std::vector<float> got = out.Download();
     EXPECT_EQ(BitMismatches(got, want), 0) << c.rows << "x" << c.dim << " ids " << c.ids;
     EXPECT_EQ(bad.Download()[0], 0);
+    // round_bf16: the bf16 boundary in the launch, RoundToBf16 of each value.
+    out.Poison();
+    ASSERT_TRUE(EngramLookup({.table = dcodes.get(),
+                              .scales = dscales.get(),
+                              .ids = dids.get(),
+                              .out = out.get(),
+                              .table_rows = c.rows,
+                              .dim = c.dim,
+                              .num_ids = c.ids,
+                              .round_bf16 = true},
+                             nullptr)
+                    .ok());
+    ASSERT_TRUE(Synced());
+    std::vector<float> rounded = want;
+    for (float& v : rounded) v = RoundToBf16(v);
+    EXPECT_EQ(BitMismatches(out.Download(), rounded), 0)
+        << "round_bf16, " << c.rows << "x" << c.dim;
     std::printf("EngramLookup %lldx%lld, %lld ids: %lld bit mismatches\n",
                 static_cast<long long>(c.rows), static_cast<long long>(c.dim),
                 static_cast<long long>(c.ids), static_cast<long long>(BitMismatches(got, want)));
@@ -144,6 +163,32 @@ TEST(EngramGateCudaTest, MatchesTheCpuReference) {
       }
       EXPECT_EQ(BitMismatches(got, want), 0) << c.tokens << "x" << c.n << "x" << c.dim
                                              << " bf16 " << bf16 << ", rel err " << rel;
+      // Keys and value read in place from one [tokens, (n + 1) * dim] buffer
+      // (the decoder's projection output): the same bits.
+      const int64_t row = (c.n + 1) * c.dim;
+      std::vector<float> kv(c.tokens * row);
+      for (int64_t t = 0; t < c.tokens; ++t) {
+        std::copy_n(&key[t * c.n * c.dim], c.n * c.dim, &kv[t * row]);
+        std::copy_n(&value[t * c.dim], c.dim, &kv[t * row + c.n * c.dim]);
+      }
+      DeviceBuffer<float> dx2(x), dkv(kv);
+      ASSERT_TRUE(EngramGate({.x = dx2.get(),
+                              .key = dkv.get(),
+                              .value = dkv.get() + c.n * c.dim,
+                              .weight = dweight.get(),
+                              .token_mask = dmask.get(),
+                              .tokens = c.tokens,
+                              .hc_mult = c.n,
+                              .dim = c.dim,
+                              .eps = 1e-20f,
+                              .round_bf16 = bf16,
+                              .key_token_stride = row,
+                              .value_token_stride = row},
+                             nullptr)
+                      .ok());
+      ASSERT_TRUE(Synced());
+      EXPECT_EQ(BitMismatches(dx2.Download(), want), 0)
+          << "strided, " << c.tokens << "x" << c.n << "x" << c.dim << " bf16 " << bf16;
       std::printf("EngramGate %lldx%dx%lld bf16 %d: rel err %.3g, max abs err %.3g, %lld/%lld differ\n",
                   static_cast<long long>(c.tokens), c.n, static_cast<long long>(c.dim), bf16,
                   rel, MaxAbsError(got, want), static_cast<long long>(flips),
