@@ -159,7 +159,9 @@ TEST(NgramIndexTest, IncrementalEqualsFreshAndBruteForce) {
           if (step % 3 != 1) {
             incremental.Index(prompt, output, n, max_n);
             const int64_t known = static_cast<int64_t>(prompt.size() + output.size());
-            if (known >= n) EXPECT_EQ(incremental.indexed(), known);
+            if (known >= n) {
+              EXPECT_EQ(incremental.indexed(), known);
+            }
           }
           ASSERT_EQ(incremental.Propose(prompt, output, last, n, 5, max_n), want)
               << "n " << n << ".." << max_n << " window " << window << " step " << step;
@@ -172,7 +174,9 @@ TEST(NgramIndexTest, IncrementalEqualsFreshAndBruteForce) {
           if (step % 2 == 0) output.push_back(static_cast<int32_t>(last));
         }
         // (A 7-position window may see no repeat of 4 tokens in a history.)
-        if (window == kDefaultNgramWindow) EXPECT_GT(proposals, 0);
+        if (window == kDefaultNgramWindow) {
+          EXPECT_GT(proposals, 0);
+        }
       }
     }
   }

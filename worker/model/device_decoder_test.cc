@@ -652,7 +652,9 @@ void CheckTwoRanks(const Checkpoint& ckpt, ActivationPrecision precision, bool l
   }
   EXPECT_EQ(dd[0]->stats().graph_captures, 1);  // every collective step has the full size
   // The device-initiated exchange's bytes depend on the routing; not counted.
-  if (!lsa) EXPECT_GT(dd[0]->stats().exchange_bytes, 0);
+  if (!lsa) {
+    EXPECT_GT(dd[0]->stats().exchange_bytes, 0);
+  }
   // A bad batch on one rank: it joins the step with no rows and refuses; the
   // peer's rows are unaffected.
   const int bad_slot[] = {7};
