@@ -112,6 +112,11 @@ ABSL_FLAG(int32_t, attention_range_tiles, 0,
           "With --attention_wgmma: the least 64-entry tiles of a query's list one CTA takes "
           "(0: 2, five CTAs a query at V4.1's 640-entry lists, for decode latency; 16: one CTA a "
           "query, for prefill throughput). Each value has its own bits (all batch-invariant).");
+ABSL_FLAG(int32_t, prompt_range_tiles, 0,
+          "With --numerics=fast: a prompt's positions run the sparse attention on wgmma with "
+          "this many 64-entry tiles a CTA (16: one CTA a query, the prefill throughput), the "
+          "generated ones as --attention_wgmma / --attention_range_tiles say (0: off; "
+          "DeviceDecoderOptions::prompt_range_tiles).");
 ABSL_FLAG(bool, dense_wgmma, false,
           "With --numerics=fast: the FP8 linears' block sums on FP8 wgmma (faster at small "
           "batches, slower at 32-64; the same precision trade as --expert_wgmma).");
@@ -168,8 +173,9 @@ int Run(int argc, char** argv) {
     std::cerr << "worker: --gpu_memory_fraction must be in (0, 1]\n";
     return 2;
   }
-  if (absl::GetFlag(FLAGS_attention_range_tiles) < 0) {
-    std::cerr << "worker: --attention_range_tiles must be >= 0\n";
+  if (absl::GetFlag(FLAGS_attention_range_tiles) < 0 ||
+      absl::GetFlag(FLAGS_prompt_range_tiles) < 0) {
+    std::cerr << "worker: --attention_range_tiles and --prompt_range_tiles must be >= 0\n";
     return 2;
   }
   const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
@@ -209,6 +215,7 @@ int Run(int argc, char** argv) {
                     .dense_wgmma = absl::GetFlag(FLAGS_dense_wgmma),
                     .attention_wgmma = absl::GetFlag(FLAGS_attention_wgmma),
                     .attention_range_tiles = absl::GetFlag(FLAGS_attention_range_tiles),
+                    .prompt_range_tiles = absl::GetFlag(FLAGS_prompt_range_tiles),
                     .ep_lsa_exchange = absl::GetFlag(FLAGS_ep_lsa_exchange),
                     .fault_injection = absl::GetFlag(FLAGS_fault_injection)});
   if (absl::GetFlag(FLAGS_fault_injection)) InstallStallSignal();

@@ -54,6 +54,14 @@ void StepExecutor::LeaveDevice(int32_t slot_id) {
   device_->Release(slot_id).IgnoreError();
   slot.on_device = false;
   slot.device_blocks = -1;
+  slot.device_prompt_end = -1;
+}
+
+int64_t StepExecutor::prompt_end(int32_t slot_id) const {
+  const Slot& slot = slots_[slot_id];
+  // Once it sampled, slot.prompt holds every prompt token (positions 0 on).
+  return slot.sampled_once ? std::min(slot.output_from, static_cast<int64_t>(slot.prompt.size()))
+                           : slot.output_from;
 }
 
 absl::Status StepExecutor::SendBlockTable(int32_t slot_id) {
@@ -560,7 +568,15 @@ absl::StatusOr<std::vector<RowOutcome>> StepExecutor::ExecuteValid(
         device_->Release(row.slot).IgnoreError();
         slot.device_blocks = -1;
       }
+      if (decode) slot.device_prompt_end = 0;  // as Start and Import leave it
       if (decode && collective) room_for_new -= n;
+    }
+    if (decode && slot.device_prompt_end != prompt_end(row.slot)) {
+      // Which of the row's positions are the prompt's, before its step (a
+      // backend may shape their arithmetic by it: never by the chunking).
+      // Cannot fail: the backend holds the slot.
+      slot.device_prompt_end = prompt_end(row.slot);
+      device_->SetPromptEnd(row.slot, slot.device_prompt_end).IgnoreError();
     }
     if (decode) {
       slot.on_device = true;

@@ -320,6 +320,11 @@ class StepExecutor {
   }
 
   int32_t max_slots() const { return static_cast<int32_t>(slots_.size()); }
+  // The positions of `slot` that are its prompt's: those before output_from
+  // (a recompute's original prompt) and, once it sampled, before its first
+  // sample; until then every position fed is (INT64_MAX). What the backend
+  // gets as SetPromptEnd.
+  int64_t prompt_end(int32_t slot) const;
   // Number of slots holding a sequence.
   int32_t used_slots() const;
 
@@ -347,6 +352,9 @@ class StepExecutor {
     // Blocks of its table the backend has (DecodeBackend::SetBlockTable);
     // -1: none sent since the backend last forgot the slot.
     int64_t device_blocks = -1;
+    // The prompt end the backend has (DecodeBackend::SetPromptEnd); -1:
+    // none sent since the backend last started, imported or forgot the slot.
+    int64_t device_prompt_end = -1;
     // Prompt logprobs across rows: the logits [vocab] of the last position of
     // the previous row, and that position (-1: none kept).
     std::vector<float> last_logits;

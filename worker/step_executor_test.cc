@@ -716,5 +716,56 @@ TEST(StepExecutorBackendTest, PrefillChunksOnTheBackendGiveTheModelsOutcomes) {
   EXPECT_FALSE(backend.holds(1));
 }
 
+// The backend learns which positions are a sequence's prompt
+// (DecodeBackend::SetPromptEnd) before it steps them: a prompt's chunks are
+// prompt positions however they fall, the positions after its first sample
+// are output, and a recompute's prompt ends at its output_from. Outcomes are
+// the model's throughout.
+TEST(StepExecutorBackendTest, TheBackendKnowsEachPositionsRole) {
+  Fixture f;
+  model::HostDecodeBackend backend(*f.model, /*max_sequences=*/4, /*max_batch=*/8,
+                                   /*max_positions=*/40, /*collective=*/false,
+                                   /*max_rows_per_slot=*/5);
+  Twin twin(*f.model, 4, &backend);
+  StepExecutor& dev = twin.dev;
+  RowPlan first = Row(0, 0, {40, 41, 42, 43, 44, 45, 46});  // 7 positions, two backend steps
+  first.sample = false;
+  first.return_top_k = 0;
+  first.logprobs = -1;
+  twin.Both({first}, {});
+  EXPECT_EQ(dev.prompt_end(0), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(backend.prompt_end(0), std::numeric_limits<int64_t>::max());
+  twin.Both({Row(0, 7, {47, 48})}, {});  // the prompt's last chunk samples
+  EXPECT_EQ(backend.stats().prompt_rows, 9);
+  EXPECT_EQ(backend.stats().output_rows, 0);
+  EXPECT_EQ(dev.prompt_end(0), 9);
+  for (int64_t len = 9; len < 12; ++len) twin.Both({Row(0, len, {}, 0)}, {});
+  EXPECT_EQ(backend.prompt_end(0), 9);
+  EXPECT_EQ(backend.stats().prompt_rows, 9);
+  EXPECT_EQ(backend.stats().output_rows, 3);
+  // A recompute of that sequence on slot 1 (its 9 prompt positions and 3
+  // outputs in one row): the 3 run as output whatever the chunk.
+  RowPlan again = Row(1, 0, {40, 41, 42, 43, 44, 45, 46, 47, 48, 5, 6, 7});
+  again.output_from = 9;
+  twin.Both({again}, {0});
+  EXPECT_EQ(backend.stats().prompt_rows, 18);
+  EXPECT_EQ(backend.stats().output_rows, 6);
+  EXPECT_EQ(dev.prompt_end(1), 9);
+  twin.Both({Row(1, 12, {}, 0)}, {});
+  EXPECT_EQ(backend.stats().output_rows, 7);
+  // A prompt scored on the model (prompt logprobs stay off the backend),
+  // then decoded there: imported, its prompt end sent after the import.
+  RowPlan scored = Row(2, 0, {30, 31, 32, 33, 34, 35});
+  scored.prompt_logprobs = 1;
+  scored.prompt_end = 6;
+  twin.Both({scored}, {});
+  EXPECT_EQ(backend.stats().imports, 0);
+  twin.Both({Row(2, 6, {}, 0)}, {});
+  EXPECT_EQ(backend.stats().imports, 1);
+  EXPECT_EQ(backend.prompt_end(2), 6);
+  EXPECT_EQ(backend.stats().prompt_rows, 18);
+  EXPECT_EQ(backend.stats().output_rows, 8);
+}
+
 }  // namespace
 }  // namespace weir::worker

@@ -136,6 +136,10 @@ ABSL_FLAG(int32_t, attention_range_tiles, 0,
           "With --attention_wgmma: the least 64-entry tiles of a query's list a CTA takes (0: 2, "
           "the decode latency; 16: one CTA a query, the prefill throughput) "
           "(DeviceDecoderOptions::attention_range_tiles).");
+ABSL_FLAG(int32_t, prompt_range_tiles, 0,
+          "The prefill chunks' positions (a prompt's: SetPromptEnd) on the wgmma attention with "
+          "this many tiles a CTA, the decode steps' as --attention_wgmma / "
+          "--attention_range_tiles say (0: off; DeviceDecoderOptions::prompt_range_tiles).");
 ABSL_FLAG(bool, x16_panel, true,
           "Prefill: the FP8 products on the warp-specialized tile read X's f16 panel "
           "(DeviceDecoderOptions::prefill_x16_panel; same bits).");
@@ -397,7 +401,8 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
         .expert_tiles_resident = absl::GetFlag(FLAGS_expert_tiles_resident),
         .prefill_x16_panel = absl::GetFlag(FLAGS_x16_panel),
         .attention_wgmma = absl::GetFlag(FLAGS_attention_wgmma),
-        .attention_range_tiles = absl::GetFlag(FLAGS_attention_range_tiles)};
+        .attention_range_tiles = absl::GetFlag(FLAGS_attention_range_tiles),
+        .prompt_range_tiles = absl::GetFlag(FLAGS_prompt_range_tiles)};
     if (exchange) options.communicator = nccl->get();
     auto dd = weir::model::DeviceDecoder::Create(model, precision, options);
     WEIR_CHECK(dd.ok()) << dd.status();
@@ -489,9 +494,11 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
 }
 
 // Feeds `context` positions to `slot` (started) in StepRows chunks of up to
-// `chunk` rows; only the last chunk asks for logits (its last row).
+// `chunk` rows; only the last chunk asks for logits (its last row). They are
+// the sequence's prompt (SetPromptEnd), the later steps its output.
 void FillByChunks(weir::model::DeviceDecoder& dd, int slot, int64_t context, int chunk,
                   int64_t vocab) {
+  WEIR_CHECK(dd.SetPromptEnd(slot, context).ok());
   for (int64_t at = 0; at < context;) {
     const int64_t n = std::min<int64_t>(chunk, context - at);
     std::vector<int> rows(n, slot);

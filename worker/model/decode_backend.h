@@ -49,6 +49,15 @@ class DecodeBackend {
   virtual absl::Status Export(int slot, SequenceState& state) = 0;
   // Forgets the slot's sequence.
   virtual absl::Status Release(int slot) = 0;
+  // The positions of `slot` below `positions` are its prompt's, the rest its
+  // output (generated, or recomputed after a preemption). A backend may run
+  // prompt positions in a shape of their own (DeviceDecoder's
+  // prompt_range_tiles: an attention shaped for long chunks), so a position's
+  // arithmetic follows the sequence alone, never how its chunks or batches
+  // fell. Start and Import set 0 (every position output); the caller sets it
+  // before the steps it concerns and whenever it changes. The default takes
+  // it and changes nothing.
+  virtual absl::Status SetPromptEnd(int slot, int64_t positions) { return absl::OkStatus(); }
   // Row i appends tokens[i] to the sequence of slots[i]; logits [rows, vocab].
   virtual absl::StatusOr<std::vector<float>> Step(std::span<const int> slots,
                                                   std::span<const int64_t> tokens) = 0;

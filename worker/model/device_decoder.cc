@@ -376,6 +376,18 @@ absl::Status DeviceDecoder::Start(int slot) {
   s.used = true;
   s.length = 0;
   s.history.clear();
+  s.prompt_end = 0;
+  return absl::OkStatus();
+}
+
+absl::Status DeviceDecoder::SetPromptEnd(int slot, int64_t positions) {
+  if (slot < 0 || slot >= options_.max_sequences || !impl_->slot_state[slot].used ||
+      positions < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SetPromptEnd: slot ", slot, " of ", options_.max_sequences,
+                     " holding a sequence, positions ", positions, " >= 0"));
+  }
+  impl_->slot_state[slot].prompt_end = positions;
   return absl::OkStatus();
 }
 
@@ -477,6 +489,7 @@ absl::Status DeviceDecoder::Import(int slot, const SequenceState& state) {
   s.used = true;
   s.length = len;
   s.history = state.engram_history();
+  s.prompt_end = 0;
   return absl::OkStatus();
 }
 
@@ -802,7 +815,8 @@ absl::StatusOr<int64_t> DeviceDecoder::StepInto(std::span<const int> slots,
     // small beside their work, and a graph per padded size would be
     // captured on first use.
     if (options_.use_graphs && padded <= options_.graph_max_rows) {
-      const int64_t key = (padded * (m.batch_cap + 2) + head_padded + 1) * 2 + (runs ? 1 : 0);
+      const int64_t key =
+          ((padded * (m.batch_cap + 2) + head_padded + 1) * 2 + (runs ? 1 : 0)) * 4 + m.roles_;
       RETURN_IF_ERROR(LaunchGraph(key, [&] { return m.Enqueue(padded, head_padded, runs); }));
       ++stats_.graph_launches;
     } else {
@@ -886,6 +900,7 @@ absl::StatusOr<int64_t> DeviceDecoder::StepInto(std::span<const int> slots,
   }
   ++stats_.steps;
   stats_.rows += rows;
+  stats_.prompt_shape_rows += m.prompt_shape_rows_;
   stats_.host_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
   return asked;
 }

@@ -396,6 +396,15 @@ struct DeviceDecoderOptions {
   // CTA a query (no cluster, no fold: the prefill throughput). Each value
   // gives its own bits, batch-invariant, so a decoder keeps one; >= 0.
   int attention_range_tiles = 0;
+  // > 0, with the stored-form pools at head_dim 512: a prompt's positions
+  // (SetPromptEnd) run the attention as kWgmma64 with this many tiles a range
+  // (16: one CTA a query, the prefill throughput), the other positions as
+  // attention_wgmma / attention_range_tiles say (the decode latency). A
+  // step holding both runs two launches, each over its role's queries
+  // (SparseDecodeAttentionParams::query_role), so a position's bits follow
+  // its role alone: batch-invariant, and the same however a prompt is
+  // chunked. 0: every position the decode shape. >= 0.
+  int prompt_range_tiles = 0;
   // Expert parallelism over NCCL on device buffers (see the file comment):
   // this decoder is rank communicator->rank() of communicator->world_size().
   // Not owned; must outlive the decoder and live on `device`. Null: every
@@ -443,6 +452,7 @@ struct DeviceDecoderStats {
   int64_t fused_ropes = 0;      // fused_rope: RoPEs enqueued inside another launch
   int64_t fused_kv_rows = 0;    // fused_kv_rows: KvRowFinish launches enqueued
   int64_t folded_row_ops = 0;   // fold_row_ops: passes folded into another launch
+  int64_t prompt_shape_rows = 0;  // rows stepped in the prompt's attention shape
   int64_t drafts = 0;           // sequences drafted (DraftBatch)
   double draft_seconds = 0;     // wall time inside DraftBatch
   int64_t draft_launches = 0;   // DraftBatch's device passes (batch_cap / block sequences each)
@@ -519,6 +529,10 @@ class DeviceDecoder : public DecodeBackend {
   // Forgets the sequence of `slot` (its pools are simply overwritten later)
   // and its block table (own blocks go back to the free list).
   absl::Status Release(int slot) override;
+  // Positions of `slot` below `positions` run the prompt's attention shape
+  // (options.prompt_range_tiles; without it nothing changes). INVALID_ARGUMENT
+  // for a slot out of range or holding no sequence, or positions < 0.
+  absl::Status SetPromptEnd(int slot, int64_t positions) override;
   // options.external_block_tables: `slot`'s block table becomes `blocks`
   // (pool blocks, in the order of the sequence's positions; at most
   // table_width() of them), replacing the one it had; the entries already in

@@ -40,8 +40,13 @@ namespace weir::model::testing {
 // row equals ForwardBatch of the same chunks on the CPU bit for bit. The
 // prompts (up to 90 tokens) pass the window several times, so the rings
 // wrap inside chunks, and cross compressor groups inside chunks.
+// `mark_prompts`: every decoder learns each sequence's prompt end
+// (SetPromptEnd), so with options.prompt_range_tiles the prompt positions
+// run their own attention shape, steps mixing them with generated ones run
+// both, and the chunked decoder must report every prompt position so run.
 inline void CheckChunkedSteps(const Model& model, ActivationPrecision precision,
-                              DeviceDecoderOptions options, Model* cpu, const char* name) {
+                              DeviceDecoderOptions options, Model* cpu, const char* name,
+                              bool mark_prompts = false) {
   const int64_t v = model.config().vocab_size;
   constexpr int kRows = 12, kSeqs = 5;
   options.max_sequences = 2 * kSeqs;
@@ -65,6 +70,7 @@ inline void CheckChunkedSteps(const Model& model, ActivationPrecision precision,
     prompt[q] = RandomTokens(prompt_len[q], 700 + q, v - 1);
     for (DeviceDecoder* d : {chunked->get(), last_only->get(), single->get()}) {
       ASSERT_TRUE(d->Start(2 * q + 1).ok());  // slots 1, 3, ..., 9 - 1: not in order of use
+      if (mark_prompts) ASSERT_TRUE(d->SetPromptEnd(2 * q + 1, prompt_len[q]).ok());
     }
     if (cpu != nullptr) states[q] = cpu->NewSequence();
   }
@@ -175,6 +181,14 @@ inline void CheckChunkedSteps(const Model& model, ActivationPrecision precision,
   EXPECT_EQ(last_vs_chunked, 0);
   EXPECT_EQ(vs_cpu, 0);
   for (int q = 0; q < kSeqs; ++q) EXPECT_GE(fed[q], prompt_len[q]) << "sequence " << q;
+  if (mark_prompts) {
+    int64_t prompts = 0;
+    for (int len : prompt_len) prompts += len;
+    std::printf("%s: %lld prompt positions in the prompt's shape\n", name,
+                static_cast<long long>((*chunked)->stats().prompt_shape_rows));
+    EXPECT_EQ((*chunked)->stats().prompt_shape_rows, options.prompt_range_tiles > 0 ? prompts : 0);
+    EXPECT_EQ((*single)->stats().prompt_shape_rows, options.prompt_range_tiles > 0 ? prompts : 0);
+  }
 }
 
 // Rollback (device verification): `spec` (max_rollback kDrafts) steps each

@@ -971,6 +971,27 @@ TEST(DeviceDecoderFastTest, StoredKvWgmmaAttentionChunkedStepsAreBatchInvariant)
                          : "small head_dim 512 fast, stored KV, wgmma attention, one CTA a query");
   }
 }
+// prompt_range_tiles: the prompts' positions (SetPromptEnd) at one CTA a
+// query, the generated ones at the default ranges, steps holding both in
+// two launches: every row's bits follow its position's role alone, so the
+// chunked steps equal one position a step.
+TEST(DeviceDecoderFastTest, StoredKvPromptShapeChunkedStepsAreBatchInvariant) {
+  const Checkpoint* ck = Small512Checkpoint();
+  ASSERT_NE(ck, nullptr);
+  auto cpu = RowStableCpuModel(*ck, ActivationPrecision::kBf16);
+  ASSERT_NE(cpu, nullptr);
+  for (const bool wgmma : {true, false}) {
+    DeviceDecoderOptions options{.numerics = DecodeNumerics::kFast, .kv_block_tokens = 2};
+    options.attention_wgmma = wgmma;
+    options.prompt_range_tiles = 16;
+    testing::CheckChunkedSteps(*cpu, ActivationPrecision::kBf16, options, nullptr,
+                               wgmma ? "small head_dim 512 fast, stored KV, prompt shape 16 / "
+                                       "decode wgmma ranges"
+                                     : "small head_dim 512 fast, stored KV, prompt shape 16 / "
+                                       "decode kMma16",
+                               /*mark_prompts=*/true);
+  }
+}
 TEST(DeviceDecoderFastTest, StoredKvWgmmaAttentionRollbackIsBatchInvariant) {
   const Checkpoint* ck = Small512Checkpoint();
   ASSERT_NE(ck, nullptr);

@@ -92,6 +92,19 @@ absl::StatusOr<bool> DeviceDecoder::Impl::PrepareMeta(std::span<const int> slot_
   }
   for (int s : pushed) slot_state[s].history.pop_back();
   RETURN_IF_ERROR(hashed);
+  // Each real row's attention shape (a prompt position's with
+  // prompt_range_tiles); padding rows take the real rows' shape when they
+  // have only one, so that such a step runs one launch.
+  roles_ = 0;
+  prompt_shape_rows_ = 0;
+  for (int64_t i = 0; i < real_rows; ++i) {
+    const bool prompt = PromptShape() && meta_h.positions[i] < slot_state[slot_ids[i]].prompt_end;
+    meta_h.role[i] = prompt ? 1 : 0;
+    roles_ |= prompt ? 2 : 1;
+    prompt_shape_rows_ += prompt ? 1 : 0;
+  }
+  if (roles_ == 0) roles_ = 1;
+  for (int64_t i = real_rows; i < padded; ++i) meta_h.role[i] = roles_ == 2 ? 1 : 0;
   for (int64_t i = 0; i < head_padded; ++i) {
     meta_h.head_rows[i] = i < static_cast<int64_t>(head_rows.size()) ? head_rows[i] : 0;
   }
@@ -411,7 +424,24 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
       sp.compressed_rows = num_blocks * entries_per_block(role.ratio);
       sp.compressed_width = ip.k_width;
     }
-    RETURN_IF_ERROR(kc::SparseDecodeAttention(sp, stream));
+    if (roles_ == 1) {
+      RETURN_IF_ERROR(kc::SparseDecodeAttention(sp, stream));
+    } else {
+      // The prompt's positions in their own shape (prompt_range_tiles);
+      // with generated positions beside them, each launch computes its
+      // role's queries (meta role).
+      kc::SparseDecodeAttentionParams pp = sp;
+      pp.kernel = kc::SparseDecodeKernel::kWgmma64;
+      pp.wgmma_range_tiles = options.prompt_range_tiles;
+      if (roles_ == 3) {
+        sp.query_role = meta_d.role;
+        sp.role = 0;
+        pp.query_role = meta_d.role;
+        pp.role = 1;
+        RETURN_IF_ERROR(kc::SparseDecodeAttention(sp, stream));
+      }
+      RETURN_IF_ERROR(kc::SparseDecodeAttention(pp, stream));
+    }
   } else {
     RETURN_IF_ERROR(dec::AssembleIndex(ip, stream));
     // fold_row_ops: o's bf16 boundary in the attention's launch (the Round

@@ -244,6 +244,9 @@ struct StepMeta {
   int32_t* win_commit = nullptr;  // [B] ring row its staging row moves to after the attention, -1
   int32_t* run_length = nullptr;  // [B] rows of the run a row starts (0: inside a run)
   int32_t* head_rows = nullptr;   // [B] rows the head reads (logits of a row subset)
+  // [B] 1: a prompt position run in the prompt's attention shape
+  // (DeviceDecoderOptions::prompt_range_tiles), 0: the decode shape.
+  int32_t* role = nullptr;
   // drafting: [B] the DSpark stage rings' row of each row's position (the
   // ring row, or for a staged run only its last `window` rows'; else -1).
   int32_t* ring_write = nullptr;
@@ -541,6 +544,7 @@ struct DeviceDecoder::Impl {
     int64_t length = 0;
     std::vector<int64_t> history;  // Engram compressed ids
     int64_t blocks = 0;            // entries of its block table
+    int64_t prompt_end = 0;        // positions below: the prompt's (SetPromptEnd)
   };
   std::vector<Slot> slot_state;
   // Paged compressed pools (DeviceDecoderOptions::kv_block_tokens): a
@@ -766,6 +770,17 @@ struct DeviceDecoder::Impl {
   // `runs`: some slot has several rows (the staging rows move to the rings).
   absl::Status Enqueue(int64_t b, int64_t head_b, bool runs);
   bool runs_ = false;  // the step being enqueued has runs
+  // The attention shapes the step's real rows take (PrepareMeta, meta role):
+  // bit 0 the decode shape, bit 1 the prompt's (prompt_range_tiles). A draft
+  // pass: 1.
+  int roles_ = 1;
+  int64_t prompt_shape_rows_ = 0;  // of the step's real rows (PrepareMeta)
+  // The prompt's attention shape is on (prompt_range_tiles, stored-form
+  // pools of SparseDecodeAttention's head_dim).
+  bool PromptShape() const {
+    return options.prompt_range_tiles > 0 && stored_kv &&
+           c.head_dim == kernels::cuda::kSparseDecodeHeadDim;
+  }
   // The window attention's entries: meta win_rows of `window` a row in a
   // step, meta draft_rows of window + block in a draft pass.
   const int32_t* attn_rows_ = nullptr;

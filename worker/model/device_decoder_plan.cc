@@ -40,9 +40,10 @@ absl::StatusOr<LocalExperts> CheckDecodable(const ModelConfig& c, const LayerRol
                      options.batch_interval, ", max_rows_per_slot ", options.max_rows_per_slot,
                      " (each must be >= 1, max_positions >= 2, max_rows_per_slot <= max_batch)"));
   }
-  if (options.attention_range_tiles < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("DeviceDecoder: attention_range_tiles ",
-                                                   options.attention_range_tiles, " (>= 0)"));
+  if (options.attention_range_tiles < 0 || options.prompt_range_tiles < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DeviceDecoder: attention_range_tiles ", options.attention_range_tiles,
+                     ", prompt_range_tiles ", options.prompt_range_tiles, " (each >= 0)"));
   }
   if (options.max_rollback < 0 || options.max_rollback > 1024) {
     return absl::InvalidArgumentError(
@@ -467,6 +468,7 @@ void DeviceDecoder::Impl::LayoutMeta(char* base, StepMeta& m, size_t& bytes) con
   take(m.win_commit, bc);
   take(m.run_length, bc);
   take(m.head_rows, bc);
+  take(m.role, bc);
   if (options.drafting) {
     take(m.ring_write, bc);
     take(m.draft_rows, bc * (window() + draft_block()));

@@ -16,6 +16,7 @@ HostDecodeBackend::HostDecodeBackend(Model& model, int max_sequences, int max_ba
       collective_(collective),
       max_rows_per_slot_(max_rows_per_slot),
       slots_(max_sequences),
+      prompt_ends_(max_sequences, 0),
       tables_(max_sequences) {}
 
 void HostDecodeBackend::ExpectBlockTables(int block_tokens, int64_t pool_blocks) {
@@ -71,7 +72,17 @@ absl::Status HostDecodeBackend::Start(int slot) {
     return absl::InvalidArgumentError(absl::StrCat("Start: slot ", slot));
   }
   slots_[slot] = model_.NewSequence();
+  prompt_ends_[slot] = 0;
   ++stats_.starts;
+  return absl::OkStatus();
+}
+
+absl::Status HostDecodeBackend::SetPromptEnd(int slot, int64_t positions) {
+  if (!holds(slot) || positions < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SetPromptEnd: slot ", slot, ", positions ", positions));
+  }
+  prompt_ends_[slot] = positions;
   return absl::OkStatus();
 }
 
@@ -89,6 +100,7 @@ absl::Status HostDecodeBackend::Import(int slot, const SequenceState& state) {
                                                    slot, "'s table holds ", tables_[slot].size()));
   }
   slots_[slot] = std::make_unique<SequenceState>(state);
+  prompt_ends_[slot] = 0;
   ++stats_.imports;
   return absl::OkStatus();
 }
@@ -234,6 +246,13 @@ absl::StatusOr<std::span<const float>> HostDecodeBackend::StepRows(
   }
   ++stats_.steps;
   stats_.rows += rows;
+  for (size_t r = 0; r < runs.size(); ++r) {
+    for (int64_t j = 0; j < runs[r].second; ++j) {
+      // starts[r] is the run's first position (the state has moved on since).
+      (starts[r] + j < prompt_ends_[slots[runs[r].first]] ? stats_.prompt_rows
+                                                          : stats_.output_rows)++;
+    }
+  }
   return std::span<const float>(rows_view_);
 }
 

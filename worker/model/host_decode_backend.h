@@ -37,6 +37,11 @@ struct HostDecodeBackendStats {
   int64_t draft_logits = 0;  // of those, drafted with their logits (with_logits)
   int64_t rollbacks = 0;   // Rollback calls that undid positions
   int64_t greedy_steps = 0;  // StepRowsGreedy calls (the default pick over StepRows)
+  // Rows stepped at a position below their slot's prompt end (SetPromptEnd)
+  // and at or past it: what a backend shaping the prompt's arithmetic would
+  // run each way.
+  int64_t prompt_rows = 0;
+  int64_t output_rows = 0;
 };
 
 class HostDecodeBackend : public DecodeBackend {
@@ -54,6 +59,11 @@ class HostDecodeBackend : public DecodeBackend {
   absl::StatusOr<std::vector<float>> Step(std::span<const int> slots,
                                           std::span<const int64_t> tokens) override;
   absl::Status Start(int slot) override;
+  // Kept per slot (0 after Start and Import) and counted by StepRows
+  // (stats().prompt_rows / output_rows). INVALID_ARGUMENT for a slot it
+  // does not hold or positions < 0.
+  absl::Status SetPromptEnd(int slot, int64_t positions) override;
+  int64_t prompt_end(int slot) const { return prompt_ends_[slot]; }
   // Counted (stats().greedy_steps), then DecodeBackend's pick on the host.
   absl::StatusOr<std::span<const int32_t>> StepRowsGreedy(
       std::span<const int> slots, std::span<const int64_t> tokens,
@@ -122,6 +132,7 @@ class HostDecodeBackend : public DecodeBackend {
   const bool collective_;
   const int max_rows_per_slot_;
   std::vector<std::unique_ptr<SequenceState>> slots_;
+  std::vector<int64_t> prompt_ends_;  // [slot] SetPromptEnd
   std::vector<float> rows_view_;  // StepRows' logits
   int fail_in_ = 0;               // > 0: the fail_in_-th step from now fails
   int block_tokens_ = 0;          // > 0: block tables expected (ExpectBlockTables)

@@ -80,6 +80,7 @@ bool SupportsSparseDecodeAttention(const SparseDecodeAttentionParams& p) {
     return false;
   }
   if (p.queries == 0) return true;
+  if (p.query_role != nullptr && !Aligned(p.query_role, 4)) return false;
   return p.q != nullptr && p.sink != nullptr && p.out != nullptr && Aligned(p.q, 8) &&
          Aligned(p.sink, 4) && Aligned(p.out, 8);
 }
@@ -118,6 +119,8 @@ absl::Status SparseDecodeAttention(const SparseDecodeAttentionParams& p, cudaStr
       .head_groups = groups,
       .scale_log2 = static_cast<float>(static_cast<double>(scale) * 1.4426950408889634),
       .round_bf16 = p.round_bf16,
+      .query_role = p.query_role,
+      .role = p.role,
   };
   if (wgmma) {
     if (absl::Status s = AllowSharedBytes(wg::SparseDecodeAttentionWgKernel, wg::kSharedBytes,

@@ -73,6 +73,9 @@ struct KernelArgs {
   // kWgmma64 only: a query's list in `ranges` ranges of `range_tiles` tiles,
   // one CTA each, the CTAs of a query one cluster (ranges == 1: no cluster).
   int ranges = 1, range_tiles = 0;
+  // Non-null: a CTA whose query's role is not `role` returns at once.
+  const int32_t* query_role = nullptr;
+  int role = 0;
 };
 
 __device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src) {
@@ -195,6 +198,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int g = lane >> 2, t = lane & 3;  // mma fragment row group / column pair
   const int64_t query = blockIdx.x / a.head_groups;
   const int head0 = static_cast<int>(blockIdx.x % a.head_groups) * kHeads;
+  if (a.query_role != nullptr && a.query_role[query] != a.role) return;  // the other launch's
 
   uint8_t* const set_smem = smem + set * kSetBytes;
   uint8_t* const stages = set_smem + warp * (kStages * kStageBytes);

@@ -96,6 +96,13 @@ struct SparseDecodeAttentionParams {
   // alone, so the bits never depend on the batch; a decoder keeps one value
   // for its life.
   int wgmma_range_tiles = 0;
+  // Non-null: only the queries with query_role[query] == role are computed,
+  // the others' outputs are left as they are. Two launches over one batch,
+  // each with its own kernel or ranges, then compute every query: a decoder
+  // gives its prompt positions and its generated ones each their own shape
+  // (a query's arithmetic follows its role alone, never the batch).
+  const int32_t* query_role = nullptr;  // device [queries]; 4-byte aligned
+  int role = 0;
 };
 
 // Returns true if the launcher handles `params`: a SparseDecodeKernel value,
@@ -106,10 +113,11 @@ struct SparseDecodeAttentionParams {
 // compressed_rows < 2^31, finite scale, and, where the sizes make them read
 // or written, non-null and aligned pointers as listed in the struct (q, sink,
 // out when queries > 0; a pool's index when queries * width > 0; its codes
-// and scales when in addition rows > 0).
+// and scales when in addition rows > 0; query_role 4-byte aligned).
 bool SupportsSparseDecodeAttention(const SparseDecodeAttentionParams& params);
 
-// Enqueues the attention on `stream`; writes every element of out. Nothing
+// Enqueues the attention on `stream`; writes every element of out (of the
+// queries of `role`, with query_role). Nothing
 // is allocated, nothing synchronizes: safe inside CUDA-graph capture.
 // Index entries outside [0, rows) of their pool are treated as -1 (never
 // read); a query without any valid entry gets out = 0 (as the reference).

@@ -366,6 +366,78 @@ TEST(SparseDecodeAttentionRangesTest, EveryRangeSizeMatchesTheReference) {
       << "3 tiles asked of a 34-tile list: the 7 ranges of 5 tiles, the same bits";
 }
 
+// Two launches over one batch, each computing the queries of its role
+// (query_role): every query gets the bits of a launch of its own kernel and
+// ranges over the whole batch, and a launch leaves the other role's outputs
+// as they were.
+TEST(SparseDecodeAttentionRolesTest, EachQueryGetsItsRolesLaunch) {
+  std::mt19937 rng(23);
+  const Pools pools = MakePools(5 * 128, 20000, rng);
+  const DevicePools dp(pools);
+  const Batch b = MakeBatch(9, 64, 128, 512, pools, 0.05, false, rng);
+  std::vector<int32_t> role(b.queries);
+  for (int64_t i = 0; i < b.queries; ++i) role[i] = (i % 3 == 1 || i == 4) ? 1 : 0;
+  struct Shape {
+    SparseDecodeKernel kernel;
+    int tiles;
+  };
+  const Shape shapes[][2] = {
+      {{SparseDecodeKernel::kWgmma64, 2}, {SparseDecodeKernel::kWgmma64, 16}},
+      {{SparseDecodeKernel::kMma16, 0}, {SparseDecodeKernel::kWgmma64, 16}}};
+  DeviceBuffer<float> q(b.q), sink(b.sink), out(b.q.size());
+  DeviceBuffer<int32_t> wi(b.win_index), ci(b.comp_index), roles(role);
+  const int64_t qn = int64_t{b.heads} * kD;
+  auto launch = [&](const Shape& shape, const int32_t* query_role, int which) {
+    const absl::Status st = SparseDecodeAttention({.q = q.get(),
+                                                   .sink = sink.get(),
+                                                   .window_codes = dp.win_codes.get(),
+                                                   .window_scales = dp.win_scales.get(),
+                                                   .window_index = wi.get(),
+                                                   .window_rows = pools.win_rows,
+                                                   .window_width = b.win_width,
+                                                   .compressed_codes = dp.comp_codes.get(),
+                                                   .compressed_scales = dp.comp_scales.get(),
+                                                   .compressed_index = ci.get(),
+                                                   .compressed_rows = pools.comp_rows,
+                                                   .compressed_width = b.comp_width,
+                                                   .out = out.get(),
+                                                   .queries = b.queries,
+                                                   .heads = b.heads,
+                                                   .kernel = shape.kernel,
+                                                   .wgmma_range_tiles = shape.tiles,
+                                                   .query_role = query_role,
+                                                   .role = which},
+                                                  nullptr);
+    ASSERT_TRUE(st.ok()) << st;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  };
+  for (const auto& pair : shapes) {
+    std::vector<float> whole[2];
+    for (int r = 0; r < 2; ++r) {
+      out.Poison();
+      launch(pair[r], nullptr, 0);
+      whole[r] = out.Download();
+    }
+    ASSERT_NE(whole[0], whole[1]) << "the two shapes must differ for this test to tell them apart";
+    out.Poison();
+    launch(pair[0], roles.get(), 0);
+    const std::vector<float> first = out.Download();
+    launch(pair[1], roles.get(), 1);
+    const std::vector<float> both = out.Download();
+    for (int64_t i = 0; i < b.queries; ++i) {
+      const size_t at = static_cast<size_t>(i * qn),
+                   bytes = static_cast<size_t>(qn) * sizeof(float);
+      EXPECT_EQ(std::memcmp(both.data() + at, whole[role[i]].data() + at, bytes), 0)
+          << "query " << i << " (role " << role[i] << ") differs from its shape's launch";
+      if (role[i] == 1) {  // untouched by the first launch: still Poison's 0xFF bytes
+        const auto* bytes_at = reinterpret_cast<const uint8_t*>(first.data() + at);
+        EXPECT_TRUE(std::all_of(bytes_at, bytes_at + bytes, [](uint8_t v) { return v == 0xFF; }))
+            << "query " << i << " of role 1 was written by the role-0 launch";
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Kernels, SparseDecodeAttentionTest,
                          ::testing::Values(SparseDecodeKernel::kMma16, SparseDecodeKernel::kWgmma64),
                          [](const ::testing::TestParamInfo<SparseDecodeKernel>& info) {

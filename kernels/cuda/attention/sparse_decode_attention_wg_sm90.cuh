@@ -244,6 +244,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int rank = a.ranges > 1 ? static_cast<int>(ClusterCtaRank()) : 0;
   const int64_t query = qg / a.head_groups;
   const int head0 = static_cast<int>(qg % a.head_groups) * kHeads;
+  // The other launch's query: every CTA of its cluster returns here, before
+  // any cluster barrier.
+  if (a.query_role != nullptr && a.query_role[query] != a.role) return;
   const int entries = a.win_width + a.comp_width;
   const int all_tiles = (entries + kTile - 1) / kTile;
   const int tile0 = min(rank * a.range_tiles, all_tiles);   // this CTA's tiles: tile0 ..
