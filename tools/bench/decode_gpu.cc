@@ -162,10 +162,11 @@ ABSL_FLAG(bool, fused_rope, true,
 ABSL_FLAG(bool, fused_kv_rows, true,
           "kFast: each KV row's norm, RoPE, quantization and scatter in one launch "
           "(KvRowFinish; same bits) (DeviceDecoderOptions::fused_kv_rows).");
-ABSL_FLAG(bool, fold_row_ops, false,
+ABSL_FLAG(bool, fold_row_ops, true,
           "kFast: the indexer query's MXFP4 form and weights' scale in IndexerScore, the "
-          "unstored attention output's bf16 boundary in SparseAttention (same bits) "
-          "(DeviceDecoderOptions::fold_row_ops; off until its GPU tests have run).");
+          "unstored attention output's bf16 boundary in SparseAttention, the Engram "
+          "embeddings' in their lookup and the gate reading its keys in place (same bits) "
+          "(DeviceDecoderOptions::fold_row_ops).");
 ABSL_FLAG(bool, fused_split_reduce, false,
           "Split-K linears at small batch sum in their last split CTA "
           "(DeviceDecoderOptions::fused_split_reduce); false: a second kernel.");
@@ -570,7 +571,8 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       .expert_tiles_resident = absl::GetFlag(FLAGS_expert_tiles_resident),
       .prefill_x16_panel = absl::GetFlag(FLAGS_x16_panel),
       .attention_wgmma = absl::GetFlag(FLAGS_attention_wgmma),
-      .attention_range_tiles = absl::GetFlag(FLAGS_attention_range_tiles)};
+      .attention_range_tiles = absl::GetFlag(FLAGS_attention_range_tiles),
+      .prompt_range_tiles = absl::GetFlag(FLAGS_prompt_range_tiles)};
   auto dd = weir::model::CreateSyntheticDeviceDecoder(c, options_precision(), options);
   WEIR_CHECK(dd.ok()) << dd.status();
   std::printf("numerics %s: fast dense layers %d (bf16 %d), reference dense %d, fast MoE layers "
