@@ -140,6 +140,9 @@ ABSL_FLAG(int32_t, prompt_range_tiles, 0,
           "The prefill chunks' positions (a prompt's: SetPromptEnd) on the wgmma attention with "
           "this many tiles a CTA, the decode steps' as --attention_wgmma / "
           "--attention_range_tiles say (0: off; DeviceDecoderOptions::prompt_range_tiles).");
+ABSL_FLAG(bool, staged_attention, true,
+          "kFast, unstored pools (small): the attention's rows staged in shared memory (same "
+          "bits; DeviceDecoderOptions::staged_attention).");
 ABSL_FLAG(bool, x16_panel, true,
           "Prefill: the FP8 products on the warp-specialized tile read X's f16 panel "
           "(DeviceDecoderOptions::prefill_x16_panel; same bits).");
@@ -403,7 +406,8 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
         .prefill_x16_panel = absl::GetFlag(FLAGS_x16_panel),
         .attention_wgmma = absl::GetFlag(FLAGS_attention_wgmma),
         .attention_range_tiles = absl::GetFlag(FLAGS_attention_range_tiles),
-        .prompt_range_tiles = absl::GetFlag(FLAGS_prompt_range_tiles)};
+        .prompt_range_tiles = absl::GetFlag(FLAGS_prompt_range_tiles),
+        .staged_attention = absl::GetFlag(FLAGS_staged_attention)};
     if (exchange) options.communicator = nccl->get();
     auto dd = weir::model::DeviceDecoder::Create(model, precision, options);
     WEIR_CHECK(dd.ok()) << dd.status();
@@ -572,7 +576,8 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       .prefill_x16_panel = absl::GetFlag(FLAGS_x16_panel),
       .attention_wgmma = absl::GetFlag(FLAGS_attention_wgmma),
       .attention_range_tiles = absl::GetFlag(FLAGS_attention_range_tiles),
-      .prompt_range_tiles = absl::GetFlag(FLAGS_prompt_range_tiles)};
+      .prompt_range_tiles = absl::GetFlag(FLAGS_prompt_range_tiles),
+      .staged_attention = absl::GetFlag(FLAGS_staged_attention)};
   auto dd = weir::model::CreateSyntheticDeviceDecoder(c, options_precision(), options);
   WEIR_CHECK(dd.ok()) << dd.status();
   std::printf("numerics %s: fast dense layers %d (bf16 %d), reference dense %d, fast MoE layers "

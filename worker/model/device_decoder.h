@@ -406,6 +406,10 @@ struct DeviceDecoderOptions {
   // its role alone: batch-invariant, and the same however a prompt is
   // chunked. 0: every position the decode shape. >= 0.
   int prompt_range_tiles = 0;
+  // kFast, unstored pools (head_dims SparseDecodeAttention does not take,
+  // e.g. small's 256): the attention's listed rows staged in shared memory
+  // (SparseAttentionParams::staged; the same bits).
+  bool staged_attention = true;
   // Expert parallelism over NCCL on device buffers (see the file comment):
   // this decoder is rank communicator->rank() of communicator->world_size().
   // Not owned; must outlive the decoder and live on `device`. Null: every

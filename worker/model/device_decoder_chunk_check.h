@@ -70,7 +70,9 @@ inline void CheckChunkedSteps(const Model& model, ActivationPrecision precision,
     prompt[q] = RandomTokens(prompt_len[q], 700 + q, v - 1);
     for (DeviceDecoder* d : {chunked->get(), last_only->get(), single->get()}) {
       ASSERT_TRUE(d->Start(2 * q + 1).ok());  // slots 1, 3, ..., 9 - 1: not in order of use
-      if (mark_prompts) ASSERT_TRUE(d->SetPromptEnd(2 * q + 1, prompt_len[q]).ok());
+      if (mark_prompts) {
+        ASSERT_TRUE(d->SetPromptEnd(2 * q + 1, prompt_len[q]).ok());
+      }
     }
     if (cpu != nullptr) states[q] = cpu->NewSequence();
   }

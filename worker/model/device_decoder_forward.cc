@@ -458,7 +458,8 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
                                          .kv_len = pool_rows,
                                          .topk = ip.window_width + ip.k_width,
                                          .scale = scale,
-                                         .round_bf16 = round_o},
+                                         .round_bf16 = round_o,
+                                         .staged = fast() && options.staged_attention},
                                         stream));
     if (round_o) ++folded_row_ops;
   }

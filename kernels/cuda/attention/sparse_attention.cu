@@ -1,12 +1,39 @@
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "kernels/cuda/attention/sparse_attention.cuh"
 #include "kernels/cuda/attention/sparse_attention.h"
+#include "kernels/cuda/launch_status.h"
 
 namespace weir::kernels::cuda {
+namespace {
+
+constexpr int kStagedThreads = 256;
+constexpr int kStagedMaxChannels = 4;
+// Dynamic shared memory of one staged block at most: two blocks an SM.
+constexpr int64_t kStagedBytes = 104 * 1024;
+
+// Rows a staged chunk holds (0: the staged kernel does not apply).
+int StagedChunkRows(const SparseAttentionParams& p) {
+  if (!p.staged || p.head_dim % 4 != 0 || p.head_dim > kStagedThreads * kStagedMaxChannels ||
+      reinterpret_cast<uintptr_t>(p.kv) % 16 != 0) {
+    return 0;
+  }
+  const int64_t head = SparseAttentionStagedHead(p.head_dim, p.topk) * 4;
+  const int64_t fit = (kStagedBytes - head) / (int64_t{p.head_dim} * 4);
+  if (fit < 1) return 0;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(fit, p.topk)));
+}
+
+}  // namespace
+
+bool SparseAttentionStages(const SparseAttentionParams& p) {
+  return SupportsSparseAttention(p) && StagedChunkRows(p) > 0;
+}
 
 bool SupportsSparseAttention(const SparseAttentionParams& p) {
   if (p.queries < 0 || p.heads <= 0 || p.head_dim <= 0 || p.kv_len < 0 || p.topk < 0 ||
@@ -28,6 +55,16 @@ absl::Status SparseAttention(const SparseAttentionParams& p, cudaStream_t stream
   if (p.queries == 0) return absl::OkStatus();
   constexpr int kThreads = 128;
   const float scale = p.scale != 0.0f ? p.scale : 1.0f / std::sqrt(static_cast<float>(p.head_dim));
+  if (const int chunk = StagedChunkRows(p); chunk > 0) {
+    auto* kernel = SparseAttentionStagedKernel<kStagedThreads, kStagedMaxChannels>;
+    const int64_t bytes =
+        (SparseAttentionStagedHead(p.head_dim, p.topk) + int64_t{chunk} * p.head_dim) * 4;
+    if (absl::Status s = AllowSharedBytes(kernel, bytes, "SparseAttention"); !s.ok()) return s;
+    kernel<<<static_cast<unsigned>(p.queries * p.heads), kStagedThreads, bytes, stream>>>(
+        p.q, p.kv, p.sink, p.index, p.out, p.heads, p.head_dim, p.kv_len, p.topk, scale,
+        p.round_bf16, chunk);
+    return LaunchStatus("SparseAttention");
+  }
   const size_t shared = static_cast<size_t>(p.topk) * (sizeof(float) + sizeof(int32_t));
   SparseAttentionKernel<kThreads>
       <<<static_cast<unsigned>(p.queries * p.heads), kThreads, shared, stream>>>(

@@ -105,6 +105,150 @@ __global__ void SparseAttentionKernel(const float* __restrict__ q, const float* 
   }
 }
 
+// Shared memory of SparseAttentionStagedKernel before its row chunk: q's
+// row, the logits and the list, in floats, rounded up to 16 bytes.
+__host__ __device__ inline int64_t SparseAttentionStagedHead(int head_dim, int topk) {
+  return (int64_t{head_dim} + 2 * int64_t{topk} + 3) / 4 * 4;
+}
+
+// SparseAttentionKernel's arithmetic, operation for operation (the same
+// bits), with the listed rows staged in shared memory `chunk_rows` at a time
+// (float4 loads, all of a chunk in flight) and q's row staged once. Phase 1
+// stages each chunk and takes its logits (a warp a slot, fmath::WarpLaneSum
+// order); phase 2 stages the chunks again (or keeps the one chunk when the
+// list fits) and each thread adds its channels' terms in list order. The
+// maximum is taken over the same logits (only its sign of zero may differ,
+// which no exp(z - m) sees). Needs head_dim % 4 == 0, head_dim <= kThreads *
+// kMaxChannels and kv 16-byte aligned. One block per (query, head).
+template <int kThreads, int kMaxChannels>
+__global__ void __launch_bounds__(kThreads)
+    SparseAttentionStagedKernel(const float* __restrict__ q, const float* __restrict__ kv,
+                                const float* __restrict__ sink, const int32_t* __restrict__ index,
+                                float* __restrict__ out, int heads, int head_dim, int64_t kv_len,
+                                int topk, float scale, bool round_bf16, int chunk_rows) {
+  GridDependencyPrologue();
+  constexpr int kWarps = kThreads / 32;
+  extern __shared__ __align__(16) float staged[];
+  float* qs = staged;
+  float* z = qs + head_dim;
+  int32_t* slots = reinterpret_cast<int32_t*>(z + topk);
+  float* rows = staged + SparseAttentionStagedHead(head_dim, topk);
+  __shared__ float partial[kWarps];
+  __shared__ float row_max;
+  __shared__ float row_denom;
+
+  namespace fm = ::weir::kernels::fmath;
+  const int64_t row = blockIdx.x;
+  const int64_t query = row / heads;
+  const int head = static_cast<int>(row % heads);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / 32, lane = tid % 32;
+  float* o = out + row * head_dim;
+  for (int c = tid; c < head_dim; c += kThreads) qs[c] = q[row * head_dim + c];
+  for (int j = tid; j < topk; j += kThreads) {
+    const int32_t t = index[query * topk + j];
+    slots[j] = (t >= 0 && t < kv_len) ? t : -1;
+  }
+  __syncthreads();
+  const int vec = head_dim / 4;
+  // Rows j0 .. j0 + n - 1 of the list into `rows` (listed slots only).
+  auto stage = [&](int j0, int n) {
+    for (int e = tid; e < n * vec; e += kThreads) {
+      const int r = e / vec, c4 = e - r * vec;
+      const int32_t t = slots[j0 + r];
+      if (t >= 0) {
+        reinterpret_cast<float4*>(rows)[static_cast<int64_t>(r) * vec + c4] =
+            reinterpret_cast<const float4*>(kv + static_cast<int64_t>(t) * head_dim)[c4];
+      }
+    }
+  };
+
+  // Phase 1: logits.
+  float local_max = -INFINITY;
+  for (int j0 = 0; j0 < topk; j0 += chunk_rows) {
+    const int n = min(chunk_rows, topk - j0);
+    stage(j0, n);
+    __syncthreads();
+    for (int r = warp; r < n; r += kWarps) {
+      const int j = j0 + r;
+      if (slots[j] < 0) {
+        if (lane == 0) z[j] = -INFINITY;
+        continue;
+      }
+      const float* kr = rows + static_cast<int64_t>(r) * head_dim;
+      const float dot =
+          fm::WarpLaneSum<float>(head_dim, [&](int64_t c) { return fm::FMul(qs[c], kr[c]); });
+      const float zj = fm::FMul(scale, dot);
+      if (lane == 0) z[j] = zj;
+      local_max = local_max < zj ? zj : local_max;  // a NaN never becomes the maximum
+    }
+    __syncthreads();  // the chunk read before the next one overwrites it
+  }
+  if (lane == 0) partial[warp] = local_max;
+  __syncthreads();
+  if (tid == 0) {
+    float m = -INFINITY;
+    for (int w = 0; w < kWarps; ++w) m = m < partial[w] ? partial[w] : m;
+    row_max = m;
+  }
+  __syncthreads();
+  const float m = row_max;
+  if (m == -INFINITY) {  // no valid slot (block-uniform)
+    for (int c = tid; c < head_dim; c += kThreads) o[c] = 0.0f;
+    return;
+  }
+  for (int j = tid; j < topk; j += kThreads) {
+    if (slots[j] < 0) continue;
+    z[j] = fm::ExpF(fm::FSub(z[j], m));
+  }
+  __syncthreads();
+  if (tid == 0) {  // the denominator in list order, as the CPU
+    float denom = 0.0f;
+#pragma unroll 8
+    for (int j = 0; j < topk; ++j) {
+      const float p = z[j];
+      if (slots[j] >= 0) denom = fm::FAdd(denom, p);
+    }
+    row_denom = fm::FAdd(denom, fm::ExpF(fm::FSub(sink[head], m)));
+  }
+
+  // Phase 2: each channel's terms in list order.
+  float acc[kMaxChannels];
+#pragma unroll
+  for (int k = 0; k < kMaxChannels; ++k) acc[k] = 0.0f;
+  const bool kept = chunk_rows >= topk;  // the one chunk is still staged
+  for (int j0 = 0; j0 < topk; j0 += chunk_rows) {
+    const int n = min(chunk_rows, topk - j0);
+    if (!kept) {
+      __syncthreads();  // the previous chunk's reads are done
+      stage(j0, n);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < kMaxChannels; ++k) {
+      const int c = tid + k * kThreads;
+      if (c >= head_dim) continue;
+      float a = acc[k];
+#pragma unroll 8
+      for (int r = 0; r < n; ++r) {
+        const float p = z[j0 + r];
+        const float v = rows[static_cast<int64_t>(r) * head_dim + c];
+        if (slots[j0 + r] >= 0) a = __fadd_rn(a, __fmul_rn(p, v));
+      }
+      acc[k] = a;
+    }
+  }
+  __syncthreads();  // row_denom
+  const float denom = row_denom;
+#pragma unroll
+  for (int k = 0; k < kMaxChannels; ++k) {
+    const int c = tid + k * kThreads;
+    if (c >= head_dim) continue;
+    const float v = __fdiv_rn(acc[k], denom);
+    o[c] = round_bf16 ? RoundToBf16(v) : v;
+  }
+}
+
 }  // namespace weir::kernels::cuda
 
 #endif  // WEIR_KERNELS_CUDA_ATTENTION_SPARSE_ATTENTION_CUH_

@@ -30,7 +30,8 @@ struct Shape {
 // Both sum in the same orders (dots in fmath::LaneSum order, the denominator
 // and the outputs in list order) with the same exp (fmath::ExpF) and no FMA,
 // so the outputs must be bit-identical; the relative error is printed.
-void Compare(const Shape& shape, uint32_t seed, float scale = 0.0f, bool round_bf16 = false) {
+void Compare(const Shape& shape, uint32_t seed, float scale = 0.0f, bool round_bf16 = false,
+             bool staged = false) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
@@ -68,7 +69,8 @@ void Compare(const Shape& shape, uint32_t seed, float scale = 0.0f, bool round_b
                                .kv_len = shape.kv_len,
                                .topk = shape.topk,
                                .scale = scale,
-                               .round_bf16 = round_bf16},
+                               .round_bf16 = round_bf16,
+                               .staged = staged},
                               nullptr)
                   .ok());
   const std::vector<float> got = dout.Download();
@@ -85,9 +87,10 @@ void Compare(const Shape& shape, uint32_t seed, float scale = 0.0f, bool round_b
     }
   }
   const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-  std::printf("queries %lld heads %d head_dim %d kv_len %lld topk %d: rel %.3g max_abs %.3g\n",
+  std::printf("queries %lld heads %d head_dim %d kv_len %lld topk %d%s: rel %.3g max_abs %.3g\n",
               static_cast<long long>(shape.queries), shape.heads, shape.head_dim,
-              static_cast<long long>(shape.kv_len), shape.topk, rel, max_abs);
+              static_cast<long long>(shape.kv_len), shape.topk, staged ? " (staged)" : "", rel,
+              max_abs);
   EXPECT_EQ(bad, 0) << "first mismatch at " << first_bad << ": got "
                     << (first_bad >= 0 ? got[first_bad] : 0.f) << " want "
                     << (first_bad >= 0 ? want[first_bad] : 0.f);
@@ -117,6 +120,76 @@ TEST(SparseAttentionCudaTest, MatchesTheCpuReference) {
   // output, including a row with no valid slot (zeros).
   Compare(shapes[0], seed++, 0.0f, /*round_bf16=*/true);
   Compare(shapes[2], seed++, 0.0f, /*round_bf16=*/true);
+}
+
+// The staged kernel (SparseAttentionParams::staged): the same arithmetic
+// through shared memory, so the CPU's bits again, with the list in one chunk
+// (small's and tiny's decode shapes, a prefill chunk) and in several (V4.1's
+// 640 rows of 512, the longest list), invalid slots, an explicit scale, the
+// bf16 boundary and rows with no valid slot. Where it does not apply
+// (head_dim 33) the launch falls back to the plain kernel.
+TEST(SparseAttentionCudaTest, StagedRowsGiveTheCpuBits) {
+  const Shape shapes[] = {
+      {.queries = 1, .heads = 8, .head_dim = 256, .kv_len = 500, .topk = 96, .empty_fraction = 0.3},
+      {.queries = 64,
+       .heads = 8,
+       .head_dim = 256,
+       .kv_len = 6000,
+       .topk = 96,
+       .empty_fraction = 0.05},
+      {.queries = 5, .heads = 4, .head_dim = 128, .kv_len = 40, .topk = 16, .empty_fraction = 0.4},
+      {.queries = 64, .heads = 8, .head_dim = 128, .kv_len = 64, .topk = 64, .empty_fraction = 0},
+      {.queries = 3,
+       .heads = 64,
+       .head_dim = 512,
+       .kv_len = 2000,
+       .topk = 640,
+       .empty_fraction = 0.1},
+      {.queries = 2,
+       .heads = 2,
+       .head_dim = 64,
+       .kv_len = 9000,
+       .topk = kSparseAttentionMaxTopk,
+       .empty_fraction = 0.2},
+      {.queries = 4, .heads = 3, .head_dim = 16, .kv_len = 10, .topk = 5, .empty_fraction = 1.0},
+      {.queries = 2, .heads = 2, .head_dim = 8, .kv_len = 3, .topk = 0, .empty_fraction = 0},
+  };
+  float* f = reinterpret_cast<float*>(256);
+  int32_t* i = reinterpret_cast<int32_t*>(256);
+  uint32_t seed = 100;
+  for (const Shape& shape : shapes) {
+    const SparseAttentionParams p{.q = f,
+                                  .kv = f,
+                                  .sink = f,
+                                  .index = i,
+                                  .out = f,
+                                  .queries = shape.queries,
+                                  .heads = shape.heads,
+                                  .head_dim = shape.head_dim,
+                                  .kv_len = shape.kv_len,
+                                  .topk = shape.topk,
+                                  .staged = true};
+    EXPECT_TRUE(SparseAttentionStages(p))
+        << "head_dim " << shape.head_dim << " topk " << shape.topk;
+    Compare(shape, seed++, 0.0f, false, /*staged=*/true);
+  }
+  Compare(shapes[0], seed++, 0.3f, false, /*staged=*/true);
+  Compare(shapes[0], seed++, 0.0f, /*round_bf16=*/true, /*staged=*/true);
+  Compare(shapes[4], seed++, 0.0f, /*round_bf16=*/true, /*staged=*/true);
+  const Shape odd{
+      .queries = 17, .heads = 5, .head_dim = 33, .kv_len = 50, .topk = 77, .empty_fraction = 0.7};
+  EXPECT_FALSE(SparseAttentionStages({.q = f,
+                                      .kv = f,
+                                      .sink = f,
+                                      .index = i,
+                                      .out = f,
+                                      .queries = 17,
+                                      .heads = 5,
+                                      .head_dim = 33,
+                                      .kv_len = 50,
+                                      .topk = 77,
+                                      .staged = true}));
+  Compare(odd, seed++, 0.0f, false, /*staged=*/true);
 }
 
 TEST(SparseAttentionCudaTest, EmptyRowsGiveZero) {
