@@ -143,6 +143,10 @@ ABSL_FLAG(int32_t, prompt_range_tiles, 0,
 ABSL_FLAG(bool, staged_attention, true,
           "kFast, unstored pools (small): the attention's rows staged in shared memory (same "
           "bits; DeviceDecoderOptions::staged_attention).");
+ABSL_FLAG(bool, fused_attention_out, false,
+          "kFast, unstored pools: the staged attention writes the grouped output projection's "
+          "input with the inverse RoPE itself (same bits; DeviceDecoderOptions::"
+          "fused_attention_out).");
 ABSL_FLAG(bool, x16_panel, true,
           "Prefill: the FP8 products on the warp-specialized tile read X's f16 panel "
           "(DeviceDecoderOptions::prefill_x16_panel; same bits).");
@@ -407,7 +411,8 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
         .attention_wgmma = absl::GetFlag(FLAGS_attention_wgmma),
         .attention_range_tiles = absl::GetFlag(FLAGS_attention_range_tiles),
         .prompt_range_tiles = absl::GetFlag(FLAGS_prompt_range_tiles),
-        .staged_attention = absl::GetFlag(FLAGS_staged_attention)};
+        .staged_attention = absl::GetFlag(FLAGS_staged_attention),
+        .fused_attention_out = absl::GetFlag(FLAGS_fused_attention_out)};
     if (exchange) options.communicator = nccl->get();
     auto dd = weir::model::DeviceDecoder::Create(model, precision, options);
     WEIR_CHECK(dd.ok()) << dd.status();
@@ -577,7 +582,8 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       .attention_wgmma = absl::GetFlag(FLAGS_attention_wgmma),
       .attention_range_tiles = absl::GetFlag(FLAGS_attention_range_tiles),
       .prompt_range_tiles = absl::GetFlag(FLAGS_prompt_range_tiles),
-      .staged_attention = absl::GetFlag(FLAGS_staged_attention)};
+      .staged_attention = absl::GetFlag(FLAGS_staged_attention),
+      .fused_attention_out = absl::GetFlag(FLAGS_fused_attention_out)};
   auto dd = weir::model::CreateSyntheticDeviceDecoder(c, options_precision(), options);
   WEIR_CHECK(dd.ok()) << dd.status();
   std::printf("numerics %s: fast dense layers %d (bf16 %d), reference dense %d, fast MoE layers "

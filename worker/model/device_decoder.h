@@ -410,6 +410,14 @@ struct DeviceDecoderOptions {
   // e.g. small's 256): the attention's listed rows staged in shared memory
   // (SparseAttentionParams::staged; the same bits).
   bool staged_attention = true;
+  // With staged_attention, fold_row_ops and fused_rope: the staged kernel
+  // writes the attention output straight into the grouped output
+  // projection's layout with the inverse RoPE (SparseAttentionParams::
+  // grouped; the bits of the SwapAxes it replaces, one launch a layer
+  // fewer). Off until its GPU tests run (sparse_attention_test's
+  // StagedGroupedOutputGivesTheSwapAxesBits, device_decoder_fast_test's
+  // SmallFusedRowLaunchesGiveTheSeparateLaunchesBits; written 2026-12-06).
+  bool fused_attention_out = false;
   // Expert parallelism over NCCL on device buffers (see the file comment):
   // this decoder is rank communicator->rank() of communicator->world_size().
   // Not owned; must outlive the decoder and live on `device`. Null: every

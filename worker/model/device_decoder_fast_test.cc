@@ -782,7 +782,10 @@ TEST(DeviceDecoderFastTest, SmallBf16FusedRopeGivesTheRopeLaunchesBits) {
 // the separate launches' bits: a 40-row prompt chunk and four decode steps
 // of two sequences, every call's logits equal with and without them, on the
 // fake-quantized pools (head_dim 256) and the stored ones (head_dim 512),
-// bf16 and fp32; and the fused decoder did fuse.
+// bf16 and fp32; and the fused decoder did fuse. On the fake-quantized pools
+// the plain decoder also runs the plain SparseAttention kernel and the fused
+// one the staged kernel writing the grouped projection's input itself
+// (staged_attention, fused_attention_out).
 TEST(DeviceDecoderFastTest, SmallFusedRowLaunchesGiveTheSeparateLaunchesBits) {
   struct Case {
     bool stored;
@@ -806,9 +809,13 @@ TEST(DeviceDecoderFastTest, SmallFusedRowLaunchesGiveTheSeparateLaunchesBits) {
                                .max_rows_per_slot = 40};
     plain.fused_kv_rows = false;
     plain.fold_row_ops = false;
+    plain.staged_attention = false;
+    plain.fused_attention_out = false;
     DeviceDecoderOptions fused = plain;
     fused.fused_kv_rows = true;
     fused.fold_row_ops = true;
+    fused.staged_attention = true;
+    fused.fused_attention_out = true;
     const std::vector<int64_t> prompt = RandomTokens(40, 47, v - 1);
     std::vector<std::vector<int64_t>> steps;
     for (int step = 0; step < 4; ++step) steps.push_back({7 + step, 3 + step});

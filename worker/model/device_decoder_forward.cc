@@ -447,20 +447,33 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
     // fold_row_ops: o's bf16 boundary in the attention's launch (the Round
     // below is then skipped; the same bits).
     const bool round_o = FoldsRowOps() && bf16();
-    RETURN_IF_ERROR(kc::SparseAttention({.q = q,
-                                         .kv = kv_pool,
-                                         .sink = L.sink,
-                                         .index = index,
-                                         .out = o,
-                                         .queries = b,
-                                         .heads = static_cast<int>(heads),
-                                         .head_dim = static_cast<int>(hd),
-                                         .kv_len = pool_rows,
-                                         .topk = ip.window_width + ip.k_width,
-                                         .scale = scale,
-                                         .round_bf16 = round_o,
-                                         .staged = fast() && options.staged_attention},
-                                        stream));
+    kc::SparseAttentionParams ap{.q = q,
+                                 .kv = kv_pool,
+                                 .sink = L.sink,
+                                 .index = index,
+                                 .out = o,
+                                 .queries = b,
+                                 .heads = static_cast<int>(heads),
+                                 .head_dim = static_cast<int>(hd),
+                                 .kv_len = pool_rows,
+                                 .topk = ip.window_width + ip.k_width,
+                                 .scale = scale,
+                                 .round_bf16 = round_o,
+                                 .staged = fast() && options.staged_attention};
+    // fused_attention_out: the staged kernel writes og itself, transposed
+    // with the inverse RoPE (the SwapAxes below; the same bits).
+    if (FusesAttentionOut()) {
+      ap.out = nullptr;
+      ap.grouped = {.out = og,
+                    .group_width = c.o_group_in_dim(),
+                    .positions = pos,
+                    .cos_sin = cos_sin(layer),
+                    .cos_sin_rows = options.max_positions,
+                    .rope_dim = static_cast<int>(c.rope_head_dim)};
+      attention_out_fused_ = kc::SparseAttentionStages(ap);
+      if (!attention_out_fused_) ap.grouped = {}, ap.out = o;
+    }
+    RETURN_IF_ERROR(kc::SparseAttention(ap, stream));
     if (round_o) ++folded_row_ops;
   }
   if (runs_) {  // the runs' last window positions, staging -> ring
@@ -480,20 +493,26 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
   // one launch fewer) where a group row holds whole heads.
   const int64_t groups = c.o_groups, gin = c.o_group_in_dim(), rank = c.o_lora_rank;
   dec::SwapAxesParams swap{.src = o, .dst = og, .a = b, .b = groups, .width = gin};
-  if (options.fused_rope && gin % hd == 0) {
+  if (attention_out_fused_) {  // og written by the attention
+    attention_out_fused_ = false;
     ++fused_ropes;
-    swap.rope_positions = pos;
-    swap.rope_cos_sin = cos_sin(layer);
-    swap.rope_cos_sin_rows = options.max_positions;
-    swap.rope_head_dim = static_cast<int>(hd);
-    swap.rope_dim = static_cast<int>(c.rope_head_dim);
-    swap.rope_inverse = true;
-    swap.rope_round_bf16 = bf16();
+    ++folded_row_ops;
   } else {
-    RETURN_IF_ERROR(
-        Rope(o, pos, b, static_cast<int>(heads), hd, layer, /*inverse=*/true, /*round=*/true));
+    if (options.fused_rope && gin % hd == 0) {
+      ++fused_ropes;
+      swap.rope_positions = pos;
+      swap.rope_cos_sin = cos_sin(layer);
+      swap.rope_cos_sin_rows = options.max_positions;
+      swap.rope_head_dim = static_cast<int>(hd);
+      swap.rope_dim = static_cast<int>(c.rope_head_dim);
+      swap.rope_inverse = true;
+      swap.rope_round_bf16 = bf16();
+    } else {
+      RETURN_IF_ERROR(
+          Rope(o, pos, b, static_cast<int>(heads), hd, layer, /*inverse=*/true, /*round=*/true));
+    }
+    RETURN_IF_ERROR(dec::SwapAxes(swap, stream));
   }
-  RETURN_IF_ERROR(dec::SwapAxes(swap, stream));
   // kFast: one grouped Bf16Gemm when the groups' bf16 weights lie evenly apart.
   bool grouped = groups > 1 && L.wo_a[0].bf16 != nullptr;
   const int64_t stride = grouped ? L.wo_a[1].bf16 - L.wo_a[0].bf16 : 0;

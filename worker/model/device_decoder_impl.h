@@ -1075,6 +1075,15 @@ struct DeviceDecoder::Impl {
   }
   bool FusesKvRows() const { return fast() && options.fused_kv_rows; }
   bool FoldsRowOps() const { return fast() && options.fold_row_ops; }
+  // fused_attention_out on the unstored pools: the staged attention writes
+  // the grouped projection's input itself (what the inverse RoPE's SwapAxes
+  // would), where that transpose carries the RoPE (whole heads a group).
+  bool FusesAttentionOut() const {
+    return FoldsRowOps() && options.staged_attention && options.fused_attention_out &&
+           options.fused_rope && c.o_group_in_dim() % c.head_dim == 0 && !stored_kv;
+  }
+  // Attention set it: this layer's og is written (the SwapAxes is skipped).
+  bool attention_out_fused_ = false;
   absl::Status Quant(float* v, int64_t n, dense::FakeQuantFormat f) {
     return dense::FakeQuant({.x = v, .out = v, .n = n, .format = f}, stream);
   }

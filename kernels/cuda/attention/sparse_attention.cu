@@ -29,6 +29,17 @@ int StagedChunkRows(const SparseAttentionParams& p) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(fit, p.topk)));
 }
 
+// The grouped output's own conditions (SparseAttentionParams::GroupedOut).
+bool GroupedOk(const SparseAttentionParams& p) {
+  const SparseAttentionParams::GroupedOut& g = p.grouped;
+  if (g.group_width == 0) return true;
+  const int64_t width = int64_t{p.heads} * p.head_dim;
+  return g.group_width > 0 && g.group_width % p.head_dim == 0 && width % g.group_width == 0 &&
+         p.head_dim % 2 == 0 && g.rope_dim > 0 && g.rope_dim % 2 == 0 && g.rope_dim <= p.head_dim &&
+         g.cos_sin_rows > 0 &&
+         (p.queries == 0 || (g.out != nullptr && g.positions != nullptr && g.cos_sin != nullptr));
+}
+
 }  // namespace
 
 bool SparseAttentionStages(const SparseAttentionParams& p) {
@@ -40,7 +51,12 @@ bool SupportsSparseAttention(const SparseAttentionParams& p) {
       p.topk > kSparseAttentionMaxTopk || p.queries > 0x7fffffff / p.heads) {
     return false;
   }
-  if (p.queries > 0 && (p.q == nullptr || p.sink == nullptr || p.out == nullptr)) return false;
+  // The grouped output exists only in the staged kernel.
+  if (p.grouped.group_width != 0 && (!GroupedOk(p) || StagedChunkRows(p) == 0)) return false;
+  if (p.queries > 0 &&
+      (p.q == nullptr || p.sink == nullptr || (p.out == nullptr && p.grouped.group_width == 0))) {
+    return false;
+  }
   if (p.queries > 0 && p.topk > 0 && p.index == nullptr) return false;
   return p.kv_len == 0 || p.kv != nullptr;
 }
@@ -60,9 +76,16 @@ absl::Status SparseAttention(const SparseAttentionParams& p, cudaStream_t stream
     const int64_t bytes =
         (SparseAttentionStagedHead(p.head_dim, p.topk) + int64_t{chunk} * p.head_dim) * 4;
     if (absl::Status s = AllowSharedBytes(kernel, bytes, "SparseAttention"); !s.ok()) return s;
+    const StagedGroupedOut grouped{.out = p.grouped.out,
+                                   .group_width = p.grouped.group_width,
+                                   .positions = p.grouped.positions,
+                                   .cos_sin = p.grouped.cos_sin,
+                                   .cos_sin_rows = p.grouped.cos_sin_rows,
+                                   .rope_dim = p.grouped.rope_dim,
+                                   .queries = p.queries};
     kernel<<<static_cast<unsigned>(p.queries * p.heads), kStagedThreads, bytes, stream>>>(
         p.q, p.kv, p.sink, p.index, p.out, p.heads, p.head_dim, p.kv_len, p.topk, scale,
-        p.round_bf16, chunk);
+        p.round_bf16, chunk, grouped);
     return LaunchStatus("SparseAttention");
   }
   const size_t shared = static_cast<size_t>(p.topk) * (sizeof(float) + sizeof(int32_t));

@@ -7,6 +7,7 @@
 
 #include "kernels/common/fmath.h"
 #include "kernels/cuda/grid_dependency.cuh"
+#include "kernels/cuda/rope_pair.cuh"
 #include "kernels/cuda/rounding.cuh"
 
 namespace weir::kernels::cuda {
@@ -105,6 +106,17 @@ __global__ void SparseAttentionKernel(const float* __restrict__ q, const float* 
   }
 }
 
+// SparseAttentionParams::GroupedOut on the device (group_width 0: off).
+struct StagedGroupedOut {
+  float* out;
+  int64_t group_width;
+  const int64_t* positions;
+  const float* cos_sin;
+  int64_t cos_sin_rows;
+  int rope_dim;
+  int64_t queries;
+};
+
 // Shared memory of SparseAttentionStagedKernel before its row chunk: q's
 // row, the logits and the list, in floats, rounded up to 16 bytes.
 __host__ __device__ inline int64_t SparseAttentionStagedHead(int head_dim, int topk) {
@@ -125,7 +137,8 @@ __global__ void __launch_bounds__(kThreads)
     SparseAttentionStagedKernel(const float* __restrict__ q, const float* __restrict__ kv,
                                 const float* __restrict__ sink, const int32_t* __restrict__ index,
                                 float* __restrict__ out, int heads, int head_dim, int64_t kv_len,
-                                int topk, float scale, bool round_bf16, int chunk_rows) {
+                                int topk, float scale, bool round_bf16, int chunk_rows,
+                                StagedGroupedOut grouped) {
   GridDependencyPrologue();
   constexpr int kWarps = kThreads / 32;
   extern __shared__ __align__(16) float staged[];
@@ -193,8 +206,41 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   const float m = row_max;
-  if (m == -INFINITY) {  // no valid slot (block-uniform)
-    for (int c = tid; c < head_dim; c += kThreads) o[c] = 0.0f;
+  // The output values, into `out` or (grouped) transposed with the inverse
+  // RoPE as SwapAxes does it: the pair (c, c + 1) of a rotated channel lives
+  // in lanes (l, l ^ 1) of one warp (channels c = tid + k kThreads, kThreads
+  // even), so every lane takes part in the shuffle.
+  auto write = [&](const float(&v)[kMaxChannels], bool rounded) {
+#pragma unroll
+    for (int k = 0; k < kMaxChannels; ++k) {
+      const int c = tid + k * kThreads;
+      float x = v[k];
+      if (rounded && round_bf16) x = RoundToBf16(x);
+      if (grouped.group_width == 0) {
+        if (c < head_dim) o[c] = x;
+        continue;
+      }
+      const float partner = __shfl_xor_sync(0xffffffffu, x, 1);
+      if (c >= head_dim) continue;
+      const int kr = c - (head_dim - grouped.rope_dim);
+      if (kr >= 0) {
+        const float2 cs = RopeCosSinAt(grouped.cos_sin, grouped.cos_sin_rows,
+                                       grouped.positions[query], grouped.rope_dim / 2, kr >> 1);
+        const float2 r = (kr & 1) ? RopeRotatePair(partner, x, cs.x, cs.y, /*inverse=*/true)
+                                  : RopeRotatePair(x, partner, cs.x, cs.y, /*inverse=*/true);
+        x = (kr & 1) ? r.y : r.x;
+        if (round_bf16) x = RoundToBf16(x);
+      }
+      const int64_t flat = static_cast<int64_t>(head) * head_dim + c;
+      const int64_t g = flat / grouped.group_width, w = flat % grouped.group_width;
+      grouped.out[(g * grouped.queries + query) * grouped.group_width + w] = x;
+    }
+  };
+  if (m == -INFINITY) {  // no valid slot (block-uniform): zeros, as the plain kernel
+    float zeros[kMaxChannels];
+#pragma unroll
+    for (int k = 0; k < kMaxChannels; ++k) zeros[k] = 0.0f;
+    write(zeros, /*rounded=*/false);
     return;
   }
   for (int j = tid; j < topk; j += kThreads) {
@@ -241,12 +287,8 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();  // row_denom
   const float denom = row_denom;
 #pragma unroll
-  for (int k = 0; k < kMaxChannels; ++k) {
-    const int c = tid + k * kThreads;
-    if (c >= head_dim) continue;
-    const float v = __fdiv_rn(acc[k], denom);
-    o[c] = round_bf16 ? RoundToBf16(v) : v;
-  }
+  for (int k = 0; k < kMaxChannels; ++k) acc[k] = __fdiv_rn(acc[k], denom);
+  write(acc, /*rounded=*/true);
 }
 
 }  // namespace weir::kernels::cuda

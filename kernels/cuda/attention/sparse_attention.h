@@ -39,6 +39,7 @@ struct SparseAttentionParams {
   const float* sink = nullptr;     // device [heads] attention-sink logits
   const int32_t* index = nullptr;  // device [queries, topk]; entries in [0, kv_len) or -1
   float* out = nullptr;            // device [queries, heads, head_dim]; must not alias q or kv
+                                   // (unused with `grouped`)
   int64_t queries = 0;
   int heads = 0;
   int head_dim = 0;
@@ -55,11 +56,29 @@ struct SparseAttentionParams {
   // fast decoder's unstored pools (small: 34 us a launch at batch 1 on an
   // H100). Taken where SparseAttentionStages says so, else ignored.
   bool staged = false;
+  // With the staged kernel: instead of `out`, the output written as the
+  // grouped output projection reads it, in this launch: SwapAxes of
+  // [queries, heads * head_dim / group_width, group_width] into
+  // [groups, queries, group_width] with each head's last rope_dim values
+  // rotated back (the inverse RoPE at the query's position, then the bf16
+  // boundary when round_bf16), the bits of SwapAxes' RoPE form
+  // (kernels/cuda/decode/rows.h) after the plain output. group_width > 0
+  // turns it on: a multiple of head_dim dividing heads * head_dim, rope_dim
+  // even in (0, head_dim] with head_dim even.
+  struct GroupedOut {
+    float* out = nullptr;  // device [groups, queries, group_width]
+    int64_t group_width = 0;
+    const int64_t* positions = nullptr;  // device [queries]
+    const float* cos_sin = nullptr;      // device [cos_sin_rows, rope_dim / 2, 2]
+    int64_t cos_sin_rows = 0;
+    int rope_dim = 0;
+  } grouped;
 };
 
 // True when a launch with `params` and staged set runs the staged kernel:
 // head_dim a multiple of 4 and at most 1,024, kv 16-byte aligned, and one
-// row with the logits and the list in shared memory.
+// row with the logits and the list in shared memory; with `grouped` on, its
+// conditions too (else SparseAttention refuses the launch).
 bool SparseAttentionStages(const SparseAttentionParams& params);
 
 // Returns true if the launcher handles `params`: queries >= 0, heads > 0,

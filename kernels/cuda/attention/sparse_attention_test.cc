@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "kernels/common/numeric_formats.h"
 #include "kernels/cpu/sparse_attention.h"
+#include "kernels/cuda/decode/rows.h"
 #include "kernels/cuda/device_buffer.h"
 
 namespace weir::kernels::cuda {
@@ -190,6 +191,111 @@ TEST(SparseAttentionCudaTest, StagedRowsGiveTheCpuBits) {
                                       .topk = 77,
                                       .staged = true}));
   Compare(odd, seed++, 0.0f, false, /*staged=*/true);
+}
+
+// The staged kernel's grouped output (SparseAttentionParams::grouped): the
+// bits of the staged output followed by SwapAxes' RoPE form (the decoder's
+// transpose into the grouped output projection's layout with the inverse
+// RoPE), with and without the bf16 boundaries, a query without a valid slot
+// among them, the list in one chunk (small) and in several (head_dim 512).
+TEST(SparseAttentionCudaTest, StagedGroupedOutputGivesTheSwapAxesBits) {
+  struct Case {
+    int heads, head_dim, topk, group_width, rope_dim;
+  };
+  for (const Case& cs :
+       {Case{8, 256, 96, 512, 64}, Case{8, 512, 640, 1024, 64}, Case{4, 128, 16, 128, 32}}) {
+    for (const bool round : {true, false}) {
+      std::mt19937 rng(cs.head_dim + cs.topk + (round ? 1 : 0));
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      const int64_t queries = 5, kv_len = 700, table_rows = 300;
+      std::vector<float> q(queries * cs.heads * cs.head_dim), kv(kv_len * cs.head_dim),
+          sink(cs.heads), cos_sin(table_rows * cs.rope_dim);
+      for (float& v : q) v = normal(rng);
+      for (float& v : kv) v = normal(rng);
+      for (float& v : sink) v = normal(rng);
+      for (float& v : cos_sin) v = normal(rng);
+      std::vector<int32_t> index(queries * cs.topk);
+      std::uniform_int_distribution<int32_t> pick(0, kv_len - 1);
+      for (int64_t i = 0; i < static_cast<int64_t>(index.size()); ++i) {
+        index[i] = (i / cs.topk == 2 || i % 5 == 3) ? -1 : pick(rng);  // query 2: no valid slot
+      }
+      std::vector<int64_t> positions(queries);
+      std::uniform_int_distribution<int64_t> pos(0, table_rows - 1);
+      for (int64_t& p : positions) p = pos(rng);
+      const int64_t n = queries * cs.heads * cs.head_dim;
+      DeviceBuffer<float> dq(q), dkv(kv), dsink(sink), dcs(cos_sin), o(n), want(n), got(n);
+      DeviceBuffer<int32_t> dindex(index);
+      DeviceBuffer<int64_t> dpos(positions);
+      SparseAttentionParams p{.q = dq.get(),
+                              .kv = dkv.get(),
+                              .sink = dsink.get(),
+                              .index = dindex.get(),
+                              .out = o.get(),
+                              .queries = queries,
+                              .heads = cs.heads,
+                              .head_dim = cs.head_dim,
+                              .kv_len = kv_len,
+                              .topk = cs.topk,
+                              .round_bf16 = round,
+                              .staged = true};
+      ASSERT_TRUE(SparseAttentionStages(p));
+      ASSERT_TRUE(SparseAttention(p, nullptr).ok());
+      const int64_t groups = int64_t{cs.heads} * cs.head_dim / cs.group_width;
+      ASSERT_TRUE(decode::SwapAxes({.src = o.get(),
+                                    .dst = want.get(),
+                                    .a = queries,
+                                    .b = groups,
+                                    .width = cs.group_width,
+                                    .rope_positions = dpos.get(),
+                                    .rope_cos_sin = dcs.get(),
+                                    .rope_cos_sin_rows = table_rows,
+                                    .rope_head_dim = cs.head_dim,
+                                    .rope_dim = cs.rope_dim,
+                                    .rope_inverse = true,
+                                    .rope_round_bf16 = round},
+                                   nullptr)
+                      .ok());
+      p.out = nullptr;
+      p.grouped = {.out = got.get(),
+                   .group_width = cs.group_width,
+                   .positions = dpos.get(),
+                   .cos_sin = dcs.get(),
+                   .cos_sin_rows = table_rows,
+                   .rope_dim = cs.rope_dim};
+      got.Poison();
+      ASSERT_TRUE(SparseAttention(p, nullptr).ok());
+      const std::vector<float> w = want.Download(), g = got.Download();
+      int64_t differ = 0;
+      for (int64_t i = 0; i < n; ++i) differ += std::memcmp(&w[i], &g[i], sizeof(float)) != 0;
+      EXPECT_EQ(differ, 0) << "head_dim " << cs.head_dim << " round " << round;
+    }
+  }
+  // Its conditions: a group width that is not a multiple of head_dim, or an
+  // unstaged launch, is refused.
+  float* f = reinterpret_cast<float*>(256);
+  int32_t* i = reinterpret_cast<int32_t*>(256);
+  int64_t* pp = reinterpret_cast<int64_t*>(256);
+  SparseAttentionParams bad{.q = f,
+                            .kv = f,
+                            .sink = f,
+                            .index = i,
+                            .queries = 1,
+                            .heads = 4,
+                            .head_dim = 128,
+                            .kv_len = 4,
+                            .topk = 4,
+                            .staged = true};
+  bad.grouped = {.out = f,
+                 .group_width = 192,
+                 .positions = pp,
+                 .cos_sin = f,
+                 .cos_sin_rows = 1,
+                 .rope_dim = 32};
+  EXPECT_FALSE(SupportsSparseAttention(bad));
+  bad.grouped.group_width = 256;
+  EXPECT_TRUE(SupportsSparseAttention(bad));
+  bad.staged = false;
+  EXPECT_FALSE(SupportsSparseAttention(bad));
 }
 
 TEST(SparseAttentionCudaTest, EmptyRowsGiveZero) {
