@@ -112,10 +112,11 @@ ABSL_FLAG(int32_t, attention_range_tiles, 0,
           "With --attention_wgmma: the least 64-entry tiles of a query's list one CTA takes "
           "(0: 2, five CTAs a query at V4.1's 640-entry lists, for decode latency; 16: one CTA a "
           "query, for prefill throughput). Each value has its own bits (all batch-invariant).");
-ABSL_FLAG(int32_t, prompt_range_tiles, 0,
+ABSL_FLAG(int32_t, prompt_range_tiles, 16,
           "With --numerics=fast: a prompt's positions run the sparse attention on wgmma with "
           "this many 64-entry tiles a CTA (16: one CTA a query, the prefill throughput), the "
-          "generated ones as --attention_wgmma / --attention_range_tiles say (0: off; "
+          "generated ones as --attention_wgmma / --attention_range_tiles say (0: off; a "
+          "4,096-position prefill of the V4.1 EP8 slice 12 % faster, decode unchanged; "
           "DeviceDecoderOptions::prompt_range_tiles).");
 ABSL_FLAG(bool, dense_wgmma, false,
           "With --numerics=fast: the FP8 linears' block sums on FP8 wgmma (faster at small "

@@ -132,7 +132,7 @@ struct WorkerOptions {
   int attention_range_tiles = 0;
   // kFast: a prompt's positions in their own attention shape
   // (DeviceDecoderOptions::prompt_range_tiles; 0: off).
-  int prompt_range_tiles = 0;
+  int prompt_range_tiles = 16;
   // With device_decode_ep on several GPUs of one node: the MoE exchange
   // written by the device into the peers' NCCL symmetric windows
   // (DeviceDecoderOptions::ep_lsa_exchange).

@@ -136,14 +136,14 @@ ABSL_FLAG(int32_t, attention_range_tiles, 0,
           "With --attention_wgmma: the least 64-entry tiles of a query's list a CTA takes (0: 2, "
           "the decode latency; 16: one CTA a query, the prefill throughput) "
           "(DeviceDecoderOptions::attention_range_tiles).");
-ABSL_FLAG(int32_t, prompt_range_tiles, 0,
+ABSL_FLAG(int32_t, prompt_range_tiles, 16,
           "The prefill chunks' positions (a prompt's: SetPromptEnd) on the wgmma attention with "
           "this many tiles a CTA, the decode steps' as --attention_wgmma / "
           "--attention_range_tiles say (0: off; DeviceDecoderOptions::prompt_range_tiles).");
 ABSL_FLAG(bool, staged_attention, true,
           "kFast, unstored pools (small): the attention's rows staged in shared memory (same "
           "bits; DeviceDecoderOptions::staged_attention).");
-ABSL_FLAG(bool, fused_attention_out, false,
+ABSL_FLAG(bool, fused_attention_out, true,
           "kFast, unstored pools: the staged attention writes the grouped output projection's "
           "input with the inverse RoPE itself (same bits; DeviceDecoderOptions::"
           "fused_attention_out).");
