@@ -106,6 +106,29 @@ Batch MakeBatch(int64_t queries, int heads, int win_width, int comp_width, const
   return b;
 }
 
+// The launch of `kernel` over the device copies of batch `b` and the pools.
+SparseDecodeAttentionParams FastParams(SparseDecodeKernel kernel, const Batch& b,
+                                       const DevicePools& dp, const Pools& pools, const float* q,
+                                       const float* sink, const int32_t* wi, const int32_t* ci,
+                                       float* out) {
+  return {.q = q,
+          .sink = sink,
+          .window_codes = dp.win_codes.get(),
+          .window_scales = dp.win_scales.get(),
+          .window_index = wi,
+          .window_rows = pools.win_rows,
+          .window_width = b.win_width,
+          .compressed_codes = dp.comp_codes.get(),
+          .compressed_scales = dp.comp_scales.get(),
+          .compressed_index = ci,
+          .compressed_rows = pools.comp_rows,
+          .compressed_width = b.comp_width,
+          .out = out,
+          .queries = b.queries,
+          .heads = b.heads,
+          .kernel = kernel};
+}
+
 // Runs the fast kernel on `b` (output poisoned with NaN first).
 std::vector<float> RunFast(SparseDecodeKernel kernel, const Batch& b, const DevicePools& dp,
                            const Pools& pools, float scale = 0.0f, bool round_bf16 = false,
@@ -113,26 +136,12 @@ std::vector<float> RunFast(SparseDecodeKernel kernel, const Batch& b, const Devi
   DeviceBuffer<float> q(b.q), sink(b.sink), out(b.q.size());
   DeviceBuffer<int32_t> wi(b.win_index), ci(b.comp_index);
   out.Poison();
-  const absl::Status st = SparseDecodeAttention({.q = q.get(),
-                                                 .sink = sink.get(),
-                                                 .window_codes = dp.win_codes.get(),
-                                                 .window_scales = dp.win_scales.get(),
-                                                 .window_index = wi.get(),
-                                                 .window_rows = pools.win_rows,
-                                                 .window_width = b.win_width,
-                                                 .compressed_codes = dp.comp_codes.get(),
-                                                 .compressed_scales = dp.comp_scales.get(),
-                                                 .compressed_index = ci.get(),
-                                                 .compressed_rows = pools.comp_rows,
-                                                 .compressed_width = b.comp_width,
-                                                 .out = out.get(),
-                                                 .queries = b.queries,
-                                                 .heads = b.heads,
-                                                 .scale = scale,
-                                                 .round_bf16 = round_bf16,
-                                                 .kernel = kernel,
-                                                 .wgmma_range_tiles = wgmma_range_tiles},
-                                                nullptr);
+  SparseDecodeAttentionParams p =
+      FastParams(kernel, b, dp, pools, q.get(), sink.get(), wi.get(), ci.get(), out.get());
+  p.scale = scale;
+  p.round_bf16 = round_bf16;
+  p.wgmma_range_tiles = wgmma_range_tiles;
+  const absl::Status st = SparseDecodeAttention(p, nullptr);
   EXPECT_TRUE(st.ok()) << st;
   EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "after launch";
   return out.Download();
@@ -388,26 +397,12 @@ TEST(SparseDecodeAttentionRolesTest, EachQueryGetsItsRolesLaunch) {
   DeviceBuffer<int32_t> wi(b.win_index), ci(b.comp_index), roles(role);
   const int64_t qn = int64_t{b.heads} * kD;
   auto launch = [&](const Shape& shape, const int32_t* query_role, int which) {
-    const absl::Status st = SparseDecodeAttention({.q = q.get(),
-                                                   .sink = sink.get(),
-                                                   .window_codes = dp.win_codes.get(),
-                                                   .window_scales = dp.win_scales.get(),
-                                                   .window_index = wi.get(),
-                                                   .window_rows = pools.win_rows,
-                                                   .window_width = b.win_width,
-                                                   .compressed_codes = dp.comp_codes.get(),
-                                                   .compressed_scales = dp.comp_scales.get(),
-                                                   .compressed_index = ci.get(),
-                                                   .compressed_rows = pools.comp_rows,
-                                                   .compressed_width = b.comp_width,
-                                                   .out = out.get(),
-                                                   .queries = b.queries,
-                                                   .heads = b.heads,
-                                                   .kernel = shape.kernel,
-                                                   .wgmma_range_tiles = shape.tiles,
-                                                   .query_role = query_role,
-                                                   .role = which},
-                                                  nullptr);
+    SparseDecodeAttentionParams p =
+        FastParams(shape.kernel, b, dp, pools, q.get(), sink.get(), wi.get(), ci.get(), out.get());
+    p.wgmma_range_tiles = shape.tiles;
+    p.query_role = query_role;
+    p.role = which;
+    const absl::Status st = SparseDecodeAttention(p, nullptr);
     ASSERT_TRUE(st.ok()) << st;
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   };
