@@ -471,7 +471,10 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
                     .cos_sin_rows = options.max_positions,
                     .rope_dim = static_cast<int>(c.rope_head_dim)};
       attention_out_fused_ = kc::SparseAttentionStages(ap);
-      if (!attention_out_fused_) ap.grouped = {}, ap.out = o;
+      if (!attention_out_fused_) {  // not staged here: the plain output, then SwapAxes
+        ap.grouped = {};
+        ap.out = o;
+      }
     }
     RETURN_IF_ERROR(kc::SparseAttention(ap, stream));
     if (round_o) ++folded_row_ops;
