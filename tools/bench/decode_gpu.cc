@@ -210,6 +210,10 @@ ABSL_FLAG(bool, kernel_timeline, false,
           "and print where the steps' time goes: the GPU's span and idle time, each "
           "kernel's share of the wall time (an interval k kernels share counts 1/k to each) "
           "and the largest idle gaps. The recording slows the timed steps a little.");
+ABSL_FLAG(bool, prefill_timeline, false,
+          "--ep_slice --prefill_chunk: record the timed prefill's kernels with CUPTI and print "
+          "where a sequence's prefill goes, as --kernel_timeline does for decode steps (the "
+          "rows are us a sequence: every chunk of one sequence together).");
 ABSL_FLAG(std::string, csv, "",
           "Also write every measured row to this CSV file (tools/bench/decode_csv.h), for "
           "tools/bench/plot.py.");
@@ -666,10 +670,25 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
         fill(batch);
         WEIR_CHECK((*dd)->Release(batch).ok());
       }
+      const bool prefill_timeline = absl::GetFlag(FLAGS_prefill_timeline);
+      if (prefill_timeline) {
+        WEIR_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+        const absl::Status started = weir::bench::StartKernelRecording();
+        WEIR_CHECK(started.ok()) << started;
+      }
       const double dev0 = (*dd)->stats().device_seconds;
       const auto f0 = Clock::now();
       for (int b = 0; b < batch; ++b) fill(b);
       const double wall = Seconds(f0), dev = (*dd)->stats().device_seconds - dev0;
+      if (prefill_timeline) {
+        WEIR_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+        absl::StatusOr<std::vector<weir::bench::KernelRecord>> records =
+            weir::bench::StopKernelRecording();
+        WEIR_CHECK(records.ok()) << records.status();
+        std::printf("      prefill timeline (the rows of one sequence of %d positions):\n",
+                    context);
+        PrintTimeline(batch, batch, weir::bench::SummarizeTimeline(std::move(*records), 10));
+      }
       double flops = 0;
       for (int64_t p = 0; p < context; ++p) flops += weir::bench::PrefillFlopsPerToken(c, p);
       flops *= batch;
