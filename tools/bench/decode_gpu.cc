@@ -147,6 +147,10 @@ ABSL_FLAG(bool, fused_attention_out, true,
           "kFast, unstored pools: the staged attention writes the grouped output projection's "
           "input with the inverse RoPE itself (same bits; DeviceDecoderOptions::"
           "fused_attention_out).");
+ABSL_FLAG(bool, direct_wo_a, false,
+          "kFast, bf16 grouped wo_a: its bf16 input written by the launch before it and u "
+          "written in place by the product (two launches a layer fewer, same bits; "
+          "DeviceDecoderOptions::direct_wo_a).");
 ABSL_FLAG(bool, x16_panel, true,
           "Prefill: the FP8 products on the warp-specialized tile read X's f16 panel "
           "(DeviceDecoderOptions::prefill_x16_panel; same bits).");
@@ -416,7 +420,8 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
         .attention_range_tiles = absl::GetFlag(FLAGS_attention_range_tiles),
         .prompt_range_tiles = absl::GetFlag(FLAGS_prompt_range_tiles),
         .staged_attention = absl::GetFlag(FLAGS_staged_attention),
-        .fused_attention_out = absl::GetFlag(FLAGS_fused_attention_out)};
+        .fused_attention_out = absl::GetFlag(FLAGS_fused_attention_out),
+        .direct_wo_a = absl::GetFlag(FLAGS_direct_wo_a)};
     if (exchange) options.communicator = nccl->get();
     auto dd = weir::model::DeviceDecoder::Create(model, precision, options);
     WEIR_CHECK(dd.ok()) << dd.status();
@@ -587,7 +592,8 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       .attention_range_tiles = absl::GetFlag(FLAGS_attention_range_tiles),
       .prompt_range_tiles = absl::GetFlag(FLAGS_prompt_range_tiles),
       .staged_attention = absl::GetFlag(FLAGS_staged_attention),
-      .fused_attention_out = absl::GetFlag(FLAGS_fused_attention_out)};
+      .fused_attention_out = absl::GetFlag(FLAGS_fused_attention_out),
+      .direct_wo_a = absl::GetFlag(FLAGS_direct_wo_a)};
   auto dd = weir::model::CreateSyntheticDeviceDecoder(c, options_precision(), options);
   WEIR_CHECK(dd.ok()) << dd.status();
   std::printf("numerics %s: fast dense layers %d (bf16 %d), reference dense %d, fast MoE layers "

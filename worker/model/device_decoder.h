@@ -422,6 +422,13 @@ struct DeviceDecoderOptions {
   // and device_decoder_fast_test's SmallFusedRowLaunchesGiveTheSeparateLaunchesBits
   // pass on an H100, 2026-12-06).
   bool fused_attention_out = true;
+  // kFast, bf16 grouped wo_a (V4.1's checkpoints): the launch before the
+  // grouped product (the staged attention's grouped output, or the inverse
+  // RoPE's SwapAxes) writes its input as bf16 bits (no ToBf16 launch), and
+  // the product writes u's [batch, groups, rank] rows itself
+  // (Bf16GemmParams::y_row_stride; no SwapAxes after it): two launches a
+  // layer fewer, the same bits.
+  bool direct_wo_a = false;
   // Expert parallelism over NCCL on device buffers (see the file comment):
   // this decoder is rank communicator->rank() of communicator->world_size().
   // Not owned; must outlive the decoder and live on `device`. Null: every
@@ -469,6 +476,7 @@ struct DeviceDecoderStats {
   int64_t fused_ropes = 0;      // fused_rope: RoPEs enqueued inside another launch
   int64_t fused_kv_rows = 0;    // fused_kv_rows: KvRowFinish launches enqueued
   int64_t folded_row_ops = 0;   // fold_row_ops: passes folded into another launch
+  int64_t direct_wo_a = 0;      // direct_wo_a: grouped wo_a products run in place (since start)
   int64_t prompt_shape_rows = 0;  // rows stepped in the prompt's attention shape
   int64_t drafts = 0;           // sequences drafted (DraftBatch)
   double draft_seconds = 0;     // wall time inside DraftBatch

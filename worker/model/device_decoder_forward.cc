@@ -337,11 +337,23 @@ absl::Status DeviceDecoder::Impl::WindowKv(int layer, SharedInput& in, int64_t b
                        stream);
 }
 
+int64_t DeviceDecoder::Impl::GroupedWoAStride(const LayerDev& L) const {
+  const int64_t groups = c.o_groups, gin = c.o_group_in_dim(), rank = c.o_lora_rank;
+  if (groups <= 1 || L.wo_a[0].bf16 == nullptr) return 0;
+  const int64_t stride = L.wo_a[1].bf16 - L.wo_a[0].bf16;
+  if (stride % 8 != 0 || stride < rank * gin) return 0;
+  for (int64_t g = 1; g < groups; ++g) {
+    if (L.wo_a[g].bf16 != L.wo_a[0].bf16 + g * stride) return 0;
+  }
+  return stride;
+}
+
 absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
   const LayerRole& role = roles[layer];
   const LayerDev& L = layers[layer];
   const int64_t hd = c.head_dim, heads = c.n_heads, ql = c.q_lora_rank;
   const int64_t* pos = meta_d.positions;
+  const bool direct = DirectWoA(L, b);
   Mark("attn.qkv");
   // h and, after its norm, qr hold their values to the end of the attention;
   // the compressor and the indexer read them too. Collapse bound h_in to h
@@ -461,10 +473,12 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
                                  .round_bf16 = round_o,
                                  .staged = fast() && options.staged_attention};
     // fused_attention_out: the staged kernel writes og itself, transposed
-    // with the inverse RoPE (the SwapAxes below; the same bits).
+    // with the inverse RoPE (the SwapAxes below; the same bits); with
+    // direct_wo_a as the bf16 bits the grouped product reads (xb).
     if (FusesAttentionOut()) {
       ap.out = nullptr;
-      ap.grouped = {.out = og,
+      ap.grouped = {.out = direct ? nullptr : og,
+                    .out_bf16 = direct ? xb : nullptr,
                     .group_width = c.o_group_in_dim(),
                     .positions = pos,
                     .cos_sin = cos_sin(layer),
@@ -496,6 +510,10 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
   // one launch fewer) where a group row holds whole heads.
   const int64_t groups = c.o_groups, gin = c.o_group_in_dim(), rank = c.o_lora_rank;
   dec::SwapAxesParams swap{.src = o, .dst = og, .a = b, .b = groups, .width = gin};
+  if (direct) {  // og's bf16 bits, which the grouped product reads
+    swap.dst = nullptr;
+    swap.dst_bf16 = xb;
+  }
   if (attention_out_fused_) {  // og written by the attention
     attention_out_fused_ = false;
     ++fused_ropes;
@@ -517,12 +535,8 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
     RETURN_IF_ERROR(dec::SwapAxes(swap, stream));
   }
   // kFast: one grouped Bf16Gemm when the groups' bf16 weights lie evenly apart.
-  bool grouped = groups > 1 && L.wo_a[0].bf16 != nullptr;
-  const int64_t stride = grouped ? L.wo_a[1].bf16 - L.wo_a[0].bf16 : 0;
-  for (int64_t g = 1; grouped && g < groups; ++g) {
-    grouped = L.wo_a[g].bf16 == L.wo_a[0].bf16 + g * stride && stride % 8 == 0 &&
-              stride >= rank * gin;
-  }
+  const int64_t stride = GroupedWoAStride(L);
+  const bool grouped = stride != 0;
   // kFast FP8 groups: one ActQuantFp8 over every group's rows and one
   // grouped Fp8BlockGemm when the codes and scales lie evenly apart.
   const DevDense& w0 = L.wo_a[0];
@@ -540,6 +554,12 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
   // commutes with the SwapAxes after it), else a pass over u.
   const dense::Fp8GemmOutput ug_output =
       bf16() ? dense::Fp8GemmOutput::kF32RoundedBf16 : dense::Fp8GemmOutput::kF32;
+  if (direct) {  // xb holds og's bf16 bits; u's rows written in place
+    RETURN_IF_ERROR(Bf16GemmOf(L.wo_a[0], xb, b, u, static_cast<int>(groups), stride, ug_output,
+                               /*y_group_stride=*/rank, /*y_row_stride=*/groups * rank));
+    ++direct_wo_a;
+    return MmRound(L.wo_b, u, b, y);
+  }
   if (grouped) {
     RETURN_IF_ERROR(MmBf16(L.wo_a[0], og, b, ug, static_cast<int>(groups), stride, ug_output));
   } else if (fp8_grouped) {

@@ -424,6 +424,7 @@ struct DeviceDecoder::Impl {
   int64_t fused_ropes = 0;  // DeviceDecoderStats::fused_ropes
   int64_t fused_kv_rows = 0;   // DeviceDecoderStats::fused_kv_rows
   int64_t folded_row_ops = 0;  // DeviceDecoderStats::folded_row_ops
+  int64_t direct_wo_a = 0;     // DeviceDecoderStats::direct_wo_a
   // MmRoundRope -> Fp8Gemm: the RoPE its next product may take, and whether
   // it took it.
   const dense::Fp8BlockGemmParams::Rope* product_rope = nullptr;
@@ -830,8 +831,10 @@ struct DeviceDecoder::Impl {
   // Bf16Gemm with the split-K its weight shape gets (ChooseBf16GemmSplits:
   // the same for every batch size, batch-invariant; V4.1's grouped wo_a runs
   // 4 splits instead of 128 CTAs walking all of its 4,096 K).
+  // y_group_stride / y_row_stride: Bf16GemmParams' (0: packed).
   absl::Status Bf16GemmOf(const DevDense& w, const uint16_t* x16, int64_t rows, float* out,
-                          int groups, int64_t w_stride, dense::Fp8GemmOutput output) {
+                          int groups, int64_t w_stride, dense::Fp8GemmOutput output,
+                          int64_t y_group_stride = 0, int64_t y_row_stride = 0) {
     dense::Bf16GemmParams p{.x = x16,
                             .w = w.bf16,
                             .y = out,
@@ -840,6 +843,8 @@ struct DeviceDecoder::Impl {
                             .k = w.in,
                             .groups = groups,
                             .w_group_stride = w_stride,
+                            .y_group_stride = y_group_stride,
+                            .y_row_stride = y_row_stride,
                             .output = output};
     if (options.bf16_split_k) p.k_splits = dense::ChooseBf16GemmSplits(p.n, p.k, groups);
     if (p.k_splits > 1) {
@@ -1084,6 +1089,15 @@ struct DeviceDecoder::Impl {
   }
   // Attention set it: this layer's og is written (the SwapAxes is skipped).
   bool attention_out_fused_ = false;
+  // The bf16 weight stride of L's grouped wo_a when one Bf16Gemm runs every
+  // group (the groups' weights evenly apart), else 0.
+  int64_t GroupedWoAStride(const LayerDev& L) const;
+  // direct_wo_a applies to layer L: its grouped wo_a reads xb as the launch
+  // before it writes it and writes u itself.
+  bool DirectWoA(const LayerDev& L, int64_t b) const {
+    return fast() && options.direct_wo_a && GroupedWoAStride(L) != 0 &&
+           b * c.o_groups * c.o_group_in_dim() <= xb_count;
+  }
   absl::Status Quant(float* v, int64_t n, dense::FakeQuantFormat f) {
     return dense::FakeQuant({.x = v, .out = v, .n = n, .format = f}, stream);
   }

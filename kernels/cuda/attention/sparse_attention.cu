@@ -36,8 +36,9 @@ bool GroupedOk(const SparseAttentionParams& p) {
   const int64_t width = int64_t{p.heads} * p.head_dim;
   return g.group_width > 0 && g.group_width % p.head_dim == 0 && width % g.group_width == 0 &&
          p.head_dim % 2 == 0 && g.rope_dim > 0 && g.rope_dim % 2 == 0 && g.rope_dim <= p.head_dim &&
-         g.cos_sin_rows > 0 &&
-         (p.queries == 0 || (g.out != nullptr && g.positions != nullptr && g.cos_sin != nullptr));
+         g.cos_sin_rows > 0 && (g.out == nullptr || g.out_bf16 == nullptr) &&
+         (p.queries == 0 || ((g.out != nullptr || g.out_bf16 != nullptr) &&
+                             g.positions != nullptr && g.cos_sin != nullptr));
 }
 
 }  // namespace
@@ -77,6 +78,7 @@ absl::Status SparseAttention(const SparseAttentionParams& p, cudaStream_t stream
         (SparseAttentionStagedHead(p.head_dim, p.topk) + int64_t{chunk} * p.head_dim) * 4;
     if (absl::Status s = AllowSharedBytes(kernel, bytes, "SparseAttention"); !s.ok()) return s;
     const StagedGroupedOut grouped{.out = p.grouped.out,
+                                   .out_bf16 = p.grouped.out_bf16,
                                    .group_width = p.grouped.group_width,
                                    .positions = p.grouped.positions,
                                    .cos_sin = p.grouped.cos_sin,

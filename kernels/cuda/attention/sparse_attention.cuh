@@ -109,6 +109,7 @@ __global__ void SparseAttentionKernel(const float* __restrict__ q, const float* 
 // SparseAttentionParams::GroupedOut on the device (group_width 0: off).
 struct StagedGroupedOut {
   float* out;
+  uint16_t* out_bf16;  // instead of out: ToBf16's bits of each value
   int64_t group_width;
   const int64_t* positions;
   const float* cos_sin;
@@ -233,7 +234,12 @@ __global__ void __launch_bounds__(kThreads)
       }
       const int64_t flat = static_cast<int64_t>(head) * head_dim + c;
       const int64_t g = flat / grouped.group_width, w = flat % grouped.group_width;
-      grouped.out[(g * grouped.queries + query) * grouped.group_width + w] = x;
+      const int64_t at = (g * grouped.queries + query) * grouped.group_width + w;
+      if (grouped.out_bf16 != nullptr) {
+        grouped.out_bf16[at] = static_cast<uint16_t>(__float_as_uint(RoundToBf16(x)) >> 16);
+      } else {
+        grouped.out[at] = x;
+      }
     }
   };
   if (m == -INFINITY) {  // no valid slot (block-uniform): zeros, as the plain kernel

@@ -64,9 +64,12 @@ struct SparseAttentionParams {
   // boundary when round_bf16), the bits of SwapAxes' RoPE form
   // (kernels/cuda/decode/rows.h) after the plain output. group_width > 0
   // turns it on: a multiple of head_dim dividing heads * head_dim, rope_dim
-  // even in (0, head_dim] with head_dim even.
+  // even in (0, head_dim] with head_dim even. With out_bf16 instead of out
+  // (one of them), each value leaves as ToBf16's bits of it (kernels/cuda/
+  // decode/rows.h), the input a bf16 grouped product reads.
   struct GroupedOut {
     float* out = nullptr;  // device [groups, queries, group_width]
+    uint16_t* out_bf16 = nullptr;  // device [groups, queries, group_width], bf16 bits
     int64_t group_width = 0;
     const int64_t* positions = nullptr;  // device [queries]
     const float* cos_sin = nullptr;      // device [cos_sin_rows, rope_dim / 2, 2]

@@ -268,6 +268,33 @@ TEST(SparseAttentionCudaTest, StagedGroupedOutputGivesTheSwapAxesBits) {
       int64_t differ = 0;
       for (int64_t i = 0; i < n; ++i) differ += std::memcmp(&w[i], &g[i], sizeof(float)) != 0;
       EXPECT_EQ(differ, 0) << "head_dim " << cs.head_dim << " round " << round;
+      // The bf16 forms (direct_wo_a): the attention's out_bf16 and SwapAxes'
+      // dst_bf16 both give ToBf16's bits of the fp32 output above.
+      DeviceBuffer<uint16_t> want16(n), swap16(n), got16(n);
+      ASSERT_TRUE(decode::ToBf16({.x = want.get(), .out = want16.get(), .n = n}, nullptr).ok());
+      swap16.Poison();
+      ASSERT_TRUE(decode::SwapAxes({.src = o.get(),
+                                    .dst_bf16 = swap16.get(),
+                                    .a = queries,
+                                    .b = groups,
+                                    .width = cs.group_width,
+                                    .rope_positions = dpos.get(),
+                                    .rope_cos_sin = dcs.get(),
+                                    .rope_cos_sin_rows = table_rows,
+                                    .rope_head_dim = cs.head_dim,
+                                    .rope_dim = cs.rope_dim,
+                                    .rope_inverse = true,
+                                    .rope_round_bf16 = round},
+                                   nullptr)
+                      .ok());
+      p.grouped.out = nullptr;
+      p.grouped.out_bf16 = got16.get();
+      got16.Poison();
+      ASSERT_TRUE(SparseAttention(p, nullptr).ok());
+      const std::vector<uint16_t> w16 = want16.Download(), s16 = swap16.Download(),
+                                  g16 = got16.Download();
+      EXPECT_EQ(s16, w16) << "SwapAxes' bf16 output, head_dim " << cs.head_dim;
+      EXPECT_EQ(g16, w16) << "the attention's bf16 output, head_dim " << cs.head_dim;
     }
   }
   // Its conditions: a group width that is not a multiple of head_dim, or an

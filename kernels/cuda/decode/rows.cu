@@ -143,19 +143,24 @@ bool SupportsSwapAxes(const SwapAxesParams& p) {
   if (p.a < 0 || p.b < 0 || p.width < 0 || !CheckedProduct({p.a, p.b, p.width}, &n)) return false;
   if (p.rope_cos_sin != nullptr &&
       (p.rope_positions == nullptr || p.rope_cos_sin_rows <= 0 || p.rope_dim <= 0 ||
-       p.rope_dim % 2 != 0 || p.rope_dim > p.rope_head_dim || p.width % p.rope_head_dim != 0 ||
-       p.a * p.b >= (int64_t{1} << 31) || p.width >= (int64_t{1} << 26))) {
+       p.rope_dim % 2 != 0 || p.rope_dim > p.rope_head_dim || p.width % p.rope_head_dim != 0)) {
     return false;
   }
-  return n == 0 || (p.src != nullptr && p.dst != nullptr);
+  if ((p.rope_cos_sin != nullptr || p.dst_bf16 != nullptr) &&
+      (p.a * p.b >= (int64_t{1} << 31) || p.width >= (int64_t{1} << 26))) {
+    return false;
+  }
+  if (p.dst != nullptr && p.dst_bf16 != nullptr) return false;
+  return n == 0 || (p.src != nullptr && (p.dst != nullptr || p.dst_bf16 != nullptr));
 }
 
 absl::Status SwapAxes(const SwapAxesParams& p, cudaStream_t stream) {
   if (!SupportsSwapAxes(p)) {
     return absl::InvalidArgumentError(
-        "SwapAxes: needs a, b, width >= 0 and src and dst when there is output, and with a RoPE "
-        "its positions, a table of rows > 0, an even rope_dim in (0, rope_head_dim] with width "
-        "a multiple of rope_head_dim, a * b < 2^31 and width < 2^26; got a " +
+        "SwapAxes: needs a, b, width >= 0 and src and one of dst, dst_bf16 when there is "
+        "output, and with a RoPE its positions, a table of rows > 0, an even rope_dim in (0, "
+        "rope_head_dim] with width a multiple of rope_head_dim, and with a RoPE or bf16 output "
+        "a * b < 2^31 and width < 2^26; got a " +
         Str(p.a) + " b " + Str(p.b) + " width " + Str(p.width));
   }
   const int64_t n = p.a * p.b * p.width;
@@ -165,7 +170,14 @@ absl::Status SwapAxes(const SwapAxesParams& p, cudaStream_t stream) {
   if (p.rope_cos_sin != nullptr) {  // chunks < 65,536 by width < 2^26
     const SwapRope rope{p.rope_positions, p.rope_cos_sin, p.rope_cos_sin_rows, p.rope_head_dim,
                         p.rope_dim,       p.rope_inverse, p.rope_round_bf16};
-    SwapAxesRowsKernel<true><<<grid, 256, 0, stream>>>(p.src, p.dst, p.a, p.b, p.width, rope);
+    if (p.dst_bf16 != nullptr) {
+      SwapAxesRowsKernel<true>
+          <<<grid, 256, 0, stream>>>(p.src, p.dst_bf16, p.a, p.b, p.width, rope);
+    } else {
+      SwapAxesRowsKernel<true><<<grid, 256, 0, stream>>>(p.src, p.dst, p.a, p.b, p.width, rope);
+    }
+  } else if (p.dst_bf16 != nullptr) {  // chunks < 65,536 by width < 2^26
+    SwapAxesRowsKernel<false><<<grid, 256, 0, stream>>>(p.src, p.dst_bf16, p.a, p.b, p.width, {});
   } else if (p.a * p.b < (int64_t{1} << 31) && chunks <= 65535) {
     SwapAxesRowsKernel<false><<<grid, 256, 0, stream>>>(p.src, p.dst, p.a, p.b, p.width, {});
   } else {

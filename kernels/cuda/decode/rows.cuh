@@ -147,14 +147,20 @@ struct SwapRope {
 // element-wise kernel above divides 64-bit indices per element). kRope: a
 // thread whose column is in a head's last rope_dim rotates its pair as
 // RopeKernel does (reading the partner too) and keeps its own half.
-template <bool kRope>
-__global__ void SwapAxesRowsKernel(const float* __restrict__ src, float* __restrict__ dst,
-                                   int64_t a, int64_t b, int64_t width, SwapRope rope) {
+// T = uint16_t: each value leaves as ToBf16Kernel's bits of it.
+__device__ __forceinline__ void StoreAs(float* d, float v) { *d = v; }
+__device__ __forceinline__ void StoreAs(uint16_t* d, float v) {
+  *d = static_cast<uint16_t>(__float_as_uint(RoundToBf16(v)) >> 16);
+}
+
+template <bool kRope, typename T = float>
+__global__ void SwapAxesRowsKernel(const float* __restrict__ src, T* __restrict__ dst, int64_t a,
+                                   int64_t b, int64_t width, SwapRope rope) {
   GridDependencyPrologue();
   const int64_t q = blockIdx.x;
   const int64_t i = q % a, j = q / a;
   const float* s = src + (i * b + j) * width;
-  float* d = dst + q * width;
+  T* d = dst + q * width;
   const int64_t end = min(width, (static_cast<int64_t>(blockIdx.y) + 1) * kSwapChunk);
   int64_t position = 0;
   if constexpr (kRope) position = rope.positions[i];
@@ -167,11 +173,11 @@ __global__ void SwapAxesRowsKernel(const float* __restrict__ src, float* __restr
             RopeCosSinAt(rope.cos_sin, rope.cos_sin_rows, position, rope.rope_dim / 2, k >> 1);
         const float2 r = RopeRotatePair(s[c0], s[c0 + 1], cs.x, cs.y, rope.inverse);
         const float v = (k & 1) ? r.y : r.x;
-        d[c] = rope.round_bf16 ? RoundToBf16(v) : v;
+        StoreAs(d + c, rope.round_bf16 ? RoundToBf16(v) : v);
         continue;
       }
     }
-    d[c] = s[c];
+    StoreAs(d + c, s[c]);
   }
 }
 

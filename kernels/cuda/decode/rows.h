@@ -179,10 +179,13 @@ absl::Status CopyRows(const CopyRowsParams& p, cudaStream_t stream);
 // (row of the by-position table rope_cos_sin of rope_cos_sin_rows rows; NaN
 // outside it), and each head's last rope_dim values rotate in pairs (inverse:
 // by -angle), then round to bf16 when rope_round_bf16. The decoder's inverse
-// RoPE of the attention output before its grouped projection.
+// RoPE of the attention output before its grouped projection. With
+// dst_bf16 instead of dst, each value leaves as ToBf16's bits of it (the
+// transpose and the ToBf16 after it in one launch; the bf16 product reads it).
 struct SwapAxesParams {
   const float* src = nullptr;  // device [a, b, width]
   float* dst = nullptr;        // device [b, a, width]
+  uint16_t* dst_bf16 = nullptr;  // device [b, a, width]: bf16 bits, when dst is null
   int64_t a = 0, b = 0, width = 0;
   const int64_t* rope_positions = nullptr;  // device [a]
   const float* rope_cos_sin = nullptr;      // device [rope_cos_sin_rows, rope_dim / 2, 2]
@@ -194,9 +197,10 @@ struct SwapAxesParams {
 };
 
 // Returns true if SwapAxes handles `p`: a, b, width >= 0 and non-null src and
-// dst when a * b * width > 0; with rope_cos_sin, also rope_positions,
-// rope_cos_sin_rows > 0, an even rope_dim in (0, rope_head_dim], width a
-// multiple of rope_head_dim, a * b < 2^31 and width < 2^26.
+// one of dst, dst_bf16 (not both) when a * b * width > 0; with rope_cos_sin
+// or dst_bf16, also a * b < 2^31 and width < 2^26; with rope_cos_sin, also
+// rope_positions, rope_cos_sin_rows > 0, an even rope_dim in (0,
+// rope_head_dim] and width a multiple of rope_head_dim.
 bool SupportsSwapAxes(const SwapAxesParams& p);
 
 // Enqueues the transpose on `stream`. INVALID_ARGUMENT when SupportsSwapAxes

@@ -324,6 +324,18 @@ TEST(SwapAxesTest, TransposesTheLeadingAxes) {
                          nullptr)
                     .ok());
     EXPECT_TRUE(SameBits(d_dst.Download(), want)) << a << "x" << b << "x" << width;
+    // dst_bf16: ToBf16's bits of the same transpose.
+    DeviceBuffer<uint16_t> want16(src.size()), got16(src.size());
+    ASSERT_TRUE(
+        ToBf16({.x = d_dst.get(), .out = want16.get(), .n = static_cast<int64_t>(src.size())},
+               nullptr)
+            .ok());
+    got16.Poison();
+    ASSERT_TRUE(
+        SwapAxes({.src = d_src.get(), .dst_bf16 = got16.get(), .a = a, .b = b, .width = width},
+                 nullptr)
+            .ok());
+    EXPECT_EQ(got16.Download(), want16.Download()) << "bf16, " << a << "x" << b << "x" << width;
   }
 }
 
@@ -496,6 +508,13 @@ TEST(RowsArgumentsTest, RefusesBadParamsAndSkipsEmptyWork) {
                 .code(),
             kInvalid);  // the element count overflows int64
   EXPECT_TRUE(SwapAxes({.a = 2, .b = 0, .width = 3}, nullptr).ok());
+  uint16_t* const h = reinterpret_cast<uint16_t*>(f);
+  EXPECT_EQ(
+      SwapAxes({.src = f, .dst = f, .dst_bf16 = h, .a = 2, .b = 2, .width = 3}, nullptr).code(),
+      kInvalid);  // both outputs
+  EXPECT_EQ(SwapAxes({.src = f, .dst_bf16 = h, .a = 2, .b = 2, .width = int64_t{1} << 26}, nullptr)
+                .code(),
+            kInvalid);  // bf16 output takes the row kernel's limits
   // SwapAxes' RoPE: positions, a table, an even rope_dim <= head_dim dividing
   // nothing but a width that is a multiple of the head.
   const int64_t* pos = reinterpret_cast<const int64_t*>(f);

@@ -41,6 +41,17 @@ Fp8GemmTile ResolveBf16GemmTile(const Bf16GemmParams& p) {
   return tile == Fp8GemmTile::kN128M128 ? Fp8GemmTile::kN128M128Ws : tile;
 }
 
+bool Bf16GemmGroupsApart(const Bf16GemmParams& p) {
+  const int64_t ldy = p.y_row_stride != 0 ? p.y_row_stride : p.n;
+  const int64_t gs = p.y_group_stride != 0 ? p.y_group_stride : p.m * ldy;
+  if (p.groups <= 1) return true;
+  // Each group's rows one after another (a group's last row ends before the
+  // next group starts), or every group side by side within each row.
+  const bool stacked = gs >= (p.m - 1) * ldy + p.n;
+  const bool side_by_side = gs >= p.n && (p.groups - 1) * gs + p.n <= ldy;
+  return stacked || side_by_side;
+}
+
 absl::Status CheckBf16GemmParams(const Bf16GemmParams& p) {
   if (p.x == nullptr || p.w == nullptr || p.y == nullptr) {
     return absl::InvalidArgumentError("Bf16Gemm: null pointer");
@@ -63,11 +74,19 @@ absl::Status CheckBf16GemmParams(const Bf16GemmParams& p) {
   if (p.x_group_stride < 0 || p.w_group_stride < 0 || p.y_group_stride < 0) {
     return absl::InvalidArgumentError("Bf16Gemm: negative group stride");
   }
+  if (p.y_row_stride != 0 && (p.y_row_stride < p.n || p.y_row_stride > (int64_t{1} << 40))) {
+    return absl::InvalidArgumentError(absl::StrCat("Bf16Gemm: y row stride ", p.y_row_stride,
+                                                   " below n ", p.n, " or above 2^40"));
+  }
   if (p.groups > 1) {
     if ((p.x_group_stride != 0 && p.x_group_stride < p.m * p.k) ||
-        (p.w_group_stride != 0 && p.w_group_stride < p.n * p.k) ||
-        (p.y_group_stride != 0 && p.y_group_stride < p.m * p.n)) {
+        (p.w_group_stride != 0 && p.w_group_stride < p.n * p.k)) {
       return absl::InvalidArgumentError("Bf16Gemm: a group stride is below its group's size");
+    }
+    if (p.y_group_stride != 0 && !Bf16GemmGroupsApart(p)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Bf16Gemm: y group stride ", p.y_group_stride, " with row stride ",
+                       p.y_row_stride, " makes groups of ", p.m, " x ", p.n, " overlap"));
     }
     if (p.x_group_stride % 8 != 0 || p.w_group_stride % 8 != 0) {
       return absl::InvalidArgumentError(

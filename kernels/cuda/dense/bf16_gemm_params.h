@@ -26,7 +26,7 @@ inline constexpr int kBf16GemmStageK = 64;
 struct Bf16GemmParams {
   const uint16_t* x = nullptr;  // device [groups][m, k] bf16 bits, 16-byte aligned
   const uint16_t* w = nullptr;  // device [groups][n, k] bf16 bits, 16-byte aligned
-  void* y = nullptr;            // device [groups][m, n], float or bf16 per `output`
+  void* y = nullptr;  // device [groups][m, n] (see y_row_stride), float or bf16 per `output`
   int64_t m = 0;
   int64_t n = 0;
   int64_t k = 0;  // multiple of 8 (whole 16-byte chunks)
@@ -37,6 +37,12 @@ struct Bf16GemmParams {
   int64_t x_group_stride = 0;
   int64_t w_group_stride = 0;
   int64_t y_group_stride = 0;
+  // Elements between y's rows (0: n). With groups interleaved in a row (a
+  // y_group_stride of n and a row stride of groups x n) the product writes
+  // [m, groups, n] straight, the layout that follows V4.1's grouped wo_a,
+  // where [groups][m, n] would need a transpose after it. Only where y lands
+  // changes, never a value. No two groups' elements may meet (checked).
+  int64_t y_row_stride = 0;
   Fp8GemmOutput output = Fp8GemmOutput::kF32;
   Fp8GemmTile tile = Fp8GemmTile::kAuto;
   // Split-K for decode (few CTAs from small n and a long k), as
@@ -58,6 +64,11 @@ struct Bf16GemmParams {
 // (bf16_gemm_ws_sm90.cuh: TMA and wgmma, the same bits), which takes every
 // shape CheckBf16GemmParams accepts.
 Fp8GemmTile ResolveBf16GemmTile(const Bf16GemmParams& p);
+
+// True when no two groups of `p`'s y share an element (y_group_stride and
+// y_row_stride resolved): the groups stacked one after another, or side by
+// side within each row. CheckBf16GemmParams refuses other layouts.
+bool Bf16GemmGroupsApart(const Bf16GemmParams& p);
 
 // Floats of split_scratch a call with `p`'s shape needs: groups x k_splits x
 // m x n (0 without a split).

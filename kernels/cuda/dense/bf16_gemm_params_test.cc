@@ -28,6 +28,34 @@ TEST(Bf16GemmParamsTest, AcceptsGoodArguments) {
   EXPECT_TRUE(CheckBf16GemmParams(p).ok());
 }
 
+// y_row_stride puts the groups side by side in each row (u's [m, groups, n])
+// or stacks them with padded rows; any layout where two groups would share
+// an element is refused.
+TEST(Bf16GemmParamsTest, RowStrideLayoutsKeepTheGroupsApart) {
+  Bf16GemmParams p = Good();  // m 3, n 40
+  p.groups = 4;
+  p.y_group_stride = 40;
+  p.y_row_stride = 160;  // [3, 4, 40]
+  EXPECT_TRUE(Bf16GemmGroupsApart(p));
+  EXPECT_TRUE(CheckBf16GemmParams(p).ok());
+  p.y_row_stride = 159;  // the last group runs into the next row
+  EXPECT_FALSE(Bf16GemmGroupsApart(p));
+  EXPECT_EQ(CheckBf16GemmParams(p).code(), absl::StatusCode::kInvalidArgument);
+  p.y_group_stride = 39;  // neighbours overlap within a row
+  p.y_row_stride = 400;
+  EXPECT_FALSE(Bf16GemmGroupsApart(p));
+  p.y_group_stride = 0;  // packed groups of padded rows: 3 x 48 apart
+  p.y_row_stride = 48;
+  EXPECT_TRUE(Bf16GemmGroupsApart(p));
+  EXPECT_TRUE(CheckBf16GemmParams(p).ok());
+  p.y_group_stride = 2 * 48 + 40;  // stacked, the pad of the last row dropped
+  EXPECT_TRUE(Bf16GemmGroupsApart(p));
+  p.y_group_stride = 2 * 48 + 39;
+  EXPECT_FALSE(Bf16GemmGroupsApart(p));
+  p.groups = 1;  // one group never meets another
+  EXPECT_TRUE(Bf16GemmGroupsApart(p));
+}
+
 // kAuto runs the warp-specialized tile where the mma path would take its 128
 // x 128 tile (above 256 rows); explicitly it takes any accepted shape.
 TEST(Bf16GemmParamsTest, WarpSpecializedTileAboveTheDecodeSizes) {
@@ -67,6 +95,12 @@ TEST(Bf16GemmParamsTest, RefusesEachBadArgument) {
     p.w_group_stride = 40 * 24 + 4;  // rows of the next group lose 16-byte alignment
   }));
   EXPECT_TRUE(refused([](Bf16GemmParams& p) { p.y_group_stride = -1; }));
+  EXPECT_TRUE(refused([](Bf16GemmParams& p) { p.y_row_stride = 39; }));  // below n
+  EXPECT_TRUE(refused([](Bf16GemmParams& p) { p.y_row_stride = -40; }));
+  EXPECT_TRUE(refused([](Bf16GemmParams& p) {
+    p.groups = 2;
+    p.y_group_stride = 3 * 40 - 1;  // packed rows: group 1 starts inside group 0's last row
+  }));
   EXPECT_TRUE(refused([](Bf16GemmParams& p) { p.m = int64_t{65536} * 128; }));  // grid
 }
 

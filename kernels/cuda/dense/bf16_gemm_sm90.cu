@@ -17,6 +17,7 @@ namespace {
 
 // The kernels' arguments of `p` (group strides resolved: 0 means packed).
 bf16_gemm::KernelArgs ArgsOf(const Bf16GemmParams& p) {
+  const int64_t ldy = p.y_row_stride != 0 ? p.y_row_stride : p.n;
   return {p.x,
           p.w,
           p.y,
@@ -25,7 +26,8 @@ bf16_gemm::KernelArgs ArgsOf(const Bf16GemmParams& p) {
           p.k,
           p.x_group_stride != 0 ? p.x_group_stride : p.m * p.k,
           p.w_group_stride != 0 ? p.w_group_stride : p.n * p.k,
-          p.y_group_stride != 0 ? p.y_group_stride : p.m * p.n,
+          p.y_group_stride != 0 ? p.y_group_stride : p.m * ldy,
+          ldy,
           p.output == Fp8GemmOutput::kBf16,
           p.output == Fp8GemmOutput::kF32RoundedBf16,
           p.k_splits,
@@ -51,7 +53,7 @@ absl::Status LaunchTile(const Bf16GemmParams& p, const Fp8GemmTileShape& shape,
     kernel<<<grid, threads, smem, stream>>>(args);
     if (p.k_splits > 1) {
       LaunchSplitReduce(p.split_scratch, p.y, p.m * p.n, p.groups, p.k_splits, args.y_stride,
-                        args.bf16_out, args.round_f32, stream);
+                        args.bf16_out, args.round_f32, stream, p.n, args.ldy);
     }
     return LaunchStatus("Bf16Gemm");
   }

@@ -28,9 +28,10 @@ namespace bf16_gemm {
 struct KernelArgs {
   const uint16_t* x;  // [groups][m, k]
   const uint16_t* w;  // [groups][n, k]
-  void* y;            // [groups][m, n], float or bf16
+  void* y;            // [groups][m, n] (rows ldy apart), float or bf16
   int64_t m, n, k;
   int64_t x_stride, w_stride, y_stride;  // per group, elements (resolved)
+  int64_t ldy;                           // y's row stride (resolved: n when packed)
   bool bf16_out;
   bool round_f32;  // fp32 y rounded to bf16 (kF32RoundedBf16)
   int k_splits;    // > 1: fp32 partials into `partial`, SplitReduceKernel sums them
@@ -166,9 +167,9 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
   ForEachOutput(
       acc, lane, n0 + warp_n0, m0 + warp_m0, args.n, args.m, [&](int64_t gm, int64_t gn, float v) {
         if (args.bf16_out) {
-          static_cast<__nv_bfloat16*>(args.y)[y_off + gm * args.n + gn] = __float2bfloat16_rn(v);
+          static_cast<__nv_bfloat16*>(args.y)[y_off + gm * args.ldy + gn] = __float2bfloat16_rn(v);
         } else {
-          static_cast<float*>(args.y)[y_off + gm * args.n + gn] =
+          static_cast<float*>(args.y)[y_off + gm * args.ldy + gn] =
               args.round_f32 ? RoundToBf16(v) : v;
         }
       });

@@ -310,6 +310,74 @@ TEST(Bf16GemmTest, WarpSpecializedTileGivesTheMmaBits) {
   EXPECT_NE(ResolveBf16GemmTile(small), kWs);
 }
 
+// y_row_stride: every group's rows land side by side in one row of y ([m,
+// groups, n], V4.1's u after its grouped wo_a), each element the bits of the
+// packed [groups][m, n] product, the pad after each row untouched; on the
+// mma tiles, the warp-specialized tile, split-K's second kernel and bf16
+// output.
+TEST(Bf16GemmTest, RowStrideWritesTheGroupsSideBySide) {
+  constexpr int kGroups = 4;
+  const int64_t n = 96, k = 520;
+  std::mt19937 rng(31);
+  for (const int64_t m : {int64_t{1}, int64_t{9}, int64_t{300}}) {
+    const std::vector<uint16_t> x = RandomRows(kGroups * m, k, rng),
+                                w = RandomRows(kGroups * n, k, rng);
+    DeviceBuffer<uint16_t> dx(x), dw(w);
+    const int64_t ldy = kGroups * n + 8;  // a pad after each row's groups
+    DeviceBuffer<float> packed(kGroups * m * n), strided(m * ldy),
+        scratch(int64_t{kGroups} * 3 * m * n);
+    ASSERT_TRUE(dx.ok() && dw.ok() && packed.ok() && strided.ok() && scratch.ok());
+    struct Run {
+      Fp8GemmTile tile;
+      int splits;
+      Fp8GemmOutput output;
+    };
+    for (const Run& r : {Run{Fp8GemmTile::kAuto, 1, Fp8GemmOutput::kF32},
+                         Run{Fp8GemmTile::kAuto, 3, Fp8GemmOutput::kF32RoundedBf16},
+                         Run{Fp8GemmTile::kAuto, 3, Fp8GemmOutput::kBf16},
+                         Run{Fp8GemmTile::kN128M128Ws, 1, Fp8GemmOutput::kF32},
+                         Run{Fp8GemmTile::kN128M128Ws, 2, Fp8GemmOutput::kBf16}}) {
+      Bf16GemmParams p{.x = dx.get(),
+                       .w = dw.get(),
+                       .y = packed.get(),
+                       .m = m,
+                       .n = n,
+                       .k = k,
+                       .groups = kGroups,
+                       .output = r.output,
+                       .tile = r.tile,
+                       .k_splits = r.splits,
+                       .split_scratch = r.splits > 1 ? scratch.get() : nullptr};
+      packed.Poison(0xFF);
+      strided.Poison(0xFF);
+      ASSERT_TRUE(Bf16Gemm(p, nullptr).ok());
+      p.y = strided.get();
+      p.y_group_stride = n;
+      p.y_row_stride = ldy;
+      ASSERT_TRUE(Bf16Gemm(p, nullptr).ok());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::vector<float> want_f = packed.Download(), got_f = strided.Download();
+      // Compare as the output's elements (4 or 2 bytes).
+      const int bytes = Fp8GemmOutputBytes(r.output);
+      const auto* want = reinterpret_cast<const uint8_t*>(want_f.data());
+      const auto* got = reinterpret_cast<const uint8_t*>(got_f.data());
+      int64_t differ = 0, pad_written = 0;
+      for (int64_t i = 0; i < m; ++i) {
+        for (int g = 0; g < kGroups; ++g) {
+          differ += std::memcmp(got + (i * ldy + g * n) * bytes, want + ((g * m + i) * n) * bytes,
+                                n * bytes) != 0;
+        }
+        for (int64_t e = kGroups * n * bytes; e < ldy * bytes; ++e) {
+          pad_written += got[i * ldy * bytes + e] != 0xFF;
+        }
+      }
+      EXPECT_EQ(differ, 0) << "m " << m << " tile " << static_cast<int>(r.tile) << " splits "
+                           << r.splits << " output " << static_cast<int>(r.output);
+      EXPECT_EQ(pad_written, 0) << "m " << m << " tile " << static_cast<int>(r.tile);
+    }
+  }
+}
+
 TEST(Bf16GemmTest, RefusesBadArguments) {
   DeviceBuffer<uint16_t> b(1024);
   DeviceBuffer<float> y(1024);
@@ -323,6 +391,9 @@ TEST(Bf16GemmTest, RefusesBadArguments) {
   EXPECT_EQ(Bf16Gemm(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
   p = good;
   p.w = nullptr;
+  EXPECT_EQ(Bf16Gemm(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  p = good;
+  p.y_row_stride = 3;  // below n
   EXPECT_EQ(Bf16Gemm(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }

@@ -197,7 +197,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   }
   ForEachOutput(acc, lane, n0 + (warp - 4) * 16, m0, args.n, args.m,
                 [&](int64_t gm, int64_t gn, float v) {
-                  const int64_t at = g * args.y_stride + gm * args.n + gn;
+                  const int64_t at = g * args.y_stride + gm * args.ldy + gn;
                   if (args.bf16_out) {
                     static_cast<__nv_bfloat16*>(args.y)[at] = __float2bfloat16_rn(v);
                   } else {

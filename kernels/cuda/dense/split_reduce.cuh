@@ -23,22 +23,23 @@ __device__ __forceinline__ float SumSplits(const float* __restrict__ part, int64
   return v;
 }
 
-// partial: [groups][splits][mn]; y: group g at g * y_stride, bf16 or fp32
-// (rounded to bf16 when round_f32). One thread per element of a group,
-// blockIdx.y the group. `static`: each launcher's translation unit has its
-// own copy.
+// partial: [groups][splits][mn]; y: group g at g * y_stride, its rows of n
+// ldy apart, bf16 or fp32 (rounded to bf16 when round_f32). One thread per
+// element of a group, blockIdx.y the group. `static`: each launcher's
+// translation unit has its own copy.
 static __global__ void SplitReduceKernel(const float* __restrict__ partial, void* y, int64_t mn,
                                          int splits, int64_t y_stride, bool bf16_out,
-                                         bool round_f32) {
+                                         bool round_f32, int64_t n, int64_t ldy) {
   GridDependencyPrologue();
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= mn) return;
   const int64_t g = blockIdx.y;
   const float v = SumSplits(partial + g * splits * mn + e, mn, splits);
+  const int64_t at = g * y_stride + (ldy == n ? e : e / n * ldy + e % n);
   if (bf16_out) {
-    static_cast<__nv_bfloat16*>(y)[g * y_stride + e] = __float2bfloat16_rn(v);
+    static_cast<__nv_bfloat16*>(y)[at] = __float2bfloat16_rn(v);
   } else {
-    static_cast<float*>(y)[g * y_stride + e] = round_f32 ? RoundToBf16(v) : v;
+    static_cast<float*>(y)[at] = round_f32 ? RoundToBf16(v) : v;
   }
 }
 
@@ -80,14 +81,16 @@ static __global__ void SplitReduceRopeKernel(const float* __restrict__ partial, 
 }
 
 // Launches SplitReduceKernel over `groups` groups of `mn` elements (the
-// split products' second kernel, as both launchers run it).
+// split products' second kernel, as both launchers run it); y's rows of n
+// are ldy apart (n = ldy = 0: packed, one row of mn).
 static inline void LaunchSplitReduce(const float* partial, void* y, int64_t mn, int64_t groups,
                                      int splits, int64_t y_stride, bool bf16_out, bool round_f32,
-                                     cudaStream_t stream) {
+                                     cudaStream_t stream, int64_t n = 0, int64_t ldy = 0) {
   constexpr int kThreads = 256;
   SplitReduceKernel<<<dim3(static_cast<unsigned>((mn + kThreads - 1) / kThreads),
                            static_cast<unsigned>(groups)),
-                      kThreads, 0, stream>>>(partial, y, mn, splits, y_stride, bf16_out, round_f32);
+                      kThreads, 0, stream>>>(partial, y, mn, splits, y_stride, bf16_out, round_f32,
+                                             n == 0 ? mn : n, ldy == 0 ? mn : ldy);
 }
 
 }  // namespace weir::kernels::cuda::dense
