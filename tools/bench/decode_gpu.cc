@@ -151,6 +151,9 @@ ABSL_FLAG(bool, direct_wo_a, false,
           "kFast, bf16 grouped wo_a: its bf16 input written by the launch before it and u "
           "written in place by the product (two launches a layer fewer, same bits; "
           "DeviceDecoderOptions::direct_wo_a).");
+ABSL_FLAG(bool, fused_swiglu_fp8, false,
+          "kFast, FP8 shared expert: the SwiGLU writes w2's FP8 input itself (one launch a "
+          "layer fewer, same bits; DeviceDecoderOptions::fused_swiglu_fp8).");
 ABSL_FLAG(bool, x16_panel, true,
           "Prefill: the FP8 products on the warp-specialized tile read X's f16 panel "
           "(DeviceDecoderOptions::prefill_x16_panel; same bits).");
@@ -421,7 +424,8 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
         .prompt_range_tiles = absl::GetFlag(FLAGS_prompt_range_tiles),
         .staged_attention = absl::GetFlag(FLAGS_staged_attention),
         .fused_attention_out = absl::GetFlag(FLAGS_fused_attention_out),
-        .direct_wo_a = absl::GetFlag(FLAGS_direct_wo_a)};
+        .direct_wo_a = absl::GetFlag(FLAGS_direct_wo_a),
+        .fused_swiglu_fp8 = absl::GetFlag(FLAGS_fused_swiglu_fp8)};
     if (exchange) options.communicator = nccl->get();
     auto dd = weir::model::DeviceDecoder::Create(model, precision, options);
     WEIR_CHECK(dd.ok()) << dd.status();
@@ -593,7 +597,8 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       .prompt_range_tiles = absl::GetFlag(FLAGS_prompt_range_tiles),
       .staged_attention = absl::GetFlag(FLAGS_staged_attention),
       .fused_attention_out = absl::GetFlag(FLAGS_fused_attention_out),
-      .direct_wo_a = absl::GetFlag(FLAGS_direct_wo_a)};
+      .direct_wo_a = absl::GetFlag(FLAGS_direct_wo_a),
+      .fused_swiglu_fp8 = absl::GetFlag(FLAGS_fused_swiglu_fp8)};
   auto dd = weir::model::CreateSyntheticDeviceDecoder(c, options_precision(), options);
   WEIR_CHECK(dd.ok()) << dd.status();
   std::printf("numerics %s: fast dense layers %d (bf16 %d), reference dense %d, fast MoE layers "

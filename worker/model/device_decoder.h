@@ -429,6 +429,10 @@ struct DeviceDecoderOptions {
   // (Bf16GemmParams::y_row_stride; no SwapAxes after it): two launches a
   // layer fewer, the same bits.
   bool direct_wo_a = false;
+  // kFast, FP8 shared expert: the SwiGLU between its w1/w3 and w2 products
+  // writes w2's FP8 input itself (SwigluParams::codes; ActQuantFp8's bits,
+  // one launch a layer fewer).
+  bool fused_swiglu_fp8 = false;
   // Expert parallelism over NCCL on device buffers (see the file comment):
   // this decoder is rank communicator->rank() of communicator->world_size().
   // Not owned; must outlive the decoder and live on `device`. Null: every
@@ -477,6 +481,7 @@ struct DeviceDecoderStats {
   int64_t fused_kv_rows = 0;    // fused_kv_rows: KvRowFinish launches enqueued
   int64_t folded_row_ops = 0;   // fold_row_ops: passes folded into another launch
   int64_t direct_wo_a = 0;      // direct_wo_a: grouped wo_a products run in place (since start)
+  int64_t fused_swiglu_fp8 = 0;   // fused_swiglu_fp8: SwiGLUs that made w2's FP8 input
   int64_t prompt_shape_rows = 0;  // rows stepped in the prompt's attention shape
   int64_t drafts = 0;           // sequences drafted (DraftBatch)
   double draft_seconds = 0;     // wall time inside DraftBatch

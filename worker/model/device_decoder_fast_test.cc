@@ -812,12 +812,14 @@ TEST(DeviceDecoderFastTest, SmallFusedRowLaunchesGiveTheSeparateLaunchesBits) {
     plain.staged_attention = false;
     plain.fused_attention_out = false;
     plain.direct_wo_a = false;
+    plain.fused_swiglu_fp8 = false;
     DeviceDecoderOptions fused = plain;
     fused.fused_kv_rows = true;
     fused.fold_row_ops = true;
     fused.staged_attention = true;
     fused.fused_attention_out = true;
     fused.direct_wo_a = true;
+    fused.fused_swiglu_fp8 = true;
     const std::vector<int64_t> prompt = RandomTokens(40, 47, v - 1);
     std::vector<std::vector<int64_t>> steps;
     for (int step = 0; step < 4; ++step) steps.push_back({7 + step, 3 + step});
@@ -832,6 +834,8 @@ TEST(DeviceDecoderFastTest, SmallFusedRowLaunchesGiveTheSeparateLaunchesBits) {
     EXPECT_GT(fused_stats.folded_row_ops, 0) << name;
     EXPECT_EQ(plain_stats.direct_wo_a, 0) << name;
     EXPECT_GT(fused_stats.direct_wo_a, 0) << name;
+    EXPECT_EQ(plain_stats.fused_swiglu_fp8, 0) << name;
+    EXPECT_GT(fused_stats.fused_swiglu_fp8, 0) << name;
   }
 }
 

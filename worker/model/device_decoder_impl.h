@@ -425,6 +425,7 @@ struct DeviceDecoder::Impl {
   int64_t fused_kv_rows = 0;   // DeviceDecoderStats::fused_kv_rows
   int64_t folded_row_ops = 0;  // DeviceDecoderStats::folded_row_ops
   int64_t direct_wo_a = 0;     // DeviceDecoderStats::direct_wo_a
+  int64_t fused_swiglu_fp8 = 0;  // DeviceDecoderStats::fused_swiglu_fp8
   // MmRoundRope -> Fp8Gemm: the RoPE its next product may take, and whether
   // it took it.
   const dense::Fp8BlockGemmParams::Rope* product_rope = nullptr;

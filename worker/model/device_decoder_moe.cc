@@ -499,9 +499,32 @@ absl::Status DeviceDecoder::Impl::SharedExpert(const LayerDev& L, int64_t b) {
                             /*split_groups=*/1));
   }
   Unbind(h_in);
-  RETURN_IF_ERROR(dec::Swiglu({.gate = sg, .up = su, .out = sg, .rows = b, .inter = L.sw1.out,
-                               .limit = limit, .round_bf16 = bf16()},
-                              stream));
+  dec::SwigluParams act{.gate = sg,
+                        .up = su,
+                        .out = sg,
+                        .rows = b,
+                        .inter = L.sw1.out,
+                        .limit = limit,
+                        .round_bf16 = bf16()};
+  if (options.fused_swiglu_fp8 && FastFp8(L.sw2) && L.sw2.in == L.sw1.out &&
+      b * L.sw2.in <= fq_count) {
+    // w2 reads the activation's FP8 form, made in the activation's launch
+    // (ActQuantFp8's bits, one launch fewer); the fp32 form is not needed.
+    act.out = nullptr;
+    act.codes = fq;
+    act.scales = fq_scales;
+    if (dec::SupportsSwiglu(act)) {
+      RETURN_IF_ERROR(dec::Swiglu(act, stream));
+      ++fused_swiglu_fp8;
+      if (bf16()) {
+        return Fp8GemmOf(L.sw2, fq, fq_scales, b, sy, 0, dense::Fp8GemmOutput::kF32RoundedBf16);
+      }
+      return Fp8GemmOf(L.sw2, fq, fq_scales, b, sy, 0, dense::Fp8GemmOutput::kF32);
+    }
+    act.out = sg;
+    act.codes = act.scales = nullptr;
+  }
+  RETURN_IF_ERROR(dec::Swiglu(act, stream));
   return MmRound(L.sw2, sg, b, sy);
 }
 

@@ -1,5 +1,6 @@
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <string>
 
 #include "kernels/cuda/decode/launch_util.h"
@@ -12,7 +13,12 @@ namespace weir::kernels::cuda::decode {
 bool SupportsSwiglu(const SwigluParams& p) {
   int64_t n = 0;
   if (p.rows < 0 || p.inter < 0 || !internal::CheckedProduct({p.rows, p.inter}, &n)) return false;
-  return n == 0 || (p.gate != nullptr && p.up != nullptr && p.out != nullptr);
+  if ((p.codes == nullptr) != (p.scales == nullptr)) return false;
+  if (p.codes != nullptr && (p.inter % 32 != 0 || reinterpret_cast<uintptr_t>(p.codes) % 8 != 0)) {
+    return false;
+  }
+  return n == 0 ||
+         (p.gate != nullptr && p.up != nullptr && (p.out != nullptr || p.codes != nullptr));
 }
 
 absl::Status Swiglu(const SwigluParams& p, cudaStream_t stream) {
@@ -23,6 +29,19 @@ absl::Status Swiglu(const SwigluParams& p, cudaStream_t stream) {
   }
   const int64_t n = p.rows * p.inter;
   if (n == 0) return absl::OkStatus();
+  if (p.codes != nullptr) {  // a thread per 8 elements
+    const int64_t threads = n / 8;
+    const unsigned grid =
+        static_cast<unsigned>((threads + internal::kThreads - 1) / internal::kThreads);
+    if (p.round_bf16) {
+      SwigluFp8Kernel<true><<<grid, internal::kThreads, 0, stream>>>(
+          p.gate, p.up, p.route_weight, p.out, p.codes, p.scales, threads, p.inter, p.limit);
+    } else {
+      SwigluFp8Kernel<false><<<grid, internal::kThreads, 0, stream>>>(
+          p.gate, p.up, p.route_weight, p.out, p.codes, p.scales, threads, p.inter, p.limit);
+    }
+    return LaunchStatus("Swiglu");
+  }
   const unsigned blocks = internal::BlocksFor(n);
   if (p.round_bf16) {
     SwigluKernel<true><<<blocks, internal::kThreads, 0, stream>>>(

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/common/fmath.h"
+#include "kernels/cuda/dense/act_quant_fp8.cuh"
 #include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/cuda/rounding.cuh"
 
@@ -13,31 +14,63 @@ namespace weir::kernels::cuda::decode {
 
 // Grid-stride over [rows, inter]; the CPU loop's operations one by one. No
 // __restrict__ on gate/up/out: out may alias either.
+// One element's activation (the CPU loop's operations, see swiglu.h).
+template <bool kRoundBf16>
+__device__ __forceinline__ float SwigluOf(float g, float u, const float* __restrict__ route_weight,
+                                          int64_t row, float limit) {
+  namespace fm = ::weir::kernels::fmath;
+  if constexpr (kRoundBf16) {
+    g = RoundToBf16(g);
+    u = RoundToBf16(u);
+  }
+  if (limit > 0.0f) {
+    const float lo = -limit;
+    u = u < lo ? lo : (limit < u ? limit : u);  // std::clamp(u, -limit, limit)
+    g = limit < g ? limit : g;                  // std::min(g, limit)
+  }
+  float h = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, fm::ExpF(-g))), u);
+  if (route_weight != nullptr) h = __fmul_rn(route_weight[row], h);
+  if constexpr (kRoundBf16) h = RoundToBf16(h);
+  return h;
+}
+
 template <bool kRoundBf16>
 __global__ void SwigluKernel(const float* gate, const float* up,
                              const float* __restrict__ route_weight, float* out, int64_t rows,
                              int64_t inter, float limit) {
   GridDependencyPrologue();
-  namespace fm = ::weir::kernels::fmath;
   const int64_t n = rows * inter;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
        e += stride) {
-    float g = gate[e], u = up[e];
-    if constexpr (kRoundBf16) {
-      g = RoundToBf16(g);
-      u = RoundToBf16(u);
-    }
-    if (limit > 0.0f) {
-      const float lo = -limit;
-      u = u < lo ? lo : (limit < u ? limit : u);  // std::clamp(u, -limit, limit)
-      g = limit < g ? limit : g;                  // std::min(g, limit)
-    }
-    float h = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, fm::ExpF(-g))), u);
-    if (route_weight != nullptr) h = __fmul_rn(route_weight[e / inter], h);
-    if constexpr (kRoundBf16) h = RoundToBf16(h);
-    out[e] = h;
+    out[e] = SwigluOf<kRoundBf16>(gate[e], up[e], route_weight, e / inter, limit);
   }
+}
+
+// Thread t: elements [8t, 8t + 8) of [rows, inter] (inter % 32 == 0, so a
+// 32-block is 4 consecutive lanes), each as SwigluKernel makes it, into out
+// when given, then their FP8 form by ActQuantFp8Kernel's ActQuantEight (the
+// same lanes, so the same bits). Every lane of a warp reaches the shuffles.
+template <bool kRoundBf16>
+__global__ void SwigluFp8Kernel(const float* gate, const float* up,
+                                const float* __restrict__ route_weight, float* out,
+                                uint8_t* __restrict__ codes, uint8_t* __restrict__ scales,
+                                int64_t num_threads, int64_t inter, float limit) {
+  GridDependencyPrologue();
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const bool active = t < num_threads;
+  float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  if (active) {
+    const int64_t e0 = t * 8, row = e0 / inter;
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      v[i] = SwigluOf<kRoundBf16>(gate[e0 + i], up[e0 + i], route_weight, row, limit);
+    if (out != nullptr) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) out[e0 + i] = v[i];
+    }
+  }
+  ::weir::kernels::cuda::dense::ActQuantEight(v, active, codes + t * 8, scales + t / 4);
 }
 
 }  // namespace weir::kernels::cuda::decode

@@ -34,10 +34,19 @@ struct SwigluParams {
   int64_t rows = 0, inter = 0;
   float limit = 0.0f;  // > 0 enables the clamp; 0, negative or NaN disables it
   bool round_bf16 = false;
+  // Optional: out's FP8 form in the same launch, the bits ActQuantFp8
+  // (kernels/cuda/dense/act_quant_fp8.h) gives of out: e4m3 codes [rows,
+  // inter] and UE8M0 scales [rows, inter / 32]; needs inter % 32 == 0 and
+  // 8-byte aligned codes. out may then be null (the next product reads the
+  // FP8 form only). The shared expert's w2 input, one ActQuantFp8 launch a
+  // layer fewer.
+  uint8_t* codes = nullptr;
+  uint8_t* scales = nullptr;
 };
 
 // Returns true if Swiglu handles `p`: rows, inter >= 0 and, when rows * inter
-// > 0, non-null gate, up and out.
+// > 0, non-null gate, up and out (or codes and scales: both or neither, with
+// inter % 32 == 0 and codes 8-byte aligned).
 bool SupportsSwiglu(const SwigluParams& p);
 
 // Enqueues the activation on `stream` (one thread per element). Returns

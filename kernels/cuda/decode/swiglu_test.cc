@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "kernels/common/fmath.h"
 #include "kernels/common/numeric_formats.h"
+#include "kernels/cpu/quant.h"
 #include "kernels/cpu/swiglu.h"
 #include "kernels/cuda/decode/test_util.h"
 
@@ -99,6 +100,33 @@ TEST(SwigluTest, IsBitIdenticalToTheExpertFfnLoop) {
           ASSERT_TRUE(Swiglu(p, nullptr).ok());
           EXPECT_TRUE(SameBits(d_gate.Download(), want, true))
               << "in place " << s.rows << "x" << s.inter;
+          if (s.inter % 32 == 0) {
+            // With the FP8 form in the same launch: the CPU's act_quant of
+            // the output (QuantizeFp8 per 32), with and without out.
+            const int64_t n = s.rows * s.inter;
+            std::vector<uint8_t> want_codes(n), want_scales(n / 32);
+            ASSERT_TRUE(kernels::cpu::QuantizeFp8(want, 32, want_codes, want_scales).ok());
+            DeviceBuffer<float> d_gate2(gate), d_out2(n);
+            DeviceBuffer<uint8_t> d_codes(n), d_scales(n / 32);
+            for (const bool with_out : {true, false}) {
+              d_out2.Poison();
+              d_codes.Poison();
+              d_scales.Poison();
+              p.gate = d_gate2.get();
+              p.out = with_out ? d_out2.get() : nullptr;
+              p.codes = d_codes.get();
+              p.scales = d_scales.get();
+              ASSERT_TRUE(Swiglu(p, nullptr).ok());
+              EXPECT_EQ(d_codes.Download(), want_codes)
+                  << "FP8 codes " << s.rows << "x" << s.inter << " out " << with_out;
+              EXPECT_EQ(d_scales.Download(), want_scales)
+                  << "FP8 scales " << s.rows << "x" << s.inter << " out " << with_out;
+              if (with_out) {
+                EXPECT_TRUE(SameBits(d_out2.Download(), want, true)) << "out beside the FP8 form";
+              }
+            }
+            p.codes = p.scales = nullptr;
+          }
           ++checked;
         }
       }
@@ -120,6 +148,20 @@ TEST(SwigluTest, RefusesBadParamsAndSkipsEmptyWork) {
             kInvalid);
   EXPECT_EQ(Swiglu({.gate = p, .up = p, .out = nullptr, .rows = 1, .inter = 4}, nullptr).code(),
             kInvalid);
+  uint8_t* const c = reinterpret_cast<uint8_t*>(256);
+  EXPECT_TRUE(
+      SupportsSwiglu({.gate = p, .up = p, .rows = 1, .inter = 64, .codes = c, .scales = c}));
+  EXPECT_EQ(Swiglu({.gate = p, .up = p, .out = p, .rows = 1, .inter = 48, .codes = c, .scales = c},
+                   nullptr)
+                .code(),
+            kInvalid);  // the FP8 form needs inter % 32 == 0
+  EXPECT_EQ(
+      Swiglu({.gate = p, .up = p, .out = p, .rows = 1, .inter = 64, .codes = c}, nullptr).code(),
+      kInvalid);  // codes without scales
+  EXPECT_EQ(
+      Swiglu({.gate = p, .up = p, .rows = 1, .inter = 64, .codes = c + 4, .scales = c}, nullptr)
+          .code(),
+      kInvalid);  // codes not 8-byte aligned
   EXPECT_TRUE(Swiglu({.rows = 0, .inter = 4}, nullptr).ok());
   EXPECT_TRUE(Swiglu({.rows = 4, .inter = 0}, nullptr).ok());
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // nothing above reached the device
