@@ -239,7 +239,8 @@ struct DeviceDecoderOptions {
   // split CTA of each tile sums the partials (Fp8BlockGemmParams::
   // split_counters) instead of a second kernel; same bits either way. Off by
   // default: measured slower on the EP8 slice (batch 1 16.52 vs 15.83 ms,
-  // batch 8 23.60 vs 22.98; H200, tools/bench README "decode_gpu").
+  // batch 8 23.60 vs 22.98; H200, tools/bench README "decode_gpu"), when it
+  // also turned concurrent_branches off; a branch now has counters of its own.
   bool fused_split_reduce = false;
   // RoPE inside the launch before it where that launch can take it, the same
   // bits (ApplyRope's arithmetic, kernels/cuda/rope_pair.cuh): the query's

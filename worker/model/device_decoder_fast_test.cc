@@ -785,7 +785,10 @@ TEST(DeviceDecoderFastTest, SmallBf16FusedRopeGivesTheRopeLaunchesBits) {
 // bf16 and fp32; and the fused decoder did fuse. On the fake-quantized pools
 // the plain decoder also runs the plain SparseAttention kernel and the fused
 // one the staged kernel writing the grouped projection's input itself
-// (staged_attention, fused_attention_out).
+// (staged_attention, fused_attention_out). The fused decoder also runs the
+// grouped wo_a in place (direct_wo_a), the shared expert's SwiGLU with w2's
+// FP8 input (fused_swiglu_fp8) and the split-K sums in the last split's CTA
+// with the branches on (fused_split_reduce).
 TEST(DeviceDecoderFastTest, SmallFusedRowLaunchesGiveTheSeparateLaunchesBits) {
   struct Case {
     bool stored;
@@ -820,6 +823,7 @@ TEST(DeviceDecoderFastTest, SmallFusedRowLaunchesGiveTheSeparateLaunchesBits) {
     fused.fused_attention_out = true;
     fused.direct_wo_a = true;
     fused.fused_swiglu_fp8 = true;
+    fused.fused_split_reduce = true;  // with the branches on (each its own counters)
     const std::vector<int64_t> prompt = RandomTokens(40, 47, v - 1);
     std::vector<std::vector<int64_t>> steps;
     for (int step = 0; step < 4; ++step) steps.push_back({7 + step, 3 + step});

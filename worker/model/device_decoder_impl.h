@@ -479,6 +479,7 @@ struct DeviceDecoder::Impl {
   static constexpr int64_t kSplitCounters = int64_t{1} << 16;
   uint32_t* split_counters = nullptr;
   int64_t split_counter_count = 0;
+  uint32_t* side_split_counters = nullptr;  // a parallel branch's own (ForkSide)
   // kFast with fast_mhc: HcMixSplitK's partials and group counters (zeroed
   // once at planning; every launch leaves them zero).
   float* hc_partials = nullptr;
@@ -1244,15 +1245,14 @@ struct DeviceDecoder::Impl {
   // the combine), on `stream` with fq and split as they are then bound.
   absl::Status SharedExpert(const LayerDev& L, int64_t b);
   // Parallel branches (options.concurrent_branches; kFast, no section
-  // profile, no fused split sums): ForkSide enqueues `branch` on `side`,
+  // profile): ForkSide enqueues `branch` on `side`,
   // forked from `stream` at this point, with side_fq / side_split swapped in
   // for fq / split while it is enqueued; `stream` waits for it at JoinSide.
   // The branch may read what is already enqueued and must not make a shared
   // input's form (a later reader on `stream` would not wait for it). One
   // branch at a time; in a capture the two streams are two paths of the graph.
   bool Branches() const {
-    return options.concurrent_branches && side_fq != nullptr && fast() && !profiling &&
-           !options.fused_split_reduce;
+    return options.concurrent_branches && side_fq != nullptr && fast() && !profiling;
   }
   absl::Status ForkSide(absl::FunctionRef<absl::Status()> branch) {
     WEIR_DD_CUDA("fork", cudaEventRecord(fork_ev, stream));
@@ -1277,6 +1277,7 @@ struct DeviceDecoder::Impl {
     std::swap(fq_scales, side_fq_scales);
     std::swap(fq_count, side_fq_count);
     std::swap(split, side_split);
+    std::swap(split_counters, side_split_counters);
     std::swap(x16, side_x16);
     std::swap(x16_count, side_x16_count);
   }

@@ -365,6 +365,10 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
     split_counter_count = kSplitCounters;
     split_counters = const_cast<uint32_t*>(
         r.Put(std::vector<uint32_t>(static_cast<size_t>(split_counter_count), 0u)));
+    if (options.concurrent_branches) {  // the branch's products may overlap the main path's
+      side_split_counters = const_cast<uint32_t*>(
+          r.Put(std::vector<uint32_t>(static_cast<size_t>(split_counter_count), 0u)));
+    }
     if (options.fast_mhc) {
       hc_partials = r.Alloc<float>(kc::HcMixSplitPartialFloats(bc, static_cast<int>(n), d));
       hc_counters = const_cast<uint32_t*>(
