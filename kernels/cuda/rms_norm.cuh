@@ -53,7 +53,8 @@ inline bool NormFp8OutputOk(const float* out, const uint8_t* codes, const uint8_
 template <int kThreads>
 __device__ __forceinline__ void NormalizeRowColumns(
     const float* src, const float* __restrict__ weight, float* out_row, int64_t dim, int64_t lo4,
-    int64_t hi4, float eps, bool round_bf16, uint8_t* codes = nullptr, uint8_t* scales = nullptr) {
+    int64_t hi4, float eps, bool round_bf16, uint8_t* codes = nullptr, uint8_t* scales = nullptr,
+    uint16_t* bf16_row = nullptr) {
   namespace fm = ::weir::kernels::fmath;
   const float4* src4 = reinterpret_cast<const float4*>(src);
   __shared__ float inv_rms;
@@ -84,6 +85,11 @@ __device__ __forceinline__ void NormalizeRowColumns(
       v.w = RoundToBf16(v.w);
     }
     out4[i] = v;
+    if (bf16_row != nullptr) {  // ToBf16's bits of each value (8-byte aligned row)
+      auto bits = [](float f) { return __float_as_uint(RoundToBf16(f)) >> 16; };
+      reinterpret_cast<uint2*>(bf16_row)[i] =
+          make_uint2(bits(v.x) | (bits(v.y) << 16), bits(v.z) | (bits(v.w) << 16));
+    }
   }
   if (codes != nullptr) {
     dense::ActQuantRowAfterBarrier<kThreads>(out_row + lo4 * 4, (hi4 - lo4) * 4, codes + lo4 * 4,

@@ -154,6 +154,10 @@ ABSL_FLAG(bool, direct_wo_a, false,
 ABSL_FLAG(bool, fused_swiglu_fp8, false,
           "kFast, FP8 shared expert: the SwiGLU writes w2's FP8 input itself (one launch a "
           "layer fewer, same bits; DeviceDecoderOptions::fused_swiglu_fp8).");
+ABSL_FLAG(bool, bf16_branches, false,
+          "kFast: the collapse-norm makes h's bf16 form for the bf16 products that read it, "
+          "and the window-KV / compressor branch runs with bf16 weights too (same bits; "
+          "DeviceDecoderOptions::bf16_branches).");
 ABSL_FLAG(bool, x16_panel, true,
           "Prefill: the FP8 products on the warp-specialized tile read X's f16 panel "
           "(DeviceDecoderOptions::prefill_x16_panel; same bits).");
@@ -425,7 +429,8 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
         .staged_attention = absl::GetFlag(FLAGS_staged_attention),
         .fused_attention_out = absl::GetFlag(FLAGS_fused_attention_out),
         .direct_wo_a = absl::GetFlag(FLAGS_direct_wo_a),
-        .fused_swiglu_fp8 = absl::GetFlag(FLAGS_fused_swiglu_fp8)};
+        .fused_swiglu_fp8 = absl::GetFlag(FLAGS_fused_swiglu_fp8),
+        .bf16_branches = absl::GetFlag(FLAGS_bf16_branches)};
     if (exchange) options.communicator = nccl->get();
     auto dd = weir::model::DeviceDecoder::Create(model, precision, options);
     WEIR_CHECK(dd.ok()) << dd.status();
@@ -598,7 +603,8 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       .staged_attention = absl::GetFlag(FLAGS_staged_attention),
       .fused_attention_out = absl::GetFlag(FLAGS_fused_attention_out),
       .direct_wo_a = absl::GetFlag(FLAGS_direct_wo_a),
-      .fused_swiglu_fp8 = absl::GetFlag(FLAGS_fused_swiglu_fp8)};
+      .fused_swiglu_fp8 = absl::GetFlag(FLAGS_fused_swiglu_fp8),
+      .bf16_branches = absl::GetFlag(FLAGS_bf16_branches)};
   auto dd = weir::model::CreateSyntheticDeviceDecoder(c, options_precision(), options);
   WEIR_CHECK(dd.ok()) << dd.status();
   std::printf("numerics %s: fast dense layers %d (bf16 %d), reference dense %d, fast MoE layers "

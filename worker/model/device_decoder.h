@@ -434,6 +434,14 @@ struct DeviceDecoderOptions {
   // writes w2's FP8 input itself (SwigluParams::codes; ActQuantFp8's bits,
   // one launch a layer fewer).
   bool fused_swiglu_fp8 = false;
+  // kFast with concurrent_branches: the attention's collapse-norm also makes
+  // h's bf16 form where a bf16 product reads h (the compressor's wkv and
+  // wgate, the indexer's weights: one ToBf16 launch a layer fewer), and the
+  // window-KV / compressor branch runs beside the query projections with
+  // bf16 weights too (the branch stages its other bf16 inputs, the index
+  // keys' latent, in its own scratch). V4.1's and small's compressors are
+  // bf16, so without it their layers never branch. The same bits.
+  bool bf16_branches = false;
   // Expert parallelism over NCCL on device buffers (see the file comment):
   // this decoder is rank communicator->rank() of communicator->world_size().
   // Not owned; must outlive the decoder and live on `device`. Null: every
@@ -483,6 +491,7 @@ struct DeviceDecoderStats {
   int64_t folded_row_ops = 0;   // fold_row_ops: passes folded into another launch
   int64_t direct_wo_a = 0;      // direct_wo_a: grouped wo_a products run in place (since start)
   int64_t fused_swiglu_fp8 = 0;   // fused_swiglu_fp8: SwiGLUs that made w2's FP8 input
+  int64_t bf16_branches = 0;      // bf16_branches: KV branches with a bf16 product
   int64_t prompt_shape_rows = 0;  // rows stepped in the prompt's attention shape
   int64_t drafts = 0;           // sequences drafted (DraftBatch)
   double draft_seconds = 0;     // wall time inside DraftBatch

@@ -787,8 +787,9 @@ TEST(DeviceDecoderFastTest, SmallBf16FusedRopeGivesTheRopeLaunchesBits) {
 // one the staged kernel writing the grouped projection's input itself
 // (staged_attention, fused_attention_out). The fused decoder also runs the
 // grouped wo_a in place (direct_wo_a), the shared expert's SwiGLU with w2's
-// FP8 input (fused_swiglu_fp8) and the split-K sums in the last split's CTA
-// with the branches on (fused_split_reduce).
+// FP8 input (fused_swiglu_fp8), the split-K sums in the last split's CTA
+// with the branches on (fused_split_reduce), and the KV branch with its bf16
+// compressor products on h's bf16 form from the collapse (bf16_branches).
 TEST(DeviceDecoderFastTest, SmallFusedRowLaunchesGiveTheSeparateLaunchesBits) {
   struct Case {
     bool stored;
@@ -824,6 +825,7 @@ TEST(DeviceDecoderFastTest, SmallFusedRowLaunchesGiveTheSeparateLaunchesBits) {
     fused.direct_wo_a = true;
     fused.fused_swiglu_fp8 = true;
     fused.fused_split_reduce = true;  // with the branches on (each its own counters)
+    fused.bf16_branches = true;
     const std::vector<int64_t> prompt = RandomTokens(40, 47, v - 1);
     std::vector<std::vector<int64_t>> steps;
     for (int step = 0; step < 4; ++step) steps.push_back({7 + step, 3 + step});
@@ -836,10 +838,14 @@ TEST(DeviceDecoderFastTest, SmallFusedRowLaunchesGiveTheSeparateLaunchesBits) {
     EXPECT_GT(fused_stats.fused_kv_rows, 0) << name;
     EXPECT_EQ(plain_stats.folded_row_ops, 0) << name;
     EXPECT_GT(fused_stats.folded_row_ops, 0) << name;
+    // (bf16 weights, so direct_wo_a and bf16_branches, exist with bf16
+    // activations only.)
     EXPECT_EQ(plain_stats.direct_wo_a, 0) << name;
-    EXPECT_GT(fused_stats.direct_wo_a, 0) << name;
+    if (k.precision == ActivationPrecision::kBf16) EXPECT_GT(fused_stats.direct_wo_a, 0) << name;
     EXPECT_EQ(plain_stats.fused_swiglu_fp8, 0) << name;
     EXPECT_GT(fused_stats.fused_swiglu_fp8, 0) << name;
+    EXPECT_EQ(plain_stats.bf16_branches, 0) << name;
+    if (k.precision == ActivationPrecision::kBf16) EXPECT_GT(fused_stats.bf16_branches, 0) << name;
   }
 }
 

@@ -363,9 +363,26 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
   // query projections; the indexer and the attention read both after the
   // join.
   const bool compress = role.ratio > 0 && role.attention == AttentionRole::kFull;
-  const bool branch = Branches() && h_in.has_fp8 && FastFp8(L.wkv) &&
-                      (!compress || (FastFp8(L.comp_wkv) && FastFp8(L.index_wk) &&
-                                     (role.ratio == 1 || FastFp8(L.comp_wgate))));
+  // A branch's product reads a form that exists (made by the collapse-norm)
+  // or stages its own input in the branch's scratch: FP8 ones in side_fq,
+  // bf16 ones (bf16_branches) through side_xb.
+  bool bf16_on_branch = false;
+  auto reads_h = [&](const DevDense& w) {
+    if (FastFp8(w)) return h_in.has_fp8;
+    const bool ok = side_xb != nullptr && w.bf16 != nullptr && h_in.has_bf16;
+    bf16_on_branch |= ok;
+    return ok;
+  };
+  auto reads_own = [&](const DevDense& w) {
+    if (FastFp8(w)) return true;
+    const bool ok = side_xb != nullptr && w.bf16 != nullptr && b * w.in <= side_xb_count;
+    bf16_on_branch |= ok;
+    return ok;
+  };
+  const bool branch = Branches() && reads_h(L.wkv) &&
+                      (!compress || (reads_h(L.comp_wkv) && reads_own(L.index_wk) &&
+                                     (role.ratio == 1 || reads_h(L.comp_wgate))));
+  if (branch && bf16_on_branch) ++bf16_branches;
   auto kv_side = [&]() -> absl::Status {
     // Window KV, written into the slot's ring before the attention reads it.
     RETURN_IF_ERROR(WindowKv(layer, h_in, b, meta_d.win_write));
@@ -629,7 +646,8 @@ absl::Status DeviceDecoder::Impl::Enqueue(int64_t b, int64_t head_b, bool runs) 
       }
       Mark("mhc");
       // h's FP8 form in the collapse's launch when wq_a reads it as FP8.
-      RETURN_IF_ERROR(Collapse(pre, b, L.attn_norm, L.wq_a.codes != nullptr, expand));
+      RETURN_IF_ERROR(
+          Collapse(pre, b, L.attn_norm, L.wq_a.codes != nullptr, expand, AttentionReadsBf16(L)));
       expand = nullptr;
       // DSpark targets: the layer's input, the mean over its streams.
       for (size_t t = 0; options.drafting && t < c.dspark_target_layer_ids.size(); ++t) {

@@ -480,6 +480,10 @@ struct DeviceDecoder::Impl {
   uint32_t* split_counters = nullptr;
   int64_t split_counter_count = 0;
   uint32_t* side_split_counters = nullptr;  // a parallel branch's own (ForkSide)
+  // bf16_branches: a parallel branch's bf16 staging (its xb while swapped in).
+  uint16_t* side_xb = nullptr;
+  int64_t side_xb_count = 0;
+  int64_t bf16_branches = 0;  // DeviceDecoderStats::bf16_branches
   // kFast with fast_mhc: HcMixSplitK's partials and group counters (zeroed
   // once at planning; every launch leaves them zero).
   float* hc_partials = nullptr;
@@ -1134,14 +1138,14 @@ struct DeviceDecoder::Impl {
   // With `expand` (kFast): Expand(*expand, b) first, the streams the collapse
   // reads, in the same launch where HcExpandCollapseNorm takes both.
   absl::Status Collapse(const float* pre, int64_t b, const float* norm_weight, bool fp8 = false,
-                        const Coeffs* expand = nullptr) {
+                        const Coeffs* expand = nullptr, bool bf16_form = false) {
     if (expand != nullptr) {
       const kc::HcExpandParams e = ExpandParams(*expand, b);
       kc::HcCollapseNormParams both = CollapseNormParams(x2, pre, b, norm_weight);
       if (fast() && kc::SupportsHcExpandCollapseNorm(e, both)) {
         JoinMix();
-        RETURN_IF_ERROR(
-            NormInto(both, b, fp8, [&] { return kc::HcExpandCollapseNorm(e, both, stream); }));
+        RETURN_IF_ERROR(NormInto(
+            both, b, fp8, [&] { return kc::HcExpandCollapseNorm(e, both, stream); }, bf16_form));
         std::swap(x, x2);
         return absl::OkStatus();
       }
@@ -1149,7 +1153,8 @@ struct DeviceDecoder::Impl {
     }
     kc::HcCollapseNormParams fused = CollapseNormParams(x, pre, b, norm_weight);
     if (kc::SupportsHcCollapseNorm(fused)) {
-      return NormInto(fused, b, fp8, [&] { return kc::HcCollapseNorm(fused, stream); });
+      return NormInto(
+          fused, b, fp8, [&] { return kc::HcCollapseNorm(fused, stream); }, bf16_form);
     }
     RETURN_IF_ERROR(kc::HcCollapse({.x = x, .pre = pre, .out = h, .tokens = b, .dim = c.dim,
                                     .hc_mult = static_cast<int>(c.hc_mult),
@@ -1173,18 +1178,33 @@ struct DeviceDecoder::Impl {
             .cluster_ranks = options.norm_cluster_ranks};
   }
   // Enqueues `launch`, a collapse-norm `p` into h, with h's FP8 form in the
-  // same launch when `fp8` and the norm can make it; binds h_in to h.
+  // same launch when `fp8` and the norm can make it, and its bf16 form when
+  // `bf16_form` (kFast) and it fits; binds h_in to h.
   template <typename Launch>
-  absl::Status NormInto(kc::HcCollapseNormParams& p, int64_t b, bool fp8, Launch&& launch) {
+  absl::Status NormInto(kc::HcCollapseNormParams& p, int64_t b, bool fp8, Launch&& launch,
+                        bool bf16_form = false) {
     const bool quantize = fp8 && NormMakesFp8(h_in, b, c.dim);
     if (quantize) {
       p.codes = h_in.codes;
       p.scales = h_in.scales;
     }
+    const bool widen = bf16_form && fast() && h_in.bf16 != nullptr && b * c.dim <= h_in.capacity;
+    if (widen) p.bf16 = h_in.bf16;
     RETURN_IF_ERROR(launch());
     Bind(h_in, h, b, c.dim);
     h_in.has_fp8 = quantize;
+    h_in.has_bf16 = widen;
     return absl::OkStatus();
+  }
+  // bf16_branches: the attention's collapse-norm makes h's bf16 form too
+  // when a bf16 product of layer L reads h (the compressor's, the indexer's
+  // weights), so no ToBf16 launch makes it and the KV branch may run them.
+  bool AttentionReadsBf16(const LayerDev& L) const {
+    if (!options.bf16_branches || !fast()) return false;
+    for (const DevDense* w : {&L.wq_a, &L.wkv, &L.comp_wkv, &L.comp_wgate, &L.index_weights_proj}) {
+      if (w->bf16 != nullptr && w->in == c.dim) return true;
+    }
+    return false;
   }
   // Expand's streams: x mixed by `coeff` with y, into x2.
   kc::HcExpandParams ExpandParams(const Coeffs& coeff, int64_t b) const {
@@ -1278,6 +1298,10 @@ struct DeviceDecoder::Impl {
     std::swap(fq_count, side_fq_count);
     std::swap(split, side_split);
     std::swap(split_counters, side_split_counters);
+    if (side_xb != nullptr) {  // bf16_branches: the branch's own bf16 staging
+      std::swap(xb, side_xb);
+      std::swap(xb_count, side_xb_count);
+    }
     std::swap(x16, side_x16);
     std::swap(x16_count, side_x16_count);
   }

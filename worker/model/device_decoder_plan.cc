@@ -350,6 +350,10 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
       side_fq = r.Alloc<uint8_t>(side_fq_count);
       side_fq_scales = r.Alloc<uint8_t>(bc * (widest / 32 + 1));
       side_split = r.Alloc<float>(split_count);
+      if (options.bf16_branches) {  // the KV branch's bf16 inputs: the compressor's latent
+        side_xb_count = bc * std::max(hd, d);
+        side_xb = r.Alloc<uint16_t>(side_xb_count);
+      }
     }
     // The f16 panels of the warp-specialized prefill tile, which only steps
     // of more than kX16PanelMinRows rows run.

@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(kThreads)
     HcCollapseNormKernel(const float* __restrict__ x, const float* __restrict__ pre,
                          const float* __restrict__ weight, float* __restrict__ out, int64_t dim,
                          int n, float eps, bool round_collapse, bool round_out, uint8_t* codes,
-                         uint8_t* scales) {
+                         uint8_t* scales, uint16_t* bf16) {
   GridDependencyPrologue(NormWeightRow(weight, dim));
   extern __shared__ float4 collapsed[];
   if constexpr (kRanks > 1) ClusterArriveRelaxed();
@@ -161,7 +161,8 @@ __global__ void __launch_bounds__(kThreads)
   NormalizeRowColumns<kThreads>(reinterpret_cast<const float*>(collapsed), weight, out + t * dim,
                                 dim, own.lo, own.hi, eps, round_out,
                                 codes != nullptr ? codes + t * dim : nullptr,
-                                codes != nullptr ? scales + t * (dim / 32) : nullptr);
+                                codes != nullptr ? scales + t * (dim / 32) : nullptr,
+                                bf16 != nullptr ? bf16 + t * dim : nullptr);
 }
 
 // HcExpandKernel's streams of one token, then HcCollapseNormKernel over
@@ -180,7 +181,7 @@ __global__ void __launch_bounds__(kThreads)
                                float* __restrict__ x_new, bool round_expand,
                                const float* __restrict__ pre, const float* __restrict__ weight,
                                float* __restrict__ out, int64_t dim, float eps, bool round_collapse,
-                               bool round_out, uint8_t* codes, uint8_t* scales) {
+                               bool round_out, uint8_t* codes, uint8_t* scales, uint16_t* bf16) {
   GridDependencyPrologue(NormWeightRow(weight, dim));
   extern __shared__ float4 collapsed[];
   if constexpr (kRanks > 1) ClusterArriveRelaxed();
@@ -226,7 +227,8 @@ __global__ void __launch_bounds__(kThreads)
   NormalizeRowColumns<kThreads>(reinterpret_cast<const float*>(collapsed), weight, out + t * dim,
                                 dim, own.lo, own.hi, eps, round_out,
                                 codes != nullptr ? codes + t * dim : nullptr,
-                                codes != nullptr ? scales + t * (dim / 32) : nullptr);
+                                codes != nullptr ? scales + t * (dim / 32) : nullptr,
+                                bf16 != nullptr ? bf16 + t * dim : nullptr);
 }
 
 // One thread per out[t, k, c].

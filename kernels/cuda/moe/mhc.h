@@ -99,6 +99,10 @@ struct HcCollapseNormParams {
   // 32-byte aligned. Both or neither.
   uint8_t* codes = nullptr;
   uint8_t* scales = nullptr;
+  // Optional: also out's bf16 bits [tokens, dim] (8-byte aligned), ToBf16's
+  // (kernels/cuda/decode/rows.h) of each value: the input a bf16 product of
+  // out reads, without a ToBf16 launch.
+  uint16_t* bf16 = nullptr;
   // CTAs a token (hc_norm_split.h): 1 = a block a token, 2, 4 or 8 = a
   // cluster of that many, each collapsing and normalizing a share of the
   // columns; 0 = HcNormClusterRanks(tokens). The same bits whatever it is.
@@ -108,7 +112,7 @@ struct HcCollapseNormParams {
 // True for SupportsHcCollapse's shapes with dim a multiple of 4 and a row
 // that fits the default shared memory (dim <= 12256; kStagedRowMaxBytes in
 // kernels/cuda/rms_norm.cuh), eps >= 0, codes as above, and cluster_ranks
-// 0, 1, 2, 4 or 8 with tokens x ranks below 2^31.
+// 0, 1, 2, 4 or 8 with tokens x ranks below 2^31, and bf16 8-byte aligned.
 bool SupportsHcCollapseNorm(const HcCollapseNormParams& params);
 
 // Enqueues the fused collapse and norm on `stream`. Errors as HcMix.

@@ -1,7 +1,9 @@
 #include "kernels/cuda/moe/mhc.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -211,14 +213,25 @@ TEST(HcCollapseNormCudaTest, IsCollapseThenRmsNormBitForBit) {
                                       .cols = c.dim},
                                      nullptr)
                       .ok());
+      // And its bf16 bits (ToBf16's of each value).
+      std::vector<uint16_t> want16(want.size());
+      for (size_t i = 0; i < want.size(); ++i) {
+        const float r = kernels::RoundToBf16(want[i]);
+        uint32_t u;
+        std::memcpy(&u, &r, 4);
+        want16[i] = static_cast<uint16_t>(u >> 16);
+      }
+      DeviceBuffer<uint16_t> bits16(want.size());
       params.out = fused.get();
       params.codes = codes.get();
       params.scales = scales.get();
+      params.bf16 = bits16.get();
       for (int ranks : {1, 2, 4, 8}) {
         params.cluster_ranks = ranks;
         fused.Poison();
         codes.Poison();
         scales.Poison();
+        bits16.Poison();
         ASSERT_TRUE(HcCollapseNorm(params, nullptr).ok());
         const std::string what = std::to_string(c.tokens) + "x" + std::to_string(c.n) + "x" +
                                  std::to_string(c.dim) + " bf16 " + std::to_string(bf16) +
@@ -226,6 +239,7 @@ TEST(HcCollapseNormCudaTest, IsCollapseThenRmsNormBitForBit) {
         EXPECT_EQ(BitMismatches(fused.Download(), want), 0) << "with codes, " << what;
         EXPECT_TRUE(codes.Download() == want_codes.Download()) << what;
         EXPECT_TRUE(scales.Download() == want_scales.Download()) << what;
+        EXPECT_TRUE(bits16.Download() == want16) << "bf16 bits, " << what;
       }
     }
   }
@@ -269,11 +283,14 @@ TEST(HcExpandCollapseNormCudaTest, IsExpandThenCollapseNormBitForBit) {
       constexpr int kRanks[kRuns] = {1, 1, 2, 4, 8, 0};
       std::vector<float> streams[kRuns], out[kRuns];
       std::vector<uint8_t> codes[kRuns], scales[kRuns];
+      std::vector<uint16_t> bits16[kRuns];
       for (int fused = 0; fused < kRuns; ++fused) {
         DeviceBuffer<float> dnew(x.size()), dout(c.tokens * c.dim);
         DeviceBuffer<uint8_t> dcodes(c.tokens * c.dim), dscales(c.tokens * c.dim / 32);
+        DeviceBuffer<uint16_t> dbf16(c.tokens * c.dim);
         dnew.Poison();
         dout.Poison();
+        dbf16.Poison();
         const HcExpandParams e{.x = dx.get(),
                                .y = dy.get(),
                                .post = dpost.get(),
@@ -295,6 +312,7 @@ TEST(HcExpandCollapseNormCudaTest, IsExpandThenCollapseNormBitForBit) {
                                      .round_out = bf16,
                                      .codes = dcodes.get(),
                                      .scales = dscales.get(),
+                                     .bf16 = dbf16.get(),
                                      .cluster_ranks = kRanks[fused]};
         if (fused >= 1) {
           ASSERT_TRUE(SupportsHcExpandCollapseNorm(e, n));
@@ -308,7 +326,17 @@ TEST(HcExpandCollapseNormCudaTest, IsExpandThenCollapseNormBitForBit) {
         out[fused] = dout.Download();
         codes[fused] = dcodes.Download();
         scales[fused] = dscales.Download();
+        bits16[fused] = dbf16.Download();
       }
+      // The bf16 form: ToBf16's bits of the output.
+      int64_t bits_differ = 0;
+      for (size_t i = 0; i < out[0].size(); ++i) {
+        const float r = kernels::RoundToBf16(out[0][i]);
+        uint32_t u;
+        std::memcpy(&u, &r, 4);
+        bits_differ += bits16[0][i] != static_cast<uint16_t>(u >> 16);
+      }
+      EXPECT_EQ(bits_differ, 0) << c.tokens << "x" << c.n << "x" << c.dim;
       for (int run = 1; run < kRuns; ++run) {
         const std::string what = std::to_string(c.tokens) + "x" + std::to_string(c.n) + "x" +
                                  std::to_string(c.dim) + (bf16 ? " bf16" : " fp32") + " ranks " +
@@ -317,6 +345,7 @@ TEST(HcExpandCollapseNormCudaTest, IsExpandThenCollapseNormBitForBit) {
         EXPECT_EQ(BitMismatches(out[run], out[0]), 0) << what;
         EXPECT_TRUE(codes[run] == codes[0]) << what;
         EXPECT_TRUE(scales[run] == scales[0]) << what;
+        EXPECT_TRUE(bits16[run] == bits16[0]) << what;
       }
     }
   }
