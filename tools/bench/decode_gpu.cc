@@ -158,6 +158,13 @@ ABSL_FLAG(bool, bf16_branches, false,
           "kFast: the collapse-norm makes h's bf16 form for the bf16 products that read it, "
           "and the window-KV / compressor branch runs with bf16 weights too (same bits; "
           "DeviceDecoderOptions::bf16_branches).");
+ABSL_FLAG(int64_t, gate_logits_in_block_macs, 0,
+          "kFast: gates of at most this many multiply-adds a token sum their logits in "
+          "MoeGate's block (one launch a layer fewer, same bits; DeviceDecoderOptions::"
+          "gate_logits_in_block_macs; 0: MoeGateLogits always).");
+ABSL_FLAG(bool, reduce_fp8_out, false,
+          "kFast with --direct_wo_a: the grouped wo_a's split reduce also writes wo_b's FP8 "
+          "input (one launch a layer fewer, same bits; DeviceDecoderOptions::reduce_fp8_out).");
 ABSL_FLAG(bool, x16_panel, true,
           "Prefill: the FP8 products on the warp-specialized tile read X's f16 panel "
           "(DeviceDecoderOptions::prefill_x16_panel; same bits).");
@@ -430,7 +437,9 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
         .fused_attention_out = absl::GetFlag(FLAGS_fused_attention_out),
         .direct_wo_a = absl::GetFlag(FLAGS_direct_wo_a),
         .fused_swiglu_fp8 = absl::GetFlag(FLAGS_fused_swiglu_fp8),
-        .bf16_branches = absl::GetFlag(FLAGS_bf16_branches)};
+        .bf16_branches = absl::GetFlag(FLAGS_bf16_branches),
+        .gate_logits_in_block_macs = absl::GetFlag(FLAGS_gate_logits_in_block_macs),
+        .reduce_fp8_out = absl::GetFlag(FLAGS_reduce_fp8_out)};
     if (exchange) options.communicator = nccl->get();
     auto dd = weir::model::DeviceDecoder::Create(model, precision, options);
     WEIR_CHECK(dd.ok()) << dd.status();
@@ -604,7 +613,9 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       .fused_attention_out = absl::GetFlag(FLAGS_fused_attention_out),
       .direct_wo_a = absl::GetFlag(FLAGS_direct_wo_a),
       .fused_swiglu_fp8 = absl::GetFlag(FLAGS_fused_swiglu_fp8),
-      .bf16_branches = absl::GetFlag(FLAGS_bf16_branches)};
+      .bf16_branches = absl::GetFlag(FLAGS_bf16_branches),
+      .gate_logits_in_block_macs = absl::GetFlag(FLAGS_gate_logits_in_block_macs),
+      .reduce_fp8_out = absl::GetFlag(FLAGS_reduce_fp8_out)};
   auto dd = weir::model::CreateSyntheticDeviceDecoder(c, options_precision(), options);
   WEIR_CHECK(dd.ok()) << dd.status();
   std::printf("numerics %s: fast dense layers %d (bf16 %d), reference dense %d, fast MoE layers "

@@ -835,6 +835,7 @@ absl::StatusOr<int64_t> DeviceDecoder::StepInto(std::span<const int> slots,
     stats_.direct_wo_a = m.direct_wo_a;
     stats_.fused_swiglu_fp8 = m.fused_swiglu_fp8;
     stats_.bf16_branches = m.bf16_branches;
+    stats_.reduce_fp8_out = m.reduce_fp8_out;
     WEIR_DD_CUDA("event", cudaEventRecord(m.ev_end, m.stream));
     if (asked > 0 && greedy) {  // the argmax of each asked row, 4 bytes a row back
       RETURN_IF_ERROR(kernels::cuda::dense::ArgmaxRows(

@@ -442,6 +442,15 @@ struct DeviceDecoderOptions {
   // keys' latent, in its own scratch). V4.1's and small's compressors are
   // bf16, so without it their layers never branch. The same bits.
   bool bf16_branches = false;
+  // kFast: gates of at most this many multiply-adds a token (experts x dim)
+  // sum their logits inside MoeGate's block (one launch a layer fewer, the
+  // same bits: both kernels sum a logit by one warp's WarpLaneSum); wider
+  // ones run MoeGateLogits first. 0: every gate runs MoeGateLogits.
+  int64_t gate_logits_in_block_macs = 0;
+  // With direct_wo_a: where the grouped wo_a splits K, its second kernel
+  // also writes u's FP8 form, which wo_b reads (ActQuantFp8's bits, one
+  // launch a layer fewer).
+  bool reduce_fp8_out = false;
   // Expert parallelism over NCCL on device buffers (see the file comment):
   // this decoder is rank communicator->rank() of communicator->world_size().
   // Not owned; must outlive the decoder and live on `device`. Null: every
@@ -492,6 +501,7 @@ struct DeviceDecoderStats {
   int64_t direct_wo_a = 0;      // direct_wo_a: grouped wo_a products run in place (since start)
   int64_t fused_swiglu_fp8 = 0;   // fused_swiglu_fp8: SwiGLUs that made w2's FP8 input
   int64_t bf16_branches = 0;      // bf16_branches: KV branches with a bf16 product
+  int64_t reduce_fp8_out = 0;     // reduce_fp8_out: wo_b inputs made by wo_a's reduce
   int64_t prompt_shape_rows = 0;  // rows stepped in the prompt's attention shape
   int64_t drafts = 0;           // sequences drafted (DraftBatch)
   double draft_seconds = 0;     // wall time inside DraftBatch

@@ -789,7 +789,10 @@ TEST(DeviceDecoderFastTest, SmallBf16FusedRopeGivesTheRopeLaunchesBits) {
 // grouped wo_a in place (direct_wo_a), the shared expert's SwiGLU with w2's
 // FP8 input (fused_swiglu_fp8), the split-K sums in the last split's CTA
 // with the branches on (fused_split_reduce), and the KV branch with its bf16
-// compressor products on h's bf16 form from the collapse (bf16_branches).
+// compressor products on h's bf16 form from the collapse (bf16_branches),
+// and small's narrow gate sums its logits in MoeGate's block
+// (gate_logits_in_block_macs); wo_a's split reduce makes wo_b's FP8 input
+// (reduce_fp8_out).
 TEST(DeviceDecoderFastTest, SmallFusedRowLaunchesGiveTheSeparateLaunchesBits) {
   struct Case {
     bool stored;
@@ -826,6 +829,8 @@ TEST(DeviceDecoderFastTest, SmallFusedRowLaunchesGiveTheSeparateLaunchesBits) {
     fused.fused_swiglu_fp8 = true;
     fused.fused_split_reduce = true;  // with the branches on (each its own counters)
     fused.bf16_branches = true;
+    fused.gate_logits_in_block_macs = int64_t{1} << 16;
+    fused.reduce_fp8_out = true;
     const std::vector<int64_t> prompt = RandomTokens(40, 47, v - 1);
     std::vector<std::vector<int64_t>> steps;
     for (int step = 0; step < 4; ++step) steps.push_back({7 + step, 3 + step});
@@ -841,7 +846,10 @@ TEST(DeviceDecoderFastTest, SmallFusedRowLaunchesGiveTheSeparateLaunchesBits) {
     // (bf16 weights, so direct_wo_a and bf16_branches, exist with bf16
     // activations only.)
     EXPECT_EQ(plain_stats.direct_wo_a, 0) << name;
-    if (k.precision == ActivationPrecision::kBf16) EXPECT_GT(fused_stats.direct_wo_a, 0) << name;
+    if (k.precision == ActivationPrecision::kBf16) {
+      EXPECT_GT(fused_stats.direct_wo_a, 0) << name;
+      EXPECT_GT(fused_stats.reduce_fp8_out, 0) << name;  // small's wo_a splits K in two
+    }
     EXPECT_EQ(plain_stats.fused_swiglu_fp8, 0) << name;
     EXPECT_GT(fused_stats.fused_swiglu_fp8, 0) << name;
     EXPECT_EQ(plain_stats.bf16_branches, 0) << name;

@@ -572,9 +572,19 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
   const dense::Fp8GemmOutput ug_output =
       bf16() ? dense::Fp8GemmOutput::kF32RoundedBf16 : dense::Fp8GemmOutput::kF32;
   if (direct) {  // xb holds og's bf16 bits; u's rows written in place
+    // reduce_fp8_out: u's FP8 form, which wo_b reads, by the split's second
+    // kernel where the product splits (no ActQuantFp8 launch).
+    const bool fp8_u = options.reduce_fp8_out && FastFp8(L.wo_b) && L.wo_b.in == groups * rank &&
+                       b * groups * rank <= fq_count;
+    bool made = false;
     RETURN_IF_ERROR(Bf16GemmOf(L.wo_a[0], xb, b, u, static_cast<int>(groups), stride, ug_output,
-                               /*y_group_stride=*/rank, /*y_row_stride=*/groups * rank));
+                               /*y_group_stride=*/rank, /*y_row_stride=*/groups * rank,
+                               fp8_u ? fq : nullptr, fp8_u ? fq_scales : nullptr, &made));
     ++direct_wo_a;
+    if (made) {
+      ++reduce_fp8_out;
+      return Fp8RoundOf(L.wo_b, fq, fq_scales, b, y);
+    }
     return MmRound(L.wo_b, u, b, y);
   }
   if (grouped) {

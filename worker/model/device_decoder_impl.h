@@ -426,6 +426,7 @@ struct DeviceDecoder::Impl {
   int64_t folded_row_ops = 0;  // DeviceDecoderStats::folded_row_ops
   int64_t direct_wo_a = 0;     // DeviceDecoderStats::direct_wo_a
   int64_t fused_swiglu_fp8 = 0;  // DeviceDecoderStats::fused_swiglu_fp8
+  int64_t reduce_fp8_out = 0;    // DeviceDecoderStats::reduce_fp8_out
   // MmRoundRope -> Fp8Gemm: the RoPE its next product may take, and whether
   // it took it.
   const dense::Fp8BlockGemmParams::Rope* product_rope = nullptr;
@@ -838,9 +839,13 @@ struct DeviceDecoder::Impl {
   // the same for every batch size, batch-invariant; V4.1's grouped wo_a runs
   // 4 splits instead of 128 CTAs walking all of its 4,096 K).
   // y_group_stride / y_row_stride: Bf16GemmParams' (0: packed).
+  // y_codes / y_scales: y's FP8 form too where the split's second kernel
+  // can write it (Bf16GemmMakesFp8); *made_fp8 says whether it did.
   absl::Status Bf16GemmOf(const DevDense& w, const uint16_t* x16, int64_t rows, float* out,
                           int groups, int64_t w_stride, dense::Fp8GemmOutput output,
-                          int64_t y_group_stride = 0, int64_t y_row_stride = 0) {
+                          int64_t y_group_stride = 0, int64_t y_row_stride = 0,
+                          uint8_t* y_codes = nullptr, uint8_t* y_scales = nullptr,
+                          bool* made_fp8 = nullptr) {
     dense::Bf16GemmParams p{.x = x16,
                             .w = w.bf16,
                             .y = out,
@@ -861,6 +866,12 @@ struct DeviceDecoder::Impl {
                                                 " floats exceed their scratch of ", split_count));
       }
     }
+    if (y_codes != nullptr) {
+      p.y_codes = y_codes;
+      p.y_scales = y_scales;
+      if (!dense::Bf16GemmMakesFp8(p)) p.y_codes = p.y_scales = nullptr;
+    }
+    if (made_fp8 != nullptr) *made_fp8 = p.y_codes != nullptr;
     return dense::Bf16Gemm(p, stream);
   }
   // prefill_x16_panel: where `p` runs the warp-specialized prefill tile and
@@ -963,6 +974,13 @@ struct DeviceDecoder::Impl {
   // True when the shared expert's w1 and w3 run as one two-group FP8 launch
   // over the one input (device_decoder_moe.cc).
   bool SharedGateUp(const LayerDev& L, int64_t b) const;
+  // MmRound of an FP8 weight over an input whose FP8 form is made: the bf16
+  // boundary in the epilogue (FP8 products always fuse it).
+  absl::Status Fp8RoundOf(const DevDense& w, const uint8_t* codes, const uint8_t* scales,
+                          int64_t rows, float* out) {
+    return Fp8GemmOf(w, codes, scales, rows, out, 0,
+                     bf16() ? dense::Fp8GemmOutput::kF32RoundedBf16 : dense::Fp8GemmOutput::kF32);
+  }
   absl::Status Fp8GemmOf(const DevDense& w, const uint8_t* codes, const uint8_t* scales,
                          int64_t rows, float* out, int split_groups, dense::Fp8GemmOutput output) {
     return Fp8Gemm({.x = codes,

@@ -221,7 +221,13 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
   const SharedInput h_bound = h_in;
   if (concurrent) RETURN_IF_ERROR(ForkSide([&] { return SharedExpert(L, b); }));
   Mark("moe.gate");
-  if (fast()) {  // the reference's logits (bits and all), a warp per (token, expert)
+  // kFast: the reference's logits (bits and all) in a launch of their own, a
+  // warp per (token, expert), so a small batch fills the GPU; a gate of at
+  // most gate_logits_in_block_macs multiply-adds a token (small's 16 x
+  // 1,024) has MoeGate's block sum them, the same WarpLaneSum bits, one
+  // launch fewer.
+  const bool logits_launch = fast() && int64_t{logical} * d > options.gate_logits_in_block_macs;
+  if (logits_launch) {
     RETURN_IF_ERROR(kc::MoeGateLogits({.x = h,
                                        .weight = L.gate,
                                        .logits = gate_logits,
@@ -232,7 +238,7 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
   }
   RETURN_IF_ERROR(kc::MoeGate({.x = h,
                                .weight = L.gate,
-                               .logits = fast() ? gate_logits : nullptr,
+                               .logits = logits_launch ? gate_logits : nullptr,
                                .bias = L.bias,
                                .bias_vl = L.bias_vl,
                                .indices = moe_idx,
@@ -516,10 +522,7 @@ absl::Status DeviceDecoder::Impl::SharedExpert(const LayerDev& L, int64_t b) {
     if (dec::SupportsSwiglu(act)) {
       RETURN_IF_ERROR(dec::Swiglu(act, stream));
       ++fused_swiglu_fp8;
-      if (bf16()) {
-        return Fp8GemmOf(L.sw2, fq, fq_scales, b, sy, 0, dense::Fp8GemmOutput::kF32RoundedBf16);
-      }
-      return Fp8GemmOf(L.sw2, fq, fq_scales, b, sy, 0, dense::Fp8GemmOutput::kF32);
+      return Fp8RoundOf(L.sw2, fq, fq_scales, b, sy);
     }
     act.out = sg;
     act.codes = act.scales = nullptr;

@@ -41,6 +41,13 @@ Fp8GemmTile ResolveBf16GemmTile(const Bf16GemmParams& p) {
   return tile == Fp8GemmTile::kN128M128 ? Fp8GemmTile::kN128M128Ws : tile;
 }
 
+bool Bf16GemmMakesFp8(const Bf16GemmParams& p) {
+  const int64_t ldy = p.y_row_stride != 0 ? p.y_row_stride : p.n;
+  const int64_t gs = p.y_group_stride != 0 ? p.y_group_stride : p.m * ldy;
+  return p.k_splits > 1 && ResolveBf16GemmTile(p) != Fp8GemmTile::kN128M128Ws &&
+         p.output != Fp8GemmOutput::kBf16 && p.n % 32 == 0 && ldy % 32 == 0 && gs % 32 == 0;
+}
+
 bool Bf16GemmGroupsApart(const Bf16GemmParams& p) {
   const int64_t ldy = p.y_row_stride != 0 ? p.y_row_stride : p.n;
   const int64_t gs = p.y_group_stride != 0 ? p.y_group_stride : p.m * ldy;
@@ -108,6 +115,12 @@ absl::Status CheckBf16GemmParams(const Bf16GemmParams& p) {
   }
   if (p.k_splits > 1 && p.split_scratch == nullptr) {
     return absl::InvalidArgumentError("Bf16Gemm: k_splits > 1 needs split_scratch");
+  }
+  if ((p.y_codes == nullptr) != (p.y_scales == nullptr) ||
+      (p.y_codes != nullptr && !Bf16GemmMakesFp8(p))) {
+    return absl::InvalidArgumentError(
+        "Bf16Gemm: y_codes and y_scales go together, with k_splits > 1 on a tile with the "
+        "second kernel, fp32 output and n, row and group strides multiples of 32");
   }
   const Fp8GemmTile tile = ResolveBf16GemmTile(p);
   const Fp8GemmTileShape shape = ShapeOfFp8GemmTile(tile);

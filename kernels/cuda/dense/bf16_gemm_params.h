@@ -57,6 +57,13 @@ struct Bf16GemmParams {
   // its X row and W. 1 = no split.
   int k_splits = 1;
   float* split_scratch = nullptr;
+  // Optional, with a split's second kernel (Bf16GemmMakesFp8): y's FP8 form
+  // beside y, the bits ActQuantFp8 gives of y as written: e4m3 codes laid
+  // out as y ([m, row stride], the groups where y has them) and a UE8M0
+  // scale per 32 of a row ([m, row stride / 32]). The next FP8 product reads
+  // it without an ActQuantFp8 launch (V4.1's wo_b after the grouped wo_a).
+  uint8_t* y_codes = nullptr;
+  uint8_t* y_scales = nullptr;
 };
 
 // The tile a call runs: p.tile, or for kAuto ChooseFp8GemmTile(m, n) with
@@ -64,6 +71,12 @@ struct Bf16GemmParams {
 // (bf16_gemm_ws_sm90.cuh: TMA and wgmma, the same bits), which takes every
 // shape CheckBf16GemmParams accepts.
 Fp8GemmTile ResolveBf16GemmTile(const Bf16GemmParams& p);
+
+// True when `p` can write y_codes / y_scales: split K summed by the second
+// kernel (k_splits > 1, not the warp-specialized tile), fp32 output (rounded
+// or not), n, the row stride and the y group stride (resolved) multiples of
+// 32. CheckBf16GemmParams refuses y_codes where this is false.
+bool Bf16GemmMakesFp8(const Bf16GemmParams& p);
 
 // True when no two groups of `p`'s y share an element (y_group_stride and
 // y_row_stride resolved): the groups stacked one after another, or side by

@@ -56,6 +56,37 @@ TEST(Bf16GemmParamsTest, RowStrideLayoutsKeepTheGroupsApart) {
   EXPECT_TRUE(Bf16GemmGroupsApart(p));
 }
 
+// y's FP8 form comes from a split's second kernel over 32-aligned rows and
+// groups; elsewhere asking for it is refused.
+TEST(Bf16GemmParamsTest, Fp8FormOnlyFromTheSplitReduce) {
+  uint8_t codes[64], scales[8];
+  Bf16GemmParams p = Good();
+  p.n = 64;
+  p.k = 1024;
+  p.groups = 4;
+  p.y_group_stride = 64;
+  p.y_row_stride = 256;
+  p.k_splits = 2;
+  p.split_scratch = reinterpret_cast<float*>(0x4000);
+  p.y_codes = codes;
+  p.y_scales = scales;
+  EXPECT_TRUE(Bf16GemmMakesFp8(p));
+  EXPECT_TRUE(CheckBf16GemmParams(p).ok());
+  auto refused = [&](auto edit) {
+    Bf16GemmParams q = p;
+    edit(q);
+    return !Bf16GemmMakesFp8(q) &&
+           CheckBf16GemmParams(q).code() == absl::StatusCode::kInvalidArgument;
+  };
+  EXPECT_TRUE(refused([](Bf16GemmParams& q) { q.k_splits = 1; }));  // no second kernel
+  EXPECT_TRUE(refused([](Bf16GemmParams& q) { q.output = Fp8GemmOutput::kBf16; }));
+  EXPECT_TRUE(refused([](Bf16GemmParams& q) { q.y_row_stride = 264; }));  // not 32-aligned
+  EXPECT_TRUE(refused([](Bf16GemmParams& q) { q.m = 300; }));  // the ws tile sums in the CTA
+  Bf16GemmParams half = p;
+  half.y_scales = nullptr;  // codes without scales
+  EXPECT_EQ(CheckBf16GemmParams(half).code(), absl::StatusCode::kInvalidArgument);
+}
+
 // kAuto runs the warp-specialized tile where the mma path would take its 128
 // x 128 tile (above 256 rows); explicitly it takes any accepted shape.
 TEST(Bf16GemmParamsTest, WarpSpecializedTileAboveTheDecodeSizes) {

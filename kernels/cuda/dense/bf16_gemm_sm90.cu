@@ -51,7 +51,15 @@ absl::Status LaunchTile(const Bf16GemmParams& p, const Fp8GemmTileShape& shape,
     auto kernel = bf16_gemm::Bf16GemmKernel<kBn, kBm, kWarpsN, kWarpsM, kStages>;
     if (absl::Status s = AllowSharedBytes(kernel, smem, "Bf16Gemm"); !s.ok()) return s;
     kernel<<<grid, threads, smem, stream>>>(args);
-    if (p.k_splits > 1) {
+    if (p.k_splits > 1 && p.y_codes != nullptr) {  // y and its FP8 form
+      constexpr int kReduceThreads = 256;
+      const int64_t mn = p.m * p.n;
+      SplitReduceFp8Kernel<<<dim3(static_cast<unsigned>((mn + kReduceThreads - 1) / kReduceThreads),
+                                  static_cast<unsigned>(p.groups)),
+                             kReduceThreads, 0, stream>>>(
+          p.split_scratch, static_cast<float*>(p.y), mn, p.k_splits, args.y_stride, args.round_f32,
+          p.n, args.ldy, p.y_codes, p.y_scales);
+    } else if (p.k_splits > 1) {
       LaunchSplitReduce(p.split_scratch, p.y, p.m * p.n, p.groups, p.k_splits, args.y_stride,
                         args.bf16_out, args.round_f32, stream, p.n, args.ldy);
     }

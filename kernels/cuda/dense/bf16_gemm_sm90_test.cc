@@ -15,6 +15,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/common/numeric_formats.h"
+#include "kernels/cuda/dense/act_quant_fp8.h"
 #include "kernels/cuda/dense/test_util.h"
 
 namespace weir::kernels::cuda::dense {
@@ -323,7 +324,7 @@ TEST(Bf16GemmTest, RowStrideWritesTheGroupsSideBySide) {
     const std::vector<uint16_t> x = RandomRows(kGroups * m, k, rng),
                                 w = RandomRows(kGroups * n, k, rng);
     DeviceBuffer<uint16_t> dx(x), dw(w);
-    const int64_t ldy = kGroups * n + 8;  // a pad after each row's groups
+    const int64_t ldy = kGroups * n + 32;  // a pad after each row's groups
     DeviceBuffer<float> packed(kGroups * m * n), strided(m * ldy),
         scratch(int64_t{kGroups} * 3 * m * n);
     ASSERT_TRUE(dx.ok() && dw.ok() && packed.ok() && strided.ok() && scratch.ok());
@@ -374,6 +375,45 @@ TEST(Bf16GemmTest, RowStrideWritesTheGroupsSideBySide) {
       EXPECT_EQ(differ, 0) << "m " << m << " tile " << static_cast<int>(r.tile) << " splits "
                            << r.splits << " output " << static_cast<int>(r.output);
       EXPECT_EQ(pad_written, 0) << "m " << m << " tile " << static_cast<int>(r.tile);
+      if (r.splits == 1 || r.tile == Fp8GemmTile::kN128M128Ws || r.output == Fp8GemmOutput::kBf16) {
+        continue;
+      }
+      // The split's second kernel writes y's FP8 form too: ActQuantFp8's
+      // bytes of y as written, over each row's groups (the pad untouched).
+      DeviceBuffer<uint8_t> codes(m * ldy), scales(m * ldy / 32), want_codes(m * ldy),
+          want_scales(m * ldy / 32);
+      codes.Poison(0xAB);
+      scales.Poison(0xAB);
+      p.y_codes = codes.get();
+      p.y_scales = scales.get();
+      ASSERT_TRUE(Bf16GemmMakesFp8(p));
+      ASSERT_TRUE(Bf16Gemm(p, nullptr).ok());
+      ASSERT_TRUE(ActQuantFp8({.x = strided.get(),
+                               .codes = want_codes.get(),
+                               .scales = want_scales.get(),
+                               .rows = m,
+                               .cols = ldy},
+                              nullptr)
+                      .ok());
+      const std::vector<uint8_t> gc = codes.Download(), wc = want_codes.Download(),
+                                 gs = scales.Download(), ws = want_scales.Download();
+      int64_t code_differ = 0, scale_differ = 0, pad_touched = 0;
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t c = 0; c < ldy; ++c) {
+          if (c < kGroups * n) {
+            code_differ += gc[i * ldy + c] != wc[i * ldy + c];
+          } else {
+            pad_touched += gc[i * ldy + c] != 0xAB;
+          }
+        }
+        for (int64_t c = 0; c < kGroups * n / 32; ++c) {
+          scale_differ += gs[i * ldy / 32 + c] != ws[i * ldy / 32 + c];
+        }
+      }
+      EXPECT_EQ(code_differ, 0) << "m " << m << " output " << static_cast<int>(r.output);
+      EXPECT_EQ(scale_differ, 0) << "m " << m << " output " << static_cast<int>(r.output);
+      EXPECT_EQ(pad_touched, 0) << "m " << m;
+      p.y_codes = p.y_scales = nullptr;
     }
   }
 }

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/dense/act_quant_fp8.cuh"
 #include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/cuda/rope_pair.cuh"
 #include "kernels/cuda/rounding.cuh"
@@ -41,6 +42,40 @@ static __global__ void SplitReduceKernel(const float* __restrict__ partial, void
   } else {
     static_cast<float*>(y)[at] = round_f32 ? RoundToBf16(v) : v;
   }
+}
+
+// The FP8 form of y (ActQuantFp8's bits of y as written, rows of n = ldy
+// wide) beside it: codes [m, ldy], a UE8M0 scale per 32 [m, ldy / 32]. A 32-
+// block of y is 32 consecutive elements of one group's row (n % 32 == 0), so
+// one warp (lanes in element order, blockDim a multiple of 32) holds it: the
+// amax and the non-finite flag are warp reductions, and every code is
+// Fp8ActCode of its value under the block's scale, as ActQuantEight makes it.
+static __global__ void SplitReduceFp8Kernel(const float* __restrict__ partial, float* y, int64_t mn,
+                                            int splits, int64_t y_stride, bool round_f32, int64_t n,
+                                            int64_t ldy, uint8_t* __restrict__ codes,
+                                            uint8_t* __restrict__ scales) {
+  GridDependencyPrologue();
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= mn) return;  // whole warps (mn % 32 == 0)
+  const int64_t g = blockIdx.y;
+  float v = SumSplits(partial + g * splits * mn + e, mn, splits);
+  if (round_f32) v = RoundToBf16(v);
+  const int64_t at = g * y_stride + e / n * ldy + e % n;
+  y[at] = v;
+  float amax = fabsf(v);
+  int nonfinite = isfinite(v) ? 0 : 1;
+#pragma unroll
+  for (int offset = 1; offset < 32; offset *= 2) {
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+    nonfinite |= __shfl_xor_sync(0xffffffffu, nonfinite, offset);
+  }
+  uint32_t scale_code = 0xFFu, code = 0x7Fu;
+  if (!nonfinite) {
+    scale_code = Fp8ActScaleCode(amax);
+    code = Fp8ActCode(v, E8m0ToFloat(scale_code));
+  }
+  codes[at] = static_cast<uint8_t>(code);
+  if ((threadIdx.x & 31) == 0) scales[at / 32] = static_cast<uint8_t>(scale_code);
 }
 
 // SplitReduceRopeKernel's RoPE (Fp8BlockGemmParams::Rope on the device).
