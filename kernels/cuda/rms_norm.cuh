@@ -86,9 +86,11 @@ __device__ __forceinline__ void NormalizeRowColumns(
     }
     out4[i] = v;
     if (bf16_row != nullptr) {  // ToBf16's bits of each value (8-byte aligned row)
-      auto bits = [](float f) { return __float_as_uint(RoundToBf16(f)) >> 16; };
-      reinterpret_cast<uint2*>(bf16_row)[i] =
-          make_uint2(bits(v.x) | (bits(v.y) << 16), bits(v.z) | (bits(v.w) << 16));
+      auto pair = [](float lo, float hi) {
+        return static_cast<uint32_t>(Bf16BitsOf(lo)) |
+               (static_cast<uint32_t>(Bf16BitsOf(hi)) << 16);
+      };
+      reinterpret_cast<uint2*>(bf16_row)[i] = make_uint2(pair(v.x, v.y), pair(v.z, v.w));
     }
   }
   if (codes != nullptr) {

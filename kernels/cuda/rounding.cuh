@@ -29,6 +29,12 @@ __device__ __forceinline__ float RoundToBf16(float x) {
   return __uint_as_float(((bits + rounding) >> 16) << 16);
 }
 
+// The bf16 bits of RoundToBf16(x) (its upper half): what a bf16 product
+// reads of an fp32 value (ToBf16, and the launches that write that form).
+__device__ __forceinline__ uint16_t Bf16BitsOf(float x) {
+  return static_cast<uint16_t>(__float_as_uint(RoundToBf16(x)) >> 16);
+}
+
 // Returns the UE8M0 code of 2^ceil(log2(v)) for finite v >= 0: the biased
 // exponent field, plus one if any mantissa bit is set; 0xFF (NaN) when that
 // passes 254.

@@ -236,7 +236,7 @@ __global__ void __launch_bounds__(kThreads)
       const int64_t g = flat / grouped.group_width, w = flat % grouped.group_width;
       const int64_t at = (g * grouped.queries + query) * grouped.group_width + w;
       if (grouped.out_bf16 != nullptr) {
-        grouped.out_bf16[at] = static_cast<uint16_t>(__float_as_uint(RoundToBf16(x)) >> 16);
+        grouped.out_bf16[at] = Bf16BitsOf(x);
       } else {
         grouped.out[at] = x;
       }

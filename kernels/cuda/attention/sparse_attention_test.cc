@@ -241,20 +241,19 @@ TEST(SparseAttentionCudaTest, StagedGroupedOutputGivesTheSwapAxesBits) {
       ASSERT_TRUE(SparseAttentionStages(p));
       ASSERT_TRUE(SparseAttention(p, nullptr).ok());
       const int64_t groups = int64_t{cs.heads} * cs.head_dim / cs.group_width;
-      ASSERT_TRUE(decode::SwapAxes({.src = o.get(),
-                                    .dst = want.get(),
-                                    .a = queries,
-                                    .b = groups,
-                                    .width = cs.group_width,
-                                    .rope_positions = dpos.get(),
-                                    .rope_cos_sin = dcs.get(),
-                                    .rope_cos_sin_rows = table_rows,
-                                    .rope_head_dim = cs.head_dim,
-                                    .rope_dim = cs.rope_dim,
-                                    .rope_inverse = true,
-                                    .rope_round_bf16 = round},
-                                   nullptr)
-                      .ok());
+      decode::SwapAxesParams swap{.src = o.get(),
+                                  .dst = want.get(),
+                                  .a = queries,
+                                  .b = groups,
+                                  .width = cs.group_width,
+                                  .rope_positions = dpos.get(),
+                                  .rope_cos_sin = dcs.get(),
+                                  .rope_cos_sin_rows = table_rows,
+                                  .rope_head_dim = cs.head_dim,
+                                  .rope_dim = cs.rope_dim,
+                                  .rope_inverse = true,
+                                  .rope_round_bf16 = round};
+      ASSERT_TRUE(decode::SwapAxes(swap, nullptr).ok());
       p.out = nullptr;
       p.grouped = {.out = got.get(),
                    .group_width = cs.group_width,
@@ -273,20 +272,9 @@ TEST(SparseAttentionCudaTest, StagedGroupedOutputGivesTheSwapAxesBits) {
       DeviceBuffer<uint16_t> want16(n), swap16(n), got16(n);
       ASSERT_TRUE(decode::ToBf16({.x = want.get(), .out = want16.get(), .n = n}, nullptr).ok());
       swap16.Poison();
-      ASSERT_TRUE(decode::SwapAxes({.src = o.get(),
-                                    .dst_bf16 = swap16.get(),
-                                    .a = queries,
-                                    .b = groups,
-                                    .width = cs.group_width,
-                                    .rope_positions = dpos.get(),
-                                    .rope_cos_sin = dcs.get(),
-                                    .rope_cos_sin_rows = table_rows,
-                                    .rope_head_dim = cs.head_dim,
-                                    .rope_dim = cs.rope_dim,
-                                    .rope_inverse = true,
-                                    .rope_round_bf16 = round},
-                                   nullptr)
-                      .ok());
+      swap.dst = nullptr;
+      swap.dst_bf16 = swap16.get();
+      ASSERT_TRUE(decode::SwapAxes(swap, nullptr).ok());
       p.grouped.out = nullptr;
       p.grouped.out_bf16 = got16.get();
       got16.Poison();

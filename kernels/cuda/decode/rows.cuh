@@ -84,7 +84,7 @@ __global__ void ToBf16Kernel(const float* __restrict__ x, uint16_t* __restrict__
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
-    bits[i] = static_cast<uint16_t>(__float_as_uint(RoundToBf16(x[i])) >> 16);
+    bits[i] = Bf16BitsOf(x[i]);
   }
 }
 
@@ -149,9 +149,7 @@ struct SwapRope {
 // RopeKernel does (reading the partner too) and keeps its own half.
 // T = uint16_t: each value leaves as ToBf16Kernel's bits of it.
 __device__ __forceinline__ void StoreAs(float* d, float v) { *d = v; }
-__device__ __forceinline__ void StoreAs(uint16_t* d, float v) {
-  *d = static_cast<uint16_t>(__float_as_uint(RoundToBf16(v)) >> 16);
-}
+__device__ __forceinline__ void StoreAs(uint16_t* d, float v) { *d = Bf16BitsOf(v); }
 
 template <bool kRope, typename T = float>
 __global__ void SwapAxesRowsKernel(const float* __restrict__ src, T* __restrict__ dst, int64_t a,
