@@ -429,10 +429,14 @@ struct DeviceDecoderOptions {
   // the product writes u's [batch, groups, rank] rows itself
   // (Bf16GemmParams::y_row_stride; no SwapAxes after it): two launches a
   // layer fewer, the same bits.
+  // Off: the same bits on an H100 (2026-12-06), not yet timed alone
+  // (worker/model/README.md, the twenty-second session's fusions).
   bool direct_wo_a = false;
   // kFast, FP8 shared expert: the SwiGLU between its w1/w3 and w2 products
   // writes w2's FP8 input itself (SwigluParams::codes; ActQuantFp8's bits,
   // one launch a layer fewer).
+  // Off: the same bits on an H100 (2026-12-06), not yet timed alone
+  // (worker/model/README.md, the twenty-second session's fusions).
   bool fused_swiglu_fp8 = false;
   // kFast with concurrent_branches: the attention's collapse-norm also makes
   // h's bf16 form where a bf16 product reads h (the compressor's wkv and
@@ -441,15 +445,20 @@ struct DeviceDecoderOptions {
   // bf16 weights too (the branch stages its other bf16 inputs, the index
   // keys' latent, in its own scratch). V4.1's and small's compressors are
   // bf16, so without it their layers never branch. The same bits.
+  // Off: the same bits on an H100 (2026-12-06), not yet timed alone
+  // (worker/model/README.md, the twenty-second session's fusions).
   bool bf16_branches = false;
   // kFast: gates of at most this many multiply-adds a token (experts x dim)
   // sum their logits inside MoeGate's block (one launch a layer fewer, the
   // same bits: both kernels sum a logit by one warp's WarpLaneSum); wider
   // ones run MoeGateLogits first. 0: every gate runs MoeGateLogits.
+  // 0: the same bits at 65,536 on an H100 (2026-12-06), not yet timed alone.
   int64_t gate_logits_in_block_macs = 0;
   // With direct_wo_a: where the grouped wo_a splits K, its second kernel
   // also writes u's FP8 form, which wo_b reads (ActQuantFp8's bits, one
   // launch a layer fewer).
+  // Off: the same bits on an H100 (2026-12-06), not yet timed alone
+  // (worker/model/README.md, the twenty-second session's fusions).
   bool reduce_fp8_out = false;
   // Expert parallelism over NCCL on device buffers (see the file comment):
   // this decoder is rank communicator->rank() of communicator->world_size().
