@@ -165,6 +165,9 @@ ABSL_FLAG(int64_t, gate_logits_in_block_macs, 0,
 ABSL_FLAG(bool, reduce_fp8_out, false,
           "kFast with --direct_wo_a: the grouped wo_a's split reduce also writes wo_b's FP8 "
           "input (one launch a layer fewer, same bits; DeviceDecoderOptions::reduce_fp8_out).");
+ABSL_FLAG(int64_t, parallel_compressor_rows, 0,
+          "Steps of at least this many rows run the compressor's decode kernel with a thread a "
+          "row (same bits; DeviceDecoderOptions::parallel_compressor_rows; 0: never).");
 ABSL_FLAG(bool, x16_panel, true,
           "Prefill: the FP8 products on the warp-specialized tile read X's f16 panel "
           "(DeviceDecoderOptions::prefill_x16_panel; same bits).");
@@ -439,7 +442,8 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
         .fused_swiglu_fp8 = absl::GetFlag(FLAGS_fused_swiglu_fp8),
         .bf16_branches = absl::GetFlag(FLAGS_bf16_branches),
         .gate_logits_in_block_macs = absl::GetFlag(FLAGS_gate_logits_in_block_macs),
-        .reduce_fp8_out = absl::GetFlag(FLAGS_reduce_fp8_out)};
+        .reduce_fp8_out = absl::GetFlag(FLAGS_reduce_fp8_out),
+        .parallel_compressor_rows = absl::GetFlag(FLAGS_parallel_compressor_rows)};
     if (exchange) options.communicator = nccl->get();
     auto dd = weir::model::DeviceDecoder::Create(model, precision, options);
     WEIR_CHECK(dd.ok()) << dd.status();
@@ -615,7 +619,8 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       .fused_swiglu_fp8 = absl::GetFlag(FLAGS_fused_swiglu_fp8),
       .bf16_branches = absl::GetFlag(FLAGS_bf16_branches),
       .gate_logits_in_block_macs = absl::GetFlag(FLAGS_gate_logits_in_block_macs),
-      .reduce_fp8_out = absl::GetFlag(FLAGS_reduce_fp8_out)};
+      .reduce_fp8_out = absl::GetFlag(FLAGS_reduce_fp8_out),
+      .parallel_compressor_rows = absl::GetFlag(FLAGS_parallel_compressor_rows)};
   auto dd = weir::model::CreateSyntheticDeviceDecoder(c, options_precision(), options);
   WEIR_CHECK(dd.ok()) << dd.status();
   std::printf("numerics %s: fast dense layers %d (bf16 %d), reference dense %d, fast MoE layers "

@@ -460,6 +460,13 @@ struct DeviceDecoderOptions {
   // Off: the same bits on an H100 (2026-12-06), not yet timed alone
   // (worker/model/README.md, the twenty-second session's fusions).
   bool reduce_fp8_out = false;
+  // Steps of at least this many rows (a prefill chunk) run the compressor's
+  // decode kernel in its parallel form (CompressorDecodeParams::
+  // parallel_rows: a thread per row and channel instead of a run's rows
+  // walked on one; the same latents and state). 0: never. Off until its GPU
+  // test runs (compressor_decode_test, the twenty-second session); the EP8
+  // slice's 4,096-row chunk spent 6 ms a launch in the serial walk.
+  int64_t parallel_compressor_rows = 0;
   // Expert parallelism over NCCL on device buffers (see the file comment):
   // this decoder is rank communicator->rank() of communicator->world_size().
   // Not owned; must outlive the decoder and live on `device`. Null: every

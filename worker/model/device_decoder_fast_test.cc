@@ -792,7 +792,8 @@ TEST(DeviceDecoderFastTest, SmallBf16FusedRopeGivesTheRopeLaunchesBits) {
 // compressor products on h's bf16 form from the collapse (bf16_branches),
 // and small's narrow gate sums its logits in MoeGate's block
 // (gate_logits_in_block_macs); wo_a's split reduce makes wo_b's FP8 input
-// (reduce_fp8_out).
+// (reduce_fp8_out), and the compressor's kernel runs the chunk a thread a
+// row (parallel_compressor_rows).
 TEST(DeviceDecoderFastTest, SmallFusedRowLaunchesGiveTheSeparateLaunchesBits) {
   struct Case {
     bool stored;
@@ -831,6 +832,7 @@ TEST(DeviceDecoderFastTest, SmallFusedRowLaunchesGiveTheSeparateLaunchesBits) {
     fused.bf16_branches = true;
     fused.gate_logits_in_block_macs = int64_t{1} << 16;
     fused.reduce_fp8_out = true;
+    fused.parallel_compressor_rows = 8;  // the 40-row chunk, not the 2-row steps
     const std::vector<int64_t> prompt = RandomTokens(40, 47, v - 1);
     std::vector<std::vector<int64_t>> steps;
     for (int step = 0; step < 4; ++step) steps.push_back({7 + step, 3 + step});

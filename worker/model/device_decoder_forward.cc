@@ -180,7 +180,10 @@ absl::Status DeviceDecoder::Impl::UpdateCompressed(int layer, int64_t b) {
                                            .dim = hd,
                                            .ratio = r,
                                            .state_rows = state_rows(r),
-                                           .round_bf16 = bf16()},
+                                           .round_bf16 = bf16(),
+                                           // a prefill chunk's long run: a thread a row
+                                           .parallel_rows = options.parallel_compressor_rows > 0 &&
+                                                            b >= options.parallel_compressor_rows},
                                           stream));
   }
   if (FusesKvRows()) {

@@ -34,6 +34,16 @@ absl::Status CompressorDecode(const CompressorDecodeParams& p, cudaStream_t stre
   }
   const int64_t n = p.rows * p.dim;
   if (n == 0) return absl::OkStatus();
+  const int64_t state_rows = p.state_rows > 0 ? p.state_rows : p.ratio;
+  if (p.parallel_rows) {  // the latents, then the ring
+    CompressorPoolRowsKernel<<<internal::BlocksFor(n), internal::kThreads, 0, stream>>>(
+        p.kv, p.score, p.kv_state, p.score_state, p.state_slot, p.positions, p.out, p.rows, p.dim,
+        p.ratio, state_rows, p.slots, p.round_bf16);
+    CompressorStateRowsKernel<<<internal::BlocksFor(n), internal::kThreads, 0, stream>>>(
+        p.kv, p.score, p.kv_state, p.score_state, p.state_slot, p.positions, p.rows, p.dim,
+        state_rows, p.slots);
+    return LaunchStatus("CompressorDecode");
+  }
   CompressorDecodeKernel<<<internal::BlocksFor(n), internal::kThreads, 0, stream>>>(
       p.kv, p.score, p.kv_state, p.score_state, p.state_slot, p.positions, p.run_length, p.out,
       p.rows, p.dim, p.ratio, p.state_rows > 0 ? p.state_rows : p.ratio, p.slots, p.round_bf16);

@@ -62,6 +62,13 @@ struct CompressorDecodeParams {
   int64_t state_rows = 0;
   int64_t slots = 0;       // pool size, to bound state_slot; 0 = unchecked (trusted)
   bool round_bf16 = false;  // out through RoundBf16's rounding, in the same launch
+  // The same latents and state from two kernels of a thread per (row,
+  // channel) each (every row's latent, then the state rows), instead of one
+  // where a run's first row walks the run on one thread per channel: a
+  // prefill chunk's long run (V4.1's EP8 slice: 6 ms a launch for 4,096
+  // rows). run_length is then not read (a run is found by its rows' slots
+  // and consecutive positions). One launch more at decode.
+  bool parallel_rows = false;
 };
 
 // Returns true if CompressorDecode handles `p`: rows >= 0 (at most 2^31 - 1),

@@ -243,7 +243,7 @@ TEST(CompressorDecodeTest, DecodeStepsMatchTheCpuCompressorPerSequence) {
 // prefilled states: every row's latent or zeros and the final pool
 // bit-identical. A run that crosses groups pools a group whose first tokens
 // came from an earlier step's state and whose last ones from this run.
-void RunRuns(int r, int64_t d) {
+void RunRuns(int r, int64_t d, bool parallel) {
   constexpr int kSlots = 6, kSequences = 4;
   std::mt19937 rng(r * 7919 + d);
   std::vector<float> pool_kv = Normal(int64_t{kSlots} * r * d, 1.0f, rng);
@@ -346,7 +346,8 @@ void RunRuns(int r, int64_t d) {
                                   .rows = rows,
                                   .dim = d,
                                   .ratio = r,
-                                  .slots = kSlots},
+                                  .slots = kSlots,
+                                  .parallel_rows = parallel},
                                  nullptr)
                     .ok());
     std::vector<float> got = d_out.Download();
@@ -363,10 +364,15 @@ void RunRuns(int r, int64_t d) {
 }
 
 TEST(CompressorDecodeTest, RunsOfOneSequenceEqualItsTokensInOrder) {
-  for (const auto& [r, d] : std::vector<std::pair<int, int64_t>>{{2, 64}, {4, 130}, {128, 33}}) {
-    SCOPED_TRACE(::testing::Message() << "ratio " << r << " dim " << d);
-    RunRuns(r, d);
-    if (HasFatalFailure()) return;
+  // Also with parallel_rows (a thread per row and channel, the runs found by
+  // their slots and positions): the same bits.
+  for (const bool parallel : {false, true}) {
+    for (const auto& [r, d] : std::vector<std::pair<int, int64_t>>{{2, 64}, {4, 130}, {128, 33}}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "ratio " << r << " dim " << d << " parallel " << parallel);
+      RunRuns(r, d, parallel);
+      if (HasFatalFailure()) return;
+    }
   }
 }
 
@@ -377,7 +383,7 @@ TEST(CompressorDecodeTest, RunsOfOneSequenceEqualItsTokensInOrder) {
 // kept row's latent, bit for bit, equals that of a plain ratio-row state fed
 // the kept tokens alone; so does every group completed later (the rejected
 // rows never overwrote a position the partial group still needed).
-void RollbackRing(int r, int64_t d, int k) {
+void RollbackRing(int r, int64_t d, int k, bool parallel) {
   std::mt19937 rng(static_cast<uint32_t>(r * 31 + k));
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const int64_t ring = r + k, rows_cap = 1 + k;
@@ -420,7 +426,8 @@ void RollbackRing(int r, int64_t d, int k) {
                                   .dim = d,
                                   .ratio = r,
                                   .state_rows = state_rows,
-                                  .slots = 1},
+                                  .slots = 1,
+                                  .parallel_rows = parallel},
                                  nullptr)
                     .ok());
     std::vector<float> out = d_out.Download();
@@ -450,11 +457,14 @@ void RollbackRing(int r, int64_t d, int k) {
 }
 
 TEST(CompressorDecodeTest, StateRingsKeepPartialGroupsThroughRolledBackRows) {
-  for (const auto& [r, d, k] :
-       std::vector<std::tuple<int, int64_t, int>>{{2, 64, 3}, {4, 130, 5}, {128, 33, 7}}) {
-    SCOPED_TRACE(::testing::Message() << "ratio " << r << " dim " << d << " k " << k);
-    RollbackRing(r, d, k);
-    if (HasFatalFailure()) return;
+  for (const bool parallel : {false, true}) {
+    for (const auto& [r, d, k] :
+         std::vector<std::tuple<int, int64_t, int>>{{2, 64, 3}, {4, 130, 5}, {128, 33, 7}}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "ratio " << r << " dim " << d << " k " << k << " parallel " << parallel);
+      RollbackRing(r, d, k, parallel);
+      if (HasFatalFailure()) return;
+    }
   }
 }
 
