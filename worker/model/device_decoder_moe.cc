@@ -250,7 +250,9 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
                                .gate_temp = static_cast<float>(c.gate_temp),
                                .route_scale = static_cast<float>(c.route_scale),
                                .norm_topk_prob = c.norm_topk_prob,
-                               .score = score},
+                               .score = score,
+                               // the in-block logits of the fast path: a warp an expert
+                               .wide_block = fast() && !logits_launch},
                               stream));
   // The pairs this rank computes: its own (groups = logical experts), or with
   // a communicator every rank's pairs routed here (groups = local slots).

@@ -44,6 +44,11 @@ absl::Status MoeGate(const MoeGateParams& p, cudaStream_t stream) {
                                  .route_scale = p.route_scale,
                                  .norm_topk_prob = p.norm_topk_prob,
                                  .score = score};
+  if (p.wide_block && p.logits == nullptr) {  // a warp an expert up to 32 experts
+    constexpr int kWide = 1024;
+    moe::MoeGateKernel<kWide><<<static_cast<unsigned>(p.tokens), kWide, 0, stream>>>(args);
+    return LaunchStatus("MoeGate");
+  }
   constexpr int kThreads = 256;
   moe::MoeGateKernel<kThreads><<<static_cast<unsigned>(p.tokens), kThreads, 0, stream>>>(args);
   return LaunchStatus("MoeGate");

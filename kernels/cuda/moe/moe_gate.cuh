@@ -73,7 +73,7 @@ __global__ void MoeGateLogitsKernel(const float* x, const float* weight, float* 
 // One block per token. Warps take experts round robin for the logits; the
 // top-k is k rounds of a warp-wide argmax under Precedes on warp 0.
 template <int kThreads>
-__global__ void MoeGateKernel(GateKernelArgs a) {
+__global__ void __launch_bounds__(kThreads) MoeGateKernel(GateKernelArgs a) {
   GridDependencyPrologue();
   constexpr int kWarps = kThreads / 32;
   __shared__ float s_score[kGateMaxExperts];

@@ -64,6 +64,11 @@ struct MoeGateParams {
   float route_scale = 1.5f;
   bool norm_topk_prob = true;
   GateScore score = GateScore::kSqrtSoftplus;
+  // With the logits summed here (logits null): a block of 1,024 threads, so
+  // up to 32 experts each get a warp of their own instead of 8 warps taking
+  // them in turn (a decode step's latency; the same bits: every logit is
+  // still one warp's WarpLaneSum, and nothing else depends on the block).
+  bool wide_block = false;
 };
 
 // Returns true if MoeGate handles `params`: tokens, dim > 0; 1 <= num_experts

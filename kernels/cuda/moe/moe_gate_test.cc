@@ -57,7 +57,7 @@ GateOutputs RunCpu(const GateCase& c, const GateInputs& in, const cpu::MoeGatePa
 
 // split_logits: MoeGateLogits first, then MoeGate on the given logits.
 GateOutputs RunGpu(const GateCase& c, const GateInputs& in, const cpu::MoeGateParams& params,
-                   bool split_logits = false) {
+                   bool split_logits = false, bool wide_block = false) {
   DeviceBuffer<float> x(in.x), w(in.w), bias(in.bias), bias_vl(in.bias_vl);
   DeviceBuffer<float> logits(c.tokens * c.experts);
   logits.Poison();
@@ -72,14 +72,24 @@ GateOutputs RunGpu(const GateCase& c, const GateInputs& in, const cpu::MoeGatePa
   DeviceBuffer<float> weights(c.tokens * c.topk);
   indices.Poison();
   weights.Poison();
-  const absl::Status s =
-      MoeGate({.x = split_logits ? nullptr : x.get(), .weight = split_logits ? nullptr : w.get(),
-               .logits = split_logits ? logits.get() : nullptr, .bias = bias.get(),
-               .bias_vl = bias_vl.get(), .image_mask = mask.get(), .indices = indices.get(), .weights = weights.get(),
-               .tokens = c.tokens, .dim = c.dim, .num_experts = c.experts, .topk = c.topk,
-               .gate_temp = params.gate_temp, .route_scale = params.route_scale,
-               .norm_topk_prob = params.norm_topk_prob, .score = c.score},
-              nullptr);
+  const absl::Status s = MoeGate({.x = split_logits ? nullptr : x.get(),
+                                  .weight = split_logits ? nullptr : w.get(),
+                                  .logits = split_logits ? logits.get() : nullptr,
+                                  .bias = bias.get(),
+                                  .bias_vl = bias_vl.get(),
+                                  .image_mask = mask.get(),
+                                  .indices = indices.get(),
+                                  .weights = weights.get(),
+                                  .tokens = c.tokens,
+                                  .dim = c.dim,
+                                  .num_experts = c.experts,
+                                  .topk = c.topk,
+                                  .gate_temp = params.gate_temp,
+                                  .route_scale = params.route_scale,
+                                  .norm_topk_prob = params.norm_topk_prob,
+                                  .score = c.score,
+                                  .wide_block = wide_block},
+                                 nullptr);
   EXPECT_TRUE(s.ok()) << s;
   EXPECT_TRUE(Synced());
   return {indices.Download(), weights.Download()};
@@ -116,6 +126,13 @@ TEST(MoeGateCudaTest, MatchesTheCpuReferenceOnRandomInputs) {
     ASSERT_EQ(got.indices.size(), want.indices.size());
     // The split form (MoeGateLogits, then MoeGate on its logits): the same bits.
     const GateOutputs split = RunGpu(c, in, params, /*split_logits=*/true);
+    // The wide block (a warp an expert up to 32): the same bits.
+    const GateOutputs wide = RunGpu(c, in, params, /*split_logits=*/false, /*wide_block=*/true);
+    EXPECT_EQ(wide.indices, want.indices) << "wide, " << c.tokens << "x" << c.dim;
+    EXPECT_EQ(
+        std::memcmp(wide.weights.data(), want.weights.data(), want.weights.size() * sizeof(float)),
+        0)
+        << "wide, " << c.tokens << "x" << c.dim;
     EXPECT_EQ(split.indices, want.indices) << "split, " << c.tokens << "x" << c.dim;
     EXPECT_EQ(std::memcmp(split.weights.data(), want.weights.data(),
                           want.weights.size() * sizeof(float)),
