@@ -168,6 +168,9 @@ ABSL_FLAG(bool, reduce_fp8_out, false,
 ABSL_FLAG(int64_t, parallel_compressor_rows, 0,
           "Steps of at least this many rows run the compressor's decode kernel with a thread a "
           "row (same bits; DeviceDecoderOptions::parallel_compressor_rows; 0: never).");
+ABSL_FLAG(int32_t, tile_conversion_rows, 1,
+          "Tile rows one CTA of the experts' MXFP4 -> FP8 conversion walks (same codes; "
+          "DeviceDecoderOptions::tile_conversion_rows).");
 ABSL_FLAG(bool, x16_panel, true,
           "Prefill: the FP8 products on the warp-specialized tile read X's f16 panel "
           "(DeviceDecoderOptions::prefill_x16_panel; same bits).");
@@ -443,7 +446,8 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
         .bf16_branches = absl::GetFlag(FLAGS_bf16_branches),
         .gate_logits_in_block_macs = absl::GetFlag(FLAGS_gate_logits_in_block_macs),
         .reduce_fp8_out = absl::GetFlag(FLAGS_reduce_fp8_out),
-        .parallel_compressor_rows = absl::GetFlag(FLAGS_parallel_compressor_rows)};
+        .parallel_compressor_rows = absl::GetFlag(FLAGS_parallel_compressor_rows),
+        .tile_conversion_rows = absl::GetFlag(FLAGS_tile_conversion_rows)};
     if (exchange) options.communicator = nccl->get();
     auto dd = weir::model::DeviceDecoder::Create(model, precision, options);
     WEIR_CHECK(dd.ok()) << dd.status();
@@ -620,7 +624,8 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       .bf16_branches = absl::GetFlag(FLAGS_bf16_branches),
       .gate_logits_in_block_macs = absl::GetFlag(FLAGS_gate_logits_in_block_macs),
       .reduce_fp8_out = absl::GetFlag(FLAGS_reduce_fp8_out),
-      .parallel_compressor_rows = absl::GetFlag(FLAGS_parallel_compressor_rows)};
+      .parallel_compressor_rows = absl::GetFlag(FLAGS_parallel_compressor_rows),
+      .tile_conversion_rows = absl::GetFlag(FLAGS_tile_conversion_rows)};
   auto dd = weir::model::CreateSyntheticDeviceDecoder(c, options_precision(), options);
   WEIR_CHECK(dd.ok()) << dd.status();
   std::printf("numerics %s: fast dense layers %d (bf16 %d), reference dense %d, fast MoE layers "

@@ -467,6 +467,11 @@ struct DeviceDecoderOptions {
   // test runs (compressor_decode_test, the twenty-second session); the EP8
   // slice's 4,096-row chunk spent 6 ms a launch in the serial walk.
   int64_t parallel_compressor_rows = 0;
+  // expert_prefill_tiles: tile rows one CTA of the experts' MXFP4 -> FP8
+  // conversion walks (Mxfp4Fp8TilesParams::tile_rows_per_cta; the same
+  // codes). 1, the old grid, until a GPU A/B; the conversion was 72 ms of
+  // the EP8 slice's 856 ms prefill chunk (H100, 2026-12-06).
+  int tile_conversion_rows = 1;
   // Expert parallelism over NCCL on device buffers (see the file comment):
   // this decoder is rank communicator->rank() of communicator->world_size().
   // Not owned; must outlive the decoder and live on `device`. Null: every

@@ -95,7 +95,8 @@ absl::Status DeviceDecoder::Impl::ConvertExperts(const LayerDev& L) {
                                        .k = d,
                                        .experts = L.experts,
                                        .codes_expert_stride = w13,
-                                       .tile_scales_expert_stride = w13 / 1024},
+                                       .tile_scales_expert_stride = w13 / 1024,
+                                       .tile_rows_per_cta = options.tile_conversion_rows},
                                       stream));
   RETURN_IF_ERROR(kc::Mxfp4ToFp8Tiles({.w = L.w3c,
                                        .w_scales = L.w3q,
@@ -106,7 +107,8 @@ absl::Status DeviceDecoder::Impl::ConvertExperts(const LayerDev& L) {
                                        .k = d,
                                        .experts = L.experts,
                                        .codes_expert_stride = w13,
-                                       .tile_scales_expert_stride = w13 / 1024},
+                                       .tile_scales_expert_stride = w13 / 1024,
+                                       .tile_rows_per_cta = options.tile_conversion_rows},
                                       stream));
   return kc::Mxfp4ToFp8Tiles({.w = L.w2c,
                               .w_scales = L.w2q,
@@ -115,7 +117,8 @@ absl::Status DeviceDecoder::Impl::ConvertExperts(const LayerDev& L) {
                               .inexact = tile_inexact + 2 * L.experts,
                               .n = d,
                               .k = inter,
-                              .experts = L.experts},
+                              .experts = L.experts,
+                              .tile_rows_per_cta = options.tile_conversion_rows},
                              stream);
 }
 

@@ -45,6 +45,13 @@ absl::StatusOr<LocalExperts> CheckDecodable(const ModelConfig& c, const LayerRol
         absl::StrCat("DeviceDecoder: attention_range_tiles ", options.attention_range_tiles,
                      ", prompt_range_tiles ", options.prompt_range_tiles, " (each >= 0)"));
   }
+  if (options.tile_conversion_rows < 1 || options.gate_logits_in_block_macs < 0 ||
+      options.parallel_compressor_rows < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DeviceDecoder: tile_conversion_rows ", options.tile_conversion_rows,
+        " (>= 1), gate_logits_in_block_macs ", options.gate_logits_in_block_macs,
+        " and parallel_compressor_rows ", options.parallel_compressor_rows, " (>= 0)"));
+  }
   if (options.max_rollback < 0 || options.max_rollback > 1024) {
     return absl::InvalidArgumentError(
         absl::StrCat("DeviceDecoder: max_rollback ", options.max_rollback, " (0 to 1024)"));

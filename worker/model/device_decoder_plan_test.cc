@@ -150,6 +150,19 @@ TEST(DeviceDecoderPlanTest, RefusesBudgetsAndOptionsItCannotMeet) {
                     .ok())
         << ranks;
   }
+  // The twenty-second session's sizes: tile rows a conversion CTA walks (at
+  // least one), the in-block gate's and the parallel compressor's thresholds
+  // (never negative).
+  DeviceDecoderOptions sized{.max_sequences = 2};
+  EXPECT_TRUE(DeviceDecoder::MaxPositionsFor(*m, kBf16, sized, SIZE_MAX).ok());
+  for (auto edit : {+[](DeviceDecoderOptions& o) { o.tile_conversion_rows = 0; },
+                    +[](DeviceDecoderOptions& o) { o.gate_logits_in_block_macs = -1; },
+                    +[](DeviceDecoderOptions& o) { o.parallel_compressor_rows = -1; }}) {
+    DeviceDecoderOptions bad = sized;
+    edit(bad);
+    EXPECT_EQ(DeviceDecoder::MaxPositionsFor(*m, kBf16, bad, SIZE_MAX).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
 }
 
 }  // namespace

@@ -30,7 +30,11 @@ absl::Status Mxfp4ToFp8Tiles(const Mxfp4Fp8TilesParams& p, cudaStream_t stream) 
     return absl::InvalidArgumentError("Mxfp4ToFp8Tiles: an expert stride below its size");
   }
   namespace t = moe::mxfp4_fp8_tiles;
-  const int64_t grid_x = (p.k / 32 + t::kWarps - 1) / t::kWarps, grid_y = (p.n + 31) / 32;
+  if (p.tile_rows_per_cta < 1) {
+    return absl::InvalidArgumentError("Mxfp4ToFp8Tiles: tile_rows_per_cta below 1");
+  }
+  const int64_t grid_x = (p.k / 32 + t::kWarps - 1) / t::kWarps,
+                grid_y = ((p.n + 31) / 32 + p.tile_rows_per_cta - 1) / p.tile_rows_per_cta;
   if (grid_x > 0x7FFFFFFF || grid_y > 65535 || p.experts > 65535) {
     return absl::InvalidArgumentError("Mxfp4ToFp8Tiles: shape past the launch grid");
   }
@@ -40,8 +44,9 @@ absl::Status Mxfp4ToFp8Tiles(const Mxfp4Fp8TilesParams& p, cudaStream_t stream) 
   }
   t::Mxfp4ToFp8TilesKernel<<<dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y),
                                   static_cast<unsigned>(p.experts)),
-                             t::kWarps * 32, 0, stream>>>(
-      {p.w, p.w_scales, p.codes, p.tile_scales, p.inexact, p.n, p.k, codes_stride, tiles_stride});
+                             t::kWarps * 32, 0, stream>>>({p.w, p.w_scales, p.codes, p.tile_scales,
+                                                           p.inexact, p.n, p.k, codes_stride,
+                                                           tiles_stride, p.tile_rows_per_cta});
   return LaunchStatus("Mxfp4ToFp8Tiles");
 }
 

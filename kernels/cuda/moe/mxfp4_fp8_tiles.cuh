@@ -23,6 +23,7 @@ struct KernelArgs {
   int32_t* inexact;
   int64_t n, k;
   int64_t codes_stride, tile_scales_stride;  // between experts, resolved
+  int rows_per_cta;                          // tile rows a CTA walks (>= 1)
 };
 
 inline constexpr int kWarps = 4;  // K blocks a CTA (one tile a warp)
@@ -39,7 +40,9 @@ __device__ __forceinline__ uint32_t Prmt(uint32_t a, uint32_t b, uint32_t select
   return d;
 }
 
-// Grid (ceil(k / 32 / kWarps), ceil(n / 32), experts).
+// Grid (ceil(k / 32 / kWarps), ceil(n / 32 / rows_per_cta), experts): a
+// CTA builds its tables once and its warps walk rows_per_cta tile rows, a
+// tile at a time as above.
 __global__ void __launch_bounds__(kWarps * 32) Mxfp4ToFp8TilesKernel(const KernelArgs args) {
   GridDependencyPrologue();
   // For every shift s the e4m3 codes of the eight e2m1 magnitudes m x 2^-s
@@ -64,28 +67,32 @@ __global__ void __launch_bounds__(kWarps * 32) Mxfp4ToFp8TilesKernel(const Kerne
   const int64_t blocks = args.k / 32;
   const int64_t kb = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (kb >= blocks) return;  // uniform over the warp
-  const int64_t tile_row = blockIdx.y, expert = blockIdx.z;
+  const int64_t expert = blockIdx.z;
   const uint8_t* const w = args.w[expert];
   const uint8_t* const s = args.w_scales[expert];
-  if (w == nullptr || s == nullptr || reinterpret_cast<uintptr_t>(w) % 16 != 0) {
-    if (lane == 0) atomicAdd(args.inexact + expert, 1);
-    return;
-  }
-  const int64_t row = tile_row * 32 + lane;
-  const bool has = row < args.n;
-  const uint32_t scale = has ? s[row * blocks + kb] : 0u;
-  const uint32_t top = __reduce_max_sync(0xffffffffu, scale);
-  const bool nan_scale = __any_sync(0xffffffffu, has && scale == 0xFFu);
-  // Binades below the tile's scale, clamped to the tables.
-  const int shift = min(static_cast<int>(top - scale), kShifts - 1);
-  uint32_t out[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // 32 codes, 4 a word
-  bool kept = true;
-  if (has) {
-    const uint4 packed = *reinterpret_cast<const uint4*>(w + row * (args.k / 2) + kb * 16);
-    const uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
-    const uint32_t code_lo = code_table[shift][0], code_hi = code_table[shift][1];
-    const uint32_t kept_lo = kept_table[shift][0], kept_hi = kept_table[shift][1];
-    uint32_t keep = 0xFFFFFFFFu;
+  const int64_t tile_rows = (args.n + 31) / 32;
+  const int64_t first_row = static_cast<int64_t>(blockIdx.y) * args.rows_per_cta;
+  const int64_t end_row = min(tile_rows, first_row + args.rows_per_cta);
+  for (int64_t tile_row = first_row; tile_row < end_row; ++tile_row) {  // uniform over the warp
+    if (w == nullptr || s == nullptr || reinterpret_cast<uintptr_t>(w) % 16 != 0) {
+      if (lane == 0) atomicAdd(args.inexact + expert, 1);
+      continue;
+    }
+    const int64_t row = tile_row * 32 + lane;
+    const bool has = row < args.n;
+    const uint32_t scale = has ? s[row * blocks + kb] : 0u;
+    const uint32_t top = __reduce_max_sync(0xffffffffu, scale);
+    const bool nan_scale = __any_sync(0xffffffffu, has && scale == 0xFFu);
+    // Binades below the tile's scale, clamped to the tables.
+    const int shift = min(static_cast<int>(top - scale), kShifts - 1);
+    uint32_t out[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // 32 codes, 4 a word
+    bool kept = true;
+    if (has) {
+      const uint4 packed = *reinterpret_cast<const uint4*>(w + row * (args.k / 2) + kb * 16);
+      const uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
+      const uint32_t code_lo = code_table[shift][0], code_hi = code_table[shift][1];
+      const uint32_t kept_lo = kept_table[shift][0], kept_hi = kept_table[shift][1];
+      uint32_t keep = 0xFFFFFFFFu;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       // Codes 4 i .. 4 i + 3: the nibbles of one half word, in order.
@@ -98,7 +105,7 @@ __global__ void __launch_bounds__(kWarps * 32) Mxfp4ToFp8TilesKernel(const Kerne
       out[i] = Prmt(code_lo, code_hi, magnitudes) | ((signs << 7) & 0x80808080u);
     }
     kept = keep == 0xFFFFFFFFu;
-  }
+    }
   const bool exact = __all_sync(0xffffffffu, kept) && !nan_scale;
   if (has) {
     uint4* dst =
@@ -110,6 +117,7 @@ __global__ void __launch_bounds__(kWarps * 32) Mxfp4ToFp8TilesKernel(const Kerne
     args.tile_scales[expert * args.tile_scales_stride + tile_row * blocks + kb] =
         static_cast<uint8_t>(top);
     if (!exact) atomicAdd(args.inexact + expert, 1);
+  }
   }
 }
 

@@ -42,6 +42,11 @@ struct Mxfp4Fp8TilesParams {
   // multiples of 16.
   int64_t codes_expert_stride = 0;
   int64_t tile_scales_expert_stride = 0;
+  // Tile rows (32 weight rows each) one CTA converts in turn, building its
+  // code tables once for all of them: more than 1 spreads that work over
+  // more tiles (a prefill step converts every local expert). The same codes,
+  // scales and counts whatever it is; >= 1.
+  int tile_rows_per_cta = 1;
 };
 
 // Enqueues the conversion on `stream` (the inexact counts are zeroed first,

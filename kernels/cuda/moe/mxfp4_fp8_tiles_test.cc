@@ -104,6 +104,31 @@ TEST(Mxfp4ToFp8TilesTest, EqualsTheCpuSpecificationBitForBit) {
                   static_cast<long long>(tile_rows * blocks));
     }
     EXPECT_EQ(got_inexact[kExperts], tile_rows * blocks) << "the missing expert";
+    // Several tile rows a CTA (the tables built once for them): the same
+    // codes, scales and counts, the missing expert's tiles each counted.
+    for (const int rows_per_cta : {2, 8}) {
+      DeviceBuffer<uint8_t> walked((kExperts + 1) * n * k),
+          walked_tiles((kExperts + 1) * tile_rows * blocks);
+      DeviceBuffer<int32_t> walked_inexact(kExperts + 1);
+      walked.Poison(0xAB);
+      ASSERT_TRUE(Mxfp4ToFp8Tiles({.w = w_ptrs.get(),
+                                   .w_scales = s_ptrs.get(),
+                                   .codes = walked.get(),
+                                   .tile_scales = walked_tiles.get(),
+                                   .inexact = walked_inexact.get(),
+                                   .n = n,
+                                   .k = k,
+                                   .experts = kExperts + 1,
+                                   .tile_rows_per_cta = rows_per_cta},
+                                  nullptr)
+                      .ok());
+      const std::vector<uint8_t> w_codes = walked.Download(), w_tiles = walked_tiles.Download();
+      EXPECT_EQ(std::memcmp(w_codes.data(), got_codes.data(), kExperts * n * k), 0)
+          << rows_per_cta << " tile rows a CTA, n " << n;
+      EXPECT_EQ(std::memcmp(w_tiles.data(), got_tiles.data(), kExperts * tile_rows * blocks), 0)
+          << rows_per_cta << " tile rows a CTA, n " << n;
+      EXPECT_EQ(walked_inexact.Download(), got_inexact) << rows_per_cta << " tile rows a CTA";
+    }
     // The same experts into a buffer with a gap after each (as w1 then w3 of
     // one expert would be): each expert's codes and scales land at its stride.
     const int64_t cs = 2 * n * k, ts = 2 * tile_rows * blocks;
@@ -152,6 +177,9 @@ TEST(Mxfp4ToFp8TilesTest, RefusesBadArguments) {
                                .k = 64,
                                .experts = 1};
   EXPECT_TRUE(Mxfp4ToFp8Tiles(ok, nullptr).ok());
+  Mxfp4Fp8TilesParams no_rows = ok;
+  no_rows.tile_rows_per_cta = 0;
+  EXPECT_EQ(Mxfp4ToFp8Tiles(no_rows, nullptr).code(), absl::StatusCode::kInvalidArgument);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   for (auto bad :
        {+[](Mxfp4Fp8TilesParams& p) { p.k = 48; }, +[](Mxfp4Fp8TilesParams& p) { p.n = 0; },
