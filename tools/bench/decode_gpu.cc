@@ -380,6 +380,46 @@ void PrintTimeline(int batch, int steps, const weir::bench::TimelineSummary& t) 
   }
 }
 
+// The decoder options every decode_gpu table takes from the flags (the
+// sizes, graphs and profile are each table's own).
+weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNumerics numerics) {
+  return {.numerics = numerics,
+          .fast_mhc = absl::GetFlag(FLAGS_fast_mhc),
+          .kv_block_tokens = absl::GetFlag(FLAGS_kv_block_tokens),
+          .programmatic_launch = absl::GetFlag(FLAGS_programmatic),
+          .fused_split_reduce = absl::GetFlag(FLAGS_fused_split_reduce),
+          .fused_rope = absl::GetFlag(FLAGS_fused_rope),
+          .fused_kv_rows = absl::GetFlag(FLAGS_fused_kv_rows),
+          .fold_row_ops = absl::GetFlag(FLAGS_fold_row_ops),
+          .fp8_split_target_ctas = absl::GetFlag(FLAGS_fp8_split_target),
+          .fp8_split_min_stages = absl::GetFlag(FLAGS_fp8_split_min_stages),
+          .bf16_split_k = absl::GetFlag(FLAGS_bf16_split_k),
+          .norm_cluster_ranks = absl::GetFlag(FLAGS_norm_cluster_ranks),
+          .weight_prefetch = absl::GetFlag(FLAGS_weight_prefetch),
+          .concurrent_branches = absl::GetFlag(FLAGS_concurrent_branches),
+          .expert_tile = absl::GetFlag(FLAGS_expert_tile),
+          .expert_wgmma = absl::GetFlag(FLAGS_expert_wgmma),
+          .expert_wgmma_f16 = absl::GetFlag(FLAGS_expert_wgmma_f16),
+          .dense_wgmma = absl::GetFlag(FLAGS_dense_wgmma),
+          .dense_wgmma_f16 = absl::GetFlag(FLAGS_dense_wgmma_f16),
+          .dense_wgmma_f16_decode = absl::GetFlag(FLAGS_dense_wgmma_f16_decode),
+          .expert_prefill_tiles = absl::GetFlag(FLAGS_expert_prefill_tiles),
+          .expert_tiles_resident = absl::GetFlag(FLAGS_expert_tiles_resident),
+          .prefill_x16_panel = absl::GetFlag(FLAGS_x16_panel),
+          .attention_wgmma = absl::GetFlag(FLAGS_attention_wgmma),
+          .attention_range_tiles = absl::GetFlag(FLAGS_attention_range_tiles),
+          .prompt_range_tiles = absl::GetFlag(FLAGS_prompt_range_tiles),
+          .staged_attention = absl::GetFlag(FLAGS_staged_attention),
+          .fused_attention_out = absl::GetFlag(FLAGS_fused_attention_out),
+          .direct_wo_a = absl::GetFlag(FLAGS_direct_wo_a),
+          .fused_swiglu_fp8 = absl::GetFlag(FLAGS_fused_swiglu_fp8),
+          .bf16_branches = absl::GetFlag(FLAGS_bf16_branches),
+          .gate_logits_in_block_macs = absl::GetFlag(FLAGS_gate_logits_in_block_macs),
+          .reduce_fp8_out = absl::GetFlag(FLAGS_reduce_fp8_out),
+          .parallel_compressor_rows = absl::GetFlag(FLAGS_parallel_compressor_rows),
+          .tile_conversion_rows = absl::GetFlag(FLAGS_tile_conversion_rows)};
+}
+
 }  // namespace
 
 weir::model::ActivationPrecision options_precision() {
@@ -411,43 +451,12 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
   std::vector<double> graph_step(batches.size()), exchange_step(batches.size());
   for (const char* mode : {"graph", "nccl1", "eager"}) {
     const bool graphs = mode[0] != 'e', exchange = mode[0] == 'n';
-    weir::model::DeviceDecoderOptions options{
-        .numerics = numerics,
-        .fast_mhc = absl::GetFlag(FLAGS_fast_mhc),
-        .max_sequences = max_batch,
-        .max_positions = prompt + warmup + steps + 8,
-        .kv_block_tokens = absl::GetFlag(FLAGS_kv_block_tokens),
-        .max_batch = max_batch,
-        .use_graphs = graphs,
-        .programmatic_launch = absl::GetFlag(FLAGS_programmatic),
-        .fused_split_reduce = absl::GetFlag(FLAGS_fused_split_reduce),
-        .fused_rope = absl::GetFlag(FLAGS_fused_rope),
-        .fused_kv_rows = absl::GetFlag(FLAGS_fused_kv_rows),
-        .fold_row_ops = absl::GetFlag(FLAGS_fold_row_ops),
-        .fp8_split_target_ctas = absl::GetFlag(FLAGS_fp8_split_target),
-        .fp8_split_min_stages = absl::GetFlag(FLAGS_fp8_split_min_stages),
-        .bf16_split_k = absl::GetFlag(FLAGS_bf16_split_k),
-        .norm_cluster_ranks = absl::GetFlag(FLAGS_norm_cluster_ranks),
-        .profile = !graphs,
-        .expert_tile = absl::GetFlag(FLAGS_expert_tile),
-        .expert_wgmma = absl::GetFlag(FLAGS_expert_wgmma),
-        .expert_wgmma_f16 = absl::GetFlag(FLAGS_expert_wgmma_f16),
-        .dense_wgmma = absl::GetFlag(FLAGS_dense_wgmma),
-        .expert_prefill_tiles = absl::GetFlag(FLAGS_expert_prefill_tiles),
-        .expert_tiles_resident = absl::GetFlag(FLAGS_expert_tiles_resident),
-        .prefill_x16_panel = absl::GetFlag(FLAGS_x16_panel),
-        .attention_wgmma = absl::GetFlag(FLAGS_attention_wgmma),
-        .attention_range_tiles = absl::GetFlag(FLAGS_attention_range_tiles),
-        .prompt_range_tiles = absl::GetFlag(FLAGS_prompt_range_tiles),
-        .staged_attention = absl::GetFlag(FLAGS_staged_attention),
-        .fused_attention_out = absl::GetFlag(FLAGS_fused_attention_out),
-        .direct_wo_a = absl::GetFlag(FLAGS_direct_wo_a),
-        .fused_swiglu_fp8 = absl::GetFlag(FLAGS_fused_swiglu_fp8),
-        .bf16_branches = absl::GetFlag(FLAGS_bf16_branches),
-        .gate_logits_in_block_macs = absl::GetFlag(FLAGS_gate_logits_in_block_macs),
-        .reduce_fp8_out = absl::GetFlag(FLAGS_reduce_fp8_out),
-        .parallel_compressor_rows = absl::GetFlag(FLAGS_parallel_compressor_rows),
-        .tile_conversion_rows = absl::GetFlag(FLAGS_tile_conversion_rows)};
+    weir::model::DeviceDecoderOptions options = DecoderOptionsFromFlags(numerics);
+    options.max_sequences = max_batch;
+    options.max_positions = prompt + warmup + steps + 8;
+    options.max_batch = max_batch;
+    options.use_graphs = graphs;
+    options.profile = !graphs;
     if (exchange) options.communicator = nccl->get();
     auto dd = weir::model::DeviceDecoder::Create(model, precision, options);
     WEIR_CHECK(dd.ok()) << dd.status();
@@ -585,47 +594,12 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
   const auto t0 = Clock::now();
   // The slice's decoder options from the flags (graphs; the profile below
   // turns them off).
-  weir::model::DeviceDecoderOptions options{
-      .numerics = numerics,
-      .fast_mhc = absl::GetFlag(FLAGS_fast_mhc),
-      .max_sequences = max_batch + 1,  // + a spare slot for the untimed prefill
-      .max_positions =
-          std::max<int64_t>(absl::GetFlag(FLAGS_max_positions), context + warmup + steps + 8),
-      .kv_block_tokens = absl::GetFlag(FLAGS_kv_block_tokens),
-      .max_batch = std::max(max_batch, chunk),
-      .max_rows_per_slot = std::max(chunk, 1),
-      .programmatic_launch = absl::GetFlag(FLAGS_programmatic),
-      .fused_split_reduce = absl::GetFlag(FLAGS_fused_split_reduce),
-      .fused_rope = absl::GetFlag(FLAGS_fused_rope),
-      .fused_kv_rows = absl::GetFlag(FLAGS_fused_kv_rows),
-      .fold_row_ops = absl::GetFlag(FLAGS_fold_row_ops),
-      .fp8_split_target_ctas = absl::GetFlag(FLAGS_fp8_split_target),
-      .fp8_split_min_stages = absl::GetFlag(FLAGS_fp8_split_min_stages),
-      .bf16_split_k = absl::GetFlag(FLAGS_bf16_split_k),
-      .norm_cluster_ranks = absl::GetFlag(FLAGS_norm_cluster_ranks),
-      .weight_prefetch = absl::GetFlag(FLAGS_weight_prefetch),
-      .concurrent_branches = absl::GetFlag(FLAGS_concurrent_branches),
-      .expert_tile = absl::GetFlag(FLAGS_expert_tile),
-      .expert_wgmma = absl::GetFlag(FLAGS_expert_wgmma),
-      .expert_wgmma_f16 = absl::GetFlag(FLAGS_expert_wgmma_f16),
-      .dense_wgmma = absl::GetFlag(FLAGS_dense_wgmma),
-      .dense_wgmma_f16 = absl::GetFlag(FLAGS_dense_wgmma_f16),
-      .dense_wgmma_f16_decode = absl::GetFlag(FLAGS_dense_wgmma_f16_decode),
-      .expert_prefill_tiles = absl::GetFlag(FLAGS_expert_prefill_tiles),
-      .expert_tiles_resident = absl::GetFlag(FLAGS_expert_tiles_resident),
-      .prefill_x16_panel = absl::GetFlag(FLAGS_x16_panel),
-      .attention_wgmma = absl::GetFlag(FLAGS_attention_wgmma),
-      .attention_range_tiles = absl::GetFlag(FLAGS_attention_range_tiles),
-      .prompt_range_tiles = absl::GetFlag(FLAGS_prompt_range_tiles),
-      .staged_attention = absl::GetFlag(FLAGS_staged_attention),
-      .fused_attention_out = absl::GetFlag(FLAGS_fused_attention_out),
-      .direct_wo_a = absl::GetFlag(FLAGS_direct_wo_a),
-      .fused_swiglu_fp8 = absl::GetFlag(FLAGS_fused_swiglu_fp8),
-      .bf16_branches = absl::GetFlag(FLAGS_bf16_branches),
-      .gate_logits_in_block_macs = absl::GetFlag(FLAGS_gate_logits_in_block_macs),
-      .reduce_fp8_out = absl::GetFlag(FLAGS_reduce_fp8_out),
-      .parallel_compressor_rows = absl::GetFlag(FLAGS_parallel_compressor_rows),
-      .tile_conversion_rows = absl::GetFlag(FLAGS_tile_conversion_rows)};
+  weir::model::DeviceDecoderOptions options = DecoderOptionsFromFlags(numerics);
+  options.max_sequences = max_batch + 1;  // + a spare slot for the untimed prefill
+  options.max_positions =
+      std::max<int64_t>(absl::GetFlag(FLAGS_max_positions), context + warmup + steps + 8);
+  options.max_batch = std::max(max_batch, chunk);
+  options.max_rows_per_slot = std::max(chunk, 1);
   auto dd = weir::model::CreateSyntheticDeviceDecoder(c, options_precision(), options);
   WEIR_CHECK(dd.ok()) << dd.status();
   std::printf("numerics %s: fast dense layers %d (bf16 %d), reference dense %d, fast MoE layers "
