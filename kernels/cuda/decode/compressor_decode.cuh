@@ -11,6 +11,29 @@
 
 namespace weir::kernels::cuda::decode {
 
+// One group's pooled latent of one channel: the group's entries i = 0 ..
+// ratio - 1 read through score(i) and kv(i); max with std::max's comparison,
+// then the exp sum, then the weighted sum, i ascending, each step one fp32
+// IEEE operation (CompressorPoolKernel's arithmetic). Both decode forms
+// below pool through it, so they give the same bits.
+template <typename Score, typename Kv>
+__device__ __forceinline__ float PoolGroup(int ratio, bool round_bf16, Score score, Kv kv) {
+  namespace fm = ::weir::kernels::fmath;
+  float m = score(0);
+  for (int i = 1; i < ratio; ++i) {
+    const float v = score(i);
+    m = m < v ? v : m;  // std::max(m, v)
+  }
+  float sum = 0.0f;
+  for (int i = 0; i < ratio; ++i) sum = __fadd_rn(sum, fm::ExpF(__fsub_rn(score(i), m)));
+  float acc = 0.0f;
+  for (int i = 0; i < ratio; ++i) {
+    const float w = fm::ExpF(__fsub_rn(score(i), m));
+    acc = __fadd_rn(acc, __fmul_rn(kv(i), __fdiv_rn(w, sum)));
+  }
+  return round_bf16 ? RoundToBf16(acc) : acc;
+}
+
 // Grid-stride over (row t, channel c). The thread that stores channel c of
 // row t is the one that pools it, so the pooled read of the new entry sees
 // the store without any synchronization (and different runs use different
@@ -27,7 +50,6 @@ __global__ void CompressorDecodeKernel(const float* __restrict__ kv,
                                        int ratio, int64_t state_rows, int64_t slots,
                                        bool round_bf16) {
   GridDependencyPrologue();
-  namespace fm = ::weir::kernels::fmath;
   const int64_t n = rows * dim;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
@@ -54,19 +76,8 @@ __global__ void CompressorDecodeKernel(const float* __restrict__ kv,
       // The group's entry i: position pos + 1 - ratio + i.
       const int64_t first = pos + 1 - ratio;
       auto at = [&](int i) { return ((first + i) % state_rows) * dim; };
-      float m = scs[at(0)];
-      for (int i = 1; i < ratio; ++i) {
-        const float v = scs[at(i)];
-        m = m < v ? v : m;  // std::max(m, v)
-      }
-      float sum = 0.0f;
-      for (int i = 0; i < ratio; ++i) sum = __fadd_rn(sum, fm::ExpF(__fsub_rn(scs[at(i)], m)));
-      float acc = 0.0f;
-      for (int i = 0; i < ratio; ++i) {
-        const float w = fm::ExpF(__fsub_rn(scs[at(i)], m));
-        acc = __fadd_rn(acc, __fmul_rn(kvs[at(i)], __fdiv_rn(w, sum)));
-      }
-      out[o] = round_bf16 ? RoundToBf16(acc) : acc;
+      out[o] = PoolGroup(
+          ratio, round_bf16, [&](int i) { return scs[at(i)]; }, [&](int i) { return kvs[at(i)]; });
     }
   }
 }
@@ -94,7 +105,6 @@ __global__ void CompressorPoolRowsKernel(
     float* __restrict__ out, int64_t rows, int64_t dim, int ratio, int64_t state_rows,
     int64_t slots, bool round_bf16) {
   GridDependencyPrologue();
-  namespace fm = ::weir::kernels::fmath;
   const int64_t n = rows * dim;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
@@ -112,21 +122,9 @@ __global__ void CompressorPoolRowsKernel(
       if (InRunOf(state_slot, positions, rows, t, d, s, pos)) return input[(t + d) * dim + c];
       return ring[block + ((first + i) % state_rows) * dim];
     };
-    float m = value(score, score_state, 0);
-    for (int i = 1; i < ratio; ++i) {
-      const float v = value(score, score_state, i);
-      m = m < v ? v : m;  // std::max(m, v)
-    }
-    float sum = 0.0f;
-    for (int i = 0; i < ratio; ++i) {
-      sum = __fadd_rn(sum, fm::ExpF(__fsub_rn(value(score, score_state, i), m)));
-    }
-    float acc = 0.0f;
-    for (int i = 0; i < ratio; ++i) {
-      const float w = fm::ExpF(__fsub_rn(value(score, score_state, i), m));
-      acc = __fadd_rn(acc, __fmul_rn(value(kv, kv_state, i), __fdiv_rn(w, sum)));
-    }
-    out[e] = round_bf16 ? RoundToBf16(acc) : acc;
+    out[e] = PoolGroup(
+        ratio, round_bf16, [&](int i) { return value(score, score_state, i); },
+        [&](int i) { return value(kv, kv_state, i); });
   }
 }
 
