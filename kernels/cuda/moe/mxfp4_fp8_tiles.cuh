@@ -94,30 +94,30 @@ __global__ void __launch_bounds__(kWarps * 32) Mxfp4ToFp8TilesKernel(const Kerne
       const uint32_t kept_lo = kept_table[shift][0], kept_hi = kept_table[shift][1];
       uint32_t keep = 0xFFFFFFFFu;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      // Codes 4 i .. 4 i + 3: the nibbles of one half word, in order.
-      const uint32_t nibbles = (i % 2 == 0 ? words[i / 2] : words[i / 2] >> 16) & 0xFFFFu;
-      const uint32_t magnitudes = nibbles & 0x7777u;
-      keep &= Prmt(kept_lo, kept_hi, magnitudes);
-      // A byte of 0x80 for a positive code, 0xFF (0x80's sign replicated) for
-      // a negative one: its bit 0, moved to bit 7, is the code's sign.
-      const uint32_t signs = Prmt(0x80808080u, 0x80808080u, nibbles);
-      out[i] = Prmt(code_lo, code_hi, magnitudes) | ((signs << 7) & 0x80808080u);
+      for (int i = 0; i < 8; ++i) {
+        // Codes 4 i .. 4 i + 3: the nibbles of one half word, in order.
+        const uint32_t nibbles = (i % 2 == 0 ? words[i / 2] : words[i / 2] >> 16) & 0xFFFFu;
+        const uint32_t magnitudes = nibbles & 0x7777u;
+        keep &= Prmt(kept_lo, kept_hi, magnitudes);
+        // A byte of 0x80 for a positive code, 0xFF (0x80's sign replicated) for
+        // a negative one: its bit 0, moved to bit 7, is the code's sign.
+        const uint32_t signs = Prmt(0x80808080u, 0x80808080u, nibbles);
+        out[i] = Prmt(code_lo, code_hi, magnitudes) | ((signs << 7) & 0x80808080u);
+      }
+      kept = keep == 0xFFFFFFFFu;
     }
-    kept = keep == 0xFFFFFFFFu;
+    const bool exact = __all_sync(0xffffffffu, kept) && !nan_scale;
+    if (has) {
+      uint4* dst = reinterpret_cast<uint4*>(args.codes + expert * args.codes_stride + row * args.k +
+                                            kb * 32);
+      dst[0] = exact ? make_uint4(out[0], out[1], out[2], out[3]) : make_uint4(0, 0, 0, 0);
+      dst[1] = exact ? make_uint4(out[4], out[5], out[6], out[7]) : make_uint4(0, 0, 0, 0);
     }
-  const bool exact = __all_sync(0xffffffffu, kept) && !nan_scale;
-  if (has) {
-    uint4* dst =
-        reinterpret_cast<uint4*>(args.codes + expert * args.codes_stride + row * args.k + kb * 32);
-    dst[0] = exact ? make_uint4(out[0], out[1], out[2], out[3]) : make_uint4(0, 0, 0, 0);
-    dst[1] = exact ? make_uint4(out[4], out[5], out[6], out[7]) : make_uint4(0, 0, 0, 0);
-  }
-  if (lane == 0) {
-    args.tile_scales[expert * args.tile_scales_stride + tile_row * blocks + kb] =
-        static_cast<uint8_t>(top);
-    if (!exact) atomicAdd(args.inexact + expert, 1);
-  }
+    if (lane == 0) {
+      args.tile_scales[expert * args.tile_scales_stride + tile_row * blocks + kb] =
+          static_cast<uint8_t>(top);
+      if (!exact) atomicAdd(args.inexact + expert, 1);
+    }
   }
 }
 
