@@ -42,11 +42,15 @@ absl::Status Mxfp4ToFp8Tiles(const Mxfp4Fp8TilesParams& p, cudaStream_t stream) 
       e != cudaSuccess) {
     return CudaStatus(e, "Mxfp4ToFp8Tiles: zeroing the counts");
   }
-  t::Mxfp4ToFp8TilesKernel<<<dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y),
-                                  static_cast<unsigned>(p.experts)),
-                             t::kWarps * 32, 0, stream>>>({p.w, p.w_scales, p.codes, p.tile_scales,
-                                                           p.inexact, p.n, p.k, codes_stride,
-                                                           tiles_stride, p.tile_rows_per_cta});
+  const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y),
+                  static_cast<unsigned>(p.experts));
+  const t::KernelArgs args{p.w, p.w_scales, p.codes,      p.tile_scales, p.inexact,
+                           p.n, p.k,        codes_stride, tiles_stride,  p.tile_rows_per_cta};
+  if (p.tile_rows_per_cta > 1) {  // a CTA walks its tile rows
+    t::Mxfp4ToFp8TilesKernel<true><<<grid, t::kWarps * 32, 0, stream>>>(args);
+  } else {
+    t::Mxfp4ToFp8TilesKernel<false><<<grid, t::kWarps * 32, 0, stream>>>(args);
+  }
   return LaunchStatus("Mxfp4ToFp8Tiles");
 }
 
