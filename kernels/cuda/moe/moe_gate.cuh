@@ -72,8 +72,10 @@ __global__ void MoeGateLogitsKernel(const float* x, const float* weight, float* 
 
 // One block per token. Warps take experts round robin for the logits; the
 // top-k is k rounds of a warp-wide argmax under Precedes on warp 0.
+// (No __launch_bounds__: the kernel takes 40 registers a thread either way,
+// and the 256-thread form keeps the SASS it had before the 1,024 one.)
 template <int kThreads>
-__global__ void __launch_bounds__(kThreads) MoeGateKernel(GateKernelArgs a) {
+__global__ void MoeGateKernel(GateKernelArgs a) {
   GridDependencyPrologue();
   constexpr int kWarps = kThreads / 32;
   __shared__ float s_score[kGateMaxExperts];
