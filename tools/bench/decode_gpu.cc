@@ -171,6 +171,11 @@ ABSL_FLAG(int64_t, parallel_compressor_rows, 0,
 ABSL_FLAG(int32_t, tile_conversion_rows, 1,
           "Tile rows one CTA of the experts' MXFP4 -> FP8 conversion walks (same codes; "
           "DeviceDecoderOptions::tile_conversion_rows).");
+ABSL_FLAG(bool, slice_bf16_wo_a, false,
+          "--ep_slice: the slice's grouped wo_a as checkpoints load it (bf16 values, no "
+          "act_quant: the bf16 product V4.1 runs, twice the FP8 bytes; --direct_wo_a and "
+          "--reduce_fp8_out apply to it); false: the FP8 product with act_quant of the "
+          "measurements before 2026-12-06.");
 ABSL_FLAG(bool, x16_panel, true,
           "Prefill: the FP8 products on the warp-specialized tile read X's f16 panel "
           "(DeviceDecoderOptions::prefill_x16_panel; same bits).");
@@ -600,7 +605,8 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       std::max<int64_t>(absl::GetFlag(FLAGS_max_positions), context + warmup + steps + 8);
   options.max_batch = std::max(max_batch, chunk);
   options.max_rows_per_slot = std::max(chunk, 1);
-  auto dd = weir::model::CreateSyntheticDeviceDecoder(c, options_precision(), options);
+  auto dd = weir::model::CreateSyntheticDeviceDecoder(c, options_precision(), options, 1,
+                                                      absl::GetFlag(FLAGS_slice_bf16_wo_a));
   WEIR_CHECK(dd.ok()) << dd.status();
   std::printf("numerics %s: fast dense layers %d (bf16 %d), reference dense %d, fast MoE layers "
               "%d\n",
@@ -809,7 +815,8 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
     weir::model::DeviceDecoderOptions eager_options = options;
     eager_options.use_graphs = false;
     eager_options.profile = true;
-    auto eager = weir::model::CreateSyntheticDeviceDecoder(c, options_precision(), eager_options);
+    auto eager = weir::model::CreateSyntheticDeviceDecoder(c, options_precision(), eager_options, 1,
+                                                           absl::GetFlag(FLAGS_slice_bf16_wo_a));
     WEIR_CHECK(eager.ok()) << eager.status();
     for (int batch : {batches.front(), max_batch}) {
       std::vector<int> slots(batch);

@@ -39,7 +39,8 @@ gpu_step small_ab 200 "${here}/options_ab.sh" "${dg}" 2 -- --cuda_ops=false --nu
   --batches=1,64 --steps=6 ::: ::: --gate_logits_in_block_macs=65536 ::: \
   --bf16_branches=true ::: --fused_swiglu_fp8=true ::: --fused_split_reduce=true
 gpu_step ep8_ab 160 "${here}/options_ab.sh" "${dg}" 1 -- --ep_slice=8 --numerics=fast \
-  --batches=1,64 --context=64 --steps=6 --warmup=1 --slice_profile=false ::: ::: \
+  --slice_bf16_wo_a=true --batches=1,64 --context=64 --steps=6 --warmup=1 \
+  --slice_profile=false ::: ::: \
   --direct_wo_a=true ::: --direct_wo_a=true --reduce_fp8_out=true
 gpu_step prefill_ab 200 "${here}/options_ab.sh" "${dg}" 1 -- --ep_slice=8 --numerics=fast \
   --batches=1 --context=4096 --prefill_chunk=4096 --steps=2 --warmup=1 \

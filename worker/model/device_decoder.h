@@ -717,8 +717,8 @@ class DeviceDecoder : public DecodeBackend {
   // The testonly synthetic slice generator (device_decoder_synthetic.h)
   // builds its decoder on Impl.
   friend absl::StatusOr<std::unique_ptr<DeviceDecoder>> CreateSyntheticDeviceDecoder(
-      const ModelConfig& config, ActivationPrecision precision,
-      const DeviceDecoderOptions& options, uint64_t seed);
+      const ModelConfig& config, ActivationPrecision precision, const DeviceDecoderOptions& options,
+      uint64_t seed, bool bf16_wo_a);
   explicit DeviceDecoder(std::unique_ptr<Impl> impl);
   // Launches the graph of `key` on the decoder's stream, capturing
   // `enqueue` into it on first use (with programmatic edges per options).

@@ -15,7 +15,8 @@ using device_decoder_internal::SyntheticModel;
 
 // The shapes (and small host tensors) of a synthetic decoder of `config`,
 // drawn from `seed`.
-std::unique_ptr<SyntheticModel> MakeSynthetic(const ModelConfig& config, uint64_t seed) {
+std::unique_ptr<SyntheticModel> MakeSynthetic(const ModelConfig& config, uint64_t seed,
+                                              bool bf16_wo_a) {
   auto m = std::make_unique<SyntheticModel>();
   m->config = config;
   m->roles = std::make_unique<LayerRoles>(m->config);
@@ -54,7 +55,7 @@ std::unique_ptr<SyntheticModel> MakeSynthetic(const ModelConfig& config, uint64_
     a.attn_sink = vec(c.n_heads, -0.5f, 0.5f);
     a.wo_b = dense(d, c.o_groups * c.o_lora_rank);
     for (int64_t g = 0; g < c.o_groups; ++g) {
-      a.wo_a.push_back(dense(c.o_lora_rank, c.o_group_in_dim()));
+      a.wo_a.push_back(dense(c.o_lora_rank, c.o_group_in_dim(), !bf16_wo_a));
     }
     if (role.has_compressor) {
       // The checkpoint's dtypes (checkpoint_layout.cc): the compressor and
@@ -88,7 +89,7 @@ std::unique_ptr<SyntheticModel> MakeSynthetic(const ModelConfig& config, uint64_
 
 absl::StatusOr<std::unique_ptr<DeviceDecoder>> CreateSyntheticDeviceDecoder(
     const ModelConfig& config, ActivationPrecision precision, const DeviceDecoderOptions& options,
-    uint64_t seed) {
+    uint64_t seed, bool bf16_wo_a) {
   using Impl = DeviceDecoder::Impl;
   RETURN_IF_ERROR(ValidateModelConfig(config));
   if (!config.engram_layer_ids.empty()) {
@@ -96,7 +97,7 @@ absl::StatusOr<std::unique_ptr<DeviceDecoder>> CreateSyntheticDeviceDecoder(
         "CreateSyntheticDeviceDecoder: Engram tables are not synthesized; drop the Engram "
         "layers from the config");
   }
-  std::unique_ptr<SyntheticModel> model = MakeSynthetic(config, seed);
+  std::unique_ptr<SyntheticModel> model = MakeSynthetic(config, seed, bf16_wo_a);
   ASSIGN_OR_RETURN(LocalExperts slots, CheckDecodable(model->config, *model->roles,
                                                      model->weights, options, /*synthetic=*/true));
   ASSIGN_OR_RETURN(EngramHasher hasher, EngramHasher::Create(model->config, {}));

@@ -25,10 +25,14 @@ namespace weir::model {
 // small vectors drawn on the host from `seed`); the same seed draws the same
 // weights. Sequences start empty (DeviceDecoder::Start). INVALID_ARGUMENT if
 // `config` is invalid or has Engram layers (their tables are not
-// synthesized); errors as DeviceDecoder::Create otherwise.
+// synthesized); errors as DeviceDecoder::Create otherwise. `bf16_wo_a`: the
+// grouped wo_a as checkpoints load it (worker/model/weights.cc: bf16 values,
+// no act_quant, so the fast decoder runs it as a bf16 product); false keeps
+// the FP8 product with act_quant the slice had before 2026-12-06 (half the
+// bytes of V4.1's real wo_a).
 absl::StatusOr<std::unique_ptr<DeviceDecoder>> CreateSyntheticDeviceDecoder(
     const ModelConfig& config, ActivationPrecision precision,
-    const DeviceDecoderOptions& options = {}, uint64_t seed = 1);
+    const DeviceDecoderOptions& options = {}, uint64_t seed = 1, bool bf16_wo_a = false);
 
 }  // namespace weir::model
 
