@@ -147,14 +147,14 @@ ABSL_FLAG(bool, fused_attention_out, true,
           "kFast, unstored pools: the staged attention writes the grouped output projection's "
           "input with the inverse RoPE itself (same bits; DeviceDecoderOptions::"
           "fused_attention_out).");
-ABSL_FLAG(bool, direct_wo_a, false,
+ABSL_FLAG(bool, direct_wo_a, true,
           "kFast, bf16 grouped wo_a: its bf16 input written by the launch before it and u "
           "written in place by the product (two launches a layer fewer, same bits; "
           "DeviceDecoderOptions::direct_wo_a).");
-ABSL_FLAG(bool, fused_swiglu_fp8, false,
+ABSL_FLAG(bool, fused_swiglu_fp8, true,
           "kFast, FP8 shared expert: the SwiGLU writes w2's FP8 input itself (one launch a "
           "layer fewer, same bits; DeviceDecoderOptions::fused_swiglu_fp8).");
-ABSL_FLAG(bool, bf16_branches, false,
+ABSL_FLAG(bool, bf16_branches, true,
           "kFast: the collapse-norm makes h's bf16 form for the bf16 products that read it, "
           "and the window-KV / compressor branch runs with bf16 weights too (same bits; "
           "DeviceDecoderOptions::bf16_branches).");
@@ -162,16 +162,16 @@ ABSL_FLAG(int64_t, gate_logits_in_block_macs, 0,
           "kFast: gates of at most this many multiply-adds a token sum their logits in "
           "MoeGate's block (one launch a layer fewer, same bits; DeviceDecoderOptions::"
           "gate_logits_in_block_macs; 0: MoeGateLogits always).");
-ABSL_FLAG(bool, reduce_fp8_out, false,
+ABSL_FLAG(bool, reduce_fp8_out, true,
           "kFast with --direct_wo_a: the grouped wo_a's split reduce also writes wo_b's FP8 "
           "input (one launch a layer fewer, same bits; DeviceDecoderOptions::reduce_fp8_out).");
-ABSL_FLAG(int64_t, parallel_compressor_rows, 0,
+ABSL_FLAG(int64_t, parallel_compressor_rows, 256,
           "Steps of at least this many rows run the compressor's decode kernel with a thread a "
           "row (same bits; DeviceDecoderOptions::parallel_compressor_rows; 0: never).");
 ABSL_FLAG(int32_t, tile_conversion_rows, 1,
           "Tile rows one CTA of the experts' MXFP4 -> FP8 conversion walks (same codes; "
           "DeviceDecoderOptions::tile_conversion_rows).");
-ABSL_FLAG(bool, slice_bf16_wo_a, false,
+ABSL_FLAG(bool, slice_bf16_wo_a, true,
           "--ep_slice: the slice's grouped wo_a as checkpoints load it (bf16 values, no "
           "act_quant: the bf16 product V4.1 runs, twice the FP8 bytes; --direct_wo_a and "
           "--reduce_fp8_out apply to it); false: the FP8 product with act_quant of the "

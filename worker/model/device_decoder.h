@@ -429,15 +429,17 @@ struct DeviceDecoderOptions {
   // the product writes u's [batch, groups, rank] rows itself
   // (Bf16GemmParams::y_row_stride; no SwapAxes after it): two launches a
   // layer fewer, the same bits.
-  // Off: the same bits on an H100 (2026-12-06), not yet timed alone
-  // (worker/model/README.md, the twenty-second session's fusions).
-  bool direct_wo_a = false;
+  // On since 2026-12-06 (H100, decode_gpu, worker/model/README.md "The
+  // twenty-third session's A/B"): the EP8 slice with V4.1's bf16 wo_a at
+  // batch 1 / 64 13.63 -> 11.22 / 46.19 -> 37.93 ms, small 1.235 -> 1.213 /
+  // 2.331 -> 2.321 ms over bf16_branches + fused_swiglu_fp8.
+  bool direct_wo_a = true;
   // kFast, FP8 shared expert: the SwiGLU between its w1/w3 and w2 products
   // writes w2's FP8 input itself (SwigluParams::codes; ActQuantFp8's bits,
   // one launch a layer fewer).
-  // Off: the same bits on an H100 (2026-12-06), not yet timed alone
-  // (worker/model/README.md, the twenty-second session's fusions).
-  bool fused_swiglu_fp8 = false;
+  // On since 2026-12-06: small's step the same (1.276 / 2.355 against
+  // 1.274 / 2.356 ms), 12 launches fewer (H100, decode_gpu).
+  bool fused_swiglu_fp8 = true;
   // kFast with concurrent_branches: the attention's collapse-norm also makes
   // h's bf16 form where a bf16 product reads h (the compressor's wkv and
   // wgate, the indexer's weights: one ToBf16 launch a layer fewer), and the
@@ -445,32 +447,33 @@ struct DeviceDecoderOptions {
   // bf16 weights too (the branch stages its other bf16 inputs, the index
   // keys' latent, in its own scratch). V4.1's and small's compressors are
   // bf16, so without it their layers never branch. The same bits.
-  // Off: the same bits on an H100 (2026-12-06), not yet timed alone
-  // (worker/model/README.md, the twenty-second session's fusions).
-  bool bf16_branches = false;
+  // On since 2026-12-06: small at batch 1 / 64 1.274 -> 1.235 / 2.356 ->
+  // 2.341 ms (H100, decode_gpu).
+  bool bf16_branches = true;
   // kFast: gates of at most this many multiply-adds a token (experts x dim)
   // sum their logits inside MoeGate's block (one launch a layer fewer, the
   // same bits: both kernels sum a logit by one warp's WarpLaneSum); wider
   // ones run MoeGateLogits first. 0: every gate runs MoeGateLogits.
-  // 0: the same bits at 65,536 on an H100 (2026-12-06), not yet timed alone.
+  // 0: the same bits at 65,536 on an H100 (2026-12-06), but slower: small
+  // at batch 1 / 64 1.274 -> 1.317 / 2.356 -> 2.380 ms (decode_gpu).
   int64_t gate_logits_in_block_macs = 0;
   // With direct_wo_a: where the grouped wo_a splits K, its second kernel
   // also writes u's FP8 form, which wo_b reads (ActQuantFp8's bits, one
   // launch a layer fewer).
-  // Off: the same bits on an H100 (2026-12-06), not yet timed alone
-  // (worker/model/README.md, the twenty-second session's fusions).
-  bool reduce_fp8_out = false;
+  // On since 2026-12-06: the EP8 slice with V4.1's bf16 wo_a at batch 1 /
+  // 64 11.22 -> 10.90 / 37.93 -> 37.95 ms over direct_wo_a (H100).
+  bool reduce_fp8_out = true;
   // Steps of at least this many rows (a prefill chunk) run the compressor's
   // decode kernel in its parallel form (CompressorDecodeParams::
   // parallel_rows: a thread per row and channel instead of a run's rows
-  // walked on one; the same latents and state). 0: never. Off until its GPU
-  // test runs (compressor_decode_test, the twenty-second session); the EP8
-  // slice's 4,096-row chunk spent 6 ms a launch in the serial walk.
-  int64_t parallel_compressor_rows = 0;
+  // walked on one; the same latents and state). 0: never. 256 since
+  // 2026-12-06 (compressor_decode_test passes on an H100): the EP8 slice's
+  // 4,096-row chunk 0.857 -> 0.840 s (the serial walk took 6 ms a launch).
+  int64_t parallel_compressor_rows = 256;
   // expert_prefill_tiles: tile rows one CTA of the experts' MXFP4 -> FP8
   // conversion walks (Mxfp4Fp8TilesParams::tile_rows_per_cta; the same
-  // codes). 1, the old grid, until a GPU A/B; the conversion was 72 ms of
-  // the EP8 slice's 856 ms prefill chunk (H100, 2026-12-06).
+  // codes). 1, the old grid: 8 made the EP8 slice's 4,096-row chunk slower,
+  // 0.857 -> 0.876 s (H100, 2026-12-06; mxfp4_fp8_tiles_test passes).
   int tile_conversion_rows = 1;
   // Expert parallelism over NCCL on device buffers (see the file comment):
   // this decoder is rank communicator->rank() of communicator->world_size().

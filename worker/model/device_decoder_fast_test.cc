@@ -821,6 +821,9 @@ TEST(DeviceDecoderFastTest, SmallFusedRowLaunchesGiveTheSeparateLaunchesBits) {
     plain.fused_attention_out = false;
     plain.direct_wo_a = false;
     plain.fused_swiglu_fp8 = false;
+    plain.bf16_branches = false;
+    plain.reduce_fp8_out = false;
+    plain.parallel_compressor_rows = 0;
     DeviceDecoderOptions fused = plain;
     fused.fused_kv_rows = true;
     fused.fold_row_ops = true;
