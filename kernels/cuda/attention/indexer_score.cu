@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/attention/indexer_score.cuh"
 #include "kernels/cuda/attention/indexer_score.h"
+#include "kernels/cuda/attention/indexer_score_grouped.cuh"
 #include "kernels/cuda/launch_status.h"
 
 namespace weir::kernels::cuda {
@@ -14,8 +15,49 @@ namespace {
 constexpr size_t kDefaultSharedBytes = 48 * 1024;
 constexpr size_t kHopperMaxSharedBytes = 227 * 1024;
 
+size_t GroupedSharedBytes(int heads, int dim) {
+  return static_cast<size_t>(IndexerGroupedLayout(heads, dim).Floats()) * sizeof(float);
+}
+
+bool GroupedApplies(const IndexerScoreParams& p) {
+  return p.dim % 4 == 0 && p.heads <= kIndexerGroupedMaxHeads &&
+         GroupedSharedBytes(p.heads, p.dim) <= kHopperMaxSharedBytes;
+}
+
+template <bool kRoundBf16>
+absl::Status LaunchGrouped(const IndexerScoreParams& p, cudaStream_t stream) {
+  const size_t shared = GroupedSharedBytes(p.heads, p.dim);
+  if (shared > kDefaultSharedBytes) {
+    if (absl::Status s = AllowSharedBytes(IndexerScoreGroupedKernel<kRoundBf16>,
+                                          static_cast<int64_t>(shared), "IndexerScore grouped");
+        !s.ok()) {
+      return s;
+    }
+  }
+  const IndexerGroupedLayout layout(p.heads, p.dim);
+  const int64_t tiles = (p.keys + 31) / 32;
+  const int64_t groups = (p.queries + layout.queries - 1) / layout.queries;
+  // Enough blocks to fill the device several times over; past that a block
+  // walks more tiles with the heads it staged (at most 8, so the causal
+  // prefill's late queries do not leave one block with most of the work).
+  const int64_t per_block = std::clamp<int64_t>(tiles * groups / 2048, 1, 8);
+  const dim3 grid(static_cast<unsigned>((tiles + per_block - 1) / per_block),
+                  static_cast<unsigned>(std::min<int64_t>(groups, 65535)));
+  IndexerScoreGroupedKernel<kRoundBf16><<<grid, kIndexerGroupedThreads, shared, stream>>>(
+      p.q, p.k, p.k_codes, p.k_scales, p.weights, p.visible_len, p.key_offset, p.block_table,
+      p.table_slot, p.table_width, p.entries_per_block, p.out, p.queries, p.heads, p.dim, p.keys,
+      p.q_mxfp4, p.weights_factor, static_cast<int>(per_block));
+  if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
+    return absl::InternalError(std::string("IndexerScore launch: ") + cudaGetErrorString(err));
+  }
+  return absl::OkStatus();
+}
+
 template <bool kRoundBf16>
 absl::Status Launch(const IndexerScoreParams& p, cudaStream_t stream) {
+  if (ResolveIndexerScoreForm(p) == IndexerScoreForm::kGrouped) {
+    return LaunchGrouped<kRoundBf16>(p, stream);
+  }
   const size_t shared = IndexerScoreSharedBytes(p.heads, p.dim);
   if (shared > kDefaultSharedBytes) {
     if (absl::Status s = AllowSharedBytes(IndexerScoreKernel<kRoundBf16>,
@@ -37,6 +79,13 @@ absl::Status Launch(const IndexerScoreParams& p, cudaStream_t stream) {
 }
 
 }  // namespace
+
+IndexerScoreForm ResolveIndexerScoreForm(const IndexerScoreParams& p) {
+  const bool grouped =
+      p.form == IndexerScoreForm::kGrouped ||
+      (p.form == IndexerScoreForm::kAuto && p.queries >= kIndexerGroupedMinQueries);
+  return grouped && GroupedApplies(p) ? IndexerScoreForm::kGrouped : IndexerScoreForm::kPerQuery;
+}
 
 size_t IndexerScoreSharedBytes(int heads, int dim) {
   const size_t floats = static_cast<size_t>(kIndexerKeyTile) * (static_cast<size_t>(dim) + 1) +

@@ -33,6 +33,18 @@ typedef struct CUstream_st* cudaStream_t;
 
 namespace weir::kernels::cuda {
 
+// Which kernel runs a launch; every form gives the same bits (the CPU's).
+enum class IndexerScoreForm {
+  kAuto,      // kGrouped from kIndexerGroupedMinQueries queries where it applies
+  kPerQuery,  // a block a (query, tile of 32 keys): the query's heads staged each time
+  // A block a group of queries (8 / ceil(heads / 16)) over a range of key
+  // tiles: the heads staged once, each thread 4 heads x 4 keys of one query
+  // (indexer_score_grouped.cuh). Needs dim % 4 == 0 and heads <= 128;
+  // elsewhere kPerQuery runs.
+  kGrouped,
+};
+inline constexpr int64_t kIndexerGroupedMinQueries = 16;
+
 struct IndexerScoreParams {
   const float* q = nullptr;              // device [queries, heads, dim]
   // device [keys, dim]; with key_offset, a key pool [pool_rows, dim] holding
@@ -80,7 +92,12 @@ struct IndexerScoreParams {
   // fl(w * weights_factor), then rounded to bf16 when round_bf16.
   bool q_mxfp4 = false;
   float weights_factor = 0.0f;
+  IndexerScoreForm form = IndexerScoreForm::kAuto;
 };
+
+// The form a launch of `params` runs (kAuto resolved; kGrouped where it
+// does not apply falls back to kPerQuery).
+IndexerScoreForm ResolveIndexerScoreForm(const IndexerScoreParams& params);
 
 // Shared memory one block of the launcher needs: a tile of 32 keys, the
 // query's heads and the heads' terms of the tile's keys,

@@ -21,6 +21,8 @@ namespace {
 
 using testing::DeviceBuffer;
 
+constexpr IndexerScoreForm kForms[] = {IndexerScoreForm::kPerQuery, IndexerScoreForm::kGrouped};
+
 struct Shape {
   int64_t queries;
   int heads;
@@ -31,10 +33,10 @@ struct Shape {
 // Runs both backends on fresh random inputs and requires bit-identical
 // scores: the GPU performs the CPU's operations in the CPU's order with the
 // same roundings (the header's contract), in both modes.
-void Compare(const Shape& shape, bool round_bf16, uint32_t seed) {
+void Compare(const Shape& shape, bool round_bf16, uint32_t seed, IndexerScoreForm form) {
   SCOPED_TRACE(::testing::Message() << "queries " << shape.queries << " heads " << shape.heads
-                                    << " dim " << shape.dim << " keys " << shape.keys
-                                    << " bf16 " << round_bf16);
+                                    << " dim " << shape.dim << " keys " << shape.keys << " bf16 "
+                                    << round_bf16 << " form " << static_cast<int>(form));
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> q(shape.queries * shape.heads * shape.dim), k(shape.keys * shape.dim),
@@ -62,10 +64,17 @@ void Compare(const Shape& shape, bool round_bf16, uint32_t seed) {
   DeviceBuffer<float> dq(q), dk(k), dweights(weights), dout(want.size());
   DeviceBuffer<int64_t> dvisible(visible);
   dout.Poison();
-  ASSERT_TRUE(IndexerScore({.q = dq.get(), .k = dk.get(), .weights = dweights.get(),
-                            .visible_len = dvisible.get(), .out = dout.get(),
-                            .queries = shape.queries, .heads = shape.heads, .dim = shape.dim,
-                            .keys = shape.keys, .round_bf16 = round_bf16},
+  ASSERT_TRUE(IndexerScore({.q = dq.get(),
+                            .k = dk.get(),
+                            .weights = dweights.get(),
+                            .visible_len = dvisible.get(),
+                            .out = dout.get(),
+                            .queries = shape.queries,
+                            .heads = shape.heads,
+                            .dim = shape.dim,
+                            .keys = shape.keys,
+                            .round_bf16 = round_bf16,
+                            .form = form},
                            nullptr)
                   .ok());
   const std::vector<float> got = dout.Download();
@@ -100,7 +109,9 @@ TEST(IndexerScoreCudaTest, BitIdenticalToTheCpuReference) {
   };
   uint32_t seed = 1;
   for (const Shape& shape : shapes) {
-    for (bool round_bf16 : {false, true}) Compare(shape, round_bf16, seed++);
+    for (bool round_bf16 : {false, true}) {
+      for (IndexerScoreForm form : kForms) Compare(shape, round_bf16, seed++, form);
+    }
   }
 }
 
@@ -115,11 +126,11 @@ TEST(IndexerScoreCudaTest, BitIdenticalToTheCpuReference) {
 // (cpu::QuantizeFp4, block 32, E8M0) and the CPU reference scores their
 // dequantized values.
 void CompareWithOffsets(const Shape& shape, int64_t pool_rows, bool round_bf16, uint32_t seed,
-                        bool mxfp4_keys = false) {
+                        IndexerScoreForm form, bool mxfp4_keys = false) {
   SCOPED_TRACE(::testing::Message()
                << "key_offset: queries " << shape.queries << " heads " << shape.heads << " dim "
                << shape.dim << " keys " << shape.keys << " pool " << pool_rows << " bf16 "
-               << round_bf16 << " mxfp4 keys " << mxfp4_keys);
+               << round_bf16 << " mxfp4 keys " << mxfp4_keys << " form " << static_cast<int>(form));
   ASSERT_GE(pool_rows, 1);
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -174,7 +185,8 @@ void CompareWithOffsets(const Shape& shape, int64_t pool_rows, bool round_bf16, 
                             .dim = shape.dim,
                             .keys = shape.keys,
                             .round_bf16 = round_bf16,
-                            .key_offset = doffset.get()};
+                            .key_offset = doffset.get(),
+                            .form = form};
   if (mxfp4_keys) {
     params.k = nullptr;
     params.k_codes = dcodes.get();
@@ -241,7 +253,9 @@ TEST(IndexerScoreCudaTest, PerQueryKeyOffsetsAreBitIdenticalToTheCpuOnEachBlock)
   uint32_t seed = 50;
   for (const OffsetCase& c : cases) {
     for (bool round_bf16 : {false, true}) {
-      CompareWithOffsets(c.shape, c.pool_rows, round_bf16, seed++);
+      for (IndexerScoreForm form : kForms) {
+        CompareWithOffsets(c.shape, c.pool_rows, round_bf16, seed++, form);
+      }
     }
   }
 }
@@ -261,7 +275,9 @@ TEST(IndexerScoreCudaTest, Mxfp4KeysScoreAsTheirDequantizedValues) {
   uint32_t seed = 90;
   for (const OffsetCase& c : cases) {
     for (bool round_bf16 : {false, true}) {
-      CompareWithOffsets(c.shape, c.pool_rows, round_bf16, seed++, /*mxfp4_keys=*/true);
+      for (IndexerScoreForm form : kForms) {
+        CompareWithOffsets(c.shape, c.pool_rows, round_bf16, seed++, form, /*mxfp4_keys=*/true);
+      }
     }
   }
   // dim not a multiple of 32, or both key forms at once: refused.
@@ -302,26 +318,35 @@ TEST(IndexerScoreCudaTest, ANegativeKeyOffsetGivesNaNForThatQueryOnly) {
                   .ok());
   DeviceBuffer<float> dq(q), dpool(pool), dweights(weights), dout(want.size());
   DeviceBuffer<int64_t> dvisible(visible), doffset(offset);
-  dout.Poison(0);
-  ASSERT_TRUE(IndexerScore({.q = dq.get(), .k = dpool.get(), .weights = dweights.get(),
-                            .visible_len = dvisible.get(), .out = dout.get(),
-                            .queries = kQueries, .heads = kHeads, .dim = kDim, .keys = kKeys,
-                            .key_offset = doffset.get()},
-                           nullptr)
-                  .ok());
-  const std::vector<float> got = dout.Download();
-  int64_t wrong = 0;
-  for (int64_t s = 0; s < kQueries; ++s) {
-    for (int64_t t = 0; t < kKeys; ++t) {
-      const float g = got[s * kKeys + t];
-      if (s == 1) {
-        wrong += t < visible[s] ? !std::isnan(g) : g != -INFINITY;
-      } else {
-        wrong += std::memcmp(&g, &want[s * kKeys + t], sizeof(float)) != 0;
+  for (IndexerScoreForm form : kForms) {
+    dout.Poison(0);
+    ASSERT_TRUE(IndexerScore({.q = dq.get(),
+                              .k = dpool.get(),
+                              .weights = dweights.get(),
+                              .visible_len = dvisible.get(),
+                              .out = dout.get(),
+                              .queries = kQueries,
+                              .heads = kHeads,
+                              .dim = kDim,
+                              .keys = kKeys,
+                              .key_offset = doffset.get(),
+                              .form = form},
+                             nullptr)
+                    .ok());
+    const std::vector<float> got = dout.Download();
+    int64_t wrong = 0;
+    for (int64_t s = 0; s < kQueries; ++s) {
+      for (int64_t t = 0; t < kKeys; ++t) {
+        const float g = got[s * kKeys + t];
+        if (s == 1) {
+          wrong += t < visible[s] ? !std::isnan(g) : g != -INFINITY;
+        } else {
+          wrong += std::memcmp(&g, &want[s * kKeys + t], sizeof(float)) != 0;
+        }
       }
     }
+    EXPECT_EQ(wrong, 0) << "form " << static_cast<int>(form);
   }
-  EXPECT_EQ(wrong, 0);
 }
 
 // Paged key pools (block_table): the slots' tables share a pool of blocks of
@@ -332,11 +357,13 @@ TEST(IndexerScoreCudaTest, ANegativeKeyOffsetGivesNaNForThatQueryOnly) {
 // -1 scores its visible keys NaN; blocks past a slot's coverage are -1 and
 // never read.
 void CompareWithTables(const Shape& shape, int slots, int table_width, int e, bool round_bf16,
-                       uint32_t seed, bool mxfp4_keys) {
+                       uint32_t seed, bool mxfp4_keys, IndexerScoreForm form, int run = 1,
+                       bool causal = false) {
   SCOPED_TRACE(::testing::Message()
                << "block_table: queries " << shape.queries << " heads " << shape.heads << " dim "
                << shape.dim << " keys " << shape.keys << " e " << e << " bf16 " << round_bf16
-               << " mxfp4 keys " << mxfp4_keys);
+               << " mxfp4 keys " << mxfp4_keys << " form " << static_cast<int>(form) << " run "
+               << run << " causal " << causal);
   ASSERT_GE(int64_t{table_width} * e, shape.keys);
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -365,10 +392,13 @@ void CompareWithTables(const Shape& shape, int slots, int table_width, int e, bo
   }
   std::vector<int32_t> qslot(shape.queries);
   std::vector<int64_t> visible(shape.queries);
+  // Slots in runs of `run` queries (a prefill chunk's rows share one); with
+  // `causal` a run's visible lengths grow as a prompt's positions do.
   for (int64_t s = 0; s < shape.queries; ++s) {
-    qslot[s] = static_cast<int32_t>(s % slots);
+    qslot[s] = static_cast<int32_t>((s / run) % slots);
     const int64_t room = std::min(shape.keys, covered[qslot[s]] * e);
-    visible[s] = std::uniform_int_distribution<int64_t>(1, room)(rng);
+    visible[s] = causal ? std::max<int64_t>(1, room * (s % run + 1) / run)
+                        : std::uniform_int_distribution<int64_t>(1, room)(rng);
   }
   const int64_t lost = shape.queries > 2 ? 1 : -1;  // the query without a slot
   if (lost >= 0) qslot[lost] = -1;
@@ -397,7 +427,8 @@ void CompareWithTables(const Shape& shape, int slots, int table_width, int e, bo
                             .block_table = dtable.get(),
                             .table_slot = dslot.get(),
                             .table_width = table_width,
-                            .entries_per_block = e};
+                            .entries_per_block = e,
+                            .form = form};
   if (mxfp4_keys) {
     params.k = nullptr;
     params.k_codes = dcodes.get();
@@ -467,7 +498,9 @@ TEST(IndexerScoreCudaTest, PagedKeysThroughBlockTablesAreBitIdenticalToTheCpu) {
   for (const TableCase& c : cases) {
     for (bool mxfp4 : {false, true}) {
       for (bool round_bf16 : {false, true}) {
-        CompareWithTables(c.shape, c.slots, c.table_width, c.e, round_bf16, seed++, mxfp4);
+        for (IndexerScoreForm form : kForms) {
+          CompareWithTables(c.shape, c.slots, c.table_width, c.e, round_bf16, seed++, mxfp4, form);
+        }
       }
     }
   }
@@ -572,21 +605,26 @@ TEST(IndexerScoreCudaTest, FusedInputsGiveTheSeparateLaunchesBits) {
                            .dim = shape.dim,
                            .keys = shape.keys,
                            .round_bf16 = round_bf16};
+      p.form = IndexerScoreForm::kPerQuery;
       ASSERT_TRUE(IndexerScore(p, nullptr).ok());
       p.q = dq.get();
       p.weights = dw.get();
       p.out = got.get();
       p.q_mxfp4 = true;
       p.weights_factor = factor;
-      ASSERT_TRUE(IndexerScore(p, nullptr).ok());
-      const std::vector<float> a = got.Download(), b = want.Download();
-      int64_t differ = 0, nan = 0;
-      for (size_t i = 0; i < a.size(); ++i) {
-        differ += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
-        nan += std::isnan(b[i]);
+      for (IndexerScoreForm form : kForms) {
+        p.form = form;
+        got.Poison();
+        ASSERT_TRUE(IndexerScore(p, nullptr).ok());
+        const std::vector<float> a = got.Download(), b = want.Download();
+        int64_t differ = 0, nan = 0;
+        for (size_t i = 0; i < a.size(); ++i) {
+          differ += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+          nan += std::isnan(b[i]);
+        }
+        EXPECT_EQ(differ, 0) << "form " << static_cast<int>(form);
+        EXPECT_GT(nan, 0);  // the NaN block reached query 1's scores
       }
-      EXPECT_EQ(differ, 0);
-      EXPECT_GT(nan, 0);  // the NaN block reached query 1's scores
     }
   }
   IndexerScoreParams bad{.q = reinterpret_cast<const float*>(256),
@@ -601,6 +639,42 @@ TEST(IndexerScoreCudaTest, FusedInputsGiveTheSeparateLaunchesBits) {
   EXPECT_TRUE(SupportsIndexerScore(bad));
   bad.q_mxfp4 = true;  // 48 is not whole MXFP4 blocks
   EXPECT_FALSE(SupportsIndexerScore(bad));
+}
+
+// The grouped form on a prefill chunk's pattern: many queries of one slot in
+// a row (they share each staged key tile) with visible lengths that grow as
+// a prompt's positions do, next to runs of other slots and a query without
+// one; heads that do not fill a warp's 16 (8, 20) and V4.1's 32, MXFP4 and
+// fp32 keys. Bit for bit the CPU's; kAuto takes the grouped form here.
+TEST(IndexerScoreCudaTest, GroupedFormOnPrefillRunsIsBitIdenticalToTheCpu) {
+  struct RunCase {
+    Shape shape;
+    int slots, table_width, e, run;
+  };
+  const RunCase cases[] = {
+      {{.queries = 300, .heads = 32, .dim = 128, .keys = 200}, 2, 50, 4, 150},  // V4.1, ratio 4
+      {{.queries = 97, .heads = 8, .dim = 128, .keys = 70}, 3, 10, 8, 40},      // small's heads
+      {{.queries = 41, .heads = 20, .dim = 64, .keys = 65}, 4, 3, 32, 7},       // 20: two warps
+  };
+  uint32_t seed = 900;
+  for (const RunCase& c : cases) {
+    for (bool mxfp4 : {false, true}) {
+      CompareWithTables(c.shape, c.slots, c.table_width, c.e, /*round_bf16=*/true, seed++, mxfp4,
+                        IndexerScoreForm::kAuto, c.run, /*causal=*/true);
+    }
+  }
+  const IndexerScoreParams prefill{.queries = 4096, .heads = 32, .dim = 128, .keys = 1026};
+  EXPECT_EQ(ResolveIndexerScoreForm(prefill), IndexerScoreForm::kGrouped);
+  IndexerScoreParams p = prefill;
+  p.queries = 1;
+  EXPECT_EQ(ResolveIndexerScoreForm(p), IndexerScoreForm::kPerQuery);
+  p.form = IndexerScoreForm::kGrouped;
+  EXPECT_EQ(ResolveIndexerScoreForm(p), IndexerScoreForm::kGrouped);
+  p.dim = 37;  // not whole float4 steps
+  EXPECT_EQ(ResolveIndexerScoreForm(p), IndexerScoreForm::kPerQuery);
+  p = prefill;
+  p.heads = 129;  // past 8 warps of 16 heads
+  EXPECT_EQ(ResolveIndexerScoreForm(p), IndexerScoreForm::kPerQuery);
 }
 
 }  // namespace
