@@ -81,10 +81,8 @@ absl::Status Launch(const IndexerScoreParams& p, cudaStream_t stream) {
 }  // namespace
 
 IndexerScoreForm ResolveIndexerScoreForm(const IndexerScoreParams& p) {
-  const bool grouped =
-      p.form == IndexerScoreForm::kGrouped ||
-      (p.form == IndexerScoreForm::kAuto && p.queries >= kIndexerGroupedMinQueries);
-  return grouped && GroupedApplies(p) ? IndexerScoreForm::kGrouped : IndexerScoreForm::kPerQuery;
+  return p.form == IndexerScoreForm::kGrouped && GroupedApplies(p) ? IndexerScoreForm::kGrouped
+                                                                   : IndexerScoreForm::kPerQuery;
 }
 
 size_t IndexerScoreSharedBytes(int heads, int dim) {

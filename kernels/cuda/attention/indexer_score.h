@@ -35,15 +35,17 @@ namespace weir::kernels::cuda {
 
 // Which kernel runs a launch; every form gives the same bits (the CPU's).
 enum class IndexerScoreForm {
-  kAuto,      // kGrouped from kIndexerGroupedMinQueries queries where it applies
+  kAuto,      // kPerQuery (kGrouped was no faster where it was meant to win)
   kPerQuery,  // a block a (query, tile of 32 keys): the query's heads staged each time
   // A block a group of queries (8 / ceil(heads / 16)) over a range of key
   // tiles: the heads staged once, each thread 4 heads x 4 keys of one query
   // (indexer_score_grouped.cuh). Needs dim % 4 == 0 and heads <= 128;
-  // elsewhere kPerQuery runs.
+  // elsewhere kPerQuery runs. Measured on an H100 (2026-12-06,
+  // indexer_score_bench, V4.1's 32 x 128 MXFP4 keys): a 4,096-row prefill
+  // chunk 2.39 against 2.45 ms, decode batches 1 / 8 / 64 / 256 24.6 / 66 /
+  // 245 / 956 against 18.4 / 21 / 83 / 296 us. So it is never chosen by kAuto.
   kGrouped,
 };
-inline constexpr int64_t kIndexerGroupedMinQueries = 16;
 
 struct IndexerScoreParams {
   const float* q = nullptr;              // device [queries, heads, dim]

@@ -645,7 +645,7 @@ TEST(IndexerScoreCudaTest, FusedInputsGiveTheSeparateLaunchesBits) {
 // a row (they share each staged key tile) with visible lengths that grow as
 // a prompt's positions do, next to runs of other slots and a query without
 // one; heads that do not fill a warp's 16 (8, 20) and V4.1's 32, MXFP4 and
-// fp32 keys. Bit for bit the CPU's; kAuto takes the grouped form here.
+// fp32 keys. Bit for bit the CPU's, in both forms.
 TEST(IndexerScoreCudaTest, GroupedFormOnPrefillRunsIsBitIdenticalToTheCpu) {
   struct RunCase {
     Shape shape;
@@ -659,15 +659,15 @@ TEST(IndexerScoreCudaTest, GroupedFormOnPrefillRunsIsBitIdenticalToTheCpu) {
   uint32_t seed = 900;
   for (const RunCase& c : cases) {
     for (bool mxfp4 : {false, true}) {
-      CompareWithTables(c.shape, c.slots, c.table_width, c.e, /*round_bf16=*/true, seed++, mxfp4,
-                        IndexerScoreForm::kAuto, c.run, /*causal=*/true);
+      for (IndexerScoreForm form : kForms) {
+        CompareWithTables(c.shape, c.slots, c.table_width, c.e, /*round_bf16=*/true, seed++, mxfp4,
+                          form, c.run, /*causal=*/true);
+      }
     }
   }
   const IndexerScoreParams prefill{.queries = 4096, .heads = 32, .dim = 128, .keys = 1026};
-  EXPECT_EQ(ResolveIndexerScoreForm(prefill), IndexerScoreForm::kGrouped);
+  EXPECT_EQ(ResolveIndexerScoreForm(prefill), IndexerScoreForm::kPerQuery);  // kAuto
   IndexerScoreParams p = prefill;
-  p.queries = 1;
-  EXPECT_EQ(ResolveIndexerScoreForm(p), IndexerScoreForm::kPerQuery);
   p.form = IndexerScoreForm::kGrouped;
   EXPECT_EQ(ResolveIndexerScoreForm(p), IndexerScoreForm::kGrouped);
   p.dim = 37;  // not whole float4 steps
