@@ -16,9 +16,12 @@ bool AlignedTo(const void* p, uintptr_t bytes) {
 
 }  // namespace
 
-int64_t Bf16GemmSharedBytes(const Fp8GemmTileShape& s) {
-  return static_cast<int64_t>(s.block_n + s.block_m) * kFp8GemmStageK * s.stages;
+int64_t Bf16GemmSharedBytes(const Fp8GemmTileShape& s, bool w_codes) {
+  return static_cast<int64_t>(s.block_n + s.block_m) * kFp8GemmStageK * s.stages +
+         (w_codes ? static_cast<int64_t>(s.block_n) * kBf16GemmStageK * s.stages : 0);
 }
+
+int64_t Bf16GemmWeightScaleBytes(int64_t n, int64_t k) { return (n + 31) / 32 * ((k + 31) / 32); }
 
 int64_t Bf16GemmSplitScratchFloats(const Bf16GemmParams& p) {
   if (p.k_splits <= 1) return 0;
@@ -38,7 +41,7 @@ int ChooseBf16GemmSplits(int64_t n, int64_t k, int groups) {
 Fp8GemmTile ResolveBf16GemmTile(const Bf16GemmParams& p) {
   if (p.tile != Fp8GemmTile::kAuto) return p.tile;
   const Fp8GemmTile tile = ChooseFp8GemmTile(p.m, p.n);
-  return tile == Fp8GemmTile::kN128M128 ? Fp8GemmTile::kN128M128Ws : tile;
+  return tile == Fp8GemmTile::kN128M128 && p.w_codes == nullptr ? Fp8GemmTile::kN128M128Ws : tile;
 }
 
 bool Bf16GemmMakesFp8(const Bf16GemmParams& p) {
@@ -60,8 +63,22 @@ bool Bf16GemmGroupsApart(const Bf16GemmParams& p) {
 }
 
 absl::Status CheckBf16GemmParams(const Bf16GemmParams& p) {
-  if (p.x == nullptr || p.w == nullptr || p.y == nullptr) {
-    return absl::InvalidArgumentError("Bf16Gemm: null pointer");
+  if (p.x == nullptr || (p.w == nullptr) == (p.w_codes == nullptr) || p.y == nullptr) {
+    return absl::InvalidArgumentError("Bf16Gemm: null pointer (or both w and w_codes)");
+  }
+  if (p.w_codes != nullptr) {
+    if (p.w_scales == nullptr || p.k % 32 != 0 || !AlignedTo(p.w_codes, 16) ||
+        p.w_group_stride % 16 != 0 || p.w_scales_group_stride < 0 ||
+        (p.groups > 1 && p.w_scales_group_stride != 0 &&
+         p.w_scales_group_stride < Bf16GemmWeightScaleBytes(p.n, p.k))) {
+      return absl::InvalidArgumentError(
+          "Bf16Gemm: w_codes needs w_scales, k a multiple of 32, 16-byte aligned codes, a "
+          "code group stride multiple of 16 and a scale group stride of at least a group's "
+          "scales");
+    }
+    if (p.tile == Fp8GemmTile::kN128M128Ws) {
+      return absl::InvalidArgumentError("Bf16Gemm: w_codes runs on the mma tiles only");
+    }
   }
   if (p.m <= 0 || p.n <= 0 || p.k <= 0) {
     return absl::InvalidArgumentError(
@@ -100,7 +117,7 @@ absl::Status CheckBf16GemmParams(const Bf16GemmParams& p) {
           "Bf16Gemm: x and w group strides must be multiples of 8 (16-byte rows)");
     }
   }
-  if (!AlignedTo(p.x, 16) || !AlignedTo(p.w, 16)) {
+  if (!AlignedTo(p.x, 16) || (p.w != nullptr && !AlignedTo(p.w, 16))) {
     return absl::InvalidArgumentError("Bf16Gemm: x and w must be 16-byte aligned");
   }
   if (!AlignedTo(p.y, Fp8GemmOutputBytes(p.output))) {

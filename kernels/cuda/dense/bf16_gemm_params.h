@@ -25,7 +25,7 @@ inline constexpr int kBf16GemmStageK = 64;
 
 struct Bf16GemmParams {
   const uint16_t* x = nullptr;  // device [groups][m, k] bf16 bits, 16-byte aligned
-  const uint16_t* w = nullptr;  // device [groups][n, k] bf16 bits, 16-byte aligned
+  const uint16_t* w = nullptr;  // device [groups][n, k] bf16 bits, 16-byte aligned (or w_codes)
   void* y = nullptr;  // device [groups][m, n] (see y_row_stride), float or bf16 per `output`
   int64_t m = 0;
   int64_t n = 0;
@@ -64,6 +64,19 @@ struct Bf16GemmParams {
   // it without an ActQuantFp8 launch (V4.1's wo_b after the grouped wo_a).
   uint8_t* y_codes = nullptr;
   uint8_t* y_scales = nullptr;
+  // The weight in FP8 instead of w (w null; V4.1's wo_a, which the checkpoint
+  // stores so and the model runs as a bf16 product): e4m3 codes [groups][n, k]
+  // (16-byte aligned, w_group_stride in bytes, a multiple of 16) and a UE8M0
+  // scale per 32 x 32 tile, [groups][ceil(n / 32), k / 32]
+  // (w_scales_group_stride bytes apart; 0: packed); k % 32 == 0. Each stage's
+  // codes are widened in shared memory to Fp8WeightBf16's bits, so y has the
+  // bits of the product with w = those bf16 values (exactly the bf16 weight
+  // wherever code x scale is a bf16 value, as for every weight quantized to
+  // FP8 and dequantized). Half of w's bytes; the mma tiles only (kAuto's
+  // 128 x 128 tile stays kN128M128).
+  const uint8_t* w_codes = nullptr;
+  const uint8_t* w_scales = nullptr;
+  int64_t w_scales_group_stride = 0;
 };
 
 // The tile a call runs: p.tile, or for kAuto ChooseFp8GemmTile(m, n) with
@@ -96,7 +109,9 @@ int64_t Bf16GemmSplitScratchFloats(const Bf16GemmParams& p);
 // 4,096) gets 4.
 int ChooseBf16GemmSplits(int64_t n, int64_t k, int groups = 1);
 
-// Returns OK or INVALID_ARGUMENT naming the problem: a null pointer, m, n, k
+// Returns OK or INVALID_ARGUMENT naming the problem: w and w_codes both or
+// neither, w_codes without w_scales, with k % 32 != 0, unaligned, with a
+// group stride not a multiple of 16 or on the warp-specialized tile; a null pointer, m, n, k
 // or groups not positive (groups at most 65535), k not a multiple of 8, a
 // group stride that is negative, not a multiple of 8 (x, w) or smaller than
 // its packed size, x or w not 16-byte aligned, y not aligned to its element,
@@ -106,8 +121,13 @@ int ChooseBf16GemmSplits(int64_t n, int64_t k, int groups = 1);
 absl::Status CheckBf16GemmParams(const Bf16GemmParams& params);
 
 // Dynamic shared memory of one Bf16Gemm CTA of `shape`: per stage the W and
-// X tiles ([rows][128] bytes each).
-int64_t Bf16GemmSharedBytes(const Fp8GemmTileShape& shape);
+// X tiles ([rows][128] bytes each), and with `w_codes` the W codes
+// ([block_n][64] bytes).
+int64_t Bf16GemmSharedBytes(const Fp8GemmTileShape& shape, bool w_codes = false);
+
+// The scale bytes of an FP8 weight of n x k (32 x 32 tiles): ceil(n / 32) x
+// ceil(k / 32).
+int64_t Bf16GemmWeightScaleBytes(int64_t n, int64_t k);
 
 }  // namespace weir::kernels::cuda::dense
 

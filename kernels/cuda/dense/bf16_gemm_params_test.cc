@@ -3,6 +3,7 @@
 #include "kernels/cuda/dense/bf16_gemm_params.h"
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "gtest/gtest.h"
 
@@ -133,6 +134,47 @@ TEST(Bf16GemmParamsTest, RefusesEachBadArgument) {
     p.y_group_stride = 3 * 40 - 1;  // packed rows: group 1 starts inside group 0's last row
   }));
   EXPECT_TRUE(refused([](Bf16GemmParams& p) { p.m = int64_t{65536} * 128; }));  // grid
+}
+
+// The weight as FP8 codes + tile scales instead of bf16 (w_codes): exactly
+// one of w and w_codes, scales with it, k a multiple of 32, 16-byte codes and
+// code strides, scale strides of at least a group; never the
+// warp-specialized tile (kAuto keeps the mma 128 x 128 tile); the code ring
+// adds block_n x 64 bytes a stage.
+TEST(Bf16GemmParamsTest, Fp8WeightsAreCheckedAndStayOnTheMmaTiles) {
+  const uint8_t* codes = reinterpret_cast<const uint8_t*>(0x4000);
+  Bf16GemmParams p = Good();
+  p.k = 64;
+  p.w = nullptr;
+  p.w_codes = codes;
+  p.w_scales = codes + 0x1000;
+  EXPECT_TRUE(CheckBf16GemmParams(p).ok());
+  p.groups = 2;
+  p.w_group_stride = 40 * 64 + 16;
+  p.w_scales_group_stride = Bf16GemmWeightScaleBytes(40, 64);  // 2 x 2
+  EXPECT_EQ(p.w_scales_group_stride, 4);
+  EXPECT_TRUE(CheckBf16GemmParams(p).ok());
+  for (auto bad : std::initializer_list<void (*)(Bf16GemmParams&)>{
+           [](Bf16GemmParams& q) { q.w = At(0x2000); },             // both forms
+           [](Bf16GemmParams& q) { q.w_scales = nullptr; },         // no scales
+           [](Bf16GemmParams& q) { q.k = 48; },                     // k % 32
+           [](Bf16GemmParams& q) { q.w_codes += 8; },               // alignment
+           [](Bf16GemmParams& q) { q.w_group_stride += 8; },        // code stride % 16
+           [](Bf16GemmParams& q) { q.w_scales_group_stride = 3; },  // below a group's scales
+           [](Bf16GemmParams& q) { q.tile = Fp8GemmTile::kN128M128Ws; }}) {
+    Bf16GemmParams q = p;
+    bad(q);
+    EXPECT_EQ(CheckBf16GemmParams(q).code(), absl::StatusCode::kInvalidArgument);
+  }
+  p.m = 4096;
+  p.n = 4096;
+  EXPECT_EQ(ResolveBf16GemmTile(p), Fp8GemmTile::kN128M128);
+  p.w_codes = nullptr;
+  p.w = At(0x2000);
+  EXPECT_EQ(ResolveBf16GemmTile(p), Fp8GemmTile::kN128M128Ws);
+  const Fp8GemmTileShape shape = ShapeOfFp8GemmTile(Fp8GemmTile::kN64M8S3);
+  EXPECT_EQ(Bf16GemmSharedBytes(shape, true) - Bf16GemmSharedBytes(shape),
+            int64_t{shape.block_n} * 64 * shape.stages);
 }
 
 TEST(Bf16GemmParamsTest, SharedBytesAreTheTilesStages) {

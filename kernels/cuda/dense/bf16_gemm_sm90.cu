@@ -18,20 +18,43 @@ namespace {
 // The kernels' arguments of `p` (group strides resolved: 0 means packed).
 bf16_gemm::KernelArgs ArgsOf(const Bf16GemmParams& p) {
   const int64_t ldy = p.y_row_stride != 0 ? p.y_row_stride : p.n;
-  return {p.x,
-          p.w,
-          p.y,
-          p.m,
-          p.n,
-          p.k,
-          p.x_group_stride != 0 ? p.x_group_stride : p.m * p.k,
-          p.w_group_stride != 0 ? p.w_group_stride : p.n * p.k,
-          p.y_group_stride != 0 ? p.y_group_stride : p.m * ldy,
-          ldy,
-          p.output == Fp8GemmOutput::kBf16,
-          p.output == Fp8GemmOutput::kF32RoundedBf16,
-          p.k_splits,
-          p.split_scratch};
+  return {
+      p.x,
+      p.w,
+      p.y,
+      p.m,
+      p.n,
+      p.k,
+      p.x_group_stride != 0 ? p.x_group_stride : p.m * p.k,
+      p.w_group_stride != 0 ? p.w_group_stride : p.n * p.k,
+      p.y_group_stride != 0 ? p.y_group_stride : p.m * ldy,
+      ldy,
+      p.output == Fp8GemmOutput::kBf16,
+      p.output == Fp8GemmOutput::kF32RoundedBf16,
+      p.k_splits,
+      p.split_scratch,
+      p.w_codes,
+      p.w_scales,
+      p.w_scales_group_stride != 0 ? p.w_scales_group_stride : Bf16GemmWeightScaleBytes(p.n, p.k)};
+}
+
+// Fp8WeightBf16: a thread a chunk of 8 codes (one 8-byte load, one scale
+// byte, one 16-byte store); grid.y = group.
+__global__ void Fp8WeightBf16Kernel(const uint8_t* __restrict__ codes,
+                                    const uint8_t* __restrict__ scales, uint16_t* __restrict__ out,
+                                    int64_t rows, int64_t cols, int64_t code_stride,
+                                    int64_t scale_stride) {
+  GridDependencyPrologue();
+  const int64_t chunk = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t chunks = rows * cols / 8;
+  if (chunk >= chunks) return;
+  const int64_t g = blockIdx.y;
+  const int64_t r = chunk / (cols / 8), c = chunk % (cols / 8) * 8;
+  const uint2 w = *reinterpret_cast<const uint2*>(codes + g * code_stride + r * cols + c);
+  uint32_t v[4];
+  bf16_gemm::WidenFp8Weights8(w.x, w.y, scales[g * scale_stride + (r / 32) * (cols / 32) + c / 32],
+                              v);
+  *reinterpret_cast<uint4*>(out + (g * rows + r) * cols + c) = make_uint4(v[0], v[1], v[2], v[3]);
 }
 
 // Instantiates the kernel of one tile (values checked by DispatchGemmTile)
@@ -47,8 +70,10 @@ absl::Status LaunchTile(const Bf16GemmParams& p, const Fp8GemmTileShape& shape,
                     static_cast<unsigned>((p.m + kBm - 1) / kBm),
                     static_cast<unsigned>(p.groups * p.k_splits));
     const int threads = kWarpsN * kWarpsM * 32;
-    const int smem = static_cast<int>(Bf16GemmSharedBytes(shape));
-    auto kernel = bf16_gemm::Bf16GemmKernel<kBn, kBm, kWarpsN, kWarpsM, kStages>;
+    const bool w8 = p.w_codes != nullptr;
+    const int smem = static_cast<int>(Bf16GemmSharedBytes(shape, w8));
+    auto kernel = w8 ? bf16_gemm::Bf16GemmKernel<kBn, kBm, kWarpsN, kWarpsM, kStages, true>
+                     : bf16_gemm::Bf16GemmKernel<kBn, kBm, kWarpsN, kWarpsM, kStages, false>;
     if (absl::Status s = AllowSharedBytes(kernel, smem, "Bf16Gemm"); !s.ok()) return s;
     kernel<<<grid, threads, smem, stream>>>(args);
     if (p.k_splits > 1 && p.y_codes != nullptr) {  // y and its FP8 form
@@ -96,6 +121,31 @@ absl::Status LaunchWs(const Bf16GemmParams& p, cudaStream_t stream) {
 }
 
 }  // namespace
+
+absl::Status Fp8WeightBf16(const Fp8WeightBf16Params& p, cudaStream_t stream) {
+  if (p.codes == nullptr || p.scales == nullptr || p.out == nullptr || p.rows <= 0 || p.cols <= 0 ||
+      p.cols % 32 != 0 || p.groups <= 0 || p.groups > 65535 ||
+      reinterpret_cast<uintptr_t>(p.codes) % 8 != 0 ||
+      reinterpret_cast<uintptr_t>(p.out) % 16 != 0 || p.code_group_stride < 0 ||
+      p.code_group_stride % 8 != 0 || p.scale_group_stride < 0 ||
+      (p.groups > 1 && ((p.code_group_stride != 0 && p.code_group_stride < p.rows * p.cols) ||
+                        (p.scale_group_stride != 0 &&
+                         p.scale_group_stride < Bf16GemmWeightScaleBytes(p.rows, p.cols))))) {
+    return absl::InvalidArgumentError(
+        "Fp8WeightBf16: needs codes, scales and out, rows > 0, cols a positive multiple of 32, "
+        "groups in [1, 65535], codes 8-byte and out 16-byte aligned, group strides of at "
+        "least a group (codes a multiple of 8)");
+  }
+  constexpr int kThreads = 256;
+  const int64_t chunks = p.rows * p.cols / 8;
+  Fp8WeightBf16Kernel<<<dim3(static_cast<unsigned>((chunks + kThreads - 1) / kThreads),
+                             static_cast<unsigned>(p.groups)),
+                        kThreads, 0, stream>>>(
+      p.codes, p.scales, p.out, p.rows, p.cols,
+      p.code_group_stride != 0 ? p.code_group_stride : p.rows * p.cols,
+      p.scale_group_stride != 0 ? p.scale_group_stride : Bf16GemmWeightScaleBytes(p.rows, p.cols));
+  return LaunchStatus("Fp8WeightBf16");
+}
 
 absl::Status Bf16Gemm(const Bf16GemmParams& p, cudaStream_t stream) {
   if (ResolveBf16GemmTile(p) == Fp8GemmTile::kN128M128Ws) {

@@ -27,7 +27,7 @@ namespace bf16_gemm {
 
 struct KernelArgs {
   const uint16_t* x;  // [groups][m, k]
-  const uint16_t* w;  // [groups][n, k]
+  const uint16_t* w;  // [groups][n, k] (null with w_codes)
   void* y;            // [groups][m, n] (rows ldy apart), float or bf16
   int64_t m, n, k;
   int64_t x_stride, w_stride, y_stride;  // per group, elements (resolved)
@@ -36,7 +36,32 @@ struct KernelArgs {
   bool round_f32;  // fp32 y rounded to bf16 (kF32RoundedBf16)
   int k_splits;    // > 1: fp32 partials into `partial`, SplitReduceKernel sums them
   float* partial;  // [groups][k_splits][m, n]
+  const uint8_t* w_codes;   // [groups][n, k] e4m3, w_stride bytes apart (instead of w)
+  const uint8_t* w_scales;  // [groups][ceil(n / 32), k / 32] UE8M0, w_scales_stride apart
+  int64_t w_scales_stride;
 };
+
+// The bf16 bits of eight weights from their e4m3 codes (lo: codes 0 - 3,
+// hi: 4 - 7, byte order) and their tile's UE8M0 scale byte: each value is
+// code x 2^(scale - 127) in fp32 (the e4m3 value is exact in f16 and fp32;
+// one rounding in the multiply, none for any scale a quantizer picks), then
+// rounded to bf16 (nearest even). out[i] packs values 2i (low half) and
+// 2i + 1. Fp8WeightBf16 and the GEMM's w_codes path share it, so both give
+// the same bits.
+__device__ __forceinline__ void WidenFp8Weights8(uint32_t lo, uint32_t hi, uint32_t scale_byte,
+                                                 uint32_t (&out)[4]) {
+  const float s = fp8_gemm::ScaleOf(scale_byte, 0);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t word = i < 2 ? lo : hi;
+    const __nv_fp8x2_storage_t pair =
+        static_cast<__nv_fp8x2_storage_t>((word >> (16 * (i & 1))) & 0xFFFFu);
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+    const __nv_bfloat162 b = __floats2bfloat162_rn(__fmul_rn(f.x, s), __fmul_rn(f.y, s));
+    out[i] = *reinterpret_cast<const uint32_t*>(&b);
+  }
+}
 
 // acc += A B over one 16-element K step (bf16 operands, fp32 accumulation).
 __device__ __forceinline__ void MmaBf16(const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
@@ -48,7 +73,7 @@ __device__ __forceinline__ void MmaBf16(const uint32_t (&a)[4], uint32_t b0, uin
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-template <int kBn, int kBm, int kWarpsN, int kWarpsM, int kStages>
+template <int kBn, int kBm, int kWarpsN, int kWarpsM, int kStages, bool kW8 = false>
 __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
     Bf16GemmKernel(const __grid_constant__ KernelArgs args) {
   GridDependencyPrologue();
@@ -79,6 +104,11 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
   extern __shared__ __align__(128) uint8_t smem[];
   uint8_t* const w_tiles = smem;
   uint8_t* const x_tiles = w_tiles + kStages * kWTile;
+  // kW8: the stage's W codes, [kBn][64] bytes a ring slot, widened into the
+  // W tile's slot (bf16, swizzled as cp.async would have put w) before use.
+  constexpr int kCodeRow = kBf16GemmStageK;  // 64 codes of K
+  constexpr int kCodeTile = kBn * kCodeRow;
+  uint8_t* const code_tiles = x_tiles + kStages * kXTile;
 
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid & 31;
@@ -104,6 +134,9 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
 
   const StageRowCopies<kWChunks, kThreads> w_rows(reinterpret_cast<const uint8_t*>(wg), k_bytes, n0,
                                                   args.n, tid);
+  const uint8_t* const wcg = kW8 ? args.w_codes + g * args.w_stride : nullptr;
+  const uint8_t* const wsg = kW8 ? args.w_scales + g * args.w_scales_stride : nullptr;
+  const int64_t scale_cols = k / 32;
   const StageRowCopies<kXChunks, kThreads, kBm> x_rows(reinterpret_cast<const uint8_t*>(xg),
                                                        k_bytes, m0, args.m, tid);
 
@@ -112,8 +145,42 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
   auto load_tiles = [&](int kt, int slot) {
     const int64_t base = static_cast<int64_t>(kt0 + kt) * kStageBytes;
     const int64_t left = k_bytes - base;
-    w_rows.Copy(SharedAddress(w_tiles) + slot * kWTile, base, left);
+    if constexpr (kW8) {  // 64 codes a row: four 16-byte copies
+      const int64_t kb = static_cast<int64_t>(kt0 + kt) * kBf16GemmStageK;
+      const uint32_t dst = SharedAddress(code_tiles) + slot * kCodeTile;
+      for (int i = tid; i < kBn * 4; i += kThreads) {
+        const int row = i >> 2, q = i & 3;
+        const int64_t gn = n0 + row, kk = kb + q * 16;
+        const bool valid = gn < args.n && kk < k;
+        fp8_gemm::CpAsync16(dst + row * kCodeRow + q * 16, valid ? wcg + gn * k + kk : wcg, valid);
+      }
+    } else {
+      w_rows.Copy(SharedAddress(w_tiles) + slot * kWTile, base, left);
+    }
     x_rows.Copy(SharedAddress(x_tiles) + slot * kXTile, base, left);
+  };
+  // kW8: stage kt's codes (landed) -> its W tile slot as bf16 (zeros past n
+  // and k, as the copies of w zero-fill them).
+  auto widen = [&](int kt, int slot) {
+    const int64_t kb = static_cast<int64_t>(kt0 + kt) * kBf16GemmStageK;
+    const uint32_t src = SharedAddress(code_tiles) + slot * kCodeTile;
+    const uint32_t dst = SharedAddress(w_tiles) + slot * kWTile;
+    for (int i = tid; i < kBn * 8; i += kThreads) {
+      const int row = i >> 3, chunk = i & 7;
+      const int64_t gn = n0 + row, kk = kb + chunk * 8;
+      uint32_t v[4] = {0u, 0u, 0u, 0u};
+      if (gn < args.n && kk < k) {
+        uint32_t lo, hi;
+        asm volatile("ld.shared.v2.b32 {%0,%1}, [%2];\n"
+                     : "=r"(lo), "=r"(hi)
+                     : "r"(src + row * kCodeRow + chunk * 8));
+        WidenFp8Weights8(lo, hi, __ldg(wsg + (gn >> 5) * scale_cols + (kk >> 5)), v);
+      }
+      asm volatile(
+          "st.shared.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"r"(dst + Fp8GemmSwizzledOffset(row, chunk)),
+          "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
+          : "memory");
+    }
   };
 
   float acc[kMi][kNi][4];
@@ -152,6 +219,10 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
     const int next = kt + kStages - 1;
     if (next < num_kt) load_tiles(next, next_slot);
     CpAsyncCommit();
+    if constexpr (kW8) {
+      widen(kt, slot);
+      __syncthreads();
+    }
     compute(slot, min(kStepsPerStage, total_steps - (kt0 + kt) * kStepsPerStage));
     slot = slot + 1 == kStages ? 0 : slot + 1;
     next_slot = next_slot + 1 == kStages ? 0 : next_slot + 1;

@@ -32,6 +32,8 @@
 #ifndef WEIR_KERNELS_CUDA_DENSE_BF16_GEMM_SM90_H_
 #define WEIR_KERNELS_CUDA_DENSE_BF16_GEMM_SM90_H_
 
+#include <cstdint>
+
 #include "absl/status/status.h"
 #include "kernels/cuda/dense/bf16_gemm_params.h"
 
@@ -45,6 +47,27 @@ namespace weir::kernels::cuda::dense {
 // the current device is not compute capability 9.x; INTERNAL with the CUDA
 // error if a launch fails.
 absl::Status Bf16Gemm(const Bf16GemmParams& params, cudaStream_t stream);
+
+// The bf16 bits of an FP8 weight (Bf16GemmParams::w_codes' form) for every
+// group: out[g][r][c] = bf16(e4m3(codes[g][r][c]) x 2^(scales[g][r / 32][c /
+// 32] - 127)), nearest even, the bits Bf16Gemm's w_codes path widens to (so a
+// product over `out` equals one over the codes, bit for bit). The decoder's
+// prefill runs the warp-specialized tile over this instead of the codes.
+struct Fp8WeightBf16Params {
+  const uint8_t* codes = nullptr;   // device [groups][rows, cols] e4m3, 8-byte aligned
+  const uint8_t* scales = nullptr;  // device [groups][ceil(rows / 32), cols / 32] UE8M0
+  uint16_t* out = nullptr;          // device [groups][rows, cols] bf16 bits, 16-byte aligned
+  int64_t rows = 0;
+  int64_t cols = 0;  // a multiple of 32
+  int groups = 1;
+  int64_t code_group_stride = 0;   // bytes; 0: packed (rows x cols)
+  int64_t scale_group_stride = 0;  // bytes; 0: packed
+};
+
+// Enqueues the widening on `stream` (graph-capturable, no allocation).
+// INVALID_ARGUMENT for the shapes and pointers its params comment excludes;
+// INTERNAL if the launch fails.
+absl::Status Fp8WeightBf16(const Fp8WeightBf16Params& params, cudaStream_t stream);
 
 }  // namespace weir::kernels::cuda::dense
 

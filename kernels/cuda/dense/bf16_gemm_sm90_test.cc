@@ -11,10 +11,13 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/common/numeric_formats.h"
+#include "kernels/cpu/weight_quant.h"
 #include "kernels/cuda/dense/act_quant_fp8.h"
 #include "kernels/cuda/dense/test_util.h"
 
@@ -421,6 +424,116 @@ TEST(Bf16GemmTest, RowStrideWritesTheGroupsSideBySide) {
   }
 }
 
+// The weight as FP8 codes + UE8M0 tile scales (w_codes, V4.1's wo_a as the
+// checkpoint stores it): every tile, split and output gives the bits of the
+// product over the bf16 values code x scale, which Fp8WeightBf16 writes and
+// the CPU's DequantizeFp8Weight + RoundToBf16 give. Codes span the e4m3
+// range (zeros of both signs and subnormals included, no NaN); the groups lie
+// apart with padding; a partial W tile (n = 70) and a partial last stage (k
+// % 64 == 32); u's layout of the decoder's direct wo_a with y's FP8 form.
+TEST(Bf16GemmTest, Fp8WeightsGiveTheProductOverTheirBf16Values) {
+  constexpr int kGroups = 3;
+  std::mt19937 rng(77);
+  for (const auto [n, k] : {std::pair<int64_t, int64_t>{96, 512}, {70, 96}}) {
+    SCOPED_TRACE(::testing::Message() << "n " << n << " k " << k);
+    const int64_t scale_count = Bf16GemmWeightScaleBytes(n, k);
+    const int64_t cs = n * k + 256, ss = scale_count + 8;  // padded group strides
+    std::vector<uint8_t> codes(kGroups * cs, 0x55), scales(kGroups * ss, 0x55);
+    std::vector<uint16_t> w(kGroups * n * k);
+    for (int g = 0; g < kGroups; ++g) {
+      for (int64_t i = 0; i < n * k; ++i) {
+        uint8_t c = static_cast<uint8_t>(rng());
+        if ((c & 0x7F) == 0x7F) c ^= 1;  // e4m3 NaN -> 448
+        codes[g * cs + i] = c;
+      }
+      for (int64_t i = 0; i < scale_count; ++i) scales[g * ss + i] = 117 + rng() % 14;
+      std::vector<float> values(n * k);
+      ASSERT_TRUE(
+          cpu::DequantizeFp8Weight(std::span<const uint8_t>(codes).subspan(g * cs, n * k),
+                                   std::span<const uint8_t>(scales).subspan(g * ss, scale_count), n,
+                                   k, 32, values)
+              .ok());
+      for (int64_t i = 0; i < n * k; ++i) w[g * n * k + i] = Bits(values[i]);
+    }
+    DeviceBuffer<uint8_t> dcodes(codes), dscales(scales);
+    DeviceBuffer<uint16_t> dw(w), widened(w.size());
+    ASSERT_TRUE(dcodes.ok() && dscales.ok() && dw.ok() && widened.ok());
+    widened.Poison(0xFF);
+    ASSERT_TRUE(Fp8WeightBf16({.codes = dcodes.get(),
+                               .scales = dscales.get(),
+                               .out = widened.get(),
+                               .rows = n,
+                               .cols = k,
+                               .groups = kGroups,
+                               .code_group_stride = cs,
+                               .scale_group_stride = ss},
+                              nullptr)
+                    .ok());
+    EXPECT_EQ(widened.Download(), w);
+    for (const int64_t m : {int64_t{1}, int64_t{9}, int64_t{300}}) {
+      const std::vector<uint16_t> x = RandomRows(kGroups * m, k, rng);
+      DeviceBuffer<uint16_t> dx(x);
+      const int64_t ldy = kGroups * n;
+      DeviceBuffer<float> want(m * ldy), got(m * ldy), scratch(int64_t{kGroups} * 3 * m * n);
+      DeviceBuffer<uint8_t> want_codes(m * ldy), got_codes(m * ldy), want_sc(m * ldy / 32),
+          got_sc(m * ldy / 32);
+      ASSERT_TRUE(dx.ok() && want.ok() && got.ok() && scratch.ok());
+      struct Run {
+        Fp8GemmTile tile;
+        int splits;
+        Fp8GemmOutput output;
+        bool u_layout;  // y as [m, groups, n] (the direct wo_a) and, split, its FP8 form
+      };
+      for (const Run& r : {Run{Fp8GemmTile::kAuto, 1, Fp8GemmOutput::kF32, false},
+                           Run{Fp8GemmTile::kN16M8, 1, Fp8GemmOutput::kF32, false},
+                           Run{Fp8GemmTile::kN64M8S3, 2, Fp8GemmOutput::kF32, false},
+                           Run{Fp8GemmTile::kN128M128, 1, Fp8GemmOutput::kBf16, false},
+                           Run{Fp8GemmTile::kAuto, 3, Fp8GemmOutput::kF32RoundedBf16, true}}) {
+        SCOPED_TRACE(::testing::Message() << "m " << m << " tile " << static_cast<int>(r.tile)
+                                          << " splits " << r.splits);
+        const bool fp8_out = r.u_layout && n % 32 == 0;
+        Bf16GemmParams p{.x = dx.get(),
+                         .w = dw.get(),
+                         .y = want.get(),
+                         .m = m,
+                         .n = n,
+                         .k = k,
+                         .groups = kGroups,
+                         .y_group_stride = r.u_layout ? n : 0,
+                         .y_row_stride = r.u_layout ? ldy : 0,
+                         .output = r.output,
+                         .tile = r.tile,
+                         .k_splits = r.splits,
+                         .split_scratch = r.splits > 1 ? scratch.get() : nullptr,
+                         .y_codes = fp8_out ? want_codes.get() : nullptr,
+                         .y_scales = fp8_out ? want_sc.get() : nullptr};
+        if (p.y_codes != nullptr && !Bf16GemmMakesFp8(p)) p.y_codes = p.y_scales = nullptr;
+        want.Poison(0xFF);
+        got.Poison(0xFF);
+        ASSERT_TRUE(Bf16Gemm(p, nullptr).ok());
+        p.w = nullptr;
+        p.w_codes = dcodes.get();
+        p.w_scales = dscales.get();
+        p.w_group_stride = cs;
+        p.w_scales_group_stride = ss;
+        p.y = got.get();
+        if (p.y_codes != nullptr) {
+          p.y_codes = got_codes.get();
+          p.y_scales = got_sc.get();
+        }
+        EXPECT_NE(ResolveBf16GemmTile(p), Fp8GemmTile::kN128M128Ws);
+        ASSERT_TRUE(Bf16Gemm(p, nullptr).ok());
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        EXPECT_TRUE(SameBits(got.Download(), want.Download(), m * ldy));  // bf16 out: + poison
+        if (p.y_codes != nullptr) {
+          EXPECT_EQ(got_codes.Download(), want_codes.Download());
+          EXPECT_EQ(got_sc.Download(), want_sc.Download());
+        }
+      }
+    }
+  }
+}
+
 TEST(Bf16GemmTest, RefusesBadArguments) {
   DeviceBuffer<uint16_t> b(1024);
   DeviceBuffer<float> y(1024);
@@ -437,6 +550,22 @@ TEST(Bf16GemmTest, RefusesBadArguments) {
   EXPECT_EQ(Bf16Gemm(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
   p = good;
   p.y_row_stride = 3;  // below n
+  EXPECT_EQ(Bf16Gemm(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  // FP8 weights: w or w_codes, not both; k a multiple of 32; scales needed.
+  DeviceBuffer<uint8_t> codes(4096);
+  p = good;
+  p.k = 32;
+  p.w = nullptr;
+  p.w_codes = codes.get();
+  p.w_scales = codes.get();
+  EXPECT_TRUE(Bf16Gemm(p, nullptr).ok());
+  p.w = b.get();
+  EXPECT_EQ(Bf16Gemm(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  p.w = nullptr;
+  p.k = 16;
+  EXPECT_EQ(Bf16Gemm(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  p.k = 32;
+  p.w_scales = nullptr;
   EXPECT_EQ(Bf16Gemm(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
