@@ -171,6 +171,9 @@ ABSL_FLAG(int64_t, parallel_compressor_rows, 256,
 ABSL_FLAG(int32_t, tile_conversion_rows, 1,
           "Tile rows one CTA of the experts' MXFP4 -> FP8 conversion walks (same codes; "
           "DeviceDecoderOptions::tile_conversion_rows).");
+ABSL_FLAG(bool, stored_wo_a, false,
+          "kFast, bf16 wo_a: held as the FP8 codes + scales it re-encodes to, widened by the "
+          "product (same bits, half the bytes; DeviceDecoderOptions::stored_wo_a).");
 ABSL_FLAG(bool, slice_bf16_wo_a, true,
           "--ep_slice: the slice's grouped wo_a as checkpoints load it (bf16 values, no "
           "act_quant: the bf16 product V4.1 runs, twice the FP8 bytes; --direct_wo_a and "
@@ -422,7 +425,8 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .gate_logits_in_block_macs = absl::GetFlag(FLAGS_gate_logits_in_block_macs),
           .reduce_fp8_out = absl::GetFlag(FLAGS_reduce_fp8_out),
           .parallel_compressor_rows = absl::GetFlag(FLAGS_parallel_compressor_rows),
-          .tile_conversion_rows = absl::GetFlag(FLAGS_tile_conversion_rows)};
+          .tile_conversion_rows = absl::GetFlag(FLAGS_tile_conversion_rows),
+          .stored_wo_a = absl::GetFlag(FLAGS_stored_wo_a)};
 }
 
 }  // namespace
@@ -608,11 +612,12 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
   auto dd = weir::model::CreateSyntheticDeviceDecoder(c, options_precision(), options, 1,
                                                       absl::GetFlag(FLAGS_slice_bf16_wo_a));
   WEIR_CHECK(dd.ok()) << dd.status();
-  std::printf("numerics %s: fast dense layers %d (bf16 %d), reference dense %d, fast MoE layers "
-              "%d\n",
-              weir::model::DecodeNumericsName(numerics), (*dd)->stats().fast_dense,
-              (*dd)->stats().bf16_dense, (*dd)->stats().reference_dense,
-              (*dd)->stats().fast_moe_layers);
+  std::printf(
+      "numerics %s: fast dense layers %d (bf16 %d, of them wo_a groups held as FP8 %d), "
+      "reference dense %d, fast MoE layers %d\n",
+      weir::model::DecodeNumericsName(numerics), (*dd)->stats().fast_dense,
+      (*dd)->stats().bf16_dense, (*dd)->stats().stored_wo_a, (*dd)->stats().reference_dense,
+      (*dd)->stats().fast_moe_layers);
   const weir::model::DeviceDecoderStats& st0 = (*dd)->stats();
   const double dense_bytes =
       static_cast<double>(st0.weight_bytes - st0.expert_bytes - st0.embed_bytes);

@@ -360,6 +360,7 @@ absl::StatusOr<std::unique_ptr<DeviceDecoder>> DeviceDecoder::Impl::Build(
   st.fast_dense = m.fast_dense;
   st.bf16_dense = m.bf16_dense;
   st.stored_kv = m.stored_kv;
+  st.stored_wo_a = m.stored_wo_a;
   st.reference_dense = m.reference_dense;
   st.fast_moe_layers = m.fast_moe_layers;
   return dd;
@@ -836,6 +837,7 @@ absl::StatusOr<int64_t> DeviceDecoder::StepInto(std::span<const int> slots,
     stats_.fused_swiglu_fp8 = m.fused_swiglu_fp8;
     stats_.bf16_branches = m.bf16_branches;
     stats_.reduce_fp8_out = m.reduce_fp8_out;
+    stats_.widened_wo_a = m.widened_wo_a;
     WEIR_DD_CUDA("event", cudaEventRecord(m.ev_end, m.stream));
     if (asked > 0 && greedy) {  // the argmax of each asked row, 4 bytes a row back
       RETURN_IF_ERROR(kernels::cuda::dense::ArgmaxRows(

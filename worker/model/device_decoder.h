@@ -475,6 +475,13 @@ struct DeviceDecoderOptions {
   // codes). 1, the old grid: 8 made the EP8 slice's 4,096-row chunk slower,
   // 0.857 -> 0.876 s (H100, 2026-12-06; mxfp4_fp8_tiles_test passes).
   int tile_conversion_rows = 1;
+  // kFast, bf16 wo_a: each group held in the FP8 form V4.1's checkpoint
+  // stores (e4m3 codes + UE8M0 per 32 x 32) where its bf16 values re-encode
+  // exactly, half the bytes a step reads for it; the grouped product widens
+  // the codes in shared memory (Bf16GemmParams::w_codes), and a prefill chunk
+  // on the warp-specialized tile widens the layer's wo_a into the x16
+  // scratch first (Fp8WeightBf16). The bits of the bf16 form.
+  bool stored_wo_a = false;
   // Expert parallelism over NCCL on device buffers (see the file comment):
   // this decoder is rank communicator->rank() of communicator->world_size().
   // Not owned; must outlive the decoder and live on `device`. Null: every
@@ -526,6 +533,7 @@ struct DeviceDecoderStats {
   int64_t fused_swiglu_fp8 = 0;   // fused_swiglu_fp8: SwiGLUs that made w2's FP8 input
   int64_t bf16_branches = 0;      // bf16_branches: KV branches with a bf16 product
   int64_t reduce_fp8_out = 0;     // reduce_fp8_out: wo_b inputs made by wo_a's reduce
+  int64_t widened_wo_a = 0;       // stored_wo_a: products that widened wo_a to bf16 first (prefill)
   int64_t prompt_shape_rows = 0;  // rows stepped in the prompt's attention shape
   int64_t drafts = 0;           // sequences drafted (DraftBatch)
   double draft_seconds = 0;     // wall time inside DraftBatch
@@ -549,6 +557,7 @@ struct DeviceDecoderStats {
   int reference_dense = 0;
   int fast_moe_layers = 0;
   bool stored_kv = false;       // the pools hold the stored form (options.stored_kv applied)
+  int stored_wo_a = 0;          // of bf16_dense: wo_a groups held as FP8 (stored_wo_a)
   int64_t exchange_bytes = 0;   // expert parallelism: bytes sent to other ranks (fixed
                                 // blocks; 0 with ep_lsa_exchange, which is not counted)
   // With DeviceDecoderOptions::profile: device seconds per section name.

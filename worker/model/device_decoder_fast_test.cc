@@ -824,6 +824,7 @@ TEST(DeviceDecoderFastTest, SmallFusedRowLaunchesGiveTheSeparateLaunchesBits) {
     plain.bf16_branches = false;
     plain.reduce_fp8_out = false;
     plain.parallel_compressor_rows = 0;
+    plain.stored_wo_a = false;
     DeviceDecoderOptions fused = plain;
     fused.fused_kv_rows = true;
     fused.fold_row_ops = true;
@@ -836,6 +837,7 @@ TEST(DeviceDecoderFastTest, SmallFusedRowLaunchesGiveTheSeparateLaunchesBits) {
     fused.gate_logits_in_block_macs = int64_t{1} << 16;
     fused.reduce_fp8_out = true;
     fused.parallel_compressor_rows = 8;  // the 40-row chunk, not the 2-row steps
+    fused.stored_wo_a = true;
     const std::vector<int64_t> prompt = RandomTokens(40, 47, v - 1);
     std::vector<std::vector<int64_t>> steps;
     for (int step = 0; step < 4; ++step) steps.push_back({7 + step, 3 + step});
@@ -859,7 +861,42 @@ TEST(DeviceDecoderFastTest, SmallFusedRowLaunchesGiveTheSeparateLaunchesBits) {
     EXPECT_GT(fused_stats.fused_swiglu_fp8, 0) << name;
     EXPECT_EQ(plain_stats.bf16_branches, 0) << name;
     if (k.precision == ActivationPrecision::kBf16) EXPECT_GT(fused_stats.bf16_branches, 0) << name;
+    EXPECT_EQ(plain_stats.stored_wo_a, 0) << name;
+    if (k.precision == ActivationPrecision::kBf16) EXPECT_GT(fused_stats.stored_wo_a, 0) << name;
   }
+}
+
+// stored_wo_a: small's wo_a (stored FP8 in its checkpoint, loaded as bf16)
+// held as the FP8 it re-encodes to. A 400-row chunk (the warp-specialized
+// tile over the bf16 widened into the x16 scratch) and decode steps (the mma
+// tiles widening in shared memory) give the bf16 form's bits.
+TEST(DeviceDecoderFastTest, SmallBf16StoredWoAGivesTheBf16FormsBits) {
+  const Checkpoint* small = SmallCheckpoint(3);
+  ASSERT_NE(small, nullptr);
+  const int64_t v = small->config().vocab_size;
+  auto cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
+  ASSERT_NE(cpu, nullptr);
+  constexpr int kChunk = 400;
+  DeviceDecoderOptions bf16_form{.numerics = DecodeNumerics::kFast,
+                                 .max_sequences = 2,
+                                 .max_positions = kChunk + 16,
+                                 .max_batch = kChunk,
+                                 .max_rows_per_slot = kChunk};
+  bf16_form.stored_wo_a = false;
+  DeviceDecoderOptions stored = bf16_form;
+  stored.stored_wo_a = true;
+  const std::vector<int64_t> prompt = RandomTokens(kChunk, 53, v - 1);
+  std::vector<std::vector<int64_t>> steps;
+  for (int step = 0; step < 3; ++step) steps.push_back({5 + step});
+  DeviceDecoderStats want_stats, got_stats;
+  const auto want = ChunkThenSteps(*cpu, bf16_form, {1}, prompt, steps, &want_stats);
+  const auto got = ChunkThenSteps(*cpu, stored, {1}, prompt, steps, &got_stats);
+  ASSERT_EQ(want.size(), 4u);
+  EXPECT_EQ(DifferingCalls(want, got), 0) << "of " << want.size() << " calls";
+  EXPECT_EQ(want_stats.stored_wo_a, 0);
+  EXPECT_EQ(got_stats.stored_wo_a, small->config().n_layers * small->config().o_groups);
+  EXPECT_GT(got_stats.widened_wo_a, 0);  // the chunk
+  EXPECT_GT(got_stats.direct_wo_a, 0);
 }
 
 // A 400-row prompt chunk runs the FP8 linears (and the experts' tile form)

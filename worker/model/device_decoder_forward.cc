@@ -342,7 +342,22 @@ absl::Status DeviceDecoder::Impl::WindowKv(int layer, SharedInput& in, int64_t b
 
 int64_t DeviceDecoder::Impl::GroupedWoAStride(const LayerDev& L) const {
   const int64_t groups = c.o_groups, gin = c.o_group_in_dim(), rank = c.o_lora_rank;
-  if (groups <= 1 || L.wo_a[0].bf16 == nullptr) return 0;
+  if (groups <= 1 || !IsBf16(L.wo_a[0])) return 0;
+  if (L.wo_a[0].w8) {  // codes and scales, each evenly apart
+    const int64_t stride = L.wo_a[1].codes - L.wo_a[0].codes;
+    const int64_t s_stride = L.wo_a[1].scales - L.wo_a[0].scales;
+    if (stride % 16 != 0 || stride < rank * gin ||
+        s_stride < dense::Bf16GemmWeightScaleBytes(rank, gin)) {
+      return 0;
+    }
+    for (int64_t g = 1; g < groups; ++g) {
+      if (!L.wo_a[g].w8 || L.wo_a[g].codes != L.wo_a[0].codes + g * stride ||
+          L.wo_a[g].scales != L.wo_a[0].scales + g * s_stride) {
+        return 0;
+      }
+    }
+    return stride;
+  }
   const int64_t stride = L.wo_a[1].bf16 - L.wo_a[0].bf16;
   if (stride % 8 != 0 || stride < rank * gin) return 0;
   for (int64_t g = 1; g < groups; ++g) {
@@ -372,13 +387,13 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
   bool bf16_on_branch = false;
   auto reads_h = [&](const DevDense& w) {
     if (FastFp8(w)) return h_in.has_fp8;
-    const bool ok = side_xb != nullptr && w.bf16 != nullptr && h_in.has_bf16;
+    const bool ok = side_xb != nullptr && IsBf16(w) && h_in.has_bf16;
     bf16_on_branch |= ok;
     return ok;
   };
   auto reads_own = [&](const DevDense& w) {
     if (FastFp8(w)) return true;
-    const bool ok = side_xb != nullptr && w.bf16 != nullptr && b * w.in <= side_xb_count;
+    const bool ok = side_xb != nullptr && IsBf16(w) && b * w.in <= side_xb_count;
     bf16_on_branch |= ok;
     return ok;
   };
@@ -560,7 +575,7 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
   // kFast FP8 groups: one ActQuantFp8 over every group's rows and one
   // grouped Fp8BlockGemm when the codes and scales lie evenly apart.
   const DevDense& w0 = L.wo_a[0];
-  bool fp8_grouped = groups > 1 && w0.codes != nullptr && b * groups * gin <= fq_count &&
+  bool fp8_grouped = groups > 1 && FastFp8(w0) && b * groups * gin <= fq_count &&
                      (b * gin) % 16 == 0 && (b * gin / 32) % 4 == 0;
   const int64_t c_stride = fp8_grouped ? L.wo_a[1].codes - w0.codes : 0;
   const int64_t s_stride = fp8_grouped ? L.wo_a[1].scales - w0.scales : 0;
@@ -582,7 +597,8 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
     bool made = false;
     RETURN_IF_ERROR(Bf16GemmOf(L.wo_a[0], xb, b, u, static_cast<int>(groups), stride, ug_output,
                                /*y_group_stride=*/rank, /*y_row_stride=*/groups * rank,
-                               fp8_u ? fq : nullptr, fp8_u ? fq_scales : nullptr, &made));
+                               fp8_u ? fq : nullptr, fp8_u ? fq_scales : nullptr, &made,
+                               WoAScaleStride(L)));
     ++direct_wo_a;
     if (made) {
       ++reduce_fp8_out;
@@ -591,7 +607,8 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
     return MmRound(L.wo_b, u, b, y);
   }
   if (grouped) {
-    RETURN_IF_ERROR(MmBf16(L.wo_a[0], og, b, ug, static_cast<int>(groups), stride, ug_output));
+    RETURN_IF_ERROR(MmBf16(L.wo_a[0], og, b, ug, static_cast<int>(groups), stride, ug_output,
+                           WoAScaleStride(L)));
   } else if (fp8_grouped) {
     RETURN_IF_ERROR(dense::ActQuantFp8(
         {.x = og, .codes = fq, .scales = fq_scales, .rows = groups * b, .cols = gin}, stream));
@@ -623,7 +640,7 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
 
 absl::Status DeviceDecoder::Impl::HeadProduct(const DevDense& w, const float* in, int64_t rows,
                                               float* out) {
-  if (w.bf16 != nullptr) return MmBf16(w, in, rows, out);  // kFast, bf16
+  if (IsBf16(w)) return MmBf16(w, in, rows, out);  // kFast, bf16
   const dense::MatmulParams p{.x = in, .w = w.w, .y = out, .rows = rows, .out = w.out, .in = w.in};
   if (fast() && options.fast_dot_rows) {  // a CTA per vocabulary row, fixed order (batch-invariant)
     return dec::DotRows({.x = in, .w = w.w, .y = out, .rows = rows, .out = w.out, .k = w.in},

@@ -93,7 +93,14 @@ struct DevDense {
   const uint8_t* codes = nullptr;    // kFast: e4m3 [out, in]
   const uint8_t* scales = nullptr;   // kFast: UE8M0 per 32 x 32 tile [ceil(out/32), in/32]
   const uint16_t* bf16 = nullptr;    // kFast, bf16 linear: bf16 bits [out, in]
+  // kFast, a bf16 linear held in its FP8 stored form instead (codes and
+  // scales above, bf16 null; V4.1's wo_a): run by Bf16Gemm's w_codes, the
+  // bits of the bf16 product. IsBf16 says whether a product is bf16.
+  bool w8 = false;
 };
+
+// True when `w` runs as a bf16 product (bf16 bits, or FP8 codes widened).
+inline bool IsBf16(const DevDense& w) { return w.bf16 != nullptr || w.w8; }
 
 // The stored FP8 form of one dense weight (32 x 32 tiles), when the fp32
 // values re-encode exactly.
@@ -346,6 +353,7 @@ struct DeviceDecoder::Impl {
   // kFast bf16 linears: whether each weight's values are all bf16 values.
   absl::flat_hash_map<const DenseWeight*, bool> bf16_exact;
   int fast_dense = 0, bf16_dense = 0, reference_dense = 0, fast_moe_layers = 0;
+  int stored_wo_a = 0;    // DeviceDecoderStats::stored_wo_a
   int64_t batch_cap = 0;  // max_batch rounded up to batch_interval
   int slots = 0;          // max_sequences + 1 (the last is the padding rows' scratch slot)
   std::vector<int> ratios;  // distinct compress ratios > 0 of the backbone
@@ -425,6 +433,7 @@ struct DeviceDecoder::Impl {
   int64_t fused_kv_rows = 0;   // DeviceDecoderStats::fused_kv_rows
   int64_t folded_row_ops = 0;  // DeviceDecoderStats::folded_row_ops
   int64_t direct_wo_a = 0;     // DeviceDecoderStats::direct_wo_a
+  int64_t widened_wo_a = 0;    // DeviceDecoderStats::widened_wo_a
   int64_t fused_swiglu_fp8 = 0;  // DeviceDecoderStats::fused_swiglu_fp8
   int64_t reduce_fp8_out = 0;    // DeviceDecoderStats::reduce_fp8_out
   // MmRoundRope -> Fp8Gemm: the RoPE its next product may take, and whether
@@ -678,7 +687,9 @@ struct DeviceDecoder::Impl {
   }
   // kFast: the stored FP8 form of `w` (encoded on first use), or null when
   // it has none (bf16 linear, shape, or values that do not re-encode).
-  const EncodedDense* Fp8Form(const DenseWeight& w);
+  // `any_activation`: also a weight whose product reads bf16 activations
+  // (wo_a's stored form); otherwise only an FP8 linear.
+  const EncodedDense* Fp8Form(const DenseWeight& w, bool any_activation = false);
   int64_t window() const { return c.window_size; }
   // A layer's window region: a ring of `ring()` rows a slot, then one
   // staging row a step row (the window KV of rows in runs of several
@@ -826,14 +837,16 @@ struct DeviceDecoder::Impl {
   // outputs packed group after group, weights `w_stride` elements apart.
   absl::Status MmBf16(const DevDense& w, const float* in, int64_t rows, float* out, int groups = 1,
                       int64_t w_stride = 0,
-                      dense::Fp8GemmOutput output = dense::Fp8GemmOutput::kF32) {
+                      dense::Fp8GemmOutput output = dense::Fp8GemmOutput::kF32,
+                      int64_t w_scale_stride = 0) {
     const int64_t n_in = rows * w.in * groups;
     if (n_in > xb_count) {
       return absl::InternalError(absl::StrCat("DeviceDecoder: bf16 input of ", n_in,
                                               " elements exceeds its scratch of ", xb_count));
     }
     RETURN_IF_ERROR(dec::ToBf16({.x = in, .out = xb, .n = n_in}, stream));
-    return Bf16GemmOf(w, xb, rows, out, groups, w_stride, output);
+    return Bf16GemmOf(w, xb, rows, out, groups, w_stride, output, 0, 0, nullptr, nullptr, nullptr,
+                      w_scale_stride);
   }
   // Bf16Gemm with the split-K its weight shape gets (ChooseBf16GemmSplits:
   // the same for every batch size, batch-invariant; V4.1's grouped wo_a runs
@@ -845,7 +858,7 @@ struct DeviceDecoder::Impl {
                           int groups, int64_t w_stride, dense::Fp8GemmOutput output,
                           int64_t y_group_stride = 0, int64_t y_row_stride = 0,
                           uint8_t* y_codes = nullptr, uint8_t* y_scales = nullptr,
-                          bool* made_fp8 = nullptr) {
+                          bool* made_fp8 = nullptr, int64_t w_scale_stride = 0) {
     dense::Bf16GemmParams p{.x = x16,
                             .w = w.bf16,
                             .y = out,
@@ -872,7 +885,42 @@ struct DeviceDecoder::Impl {
       if (!dense::Bf16GemmMakesFp8(p)) p.y_codes = p.y_scales = nullptr;
     }
     if (made_fp8 != nullptr) *made_fp8 = p.y_codes != nullptr;
+    if (w.w8) RETURN_IF_ERROR(StoredBf16Weight(w, groups, w_stride, w_scale_stride, p));
     return dense::Bf16Gemm(p, stream);
+  }
+  // A w8 weight's operands for `p`: its codes and scales (the mma tiles widen
+  // them), or, where the bf16 form would run the warp-specialized prefill
+  // tile and the weight fits the x16 scratch, its bf16 bits widened there
+  // first (Fp8WeightBf16: the same values, so the same bits).
+  absl::Status StoredBf16Weight(const DevDense& w, int groups, int64_t w_stride,
+                                int64_t w_scale_stride, dense::Bf16GemmParams& p) {
+    p.w = nullptr;
+    p.w_codes = w.codes;
+    p.w_scales = w.scales;
+    p.w_scales_group_stride = groups > 1 ? w_scale_stride : 0;
+    dense::Bf16GemmParams bf16_form = p;
+    bf16_form.w_codes = nullptr;
+    bf16_form.w = reinterpret_cast<const uint16_t*>(x16);
+    const int64_t elements = int64_t{groups} * w.out * w.in;
+    if (x16 == nullptr || elements > x16_count ||
+        dense::ResolveBf16GemmTile(bf16_form) != dense::Fp8GemmTile::kN128M128Ws) {
+      return absl::OkStatus();
+    }
+    RETURN_IF_ERROR(dense::Fp8WeightBf16({.codes = w.codes,
+                                          .scales = w.scales,
+                                          .out = x16,
+                                          .rows = w.out,
+                                          .cols = w.in,
+                                          .groups = groups,
+                                          .code_group_stride = groups > 1 ? w_stride : 0,
+                                          .scale_group_stride = p.w_scales_group_stride},
+                                         stream));
+    p.w_codes = p.w_scales = nullptr;
+    p.w_scales_group_stride = 0;
+    p.w = x16;
+    p.w_group_stride = groups > 1 ? w.out * w.in : 0;
+    ++widened_wo_a;
+    return absl::OkStatus();
   }
   // prefill_x16_panel: where `p` runs the warp-specialized prefill tile and
   // its X fits the panel scratch, widens X's codes into the panel and points
@@ -935,7 +983,7 @@ struct DeviceDecoder::Impl {
   }
   absl::Status Mm(const DevDense& w, const float* in, int64_t rows, float* out,
                   int split_groups = 0, dense::Fp8GemmOutput output = dense::Fp8GemmOutput::kF32) {
-    if (w.bf16 != nullptr) return MmBf16(w, in, rows, out, 1, 0, output);
+    if (IsBf16(w)) return MmBf16(w, in, rows, out, 1, 0, output);
     if (w.codes != nullptr) {  // kFast: the reference's act_quant, then tensor cores
       RETURN_IF_ERROR(dense::ActQuantFp8(
           {.x = in, .codes = fq, .scales = fq_scales, .rows = rows, .cols = w.in}, stream));
@@ -956,7 +1004,7 @@ struct DeviceDecoder::Impl {
                                               in.cols));
     }
     const bool fits = rows * in.cols <= in.capacity;
-    if (w.bf16 != nullptr && fits) {
+    if (IsBf16(w) && fits) {
       if (!in.has_bf16) {
         RETURN_IF_ERROR(dec::ToBf16({.x = in.src, .out = in.bf16, .n = rows * in.cols}, stream));
         in.has_bf16 = true;
@@ -996,7 +1044,7 @@ struct DeviceDecoder::Impl {
   }
   // True when Mm of `w` runs on the tensor-core kernels (kFast), whose
   // epilogue can round to bf16 (kF32RoundedBf16).
-  static bool FusesRound(const DevDense& w) { return w.bf16 != nullptr || w.codes != nullptr; }
+  static bool FusesRound(const DevDense& w) { return IsBf16(w) || w.codes != nullptr; }
   // Mm, then the bf16 boundary on its [rows, w.out] output: fused into the
   // tensor-core kernels' epilogue (the bits a Round pass gives, one launch
   // fewer), a separate Round after the reference's row-stable product.
@@ -1116,6 +1164,10 @@ struct DeviceDecoder::Impl {
   // The bf16 weight stride of L's grouped wo_a when one Bf16Gemm runs every
   // group (the groups' weights evenly apart), else 0.
   int64_t GroupedWoAStride(const LayerDev& L) const;
+  // The scale stride of L's grouped wo_a held as FP8 (w8; 0 otherwise).
+  static int64_t WoAScaleStride(const LayerDev& L) {
+    return L.wo_a.size() > 1 && L.wo_a[0].w8 ? L.wo_a[1].scales - L.wo_a[0].scales : 0;
+  }
   // direct_wo_a applies to layer L: its grouped wo_a reads xb as the launch
   // before it writes it and writes u itself.
   bool DirectWoA(const LayerDev& L, int64_t b) const {
@@ -1304,7 +1356,7 @@ struct DeviceDecoder::Impl {
   }
   // A weight whose products on a branch use only the swapped scratch (its
   // FP8 form; a bf16 one would stage through the shared xb).
-  static bool FastFp8(const DevDense& w) { return w.codes != nullptr && w.bf16 == nullptr; }
+  static bool FastFp8(const DevDense& w) { return w.codes != nullptr && !IsBf16(w); }
   absl::Status JoinSide() {
     WEIR_DD_CUDA("join", cudaStreamWaitEvent(stream, join_ev, 0));
     return absl::OkStatus();

@@ -27,9 +27,9 @@ bool EncodeMxfp4Exactly(const DenseWeight& w, std::vector<uint8_t>& codes,
 
 }  // namespace device_decoder_internal
 
-const device_decoder_internal::EncodedDense* DeviceDecoder::Impl::Fp8Form(
-    const DenseWeight& w) {
-  if (!w.fp8_activation || w.in % 32 != 0 || w.out <= 0 ||
+const device_decoder_internal::EncodedDense* DeviceDecoder::Impl::Fp8Form(const DenseWeight& w,
+                                                                          bool any_activation) {
+  if ((!w.fp8_activation && !any_activation) || w.in % 32 != 0 || w.out <= 0 ||
       static_cast<int64_t>(w.w.size()) != w.out * w.in) {
     return nullptr;
   }
@@ -79,7 +79,7 @@ absl::Status DeviceDecoder::Impl::LayoutWeights(Region& r, int64_t& max_in) {
   fills = 0;
   expert_bytes = 0;
   mxfp4_layers = 0;
-  fast_dense = bf16_dense = reference_dense = fast_moe_layers = 0;
+  fast_dense = bf16_dense = reference_dense = fast_moe_layers = stored_wo_a = 0;
   // --- weights
   if (w.embed.empty() && seed != 0) {
     float* e = r.Alloc<float>(c.vocab_size * d);
@@ -124,6 +124,22 @@ absl::Status DeviceDecoder::Impl::LayoutWeights(Region& r, int64_t& max_in) {
     d.scales = r.Put(e->scales);
     return d;
   };
+  // Whether every value of a real weight is a bf16 value: decided once per
+  // weight (every layout pass must agree).
+  auto bf16_values = [&](const DenseWeight& dw) {
+    auto [it, fresh] = bf16_exact.try_emplace(&dw, true);
+    if (fresh) {
+      for (float v : dw.w) {
+        uint32_t b;
+        std::memcpy(&b, &v, 4);
+        if ((b & 0xFFFFu) != 0) {  // not a bf16 value
+          it->second = false;
+          break;
+        }
+      }
+    }
+    return it->second;
+  };
   // kFast with bf16 activations: a bf16 linear in bf16 (real weights: when
   // every value is a bf16 value; synthetic: drawn as bf16).
   auto bf16_form = [&](const DenseWeight& dw) -> std::optional<DevDense> {
@@ -145,20 +161,7 @@ absl::Status DeviceDecoder::Impl::LayoutWeights(Region& r, int64_t& max_in) {
       d.bf16 = p;
       return d;
     }
-    // Decided once per weight (every layout pass must agree); the bits are
-    // built only for the pass that uploads.
-    auto [it, fresh] = bf16_exact.try_emplace(&dw, true);
-    if (fresh) {
-      for (float v : dw.w) {
-        uint32_t b;
-        std::memcpy(&b, &v, 4);
-        if ((b & 0xFFFFu) != 0) {  // not a bf16 value
-          it->second = false;
-          break;
-        }
-      }
-    }
-    if (!it->second) return std::nullopt;
+    if (!bf16_values(dw)) return std::nullopt;
     if (!live) {
       d.bf16 = r.Alloc<uint16_t>(dw.out * dw.in);
       return d;
@@ -195,6 +198,39 @@ absl::Status DeviceDecoder::Impl::LayoutWeights(Region& r, int64_t& max_in) {
     if (fast() && dw.out * dw.in > 0) ++reference_dense;
     return dense_fp32(dw);
   };
+  // stored_wo_a: a bf16 wo_a group held as the FP8 it re-encodes to exactly
+  // (real weights: bf16 values that QuantizeFp8Weight gives back bit for bit,
+  // which V4.1's checkpoint wo_a, stored FP8, always does; synthetic: random
+  // e4m3 codes as fp8_form draws them), half the bf16 bytes; Bf16Gemm widens
+  // it (the same bits as the bf16 form).
+  auto wo_a_form = [&](const DenseWeight& dw) -> DevDense {
+    const bool eligible = options.stored_wo_a && fast() && bf16() && options.fast_bf16 &&
+                          !dw.fp8_activation && dw.in % 32 == 0 && dw.out * dw.in > 0;
+    if (eligible && dw.w.empty() && seed != 0) {  // synthetic
+      std::optional<DevDense> f =
+          fp8_form(DenseWeight{.out = dw.out, .in = dw.in, .fp8_activation = true});
+      if (f) {
+        f->fp8 = false;
+        f->w8 = true;
+        ++fast_dense;
+        ++bf16_dense;
+        ++stored_wo_a;
+        return *f;
+      }
+    } else if (eligible && !dw.w.empty() && bf16_values(dw)) {
+      if (const EncodedDense* e = Fp8Form(dw, /*any_activation=*/true)) {
+        ++fast_dense;
+        ++bf16_dense;
+        ++stored_wo_a;
+        return DevDense{.out = dw.out,
+                        .in = dw.in,
+                        .codes = r.Put(e->codes),
+                        .scales = r.Put(e->scales),
+                        .w8 = true};
+      }
+    }
+    return dense(dw);
+  };
   // The head has its own product (row-stable, cuBLASLt, DotRows or Bf16Gemm).
   if (std::optional<DevDense> f = bf16_form(w.head)) {
     max_in = std::max(max_in, w.head.in);
@@ -218,7 +254,7 @@ absl::Status DeviceDecoder::Impl::LayoutWeights(Region& r, int64_t& max_in) {
     L.wkv = dense(a.wkv);
     L.wo_b = dense(a.wo_b);
     L.wo_a.clear();
-    for (const DenseWeight& g : a.wo_a) L.wo_a.push_back(dense(g));
+    for (const DenseWeight& g : a.wo_a) L.wo_a.push_back(wo_a_form(g));
     L.q_norm = r.Put(a.q_norm);
     L.kv_norm = r.Put(a.kv_norm);
     L.sink = r.Put(a.attn_sink);
