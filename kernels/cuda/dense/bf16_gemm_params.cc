@@ -17,8 +17,12 @@ bool AlignedTo(const void* p, uintptr_t bytes) {
 }  // namespace
 
 int64_t Bf16GemmSharedBytes(const Fp8GemmTileShape& s, bool w_codes) {
-  return static_cast<int64_t>(s.block_n + s.block_m) * kFp8GemmStageK * s.stages +
-         (w_codes ? static_cast<int64_t>(s.block_n) * kBf16GemmStageK * s.stages : 0);
+  if (w_codes) {  // one W tile; a ring of X tiles and of code tiles (64 bytes a row)
+    return static_cast<int64_t>(s.block_n) * kFp8GemmStageK +
+           static_cast<int64_t>(s.block_m * kFp8GemmStageK + s.block_n * kBf16GemmStageK) *
+               s.stages;
+  }
+  return static_cast<int64_t>(s.block_n + s.block_m) * kFp8GemmStageK * s.stages;
 }
 
 int64_t Bf16GemmWeightScaleBytes(int64_t n, int64_t k) { return (n + 31) / 32 * ((k + 31) / 32); }
@@ -41,7 +45,14 @@ int ChooseBf16GemmSplits(int64_t n, int64_t k, int groups) {
 Fp8GemmTile ResolveBf16GemmTile(const Bf16GemmParams& p) {
   if (p.tile != Fp8GemmTile::kAuto) return p.tile;
   const Fp8GemmTile tile = ChooseFp8GemmTile(p.m, p.n);
-  return tile == Fp8GemmTile::kN128M128 && p.w_codes == nullptr ? Fp8GemmTile::kN128M128Ws : tile;
+  if (p.w_codes != nullptr) {
+    // Half the bytes a stage: the 6-slot ring keeps as many in flight as the
+    // 3-slot one does for bf16 w (the W tile is one slot, so it fits as many
+    // CTAs an SM).
+    return tile == Fp8GemmTile::kN64M8S3 || tile == Fp8GemmTile::kN64M8S4 ? Fp8GemmTile::kN64M8
+                                                                          : tile;
+  }
+  return tile == Fp8GemmTile::kN128M128 ? Fp8GemmTile::kN128M128Ws : tile;
 }
 
 bool Bf16GemmMakesFp8(const Bf16GemmParams& p) {

@@ -103,9 +103,12 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
 
   extern __shared__ __align__(128) uint8_t smem[];
   uint8_t* const w_tiles = smem;
-  uint8_t* const x_tiles = w_tiles + kStages * kWTile;
+  // kW8: one W tile (widened right before each stage's compute, after a
+  // barrier that every compute of the stage before has passed).
+  constexpr int kWSlots = kW8 ? 1 : kStages;
+  uint8_t* const x_tiles = w_tiles + kWSlots * kWTile;
   // kW8: the stage's W codes, [kBn][64] bytes a ring slot, widened into the
-  // W tile's slot (bf16, swizzled as cp.async would have put w) before use.
+  // W tile (bf16, swizzled as cp.async would have put w) before use.
   constexpr int kCodeRow = kBf16GemmStageK;  // 64 codes of K
   constexpr int kCodeTile = kBn * kCodeRow;
   uint8_t* const code_tiles = x_tiles + kStages * kXTile;
@@ -164,7 +167,7 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
   auto widen = [&](int kt, int slot) {
     const int64_t kb = static_cast<int64_t>(kt0 + kt) * kBf16GemmStageK;
     const uint32_t src = SharedAddress(code_tiles) + slot * kCodeTile;
-    const uint32_t dst = SharedAddress(w_tiles) + slot * kWTile;
+    const uint32_t dst = SharedAddress(w_tiles);
     for (int i = tid; i < kBn * 8; i += kThreads) {
       const int row = i >> 3, chunk = i & 7;
       const int64_t gn = n0 + row, kk = kb + chunk * 8;
@@ -187,7 +190,7 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
   ZeroAccumulators(acc);
 
   auto compute = [&](int slot, int steps) {
-    const uint32_t w_base = SharedAddress(w_tiles) + slot * kWTile;
+    const uint32_t w_base = SharedAddress(w_tiles) + (kW8 ? 0 : slot * kWTile);
     const uint32_t x_base = SharedAddress(x_tiles) + slot * kXTile;
 #pragma unroll
     for (int j = 0; j < kStepsPerStage; ++j) {
