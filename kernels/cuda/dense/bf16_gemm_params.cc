@@ -45,14 +45,7 @@ int ChooseBf16GemmSplits(int64_t n, int64_t k, int groups) {
 Fp8GemmTile ResolveBf16GemmTile(const Bf16GemmParams& p) {
   if (p.tile != Fp8GemmTile::kAuto) return p.tile;
   const Fp8GemmTile tile = ChooseFp8GemmTile(p.m, p.n);
-  if (p.w_codes != nullptr) {
-    // Half the bytes a stage: the 6-slot ring keeps as many in flight as the
-    // 3-slot one does for bf16 w (the W tile is one slot, so it fits as many
-    // CTAs an SM).
-    return tile == Fp8GemmTile::kN64M8S3 || tile == Fp8GemmTile::kN64M8S4 ? Fp8GemmTile::kN64M8
-                                                                          : tile;
-  }
-  return tile == Fp8GemmTile::kN128M128 ? Fp8GemmTile::kN128M128Ws : tile;
+  return tile == Fp8GemmTile::kN128M128 && p.w_codes == nullptr ? Fp8GemmTile::kN128M128Ws : tile;
 }
 
 bool Bf16GemmMakesFp8(const Bf16GemmParams& p) {

@@ -82,8 +82,9 @@ struct Bf16GemmParams {
 // The tile a call runs: p.tile, or for kAuto ChooseFp8GemmTile(m, n) with
 // the 128 x 128 prefill tile replaced by the warp-specialized kN128M128Ws
 // (bf16_gemm_ws_sm90.cuh: TMA and wgmma, the same bits), which takes every
-// shape CheckBf16GemmParams accepts; with w_codes the mma tiles only, and up
-// to 8 rows kN64M8 (6 slots) instead of the 3-slot kN64M8S3.
+// shape CheckBf16GemmParams accepts; with w_codes the mma tiles only (the
+// 6-slot kN64M8 instead of kN64M8S3 up to 8 rows made the EP8 slice's batch-1
+// step 1 ms slower, H100 2026-12-06).
 Fp8GemmTile ResolveBf16GemmTile(const Bf16GemmParams& p);
 
 // True when `p` can write y_codes / y_scales: split K summed by the second
@@ -123,7 +124,8 @@ absl::Status CheckBf16GemmParams(const Bf16GemmParams& params);
 
 // Dynamic shared memory of one Bf16Gemm CTA of `shape`: per stage the W and
 // X tiles ([rows][128] bytes each); with `w_codes` one W tile and per stage
-// the X tile and the W codes ([block_n][64] bytes).
+// the X tile and the W codes ([block_n][64] bytes), to which the launch adds
+// the CTA's scale bytes (they depend on k and the split).
 int64_t Bf16GemmSharedBytes(const Fp8GemmTileShape& shape, bool w_codes = false);
 
 // The scale bytes of an FP8 weight of n x k (32 x 32 tiles): ceil(n / 32) x

@@ -172,11 +172,6 @@ TEST(Bf16GemmParamsTest, Fp8WeightsAreCheckedAndStayOnTheMmaTiles) {
   p.w_codes = nullptr;
   p.w = At(0x2000);
   EXPECT_EQ(ResolveBf16GemmTile(p), Fp8GemmTile::kN128M128Ws);
-  p.m = 8;  // decode: the 6-slot ring for half the bytes a stage
-  EXPECT_EQ(ResolveBf16GemmTile(p), Fp8GemmTile::kN64M8S3);
-  p.w = nullptr;
-  p.w_codes = codes;
-  EXPECT_EQ(ResolveBf16GemmTile(p), Fp8GemmTile::kN64M8);
   const Fp8GemmTileShape shape = ShapeOfFp8GemmTile(Fp8GemmTile::kN64M8);
   EXPECT_EQ(Bf16GemmSharedBytes(shape, true),
             int64_t{shape.block_n} * 128 +

@@ -1,5 +1,6 @@
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -71,7 +72,12 @@ absl::Status LaunchTile(const Bf16GemmParams& p, const Fp8GemmTileShape& shape,
                     static_cast<unsigned>(p.groups * p.k_splits));
     const int threads = kWarpsN * kWarpsM * 32;
     const bool w8 = p.w_codes != nullptr;
-    const int smem = static_cast<int>(Bf16GemmSharedBytes(shape, w8));
+    // With w_codes, a CTA's scale bytes after its rings (the kernel's
+    // scale_tile): its W row tiles x two K blocks a stage of its split.
+    const int64_t all_kt = (p.k + kBf16GemmStageK - 1) / kBf16GemmStageK;
+    const int64_t scale_bytes =
+        w8 ? std::max(1, kBn / 32) * 2 * ((all_kt + p.k_splits - 1) / p.k_splits) : 0;
+    const int smem = static_cast<int>(Bf16GemmSharedBytes(shape, w8) + scale_bytes);
     auto kernel = w8 ? bf16_gemm::Bf16GemmKernel<kBn, kBm, kWarpsN, kWarpsM, kStages, true>
                      : bf16_gemm::Bf16GemmKernel<kBn, kBm, kWarpsN, kWarpsM, kStages, false>;
     if (absl::Status s = AllowSharedBytes(kernel, smem, "Bf16Gemm"); !s.ok()) return s;

@@ -112,6 +112,12 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
   constexpr int kCodeRow = kBf16GemmStageK;  // 64 codes of K
   constexpr int kCodeTile = kBn * kCodeRow;
   uint8_t* const code_tiles = x_tiles + kStages * kXTile;
+  // kW8: the scale bytes of the CTA's W rows over its split's K blocks,
+  // loaded once ([row tiles][2 num_kt]; the launch adds them to the shared
+  // memory): a global load a chunk in every stage's widening cost more than
+  // the bytes the codes save (H100, 2026-12-06).
+  uint8_t* const scale_tile = code_tiles + kStages * kCodeTile;
+  constexpr int kScaleRowTiles = kBn < 32 ? 1 : kBn / 32;
 
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid & 31;
@@ -140,6 +146,16 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
   const uint8_t* const wcg = kW8 ? args.w_codes + g * args.w_stride : nullptr;
   const uint8_t* const wsg = kW8 ? args.w_scales + g * args.w_scales_stride : nullptr;
   const int64_t scale_cols = k / 32;
+  const int cta_scale_cols = 2 * num_kt;  // two K blocks of 32 a stage
+  if constexpr (kW8) {
+    const int64_t first_tile = n0 >> 5;
+    for (int i = tid; i < kScaleRowTiles * cta_scale_cols; i += kThreads) {
+      const int rt = i / cta_scale_cols, c = i % cta_scale_cols;
+      const int64_t row_tile = first_tile + rt, kb = int64_t{kt0} * 2 + c;
+      scale_tile[i] = row_tile * 32 < args.n && kb < scale_cols ? wsg[row_tile * scale_cols + kb]
+                                                                : static_cast<uint8_t>(0);
+    }
+  }
   const StageRowCopies<kXChunks, kThreads, kBm> x_rows(reinterpret_cast<const uint8_t*>(xg),
                                                        k_bytes, m0, args.m, tid);
 
@@ -177,7 +193,8 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
         asm volatile("ld.shared.v2.b32 {%0,%1}, [%2];\n"
                      : "=r"(lo), "=r"(hi)
                      : "r"(src + row * kCodeRow + chunk * 8));
-        WidenFp8Weights8(lo, hi, __ldg(wsg + (gn >> 5) * scale_cols + (kk >> 5)), v);
+        const int rt = static_cast<int>((gn >> 5) - (n0 >> 5));
+        WidenFp8Weights8(lo, hi, scale_tile[rt * cta_scale_cols + (kk >> 5) - 2 * kt0], v);
       }
       asm volatile(
           "st.shared.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"r"(dst + Fp8GemmSwizzledOffset(row, chunk)),
