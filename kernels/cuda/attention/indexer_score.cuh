@@ -16,6 +16,43 @@ inline constexpr int kIndexerWarps = 8;
 inline constexpr int kIndexerThreads = kIndexerWarps * 32;
 inline constexpr int kIndexerChains = 4;  // heads a thread runs at once (independent sums)
 
+// Stages `count` keys into `tile` (rows `stride` floats apart): key i is pool
+// row row_of(i) of the fp32 keys k, or (k_codes non-null) of the MXFP4 keys,
+// eight elements a step from one word of codes and its E8M0 scale
+// (Mxfp4Value: exact); a negative row stages NaN. Thread `tid` of kThreads
+// takes every kThreads-th step. Both IndexerScore kernels stage through it.
+template <int kThreads, typename RowOf>
+__device__ __forceinline__ void StageIndexerKeys(float* tile, int stride, RowOf row_of, int count,
+                                                 int dim, const float* __restrict__ k,
+                                                 const uint8_t* __restrict__ k_codes,
+                                                 const uint8_t* __restrict__ k_scales, int tid) {
+  if (k_codes != nullptr) {
+    const int words = dim / 8;
+    const uint32_t* code_words = reinterpret_cast<const uint32_t*>(k_codes);
+    for (int e = tid; e < count * words; e += kThreads) {
+      const int r = e / words, c = (e % words) * 8;
+      float* dst = tile + r * stride + c;
+      const int64_t row = row_of(r);
+      if (row < 0) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) dst[j] = __int_as_float(0x7fffffff);
+        continue;
+      }
+      const int64_t at = row * dim + c;
+      const uint32_t word = code_words[at / 8];
+      const uint32_t scale = k_scales[at / 32];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) dst[j] = Mxfp4Value((word >> (4 * j)) & 0xFu, scale);
+    }
+    return;
+  }
+  for (int e = tid; e < count * dim; e += kThreads) {
+    const int r = e / dim, c = e % dim;
+    const int64_t row = row_of(r);
+    tile[r * stride + c] = row < 0 ? __int_as_float(0x7fffffff) : k[row * dim + c];
+  }
+}
+
 // Block (x = key tile, y = first query): for each query s = y, y + gridDim.y,
 // ... the query's heads are staged in shared memory; warp w takes heads
 // kIndexerChains w .. + kIndexerChains - 1, then the next such group
@@ -64,31 +101,8 @@ __global__ void IndexerScoreKernel(
   // Stages `count` keys of the tile; key i of the tile is pool row
   // row_of(i), a negative row loading NaN.
   auto load_tile = [&](auto row_of, int count) {
-    if (k_codes != nullptr) {  // eight elements (one word of codes) a step
-      const int words = dim / 8;
-      const uint32_t* code_words = reinterpret_cast<const uint32_t*>(k_codes);
-      for (int e = threadIdx.x; e < count * words; e += kIndexerThreads) {
-        const int r = e / words, c = (e % words) * 8;
-        float* dst = tile + r * (dim + 1) + c;
-        const int64_t row = row_of(r);
-        if (row < 0) {
-#pragma unroll
-          for (int j = 0; j < 8; ++j) dst[j] = __int_as_float(0x7fffffff);
-          continue;
-        }
-        const int64_t at = row * dim + c;
-        const uint32_t word = code_words[at / 8];
-        const uint32_t scale = k_scales[at / 32];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) dst[j] = Mxfp4Value((word >> (4 * j)) & 0xFu, scale);
-      }
-      return;
-    }
-    for (int e = threadIdx.x; e < count * dim; e += kIndexerThreads) {
-      const int r = e / dim, c = e % dim;
-      const int64_t row = row_of(r);
-      tile[r * (dim + 1) + c] = row < 0 ? __int_as_float(0x7fffffff) : k[row * dim + c];
-    }
+    StageIndexerKeys<kIndexerThreads>(tile, dim + 1, row_of, count, dim, k, k_codes, k_scales,
+                                      static_cast<int>(threadIdx.x));
   };
   const bool per_query = key_offset != nullptr || block_table != nullptr;
   if (!per_query) load_tile([&](int i) -> int64_t { return tile_start + i; }, rows);

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/attention/indexer_score.cuh"
 #include "kernels/cuda/dense/fake_quant.cuh"
 #include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/cuda/rounding.cuh"
@@ -183,31 +184,8 @@ __global__ void __launch_bounds__(kIndexerGroupedThreads) IndexerScoreGroupedKer
             const int32_t b = j < table_width ? table[j] : -1;
             return b < 0 ? -1 : static_cast<int64_t>(b) * entries_per_block + t % entries_per_block;
           };
-          if (k_codes != nullptr) {  // eight elements (a word of codes) a step
-            const int words = dim / 8;
-            const uint32_t* code_words = reinterpret_cast<const uint32_t*>(k_codes);
-            for (int e = tid; e < count * words; e += kIndexerGroupedThreads) {
-              const int r = e / words, c = (e % words) * 8;
-              float* dst = tile_o + r * stride + c;
-              const int64_t row = row_of(r);
-              if (row < 0) {
-#pragma unroll
-                for (int j = 0; j < 8; ++j) dst[j] = __int_as_float(0x7fffffff);
-                continue;
-              }
-              const int64_t at = row * dim + c;
-              const uint32_t word = code_words[at / 8];
-              const uint32_t scale = k_scales[at / 32];
-#pragma unroll
-              for (int j = 0; j < 8; ++j) dst[j] = Mxfp4Value((word >> (4 * j)) & 0xFu, scale);
-            }
-          } else {
-            for (int e = tid; e < count * dim; e += kIndexerGroupedThreads) {
-              const int r = e / dim, c = e % dim;
-              const int64_t row = row_of(r);
-              tile_o[r * stride + c] = row < 0 ? __int_as_float(0x7fffffff) : k[row * dim + c];
-            }
-          }
+          StageIndexerKeys<kIndexerGroupedThreads>(tile_o, stride, row_of, count, dim, k, k_codes,
+                                                   k_scales, tid);
         }
         __syncthreads();
         // The dots: 4 heads x 4 keys a thread, channels ascending.
