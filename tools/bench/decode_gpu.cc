@@ -171,6 +171,10 @@ ABSL_FLAG(int64_t, parallel_compressor_rows, 256,
 ABSL_FLAG(int32_t, tile_conversion_rows, 1,
           "Tile rows one CTA of the experts' MXFP4 -> FP8 conversion walks (same codes; "
           "DeviceDecoderOptions::tile_conversion_rows).");
+ABSL_FLAG(bool, attention_grouped_out, false,
+          "kFast, stored pools: the wgmma attention writes wo_a's input transposed with the "
+          "inverse RoPE (same bits, one launch a layer fewer; DeviceDecoderOptions::"
+          "attention_grouped_out).");
 ABSL_FLAG(bool, stored_wo_a, false,
           "kFast, bf16 wo_a: held as the FP8 codes + scales it re-encodes to, widened by the "
           "product (same bits, half the bytes; DeviceDecoderOptions::stored_wo_a).");
@@ -426,7 +430,8 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .reduce_fp8_out = absl::GetFlag(FLAGS_reduce_fp8_out),
           .parallel_compressor_rows = absl::GetFlag(FLAGS_parallel_compressor_rows),
           .tile_conversion_rows = absl::GetFlag(FLAGS_tile_conversion_rows),
-          .stored_wo_a = absl::GetFlag(FLAGS_stored_wo_a)};
+          .stored_wo_a = absl::GetFlag(FLAGS_stored_wo_a),
+          .attention_grouped_out = absl::GetFlag(FLAGS_attention_grouped_out)};
 }
 
 }  // namespace

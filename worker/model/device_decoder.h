@@ -482,6 +482,13 @@ struct DeviceDecoderOptions {
   // on the warp-specialized tile widens the layer's wo_a into the x16
   // scratch first (Fp8WeightBf16). The bits of the bf16 form.
   bool stored_wo_a = false;
+  // kFast, stored pools on the wgmma attention (attention_wgmma): the
+  // attention writes the grouped output projection's input itself,
+  // transposed to [groups, batch, group width] with the inverse RoPE (as
+  // bf16 bits with direct_wo_a): SparseDecodeAttentionParams::grouped, the
+  // bits of the SwapAxes it replaces, one launch a layer fewer. Off until its
+  // GPU test and A/B (written in the twenty-third session).
+  bool attention_grouped_out = false;
   // Expert parallelism over NCCL on device buffers (see the file comment):
   // this decoder is rank communicator->rank() of communicator->world_size().
   // Not owned; must outlive the decoder and live on `device`. Null: every

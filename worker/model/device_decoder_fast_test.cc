@@ -36,6 +36,7 @@
 #include "worker/model/cpu_ops.h"
 #include "worker/model/device_decoder.h"
 #include "worker/model/device_decoder_chunk_check.h"
+#include "worker/model/device_decoder_synthetic.h"
 #include "worker/model/model.h"
 #include "worker/model/tiny_model_test_util.h"
 #include "worker/model/widen_experts.h"
@@ -897,6 +898,53 @@ TEST(DeviceDecoderFastTest, SmallBf16StoredWoAGivesTheBf16FormsBits) {
   EXPECT_EQ(got_stats.stored_wo_a, small->config().n_layers * small->config().o_groups);
   EXPECT_GT(got_stats.widened_wo_a, 0);  // the chunk
   EXPECT_GT(got_stats.direct_wo_a, 0);
+}
+
+// attention_grouped_out on V4.1's attention (head_dim 512: stored pools and
+// the wgmma attention, which small's 256 never takes): the synthetic slice
+// with 16 experts, a 40-position prompt chunk (the prompt's shape, one CTA a
+// query) and decode steps of two sequences (the decode ranges, clusters).
+// The attention writing wo_a's input itself (bf16 bits with the bf16 wo_a's
+// direct_wo_a, fp32 with the FP8 stand-in) gives the plain output's and
+// SwapAxes' bits.
+TEST(DeviceDecoderFastTest, SyntheticV41GroupedAttentionOutputGivesTheSwapAxesBits) {
+  absl::StatusOr<ModelConfig> config = LoadModelConfig("models/v41-flash/config.json");
+  ASSERT_TRUE(config.ok()) << config.status();
+  config->n_routed_experts = 16;
+  config->engram_layer_ids.clear();
+  config->engram_num_embeddings.clear();
+  const int64_t v = config->vocab_size;
+  for (const bool bf16_wo_a : {true, false}) {
+    std::vector<std::vector<float>> calls[2];
+    int64_t folded[2] = {0, 0};
+    for (int on = 0; on < 2; ++on) {
+      DeviceDecoderOptions o{.numerics = DecodeNumerics::kFast,
+                             .max_sequences = 2,
+                             .max_positions = 128,
+                             .max_batch = 40,
+                             .max_rows_per_slot = 40};
+      o.attention_grouped_out = on == 1;
+      auto dd = CreateSyntheticDeviceDecoder(*config, ActivationPrecision::kBf16, o, 5, bf16_wo_a);
+      ASSERT_TRUE(dd.ok()) << dd.status();
+      ASSERT_TRUE((*dd)->Start(0).ok());
+      ASSERT_TRUE((*dd)->Start(1).ok());
+      const std::vector<int64_t> prompt = RandomTokens(40, 61, v - 1);
+      auto chunk = (*dd)->StepRows(std::vector<int>(40, 0), prompt, std::nullopt);
+      ASSERT_TRUE(chunk.ok()) << chunk.status();
+      calls[on].emplace_back(chunk->begin(), chunk->end());
+      for (int step = 0; step < 3; ++step) {
+        const int slots[] = {0, 1};
+        const int64_t tokens[] = {3 + step, 11 + step};
+        auto r = (*dd)->Step(slots, tokens);
+        ASSERT_TRUE(r.ok()) << r.status();
+        calls[on].emplace_back(r->begin(), r->end());
+      }
+      folded[on] = (*dd)->stats().folded_row_ops;
+    }
+    ASSERT_EQ(calls[0].size(), calls[1].size());
+    EXPECT_EQ(DifferingCalls(calls[0], calls[1]), 0) << "bf16 wo_a " << bf16_wo_a;
+    EXPECT_GT(folded[1], folded[0]) << "bf16 wo_a " << bf16_wo_a;  // the SwapAxes left out
+  }
 }
 
 // A 400-row prompt chunk runs the FP8 linears (and the experts' tile form)

@@ -471,6 +471,20 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
       sp.compressed_rows = num_blocks * entries_per_block(role.ratio);
       sp.compressed_width = ip.k_width;
     }
+    // attention_grouped_out: the wgmma attention writes og itself (with
+    // direct_wo_a xb's bf16 bits), transposed with the inverse RoPE: the
+    // SwapAxes below is skipped, the same bits.
+    if (FusesWgAttentionOut() && sp.kernel == kc::SparseDecodeKernel::kWgmma64) {
+      sp.out = nullptr;
+      sp.grouped = {.out = direct ? nullptr : og,
+                    .out_bf16 = direct ? xb : nullptr,
+                    .group_width = c.o_group_in_dim(),
+                    .positions = pos,
+                    .cos_sin = cos_sin(layer),
+                    .cos_sin_rows = options.max_positions,
+                    .rope_dim = static_cast<int>(c.rope_head_dim)};
+      attention_out_fused_ = true;
+    }
     if (roles_ == 1) {
       RETURN_IF_ERROR(kc::SparseDecodeAttention(sp, stream));
     } else {

@@ -1159,6 +1159,12 @@ struct DeviceDecoder::Impl {
     return FoldsRowOps() && options.staged_attention && options.fused_attention_out &&
            options.fused_rope && c.o_group_in_dim() % c.head_dim == 0 && !stored_kv;
   }
+  // attention_grouped_out applies: stored pools on the wgmma attention, the
+  // RoPE fused into the transpose it replaces, groups of whole heads.
+  bool FusesWgAttentionOut() const {
+    return fast() && stored_kv && options.attention_grouped_out && options.fused_rope &&
+           c.o_group_in_dim() % c.head_dim == 0 && c.head_dim == kc::kSparseDecodeHeadDim;
+  }
   // Attention set it: this layer's og is written (the SwapAxes is skipped).
   bool attention_out_fused_ = false;
   // The bf16 weight stride of L's grouped wo_a when one Bf16Gemm runs every

@@ -79,6 +79,21 @@ bool SupportsSparseDecodeAttention(const SparseDecodeAttentionParams& p) {
               p.compressed_codes, p.compressed_scales, 8)) {
     return false;
   }
+  const SparseDecodeAttentionParams::GroupedOut& g = p.grouped;
+  if (g.group_width != 0) {  // the grouped output: kWgmma64 only, instead of out
+    const int64_t row = int64_t{p.heads} * p.head_dim;
+    if (p.kernel != SparseDecodeKernel::kWgmma64 || p.out != nullptr || g.group_width < 0 ||
+        g.group_width % p.head_dim != 0 || row % g.group_width != 0 || g.rope_dim <= 0 ||
+        g.rope_dim > p.head_dim || g.rope_dim % 2 != 0 || g.cos_sin_rows < 0 ||
+        (g.out == nullptr) == (g.out_bf16 == nullptr)) {
+      return false;
+    }
+    if (p.queries == 0) return true;
+    if (p.query_role != nullptr && !Aligned(p.query_role, 4)) return false;
+    return p.q != nullptr && p.sink != nullptr && g.positions != nullptr && g.cos_sin != nullptr &&
+           Aligned(p.q, 8) && Aligned(p.sink, 4) &&
+           (g.out != nullptr ? Aligned(g.out, 8) : Aligned(g.out_bf16, 4));
+  }
   if (p.queries == 0) return true;
   if (p.query_role != nullptr && !Aligned(p.query_role, 4)) return false;
   return p.q != nullptr && p.sink != nullptr && p.out != nullptr && Aligned(p.q, 8) &&
@@ -94,7 +109,9 @@ absl::Status SparseDecodeAttention(const SparseDecodeAttentionParams& p, cudaStr
         "[0, " +
         std::to_string(kSparseDecodeMaxWidth) +
         "], pool rows in [0, 2^31), a finite scale, and non-null aligned pointers where used "
-        "(q/out 8 B, codes 16 B, window scales 4 B, compressed scales 8 B)");
+        "(q/out 8 B, codes 16 B, window scales 4 B, compressed scales 8 B); a grouped output "
+        "only on kWgmma64, without out, its width a multiple of 512 dividing heads x 512, an "
+        "even rope_dim in (0, 512], positions, cos_sin and one of out (8 B) / out_bf16 (4 B)");
   }
   if (p.queries == 0) return absl::OkStatus();
   const bool wgmma = p.kernel == SparseDecodeKernel::kWgmma64;
@@ -121,6 +138,14 @@ absl::Status SparseDecodeAttention(const SparseDecodeAttentionParams& p, cudaStr
       .round_bf16 = p.round_bf16,
       .query_role = p.query_role,
       .role = p.role,
+      .g_out = p.grouped.out,
+      .g_out_bf16 = p.grouped.out_bf16,
+      .g_width = p.grouped.group_width,
+      .g_rows = p.queries,
+      .g_positions = p.grouped.positions,
+      .g_cos_sin = p.grouped.cos_sin,
+      .g_cos_sin_rows = p.grouped.cos_sin_rows,
+      .g_rope_dim = p.grouped.rope_dim,
   };
   if (wgmma) {
     if (absl::Status s = AllowSharedBytes(wg::SparseDecodeAttentionWgKernel, wg::kSharedBytes,

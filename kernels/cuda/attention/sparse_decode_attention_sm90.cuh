@@ -76,6 +76,15 @@ struct KernelArgs {
   // Non-null: a CTA whose query's role is not `role` returns at once.
   const int32_t* query_role = nullptr;
   int role = 0;
+  // kWgmma64: SparseDecodeAttentionParams::grouped (g_width 0: off); g_rows
+  // is the launch's queries (the grouped layout's middle axis).
+  float* g_out = nullptr;
+  uint16_t* g_out_bf16 = nullptr;
+  int64_t g_width = 0, g_rows = 0;
+  const int64_t* g_positions = nullptr;
+  const float* g_cos_sin = nullptr;
+  int64_t g_cos_sin_rows = 0;
+  int g_rope_dim = 0;
 };
 
 __device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src) {

@@ -103,6 +103,24 @@ struct SparseDecodeAttentionParams {
   // (a query's arithmetic follows its role alone, never the batch).
   const int32_t* query_role = nullptr;  // device [queries]; 4-byte aligned
   int role = 0;
+  // kWgmma64 (set explicitly) only: instead of `out` (then null), the output
+  // written as V4.1's grouped output projection reads it: [queries, heads x
+  // 512] cut into groups of group_width (a multiple of 512 dividing heads x
+  // 512) and written [groups, queries, group_width], each head's last
+  // rope_dim values rotated back (the inverse RoPE at the query's position,
+  // then RoundToBf16 when round_bf16), the bits of decode's SwapAxes with
+  // its RoPE after the plain output (kernels/cuda/decode/rows.h); with
+  // out_bf16 instead of out (one of them) as ToBf16's bits, the bf16
+  // grouped product's input. One launch a layer fewer in the decoder.
+  struct GroupedOut {
+    float* out = nullptr;                // device [groups, queries, group_width]; 8-byte aligned
+    uint16_t* out_bf16 = nullptr;        // device [groups, queries, group_width]; 4-byte aligned
+    int64_t group_width = 0;             // 0: off
+    const int64_t* positions = nullptr;  // device [queries]
+    const float* cos_sin = nullptr;      // device [cos_sin_rows, rope_dim / 2, 2]
+    int64_t cos_sin_rows = 0;
+    int rope_dim = 0;  // even, in (0, 512]
+  } grouped;
 };
 
 // Returns true if the launcher handles `params`: a SparseDecodeKernel value,
@@ -113,7 +131,9 @@ struct SparseDecodeAttentionParams {
 // compressed_rows < 2^31, finite scale, and, where the sizes make them read
 // or written, non-null and aligned pointers as listed in the struct (q, sink,
 // out when queries > 0; a pool's index when queries * width > 0; its codes
-// and scales when in addition rows > 0; query_role 4-byte aligned).
+// and scales when in addition rows > 0; query_role 4-byte aligned; with
+// grouped.group_width > 0 the kWgmma64 kernel, out null and grouped's
+// conditions instead of out's).
 bool SupportsSparseDecodeAttention(const SparseDecodeAttentionParams& params);
 
 // Enqueues the attention on `stream`; writes every element of out (of the

@@ -1,5 +1,6 @@
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 
 #include "gtest/gtest.h"
 #include "kernels/cuda/attention/sparse_decode_attention_sm90.h"
@@ -33,6 +34,49 @@ TEST(SparseDecodeAttentionParamsTest, AcceptsTheV41DecodeShape) {
     SparseDecodeAttentionParams p = Good();
     p.kernel = k;
     EXPECT_TRUE(SupportsSparseDecodeAttention(p)) << static_cast<int>(k);
+  }
+}
+
+// The grouped output (V4.1's wo_a input written by the attention): kWgmma64
+// only, instead of out, a width of whole heads dividing the row, an even
+// rope_dim within the head, positions, cos_sin and exactly one of the fp32
+// and bf16 outputs, aligned.
+TEST(SparseDecodeAttentionParamsTest, ChecksTheGroupedOutput) {
+  float* const g_out = reinterpret_cast<float*>(uintptr_t{1 << 21});
+  uint16_t* const g_bf16 = reinterpret_cast<uint16_t*>(uintptr_t{1 << 22});
+  const int64_t* const positions = reinterpret_cast<const int64_t*>(uintptr_t{1 << 23});
+  SparseDecodeAttentionParams p = Good();  // 64 heads x 512
+  p.kernel = SparseDecodeKernel::kWgmma64;
+  p.out = nullptr;
+  p.grouped = {.out = g_out,
+               .group_width = 4096,  // V4.1: 8 groups of 8 heads
+               .positions = positions,
+               .cos_sin = kF,
+               .cos_sin_rows = 4096,
+               .rope_dim = 64};
+  EXPECT_TRUE(SupportsSparseDecodeAttention(p));
+  p.grouped.out = nullptr;
+  p.grouped.out_bf16 = g_bf16;
+  EXPECT_TRUE(SupportsSparseDecodeAttention(p));
+  for (auto bad : std::initializer_list<void (*)(SparseDecodeAttentionParams&)>{
+           [](SparseDecodeAttentionParams& q) { q.kernel = SparseDecodeKernel::kAuto; },
+           [](SparseDecodeAttentionParams& q) { q.kernel = SparseDecodeKernel::kMma16; },
+           [](SparseDecodeAttentionParams& q) { q.out = kOut; },
+           [](SparseDecodeAttentionParams& q) { q.grouped.group_width = 4096 + 512 * 3; },
+           [](SparseDecodeAttentionParams& q) { q.grouped.group_width = 1000; },
+           [](SparseDecodeAttentionParams& q) { q.grouped.rope_dim = 63; },
+           [](SparseDecodeAttentionParams& q) { q.grouped.rope_dim = 514; },
+           [](SparseDecodeAttentionParams& q) { q.grouped.positions = nullptr; },
+           [](SparseDecodeAttentionParams& q) { q.grouped.cos_sin = nullptr; },
+           [](SparseDecodeAttentionParams& q) {
+             q.grouped.out = reinterpret_cast<float*>(uintptr_t{1 << 21});  // both outputs
+           },
+           [](SparseDecodeAttentionParams& q) {
+             q.grouped.out_bf16 = reinterpret_cast<uint16_t*>(uintptr_t{(1 << 22) + 2});
+           }}) {
+    SparseDecodeAttentionParams q = p;
+    bad(q);
+    ExpectRejected(q, "grouped");
   }
 }
 

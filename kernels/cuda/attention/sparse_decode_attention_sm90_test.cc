@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/cuda/attention/sparse_attention.h"
+#include "kernels/cuda/decode/rows.h"
 #include "kernels/cuda/device_buffer.h"
 
 // GPU tests (tag `gpu`): SparseDecodeAttention against the reference
@@ -428,6 +429,82 @@ TEST(SparseDecodeAttentionRolesTest, EachQueryGetsItsRolesLaunch) {
         const auto* bytes_at = reinterpret_cast<const uint8_t*>(first.data() + at);
         EXPECT_TRUE(std::all_of(bytes_at, bytes_at + bytes, [](uint8_t v) { return v == 0xFF; }))
             << "query " << i << " of role 1 was written by the role-0 launch";
+      }
+    }
+  }
+}
+
+// The grouped output (SparseDecodeAttentionParams::grouped): the kWgmma64
+// kernel writing V4.1's wo_a input itself gives the bits of its plain output
+// followed by decode's SwapAxes with the inverse RoPE, fp32 and bf16, with
+// and without the bf16 boundary, on one CTA a query and on clusters of
+// ranges, for groups of 8 heads (V4.1) and of 2.
+TEST(SparseDecodeAttentionGroupedTest, GivesThePlainOutputsSwapAxesBits) {
+  std::mt19937 rng(31);
+  const Pools pools = MakePools(5 * 128, 20000, rng);
+  const DevicePools dp(pools);
+  const Batch b = MakeBatch(6, 64, 128, 512, pools, 0.05, false, rng);
+  constexpr int kRopeDim = 64;
+  constexpr int64_t kRows = 300;  // positions
+  std::vector<float> table(kRows * kRopeDim);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  for (float& v : table) v = unit(rng);
+  std::vector<int64_t> positions(b.queries);
+  for (int64_t& p : positions) p = static_cast<int64_t>(rng() % kRows);
+  DeviceBuffer<float> q(b.q), sink(b.sink), plain(b.q.size()), want(b.q.size()), got(b.q.size()),
+      cos_sin(table);
+  DeviceBuffer<int32_t> wi(b.win_index), ci(b.comp_index);
+  DeviceBuffer<int64_t> pos(positions);
+  DeviceBuffer<uint16_t> want16(b.q.size()), got16(b.q.size());
+  for (const int64_t width : {int64_t{4096}, int64_t{1024}}) {
+    for (const int tiles : {16, 2}) {
+      for (const bool round : {true, false}) {
+        for (const bool bf16_out : {false, true}) {
+          SCOPED_TRACE(::testing::Message() << "width " << width << " tiles " << tiles << " round "
+                                            << round << " bf16 " << bf16_out);
+          SparseDecodeAttentionParams p =
+              FastParams(SparseDecodeKernel::kWgmma64, b, dp, pools, q.get(), sink.get(), wi.get(),
+                         ci.get(), plain.get());
+          p.round_bf16 = round;
+          p.wgmma_range_tiles = tiles;
+          ASSERT_TRUE(SparseDecodeAttention(p, nullptr).ok());
+          want.Poison();
+          want16.Poison();
+          ASSERT_TRUE(decode::SwapAxes({.src = plain.get(),
+                                        .dst = bf16_out ? nullptr : want.get(),
+                                        .dst_bf16 = bf16_out ? want16.get() : nullptr,
+                                        .a = b.queries,
+                                        .b = b.heads * kD / width,
+                                        .width = width,
+                                        .rope_positions = pos.get(),
+                                        .rope_cos_sin = cos_sin.get(),
+                                        .rope_cos_sin_rows = kRows,
+                                        .rope_head_dim = kD,
+                                        .rope_dim = kRopeDim,
+                                        .rope_inverse = true,
+                                        .rope_round_bf16 = round},
+                                       nullptr)
+                          .ok());
+          got.Poison();
+          got16.Poison();
+          p.out = nullptr;
+          p.grouped = {.out = bf16_out ? nullptr : got.get(),
+                       .out_bf16 = bf16_out ? got16.get() : nullptr,
+                       .group_width = width,
+                       .positions = pos.get(),
+                       .cos_sin = cos_sin.get(),
+                       .cos_sin_rows = kRows,
+                       .rope_dim = kRopeDim};
+          const absl::Status st = SparseDecodeAttention(p, nullptr);
+          ASSERT_TRUE(st.ok()) << st;
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          if (bf16_out) {
+            EXPECT_EQ(got16.Download(), want16.Download());
+          } else {
+            const std::vector<float> g = got.Download(), w = want.Download();
+            EXPECT_EQ(std::memcmp(g.data(), w.data(), g.size() * sizeof(float)), 0);
+          }
+        }
       }
     }
   }

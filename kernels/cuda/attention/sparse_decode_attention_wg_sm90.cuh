@@ -35,6 +35,7 @@
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/dense/fp8_mma_sm90.cuh"
 #include "kernels/cuda/grid_dependency.cuh"
+#include "kernels/cuda/rope_pair.cuh"
 #include "kernels/cuda/rounding.cuh"
 #include "kernels/cuda/tma.cuh"
 
@@ -227,6 +228,34 @@ __device__ __forceinline__ void WgmmaPv(uint64_t a_desc, uint64_t b_desc, float 
         "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
       : "l"(a_desc), "l"(b_desc), "n"(1)
       : "memory");
+}
+
+// Writes out's values d and d + 1 (d even) of `head` for `query`: to out, or
+// with a.g_width to the grouped projection's input: each head's last
+// g_rope_dim values (whole pairs, d even) rotated back at the query's position
+// and rounded when round_bf16 (SwapAxesRowsKernel's RoPE arithmetic, through
+// rope_pair.cuh), then [group, query, column] as fp32 or as ToBf16's bits.
+__device__ __forceinline__ void StoreOutPair(const KernelArgs& a, int64_t query, int head, int d,
+                                             float2 v) {
+  if (a.g_width == 0) {
+    *reinterpret_cast<float2*>(a.out + (query * a.heads + head) * kHeadDim + d) = v;
+    return;
+  }
+  const int k = d - (kHeadDim - a.g_rope_dim);
+  if (k >= 0) {
+    const float2 cs =
+        RopeCosSinAt(a.g_cos_sin, a.g_cos_sin_rows, a.g_positions[query], a.g_rope_dim / 2, k >> 1);
+    const float2 r = RopeRotatePair(v.x, v.y, cs.x, cs.y, /*inverse=*/true);
+    v = a.round_bf16 ? make_float2(RoundToBf16(r.x), RoundToBf16(r.y)) : r;
+  }
+  const int64_t column = int64_t{head} * kHeadDim + d;
+  const int64_t at = (column / a.g_width * a.g_rows + query) * a.g_width + column % a.g_width;
+  if (a.g_out_bf16 != nullptr) {
+    *reinterpret_cast<uint32_t*>(a.g_out_bf16 + at) =
+        static_cast<uint32_t>(Bf16BitsOf(v.x)) | (static_cast<uint32_t>(Bf16BitsOf(v.y)) << 16);
+  } else {
+    *reinterpret_cast<float2*>(a.g_out + at) = v;
+  }
 }
 
 __global__ void __launch_bounds__(kThreads, 1)
@@ -577,13 +606,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       const float denom =
           any ? (red[h] + red[kHeads + h]) + exp2f(a.sink[head] * 1.4426950408889634f - m_run[r])
               : 1.0f;
-      float* const dst = a.out + (query * a.heads + head) * kHeadDim + 256 * wg + 2 * (lane & 3);
+      const int d0 = 256 * wg + 2 * (lane & 3);
 #pragma unroll
       for (int i = 0; i < 32; ++i) {
         float2 v = any ? make_float2(o[4 * i + 2 * r] / denom, o[4 * i + 2 * r + 1] / denom)
                        : make_float2(0.0f, 0.0f);
         if (a.round_bf16) v = make_float2(RoundToBf16(v.x), RoundToBf16(v.y));
-        *reinterpret_cast<float2*>(dst + 8 * i) = v;
+        StoreOutPair(a, query, head, d0 + 8 * i, v);
       }
     }
     return;
@@ -643,7 +672,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const float denom = any ? l + exp2f(a.sink[head] * 1.4426950408889634f - m) : 1.0f;
     float2 v = any ? make_float2(acc.x / denom, acc.y / denom) : make_float2(0.0f, 0.0f);
     if (a.round_bf16) v = make_float2(RoundToBf16(v.x), RoundToBf16(v.y));
-    *reinterpret_cast<float2*>(a.out + (query * a.heads + head) * kHeadDim + d) = v;
+    StoreOutPair(a, query, head, d, v);
   }
   ClusterSync();  // no CTA leaves while another may read its state
 }
