@@ -54,25 +54,40 @@ absl::Status HcMixSplitK(const HcMixParams& p, const HcMixSplitScratch& scratch,
         65535 * kHcMixTokensPerCta, " tokens, non-null arrays and scratch)"));
   }
   const moe::HcMixKernelArgs args = moe::HcMixArgsOf(p, nullptr);
-  const dim3 grid(static_cast<unsigned>(Splits(p.hc_mult, p.dim)),
-                  static_cast<unsigned>(Groups(p.tokens)));
+  const int64_t splits = Splits(p.hc_mult, p.dim), groups = Groups(p.tokens);
   constexpr int kThreads = moe::kHcSplitThreads;
   const bool one = TokensPerCta(p.tokens) == 1;
+  // Prefill-sized calls: the splits on y, kHcMixGroupsPerCta groups a CTA.
+  const bool split_on_y = p.tokens >= kHcMixSplitOnYTokens && splits <= 65535;
+  const int loops = split_on_y ? static_cast<int>(kHcMixGroupsPerCta) : 1;
+  const dim3 grid = split_on_y ? dim3(static_cast<unsigned>((groups + loops - 1) / loops),
+                                      static_cast<unsigned>(splits))
+                               : dim3(static_cast<unsigned>(splits), static_cast<unsigned>(groups));
   auto launch = [&](auto kernel) {
-    kernel<<<grid, kThreads, 0, stream>>>(args, p.tokens, scratch.partials, scratch.counters);
+    kernel<<<grid, kThreads, 0, stream>>>(args, p.tokens, scratch.partials, scratch.counters,
+                                          loops);
+  };
+  auto launch_n = [&]<int kN>() {
+    if (one) {
+      launch(moe::HcMixSplitKernel<kN, 1>);
+    } else if (split_on_y) {
+      launch(moe::HcMixSplitKernel<kN, moe::kHcSplitTokens, true>);
+    } else {
+      launch(moe::HcMixSplitKernel<kN>);
+    }
   };
   switch (p.hc_mult) {
     case 1:
-      one ? launch(moe::HcMixSplitKernel<1, 1>) : launch(moe::HcMixSplitKernel<1>);
+      launch_n.template operator()<1>();
       break;
     case 2:
-      one ? launch(moe::HcMixSplitKernel<2, 1>) : launch(moe::HcMixSplitKernel<2>);
+      launch_n.template operator()<2>();
       break;
     case 3:
-      one ? launch(moe::HcMixSplitKernel<3, 1>) : launch(moe::HcMixSplitKernel<3>);
+      launch_n.template operator()<3>();
       break;
     default:
-      one ? launch(moe::HcMixSplitKernel<4, 1>) : launch(moe::HcMixSplitKernel<4>);
+      launch_n.template operator()<4>();
       break;
   }
   return LaunchStatus("HcMixSplitK");

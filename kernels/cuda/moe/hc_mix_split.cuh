@@ -18,11 +18,11 @@ inline constexpr int kHcSplitTokens = 4;
 // The rows of hc_fn a CTA of the first token group reads (its split's
 // columns of every mix), for GridDependencyPrologue to ask L2 for before the
 // wait (weights: no kernel of a step writes them).
-template <int kN>
+template <int kN, bool kSplitOnY = false>
 __device__ __forceinline__ L2Rows HcMixWeightRows(const HcMixKernelArgs& a) {
   const int64_t nd = kN * a.dim;
-  const int64_t e0 = static_cast<int64_t>(blockIdx.x) * kHcSplitChunk;
-  if (blockIdx.y != 0 || e0 >= nd) return {};
+  const int64_t e0 = static_cast<int64_t>(kSplitOnY ? blockIdx.y : blockIdx.x) * kHcSplitChunk;
+  if ((kSplitOnY ? blockIdx.x : blockIdx.y) != 0 || e0 >= nd) return {};
   return {.base = a.hc_fn + e0,
           .stride = nd * static_cast<long long>(sizeof(float)),
           .bytes = static_cast<unsigned>(min(int64_t{kHcSplitChunk}, nd - e0) * sizeof(float)),
@@ -34,23 +34,34 @@ __device__ __forceinline__ L2Rows HcMixWeightRows(const HcMixKernelArgs& a) {
 // on entry and left zero by the group's last CTA. A token's arithmetic is the
 // same for every kR (its sums never meet another token's), so the group size
 // moves time only.
-template <int kN, int kR = kHcSplitTokens>
+// kSplitOnY (prefill-sized calls): grid (chunks of `loops` groups, splits)
+// instead, each CTA walking its chunk's groups in turn. The CTAs an SM holds
+// at once then mostly share one split, so its 96 KB of hc_fn (4 mixes) is read
+// from L2 once for many groups, where every 4-token CTA read it again (2.75 GB
+// of L2 reads a call at 4,096 tokens). The same arithmetic a token.
+template <int kN, int kR = kHcSplitTokens, bool kSplitOnY = false>
 __global__ void __launch_bounds__(kHcSplitThreads)
     HcMixSplitKernel(HcMixKernelArgs a, int64_t tokens, float* __restrict__ partials,
-                     uint32_t* __restrict__ counters) {
-  GridDependencyPrologue(HcMixWeightRows<kN>(a));
+                     uint32_t* __restrict__ counters, int loops = 1) {
+  GridDependencyPrologue(HcMixWeightRows<kN, kSplitOnY>(a));
   constexpr int kMix = (2 + kN) * kN;
   constexpr int kVals = kMix + 1;  // the mixes, then sum v^2
   static_assert(kVals <= 32, "one lane per value in the finish");
   static_assert(kR >= 1 && kR <= kHcSplitWarps, "a warp per token in the finish");
-  const int split = static_cast<int>(blockIdx.x);
-  const int splits = static_cast<int>(gridDim.x);
-  const int64_t group = blockIdx.y;
-  const int64_t t0 = group * kR;
+  const int split = static_cast<int>(kSplitOnY ? blockIdx.y : blockIdx.x);
+  const int splits = static_cast<int>(kSplitOnY ? gridDim.y : gridDim.x);
   const int64_t nd = kN * a.dim;
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  const int64_t first_group =
+      static_cast<int64_t>(kSplitOnY ? blockIdx.x : blockIdx.y) * (kSplitOnY ? loops : 1);
+  const int n_loops = kSplitOnY ? loops : 1;  // decode's grid: one group, as before
+  for (int it = 0; it < n_loops; ++it) {
+    const int64_t group = first_group + it;
+    const int64_t t0 = group * kR;
+    if (t0 >= tokens) break;      // block-uniform
+    if (it > 0) __syncthreads();  // the previous group's shared values are used up
 
-  float acc[kR][kVals];
+    float acc[kR][kVals];
 #pragma unroll
   for (int r = 0; r < kR; ++r) {
 #pragma unroll
@@ -112,13 +123,13 @@ __global__ void __launch_bounds__(kHcSplitThreads)
   __shared__ bool s_last;
   if (tid == 0) s_last = atomicAdd(&counters[group], 1u) == static_cast<uint32_t>(splits - 1);
   __syncthreads();
-  if (!s_last) return;
+  if (!s_last) continue;  // block-uniform
   __threadfence();
   if (tid == 0) counters[group] = 0;
   __shared__ float s_mix[kR][kMix];
   __shared__ float s_total[kR];
   const int64_t token = t0 + warp;
-  if (warp >= kR || token >= tokens) return;
+  if (warp >= kR || token >= tokens) continue;  // whole warps: no barrier until the next group
   if (lane < kVals) {
     const float* p = partials + token * splits * kVals + lane;
     float s = 0.0f;
@@ -144,6 +155,7 @@ __global__ void __launch_bounds__(kHcSplitThreads)
   __syncwarp();
   HcSplitSinkhornLanes(a, s_mix[warp], a.pre + token * kN, a.post + token * kN,
                        a.comb + token * kN * kN, lane);
+  }
 }
 
 }  // namespace weir::kernels::cuda::moe

@@ -126,6 +126,46 @@ TEST(HcMixSplitKTest, BatchInvariant) {
   same(RunSplit(p, 3, 5), 3, 5);
 }
 
+// Prefill-sized calls (kHcMixSplitOnYTokens tokens and more) run the grid
+// with the splits on y and several groups a CTA (kHcMixGroupsPerCta): every
+// token keeps the bits it has in calls of the old grid (37 tokens at a time)
+// and stays within the CPU reference's bound; a partial last chunk of groups
+// (301 tokens: 76 groups, 10 CTAs of 8) and a replay on the same counters.
+TEST(HcMixSplitKTest, PrefillGridGivesTheSmallCallsBits) {
+  const int64_t tokens = 301;
+  ASSERT_GE(tokens, kHcMixSplitOnYTokens);
+  const Problem p(tokens, 4, 1536, 29);  // 6 splits
+  const Outputs all = RunSplit(p, 0, tokens, /*repeats=*/2);
+  int64_t differ = 0;
+  for (int64_t first = 0; first < tokens; first += 37) {
+    const int64_t count = std::min<int64_t>(37, tokens - first);
+    const Outputs part = RunSplit(p, first, count);
+    auto slice = [&](const std::vector<float>& v, int64_t width) {
+      return std::vector<float>(v.begin() + first * width, v.begin() + (first + count) * width);
+    };
+    differ += BitMismatches(part.pre, slice(all.pre, p.n)) +
+              BitMismatches(part.post, slice(all.post, p.n)) +
+              BitMismatches(part.comb, slice(all.comb, p.n * p.n));
+  }
+  EXPECT_EQ(differ, 0);
+  const cpu::HcParams params{
+      .hc_mult = p.n, .sinkhorn_iters = 20, .hc_eps = 1e-6f, .norm_eps = 1e-20f};
+  std::vector<float> pre(tokens * p.n), post(tokens * p.n), comb(tokens * p.n * p.n);
+  ASSERT_TRUE(cpu::HcMix(params, {.x = p.x,
+                                  .hc_fn = p.fn,
+                                  .scale = p.scale,
+                                  .base = p.base,
+                                  .pre = pre,
+                                  .post = post,
+                                  .comb = comb,
+                                  .tokens = tokens,
+                                  .dim = p.dim})
+                  .ok());
+  EXPECT_LT(std::max({MaxAbsError(all.pre, pre), MaxAbsError(all.post, post),
+                      MaxAbsError(all.comb, comb)}),
+            1e-5);
+}
+
 TEST(HcMixSplitKTest, RefusesWhatItCannotTake) {
   float* p = reinterpret_cast<float*>(256);
   uint32_t* w = reinterpret_cast<uint32_t*>(256);
