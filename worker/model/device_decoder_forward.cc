@@ -476,13 +476,7 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
     // SwapAxes below is skipped, the same bits.
     if (FusesWgAttentionOut() && sp.kernel == kc::SparseDecodeKernel::kWgmma64) {
       sp.out = nullptr;
-      sp.grouped = {.out = direct ? nullptr : og,
-                    .out_bf16 = direct ? xb : nullptr,
-                    .group_width = c.o_group_in_dim(),
-                    .positions = pos,
-                    .cos_sin = cos_sin(layer),
-                    .cos_sin_rows = options.max_positions,
-                    .rope_dim = static_cast<int>(c.rope_head_dim)};
+      sp.grouped = GroupedAttentionOut(layer, direct);
       attention_out_fused_ = true;
     }
     if (roles_ == 1) {
@@ -526,13 +520,7 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
     // direct_wo_a as the bf16 bits the grouped product reads (xb).
     if (FusesAttentionOut()) {
       ap.out = nullptr;
-      ap.grouped = {.out = direct ? nullptr : og,
-                    .out_bf16 = direct ? xb : nullptr,
-                    .group_width = c.o_group_in_dim(),
-                    .positions = pos,
-                    .cos_sin = cos_sin(layer),
-                    .cos_sin_rows = options.max_positions,
-                    .rope_dim = static_cast<int>(c.rope_head_dim)};
+      ap.grouped = GroupedAttentionOut(layer, direct);
       attention_out_fused_ = kc::SparseAttentionStages(ap);
       if (!attention_out_fused_) {  // not staged here: the plain output, then SwapAxes
         ap.grouped = {};

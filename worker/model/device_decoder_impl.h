@@ -1159,6 +1159,17 @@ struct DeviceDecoder::Impl {
     return FoldsRowOps() && options.staged_attention && options.fused_attention_out &&
            options.fused_rope && c.o_group_in_dim() % c.head_dim == 0 && !stored_kv;
   }
+  // The grouped output an attention launch writes for layer `layer` instead
+  // of o (og, or with `direct` xb's bf16 bits).
+  kc::AttentionGroupedOut GroupedAttentionOut(int layer, bool direct) {
+    return {.out = direct ? nullptr : og,
+            .out_bf16 = direct ? xb : nullptr,
+            .group_width = c.o_group_in_dim(),
+            .positions = meta_d.positions,
+            .cos_sin = cos_sin(layer),
+            .cos_sin_rows = options.max_positions,
+            .rope_dim = static_cast<int>(c.rope_head_dim)};
+  }
   // attention_grouped_out applies: stored pools on the wgmma attention, the
   // RoPE fused into the transpose it replaces, groups of whole heads.
   bool FusesWgAttentionOut() const {

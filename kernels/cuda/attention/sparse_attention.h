@@ -24,6 +24,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/cuda/attention/attention_grouped_out.h"
 
 typedef struct CUstream_st* cudaStream_t;
 
@@ -67,15 +68,8 @@ struct SparseAttentionParams {
   // even in (0, head_dim] with head_dim even. With out_bf16 instead of out
   // (one of them), each value leaves as ToBf16's bits of it (kernels/cuda/
   // decode/rows.h), the input a bf16 grouped product reads.
-  struct GroupedOut {
-    float* out = nullptr;  // device [groups, queries, group_width]
-    uint16_t* out_bf16 = nullptr;  // device [groups, queries, group_width], bf16 bits
-    int64_t group_width = 0;
-    const int64_t* positions = nullptr;  // device [queries]
-    const float* cos_sin = nullptr;      // device [cos_sin_rows, rope_dim / 2, 2]
-    int64_t cos_sin_rows = 0;
-    int rope_dim = 0;
-  } grouped;
+  using GroupedOut = AttentionGroupedOut;  // attention_grouped_out.h
+  GroupedOut grouped;
 };
 
 // True when a launch with `params` and staged set runs the staged kernel:

@@ -37,6 +37,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/cuda/attention/attention_grouped_out.h"
 
 typedef struct CUstream_st* cudaStream_t;
 
@@ -112,15 +113,10 @@ struct SparseDecodeAttentionParams {
   // its RoPE after the plain output (kernels/cuda/decode/rows.h); with
   // out_bf16 instead of out (one of them) as ToBf16's bits, the bf16
   // grouped product's input. One launch a layer fewer in the decoder.
-  struct GroupedOut {
-    float* out = nullptr;                // device [groups, queries, group_width]; 8-byte aligned
-    uint16_t* out_bf16 = nullptr;        // device [groups, queries, group_width]; 4-byte aligned
-    int64_t group_width = 0;             // 0: off
-    const int64_t* positions = nullptr;  // device [queries]
-    const float* cos_sin = nullptr;      // device [cos_sin_rows, rope_dim / 2, 2]
-    int64_t cos_sin_rows = 0;
-    int rope_dim = 0;  // even, in (0, 512]
-  } grouped;
+  // (attention_grouped_out.h; out 8-byte and out_bf16 4-byte aligned,
+  // rope_dim even in (0, 512].)
+  using GroupedOut = AttentionGroupedOut;
+  GroupedOut grouped;
 };
 
 // Returns true if the launcher handles `params`: a SparseDecodeKernel value,
