@@ -204,6 +204,7 @@ absl::Status DeviceDecoder::Impl::LayoutWeights(Region& r, int64_t& max_in) {
   // e4m3 codes as fp8_form draws them), half the bf16 bytes; Bf16Gemm widens
   // it (the same bits as the bf16 form).
   auto wo_a_form = [&](const DenseWeight& dw) -> DevDense {
+    max_in = std::max(max_in, dw.in);  // as dense() counts it
     const bool eligible = options.stored_wo_a && fast() && bf16() && options.fast_bf16 &&
                           !dw.fp8_activation && dw.in % 32 == 0 && dw.out * dw.in > 0;
     if (eligible && dw.w.empty() && seed != 0) {  // synthetic
