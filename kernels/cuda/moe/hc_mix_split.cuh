@@ -63,98 +63,100 @@ __global__ void __launch_bounds__(kHcSplitThreads)
 
     float acc[kR][kVals];
 #pragma unroll
-  for (int r = 0; r < kR; ++r) {
-#pragma unroll
-    for (int v = 0; v < kVals; ++v) acc[r][v] = 0.0f;
-  }
-  const int64_t e0 = static_cast<int64_t>(split) * kHcSplitChunk + 4 * tid;
-  if (e0 < nd) {  // nd % 4 == 0: the whole quad is in range
-    float4 xv[kR];
-#pragma unroll
     for (int r = 0; r < kR; ++r) {
-      xv[r] = t0 + r < tokens ? *reinterpret_cast<const float4*>(a.x + (t0 + r) * nd + e0)
-                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
 #pragma unroll
-    for (int m = 0; m < kMix; ++m) {
-      const float4 w = *reinterpret_cast<const float4*>(a.hc_fn + m * nd + e0);
+      for (int v = 0; v < kVals; ++v) acc[r][v] = 0.0f;
+    }
+    const int64_t e0 = static_cast<int64_t>(split) * kHcSplitChunk + 4 * tid;
+    if (e0 < nd) {  // nd % 4 == 0: the whole quad is in range
+      float4 xv[kR];
 #pragma unroll
       for (int r = 0; r < kR; ++r) {
-        float s = acc[r][m];
-        s = __fmaf_rn(xv[r].x, w.x, s);
-        s = __fmaf_rn(xv[r].y, w.y, s);
-        s = __fmaf_rn(xv[r].z, w.z, s);
-        acc[r][m] = __fmaf_rn(xv[r].w, w.w, s);
+        xv[r] = t0 + r < tokens ? *reinterpret_cast<const float4*>(a.x + (t0 + r) * nd + e0)
+                                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int m = 0; m < kMix; ++m) {
+        const float4 w = *reinterpret_cast<const float4*>(a.hc_fn + m * nd + e0);
+#pragma unroll
+        for (int r = 0; r < kR; ++r) {
+          float s = acc[r][m];
+          s = __fmaf_rn(xv[r].x, w.x, s);
+          s = __fmaf_rn(xv[r].y, w.y, s);
+          s = __fmaf_rn(xv[r].z, w.z, s);
+          acc[r][m] = __fmaf_rn(xv[r].w, w.w, s);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        float s = 0.0f;
+        s = __fmaf_rn(xv[r].x, xv[r].x, s);
+        s = __fmaf_rn(xv[r].y, xv[r].y, s);
+        s = __fmaf_rn(xv[r].z, xv[r].z, s);
+        acc[r][kMix] = __fmaf_rn(xv[r].w, xv[r].w, s);
       }
     }
+    // Thread sums -> warp sums (fixed butterfly; every lane ends with the
+    // same value) -> the CTA's partial (warps in order).
+    __shared__ float s_warp[kHcSplitWarps][kR][kVals];
 #pragma unroll
     for (int r = 0; r < kR; ++r) {
-      float s = 0.0f;
-      s = __fmaf_rn(xv[r].x, xv[r].x, s);
-      s = __fmaf_rn(xv[r].y, xv[r].y, s);
-      s = __fmaf_rn(xv[r].z, xv[r].z, s);
-      acc[r][kMix] = __fmaf_rn(xv[r].w, xv[r].w, s);
-    }
-  }
-  // Thread sums -> warp sums (fixed butterfly; every lane ends with the
-  // same value) -> the CTA's partial (warps in order).
-  __shared__ float s_warp[kHcSplitWarps][kR][kVals];
 #pragma unroll
-  for (int r = 0; r < kR; ++r) {
+      for (int v = 0; v < kVals; ++v) {
+        float s = acc[r][v];
 #pragma unroll
-    for (int v = 0; v < kVals; ++v) {
-      float s = acc[r][v];
-#pragma unroll
-      for (int off = 16; off > 0; off /= 2) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
-      if (lane == 0) s_warp[warp][r][v] = s;
-    }
-  }
-  __syncthreads();
-  for (int i = tid; i < kR * kVals; i += kHcSplitThreads) {
-    const int r = i / kVals, v = i % kVals;
-    if (t0 + r >= tokens) continue;
-    float s = s_warp[0][r][v];
-    for (int w = 1; w < kHcSplitWarps; ++w) s = __fadd_rn(s, s_warp[w][r][v]);
-    partials[((t0 + r) * splits + split) * kVals + v] = s;
-  }
-  // The last CTA of the group to get here finishes it.
-  __threadfence();
-  __syncthreads();
-  __shared__ bool s_last;
-  if (tid == 0) s_last = atomicAdd(&counters[group], 1u) == static_cast<uint32_t>(splits - 1);
-  __syncthreads();
-  if (!s_last) continue;  // block-uniform
-  __threadfence();
-  if (tid == 0) counters[group] = 0;
-  __shared__ float s_mix[kR][kMix];
-  __shared__ float s_total[kR];
-  const int64_t token = t0 + warp;
-  if (warp >= kR || token >= tokens) continue;  // whole warps: no barrier until the next group
-  if (lane < kVals) {
-    const float* p = partials + token * splits * kVals + lane;
-    float s = 0.0f;
-    for (int sp0 = 0; sp0 < splits; sp0 += 8) {  // 8 loads in flight, added in split order
-      float buf[8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) buf[j] = sp0 + j < splits ? __ldcg(p + (sp0 + j) * kVals) : 0.0f;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        if (sp0 + j < splits) s = sp0 + j == 0 ? buf[j] : __fadd_rn(s, buf[j]);
+        for (int off = 16; off > 0; off /= 2)
+          s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
+        if (lane == 0) s_warp[warp][r][v] = s;
       }
     }
-    if (lane < kMix) {
-      s_mix[warp][lane] = s;
-    } else {
-      s_total[warp] = s;
+    __syncthreads();
+    for (int i = tid; i < kR * kVals; i += kHcSplitThreads) {
+      const int r = i / kVals, v = i % kVals;
+      if (t0 + r >= tokens) continue;
+      float s = s_warp[0][r][v];
+      for (int w = 1; w < kHcSplitWarps; ++w) s = __fadd_rn(s, s_warp[w][r][v]);
+      partials[((t0 + r) * splits + split) * kVals + v] = s;
     }
-  }
-  __syncwarp();
-  const float mean = __fdiv_rn(s_total[warp], static_cast<float>(nd));
-  const float rsqrt = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, a.norm_eps)));
-  if (lane < kMix) s_mix[warp][lane] = __fmul_rn(s_mix[warp][lane], rsqrt);
-  __syncwarp();
-  HcSplitSinkhornLanes(a, s_mix[warp], a.pre + token * kN, a.post + token * kN,
-                       a.comb + token * kN * kN, lane);
+    // The last CTA of the group to get here finishes it.
+    __threadfence();
+    __syncthreads();
+    __shared__ bool s_last;
+    if (tid == 0) s_last = atomicAdd(&counters[group], 1u) == static_cast<uint32_t>(splits - 1);
+    __syncthreads();
+    if (!s_last) continue;  // block-uniform
+    __threadfence();
+    if (tid == 0) counters[group] = 0;
+    __shared__ float s_mix[kR][kMix];
+    __shared__ float s_total[kR];
+    const int64_t token = t0 + warp;
+    if (warp >= kR || token >= tokens) continue;  // whole warps: no barrier until the next group
+    if (lane < kVals) {
+      const float* p = partials + token * splits * kVals + lane;
+      float s = 0.0f;
+      for (int sp0 = 0; sp0 < splits; sp0 += 8) {  // 8 loads in flight, added in split order
+        float buf[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          buf[j] = sp0 + j < splits ? __ldcg(p + (sp0 + j) * kVals) : 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          if (sp0 + j < splits) s = sp0 + j == 0 ? buf[j] : __fadd_rn(s, buf[j]);
+        }
+      }
+      if (lane < kMix) {
+        s_mix[warp][lane] = s;
+      } else {
+        s_total[warp] = s;
+      }
+    }
+    __syncwarp();
+    const float mean = __fdiv_rn(s_total[warp], static_cast<float>(nd));
+    const float rsqrt = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, a.norm_eps)));
+    if (lane < kMix) s_mix[warp][lane] = __fmul_rn(s_mix[warp][lane], rsqrt);
+    __syncwarp();
+    HcSplitSinkhornLanes(a, s_mix[warp], a.pre + token * kN, a.post + token * kN,
+                         a.comb + token * kN * kN, lane);
   }
 }
 
