@@ -175,6 +175,9 @@ ABSL_FLAG(bool, attention_grouped_out, false,
           "kFast, stored pools: the wgmma attention writes wo_a's input transposed with the "
           "inverse RoPE (same bits, one launch a layer fewer; DeviceDecoderOptions::"
           "attention_grouped_out).");
+ABSL_FLAG(bool, hc_mix_prefill_grid, false,
+          "fast_mhc: HcMixSplitK's prefill grid (splits on y, 8 token groups a CTA) for calls "
+          "of 256 tokens and more (same bits; DeviceDecoderOptions::hc_mix_prefill_grid).");
 ABSL_FLAG(bool, stored_wo_a, false,
           "kFast, bf16 wo_a: held as the FP8 codes + scales it re-encodes to, widened by the "
           "product (same bits, half the bytes; DeviceDecoderOptions::stored_wo_a).");
@@ -431,7 +434,8 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .parallel_compressor_rows = absl::GetFlag(FLAGS_parallel_compressor_rows),
           .tile_conversion_rows = absl::GetFlag(FLAGS_tile_conversion_rows),
           .stored_wo_a = absl::GetFlag(FLAGS_stored_wo_a),
-          .attention_grouped_out = absl::GetFlag(FLAGS_attention_grouped_out)};
+          .attention_grouped_out = absl::GetFlag(FLAGS_attention_grouped_out),
+          .hc_mix_prefill_grid = absl::GetFlag(FLAGS_hc_mix_prefill_grid)};
 }
 
 }  // namespace

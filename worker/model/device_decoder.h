@@ -489,6 +489,11 @@ struct DeviceDecoderOptions {
   // bits of the SwapAxes it replaces, one launch a layer fewer. Off until its
   // GPU test and A/B (written in the twenty-third session).
   bool attention_grouped_out = false;
+  // fast_mhc: HcMixSplitK's prefill grid for calls of kHcMixSplitOnYTokens
+  // tokens and more (kernels/cuda/moe/hc_mix_split.h; the same bits). Off
+  // until its GPU test and A/B (written in the twenty-third session): the
+  // grid of before.
+  bool hc_mix_prefill_grid = false;
   // Expert parallelism over NCCL on device buffers (see the file comment):
   // this decoder is rank communicator->rank() of communicator->world_size().
   // Not owned; must outlive the decoder and live on `device`. Null: every

@@ -44,7 +44,7 @@ bool SupportsHcMixSplitK(const HcMixParams& p) {
 }
 
 absl::Status HcMixSplitK(const HcMixParams& p, const HcMixSplitScratch& scratch,
-                         cudaStream_t stream) {
+                         cudaStream_t stream, int64_t split_on_y_tokens) {
   if (!SupportsHcMixSplitK(p) || scratch.partials == nullptr || scratch.counters == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         "HcMixSplitK: unsupported (tokens ", p.tokens, ", dim ", p.dim, ", hc_mult ", p.hc_mult,
@@ -58,7 +58,8 @@ absl::Status HcMixSplitK(const HcMixParams& p, const HcMixSplitScratch& scratch,
   constexpr int kThreads = moe::kHcSplitThreads;
   const bool one = TokensPerCta(p.tokens) == 1;
   // Prefill-sized calls: the splits on y, kHcMixGroupsPerCta groups a CTA.
-  const bool split_on_y = p.tokens >= kHcMixSplitOnYTokens && splits <= 65535;
+  const bool split_on_y =
+      split_on_y_tokens > 0 && p.tokens >= split_on_y_tokens && splits <= 65535 && !one;
   const int loops = split_on_y ? static_cast<int>(kHcMixGroupsPerCta) : 1;
   const dim3 grid = split_on_y ? dim3(static_cast<unsigned>((groups + loops - 1) / loops),
                                       static_cast<unsigned>(splits))

@@ -79,8 +79,11 @@ bool SupportsHcMixSplitK(const HcMixParams& p);
 // synchronization: graph-capturable. INVALID_ARGUMENT when
 // SupportsHcMixSplitK is false or a scratch pointer is null; INTERNAL with
 // the CUDA error if the launch fails.
+// `split_on_y_tokens`: calls of at least this many tokens take the prefill
+// grid (kHcMixSplitOnYTokens; 0: never, the grid of before). The decoder
+// passes 0 unless DeviceDecoderOptions::hc_mix_prefill_grid.
 absl::Status HcMixSplitK(const HcMixParams& p, const HcMixSplitScratch& scratch,
-                         cudaStream_t stream);
+                         cudaStream_t stream, int64_t split_on_y_tokens = kHcMixSplitOnYTokens);
 
 }  // namespace weir::kernels::cuda
 
