@@ -171,7 +171,7 @@ ABSL_FLAG(int64_t, parallel_compressor_rows, 256,
 ABSL_FLAG(int32_t, tile_conversion_rows, 1,
           "Tile rows one CTA of the experts' MXFP4 -> FP8 conversion walks (same codes; "
           "DeviceDecoderOptions::tile_conversion_rows).");
-ABSL_FLAG(bool, attention_grouped_out, false,
+ABSL_FLAG(bool, attention_grouped_out, true,
           "kFast, stored pools: the wgmma attention writes wo_a's input transposed with the "
           "inverse RoPE (same bits, one launch a layer fewer; DeviceDecoderOptions::"
           "attention_grouped_out).");

@@ -486,13 +486,14 @@ struct DeviceDecoderOptions {
   // attention writes the grouped output projection's input itself,
   // transposed to [groups, batch, group width] with the inverse RoPE (as
   // bf16 bits with direct_wo_a): SparseDecodeAttentionParams::grouped, the
-  // bits of the SwapAxes it replaces, one launch a layer fewer. Off until its
-  // GPU test and A/B (written in the twenty-third session).
-  bool attention_grouped_out = false;
+  // bits of the SwapAxes it replaces, one launch a layer fewer. On since the
+  // twenty-fourth session (H100: the EP8 prefill chunk 0.868 -> 0.851 s, decode
+  // unchanged).
+  bool attention_grouped_out = true;
   // fast_mhc: HcMixSplitK's prefill grid for calls of kHcMixSplitOnYTokens
-  // tokens and more (kernels/cuda/moe/hc_mix_split.h; the same bits). Off
-  // until its GPU test and A/B (written in the twenty-third session): the
-  // grid of before.
+  // tokens and more (kernels/cuda/moe/hc_mix_split.h; the same bits). Off: its
+  // GPU test passes, but the EP8 prefill chunk was slower with it (H100, 0.894
+  // s against 0.872, twenty-fourth session).
   bool hc_mix_prefill_grid = false;
   // Expert parallelism over NCCL on device buffers (see the file comment):
   // this decoder is rank communicator->rank() of communicator->world_size().
