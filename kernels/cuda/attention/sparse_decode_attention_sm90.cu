@@ -7,6 +7,8 @@
 #include <tuple>
 #include <utility>
 
+#include "kernels/cuda/attention/kv_mirror.cuh"
+#include "kernels/cuda/attention/kv_mirror.h"
 #include "kernels/cuda/attention/sparse_decode_attention_sm90.cuh"
 #include "kernels/cuda/attention/sparse_decode_attention_sm90.h"
 #include "kernels/cuda/attention/sparse_decode_attention_wg_sm90.cuh"
@@ -73,10 +75,21 @@ bool SupportsSparseDecodeAttention(const SparseDecodeAttentionParams& p) {
         WgmmaRanges(int64_t{p.window_width} + p.compressed_width, p.wgmma_range_tiles).first;
     if (p.queries > INT32_MAX / per_query) return false;
   }
-  if (!PoolOk(p.queries, p.window_width, p.window_rows, p.window_index, p.window_codes,
-              p.window_scales, 4) ||
-      !PoolOk(p.queries, p.compressed_width, p.compressed_rows, p.compressed_index,
-              p.compressed_codes, p.compressed_scales, 8)) {
+  const bool mirror = p.window_bf16 != nullptr || p.compressed_bf16 != nullptr;
+  if (mirror) {  // the rows as bf16: kWgmma64 only, in place of the codes and scales
+    if (p.kernel != SparseDecodeKernel::kWgmma64 ||
+        !PoolOk(p.queries, p.window_width, p.window_rows, p.window_index,
+                reinterpret_cast<const uint8_t*>(p.window_bf16),
+                reinterpret_cast<const uint8_t*>(p.window_bf16), 16) ||
+        !PoolOk(p.queries, p.compressed_width, p.compressed_rows, p.compressed_index,
+                reinterpret_cast<const uint8_t*>(p.compressed_bf16),
+                reinterpret_cast<const uint8_t*>(p.compressed_bf16), 16)) {
+      return false;
+    }
+  } else if (!PoolOk(p.queries, p.window_width, p.window_rows, p.window_index, p.window_codes,
+                     p.window_scales, 4) ||
+             !PoolOk(p.queries, p.compressed_width, p.compressed_rows, p.compressed_index,
+                     p.compressed_codes, p.compressed_scales, 8)) {
     return false;
   }
   const SparseDecodeAttentionParams::GroupedOut& g = p.grouped;
@@ -146,10 +159,16 @@ absl::Status SparseDecodeAttention(const SparseDecodeAttentionParams& p, cudaStr
       .g_cos_sin = p.grouped.cos_sin,
       .g_cos_sin_rows = p.grouped.cos_sin_rows,
       .g_rope_dim = p.grouped.rope_dim,
+      .win_bf16 = p.window_bf16,
+      .comp_bf16 = p.compressed_bf16,
   };
   if (wgmma) {
-    if (absl::Status s = AllowSharedBytes(wg::SparseDecodeAttentionWgKernel, wg::kSharedBytes,
-                                          "SparseDecodeAttention");
+    // The mirror form is its own instance, so the stored form's producer
+    // keeps its code.
+    const bool mirror = p.window_bf16 != nullptr || p.compressed_bf16 != nullptr;
+    auto* const kernel =
+        mirror ? wg::SparseDecodeAttentionWgKernel<true> : wg::SparseDecodeAttentionWgKernel<false>;
+    if (absl::Status s = AllowSharedBytes(kernel, wg::kSharedBytes, "SparseDecodeAttention");
         !s.ok()) {
       return s;
     }
@@ -158,7 +177,7 @@ absl::Status SparseDecodeAttention(const SparseDecodeAttentionParams& p, cudaStr
         WgmmaRanges(int64_t{p.window_width} + p.compressed_width, p.wgmma_range_tiles);
     const unsigned blocks = static_cast<unsigned>(p.queries * groups * wargs.ranges);
     if (wargs.ranges == 1) {
-      wg::SparseDecodeAttentionWgKernel<<<blocks, wg::kThreads, wg::kSharedBytes, stream>>>(wargs);
+      kernel<<<blocks, wg::kThreads, wg::kSharedBytes, stream>>>(wargs);
       return LaunchStatus("SparseDecodeAttention");
     }
     cudaLaunchConfig_t config{};
@@ -173,7 +192,7 @@ absl::Status SparseDecodeAttention(const SparseDecodeAttentionParams& p, cudaStr
     cluster.val.clusterDim.z = 1;
     config.attrs = &cluster;
     config.numAttrs = 1;
-    (void)cudaLaunchKernelEx(&config, wg::SparseDecodeAttentionWgKernel, wargs);
+    (void)cudaLaunchKernelEx(&config, kernel, wargs);
     return LaunchStatus("SparseDecodeAttention");
   }
   if (absl::Status s = AllowSharedBytes(sd::SparseDecodeAttentionKernel, sd::kSharedBytes,
@@ -184,6 +203,48 @@ absl::Status SparseDecodeAttention(const SparseDecodeAttentionParams& p, cudaStr
   sd::SparseDecodeAttentionKernel<<<static_cast<unsigned>(p.queries * groups), sd::kThreads,
                                     sd::kSharedBytes, stream>>>(args);
   return LaunchStatus("SparseDecodeAttention");
+}
+
+bool SupportsKvMirror(const KvMirrorParams& p) {
+  if (p.sequences < 0 || p.sequences > 65535 || p.max_rows < 0 || p.ring_rows < 0 ||
+      p.window_rows < 0 || p.window_rows > INT32_MAX || p.compressed_rows < 0 ||
+      p.compressed_rows > INT32_MAX || p.ratio < 0) {
+    return false;
+  }
+  if (p.sequences == 0 || p.max_rows == 0) return true;
+  if (p.max_rows > int64_t{INT32_MAX} * kv_mirror::kWarps) return false;
+  if (p.slot == nullptr || p.last_position == nullptr || p.stage_first == nullptr ||
+      p.stage_rows == nullptr) {
+    return false;
+  }
+  if (p.window_rows > 0 &&
+      (p.window_codes == nullptr || p.window_scales == nullptr || p.window_bf16 == nullptr ||
+       !Aligned(p.window_codes, 16) || !Aligned(p.window_bf16, 16))) {
+    return false;
+  }
+  if (p.ratio > 0 && p.compressed_rows > 0 &&
+      (p.compressed_codes == nullptr || p.compressed_scales == nullptr ||
+       p.compressed_bf16 == nullptr || p.block_table == nullptr || p.table_width <= 0 ||
+       p.entries_per_block <= 0 || !Aligned(p.compressed_codes, 8) ||
+       !Aligned(p.compressed_bf16, 16))) {
+    return false;
+  }
+  return true;
+}
+
+absl::Status DequantizeKvMirror(const KvMirrorParams& p, cudaStream_t stream) {
+  if (!SupportsKvMirror(p)) {
+    return absl::InvalidArgumentError(
+        "DequantizeKvMirror: needs sequences in [0, 65535], max_rows, ring_rows and ratio >= 0, "
+        "pool rows in [0, 2^31), the sequence arrays, and for each pool it reads its codes, "
+        "scales and mirror (window codes and mirrors 16-byte, compressed codes 8-byte aligned; "
+        "the compressed part a block table, table_width > 0 and entries_per_block > 0)");
+  }
+  if (p.sequences == 0 || p.max_rows == 0) return absl::OkStatus();
+  const dim3 grid(static_cast<unsigned>((p.max_rows + kv_mirror::kWarps - 1) / kv_mirror::kWarps),
+                  static_cast<unsigned>(p.sequences));
+  kv_mirror::KvMirrorKernel<<<grid, kv_mirror::kWarps * 32, 0, stream>>>(p);
+  return LaunchStatus("DequantizeKvMirror");
 }
 
 }  // namespace weir::kernels::cuda

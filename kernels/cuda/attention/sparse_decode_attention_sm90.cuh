@@ -85,10 +85,20 @@ struct KernelArgs {
   const float* g_cos_sin = nullptr;
   int64_t g_cos_sin_rows = 0;
   int g_rope_dim = 0;
+  // kWgmma64's mirror form (SparseDecodeAttentionParams::window_bf16,
+  // compressed_bf16): [rows, 512] bf16 bits.
+  const uint16_t* win_bf16 = nullptr;
+  const uint16_t* comp_bf16 = nullptr;
 };
 
 __device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+
+// 16 bytes when `bytes` is 16, zeros (nothing read) when it is 0.
+__device__ __forceinline__ void CpAsync16OrZero(uint32_t dst, const void* src, uint32_t bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes)
+               : "memory");
 }
 
 template <int kBytes>

@@ -117,6 +117,15 @@ struct SparseDecodeAttentionParams {
   // rope_dim even in (0, 512].)
   using GroupedOut = AttentionGroupedOut;
   GroupedOut grouped;
+  // kWgmma64 (set explicitly) only: the pools' rows already dequantized, as
+  // bf16 bits [rows, 512] (16-byte aligned) with the stored rows' exact
+  // values (DequantizeKvMirror's bits: kv_mirror.h). With either set, the
+  // kernel copies listed rows into its tiles instead of dequantizing them,
+  // and a pool the launch reads needs its mirror (its codes and scales are
+  // then not read and may be null). The bits of the stored path, fewer
+  // instructions a row; a decoder may take it for some launches only.
+  const uint16_t* window_bf16 = nullptr;
+  const uint16_t* compressed_bf16 = nullptr;
 };
 
 // Returns true if the launcher handles `params`: a SparseDecodeKernel value,
@@ -129,7 +138,8 @@ struct SparseDecodeAttentionParams {
 // out when queries > 0; a pool's index when queries * width > 0; its codes
 // and scales when in addition rows > 0; query_role 4-byte aligned; with
 // grouped.group_width > 0 the kWgmma64 kernel, out null and grouped's
-// conditions instead of out's).
+// conditions instead of out's; with a bf16 mirror the kWgmma64 kernel and
+// each read pool's mirror 16-byte aligned in place of its codes and scales).
 bool SupportsSparseDecodeAttention(const SparseDecodeAttentionParams& params);
 
 // Enqueues the attention on `stream`; writes every element of out (of the

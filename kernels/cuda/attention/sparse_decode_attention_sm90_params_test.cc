@@ -3,6 +3,7 @@
 #include <initializer_list>
 
 #include "gtest/gtest.h"
+#include "kernels/cuda/attention/kv_mirror.h"
 #include "kernels/cuda/attention/sparse_decode_attention_sm90.h"
 
 // Runs in CI (no GPU): SparseDecodeAttention validates its parameters before
@@ -78,6 +79,104 @@ TEST(SparseDecodeAttentionParamsTest, ChecksTheGroupedOutput) {
     bad(q);
     ExpectRejected(q, "grouped");
   }
+}
+
+// The bf16 mirror form: kWgmma64 only; a pool the launch reads needs its
+// mirror, 16-byte aligned, and then not its codes or scales.
+TEST(SparseDecodeAttentionParamsTest, ChecksTheMirrorForm) {
+  const uint16_t* const m = reinterpret_cast<const uint16_t*>(uintptr_t{1 << 24});
+  SparseDecodeAttentionParams p = Good();
+  p.kernel = SparseDecodeKernel::kWgmma64;
+  p.window_bf16 = m;
+  p.compressed_bf16 = m;
+  p.window_codes = nullptr;
+  p.window_scales = nullptr;
+  p.compressed_codes = nullptr;
+  p.compressed_scales = nullptr;
+  EXPECT_TRUE(SupportsSparseDecodeAttention(p));
+  for (const SparseDecodeKernel k : {SparseDecodeKernel::kAuto, SparseDecodeKernel::kMma16}) {
+    SparseDecodeAttentionParams bad = p;
+    bad.kernel = k;
+    ExpectRejected(bad, "a mirror off kWgmma64");
+  }
+  SparseDecodeAttentionParams bad = p;
+  bad.compressed_bf16 = nullptr;  // the compressed pool is read
+  ExpectRejected(bad, "a read pool without its mirror");
+  bad.compressed_width = 0;  // ... unless it is not
+  EXPECT_TRUE(SupportsSparseDecodeAttention(bad));
+  bad = p;
+  bad.window_bf16 = reinterpret_cast<const uint16_t*>(uintptr_t{(1 << 24) + 8});
+  ExpectRejected(bad, "a mirror off 16 bytes");
+}
+
+// DequantizeKvMirror's arguments, before any launch.
+TEST(SparseDecodeAttentionParamsTest, ChecksTheKvMirror) {
+  const int32_t* const i32 = kI;
+  const int64_t* const i64 = reinterpret_cast<const int64_t*>(uintptr_t{1 << 25});
+  uint16_t* const m = reinterpret_cast<uint16_t*>(uintptr_t{1 << 24});
+  const KvMirrorParams good{.window_codes = kB,
+                            .window_scales = kB,
+                            .window_bf16 = m,
+                            .window_rows = 1024,
+                            .ring_rows = 128,
+                            .compressed_codes = kB,
+                            .compressed_scales = kB,
+                            .compressed_bf16 = m,
+                            .compressed_rows = 4096,
+                            .block_table = i32,
+                            .table_width = 16,
+                            .entries_per_block = 32,
+                            .ratio = 4,
+                            .slot = i32,
+                            .last_position = i64,
+                            .stage_first = i32,
+                            .stage_rows = i32,
+                            .sequences = 3,
+                            .max_rows = 2000};
+  EXPECT_TRUE(SupportsKvMirror(good));
+  auto rejected = [](const KvMirrorParams& p, const char* what) {
+    EXPECT_FALSE(SupportsKvMirror(p)) << what;
+    EXPECT_EQ(DequantizeKvMirror(p, nullptr).code(), absl::StatusCode::kInvalidArgument) << what;
+  };
+  KvMirrorParams p = good;
+  p.sequences = -1;
+  rejected(p, "negative sequences");
+  p = good;
+  p.sequences = 65536;
+  rejected(p, "sequences past grid.y");
+  p = good;
+  p.max_rows = -1;
+  rejected(p, "negative max_rows");
+  p = good;
+  p.slot = nullptr;
+  rejected(p, "no slots");
+  p = good;
+  p.window_bf16 = nullptr;
+  rejected(p, "no window mirror");
+  p = good;
+  p.window_codes = kB + 8;
+  rejected(p, "window codes off 16 bytes");
+  p = good;
+  p.block_table = nullptr;
+  rejected(p, "no block table");
+  p = good;
+  p.entries_per_block = 0;
+  rejected(p, "no entries a block");
+  p = good;
+  p.compressed_bf16 = m + 4;
+  rejected(p, "compressed mirror off 16 bytes");
+  p = good;  // no compressed part: its pointers unused
+  p.ratio = 0;
+  p.compressed_codes = nullptr;
+  p.compressed_scales = nullptr;
+  p.compressed_bf16 = nullptr;
+  p.block_table = nullptr;
+  EXPECT_TRUE(SupportsKvMirror(p));
+  p = good;  // nothing to do: nothing read
+  p.sequences = 0;
+  p.slot = nullptr;
+  EXPECT_TRUE(SupportsKvMirror(p));
+  EXPECT_TRUE(DequantizeKvMirror(p, nullptr).ok());
 }
 
 TEST(SparseDecodeAttentionParamsTest, ChecksTheWgmmaRanges) {

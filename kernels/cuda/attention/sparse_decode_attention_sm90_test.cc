@@ -10,6 +10,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/quant.h"
+#include "kernels/cuda/attention/kv_mirror.h"
 #include "kernels/cuda/attention/sparse_attention.h"
 #include "kernels/cuda/decode/rows.h"
 #include "kernels/cuda/device_buffer.h"
@@ -508,6 +509,137 @@ TEST(SparseDecodeAttentionGroupedTest, GivesThePlainOutputsSwapAxesBits) {
       }
     }
   }
+}
+
+// bf16 bits -> float.
+float Bf16Value(uint16_t bits) {
+  const uint32_t w = uint32_t{bits} << 16;
+  float f;
+  std::memcpy(&f, &w, sizeof(f));
+  return f;
+}
+
+// DequantizeKvMirror writes each row it names with the stored row's exact
+// values (the CPU dequantization, bit for bit as floats) and nothing else;
+// kWgmma64 on the mirror gives the stored form's bits, on one CTA a query
+// and on clusters of ranges, plain and grouped outputs.
+TEST(SparseDecodeAttentionMirrorTest, MirrorRowsGiveTheStoredRowsBits) {
+  std::mt19937 rng(47);
+  // Wide block exponents: scales far from 1 (and FP8 subnormal codes).
+  const Pools pools = MakePools(6 * 128, 3000, rng, /*max_exp=*/12);
+  const DevicePools dp(pools);
+  DeviceBuffer<uint16_t> win16(pools.win_rows * kD), comp16(pools.comp_rows * kD);
+  win16.Poison();
+  comp16.Poison();
+  // Sequence 0: slot 1's ring (rows 128 .. 255 with rings of 128), staging
+  // rows 512 .. 767, compressed entries 0 .. 2,999 through a table of 25
+  // blocks of 120 entries (block 3 unlisted: -1). Sequence 1: slot 0's ring
+  // only, no staging, no entries (last position 2: ratio 4 gives 0).
+  constexpr int kRing = 128, kPerBlock = 120, kBlocks = 25;
+  std::vector<int32_t> table(2 * kBlocks, -1);
+  for (int j = 0; j < kBlocks; ++j) table[kBlocks + j] = j == 3 ? -1 : kBlocks - 1 - j;
+  DeviceBuffer<int32_t> tables(table), slot(std::vector<int32_t>{1, 0}),
+      stage_first(std::vector<int32_t>{512, -1}), stage_rows(std::vector<int32_t>{256, 0});
+  DeviceBuffer<int64_t> last(std::vector<int64_t>{4 * 3000 - 1, 2});
+  KvMirrorParams mp{.window_codes = dp.win_codes.get(),
+                    .window_scales = dp.win_scales.get(),
+                    .window_bf16 = win16.get(),
+                    .window_rows = pools.win_rows,
+                    .ring_rows = kRing,
+                    .compressed_codes = dp.comp_codes.get(),
+                    .compressed_scales = dp.comp_scales.get(),
+                    .compressed_bf16 = comp16.get(),
+                    .compressed_rows = pools.comp_rows,
+                    .block_table = tables.get(),
+                    .table_width = kBlocks,
+                    .entries_per_block = kPerBlock,
+                    .ratio = 4,
+                    .slot = slot.get(),
+                    .last_position = last.get(),
+                    .stage_first = stage_first.get(),
+                    .stage_rows = stage_rows.get(),
+                    .sequences = 2,
+                    .max_rows = kRing + 256 + 3000};
+  const absl::Status st = DequantizeKvMirror(mp, nullptr);
+  ASSERT_TRUE(st.ok()) << st;
+  const std::vector<uint16_t> w16 = win16.Download(), c16 = comp16.Download();
+  auto check_rows = [&](const std::vector<uint16_t>& got, int64_t rows, int64_t table_row0,
+                        auto written) {
+    int64_t bad = 0, untouched_bad = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int d = 0; d < kD; ++d) {
+        const uint16_t g = got[r * kD + d];
+        if (written(r)) {
+          const float want = pools.table[(table_row0 + r) * kD + d];
+          const float v = Bf16Value(g);
+          bad += std::memcmp(&v, &want, sizeof(v)) != 0;
+        } else {
+          untouched_bad += g != 0xFFFFu;
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0);
+    EXPECT_EQ(untouched_bad, 0);
+  };
+  check_rows(w16, pools.win_rows, 0,
+             [&](int64_t r) { return r < 2 * kRing || (r >= 512 && r < 768); });
+  std::vector<bool> comp_written(pools.comp_rows, false);
+  for (int j = 0; j < kBlocks; ++j) {
+    const int32_t blk = table[kBlocks + j];
+    for (int e = 0; blk >= 0 && e < kPerBlock && j * kPerBlock + e < 3000; ++e) {
+      comp_written[blk * kPerBlock + e] = true;
+    }
+  }
+  check_rows(c16, pools.comp_rows, pools.win_rows, [&](int64_t r) { return comp_written[r]; });
+
+  // The attention over the mirror: every row the lists may name.
+  mp.ring_rows = pools.win_rows;
+  mp.sequences = 1;
+  mp.max_rows = pools.win_rows + pools.comp_rows;
+  std::vector<int32_t> identity(pools.comp_rows);
+  for (int64_t j = 0; j < pools.comp_rows; ++j) identity[j] = static_cast<int32_t>(j);
+  DeviceBuffer<int32_t> id_table(identity), zero(std::vector<int32_t>{0}),
+      none(std::vector<int32_t>{0});
+  DeviceBuffer<int64_t> all_last(std::vector<int64_t>{pools.comp_rows - 1});
+  mp.block_table = id_table.get();
+  mp.table_width = static_cast<int>(pools.comp_rows);
+  mp.entries_per_block = 1;
+  mp.ratio = 1;
+  mp.slot = zero.get();
+  mp.last_position = all_last.get();
+  mp.stage_rows = none.get();
+  ASSERT_TRUE(DequantizeKvMirror(mp, nullptr).ok());
+  const Batch b = MakeBatch(40, 64, 128, 512, pools, 0.1, true, rng);
+  DeviceBuffer<float> q(b.q), sink(b.sink), want(b.q.size()), got(b.q.size());
+  DeviceBuffer<int32_t> wi(b.win_index), ci(b.comp_index);
+  for (const int tiles : {16, 0, 3}) {
+    for (const bool round : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "tiles " << tiles << " round " << round);
+      SparseDecodeAttentionParams p =
+          FastParams(SparseDecodeKernel::kWgmma64, b, dp, pools, q.get(), sink.get(), wi.get(),
+                     ci.get(), want.get());
+      p.round_bf16 = round;
+      p.wgmma_range_tiles = tiles;
+      want.Poison();
+      ASSERT_TRUE(SparseDecodeAttention(p, nullptr).ok());
+      p.out = got.get();
+      p.window_bf16 = win16.get();
+      p.compressed_bf16 = comp16.get();
+      p.window_codes = nullptr;  // not read with a mirror
+      p.compressed_scales = nullptr;
+      got.Poison();
+      const absl::Status run = SparseDecodeAttention(p, nullptr);
+      ASSERT_TRUE(run.ok()) << run;
+      const std::vector<float> g = got.Download(), w = want.Download();
+      EXPECT_EQ(std::memcmp(g.data(), w.data(), g.size() * sizeof(float)), 0);
+    }
+  }
+  // Not on kMma16.
+  SparseDecodeAttentionParams p = FastParams(SparseDecodeKernel::kMma16, b, dp, pools, q.get(),
+                                             sink.get(), wi.get(), ci.get(), got.get());
+  p.window_bf16 = win16.get();
+  p.compressed_bf16 = comp16.get();
+  EXPECT_EQ(SparseDecodeAttention(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, SparseDecodeAttentionTest,

@@ -258,6 +258,75 @@ __device__ __forceinline__ void StoreOutPair(const KernelArgs& a, int64_t query,
   }
 }
 
+// The producer of the mirror form (kMirror; KernelArgs::win_bf16 /
+// comp_bf16): warp `warp` copies its 16 rows of each tile, already bf16, into
+// the stage (two 16-byte copies a lane a row, straight into the swizzled
+// atoms; a row not listed is zero-filled, nothing read), one cp.async group a
+// tile; a tile is published once the next one's copies are issued, so a
+// tile's copies are in flight while the previous one lands.
+__device__ __forceinline__ void ProduceMirrorRows(const KernelArgs& a, uint8_t* smem, uint32_t base,
+                                                  int warp, int lane, int64_t query, int tile0,
+                                                  int tiles, int entries, uint32_t full0,
+                                                  uint32_t empty0) {
+  // Lane k < 16: the pool row of the warp's row k in tile t, or -1.
+  auto row_at = [&](int t) -> int32_t {
+    const int e = (tile0 + t) * kTile + warp * kRowsPerWarp + (lane & (kRowsPerWarp - 1));
+    if (t >= tiles || lane >= kRowsPerWarp || e >= entries) return -1;
+    const bool fp8 = e < a.win_width;
+    const int32_t v = fp8 ? __ldg(a.win_index + query * a.win_width + e)
+                          : __ldg(a.comp_index + query * a.comp_width + (e - a.win_width));
+    return (v >= 0 && v < (fp8 ? a.win_rows : a.comp_rows)) ? v : -1;
+  };
+  // Any readable address for the zero-filled copies (nothing is read).
+  const uint16_t* const dummy = a.win_bf16 != nullptr ? a.win_bf16 : a.comp_bf16;
+  auto publish = [&](int t, uint32_t valid) {
+    const int s = t % kStages;
+    if (lane == 0) {
+      reinterpret_cast<volatile uint16_t*>(smem + kMaskAt + 8 * s)[warp] =
+          static_cast<uint16_t>(valid);
+    }
+    FenceSharedForAsyncProxy();
+    MbarrierArrive(full0 + 8 * s);
+  };
+  int32_t cur = row_at(0);
+  uint32_t prev_valid = 0;
+#pragma unroll 1
+  for (int t = 0; t < tiles; ++t) {
+    const int32_t next = row_at(t + 1);  // the next tile's index loads, in flight
+    const int s = t % kStages;
+    if (t >= kStages) MbarrierWait(empty0 + 8 * s, ((t / kStages) - 1) & 1);
+    const uint32_t valid = __ballot_sync(0xFFFFFFFFu, cur >= 0) & 0xFFFFu;
+    const uint32_t stage = base + kKvAt + s * kOperandBytes;
+    const int e0 = (tile0 + t) * kTile + warp * kRowsPerWarp;
+#pragma unroll 4
+    for (int k = 0; k < kRowsPerWarp; ++k) {
+      const int32_t r = __shfl_sync(0xFFFFFFFFu, cur, k);
+      const uint16_t* const pool = e0 + k < a.win_width ? a.win_bf16 : a.comp_bf16;
+      const uint16_t* const src = r >= 0 ? pool + static_cast<int64_t>(r) * kHeadDim : dummy;
+      const uint32_t bytes = r >= 0 ? 16u : 0u;
+      const int row = warp * kRowsPerWarp + k;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int c = lane + 32 * h;  // the row's 16-byte chunk: dims 8 c .. 8 c + 7
+        sparse_decode::CpAsync16OrZero(stage + (c >> 3) * kAtomBytes + AtomOffset(row, c & 7),
+                                       src + 8 * c, bytes);
+      }
+    }
+    CpAsyncCommit();
+    if (t > 0) {
+      CpAsyncWait<1>();  // this lane's copies of tile t - 1 have landed
+      publish(t - 1, prev_valid);
+    }
+    prev_valid = valid;
+    cur = next;
+  }
+  if (tiles > 0) {
+    CpAsyncWait<0>();
+    publish(tiles - 1, prev_valid);
+  }
+}
+
+template <bool kMirror>
 __global__ void __launch_bounds__(kThreads, 1)
     SparseDecodeAttentionWgKernel(const __grid_constant__ KernelArgs a) {
   GridDependencyPrologue();
@@ -292,6 +361,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (warp < kProducerWarps) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n");
+    if constexpr (kMirror) {
+      ProduceMirrorRows(a, smem, base, warp, lane, query, tile0, tiles, entries, full0, empty0);
+      if (a.ranges > 1) {  // the consumers' two cluster barrier phases (below)
+        ClusterSync();
+        ClusterSync();
+      }
+      return;
+    }
     // Warp `warp`'s stream: its row j is entry (j / 16) * 64 + 16 warp + j % 16.
     // Rows go through the ring in groups of kGroup (one cp.async group each,
     // kRingGroups groups in the ring); a group is one tile's, and one pool
