@@ -175,6 +175,9 @@ ABSL_FLAG(bool, attention_grouped_out, true,
           "kFast, stored pools: the wgmma attention writes wo_a's input transposed with the "
           "inverse RoPE (same bits, one launch a layer fewer; DeviceDecoderOptions::"
           "attention_grouped_out).");
+ABSL_FLAG(bool, prompt_kv_mirror, false,
+          "The prompt attention of eager steps reads bf16 mirrors of the rows its prompts may "
+          "read, dequantized once a layer (same bits; DeviceDecoderOptions::prompt_kv_mirror).");
 ABSL_FLAG(bool, hc_mix_prefill_grid, false,
           "fast_mhc: HcMixSplitK's prefill grid (splits on y, 8 token groups a CTA) for calls "
           "of 256 tokens and more (same bits; DeviceDecoderOptions::hc_mix_prefill_grid).");
@@ -435,7 +438,8 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .tile_conversion_rows = absl::GetFlag(FLAGS_tile_conversion_rows),
           .stored_wo_a = absl::GetFlag(FLAGS_stored_wo_a),
           .attention_grouped_out = absl::GetFlag(FLAGS_attention_grouped_out),
-          .hc_mix_prefill_grid = absl::GetFlag(FLAGS_hc_mix_prefill_grid)};
+          .hc_mix_prefill_grid = absl::GetFlag(FLAGS_hc_mix_prefill_grid),
+          .prompt_kv_mirror = absl::GetFlag(FLAGS_prompt_kv_mirror)};
 }
 
 }  // namespace

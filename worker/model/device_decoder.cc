@@ -811,6 +811,10 @@ absl::StatusOr<int64_t> DeviceDecoder::StepInto(std::span<const int> slots,
   absl::Status st = [&]() -> absl::Status {
     WEIR_DD_CUDA("set device", cudaSetDevice(options_.device));
     ASSIGN_OR_RETURN(const bool runs, m.PrepareMeta(slots, tokens, padded, head_rows, head_padded));
+    // prompt_kv_mirror on eager steps only: a captured graph would replay one
+    // step's mirror grid (its sequences and rows) for another.
+    m.mirror_step_ =
+        m.mirror_sequences_ > 0 && !(options_.use_graphs && padded <= options_.graph_max_rows);
     WEIR_DD_CUDA("event", cudaEventRecord(m.ev_begin, m.stream));
     // Large steps (prefill chunks) launch eagerly: their launch overhead is
     // small beside their work, and a graph per padded size would be
@@ -830,6 +834,7 @@ absl::StatusOr<int64_t> DeviceDecoder::StepInto(std::span<const int> slots,
       ++stats_.eager_steps;
     }
     stats_.x16_panels = m.x16_panels;
+    stats_.kv_mirrors = m.kv_mirrors;
     stats_.fused_ropes = m.fused_ropes;
     stats_.fused_kv_rows = m.fused_kv_rows;
     stats_.folded_row_ops = m.folded_row_ops;

@@ -495,6 +495,15 @@ struct DeviceDecoderOptions {
   // GPU test passes, but the EP8 prefill chunk was slower with it (H100, 0.894
   // s against 0.872, twenty-fourth session).
   bool hc_mix_prefill_grid = false;
+  // With prompt_range_tiles, on steps launched eagerly (prefill chunks: past
+  // graph_max_rows, or without graphs): before each layer's prompt
+  // attention, the rows the step's prompt sequences may read (their rings,
+  // staging rows and compressed entries) are dequantized once into bf16
+  // mirrors of the layer's pools (kernels/cuda/attention/kv_mirror.h), and
+  // the prompt launch copies rows from them instead of dequantizing every
+  // listed row once a query. The same bits. Costs the arena a mirror of one
+  // layer's window region and of its largest compressed region (1 KB a row).
+  bool prompt_kv_mirror = false;
   // Expert parallelism over NCCL on device buffers (see the file comment):
   // this decoder is rank communicator->rank() of communicator->world_size().
   // Not owned; must outlive the decoder and live on `device`. Null: every
@@ -548,6 +557,7 @@ struct DeviceDecoderStats {
   int64_t reduce_fp8_out = 0;     // reduce_fp8_out: wo_b inputs made by wo_a's reduce
   int64_t widened_wo_a = 0;       // stored_wo_a: products that widened wo_a to bf16 first (prefill)
   int64_t prompt_shape_rows = 0;  // rows stepped in the prompt's attention shape
+  int64_t kv_mirrors = 0;         // prompt_kv_mirror: layers' mirror passes enqueued
   int64_t drafts = 0;           // sequences drafted (DraftBatch)
   double draft_seconds = 0;     // wall time inside DraftBatch
   int64_t draft_launches = 0;   // DraftBatch's device passes (batch_cap / block sequences each)

@@ -1115,6 +1115,72 @@ TEST(DeviceDecoderFastTest, StoredKvPromptShapeChunkedStepsAreBatchInvariant) {
                                /*mark_prompts=*/true);
   }
 }
+// prompt_kv_mirror: the prompt launches read the rows as bf16 from mirrors
+// made once a layer instead of dequantizing them a query at a time; the same
+// bits. Small at head_dim 512 (stored pools, the wgmma attention): a staged
+// 40-row prompt chunk of slot 0, then a step holding slot 1's first 30 prompt
+// rows beside slot 0's first generated row (two launches), slot 1's next 30
+// prompt rows (the ring and entries of the chunk before) beside slot 0's
+// next, a 296-row prompt chunk of slot 0 (its prompt extended), and decode
+// steps. Without graphs every step takes the mirror; with graphs the
+// small steps do not (a graph would keep one step's grid) and the 300-row
+// chunk past graph_max_rows does.
+TEST(DeviceDecoderFastTest, StoredKvPromptMirrorGivesTheDequantizedRowsBits) {
+  const Checkpoint* ck = Small512Checkpoint();
+  ASSERT_NE(ck, nullptr);
+  auto cpu = RowStableCpuModel(*ck, ActivationPrecision::kBf16);
+  ASSERT_NE(cpu, nullptr);
+  const int64_t v = ck->config().vocab_size;
+  const std::vector<int64_t> prompt0 = RandomTokens(300, 71, v - 1);
+  const std::vector<int64_t> prompt1 = RandomTokens(60, 72, v - 1);
+  std::vector<std::vector<float>> calls[3];
+  int64_t mirrors[3] = {0, 0, 0};
+  for (int mode = 0; mode < 3; ++mode) {  // off, on without graphs, on with graphs
+    DeviceDecoderOptions o{.numerics = DecodeNumerics::kFast,
+                           .max_sequences = 2,
+                           .max_positions = 400,
+                           .kv_block_tokens = 8,
+                           .max_batch = 300,
+                           .max_rows_per_slot = 300};
+    o.prompt_range_tiles = 16;
+    o.prompt_kv_mirror = mode > 0;
+    o.use_graphs = mode != 1;
+    auto dd = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, o);
+    ASSERT_TRUE(dd.ok()) << dd.status();
+    ASSERT_TRUE((*dd)->Start(0).ok());
+    ASSERT_TRUE((*dd)->Start(1).ok());
+    ASSERT_TRUE((*dd)->SetPromptEnd(0, 40).ok());
+    ASSERT_TRUE((*dd)->SetPromptEnd(1, 60).ok());
+    auto step = [&](const std::vector<int>& slots, const std::vector<int64_t>& tokens) {
+      auto r = (*dd)->StepRows(slots, tokens, std::nullopt);
+      ASSERT_TRUE(r.ok()) << r.status();
+      calls[mode].emplace_back(r->begin(), r->end());
+    };
+    step(std::vector<int>(40, 0), std::vector<int64_t>(prompt0.begin(), prompt0.begin() + 40));
+    std::vector<int> slots(30, 1);
+    std::vector<int64_t> tokens(prompt1.begin(), prompt1.begin() + 30);
+    slots.push_back(0);
+    tokens.push_back(prompt0[40]);
+    step(slots, tokens);
+    tokens.assign(prompt1.begin() + 30, prompt1.end());
+    tokens.push_back(prompt0[41]);
+    step(slots, tokens);
+    // A chunk past graph_max_rows (eager with graphs too): slot 0's prompt
+    // continues at 42 and ends with it; then decode steps.
+    ASSERT_TRUE((*dd)->SetPromptEnd(0, 42 + 296).ok());
+    step(std::vector<int>(256 + 40, 0),
+         std::vector<int64_t>(prompt0.begin(), prompt0.begin() + 296));
+    for (int s = 0; s < 2; ++s) step({0, 1}, {5 + s, 9 + s});
+    mirrors[mode] = (*dd)->stats().kv_mirrors;
+  }
+  EXPECT_EQ(DifferingCalls(calls[0], calls[1]), 0) << "without graphs, of " << calls[0].size();
+  EXPECT_EQ(DifferingCalls(calls[0], calls[2]), 0) << "with graphs, of " << calls[0].size();
+  const int64_t layers = ck->config().n_layers;
+  EXPECT_EQ(mirrors[0], 0);
+  EXPECT_EQ(mirrors[1], 4 * layers);  // the four steps holding prompt rows
+  EXPECT_EQ(mirrors[2], layers);      // the eager chunk alone
+}
+
 TEST(DeviceDecoderFastTest, StoredKvWgmmaAttentionRollbackIsBatchInvariant) {
   const Checkpoint* ck = Small512Checkpoint();
   ASSERT_NE(ck, nullptr);

@@ -105,6 +105,26 @@ absl::StatusOr<bool> DeviceDecoder::Impl::PrepareMeta(std::span<const int> slot_
   }
   if (roles_ == 0) roles_ = 1;
   for (int64_t i = real_rows; i < padded; ++i) meta_h.role[i] = roles_ == 2 ? 1 : 0;
+  // prompt_kv_mirror: each run that starts in its prompt, with the rows its
+  // attention may read (StepRows decides whether the step takes them).
+  mirror_sequences_ = 0;
+  mirror_stage_max_ = 0;
+  mirror_last_max_ = 0;
+  mirror_step_ = false;
+  if (MirrorsPrompts() && (roles_ & 2) != 0) {
+    for (int64_t i = 0; i < real_rows; ++i) {
+      const int64_t len = meta_h.run_length[i];
+      if (len == 0 || meta_h.role[i] != 1) continue;  // inside a run, or not a prompt's
+      const int n = mirror_sequences_++;
+      const bool staged = len > direct_run_rows();
+      meta_h.mirror_slot[n] = meta_h.slot[i];
+      meta_h.mirror_last[n] = meta_h.positions[i + len - 1];
+      meta_h.mirror_stage_first[n] = staged ? static_cast<int32_t>(staging_row(i)) : -1;
+      meta_h.mirror_stage_rows[n] = staged ? static_cast<int32_t>(len) : 0;
+      mirror_stage_max_ = std::max(mirror_stage_max_, staged ? len : int64_t{0});
+      mirror_last_max_ = std::max(mirror_last_max_, meta_h.positions[i + len - 1]);
+    }
+  }
   for (int64_t i = 0; i < head_padded; ++i) {
     meta_h.head_rows[i] = i < static_cast<int64_t>(head_rows.size()) ? head_rows[i] : 0;
   }
@@ -112,6 +132,37 @@ absl::StatusOr<bool> DeviceDecoder::Impl::PrepareMeta(std::span<const int> slot_
   WEIR_DD_CUDA("step inputs", cudaMemcpyAsync(meta_dev, meta_host, meta_bytes,
                                               cudaMemcpyHostToDevice, stream));
   return runs;
+}
+
+absl::Status DeviceDecoder::Impl::MirrorPromptKv(int layer) {
+  const LayerDev& L = layers[layer];
+  const LayerRole& role = roles[layer];
+  const int64_t hd = c.head_dim;
+  kc::KvMirrorParams mp{.window_codes = win_codes + int64_t{L.window_base} * hd,
+                        .window_scales = win_scales + int64_t{L.window_base} * hd / 32,
+                        .window_bf16 = win_mirror,
+                        .window_rows = window_region_rows(),
+                        .ring_rows = ring(),
+                        .slot = meta_d.mirror_slot,
+                        .last_position = meta_d.mirror_last,
+                        .stage_first = meta_d.mirror_stage_first,
+                        .stage_rows = meta_d.mirror_stage_rows,
+                        .sequences = mirror_sequences_,
+                        .max_rows = ring() + mirror_stage_max_};
+  if (role.ratio > 0) {  // the kv source's compressed entries, through the tables
+    const int64_t row0 = layers[role.kv_source].comp_base - window_rows_total;
+    mp.compressed_codes = comp_codes + row0 * hd / 2;
+    mp.compressed_scales = comp_scales + row0 * hd / 16;
+    mp.compressed_bf16 = comp_mirror;
+    mp.compressed_rows = num_blocks * entries_per_block(role.ratio);
+    mp.block_table = tables_dev;
+    mp.table_width = static_cast<int>(table_width);
+    mp.entries_per_block = static_cast<int>(entries_per_block(role.ratio));
+    mp.ratio = role.ratio;
+    mp.max_rows += (mirror_last_max_ + 1) / role.ratio;
+  }
+  ++kv_mirrors;
+  return kc::DequantizeKvMirror(mp, stream);
 }
 
 absl::Status DeviceDecoder::Impl::Engram(int layer, int64_t b) {
@@ -488,6 +539,11 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
       kc::SparseDecodeAttentionParams pp = sp;
       pp.kernel = kc::SparseDecodeKernel::kWgmma64;
       pp.wgmma_range_tiles = options.prompt_range_tiles;
+      if (mirror_step_) {  // prompt_kv_mirror: the rows copied as bf16 (the same bits)
+        RETURN_IF_ERROR(MirrorPromptKv(layer));
+        pp.window_bf16 = win_mirror;
+        if (role.ratio > 0) pp.compressed_bf16 = comp_mirror;
+      }
       if (roles_ == 3) {
         sp.query_role = meta_d.role;
         sp.role = 0;

@@ -28,6 +28,7 @@
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/weight_quant.h"
 #include "kernels/cuda/attention/indexer_score.h"
+#include "kernels/cuda/attention/kv_mirror.h"
 #include "kernels/cuda/attention/sparse_attention.h"
 #include "kernels/cuda/attention/sparse_decode_attention_sm90.h"
 #include "kernels/cuda/attention/topk.h"
@@ -264,6 +265,12 @@ struct StepMeta {
   // drafting, a draft pass: [B] the Markov head's previous token of each
   // sequence (the sampled token first; MarkovArgmax updates it).
   int32_t* draft_prev = nullptr;
+  // prompt_kv_mirror: [B] each prompt sequence's slot, last position of the
+  // step, first staging row (or -1) and staging rows (KvMirrorParams).
+  int32_t* mirror_slot = nullptr;
+  int64_t* mirror_last = nullptr;
+  int32_t* mirror_stage_first = nullptr;
+  int32_t* mirror_stage_rows = nullptr;
   struct PerRatio {
     int64_t* visible = nullptr;      // [B] (p + 1) / r
     int64_t* entry_pos = nullptr;    // [B] position of the entry completed now (0 if none)
@@ -409,6 +416,17 @@ struct DeviceDecoder::Impl {
   uint8_t *win_codes = nullptr, *win_scales = nullptr;
   uint8_t *comp_codes = nullptr, *comp_scales = nullptr;
   uint8_t *kq_codes = nullptr, *kq_scales = nullptr;
+  // prompt_kv_mirror: bf16 mirrors [rows, hd] of one layer's window region
+  // and of a compressed region (the largest), rows numbered as the pools'.
+  uint16_t *win_mirror = nullptr, *comp_mirror = nullptr;
+  // The step's prompt sequences (PrepareMeta: meta mirror_*), the most
+  // staging rows and the last position among them, and whether this step's
+  // prompt launches read the mirrors (eager steps: a captured graph would
+  // keep one step's grid).
+  int mirror_sequences_ = 0;
+  int64_t mirror_stage_max_ = 0, mirror_last_max_ = 0;
+  bool mirror_step_ = false;
+  int64_t kv_mirrors = 0;  // DeviceDecoderStats::kv_mirrors
   // Activations [batch_cap, ...].
   float *x = nullptr, *x2 = nullptr, *mixes = nullptr, *h = nullptr, *y = nullptr;
   float* h_head = nullptr;  // the head's input rows when logits are asked of some rows
@@ -800,6 +818,11 @@ struct DeviceDecoder::Impl {
     return options.prompt_range_tiles > 0 && stored_kv &&
            c.head_dim == kernels::cuda::kSparseDecodeHeadDim;
   }
+  // prompt_kv_mirror applies: the prompt launches are kWgmma64 on stored pools.
+  bool MirrorsPrompts() const { return options.prompt_kv_mirror && PromptShape(); }
+  // Enqueues the mirror rows of the step's prompt sequences for `layer`
+  // (kv_mirror.h), before its prompt attention.
+  absl::Status MirrorPromptKv(int layer);
   // The window attention's entries: meta win_rows of `window` a row in a
   // step, meta draft_rows of window + block in a draft pass.
   const int32_t* attn_rows_ = nullptr;

@@ -256,6 +256,16 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
     comp_scales = r.Alloc<uint8_t>(comp_rows * hd / 16, &compressed.bytes);
     kq_codes = r.Alloc<uint8_t>(bc * hd);
     kq_scales = r.Alloc<uint8_t>(bc * hd / 16);
+    if (MirrorsPrompts()) {
+      int64_t comp_max = 0;  // the largest compressed region a layer reads
+      for (int l = 0; l < c.n_layers; ++l) {
+        if (roles[l].ratio > 0 && roles[l].attention == AttentionRole::kFull) {
+          comp_max = std::max(comp_max, num_blocks * entries_per_block(roles[l].ratio));
+        }
+      }
+      win_mirror = r.Alloc<uint16_t>(window_region_rows() * hd);
+      comp_mirror = comp_max > 0 ? r.Alloc<uint16_t>(comp_max * hd) : nullptr;
+    }
   } else {
     kv_pool = r.Alloc<float>(rows * hd);
     window.bytes = window_rows_total * hd * sizeof(float);  // fp32 rows of one pool
@@ -484,6 +494,12 @@ void DeviceDecoder::Impl::LayoutMeta(char* base, StepMeta& m, size_t& bytes) con
   take(m.run_length, bc);
   take(m.head_rows, bc);
   take(m.role, bc);
+  if (MirrorsPrompts()) {
+    take(m.mirror_slot, bc);
+    take(m.mirror_last, bc);
+    take(m.mirror_stage_first, bc);
+    take(m.mirror_stage_rows, bc);
+  }
   if (options.drafting) {
     take(m.ring_write, bc);
     take(m.draft_rows, bc * (window() + draft_block()));

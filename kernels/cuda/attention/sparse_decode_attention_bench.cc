@@ -9,12 +9,16 @@
 //
 //   sparse_decode_attention_bench [--iters=N] [--context=N] [--topk=N] [--batch=N]
 //                                 [--graph=0] [--kernel=0|1|2] [--range_tiles=A,B,..]
-//                                 (on the GPU machine)
+//                                 [--mirror=1] (on the GPU machine)
 // --batch=N times that batch only (default: 1, 8, 32, 64, 1024); --graph=0
 // skips the graph timing (e.g. under ncu); --kernel=1 times
 // SparseDecodeKernel::kMma16 only, 2 kWgmma64 only, 0 (default) both, each
 // batch size in turn; --range_tiles lists kWgmma64's wgmma_range_tiles to
-// time (default 0: the kernel's 2; row label wgmma64/rN for N != 0).
+// time (default 0: the kernel's 2; row label wgmma64/rN for N != 0);
+// --mirror=1 times each kWgmma64 run again on bf16 mirrors of the pools
+// (DequantizeKvMirror of every row, made once, not timed; label wgmma64m):
+// the rows copied instead of dequantized, 1 KB a row read instead of 528 /
+// 288 B (the KV columns still count the stored bytes).
 //
 // Every query has its own sequence (64 x 65536 compressed rows, 1.2 GB) and
 // the launches rotate over 1024 index rows, so the KV rows a launch gathers
@@ -36,10 +40,12 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "kernels/cpu/quant.h"
+#include "kernels/cuda/attention/kv_mirror.h"
 #include "kernels/cuda/attention/sparse_attention.h"
 #include "kernels/cuda/attention/sparse_decode_attention_sm90.h"
 #include "kernels/cuda/bench_util.h"
@@ -189,7 +195,47 @@ int Run(int argc, char** argv) {
     }
   }
   if (range_tiles.empty()) range_tiles.push_back(0);
-  const auto params = [&](SparseDecodeKernel kernel, int range, int batch, int offset) {
+  // --mirror: every row of both pools in bf16 (one sequence whose ring is the
+  // window pool and whose entries are the compressed rows, one a block).
+  const bool mirror = IntFlag(argc, argv, "mirror", 0) != 0;
+  uint16_t* d_win16 = nullptr;
+  uint16_t* d_comp16 = nullptr;
+  if (mirror) {
+    d_win16 = DeviceAlloc<uint16_t>(win_rows * kD);
+    d_comp16 = DeviceAlloc<uint16_t>(comp_rows * kD);
+    std::vector<int32_t> identity(comp_rows);
+    std::iota(identity.begin(), identity.end(), 0);
+    int32_t* d_identity = DeviceCopy(identity);
+    int32_t* d_zero = DeviceCopy(std::vector<int32_t>{0});
+    int64_t* d_last = DeviceCopy(std::vector<int64_t>{comp_rows - 1});
+    CheckOk(DequantizeKvMirror({.window_codes = d_win_codes,
+                                .window_scales = d_win_scales,
+                                .window_bf16 = d_win16,
+                                .window_rows = win_rows,
+                                .ring_rows = win_rows,
+                                .compressed_codes = d_comp_codes,
+                                .compressed_scales = d_comp_scales,
+                                .compressed_bf16 = d_comp16,
+                                .compressed_rows = comp_rows,
+                                .block_table = d_identity,
+                                .table_width = static_cast<int>(comp_rows),
+                                .entries_per_block = 1,
+                                .ratio = 1,
+                                .slot = d_zero,
+                                .last_position = d_last,
+                                .stage_first = d_zero,
+                                .stage_rows = d_zero,
+                                .sequences = 1,
+                                .max_rows = win_rows + comp_rows},
+                               nullptr),
+            "mirror");
+    Check(cudaDeviceSynchronize(), "mirror");
+    cudaFree(d_identity);
+    cudaFree(d_zero);
+    cudaFree(d_last);
+  }
+  const auto params = [&](SparseDecodeKernel kernel, int range, int batch, int offset,
+                          bool from_mirror = false) {
     return SparseDecodeAttentionParams{
         .q = d_q,
         .sink = d_sink,
@@ -207,7 +253,9 @@ int Run(int argc, char** argv) {
         .queries = batch,
         .heads = kHeads,
         .kernel = kernel,
-        .wgmma_range_tiles = range};
+        .wgmma_range_tiles = range,
+        .window_bf16 = from_mirror ? d_win16 : nullptr,
+        .compressed_bf16 = from_mirror ? d_comp16 : nullptr};
   };
   for (int batch : {1, 8, 32, 64, kMaxQueries}) {
     if (only_batch != 0 && batch != only_batch) continue;
@@ -268,15 +316,20 @@ int Run(int argc, char** argv) {
     cudaFree(d_ref_index);
 
     // {kernel, range tiles}: kMma16 once, kWgmma64 at each asked range size.
-    std::vector<std::pair<SparseDecodeKernel, int>> runs;
-    if (only_kernel != 2) runs.emplace_back(SparseDecodeKernel::kMma16, 0);
+    // {kernel, range tiles, mirror}.
+    std::vector<std::tuple<SparseDecodeKernel, int, bool>> runs;
+    if (only_kernel != 2) runs.emplace_back(SparseDecodeKernel::kMma16, 0, false);
     if (only_kernel != 1) {
-      for (const int r : range_tiles) runs.emplace_back(SparseDecodeKernel::kWgmma64, r);
+      for (const int r : range_tiles) {
+        runs.emplace_back(SparseDecodeKernel::kWgmma64, r, false);
+        if (mirror) runs.emplace_back(SparseDecodeKernel::kWgmma64, r, true);
+      }
     }
     const int reps = checked ? iters : std::max(5, iters / 20);
-    for (const auto& [k, range] : runs) {
+    for (const auto& [k, range, from_mirror] : runs) {
       const auto launch = [&](int i, cudaStream_t stream) {
-        CheckOk(SparseDecodeAttention(params(k, range, batch, (i * batch) % kIndexRows), stream),
+        CheckOk(SparseDecodeAttention(
+                    params(k, range, batch, (i * batch) % kIndexRows, from_mirror), stream),
                 "launch");
       };
       const double fast_ms = MedianMs([&](int i) { launch(i, nullptr); }, nullptr, reps, 5);
@@ -284,7 +337,7 @@ int Run(int argc, char** argv) {
       const double graph_ms = graph ? GraphMs(launch, checked ? 32 : 4, checked ? 20 : 5) : 0.0;
       double rel = 0.0;
       if (checked) {
-        CheckOk(SparseDecodeAttention(params(k, range, batch, 0), nullptr), "launch");
+        CheckOk(SparseDecodeAttention(params(k, range, batch, 0, from_mirror), nullptr), "launch");
         Check(cudaDeviceSynchronize(), "kernels");
         Check(cudaMemcpy(got.data(), d_out, got.size() * 4, cudaMemcpyDeviceToHost), "download");
         double num = 0, den = 0;
@@ -296,9 +349,10 @@ int Run(int argc, char** argv) {
       }
       const double kv_gbs = kv_bytes / (fast_ms * 1e-3) / 1e9;
       const double all_gbs = all_bytes / (fast_ms * 1e-3) / 1e9;
+      const std::string wg = from_mirror ? "wgmma64m" : "wgmma64";
       const std::string label = k == SparseDecodeKernel::kMma16 ? "mma16"
-                                : range == 0                    ? "wgmma64"
-                                             : "wgmma64/r" + std::to_string(range);
+                                : range == 0                    ? wg
+                                                                : wg + "/r" + std::to_string(range);
       std::printf(
           "%11s %5d | %9.2f %9.2f | %8.3f %8.1f %6.3f | %8.1f %6.3f | %7.1f | %9.1f %7.1f | "
           "%8.2g\n",
