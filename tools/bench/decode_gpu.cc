@@ -178,6 +178,9 @@ ABSL_FLAG(bool, attention_grouped_out, true,
 ABSL_FLAG(bool, prompt_kv_mirror, false,
           "The prompt attention of eager steps reads bf16 mirrors of the rows its prompts may "
           "read, dequantized once a layer (same bits; DeviceDecoderOptions::prompt_kv_mirror).");
+ABSL_FLAG(bool, attention_overlap, false,
+          "kWgmma64 attention: the next tile's QK^T issued behind this tile's PV (same bits; "
+          "DeviceDecoderOptions::attention_overlap).");
 ABSL_FLAG(bool, hc_mix_prefill_grid, false,
           "fast_mhc: HcMixSplitK's prefill grid (splits on y, 8 token groups a CTA) for calls "
           "of 256 tokens and more (same bits; DeviceDecoderOptions::hc_mix_prefill_grid).");
@@ -439,7 +442,8 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .stored_wo_a = absl::GetFlag(FLAGS_stored_wo_a),
           .attention_grouped_out = absl::GetFlag(FLAGS_attention_grouped_out),
           .hc_mix_prefill_grid = absl::GetFlag(FLAGS_hc_mix_prefill_grid),
-          .prompt_kv_mirror = absl::GetFlag(FLAGS_prompt_kv_mirror)};
+          .prompt_kv_mirror = absl::GetFlag(FLAGS_prompt_kv_mirror),
+          .attention_overlap = absl::GetFlag(FLAGS_attention_overlap)};
 }
 
 }  // namespace

@@ -504,6 +504,10 @@ struct DeviceDecoderOptions {
   // listed row once a query. The same bits. Costs the arena a mirror of one
   // layer's window region and of its largest compressed region (1 KB a row).
   bool prompt_kv_mirror = false;
+  // kWgmma64 attention launches issue the next tile's Q K^T behind the
+  // current tile's P V (SparseDecodeAttentionParams::wgmma_overlap; the
+  // same bits).
+  bool attention_overlap = false;
   // Expert parallelism over NCCL on device buffers (see the file comment):
   // this decoder is rank communicator->rank() of communicator->world_size().
   // Not owned; must outlive the decoder and live on `device`. Null: every

@@ -1124,7 +1124,8 @@ TEST(DeviceDecoderFastTest, StoredKvPromptShapeChunkedStepsAreBatchInvariant) {
 // next, a 296-row prompt chunk of slot 0 (its prompt extended), and decode
 // steps. Without graphs every step takes the mirror; with graphs the
 // small steps do not (a graph would keep one step's grid) and the 300-row
-// chunk past graph_max_rows does.
+// chunk past graph_max_rows does. attention_overlap (every kWgmma64 launch,
+// the decode ranges' clusters included) keeps the bits too.
 TEST(DeviceDecoderFastTest, StoredKvPromptMirrorGivesTheDequantizedRowsBits) {
   const Checkpoint* ck = Small512Checkpoint();
   ASSERT_NE(ck, nullptr);
@@ -1133,9 +1134,10 @@ TEST(DeviceDecoderFastTest, StoredKvPromptMirrorGivesTheDequantizedRowsBits) {
   const int64_t v = ck->config().vocab_size;
   const std::vector<int64_t> prompt0 = RandomTokens(300, 71, v - 1);
   const std::vector<int64_t> prompt1 = RandomTokens(60, 72, v - 1);
-  std::vector<std::vector<float>> calls[3];
-  int64_t mirrors[3] = {0, 0, 0};
-  for (int mode = 0; mode < 3; ++mode) {  // off, on without graphs, on with graphs
+  std::vector<std::vector<float>> calls[4];
+  int64_t mirrors[4] = {0, 0, 0, 0};
+  // Off, on without graphs, on with graphs, and on with attention_overlap.
+  for (int mode = 0; mode < 4; ++mode) {
     DeviceDecoderOptions o{.numerics = DecodeNumerics::kFast,
                            .max_sequences = 2,
                            .max_positions = 400,
@@ -1145,6 +1147,7 @@ TEST(DeviceDecoderFastTest, StoredKvPromptMirrorGivesTheDequantizedRowsBits) {
     o.prompt_range_tiles = 16;
     o.prompt_kv_mirror = mode > 0;
     o.use_graphs = mode != 1;
+    o.attention_overlap = mode == 3;
     auto dd = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, o);
     ASSERT_TRUE(dd.ok()) << dd.status();
     ASSERT_TRUE((*dd)->Start(0).ok());
@@ -1175,10 +1178,12 @@ TEST(DeviceDecoderFastTest, StoredKvPromptMirrorGivesTheDequantizedRowsBits) {
   }
   EXPECT_EQ(DifferingCalls(calls[0], calls[1]), 0) << "without graphs, of " << calls[0].size();
   EXPECT_EQ(DifferingCalls(calls[0], calls[2]), 0) << "with graphs, of " << calls[0].size();
+  EXPECT_EQ(DifferingCalls(calls[0], calls[3]), 0) << "with the overlap, of " << calls[0].size();
   const int64_t layers = ck->config().n_layers;
   EXPECT_EQ(mirrors[0], 0);
   EXPECT_EQ(mirrors[1], 4 * layers);  // the four steps holding prompt rows
   EXPECT_EQ(mirrors[2], layers);      // the eager chunk alone
+  EXPECT_EQ(mirrors[3], layers);
 }
 
 TEST(DeviceDecoderFastTest, StoredKvWgmmaAttentionRollbackIsBatchInvariant) {

@@ -507,7 +507,8 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
         .round_bf16 = bf16(),  // o's bf16 boundary in the attention's epilogue
         .kernel = options.attention_wgmma ? kc::SparseDecodeKernel::kWgmma64
                                           : kc::SparseDecodeKernel::kMma16,
-        .wgmma_range_tiles = options.attention_range_tiles};
+        .wgmma_range_tiles = options.attention_range_tiles,
+        .wgmma_overlap = options.attention_overlap};
     if (role.ratio > 0) {
       dec::AssembleIndexParams cp = ip;
       cp.window = nullptr;

@@ -9,7 +9,7 @@
 //
 //   sparse_decode_attention_bench [--iters=N] [--context=N] [--topk=N] [--batch=N]
 //                                 [--graph=0] [--kernel=0|1|2] [--range_tiles=A,B,..]
-//                                 [--mirror=1] (on the GPU machine)
+//                                 [--mirror=1] [--overlap=1] (on the GPU machine)
 // --batch=N times that batch only (default: 1, 8, 32, 64, 1024); --graph=0
 // skips the graph timing (e.g. under ncu); --kernel=1 times
 // SparseDecodeKernel::kMma16 only, 2 kWgmma64 only, 0 (default) both, each
@@ -18,7 +18,8 @@
 // --mirror=1 times each kWgmma64 run again on bf16 mirrors of the pools
 // (DequantizeKvMirror of every row, made once, not timed; label wgmma64m):
 // the rows copied instead of dequantized, 1 KB a row read instead of 528 /
-// 288 B (the KV columns still count the stored bytes).
+// 288 B (the KV columns still count the stored bytes); --overlap=1 times each
+// kWgmma64 run (and mirror run) with wgmma_overlap as well (label suffix +o).
 //
 // Every query has its own sequence (64 x 65536 compressed rows, 1.2 GB) and
 // the launches rotate over 1024 index rows, so the KV rows a launch gathers
@@ -198,6 +199,7 @@ int Run(int argc, char** argv) {
   // --mirror: every row of both pools in bf16 (one sequence whose ring is the
   // window pool and whose entries are the compressed rows, one a block).
   const bool mirror = IntFlag(argc, argv, "mirror", 0) != 0;
+  const bool overlap = IntFlag(argc, argv, "overlap", 0) != 0;
   uint16_t* d_win16 = nullptr;
   uint16_t* d_comp16 = nullptr;
   if (mirror) {
@@ -235,7 +237,7 @@ int Run(int argc, char** argv) {
     cudaFree(d_last);
   }
   const auto params = [&](SparseDecodeKernel kernel, int range, int batch, int offset,
-                          bool from_mirror = false) {
+                          bool from_mirror = false, bool overlapped = false) {
     return SparseDecodeAttentionParams{
         .q = d_q,
         .sink = d_sink,
@@ -255,7 +257,8 @@ int Run(int argc, char** argv) {
         .kernel = kernel,
         .wgmma_range_tiles = range,
         .window_bf16 = from_mirror ? d_win16 : nullptr,
-        .compressed_bf16 = from_mirror ? d_comp16 : nullptr};
+        .compressed_bf16 = from_mirror ? d_comp16 : nullptr,
+        .wgmma_overlap = overlapped};
   };
   for (int batch : {1, 8, 32, 64, kMaxQueries}) {
     if (only_batch != 0 && batch != only_batch) continue;
@@ -317,27 +320,32 @@ int Run(int argc, char** argv) {
 
     // {kernel, range tiles}: kMma16 once, kWgmma64 at each asked range size.
     // {kernel, range tiles, mirror}.
-    std::vector<std::tuple<SparseDecodeKernel, int, bool>> runs;
-    if (only_kernel != 2) runs.emplace_back(SparseDecodeKernel::kMma16, 0, false);
+    std::vector<std::tuple<SparseDecodeKernel, int, bool, bool>> runs;
+    if (only_kernel != 2) runs.emplace_back(SparseDecodeKernel::kMma16, 0, false, false);
     if (only_kernel != 1) {
       for (const int r : range_tiles) {
-        runs.emplace_back(SparseDecodeKernel::kWgmma64, r, false);
-        if (mirror) runs.emplace_back(SparseDecodeKernel::kWgmma64, r, true);
+        for (const bool m : {false, true}) {
+          if (m && !mirror) continue;
+          runs.emplace_back(SparseDecodeKernel::kWgmma64, r, m, false);
+          if (overlap) runs.emplace_back(SparseDecodeKernel::kWgmma64, r, m, true);
+        }
       }
     }
     const int reps = checked ? iters : std::max(5, iters / 20);
-    for (const auto& [k, range, from_mirror] : runs) {
+    for (const auto& [k, range, from_mirror, overlapped] : runs) {
       const auto launch = [&](int i, cudaStream_t stream) {
-        CheckOk(SparseDecodeAttention(
-                    params(k, range, batch, (i * batch) % kIndexRows, from_mirror), stream),
-                "launch");
+        CheckOk(
+            SparseDecodeAttention(
+                params(k, range, batch, (i * batch) % kIndexRows, from_mirror, overlapped), stream),
+            "launch");
       };
       const double fast_ms = MedianMs([&](int i) { launch(i, nullptr); }, nullptr, reps, 5);
       Check(cudaDeviceSynchronize(), "fast kernel");
       const double graph_ms = graph ? GraphMs(launch, checked ? 32 : 4, checked ? 20 : 5) : 0.0;
       double rel = 0.0;
       if (checked) {
-        CheckOk(SparseDecodeAttention(params(k, range, batch, 0, from_mirror), nullptr), "launch");
+        CheckOk(SparseDecodeAttention(params(k, range, batch, 0, from_mirror, overlapped), nullptr),
+                "launch");
         Check(cudaDeviceSynchronize(), "kernels");
         Check(cudaMemcpy(got.data(), d_out, got.size() * 4, cudaMemcpyDeviceToHost), "download");
         double num = 0, den = 0;
@@ -349,7 +357,8 @@ int Run(int argc, char** argv) {
       }
       const double kv_gbs = kv_bytes / (fast_ms * 1e-3) / 1e9;
       const double all_gbs = all_bytes / (fast_ms * 1e-3) / 1e9;
-      const std::string wg = from_mirror ? "wgmma64m" : "wgmma64";
+      const std::string wg =
+          std::string(from_mirror ? "wgmma64m" : "wgmma64") + (overlapped ? "+o" : "");
       const std::string label = k == SparseDecodeKernel::kMma16 ? "mma16"
                                 : range == 0                    ? wg
                                                                 : wg + "/r" + std::to_string(range);

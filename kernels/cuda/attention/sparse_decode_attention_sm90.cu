@@ -163,11 +163,14 @@ absl::Status SparseDecodeAttention(const SparseDecodeAttentionParams& p, cudaStr
       .comp_bf16 = p.compressed_bf16,
   };
   if (wgmma) {
-    // The mirror form is its own instance, so the stored form's producer
-    // keeps its code.
+    // The mirror form and the overlap are instances of their own, so the
+    // default's code stays as it is.
     const bool mirror = p.window_bf16 != nullptr || p.compressed_bf16 != nullptr;
-    auto* const kernel =
-        mirror ? wg::SparseDecodeAttentionWgKernel<true> : wg::SparseDecodeAttentionWgKernel<false>;
+    void (*const kernel)(sd::KernelArgs) =
+        mirror ? (p.wgmma_overlap ? wg::SparseDecodeAttentionWgKernel<true, true>
+                                  : wg::SparseDecodeAttentionWgKernel<true, false>)
+               : (p.wgmma_overlap ? wg::SparseDecodeAttentionWgKernel<false, true>
+                                  : wg::SparseDecodeAttentionWgKernel<false, false>);
     if (absl::Status s = AllowSharedBytes(kernel, wg::kSharedBytes, "SparseDecodeAttention");
         !s.ok()) {
       return s;

@@ -126,6 +126,11 @@ struct SparseDecodeAttentionParams {
   // instructions a row; a decoder may take it for some launches only.
   const uint16_t* window_bf16 = nullptr;
   const uint16_t* compressed_bf16 = nullptr;
+  // kWgmma64: the consumers issue the next listed tile's Q K^T right behind
+  // this tile's P V instead of after it has landed (the tensor cores run the
+  // two back to back). The same instructions on every accumulator, so the
+  // same bits; a choice of speed only.
+  bool wgmma_overlap = false;
 };
 
 // Returns true if the launcher handles `params`: a SparseDecodeKernel value,

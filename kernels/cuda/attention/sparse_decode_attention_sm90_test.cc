@@ -521,9 +521,9 @@ float Bf16Value(uint16_t bits) {
 
 // DequantizeKvMirror writes each row it names with the stored row's exact
 // values (the CPU dequantization, bit for bit as floats) and nothing else;
-// kWgmma64 on the mirror gives the stored form's bits, on one CTA a query
-// and on clusters of ranges, plain and grouped outputs.
-TEST(SparseDecodeAttentionMirrorTest, MirrorRowsGiveTheStoredRowsBits) {
+// kWgmma64 on the mirror, and with wgmma_overlap on either form, gives the
+// stored form's bits, on one CTA a query and on clusters of ranges.
+TEST(SparseDecodeAttentionMirrorTest, MirrorRowsAndOverlapGiveTheStoredRowsBits) {
   std::mt19937 rng(47);
   // Wide block exponents: scales far from 1 (and FP8 subnormal codes).
   const Pools pools = MakePools(6 * 128, 3000, rng, /*max_exp=*/12);
@@ -609,31 +609,53 @@ TEST(SparseDecodeAttentionMirrorTest, MirrorRowsGiveTheStoredRowsBits) {
   mp.last_position = all_last.get();
   mp.stage_rows = none.get();
   ASSERT_TRUE(DequantizeKvMirror(mp, nullptr).ok());
-  const Batch b = MakeBatch(40, 64, 128, 512, pools, 0.1, true, rng);
-  DeviceBuffer<float> q(b.q), sink(b.sink), want(b.q.size()), got(b.q.size());
-  DeviceBuffer<int32_t> wi(b.win_index), ci(b.comp_index);
-  for (const int tiles : {16, 0, 3}) {
-    for (const bool round : {false, true}) {
-      SCOPED_TRACE(::testing::Message() << "tiles " << tiles << " round " << round);
-      SparseDecodeAttentionParams p =
-          FastParams(SparseDecodeKernel::kWgmma64, b, dp, pools, q.get(), sink.get(), wi.get(),
-                     ci.get(), want.get());
-      p.round_bf16 = round;
-      p.wgmma_range_tiles = tiles;
-      want.Poison();
-      ASSERT_TRUE(SparseDecodeAttention(p, nullptr).ok());
-      p.out = got.get();
-      p.window_bf16 = win16.get();
-      p.compressed_bf16 = comp16.get();
-      p.window_codes = nullptr;  // not read with a mirror
-      p.compressed_scales = nullptr;
-      got.Poison();
-      const absl::Status run = SparseDecodeAttention(p, nullptr);
-      ASSERT_TRUE(run.ok()) << run;
-      const std::vector<float> g = got.Download(), w = want.Download();
-      EXPECT_EQ(std::memcmp(g.data(), w.data(), g.size() * sizeof(float)), 0);
+  // With wgmma_overlap too (the next tile's Q K^T behind this tile's P V):
+  // the same bits. The sparse batch leaves whole tiles without a listed row
+  // (skipped).
+  const Batch dense = MakeBatch(40, 64, 128, 512, pools, 0.1, true, rng);
+  const Batch sparse = MakeBatch(24, 64, 128, 512, pools, 0.97, false, rng);
+  for (const Batch* batch : {&dense, &sparse}) {
+    const Batch& b = *batch;
+    DeviceBuffer<float> q(b.q), sink(b.sink), want(b.q.size()), got(b.q.size());
+    DeviceBuffer<int32_t> wi(b.win_index), ci(b.comp_index);
+    for (const int tiles : {16, 0, 3}) {
+      for (const bool round : {false, true}) {
+        SparseDecodeAttentionParams p =
+            FastParams(SparseDecodeKernel::kWgmma64, b, dp, pools, q.get(), sink.get(), wi.get(),
+                       ci.get(), want.get());
+        p.round_bf16 = round;
+        p.wgmma_range_tiles = tiles;
+        want.Poison();
+        ASSERT_TRUE(SparseDecodeAttention(p, nullptr).ok());
+        const std::vector<float> w = want.Download();
+        for (const bool mirror : {false, true}) {
+          for (const bool overlap : {false, true}) {
+            if (!mirror && !overlap) continue;
+            SCOPED_TRACE(::testing::Message()
+                         << "queries " << b.queries << " tiles " << tiles << " round " << round
+                         << " mirror " << mirror << " overlap " << overlap);
+            SparseDecodeAttentionParams m = p;
+            m.out = got.get();
+            m.wgmma_overlap = overlap;
+            if (mirror) {
+              m.window_bf16 = win16.get();
+              m.compressed_bf16 = comp16.get();
+              m.window_codes = nullptr;  // not read with a mirror
+              m.compressed_scales = nullptr;
+            }
+            got.Poison();
+            const absl::Status run = SparseDecodeAttention(m, nullptr);
+            ASSERT_TRUE(run.ok()) << run;
+            const std::vector<float> g = got.Download();
+            EXPECT_EQ(std::memcmp(g.data(), w.data(), g.size() * sizeof(float)), 0);
+          }
+        }
+      }
     }
   }
+  const Batch& b = dense;
+  DeviceBuffer<float> q(b.q), sink(b.sink), got(b.q.size());
+  DeviceBuffer<int32_t> wi(b.win_index), ci(b.comp_index);
   // Not on kMma16.
   SparseDecodeAttentionParams p = FastParams(SparseDecodeKernel::kMma16, b, dp, pools, q.get(),
                                              sink.get(), wi.get(), ci.get(), got.get());

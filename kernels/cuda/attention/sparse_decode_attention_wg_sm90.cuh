@@ -176,8 +176,10 @@ __device__ __forceinline__ void ConsumerBarrier(int id) {
   asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
 }
 
-// d += A B^T over 16 dims: A = Q [64 heads][16], B = K [32 rows][16], both
-// K-major with the 128-byte swizzle (by descriptor); bf16, fp32 accumulation.
+// d += A B^T over 16 dims (d = A B^T with kAccumulate false): A = Q [64
+// heads][16], B = K [32 rows][16], both K-major with the 128-byte swizzle (by
+// descriptor); bf16, fp32 accumulation.
+template <bool kAccumulate = true>
 __device__ __forceinline__ void WgmmaQk(uint64_t a_desc, uint64_t b_desc, float (&d)[16]) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
@@ -187,7 +189,7 @@ __device__ __forceinline__ void WgmmaQk(uint64_t a_desc, uint64_t b_desc, float 
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
         "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
         "+f"(d[14]), "+f"(d[15])
-      : "l"(a_desc), "l"(b_desc), "n"(1)
+      : "l"(a_desc), "l"(b_desc), "n"(kAccumulate ? 1 : 0)
       : "memory");
 }
 
@@ -326,7 +328,7 @@ __device__ __forceinline__ void ProduceMirrorRows(const KernelArgs& a, uint8_t* 
   }
 }
 
-template <bool kMirror>
+template <bool kMirror, bool kOverlap>
 __global__ void __launch_bounds__(kThreads, 1)
     SparseDecodeAttentionWgKernel(const __grid_constant__ KernelArgs a) {
   GridDependencyPrologue();
@@ -562,31 +564,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int h_lo = cw * 16 + (lane >> 2), h_hi = h_lo + 8;
   float* const red = reinterpret_cast<float*>(smem + kRedAt);  // [2 warpgroups][64 heads]
   const uint32_t p_tile = base + kPAt;
-#pragma unroll 1
-  for (int t = 0; t < tiles; ++t) {
-    const int s = t % kStages;
-    MbarrierWait(full0 + 8 * s, (t / kStages) & 1);
-    const uint64_t mask = *reinterpret_cast<volatile uint64_t*>(smem + kMaskAt + 8 * s);
-    if (mask == 0) {  // uniform: the whole tile is padding
-      MbarrierArrive(empty0 + 8 * s);
-      continue;
-    }
-    const uint32_t kv = base + kKvAt + s * kOperandBytes;
-    float sc[16];  // S[head][row]: sc[4 i + r] at head h_lo / h_hi, row 32 wg + 8 i + 2 (lane % 4)
-                   // + r % 2
-#pragma unroll
-    for (int i = 0; i < 16; ++i) sc[i] = 0.0f;
-    WgmmaFence();
-#pragma unroll
-    for (int k = 0; k < kHeadDim / 16; ++k) {
-      const uint32_t at = (k >> 2) * kAtomBytes + (k & 3) * 32;
-      WgmmaQk(KMajorDescriptor(base + kQAt + at), KMajorDescriptor(kv + at + wg * 32 * 128), sc);
-    }
-    WgmmaCommit();
-    WgmmaWait(0);
-#pragma unroll
-    for (int i = 0; i < 16; ++i) Pin(sc[i]);
-
+  // One listed tile after its S = Q K^T has landed in sc: the scaled and
+  // masked logits, the running maxima (exchanged between the warpgroups),
+  // P into the shared tile, O rescaled, and O += P V issued and committed
+  // (not waited).
+  auto softmax_then_pv = [&](uint32_t kv, uint64_t mask, const float(&sc)[16]) {
+    // The logits in registers of their own: sc stays an accumulator only
+    // (with kOverlap the next tile's S is issued into it while P V runs).
+    float lg[16];
     // Scaled logits, -inf for rows not listed; the tile's maximum per head
     // over both warpgroups' rows (fmaxf: a NaN logit never becomes it).
     const uint32_t mine = static_cast<uint32_t>(mask >> (32 * wg));
@@ -597,7 +582,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int r = 0; r < 4; ++r) {
         const int row = 8 * i + 2 * (lane & 3) + (r & 1);
         const float x = ((mine >> row) & 1u) ? sc[4 * i + r] * a.scale_log2 : -INFINITY;
-        sc[4 * i + r] = x;
+        lg[4 * i + r] = x;
         m_tile[r >> 1] = fmaxf(m_tile[r >> 1], x);
       }
     }
@@ -628,8 +613,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = 0; i < 4; ++i) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const __nv_bfloat162 p = __floats2bfloat162_rn(exp2f(sc[4 * i + 2 * r] - m_use[r]),
-                                                       exp2f(sc[4 * i + 2 * r + 1] - m_use[r]));
+        const __nv_bfloat162 p = __floats2bfloat162_rn(exp2f(lg[4 * i + 2 * r] - m_use[r]),
+                                                       exp2f(lg[4 * i + 2 * r + 1] - m_use[r]));
         const float2 pf = __bfloat1622float2(p);
         sum[r] += pf.x + pf.y;
         const int h = r == 0 ? h_lo : h_hi;
@@ -653,10 +638,95 @@ __global__ void __launch_bounds__(kThreads, 1)
               MnMajorDescriptor(kv + 4 * wg * kAtomBytes + 16 * k * 128), o);
     }
     WgmmaCommit();
-    WgmmaWait(0);
+  };
+  // S = Q K^T of the tile in stage `kv` into sc, issued and committed.
+  // kOverlap: the first product writes sc instead of adding to zeros (sc may
+  // not be written by other instructions while P V is in flight: ptxas would
+  // serialize every wgmma); the sums are the same.
+  auto issue_qk = [&](uint32_t kv, float(&sc)[16]) {
+    if constexpr (!kOverlap) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) sc[i] = 0.0f;
+    }
+    WgmmaFence();
+#pragma unroll
+    for (int k = 0; k < kHeadDim / 16; ++k) {
+      const uint32_t at = (k >> 2) * kAtomBytes + (k & 3) * 32;
+      const uint64_t qd = KMajorDescriptor(base + kQAt + at),
+                     kd = KMajorDescriptor(kv + at + wg * 32 * 128);
+      if (kOverlap && k == 0) {
+        WgmmaQk<false>(qd, kd, sc);
+      } else {
+        WgmmaQk(qd, kd, sc);
+      }
+    }
+    WgmmaCommit();
+  };
+  float sc[16];  // S[head][row]: sc[4 i + r] at head h_lo / h_hi, row 32 wg + 8 i + 2 (lane % 4)
+                 // + r % 2
+  if constexpr (!kOverlap) {
+#pragma unroll 1
+    for (int t = 0; t < tiles; ++t) {
+      const int s = t % kStages;
+      MbarrierWait(full0 + 8 * s, (t / kStages) & 1);
+      const uint64_t mask = *reinterpret_cast<volatile uint64_t*>(smem + kMaskAt + 8 * s);
+      if (mask == 0) {  // uniform: the whole tile is padding
+        MbarrierArrive(empty0 + 8 * s);
+        continue;
+      }
+      const uint32_t kv = base + kKvAt + s * kOperandBytes;
+      issue_qk(kv, sc);
+      WgmmaWait(0);
+#pragma unroll
+      for (int i = 0; i < 16; ++i) Pin(sc[i]);
+      softmax_then_pv(kv, mask, sc);
+      WgmmaWait(0);
+#pragma unroll
+      for (int i = 0; i < 128; ++i) Pin(o[i]);
+      MbarrierArrive(empty0 + 8 * s);
+    }
+  } else {
+    // The next listed tile's S = Q K^T is issued right behind this tile's
+    // P V, so the tensor cores run the two back to back; every accumulator
+    // takes the same instructions in the same order as above. A tile that
+    // lists no row goes back at once.
+    auto next_listed = [&](int t, uint64_t& mask) {
+      for (; t < tiles; ++t) {
+        const int s = t % kStages;
+        MbarrierWait(full0 + 8 * s, (t / kStages) & 1);
+        mask = *reinterpret_cast<volatile uint64_t*>(smem + kMaskAt + 8 * s);
+        if (mask != 0) return t;
+        MbarrierArrive(empty0 + 8 * s);  // uniform: the whole tile is padding
+      }
+      return tiles;
+    };
+    // O's zeros are made here, before the first wgmma (left to the
+    // compiler they may sink into its stage, which makes ptxas serialize).
 #pragma unroll
     for (int i = 0; i < 128; ++i) Pin(o[i]);
-    MbarrierArrive(empty0 + 8 * s);
+    uint64_t mask = 0;
+    int t = next_listed(0, mask);
+    if (t < tiles) issue_qk(base + kKvAt + (t % kStages) * kOperandBytes, sc);
+    int in_pv = -1;  // the tile whose P V is in flight
+#pragma unroll 1
+    while (t < tiles) {
+      WgmmaWait(0);  // S of tile t, and the P V of tile in_pv
+#pragma unroll
+      for (int i = 0; i < 16; ++i) Pin(sc[i]);
+#pragma unroll
+      for (int i = 0; i < 128; ++i) Pin(o[i]);
+      if (in_pv >= 0) MbarrierArrive(empty0 + 8 * (in_pv % kStages));
+      softmax_then_pv(base + kKvAt + (t % kStages) * kOperandBytes, mask, sc);
+      in_pv = t;
+      t = next_listed(t + 1, mask);
+      if (t < tiles) issue_qk(base + kKvAt + (t % kStages) * kOperandBytes, sc);
+    }
+    if (in_pv >= 0) {
+      WgmmaWait(0);
+#pragma unroll
+      for (int i = 0; i < 128; ++i) Pin(o[i]);
+      MbarrierArrive(empty0 + 8 * (in_pv % kStages));
+    }
   }
 
   // Denominators: the quad's shares, then both warpgroups', in fixed order
