@@ -264,8 +264,8 @@ __device__ __forceinline__ void StoreOutPair(const KernelArgs& a, int64_t query,
 // comp_bf16): warp `warp` copies its 16 rows of each tile, already bf16, into
 // the stage (two 16-byte copies a lane a row, straight into the swizzled
 // atoms; a row not listed is zero-filled, nothing read), one cp.async group a
-// tile; a tile is published once the next one's copies are issued, so a
-// tile's copies are in flight while the previous one lands.
+// tile; a tile is published before the next one's stage is waited for, its
+// copies in flight while the consumers work on the tile before.
 __device__ __forceinline__ void ProduceMirrorRows(const KernelArgs& a, uint8_t* smem, uint32_t base,
                                                   int warp, int lane, int64_t query, int tile0,
                                                   int tiles, int entries, uint32_t full0,
@@ -295,6 +295,12 @@ __device__ __forceinline__ void ProduceMirrorRows(const KernelArgs& a, uint8_t* 
 #pragma unroll 1
   for (int t = 0; t < tiles; ++t) {
     const int32_t next = row_at(t + 1);  // the next tile's index loads, in flight
+    // Tile t - 1 is published before tile t's stage is waited for: a consumer
+    // may hold that stage until it has seen tile t - 1 (wgmma_overlap).
+    if (t > 0) {
+      CpAsyncWait<0>();  // this lane's copies of tile t - 1 have landed
+      publish(t - 1, prev_valid);
+    }
     const int s = t % kStages;
     if (t >= kStages) MbarrierWait(empty0 + 8 * s, ((t / kStages) - 1) & 1);
     const uint32_t valid = __ballot_sync(0xFFFFFFFFu, cur >= 0) & 0xFFFFu;
@@ -315,10 +321,6 @@ __device__ __forceinline__ void ProduceMirrorRows(const KernelArgs& a, uint8_t* 
       }
     }
     CpAsyncCommit();
-    if (t > 0) {
-      CpAsyncWait<1>();  // this lane's copies of tile t - 1 have landed
-      publish(t - 1, prev_valid);
-    }
     prev_valid = valid;
     cur = next;
   }
@@ -689,10 +691,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     // The next listed tile's S = Q K^T is issued right behind this tile's
     // P V, so the tensor cores run the two back to back; every accumulator
     // takes the same instructions in the same order as above. A tile that
-    // lists no row goes back at once.
+    // lists no row goes back at once. The stage of the tile whose P V is in
+    // flight goes back before a tile kStages or more later is waited for:
+    // the producer fills that tile's stage only after it (past a tile that
+    // listed nothing, the overlap is given up for once).
+    int in_pv = -1;  // the tile whose P V is in flight
     auto next_listed = [&](int t, uint64_t& mask) {
       for (; t < tiles; ++t) {
         const int s = t % kStages;
+        if (in_pv >= 0 && t - in_pv >= kStages) {
+          WgmmaWait(0);
+#pragma unroll
+          for (int i = 0; i < 128; ++i) Pin(o[i]);
+          MbarrierArrive(empty0 + 8 * (in_pv % kStages));
+          in_pv = -1;
+        }
         MbarrierWait(full0 + 8 * s, (t / kStages) & 1);
         mask = *reinterpret_cast<volatile uint64_t*>(smem + kMaskAt + 8 * s);
         if (mask != 0) return t;
@@ -707,7 +720,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint64_t mask = 0;
     int t = next_listed(0, mask);
     if (t < tiles) issue_qk(base + kKvAt + (t % kStages) * kOperandBytes, sc);
-    int in_pv = -1;  // the tile whose P V is in flight
 #pragma unroll 1
     while (t < tiles) {
       WgmmaWait(0);  // S of tile t, and the P V of tile in_pv
