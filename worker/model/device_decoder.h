@@ -503,10 +503,13 @@ struct DeviceDecoderOptions {
   // the prompt launch copies rows from them instead of dequantizing every
   // listed row once a query. The same bits. Costs the arena a mirror of one
   // layer's window region and of its largest compressed region (1 KB a row).
+  // Off: no faster on the EP8 prefill chunk (H100, 0.846 -> 0.844 s,
+  // twenty-fourth session).
   bool prompt_kv_mirror = false;
   // kWgmma64 attention launches issue the next tile's Q K^T behind the
   // current tile's P V (SparseDecodeAttentionParams::wgmma_overlap; the
-  // same bits).
+  // same bits). Off: no faster (H100, prefill 0.848 / 0.848 s, decode at
+  // context 64 unchanged; twenty-fourth session).
   bool attention_overlap = false;
   // Expert parallelism over NCCL on device buffers (see the file comment):
   // this decoder is rank communicator->rank() of communicator->world_size().

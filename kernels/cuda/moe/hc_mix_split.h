@@ -53,7 +53,9 @@ inline constexpr int64_t kHcMixOneTokenCtas = 8;
 // splits on grid.y and give a CTA kHcMixGroupsPerCta groups of
 // kHcMixTokensPerCta tokens in turn, so the CTAs an SM holds share one split's
 // hc_fn columns in L1 (the same bits: a token's sums are the same in any
-// grid). Written 2026-12-06, not yet run on a GPU: the EP8 slice's 4,096-row
+// grid). Its test passes on an H100, but the EP8 prefill chunk was slower
+// with it (0.894 s against 0.872, twenty-fourth session), so the decoder
+// keeps it off (hc_mix_prefill_grid). The EP8 slice's 4,096-row
 // chunk spent 44 ms in this kernel, 0.55 ms a call, about the time to read
 // hc_fn from L2 once for every 4 tokens.
 inline constexpr int64_t kHcMixSplitOnYTokens = 256;
