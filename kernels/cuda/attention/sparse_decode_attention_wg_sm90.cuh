@@ -22,7 +22,10 @@
 // The per-head denominators are per-thread partial sums (each scaled by the
 // same factors as O), added in a fixed order at the end; the sink enters
 // only the final denominator. Nothing depends on other queries: batch
-// invariant and deterministic.
+// invariant and deterministic. Two instances of the kernel's template give
+// the same bits by other routes: kMirror (the rows copied from bf16 mirrors
+// by ProduceMirrorRows instead of dequantized) and kOverlap (the next
+// tile's Q K^T issued behind this tile's P V).
 #ifndef WEIR_KERNELS_CUDA_ATTENTION_SPARSE_DECODE_ATTENTION_WG_SM90_CUH_
 #define WEIR_KERNELS_CUDA_ATTENTION_SPARSE_DECODE_ATTENTION_WG_SM90_CUH_
 
