@@ -175,6 +175,9 @@ ABSL_FLAG(bool, attention_grouped_out, true,
           "kFast, stored pools: the wgmma attention writes wo_a's input transposed with the "
           "inverse RoPE (same bits, one launch a layer fewer; DeviceDecoderOptions::"
           "attention_grouped_out).");
+ABSL_FLAG(bool, hc_mix_transposed, false,
+          "fast_mhc: HcMixSplitK's warp sums with the reduction transposed (same bits; "
+          "DeviceDecoderOptions::hc_mix_transposed).");
 ABSL_FLAG(bool, prompt_kv_mirror, false,
           "The prompt attention of eager steps reads bf16 mirrors of the rows its prompts may "
           "read, dequantized once a layer (same bits; DeviceDecoderOptions::prompt_kv_mirror).");
@@ -442,6 +445,7 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .stored_wo_a = absl::GetFlag(FLAGS_stored_wo_a),
           .attention_grouped_out = absl::GetFlag(FLAGS_attention_grouped_out),
           .hc_mix_prefill_grid = absl::GetFlag(FLAGS_hc_mix_prefill_grid),
+          .hc_mix_transposed = absl::GetFlag(FLAGS_hc_mix_transposed),
           .prompt_kv_mirror = absl::GetFlag(FLAGS_prompt_kv_mirror),
           .attention_overlap = absl::GetFlag(FLAGS_attention_overlap)};
 }

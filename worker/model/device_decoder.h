@@ -495,6 +495,10 @@ struct DeviceDecoderOptions {
   // GPU test passes, but the EP8 prefill chunk was slower with it (H100, 0.894
   // s against 0.872, twenty-fourth session).
   bool hc_mix_prefill_grid = false;
+  // fast_mhc: HcMixSplitK's warp sums with the reduction transposed (the
+  // same bits, ~2.5x fewer shuffles and adds; kernels/cuda/moe/hc_mix_split.h).
+  // Off until its GPU test and A/B (written in the twenty-fourth session).
+  bool hc_mix_transposed = false;
   // With prompt_range_tiles, on steps launched eagerly (prefill chunks: past
   // graph_max_rows, or without graphs): before each layer's prompt
   // attention, the rows the step's prompt sequences may read (their rings,

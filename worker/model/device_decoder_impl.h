@@ -1227,7 +1227,8 @@ struct DeviceDecoder::Impl {
                               .norm_eps = static_cast<float>(c.norm_eps)};
     if (hc_partials != nullptr && kc::SupportsHcMixSplitK(mix)) {  // kFast, fast_mhc
       return kc::HcMixSplitK(mix, {.partials = hc_partials, .counters = hc_counters}, stream,
-                             options.hc_mix_prefill_grid ? kc::kHcMixSplitOnYTokens : 0);
+                             options.hc_mix_prefill_grid ? kc::kHcMixSplitOnYTokens : 0,
+                             options.hc_mix_transposed);
     }
     if (fast()) {  // the reference's bits, a thread quad per mix element
       RETURN_IF_ERROR(dec::RowStableDot(

@@ -44,7 +44,7 @@ bool SupportsHcMixSplitK(const HcMixParams& p) {
 }
 
 absl::Status HcMixSplitK(const HcMixParams& p, const HcMixSplitScratch& scratch,
-                         cudaStream_t stream, int64_t split_on_y_tokens) {
+                         cudaStream_t stream, int64_t split_on_y_tokens, bool transposed_sums) {
   if (!SupportsHcMixSplitK(p) || scratch.partials == nullptr || scratch.counters == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         "HcMixSplitK: unsupported (tokens ", p.tokens, ", dim ", p.dim, ", hc_mult ", p.hc_mult,
@@ -69,7 +69,15 @@ absl::Status HcMixSplitK(const HcMixParams& p, const HcMixSplitScratch& scratch,
                                           loops);
   };
   auto launch_n = [&]<int kN>() {
-    if (one) {
+    if (transposed_sums) {  // the same bits by fewer instructions (WarpSumsTransposed)
+      if (one) {
+        launch(moe::HcMixSplitKernel<kN, 1, false, true>);
+      } else if (split_on_y) {
+        launch(moe::HcMixSplitKernel<kN, moe::kHcSplitTokens, true, true>);
+      } else {
+        launch(moe::HcMixSplitKernel<kN, moe::kHcSplitTokens, false, true>);
+      }
+    } else if (one) {
       launch(moe::HcMixSplitKernel<kN, 1>);
     } else if (split_on_y) {
       launch(moe::HcMixSplitKernel<kN, moe::kHcSplitTokens, true>);

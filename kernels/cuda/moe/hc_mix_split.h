@@ -84,8 +84,14 @@ bool SupportsHcMixSplitK(const HcMixParams& p);
 // `split_on_y_tokens`: calls of at least this many tokens take the prefill
 // grid (kHcMixSplitOnYTokens; 0: never, the grid of before). The decoder
 // passes 0 unless DeviceDecoderOptions::hc_mix_prefill_grid.
+// `transposed_sums`: each warp's sums with the reduction transposed (a lane
+// keeps half of its values at each butterfly level and sends the other
+// half), the same pairwise sums in the same tree, so the same bits with about
+// 2.5x fewer shuffles and adds (written in the twenty-fourth session, not
+// GPU-run yet; the decoder passes DeviceDecoderOptions::hc_mix_transposed).
 absl::Status HcMixSplitK(const HcMixParams& p, const HcMixSplitScratch& scratch,
-                         cudaStream_t stream, int64_t split_on_y_tokens = kHcMixSplitOnYTokens);
+                         cudaStream_t stream, int64_t split_on_y_tokens = kHcMixSplitOnYTokens,
+                         bool transposed_sums = false);
 
 }  // namespace weir::kernels::cuda
 

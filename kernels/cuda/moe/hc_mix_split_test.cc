@@ -41,7 +41,8 @@ struct Outputs {
 
 // HcMixSplitK over `p.x` rows [first, first + count), with a fresh scratch
 // whose counters start at zero; `repeats` launches on the same scratch.
-Outputs RunSplit(const Problem& p, int64_t first, int64_t count, int repeats = 1) {
+Outputs RunSplit(const Problem& p, int64_t first, int64_t count, int repeats = 1,
+                 bool transposed = false) {
   const int64_t nd = p.n * p.dim;
   const std::vector<float> rows(p.x.begin() + first * nd, p.x.begin() + (first + count) * nd);
   DeviceBuffer<float> dx(rows), dfn(p.fn), dscale(p.scale), dbase(p.base);
@@ -54,12 +55,21 @@ Outputs RunSplit(const Problem& p, int64_t first, int64_t count, int repeats = 1
     dpre.Poison();
     dpost.Poison();
     dcomb.Poison();
-    const absl::Status st = HcMixSplitK(
-        {.x = dx.get(), .hc_fn = dfn.get(), .scale = dscale.get(), .base = dbase.get(),
-         .pre = dpre.get(), .post = dpost.get(), .comb = dcomb.get(), .tokens = count,
-         .dim = p.dim, .hc_mult = p.n, .sinkhorn_iters = 20, .hc_eps = 1e-6f,
-         .norm_eps = 1e-20f},
-        {.partials = partials.get(), .counters = counters.get()}, nullptr);
+    const absl::Status st = HcMixSplitK({.x = dx.get(),
+                                         .hc_fn = dfn.get(),
+                                         .scale = dscale.get(),
+                                         .base = dbase.get(),
+                                         .pre = dpre.get(),
+                                         .post = dpost.get(),
+                                         .comb = dcomb.get(),
+                                         .tokens = count,
+                                         .dim = p.dim,
+                                         .hc_mult = p.n,
+                                         .sinkhorn_iters = 20,
+                                         .hc_eps = 1e-6f,
+                                         .norm_eps = 1e-20f},
+                                        {.partials = partials.get(), .counters = counters.get()},
+                                        nullptr, kHcMixSplitOnYTokens, transposed);
     EXPECT_TRUE(st.ok()) << st;
     EXPECT_TRUE(Synced());
     Outputs now{dpre.Download(), dpost.Download(), dcomb.Download()};
@@ -164,6 +174,24 @@ TEST(HcMixSplitKTest, PrefillGridGivesTheSmallCallsBits) {
   EXPECT_LT(std::max({MaxAbsError(all.pre, pre), MaxAbsError(all.post, post),
                       MaxAbsError(all.comb, comb)}),
             1e-5);
+}
+
+// transposed_sums: each warp's sums with the butterfly transposed (a lane
+// keeps half of its values a level) are the butterfly's sums, bit for bit:
+// one token a CTA (decode sizes), four, and the prefill grid, for every
+// hc_mult (25, 16, 9 and 4 values a token: odd counts at several levels).
+TEST(HcMixSplitKTest, TransposedSumsGiveTheButterflysBits) {
+  for (const int n : {4, 3, 2, 1}) {
+    for (const int64_t tokens : {int64_t{1}, int64_t{7}, int64_t{33}, int64_t{301}}) {
+      SCOPED_TRACE(::testing::Message() << "hc_mult " << n << " tokens " << tokens);
+      const Problem p(tokens, n, 1536, 41 + n);
+      const Outputs want = RunSplit(p, 0, tokens);
+      const Outputs got = RunSplit(p, 0, tokens, /*repeats=*/2, /*transposed=*/true);
+      EXPECT_EQ(BitMismatches(got.pre, want.pre) + BitMismatches(got.post, want.post) +
+                    BitMismatches(got.comb, want.comb),
+                0);
+    }
+  }
 }
 
 TEST(HcMixSplitKTest, RefusesWhatItCannotTake) {
