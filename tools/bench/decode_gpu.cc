@@ -178,6 +178,9 @@ ABSL_FLAG(bool, attention_grouped_out, true,
 ABSL_FLAG(bool, hc_mix_transposed, false,
           "fast_mhc: HcMixSplitK's warp sums with the reduction transposed (same bits; "
           "DeviceDecoderOptions::hc_mix_transposed).");
+ABSL_FLAG(bool, hc_mix_token_loop, false,
+          "fast_mhc: HcMixSplitK's token loop for calls of 64 tokens and more (same bits; "
+          "DeviceDecoderOptions::hc_mix_token_loop).");
 ABSL_FLAG(bool, prompt_kv_mirror, false,
           "The prompt attention of eager steps reads bf16 mirrors of the rows its prompts may "
           "read, dequantized once a layer (same bits; DeviceDecoderOptions::prompt_kv_mirror).");
@@ -446,6 +449,7 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .attention_grouped_out = absl::GetFlag(FLAGS_attention_grouped_out),
           .hc_mix_prefill_grid = absl::GetFlag(FLAGS_hc_mix_prefill_grid),
           .hc_mix_transposed = absl::GetFlag(FLAGS_hc_mix_transposed),
+          .hc_mix_token_loop = absl::GetFlag(FLAGS_hc_mix_token_loop),
           .prompt_kv_mirror = absl::GetFlag(FLAGS_prompt_kv_mirror),
           .attention_overlap = absl::GetFlag(FLAGS_attention_overlap)};
 }

@@ -499,6 +499,10 @@ struct DeviceDecoderOptions {
   // same bits, ~2.5x fewer shuffles and adds; kernels/cuda/moe/hc_mix_split.h).
   // Off until its GPU test and A/B (written in the twenty-fourth session).
   bool hc_mix_transposed = false;
+  // fast_mhc: calls of kHcMixLoopMinTokens and more take HcMixSplitK's token
+  // loop (16 tokens a CTA, hc_fn held in registers; the same bits). Off
+  // until its GPU test and A/B (written in the twenty-fourth session).
+  bool hc_mix_token_loop = false;
   // With prompt_range_tiles, on steps launched eagerly (prefill chunks: past
   // graph_max_rows, or without graphs): before each layer's prompt
   // attention, the rows the step's prompt sequences may read (their rings,

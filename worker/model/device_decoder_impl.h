@@ -1228,7 +1228,7 @@ struct DeviceDecoder::Impl {
     if (hc_partials != nullptr && kc::SupportsHcMixSplitK(mix)) {  // kFast, fast_mhc
       return kc::HcMixSplitK(mix, {.partials = hc_partials, .counters = hc_counters}, stream,
                              options.hc_mix_prefill_grid ? kc::kHcMixSplitOnYTokens : 0,
-                             options.hc_mix_transposed);
+                             options.hc_mix_transposed, options.hc_mix_token_loop);
     }
     if (fast()) {  // the reference's bits, a thread quad per mix element
       RETURN_IF_ERROR(dec::RowStableDot(

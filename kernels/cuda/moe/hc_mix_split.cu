@@ -12,6 +12,7 @@ namespace weir::kernels::cuda {
 
 static_assert(kHcMixChunk == moe::kHcSplitChunk);
 static_assert(kHcMixTokensPerCta == moe::kHcSplitTokens);
+static_assert(kHcMixLoopTokens % kHcMixTokensPerCta == 0, "the loop's groups fit the counters");
 
 namespace {
 
@@ -44,7 +45,8 @@ bool SupportsHcMixSplitK(const HcMixParams& p) {
 }
 
 absl::Status HcMixSplitK(const HcMixParams& p, const HcMixSplitScratch& scratch,
-                         cudaStream_t stream, int64_t split_on_y_tokens, bool transposed_sums) {
+                         cudaStream_t stream, int64_t split_on_y_tokens, bool transposed_sums,
+                         bool token_loop) {
   if (!SupportsHcMixSplitK(p) || scratch.partials == nullptr || scratch.counters == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         "HcMixSplitK: unsupported (tokens ", p.tokens, ", dim ", p.dim, ", hc_mult ", p.hc_mult,
@@ -55,6 +57,30 @@ absl::Status HcMixSplitK(const HcMixParams& p, const HcMixSplitScratch& scratch,
   }
   const moe::HcMixKernelArgs args = moe::HcMixArgsOf(p, nullptr);
   const int64_t splits = Splits(p.hc_mult, p.dim), groups = Groups(p.tokens);
+  if (token_loop && p.tokens >= kHcMixLoopMinTokens && splits <= 0x7FFFFFFF) {
+    // Groups of kHcMixLoopTokens: fewer than Groups(), so the counters fit.
+    const dim3 grid(static_cast<unsigned>(splits),
+                    static_cast<unsigned>((p.tokens + kHcMixLoopTokens - 1) / kHcMixLoopTokens));
+    auto loop = [&]<int kN>() {
+      moe::HcMixSplitLoopKernel<kN, kHcMixLoopTokens><<<grid, moe::kHcSplitThreads, 0, stream>>>(
+          args, p.tokens, scratch.partials, scratch.counters);
+    };
+    switch (p.hc_mult) {
+      case 1:
+        loop.template operator()<1>();
+        break;
+      case 2:
+        loop.template operator()<2>();
+        break;
+      case 3:
+        loop.template operator()<3>();
+        break;
+      default:
+        loop.template operator()<4>();
+        break;
+    }
+    return LaunchStatus("HcMixSplitK");
+  }
   constexpr int kThreads = moe::kHcSplitThreads;
   const bool one = TokensPerCta(p.tokens) == 1;
   // Prefill-sized calls: the splits on y, kHcMixGroupsPerCta groups a CTA.

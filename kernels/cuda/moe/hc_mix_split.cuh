@@ -219,6 +219,108 @@ __global__ void __launch_bounds__(kHcSplitThreads)
   }
 }
 
+// The token loop (prefill-sized calls, HcMixSplitK's `token_loop`): grid
+// (splits, groups of kT tokens). Each thread loads its quad of every mix's
+// hc_fn row once into registers and walks the group's tokens one at a time:
+// a token's products, its FMA chains and the warp tree (WarpSumsTransposed)
+// are HcMixSplitKernel's, the partials and the finish too, so the same bits;
+// hc_fn is read from L2 once for kT tokens instead of kHcSplitTokens.
+template <int kN, int kT>
+__global__ void __launch_bounds__(kHcSplitThreads)
+    HcMixSplitLoopKernel(HcMixKernelArgs a, int64_t tokens, float* __restrict__ partials,
+                         uint32_t* __restrict__ counters) {
+  GridDependencyPrologue(HcMixWeightRows<kN>(a));
+  constexpr int kMix = (2 + kN) * kN;
+  constexpr int kVals = kMix + 1;
+  static_assert(kVals <= 32, "one lane per value in the finish");
+  const int split = static_cast<int>(blockIdx.x), splits = static_cast<int>(gridDim.x);
+  const int64_t nd = kN * a.dim;
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  const int64_t group = blockIdx.y, t0 = group * kT;
+  const int64_t e0 = static_cast<int64_t>(split) * kHcSplitChunk + 4 * tid;
+  const bool in = e0 < nd;  // nd % 4 == 0: the whole quad is in range
+  float4 w[kMix];
+#pragma unroll
+  for (int m = 0; m < kMix; ++m) {
+    w[m] = in ? *reinterpret_cast<const float4*>(a.hc_fn + m * nd + e0)
+              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+  __shared__ float s_warp[kHcSplitWarps][kT][kVals];
+#pragma unroll 1
+  for (int r = 0; r < kT; ++r) {
+    float acc[kVals];
+#pragma unroll
+    for (int v = 0; v < kVals; ++v) acc[v] = 0.0f;
+    if (in && t0 + r < tokens) {
+      const float4 xv = *reinterpret_cast<const float4*>(a.x + (t0 + r) * nd + e0);
+#pragma unroll
+      for (int m = 0; m < kMix; ++m) {
+        float s = acc[m];
+        s = __fmaf_rn(xv.x, w[m].x, s);
+        s = __fmaf_rn(xv.y, w[m].y, s);
+        s = __fmaf_rn(xv.z, w[m].z, s);
+        acc[m] = __fmaf_rn(xv.w, w[m].w, s);
+      }
+      float s = 0.0f;
+      s = __fmaf_rn(xv.x, xv.x, s);
+      s = __fmaf_rn(xv.y, xv.y, s);
+      s = __fmaf_rn(xv.z, xv.z, s);
+      acc[kMix] = __fmaf_rn(xv.w, xv.w, s);
+    }
+    WarpSumsTransposed<kVals>(acc, lane, &s_warp[warp][r][0]);
+  }
+  __syncthreads();
+  for (int i = tid; i < kT * kVals; i += kHcSplitThreads) {
+    const int r = i / kVals, v = i % kVals;
+    if (t0 + r >= tokens) continue;
+    float s = s_warp[0][r][v];
+    for (int wp = 1; wp < kHcSplitWarps; ++wp) s = __fadd_rn(s, s_warp[wp][r][v]);
+    partials[((t0 + r) * splits + split) * kVals + v] = s;
+  }
+  // The last CTA of the group to get here finishes it, a warp a token.
+  __threadfence();
+  __syncthreads();
+  __shared__ bool s_last;
+  if (tid == 0) s_last = atomicAdd(&counters[group], 1u) == static_cast<uint32_t>(splits - 1);
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  if (tid == 0) counters[group] = 0;
+  __shared__ float s_mix[kHcSplitWarps][kMix];
+  __shared__ float s_total[kHcSplitWarps];
+  for (int r = warp; r < kT; r += kHcSplitWarps) {  // whole warps
+    const int64_t token = t0 + r;
+    if (token >= tokens) break;
+    __syncwarp();  // the warp's previous token has read its shared values
+    if (lane < kVals) {
+      const float* p = partials + token * splits * kVals + lane;
+      float s = 0.0f;
+      for (int sp0 = 0; sp0 < splits; sp0 += 8) {  // 8 loads in flight, added in split order
+        float buf[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          buf[j] = sp0 + j < splits ? __ldcg(p + (sp0 + j) * kVals) : 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          if (sp0 + j < splits) s = sp0 + j == 0 ? buf[j] : __fadd_rn(s, buf[j]);
+        }
+      }
+      if (lane < kMix) {
+        s_mix[warp][lane] = s;
+      } else {
+        s_total[warp] = s;
+      }
+    }
+    __syncwarp();
+    const float mean = __fdiv_rn(s_total[warp], static_cast<float>(nd));
+    const float rsqrt = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, a.norm_eps)));
+    if (lane < kMix) s_mix[warp][lane] = __fmul_rn(s_mix[warp][lane], rsqrt);
+    __syncwarp();
+    HcSplitSinkhornLanes(a, s_mix[warp], a.pre + token * kN, a.post + token * kN,
+                         a.comb + token * kN * kN, lane);
+  }
+}
+
 }  // namespace weir::kernels::cuda::moe
 
 #endif  // WEIR_KERNELS_CUDA_MOE_HC_MIX_SPLIT_CUH_

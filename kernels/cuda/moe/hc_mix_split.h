@@ -59,6 +59,9 @@ inline constexpr int64_t kHcMixOneTokenCtas = 8;
 // chunk spent 44 ms in this kernel, 0.55 ms a call, about the time to read
 // hc_fn from L2 once for every 4 tokens.
 inline constexpr int64_t kHcMixSplitOnYTokens = 256;
+// HcMixSplitK's token loop: tokens a CTA, and the least call it takes.
+inline constexpr int64_t kHcMixLoopTokens = 16;
+inline constexpr int64_t kHcMixLoopMinTokens = 64;
 inline constexpr int64_t kHcMixGroupsPerCta = 8;
 
 struct HcMixSplitScratch {
@@ -89,9 +92,16 @@ bool SupportsHcMixSplitK(const HcMixParams& p);
 // half), the same pairwise sums in the same tree, so the same bits with about
 // 2.5x fewer shuffles and adds (written in the twenty-fourth session, not
 // GPU-run yet; the decoder passes DeviceDecoderOptions::hc_mix_transposed).
+// `token_loop`: calls of at least kHcMixLoopMinTokens tokens take
+// HcMixSplitLoopKernel instead: kHcMixLoopTokens tokens a CTA, each thread's
+// hc_fn quads held in registers across them (hc_fn read from L2 once for 16
+// tokens instead of 4), the transposed sums; the same bits (written in the
+// twenty-fourth session, not GPU-run yet; the decoder passes
+// DeviceDecoderOptions::hc_mix_token_loop). It takes precedence over the
+// prefill grid.
 absl::Status HcMixSplitK(const HcMixParams& p, const HcMixSplitScratch& scratch,
                          cudaStream_t stream, int64_t split_on_y_tokens = kHcMixSplitOnYTokens,
-                         bool transposed_sums = false);
+                         bool transposed_sums = false, bool token_loop = false);
 
 }  // namespace weir::kernels::cuda
 

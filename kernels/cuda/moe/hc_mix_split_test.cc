@@ -42,7 +42,7 @@ struct Outputs {
 // HcMixSplitK over `p.x` rows [first, first + count), with a fresh scratch
 // whose counters start at zero; `repeats` launches on the same scratch.
 Outputs RunSplit(const Problem& p, int64_t first, int64_t count, int repeats = 1,
-                 bool transposed = false) {
+                 bool transposed = false, bool token_loop = false) {
   const int64_t nd = p.n * p.dim;
   const std::vector<float> rows(p.x.begin() + first * nd, p.x.begin() + (first + count) * nd);
   DeviceBuffer<float> dx(rows), dfn(p.fn), dscale(p.scale), dbase(p.base);
@@ -69,7 +69,7 @@ Outputs RunSplit(const Problem& p, int64_t first, int64_t count, int repeats = 1
                                          .hc_eps = 1e-6f,
                                          .norm_eps = 1e-20f},
                                         {.partials = partials.get(), .counters = counters.get()},
-                                        nullptr, kHcMixSplitOnYTokens, transposed);
+                                        nullptr, kHcMixSplitOnYTokens, transposed, token_loop);
     EXPECT_TRUE(st.ok()) << st;
     EXPECT_TRUE(Synced());
     Outputs now{dpre.Download(), dpost.Download(), dcomb.Download()};
@@ -180,16 +180,22 @@ TEST(HcMixSplitKTest, PrefillGridGivesTheSmallCallsBits) {
 // keeps half of its values a level) are the butterfly's sums, bit for bit:
 // one token a CTA (decode sizes), four, and the prefill grid, for every
 // hc_mult (25, 16, 9 and 4 values a token: odd counts at several levels).
-TEST(HcMixSplitKTest, TransposedSumsGiveTheButterflysBits) {
+// token_loop (from kHcMixLoopMinTokens tokens: 16 a CTA, hc_fn in
+// registers, the last group partial) gives the same bits too.
+TEST(HcMixSplitKTest, TransposedSumsAndTheTokenLoopGiveTheButterflysBits) {
   for (const int n : {4, 3, 2, 1}) {
-    for (const int64_t tokens : {int64_t{1}, int64_t{7}, int64_t{33}, int64_t{301}}) {
+    for (const int64_t tokens : {int64_t{1}, int64_t{7}, int64_t{33}, int64_t{70}, int64_t{301}}) {
       SCOPED_TRACE(::testing::Message() << "hc_mult " << n << " tokens " << tokens);
       const Problem p(tokens, n, 1536, 41 + n);
       const Outputs want = RunSplit(p, 0, tokens);
-      const Outputs got = RunSplit(p, 0, tokens, /*repeats=*/2, /*transposed=*/true);
-      EXPECT_EQ(BitMismatches(got.pre, want.pre) + BitMismatches(got.post, want.post) +
-                    BitMismatches(got.comb, want.comb),
-                0);
+      for (const bool loop : {false, true}) {
+        const Outputs got =
+            RunSplit(p, 0, tokens, /*repeats=*/2, /*transposed=*/true, /*token_loop=*/loop);
+        EXPECT_EQ(BitMismatches(got.pre, want.pre) + BitMismatches(got.post, want.post) +
+                      BitMismatches(got.comb, want.comb),
+                  0)
+            << "token loop " << loop;
+      }
     }
   }
 }
