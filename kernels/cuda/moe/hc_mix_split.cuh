@@ -67,6 +67,44 @@ __device__ __forceinline__ void WarpSumsTransposed(const float (&v)[kV], int lan
   }
 }
 
+// The last CTA's work for one token, on one warp: the token's partials
+// added in split order (8 loads in flight), the scale by rsqrt(mean v^2 +
+// eps), then the split + Sinkhorn (HcSplitSinkhornLanes). `mix` and `total`
+// are the warp's own shared values.
+template <int kN>
+__device__ __forceinline__ void FinishToken(const HcMixKernelArgs& a, const float* partials,
+                                            int splits, int64_t token, int lane, float* mix,
+                                            float& total) {
+  constexpr int kMix = (2 + kN) * kN;
+  constexpr int kVals = kMix + 1;
+  const int64_t nd = kN * a.dim;
+  if (lane < kVals) {
+    const float* p = partials + token * splits * kVals + lane;
+    float s = 0.0f;
+    for (int sp0 = 0; sp0 < splits; sp0 += 8) {  // 8 loads in flight, added in split order
+      float buf[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) buf[j] = sp0 + j < splits ? __ldcg(p + (sp0 + j) * kVals) : 0.0f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        if (sp0 + j < splits) s = sp0 + j == 0 ? buf[j] : __fadd_rn(s, buf[j]);
+      }
+    }
+    if (lane < kMix) {
+      mix[lane] = s;
+    } else {
+      total = s;
+    }
+  }
+  __syncwarp();
+  const float mean = __fdiv_rn(total, static_cast<float>(nd));
+  const float rsqrt = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, a.norm_eps)));
+  if (lane < kMix) mix[lane] = __fmul_rn(mix[lane], rsqrt);
+  __syncwarp();
+  HcSplitSinkhornLanes(a, mix, a.pre + token * kN, a.post + token * kN, a.comb + token * kN * kN,
+                       lane);
+}
+
 // The rows of hc_fn a CTA of the first token group reads (its split's
 // columns of every mix), for GridDependencyPrologue to ask L2 for before the
 // wait (weights: no kernel of a step writes them).
@@ -190,32 +228,7 @@ __global__ void __launch_bounds__(kHcSplitThreads)
     __shared__ float s_total[kR];
     const int64_t token = t0 + warp;
     if (warp >= kR || token >= tokens) continue;  // whole warps: no barrier until the next group
-    if (lane < kVals) {
-      const float* p = partials + token * splits * kVals + lane;
-      float s = 0.0f;
-      for (int sp0 = 0; sp0 < splits; sp0 += 8) {  // 8 loads in flight, added in split order
-        float buf[8];
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-          buf[j] = sp0 + j < splits ? __ldcg(p + (sp0 + j) * kVals) : 0.0f;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          if (sp0 + j < splits) s = sp0 + j == 0 ? buf[j] : __fadd_rn(s, buf[j]);
-        }
-      }
-      if (lane < kMix) {
-        s_mix[warp][lane] = s;
-      } else {
-        s_total[warp] = s;
-      }
-    }
-    __syncwarp();
-    const float mean = __fdiv_rn(s_total[warp], static_cast<float>(nd));
-    const float rsqrt = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, a.norm_eps)));
-    if (lane < kMix) s_mix[warp][lane] = __fmul_rn(s_mix[warp][lane], rsqrt);
-    __syncwarp();
-    HcSplitSinkhornLanes(a, s_mix[warp], a.pre + token * kN, a.post + token * kN,
-                         a.comb + token * kN * kN, lane);
+    FinishToken<kN>(a, partials, splits, token, lane, s_mix[warp], s_total[warp]);
   }
 }
 
@@ -292,32 +305,7 @@ __global__ void __launch_bounds__(kHcSplitThreads)
     const int64_t token = t0 + r;
     if (token >= tokens) break;
     __syncwarp();  // the warp's previous token has read its shared values
-    if (lane < kVals) {
-      const float* p = partials + token * splits * kVals + lane;
-      float s = 0.0f;
-      for (int sp0 = 0; sp0 < splits; sp0 += 8) {  // 8 loads in flight, added in split order
-        float buf[8];
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-          buf[j] = sp0 + j < splits ? __ldcg(p + (sp0 + j) * kVals) : 0.0f;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          if (sp0 + j < splits) s = sp0 + j == 0 ? buf[j] : __fadd_rn(s, buf[j]);
-        }
-      }
-      if (lane < kMix) {
-        s_mix[warp][lane] = s;
-      } else {
-        s_total[warp] = s;
-      }
-    }
-    __syncwarp();
-    const float mean = __fdiv_rn(s_total[warp], static_cast<float>(nd));
-    const float rsqrt = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, a.norm_eps)));
-    if (lane < kMix) s_mix[warp][lane] = __fmul_rn(s_mix[warp][lane], rsqrt);
-    __syncwarp();
-    HcSplitSinkhornLanes(a, s_mix[warp], a.pre + token * kN, a.post + token * kN,
-                         a.comb + token * kN * kN, lane);
+    FinishToken<kN>(a, partials, splits, token, lane, s_mix[warp], s_total[warp]);
   }
 }
 
