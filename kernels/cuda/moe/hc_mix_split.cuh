@@ -67,6 +67,30 @@ __device__ __forceinline__ void WarpSumsTransposed(const float (&v)[kV], int lan
   }
 }
 
+// After every warp's sums are in s_warp: the CTA's partial of each of its
+// kRows tokens (the warps' sums added in warp order) into partials, then the
+// group's counter; true in the CTA that arrived last (it finishes the group).
+template <int kRows, int kVals>
+__device__ __forceinline__ bool WritePartials(const float (&s_warp)[kHcSplitWarps][kRows][kVals],
+                                              int64_t t0, int64_t tokens, int split, int splits,
+                                              int64_t group, float* partials, uint32_t* counters,
+                                              int tid) {
+  __syncthreads();
+  for (int i = tid; i < kRows * kVals; i += kHcSplitThreads) {
+    const int r = i / kVals, v = i % kVals;
+    if (t0 + r >= tokens) continue;
+    float s = s_warp[0][r][v];
+    for (int w = 1; w < kHcSplitWarps; ++w) s = __fadd_rn(s, s_warp[w][r][v]);
+    partials[((t0 + r) * splits + split) * kVals + v] = s;
+  }
+  __threadfence();
+  __syncthreads();
+  __shared__ bool s_last;
+  if (tid == 0) s_last = atomicAdd(&counters[group], 1u) == static_cast<uint32_t>(splits - 1);
+  __syncthreads();
+  return s_last;
+}
+
 // The last CTA's work for one token, on one warp: the token's partials
 // added in split order (8 loads in flight), the scale by rsqrt(mean v^2 +
 // eps), then the split + Sinkhorn (HcSplitSinkhornLanes). `mix` and `total`
@@ -207,21 +231,9 @@ __global__ void __launch_bounds__(kHcSplitThreads)
         }
       }
     }
-    __syncthreads();
-    for (int i = tid; i < kR * kVals; i += kHcSplitThreads) {
-      const int r = i / kVals, v = i % kVals;
-      if (t0 + r >= tokens) continue;
-      float s = s_warp[0][r][v];
-      for (int w = 1; w < kHcSplitWarps; ++w) s = __fadd_rn(s, s_warp[w][r][v]);
-      partials[((t0 + r) * splits + split) * kVals + v] = s;
-    }
-    // The last CTA of the group to get here finishes it.
-    __threadfence();
-    __syncthreads();
-    __shared__ bool s_last;
-    if (tid == 0) s_last = atomicAdd(&counters[group], 1u) == static_cast<uint32_t>(splits - 1);
-    __syncthreads();
-    if (!s_last) continue;  // block-uniform
+    const bool last =
+        WritePartials<kR, kVals>(s_warp, t0, tokens, split, splits, group, partials, counters, tid);
+    if (!last) continue;  // block-uniform
     __threadfence();
     if (tid == 0) counters[group] = 0;
     __shared__ float s_mix[kR][kMix];
@@ -282,21 +294,10 @@ __global__ void __launch_bounds__(kHcSplitThreads)
     }
     WarpSumsTransposed<kVals>(acc, lane, &s_warp[warp][r][0]);
   }
-  __syncthreads();
-  for (int i = tid; i < kT * kVals; i += kHcSplitThreads) {
-    const int r = i / kVals, v = i % kVals;
-    if (t0 + r >= tokens) continue;
-    float s = s_warp[0][r][v];
-    for (int wp = 1; wp < kHcSplitWarps; ++wp) s = __fadd_rn(s, s_warp[wp][r][v]);
-    partials[((t0 + r) * splits + split) * kVals + v] = s;
-  }
   // The last CTA of the group to get here finishes it, a warp a token.
-  __threadfence();
-  __syncthreads();
-  __shared__ bool s_last;
-  if (tid == 0) s_last = atomicAdd(&counters[group], 1u) == static_cast<uint32_t>(splits - 1);
-  __syncthreads();
-  if (!s_last) return;
+  const bool last =
+      WritePartials<kT, kVals>(s_warp, t0, tokens, split, splits, group, partials, counters, tid);
+  if (!last) return;
   __threadfence();
   if (tid == 0) counters[group] = 0;
   __shared__ float s_mix[kHcSplitWarps][kMix];
