@@ -175,7 +175,7 @@ ABSL_FLAG(bool, attention_grouped_out, true,
           "kFast, stored pools: the wgmma attention writes wo_a's input transposed with the "
           "inverse RoPE (same bits, one launch a layer fewer; DeviceDecoderOptions::"
           "attention_grouped_out).");
-ABSL_FLAG(bool, hc_mix_transposed, false,
+ABSL_FLAG(bool, hc_mix_transposed, true,
           "fast_mhc: HcMixSplitK's warp sums with the reduction transposed (same bits; "
           "DeviceDecoderOptions::hc_mix_transposed).");
 ABSL_FLAG(bool, hc_mix_token_loop, false,

@@ -497,11 +497,14 @@ struct DeviceDecoderOptions {
   bool hc_mix_prefill_grid = false;
   // fast_mhc: HcMixSplitK's warp sums with the reduction transposed (the
   // same bits, ~2.5x fewer shuffles and adds; kernels/cuda/moe/hc_mix_split.h).
-  // Off until its GPU test and A/B (written in the twenty-fourth session).
-  bool hc_mix_transposed = false;
+  // On since the twenty-fifth session (H100: the EP8 prefill chunk 0.853 ->
+  // 0.832 s and 0.842 -> 0.837 s in two rounds; EP8 decode at context 64
+  // 11.03 -> 10.88 ms at batch 1, 38.43 -> 38.12 ms at batch 64).
+  bool hc_mix_transposed = true;
   // fast_mhc: calls of kHcMixLoopMinTokens and more take HcMixSplitK's token
-  // loop (16 tokens a CTA, hc_fn held in registers; the same bits). Off
-  // until its GPU test and A/B (written in the twenty-fourth session).
+  // loop (16 tokens a CTA, hc_fn held in registers; the same bits). Off: its
+  // GPU test passes, but the EP8 prefill chunk was slower with it (H100,
+  // twenty-fifth session: 0.856 s against 0.853 / 0.842 for the defaults).
   bool hc_mix_token_loop = false;
   // With prompt_range_tiles, on steps launched eagerly (prefill chunks: past
   // graph_max_rows, or without graphs): before each layer's prompt

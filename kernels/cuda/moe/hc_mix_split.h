@@ -90,14 +90,14 @@ bool SupportsHcMixSplitK(const HcMixParams& p);
 // `transposed_sums`: each warp's sums with the reduction transposed (a lane
 // keeps half of its values at each butterfly level and sends the other
 // half), the same pairwise sums in the same tree, so the same bits with about
-// 2.5x fewer shuffles and adds (written in the twenty-fourth session, not
-// GPU-run yet; the decoder passes DeviceDecoderOptions::hc_mix_transposed).
+// 2.5x fewer shuffles and adds (the decoder passes
+// DeviceDecoderOptions::hc_mix_transposed, on by default).
 // `token_loop`: calls of at least kHcMixLoopMinTokens tokens take
 // HcMixSplitLoopKernel instead: kHcMixLoopTokens tokens a CTA, each thread's
 // hc_fn quads held in registers across them (hc_fn read from L2 once for 16
-// tokens instead of 4), the transposed sums; the same bits (written in the
-// twenty-fourth session, not GPU-run yet; the decoder passes
-// DeviceDecoderOptions::hc_mix_token_loop). It takes precedence over the
+// tokens instead of 4), the transposed sums; the same bits (GPU-tested, no
+// faster at prefill; the decoder passes DeviceDecoderOptions::hc_mix_token_loop,
+// off by default). It takes precedence over the
 // prefill grid.
 absl::Status HcMixSplitK(const HcMixParams& p, const HcMixSplitScratch& scratch,
                          cudaStream_t stream, int64_t split_on_y_tokens = kHcMixSplitOnYTokens,
