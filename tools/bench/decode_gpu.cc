@@ -187,6 +187,9 @@ ABSL_FLAG(bool, prompt_kv_mirror, false,
 ABSL_FLAG(bool, attention_overlap, false,
           "kWgmma64 attention: the next tile's QK^T issued behind this tile's PV (same bits; "
           "DeviceDecoderOptions::attention_overlap).");
+ABSL_FLAG(bool, coalesced_tile_conversion, false,
+          "The experts' MXFP4 -> FP8 tile conversion in its row-major form (same codes; "
+          "DeviceDecoderOptions::coalesced_tile_conversion).");
 ABSL_FLAG(bool, hc_mix_prefill_grid, false,
           "fast_mhc: HcMixSplitK's prefill grid (splits on y, 8 token groups a CTA) for calls "
           "of 256 tokens and more (same bits; DeviceDecoderOptions::hc_mix_prefill_grid).");
@@ -451,7 +454,8 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .hc_mix_transposed = absl::GetFlag(FLAGS_hc_mix_transposed),
           .hc_mix_token_loop = absl::GetFlag(FLAGS_hc_mix_token_loop),
           .prompt_kv_mirror = absl::GetFlag(FLAGS_prompt_kv_mirror),
-          .attention_overlap = absl::GetFlag(FLAGS_attention_overlap)};
+          .attention_overlap = absl::GetFlag(FLAGS_attention_overlap),
+          .coalesced_tile_conversion = absl::GetFlag(FLAGS_coalesced_tile_conversion)};
 }
 
 }  // namespace

@@ -522,6 +522,11 @@ struct DeviceDecoderOptions {
   // same bits). Off: no faster (H100, prefill 0.848 / 0.848 s, decode at
   // context 64 unchanged; twenty-fourth session).
   bool attention_overlap = false;
+  // expert_prefill_tiles: the experts' MXFP4 -> FP8 conversion in its
+  // row-major form (Mxfp4Fp8TilesParams::coalesced: a thread a (row, K
+  // block), a warp's loads and stores contiguous along rows; the same codes).
+  // Off until timed (written in the twenty-fifth session).
+  bool coalesced_tile_conversion = false;
   // Expert parallelism over NCCL on device buffers (see the file comment):
   // this decoder is rank communicator->rank() of communicator->world_size().
   // Not owned; must outlive the decoder and live on `device`. Null: every

@@ -96,7 +96,8 @@ absl::Status DeviceDecoder::Impl::ConvertExperts(const LayerDev& L) {
                                        .experts = L.experts,
                                        .codes_expert_stride = w13,
                                        .tile_scales_expert_stride = w13 / 1024,
-                                       .tile_rows_per_cta = options.tile_conversion_rows},
+                                       .tile_rows_per_cta = options.tile_conversion_rows,
+                                       .coalesced = options.coalesced_tile_conversion},
                                       stream));
   RETURN_IF_ERROR(kc::Mxfp4ToFp8Tiles({.w = L.w3c,
                                        .w_scales = L.w3q,
@@ -108,7 +109,8 @@ absl::Status DeviceDecoder::Impl::ConvertExperts(const LayerDev& L) {
                                        .experts = L.experts,
                                        .codes_expert_stride = w13,
                                        .tile_scales_expert_stride = w13 / 1024,
-                                       .tile_rows_per_cta = options.tile_conversion_rows},
+                                       .tile_rows_per_cta = options.tile_conversion_rows,
+                                       .coalesced = options.coalesced_tile_conversion},
                                       stream));
   return kc::Mxfp4ToFp8Tiles({.w = L.w2c,
                               .w_scales = L.w2q,
@@ -118,7 +120,8 @@ absl::Status DeviceDecoder::Impl::ConvertExperts(const LayerDev& L) {
                               .n = d,
                               .k = inter,
                               .experts = L.experts,
-                              .tile_rows_per_cta = options.tile_conversion_rows},
+                              .tile_rows_per_cta = options.tile_conversion_rows,
+                              .coalesced = options.coalesced_tile_conversion},
                              stream);
 }
 

@@ -33,7 +33,8 @@ absl::Status Mxfp4ToFp8Tiles(const Mxfp4Fp8TilesParams& p, cudaStream_t stream) 
   if (p.tile_rows_per_cta < 1) {
     return absl::InvalidArgumentError("Mxfp4ToFp8Tiles: tile_rows_per_cta below 1");
   }
-  const int64_t grid_x = (p.k / 32 + t::kWarps - 1) / t::kWarps,
+  const int blocks_per_cta = p.coalesced ? t::kRowBlocks : t::kWarps;
+  const int64_t grid_x = (p.k / 32 + blocks_per_cta - 1) / blocks_per_cta,
                 grid_y = ((p.n + 31) / 32 + p.tile_rows_per_cta - 1) / p.tile_rows_per_cta;
   if (grid_x > 0x7FFFFFFF || grid_y > 65535 || p.experts > 65535) {
     return absl::InvalidArgumentError("Mxfp4ToFp8Tiles: shape past the launch grid");
@@ -46,7 +47,9 @@ absl::Status Mxfp4ToFp8Tiles(const Mxfp4Fp8TilesParams& p, cudaStream_t stream) 
                   static_cast<unsigned>(p.experts));
   const t::KernelArgs args{p.w, p.w_scales, p.codes,      p.tile_scales, p.inexact,
                            p.n, p.k,        codes_stride, tiles_stride,  p.tile_rows_per_cta};
-  if (p.tile_rows_per_cta > 1) {  // a CTA walks its tile rows
+  if (p.coalesced) {
+    t::Mxfp4ToFp8TilesRowsKernel<<<grid, t::kRowThreads, 0, stream>>>(args);
+  } else if (p.tile_rows_per_cta > 1) {  // a CTA walks its tile rows
     t::Mxfp4ToFp8TilesKernel<true><<<grid, t::kWarps * 32, 0, stream>>>(args);
   } else {
     t::Mxfp4ToFp8TilesKernel<false><<<grid, t::kWarps * 32, 0, stream>>>(args);

@@ -47,6 +47,12 @@ struct Mxfp4Fp8TilesParams {
   // more tiles (a prefill step converts every local expert). The same codes,
   // scales and counts whatever it is; >= 1.
   int tile_rows_per_cta = 1;
+  // The row-major form: a CTA of 256 threads converts one tile row x 8 K
+  // blocks, a thread a (row, K block), so a warp reads 128 and writes 256
+  // contiguous bytes of each of 4 rows; the default form gives a warp one
+  // tile, 16 bytes of each of 32 rows. The same codes, scales and counts
+  // (mxfp4_fp8_tiles_test); written 2026-12-06, twenty-fifth session.
+  bool coalesced = false;
 };
 
 // Enqueues the conversion on `stream` (the inexact counts are zeroed first,

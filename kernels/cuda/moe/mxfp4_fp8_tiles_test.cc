@@ -104,9 +104,11 @@ TEST(Mxfp4ToFp8TilesTest, EqualsTheCpuSpecificationBitForBit) {
                   static_cast<long long>(tile_rows * blocks));
     }
     EXPECT_EQ(got_inexact[kExperts], tile_rows * blocks) << "the missing expert";
-    // Several tile rows a CTA (the tables built once for them): the same
-    // codes, scales and counts, the missing expert's tiles each counted.
-    for (const int rows_per_cta : {2, 8}) {
+    // Several tile rows a CTA (the tables built once for them), and the
+    // row-major form with one or several: the same codes, scales and counts,
+    // the missing expert's tiles each counted.
+    for (const auto& [rows_per_cta, coalesced] :
+         {std::pair<int, bool>{2, false}, {8, false}, {1, true}, {2, true}, {3, true}}) {
       DeviceBuffer<uint8_t> walked((kExperts + 1) * n * k),
           walked_tiles((kExperts + 1) * tile_rows * blocks);
       DeviceBuffer<int32_t> walked_inexact(kExperts + 1);
@@ -119,43 +121,53 @@ TEST(Mxfp4ToFp8TilesTest, EqualsTheCpuSpecificationBitForBit) {
                                    .n = n,
                                    .k = k,
                                    .experts = kExperts + 1,
-                                   .tile_rows_per_cta = rows_per_cta},
+                                   .tile_rows_per_cta = rows_per_cta,
+                                   .coalesced = coalesced},
                                   nullptr)
                       .ok());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       const std::vector<uint8_t> w_codes = walked.Download(), w_tiles = walked_tiles.Download();
       EXPECT_EQ(std::memcmp(w_codes.data(), got_codes.data(), kExperts * n * k), 0)
-          << rows_per_cta << " tile rows a CTA, n " << n;
+          << rows_per_cta << " tile rows a CTA, coalesced " << coalesced << ", n " << n;
       EXPECT_EQ(std::memcmp(w_tiles.data(), got_tiles.data(), kExperts * tile_rows * blocks), 0)
-          << rows_per_cta << " tile rows a CTA, n " << n;
-      EXPECT_EQ(walked_inexact.Download(), got_inexact) << rows_per_cta << " tile rows a CTA";
+          << rows_per_cta << " tile rows a CTA, coalesced " << coalesced << ", n " << n;
+      EXPECT_EQ(walked_inexact.Download(), got_inexact)
+          << rows_per_cta << " tile rows a CTA, coalesced " << coalesced;
+      for (int64_t i = 0; i < n * k; ++i) {
+        ASSERT_EQ(w_codes[kExperts * n * k + i], 0xAB)
+            << "the missing expert's codes written, coalesced " << coalesced;
+      }
     }
     // The same experts into a buffer with a gap after each (as w1 then w3 of
     // one expert would be): each expert's codes and scales land at its stride.
-    const int64_t cs = 2 * n * k, ts = 2 * tile_rows * blocks;
-    DeviceBuffer<uint8_t> strided((kExperts + 1) * cs), strided_tiles((kExperts + 1) * ts);
-    ASSERT_TRUE(strided.ok() && strided_tiles.ok());
-    strided.Poison(0xCD);
-    ASSERT_TRUE(Mxfp4ToFp8Tiles({.w = w_ptrs.get(),
-                                 .w_scales = s_ptrs.get(),
-                                 .codes = strided.get(),
-                                 .tile_scales = strided_tiles.get(),
-                                 .inexact = inexact.get(),
-                                 .n = n,
-                                 .k = k,
-                                 .experts = kExperts + 1,
-                                 .codes_expert_stride = cs,
-                                 .tile_scales_expert_stride = ts},
-                                nullptr)
-                    .ok());
-    const std::vector<uint8_t> s_codes = strided.Download(), s_tiles = strided_tiles.Download();
-    for (int e = 0; e < kExperts; ++e) {
-      EXPECT_EQ(std::memcmp(s_codes.data() + e * cs, got_codes.data() + e * n * k, n * k), 0)
-          << "expert " << e;
-      EXPECT_EQ(std::memcmp(s_tiles.data() + e * ts, got_tiles.data() + e * tile_rows * blocks,
-                            tile_rows * blocks),
-                0)
-          << "expert " << e;
-      EXPECT_EQ(s_codes[e * cs + n * k], 0xCD) << "the gap after expert " << e;
+    for (const bool coalesced : {false, true}) {
+      const int64_t cs = 2 * n * k, ts = 2 * tile_rows * blocks;
+      DeviceBuffer<uint8_t> strided((kExperts + 1) * cs), strided_tiles((kExperts + 1) * ts);
+      ASSERT_TRUE(strided.ok() && strided_tiles.ok());
+      strided.Poison(0xCD);
+      ASSERT_TRUE(Mxfp4ToFp8Tiles({.w = w_ptrs.get(),
+                                   .w_scales = s_ptrs.get(),
+                                   .codes = strided.get(),
+                                   .tile_scales = strided_tiles.get(),
+                                   .inexact = inexact.get(),
+                                   .n = n,
+                                   .k = k,
+                                   .experts = kExperts + 1,
+                                   .codes_expert_stride = cs,
+                                   .tile_scales_expert_stride = ts,
+                                   .coalesced = coalesced},
+                                  nullptr)
+                      .ok());
+      const std::vector<uint8_t> s_codes = strided.Download(), s_tiles = strided_tiles.Download();
+      for (int e = 0; e < kExperts; ++e) {
+        EXPECT_EQ(std::memcmp(s_codes.data() + e * cs, got_codes.data() + e * n * k, n * k), 0)
+            << "expert " << e << " coalesced " << coalesced;
+        EXPECT_EQ(std::memcmp(s_tiles.data() + e * ts, got_tiles.data() + e * tile_rows * blocks,
+                              tile_rows * blocks),
+                  0)
+            << "expert " << e << " coalesced " << coalesced;
+        EXPECT_EQ(s_codes[e * cs + n * k], 0xCD) << "the gap after expert " << e;
+      }
     }
     for (int64_t i = 0; i < n * k; ++i) {
       ASSERT_EQ(got_codes[kExperts * n * k + i], 0xAB) << "the missing expert's codes written";

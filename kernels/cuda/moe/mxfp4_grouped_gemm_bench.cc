@@ -303,8 +303,8 @@ double ReferenceUs(const Step& s, int local, cudaStream_t stream) {
 
 // The prefill table (see the top of the file): layer 0's weights, `tokens`
 // tokens routed as in decode.
-void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, std::mt19937& rng,
-             const uint8_t* codes, const uint8_t* scales, cudaStream_t stream) {
+void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, double copy_gbps,
+             std::mt19937& rng, const uint8_t* codes, const uint8_t* scales, cudaStream_t stream) {
   Step s = MakeStep(tokens, experts, local, rng, codes, scales, 7);
   const Mxfp4ExpertFfnParams f = FfnParams(layer, s, local, tokens, experts);
   const double rows = static_cast<double>(s.local_rows);
@@ -340,7 +340,7 @@ void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, 
     uint8_t* c2 = DeviceAlloc<uint8_t>(int64_t{local} * w2);
     uint8_t* t2 = DeviceAlloc<uint8_t>(int64_t{local} * w2 / 1024);
     int32_t* inexact = DeviceAlloc<int32_t>(3 * local);
-    auto convert = [&] {
+    auto convert = [&](bool coalesced) {
       Ok(Mxfp4ToFp8Tiles({.w = layer.w1,
                           .w_scales = layer.w1s,
                           .codes = c13,
@@ -350,7 +350,8 @@ void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, 
                           .k = kDim,
                           .experts = local,
                           .codes_expert_stride = 2 * w13,
-                          .tile_scales_expert_stride = 2 * w13 / 1024},
+                          .tile_scales_expert_stride = 2 * w13 / 1024,
+                          .coalesced = coalesced},
                          stream));
       Ok(Mxfp4ToFp8Tiles({.w = layer.w3,
                           .w_scales = layer.w3s,
@@ -361,7 +362,8 @@ void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, 
                           .k = kDim,
                           .experts = local,
                           .codes_expert_stride = 2 * w13,
-                          .tile_scales_expert_stride = 2 * w13 / 1024},
+                          .tile_scales_expert_stride = 2 * w13 / 1024,
+                          .coalesced = coalesced},
                          stream));
       Ok(Mxfp4ToFp8Tiles({.w = layer.w2,
                           .w_scales = layer.w2s,
@@ -370,10 +372,21 @@ void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, 
                           .inexact = inexact + 2 * local,
                           .n = kDim,
                           .k = kInter,
-                          .experts = local},
+                          .experts = local,
+                          .coalesced = coalesced},
                          stream));
     };
-    const double conv_ms = MedianMs(convert, stream, 5);
+    // Bytes the conversion must move: packed codes and row scales in, e4m3
+    // codes and tile scales out.
+    const double conv_bytes =
+        static_cast<double>(local) * 3 * kInter * kDim * (0.5 + 1.0 / 32 + 1.0 + 1.0 / 1024);
+    const double warp_ms = MedianMs([&] { convert(false); }, stream, 5);
+    const double conv_ms = MedianMs([&] { convert(true); }, stream, 5);
+    std::printf(
+        "  MXFP4 -> FP8 tiles (%d experts, %.0f MB moved): warp form %.3f ms (%.2f of copy), "
+        "row-major form %.3f ms (%.2f of copy)\n",
+        local, conv_bytes / 1e6, warp_ms, conv_bytes / (warp_ms * 1e-3) / 1e9 / copy_gbps, conv_ms,
+        conv_bytes / (conv_ms * 1e-3) / 1e9 / copy_gbps);
     std::vector<int32_t> counts(3 * local);
     WEIR_BENCH_CHECK(cudaMemcpy(counts.data(), inexact, counts.size() * sizeof(int32_t),
                                 cudaMemcpyDeviceToHost));
@@ -483,7 +496,7 @@ int Run(int experts, int ranks, int64_t prefill_tokens) {
       "batch", "rows", "hit", "MB", "ffn us", "GB/s", "/copy", "hot us", "empty us", "gu tile",
       "gu us", "/copy", "dn tile", "dn us", "/copy", "best sum", "ref us", "ref/ffn");
   if (prefill_tokens > 0)
-    Prefill(layers[0], prefill_tokens, experts, local, rng, codes, scales, stream);
+    Prefill(layers[0], prefill_tokens, experts, local, copy_gbps, rng, codes, scales, stream);
   for (int64_t tokens : {1, 8, 32, 64}) {
     std::vector<Step> steps;
     for (int l = 0; l < kLayers; ++l) {
