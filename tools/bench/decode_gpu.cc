@@ -187,7 +187,7 @@ ABSL_FLAG(bool, prompt_kv_mirror, false,
 ABSL_FLAG(bool, attention_overlap, false,
           "kWgmma64 attention: the next tile's QK^T issued behind this tile's PV (same bits; "
           "DeviceDecoderOptions::attention_overlap).");
-ABSL_FLAG(bool, coalesced_tile_conversion, false,
+ABSL_FLAG(bool, coalesced_tile_conversion, true,
           "The experts' MXFP4 -> FP8 tile conversion in its row-major form (same codes; "
           "DeviceDecoderOptions::coalesced_tile_conversion).");
 ABSL_FLAG(bool, hc_mix_prefill_grid, false,

@@ -525,8 +525,10 @@ struct DeviceDecoderOptions {
   // expert_prefill_tiles: the experts' MXFP4 -> FP8 conversion in its
   // row-major form (Mxfp4Fp8TilesParams::coalesced: a thread a (row, K
   // block), a warp's loads and stores contiguous along rows; the same codes).
-  // Off until timed (written in the twenty-fifth session).
-  bool coalesced_tile_conversion = false;
+  // On since the twenty-fifth session (H100: the conversion of a layer's 48
+  // experts 2.899 -> 1.109 ms, 0.30 -> 0.78 of copy; the EP8 slice's
+  // 4,096-row chunk 0.825 / 0.827 -> 0.802 / 0.797 s).
+  bool coalesced_tile_conversion = true;
   // Expert parallelism over NCCL on device buffers (see the file comment):
   // this decoder is rank communicator->rank() of communicator->world_size().
   // Not owned; must outlive the decoder and live on `device`. Null: every
