@@ -256,6 +256,11 @@ struct Fp8BlockGemmParams {
   // codes in every CTA; the values, so the bits, are the same. Ignored by
   // the other tiles.
   const uint16_t* x_f16 = nullptr;
+  // For kN128M128Ws: each consumer warpgroup issues a K block's sums as two
+  // halves of 64 X rows and folds one while the other runs on the tensor
+  // cores (fp8_block_gemm_ws_sm90.cuh, kHalves). The same bits; ignored by
+  // the other tiles. Written 2026-12-06 (twenty-fifth session).
+  bool ws_halves = false;
   // Decode: the CTAs of the first row tile ask L2 for their W code rows
   // before they wait for the kernel before them (GridDependencyPrologue
   // with L2Rows), so in a graph with programmatic edges the weights stream

@@ -173,18 +173,23 @@ absl::Status LaunchWs(const Fp8BlockGemmParams& p, cudaStream_t stream) {
       static_cast<unsigned>((p.n + fp8_gemm::kWsBn - 1) / fp8_gemm::kWsBn),
       static_cast<unsigned>(p.group_offsets != nullptr ? row_tiles + p.groups : row_tiles),
       static_cast<unsigned>(p.group_offsets != nullptr ? 1 : p.groups));
-  auto launch = [&]<bool kPanel>() -> absl::Status {
+  auto launch = [&]<bool kPanel, bool kHalves>() -> absl::Status {
     const int smem = fp8_gemm::WsLayout<kPanel>::kSharedBytes + fp8_gemm::kWgmmaSmemSlack;
     if (absl::Status s =
-            AllowSharedBytes(fp8_gemm::Fp8BlockGemmWsKernel<kPanel>, smem, "Fp8BlockGemm");
+            AllowSharedBytes(fp8_gemm::Fp8BlockGemmWsKernel<kPanel, kHalves>, smem, "Fp8BlockGemm");
         !s.ok()) {
       return s;
     }
-    fp8_gemm::Fp8BlockGemmWsKernel<kPanel><<<grid, fp8_gemm::kWsThreads, smem, stream>>>(args);
+    fp8_gemm::Fp8BlockGemmWsKernel<kPanel, kHalves>
+        <<<grid, fp8_gemm::kWsThreads, smem, stream>>>(args);
     return LaunchStatus("Fp8BlockGemm");
   };
-  return p.x_f16 != nullptr ? launch.template operator()<true>()
-                            : launch.template operator()<false>();
+  if (p.ws_halves) {
+    return p.x_f16 != nullptr ? launch.template operator()<true, true>()
+                              : launch.template operator()<false, true>();
+  }
+  return p.x_f16 != nullptr ? launch.template operator()<true, false>()
+                            : launch.template operator()<false, false>();
 }
 
 // WidenFp8ToF16Panel: a thread takes 16 codes of a row (one 16-byte load)

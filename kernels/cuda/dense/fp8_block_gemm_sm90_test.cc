@@ -127,7 +127,7 @@ std::vector<float> RunGpu(const Operands& op, Fp8GemmTile tile,
                           Fp8GemmOutput output = Fp8GemmOutput::kF32, int scale_offset = 0,
                           int splits = 1, bool fused = false,
                           Fp8GemmMath math = Fp8GemmMath::kMmaF16, bool panel = false,
-                          const Fp8BlockGemmParams::Rope* rope = nullptr) {
+                          const Fp8BlockGemmParams::Rope* rope = nullptr, bool ws_halves = false) {
   DeviceBuffer<uint8_t> x(op.x), w(op.w), ws(op.w_scales);
   DeviceBuffer<uint16_t> x16(panel ? op.m * op.k : 1);
   DeviceBuffer<uint8_t> xs(static_cast<int64_t>(op.x_scales.size()) + 4);
@@ -161,7 +161,8 @@ std::vector<float> RunGpu(const Operands& op, Fp8GemmTile tile,
                             .k_splits = splits,
                             .split_scratch = splits > 1 ? scratch.get() : nullptr,
                             .math = math,
-                            .x_f16 = panel ? x16.get() : nullptr};
+                            .x_f16 = panel ? x16.get() : nullptr,
+                            .ws_halves = ws_halves};
   if (rope != nullptr) params.rope = *rope;
   const int64_t counters = std::max<int64_t>(1, Fp8GemmSplitCounters(params));
   DeviceBuffer<uint32_t> counter(counters);
@@ -705,13 +706,16 @@ TEST(Fp8BlockGemmTest, WarpSpecializedTileGivesTheMmaBits) {
           }
           for (Fp8GemmMath math : {Fp8GemmMath::kMmaF16, Fp8GemmMath::kWgmmaF16}) {
             for (bool panel : {false, true}) {  // X widened in the CTA / from the f16 panel
-              int64_t at = -1;
-              EXPECT_EQ(
-                  BitMismatches(RunGpu(op, kWs, output, 0, splits, false, math, panel), mma, &at),
-                  0)
-                  << s.m << "x" << s.n << "x" << s.k << " splits " << splits << " output "
-                  << static_cast<int>(output) << " math " << static_cast<int>(math) << " panel "
-                  << panel << " first mismatch " << at;
+              for (bool halves : {false, true}) {  // Fp8BlockGemmParams::ws_halves
+                int64_t at = -1;
+                EXPECT_EQ(BitMismatches(RunGpu(op, kWs, output, 0, splits, false, math, panel,
+                                               nullptr, halves),
+                                        mma, &at),
+                          0)
+                    << s.m << "x" << s.n << "x" << s.k << " splits " << splits << " output "
+                    << static_cast<int>(output) << " math " << static_cast<int>(math) << " panel "
+                    << panel << " halves " << halves << " first mismatch " << at;
+              }
             }
           }
         }
@@ -728,12 +732,14 @@ TEST(Fp8BlockGemmTest, WarpSpecializedTileGivesTheMmaBits) {
     op.w_scales[1 * (kK / 32) + 30] = 2;    // 2^-125
     const std::vector<float> mma = RunGpu(op, Fp8GemmTile::kN128M128);
     for (bool panel : {false, true}) {
-      int64_t at = -1;
-      EXPECT_EQ(BitMismatches(
-                    RunGpu(op, kWs, Fp8GemmOutput::kF32, 0, 1, false, Fp8GemmMath::kMmaF16, panel),
-                    mma, &at),
-                0)
-          << "tiny scales, panel " << panel << " first mismatch " << at;
+      for (bool halves : {false, true}) {
+        int64_t at = -1;
+        EXPECT_EQ(BitMismatches(RunGpu(op, kWs, Fp8GemmOutput::kF32, 0, 1, false,
+                                       Fp8GemmMath::kMmaF16, panel, nullptr, halves),
+                                mma, &at),
+                  0)
+            << "tiny scales, panel " << panel << " halves " << halves << " first mismatch " << at;
+      }
     }
   }
   // Rows by group offsets on the compact grid (row tiles numbered over the
@@ -767,7 +773,8 @@ TEST(Fp8BlockGemmTest, WarpSpecializedTileGivesTheMmaBits) {
     ASSERT_TRUE(
         WidenFp8ToF16Panel({.codes = dx.get(), .out = x16.get(), .rows = m, .k = kK}, nullptr)
             .ok());
-    for (bool panel : {false, true}) {
+    for (int form = 0; form < 4; ++form) {
+      const bool panel = (form & 1) != 0, halves = (form & 2) != 0;
       y.Poison(0xFF);
       const Fp8BlockGemmParams p{.x = dx.get(),
                                  .x_scales = dxs.get(),
@@ -780,7 +787,8 @@ TEST(Fp8BlockGemmTest, WarpSpecializedTileGivesTheMmaBits) {
                                  .tile = kWs,
                                  .groups = kGroups,
                                  .group_offsets = doff.get(),
-                                 .x_f16 = panel ? x16.get() : nullptr};
+                                 .x_f16 = panel ? x16.get() : nullptr,
+                                 .ws_halves = halves};
       ASSERT_TRUE(Fp8BlockGemm(p, nullptr).ok());
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       const std::vector<float> got = y.Download();
@@ -795,7 +803,7 @@ TEST(Fp8BlockGemmTest, WarpSpecializedTileGivesTheMmaBits) {
         const std::vector<float> want = RunGpu(op, Fp8GemmTile::kN128M128);
         ASSERT_EQ(want.size(), static_cast<size_t>(op.m * kN));
         EXPECT_EQ(std::memcmp(got.data() + begin * kN, want.data(), want.size() * sizeof(float)), 0)
-            << "group " << g << " rows " << op.m << " panel " << panel;
+            << "group " << g << " rows " << op.m << " panel " << panel << " halves " << halves;
       }
     }
   }

@@ -98,7 +98,15 @@ __device__ __forceinline__ void RaiseRegisters() {
 
 // With folded splits blockIdx.z is the group alone, which the L2 hint's row
 // arithmetic (group x splits) does not describe: no hint then.
-template <bool kPanel>
+//
+// kHalves (Fp8BlockGemmParams::ws_halves): each consumer issues a block's
+// sums as two groups of 64 X rows (wgmma m64n64k16 f16, twice) and keeps one
+// group in flight while it folds the other: the items (stage, block, half)
+// run in order, item u + 1 is issued before item u is folded, so the tensor
+// cores work during every fold instead of waiting for it. Each sum is the
+// same wgmma arithmetic over the same K order (only the N extent of an
+// instruction changes), so the bits are kMmaF16's as before.
+template <bool kPanel, bool kHalves = false>
 __global__ void __launch_bounds__(kWsThreads, 1)
     Fp8BlockGemmWsKernel(const __grid_constant__ KernelArgs grouped) {
   GridDependencyPrologue(grouped.fold_splits ? L2Rows{} : Fp8GemmWeightRows<kWsBn>(grouped));
@@ -317,8 +325,93 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   float total[1][kWsBm / 8][4];
   int next_split = 1;
   int boundary = folds > 1 ? num_kt / folds : stages;
-  for (int i = 0; i < stages; ++i) {
-    if (i == boundary) {  // split next_split starts: bank the previous one's sum
+  if constexpr (kHalves) {
+    // The table's 16 products of half h (X rows 64 h .. 64 h + 63) of block
+    // j, folded into the accumulators of those rows.
+    auto fold_half = [&](uint32_t table, int j, int h, const float(&ph)[kP / 2]) {
+      const uint32_t tj = table + Fp8GemmWsQuadBase(j, g_local, quad) * 4;
+      uint32_t s[4][4];
+#pragma unroll
+      for (int v = 0; v < 4; ++v) LoadShared128(tj + (h * 16 + v * 4) * 4, s[v]);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int ni = h * 8 + e;
+        const float sx0 = __uint_as_float(s[e / 2][(e % 2) * 2]);
+        const float sx1 = __uint_as_float(s[e / 2][(e % 2) * 2 + 1]);
+        acc[0][ni][0] = __fmaf_rn(ph[4 * e + 0], sx0, acc[0][ni][0]);
+        acc[0][ni][1] = __fmaf_rn(ph[4 * e + 1], sx1, acc[0][ni][1]);
+        acc[0][ni][2] = __fmaf_rn(ph[4 * e + 2], sx0, acc[0][ni][2]);
+        acc[0][ni][3] = __fmaf_rn(ph[4 * e + 3], sx1, acc[0][ni][3]);
+      }
+    };
+    // Half h of block j's sums from the f16 slot `x_desc` into ph (one group).
+    auto issue_half = [&](uint64_t x_desc, int j, int h, const F16A& aj, float(&ph)[kP / 2]) {
+      const int at = (j >> 1) * kWsBm * 128 + (j & 1) * 64 + h * (kWsBm / 2) * 128;
+      WgmmaFence();
+      WgmmaF16<kWsBm / 2>::RSZero(aj.lo, x_desc + static_cast<uint64_t>(at >> 4), ph);
+      WgmmaF16<kWsBm / 2>::RS(aj.hi, x_desc + static_cast<uint64_t>((at + 32) >> 4), ph, true);
+      WgmmaCommit();
+    };
+    auto x_desc_of = [&](int ts) {
+      return DescriptorOf(SwizzledKMajorDescriptorLo(base + kWsX16Offset + ts * kWsX16Slot));
+    };
+    float p[2][kP / 2];
+    for (int i = 0; i < stages; ++i) {
+      if (i == boundary) {  // as below
+#pragma unroll
+        for (int ni = 0; ni < kWsBm / 8; ++ni) {
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            total[0][ni][r] =
+                next_split == 1 ? acc[0][ni][r] : __fadd_rn(total[0][ni][r], acc[0][ni][r]);
+            acc[0][ni][r] = 0.0f;
+          }
+        }
+        ++next_split;
+        boundary =
+            next_split < folds ? static_cast<int>(int64_t{next_split} * num_kt / folds) : stages;
+      }
+      const int slot = i % kWsCodeStages;
+      const int ts = i % kWsX16Stages;
+      const uint32_t w_base = base + slot * kWsCodeSlot;
+      const uint64_t x_desc = x_desc_of(ts);
+      const uint32_t table = base + kWsTableOffset + ts * kWsTableSlot;
+      // The stage's first item. Nothing is in flight across the stage loop's
+      // back edge: with the next stage's first item issued there, ptxas
+      // serialized every wgmma of the loop (C7514).
+      MbarrierWait(full0 + 8 * slot, (i / kWsCodeStages) & 1);
+      make_a(w_base, 0, a[0]);
+      MbarrierWait(x16_full0 + 8 * ts, (i / kWsX16Stages) & 1);
+      issue_half(x_desc, 0, 0, a[0], p[0]);
+#pragma unroll
+      for (int j = 0; j < kBlocks; ++j) {
+        // Item (i, j, 0) is in flight: issue (i, j, 1), fold (i, j, 0).
+        issue_half(x_desc, j, 1, a[j & 1], p[1]);
+        WgmmaWait(1);
+        pin_a(a[j & 1]);
+#pragma unroll
+        for (int r = 0; r < kP / 2; ++r) PinRegister(p[0][r]);
+        fold_half(table, j, 0, p[0]);
+        // Item (i, j, 1) is in flight: issue block j + 1's first half, fold
+        // (i, j, 1); the stage's last block drains.
+        if (j + 1 < kBlocks) {
+          make_a(w_base, j + 1, a[(j + 1) & 1]);
+          issue_half(x_desc, j + 1, 0, a[(j + 1) & 1], p[0]);
+          WgmmaWait(1);
+        } else {
+          MbarrierArrive(empty0 + 8 * slot);  // the W codes of this stage are in registers
+          WgmmaWait(0);
+        }
+        pin_a(a[j & 1]);
+#pragma unroll
+        for (int r = 0; r < kP / 2; ++r) PinRegister(p[1][r]);
+        fold_half(table, j, 1, p[1]);
+      }
+      MbarrierArrive(x16_empty0 + 8 * ts);  // every wgmma of this f16 slot has retired
+    }
+  } else {
+    for (int i = 0; i < stages; ++i) {
+      if (i == boundary) {  // split next_split starts: bank the previous one's sum
 #pragma unroll
       for (int ni = 0; ni < kWsBm / 8; ++ni) {
 #pragma unroll
@@ -379,6 +472,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       }
     }
     MbarrierArrive(x16_empty0 + 8 * ts);  // every wgmma of this f16 slot has retired
+  }
   }
 
   if (folds > 1) {

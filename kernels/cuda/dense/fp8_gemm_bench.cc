@@ -271,10 +271,11 @@ void Prefill(cudaStream_t stream) {
       "\nPrefill m = %lld (TFLOP/s = 2 m n k / time; cuBLASLt: e4m3 x e4m3, fp32 "
       "compute, per-tensor scales)\n",
       static_cast<long long>(kM));
-  std::printf("%-12s %-6s %-6s | %-9s %8s %7s | %-9s %8s | %9s %7s %9s %7s | %s | %s | %s\n",
+  std::printf("%-12s %-6s %-6s | %-9s %8s %7s | %-9s %8s | %9s %7s %9s %7s | %s | %s | %s | %s\n",
               "linear", "n", "k", "auto", "us", "TF/s", "best tile", "TF/s", "Lt bf16us", "TF/s",
               "Lt f32 us", "TF/s", "ours/Lt(bf16)", "n128m128 (mma) TF/s",
-              "x_f16 panel: us, TF/s, widen us, TF/s with it, with it/Lt(bf16)");
+              "x_f16 panel: us, TF/s, widen us, TF/s with it, with it/Lt(bf16)",
+              "panel + ws_halves: us, TF/s, with widen/Lt(bf16)");
   for (const Linear& l : {Linear{"wq_a", 1280, 5120}, Linear{"wq_b", 32768, 1280},
                           Linear{"wo_b", 5120, 8192}, Linear{"shared.w13", 4608, 5120},
                           Linear{"shared.w2", 5120, 2304}, Linear{"square8k", 8192, 8192}}) {
@@ -299,7 +300,7 @@ void Prefill(cudaStream_t stream) {
     auto tf = [&](double ms) { return ms > 0 ? flops / ms / 1e9 : 0.0; };
     // The warp-specialized tile reading X from its f16 panel (the decoder
     // widens once a product): the product alone, the widening alone.
-    double panel_ms = 0.0, widen_ms = 0.0;
+    double panel_ms = 0.0, widen_ms = 0.0, halves_ms = 0.0;
     if (g_math != Fp8GemmMath::kWgmma) {
       uint16_t* panel = nullptr;
       WEIR_BENCH_CHECK(cudaMalloc(&panel, kM * l.k * sizeof(uint16_t)));
@@ -308,17 +309,20 @@ void Prefill(cudaStream_t stream) {
       Fp8BlockGemmParams pp = p.Params(0, Fp8GemmTile::kN128M128Ws);
       pp.x_f16 = panel;
       panel_ms = MedianMs([&] { (void)Fp8BlockGemm(pp, stream); }, stream, 10);
+      pp.ws_halves = true;
+      halves_ms = MedianMs([&] { (void)Fp8BlockGemm(pp, stream); }, stream, 10);
       WEIR_BENCH_CHECK(cudaFree(panel));
     }
     std::printf(
         "%-12s %-6lld %-6lld | %-9s %8.1f %7.0f | %-9s %8.0f | %9.1f %7.0f %9.1f %7.0f | "
-        "%.2f | %.0f | %8.1f %7.0f %7.1f %7.0f %.2f\n",
+        "%.2f | %.0f | %8.1f %7.0f %7.1f %7.0f %.2f | %8.1f %7.0f %.2f\n",
         l.name, static_cast<long long>(l.n), static_cast<long long>(l.k),
         TileName(ResolveFp8GemmTile(p.Params(0, Fp8GemmTile::kAuto))), auto_ms * 1e3, tf(auto_ms),
         TileName(best), tf(best_ms), lt_bf16 * 1e3, tf(lt_bf16), lt_f32 * 1e3, tf(lt_f32),
         lt_bf16 > 0 ? lt_bf16 / auto_ms : 0.0, tf(mma_ms), panel_ms * 1e3, tf(panel_ms),
         widen_ms * 1e3, tf(panel_ms + widen_ms),
-        panel_ms > 0 ? lt_bf16 / (panel_ms + widen_ms) : 0.0);
+        panel_ms > 0 ? lt_bf16 / (panel_ms + widen_ms) : 0.0, halves_ms * 1e3, tf(halves_ms),
+        halves_ms > 0 ? lt_bf16 / (halves_ms + widen_ms) : 0.0);
   }
   // Bf16Gemm at V4.1's grouped wo_a (8 groups of 1,024 x 4,096 over the
   // attention output's 8 x 4,096 columns): the warp-specialized tile
