@@ -258,8 +258,10 @@ struct Fp8BlockGemmParams {
   const uint16_t* x_f16 = nullptr;
   // For kN128M128Ws: each consumer warpgroup issues a K block's sums as two
   // halves of 64 X rows and folds one while the other runs on the tensor
-  // cores (fp8_block_gemm_ws_sm90.cuh, kHalves). The same bits; ignored by
-  // the other tiles. Written 2026-12-06 (twenty-fifth session).
+  // cores (fp8_block_gemm_ws_sm90.cuh, kHalves). The same bits
+  // (WarpSpecializedTileGivesTheMmaBits, H100); ignored by the other tiles.
+  // Slower on five of fp8_gemm_bench's six prefill shapes (README "Tried:
+  // the block's sums in two halves"), so nothing sets it by default.
   bool ws_halves = false;
   // Decode: the CTAs of the first row tile ask L2 for their W code rows
   // before they wait for the kernel before them (GridDependencyPrologue
