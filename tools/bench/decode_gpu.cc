@@ -181,6 +181,9 @@ ABSL_FLAG(bool, hc_mix_transposed, true,
 ABSL_FLAG(bool, hc_mix_token_loop, false,
           "fast_mhc: HcMixSplitK's token loop for calls of 64 tokens and more (same bits; "
           "DeviceDecoderOptions::hc_mix_token_loop).");
+ABSL_FLAG(bool, indexer_shared_keys, false,
+          "IndexerScore launches of 512 rows and more (prefill chunks) take the shared-keys "
+          "form (same bits; DeviceDecoderOptions::indexer_shared_keys).");
 ABSL_FLAG(bool, prompt_kv_mirror, false,
           "The prompt attention of eager steps reads bf16 mirrors of the rows its prompts may "
           "read, dequantized once a layer (same bits; DeviceDecoderOptions::prompt_kv_mirror).");
@@ -190,6 +193,9 @@ ABSL_FLAG(bool, attention_overlap, false,
 ABSL_FLAG(bool, coalesced_tile_conversion, true,
           "The experts' MXFP4 -> FP8 tile conversion in its row-major form (same codes; "
           "DeviceDecoderOptions::coalesced_tile_conversion).");
+ABSL_FLAG(bool, fp8_ws_halves, false,
+          "FP8 products on the warp-specialized prefill tile: each K block's sums in two halves, "
+          "one folded while the other runs (same bits; DeviceDecoderOptions::fp8_ws_halves).");
 ABSL_FLAG(bool, hc_mix_prefill_grid, false,
           "fast_mhc: HcMixSplitK's prefill grid (splits on y, 8 token groups a CTA) for calls "
           "of 256 tokens and more (same bits; DeviceDecoderOptions::hc_mix_prefill_grid).");
@@ -455,7 +461,9 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .hc_mix_token_loop = absl::GetFlag(FLAGS_hc_mix_token_loop),
           .prompt_kv_mirror = absl::GetFlag(FLAGS_prompt_kv_mirror),
           .attention_overlap = absl::GetFlag(FLAGS_attention_overlap),
-          .coalesced_tile_conversion = absl::GetFlag(FLAGS_coalesced_tile_conversion)};
+          .coalesced_tile_conversion = absl::GetFlag(FLAGS_coalesced_tile_conversion),
+          .fp8_ws_halves = absl::GetFlag(FLAGS_fp8_ws_halves),
+          .indexer_shared_keys = absl::GetFlag(FLAGS_indexer_shared_keys)};
 }
 
 }  // namespace

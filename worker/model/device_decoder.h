@@ -529,6 +529,12 @@ struct DeviceDecoderOptions {
   // experts 2.899 -> 1.109 ms, 0.30 -> 0.78 of copy; the EP8 slice's
   // 4,096-row chunk 0.825 / 0.827 -> 0.802 / 0.797 s).
   bool coalesced_tile_conversion = true;
+  // The FP8 products on the warp-specialized prefill tile issue each K
+  // block's sums as two halves of 64 X rows and fold one while the other
+  // runs (Fp8BlockGemmParams::ws_halves; the same bits). Off: slower (H100,
+  // twenty-fifth session: the EP8 slice's chunk 0.818 / 0.816 s against
+  // 0.801 / 0.802 s).
+  bool fp8_ws_halves = false;
   // Expert parallelism over NCCL on device buffers (see the file comment):
   // this decoder is rank communicator->rank() of communicator->world_size().
   // Not owned; must outlive the decoder and live on `device`. Null: every
@@ -552,7 +558,19 @@ struct DeviceDecoderOptions {
   // Take the arena from this shared allocation (on `device`) rather than
   // cudaMalloc; with arena_budget_bytes 0 the budget is what it has left.
   std::shared_ptr<DeviceArena> memory;
+  // IndexerScore launches of at least kIndexerSharedKeysMinRows (512) rows,
+  // a prefill chunk's, take the shared-keys form
+  // (kernels::cuda::IndexerScoreForm::kSharedKeys: a block of 4 queries over
+  // key tiles staged once for all four; the same bits). Steps of fewer rows
+  // (decode batches, whose rows each read their own sequence's keys) keep
+  // the per-query form. Its kernel test passes on an H100 (the 4,096-row
+  // chunk's IndexerScore 2.45 -> 1.22 ms a launch, indexer_score_bench); off
+  // until the EP8 chunk has been timed with it (not run in the decoder yet).
+  bool indexer_shared_keys = false;
 };
+
+// The fewest rows for which indexer_shared_keys takes the shared-keys form.
+inline constexpr int64_t kIndexerSharedKeysMinRows = 512;
 
 // One KV pool of the decoder's arena, for the bytes-per-entry report against
 // the model's stored form (spec model-v41 "FP8/FP4 storage").
@@ -583,6 +601,7 @@ struct DeviceDecoderStats {
   int64_t widened_wo_a = 0;       // stored_wo_a: products that widened wo_a to bf16 first (prefill)
   int64_t prompt_shape_rows = 0;  // rows stepped in the prompt's attention shape
   int64_t kv_mirrors = 0;         // prompt_kv_mirror: layers' mirror passes enqueued
+  int64_t shared_key_scores = 0;  // indexer_shared_keys: IndexerScore launches in that form
   int64_t drafts = 0;           // sequences drafted (DraftBatch)
   double draft_seconds = 0;     // wall time inside DraftBatch
   int64_t draft_launches = 0;   // DraftBatch's device passes (batch_cap / block sequences each)

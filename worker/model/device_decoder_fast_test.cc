@@ -1013,6 +1013,53 @@ TEST(DeviceDecoderFastTest, SmallBf16LongChunkGivesTheShortChunksBits) {
   EXPECT_EQ(std::memcmp(chunk[1].data(), whole[0].data(), chunk[1].size() * sizeof(float)), 0);
 }
 
+// A chunk of kIndexerSharedKeysMinRows rows and more scores its index keys in
+// the shared-keys form with indexer_shared_keys (kernels/cuda/attention,
+// IndexerScoreForm::kSharedKeys, the CPU's bits like every form): the
+// chunk's logits and the decode steps after it are the default decoder's.
+TEST(DeviceDecoderFastTest, SmallBf16SharedKeysIndexerGivesThePerQueryBits) {
+  const Checkpoint* small = SmallCheckpoint(3);
+  ASSERT_NE(small, nullptr);
+  const int64_t v = small->config().vocab_size;
+  auto cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
+  ASSERT_NE(cpu, nullptr);
+  constexpr int kChunk = 600;
+  static_assert(kChunk >= kIndexerSharedKeysMinRows);
+  DeviceDecoderOptions options{.numerics = DecodeNumerics::kFast,
+                               .max_sequences = 2,
+                               .max_positions = kChunk + 16,
+                               .max_batch = kChunk,
+                               .max_rows_per_slot = kChunk};
+  const std::vector<int64_t> prompt = RandomTokens(kChunk, 47, v - 1);
+  std::vector<float> got[2];
+  int64_t shared[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    options.indexer_shared_keys = i == 1;
+    auto dd = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, options);
+    ASSERT_TRUE(dd.ok()) << dd.status();
+    ASSERT_TRUE((*dd)->Start(1).ok());
+    auto rows = (*dd)->StepRows(std::vector<int>(kChunk, 1), prompt, std::nullopt);
+    ASSERT_TRUE(rows.ok()) << rows.status();
+    got[i].assign(rows->begin(), rows->end());
+    for (int step = 0; step < 3; ++step) {
+      auto r = (*dd)->StepRows(std::vector<int>{1}, std::vector<int64_t>{11 + step}, std::nullopt);
+      ASSERT_TRUE(r.ok()) << r.status();
+      got[i].insert(got[i].end(), r->begin(), r->end());
+    }
+    shared[i] = (*dd)->stats().shared_key_scores;
+  }
+  EXPECT_EQ(shared[0], 0);
+  EXPECT_GT(shared[1], 0) << "small has no index-source layer the chunk scored";
+  ASSERT_EQ(got[0].size(), static_cast<size_t>((kChunk + 3) * v));
+  ASSERT_EQ(got[1].size(), got[0].size());
+  int64_t differing_rows = 0;
+  for (int r = 0; r < kChunk + 3; ++r) {
+    differing_rows +=
+        std::memcmp(got[0].data() + r * v, got[1].data() + r * v, v * sizeof(float)) != 0;
+  }
+  EXPECT_EQ(differing_rows, 0) << "of " << kChunk << " chunk rows and 3 steps";
+}
+
 // The routed experts' f16 block sums on wgmma (expert_wgmma_f16) give the
 // mma pair's bits: a row's logits equal the default decoder's, alone and in a
 // crowd, step for step (tensor_core_sum_probe_test: f16 wgmma sums as the

@@ -329,6 +329,12 @@ absl::Status DeviceDecoder::Impl::SelectCompressed(int layer, int64_t b) {
     sp.weights_factor = scale;  // (Scale rounds as IndexerScore's round_bf16: bf16())
     folded_row_ops += 2;
   }
+  // A prefill chunk's rows read one sequence's keys: a block of 4 queries
+  // stages each key tile once (the same bits).
+  if (options.indexer_shared_keys && b >= kIndexerSharedKeysMinRows) {
+    sp.form = kc::IndexerScoreForm::kSharedKeys;
+    ++shared_key_scores;
+  }
   RETURN_IF_ERROR(kc::IndexerScore(sp, stream));
   if (role.produces_candidates) {
     RETURN_IF_ERROR(kc::CandidateBlocks({.scores = scores,

@@ -447,6 +447,7 @@ struct DeviceDecoder::Impl {
   uint16_t *x16 = nullptr, *side_x16 = nullptr;
   int64_t x16_count = 0, side_x16_count = 0;
   int64_t x16_panels = 0;  // panels made (DeviceDecoderStats::x16_panels)
+  int64_t shared_key_scores = 0;  // DeviceDecoderStats::shared_key_scores
   int64_t fused_ropes = 0;  // DeviceDecoderStats::fused_ropes
   int64_t fused_kv_rows = 0;   // DeviceDecoderStats::fused_kv_rows
   int64_t folded_row_ops = 0;  // DeviceDecoderStats::folded_row_ops
@@ -982,6 +983,7 @@ struct DeviceDecoder::Impl {
              : f16_wgmma         ? dense::Fp8GemmMath::kWgmmaF16
                                  : dense::Fp8GemmMath::kMmaF16;
     p.prefetch_weights = options.weight_prefetch;
+    p.ws_halves = options.fp8_ws_halves;
     p.k_splits = FastSplits(p.n, p.k, split_groups > 0 ? split_groups : p.groups);
     if (product_rope != nullptr) {  // MmRoundRope's RoPE, where the split reduce can take it
       p.rope = *product_rope;

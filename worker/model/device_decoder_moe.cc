@@ -171,7 +171,8 @@ absl::Status DeviceDecoder::Impl::TileFormExperts(const LayerDev& L, int64_t row
                                 .w_group_stride = w13,
                                 .w_scales_group_stride = w13 / 1024,
                                 .math = TileFormMath(),
-                                .x_f16 = panel};
+                                .x_f16 = panel,
+                                .ws_halves = options.fp8_ws_halves};
     RETURN_IF_ERROR(MakeX16Panel(p));
     panel = p.x_f16;
     RETURN_IF_ERROR(dense::Fp8BlockGemm(p, stream));
@@ -202,7 +203,8 @@ absl::Status DeviceDecoder::Impl::TileFormExperts(const LayerDev& L, int64_t row
       .output = bf16() ? dense::Fp8GemmOutput::kF32RoundedBf16 : dense::Fp8GemmOutput::kF32,
       .groups = L.experts,
       .group_offsets = group_offsets,
-      .math = TileFormMath()};
+      .math = TileFormMath(),
+      .ws_halves = options.fp8_ws_halves};
   RETURN_IF_ERROR(MakeX16Panel(p));
   return dense::Fp8BlockGemm(p, stream);
 }

@@ -7,6 +7,8 @@
 #include "kernels/cuda/attention/indexer_score.cuh"
 #include "kernels/cuda/attention/indexer_score.h"
 #include "kernels/cuda/attention/indexer_score_grouped.cuh"
+#include "kernels/cuda/attention/indexer_score_shared_keys.cuh"
+#include "kernels/cuda/attention/indexer_score_shared_keys_layout.h"
 #include "kernels/cuda/launch_status.h"
 
 namespace weir::kernels::cuda {
@@ -53,10 +55,65 @@ absl::Status LaunchGrouped(const IndexerScoreParams& p, cudaStream_t stream) {
   return absl::OkStatus();
 }
 
+// The shared-keys kernel's dynamic shared memory plus its static arrays.
+size_t SharedKeysDynamicBytes(int heads, int dim) {
+  return static_cast<size_t>(IndexerSharedKeysLayout(heads, dim).Floats()) * sizeof(float);
+}
+constexpr size_t kSharedKeysStaticBytes = 1024;  // the run table and 64 rows: 672 bytes
+
+bool SharedKeysApplies(const IndexerScoreParams& p) {
+  return p.dim % 4 == 0 &&
+         SharedKeysDynamicBytes(p.heads, p.dim) + kSharedKeysStaticBytes <= kHopperMaxSharedBytes;
+}
+
+// About four waves of two blocks on each of an H100's 132 SMs: a prefill
+// chunk's groups then take their whole key range a block (its heads staged
+// once), and small launches split their keys into more blocks.
+constexpr int64_t kSharedKeysTargetBlocks = 1024;
+
+template <int kDim, bool kRoundBf16>
+absl::Status LaunchSharedKeysAs(const IndexerScoreParams& p, cudaStream_t stream) {
+  const auto kernel = IndexerScoreSharedKeysKernel<kDim, kRoundBf16>;
+  const size_t shared = SharedKeysDynamicBytes(p.heads, p.dim);
+  if (shared > kDefaultSharedBytes) {
+    if (absl::Status s =
+            AllowSharedBytes(kernel, static_cast<int64_t>(shared), "IndexerScore shared keys");
+        !s.ok()) {
+      return s;
+    }
+  }
+  const IndexerSharedKeysGrid grid =
+      IndexerSharedKeysGrid::Make(p.queries, p.keys, kSharedKeysTargetBlocks);
+  if (grid.Blocks() > 0x7fffffff) {
+    return absl::InvalidArgumentError("IndexerScore shared keys: too many blocks");
+  }
+  kernel<<<static_cast<unsigned>(grid.Blocks()), IndexerSharedKeysLayout::kThreads, shared,
+           stream>>>(p.q, p.k, p.k_codes, p.k_scales, p.weights, p.visible_len, p.key_offset,
+                     p.block_table, p.table_slot, p.table_width, p.entries_per_block, p.out,
+                     p.queries, p.heads, p.dim, p.keys, p.q_mxfp4, p.weights_factor, grid);
+  if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
+    return absl::InternalError(std::string("IndexerScore launch: ") + cudaGetErrorString(err));
+  }
+  return absl::OkStatus();
+}
+
+// V4.1's dim (128) with the shared-memory offsets as immediates; any other
+// dim % 4 == 0 through the runtime-dim instance.
+template <bool kRoundBf16>
+absl::Status LaunchSharedKeys(const IndexerScoreParams& p, cudaStream_t stream) {
+  return p.dim == 128 ? LaunchSharedKeysAs<128, kRoundBf16>(p, stream)
+                      : LaunchSharedKeysAs<0, kRoundBf16>(p, stream);
+}
+
 template <bool kRoundBf16>
 absl::Status Launch(const IndexerScoreParams& p, cudaStream_t stream) {
-  if (ResolveIndexerScoreForm(p) == IndexerScoreForm::kGrouped) {
-    return LaunchGrouped<kRoundBf16>(p, stream);
+  switch (ResolveIndexerScoreForm(p)) {
+    case IndexerScoreForm::kGrouped:
+      return LaunchGrouped<kRoundBf16>(p, stream);
+    case IndexerScoreForm::kSharedKeys:
+      return LaunchSharedKeys<kRoundBf16>(p, stream);
+    default:
+      break;
   }
   const size_t shared = IndexerScoreSharedBytes(p.heads, p.dim);
   if (shared > kDefaultSharedBytes) {
@@ -81,8 +138,11 @@ absl::Status Launch(const IndexerScoreParams& p, cudaStream_t stream) {
 }  // namespace
 
 IndexerScoreForm ResolveIndexerScoreForm(const IndexerScoreParams& p) {
-  return p.form == IndexerScoreForm::kGrouped && GroupedApplies(p) ? IndexerScoreForm::kGrouped
-                                                                   : IndexerScoreForm::kPerQuery;
+  if (p.form == IndexerScoreForm::kGrouped && GroupedApplies(p)) return IndexerScoreForm::kGrouped;
+  if (p.form == IndexerScoreForm::kSharedKeys && SharedKeysApplies(p)) {
+    return IndexerScoreForm::kSharedKeys;
+  }
+  return IndexerScoreForm::kPerQuery;
 }
 
 size_t IndexerScoreSharedBytes(int heads, int dim) {

@@ -20,12 +20,60 @@ inline constexpr int kIndexerChains = 4;  // heads a thread runs at once (indepe
 // row row_of(i) of the fp32 keys k, or (k_codes non-null) of the MXFP4 keys,
 // eight elements a step from one word of codes and its E8M0 scale
 // (Mxfp4Value: exact); a negative row stages NaN. Thread `tid` of kThreads
-// takes every kThreads-th step. Both IndexerScore kernels stage through it.
-template <int kThreads, typename RowOf>
+// takes every kThreads-th step. Every IndexerScore kernel stages through it.
+// kBatch > 1: a thread issues the loads of kBatch of its steps before it
+// converts and stores any of them (one memory latency a batch, not a step);
+// the same values land in the same places.
+template <int kThreads, typename RowOf, int kBatch = 1>
 __device__ __forceinline__ void StageIndexerKeys(float* tile, int stride, RowOf row_of, int count,
                                                  int dim, const float* __restrict__ k,
                                                  const uint8_t* __restrict__ k_codes,
                                                  const uint8_t* __restrict__ k_scales, int tid) {
+  if constexpr (kBatch > 1) {
+    const bool mxfp4 = k_codes != nullptr;
+    const int step_width = mxfp4 ? 8 : 1;  // elements a step
+    const int steps_per_row = dim / step_width, steps = count * steps_per_row;
+    const uint32_t* code_words = reinterpret_cast<const uint32_t*>(k_codes);
+    for (int base = tid; base < steps; base += kThreads * kBatch) {
+      uint32_t loaded[kBatch], scale[kBatch];
+      int64_t rows[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int e = base + b * kThreads;
+        rows[b] = -1;
+        loaded[b] = 0x7fffffffu;  // NaN: what a negative row stages
+        scale[b] = 0;
+        if (e >= steps) continue;
+        const int r = e / steps_per_row, c = (e % steps_per_row) * step_width;
+        rows[b] = row_of(r);
+        if (rows[b] < 0) continue;
+        const int64_t at = rows[b] * dim + c;
+        if (mxfp4) {
+          loaded[b] = code_words[at / 8];
+          scale[b] = k_scales[at / 32];
+        } else {
+          loaded[b] = __float_as_uint(k[at]);
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int e = base + b * kThreads;
+        if (e >= steps) continue;
+        const int r = e / steps_per_row, c = (e % steps_per_row) * step_width;
+        float* dst = tile + r * stride + c;
+        if (!mxfp4) {
+          dst[0] = __uint_as_float(loaded[b]);
+        } else if (rows[b] < 0) {
+#pragma unroll
+          for (int j = 0; j < 8; ++j) dst[j] = __int_as_float(0x7fffffff);
+        } else {
+#pragma unroll
+          for (int j = 0; j < 8; ++j) dst[j] = Mxfp4Value((loaded[b] >> (4 * j)) & 0xFu, scale[b]);
+        }
+      }
+    }
+    return;
+  }
   if (k_codes != nullptr) {
     const int words = dim / 8;
     const uint32_t* code_words = reinterpret_cast<const uint32_t*>(k_codes);

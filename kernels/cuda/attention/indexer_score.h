@@ -45,6 +45,19 @@ enum class IndexerScoreForm {
   // chunk 2.39 against 2.45 ms, decode batches 1 / 8 / 64 / 256 24.6 / 66 /
   // 245 / 956 against 18.4 / 21 / 83 / 296 us. So it is never chosen by kAuto.
   kGrouped,
+  // A block 4 queries x tiles of 64 keys staged once for all four, each lane
+  // 8 heads x 8 keys of its warp's query in registers and the head sum run
+  // through the lane quad in head order (indexer_score_shared_keys.cuh);
+  // ~100 KB a block at 32 x 128, two blocks an SM. Made for a prefill chunk
+  // (every query of one sequence); queries of different key sources in one
+  // block are right but restage the tile per source, so decode batches should
+  // not take it. Needs dim % 4 == 0 and the block's shared memory within
+  // 227 KiB (heads <= 64 at dim 128); elsewhere kPerQuery runs. Measured on
+  // an H100 (2026-12-06, indexer_score_bench): the 4,096-row prefill chunk
+  // 1.22 against 2.45 ms, decode batches 1 / 8 / 64 / 256 44 / 143 / 184 / 577
+  // against 20 / 23 / 85 / 299 us. So kAuto does not choose it; the decoder
+  // does for prefill-sized steps (DeviceDecoderOptions::indexer_shared_keys).
+  kSharedKeys,
 };
 
 struct IndexerScoreParams {
@@ -97,8 +110,8 @@ struct IndexerScoreParams {
   IndexerScoreForm form = IndexerScoreForm::kAuto;
 };
 
-// The form a launch of `params` runs (kAuto resolved; kGrouped where it
-// does not apply falls back to kPerQuery).
+// The form a launch of `params` runs (kAuto resolved; kGrouped or
+// kSharedKeys where it does not apply falls back to kPerQuery).
 IndexerScoreForm ResolveIndexerScoreForm(const IndexerScoreParams& params);
 
 // Shared memory one block of the launcher needs: a tile of 32 keys, the

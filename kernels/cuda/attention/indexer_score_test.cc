@@ -21,7 +21,8 @@ namespace {
 
 using testing::DeviceBuffer;
 
-constexpr IndexerScoreForm kForms[] = {IndexerScoreForm::kPerQuery, IndexerScoreForm::kGrouped};
+constexpr IndexerScoreForm kForms[] = {IndexerScoreForm::kPerQuery, IndexerScoreForm::kGrouped,
+                                       IndexerScoreForm::kSharedKeys};
 
 struct Shape {
   int64_t queries;
@@ -675,6 +676,134 @@ TEST(IndexerScoreCudaTest, GroupedFormOnPrefillRunsIsBitIdenticalToTheCpu) {
   p = prefill;
   p.heads = 129;  // past 8 warps of 16 heads
   EXPECT_EQ(ResolveIndexerScoreForm(p), IndexerScoreForm::kPerQuery);
+  p = prefill;
+  p.form = IndexerScoreForm::kSharedKeys;
+  EXPECT_EQ(ResolveIndexerScoreForm(p), IndexerScoreForm::kSharedKeys);
+  p.heads = 64;  // 169 KB: one block an SM, still within 227 KiB
+  EXPECT_EQ(ResolveIndexerScoreForm(p), IndexerScoreForm::kSharedKeys);
+  p.heads = 96;  // past 227 KiB
+  EXPECT_EQ(ResolveIndexerScoreForm(p), IndexerScoreForm::kPerQuery);
+  p.heads = 32;
+  p.dim = 37;  // not whole float4 steps
+  EXPECT_EQ(ResolveIndexerScoreForm(p), IndexerScoreForm::kPerQuery);
+  p.dim = 36;  // the runtime-dim instance
+  EXPECT_EQ(ResolveIndexerScoreForm(p), IndexerScoreForm::kSharedKeys);
+}
+
+// A V4.1 prefill chunk as the device decoder launches it (SelectCompressed
+// with fold_row_ops): 32 heads x 128, MXFP4 keys of one sequence through its
+// slot's block table (32 entries a block, the blocks shuffled), q's MXFP4 form
+// and the weights' scale made in the launch, both rounding modes. The rows'
+// visible lengths grow as a causal chunk's do at ratio 4, from 0 (the first
+// chunk of a prompt) or from deep in the context (a later chunk), and the key
+// count (context / 4 + 2) is not a multiple of 64; 602 rows leave the last
+// group of four short. Every form, bit for bit the CPU's on q fake-quantized
+// (FakeQuant kMxfp4), the weights scaled as decode's Scale and the keys
+// dequantized.
+TEST(IndexerScoreCudaTest, V41PrefillChunkIsBitIdenticalToTheCpu) {
+  constexpr int kHeads = 32, kDim = 128, kEntries = 32, kRatio = 4;
+  constexpr int64_t kQueries = 602;
+  const float factor = static_cast<float>(1.0 / std::sqrt(128.0) / std::sqrt(32.0));
+  uint32_t seed = 1100;
+  for (int64_t context : {kQueries, int64_t{2000}}) {
+    for (bool round_bf16 : {false, true}) {
+      const int64_t keys = context / kRatio + 2;
+      SCOPED_TRACE(::testing::Message()
+                   << "context " << context << " keys " << keys << " bf16 " << round_bf16);
+      ASSERT_NE(keys % 64, 0);
+      std::mt19937 rng(seed++);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      auto value = [&](float v) { return round_bf16 ? RoundToBf16(v) : v; };
+      const int table_width = static_cast<int>((keys + kEntries - 1) / kEntries);
+      const int64_t pool_rows = int64_t{table_width} * kEntries;
+      std::vector<float> q(kQueries * kHeads * kDim), w(kQueries * kHeads), pool(pool_rows * kDim);
+      for (float& v : q) v = value(std::ldexp(normal(rng), static_cast<int>(rng() % 9) - 4));
+      for (float& v : w) v = value(normal(rng));
+      for (float& v : pool) v = value(normal(rng));
+      std::vector<uint8_t> codes(pool.size() / 2), scales(pool.size() / 32);
+      ASSERT_TRUE(cpu::QuantizeFp4(pool, 32, cpu::Fp4Scale::kE8m0, codes, scales).ok());
+      ASSERT_TRUE(cpu::DequantizeFp4(codes, scales, 32, cpu::Fp4Scale::kE8m0, pool).ok());
+      std::vector<int32_t> table(table_width);
+      for (int b = 0; b < table_width; ++b) table[b] = b;
+      std::shuffle(table.begin(), table.end(), rng);
+      const std::vector<int32_t> slot(kQueries, 0);
+      std::vector<int64_t> visible(kQueries);
+      for (int64_t s = 0; s < kQueries; ++s) {
+        visible[s] = std::min(keys, (context - kQueries + s + 1) / kRatio);
+      }
+      // The CPU's inputs: q as FakeQuant kMxfp4 makes it, the weights as
+      // Scale does, the keys in key order through the table.
+      DeviceBuffer<float> dq(q), dqf(q.size()), dw(w);
+      ASSERT_TRUE(dense::FakeQuant({.x = dq.get(),
+                                    .out = dqf.get(),
+                                    .n = static_cast<int64_t>(q.size()),
+                                    .format = dense::FakeQuantFormat::kMxfp4},
+                                   nullptr)
+                      .ok());
+      const std::vector<float> qf = dqf.Download();
+      std::vector<float> ws(w.size()), k(keys * kDim);
+      for (size_t i = 0; i < w.size(); ++i) ws[i] = value(w[i] * factor);
+      for (int64_t t = 0; t < keys; ++t) {
+        const int64_t row = int64_t{table[t / kEntries]} * kEntries + t % kEntries;
+        std::copy_n(pool.begin() + row * kDim, kDim, k.begin() + t * kDim);
+      }
+      std::vector<float> want(kQueries * keys);
+      ASSERT_TRUE(cpu::IndexerScore({.q = qf,
+                                     .k = k,
+                                     .weights = ws,
+                                     .visible_len = visible,
+                                     .out = want,
+                                     .queries = kQueries,
+                                     .heads = kHeads,
+                                     .dim = kDim,
+                                     .keys = keys,
+                                     .round_bf16 = round_bf16})
+                      .ok());
+      DeviceBuffer<uint8_t> dcodes(codes), dscales(scales);
+      DeviceBuffer<int32_t> dtable(table), dslot(slot);
+      DeviceBuffer<int64_t> dvisible(visible);
+      DeviceBuffer<float> dout(want.size());
+      IndexerScoreParams p{.q = dq.get(),
+                           .weights = dw.get(),
+                           .visible_len = dvisible.get(),
+                           .out = dout.get(),
+                           .queries = kQueries,
+                           .heads = kHeads,
+                           .dim = kDim,
+                           .keys = keys,
+                           .round_bf16 = round_bf16,
+                           .block_table = dtable.get(),
+                           .table_slot = dslot.get(),
+                           .table_width = table_width,
+                           .entries_per_block = kEntries,
+                           .k_codes = dcodes.get(),
+                           .k_scales = dscales.get(),
+                           .q_mxfp4 = true,
+                           .weights_factor = factor};
+      for (IndexerScoreForm form : kForms) {
+        p.form = form;
+        dout.Poison();
+        ASSERT_TRUE(IndexerScore(p, nullptr).ok());
+        const std::vector<float> got = dout.Download();
+        int64_t differ = 0, finite = 0, first = -1;
+        for (size_t i = 0; i < got.size(); ++i) {
+          finite += std::isfinite(want[i]);
+          if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0 && differ++ == 0) {
+            first = static_cast<int64_t>(i);
+          }
+        }
+        std::printf(
+            "V4.1 prefill: context %lld keys %lld bf16 %d form %d: %lld finite scores, "
+            "%lld differ\n",
+            static_cast<long long>(context), static_cast<long long>(keys), round_bf16,
+            static_cast<int>(form), static_cast<long long>(finite), static_cast<long long>(differ));
+        EXPECT_GT(finite, 0);
+        EXPECT_EQ(differ, 0) << "form " << static_cast<int>(form) << ", first at query "
+                             << first / keys << " key " << first % keys << ": got " << got[first]
+                             << " want " << want[first];
+      }
+    }
+  }
 }
 
 }  // namespace

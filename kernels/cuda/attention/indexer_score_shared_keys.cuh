@@ -1,0 +1,313 @@
+// kernels/cuda/attention/indexer_score_shared_keys.cuh — IndexerScore's
+// shared-keys form (IndexerScoreForm::kSharedKeys): a block of 4 queries over
+// tiles of 64 keys staged once for all of them, every head's dot and the head
+// sum in registers. No host dependencies.
+//
+// Made for a prefill chunk, whose queries all read one sequence's keys. The
+// grouped form (indexer_score_grouped.cuh) runs 4 heads x 4 keys a thread
+// and sums the head terms through shared memory behind three barriers a
+// tile, in one 136 KB block an SM. Here (IndexerSharedKeysLayout) a lane runs
+// 8 heads x 8 keys of its warp's query: a step of 4 channels is 16 float4
+// loads for 256 products and 256 sums; a quad's four lanes hold the 32 heads
+// of a pass, and the head sum runs through the quad in head order (each lane
+// adds its 8 terms to the total it gets from the lane before it, a shuffle).
+// A block takes ~100 KB at V4.1's 32 x 128, so two blocks share an SM and
+// one's staging overlaps the other's dots; two barriers a tile.
+//
+// The arithmetic is the CPU's: every dot sums its channels in ascending
+// order from 0, each product and sum rounded on its own (no fused
+// multiply-add), each head's term is round(relu(round(dot)) * w) with relu as
+// d < 0 ? 0 : d, and the terms are added in head order from 0. Tiling moves
+// data only.
+#ifndef WEIR_KERNELS_CUDA_ATTENTION_INDEXER_SCORE_SHARED_KEYS_CUH_
+#define WEIR_KERNELS_CUDA_ATTENTION_INDEXER_SCORE_SHARED_KEYS_CUH_
+
+#include <cstdint>
+
+#include "kernels/cuda/attention/indexer_score.cuh"
+#include "kernels/cuda/attention/indexer_score_shared_keys_layout.h"
+#include "kernels/cuda/dense/fake_quant.cuh"
+#include "kernels/cuda/grid_dependency.cuh"
+#include "kernels/cuda/rounding.cuh"
+
+namespace weir::kernels::cuda {
+
+// Grid: grid.Blocks() blocks of IndexerSharedKeysLayout::kThreads; block b
+// takes the queries of group grid.Group(b) and the key tiles of range
+// grid.Range(b). kDim > 0 fixes dim at compile time (shared-memory offsets
+// become immediates); kDim == 0 reads `dim`. Dynamic shared memory:
+// IndexerSharedKeysLayout(heads, dim).Floats() floats.
+//
+// Queries of a group with the same key source in a row (all of them without
+// key_offset and block_table; else equal key_offset, or equal table slot
+// row) form a run: each tile is staged once a run, up to the largest visible
+// length among the run's queries, and scored by the run's warps. A prefill
+// chunk's group is one run; a group of four sequences stages each tile four
+// times (correct, but the form is not meant for decode batches).
+template <int kDim, bool kRoundBf16>
+__global__ void __launch_bounds__(IndexerSharedKeysLayout::kThreads, 2)
+    IndexerScoreSharedKeysKernel(
+        const float* __restrict__ q, const float* __restrict__ k,
+        const uint8_t* __restrict__ k_codes, const uint8_t* __restrict__ k_scales,
+        const float* __restrict__ weights, const int64_t* __restrict__ visible_len,
+        const int64_t* __restrict__ key_offset, const int32_t* __restrict__ block_table,
+        const int32_t* __restrict__ table_slot, int table_width, int entries_per_block,
+        float* __restrict__ out, int64_t queries, int heads, int dim_arg, int64_t keys,
+        bool q_mxfp4, float weights_factor, IndexerSharedKeysGrid grid) {
+  GridDependencyPrologue();
+  using L = IndexerSharedKeysLayout;
+  constexpr int kQ = L::kQueries, kT = L::kKeys;
+  // Loads in flight a thread: a key tile's MXFP4 words (64 x 16 / 128
+  // threads, all at once) and 32-channel items of the heads.
+  constexpr int kStageBatch = 8, kQBatch = 8;
+  extern __shared__ __align__(16) float shared_keys_smem[];
+  const int dim = kDim > 0 ? kDim : dim_arg;
+  const L layout(heads, dim);
+  const int stride = layout.stride, head_rows = layout.head_rows;
+  float* qs = shared_keys_smem;      // [kQ][head_rows][stride], head h at row HeadRow(h)
+  float* ws = qs + layout.q_floats;  // [kQ][head_rows]
+  float* ks = ws + layout.w_floats;  // [kT][stride]
+  __shared__ int64_t s_visible[kQ], s_offset[kQ], s_reach[kQ];
+  __shared__ const int32_t* s_table[kQ];
+  __shared__ int s_bad[kQ], s_owner[kQ];
+  __shared__ int64_t s_rows[kT];  // paged keys: the pool row of each key of the tile
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid % 32, warp = tid / 32;
+  const int64_t s0 = grid.Group(blockIdx.x) * kQ;
+  const int nq = static_cast<int>(queries - s0 < kQ ? queries - s0 : kQ);
+  const int64_t tile_begin = grid.Range(blockIdx.x) * grid.tiles_per_block;
+  const int64_t tile_end = tile_begin + grid.tiles_per_block < grid.tiles
+                               ? tile_begin + grid.tiles_per_block
+                               : grid.tiles;
+  auto round = [](float x) { return kRoundBf16 ? RoundToBf16(x) : x; };
+
+  // The group's key sources and runs (thread 0; four queries at most).
+  if (tid == 0) {
+    int64_t visible[kQ], offset[kQ];
+    const int32_t* table[kQ];
+    int bad[kQ], owner[kQ];
+#pragma unroll
+    for (int i = 0; i < kQ; ++i) {
+      visible[i] = 0;
+      offset[i] = 0;
+      table[i] = nullptr;
+      bad[i] = 1;
+      if (i < nq) {
+        const int64_t s = s0 + i;
+        const int64_t v = visible_len[s];
+        visible[i] = v < 0 ? 0 : (v > keys ? keys : v);
+        offset[i] = key_offset == nullptr ? 0 : key_offset[s];
+        table[i] = block_table == nullptr || table_slot[s] < 0
+                       ? nullptr
+                       : block_table + static_cast<int64_t>(table_slot[s]) * table_width;
+        bad[i] = offset[i] < 0 || (block_table != nullptr && table[i] == nullptr);
+      }
+    }
+    // owner[i]: the first query of i's run of equal sources (constant
+    // indices only, so the arrays stay in registers).
+#pragma unroll
+    for (int i = 0; i < kQ; ++i) {
+      owner[i] = i;
+      bool linked = i < nq;
+#pragma unroll
+      for (int p = i - 1; p >= 0; --p) {
+        linked = linked && !bad[p] && offset[p] == offset[i] && table[p] == table[i];
+        if (linked) owner[i] = p;
+      }
+    }
+#pragma unroll
+    for (int o = 0; o < kQ; ++o) {
+      int64_t reach = 0;
+#pragma unroll
+      for (int i = o; i < kQ; ++i) {
+        if (i < nq && owner[i] == o && visible[i] > reach) reach = visible[i];
+      }
+      s_visible[o] = visible[o];
+      s_offset[o] = offset[o];
+      s_table[o] = table[o];
+      s_bad[o] = bad[o];
+      s_owner[o] = owner[o];
+      s_reach[o] = bad[o] || owner[o] != o ? 0 : reach;
+    }
+  }
+  __syncthreads();
+  bool work = false;  // block-uniform: some run sees a key of the range
+#pragma unroll
+  for (int o = 0; o < kQ; ++o) work = work || s_reach[o] > tile_begin * kT;
+
+  if (work) {
+    // The group's heads, a row a warp pass (q's MXFP4 form made here with
+    // q_mxfp4: dim % 32 == 0, so a 32-block of q is one warp's 32 lanes), and
+    // the weights (decode's Scale with weights_factor). No barrier here: the
+    // first run of the first tile begins with one.
+    // A warp an item (32 channels of a row), kQBatch items' loads in flight.
+    const int chunks = (dim + 31) / 32, items = nq * head_rows * chunks;
+    for (int base = warp; base < items; base += kQ * kQBatch) {
+      float v[kQBatch];
+#pragma unroll
+      for (int b = 0; b < kQBatch; ++b) {
+        const int item = base + b * kQ, row = item / chunks, c = (item - row * chunks) * 32 + lane;
+        const int i = row / head_rows, h = row - i * head_rows;
+        v[b] = item < items && h < heads && c < dim ? q[((s0 + i) * heads + h) * dim + c] : 0.0f;
+      }
+#pragma unroll
+      for (int b = 0; b < kQBatch; ++b) {
+        const int item = base + b * kQ, row = item / chunks, c = (item - row * chunks) * 32 + lane;
+        const int i = row / head_rows, h = row - i * head_rows;
+        if (item >= items) break;    // warp-uniform
+        if (q_mxfp4 && h < heads) {  // warp-uniform; every lane in (dim % 32 == 0)
+          float amax;
+          int nonfinite;
+          dense::BlockAmax<32>(v[b], amax, nonfinite);
+          v[b] = dense::FakeQuantValue<dense::DeviceFakeQuantFormat::kMxfp4>(v[b], amax, nonfinite);
+        }
+        if (c < dim) qs[(i * head_rows + L::HeadRow(h)) * stride + c] = v[b];
+      }
+    }
+    for (int e = tid; e < nq * head_rows; e += L::kThreads) {
+      const int i = e / head_rows, h = e - i * head_rows;
+      float w = 0.0f;
+      if (h < heads) {
+        w = weights[(s0 + i) * heads + h];
+        if (weights_factor != 0.0f) w = round(__fmul_rn(w, weights_factor));  // decode's Scale
+      }
+      ws[e] = w;
+    }
+  }
+
+  const int hg = L::HeadGroup(lane), kg = L::KeyGroup(lane);
+  const int64_t my_visible = warp < nq ? s_visible[warp] : 0;
+  const bool my_bad = warp >= nq || s_bad[warp] != 0;
+  for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
+    const int64_t tile_start = tile * kT;
+    const int rows = static_cast<int>(keys - tile_start < kT ? keys - tile_start : kT);
+    float total[L::kLaneKeys];  // this lane's keys' scores once its warp's run has run
+#pragma unroll
+    for (int i = 0; i < L::kLaneKeys; ++i) total[i] = 0.0f;
+    for (int o = 0; o < nq; ++o) {  // block-uniform: the runs and their reaches are shared
+      const int64_t in_tile = s_reach[o] - tile_start;
+      if (in_tile <= 0) continue;  // not a run's owner, a bad run, or no key of it here
+      const int count = in_tile < rows ? static_cast<int>(in_tile) : rows;
+      __syncthreads();  // the heads are staged; the last run's keys and rows are read
+      const int32_t* table = s_table[o];
+      if (table != nullptr) {  // key t: entry t % e of the slot's block t / e
+        if (tid < count) {
+          const int64_t t = tile_start + tid, j = t / entries_per_block;
+          const int32_t b = j < table_width ? table[j] : -1;
+          s_rows[tid] =
+              b < 0 ? -1 : static_cast<int64_t>(b) * entries_per_block + t % entries_per_block;
+        }
+        __syncthreads();  // block-uniform: table is shared
+        auto row_of = [&](int r) -> int64_t { return s_rows[r]; };
+        StageIndexerKeys<L::kThreads, decltype(row_of), kStageBatch>(ks, stride, row_of, count, dim,
+                                                                     k, k_codes, k_scales, tid);
+      } else {
+        const int64_t first = s_offset[o] + tile_start;  // offset 0 without key_offset
+        auto row_of = [&](int r) -> int64_t { return first + r; };
+        StageIndexerKeys<L::kThreads, decltype(row_of), kStageBatch>(ks, stride, row_of, count, dim,
+                                                                     k, k_codes, k_scales, tid);
+      }
+      __syncthreads();
+      // Warp-uniform: this warp's query is of run o and sees a key of the
+      // tile. Rows past `count` hold stale keys; their scores are not kept.
+      if (my_bad || s_owner[warp] != o || my_visible <= tile_start) continue;
+      const float* q_lane = qs + (warp * head_rows + hg) * stride;  // + HeadRow(h) - hg rows
+      const float* k_lane = ks + kg * stride;
+      for (int pass = 0; pass < head_rows; pass += L::kHeadPass) {
+        float dot[L::kLaneHeads][L::kLaneKeys];
+#pragma unroll
+        for (int j = 0; j < L::kLaneHeads; ++j) {
+#pragma unroll
+          for (int i = 0; i < L::kLaneKeys; ++i) dot[j][i] = 0.0f;
+        }
+        const float* q_pass = q_lane + pass * stride;
+#pragma unroll 1
+        for (int c = 0; c < dim; c += 4) {
+          float4 kv[L::kLaneKeys];
+#pragma unroll
+          for (int i = 0; i < L::kLaneKeys; ++i) {
+            kv[i] = *reinterpret_cast<const float4*>(k_lane + i * L::kLaneKeys * stride + c);
+          }
+#pragma unroll
+          for (int j = 0; j < L::kLaneHeads; ++j) {
+            // Head pass + 8 hg + j lives at row pass + 4 j + hg.
+            const float4 qv = *reinterpret_cast<const float4*>(q_pass + 4 * j * stride + c);
+            // Channel by channel, the 8 keys' products before their sums, so
+            // a product is 8 instructions ahead of its sum and a chain's
+            // sums 16 apart (two warps a scheduler hide the latencies).
+            float p[L::kLaneKeys];
+#pragma unroll
+            for (int i = 0; i < L::kLaneKeys; ++i) p[i] = __fmul_rn(qv.x, kv[i].x);
+#pragma unroll
+            for (int i = 0; i < L::kLaneKeys; ++i) dot[j][i] = __fadd_rn(dot[j][i], p[i]);
+#pragma unroll
+            for (int i = 0; i < L::kLaneKeys; ++i) p[i] = __fmul_rn(qv.y, kv[i].y);
+#pragma unroll
+            for (int i = 0; i < L::kLaneKeys; ++i) dot[j][i] = __fadd_rn(dot[j][i], p[i]);
+#pragma unroll
+            for (int i = 0; i < L::kLaneKeys; ++i) p[i] = __fmul_rn(qv.z, kv[i].z);
+#pragma unroll
+            for (int i = 0; i < L::kLaneKeys; ++i) dot[j][i] = __fadd_rn(dot[j][i], p[i]);
+#pragma unroll
+            for (int i = 0; i < L::kLaneKeys; ++i) p[i] = __fmul_rn(qv.w, kv[i].w);
+#pragma unroll
+            for (int i = 0; i < L::kLaneKeys; ++i) dot[j][i] = __fadd_rn(dot[j][i], p[i]);
+          }
+        }
+        // The terms, in place.
+#pragma unroll
+        for (int j = 0; j < L::kLaneHeads; ++j) {
+          const float w = ws[warp * head_rows + pass + hg * L::kLaneHeads + j];
+#pragma unroll
+          for (int i = 0; i < L::kLaneKeys; ++i) {
+            const float d = round(dot[j][i]);
+            const float relu = d < 0.0f ? 0.0f : d;  // std::max(d, 0.0f)
+            dot[j][i] = round(__fmul_rn(relu, w));
+          }
+        }
+        // The head sum in head order: lane g of the quad adds heads
+        // pass + 8 g .. + 7 to the total lane g - 1 handed it.
+#pragma unroll
+        for (int g = 0; g < 4; ++g) {
+          const int valid = hg == g ? heads - pass - g * L::kLaneHeads : 0;  // heads to add
+#pragma unroll
+          for (int j = 0; j < L::kLaneHeads; ++j) {
+            if (j < valid) {
+#pragma unroll
+              for (int i = 0; i < L::kLaneKeys; ++i) total[i] = __fadd_rn(total[i], dot[j][i]);
+            }
+          }
+          if (g < 3) {
+#pragma unroll
+            for (int i = 0; i < L::kLaneKeys; ++i) {
+              total[i] = __shfl_up_sync(0xffffffffu, total[i], 1);
+            }
+          }
+        }
+        // The pass's totals (lane 3 of the quad) to the whole quad.
+#pragma unroll
+        for (int i = 0; i < L::kLaneKeys; ++i) {
+          total[i] = __shfl_sync(0xffffffffu, total[i], lane | 3);
+        }
+      }
+    }
+    // Each (query, key) of the tile: lane g of the quad writes keys
+    // kg + 8 i for i % 4 == g.
+    if (warp < nq) {
+      float* row = out + (s0 + warp) * keys;
+#pragma unroll
+      for (int i = 0; i < L::kLaneKeys; ++i) {
+        const int r = L::LaneKey(lane, i);
+        if (i % 4 != hg || r >= rows) continue;
+        const int64_t t = tile_start + r;
+        row[t] = t >= my_visible ? -INFINITY
+                 : my_bad        ? __int_as_float(0x7fffffff)
+                                 : round(total[i]);
+      }
+    }
+  }
+}
+
+}  // namespace weir::kernels::cuda
+
+#endif  // WEIR_KERNELS_CUDA_ATTENTION_INDEXER_SCORE_SHARED_KEYS_CUH_

@@ -1,0 +1,110 @@
+// kernels/cuda/attention/indexer_score_shared_keys_layout.h
+//
+// The index arithmetic of IndexerScore's shared-keys form
+// (IndexerScoreForm::kSharedKeys, indexer_score_shared_keys.cuh): a block's
+// shape and shared-memory layout, each lane's heads and keys, and the order in
+// which blocks take (group of queries, key range) pairs. Plain integer
+// arithmetic, usable on the host (indexer_score_shared_keys_layout_test
+// checks it without a GPU) and on the device.
+//
+// Thread safety: constexpr values and pure functions.
+
+#ifndef WEIR_KERNELS_CUDA_ATTENTION_INDEXER_SCORE_SHARED_KEYS_LAYOUT_H_
+#define WEIR_KERNELS_CUDA_ATTENTION_INDEXER_SCORE_SHARED_KEYS_LAYOUT_H_
+
+#include <cstdint>
+
+#ifdef __CUDACC__
+#define WEIR_SHARED_KEYS_HD __host__ __device__
+#else
+#define WEIR_SHARED_KEYS_HD
+#endif
+
+namespace weir::kernels::cuda {
+
+// A block of kThreads threads: warp w scores query w of a group of kQueries
+// consecutive queries against a tile of kKeys keys staged once for all of
+// them. Lane l of a warp is the pair (head group l & 3, key group l >> 2) of
+// a quad-major layout: it runs the dots of heads 32 c + 8 (l & 3) + j (j < 8)
+// of every pass c, with keys (l >> 2) + 8 i (i < 8) of the tile, 64 chains
+// in registers. Shared memory, in floats: the queries' heads
+// [kQueries][head_rows][stride] (head h at row HeadRow(h); rows of heads >=
+// heads are zero), their weights [kQueries][head_rows] (head order), then the
+// key tile [kKeys][stride].
+struct IndexerSharedKeysLayout {
+  static constexpr int kQueries = 4;
+  static constexpr int kKeys = 64;
+  static constexpr int kThreads = kQueries * 32;
+  static constexpr int kHeadPass = 32;  // heads a pass: a quad's 4 lanes x 8
+  static constexpr int kLaneHeads = 8;
+  static constexpr int kLaneKeys = 8;
+
+  int head_rows = 0;  // heads rounded up to whole passes
+  // dim + 4 or dim + 8, whichever makes stride / 4 odd: rows r .. r + 7 start
+  // in 8 distinct 16-byte bank groups, so 8 lanes reading 8 consecutive rows
+  // (a key load) or 4 (a head load) read in one wavefront.
+  int stride = 0;
+  int64_t q_floats = 0, w_floats = 0, k_floats = 0;
+
+  WEIR_SHARED_KEYS_HD constexpr IndexerSharedKeysLayout(int heads, int dim)
+      : head_rows((heads + kHeadPass - 1) / kHeadPass * kHeadPass),
+        stride(dim / 4 % 2 == 0 ? dim + 4 : dim + 8),
+        q_floats(int64_t{kQueries} * ((heads + kHeadPass - 1) / kHeadPass * kHeadPass) *
+                 (dim / 4 % 2 == 0 ? dim + 4 : dim + 8)),
+        w_floats(int64_t{kQueries} * ((heads + kHeadPass - 1) / kHeadPass * kHeadPass)),
+        k_floats(int64_t{kKeys} * (dim / 4 % 2 == 0 ? dim + 4 : dim + 8)) {}
+
+  WEIR_SHARED_KEYS_HD constexpr int64_t Floats() const { return q_floats + w_floats + k_floats; }
+
+  // The row of head h among its query's staged heads: within each pass of 32,
+  // head 8 g + j at row 4 j + g, so the quad's four lanes (g = 0 .. 3) read
+  // four consecutive rows when each reads its j-th head.
+  WEIR_SHARED_KEYS_HD static constexpr int HeadRow(int h) {
+    return h / kHeadPass * kHeadPass + h % kLaneHeads * 4 + h % kHeadPass / kLaneHeads;
+  }
+  // Lane l's head group (its heads 8 g .. 8 g + 7 of each pass) and key group
+  // (its keys k, k + 8, ..., k + 56 of each tile).
+  WEIR_SHARED_KEYS_HD static constexpr int HeadGroup(int lane) { return lane & 3; }
+  WEIR_SHARED_KEYS_HD static constexpr int KeyGroup(int lane) { return lane >> 2; }
+  WEIR_SHARED_KEYS_HD static constexpr int LaneKey(int lane, int i) {
+    return KeyGroup(lane) + kLaneKeys * i;
+  }
+};
+
+// Which (group of queries, range of key tiles) block b takes: groups of
+// kQueries queries, each split into `ranges` ranges of tiles_per_block tiles
+// of kKeys. Block b takes group groups - 1 - b / ranges, range b % ranges:
+// the last queries first, which in a causal prefill chunk see the most keys,
+// so the longest blocks start in the first wave and the short ones fill the
+// tail.
+struct IndexerSharedKeysGrid {
+  int64_t groups = 0;
+  int64_t tiles = 0;  // key tiles of kKeys over all keys
+  int64_t tiles_per_block = 1;
+  int64_t ranges = 0;
+
+  // A grid for `queries` x `keys` of about `target_blocks` blocks (at least
+  // one tile a block; one range a group once the groups alone give as many).
+  WEIR_SHARED_KEYS_HD static constexpr IndexerSharedKeysGrid Make(int64_t queries, int64_t keys,
+                                                                  int64_t target_blocks) {
+    IndexerSharedKeysGrid g;
+    constexpr int64_t kq = IndexerSharedKeysLayout::kQueries, kk = IndexerSharedKeysLayout::kKeys;
+    g.groups = (queries + kq - 1) / kq;
+    g.tiles = (keys + kk - 1) / kk;
+    const int64_t want = (g.tiles * g.groups + target_blocks - 1) / target_blocks;
+    g.tiles_per_block = want < 1 ? 1 : (want > g.tiles ? (g.tiles < 1 ? 1 : g.tiles) : want);
+    g.ranges = (g.tiles + g.tiles_per_block - 1) / g.tiles_per_block;
+    return g;
+  }
+  WEIR_SHARED_KEYS_HD constexpr int64_t Blocks() const { return groups * ranges; }
+  WEIR_SHARED_KEYS_HD constexpr int64_t Group(int64_t block) const {
+    return groups - 1 - block / ranges;
+  }
+  WEIR_SHARED_KEYS_HD constexpr int64_t Range(int64_t block) const { return block % ranges; }
+};
+
+}  // namespace weir::kernels::cuda
+
+#undef WEIR_SHARED_KEYS_HD
+
+#endif  // WEIR_KERNELS_CUDA_ATTENTION_INDEXER_SCORE_SHARED_KEYS_LAYOUT_H_

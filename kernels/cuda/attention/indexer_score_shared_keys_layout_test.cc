@@ -1,0 +1,143 @@
+#include "kernels/cuda/attention/indexer_score_shared_keys_layout.h"
+
+#include <cstdint>
+#include <set>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace weir::kernels::cuda {
+namespace {
+
+using L = IndexerSharedKeysLayout;
+
+// The 16-byte bank group (of 8) a float offset starts in.
+int BankGroup(int64_t floats) { return static_cast<int>(floats / 4 % 8); }
+
+// Every head of a query lands on its own row, inside its pass, and the lane
+// that reads row HeadRow(h) in the kernel (row pass + 4 j + g for lane group
+// g, j-th head) is the lane whose heads are 8 g .. 8 g + 7 of the pass.
+TEST(IndexerSharedKeysLayoutTest, HeadRowsArePermutationsOfEachPass) {
+  for (int heads : {1, 3, 8, 20, 32, 33, 64, 96}) {
+    const L layout(heads, 128);
+    EXPECT_EQ(layout.head_rows % L::kHeadPass, 0);
+    EXPECT_GE(layout.head_rows, heads);
+    EXPECT_LT(layout.head_rows - heads, L::kHeadPass);
+    std::set<int> rows;
+    for (int h = 0; h < layout.head_rows; ++h) {
+      const int row = L::HeadRow(h);
+      EXPECT_EQ(row / L::kHeadPass, h / L::kHeadPass) << h;
+      rows.insert(row);
+      const int pass = h / L::kHeadPass * L::kHeadPass, g = h % L::kHeadPass / L::kLaneHeads,
+                j = h % L::kLaneHeads;
+      EXPECT_EQ(row, pass + 4 * j + g) << h;
+    }
+    EXPECT_EQ(static_cast<int>(rows.size()), layout.head_rows);
+    EXPECT_EQ(*rows.rbegin(), layout.head_rows - 1);
+  }
+}
+
+// Lanes: a quad's four lanes are the head groups 0 .. 3, eight quads the key
+// groups 0 .. 7; each lane's 8 keys, over a warp, are the 64 keys of the tile
+// four times (once per head group), and each lane writes the two of its keys
+// with i % 4 == its head group: every key of the tile once.
+TEST(IndexerSharedKeysLayoutTest, LanesCoverEveryHeadAndKeyOfATile) {
+  std::vector<int> dots(L::kHeadPass * L::kKeys, 0), writes(L::kKeys, 0);
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = L::HeadGroup(lane);
+    EXPECT_EQ(g, lane % 4);
+    EXPECT_EQ(L::KeyGroup(lane), lane / 4);
+    for (int i = 0; i < L::kLaneKeys; ++i) {
+      const int key = L::LaneKey(lane, i);
+      ASSERT_LT(key, L::kKeys);
+      for (int j = 0; j < L::kLaneHeads; ++j) ++dots[(g * L::kLaneHeads + j) * L::kKeys + key];
+      if (i % 4 == g) ++writes[key];
+    }
+  }
+  for (int d : dots) EXPECT_EQ(d, 1);
+  for (int w : writes) EXPECT_EQ(w, 1);
+  EXPECT_EQ(L::kThreads, L::kQueries * 32);
+}
+
+// A head load (the quad's 4 lanes read rows pass + 4 j + g, g = 0..3) and a
+// key load (8 key groups read rows kg + 8 i) each touch distinct 16-byte
+// bank groups, so each is one shared-memory wavefront; every region starts
+// 16-byte aligned for the float4 loads.
+TEST(IndexerSharedKeysLayoutTest, LoadsAreFreeOfBankConflictsAndAligned) {
+  for (int dim : {4, 8, 12, 32, 36, 64, 100, 128, 256}) {
+    for (int heads : {1, 32, 64}) {
+      const L layout(heads, dim);
+      SCOPED_TRACE(::testing::Message() << "dim " << dim << " heads " << heads);
+      EXPECT_GE(layout.stride, dim);
+      EXPECT_EQ(layout.stride % 4, 0);
+      EXPECT_EQ(layout.stride / 4 % 2, 1);
+      EXPECT_EQ(layout.q_floats % 4, 0);
+      EXPECT_EQ((layout.q_floats + layout.w_floats) % 4, 0);
+      EXPECT_EQ(layout.Floats(), int64_t{L::kQueries} * layout.head_rows * (layout.stride + 1) +
+                                     int64_t{L::kKeys} * layout.stride);
+      for (int query = 0; query < L::kQueries; ++query) {
+        for (int pass = 0; pass < layout.head_rows; pass += L::kHeadPass) {
+          for (int j = 0; j < L::kLaneHeads; ++j) {
+            std::set<int> groups;
+            for (int g = 0; g < 4; ++g) {
+              const int h = pass + g * L::kLaneHeads + j;
+              groups.insert(
+                  BankGroup((int64_t{query} * layout.head_rows + L::HeadRow(h)) * layout.stride));
+            }
+            EXPECT_EQ(groups.size(), 4u);
+          }
+        }
+      }
+      for (int i = 0; i < L::kLaneKeys; ++i) {
+        std::set<int> groups;
+        for (int kg = 0; kg < 8; ++kg) {
+          groups.insert(BankGroup(layout.q_floats + layout.w_floats +
+                                  int64_t{kg + L::kLaneKeys * i} * layout.stride));
+        }
+        EXPECT_EQ(groups.size(), 8u);
+      }
+    }
+  }
+  // V4.1's indexer: ~100 KB a block, so two blocks fit an SM's 228 KB.
+  EXPECT_EQ(L(32, 128).Floats() * 4, 101888);
+}
+
+// Every (group, range) pair is one block's, the last groups first; the
+// ranges cover each group's tiles exactly.
+TEST(IndexerSharedKeysLayoutTest, BlocksTakeEveryGroupAndRangeOnceLastGroupsFirst) {
+  struct Case {
+    int64_t queries, keys, target;
+  };
+  const Case cases[] = {{4096, 1026, 1024}, {5, 3000, 1024},     {1, 1, 1024}, {70000, 3, 1024},
+                        {300, 200, 1024},   {4096, 16386, 1024}, {7, 64, 1},   {9, 65, 3}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << c.queries << " x " << c.keys);
+    const IndexerSharedKeysGrid grid = IndexerSharedKeysGrid::Make(c.queries, c.keys, c.target);
+    EXPECT_EQ(grid.groups, (c.queries + 3) / 4);
+    EXPECT_EQ(grid.tiles, (c.keys + 63) / 64);
+    EXPECT_GE(grid.tiles_per_block, 1);
+    EXPECT_LE(grid.tiles_per_block, grid.tiles);
+    EXPECT_GT(grid.ranges * grid.tiles_per_block, grid.tiles - 1);
+    EXPECT_LT((grid.ranges - 1) * grid.tiles_per_block, grid.tiles);
+    std::vector<int> seen(grid.groups * grid.ranges, 0);
+    int64_t last_group = grid.groups;
+    for (int64_t b = 0; b < grid.Blocks(); ++b) {
+      const int64_t group = grid.Group(b), range = grid.Range(b);
+      ASSERT_GE(group, 0);
+      ASSERT_LT(group, grid.groups);
+      ASSERT_GE(range, 0);
+      ASSERT_LT(range, grid.ranges);
+      EXPECT_LE(group, last_group);
+      last_group = group;
+      ++seen[group * grid.ranges + range];
+    }
+    for (int s : seen) EXPECT_EQ(s, 1);
+  }
+  // The EP8 prefill chunk (4,096 rows, 1,026 keys): one range a group.
+  const IndexerSharedKeysGrid prefill = IndexerSharedKeysGrid::Make(4096, 1026, 1024);
+  EXPECT_EQ(prefill.ranges, 1);
+  EXPECT_EQ(prefill.Blocks(), 1024);
+}
+
+}  // namespace
+}  // namespace weir::kernels::cuda
