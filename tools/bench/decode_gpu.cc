@@ -181,7 +181,7 @@ ABSL_FLAG(bool, hc_mix_transposed, true,
 ABSL_FLAG(bool, hc_mix_token_loop, false,
           "fast_mhc: HcMixSplitK's token loop for calls of 64 tokens and more (same bits; "
           "DeviceDecoderOptions::hc_mix_token_loop).");
-ABSL_FLAG(bool, indexer_shared_keys, false,
+ABSL_FLAG(bool, indexer_shared_keys, true,
           "IndexerScore launches of 512 rows and more (prefill chunks) take the shared-keys "
           "form (same bits; DeviceDecoderOptions::indexer_shared_keys).");
 ABSL_FLAG(bool, prompt_kv_mirror, false,

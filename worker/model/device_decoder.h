@@ -563,10 +563,11 @@ struct DeviceDecoderOptions {
   // (kernels::cuda::IndexerScoreForm::kSharedKeys: a block of 4 queries over
   // key tiles staged once for all four; the same bits). Steps of fewer rows
   // (decode batches, whose rows each read their own sequence's keys) keep
-  // the per-query form. Its kernel test passes on an H100 (the 4,096-row
-  // chunk's IndexerScore 2.45 -> 1.22 ms a launch, indexer_score_bench); off
-  // until the EP8 chunk has been timed with it (not run in the decoder yet).
-  bool indexer_shared_keys = false;
+  // the per-query form. On since the twenty-fifth session (H100: the
+  // 4,096-row chunk's IndexerScore 2.45 -> 1.22 ms a launch,
+  // indexer_score_bench; the EP8 slice's chunk 0.800 / 0.799 -> 0.769 /
+  // 0.773 s).
+  bool indexer_shared_keys = true;
 };
 
 // The fewest rows for which indexer_shared_keys takes the shared-keys form.
