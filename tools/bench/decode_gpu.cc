@@ -196,6 +196,9 @@ ABSL_FLAG(bool, coalesced_tile_conversion, true,
 ABSL_FLAG(bool, fp8_ws_halves, false,
           "FP8 products on the warp-specialized prefill tile: each K block's sums in two halves, "
           "one folded while the other runs (same bits; DeviceDecoderOptions::fp8_ws_halves).");
+ABSL_FLAG(bool, used_rows_only, true,
+          "The routed experts' SwiGLU and FP8 quantizations stop at the grouped rows in use "
+          "(same bits; DeviceDecoderOptions::used_rows_only).");
 ABSL_FLAG(bool, hc_mix_prefill_grid, false,
           "fast_mhc: HcMixSplitK's prefill grid (splits on y, 8 token groups a CTA) for calls "
           "of 256 tokens and more (same bits; DeviceDecoderOptions::hc_mix_prefill_grid).");
@@ -463,6 +466,7 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .attention_overlap = absl::GetFlag(FLAGS_attention_overlap),
           .coalesced_tile_conversion = absl::GetFlag(FLAGS_coalesced_tile_conversion),
           .fp8_ws_halves = absl::GetFlag(FLAGS_fp8_ws_halves),
+          .used_rows_only = absl::GetFlag(FLAGS_used_rows_only),
           .indexer_shared_keys = absl::GetFlag(FLAGS_indexer_shared_keys)};
 }
 

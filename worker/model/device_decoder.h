@@ -535,6 +535,12 @@ struct DeviceDecoderOptions {
   // twenty-fifth session: the EP8 slice's chunk 0.818 / 0.816 s against
   // 0.801 / 0.802 s).
   bool fp8_ws_halves = false;
+  // The routed experts' SwiGLU and FP8 quantizations on the grouped rows
+  // stop at the rows in use (group_offsets[experts], read on the device:
+  // SwigluParams / ActQuantFp8Params::row_count) instead of the step's
+  // capacity, b x topk rows: at a 4,096-row EP8 prefill chunk about 3,100 of
+  // 24,576. The same bits (rows past the groups' end are never read).
+  bool used_rows_only = true;
   // Expert parallelism over NCCL on device buffers (see the file comment):
   // this decoder is rank communicator->rank() of communicator->world_size().
   // Not owned; must outlive the decoder and live on `device`. Null: every

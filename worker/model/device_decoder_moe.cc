@@ -180,6 +180,9 @@ absl::Status DeviceDecoder::Impl::TileFormExperts(const LayerDev& L, int64_t row
   // SwiGLU with the route weight and its bf16 roundings, then the FP8 form of
   // h: the operations of the MXFP4 kernel's fused epilogue (SwigluOut,
   // Fp8ActScaleCode / Fp8ActCode).
+  // Rows are laid out for the step's capacity (b x topk); the groups end at
+  // group_offsets[experts], and only rows before it are read after this.
+  const int64_t* used_rows = options.used_rows_only ? group_offsets + L.experts : nullptr;
   RETURN_IF_ERROR(dec::Swiglu({.gate = gg,
                                .up = upg,
                                .route_weight = wg,
@@ -187,10 +190,16 @@ absl::Status DeviceDecoder::Impl::TileFormExperts(const LayerDev& L, int64_t row
                                .rows = rows,
                                .inter = inter,
                                .limit = limit,
-                               .round_bf16 = bf16()},
+                               .round_bf16 = bf16(),
+                               .row_count = used_rows},
                               stream));
-  RETURN_IF_ERROR(dense::ActQuantFp8(
-      {.x = gg, .codes = fh, .scales = fh_scales, .rows = rows, .cols = inter}, stream));
+  RETURN_IF_ERROR(dense::ActQuantFp8({.x = gg,
+                                      .codes = fh,
+                                      .scales = fh_scales,
+                                      .rows = rows,
+                                      .cols = inter,
+                                      .row_count = used_rows},
+                                     stream));
   dense::Fp8BlockGemmParams p{
       .x = fh,
       .x_scales = fh_scales,
@@ -397,7 +406,13 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
                          b * k / std::max(L.experts, 1) >= kExpertTileFormRows;
   if (FastExperts(L) && !by_codes) {  // the reference's act_quant of the grouped rows
     RETURN_IF_ERROR(dense::ActQuantFp8(
-        {.x = xg, .codes = fq, .scales = fq_scales, .rows = rows, .cols = d}, stream));
+        {.x = xg,
+         .codes = fq,
+         .scales = fq_scales,
+         .rows = rows,
+         .cols = d,
+         .row_count = options.used_rows_only ? group_offsets + L.experts : nullptr},
+        stream));
   }
   if (tile_form) {  // (FastExperts: tile_form implies it)
     // Resident tiles were converted at Create / SetPlacement.

@@ -35,20 +35,22 @@ absl::Status Swiglu(const SwigluParams& p, cudaStream_t stream) {
         static_cast<unsigned>((threads + internal::kThreads - 1) / internal::kThreads);
     if (p.round_bf16) {
       SwigluFp8Kernel<true><<<grid, internal::kThreads, 0, stream>>>(
-          p.gate, p.up, p.route_weight, p.out, p.codes, p.scales, threads, p.inter, p.limit);
+          p.gate, p.up, p.route_weight, p.out, p.codes, p.scales, threads, p.inter, p.limit,
+          p.row_count);
     } else {
       SwigluFp8Kernel<false><<<grid, internal::kThreads, 0, stream>>>(
-          p.gate, p.up, p.route_weight, p.out, p.codes, p.scales, threads, p.inter, p.limit);
+          p.gate, p.up, p.route_weight, p.out, p.codes, p.scales, threads, p.inter, p.limit,
+          p.row_count);
     }
     return LaunchStatus("Swiglu");
   }
   const unsigned blocks = internal::BlocksFor(n);
   if (p.round_bf16) {
     SwigluKernel<true><<<blocks, internal::kThreads, 0, stream>>>(
-        p.gate, p.up, p.route_weight, p.out, p.rows, p.inter, p.limit);
+        p.gate, p.up, p.route_weight, p.out, p.rows, p.inter, p.limit, p.row_count);
   } else {
     SwigluKernel<false><<<blocks, internal::kThreads, 0, stream>>>(
-        p.gate, p.up, p.route_weight, p.out, p.rows, p.inter, p.limit);
+        p.gate, p.up, p.route_weight, p.out, p.rows, p.inter, p.limit, p.row_count);
   }
   return LaunchStatus("Swiglu");
 }

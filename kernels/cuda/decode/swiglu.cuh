@@ -37,9 +37,9 @@ __device__ __forceinline__ float SwigluOf(float g, float u, const float* __restr
 template <bool kRoundBf16>
 __global__ void SwigluKernel(const float* gate, const float* up,
                              const float* __restrict__ route_weight, float* out, int64_t rows,
-                             int64_t inter, float limit) {
+                             int64_t inter, float limit, const int64_t* __restrict__ row_count) {
   GridDependencyPrologue();
-  const int64_t n = rows * inter;
+  const int64_t n = (row_count == nullptr ? rows : min(rows, max(*row_count, int64_t{0}))) * inter;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
        e += stride) {
@@ -55,10 +55,16 @@ template <bool kRoundBf16>
 __global__ void SwigluFp8Kernel(const float* gate, const float* up,
                                 const float* __restrict__ route_weight, float* out,
                                 uint8_t* __restrict__ codes, uint8_t* __restrict__ scales,
-                                int64_t num_threads, int64_t inter, float limit) {
+                                int64_t num_threads, int64_t inter, float limit,
+                                const int64_t* __restrict__ row_count) {
   GridDependencyPrologue();
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const bool active = t < num_threads;
+  // With row_count, the threads of rows past it idle (inter % 32 == 0: a
+  // 32-block's 4 lanes agree).
+  const int64_t limit_threads = row_count == nullptr
+                                    ? num_threads
+                                    : min(num_threads, max(*row_count, int64_t{0}) * (inter / 8));
+  const bool active = t < limit_threads;
   float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   if (active) {
     const int64_t e0 = t * 8, row = e0 / inter;

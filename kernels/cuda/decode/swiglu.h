@@ -42,6 +42,11 @@ struct SwigluParams {
   // layer fewer.
   uint8_t* codes = nullptr;
   uint8_t* scales = nullptr;
+  // Optional, device: the rows in use, read in the launch (a grouped step's
+  // last group offset: rows are laid out for the step's capacity). Rows at
+  // and past it (clamped to [0, rows]) are neither read nor written; the
+  // rows before it get the same bits. Null: every row.
+  const int64_t* row_count = nullptr;
 };
 
 // Returns true if Swiglu handles `p`: rows, inter >= 0 and, when rows * inter

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <span>
@@ -133,6 +134,82 @@ TEST(SwigluTest, IsBitIdenticalToTheExpertFfnLoop) {
     }
   }
   EXPECT_EQ(checked, 4 * 4 * 2 * 2);
+}
+
+// With row_count (a device count read in the launch), the rows before it get
+// the bits of the whole launch and the rows at and past it stay untouched, in
+// both kernels (with and without the FP8 form); counts clamp to [0, rows].
+TEST(SwigluTest, RowCountLeavesTheRowsPastItUntouched) {
+  constexpr int64_t kRows = 29, kInter = 256;
+  std::mt19937 rng(99);
+  const std::vector<float> gate = Activations(kRows * kInter, rng);
+  const std::vector<float> up = Activations(kRows * kInter, rng);
+  std::vector<float> weight;
+  std::uniform_real_distribution<float> w(0.0f, 1.0f);
+  for (int64_t r = 0; r < kRows; ++r) weight.push_back(w(rng));
+  const std::vector<float> want = CpuSwiglu(gate, up, weight, kRows, kInter, 7.0f, true);
+  const int64_t n = kRows * kInter;
+  std::vector<uint8_t> want_codes(n), want_scales(n / 32);
+  ASSERT_TRUE(kernels::cpu::QuantizeFp8(want, 32, want_codes, want_scales).ok());
+  DeviceBuffer<float> d_gate(gate), d_up(up), d_weight(weight), d_out(n);
+  DeviceBuffer<uint8_t> d_codes(n), d_scales(n / 32);
+  DeviceBuffer<int64_t> d_count(1);
+  ASSERT_TRUE(d_count.ok());
+  for (const bool fp8 : {false, true}) {
+    for (const int64_t used :
+         {int64_t{0}, int64_t{1}, int64_t{17}, kRows, kRows + 4, int64_t{-1}}) {
+      const int64_t kept = std::clamp<int64_t>(used, 0, kRows);
+      cudaMemcpy(d_count.get(), &used, sizeof(used), cudaMemcpyHostToDevice);
+      d_out.Poison();
+      d_codes.Poison();
+      d_scales.Poison();
+      const SwigluParams p{.gate = d_gate.get(),
+                           .up = d_up.get(),
+                           .route_weight = d_weight.get(),
+                           .out = d_out.get(),
+                           .rows = kRows,
+                           .inter = kInter,
+                           .limit = 7.0f,
+                           .round_bf16 = true,
+                           .codes = fp8 ? d_codes.get() : nullptr,
+                           .scales = fp8 ? d_scales.get() : nullptr,
+                           .row_count = d_count.get()};
+      ASSERT_TRUE(Swiglu(p, nullptr).ok());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::vector<float> out = d_out.Download();
+      constexpr uint32_t kPoisonBits = 0xFFFFFFFFu;  // Poison()'s default byte, 0xFF
+      EXPECT_TRUE(SameBits(std::vector<float>(out.begin(), out.begin() + kept * kInter),
+                           std::vector<float>(want.begin(), want.begin() + kept * kInter), true))
+          << "fp8 " << fp8 << " row_count " << used;
+      int64_t touched = 0;
+      for (int64_t i = kept * kInter; i < n; ++i) {
+        uint32_t bits;
+        std::memcpy(&bits, &out[i], 4);
+        touched += bits != kPoisonBits;
+      }
+      EXPECT_EQ(touched, 0) << "fp8 " << fp8 << " row_count " << used;
+      if (fp8) {
+        const std::vector<uint8_t> codes = d_codes.Download(), scales = d_scales.Download();
+        int64_t wrong = 0, touched_codes = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          if (i < kept * kInter) {
+            wrong += codes[i] != want_codes[i];
+          } else {
+            touched_codes += codes[i] != 0xFF;
+          }
+        }
+        for (int64_t i = 0; i < n / 32; ++i) {
+          if (i < kept * kInter / 32) {
+            wrong += scales[i] != want_scales[i];
+          } else {
+            touched_codes += scales[i] != 0xFF;
+          }
+        }
+        EXPECT_EQ(wrong, 0) << "row_count " << used;
+        EXPECT_EQ(touched_codes, 0) << "row_count " << used;
+      }
+    }
+  }
 }
 
 TEST(SwigluTest, RefusesBadParamsAndSkipsEmptyWork) {

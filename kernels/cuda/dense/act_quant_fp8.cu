@@ -32,11 +32,11 @@ absl::Status ActQuantFp8(const ActQuantFp8Params& p, cudaStream_t stream) {
   const int64_t grid = (num_threads + kThreads - 1) / kThreads;
   if (grid > int64_t{0x7FFFFFFF}) return absl::InvalidArgumentError("ActQuantFp8: too large");
   if (p.dtype == ActDtype::kBf16) {
-    ActQuantFp8Kernel<true>
-        <<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(p.x, p.codes, p.scales, num_threads);
+    ActQuantFp8Kernel<true><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(
+        p.x, p.codes, p.scales, num_threads, p.row_count, p.cols / 8);
   } else {
-    ActQuantFp8Kernel<false>
-        <<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(p.x, p.codes, p.scales, num_threads);
+    ActQuantFp8Kernel<false><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(
+        p.x, p.codes, p.scales, num_threads, p.row_count, p.cols / 8);
   }
   return LaunchStatus("ActQuantFp8");
 }

@@ -87,10 +87,16 @@ __device__ __forceinline__ void ActQuantEight(const float (&v)[8], bool active, 
 // of 4).
 template <bool kBf16>
 __global__ void ActQuantFp8Kernel(const void* __restrict__ x, uint8_t* __restrict__ codes,
-                                  uint8_t* __restrict__ scales, int64_t num_threads) {
+                                  uint8_t* __restrict__ scales, int64_t num_threads,
+                                  const int64_t* __restrict__ row_count, int64_t row_threads) {
   GridDependencyPrologue();
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const bool active = t < num_threads;
+  // With row_count, the threads of rows past it idle (a row's 32-blocks never
+  // span two rows, so a 32-block's lanes agree).
+  const int64_t limit = row_count == nullptr
+                            ? num_threads
+                            : min(num_threads, max(*row_count, int64_t{0}) * row_threads);
+  const bool active = t < limit;
   float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   if (active) LoadEight<kBf16>(x, t * 8, v);
   ActQuantEight(v, active, codes + t * 8, scales + t / 4);

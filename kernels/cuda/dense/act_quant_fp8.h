@@ -37,6 +37,11 @@ struct ActQuantFp8Params {
   uint8_t* scales = nullptr;  // device [rows, cols / 32]
   int64_t rows = 0;
   int64_t cols = 0;  // multiple of 32
+  // Optional, device: the rows in use, read in the launch (a grouped step's
+  // last group offset: rows are laid out for the step's capacity). Rows at
+  // and past it (clamped to [0, rows]) are neither read nor written; the
+  // rows before it get the same bits. Null: every row.
+  const int64_t* row_count = nullptr;
 };
 
 // Returns OK or INVALID_ARGUMENT: null pointer, rows or cols not positive,

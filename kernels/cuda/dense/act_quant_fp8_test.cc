@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -107,6 +108,52 @@ TEST(ActQuantFp8Test, Bf16BitIdenticalToTheCpuOnWidenedValues) {
     }
     ExpectSame(Gpu(bits.data(), bits.size() * 2, ActDtype::kBf16, rows, cols), Cpu(widened),
                "bf16");
+  }
+}
+
+// With row_count (a device count read in the launch), the rows before it get
+// the bits of the whole launch and the rows at and past it stay untouched;
+// counts past rows and below 0 clamp.
+TEST(ActQuantFp8Test, RowCountLeavesTheRowsPastItUntouched) {
+  constexpr int64_t kRows = 37, kCols = 5120;
+  const std::vector<float> x = Inputs(kRows, kCols, 4711);
+  const Quantized want = Cpu(x);
+  DeviceBuffer<float> dx(x);
+  DeviceBuffer<uint8_t> codes(kRows * kCols), scales(kRows * kCols / 32);
+  DeviceBuffer<int64_t> count(1);
+  ASSERT_TRUE(dx.ok() && codes.ok() && scales.ok() && count.ok());
+  for (const int64_t used : {int64_t{0}, int64_t{1}, int64_t{20}, kRows, kRows + 5, int64_t{-3}}) {
+    const int64_t kept = std::clamp<int64_t>(used, 0, kRows);
+    cudaMemcpy(count.get(), &used, sizeof(used), cudaMemcpyHostToDevice);
+    codes.Poison(0xAB);
+    scales.Poison(0xAB);
+    ASSERT_TRUE(ActQuantFp8({.x = dx.get(),
+                             .codes = codes.get(),
+                             .scales = scales.get(),
+                             .rows = kRows,
+                             .cols = kCols,
+                             .row_count = count.get()},
+                            nullptr)
+                    .ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<uint8_t> got_codes = codes.Download(), got_scales = scales.Download();
+    int64_t wrong = 0, touched = 0;
+    for (int64_t i = 0; i < kRows * kCols; ++i) {
+      if (i < kept * kCols) {
+        wrong += got_codes[i] != want.codes[i];
+      } else {
+        touched += got_codes[i] != 0xAB;
+      }
+    }
+    for (int64_t i = 0; i < kRows * kCols / 32; ++i) {
+      if (i < kept * kCols / 32) {
+        wrong += got_scales[i] != want.scales[i];
+      } else {
+        touched += got_scales[i] != 0xAB;
+      }
+    }
+    EXPECT_EQ(wrong, 0) << "row_count " << used;
+    EXPECT_EQ(touched, 0) << "row_count " << used;
   }
 }
 
