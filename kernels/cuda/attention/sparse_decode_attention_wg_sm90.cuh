@@ -235,13 +235,19 @@ __device__ __forceinline__ void WgmmaPv(uint64_t a_desc, uint64_t b_desc, float 
       : "memory");
 }
 
-// Writes out's values d and d + 1 (d even) of `head` for `query`: to out, or
-// with a.g_width to the grouped projection's input: each head's last
-// g_rope_dim values (whole pairs, d even) rotated back at the query's position
-// and rounded when round_bf16 (SwapAxesRowsKernel's RoPE arithmetic, through
-// rope_pair.cuh), then [group, query, column] as fp32 or as ToBf16's bits.
-__device__ __forceinline__ void StoreOutPair(const KernelArgs& a, int64_t query, int head, int d,
-                                             float2 v) {
+// With a.g_width (a multiple of kHeadDim, the launcher's condition), the
+// index of the head's value 0 in the grouped output: a head lies in one
+// group, so its value d is at GroupedHeadBase + d. One division a head
+// instead of one a pair.
+__device__ __forceinline__ int64_t GroupedHeadBase(const KernelArgs& a, int64_t query, int head) {
+  if (a.g_width == 0) return 0;
+  const int64_t column = int64_t{head} * kHeadDim;
+  return (column / a.g_width * a.g_rows + query) * a.g_width + column % a.g_width;
+}
+
+// StoreOutPair with the head's GroupedHeadBase `head_base` (d < kHeadDim).
+__device__ __forceinline__ void StoreOutPairAt(const KernelArgs& a, int64_t query, int head, int d,
+                                               float2 v, int64_t head_base) {
   if (a.g_width == 0) {
     *reinterpret_cast<float2*>(a.out + (query * a.heads + head) * kHeadDim + d) = v;
     return;
@@ -253,14 +259,23 @@ __device__ __forceinline__ void StoreOutPair(const KernelArgs& a, int64_t query,
     const float2 r = RopeRotatePair(v.x, v.y, cs.x, cs.y, /*inverse=*/true);
     v = a.round_bf16 ? make_float2(RoundToBf16(r.x), RoundToBf16(r.y)) : r;
   }
-  const int64_t column = int64_t{head} * kHeadDim + d;
-  const int64_t at = (column / a.g_width * a.g_rows + query) * a.g_width + column % a.g_width;
+  const int64_t at = head_base + d;
   if (a.g_out_bf16 != nullptr) {
     *reinterpret_cast<uint32_t*>(a.g_out_bf16 + at) =
         static_cast<uint32_t>(Bf16BitsOf(v.x)) | (static_cast<uint32_t>(Bf16BitsOf(v.y)) << 16);
   } else {
     *reinterpret_cast<float2*>(a.g_out + at) = v;
   }
+}
+
+// Writes out's values d and d + 1 (d even) of `head` for `query`: to out, or
+// with a.g_width to the grouped projection's input: each head's last
+// g_rope_dim values (whole pairs, d even) rotated back at the query's position
+// and rounded when round_bf16 (SwapAxesRowsKernel's RoPE arithmetic, through
+// rope_pair.cuh), then [group, query, column] as fp32 or as ToBf16's bits.
+__device__ __forceinline__ void StoreOutPair(const KernelArgs& a, int64_t query, int head, int d,
+                                             float2 v) {
+  StoreOutPairAt(a, query, head, d, v, GroupedHeadBase(a, query, head));
 }
 
 // The producer of the mirror form (kMirror; KernelArgs::win_bf16 /
@@ -769,12 +784,13 @@ __global__ void __launch_bounds__(kThreads, 1)
           any ? (red[h] + red[kHeads + h]) + exp2f(a.sink[head] * 1.4426950408889634f - m_run[r])
               : 1.0f;
       const int d0 = 256 * wg + 2 * (lane & 3);
+      const int64_t head_base = GroupedHeadBase(a, query, head);
 #pragma unroll
       for (int i = 0; i < 32; ++i) {
         float2 v = any ? make_float2(o[4 * i + 2 * r] / denom, o[4 * i + 2 * r + 1] / denom)
                        : make_float2(0.0f, 0.0f);
         if (a.round_bf16) v = make_float2(RoundToBf16(v.x), RoundToBf16(v.y));
-        StoreOutPair(a, query, head, d0 + 8 * i, v);
+        StoreOutPairAt(a, query, head, d0 + 8 * i, v, head_base);
       }
     }
     return;
