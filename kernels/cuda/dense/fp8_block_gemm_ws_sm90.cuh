@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     }
     for (int s = 0; s < kWsX16Stages; ++s) {
       MbarrierInit(x16_full0 + 8 * s, 3 * 32 + (kPanel ? 1 : 0));  // wideners (+ X's expect_tx)
-      MbarrierInit(x16_empty0 + 8 * s, 2 * 128);  // consumers
+      MbarrierInit(x16_empty0 + 8 * s, 2 * 128);                   // consumers
     }
     FenceMbarrierInit();
   }
@@ -325,25 +325,40 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   float total[1][kWsBm / 8][4];
   int next_split = 1;
   int boundary = folds > 1 ? num_kt / folds : stages;
-  if constexpr (kHalves) {
-    // The table's 16 products of half h (X rows 64 h .. 64 h + 63) of block
-    // j, folded into the accumulators of those rows.
-    auto fold_half = [&](uint32_t table, int j, int h, const float(&ph)[kP / 2]) {
-      const uint32_t tj = table + Fp8GemmWsQuadBase(j, g_local, quad) * 4;
-      uint32_t s[4][4];
+  // The fold of block j's half h (X rows 64 h .. 64 h + 63, the quad's rows
+  // 8 ni + 2 quad + {0, 1} for ni = 8 h .. 8 h + 7): 16 floats of sw sx from
+  // the table (4 x 16 bytes), each accumulator's fma.
+  auto fold_half = [&](uint32_t table, int j, int h, const float(&ph)[kP / 2]) {
+    const uint32_t tj = table + Fp8GemmWsQuadBase(j, g_local, quad) * 4;
+    uint32_t s[4][4];
 #pragma unroll
-      for (int v = 0; v < 4; ++v) LoadShared128(tj + (h * 16 + v * 4) * 4, s[v]);
+    for (int v = 0; v < 4; ++v) LoadShared128(tj + (h * 16 + v * 4) * 4, s[v]);
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const int ni = h * 8 + e;
-        const float sx0 = __uint_as_float(s[e / 2][(e % 2) * 2]);
-        const float sx1 = __uint_as_float(s[e / 2][(e % 2) * 2 + 1]);
-        acc[0][ni][0] = __fmaf_rn(ph[4 * e + 0], sx0, acc[0][ni][0]);
-        acc[0][ni][1] = __fmaf_rn(ph[4 * e + 1], sx1, acc[0][ni][1]);
-        acc[0][ni][2] = __fmaf_rn(ph[4 * e + 2], sx0, acc[0][ni][2]);
-        acc[0][ni][3] = __fmaf_rn(ph[4 * e + 3], sx1, acc[0][ni][3]);
+    for (int e = 0; e < 8; ++e) {
+      const int ni = h * 8 + e;
+      const float sx0 = __uint_as_float(s[e / 2][(e % 2) * 2]);
+      const float sx1 = __uint_as_float(s[e / 2][(e % 2) * 2 + 1]);
+      acc[0][ni][0] = __fmaf_rn(ph[4 * e + 0], sx0, acc[0][ni][0]);
+      acc[0][ni][1] = __fmaf_rn(ph[4 * e + 1], sx1, acc[0][ni][1]);
+      acc[0][ni][2] = __fmaf_rn(ph[4 * e + 2], sx0, acc[0][ni][2]);
+      acc[0][ni][3] = __fmaf_rn(ph[4 * e + 3], sx1, acc[0][ni][3]);
+    }
+  };
+  // A split's first stage (fold_splits): bank the previous splits' sum.
+  auto bank_split = [&] {
+#pragma unroll
+    for (int ni = 0; ni < kWsBm / 8; ++ni) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        total[0][ni][r] =
+            next_split == 1 ? acc[0][ni][r] : __fadd_rn(total[0][ni][r], acc[0][ni][r]);
+        acc[0][ni][r] = 0.0f;
       }
-    };
+    }
+    ++next_split;
+    boundary = next_split < folds ? static_cast<int>(int64_t{next_split} * num_kt / folds) : stages;
+  };
+  if constexpr (kHalves) {
     // Half h of block j's sums from the f16 slot `x_desc` into ph (one group).
     auto issue_half = [&](uint64_t x_desc, int j, int h, const F16A& aj, float(&ph)[kP / 2]) {
       const int at = (j >> 1) * kWsBm * 128 + (j & 1) * 64 + h * (kWsBm / 2) * 128;
@@ -357,20 +372,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     };
     float p[2][kP / 2];
     for (int i = 0; i < stages; ++i) {
-      if (i == boundary) {  // as below
-#pragma unroll
-        for (int ni = 0; ni < kWsBm / 8; ++ni) {
-#pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            total[0][ni][r] =
-                next_split == 1 ? acc[0][ni][r] : __fadd_rn(total[0][ni][r], acc[0][ni][r]);
-            acc[0][ni][r] = 0.0f;
-          }
-        }
-        ++next_split;
-        boundary =
-            next_split < folds ? static_cast<int>(int64_t{next_split} * num_kt / folds) : stages;
-      }
+      if (i == boundary) bank_split();  // split next_split starts
       const int slot = i % kWsCodeStages;
       const int ts = i % kWsX16Stages;
       const uint32_t w_base = base + slot * kWsCodeSlot;
@@ -411,68 +413,41 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     }
   } else {
     for (int i = 0; i < stages; ++i) {
-      if (i == boundary) {  // split next_split starts: bank the previous one's sum
+      if (i == boundary) bank_split();  // split next_split starts
+      const int slot = i % kWsCodeStages;
+      const int ts = i % kWsX16Stages;
+      const uint32_t w_base = base + slot * kWsCodeSlot;
+      MbarrierWait(full0 + 8 * slot, (i / kWsCodeStages) & 1);
+      make_a(w_base, 0, a[0]);
+      MbarrierWait(x16_full0 + 8 * ts, (i / kWsX16Stages) & 1);
+      const uint64_t x_desc =
+          DescriptorOf(SwizzledKMajorDescriptorLo(base + kWsX16Offset + ts * kWsX16Slot));
+      const uint32_t table = base + kWsTableOffset + ts * kWsTableSlot;
 #pragma unroll
-      for (int ni = 0; ni < kWsBm / 8; ++ni) {
+      for (int j = 0; j < kBlocks; ++j) {
+        float p[kP];
+        const int at = (j >> 1) * kWsBm * 128 + (j & 1) * 64;
+        WgmmaFence();
+        WgmmaF16<kWsBm>::RSZero(a[j & 1].lo, x_desc + static_cast<uint64_t>(at >> 4), p);
+        WgmmaF16<kWsBm>::RS(a[j & 1].hi, x_desc + static_cast<uint64_t>((at + 32) >> 4), p, true);
+        WgmmaCommit();
+        if (j + 1 < kBlocks) {
+          make_a(w_base, j + 1, a[(j + 1) & 1]);
+        } else {
+          MbarrierArrive(empty0 + 8 * slot);  // the W codes of this stage are in registers
+        }
+        WgmmaWait(0);
+        pin_a(a[j & 1]);
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          total[0][ni][r] =
-              next_split == 1 ? acc[0][ni][r] : __fadd_rn(total[0][ni][r], acc[0][ni][r]);
-          acc[0][ni][r] = 0.0f;
+        for (int r = 0; r < kP; ++r) PinRegister(p[r]);
+          // The fold, the two halves in order.
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          fold_half(table, j, h, *reinterpret_cast<const float(*)[kP / 2]>(p + h * (kP / 2)));
         }
       }
-      ++next_split;
-      boundary =
-          next_split < folds ? static_cast<int>(int64_t{next_split} * num_kt / folds) : stages;
+      MbarrierArrive(x16_empty0 + 8 * ts);  // every wgmma of this f16 slot has retired
     }
-    const int slot = i % kWsCodeStages;
-    const int ts = i % kWsX16Stages;
-    const uint32_t w_base = base + slot * kWsCodeSlot;
-    MbarrierWait(full0 + 8 * slot, (i / kWsCodeStages) & 1);
-    make_a(w_base, 0, a[0]);
-    MbarrierWait(x16_full0 + 8 * ts, (i / kWsX16Stages) & 1);
-    const uint64_t x_desc =
-        DescriptorOf(SwizzledKMajorDescriptorLo(base + kWsX16Offset + ts * kWsX16Slot));
-    const uint32_t table = base + kWsTableOffset + ts * kWsTableSlot;
-#pragma unroll
-    for (int j = 0; j < kBlocks; ++j) {
-      float p[kP];
-      const int at = (j >> 1) * kWsBm * 128 + (j & 1) * 64;
-      WgmmaFence();
-      WgmmaF16<kWsBm>::RSZero(a[j & 1].lo, x_desc + static_cast<uint64_t>(at >> 4), p);
-      WgmmaF16<kWsBm>::RS(a[j & 1].hi, x_desc + static_cast<uint64_t>((at + 32) >> 4), p, true);
-      WgmmaCommit();
-      if (j + 1 < kBlocks) {
-        make_a(w_base, j + 1, a[(j + 1) & 1]);
-      } else {
-        MbarrierArrive(empty0 + 8 * slot);  // the W codes of this stage are in registers
-      }
-      WgmmaWait(0);
-      pin_a(a[j & 1]);
-#pragma unroll
-      for (int r = 0; r < kP; ++r) PinRegister(p[r]);
-      // The fold: 16 floats of sw sx at a time (4 x 16 bytes), the quad's X
-      // rows 8 ni + 2 quad + {0, 1} for ni = 0 .. 15.
-      const uint32_t tj = table + Fp8GemmWsQuadBase(j, g_local, quad) * 4;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        uint32_t s[4][4];
-#pragma unroll
-        for (int v = 0; v < 4; ++v) LoadShared128(tj + (h * 16 + v * 4) * 4, s[v]);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const int ni = h * 8 + e;
-          const float sx0 = __uint_as_float(s[e / 2][(e % 2) * 2]);
-          const float sx1 = __uint_as_float(s[e / 2][(e % 2) * 2 + 1]);
-          acc[0][ni][0] = __fmaf_rn(p[4 * ni + 0], sx0, acc[0][ni][0]);
-          acc[0][ni][1] = __fmaf_rn(p[4 * ni + 1], sx1, acc[0][ni][1]);
-          acc[0][ni][2] = __fmaf_rn(p[4 * ni + 2], sx0, acc[0][ni][2]);
-          acc[0][ni][3] = __fmaf_rn(p[4 * ni + 3], sx1, acc[0][ni][3]);
-        }
-      }
-    }
-    MbarrierArrive(x16_empty0 + 8 * ts);  // every wgmma of this f16 slot has retired
-  }
   }
 
   if (folds > 1) {
