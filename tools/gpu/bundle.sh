@@ -67,12 +67,30 @@ du -sh "${out}" >&2
 # The carry limit counts the tracked files too (about 32 MB, the trained tiny
 # included), and the whole bundle packs to about 35 MB: BUNDLE_PACK (paths
 # under OUT_DIR, space-separated, e.g. "bin/worker_model_device_decoder_test
-# tools/speculative_gpu serve serve_smoke.sh") packs those and lib/ only.
+# tools/speculative_gpu serve serve_smoke.sh") packs those and lib/ only. A
+# part may be a glob under OUT_DIR, so the whole suite goes in three calls
+# (packed sizes of 2026-12-06; each fits beside the tracked files):
+#   BUNDLE_PACK="bin/kernels_* run_all.sh"               20 MB, kernel tests
+#   BUNDLE_PACK="bin/[!k]* run_all.sh"                   27 MB, other tests
+#   BUNDLE_PACK="tools serve run_all.sh serve_smoke.sh"  25 MB, benchmarks
+# and run_all.sh runs what a part holds (RUN_BENCH=0 skips the benchmarks).
+# A part that matches nothing stops the script.
 mkdir -p .gpu_pack
 if [[ -n "${BUNDLE_PACK:-}" ]]; then
   read -r -a parts <<< "${BUNDLE_PACK}"
   paths=("${out}/lib")
-  for part in "${parts[@]}"; do paths+=("${out}/${part}"); done
+  for part in "${parts[@]}"; do
+    matched=0
+    for path in "${out}"/${part}; do
+      [[ -e "${path}" ]] || continue
+      paths+=("${path}")
+      matched=1
+    done
+    if [[ "${matched}" == 0 ]]; then
+      echo "bundle.sh: BUNDLE_PACK part '${part}' matches nothing under ${out}" >&2
+      exit 1
+    fi
+  done
   tar -cJf .gpu_pack/bundle.tar.xz "${paths[@]}"
 else
   tar -cJf .gpu_pack/bundle.tar.xz "${out}"
