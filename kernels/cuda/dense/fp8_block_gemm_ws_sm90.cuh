@@ -367,16 +367,14 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       WgmmaF16<kWsBm / 2>::RS(aj.hi, x_desc + static_cast<uint64_t>((at + 32) >> 4), ph, true);
       WgmmaCommit();
     };
-    auto x_desc_of = [&](int ts) {
-      return DescriptorOf(SwizzledKMajorDescriptorLo(base + kWsX16Offset + ts * kWsX16Slot));
-    };
     float p[2][kP / 2];
     for (int i = 0; i < stages; ++i) {
       if (i == boundary) bank_split();  // split next_split starts
       const int slot = i % kWsCodeStages;
       const int ts = i % kWsX16Stages;
       const uint32_t w_base = base + slot * kWsCodeSlot;
-      const uint64_t x_desc = x_desc_of(ts);
+      const uint64_t x_desc =
+          DescriptorOf(SwizzledKMajorDescriptorLo(base + kWsX16Offset + ts * kWsX16Slot));
       const uint32_t table = base + kWsTableOffset + ts * kWsTableSlot;
       // The stage's first item. Nothing is in flight across the stage loop's
       // back edge: with the next stage's first item issued there, ptxas
