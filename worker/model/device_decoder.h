@@ -578,6 +578,14 @@ struct DeviceDecoderOptions {
   // indexer_score_bench; the EP8 slice's chunk 0.800 / 0.799 -> 0.769 /
   // 0.773 s).
   bool indexer_shared_keys = true;
+  // With prefill_x16_panel: the panel is made with X's scales
+  // (dense::Fp8F16PanelParams::scales: each block whose UE8M0 scale is in
+  // 2^-21 .. 2 written as code x 2^(e + 6)), and the product told so
+  // (Fp8BlockGemmParams::x_f16_scaled), so a stage whose rows are all in
+  // range folds with one factor a warp instead of the table of scale
+  // products. The same bits (fp8_block_gemm_sm90_test
+  // ScaledPanelGivesTheMmaBits). Not with fp8_ws_halves (ignored then).
+  bool scaled_x16_panel = false;
 };
 
 // The fewest rows for which indexer_shared_keys takes the shared-keys form.

@@ -991,16 +991,21 @@ TEST(DeviceDecoderFastTest, SmallBf16LongChunkGivesTheShortChunksBits) {
     EXPECT_EQ(std::memcmp(r->data(), whole[i + 1].data(), v * sizeof(float)), 0) << "step " << i;
   }
   // The 400-row chunk's FP8 products read X's f16 panel (prefill_x16_panel,
-  // on by default); without the panel the chunk's rows are the same bits.
+  // on by default); without the panel, and with the scaled panel
+  // (scaled_x16_panel), the chunk's rows are the same bits.
   auto panels = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, options);
   ASSERT_TRUE(panels.ok()) << panels.status();
   DeviceDecoderOptions off = options;
   off.prefill_x16_panel = false;
   auto widened = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, off);
   ASSERT_TRUE(widened.ok()) << widened.status();
-  std::vector<float> chunk[2];
-  for (int i = 0; i < 2; ++i) {
-    DeviceDecoder& d = i == 0 ? **panels : **widened;
+  DeviceDecoderOptions scaled_options = options;
+  scaled_options.scaled_x16_panel = true;
+  auto scaled = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, scaled_options);
+  ASSERT_TRUE(scaled.ok()) << scaled.status();
+  std::vector<float> chunk[3];
+  for (int i = 0; i < 3; ++i) {
+    DeviceDecoder& d = i == 0 ? **panels : i == 1 ? **widened : **scaled;
     ASSERT_TRUE(d.Start(1).ok());
     auto rows = d.StepRows(std::vector<int>(kChunk, 1), prompt, std::nullopt);
     ASSERT_TRUE(rows.ok()) << rows.status();
@@ -1008,9 +1013,12 @@ TEST(DeviceDecoderFastTest, SmallBf16LongChunkGivesTheShortChunksBits) {
   }
   EXPECT_GT((*panels)->stats().x16_panels, 0);
   EXPECT_EQ((*widened)->stats().x16_panels, 0);
-  ASSERT_EQ(chunk[0].size(), whole[0].size());
-  EXPECT_EQ(std::memcmp(chunk[0].data(), whole[0].data(), chunk[0].size() * sizeof(float)), 0);
-  EXPECT_EQ(std::memcmp(chunk[1].data(), whole[0].data(), chunk[1].size() * sizeof(float)), 0);
+  EXPECT_GT((*scaled)->stats().x16_panels, 0);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(chunk[i].size(), whole[0].size());
+    EXPECT_EQ(std::memcmp(chunk[i].data(), whole[0].data(), chunk[i].size() * sizeof(float)), 0)
+        << "decoder " << i;
+  }
 }
 
 // A chunk of kIndexerSharedKeysMinRows rows and more scores its index keys in

@@ -958,15 +958,19 @@ struct DeviceDecoder::Impl {
     const bool x_grouped = p.groups > 1 && !p.x_shared && p.group_offsets == nullptr;
     const int x_groups = x_grouped ? p.groups : 1;
     if (int64_t{x_groups} * p.m * p.k > x16_count) return absl::OkStatus();
-    RETURN_IF_ERROR(
-        dense::WidenFp8ToF16Panel({.codes = p.x,
-                                   .out = x16,
-                                   .rows = p.m,
-                                   .k = p.k,
-                                   .groups = x_groups,
-                                   .code_group_stride = x_grouped ? p.x_group_stride : 0},
-                                  stream));
+    const bool scaled = options.scaled_x16_panel && !p.ws_halves;
+    RETURN_IF_ERROR(dense::WidenFp8ToF16Panel(
+        {.codes = p.x,
+         .out = x16,
+         .rows = p.m,
+         .k = p.k,
+         .groups = x_groups,
+         .code_group_stride = x_grouped ? p.x_group_stride : 0,
+         .scales = scaled ? p.x_scales : nullptr,
+         .scale_group_stride = scaled && x_grouped ? p.x_scales_group_stride : 0},
+        stream));
     p.x_f16 = x16;
+    p.x_f16_scaled = scaled;
     ++x16_panels;
     return absl::OkStatus();
   }

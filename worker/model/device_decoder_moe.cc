@@ -157,6 +157,7 @@ absl::Status DeviceDecoder::Impl::TileFormExperts(const LayerDev& L, int64_t row
   // w1 and w3: the first and second inter rows of each expert's stacked
   // weight, over one f16 panel of the rows' codes (where the tile reads one).
   const uint16_t* panel = nullptr;
+  bool panel_scaled = false;
   for (int part = 0; part < 2; ++part) {
     dense::Fp8BlockGemmParams p{.x = fq,
                                 .x_scales = fq_scales,
@@ -172,9 +173,11 @@ absl::Status DeviceDecoder::Impl::TileFormExperts(const LayerDev& L, int64_t row
                                 .w_scales_group_stride = w13 / 1024,
                                 .math = TileFormMath(),
                                 .x_f16 = panel,
+                                .x_f16_scaled = panel_scaled,
                                 .ws_halves = options.fp8_ws_halves};
     RETURN_IF_ERROR(MakeX16Panel(p));
     panel = p.x_f16;
+    panel_scaled = p.x_f16_scaled;
     RETURN_IF_ERROR(dense::Fp8BlockGemm(p, stream));
   }
   // SwiGLU with the route weight and its bf16 roundings, then the FP8 form of

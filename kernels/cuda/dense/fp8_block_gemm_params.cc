@@ -174,6 +174,19 @@ absl::Status CheckFp8F16PanelParams(const Fp8F16PanelParams& p) {
                                                    p.code_group_stride,
                                                    " is below rows x k or not a multiple of 16"));
   }
+  if (p.scales != nullptr && p.k % kFp8GemmScaleBlock != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("WidenFp8ToF16Panel: k ", p.k, " with scales is not a multiple of 32"));
+  }
+  if (p.scales != nullptr && p.scale_group_stride != 0 &&
+      p.scale_group_stride < p.rows * (p.k / kFp8GemmScaleBlock)) {
+    return absl::InvalidArgumentError(absl::StrCat("WidenFp8ToF16Panel: scale group stride ",
+                                                   p.scale_group_stride,
+                                                   " is below rows x k / 32"));
+  }
+  if (p.scales == nullptr && p.scale_group_stride != 0) {
+    return absl::InvalidArgumentError("WidenFp8ToF16Panel: a scale group stride without scales");
+  }
   return absl::OkStatus();
 }
 
@@ -260,6 +273,10 @@ absl::Status CheckFp8BlockGemmParams(const Fp8BlockGemmParams& p) {
     }
     if (!AlignedTo(p.x_f16, 16)) {
       return absl::InvalidArgumentError("Fp8BlockGemm: x_f16 must be 16-byte aligned");
+    }
+    if (p.x_f16_scaled && (p.x_f16 == nullptr || p.ws_halves)) {
+      return absl::InvalidArgumentError(
+          "Fp8BlockGemm: x_f16_scaled needs an x_f16 panel and no ws_halves");
     }
     // With group offsets the grid's rows are ceil(m / 128) + groups items.
     if ((p.m + shape.block_m - 1) / shape.block_m + (p.group_offsets != nullptr ? p.groups : 0) >

@@ -256,6 +256,13 @@ struct Fp8BlockGemmParams {
   // codes in every CTA; the values, so the bits, are the same. Ignored by
   // the other tiles.
   const uint16_t* x_f16 = nullptr;
+  // With x_f16: the panel was made with its scales (Fp8F16PanelParams::scales),
+  // so each (row, K block) whose UE8M0 byte Fp8PanelScaleInRange holds its
+  // codes times 2^(e + kFp8PanelScaleShift) (e the block's exponent). The tile
+  // then folds such a block with sw 2^-kFp8PanelScaleShift instead of sw sx,
+  // and a stage whose rows are all in range with one factor a warp instead of
+  // the table of products: the same bits (README "The scaled panel").
+  bool x_f16_scaled = false;
   // For kN128M128Ws: each consumer warpgroup issues a K block's sums as two
   // halves of 64 X rows and folds one while the other runs on the tensor
   // cores (fp8_block_gemm_ws_sm90.cuh, kHalves). The same bits
@@ -384,7 +391,37 @@ struct Fp8F16PanelParams {
   int64_t k = 0;  // multiple of 16
   int groups = 1;
   int64_t code_group_stride = 0;  // elements; 0 = rows x k (a multiple of 16)
+  // Optional: the codes' UE8M0 scales, device [groups][rows][k / 32] (k then
+  // a multiple of 32). A block whose byte is in range (Fp8PanelScaleInRange)
+  // is written scaled, code x 2^(e + kFp8PanelScaleShift), exact in f16 (a
+  // subnormal f16 for the smallest); the others as the plain codes. The
+  // product that reads the panel must say so (Fp8BlockGemmParams::x_f16_scaled).
+  const uint8_t* scales = nullptr;
+  int64_t scale_group_stride = 0;  // bytes; 0 = rows x k / 32
 };
+
+// The scaled panel. A UE8M0 byte c is the scale 2^(c - 127); its block goes
+// into the panel as code x 2^(c - 127 + kFp8PanelScaleShift) when that
+// exponent a is in [-15, 7]: every e4m3 value v (|v| in 2^-9 .. 448, 4
+// significant bits) times 2^a is then an f16 exactly (down to 2^-24, up to
+// 448 x 2^7 = 57,344). With the shift 6 the range is c in [106, 128], scales
+// 2^-21 .. 2: every block the activation quantizer makes whose amax is at
+// most 896 (its amax floor of 1e-4 gives 2^-21).
+inline constexpr int kFp8PanelScaleShift = 6;
+inline constexpr uint32_t kFp8PanelScaleMinByte = 127 - 15 - kFp8PanelScaleShift;  // 106
+inline constexpr uint32_t kFp8PanelScaleMaxByte = 127 + 7 - kFp8PanelScaleShift;   // 128
+WEIR_FP8_GEMM_HD constexpr bool Fp8PanelScaleInRange(uint32_t byte) {
+  return byte >= kFp8PanelScaleMinByte && byte <= kFp8PanelScaleMaxByte;
+}
+// The four bytes of a scale word all in range.
+WEIR_FP8_GEMM_HD constexpr bool Fp8PanelScalesInRange(uint32_t word) {
+  return Fp8PanelScaleInRange(word & 0xFFu) && Fp8PanelScaleInRange((word >> 8) & 0xFFu) &&
+         Fp8PanelScaleInRange((word >> 16) & 0xFFu) && Fp8PanelScaleInRange(word >> 24);
+}
+// A weight scale byte whose products with every in-range activation scale
+// stay finite (2^(ew + ex) with ex <= 1 needs ew <= 126): the fold's factor
+// sw 2^-6 gives sw sx's bits for such pairs.
+WEIR_FP8_GEMM_HD constexpr bool Fp8PanelWeightScaleFolds(uint32_t byte) { return byte <= 253u; }
 
 // OK or INVALID_ARGUMENT naming the problem (null, shape, alignment, stride).
 absl::Status CheckFp8F16PanelParams(const Fp8F16PanelParams& params);

@@ -7,11 +7,13 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/common/numeric_formats.h"
 #include "kernels/cuda/dense/test_util.h"
 
 namespace weir::kernels::cuda::dense {
@@ -548,6 +550,19 @@ TEST(Fp8BlockGemmParamsTest, F16PanelChecksItsArguments) {
   Fp8F16PanelParams padded = ok;  // padded groups
   padded.code_group_stride = 80;
   EXPECT_TRUE(CheckFp8F16PanelParams(padded).ok());
+  // With scales: k a multiple of 32, a scale stride of at least rows x k / 32.
+  Fp8F16PanelParams scaled = ok;
+  scaled.scales = codes;
+  EXPECT_TRUE(CheckFp8F16PanelParams(scaled).ok());
+  EXPECT_TRUE(EachIsInvalidArgument(scaled, code,
+                                    {
+                                        [](Fp8F16PanelParams& p) { p.k = 48; },
+                                        [](Fp8F16PanelParams& p) { p.scale_group_stride = 1; },
+                                        [](Fp8F16PanelParams& p) {
+                                          p.scales = nullptr;
+                                          p.scale_group_stride = 2;
+                                        },
+                                    }));
   // The GEMM refuses a misaligned panel where the tile reads it.
   Fp8BlockGemmParams g{.x = codes,
                        .x_scales = codes,
@@ -561,6 +576,50 @@ TEST(Fp8BlockGemmParamsTest, F16PanelChecksItsArguments) {
   EXPECT_TRUE(CheckFp8BlockGemmParams(g).ok());
   g.x_f16 = out + 4;
   EXPECT_EQ(CheckFp8BlockGemmParams(g).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Whether float v is an f16 value exactly (normal or subnormal, |v| <= 65504).
+bool IsF16Value(float v) {
+  if (v == 0.0f) return true;
+  const float a = std::fabs(v);
+  if (a > 65504.0f) return false;
+  int e = 0;
+  std::frexp(a, &e);  // a = f 2^e, f in [0.5, 1)
+  // Normal f16 (a >= 2^-14): 11 significant bits; below, multiples of 2^-24.
+  const int lsb = a >= std::ldexp(1.0f, -14) ? e - 11 : -24;
+  const float q = std::ldexp(a, -lsb);
+  return q == std::floor(q);
+}
+
+// The scaled panel's range (Fp8PanelScaleInRange): every finite e4m3 value
+// times 2^(c - 127 + kFp8PanelScaleShift) is an f16 exactly for every byte c
+// in range, and the range is the widest such: one byte below or above it
+// loses a code (the smallest subnormal, or 448 overflows).
+TEST(Fp8BlockGemmParamsTest, ScaledPanelRangeIsExactInF16) {
+  auto every_code_exact = [](int byte) {
+    for (int code = 0; code < 256; ++code) {
+      const float v = E4m3ToFloat(static_cast<uint8_t>(code));
+      if (std::isnan(v)) continue;
+      if (!IsF16Value(std::ldexp(v, byte - 127 + kFp8PanelScaleShift))) return false;
+    }
+    return true;
+  };
+  for (int byte = 0; byte < 256; ++byte) {
+    EXPECT_EQ(Fp8PanelScaleInRange(byte), byte >= 106 && byte <= 128) << byte;
+    if (Fp8PanelScaleInRange(byte)) {
+      EXPECT_TRUE(every_code_exact(byte)) << byte;
+    }
+  }
+  EXPECT_FALSE(every_code_exact(kFp8PanelScaleMinByte - 1));
+  EXPECT_FALSE(every_code_exact(kFp8PanelScaleMaxByte + 1));
+  EXPECT_TRUE(Fp8PanelScalesInRange(0x806A7F80u));
+  EXPECT_FALSE(Fp8PanelScalesInRange(0x806A7F81u));
+  EXPECT_FALSE(Fp8PanelScalesInRange(0x696A7F80u));
+  // The fold's factor: sw sx finite for every in-range sx where the weight
+  // byte folds (2^(ew + ex) <= 2^127).
+  EXPECT_TRUE(Fp8PanelWeightScaleFolds(253));
+  EXPECT_FALSE(Fp8PanelWeightScaleFolds(254));
+  EXPECT_EQ(253 - 127 + (kFp8PanelScaleMaxByte - 127), 127u);
 }
 
 }  // namespace

@@ -173,17 +173,18 @@ absl::Status LaunchWs(const Fp8BlockGemmParams& p, cudaStream_t stream) {
       static_cast<unsigned>((p.n + fp8_gemm::kWsBn - 1) / fp8_gemm::kWsBn),
       static_cast<unsigned>(p.group_offsets != nullptr ? row_tiles + p.groups : row_tiles),
       static_cast<unsigned>(p.group_offsets != nullptr ? 1 : p.groups));
-  auto launch = [&]<bool kPanel, bool kHalves>() -> absl::Status {
-    const int smem = fp8_gemm::WsLayout<kPanel>::kSharedBytes + fp8_gemm::kWgmmaSmemSlack;
-    if (absl::Status s =
-            AllowSharedBytes(fp8_gemm::Fp8BlockGemmWsKernel<kPanel, kHalves>, smem, "Fp8BlockGemm");
+  auto launch = [&]<bool kPanel, bool kHalves, bool kScaled = false>()->absl::Status {
+    const int smem = fp8_gemm::WsLayout<kPanel, kScaled>::kSharedBytes + fp8_gemm::kWgmmaSmemSlack;
+    if (absl::Status s = AllowSharedBytes(fp8_gemm::Fp8BlockGemmWsKernel<kPanel, kHalves, kScaled>,
+                                          smem, "Fp8BlockGemm");
         !s.ok()) {
       return s;
     }
-    fp8_gemm::Fp8BlockGemmWsKernel<kPanel, kHalves>
+    fp8_gemm::Fp8BlockGemmWsKernel<kPanel, kHalves, kScaled>
         <<<grid, fp8_gemm::kWsThreads, smem, stream>>>(args);
     return LaunchStatus("Fp8BlockGemm");
   };
+  if (p.x_f16_scaled) return launch.template operator()<true, false, true>();
   if (p.ws_halves) {
     return p.x_f16 != nullptr ? launch.template operator()<true, true>()
                               : launch.template operator()<false, true>();
@@ -192,10 +193,22 @@ absl::Status LaunchWs(const Fp8BlockGemmParams& p, cudaStream_t stream) {
                             : launch.template operator()<false, false>();
 }
 
+// An f16 pair times 2^a (a in [-15, 7]), through fp32: exact for the f16 of
+// any e4m3 value (Fp8PanelScaleInRange), subnormal results included.
+__device__ __forceinline__ uint32_t ScaleF16x2(uint32_t h2, float scale) {
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h2));
+  const __half2 r = __floats2half2_rn(f.x * scale, f.y * scale);
+  return *reinterpret_cast<const uint32_t*>(&r);
+}
+
 // WidenFp8ToF16Panel: a thread takes 16 codes of a row (one 16-byte load)
 // and writes their 16 f16 values as the panel's two chunks: the words' low
-// code pairs, then the high ones (Fp8GemmF16PanelColumn).
-__global__ void WidenFp8ToF16PanelKernel(const Fp8F16PanelParams p, int64_t code_group_stride) {
+// code pairs, then the high ones (Fp8GemmF16PanelColumn). With scales
+// (kScaled), a block whose byte is in range is written times
+// 2^(e + kFp8PanelScaleShift).
+template <bool kScaled>
+__global__ void WidenFp8ToF16PanelKernel(const Fp8F16PanelParams p, int64_t code_group_stride,
+                                         int64_t scale_group_stride) {
   GridDependencyPrologue();
   const int64_t chunks = p.k / 16;
   const int64_t per_group = p.rows * chunks;
@@ -216,6 +229,22 @@ __global__ void WidenFp8ToF16PanelKernel(const Fp8F16PanelParams p, int64_t code
     hi.y = fp8_gemm::E4m3x2ToF16x2(w[1] >> 16);
     hi.z = fp8_gemm::E4m3x2ToF16x2(w[2] >> 16);
     hi.w = fp8_gemm::E4m3x2ToF16x2(w[3] >> 16);
+    if constexpr (kScaled) {
+      const uint32_t byte =
+          p.scales[g * scale_group_stride + r * (p.k / kFp8GemmScaleBlock) + q / 2];
+      if (Fp8PanelScaleInRange(byte)) {
+        // 2^(byte - 127 + shift), a normal float.
+        const float scale = __uint_as_float((byte + kFp8PanelScaleShift) << 23);
+        lo.x = ScaleF16x2(lo.x, scale);
+        lo.y = ScaleF16x2(lo.y, scale);
+        lo.z = ScaleF16x2(lo.z, scale);
+        lo.w = ScaleF16x2(lo.w, scale);
+        hi.x = ScaleF16x2(hi.x, scale);
+        hi.y = ScaleF16x2(hi.y, scale);
+        hi.z = ScaleF16x2(hi.z, scale);
+        hi.w = ScaleF16x2(hi.w, scale);
+      }
+    }
     uint4* out = reinterpret_cast<uint4*>(p.out + (g * p.rows + r) * p.k + 16 * q);
     out[0] = lo;
     out[1] = hi;
@@ -230,8 +259,16 @@ absl::Status WidenFp8ToF16Panel(const Fp8F16PanelParams& p, cudaStream_t stream)
   if (total == 0) return absl::OkStatus();
   constexpr int kThreads = 256;
   const int64_t blocks = std::min<int64_t>((total + kThreads - 1) / kThreads, int64_t{1} << 20);
-  WidenFp8ToF16PanelKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      p, p.code_group_stride != 0 ? p.code_group_stride : p.rows * p.k);
+  const int64_t code_stride = p.code_group_stride != 0 ? p.code_group_stride : p.rows * p.k;
+  const int64_t scale_stride =
+      p.scale_group_stride != 0 ? p.scale_group_stride : p.rows * (p.k / kFp8GemmScaleBlock);
+  if (p.scales != nullptr) {
+    WidenFp8ToF16PanelKernel<true>
+        <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p, code_stride, scale_stride);
+  } else {
+    WidenFp8ToF16PanelKernel<false>
+        <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p, code_stride, scale_stride);
+  }
   return LaunchStatus("WidenFp8ToF16Panel");
 }
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <limits>
 #include <random>
@@ -127,7 +128,8 @@ std::vector<float> RunGpu(const Operands& op, Fp8GemmTile tile,
                           Fp8GemmOutput output = Fp8GemmOutput::kF32, int scale_offset = 0,
                           int splits = 1, bool fused = false,
                           Fp8GemmMath math = Fp8GemmMath::kMmaF16, bool panel = false,
-                          const Fp8BlockGemmParams::Rope* rope = nullptr, bool ws_halves = false) {
+                          const Fp8BlockGemmParams::Rope* rope = nullptr, bool ws_halves = false,
+                          bool scaled_panel = false) {
   DeviceBuffer<uint8_t> x(op.x), w(op.w), ws(op.w_scales);
   DeviceBuffer<uint16_t> x16(panel ? op.m * op.k : 1);
   DeviceBuffer<uint8_t> xs(static_cast<int64_t>(op.x_scales.size()) + 4);
@@ -143,7 +145,12 @@ std::vector<float> RunGpu(const Operands& op, Fp8GemmTile tile,
   y.Poison(0xFF);  // NaN in fp32 and in bf16
   if (panel) {
     const absl::Status widened =
-        WidenFp8ToF16Panel({.codes = x.get(), .out = x16.get(), .rows = op.m, .k = op.k}, nullptr);
+        WidenFp8ToF16Panel({.codes = x.get(),
+                            .out = x16.get(),
+                            .rows = op.m,
+                            .k = op.k,
+                            .scales = scaled_panel ? xs.get() + scale_offset : nullptr},
+                           nullptr);
     EXPECT_TRUE(widened.ok()) << widened;
   }
   DeviceBuffer<float> scratch(std::max<int64_t>(1, splits * op.m * op.n));
@@ -162,6 +169,7 @@ std::vector<float> RunGpu(const Operands& op, Fp8GemmTile tile,
                             .split_scratch = splits > 1 ? scratch.get() : nullptr,
                             .math = math,
                             .x_f16 = panel ? x16.get() : nullptr,
+                            .x_f16_scaled = panel && scaled_panel,
                             .ws_halves = ws_halves};
   if (rope != nullptr) params.rope = *rope;
   const int64_t counters = std::max<int64_t>(1, Fp8GemmSplitCounters(params));
@@ -705,16 +713,20 @@ TEST(Fp8BlockGemmTest, WarpSpecializedTileGivesTheMmaBits) {
             EXPECT_EQ(Compare(op, mma, splits).violations, 0);
           }
           for (Fp8GemmMath math : {Fp8GemmMath::kMmaF16, Fp8GemmMath::kWgmmaF16}) {
-            for (bool panel : {false, true}) {  // X widened in the CTA / from the f16 panel
+            // X widened in the CTA / from the f16 panel / from the scaled panel.
+            for (int form = 0; form < 3; ++form) {
+              const bool panel = form > 0, scaled = form == 2;
               for (bool halves : {false, true}) {  // Fp8BlockGemmParams::ws_halves
+                if (scaled && halves) continue;
                 int64_t at = -1;
                 EXPECT_EQ(BitMismatches(RunGpu(op, kWs, output, 0, splits, false, math, panel,
-                                               nullptr, halves),
+                                               nullptr, halves, scaled),
                                         mma, &at),
                           0)
                     << s.m << "x" << s.n << "x" << s.k << " splits " << splits << " output "
                     << static_cast<int>(output) << " math " << static_cast<int>(math) << " panel "
-                    << panel << " halves " << halves << " first mismatch " << at;
+                    << panel << " scaled " << scaled << " halves " << halves << " first mismatch "
+                    << at;
               }
             }
           }
@@ -731,15 +743,15 @@ TEST(Fp8BlockGemmTest, WarpSpecializedTileGivesTheMmaBits) {
     op.x_scales[200 * (kK / 32) + 17] = 1;  // 2^-126
     op.w_scales[1 * (kK / 32) + 30] = 2;    // 2^-125
     const std::vector<float> mma = RunGpu(op, Fp8GemmTile::kN128M128);
-    for (bool panel : {false, true}) {
-      for (bool halves : {false, true}) {
-        int64_t at = -1;
-        EXPECT_EQ(BitMismatches(RunGpu(op, kWs, Fp8GemmOutput::kF32, 0, 1, false,
-                                       Fp8GemmMath::kMmaF16, panel, nullptr, halves),
-                                mma, &at),
-                  0)
-            << "tiny scales, panel " << panel << " halves " << halves << " first mismatch " << at;
-      }
+    for (int form = 0; form < 5; ++form) {
+      const bool panel = form >= 2, halves = form % 2 == 1 && form < 4, scaled = form == 4;
+      int64_t at = -1;
+      EXPECT_EQ(BitMismatches(RunGpu(op, kWs, Fp8GemmOutput::kF32, 0, 1, false,
+                                     Fp8GemmMath::kMmaF16, panel, nullptr, halves, scaled),
+                              mma, &at),
+                0)
+          << "tiny scales, panel " << panel << " halves " << halves << " scaled " << scaled
+          << " first mismatch " << at;
     }
   }
   // Rows by group offsets on the compact grid (row tiles numbered over the
@@ -768,13 +780,18 @@ TEST(Fp8BlockGemmTest, WarpSpecializedTileGivesTheMmaBits) {
     DeviceBuffer<uint8_t> dx(rows.x), dxs(rows.x_scales), dw(w), dws(w_scales);
     DeviceBuffer<int64_t> doff(offsets);
     DeviceBuffer<float> y(m * kN);
-    DeviceBuffer<uint16_t> x16(m * kK);
-    ASSERT_TRUE(dx.ok() && dxs.ok() && dw.ok() && dws.ok() && doff.ok() && y.ok() && x16.ok());
+    DeviceBuffer<uint16_t> x16(m * kK), x16s(m * kK);
+    ASSERT_TRUE(dx.ok() && dxs.ok() && dw.ok() && dws.ok() && doff.ok() && y.ok() && x16.ok() &&
+                x16s.ok());
     ASSERT_TRUE(
         WidenFp8ToF16Panel({.codes = dx.get(), .out = x16.get(), .rows = m, .k = kK}, nullptr)
             .ok());
-    for (int form = 0; form < 4; ++form) {
-      const bool panel = (form & 1) != 0, halves = (form & 2) != 0;
+    ASSERT_TRUE(WidenFp8ToF16Panel(
+                    {.codes = dx.get(), .out = x16s.get(), .rows = m, .k = kK, .scales = dxs.get()},
+                    nullptr)
+                    .ok());
+    for (int form = 0; form < 5; ++form) {
+      const bool panel = (form & 1) != 0 || form == 4, halves = (form & 2) != 0, scaled = form == 4;
       y.Poison(0xFF);
       const Fp8BlockGemmParams p{.x = dx.get(),
                                  .x_scales = dxs.get(),
@@ -787,7 +804,10 @@ TEST(Fp8BlockGemmTest, WarpSpecializedTileGivesTheMmaBits) {
                                  .tile = kWs,
                                  .groups = kGroups,
                                  .group_offsets = doff.get(),
-                                 .x_f16 = panel ? x16.get() : nullptr,
+                                 .x_f16 = scaled  ? x16s.get()
+                                          : panel ? x16.get()
+                                                  : nullptr,
+                                 .x_f16_scaled = scaled,
                                  .ws_halves = halves};
       ASSERT_TRUE(Fp8BlockGemm(p, nullptr).ok());
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -803,7 +823,8 @@ TEST(Fp8BlockGemmTest, WarpSpecializedTileGivesTheMmaBits) {
         const std::vector<float> want = RunGpu(op, Fp8GemmTile::kN128M128);
         ASSERT_EQ(want.size(), static_cast<size_t>(op.m * kN));
         EXPECT_EQ(std::memcmp(got.data() + begin * kN, want.data(), want.size() * sizeof(float)), 0)
-            << "group " << g << " rows " << op.m << " panel " << panel << " halves " << halves;
+            << "group " << g << " rows " << op.m << " panel " << panel << " halves " << halves
+            << " scaled " << scaled;
       }
     }
   }
@@ -862,6 +883,85 @@ TEST(Fp8BlockGemmTest, WarpSpecializedTileGivesTheMmaBits) {
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
+// The scaled panel (Fp8BlockGemmParams::x_f16_scaled) against the mma tile,
+// bit for bit: stages whose rows are all in range (one fold factor a warp),
+// many of them small enough that the panel holds f16 subnormals; rows just
+// out of range on either side (the table, with sw 2^-6 and sw sx entries
+// side by side); a weight scale whose products overflow, and a NaN one.
+TEST(Fp8BlockGemmTest, ScaledPanelGivesTheMmaBits) {
+  constexpr Fp8GemmTile kWs = Fp8GemmTile::kN128M128Ws;
+  constexpr int64_t kM = 300, kN = 384, kK = 1024;
+  std::mt19937 rng(606);
+  // Bytes in range, a third of them at the bottom binades (subnormal f16).
+  std::uniform_int_distribution<int> low(kFp8PanelScaleMinByte, kFp8PanelScaleMinByte + 9),
+      any(kFp8PanelScaleMinByte, kFp8PanelScaleMaxByte), pick(0, 2);
+  Operands base = MakeOperands(kM, kN, kK, 31337, Source::kRawCodes);
+  for (auto& b : base.x_scales) b = static_cast<uint8_t>(pick(rng) == 0 ? low(rng) : any(rng));
+  struct Case {
+    const char* name;
+    std::function<void(Operands&)> edit;
+  };
+  const std::vector<Case> cases = {
+      {"all in range", [](Operands&) {}},
+      {"a row above the range",
+       [](Operands& op) { op.x_scales[7 * (kK / 32) + 9] = kFp8PanelScaleMaxByte + 1; }},
+      {"a row below the range",
+       [](Operands& op) { op.x_scales[290 * (kK / 32) + 30] = kFp8PanelScaleMinByte - 1; }},
+      {"zero and NaN activation scales",
+       [](Operands& op) {
+         op.x_scales[3 * (kK / 32) + 1] = 0;
+         op.x_scales[140 * (kK / 32) + 2] = 0xFF;
+       }},
+      {"an overflowing and a NaN weight scale",
+       [](Operands& op) {
+         for (int64_t r = 0; r < kM; ++r) op.x_scales[r * (kK / 32) + 5] = kFp8PanelScaleMaxByte;
+         op.w_scales[1 * (kK / 32) + 5] = 254;
+         op.w_scales[7 * (kK / 32) + 12] = 0xFF;
+       }},
+  };
+  for (const Case& c : cases) {
+    Operands op = base;
+    c.edit(op);
+    const std::vector<float> mma = RunGpu(op, Fp8GemmTile::kN128M128);
+    ASSERT_EQ(mma.size(), static_cast<size_t>(kM * kN));
+    for (int splits : {1, 3}) {
+      for (Fp8GemmMath math : {Fp8GemmMath::kMmaF16, Fp8GemmMath::kWgmmaF16}) {
+        int64_t at = -1;
+        const std::vector<float> got = RunGpu(op, kWs, Fp8GemmOutput::kF32, 0, splits, false, math,
+                                              true, nullptr, false, true);
+        const std::vector<float> want =
+            splits == 1 ? mma : RunGpu(op, Fp8GemmTile::kN128M128, Fp8GemmOutput::kF32, 0, splits);
+        EXPECT_EQ(BitMismatches(got, want, &at), 0)
+            << c.name << ", splits " << splits << ", math " << static_cast<int>(math)
+            << ", first mismatch " << at;
+      }
+    }
+  }
+  // x_f16_scaled needs the panel and no halves.
+  DeviceBuffer<uint8_t> buf(1 << 16);
+  ASSERT_TRUE(buf.ok());
+  uint8_t* d = buf.get();
+  const Fp8BlockGemmParams good{.x = d,
+                                .x_scales = d,
+                                .w = d,
+                                .w_scales = d,
+                                .y = d,
+                                .m = 2,
+                                .n = 32,
+                                .k = 128,
+                                .tile = kWs,
+                                .x_f16 = reinterpret_cast<const uint16_t*>(d),
+                                .x_f16_scaled = true};
+  using P = Fp8BlockGemmParams;
+  EXPECT_TRUE(EachIsInvalidArgument(good,
+                                    [](const P& p) { return Fp8BlockGemm(p, nullptr).code(); },
+                                    {
+                                        [](P& p) { p.x_f16 = nullptr; },
+                                        [](P& p) { p.ws_halves = true; },
+                                    }));
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
 float F16BitsToFloat(uint16_t h) {
   const int sign = h >> 15, e = (h >> 10) & 31, f = h & 1023;
   const float mag = e == 0    ? std::ldexp(static_cast<float>(f), -24)
@@ -906,10 +1006,57 @@ TEST(Fp8BlockGemmTest, F16PanelHoldsEveryCodeAtItsColumn) {
     }
   }
   EXPECT_EQ(wrong, 0);
+  // With scales: a block whose byte is in range holds code x 2^(e + 6),
+  // exactly (subnormal f16 at the bottom), the others the plain codes.
+  const int64_t scale_stride = kRows * (kK / 32) + 5;
+  std::vector<uint8_t> scales(kGroups * scale_stride);
+  std::uniform_int_distribution<int> near(kFp8PanelScaleMinByte - 3, kFp8PanelScaleMaxByte + 3);
+  for (auto& b : scales) b = static_cast<uint8_t>(near(rng));
+  scales[0] = 0;
+  scales[1] = 0xFF;
+  DeviceBuffer<uint8_t> ds(scales);
+  ASSERT_TRUE(ds.ok());
+  out.Poison(0xAB);
+  const absl::Status scaled = WidenFp8ToF16Panel({.codes = dc.get(),
+                                                  .out = out.get(),
+                                                  .rows = kRows,
+                                                  .k = kK,
+                                                  .groups = kGroups,
+                                                  .code_group_stride = kStride,
+                                                  .scales = ds.get(),
+                                                  .scale_group_stride = scale_stride},
+                                                 nullptr);
+  ASSERT_TRUE(scaled.ok()) << scaled;
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<uint16_t> got_scaled = out.Download();
+  wrong = 0;
+  int64_t subnormal = 0;
+  for (int g = 0; g < kGroups; ++g) {
+    for (int64_t r = 0; r < kRows; ++r) {
+      for (int64_t k = 0; k < kK; ++k) {
+        const int byte = scales[g * scale_stride + r * (kK / 32) + k / 32];
+        float want = E4m3ToFloat(codes[g * kStride + r * kK + k]);
+        if (Fp8PanelScaleInRange(byte)) want = std::ldexp(want, byte - 127 + kFp8PanelScaleShift);
+        const uint16_t bits = got_scaled[(g * kRows + r) * kK + Fp8GemmF16PanelColumn(k)];
+        const float have = F16BitsToFloat(bits);
+        const bool same =
+            std::isnan(want) ? std::isnan(have) : std::memcmp(&want, &have, sizeof(float)) == 0;
+        wrong += same ? 0 : 1;
+        subnormal += (bits & 0x7C00) == 0 && (bits & 0x3FF) != 0 ? 1 : 0;
+      }
+    }
+  }
+  EXPECT_EQ(wrong, 0);
+  EXPECT_GT(subnormal, 0);
   EXPECT_EQ(
       WidenFp8ToF16Panel({.codes = dc.get(), .out = out.get(), .rows = kRows, .k = 24}, nullptr)
           .code(),
       absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(WidenFp8ToF16Panel(
+                {.codes = dc.get(), .out = out.get(), .rows = kRows, .k = 48, .scales = ds.get()},
+                nullptr)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 // A RoPE in the split-K reduce (Fp8BlockGemmParams::rope, the decoder's

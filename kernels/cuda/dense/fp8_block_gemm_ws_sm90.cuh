@@ -72,13 +72,16 @@ inline constexpr int kWsX16Slot = kWsBm * 256;              // Fp8GemmF16XBytes(
 // The fold's table of a stage (Fp8GemmWsTableIndex).
 inline constexpr int kWsTableSlot = kFp8GemmWsTableFloats * 4;
 inline constexpr int kWsScaleSlot = (kWsBm + kWsBn / 32) * 4;  // X words, then W words
-template <bool kPanel>
+// kScaled adds a 16-byte slot of votes an f16 slot (the wideners' warps:
+// every row of the stage in range, Fp8BlockGemmParams::x_f16_scaled).
+template <bool kPanel, bool kScaled = false>
 struct WsLayout {
   static constexpr int kCodeSlot = kPanel ? kWsCodeTile : 2 * kWsCodeTile;  // W (then X)
   static constexpr int kX16Stages = kPanel ? 3 : 2;
   static constexpr int kX16Offset = kWsCodeStages * kCodeSlot;
   static constexpr int kTableOffset = kX16Offset + kX16Stages * kWsX16Slot;
-  static constexpr int kScaleOffset = kTableOffset + kX16Stages * kWsTableSlot;
+  static constexpr int kVoteOffset = kTableOffset + kX16Stages * kWsTableSlot;
+  static constexpr int kScaleOffset = kVoteOffset + (kScaled ? kX16Stages * 16 : 0);
   static constexpr int kSharedBytes = kScaleOffset + kWsCodeStages * kWsScaleSlot;
   static_assert(kX16Offset % 1024 == 0 && kWsX16Slot % 1024 == 0, "swizzled f16 slots");
 };
@@ -106,16 +109,31 @@ __device__ __forceinline__ void RaiseRegisters() {
 // cores work during every fold instead of waiting for it. Each sum is the
 // same wgmma arithmetic over the same K order (only the N extent of an
 // instruction changes), so the bits are kMmaF16's as before.
-template <bool kPanel, bool kHalves = false>
+//
+// kScaled (Fp8BlockGemmParams::x_f16_scaled, with kPanel, without kHalves):
+// the panel holds each in-range block as code x 2^(e + 6). The wideners
+// write sw 2^-6 into the table for such rows (sw sx where that product
+// overflows, and for the rows out of range), and each widener warp votes
+// whether every row of the stage it read is in range and every W scale
+// folds (Fp8PanelWeightScaleFolds). A stage all three voted for is folded
+// with one factor a warp and block, sw 2^-6, and no table load. Either way
+// fma(p 2^(e + 6), sw 2^-6, acc) is fma(p, sw sx, acc) exactly: the block
+// sum of X rows scaled by a power of two is the unscaled sum scaled (the
+// products are exact and the tensor cores align to the largest), and both
+// fmas round the same exact value once.
+template <bool kPanel, bool kHalves = false, bool kScaled = false>
 __global__ void __launch_bounds__(kWsThreads, 1)
     Fp8BlockGemmWsKernel(const __grid_constant__ KernelArgs grouped) {
+  static_assert(!kScaled || (kPanel && !kHalves), "the scaled panel: with a panel, without halves");
   GridDependencyPrologue(grouped.fold_splits ? L2Rows{} : Fp8GemmWeightRows<kWsBn>(grouped));
-  using Layout = WsLayout<kPanel>;
+  using Layout = WsLayout<kPanel, kScaled>;
   constexpr int kWsCodeSlot = Layout::kCodeSlot;
   constexpr int kWsX16Stages = Layout::kX16Stages;
   constexpr int kWsX16Offset = Layout::kX16Offset;
   constexpr int kWsTableOffset = Layout::kTableOffset;
   constexpr int kWsScaleOffset = Layout::kScaleOffset;
+  constexpr int kWsVoteOffset = Layout::kVoteOffset;
+  constexpr float kUnshift = 1.0f / (1 << kFp8PanelScaleShift);  // 2^-6
   KernelArgs args = grouped;
   // fold_splits: one CTA walks every split of its tile (blockIdx.z = group).
   const int z_splits = grouped.fold_splits ? 1 : grouped.splits;
@@ -272,19 +290,43 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         const uint32_t sc = base + kWsScaleOffset + slot * kWsScaleSlot;
         const uint32_t table = base + kWsTableOffset + ts * kWsTableSlot;
         uint32_t w_word[kWsBn / 32];
+        bool in_range = true;  // kScaled: this thread's rows and the W scales
 #pragma unroll
-        for (int g = 0; g < kWsBn / 32; ++g) w_word[g] = LoadShared32(sc + (kWsBm + g) * 4);
+        for (int g = 0; g < kWsBn / 32; ++g) {
+          w_word[g] = LoadShared32(sc + (kWsBm + g) * 4);
+          if constexpr (kScaled) {
+#pragma unroll
+            for (int j = 0; j < kBlocks; ++j) {
+              in_range = in_range && Fp8PanelWeightScaleFolds((w_word[g] >> (8 * j)) & 0xFFu);
+            }
+          }
+        }
         for (int row = t; row < kWsBm; row += 96) {
           const uint32_t x_word = LoadShared32(sc + row * 4);
+          // Rows past m hold no output; their scale words were zero-filled.
+          if constexpr (kScaled) {
+            in_range = in_range && (m0 + row >= args.m || Fp8PanelScalesInRange(x_word));
+          }
 #pragma unroll
           for (int j = 0; j < kBlocks; ++j) {
             const float sx = ScaleOf(x_word, j);
 #pragma unroll
             for (int g = 0; g < kWsBn / 32; ++g) {
-              StoreSharedF32(table + Fp8GemmWsTableIndex(j, g, row) * 4,
-                             __fmul_rn(ScaleOf(w_word[g], j), sx));
+              const float sw = ScaleOf(w_word[g], j);
+              float product = __fmul_rn(sw, sx);
+              if constexpr (kScaled) {
+                // The panel holds this block times 2^(e + 6).
+                if (Fp8PanelScaleInRange((x_word >> (8 * j)) & 0xFFu) && isfinite(product)) {
+                  product = __fmul_rn(sw, kUnshift);
+                }
+              }
+              StoreSharedF32(table + Fp8GemmWsTableIndex(j, g, row) * 4, product);
             }
           }
+        }
+        if constexpr (kScaled) {
+          const bool all = __all_sync(0xFFFFFFFFu, in_range);
+          if (lane == 0) StoreSharedU32(base + kWsVoteOffset + ts * 16 + (warp - 1) * 4, all);
         }
         // The widened f16 slot is read by wgmma (async proxy); the panel's
         // arrives by TMA, already in that proxy.
@@ -421,6 +463,21 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       const uint64_t x_desc =
           DescriptorOf(SwizzledKMajorDescriptorLo(base + kWsX16Offset + ts * kWsX16Slot));
       const uint32_t table = base + kWsTableOffset + ts * kWsTableSlot;
+      // kScaled: every widener warp voted the stage in range: one factor a
+      // block, sw 2^-6 of the warp's W scale row, instead of the table.
+      bool uniform = false;
+      float factor[kBlocks] = {};
+      if constexpr (kScaled) {
+        uint32_t votes[4];
+        LoadShared128(base + kWsVoteOffset + ts * 16, votes);
+        uniform = (votes[0] & votes[1] & votes[2]) != 0u;
+        if (uniform) {
+          const uint32_t w_word =
+              LoadShared32(base + kWsScaleOffset + slot * kWsScaleSlot + (kWsBm + g_local) * 4);
+#pragma unroll
+          for (int j = 0; j < kBlocks; ++j) factor[j] = __fmul_rn(ScaleOf(w_word, j), kUnshift);
+        }
+      }
 #pragma unroll
       for (int j = 0; j < kBlocks; ++j) {
         float p[kP];
@@ -438,10 +495,20 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         pin_a(a[j & 1]);
 #pragma unroll
         for (int r = 0; r < kP; ++r) PinRegister(p[r]);
+        if (kScaled && uniform) {
+#pragma unroll
+          for (int ni = 0; ni < kWsBm / 8; ++ni) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+              acc[0][ni][r] = __fmaf_rn(p[4 * ni + r], factor[j], acc[0][ni][r]);
+            }
+          }
+        } else {
           // The fold, the two halves in order.
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          fold_half(table, j, h, *reinterpret_cast<const float(*)[kP / 2]>(p + h * (kP / 2)));
+          for (int h = 0; h < 2; ++h) {
+            fold_half(table, j, h, *reinterpret_cast<const float(*)[kP / 2]>(p + h * (kP / 2)));
+          }
         }
       }
       MbarrierArrive(x16_empty0 + 8 * ts);  // every wgmma of this f16 slot has retired

@@ -47,7 +47,9 @@ uint8_t* DeviceBytes(int64_t bytes, bool scales, uint32_t seed) {
   if (pattern.empty()) {
     pattern.resize(16 << 20);
     std::mt19937 rng(seed);
-    std::uniform_int_distribution<int> byte(0, 255), scale(120, 131);
+    // Scales 2^-11 .. 2^0, an activation quantizer's for amax 0.1 - 448 (all
+    // in the scaled panel's range, Fp8PanelScaleInRange).
+    std::uniform_int_distribution<int> byte(0, 255), scale(116, 127);
     for (auto& b : pattern) {
       int v = scales ? scale(rng) : byte(rng);
       if (!scales && (v & 0x7F) == 0x7F) v = 0x3E;
@@ -271,11 +273,13 @@ void Prefill(cudaStream_t stream) {
       "\nPrefill m = %lld (TFLOP/s = 2 m n k / time; cuBLASLt: e4m3 x e4m3, fp32 "
       "compute, per-tensor scales)\n",
       static_cast<long long>(kM));
-  std::printf("%-12s %-6s %-6s | %-9s %8s %7s | %-9s %8s | %9s %7s %9s %7s | %s | %s | %s | %s\n",
-              "linear", "n", "k", "auto", "us", "TF/s", "best tile", "TF/s", "Lt bf16us", "TF/s",
-              "Lt f32 us", "TF/s", "ours/Lt(bf16)", "n128m128 (mma) TF/s",
-              "x_f16 panel: us, TF/s, widen us, TF/s with it, with it/Lt(bf16)",
-              "panel + ws_halves: us, TF/s, with widen/Lt(bf16)");
+  std::printf(
+      "%-12s %-6s %-6s | %-9s %8s %7s | %-9s %8s | %9s %7s %9s %7s | %s | %s | %s | %s | %s\n",
+      "linear", "n", "k", "auto", "us", "TF/s", "best tile", "TF/s", "Lt bf16us", "TF/s",
+      "Lt f32 us", "TF/s", "ours/Lt(bf16)", "n128m128 (mma) TF/s",
+      "x_f16 panel: us, TF/s, widen us, TF/s with it, with it/Lt(bf16)",
+      "panel + ws_halves: us, TF/s, with widen/Lt(bf16)",
+      "scaled panel: us, TF/s, widen us, with widen/Lt(bf16)");
   for (const Linear& l : {Linear{"wq_a", 1280, 5120}, Linear{"wq_b", 32768, 1280},
                           Linear{"wo_b", 5120, 8192}, Linear{"shared.w13", 4608, 5120},
                           Linear{"shared.w2", 5120, 2304}, Linear{"square8k", 8192, 8192}}) {
@@ -300,7 +304,7 @@ void Prefill(cudaStream_t stream) {
     auto tf = [&](double ms) { return ms > 0 ? flops / ms / 1e9 : 0.0; };
     // The warp-specialized tile reading X from its f16 panel (the decoder
     // widens once a product): the product alone, the widening alone.
-    double panel_ms = 0.0, widen_ms = 0.0, halves_ms = 0.0;
+    double panel_ms = 0.0, widen_ms = 0.0, halves_ms = 0.0, scaled_ms = 0.0, widen_scaled_ms = 0.0;
     if (g_math != Fp8GemmMath::kWgmma) {
       uint16_t* panel = nullptr;
       WEIR_BENCH_CHECK(cudaMalloc(&panel, kM * l.k * sizeof(uint16_t)));
@@ -311,18 +315,27 @@ void Prefill(cudaStream_t stream) {
       panel_ms = MedianMs([&] { (void)Fp8BlockGemm(pp, stream); }, stream, 10);
       pp.ws_halves = true;
       halves_ms = MedianMs([&] { (void)Fp8BlockGemm(pp, stream); }, stream, 10);
+      // The scaled panel (x_f16_scaled): every stage in range, one fold
+      // factor a warp.
+      Fp8F16PanelParams wps = wp;
+      wps.scales = p.xs[0];
+      widen_scaled_ms = MedianMs([&] { (void)WidenFp8ToF16Panel(wps, stream); }, stream, 10);
+      pp.ws_halves = false;
+      pp.x_f16_scaled = true;
+      scaled_ms = MedianMs([&] { (void)Fp8BlockGemm(pp, stream); }, stream, 10);
       WEIR_BENCH_CHECK(cudaFree(panel));
     }
     std::printf(
         "%-12s %-6lld %-6lld | %-9s %8.1f %7.0f | %-9s %8.0f | %9.1f %7.0f %9.1f %7.0f | "
-        "%.2f | %.0f | %8.1f %7.0f %7.1f %7.0f %.2f | %8.1f %7.0f %.2f\n",
+        "%.2f | %.0f | %8.1f %7.0f %7.1f %7.0f %.2f | %8.1f %7.0f %.2f | %8.1f %7.0f %7.1f %.2f\n",
         l.name, static_cast<long long>(l.n), static_cast<long long>(l.k),
         TileName(ResolveFp8GemmTile(p.Params(0, Fp8GemmTile::kAuto))), auto_ms * 1e3, tf(auto_ms),
         TileName(best), tf(best_ms), lt_bf16 * 1e3, tf(lt_bf16), lt_f32 * 1e3, tf(lt_f32),
         lt_bf16 > 0 ? lt_bf16 / auto_ms : 0.0, tf(mma_ms), panel_ms * 1e3, tf(panel_ms),
         widen_ms * 1e3, tf(panel_ms + widen_ms),
         panel_ms > 0 ? lt_bf16 / (panel_ms + widen_ms) : 0.0, halves_ms * 1e3, tf(halves_ms),
-        halves_ms > 0 ? lt_bf16 / (halves_ms + widen_ms) : 0.0);
+        halves_ms > 0 ? lt_bf16 / (halves_ms + widen_ms) : 0.0, scaled_ms * 1e3, tf(scaled_ms),
+        widen_scaled_ms * 1e3, scaled_ms > 0 ? lt_bf16 / (scaled_ms + widen_scaled_ms) : 0.0);
   }
   // Bf16Gemm at V4.1's grouped wo_a (8 groups of 1,024 x 4,096 over the
   // attention output's 8 x 4,096 columns): the warp-specialized tile
@@ -387,7 +400,10 @@ int RunOne(int64_t m, int64_t n, int64_t k, const std::string& tile_name) {
     if (tile_name == TileName(t)) tile = t;
   }
   // "n128m128ws_panel": the warp-specialized tile reading X's f16 panel.
-  const bool panel = tile_name == std::string(TileName(Fp8GemmTile::kN128M128Ws)) + "_panel";
+  // "n128m128ws_scaled": the same with the scaled panel (x_f16_scaled).
+  const bool scaled = tile_name == std::string(TileName(Fp8GemmTile::kN128M128Ws)) + "_scaled";
+  const bool panel =
+      scaled || tile_name == std::string(TileName(Fp8GemmTile::kN128M128Ws)) + "_panel";
   if (tile_name == TileName(Fp8GemmTile::kN128M128Ws) || panel) {
     tile = Fp8GemmTile::kN128M128Ws;
   }
@@ -396,13 +412,15 @@ int RunOne(int64_t m, int64_t n, int64_t k, const std::string& tile_name) {
   Fp8BlockGemmParams params = p.Params(0, tile);
   if (panel) {
     WEIR_BENCH_CHECK(cudaMalloc(&x16, m * k * sizeof(uint16_t)));
-    if (absl::Status s =
-            WidenFp8ToF16Panel({.codes = p.x[0], .out = x16, .rows = m, .k = k}, nullptr);
+    if (absl::Status s = WidenFp8ToF16Panel(
+            {.codes = p.x[0], .out = x16, .rows = m, .k = k, .scales = scaled ? p.xs[0] : nullptr},
+            nullptr);
         !s.ok()) {
       std::fprintf(stderr, "%s\n", s.ToString().c_str());
       return 1;
     }
     params.x_f16 = x16;
+    params.x_f16_scaled = scaled;
   }
   for (int i = 0; i < 2; ++i) {
     if (absl::Status s = Fp8BlockGemm(params, nullptr); !s.ok()) {
@@ -414,7 +432,9 @@ int RunOne(int64_t m, int64_t n, int64_t k, const std::string& tile_name) {
   if (x16 != nullptr) WEIR_BENCH_CHECK(cudaFree(x16));
   std::printf("ran m %lld n %lld k %lld tile %s%s\n", static_cast<long long>(m),
               static_cast<long long>(n), static_cast<long long>(k), TileName(tile),
-              panel ? " (x_f16 panel)" : "");
+              scaled  ? " (scaled x_f16 panel)"
+              : panel ? " (x_f16 panel)"
+                      : "");
   return 0;
 }
 
