@@ -73,16 +73,19 @@ inline constexpr int kWsX16Slot = kWsBm * 256;              // Fp8GemmF16XBytes(
 inline constexpr int kWsTableSlot = kFp8GemmWsTableFloats * 4;
 inline constexpr int kWsScaleSlot = (kWsBm + kWsBn / 32) * 4;  // X words, then W words
 // kScaled adds a 16-byte slot of votes an f16 slot (the wideners' warps:
-// every row of the stage in range, Fp8BlockGemmParams::x_f16_scaled).
+// every row of the stage in range, Fp8BlockGemmParams::x_f16_scaled), and
+// trades a code slot for a fourth f16 slot (X arrives later than W: its slot
+// frees a stage after the code slot's).
 template <bool kPanel, bool kScaled = false>
 struct WsLayout {
+  static constexpr int kCodeStages = kScaled ? kWsCodeStages - 1 : kWsCodeStages;
   static constexpr int kCodeSlot = kPanel ? kWsCodeTile : 2 * kWsCodeTile;  // W (then X)
-  static constexpr int kX16Stages = kPanel ? 3 : 2;
-  static constexpr int kX16Offset = kWsCodeStages * kCodeSlot;
+  static constexpr int kX16Stages = kPanel ? (kScaled ? 4 : 3) : 2;
+  static constexpr int kX16Offset = kCodeStages * kCodeSlot;
   static constexpr int kTableOffset = kX16Offset + kX16Stages * kWsX16Slot;
   static constexpr int kVoteOffset = kTableOffset + kX16Stages * kWsTableSlot;
   static constexpr int kScaleOffset = kVoteOffset + (kScaled ? kX16Stages * 16 : 0);
-  static constexpr int kSharedBytes = kScaleOffset + kWsCodeStages * kWsScaleSlot;
+  static constexpr int kSharedBytes = kScaleOffset + kCodeStages * kWsScaleSlot;
   static_assert(kX16Offset % 1024 == 0 && kWsX16Slot % 1024 == 0, "swizzled f16 slots");
 };
 
@@ -127,6 +130,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   static_assert(!kScaled || (kPanel && !kHalves), "the scaled panel: with a panel, without halves");
   GridDependencyPrologue(grouped.fold_splits ? L2Rows{} : Fp8GemmWeightRows<kWsBn>(grouped));
   using Layout = WsLayout<kPanel, kScaled>;
+  constexpr int kCodeStages = Layout::kCodeStages;
   constexpr int kWsCodeSlot = Layout::kCodeSlot;
   constexpr int kWsX16Stages = Layout::kX16Stages;
   constexpr int kWsX16Offset = Layout::kX16Offset;
@@ -181,13 +185,13 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   }
 
   constexpr int kBlocks = kFp8GemmStageK / kFp8GemmScaleBlock;  // 4 K blocks a stage
-  __shared__ __align__(8) uint64_t bars[2 * kWsCodeStages + 2 * kWsX16Stages];
+  __shared__ __align__(8) uint64_t bars[2 * kCodeStages + 2 * kWsX16Stages];
   extern __shared__ __align__(128) uint8_t smem_raw[];
   uint8_t* const smem = AlignSharedTo1024(smem_raw);
   const uint32_t base = SharedAddress(smem);
   const uint32_t full0 = SharedAddress(&bars[0]);
-  const uint32_t empty0 = full0 + 8 * kWsCodeStages;
-  const uint32_t x16_full0 = empty0 + 8 * kWsCodeStages;
+  const uint32_t empty0 = full0 + 8 * kCodeStages;
+  const uint32_t x16_full0 = empty0 + 8 * kCodeStages;
   const uint32_t x16_empty0 = x16_full0 + 8 * kWsX16Stages;
 
   const int tid = static_cast<int>(threadIdx.x);
@@ -202,7 +206,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const int stages = kt_end - kt_begin;
 
   if (tid == 0) {
-    for (int s = 0; s < kWsCodeStages; ++s) {
+    for (int s = 0; s < kCodeStages; ++s) {
       MbarrierInit(full0 + 8 * s, 1 + 32);             // expect_tx + the lanes' copies
       MbarrierInit(empty0 + 8 * s, 2 * 128 + 3 * 32);  // consumers + wideners
     }
@@ -220,10 +224,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       // The loader: codes by TMA, scale words by cp.async, stage i into slot i % 4.
       const int64_t n_groups = (args.n + 31) / 32;
       for (int i = 0; i < stages; ++i) {
-        const int slot = i % kWsCodeStages;
+        const int slot = i % kCodeStages;
         const int kt = kt_begin + i;
         const uint32_t full = full0 + 8 * slot;
-        if (i >= kWsCodeStages) MbarrierWait(empty0 + 8 * slot, ((i / kWsCodeStages) - 1) & 1);
+        if (i >= kCodeStages) MbarrierWait(empty0 + 8 * slot, ((i / kCodeStages) - 1) & 1);
         const int x_group = grouped.x_stride != 0 ? static_cast<int>(group) : 0;
         if (lane == 0) {
           MbarrierArriveExpectTx(full, kWsCodeSlot);
@@ -273,9 +277,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       // the panel's box brings it), and its scale table.
       const int t = tid - 32;  // 0 .. 95
       for (int i = 0; i < stages; ++i) {
-        const int slot = i % kWsCodeStages;
+        const int slot = i % kCodeStages;
         const int ts = i % kWsX16Stages;
-        MbarrierWait(full0 + 8 * slot, (i / kWsCodeStages) & 1);
+        MbarrierWait(full0 + 8 * slot, (i / kCodeStages) & 1);
         if (i >= kWsX16Stages) MbarrierWait(x16_empty0 + 8 * ts, ((i / kWsX16Stages) - 1) & 1);
         if constexpr (!kPanel) {
           const uint32_t x_codes = base + slot * kWsCodeSlot + kWsCodeTile;
@@ -412,7 +416,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     float p[2][kP / 2];
     for (int i = 0; i < stages; ++i) {
       if (i == boundary) bank_split();  // split next_split starts
-      const int slot = i % kWsCodeStages;
+      const int slot = i % kCodeStages;
       const int ts = i % kWsX16Stages;
       const uint32_t w_base = base + slot * kWsCodeSlot;
       const uint64_t x_desc =
@@ -421,7 +425,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       // The stage's first item. Nothing is in flight across the stage loop's
       // back edge: with the next stage's first item issued there, ptxas
       // serialized every wgmma of the loop (C7514).
-      MbarrierWait(full0 + 8 * slot, (i / kWsCodeStages) & 1);
+      MbarrierWait(full0 + 8 * slot, (i / kCodeStages) & 1);
       make_a(w_base, 0, a[0]);
       MbarrierWait(x16_full0 + 8 * ts, (i / kWsX16Stages) & 1);
       issue_half(x_desc, 0, 0, a[0], p[0]);
@@ -454,10 +458,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   } else {
     for (int i = 0; i < stages; ++i) {
       if (i == boundary) bank_split();  // split next_split starts
-      const int slot = i % kWsCodeStages;
+      const int slot = i % kCodeStages;
       const int ts = i % kWsX16Stages;
       const uint32_t w_base = base + slot * kWsCodeSlot;
-      MbarrierWait(full0 + 8 * slot, (i / kWsCodeStages) & 1);
+      MbarrierWait(full0 + 8 * slot, (i / kCodeStages) & 1);
       make_a(w_base, 0, a[0]);
       MbarrierWait(x16_full0 + 8 * ts, (i / kWsX16Stages) & 1);
       const uint64_t x_desc =
