@@ -794,7 +794,9 @@ TEST(DeviceDecoderFastTest, SmallBf16FusedRopeGivesTheRopeLaunchesBits) {
 // and small's narrow gate sums its logits in MoeGate's block
 // (gate_logits_in_block_macs); wo_a's split reduce makes wo_b's FP8 input
 // (reduce_fp8_out), and the compressor's kernel runs the chunk a thread a
-// row (parallel_compressor_rows).
+// row (parallel_compressor_rows); on the stored pools the wgmma attention
+// writes wo_a's input itself (attention_grouped_out, which counts a folded
+// pass too: the plain decoder leaves it off).
 TEST(DeviceDecoderFastTest, SmallFusedRowLaunchesGiveTheSeparateLaunchesBits) {
   struct Case {
     bool stored;
@@ -826,6 +828,7 @@ TEST(DeviceDecoderFastTest, SmallFusedRowLaunchesGiveTheSeparateLaunchesBits) {
     plain.reduce_fp8_out = false;
     plain.parallel_compressor_rows = 0;
     plain.stored_wo_a = false;
+    plain.attention_grouped_out = false;  // (stored pools: the wgmma attention's SwapAxes fold)
     DeviceDecoderOptions fused = plain;
     fused.fused_kv_rows = true;
     fused.fold_row_ops = true;
@@ -839,6 +842,7 @@ TEST(DeviceDecoderFastTest, SmallFusedRowLaunchesGiveTheSeparateLaunchesBits) {
     fused.reduce_fp8_out = true;
     fused.parallel_compressor_rows = 8;  // the 40-row chunk, not the 2-row steps
     fused.stored_wo_a = true;
+    fused.attention_grouped_out = true;
     const std::vector<int64_t> prompt = RandomTokens(40, 47, v - 1);
     std::vector<std::vector<int64_t>> steps;
     for (int step = 0; step < 4; ++step) steps.push_back({7 + step, 3 + step});
