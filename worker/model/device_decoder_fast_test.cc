@@ -865,9 +865,13 @@ TEST(DeviceDecoderFastTest, SmallFusedRowLaunchesGiveTheSeparateLaunchesBits) {
     EXPECT_EQ(plain_stats.fused_swiglu_fp8, 0) << name;
     EXPECT_GT(fused_stats.fused_swiglu_fp8, 0) << name;
     EXPECT_EQ(plain_stats.bf16_branches, 0) << name;
-    if (k.precision == ActivationPrecision::kBf16) EXPECT_GT(fused_stats.bf16_branches, 0) << name;
+    if (k.precision == ActivationPrecision::kBf16) {
+      EXPECT_GT(fused_stats.bf16_branches, 0) << name;
+    }
     EXPECT_EQ(plain_stats.stored_wo_a, 0) << name;
-    if (k.precision == ActivationPrecision::kBf16) EXPECT_GT(fused_stats.stored_wo_a, 0) << name;
+    if (k.precision == ActivationPrecision::kBf16) {
+      EXPECT_GT(fused_stats.stored_wo_a, 0) << name;
+    }
   }
 }
 

@@ -127,8 +127,8 @@ __device__ __forceinline__ void RaiseRegisters() {
 template <bool kPanel, bool kHalves = false, bool kScaled = false>
 __global__ void __launch_bounds__(kWsThreads, 1)
     Fp8BlockGemmWsKernel(const __grid_constant__ KernelArgs grouped) {
-  static_assert(!kScaled || (kPanel && !kHalves), "the scaled panel: with a panel, without halves");
   GridDependencyPrologue(grouped.fold_splits ? L2Rows{} : Fp8GemmWeightRows<kWsBn>(grouped));
+  static_assert(!kScaled || (kPanel && !kHalves), "the scaled panel: with a panel, without halves");
   using Layout = WsLayout<kPanel, kScaled>;
   constexpr int kCodeStages = Layout::kCodeStages;
   constexpr int kWsCodeSlot = Layout::kCodeSlot;
