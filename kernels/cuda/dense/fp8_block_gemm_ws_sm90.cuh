@@ -27,8 +27,8 @@
 //    block runs on the tensor cores, and the two consumer warpgroups fold in
 //    each other's shadow.
 //
-// Rings: kWsCodeStages code slots (W and X codes and scale words of one
-// stage of 128 K), WsLayout::kX16Stages f16 slots (the widened X and the
+// Rings: WsLayout::kCodeStages code slots (W and X codes and scale words of
+// one stage of 128 K), WsLayout::kX16Stages f16 slots (the widened X and the
 // scale table). mbarriers: full / empty per code slot, x16_full / x16_empty
 // per f16 slot; a slot's use i completes phase i, so its waiter tests parity
 // (i / slots) & 1.
@@ -221,7 +221,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   if (warp < 4) {
     LowerRegisters<kWsProducerRegs>();
     if (warp == 0) {
-      // The loader: codes by TMA, scale words by cp.async, stage i into slot i % 4.
+      // The loader: codes by TMA, scale words by cp.async, stage i into slot
+      // i % kCodeStages.
       const int64_t n_groups = (args.n + 31) / 32;
       for (int i = 0; i < stages; ++i) {
         const int slot = i % kCodeStages;
