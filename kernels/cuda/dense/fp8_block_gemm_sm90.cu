@@ -235,14 +235,12 @@ __global__ void WidenFp8ToF16PanelKernel(const Fp8F16PanelParams p, int64_t code
       if (Fp8PanelScaleInRange(byte)) {
         // 2^(byte - 127 + shift), a normal float.
         const float scale = __uint_as_float((byte + kFp8PanelScaleShift) << 23);
-        lo.x = ScaleF16x2(lo.x, scale);
-        lo.y = ScaleF16x2(lo.y, scale);
-        lo.z = ScaleF16x2(lo.z, scale);
-        lo.w = ScaleF16x2(lo.w, scale);
-        hi.x = ScaleF16x2(hi.x, scale);
-        hi.y = ScaleF16x2(hi.y, scale);
-        hi.z = ScaleF16x2(hi.z, scale);
-        hi.w = ScaleF16x2(hi.w, scale);
+        for (uint4* v : {&lo, &hi}) {
+          v->x = ScaleF16x2(v->x, scale);
+          v->y = ScaleF16x2(v->y, scale);
+          v->z = ScaleF16x2(v->z, scale);
+          v->w = ScaleF16x2(v->w, scale);
+        }
       }
     }
     uint4* out = reinterpret_cast<uint4*>(p.out + (g * p.rows + r) * p.k + 16 * q);
