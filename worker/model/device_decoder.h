@@ -337,8 +337,10 @@ struct DeviceDecoderOptions {
   bool expert_wgmma_f16 = false;
   // kFast FP8 linears: each 32-element block sum on wgmma with both operands
   // read from shared memory by descriptor (kernels/cuda/dense
-  // Fp8GemmMath::kWgmma, its own 64-row tiles) instead of the f16 mma pair.
-  // Other low bits, batch invariant on its own. Off until measured.
+  // Fp8GemmMath::kWgmma: its own 64-row tiles, and above 256 rows the
+  // warp-specialized prefill tile's e4m3 instance) instead of the f16 mma
+  // pair. Other low bits, batch invariant on its own. Off: outside issue
+  // 20's fidelity bars on the trained tiny (worker/model/README.md).
   bool dense_wgmma = false;
   // kFast FP8 linears of more than kDenseWgmmaF16MinRows rows (prefill
   // chunks): the f16 mma pair's block sums issued as wgmma m64nNk16 f16

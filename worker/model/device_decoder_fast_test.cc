@@ -960,44 +960,63 @@ TEST(DeviceDecoderFastTest, SyntheticV41GroupedAttentionOutputGivesTheSwapAxesBi
 // tile above 256 rows); the same prompt in four chunks of 100 rows runs the
 // mma tiles and the MXFP4 kernel. Every row's logits must be the same bits,
 // and so must the decode steps after.
+constexpr int kLongChunk = 400, kShortChunk = 100;
+
+// The prompt of kLongChunk rows as one chunk and then three decode steps
+// (returned: the chunk's logits first), against the same prompt in chunks of
+// kShortChunk rows and the same steps on a second decoder: every row the same
+// bits.
+std::vector<std::vector<float>> LongChunkAgainstShortChunks(const Model& cpu,
+                                                            const DeviceDecoderOptions& options,
+                                                            const std::vector<int64_t>& prompt) {
+  const int64_t v = cpu.config().vocab_size;
+  std::vector<std::vector<int64_t>> steps;
+  for (int step = 0; step < 3; ++step) steps.push_back({11 + step});
+  auto whole = ChunkThenSteps(cpu, options, {1}, prompt, steps);
+  EXPECT_EQ(whole.size(), 4u);
+  if (whole.size() != 4u) return {};
+  EXPECT_EQ(whole[0].size(), static_cast<size_t>(kLongChunk * v));
+  auto dd = DeviceDecoder::Create(cpu, ActivationPrecision::kBf16, options);
+  EXPECT_TRUE(dd.ok()) << dd.status();
+  if (!dd.ok() || !(*dd)->Start(1).ok()) return {};
+  int64_t differing_rows = 0;
+  for (int c = 0; c < kLongChunk / kShortChunk; ++c) {
+    const std::vector<int64_t> part(prompt.begin() + c * kShortChunk,
+                                    prompt.begin() + (c + 1) * kShortChunk);
+    auto rows = (*dd)->StepRows(std::vector<int>(kShortChunk, 1), part, std::nullopt);
+    EXPECT_TRUE(rows.ok()) << rows.status();
+    if (!rows.ok() || rows->size() != static_cast<size_t>(kShortChunk * v)) return {};
+    for (int r = 0; r < kShortChunk; ++r) {
+      differing_rows +=
+          std::memcmp(rows->data() + r * v, whole[0].data() + (c * kShortChunk + r) * v,
+                      v * sizeof(float)) != 0;
+    }
+  }
+  EXPECT_EQ(differing_rows, 0) << "of " << kLongChunk << " prompt rows";
+  for (size_t i = 0; i < steps.size(); ++i) {
+    auto r = (*dd)->StepRows(std::vector<int>{1}, steps[i], std::nullopt);
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return {};
+    EXPECT_EQ(std::memcmp(r->data(), whole[i + 1].data(), v * sizeof(float)), 0) << "step " << i;
+  }
+  return whole;
+}
+
 TEST(DeviceDecoderFastTest, SmallBf16LongChunkGivesTheShortChunksBits) {
   const Checkpoint* small = SmallCheckpoint(3);
   ASSERT_NE(small, nullptr);
   const int64_t v = small->config().vocab_size;
   auto cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
   ASSERT_NE(cpu, nullptr);
-  constexpr int kChunk = 400, kShort = 100;
+  constexpr int kChunk = kLongChunk;
   const DeviceDecoderOptions options{.numerics = DecodeNumerics::kFast,
                                      .max_sequences = 2,
                                      .max_positions = kChunk + 16,
                                      .max_batch = kChunk,
                                      .max_rows_per_slot = kChunk};
   const std::vector<int64_t> prompt = RandomTokens(kChunk, 43, v - 1);
-  std::vector<std::vector<int64_t>> steps;
-  for (int step = 0; step < 3; ++step) steps.push_back({11 + step});
-  const auto whole = ChunkThenSteps(*cpu, options, {1}, prompt, steps);
+  const auto whole = LongChunkAgainstShortChunks(*cpu, options, prompt);
   ASSERT_EQ(whole.size(), 4u);
-  ASSERT_EQ(whole[0].size(), static_cast<size_t>(kChunk * v));
-  auto dd = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, options);
-  ASSERT_TRUE(dd.ok()) << dd.status();
-  ASSERT_TRUE((*dd)->Start(1).ok());
-  int64_t differing_rows = 0;
-  for (int c = 0; c < kChunk / kShort; ++c) {
-    const std::vector<int64_t> part(prompt.begin() + c * kShort, prompt.begin() + (c + 1) * kShort);
-    auto rows = (*dd)->StepRows(std::vector<int>(kShort, 1), part, std::nullopt);
-    ASSERT_TRUE(rows.ok()) << rows.status();
-    ASSERT_EQ(rows->size(), static_cast<size_t>(kShort * v));
-    for (int r = 0; r < kShort; ++r) {
-      differing_rows += std::memcmp(rows->data() + r * v, whole[0].data() + (c * kShort + r) * v,
-                                    v * sizeof(float)) != 0;
-    }
-  }
-  EXPECT_EQ(differing_rows, 0) << "of " << kChunk << " prompt rows";
-  for (size_t i = 0; i < steps.size(); ++i) {
-    auto r = (*dd)->StepRows(std::vector<int>{1}, steps[i], std::nullopt);
-    ASSERT_TRUE(r.ok()) << r.status();
-    EXPECT_EQ(std::memcmp(r->data(), whole[i + 1].data(), v * sizeof(float)), 0) << "step " << i;
-  }
   // The 400-row chunk's FP8 products read X's f16 panel (prefill_x16_panel,
   // on by default); without the panel, and with the scaled panel
   // (scaled_x16_panel), the chunk's rows are the same bits.
@@ -1027,6 +1046,27 @@ TEST(DeviceDecoderFastTest, SmallBf16LongChunkGivesTheShortChunksBits) {
     EXPECT_EQ(std::memcmp(chunk[i].data(), whole[0].data(), chunk[i].size() * sizeof(float)), 0)
         << "decoder " << i;
   }
+}
+
+// The same with the e4m3 wgmma maths (dense_wgmma, expert_wgmma): the 400-row
+// chunk's FP8 linears and the experts' tile form run the warp-specialized
+// tile's e4m3 instance, the 100-row chunks kWgmma's other tiles and the
+// MXFP4 kernel's wgmma math.
+TEST(DeviceDecoderFastTest, SmallBf16WithWgmmaLongChunkGivesTheShortChunksBits) {
+  const Checkpoint* small = SmallCheckpoint(3);
+  ASSERT_NE(small, nullptr);
+  auto cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
+  ASSERT_NE(cpu, nullptr);
+  const DeviceDecoderOptions options{.numerics = DecodeNumerics::kFast,
+                                     .max_sequences = 2,
+                                     .max_positions = kLongChunk + 16,
+                                     .max_batch = kLongChunk,
+                                     .max_rows_per_slot = kLongChunk,
+                                     .expert_wgmma = true,
+                                     .dense_wgmma = true};
+  const auto whole = LongChunkAgainstShortChunks(
+      *cpu, options, RandomTokens(kLongChunk, 44, small->config().vocab_size - 1));
+  ASSERT_EQ(whole.size(), 4u);
 }
 
 // A chunk of kIndexerSharedKeysMinRows rows and more scores its index keys in

@@ -948,10 +948,10 @@ struct DeviceDecoder::Impl {
   }
   // prefill_x16_panel: where `p` runs the warp-specialized prefill tile and
   // its X fits the panel scratch, widens X's codes into the panel and points
-  // p.x_f16 at it (the same bits; see the option). Leaves a p.x_f16 already
+  // p.x_f16 at it (the same bits; see the option). kWgmma reads the codes. Leaves a p.x_f16 already
   // set (a second product over the same codes) and every other call alone.
   absl::Status MakeX16Panel(dense::Fp8BlockGemmParams& p) {
-    if (x16 == nullptr || p.x_f16 != nullptr ||
+    if (x16 == nullptr || p.x_f16 != nullptr || p.math == dense::Fp8GemmMath::kWgmma ||
         dense::ResolveFp8GemmTile(p) != dense::Fp8GemmTile::kN128M128Ws) {
       return absl::OkStatus();
     }

@@ -101,7 +101,7 @@ Fp8GemmTile ChooseFp8GemmTile(int64_t m, int64_t n, Fp8GemmMath math) {
 }
 
 bool Fp8GemmWsApplies(const Fp8BlockGemmParams& p) {
-  if (p.math == Fp8GemmMath::kWgmma || p.k % kFp8GemmStageK != 0) return false;
+  if (p.k % kFp8GemmStageK != 0) return false;
   if (!AlignedTo(p.x_scales, 4) || !AlignedTo(p.w_scales, 4)) return false;
   // Packed group strides are multiples of k / 32, itself a multiple of 4 here.
   return p.groups == 1 || (p.x_scales_group_stride % 4 == 0 && p.w_scales_group_stride % 4 == 0);
@@ -268,8 +268,7 @@ absl::Status CheckFp8BlockGemmParams(const Fp8BlockGemmParams& p) {
   if (tile == Fp8GemmTile::kN128M128Ws) {
     if (!Fp8GemmWsApplies(p)) {
       return absl::InvalidArgumentError(
-          "Fp8BlockGemm: kN128M128Ws runs kMmaF16's bits (math kMmaF16 or kWgmmaF16) and needs k "
-          "a multiple of 128 and 4-byte aligned scales");
+          "Fp8BlockGemm: kN128M128Ws needs k a multiple of 128 and 4-byte aligned scales");
     }
     if (!AlignedTo(p.x_f16, 16)) {
       return absl::InvalidArgumentError("Fp8BlockGemm: x_f16 must be 16-byte aligned");

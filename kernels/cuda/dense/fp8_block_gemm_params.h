@@ -78,10 +78,11 @@ enum class Fp8GemmTile {
   // Prefill, warp-specialized (fp8_block_gemm_ws_sm90.cuh): a producer
   // warpgroup (TMA loader; X widened to f16 once and the scale products
   // tabled for the CTA) and two consumer warpgroups of 64 W rows x all 128
-  // X rows that only issue f16 wgmma and fold: kMmaF16's bits, so it runs
-  // for kMmaF16 and kWgmmaF16 (not kWgmma). Needs k % 128 == 0 and 4-byte
-  // aligned scales (Fp8GemmWsApplies); kAuto takes it above 256 rows when
-  // they hold. Not in kFp8GemmTiles (its own tests and bench rows).
+  // X rows that only issue wgmma and fold: f16 wgmma for kMmaF16 and
+  // kWgmmaF16 (kMmaF16's bits), e4m3 wgmma on the codes for kWgmma
+  // (kN128M128Wg's bits). Needs k % 128 == 0 and 4-byte aligned scales
+  // (Fp8GemmWsApplies); kAuto takes it above 256 rows when they hold. Not in
+  // kFp8GemmTiles (its own tests and bench rows).
   kN128M128Ws,
 };
 
@@ -173,10 +174,8 @@ inline constexpr int kFp8GemmStageK = 128;
 
 struct Fp8BlockGemmParams;
 
-// True when `p` can run kN128M128Ws: math kMmaF16 or kWgmmaF16, k a
-// multiple of 128, the scale pointers (and scale group strides) 4-byte
-// aligned, no split counters needed (any split is summed by the second
-// kernel).
+// True when `p` can run kN128M128Ws (any math): k a multiple of 128, the
+// scale pointers (and scale group strides) 4-byte aligned.
 bool Fp8GemmWsApplies(const Fp8BlockGemmParams& p);
 
 // The tile a call runs: p.tile, or for kAuto ChooseFp8GemmTile(m, n, math)
@@ -254,7 +253,8 @@ struct Fp8BlockGemmParams {
   // aligned; x groups = groups when x has group strides, else 1). The tile
   // then loads X by TMA straight into its f16 slots instead of widening the
   // codes in every CTA; the values, so the bits, are the same. Ignored by
-  // the other tiles.
+  // the other tiles and by kWgmma (its e4m3 wgmma reads the codes), and so
+  // are x_f16_scaled and ws_halves.
   const uint16_t* x_f16 = nullptr;
   // With x_f16: the panel was made with its scales (Fp8F16PanelParams::scales),
   // so each (row, K block) whose UE8M0 byte Fp8PanelScaleInRange holds its

@@ -232,9 +232,9 @@ TEST(Fp8BlockGemmParamsTest, TileTableIsConsistent) {
   EXPECT_EQ(Fp8GemmScaleScratchOffset(17), 32);
 }
 
-// kN128M128Ws: kAuto's tile above 256 rows where it applies (kMmaF16 and
-// kWgmmaF16, k % 128 == 0, 4-byte aligned scales and scale strides), the mma
-// or wgmma 128 x 128 tile where it does not; asked for explicitly where it
+// kN128M128Ws: kAuto's tile above 256 rows where it applies (every math,
+// k % 128 == 0, 4-byte aligned scales and scale strides), the mma or wgmma
+// 128 x 128 tile where it does not; asked for explicitly where it
 // does not apply, INVALID_ARGUMENT; the group-offset grid's rows counted.
 TEST(Fp8BlockGemmParamsTest, WarpSpecializedTileWhereItApplies) {
   const Fp8BlockGemmParams big{.x = FakeDevice(256),
@@ -251,6 +251,8 @@ TEST(Fp8BlockGemmParamsTest, WarpSpecializedTileWhereItApplies) {
   p.math = Fp8GemmMath::kWgmmaF16;
   EXPECT_EQ(ResolveFp8GemmTile(p), Fp8GemmTile::kN128M128Ws);
   p.math = Fp8GemmMath::kWgmma;
+  EXPECT_EQ(ResolveFp8GemmTile(p), Fp8GemmTile::kN128M128Ws);
+  p.k = 5120 + 32;
   EXPECT_EQ(ResolveFp8GemmTile(p), Fp8GemmTile::kN128M128Wg);
   p = big;
   p.k = 5120 + 32;
@@ -273,8 +275,7 @@ TEST(Fp8BlockGemmParamsTest, WarpSpecializedTileWhereItApplies) {
   p.tile = Fp8GemmTile::kN128M128Ws;
   EXPECT_TRUE(CheckFp8BlockGemmParams(p).ok());
   p.math = Fp8GemmMath::kWgmma;
-  EXPECT_EQ(CheckFp8BlockGemmParams(p).code(), absl::StatusCode::kInvalidArgument);
-  p.math = Fp8GemmMath::kMmaF16;
+  EXPECT_TRUE(CheckFp8BlockGemmParams(p).ok());
   p.k = 96;
   EXPECT_EQ(CheckFp8BlockGemmParams(p).code(), absl::StatusCode::kInvalidArgument);
   p.k = 5120;

@@ -158,9 +158,11 @@ absl::Status LaunchWs(const Fp8BlockGemmParams& p, cudaStream_t stream) {
       !s.ok()) {
     return s;
   }
-  // X: the codes, or their f16 panel (rows of 2 k bytes, groups packed).
+  // X: the codes, or their f16 panel (rows of 2 k bytes, groups packed);
+  // kWgmma reads the codes (a panel, if given, is not read).
+  const bool e4m3 = p.math == Fp8GemmMath::kWgmma;
   const absl::Status x_map =
-      p.x_f16 != nullptr
+      p.x_f16 != nullptr && !e4m3
           ? EncodeTmaRowsMap(&args.x_map, p.x_f16, 2 * p.k, p.m, x_grouped ? p.groups : 1, 2 * p.k,
                              2 * p.m * p.k, fp8_gemm::kWsBm)
           : EncodeTmaRowsMap(&args.x_map, p.x, p.k, p.m, x_grouped ? p.groups : 1, p.k,
@@ -173,17 +175,16 @@ absl::Status LaunchWs(const Fp8BlockGemmParams& p, cudaStream_t stream) {
       static_cast<unsigned>((p.n + fp8_gemm::kWsBn - 1) / fp8_gemm::kWsBn),
       static_cast<unsigned>(p.group_offsets != nullptr ? row_tiles + p.groups : row_tiles),
       static_cast<unsigned>(p.group_offsets != nullptr ? 1 : p.groups));
-  auto launch = [&]<bool kPanel, bool kHalves, bool kScaled = false>()->absl::Status {
-    const int smem = fp8_gemm::WsLayout<kPanel, kScaled>::kSharedBytes + fp8_gemm::kWgmmaSmemSlack;
-    if (absl::Status s = AllowSharedBytes(fp8_gemm::Fp8BlockGemmWsKernel<kPanel, kHalves, kScaled>,
-                                          smem, "Fp8BlockGemm");
-        !s.ok()) {
-      return s;
-    }
-    fp8_gemm::Fp8BlockGemmWsKernel<kPanel, kHalves, kScaled>
-        <<<grid, fp8_gemm::kWsThreads, smem, stream>>>(args);
+  auto launch = [&]<bool kPanel, bool kHalves, bool kScaled = false, bool kE4m3 = false>()
+                    ->absl::Status {
+    const int smem =
+        fp8_gemm::WsLayout<kPanel, kScaled, kE4m3>::kSharedBytes + fp8_gemm::kWgmmaSmemSlack;
+    constexpr auto kernel = fp8_gemm::Fp8BlockGemmWsKernel<kPanel, kHalves, kScaled, kE4m3>;
+    if (absl::Status s = AllowSharedBytes(kernel, smem, "Fp8BlockGemm"); !s.ok()) return s;
+    kernel<<<grid, fp8_gemm::kWsThreads, smem, stream>>>(args);
     return LaunchStatus("Fp8BlockGemm");
   };
+  if (e4m3) return launch.template operator()<false, false, false, true>();
   if (p.x_f16_scaled) return launch.template operator()<true, false, true>();
   if (p.ws_halves) {
     return p.x_f16 != nullptr ? launch.template operator()<true, true>()

@@ -837,7 +837,7 @@ TEST(Fp8BlockGemmTest, WarpSpecializedTileGivesTheMmaBits) {
   EXPECT_EQ(ResolveFp8GemmTile(big), kWs);
   Fp8BlockGemmParams other = big;
   other.math = Fp8GemmMath::kWgmma;
-  EXPECT_EQ(ResolveFp8GemmTile(other), Fp8GemmTile::kN128M128Wg);
+  EXPECT_EQ(ResolveFp8GemmTile(other), kWs);
   other = big;
   other.k = 5120 + 32;
   EXPECT_EQ(ResolveFp8GemmTile(other), Fp8GemmTile::kN128M128);
@@ -865,7 +865,7 @@ TEST(Fp8BlockGemmTest, WarpSpecializedTileGivesTheMmaBits) {
     const std::vector<float> row(got.begin() + pos * kN, got.begin() + (pos + 1) * kN);
     EXPECT_EQ(BitMismatches(row, want, nullptr), 0) << "position " << pos;
   }
-  // Refused: kWgmma's bits, K not a multiple of 128, scales not 4-byte aligned.
+  // Refused: K not a multiple of 128, scales not 4-byte aligned.
   DeviceBuffer<uint8_t> buf(1 << 16);
   ASSERT_TRUE(buf.ok());
   uint8_t* d = buf.get();
@@ -876,11 +876,132 @@ TEST(Fp8BlockGemmTest, WarpSpecializedTileGivesTheMmaBits) {
   EXPECT_TRUE(EachIsInvalidArgument(good,
                                     [](const P& p) { return Fp8BlockGemm(p, nullptr).code(); },
                                     {
-                                        [](P& p) { p.math = Fp8GemmMath::kWgmma; },
                                         [](P& p) { p.k = 96; },
                                         [&](P& p) { p.x_scales = d + 1; },
                                     }));
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+// kN128M128Ws in Fp8GemmMath::kWgmma (e4m3 wgmma on the codes): the bits of
+// kN128M128Wg, the non-specialized e4m3 prefill tile, in every output form,
+// with and without a split, with a panel passed (not read), partial tiles,
+// subnormal scale products, rows by group offsets on the compact grid, and a
+// row alone (a decode tile) against the same row in a prefill-sized batch.
+TEST(Fp8BlockGemmTest, WarpSpecializedTileGivesTheWgmmaBits) {
+  constexpr Fp8GemmTile kWs = Fp8GemmTile::kN128M128Ws;
+  constexpr Fp8GemmMath kW = Fp8GemmMath::kWgmma;
+  for (const Shape& s : {Shape{1, 64, 128}, Shape{130, 257, 1024}, Shape{300, 1280, 5120},
+                         Shape{1030, 512, 1280}, Shape{700, 384, 2816}}) {
+    const int64_t num_kt = s.k / 128;
+    for (Source source : {Source::kRawCodes, Source::kQuantized}) {
+      const Operands op = MakeOperands(s.m, s.n, s.k, 5 * s.m + s.n, source);
+      for (int splits : {1, 3}) {
+        if (splits > num_kt) continue;
+        for (Fp8GemmOutput output :
+             {Fp8GemmOutput::kF32, Fp8GemmOutput::kBf16, Fp8GemmOutput::kF32RoundedBf16}) {
+          const std::vector<float> want =
+              RunGpu(op, Fp8GemmTile::kN128M128Wg, output, 0, splits, false, kW);
+          ASSERT_EQ(want.size(), static_cast<size_t>(s.m * s.n));
+          if (output == Fp8GemmOutput::kF32 && s.m * s.n * s.k < (int64_t{1} << 30)) {
+            EXPECT_EQ(Compare(op, want, splits, kW).violations, 0);
+          }
+          for (bool panel : {false, true}) {
+            int64_t at = -1;
+            EXPECT_EQ(
+                BitMismatches(RunGpu(op, kWs, output, 0, splits, false, kW, panel), want, &at), 0)
+                << s.m << "x" << s.n << "x" << s.k << " splits " << splits << " output "
+                << static_cast<int>(output) << " panel " << panel << " first mismatch " << at;
+          }
+        }
+      }
+    }
+  }
+  {
+    constexpr int64_t kM = 300, kN = 256, kK = 1024;
+    Operands op = MakeOperands(kM, kN, kK, 4343, Source::kRawCodes);
+    op.x_scales[5 * (kK / 32) + 3] = 0;     // 2^-127
+    op.x_scales[200 * (kK / 32) + 17] = 1;  // 2^-126
+    op.w_scales[1 * (kK / 32) + 30] = 2;    // 2^-125
+    op.x_scales[7 * (kK / 32) + 9] = 0xFF;  // NaN
+    const std::vector<float> want =
+        RunGpu(op, Fp8GemmTile::kN128M128Wg, Fp8GemmOutput::kF32, 0, 1, false, kW);
+    int64_t at = -1;
+    EXPECT_EQ(BitMismatches(RunGpu(op, kWs, Fp8GemmOutput::kF32, 0, 1, false, kW), want, &at), 0)
+        << "tiny and NaN scales, first mismatch " << at;
+  }
+  {
+    constexpr int kGroups = 12;
+    constexpr int64_t kN = 160, kK = 512;
+    std::mt19937 rng(78);
+    std::uniform_int_distribution<int> count(0, 300);
+    std::vector<int64_t> offsets = {0};
+    for (int g = 0; g < kGroups; ++g) {
+      const int c = g % 5 == 0 ? (g == 0 ? 128 : 0) : g == 7 ? 129 : count(rng);
+      offsets.push_back(offsets.back() + c);
+    }
+    const int64_t m = offsets.back();
+    const Operands rows = MakeOperands(m, kN, kK, 92, Source::kQuantized);
+    std::vector<uint8_t> w, w_scales;
+    std::vector<Operands> per_group;
+    for (int g = 0; g < kGroups; ++g) {
+      per_group.push_back(MakeOperands(1, kN, kK, 300 + g, Source::kRawCodes));
+      w.insert(w.end(), per_group.back().w.begin(), per_group.back().w.end());
+      w_scales.insert(w_scales.end(), per_group.back().w_scales.begin(),
+                      per_group.back().w_scales.end());
+    }
+    DeviceBuffer<uint8_t> dx(rows.x), dxs(rows.x_scales), dw(w), dws(w_scales);
+    DeviceBuffer<int64_t> doff(offsets);
+    DeviceBuffer<float> y(m * kN);
+    ASSERT_TRUE(dx.ok() && dxs.ok() && dw.ok() && dws.ok() && doff.ok() && y.ok());
+    y.Poison(0xFF);
+    const Fp8BlockGemmParams p{.x = dx.get(),
+                               .x_scales = dxs.get(),
+                               .w = dw.get(),
+                               .w_scales = dws.get(),
+                               .y = y.get(),
+                               .m = m,
+                               .n = kN,
+                               .k = kK,
+                               .tile = kWs,
+                               .groups = kGroups,
+                               .group_offsets = doff.get(),
+                               .math = kW};
+    ASSERT_TRUE(Fp8BlockGemm(p, nullptr).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<float> got = y.Download();
+    for (int g = 0; g < kGroups; ++g) {
+      const int64_t begin = offsets[g], end = offsets[g + 1];
+      if (end == begin) continue;
+      Operands op = per_group[g];
+      op.m = end - begin;
+      op.x.assign(rows.x.begin() + begin * kK, rows.x.begin() + end * kK);
+      op.x_scales.assign(rows.x_scales.begin() + begin * (kK / 32),
+                         rows.x_scales.begin() + end * (kK / 32));
+      const std::vector<float> want =
+          RunGpu(op, Fp8GemmTile::kN128M128Wg, Fp8GemmOutput::kF32, 0, 1, false, kW);
+      ASSERT_EQ(want.size(), static_cast<size_t>(op.m * kN));
+      EXPECT_EQ(std::memcmp(got.data() + begin * kN, want.data(), want.size() * sizeof(float)), 0)
+          << "group " << g << " rows " << op.m;
+    }
+  }
+  constexpr int64_t kN = 1024, kK = 2048;
+  const Operands alone = MakeOperands(1, kN, kK, 124, Source::kQuantized);
+  const std::vector<float> want =
+      RunGpu(alone, Fp8GemmTile::kAuto, Fp8GemmOutput::kF32, 0, 1, false, kW);
+  std::mt19937 rng(10);
+  Operands batch = alone;
+  batch.m = 2048;
+  QuantizedFp8Rows(batch.m, kK, rng, batch.x, batch.x_scales);
+  for (int64_t pos : {int64_t{0}, int64_t{1337}, batch.m - 1}) {
+    Operands b = batch;
+    std::copy(alone.x.begin(), alone.x.end(), b.x.begin() + pos * kK);
+    std::copy(alone.x_scales.begin(), alone.x_scales.end(), b.x_scales.begin() + pos * (kK / 32));
+    const std::vector<float> got =
+        RunGpu(b, Fp8GemmTile::kAuto, Fp8GemmOutput::kF32, 0, 1, false, kW);
+    ASSERT_EQ(got.size(), static_cast<size_t>(b.m * kN));
+    const std::vector<float> row(got.begin() + pos * kN, got.begin() + (pos + 1) * kN);
+    EXPECT_EQ(BitMismatches(row, want, nullptr), 0) << "position " << pos;
+  }
 }
 
 // The scaled panel (Fp8BlockGemmParams::x_f16_scaled) against the mma tile,

@@ -76,17 +76,26 @@ inline constexpr int kWsScaleSlot = (kWsBm + kWsBn / 32) * 4;  // X words, then 
 // every row of the stage in range, Fp8BlockGemmParams::x_f16_scaled), and
 // trades a code slot for a fourth f16 slot (X arrives later than W: its slot
 // frees a stage after the code slot's).
-template <bool kPanel, bool kScaled = false>
+//
+// kE4m3 (Fp8GemmMath::kWgmma) reads both operands' codes by descriptor: no f16
+// slots, a table slot beside each of five code slots (the table of stage i
+// lives in table slot i % kCodeStages, so the code slot's `empty` frees both).
+template <bool kPanel, bool kScaled = false, bool kE4m3 = false>
 struct WsLayout {
-  static constexpr int kCodeStages = kScaled ? kWsCodeStages - 1 : kWsCodeStages;
+  static constexpr int kCodeStages =
+      kE4m3 ? kWsCodeStages + 1 : (kScaled ? kWsCodeStages - 1 : kWsCodeStages);
   static constexpr int kCodeSlot = kPanel ? kWsCodeTile : 2 * kWsCodeTile;  // W (then X)
-  static constexpr int kX16Stages = kPanel ? (kScaled ? 4 : 3) : 2;
+  // f16 slots (kE4m3: table slots only, one a code slot).
+  static constexpr int kX16Stages = kE4m3 ? kCodeStages : (kPanel ? (kScaled ? 4 : 3) : 2);
+  static constexpr int kX16SlotBytes = kE4m3 ? 0 : kWsX16Slot;
   static constexpr int kX16Offset = kCodeStages * kCodeSlot;
-  static constexpr int kTableOffset = kX16Offset + kX16Stages * kWsX16Slot;
+  static constexpr int kTableOffset = kX16Offset + kX16Stages * kX16SlotBytes;
   static constexpr int kVoteOffset = kTableOffset + kX16Stages * kWsTableSlot;
   static constexpr int kScaleOffset = kVoteOffset + (kScaled ? kX16Stages * 16 : 0);
   static constexpr int kSharedBytes = kScaleOffset + kCodeStages * kWsScaleSlot;
   static_assert(kX16Offset % 1024 == 0 && kWsX16Slot % 1024 == 0, "swizzled f16 slots");
+  static_assert(!kE4m3 || (!kPanel && !kScaled), "kE4m3 reads the codes");
+  static_assert(kSharedBytes + kWgmmaSmemSlack <= 227 * 1024, "an SM's shared memory");
 };
 
 // One arrival on `bar` once every cp.async this thread issued so far has landed.
@@ -124,12 +133,21 @@ __device__ __forceinline__ void RaiseRegisters() {
 // sum of X rows scaled by a power of two is the unscaled sum scaled (the
 // products are exact and the tensor cores align to the largest), and both
 // fmas round the same exact value once.
-template <bool kPanel, bool kHalves = false, bool kScaled = false>
+//
+// kE4m3 (Fp8GemmMath::kWgmma, without kPanel, kHalves and kScaled): each
+// block is one wgmma m64n128k32 e4m3 with both operands' codes by descriptor
+// (no widening; the wideners only write the table), two blocks in flight a
+// warpgroup: block j + 2 is issued as soon as block j is folded, so a
+// warpgroup's own folds run beside its wgmma. The block sums and the fold
+// are kN128M128Wg's (the table holds the products its scratch holds), so a
+// row gets kWgmma's bits on every tile.
+template <bool kPanel, bool kHalves = false, bool kScaled = false, bool kE4m3 = false>
 __global__ void __launch_bounds__(kWsThreads, 1)
     Fp8BlockGemmWsKernel(const __grid_constant__ KernelArgs grouped) {
   GridDependencyPrologue(grouped.fold_splits ? L2Rows{} : Fp8GemmWeightRows<kWsBn>(grouped));
   static_assert(!kScaled || (kPanel && !kHalves), "the scaled panel: with a panel, without halves");
-  using Layout = WsLayout<kPanel, kScaled>;
+  static_assert(!kE4m3 || (!kPanel && !kHalves && !kScaled), "e4m3: the codes, whole blocks");
+  using Layout = WsLayout<kPanel, kScaled, kE4m3>;
   constexpr int kCodeStages = Layout::kCodeStages;
   constexpr int kWsCodeSlot = Layout::kCodeSlot;
   constexpr int kWsX16Stages = Layout::kX16Stages;
@@ -281,8 +299,11 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         const int slot = i % kCodeStages;
         const int ts = i % kWsX16Stages;
         MbarrierWait(full0 + 8 * slot, (i / kCodeStages) & 1);
-        if (i >= kWsX16Stages) MbarrierWait(x16_empty0 + 8 * ts, ((i / kWsX16Stages) - 1) & 1);
-        if constexpr (!kPanel) {
+        // kE4m3: the table slot is the code slot's, free once its stage landed.
+        if (!kE4m3 && i >= kWsX16Stages) {
+          MbarrierWait(x16_empty0 + 8 * ts, ((i / kWsX16Stages) - 1) & 1);
+        }
+        if constexpr (!kPanel && !kE4m3) {
           const uint32_t x_codes = base + slot * kWsCodeSlot + kWsCodeTile;
           const uint32_t x16 = base + kWsX16Offset + ts * kWsX16Slot;
           for (int u = t; u < kWsBm * 8; u += 96) {
@@ -335,7 +356,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         }
         // The widened f16 slot is read by wgmma (async proxy); the panel's
         // arrives by TMA, already in that proxy.
-        if constexpr (!kPanel) FenceSharedForAsyncProxy();
+        if constexpr (!kPanel && !kE4m3) FenceSharedForAsyncProxy();
         MbarrierArrive(x16_full0 + 8 * ts);
         MbarrierArrive(empty0 + 8 * slot);
       }
@@ -405,7 +426,49 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     ++next_split;
     boundary = next_split < folds ? static_cast<int>(int64_t{next_split} * num_kt / folds) : stages;
   };
-  if constexpr (kHalves) {
+  if constexpr (kE4m3) {
+    // The warpgroup's 64 W rows and the 128 X rows of the code slot, by
+    // descriptor; block j adds 32 bytes (2 in the address field).
+    const int warpgroup = cw / 4;
+    float p[2][kP];
+    for (int i = 0; i < stages; ++i) {
+      if (i == boundary) bank_split();  // split next_split starts
+      const int slot = i % kCodeStages;
+      const uint32_t codes = base + slot * kWsCodeSlot;
+      const uint32_t w_lo = SwizzledKMajorDescriptorLo(codes + warpgroup * 64 * kFp8GemmStageK);
+      const uint32_t x_lo = SwizzledKMajorDescriptorLo(codes + kWsCodeTile);
+      const uint32_t table = base + kWsTableOffset + slot * kWsTableSlot;
+      auto issue = [&](int j, float(&d)[kP]) {
+        Wgmma<kWsBm>::SS(DescriptorOf(w_lo + ((j * 32) >> 4)), DescriptorOf(x_lo + ((j * 32) >> 4)),
+                         d);
+      };
+      MbarrierWait(full0 + 8 * slot, (i / kCodeStages) & 1);
+      WgmmaFence();
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        issue(j, p[j]);
+        WgmmaCommit();
+      }
+      MbarrierWait(x16_full0 + 8 * slot, (i / kCodeStages) & 1);  // the stage's table
+#pragma unroll
+      for (int j = 0; j < kBlocks; ++j) {
+        WgmmaWait(min(kBlocks, j + 2) - 1 - j);
+#pragma unroll
+        for (int r = 0; r < kP; ++r) PinRegister(p[j & 1][r]);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          fold_half(table, j, h,
+                    *reinterpret_cast<const float(*)[kP / 2]>(p[j & 1] + h * (kP / 2)));
+        }
+        if (j + 2 < kBlocks) {
+          WgmmaFence();
+          issue(j + 2, p[j & 1]);
+          WgmmaCommit();
+        }
+      }
+      MbarrierArrive(empty0 + 8 * slot);  // its wgmmas retired, its table read
+    }
+  } else if constexpr (kHalves) {
     // Half h of block j's sums from the f16 slot `x_desc` into ph (one group).
     auto issue_half = [&](uint64_t x_desc, int j, int h, const F16A& aj, float(&ph)[kP / 2]) {
       const int at = (j >> 1) * kWsBm * 128 + (j & 1) * 64 + h * (kWsBm / 2) * 128;
