@@ -72,6 +72,14 @@ inline constexpr int kWsX16Slot = kWsBm * 256;              // Fp8GemmF16XBytes(
 // The fold's table of a stage (Fp8GemmWsTableIndex).
 inline constexpr int kWsTableSlot = kFp8GemmWsTableFloats * 4;
 inline constexpr int kWsScaleSlot = (kWsBm + kWsBn / 32) * 4;  // X words, then W words
+// kE4m3's table of a stage: for block j and X row `row` the products
+// sw(g) x sx of the tile's four weight scale rows g side by side, so a
+// consumer thread loads its row's four with one 16-byte load (a quarter-warp
+// reads two rows: no bank conflict).
+__host__ __device__ constexpr int Fp8GemmWsE4m3TableIndex(int j, int row, int g) {
+  return (j * kWsBm + row) * (kWsBn / 32) + g;
+}
+static_assert(Fp8GemmWsE4m3TableIndex(3, kWsBm - 1, 3) < kFp8GemmWsTableFloats, "table slot");
 // kScaled adds a 16-byte slot of votes an f16 slot (the wideners' warps:
 // every row of the stage in range, Fp8BlockGemmParams::x_f16_scaled), and
 // trades a code slot for a fourth f16 slot (X arrives later than W: its slot
@@ -329,24 +337,39 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         }
         for (int row = t; row < kWsBm; row += 96) {
           const uint32_t x_word = LoadShared32(sc + row * 4);
-          // Rows past m hold no output; their scale words were zero-filled.
-          if constexpr (kScaled) {
-            in_range = in_range && (m0 + row >= args.m || Fp8PanelScalesInRange(x_word));
-          }
+          if constexpr (kE4m3) {
+            // A row's four products of a block side by side (the consumers'
+            // operand order: Fp8GemmWsE4m3TableIndex).
 #pragma unroll
-          for (int j = 0; j < kBlocks; ++j) {
-            const float sx = ScaleOf(x_word, j);
+            for (int j = 0; j < kBlocks; ++j) {
+              const float sx = ScaleOf(x_word, j);
+              float pr[kWsBn / 32];
 #pragma unroll
-            for (int g = 0; g < kWsBn / 32; ++g) {
-              const float sw = ScaleOf(w_word[g], j);
-              float product = __fmul_rn(sw, sx);
-              if constexpr (kScaled) {
-                // The panel holds this block times 2^(e + 6).
-                if (Fp8PanelScaleInRange((x_word >> (8 * j)) & 0xFFu) && isfinite(product)) {
-                  product = __fmul_rn(sw, kUnshift);
+              for (int g = 0; g < kWsBn / 32; ++g) pr[g] = __fmul_rn(ScaleOf(w_word[g], j), sx);
+              StoreShared128(table + Fp8GemmWsE4m3TableIndex(j, row, 0) * 4, __float_as_uint(pr[0]),
+                             __float_as_uint(pr[1]), __float_as_uint(pr[2]),
+                             __float_as_uint(pr[3]));
+            }
+          } else {
+            // Rows past m hold no output; their scale words were zero-filled.
+            if constexpr (kScaled) {
+              in_range = in_range && (m0 + row >= args.m || Fp8PanelScalesInRange(x_word));
+            }
+#pragma unroll
+            for (int j = 0; j < kBlocks; ++j) {
+              const float sx = ScaleOf(x_word, j);
+#pragma unroll
+              for (int g = 0; g < kWsBn / 32; ++g) {
+                const float sw = ScaleOf(w_word[g], j);
+                float product = __fmul_rn(sw, sx);
+                if constexpr (kScaled) {
+                  // The panel holds this block times 2^(e + 6).
+                  if (Fp8PanelScaleInRange((x_word >> (8 * j)) & 0xFFu) && isfinite(product)) {
+                    product = __fmul_rn(sw, kUnshift);
+                  }
                 }
+                StoreSharedF32(table + Fp8GemmWsTableIndex(j, g, row) * 4, product);
               }
-              StoreSharedF32(table + Fp8GemmWsTableIndex(j, g, row) * 4, product);
             }
           }
         }
@@ -427,19 +450,42 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     boundary = next_split < folds ? static_cast<int>(int64_t{next_split} * num_kt / folds) : stages;
   };
   if constexpr (kE4m3) {
-    // The warpgroup's 64 W rows and the 128 X rows of the code slot, by
-    // descriptor; block j adds 32 bytes (2 in the address field).
+    // Operands swapped against the f16 instances: the wgmma's M is the
+    // warpgroup's 64 X rows of the code slot (A) and its N the CTA's 128 W
+    // rows (B), both by descriptor; block j adds 32 bytes (2 in the address
+    // field). So a thread's accumulators cover 2 X rows (x_row, x_row + 8)
+    // and 32 W rows of 4 weight scale rows: its fold needs 8 products a
+    // block (two 16-byte loads of the table), where the other layout needs
+    // 32. The products x w are the same, so are the block sums
+    // (WarpSpecializedTileGivesTheWgmmaBits).
     const int warpgroup = cw / 4;
+    const int x_row = warpgroup * 64 + (cw % 4) * 16 + (lane >> 2);
     float p[2][kP];
+    auto fold = [&](uint32_t table, int j, const float(&pj)[kP]) {
+      uint32_t s[2][4];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        LoadShared128(table + Fp8GemmWsE4m3TableIndex(j, x_row + 8 * h, 0) * 4, s[h]);
+      }
+#pragma unroll
+      for (int ni = 0; ni < kWsBn / 8; ++ni) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          acc[0][ni][r] =
+              __fmaf_rn(pj[4 * ni + r], __uint_as_float(s[r >> 1][ni / 4]), acc[0][ni][r]);
+        }
+      }
+    };
     for (int i = 0; i < stages; ++i) {
       if (i == boundary) bank_split();  // split next_split starts
       const int slot = i % kCodeStages;
       const uint32_t codes = base + slot * kWsCodeSlot;
-      const uint32_t w_lo = SwizzledKMajorDescriptorLo(codes + warpgroup * 64 * kFp8GemmStageK);
-      const uint32_t x_lo = SwizzledKMajorDescriptorLo(codes + kWsCodeTile);
+      const uint32_t x_lo =
+          SwizzledKMajorDescriptorLo(codes + kWsCodeTile + warpgroup * 64 * kFp8GemmStageK);
+      const uint32_t w_lo = SwizzledKMajorDescriptorLo(codes);
       const uint32_t table = base + kWsTableOffset + slot * kWsTableSlot;
       auto issue = [&](int j, float(&d)[kP]) {
-        Wgmma<kWsBm>::SS(DescriptorOf(w_lo + ((j * 32) >> 4)), DescriptorOf(x_lo + ((j * 32) >> 4)),
+        Wgmma<kWsBn>::SS(DescriptorOf(x_lo + ((j * 32) >> 4)), DescriptorOf(w_lo + ((j * 32) >> 4)),
                          d);
       };
       MbarrierWait(full0 + 8 * slot, (i / kCodeStages) & 1);
@@ -455,11 +501,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         WgmmaWait(min(kBlocks, j + 2) - 1 - j);
 #pragma unroll
         for (int r = 0; r < kP; ++r) PinRegister(p[j & 1][r]);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          fold_half(table, j, h,
-                    *reinterpret_cast<const float(*)[kP / 2]>(p[j & 1] + h * (kP / 2)));
-        }
+        fold(table, j, p[j & 1]);
         if (j + 2 < kBlocks) {
           WgmmaFence();
           issue(j + 2, p[j & 1]);
@@ -468,6 +510,28 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       }
       MbarrierArrive(empty0 + 8 * slot);  // its wgmmas retired, its table read
     }
+    if (folds > 1) {
+#pragma unroll
+      for (int ni = 0; ni < kWsBn / 8; ++ni) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) acc[0][ni][r] = __fadd_rn(total[0][ni][r], acc[0][ni][r]);
+      }
+    }
+    // acc[0][ni][r]: X row x_row + 8 (r / 2), W row 8 ni + 2 quad + r % 2.
+#pragma unroll
+    for (int ni = 0; ni < kWsBn / 8; ++ni) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int64_t gm = m0 + x_row + 8 * (r >> 1), gn = n0 + 8 * ni + 2 * quad + (r & 1);
+        if (gm >= args.m || gn >= args.n) continue;
+        if (z_splits > 1) {
+          args.partial[gm * args.n + gn] = acc[0][ni][r];
+        } else {
+          StoreY(args, gm * args.n + gn, acc[0][ni][r]);
+        }
+      }
+    }
+    return;
   } else if constexpr (kHalves) {
     // Half h of block j's sums from the f16 slot `x_desc` into ph (one group).
     auto issue_half = [&](uint64_t x_desc, int j, int h, const F16A& aj, float(&ph)[kP / 2]) {
