@@ -196,10 +196,6 @@ ABSL_FLAG(bool, coalesced_tile_conversion, true,
 ABSL_FLAG(bool, fp8_ws_halves, false,
           "FP8 products on the warp-specialized prefill tile: each K block's sums in two halves, "
           "one folded while the other runs (same bits; DeviceDecoderOptions::fp8_ws_halves).");
-ABSL_FLAG(bool, fp8_ws_swapped, false,
-          "kFast prefill: the warp-specialized FP8 tile with its operands swapped (W widened to "
-          "f16 in the CTA, 8 scale products a block's fold; same bits; "
-          "DeviceDecoderOptions::fp8_ws_swapped).");
 ABSL_FLAG(bool, scaled_x16_panel, false,
           "With --x16_panel: the panel holds in-range blocks scaled by their scales, so the FP8 "
           "prefill tile folds such stages without its table (same bits; "
@@ -476,8 +472,7 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .fp8_ws_halves = absl::GetFlag(FLAGS_fp8_ws_halves),
           .used_rows_only = absl::GetFlag(FLAGS_used_rows_only),
           .indexer_shared_keys = absl::GetFlag(FLAGS_indexer_shared_keys),
-          .scaled_x16_panel = absl::GetFlag(FLAGS_scaled_x16_panel),
-          .fp8_ws_swapped = absl::GetFlag(FLAGS_fp8_ws_swapped)};
+          .scaled_x16_panel = absl::GetFlag(FLAGS_scaled_x16_panel)};
 }
 
 }  // namespace

@@ -591,13 +591,6 @@ struct DeviceDecoderOptions {
   // 0.756 s against 0.751 / 0.751 s; kernels/cuda/dense/README.md "The scaled
   // panel").
   bool scaled_x16_panel = false;
-  // With prefill_x16_panel: the warp-specialized FP8 tile with its operands
-  // swapped (dense::Fp8BlockGemmParams::ws_swapped: W widened to f16 in the
-  // CTA beside X's panel tile, two blocks in flight a warpgroup, 8 scale
-  // products a block's fold). The same bits (fp8_block_gemm_sm90_test
-  // WarpSpecializedTileGivesTheMmaBits). Takes precedence over
-  // scaled_x16_panel and fp8_ws_halves.
-  bool fp8_ws_swapped = false;
 };
 
 // The fewest rows for which indexer_shared_keys takes the shared-keys form.

@@ -958,7 +958,7 @@ struct DeviceDecoder::Impl {
     const bool x_grouped = p.groups > 1 && !p.x_shared && p.group_offsets == nullptr;
     const int x_groups = x_grouped ? p.groups : 1;
     if (int64_t{x_groups} * p.m * p.k > x16_count) return absl::OkStatus();
-    const bool scaled = options.scaled_x16_panel && !p.ws_halves && !p.ws_swapped;
+    const bool scaled = options.scaled_x16_panel && !p.ws_halves;
     RETURN_IF_ERROR(dense::WidenFp8ToF16Panel(
         {.codes = p.x,
          .out = x16,
@@ -987,8 +987,7 @@ struct DeviceDecoder::Impl {
              : f16_wgmma         ? dense::Fp8GemmMath::kWgmmaF16
                                  : dense::Fp8GemmMath::kMmaF16;
     p.prefetch_weights = options.weight_prefetch;
-    p.ws_swapped = options.fp8_ws_swapped;
-    p.ws_halves = options.fp8_ws_halves && !p.ws_swapped;
+    p.ws_halves = options.fp8_ws_halves;
     p.k_splits = FastSplits(p.n, p.k, split_groups > 0 ? split_groups : p.groups);
     if (product_rope != nullptr) {  // MmRoundRope's RoPE, where the split reduce can take it
       p.rope = *product_rope;

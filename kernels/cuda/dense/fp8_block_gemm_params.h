@@ -270,14 +270,6 @@ struct Fp8BlockGemmParams {
   // Slower on five of fp8_gemm_bench's six prefill shapes (README "Tried:
   // the block's sums in two halves"), so nothing sets it by default.
   bool ws_halves = false;
-  // For kN128M128Ws with x_f16 (ignored without; before x_f16_scaled and
-  // ws_halves, which it overrides): the operands
-  // swapped (the wgmma's M the X rows, N the W rows), W widened to f16 in the
-  // CTA beside X's panel tile, two blocks in flight a warpgroup, and a fold
-  // of 8 scale products a block instead of 32 (fp8_block_gemm_ws_sm90.cuh
-  // kSwap; kE4m3's layout on the f16 path). The same bits; ignored by the
-  // other tiles.
-  bool ws_swapped = false;
   // Decode: the CTAs of the first row tile ask L2 for their W code rows
   // before they wait for the kernel before them (GridDependencyPrologue
   // with L2Rows), so in a graph with programmatic edges the weights stream

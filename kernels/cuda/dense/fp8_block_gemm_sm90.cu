@@ -175,20 +175,16 @@ absl::Status LaunchWs(const Fp8BlockGemmParams& p, cudaStream_t stream) {
       static_cast<unsigned>((p.n + fp8_gemm::kWsBn - 1) / fp8_gemm::kWsBn),
       static_cast<unsigned>(p.group_offsets != nullptr ? row_tiles + p.groups : row_tiles),
       static_cast<unsigned>(p.group_offsets != nullptr ? 1 : p.groups));
-  auto launch = [&]<bool kPanel, bool kHalves, bool kScaled = false, bool kE4m3 = false,
-                    bool kSwap = false>()
+  auto launch = [&]<bool kPanel, bool kHalves, bool kScaled = false, bool kE4m3 = false>()
                     ->absl::Status {
     const int smem =
-        fp8_gemm::WsLayout<kPanel, kScaled, kE4m3, kSwap>::kSharedBytes + fp8_gemm::kWgmmaSmemSlack;
-    constexpr auto kernel = fp8_gemm::Fp8BlockGemmWsKernel<kPanel, kHalves, kScaled, kE4m3, kSwap>;
+        fp8_gemm::WsLayout<kPanel, kScaled, kE4m3>::kSharedBytes + fp8_gemm::kWgmmaSmemSlack;
+    constexpr auto kernel = fp8_gemm::Fp8BlockGemmWsKernel<kPanel, kHalves, kScaled, kE4m3>;
     if (absl::Status s = AllowSharedBytes(kernel, smem, "Fp8BlockGemm"); !s.ok()) return s;
     kernel<<<grid, fp8_gemm::kWsThreads, smem, stream>>>(args);
     return LaunchStatus("Fp8BlockGemm");
   };
   if (e4m3) return launch.template operator()<false, false, false, true>();
-  if (p.ws_swapped && p.x_f16 != nullptr) {
-    return launch.template operator()<true, false, false, false, true>();
-  }
   if (p.x_f16_scaled) return launch.template operator()<true, false, true>();
   if (p.ws_halves) {
     return p.x_f16 != nullptr ? launch.template operator()<true, true>()

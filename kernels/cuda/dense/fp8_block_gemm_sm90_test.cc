@@ -129,7 +129,7 @@ std::vector<float> RunGpu(const Operands& op, Fp8GemmTile tile,
                           int splits = 1, bool fused = false,
                           Fp8GemmMath math = Fp8GemmMath::kMmaF16, bool panel = false,
                           const Fp8BlockGemmParams::Rope* rope = nullptr, bool ws_halves = false,
-                          bool scaled_panel = false, bool ws_swapped = false) {
+                          bool scaled_panel = false) {
   DeviceBuffer<uint8_t> x(op.x), w(op.w), ws(op.w_scales);
   DeviceBuffer<uint16_t> x16(panel ? op.m * op.k : 1);
   DeviceBuffer<uint8_t> xs(static_cast<int64_t>(op.x_scales.size()) + 4);
@@ -170,8 +170,7 @@ std::vector<float> RunGpu(const Operands& op, Fp8GemmTile tile,
                             .math = math,
                             .x_f16 = panel ? x16.get() : nullptr,
                             .x_f16_scaled = panel && scaled_panel,
-                            .ws_halves = ws_halves,
-                            .ws_swapped = ws_swapped};
+                            .ws_halves = ws_halves};
   if (rope != nullptr) params.rope = *rope;
   const int64_t counters = std::max<int64_t>(1, Fp8GemmSplitCounters(params));
   DeviceBuffer<uint32_t> counter(counters);
@@ -714,21 +713,20 @@ TEST(Fp8BlockGemmTest, WarpSpecializedTileGivesTheMmaBits) {
             EXPECT_EQ(Compare(op, mma, splits).violations, 0);
           }
           for (Fp8GemmMath math : {Fp8GemmMath::kMmaF16, Fp8GemmMath::kWgmmaF16}) {
-            // X widened in the CTA / from the f16 panel / from the scaled
-            // panel / from the panel with the operands swapped (ws_swapped).
-            for (int form = 0; form < 4; ++form) {
-              const bool panel = form > 0, scaled = form == 2, swapped = form == 3;
+            // X widened in the CTA / from the f16 panel / from the scaled panel.
+            for (int form = 0; form < 3; ++form) {
+              const bool panel = form > 0, scaled = form == 2;
               for (bool halves : {false, true}) {  // Fp8BlockGemmParams::ws_halves
-                if ((scaled || swapped) && halves) continue;
+                if (scaled && halves) continue;
                 int64_t at = -1;
                 EXPECT_EQ(BitMismatches(RunGpu(op, kWs, output, 0, splits, false, math, panel,
-                                               nullptr, halves, scaled, swapped),
+                                               nullptr, halves, scaled),
                                         mma, &at),
                           0)
                     << s.m << "x" << s.n << "x" << s.k << " splits " << splits << " output "
                     << static_cast<int>(output) << " math " << static_cast<int>(math) << " panel "
-                    << panel << " scaled " << scaled << " halves " << halves << " swapped "
-                    << swapped << " first mismatch " << at;
+                    << panel << " scaled " << scaled << " halves " << halves << " first mismatch "
+                    << at;
               }
             }
           }
@@ -745,16 +743,15 @@ TEST(Fp8BlockGemmTest, WarpSpecializedTileGivesTheMmaBits) {
     op.x_scales[200 * (kK / 32) + 17] = 1;  // 2^-126
     op.w_scales[1 * (kK / 32) + 30] = 2;    // 2^-125
     const std::vector<float> mma = RunGpu(op, Fp8GemmTile::kN128M128);
-    for (int form = 0; form < 6; ++form) {
-      const bool panel = form >= 2, halves = form % 2 == 1 && form < 4, scaled = form == 4,
-                 swapped = form == 5;
+    for (int form = 0; form < 5; ++form) {
+      const bool panel = form >= 2, halves = form % 2 == 1 && form < 4, scaled = form == 4;
       int64_t at = -1;
       EXPECT_EQ(BitMismatches(RunGpu(op, kWs, Fp8GemmOutput::kF32, 0, 1, false,
-                                     Fp8GemmMath::kMmaF16, panel, nullptr, halves, scaled, swapped),
+                                     Fp8GemmMath::kMmaF16, panel, nullptr, halves, scaled),
                               mma, &at),
                 0)
           << "tiny scales, panel " << panel << " halves " << halves << " scaled " << scaled
-          << " swapped " << swapped << " first mismatch " << at;
+          << " first mismatch " << at;
     }
   }
   // Rows by group offsets on the compact grid (row tiles numbered over the
@@ -793,9 +790,8 @@ TEST(Fp8BlockGemmTest, WarpSpecializedTileGivesTheMmaBits) {
                     {.codes = dx.get(), .out = x16s.get(), .rows = m, .k = kK, .scales = dxs.get()},
                     nullptr)
                     .ok());
-    for (int form = 0; form < 6; ++form) {
-      const bool panel = (form & 1) != 0 || form >= 4, halves = (form & 2) != 0 && form < 4,
-                 scaled = form == 4, swapped = form == 5;
+    for (int form = 0; form < 5; ++form) {
+      const bool panel = (form & 1) != 0 || form == 4, halves = (form & 2) != 0, scaled = form == 4;
       y.Poison(0xFF);
       const Fp8BlockGemmParams p{.x = dx.get(),
                                  .x_scales = dxs.get(),
@@ -812,8 +808,7 @@ TEST(Fp8BlockGemmTest, WarpSpecializedTileGivesTheMmaBits) {
                                           : panel ? x16.get()
                                                   : nullptr,
                                  .x_f16_scaled = scaled,
-                                 .ws_halves = halves,
-                                 .ws_swapped = swapped};
+                                 .ws_halves = halves};
       ASSERT_TRUE(Fp8BlockGemm(p, nullptr).ok());
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       const std::vector<float> got = y.Download();
@@ -829,7 +824,7 @@ TEST(Fp8BlockGemmTest, WarpSpecializedTileGivesTheMmaBits) {
         ASSERT_EQ(want.size(), static_cast<size_t>(op.m * kN));
         EXPECT_EQ(std::memcmp(got.data() + begin * kN, want.data(), want.size() * sizeof(float)), 0)
             << "group " << g << " rows " << op.m << " panel " << panel << " halves " << halves
-            << " scaled " << scaled << " swapped " << swapped;
+            << " scaled " << scaled;
       }
     }
   }

@@ -88,18 +88,14 @@ static_assert(Fp8GemmWsE4m3TableIndex(3, kWsBm - 1, 3) < kFp8GemmWsTableFloats, 
 // kE4m3 (Fp8GemmMath::kWgmma) reads both operands' codes by descriptor: no f16
 // slots, a table slot beside each of five code slots (the table of stage i
 // lives in table slot i % kCodeStages, so the code slot's `empty` frees both).
-//
-// kSwap (with kPanel) holds two f16 tiles a f16 slot, X's from the panel and
-// W's widened by the wideners, so two f16 slots fit.
-template <bool kPanel, bool kScaled = false, bool kE4m3 = false, bool kSwap = false>
+template <bool kPanel, bool kScaled = false, bool kE4m3 = false>
 struct WsLayout {
   static constexpr int kCodeStages =
       kE4m3 ? kWsCodeStages + 1 : (kScaled ? kWsCodeStages - 1 : kWsCodeStages);
   static constexpr int kCodeSlot = kPanel ? kWsCodeTile : 2 * kWsCodeTile;  // W (then X)
   // f16 slots (kE4m3: table slots only, one a code slot).
-  static constexpr int kX16Stages =
-      kE4m3 ? kCodeStages : (kSwap ? 2 : (kPanel ? (kScaled ? 4 : 3) : 2));
-  static constexpr int kX16SlotBytes = kE4m3 ? 0 : (kSwap ? 2 : 1) * kWsX16Slot;
+  static constexpr int kX16Stages = kE4m3 ? kCodeStages : (kPanel ? (kScaled ? 4 : 3) : 2);
+  static constexpr int kX16SlotBytes = kE4m3 ? 0 : kWsX16Slot;
   static constexpr int kX16Offset = kCodeStages * kCodeSlot;
   static constexpr int kTableOffset = kX16Offset + kX16Stages * kX16SlotBytes;
   static constexpr int kVoteOffset = kTableOffset + kX16Stages * kWsTableSlot;
@@ -107,7 +103,6 @@ struct WsLayout {
   static constexpr int kSharedBytes = kScaleOffset + kCodeStages * kWsScaleSlot;
   static_assert(kX16Offset % 1024 == 0 && kWsX16Slot % 1024 == 0, "swizzled f16 slots");
   static_assert(!kE4m3 || (!kPanel && !kScaled), "kE4m3 reads the codes");
-  static_assert(!kSwap || (kPanel && !kScaled && !kE4m3), "kSwap reads X's panel");
   static_assert(kSharedBytes + kWgmmaSmemSlack <= 227 * 1024, "an SM's shared memory");
 };
 
@@ -154,26 +149,13 @@ __device__ __forceinline__ void RaiseRegisters() {
 // warpgroup's own folds run beside its wgmma. The block sums and the fold
 // are kN128M128Wg's (the table holds the products its scratch holds), so a
 // row gets kWgmma's bits on every tile.
-//
-// kSwap (Fp8BlockGemmParams::ws_swapped, with kPanel, without kHalves and
-// kScaled): kE4m3's operand order and fold on the f16 path. The wideners
-// widen the stage's W codes to f16 into the f16 slot beside X's (the same
-// K slots as X's panel, WidenCodesToF16Slots), so each block is two wgmma
-// m64n128k16 f16 with both operands by descriptor (A: the warpgroup's 64 X
-// rows, B: the 128 W rows), two blocks in flight a warpgroup, and no A
-// fragment in the consumers. The same products in the same K halves, so
-// kMmaF16's bits.
-template <bool kPanel, bool kHalves = false, bool kScaled = false, bool kE4m3 = false,
-          bool kSwap = false>
+template <bool kPanel, bool kHalves = false, bool kScaled = false, bool kE4m3 = false>
 __global__ void __launch_bounds__(kWsThreads, 1)
     Fp8BlockGemmWsKernel(const __grid_constant__ KernelArgs grouped) {
   GridDependencyPrologue(grouped.fold_splits ? L2Rows{} : Fp8GemmWeightRows<kWsBn>(grouped));
   static_assert(!kScaled || (kPanel && !kHalves), "the scaled panel: with a panel, without halves");
   static_assert(!kE4m3 || (!kPanel && !kHalves && !kScaled), "e4m3: the codes, whole blocks");
-  static_assert(!kSwap || (kPanel && !kHalves && !kScaled && !kE4m3),
-                "swap: the panel, whole blocks");
-  using Layout = WsLayout<kPanel, kScaled, kE4m3, kSwap>;
-  constexpr int kX16SlotBytes = Layout::kX16SlotBytes;
+  using Layout = WsLayout<kPanel, kScaled, kE4m3>;
   constexpr int kCodeStages = Layout::kCodeStages;
   constexpr int kWsCodeSlot = Layout::kCodeSlot;
   constexpr int kWsX16Stages = Layout::kX16Stages;
@@ -252,8 +234,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   if (tid == 0) {
     for (int s = 0; s < kCodeStages; ++s) {
       MbarrierInit(full0 + 8 * s, 1 + 32);             // expect_tx + the lanes' copies
-      // consumers + wideners (kSwap: the wideners alone read the code slot)
-      MbarrierInit(empty0 + 8 * s, (kSwap ? 0 : 2 * 128) + 3 * 32);
+      MbarrierInit(empty0 + 8 * s, 2 * 128 + 3 * 32);  // consumers + wideners
     }
     for (int s = 0; s < kWsX16Stages; ++s) {
       MbarrierInit(x16_full0 + 8 * s, 3 * 32 + (kPanel ? 1 : 0));  // wideners (+ X's expect_tx)
@@ -308,7 +289,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
           }
           if (lane == 0) {
             const uint32_t x16_full = x16_full0 + 8 * ts;
-            const uint32_t x16 = base + kWsX16Offset + ts * kX16SlotBytes;
+            const uint32_t x16 = base + kWsX16Offset + ts * kWsX16Slot;
             MbarrierArriveExpectTx(x16_full, kWsX16Slot);
 #pragma unroll
             for (int a = 0; a < 2; ++a) {
@@ -330,20 +311,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         if (!kE4m3 && i >= kWsX16Stages) {
           MbarrierWait(x16_empty0 + 8 * ts, ((i / kWsX16Stages) - 1) & 1);
         }
-        if constexpr (kSwap) {
-          // The stage's W codes -> the f16 tile after X's in slot ts.
-          const uint32_t w_codes = base + slot * kWsCodeSlot;
-          const uint32_t w16 = base + kWsX16Offset + ts * kX16SlotBytes + kWsX16Slot;
-          for (int u = t; u < kWsBn * 8; u += 96) {
-            const int row = u >> 3, q = u & 7;
-            WidenCodesToF16Slots(w_codes + Fp8GemmSwizzledOffset(row, q),
-                                 w16 + Fp8GemmF16XChunk(row, 2 * q, kWsBn),
-                                 w16 + Fp8GemmF16XChunk(row, 2 * q + 1, kWsBn));
-          }
-        }
         if constexpr (!kPanel && !kE4m3) {
           const uint32_t x_codes = base + slot * kWsCodeSlot + kWsCodeTile;
-          const uint32_t x16 = base + kWsX16Offset + ts * kX16SlotBytes;
+          const uint32_t x16 = base + kWsX16Offset + ts * kWsX16Slot;
           for (int u = t; u < kWsBm * 8; u += 96) {
             const int row = u >> 3, q = u & 7;
             WidenCodesToF16Slots(x_codes + Fp8GemmSwizzledOffset(row, q),
@@ -367,7 +337,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         }
         for (int row = t; row < kWsBm; row += 96) {
           const uint32_t x_word = LoadShared32(sc + row * 4);
-          if constexpr (kE4m3 || kSwap) {
+          if constexpr (kE4m3) {
             // A row's four products of a block side by side (the consumers'
             // operand order: Fp8GemmWsE4m3TableIndex).
 #pragma unroll
@@ -409,7 +379,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         }
         // The widened f16 slot is read by wgmma (async proxy); the panel's
         // arrives by TMA, already in that proxy.
-        if constexpr ((!kPanel && !kE4m3) || kSwap) FenceSharedForAsyncProxy();
+        if constexpr (!kPanel && !kE4m3) FenceSharedForAsyncProxy();
         MbarrierArrive(x16_full0 + 8 * ts);
         MbarrierArrive(empty0 + 8 * slot);
       }
@@ -479,7 +449,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     ++next_split;
     boundary = next_split < folds ? static_cast<int>(int64_t{next_split} * num_kt / folds) : stages;
   };
-  if constexpr (kE4m3 || kSwap) {
+  if constexpr (kE4m3) {
     // Operands swapped against the f16 instances: the wgmma's M is the
     // warpgroup's 64 X rows of the code slot (A) and its N the CTA's 128 W
     // rows (B), both by descriptor; block j adds 32 bytes (2 in the address
@@ -509,41 +479,23 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     for (int i = 0; i < stages; ++i) {
       if (i == boundary) bank_split();  // split next_split starts
       const int slot = i % kCodeStages;
-      // kE4m3: the code slot and its table; kSwap: f16 slot ts (X, then W)
-      // and its table.
-      const int ts = kSwap ? i % kWsX16Stages : slot;
-      const uint32_t x_tile = kSwap ? base + kWsX16Offset + ts * kX16SlotBytes
-                                    : base + slot * kWsCodeSlot + kWsCodeTile;
-      const uint32_t w_tile = kSwap ? x_tile + kWsX16Slot : base + slot * kWsCodeSlot;
-      const uint32_t table = base + kWsTableOffset + ts * kWsTableSlot;
+      const uint32_t codes = base + slot * kWsCodeSlot;
+      const uint32_t x_lo =
+          SwizzledKMajorDescriptorLo(codes + kWsCodeTile + warpgroup * 64 * kFp8GemmStageK);
+      const uint32_t w_lo = SwizzledKMajorDescriptorLo(codes);
+      const uint32_t table = base + kWsTableOffset + slot * kWsTableSlot;
       auto issue = [&](int j, float(&d)[kP]) {
-        if constexpr (kSwap) {
-          // Block j: 64 f16 of K at byte (j % 2) 64 of column atom j / 2,
-          // two K halves of 32 bytes.
-          const int at = (j >> 1) * kWsBm * 128 + (j & 1) * 64;
-          const uint32_t a_lo = SwizzledKMajorDescriptorLo(x_tile + warpgroup * 64 * 128 + at);
-          const uint32_t b_lo = SwizzledKMajorDescriptorLo(w_tile + at);
-          WgmmaF16<kWsBn>::SSZero(DescriptorOf(a_lo), DescriptorOf(b_lo), d);
-          WgmmaF16<kWsBn>::SS(DescriptorOf(a_lo + 2), DescriptorOf(b_lo + 2), d);
-        } else {
-          const uint32_t x_lo =
-              SwizzledKMajorDescriptorLo(x_tile + warpgroup * 64 * kFp8GemmStageK);
-          const uint32_t w_lo = SwizzledKMajorDescriptorLo(w_tile);
-          Wgmma<kWsBn>::SS(DescriptorOf(x_lo + ((j * 32) >> 4)),
-                           DescriptorOf(w_lo + ((j * 32) >> 4)), d);
-        }
+        Wgmma<kWsBn>::SS(DescriptorOf(x_lo + ((j * 32) >> 4)), DescriptorOf(w_lo + ((j * 32) >> 4)),
+                         d);
       };
-      // kSwap: x16_full says X's boxes, the widened W and the table are in.
-      const uint32_t ready = kSwap ? x16_full0 + 8 * ts : full0 + 8 * slot;
-      const int ready_parity = kSwap ? (i / kWsX16Stages) & 1 : (i / kCodeStages) & 1;
-      MbarrierWait(ready, ready_parity);
+      MbarrierWait(full0 + 8 * slot, (i / kCodeStages) & 1);
       WgmmaFence();
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         issue(j, p[j]);
         WgmmaCommit();
       }
-      if constexpr (!kSwap) MbarrierWait(x16_full0 + 8 * slot, (i / kCodeStages) & 1);  // table
+      MbarrierWait(x16_full0 + 8 * slot, (i / kCodeStages) & 1);  // the stage's table
 #pragma unroll
       for (int j = 0; j < kBlocks; ++j) {
         WgmmaWait(min(kBlocks, j + 2) - 1 - j);
@@ -556,8 +508,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
           WgmmaCommit();
         }
       }
-      // Its wgmmas retired, its table read.
-      MbarrierArrive(kSwap ? x16_empty0 + 8 * ts : empty0 + 8 * slot);
+      MbarrierArrive(empty0 + 8 * slot);  // its wgmmas retired, its table read
     }
     if (folds > 1) {
 #pragma unroll
@@ -597,7 +548,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       const int ts = i % kWsX16Stages;
       const uint32_t w_base = base + slot * kWsCodeSlot;
       const uint64_t x_desc =
-          DescriptorOf(SwizzledKMajorDescriptorLo(base + kWsX16Offset + ts * kX16SlotBytes));
+          DescriptorOf(SwizzledKMajorDescriptorLo(base + kWsX16Offset + ts * kWsX16Slot));
       const uint32_t table = base + kWsTableOffset + ts * kWsTableSlot;
       // The stage's first item. Nothing is in flight across the stage loop's
       // back edge: with the next stage's first item issued there, ptxas
@@ -642,7 +593,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       make_a(w_base, 0, a[0]);
       MbarrierWait(x16_full0 + 8 * ts, (i / kWsX16Stages) & 1);
       const uint64_t x_desc =
-          DescriptorOf(SwizzledKMajorDescriptorLo(base + kWsX16Offset + ts * kX16SlotBytes));
+          DescriptorOf(SwizzledKMajorDescriptorLo(base + kWsX16Offset + ts * kWsX16Slot));
       const uint32_t table = base + kWsTableOffset + ts * kWsTableSlot;
       // kScaled: every widener warp voted the stage in range: one factor a
       // block, sw 2^-6 of the warp's W scale row, instead of the table.
