@@ -2,7 +2,8 @@
 // warp-specialized prefill tile (Fp8GemmTile::kN128M128Ws). Device code only;
 // included by fp8_block_gemm_sm90.cu. The arithmetic is kMmaF16's (the
 // contract in fp8_block_gemm_sm90.h), so a row gets the bits of every other
-// tile; what changes is who does what:
+// tile (the kE4m3 instance, further down, runs kWgmma's and gets that math's
+// bits); what changes is who does what:
 //
 //  * warpgroup 0, the producer (registers lowered to kWsProducerRegs):
 //    - warp 0 walks the CTA's K stages ahead of the others: it waits for a
