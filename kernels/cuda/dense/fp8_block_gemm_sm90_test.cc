@@ -691,6 +691,112 @@ TEST(Fp8BlockGemmTest, WgmmaF16GivesTheMmaBitsOnEveryTile) {
   CheckARowIsBatchInvariantAtItsSplit(kF, 79, {8, 31, 64, 200});
 }
 
+// X's two f16 panels for CheckWsGroupOffsets' forms: the plain one and the
+// scaled one (x_f16_scaled).
+struct WsPanels {
+  const uint16_t* plain = nullptr;
+  const uint16_t* scaled = nullptr;
+};
+struct WsGroupSeeds {
+  uint32_t counts, rows, weights;  // the weights of group g: weights + g
+};
+
+// Rows by group offsets on kN128M128Ws's compact grid (row tiles numbered
+// over the groups in order): `groups` groups of 0 - 300 rows (a full tile,
+// empty groups and one a row past a tile among them), each group's rows
+// against `reference` run on those rows alone with that group's weight, in
+// `math`. `forms` products are checked; `form(i, panels, p)` sets the i-th
+// one's options.
+void CheckWsGroupOffsets(
+    int groups, WsGroupSeeds seeds, Fp8GemmMath math, Fp8GemmTile reference, int forms,
+    const std::function<void(int, const WsPanels&, Fp8BlockGemmParams&)>& form) {
+  constexpr int64_t kN = 160, kK = 512;
+  std::mt19937 rng(seeds.counts);
+  std::uniform_int_distribution<int> count(0, 300);
+  std::vector<int64_t> offsets = {0};
+  for (int g = 0; g < groups; ++g) {
+    const int c = g % 5 == 0 ? (g == 0 ? 128 : 0) : g == 7 ? 129 : count(rng);
+    offsets.push_back(offsets.back() + c);
+  }
+  const int64_t m = offsets.back();
+  const Operands rows = MakeOperands(m, kN, kK, seeds.rows, Source::kQuantized);
+  std::vector<uint8_t> w, w_scales;
+  std::vector<Operands> per_group;
+  for (int g = 0; g < groups; ++g) {
+    per_group.push_back(MakeOperands(1, kN, kK, seeds.weights + g, Source::kRawCodes));
+    w.insert(w.end(), per_group.back().w.begin(), per_group.back().w.end());
+    w_scales.insert(w_scales.end(), per_group.back().w_scales.begin(),
+                    per_group.back().w_scales.end());
+  }
+  DeviceBuffer<uint8_t> dx(rows.x), dxs(rows.x_scales), dw(w), dws(w_scales);
+  DeviceBuffer<int64_t> doff(offsets);
+  DeviceBuffer<float> y(m * kN);
+  DeviceBuffer<uint16_t> x16(m * kK), x16s(m * kK);
+  ASSERT_TRUE(dx.ok() && dxs.ok() && dw.ok() && dws.ok() && doff.ok() && y.ok() && x16.ok() &&
+              x16s.ok());
+  ASSERT_TRUE(
+      WidenFp8ToF16Panel({.codes = dx.get(), .out = x16.get(), .rows = m, .k = kK}, nullptr).ok());
+  ASSERT_TRUE(
+      WidenFp8ToF16Panel(
+          {.codes = dx.get(), .out = x16s.get(), .rows = m, .k = kK, .scales = dxs.get()}, nullptr)
+          .ok());
+  for (int f = 0; f < forms; ++f) {
+    y.Poison(0xFF);
+    Fp8BlockGemmParams p{.x = dx.get(),
+                         .x_scales = dxs.get(),
+                         .w = dw.get(),
+                         .w_scales = dws.get(),
+                         .y = y.get(),
+                         .m = m,
+                         .n = kN,
+                         .k = kK,
+                         .tile = Fp8GemmTile::kN128M128Ws,
+                         .groups = groups,
+                         .group_offsets = doff.get(),
+                         .math = math};
+    form(f, {.plain = x16.get(), .scaled = x16s.get()}, p);
+    ASSERT_TRUE(Fp8BlockGemm(p, nullptr).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<float> got = y.Download();
+    for (int g = 0; g < groups; ++g) {
+      const int64_t begin = offsets[g], end = offsets[g + 1];
+      if (end == begin) continue;
+      Operands op = per_group[g];
+      op.m = end - begin;
+      op.x.assign(rows.x.begin() + begin * kK, rows.x.begin() + end * kK);
+      op.x_scales.assign(rows.x_scales.begin() + begin * (kK / 32),
+                         rows.x_scales.begin() + end * (kK / 32));
+      const std::vector<float> want = RunGpu(op, reference, Fp8GemmOutput::kF32, 0, 1, false, math);
+      ASSERT_EQ(want.size(), static_cast<size_t>(op.m * kN));
+      EXPECT_EQ(std::memcmp(got.data() + begin * kN, want.data(), want.size() * sizeof(float)), 0)
+          << "group " << g << " rows " << op.m << " form " << f;
+    }
+  }
+}
+
+// A row alone (a decode tile, kAuto) against the same row at the start,
+// middle and end of a 2,048-row batch (kAuto: kN128M128Ws), in `math`.
+void CheckARowAloneAndInAPrefillBatch(Fp8GemmMath math, uint32_t seed, uint32_t batch_seed) {
+  constexpr int64_t kN = 1024, kK = 2048;
+  const Operands alone = MakeOperands(1, kN, kK, seed, Source::kQuantized);
+  const std::vector<float> want =
+      RunGpu(alone, Fp8GemmTile::kAuto, Fp8GemmOutput::kF32, 0, 1, false, math);
+  std::mt19937 rng(batch_seed);
+  Operands batch = alone;
+  batch.m = 2048;
+  QuantizedFp8Rows(batch.m, kK, rng, batch.x, batch.x_scales);
+  for (int64_t pos : {int64_t{0}, int64_t{1337}, batch.m - 1}) {
+    Operands b = batch;
+    std::copy(alone.x.begin(), alone.x.end(), b.x.begin() + pos * kK);
+    std::copy(alone.x_scales.begin(), alone.x_scales.end(), b.x_scales.begin() + pos * (kK / 32));
+    const std::vector<float> got =
+        RunGpu(b, Fp8GemmTile::kAuto, Fp8GemmOutput::kF32, 0, 1, false, math);
+    ASSERT_EQ(got.size(), static_cast<size_t>(b.m * kN));
+    const std::vector<float> row(got.begin() + pos * kN, got.begin() + (pos + 1) * kN);
+    EXPECT_EQ(BitMismatches(row, want, nullptr), 0) << "position " << pos;
+  }
+}
+
 // kN128M128Ws, the warp-specialized prefill tile: kMmaF16's bits (the mma
 // tile kN128M128 is the witness) in both maths it runs, every output form,
 // with and without a split, rows and columns that leave partial tiles, the
@@ -754,80 +860,16 @@ TEST(Fp8BlockGemmTest, WarpSpecializedTileGivesTheMmaBits) {
           << " first mismatch " << at;
     }
   }
-  // Rows by group offsets on the compact grid (row tiles numbered over the
-  // groups in order): 20 groups of 0 - 300 rows, each group's rows the bits
-  // of the mma tile on those rows with that group's weight.
-  {
-    constexpr int kGroups = 20;
-    constexpr int64_t kN = 160, kK = 512;
-    std::mt19937 rng(77);
-    std::uniform_int_distribution<int> count(0, 300);
-    std::vector<int64_t> offsets = {0};
-    for (int g = 0; g < kGroups; ++g) {
-      const int c = g % 5 == 0 ? (g == 0 ? 128 : 0) : g == 7 ? 129 : count(rng);
-      offsets.push_back(offsets.back() + c);
-    }
-    const int64_t m = offsets.back();
-    const Operands rows = MakeOperands(m, kN, kK, 91, Source::kQuantized);
-    std::vector<uint8_t> w, w_scales;
-    std::vector<Operands> per_group;
-    for (int g = 0; g < kGroups; ++g) {
-      per_group.push_back(MakeOperands(1, kN, kK, 200 + g, Source::kRawCodes));
-      w.insert(w.end(), per_group.back().w.begin(), per_group.back().w.end());
-      w_scales.insert(w_scales.end(), per_group.back().w_scales.begin(),
-                      per_group.back().w_scales.end());
-    }
-    DeviceBuffer<uint8_t> dx(rows.x), dxs(rows.x_scales), dw(w), dws(w_scales);
-    DeviceBuffer<int64_t> doff(offsets);
-    DeviceBuffer<float> y(m * kN);
-    DeviceBuffer<uint16_t> x16(m * kK), x16s(m * kK);
-    ASSERT_TRUE(dx.ok() && dxs.ok() && dw.ok() && dws.ok() && doff.ok() && y.ok() && x16.ok() &&
-                x16s.ok());
-    ASSERT_TRUE(
-        WidenFp8ToF16Panel({.codes = dx.get(), .out = x16.get(), .rows = m, .k = kK}, nullptr)
-            .ok());
-    ASSERT_TRUE(WidenFp8ToF16Panel(
-                    {.codes = dx.get(), .out = x16s.get(), .rows = m, .k = kK, .scales = dxs.get()},
-                    nullptr)
-                    .ok());
-    for (int form = 0; form < 5; ++form) {
-      const bool panel = (form & 1) != 0 || form == 4, halves = (form & 2) != 0, scaled = form == 4;
-      y.Poison(0xFF);
-      const Fp8BlockGemmParams p{.x = dx.get(),
-                                 .x_scales = dxs.get(),
-                                 .w = dw.get(),
-                                 .w_scales = dws.get(),
-                                 .y = y.get(),
-                                 .m = m,
-                                 .n = kN,
-                                 .k = kK,
-                                 .tile = kWs,
-                                 .groups = kGroups,
-                                 .group_offsets = doff.get(),
-                                 .x_f16 = scaled  ? x16s.get()
-                                          : panel ? x16.get()
-                                                  : nullptr,
-                                 .x_f16_scaled = scaled,
-                                 .ws_halves = halves};
-      ASSERT_TRUE(Fp8BlockGemm(p, nullptr).ok());
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      const std::vector<float> got = y.Download();
-      for (int g = 0; g < kGroups; ++g) {
-        const int64_t begin = offsets[g], end = offsets[g + 1];
-        if (end == begin) continue;
-        Operands op = per_group[g];
-        op.m = end - begin;
-        op.x.assign(rows.x.begin() + begin * kK, rows.x.begin() + end * kK);
-        op.x_scales.assign(rows.x_scales.begin() + begin * (kK / 32),
-                           rows.x_scales.begin() + end * (kK / 32));
-        const std::vector<float> want = RunGpu(op, Fp8GemmTile::kN128M128);
-        ASSERT_EQ(want.size(), static_cast<size_t>(op.m * kN));
-        EXPECT_EQ(std::memcmp(got.data() + begin * kN, want.data(), want.size() * sizeof(float)), 0)
-            << "group " << g << " rows " << op.m << " panel " << panel << " halves " << halves
-            << " scaled " << scaled;
-      }
-    }
-  }
+  // Rows by group offsets on the compact grid: 20 groups, each group's rows
+  // the bits of the mma tile on those rows with that group's weight, X
+  // widened in the CTA, from the panel, with halves, and from the scaled panel.
+  CheckWsGroupOffsets(20, {77, 91, 200}, Fp8GemmMath::kMmaF16, Fp8GemmTile::kN128M128, 5,
+                      [](int form, const WsPanels& panels, Fp8BlockGemmParams& p) {
+                        const bool panel = (form & 1) != 0 || form == 4, scaled = form == 4;
+                        p.x_f16 = scaled ? panels.scaled : panel ? panels.plain : nullptr;
+                        p.x_f16_scaled = scaled;
+                        p.ws_halves = (form & 2) != 0;
+                      });
   // kAuto takes it above 256 rows where it applies, and not elsewhere.
   const Fp8BlockGemmParams big{.x_scales = reinterpret_cast<const uint8_t*>(uintptr_t{256}),
                                .w_scales = reinterpret_cast<const uint8_t*>(uintptr_t{512}),
@@ -849,22 +891,7 @@ TEST(Fp8BlockGemmTest, WarpSpecializedTileGivesTheMmaBits) {
   EXPECT_NE(ResolveFp8GemmTile(other), kWs);
   // A row alone and in a prefill batch (the automatic tile: the mma tiles
   // alone, kN128M128Ws in the batch).
-  constexpr int64_t kN = 1024, kK = 2048;
-  const Operands alone = MakeOperands(1, kN, kK, 123, Source::kQuantized);
-  const std::vector<float> want = RunGpu(alone, Fp8GemmTile::kAuto);
-  std::mt19937 rng(9);
-  Operands batch = alone;
-  batch.m = 2048;
-  QuantizedFp8Rows(batch.m, kK, rng, batch.x, batch.x_scales);
-  for (int64_t pos : {int64_t{0}, int64_t{1337}, batch.m - 1}) {
-    Operands b = batch;
-    std::copy(alone.x.begin(), alone.x.end(), b.x.begin() + pos * kK);
-    std::copy(alone.x_scales.begin(), alone.x_scales.end(), b.x_scales.begin() + pos * (kK / 32));
-    const std::vector<float> got = RunGpu(b, Fp8GemmTile::kAuto);
-    ASSERT_EQ(got.size(), static_cast<size_t>(b.m * kN));
-    const std::vector<float> row(got.begin() + pos * kN, got.begin() + (pos + 1) * kN);
-    EXPECT_EQ(BitMismatches(row, want, nullptr), 0) << "position " << pos;
-  }
+  CheckARowAloneAndInAPrefillBatch(Fp8GemmMath::kMmaF16, 123, 9);
   // Refused: K not a multiple of 128, scales not 4-byte aligned.
   DeviceBuffer<uint8_t> buf(1 << 16);
   ASSERT_TRUE(buf.ok());
@@ -929,79 +956,9 @@ TEST(Fp8BlockGemmTest, WarpSpecializedTileGivesTheWgmmaBits) {
     EXPECT_EQ(BitMismatches(RunGpu(op, kWs, Fp8GemmOutput::kF32, 0, 1, false, kW), want, &at), 0)
         << "tiny and NaN scales, first mismatch " << at;
   }
-  {
-    constexpr int kGroups = 12;
-    constexpr int64_t kN = 160, kK = 512;
-    std::mt19937 rng(78);
-    std::uniform_int_distribution<int> count(0, 300);
-    std::vector<int64_t> offsets = {0};
-    for (int g = 0; g < kGroups; ++g) {
-      const int c = g % 5 == 0 ? (g == 0 ? 128 : 0) : g == 7 ? 129 : count(rng);
-      offsets.push_back(offsets.back() + c);
-    }
-    const int64_t m = offsets.back();
-    const Operands rows = MakeOperands(m, kN, kK, 92, Source::kQuantized);
-    std::vector<uint8_t> w, w_scales;
-    std::vector<Operands> per_group;
-    for (int g = 0; g < kGroups; ++g) {
-      per_group.push_back(MakeOperands(1, kN, kK, 300 + g, Source::kRawCodes));
-      w.insert(w.end(), per_group.back().w.begin(), per_group.back().w.end());
-      w_scales.insert(w_scales.end(), per_group.back().w_scales.begin(),
-                      per_group.back().w_scales.end());
-    }
-    DeviceBuffer<uint8_t> dx(rows.x), dxs(rows.x_scales), dw(w), dws(w_scales);
-    DeviceBuffer<int64_t> doff(offsets);
-    DeviceBuffer<float> y(m * kN);
-    ASSERT_TRUE(dx.ok() && dxs.ok() && dw.ok() && dws.ok() && doff.ok() && y.ok());
-    y.Poison(0xFF);
-    const Fp8BlockGemmParams p{.x = dx.get(),
-                               .x_scales = dxs.get(),
-                               .w = dw.get(),
-                               .w_scales = dws.get(),
-                               .y = y.get(),
-                               .m = m,
-                               .n = kN,
-                               .k = kK,
-                               .tile = kWs,
-                               .groups = kGroups,
-                               .group_offsets = doff.get(),
-                               .math = kW};
-    ASSERT_TRUE(Fp8BlockGemm(p, nullptr).ok());
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const std::vector<float> got = y.Download();
-    for (int g = 0; g < kGroups; ++g) {
-      const int64_t begin = offsets[g], end = offsets[g + 1];
-      if (end == begin) continue;
-      Operands op = per_group[g];
-      op.m = end - begin;
-      op.x.assign(rows.x.begin() + begin * kK, rows.x.begin() + end * kK);
-      op.x_scales.assign(rows.x_scales.begin() + begin * (kK / 32),
-                         rows.x_scales.begin() + end * (kK / 32));
-      const std::vector<float> want =
-          RunGpu(op, Fp8GemmTile::kN128M128Wg, Fp8GemmOutput::kF32, 0, 1, false, kW);
-      ASSERT_EQ(want.size(), static_cast<size_t>(op.m * kN));
-      EXPECT_EQ(std::memcmp(got.data() + begin * kN, want.data(), want.size() * sizeof(float)), 0)
-          << "group " << g << " rows " << op.m;
-    }
-  }
-  constexpr int64_t kN = 1024, kK = 2048;
-  const Operands alone = MakeOperands(1, kN, kK, 124, Source::kQuantized);
-  const std::vector<float> want =
-      RunGpu(alone, Fp8GemmTile::kAuto, Fp8GemmOutput::kF32, 0, 1, false, kW);
-  std::mt19937 rng(10);
-  Operands batch = alone;
-  batch.m = 2048;
-  QuantizedFp8Rows(batch.m, kK, rng, batch.x, batch.x_scales);
-  for (int64_t pos : {int64_t{0}, int64_t{1337}, batch.m - 1}) {
-    Operands b = batch;
-    std::copy(alone.x.begin(), alone.x.end(), b.x.begin() + pos * kK);
-    std::copy(alone.x_scales.begin(), alone.x_scales.end(), b.x_scales.begin() + pos * (kK / 32));
-    const std::vector<float> got =
-        RunGpu(b, Fp8GemmTile::kAuto, Fp8GemmOutput::kF32, 0, 1, false, kW);
-    ASSERT_EQ(got.size(), static_cast<size_t>(b.m * kN));
-    const std::vector<float> row(got.begin() + pos * kN, got.begin() + (pos + 1) * kN);
-    EXPECT_EQ(BitMismatches(row, want, nullptr), 0) << "position " << pos;
-  }
+  CheckWsGroupOffsets(12, {78, 92, 300}, kW, Fp8GemmTile::kN128M128Wg, 1,
+                      [](int, const WsPanels&, Fp8BlockGemmParams&) {});
+  CheckARowAloneAndInAPrefillBatch(kW, 124, 10);
 }
 
 // The scaled panel (Fp8BlockGemmParams::x_f16_scaled) against the mma tile,
