@@ -365,6 +365,13 @@ WEIR_FP8_GEMM_HD constexpr int Fp8GemmWsTableIndex(int j, int g, int row) {
 }
 inline constexpr int kFp8GemmWsTableFloats = 4 * 4 * 4 * kFp8GemmWsQuadFloats;
 
+// The e4m3 instance's table (its wgmma's M the X rows, so a consumer thread
+// folds 2 X rows x 4 W scale rows a block): sw(g) x sx of block j, X row
+// `row` (0 .. 127) and the tile's W scale row g (0 .. 3), a row's four side
+// by side, so a thread loads each of its rows' four with one 16-byte load.
+WEIR_FP8_GEMM_HD constexpr int Fp8GemmWsE4m3TableIndex(int j, int row, int g) {
+  return (j * 128 + row) * 4 + g;
+}
 
 // Offset of 16-byte chunk `chunk` (0..15) of row `row` in kWgmmaF16's X tile
 // (Fp8GemmF16XOffset): column atom chunk / 8, swizzled as the code tiles.

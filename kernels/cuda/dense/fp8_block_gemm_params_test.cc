@@ -480,6 +480,51 @@ TEST(Fp8BlockGemmParamsTest, WsTableGivesEachLaneItsRowsWithoutBankConflicts) {
   CheckWsTable(Fp8GemmWsQuadBase, Fp8GemmWsTableIndex, kFp8GemmWsTableFloats, 4);
 }
 
+// The e4m3 instance's table: every (block, X row, W scale row) its own
+// float inside a table slot; a consumer thread (warp cw of the two consumer
+// warpgroups, lane l) folds accumulator rows 64 (cw / 4) + 16 (cw % 4) + l / 4
+// and 8 more (wgmma's m64 layout) and reads each row's four products with
+// one aligned 16-byte load; a quarter-warp's load (8 lanes: two rows) hits
+// distinct banks.
+TEST(Fp8BlockGemmParamsTest, WsE4m3TableGivesEachThreadItsRowsWithoutBankConflicts) {
+  std::vector<int> seen(kFp8GemmWsTableFloats, 0);
+  for (int j = 0; j < 4; ++j) {
+    for (int row = 0; row < 128; ++row) {
+      for (int g = 0; g < 4; ++g) {
+        const int at = Fp8GemmWsE4m3TableIndex(j, row, g);
+        ASSERT_GE(at, 0);
+        ASSERT_LT(at, kFp8GemmWsTableFloats);
+        ++seen[at];
+        EXPECT_EQ(at, Fp8GemmWsE4m3TableIndex(j, row, 0) + g);  // a row's four side by side
+      }
+    }
+    for (int cw = 0; cw < 8; ++cw) {
+      for (int h = 0; h < 2; ++h) {
+        for (int q = 0; q < 4; ++q) {  // quarter-warps
+          std::vector<int> banks;
+          std::vector<int> addresses;
+          for (int lane = 8 * q; lane < 8 * q + 8; ++lane) {
+            const int row = 64 * (cw / 4) + 16 * (cw % 4) + lane / 4 + 8 * h;
+            const int bytes = Fp8GemmWsE4m3TableIndex(j, row, 0) * 4;
+            EXPECT_EQ(bytes % 16, 0);
+            addresses.push_back(bytes);
+          }
+          std::sort(addresses.begin(), addresses.end());
+          addresses.erase(std::unique(addresses.begin(), addresses.end()), addresses.end());
+          EXPECT_EQ(addresses.size(), 2u);  // lanes of a row share (broadcast)
+          for (int a : addresses) {
+            for (int b = 0; b < 4; ++b) banks.push_back((a / 4 + b) % 32);
+          }
+          std::sort(banks.begin(), banks.end());
+          EXPECT_EQ(std::unique(banks.begin(), banks.end()), banks.end()) << j << " " << cw;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), 4 * 128 * 4);
+  EXPECT_EQ(std::count_if(seen.begin(), seen.end(), [](int c) { return c > 1; }), 0);
+}
+
 // The f16 panel (Fp8BlockGemmParams::x_f16) loaded by two TMA boxes of 128
 // rows x 128 bytes with the 128-byte swizzle (granule g of row r at granule
 // g ^ (r % 8)) fills the kN128M128Ws f16 slot exactly as the wideners'

@@ -79,13 +79,7 @@ inline constexpr int kWsX16Slot = kWsBm * 256;              // Fp8GemmF16XBytes(
 // The fold's table of a stage (Fp8GemmWsTableIndex).
 inline constexpr int kWsTableSlot = kFp8GemmWsTableFloats * 4;
 inline constexpr int kWsScaleSlot = (kWsBm + kWsBn / 32) * 4;  // X words, then W words
-// kE4m3's table of a stage: for block j and X row `row` the products
-// sw(g) x sx of the tile's four weight scale rows g side by side, so a
-// consumer thread loads its row's four with one 16-byte load (a quarter-warp
-// reads two rows: no bank conflict).
-__host__ __device__ constexpr int Fp8GemmWsE4m3TableIndex(int j, int row, int g) {
-  return (j * kWsBm + row) * (kWsBn / 32) + g;
-}
+// kE4m3's table of a stage: Fp8GemmWsE4m3TableIndex (fp8_block_gemm_params.h).
 static_assert(Fp8GemmWsE4m3TableIndex(3, kWsBm - 1, 3) < kFp8GemmWsTableFloats, "table slot");
 // kScaled adds a 16-byte slot of votes an f16 slot (the wideners' warps:
 // every row of the stage in range, Fp8BlockGemmParams::x_f16_scaled), and
