@@ -948,8 +948,9 @@ struct DeviceDecoder::Impl {
   }
   // prefill_x16_panel: where `p` runs the warp-specialized prefill tile and
   // its X fits the panel scratch, widens X's codes into the panel and points
-  // p.x_f16 at it (the same bits; see the option). kWgmma reads the codes. Leaves a p.x_f16 already
-  // set (a second product over the same codes) and every other call alone.
+  // p.x_f16 at it (the same bits; see the option). Leaves a p.x_f16 already
+  // set (a second product over the same codes) and every other call alone,
+  // and kWgmma's products (its e4m3 wgmma reads the codes).
   absl::Status MakeX16Panel(dense::Fp8BlockGemmParams& p) {
     if (x16 == nullptr || p.x_f16 != nullptr || p.math == dense::Fp8GemmMath::kWgmma ||
         dense::ResolveFp8GemmTile(p) != dense::Fp8GemmTile::kN128M128Ws) {
