@@ -955,11 +955,6 @@ TEST(DeviceDecoderFastTest, SyntheticV41GroupedAttentionOutputGivesTheSwapAxesBi
   }
 }
 
-// A 400-row prompt chunk runs the FP8 linears (and the experts' tile form)
-// on the warp-specialized prefill tile (Fp8GemmTile::kN128M128Ws, kAuto's
-// tile above 256 rows); the same prompt in four chunks of 100 rows runs the
-// mma tiles and the MXFP4 kernel. Every row's logits must be the same bits,
-// and so must the decode steps after.
 constexpr int kLongChunk = 400, kShortChunk = 100;
 
 // The prompt of kLongChunk rows as one chunk and then three decode steps
@@ -1002,6 +997,11 @@ std::vector<std::vector<float>> LongChunkAgainstShortChunks(const Model& cpu,
   return whole;
 }
 
+// A 400-row prompt chunk runs the FP8 linears (and the experts' tile form)
+// on the warp-specialized prefill tile (Fp8GemmTile::kN128M128Ws, kAuto's
+// tile above 256 rows); the same prompt in four chunks of 100 rows runs the
+// mma tiles and the MXFP4 kernel. Every row's logits must be the same bits,
+// and so must the decode steps after.
 TEST(DeviceDecoderFastTest, SmallBf16LongChunkGivesTheShortChunksBits) {
   const Checkpoint* small = SmallCheckpoint(3);
   ASSERT_NE(small, nullptr);
