@@ -66,6 +66,12 @@ inline constexpr int kWsCodeStages = 4;
 inline constexpr int kWsProducerRegs = 56;
 inline constexpr int kWsConsumerRegs = 224;
 static_assert(kWsThreads / 3 * (kWsProducerRegs + 2 * kWsConsumerRegs) <= 65536, "register file");
+// kE4m3: the consumers hold 64 accumulators and two blocks' sums (192
+// floats) and need no A fragment; its producers only load and table.
+inline constexpr int kWsE4m3ProducerRegs = 40;
+inline constexpr int kWsE4m3ConsumerRegs = 232;
+static_assert(kWsThreads / 3 * (kWsE4m3ProducerRegs + 2 * kWsE4m3ConsumerRegs) <= 65536,
+              "register file");
 
 // Shared layout (bytes from the 1024-aligned base).
 inline constexpr int kWsCodeTile = kWsBn * kFp8GemmStageK;  // one operand's codes of a stage
@@ -240,7 +246,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   __syncthreads();
 
   if (warp < 4) {
-    LowerRegisters<kWsProducerRegs>();
+    LowerRegisters<kE4m3 ? kWsE4m3ProducerRegs : kWsProducerRegs>();
     if (warp == 0) {
       // The loader: codes by TMA, scale words by cp.async, stage i into slot
       // i % kCodeStages.
@@ -383,7 +389,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   }
 
   // ---- consumers ----
-  RaiseRegisters<kWsConsumerRegs>();
+  RaiseRegisters<kE4m3 ? kWsE4m3ConsumerRegs : kWsConsumerRegs>();
   const int cw = warp - 4;       // 0 .. 7: W rows 16 cw .. 16 cw + 15 of the tile
   constexpr int kP = kWsBm / 2;  // floats of one block sum a thread
   float acc[1][kWsBm / 8][4];
@@ -456,12 +462,17 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     const int warpgroup = cw / 4;
     const int x_row = warpgroup * 64 + (cw % 4) * 16 + (lane >> 2);
     float p[2][kP];
-    auto fold = [&](uint32_t table, int j, const float(&pj)[kP]) {
-      uint32_t s[2][4];
+    // Block j's 8 products: X rows x_row and x_row + 8, four W scale rows.
+    // `row_at` is x_row's byte offset in a block's table, re-derived from the
+    // thread index where it is needed (kept live across the stage loop, it
+    // was spilled and reloaded every stage).
+    auto load_products = [&](uint32_t row_at, uint32_t table, int j, uint32_t(&s)[2][4]) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        LoadShared128(table + Fp8GemmWsE4m3TableIndex(j, x_row + 8 * h, 0) * 4, s[h]);
+        LoadShared128(table + row_at + Fp8GemmWsE4m3TableIndex(j, 8 * h, 0) * 4, s[h]);
       }
+    };
+    auto fold = [&](const uint32_t(&s)[2][4], const float(&pj)[kP]) {
 #pragma unroll
       for (int ni = 0; ni < kWsBn / 8; ++ni) {
 #pragma unroll
@@ -491,12 +502,22 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         WgmmaCommit();
       }
       MbarrierWait(x16_full0 + 8 * slot, (i / kCodeStages) & 1);  // the stage's table
+      // Each block's products are loaded a block ahead, under the fold before.
+      uint32_t tx;
+      asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tx));
+      const uint32_t row_at = static_cast<uint32_t>(
+          Fp8GemmWsE4m3TableIndex(0, ((tx >> 7) - 1) * 64 + ((tx >> 5) & 3) * 16 + ((tx & 31) >> 2),
+                                  0) *
+          4);
+      uint32_t products[2][2][4];
+      load_products(row_at, table, 0, products[0]);
 #pragma unroll
       for (int j = 0; j < kBlocks; ++j) {
         WgmmaWait(min(kBlocks, j + 2) - 1 - j);
 #pragma unroll
         for (int r = 0; r < kP; ++r) PinRegister(p[j & 1][r]);
-        fold(table, j, p[j & 1]);
+        if (j + 1 < kBlocks) load_products(row_at, table, j + 1, products[(j + 1) & 1]);
+        fold(products[j & 1], p[j & 1]);
         if (j + 2 < kBlocks) {
           WgmmaFence();
           issue(j + 2, p[j & 1]);
