@@ -486,8 +486,13 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       if (i == boundary) bank_split();  // split next_split starts
       const int slot = i % kCodeStages;
       const uint32_t codes = base + slot * kWsCodeSlot;
-      const uint32_t x_lo =
-          SwizzledKMajorDescriptorLo(codes + kWsCodeTile + warpgroup * 64 * kFp8GemmStageK);
+      // The thread index read again each stage: the offsets derived from it
+      // (the warpgroup's X rows here, the table row below), kept live across
+      // the stage loop, were spilled and reloaded every stage.
+      uint32_t tx;
+      asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tx));
+      const uint32_t x_lo = SwizzledKMajorDescriptorLo(codes + kWsCodeTile +
+                                                       ((tx >> 7) - 1) * 64 * kFp8GemmStageK);
       const uint32_t w_lo = SwizzledKMajorDescriptorLo(codes);
       const uint32_t table = base + kWsTableOffset + slot * kWsTableSlot;
       auto issue = [&](int j, float(&d)[kP]) {
@@ -503,8 +508,6 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       }
       MbarrierWait(x16_full0 + 8 * slot, (i / kCodeStages) & 1);  // the stage's table
       // Each block's products are loaded a block ahead, under the fold before.
-      uint32_t tx;
-      asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tx));
       const uint32_t row_at = static_cast<uint32_t>(
           Fp8GemmWsE4m3TableIndex(0, ((tx >> 7) - 1) * 64 + ((tx >> 5) & 3) * 16 + ((tx & 31) >> 2),
                                   0) *
