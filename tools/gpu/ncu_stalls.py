@@ -28,16 +28,14 @@ import sys
 
 TENSOR_OPS = ("HGMMA", "QGMMA", "HMMA", "IMMA")
 ALL_SAMPLES = "Warp Stall Sampling (All Samples)"
-EXECUTED = "Instructions Executed"
 _BRANCH = re.compile(r"\bBRA(?:\.[A-Z.]+)?\s+(0x[0-9a-fA-F]+)")
 
 
 class Instruction:
-    def __init__(self, address, text, samples, executed, stalls):
+    def __init__(self, address, text, samples, stalls):
         self.address = address
         self.text = text
         self.samples = samples
-        self.executed = executed
         self.stalls = stalls  # reason -> samples
 
     @property
@@ -89,7 +87,6 @@ def read_kernels(lines):
                 int(address, 16),
                 row[header["Source"]].strip(),
                 _number(row[header[ALL_SAMPLES]]) if ALL_SAMPLES in header else 0.0,
-                _number(row[header[EXECUTED]]) if EXECUTED in header else 0.0,
                 stalls,
             )
         )
