@@ -196,9 +196,6 @@ ABSL_FLAG(bool, coalesced_tile_conversion, true,
 ABSL_FLAG(bool, fp8_ws_halves, false,
           "FP8 products on the warp-specialized prefill tile: each K block's sums in two halves, "
           "one folded while the other runs (same bits; DeviceDecoderOptions::fp8_ws_halves).");
-ABSL_FLAG(bool, fp8_ws_deep, false,
-          "FP8 products on the warp-specialized prefill tile keep two K blocks' sums in flight a "
-          "warpgroup (same bits; DeviceDecoderOptions::fp8_ws_deep).");
 ABSL_FLAG(bool, scaled_x16_panel, false,
           "With --x16_panel: the panel holds in-range blocks scaled by their scales, so the FP8 "
           "prefill tile folds such stages without its table (same bits; "
@@ -473,7 +470,6 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .attention_overlap = absl::GetFlag(FLAGS_attention_overlap),
           .coalesced_tile_conversion = absl::GetFlag(FLAGS_coalesced_tile_conversion),
           .fp8_ws_halves = absl::GetFlag(FLAGS_fp8_ws_halves),
-          .fp8_ws_deep = absl::GetFlag(FLAGS_fp8_ws_deep),
           .used_rows_only = absl::GetFlag(FLAGS_used_rows_only),
           .indexer_shared_keys = absl::GetFlag(FLAGS_indexer_shared_keys),
           .scaled_x16_panel = absl::GetFlag(FLAGS_scaled_x16_panel)};

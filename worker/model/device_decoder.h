@@ -537,11 +537,6 @@ struct DeviceDecoderOptions {
   // twenty-fifth session: the EP8 slice's chunk 0.818 / 0.816 s against
   // 0.801 / 0.802 s).
   bool fp8_ws_halves = false;
-  // The FP8 products on the warp-specialized prefill tile keep two whole K
-  // blocks' sums in flight a consumer warpgroup and fold one while the next
-  // runs (Fp8BlockGemmParams::ws_deep; the same bits). Off until measured;
-  // ignored with fp8_ws_halves and the scaled panel.
-  bool fp8_ws_deep = false;
   // The routed experts' SwiGLU and FP8 quantizations on the grouped rows
   // stop at the rows in use (group_offsets[experts], read on the device:
   // SwigluParams / ActQuantFp8Params::row_count) instead of the step's

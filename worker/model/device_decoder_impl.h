@@ -989,7 +989,6 @@ struct DeviceDecoder::Impl {
                                  : dense::Fp8GemmMath::kMmaF16;
     p.prefetch_weights = options.weight_prefetch;
     p.ws_halves = options.fp8_ws_halves;
-    p.ws_deep = options.fp8_ws_deep;
     p.k_splits = FastSplits(p.n, p.k, split_groups > 0 ? split_groups : p.groups);
     if (product_rope != nullptr) {  // MmRoundRope's RoPE, where the split reduce can take it
       p.rope = *product_rope;

@@ -174,8 +174,7 @@ absl::Status DeviceDecoder::Impl::TileFormExperts(const LayerDev& L, int64_t row
                                 .math = TileFormMath(),
                                 .x_f16 = panel,
                                 .x_f16_scaled = panel_scaled,
-                                .ws_halves = options.fp8_ws_halves,
-                                .ws_deep = options.fp8_ws_deep};
+                                .ws_halves = options.fp8_ws_halves};
     RETURN_IF_ERROR(MakeX16Panel(p));
     panel = p.x_f16;
     panel_scaled = p.x_f16_scaled;
@@ -217,8 +216,7 @@ absl::Status DeviceDecoder::Impl::TileFormExperts(const LayerDev& L, int64_t row
       .groups = L.experts,
       .group_offsets = group_offsets,
       .math = TileFormMath(),
-      .ws_halves = options.fp8_ws_halves,
-      .ws_deep = options.fp8_ws_deep};
+      .ws_halves = options.fp8_ws_halves};
   RETURN_IF_ERROR(MakeX16Panel(p));
   return dense::Fp8BlockGemm(p, stream);
 }

@@ -270,13 +270,6 @@ struct Fp8BlockGemmParams {
   // Slower on five of fp8_gemm_bench's six prefill shapes (README "Tried:
   // the block's sums in two halves"), so nothing sets it by default.
   bool ws_halves = false;
-  // For kN128M128Ws with the f16 maths: each consumer warpgroup keeps two
-  // whole K blocks' sums in flight and folds one while the next runs
-  // (fp8_block_gemm_ws_sm90.cuh, kDeep), at 232 registers a consumer thread.
-  // The same bits (WarpSpecializedTileGivesTheMmaBits); ignored by the other
-  // tiles, by kWgmma (which always keeps two in flight), and with ws_halves
-  // or x_f16_scaled.
-  bool ws_deep = false;
   // Decode: the CTAs of the first row tile ask L2 for their W code rows
   // before they wait for the kernel before them (GridDependencyPrologue
   // with L2Rows), so in a graph with programmatic edges the weights stream

@@ -175,12 +175,11 @@ absl::Status LaunchWs(const Fp8BlockGemmParams& p, cudaStream_t stream) {
       static_cast<unsigned>((p.n + fp8_gemm::kWsBn - 1) / fp8_gemm::kWsBn),
       static_cast<unsigned>(p.group_offsets != nullptr ? row_tiles + p.groups : row_tiles),
       static_cast<unsigned>(p.group_offsets != nullptr ? 1 : p.groups));
-  auto launch = [&]<bool kPanel, bool kHalves, bool kScaled = false, bool kE4m3 = false,
-                    bool kDeep = false>()
+  auto launch = [&]<bool kPanel, bool kHalves, bool kScaled = false, bool kE4m3 = false>()
                     ->absl::Status {
     const int smem =
         fp8_gemm::WsLayout<kPanel, kScaled, kE4m3>::kSharedBytes + fp8_gemm::kWgmmaSmemSlack;
-    constexpr auto kernel = fp8_gemm::Fp8BlockGemmWsKernel<kPanel, kHalves, kScaled, kE4m3, kDeep>;
+    constexpr auto kernel = fp8_gemm::Fp8BlockGemmWsKernel<kPanel, kHalves, kScaled, kE4m3>;
     if (absl::Status s = AllowSharedBytes(kernel, smem, "Fp8BlockGemm"); !s.ok()) return s;
     kernel<<<grid, fp8_gemm::kWsThreads, smem, stream>>>(args);
     return LaunchStatus("Fp8BlockGemm");
@@ -190,10 +189,6 @@ absl::Status LaunchWs(const Fp8BlockGemmParams& p, cudaStream_t stream) {
   if (p.ws_halves) {
     return p.x_f16 != nullptr ? launch.template operator()<true, true>()
                               : launch.template operator()<false, true>();
-  }
-  if (p.ws_deep) {
-    return p.x_f16 != nullptr ? launch.template operator()<true, false, false, false, true>()
-                              : launch.template operator()<false, false, false, false, true>();
   }
   return p.x_f16 != nullptr ? launch.template operator()<true, false>()
                             : launch.template operator()<false, false>();

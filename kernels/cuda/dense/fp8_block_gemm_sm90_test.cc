@@ -129,7 +129,7 @@ std::vector<float> RunGpu(const Operands& op, Fp8GemmTile tile,
                           int splits = 1, bool fused = false,
                           Fp8GemmMath math = Fp8GemmMath::kMmaF16, bool panel = false,
                           const Fp8BlockGemmParams::Rope* rope = nullptr, bool ws_halves = false,
-                          bool scaled_panel = false, bool ws_deep = false) {
+                          bool scaled_panel = false) {
   DeviceBuffer<uint8_t> x(op.x), w(op.w), ws(op.w_scales);
   DeviceBuffer<uint16_t> x16(panel ? op.m * op.k : 1);
   DeviceBuffer<uint8_t> xs(static_cast<int64_t>(op.x_scales.size()) + 4);
@@ -170,8 +170,7 @@ std::vector<float> RunGpu(const Operands& op, Fp8GemmTile tile,
                             .math = math,
                             .x_f16 = panel ? x16.get() : nullptr,
                             .x_f16_scaled = panel && scaled_panel,
-                            .ws_halves = ws_halves,
-                            .ws_deep = ws_deep};
+                            .ws_halves = ws_halves};
   if (rope != nullptr) params.rope = *rope;
   const int64_t counters = std::max<int64_t>(1, Fp8GemmSplitCounters(params));
   DeviceBuffer<uint32_t> counter(counters);
@@ -823,20 +822,17 @@ TEST(Fp8BlockGemmTest, WarpSpecializedTileGivesTheMmaBits) {
             // X widened in the CTA / from the f16 panel / from the scaled panel.
             for (int form = 0; form < 3; ++form) {
               const bool panel = form > 0, scaled = form == 2;
-              // The consumers: whole blocks, halves (ws_halves), two blocks in
-              // flight (ws_deep).
-              for (int consumers = 0; consumers < 3; ++consumers) {
-                const bool halves = consumers == 1, deep = consumers == 2;
-                if (scaled && consumers != 0) continue;
+              for (bool halves : {false, true}) {  // Fp8BlockGemmParams::ws_halves
+                if (scaled && halves) continue;
                 int64_t at = -1;
                 EXPECT_EQ(BitMismatches(RunGpu(op, kWs, output, 0, splits, false, math, panel,
-                                               nullptr, halves, scaled, deep),
+                                               nullptr, halves, scaled),
                                         mma, &at),
                           0)
                     << s.m << "x" << s.n << "x" << s.k << " splits " << splits << " output "
                     << static_cast<int>(output) << " math " << static_cast<int>(math) << " panel "
-                    << panel << " scaled " << scaled << " halves " << halves << " deep " << deep
-                    << " first mismatch " << at;
+                    << panel << " scaled " << scaled << " halves " << halves << " first mismatch "
+                    << at;
               }
             }
           }
@@ -853,29 +849,26 @@ TEST(Fp8BlockGemmTest, WarpSpecializedTileGivesTheMmaBits) {
     op.x_scales[200 * (kK / 32) + 17] = 1;  // 2^-126
     op.w_scales[1 * (kK / 32) + 30] = 2;    // 2^-125
     const std::vector<float> mma = RunGpu(op, Fp8GemmTile::kN128M128);
-    for (int form = 0; form < 7; ++form) {
-      const bool panel = form >= 2 && form != 5, halves = form % 2 == 1 && form < 4,
-                 scaled = form == 4, deep = form >= 5;
+    for (int form = 0; form < 5; ++form) {
+      const bool panel = form >= 2, halves = form % 2 == 1 && form < 4, scaled = form == 4;
       int64_t at = -1;
       EXPECT_EQ(BitMismatches(RunGpu(op, kWs, Fp8GemmOutput::kF32, 0, 1, false,
-                                     Fp8GemmMath::kMmaF16, panel, nullptr, halves, scaled, deep),
+                                     Fp8GemmMath::kMmaF16, panel, nullptr, halves, scaled),
                               mma, &at),
                 0)
           << "tiny scales, panel " << panel << " halves " << halves << " scaled " << scaled
-          << " deep " << deep << " first mismatch " << at;
+          << " first mismatch " << at;
     }
   }
   // Rows by group offsets on the compact grid: 20 groups, each group's rows
   // the bits of the mma tile on those rows with that group's weight, X
-  // widened in the CTA, from the panel, with halves, from the scaled panel, and
-  // with two blocks in flight (from the panel and widened).
-  CheckWsGroupOffsets(20, {77, 91, 200}, Fp8GemmMath::kMmaF16, Fp8GemmTile::kN128M128, 7,
+  // widened in the CTA, from the panel, with halves, and from the scaled panel.
+  CheckWsGroupOffsets(20, {77, 91, 200}, Fp8GemmMath::kMmaF16, Fp8GemmTile::kN128M128, 5,
                       [](int form, const WsPanels& panels, Fp8BlockGemmParams& p) {
                         const bool panel = (form & 1) != 0 || form == 4, scaled = form == 4;
                         p.x_f16 = scaled ? panels.scaled : panel ? panels.plain : nullptr;
                         p.x_f16_scaled = scaled;
-                        p.ws_halves = (form & 2) != 0 && form < 4;
-                        p.ws_deep = form >= 5;
+                        p.ws_halves = (form & 2) != 0;
                       });
   // kAuto takes it above 256 rows where it applies, and not elsewhere.
   const Fp8BlockGemmParams big{.x_scales = reinterpret_cast<const uint8_t*>(uintptr_t{256}),

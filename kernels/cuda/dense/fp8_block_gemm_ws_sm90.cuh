@@ -72,12 +72,6 @@ inline constexpr int kWsE4m3ProducerRegs = 40;
 inline constexpr int kWsE4m3ConsumerRegs = 232;
 static_assert(kWsThreads / 3 * (kWsE4m3ProducerRegs + 2 * kWsE4m3ConsumerRegs) <= 65536,
               "register file");
-// kDeep: the f16 consumers with two blocks' sums in flight (128 floats), 64
-// accumulators and two A fragments.
-inline constexpr int kWsDeepProducerRegs = 40;
-inline constexpr int kWsDeepConsumerRegs = 232;
-static_assert(kWsThreads / 3 * (kWsDeepProducerRegs + 2 * kWsDeepConsumerRegs) <= 65536,
-              "register file");
 
 // Shared layout (bytes from the 1024-aligned base).
 inline constexpr int kWsCodeTile = kWsBn * kFp8GemmStageK;  // one operand's codes of a stage
@@ -156,21 +150,12 @@ __device__ __forceinline__ void RaiseRegisters() {
 // warpgroup's own folds run beside its wgmma. The block sums and the fold
 // are kN128M128Wg's (the table holds the products its scratch holds), so a
 // row gets kWgmma's bits on every tile.
-//
-// kDeep (Fp8BlockGemmParams::ws_deep, without kHalves, kScaled and kE4m3):
-// the f16 sums with two whole blocks in flight a warpgroup, as kE4m3 keeps
-// them: block j + 2's A fragment is made and its sums issued once block j
-// is folded, so a warpgroup's own folds run beside its wgmma. Two sets of
-// block sums (128 floats) need the consumers at kWsDeepConsumerRegs. The
-// same wgmma sums and the same fold in the same order: kMmaF16's bits.
-template <bool kPanel, bool kHalves = false, bool kScaled = false, bool kE4m3 = false,
-          bool kDeep = false>
+template <bool kPanel, bool kHalves = false, bool kScaled = false, bool kE4m3 = false>
 __global__ void __launch_bounds__(kWsThreads, 1)
     Fp8BlockGemmWsKernel(const __grid_constant__ KernelArgs grouped) {
   GridDependencyPrologue(grouped.fold_splits ? L2Rows{} : Fp8GemmWeightRows<kWsBn>(grouped));
   static_assert(!kScaled || (kPanel && !kHalves), "the scaled panel: with a panel, without halves");
   static_assert(!kE4m3 || (!kPanel && !kHalves && !kScaled), "e4m3: the codes, whole blocks");
-  static_assert(!kDeep || (!kHalves && !kScaled && !kE4m3), "deep: the f16 sums, whole blocks");
   using Layout = WsLayout<kPanel, kScaled, kE4m3>;
   constexpr int kCodeStages = Layout::kCodeStages;
   constexpr int kWsCodeSlot = Layout::kCodeSlot;
@@ -261,7 +246,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   __syncthreads();
 
   if (warp < 4) {
-    LowerRegisters<kE4m3 ? kWsE4m3ProducerRegs : (kDeep ? kWsDeepProducerRegs : kWsProducerRegs)>();
+    LowerRegisters<kE4m3 ? kWsE4m3ProducerRegs : kWsProducerRegs>();
     if (warp == 0) {
       // The loader: codes by TMA, scale words by cp.async, stage i into slot
       // i % kCodeStages.
@@ -404,7 +389,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   }
 
   // ---- consumers ----
-  RaiseRegisters<kE4m3 ? kWsE4m3ConsumerRegs : (kDeep ? kWsDeepConsumerRegs : kWsConsumerRegs)>();
+  RaiseRegisters<kE4m3 ? kWsE4m3ConsumerRegs : kWsConsumerRegs>();
   const int cw = warp - 4;       // 0 .. 7: W rows 16 cw .. 16 cw + 15 of the tile
   constexpr int kP = kWsBm / 2;  // floats of one block sum a thread
   float acc[1][kWsBm / 8][4];
@@ -614,50 +599,6 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 #pragma unroll
         for (int r = 0; r < kP / 2; ++r) PinRegister(p[1][r]);
         fold_half(table, j, 1, p[1]);
-      }
-      MbarrierArrive(x16_empty0 + 8 * ts);  // every wgmma of this f16 slot has retired
-    }
-  } else if constexpr (kDeep) {
-    float p[2][kP];
-    for (int i = 0; i < stages; ++i) {
-      if (i == boundary) bank_split();  // split next_split starts
-      const int slot = i % kCodeStages;
-      const int ts = i % kWsX16Stages;
-      const uint32_t w_base = base + slot * kWsCodeSlot;
-      MbarrierWait(full0 + 8 * slot, (i / kCodeStages) & 1);
-      make_a(w_base, 0, a[0]);
-      make_a(w_base, 1, a[1]);
-      MbarrierWait(x16_full0 + 8 * ts, (i / kWsX16Stages) & 1);
-      const uint64_t x_desc =
-          DescriptorOf(SwizzledKMajorDescriptorLo(base + kWsX16Offset + ts * kWsX16Slot));
-      const uint32_t table = base + kWsTableOffset + ts * kWsTableSlot;
-      // Block j's sums into d: the two K halves of its 32 (WidenB's slots).
-      auto issue = [&](int j, const F16A& aj, float(&d)[kP]) {
-        const int at = (j >> 1) * kWsBm * 128 + (j & 1) * 64;
-        WgmmaFence();
-        WgmmaF16<kWsBm>::RSZero(aj.lo, x_desc + static_cast<uint64_t>(at >> 4), d);
-        WgmmaF16<kWsBm>::RS(aj.hi, x_desc + static_cast<uint64_t>((at + 32) >> 4), d, true);
-        WgmmaCommit();
-      };
-      // Nothing is in flight across the stage loop's back edge (C7514).
-      issue(0, a[0], p[0]);
-      issue(1, a[1], p[1]);
-#pragma unroll
-      for (int j = 0; j < kBlocks; ++j) {
-        WgmmaWait(min(kBlocks, j + 2) - 1 - j);  // block j has retired
-        pin_a(a[j & 1]);
-#pragma unroll
-        for (int r = 0; r < kP; ++r) PinRegister(p[j & 1][r]);
-        if (j + 2 < kBlocks) {
-          make_a(w_base, j + 2, a[j & 1]);  // its registers are free: block j retired
-          if (j + 3 == kBlocks) MbarrierArrive(empty0 + 8 * slot);  // W codes in registers
-        }
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          fold_half(table, j, h,
-                    *reinterpret_cast<const float(*)[kP / 2]>(p[j & 1] + h * (kP / 2)));
-        }
-        if (j + 2 < kBlocks) issue(j + 2, a[j & 1], p[j & 1]);
       }
       MbarrierArrive(x16_empty0 + 8 * ts);  // every wgmma of this f16 slot has retired
     }

@@ -279,8 +279,7 @@ void Prefill(cudaStream_t stream) {
       "Lt f32 us", "TF/s", "ours/Lt(bf16)", "before (n128m128 mma / n128m128wg) TF/s",
       "x_f16 panel: us, TF/s, widen us, TF/s with it, with it/Lt(bf16)",
       "panel + ws_halves: us, TF/s, with widen/Lt(bf16)",
-      "scaled panel: us, TF/s, widen us, with widen/Lt(bf16)",
-      "panel + ws_deep: us, TF/s, with widen/Lt(bf16)");
+      "scaled panel: us, TF/s, widen us, with widen/Lt(bf16)");
   for (const Linear& l : {Linear{"wq_a", 1280, 5120}, Linear{"wq_b", 32768, 1280},
                           Linear{"wo_b", 5120, 8192}, Linear{"shared.w13", 4608, 5120},
                           Linear{"shared.w2", 5120, 2304}, Linear{"square8k", 8192, 8192}}) {
@@ -308,8 +307,7 @@ void Prefill(cudaStream_t stream) {
     auto tf = [&](double ms) { return ms > 0 ? flops / ms / 1e9 : 0.0; };
     // The warp-specialized tile reading X from its f16 panel (the decoder
     // widens once a product): the product alone, the widening alone.
-    double panel_ms = 0.0, widen_ms = 0.0, halves_ms = 0.0, scaled_ms = 0.0, widen_scaled_ms = 0.0,
-           deep_ms = 0.0;
+    double panel_ms = 0.0, widen_ms = 0.0, halves_ms = 0.0, scaled_ms = 0.0, widen_scaled_ms = 0.0;
     if (g_math != Fp8GemmMath::kWgmma) {
       uint16_t* panel = nullptr;
       WEIR_BENCH_CHECK(cudaMalloc(&panel, kM * l.k * sizeof(uint16_t)));
@@ -320,10 +318,6 @@ void Prefill(cudaStream_t stream) {
       panel_ms = MedianMs([&] { (void)Fp8BlockGemm(pp, stream); }, stream, 10);
       pp.ws_halves = true;
       halves_ms = MedianMs([&] { (void)Fp8BlockGemm(pp, stream); }, stream, 10);
-      pp.ws_halves = false;
-      pp.ws_deep = true;  // two blocks in flight a consumer warpgroup
-      deep_ms = MedianMs([&] { (void)Fp8BlockGemm(pp, stream); }, stream, 10);
-      pp.ws_deep = false;
       // The scaled panel (x_f16_scaled): every stage in range, one fold
       // factor a warp.
       Fp8F16PanelParams wps = wp;
@@ -336,8 +330,7 @@ void Prefill(cudaStream_t stream) {
     }
     std::printf(
         "%-12s %-6lld %-6lld | %-9s %8.1f %7.0f | %-9s %8.0f | %9.1f %7.0f %9.1f %7.0f | "
-        "%.2f | %.0f | %8.1f %7.0f %7.1f %7.0f %.2f | %8.1f %7.0f %.2f | %8.1f %7.0f %7.1f %.2f | "
-        "%8.1f %7.0f %.2f\n",
+        "%.2f | %.0f | %8.1f %7.0f %7.1f %7.0f %.2f | %8.1f %7.0f %.2f | %8.1f %7.0f %7.1f %.2f\n",
         l.name, static_cast<long long>(l.n), static_cast<long long>(l.k),
         TileName(ResolveFp8GemmTile(p.Params(0, Fp8GemmTile::kAuto))), auto_ms * 1e3, tf(auto_ms),
         TileName(best), tf(best_ms), lt_bf16 * 1e3, tf(lt_bf16), lt_f32 * 1e3, tf(lt_f32),
@@ -345,8 +338,7 @@ void Prefill(cudaStream_t stream) {
         widen_ms * 1e3, tf(panel_ms + widen_ms),
         panel_ms > 0 ? lt_bf16 / (panel_ms + widen_ms) : 0.0, halves_ms * 1e3, tf(halves_ms),
         halves_ms > 0 ? lt_bf16 / (halves_ms + widen_ms) : 0.0, scaled_ms * 1e3, tf(scaled_ms),
-        widen_scaled_ms * 1e3, scaled_ms > 0 ? lt_bf16 / (scaled_ms + widen_scaled_ms) : 0.0,
-        deep_ms * 1e3, tf(deep_ms), deep_ms > 0 ? lt_bf16 / (deep_ms + widen_ms) : 0.0);
+        widen_scaled_ms * 1e3, scaled_ms > 0 ? lt_bf16 / (scaled_ms + widen_scaled_ms) : 0.0);
   }
   // Bf16Gemm at V4.1's grouped wo_a (8 groups of 1,024 x 4,096 over the
   // attention output's 8 x 4,096 columns): the warp-specialized tile
@@ -412,11 +404,9 @@ int RunOne(int64_t m, int64_t n, int64_t k, const std::string& tile_name) {
   }
   // "n128m128ws_panel": the warp-specialized tile reading X's f16 panel.
   // "n128m128ws_scaled": the same with the scaled panel (x_f16_scaled).
-  // "n128m128ws_deep": the panel with two blocks in flight (ws_deep).
-  const std::string ws = TileName(Fp8GemmTile::kN128M128Ws);
-  const bool scaled = tile_name == ws + "_scaled";
-  const bool deep = tile_name == ws + "_deep";
-  const bool panel = scaled || deep || tile_name == ws + "_panel";
+  const bool scaled = tile_name == std::string(TileName(Fp8GemmTile::kN128M128Ws)) + "_scaled";
+  const bool panel =
+      scaled || tile_name == std::string(TileName(Fp8GemmTile::kN128M128Ws)) + "_panel";
   if (tile_name == TileName(Fp8GemmTile::kN128M128Ws) || panel) {
     tile = Fp8GemmTile::kN128M128Ws;
   }
@@ -434,7 +424,6 @@ int RunOne(int64_t m, int64_t n, int64_t k, const std::string& tile_name) {
     }
     params.x_f16 = x16;
     params.x_f16_scaled = scaled;
-    params.ws_deep = deep;
   }
   for (int i = 0; i < 2; ++i) {
     if (absl::Status s = Fp8BlockGemm(params, nullptr); !s.ok()) {
@@ -447,7 +436,6 @@ int RunOne(int64_t m, int64_t n, int64_t k, const std::string& tile_name) {
   std::printf("ran m %lld n %lld k %lld tile %s%s\n", static_cast<long long>(m),
               static_cast<long long>(n), static_cast<long long>(k), TileName(tile),
               scaled  ? " (scaled x_f16 panel)"
-              : deep  ? " (x_f16 panel, two blocks in flight)"
               : panel ? " (x_f16 panel)"
                       : "");
   return 0;
