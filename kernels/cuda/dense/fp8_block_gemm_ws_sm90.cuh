@@ -459,8 +459,13 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     // block (two 16-byte loads of the table), where the other layout needs
     // 32. The products x w are the same, so are the block sums
     // (WarpSpecializedTileGivesTheWgmmaBits).
-    const int warpgroup = cw / 4;
-    const int x_row = warpgroup * 64 + (cw % 4) * 16 + (lane >> 2);
+    // A thread's first X row (its warp's 16 of the warpgroup's 64, lane / 4)
+    // and its warpgroup, from the thread index.
+    auto x_row_of = [](uint32_t tx) {
+      return static_cast<int>(((tx >> 7) - 1) * 64 + ((tx >> 5) & 3) * 16 + ((tx & 31) >> 2));
+    };
+    auto warpgroup_of = [](uint32_t tx) { return static_cast<int>(tx >> 7) - 1; };
+    const int x_row = x_row_of(static_cast<uint32_t>(tid));
     float p[2][kP];
     // Block j's 8 products: X rows x_row and x_row + 8, four W scale rows.
     // `row_at` is x_row's byte offset in a block's table, re-derived from the
@@ -491,8 +496,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       // the stage loop, were spilled and reloaded every stage.
       uint32_t tx;
       asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tx));
-      const uint32_t x_lo = SwizzledKMajorDescriptorLo(codes + kWsCodeTile +
-                                                       ((tx >> 7) - 1) * 64 * kFp8GemmStageK);
+      const uint32_t x_lo =
+          SwizzledKMajorDescriptorLo(codes + kWsCodeTile + warpgroup_of(tx) * 64 * kFp8GemmStageK);
       const uint32_t w_lo = SwizzledKMajorDescriptorLo(codes);
       const uint32_t table = base + kWsTableOffset + slot * kWsTableSlot;
       auto issue = [&](int j, float(&d)[kP]) {
@@ -508,10 +513,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       }
       MbarrierWait(x16_full0 + 8 * slot, (i / kCodeStages) & 1);  // the stage's table
       // Each block's products are loaded a block ahead, under the fold before.
-      const uint32_t row_at = static_cast<uint32_t>(
-          Fp8GemmWsE4m3TableIndex(0, ((tx >> 7) - 1) * 64 + ((tx >> 5) & 3) * 16 + ((tx & 31) >> 2),
-                                  0) *
-          4);
+      const uint32_t row_at =
+          static_cast<uint32_t>(Fp8GemmWsE4m3TableIndex(0, x_row_of(tx), 0) * 4);
       uint32_t products[2][2][4];
       load_products(row_at, table, 0, products[0]);
 #pragma unroll
