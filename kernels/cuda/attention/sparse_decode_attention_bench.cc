@@ -9,7 +9,7 @@
 //
 //   sparse_decode_attention_bench [--iters=N] [--context=N] [--topk=N] [--batch=N]
 //                                 [--graph=0] [--kernel=0|1|2] [--range_tiles=A,B,..]
-//                                 [--mirror=1] [--overlap=1] (on the GPU machine)
+//                                 [--mirror=1] [--overlap=1] [--hash=1] (on the GPU machine)
 // --batch=N times that batch only (default: 1, 8, 32, 64, 1024); --graph=0
 // skips the graph timing (e.g. under ncu); --kernel=1 times
 // SparseDecodeKernel::kMma16 only, 2 kWgmma64 only, 0 (default) both, each
@@ -19,7 +19,8 @@
 // (DequantizeKvMirror of every row, made once, not timed; label wgmma64m):
 // the rows copied instead of dequantized, 1 KB a row read instead of 528 /
 // 288 B (the KV columns still count the stored bytes); --overlap=1 times each
-// kWgmma64 run (and mirror run) with wgmma_overlap as well (label suffix +o).
+// kWgmma64 run (and mirror run) with wgmma_overlap as well (label suffix +o);
+// --hash=1 prints a hash of each run's output bytes ("out hash" lines).
 //
 // Every query has its own sequence (64 x 65536 compressed rows, 1.2 GB) and
 // the launches rotate over 1024 index rows, so the KV rows a launch gathers
@@ -34,6 +35,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -200,6 +202,7 @@ int Run(int argc, char** argv) {
   // window pool and whose entries are the compressed rows, one a block).
   const bool mirror = IntFlag(argc, argv, "mirror", 0) != 0;
   const bool overlap = IntFlag(argc, argv, "overlap", 0) != 0;
+  const bool hash = IntFlag(argc, argv, "hash", 0) != 0;
   uint16_t* d_win16 = nullptr;
   uint16_t* d_comp16 = nullptr;
   if (mirror) {
@@ -368,6 +371,18 @@ int Run(int argc, char** argv) {
           label.c_str(), batch, fast_ms * 1e3, graph_ms * 1e3, kv_bytes / 1e6, kv_gbs,
           kv_gbs / copy_gbs, all_gbs, all_gbs / copy_gbs, flops / (fast_ms * 1e-3) / 1e12,
           ref_ms * 1e3, checked ? ref_ms / fast_ms : 0.0, rel);
+      if (hash) {
+        // The output's bytes (the batch at offset 0), FNV-1a: two binaries
+        // of the same kernel arithmetic print the same hash.
+        CheckOk(SparseDecodeAttention(params(k, range, batch, 0, from_mirror, overlapped), nullptr),
+                "launch");
+        std::vector<uint8_t> bytes(static_cast<size_t>(batch) * kHeads * kD * 4);
+        Check(cudaMemcpy(bytes.data(), d_out, bytes.size(), cudaMemcpyDeviceToHost), "download");
+        uint64_t h = 1469598103934665603ull;
+        for (uint8_t b : bytes) h = (h ^ b) * 1099511628211ull;
+        std::printf("out hash %s %d %016llx\n", label.c_str(), batch,
+                    static_cast<unsigned long long>(h));
+      }
     }
   }
   return 0;

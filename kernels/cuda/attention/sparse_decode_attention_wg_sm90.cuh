@@ -772,33 +772,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     red[wg * kHeads + h_hi] = l_run[1];
   }
   ConsumerBarrier(2);
-  if (a.ranges == 1) {
-    // out = O / (l + exp(sink - max)); a head without a listed row gets 0.
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int h = r == 0 ? h_lo : h_hi;
-      const int head = head0 + h;
-      if (head >= a.heads) continue;
-      const bool any = m_run[r] != -INFINITY;
-      const float denom =
-          any ? (red[h] + red[kHeads + h]) + exp2f(a.sink[head] * 1.4426950408889634f - m_run[r])
-              : 1.0f;
-      const int d0 = 256 * wg + 2 * (lane & 3);
-      const int64_t head_base = GroupedHeadBase(a, query, head);
-#pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        float2 v = any ? make_float2(o[4 * i + 2 * r] / denom, o[4 * i + 2 * r + 1] / denom)
-                       : make_float2(0.0f, 0.0f);
-        if (a.round_bf16) v = make_float2(RoundToBf16(v.x), RoundToBf16(v.y));
-        StoreOutPairAt(a, query, head, d0 + 8 * i, v, head_base);
-      }
-    }
-    return;
-  }
-
-  // Ranges: this CTA's state (O [64 heads][512] fp32 over Q and the first
-  // stage, which every wgmma is done with; m, l per head in the P tile),
-  // then the cluster folds the ranges' states in rank order:
+  // This CTA's state (O [64 heads][512] fp32 over Q and the first stage,
+  // which every wgmma is done with; m, l per head in the P tile). With one
+  // range it is the output's: out = O / (l + exp(sink - m)), written by a
+  // compact loop over (head, pair). Unrolled over the thread's 64 pairs, that
+  // epilogue (a division, the grouped RoPE and three store forms a pair) was
+  // about 150 KB of straight-line code that the consumer warps of every CTA
+  // fetched again: ncu had them waiting on instruction fetch about as long
+  // as their tile loop ran (README "Known limits").
+  // With ranges, the cluster folds the ranges' states in rank order:
   //   m = max_r m_r, w_r = 2^(m_r - m), l = sum_r l_r w_r, O = sum_r O_r w_r,
   // each CTA for its share of the heads, and out = O / (l + exp(sink - m)).
   // Every range starts from m = -inf, l = 0, O = 0, so a query's bits depend
@@ -818,6 +800,37 @@ __global__ void __launch_bounds__(kThreads, 1)
       state_ml[h] = m_run[r];
       state_ml[kHeads + h] = red[h] + red[kHeads + h];
     }
+  }
+  if (a.ranges == 1) {
+    // Per head, once: whether a row was listed (else its output is 0), the
+    // denominator and the grouped output's base.
+    float* const denom_of = state_ml + 2 * kHeads;                               // [64]
+    int* const any_of = reinterpret_cast<int*>(state_ml + 3 * kHeads);           // [64]
+    int64_t* const base_of = reinterpret_cast<int64_t*>(state_ml + 4 * kHeads);  // [64]
+    ConsumerBarrier(1);
+    if (ctid < kHeads && head0 + ctid < a.heads) {
+      const int h = ctid, head = head0 + h;
+      const float m = state_ml[h];
+      const bool any = m != -INFINITY;
+      any_of[h] = any;
+      denom_of[h] =
+          any ? state_ml[kHeads + h] + exp2f(a.sink[head] * 1.4426950408889634f - m) : 1.0f;
+      base_of[h] = GroupedHeadBase(a, query, head);
+    }
+    ConsumerBarrier(1);
+    // A thread takes 2 adjacent dims of a head at a time.
+#pragma unroll 2
+    for (int e = ctid; e < kHeads * (kHeadDim / 2); e += kConsumerThreads) {
+      const int h = e / (kHeadDim / 2), d = 2 * (e % (kHeadDim / 2));
+      const int head = head0 + h;
+      if (head >= a.heads) continue;
+      const float denom = denom_of[h];
+      const float2 x = *reinterpret_cast<const float2*>(state_o + h * kHeadDim + d);
+      float2 v = any_of[h] != 0 ? make_float2(x.x / denom, x.y / denom) : make_float2(0.0f, 0.0f);
+      if (a.round_bf16) v = make_float2(RoundToBf16(v.x), RoundToBf16(v.y));
+      StoreOutPairAt(a, query, head, d, v, base_of[h]);
+    }
+    return;
   }
   ClusterSync();  // every range's state is in its CTA's shared memory
   // The ranges' m and l, gathered once (rank order) next to this CTA's own.
