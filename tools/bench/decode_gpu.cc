@@ -184,7 +184,7 @@ ABSL_FLAG(bool, hc_mix_token_loop, false,
 ABSL_FLAG(bool, indexer_shared_keys, true,
           "IndexerScore launches of 512 rows and more (prefill chunks) take the shared-keys "
           "form (same bits; DeviceDecoderOptions::indexer_shared_keys).");
-ABSL_FLAG(bool, prompt_kv_mirror, false,
+ABSL_FLAG(bool, prompt_kv_mirror, true,
           "The prompt attention of eager steps reads bf16 mirrors of the rows its prompts may "
           "read, dequantized once a layer (same bits; DeviceDecoderOptions::prompt_kv_mirror).");
 ABSL_FLAG(bool, attention_overlap, false,

@@ -516,9 +516,11 @@ struct DeviceDecoderOptions {
   // the prompt launch copies rows from them instead of dequantizing every
   // listed row once a query. The same bits. Costs the arena a mirror of one
   // layer's window region and of its largest compressed region (1 KB a row).
-  // Off: no faster on the EP8 prefill chunk (H100, 0.846 -> 0.844 s,
-  // twenty-fourth session).
-  bool prompt_kv_mirror = false;
+  // No faster while the prompt launch's epilogue was unrolled (H100, 0.846
+  // -> 0.844 s, twenty-fourth session); on since the twenty-ninth session,
+  // after the epilogue became a compact loop (H100: the EP8 slice's
+  // 4,096-row chunk 0.735 / 0.735 -> 0.705 / 0.706 s, alternated in one call).
+  bool prompt_kv_mirror = true;
   // kWgmma64 attention launches issue the next tile's Q K^T behind the
   // current tile's P V (SparseDecodeAttentionParams::wgmma_overlap; the
   // same bits). Off: no faster (H100, prefill 0.848 / 0.848 s, decode at
