@@ -7,17 +7,21 @@ finds the tensor-core loop (the smallest backward branch whose body holds an
 HGMMA, QGMMA, HMMA or IMMA, as sass_loops.py does on the SASS alone) and
 reports:
 
-  * the share of all warp samples the loop holds;
-  * the loop's samples by stall reason (ncu's `stall_*` columns; samples no
+  * the kernel's samples by stall reason (ncu's `stall_*` columns; samples no
     column names are `unattributed`: on Hopper the wgmma issue stalls land
     there);
-  * the loop's samples by opcode;
+  * the share of all warp samples the loop holds;
+  * the loop's samples by stall reason and by opcode;
+  * the code outside the loop by REGION bytes (4 KB by default) of offsets,
+    each region holding at least 1 % of the samples, with its leading reasons:
+    straight-line code run once a CTA (an unrolled epilogue) shows up here as
+    a run of regions waiting on `no_inst` (instruction fetch);
   * the instructions with the most samples, anywhere in the kernel, at their
     offset from the kernel's first instruction (the offsets cuobjdump prints).
 
 Runs without a GPU (the report is copied back from the GPU machine).
 
-  ncu_stalls.py SOURCE_CSV [--top N]
+  ncu_stalls.py SOURCE_CSV [--top N] [--region BYTES]
 """
 
 import argparse
@@ -111,23 +115,33 @@ def tensor_loop(instructions):
     return best
 
 
-def analyze(instructions, top=20):
+def _reasons(instructions):
+    """Samples by stall reason over `instructions` (unnamed ones `unattributed`)."""
+    reasons = collections.Counter()
+    for ins in instructions:
+        named = 0.0
+        for reason, value in ins.stalls.items():
+            reasons[reason] += value
+            named += value
+        reasons["unattributed"] += max(ins.samples - named, 0.0)
+    return reasons
+
+
+def analyze(instructions, top=20, region=4096):
     """The report of one kernel as a dict (what main prints)."""
     total = sum(ins.samples for ins in instructions)
     base = instructions[0].address if instructions else 0
-    result = {"total": total, "loop": None, "top": []}
+    result = {"total": total, "reasons": _reasons(instructions), "loop": None, "regions": [],
+              "top": []}
     loop = tensor_loop(instructions)
+    inside = set()
     if loop is not None:
+        inside = set(range(loop[0], loop[1] + 1))
         body = instructions[loop[0]:loop[1] + 1]
         samples = sum(ins.samples for ins in body)
-        reasons = collections.Counter()
+        reasons = _reasons(body)
         opcodes = collections.Counter()
         for ins in body:
-            named = 0.0
-            for reason, value in ins.stalls.items():
-                reasons[reason] += value
-                named += value
-            reasons["unattributed"] += max(ins.samples - named, 0.0)
             opcodes[ins.opcode] += ins.samples
         result["loop"] = {
             "first": body[0].address - base,
@@ -137,6 +151,17 @@ def analyze(instructions, top=20):
             "reasons": reasons,
             "opcodes": opcodes,
         }
+    # The code outside the loop by regions of offsets.
+    regions = collections.defaultdict(list)
+    for i, ins in enumerate(instructions):
+        if i not in inside:
+            regions[(ins.address - base) // region].append(ins)
+    for index in sorted(regions):
+        members = regions[index]
+        samples = sum(ins.samples for ins in members)
+        if total and samples >= 0.01 * total:
+            result["regions"].append((index * region, (index + 1) * region, samples,
+                                      _reasons(members)))
     ranked = sorted(instructions, key=lambda ins: -ins.samples)[:top]
     for ins in ranked:
         reasons = sorted(ins.stalls.items(), key=lambda item: -item[1])[:2]
@@ -153,6 +178,10 @@ def _share(part, whole):
 
 def print_report(name, result, out):
     out.write(f"{name}\n  warp samples {result['total']:.0f}\n")
+    out.write("  the kernel's samples by stall reason:\n")
+    for reason, value in result["reasons"].most_common(8):
+        if value > 0:
+            out.write(f"    {reason:22s} {value:9.0f} {_share(value, result['total'])}\n")
     loop = result["loop"]
     if loop is None:
         out.write("  no tensor-core loop\n")
@@ -170,6 +199,13 @@ def print_report(name, result, out):
         for opcode, value in loop["opcodes"].most_common(12):
             if value > 0:
                 out.write(f"    {opcode:22s} {value:9.0f} {_share(value, loop['samples'])}\n")
+    if result["regions"]:
+        out.write("  the code outside the loop, regions of at least 1 % of the samples:\n")
+        for first, last, samples, reasons in result["regions"]:
+            leading = ", ".join(f"{reason} {_share(value, samples).strip()}"
+                                for reason, value in reasons.most_common(2) if value > 0)
+            out.write(f"    {first:#07x}..{last:#07x} {samples:9.0f} "
+                      f"{_share(samples, result['total'])}  {leading}\n")
     out.write("  the instructions with the most samples:\n")
     for offset, samples, reasons, text in result["top"]:
         named = ", ".join(f"{reason} {value:.0f}" for reason, value in reasons if value > 0)
@@ -180,6 +216,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("source_csv")
     parser.add_argument("--top", type=int, default=20)
+    parser.add_argument("--region", type=int, default=4096,
+                        help="bytes of code a region outside the loop")
     args = parser.parse_args(argv)
     with open(args.source_csv, newline="", errors="replace") as f:
         kernels = read_kernels(f)
@@ -188,7 +226,7 @@ def main(argv=None):
         return 1
     for name, instructions in kernels:
         if instructions:
-            print_report(name, analyze(instructions, args.top), sys.stdout)
+            print_report(name, analyze(instructions, args.top, args.region), sys.stdout)
     return 0
 
 

@@ -39,6 +39,18 @@ PAGE = "\n".join([
 ])
 
 
+# A loop, then straight-line code in two 4 KB regions of offsets.
+REGIONS_PAGE = "\n".join([
+    '"Kernel Name","void Epilogue(Args)"',
+    HEADER,
+    row(BASE + 0x00, "HGMMA.64x128x16.F32 R24, gdesc[UR4], RZ, !UPT, gsb0", 10, 10),
+    row(BASE + 0x10, f"@P0 BRA {BASE:#x}", 10, 10, branch=10),
+    row(BASE + 0x20, "FFMA R1, R2, R3, R4", 100, 1, wait=90),
+    row(BASE + 0x1000, "STG.E desc[UR4][R2.64], R1", 50, 1, wait=50),
+    row(BASE + 0x1010, "EXIT", 1, 1),
+])
+
+
 class NcuStallsTest(unittest.TestCase):
     def test_reads_each_kernel_and_its_rows(self):
         kernels = ncu_stalls.read_kernels(io.StringIO(PAGE))
@@ -67,6 +79,35 @@ class NcuStallsTest(unittest.TestCase):
         self.assertEqual(loop["opcodes"]["HGMMA"], 40)
         self.assertEqual(loop["opcodes"]["BRA"], 10)
         self.assertEqual([offset for offset, *_ in result["top"]], [0x20, 0x10, 0x00])
+
+    def test_the_kernels_reasons_count_every_instruction(self):
+        gemm = ncu_stalls.read_kernels(io.StringIO(PAGE))[0][1]
+        reasons = ncu_stalls.analyze(gemm)["reasons"]
+        self.assertEqual(reasons["short_sb"], 1000)
+        self.assertEqual(reasons["wait"], 15)  # MOV's 10, the outer BRA's 5
+        self.assertEqual(reasons["selected"], 15)
+        self.assertEqual(reasons["branch_resolving"], 10)
+        self.assertEqual(reasons["unattributed"], 40)  # HGMMA's 35, EXIT's 5
+
+    def test_the_code_outside_the_loop_by_region(self):
+        code = ncu_stalls.read_kernels(io.StringIO(REGIONS_PAGE))[0][1]
+        result = ncu_stalls.analyze(code)
+        self.assertEqual(result["loop"]["samples"], 20)
+        regions = result["regions"]
+        self.assertEqual([(first, last, samples) for first, last, samples, _ in regions],
+                         [(0, 0x1000, 100), (0x1000, 0x2000, 51)])
+        self.assertEqual(regions[0][3]["wait"], 90)
+        self.assertEqual(regions[0][3]["unattributed"], 10)
+        self.assertEqual(regions[1][3]["wait"], 50)
+        # 16-byte regions: one an instruction, and EXIT's (1 of 171 samples,
+        # under 1 %) left out.
+        small = ncu_stalls.analyze(code, region=0x10)["regions"]
+        self.assertEqual([(first, last, samples) for first, last, samples, _ in small],
+                         [(0x20, 0x30, 100), (0x1000, 0x1010, 50)])
+        out = io.StringIO()
+        ncu_stalls.print_report("void Epilogue(Args)", result, out)
+        self.assertIn("0x01000..0x02000        51  29.8 %  wait 98.0 %", out.getvalue())
+        self.assertIn("the kernel's samples by stall reason", out.getvalue())
 
     def test_branch_targets_print_as_offsets(self):
         gemm = ncu_stalls.read_kernels(io.StringIO(PAGE))[0][1]
