@@ -422,12 +422,17 @@ TEST(Fp8BlockGemmParamsTest, FragmentMappingComputesTheTileProduct) {
   }
 }
 
-// kN128M128Ws's scale table: the wideners write sw x sx of (block j, W scale
-// row g, X row r) at Fp8GemmWsTableIndex; a consumer lane reads the 32 floats
-// of its quad from Fp8GemmWsQuadBase with 16-byte loads, float 2 i + e being
-// X row 8 i + 2 quad + e (the rows of its accumulators d[4 i + e] and
-// d[4 i + 2 + e]). Every entry has its own float, loads are aligned, and the
-// four quads of a warp's load fall in distinct banks.
+// Whether 16-byte loads at these distinct byte offsets (one quarter-warp's
+// shared-memory phase) fall in distinct banks.
+bool LoadsHitDistinctBanks(const std::vector<int>& byte_offsets) {
+  std::vector<int> banks;
+  for (int at : byte_offsets) {
+    for (int b = 0; b < 4; ++b) banks.push_back((at / 4 + b) % 32);
+  }
+  std::sort(banks.begin(), banks.end());
+  return std::unique(banks.begin(), banks.end()) == banks.end();
+}
+
 // kN128M128Ws's scale table (`base`: a lane quad's first element, `index`:
 // an (block, W scale row, X row)'s element, `elements` in all, `bytes` each):
 // every product has its own element, a quad's 32 products are contiguous in
@@ -456,15 +461,9 @@ void CheckWsTable(Base base_of, Index index_of, int elements, int bytes) {
         }
       }
       for (int v = 0; v < 32 * bytes / 16; ++v) {  // the quad's 16-byte loads
-        std::vector<int> banks;
-        for (int quad = 0; quad < 4; ++quad) {
-          for (int b = 0; b < 4; ++b)
-            banks.push_back((base_of(j, g, quad) * bytes + 16 * v) / 4 % 32 + b);
-        }
-        for (int& bank : banks) bank %= 32;
-        std::sort(banks.begin(), banks.end());
-        EXPECT_EQ(std::unique(banks.begin(), banks.end()), banks.end())
-            << j << " " << g << " " << v;
+        std::vector<int> loads;
+        for (int quad = 0; quad < 4; ++quad) loads.push_back(base_of(j, g, quad) * bytes + 16 * v);
+        EXPECT_TRUE(LoadsHitDistinctBanks(loads)) << j << " " << g << " " << v;
       }
     }
   }
@@ -501,7 +500,6 @@ TEST(Fp8BlockGemmParamsTest, WsE4m3TableGivesEachThreadItsRowsWithoutBankConflic
     for (int cw = 0; cw < 8; ++cw) {
       for (int h = 0; h < 2; ++h) {
         for (int q = 0; q < 4; ++q) {  // quarter-warps
-          std::vector<int> banks;
           std::vector<int> addresses;
           for (int lane = 8 * q; lane < 8 * q + 8; ++lane) {
             const int row = 64 * (cw / 4) + 16 * (cw % 4) + lane / 4 + 8 * h;
@@ -512,11 +510,7 @@ TEST(Fp8BlockGemmParamsTest, WsE4m3TableGivesEachThreadItsRowsWithoutBankConflic
           std::sort(addresses.begin(), addresses.end());
           addresses.erase(std::unique(addresses.begin(), addresses.end()), addresses.end());
           EXPECT_EQ(addresses.size(), 2u);  // lanes of a row share (broadcast)
-          for (int a : addresses) {
-            for (int b = 0; b < 4; ++b) banks.push_back((a / 4 + b) % 32);
-          }
-          std::sort(banks.begin(), banks.end());
-          EXPECT_EQ(std::unique(banks.begin(), banks.end()), banks.end()) << j << " " << cw;
+          EXPECT_TRUE(LoadsHitDistinctBanks(addresses)) << j << " " << cw;
         }
       }
     }
