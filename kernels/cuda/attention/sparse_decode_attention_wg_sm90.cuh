@@ -587,8 +587,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   // One listed tile after its S = Q K^T has landed in sc: the scaled and
   // masked logits, the running maxima (exchanged between the warpgroups),
   // P into the shared tile, O rescaled, and O += P V issued and committed
-  // (not waited).
-  auto softmax_then_pv = [&](uint32_t kv, uint64_t mask, const float(&sc)[16]) {
+  // (not waited). `logits_read` runs once the logits are out of sc (kOverlap
+  // issues the next tile's S into it there).
+  auto softmax_then_pv = [&](uint32_t kv, uint64_t mask, const float(&sc)[16], auto&& logits_read) {
     // The logits in registers of their own: sc stays an accumulator only
     // (with kOverlap the next tile's S is issued into it while P V runs).
     float lg[16];
@@ -606,6 +607,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         m_tile[r >> 1] = fmaxf(m_tile[r >> 1], x);
       }
     }
+    logits_read();
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       m_tile[r] = fmaxf(m_tile[r], __shfl_xor_sync(0xFFFFFFFFu, m_tile[r], 1));
@@ -699,31 +701,27 @@ __global__ void __launch_bounds__(kThreads, 1)
       WgmmaWait(0);
 #pragma unroll
       for (int i = 0; i < 16; ++i) Pin(sc[i]);
-      softmax_then_pv(kv, mask, sc);
+      softmax_then_pv(kv, mask, sc, [] {});
       WgmmaWait(0);
 #pragma unroll
       for (int i = 0; i < 128; ++i) Pin(o[i]);
       MbarrierArrive(empty0 + 8 * s);
     }
   } else {
-    // The next listed tile's S = Q K^T is issued right behind this tile's
-    // P V, so the tensor cores run the two back to back; every accumulator
-    // takes the same instructions in the same order as above. A tile that
-    // lists no row goes back at once. The stage of the tile whose P V is in
-    // flight goes back before a tile kStages or more later is waited for:
-    // the producer fills that tile's stage only after it (past a tile that
-    // listed nothing, the overlap is given up for once).
-    int in_pv = -1;  // the tile whose P V is in flight
-    auto next_listed = [&](int t, uint64_t& mask) {
+    // The next tile's S = Q K^T is issued as soon as this tile's logits are
+    // out of sc, so the tensor cores compute it while this tile's softmax,
+    // P and rescale run on the CUDA cores (and beside its P V); both are
+    // waited for once, after P V is issued. Every accumulator takes the same
+    // instructions in the same order as above (the first product of S writes
+    // instead of adding to zeros), so the bits are the same. The look-ahead
+    // waits for tile t + 1 while tile t's stage is held, which is safe: t + 1
+    // lives in the other stage, given back at the end of tile t - 1. A tile
+    // that lists no row goes back at once; the search past it waits until
+    // tile t's stage is back (the producer fills t + 2 into it).
+    const auto stage_of = [&](int t) { return base + kKvAt + (t % kStages) * kOperandBytes; };
+    auto find_listed = [&](int t, uint64_t& mask) {
       for (; t < tiles; ++t) {
         const int s = t % kStages;
-        if (in_pv >= 0 && t - in_pv >= kStages) {
-          WgmmaWait(0);
-#pragma unroll
-          for (int i = 0; i < 128; ++i) Pin(o[i]);
-          MbarrierArrive(empty0 + 8 * (in_pv % kStages));
-          in_pv = -1;
-        }
         MbarrierWait(full0 + 8 * s, (t / kStages) & 1);
         mask = *reinterpret_cast<volatile uint64_t*>(smem + kMaskAt + 8 * s);
         if (mask != 0) return t;
@@ -736,26 +734,38 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int i = 0; i < 128; ++i) Pin(o[i]);
     uint64_t mask = 0;
-    int t = next_listed(0, mask);
-    if (t < tiles) issue_qk(base + kKvAt + (t % kStages) * kOperandBytes, sc);
+    int t = find_listed(0, mask);
+    if (t < tiles) issue_qk(stage_of(t), sc);
 #pragma unroll 1
     while (t < tiles) {
-      WgmmaWait(0);  // S of tile t, and the P V of tile in_pv
+      WgmmaWait(0);  // S of tile t
 #pragma unroll
       for (int i = 0; i < 16; ++i) Pin(sc[i]);
+      int next = tiles;
+      uint64_t next_mask = 0;
+      softmax_then_pv(stage_of(t), mask, sc, [&] {
+        if (t + 1 < tiles) {
+          const int s1 = (t + 1) % kStages;
+          MbarrierWait(full0 + 8 * s1, ((t + 1) / kStages) & 1);
+          next_mask = *reinterpret_cast<volatile uint64_t*>(smem + kMaskAt + 8 * s1);
+          if (next_mask != 0) {
+            next = t + 1;
+            issue_qk(stage_of(next), sc);
+          } else {
+            MbarrierArrive(empty0 + 8 * s1);  // uniform: the whole tile is padding
+          }
+        }
+      });
+      WgmmaWait(0);  // P V of tile t, and S of tile `next` when issued above
 #pragma unroll
       for (int i = 0; i < 128; ++i) Pin(o[i]);
-      if (in_pv >= 0) MbarrierArrive(empty0 + 8 * (in_pv % kStages));
-      softmax_then_pv(base + kKvAt + (t % kStages) * kOperandBytes, mask, sc);
-      in_pv = t;
-      t = next_listed(t + 1, mask);
-      if (t < tiles) issue_qk(base + kKvAt + (t % kStages) * kOperandBytes, sc);
-    }
-    if (in_pv >= 0) {
-      WgmmaWait(0);
-#pragma unroll
-      for (int i = 0; i < 128; ++i) Pin(o[i]);
-      MbarrierArrive(empty0 + 8 * (in_pv % kStages));
+      MbarrierArrive(empty0 + 8 * (t % kStages));
+      if (next == tiles && t + 1 < tiles) {  // tile t + 1 listed nothing
+        next = find_listed(t + 2, next_mask);
+        if (next < tiles) issue_qk(stage_of(next), sc);
+      }
+      t = next;
+      mask = next_mask;
     }
   }
 
