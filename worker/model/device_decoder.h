@@ -524,7 +524,10 @@ struct DeviceDecoderOptions {
   // kWgmma64 attention launches issue the next tile's Q K^T behind the
   // current tile's P V (SparseDecodeAttentionParams::wgmma_overlap; the
   // same bits). Off: no faster (H100, prefill 0.848 / 0.848 s, decode at
-  // context 64 unchanged; twenty-fourth session).
+  // context 64 unchanged; twenty-fourth session). Rescheduled in the
+  // thirtieth (the next Q K^T beside this tile's softmax), still no faster:
+  // the EP8 chunk 0.705 / 0.704 s on against 0.699 / 0.698 off, decode at
+  // batch 1 and context 64 10.82 against 10.65 ms (H100).
   bool attention_overlap = false;
   // expert_prefill_tiles: the experts' MXFP4 -> FP8 conversion in its
   // row-major form (Mxfp4Fp8TilesParams::coalesced: a thread a (row, K
