@@ -143,6 +143,10 @@ ABSL_FLAG(int32_t, prompt_range_tiles, 16,
 ABSL_FLAG(bool, staged_attention, true,
           "kFast, unstored pools (small): the attention's rows staged in shared memory (same "
           "bits; DeviceDecoderOptions::staged_attention).");
+ABSL_FLAG(int32_t, attention_heads_per_block, 0,
+          "With --staged_attention: the heads of a query one block takes (0: chosen from the "
+          "launch's size; 1, 2, 4 or 8; same bits; DeviceDecoderOptions::"
+          "attention_heads_per_block).");
 ABSL_FLAG(bool, fused_attention_out, true,
           "kFast, unstored pools: the staged attention writes the grouped output projection's "
           "input with the inverse RoPE itself (same bits; DeviceDecoderOptions::"
@@ -453,6 +457,7 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .attention_range_tiles = absl::GetFlag(FLAGS_attention_range_tiles),
           .prompt_range_tiles = absl::GetFlag(FLAGS_prompt_range_tiles),
           .staged_attention = absl::GetFlag(FLAGS_staged_attention),
+          .attention_heads_per_block = absl::GetFlag(FLAGS_attention_heads_per_block),
           .fused_attention_out = absl::GetFlag(FLAGS_fused_attention_out),
           .direct_wo_a = absl::GetFlag(FLAGS_direct_wo_a),
           .fused_swiglu_fp8 = absl::GetFlag(FLAGS_fused_swiglu_fp8),

@@ -417,6 +417,11 @@ struct DeviceDecoderOptions {
   // (SparseAttentionParams::staged; the same bits). Small on one H100
   // (2026-12-06): 1.403 -> 1.279 ms a step at batch 1, 2.417 -> 2.373 at 64.
   bool staged_attention = true;
+  // With staged_attention: the heads of a query one block takes
+  // (SparseAttentionParams::heads_per_block; 0: chosen from the launch's
+  // size, else 1, 2, 4 or 8 dividing the heads). The same bits at every
+  // value.
+  int attention_heads_per_block = 0;
   // With staged_attention, fold_row_ops and fused_rope: the staged kernel
   // writes the attention output straight into the grouped output
   // projection's layout with the inverse RoPE (SparseAttentionParams::

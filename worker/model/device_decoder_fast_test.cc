@@ -796,7 +796,9 @@ TEST(DeviceDecoderFastTest, SmallBf16FusedRopeGivesTheRopeLaunchesBits) {
 // (reduce_fp8_out), and the compressor's kernel runs the chunk a thread a
 // row (parallel_compressor_rows); on the stored pools the wgmma attention
 // writes wo_a's input itself (attention_grouped_out, which counts a folded
-// pass too: the plain decoder leaves it off).
+// pass too: the plain decoder leaves it off). On the fake-quantized pools the
+// fused decoder runs again with 2 and 8 heads a staged attention block
+// (attention_heads_per_block), the same bits.
 TEST(DeviceDecoderFastTest, SmallFusedRowLaunchesGiveTheSeparateLaunchesBits) {
   struct Case {
     bool stored;
@@ -851,6 +853,16 @@ TEST(DeviceDecoderFastTest, SmallFusedRowLaunchesGiveTheSeparateLaunchesBits) {
     const auto got = ChunkThenSteps(*cpu, fused, {1, 2}, prompt, steps, &fused_stats, k.precision);
     ASSERT_EQ(want.size(), 6u) << name;
     EXPECT_EQ(DifferingCalls(want, got), 0) << "of " << want.size() << " calls, " << name;
+    // The staged attention with a query's heads grouped in a block (2 and 8
+    // heads a block; the decoder's own choice above takes 1 at these sizes).
+    for (const int heads_per_block : {2, 8}) {
+      if (k.stored) break;  // (the stored pools take the wgmma attention)
+      DeviceDecoderOptions grouped = fused;
+      grouped.attention_heads_per_block = heads_per_block;
+      const auto again = ChunkThenSteps(*cpu, grouped, {1, 2}, prompt, steps, nullptr, k.precision);
+      EXPECT_EQ(DifferingCalls(want, again), 0)
+          << "of " << want.size() << " calls, " << name << ", heads a block " << heads_per_block;
+    }
     EXPECT_EQ(plain_stats.fused_kv_rows, 0) << name;
     EXPECT_GT(fused_stats.fused_kv_rows, 0) << name;
     EXPECT_EQ(plain_stats.folded_row_ops, 0) << name;

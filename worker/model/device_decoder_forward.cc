@@ -577,7 +577,8 @@ absl::Status DeviceDecoder::Impl::Attention(int layer, int64_t b) {
                                  .topk = ip.window_width + ip.k_width,
                                  .scale = scale,
                                  .round_bf16 = round_o,
-                                 .staged = fast() && options.staged_attention};
+                                 .staged = fast() && options.staged_attention,
+                                 .heads_per_block = options.attention_heads_per_block};
     // fused_attention_out: the staged kernel writes og itself, transposed
     // with the inverse RoPE (the SwapAxes below; the same bits); with
     // direct_wo_a as the bf16 bits the grouped product reads (xb).

@@ -45,6 +45,13 @@ absl::StatusOr<LocalExperts> CheckDecodable(const ModelConfig& c, const LayerRol
         absl::StrCat("DeviceDecoder: attention_range_tiles ", options.attention_range_tiles,
                      ", prompt_range_tiles ", options.prompt_range_tiles, " (each >= 0)"));
   }
+  if (const int h = options.attention_heads_per_block;
+      h != 0 && (h < 0 || h > 8 || (h & (h - 1)) != 0 || c.n_heads % h != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("DeviceDecoder: attention_heads_per_block ", h,
+                                                   " (0, or 1, 2, 4 or 8 "
+                                                   "dividing the model's ",
+                                                   c.n_heads, " heads)"));
+  }
   if (options.tile_conversion_rows < 1 || options.gate_logits_in_block_macs < 0 ||
       options.parallel_compressor_rows < 0) {
     return absl::InvalidArgumentError(absl::StrCat(

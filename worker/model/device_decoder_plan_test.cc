@@ -135,6 +135,23 @@ TEST(DeviceDecoderPlanTest, RefusesBudgetsAndOptionsItCannotMeet) {
     ranged.attention_range_tiles = tiles;
     EXPECT_TRUE(DeviceDecoder::MaxPositionsFor(*m, kBf16, ranged, SIZE_MAX).ok()) << tiles;
   }
+  // The staged attention's heads a block: 0, or a power of two up to 8
+  // dividing the model's heads.
+  const int heads = static_cast<int>(m->config().n_heads);
+  for (int h : {-1, 3, 16, heads * 2}) {
+    EXPECT_EQ(DeviceDecoder::MaxPositionsFor(
+                  *m, kBf16, {.max_sequences = 2, .attention_heads_per_block = h}, SIZE_MAX)
+                  .status()
+                  .code(),
+              absl::StatusCode::kInvalidArgument)
+        << h;
+  }
+  for (int h : {0, 1, heads % 2 == 0 ? 2 : 1}) {
+    EXPECT_TRUE(DeviceDecoder::MaxPositionsFor(
+                    *m, kBf16, {.max_sequences = 2, .attention_heads_per_block = h}, SIZE_MAX)
+                    .ok())
+        << h;
+  }
   // The collapse-norms' CTAs a token: a cluster size the kernels have.
   for (int ranks : {-1, 3, 16}) {
     EXPECT_EQ(DeviceDecoder::MaxPositionsFor(

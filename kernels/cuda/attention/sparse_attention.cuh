@@ -118,22 +118,27 @@ struct StagedGroupedOut {
   int64_t queries;
 };
 
-// Shared memory of SparseAttentionStagedKernel before its row chunk: q's
-// row, the logits and the list, in floats, rounded up to 16 bytes.
-__host__ __device__ inline int64_t SparseAttentionStagedHead(int head_dim, int topk) {
-  return (int64_t{head_dim} + 2 * int64_t{topk} + 3) / 4 * 4;
+// Shared memory of SparseAttentionStagedKernel before its row chunk, in
+// floats, rounded up to 16 bytes: the block's `heads_per_block` q rows, their
+// logits (one topk row a head) and the list.
+__host__ __device__ inline int64_t SparseAttentionStagedHead(int head_dim, int topk,
+                                                             int heads_per_block = 1) {
+  return (int64_t{heads_per_block} * (int64_t{head_dim} + topk) + topk + 3) / 4 * 4;
 }
 
 // SparseAttentionKernel's arithmetic, operation for operation (the same
 // bits), with the listed rows staged in shared memory `chunk_rows` at a time
-// (float4 loads, all of a chunk in flight) and q's row staged once. Phase 1
-// stages each chunk and takes its logits (a warp a slot, fmath::WarpLaneSum
-// order); phase 2 stages the chunks again (or keeps the one chunk when the
-// list fits) and each thread adds its channels' terms in list order. The
+// (float4 loads, all of a chunk in flight) and q's rows staged once. One block
+// per (query, group of kHeads consecutive heads): the heads share the query's
+// list and the one K = V table, so a block stages each listed row once for
+// all of them. Phase 1 stages each chunk and takes its logits (a warp a slot,
+// each head's dot in fmath::WarpLaneSum order, the heads' sums interleaved);
+// phase 2 stages the chunks again (or keeps the one chunk when the list fits)
+// and each thread adds its channels' terms in list order, for every head. The
 // maximum is taken over the same logits (only its sign of zero may differ,
 // which no exp(z - m) sees). Needs head_dim % 4 == 0, head_dim <= kThreads *
-// kMaxChannels and kv 16-byte aligned. One block per (query, head).
-template <int kThreads, int kMaxChannels>
+// kMaxChannels, heads % kHeads == 0 and kv 16-byte aligned.
+template <int kThreads, int kMaxChannels, int kHeads>
 __global__ void __launch_bounds__(kThreads)
     SparseAttentionStagedKernel(const float* __restrict__ q, const float* __restrict__ kv,
                                 const float* __restrict__ sink, const int32_t* __restrict__ index,
@@ -143,22 +148,22 @@ __global__ void __launch_bounds__(kThreads)
   GridDependencyPrologue();
   constexpr int kWarps = kThreads / 32;
   extern __shared__ __align__(16) float staged[];
-  float* qs = staged;
-  float* z = qs + head_dim;
-  int32_t* slots = reinterpret_cast<int32_t*>(z + topk);
-  float* rows = staged + SparseAttentionStagedHead(head_dim, topk);
-  __shared__ float partial[kWarps];
-  __shared__ float row_max;
-  __shared__ float row_denom;
+  float* qs = staged;                 // [kHeads][head_dim]
+  float* z = qs + kHeads * head_dim;  // [kHeads][topk]
+  int32_t* slots = reinterpret_cast<int32_t*>(z + kHeads * topk);
+  float* rows = staged + SparseAttentionStagedHead(head_dim, topk, kHeads);
+  __shared__ float partial[kWarps * kHeads];
+  __shared__ float row_max[kHeads];
+  __shared__ float row_denom[kHeads];
 
   namespace fm = ::weir::kernels::fmath;
-  const int64_t row = blockIdx.x;
-  const int64_t query = row / heads;
-  const int head = static_cast<int>(row % heads);
+  const int groups_per_query = heads / kHeads;
+  const int64_t query = blockIdx.x / groups_per_query;
+  const int head0 = static_cast<int>(blockIdx.x % groups_per_query) * kHeads;
+  const int64_t row0 = query * heads + head0;  // the block's first (query, head) row
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / 32, lane = tid % 32;
-  float* o = out + row * head_dim;
-  for (int c = tid; c < head_dim; c += kThreads) qs[c] = q[row * head_dim + c];
+  for (int c = tid; c < kHeads * head_dim; c += kThreads) qs[c] = q[row0 * head_dim + c];
   for (int j = tid; j < topk; j += kThreads) {
     const int32_t t = index[query * topk + j];
     slots[j] = (t >= 0 && t < kv_len) ? t : -1;
@@ -177,8 +182,12 @@ __global__ void __launch_bounds__(kThreads)
     }
   };
 
-  // Phase 1: logits.
-  float local_max = -INFINITY;
+  // Phase 1: logits. Each head's dot is WarpLaneSum's: lane l adds the
+  // products of channels l, l + 32, ... in ascending order from +0, then the
+  // xor butterfly.
+  float local_max[kHeads];
+#pragma unroll
+  for (int h = 0; h < kHeads; ++h) local_max[h] = -INFINITY;
   for (int j0 = 0; j0 < topk; j0 += chunk_rows) {
     const int n = min(chunk_rows, topk - j0);
     stage(j0, n);
@@ -186,32 +195,57 @@ __global__ void __launch_bounds__(kThreads)
     for (int r = warp; r < n; r += kWarps) {
       const int j = j0 + r;
       if (slots[j] < 0) {
-        if (lane == 0) z[j] = -INFINITY;
+        if (lane < kHeads) z[lane * topk + j] = -INFINITY;
         continue;
       }
       const float* kr = rows + static_cast<int64_t>(r) * head_dim;
-      const float dot =
-          fm::WarpLaneSum<float>(head_dim, [&](int64_t c) { return fm::FMul(qs[c], kr[c]); });
-      const float zj = fm::FMul(scale, dot);
-      if (lane == 0) z[j] = zj;
-      local_max = local_max < zj ? zj : local_max;  // a NaN never becomes the maximum
+      float dot[kHeads];
+#pragma unroll
+      for (int h = 0; h < kHeads; ++h) dot[h] = 0.0f;
+#pragma unroll 4
+      for (int c = lane; c < head_dim; c += 32) {
+        const float k = kr[c];
+#pragma unroll
+        for (int h = 0; h < kHeads; ++h)
+          dot[h] = fm::FAdd(dot[h], fm::FMul(qs[h * head_dim + c], k));
+      }
+#pragma unroll
+      for (int off = 16; off > 0; off /= 2) {
+#pragma unroll
+        for (int h = 0; h < kHeads; ++h) {
+          dot[h] = fm::FAdd(dot[h], __shfl_xor_sync(0xffffffffu, dot[h], off));
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < kHeads; ++h) {
+        const float zj = fm::FMul(scale, dot[h]);
+        if (lane == h) z[h * topk + j] = zj;
+        local_max[h] = local_max[h] < zj ? zj : local_max[h];  // a NaN never becomes the maximum
+      }
     }
     __syncthreads();  // the chunk read before the next one overwrites it
   }
-  if (lane == 0) partial[warp] = local_max;
-  __syncthreads();
-  if (tid == 0) {
-    float m = -INFINITY;
-    for (int w = 0; w < kWarps; ++w) m = m < partial[w] ? partial[w] : m;
-    row_max = m;
+  if (lane == 0) {
+#pragma unroll
+    for (int h = 0; h < kHeads; ++h) partial[warp * kHeads + h] = local_max[h];
   }
   __syncthreads();
-  const float m = row_max;
-  // The output values, into `out` or (grouped) transposed with the inverse
-  // RoPE as SwapAxes does it: the pair (c, c + 1) of a rotated channel lives
-  // in lanes (l, l ^ 1) of one warp (channels c = tid + k kThreads, kThreads
-  // even), so every lane takes part in the shuffle.
-  auto write = [&](const float(&v)[kMaxChannels], bool rounded) {
+  if (tid < kHeads) {
+    float m = -INFINITY;
+    for (int w = 0; w < kWarps; ++w) {
+      const float v = partial[w * kHeads + tid];
+      m = m < v ? v : m;
+    }
+    row_max[tid] = m;
+  }
+  __syncthreads();
+  // The output values of head h of the block, into `out` or (grouped)
+  // transposed with the inverse RoPE as SwapAxes does it: the pair (c, c + 1)
+  // of a rotated channel lives in lanes (l, l ^ 1) of one warp (channels c =
+  // tid + k kThreads, kThreads even), so every lane takes part in the shuffle.
+  auto write = [&](int h, const float(&v)[kMaxChannels], bool rounded) {
+    const int head = head0 + h;
+    float* o = out + (row0 + h) * head_dim;
 #pragma unroll
     for (int k = 0; k < kMaxChannels; ++k) {
       const int c = tid + k * kThreads;
@@ -242,32 +276,44 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   };
-  if (m == -INFINITY) {  // no valid slot (block-uniform): zeros, as the plain kernel
+  // A head whose maximum is -inf has no valid slot (or only NaN / -inf
+  // logits): zeros, as the plain kernel. Block-uniform for each head.
+  bool any_head = false;
+#pragma unroll
+  for (int h = 0; h < kHeads; ++h) any_head |= row_max[h] != -INFINITY;
+  if (!any_head) {
     float zeros[kMaxChannels];
 #pragma unroll
     for (int k = 0; k < kMaxChannels; ++k) zeros[k] = 0.0f;
-    write(zeros, /*rounded=*/false);
+#pragma unroll 1
+    for (int h = 0; h < kHeads; ++h) write(h, zeros, /*rounded=*/false);
     return;
   }
-  for (int j = tid; j < topk; j += kThreads) {
-    if (slots[j] < 0) continue;
-    z[j] = fm::ExpF(fm::FSub(z[j], m));
+  for (int e = tid; e < kHeads * topk; e += kThreads) {
+    const int h = e / topk, j = e - h * topk;
+    const float m = row_max[h];
+    if (slots[j] < 0 || m == -INFINITY) continue;
+    z[e] = fm::ExpF(fm::FSub(z[e], m));
   }
   __syncthreads();
-  if (tid == 0) {  // the denominator in list order, as the CPU
+  if (tid < kHeads && row_max[tid] != -INFINITY) {  // the denominator in list order, as the CPU
+    const float* zh = z + tid * topk;
     float denom = 0.0f;
 #pragma unroll 8
     for (int j = 0; j < topk; ++j) {
-      const float p = z[j];
+      const float p = zh[j];
       if (slots[j] >= 0) denom = fm::FAdd(denom, p);
     }
-    row_denom = fm::FAdd(denom, fm::ExpF(fm::FSub(sink[head], m)));
+    row_denom[tid] = fm::FAdd(denom, fm::ExpF(fm::FSub(sink[head0 + tid], row_max[tid])));
   }
 
-  // Phase 2: each channel's terms in list order.
-  float acc[kMaxChannels];
+  // Phase 2: each channel's terms in list order, for every head.
+  float acc[kHeads][kMaxChannels];
 #pragma unroll
-  for (int k = 0; k < kMaxChannels; ++k) acc[k] = 0.0f;
+  for (int h = 0; h < kHeads; ++h) {
+#pragma unroll
+    for (int k = 0; k < kMaxChannels; ++k) acc[h][k] = 0.0f;
+  }
   const bool kept = chunk_rows >= topk;  // the one chunk is still staged
   for (int j0 = 0; j0 < topk; j0 += chunk_rows) {
     const int n = min(chunk_rows, topk - j0);
@@ -280,21 +326,32 @@ __global__ void __launch_bounds__(kThreads)
     for (int k = 0; k < kMaxChannels; ++k) {
       const int c = tid + k * kThreads;
       if (c >= head_dim) continue;
-      float a = acc[k];
-#pragma unroll 8
+#pragma unroll 4
       for (int r = 0; r < n; ++r) {
-        const float p = z[j0 + r];
+        if (slots[j0 + r] < 0) continue;
         const float v = rows[static_cast<int64_t>(r) * head_dim + c];
-        if (slots[j0 + r] >= 0) a = __fadd_rn(a, __fmul_rn(p, v));
+#pragma unroll
+        for (int h = 0; h < kHeads; ++h) {
+          acc[h][k] = __fadd_rn(acc[h][k], __fmul_rn(z[h * topk + j0 + r], v));
+        }
       }
-      acc[k] = a;
     }
   }
   __syncthreads();  // row_denom
-  const float denom = row_denom;
 #pragma unroll
-  for (int k = 0; k < kMaxChannels; ++k) acc[k] = __fdiv_rn(acc[k], denom);
-  write(acc, /*rounded=*/true);
+  for (int h = 0; h < kHeads; ++h) {
+    float v[kMaxChannels];
+    if (row_max[h] == -INFINITY) {
+#pragma unroll
+      for (int k = 0; k < kMaxChannels; ++k) v[k] = 0.0f;
+      write(h, v, /*rounded=*/false);
+      continue;
+    }
+    const float denom = row_denom[h];
+#pragma unroll
+    for (int k = 0; k < kMaxChannels; ++k) v[k] = __fdiv_rn(acc[h][k], denom);
+    write(h, v, /*rounded=*/true);
+  }
 }
 
 }  // namespace weir::kernels::cuda

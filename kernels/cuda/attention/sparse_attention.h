@@ -57,6 +57,12 @@ struct SparseAttentionParams {
   // fast decoder's unstored pools (small: 34 us a launch at batch 1 on an
   // H100). Taken where SparseAttentionStages says so, else ignored.
   bool staged = false;
+  // Heads of one query a staged block takes (0: chosen from the sizes; else
+  // 1, 2, 4 or 8, dividing heads). The heads share the query's list and the
+  // one K = V table, so grouping them stages each listed row once for all of
+  // them; each head's arithmetic is unchanged (the same bits at every
+  // value). 0 groups heads while the launch keeps at least 128 blocks.
+  int heads_per_block = 0;
   // With the staged kernel: instead of `out`, the output written as the
   // grouped output projection reads it, in this launch: SwapAxes of
   // [queries, heads * head_dim / group_width, group_width] into
@@ -78,9 +84,14 @@ struct SparseAttentionParams {
 // conditions too (else SparseAttention refuses the launch).
 bool SparseAttentionStages(const SparseAttentionParams& params);
 
+// The heads a staged block of this launch takes (1, 2, 4 or 8), 0 when the
+// launch is not staged.
+int SparseAttentionStagedHeads(const SparseAttentionParams& params);
+
 // Returns true if the launcher handles `params`: queries >= 0, heads > 0,
 // head_dim > 0, kv_len >= 0, 0 <= topk <= kSparseAttentionMaxTopk,
-// queries * heads < 2^31, and non-null pointers wherever the sizes make them
+// queries * heads < 2^31, heads_per_block 0 or a power of two up to 8
+// dividing heads, and non-null pointers wherever the sizes make them
 // read or written (q, sink, out when queries > 0; index when queries * topk >
 // 0; kv when kv_len > 0).
 bool SupportsSparseAttention(const SparseAttentionParams& params);

@@ -31,8 +31,12 @@ struct Shape {
 // Both sum in the same orders (dots in fmath::LaneSum order, the denominator
 // and the outputs in list order) with the same exp (fmath::ExpF) and no FMA,
 // so the outputs must be bit-identical; the relative error is printed.
+// heads_per_block goes to the launch (SparseAttentionParams::heads_per_block);
+// nan_heads sets q's row of head s % heads to NaN for every third query s (its
+// logits are all NaN, so its maximum stays -inf and it gives zeros while the
+// other heads of its block do not).
 void Compare(const Shape& shape, uint32_t seed, float scale = 0.0f, bool round_bf16 = false,
-             bool staged = false) {
+             bool staged = false, int heads_per_block = 0, bool nan_heads = false) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
@@ -41,6 +45,12 @@ void Compare(const Shape& shape, uint32_t seed, float scale = 0.0f, bool round_b
   for (float& v : q) v = normal(rng);
   for (float& v : kv) v = normal(rng);
   for (float& v : sink) v = 2.0f * normal(rng);
+  if (nan_heads) {
+    for (int64_t s = 0; s < shape.queries; s += 3) {
+      const int64_t row = s * shape.heads + s % shape.heads;
+      std::fill(q.begin() + row * shape.head_dim, q.begin() + (row + 1) * shape.head_dim, NAN);
+    }
+  }
   std::vector<int32_t> index(shape.queries * shape.topk);
   std::uniform_int_distribution<int32_t> pick(0, std::max<int64_t>(shape.kv_len - 1, 0));
   for (int32_t& t : index) {
@@ -71,7 +81,8 @@ void Compare(const Shape& shape, uint32_t seed, float scale = 0.0f, bool round_b
                                .topk = shape.topk,
                                .scale = scale,
                                .round_bf16 = round_bf16,
-                               .staged = staged},
+                               .staged = staged,
+                               .heads_per_block = heads_per_block},
                               nullptr)
                   .ok());
   const std::vector<float> got = dout.Download();
@@ -88,12 +99,14 @@ void Compare(const Shape& shape, uint32_t seed, float scale = 0.0f, bool round_b
     }
   }
   const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-  std::printf("queries %lld heads %d head_dim %d kv_len %lld topk %d%s: rel %.3g max_abs %.3g\n",
-              static_cast<long long>(shape.queries), shape.heads, shape.head_dim,
-              static_cast<long long>(shape.kv_len), shape.topk, staged ? " (staged)" : "", rel,
-              max_abs);
-  EXPECT_EQ(bad, 0) << "first mismatch at " << first_bad << ": got "
-                    << (first_bad >= 0 ? got[first_bad] : 0.f) << " want "
+  std::printf(
+      "queries %lld heads %d head_dim %d kv_len %lld topk %d%s heads a block %d%s: rel %.3g "
+      "max_abs %.3g\n",
+      static_cast<long long>(shape.queries), shape.heads, shape.head_dim,
+      static_cast<long long>(shape.kv_len), shape.topk, staged ? " (staged)" : "", heads_per_block,
+      nan_heads ? " (NaN heads)" : "", rel, max_abs);
+  EXPECT_EQ(bad, 0) << "heads a block " << heads_per_block << ", first mismatch at " << first_bad
+                    << ": got " << (first_bad >= 0 ? got[first_bad] : 0.f) << " want "
                     << (first_bad >= 0 ? want[first_bad] : 0.f);
 }
 
@@ -173,6 +186,22 @@ TEST(SparseAttentionCudaTest, StagedRowsGiveTheCpuBits) {
     EXPECT_TRUE(SparseAttentionStages(p))
         << "head_dim " << shape.head_dim << " topk " << shape.topk;
     Compare(shape, seed++, 0.0f, false, /*staged=*/true);
+    // Every grouping of heads the shape allows gives the same bits.
+    for (const int heads_per_block : {1, 2, 4, 8}) {
+      if (shape.heads % heads_per_block != 0) continue;
+      SparseAttentionParams grouped = p;
+      grouped.heads_per_block = heads_per_block;
+      EXPECT_EQ(SparseAttentionStagedHeads(grouped), heads_per_block)
+          << "head_dim " << shape.head_dim << " topk " << shape.topk;
+      Compare(shape, seed++, 0.0f, false, /*staged=*/true, heads_per_block);
+    }
+  }
+  // Grouped heads with one head of a block giving zeros (its logits NaN)
+  // beside heads that do not, each grouping and the bf16 boundary.
+  for (const int heads_per_block : {1, 2, 8}) {
+    Compare(shapes[1], seed++, 0.0f, false, /*staged=*/true, heads_per_block, /*nan_heads=*/true);
+    Compare(shapes[1], seed++, 0.0f, /*round_bf16=*/true, /*staged=*/true, heads_per_block,
+            /*nan_heads=*/true);
   }
   Compare(shapes[0], seed++, 0.3f, false, /*staged=*/true);
   Compare(shapes[0], seed++, 0.0f, /*round_bf16=*/true, /*staged=*/true);
@@ -191,6 +220,27 @@ TEST(SparseAttentionCudaTest, StagedRowsGiveTheCpuBits) {
                                       .topk = 77,
                                       .staged = true}));
   Compare(odd, seed++, 0.0f, false, /*staged=*/true);
+
+  // Chosen from the sizes (heads_per_block 0): heads grouped while the launch
+  // keeps 128 blocks; small's decode shape.
+  SparseAttentionParams chosen{.q = f,
+                               .kv = f,
+                               .sink = f,
+                               .index = i,
+                               .out = f,
+                               .queries = 64,
+                               .heads = 8,
+                               .head_dim = 256,
+                               .kv_len = 6000,
+                               .topk = 96,
+                               .staged = true};
+  EXPECT_EQ(SparseAttentionStagedHeads(chosen), 4);
+  chosen.queries = 128;
+  EXPECT_EQ(SparseAttentionStagedHeads(chosen), 8);
+  chosen.queries = 16;
+  EXPECT_EQ(SparseAttentionStagedHeads(chosen), 1);
+  chosen.staged = false;
+  EXPECT_EQ(SparseAttentionStagedHeads(chosen), 0);
 }
 
 // The staged kernel's grouped output (SparseAttentionParams::grouped): the
@@ -254,35 +304,44 @@ TEST(SparseAttentionCudaTest, StagedGroupedOutputGivesTheSwapAxesBits) {
                                   .rope_inverse = true,
                                   .rope_round_bf16 = round};
       ASSERT_TRUE(decode::SwapAxes(swap, nullptr).ok());
-      p.out = nullptr;
-      p.grouped = {.out = got.get(),
-                   .group_width = cs.group_width,
-                   .positions = dpos.get(),
-                   .cos_sin = dcs.get(),
-                   .cos_sin_rows = table_rows,
-                   .rope_dim = cs.rope_dim};
-      got.Poison();
-      ASSERT_TRUE(SparseAttention(p, nullptr).ok());
-      const std::vector<float> w = want.Download(), g = got.Download();
-      int64_t differ = 0;
-      for (int64_t i = 0; i < n; ++i) differ += std::memcmp(&w[i], &g[i], sizeof(float)) != 0;
-      EXPECT_EQ(differ, 0) << "head_dim " << cs.head_dim << " round " << round;
-      // The bf16 forms (direct_wo_a): the attention's out_bf16 and SwapAxes'
-      // dst_bf16 both give ToBf16's bits of the fp32 output above.
-      DeviceBuffer<uint16_t> want16(n), swap16(n), got16(n);
-      ASSERT_TRUE(decode::ToBf16({.x = want.get(), .out = want16.get(), .n = n}, nullptr).ok());
-      swap16.Poison();
-      swap.dst = nullptr;
-      swap.dst_bf16 = swap16.get();
-      ASSERT_TRUE(decode::SwapAxes(swap, nullptr).ok());
-      p.grouped.out = nullptr;
-      p.grouped.out_bf16 = got16.get();
-      got16.Poison();
-      ASSERT_TRUE(SparseAttention(p, nullptr).ok());
-      const std::vector<uint16_t> w16 = want16.Download(), s16 = swap16.Download(),
-                                  g16 = got16.Download();
-      EXPECT_EQ(s16, w16) << "SwapAxes' bf16 output, head_dim " << cs.head_dim;
-      EXPECT_EQ(g16, w16) << "the attention's bf16 output, head_dim " << cs.head_dim;
+      for (const int heads_per_block : {0, 1, 2, 4, 8}) {
+        if (heads_per_block != 0 && cs.heads % heads_per_block != 0) continue;
+        p.heads_per_block = heads_per_block;
+        p.out = nullptr;
+        p.grouped = {.out = got.get(),
+                     .group_width = cs.group_width,
+                     .positions = dpos.get(),
+                     .cos_sin = dcs.get(),
+                     .cos_sin_rows = table_rows,
+                     .rope_dim = cs.rope_dim};
+        got.Poison();
+        ASSERT_TRUE(SparseAttention(p, nullptr).ok());
+        const std::vector<float> w = want.Download(), g = got.Download();
+        int64_t differ = 0;
+        for (int64_t i = 0; i < n; ++i) differ += std::memcmp(&w[i], &g[i], sizeof(float)) != 0;
+        EXPECT_EQ(differ, 0) << "head_dim " << cs.head_dim << " round " << round;
+        // The bf16 forms (direct_wo_a): the attention's out_bf16 and SwapAxes'
+        // dst_bf16 both give ToBf16's bits of the fp32 output above.
+        DeviceBuffer<uint16_t> want16(n), swap16(n), got16(n);
+        ASSERT_TRUE(decode::ToBf16({.x = want.get(), .out = want16.get(), .n = n}, nullptr).ok());
+        swap16.Poison();
+        swap.dst = nullptr;
+        swap.dst_bf16 = swap16.get();
+        ASSERT_TRUE(decode::SwapAxes(swap, nullptr).ok());
+        p.grouped.out = nullptr;
+        p.grouped.out_bf16 = got16.get();
+        got16.Poison();
+        ASSERT_TRUE(SparseAttention(p, nullptr).ok());
+        const std::vector<uint16_t> w16 = want16.Download(), s16 = swap16.Download(),
+                                    g16 = got16.Download();
+        EXPECT_EQ(s16, w16) << "SwapAxes' bf16 output, head_dim " << cs.head_dim;
+        EXPECT_EQ(g16, w16) << "the attention's bf16 output, head_dim " << cs.head_dim
+                            << " heads a block " << heads_per_block;
+        swap.dst = want.get();
+        swap.dst_bf16 = nullptr;
+        p.out = o.get();
+        p.grouped = {};
+      }
     }
   }
   // Its conditions: a group width that is not a multiple of head_dim, or an
@@ -346,6 +405,15 @@ TEST(SparseAttentionCudaTest, RefusesWhatItDoesNotSupport) {
   p = good;
   p.kv = nullptr;
   EXPECT_EQ(SparseAttention(p, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  // heads_per_block: 0 or a power of two up to 8 dividing heads.
+  for (const int heads_per_block : {-1, 3, 16, 4}) {
+    p = good;
+    p.heads = 2;
+    p.staged = true;
+    p.heads_per_block = heads_per_block;
+    EXPECT_EQ(SparseAttention(p, nullptr).code(), absl::StatusCode::kInvalidArgument)
+        << heads_per_block;
+  }
   // Nothing to do is fine, and launches nothing.
   p = good;
   p.queries = 0;
