@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
 #include <vector>
 
 namespace weir::kernels::cuda {
@@ -57,6 +60,39 @@ double CopyGbps(cudaStream_t stream, int reps, int warmup) {
   WEIR_BENCH_CHECK(cudaFree(a));
   WEIR_BENCH_CHECK(cudaFree(b));
   return 2.0 * bytes / ms / 1e6;
+}
+
+namespace {
+
+// The value text of the first `--NAME=` argument, else null.
+const char* FlagText(int argc, char** argv, const char* name) {
+  const std::string prefix = std::string("--") + name + "=";
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0) return argv[i] + prefix.size();
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+int64_t BenchFlag(int argc, char** argv, const char* name, int64_t fallback) {
+  const char* text = FlagText(argc, argv, name);
+  return text == nullptr ? fallback : std::atoll(text);
+}
+
+std::vector<int64_t> BenchListFlag(int argc, char** argv, const char* name,
+                                   std::vector<int64_t> fallback) {
+  const char* text = FlagText(argc, argv, name);
+  if (text == nullptr) return fallback;
+  std::vector<int64_t> out;
+  while (*text != '\0') {
+    char* end = nullptr;
+    const long long v = std::strtoll(text, &end, 10);
+    if (end == text) break;
+    out.push_back(v);
+    text = *end == ',' ? end + 1 : end;
+  }
+  return out;
 }
 
 }  // namespace weir::kernels::cuda

@@ -1,8 +1,9 @@
 // kernels/cuda/bench_util.h
 //
 // Timing helpers of the CUDA kernel benchmarks (*_bench.cc): a CUDA-error
-// macro that exits, the median of event-timed runs, CUDA-graph replay timing
-// and the device-to-device copy rate the benchmarks compare against.
+// macro that exits, the median of event-timed runs, CUDA-graph replay timing,
+// the device-to-device copy rate the benchmarks compare against, and their
+// `--name=value` flags.
 //
 // Thread safety: the functions are thread-compatible; each enqueues on the
 // stream it is given and synchronizes on its own events.
@@ -12,9 +13,11 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <vector>
 
 // Exits the benchmark with file, line, the call and cudaGetErrorString when
 // `call` does not return cudaSuccess.
@@ -51,6 +54,15 @@ double GraphMedianMs(const std::function<void(int, cudaStream_t)>& enqueue, int 
 // MedianMs of a 1 GiB cudaMemcpyAsync on `stream`. Allocates 2 GiB for the
 // duration of the call.
 double CopyGbps(cudaStream_t stream, int reps = 10, int warmup = 3);
+
+// The integer of the first `--NAME=V` among argv[1 .. argc - 1] (atoll's
+// value of V), else `fallback`.
+int64_t BenchFlag(int argc, char** argv, const char* name, int64_t fallback);
+
+// The integers of the first `--NAME=A,B,...` among argv[1 .. argc - 1]
+// (parsing stops at the first item that is not one), else `fallback`.
+std::vector<int64_t> BenchListFlag(int argc, char** argv, const char* name,
+                                   std::vector<int64_t> fallback);
 
 }  // namespace weir::kernels::cuda
 

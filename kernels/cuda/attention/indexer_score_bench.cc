@@ -31,13 +31,7 @@ namespace weir::kernels::cuda {
 namespace {
 
 int64_t Flag(int argc, char** argv, const char* name, int64_t fallback) {
-  const std::string prefix = std::string("--") + name + "=";
-  for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0) {
-      return std::atoll(argv[i] + prefix.size());
-    }
-  }
-  return fallback;
+  return BenchFlag(argc, argv, name, fallback);
 }
 
 template <typename T>

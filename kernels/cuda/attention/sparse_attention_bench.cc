@@ -22,7 +22,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
-#include <string>
 #include <vector>
 
 #include "kernels/cuda/attention/sparse_attention.h"
@@ -30,35 +29,6 @@
 
 namespace weir::kernels::cuda {
 namespace {
-
-int IntFlag(int argc, char** argv, const char* name, int fallback) {
-  const std::string prefix = std::string("--") + name + "=";
-  for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0) {
-      return std::atoi(argv[i] + prefix.size());
-    }
-  }
-  return fallback;
-}
-
-std::vector<int> ListFlag(int argc, char** argv, const char* name, std::vector<int> fallback) {
-  const std::string prefix = std::string("--") + name + "=";
-  for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0) {
-      std::vector<int> out;
-      const char* s = argv[i] + prefix.size();
-      while (*s != '\0') {
-        char* end = nullptr;
-        const long v = std::strtol(s, &end, 10);
-        if (end == s) break;
-        out.push_back(static_cast<int>(v));
-        s = *end == ',' ? end + 1 : end;
-      }
-      return out;
-    }
-  }
-  return fallback;
-}
 
 template <typename T>
 T* DeviceCopy(const std::vector<T>& host) {
@@ -69,12 +39,14 @@ T* DeviceCopy(const std::vector<T>& host) {
 }
 
 int Main(int argc, char** argv) {
-  const int heads = IntFlag(argc, argv, "heads", 8);
-  const int head_dim = IntFlag(argc, argv, "head_dim", 256);
-  const int topk = IntFlag(argc, argv, "topk", 96);
-  const int64_t kv_len = IntFlag(argc, argv, "kv_len", 4096);
-  const std::vector<int> batches = ListFlag(argc, argv, "batches", {1, 8, 32, 64, 128, 256});
-  if (heads <= 0 || head_dim <= 0 || topk <= 0 || kv_len <= 0 || batches.empty()) {
+  const int heads = static_cast<int>(BenchFlag(argc, argv, "heads", 8));
+  const int head_dim = static_cast<int>(BenchFlag(argc, argv, "head_dim", 256));
+  const int topk = static_cast<int>(BenchFlag(argc, argv, "topk", 96));
+  const int64_t kv_len = BenchFlag(argc, argv, "kv_len", 4096);
+  const std::vector<int64_t> batches =
+      BenchListFlag(argc, argv, "batches", {1, 8, 32, 64, 128, 256});
+  if (heads <= 0 || head_dim <= 0 || topk <= 0 || kv_len <= 0 || batches.empty() ||
+      *std::min_element(batches.begin(), batches.end()) <= 0) {
     std::fprintf(stderr, "sparse_attention_bench: bad sizes\n");
     return 2;
   }
@@ -87,7 +59,7 @@ int Main(int argc, char** argv) {
   std::printf("%8s %10s | %9s | %8s %7s | %s\n", "queries", "heads/blk", "us", "GB/s", "of copy",
               "bits vs 1");
 
-  const int max_q = *std::max_element(batches.begin(), batches.end());
+  const int64_t max_q = *std::max_element(batches.begin(), batches.end());
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> q(int64_t{max_q} * heads * head_dim), kv(kv_len * head_dim), sink(heads);
@@ -106,7 +78,7 @@ int Main(int argc, char** argv) {
   WEIR_BENCH_CHECK(cudaMalloc(&dout, out_n * sizeof(float)));
   WEIR_BENCH_CHECK(cudaMalloc(&dref, out_n * sizeof(float)));
 
-  for (const int queries : batches) {
+  for (const int64_t queries : batches) {
     SparseAttentionParams p{.q = dq,
                             .kv = dkv,
                             .sink = dsink,
@@ -134,7 +106,7 @@ int Main(int argc, char** argv) {
       p.heads_per_block = per_block;
       const int chosen = SparseAttentionStagedHeads(p);
       if (chosen == 0) {
-        std::printf("%8d %10d | not staged\n", queries, per_block);
+        std::printf("%8lld %10d | not staged\n", static_cast<long long>(queries), per_block);
         continue;
       }
       WEIR_BENCH_CHECK(cudaMemsetAsync(dout, 0xff, n * sizeof(float), stream));
@@ -153,8 +125,8 @@ int Main(int argc, char** argv) {
       const double gbps = bytes / (ms * 1e-3) / 1e9;
       char label[32];
       std::snprintf(label, sizeof(label), per_block == 0 ? "0 [%d]" : "%d", chosen);
-      std::printf("%8d %10s | %9.2f | %8.0f %7.3f | %s\n", queries, label, ms * 1e3, gbps,
-                  gbps / copy_gbps, same ? "same" : "DIFFER");
+      std::printf("%8lld %10s | %9.2f | %8.0f %7.3f | %s\n", static_cast<long long>(queries), label,
+                  ms * 1e3, gbps, gbps / copy_gbps, same ? "same" : "DIFFER");
       if (!same) return 1;
     }
   }

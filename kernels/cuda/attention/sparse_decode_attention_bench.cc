@@ -101,13 +101,7 @@ double GraphMs(const std::function<void(int, cudaStream_t)>& fn, int n, int reps
 }
 
 int IntFlag(int argc, char** argv, const char* name, int fallback) {
-  const std::string prefix = std::string("--") + name + "=";
-  for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0) {
-      return std::atoi(argv[i] + prefix.size());
-    }
-  }
-  return fallback;
+  return static_cast<int>(BenchFlag(argc, argv, name, fallback));
 }
 
 int Run(int argc, char** argv) {
@@ -189,13 +183,8 @@ int Run(int argc, char** argv) {
 
   const int only_kernel = IntFlag(argc, argv, "kernel", 0);
   std::vector<int> range_tiles;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--range_tiles=", 14) != 0) continue;
-    for (const char* t = argv[i] + 14; *t != '\0';) {
-      range_tiles.push_back(std::atoi(t));
-      while (*t != '\0' && *t != ',') ++t;
-      if (*t == ',') ++t;
-    }
+  for (const int64_t t : BenchListFlag(argc, argv, "range_tiles", {})) {
+    range_tiles.push_back(static_cast<int>(t));
   }
   if (range_tiles.empty()) range_tiles.push_back(0);
   // --mirror: every row of both pools in bf16 (one sequence whose ring is the
