@@ -61,7 +61,7 @@ struct SparseAttentionParams {
   // 1, 2, 4 or 8, dividing heads). The heads share the query's list and the
   // one K = V table, so grouping them stages each listed row once for all of
   // them; each head's arithmetic is unchanged (the same bits at every
-  // value). 0 groups heads while the launch keeps at least 128 blocks.
+  // value). 0 groups heads while the launch keeps at least 256 blocks.
   int heads_per_block = 0;
   // With the staged kernel: instead of `out`, the output written as the
   // grouped output projection reads it, in this launch: SwapAxes of

@@ -222,7 +222,8 @@ TEST(SparseAttentionCudaTest, StagedRowsGiveTheCpuBits) {
   Compare(odd, seed++, 0.0f, false, /*staged=*/true);
 
   // Chosen from the sizes (heads_per_block 0): heads grouped while the launch
-  // keeps 128 blocks; small's decode shape.
+  // keeps 256 blocks and the list stays in one chunk where one head's does;
+  // small's decode shape.
   SparseAttentionParams chosen{.q = f,
                                .kv = f,
                                .sink = f,
@@ -234,10 +235,14 @@ TEST(SparseAttentionCudaTest, StagedRowsGiveTheCpuBits) {
                                .kv_len = 6000,
                                .topk = 96,
                                .staged = true};
-  EXPECT_EQ(SparseAttentionStagedHeads(chosen), 4);
+  EXPECT_EQ(SparseAttentionStagedHeads(chosen), 2);
   chosen.queries = 128;
+  EXPECT_EQ(SparseAttentionStagedHeads(chosen), 4);
+  chosen.queries = 256;  // 8 heads' q rows and logits leave 92 rows a chunk
+  EXPECT_EQ(SparseAttentionStagedHeads(chosen), 4);
+  chosen.topk = 64;
   EXPECT_EQ(SparseAttentionStagedHeads(chosen), 8);
-  chosen.queries = 16;
+  chosen.queries = 32;
   EXPECT_EQ(SparseAttentionStagedHeads(chosen), 1);
   chosen.staged = false;
   EXPECT_EQ(SparseAttentionStagedHeads(chosen), 0);
