@@ -420,7 +420,8 @@ struct DeviceDecoderOptions {
   // With staged_attention: the heads of a query one block takes
   // (SparseAttentionParams::heads_per_block; 0: chosen from the launch's
   // size, else 1, 2, 4 or 8 dividing the heads). The same bits at every
-  // value.
+  // value. Small's slice on an H100 (thirtieth session), ms at batch 1 / 64:
+  // 1 head a block 1.187 / 2.163, the choice (2 at batch 64) 1.192 / 1.973.
   int attention_heads_per_block = 0;
   // With staged_attention, fold_row_ops and fused_rope: the staged kernel
   // writes the attention output straight into the grouped output
