@@ -139,7 +139,12 @@ Mxfp4GroupedTile ChooseMxfp4GroupedTile(int64_t rows_per_expert, bool gated, Mxf
   // faster on a ring of 3 stages (7 CTAs an SM); the plain one ties.
   if (gated && rows_per_expert >= 1 && rows_per_expert <= 4) return Mxfp4GroupedTile::kW4M8S3;
   if (rows_per_expert <= 4) return Mxfp4GroupedTile::kW4M8S4;
-  if (rows_per_expert <= 16) return Mxfp4GroupedTile::kW4M16S4;
+  if (rows_per_expert <= 11) return Mxfp4GroupedTile::kW4M16S4;
+  // From about 12 rows an expert (Poisson rows, a third of them past 16) the
+  // 32-row tile's single pass wins: small's slice at batch 64 (16 rows an
+  // expert, both products on kW4M32; H100, thirtieth session) 2.071 -> 2.001
+  // ms a step. The same bits on every tile.
+  if (rows_per_expert <= 16) return Mxfp4GroupedTile::kW4M32;
   if (rows_per_expert <= 48) {
     return gated || Mxfp4MathIsWgmma(math) ? Mxfp4GroupedTile::kW4M32 : Mxfp4GroupedTile::kW2M32;
   }

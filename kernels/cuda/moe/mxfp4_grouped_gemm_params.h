@@ -136,8 +136,9 @@ inline int Mxfp4GroupedBlockN(const Mxfp4GroupedTileShape& shape, bool gated) {
 
 // The tile kAuto runs when a hit expert typically has `rows_per_expert` rows
 // (a host estimate: the device counts are never read). Decode: kW4M8S4 up to
-// 4 rows (gate/up with 1 - 4 rows: kW4M8S3), kW4M16S4 up to 16 (an expert of
-// 9 - 16 rows in one pass instead of two; README has the measurements); more
+// 4 rows (gate/up with 1 - 4 rows: kW4M8S3), kW4M16S4 up to 11 (an expert of
+// 9 - 16 rows in one pass instead of two; README has the measurements), kW4M32
+// from 12 to 16 (both products: the Poisson tail past 16 in one pass); more
 // rows: the M32 tiles, then kW8M64; kWgmma (e4m3) from 96 rows kW8M128
 // (prefill); kMmaF16 from 256 rows kW4M32 again (its passes beat kW8M64's).
 // kWgmma never gets a kW2* tile (kW2M32 becomes kW4M32).

@@ -170,8 +170,11 @@ TEST(Mxfp4GroupedGemmParamsTest, TileTableIsConsistent) {
                 gated ? Mxfp4GroupedTile::kW4M8S3 : Mxfp4GroupedTile::kW4M8S4)
           << m;
     }
-    for (int64_t m : {5, 8, 16}) {
+    for (int64_t m : {5, 8, 11}) {
       EXPECT_EQ(ChooseMxfp4GroupedTile(m, gated), Mxfp4GroupedTile::kW4M16S4) << m;
+    }
+    for (int64_t m : {12, 16}) {
+      EXPECT_EQ(ChooseMxfp4GroupedTile(m, gated), Mxfp4GroupedTile::kW4M32) << m;
     }
     EXPECT_EQ(ShapeOfMxfp4GroupedTile(ChooseMxfp4GroupedTile(17, gated)).block_m, 32);
     EXPECT_EQ(ShapeOfMxfp4GroupedTile(ChooseMxfp4GroupedTile(48, gated)).block_m, 32);
