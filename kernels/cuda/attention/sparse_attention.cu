@@ -24,7 +24,7 @@ constexpr int kStagedMaxHeads = 8;
 // sparse_attention_bench on an H100 (small's shape, 96 rows of 256), us at
 // 1, 2, 4, 8 heads a block: 32 queries 18.8 / 20.3 / 24.6 / 42.1, 64 queries
 // 36.5 / 22.0 / 24.7 / 41.8, 128 queries 71.6 / 42.8 / 28.1 / 42.1, 256
-// queries 142.0 / 84.4 / 54.7 / 51.2: the fewest heads that keep ~256 blocks.
+// queries 142.0 / 84.4 / 54.7 / 51.2: the most heads that still keep ~256 blocks.
 constexpr int64_t kStagedMinBlocks = 256;
 
 // Rows a staged chunk holds with `heads` heads a block (0: the staged kernel
