@@ -129,16 +129,17 @@ __host__ __device__ inline int64_t SparseAttentionStagedHead(int head_dim, int t
 
 // SparseAttentionKernel's arithmetic, operation for operation (the same
 // bits), with the listed rows staged in shared memory `chunk_rows` at a time
-// (float4 loads, all of a chunk in flight) and q's rows staged once. One block
-// per (query, group of kHeads consecutive heads): the heads share the query's
-// list and the one K = V table, so a block stages each listed row once for
-// all of them. Phase 1 stages each chunk and takes its logits (a warp a slot,
-// each head's dot in fmath::WarpLaneSum order, the heads' sums interleaved);
-// phase 2 stages the chunks again (or keeps the one chunk when the list fits)
-// and each thread adds its channels' terms in list order, for every head. The
-// maximum is taken over the same logits (only its sign of zero may differ,
-// which no exp(z - m) sees). Needs head_dim % 4 == 0, head_dim <= kThreads *
-// kMaxChannels, heads % kHeads == 0 and kv 16-byte aligned.
+// (16-byte cp.async copies, all of a chunk in flight) and q's rows staged
+// once. One block per (query, group of kHeads consecutive heads): the heads
+// share the query's list and the one K = V table, so a block stages each
+// listed row once for all of them. Phase 1 stages each chunk and takes its
+// logits (a warp a slot, each head's dot in fmath::WarpLaneSum order, the
+// heads' sums interleaved); phase 2 stages the chunks again (or keeps the one
+// chunk when the list fits) and each thread adds its channels' terms in list
+// order, for every head. The maximum is taken over the same logits (only its
+// sign of zero may differ, which no exp(z - m) sees). Needs head_dim % 4 == 0,
+// head_dim <= kThreads * kMaxChannels, heads % kHeads == 0 and kv 16-byte
+// aligned.
 template <int kThreads, int kMaxChannels, int kHeads>
 __global__ void __launch_bounds__(kThreads)
     SparseAttentionStagedKernel(const float* __restrict__ q, const float* __restrict__ kv,
