@@ -2,8 +2,8 @@
 //
 // Timing helpers of the CUDA kernel benchmarks (*_bench.cc): a CUDA-error
 // macro that exits, the median of event-timed runs, CUDA-graph replay timing,
-// the device-to-device copy rate the benchmarks compare against, and their
-// `--name=value` flags.
+// the device-to-device copy rate the benchmarks compare against, their inputs'
+// device copies and their `--name=value` flags.
 //
 // Thread safety: the functions are thread-compatible; each enqueues on the
 // stream it is given and synchronizes on its own events.
@@ -54,6 +54,17 @@ double GraphMedianMs(const std::function<void(int, cudaStream_t)>& enqueue, int 
 // MedianMs of a 1 GiB cudaMemcpyAsync on `stream`. Allocates 2 GiB for the
 // duration of the call.
 double CopyGbps(cudaStream_t stream, int reps = 10, int warmup = 3);
+
+// A device copy of `host` (one element's room at least), for the benchmarks'
+// inputs; never freed. Exits on a CUDA error.
+template <typename T>
+T* BenchUpload(const std::vector<T>& host) {
+  T* device = nullptr;
+  WEIR_BENCH_CHECK(cudaMalloc(&device, (host.empty() ? 1 : host.size()) * sizeof(T)));
+  WEIR_BENCH_CHECK(
+      cudaMemcpy(device, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return device;
+}
 
 // The integer of the first `--NAME=V` among argv[1 .. argc - 1] (atoll's
 // value of V), else `fallback`.

@@ -34,15 +34,6 @@ int64_t Flag(int argc, char** argv, const char* name, int64_t fallback) {
   return BenchFlag(argc, argv, name, fallback);
 }
 
-template <typename T>
-T* Upload(const std::vector<T>& host) {
-  T* device = nullptr;
-  WEIR_BENCH_CHECK(cudaMalloc(&device, std::max<size_t>(host.size(), 1) * sizeof(T)));
-  WEIR_BENCH_CHECK(
-      cudaMemcpy(device, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return device;
-}
-
 struct Case {
   const char* name;
   int64_t queries;
@@ -74,13 +65,13 @@ void Run(const Case& c, int64_t context, int64_t ratio, double op_rate) {
     visible[s] = std::min(keys, (position + 1) / ratio);
     dots += static_cast<double>(visible[s]) * kHeads;
   }
-  float* dq = Upload(q);
-  float* dw = Upload(w);
-  uint8_t* dcodes = Upload(codes);
-  uint8_t* dscales = Upload(scales);
-  int32_t* dtable = Upload(table);
-  int32_t* dslot = Upload(slot);
-  int64_t* dvisible = Upload(visible);
+  float* dq = BenchUpload(q);
+  float* dw = BenchUpload(w);
+  uint8_t* dcodes = BenchUpload(codes);
+  uint8_t* dscales = BenchUpload(scales);
+  int32_t* dtable = BenchUpload(table);
+  int32_t* dslot = BenchUpload(slot);
+  int64_t* dvisible = BenchUpload(visible);
   float* dout = nullptr;
   WEIR_BENCH_CHECK(cudaMalloc(&dout, c.queries * keys * sizeof(float)));
   cudaStream_t stream;

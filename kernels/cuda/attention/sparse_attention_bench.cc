@@ -30,14 +30,6 @@
 namespace weir::kernels::cuda {
 namespace {
 
-template <typename T>
-T* DeviceCopy(const std::vector<T>& host) {
-  T* d = nullptr;
-  WEIR_BENCH_CHECK(cudaMalloc(&d, std::max<size_t>(1, host.size()) * sizeof(T)));
-  WEIR_BENCH_CHECK(cudaMemcpy(d, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return d;
-}
-
 int Main(int argc, char** argv) {
   const int heads = static_cast<int>(BenchFlag(argc, argv, "heads", 8));
   const int head_dim = static_cast<int>(BenchFlag(argc, argv, "head_dim", 256));
@@ -69,10 +61,10 @@ int Main(int argc, char** argv) {
   std::vector<int32_t> index(int64_t{max_q} * topk);
   std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(kv_len - 1));
   for (int32_t& t : index) t = pick(rng);
-  float* dq = DeviceCopy(q);
-  float* dkv = DeviceCopy(kv);
-  float* dsink = DeviceCopy(sink);
-  int32_t* dindex = DeviceCopy(index);
+  float* dq = BenchUpload(q);
+  float* dkv = BenchUpload(kv);
+  float* dsink = BenchUpload(sink);
+  int32_t* dindex = BenchUpload(index);
   const int64_t out_n = int64_t{max_q} * heads * head_dim;
   float *dout = nullptr, *dref = nullptr;
   WEIR_BENCH_CHECK(cudaMalloc(&dout, out_n * sizeof(float)));

@@ -168,21 +168,25 @@ TEST(SparseAttentionCudaTest, StagedRowsGiveTheCpuBits) {
       {.queries = 4, .heads = 3, .head_dim = 16, .kv_len = 10, .topk = 5, .empty_fraction = 1.0},
       {.queries = 2, .heads = 2, .head_dim = 8, .kv_len = 3, .topk = 0, .empty_fraction = 0},
   };
-  float* f = reinterpret_cast<float*>(256);
-  int32_t* i = reinterpret_cast<int32_t*>(256);
+  // A staged launch of `shape` with placeholder pointers, for the launcher's
+  // decisions only (nothing is launched with them).
+  const auto staged_params = [](const Shape& shape) {
+    float* f = reinterpret_cast<float*>(256);
+    return SparseAttentionParams{.q = f,
+                                 .kv = f,
+                                 .sink = f,
+                                 .index = reinterpret_cast<int32_t*>(256),
+                                 .out = f,
+                                 .queries = shape.queries,
+                                 .heads = shape.heads,
+                                 .head_dim = shape.head_dim,
+                                 .kv_len = shape.kv_len,
+                                 .topk = shape.topk,
+                                 .staged = true};
+  };
   uint32_t seed = 100;
   for (const Shape& shape : shapes) {
-    const SparseAttentionParams p{.q = f,
-                                  .kv = f,
-                                  .sink = f,
-                                  .index = i,
-                                  .out = f,
-                                  .queries = shape.queries,
-                                  .heads = shape.heads,
-                                  .head_dim = shape.head_dim,
-                                  .kv_len = shape.kv_len,
-                                  .topk = shape.topk,
-                                  .staged = true};
+    const SparseAttentionParams p = staged_params(shape);
     EXPECT_TRUE(SparseAttentionStages(p))
         << "head_dim " << shape.head_dim << " topk " << shape.topk;
     Compare(shape, seed++, 0.0f, false, /*staged=*/true);
@@ -208,33 +212,13 @@ TEST(SparseAttentionCudaTest, StagedRowsGiveTheCpuBits) {
   Compare(shapes[4], seed++, 0.0f, /*round_bf16=*/true, /*staged=*/true);
   const Shape odd{
       .queries = 17, .heads = 5, .head_dim = 33, .kv_len = 50, .topk = 77, .empty_fraction = 0.7};
-  EXPECT_FALSE(SparseAttentionStages({.q = f,
-                                      .kv = f,
-                                      .sink = f,
-                                      .index = i,
-                                      .out = f,
-                                      .queries = 17,
-                                      .heads = 5,
-                                      .head_dim = 33,
-                                      .kv_len = 50,
-                                      .topk = 77,
-                                      .staged = true}));
+  EXPECT_FALSE(SparseAttentionStages(staged_params(odd)));
   Compare(odd, seed++, 0.0f, false, /*staged=*/true);
 
   // Chosen from the sizes (heads_per_block 0): heads grouped while the launch
   // keeps 256 blocks and the list stays in one chunk where one head's does;
   // small's decode shape.
-  SparseAttentionParams chosen{.q = f,
-                               .kv = f,
-                               .sink = f,
-                               .index = i,
-                               .out = f,
-                               .queries = 64,
-                               .heads = 8,
-                               .head_dim = 256,
-                               .kv_len = 6000,
-                               .topk = 96,
-                               .staged = true};
+  SparseAttentionParams chosen = staged_params(shapes[1]);  // 64 queries, 8 heads of 256, 96 rows
   EXPECT_EQ(SparseAttentionStagedHeads(chosen), 2);
   chosen.queries = 128;
   EXPECT_EQ(SparseAttentionStagedHeads(chosen), 4);
