@@ -123,7 +123,7 @@ struct StagedGroupedOut {
 // floats, rounded up to 16 bytes: the block's `heads_per_block` q rows, their
 // logits (one topk row a head) and the list.
 __host__ __device__ inline int64_t SparseAttentionStagedHead(int head_dim, int topk,
-                                                             int heads_per_block = 1) {
+                                                             int heads_per_block) {
   return (int64_t{heads_per_block} * (int64_t{head_dim} + topk) + topk + 3) / 4 * 4;
 }
 
