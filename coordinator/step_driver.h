@@ -88,6 +88,12 @@ struct StepDriverOptions {
   // gap and no duplicate. An error from it, more than `max_recoveries` within
   // `recovery_window`, or no callback: every live request fails as before.
   std::function<absl::StatusOr<std::vector<std::string>>(const absl::Status& cause)> recover;
+  // Attempts at one recovery: when `recover` fails (e.g. a replacement worker
+  // gave up on the coordinator while a loaded machine brought the group up
+  // slowly), it is called again, up to this many calls in all, each later
+  // call counting as a recovery against `max_recoveries`; a cancelled call
+  // (the coordinator stopping) is not repeated.
+  int recover_attempts = 3;
   int max_recoveries = 3;
   absl::Duration recovery_window = absl::Minutes(10);
   // Called once, on the loop thread, when the loop stops for good because of

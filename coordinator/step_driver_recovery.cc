@@ -86,12 +86,23 @@ bool StepDriver::TryRecover(const absl::Status& cause) {
   for (auto& mirror : kv_mirrors_) mirror = {};
   ResolveCommit(absl::UnavailableError(
       absl::StrCat("the workers were replaced (", cause.message(), "); commit again")));
-  absl::StatusOr<std::vector<std::string>> addresses = options_.recover(cause);
-  if (!addresses.ok() || addresses->size() != ranks_.size()) {
+  absl::StatusOr<std::vector<std::string>> addresses;
+  for (int attempt = 1;; ++attempt) {
+    addresses = options_.recover(cause);
+    if (addresses.ok() && addresses->size() == ranks_.size()) break;
     recovery_error_ = addresses.ok() ? absl::InternalError("wrong number of workers")
                                      : addresses.status();
-    WEIR_LOG(ERROR) << "recovery failed: " << recovery_error_;
-    return false;
+    bool stopping = recovery_error_.code() == absl::StatusCode::kCancelled;
+    {
+      absl::MutexLock lock(&mu_);
+      stopping = stopping || stopping_;
+    }
+    const bool last = stopping || attempt >= options_.recover_attempts ||
+                      static_cast<int>(recovery_times_.size()) >= options_.max_recoveries;
+    WEIR_LOG(ERROR) << "recovery failed (attempt " << attempt << " of " << options_.recover_attempts
+                    << "): " << recovery_error_ << (last ? "" : "; trying again");
+    if (last) return false;
+    recovery_times_.push_back(absl::Now());  // the next attempt counts as a recovery
   }
   {
     absl::MutexLock lock(&mu_);

@@ -446,13 +446,19 @@ class StepDriverRecoveryTest : public ::testing::Test {
       servers_.push_back(std::move(started->server));
     }
   }
-  void Start(bool recover_ok) {
+  // recover_ok false: every recovery attempt fails; else the first
+  // `failed_attempts` fail (a replacement that did not come up) and the next
+  // one gives the fresh worker.
+  void Start(bool recover_ok, int failed_attempts = 0) {
     StepDriverOptions options = SmallOptions();
     options.group_epoch = [this] { return group_epoch_.load(); };
-    options.recover = [this, recover_ok](const absl::Status& cause)
-        -> absl::StatusOr<std::vector<std::string>> {
+    options.recover = [this, recover_ok, failed_attempts](
+                          const absl::Status& cause) -> absl::StatusOr<std::vector<std::string>> {
       causes_.push_back(cause);
       if (!recover_ok) return absl::UnavailableError("no spare worker");
+      if (static_cast<int>(causes_.size()) <= failed_attempts) {
+        return absl::UnavailableError("the replacement worker exited while starting");
+      }
       ++group_epoch_;  // the replacement group's bring-up
       return std::vector<std::string>{addresses_[1]};
     };
@@ -517,6 +523,20 @@ TEST_F(StepDriverRecoveryTest, RequestsFinishOnTheReplacementWorker) {
   EXPECT_EQ(c.Tokens(), 5);
 }
 
+// A recovery whose first bring-up fails is tried again (recover_attempts):
+// the requests finish on the worker the second attempt gives, none lost.
+TEST_F(StepDriverRecoveryTest, AFailedBringUpIsTriedAgain) {
+  Start(/*recover_ok=*/true, /*failed_attempts=*/1);
+  Events a;
+  ASSERT_TRUE(Submit(1, a, 40).ok());
+  ASSERT_TRUE(a.WaitDone());
+  EXPECT_TRUE(a.Done()->error.ok()) << a.Done()->error;
+  EXPECT_EQ(a.Tokens(), 40);
+  EXPECT_EQ(driver_->Recoveries().recoveries, 1);
+  EXPECT_EQ(causes_.size(), 2u);  // two calls of recover for the one failure
+  EXPECT_TRUE(driver_->failure().ok()) << driver_->failure();
+}
+
 TEST_F(StepDriverRecoveryTest, FailedRecoveryFailsTheRequests) {
   Start(/*recover_ok=*/false);
   Events a;
@@ -547,6 +567,7 @@ TEST_F(StepDriverRecoveryTest, FailedRecoveryFailsTheRequests) {
   EXPECT_EQ(failure.code(), absl::StatusCode::kUnavailable) << failure;
   EXPECT_NE(failure.message().find("recovery failed: no spare worker"), std::string::npos)
       << failure;
+  EXPECT_EQ(causes_.size(), 3u);  // recover_attempts: tried three times
 }
 
 }  // namespace
