@@ -767,7 +767,10 @@ int Run(int argc, char** argv) {
     // A lost worker: the whole local group is replaced (fresh processes on
     // the same flags, registered, brought up on the committed expert map);
     // the step loop then resumes every request from its delivered tokens.
+    // A group that fails to come up (a replacement exiting or timing out
+    // while a loaded machine starts it slowly) is replaced again.
     driver_options.max_recoveries = absl::GetFlag(FLAGS_max_recoveries);
+    driver_options.recover_attempts = 3;
     driver_options.recover =
         [&](const absl::Status& cause) -> absl::StatusOr<std::vector<std::string>> {
       RecoveringScope scope(recovering);

@@ -92,8 +92,11 @@ struct StepDriverOptions {
   // gave up on the coordinator while a loaded machine brought the group up
   // slowly), it is called again, up to this many calls in all, each later
   // call counting as a recovery against `max_recoveries`; a cancelled call
-  // (the coordinator stopping) is not repeated.
-  int recover_attempts = 3;
+  // (the coordinator stopping) is not repeated. The coordinator's local
+  // workers take 3 (main.cc); its remote ones 1 (their recovery already waits
+  // --rejoin_timeout_s for a lost rank, and a second call would not know
+  // which rank it waited for).
+  int recover_attempts = 1;
   int max_recoveries = 3;
   absl::Duration recovery_window = absl::Minutes(10);
   // Called once, on the loop thread, when the loop stops for good because of

@@ -452,6 +452,7 @@ class StepDriverRecoveryTest : public ::testing::Test {
   void Start(bool recover_ok, int failed_attempts = 0) {
     StepDriverOptions options = SmallOptions();
     options.group_epoch = [this] { return group_epoch_.load(); };
+    options.recover_attempts = 3;
     options.recover = [this, recover_ok, failed_attempts](
                           const absl::Status& cause) -> absl::StatusOr<std::vector<std::string>> {
       causes_.push_back(cause);
