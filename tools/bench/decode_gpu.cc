@@ -218,6 +218,10 @@ ABSL_FLAG(bool, slice_bf16_wo_a, true,
           "act_quant: the bf16 product V4.1 runs, twice the FP8 bytes; --direct_wo_a and "
           "--reduce_fp8_out apply to it); false: the FP8 product with act_quant of the "
           "measurements before 2026-12-06.");
+ABSL_FLAG(bool, prompt_bf16_linears, false,
+          "kFast: the prompt positions' FP8 linears as Bf16Gemm over the operands dequantized "
+          "exactly to bf16 (no per-32 fold; other low bits than the FP8 products, by role: "
+          "DeviceDecoderOptions::prompt_bf16_linears).");
 ABSL_FLAG(bool, x16_panel, true,
           "Prefill: the FP8 products on the warp-specialized tile read X's f16 panel "
           "(DeviceDecoderOptions::prefill_x16_panel; same bits).");
@@ -477,7 +481,8 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .fp8_ws_halves = absl::GetFlag(FLAGS_fp8_ws_halves),
           .used_rows_only = absl::GetFlag(FLAGS_used_rows_only),
           .indexer_shared_keys = absl::GetFlag(FLAGS_indexer_shared_keys),
-          .scaled_x16_panel = absl::GetFlag(FLAGS_scaled_x16_panel)};
+          .scaled_x16_panel = absl::GetFlag(FLAGS_scaled_x16_panel),
+          .prompt_bf16_linears = absl::GetFlag(FLAGS_prompt_bf16_linears)};
 }
 
 }  // namespace
@@ -772,6 +777,10 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
           "s), %.0f tok/s, %.1f TFLOP/s model FLOPs = %.3f of cuBLASLt FP8 (%.0f)\n",
           batch, context, chunk, wall, dev, tokens_filled / wall, flops / wall / 1e12,
           flops / wall / 1e12 / peak_tflops, peak_tflops);
+      if ((*dd)->stats().prompt_bf16_products > 0) {
+        std::printf("      prompt_bf16_linears: %lld FP8 products run as bf16 since start\n",
+                    static_cast<long long>((*dd)->stats().prompt_bf16_products));
+      }
       pos = context;
       for (int i = 0; i < warmup; ++i) step();
     } else {

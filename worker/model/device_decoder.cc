@@ -821,7 +821,9 @@ absl::StatusOr<int64_t> DeviceDecoder::StepInto(std::span<const int> slots,
     // captured on first use.
     if (options_.use_graphs && padded <= options_.graph_max_rows) {
       const int64_t key =
-          ((padded * (m.batch_cap + 2) + head_padded + 1) * 2 + (runs ? 1 : 0)) * 4 + m.roles_;
+          (((padded * (m.batch_cap + 2) + head_padded + 1) * 2 + (runs ? 1 : 0)) * 4 + m.roles_) *
+              4 +
+          m.linear_roles_;
       RETURN_IF_ERROR(LaunchGraph(key, [&] { return m.Enqueue(padded, head_padded, runs); }));
       ++stats_.graph_launches;
     } else {
@@ -844,6 +846,7 @@ absl::StatusOr<int64_t> DeviceDecoder::StepInto(std::span<const int> slots,
     stats_.bf16_branches = m.bf16_branches;
     stats_.reduce_fp8_out = m.reduce_fp8_out;
     stats_.widened_wo_a = m.widened_wo_a;
+    stats_.prompt_bf16_products = m.prompt_bf16_products;
     WEIR_DD_CUDA("event", cudaEventRecord(m.ev_end, m.stream));
     if (asked > 0 && greedy) {  // the argmax of each asked row, 4 bytes a row back
       RETURN_IF_ERROR(kernels::cuda::dense::ArgmaxRows(

@@ -602,6 +602,22 @@ struct DeviceDecoderOptions {
   // 0.756 s against 0.751 / 0.751 s; kernels/cuda/dense/README.md "The scaled
   // panel").
   bool scaled_x16_panel = false;
+  // kFast: the FP8 linears of a prompt's positions (SetPromptEnd) run as
+  // Bf16Gemm over their operands dequantized exactly to bf16 (an e4m3 code
+  // times a UE8M0 scale is always a bf16 value): X by dense::Fp8ActBf16
+  // after the reference's act_quant, W widened in the product's stages
+  // (w_codes, up to 256 rows) or into a scratch first (Fp8WeightBf16, then
+  // the warp-specialized bf16 tile). No per-32 fold: the bf16 tile runs at
+  // the bf16 tensor rate where the FP8 tile's f16 block sums and fp32 fold
+  // are issue-bound. Other low bits than the generated positions' FP8
+  // linears (fp32 sums over all of K), so like prompt_range_tiles the math
+  // follows a row's role: a step with both roles runs the FP8 product for
+  // every row, then this one writing the prompt's rows only
+  // (Bf16GemmParams::row_role); batch-invariant, the same however a prompt
+  // is chunked. The routed experts' tile form keeps its math. Costs the
+  // arena a bf16 copy of X's FP8 scratch (and the branch's) and, for steps
+  // above 256 rows, of the largest FP8 weight. Off until measured.
+  bool prompt_bf16_linears = false;
 };
 
 // The fewest rows for which indexer_shared_keys takes the shared-keys form.
@@ -634,6 +650,7 @@ struct DeviceDecoderStats {
   int64_t bf16_branches = 0;      // bf16_branches: KV branches with a bf16 product
   int64_t reduce_fp8_out = 0;     // reduce_fp8_out: wo_b inputs made by wo_a's reduce
   int64_t widened_wo_a = 0;       // stored_wo_a: products that widened wo_a to bf16 first (prefill)
+  int64_t prompt_bf16_products = 0;  // prompt_bf16_linears: FP8 products run as bf16
   int64_t prompt_shape_rows = 0;  // rows stepped in the prompt's attention shape
   int64_t kv_mirrors = 0;         // prompt_kv_mirror: layers' mirror passes enqueued
   int64_t shared_key_scores = 0;  // indexer_shared_keys: IndexerScore launches in that form

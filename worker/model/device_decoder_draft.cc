@@ -32,6 +32,7 @@ absl::Status DeviceDecoder::Impl::EnqueueDraft(int64_t sequences, int64_t padded
   const int64_t rows = sequences * bs;
   runs_ = false;
   roles_ = 1;
+  linear_roles_ = 1;
   attn_rows_ = meta_d.draft_rows;
   attn_width_ = window() + bs;
   float* const x0 = x;

@@ -70,8 +70,12 @@ struct Agreement {
 // (KV, compressor state): the error of one step. Without it only the tokens
 // are shared and the fast decoder's own KV carries each difference on.
 // `text`: the eight prompts (else random ids of 1 to 57 tokens).
+// `fast_prompt_end` > 0: after every Import the fast decoder's sequences
+// take that prompt end (SetPromptEnd), so its rows run the prompt's maths
+// (prompt_bf16_linears) on every step.
 Agreement Compare(Model& cpu, DeviceDecoder& ref, DeviceDecoder& fast, bool sync_state,
-                  const std::vector<std::vector<int64_t>>* text = nullptr) {
+                  const std::vector<std::vector<int64_t>>* text = nullptr,
+                  int64_t fast_prompt_end = 0) {
   const ModelConfig& c = cpu.config();
   const int64_t v = c.vocab_size;
   constexpr int kSeqs = 8, kSteps = 64;
@@ -94,6 +98,7 @@ Agreement Compare(Model& cpu, DeviceDecoder& ref, DeviceDecoder& fast, bool sync
     tokens[i] = ArgmaxRow(logits->data() + (prompts[i] - 1) * v, v);
     EXPECT_TRUE(ref.Import(i, *states[i]).ok());
     EXPECT_TRUE(fast.Import(i, *states[i]).ok());
+    if (fast_prompt_end > 0) EXPECT_TRUE(fast.SetPromptEnd(i, fast_prompt_end).ok());
   }
   const size_t n_load = static_cast<size_t>(c.n_layers * c.n_routed_experts);
   std::vector<int64_t> load_ref(n_load), load_fast(n_load), served(c.n_layers);
@@ -132,6 +137,7 @@ Agreement Compare(Model& cpu, DeviceDecoder& ref, DeviceDecoder& fast, bool sync
       if (sync_state) {
         EXPECT_TRUE(ref.Export(i, *states[i]).ok());
         EXPECT_TRUE(fast.Import(i, *states[i]).ok());
+        if (fast_prompt_end > 0) EXPECT_TRUE(fast.SetPromptEnd(i, fast_prompt_end).ok());
       }
     }
   }
@@ -169,7 +175,8 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
                    bool expect_fast_moe, double min_top1, double max_median = 1e-2,
                    double max_choices_differing = 0.01, bool fast_mhc = false,
                    const TrainedInputs* trained = nullptr, bool expert_wgmma = false,
-                   bool dense_wgmma = false, bool attention_wgmma = true) {
+                   bool dense_wgmma = false, bool attention_wgmma = true,
+                   bool prompt_linears = false) {
   const ModelConfig& c = ckpt.config();
   auto cpu = RowStableCpuModel(ckpt, precision,
                                trained != nullptr ? trained->engram_token_map
@@ -186,6 +193,10 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
   options.expert_wgmma = expert_wgmma;
   options.dense_wgmma = dense_wgmma;
   options.attention_wgmma = attention_wgmma;
+  // prompt_linears: every position of the fast decoder is a prompt's, so
+  // its FP8 linears all run on the bf16 maths (prompt_bf16_linears).
+  options.prompt_bf16_linears = prompt_linears;
+  const int64_t prompt_end = prompt_linears ? options.max_positions : 0;
   auto fast = DeviceDecoder::Create(*cpu, precision, options);
   ASSERT_TRUE(fast.ok()) << fast.status();
   const DeviceDecoderStats& fs = (*fast)->stats();
@@ -231,7 +242,7 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
     EXPECT_EQ(fs.fast_moe_layers, c.n_layers);
   }
 
-  const Agreement synced = Compare(*cpu, **ref, **fast, /*sync_state=*/true, text);
+  const Agreement synced = Compare(*cpu, **ref, **fast, /*sync_state=*/true, text, prompt_end);
   ASSERT_GE(synced.positions, 512);
   Print(name, "one step on a shared history", synced);
   EXPECT_GE(static_cast<double>(synced.top1) / synced.positions, min_top1);
@@ -242,7 +253,10 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
   // history; with random weights that drift is large. Reported, and held to
   // a loose bound that still catches a broken kernel (unrelated logits give
   // errors near 1.4 and top-1 agreement near 1 / vocab).
-  const Agreement drift = Compare(*cpu, **ref, **fast, /*sync_state=*/false, text);
+  const Agreement drift = Compare(*cpu, **ref, **fast, /*sync_state=*/false, text, prompt_end);
+  if (prompt_linears) {
+    EXPECT_GT((*fast)->stats().prompt_bf16_products, 0);
+  }
   ASSERT_GE(drift.positions, 512);
   Print(name, "tokens only (own KV)", drift);
   EXPECT_GE(static_cast<double>(drift.top1) / drift.positions, 0.5);
@@ -538,6 +552,30 @@ TEST(DeviceDecoderFastTest, TrainedTinyBf16WithWgmmaLinearsStaysClose) {
   ASSERT_NE(in, nullptr);
   CheckFidelity(*ck, "trained tiny wgmma linears", ActivationPrecision::kBf16, false, 0.9, 0.1,
                 0.03, /*fast_mhc=*/true, in, /*expert_wgmma=*/false, /*dense_wgmma=*/true);
+}
+
+// prompt_bf16_linears with every position a prompt's: the FP8 linears as
+// Bf16Gemm over the operands' exact bf16 values (fp32 sums over all of K,
+// no per-32 fold) against the reference, on trained weights with fast_mhc
+// as served: the bars (0.99, 1e-2, 0.01), as the FP8 products keep
+// them (TrainedTinyBf16WithFastMhcAgreesWithReference).
+TEST(DeviceDecoderFastTest, TrainedTinyBf16WithPromptBf16LinearsAgreesWithReference) {
+  const Checkpoint* ck = TrainedTinyCheckpoint();
+  const TrainedInputs* in = TrainedTinyInputs();
+  ASSERT_NE(ck, nullptr);
+  ASSERT_NE(in, nullptr);
+  CheckFidelity(*ck, "trained tiny prompt bf16 linears", ActivationPrecision::kBf16, false, 0.99,
+                1e-2, 0.01, /*fast_mhc=*/true, in, /*expert_wgmma=*/false, /*dense_wgmma=*/false,
+                /*attention_wgmma=*/true, /*prompt_linears=*/true);
+}
+// ... and where no choice can flip (SmallContinuousCheckpoint): what the
+// maths alone moves, beside the mma pair's 9.4e-7 median row error.
+TEST(DeviceDecoderFastTest, PromptBf16LinearsAreCloseWhenNothingIsChosen) {
+  const Checkpoint* ck = SmallContinuousCheckpoint();
+  ASSERT_NE(ck, nullptr);
+  CheckFidelity(*ck, "small, nothing chosen, prompt bf16 linears", ActivationPrecision::kBf16, true,
+                0.95, 1e-2, 0.0, /*fast_mhc=*/false, nullptr, /*expert_wgmma=*/false,
+                /*dense_wgmma=*/false, /*attention_wgmma=*/true, /*prompt_linears=*/true);
 }
 
 TEST(DeviceDecoderFastTest, SmallFp32AgreesWithReference) {
@@ -1058,6 +1096,127 @@ TEST(DeviceDecoderFastTest, SmallBf16LongChunkGivesTheShortChunksBits) {
     EXPECT_EQ(std::memcmp(chunk[i].data(), whole[0].data(), chunk[i].size() * sizeof(float)), 0)
         << "decoder " << i;
   }
+}
+
+// prompt_bf16_linears: a 400-row prompt chunk (the FP8 linears as the
+// warp-specialized bf16 tile over each weight widened into the scratch
+// first) against the same prompt in four chunks of 100 rows (the bf16 mma
+// tiles widening the weight's codes in their stages), both with the prompt
+// marked (SetPromptEnd), then decode steps past it (the FP8 products): every
+// row the same bits. Without the option the chunk's rows take the FP8
+// maths: other bits (the option is not a no-op), close.
+TEST(DeviceDecoderFastTest, SmallBf16PromptLinearsLongChunkGivesTheShortChunksBits) {
+  const Checkpoint* small = SmallCheckpoint(3);
+  ASSERT_NE(small, nullptr);
+  const int64_t v = small->config().vocab_size;
+  auto cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
+  ASSERT_NE(cpu, nullptr);
+  constexpr int kChunk = kLongChunk;
+  DeviceDecoderOptions options{.numerics = DecodeNumerics::kFast,
+                               .max_sequences = 2,
+                               .max_positions = kChunk + 16,
+                               .max_batch = kChunk,
+                               .max_rows_per_slot = kChunk};
+  options.prompt_bf16_linears = true;
+  const std::vector<int64_t> prompt = RandomTokens(kChunk, 47, v - 1);
+  // Each decoder: the prompt in chunks of `chunk` rows, then 3 decode steps;
+  // every call's logits in order.
+  auto run = [&](const DeviceDecoderOptions& o, int chunk, DeviceDecoderStats* stats) {
+    std::vector<float> rows_out;
+    std::vector<std::vector<float>> steps_out;
+    auto dd = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, o);
+    EXPECT_TRUE(dd.ok()) << dd.status();
+    if (!dd.ok() || !(*dd)->Start(1).ok() || !(*dd)->SetPromptEnd(1, kChunk).ok()) {
+      return std::make_pair(rows_out, steps_out);
+    }
+    for (int c = 0; c < kChunk / chunk; ++c) {
+      const std::vector<int64_t> part(prompt.begin() + c * chunk, prompt.begin() + (c + 1) * chunk);
+      auto r = (*dd)->StepRows(std::vector<int>(chunk, 1), part, std::nullopt);
+      EXPECT_TRUE(r.ok()) << r.status();
+      if (!r.ok()) return std::make_pair(rows_out, steps_out);
+      rows_out.insert(rows_out.end(), r->begin(), r->end());
+    }
+    for (int step = 0; step < 3; ++step) {
+      auto r = (*dd)->StepRows(std::vector<int>{1}, std::vector<int64_t>{11 + step}, std::nullopt);
+      EXPECT_TRUE(r.ok()) << r.status();
+      if (!r.ok()) break;
+      steps_out.emplace_back(r->begin(), r->end());
+    }
+    *stats = (*dd)->stats();
+    return std::make_pair(rows_out, steps_out);
+  };
+  DeviceDecoderStats long_stats, short_stats, fp8_stats;
+  const auto [long_rows, long_steps] = run(options, kChunk, &long_stats);
+  const auto [short_rows, short_steps] = run(options, kShortChunk, &short_stats);
+  DeviceDecoderOptions fp8_options = options;
+  fp8_options.prompt_bf16_linears = false;
+  const auto [fp8_rows, fp8_steps] = run(fp8_options, kChunk, &fp8_stats);
+  ASSERT_EQ(long_rows.size(), static_cast<size_t>(kChunk * v));
+  ASSERT_EQ(short_rows.size(), long_rows.size());
+  ASSERT_EQ(fp8_rows.size(), long_rows.size());
+  int64_t differing = 0;
+  for (int r = 0; r < kChunk; ++r) {
+    differing +=
+        std::memcmp(long_rows.data() + r * v, short_rows.data() + r * v, v * sizeof(float)) != 0;
+  }
+  EXPECT_EQ(differing, 0) << "of " << kChunk << " prompt rows";
+  ASSERT_EQ(long_steps.size(), 3u);
+  ASSERT_EQ(short_steps.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(std::memcmp(long_steps[i].data(), short_steps[i].data(), v * sizeof(float)), 0)
+        << "step " << i;
+  }
+  EXPECT_GT(long_stats.prompt_bf16_products, 0);
+  EXPECT_GT(short_stats.prompt_bf16_products, 0);
+  EXPECT_EQ(fp8_stats.prompt_bf16_products, 0);
+  // Against the FP8 maths: different bits, the same logits within the
+  // distance such a change of every linear's rounding makes on small.
+  std::vector<double> rel;
+  int64_t fp8_differing = 0, top1 = 0;
+  for (int r = 0; r < kChunk; ++r) {
+    const float* a = long_rows.data() + r * v;
+    const float* b = fp8_rows.data() + r * v;
+    fp8_differing += std::memcmp(a, b, v * sizeof(float)) != 0;
+    rel.push_back(RelativeL2(a, b, v));
+    top1 += ArgmaxRow(a, v) == ArgmaxRow(b, v);
+  }
+  std::sort(rel.begin(), rel.end());
+  std::printf(
+      "small bf16, a %d-row prompt chunk, prompt bf16 linears against the FP8 products: "
+      "%lld rows differ, top-1 agreement %.4f, relative L2 median %.3g, p90 %.3g, worst "
+      "%.3g\n",
+      kChunk, static_cast<long long>(fp8_differing), static_cast<double>(top1) / kChunk,
+      rel[rel.size() / 2], rel[rel.size() * 9 / 10], rel.back());
+  EXPECT_GT(fp8_differing, 0);
+  EXPECT_LE(rel[rel.size() / 2], 0.3);
+}
+
+// prompt_bf16_linears with the prompts marked: steps mixing prompt rows (the
+// bf16 maths) and generated rows (the FP8 products) run both products, the
+// second writing its role's rows only (Bf16GemmParams::row_role), so the
+// chunked steps equal one position a step bit for bit. Small (head_dim 256)
+// and small at head_dim 512 with the prompt's attention shape as well.
+TEST(DeviceDecoderFastTest, PromptBf16LinearsChunkedStepsAreBatchInvariant) {
+  const Checkpoint* small = SmallCheckpoint(3);
+  ASSERT_NE(small, nullptr);
+  auto cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
+  ASSERT_NE(cpu, nullptr);
+  DeviceDecoderOptions options{.numerics = DecodeNumerics::kFast};
+  options.prompt_bf16_linears = true;
+  options.prompt_range_tiles = 0;  // small's head_dim has no prompt shape to count
+  testing::CheckChunkedSteps(*cpu, ActivationPrecision::kBf16, options, nullptr,
+                             "small bf16 fast, prompt bf16 linears", /*mark_prompts=*/true);
+  const Checkpoint* ck = Small512Checkpoint();
+  ASSERT_NE(ck, nullptr);
+  auto cpu512 = RowStableCpuModel(*ck, ActivationPrecision::kBf16);
+  ASSERT_NE(cpu512, nullptr);
+  DeviceDecoderOptions stored{.numerics = DecodeNumerics::kFast, .kv_block_tokens = 2};
+  stored.prompt_bf16_linears = true;
+  stored.prompt_range_tiles = 16;
+  testing::CheckChunkedSteps(*cpu512, ActivationPrecision::kBf16, stored, nullptr,
+                             "small head_dim 512 fast, stored KV, prompt shape 16, prompt bf16 "
+                             "linears",
+                             /*mark_prompts=*/true);
 }
 
 // The same with the e4m3 wgmma maths (dense_wgmma, expert_wgmma): the 400-row

@@ -95,16 +95,24 @@ absl::StatusOr<bool> DeviceDecoder::Impl::PrepareMeta(std::span<const int> slot_
   // Each real row's attention shape (a prompt position's with
   // prompt_range_tiles); padding rows take the real rows' shape when they
   // have only one, so that such a step runs one launch.
-  roles_ = 0;
+  // prompt_bf16_linears: the same rows are the prompt's for the linears'
+  // math (meta role serves both; roles_ stays 1 without the attention's
+  // shape, linear_roles_ without the option).
+  int row_roles = 0;
   prompt_shape_rows_ = 0;
+  const bool any_roles = PromptShape() || PromptLinears();
   for (int64_t i = 0; i < real_rows; ++i) {
-    const bool prompt = PromptShape() && meta_h.positions[i] < slot_state[slot_ids[i]].prompt_end;
+    const bool prompt = any_roles && meta_h.positions[i] < slot_state[slot_ids[i]].prompt_end;
     meta_h.role[i] = prompt ? 1 : 0;
-    roles_ |= prompt ? 2 : 1;
-    prompt_shape_rows_ += prompt ? 1 : 0;
+    row_roles |= prompt ? 2 : 1;
   }
-  if (roles_ == 0) roles_ = 1;
-  for (int64_t i = real_rows; i < padded; ++i) meta_h.role[i] = roles_ == 2 ? 1 : 0;
+  if (row_roles == 0) row_roles = 1;
+  roles_ = PromptShape() ? row_roles : 1;
+  linear_roles_ = PromptLinears() ? row_roles : 1;
+  if (PromptShape()) {
+    for (int64_t i = 0; i < real_rows; ++i) prompt_shape_rows_ += meta_h.role[i];
+  }
+  for (int64_t i = real_rows; i < padded; ++i) meta_h.role[i] = row_roles == 2 ? 1 : 0;
   // prompt_kv_mirror: each run that starts in its prompt, with the rows its
   // attention may read (StepRows decides whether the step takes them).
   mirror_sequences_ = 0;

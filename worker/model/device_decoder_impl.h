@@ -446,6 +446,12 @@ struct DeviceDecoder::Impl {
   // product reads (made by MakeX16Panel right before it), and the branch's.
   uint16_t *x16 = nullptr, *side_x16 = nullptr;
   int64_t x16_count = 0, side_x16_count = 0;
+  // prompt_bf16_linears: the bf16 values of an FP8 product's X (rx16, as
+  // many elements as fq) and, for steps above 256 rows, of its W (w16, the
+  // largest FP8 weight), and the branch's own of each (SwapSide).
+  uint16_t *rx16 = nullptr, *side_rx16 = nullptr, *w16 = nullptr, *side_w16 = nullptr;
+  int64_t rx16_count = 0, side_rx16_count = 0, w16_count = 0, side_w16_count = 0;
+  int64_t prompt_bf16_products = 0;  // DeviceDecoderStats::prompt_bf16_products
   int64_t x16_panels = 0;  // panels made (DeviceDecoderStats::x16_panels)
   int64_t shared_key_scores = 0;  // DeviceDecoderStats::shared_key_scores
   int64_t fused_ropes = 0;  // DeviceDecoderStats::fused_ropes
@@ -813,6 +819,11 @@ struct DeviceDecoder::Impl {
   // pass: 1.
   int roles_ = 1;
   int64_t prompt_shape_rows_ = 0;  // of the step's real rows (PrepareMeta)
+  // The FP8 linears' maths the step's real rows take (prompt_bf16_linears,
+  // meta role): bit 0 the FP8 product's, bit 1 the prompt's bf16 one. A
+  // draft pass: 1.
+  int linear_roles_ = 1;
+  bool PromptLinears() const { return options.prompt_bf16_linears && fast(); }
   // The prompt's attention shape is on (prompt_range_tiles, stored-form
   // pools of SparseDecodeAttention's head_dim).
   bool PromptShape() const {
@@ -979,6 +990,111 @@ struct DeviceDecoder::Impl {
   // batch size: batch-invariant). `split_groups`: the group count the split
   // is chosen for (a grouped weight run group by group keeps its split).
   absl::Status Fp8Gemm(dense::Fp8BlockGemmParams p, int split_groups = 0) {
+    // prompt_bf16_linears: the prompt's rows on the bf16 math; with rows of
+    // both roles the FP8 product writes every row first and the bf16 one
+    // the prompt's after it, so neither may fuse the RoPE (MmRoundRope then
+    // rotates every row after both: the same bits).
+    if (linear_roles_ != 1 && p.group_offsets == nullptr) {
+      if (linear_roles_ == 2) return PromptBf16Gemm(p, split_groups, nullptr);
+      product_rope = nullptr;
+      product_roped = false;
+      RETURN_IF_ERROR(Fp8GemmAllRows(p, split_groups));
+      return PromptBf16Gemm(p, split_groups, meta_d.role);
+    }
+    return Fp8GemmAllRows(p, split_groups);
+  }
+  // prompt_bf16_linears: `p` (an FP8 product without group offsets) as
+  // Bf16Gemm over its operands' bf16 values: X's codes dequantized into
+  // rx16 (Fp8ActBf16), the weight's codes widened in the product's stages
+  // (w_codes) or, where the bf16 form takes the warp-specialized tile and
+  // the weight fits w16, into w16 first (Fp8WeightBf16; the same bits).
+  // Split by the weight's shape (ChooseBf16GemmSplits over split_groups or
+  // p.groups, as Fp8Gemm's), so a row's bits depend on its X row and W
+  // alone. Non-null row_role: only the rows of role 1 are written.
+  absl::Status PromptBf16Gemm(const dense::Fp8BlockGemmParams& p, int split_groups,
+                              const int32_t* row_role) {
+    product_rope = nullptr;  // never fused here: MmRoundRope rotates after it
+    product_roped = false;
+    const bool x_grouped = p.groups > 1 && !p.x_shared;
+    const int x_groups = x_grouped ? p.groups : 1;
+    if (rx16 == nullptr || int64_t{x_groups} * p.m * p.k > rx16_count) {
+      return absl::InternalError(absl::StrCat("DeviceDecoder: the bf16 X of a prompt product (",
+                                              x_groups, " x ", p.m, " x ", p.k,
+                                              ") exceeds its scratch of ", rx16_count));
+    }
+    RETURN_IF_ERROR(
+        dense::Fp8ActBf16({.codes = p.x,
+                           .scales = p.x_scales,
+                           .out = rx16,
+                           .rows = p.m,
+                           .cols = p.k,
+                           .groups = x_groups,
+                           .code_group_stride = x_grouped ? p.x_group_stride : 0,
+                           .scale_group_stride = x_grouped ? p.x_scales_group_stride : 0},
+                          stream));
+    // x_shared (one X, several weights): a launch a group, each over rx16.
+    const int launches = p.x_shared ? p.groups : 1;
+    const int groups = p.x_shared ? 1 : p.groups;
+    const int64_t w_stride = p.w_group_stride != 0 ? p.w_group_stride : p.n * p.k;
+    const int64_t s_stride =
+        p.w_scales_group_stride != 0 ? p.w_scales_group_stride : (p.n + 31) / 32 * (p.k / 32);
+    const int64_t y_stride = p.y_group_stride != 0 ? p.y_group_stride : p.m * p.n;
+    const int y_bytes = dense::Fp8GemmOutputBytes(p.output);
+    for (int g = 0; g < launches; ++g) {
+      dense::Bf16GemmParams b{.x = rx16,
+                              .y = static_cast<char*>(p.y) + int64_t{g} * y_stride * y_bytes,
+                              .m = p.m,
+                              .n = p.n,
+                              .k = p.k,
+                              .groups = groups,
+                              .w_group_stride = groups > 1 ? w_stride : 0,
+                              .y_group_stride = groups > 1 ? y_stride : 0,
+                              .output = p.output,
+                              .w_codes = p.w + int64_t{g} * w_stride,
+                              .w_scales = p.w_scales + int64_t{g} * s_stride,
+                              .w_scales_group_stride = groups > 1 ? s_stride : 0,
+                              .row_role = row_role,
+                              .role = 1};
+      if (options.bf16_split_k) {
+        b.k_splits =
+            dense::ChooseBf16GemmSplits(p.n, p.k, split_groups > 0 ? split_groups : p.groups);
+      }
+      if (b.k_splits > 1) {
+        b.split_scratch = split;
+        if (dense::Bf16GemmSplitScratchFloats(b) > split_count) {
+          return absl::InternalError(
+              absl::StrCat("DeviceDecoder: a prompt product's split-K partials of ",
+                           dense::Bf16GemmSplitScratchFloats(b), " floats exceed their scratch of ",
+                           split_count));
+        }
+      }
+      // Above 256 rows: the weight's bf16 values in w16 and the
+      // warp-specialized tile (the same bits as widening in the stages).
+      dense::Bf16GemmParams bf16_form = b;
+      bf16_form.w = w16;
+      bf16_form.w_codes = bf16_form.w_scales = nullptr;
+      bf16_form.w_scales_group_stride = 0;
+      bf16_form.w_group_stride = groups > 1 ? p.n * p.k : 0;
+      if (w16 != nullptr && int64_t{groups} * p.n * p.k <= w16_count &&
+          dense::ResolveBf16GemmTile(bf16_form) == dense::Fp8GemmTile::kN128M128Ws) {
+        RETURN_IF_ERROR(dense::Fp8WeightBf16({.codes = b.w_codes,
+                                              .scales = b.w_scales,
+                                              .out = w16,
+                                              .rows = p.n,
+                                              .cols = p.k,
+                                              .groups = groups,
+                                              .code_group_stride = b.w_group_stride,
+                                              .scale_group_stride = b.w_scales_group_stride},
+                                             stream));
+        b = bf16_form;
+      }
+      RETURN_IF_ERROR(dense::Bf16Gemm(b, stream));
+      ++prompt_bf16_products;
+    }
+    return absl::OkStatus();
+  }
+  // Fp8Gemm's FP8 product over every row of `p`.
+  absl::Status Fp8GemmAllRows(dense::Fp8BlockGemmParams p, int split_groups) {
     // dense_wgmma_f16: the mma pair's bits on f16 wgmma where a call has
     // more than kDenseWgmmaF16MinRows rows (prefill chunks): a choice of speed
     // only, so a row's bits never depend on it.
@@ -1423,6 +1539,10 @@ struct DeviceDecoder::Impl {
     }
     std::swap(x16, side_x16);
     std::swap(x16_count, side_x16_count);
+    std::swap(rx16, side_rx16);
+    std::swap(rx16_count, side_rx16_count);
+    std::swap(w16, side_w16);
+    std::swap(w16_count, side_w16_count);
   }
   // expert_prefill_tiles: where layer L's tile form lives: its resident
   // buffers (expert_tiles_resident) or the shared scratch.

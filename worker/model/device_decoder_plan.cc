@@ -389,6 +389,42 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
         side_x16 = r.Alloc<uint16_t>(side_x16_count);
       }
     }
+    // prompt_bf16_linears: X's bf16 values (as many as fq holds) and, where
+    // steps of more than 256 rows take the warp-specialized bf16 tile, the
+    // bf16 values of the largest FP8 weight (a grouped one's groups
+    // together), the branch's own of each.
+    if (PromptLinears()) {
+      rx16_count = fq_count;
+      rx16 = r.Alloc<uint16_t>(rx16_count);
+      if (options.concurrent_branches) {
+        side_rx16_count = side_fq_count;
+        side_rx16 = r.Alloc<uint16_t>(side_rx16_count);
+      }
+      if (bc > kX16PanelMinRows) {
+        int64_t largest = 0;
+        // Every weight with FP8 activations (its codes are null in the
+        // measuring pass, so the fp32 ones that stayed on the reference
+        // kernel count too: an upper bound both passes agree on).
+        auto weigh = [&](const DevDense& w, int64_t groups) {
+          if (w.fp8 && !w.w8) largest = std::max(largest, groups * w.out * w.in);
+        };
+        for (const LayerDev& L : layers) {
+          for (const DevDense* w :
+               {&L.wq_a, &L.wq_b, &L.wkv, &L.wo_b, &L.comp_wkv, &L.comp_wgate, &L.index_wk,
+                &L.index_wq_b, &L.index_weights_proj, &L.sw1, &L.sw2, &L.sw3, &L.ewkv}) {
+            weigh(*w, 1);
+          }
+          if (!L.wo_a.empty()) weigh(L.wo_a[0], static_cast<int64_t>(L.wo_a.size()));
+        }
+        for (const DevDense* w : {&head, &main_proj, &markov_head, &confidence}) weigh(*w, 1);
+        w16_count = largest;
+        w16 = r.Alloc<uint16_t>(w16_count);
+        if (options.concurrent_branches) {
+          side_w16_count = largest;
+          side_w16 = r.Alloc<uint16_t>(side_w16_count);
+        }
+      }
+    }
     // Zeroed once; each split product leaves its counters zero again.
     split_counter_count = kSplitCounters;
     split_counters = const_cast<uint32_t*>(

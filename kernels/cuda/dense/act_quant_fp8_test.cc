@@ -1,5 +1,6 @@
 // GPU test of ActQuantFp8: codes and scales bit-identical to
-// kernels/cpu/quant.h QuantizeFp8, for fp32 and bf16 inputs.
+// kernels/cpu/quant.h QuantizeFp8, for fp32 and bf16 inputs; and of
+// Fp8ActBf16: back to the CPU's dequantized values in bf16, bit for bit.
 
 #include "kernels/cuda/dense/act_quant_fp8.h"
 
@@ -154,6 +155,81 @@ TEST(ActQuantFp8Test, RowCountLeavesTheRowsPastItUntouched) {
     }
     EXPECT_EQ(wrong, 0) << "row_count " << used;
     EXPECT_EQ(touched, 0) << "row_count " << used;
+  }
+}
+
+// Fp8ActBf16 after ActQuantFp8: every element the bf16 bits of the CPU's
+// DequantizeFp8 of cpu::QuantizeFp8's codes and scales (exact, so rounding
+// to bf16 changes nothing but the width); a NaN block's elements a bf16 NaN
+// (the CPU and the GPU may differ in NaN payload). Groups packed and with
+// strides larger than packed; rows x cols / 16 not a multiple of the block.
+TEST(ActQuantFp8Test, Fp8ActBf16GivesTheCpusDequantizedValues) {
+  struct Case {
+    int64_t rows, cols;
+    int groups;
+    int64_t code_pad, scale_pad;  // bytes past a group's packed codes / scales
+  };
+  for (const Case& c : {Case{1, 256, 1, 0, 0}, Case{7, 5120, 3, 48, 5}, Case{129, 32 * 9, 2, 0, 0},
+                        Case{33, 1024, 4, 16, 1}}) {
+    SCOPED_TRACE(::testing::Message() << c.rows << " x " << c.cols << ", " << c.groups
+                                      << " groups, pads " << c.code_pad << " / " << c.scale_pad);
+    const int64_t size = c.rows * c.cols;
+    const int64_t cs = size + c.code_pad, ss = size / 32 + c.scale_pad;
+    std::vector<float> x;
+    std::vector<uint16_t> want;
+    int64_t inexact = 0;
+    for (int g = 0; g < c.groups; ++g) {
+      const std::vector<float> xg = Inputs(c.rows, c.cols, static_cast<uint32_t>(size + g));
+      const Quantized q = Cpu(xg);
+      std::vector<float> values(size);
+      ASSERT_TRUE(cpu::DequantizeFp8(q.codes, q.scales, 32, values).ok());
+      x.insert(x.end(), xg.begin(), xg.end());
+      for (const float v : values) {
+        want.push_back(FloatToBf16Bits(v));
+        inexact += !std::isnan(v) && Bf16BitsToFloat(want.back()) != v;
+      }
+    }
+    EXPECT_EQ(inexact, 0) << "a dequantized value that is not a bf16 value";
+    DeviceBuffer<float> dx(x);
+    DeviceBuffer<uint8_t> codes(c.groups * cs), scales(c.groups * ss);
+    DeviceBuffer<uint16_t> out(c.groups * size);
+    ASSERT_TRUE(dx.ok() && codes.ok() && scales.ok() && out.ok());
+    codes.Poison(0xAB);
+    scales.Poison(0xAB);
+    out.Poison(0xAB);
+    for (int g = 0; g < c.groups; ++g) {
+      ASSERT_TRUE(ActQuantFp8({.x = dx.get() + g * size,
+                               .codes = codes.get() + g * cs,
+                               .scales = scales.get() + g * ss,
+                               .rows = c.rows,
+                               .cols = c.cols},
+                              nullptr)
+                      .ok());
+    }
+    const absl::Status status = Fp8ActBf16({.codes = codes.get(),
+                                            .scales = scales.get(),
+                                            .out = out.get(),
+                                            .rows = c.rows,
+                                            .cols = c.cols,
+                                            .groups = c.groups,
+                                            .code_group_stride = c.code_pad != 0 ? cs : 0,
+                                            .scale_group_stride = c.scale_pad != 0 ? ss : 0},
+                                           nullptr);
+    ASSERT_TRUE(status.ok()) << status;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<uint16_t> got = out.Download();
+    auto is_nan = [](uint16_t bits) { return (bits & 0x7FFFu) > 0x7F80u; };
+    int64_t wrong = 0, nans = 0, first = -1;
+    for (int64_t i = 0; i < c.groups * size; ++i) {
+      const bool same = is_nan(want[i]) ? is_nan(got[i]) : got[i] == want[i];
+      nans += is_nan(want[i]);
+      if (!same && first < 0) first = i;
+      wrong += !same;
+    }
+    EXPECT_EQ(wrong, 0) << "first at " << first << ": got 0x" << std::hex
+                        << (first < 0 ? 0 : got[first]) << " want 0x"
+                        << (first < 0 ? 0 : want[first]);
+    EXPECT_EQ(nans, 64 * c.groups);  // each group's NaN and -Inf blocks (Inputs' blocks 2, 3)
   }
 }
 

@@ -143,6 +143,13 @@ absl::Status CheckBf16GemmParams(const Bf16GemmParams& p) {
         "Bf16Gemm: y_codes and y_scales go together, with k_splits > 1 on a tile with the "
         "second kernel, fp32 output and n, row and group strides multiples of 32");
   }
+  if (p.row_role != nullptr && p.y_codes != nullptr) {
+    return absl::InvalidArgumentError(
+        "Bf16Gemm: row_role does not go with y_codes (their kernel writes every row)");
+  }
+  if (!AlignedTo(p.row_role, 4)) {
+    return absl::InvalidArgumentError("Bf16Gemm: row_role is not 4-byte aligned");
+  }
   const Fp8GemmTile tile = ResolveBf16GemmTile(p);
   const Fp8GemmTileShape shape = ShapeOfFp8GemmTile(tile);
   if (shape.block_m == 0) return absl::InvalidArgumentError("Bf16Gemm: unknown tile");

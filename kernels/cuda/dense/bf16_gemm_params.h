@@ -77,6 +77,15 @@ struct Bf16GemmParams {
   const uint8_t* w_codes = nullptr;
   const uint8_t* w_scales = nullptr;
   int64_t w_scales_group_stride = 0;
+  // Optional: only the rows r of y with row_role[r] == role are written
+  // (every group's); the others keep what y held. Split partials are
+  // scratch and are written whole; the second kernel (SplitReduceKernel)
+  // writes the rows of `role` only. Lets a step whose rows take two maths
+  // run this product for its rows of one role after another product wrote
+  // all rows. Not with y_codes. A written row has the bits it has without
+  // row_role.
+  const int32_t* row_role = nullptr;  // device [m], 4-byte aligned
+  int role = 0;
 };
 
 // The tile a call runs: p.tile, or for kAuto ChooseFp8GemmTile(m, n) with
@@ -113,7 +122,8 @@ int ChooseBf16GemmSplits(int64_t n, int64_t k, int groups = 1);
 
 // Returns OK or INVALID_ARGUMENT naming the problem: w and w_codes both or
 // neither, w_codes without w_scales, with k % 32 != 0, unaligned, with a
-// group stride not a multiple of 16 or on the warp-specialized tile; a null pointer, m, n, k
+// group stride not a multiple of 16 or on the warp-specialized tile; row_role
+// with y_codes or not 4-byte aligned; a null pointer, m, n, k
 // or groups not positive (groups at most 65535), k not a multiple of 8, a
 // group stride that is negative, not a multiple of 8 (x, w) or smaller than
 // its packed size, x or w not 16-byte aligned, y not aligned to its element,

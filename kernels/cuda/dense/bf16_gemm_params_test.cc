@@ -88,6 +88,38 @@ TEST(Bf16GemmParamsTest, Fp8FormOnlyFromTheSplitReduce) {
   EXPECT_EQ(CheckBf16GemmParams(half).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// row_role (write only the rows of one role) goes with every tile, split and
+// output, but not with y's FP8 form, and must be 4-byte aligned.
+TEST(Bf16GemmParamsTest, RowRoleIsCheckedAndRefusedWithTheFp8Form) {
+  const int32_t* roles = reinterpret_cast<const int32_t*>(0x5000);
+  Bf16GemmParams p = Good();
+  p.row_role = roles;
+  p.role = 1;
+  EXPECT_TRUE(CheckBf16GemmParams(p).ok());
+  p.m = 4096;  // the warp-specialized tile
+  EXPECT_TRUE(CheckBf16GemmParams(p).ok());
+  p.m = 3;
+  p.row_role = reinterpret_cast<const int32_t*>(0x5002);
+  EXPECT_EQ(CheckBf16GemmParams(p).code(), absl::StatusCode::kInvalidArgument);
+  // A call that makes y's FP8 form (as in Fp8FormOnlyFromTheSplitReduce).
+  uint8_t codes[64], scales[8];
+  Bf16GemmParams q = Good();
+  q.n = 64;
+  q.k = 1024;
+  q.k_splits = 2;
+  q.split_scratch = reinterpret_cast<float*>(0x4000);
+  q.row_role = roles;
+  EXPECT_TRUE(CheckBf16GemmParams(q).ok());
+  q.y_codes = codes;
+  q.y_scales = scales;
+  ASSERT_TRUE(Bf16GemmMakesFp8(q));
+  const absl::Status s = CheckBf16GemmParams(q);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("row_role"), absl::string_view::npos) << s;
+  q.row_role = nullptr;
+  EXPECT_TRUE(CheckBf16GemmParams(q).ok());
+}
+
 // kAuto runs the warp-specialized tile where the mma path would take its 128
 // x 128 tile (above 256 rows); explicitly it takes any accepted shape.
 TEST(Bf16GemmParamsTest, WarpSpecializedTileAboveTheDecodeSizes) {

@@ -36,7 +36,9 @@ bf16_gemm::KernelArgs ArgsOf(const Bf16GemmParams& p) {
       p.split_scratch,
       p.w_codes,
       p.w_scales,
-      p.w_scales_group_stride != 0 ? p.w_scales_group_stride : Bf16GemmWeightScaleBytes(p.n, p.k)};
+      p.w_scales_group_stride != 0 ? p.w_scales_group_stride : Bf16GemmWeightScaleBytes(p.n, p.k),
+      p.row_role,
+      p.role};
 }
 
 // Fp8WeightBf16: a thread a chunk of 8 codes (one 8-byte load, one scale
@@ -53,8 +55,7 @@ __global__ void Fp8WeightBf16Kernel(const uint8_t* __restrict__ codes,
   const int64_t r = chunk / (cols / 8), c = chunk % (cols / 8) * 8;
   const uint2 w = *reinterpret_cast<const uint2*>(codes + g * code_stride + r * cols + c);
   uint32_t v[4];
-  bf16_gemm::WidenFp8Weights8(w.x, w.y, scales[g * scale_stride + (r / 32) * (cols / 32) + c / 32],
-                              v);
+  fp8_gemm::Fp8ToBf16Eight(w.x, w.y, scales[g * scale_stride + (r / 32) * (cols / 32) + c / 32], v);
   *reinterpret_cast<uint4*>(out + (g * rows + r) * cols + c) = make_uint4(v[0], v[1], v[2], v[3]);
 }
 
@@ -92,7 +93,7 @@ absl::Status LaunchTile(const Bf16GemmParams& p, const Fp8GemmTileShape& shape,
           p.n, args.ldy, p.y_codes, p.y_scales);
     } else if (p.k_splits > 1) {
       LaunchSplitReduce(p.split_scratch, p.y, p.m * p.n, p.groups, p.k_splits, args.y_stride,
-                        args.bf16_out, args.round_f32, stream, p.n, args.ldy);
+                        args.bf16_out, args.round_f32, p.n, args.ldy, p.row_role, p.role, stream);
     }
     return LaunchStatus("Bf16Gemm");
   }

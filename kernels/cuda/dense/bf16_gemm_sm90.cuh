@@ -39,28 +39,37 @@ struct KernelArgs {
   const uint8_t* w_codes;   // [groups][n, k] e4m3, w_stride bytes apart (instead of w)
   const uint8_t* w_scales;  // [groups][ceil(n / 32), k / 32] UE8M0, w_scales_stride apart
   int64_t w_scales_stride;
+  const int32_t* row_role;  // [m] or null: y's rows r with row_role[r] == role only
+  int role;
 };
 
-// The bf16 bits of eight weights from their e4m3 codes (lo: codes 0 - 3,
-// hi: 4 - 7, byte order) and their tile's UE8M0 scale byte: each value is
-// code x 2^(scale - 127) in fp32 (the e4m3 value is exact in f16 and fp32;
-// one rounding in the multiply, none for any scale a quantizer picks), then
-// rounded to bf16 (nearest even). out[i] packs values 2i (low half) and
-// 2i + 1. Fp8WeightBf16 and the GEMM's w_codes path share it, so both give
-// the same bits.
-__device__ __forceinline__ void WidenFp8Weights8(uint32_t lo, uint32_t hi, uint32_t scale_byte,
-                                                 uint32_t (&out)[4]) {
-  const float s = fp8_gemm::ScaleOf(scale_byte, 0);
+// The X rows of `role` among those ForEachOutput gives `lane` over kNi steps
+// of 8 rows from m_base: rows m_base + d, d = 8 ni + c.m, where c.m
+// (Fp8GemmAccumulatorCoord) is 2 (lane & 3) for r = 0, 2 and one more for
+// r = 1, 3. Bit 2 ni + (d & 1) is set when row_role of that row is `role`
+// (RowHasRole reads it); every bit without row_role. Each row's role is read
+// once, rows past m not at all.
+template <int kNi>
+__device__ __forceinline__ uint32_t RowsOfRole(const int32_t* row_role, int role, int64_t m_base,
+                                               int64_t m, int lane) {
+  static_assert(2 * kNi <= 32, "a bit a row");
+  if (row_role == nullptr) return ~0u;
+  uint32_t rows = 0;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const uint32_t word = i < 2 ? lo : hi;
-    const __nv_fp8x2_storage_t pair =
-        static_cast<__nv_fp8x2_storage_t>((word >> (16 * (i & 1))) & 0xFFFFu);
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
-    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
-    const __nv_bfloat162 b = __floats2bfloat162_rn(__fmul_rn(f.x, s), __fmul_rn(f.y, s));
-    out[i] = *reinterpret_cast<const uint32_t*>(&b);
+  for (int ni = 0; ni < kNi; ++ni) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t gm = m_base + ni * 8 + Fp8GemmAccumulatorCoord(lane, r).m;
+      if (gm < m && row_role[gm] == role) rows |= 1u << (2 * ni + r);
+    }
   }
+  return rows;
+}
+
+// Whether row m_base + d is of the role in RowsOfRole's `rows`.
+__device__ __forceinline__ bool RowHasRole(uint32_t rows, int64_t d) {
+  const int i = static_cast<int>(d);
+  return ((rows >> (2 * (i >> 3) + (i & 1))) & 1u) != 0;
 }
 
 // acc += A B over one 16-element K step (bf16 operands, fp32 accumulation).
@@ -194,7 +203,7 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
                      : "=r"(lo), "=r"(hi)
                      : "r"(src + row * kCodeRow + chunk * 8));
         const int rt = static_cast<int>((gn >> 5) - (n0 >> 5));
-        WidenFp8Weights8(lo, hi, scale_tile[rt * cta_scale_cols + (kk >> 5) - 2 * kt0], v);
+        fp8_gemm::Fp8ToBf16Eight(lo, hi, scale_tile[rt * cta_scale_cols + (kk >> 5) - 2 * kt0], v);
       }
       asm volatile(
           "st.shared.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"r"(dst + Fp8GemmSwizzledOffset(row, chunk)),
@@ -255,8 +264,10 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsM * 32)
     return;
   }
   const int64_t y_off = g * args.y_stride;
+  const uint32_t rows = RowsOfRole<kNi>(args.row_role, args.role, m0 + warp_m0, args.m, lane);
   ForEachOutput(
       acc, lane, n0 + warp_n0, m0 + warp_m0, args.n, args.m, [&](int64_t gm, int64_t gn, float v) {
+        if (!RowHasRole(rows, gm - (m0 + warp_m0))) return;
         if (args.bf16_out) {
           static_cast<__nv_bfloat16*>(args.y)[y_off + gm * args.ldy + gn] = __float2bfloat16_rn(v);
         } else {

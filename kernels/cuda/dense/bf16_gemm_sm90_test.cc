@@ -534,6 +534,94 @@ TEST(Bf16GemmTest, Fp8WeightsGiveTheProductOverTheirBf16Values) {
   }
 }
 
+// row_role: a call writes only the rows of its role, each with the bits of
+// the call without row_role, in every group, and leaves the other rows as
+// they were; a second call for the other role completes y. On the mma tiles
+// (kAuto at 37 rows and three fixed tiles), split-K's second kernel and
+// the warp-specialized tile (300 rows, its splits summed in the CTA), for
+// fp32, rounded fp32 and bf16 outputs.
+TEST(Bf16GemmTest, RowRoleWritesOnlyItsRows) {
+  constexpr int kGroups = 2;
+  const int64_t n = 96, k = 520;  // 9 stages of 64
+  std::mt19937 rng(41);
+  for (const int64_t m : {int64_t{37}, int64_t{300}}) {
+    const std::vector<uint16_t> x = RandomRows(kGroups * m, k, rng),
+                                w = RandomRows(kGroups * n, k, rng);
+    std::vector<int32_t> roles(m);
+    for (int32_t& r : roles) r = static_cast<int32_t>(rng() % 2);
+    roles[0] = 1;  // both roles at the ends
+    roles[m - 1] = 0;
+    DeviceBuffer<uint16_t> dx(x), dw(w);
+    DeviceBuffer<int32_t> droles(roles);
+    DeviceBuffer<float> want(kGroups * m * n), got(kGroups * m * n),
+        scratch(int64_t{kGroups} * 3 * m * n);
+    ASSERT_TRUE(dx.ok() && dw.ok() && droles.ok() && want.ok() && got.ok() && scratch.ok());
+    struct Run {
+      Fp8GemmTile tile;
+      int splits;
+      Fp8GemmOutput output;
+    };
+    for (const Run& r : {Run{Fp8GemmTile::kAuto, 1, Fp8GemmOutput::kF32},
+                         Run{Fp8GemmTile::kAuto, 1, Fp8GemmOutput::kBf16},
+                         Run{Fp8GemmTile::kN16M8, 1, Fp8GemmOutput::kF32RoundedBf16},
+                         Run{Fp8GemmTile::kN16M64, 1, Fp8GemmOutput::kF32},
+                         Run{Fp8GemmTile::kN128M128, 1, Fp8GemmOutput::kBf16},
+                         Run{Fp8GemmTile::kAuto, 3, Fp8GemmOutput::kF32},
+                         Run{Fp8GemmTile::kAuto, 3, Fp8GemmOutput::kBf16},
+                         Run{Fp8GemmTile::kN128M128Ws, 1, Fp8GemmOutput::kF32},
+                         Run{Fp8GemmTile::kN128M128Ws, 2, Fp8GemmOutput::kBf16}}) {
+      Bf16GemmParams p{.x = dx.get(),
+                       .w = dw.get(),
+                       .y = want.get(),
+                       .m = m,
+                       .n = n,
+                       .k = k,
+                       .groups = kGroups,
+                       .output = r.output,
+                       .tile = r.tile,
+                       .k_splits = r.splits,
+                       .split_scratch = r.splits > 1 ? scratch.get() : nullptr};
+      SCOPED_TRACE(::testing::Message()
+                   << "m " << m << " tile " << static_cast<int>(ResolveBf16GemmTile(p))
+                   << " splits " << r.splits << " output " << static_cast<int>(r.output));
+      want.Poison(0xFF);
+      got.Poison(0x5A);  // the sentinel
+      ASSERT_TRUE(Bf16Gemm(p, nullptr).ok());
+      p.y = got.get();
+      p.row_role = droles.get();
+      p.role = 1;
+      ASSERT_TRUE(Bf16Gemm(p, nullptr).ok());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const int bytes = Fp8GemmOutputBytes(r.output);
+      const std::vector<float> want_f = want.Download();
+      std::vector<float> got_f = got.Download();
+      const auto row_of = [&](const std::vector<float>& v, int g, int64_t i) {
+        return reinterpret_cast<const uint8_t*>(v.data()) + (g * m + i) * n * bytes;
+      };
+      std::vector<uint8_t> sentinel(n * bytes, 0x5A);
+      int64_t differ = 0, touched = 0;
+      for (int g = 0; g < kGroups; ++g) {
+        for (int64_t i = 0; i < m; ++i) {
+          if (roles[i] == 1) {
+            differ += std::memcmp(row_of(got_f, g, i), row_of(want_f, g, i), n * bytes) != 0;
+          } else {
+            touched += std::memcmp(row_of(got_f, g, i), sentinel.data(), n * bytes) != 0;
+          }
+        }
+      }
+      EXPECT_EQ(differ, 0) << "rows of the role without the unmasked bits";
+      EXPECT_EQ(touched, 0) << "rows of the other role written";
+      // The other role's call completes y: the unmasked product, every byte
+      // of its groups.
+      p.role = 0;
+      ASSERT_TRUE(Bf16Gemm(p, nullptr).ok());
+      got_f = got.Download();
+      EXPECT_EQ(std::memcmp(got_f.data(), want_f.data(), kGroups * m * n * bytes), 0)
+          << "the two roles' calls together differ from one call";
+    }
+  }
+}
+
 TEST(Bf16GemmTest, RefusesBadArguments) {
   DeviceBuffer<uint16_t> b(1024);
   DeviceBuffer<float> y(1024);

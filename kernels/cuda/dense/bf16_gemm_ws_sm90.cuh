@@ -195,8 +195,12 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                   [&](int64_t gm, int64_t gn, float v) { part[gm * args.n + gn] = v; });
     return;
   }
+  // With row_role, the rows of the other role keep what y held (also for
+  // the splits summed above).
+  const uint32_t rows = RowsOfRole<16>(args.row_role, args.role, m0, args.m, lane);
   ForEachOutput(acc, lane, n0 + (warp - 4) * 16, m0, args.n, args.m,
                 [&](int64_t gm, int64_t gn, float v) {
+                  if (!RowHasRole(rows, gm - m0)) return;
                   const int64_t at = g * args.y_stride + gm * args.ldy + gn;
                   if (args.bf16_out) {
                     static_cast<__nv_bfloat16*>(args.y)[at] = __float2bfloat16_rn(v);

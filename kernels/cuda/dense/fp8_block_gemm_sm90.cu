@@ -85,7 +85,8 @@ absl::Status LaunchTile(const Fp8BlockGemmParams& p, const Fp8GemmTileShape& sha
                                                      p.m * p.n, p.n, p.k_splits, args.round_f32, r);
     } else if (p.k_splits > 1 && !fused_reduce) {
       LaunchSplitReduce(p.split_scratch, p.y, p.m * p.n, p.groups, p.k_splits, args.y_stride,
-                        args.bf16_out, args.round_f32, stream);
+                        args.bf16_out, args.round_f32, /*n=*/0, /*ldy=*/0, /*row_role=*/nullptr,
+                        /*role=*/0, stream);
     }
     return LaunchStatus("Fp8BlockGemm");
   };

@@ -340,6 +340,49 @@ void Prefill(cudaStream_t stream) {
         halves_ms > 0 ? lt_bf16 / (halves_ms + widen_ms) : 0.0, scaled_ms * 1e3, tf(scaled_ms),
         widen_scaled_ms * 1e3, scaled_ms > 0 ? lt_bf16 / (scaled_ms + widen_scaled_ms) : 0.0);
   }
+  // The prompt's bf16 route (the decoder's prompt_bf16_linears): X's codes
+  // to bf16 (Fp8ActBf16), W's to bf16 (Fp8WeightBf16), then Bf16Gemm's
+  // warp-specialized tile at the split the decoder gives the weight
+  // (ChooseBf16GemmSplits, summed in the CTA), bf16 out as cuBLASLt's
+  // column above. The same operands' values as the FP8 product, other sums.
+  std::printf(
+      "\nThe prompt's bf16 route at m = %lld: %-12s %-6s %-6s | %-9s %7s | %9s %9s | %7s | %s | "
+      "%s\n",
+      static_cast<long long>(kM), "linear", "n", "k", "gemm us", "TF/s", "X cvt us", "W cvt us",
+      "TF/s all", "gemm / Lt(bf16)", "all / Lt(bf16)");
+  for (const Linear& l : {Linear{"wq_a", 1280, 5120}, Linear{"wq_b", 32768, 1280},
+                          Linear{"wo_b", 5120, 8192}, Linear{"shared.w13", 4608, 5120},
+                          Linear{"shared.w2", 5120, 2304}, Linear{"square8k", 8192, 8192}}) {
+    Problem p(kM, l.n, l.k, 1);
+    const double flops = 2.0 * kM * l.n * l.k;
+    uint16_t *xb = nullptr, *wb = nullptr;
+    WEIR_BENCH_CHECK(cudaMalloc(&xb, kM * l.k * sizeof(uint16_t)));
+    WEIR_BENCH_CHECK(cudaMalloc(&wb, l.n * l.k * sizeof(uint16_t)));
+    const Fp8ActBf16Params xp{
+        .codes = p.x[0], .scales = p.xs[0], .out = xb, .rows = kM, .cols = l.k};
+    const Fp8WeightBf16Params wp{
+        .codes = p.w[0], .scales = p.ws[0], .out = wb, .rows = l.n, .cols = l.k};
+    Bf16GemmParams bp{
+        .x = xb, .w = wb, .y = p.y, .m = kM, .n = l.n, .k = l.k, .output = Fp8GemmOutput::kBf16};
+    bp.k_splits = ChooseBf16GemmSplits(l.n, l.k);
+    float* scratch = nullptr;
+    if (bp.k_splits > 1) {
+      WEIR_BENCH_CHECK(cudaMalloc(&scratch, Bf16GemmSplitScratchFloats(bp) * sizeof(float)));
+      bp.split_scratch = scratch;
+    }
+    const double x_ms = MedianMs([&] { (void)Fp8ActBf16(xp, stream); }, stream, 10);
+    const double w_ms = MedianMs([&] { (void)Fp8WeightBf16(wp, stream); }, stream, 10);
+    const double g_ms = MedianMs([&] { (void)Bf16Gemm(bp, stream); }, stream, 10);
+    const double lt_ms = lt->Ms(p.w[0], p.x[0], p.y, p.m, p.n, p.k, CUDA_R_16BF, stream);
+    const double all_ms = x_ms + w_ms + g_ms;
+    std::printf("%-12s %-6lld %-6lld | %-9s %7.1f %7.0f | %9.1f %9.1f | %7.0f | %.2f | %.2f\n",
+                l.name, static_cast<long long>(l.n), static_cast<long long>(l.k),
+                TileName(ResolveBf16GemmTile(bp)), g_ms * 1e3, flops / g_ms / 1e9, x_ms * 1e3,
+                w_ms * 1e3, flops / all_ms / 1e9, lt_ms / g_ms, lt_ms / all_ms);
+    WEIR_BENCH_CHECK(cudaFree(xb));
+    WEIR_BENCH_CHECK(cudaFree(wb));
+    if (scratch != nullptr) WEIR_BENCH_CHECK(cudaFree(scratch));
+  }
   // Bf16Gemm at V4.1's grouped wo_a (8 groups of 1,024 x 4,096 over the
   // attention output's 8 x 4,096 columns): the warp-specialized tile
   // (kAuto) against the mma tile, beside cuBLASLt FP8 of one group's shape.

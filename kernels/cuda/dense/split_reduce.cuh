@@ -25,15 +25,19 @@ __device__ __forceinline__ float SumSplits(const float* __restrict__ part, int64
 }
 
 // partial: [groups][splits][mn]; y: group g at g * y_stride, its rows of n
-// ldy apart, bf16 or fp32 (rounded to bf16 when round_f32). One thread per
-// element of a group, blockIdx.y the group. `static`: each launcher's
-// translation unit has its own copy.
+// ldy apart, bf16 or fp32 (rounded to bf16 when round_f32). With row_role
+// (Bf16GemmParams::row_role; null: every row) only the elements of rows r =
+// e / n with row_role[r] == role are written. One thread per element of a
+// group, blockIdx.y the group. `static`: each launcher's translation unit has
+// its own copy.
 static __global__ void SplitReduceKernel(const float* __restrict__ partial, void* y, int64_t mn,
                                          int splits, int64_t y_stride, bool bf16_out,
-                                         bool round_f32, int64_t n, int64_t ldy) {
+                                         bool round_f32, int64_t n, int64_t ldy,
+                                         const int32_t* __restrict__ row_role, int role) {
   GridDependencyPrologue();
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= mn) return;
+  if (row_role != nullptr && row_role[e / n] != role) return;  // a row of the other role
   const int64_t g = blockIdx.y;
   const float v = SumSplits(partial + g * splits * mn + e, mn, splits);
   const int64_t at = g * y_stride + (ldy == n ? e : e / n * ldy + e % n);
@@ -117,15 +121,16 @@ static __global__ void SplitReduceRopeKernel(const float* __restrict__ partial, 
 
 // Launches SplitReduceKernel over `groups` groups of `mn` elements (the
 // split products' second kernel, as both launchers run it); y's rows of n
-// are ldy apart (n = ldy = 0: packed, one row of mn).
+// are ldy apart (n = ldy = 0: packed, one row of mn, and row_role null).
 static inline void LaunchSplitReduce(const float* partial, void* y, int64_t mn, int64_t groups,
                                      int splits, int64_t y_stride, bool bf16_out, bool round_f32,
-                                     cudaStream_t stream, int64_t n = 0, int64_t ldy = 0) {
+                                     int64_t n, int64_t ldy, const int32_t* row_role, int role,
+                                     cudaStream_t stream) {
   constexpr int kThreads = 256;
   SplitReduceKernel<<<dim3(static_cast<unsigned>((mn + kThreads - 1) / kThreads),
                            static_cast<unsigned>(groups)),
                       kThreads, 0, stream>>>(partial, y, mn, splits, y_stride, bf16_out, round_f32,
-                                             n == 0 ? mn : n, ldy == 0 ? mn : ldy);
+                                             n == 0 ? mn : n, ldy == 0 ? mn : ldy, row_role, role);
 }
 
 }  // namespace weir::kernels::cuda::dense
