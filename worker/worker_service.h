@@ -133,6 +133,9 @@ struct WorkerOptions {
   // kFast: a prompt's positions in their own attention shape
   // (DeviceDecoderOptions::prompt_range_tiles; 0: off).
   int prompt_range_tiles = 16;
+  // kFast: a prompt's FP8 linears as bf16 products over their exact values
+  // (DeviceDecoderOptions::prompt_bf16_linears).
+  bool prompt_bf16_linears = false;
   // With device_decode_ep on several GPUs of one node: the MoE exchange
   // written by the device into the peers' NCCL symmetric windows
   // (DeviceDecoderOptions::ep_lsa_exchange).
