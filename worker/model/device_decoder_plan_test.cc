@@ -84,6 +84,37 @@ TEST(DeviceDecoderPlanTest, FindsTheMostKvBlocksThatFit) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// prompt_bf16_linears takes its scratch from the arena: X's bf16 values (as
+// many as the FP8 activation scratch, at every batch size) and, only where
+// steps of more than 256 rows are planned (the warp-specialized bf16 tile),
+// the largest FP8 weight's bf16 values, each twice with concurrent branches.
+TEST(DeviceDecoderPlanTest, PromptBf16LinearsTakeTheirScratchFromTheArena) {
+  auto m = TinyModel();
+  ASSERT_NE(m, nullptr);
+  auto extra = [&](int max_batch) {
+    DeviceDecoderOptions options{.numerics = DecodeNumerics::kFast,
+                                 .max_sequences = 2,
+                                 .max_batch = max_batch,
+                                 .max_rows_per_slot = max_batch};
+    const size_t off = ArenaAt(*m, options, 512);
+    options.prompt_bf16_linears = true;
+    const size_t on = ArenaAt(*m, options, 512);
+    EXPECT_GT(on, off) << "max_batch " << max_batch;
+    return static_cast<double>(on) - static_cast<double>(off);
+  };
+  const double at256 = extra(256), at264 = extra(264);
+  // X's scratch holds at least a bf16 row of dim for every batch row, twice.
+  EXPECT_GE(at256, 2.0 * 256 * m->config().dim * 2);
+  // Past 256 rows the weight scratch comes on top of X's, which grows with
+  // the batch alone (264 / 256 of it, plus alignment).
+  EXPECT_GT(at264, at256 * 264 / 256 + 4096);
+  // The reference numerics never take it.
+  DeviceDecoderOptions reference{.max_sequences = 2, .max_batch = 264, .max_rows_per_slot = 264};
+  const size_t ref_off = ArenaAt(*m, reference, 512);
+  reference.prompt_bf16_linears = true;
+  EXPECT_EQ(ArenaAt(*m, reference, 512), ref_off);
+}
+
 TEST(DeviceDecoderPlanTest, HoldsCheckpointExpertsAsMxfp4) {
   auto m = TinyModel();
   ASSERT_NE(m, nullptr);
