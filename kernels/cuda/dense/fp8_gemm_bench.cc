@@ -10,6 +10,9 @@
 //     the choice is free);
 //   * prefill (m = 4096): TFLOP/s against cuBLASLt's own FP8 GEMM (e4m3 x e4m3,
 //     per-tensor scales 1.0, fp32 compute) on the same shapes, bf16 and fp32 out;
+//     then the same shapes on the prompt's bf16 route (the decoder's
+//     prompt_bf16_linears: Fp8ActBf16 and Fp8WeightBf16, then Bf16Gemm), the
+//     product alone and with both conversions, against cuBLASLt's bf16-out time;
 //   * ActQuantFp8 on the activation sizes.
 //
 //   fp8_gemm_bench                   (on the GPU machine)
