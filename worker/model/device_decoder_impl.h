@@ -924,38 +924,44 @@ struct DeviceDecoder::Impl {
     return dense::Bf16Gemm(p, stream);
   }
   // A w8 weight's operands for `p`: its codes and scales (the mma tiles widen
-  // them), or, where the bf16 form would run the warp-specialized prefill
-  // tile and the weight fits the x16 scratch, its bf16 bits widened there
-  // first (Fp8WeightBf16: the same values, so the same bits).
+  // them), or its bf16 bits in the x16 scratch where WidenForPrefillTile
+  // puts them there.
   absl::Status StoredBf16Weight(const DevDense& w, int groups, int64_t w_stride,
                                 int64_t w_scale_stride, dense::Bf16GemmParams& p) {
     p.w = nullptr;
     p.w_codes = w.codes;
     p.w_scales = w.scales;
     p.w_scales_group_stride = groups > 1 ? w_scale_stride : 0;
+    ASSIGN_OR_RETURN(const bool widened, WidenForPrefillTile(p, x16, x16_count));
+    if (widened) ++widened_wo_a;
+    return absl::OkStatus();
+  }
+  // Where `p` (a product of w_codes) would run the warp-specialized prefill
+  // tile on the weight's bf16 form and that form fits `scratch` (elements),
+  // widens the codes into it first (Fp8WeightBf16: the same values, so the
+  // same bits) and points `p` at it; returns whether it did.
+  absl::StatusOr<bool> WidenForPrefillTile(dense::Bf16GemmParams& p, uint16_t* scratch,
+                                           int64_t scratch_count) {
     dense::Bf16GemmParams bf16_form = p;
-    bf16_form.w_codes = nullptr;
-    bf16_form.w = reinterpret_cast<const uint16_t*>(x16);
-    const int64_t elements = int64_t{groups} * w.out * w.in;
-    if (x16 == nullptr || elements > x16_count ||
+    bf16_form.w = scratch;
+    bf16_form.w_codes = bf16_form.w_scales = nullptr;
+    bf16_form.w_scales_group_stride = 0;
+    bf16_form.w_group_stride = p.groups > 1 ? p.n * p.k : 0;
+    if (scratch == nullptr || int64_t{p.groups} * p.n * p.k > scratch_count ||
         dense::ResolveBf16GemmTile(bf16_form) != dense::Fp8GemmTile::kN128M128Ws) {
-      return absl::OkStatus();
+      return false;
     }
-    RETURN_IF_ERROR(dense::Fp8WeightBf16({.codes = w.codes,
-                                          .scales = w.scales,
-                                          .out = x16,
-                                          .rows = w.out,
-                                          .cols = w.in,
-                                          .groups = groups,
-                                          .code_group_stride = groups > 1 ? w_stride : 0,
+    RETURN_IF_ERROR(dense::Fp8WeightBf16({.codes = p.w_codes,
+                                          .scales = p.w_scales,
+                                          .out = scratch,
+                                          .rows = p.n,
+                                          .cols = p.k,
+                                          .groups = p.groups,
+                                          .code_group_stride = p.groups > 1 ? p.w_group_stride : 0,
                                           .scale_group_stride = p.w_scales_group_stride},
                                          stream));
-    p.w_codes = p.w_scales = nullptr;
-    p.w_scales_group_stride = 0;
-    p.w = x16;
-    p.w_group_stride = groups > 1 ? w.out * w.in : 0;
-    ++widened_wo_a;
-    return absl::OkStatus();
+    p = bf16_form;
+    return true;
   }
   // prefill_x16_panel: where `p` runs the warp-specialized prefill tile and
   // its X fits the panel scratch, widens X's codes into the panel and points
@@ -1070,24 +1076,7 @@ struct DeviceDecoder::Impl {
       }
       // Above 256 rows: the weight's bf16 values in w16 and the
       // warp-specialized tile (the same bits as widening in the stages).
-      dense::Bf16GemmParams bf16_form = b;
-      bf16_form.w = w16;
-      bf16_form.w_codes = bf16_form.w_scales = nullptr;
-      bf16_form.w_scales_group_stride = 0;
-      bf16_form.w_group_stride = groups > 1 ? p.n * p.k : 0;
-      if (w16 != nullptr && int64_t{groups} * p.n * p.k <= w16_count &&
-          dense::ResolveBf16GemmTile(bf16_form) == dense::Fp8GemmTile::kN128M128Ws) {
-        RETURN_IF_ERROR(dense::Fp8WeightBf16({.codes = b.w_codes,
-                                              .scales = b.w_scales,
-                                              .out = w16,
-                                              .rows = p.n,
-                                              .cols = p.k,
-                                              .groups = groups,
-                                              .code_group_stride = b.w_group_stride,
-                                              .scale_group_stride = b.w_scales_group_stride},
-                                             stream));
-        b = bf16_form;
-      }
+      RETURN_IF_ERROR(WidenForPrefillTile(b, w16, w16_count).status());
       RETURN_IF_ERROR(dense::Bf16Gemm(b, stream));
       ++prompt_bf16_products;
     }
