@@ -815,6 +815,9 @@ absl::StatusOr<int64_t> DeviceDecoder::StepInto(std::span<const int> slots,
     // step's mirror grid (its sequences and rows) for another.
     m.mirror_step_ =
         m.mirror_sequences_ > 0 && !(options_.use_graphs && padded <= options_.graph_max_rows);
+    // The FP8 products over the generated rows' ranges alone: eager steps too.
+    m.fp8_span_step_ =
+        !m.fp8_spans_.empty() && !(options_.use_graphs && padded <= options_.graph_max_rows);
     WEIR_DD_CUDA("event", cudaEventRecord(m.ev_begin, m.stream));
     // Large steps (prefill chunks) launch eagerly: their launch overhead is
     // small beside their work, and a graph per padded size would be
@@ -847,6 +850,7 @@ absl::StatusOr<int64_t> DeviceDecoder::StepInto(std::span<const int> slots,
     stats_.reduce_fp8_out = m.reduce_fp8_out;
     stats_.widened_wo_a = m.widened_wo_a;
     stats_.prompt_bf16_products = m.prompt_bf16_products;
+    stats_.fp8_span_products = m.fp8_span_products;
     WEIR_DD_CUDA("event", cudaEventRecord(m.ev_end, m.stream));
     if (asked > 0 && greedy) {  // the argmax of each asked row, 4 bytes a row back
       RETURN_IF_ERROR(kernels::cuda::dense::ArgmaxRows(

@@ -651,6 +651,9 @@ struct DeviceDecoderStats {
   int64_t reduce_fp8_out = 0;     // reduce_fp8_out: wo_b inputs made by wo_a's reduce
   int64_t widened_wo_a = 0;       // stored_wo_a: products that widened wo_a to bf16 first (prefill)
   int64_t prompt_bf16_products = 0;  // prompt_bf16_linears: FP8 products run as bf16
+  // prompt_bf16_linears, eager steps of both roles: FP8 calls over the
+  // generated rows' ranges alone (a product may take several)
+  int64_t fp8_span_products = 0;
   int64_t prompt_shape_rows = 0;  // rows stepped in the prompt's attention shape
   int64_t kv_mirrors = 0;         // prompt_kv_mirror: layers' mirror passes enqueued
   int64_t shared_key_scores = 0;  // indexer_shared_keys: IndexerScore launches in that form

@@ -1219,6 +1219,73 @@ TEST(DeviceDecoderFastTest, PromptBf16LinearsChunkedStepsAreBatchInvariant) {
                              /*mark_prompts=*/true);
 }
 
+// prompt_bf16_linears on eager steps of both roles: the FP8 products run
+// over the generated rows' ranges alone (fp8_span_products), and every row
+// still gets the bits it gets in a step of its own role. Two sequences with
+// prompts of 5 and 150 positions: slot 3's prompt, then steps of slot 3's
+// generated token beside a 37-row chunk of slot 1's prompt (generated row
+// first, then last, so a range starts inside the step and ends at its
+// padding), against the same rows in separate steps.
+TEST(DeviceDecoderFastTest, PromptBf16LinearsMixedEagerStepsGiveEachRoleItsBits) {
+  const Checkpoint* small = SmallCheckpoint(3);
+  ASSERT_NE(small, nullptr);
+  const int64_t v = small->config().vocab_size;
+  auto cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
+  ASSERT_NE(cpu, nullptr);
+  DeviceDecoderOptions options{.numerics = DecodeNumerics::kFast,
+                               .max_sequences = 4,
+                               .max_positions = 192,
+                               .max_batch = 64,
+                               .max_rows_per_slot = 64};
+  options.prompt_bf16_linears = true;
+  options.use_graphs = false;
+  constexpr int kLong = 150, kShort = 5, kPart = 37;
+  const std::vector<int64_t> long_prompt = RandomTokens(kLong, 91, v - 1);
+  const std::vector<int64_t> short_prompt = RandomTokens(kShort, 92, v - 1);
+  auto mixed = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, options);
+  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  auto apart = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, options);
+  ASSERT_TRUE(apart.ok()) << apart.status();
+  for (DeviceDecoder* d : {mixed->get(), apart->get()}) {
+    ASSERT_TRUE(d->Start(1).ok());
+    ASSERT_TRUE(d->Start(3).ok());
+    ASSERT_TRUE(d->SetPromptEnd(1, kLong).ok());
+    ASSERT_TRUE(d->SetPromptEnd(3, kShort).ok());
+    ASSERT_TRUE(d->StepRows(std::vector<int>(kShort, 3), short_prompt, std::nullopt).ok());
+  }
+  int64_t differing = 0, rows = 0;
+  for (int part = 0; part * kPart < kLong && part < 4; ++part) {
+    const std::vector<int64_t> chunk(long_prompt.begin() + part * kPart,
+                                     long_prompt.begin() + std::min(kLong, (part + 1) * kPart));
+    const int64_t generated = 200 + part;
+    const bool generated_first = part % 2 == 0;
+    std::vector<int> slots(chunk.size(), 1);
+    std::vector<int64_t> tokens = chunk;
+    slots.insert(generated_first ? slots.begin() : slots.end(), 3);
+    tokens.insert(generated_first ? tokens.begin() : tokens.end(), generated);
+    auto together = (*mixed)->StepRows(slots, tokens, std::nullopt);
+    ASSERT_TRUE(together.ok()) << together.status();
+    auto prompt_rows = (*apart)->StepRows(std::vector<int>(chunk.size(), 1), chunk, std::nullopt);
+    ASSERT_TRUE(prompt_rows.ok()) << prompt_rows.status();
+    auto generated_row =
+        (*apart)->StepRows(std::vector<int>{3}, std::vector<int64_t>{generated}, std::nullopt);
+    ASSERT_TRUE(generated_row.ok()) << generated_row.status();
+    const size_t g = generated_first ? 0 : chunk.size();
+    const size_t p0 = generated_first ? 1 : 0;
+    differing +=
+        std::memcmp(together->data() + g * v, generated_row->data(), v * sizeof(float)) != 0;
+    for (size_t r = 0; r < chunk.size(); ++r) {
+      differing += std::memcmp(together->data() + (p0 + r) * v, prompt_rows->data() + r * v,
+                               v * sizeof(float)) != 0;
+    }
+    rows += static_cast<int64_t>(chunk.size()) + 1;
+  }
+  EXPECT_EQ(differing, 0) << "of " << rows << " rows";
+  EXPECT_GT((*mixed)->stats().fp8_span_products, 0);
+  EXPECT_GT((*mixed)->stats().prompt_bf16_products, 0);
+  EXPECT_EQ((*apart)->stats().fp8_span_products, 0);  // no step had both roles
+}
+
 // The same with the e4m3 wgmma maths (dense_wgmma, expert_wgmma): the 400-row
 // chunk's FP8 linears and the experts' tile form run the warp-specialized
 // tile's e4m3 instance, the 100-row chunks kWgmma's other tiles and the

@@ -113,6 +113,11 @@ absl::StatusOr<bool> DeviceDecoder::Impl::PrepareMeta(std::span<const int> slot_
     for (int64_t i = 0; i < real_rows; ++i) prompt_shape_rows_ += meta_h.role[i];
   }
   for (int64_t i = real_rows; i < padded; ++i) meta_h.role[i] = row_roles == 2 ? 1 : 0;
+  span_rows_ = padded;
+  fp8_spans_.clear();
+  if (linear_roles_ == 3) {
+    fp8_spans_ = SpansOfRole(std::span<const int32_t>(meta_h.role, padded), 0, kFp8SpanAlign);
+  }
   // prompt_kv_mirror: each run that starts in its prompt, with the rows its
   // attention may read (StepRows decides whether the step takes them).
   mirror_sequences_ = 0;

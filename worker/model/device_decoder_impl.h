@@ -65,6 +65,7 @@
 #include "worker/model/engram_layer.h"
 #include "worker/model/layer_roles.h"
 #include "worker/model/moe_layer.h"
+#include "worker/model/row_spans.h"
 
 namespace weir::model {
 namespace cpu = ::weir::kernels::cpu;
@@ -452,6 +453,7 @@ struct DeviceDecoder::Impl {
   uint16_t *rx16 = nullptr, *side_rx16 = nullptr, *w16 = nullptr, *side_w16 = nullptr;
   int64_t rx16_count = 0, side_rx16_count = 0, w16_count = 0, side_w16_count = 0;
   int64_t prompt_bf16_products = 0;  // DeviceDecoderStats::prompt_bf16_products
+  int64_t fp8_span_products = 0;     // DeviceDecoderStats::fp8_span_products
   int64_t x16_panels = 0;  // panels made (DeviceDecoderStats::x16_panels)
   int64_t shared_key_scores = 0;  // DeviceDecoderStats::shared_key_scores
   int64_t fused_ropes = 0;  // DeviceDecoderStats::fused_ropes
@@ -824,6 +826,16 @@ struct DeviceDecoder::Impl {
   // draft pass: 1.
   int linear_roles_ = 1;
   bool PromptLinears() const { return options.prompt_bf16_linears && fast(); }
+  // A step with both linear roles: the rows the FP8 products must reach (the
+  // generated positions' and padding, meta role 0) as ranges of whole
+  // kFp8SpanAlign rows, over span_rows_ rows (PrepareMeta), and whether this
+  // step runs the FP8 products over them alone (fp8_span_step_: eager steps
+  // only, since a captured graph would replay one step's ranges for another).
+  static constexpr int64_t kFp8SpanAlign = 16;
+  static constexpr size_t kMaxFp8Spans = 4;
+  std::vector<RowSpan> fp8_spans_;
+  int64_t span_rows_ = 0;
+  bool fp8_span_step_ = false;
   // The prompt's attention shape is on (prompt_range_tiles, stored-form
   // pools of SparseDecodeAttention's head_dim).
   bool PromptShape() const {
@@ -1004,10 +1016,44 @@ struct DeviceDecoder::Impl {
       if (linear_roles_ == 2) return PromptBf16Gemm(p, split_groups, nullptr);
       product_rope = nullptr;
       product_roped = false;
-      RETURN_IF_ERROR(Fp8GemmAllRows(p, split_groups));
+      RETURN_IF_ERROR(Fp8GemmGeneratedRows(p, split_groups));
       return PromptBf16Gemm(p, split_groups, meta_d.role);
     }
     return Fp8GemmAllRows(p, split_groups);
+  }
+  // A mixed step's FP8 product: on eager steps over fp8_spans_ alone, a call
+  // a range (x, its scales and y advanced to the range's first row, the
+  // group strides made explicit), so a long prompt chunk beside a few
+  // generated rows no longer runs both maths over all of its rows; elsewhere
+  // (graph steps, a product over other rows than the step's, an X panel
+  // made by the caller, too many ranges) over every row. A row's bits are
+  // the same either way: an FP8 product's row depends on its X row and W
+  // alone (the split is the weight's, the tile moves time only).
+  absl::Status Fp8GemmGeneratedRows(const dense::Fp8BlockGemmParams& p, int split_groups) {
+    if (!fp8_span_step_ || p.m != span_rows_ || p.x_f16 != nullptr || fp8_spans_.empty() ||
+        fp8_spans_.size() > kMaxFp8Spans) {
+      return Fp8GemmAllRows(p, split_groups);
+    }
+    const int64_t k_blocks = p.k / 32;
+    const int y_bytes = dense::Fp8GemmOutputBytes(p.output);
+    for (const RowSpan& span : fp8_spans_) {
+      dense::Fp8BlockGemmParams q = p;
+      q.m = span.end - span.begin;
+      q.x = p.x + span.begin * p.k;
+      q.x_scales = p.x_scales + span.begin * k_blocks;
+      q.y = static_cast<char*>(p.y) + span.begin * p.n * y_bytes;
+      if (p.groups > 1) {
+        if (!p.x_shared) {
+          q.x_group_stride = p.x_group_stride != 0 ? p.x_group_stride : p.m * p.k;
+          q.x_scales_group_stride =
+              p.x_scales_group_stride != 0 ? p.x_scales_group_stride : p.m * k_blocks;
+        }
+        q.y_group_stride = p.y_group_stride != 0 ? p.y_group_stride : p.m * p.n;
+      }
+      RETURN_IF_ERROR(Fp8GemmAllRows(q, split_groups));
+      ++fp8_span_products;
+    }
+    return absl::OkStatus();
   }
   // prompt_bf16_linears: `p` (an FP8 product without group offsets) as
   // Bf16Gemm over its operands' bf16 values: X's codes dequantized into
