@@ -5,6 +5,10 @@
 #   tools/gpu/bundle.sh [OUT_DIR]        # default: .gpu_bundle (git-ignored)
 #   -> also .gpu_pack/bundle.tar.xz (git-ignored), the packed bundle to carry
 #   BUNDLE_PACK="bin/NAME tools/NAME serve ..." packs only those (and lib/)
+#   BUNDLE_TARGETS="//pkg:name_test //pkg:tool ..." builds and bundles only
+#     those labels (a label ending in _test into bin/, any other into tools/;
+#     no serving binaries): a fresh checkout builds a few minutes instead of
+#     every GPU target
 #
 # Left out of the bundle: glibc, libstdc++/libgcc, CUDA and NCCL libraries (the
 # GPU machine has its own, and cuBLASLt/NCCL are linked by soname for that).
@@ -12,17 +16,27 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 out="${1:-.gpu_bundle}"
 
-# Every test tagged `gpu`, plus their runtime data.
-mapfile -t targets < <(tools/bazel query 'attr(tags, "\bgpu\b", tests(//...))' 2>/dev/null)
-if ((${#targets[@]} == 0)); then
-  echo "bundle: no gpu-tagged tests found" >&2
-  exit 1
+if [[ -n "${BUNDLE_TARGETS:-}" ]]; then
+  read -r -a chosen <<< "${BUNDLE_TARGETS}"
+  targets=()
+  tool_targets=()
+  for label in "${chosen[@]}"; do
+    if [[ "${label}" == *_test ]]; then targets+=("${label}"); else tool_targets+=("${label}"); fi
+  done
+  serving=()
+else
+  # Every test tagged `gpu`, plus their runtime data.
+  mapfile -t targets < <(tools/bazel query 'attr(tags, "\bgpu\b", tests(//...))' 2>/dev/null)
+  if ((${#targets[@]} == 0)); then
+    echo "bundle: no gpu-tagged tests found" >&2
+    exit 1
+  fi
+  # The serving binaries, for serve_smoke.sh (the small model over gRPC) and the
+  # eplb step of multi_gpu.sh (gen_model writes its skewed checkpoint).
+  serving=(//coordinator:main //worker:main //eplb:main //tools:weir //tools:gen_model)
+  # Benchmarks tagged `gpu` (cc_binary), into OUT/tools; run_all.sh does not run them.
+  mapfile -t tool_targets < <(tools/bazel query 'attr(tags, "\bgpu\b", kind("cc_binary rule", //...))' 2>/dev/null)
 fi
-# The serving binaries, for serve_smoke.sh (the small model over gRPC) and the
-# eplb step of multi_gpu.sh (gen_model writes its skewed checkpoint).
-serving=(//coordinator:main //worker:main //eplb:main //tools:weir //tools:gen_model)
-# Benchmarks tagged `gpu` (cc_binary), into OUT/tools; run_all.sh does not run them.
-mapfile -t tool_targets < <(tools/bazel query 'attr(tags, "\bgpu\b", kind("cc_binary rule", //...))' 2>/dev/null)
 tools/bazel build --strip=always "${targets[@]}" "${serving[@]}" "${tool_targets[@]}" >&2
 
 rm -rf "${out}"
