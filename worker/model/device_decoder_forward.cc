@@ -115,6 +115,7 @@ absl::StatusOr<bool> DeviceDecoder::Impl::PrepareMeta(std::span<const int> slot_
   for (int64_t i = real_rows; i < padded; ++i) meta_h.role[i] = row_roles == 2 ? 1 : 0;
   span_rows_ = padded;
   fp8_spans_.clear();
+  fp8_span_step_ = false;  // the caller sets it once it knows the step is eager
   if (linear_roles_ == 3) {
     fp8_spans_ = SpansOfRole(std::span<const int32_t>(meta_h.role, padded), 0, kFp8SpanAlign);
   }
