@@ -102,6 +102,11 @@ ABSL_FLAG(int, prefill_chunk, 0,
           "this many positions (DeviceDecoder::StepRows, the last chunk's last row's logits "
           "only), timed, with model FLOPs against cuBLASLt's FP8 GEMM; 0 decodes the context "
           "one position a step.");
+ABSL_FLAG(int, prefill_mixed_rows, 0,
+          "--ep_slice --prefill_chunk: N > 0 puts N other sequences' generated positions (one "
+          "row each, first in the step) beside every prefill chunk, as a serving step that "
+          "mixes a prompt chunk with decode rows does; they start with an 8-position prompt "
+          "of their own, untimed. The prefill line still counts the chunks' positions only.");
 ABSL_FLAG(bool, slice_profile, true,
           "--ep_slice: also step an eager decoder with section events at the smallest and "
           "largest batch and print where its device time goes.");
@@ -614,16 +619,21 @@ void DeviceDecoderTable(weir::model::Model& model, weir::model::ActivationPrecis
 
 // Feeds `context` positions to `slot` (started) in StepRows chunks of up to
 // `chunk` rows; only the last chunk asks for logits (its last row). They are
-// the sequence's prompt (SetPromptEnd), the later steps its output.
+// the sequence's prompt (SetPromptEnd), the later steps its output. Each
+// step also takes one generated position of every slot in `mixed` (started
+// and past their prompts), in the step's first rows, their logits unasked.
 void FillByChunks(weir::model::DeviceDecoder& dd, int slot, int64_t context, int chunk,
-                  int64_t vocab) {
+                  int64_t vocab, std::span<const int> mixed = {}) {
   WEIR_CHECK(dd.SetPromptEnd(slot, context).ok());
+  const int64_t extra = static_cast<int64_t>(mixed.size());
   for (int64_t at = 0; at < context;) {
     const int64_t n = std::min<int64_t>(chunk, context - at);
-    std::vector<int> rows(n, slot);
-    std::vector<int64_t> toks(n);
-    for (int64_t j = 0; j < n; ++j) toks[j] = (slot * 7919 + (at + j) * 104729) % vocab;
-    const int last[] = {static_cast<int>(n - 1)};
+    std::vector<int> rows(mixed.begin(), mixed.end());
+    rows.resize(extra + n, slot);
+    std::vector<int64_t> toks(extra + n);
+    for (int64_t j = 0; j < extra; ++j) toks[j] = (mixed[j] * 7919 + at * 104729) % vocab;
+    for (int64_t j = 0; j < n; ++j) toks[extra + j] = (slot * 7919 + (at + j) * 104729) % vocab;
+    const int last[] = {static_cast<int>(extra + n - 1)};
     auto logits = dd.StepRows(
         rows, toks, at + n == context ? std::span<const int>(last) : std::span<const int>());
     WEIR_CHECK(logits.ok()) << logits.status();
@@ -660,10 +670,19 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
   // The slice's decoder options from the flags (graphs; the profile below
   // turns them off).
   weir::model::DeviceDecoderOptions options = DecoderOptionsFromFlags(numerics);
-  options.max_sequences = max_batch + 1;  // + a spare slot for the untimed prefill
+  // --prefill_mixed_rows: the sequences whose generated rows join the chunks,
+  // in the slots after the spare; each takes a row a chunk step of every fill.
+  const int mixed_rows = chunk > 0 ? std::max(absl::GetFlag(FLAGS_prefill_mixed_rows), 0) : 0;
+  std::vector<int> mixed_slots(mixed_rows);
+  for (int i = 0; i < mixed_rows; ++i) mixed_slots[i] = max_batch + 1 + i;
+  const int64_t chunk_steps = chunk > 0 ? (context + chunk - 1) / chunk : 0;
+  int64_t fills = 1;  // the spare slot's, then every batch's sequences
+  for (int batch : batches) fills += batch;
+  options.max_sequences = max_batch + 1 + mixed_rows;  // + a spare slot for the untimed prefill
   options.max_positions =
-      std::max<int64_t>(absl::GetFlag(FLAGS_max_positions), context + warmup + steps + 8);
-  options.max_batch = std::max(max_batch, chunk);
+      std::max<int64_t>({absl::GetFlag(FLAGS_max_positions), context + warmup + steps + 8,
+                         mixed_rows > 0 ? 8 + chunk_steps * fills + 8 : 0});
+  options.max_batch = std::max(max_batch, chunk + mixed_rows);
   options.max_rows_per_slot = std::max(chunk, 1);
   auto dd = weir::model::CreateSyntheticDeviceDecoder(c, options_precision(), options, 1,
                                                       absl::GetFlag(FLAGS_slice_bf16_wo_a));
@@ -743,8 +762,14 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       // Device-resident prefill: each sequence's context in chunks of one
       // slot (the last chunk returns its last row's logits), after one
       // untimed fill of a spare slot that captures the chunk graphs.
-      auto fill = [&](int slot) { FillByChunks(**dd, slot, context, chunk, c.vocab_size); };
+      auto fill = [&](int slot) {
+        FillByChunks(**dd, slot, context, chunk, c.vocab_size, mixed_slots);
+      };
       if (batch == batches.front()) {
+        for (int s : mixed_slots) {  // their own prompts first, untimed
+          WEIR_CHECK((*dd)->Start(s).ok());
+          FillByChunks(**dd, s, 8, chunk, c.vocab_size);
+        }
         WEIR_CHECK((*dd)->Start(batch).ok());
         fill(batch);
         WEIR_CHECK((*dd)->Release(batch).ok());
@@ -777,6 +802,12 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
           "s), %.0f tok/s, %.1f TFLOP/s model FLOPs = %.3f of cuBLASLt FP8 (%.0f)\n",
           batch, context, chunk, wall, dev, tokens_filled / wall, flops / wall / 1e12,
           flops / wall / 1e12 / peak_tflops, peak_tflops);
+      if (mixed_rows > 0) {
+        std::printf(
+            "      with %d other sequences' generated rows in every chunk step; %lld FP8 "
+            "calls over their rows' ranges alone since start\n",
+            mixed_rows, static_cast<long long>((*dd)->stats().fp8_span_products));
+      }
       if ((*dd)->stats().prompt_bf16_products > 0) {
         std::printf("      prompt_bf16_linears: %lld FP8 products run as bf16 since start\n",
                     static_cast<long long>((*dd)->stats().prompt_bf16_products));
