@@ -19,3 +19,19 @@ step() {  # step NAME TIMEOUT_S COMMAND...
   return "${code}"
 }
 : > "${results}/summary.txt"
+# budget_step NAME TIMEOUT_S COMMAND...: step, its limit cut to what is left of
+# BUDGET_S (default 540) since this file was sourced; with under 15 s left the
+# step is skipped (a summary line, exit 0). For a script whose steps run most
+# telling first, so that a short call still answers the first questions.
+steps_began=$(date +%s)
+budget_step() {
+  local name="$1" limit="$2" left
+  shift 2
+  left=$((${BUDGET_S:-540} - ($(date +%s) - steps_began)))
+  if ((left < 15)); then
+    printf '%-36s skipped (no time left)\n' "${name}" | tee -a "${results}/summary.txt"
+    return 0
+  fi
+  ((limit > left)) && limit="${left}"
+  step "${name}" "${limit}" "$@"
+}
