@@ -811,18 +811,17 @@ absl::StatusOr<int64_t> DeviceDecoder::StepInto(std::span<const int> slots,
   absl::Status st = [&]() -> absl::Status {
     WEIR_DD_CUDA("set device", cudaSetDevice(options_.device));
     ASSIGN_OR_RETURN(const bool runs, m.PrepareMeta(slots, tokens, padded, head_rows, head_padded));
-    // prompt_kv_mirror on eager steps only: a captured graph would replay one
-    // step's mirror grid (its sequences and rows) for another.
-    m.mirror_step_ =
-        m.mirror_sequences_ > 0 && !(options_.use_graphs && padded <= options_.graph_max_rows);
-    // The FP8 products over the generated rows' ranges alone: eager steps too.
-    m.fp8_span_step_ =
-        !m.fp8_spans_.empty() && !(options_.use_graphs && padded <= options_.graph_max_rows);
-    WEIR_DD_CUDA("event", cudaEventRecord(m.ev_begin, m.stream));
     // Large steps (prefill chunks) launch eagerly: their launch overhead is
     // small beside their work, and a graph per padded size would be
     // captured on first use.
-    if (options_.use_graphs && padded <= options_.graph_max_rows) {
+    const bool graph_step = options_.use_graphs && padded <= options_.graph_max_rows;
+    // prompt_kv_mirror on eager steps only: a captured graph would replay one
+    // step's mirror grid (its sequences and rows) for another; the same for
+    // the FP8 products over the generated rows' ranges alone.
+    m.mirror_step_ = m.mirror_sequences_ > 0 && !graph_step;
+    m.fp8_span_step_ = !m.fp8_spans_.empty() && !graph_step;
+    WEIR_DD_CUDA("event", cudaEventRecord(m.ev_begin, m.stream));
+    if (graph_step) {
       const int64_t key =
           (((padded * (m.batch_cap + 2) + head_padded + 1) * 2 + (runs ? 1 : 0)) * 4 + m.roles_) *
               4 +
