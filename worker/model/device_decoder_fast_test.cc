@@ -650,14 +650,17 @@ TEST(DeviceDecoderFastTest, SmallBf16IsBatchInvariant) { CheckBatchInvariance(fa
 std::vector<std::vector<float>> ChunkThenSteps(
     const Model& model, const DeviceDecoderOptions& options, const std::vector<int>& slots,
     const std::vector<int64_t>& prompt, const std::vector<std::vector<int64_t>>& steps,
-    DeviceDecoderStats* stats = nullptr,
-    ActivationPrecision precision = ActivationPrecision::kBf16) {
+    DeviceDecoderStats* stats = nullptr, ActivationPrecision precision = ActivationPrecision::kBf16,
+    bool mark_prompt = false) {
   std::vector<std::vector<float>> out;
   auto dd = DeviceDecoder::Create(model, precision, options);
   EXPECT_TRUE(dd.ok()) << dd.status();
   if (!dd.ok()) return out;
   for (int slot : slots) {
     EXPECT_TRUE((*dd)->Start(slot).ok());
+    if (mark_prompt) {
+      EXPECT_TRUE((*dd)->SetPromptEnd(slot, static_cast<int64_t>(prompt.size())).ok());
+    }
     auto rows = (*dd)->StepRows(std::vector<int>(prompt.size(), slot), prompt, std::nullopt);
     EXPECT_TRUE(rows.ok()) << rows.status();
     if (!rows.ok()) return out;
@@ -1010,20 +1013,27 @@ constexpr int kLongChunk = 400, kShortChunk = 100;
 // The prompt of kLongChunk rows as one chunk and then three decode steps
 // (returned: the chunk's logits first), against the same prompt in chunks of
 // kShortChunk rows and the same steps on a second decoder: every row the same
-// bits.
-std::vector<std::vector<float>> LongChunkAgainstShortChunks(const Model& cpu,
-                                                            const DeviceDecoderOptions& options,
-                                                            const std::vector<int64_t>& prompt) {
+// bits. `mark_prompt`: both decoders learn where the prompt ends
+// (SetPromptEnd); `stats`: the two decoders' stats at the end, long first.
+std::vector<std::vector<float>> LongChunkAgainstShortChunks(
+    const Model& cpu, const DeviceDecoderOptions& options, const std::vector<int64_t>& prompt,
+    bool mark_prompt = false, DeviceDecoderStats (*stats)[2] = nullptr) {
   const int64_t v = cpu.config().vocab_size;
   std::vector<std::vector<int64_t>> steps;
   for (int step = 0; step < 3; ++step) steps.push_back({11 + step});
-  auto whole = ChunkThenSteps(cpu, options, {1}, prompt, steps);
+  auto whole =
+      ChunkThenSteps(cpu, options, {1}, prompt, steps, stats != nullptr ? &(*stats)[0] : nullptr,
+                     ActivationPrecision::kBf16, mark_prompt);
   EXPECT_EQ(whole.size(), 4u);
   if (whole.size() != 4u) return {};
   EXPECT_EQ(whole[0].size(), static_cast<size_t>(kLongChunk * v));
   auto dd = DeviceDecoder::Create(cpu, ActivationPrecision::kBf16, options);
   EXPECT_TRUE(dd.ok()) << dd.status();
   if (!dd.ok() || !(*dd)->Start(1).ok()) return {};
+  if (mark_prompt && !(*dd)->SetPromptEnd(1, static_cast<int64_t>(prompt.size())).ok()) {
+    ADD_FAILURE() << "SetPromptEnd";
+    return {};
+  }
   int64_t differing_rows = 0;
   for (int c = 0; c < kLongChunk / kShortChunk; ++c) {
     const std::vector<int64_t> part(prompt.begin() + c * kShortChunk,
@@ -1044,6 +1054,7 @@ std::vector<std::vector<float>> LongChunkAgainstShortChunks(const Model& cpu,
     if (!r.ok()) return {};
     EXPECT_EQ(std::memcmp(r->data(), whole[i + 1].data(), v * sizeof(float)), 0) << "step " << i;
   }
+  if (stats != nullptr) (*stats)[1] = (*dd)->stats();
   return whole;
 }
 
@@ -1103,8 +1114,9 @@ TEST(DeviceDecoderFastTest, SmallBf16LongChunkGivesTheShortChunksBits) {
 // first) against the same prompt in four chunks of 100 rows (the bf16 mma
 // tiles widening the weight's codes in their stages), both with the prompt
 // marked (SetPromptEnd), then decode steps past it (the FP8 products): every
-// row the same bits. Without the option the chunk's rows take the FP8
-// maths: other bits (the option is not a no-op), close.
+// row the same bits (LongChunkAgainstShortChunks). Without the option the
+// chunk's rows take the FP8 maths: other bits (the option is not a no-op),
+// close.
 TEST(DeviceDecoderFastTest, SmallBf16PromptLinearsLongChunkGivesTheShortChunksBits) {
   const Checkpoint* small = SmallCheckpoint(3);
   ASSERT_NE(small, nullptr);
@@ -1119,55 +1131,20 @@ TEST(DeviceDecoderFastTest, SmallBf16PromptLinearsLongChunkGivesTheShortChunksBi
                                .max_rows_per_slot = kChunk};
   options.prompt_bf16_linears = true;
   const std::vector<int64_t> prompt = RandomTokens(kChunk, 47, v - 1);
-  // Each decoder: the prompt in chunks of `chunk` rows, then 3 decode steps;
-  // every call's logits in order.
-  auto run = [&](const DeviceDecoderOptions& o, int chunk, DeviceDecoderStats* stats) {
-    std::vector<float> rows_out;
-    std::vector<std::vector<float>> steps_out;
-    auto dd = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, o);
-    EXPECT_TRUE(dd.ok()) << dd.status();
-    if (!dd.ok() || !(*dd)->Start(1).ok() || !(*dd)->SetPromptEnd(1, kChunk).ok()) {
-      return std::make_pair(rows_out, steps_out);
-    }
-    for (int c = 0; c < kChunk / chunk; ++c) {
-      const std::vector<int64_t> part(prompt.begin() + c * chunk, prompt.begin() + (c + 1) * chunk);
-      auto r = (*dd)->StepRows(std::vector<int>(chunk, 1), part, std::nullopt);
-      EXPECT_TRUE(r.ok()) << r.status();
-      if (!r.ok()) return std::make_pair(rows_out, steps_out);
-      rows_out.insert(rows_out.end(), r->begin(), r->end());
-    }
-    for (int step = 0; step < 3; ++step) {
-      auto r = (*dd)->StepRows(std::vector<int>{1}, std::vector<int64_t>{11 + step}, std::nullopt);
-      EXPECT_TRUE(r.ok()) << r.status();
-      if (!r.ok()) break;
-      steps_out.emplace_back(r->begin(), r->end());
-    }
-    *stats = (*dd)->stats();
-    return std::make_pair(rows_out, steps_out);
-  };
-  DeviceDecoderStats long_stats, short_stats, fp8_stats;
-  const auto [long_rows, long_steps] = run(options, kChunk, &long_stats);
-  const auto [short_rows, short_steps] = run(options, kShortChunk, &short_stats);
+  DeviceDecoderStats stats[2], fp8_stats;
+  const auto whole =
+      LongChunkAgainstShortChunks(*cpu, options, prompt, /*mark_prompt=*/true, &stats);
+  ASSERT_EQ(whole.size(), 4u);
+  EXPECT_GT(stats[0].prompt_bf16_products, 0);
+  EXPECT_GT(stats[1].prompt_bf16_products, 0);
   DeviceDecoderOptions fp8_options = options;
   fp8_options.prompt_bf16_linears = false;
-  const auto [fp8_rows, fp8_steps] = run(fp8_options, kChunk, &fp8_stats);
-  ASSERT_EQ(long_rows.size(), static_cast<size_t>(kChunk * v));
-  ASSERT_EQ(short_rows.size(), long_rows.size());
+  const auto fp8 = ChunkThenSteps(*cpu, fp8_options, {1}, prompt, {}, &fp8_stats,
+                                  ActivationPrecision::kBf16, /*mark_prompt=*/true);
+  ASSERT_EQ(fp8.size(), 1u);
+  const std::vector<float>& long_rows = whole[0];
+  const std::vector<float>& fp8_rows = fp8[0];
   ASSERT_EQ(fp8_rows.size(), long_rows.size());
-  int64_t differing = 0;
-  for (int r = 0; r < kChunk; ++r) {
-    differing +=
-        std::memcmp(long_rows.data() + r * v, short_rows.data() + r * v, v * sizeof(float)) != 0;
-  }
-  EXPECT_EQ(differing, 0) << "of " << kChunk << " prompt rows";
-  ASSERT_EQ(long_steps.size(), 3u);
-  ASSERT_EQ(short_steps.size(), 3u);
-  for (int i = 0; i < 3; ++i) {
-    EXPECT_EQ(std::memcmp(long_steps[i].data(), short_steps[i].data(), v * sizeof(float)), 0)
-        << "step " << i;
-  }
-  EXPECT_GT(long_stats.prompt_bf16_products, 0);
-  EXPECT_GT(short_stats.prompt_bf16_products, 0);
   EXPECT_EQ(fp8_stats.prompt_bf16_products, 0);
   // Against the FP8 maths: different bits, the same logits within the
   // distance such a change of every linear's rounding makes on small.
