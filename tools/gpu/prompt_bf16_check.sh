@@ -8,18 +8,23 @@
 # budget_step):
 #   1. decode_gpu's EP8 prefill chunk (4,096 positions in one chunk) with the
 #      option off and on;
-#   2. device_decoder_fast_test's cases of the option: the bits across
+#   2. the routed experts' bf16 route (Mxfp4Bf16GroupedGemm, not yet in the
+#      decoder): its GPU test, and mxfp4_grouped_gemm_bench's prefill table
+#      (the route beside the FP8 tile form and cuBLASLt FP8);
+#   3. device_decoder_fast_test's cases of the option: the bits across
 #      chunkings and mixed steps, the trained tiny's bars with every position a
 #      prompt's, the printed distance to the FP8 maths;
-#   3. the kernels' tests (Bf16Gemm's row_role, Fp8ActBf16) and
+#   4. the kernels' tests (Bf16Gemm's row_role, Fp8ActBf16) and
 #      fp8_gemm_bench's bf16 route table against cuBLASLt FP8;
-#   4. the chunk with 64 other sequences' generated rows beside it
+#   5. the chunk with 64 other sequences' generated rows beside it
 #      (--prefill_mixed_rows), off and on; the first pair again (drift); the
 #      chunk's kernel timeline with the option.
 # Bundle (here, about 4 minutes from a fresh checkout):
 #   BUNDLE_TARGETS="//kernels/cuda/dense:bf16_gemm_sm90_test
 #     //kernels/cuda/dense:act_quant_fp8_test //worker/model:device_decoder_fast_test
-#     //tools/bench:decode_gpu //kernels/cuda/dense:fp8_gemm_bench" tools/gpu/bundle.sh
+#     //tools/bench:decode_gpu //kernels/cuda/dense:fp8_gemm_bench
+#     //kernels/cuda/moe:mxfp4_bf16_gemm_sm90_test //kernels/cuda/moe:mxfp4_grouped_gemm_bench"
+#     tools/gpu/bundle.sh
 #   tools/gpu/prompt_bf16_check.sh [RESULTS]
 set -uo pipefail
 here="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -32,6 +37,9 @@ slice=(--ep_slice=8 --numerics=fast --batches=1 --context=4096 --prefill_chunk=4
        --warmup=1 --slice_profile=false)
 budget_step chunk_off 90 "${decode}" "${slice[@]}" --prompt_bf16_linears=false
 budget_step chunk_on 90 "${decode}" "${slice[@]}" --prompt_bf16_linears=true
+budget_step mxfp4_bf16_gemm_test 60 "${bundle}/bin/kernels_cuda_moe_mxfp4_bf16_gemm_sm90_test" \
+  || status=1
+budget_step mxfp4_bench_prefill 120 "${bundle}/tools/mxfp4_grouped_gemm_bench" 384 8 wgmma 4096
 budget_step device_decoder_fast_test 200 "${bundle}/bin/worker_model_device_decoder_fast_test" \
   --gtest_filter='*PromptLinears*:*PromptBf16*:*SmallBf16LongChunk*:*SmallBf16ChunkedSteps*' \
   || status=1
@@ -59,6 +67,8 @@ for log in "${results}"/chunk_*.log; do
 done
 echo "== bf16 route"
 sed -n '/bf16 route/,$p' "${results}/fp8_gemm_bench_prefill.log" 2>/dev/null | head -30
+echo "== experts' bf16 route"
+sed -n '/^Prefill:/,$p' "${results}/mxfp4_bench_prefill.log" 2>/dev/null | head -20
 echo "== timeline"
 sed -n '/prefill timeline/,$p' "${results}/chunk_on_timeline.log" 2>/dev/null | head -40
 exit "${status}"

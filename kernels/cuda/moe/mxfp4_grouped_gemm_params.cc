@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/common/numeric_formats.h"
 
 namespace weir::kernels::cuda {
 namespace {
@@ -177,6 +178,41 @@ absl::Status CheckMxfp4GroupedGateUpParams(const Mxfp4GroupedGateUpParams& p) {
   }
   return CheckCommon("Mxfp4GroupedGateUp", p.x, p.x_scales, p.expert_offsets, p.rows, p.inter,
                      p.dim, p.num_experts, p.tile, /*gated=*/true, p.math);
+}
+
+uint16_t Mxfp4WeightBf16Bits(uint8_t code, uint8_t scale) {
+  if (scale == kE8m0Nan) return 0x7FC0;
+  return FloatToBf16Bits(E2m1ToFloat(code) * E8m0ToFloat(scale));
+}
+
+absl::Status CheckMxfp4Bf16GroupedGemmParams(const Mxfp4Bf16GroupedGemmParams& p) {
+  constexpr const char* kWhat = "Mxfp4Bf16GroupedGemm";
+  if (p.x == nullptr || p.expert_offsets == nullptr || p.w == nullptr || p.w_scales == nullptr ||
+      p.y == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(kWhat, ": null pointer"));
+  }
+  if (p.rows < 0 || p.n <= 0 || p.k <= 0 || p.num_experts <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(kWhat, ": bad shape rows ", p.rows, " n ", p.n,
+                                                   " k ", p.k, " experts ", p.num_experts));
+  }
+  if (p.k % (2 * kMxfp4Bf16StageK) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kWhat, ": k ", p.k, " is not a multiple of ", 2 * kMxfp4Bf16StageK));
+  }
+  if (p.k > (int64_t{1} << 30) || p.n > (int64_t{1} << 30) || p.rows > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat(kWhat, ": n, k or rows above 2^30"));
+  }
+  if (!AlignedTo(p.x, 16) || !AlignedTo(p.y, dense::Fp8GemmOutputBytes(p.output)) ||
+      !AlignedTo(p.row_role, 4)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kWhat, ": x must be 16-byte aligned, y aligned to its element, row_role to 4 bytes"));
+  }
+  if ((p.rows + 127) / 128 + p.num_experts > kMaxGridY) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kWhat, ": ", p.rows, " rows over ", p.num_experts,
+                     " experts need more row tiles than the grid holds (65535)"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace weir::kernels::cuda

@@ -379,6 +379,60 @@ struct Mxfp4GroupedGateUpParams {
   Mxfp4GemmMath math = Mxfp4GemmMath::kMmaF16;
 };
 
+// The prompt rows' route of the routed experts (prefill chunks): per local
+// expert e, Y_e = X_e W_e^T with X in bf16 (the exact values of its FP8 form,
+// dense::Fp8ActBf16) and W_e the expert's stored MXFP4 weight, widened inside
+// the product's stages to bf16 (Mxfp4WeightBf16Bits: e2m1 x 2^(e - 127) is a
+// bf16 value for every scale a quantizer picks), on Bf16Gemm's
+// warp-specialized tile (wgmma m64n128k16 bf16, fp32 sums over all of K in
+// ascending steps of 16). So a row's output has the bits dense::Bf16Gemm's
+// kN128M128Ws tile gives for that X row and the widened weight, whatever the
+// other rows or experts (batch-invariant), and nothing is converted or
+// written before the product: the FP8 tile form's per-chunk conversion and
+// its per-32 fold (about half the FP8 rate) are both gone, for the bf16 rate.
+// The loader warp brings X by TMA; three warps copy the packed codes and
+// scales (cp.async) and widen them into the ring's swizzled bf16 W tile;
+// two consumer warpgroups only issue wgmma (mxfp4_bf16_gemm_sm90.cuh).
+struct Mxfp4Bf16GroupedGemmParams {
+  const uint16_t* x = nullptr;  // device [rows, k] bf16 bits, grouped by expert; 16-byte aligned
+  const int64_t* expert_offsets = nullptr;  // as Mxfp4GroupedGemmParams (device, clamped)
+  // Device arrays [num_experts] of device pointers: W_e codes [n, k / 2] and
+  // scales [n, k / 32]. An expert with rows whose codes are null or not
+  // 16-byte aligned, or scales null or not 4-byte aligned, gets NaN rows.
+  const uint8_t* const* w = nullptr;
+  const uint8_t* const* w_scales = nullptr;
+  void* y =
+      nullptr;  // device [rows, n], float or bf16 per `output`; rows outside every expert untouched
+  int64_t rows = 0;  // rows of x / y (an upper bound); 0: nothing to do
+  int64_t n = 0;
+  int64_t k = 0;  // multiple of kMxfp4Bf16StageK x 2 (128)
+  int num_experts = 0;
+  dense::Fp8GemmOutput output = dense::Fp8GemmOutput::kF32;
+  // Optional, as dense::Bf16GemmParams::row_role: only rows r with
+  // row_role[r] == role are written (a step whose rows take two maths).
+  const int32_t* row_role = nullptr;  // device [rows], 4-byte aligned
+  int role = 0;
+};
+
+// K of one ring stage of Mxfp4Bf16GroupedGemm (128 bytes of a bf16 row).
+inline constexpr int kMxfp4Bf16StageK = 64;
+
+// The bf16 bits the widening gives weight element `code` (low nibble: e2m1,
+// bit 3 the sign) under E8M0 scale `scale`: bf16(e2m1 x 2^(scale - 127)),
+// the product taken in fp32 (exact: fp32 holds every such value down to
+// 2^-128) and rounded to nearest even; scale 0xFF (E8M0's NaN) gives the
+// canonical NaN 0x7FC0, and a scale whose products leave bf16's range
+// rounds as fp32 -> bf16 does (infinity above it). Host reference of the
+// kernel's widening (Mxfp4ToBf16Eight).
+uint16_t Mxfp4WeightBf16Bits(uint8_t code, uint8_t scale);
+
+// Returns OK or INVALID_ARGUMENT naming the problem: x, expert_offsets, w,
+// w_scales or y null; rows < 0, n, k or num_experts not positive; k not a
+// multiple of 128; n, k above 2^30 or rows above 2^30; x not 16-byte or y not
+// element aligned; row_role not 4-byte aligned; more experts or row tiles
+// than the grid holds (ceil(rows / 128) + num_experts <= 65535).
+absl::Status CheckMxfp4Bf16GroupedGemmParams(const Mxfp4Bf16GroupedGemmParams& params);
+
 // Returns OK or INVALID_ARGUMENT naming the problem: a null pointer, rows < 0,
 // n / k / inter / dim or num_experts not positive, k (dim) not a multiple of
 // 256, inter not a multiple of 32, x not 16-byte or x_scales not 8-byte

@@ -119,6 +119,55 @@ TEST(Mxfp4GroupedGemmParamsTest, RefusesBadArguments) {
   EXPECT_TRUE(CheckMxfp4GroupedGateUpParams(q).ok());
 }
 
+Mxfp4Bf16GroupedGemmParams ValidBf16() {
+  return {.x = Fake<uint16_t>(256),
+          .expert_offsets = Fake<int64_t>(1024),
+          .w = FakeArray(2048),
+          .w_scales = FakeArray(4096),
+          .y = reinterpret_cast<void*>(8192),
+          .rows = 300,
+          .n = 2304,
+          .k = 4096,
+          .num_experts = 48};
+}
+
+TEST(Mxfp4Bf16GroupedGemmParamsTest, ChecksItsArguments) {
+  EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(ValidBf16()).ok());
+  Mxfp4Bf16GroupedGemmParams p = ValidBf16();
+  p.rows = 0;  // nothing to do is fine
+  EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(p).ok());
+  p = ValidBf16(), p.k = 2304, p.n = 4096;  // V4.1's down projection
+  EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(p).ok());
+  p = ValidBf16(), p.output = dense::Fp8GemmOutput::kBf16, p.y = reinterpret_cast<void*>(8194);
+  EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(p).ok());  // bf16 y: 2-byte aligned is enough
+  p = ValidBf16(), p.row_role = Fake<int32_t>(64);
+  EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(p).ok());
+
+  using P = Mxfp4Bf16GroupedGemmParams;
+  EXPECT_TRUE(EachIsInvalidArgument(
+      ValidBf16(), [](const P& q) { return CheckMxfp4Bf16GroupedGemmParams(q).code(); },
+      {
+          [](P& q) { q.x = nullptr; },
+          [](P& q) { q.expert_offsets = nullptr; },
+          [](P& q) { q.w = nullptr; },
+          [](P& q) { q.w_scales = nullptr; },
+          [](P& q) { q.y = nullptr; },
+          [](P& q) { q.rows = -1; },
+          [](P& q) { q.n = 0; },
+          [](P& q) { q.k = 0; },
+          [](P& q) { q.k = 4096 + 64; },  // a multiple of 64, not of 128
+          [](P& q) { q.num_experts = 0; },
+          [](P& q) { q.rows = int64_t{1} << 31; },
+          [](P& q) { q.x = Fake<uint16_t>(264); },            // 8-byte aligned only
+          [](P& q) { q.y = reinterpret_cast<void*>(8194); },  // fp32 y
+          [](P& q) { q.row_role = Fake<int32_t>(66); },
+          [](P& q) {  // the grid's row tiles: ceil(rows / 128) + experts
+            q.rows = 128 * 65000;
+            q.num_experts = 536;
+          },
+      }));
+}
+
 TEST(Mxfp4GroupedGemmParamsTest, TileNamesRoundTrip) {
   std::vector<Mxfp4GroupedTile> tiles = {Mxfp4GroupedTile::kAuto};
   tiles.insert(tiles.end(), std::begin(kMxfp4GroupedTiles), std::end(kMxfp4GroupedTiles));
@@ -279,6 +328,49 @@ TEST(Mxfp4GroupedGemmParamsTest, E2m1WidensExactlyToF16) {
     }
   }
   EXPECT_EQ(E2m1x4ToF16High(0x12348765u, prmt), E2m1x4ToF16High(0x8765u, prmt));
+}
+
+// The widening's bits: bf16(e2m1 x 2^(e - 127)), every code under every
+// scale. Exact wherever bf16 holds the value (every scale up to 252, its
+// subnormals included: the smallest product, 0.5 x 2^-127, is a multiple of
+// bf16's 2^-133), infinity past its range, NaN for scale 0xFF. And the
+// kernel's recipe (Mxfp4ToBf16Eight: the code's f16 from the prmt tables,
+// widened to fp32, times ScaleOf's fp32 in fp32, rounded to bf16) gives the
+// same bits.
+TEST(Mxfp4Bf16GroupedGemmParamsTest, WidenedWeightsAreTheExactValues) {
+  const auto prmt = [](uint32_t a, uint32_t b, uint32_t c) { return EmulatedPrmt(a, b, c); };
+  for (int scale = 0; scale < 256; ++scale) {
+    // ScaleOf (dense/fp8_mma_sm90.cuh): 2^(e - 127) with bits e << 23, e = 0
+    // as 2^-127 (an fp32 subnormal), 0xFF as NaN.
+    uint32_t scale_bits = static_cast<uint32_t>(scale) << 23;
+    if (scale == 0) scale_bits = 0x00400000u;
+    if (scale == 255) scale_bits = 0x7FC00000u;
+    float scale_of;
+    std::memcpy(&scale_of, &scale_bits, 4);
+    for (uint32_t code = 0; code < 16; ++code) {
+      const uint16_t bits =
+          Mxfp4WeightBf16Bits(static_cast<uint8_t>(code), static_cast<uint8_t>(scale));
+      const double exact = std::ldexp(static_cast<double>(E2m1ToFloat(code)), scale - 127);
+      const float value = Bf16BitsToFloat(bits);
+      if (scale == 255) {
+        ASSERT_TRUE(std::isnan(value)) << "code " << code;
+      } else if (scale <= 252 || std::fabs(exact) <= 3.3895e38) {
+        ASSERT_EQ(static_cast<double>(value), exact) << "code " << code << " scale " << scale;
+        ASSERT_EQ(std::signbit(value), code >= 8) << "code " << code << " scale " << scale;
+      } else {
+        ASSERT_TRUE(std::isinf(value)) << "code " << code << " scale " << scale;
+      }
+      // The kernel's recipe.
+      const uint32_t high = E2m1x4ToF16High(code, prmt);
+      const uint16_t half = static_cast<uint16_t>(EmulatedPrmt(high, 0, kF16x2Of01));
+      const uint16_t recipe = FloatToBf16Bits(HalfBitsToFloat(half) * scale_of);
+      if (scale == 255) {
+        ASSERT_TRUE(std::isnan(Bf16BitsToFloat(recipe)));
+      } else {
+        ASSERT_EQ(recipe, bits) << "code " << code << " scale " << scale;
+      }
+    }
+  }
 }
 
 // A warp's fp32 scale scratch: every (block, weight row) and (block, X row)

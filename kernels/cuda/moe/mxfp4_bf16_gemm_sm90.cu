@@ -1,0 +1,60 @@
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/cuda/launch_status.h"
+#include "kernels/cuda/moe/mxfp4_bf16_gemm_sm90.cuh"
+#include "kernels/cuda/moe/mxfp4_bf16_gemm_sm90.h"
+#include "kernels/cuda/moe/mxfp4_grouped_gemm_params.h"
+#include "kernels/cuda/tma.cuh"
+
+namespace weir::kernels::cuda {
+
+absl::Status Mxfp4Bf16GroupedGemm(const Mxfp4Bf16GroupedGemmParams& p, cudaStream_t stream) {
+  if (absl::Status s = CheckMxfp4Bf16GroupedGemmParams(p); !s.ok()) return s;
+  if (p.rows == 0) return absl::OkStatus();
+  constexpr const char* kWhat = "Mxfp4Bf16GroupedGemm";
+  int device = 0, major = 0;
+  if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) {
+    return absl::InternalError(std::string(kWhat) + ": cudaGetDevice: " + cudaGetErrorString(err));
+  }
+  if (cudaError_t err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+      err != cudaSuccess) {
+    return absl::InternalError(std::string(kWhat) +
+                               ": device attribute: " + cudaGetErrorString(err));
+  }
+  if (major != 9) return absl::UnimplementedError(std::string(kWhat) + ": built for sm_90a only");
+
+  namespace mb = moe::mxfp4_bf16;
+  mb::Args a{};
+  const uint64_t row = static_cast<uint64_t>(p.k) * 2;
+  if (absl::Status s = EncodeTmaRowsMap(&a.x_map, p.x, row, static_cast<uint64_t>(p.rows), 1, row,
+                                        row * static_cast<uint64_t>(p.rows), mb::kBm);
+      !s.ok()) {
+    return s;
+  }
+  a.x = p.x;
+  a.offsets = p.expert_offsets;
+  a.w = p.w;
+  a.w_scales = p.w_scales;
+  a.y = p.y;
+  a.row_role = p.row_role;
+  a.role = p.role;
+  a.rows = p.rows;
+  a.n = p.n;
+  a.k = p.k;
+  a.groups = p.num_experts;
+  a.bf16_out = p.output == dense::Fp8GemmOutput::kBf16;
+  a.round_f32 = p.output == dense::Fp8GemmOutput::kF32RoundedBf16;
+  const dim3 grid(static_cast<unsigned>((p.n + mb::kBn - 1) / mb::kBn),
+                  static_cast<unsigned>((p.rows + mb::kBm - 1) / mb::kBm + p.num_experts));
+  const int smem = mb::kSharedBytes + dense::fp8_gemm::kWgmmaSmemSlack;
+  if (absl::Status s = AllowSharedBytes(mb::Mxfp4Bf16GroupedKernel, smem, kWhat); !s.ok()) {
+    return s;
+  }
+  mb::Mxfp4Bf16GroupedKernel<<<grid, mb::kThreads, smem, stream>>>(a);
+  return LaunchStatus(kWhat);
+}
+
+}  // namespace weir::kernels::cuda

@@ -1,0 +1,285 @@
+// GPU tests of Mxfp4Bf16GroupedGemm (tag gpu): every row against
+// dense::Bf16Gemm's warp-specialized tile over the host-widened weight (bit
+// for bit), against the exact product (Bf16Gemm's bound), row roles, empty and
+// one-row experts, a weight the kernel cannot read, and the argument checks.
+
+#include "kernels/cuda/moe/mxfp4_bf16_gemm_sm90.h"
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/common/numeric_formats.h"
+#include "kernels/cuda/dense/bf16_gemm_sm90.h"
+#include "kernels/cuda/moe/test_util.h"
+
+namespace weir::kernels::cuda {
+namespace {
+
+using moe_test::DeviceBuffer;
+using moe_test::Synced;
+
+// One grouped problem: experts' MXFP4 weights and bf16 rows grouped by expert.
+struct Problem {
+  int64_t n = 0, k = 0, rows = 0;  // rows: x / y rows (past the last offset: untouched)
+  std::vector<int64_t> offsets;
+  std::vector<uint16_t> x;                          // [rows, k] bf16 bits
+  std::vector<std::vector<uint8_t>> codes, scales;  // per expert [n, k / 2], [n, k / 32]
+  int experts() const { return static_cast<int>(offsets.size()) - 1; }
+};
+
+Problem MakeProblem(int64_t n, int64_t k, const std::vector<int64_t>& expert_rows, int64_t extra,
+                    std::mt19937& rng, bool edge_scales) {
+  Problem p{.n = n, .k = k};
+  p.offsets.push_back(0);
+  for (int64_t r : expert_rows) p.offsets.push_back(p.offsets.back() + r);
+  p.rows = p.offsets.back() + extra;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-6, 6);
+  p.x.resize(p.rows * k);
+  for (int64_t r = 0; r < p.rows; ++r) {
+    const float s = std::ldexp(1.0f, exponent(rng));
+    for (int64_t c = 0; c < k; ++c) p.x[r * k + c] = FloatToBf16Bits(normal(rng) * s);
+  }
+  for (size_t e = 0; e < expert_rows.size(); ++e) {
+    std::vector<uint8_t> c(n * k / 2), s(n * k / 32);
+    for (uint8_t& b : c) b = static_cast<uint8_t>(rng());
+    for (uint8_t& b : s) b = static_cast<uint8_t>(118 + rng() % 8);
+    if (edge_scales && e == 1) {
+      // Scales 0 and 1: products below fp32's normal range, exact in fp32,
+      // rounded once to bf16 (subnormal or zero). Row 3's first blocks.
+      s[3 * (k / 32)] = 0;
+      s[3 * (k / 32) + 1] = 1;
+      s[3 * (k / 32) + 2] = 2;
+    }
+    p.codes.push_back(std::move(c));
+    p.scales.push_back(std::move(s));
+  }
+  return p;
+}
+
+// Expert e's weight widened on the host: [n, k] bf16 bits.
+std::vector<uint16_t> Widened(const Problem& p, int e) {
+  std::vector<uint16_t> w(p.n * p.k);
+  for (int64_t r = 0; r < p.n; ++r) {
+    for (int64_t c = 0; c < p.k; ++c) {
+      const uint8_t byte = p.codes[e][(r * p.k + c) / 2];
+      const uint8_t code = c % 2 == 0 ? (byte & 0xF) : (byte >> 4);
+      w[r * p.k + c] = Mxfp4WeightBf16Bits(code, p.scales[e][r * (p.k / 32) + c / 32]);
+    }
+  }
+  return w;
+}
+
+// The problem's operands on the device, the pointer arrays included.
+struct DeviceProblem {
+  explicit DeviceProblem(const Problem& p)
+      : x(p.x), offsets(p.offsets), ptrs(p.experts()), scale_ptrs(p.experts()) {
+    std::vector<const uint8_t*> cp, sp;
+    for (int e = 0; e < p.experts(); ++e) {
+      codes.emplace_back(std::make_unique<DeviceBuffer<uint8_t>>(p.codes[e]));
+      scales.emplace_back(std::make_unique<DeviceBuffer<uint8_t>>(p.scales[e]));
+      cp.push_back(codes.back()->get());
+      sp.push_back(scales.back()->get());
+    }
+    ptrs.Upload(cp);
+    scale_ptrs.Upload(sp);
+  }
+  Mxfp4Bf16GroupedGemmParams Params(const Problem& p, void* y) const {
+    return {.x = x.get(),
+            .expert_offsets = offsets.get(),
+            .w = ptrs.get(),
+            .w_scales = scale_ptrs.get(),
+            .y = y,
+            .rows = p.rows,
+            .n = p.n,
+            .k = p.k,
+            .num_experts = p.experts()};
+  }
+  DeviceBuffer<uint16_t> x;
+  DeviceBuffer<int64_t> offsets;
+  std::vector<std::unique_ptr<DeviceBuffer<uint8_t>>> codes, scales;
+  DeviceBuffer<const uint8_t*> ptrs, scale_ptrs;
+};
+
+// What the product must equal row for row: Bf16Gemm's warp-specialized tile
+// over each expert's rows and its host-widened weight, into a poisoned y of
+// `rows` x n floats (bf16 output: packed in the first half).
+std::vector<float> BySeparateBf16Gemms(const Problem& p, dense::Fp8GemmOutput output) {
+  DeviceBuffer<float> y(p.rows * p.n);
+  y.Poison(0xFF);
+  DeviceBuffer<uint16_t> x(p.x);
+  for (int e = 0; e < p.experts(); ++e) {
+    const int64_t m = p.offsets[e + 1] - p.offsets[e];
+    if (m == 0) continue;
+    DeviceBuffer<uint16_t> w(Widened(p, e));
+    const int64_t elem = output == dense::Fp8GemmOutput::kBf16 ? 2 : 4;
+    const absl::Status st =
+        dense::Bf16Gemm({.x = x.get() + p.offsets[e] * p.k,
+                         .w = w.get(),
+                         .y = reinterpret_cast<uint8_t*>(y.get()) + p.offsets[e] * p.n * elem,
+                         .m = m,
+                         .n = p.n,
+                         .k = p.k,
+                         .output = output,
+                         .tile = dense::Fp8GemmTile::kN128M128Ws},
+                        nullptr);
+    EXPECT_TRUE(st.ok()) << st;
+    EXPECT_TRUE(Synced());
+  }
+  return y.Download();
+}
+
+std::vector<float> RunGrouped(const Problem& p, const DeviceProblem& d, dense::Fp8GemmOutput output,
+                              const int32_t* roles = nullptr, int role = 0,
+                              const std::vector<float>* initial = nullptr) {
+  DeviceBuffer<float> y(p.rows * p.n);
+  if (initial != nullptr) {
+    y.Upload(*initial);
+  } else {
+    y.Poison(0xFF);
+  }
+  Mxfp4Bf16GroupedGemmParams params = d.Params(p, y.get());
+  params.output = output;
+  params.row_role = roles;
+  params.role = role;
+  const absl::Status st = Mxfp4Bf16GroupedGemm(params, nullptr);
+  EXPECT_TRUE(st.ok()) << st;
+  EXPECT_TRUE(Synced());
+  return y.Download();
+}
+
+// Bytes of y a product writes: fp32 or packed bf16.
+int64_t OutputBytes(const Problem& p, dense::Fp8GemmOutput output) {
+  return p.rows * p.n * (output == dense::Fp8GemmOutput::kBf16 ? 2 : 4);
+}
+
+// Every row has the bits of Bf16Gemm's warp-specialized tile over its own
+// expert's widened weight, for the three outputs: experts of 0, 1, 130, 37
+// and 300 rows (row tiles that straddle experts, a partial last tile), rows
+// past the last expert left as they were, n not a multiple of 128 (a partial
+// W tile) and k long enough that the ring and the copies wrap (12 stages), a
+// V4.1-sized K (4,096) beside it, and scales 0 - 2 on one row.
+TEST(Mxfp4Bf16GroupedGemmTest, EveryRowHasTheBf16GemmBitsOfItsExpert) {
+  std::mt19937 rng(2026);
+  struct Case {
+    int64_t n, k;
+    std::vector<int64_t> rows;
+  };
+  for (const Case& c : {Case{320, 768, {0, 1, 130, 37, 300}}, Case{256, 4096, {129, 0, 64}},
+                        Case{72, 128, {5, 200}}}) {
+    SCOPED_TRACE(::testing::Message() << "n " << c.n << " k " << c.k);
+    const Problem p = MakeProblem(c.n, c.k, c.rows, 11, rng, /*edge_scales=*/true);
+    const DeviceProblem d(p);
+    for (dense::Fp8GemmOutput output :
+         {dense::Fp8GemmOutput::kF32, dense::Fp8GemmOutput::kF32RoundedBf16,
+          dense::Fp8GemmOutput::kBf16}) {
+      SCOPED_TRACE(::testing::Message() << "output " << static_cast<int>(output));
+      const std::vector<float> want = BySeparateBf16Gemms(p, output);
+      const std::vector<float> got = RunGrouped(p, d, output);
+      ASSERT_EQ(got.size(), want.size());
+      // Both poisoned alike, so the rows past the experts compare too.
+      int64_t first = -1;
+      for (int64_t i = 0; i < OutputBytes(p, output) / 4 && first < 0; ++i) {
+        if (std::memcmp(&got[i], &want[i], 4) != 0) first = i;
+      }
+      EXPECT_EQ(first, -1) << "the first differing 4 bytes";
+    }
+  }
+}
+
+// Against the exact product of the operands' values (the widened weight is
+// exact for these scales): Bf16Gemm's bound, row by row.
+TEST(Mxfp4Bf16GroupedGemmTest, IsCloseToTheExactProduct) {
+  std::mt19937 rng(7);
+  const Problem p = MakeProblem(192, 1024, {3, 150, 70}, 0, rng, /*edge_scales=*/false);
+  const DeviceProblem d(p);
+  const std::vector<float> got = RunGrouped(p, d, dense::Fp8GemmOutput::kF32);
+  for (int e = 0; e < p.experts(); ++e) {
+    const std::vector<uint16_t> w = Widened(p, e);
+    for (int64_t r = p.offsets[e]; r < p.offsets[e + 1]; ++r) {
+      for (int64_t j = 0; j < p.n; ++j) {
+        double exact = 0.0, mag = 0.0;
+        for (int64_t c = 0; c < p.k; ++c) {
+          const double v = static_cast<double>(Bf16BitsToFloat(p.x[r * p.k + c])) *
+                           Bf16BitsToFloat(w[j * p.k + c]);
+          exact += v;
+          mag += std::fabs(v);
+        }
+        const double bound = (1e-6 + (p.k / 16) * std::ldexp(1.0, -22)) * mag;
+        ASSERT_LE(std::fabs(got[r * p.n + j] - exact), bound) << "row " << r << " col " << j;
+      }
+    }
+  }
+}
+
+// row_role: a call writes only its role's rows, each with the bits of the
+// call without it; the other rows keep what y held.
+TEST(Mxfp4Bf16GroupedGemmTest, RowRoleWritesOnlyItsRows) {
+  std::mt19937 rng(11);
+  const Problem p = MakeProblem(128, 512, {40, 260, 1}, 3, rng, /*edge_scales=*/false);
+  const DeviceProblem d(p);
+  std::vector<int32_t> roles(p.rows);
+  for (int32_t& r : roles) r = static_cast<int32_t>(rng() % 2);
+  DeviceBuffer<int32_t> droles(roles);
+  const std::vector<float> all = RunGrouped(p, d, dense::Fp8GemmOutput::kF32);
+  const std::vector<float> initial(p.rows * p.n, -7.0f);
+  const std::vector<float> got =
+      RunGrouped(p, d, dense::Fp8GemmOutput::kF32, droles.get(), 1, &initial);
+  for (int64_t r = 0; r < p.rows; ++r) {
+    const bool written = r < p.offsets.back() && roles[r] == 1;
+    for (int64_t j = 0; j < p.n; ++j) {
+      const float want = written ? all[r * p.n + j] : -7.0f;
+      ASSERT_EQ(std::memcmp(&got[r * p.n + j], &want, 4), 0) << "row " << r << " col " << j;
+    }
+  }
+}
+
+// An expert whose weight pointer is null gets NaN rows; the others keep
+// their bits.
+TEST(Mxfp4Bf16GroupedGemmTest, UnreadableWeightGivesNanRowsOnly) {
+  std::mt19937 rng(5);
+  const Problem p = MakeProblem(128, 256, {20, 30, 40}, 0, rng, /*edge_scales=*/false);
+  DeviceProblem d(p);
+  const std::vector<float> before = RunGrouped(p, d, dense::Fp8GemmOutput::kF32);
+  std::vector<const uint8_t*> ptrs = {d.codes[0]->get(), nullptr, d.codes[2]->get()};
+  d.ptrs.Upload(ptrs);
+  const std::vector<float> after = RunGrouped(p, d, dense::Fp8GemmOutput::kF32);
+  for (int64_t r = 0; r < p.rows; ++r) {
+    const bool bad = r >= p.offsets[1] && r < p.offsets[2];
+    for (int64_t j = 0; j < p.n; ++j) {
+      if (bad) {
+        ASSERT_TRUE(std::isnan(after[r * p.n + j])) << "row " << r;
+      } else {
+        ASSERT_EQ(std::memcmp(&after[r * p.n + j], &before[r * p.n + j], 4), 0) << "row " << r;
+      }
+    }
+  }
+}
+
+// The checks run before anything is enqueued; rows == 0 enqueues nothing.
+TEST(Mxfp4Bf16GroupedGemmTest, RefusesBadArguments) {
+  std::mt19937 rng(3);
+  const Problem p = MakeProblem(128, 256, {4}, 0, rng, /*edge_scales=*/false);
+  const DeviceProblem d(p);
+  DeviceBuffer<float> y(p.rows * p.n);
+  Mxfp4Bf16GroupedGemmParams bad = d.Params(p, y.get());
+  bad.k = 192;  // not a multiple of 128
+  EXPECT_EQ(Mxfp4Bf16GroupedGemm(bad, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  bad = d.Params(p, y.get());
+  bad.x = nullptr;
+  EXPECT_EQ(Mxfp4Bf16GroupedGemm(bad, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  Mxfp4Bf16GroupedGemmParams none = d.Params(p, y.get());
+  none.rows = 0;
+  EXPECT_TRUE(Mxfp4Bf16GroupedGemm(none, nullptr).ok());
+  EXPECT_TRUE(Synced());
+}
+
+}  // namespace
+}  // namespace weir::kernels::cuda
