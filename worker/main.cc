@@ -122,6 +122,10 @@ ABSL_FLAG(bool, prompt_bf16_linears, false,
           "With --numerics=fast: a prompt's FP8 linears as bf16 tensor-core products over the "
           "operands' exact values (no per-32 fold; other low bits than the generated "
           "positions' FP8 products, chosen by role; DeviceDecoderOptions::prompt_bf16_linears).");
+ABSL_FLAG(bool, prompt_bf16_experts, false,
+          "With --prompt_bf16_linears: a prompt's routed experts on the bf16 route too (the "
+          "MXFP4 codes widened to bf16 in the product's stages; "
+          "DeviceDecoderOptions::prompt_bf16_experts).");
 ABSL_FLAG(bool, dense_wgmma, false,
           "With --numerics=fast: the FP8 linears' block sums on FP8 wgmma (faster at small "
           "batches, slower at 32-64; the same precision trade as --expert_wgmma).");
@@ -222,6 +226,7 @@ int Run(int argc, char** argv) {
                     .attention_range_tiles = absl::GetFlag(FLAGS_attention_range_tiles),
                     .prompt_range_tiles = absl::GetFlag(FLAGS_prompt_range_tiles),
                     .prompt_bf16_linears = absl::GetFlag(FLAGS_prompt_bf16_linears),
+                    .prompt_bf16_experts = absl::GetFlag(FLAGS_prompt_bf16_experts),
                     .ep_lsa_exchange = absl::GetFlag(FLAGS_ep_lsa_exchange),
                     .fault_injection = absl::GetFlag(FLAGS_fault_injection)});
   if (absl::GetFlag(FLAGS_fault_injection)) InstallStallSignal();

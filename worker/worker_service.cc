@@ -410,6 +410,7 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     dd_options.attention_range_tiles = options_.attention_range_tiles;
     dd_options.prompt_range_tiles = options_.prompt_range_tiles;
     dd_options.prompt_bf16_linears = options_.prompt_bf16_linears;
+    dd_options.prompt_bf16_experts = options_.prompt_bf16_experts;
     // A world of one exchanges by device copies; the symmetric windows need peers.
     dd_options.ep_lsa_exchange = options_.ep_lsa_exchange && world > 1;
     if (options_.ep_lsa_exchange && world == 1) {

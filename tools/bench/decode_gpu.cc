@@ -227,6 +227,10 @@ ABSL_FLAG(bool, prompt_bf16_linears, false,
           "kFast: the prompt positions' FP8 linears as Bf16Gemm over the operands dequantized "
           "exactly to bf16 (no per-32 fold; other low bits than the FP8 products, by role: "
           "DeviceDecoderOptions::prompt_bf16_linears).");
+ABSL_FLAG(bool, prompt_bf16_experts, false,
+          "With --prompt_bf16_linears: the prompt positions' routed experts on the bf16 route "
+          "too (MXFP4 codes widened to bf16 in the product's stages, no tile conversion; "
+          "DeviceDecoderOptions::prompt_bf16_experts).");
 ABSL_FLAG(bool, x16_panel, true,
           "Prefill: the FP8 products on the warp-specialized tile read X's f16 panel "
           "(DeviceDecoderOptions::prefill_x16_panel; same bits).");
@@ -487,7 +491,8 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .used_rows_only = absl::GetFlag(FLAGS_used_rows_only),
           .indexer_shared_keys = absl::GetFlag(FLAGS_indexer_shared_keys),
           .scaled_x16_panel = absl::GetFlag(FLAGS_scaled_x16_panel),
-          .prompt_bf16_linears = absl::GetFlag(FLAGS_prompt_bf16_linears)};
+          .prompt_bf16_linears = absl::GetFlag(FLAGS_prompt_bf16_linears),
+          .prompt_bf16_experts = absl::GetFlag(FLAGS_prompt_bf16_experts)};
 }
 
 }  // namespace
@@ -811,6 +816,11 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       if ((*dd)->stats().prompt_bf16_products > 0) {
         std::printf("      prompt_bf16_linears: %lld FP8 products run as bf16 since start\n",
                     static_cast<long long>((*dd)->stats().prompt_bf16_products));
+      }
+      if ((*dd)->stats().prompt_bf16_expert_layers > 0) {
+        std::printf(
+            "      prompt_bf16_experts: %lld layers' experts on the bf16 route since start\n",
+            static_cast<long long>((*dd)->stats().prompt_bf16_expert_layers));
       }
       pos = context;
       for (int i = 0; i < warmup; ++i) step();

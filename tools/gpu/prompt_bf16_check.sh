@@ -8,14 +8,14 @@
 # budget_step):
 #   1. decode_gpu's EP8 prefill chunk (4,096 positions in one chunk) with the
 #      option off and on;
-#   2. the routed experts' bf16 route (Mxfp4Bf16GroupedGemm, not yet in the
-#      decoder): its GPU test, and mxfp4_grouped_gemm_bench's prefill table
-#      (the route beside the FP8 tile form and cuBLASLt FP8);
-#   3. device_decoder_fast_test's cases of the option: the bits across
+#   2. the routed experts' bf16 route (Mxfp4Bf16GroupedGemm): its GPU test,
+#      then the chunk with --prompt_bf16_experts as well;
+#   3. device_decoder_fast_test's cases of both options: the bits across
 #      chunkings and mixed steps, the trained tiny's bars with every position a
 #      prompt's, the printed distance to the FP8 maths;
-#   4. the kernels' tests (Bf16Gemm's row_role, Fp8ActBf16) and
-#      fp8_gemm_bench's bf16 route table against cuBLASLt FP8;
+#   4. mxfp4_grouped_gemm_bench's prefill table (the experts' bf16 route beside
+#      the FP8 tile form and cuBLASLt FP8), the kernels' tests (Bf16Gemm's
+#      row_role, Fp8ActBf16) and fp8_gemm_bench's bf16 route table;
 #   5. the chunk with 64 other sequences' generated rows beside it
 #      (--prefill_mixed_rows), off and on; the first pair again (drift); the
 #      chunk's kernel timeline with the option.
@@ -39,10 +39,12 @@ budget_step chunk_off 90 "${decode}" "${slice[@]}" --prompt_bf16_linears=false
 budget_step chunk_on 90 "${decode}" "${slice[@]}" --prompt_bf16_linears=true
 budget_step mxfp4_bf16_gemm_test 60 "${bundle}/bin/kernels_cuda_moe_mxfp4_bf16_gemm_sm90_test" \
   || status=1
-budget_step mxfp4_bench_prefill 120 "${bundle}/tools/mxfp4_grouped_gemm_bench" 384 8 wgmma 4096
+budget_step chunk_experts 90 "${decode}" "${slice[@]}" --prompt_bf16_linears=true \
+  --prompt_bf16_experts=true
 budget_step device_decoder_fast_test 200 "${bundle}/bin/worker_model_device_decoder_fast_test" \
-  --gtest_filter='*PromptLinears*:*PromptBf16*:*SmallBf16LongChunk*:*SmallBf16ChunkedSteps*' \
+  --gtest_filter='*PromptLinears*:*PromptBf16*:*PromptExperts*:*SmallBf16LongChunk*:*SmallBf16ChunkedSteps*' \
   || status=1
+budget_step mxfp4_bench_prefill 120 "${bundle}/tools/mxfp4_grouped_gemm_bench" 384 8 wgmma 4096
 budget_step bf16_gemm_test 90 "${bundle}/bin/kernels_cuda_dense_bf16_gemm_sm90_test" || status=1
 budget_step act_quant_fp8_test 60 "${bundle}/bin/kernels_cuda_dense_act_quant_fp8_test" || status=1
 budget_step fp8_gemm_bench_prefill 120 "${bundle}/tools/fp8_gemm_bench" prefill
@@ -63,7 +65,7 @@ echo "== prefill"
 for log in "${results}"/chunk_*.log; do
   [[ -f "${log}" ]] || continue
   echo "${log##*/}: $(grep -h '^prefill:' "${log}")"
-  grep -hE 'prompt_bf16_linears:|generated rows in every chunk' "${log}"
+  grep -hE 'prompt_bf16_(linears|experts):|generated rows in every chunk' "${log}"
 done
 echo "== bf16 route"
 sed -n '/bf16 route/,$p' "${results}/fp8_gemm_bench_prefill.log" 2>/dev/null | head -30

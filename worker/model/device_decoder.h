@@ -618,6 +618,21 @@ struct DeviceDecoderOptions {
   // arena a bf16 copy of X's FP8 scratch (and the branch's) and, for steps
   // above 256 rows, of the largest FP8 weight. Off until measured.
   bool prompt_bf16_linears = false;
+  // With prompt_bf16_linears: the routed experts' rows of a prompt's
+  // positions on the bf16 maths too (kernels/cuda/moe
+  // Mxfp4Bf16GroupedGemm: X's FP8 codes dequantized into rx16, the MXFP4
+  // codes widened to bf16 in the product's stages, fp32 sums over all of K),
+  // the gate and up products, the SwiGLU and FP8 quantization of h as the
+  // tile form does them, h dequantized, then the down product. The experts
+  // are about half of a V4.1 prefill chunk's FLOPs, which the FP8 tile form
+  // runs after converting every local expert to FP8 tiles each chunk and
+  // folding each 32-block with two scales. A grouped row takes its token's
+  // role (MoeGroupRowsParams::token_role): a step of both roles runs the FP8
+  // experts for every row, then this route writing the prompt's rows only,
+  // so a row's bits never depend on the step around it. Layers with an
+  // expert exchange (a communicator), or whose dims are not multiples of
+  // 128, keep the FP8 maths for every row. Off until measured.
+  bool prompt_bf16_experts = false;
 };
 
 // The fewest rows for which indexer_shared_keys takes the shared-keys form.
@@ -651,6 +666,7 @@ struct DeviceDecoderStats {
   int64_t reduce_fp8_out = 0;     // reduce_fp8_out: wo_b inputs made by wo_a's reduce
   int64_t widened_wo_a = 0;       // stored_wo_a: products that widened wo_a to bf16 first (prefill)
   int64_t prompt_bf16_products = 0;  // prompt_bf16_linears: FP8 products run as bf16
+  int64_t prompt_bf16_expert_layers = 0;  // prompt_bf16_experts: layers' experts on the bf16 route
   // prompt_bf16_linears, eager steps of both roles: FP8 calls over the
   // generated rows' ranges alone (a product may take several)
   int64_t fp8_span_products = 0;

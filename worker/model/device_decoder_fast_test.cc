@@ -1168,11 +1168,64 @@ TEST(DeviceDecoderFastTest, SmallBf16PromptLinearsLongChunkGivesTheShortChunksBi
   EXPECT_LE(rel[rel.size() / 2], 0.3);
 }
 
+// prompt_bf16_experts: a 400-row prompt chunk's routed experts on the bf16
+// route (Mxfp4Bf16GroupedGemm) against the same prompt in chunks of 100
+// rows: every row the same bits, then the decode steps (the FP8 experts).
+// Against prompt_bf16_linears alone (the FP8 experts for the prompt too):
+// other bits, close.
+TEST(DeviceDecoderFastTest, SmallBf16PromptExpertsLongChunkGivesTheShortChunksBits) {
+  const Checkpoint* small = SmallCheckpoint(3);
+  ASSERT_NE(small, nullptr);
+  const int64_t v = small->config().vocab_size;
+  auto cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
+  ASSERT_NE(cpu, nullptr);
+  constexpr int kChunk = kLongChunk;
+  DeviceDecoderOptions options{.numerics = DecodeNumerics::kFast,
+                               .max_sequences = 2,
+                               .max_positions = kChunk + 16,
+                               .max_batch = kChunk,
+                               .max_rows_per_slot = kChunk};
+  options.prompt_bf16_linears = true;
+  options.prompt_bf16_experts = true;
+  const std::vector<int64_t> prompt = RandomTokens(kChunk, 53, v - 1);
+  DeviceDecoderStats stats[2], linears_stats;
+  const auto whole =
+      LongChunkAgainstShortChunks(*cpu, options, prompt, /*mark_prompt=*/true, &stats);
+  ASSERT_EQ(whole.size(), 4u);
+  EXPECT_GT(stats[0].prompt_bf16_expert_layers, 0);
+  EXPECT_GT(stats[1].prompt_bf16_expert_layers, 0);
+  DeviceDecoderOptions linears = options;
+  linears.prompt_bf16_experts = false;
+  const auto fp8 = ChunkThenSteps(*cpu, linears, {1}, prompt, {}, &linears_stats,
+                                  ActivationPrecision::kBf16, /*mark_prompt=*/true);
+  ASSERT_EQ(fp8.size(), 1u);
+  ASSERT_EQ(fp8[0].size(), whole[0].size());
+  EXPECT_EQ(linears_stats.prompt_bf16_expert_layers, 0);
+  std::vector<double> rel;
+  int64_t differing = 0, top1 = 0;
+  for (int r = 0; r < kChunk; ++r) {
+    const float* a = whole[0].data() + r * v;
+    const float* b = fp8[0].data() + r * v;
+    differing += std::memcmp(a, b, v * sizeof(float)) != 0;
+    rel.push_back(RelativeL2(a, b, v));
+    top1 += ArgmaxRow(a, v) == ArgmaxRow(b, v);
+  }
+  std::sort(rel.begin(), rel.end());
+  std::printf(
+      "small bf16, a %d-row prompt chunk, bf16 experts against the FP8 experts: %lld rows "
+      "differ, top-1 agreement %.4f, relative L2 median %.3g, p90 %.3g, worst %.3g\n",
+      kChunk, static_cast<long long>(differing), static_cast<double>(top1) / kChunk,
+      rel[rel.size() / 2], rel[rel.size() * 9 / 10], rel.back());
+  EXPECT_GT(differing, 0);
+  EXPECT_LE(rel[rel.size() / 2], 0.3);
+}
+
 // prompt_bf16_linears with the prompts marked: steps mixing prompt rows (the
 // bf16 maths) and generated rows (the FP8 products) run both products, the
 // second writing its role's rows only (Bf16GemmParams::row_role), so the
-// chunked steps equal one position a step bit for bit. Small (head_dim 256)
-// and small at head_dim 512 with the prompt's attention shape as well.
+// chunked steps equal one position a step bit for bit. Small (head_dim 256;
+// also with prompt_bf16_experts, graphs on) and small at head_dim 512 with
+// the prompt's attention shape as well.
 TEST(DeviceDecoderFastTest, PromptBf16LinearsChunkedStepsAreBatchInvariant) {
   const Checkpoint* small = SmallCheckpoint(3);
   ASSERT_NE(small, nullptr);
@@ -1183,6 +1236,11 @@ TEST(DeviceDecoderFastTest, PromptBf16LinearsChunkedStepsAreBatchInvariant) {
   options.prompt_range_tiles = 0;  // small's head_dim has no prompt shape to count
   testing::CheckChunkedSteps(*cpu, ActivationPrecision::kBf16, options, nullptr,
                              "small bf16 fast, prompt bf16 linears", /*mark_prompts=*/true);
+  DeviceDecoderOptions experts = options;
+  experts.prompt_bf16_experts = true;
+  testing::CheckChunkedSteps(*cpu, ActivationPrecision::kBf16, experts, nullptr,
+                             "small bf16 fast, prompt bf16 linears and experts",
+                             /*mark_prompts=*/true);
   const Checkpoint* ck = Small512Checkpoint();
   ASSERT_NE(ck, nullptr);
   auto cpu512 = RowStableCpuModel(*ck, ActivationPrecision::kBf16);
@@ -1198,12 +1256,13 @@ TEST(DeviceDecoderFastTest, PromptBf16LinearsChunkedStepsAreBatchInvariant) {
 
 // prompt_bf16_linears on eager steps of both roles: the FP8 products run
 // over the generated rows' ranges alone (fp8_span_products), and every row
-// still gets the bits it gets in a step of its own role. Two sequences with
+// still gets the bits it gets in a step of its own role (`experts`: with
+// prompt_bf16_experts too). Two sequences with
 // prompts of 5 and 150 positions: slot 3's prompt, then steps of slot 3's
 // generated token beside a 37-row chunk of slot 1's prompt (generated row
 // first, then last, so a range starts inside the step and ends at its
 // padding), against the same rows in separate steps.
-TEST(DeviceDecoderFastTest, PromptBf16LinearsMixedEagerStepsGiveEachRoleItsBits) {
+void MixedEagerStepsGiveEachRoleItsBits(bool experts) {
   const Checkpoint* small = SmallCheckpoint(3);
   ASSERT_NE(small, nullptr);
   const int64_t v = small->config().vocab_size;
@@ -1215,6 +1274,7 @@ TEST(DeviceDecoderFastTest, PromptBf16LinearsMixedEagerStepsGiveEachRoleItsBits)
                                .max_batch = 64,
                                .max_rows_per_slot = 64};
   options.prompt_bf16_linears = true;
+  options.prompt_bf16_experts = experts;
   options.use_graphs = false;
   constexpr int kLong = 150, kShort = 5, kPart = 37;
   const std::vector<int64_t> long_prompt = RandomTokens(kLong, 91, v - 1);
@@ -1261,6 +1321,24 @@ TEST(DeviceDecoderFastTest, PromptBf16LinearsMixedEagerStepsGiveEachRoleItsBits)
   EXPECT_GT((*mixed)->stats().fp8_span_products, 0);
   EXPECT_GT((*mixed)->stats().prompt_bf16_products, 0);
   EXPECT_EQ((*apart)->stats().fp8_span_products, 0);  // no step had both roles
+  if (experts) {  // the steps of both roles and the prompt's own steps took the route
+    EXPECT_GT((*mixed)->stats().prompt_bf16_expert_layers, 0);
+    EXPECT_GT((*apart)->stats().prompt_bf16_expert_layers, 0);
+  } else {
+    EXPECT_EQ((*mixed)->stats().prompt_bf16_expert_layers, 0);
+  }
+}
+
+TEST(DeviceDecoderFastTest, PromptBf16LinearsMixedEagerStepsGiveEachRoleItsBits) {
+  MixedEagerStepsGiveEachRoleItsBits(/*experts=*/false);
+}
+
+// prompt_bf16_experts beside it: a step of both roles runs the FP8 experts
+// for every grouped row and then the bf16 route writing the prompt's rows
+// only (each grouped row's role from MoeGroupRows' token_role), so again
+// every row gets its own role's bits.
+TEST(DeviceDecoderFastTest, PromptBf16ExpertsMixedEagerStepsGiveEachRoleItsBits) {
+  MixedEagerStepsGiveEachRoleItsBits(/*experts=*/true);
 }
 
 // The same with the e4m3 wgmma maths (dense_wgmma, expert_wgmma): the 400-row

@@ -221,6 +221,83 @@ absl::Status DeviceDecoder::Impl::TileFormExperts(const LayerDev& L, int64_t row
   return dense::Fp8BlockGemm(p, stream);
 }
 
+bool DeviceDecoder::Impl::Bf16Experts(const LayerDev& L, bool ep) const {
+  return options.prompt_bf16_experts && PromptLinears() && linear_roles_ != 1 && !ep &&
+         FastExperts(L) && role_grouped != nullptr && rx16 != nullptr && c.dim % 128 == 0 &&
+         L.inter % 128 == 0;
+}
+
+absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t rows, float limit,
+                                                   bool prompt_only) {
+  const int64_t d = c.dim, inter = L.inter;
+  if (rows * std::max(d, inter) > rx16_count) {
+    return absl::InternalError(absl::StrCat("DeviceDecoder: the experts' bf16 rows (", rows, " x ",
+                                            std::max(d, inter), ") exceed their scratch of ",
+                                            rx16_count));
+  }
+  // Rows are laid out for the step's capacity; the groups end at
+  // group_offsets[experts], and no row past it is read or written.
+  const int64_t* used_rows = group_offsets + L.experts;
+  const int32_t* roles = prompt_only ? role_grouped : nullptr;
+  auto product = [&](const uint8_t* const* w, const uint8_t* const* ws, float* y, int64_t n,
+                     int64_t k, dense::Fp8GemmOutput output) {
+    return kc::Mxfp4Bf16GroupedGemm({.x = rx16,
+                                     .expert_offsets = group_offsets,
+                                     .w = w,
+                                     .w_scales = ws,
+                                     .y = y,
+                                     .rows = rows,
+                                     .n = n,
+                                     .k = k,
+                                     .num_experts = L.experts,
+                                     .output = output,
+                                     .row_role = roles,
+                                     .role = 1},
+                                    stream);
+  };
+  RETURN_IF_ERROR(dense::Fp8ActBf16({.codes = fq,
+                                     .scales = fq_scales,
+                                     .out = rx16,
+                                     .rows = rows,
+                                     .cols = d,
+                                     .row_count = used_rows},
+                                    stream));
+  RETURN_IF_ERROR(product(L.w1c, L.w1q, gg, inter, d, dense::Fp8GemmOutput::kF32));
+  RETURN_IF_ERROR(product(L.w3c, L.w3q, upg, inter, d, dense::Fp8GemmOutput::kF32));
+  // The tile form's SwiGLU and h quantization (the MXFP4 kernel's epilogue
+  // operations). With prompt_only the generated rows' gg / upg hold what the
+  // FP8 experts left (or nothing meaningful); their h is never read.
+  RETURN_IF_ERROR(dec::Swiglu({.gate = gg,
+                               .up = upg,
+                               .route_weight = wg,
+                               .out = gg,
+                               .rows = rows,
+                               .inter = inter,
+                               .limit = limit,
+                               .round_bf16 = bf16(),
+                               .row_count = used_rows},
+                              stream));
+  RETURN_IF_ERROR(dense::ActQuantFp8({.x = gg,
+                                      .codes = fh,
+                                      .scales = fh_scales,
+                                      .rows = rows,
+                                      .cols = inter,
+                                      .row_count = used_rows},
+                                     stream));
+  RETURN_IF_ERROR(dense::Fp8ActBf16({.codes = fh,
+                                     .scales = fh_scales,
+                                     .out = rx16,
+                                     .rows = rows,
+                                     .cols = inter,
+                                     .row_count = used_rows},
+                                    stream));
+  RETURN_IF_ERROR(
+      product(L.w2c, L.w2q, yg, d, inter,
+              bf16() ? dense::Fp8GemmOutput::kF32RoundedBf16 : dense::Fp8GemmOutput::kF32));
+  ++prompt_bf16_expert_layers;
+  return absl::OkStatus();
+}
+
 absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
   const LayerDev& L = layers[layer];
   // A DSpark stage has a gate of its own size (MoeExperts, MoeTopk).
@@ -370,6 +447,13 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
     if (kc::SupportsMoeGroupRows(codes)) group = codes;
   }
   const bool by_codes = group.codes != nullptr;
+  // prompt_bf16_experts: each grouped row's role, for a step of both roles
+  // (a step of prompt rows only takes the bf16 route for every row).
+  const bool bf16_experts = Bf16Experts(L, ep);
+  if (bf16_experts && linear_roles_ == 3) {
+    group.token_role = meta_d.role;
+    group.role_grouped = role_grouped;
+  }
   RETURN_IF_ERROR(kc::MoeGroupRows(group, stream));
   if (layer < c.n_layers) {  // the backbone's load (EPLB); not the DSpark stages'
     // With branches on the mix path, off the experts' way: its counters are
@@ -417,7 +501,9 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
          .row_count = options.used_rows_only ? group_offsets + L.experts : nullptr},
         stream));
   }
-  if (tile_form) {  // (FastExperts: tile_form implies it)
+  if (bf16_experts && linear_roles_ == 2) {  // every row a prompt's
+    RETURN_IF_ERROR(Bf16RouteExperts(L, rows, limit, /*prompt_only=*/false));
+  } else if (tile_form) {  // (FastExperts: tile_form implies it)
     // Resident tiles were converted at Create / SetPlacement.
     if (L.rt13 == nullptr) RETURN_IF_ERROR(ConvertExperts(L));
     RETURN_IF_ERROR(TileFormExperts(L, rows, limit));
@@ -462,6 +548,11 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
                                  .round_bf16 = bf16()},
                                 stream));
     RETURN_IF_ERROR(grouped(gg, L.w2s, L.w2c, L.w2q, d, L.inter, L.w2_fp8, yg));
+  }
+  // Both roles: the prompt's rows again on the bf16 route, over what the
+  // FP8 experts wrote for every row.
+  if (bf16_experts && linear_roles_ == 3) {
+    RETURN_IF_ERROR(Bf16RouteExperts(L, rows, limit, /*prompt_only=*/true));
   }
   // The fast experts round y in their epilogue (round_bf16 above).
   if (!FastExperts(L)) RETURN_IF_ERROR(Round(yg, rows * d));

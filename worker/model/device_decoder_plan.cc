@@ -459,6 +459,7 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
   moe_w = r.Alloc<float>(bc * k);
   group_offsets = r.Alloc<int64_t>(std::max<int64_t>(logical, ex.per_rank) + 1);
   pair_row = r.Alloc<int32_t>(pairs);
+  if (PromptLinears() && options.prompt_bf16_experts) role_grouped = r.Alloc<int32_t>(pairs);
   xg = r.Alloc<float>(pairs * d);
   wg = r.Alloc<float>(pairs);
   gg = r.Alloc<float>(pairs * inter);

@@ -16,10 +16,12 @@ namespace {
 // group.
 __global__ void Fp8ActBf16Kernel(const uint8_t* __restrict__ codes,
                                  const uint8_t* __restrict__ scales, uint16_t* __restrict__ out,
-                                 int64_t chunks, int64_t code_stride, int64_t scale_stride) {
+                                 int64_t chunks, int64_t code_stride, int64_t scale_stride,
+                                 const int64_t* __restrict__ row_count, int64_t row_chunks) {
   GridDependencyPrologue();
   const int64_t chunk = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (chunk >= chunks) return;
+  if (row_count != nullptr && chunk / row_chunks >= *row_count) return;
   const int64_t g = blockIdx.y;
   const int64_t e = chunk * 16;  // the first element, in the group's packed [rows, cols]
   const uint4 c = *reinterpret_cast<const uint4*>(codes + g * code_stride + e);
@@ -109,7 +111,7 @@ absl::Status Fp8ActBf16(const Fp8ActBf16Params& p, cudaStream_t stream) {
                           static_cast<unsigned>(p.groups)),
                      kThreads, 0, stream>>>(
       p.codes, p.scales, p.out, chunks, p.code_group_stride != 0 ? p.code_group_stride : code_bytes,
-      p.scale_group_stride != 0 ? p.scale_group_stride : code_bytes / 32);
+      p.scale_group_stride != 0 ? p.scale_group_stride : code_bytes / 32, p.row_count, p.cols / 16);
   return LaunchStatus("Fp8ActBf16");
 }
 

@@ -67,6 +67,9 @@ struct Fp8ActBf16Params {
   int groups = 1;
   int64_t code_group_stride = 0;   // bytes between groups' codes, a multiple of 16; 0: rows x cols
   int64_t scale_group_stride = 0;  // bytes between groups' scales; 0: rows x cols / 32
+  // Optional, device, as ActQuantFp8Params::row_count: rows at and past it
+  // (clamped to [0, rows]) are neither read nor written (every group's).
+  const int64_t* row_count = nullptr;
 };
 
 // Returns OK or INVALID_ARGUMENT: a null pointer, rows or cols not positive,

@@ -230,6 +230,30 @@ TEST(ActQuantFp8Test, Fp8ActBf16GivesTheCpusDequantizedValues) {
                         << (first < 0 ? 0 : got[first]) << " want 0x"
                         << (first < 0 ? 0 : want[first]);
     EXPECT_EQ(nans, 64 * c.groups);  // each group's NaN and -Inf blocks (Inputs' blocks 2, 3)
+    // row_count: the rows before it get the same bits in every group, the
+    // others stay as they were.
+    const int64_t used = c.rows / 2;
+    DeviceBuffer<int64_t> count(std::vector<int64_t>{used});
+    out.Poison(0xAB);
+    ASSERT_TRUE(Fp8ActBf16({.codes = codes.get(),
+                            .scales = scales.get(),
+                            .out = out.get(),
+                            .rows = c.rows,
+                            .cols = c.cols,
+                            .groups = c.groups,
+                            .code_group_stride = c.code_pad != 0 ? cs : 0,
+                            .scale_group_stride = c.scale_pad != 0 ? ss : 0,
+                            .row_count = count.get()},
+                           nullptr)
+                    .ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<uint16_t> counted = out.Download();
+    int64_t off = 0;
+    for (int64_t i = 0; i < c.groups * size; ++i) {
+      const bool in_use = (i % size) / c.cols < used;
+      off += counted[i] != (in_use ? got[i] : uint16_t{0xABAB});
+    }
+    EXPECT_EQ(off, 0) << "with row_count " << used;
   }
 }
 

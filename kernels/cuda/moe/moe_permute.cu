@@ -24,7 +24,8 @@ bool SupportsMoeGroupRows(const MoeGroupRowsParams& p) {
          p.num_groups >= 1 && p.num_groups <= kMoeGroupRowsMaxGroups &&
          p.tokens * p.topk < (int64_t{1} << 31) && p.groups != nullptr &&
          p.group_offsets != nullptr && p.pair_row != nullptr && rows &&
-         (p.route_weight == nullptr || p.weight_grouped != nullptr);
+         (p.route_weight == nullptr || p.weight_grouped != nullptr) &&
+         (p.token_role == nullptr) == (p.role_grouped == nullptr);
 }
 
 absl::Status MoeGroupRows(const MoeGroupRowsParams& p, cudaStream_t stream) {
@@ -32,7 +33,7 @@ absl::Status MoeGroupRows(const MoeGroupRowsParams& p, cudaStream_t stream) {
     return absl::InvalidArgumentError(absl::StrCat(
         "MoeGroupRows: unsupported (tokens ", p.tokens, ", dim ", p.dim, ", topk ", p.topk,
         ", groups ", p.num_groups, "; needs groups <= ", kMoeGroupRowsMaxGroups,
-        ", non-null arrays, weight_grouped with route_weight)"));
+        ", non-null arrays, weight_grouped with route_weight, token_role with role_grouped)"));
   }
   const int64_t pairs = p.tokens * p.topk;
   moe::GroupRowsKernel<<<1, moe::kGroupThreads, 0, stream>>>(
@@ -41,12 +42,13 @@ absl::Status MoeGroupRows(const MoeGroupRowsParams& p, cudaStream_t stream) {
   if (p.codes != nullptr) {  // the FP8 form: a block of 16-byte chunks per pair
     moe::GatherCodesKernel<<<static_cast<unsigned>(pairs), moe::kGatherCodesThreads, 0, stream>>>(
         p.codes, p.scales, p.route_weight, p.pair_row, p.codes_grouped, p.scales_grouped,
-        p.weight_grouped, p.dim, p.topk);
+        p.weight_grouped, p.token_role, p.role_grouped, p.dim, p.topk);
     return LaunchStatus("MoeGroupRows gather codes");
   }
   const unsigned chunks = static_cast<unsigned>((p.dim + moe::kRowChunk - 1) / moe::kRowChunk);
   moe::GatherRowsKernel<<<dim3(static_cast<unsigned>(pairs), chunks), 256, 0, stream>>>(
-      p.x, p.route_weight, p.pair_row, p.x_grouped, p.weight_grouped, p.dim, p.topk);
+      p.x, p.route_weight, p.pair_row, p.x_grouped, p.weight_grouped, p.token_role, p.role_grouped,
+      p.dim, p.topk);
   return LaunchStatus("MoeGroupRows gather");
 }
 

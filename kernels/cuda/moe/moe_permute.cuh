@@ -104,7 +104,8 @@ __global__ void GatherRowsKernel(const float* __restrict__ x,
                                  const float* __restrict__ route_weight,
                                  const int32_t* __restrict__ pair_row,
                                  float* __restrict__ x_grouped, float* __restrict__ weight_grouped,
-                                 int64_t dim, int topk) {
+                                 const int32_t* __restrict__ token_role,
+                                 int32_t* __restrict__ role_grouped, int64_t dim, int topk) {
   GridDependencyPrologue();
   const int64_t pair = blockIdx.x;
   const int32_t row = pair_row[pair];
@@ -113,21 +114,23 @@ __global__ void GatherRowsKernel(const float* __restrict__ x,
   float* dst = x_grouped + static_cast<int64_t>(row) * dim;
   const int64_t end = min(dim, (static_cast<int64_t>(blockIdx.y) + 1) * kRowChunk);
   for (int64_t c = blockIdx.y * kRowChunk + threadIdx.x; c < end; c += blockDim.x) dst[c] = src[c];
-  if (blockIdx.y == 0 && threadIdx.x == 0 && route_weight != nullptr) {
-    weight_grouped[row] = route_weight[pair];
+  if (blockIdx.y == 0 && threadIdx.x == 0) {
+    if (route_weight != nullptr) weight_grouped[row] = route_weight[pair];
+    if (token_role != nullptr) role_grouped[row] = token_role[pair / topk];
   }
 }
 
 // One block per pair: its token's FP8 codes row (dim bytes) and UE8M0
 // scales row (dim / 32 bytes) copied to its grouped row in 16-byte chunks
-// (dim % 512 == 0, rows 16-byte aligned: the launcher checks), and its route
-// weight. Pairs without a row (-1) copy nothing.
+// (dim % 512 == 0, rows 16-byte aligned: the launcher checks), its route
+// weight and its token's role. Pairs without a row (-1) copy nothing.
 inline constexpr int kGatherCodesThreads = 128;
 __global__ void __launch_bounds__(kGatherCodesThreads)
     GatherCodesKernel(const uint8_t* __restrict__ codes, const uint8_t* __restrict__ scales,
                       const float* __restrict__ route_weight, const int32_t* __restrict__ pair_row,
                       uint8_t* __restrict__ codes_grouped, uint8_t* __restrict__ scales_grouped,
-                      float* __restrict__ weight_grouped, int64_t dim, int topk) {
+                      float* __restrict__ weight_grouped, const int32_t* __restrict__ token_role,
+                      int32_t* __restrict__ role_grouped, int64_t dim, int topk) {
   GridDependencyPrologue();
   const int64_t pair = blockIdx.x;
   const int32_t row = pair_row[pair];
@@ -141,6 +144,7 @@ __global__ void __launch_bounds__(kGatherCodesThreads)
   uint4* sdst = reinterpret_cast<uint4*>(scales_grouped + static_cast<int64_t>(row) * (dim / 32));
   for (int64_t c = threadIdx.x; c < scale_chunks; c += blockDim.x) sdst[c] = ssrc[c];
   if (threadIdx.x == 0 && route_weight != nullptr) weight_grouped[row] = route_weight[pair];
+  if (threadIdx.x == 0 && token_role != nullptr) role_grouped[row] = token_role[token];
 }
 
 // One block per (token, column chunk): thread 0 orders the token's rows by

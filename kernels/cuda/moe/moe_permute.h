@@ -58,13 +58,20 @@ struct MoeGroupRowsParams {
   const uint8_t* scales = nullptr;
   uint8_t* codes_grouped = nullptr;   // device out [tokens * topk, dim]
   uint8_t* scales_grouped = nullptr;  // device out [tokens * topk, dim / 32]
+  // Optional, together: each pair's grouped row gets its token's role
+  // (role_grouped[pair_row[i]] = token_role[i / topk]), so a product over
+  // the grouped rows can take each row's maths from its token (the decoder's
+  // prompt rows, Mxfp4Bf16GroupedGemmParams::row_role).
+  const int32_t* token_role = nullptr;  // device [tokens]
+  int32_t* role_grouped = nullptr;      // device out [tokens * topk]
 };
 
 // True for tokens, dim, topk > 0, dim <= 65535 x 1024 (a row is spread over
 // blocks of 1024 columns), 1 <= num_groups <= kMoeGroupRowsMaxGroups,
 // tokens * topk < 2^31, non-null groups/group_offsets/pair_row, x/x_grouped
 // non-null (or, with codes, the four FP8 arrays non-null and aligned as
-// listed, dim % 512 == 0), and weight_grouped non-null when route_weight is.
+// listed, dim % 512 == 0), weight_grouped non-null when route_weight is, and
+// token_role and role_grouped both null or both not.
 bool SupportsMoeGroupRows(const MoeGroupRowsParams& params);
 
 // Enqueues the grouping (one block) and the gather on `stream`. The result

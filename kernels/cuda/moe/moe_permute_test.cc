@@ -87,11 +87,14 @@ TEST(MoeGroupRowsCudaTest, GroupsAsTheCpuExecutorDoes) {
     std::vector<int32_t> want_row;
     ReferenceGrouping(groups, c.groups, &want_off, &want_row);
 
-    DeviceBuffer<int32_t> dgroups(routed), drow(pairs);
+    std::vector<int32_t> roles(c.tokens);
+    for (int32_t& r : roles) r = static_cast<int32_t>(rng() % 2);
+    DeviceBuffer<int32_t> dgroups(routed), drow(pairs), droles(roles), drg(pairs);
     DeviceBuffer<float> dx(x), drw(rw), dxg(pairs * c.dim), dwg(pairs);
     DeviceBuffer<int64_t> doff(c.groups + 1), dvalid(std::vector<int64_t>{c.valid});
     drow.Poison();
     doff.Poison();
+    drg.Poison();
     ASSERT_TRUE(MoeGroupRows({.groups = dgroups.get(),
                               .x = dx.get(),
                               .route_weight = drw.get(),
@@ -103,16 +106,20 @@ TEST(MoeGroupRowsCudaTest, GroupsAsTheCpuExecutorDoes) {
                               .dim = c.dim,
                               .topk = c.topk,
                               .num_groups = c.groups,
-                              .valid_tokens = c.valid >= 0 ? dvalid.get() : nullptr},
+                              .valid_tokens = c.valid >= 0 ? dvalid.get() : nullptr,
+                              .token_role = droles.get(),
+                              .role_grouped = drg.get()},
                              nullptr)
                     .ok());
     ASSERT_TRUE(Synced());
     EXPECT_EQ(doff.Download(), want_off) << c.tokens << "x" << c.topk << " groups " << c.groups;
     EXPECT_EQ(drow.Download(), want_row) << c.tokens << "x" << c.topk << " groups " << c.groups;
     const std::vector<float> xg = dxg.Download(), wg = dwg.Download();
+    const std::vector<int32_t> rg = drg.Download();
     for (int64_t i = 0; i < pairs; ++i) {
       if (want_row[i] < 0) continue;
       const int64_t r = want_row[i], t = i / c.topk;
+      ASSERT_EQ(rg[r], roles[t]) << "role of pair " << i;
       ASSERT_TRUE(std::equal(x.begin() + t * c.dim, x.begin() + (t + 1) * c.dim,
                              xg.begin() + r * c.dim))
           << "pair " << i;
@@ -188,6 +195,11 @@ TEST(MoeGroupRowsCudaTest, GathersTheFp8FormActQuantWouldMake) {
     by_codes.scales = scales.get();
     by_codes.codes_grouped = got_codes.get();
     by_codes.scales_grouped = got_scales.get();
+    std::vector<int32_t> roles(c.tokens);
+    for (int32_t& r : roles) r = static_cast<int32_t>(rng() % 3);
+    DeviceBuffer<int32_t> droles(roles), drg(pairs);
+    by_codes.token_role = droles.get();
+    by_codes.role_grouped = drg.get();
     ASSERT_TRUE(SupportsMoeGroupRows(by_codes));
     ASSERT_TRUE(MoeGroupRows(by_codes, nullptr).ok());
     ASSERT_TRUE(Synced());
@@ -197,6 +209,7 @@ TEST(MoeGroupRowsCudaTest, GathersTheFp8FormActQuantWouldMake) {
     const std::vector<uint8_t> wc = want_codes.Download(), ws = want_scales.Download(),
                                gc = got_codes.Download(), gs = got_scales.Download();
     const std::vector<float> wg = dwg.Download(), wg2 = dwg2.Download();
+    const std::vector<int32_t> rg = drg.Download();
     int64_t checked = 0;
     for (int64_t i = 0; i < pairs; ++i) {
       const int64_t r = rows[i];
@@ -209,6 +222,7 @@ TEST(MoeGroupRowsCudaTest, GathersTheFp8FormActQuantWouldMake) {
                              gs.begin() + r * blocks))
           << "scales of pair " << i;
       ASSERT_EQ(wg2[r], wg[r]) << "pair " << i;
+      ASSERT_EQ(rg[r], roles[i / c.topk]) << "role of pair " << i;
     }
     EXPECT_GT(checked, 0);
   }
@@ -232,6 +246,11 @@ TEST(MoeGroupRowsCudaTest, GathersTheFp8FormActQuantWouldMake) {
   EXPECT_TRUE(SupportsMoeGroupRows(bad));
   bad.scales = b.get() + 4;
   EXPECT_FALSE(SupportsMoeGroupRows(bad));
+  bad.scales = b.get();
+  bad.token_role = i.get();  // without role_grouped
+  EXPECT_FALSE(SupportsMoeGroupRows(bad));
+  bad.role_grouped = i.get();
+  EXPECT_TRUE(SupportsMoeGroupRows(bad));
 }
 
 TEST(MoeCombineCudaTest, BitIdenticalToTheCpuSum) {
