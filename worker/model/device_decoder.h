@@ -627,9 +627,11 @@ struct DeviceDecoderOptions {
   // are about half of a V4.1 prefill chunk's FLOPs, which the FP8 tile form
   // runs after converting every local expert to FP8 tiles each chunk and
   // folding each 32-block with two scales. A grouped row takes its token's
-  // role (MoeGroupRowsParams::token_role): a step of both roles runs the FP8
-  // experts for every row, then this route writing the prompt's rows only,
-  // so a row's bits never depend on the step around it. Layers with an
+  // role: a step of both roles groups its rows role-major
+  // (MoeGroupRowsParams::token_role: the generated rows' groups, then the
+  // prompt's), runs the FP8 experts over the first and this route over the
+  // second, so each row pays for one maths and a row's bits never depend on
+  // the step around it. Layers with an
   // expert exchange (a communicator), or whose dims are not multiples of
   // 128, keep the FP8 maths for every row. Off until measured.
   bool prompt_bf16_experts = false;

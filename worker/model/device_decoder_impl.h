@@ -454,10 +454,7 @@ struct DeviceDecoder::Impl {
   uint16_t *rx16 = nullptr, *side_rx16 = nullptr, *w16 = nullptr, *side_w16 = nullptr;
   int64_t rx16_count = 0, side_rx16_count = 0, w16_count = 0, side_w16_count = 0;
   int64_t prompt_bf16_products = 0;  // DeviceDecoderStats::prompt_bf16_products
-  // prompt_bf16_experts: each grouped row's token role (MoeGroupRows'
-  // token_role from meta role), and the layers routed (stats).
-  int32_t* role_grouped = nullptr;
-  int64_t prompt_bf16_expert_layers = 0;
+  int64_t prompt_bf16_expert_layers = 0;  // DeviceDecoderStats::prompt_bf16_expert_layers
   int64_t fp8_span_products = 0;     // DeviceDecoderStats::fp8_span_products
   int64_t x16_panels = 0;  // panels made (DeviceDecoderStats::x16_panels)
   int64_t shared_key_scores = 0;  // DeviceDecoderStats::shared_key_scores
@@ -1607,15 +1604,17 @@ struct DeviceDecoder::Impl {
   dense::Fp8GemmMath TileFormMath() const;
   // prompt_bf16_experts: whether layer L's experts take the bf16 route for
   // this step's prompt rows (a step with prompt rows, no exchange, dims
-  // multiples of 128, the scratch planned).
+  // multiples of 128, room for role-major groups).
   bool Bf16Experts(const LayerDev& L, bool ep) const;
-  // The routed experts of `rows` grouped rows (fq / fq_scales made) on the
-  // bf16 route: X's codes dequantized into rx16, gate and up by
-  // Mxfp4Bf16GroupedGemm, SwiGLU with the route weight and the FP8
-  // quantization of h (the tile form's), h dequantized into rx16, w2 into yg.
-  // With `prompt_only`, the products write the rows whose role_grouped is 1
-  // only (the FP8 experts wrote every row before).
-  absl::Status Bf16RouteExperts(const LayerDev& L, int64_t rows, float limit, bool prompt_only);
+  // The routed experts of the rows of L.experts groups at `offsets` (fq /
+  // fq_scales made; `rows` the capacity) on the bf16 route: X's codes
+  // dequantized into rx16, gate and up by Mxfp4Bf16GroupedGemm, SwiGLU with
+  // the route weight and the FP8 quantization of h (the tile form's), h
+  // dequantized into rx16, w2 into yg. `offsets` is group_offsets for a step
+  // of prompt rows only, its second half (the prompt's groups of the
+  // role-major grouping) for a step of both roles.
+  absl::Status Bf16RouteExperts(const LayerDev& L, int64_t rows, float limit,
+                                const int64_t* offsets);
   // Expert parallelism: the dispatch blocks (x rows, local slots, route
   // weights) to and from every rank, and the expert outputs back.
   absl::Status Dispatch(int64_t b);

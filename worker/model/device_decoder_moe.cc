@@ -223,26 +223,27 @@ absl::Status DeviceDecoder::Impl::TileFormExperts(const LayerDev& L, int64_t row
 
 bool DeviceDecoder::Impl::Bf16Experts(const LayerDev& L, bool ep) const {
   return options.prompt_bf16_experts && PromptLinears() && linear_roles_ != 1 && !ep &&
-         FastExperts(L) && role_grouped != nullptr && rx16 != nullptr && c.dim % 128 == 0 &&
-         L.inter % 128 == 0;
+         FastExperts(L) && rx16 != nullptr && c.dim % 128 == 0 && L.inter % 128 == 0 &&
+         2 * L.experts <= kc::kMoeGroupRowsMaxGroups;
 }
 
 absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t rows, float limit,
-                                                   bool prompt_only) {
+                                                   const int64_t* offsets) {
   const int64_t d = c.dim, inter = L.inter;
   if (rows * std::max(d, inter) > rx16_count) {
     return absl::InternalError(absl::StrCat("DeviceDecoder: the experts' bf16 rows (", rows, " x ",
                                             std::max(d, inter), ") exceed their scratch of ",
                                             rx16_count));
   }
-  // Rows are laid out for the step's capacity; the groups end at
-  // group_offsets[experts], and no row past it is read or written.
-  const int64_t* used_rows = group_offsets + L.experts;
-  const int32_t* roles = prompt_only ? role_grouped : nullptr;
+  // Rows are laid out for the step's capacity; this route's groups end at
+  // offsets[experts], and no row past it is read or written (rows before its
+  // first group, a step's generated rows, go through the elementwise passes
+  // too, after the FP8 experts are done with them).
+  const int64_t* used_rows = offsets + L.experts;
   auto product = [&](const uint8_t* const* w, const uint8_t* const* ws, float* y, int64_t n,
                      int64_t k, dense::Fp8GemmOutput output) {
     return kc::Mxfp4Bf16GroupedGemm({.x = rx16,
-                                     .expert_offsets = group_offsets,
+                                     .expert_offsets = offsets,
                                      .w = w,
                                      .w_scales = ws,
                                      .y = y,
@@ -250,9 +251,7 @@ absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t ro
                                      .n = n,
                                      .k = k,
                                      .num_experts = L.experts,
-                                     .output = output,
-                                     .row_role = roles,
-                                     .role = 1},
+                                     .output = output},
                                     stream);
   };
   RETURN_IF_ERROR(dense::Fp8ActBf16({.codes = fq,
@@ -265,8 +264,7 @@ absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t ro
   RETURN_IF_ERROR(product(L.w1c, L.w1q, gg, inter, d, dense::Fp8GemmOutput::kF32));
   RETURN_IF_ERROR(product(L.w3c, L.w3q, upg, inter, d, dense::Fp8GemmOutput::kF32));
   // The tile form's SwiGLU and h quantization (the MXFP4 kernel's epilogue
-  // operations). With prompt_only the generated rows' gg / upg hold what the
-  // FP8 experts left (or nothing meaningful); their h is never read.
+  // operations).
   RETURN_IF_ERROR(dec::Swiglu({.gate = gg,
                                .up = upg,
                                .route_weight = wg,
@@ -447,12 +445,17 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
     if (kc::SupportsMoeGroupRows(codes)) group = codes;
   }
   const bool by_codes = group.codes != nullptr;
-  // prompt_bf16_experts: each grouped row's role, for a step of both roles
-  // (a step of prompt rows only takes the bf16 route for every row).
+  // prompt_bf16_experts, a step of both roles: role-major groups, the
+  // generated rows' L.experts groups first (the FP8 experts below read
+  // group_offsets[0 .. experts] and so only them), then the prompt's (the
+  // bf16 route reads group_offsets + experts). A step of prompt rows only
+  // takes the bf16 route for every row. A row's bits depend on its X row
+  // and its expert alone in both maths, so where it lands does not matter.
   const bool bf16_experts = Bf16Experts(L, ep);
   if (bf16_experts && linear_roles_ == 3) {
     group.token_role = meta_d.role;
-    group.role_grouped = role_grouped;
+    group.role_stride = L.experts;
+    group.num_groups = 2 * L.experts;
   }
   RETURN_IF_ERROR(kc::MoeGroupRows(group, stream));
   if (layer < c.n_layers) {  // the backbone's load (EPLB); not the DSpark stages'
@@ -498,11 +501,12 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
          .scales = fq_scales,
          .rows = rows,
          .cols = d,
-         .row_count = options.used_rows_only ? group_offsets + L.experts : nullptr},
+         // (every group's rows: with role-major groups the prompt's too)
+         .row_count = options.used_rows_only ? group_offsets + group.num_groups : nullptr},
         stream));
   }
   if (bf16_experts && linear_roles_ == 2) {  // every row a prompt's
-    RETURN_IF_ERROR(Bf16RouteExperts(L, rows, limit, /*prompt_only=*/false));
+    RETURN_IF_ERROR(Bf16RouteExperts(L, rows, limit, group_offsets));
   } else if (tile_form) {  // (FastExperts: tile_form implies it)
     // Resident tiles were converted at Create / SetPlacement.
     if (L.rt13 == nullptr) RETURN_IF_ERROR(ConvertExperts(L));
@@ -549,10 +553,10 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
                                 stream));
     RETURN_IF_ERROR(grouped(gg, L.w2s, L.w2c, L.w2q, d, L.inter, L.w2_fp8, yg));
   }
-  // Both roles: the prompt's rows again on the bf16 route, over what the
-  // FP8 experts wrote for every row.
+  // Both roles: the prompt's groups on the bf16 route (the FP8 experts took
+  // the generated rows' groups).
   if (bf16_experts && linear_roles_ == 3) {
-    RETURN_IF_ERROR(Bf16RouteExperts(L, rows, limit, /*prompt_only=*/true));
+    RETURN_IF_ERROR(Bf16RouteExperts(L, rows, limit, group_offsets + L.experts));
   }
   // The fast experts round y in their epilogue (round_bf16 above).
   if (!FastExperts(L)) RETURN_IF_ERROR(Round(yg, rows * d));

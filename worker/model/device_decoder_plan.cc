@@ -457,9 +457,11 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
   index = r.Alloc<int32_t>(bc * (win + std::max<int64_t>(c.index_topk, draft_block())));
   moe_idx = r.Alloc<int32_t>(bc * k);
   moe_w = r.Alloc<float>(bc * k);
-  group_offsets = r.Alloc<int64_t>(std::max<int64_t>(logical, ex.per_rank) + 1);
+  // prompt_bf16_experts: room for role-major groups (twice the experts).
+  group_offsets = r.Alloc<int64_t>((PromptLinears() && options.prompt_bf16_experts ? 2 : 1) *
+                                       std::max<int64_t>(logical, ex.per_rank) +
+                                   1);
   pair_row = r.Alloc<int32_t>(pairs);
-  if (PromptLinears() && options.prompt_bf16_experts) role_grouped = r.Alloc<int32_t>(pairs);
   xg = r.Alloc<float>(pairs * d);
   wg = r.Alloc<float>(pairs);
   gg = r.Alloc<float>(pairs * inter);

@@ -25,7 +25,8 @@ bool SupportsMoeGroupRows(const MoeGroupRowsParams& p) {
          p.tokens * p.topk < (int64_t{1} << 31) && p.groups != nullptr &&
          p.group_offsets != nullptr && p.pair_row != nullptr && rows &&
          (p.route_weight == nullptr || p.weight_grouped != nullptr) &&
-         (p.token_role == nullptr) == (p.role_grouped == nullptr);
+         (p.token_role == nullptr ||
+          (p.role_stride >= 1 && int64_t{p.role_stride} * 2 == p.num_groups));
 }
 
 absl::Status MoeGroupRows(const MoeGroupRowsParams& p, cudaStream_t stream) {
@@ -33,22 +34,23 @@ absl::Status MoeGroupRows(const MoeGroupRowsParams& p, cudaStream_t stream) {
     return absl::InvalidArgumentError(absl::StrCat(
         "MoeGroupRows: unsupported (tokens ", p.tokens, ", dim ", p.dim, ", topk ", p.topk,
         ", groups ", p.num_groups, "; needs groups <= ", kMoeGroupRowsMaxGroups,
-        ", non-null arrays, weight_grouped with route_weight, token_role with role_grouped)"));
+        ", non-null arrays, weight_grouped with route_weight, num_groups twice role_stride "
+        "with token_role)"));
   }
   const int64_t pairs = p.tokens * p.topk;
   moe::GroupRowsKernel<<<1, moe::kGroupThreads, 0, stream>>>(
-      p.groups, pairs, p.num_groups, p.valid_tokens, p.topk, p.group_offsets, p.pair_row);
+      p.groups, pairs, p.num_groups, p.valid_tokens, p.topk, p.group_offsets, p.pair_row,
+      p.token_role, p.role_stride);
   if (absl::Status s = LaunchStatus("MoeGroupRows"); !s.ok()) return s;
   if (p.codes != nullptr) {  // the FP8 form: a block of 16-byte chunks per pair
     moe::GatherCodesKernel<<<static_cast<unsigned>(pairs), moe::kGatherCodesThreads, 0, stream>>>(
         p.codes, p.scales, p.route_weight, p.pair_row, p.codes_grouped, p.scales_grouped,
-        p.weight_grouped, p.token_role, p.role_grouped, p.dim, p.topk);
+        p.weight_grouped, p.dim, p.topk);
     return LaunchStatus("MoeGroupRows gather codes");
   }
   const unsigned chunks = static_cast<unsigned>((p.dim + moe::kRowChunk - 1) / moe::kRowChunk);
   moe::GatherRowsKernel<<<dim3(static_cast<unsigned>(pairs), chunks), 256, 0, stream>>>(
-      p.x, p.route_weight, p.pair_row, p.x_grouped, p.weight_grouped, p.token_role, p.role_grouped,
-      p.dim, p.topk);
+      p.x, p.route_weight, p.pair_row, p.x_grouped, p.weight_grouped, p.dim, p.topk);
   return LaunchStatus("MoeGroupRows gather");
 }
 

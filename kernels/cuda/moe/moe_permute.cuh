@@ -21,21 +21,28 @@ inline constexpr int kCombineMaxTopk = 64;
 // lanes below it in its warp with the same group (match.any). So rows
 // within a group ascend with the pair index, as the CPU executor numbers
 // them. With valid_tokens, the pairs of tokens at or past *valid_tokens
-// (padding rows) belong to no group.
+// (padding rows) belong to no group; with token_role the groups are
+// role-major (MoeGroupRowsParams).
 __global__ void __launch_bounds__(kGroupThreads)
     GroupRowsKernel(const int32_t* __restrict__ groups, int64_t pairs, int num_groups,
                     const int64_t* __restrict__ valid_tokens, int topk,
-                    int64_t* __restrict__ offsets, int32_t* __restrict__ pair_row) {
+                    int64_t* __restrict__ offsets, int32_t* __restrict__ pair_row,
+                    const int32_t* __restrict__ token_role, int role_stride) {
   GridDependencyPrologue();
   const int64_t live =
       valid_tokens == nullptr ? pairs : min(max(*valid_tokens, int64_t{0}) * topk, pairs);
   __shared__ int32_t s_next[kGroupThreads];  // counts, then each group's next row
   __shared__ int32_t s_warp[kGroupThreads / 32];
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
-  // The group of pair i, or -1 (padding, or a group not handled here).
+  // The group of pair i, or -1 (padding, or a group not handled here);
+  // with token_role, role-major (MoeGroupRowsParams::token_role).
   auto group_of = [&](int64_t i) -> int32_t {
     if (i >= live) return -1;
     const int32_t g = groups[i];
+    if (token_role != nullptr) {
+      if (g < 0 || g >= role_stride) return -1;
+      return token_role[i / topk] != 0 ? g + role_stride : g;
+    }
     return g >= 0 && g < num_groups ? g : -1;
   };
   s_next[tid] = 0;
@@ -104,8 +111,7 @@ __global__ void GatherRowsKernel(const float* __restrict__ x,
                                  const float* __restrict__ route_weight,
                                  const int32_t* __restrict__ pair_row,
                                  float* __restrict__ x_grouped, float* __restrict__ weight_grouped,
-                                 const int32_t* __restrict__ token_role,
-                                 int32_t* __restrict__ role_grouped, int64_t dim, int topk) {
+                                 int64_t dim, int topk) {
   GridDependencyPrologue();
   const int64_t pair = blockIdx.x;
   const int32_t row = pair_row[pair];
@@ -114,23 +120,21 @@ __global__ void GatherRowsKernel(const float* __restrict__ x,
   float* dst = x_grouped + static_cast<int64_t>(row) * dim;
   const int64_t end = min(dim, (static_cast<int64_t>(blockIdx.y) + 1) * kRowChunk);
   for (int64_t c = blockIdx.y * kRowChunk + threadIdx.x; c < end; c += blockDim.x) dst[c] = src[c];
-  if (blockIdx.y == 0 && threadIdx.x == 0) {
-    if (route_weight != nullptr) weight_grouped[row] = route_weight[pair];
-    if (token_role != nullptr) role_grouped[row] = token_role[pair / topk];
+  if (blockIdx.y == 0 && threadIdx.x == 0 && route_weight != nullptr) {
+    weight_grouped[row] = route_weight[pair];
   }
 }
 
 // One block per pair: its token's FP8 codes row (dim bytes) and UE8M0
 // scales row (dim / 32 bytes) copied to its grouped row in 16-byte chunks
-// (dim % 512 == 0, rows 16-byte aligned: the launcher checks), its route
-// weight and its token's role. Pairs without a row (-1) copy nothing.
+// (dim % 512 == 0, rows 16-byte aligned: the launcher checks), and its route
+// weight. Pairs without a row (-1) copy nothing.
 inline constexpr int kGatherCodesThreads = 128;
 __global__ void __launch_bounds__(kGatherCodesThreads)
     GatherCodesKernel(const uint8_t* __restrict__ codes, const uint8_t* __restrict__ scales,
                       const float* __restrict__ route_weight, const int32_t* __restrict__ pair_row,
                       uint8_t* __restrict__ codes_grouped, uint8_t* __restrict__ scales_grouped,
-                      float* __restrict__ weight_grouped, const int32_t* __restrict__ token_role,
-                      int32_t* __restrict__ role_grouped, int64_t dim, int topk) {
+                      float* __restrict__ weight_grouped, int64_t dim, int topk) {
   GridDependencyPrologue();
   const int64_t pair = blockIdx.x;
   const int32_t row = pair_row[pair];
@@ -144,7 +148,6 @@ __global__ void __launch_bounds__(kGatherCodesThreads)
   uint4* sdst = reinterpret_cast<uint4*>(scales_grouped + static_cast<int64_t>(row) * (dim / 32));
   for (int64_t c = threadIdx.x; c < scale_chunks; c += blockDim.x) sdst[c] = ssrc[c];
   if (threadIdx.x == 0 && route_weight != nullptr) weight_grouped[row] = route_weight[pair];
-  if (threadIdx.x == 0 && token_role != nullptr) role_grouped[row] = token_role[token];
 }
 
 // One block per (token, column chunk): thread 0 orders the token's rows by

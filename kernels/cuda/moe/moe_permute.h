@@ -58,12 +58,17 @@ struct MoeGroupRowsParams {
   const uint8_t* scales = nullptr;
   uint8_t* codes_grouped = nullptr;   // device out [tokens * topk, dim]
   uint8_t* scales_grouped = nullptr;  // device out [tokens * topk, dim / 32]
-  // Optional, together: each pair's grouped row gets its token's role
-  // (role_grouped[pair_row[i]] = token_role[i / topk]), so a product over
-  // the grouped rows can take each row's maths from its token (the decoder's
-  // prompt rows, Mxfp4Bf16GroupedGemmParams::row_role).
-  const int32_t* token_role = nullptr;  // device [tokens]
-  int32_t* role_grouped = nullptr;      // device out [tokens * topk]
+  // Optional: role-major groups. With token_role (device [tokens], 0 or
+  // nonzero), pair i of a group g = groups[i] in [0, role_stride) joins group
+  // g + role_stride (token_role[i / topk] != 0), and num_groups must be
+  // 2 x role_stride: the rows of role-0 tokens first, expert by expert, then
+  // those of the others, each group still ascending by pair index. So a
+  // product over the first role_stride groups' offsets and another over the
+  // next role_stride's cover each role's rows alone (the decoder's FP8
+  // experts for generated rows, the bf16 route for a prompt's), and
+  // MoeCombine reads them through pair_row as before.
+  const int32_t* token_role = nullptr;
+  int role_stride = 0;
 };
 
 // True for tokens, dim, topk > 0, dim <= 65535 x 1024 (a row is spread over
@@ -71,7 +76,7 @@ struct MoeGroupRowsParams {
 // tokens * topk < 2^31, non-null groups/group_offsets/pair_row, x/x_grouped
 // non-null (or, with codes, the four FP8 arrays non-null and aligned as
 // listed, dim % 512 == 0), weight_grouped non-null when route_weight is, and
-// token_role and role_grouped both null or both not.
+// with token_role a role_stride >= 1 with num_groups == 2 x role_stride.
 bool SupportsMoeGroupRows(const MoeGroupRowsParams& params);
 
 // Enqueues the grouping (one block) and the gather on `stream`. The result

@@ -87,14 +87,11 @@ TEST(MoeGroupRowsCudaTest, GroupsAsTheCpuExecutorDoes) {
     std::vector<int32_t> want_row;
     ReferenceGrouping(groups, c.groups, &want_off, &want_row);
 
-    std::vector<int32_t> roles(c.tokens);
-    for (int32_t& r : roles) r = static_cast<int32_t>(rng() % 2);
-    DeviceBuffer<int32_t> dgroups(routed), drow(pairs), droles(roles), drg(pairs);
+    DeviceBuffer<int32_t> dgroups(routed), drow(pairs);
     DeviceBuffer<float> dx(x), drw(rw), dxg(pairs * c.dim), dwg(pairs);
     DeviceBuffer<int64_t> doff(c.groups + 1), dvalid(std::vector<int64_t>{c.valid});
     drow.Poison();
     doff.Poison();
-    drg.Poison();
     ASSERT_TRUE(MoeGroupRows({.groups = dgroups.get(),
                               .x = dx.get(),
                               .route_weight = drw.get(),
@@ -106,25 +103,64 @@ TEST(MoeGroupRowsCudaTest, GroupsAsTheCpuExecutorDoes) {
                               .dim = c.dim,
                               .topk = c.topk,
                               .num_groups = c.groups,
-                              .valid_tokens = c.valid >= 0 ? dvalid.get() : nullptr,
-                              .token_role = droles.get(),
-                              .role_grouped = drg.get()},
+                              .valid_tokens = c.valid >= 0 ? dvalid.get() : nullptr},
                              nullptr)
                     .ok());
     ASSERT_TRUE(Synced());
     EXPECT_EQ(doff.Download(), want_off) << c.tokens << "x" << c.topk << " groups " << c.groups;
     EXPECT_EQ(drow.Download(), want_row) << c.tokens << "x" << c.topk << " groups " << c.groups;
     const std::vector<float> xg = dxg.Download(), wg = dwg.Download();
-    const std::vector<int32_t> rg = drg.Download();
     for (int64_t i = 0; i < pairs; ++i) {
       if (want_row[i] < 0) continue;
       const int64_t r = want_row[i], t = i / c.topk;
-      ASSERT_EQ(rg[r], roles[t]) << "role of pair " << i;
       ASSERT_TRUE(std::equal(x.begin() + t * c.dim, x.begin() + (t + 1) * c.dim,
                              xg.begin() + r * c.dim))
           << "pair " << i;
       ASSERT_EQ(wg[r], rw[i]) << "pair " << i;
     }
+    // Role-major (token_role): the same pairs grouped by group + groups x
+    // role, so role 0's rows come first, then role 1's, each as the CPU
+    // executor numbers a group's rows; x and weights follow the rows.
+    if (2 * c.groups > kMoeGroupRowsMaxGroups) continue;
+    std::vector<int32_t> roles(c.tokens), by_role(pairs);
+    for (int32_t& r : roles) r = static_cast<int32_t>(rng() % 2);
+    for (int64_t i = 0; i < pairs; ++i) {
+      by_role[i] =
+          groups[i] >= 0 && groups[i] < c.groups ? groups[i] + c.groups * roles[i / c.topk] : -1;
+    }
+    std::vector<int64_t> role_off;
+    std::vector<int32_t> role_row;
+    ReferenceGrouping(by_role, 2 * c.groups, &role_off, &role_row);
+    DeviceBuffer<int32_t> droles(roles);
+    DeviceBuffer<int64_t> doff2(2 * c.groups + 1);
+    MoeGroupRowsParams major{.groups = dgroups.get(),
+                             .x = dx.get(),
+                             .route_weight = drw.get(),
+                             .group_offsets = doff2.get(),
+                             .pair_row = drow.get(),
+                             .x_grouped = dxg.get(),
+                             .weight_grouped = dwg.get(),
+                             .tokens = c.tokens,
+                             .dim = c.dim,
+                             .topk = c.topk,
+                             .num_groups = 2 * c.groups,
+                             .valid_tokens = c.valid >= 0 ? dvalid.get() : nullptr,
+                             .token_role = droles.get(),
+                             .role_stride = c.groups};
+    ASSERT_TRUE(MoeGroupRows(major, nullptr).ok());
+    ASSERT_TRUE(Synced());
+    EXPECT_EQ(doff2.Download(), role_off) << "role-major, " << c.tokens << "x" << c.topk;
+    EXPECT_EQ(drow.Download(), role_row) << "role-major, " << c.tokens << "x" << c.topk;
+    const std::vector<float> xg2 = dxg.Download();
+    for (int64_t i = 0; i < pairs; ++i) {
+      if (role_row[i] < 0) continue;
+      const int64_t r = role_row[i], t = i / c.topk;
+      ASSERT_TRUE(
+          std::equal(x.begin() + t * c.dim, x.begin() + (t + 1) * c.dim, xg2.begin() + r * c.dim))
+          << "role-major pair " << i;
+    }
+    major.num_groups = c.groups;  // must be twice the stride
+    EXPECT_FALSE(SupportsMoeGroupRows(major));
   }
 }
 
@@ -195,11 +231,6 @@ TEST(MoeGroupRowsCudaTest, GathersTheFp8FormActQuantWouldMake) {
     by_codes.scales = scales.get();
     by_codes.codes_grouped = got_codes.get();
     by_codes.scales_grouped = got_scales.get();
-    std::vector<int32_t> roles(c.tokens);
-    for (int32_t& r : roles) r = static_cast<int32_t>(rng() % 3);
-    DeviceBuffer<int32_t> droles(roles), drg(pairs);
-    by_codes.token_role = droles.get();
-    by_codes.role_grouped = drg.get();
     ASSERT_TRUE(SupportsMoeGroupRows(by_codes));
     ASSERT_TRUE(MoeGroupRows(by_codes, nullptr).ok());
     ASSERT_TRUE(Synced());
@@ -209,7 +240,6 @@ TEST(MoeGroupRowsCudaTest, GathersTheFp8FormActQuantWouldMake) {
     const std::vector<uint8_t> wc = want_codes.Download(), ws = want_scales.Download(),
                                gc = got_codes.Download(), gs = got_scales.Download();
     const std::vector<float> wg = dwg.Download(), wg2 = dwg2.Download();
-    const std::vector<int32_t> rg = drg.Download();
     int64_t checked = 0;
     for (int64_t i = 0; i < pairs; ++i) {
       const int64_t r = rows[i];
@@ -222,7 +252,6 @@ TEST(MoeGroupRowsCudaTest, GathersTheFp8FormActQuantWouldMake) {
                              gs.begin() + r * blocks))
           << "scales of pair " << i;
       ASSERT_EQ(wg2[r], wg[r]) << "pair " << i;
-      ASSERT_EQ(rg[r], roles[i / c.topk]) << "role of pair " << i;
     }
     EXPECT_GT(checked, 0);
   }
@@ -246,11 +275,6 @@ TEST(MoeGroupRowsCudaTest, GathersTheFp8FormActQuantWouldMake) {
   EXPECT_TRUE(SupportsMoeGroupRows(bad));
   bad.scales = b.get() + 4;
   EXPECT_FALSE(SupportsMoeGroupRows(bad));
-  bad.scales = b.get();
-  bad.token_role = i.get();  // without role_grouped
-  EXPECT_FALSE(SupportsMoeGroupRows(bad));
-  bad.role_grouped = i.get();
-  EXPECT_TRUE(SupportsMoeGroupRows(bad));
 }
 
 TEST(MoeCombineCudaTest, BitIdenticalToTheCpuSum) {

@@ -85,7 +85,7 @@ __device__ __forceinline__ uint32_t PrmtB32(uint32_t a, uint32_t b, uint32_t sel
 // `s` (ScaleOf of the E8M0 byte) -> out[i], the bf16x2 of elements 2i (low
 // half) and 2i + 1: each code's exact f16 (E2m1x4ToF16High), widened to fp32,
 // times s in fp32 (exact for every finite scale), rounded to bf16 (nearest
-// even): Mxfp4WeightBf16Bits' bits (NaN for scale 0xFF).
+// even): Mxfp4WeightBf16Bits' bits (for scale 0xFF a NaN, not its payload).
 __device__ __forceinline__ void Mxfp4ToBf16Eight(uint32_t word, float s, uint32_t (&out)[4]) {
   const auto prmt = [](uint32_t a, uint32_t b, uint32_t c) { return PrmtB32(a, b, c); };
 #pragma unroll

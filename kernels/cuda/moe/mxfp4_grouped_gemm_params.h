@@ -420,10 +420,10 @@ inline constexpr int kMxfp4Bf16StageK = 64;
 // The bf16 bits the widening gives weight element `code` (low nibble: e2m1,
 // bit 3 the sign) under E8M0 scale `scale`: bf16(e2m1 x 2^(scale - 127)),
 // the product taken in fp32 (exact: fp32 holds every such value down to
-// 2^-128) and rounded to nearest even; scale 0xFF (E8M0's NaN) gives the
-// canonical NaN 0x7FC0, and a scale whose products leave bf16's range
-// rounds as fp32 -> bf16 does (infinity above it). Host reference of the
-// kernel's widening (Mxfp4ToBf16Eight).
+// 2^-128) and rounded to nearest even; scale 0xFF (E8M0's NaN) gives a NaN
+// (0x7FC0 here; the kernel's NaN payload may differ), and a scale whose
+// products leave bf16's range rounds as fp32 -> bf16 does (infinity above
+// it). Host reference of the kernel's widening (Mxfp4ToBf16Eight).
 uint16_t Mxfp4WeightBf16Bits(uint8_t code, uint8_t scale);
 
 // Returns OK or INVALID_ARGUMENT naming the problem: x, expert_offsets, w,
