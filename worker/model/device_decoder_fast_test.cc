@@ -1109,6 +1109,32 @@ TEST(DeviceDecoderFastTest, SmallBf16LongChunkGivesTheShortChunksBits) {
   }
 }
 
+// A prompt chunk's `rows` rows of logits `a` (one maths) against `b` (the
+// other): some rows differ in their bits (the option is not a no-op) and the
+// median relative L2 distance stays within 0.3, the distance a change of
+// rounding in every product makes on small; the distance is printed after
+// `what`.
+void ExpectOtherBitsClose(const char* what, const std::vector<float>& a,
+                          const std::vector<float>& b, int rows, int64_t v) {
+  std::vector<double> rel;
+  int64_t differing = 0, top1 = 0;
+  for (int r = 0; r < rows; ++r) {
+    const float* x = a.data() + r * v;
+    const float* y = b.data() + r * v;
+    differing += std::memcmp(x, y, v * sizeof(float)) != 0;
+    rel.push_back(RelativeL2(x, y, v));
+    top1 += ArgmaxRow(x, v) == ArgmaxRow(y, v);
+  }
+  std::sort(rel.begin(), rel.end());
+  std::printf(
+      "small bf16, a %d-row prompt chunk, %s: %lld rows differ, top-1 agreement %.4f, "
+      "relative L2 median %.3g, p90 %.3g, worst %.3g\n",
+      rows, what, static_cast<long long>(differing), static_cast<double>(top1) / rows,
+      rel[rel.size() / 2], rel[rel.size() * 9 / 10], rel.back());
+  EXPECT_GT(differing, 0);
+  EXPECT_LE(rel[rel.size() / 2], 0.3);
+}
+
 // prompt_bf16_linears: a 400-row prompt chunk (the FP8 linears as the
 // warp-specialized bf16 tile over each weight widened into the scratch
 // first) against the same prompt in four chunks of 100 rows (the bf16 mma
@@ -1142,30 +1168,11 @@ TEST(DeviceDecoderFastTest, SmallBf16PromptLinearsLongChunkGivesTheShortChunksBi
   const auto fp8 = ChunkThenSteps(*cpu, fp8_options, {1}, prompt, {}, &fp8_stats,
                                   ActivationPrecision::kBf16, /*mark_prompt=*/true);
   ASSERT_EQ(fp8.size(), 1u);
-  const std::vector<float>& long_rows = whole[0];
-  const std::vector<float>& fp8_rows = fp8[0];
-  ASSERT_EQ(fp8_rows.size(), long_rows.size());
+  ASSERT_EQ(fp8[0].size(), whole[0].size());
   EXPECT_EQ(fp8_stats.prompt_bf16_products, 0);
   // Against the FP8 maths: different bits, the same logits within the
   // distance such a change of every linear's rounding makes on small.
-  std::vector<double> rel;
-  int64_t fp8_differing = 0, top1 = 0;
-  for (int r = 0; r < kChunk; ++r) {
-    const float* a = long_rows.data() + r * v;
-    const float* b = fp8_rows.data() + r * v;
-    fp8_differing += std::memcmp(a, b, v * sizeof(float)) != 0;
-    rel.push_back(RelativeL2(a, b, v));
-    top1 += ArgmaxRow(a, v) == ArgmaxRow(b, v);
-  }
-  std::sort(rel.begin(), rel.end());
-  std::printf(
-      "small bf16, a %d-row prompt chunk, prompt bf16 linears against the FP8 products: "
-      "%lld rows differ, top-1 agreement %.4f, relative L2 median %.3g, p90 %.3g, worst "
-      "%.3g\n",
-      kChunk, static_cast<long long>(fp8_differing), static_cast<double>(top1) / kChunk,
-      rel[rel.size() / 2], rel[rel.size() * 9 / 10], rel.back());
-  EXPECT_GT(fp8_differing, 0);
-  EXPECT_LE(rel[rel.size() / 2], 0.3);
+  ExpectOtherBitsClose("prompt bf16 linears against the FP8 products", whole[0], fp8[0], kChunk, v);
 }
 
 // prompt_bf16_experts: a 400-row prompt chunk's routed experts on the bf16
@@ -1201,23 +1208,7 @@ TEST(DeviceDecoderFastTest, SmallBf16PromptExpertsLongChunkGivesTheShortChunksBi
   ASSERT_EQ(fp8.size(), 1u);
   ASSERT_EQ(fp8[0].size(), whole[0].size());
   EXPECT_EQ(linears_stats.prompt_bf16_expert_layers, 0);
-  std::vector<double> rel;
-  int64_t differing = 0, top1 = 0;
-  for (int r = 0; r < kChunk; ++r) {
-    const float* a = whole[0].data() + r * v;
-    const float* b = fp8[0].data() + r * v;
-    differing += std::memcmp(a, b, v * sizeof(float)) != 0;
-    rel.push_back(RelativeL2(a, b, v));
-    top1 += ArgmaxRow(a, v) == ArgmaxRow(b, v);
-  }
-  std::sort(rel.begin(), rel.end());
-  std::printf(
-      "small bf16, a %d-row prompt chunk, bf16 experts against the FP8 experts: %lld rows "
-      "differ, top-1 agreement %.4f, relative L2 median %.3g, p90 %.3g, worst %.3g\n",
-      kChunk, static_cast<long long>(differing), static_cast<double>(top1) / kChunk,
-      rel[rel.size() / 2], rel[rel.size() * 9 / 10], rel.back());
-  EXPECT_GT(differing, 0);
-  EXPECT_LE(rel[rel.size() / 2], 0.3);
+  ExpectOtherBitsClose("bf16 experts against the FP8 experts", whole[0], fp8[0], kChunk, v);
 }
 
 // prompt_bf16_linears with the prompts marked: steps mixing prompt rows (the

@@ -1601,6 +1601,11 @@ struct DeviceDecoder::Impl {
   // tile form: w1 and w3 by rows of each expert, SwiGLU with the route
   // weight, the FP8 quantization of h, w2 into yg.
   absl::Status TileFormExperts(const LayerDev& L, int64_t rows, float limit);
+  // The experts' SwiGLU of gg and upg (route weight wg, bf16 roundings) into
+  // gg, then its FP8 form into fh / fh_scales: the operations of the MXFP4
+  // kernel's fused epilogue (SwigluOut, Fp8ActScaleCode / Fp8ActCode), for
+  // the rows before *used_rows (null: all `rows`).
+  absl::Status SwigluToFp8(const LayerDev& L, int64_t rows, float limit, const int64_t* used_rows);
   dense::Fp8GemmMath TileFormMath() const;
   // prompt_bf16_experts: whether layer L's experts take the bf16 route for
   // this step's prompt rows (a step with prompt rows, no exchange, dims

@@ -151,6 +151,27 @@ dense::Fp8GemmMath DeviceDecoder::Impl::TileFormMath() const {
   return options.dense_wgmma_f16 ? dense::Fp8GemmMath::kWgmmaF16 : dense::Fp8GemmMath::kMmaF16;
 }
 
+absl::Status DeviceDecoder::Impl::SwigluToFp8(const LayerDev& L, int64_t rows, float limit,
+                                              const int64_t* used_rows) {
+  RETURN_IF_ERROR(dec::Swiglu({.gate = gg,
+                               .up = upg,
+                               .route_weight = wg,
+                               .out = gg,
+                               .rows = rows,
+                               .inter = L.inter,
+                               .limit = limit,
+                               .round_bf16 = bf16(),
+                               .row_count = used_rows},
+                              stream));
+  return dense::ActQuantFp8({.x = gg,
+                             .codes = fh,
+                             .scales = fh_scales,
+                             .rows = rows,
+                             .cols = L.inter,
+                             .row_count = used_rows},
+                            stream);
+}
+
 absl::Status DeviceDecoder::Impl::TileFormExperts(const LayerDev& L, int64_t rows, float limit) {
   const int64_t d = c.dim, inter = L.inter, w13 = 2 * inter * d;
   const TileForm t = TilesOf(L);
@@ -180,29 +201,10 @@ absl::Status DeviceDecoder::Impl::TileFormExperts(const LayerDev& L, int64_t row
     panel_scaled = p.x_f16_scaled;
     RETURN_IF_ERROR(dense::Fp8BlockGemm(p, stream));
   }
-  // SwiGLU with the route weight and its bf16 roundings, then the FP8 form of
-  // h: the operations of the MXFP4 kernel's fused epilogue (SwigluOut,
-  // Fp8ActScaleCode / Fp8ActCode).
   // Rows are laid out for the step's capacity (b x topk); the groups end at
   // group_offsets[experts], and only rows before it are read after this.
-  const int64_t* used_rows = options.used_rows_only ? group_offsets + L.experts : nullptr;
-  RETURN_IF_ERROR(dec::Swiglu({.gate = gg,
-                               .up = upg,
-                               .route_weight = wg,
-                               .out = gg,
-                               .rows = rows,
-                               .inter = inter,
-                               .limit = limit,
-                               .round_bf16 = bf16(),
-                               .row_count = used_rows},
-                              stream));
-  RETURN_IF_ERROR(dense::ActQuantFp8({.x = gg,
-                                      .codes = fh,
-                                      .scales = fh_scales,
-                                      .rows = rows,
-                                      .cols = inter,
-                                      .row_count = used_rows},
-                                     stream));
+  RETURN_IF_ERROR(
+      SwigluToFp8(L, rows, limit, options.used_rows_only ? group_offsets + L.experts : nullptr));
   dense::Fp8BlockGemmParams p{
       .x = fh,
       .x_scales = fh_scales,
@@ -263,25 +265,7 @@ absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t ro
                                     stream));
   RETURN_IF_ERROR(product(L.w1c, L.w1q, gg, inter, d, dense::Fp8GemmOutput::kF32));
   RETURN_IF_ERROR(product(L.w3c, L.w3q, upg, inter, d, dense::Fp8GemmOutput::kF32));
-  // The tile form's SwiGLU and h quantization (the MXFP4 kernel's epilogue
-  // operations).
-  RETURN_IF_ERROR(dec::Swiglu({.gate = gg,
-                               .up = upg,
-                               .route_weight = wg,
-                               .out = gg,
-                               .rows = rows,
-                               .inter = inter,
-                               .limit = limit,
-                               .round_bf16 = bf16(),
-                               .row_count = used_rows},
-                              stream));
-  RETURN_IF_ERROR(dense::ActQuantFp8({.x = gg,
-                                      .codes = fh,
-                                      .scales = fh_scales,
-                                      .rows = rows,
-                                      .cols = inter,
-                                      .row_count = used_rows},
-                                     stream));
+  RETURN_IF_ERROR(SwigluToFp8(L, rows, limit, used_rows));
   RETURN_IF_ERROR(dense::Fp8ActBf16({.codes = fh,
                                      .scales = fh_scales,
                                      .out = rx16,
