@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, after
-# `tar -xJf .gpu_pack/bundle.tar.xz`: the first run of prompt_bf16_linears
-# (a prompt's FP8 linears as bf16 products over the operands' exact values)
-# and of the FP8 products over the generated rows' ranges in mixed steps, most
+# `tar -xJf .gpu_pack/bundle.tar.xz`: the first runs of prompt_bf16_linears
+# (a prompt's FP8 linears as bf16 products over the operands' exact values),
+# of prompt_bf16_experts (its routed experts on the bf16 route) and of the
+# FP8 products over the generated rows' ranges in mixed steps, most
 # telling first, so a short call still answers the question that decides the
 # default (BUDGET_S, default 540, bounds the whole script: check_steps.sh's
 # budget_step):
-#   1. decode_gpu's EP8 prefill chunk (4,096 positions in one chunk) with the
-#      option off and on;
-#   2. the routed experts' bf16 route (Mxfp4Bf16GroupedGemm): its GPU test,
-#      then the chunk with --prompt_bf16_experts as well;
+#   1. the routed experts' bf16 route's kernel test (Mxfp4Bf16GroupedGemm);
+#   2. decode_gpu's EP8 prefill chunk (4,096 positions in one chunk) with
+#      neither option, with prompt_bf16_linears and prompt_bf16_experts, and
+#      with prompt_bf16_linears alone;
 #   3. device_decoder_fast_test's cases of both options: the bits across
 #      chunkings and mixed steps, the trained tiny's bars with every position a
 #      prompt's, the printed distance to the FP8 maths;
@@ -35,12 +36,12 @@ source "${here}/tools/gpu/check_steps.sh"
 decode="${bundle}/tools/decode_gpu"
 slice=(--ep_slice=8 --numerics=fast --batches=1 --context=4096 --prefill_chunk=4096 --steps=2
        --warmup=1 --slice_profile=false)
-budget_step chunk_off 90 "${decode}" "${slice[@]}" --prompt_bf16_linears=false
-budget_step chunk_on 90 "${decode}" "${slice[@]}" --prompt_bf16_linears=true
 budget_step mxfp4_bf16_gemm_test 60 "${bundle}/bin/kernels_cuda_moe_mxfp4_bf16_gemm_sm90_test" \
   || status=1
+budget_step chunk_off 90 "${decode}" "${slice[@]}" --prompt_bf16_linears=false
 budget_step chunk_experts 90 "${decode}" "${slice[@]}" --prompt_bf16_linears=true \
   --prompt_bf16_experts=true
+budget_step chunk_on 90 "${decode}" "${slice[@]}" --prompt_bf16_linears=true
 budget_step device_decoder_fast_test 200 "${bundle}/bin/worker_model_device_decoder_fast_test" \
   --gtest_filter='*PromptLinears*:*PromptBf16*:*PromptExperts*:*SmallBf16LongChunk*:*SmallBf16ChunkedSteps*' \
   || status=1
