@@ -6,17 +6,20 @@
 // the rows grouped by expert (the compact grid of Fp8BlockGemm's grouped
 // prefill tile). Device code only; included by mxfp4_bf16_gemm_sm90.cu.
 //
-//  * warp 0 (the loader): lane 0 waits for a free ring slot (`empty`) and
-//    issues the stage's X box (128 rows x 128 bytes, 128-byte swizzle) on the
-//    slot's `full` mbarrier;
-//  * warps 1 - 3 (the wideners, 96 threads): a stage of W is 128 rows x 2 K
-//    blocks of 32, 256 units of 16 code bytes and one scale byte; thread t
-//    owns units t, t + 96, t + 192 of every stage, copies them (cp.async, 16
+//  * warps 0 - 3 (the wideners, 128 threads): a stage of W is 128 rows x 2
+//    K blocks of 32, 256 units of 16 code bytes and one scale byte; thread t
+//    owns units t and t + 128 of every stage, copies them (cp.async, 16
 //    bytes of codes and the 4-byte scale word holding its byte) kDepth - 1
-//    stages ahead into its own raw slots, widens them (Mxfp4ToBf16Eight) into
-//    the slot's W tile at the swizzled places TMA would have put bf16 rows,
-//    fences them for the async proxy and arrives on `full` (so `full` counts
-//    1 + 96 arrivals and X's bytes);
+//    stages ahead into its own raw slots, waits for the stage's ring slot to
+//    be free (`empty`), widens its units (Mxfp4ToBf16Eight) into the slot's W
+//    tile at the swizzled places TMA would have put bf16 rows, fences them
+//    for the async proxy and arrives on `full`. Thread 0 also issues the
+//    stage's X box (128 rows x 128 bytes, 128-byte swizzle) on `full` once
+//    the slot is free, so `full` counts 1 + 128 arrivals and X's bytes. (A
+//    loader warp of its own, as Bf16GemmWsKernel has, would leave three warps
+//    to widen; counted, not measured: about 3.75 instructions a value, so 456
+//    issue slots a stage for a warp of three units against roughly 500 cycles
+//    of the stage's wgmma at the bf16 rate; with four warps, 304.)
 //  * warpgroups 1 and 2 (the consumers): Bf16GemmWsKernel's loop, W rows 64 c
 //    .. 64 c + 63 of the tile and all 128 X rows, four wgmma a stage into the
 //    same fp32 accumulators; a slot is freed once the next stage's group is
@@ -50,7 +53,7 @@ inline constexpr int kThreads = 384;
 inline constexpr int kStages = 5;        // ring slots
 inline constexpr int kTile = 128 * 128;  // one operand's bytes of a stage
 inline constexpr int kSlot = 2 * kTile;  // the widened W tile, then X's
-inline constexpr int kWideners = 96;
+inline constexpr int kWideners = 128;
 inline constexpr int kUnitsPerStage = kBn * (kMxfp4Bf16StageK / 32);  // (row, K block of 32)
 inline constexpr int kUnits = (kUnitsPerStage + kWideners - 1) / kWideners;
 inline constexpr int kDepth = 4;  // a widener's stages of raw codes: kDepth - 1 in flight
@@ -73,6 +76,7 @@ struct Args {
   int64_t rows, n, k;
   int groups;
   bool bf16_out, round_f32;
+  E2m1Bf16Tables tables;  // E2m1x4ToBf16x2's (the launcher's defaults)
 };
 
 __device__ __forceinline__ uint32_t PrmtB32(uint32_t a, uint32_t b, uint32_t selector) {
@@ -97,6 +101,27 @@ __device__ __forceinline__ void Mxfp4ToBf16Eight(uint32_t word, float s, uint32_
       const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&pair));
       const __nv_bfloat162 b = __floats2bfloat162_rn(__fmul_rn(f.x, s), __fmul_rn(f.y, s));
       out[2 * h + q] = *reinterpret_cast<const uint32_t*>(&b);
+    }
+  }
+}
+
+// The same eight codes under a scale byte for which
+// Mxfp4ScaleMultipliesInBf16 holds, `scale2` its bf16x2 (2^(scale - 127) in
+// both halves): the codes' exact bf16 values from the prmt tables
+// (E2m1x4ToBf16x2), times the scale by one bf16x2 multiply a pair (nearest
+// even: the product is exact or overflows, so Mxfp4WeightBf16Bits' bits).
+// About a third of Mxfp4ToBf16Eight's instructions.
+__device__ __forceinline__ void Mxfp4ToBf16EightBf16Mul(uint32_t word, uint32_t scale2,
+                                                        const E2m1Bf16Tables& tables,
+                                                        uint32_t (&out)[4]) {
+  const auto prmt = [](uint32_t a, uint32_t b, uint32_t c) { return PrmtB32(a, b, c); };
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    uint32_t pairs[2];
+    E2m1x4ToBf16x2(word >> (16 * h), prmt, pairs, tables);
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(out[2 * h + q]) : "r"(pairs[q]), "r"(scale2));
     }
   }
 }
@@ -165,35 +190,25 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int lane = tid & 31;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      MbarrierInit(full0 + 8 * s, 1 + kWideners);  // X's expect_tx + the wideners
+      MbarrierInit(full0 + 8 * s, 1 + kWideners);  // thread 0's expect_tx + the wideners
       MbarrierInit(empty0 + 8 * s, 2 * 128);       // the consumers
     }
     FenceMbarrierInit();
   }
   __syncthreads();
 
-  if (warp == 0) {
-    if (lane == 0) {
-      for (int i = 0; i < stages; ++i) {
-        const int slot = i % kStages;
-        if (i >= kStages) MbarrierWait(empty0 + 8 * slot, ((i / kStages) - 1) & 1);
-        const uint32_t full = full0 + 8 * slot;
-        MbarrierArriveExpectTx(full, kTile);
-        TmaLoadRows(base + slot * kSlot + kTile, &a.x_map, full, i * kMxfp4Bf16StageK * 2,
-                    static_cast<int>(begin + m0), 0);
-      }
-    }
-    return;
-  }
-
   if (warp < 4) {
-    const int t = tid - 32;  // 0 .. 95
+    const int t = tid;  // 0 .. 127
     const uint8_t* const w = a.w[group];
     const uint8_t* const ws = a.w_scales[group];
     // A weight the kernel cannot read gives NaN rows (Mxfp4GroupedGemm's rule).
     const bool bad = w == nullptr || ws == nullptr || reinterpret_cast<uintptr_t>(w) % 16 != 0 ||
                      reinterpret_cast<uintptr_t>(ws) % 4 != 0;
     const int64_t code_row = a.k / 2, scale_row = a.k / 32;
+    // The widening's prmt tables, from the kernel's parameters: the
+    // assembler cannot fold them into immediates, which it would rebuild in
+    // a register before every prmt that reads one as its first operand.
+    const E2m1Bf16Tables tables = a.tables;
     const uint32_t raw_codes = base + kRawCodes, raw_scales = base + kRawScales;
     // Raw slot d, unit j of this thread: consecutive threads, consecutive bytes.
     const auto raw = [&](int d, int j) { return (d * kUnits + j) * kWideners + t; };
@@ -232,9 +247,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       } else {
         CpAsyncCommit();
       }
-      CpAsyncWait<kDepth - 1>();
       const int slot = i % kStages;
       if (i >= kStages) MbarrierWait(empty0 + 8 * slot, ((i / kStages) - 1) & 1);
+      if (t == 0) {  // the stage's X box, now that the slot is free
+        MbarrierArriveExpectTx(full0 + 8 * slot, kTile);
+        TmaLoadRows(base + slot * kSlot + kTile, &a.x_map, full0 + 8 * slot,
+                    i * kMxfp4Bf16StageK * 2, static_cast<int>(begin + m0), 0);
+      }
+      CpAsyncWait<kDepth - 1>();  // this thread's copies of stage i have landed
       const uint32_t w16 = base + slot * kSlot;
       const int d = i % kDepth;
 #pragma unroll
@@ -244,13 +264,25 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int row = u >> 1, b = u & 1;
         uint32_t c[4];
         LoadRaw128(raw_codes + raw(d, j) * 16, c);
-        float s = ScaleOf(LoadRaw32(raw_scales + raw(d, j) * 4), (2 * i + b) & 3);
-        if (bad) s = __uint_as_float(0x7FC00000u);
+        const uint32_t scale_word = LoadRaw32(raw_scales + raw(d, j) * 4);
+        const uint32_t scale = (scale_word >> (8 * ((2 * i + b) & 3))) & 0xFFu;
+        if (!bad && Mxfp4ScaleMultipliesInBf16(scale)) {  // every quantizer's scale
+          const uint32_t scale2 = (scale << 7) * 0x00010001u;
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          uint32_t o[4];
-          Mxfp4ToBf16Eight(c[q], s, o);
-          StoreShared128(w16 + Fp8GemmSwizzledOffset(row, 4 * b + q), o[0], o[1], o[2], o[3]);
+          for (int q = 0; q < 4; ++q) {
+            uint32_t o[4];
+            Mxfp4ToBf16EightBf16Mul(c[q], scale2, tables, o);
+            StoreShared128(w16 + Fp8GemmSwizzledOffset(row, 4 * b + q), o[0], o[1], o[2], o[3]);
+          }
+        } else {  // scales 0, 1 and 0xFF (NaN), or an unreadable weight (NaN)
+          float s = ScaleOf(scale_word, (2 * i + b) & 3);
+          if (bad) s = __uint_as_float(0x7FC00000u);
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            uint32_t o[4];
+            Mxfp4ToBf16Eight(c[q], s, o);
+            StoreShared128(w16 + Fp8GemmSwizzledOffset(row, 4 * b + q), o[0], o[1], o[2], o[3]);
+          }
         }
       }
       // The W tile is read by wgmma (the async proxy).

@@ -311,6 +311,56 @@ WEIR_FP8_GEMM_HD inline uint32_t E2m1x4ToF16High(uint32_t v, const Prmt& prmt) {
 inline constexpr uint32_t kF16x2Of01 = 0x1404u;  // prmt selectors (b operand zero)
 inline constexpr uint32_t kF16x2Of23 = 0x3424u;
 
+// The bf16 encodings of the same magnitudes (0x0000, 0x3F00, 0x3F80, 0x3FC0,
+// 0x4000, 0x4040, 0x4080, 0x40C0) as two prmt tables, high bytes and low
+// bytes, and the selectors that interleave four low and four high bytes
+// into the bf16x2 of elements (0, 1) and (2, 3): prmt(low, high, selector).
+inline constexpr uint32_t kE2m1ToBf16HighLo = 0x3F3F3F00u;
+inline constexpr uint32_t kE2m1ToBf16HighHi = 0x40404040u;
+inline constexpr uint32_t kE2m1ToBf16LowLo = 0xC0800000u;
+inline constexpr uint32_t kE2m1ToBf16LowHi = 0xC0804000u;
+inline constexpr uint32_t kBf16x2Of01 = 0x5140u;
+inline constexpr uint32_t kBf16x2Of23 = 0x7362u;
+
+// E2m1x4ToBf16x2's tables as values, so a kernel can hold them in registers
+// it pins once (the compiler would otherwise rebuild each constant before
+// every prmt that reads it).
+struct E2m1Bf16Tables {
+  uint32_t high_lo = kE2m1ToBf16HighLo;
+  uint32_t high_hi = kE2m1ToBf16HighHi;
+  uint32_t low_lo = kE2m1ToBf16LowLo;
+  uint32_t low_hi = kE2m1ToBf16LowHi;
+  uint32_t sign = 0x80808080u;
+};
+
+// Four e2m1 codes (nibbles 0..3 of `v`; the bits above are ignored) ->
+// out[0], out[1]: the bf16x2 of elements (0, 1) and (2, 3), exactly the e2m1
+// values (the sign of zero too): E2m1x4Lookup's magnitude and sign for the
+// high bytes (its sign prmt reads v itself: prmt selects with the low 16
+// bits of its selector alone), a magnitude lookup for the low bytes, which
+// carry no sign, then the interleave. The kernel passes the instruction,
+// the CPU test an emulation.
+template <typename Prmt>
+WEIR_FP8_GEMM_HD inline void E2m1x4ToBf16x2(uint32_t v, const Prmt& prmt, uint32_t (&out)[2],
+                                            const E2m1Bf16Tables& t = {}) {
+  const uint32_t magnitudes = v & 0x7777u;
+  const uint32_t sign = prmt(t.sign, t.sign, v);
+  const uint32_t high = prmt(t.high_lo, t.high_hi, magnitudes) | ((sign << 7) & 0x80808080u);
+  const uint32_t low = prmt(t.low_lo, t.low_hi, magnitudes);
+  out[0] = prmt(low, high, kBf16x2Of01);
+  out[1] = prmt(low, high, kBf16x2Of23);
+}
+
+// True when every e2m1 value times 2^(scale - 127) is a normal bf16 value or
+// past bf16's range, and 2^(scale - 127) is a normal bf16 value itself
+// (2 <= scale <= 254): then a bf16 multiply (round to nearest even) of the
+// exact bf16 value by the scale gives Mxfp4WeightBf16Bits' bits, as the
+// product is exact or overflows in both. Mxfp4Bf16GroupedGemm widens such
+// 32-blocks so (Mxfp4ToBf16EightBf16Mul) and the others, rare, through fp32.
+WEIR_FP8_GEMM_HD constexpr bool Mxfp4ScaleMultipliesInBf16(uint32_t scale) {
+  return scale >= 2 && scale <= 254;
+}
+
 // The weight row held in row `row` of a CTA's W tile: its output column
 // relative to the CTA's first, and whether it is a row of w3 (gate/up: warp w
 // holds w1 (w even) or w3 (w odd) of columns 16 (w / 2) .. + 16).

@@ -373,6 +373,42 @@ TEST(Mxfp4Bf16GroupedGemmParamsTest, WidenedWeightsAreTheExactValues) {
   }
 }
 
+// The bf16 tables: every pattern of four codes gives the exact bf16 of each
+// e2m1 value (the sign of zero too) in the pair order Bf16Gemm's W tile
+// holds, whatever the bits above v's low 16; and for every scale where
+// Mxfp4ScaleMultipliesInBf16 holds, a bf16 multiply of that value by the
+// scale (exact product, rounded to nearest even: mul.rn.bf16x2) gives
+// Mxfp4WeightBf16Bits' bits, which the fp32 recipe gives for the others.
+TEST(Mxfp4Bf16GroupedGemmParamsTest, Bf16TablesAndBf16MultiplyGiveTheWidenedBits) {
+  const auto prmt = [](uint32_t a, uint32_t b, uint32_t c) { return EmulatedPrmt(a, b, c); };
+  for (uint32_t v = 0; v < 65536; ++v) {
+    uint32_t pairs[2];
+    E2m1x4ToBf16x2(v | 0xABCD0000u, prmt, pairs);
+    for (int i = 0; i < 4; ++i) {
+      const uint16_t bits = static_cast<uint16_t>(pairs[i / 2] >> (16 * (i % 2)));
+      const float want = E2m1ToFloat((v >> (4 * i)) & 0xF), got = Bf16BitsToFloat(bits);
+      ASSERT_EQ(std::memcmp(&want, &got, 4), 0) << "v " << v << " element " << i;
+    }
+  }
+  int multiplied = 0;
+  for (uint32_t scale = 0; scale < 256; ++scale) {
+    if (!Mxfp4ScaleMultipliesInBf16(scale)) continue;
+    ++multiplied;
+    const uint16_t scale_bits = static_cast<uint16_t>(scale << 7);  // 2^(scale - 127)
+    ASSERT_EQ(Bf16BitsToFloat(scale_bits), std::ldexp(1.0f, static_cast<int>(scale) - 127));
+    for (uint32_t code = 0; code < 16; ++code) {
+      uint32_t pairs[2];
+      E2m1x4ToBf16x2(code, prmt, pairs);
+      const float product =
+          Bf16BitsToFloat(static_cast<uint16_t>(pairs[0])) * Bf16BitsToFloat(scale_bits);
+      ASSERT_EQ(FloatToBf16Bits(product),
+                Mxfp4WeightBf16Bits(static_cast<uint8_t>(code), static_cast<uint8_t>(scale)))
+          << "code " << code << " scale " << scale;
+    }
+  }
+  EXPECT_EQ(multiplied, 253);  // all but 0, 1 and 0xFF
+}
+
 // A warp's fp32 scale scratch: every (block, weight row) and (block, X row)
 // has its own float, inside the warp's stride; rows g and g + 8 of a block are
 // one aligned pair, and so are the X rows 2t, 2t + 1 a lane's accumulators hold.
