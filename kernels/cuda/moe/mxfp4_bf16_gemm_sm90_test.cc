@@ -228,26 +228,51 @@ TEST(Mxfp4Bf16GroupedGemmTest, RowRoleWritesOnlyItsRows) {
   std::vector<int32_t> roles(p.rows);
   for (int32_t& r : roles) r = static_cast<int32_t>(rng() % 2);
   DeviceBuffer<int32_t> droles(roles);
-  const std::vector<float> all = RunGrouped(p, d, dense::Fp8GemmOutput::kF32);
   const std::vector<float> initial(p.rows * p.n, -7.0f);
-  const std::vector<float> got =
-      RunGrouped(p, d, dense::Fp8GemmOutput::kF32, droles.get(), 1, &initial);
-  for (int64_t r = 0; r < p.rows; ++r) {
-    const bool written = r < p.offsets.back() && roles[r] == 1;
-    for (int64_t j = 0; j < p.n; ++j) {
-      const float want = written ? all[r * p.n + j] : -7.0f;
-      ASSERT_EQ(std::memcmp(&got[r * p.n + j], &want, 4), 0) << "row " << r << " col " << j;
+  for (dense::Fp8GemmOutput output : {dense::Fp8GemmOutput::kF32, dense::Fp8GemmOutput::kBf16}) {
+    SCOPED_TRACE(::testing::Message() << "output " << static_cast<int>(output));
+    const std::vector<float> all = RunGrouped(p, d, output);
+    const std::vector<float> got = RunGrouped(p, d, output, droles.get(), 1, &initial);
+    // An element's bytes: 4 (fp32) or 2 (bf16, packed from the start of y).
+    const int bytes = output == dense::Fp8GemmOutput::kBf16 ? 2 : 4;
+    const auto* all_bytes = reinterpret_cast<const uint8_t*>(all.data());
+    const auto* got_bytes = reinterpret_cast<const uint8_t*>(got.data());
+    const auto* initial_bytes = reinterpret_cast<const uint8_t*>(initial.data());
+    for (int64_t r = 0; r < p.rows; ++r) {
+      const bool written = r < p.offsets.back() && roles[r] == 1;
+      for (int64_t j = 0; j < p.n; ++j) {
+        const int64_t at = (r * p.n + j) * bytes;
+        ASSERT_EQ(std::memcmp(got_bytes + at, (written ? all_bytes : initial_bytes) + at, bytes), 0)
+            << "row " << r << " col " << j;
+      }
     }
   }
 }
 
 // An expert whose weight pointer is null gets NaN rows; the others keep
-// their bits.
+// their bits. A NaN scale (0xFF, through the fp32 widening) makes its
+// output column NaN in its expert's rows only.
 TEST(Mxfp4Bf16GroupedGemmTest, UnreadableWeightGivesNanRowsOnly) {
   std::mt19937 rng(5);
-  const Problem p = MakeProblem(128, 256, {20, 30, 40}, 0, rng, /*edge_scales=*/false);
+  Problem p = MakeProblem(128, 256, {20, 30, 40}, 0, rng, /*edge_scales=*/false);
   DeviceProblem d(p);
   const std::vector<float> before = RunGrouped(p, d, dense::Fp8GemmOutput::kF32);
+  {
+    Problem nan_scale = p;
+    nan_scale.scales[2][5 * (p.k / 32) + 3] = 0xFF;  // expert 2, W row 5, K block 3
+    const DeviceProblem dn(nan_scale);
+    const std::vector<float> got = RunGrouped(nan_scale, dn, dense::Fp8GemmOutput::kF32);
+    for (int64_t r = 0; r < p.rows; ++r) {
+      for (int64_t j = 0; j < p.n; ++j) {
+        if (r >= p.offsets[2] && j == 5) {
+          ASSERT_TRUE(std::isnan(got[r * p.n + j])) << "row " << r;
+        } else {
+          ASSERT_EQ(std::memcmp(&got[r * p.n + j], &before[r * p.n + j], 4), 0)
+              << "row " << r << " col " << j;
+        }
+      }
+    }
+  }
   std::vector<const uint8_t*> ptrs = {d.codes[0]->get(), nullptr, d.codes[2]->get()};
   d.ptrs.Upload(ptrs);
   const std::vector<float> after = RunGrouped(p, d, dense::Fp8GemmOutput::kF32);
