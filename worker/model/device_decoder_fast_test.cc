@@ -1135,6 +1135,46 @@ void ExpectOtherBitsClose(const char* what, const std::vector<float>& a,
   EXPECT_LE(rel[rel.size() / 2], 0.3);
 }
 
+// A 400-row prompt chunk against the same prompt in chunks of 100 rows,
+// both with the prompt marked, with prompt_bf16_linears and, with `experts`,
+// prompt_bf16_experts (LongChunkAgainstShortChunks: every row the same bits,
+// then decode steps past the prompt); then the chunk without the last of
+// the two options: other bits, close (ExpectOtherBitsClose). The option's
+// stats count its products in both chunkings and none without it.
+void PromptMathsLongChunk(bool experts, uint32_t seed, const char* what) {
+  const Checkpoint* small = SmallCheckpoint(3);
+  ASSERT_NE(small, nullptr);
+  const int64_t v = small->config().vocab_size;
+  auto cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
+  ASSERT_NE(cpu, nullptr);
+  constexpr int kChunk = kLongChunk;
+  DeviceDecoderOptions options{.numerics = DecodeNumerics::kFast,
+                               .max_sequences = 2,
+                               .max_positions = kChunk + 16,
+                               .max_batch = kChunk,
+                               .max_rows_per_slot = kChunk};
+  options.prompt_bf16_linears = true;
+  options.prompt_bf16_experts = experts;
+  const auto counted = [experts](const DeviceDecoderStats& s) {
+    return experts ? s.prompt_bf16_expert_layers : s.prompt_bf16_products;
+  };
+  const std::vector<int64_t> prompt = RandomTokens(kChunk, seed, v - 1);
+  DeviceDecoderStats stats[2], other_stats;
+  const auto whole =
+      LongChunkAgainstShortChunks(*cpu, options, prompt, /*mark_prompt=*/true, &stats);
+  ASSERT_EQ(whole.size(), 4u);
+  EXPECT_GT(counted(stats[0]), 0);
+  EXPECT_GT(counted(stats[1]), 0);
+  DeviceDecoderOptions other = options;
+  (experts ? other.prompt_bf16_experts : other.prompt_bf16_linears) = false;
+  const auto other_rows = ChunkThenSteps(*cpu, other, {1}, prompt, {}, &other_stats,
+                                         ActivationPrecision::kBf16, /*mark_prompt=*/true);
+  ASSERT_EQ(other_rows.size(), 1u);
+  ASSERT_EQ(other_rows[0].size(), whole[0].size());
+  EXPECT_EQ(counted(other_stats), 0);
+  ExpectOtherBitsClose(what, whole[0], other_rows[0], kChunk, v);
+}
+
 // prompt_bf16_linears: a 400-row prompt chunk (the FP8 linears as the
 // warp-specialized bf16 tile over each weight widened into the scratch
 // first) against the same prompt in four chunks of 100 rows (the bf16 mma
@@ -1144,35 +1184,7 @@ void ExpectOtherBitsClose(const char* what, const std::vector<float>& a,
 // chunk's rows take the FP8 maths: other bits (the option is not a no-op),
 // close.
 TEST(DeviceDecoderFastTest, SmallBf16PromptLinearsLongChunkGivesTheShortChunksBits) {
-  const Checkpoint* small = SmallCheckpoint(3);
-  ASSERT_NE(small, nullptr);
-  const int64_t v = small->config().vocab_size;
-  auto cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
-  ASSERT_NE(cpu, nullptr);
-  constexpr int kChunk = kLongChunk;
-  DeviceDecoderOptions options{.numerics = DecodeNumerics::kFast,
-                               .max_sequences = 2,
-                               .max_positions = kChunk + 16,
-                               .max_batch = kChunk,
-                               .max_rows_per_slot = kChunk};
-  options.prompt_bf16_linears = true;
-  const std::vector<int64_t> prompt = RandomTokens(kChunk, 47, v - 1);
-  DeviceDecoderStats stats[2], fp8_stats;
-  const auto whole =
-      LongChunkAgainstShortChunks(*cpu, options, prompt, /*mark_prompt=*/true, &stats);
-  ASSERT_EQ(whole.size(), 4u);
-  EXPECT_GT(stats[0].prompt_bf16_products, 0);
-  EXPECT_GT(stats[1].prompt_bf16_products, 0);
-  DeviceDecoderOptions fp8_options = options;
-  fp8_options.prompt_bf16_linears = false;
-  const auto fp8 = ChunkThenSteps(*cpu, fp8_options, {1}, prompt, {}, &fp8_stats,
-                                  ActivationPrecision::kBf16, /*mark_prompt=*/true);
-  ASSERT_EQ(fp8.size(), 1u);
-  ASSERT_EQ(fp8[0].size(), whole[0].size());
-  EXPECT_EQ(fp8_stats.prompt_bf16_products, 0);
-  // Against the FP8 maths: different bits, the same logits within the
-  // distance such a change of every linear's rounding makes on small.
-  ExpectOtherBitsClose("prompt bf16 linears against the FP8 products", whole[0], fp8[0], kChunk, v);
+  PromptMathsLongChunk(/*experts=*/false, 47, "prompt bf16 linears against the FP8 products");
 }
 
 // prompt_bf16_experts: a 400-row prompt chunk's routed experts on the bf16
@@ -1181,34 +1193,7 @@ TEST(DeviceDecoderFastTest, SmallBf16PromptLinearsLongChunkGivesTheShortChunksBi
 // Against prompt_bf16_linears alone (the FP8 experts for the prompt too):
 // other bits, close.
 TEST(DeviceDecoderFastTest, SmallBf16PromptExpertsLongChunkGivesTheShortChunksBits) {
-  const Checkpoint* small = SmallCheckpoint(3);
-  ASSERT_NE(small, nullptr);
-  const int64_t v = small->config().vocab_size;
-  auto cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
-  ASSERT_NE(cpu, nullptr);
-  constexpr int kChunk = kLongChunk;
-  DeviceDecoderOptions options{.numerics = DecodeNumerics::kFast,
-                               .max_sequences = 2,
-                               .max_positions = kChunk + 16,
-                               .max_batch = kChunk,
-                               .max_rows_per_slot = kChunk};
-  options.prompt_bf16_linears = true;
-  options.prompt_bf16_experts = true;
-  const std::vector<int64_t> prompt = RandomTokens(kChunk, 53, v - 1);
-  DeviceDecoderStats stats[2], linears_stats;
-  const auto whole =
-      LongChunkAgainstShortChunks(*cpu, options, prompt, /*mark_prompt=*/true, &stats);
-  ASSERT_EQ(whole.size(), 4u);
-  EXPECT_GT(stats[0].prompt_bf16_expert_layers, 0);
-  EXPECT_GT(stats[1].prompt_bf16_expert_layers, 0);
-  DeviceDecoderOptions linears = options;
-  linears.prompt_bf16_experts = false;
-  const auto fp8 = ChunkThenSteps(*cpu, linears, {1}, prompt, {}, &linears_stats,
-                                  ActivationPrecision::kBf16, /*mark_prompt=*/true);
-  ASSERT_EQ(fp8.size(), 1u);
-  ASSERT_EQ(fp8[0].size(), whole[0].size());
-  EXPECT_EQ(linears_stats.prompt_bf16_expert_layers, 0);
-  ExpectOtherBitsClose("bf16 experts against the FP8 experts", whole[0], fp8[0], kChunk, v);
+  PromptMathsLongChunk(/*experts=*/true, 53, "bf16 experts against the FP8 experts");
 }
 
 // prompt_bf16_linears with the prompts marked: steps mixing prompt rows (the
