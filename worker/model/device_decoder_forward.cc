@@ -100,11 +100,13 @@ absl::StatusOr<bool> DeviceDecoder::Impl::PrepareMeta(std::span<const int> slot_
   // shape, linear_roles_ without the option).
   int row_roles = 0;
   prompt_shape_rows_ = 0;
+  generated_rows_ = 0;
   const bool any_roles = PromptShape() || PromptLinears();
   for (int64_t i = 0; i < real_rows; ++i) {
     const bool prompt = any_roles && meta_h.positions[i] < slot_state[slot_ids[i]].prompt_end;
     meta_h.role[i] = prompt ? 1 : 0;
     row_roles |= prompt ? 2 : 1;
+    generated_rows_ += prompt ? 0 : 1;
   }
   if (row_roles == 0) row_roles = 1;
   roles_ = PromptShape() ? row_roles : 1;

@@ -827,6 +827,10 @@ struct DeviceDecoder::Impl {
   // meta role): bit 0 the FP8 product's, bit 1 the prompt's bf16 one. A
   // draft pass: 1.
   int linear_roles_ = 1;
+  // Of the step's real rows, the generated ones (meta role 0; PrepareMeta):
+  // with prompt_bf16_experts in a step of both roles, the rows the FP8
+  // experts get, which pick their tile form and tiles by it.
+  int64_t generated_rows_ = 0;
   bool PromptLinears() const { return options.prompt_bf16_linears && fast(); }
   // A step with both linear roles: the rows the FP8 products must reach (the
   // generated positions' and padding, meta role 0) as ranges of whole

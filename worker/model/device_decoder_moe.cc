@@ -476,8 +476,13 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
     }
     return dense::RowStableGroupedMatmul(p, stream);
   };
+  // The tokens whose rows the FP8 experts take: with both roles on the two
+  // maths, the generated ones only (a prompt chunk beside a few decode rows
+  // should not convert every expert to the tile form for those rows). A
+  // choice of tiles and forms, never of bits.
+  const int64_t fp8_tokens = bf16_experts && linear_roles_ == 3 ? generated_rows_ : b;
   const bool tile_form = FastExperts(L) && options.expert_prefill_tiles && L.tile_exact &&
-                         b * k / std::max(L.experts, 1) >= kExpertTileFormRows;
+                         fp8_tokens * k / std::max(L.experts, 1) >= kExpertTileFormRows;
   if (FastExperts(L) && !by_codes) {  // the reference's act_quant of the grouped rows
     RETURN_IF_ERROR(dense::ActQuantFp8(
         {.x = xg,
@@ -499,35 +504,35 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
     // kFast: gate/up with SwiGLU, the route weight and the FP8 quantization
     // of h fused, then w2, all on tensor cores over the MXFP4 weights (rows
     // past the groups' end are never read).
-    RETURN_IF_ERROR(
-        kc::Mxfp4ExpertFfn({.x = fq,
-                            .x_scales = fq_scales,
-                            .expert_offsets = group_offsets,
-                            .route_weight = wg,
-                            .w1 = L.w1c,
-                            .w1_scales = L.w1q,
-                            .w3 = L.w3c,
-                            .w3_scales = L.w3q,
-                            .w2 = L.w2c,
-                            .w2_scales = L.w2q,
-                            .h = fh,
-                            .h_scales = fh_scales,
-                            .y = yg,
-                            .rows = rows,
-                            .dim = d,
-                            .inter = L.inter,
-                            .num_experts = L.experts,
-                            .swiglu_limit = limit,
-                            .round_bf16 = bf16(),
-                            // A local expert's expected rows: every rank's b x k pairs spread over
-                            // world x L.experts experts (rows counts the exchange's padding too).
-                            .rows_per_expert_hint = std::max<int64_t>(b * k / L.experts, 1),
-                            .gate_up_tile = expert_tile,
-                            .down_tile = expert_tile,
-                            .math = options.expert_wgmma       ? kc::Mxfp4GemmMath::kWgmma
-                                    : options.expert_wgmma_f16 ? kc::Mxfp4GemmMath::kWgmmaF16
-                                                               : kc::Mxfp4GemmMath::kMmaF16},
-                           stream));
+    RETURN_IF_ERROR(kc::Mxfp4ExpertFfn(
+        {.x = fq,
+         .x_scales = fq_scales,
+         .expert_offsets = group_offsets,
+         .route_weight = wg,
+         .w1 = L.w1c,
+         .w1_scales = L.w1q,
+         .w3 = L.w3c,
+         .w3_scales = L.w3q,
+         .w2 = L.w2c,
+         .w2_scales = L.w2q,
+         .h = fh,
+         .h_scales = fh_scales,
+         .y = yg,
+         .rows = rows,
+         .dim = d,
+         .inter = L.inter,
+         .num_experts = L.experts,
+         .swiglu_limit = limit,
+         .round_bf16 = bf16(),
+         // A local expert's expected rows: every rank's b x k pairs spread over
+         // world x L.experts experts (rows counts the exchange's padding too).
+         .rows_per_expert_hint = std::max<int64_t>(fp8_tokens * k / L.experts, 1),
+         .gate_up_tile = expert_tile,
+         .down_tile = expert_tile,
+         .math = options.expert_wgmma       ? kc::Mxfp4GemmMath::kWgmma
+                 : options.expert_wgmma_f16 ? kc::Mxfp4GemmMath::kWgmmaF16
+                                            : kc::Mxfp4GemmMath::kMmaF16},
+        stream));
   } else {
     RETURN_IF_ERROR(grouped(xg, L.w1s, L.w1c, L.w1q, L.inter, d, L.w13_fp8, gg));
     RETURN_IF_ERROR(grouped(xg, L.w3s, L.w3c, L.w3q, L.inter, d, L.w13_fp8, upg));
