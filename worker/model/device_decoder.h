@@ -549,7 +549,8 @@ struct DeviceDecoderOptions {
   // 0.801 / 0.802 s).
   bool fp8_ws_halves = false;
   // The routed experts' SwiGLU and FP8 quantizations on the grouped rows
-  // stop at the rows in use (group_offsets[experts], read on the device:
+  // stop at the rows in use (group_offsets[experts], or [2 x experts] for
+  // prompt_bf16_experts' role-major groups, read on the device:
   // SwigluParams / ActQuantFp8Params::row_count) instead of the step's
   // capacity, b x topk rows (with an exchange, world x b x topk). The same
   // bits: rows past the groups' end are never read (swiglu_test,

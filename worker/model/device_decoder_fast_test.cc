@@ -1266,8 +1266,12 @@ void MixedEagerStepsGiveEachRoleItsBits(bool experts) {
     ASSERT_TRUE(d->SetPromptEnd(3, kShort).ok());
     ASSERT_TRUE(d->StepRows(std::vector<int>(kShort, 3), short_prompt, std::nullopt).ok());
   }
-  int64_t differing = 0, rows = 0;
+  // The setup's own prompt steps took the route already; the mixed steps'
+  // layers are counted from here.
+  const int64_t routed_before = (*mixed)->stats().prompt_bf16_expert_layers;
+  int64_t differing = 0, rows = 0, parts = 0;
   for (int part = 0; part * kPart < kLong && part < 4; ++part) {
+    ++parts;
     const std::vector<int64_t> chunk(long_prompt.begin() + part * kPart,
                                      long_prompt.begin() + std::min(kLong, (part + 1) * kPart));
     const int64_t generated = 200 + part;
@@ -1297,8 +1301,9 @@ void MixedEagerStepsGiveEachRoleItsBits(bool experts) {
   EXPECT_GT((*mixed)->stats().fp8_span_products, 0);
   EXPECT_GT((*mixed)->stats().prompt_bf16_products, 0);
   EXPECT_EQ((*apart)->stats().fp8_span_products, 0);  // no step had both roles
-  if (experts) {  // the steps of both roles and the prompt's own steps took the route
-    EXPECT_GT((*mixed)->stats().prompt_bf16_expert_layers, 0);
+  if (experts) {  // every mixed step's every MoE layer took the route
+    EXPECT_GE((*mixed)->stats().prompt_bf16_expert_layers - routed_before,
+              parts * small->config().n_layers);
     EXPECT_GT((*apart)->stats().prompt_bf16_expert_layers, 0);
   } else {
     EXPECT_EQ((*mixed)->stats().prompt_bf16_expert_layers, 0);
@@ -1309,12 +1314,63 @@ TEST(DeviceDecoderFastTest, PromptBf16LinearsMixedEagerStepsGiveEachRoleItsBits)
   MixedEagerStepsGiveEachRoleItsBits(/*experts=*/false);
 }
 
-// prompt_bf16_experts beside it: a step of both roles runs the FP8 experts
-// for every grouped row and then the bf16 route writing the prompt's rows
-// only (each grouped row's role from MoeGroupRows' token_role), so again
-// every row gets its own role's bits.
+// prompt_bf16_experts beside it: a step of both roles groups its rows
+// role-major (MoeGroupRowsParams::token_role), the FP8 experts take the
+// generated rows' groups and the bf16 route the prompt's, so again every row
+// gets its own role's bits.
 TEST(DeviceDecoderFastTest, PromptBf16ExpertsMixedEagerStepsGiveEachRoleItsBits) {
   MixedEagerStepsGiveEachRoleItsBits(/*experts=*/true);
+}
+
+// prompt_bf16_experts, one eager step of both roles large enough for the
+// FP8 experts' tile form: a 400-row chunk whose first 10 positions are the
+// prompt's and the other 390 past its end (so the generated rows' half of the
+// role-major groups runs the tile form, 390 x topk / experts rows an expert,
+// and the prompt's the bf16 route), against the same rows as a 10-row
+// prompt step and a 390-row step of generated positions: every row the same
+// bits.
+TEST(DeviceDecoderFastTest, PromptBf16ExpertsTileFormBesideThePromptGivesEachRoleItsBits) {
+  const Checkpoint* small = SmallCheckpoint(3);
+  ASSERT_NE(small, nullptr);
+  const int64_t v = small->config().vocab_size;
+  auto cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
+  ASSERT_NE(cpu, nullptr);
+  constexpr int kChunk = 400, kPrompt = 10;
+  DeviceDecoderOptions options{.numerics = DecodeNumerics::kFast,
+                               .max_sequences = 2,
+                               .max_positions = kChunk + 16,
+                               .max_batch = kChunk,
+                               .max_rows_per_slot = kChunk};
+  options.prompt_bf16_linears = true;
+  options.prompt_bf16_experts = true;
+  const std::vector<int64_t> tokens = RandomTokens(kChunk, 61, v - 1);
+  auto together = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, options);
+  ASSERT_TRUE(together.ok()) << together.status();
+  auto apart = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, options);
+  ASSERT_TRUE(apart.ok()) << apart.status();
+  for (DeviceDecoder* d : {together->get(), apart->get()}) {
+    ASSERT_TRUE(d->Start(1).ok());
+    ASSERT_TRUE(d->SetPromptEnd(1, kPrompt).ok());
+  }
+  auto whole = (*together)->StepRows(std::vector<int>(kChunk, 1), tokens, std::nullopt);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  auto prompt = (*apart)->StepRows(std::vector<int>(kPrompt, 1),
+                                   std::vector<int64_t>(tokens.begin(), tokens.begin() + kPrompt),
+                                   std::nullopt);
+  ASSERT_TRUE(prompt.ok()) << prompt.status();
+  auto rest = (*apart)->StepRows(std::vector<int>(kChunk - kPrompt, 1),
+                                 std::vector<int64_t>(tokens.begin() + kPrompt, tokens.end()),
+                                 std::nullopt);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  ASSERT_EQ(whole->size(), static_cast<size_t>(kChunk * v));
+  int64_t differing = 0;
+  for (int r = 0; r < kChunk; ++r) {
+    const float* want = r < kPrompt ? prompt->data() + r * v : rest->data() + (r - kPrompt) * v;
+    differing += std::memcmp(whole->data() + r * v, want, v * sizeof(float)) != 0;
+  }
+  EXPECT_EQ(differing, 0) << "of " << kChunk << " rows";
+  EXPECT_GT((*together)->stats().prompt_bf16_expert_layers, 0);
+  EXPECT_GT((*together)->stats().tile_form_layers, 0);  // small's experts convert exactly
 }
 
 // The same with the e4m3 wgmma maths (dense_wgmma, expert_wgmma): the 400-row

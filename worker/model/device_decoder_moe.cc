@@ -479,8 +479,10 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
   // The tokens whose rows the FP8 experts take: with both roles on the two
   // maths, the generated ones only (a prompt chunk beside a few decode rows
   // should not convert every expert to the tile form for those rows). A
-  // choice of tiles and forms, never of bits.
-  const int64_t fp8_tokens = bf16_experts && linear_roles_ == 3 ? generated_rows_ : b;
+  // choice of tiles and forms, never of bits; eager steps only (the count is
+  // not in the graph key, so a graph keeps the choice of its capture, b).
+  const int64_t fp8_tokens =
+      bf16_experts && linear_roles_ == 3 && fp8_span_step_ ? generated_rows_ : b;
   const bool tile_form = FastExperts(L) && options.expert_prefill_tiles && L.tile_exact &&
                          fp8_tokens * k / std::max(L.experts, 1) >= kExpertTileFormRows;
   if (FastExperts(L) && !by_codes) {  // the reference's act_quant of the grouped rows

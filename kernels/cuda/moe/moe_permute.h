@@ -33,7 +33,8 @@ inline constexpr int kMoeGroupRowsMaxGroups = 1024;
 
 struct MoeGroupRowsParams {
   const int32_t* groups = nullptr;      // device [tokens, topk] group of each pair; a value
-                                        // outside [0, num_groups) is not handled here
+                                        // outside [0, num_groups) (with token_role:
+                                        // [0, role_stride)) is not handled here
                                         // (e.g. a remote expert): its pair_row is -1
   const float* x = nullptr;             // device [tokens, dim]
   const float* route_weight = nullptr;  // device [tokens, topk]; null = no weight gather

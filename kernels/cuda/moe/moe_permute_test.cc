@@ -133,6 +133,10 @@ TEST(MoeGroupRowsCudaTest, GroupsAsTheCpuExecutorDoes) {
     ReferenceGrouping(by_role, 2 * c.groups, &role_off, &role_row);
     DeviceBuffer<int32_t> droles(roles);
     DeviceBuffer<int64_t> doff2(2 * c.groups + 1);
+    drow.Poison();
+    doff2.Poison();
+    dxg.Poison();
+    dwg.Poison();
     MoeGroupRowsParams major{.groups = dgroups.get(),
                              .x = dx.get(),
                              .route_weight = drw.get(),
@@ -151,13 +155,14 @@ TEST(MoeGroupRowsCudaTest, GroupsAsTheCpuExecutorDoes) {
     ASSERT_TRUE(Synced());
     EXPECT_EQ(doff2.Download(), role_off) << "role-major, " << c.tokens << "x" << c.topk;
     EXPECT_EQ(drow.Download(), role_row) << "role-major, " << c.tokens << "x" << c.topk;
-    const std::vector<float> xg2 = dxg.Download();
+    const std::vector<float> xg2 = dxg.Download(), wg2 = dwg.Download();
     for (int64_t i = 0; i < pairs; ++i) {
       if (role_row[i] < 0) continue;
       const int64_t r = role_row[i], t = i / c.topk;
       ASSERT_TRUE(
           std::equal(x.begin() + t * c.dim, x.begin() + (t + 1) * c.dim, xg2.begin() + r * c.dim))
           << "role-major pair " << i;
+      ASSERT_EQ(wg2[r], rw[i]) << "role-major pair " << i;
     }
     major.num_groups = c.groups;  // must be twice the stride
     EXPECT_FALSE(SupportsMoeGroupRows(major));
