@@ -11,15 +11,16 @@
 //    owns units t and t + 128 of every stage, copies them (cp.async, 16
 //    bytes of codes and the 4-byte scale word holding its byte) kDepth - 1
 //    stages ahead into its own raw slots, waits for the stage's ring slot to
-//    be free (`empty`), widens its units (Mxfp4ToBf16Eight) into the slot's W
-//    tile at the swizzled places TMA would have put bf16 rows, fences them
-//    for the async proxy and arrives on `full`. Thread 0 also issues the
+//    be free (`empty`), widens its units into the slot's W tile at the
+//    swizzled places TMA would have put bf16 rows (Mxfp4ToBf16EightBf16Mul
+//    for a quantizer's scales, Mxfp4ToBf16Eight for 0, 1 and 0xFF), fences
+//    them for the async proxy and arrives on `full`. Thread 0 also issues the
 //    stage's X box (128 rows x 128 bytes, 128-byte swizzle) on `full` once
-//    the slot is free, so `full` counts 1 + 128 arrivals and X's bytes. (A
-//    loader warp of its own, as Bf16GemmWsKernel has, would leave three warps
-//    to widen; counted, not measured: about 3.75 instructions a value, so 456
-//    issue slots a stage for a warp of three units against roughly 500 cycles
-//    of the stage's wgmma at the bf16 rate; with four warps, 304.)
+//    the slot is free, so `full` counts 1 + 128 arrivals and X's bytes.
+//    Counted from the SASS, not measured: about 200 instructions a thread and
+//    stage against the stage's 512 cycles of bf16 wgmma (a loader warp of its
+//    own, as Bf16GemmWsKernel has, would leave three warps to widen, and the
+//    fp32 widening alone took 443 a thread and stage).
 //  * warpgroups 1 and 2 (the consumers): Bf16GemmWsKernel's loop, W rows 64 c
 //    .. 64 c + 63 of the tile and all 128 X rows, four wgmma a stage into the
 //    same fp32 accumulators; a slot is freed once the next stage's group is
