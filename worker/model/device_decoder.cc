@@ -819,7 +819,7 @@ absl::StatusOr<int64_t> DeviceDecoder::StepInto(std::span<const int> slots,
     // step's mirror grid (its sequences and rows) for another; the same for
     // the FP8 products over the generated rows' ranges alone.
     m.mirror_step_ = m.mirror_sequences_ > 0 && !graph_step;
-    m.fp8_span_step_ = !m.fp8_spans_.empty() && !graph_step;
+    m.fp8_span_step_ = options_.fp8_span_products && !m.fp8_spans_.empty() && !graph_step;
     WEIR_DD_CUDA("event", cudaEventRecord(m.ev_begin, m.stream));
     if (graph_step) {
       const int64_t key =

@@ -636,6 +636,12 @@ struct DeviceDecoderOptions {
   // expert exchange (a communicator), or whose dims are not multiples of
   // 128, keep the FP8 maths for every row. Off until measured.
   bool prompt_bf16_experts = false;
+  // With prompt_bf16_linears, an eager step of both roles runs its FP8
+  // products over the generated rows' ranges alone (whole 16-row ranges,
+  // at most 4) rather than over every row before the bf16 products rewrite
+  // the prompt's rows. A choice of time, not of bits; false runs them over
+  // every row (graph steps always do).
+  bool fp8_span_products = true;
 };
 
 // The fewest rows for which indexer_shared_keys takes the shared-keys form.
