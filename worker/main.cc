@@ -118,11 +118,11 @@ ABSL_FLAG(int32_t, prompt_range_tiles, 16,
           "generated ones as --attention_wgmma / --attention_range_tiles say (0: off; a "
           "4,096-position prefill of the V4.1 EP8 slice 12 % faster, decode unchanged; "
           "DeviceDecoderOptions::prompt_range_tiles).");
-ABSL_FLAG(bool, prompt_bf16_linears, false,
+ABSL_FLAG(bool, prompt_bf16_linears, true,
           "With --numerics=fast: a prompt's FP8 linears as bf16 tensor-core products over the "
           "operands' exact values (no per-32 fold; other low bits than the generated "
           "positions' FP8 products, chosen by role; DeviceDecoderOptions::prompt_bf16_linears).");
-ABSL_FLAG(bool, prompt_bf16_experts, false,
+ABSL_FLAG(bool, prompt_bf16_experts, true,
           "With --prompt_bf16_linears: a prompt's routed experts on the bf16 route too (the "
           "MXFP4 codes widened to bf16 in the product's stages; "
           "DeviceDecoderOptions::prompt_bf16_experts).");

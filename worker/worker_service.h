@@ -135,10 +135,10 @@ struct WorkerOptions {
   int prompt_range_tiles = 16;
   // kFast: a prompt's FP8 linears as bf16 products over their exact values
   // (DeviceDecoderOptions::prompt_bf16_linears).
-  bool prompt_bf16_linears = false;
+  bool prompt_bf16_linears = true;
   // With it, the prompt's routed experts too
   // (DeviceDecoderOptions::prompt_bf16_experts).
-  bool prompt_bf16_experts = false;
+  bool prompt_bf16_experts = true;
   // With device_decode_ep on several GPUs of one node: the MoE exchange
   // written by the device into the peers' NCCL symmetric windows
   // (DeviceDecoderOptions::ep_lsa_exchange).

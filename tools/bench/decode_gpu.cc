@@ -223,11 +223,11 @@ ABSL_FLAG(bool, slice_bf16_wo_a, true,
           "act_quant: the bf16 product V4.1 runs, twice the FP8 bytes; --direct_wo_a and "
           "--reduce_fp8_out apply to it); false: the FP8 product with act_quant of the "
           "measurements before 2026-12-06.");
-ABSL_FLAG(bool, prompt_bf16_linears, false,
+ABSL_FLAG(bool, prompt_bf16_linears, true,
           "kFast: the prompt positions' FP8 linears as Bf16Gemm over the operands dequantized "
           "exactly to bf16 (no per-32 fold; other low bits than the FP8 products, by role: "
           "DeviceDecoderOptions::prompt_bf16_linears).");
-ABSL_FLAG(bool, prompt_bf16_experts, false,
+ABSL_FLAG(bool, prompt_bf16_experts, true,
           "With --prompt_bf16_linears: the prompt positions' routed experts on the bf16 route "
           "too (MXFP4 codes widened to bf16 in the product's stages, no tile conversion; "
           "DeviceDecoderOptions::prompt_bf16_experts).");

@@ -617,8 +617,10 @@ struct DeviceDecoderOptions {
   // (Bf16GemmParams::row_role); batch-invariant, the same however a prompt
   // is chunked. The routed experts' tile form keeps its math. Costs the
   // arena a bf16 copy of X's FP8 scratch (and the branch's) and, for steps
-  // above 256 rows, of the largest FP8 weight. Off until measured.
-  bool prompt_bf16_linears = false;
+  // above 256 rows, of the largest FP8 weight. On since the thirty-fourth
+  // session (an H100: the EP8 slice's 4,096-position chunk 0.699 / 0.692 s
+  // -> 0.666 / 0.666 s; worker/model/README.md).
+  bool prompt_bf16_linears = true;
   // With prompt_bf16_linears: the routed experts' rows of a prompt's
   // positions on the bf16 maths too (kernels/cuda/moe
   // Mxfp4Bf16GroupedGemm: X's FP8 codes dequantized into rx16, the MXFP4
@@ -634,8 +636,10 @@ struct DeviceDecoderOptions {
   // second, so each row pays for one maths and a row's bits never depend on
   // the step around it. Layers with an
   // expert exchange (a communicator), or whose dims are not multiples of
-  // 128, keep the FP8 maths for every row. Off until measured.
-  bool prompt_bf16_experts = false;
+  // 128, keep the FP8 maths for every row. On since the thirty-fourth
+  // session (an H100: the EP8 slice's 4,096-position chunk 0.666 -> 0.623 s
+  // over prompt_bf16_linears alone; worker/model/README.md).
+  bool prompt_bf16_experts = true;
   // With prompt_bf16_linears, an eager step of both roles runs its FP8
   // products over the generated rows' ranges alone (whole 16-row ranges,
   // at most 4) rather than over every row before the bf16 products rewrite
