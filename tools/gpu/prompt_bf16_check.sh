@@ -41,7 +41,8 @@ budget_step mxfp4_bf16_gemm_test 60 "${bundle}/bin/kernels_cuda_moe_mxfp4_bf16_g
 budget_step chunk_off 90 "${decode}" "${slice[@]}" --prompt_bf16_linears=false
 budget_step chunk_experts 90 "${decode}" "${slice[@]}" --prompt_bf16_linears=true \
   --prompt_bf16_experts=true
-budget_step chunk_on 90 "${decode}" "${slice[@]}" --prompt_bf16_linears=true
+budget_step chunk_on 90 "${decode}" "${slice[@]}" --prompt_bf16_linears=true \
+  --prompt_bf16_experts=false
 budget_step device_decoder_fast_test 200 "${bundle}/bin/worker_model_device_decoder_fast_test" \
   --gtest_filter='*PromptLinears*:*PromptBf16*:*PromptExperts*:*SmallBf16LongChunk*:*SmallBf16ChunkedSteps*' \
   || status=1
@@ -52,11 +53,12 @@ budget_step fp8_gemm_bench_prefill 120 "${bundle}/tools/fp8_gemm_bench" prefill
 budget_step chunk_mixed_off 90 "${decode}" "${slice[@]}" --prefill_mixed_rows=64 \
   --prompt_bf16_linears=false
 budget_step chunk_mixed_on 90 "${decode}" "${slice[@]}" --prefill_mixed_rows=64 \
-  --prompt_bf16_linears=true
+  --prompt_bf16_linears=true --prompt_bf16_experts=false
 budget_step chunk_off_2 90 "${decode}" "${slice[@]}" --prompt_bf16_linears=false
-budget_step chunk_on_2 90 "${decode}" "${slice[@]}" --prompt_bf16_linears=true
+budget_step chunk_on_2 90 "${decode}" "${slice[@]}" --prompt_bf16_linears=true \
+  --prompt_bf16_experts=false
 budget_step chunk_on_timeline 120 "${decode}" "${slice[@]}" --prompt_bf16_linears=true \
-  --prefill_timeline
+  --prompt_bf16_experts=false --prefill_timeline
 echo "== summary"
 cat "${results}/summary.txt"
 echo "== tests"
