@@ -231,6 +231,12 @@ ABSL_FLAG(bool, prompt_bf16_experts, true,
           "With --prompt_bf16_linears: the prompt positions' routed experts on the bf16 route "
           "too (MXFP4 codes widened to bf16 in the product's stages, no tile conversion; "
           "DeviceDecoderOptions::prompt_bf16_experts).");
+ABSL_FLAG(bool, fp8_span_products, true,
+          "Eager steps of both roles: the FP8 products over the generated rows' ranges alone "
+          "(DeviceDecoderOptions::fp8_span_products; same bits).");
+ABSL_FLAG(bool, fused_expert_swiglu_fp8, true,
+          "The routed experts' prefill forms: h's FP8 form in the SwiGLU's launch "
+          "(DeviceDecoderOptions::fused_expert_swiglu_fp8; same bits).");
 ABSL_FLAG(bool, x16_panel, true,
           "Prefill: the FP8 products on the warp-specialized tile read X's f16 panel "
           "(DeviceDecoderOptions::prefill_x16_panel; same bits).");
@@ -492,7 +498,9 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .indexer_shared_keys = absl::GetFlag(FLAGS_indexer_shared_keys),
           .scaled_x16_panel = absl::GetFlag(FLAGS_scaled_x16_panel),
           .prompt_bf16_linears = absl::GetFlag(FLAGS_prompt_bf16_linears),
-          .prompt_bf16_experts = absl::GetFlag(FLAGS_prompt_bf16_experts)};
+          .prompt_bf16_experts = absl::GetFlag(FLAGS_prompt_bf16_experts),
+          .fp8_span_products = absl::GetFlag(FLAGS_fp8_span_products),
+          .fused_expert_swiglu_fp8 = absl::GetFlag(FLAGS_fused_expert_swiglu_fp8)};
 }
 
 }  // namespace

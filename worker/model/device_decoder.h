@@ -646,6 +646,11 @@ struct DeviceDecoderOptions {
   // the prompt's rows. A choice of time, not of bits; false runs them over
   // every row (graph steps always do).
   bool fp8_span_products = true;
+  // The routed experts' prefill forms (the FP8 tile form, the bf16 route):
+  // the SwiGLU writes h's FP8 form in its own launch (SwigluParams::codes,
+  // ActQuantFp8's bits) instead of h in fp32 and a quantization pass after
+  // it. The same bits; false keeps the two passes (for an A/B).
+  bool fused_expert_swiglu_fp8 = true;
 };
 
 // The fewest rows for which indexer_shared_keys takes the shared-keys form.

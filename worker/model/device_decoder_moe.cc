@@ -153,16 +153,26 @@ dense::Fp8GemmMath DeviceDecoder::Impl::TileFormMath() const {
 
 absl::Status DeviceDecoder::Impl::SwigluToFp8(const LayerDev& L, int64_t rows, float limit,
                                               const int64_t* used_rows) {
-  RETURN_IF_ERROR(dec::Swiglu({.gate = gg,
-                               .up = upg,
-                               .route_weight = wg,
-                               .out = gg,
-                               .rows = rows,
-                               .inter = L.inter,
-                               .limit = limit,
-                               .round_bf16 = bf16(),
-                               .row_count = used_rows},
-                              stream));
+  dec::SwigluParams p{.gate = gg,
+                      .up = upg,
+                      .route_weight = wg,
+                      .out = gg,
+                      .rows = rows,
+                      .inter = L.inter,
+                      .limit = limit,
+                      .round_bf16 = bf16(),
+                      .row_count = used_rows};
+  // h's FP8 form in the SwiGLU's launch (ActQuantFp8's bits of its output,
+  // kernels/cuda/decode/swiglu_test): the down product reads only that
+  // form, so h itself is not written, one pass over the rows fewer.
+  dec::SwigluParams fused = p;
+  fused.out = nullptr;
+  fused.codes = fh;
+  fused.scales = fh_scales;
+  if (options.fused_expert_swiglu_fp8 && dec::SupportsSwiglu(fused)) {
+    return dec::Swiglu(fused, stream);
+  }
+  RETURN_IF_ERROR(dec::Swiglu(p, stream));
   return dense::ActQuantFp8({.x = gg,
                              .codes = fh,
                              .scales = fh_scales,

@@ -96,6 +96,7 @@ TEST(DeviceDecoderPlanTest, PromptBf16LinearsTakeTheirScratchFromTheArena) {
                                  .max_sequences = 2,
                                  .max_batch = max_batch,
                                  .max_rows_per_slot = max_batch};
+    options.prompt_bf16_linears = false;  // (on by default)
     const size_t off = ArenaAt(*m, options, 512);
     options.prompt_bf16_linears = true;
     const size_t on = ArenaAt(*m, options, 512);
@@ -110,6 +111,7 @@ TEST(DeviceDecoderPlanTest, PromptBf16LinearsTakeTheirScratchFromTheArena) {
   EXPECT_GT(at264, at256 * 264 / 256 + 4096);
   // The reference numerics never take it.
   DeviceDecoderOptions reference{.max_sequences = 2, .max_batch = 264, .max_rows_per_slot = 264};
+  reference.prompt_bf16_linears = false;
   const size_t ref_off = ArenaAt(*m, reference, 512);
   reference.prompt_bf16_linears = true;
   EXPECT_EQ(ArenaAt(*m, reference, 512), ref_off);
