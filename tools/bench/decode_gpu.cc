@@ -234,7 +234,7 @@ ABSL_FLAG(bool, prompt_bf16_experts, true,
 ABSL_FLAG(bool, fp8_span_products, true,
           "Eager steps of both roles: the FP8 products over the generated rows' ranges alone "
           "(DeviceDecoderOptions::fp8_span_products; same bits).");
-ABSL_FLAG(bool, fused_expert_swiglu_fp8, true,
+ABSL_FLAG(bool, fused_expert_swiglu_fp8, false,
           "The routed experts' prefill forms: h's FP8 form in the SwiGLU's launch "
           "(DeviceDecoderOptions::fused_expert_swiglu_fp8; same bits).");
 ABSL_FLAG(bool, x16_panel, true,
