@@ -237,6 +237,10 @@ ABSL_FLAG(bool, fp8_span_products, true,
 ABSL_FLAG(bool, fused_expert_swiglu_fp8, false,
           "The routed experts' prefill forms: h's FP8 form in the SwiGLU's launch "
           "(DeviceDecoderOptions::fused_expert_swiglu_fp8; same bits).");
+ABSL_FLAG(int32_t, bf16_route_widener_warps, 0,
+          "--prompt_bf16_experts: the warps widening the MXFP4 codes in each CTA of the "
+          "experts' bf16 route, 4 or 8 (0: the kernel's default; "
+          "DeviceDecoderOptions::bf16_route_widener_warps; same bits).");
 ABSL_FLAG(bool, x16_panel, true,
           "Prefill: the FP8 products on the warp-specialized tile read X's f16 panel "
           "(DeviceDecoderOptions::prefill_x16_panel; same bits).");
@@ -500,7 +504,8 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .prompt_bf16_linears = absl::GetFlag(FLAGS_prompt_bf16_linears),
           .prompt_bf16_experts = absl::GetFlag(FLAGS_prompt_bf16_experts),
           .fp8_span_products = absl::GetFlag(FLAGS_fp8_span_products),
-          .fused_expert_swiglu_fp8 = absl::GetFlag(FLAGS_fused_expert_swiglu_fp8)};
+          .fused_expert_swiglu_fp8 = absl::GetFlag(FLAGS_fused_expert_swiglu_fp8),
+          .bf16_route_widener_warps = absl::GetFlag(FLAGS_bf16_route_widener_warps)};
 }
 
 }  // namespace

@@ -652,6 +652,9 @@ struct DeviceDecoderOptions {
   // it. The same bits (the kernel's test); off until the decoder's tests
   // and the EP8 chunk have run with it on a GPU (thirty-fourth session).
   bool fused_expert_swiglu_fp8 = false;
+  // prompt_bf16_experts: the warps widening the MXFP4 codes in each CTA of
+  // Mxfp4Bf16GroupedGemm (4 or 8; 0 the kernel's default, 4). The same bits.
+  int bf16_route_widener_warps = 0;
 };
 
 // The fewest rows for which indexer_shared_keys takes the shared-keys form.
@@ -681,6 +684,7 @@ struct DeviceDecoderStats {
   int64_t folded_row_ops = 0;   // fold_row_ops: passes folded into another launch
   int64_t direct_wo_a = 0;      // direct_wo_a: grouped wo_a products run in place (since start)
   int64_t fused_swiglu_fp8 = 0;   // fused_swiglu_fp8: SwiGLUs that made w2's FP8 input
+  int64_t fused_expert_swiglus = 0;  // fused_expert_swiglu_fp8: the experts' prefill SwiGLUs so run
   int64_t bf16_branches = 0;      // bf16_branches: KV branches with a bf16 product
   int64_t reduce_fp8_out = 0;     // reduce_fp8_out: wo_b inputs made by wo_a's reduce
   int64_t widened_wo_a = 0;       // stored_wo_a: products that widened wo_a to bf16 first (prefill)

@@ -1184,6 +1184,51 @@ void PromptMathsLongChunk(bool experts, uint32_t seed, const char* what) {
   ExpectOtherBitsClose(what, whole[0], other_rows[0], kChunk, v, /*may_agree=*/experts);
 }
 
+// fused_expert_swiglu_fp8: the routed experts' prefill forms take h's FP8
+// form from the SwiGLU's launch instead of a quantization pass after it. A
+// 400-row chunk on the FP8 tile form (prompt unmarked) and on the bf16 route
+// (prompt marked, both prompt options), then decode steps: the same bits
+// with the option as without, and the stats count the fused SwiGLUs.
+TEST(DeviceDecoderFastTest, SmallBf16FusedExpertSwigluGivesTheTwoPassesBits) {
+  const Checkpoint* small = SmallCheckpoint(3);
+  ASSERT_NE(small, nullptr);
+  const int64_t v = small->config().vocab_size;
+  auto cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
+  ASSERT_NE(cpu, nullptr);
+  constexpr int kChunk = kLongChunk;
+  const std::vector<int64_t> prompt = RandomTokens(kChunk, 59, v - 1);
+  const std::vector<std::vector<int64_t>> steps = {{7}, {11}};
+  for (const bool route : {false, true}) {
+    DeviceDecoderOptions options{.numerics = DecodeNumerics::kFast,
+                                 .max_sequences = 2,
+                                 .max_positions = kChunk + 16,
+                                 .max_batch = kChunk,
+                                 .max_rows_per_slot = kChunk};
+    options.prompt_bf16_linears = route;
+    options.prompt_bf16_experts = route;
+    std::vector<float> rows[2];
+    DeviceDecoderStats stats[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      options.fused_expert_swiglu_fp8 = fused == 1;
+      const auto calls = ChunkThenSteps(*cpu, options, {1}, prompt, steps, &stats[fused],
+                                        ActivationPrecision::kBf16, /*mark_prompt=*/route);
+      ASSERT_EQ(calls.size(), 1 + steps.size());
+      for (const auto& c : calls) rows[fused].insert(rows[fused].end(), c.begin(), c.end());
+    }
+    const char* form = route ? "the bf16 route" : "the FP8 tile form";
+    EXPECT_EQ(stats[0].fused_expert_swiglus, 0) << form;
+    EXPECT_GT(stats[1].fused_expert_swiglus, 0) << form;
+    if (route) {
+      EXPECT_GT(stats[1].prompt_bf16_expert_layers, 0);
+    } else {
+      EXPECT_GT(stats[1].tile_form_layers, 0);
+    }
+    ASSERT_EQ(rows[0].size(), rows[1].size());
+    EXPECT_EQ(std::memcmp(rows[0].data(), rows[1].data(), rows[0].size() * sizeof(float)), 0)
+        << form;
+  }
+}
+
 // prompt_bf16_linears: a 400-row prompt chunk (the FP8 linears as the
 // warp-specialized bf16 tile over each weight widened into the scratch
 // first) against the same prompt in four chunks of 100 rows (the bf16 mma

@@ -170,6 +170,7 @@ absl::Status DeviceDecoder::Impl::SwigluToFp8(const LayerDev& L, int64_t rows, f
   fused.codes = fh;
   fused.scales = fh_scales;
   if (options.fused_expert_swiglu_fp8 && dec::SupportsSwiglu(fused)) {
+    ++fused_expert_swiglus;
     return dec::Swiglu(fused, stream);
   }
   RETURN_IF_ERROR(dec::Swiglu(p, stream));
@@ -263,7 +264,8 @@ absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t ro
                                      .n = n,
                                      .k = k,
                                      .num_experts = L.experts,
-                                     .output = output},
+                                     .output = output,
+                                     .widener_warps = options.bf16_route_widener_warps},
                                     stream);
   };
   RETURN_IF_ERROR(dense::Fp8ActBf16({.codes = fq,

@@ -59,6 +59,10 @@ absl::StatusOr<LocalExperts> CheckDecodable(const ModelConfig& c, const LayerRol
         " (>= 1), gate_logits_in_block_macs ", options.gate_logits_in_block_macs,
         " and parallel_compressor_rows ", options.parallel_compressor_rows, " (>= 0)"));
   }
+  if (const int w = options.bf16_route_widener_warps; w != 0 && w != 4 && w != 8) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DeviceDecoder: bf16_route_widener_warps ", w, " (0, 4 or 8)"));
+  }
   if (options.max_rollback < 0 || options.max_rollback > 1024) {
     return absl::InvalidArgumentError(
         absl::StrCat("DeviceDecoder: max_rollback ", options.max_rollback, " (0 to 1024)"));

@@ -185,6 +185,19 @@ TEST(DeviceDecoderPlanTest, RefusesBudgetsAndOptionsItCannotMeet) {
                     .ok())
         << h;
   }
+  // The experts' bf16 route: 4 or 8 widener warps (0: the kernel's).
+  for (int warps : {-4, 2, 6, 16}) {
+    DeviceDecoderOptions o{.max_sequences = 2};
+    o.bf16_route_widener_warps = warps;
+    EXPECT_EQ(DeviceDecoder::MaxPositionsFor(*m, kBf16, o, SIZE_MAX).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << warps;
+  }
+  for (int warps : {0, 4, 8}) {
+    DeviceDecoderOptions o{.max_sequences = 2};
+    o.bf16_route_widener_warps = warps;
+    EXPECT_TRUE(DeviceDecoder::MaxPositionsFor(*m, kBf16, o, SIZE_MAX).ok()) << warps;
+  }
   // The collapse-norms' CTAs a token: a cluster size the kernels have.
   for (int ranks : {-1, 3, 16}) {
     EXPECT_EQ(DeviceDecoder::MaxPositionsFor(

@@ -50,11 +50,13 @@ absl::Status Mxfp4Bf16GroupedGemm(const Mxfp4Bf16GroupedGemmParams& p, cudaStrea
   const dim3 grid(static_cast<unsigned>((p.n + mb::kBn - 1) / mb::kBn),
                   static_cast<unsigned>((p.rows + mb::kBm - 1) / mb::kBm + p.num_experts));
   const int smem = mb::kSharedBytes + dense::fp8_gemm::kWgmmaSmemSlack;
-  if (absl::Status s = AllowSharedBytes(mb::Mxfp4Bf16GroupedKernel, smem, kWhat); !s.ok()) {
-    return s;
-  }
-  mb::Mxfp4Bf16GroupedKernel<<<grid, mb::kThreads, smem, stream>>>(a);
-  return LaunchStatus(kWhat);
+  const auto launch = [&](auto kernel, int widener_warps) -> absl::Status {
+    if (absl::Status s = AllowSharedBytes(kernel, smem, kWhat); !s.ok()) return s;
+    kernel<<<grid, mb::ThreadsWith(widener_warps), smem, stream>>>(a);
+    return LaunchStatus(kWhat);
+  };
+  if (Mxfp4Bf16WidenerWarps(p) == 8) return launch(mb::Mxfp4Bf16GroupedKernel<8>, 8);
+  return launch(mb::Mxfp4Bf16GroupedKernel<4>, 4);
 }
 
 }  // namespace weir::kernels::cuda

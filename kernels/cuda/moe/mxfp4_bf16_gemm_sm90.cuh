@@ -6,9 +6,11 @@
 // the rows grouped by expert (the compact grid of Fp8BlockGemm's grouped
 // prefill tile). Device code only; included by mxfp4_bf16_gemm_sm90.cu.
 //
-//  * warps 0 - 3 (the wideners, 128 threads): a stage of W is 128 rows x 2
-//    K blocks of 32, 256 units of 16 code bytes and one scale byte; thread t
-//    owns units t and t + 128 of every stage, copies them (cp.async, 16
+//  * warps 0 - 3 or 0 - 7 (the wideners, 128 or 256 threads: the kernel's
+//    template argument, Mxfp4Bf16GroupedGemmParams::widener_warps): a stage of
+//    W is 128 rows x 2 K blocks of 32, 256 units of 16 code bytes and one
+//    scale byte; of 128 wideners thread t owns units t and t + 128 of every
+//    stage, of 256 unit t alone, and copies them (cp.async, 16
 //    bytes of codes and the 4-byte scale word holding its byte) kDepth - 1
 //    stages ahead into its own raw slots, waits for the stage's ring slot to
 //    be free (`empty`), widens its units into the slot's W tile at the
@@ -16,12 +18,13 @@
 //    for a quantizer's scales, Mxfp4ToBf16Eight for 0, 1 and 0xFF), fences
 //    them for the async proxy and arrives on `full`. Thread 0 also issues the
 //    stage's X box (128 rows x 128 bytes, 128-byte swizzle) on `full` once
-//    the slot is free, so `full` counts 1 + 128 arrivals and X's bytes.
-//    Counted from the SASS, not measured: about 200 instructions a thread and
-//    stage against the stage's 512 cycles of bf16 wgmma (a loader warp of its
-//    own, as Bf16GemmWsKernel has, would leave three warps to widen, and the
-//    fp32 widening alone took 443 a thread and stage).
-//  * warpgroups 1 and 2 (the consumers): Bf16GemmWsKernel's loop, W rows 64 c
+//    the slot is free, so `full` counts 1 + the wideners' arrivals and X's
+//    bytes. Counted from the SASS: about 200 instructions a thread and stage
+//    with four warps against the stage's 512 cycles of bf16 wgmma, one warp
+//    an SM sub-partition with little to hide its latencies behind; measured
+//    (H100, 2026-12-07) the products ran at about half the dense bf16 tile's
+//    rate per used row, so eight warps halve each one's share and pair them.
+//  * the last two warpgroups (the consumers): Bf16GemmWsKernel's loop, W rows 64 c
 //    .. 64 c + 63 of the tile and all 128 X rows, four wgmma a stage into the
 //    same fp32 accumulators; a slot is freed once the next stage's group is
 //    issued and the previous one has retired.
@@ -50,17 +53,20 @@ namespace weir::kernels::cuda::moe::mxfp4_bf16 {
 
 inline constexpr int kBn = 128;  // W rows (outputs) of a CTA
 inline constexpr int kBm = 128;  // X rows of a CTA
-inline constexpr int kThreads = 384;
+inline constexpr int kConsumers = 256;   // two warpgroups
 inline constexpr int kStages = 5;        // ring slots
 inline constexpr int kTile = 128 * 128;  // one operand's bytes of a stage
 inline constexpr int kSlot = 2 * kTile;  // the widened W tile, then X's
-inline constexpr int kWideners = 128;
 inline constexpr int kUnitsPerStage = kBn * (kMxfp4Bf16StageK / 32);  // (row, K block of 32)
-inline constexpr int kUnits = (kUnitsPerStage + kWideners - 1) / kWideners;
 inline constexpr int kDepth = 4;  // a widener's stages of raw codes: kDepth - 1 in flight
 inline constexpr int kRawCodes = kStages * kSlot;
-inline constexpr int kRawScales = kRawCodes + kDepth * kUnits * kWideners * 16;
-inline constexpr int kSharedBytes = kRawScales + kDepth * kUnits * kWideners * 4;
+// Each stage's units, whoever widens them, in raw slots of 16 code bytes and
+// a 4-byte scale word.
+inline constexpr int kRawScales = kRawCodes + kDepth * kUnitsPerStage * 16;
+inline constexpr int kSharedBytes = kRawScales + kDepth * kUnitsPerStage * 4;
+// The CTA's threads with `widener_warps` warps widening (4 or 8; a multiple
+// of 4, so the consumers' warpgroups stay aligned).
+constexpr int ThreadsWith(int widener_warps) { return 32 * widener_warps + kConsumers; }
 static_assert(kSharedBytes + dense::fp8_gemm::kWgmmaSmemSlack <= 227 * 1024,
               "an SM's shared memory");
 static_assert(kRawCodes % 1024 == 0 && kSlot % 1024 == 0, "swizzled slots");
@@ -141,8 +147,12 @@ __device__ __forceinline__ uint32_t LoadRaw32(uint32_t addr) {
   return v;
 }
 
-__global__ void __launch_bounds__(kThreads, 1)
+template <int kWidenerWarps>
+__global__ void __launch_bounds__(ThreadsWith(kWidenerWarps), 1)
     Mxfp4Bf16GroupedKernel(const __grid_constant__ Args a) {
+  static_assert(kWidenerWarps % 4 == 0 && kUnitsPerStage % (32 * kWidenerWarps) == 0);
+  constexpr int kWideners = 32 * kWidenerWarps;
+  constexpr int kUnits = kUnitsPerStage / kWideners;  // a widener's units a stage
   GridDependencyPrologue();
   using dense::Fp8GemmSwizzledOffset;
   using dense::fp8_gemm::AlignSharedTo1024;
@@ -198,8 +208,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
 
-  if (warp < 4) {
-    const int t = tid;  // 0 .. 127
+  if (warp < kWidenerWarps) {
+    const int t = tid;  // 0 .. kWideners - 1
     const uint8_t* const w = a.w[group];
     const uint8_t* const ws = a.w_scales[group];
     // A weight the kernel cannot read gives NaN rows (Mxfp4GroupedGemm's rule).
@@ -294,7 +304,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   // ---- consumers: Bf16GemmWsKernel's loop ----
-  const int wg = (warp - 4) / 4;  // W rows 64 wg .. 64 wg + 63 of the tile
+  const int wg = (warp - kWidenerWarps) / 4;  // W rows 64 wg .. 64 wg + 63 of the tile
   float d[64];
 #pragma unroll
   for (int r = 0; r < 64; ++r) d[r] = 0.0f;
@@ -325,15 +335,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   const int32_t* role = a.row_role != nullptr ? a.row_role + begin : nullptr;
   const uint32_t rows = dense::bf16_gemm::RowsOfRole<16>(role, a.role, m0, m, lane);
-  ForEachOutput(acc, lane, n0 + (warp - 4) * 16, m0, a.n, m, [&](int64_t gm, int64_t gn, float v) {
-    if (!dense::bf16_gemm::RowHasRole(rows, gm - m0)) return;
-    const int64_t at = (begin + gm) * a.n + gn;
-    if (a.bf16_out) {
-      static_cast<__nv_bfloat16*>(a.y)[at] = __float2bfloat16_rn(v);
-    } else {
-      static_cast<float*>(a.y)[at] = a.round_f32 ? RoundToBf16(v) : v;
-    }
-  });
+  ForEachOutput(acc, lane, n0 + (warp - kWidenerWarps) * 16, m0, a.n, m,
+                [&](int64_t gm, int64_t gn, float v) {
+                  if (!dense::bf16_gemm::RowHasRole(rows, gm - m0)) return;
+                  const int64_t at = (begin + gm) * a.n + gn;
+                  if (a.bf16_out) {
+                    static_cast<__nv_bfloat16*>(a.y)[at] = __float2bfloat16_rn(v);
+                  } else {
+                    static_cast<float*>(a.y)[at] = a.round_f32 ? RoundToBf16(v) : v;
+                  }
+                });
 }
 
 }  // namespace weir::kernels::cuda::moe::mxfp4_bf16

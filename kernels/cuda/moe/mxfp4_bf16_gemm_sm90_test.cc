@@ -138,7 +138,7 @@ std::vector<float> BySeparateBf16Gemms(const Problem& p, dense::Fp8GemmOutput ou
 
 std::vector<float> RunGrouped(const Problem& p, const DeviceProblem& d, dense::Fp8GemmOutput output,
                               const int32_t* roles = nullptr, int role = 0,
-                              const std::vector<float>* initial = nullptr) {
+                              const std::vector<float>* initial = nullptr, int widener_warps = 0) {
   DeviceBuffer<float> y(p.rows * p.n);
   if (initial != nullptr) {
     y.Upload(*initial);
@@ -149,6 +149,7 @@ std::vector<float> RunGrouped(const Problem& p, const DeviceProblem& d, dense::F
   params.output = output;
   params.row_role = roles;
   params.role = role;
+  params.widener_warps = widener_warps;
   const absl::Status st = Mxfp4Bf16GroupedGemm(params, nullptr);
   EXPECT_TRUE(st.ok()) << st;
   EXPECT_TRUE(Synced());
@@ -182,14 +183,18 @@ TEST(Mxfp4Bf16GroupedGemmTest, EveryRowHasTheBf16GemmBitsOfItsExpert) {
           dense::Fp8GemmOutput::kBf16}) {
       SCOPED_TRACE(::testing::Message() << "output " << static_cast<int>(output));
       const std::vector<float> want = BySeparateBf16Gemms(p, output);
-      const std::vector<float> got = RunGrouped(p, d, output);
-      ASSERT_EQ(got.size(), want.size());
-      // Both poisoned alike, so the rows past the experts compare too.
-      int64_t first = -1;
-      for (int64_t i = 0; i < OutputBytes(p, output) / 4 && first < 0; ++i) {
-        if (std::memcmp(&got[i], &want[i], 4) != 0) first = i;
+      // Four or eight warps widening: the same bits.
+      for (int widener_warps : {4, 8}) {
+        const std::vector<float> got = RunGrouped(p, d, output, nullptr, 0, nullptr, widener_warps);
+        ASSERT_EQ(got.size(), want.size());
+        // Both poisoned alike, so the rows past the experts compare too.
+        int64_t first = -1;
+        for (int64_t i = 0; i < OutputBytes(p, output) / 4 && first < 0; ++i) {
+          if (std::memcmp(&got[i], &want[i], 4) != 0) first = i;
+        }
+        EXPECT_EQ(first, -1) << "the first differing 4 bytes, " << widener_warps
+                             << " widener warps";
       }
-      EXPECT_EQ(first, -1) << "the first differing 4 bytes";
     }
   }
 }
@@ -286,6 +291,11 @@ TEST(Mxfp4Bf16GroupedGemmTest, UnreadableWeightGivesNanRowsOnly) {
       }
     }
   }
+  // Eight widener warps: the same words, NaN rows included.
+  const std::vector<float> after8 =
+      RunGrouped(p, d, dense::Fp8GemmOutput::kF32, nullptr, 0, nullptr, /*widener_warps=*/8);
+  ASSERT_EQ(after8.size(), after.size());
+  EXPECT_EQ(std::memcmp(after8.data(), after.data(), after.size() * sizeof(float)), 0);
 }
 
 // The checks run before anything is enqueued; rows == 0 enqueues nothing.

@@ -212,6 +212,10 @@ absl::Status CheckMxfp4Bf16GroupedGemmParams(const Mxfp4Bf16GroupedGemmParams& p
         absl::StrCat(kWhat, ": ", p.rows, " rows over ", p.num_experts,
                      " experts need more row tiles than the grid holds (65535)"));
   }
+  if (p.widener_warps != 0 && p.widener_warps != 4 && p.widener_warps != 8) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kWhat, ": widener_warps ", p.widener_warps, " (0, 4 or 8)"));
+  }
   return absl::OkStatus();
 }
 

@@ -462,7 +462,20 @@ struct Mxfp4Bf16GroupedGemmParams {
   // row_role[r] == role are written (a step whose rows take two maths).
   const int32_t* row_role = nullptr;  // device [rows], 4-byte aligned
   int role = 0;
+  // Warps widening W's codes in a CTA, beside the two consumer warpgroups: 4
+  // or 8 (0: kMxfp4Bf16DefaultWidenerWarps). A matter of time only: the same
+  // bits either way.
+  int widener_warps = 0;
 };
+
+// The widener warps Mxfp4Bf16GroupedGemm takes for widener_warps 0: four
+// until eight are measured faster on a GPU.
+inline constexpr int kMxfp4Bf16DefaultWidenerWarps = 4;
+
+// The widener warps a call of `params` runs with (0 resolved).
+inline int Mxfp4Bf16WidenerWarps(const Mxfp4Bf16GroupedGemmParams& params) {
+  return params.widener_warps == 0 ? kMxfp4Bf16DefaultWidenerWarps : params.widener_warps;
+}
 
 // K of one ring stage of Mxfp4Bf16GroupedGemm (128 bytes of a bf16 row).
 inline constexpr int kMxfp4Bf16StageK = 64;
@@ -480,7 +493,8 @@ uint16_t Mxfp4WeightBf16Bits(uint8_t code, uint8_t scale);
 // w_scales or y null; rows < 0, n, k or num_experts not positive; k not a
 // multiple of 128; n, k above 2^30 or rows above 2^30; x not 16-byte or y not
 // element aligned; row_role not 4-byte aligned; more experts or row tiles
-// than the grid holds (ceil(rows / 128) + num_experts <= 65535).
+// than the grid holds (ceil(rows / 128) + num_experts <= 65535); widener_warps
+// other than 0, 4 or 8.
 absl::Status CheckMxfp4Bf16GroupedGemmParams(const Mxfp4Bf16GroupedGemmParams& params);
 
 // Returns OK or INVALID_ARGUMENT naming the problem: a null pointer, rows < 0,

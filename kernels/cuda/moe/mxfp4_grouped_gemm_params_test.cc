@@ -142,6 +142,11 @@ TEST(Mxfp4Bf16GroupedGemmParamsTest, ChecksItsArguments) {
   EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(p).ok());  // bf16 y: 2-byte aligned is enough
   p = ValidBf16(), p.row_role = Fake<int32_t>(64);
   EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(p).ok());
+  for (int warps : {0, 4, 8}) {
+    p = ValidBf16(), p.widener_warps = warps;
+    EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(p).ok()) << warps;
+    EXPECT_EQ(Mxfp4Bf16WidenerWarps(p), warps == 0 ? kMxfp4Bf16DefaultWidenerWarps : warps);
+  }
 
   using P = Mxfp4Bf16GroupedGemmParams;
   EXPECT_TRUE(EachIsInvalidArgument(
@@ -161,6 +166,9 @@ TEST(Mxfp4Bf16GroupedGemmParamsTest, ChecksItsArguments) {
           [](P& q) { q.x = Fake<uint16_t>(264); },            // 8-byte aligned only
           [](P& q) { q.y = reinterpret_cast<void*>(8194); },  // fp32 y
           [](P& q) { q.row_role = Fake<int32_t>(66); },
+          [](P& q) { q.widener_warps = 2; },
+          [](P& q) { q.widener_warps = 16; },
+          [](P& q) { q.widener_warps = -4; },
           [](P& q) {  // the grid's row tiles: ceil(rows / 128) + experts
             q.rows = 128 * 65000;
             q.num_experts = 536;
