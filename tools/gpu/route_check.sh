@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine, from the repository root, after
+# `tar -xJf .gpu_pack/bundle.tar.xz`: the thirty-fourth session's untried
+# changes, most telling first under BUDGET_S (default 540; check_steps.sh):
+#   1. Mxfp4Bf16GroupedGemm's kernel test (four and eight widener warps
+#      against Bf16Gemm's bits);
+#   2. the EP8 prefill chunk with the defaults, with eight widener warps
+#      (--bf16_route_widener_warps=8), with the SwiGLU writing h's FP8 form
+#      (--fused_expert_swiglu_fp8), with both;
+#   3. device_decoder_fast_test's mixed-step cases (which rows differ, by run
+#      length and numerics) and the fused SwiGLU's bits;
+#   4. mxfp4_grouped_gemm_bench's prefill table (the route with 4 and 8);
+#   5. the four chunks again (drift).
+# Bundle (here, a minute or two with a warm cache):
+#   BUNDLE_TARGETS="//worker/model:device_decoder_fast_test //tools/bench:decode_gpu
+#     //kernels/cuda/moe:mxfp4_bf16_gemm_sm90_test //kernels/cuda/moe:mxfp4_grouped_gemm_bench"
+#     tools/gpu/bundle.sh
+#   tools/gpu/route_check.sh [RESULTS]
+set -uo pipefail
+here="$(cd "$(dirname "$0")/../.." && pwd)"
+bundle="${here}/.gpu_bundle"
+results="${1:-${bundle}/results_route}"
+# shellcheck source=tools/gpu/check_steps.sh
+source "${here}/tools/gpu/check_steps.sh"
+decode="${bundle}/tools/decode_gpu"
+slice=(--ep_slice=8 --numerics=fast --batches=1 --context=4096 --prefill_chunk=4096 --steps=2
+       --warmup=1 --slice_profile=false)
+budget_step mxfp4_bf16_gemm_test 60 "${bundle}/bin/kernels_cuda_moe_mxfp4_bf16_gemm_sm90_test" \
+  || status=1
+chunks() {  # chunks SUFFIX: the four option sets
+  budget_step "chunk_defaults${1}" 90 "${decode}" "${slice[@]}"
+  budget_step "chunk_wideners8${1}" 90 "${decode}" "${slice[@]}" --bf16_route_widener_warps=8
+  budget_step "chunk_fused${1}" 90 "${decode}" "${slice[@]}" --fused_expert_swiglu_fp8=true
+  budget_step "chunk_both${1}" 90 "${decode}" "${slice[@]}" --bf16_route_widener_warps=8 \
+    --fused_expert_swiglu_fp8=true
+}
+chunks ""
+budget_step device_decoder_fast_test 200 "${bundle}/bin/worker_model_device_decoder_fast_test" \
+  --gtest_filter='*MixedEager*:*MixedGraph*:*FusedExpertSwiglu*' || status=1
+budget_step mxfp4_bench_prefill 120 "${bundle}/tools/mxfp4_grouped_gemm_bench" 384 8 wgmma 4096
+chunks "_2"
+echo "== summary"
+cat "${results}/summary.txt"
+echo "== tests"
+grep -hE '^\[  (PASSED|FAILED)|FAILED  \]|Failure|of [0-9]+ rows|differing' \
+  "${results}"/*test*.log 2>/dev/null | head -n 60
+echo "== prefill"
+for log in "${results}"/chunk_*.log; do
+  [[ -f "${log}" ]] || continue
+  echo "${log##*/}: $(grep -h '^prefill:' "${log}")"
+done
+echo "== experts' bf16 route"
+sed -n '/^Prefill:/,$p' "${results}/mxfp4_bench_prefill.log" 2>/dev/null | head -24
+exit "${status}"
