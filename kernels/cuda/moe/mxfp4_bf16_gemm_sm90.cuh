@@ -150,10 +150,10 @@ __device__ __forceinline__ uint32_t LoadRaw32(uint32_t addr) {
 template <int kWidenerWarps>
 __global__ void __launch_bounds__(ThreadsWith(kWidenerWarps), 1)
     Mxfp4Bf16GroupedKernel(const __grid_constant__ Args a) {
+  GridDependencyPrologue();
   static_assert(kWidenerWarps % 4 == 0 && kUnitsPerStage % (32 * kWidenerWarps) == 0);
   constexpr int kWideners = 32 * kWidenerWarps;
   constexpr int kUnits = kUnitsPerStage / kWideners;  // a widener's units a stage
-  GridDependencyPrologue();
   using dense::Fp8GemmSwizzledOffset;
   using dense::fp8_gemm::AlignSharedTo1024;
   using dense::fp8_gemm::DescriptorOf;
