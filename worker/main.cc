@@ -126,6 +126,14 @@ ABSL_FLAG(bool, prompt_bf16_experts, true,
           "With --prompt_bf16_linears: a prompt's routed experts on the bf16 route too (the "
           "MXFP4 codes widened to bf16 in the product's stages; "
           "DeviceDecoderOptions::prompt_bf16_experts).");
+ABSL_FLAG(bool, fused_expert_swiglu_fp8, false,
+          "With --numerics=fast: the routed experts' prefill SwiGLU writes h's FP8 form in its "
+          "own launch, one pass fewer, the same bits "
+          "(DeviceDecoderOptions::fused_expert_swiglu_fp8).");
+ABSL_FLAG(int32_t, bf16_route_widener_warps, 0,
+          "With --prompt_bf16_experts: the warps widening the MXFP4 codes in each CTA of the "
+          "experts' bf16 route, 4 or 8 (0: the kernel's default); the same bits "
+          "(DeviceDecoderOptions::bf16_route_widener_warps).");
 ABSL_FLAG(bool, dense_wgmma, false,
           "With --numerics=fast: the FP8 linears' block sums on FP8 wgmma (faster at small "
           "batches, slower at 32-64; the same precision trade as --expert_wgmma).");
@@ -227,6 +235,8 @@ int Run(int argc, char** argv) {
                     .prompt_range_tiles = absl::GetFlag(FLAGS_prompt_range_tiles),
                     .prompt_bf16_linears = absl::GetFlag(FLAGS_prompt_bf16_linears),
                     .prompt_bf16_experts = absl::GetFlag(FLAGS_prompt_bf16_experts),
+                    .fused_expert_swiglu_fp8 = absl::GetFlag(FLAGS_fused_expert_swiglu_fp8),
+                    .bf16_route_widener_warps = absl::GetFlag(FLAGS_bf16_route_widener_warps),
                     .ep_lsa_exchange = absl::GetFlag(FLAGS_ep_lsa_exchange),
                     .fault_injection = absl::GetFlag(FLAGS_fault_injection)});
   if (absl::GetFlag(FLAGS_fault_injection)) InstallStallSignal();

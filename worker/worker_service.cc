@@ -411,6 +411,8 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     dd_options.prompt_range_tiles = options_.prompt_range_tiles;
     dd_options.prompt_bf16_linears = options_.prompt_bf16_linears;
     dd_options.prompt_bf16_experts = options_.prompt_bf16_experts;
+    dd_options.fused_expert_swiglu_fp8 = options_.fused_expert_swiglu_fp8;
+    dd_options.bf16_route_widener_warps = options_.bf16_route_widener_warps;
     // A world of one exchanges by device copies; the symmetric windows need peers.
     dd_options.ep_lsa_exchange = options_.ep_lsa_exchange && world > 1;
     if (options_.ep_lsa_exchange && world == 1) {

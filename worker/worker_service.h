@@ -139,6 +139,12 @@ struct WorkerOptions {
   // With it, the prompt's routed experts too
   // (DeviceDecoderOptions::prompt_bf16_experts).
   bool prompt_bf16_experts = true;
+  // The experts' prefill SwiGLU writing h's FP8 form itself
+  // (DeviceDecoderOptions::fused_expert_swiglu_fp8) and the warps widening
+  // MXFP4 codes in the experts' bf16 route
+  // (DeviceDecoderOptions::bf16_route_widener_warps): the same bits, time only.
+  bool fused_expert_swiglu_fp8 = false;
+  int bf16_route_widener_warps = 0;
   // With device_decode_ep on several GPUs of one node: the MoE exchange
   // written by the device into the peers' NCCL symmetric windows
   // (DeviceDecoderOptions::ep_lsa_exchange).
