@@ -645,6 +645,16 @@ void CheckBatchInvariance(bool expert_wgmma, bool dense_wgmma = false) {
 
 TEST(DeviceDecoderFastTest, SmallBf16IsBatchInvariant) { CheckBatchInvariance(false); }
 
+// The fast numerics with room for `sequences` sequences of one `chunk`-row
+// prompt chunk and a few decode steps after it.
+DeviceDecoderOptions FastChunkOptions(int64_t chunk, int sequences = 2) {
+  return {.numerics = DecodeNumerics::kFast,
+          .max_sequences = sequences,
+          .max_positions = chunk + 16,
+          .max_batch = chunk,
+          .max_rows_per_slot = chunk};
+}
+
 // On a fresh decoder of `options`: each of `slots` started and fed `prompt`
 // as one chunk, then one decode step of all slots per entry of `steps`
 // (a token a slot), on activations of `precision`. Returns every call's logits, in order.
@@ -695,11 +705,7 @@ int DifferingCalls(const std::vector<std::vector<float>>& a,
 struct SmallChunkCase {
   static constexpr int kChunk = 40;
   std::unique_ptr<Model> cpu;  // null when the checkpoint is missing
-  DeviceDecoderOptions options{.numerics = DecodeNumerics::kFast,
-                               .max_sequences = 3,
-                               .max_positions = kChunk + 16,
-                               .max_batch = kChunk,
-                               .max_rows_per_slot = kChunk};
+  DeviceDecoderOptions options = FastChunkOptions(kChunk, 3);
   std::vector<int64_t> prompt;
   std::vector<std::vector<int64_t>> steps;
 
@@ -766,11 +772,7 @@ TEST(DeviceDecoderFastTest, SmallBf16WgmmaF16PrefillGivesTheMmaBits) {
   auto cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
   ASSERT_NE(cpu, nullptr);
   constexpr int kChunk = 400;
-  DeviceDecoderOptions mma{.numerics = DecodeNumerics::kFast,
-                           .max_sequences = 2,
-                           .max_positions = kChunk + 16,
-                           .max_batch = kChunk,
-                           .max_rows_per_slot = kChunk};
+  DeviceDecoderOptions mma = FastChunkOptions(kChunk);
   DeviceDecoderOptions f16 = mma;
   f16.dense_wgmma_f16 = true;  // the linears and the experts' tile form
   f16.expert_wgmma_f16 = true;
@@ -940,11 +942,7 @@ TEST(DeviceDecoderFastTest, SmallBf16StoredWoAGivesTheBf16FormsBits) {
   auto cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
   ASSERT_NE(cpu, nullptr);
   constexpr int kChunk = 400;
-  DeviceDecoderOptions bf16_form{.numerics = DecodeNumerics::kFast,
-                                 .max_sequences = 2,
-                                 .max_positions = kChunk + 16,
-                                 .max_batch = kChunk,
-                                 .max_rows_per_slot = kChunk};
+  DeviceDecoderOptions bf16_form = FastChunkOptions(kChunk);
   bf16_form.stored_wo_a = false;
   DeviceDecoderOptions stored = bf16_form;
   stored.stored_wo_a = true;
@@ -1071,11 +1069,7 @@ TEST(DeviceDecoderFastTest, SmallBf16LongChunkGivesTheShortChunksBits) {
   auto cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
   ASSERT_NE(cpu, nullptr);
   constexpr int kChunk = kLongChunk;
-  const DeviceDecoderOptions options{.numerics = DecodeNumerics::kFast,
-                                     .max_sequences = 2,
-                                     .max_positions = kChunk + 16,
-                                     .max_batch = kChunk,
-                                     .max_rows_per_slot = kChunk};
+  const DeviceDecoderOptions options = FastChunkOptions(kChunk);
   const std::vector<int64_t> prompt = RandomTokens(kChunk, 43, v - 1);
   const auto whole = LongChunkAgainstShortChunks(*cpu, options, prompt);
   ASSERT_EQ(whole.size(), 4u);
@@ -1152,11 +1146,7 @@ void PromptMathsLongChunk(bool experts, uint32_t seed, const char* what) {
   auto cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
   ASSERT_NE(cpu, nullptr);
   constexpr int kChunk = kLongChunk;
-  DeviceDecoderOptions options{.numerics = DecodeNumerics::kFast,
-                               .max_sequences = 2,
-                               .max_positions = kChunk + 16,
-                               .max_batch = kChunk,
-                               .max_rows_per_slot = kChunk};
+  DeviceDecoderOptions options = FastChunkOptions(kChunk);
   options.prompt_bf16_linears = true;
   options.prompt_bf16_experts = experts;
   const auto counted = [experts](const DeviceDecoderStats& s) {
@@ -1199,11 +1189,7 @@ TEST(DeviceDecoderFastTest, SmallBf16FusedExpertSwigluGivesTheTwoPassesBits) {
   const std::vector<int64_t> prompt = RandomTokens(kChunk, 59, v - 1);
   const std::vector<std::vector<int64_t>> steps = {{7}, {11}};
   for (const bool route : {false, true}) {
-    DeviceDecoderOptions options{.numerics = DecodeNumerics::kFast,
-                                 .max_sequences = 2,
-                                 .max_positions = kChunk + 16,
-                                 .max_batch = kChunk,
-                                 .max_rows_per_slot = kChunk};
+    DeviceDecoderOptions options = FastChunkOptions(kChunk);
     options.prompt_bf16_linears = route;
     options.prompt_bf16_experts = route;
     std::vector<float> rows[2];
@@ -1448,11 +1434,7 @@ TEST(DeviceDecoderFastTest, PromptBf16ExpertsTileFormBesideThePromptGivesEachRol
   auto cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
   ASSERT_NE(cpu, nullptr);
   constexpr int kChunk = 400, kPrompt = 10;
-  DeviceDecoderOptions options{.numerics = DecodeNumerics::kFast,
-                               .max_sequences = 2,
-                               .max_positions = kChunk + 16,
-                               .max_batch = kChunk,
-                               .max_rows_per_slot = kChunk};
+  DeviceDecoderOptions options = FastChunkOptions(kChunk);
   options.prompt_bf16_linears = true;
   options.prompt_bf16_experts = true;
   const std::vector<int64_t> tokens = RandomTokens(kChunk, 61, v - 1);
@@ -1518,11 +1500,7 @@ TEST(DeviceDecoderFastTest, SmallBf16SharedKeysIndexerGivesThePerQueryBits) {
   ASSERT_NE(cpu, nullptr);
   constexpr int kChunk = 600;
   static_assert(kChunk >= kIndexerSharedKeysMinRows);
-  DeviceDecoderOptions options{.numerics = DecodeNumerics::kFast,
-                               .max_sequences = 2,
-                               .max_positions = kChunk + 16,
-                               .max_batch = kChunk,
-                               .max_rows_per_slot = kChunk};
+  DeviceDecoderOptions options = FastChunkOptions(kChunk);
   const std::vector<int64_t> prompt = RandomTokens(kChunk, 47, v - 1);
   std::vector<float> got[2];
   int64_t shared[2] = {0, 0};
@@ -1763,11 +1741,7 @@ TEST(DeviceDecoderFastTest, SmallBf16TileFormExpertsGiveTheMxfp4KernelsBits) {
   const int64_t v = small->config().vocab_size;
   constexpr int kChunk = 400;
   for (const bool wgmma : {false, true}) {
-    DeviceDecoderOptions options{.numerics = DecodeNumerics::kFast,
-                                 .max_sequences = 2,
-                                 .max_positions = kChunk + 16,
-                                 .max_batch = kChunk,
-                                 .max_rows_per_slot = kChunk};
+    DeviceDecoderOptions options = FastChunkOptions(kChunk);
     options.expert_wgmma = wgmma;
     options.expert_prefill_tiles = false;  // the MXFP4 kernel at every size
     DeviceDecoderOptions tiles = options;
