@@ -268,23 +268,21 @@ absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t ro
                                      .widener_warps = options.bf16_route_widener_warps},
                                     stream);
   };
-  RETURN_IF_ERROR(dense::Fp8ActBf16({.codes = fq,
-                                     .scales = fq_scales,
-                                     .out = rx16,
-                                     .rows = rows,
-                                     .cols = d,
-                                     .row_count = used_rows},
-                                    stream));
+  // An FP8 operand (X's or h's codes and scales) into rx16 as bf16.
+  auto widen = [&](const uint8_t* codes, const uint8_t* scales, int64_t cols) {
+    return dense::Fp8ActBf16({.codes = codes,
+                              .scales = scales,
+                              .out = rx16,
+                              .rows = rows,
+                              .cols = cols,
+                              .row_count = used_rows},
+                             stream);
+  };
+  RETURN_IF_ERROR(widen(fq, fq_scales, d));
   RETURN_IF_ERROR(product(L.w1c, L.w1q, gg, inter, d, dense::Fp8GemmOutput::kF32));
   RETURN_IF_ERROR(product(L.w3c, L.w3q, upg, inter, d, dense::Fp8GemmOutput::kF32));
   RETURN_IF_ERROR(SwigluToFp8(L, rows, limit, used_rows));
-  RETURN_IF_ERROR(dense::Fp8ActBf16({.codes = fh,
-                                     .scales = fh_scales,
-                                     .out = rx16,
-                                     .rows = rows,
-                                     .cols = inter,
-                                     .row_count = used_rows},
-                                    stream));
+  RETURN_IF_ERROR(widen(fh, fh_scales, inter));
   RETURN_IF_ERROR(
       product(L.w2c, L.w2q, yg, d, inter,
               bf16() ? dense::Fp8GemmOutput::kF32RoundedBf16 : dense::Fp8GemmOutput::kF32));
