@@ -45,6 +45,15 @@
 namespace weir::model {
 namespace {
 
+// A step's logits, copied: StepRows' span is the decoder's pinned buffer,
+// which its next step overwrites.
+absl::StatusOr<std::vector<float>> StepLogits(DeviceDecoder& d, const std::vector<int>& slots,
+                                              const std::vector<int64_t>& tokens) {
+  auto rows = d.StepRows(slots, tokens, std::nullopt);
+  if (!rows.ok()) return rows.status();
+  return std::vector<float>(rows->begin(), rows->end());
+}
+
 std::vector<int64_t> TopK(const float* row, int64_t n, int k) {
   std::vector<int64_t> idx(n);
   std::iota(idx.begin(), idx.end(), 0);
@@ -1333,12 +1342,12 @@ void MixedStepsGiveEachRoleItsBits(const MixedCase& mc) {
     std::vector<int64_t> tokens = chunk;
     slots.insert(generated_first ? slots.begin() : slots.end(), 3);
     tokens.insert(generated_first ? tokens.begin() : tokens.end(), generated);
-    auto together = (*mixed)->StepRows(slots, tokens, std::nullopt);
+    auto together = StepLogits(**mixed, slots, tokens);
     ASSERT_TRUE(together.ok()) << together.status();
-    auto prompt_rows = (*apart)->StepRows(std::vector<int>(chunk.size(), 1), chunk, std::nullopt);
+    // Copied before the generated row's step reuses the buffer.
+    auto prompt_rows = StepLogits(**apart, std::vector<int>(chunk.size(), 1), chunk);
     ASSERT_TRUE(prompt_rows.ok()) << prompt_rows.status();
-    auto generated_row =
-        (*apart)->StepRows(std::vector<int>{3}, std::vector<int64_t>{generated}, std::nullopt);
+    auto generated_row = StepLogits(**apart, std::vector<int>{3}, std::vector<int64_t>{generated});
     ASSERT_TRUE(generated_row.ok()) << generated_row.status();
     const size_t g = generated_first ? 0 : chunk.size();
     const size_t p0 = generated_first ? 1 : 0;
@@ -1446,15 +1455,14 @@ TEST(DeviceDecoderFastTest, PromptBf16ExpertsTileFormBesideThePromptGivesEachRol
     ASSERT_TRUE(d->Start(1).ok());
     ASSERT_TRUE(d->SetPromptEnd(1, kPrompt).ok());
   }
-  auto whole = (*together)->StepRows(std::vector<int>(kChunk, 1), tokens, std::nullopt);
+  auto whole = StepLogits(**together, std::vector<int>(kChunk, 1), tokens);
   ASSERT_TRUE(whole.ok()) << whole.status();
-  auto prompt = (*apart)->StepRows(std::vector<int>(kPrompt, 1),
-                                   std::vector<int64_t>(tokens.begin(), tokens.begin() + kPrompt),
-                                   std::nullopt);
+  // Copied before the rest's step reuses the buffer.
+  auto prompt = StepLogits(**apart, std::vector<int>(kPrompt, 1),
+                           std::vector<int64_t>(tokens.begin(), tokens.begin() + kPrompt));
   ASSERT_TRUE(prompt.ok()) << prompt.status();
-  auto rest = (*apart)->StepRows(std::vector<int>(kChunk - kPrompt, 1),
-                                 std::vector<int64_t>(tokens.begin() + kPrompt, tokens.end()),
-                                 std::nullopt);
+  auto rest = StepLogits(**apart, std::vector<int>(kChunk - kPrompt, 1),
+                         std::vector<int64_t>(tokens.begin() + kPrompt, tokens.end()));
   ASSERT_TRUE(rest.ok()) << rest.status();
   ASSERT_EQ(whole->size(), static_cast<size_t>(kChunk * v));
   int64_t differing = 0;
