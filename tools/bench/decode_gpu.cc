@@ -241,6 +241,9 @@ ABSL_FLAG(int32_t, bf16_route_widener_warps, 0,
           "--prompt_bf16_experts: the warps widening the MXFP4 codes in each CTA of the "
           "experts' bf16 route, 4 or 8 (0: the kernel's default; "
           "DeviceDecoderOptions::bf16_route_widener_warps; same bits).");
+ABSL_FLAG(bool, bf16_ws_m256, false,
+          "The bf16 products' warp-specialized prefill tile over 256 X rows a CTA "
+          "(DeviceDecoderOptions::bf16_ws_m256; same bits).");
 ABSL_FLAG(bool, x16_panel, true,
           "Prefill: the FP8 products on the warp-specialized tile read X's f16 panel "
           "(DeviceDecoderOptions::prefill_x16_panel; same bits).");
@@ -505,7 +508,8 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .prompt_bf16_experts = absl::GetFlag(FLAGS_prompt_bf16_experts),
           .fp8_span_products = absl::GetFlag(FLAGS_fp8_span_products),
           .fused_expert_swiglu_fp8 = absl::GetFlag(FLAGS_fused_expert_swiglu_fp8),
-          .bf16_route_widener_warps = absl::GetFlag(FLAGS_bf16_route_widener_warps)};
+          .bf16_route_widener_warps = absl::GetFlag(FLAGS_bf16_route_widener_warps),
+          .bf16_ws_m256 = absl::GetFlag(FLAGS_bf16_ws_m256)};
 }
 
 }  // namespace

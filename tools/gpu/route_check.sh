@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, after
-# `tar -xJf .gpu_pack/bundle.tar.xz`: the thirty-fourth session's untried
-# changes, most telling first under BUDGET_S (default 540; check_steps.sh):
-#   1. Mxfp4Bf16GroupedGemm's kernel test (four and eight widener warps
-#      against Bf16Gemm's bits);
-#   2. the EP8 prefill chunk with the defaults, with eight widener warps
-#      (--bf16_route_widener_warps=8), with the SwiGLU writing h's FP8 form
-#      (--fused_expert_swiglu_fp8), with both;
-#   3. device_decoder_fast_test's mixed-step cases (which rows differ, by run
-#      length and numerics) and the fused SwiGLU's bits;
-#   4. mxfp4_grouped_gemm_bench's prefill table (the route with 4 and 8);
-#   5. the four chunks again (drift).
+# `tar -xJf .gpu_pack/bundle.tar.xz`: the untried changes of the thirty-fourth
+# and thirty-fifth sessions, most telling first under BUDGET_S (default 540;
+# check_steps.sh):
+#   1. the kernel tests: Mxfp4Bf16GroupedGemm (four and eight widener warps
+#      against Bf16Gemm's bits), Bf16Gemm's warp-specialized tile (and its
+#      256-row form, ws_m256, against the 128-row tile's bits);
+#   2. the EP8 prefill chunk with the defaults, eight widener warps
+#      (--bf16_route_widener_warps=8), the SwiGLU writing h's FP8 form
+#      (--fused_expert_swiglu_fp8), the bf16 tile over 256 rows
+#      (--bf16_ws_m256), all three;
+#   3. device_decoder_fast_test: the mixed steps (the test's buffer mended),
+#      the tile form beside the prompt, the fused SwiGLU's and ws_m256's bits;
+#   4. fp8_gemm_bench prefill (the bf16 route with the 256-row tile) and
+#      mxfp4_grouped_gemm_bench's prefill table (the route with 4 and 8);
+#   5. the chunks again (drift).
 # Bundle (here, a minute or two with a warm cache):
 #   BUNDLE_TARGETS="//worker/model:device_decoder_fast_test //tools/bench:decode_gpu
-#     //kernels/cuda/moe:mxfp4_bf16_gemm_sm90_test //kernels/cuda/moe:mxfp4_grouped_gemm_bench"
+#     //kernels/cuda/moe:mxfp4_bf16_gemm_sm90_test //kernels/cuda/moe:mxfp4_grouped_gemm_bench
+#     //kernels/cuda/dense:bf16_gemm_sm90_test //kernels/cuda/dense:fp8_gemm_bench"
 #     tools/gpu/bundle.sh
 #   tools/gpu/route_check.sh [RESULTS]
 set -uo pipefail
@@ -27,16 +32,21 @@ slice=(--ep_slice=8 --numerics=fast --batches=1 --context=4096 --prefill_chunk=4
        --warmup=1 --slice_profile=false)
 budget_step mxfp4_bf16_gemm_test 60 "${bundle}/bin/kernels_cuda_moe_mxfp4_bf16_gemm_sm90_test" \
   || status=1
-chunks() {  # chunks SUFFIX: the four option sets
+budget_step bf16_gemm_test 60 "${bundle}/bin/kernels_cuda_dense_bf16_gemm_sm90_test" \
+  --gtest_filter='*WarpSpecialized*:*RowRole*:*RowStride*' || status=1
+chunks() {  # chunks SUFFIX: the option sets
   budget_step "chunk_defaults${1}" 90 "${decode}" "${slice[@]}"
   budget_step "chunk_wideners8${1}" 90 "${decode}" "${slice[@]}" --bf16_route_widener_warps=8
   budget_step "chunk_fused${1}" 90 "${decode}" "${slice[@]}" --fused_expert_swiglu_fp8=true
-  budget_step "chunk_both${1}" 90 "${decode}" "${slice[@]}" --bf16_route_widener_warps=8 \
-    --fused_expert_swiglu_fp8=true
+  budget_step "chunk_m256${1}" 90 "${decode}" "${slice[@]}" --bf16_ws_m256=true
+  budget_step "chunk_all${1}" 90 "${decode}" "${slice[@]}" --bf16_route_widener_warps=8 \
+    --fused_expert_swiglu_fp8=true --bf16_ws_m256=true
 }
 chunks ""
 budget_step device_decoder_fast_test 200 "${bundle}/bin/worker_model_device_decoder_fast_test" \
-  --gtest_filter='*MixedEager*:*MixedGraph*:*FusedExpertSwiglu*' || status=1
+  --gtest_filter='*MixedEager*:*MixedGraph*:*FusedExpertSwiglu*:*WsM256*:*TileFormBeside*' \
+  || status=1
+budget_step fp8_bench_prefill 120 "${bundle}/tools/fp8_gemm_bench" prefill
 budget_step mxfp4_bench_prefill 120 "${bundle}/tools/mxfp4_grouped_gemm_bench" 384 8 wgmma 4096
 chunks "_2"
 echo "== summary"
@@ -49,6 +59,8 @@ for log in "${results}"/chunk_*.log; do
   [[ -f "${log}" ]] || continue
   echo "${log##*/}: $(grep -h '^prefill:' "${log}")"
 done
+echo "== the prompt's bf16 route (dense)"
+sed -n "/^The prompt's bf16 route/,/^\$/p" "${results}/fp8_bench_prefill.log" 2>/dev/null | head -12
 echo "== experts' bf16 route"
 sed -n '/^Prefill:/,$p' "${results}/mxfp4_bench_prefill.log" 2>/dev/null | head -24
 exit "${status}"

@@ -655,6 +655,11 @@ struct DeviceDecoderOptions {
   // prompt_bf16_experts: the warps widening the MXFP4 codes in each CTA of
   // Mxfp4Bf16GroupedGemm (4 or 8; 0 the kernel's default, 4). The same bits.
   int bf16_route_widener_warps = 0;
+  // The bf16 products' warp-specialized prefill tile (above 256 rows: the
+  // prompt's linears, the bf16 weights' products) over 256 X rows a CTA
+  // (dense::Bf16GemmParams::ws_m256: wgmma m64n256k16) instead of 128. The
+  // same bits; off until timed on a GPU (thirty-fifth session).
+  bool bf16_ws_m256 = false;
 };
 
 // The fewest rows for which indexer_shared_keys takes the shared-keys form.

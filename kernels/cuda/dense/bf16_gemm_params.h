@@ -86,6 +86,12 @@ struct Bf16GemmParams {
   // row_role.
   const int32_t* row_role = nullptr;  // device [m], 4-byte aligned
   int role = 0;
+  // Where the warp-specialized tile runs (kN128M128Ws): 256 X rows a CTA
+  // instead of 128 (wgmma m64n256k16, a 4-slot ring of 48 KB stages), so each
+  // stage's W tile serves twice the rows and the tensor cores read fewer
+  // shared bytes a product. Each element is the same sum of the same 16
+  // products in K order, so the bits do not change; a choice of speed.
+  bool ws_m256 = false;
 };
 
 // The tile a call runs: p.tile, or for kAuto ChooseFp8GemmTile(m, n) with

@@ -100,8 +100,11 @@ absl::Status LaunchTile(const Bf16GemmParams& p, const Fp8GemmTileShape& shape,
 }
 
 // kN128M128Ws (bf16_gemm_ws_sm90.cuh): one CTA of 384 threads a 128 x 128
-// tile of Y^T; the operands as TMA tensor maps of bytes (a row is 2 k bytes).
+// tile of Y^T (ws_m256: 128 x 256); the operands as TMA tensor maps of bytes
+// (a row is 2 k bytes).
+template <bool kWide>
 absl::Status LaunchWs(const Bf16GemmParams& p, cudaStream_t stream) {
+  using Shape = bf16_gemm::WsShape<kWide>;
   bf16_gemm::WsArgs ws{};
   ws.plain = ArgsOf(p);
   ws.fold_splits = p.k_splits > 1;  // summed in the CTA, no second kernel
@@ -112,18 +115,17 @@ absl::Status LaunchWs(const Bf16GemmParams& p, cudaStream_t stream) {
     return s;
   }
   if (absl::Status s = EncodeTmaRowsMap(&ws.x_map, p.x, row, p.m, p.groups, row,
-                                        ws.plain.x_stride * 2, bf16_gemm::kWsBm);
+                                        ws.plain.x_stride * 2, Shape::kBm);
       !s.ok()) {
     return s;
   }
   const dim3 grid(static_cast<unsigned>((p.n + bf16_gemm::kWsBn - 1) / bf16_gemm::kWsBn),
-                  static_cast<unsigned>((p.m + bf16_gemm::kWsBm - 1) / bf16_gemm::kWsBm),
+                  static_cast<unsigned>((p.m + Shape::kBm - 1) / Shape::kBm),
                   static_cast<unsigned>(p.groups));
-  const int smem = bf16_gemm::kWsSharedBytes + fp8_gemm::kWgmmaSmemSlack;
-  if (absl::Status s = AllowSharedBytes(bf16_gemm::Bf16GemmWsKernel, smem, "Bf16Gemm"); !s.ok()) {
-    return s;
-  }
-  bf16_gemm::Bf16GemmWsKernel<<<grid, bf16_gemm::kWsThreads, smem, stream>>>(ws);
+  const int smem = Shape::kSharedBytes + fp8_gemm::kWgmmaSmemSlack;
+  auto kernel = bf16_gemm::Bf16GemmWsKernel<kWide>;
+  if (absl::Status s = AllowSharedBytes(kernel, smem, "Bf16Gemm"); !s.ok()) return s;
+  kernel<<<grid, bf16_gemm::kWsThreads, smem, stream>>>(ws);
   return LaunchStatus("Bf16Gemm");
 }
 
@@ -158,7 +160,7 @@ absl::Status Bf16Gemm(const Bf16GemmParams& p, cudaStream_t stream) {
   if (ResolveBf16GemmTile(p) == Fp8GemmTile::kN128M128Ws) {
     if (absl::Status s = CheckBf16GemmParams(p); !s.ok()) return s;
     if (absl::Status s = CheckSm90Device("Bf16Gemm"); !s.ok()) return s;
-    return LaunchWs(p, stream);
+    return p.ws_m256 ? LaunchWs<true>(p, stream) : LaunchWs<false>(p, stream);
   }
   return RunGemmTile(
       p, CheckBf16GemmParams(p), "Bf16Gemm",

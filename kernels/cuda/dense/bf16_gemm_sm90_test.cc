@@ -314,6 +314,74 @@ TEST(Bf16GemmTest, WarpSpecializedTileGivesTheMmaBits) {
   EXPECT_NE(ResolveBf16GemmTile(small), kWs);
 }
 
+// ws_m256: the warp-specialized tile over 256 X rows a CTA (wgmma n256)
+// gives the 128-row tile's bits (which the test above holds to the mma
+// tiles): partial tiles of both widths, k % 64 != 0, splits summed in the
+// CTA, every output form, groups with padded strides, and row_role past a
+// tile's first 128 rows (the rows of the other role keep the sentinel).
+TEST(Bf16GemmTest, WideWarpSpecializedTileGivesTheNarrowBits) {
+  struct Case {
+    int64_t m, n, k;
+    int groups, splits;
+    Fp8GemmOutput output;
+    bool roles;
+  };
+  std::mt19937 rng(43);
+  for (const Case& c : {Case{1, 64, 64, 1, 1, Fp8GemmOutput::kF32, false},
+                        Case{300, 200, 1032, 1, 1, Fp8GemmOutput::kBf16, false},
+                        Case{600, 130, 1000, 1, 3, Fp8GemmOutput::kF32RoundedBf16, false},
+                        Case{700, 1024, 4096, 1, 1, Fp8GemmOutput::kF32, false},
+                        Case{520, 96, 520, 2, 2, Fp8GemmOutput::kF32, true},
+                        Case{257, 256, 2048, 3, 4, Fp8GemmOutput::kBf16, true}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << c.m << "x" << c.n << "x" << c.k << " groups " << c.groups << " splits "
+                 << c.splits << " output " << static_cast<int>(c.output) << " roles " << c.roles);
+    const int64_t xs = c.m * c.k + 8, ws = c.n * c.k + 64, ys = c.m * c.n + 3;
+    const std::vector<uint16_t> x = RandomRows(c.groups * xs / c.k + 1, c.k, rng),
+                                w = RandomRows(c.groups * ws / c.k + 1, c.k, rng);
+    std::vector<int32_t> roles(c.m);
+    for (int32_t& r : roles) r = static_cast<int32_t>(rng() % 2);
+    DeviceBuffer<uint16_t> dx(x), dw(w);
+    DeviceBuffer<int32_t> droles(roles);
+    DeviceBuffer<float> narrow(c.groups * ys), wide(c.groups * ys),
+        scratch(int64_t{c.groups} * c.splits * c.m * c.n);
+    ASSERT_TRUE(dx.ok() && dw.ok() && droles.ok() && narrow.ok() && wide.ok() && scratch.ok());
+    Bf16GemmParams p{.x = dx.get(),
+                     .w = dw.get(),
+                     .y = narrow.get(),
+                     .m = c.m,
+                     .n = c.n,
+                     .k = c.k,
+                     .groups = c.groups,
+                     .x_group_stride = c.groups > 1 ? xs : 0,
+                     .w_group_stride = c.groups > 1 ? ws : 0,
+                     .y_group_stride = c.groups > 1 ? ys : 0,
+                     .output = c.output,
+                     .tile = Fp8GemmTile::kN128M128Ws,
+                     .k_splits = c.splits,
+                     .split_scratch = c.splits > 1 ? scratch.get() : nullptr,
+                     .row_role = c.roles ? droles.get() : nullptr,
+                     .role = 1};
+    narrow.Poison(0x5A);
+    wide.Poison(0x5A);
+    ASSERT_TRUE(Bf16Gemm(p, nullptr).ok());
+    p.y = wide.get();
+    p.ws_m256 = true;
+    ASSERT_TRUE(Bf16Gemm(p, nullptr).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<float> a = narrow.Download(), b = wide.Download();
+    int64_t differ = 0, written = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      differ += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+      uint32_t bits = 0;
+      std::memcpy(&bits, &a[i], sizeof(bits));
+      written += bits != 0x5A5A5A5Au;
+    }
+    EXPECT_EQ(differ, 0) << "of " << a.size() << " words";
+    EXPECT_GT(written, 0);  // the product wrote y
+  }
+}
+
 // y_row_stride: every group's rows land side by side in one row of y ([m,
 // groups, n], V4.1's u after its grouped wo_a), each element the bits of the
 // packed [groups][m, n] product, the pad after each row untouched; on the

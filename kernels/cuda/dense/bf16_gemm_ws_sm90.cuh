@@ -35,12 +35,28 @@ namespace weir::kernels::cuda::dense {
 namespace bf16_gemm {
 
 inline constexpr int kWsBn = 128;
-inline constexpr int kWsBm = 128;
 inline constexpr int kWsThreads = 384;
-inline constexpr int kWsStages = 6;
-inline constexpr int kWsTile = 128 * 128;  // one operand's bytes of a stage
-inline constexpr int kWsSlot = 2 * kWsTile;
-inline constexpr int kWsSharedBytes = kWsStages * kWsSlot;
+inline constexpr int kWsTile = 128 * 128;  // W's bytes of a stage (128 rows x 64 K)
+
+// The tile's X rows and ring: 128 rows in 6 slots of 32 KB, or
+// (Bf16GemmParams::ws_m256) 256 rows in 4 slots of 48 KB, each consumer
+// warpgroup a wgmma m64n256k16 over all of them with 128 accumulators.
+template <bool kWide>
+struct WsShape {
+  static constexpr int kBm = kWide ? 256 : 128;
+  static constexpr int kStages = kWide ? 4 : 6;
+  static constexpr int kXTile = kBm * 128;
+  static constexpr int kSlot = kWsTile + kXTile;
+  static constexpr int kSharedBytes = kStages * kSlot;
+  static constexpr int kAcc = kBm / 2;  // accumulators a consumer thread
+  static_assert(kSlot % 1024 == 0 && kSharedBytes <= 200 * 1024, "swizzled slots, one CTA an SM");
+};
+// The wide form's register split: the loader's warpgroup keeps 40, the
+// consumers take 232 (d's 128 floats and the addressing).
+inline constexpr int kWsWideProducerRegs = 40;
+inline constexpr int kWsWideConsumerRegs = 232;
+static_assert(kWsThreads / 3 * (kWsWideProducerRegs + 2 * kWsWideConsumerRegs) <= 65536,
+              "register file");
 
 struct WsArgs {
   KernelArgs plain;   // pointers (y only), shape, strides, output form, split
@@ -52,9 +68,12 @@ struct WsArgs {
   bool fold_splits;
 };
 
+template <bool kWide>
 __global__ void __launch_bounds__(kWsThreads, 1)
     Bf16GemmWsKernel(const __grid_constant__ WsArgs ws) {
   GridDependencyPrologue();
+  using Shape = WsShape<kWide>;
+  constexpr int kStages = Shape::kStages, kSlot = Shape::kSlot, kAcc = Shape::kAcc;
   using fp8_gemm::AlignSharedTo1024;
   using fp8_gemm::DescriptorOf;
   using fp8_gemm::ForEachOutput;
@@ -69,21 +88,21 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const int split = static_cast<int>(blockIdx.z % z_splits);
   const int group = static_cast<int>(blockIdx.z / z_splits);
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kWsBn;
-  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kWsBm;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * Shape::kBm;
   const int num_kt = static_cast<int>((args.k + kBf16GemmStageK - 1) / kBf16GemmStageK);
   const int kt_begin = static_cast<int>(int64_t{split} * num_kt / z_splits);
   const int kt_end = static_cast<int>(int64_t{split + 1} * num_kt / z_splits);
   const int stages = kt_end - kt_begin;
 
-  __shared__ __align__(8) uint64_t bars[2 * kWsStages];
+  __shared__ __align__(8) uint64_t bars[2 * kStages];
   extern __shared__ __align__(128) uint8_t smem_raw[];
   const uint32_t base = SharedAddress(AlignSharedTo1024(smem_raw));
   const uint32_t full0 = SharedAddress(&bars[0]);
-  const uint32_t empty0 = full0 + 8 * kWsStages;
+  const uint32_t empty0 = full0 + 8 * kStages;
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid >> 5;
   if (tid == 0) {
-    for (int s = 0; s < kWsStages; ++s) {
+    for (int s = 0; s < kStages; ++s) {
       MbarrierInit(full0 + 8 * s, 1);
       MbarrierInit(empty0 + 8 * s, 2 * 128);
     }
@@ -92,35 +111,41 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   __syncthreads();
 
   if (warp < 4) {
+    if constexpr (kWide) {
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWsWideProducerRegs));
+    }
     if (tid == 0) {
       for (int i = 0; i < stages; ++i) {
-        const int slot = i % kWsStages;
-        if (i >= kWsStages) MbarrierWait(empty0 + 8 * slot, ((i / kWsStages) - 1) & 1);
+        const int slot = i % kStages;
+        if (i >= kStages) MbarrierWait(empty0 + 8 * slot, ((i / kStages) - 1) & 1);
         const uint32_t full = full0 + 8 * slot;
-        MbarrierArriveExpectTx(full, kWsSlot);
+        MbarrierArriveExpectTx(full, kSlot);
         const int k_byte = (kt_begin + i) * kBf16GemmStageK * 2;
-        TmaLoadRows(base + slot * kWsSlot, &ws.w_map, full, k_byte, static_cast<int>(n0), group);
-        TmaLoadRows(base + slot * kWsSlot + kWsTile, &ws.x_map, full, k_byte, static_cast<int>(m0),
+        TmaLoadRows(base + slot * kSlot, &ws.w_map, full, k_byte, static_cast<int>(n0), group);
+        TmaLoadRows(base + slot * kSlot + kWsTile, &ws.x_map, full, k_byte, static_cast<int>(m0),
                     group);
       }
     }
     return;
   }
+  if constexpr (kWide) {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kWsWideConsumerRegs));
+  }
 
   const int wg = (warp - 4) / 4;  // 0 or 1: W rows 64 wg .. 64 wg + 63
-  float d[64];
+  float d[kAcc];
 #pragma unroll
-  for (int r = 0; r < 64; ++r) d[r] = 0.0f;
+  for (int r = 0; r < kAcc; ++r) d[r] = 0.0f;
   // fold_splits: the splits' sums so far, and the first stage of the next split.
   const int folds = ws.fold_splits ? args.k_splits : 1;
-  float total[64];
+  float total[kAcc];
   int next_split = 1;
   int boundary = folds > 1 ? num_kt / folds : stages;
   for (int i = 0; i < stages; ++i) {
     if (i == boundary) {  // split next_split starts: its sum begins at +0
       WgmmaWait(0);
 #pragma unroll
-      for (int r = 0; r < 64; ++r) {
+      for (int r = 0; r < kAcc; ++r) {
         PinRegister(d[r]);
         total[r] = next_split == 1 ? d[r] : __fadd_rn(total[r], d[r]);
         d[r] = 0.0f;
@@ -129,10 +154,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       boundary =
           next_split < folds ? static_cast<int>(int64_t{next_split} * num_kt / folds) : stages;
     }
-    const int slot = i % kWsStages;
-    MbarrierWait(full0 + 8 * slot, (i / kWsStages) & 1);
-    const uint32_t w_lo = SwizzledKMajorDescriptorLo(base + slot * kWsSlot + wg * 64 * 128);
-    const uint32_t x_lo = SwizzledKMajorDescriptorLo(base + slot * kWsSlot + kWsTile);
+    const int slot = i % kStages;
+    MbarrierWait(full0 + 8 * slot, (i / kStages) & 1);
+    const uint32_t w_lo = SwizzledKMajorDescriptorLo(base + slot * kSlot + wg * 64 * 128);
+    const uint32_t x_lo = SwizzledKMajorDescriptorLo(base + slot * kSlot + kWsTile);
     // All 4 K steps of every stage, also past k in the last one (a stage of a
     // k % 64 != 0): TMA zero-fills both operands there, and the tensor
     // core's sum of acc and 16 products of +0 is acc (acc is never -0: it
@@ -141,26 +166,32 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     WgmmaFence();
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
-      WgmmaBf16N128(DescriptorOf(w_lo + ((32 * s) >> 4)), DescriptorOf(x_lo + ((32 * s) >> 4)), d);
+      const uint64_t a = DescriptorOf(w_lo + ((32 * s) >> 4));
+      const uint64_t b = DescriptorOf(x_lo + ((32 * s) >> 4));
+      if constexpr (kWide) {
+        WgmmaBf16N256(a, b, d);
+      } else {
+        WgmmaBf16N128(a, b, d);
+      }
     }
     WgmmaCommit();
     // The previous stage's group has retired once at most this one is in
     // flight: its slot is free.
     WgmmaWait(1);
-    if (i > 0) MbarrierArrive(empty0 + 8 * ((i - 1) % kWsStages));
+    if (i > 0) MbarrierArrive(empty0 + 8 * ((i - 1) % kStages));
   }
   WgmmaWait(0);
 #pragma unroll
-  for (int r = 0; r < 64; ++r) {
+  for (int r = 0; r < kAcc; ++r) {
     PinRegister(d[r]);
     if (folds > 1) d[r] = __fadd_rn(total[r], d[r]);
   }
 
   // d[4 i + r] is element Fp8GemmAccumulatorCoord(lane, r) of X rows
-  // 8 i .. 8 i + 7 (Wgmma's layout): ForEachOutput's [1][16][4].
-  float acc[1][16][4];
+  // 8 i .. 8 i + 7 (Wgmma's layout): ForEachOutput's [1][kAcc / 4][4].
+  float acc[1][kAcc / 4][4];
 #pragma unroll
-  for (int i = 0; i < 16; ++i) {
+  for (int i = 0; i < kAcc / 4; ++i) {
 #pragma unroll
     for (int r = 0; r < 4; ++r) acc[0][i][r] = d[4 * i + r];
   }
@@ -173,11 +204,14 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     return;
   }
   // With row_role, the rows of the other role keep what y held (also for
-  // the splits summed above).
+  // the splits summed above); a mask for each 128 rows.
   const uint32_t rows = RowsOfRole<16>(args.row_role, args.role, m0, args.m, lane);
+  const uint32_t rows_hi =
+      kWide ? RowsOfRole<16>(args.row_role, args.role, m0 + 128, args.m, lane) : 0u;
   ForEachOutput(acc, lane, n0 + (warp - 4) * 16, m0, args.n, args.m,
                 [&](int64_t gm, int64_t gn, float v) {
-                  if (!RowHasRole(rows, gm - m0)) return;
+                  const int64_t dm = gm - m0;
+                  if (!RowHasRole(dm < 128 ? rows : rows_hi, dm & 127)) return;
                   const int64_t at = g * args.y_stride + gm * args.ldy + gn;
                   if (args.bf16_out) {
                     static_cast<__nv_bfloat16*>(args.y)[at] = __float2bfloat16_rn(v);

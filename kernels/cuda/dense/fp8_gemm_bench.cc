@@ -348,11 +348,12 @@ void Prefill(cudaStream_t stream) {
   // warp-specialized tile at the split the decoder gives the weight
   // (ChooseBf16GemmSplits, summed in the CTA), bf16 out as cuBLASLt's
   // column above. The same operands' values as the FP8 product, other sums.
+  // Then the tile over 256 X rows a CTA (ws_m256, the same bits).
   std::printf(
       "\nThe prompt's bf16 route at m = %lld: %-12s %-6s %-6s | %-9s %7s | %9s %9s | %7s | %s | "
-      "%s\n",
+      "%s | %s\n",
       static_cast<long long>(kM), "linear", "n", "k", "gemm us", "TF/s", "X cvt us", "W cvt us",
-      "TF/s all", "gemm / Lt(bf16)", "all / Lt(bf16)");
+      "TF/s all", "gemm / Lt(bf16)", "all / Lt(bf16)", "ws_m256: us, TF/s, gemm / Lt(bf16)");
   for (const Linear& l : {Linear{"wq_a", 1280, 5120}, Linear{"wq_b", 32768, 1280},
                           Linear{"wo_b", 5120, 8192}, Linear{"shared.w13", 4608, 5120},
                           Linear{"shared.w2", 5120, 2304}, Linear{"square8k", 8192, 8192}}) {
@@ -376,12 +377,18 @@ void Prefill(cudaStream_t stream) {
     const double x_ms = MedianMs([&] { (void)Fp8ActBf16(xp, stream); }, stream, 10);
     const double w_ms = MedianMs([&] { (void)Fp8WeightBf16(wp, stream); }, stream, 10);
     const double g_ms = MedianMs([&] { (void)Bf16Gemm(bp, stream); }, stream, 10);
+    Bf16GemmParams wide = bp;
+    wide.ws_m256 = true;
+    const double wide_ms = MedianMs([&] { (void)Bf16Gemm(wide, stream); }, stream, 10);
     const double lt_ms = lt->Ms(p.w[0], p.x[0], p.y, p.m, p.n, p.k, CUDA_R_16BF, stream);
     const double all_ms = x_ms + w_ms + g_ms;
-    std::printf("%-12s %-6lld %-6lld | %-9s %7.1f %7.0f | %9.1f %9.1f | %7.0f | %.2f | %.2f\n",
-                l.name, static_cast<long long>(l.n), static_cast<long long>(l.k),
-                TileName(ResolveBf16GemmTile(bp)), g_ms * 1e3, flops / g_ms / 1e9, x_ms * 1e3,
-                w_ms * 1e3, flops / all_ms / 1e9, lt_ms / g_ms, lt_ms / all_ms);
+    std::printf(
+        "%-12s %-6lld %-6lld | %-9s %7.1f %7.0f | %9.1f %9.1f | %7.0f | %.2f | %.2f | %7.1f %7.0f "
+        "%.2f\n",
+        l.name, static_cast<long long>(l.n), static_cast<long long>(l.k),
+        TileName(ResolveBf16GemmTile(bp)), g_ms * 1e3, flops / g_ms / 1e9, x_ms * 1e3, w_ms * 1e3,
+        flops / all_ms / 1e9, lt_ms / g_ms, lt_ms / all_ms, wide_ms * 1e3, flops / wide_ms / 1e9,
+        lt_ms / wide_ms);
     WEIR_BENCH_CHECK(cudaFree(xb));
     WEIR_BENCH_CHECK(cudaFree(wb));
     if (scratch != nullptr) WEIR_BENCH_CHECK(cudaFree(scratch));
