@@ -7,8 +7,9 @@
 #   BUNDLE_PACK="bin/NAME tools/NAME serve ..." packs only those (and lib/)
 #   BUNDLE_TARGETS="//pkg:name_test //pkg:tool ..." builds and bundles only
 #     those labels (a label ending in _test into bin/, any other into tools/;
-#     no serving binaries): a fresh checkout builds a few minutes instead of
-#     every GPU target
+#     no serving binaries unless BUNDLE_SERVING=1 adds the coordinator's and
+#     the worker's, for serve_smoke.sh): a fresh checkout builds a few minutes
+#     instead of every GPU target
 #
 # Left out of the bundle: glibc, libstdc++/libgcc, CUDA and NCCL libraries (the
 # GPU machine has its own, and cuBLASLt/NCCL are linked by soname for that).
@@ -24,6 +25,7 @@ if [[ -n "${BUNDLE_TARGETS:-}" ]]; then
     if [[ "${label}" == *_test ]]; then targets+=("${label}"); else tool_targets+=("${label}"); fi
   done
   serving=()
+  if [[ "${BUNDLE_SERVING:-0}" == 1 ]]; then serving=(//coordinator:main //worker:main); fi
 else
   # Every test tagged `gpu`, plus their runtime data.
   mapfile -t targets < <(tools/bazel query 'attr(tags, "\bgpu\b", tests(//...))' 2>/dev/null)
