@@ -39,7 +39,8 @@ CublasLtFp8::~CublasLtFp8() {
 }
 
 double CublasLtFp8::Ms(const void* w, const void* x, void* y, int64_t m, int64_t n, int64_t k,
-                       cudaDataType_t out_type, cudaStream_t stream, int reps) const {
+                       cudaDataType_t out_type, cudaStream_t stream, int reps,
+                       cudaDataType_t in_type) const {
   cublasLtHandle_t lt = lt_;
   void* const workspace = workspace_;
   const size_t workspace_bytes = kWorkspaceBytes;
@@ -52,10 +53,12 @@ double CublasLtFp8::Ms(const void* w, const void* x, void* y, int64_t m, int64_t
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
   cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
-  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &one, sizeof(one));
-  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &one, sizeof(one));
-  cublasLtMatrixLayoutCreate(&a, CUDA_R_8F_E4M3, k, n, k);
-  cublasLtMatrixLayoutCreate(&b, CUDA_R_8F_E4M3, k, m, k);
+  if (in_type == CUDA_R_8F_E4M3) {  // per-tensor scales of 1 (FP8 only)
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &one, sizeof(one));
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &one, sizeof(one));
+  }
+  cublasLtMatrixLayoutCreate(&a, in_type, k, n, k);
+  cublasLtMatrixLayoutCreate(&b, in_type, k, m, k);
   cublasLtMatrixLayoutCreate(&c, out_type, n, m, n);
   cublasLtMatmulPreference_t pref;
   cublasLtMatmulPreferenceCreate(&pref);
