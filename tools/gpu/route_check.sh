@@ -34,18 +34,21 @@ budget_step mxfp4_bf16_gemm_test 60 "${bundle}/bin/kernels_cuda_moe_mxfp4_bf16_g
   || status=1
 budget_step bf16_gemm_test 60 "${bundle}/bin/kernels_cuda_dense_bf16_gemm_sm90_test" \
   --gtest_filter='*WarpSpecialized*:*RowRole*:*RowStride*' || status=1
-chunks() {  # chunks SUFFIX: the option sets
+chunks() {  # chunks SUFFIX: the option sets, the likeliest defaults first
   budget_step "chunk_defaults${1}" 90 "${decode}" "${slice[@]}"
-  budget_step "chunk_wideners8${1}" 90 "${decode}" "${slice[@]}" --bf16_route_widener_warps=8
-  budget_step "chunk_fused${1}" 90 "${decode}" "${slice[@]}" --fused_expert_swiglu_fp8=true
   budget_step "chunk_m256${1}" 90 "${decode}" "${slice[@]}" --bf16_ws_m256=true
+  budget_step "chunk_wideners8${1}" 90 "${decode}" "${slice[@]}" --bf16_route_widener_warps=8
+  if [[ -z "${1}" ]]; then
+    budget_step device_decoder_fast_test 200 \
+      "${bundle}/bin/worker_model_device_decoder_fast_test" \
+      --gtest_filter='*MixedEager*:*MixedGraph*:*FusedExpertSwiglu*:*WsM256*:*TileFormBeside*' \
+      || status=1
+  fi
+  budget_step "chunk_fused${1}" 90 "${decode}" "${slice[@]}" --fused_expert_swiglu_fp8=true
   budget_step "chunk_all${1}" 90 "${decode}" "${slice[@]}" --bf16_route_widener_warps=8 \
     --fused_expert_swiglu_fp8=true --bf16_ws_m256=true
 }
 chunks ""
-budget_step device_decoder_fast_test 200 "${bundle}/bin/worker_model_device_decoder_fast_test" \
-  --gtest_filter='*MixedEager*:*MixedGraph*:*FusedExpertSwiglu*:*WsM256*:*TileFormBeside*' \
-  || status=1
 budget_step fp8_bench_prefill 120 "${bundle}/tools/fp8_gemm_bench" prefill
 budget_step mxfp4_bench_prefill 120 "${bundle}/tools/mxfp4_grouped_gemm_bench" 384 8 wgmma 4096
 chunks "_2"
