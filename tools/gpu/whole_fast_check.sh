@@ -3,7 +3,8 @@
 # `mkdir -p whole && tar -xJf .gpu_pack/whole.tar.xz -C whole`: the fast
 # decoder as users get it with the current defaults, whole:
 #   1. device_decoder_fast_test, every case;
-#   2. small's decode steps (batch 1 and 64, graph rows, kernels a step);
+#   2. small's decode steps (batch 1 and 64, graph rows, kernels a step), and
+#      with the FP8 products' split sums in their last CTA;
 #   3. serve_smoke.sh on models/small (the cuda backend's fast and reference
 #      numerics against the cpu backend over gRPC).
 # BUDGET_S (default 540) bounds the whole script (check_steps.sh).
@@ -22,6 +23,11 @@ budget_step device_decoder_fast_test 330 "${bundle}/bin/worker_model_device_deco
   || status=1
 budget_step small_decode 60 "${bundle}/tools/decode_gpu" --cuda_ops=false --numerics=fast \
   --batches=1,64 --steps=6
+# The FP8 products' last-CTA split sums at up to 8 rows (off since it measured
+# slower on the EP8 slice with concurrent branches off; branches have their
+# own counters since).
+budget_step small_decode_fused_split 60 "${bundle}/tools/decode_gpu" --cuda_ops=false \
+  --numerics=fast --batches=1,64 --steps=6 --fused_split_reduce=true
 budget_step serve_smoke 240 "${bundle}/serve_smoke.sh" "${here}/models/small" \
   "${results}/serve" || status=1
 echo "== summary"
@@ -29,8 +35,10 @@ cat "${results}/summary.txt"
 echo "== device_decoder_fast_test (failures)"
 grep -E "^\[  FAILED|^\[  PASSED|Failure|of [0-9]+ rows" \
   "${results}/device_decoder_fast_test.log" 2>/dev/null | tail -n 40
-echo "== small_decode"
-grep -iE "batch|ms|kernels" "${results}/small_decode.log" 2>/dev/null | tail -n 12
+for f in small_decode small_decode_fused_split; do
+  echo "== ${f}"
+  grep -iE "batch|ms|kernels" "${results}/${f}.log" 2>/dev/null | tail -n 12
+done
 echo "== serve_smoke"
 tail -n 15 "${results}/serve_smoke.log" 2>/dev/null
 exit "${status}"
