@@ -244,6 +244,9 @@ ABSL_FLAG(int32_t, bf16_route_widener_warps, 0,
 ABSL_FLAG(bool, bf16_ws_m256, false,
           "The bf16 products' warp-specialized prefill tile over 256 X rows a CTA "
           "(DeviceDecoderOptions::bf16_ws_m256; same bits).");
+ABSL_FLAG(bool, bf16_ws_persistent, false,
+          "The bf16 products' warp-specialized prefill tile persistent (a CTA an SM at most; "
+          "DeviceDecoderOptions::bf16_ws_persistent; same bits).");
 ABSL_FLAG(bool, x16_panel, true,
           "Prefill: the FP8 products on the warp-specialized tile read X's f16 panel "
           "(DeviceDecoderOptions::prefill_x16_panel; same bits).");
@@ -509,7 +512,8 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .fp8_span_products = absl::GetFlag(FLAGS_fp8_span_products),
           .fused_expert_swiglu_fp8 = absl::GetFlag(FLAGS_fused_expert_swiglu_fp8),
           .bf16_route_widener_warps = absl::GetFlag(FLAGS_bf16_route_widener_warps),
-          .bf16_ws_m256 = absl::GetFlag(FLAGS_bf16_ws_m256)};
+          .bf16_ws_m256 = absl::GetFlag(FLAGS_bf16_ws_m256),
+          .bf16_ws_persistent = absl::GetFlag(FLAGS_bf16_ws_persistent)};
 }
 
 }  // namespace

@@ -5,13 +5,15 @@
 # check_steps.sh):
 #   1. the kernel tests: Mxfp4Bf16GroupedGemm (four and eight widener warps
 #      against Bf16Gemm's bits), Bf16Gemm's warp-specialized tile (and its
-#      256-row form, ws_m256, against the 128-row tile's bits);
+#      256-row and persistent forms against the 128-row tile's bits);
 #   2. the EP8 prefill chunk with the defaults, eight widener warps
 #      (--bf16_route_widener_warps=8), the SwiGLU writing h's FP8 form
 #      (--fused_expert_swiglu_fp8), the bf16 tile over 256 rows
-#      (--bf16_ws_m256), all three;
+#      (--bf16_ws_m256), the bf16 tile persistent (--bf16_ws_persistent),
+#      all four;
 #   3. device_decoder_fast_test: the mixed steps (the test's buffer mended),
-#      the tile form beside the prompt, the fused SwiGLU's and ws_m256's bits;
+#      the tile form beside the prompt, the fused SwiGLU's and the bf16 tile
+#      forms' bits;
 #   4. fp8_gemm_bench prefill (the bf16 route with the 256-row tile) and
 #      mxfp4_grouped_gemm_bench's prefill table (the route with 4 and 8);
 #   5. the chunks again (drift).
@@ -37,16 +39,17 @@ budget_step bf16_gemm_test 60 "${bundle}/bin/kernels_cuda_dense_bf16_gemm_sm90_t
 chunks() {  # chunks SUFFIX: the option sets, the likeliest defaults first
   budget_step "chunk_defaults${1}" 90 "${decode}" "${slice[@]}"
   budget_step "chunk_m256${1}" 90 "${decode}" "${slice[@]}" --bf16_ws_m256=true
+  budget_step "chunk_persistent${1}" 90 "${decode}" "${slice[@]}" --bf16_ws_persistent=true
   budget_step "chunk_wideners8${1}" 90 "${decode}" "${slice[@]}" --bf16_route_widener_warps=8
   if [[ -z "${1}" ]]; then
     budget_step device_decoder_fast_test 200 \
       "${bundle}/bin/worker_model_device_decoder_fast_test" \
-      --gtest_filter='*MixedEager*:*MixedGraph*:*FusedExpertSwiglu*:*WsM256*:*TileFormBeside*' \
+      --gtest_filter='*MixedEager*:*MixedGraph*:*FusedExpertSwiglu*:*WsForms*:*TileFormBeside*' \
       || status=1
   fi
   budget_step "chunk_fused${1}" 90 "${decode}" "${slice[@]}" --fused_expert_swiglu_fp8=true
   budget_step "chunk_all${1}" 90 "${decode}" "${slice[@]}" --bf16_route_widener_warps=8 \
-    --fused_expert_swiglu_fp8=true --bf16_ws_m256=true
+    --fused_expert_swiglu_fp8=true --bf16_ws_m256=true --bf16_ws_persistent=true
 }
 chunks ""
 budget_step fp8_bench_prefill 120 "${bundle}/tools/fp8_gemm_bench" prefill

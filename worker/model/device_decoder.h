@@ -660,6 +660,10 @@ struct DeviceDecoderOptions {
   // (dense::Bf16GemmParams::ws_m256: wgmma m64n256k16) instead of 128. The
   // same bits; off until timed on a GPU (thirty-fifth session).
   bool bf16_ws_m256 = false;
+  // The same tile persistent (dense::Bf16GemmParams::ws_persistent: a CTA
+  // an SM at most, taking tiles in turn, the next tile's loads under the
+  // last one's stores). The same bits; off until timed (thirty-fifth session).
+  bool bf16_ws_persistent = false;
 };
 
 // The fewest rows for which indexer_shared_keys takes the shared-keys form.

@@ -1224,10 +1224,11 @@ TEST(DeviceDecoderFastTest, SmallBf16FusedExpertSwigluGivesTheTwoPassesBits) {
   }
 }
 
-// bf16_ws_m256: the prompt's 400-row chunk (its linears on the bf16
-// warp-specialized tile, 256 X rows a CTA: a whole tile and a partial one)
-// and decode steps after it give the 128-row tile's bits.
-TEST(DeviceDecoderFastTest, SmallBf16WsM256GivesTheSameBits) {
+// bf16_ws_m256 and bf16_ws_persistent, alone and together: the prompt's
+// 400-row chunk (its linears on the bf16 warp-specialized tile: with 256 X
+// rows a CTA a whole tile and a partial one) and decode steps after it give
+// the 128-row tile's bits.
+TEST(DeviceDecoderFastTest, SmallBf16WsFormsGiveTheSameBits) {
   const Checkpoint* small = SmallCheckpoint(3);
   ASSERT_NE(small, nullptr);
   const int64_t v = small->config().vocab_size;
@@ -1236,24 +1237,28 @@ TEST(DeviceDecoderFastTest, SmallBf16WsM256GivesTheSameBits) {
   constexpr int kChunk = kLongChunk;
   const std::vector<int64_t> prompt = RandomTokens(kChunk, 67, v - 1);
   const std::vector<std::vector<int64_t>> steps = {{7}, {11}};
-  std::vector<float> rows[2];
-  DeviceDecoderStats stats[2];
-  for (int wide = 0; wide < 2; ++wide) {
+  std::vector<float> rows[4];
+  DeviceDecoderStats stats[4];
+  for (int form = 0; form < 4; ++form) {  // bit 0: ws_m256, bit 1: ws_persistent
     DeviceDecoderOptions options = FastChunkOptions(kChunk);
-    options.bf16_ws_m256 = wide == 1;
-    const auto calls = ChunkThenSteps(*cpu, options, {1}, prompt, steps, &stats[wide],
+    options.bf16_ws_m256 = (form & 1) != 0;
+    options.bf16_ws_persistent = (form & 2) != 0;
+    const auto calls = ChunkThenSteps(*cpu, options, {1}, prompt, steps, &stats[form],
                                       ActivationPrecision::kBf16, /*mark_prompt=*/true);
     ASSERT_EQ(calls.size(), 1 + steps.size());
-    for (const auto& c : calls) rows[wide].insert(rows[wide].end(), c.begin(), c.end());
+    for (const auto& c : calls) rows[form].insert(rows[form].end(), c.begin(), c.end());
   }
-  EXPECT_GT(stats[1].prompt_bf16_products, 0);
-  ASSERT_EQ(rows[0].size(), rows[1].size());
-  int64_t differing = 0;
-  for (size_t r = 0; r < rows[0].size() / v; ++r) {
-    differing +=
-        std::memcmp(rows[0].data() + r * v, rows[1].data() + r * v, v * sizeof(float)) != 0;
+  for (int form = 1; form < 4; ++form) {
+    EXPECT_GT(stats[form].prompt_bf16_products, 0);
+    ASSERT_EQ(rows[0].size(), rows[form].size());
+    int64_t differing = 0;
+    for (size_t r = 0; r < rows[0].size() / v; ++r) {
+      differing +=
+          std::memcmp(rows[0].data() + r * v, rows[form].data() + r * v, v * sizeof(float)) != 0;
+    }
+    EXPECT_EQ(differing, 0) << "of " << rows[0].size() / v << " rows, ws_m256 " << (form & 1)
+                            << " ws_persistent " << (form >> 1);
   }
-  EXPECT_EQ(differing, 0) << "of " << rows[0].size() / v << " rows";
 }
 
 // prompt_bf16_linears: a 400-row prompt chunk (the FP8 linears as the

@@ -924,7 +924,8 @@ struct DeviceDecoder::Impl {
                             .y_group_stride = y_group_stride,
                             .y_row_stride = y_row_stride,
                             .output = output,
-                            .ws_m256 = options.bf16_ws_m256};
+                            .ws_m256 = options.bf16_ws_m256,
+                            .ws_persistent = options.bf16_ws_persistent};
     if (options.bf16_split_k) p.k_splits = dense::ChooseBf16GemmSplits(p.n, p.k, groups);
     if (p.k_splits > 1) {
       p.split_scratch = split;
@@ -1115,7 +1116,8 @@ struct DeviceDecoder::Impl {
                               .w_scales_group_stride = groups > 1 ? s_stride : 0,
                               .row_role = row_role,
                               .role = 1,
-                              .ws_m256 = options.bf16_ws_m256};
+                              .ws_m256 = options.bf16_ws_m256,
+                              .ws_persistent = options.bf16_ws_persistent};
       if (options.bf16_split_k) {
         b.k_splits =
             dense::ChooseBf16GemmSplits(p.n, p.k, split_groups > 0 ? split_groups : p.groups);

@@ -92,6 +92,12 @@ struct Bf16GemmParams {
   // shared bytes a product. Each element is the same sum of the same 16
   // products in K order, so the bits do not change; a choice of speed.
   bool ws_m256 = false;
+  // Where the warp-specialized tile runs: a grid of at most one CTA an SM,
+  // each taking the tiles (m tile fastest, then n tile, then group) in turn,
+  // its ring's stages counted across them, so the loader fetches the next
+  // tile's first stages while the consumers store the last tile and no CTA
+  // pays a launch and an empty ring a tile. The same bits; a choice of speed.
+  bool ws_persistent = false;
 };
 
 // The tile a call runs: p.tile, or for kAuto ChooseFp8GemmTile(m, n) with

@@ -108,6 +108,8 @@ absl::Status LaunchWs(const Bf16GemmParams& p, cudaStream_t stream) {
   bf16_gemm::WsArgs ws{};
   ws.plain = ArgsOf(p);
   ws.fold_splits = p.k_splits > 1;  // summed in the CTA, no second kernel
+  ws.persistent = p.ws_persistent;
+  ws.groups = p.groups;
   const uint64_t row = static_cast<uint64_t>(p.k) * 2;
   if (absl::Status s = EncodeTmaRowsMap(&ws.w_map, p.w, row, p.n, p.groups, row,
                                         ws.plain.w_stride * 2, bf16_gemm::kWsBn);
@@ -119,9 +121,20 @@ absl::Status LaunchWs(const Bf16GemmParams& p, cudaStream_t stream) {
       !s.ok()) {
     return s;
   }
-  const dim3 grid(static_cast<unsigned>((p.n + bf16_gemm::kWsBn - 1) / bf16_gemm::kWsBn),
-                  static_cast<unsigned>((p.m + Shape::kBm - 1) / Shape::kBm),
-                  static_cast<unsigned>(p.groups));
+  dim3 grid(static_cast<unsigned>((p.n + bf16_gemm::kWsBn - 1) / bf16_gemm::kWsBn),
+            static_cast<unsigned>((p.m + Shape::kBm - 1) / Shape::kBm),
+            static_cast<unsigned>(p.groups));
+  if (p.ws_persistent) {  // one CTA an SM at most, each taking tiles in turn
+    int device = 0, sms = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+        sms <= 0) {
+      cudaGetLastError();
+      return absl::InternalError("Bf16Gemm: the device's SM count is unknown");
+    }
+    const int64_t tiles = int64_t{grid.x} * grid.y * grid.z;
+    grid = dim3(static_cast<unsigned>(std::min<int64_t>(tiles, sms)), 1, 1);
+  }
   const int smem = Shape::kSharedBytes + fp8_gemm::kWgmmaSmemSlack;
   auto kernel = bf16_gemm::Bf16GemmWsKernel<kWide>;
   if (absl::Status s = AllowSharedBytes(kernel, smem, "Bf16Gemm"); !s.ok()) return s;

@@ -314,12 +314,14 @@ TEST(Bf16GemmTest, WarpSpecializedTileGivesTheMmaBits) {
   EXPECT_NE(ResolveBf16GemmTile(small), kWs);
 }
 
-// ws_m256: the warp-specialized tile over 256 X rows a CTA (wgmma n256)
-// gives the 128-row tile's bits (which the test above holds to the mma
-// tiles): partial tiles of both widths, k % 64 != 0, splits summed in the
-// CTA, every output form, groups with padded strides, and row_role past a
-// tile's first 128 rows (the rows of the other role keep the sentinel).
-TEST(Bf16GemmTest, WideWarpSpecializedTileGivesTheNarrowBits) {
+// ws_m256 (the warp-specialized tile over 256 X rows a CTA, wgmma n256) and
+// ws_persistent (a CTA an SM at most, taking tiles in turn), alone and
+// together, give the 128-row tile's bits (which the test above holds to the
+// mma tiles): partial tiles of both widths, k % 64 != 0, splits summed in
+// the CTA, every output form, groups with padded strides (a CTA's tiles
+// cross groups), row_role past a tile's first 128 rows (the rows of the
+// other role keep the sentinel), more tiles than SMs.
+TEST(Bf16GemmTest, WarpSpecializedFormsGiveTheNarrowBits) {
   struct Case {
     int64_t m, n, k;
     int groups, splits;
@@ -332,7 +334,8 @@ TEST(Bf16GemmTest, WideWarpSpecializedTileGivesTheNarrowBits) {
                         Case{600, 130, 1000, 1, 3, Fp8GemmOutput::kF32RoundedBf16, false},
                         Case{700, 1024, 4096, 1, 1, Fp8GemmOutput::kF32, false},
                         Case{520, 96, 520, 2, 2, Fp8GemmOutput::kF32, true},
-                        Case{257, 256, 2048, 3, 4, Fp8GemmOutput::kBf16, true}}) {
+                        Case{257, 256, 2048, 3, 4, Fp8GemmOutput::kBf16, true},
+                        Case{2100, 2200, 192, 1, 1, Fp8GemmOutput::kF32RoundedBf16, false}}) {
     SCOPED_TRACE(::testing::Message()
                  << c.m << "x" << c.n << "x" << c.k << " groups " << c.groups << " splits "
                  << c.splits << " output " << static_cast<int>(c.output) << " roles " << c.roles);
@@ -363,22 +366,31 @@ TEST(Bf16GemmTest, WideWarpSpecializedTileGivesTheNarrowBits) {
                      .row_role = c.roles ? droles.get() : nullptr,
                      .role = 1};
     narrow.Poison(0x5A);
-    wide.Poison(0x5A);
-    ASSERT_TRUE(Bf16Gemm(p, nullptr).ok());
-    p.y = wide.get();
-    p.ws_m256 = true;
     ASSERT_TRUE(Bf16Gemm(p, nullptr).ok());
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const std::vector<float> a = narrow.Download(), b = wide.Download();
-    int64_t differ = 0, written = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-      differ += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    const std::vector<float> a = narrow.Download();
+    int64_t written = 0;
+    for (const float& v : a) {
       uint32_t bits = 0;
-      std::memcpy(&bits, &a[i], sizeof(bits));
+      std::memcpy(&bits, &v, sizeof(bits));
       written += bits != 0x5A5A5A5Au;
     }
-    EXPECT_EQ(differ, 0) << "of " << a.size() << " words";
     EXPECT_GT(written, 0);  // the product wrote y
+    for (const auto& [m256, persistent] : {std::pair{true, false}, {false, true}, {true, true}}) {
+      Bf16GemmParams q = p;
+      q.y = wide.get();
+      q.ws_m256 = m256;
+      q.ws_persistent = persistent;
+      wide.Poison(0x5A);
+      ASSERT_TRUE(Bf16Gemm(q, nullptr).ok());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::vector<float> b = wide.Download();
+      ASSERT_EQ(a.size(), b.size());
+      int64_t differ = 0;
+      for (size_t i = 0; i < a.size(); ++i) differ += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+      EXPECT_EQ(differ, 0) << "of " << a.size() << " words, ws_m256 " << m256 << " ws_persistent "
+                           << persistent;
+    }
   }
 }
 

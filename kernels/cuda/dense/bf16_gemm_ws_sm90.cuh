@@ -66,6 +66,10 @@ struct WsArgs {
   // zero, then added in split order: SplitReduceKernel's bits); grid.z is
   // the groups alone and nothing goes through `partial`.
   bool fold_splits;
+  // Bf16GemmParams::ws_persistent (with fold_splits or no split): a grid of
+  // at most one CTA an SM, each taking tiles in turn.
+  bool persistent;
+  int groups;
 };
 
 template <bool kWide>
@@ -85,14 +89,35 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   using fp8_gemm::WgmmaWait;
   const KernelArgs& args = ws.plain;
   const int z_splits = ws.fold_splits ? 1 : args.k_splits;
-  const int split = static_cast<int>(blockIdx.z % z_splits);
-  const int group = static_cast<int>(blockIdx.z / z_splits);
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kWsBn;
-  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * Shape::kBm;
   const int num_kt = static_cast<int>((args.k + kBf16GemmStageK - 1) / kBf16GemmStageK);
-  const int kt_begin = static_cast<int>(int64_t{split} * num_kt / z_splits);
-  const int kt_end = static_cast<int>(int64_t{split + 1} * num_kt / z_splits);
-  const int stages = kt_end - kt_begin;
+  // The CTA's tiles: its block's one, or (persistent) every gridDim.x-th of
+  // (m tile fastest, n tile, group) from blockIdx.x.
+  const int64_t m_tiles = (args.m + Shape::kBm - 1) / Shape::kBm;
+  const int64_t n_tiles = (args.n + kWsBn - 1) / kWsBn;
+  const int64_t tiles = ws.persistent ? m_tiles * n_tiles * ws.groups : 1;
+  const int64_t first_tile = ws.persistent ? static_cast<int64_t>(blockIdx.x) : 0;
+  const int64_t tile_step = ws.persistent ? static_cast<int64_t>(gridDim.x) : 1;
+  struct Tile {
+    int64_t n0, m0;
+    int group, split, kt_begin, stages;
+  };
+  auto tile_at = [&](int64_t t) {
+    Tile tile;
+    if (ws.persistent) {  // fold_splits: the CTA walks all of K
+      tile.m0 = (t % m_tiles) * Shape::kBm;
+      tile.n0 = (t / m_tiles % n_tiles) * kWsBn;
+      tile.group = static_cast<int>(t / m_tiles / n_tiles);
+      tile.split = 0;
+    } else {
+      tile.n0 = static_cast<int64_t>(blockIdx.x) * kWsBn;
+      tile.m0 = static_cast<int64_t>(blockIdx.y) * Shape::kBm;
+      tile.group = static_cast<int>(blockIdx.z / z_splits);
+      tile.split = static_cast<int>(blockIdx.z % z_splits);
+    }
+    tile.kt_begin = static_cast<int>(int64_t{tile.split} * num_kt / z_splits);
+    tile.stages = static_cast<int>(int64_t{tile.split + 1} * num_kt / z_splits) - tile.kt_begin;
+    return tile;
+  };
 
   __shared__ __align__(8) uint64_t bars[2 * kStages];
   extern __shared__ __align__(128) uint8_t smem_raw[];
@@ -110,20 +135,29 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   }
   __syncthreads();
 
+  // The ring's stages are counted across the CTA's tiles (`it`), so a slot's
+  // phase continues from one tile to the next: the loader runs into the
+  // next tile's stages while the consumers store the last one.
   if (warp < 4) {
     if constexpr (kWide) {
       asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWsWideProducerRegs));
     }
     if (tid == 0) {
-      for (int i = 0; i < stages; ++i) {
-        const int slot = i % kStages;
-        if (i >= kStages) MbarrierWait(empty0 + 8 * slot, ((i / kStages) - 1) & 1);
-        const uint32_t full = full0 + 8 * slot;
-        MbarrierArriveExpectTx(full, kSlot);
-        const int k_byte = (kt_begin + i) * kBf16GemmStageK * 2;
-        TmaLoadRows(base + slot * kSlot, &ws.w_map, full, k_byte, static_cast<int>(n0), group);
-        TmaLoadRows(base + slot * kSlot + kWsTile, &ws.x_map, full, k_byte, static_cast<int>(m0),
-                    group);
+      int64_t it = 0;
+      for (int64_t t = first_tile; t < tiles; t += tile_step) {
+        const Tile tile = tile_at(t);
+        for (int i = 0; i < tile.stages; ++i, ++it) {
+          const int slot = static_cast<int>(it % kStages);
+          if (it >= kStages)
+            MbarrierWait(empty0 + 8 * slot, static_cast<int>((it / kStages - 1) & 1));
+          const uint32_t full = full0 + 8 * slot;
+          MbarrierArriveExpectTx(full, kSlot);
+          const int k_byte = (tile.kt_begin + i) * kBf16GemmStageK * 2;
+          TmaLoadRows(base + slot * kSlot, &ws.w_map, full, k_byte, static_cast<int>(tile.n0),
+                      tile.group);
+          TmaLoadRows(base + slot * kSlot + kWsTile, &ws.x_map, full, k_byte,
+                      static_cast<int>(tile.m0), tile.group);
+        }
       }
     }
     return;
@@ -133,92 +167,100 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   }
 
   const int wg = (warp - 4) / 4;  // 0 or 1: W rows 64 wg .. 64 wg + 63
-  float d[kAcc];
-#pragma unroll
-  for (int r = 0; r < kAcc; ++r) d[r] = 0.0f;
+  const int lane = tid & 31;
   // fold_splits: the splits' sums so far, and the first stage of the next split.
   const int folds = ws.fold_splits ? args.k_splits : 1;
-  float total[kAcc];
-  int next_split = 1;
-  int boundary = folds > 1 ? num_kt / folds : stages;
-  for (int i = 0; i < stages; ++i) {
-    if (i == boundary) {  // split next_split starts: its sum begins at +0
-      WgmmaWait(0);
+  int64_t it = 0;
+  for (int64_t t = first_tile; t < tiles; t += tile_step) {
+    const Tile tile = tile_at(t);
+    const int64_t n0 = tile.n0, m0 = tile.m0;
+    const int stages = tile.stages;
+    float d[kAcc];
 #pragma unroll
-      for (int r = 0; r < kAcc; ++r) {
-        PinRegister(d[r]);
-        total[r] = next_split == 1 ? d[r] : __fadd_rn(total[r], d[r]);
-        d[r] = 0.0f;
+    for (int r = 0; r < kAcc; ++r) d[r] = 0.0f;
+    float total[kAcc];
+    int next_split = 1;
+    int boundary = folds > 1 ? num_kt / folds : stages;
+    for (int i = 0; i < stages; ++i, ++it) {
+      if (i == boundary) {  // split next_split starts: its sum begins at +0
+        WgmmaWait(0);
+#pragma unroll
+        for (int r = 0; r < kAcc; ++r) {
+          PinRegister(d[r]);
+          total[r] = next_split == 1 ? d[r] : __fadd_rn(total[r], d[r]);
+          d[r] = 0.0f;
+        }
+        ++next_split;
+        boundary =
+            next_split < folds ? static_cast<int>(int64_t{next_split} * num_kt / folds) : stages;
       }
-      ++next_split;
-      boundary =
-          next_split < folds ? static_cast<int>(int64_t{next_split} * num_kt / folds) : stages;
-    }
-    const int slot = i % kStages;
-    MbarrierWait(full0 + 8 * slot, (i / kStages) & 1);
-    const uint32_t w_lo = SwizzledKMajorDescriptorLo(base + slot * kSlot + wg * 64 * 128);
-    const uint32_t x_lo = SwizzledKMajorDescriptorLo(base + slot * kSlot + kWsTile);
-    // All 4 K steps of every stage, also past k in the last one (a stage of a
-    // k % 64 != 0): TMA zero-fills both operands there, and the tensor
-    // core's sum of acc and 16 products of +0 is acc (acc is never -0: it
-    // starts at +0, and a sum is -0 only when every term is). A step count
-    // that varies would make ptxas serialize every wgmma (C7520).
-    WgmmaFence();
+      const int slot = static_cast<int>(it % kStages);
+      MbarrierWait(full0 + 8 * slot, static_cast<int>((it / kStages) & 1));
+      const uint32_t w_lo = SwizzledKMajorDescriptorLo(base + slot * kSlot + wg * 64 * 128);
+      const uint32_t x_lo = SwizzledKMajorDescriptorLo(base + slot * kSlot + kWsTile);
+      // All 4 K steps of every stage, also past k in the last one (a stage of
+      // a k % 64 != 0): TMA zero-fills both operands there, and the tensor
+      // core's sum of acc and 16 products of +0 is acc (acc is never -0: it
+      // starts at +0, and a sum is -0 only when every term is). A step count
+      // that varies would make ptxas serialize every wgmma (C7520).
+      WgmmaFence();
 #pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      const uint64_t a = DescriptorOf(w_lo + ((32 * s) >> 4));
-      const uint64_t b = DescriptorOf(x_lo + ((32 * s) >> 4));
-      if constexpr (kWide) {
-        WgmmaBf16N256(a, b, d);
-      } else {
-        WgmmaBf16N128(a, b, d);
+      for (int s = 0; s < 4; ++s) {
+        const uint64_t a = DescriptorOf(w_lo + ((32 * s) >> 4));
+        const uint64_t b = DescriptorOf(x_lo + ((32 * s) >> 4));
+        if constexpr (kWide) {
+          WgmmaBf16N256(a, b, d);
+        } else {
+          WgmmaBf16N128(a, b, d);
+        }
       }
+      WgmmaCommit();
+      // The previous stage's group has retired once at most this one is in
+      // flight: its slot is free.
+      WgmmaWait(1);
+      if (i > 0) MbarrierArrive(empty0 + 8 * static_cast<int>((it - 1) % kStages));
     }
-    WgmmaCommit();
-    // The previous stage's group has retired once at most this one is in
-    // flight: its slot is free.
-    WgmmaWait(1);
-    if (i > 0) MbarrierArrive(empty0 + 8 * ((i - 1) % kStages));
-  }
-  WgmmaWait(0);
+    WgmmaWait(0);
+    // The tile's last slot (the next tile's loads may take it).
+    if (stages > 0) MbarrierArrive(empty0 + 8 * static_cast<int>((it - 1) % kStages));
 #pragma unroll
-  for (int r = 0; r < kAcc; ++r) {
-    PinRegister(d[r]);
-    if (folds > 1) d[r] = __fadd_rn(total[r], d[r]);
-  }
+    for (int r = 0; r < kAcc; ++r) {
+      PinRegister(d[r]);
+      if (folds > 1) d[r] = __fadd_rn(total[r], d[r]);
+    }
 
-  // d[4 i + r] is element Fp8GemmAccumulatorCoord(lane, r) of X rows
-  // 8 i .. 8 i + 7 (Wgmma's layout): ForEachOutput's [1][kAcc / 4][4].
-  float acc[1][kAcc / 4][4];
+    // d[4 i + r] is element Fp8GemmAccumulatorCoord(lane, r) of X rows
+    // 8 i .. 8 i + 7 (Wgmma's layout): ForEachOutput's [1][kAcc / 4][4].
+    float acc[1][kAcc / 4][4];
 #pragma unroll
-  for (int i = 0; i < kAcc / 4; ++i) {
+    for (int i = 0; i < kAcc / 4; ++i) {
 #pragma unroll
-    for (int r = 0; r < 4; ++r) acc[0][i][r] = d[4 * i + r];
-  }
-  const int lane = tid & 31;
-  const int64_t g = group;
-  if (z_splits > 1) {
-    float* part = args.partial + (g * args.k_splits + split) * args.m * args.n;
+      for (int r = 0; r < 4; ++r) acc[0][i][r] = d[4 * i + r];
+    }
+    const int64_t g = tile.group;
+    if (z_splits > 1) {
+      float* part = args.partial + (g * args.k_splits + tile.split) * args.m * args.n;
+      ForEachOutput(acc, lane, n0 + (warp - 4) * 16, m0, args.n, args.m,
+                    [&](int64_t gm, int64_t gn, float v) { part[gm * args.n + gn] = v; });
+      continue;
+    }
+    // With row_role, the rows of the other role keep what y held (also for
+    // the splits summed above); a mask for each 128 rows.
+    const uint32_t rows = RowsOfRole<16>(args.row_role, args.role, m0, args.m, lane);
+    const uint32_t rows_hi =
+        kWide ? RowsOfRole<16>(args.row_role, args.role, m0 + 128, args.m, lane) : 0u;
     ForEachOutput(acc, lane, n0 + (warp - 4) * 16, m0, args.n, args.m,
-                  [&](int64_t gm, int64_t gn, float v) { part[gm * args.n + gn] = v; });
-    return;
+                  [&](int64_t gm, int64_t gn, float v) {
+                    const int64_t dm = gm - m0;
+                    if (!RowHasRole(dm < 128 ? rows : rows_hi, dm & 127)) return;
+                    const int64_t at = g * args.y_stride + gm * args.ldy + gn;
+                    if (args.bf16_out) {
+                      static_cast<__nv_bfloat16*>(args.y)[at] = __float2bfloat16_rn(v);
+                    } else {
+                      static_cast<float*>(args.y)[at] = args.round_f32 ? RoundToBf16(v) : v;
+                    }
+                  });
   }
-  // With row_role, the rows of the other role keep what y held (also for
-  // the splits summed above); a mask for each 128 rows.
-  const uint32_t rows = RowsOfRole<16>(args.row_role, args.role, m0, args.m, lane);
-  const uint32_t rows_hi =
-      kWide ? RowsOfRole<16>(args.row_role, args.role, m0 + 128, args.m, lane) : 0u;
-  ForEachOutput(acc, lane, n0 + (warp - 4) * 16, m0, args.n, args.m,
-                [&](int64_t gm, int64_t gn, float v) {
-                  const int64_t dm = gm - m0;
-                  if (!RowHasRole(dm < 128 ? rows : rows_hi, dm & 127)) return;
-                  const int64_t at = g * args.y_stride + gm * args.ldy + gn;
-                  if (args.bf16_out) {
-                    static_cast<__nv_bfloat16*>(args.y)[at] = __float2bfloat16_rn(v);
-                  } else {
-                    static_cast<float*>(args.y)[at] = args.round_f32 ? RoundToBf16(v) : v;
-                  }
-                });
 }
 
 }  // namespace bf16_gemm

@@ -351,10 +351,11 @@ void Prefill(cudaStream_t stream) {
   // Then the tile over 256 X rows a CTA (ws_m256, the same bits).
   std::printf(
       "\nThe prompt's bf16 route at m = %lld: %-12s %-6s %-6s | %-9s %7s | %9s %9s | %7s | %s | "
-      "%s | %s | %s\n",
+      "%s | %s | %s | %s\n",
       static_cast<long long>(kM), "linear", "n", "k", "gemm us", "TF/s", "X cvt us", "W cvt us",
       "TF/s all", "gemm / Lt(bf16)", "all / Lt(bf16)", "ws_m256: us, TF/s, gemm / Lt(bf16)",
-      "cuBLASLt bf16 x bf16: us, TF/s, ours / it, ws_m256 / it");
+      "cuBLASLt bf16 x bf16: us, TF/s, ours / it, ws_m256 / it",
+      "ws_persistent: us, TF/s; with ws_m256: us, TF/s");
   for (const Linear& l : {Linear{"wq_a", 1280, 5120}, Linear{"wq_b", 32768, 1280},
                           Linear{"wo_b", 5120, 8192}, Linear{"shared.w13", 4608, 5120},
                           Linear{"shared.w2", 5120, 2304}, Linear{"square8k", 8192, 8192}}) {
@@ -381,18 +382,24 @@ void Prefill(cudaStream_t stream) {
     Bf16GemmParams wide = bp;
     wide.ws_m256 = true;
     const double wide_ms = MedianMs([&] { (void)Bf16Gemm(wide, stream); }, stream, 10);
+    Bf16GemmParams persistent = bp;
+    persistent.ws_persistent = true;
+    const double pers_ms = MedianMs([&] { (void)Bf16Gemm(persistent, stream); }, stream, 10);
+    persistent.ws_m256 = true;
+    const double pers_wide_ms = MedianMs([&] { (void)Bf16Gemm(persistent, stream); }, stream, 10);
     const double lt_ms = lt->Ms(p.w[0], p.x[0], p.y, p.m, p.n, p.k, CUDA_R_16BF, stream);
     // The same bf16 operands through cuBLASLt's bf16 GEMM (bf16 out).
     const double lt16_ms = lt->Ms(wb, xb, p.y, p.m, p.n, p.k, CUDA_R_16BF, stream, 10, CUDA_R_16BF);
     const double all_ms = x_ms + w_ms + g_ms;
     std::printf(
         "%-12s %-6lld %-6lld | %-9s %7.1f %7.0f | %9.1f %9.1f | %7.0f | %.2f | %.2f | %7.1f %7.0f "
-        "%.2f | %7.1f %7.0f %.2f %.2f\n",
+        "%.2f | %7.1f %7.0f %.2f %.2f | %7.1f %7.0f %7.1f %7.0f\n",
         l.name, static_cast<long long>(l.n), static_cast<long long>(l.k),
         TileName(ResolveBf16GemmTile(bp)), g_ms * 1e3, flops / g_ms / 1e9, x_ms * 1e3, w_ms * 1e3,
         flops / all_ms / 1e9, lt_ms / g_ms, lt_ms / all_ms, wide_ms * 1e3, flops / wide_ms / 1e9,
         lt_ms / wide_ms, lt16_ms * 1e3, lt16_ms > 0 ? flops / lt16_ms / 1e9 : 0.0,
-        lt16_ms > 0 ? lt16_ms / g_ms : 0.0, lt16_ms > 0 ? lt16_ms / wide_ms : 0.0);
+        lt16_ms > 0 ? lt16_ms / g_ms : 0.0, lt16_ms > 0 ? lt16_ms / wide_ms : 0.0, pers_ms * 1e3,
+        flops / pers_ms / 1e9, pers_wide_ms * 1e3, flops / pers_wide_ms / 1e9);
     WEIR_BENCH_CHECK(cudaFree(xb));
     WEIR_BENCH_CHECK(cudaFree(wb));
     if (scratch != nullptr) WEIR_BENCH_CHECK(cudaFree(scratch));
