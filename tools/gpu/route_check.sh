@@ -16,7 +16,8 @@
 #      forms' bits;
 #   4. fp8_gemm_bench prefill (the bf16 route with the 256-row tile) and
 #      mxfp4_grouped_gemm_bench's prefill table (the route with 4 and 8);
-#   5. the chunks again (drift).
+#   5. the chunk's kernel timeline with the defaults, then the chunks again
+#      (drift).
 # Bundle (here, a minute or two with a warm cache):
 #   BUNDLE_TARGETS="//worker/model:device_decoder_fast_test //tools/bench:decode_gpu
 #     //kernels/cuda/moe:mxfp4_bf16_gemm_sm90_test //kernels/cuda/moe:mxfp4_grouped_gemm_bench
@@ -54,6 +55,8 @@ chunks() {  # chunks SUFFIX: the option sets, the likeliest defaults first
 chunks ""
 budget_step fp8_bench_prefill 120 "${bundle}/tools/fp8_gemm_bench" prefill
 budget_step mxfp4_bench_prefill 120 "${bundle}/tools/mxfp4_grouped_gemm_bench" 384 8 wgmma 4096
+# Where the chunk's time goes now (the defaults' kernel timeline, CUPTI).
+budget_step chunk_timeline 120 "${decode}" "${slice[@]}" --prefill_timeline
 chunks "_2"
 echo "== summary"
 cat "${results}/summary.txt"
@@ -67,6 +70,8 @@ for log in "${results}"/chunk_*.log; do
 done
 echo "== the prompt's bf16 route (dense)"
 sed -n "/^The prompt's bf16 route/,/^\$/p" "${results}/fp8_bench_prefill.log" 2>/dev/null | head -12
+echo "== the chunk's kernel timeline (defaults)"
+sed -n '/prefill timeline/,/^prefill:/p' "${results}/chunk_timeline.log" 2>/dev/null | head -20
 echo "== experts' bf16 route"
 sed -n '/^Prefill:/,$p' "${results}/mxfp4_bench_prefill.log" 2>/dev/null | head -24
 exit "${status}"
