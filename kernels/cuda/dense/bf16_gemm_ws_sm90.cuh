@@ -15,6 +15,14 @@
 //    accumulators (issued back to back, one commit a stage), and once the
 //    previous stage's group has retired its slot is freed.
 // Rows and K past the operands are zero-filled by TMA.
+//
+// Two forms, the same bits (README "The bf16 tile over 256 X rows", "The
+// bf16 tile persistent"): kWide (Bf16GemmParams::ws_m256) takes 256 X rows a
+// CTA with wgmma m64n256k16 and a 4-slot ring, the loader's warpgroup giving
+// its registers to the consumers; WsArgs::persistent (ws_persistent) runs at
+// most one CTA an SM over the tiles in turn, the ring's stages and phases
+// counted across them (`it`), each tile's last slot freed after its final
+// wait so the loader fetches the next tile while the consumers store.
 #ifndef WEIR_KERNELS_CUDA_DENSE_BF16_GEMM_WS_SM90_CUH_
 #define WEIR_KERNELS_CUDA_DENSE_BF16_GEMM_WS_SM90_CUH_
 
@@ -148,8 +156,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         const Tile tile = tile_at(t);
         for (int i = 0; i < tile.stages; ++i, ++it) {
           const int slot = static_cast<int>(it % kStages);
-          if (it >= kStages)
+          if (it >= kStages) {
             MbarrierWait(empty0 + 8 * slot, static_cast<int>((it / kStages - 1) & 1));
+          }
           const uint32_t full = full0 + 8 * slot;
           MbarrierArriveExpectTx(full, kSlot);
           const int k_byte = (tile.kt_begin + i) * kBf16GemmStageK * 2;
