@@ -247,6 +247,9 @@ ABSL_FLAG(bool, bf16_ws_m256, false,
 ABSL_FLAG(bool, bf16_ws_persistent, false,
           "The bf16 products' warp-specialized prefill tile persistent (a CTA an SM at most; "
           "DeviceDecoderOptions::bf16_ws_persistent; same bits).");
+ABSL_FLAG(bool, expert_out_bf16, false,
+          "The experts' prefill forms write their outputs as bf16 bits for the combine "
+          "(DeviceDecoderOptions::expert_out_bf16; same bits).");
 ABSL_FLAG(bool, x16_panel, true,
           "Prefill: the FP8 products on the warp-specialized tile read X's f16 panel "
           "(DeviceDecoderOptions::prefill_x16_panel; same bits).");
@@ -513,7 +516,8 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .fused_expert_swiglu_fp8 = absl::GetFlag(FLAGS_fused_expert_swiglu_fp8),
           .bf16_route_widener_warps = absl::GetFlag(FLAGS_bf16_route_widener_warps),
           .bf16_ws_m256 = absl::GetFlag(FLAGS_bf16_ws_m256),
-          .bf16_ws_persistent = absl::GetFlag(FLAGS_bf16_ws_persistent)};
+          .bf16_ws_persistent = absl::GetFlag(FLAGS_bf16_ws_persistent),
+          .expert_out_bf16 = absl::GetFlag(FLAGS_expert_out_bf16)};
 }
 
 }  // namespace

@@ -664,6 +664,13 @@ struct DeviceDecoderOptions {
   // an SM at most, taking tiles in turn, the next tile's loads under the
   // last one's stores). The same bits; off until timed (thirty-fifth session).
   bool bf16_ws_persistent = false;
+  // kBf16 activations, no exchange: where one of the experts' prefill forms
+  // (the bf16 route for a step of prompt rows only, the FP8 tile form with
+  // no route beside it) writes every grouped row's output, w2 writes them as
+  // bf16 bits (they are bf16 values) and the combine widens them
+  // (MoeCombineParams::y_grouped_bf16): half of those bytes written and read.
+  // The same bits; off until run on a GPU (thirty-fifth session).
+  bool expert_out_bf16 = false;
 };
 
 // The fewest rows for which indexer_shared_keys takes the shared-keys form.
@@ -705,6 +712,7 @@ struct DeviceDecoderStats {
   int64_t prompt_shape_rows = 0;  // rows stepped in the prompt's attention shape
   int64_t kv_mirrors = 0;         // prompt_kv_mirror: layers' mirror passes enqueued
   int64_t shared_key_scores = 0;  // indexer_shared_keys: IndexerScore launches in that form
+  int64_t expert_out_bf16_layers = 0;  // expert_out_bf16: MoE layers whose outputs went as bf16
   int64_t drafts = 0;           // sequences drafted (DraftBatch)
   double draft_seconds = 0;     // wall time inside DraftBatch
   int64_t draft_launches = 0;   // DraftBatch's device passes (batch_cap / block sequences each)

@@ -1224,6 +1224,43 @@ TEST(DeviceDecoderFastTest, SmallBf16FusedExpertSwigluGivesTheTwoPassesBits) {
   }
 }
 
+// expert_out_bf16: a 400-row chunk on the FP8 tile form (prompt unmarked)
+// and on the bf16 route (prompt marked), then decode steps: the experts'
+// outputs as bf16 bits for the combine give the fp32 outputs' bits, and the
+// stats count the layers that took them (none on the decode steps).
+TEST(DeviceDecoderFastTest, SmallBf16ExpertOutBf16GivesTheSameBits) {
+  const Checkpoint* small = SmallCheckpoint(3);
+  ASSERT_NE(small, nullptr);
+  const int64_t v = small->config().vocab_size;
+  auto cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
+  ASSERT_NE(cpu, nullptr);
+  const std::vector<int64_t> prompt = RandomTokens(kLongChunk, 73, v - 1);
+  const std::vector<std::vector<int64_t>> steps = {{7}, {11}};
+  for (const bool route : {false, true}) {
+    std::vector<std::vector<float>> calls[2];
+    DeviceDecoderStats stats[2];
+    for (int on = 0; on < 2; ++on) {
+      DeviceDecoderOptions options = FastChunkOptions(kLongChunk);
+      options.expert_out_bf16 = on == 1;
+      calls[on] = ChunkThenSteps(*cpu, options, {1}, prompt, steps, &stats[on],
+                                 ActivationPrecision::kBf16, /*mark_prompt=*/route);
+      ASSERT_EQ(calls[on].size(), 1 + steps.size());
+    }
+    const char* form = route ? "the bf16 route" : "the FP8 tile form";
+    EXPECT_EQ(stats[0].expert_out_bf16_layers, 0) << form;
+    // The chunk's MoE layers (one step: at most a layer each), none of the
+    // decode steps'.
+    EXPECT_GT(stats[1].expert_out_bf16_layers, 0) << form;
+    EXPECT_LE(stats[1].expert_out_bf16_layers, small->config().n_layers) << form;
+    if (route) {
+      EXPECT_GT(stats[1].prompt_bf16_expert_layers, 0);
+    } else {
+      EXPECT_GT(stats[1].tile_form_layers, 0);
+    }
+    EXPECT_EQ(DifferingCalls(calls[0], calls[1]), 0) << form;
+  }
+}
+
 // bf16_ws_m256 and bf16_ws_persistent, alone and together: the prompt's
 // 400-row chunk (its linears on the bf16 warp-specialized tile: with 256 X
 // rows a CTA a whole tile and a partial one) and decode steps after it give

@@ -458,6 +458,7 @@ struct DeviceDecoder::Impl {
   int64_t fp8_span_products = 0;     // DeviceDecoderStats::fp8_span_products
   int64_t x16_panels = 0;  // panels made (DeviceDecoderStats::x16_panels)
   int64_t shared_key_scores = 0;  // DeviceDecoderStats::shared_key_scores
+  int64_t expert_out_bf16_layers = 0;  // DeviceDecoderStats::expert_out_bf16_layers
   int64_t fused_ropes = 0;  // DeviceDecoderStats::fused_ropes
   int64_t fused_kv_rows = 0;   // DeviceDecoderStats::fused_kv_rows
   int64_t folded_row_ops = 0;  // DeviceDecoderStats::folded_row_ops
@@ -1609,7 +1610,8 @@ struct DeviceDecoder::Impl {
   // The routed experts of `rows` grouped rows (fq / fq_scales made) on the
   // tile form: w1 and w3 by rows of each expert, SwiGLU with the route
   // weight, the FP8 quantization of h, w2 into yg.
-  absl::Status TileFormExperts(const LayerDev& L, int64_t rows, float limit);
+  // bf16_out (expert_out_bf16): w2's outputs into yg as bf16 bits.
+  absl::Status TileFormExperts(const LayerDev& L, int64_t rows, float limit, bool bf16_out = false);
   // The experts' SwiGLU of gg and upg (route weight wg, bf16 roundings) into
   // gg, then its FP8 form into fh / fh_scales: the operations of the MXFP4
   // kernel's fused epilogue (SwigluOut, Fp8ActScaleCode / Fp8ActCode), for
@@ -1626,9 +1628,10 @@ struct DeviceDecoder::Impl {
   // the route weight and the FP8 quantization of h (the tile form's), h
   // dequantized into rx16, w2 into yg. `offsets` is group_offsets for a step
   // of prompt rows only, its second half (the prompt's groups of the
-  // role-major grouping) for a step of both roles.
+  // role-major grouping) for a step of both roles. bf16_out
+  // (expert_out_bf16): w2's outputs into yg as bf16 bits.
   absl::Status Bf16RouteExperts(const LayerDev& L, int64_t rows, float limit,
-                                const int64_t* offsets);
+                                const int64_t* offsets, bool bf16_out = false);
   // Expert parallelism: the dispatch blocks (x rows, local slots, route
   // weights) to and from every rank, and the expert outputs back.
   absl::Status Dispatch(int64_t b);

@@ -183,7 +183,8 @@ absl::Status DeviceDecoder::Impl::SwigluToFp8(const LayerDev& L, int64_t rows, f
                             stream);
 }
 
-absl::Status DeviceDecoder::Impl::TileFormExperts(const LayerDev& L, int64_t rows, float limit) {
+absl::Status DeviceDecoder::Impl::TileFormExperts(const LayerDev& L, int64_t rows, float limit,
+                                                  bool bf16_out) {
   const int64_t d = c.dim, inter = L.inter, w13 = 2 * inter * d;
   const TileForm t = TilesOf(L);
   // w1 and w3: the first and second inter rows of each expert's stacked
@@ -216,20 +217,21 @@ absl::Status DeviceDecoder::Impl::TileFormExperts(const LayerDev& L, int64_t row
   // group_offsets[experts], and only rows before it are read after this.
   RETURN_IF_ERROR(
       SwigluToFp8(L, rows, limit, options.used_rows_only ? group_offsets + L.experts : nullptr));
-  dense::Fp8BlockGemmParams p{
-      .x = fh,
-      .x_scales = fh_scales,
-      .w = t.w2,
-      .w_scales = t.w2_scales,
-      .y = yg,
-      .m = rows,
-      .n = d,
-      .k = inter,
-      .output = bf16() ? dense::Fp8GemmOutput::kF32RoundedBf16 : dense::Fp8GemmOutput::kF32,
-      .groups = L.experts,
-      .group_offsets = group_offsets,
-      .math = TileFormMath(),
-      .ws_halves = options.fp8_ws_halves};
+  dense::Fp8BlockGemmParams p{.x = fh,
+                              .x_scales = fh_scales,
+                              .w = t.w2,
+                              .w_scales = t.w2_scales,
+                              .y = yg,
+                              .m = rows,
+                              .n = d,
+                              .k = inter,
+                              .output = bf16_out ? dense::Fp8GemmOutput::kBf16
+                                        : bf16() ? dense::Fp8GemmOutput::kF32RoundedBf16
+                                                 : dense::Fp8GemmOutput::kF32,
+                              .groups = L.experts,
+                              .group_offsets = group_offsets,
+                              .math = TileFormMath(),
+                              .ws_halves = options.fp8_ws_halves};
   RETURN_IF_ERROR(MakeX16Panel(p));
   return dense::Fp8BlockGemm(p, stream);
 }
@@ -241,7 +243,7 @@ bool DeviceDecoder::Impl::Bf16Experts(const LayerDev& L, bool ep) const {
 }
 
 absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t rows, float limit,
-                                                   const int64_t* offsets) {
+                                                   const int64_t* offsets, bool bf16_out) {
   const int64_t d = c.dim, inter = L.inter;
   if (rows * std::max(d, inter) > rx16_count) {
     return absl::InternalError(absl::StrCat("DeviceDecoder: the experts' bf16 rows (", rows, " x ",
@@ -283,9 +285,10 @@ absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t ro
   RETURN_IF_ERROR(product(L.w3c, L.w3q, upg, inter, d, dense::Fp8GemmOutput::kF32));
   RETURN_IF_ERROR(SwigluToFp8(L, rows, limit, used_rows));
   RETURN_IF_ERROR(widen(fh, fh_scales, inter));
-  RETURN_IF_ERROR(
-      product(L.w2c, L.w2q, yg, d, inter,
-              bf16() ? dense::Fp8GemmOutput::kF32RoundedBf16 : dense::Fp8GemmOutput::kF32));
+  RETURN_IF_ERROR(product(L.w2c, L.w2q, yg, d, inter,
+                          bf16_out ? dense::Fp8GemmOutput::kBf16
+                          : bf16() ? dense::Fp8GemmOutput::kF32RoundedBf16
+                                   : dense::Fp8GemmOutput::kF32));
   ++prompt_bf16_expert_layers;
   return absl::OkStatus();
 }
@@ -506,12 +509,20 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
          .row_count = options.used_rows_only ? group_offsets + group.num_groups : nullptr},
         stream));
   }
-  if (bf16_experts && linear_roles_ == 2) {  // every row a prompt's
-    RETURN_IF_ERROR(Bf16RouteExperts(L, rows, limit, group_offsets));
+  // expert_out_bf16: where one prefill form writes every row's output (the
+  // bf16 route for a step of prompt rows only, or the tile form with no route
+  // beside it), w2 writes yg as bf16 bits and the combine widens them: the
+  // same values (those forms round y to bf16 anyway), half of yg's bytes.
+  const bool route_only = bf16_experts && linear_roles_ == 2;
+  const bool yg_bf16 = options.expert_out_bf16 && bf16() && !ep &&
+                       (route_only || (tile_form && !(bf16_experts && linear_roles_ == 3)));
+  if (yg_bf16) ++expert_out_bf16_layers;
+  if (route_only) {  // every row a prompt's
+    RETURN_IF_ERROR(Bf16RouteExperts(L, rows, limit, group_offsets, yg_bf16));
   } else if (tile_form) {  // (FastExperts: tile_form implies it)
     // Resident tiles were converted at Create / SetPlacement.
     if (L.rt13 == nullptr) RETURN_IF_ERROR(ConvertExperts(L));
-    RETURN_IF_ERROR(TileFormExperts(L, rows, limit));
+    RETURN_IF_ERROR(TileFormExperts(L, rows, limit, yg_bf16));
   } else if (FastExperts(L)) {
     // kFast: gate/up with SwiGLU, the route weight and the FP8 quantization
     // of h fused, then w2, all on tensor cores over the MXFP4 weights (rows
@@ -589,16 +600,20 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
     RETURN_IF_ERROR(SharedExpert(L, b));
   }
   Mark("moe.combine");
-  return kc::MoeCombine({.y_grouped = ep ? ep_ret : yg,
-                         .pair_row = ep ? ep_return_row : pair_row,
-                         .experts = moe_idx,
-                         .shared = sy,
-                         .out = y,
-                         .tokens = b,
-                         .dim = d,
-                         .topk = k,
-                         .round_bf16 = bf16()},
-                        stream);
+  return kc::MoeCombine(
+      {.y_grouped = ep        ? ep_ret
+                    : yg_bf16 ? nullptr
+                              : yg,
+       .y_grouped_bf16 = yg_bf16 ? reinterpret_cast<const uint16_t*>(yg) : nullptr,
+       .pair_row = ep ? ep_return_row : pair_row,
+       .experts = moe_idx,
+       .shared = sy,
+       .out = y,
+       .tokens = b,
+       .dim = d,
+       .topk = k,
+       .round_bf16 = bf16()},
+      stream);
 }
 
 absl::Status DeviceDecoder::Impl::SharedExpert(const LayerDev& L, int64_t b) {

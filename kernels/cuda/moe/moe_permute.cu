@@ -57,8 +57,8 @@ absl::Status MoeGroupRows(const MoeGroupRowsParams& p, cudaStream_t stream) {
 bool SupportsMoeCombine(const MoeCombineParams& p) {
   return p.tokens > 0 && p.tokens < (int64_t{1} << 31) && p.dim > 0 &&
          p.dim <= 65535 * moe::kRowChunk && p.topk >= 1 && p.topk <= moe::kCombineMaxTopk &&
-         p.y_grouped != nullptr && p.pair_row != nullptr && p.experts != nullptr &&
-         p.out != nullptr;
+         (p.y_grouped != nullptr) != (p.y_grouped_bf16 != nullptr) && p.pair_row != nullptr &&
+         p.experts != nullptr && p.out != nullptr;
 }
 
 absl::Status MoeCombine(const MoeCombineParams& p, cudaStream_t stream) {
@@ -71,9 +71,14 @@ absl::Status MoeCombine(const MoeCombineParams& p, cudaStream_t stream) {
   const unsigned chunks = static_cast<unsigned>((p.dim + moe::kRowChunk - 1) / moe::kRowChunk);
   // A thread per column of a block's 1,024 (one pass: a decode step's
   // combine is latency, not bandwidth).
-  moe::CombineKernel<<<dim3(static_cast<unsigned>(p.tokens), chunks),
-                       static_cast<unsigned>(moe::kRowChunk), 0, stream>>>(
-      p.y_grouped, p.pair_row, p.experts, p.shared, p.out, p.dim, p.topk, p.round_bf16);
+  const dim3 grid(static_cast<unsigned>(p.tokens), chunks);
+  if (p.y_grouped_bf16 != nullptr) {
+    moe::CombineKernel<<<grid, static_cast<unsigned>(moe::kRowChunk), 0, stream>>>(
+        p.y_grouped_bf16, p.pair_row, p.experts, p.shared, p.out, p.dim, p.topk, p.round_bf16);
+  } else {
+    moe::CombineKernel<<<grid, static_cast<unsigned>(moe::kRowChunk), 0, stream>>>(
+        p.y_grouped, p.pair_row, p.experts, p.shared, p.out, p.dim, p.topk, p.round_bf16);
+  }
   return LaunchStatus("MoeCombine");
 }
 

@@ -153,11 +153,18 @@ __global__ void __launch_bounds__(kGatherCodesThreads)
 // One block per (token, column chunk): thread 0 orders the token's rows by
 // expert id (insertion sort, stable), then every thread sums its columns in
 // that order (each block sorts the same few ids: the order is the token's).
-__global__ void CombineKernel(const float* __restrict__ y_grouped,
-                              const int32_t* __restrict__ pair_row,
-                              const int32_t* __restrict__ experts,
-                              const float* __restrict__ shared, float* __restrict__ out,
-                              int64_t dim, int topk, bool round_bf16) {
+// An expert output as the combine adds it: fp32 as held, or bf16 bits
+// widened (exact).
+__device__ __forceinline__ float CombineValue(float v) { return v; }
+__device__ __forceinline__ float CombineValue(uint16_t bits) {
+  return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+}
+
+// Y: float (y_grouped) or uint16_t (y_grouped_bf16's bits).
+template <typename Y>
+__global__ void CombineKernel(const Y* __restrict__ y_grouped, const int32_t* __restrict__ pair_row,
+                              const int32_t* __restrict__ experts, const float* __restrict__ shared,
+                              float* __restrict__ out, int64_t dim, int topk, bool round_bf16) {
   GridDependencyPrologue();
   __shared__ int32_t s_row[kCombineMaxTopk];
   __shared__ int32_t s_key[kCombineMaxTopk];
@@ -198,7 +205,8 @@ __global__ void CombineKernel(const float* __restrict__ y_grouped,
       float v[8];
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        v[j] = j0 + j < n ? y_grouped[static_cast<int64_t>(s_row[j0 + j]) * dim + c] : 0.0f;
+        v[j] = j0 + j < n ? CombineValue(y_grouped[static_cast<int64_t>(s_row[j0 + j]) * dim + c])
+                          : 0.0f;
       }
 #pragma unroll
       for (int j = 0; j < 8; ++j) {

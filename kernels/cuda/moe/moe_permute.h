@@ -87,6 +87,10 @@ absl::Status MoeGroupRows(const MoeGroupRowsParams& params, cudaStream_t stream)
 
 struct MoeCombineParams {
   const float* y_grouped = nullptr;  // device [>= rows used, dim] expert outputs, grouped
+  // Instead of y_grouped: the expert outputs as bf16 bits (prefill forms whose
+  // outputs are bf16 values: half the bytes); each widened exactly, so the
+  // same sums as y_grouped holding the same values.
+  const uint16_t* y_grouped_bf16 = nullptr;
   const int32_t* pair_row = nullptr; // device [tokens, topk] from MoeGroupRows (-1: skip)
   const int32_t* experts = nullptr;  // device [tokens, topk] expert ids: the summation order
   const float* shared = nullptr;     // device [tokens, dim] shared expert output; may be null
@@ -97,9 +101,8 @@ struct MoeCombineParams {
   bool round_bf16 = true;            // ActivationPrecision::kBf16
 };
 
-// True for tokens, dim > 0, dim <= 65535 x 1024, 1 <= topk <= 64, tokens < 2^31
-// and non-null
-// y_grouped/pair_row/experts/out.
+// True for tokens, dim > 0, dim <= 65535 x 1024, 1 <= topk <= 64, tokens < 2^31,
+// exactly one of y_grouped / y_grouped_bf16 and non-null pair_row/experts/out.
 bool SupportsMoeCombine(const MoeCombineParams& params);
 
 // Enqueues the combine on `stream`. INVALID_ARGUMENT when unsupported;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -332,6 +333,29 @@ TEST(MoeCombineCudaTest, BitIdenticalToTheCpuSum) {
         EXPECT_EQ(BitMismatches(got, want), 0)
             << "bf16 " << bf16 << " shared " << with_shared << " dim " << dim << ", max abs err "
             << MaxAbsError(got, want);
+        // The same outputs as bf16 bits (y_grouped_bf16): the same sums.
+        std::vector<uint16_t> yg16(yg.size());
+        for (size_t i = 0; i < yg.size(); ++i) {
+          uint32_t bits = 0;
+          std::memcpy(&bits, &yg[i], sizeof(bits));
+          yg16[i] = static_cast<uint16_t>(bits >> 16);
+        }
+        DeviceBuffer<uint16_t> dyg16(yg16);
+        out.Poison();
+        ASSERT_TRUE(MoeCombine({.y_grouped_bf16 = dyg16.get(),
+                                .pair_row = drow.get(),
+                                .experts = dids.get(),
+                                .shared = with_shared ? dshared.get() : nullptr,
+                                .out = out.get(),
+                                .tokens = tokens,
+                                .dim = dim,
+                                .topk = topk,
+                                .round_bf16 = bf16},
+                               nullptr)
+                        .ok());
+        ASSERT_TRUE(Synced());
+        EXPECT_EQ(BitMismatches(out.Download(), want), 0)
+            << "bf16 outputs: bf16 " << bf16 << " shared " << with_shared << " dim " << dim;
       }
     }
   }
@@ -482,6 +506,23 @@ TEST(MoePermuteCudaTest, RefusesBadArguments) {
                        nullptr)
                 .code(),
             absl::StatusCode::kInvalidArgument);
+  // Both forms of the expert outputs, or neither.
+  const uint16_t* h = reinterpret_cast<const uint16_t*>(f);
+  EXPECT_EQ(MoeCombine({.y_grouped = f,
+                        .y_grouped_bf16 = h,
+                        .pair_row = i,
+                        .experts = i,
+                        .out = f,
+                        .tokens = 1,
+                        .dim = 8,
+                        .topk = 2},
+                       nullptr)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      MoeCombine({.pair_row = i, .experts = i, .out = f, .tokens = 1, .dim = 8, .topk = 2}, nullptr)
+          .code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
