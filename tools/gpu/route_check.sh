@@ -5,15 +5,16 @@
 # check_steps.sh):
 #   1. the kernel tests: Mxfp4Bf16GroupedGemm (four and eight widener warps
 #      against Bf16Gemm's bits), Bf16Gemm's warp-specialized tile (and its
-#      256-row and persistent forms against the 128-row tile's bits);
+#      256-row and persistent forms against the 128-row tile's bits), the
+#      combine of bf16 expert outputs;
 #   2. the EP8 prefill chunk with the defaults, eight widener warps
 #      (--bf16_route_widener_warps=8), the SwiGLU writing h's FP8 form
 #      (--fused_expert_swiglu_fp8), the bf16 tile over 256 rows
 #      (--bf16_ws_m256), the bf16 tile persistent (--bf16_ws_persistent),
-#      all four;
+#      the experts' outputs as bf16 (--expert_out_bf16), all five;
 #   3. device_decoder_fast_test: the mixed steps (the test's buffer mended),
-#      the tile form beside the prompt, the fused SwiGLU's and the bf16 tile
-#      forms' bits;
+#      the tile form beside the prompt, the fused SwiGLU's, the bf16 tile
+#      forms' and the bf16 expert outputs' bits;
 #   4. fp8_gemm_bench prefill (the bf16 route with the 256-row tile) and
 #      mxfp4_grouped_gemm_bench's prefill table (the route with 4 and 8);
 #   5. the chunk's kernel timeline with the defaults, then the chunks again
@@ -21,7 +22,8 @@
 # Bundle (here, a minute or two with a warm cache):
 #   BUNDLE_TARGETS="//worker/model:device_decoder_fast_test //tools/bench:decode_gpu
 #     //kernels/cuda/moe:mxfp4_bf16_gemm_sm90_test //kernels/cuda/moe:mxfp4_grouped_gemm_bench
-#     //kernels/cuda/dense:bf16_gemm_sm90_test //kernels/cuda/dense:fp8_gemm_bench"
+#     //kernels/cuda/dense:bf16_gemm_sm90_test //kernels/cuda/dense:fp8_gemm_bench
+#     //kernels/cuda/moe:moe_permute_test"
 #     tools/gpu/bundle.sh
 #   tools/gpu/route_check.sh [RESULTS]
 set -uo pipefail
@@ -37,20 +39,24 @@ budget_step mxfp4_bf16_gemm_test 60 "${bundle}/bin/kernels_cuda_moe_mxfp4_bf16_g
   || status=1
 budget_step bf16_gemm_test 60 "${bundle}/bin/kernels_cuda_dense_bf16_gemm_sm90_test" \
   --gtest_filter='*WarpSpecialized*:*RowRole*:*RowStride*' || status=1
+budget_step moe_permute_test 60 "${bundle}/bin/kernels_cuda_moe_moe_permute_test" \
+  --gtest_filter='*Combine*:*Refuses*' || status=1
 chunks() {  # chunks SUFFIX: the option sets, the likeliest defaults first
   budget_step "chunk_defaults${1}" 90 "${decode}" "${slice[@]}"
   budget_step "chunk_m256${1}" 90 "${decode}" "${slice[@]}" --bf16_ws_m256=true
   budget_step "chunk_persistent${1}" 90 "${decode}" "${slice[@]}" --bf16_ws_persistent=true
+  budget_step "chunk_out_bf16${1}" 90 "${decode}" "${slice[@]}" --expert_out_bf16=true
   budget_step "chunk_wideners8${1}" 90 "${decode}" "${slice[@]}" --bf16_route_widener_warps=8
   if [[ -z "${1}" ]]; then
     budget_step device_decoder_fast_test 200 \
       "${bundle}/bin/worker_model_device_decoder_fast_test" \
-      --gtest_filter='*MixedEager*:*MixedGraph*:*FusedExpertSwiglu*:*WsForms*:*TileFormBeside*' \
+      --gtest_filter='*MixedEager*:*MixedGraph*:*FusedExpertSwiglu*:*WsForms*:*TileFormBeside*:*ExpertOutBf16*' \
       || status=1
   fi
   budget_step "chunk_fused${1}" 90 "${decode}" "${slice[@]}" --fused_expert_swiglu_fp8=true
   budget_step "chunk_all${1}" 90 "${decode}" "${slice[@]}" --bf16_route_widener_warps=8 \
-    --fused_expert_swiglu_fp8=true --bf16_ws_m256=true --bf16_ws_persistent=true
+    --fused_expert_swiglu_fp8=true --bf16_ws_m256=true --bf16_ws_persistent=true \
+    --expert_out_bf16=true
 }
 chunks ""
 budget_step fp8_bench_prefill 120 "${bundle}/tools/fp8_gemm_bench" prefill
