@@ -314,48 +314,37 @@ TEST(MoeCombineCudaTest, BitIdenticalToTheCpuSum) {
           if (with_shared) want[i] += shared[i];
           if (bf16) want[i] = RoundToBf16(want[i]);
         }
-        DeviceBuffer<float> dyg(yg), dshared(shared), out(tokens * dim);
-        DeviceBuffer<int32_t> drow(pair_row), dids(ids);
-        out.Poison();
-        ASSERT_TRUE(MoeCombine({.y_grouped = dyg.get(),
-                                .pair_row = drow.get(),
-                                .experts = dids.get(),
-                                .shared = with_shared ? dshared.get() : nullptr,
-                                .out = out.get(),
-                                .tokens = tokens,
-                                .dim = dim,
-                                .topk = topk,
-                                .round_bf16 = bf16},
-                               nullptr)
-                        .ok());
-        ASSERT_TRUE(Synced());
-        const std::vector<float> got = out.Download();
-        EXPECT_EQ(BitMismatches(got, want), 0)
-            << "bf16 " << bf16 << " shared " << with_shared << " dim " << dim << ", max abs err "
-            << MaxAbsError(got, want);
-        // The same outputs as bf16 bits (y_grouped_bf16): the same sums.
+        // The outputs as held (fp32) and as bf16 bits (y_grouped_bf16): the
+        // same values, so the same sums.
         std::vector<uint16_t> yg16(yg.size());
         for (size_t i = 0; i < yg.size(); ++i) {
           uint32_t bits = 0;
           std::memcpy(&bits, &yg[i], sizeof(bits));
           yg16[i] = static_cast<uint16_t>(bits >> 16);
         }
+        DeviceBuffer<float> dyg(yg), dshared(shared), out(tokens * dim);
         DeviceBuffer<uint16_t> dyg16(yg16);
-        out.Poison();
-        ASSERT_TRUE(MoeCombine({.y_grouped_bf16 = dyg16.get(),
-                                .pair_row = drow.get(),
-                                .experts = dids.get(),
-                                .shared = with_shared ? dshared.get() : nullptr,
-                                .out = out.get(),
-                                .tokens = tokens,
-                                .dim = dim,
-                                .topk = topk,
-                                .round_bf16 = bf16},
-                               nullptr)
-                        .ok());
-        ASSERT_TRUE(Synced());
-        EXPECT_EQ(BitMismatches(out.Download(), want), 0)
-            << "bf16 outputs: bf16 " << bf16 << " shared " << with_shared << " dim " << dim;
+        DeviceBuffer<int32_t> drow(pair_row), dids(ids);
+        for (const bool from_bf16 : {false, true}) {
+          out.Poison();
+          ASSERT_TRUE(MoeCombine({.y_grouped = from_bf16 ? nullptr : dyg.get(),
+                                  .y_grouped_bf16 = from_bf16 ? dyg16.get() : nullptr,
+                                  .pair_row = drow.get(),
+                                  .experts = dids.get(),
+                                  .shared = with_shared ? dshared.get() : nullptr,
+                                  .out = out.get(),
+                                  .tokens = tokens,
+                                  .dim = dim,
+                                  .topk = topk,
+                                  .round_bf16 = bf16},
+                                 nullptr)
+                          .ok());
+          ASSERT_TRUE(Synced());
+          const std::vector<float> got = out.Download();
+          EXPECT_EQ(BitMismatches(got, want), 0)
+              << "bf16 " << bf16 << " shared " << with_shared << " dim " << dim
+              << " outputs from bf16 " << from_bf16 << ", max abs err " << MaxAbsError(got, want);
+        }
       }
     }
   }
