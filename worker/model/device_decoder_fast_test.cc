@@ -1183,32 +1183,52 @@ void PromptMathsLongChunk(bool experts, uint32_t seed, const char* what) {
   ExpectOtherBitsClose(what, whole[0], other_rows[0], kChunk, v, /*may_agree=*/experts);
 }
 
+// The small bf16 model, a prompt of kLongChunk tokens (from `seed`) fed as
+// one chunk into slot 1, then two decode steps (ChunkThenSteps): for
+// options that must not change a bit of the prefill forms.
+struct SmallLongChunkCase {
+  std::unique_ptr<Model> cpu;  // null when the checkpoint is missing
+  int n_layers = 0;
+  std::vector<int64_t> prompt;
+  std::vector<std::vector<int64_t>> steps = {{7}, {11}};
+
+  // Every call's logits on a fresh decoder of `options`; `mark_prompt`
+  // marks the chunk as the prompt (its rows on the prompt's maths).
+  std::vector<std::vector<float>> Run(const DeviceDecoderOptions& options,
+                                      DeviceDecoderStats* stats, bool mark_prompt) const {
+    auto calls = ChunkThenSteps(*cpu, options, {1}, prompt, steps, stats,
+                                ActivationPrecision::kBf16, mark_prompt);
+    EXPECT_EQ(calls.size(), 1 + steps.size());
+    return calls;
+  }
+};
+SmallLongChunkCase SmallLongChunk(uint32_t seed) {
+  SmallLongChunkCase c;
+  const Checkpoint* small = SmallCheckpoint(3);
+  if (small == nullptr) return c;
+  c.cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
+  c.n_layers = small->config().n_layers;
+  c.prompt = RandomTokens(kLongChunk, seed, small->config().vocab_size - 1);
+  return c;
+}
+
 // fused_expert_swiglu_fp8: the routed experts' prefill forms take h's FP8
 // form from the SwiGLU's launch instead of a quantization pass after it. A
 // 400-row chunk on the FP8 tile form (prompt unmarked) and on the bf16 route
 // (prompt marked, both prompt options), then decode steps: the same bits
 // with the option as without, and the stats count the fused SwiGLUs.
 TEST(DeviceDecoderFastTest, SmallBf16FusedExpertSwigluGivesTheTwoPassesBits) {
-  const Checkpoint* small = SmallCheckpoint(3);
-  ASSERT_NE(small, nullptr);
-  const int64_t v = small->config().vocab_size;
-  auto cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
-  ASSERT_NE(cpu, nullptr);
-  constexpr int kChunk = kLongChunk;
-  const std::vector<int64_t> prompt = RandomTokens(kChunk, 59, v - 1);
-  const std::vector<std::vector<int64_t>> steps = {{7}, {11}};
+  const SmallLongChunkCase c = SmallLongChunk(59);
+  ASSERT_NE(c.cpu, nullptr);
   for (const bool route : {false, true}) {
-    DeviceDecoderOptions options = FastChunkOptions(kChunk);
+    DeviceDecoderOptions options = FastChunkOptions(kLongChunk);
     options.prompt_bf16_linears = route;
     options.prompt_bf16_experts = route;
-    std::vector<float> rows[2];
+    std::vector<std::vector<float>> calls[2];
     DeviceDecoderStats stats[2];
     for (int fused = 0; fused < 2; ++fused) {
       options.fused_expert_swiglu_fp8 = fused == 1;
-      const auto calls = ChunkThenSteps(*cpu, options, {1}, prompt, steps, &stats[fused],
-                                        ActivationPrecision::kBf16, /*mark_prompt=*/route);
-      ASSERT_EQ(calls.size(), 1 + steps.size());
-      for (const auto& c : calls) rows[fused].insert(rows[fused].end(), c.begin(), c.end());
+      calls[fused] = c.Run(options, &stats[fused], /*mark_prompt=*/route);
     }
     const char* form = route ? "the bf16 route" : "the FP8 tile form";
     EXPECT_EQ(stats[0].fused_expert_swiglus, 0) << form;
@@ -1218,9 +1238,7 @@ TEST(DeviceDecoderFastTest, SmallBf16FusedExpertSwigluGivesTheTwoPassesBits) {
     } else {
       EXPECT_GT(stats[1].tile_form_layers, 0);
     }
-    ASSERT_EQ(rows[0].size(), rows[1].size());
-    EXPECT_EQ(std::memcmp(rows[0].data(), rows[1].data(), rows[0].size() * sizeof(float)), 0)
-        << form;
+    EXPECT_EQ(DifferingCalls(calls[0], calls[1]), 0) << form;
   }
 }
 
@@ -1229,29 +1247,22 @@ TEST(DeviceDecoderFastTest, SmallBf16FusedExpertSwigluGivesTheTwoPassesBits) {
 // outputs as bf16 bits for the combine give the fp32 outputs' bits, and the
 // stats count the layers that took them (none on the decode steps).
 TEST(DeviceDecoderFastTest, SmallBf16ExpertOutBf16GivesTheSameBits) {
-  const Checkpoint* small = SmallCheckpoint(3);
-  ASSERT_NE(small, nullptr);
-  const int64_t v = small->config().vocab_size;
-  auto cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
-  ASSERT_NE(cpu, nullptr);
-  const std::vector<int64_t> prompt = RandomTokens(kLongChunk, 73, v - 1);
-  const std::vector<std::vector<int64_t>> steps = {{7}, {11}};
+  const SmallLongChunkCase c = SmallLongChunk(73);
+  ASSERT_NE(c.cpu, nullptr);
   for (const bool route : {false, true}) {
     std::vector<std::vector<float>> calls[2];
     DeviceDecoderStats stats[2];
     for (int on = 0; on < 2; ++on) {
       DeviceDecoderOptions options = FastChunkOptions(kLongChunk);
       options.expert_out_bf16 = on == 1;
-      calls[on] = ChunkThenSteps(*cpu, options, {1}, prompt, steps, &stats[on],
-                                 ActivationPrecision::kBf16, /*mark_prompt=*/route);
-      ASSERT_EQ(calls[on].size(), 1 + steps.size());
+      calls[on] = c.Run(options, &stats[on], /*mark_prompt=*/route);
     }
     const char* form = route ? "the bf16 route" : "the FP8 tile form";
     EXPECT_EQ(stats[0].expert_out_bf16_layers, 0) << form;
     // The chunk's MoE layers (one step: at most a layer each), none of the
     // decode steps'.
     EXPECT_GT(stats[1].expert_out_bf16_layers, 0) << form;
-    EXPECT_LE(stats[1].expert_out_bf16_layers, small->config().n_layers) << form;
+    EXPECT_LE(stats[1].expert_out_bf16_layers, c.n_layers) << form;
     if (route) {
       EXPECT_GT(stats[1].prompt_bf16_expert_layers, 0);
     } else {
@@ -1266,23 +1277,15 @@ TEST(DeviceDecoderFastTest, SmallBf16ExpertOutBf16GivesTheSameBits) {
 // rows a CTA a whole tile and a partial one) and decode steps after it give
 // the 128-row tile's bits.
 TEST(DeviceDecoderFastTest, SmallBf16WsFormsGiveTheSameBits) {
-  const Checkpoint* small = SmallCheckpoint(3);
-  ASSERT_NE(small, nullptr);
-  const int64_t v = small->config().vocab_size;
-  auto cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
-  ASSERT_NE(cpu, nullptr);
-  constexpr int kChunk = kLongChunk;
-  const std::vector<int64_t> prompt = RandomTokens(kChunk, 67, v - 1);
-  const std::vector<std::vector<int64_t>> steps = {{7}, {11}};
+  const SmallLongChunkCase c = SmallLongChunk(67);
+  ASSERT_NE(c.cpu, nullptr);
   std::vector<std::vector<float>> calls[4];
   DeviceDecoderStats stats[4];
   for (int form = 0; form < 4; ++form) {  // bit 0: ws_m256, bit 1: ws_persistent
-    DeviceDecoderOptions options = FastChunkOptions(kChunk);
+    DeviceDecoderOptions options = FastChunkOptions(kLongChunk);
     options.bf16_ws_m256 = (form & 1) != 0;
     options.bf16_ws_persistent = (form & 2) != 0;
-    calls[form] = ChunkThenSteps(*cpu, options, {1}, prompt, steps, &stats[form],
-                                 ActivationPrecision::kBf16, /*mark_prompt=*/true);
-    ASSERT_EQ(calls[form].size(), 1 + steps.size());
+    calls[form] = c.Run(options, &stats[form], /*mark_prompt=*/true);
   }
   for (int form = 1; form < 4; ++form) {
     EXPECT_GT(stats[form].prompt_bf16_products, 0);
