@@ -134,6 +134,15 @@ ABSL_FLAG(int32_t, bf16_route_widener_warps, 0,
           "With --prompt_bf16_experts: the warps widening the MXFP4 codes in each CTA of the "
           "experts' bf16 route, 4 or 8 (0: the kernel's default); the same bits "
           "(DeviceDecoderOptions::bf16_route_widener_warps).");
+ABSL_FLAG(bool, bf16_ws_m256, false,
+          "With --numerics=fast: the bf16 products' warp-specialized prefill tile over 256 rows a "
+          "CTA; the same bits (DeviceDecoderOptions::bf16_ws_m256).");
+ABSL_FLAG(bool, bf16_ws_persistent, false,
+          "With --numerics=fast: the bf16 products' warp-specialized prefill tile persistent; the "
+          "same bits (DeviceDecoderOptions::bf16_ws_persistent).");
+ABSL_FLAG(bool, expert_out_bf16, false,
+          "With --numerics=fast: the experts' prefill forms hand their outputs to the combine as "
+          "bf16 bits; the same bits (DeviceDecoderOptions::expert_out_bf16).");
 ABSL_FLAG(bool, dense_wgmma, false,
           "With --numerics=fast: the FP8 linears' block sums on FP8 wgmma (faster at small "
           "batches, slower at 32-64; the same precision trade as --expert_wgmma).");
@@ -237,6 +246,9 @@ int Run(int argc, char** argv) {
                     .prompt_bf16_experts = absl::GetFlag(FLAGS_prompt_bf16_experts),
                     .fused_expert_swiglu_fp8 = absl::GetFlag(FLAGS_fused_expert_swiglu_fp8),
                     .bf16_route_widener_warps = absl::GetFlag(FLAGS_bf16_route_widener_warps),
+                    .bf16_ws_m256 = absl::GetFlag(FLAGS_bf16_ws_m256),
+                    .bf16_ws_persistent = absl::GetFlag(FLAGS_bf16_ws_persistent),
+                    .expert_out_bf16 = absl::GetFlag(FLAGS_expert_out_bf16),
                     .ep_lsa_exchange = absl::GetFlag(FLAGS_ep_lsa_exchange),
                     .fault_injection = absl::GetFlag(FLAGS_fault_injection)});
   if (absl::GetFlag(FLAGS_fault_injection)) InstallStallSignal();

@@ -413,6 +413,9 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     dd_options.prompt_bf16_experts = options_.prompt_bf16_experts;
     dd_options.fused_expert_swiglu_fp8 = options_.fused_expert_swiglu_fp8;
     dd_options.bf16_route_widener_warps = options_.bf16_route_widener_warps;
+    dd_options.bf16_ws_m256 = options_.bf16_ws_m256;
+    dd_options.bf16_ws_persistent = options_.bf16_ws_persistent;
+    dd_options.expert_out_bf16 = options_.expert_out_bf16;
     // A world of one exchanges by device copies; the symmetric windows need peers.
     dd_options.ep_lsa_exchange = options_.ep_lsa_exchange && world > 1;
     if (options_.ep_lsa_exchange && world == 1) {
