@@ -1618,6 +1618,12 @@ struct DeviceDecoder::Impl {
   // the rows before *used_rows (null: all `rows`).
   absl::Status SwigluToFp8(const LayerDev& L, int64_t rows, float limit, const int64_t* used_rows);
   dense::Fp8GemmMath TileFormMath() const;
+  // The prefill forms' w2 output into yg: bf16 bits (bf16_out,
+  // expert_out_bf16), else fp32 rounded to bf16 or not as the activations.
+  dense::Fp8GemmOutput ExpertsOutput(bool bf16_out) const {
+    if (bf16_out) return dense::Fp8GemmOutput::kBf16;
+    return bf16() ? dense::Fp8GemmOutput::kF32RoundedBf16 : dense::Fp8GemmOutput::kF32;
+  }
   // prompt_bf16_experts: whether layer L's experts take the bf16 route for
   // this step's prompt rows (a step with prompt rows, no exchange, dims
   // multiples of 128, room for role-major groups).

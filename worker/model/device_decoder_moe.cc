@@ -225,9 +225,7 @@ absl::Status DeviceDecoder::Impl::TileFormExperts(const LayerDev& L, int64_t row
                               .m = rows,
                               .n = d,
                               .k = inter,
-                              .output = bf16_out ? dense::Fp8GemmOutput::kBf16
-                                        : bf16() ? dense::Fp8GemmOutput::kF32RoundedBf16
-                                                 : dense::Fp8GemmOutput::kF32,
+                              .output = ExpertsOutput(bf16_out),
                               .groups = L.experts,
                               .group_offsets = group_offsets,
                               .math = TileFormMath(),
@@ -285,10 +283,7 @@ absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t ro
   RETURN_IF_ERROR(product(L.w3c, L.w3q, upg, inter, d, dense::Fp8GemmOutput::kF32));
   RETURN_IF_ERROR(SwigluToFp8(L, rows, limit, used_rows));
   RETURN_IF_ERROR(widen(fh, fh_scales, inter));
-  RETURN_IF_ERROR(product(L.w2c, L.w2q, yg, d, inter,
-                          bf16_out ? dense::Fp8GemmOutput::kBf16
-                          : bf16() ? dense::Fp8GemmOutput::kF32RoundedBf16
-                                   : dense::Fp8GemmOutput::kF32));
+  RETURN_IF_ERROR(product(L.w2c, L.w2q, yg, d, inter, ExpertsOutput(bf16_out)));
   ++prompt_bf16_expert_layers;
   return absl::OkStatus();
 }
