@@ -43,6 +43,7 @@ budget_step moe_permute_test 60 "${bundle}/bin/kernels_cuda_moe_moe_permute_test
   --gtest_filter='*Combine*:*Refuses*' || status=1
 chunks() {  # chunks SUFFIX: the option sets, the likeliest defaults first
   budget_step "chunk_defaults${1}" 90 "${decode}" "${slice[@]}"
+  budget_step "chunk_register_a${1}" 90 "${decode}" "${slice[@]}" --bf16_route_register_a=true
   budget_step "chunk_m256${1}" 90 "${decode}" "${slice[@]}" --bf16_ws_m256=true
   budget_step "chunk_persistent${1}" 90 "${decode}" "${slice[@]}" --bf16_ws_persistent=true
   budget_step "chunk_out_bf16${1}" 90 "${decode}" "${slice[@]}" --expert_out_bf16=true
@@ -50,7 +51,7 @@ chunks() {  # chunks SUFFIX: the option sets, the likeliest defaults first
   if [[ -z "${1}" ]]; then
     budget_step device_decoder_fast_test 200 \
       "${bundle}/bin/worker_model_device_decoder_fast_test" \
-      --gtest_filter='*MixedEager*:*MixedGraph*:*FusedExpertSwiglu*:*WsForms*:*TileFormBeside*:*ExpertOutBf16*' \
+      --gtest_filter='*MixedEager*:*MixedGraph*:*FusedExpertSwiglu*:*WsForms*:*RouteForms*:*TileFormBeside*:*ExpertOutBf16*' \
       || status=1
   fi
   budget_step "chunk_fused${1}" 90 "${decode}" "${slice[@]}" --fused_expert_swiglu_fp8=true

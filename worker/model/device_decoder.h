@@ -655,6 +655,11 @@ struct DeviceDecoderOptions {
   // prompt_bf16_experts: the warps widening the MXFP4 codes in each CTA of
   // Mxfp4Bf16GroupedGemm (4 or 8; 0 the kernel's default, 4). The same bits.
   int bf16_route_widener_warps = 0;
+  // prompt_bf16_experts: the route's second form
+  // (Mxfp4Bf16GroupedGemmParams::register_a): no widener warps; the
+  // consumers widen their own wgmma A fragments in registers. The same bits;
+  // off until measured on a GPU (thirty-sixth session).
+  bool bf16_route_register_a = false;
   // The bf16 products' warp-specialized prefill tile (above 256 rows: the
   // prompt's linears, the bf16 weights' products) over 256 X rows a CTA
   // (dense::Bf16GemmParams::ws_m256: wgmma m64n256k16) instead of 128. The

@@ -1272,6 +1272,27 @@ TEST(DeviceDecoderFastTest, SmallBf16ExpertOutBf16GivesTheSameBits) {
   }
 }
 
+// The experts' bf16 route in its three forms (four widener warps, eight,
+// the consumers widening their own register fragments): the prompt's
+// 400-row chunk and the decode steps after it give the same bits.
+TEST(DeviceDecoderFastTest, SmallBf16RouteFormsGiveTheSameBits) {
+  const SmallLongChunkCase c = SmallLongChunk(79);
+  ASSERT_NE(c.cpu, nullptr);
+  std::vector<std::vector<float>> calls[3];
+  DeviceDecoderStats stats[3];
+  for (int form = 0; form < 3; ++form) {  // 4 wideners, 8 wideners, register A
+    DeviceDecoderOptions options = FastChunkOptions(kLongChunk);
+    options.prompt_bf16_experts = true;
+    options.bf16_route_widener_warps = form == 1 ? 8 : 4;
+    options.bf16_route_register_a = form == 2;
+    calls[form] = c.Run(options, &stats[form], /*mark_prompt=*/true);
+    EXPECT_GT(stats[form].prompt_bf16_expert_layers, 0) << "form " << form;
+  }
+  for (int form = 1; form < 3; ++form) {
+    EXPECT_EQ(DifferingCalls(calls[0], calls[form]), 0) << "form " << form;
+  }
+}
+
 // bf16_ws_m256 and bf16_ws_persistent, alone and together: the prompt's
 // 400-row chunk (its linears on the bf16 warp-specialized tile: with 256 X
 // rows a CTA a whole tile and a partial one) and decode steps after it give

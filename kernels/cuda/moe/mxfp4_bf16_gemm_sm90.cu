@@ -6,6 +6,7 @@
 #include "kernels/cuda/launch_status.h"
 #include "kernels/cuda/moe/mxfp4_bf16_gemm_sm90.cuh"
 #include "kernels/cuda/moe/mxfp4_bf16_gemm_sm90.h"
+#include "kernels/cuda/moe/mxfp4_bf16_rs_sm90.cuh"
 #include "kernels/cuda/moe/mxfp4_grouped_gemm_params.h"
 #include "kernels/cuda/tma.cuh"
 
@@ -49,14 +50,20 @@ absl::Status Mxfp4Bf16GroupedGemm(const Mxfp4Bf16GroupedGemmParams& p, cudaStrea
   a.round_f32 = p.output == dense::Fp8GemmOutput::kF32RoundedBf16;
   const dim3 grid(static_cast<unsigned>((p.n + mb::kBn - 1) / mb::kBn),
                   static_cast<unsigned>((p.rows + mb::kBm - 1) / mb::kBm + p.num_experts));
-  const int smem = mb::kSharedBytes + dense::fp8_gemm::kWgmmaSmemSlack;
-  const auto launch = [&](auto kernel, int widener_warps) -> absl::Status {
+  const auto launch = [&](auto kernel, int threads, int smem) -> absl::Status {
     if (absl::Status s = AllowSharedBytes(kernel, smem, kWhat); !s.ok()) return s;
-    kernel<<<grid, mb::ThreadsWith(widener_warps), smem, stream>>>(a);
+    kernel<<<grid, threads, smem, stream>>>(a);
     return LaunchStatus(kWhat);
   };
-  if (Mxfp4Bf16WidenerWarps(p) == 8) return launch(mb::Mxfp4Bf16GroupedKernel<8>, 8);
-  return launch(mb::Mxfp4Bf16GroupedKernel<4>, 4);
+  constexpr int kSlack = dense::fp8_gemm::kWgmmaSmemSlack;
+  if (p.register_a) {
+    return launch(mb::Mxfp4Bf16GroupedRsKernel, mb::kRsThreads, mb::kRsSharedBytes + kSlack);
+  }
+  const int smem = mb::kSharedBytes + kSlack;
+  if (Mxfp4Bf16WidenerWarps(p) == 8) {
+    return launch(mb::Mxfp4Bf16GroupedKernel<8>, mb::ThreadsWith(8), smem);
+  }
+  return launch(mb::Mxfp4Bf16GroupedKernel<4>, mb::ThreadsWith(4), smem);
 }
 
 }  // namespace weir::kernels::cuda

@@ -147,6 +147,64 @@ __device__ __forceinline__ uint32_t LoadRaw32(uint32_t addr) {
   return v;
 }
 
+// The CTA's place in the compact grid: blockIdx.y numbers the row tiles of
+// groups 0, 1, ... in order (ceil(rows / 128) + groups items cover them);
+// past the last, group -1: nothing to do (uniform over the CTA, so the
+// caller returns before any barrier).
+struct GroupTile {
+  int group = -1;
+  int64_t begin = 0, end = 0;  // the group's rows (clamped offsets)
+  int64_t tile = 0;            // the CTA's row tile within the group
+};
+
+__device__ __forceinline__ GroupTile GroupTileOf(const Args& a) {
+  int64_t tile = blockIdx.y;
+  for (int g = 0; g < a.groups; ++g) {
+    const int64_t b = min(max(a.offsets[g], int64_t{0}), a.rows);
+    const int64_t e = min(max(a.offsets[g + 1], int64_t{0}), a.rows);
+    const int64_t tiles = (max(e - b, int64_t{0}) + kBm - 1) / kBm;
+    if (tile < tiles) return GroupTile{g, b, e, tile};
+    tile -= tiles;
+  }
+  return GroupTile{};
+}
+
+// True when expert weight pointers cannot be read by the kernels (null or
+// misaligned): the expert's rows are NaN (Mxfp4GroupedGemm's rule).
+__device__ __forceinline__ bool UnreadableWeight(const uint8_t* w, const uint8_t* ws) {
+  return w == nullptr || ws == nullptr || reinterpret_cast<uintptr_t>(w) % 16 != 0 ||
+         reinterpret_cast<uintptr_t>(ws) % 4 != 0;
+}
+
+// The consumers' epilogue: consumer warp `cw` (0 - 7) holds W rows 16 cw ..
+// 16 cw + 15 of the tile (output columns n0 + those) for all 128 X rows m0 ..;
+// writes the rows of the asked role as `a.y`'s form wants.
+__device__ __forceinline__ void StoreOutputs(const Args& a, float (&d)[64], int cw, int lane,
+                                             int64_t begin, int64_t m0, int64_t m, int64_t n0) {
+  using dense::fp8_gemm::ForEachOutput;
+  using dense::fp8_gemm::PinRegister;
+  float acc[1][16][4];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      PinRegister(d[4 * i + r]);
+      acc[0][i][r] = d[4 * i + r];
+    }
+  }
+  const int32_t* role = a.row_role != nullptr ? a.row_role + begin : nullptr;
+  const uint32_t rows = dense::bf16_gemm::RowsOfRole<16>(role, a.role, m0, m, lane);
+  ForEachOutput(acc, lane, n0 + cw * 16, m0, a.n, m, [&](int64_t gm, int64_t gn, float v) {
+    if (!dense::bf16_gemm::RowHasRole(rows, gm - m0)) return;
+    const int64_t at = (begin + gm) * a.n + gn;
+    if (a.bf16_out) {
+      static_cast<__nv_bfloat16*>(a.y)[at] = __float2bfloat16_rn(v);
+    } else {
+      static_cast<float*>(a.y)[at] = a.round_f32 ? RoundToBf16(v) : v;
+    }
+  });
+}
+
 template <int kWidenerWarps>
 __global__ void __launch_bounds__(ThreadsWith(kWidenerWarps), 1)
     Mxfp4Bf16GroupedKernel(const __grid_constant__ Args a) {
@@ -158,8 +216,6 @@ __global__ void __launch_bounds__(ThreadsWith(kWidenerWarps), 1)
   using dense::fp8_gemm::AlignSharedTo1024;
   using dense::fp8_gemm::DescriptorOf;
   using dense::fp8_gemm::FenceSharedForAsyncProxy;
-  using dense::fp8_gemm::ForEachOutput;
-  using dense::fp8_gemm::PinRegister;
   using dense::fp8_gemm::ScaleOf;
   using dense::fp8_gemm::StoreShared128;
   using dense::fp8_gemm::SwizzledKMajorDescriptorLo;
@@ -167,27 +223,12 @@ __global__ void __launch_bounds__(ThreadsWith(kWidenerWarps), 1)
   using dense::fp8_gemm::WgmmaFence;
   using dense::fp8_gemm::WgmmaWait;
 
-  // The compact grid: blockIdx.y numbers the row tiles of groups 0, 1, ...
-  // in order (ceil(rows / 128) + groups items cover them); past the last,
-  // nothing to do (uniform over the CTA, before any barrier).
-  int64_t tile = blockIdx.y;
-  int group = -1;
-  int64_t begin = 0, end = 0;
-  for (int g = 0; g < a.groups; ++g) {
-    const int64_t b = min(max(a.offsets[g], int64_t{0}), a.rows);
-    const int64_t e = min(max(a.offsets[g + 1], int64_t{0}), a.rows);
-    const int64_t tiles = (max(e - b, int64_t{0}) + kBm - 1) / kBm;
-    if (tile < tiles) {
-      group = g;
-      begin = b;
-      end = e;
-      break;
-    }
-    tile -= tiles;
-  }
-  if (group < 0) return;
-  const int64_t m = end - begin;  // the group's rows; this CTA's are m0 .. m0 + 127 of them
-  const int64_t m0 = tile * kBm;
+  const GroupTile gt = GroupTileOf(a);
+  if (gt.group < 0) return;
+  const int group = gt.group;
+  const int64_t begin = gt.begin;
+  const int64_t m = gt.end - begin;  // the group's rows; this CTA's are m0 .. m0 + 127 of them
+  const int64_t m0 = gt.tile * kBm;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBn;
   const int stages = static_cast<int>(a.k / kMxfp4Bf16StageK);
 
@@ -213,8 +254,7 @@ __global__ void __launch_bounds__(ThreadsWith(kWidenerWarps), 1)
     const uint8_t* const w = a.w[group];
     const uint8_t* const ws = a.w_scales[group];
     // A weight the kernel cannot read gives NaN rows (Mxfp4GroupedGemm's rule).
-    const bool bad = w == nullptr || ws == nullptr || reinterpret_cast<uintptr_t>(w) % 16 != 0 ||
-                     reinterpret_cast<uintptr_t>(ws) % 4 != 0;
+    const bool bad = UnreadableWeight(w, ws);
     const int64_t code_row = a.k / 2, scale_row = a.k / 32;
     // The widening's prmt tables, from the kernel's parameters: the
     // assembler cannot fold them into immediates, which it would rebuild in
@@ -324,27 +364,7 @@ __global__ void __launch_bounds__(ThreadsWith(kWidenerWarps), 1)
     if (i > 0) MbarrierArrive(empty0 + 8 * ((i - 1) % kStages));
   }
   WgmmaWait(0);
-  float acc[1][16][4];
-#pragma unroll
-  for (int i = 0; i < 16; ++i) {
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      PinRegister(d[4 * i + r]);
-      acc[0][i][r] = d[4 * i + r];
-    }
-  }
-  const int32_t* role = a.row_role != nullptr ? a.row_role + begin : nullptr;
-  const uint32_t rows = dense::bf16_gemm::RowsOfRole<16>(role, a.role, m0, m, lane);
-  ForEachOutput(acc, lane, n0 + (warp - kWidenerWarps) * 16, m0, a.n, m,
-                [&](int64_t gm, int64_t gn, float v) {
-                  if (!dense::bf16_gemm::RowHasRole(rows, gm - m0)) return;
-                  const int64_t at = (begin + gm) * a.n + gn;
-                  if (a.bf16_out) {
-                    static_cast<__nv_bfloat16*>(a.y)[at] = __float2bfloat16_rn(v);
-                  } else {
-                    static_cast<float*>(a.y)[at] = a.round_f32 ? RoundToBf16(v) : v;
-                  }
-                });
+  StoreOutputs(a, d, warp - kWidenerWarps, lane, begin, m0, m, n0);
 }
 
 }  // namespace weir::kernels::cuda::moe::mxfp4_bf16

@@ -138,7 +138,8 @@ std::vector<float> BySeparateBf16Gemms(const Problem& p, dense::Fp8GemmOutput ou
 
 std::vector<float> RunGrouped(const Problem& p, const DeviceProblem& d, dense::Fp8GemmOutput output,
                               const int32_t* roles = nullptr, int role = 0,
-                              const std::vector<float>* initial = nullptr, int widener_warps = 0) {
+                              const std::vector<float>* initial = nullptr, int widener_warps = 0,
+                              bool register_a = false) {
   DeviceBuffer<float> y(p.rows * p.n);
   if (initial != nullptr) {
     y.Upload(*initial);
@@ -150,6 +151,7 @@ std::vector<float> RunGrouped(const Problem& p, const DeviceProblem& d, dense::F
   params.row_role = roles;
   params.role = role;
   params.widener_warps = widener_warps;
+  params.register_a = register_a;
   const absl::Status st = Mxfp4Bf16GroupedGemm(params, nullptr);
   EXPECT_TRUE(st.ok()) << st;
   EXPECT_TRUE(Synced());
@@ -183,9 +185,11 @@ TEST(Mxfp4Bf16GroupedGemmTest, EveryRowHasTheBf16GemmBitsOfItsExpert) {
           dense::Fp8GemmOutput::kBf16}) {
       SCOPED_TRACE(::testing::Message() << "output " << static_cast<int>(output));
       const std::vector<float> want = BySeparateBf16Gemms(p, output);
-      // Four or eight warps widening: the same bits.
-      for (int widener_warps : {4, 8}) {
-        const std::vector<float> got = RunGrouped(p, d, output, nullptr, 0, nullptr, widener_warps);
+      // Four or eight warps widening, or the consumers widening their own
+      // register fragments (widener warps 0): the same bits.
+      for (int widener_warps : {4, 8, 0}) {
+        const std::vector<float> got = RunGrouped(p, d, output, nullptr, 0, nullptr, widener_warps,
+                                                  /*register_a=*/widener_warps == 0);
         ASSERT_EQ(got.size(), want.size());
         // Both poisoned alike, so the rows past the experts compare too.
         int64_t first = -1;
@@ -193,7 +197,7 @@ TEST(Mxfp4Bf16GroupedGemmTest, EveryRowHasTheBf16GemmBitsOfItsExpert) {
           if (std::memcmp(&got[i], &want[i], 4) != 0) first = i;
         }
         EXPECT_EQ(first, -1) << "the first differing 4 bytes, " << widener_warps
-                             << " widener warps";
+                             << " widener warps (0: register A fragments)";
       }
     }
   }
@@ -238,6 +242,11 @@ TEST(Mxfp4Bf16GroupedGemmTest, RowRoleWritesOnlyItsRows) {
     SCOPED_TRACE(::testing::Message() << "output " << static_cast<int>(output));
     const std::vector<float> all = RunGrouped(p, d, output);
     const std::vector<float> got = RunGrouped(p, d, output, droles.get(), 1, &initial);
+    // The register-fragment form writes the same rows with the same bits.
+    const std::vector<float> got_rs =
+        RunGrouped(p, d, output, droles.get(), 1, &initial, 0, /*register_a=*/true);
+    ASSERT_EQ(got_rs.size(), got.size());
+    EXPECT_EQ(std::memcmp(got_rs.data(), got.data(), got.size() * sizeof(float)), 0);
     // An element's bytes: 4 (fp32) or 2 (bf16, packed from the start of y).
     const int bytes = output == dense::Fp8GemmOutput::kBf16 ? 2 : 4;
     const auto* all_bytes = reinterpret_cast<const uint8_t*>(all.data());
@@ -267,6 +276,14 @@ TEST(Mxfp4Bf16GroupedGemmTest, UnreadableWeightGivesNanRowsOnly) {
     nan_scale.scales[2][5 * (p.k / 32) + 3] = 0xFF;  // expert 2, W row 5, K block 3
     const DeviceProblem dn(nan_scale);
     const std::vector<float> got = RunGrouped(nan_scale, dn, dense::Fp8GemmOutput::kF32);
+    const std::vector<float> got_rs = RunGrouped(nan_scale, dn, dense::Fp8GemmOutput::kF32, nullptr,
+                                                 0, nullptr, 0, /*register_a=*/true);
+    ASSERT_EQ(got_rs.size(), got.size());
+    for (int64_t i = 0; i < static_cast<int64_t>(got.size()); ++i) {  // NaN payloads aside
+      ASSERT_TRUE(std::memcmp(&got_rs[i], &got[i], 4) == 0 ||
+                  (std::isnan(got_rs[i]) && std::isnan(got[i])))
+          << "element " << i;
+    }
     for (int64_t r = 0; r < p.rows; ++r) {
       for (int64_t j = 0; j < p.n; ++j) {
         if (r >= p.offsets[2] && j == 5) {
@@ -296,6 +313,15 @@ TEST(Mxfp4Bf16GroupedGemmTest, UnreadableWeightGivesNanRowsOnly) {
       RunGrouped(p, d, dense::Fp8GemmOutput::kF32, nullptr, 0, nullptr, /*widener_warps=*/8);
   ASSERT_EQ(after8.size(), after.size());
   EXPECT_EQ(std::memcmp(after8.data(), after.data(), after.size() * sizeof(float)), 0);
+  // The register-fragment form: NaN in the same places, the same words elsewhere.
+  const std::vector<float> after_rs =
+      RunGrouped(p, d, dense::Fp8GemmOutput::kF32, nullptr, 0, nullptr, 0, /*register_a=*/true);
+  ASSERT_EQ(after_rs.size(), after.size());
+  for (int64_t i = 0; i < static_cast<int64_t>(after.size()); ++i) {
+    ASSERT_TRUE(std::memcmp(&after_rs[i], &after[i], 4) == 0 ||
+                (std::isnan(after_rs[i]) && std::isnan(after[i])))
+        << "element " << i;
+  }
 }
 
 // The checks run before anything is enqueued; rows == 0 enqueues nothing.

@@ -466,6 +466,11 @@ struct Mxfp4Bf16GroupedGemmParams {
   // or 8 (0: kMxfp4Bf16DefaultWidenerWarps). A matter of time only: the same
   // bits either way.
   int widener_warps = 0;
+  // The second form (mxfp4_bf16_rs_sm90.cuh): no widener warps and no widened
+  // W tile; each consumer thread widens its own wgmma A fragments from the
+  // codes in registers and issues wgmma with A from registers. A matter of
+  // time only: the same bits (widener_warps is then ignored).
+  bool register_a = false;
 };
 
 // The widener warps Mxfp4Bf16GroupedGemm takes for widener_warps 0: four

@@ -1,0 +1,227 @@
+// kernels/cuda/moe/mxfp4_bf16_rs_sm90.cuh — Mxfp4Bf16GroupedGemm's second
+// form (Mxfp4Bf16GroupedGemmParams::register_a): the consumers widen their
+// own W fragments in registers and issue wgmma with A from registers, so no
+// widened W tile is written to or read from shared memory. Device code only;
+// included by mxfp4_bf16_gemm_sm90.cu after mxfp4_bf16_gemm_sm90.cuh.
+//
+//  * warps 0 - 7 (two consumer warpgroups; warpgroup c holds W rows 64 c ..
+//    64 c + 63 of the CTA's 128, the 128 X rows in all): per stage of 64 of K
+//    a thread reads its two W rows' 32 code bytes each (lane / 4 and + 8 of
+//    its warp's 16, every lane of a quad the same bytes: a broadcast) and
+//    their two scale bytes from the ring slot, gathers byte lane % 4 of each
+//    code word (prmt), widens them to bf16 (E2m1x4ToBf16x2 and one bf16x2
+//    multiply a pair, as the widener warps do; through fp32 for the rare
+//    scales) into the wgmma A fragments of the stage's four K steps, and
+//    issues the four `wgmma m64n128k16` (A registers, X by descriptor) of the
+//    stage. The fragments are double-buffered: stage i + 1's are widened while
+//    stage i's wgmma run, and written only after the group that read them
+//    has retired (wait_group 1).
+//  * warp 8 (the producer): per stage, once the slot is free, lane 0 brings
+//    the X box by TMA (128 rows x 128 bytes, 128-byte swizzle) and the 32
+//    lanes copy the W tile's codes (128 rows x 32 bytes) and each row's scale
+//    word (cp.async, kRsDepth - 1 stages ahead), then arrive on the slot's
+//    `full` once their copies have landed.
+// The wgmma sum the same bf16 values in the same order as the widening tile
+// (mxfp4_bf16_gemm_sm90.cuh) and dense::Bf16Gemm's kN128M128Ws: only where A
+// comes from differs, so a row's bits are theirs.
+#ifndef WEIR_KERNELS_CUDA_MOE_MXFP4_BF16_RS_SM90_CUH_
+#define WEIR_KERNELS_CUDA_MOE_MXFP4_BF16_RS_SM90_CUH_
+
+#include "kernels/cuda/moe/mxfp4_bf16_gemm_sm90.cuh"
+
+namespace weir::kernels::cuda::moe::mxfp4_bf16 {
+
+inline constexpr int kRsStages = 8;     // ring slots
+inline constexpr int kRsDepth = 4;      // the producer's stages in flight: kRsDepth - 1 ahead
+inline constexpr int kRsCodes = kTile;  // a slot's codes, after X
+inline constexpr int kRsScales = kRsCodes + kBn * 32;  // then a word a row
+inline constexpr int kRsSlot = (kRsScales + kBn * 4 + 1023) / 1024 * 1024;
+inline constexpr int kRsSharedBytes = kRsStages * kRsSlot;
+inline constexpr int kRsThreads = kConsumers + 32;
+static_assert(kRsSharedBytes + dense::fp8_gemm::kWgmmaSmemSlack <= 227 * 1024,
+              "an SM's shared memory");
+static_assert(kRsDepth < kRsStages, "the producer waits for slots the consumers free");
+
+// This thread's byte `c` (0 - 3) of words w[0] .. w[3] -> one word, byte j from w[j].
+__device__ __forceinline__ uint32_t GatherByte(const uint32_t* w, uint32_t pair_selector) {
+  const uint32_t lo = PrmtB32(w[0], w[1], pair_selector);
+  const uint32_t hi = PrmtB32(w[2], w[3], pair_selector);
+  return PrmtB32(lo, hi, 0x5410u);
+}
+
+// Eight codes of one W row (nibble i element i of the word's order below)
+// under one E8M0 scale byte -> four bf16x2 registers, as the widener warps
+// widen them (Mxfp4ToBf16EightBf16Mul, or Mxfp4ToBf16Eight through fp32 for
+// scales 0, 1 and 0xFF and for an unreadable weight, NaN).
+// `j` names the scale's byte in `scale_word`.
+__device__ __forceinline__ void WidenEight(uint32_t v, uint32_t scale_word, int j, bool bad,
+                                           const E2m1Bf16Tables& tables, uint32_t (&o)[4]) {
+  const uint32_t scale = (scale_word >> (8 * j)) & 0xFFu;
+  if (!bad && Mxfp4ScaleMultipliesInBf16(scale)) {
+    Mxfp4ToBf16EightBf16Mul(v, (scale << 7) * 0x00010001u, tables, o);
+  } else {
+    float s = dense::fp8_gemm::ScaleOf(scale_word, j);
+    if (bad) s = __uint_as_float(0x7FC00000u);
+    Mxfp4ToBf16Eight(v, s, o);
+  }
+}
+
+__global__ void __launch_bounds__(kRsThreads, 1)
+    Mxfp4Bf16GroupedRsKernel(const __grid_constant__ Args a) {
+  GridDependencyPrologue();
+  using dense::fp8_gemm::AlignSharedTo1024;
+  using dense::fp8_gemm::DescriptorOf;
+  using dense::fp8_gemm::PinRegister;
+  using dense::fp8_gemm::SwizzledKMajorDescriptorLo;
+  using dense::fp8_gemm::WgmmaCommit;
+  using dense::fp8_gemm::WgmmaFence;
+  using dense::fp8_gemm::WgmmaWait;
+
+  const GroupTile gt = GroupTileOf(a);
+  if (gt.group < 0) return;
+  const int64_t begin = gt.begin;
+  const int64_t m = gt.end - begin;  // the group's rows; this CTA's are m0 .. m0 + 127 of them
+  const int64_t m0 = gt.tile * kBm;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBn;
+  const int stages = static_cast<int>(a.k / kMxfp4Bf16StageK);
+  const uint8_t* const w = a.w[gt.group];
+  const uint8_t* const ws = a.w_scales[gt.group];
+  const bool bad = UnreadableWeight(w, ws);
+
+  __shared__ __align__(8) uint64_t bars[2 * kRsStages];
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  const uint32_t base = SharedAddress(AlignSharedTo1024(smem_raw));
+  const uint32_t full0 = SharedAddress(&bars[0]);
+  const uint32_t empty0 = full0 + 8 * kRsStages;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  if (tid == 0) {
+    for (int s = 0; s < kRsStages; ++s) {
+      MbarrierInit(full0 + 8 * s, 1 + 32);  // lane 0's expect_tx + the producer's lanes
+      MbarrierInit(empty0 + 8 * s, kConsumers);
+    }
+    FenceMbarrierInit();
+  }
+  __syncthreads();
+
+  if (warp == kConsumers / 32) {  // ---- the producer ----
+    const int64_t code_row = a.k / 2, scale_row = a.k / 32;
+    const auto issue = [&](int i) {
+      const int slot = i % kRsStages;
+      if (i >= kRsStages) MbarrierWait(empty0 + 8 * slot, ((i / kRsStages) - 1) & 1);
+      const uint32_t at = base + slot * kRsSlot;
+      if (lane == 0) {
+        MbarrierArriveExpectTx(full0 + 8 * slot, kTile);
+        TmaLoadRows(at, &a.x_map, full0 + 8 * slot, i * kMxfp4Bf16StageK * 2,
+                    static_cast<int>(begin + m0), 0);
+      }
+#pragma unroll
+      for (int j = 0; j < kBn * 2 / 32; ++j) {  // 16-byte halves of the rows' codes
+        const int u = lane + 32 * j, row = u >> 1, h = u & 1;
+        const int64_t gn = n0 + row;
+        const bool ok = !bad && gn < a.n;
+        const void* src = ok ? static_cast<const void*>(w + gn * code_row + i * 32 + h * 16)
+                             : static_cast<const void*>(a.x);
+        CpAsync16(at + kRsCodes + row * 32 + h * 16, src, ok);
+      }
+#pragma unroll
+      for (int j = 0; j < kBn / 32; ++j) {  // each row's scale word of this stage
+        const int row = lane + 32 * j;
+        const int64_t gn = n0 + row;
+        const bool ok = !bad && gn < a.n;
+        const void* src = ok ? static_cast<const void*>(ws + gn * scale_row + ((2 * i) & ~3))
+                             : static_cast<const void*>(a.x);
+        dense::fp8_gemm::CpAsync4(at + kRsScales + row * 4, src, ok);
+      }
+      CpAsyncCommit();
+    };
+    // One group committed an iteration (empty past the last stage), so
+    // wait_group kRsDepth - 1 means "stage i - (kRsDepth - 1) has landed".
+    for (int i = 0; i < stages + kRsDepth - 1; ++i) {
+      if (i < stages) {
+        issue(i);
+      } else {
+        CpAsyncCommit();
+      }
+      if (i >= kRsDepth - 1) {
+        CpAsyncWait<kRsDepth - 1>();
+        MbarrierArrive(full0 + 8 * ((i - (kRsDepth - 1)) % kRsStages));
+      }
+    }
+    return;
+  }
+
+  // ---- the consumers ----
+  const E2m1Bf16Tables tables = a.tables;
+  const int c = lane & 3;
+  const uint32_t pair_selector = static_cast<uint32_t>(c | (4 + c) << 4 | c << 8 | (4 + c) << 12);
+  const int row0 = warp * 16 + (lane >> 2);  // and row0 + 8: this thread's W rows of the tile
+  // Stage i's fragments: f[4 s + r] is register r of K step s (r: row0 lo,
+  // row0 + 8 lo, row0 hi, row0 + 8 hi; lo K 2c .. 2c + 1, hi K 2c + 8 ..).
+  const auto widen = [&](int i, uint32_t(&f)[16]) {
+    const uint32_t at = base + (i % kRsStages) * kRsSlot;
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {  // row0, row0 + 8
+      const int row = row0 + 8 * q;
+      uint32_t words[8];
+      LoadRaw128(at + kRsCodes + row * 32, *reinterpret_cast<uint32_t(*)[4]>(&words[0]));
+      LoadRaw128(at + kRsCodes + row * 32 + 16, *reinterpret_cast<uint32_t(*)[4]>(&words[4]));
+      const uint32_t scale_word = LoadRaw32(at + kRsScales + row * 4);
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {  // K blocks of 32: steps 2b, 2b + 1
+        // Byte j of v: byte c of word 4b + j, i.e. K 32 b + 8 j + 2c, + 1.
+        const uint32_t v = GatherByte(&words[4 * b], pair_selector);
+        uint32_t o[4];  // lo, hi of step 2b, then of step 2b + 1
+        WidenEight(v, scale_word, (2 * i + b) & 3, bad, tables, o);
+        f[4 * (2 * b) + q] = o[0];
+        f[4 * (2 * b) + 2 + q] = o[1];
+        f[4 * (2 * b + 1) + q] = o[2];
+        f[4 * (2 * b + 1) + 2 + q] = o[3];
+      }
+    }
+  };
+  // Keeps a fragment's registers holding its values up to here (the wgmma
+  // that read them has retired), so the compiler reuses none of them earlier.
+  const auto hold = [](uint32_t(&f)[16]) {
+#pragma unroll
+    for (int j = 0; j < 16; ++j) asm volatile("" : "+r"(f[j])::"memory");
+  };
+  float d[64];
+#pragma unroll
+  for (int r = 0; r < 64; ++r) d[r] = 0.0f;
+  uint32_t f0[16] = {}, f1[16] = {};
+  MbarrierWait(full0, 0);
+  widen(0, f0);
+  // Stage i from `cur` (widened), then stage i + 1 into `next`.
+  const auto step = [&](int i, uint32_t(&cur)[16], uint32_t(&next)[16]) {
+    const int slot = i % kRsStages;
+    const uint32_t x_lo = SwizzledKMajorDescriptorLo(base + slot * kRsSlot);
+    WgmmaFence();
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      const uint32_t(&frag)[4] = *reinterpret_cast<const uint32_t(*)[4]>(&cur[4 * s]);
+      dense::bf16_gemm::WgmmaBf16N128Rs(frag, DescriptorOf(x_lo + ((32 * s) >> 4)), d);
+    }
+    WgmmaCommit();
+    WgmmaWait(1);  // stage i - 1's group has retired: its slot and `next` are free
+    hold(next);
+    if (i > 0) MbarrierArrive(empty0 + 8 * ((i - 1) % kRsStages));
+    if (i + 1 < stages) {
+      MbarrierWait(full0 + 8 * ((i + 1) % kRsStages), ((i + 1) / kRsStages) & 1);
+      widen(i + 1, next);
+    }
+  };
+  for (int i = 0; i < stages; i += 2) {  // stages is even (k % 128 == 0)
+    step(i, f0, f1);
+    step(i + 1, f1, f0);
+  }
+  WgmmaWait(0);
+  hold(f0);
+  hold(f1);
+  StoreOutputs(a, d, warp, lane, begin, m0, m, n0);
+}
+
+}  // namespace weir::kernels::cuda::moe::mxfp4_bf16
+
+#endif  // WEIR_KERNELS_CUDA_MOE_MXFP4_BF16_RS_SM90_CUH_
