@@ -245,6 +245,9 @@ ABSL_FLAG(bool, bf16_route_register_a, false,
           "--prompt_bf16_experts: the experts' bf16 route with the consumers widening their own "
           "wgmma A fragments in registers, no widener warps "
           "(DeviceDecoderOptions::bf16_route_register_a; same bits).");
+ABSL_FLAG(int32_t, bf16_route_x_rows, 0,
+          "--bf16_route_register_a: X rows a CTA of the experts' bf16 route, 128 (0) or 80 "
+          "(DeviceDecoderOptions::bf16_route_x_rows; same bits).");
 ABSL_FLAG(bool, bf16_ws_m256, false,
           "The bf16 products' warp-specialized prefill tile over 256 X rows a CTA "
           "(DeviceDecoderOptions::bf16_ws_m256; same bits).");
@@ -520,6 +523,7 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .fused_expert_swiglu_fp8 = absl::GetFlag(FLAGS_fused_expert_swiglu_fp8),
           .bf16_route_widener_warps = absl::GetFlag(FLAGS_bf16_route_widener_warps),
           .bf16_route_register_a = absl::GetFlag(FLAGS_bf16_route_register_a),
+          .bf16_route_x_rows = absl::GetFlag(FLAGS_bf16_route_x_rows),
           .bf16_ws_m256 = absl::GetFlag(FLAGS_bf16_ws_m256),
           .bf16_ws_persistent = absl::GetFlag(FLAGS_bf16_ws_persistent),
           .expert_out_bf16 = absl::GetFlag(FLAGS_expert_out_bf16)};

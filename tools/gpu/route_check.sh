@@ -44,6 +44,8 @@ budget_step moe_permute_test 60 "${bundle}/bin/kernels_cuda_moe_moe_permute_test
 chunks() {  # chunks SUFFIX: the option sets, the likeliest defaults first
   budget_step "chunk_defaults${1}" 90 "${decode}" "${slice[@]}"
   budget_step "chunk_register_a${1}" 90 "${decode}" "${slice[@]}" --bf16_route_register_a=true
+  budget_step "chunk_register_a80${1}" 90 "${decode}" "${slice[@]}" --bf16_route_register_a=true \
+    --bf16_route_x_rows=80
   budget_step "chunk_m256${1}" 90 "${decode}" "${slice[@]}" --bf16_ws_m256=true
   budget_step "chunk_persistent${1}" 90 "${decode}" "${slice[@]}" --bf16_ws_persistent=true
   budget_step "chunk_out_bf16${1}" 90 "${decode}" "${slice[@]}" --expert_out_bf16=true

@@ -660,6 +660,10 @@ struct DeviceDecoderOptions {
   // consumers widen their own wgmma A fragments in registers. The same bits;
   // off until measured on a GPU (thirty-sixth session).
   bool bf16_route_register_a = false;
+  // With bf16_route_register_a: X rows a CTA of the route, 128 (0) or 80
+  // (experts of up to 80 rows in one tile; Mxfp4Bf16GroupedGemmParams::
+  // x_rows). The same bits.
+  int bf16_route_x_rows = 0;
   // The bf16 products' warp-specialized prefill tile (above 256 rows: the
   // prompt's linears, the bf16 weights' products) over 256 X rows a CTA
   // (dense::Bf16GemmParams::ws_m256: wgmma m64n256k16) instead of 128. The

@@ -1272,23 +1272,25 @@ TEST(DeviceDecoderFastTest, SmallBf16ExpertOutBf16GivesTheSameBits) {
   }
 }
 
-// The experts' bf16 route in its three forms (four widener warps, eight,
-// the consumers widening their own register fragments): the prompt's
+// The experts' bf16 route in its forms (four widener warps, eight, the
+// consumers widening their own register fragments over 128 or 80 X rows a
+// CTA): the prompt's
 // 400-row chunk and the decode steps after it give the same bits.
 TEST(DeviceDecoderFastTest, SmallBf16RouteFormsGiveTheSameBits) {
   const SmallLongChunkCase c = SmallLongChunk(79);
   ASSERT_NE(c.cpu, nullptr);
-  std::vector<std::vector<float>> calls[3];
-  DeviceDecoderStats stats[3];
-  for (int form = 0; form < 3; ++form) {  // 4 wideners, 8 wideners, register A
+  std::vector<std::vector<float>> calls[4];
+  DeviceDecoderStats stats[4];
+  for (int form = 0; form < 4; ++form) {  // 4 wideners, 8, register A over 128 X rows, over 80
     DeviceDecoderOptions options = FastChunkOptions(kLongChunk);
     options.prompt_bf16_experts = true;
     options.bf16_route_widener_warps = form == 1 ? 8 : 4;
-    options.bf16_route_register_a = form == 2;
+    options.bf16_route_register_a = form >= 2;
+    options.bf16_route_x_rows = form == 3 ? 80 : 0;
     calls[form] = c.Run(options, &stats[form], /*mark_prompt=*/true);
     EXPECT_GT(stats[form].prompt_bf16_expert_layers, 0) << "form " << form;
   }
-  for (int form = 1; form < 3; ++form) {
+  for (int form = 1; form < 4; ++form) {
     EXPECT_EQ(DifferingCalls(calls[0], calls[form]), 0) << "form " << form;
   }
 }

@@ -266,7 +266,8 @@ absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t ro
                                      .num_experts = L.experts,
                                      .output = output,
                                      .widener_warps = options.bf16_route_widener_warps,
-                                     .register_a = options.bf16_route_register_a},
+                                     .register_a = options.bf16_route_register_a,
+                                     .x_rows = options.bf16_route_x_rows},
                                     stream);
   };
   // An FP8 operand (X's or h's codes and scales) into rx16 as bf16.

@@ -63,6 +63,11 @@ absl::StatusOr<LocalExperts> CheckDecodable(const ModelConfig& c, const LayerRol
     return absl::InvalidArgumentError(
         absl::StrCat("DeviceDecoder: bf16_route_widener_warps ", w, " (0, 4 or 8)"));
   }
+  if (const int r = options.bf16_route_x_rows;
+      r != 0 && r != 128 && !(r == 80 && options.bf16_route_register_a)) {
+    return absl::InvalidArgumentError(absl::StrCat("DeviceDecoder: bf16_route_x_rows ", r,
+                                                   " (0 or 128; 80 with bf16_route_register_a)"));
+  }
   if (options.max_rollback < 0 || options.max_rollback > 1024) {
     return absl::InvalidArgumentError(
         absl::StrCat("DeviceDecoder: max_rollback ", options.max_rollback, " (0 to 1024)"));

@@ -1,6 +1,7 @@
 // DeviceDecoder's arena planning, on the CPU (dry runs of the layout; no
 // device): the largest max_positions that fits a budget, monotone sizes, the
 // MXFP4 experts' saving, and the refusals.
+#include <array>
 #include <cstdint>
 
 #include "gtest/gtest.h"
@@ -197,6 +198,15 @@ TEST(DeviceDecoderPlanTest, RefusesBudgetsAndOptionsItCannotMeet) {
     DeviceDecoderOptions o{.max_sequences = 2};
     o.bf16_route_widener_warps = warps;
     EXPECT_TRUE(DeviceDecoder::MaxPositionsFor(*m, kBf16, o, SIZE_MAX).ok()) << warps;
+  }
+  // Its X rows a CTA: 0 or 128, 80 only in the register form.
+  for (int form = 0; form < 6; ++form) {
+    DeviceDecoderOptions o{.max_sequences = 2};
+    o.bf16_route_register_a = form % 2 == 1;
+    o.bf16_route_x_rows = std::array<int, 3>{0, 80, 64}[form / 2];
+    const bool ok =
+        o.bf16_route_x_rows == 0 || (o.bf16_route_x_rows == 80 && o.bf16_route_register_a);
+    EXPECT_EQ(DeviceDecoder::MaxPositionsFor(*m, kBf16, o, SIZE_MAX).ok(), ok) << form;
   }
   // The collapse-norms' CTAs a token: a cluster size the kernels have.
   for (int ranks : {-1, 3, 16}) {

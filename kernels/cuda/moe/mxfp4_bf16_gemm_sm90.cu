@@ -30,8 +30,9 @@ absl::Status Mxfp4Bf16GroupedGemm(const Mxfp4Bf16GroupedGemmParams& p, cudaStrea
   namespace mb = moe::mxfp4_bf16;
   mb::Args a{};
   const uint64_t row = static_cast<uint64_t>(p.k) * 2;
+  const int x_rows = p.register_a ? Mxfp4Bf16XRows(p) : mb::kBm;
   if (absl::Status s = EncodeTmaRowsMap(&a.x_map, p.x, row, static_cast<uint64_t>(p.rows), 1, row,
-                                        row * static_cast<uint64_t>(p.rows), mb::kBm);
+                                        row * static_cast<uint64_t>(p.rows), x_rows);
       !s.ok()) {
     return s;
   }
@@ -49,15 +50,20 @@ absl::Status Mxfp4Bf16GroupedGemm(const Mxfp4Bf16GroupedGemmParams& p, cudaStrea
   a.bf16_out = p.output == dense::Fp8GemmOutput::kBf16;
   a.round_f32 = p.output == dense::Fp8GemmOutput::kF32RoundedBf16;
   const dim3 grid(static_cast<unsigned>((p.n + mb::kBn - 1) / mb::kBn),
-                  static_cast<unsigned>((p.rows + mb::kBm - 1) / mb::kBm + p.num_experts));
+                  static_cast<unsigned>((p.rows + x_rows - 1) / x_rows + p.num_experts));
   const auto launch = [&](auto kernel, int threads, int smem) -> absl::Status {
     if (absl::Status s = AllowSharedBytes(kernel, smem, kWhat); !s.ok()) return s;
     kernel<<<grid, threads, smem, stream>>>(a);
     return LaunchStatus(kWhat);
   };
   constexpr int kSlack = dense::fp8_gemm::kWgmmaSmemSlack;
+  if (p.register_a && x_rows == 80) {
+    return launch(mb::Mxfp4Bf16GroupedRsKernel<80>, mb::kRsThreads,
+                  mb::RsSlot<80>::kShared + kSlack);
+  }
   if (p.register_a) {
-    return launch(mb::Mxfp4Bf16GroupedRsKernel, mb::kRsThreads, mb::kRsSharedBytes + kSlack);
+    return launch(mb::Mxfp4Bf16GroupedRsKernel<128>, mb::kRsThreads,
+                  mb::RsSlot<128>::kShared + kSlack);
   }
   const int smem = mb::kSharedBytes + kSlack;
   if (Mxfp4Bf16WidenerWarps(p) == 8) {

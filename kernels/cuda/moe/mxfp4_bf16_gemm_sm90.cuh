@@ -157,12 +157,13 @@ struct GroupTile {
   int64_t tile = 0;            // the CTA's row tile within the group
 };
 
-__device__ __forceinline__ GroupTile GroupTileOf(const Args& a) {
+// `rows_per_tile`: the X rows of a CTA (kBm, or the register form's kRows).
+__device__ __forceinline__ GroupTile GroupTileOf(const Args& a, int rows_per_tile = kBm) {
   int64_t tile = blockIdx.y;
   for (int g = 0; g < a.groups; ++g) {
     const int64_t b = min(max(a.offsets[g], int64_t{0}), a.rows);
     const int64_t e = min(max(a.offsets[g + 1], int64_t{0}), a.rows);
-    const int64_t tiles = (max(e - b, int64_t{0}) + kBm - 1) / kBm;
+    const int64_t tiles = (max(e - b, int64_t{0}) + rows_per_tile - 1) / rows_per_tile;
     if (tile < tiles) return GroupTile{g, b, e, tile};
     tile -= tiles;
   }
@@ -177,15 +178,16 @@ __device__ __forceinline__ bool UnreadableWeight(const uint8_t* w, const uint8_t
 }
 
 // The consumers' epilogue: consumer warp `cw` (0 - 7) holds W rows 16 cw ..
-// 16 cw + 15 of the tile (output columns n0 + those) for all 128 X rows m0 ..;
-// writes the rows of the asked role as `a.y`'s form wants.
-__device__ __forceinline__ void StoreOutputs(const Args& a, float (&d)[64], int cw, int lane,
+// 16 cw + 15 of the tile (output columns n0 + those) for the CTA's 8 kNi X
+// rows m0 ..; writes the rows of the asked role as `a.y`'s form wants.
+template <int kNi>
+__device__ __forceinline__ void StoreOutputs(const Args& a, float (&d)[4 * kNi], int cw, int lane,
                                              int64_t begin, int64_t m0, int64_t m, int64_t n0) {
   using dense::fp8_gemm::ForEachOutput;
   using dense::fp8_gemm::PinRegister;
-  float acc[1][16][4];
+  float acc[1][kNi][4];
 #pragma unroll
-  for (int i = 0; i < 16; ++i) {
+  for (int i = 0; i < kNi; ++i) {
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       PinRegister(d[4 * i + r]);
@@ -193,7 +195,7 @@ __device__ __forceinline__ void StoreOutputs(const Args& a, float (&d)[64], int 
     }
   }
   const int32_t* role = a.row_role != nullptr ? a.row_role + begin : nullptr;
-  const uint32_t rows = dense::bf16_gemm::RowsOfRole<16>(role, a.role, m0, m, lane);
+  const uint32_t rows = dense::bf16_gemm::RowsOfRole<kNi>(role, a.role, m0, m, lane);
   ForEachOutput(acc, lane, n0 + cw * 16, m0, a.n, m, [&](int64_t gm, int64_t gn, float v) {
     if (!dense::bf16_gemm::RowHasRole(rows, gm - m0)) return;
     const int64_t at = (begin + gm) * a.n + gn;
@@ -364,7 +366,7 @@ __global__ void __launch_bounds__(ThreadsWith(kWidenerWarps), 1)
     if (i > 0) MbarrierArrive(empty0 + 8 * ((i - 1) % kStages));
   }
   WgmmaWait(0);
-  StoreOutputs(a, d, warp - kWidenerWarps, lane, begin, m0, m, n0);
+  StoreOutputs<16>(a, d, warp - kWidenerWarps, lane, begin, m0, m, n0);
 }
 
 }  // namespace weir::kernels::cuda::moe::mxfp4_bf16

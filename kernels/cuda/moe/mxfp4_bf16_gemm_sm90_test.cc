@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -139,7 +140,7 @@ std::vector<float> BySeparateBf16Gemms(const Problem& p, dense::Fp8GemmOutput ou
 std::vector<float> RunGrouped(const Problem& p, const DeviceProblem& d, dense::Fp8GemmOutput output,
                               const int32_t* roles = nullptr, int role = 0,
                               const std::vector<float>* initial = nullptr, int widener_warps = 0,
-                              bool register_a = false) {
+                              bool register_a = false, int x_rows = 0) {
   DeviceBuffer<float> y(p.rows * p.n);
   if (initial != nullptr) {
     y.Upload(*initial);
@@ -152,6 +153,7 @@ std::vector<float> RunGrouped(const Problem& p, const DeviceProblem& d, dense::F
   params.role = role;
   params.widener_warps = widener_warps;
   params.register_a = register_a;
+  params.x_rows = x_rows;
   const absl::Status st = Mxfp4Bf16GroupedGemm(params, nullptr);
   EXPECT_TRUE(st.ok()) << st;
   EXPECT_TRUE(Synced());
@@ -186,10 +188,12 @@ TEST(Mxfp4Bf16GroupedGemmTest, EveryRowHasTheBf16GemmBitsOfItsExpert) {
       SCOPED_TRACE(::testing::Message() << "output " << static_cast<int>(output));
       const std::vector<float> want = BySeparateBf16Gemms(p, output);
       // Four or eight warps widening, or the consumers widening their own
-      // register fragments (widener warps 0): the same bits.
-      for (int widener_warps : {4, 8, 0}) {
-        const std::vector<float> got = RunGrouped(p, d, output, nullptr, 0, nullptr, widener_warps,
-                                                  /*register_a=*/widener_warps == 0);
+      // register fragments (widener warps 0) over 128 or 80 X rows a CTA
+      // (-80): the same bits.
+      for (int widener_warps : {4, 8, 0, -80}) {
+        const std::vector<float> got =
+            RunGrouped(p, d, output, nullptr, 0, nullptr, std::max(widener_warps, 0),
+                       /*register_a=*/widener_warps <= 0, widener_warps < 0 ? 80 : 0);
         ASSERT_EQ(got.size(), want.size());
         // Both poisoned alike, so the rows past the experts compare too.
         int64_t first = -1;
@@ -197,7 +201,7 @@ TEST(Mxfp4Bf16GroupedGemmTest, EveryRowHasTheBf16GemmBitsOfItsExpert) {
           if (std::memcmp(&got[i], &want[i], 4) != 0) first = i;
         }
         EXPECT_EQ(first, -1) << "the first differing 4 bytes, " << widener_warps
-                             << " widener warps (0: register A fragments)";
+                             << " widener warps (0: register A fragments, -80: over 80 X rows)";
       }
     }
   }
@@ -247,6 +251,10 @@ TEST(Mxfp4Bf16GroupedGemmTest, RowRoleWritesOnlyItsRows) {
         RunGrouped(p, d, output, droles.get(), 1, &initial, 0, /*register_a=*/true);
     ASSERT_EQ(got_rs.size(), got.size());
     EXPECT_EQ(std::memcmp(got_rs.data(), got.data(), got.size() * sizeof(float)), 0);
+    const std::vector<float> got_rs80 =
+        RunGrouped(p, d, output, droles.get(), 1, &initial, 0, /*register_a=*/true, 80);
+    ASSERT_EQ(got_rs80.size(), got.size());
+    EXPECT_EQ(std::memcmp(got_rs80.data(), got.data(), got.size() * sizeof(float)), 0);
     // An element's bytes: 4 (fp32) or 2 (bf16, packed from the start of y).
     const int bytes = output == dense::Fp8GemmOutput::kBf16 ? 2 : 4;
     const auto* all_bytes = reinterpret_cast<const uint8_t*>(all.data());

@@ -5,19 +5,20 @@
 // included by mxfp4_bf16_gemm_sm90.cu after mxfp4_bf16_gemm_sm90.cuh.
 //
 //  * warps 0 - 7 (two consumer warpgroups; warpgroup c holds W rows 64 c ..
-//    64 c + 63 of the CTA's 128, the 128 X rows in all): per stage of 64 of K
+//    64 c + 63 of the CTA's 128, the kRows X rows in all, 128 or 80: a
+//    narrower tile for experts of few rows, wgmma N = kRows): per stage of 64 of K
 //    a thread reads its two W rows' 32 code bytes each (lane / 4 and + 8 of
 //    its warp's 16, every lane of a quad the same bytes: a broadcast) and
 //    their two scale bytes from the ring slot, gathers byte lane % 4 of each
 //    code word (prmt), widens them to bf16 (E2m1x4ToBf16x2 and one bf16x2
 //    multiply a pair, as the widener warps do; through fp32 for the rare
 //    scales) into the wgmma A fragments of the stage's four K steps, and
-//    issues the four `wgmma m64n128k16` (A registers, X by descriptor) of the
-//    stage. The fragments are double-buffered: stage i + 1's are widened while
+//    issues the four `wgmma m64n128k16` or `m64n80k16` (A registers, X by
+//    descriptor) of the stage. The fragments are double-buffered: stage i + 1's are widened while
 //    stage i's wgmma run, and written only after the group that read them
 //    has retired (wait_group 1).
 //  * warp 8 (the producer): per stage, once the slot is free, lane 0 brings
-//    the X box by TMA (128 rows x 128 bytes, 128-byte swizzle) and the 32
+//    the X box by TMA (kRows rows x 128 bytes, 128-byte swizzle) and the 32
 //    lanes copy the W tile's codes (128 rows x 32 bytes) and each row's scale
 //    word (cp.async, kRsDepth - 1 stages ahead), then arrive on the slot's
 //    `full` once their copies have landed.
@@ -31,16 +32,24 @@
 
 namespace weir::kernels::cuda::moe::mxfp4_bf16 {
 
-inline constexpr int kRsStages = 8;     // ring slots
-inline constexpr int kRsDepth = 4;      // the producer's stages in flight: kRsDepth - 1 ahead
-inline constexpr int kRsCodes = kTile;  // a slot's codes, after X
-inline constexpr int kRsScales = kRsCodes + kBn * 32;  // then a word a row
-inline constexpr int kRsSlot = (kRsScales + kBn * 4 + 1023) / 1024 * 1024;
-inline constexpr int kRsSharedBytes = kRsStages * kRsSlot;
+inline constexpr int kRsStages = 8;  // ring slots
+inline constexpr int kRsDepth = 4;   // the producer's stages in flight: kRsDepth - 1 ahead
 inline constexpr int kRsThreads = kConsumers + 32;
-static_assert(kRsSharedBytes + dense::fp8_gemm::kWgmmaSmemSlack <= 227 * 1024,
-              "an SM's shared memory");
 static_assert(kRsDepth < kRsStages, "the producer waits for slots the consumers free");
+
+// A ring slot over kRows X rows (128 or 80, Mxfp4Bf16GroupedGemmParams::
+// x_rows): the X box (kRows x 128 bytes, 128-byte swizzle), the W tile's
+// codes (128 rows x 32 bytes), a scale word a W row; 1024-byte aligned.
+template <int kRows>
+struct RsSlot {
+  static_assert(kRows % 8 == 0 && kRows <= 128);
+  static constexpr int kX = kRows * 128;
+  static constexpr int kCodes = kX;
+  static constexpr int kScales = kCodes + kBn * 32;
+  static constexpr int kBytes = (kScales + kBn * 4 + 1023) / 1024 * 1024;
+  static constexpr int kShared = kRsStages * kBytes;
+  static_assert(kShared + dense::fp8_gemm::kWgmmaSmemSlack <= 227 * 1024, "an SM's shared memory");
+};
 
 // This thread's byte `c` (0 - 3) of words w[0] .. w[3] -> one word, byte j from w[j].
 __device__ __forceinline__ uint32_t GatherByte(const uint32_t* w, uint32_t pair_selector) {
@@ -66,9 +75,12 @@ __device__ __forceinline__ void WidenEight(uint32_t v, uint32_t scale_word, int 
   }
 }
 
+template <int kRows>
 __global__ void __launch_bounds__(kRsThreads, 1)
     Mxfp4Bf16GroupedRsKernel(const __grid_constant__ Args a) {
   GridDependencyPrologue();
+  using Slot = RsSlot<kRows>;
+  constexpr int kRsSlot = Slot::kBytes, kRsCodes = Slot::kCodes, kRsScales = Slot::kScales;
   using dense::fp8_gemm::AlignSharedTo1024;
   using dense::fp8_gemm::DescriptorOf;
   using dense::fp8_gemm::PinRegister;
@@ -77,11 +89,11 @@ __global__ void __launch_bounds__(kRsThreads, 1)
   using dense::fp8_gemm::WgmmaFence;
   using dense::fp8_gemm::WgmmaWait;
 
-  const GroupTile gt = GroupTileOf(a);
+  const GroupTile gt = GroupTileOf(a, kRows);
   if (gt.group < 0) return;
   const int64_t begin = gt.begin;
-  const int64_t m = gt.end - begin;  // the group's rows; this CTA's are m0 .. m0 + 127 of them
-  const int64_t m0 = gt.tile * kBm;
+  const int64_t m = gt.end - begin;  // the group's rows; this CTA's are m0 .. m0 + kRows - 1
+  const int64_t m0 = gt.tile * kRows;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBn;
   const int stages = static_cast<int>(a.k / kMxfp4Bf16StageK);
   const uint8_t* const w = a.w[gt.group];
@@ -112,7 +124,7 @@ __global__ void __launch_bounds__(kRsThreads, 1)
       if (i >= kRsStages) MbarrierWait(empty0 + 8 * slot, ((i / kRsStages) - 1) & 1);
       const uint32_t at = base + slot * kRsSlot;
       if (lane == 0) {
-        MbarrierArriveExpectTx(full0 + 8 * slot, kTile);
+        MbarrierArriveExpectTx(full0 + 8 * slot, Slot::kX);
         TmaLoadRows(at, &a.x_map, full0 + 8 * slot, i * kMxfp4Bf16StageK * 2,
                     static_cast<int>(begin + m0), 0);
       }
@@ -187,9 +199,9 @@ __global__ void __launch_bounds__(kRsThreads, 1)
 #pragma unroll
     for (int j = 0; j < 16; ++j) asm volatile("" : "+r"(f[j])::"memory");
   };
-  float d[64];
+  float d[kRows / 2];
 #pragma unroll
-  for (int r = 0; r < 64; ++r) d[r] = 0.0f;
+  for (int r = 0; r < kRows / 2; ++r) d[r] = 0.0f;
   uint32_t f0[16] = {}, f1[16] = {};
   MbarrierWait(full0, 0);
   widen(0, f0);
@@ -201,7 +213,7 @@ __global__ void __launch_bounds__(kRsThreads, 1)
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
       const uint32_t(&frag)[4] = *reinterpret_cast<const uint32_t(*)[4]>(&cur[4 * s]);
-      dense::bf16_gemm::WgmmaBf16N128Rs(frag, DescriptorOf(x_lo + ((32 * s) >> 4)), d);
+      dense::bf16_gemm::WgmmaBf16Rs<kRows>(frag, DescriptorOf(x_lo + ((32 * s) >> 4)), d);
     }
     WgmmaCommit();
     WgmmaWait(1);  // stage i - 1's group has retired: its slot and `next` are free
@@ -219,7 +231,7 @@ __global__ void __launch_bounds__(kRsThreads, 1)
   WgmmaWait(0);
   hold(f0);
   hold(f1);
-  StoreOutputs(a, d, warp, lane, begin, m0, m, n0);
+  StoreOutputs<kRows / 8>(a, d, warp, lane, begin, m0, m, n0);
 }
 
 }  // namespace weir::kernels::cuda::moe::mxfp4_bf16

@@ -449,6 +449,7 @@ void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, 
     widen_x();
     int widener_warps = 4;
     bool register_a = false;
+    int x_rows = 0;
     const auto product = [&](const uint16_t* x, const uint8_t* const* w, const uint8_t* const* ws,
                              void* y, int64_t n, int64_t k, dense::Fp8GemmOutput output) {
       Ok(Mxfp4Bf16GroupedGemm({.x = x,
@@ -462,16 +463,19 @@ void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, 
                                .num_experts = local,
                                .output = output,
                                .widener_warps = widener_warps,
-                               .register_a = register_a},
+                               .register_a = register_a,
+                               .x_rows = x_rows},
                               stream));
     };
     const double widen_ms = MedianMs(widen_x, stream, 5);
     // Four and eight warps widening the codes (Mxfp4Bf16GroupedGemmParams::
     // widener_warps), then the consumers widening their own register
-    // fragments (register_a, printed as 0 widener warps); the same bits.
-    for (const int warps : {4, 8, 0}) {
-      widener_warps = warps == 0 ? 4 : warps;
-      register_a = warps == 0;
+    // fragments (register_a, printed as 0 widener warps; -80 over 80 X rows a
+    // CTA); the same bits.
+    for (const int warps : {4, 8, 0, -80}) {
+      widener_warps = warps <= 0 ? 4 : warps;
+      register_a = warps <= 0;
+      x_rows = warps < 0 ? 80 : 0;
       const double gu_ms = MedianMs(
           [&] {
             product(x16, layer.w1, layer.w1s, g, kInter, kDim, dense::Fp8GemmOutput::kF32);
@@ -486,7 +490,7 @@ void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, 
           stream, 5);
       std::printf(
           "  bf16 route (MXFP4 widened in the stages, %d widener warps; 0: A fragments in "
-          "registers): X and h to bf16 %.3f "
+          "registers, -80: over 80 X rows): X and h to bf16 %.3f "
           "ms, gate/up %.3f ms %.0f TF/s, down %.3f ms %.0f TF/s, all %.3f ms\n",
           warps, widen_ms, gu_ms, tf(gu_flops, gu_ms), dn_ms, tf(dn_flops, dn_ms),
           widen_ms + gu_ms + dn_ms);

@@ -207,7 +207,12 @@ absl::Status CheckMxfp4Bf16GroupedGemmParams(const Mxfp4Bf16GroupedGemmParams& p
     return absl::InvalidArgumentError(absl::StrCat(
         kWhat, ": x must be 16-byte aligned, y aligned to its element, row_role to 4 bytes"));
   }
-  if ((p.rows + 127) / 128 + p.num_experts > kMaxGridY) {
+  if (p.x_rows != 0 && p.x_rows != 128 && !(p.x_rows == 80 && p.register_a)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kWhat, ": x_rows ", p.x_rows, " (0 or 128; 80 with register_a)"));
+  }
+  const int x_rows = Mxfp4Bf16XRows(p);
+  if ((p.rows + x_rows - 1) / x_rows + p.num_experts > kMaxGridY) {
     return absl::InvalidArgumentError(
         absl::StrCat(kWhat, ": ", p.rows, " rows over ", p.num_experts,
                      " experts need more row tiles than the grid holds (65535)"));

@@ -147,6 +147,11 @@ TEST(Mxfp4Bf16GroupedGemmParamsTest, ChecksItsArguments) {
     EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(p).ok()) << warps;
     EXPECT_EQ(Mxfp4Bf16WidenerWarps(p), warps == 0 ? kMxfp4Bf16DefaultWidenerWarps : warps);
   }
+  for (int x_rows : {0, 128, 80}) {
+    p = ValidBf16(), p.register_a = true, p.x_rows = x_rows;
+    EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(p).ok()) << x_rows;
+    EXPECT_EQ(Mxfp4Bf16XRows(p), x_rows == 0 ? 128 : x_rows);
+  }
 
   using P = Mxfp4Bf16GroupedGemmParams;
   EXPECT_TRUE(EachIsInvalidArgument(
@@ -169,6 +174,17 @@ TEST(Mxfp4Bf16GroupedGemmParamsTest, ChecksItsArguments) {
           [](P& q) { q.widener_warps = 2; },
           [](P& q) { q.widener_warps = 16; },
           [](P& q) { q.widener_warps = -4; },
+          [](P& q) { q.x_rows = 80; },  // 80 rows without register_a
+          [](P& q) {
+            q.register_a = true;
+            q.x_rows = 64;
+          },
+          [](P& q) {  // at 80 rows a tile the grid fills sooner
+            q.register_a = true;
+            q.x_rows = 80;
+            q.rows = 80 * 65000;
+            q.num_experts = 536;
+          },
           [](P& q) {  // the grid's row tiles: ceil(rows / 128) + experts
             q.rows = 128 * 65000;
             q.num_experts = 536;
