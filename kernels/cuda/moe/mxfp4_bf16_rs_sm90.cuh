@@ -51,13 +51,6 @@ struct RsSlot {
   static_assert(kShared + dense::fp8_gemm::kWgmmaSmemSlack <= 227 * 1024, "an SM's shared memory");
 };
 
-// This thread's byte `c` (0 - 3) of words w[0] .. w[3] -> one word, byte j from w[j].
-__device__ __forceinline__ uint32_t GatherByte(const uint32_t* w, uint32_t pair_selector) {
-  const uint32_t lo = PrmtB32(w[0], w[1], pair_selector);
-  const uint32_t hi = PrmtB32(w[2], w[3], pair_selector);
-  return PrmtB32(lo, hi, 0x5410u);
-}
-
 // Eight codes of one W row (nibble i element i of the word's order below)
 // under one E8M0 scale byte -> four bf16x2 registers, as the widener warps
 // widen them (Mxfp4ToBf16EightBf16Mul, or Mxfp4ToBf16Eight through fp32 for
@@ -166,8 +159,8 @@ __global__ void __launch_bounds__(kRsThreads, 1)
 
   // ---- the consumers ----
   const E2m1Bf16Tables tables = a.tables;
-  const int c = lane & 3;
-  const uint32_t pair_selector = static_cast<uint32_t>(c | (4 + c) << 4 | c << 8 | (4 + c) << 12);
+  const uint32_t c = static_cast<uint32_t>(lane & 3);
+  const auto prmt = [](uint32_t x, uint32_t y, uint32_t sel) { return PrmtB32(x, y, sel); };
   const int row0 = warp * 16 + (lane >> 2);  // and row0 + 8: this thread's W rows of the tile
   // Stage i's fragments: f[4 s + r] is register r of K step s (r: row0 lo,
   // row0 + 8 lo, row0 hi, row0 + 8 hi; lo K 2c .. 2c + 1, hi K 2c + 8 ..).
@@ -183,13 +176,11 @@ __global__ void __launch_bounds__(kRsThreads, 1)
 #pragma unroll
       for (int b = 0; b < 2; ++b) {  // K blocks of 32: steps 2b, 2b + 1
         // Byte j of v: byte c of word 4b + j, i.e. K 32 b + 8 j + 2c, + 1.
-        const uint32_t v = GatherByte(&words[4 * b], pair_selector);
-        uint32_t o[4];  // lo, hi of step 2b, then of step 2b + 1
+        const uint32_t v = Mxfp4Bf16GatherQuadByte(&words[4 * b], c, prmt);
+        uint32_t o[4];  // pair j: nibbles 2j, 2j + 1 of v
         WidenEight(v, scale_word, (2 * i + b) & 3, bad, tables, o);
-        f[4 * (2 * b) + q] = o[0];
-        f[4 * (2 * b) + 2 + q] = o[1];
-        f[4 * (2 * b + 1) + q] = o[2];
-        f[4 * (2 * b + 1) + 2 + q] = o[3];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) f[Mxfp4Bf16FragmentRegister(b, j, q)] = o[j];
       }
     }
   };

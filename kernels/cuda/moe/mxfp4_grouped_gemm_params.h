@@ -494,6 +494,29 @@ inline int Mxfp4Bf16WidenerWarps(const Mxfp4Bf16GroupedGemmParams& params) {
 // K of one ring stage of Mxfp4Bf16GroupedGemm (128 bytes of a bf16 row).
 inline constexpr int kMxfp4Bf16StageK = 64;
 
+// The register form's A fragments (register_a). A consumer thread of quad
+// lane c (lane % 4) holds, for each of a stage's four K steps s (16 of K
+// each), the wgmma A registers of its two W rows (q = 0: row lane / 4 of
+// its warp's 16, q = 1: that row + 8): register 4 s + q pairs K 16 s + 2c,
+// + 1 of row q, register 4 s + 2 + q K 16 s + 8 + 2c, + 1. A row's stage is 8
+// code words (word w: K 8w .. 8w + 7, nibble i element 8w + i).
+//
+// Byte j of the result is byte c of words[j]: four words of one K block of
+// 32 (4b .. 4b + 3) give the codes of the thread's K pairs of steps 2b and
+// 2b + 1 in the order lo(2b), hi(2b), lo(2b + 1), hi(2b + 1).
+template <typename Prmt>
+WEIR_FP8_GEMM_HD inline uint32_t Mxfp4Bf16GatherQuadByte(const uint32_t* words, uint32_t c,
+                                                         const Prmt& prmt) {
+  const uint32_t pair = c | (4 + c) << 4 | c << 8 | (4 + c) << 12;
+  return prmt(prmt(words[0], words[1], pair), prmt(words[2], words[3], pair), 0x5410u);
+}
+
+// Where the widened pair j (0 - 3, nibbles 2j and 2j + 1 of the gathered
+// word of K block b of row q) goes among the stage's 16 fragment registers.
+WEIR_FP8_GEMM_HD constexpr int Mxfp4Bf16FragmentRegister(int b, int j, int q) {
+  return 4 * (2 * b + (j >> 1)) + 2 * (j & 1) + q;
+}
+
 // The bf16 bits the widening gives weight element `code` (low nibble: e2m1,
 // bit 3 the sign) under E8M0 scale `scale`: bf16(e2m1 x 2^(scale - 127)),
 // the product taken in fp32 (exact: fp32 holds every such value down to

@@ -629,5 +629,45 @@ TEST(Mxfp4GroupedGemmParamsTest, PackedAReadsAreConflictFree) {
   }
 }
 
+// The register form's A fragments (Mxfp4Bf16GatherQuadByte,
+// Mxfp4Bf16FragmentRegister, prmt emulated): for every quad lane, K block
+// and pair, the two nibbles a fragment register widens are the codes of the
+// K indices wgmma's A layout wants there (register 4 s + r: row r % 2, K
+// 16 s + 8 (r / 2) + 2c, + 1), and the 16 registers x 4 lanes x 2 rows cover
+// every code of the stage once.
+TEST(Mxfp4GroupedGemmParamsTest, RegisterFormFragmentsHoldWgmmasKPairs) {
+  const auto prmt = [](uint32_t a, uint32_t b, uint32_t c) { return EmulatedPrmt(a, b, c); };
+  std::mt19937 rng(36);
+  for (int trial = 0; trial < 50; ++trial) {
+    uint32_t words[2][8];  // two W rows' stage: nibble i of word w is K 8w + i
+    for (auto& row : words) {
+      for (uint32_t& w : row) w = rng();
+    }
+    const auto code = [&](int q, int k) { return (words[q][k / 8] >> (4 * (k % 8))) & 0xFu; };
+    std::vector<int> seen(2 * kMxfp4Bf16StageK, 0);
+    for (uint32_t c = 0; c < 4; ++c) {
+      for (int q = 0; q < 2; ++q) {
+        for (int b = 0; b < 2; ++b) {
+          const uint32_t v = Mxfp4Bf16GatherQuadByte(&words[q][4 * b], c, prmt);
+          for (int j = 0; j < 4; ++j) {
+            const int reg = Mxfp4Bf16FragmentRegister(b, j, q);
+            ASSERT_GE(reg, 0);
+            ASSERT_LT(reg, 16);
+            const int s = reg / 4, r = reg % 4;
+            ASSERT_EQ(r % 2, q) << "the register's row";
+            const int k = 16 * s + 8 * (r / 2) + 2 * static_cast<int>(c);
+            for (int e = 0; e < 2; ++e) {  // element 2j + e of v, the pair's low then high half
+              ASSERT_EQ((v >> (4 * (2 * j + e))) & 0xFu, code(q, k + e))
+                  << "lane " << c << " row " << q << " block " << b << " pair " << j;
+              ++seen[q * kMxfp4Bf16StageK + k + e];
+            }
+          }
+        }
+      }
+    }
+    for (int n : seen) ASSERT_EQ(n, 1);
+  }
+}
+
 }  // namespace
 }  // namespace weir::kernels::cuda
