@@ -126,7 +126,7 @@ ABSL_FLAG(bool, prompt_bf16_experts, true,
           "With --prompt_bf16_linears: a prompt's routed experts on the bf16 route too (the "
           "MXFP4 codes widened to bf16 in the product's stages; "
           "DeviceDecoderOptions::prompt_bf16_experts).");
-ABSL_FLAG(bool, fused_expert_swiglu_fp8, false,
+ABSL_FLAG(bool, fused_expert_swiglu_fp8, true,
           "With --numerics=fast: the routed experts' prefill SwiGLU writes h's FP8 form in its "
           "own launch, one pass fewer, the same bits "
           "(DeviceDecoderOptions::fused_expert_swiglu_fp8).");
@@ -137,10 +137,10 @@ ABSL_FLAG(int32_t, bf16_route_widener_warps, 0,
 ABSL_FLAG(bool, bf16_ws_m256, false,
           "With --numerics=fast: the bf16 products' warp-specialized prefill tile over 256 rows a "
           "CTA; the same bits (DeviceDecoderOptions::bf16_ws_m256).");
-ABSL_FLAG(bool, bf16_ws_persistent, false,
+ABSL_FLAG(bool, bf16_ws_persistent, true,
           "With --numerics=fast: the bf16 products' warp-specialized prefill tile persistent; the "
           "same bits (DeviceDecoderOptions::bf16_ws_persistent).");
-ABSL_FLAG(bool, expert_out_bf16, false,
+ABSL_FLAG(bool, expert_out_bf16, true,
           "With --numerics=fast: the experts' prefill forms hand their outputs to the combine as "
           "bf16 bits; the same bits (DeviceDecoderOptions::expert_out_bf16).");
 ABSL_FLAG(bool, dense_wgmma, false,

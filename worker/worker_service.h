@@ -143,14 +143,14 @@ struct WorkerOptions {
   // (DeviceDecoderOptions::fused_expert_swiglu_fp8) and the warps widening
   // MXFP4 codes in the experts' bf16 route
   // (DeviceDecoderOptions::bf16_route_widener_warps): the same bits, time only.
-  bool fused_expert_swiglu_fp8 = false;
+  bool fused_expert_swiglu_fp8 = true;
   int bf16_route_widener_warps = 0;
   // The bf16 prefill tile's forms (DeviceDecoderOptions::bf16_ws_m256,
   // bf16_ws_persistent) and the experts' outputs as bf16 for the combine
   // (expert_out_bf16): the same bits, time only.
   bool bf16_ws_m256 = false;
-  bool bf16_ws_persistent = false;
-  bool expert_out_bf16 = false;
+  bool bf16_ws_persistent = true;
+  bool expert_out_bf16 = true;
   // With device_decode_ep on several GPUs of one node: the MoE exchange
   // written by the device into the peers' NCCL symmetric windows
   // (DeviceDecoderOptions::ep_lsa_exchange).

@@ -43,6 +43,13 @@ __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
+// One arrival on the mbarrier at shared address `bar` once every cp.async
+// this thread issued so far has landed (noinc: the barrier's expected count
+// includes these arrivals).
+__device__ __forceinline__ void CpAsyncArriveOn(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
 }  // namespace weir::kernels::cuda
 
 #endif  // WEIR_KERNELS_CUDA_CP_ASYNC_CUH_

@@ -234,27 +234,31 @@ ABSL_FLAG(bool, prompt_bf16_experts, true,
 ABSL_FLAG(bool, fp8_span_products, true,
           "Eager steps of both roles: the FP8 products over the generated rows' ranges alone "
           "(DeviceDecoderOptions::fp8_span_products; same bits).");
-ABSL_FLAG(bool, fused_expert_swiglu_fp8, false,
+ABSL_FLAG(bool, fused_expert_swiglu_fp8, true,
           "The routed experts' prefill forms: h's FP8 form in the SwiGLU's launch "
           "(DeviceDecoderOptions::fused_expert_swiglu_fp8; same bits).");
 ABSL_FLAG(int32_t, bf16_route_widener_warps, 0,
           "--prompt_bf16_experts: the warps widening the MXFP4 codes in each CTA of the "
           "experts' bf16 route, 4 or 8 (0: the kernel's default; "
           "DeviceDecoderOptions::bf16_route_widener_warps; same bits).");
-ABSL_FLAG(bool, bf16_route_register_a, false,
+ABSL_FLAG(bool, bf16_route_register_a, true,
           "--prompt_bf16_experts: the experts' bf16 route with the consumers widening their own "
           "wgmma A fragments in registers, no widener warps "
           "(DeviceDecoderOptions::bf16_route_register_a; same bits).");
 ABSL_FLAG(int32_t, bf16_route_x_rows, 0,
           "--bf16_route_register_a: X rows a CTA of the experts' bf16 route, 128 (0) or 80 "
           "(DeviceDecoderOptions::bf16_route_x_rows; same bits).");
+ABSL_FLAG(bool, bf16_route_deep_ring, false,
+          "--bf16_route_register_a: the route's producer completes its copies on the ring's "
+          "barriers, every free slot in flight (DeviceDecoderOptions::bf16_route_deep_ring; "
+          "same bits).");
 ABSL_FLAG(bool, bf16_ws_m256, false,
           "The bf16 products' warp-specialized prefill tile over 256 X rows a CTA "
           "(DeviceDecoderOptions::bf16_ws_m256; same bits).");
-ABSL_FLAG(bool, bf16_ws_persistent, false,
+ABSL_FLAG(bool, bf16_ws_persistent, true,
           "The bf16 products' warp-specialized prefill tile persistent (a CTA an SM at most; "
           "DeviceDecoderOptions::bf16_ws_persistent; same bits).");
-ABSL_FLAG(bool, expert_out_bf16, false,
+ABSL_FLAG(bool, expert_out_bf16, true,
           "The experts' prefill forms write their outputs as bf16 bits for the combine "
           "(DeviceDecoderOptions::expert_out_bf16; same bits).");
 ABSL_FLAG(bool, x16_panel, true,
@@ -524,6 +528,7 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .bf16_route_widener_warps = absl::GetFlag(FLAGS_bf16_route_widener_warps),
           .bf16_route_register_a = absl::GetFlag(FLAGS_bf16_route_register_a),
           .bf16_route_x_rows = absl::GetFlag(FLAGS_bf16_route_x_rows),
+          .bf16_route_deep_ring = absl::GetFlag(FLAGS_bf16_route_deep_ring),
           .bf16_ws_m256 = absl::GetFlag(FLAGS_bf16_ws_m256),
           .bf16_ws_persistent = absl::GetFlag(FLAGS_bf16_ws_persistent),
           .expert_out_bf16 = absl::GetFlag(FLAGS_expert_out_bf16)};

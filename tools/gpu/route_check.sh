@@ -1,23 +1,20 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, after
-# `tar -xJf .gpu_pack/bundle.tar.xz`: the untried changes of the thirty-fourth
-# and thirty-fifth sessions, most telling first under BUDGET_S (default 540;
-# check_steps.sh):
-#   1. the kernel tests: Mxfp4Bf16GroupedGemm (four and eight widener warps
-#      against Bf16Gemm's bits), Bf16Gemm's warp-specialized tile (and its
-#      256-row and persistent forms against the 128-row tile's bits), the
+# `tar -xJf .gpu_pack/bundle.tar.xz`: the experts' bf16 route's untried
+# forms (thirty-sixth session), most telling first under BUDGET_S (default
+# 540; check_steps.sh):
+#   1. the kernel tests: Mxfp4Bf16GroupedGemm in every form (widener warps,
+#      the register form over 128 / 80 X rows, with and without the deep
+#      ring) against Bf16Gemm's bits, Bf16Gemm's warp-specialized forms, the
 #      combine of bf16 expert outputs;
-#   2. the EP8 prefill chunk with the defaults, eight widener warps
-#      (--bf16_route_widener_warps=8), the SwiGLU writing h's FP8 form
-#      (--fused_expert_swiglu_fp8), the bf16 tile over 256 rows
-#      (--bf16_ws_m256), the bf16 tile persistent (--bf16_ws_persistent),
-#      the experts' outputs as bf16 (--expert_out_bf16), all five;
-#   3. device_decoder_fast_test: the mixed steps (the test's buffer mended),
-#      the tile form beside the prompt, the fused SwiGLU's, the bf16 tile
-#      forms' and the bf16 expert outputs' bits;
-#   4. fp8_gemm_bench prefill (the bf16 route with the 256-row tile) and
-#      mxfp4_grouped_gemm_bench's prefill table (the route with 4 and 8);
-#   5. the chunk's kernel timeline with the defaults, then the chunks again
+#   2. the EP8 prefill chunk with the defaults (the register form since the
+#      thirty-sixth session), the deep ring (--bf16_route_deep_ring), the
+#      widening form for comparison; device_decoder_fast_test's route forms
+#      and the options the thirty-sixth session turned on; the deep ring over
+#      80 X rows;
+#   3. fp8_gemm_bench prefill and mxfp4_grouped_gemm_bench's prefill table
+#      (every route form);
+#   4. the chunk's kernel timeline with the defaults, then the chunks again
 #      (drift).
 # Bundle (here, a minute or two with a warm cache):
 #   BUNDLE_TARGETS="//worker/model:device_decoder_fast_test //tools/bench:decode_gpu
@@ -43,23 +40,17 @@ budget_step moe_permute_test 60 "${bundle}/bin/kernels_cuda_moe_moe_permute_test
   --gtest_filter='*Combine*:*Refuses*' || status=1
 chunks() {  # chunks SUFFIX: the option sets, the likeliest defaults first
   budget_step "chunk_defaults${1}" 90 "${decode}" "${slice[@]}"
-  budget_step "chunk_register_a${1}" 90 "${decode}" "${slice[@]}" --bf16_route_register_a=true
-  budget_step "chunk_register_a80${1}" 90 "${decode}" "${slice[@]}" --bf16_route_register_a=true \
-    --bf16_route_x_rows=80
-  budget_step "chunk_m256${1}" 90 "${decode}" "${slice[@]}" --bf16_ws_m256=true
-  budget_step "chunk_persistent${1}" 90 "${decode}" "${slice[@]}" --bf16_ws_persistent=true
-  budget_step "chunk_out_bf16${1}" 90 "${decode}" "${slice[@]}" --expert_out_bf16=true
-  budget_step "chunk_wideners8${1}" 90 "${decode}" "${slice[@]}" --bf16_route_widener_warps=8
+  budget_step "chunk_deep_ring${1}" 90 "${decode}" "${slice[@]}" --bf16_route_deep_ring=true
+  budget_step "chunk_widening_form${1}" 90 "${decode}" "${slice[@]}" \
+    --bf16_route_register_a=false
   if [[ -z "${1}" ]]; then
     budget_step device_decoder_fast_test 200 \
       "${bundle}/bin/worker_model_device_decoder_fast_test" \
-      --gtest_filter='*MixedEager*:*MixedGraph*:*FusedExpertSwiglu*:*WsForms*:*RouteForms*:*TileFormBeside*:*ExpertOutBf16*' \
+      --gtest_filter='*RouteForms*:*FusedExpertSwiglu*:*WsForms*:*ExpertOutBf16*:*TileFormBeside*' \
       || status=1
   fi
-  budget_step "chunk_fused${1}" 90 "${decode}" "${slice[@]}" --fused_expert_swiglu_fp8=true
-  budget_step "chunk_all${1}" 90 "${decode}" "${slice[@]}" --bf16_route_widener_warps=8 \
-    --fused_expert_swiglu_fp8=true --bf16_ws_m256=true --bf16_ws_persistent=true \
-    --expert_out_bf16=true
+  budget_step "chunk_deep_ring80${1}" 90 "${decode}" "${slice[@]}" --bf16_route_deep_ring=true \
+    --bf16_route_x_rows=80
 }
 chunks ""
 budget_step fp8_bench_prefill 120 "${bundle}/tools/fp8_gemm_bench" prefill

@@ -649,37 +649,48 @@ struct DeviceDecoderOptions {
   // The routed experts' prefill forms (the FP8 tile form, the bf16 route):
   // the SwiGLU writes h's FP8 form in its own launch (SwigluParams::codes,
   // ActQuantFp8's bits) instead of h in fp32 and a quantization pass after
-  // it. The same bits (the kernel's test); off until the decoder's tests
-  // and the EP8 chunk have run with it on a GPU (thirty-fourth session).
-  bool fused_expert_swiglu_fp8 = false;
+  // it. The same bits (the kernel's and the decoder's tests on an H100,
+  // thirty-sixth session; the EP8 chunk 0.635 -> 0.630 s).
+  bool fused_expert_swiglu_fp8 = true;
   // prompt_bf16_experts: the warps widening the MXFP4 codes in each CTA of
-  // Mxfp4Bf16GroupedGemm (4 or 8; 0 the kernel's default, 4). The same bits.
+  // Mxfp4Bf16GroupedGemm (4 or 8; 0 the kernel's default, 8). The same bits.
   int bf16_route_widener_warps = 0;
   // prompt_bf16_experts: the route's second form
   // (Mxfp4Bf16GroupedGemmParams::register_a): no widener warps; the
-  // consumers widen their own wgmma A fragments in registers. The same bits;
-  // off until measured on a GPU (thirty-sixth session).
-  bool bf16_route_register_a = false;
+  // consumers widen their own wgmma A fragments in registers. The same bits
+  // (tests on an H100, thirty-sixth session); the EP8 chunk 0.635 -> 0.596 s,
+  // the route's bench 2.20 -> 1.99 ms.
+  bool bf16_route_register_a = true;
   // With bf16_route_register_a: X rows a CTA of the route, 128 (0) or 80
   // (experts of up to 80 rows in one tile; Mxfp4Bf16GroupedGemmParams::
-  // x_rows). The same bits.
+  // x_rows). The same bits; slower on the EP8 chunk (0.687 s against
+  // 0.596, thirty-sixth session), so 128.
   int bf16_route_x_rows = 0;
+  // With bf16_route_register_a: the route's producer completes its copies on
+  // the ring's barriers, every free slot in flight
+  // (Mxfp4Bf16GroupedGemmParams::deep_ring). The same bits; off until run
+  // on a GPU (thirty-sixth session).
+  bool bf16_route_deep_ring = false;
   // The bf16 products' warp-specialized prefill tile (above 256 rows: the
   // prompt's linears, the bf16 weights' products) over 256 X rows a CTA
   // (dense::Bf16GemmParams::ws_m256: wgmma m64n256k16) instead of 128. The
-  // same bits; off until timed on a GPU (thirty-fifth session).
+  // same bits; slower on the EP8 chunk (0.666 s against 0.635, H100,
+  // thirty-sixth session), so off.
   bool bf16_ws_m256 = false;
   // The same tile persistent (dense::Bf16GemmParams::ws_persistent: a CTA
   // an SM at most, taking tiles in turn, the next tile's loads under the
-  // last one's stores). The same bits; off until timed (thirty-fifth session).
-  bool bf16_ws_persistent = false;
+  // last one's stores). The same bits; faster in every row of
+  // fp8_gemm_bench's prefill table (1 - 11 %) and the EP8 chunk 0.635 ->
+  // 0.631 s (H100, thirty-sixth session).
+  bool bf16_ws_persistent = true;
   // kBf16 activations, no exchange: where one of the experts' prefill forms
   // (the bf16 route for a step of prompt rows only, the FP8 tile form with
   // no route beside it) writes every grouped row's output, w2 writes them as
   // bf16 bits (they are bf16 values) and the combine widens them
   // (MoeCombineParams::y_grouped_bf16): half of those bytes written and read.
-  // The same bits; off until run on a GPU (thirty-fifth session).
-  bool expert_out_bf16 = false;
+  // The same bits (tests on an H100); the EP8 chunk 0.635 -> 0.630 s
+  // (thirty-sixth session).
+  bool expert_out_bf16 = true;
 };
 
 // The fewest rows for which indexer_shared_keys takes the shared-keys form.

@@ -1274,23 +1274,26 @@ TEST(DeviceDecoderFastTest, SmallBf16ExpertOutBf16GivesTheSameBits) {
 
 // The experts' bf16 route in its forms (four widener warps, eight, the
 // consumers widening their own register fragments over 128 or 80 X rows a
-// CTA): the prompt's
+// CTA, the producer's copies on the ring's barriers): the prompt's
 // 400-row chunk and the decode steps after it give the same bits.
 TEST(DeviceDecoderFastTest, SmallBf16RouteFormsGiveTheSameBits) {
   const SmallLongChunkCase c = SmallLongChunk(79);
   ASSERT_NE(c.cpu, nullptr);
-  std::vector<std::vector<float>> calls[4];
-  DeviceDecoderStats stats[4];
-  for (int form = 0; form < 4; ++form) {  // 4 wideners, 8, register A over 128 X rows, over 80
+  // 4 wideners, 8, register A over 128 X rows, over 80, with the deep ring.
+  constexpr int kForms = 5;
+  std::vector<std::vector<float>> calls[kForms];
+  DeviceDecoderStats stats[kForms];
+  for (int form = 0; form < kForms; ++form) {
     DeviceDecoderOptions options = FastChunkOptions(kLongChunk);
     options.prompt_bf16_experts = true;
     options.bf16_route_widener_warps = form == 1 ? 8 : 4;
     options.bf16_route_register_a = form >= 2;
     options.bf16_route_x_rows = form == 3 ? 80 : 0;
+    options.bf16_route_deep_ring = form == 4;
     calls[form] = c.Run(options, &stats[form], /*mark_prompt=*/true);
     EXPECT_GT(stats[form].prompt_bf16_expert_layers, 0) << "form " << form;
   }
-  for (int form = 1; form < 4; ++form) {
+  for (int form = 1; form < kForms; ++form) {
     EXPECT_EQ(DifferingCalls(calls[0], calls[form]), 0) << "form " << form;
   }
 }

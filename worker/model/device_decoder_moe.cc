@@ -255,20 +255,22 @@ absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t ro
   const int64_t* used_rows = offsets + L.experts;
   auto product = [&](const uint8_t* const* w, const uint8_t* const* ws, float* y, int64_t n,
                      int64_t k, dense::Fp8GemmOutput output) {
-    return kc::Mxfp4Bf16GroupedGemm({.x = rx16,
-                                     .expert_offsets = offsets,
-                                     .w = w,
-                                     .w_scales = ws,
-                                     .y = y,
-                                     .rows = rows,
-                                     .n = n,
-                                     .k = k,
-                                     .num_experts = L.experts,
-                                     .output = output,
-                                     .widener_warps = options.bf16_route_widener_warps,
-                                     .register_a = options.bf16_route_register_a,
-                                     .x_rows = options.bf16_route_x_rows},
-                                    stream);
+    return kc::Mxfp4Bf16GroupedGemm(
+        {.x = rx16,
+         .expert_offsets = offsets,
+         .w = w,
+         .w_scales = ws,
+         .y = y,
+         .rows = rows,
+         .n = n,
+         .k = k,
+         .num_experts = L.experts,
+         .output = output,
+         .widener_warps = options.bf16_route_widener_warps,
+         .register_a = options.bf16_route_register_a,
+         .x_rows = options.bf16_route_x_rows,
+         .deep_ring = options.bf16_route_deep_ring && options.bf16_route_register_a},
+        stream);
   };
   // An FP8 operand (X's or h's codes and scales) into rx16 as bf16.
   auto widen = [&](const uint8_t* codes, const uint8_t* scales, int64_t cols) {

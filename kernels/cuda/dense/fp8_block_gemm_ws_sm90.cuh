@@ -50,6 +50,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/dense/fp8_block_gemm_params.h"
 #include "kernels/cuda/dense/fp8_block_gemm_sm90.cuh"
 #include "kernels/cuda/dense/fp8_mma_sm90.cuh"
@@ -107,10 +108,6 @@ struct WsLayout {
   static_assert(kSharedBytes + kWgmmaSmemSlack <= 227 * 1024, "an SM's shared memory");
 };
 
-// One arrival on `bar` once every cp.async this thread issued so far has landed.
-__device__ __forceinline__ void CpAsyncArriveOn(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
 template <int kRegs>
 __device__ __forceinline__ void LowerRegisters() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));

@@ -57,13 +57,14 @@ absl::Status Mxfp4Bf16GroupedGemm(const Mxfp4Bf16GroupedGemmParams& p, cudaStrea
     return LaunchStatus(kWhat);
   };
   constexpr int kSlack = dense::fp8_gemm::kWgmmaSmemSlack;
-  if (p.register_a && x_rows == 80) {
-    return launch(mb::Mxfp4Bf16GroupedRsKernel<80>, mb::kRsThreads,
-                  mb::RsSlot<80>::kShared + kSlack);
-  }
   if (p.register_a) {
-    return launch(mb::Mxfp4Bf16GroupedRsKernel<128>, mb::kRsThreads,
-                  mb::RsSlot<128>::kShared + kSlack);
+    const int rs_smem =
+        (x_rows == 80 ? mb::RsSlot<80>::kShared : mb::RsSlot<128>::kShared) + kSlack;
+    const auto kernel = x_rows == 80 ? (p.deep_ring ? mb::Mxfp4Bf16GroupedRsKernel<80, true>
+                                                    : mb::Mxfp4Bf16GroupedRsKernel<80, false>)
+                                     : (p.deep_ring ? mb::Mxfp4Bf16GroupedRsKernel<128, true>
+                                                    : mb::Mxfp4Bf16GroupedRsKernel<128, false>);
+    return launch(kernel, mb::kRsThreads, rs_smem);
   }
   const int smem = mb::kSharedBytes + kSlack;
   if (Mxfp4Bf16WidenerWarps(p) == 8) {

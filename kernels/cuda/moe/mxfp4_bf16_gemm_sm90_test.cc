@@ -7,7 +7,6 @@
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -137,10 +136,29 @@ std::vector<float> BySeparateBf16Gemms(const Problem& p, dense::Fp8GemmOutput ou
   return y.Download();
 }
 
+// One of the kernel's forms (the same bits each): widener warps, or the
+// register form over 128 or 80 X rows a CTA, its producer waiting for its
+// copies or completing them on the ring's barriers.
+struct RouteForm {
+  const char* name = "defaults";
+  int widener_warps = 0;
+  bool register_a = false;
+  int x_rows = 0;
+  bool deep_ring = false;
+};
+const RouteForm kRouteForms[] = {
+    {"4 widener warps", 4},
+    {"8 widener warps", 8},
+    {"register A", 0, true},
+    {"register A over 80 X rows", 0, true, 80},
+    {"register A, deep ring", 0, true, 0, true},
+    {"register A over 80 X rows, deep ring", 0, true, 80, true},
+};
+
 std::vector<float> RunGrouped(const Problem& p, const DeviceProblem& d, dense::Fp8GemmOutput output,
                               const int32_t* roles = nullptr, int role = 0,
-                              const std::vector<float>* initial = nullptr, int widener_warps = 0,
-                              bool register_a = false, int x_rows = 0) {
+                              const std::vector<float>* initial = nullptr,
+                              const RouteForm& form = {}) {
   DeviceBuffer<float> y(p.rows * p.n);
   if (initial != nullptr) {
     y.Upload(*initial);
@@ -151,9 +169,10 @@ std::vector<float> RunGrouped(const Problem& p, const DeviceProblem& d, dense::F
   params.output = output;
   params.row_role = roles;
   params.role = role;
-  params.widener_warps = widener_warps;
-  params.register_a = register_a;
-  params.x_rows = x_rows;
+  params.widener_warps = form.widener_warps;
+  params.register_a = form.register_a;
+  params.x_rows = form.x_rows;
+  params.deep_ring = form.deep_ring;
   const absl::Status st = Mxfp4Bf16GroupedGemm(params, nullptr);
   EXPECT_TRUE(st.ok()) << st;
   EXPECT_TRUE(Synced());
@@ -187,21 +206,15 @@ TEST(Mxfp4Bf16GroupedGemmTest, EveryRowHasTheBf16GemmBitsOfItsExpert) {
           dense::Fp8GemmOutput::kBf16}) {
       SCOPED_TRACE(::testing::Message() << "output " << static_cast<int>(output));
       const std::vector<float> want = BySeparateBf16Gemms(p, output);
-      // Four or eight warps widening, or the consumers widening their own
-      // register fragments (widener warps 0) over 128 or 80 X rows a CTA
-      // (-80): the same bits.
-      for (int widener_warps : {4, 8, 0, -80}) {
-        const std::vector<float> got =
-            RunGrouped(p, d, output, nullptr, 0, nullptr, std::max(widener_warps, 0),
-                       /*register_a=*/widener_warps <= 0, widener_warps < 0 ? 80 : 0);
+      for (const RouteForm& form : kRouteForms) {
+        const std::vector<float> got = RunGrouped(p, d, output, nullptr, 0, nullptr, form);
         ASSERT_EQ(got.size(), want.size());
         // Both poisoned alike, so the rows past the experts compare too.
         int64_t first = -1;
         for (int64_t i = 0; i < OutputBytes(p, output) / 4 && first < 0; ++i) {
           if (std::memcmp(&got[i], &want[i], 4) != 0) first = i;
         }
-        EXPECT_EQ(first, -1) << "the first differing 4 bytes, " << widener_warps
-                             << " widener warps (0: register A fragments, -80: over 80 X rows)";
+        EXPECT_EQ(first, -1) << "the first differing 4 bytes, " << form.name;
       }
     }
   }
@@ -246,15 +259,12 @@ TEST(Mxfp4Bf16GroupedGemmTest, RowRoleWritesOnlyItsRows) {
     SCOPED_TRACE(::testing::Message() << "output " << static_cast<int>(output));
     const std::vector<float> all = RunGrouped(p, d, output);
     const std::vector<float> got = RunGrouped(p, d, output, droles.get(), 1, &initial);
-    // The register-fragment form writes the same rows with the same bits.
-    const std::vector<float> got_rs =
-        RunGrouped(p, d, output, droles.get(), 1, &initial, 0, /*register_a=*/true);
-    ASSERT_EQ(got_rs.size(), got.size());
-    EXPECT_EQ(std::memcmp(got_rs.data(), got.data(), got.size() * sizeof(float)), 0);
-    const std::vector<float> got_rs80 =
-        RunGrouped(p, d, output, droles.get(), 1, &initial, 0, /*register_a=*/true, 80);
-    ASSERT_EQ(got_rs80.size(), got.size());
-    EXPECT_EQ(std::memcmp(got_rs80.data(), got.data(), got.size() * sizeof(float)), 0);
+    // Every form writes the same rows with the same bits.
+    for (const RouteForm& form : kRouteForms) {
+      const std::vector<float> again = RunGrouped(p, d, output, droles.get(), 1, &initial, form);
+      ASSERT_EQ(again.size(), got.size());
+      EXPECT_EQ(std::memcmp(again.data(), got.data(), got.size() * sizeof(float)), 0) << form.name;
+    }
     // An element's bytes: 4 (fp32) or 2 (bf16, packed from the start of y).
     const int bytes = output == dense::Fp8GemmOutput::kBf16 ? 2 : 4;
     const auto* all_bytes = reinterpret_cast<const uint8_t*>(all.data());
@@ -284,13 +294,15 @@ TEST(Mxfp4Bf16GroupedGemmTest, UnreadableWeightGivesNanRowsOnly) {
     nan_scale.scales[2][5 * (p.k / 32) + 3] = 0xFF;  // expert 2, W row 5, K block 3
     const DeviceProblem dn(nan_scale);
     const std::vector<float> got = RunGrouped(nan_scale, dn, dense::Fp8GemmOutput::kF32);
-    const std::vector<float> got_rs = RunGrouped(nan_scale, dn, dense::Fp8GemmOutput::kF32, nullptr,
-                                                 0, nullptr, 0, /*register_a=*/true);
-    ASSERT_EQ(got_rs.size(), got.size());
-    for (int64_t i = 0; i < static_cast<int64_t>(got.size()); ++i) {  // NaN payloads aside
-      ASSERT_TRUE(std::memcmp(&got_rs[i], &got[i], 4) == 0 ||
-                  (std::isnan(got_rs[i]) && std::isnan(got[i])))
-          << "element " << i;
+    for (const RouteForm& form : kRouteForms) {
+      const std::vector<float> again =
+          RunGrouped(nan_scale, dn, dense::Fp8GemmOutput::kF32, nullptr, 0, nullptr, form);
+      ASSERT_EQ(again.size(), got.size());
+      for (int64_t i = 0; i < static_cast<int64_t>(got.size()); ++i) {  // NaN payloads aside
+        ASSERT_TRUE(std::memcmp(&again[i], &got[i], 4) == 0 ||
+                    (std::isnan(again[i]) && std::isnan(got[i])))
+            << "element " << i << ", " << form.name;
+      }
     }
     for (int64_t r = 0; r < p.rows; ++r) {
       for (int64_t j = 0; j < p.n; ++j) {
@@ -316,19 +328,16 @@ TEST(Mxfp4Bf16GroupedGemmTest, UnreadableWeightGivesNanRowsOnly) {
       }
     }
   }
-  // Eight widener warps: the same words, NaN rows included.
-  const std::vector<float> after8 =
-      RunGrouped(p, d, dense::Fp8GemmOutput::kF32, nullptr, 0, nullptr, /*widener_warps=*/8);
-  ASSERT_EQ(after8.size(), after.size());
-  EXPECT_EQ(std::memcmp(after8.data(), after.data(), after.size() * sizeof(float)), 0);
-  // The register-fragment form: NaN in the same places, the same words elsewhere.
-  const std::vector<float> after_rs =
-      RunGrouped(p, d, dense::Fp8GemmOutput::kF32, nullptr, 0, nullptr, 0, /*register_a=*/true);
-  ASSERT_EQ(after_rs.size(), after.size());
-  for (int64_t i = 0; i < static_cast<int64_t>(after.size()); ++i) {
-    ASSERT_TRUE(std::memcmp(&after_rs[i], &after[i], 4) == 0 ||
-                (std::isnan(after_rs[i]) && std::isnan(after[i])))
-        << "element " << i;
+  // Every form: NaN in the same places, the same words elsewhere.
+  for (const RouteForm& form : kRouteForms) {
+    const std::vector<float> again =
+        RunGrouped(p, d, dense::Fp8GemmOutput::kF32, nullptr, 0, nullptr, form);
+    ASSERT_EQ(again.size(), after.size());
+    for (int64_t i = 0; i < static_cast<int64_t>(after.size()); ++i) {
+      ASSERT_TRUE(std::memcmp(&again[i], &after[i], 4) == 0 ||
+                  (std::isnan(again[i]) && std::isnan(after[i])))
+          << "element " << i << ", " << form.name;
+    }
   }
 }
 

@@ -68,7 +68,12 @@ __device__ __forceinline__ void WidenEight(uint32_t v, uint32_t scale_word, int 
   }
 }
 
-template <int kRows>
+// kDeepRing (Mxfp4Bf16GroupedGemmParams::deep_ring): the producer's copies
+// complete on the slot's `full` barrier (cp.async.mbarrier.arrive.noinc, as
+// Fp8BlockGemm's warp-specialized tile does) instead of the producer waiting
+// for them kRsDepth - 1 stages behind, so every free slot of the ring is in
+// flight at once and the producer never waits on global memory.
+template <int kRows, bool kDeepRing>
 __global__ void __launch_bounds__(kRsThreads, 1)
     Mxfp4Bf16GroupedRsKernel(const __grid_constant__ Args a) {
   GridDependencyPrologue();
@@ -141,6 +146,13 @@ __global__ void __launch_bounds__(kRsThreads, 1)
       }
       CpAsyncCommit();
     };
+    if constexpr (kDeepRing) {
+      for (int i = 0; i < stages; ++i) {
+        issue(i);
+        CpAsyncArriveOn(full0 + 8 * (i % kRsStages));
+      }
+      return;
+    }
     // One group committed an iteration (empty past the last stage), so
     // wait_group kRsDepth - 1 means "stage i - (kRsDepth - 1) has landed".
     for (int i = 0; i < stages + kRsDepth - 1; ++i) {

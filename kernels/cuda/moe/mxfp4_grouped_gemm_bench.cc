@@ -447,9 +447,14 @@ void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, 
           {.codes = s.h, .scales = s.hs, .out = h16, .rows = s.rows, .cols = kInter}, stream));
     };
     widen_x();
-    int widener_warps = 4;
-    bool register_a = false;
-    int x_rows = 0;
+    struct Form {
+      const char* name;
+      int widener_warps;
+      bool register_a;
+      int x_rows;
+      bool deep_ring;
+    };
+    Form form{};
     const auto product = [&](const uint16_t* x, const uint8_t* const* w, const uint8_t* const* ws,
                              void* y, int64_t n, int64_t k, dense::Fp8GemmOutput output) {
       Ok(Mxfp4Bf16GroupedGemm({.x = x,
@@ -462,20 +467,24 @@ void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, 
                                .k = k,
                                .num_experts = local,
                                .output = output,
-                               .widener_warps = widener_warps,
-                               .register_a = register_a,
-                               .x_rows = x_rows},
+                               .widener_warps = form.widener_warps,
+                               .register_a = form.register_a,
+                               .x_rows = form.x_rows,
+                               .deep_ring = form.deep_ring},
                               stream));
     };
     const double widen_ms = MedianMs(widen_x, stream, 5);
     // Four and eight warps widening the codes (Mxfp4Bf16GroupedGemmParams::
     // widener_warps), then the consumers widening their own register
-    // fragments (register_a, printed as 0 widener warps; -80 over 80 X rows a
-    // CTA); the same bits.
-    for (const int warps : {4, 8, 0, -80}) {
-      widener_warps = warps <= 0 ? 4 : warps;
-      register_a = warps <= 0;
-      x_rows = warps < 0 ? 80 : 0;
+    // fragments (register_a) over 128 or 80 X rows, with the producer waiting
+    // for its copies or completing them on the ring's barriers (deep_ring);
+    // the same bits.
+    for (const Form& f :
+         {Form{"4 widener warps", 4, false, 0, false}, Form{"8 widener warps", 8, false, 0, false},
+          Form{"register A", 0, true, 0, false}, Form{"register A, 80 X rows", 0, true, 80, false},
+          Form{"register A, deep ring", 0, true, 0, true},
+          Form{"register A, 80 X rows, deep ring", 0, true, 80, true}}) {
+      form = f;
       const double gu_ms = MedianMs(
           [&] {
             product(x16, layer.w1, layer.w1s, g, kInter, kDim, dense::Fp8GemmOutput::kF32);
@@ -489,10 +498,9 @@ void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, 
           },
           stream, 5);
       std::printf(
-          "  bf16 route (MXFP4 widened in the stages, %d widener warps; 0: A fragments in "
-          "registers, -80: over 80 X rows): X and h to bf16 %.3f "
+          "  bf16 route (MXFP4 widened in the stages, %s): X and h to bf16 %.3f "
           "ms, gate/up %.3f ms %.0f TF/s, down %.3f ms %.0f TF/s, all %.3f ms\n",
-          warps, widen_ms, gu_ms, tf(gu_flops, gu_ms), dn_ms, tf(dn_flops, dn_ms),
+          f.name, widen_ms, gu_ms, tf(gu_flops, gu_ms), dn_ms, tf(dn_flops, dn_ms),
           widen_ms + gu_ms + dn_ms);
     }
     for (void* q : {static_cast<void*>(x16), static_cast<void*>(h16), static_cast<void*>(g),

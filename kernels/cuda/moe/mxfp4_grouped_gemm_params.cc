@@ -211,6 +211,9 @@ absl::Status CheckMxfp4Bf16GroupedGemmParams(const Mxfp4Bf16GroupedGemmParams& p
     return absl::InvalidArgumentError(
         absl::StrCat(kWhat, ": x_rows ", p.x_rows, " (0 or 128; 80 with register_a)"));
   }
+  if (p.deep_ring && !p.register_a) {
+    return absl::InvalidArgumentError(absl::StrCat(kWhat, ": deep_ring needs register_a"));
+  }
   const int x_rows = Mxfp4Bf16XRows(p);
   if ((p.rows + x_rows - 1) / x_rows + p.num_experts > kMaxGridY) {
     return absl::InvalidArgumentError(

@@ -475,6 +475,12 @@ struct Mxfp4Bf16GroupedGemmParams {
   // of up to 80 rows fill one tile, the EP8 prefill chunk's ~65 rows an
   // expert at 0.8 instead of 0.5). Only with register_a; the same bits.
   int x_rows = 0;
+  // The register form's producer: its copies complete on the ring slots'
+  // barriers (every free slot in flight) instead of the producer waiting for
+  // them three stages behind. Only with register_a; the same bits. Built
+  // (thirty-sixth session) after the register form measured about 1,700
+  // cycles a stage at the EP8 chunk's shapes against 512 of tensor work.
+  bool deep_ring = false;
 };
 
 // The X rows a CTA of a call of `params` holds (x_rows 0 resolved).
@@ -482,9 +488,10 @@ inline int Mxfp4Bf16XRows(const Mxfp4Bf16GroupedGemmParams& params) {
   return params.x_rows == 0 ? 128 : params.x_rows;
 }
 
-// The widener warps Mxfp4Bf16GroupedGemm takes for widener_warps 0: four
-// until eight are measured faster on a GPU.
-inline constexpr int kMxfp4Bf16DefaultWidenerWarps = 4;
+// The widener warps Mxfp4Bf16GroupedGemm takes for widener_warps 0: eight
+// (H100, thirty-sixth session: the route's bench 2.20 -> 2.15 ms, the EP8
+// chunk 0.635 -> 0.608 s with the widening form).
+inline constexpr int kMxfp4Bf16DefaultWidenerWarps = 8;
 
 // The widener warps a call of `params` runs with (0 resolved).
 inline int Mxfp4Bf16WidenerWarps(const Mxfp4Bf16GroupedGemmParams& params) {
@@ -532,7 +539,7 @@ uint16_t Mxfp4WeightBf16Bits(uint8_t code, uint8_t scale);
 // element aligned; row_role not 4-byte aligned; more experts or row tiles
 // than the grid holds (ceil(rows / Mxfp4Bf16XRows) + num_experts <= 65535);
 // widener_warps other than 0, 4 or 8; x_rows other than 0, 128 or 80, or 80
-// without register_a.
+// without register_a; deep_ring without register_a.
 absl::Status CheckMxfp4Bf16GroupedGemmParams(const Mxfp4Bf16GroupedGemmParams& params);
 
 // Returns OK or INVALID_ARGUMENT naming the problem: a null pointer, rows < 0,
