@@ -252,6 +252,9 @@ ABSL_FLAG(bool, bf16_route_deep_ring, false,
           "--bf16_route_register_a: the route's producer completes its copies on the ring's "
           "barriers, every free slot in flight (DeviceDecoderOptions::bf16_route_deep_ring; "
           "same bits).");
+ABSL_FLAG(bool, bf16_experts_every_row, false,
+          "Every row's routed experts on the bf16 register route, decode's too "
+          "(DeviceDecoderOptions::bf16_experts_every_row; changes decode's fast numerics).");
 ABSL_FLAG(bool, bf16_ws_m256, false,
           "The bf16 products' warp-specialized prefill tile over 256 X rows a CTA "
           "(DeviceDecoderOptions::bf16_ws_m256; same bits).");
@@ -529,6 +532,7 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .bf16_route_register_a = absl::GetFlag(FLAGS_bf16_route_register_a),
           .bf16_route_x_rows = absl::GetFlag(FLAGS_bf16_route_x_rows),
           .bf16_route_deep_ring = absl::GetFlag(FLAGS_bf16_route_deep_ring),
+          .bf16_experts_every_row = absl::GetFlag(FLAGS_bf16_experts_every_row),
           .bf16_ws_m256 = absl::GetFlag(FLAGS_bf16_ws_m256),
           .bf16_ws_persistent = absl::GetFlag(FLAGS_bf16_ws_persistent),
           .expert_out_bf16 = absl::GetFlag(FLAGS_expert_out_bf16)};

@@ -8,10 +8,12 @@
 #      ring) against Bf16Gemm's bits, Bf16Gemm's warp-specialized forms, the
 #      combine of bf16 expert outputs;
 #   2. the EP8 prefill chunk with the defaults (the register form since the
-#      thirty-sixth session), the deep ring (--bf16_route_deep_ring), the
-#      widening form for comparison; device_decoder_fast_test's route forms
-#      and the options the thirty-sixth session turned on; the deep ring over
-#      80 X rows;
+#      thirty-sixth session) and the deep ring (--bf16_route_deep_ring);
+#      device_decoder_fast_test's route forms, the decode route's fidelity and
+#      batch invariance (--bf16_experts_every_row) and the options the
+#      thirty-sixth session turned on; EP8 and small decode with and without
+#      the decode route; the chunk with the widening form and the deep ring
+#      over 80 X rows;
 #   3. fp8_gemm_bench prefill and mxfp4_grouped_gemm_bench's prefill table
 #      (every route form);
 #   4. the chunk's kernel timeline with the defaults, then the chunks again
@@ -38,17 +40,27 @@ budget_step bf16_gemm_test 60 "${bundle}/bin/kernels_cuda_dense_bf16_gemm_sm90_t
   --gtest_filter='*WarpSpecialized*:*RowRole*:*RowStride*' || status=1
 budget_step moe_permute_test 60 "${bundle}/bin/kernels_cuda_moe_moe_permute_test" \
   --gtest_filter='*Combine*:*Refuses*' || status=1
+ep8_decode=(--ep_slice=8 --numerics=fast --batches=1,64 --context=64 --steps=6 --warmup=1
+            --slice_profile=false)
+small_decode=(--cuda_ops=false --numerics=fast --batches=1,64 --steps=6)
 chunks() {  # chunks SUFFIX: the option sets, the likeliest defaults first
   budget_step "chunk_defaults${1}" 90 "${decode}" "${slice[@]}"
   budget_step "chunk_deep_ring${1}" 90 "${decode}" "${slice[@]}" --bf16_route_deep_ring=true
+  if [[ -z "${1}" ]]; then
+    budget_step device_decoder_fast_test 240 \
+      "${bundle}/bin/worker_model_device_decoder_fast_test" \
+      --gtest_filter='*RouteForms*:*ExpertsEveryRow*:*FusedExpertSwiglu*:*WsForms*:*ExpertOutBf16*:*TileFormBeside*' \
+      || status=1
+    # Decode's experts on the bf16 register route (bf16_experts_every_row).
+    budget_step ep8_decode 90 "${decode}" "${ep8_decode[@]}"
+    budget_step ep8_decode_every_row 90 "${decode}" "${ep8_decode[@]}" \
+      --bf16_experts_every_row=true --bf16_route_deep_ring=true
+    budget_step small_decode 60 "${decode}" "${small_decode[@]}"
+    budget_step small_decode_every_row 60 "${decode}" "${small_decode[@]}" \
+      --bf16_experts_every_row=true --bf16_route_deep_ring=true
+  fi
   budget_step "chunk_widening_form${1}" 90 "${decode}" "${slice[@]}" \
     --bf16_route_register_a=false
-  if [[ -z "${1}" ]]; then
-    budget_step device_decoder_fast_test 200 \
-      "${bundle}/bin/worker_model_device_decoder_fast_test" \
-      --gtest_filter='*RouteForms*:*FusedExpertSwiglu*:*WsForms*:*ExpertOutBf16*:*TileFormBeside*' \
-      || status=1
-  fi
   budget_step "chunk_deep_ring80${1}" 90 "${decode}" "${slice[@]}" --bf16_route_deep_ring=true \
     --bf16_route_x_rows=80
 }
@@ -67,6 +79,12 @@ echo "== prefill"
 for log in "${results}"/chunk_*.log; do
   [[ -f "${log}" ]] || continue
   echo "${log##*/}: $(grep -h '^prefill:' "${log}")"
+done
+echo "== decode (graph rows)"
+for log in "${results}"/ep8_decode*.log "${results}"/small_decode*.log; do
+  [[ -f "${log}" ]] || continue
+  echo "${log##*/}:"
+  grep -E "^ +[0-9]+ +graph" "${log}"
 done
 echo "== the prompt's bf16 route (dense)"
 sed -n "/^The prompt's bf16 route/,/^\$/p" "${results}/fp8_bench_prefill.log" 2>/dev/null | head -12

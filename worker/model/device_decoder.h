@@ -671,6 +671,16 @@ struct DeviceDecoderOptions {
   // (Mxfp4Bf16GroupedGemmParams::deep_ring). The same bits; off until run
   // on a GPU (thirty-sixth session).
   bool bf16_route_deep_ring = false;
+  // Every row's routed experts on the bf16 route, the generated rows' too
+  // (decode steps: the register form over 8 - 64 X rows a CTA, picked from
+  // a step's rows an expert): one maths for a row's experts whatever the
+  // step holds, so batch invariance holds. Unlike the prompt options this
+  // changes decode's numerics (the FP8 experts' per-32 block sums give way
+  // to bf16 sums over all of K), so it is held to the fidelity bars like any
+  // fast-path change. Off until measured (thirty-sixth session, not yet run):
+  // at decode the register form needs about a third of the MXFP4 kernels'
+  // instructions a weight (no replicated A decode, no per-block promotion).
+  bool bf16_experts_every_row = false;
   // The bf16 products' warp-specialized prefill tile (above 256 rows: the
   // prompt's linears, the bf16 weights' products) over 256 X rows a CTA
   // (dense::Bf16GemmParams::ws_m256: wgmma m64n256k16) instead of 128. The

@@ -186,7 +186,7 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
                    double max_choices_differing = 0.01, bool fast_mhc = false,
                    const TrainedInputs* trained = nullptr, bool expert_wgmma = false,
                    bool dense_wgmma = false, bool attention_wgmma = true,
-                   bool prompt_linears = false) {
+                   bool prompt_linears = false, bool experts_every_row = false) {
   const ModelConfig& c = ckpt.config();
   auto cpu = RowStableCpuModel(ckpt, precision,
                                trained != nullptr ? trained->engram_token_map
@@ -206,6 +206,8 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
   // prompt_linears: every position of the fast decoder is a prompt's, so
   // its FP8 linears all run on the bf16 maths (prompt_bf16_linears).
   options.prompt_bf16_linears = prompt_linears;
+  // experts_every_row: every row's routed experts on the bf16 route, decode's too.
+  options.bf16_experts_every_row = experts_every_row;
   const int64_t prompt_end = prompt_linears ? options.max_positions : 0;
   auto fast = DeviceDecoder::Create(*cpu, precision, options);
   ASSERT_TRUE(fast.ok()) << fast.status();
@@ -266,6 +268,9 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
   const Agreement drift = Compare(*cpu, **ref, **fast, /*sync_state=*/false, text, prompt_end);
   if (prompt_linears) {
     EXPECT_GT((*fast)->stats().prompt_bf16_products, 0);
+  }
+  if (experts_every_row) {
+    EXPECT_GT((*fast)->stats().prompt_bf16_expert_layers, 0);
   }
   ASSERT_GE(drift.positions, 512);
   Print(name, "tokens only (own KV)", drift);
@@ -529,6 +534,21 @@ TEST(DeviceDecoderFastTest, TrainedWideTinyBf16AgreesWithReference) {
                 0.01, /*fast_mhc=*/true, in);
 }
 
+// bf16_experts_every_row: the widened trained tiny's routed experts on the
+// bf16 route at every position (bf16 sums over all of K instead of the FP8
+// kernels' per-32 block sums; thirty-sixth session, not yet run): the
+// issue's bars, which decide whether decode may take the route.
+TEST(DeviceDecoderFastTest, TrainedWideTinyBf16WithBf16ExpertsEveryRowAgreesWithReference) {
+  const Checkpoint* ck = TrainedWideTinyCheckpoint();
+  const TrainedInputs* in = TrainedTinyInputs();
+  ASSERT_NE(ck, nullptr);
+  ASSERT_NE(in, nullptr);
+  CheckFidelity(*ck, "trained tiny, experts 256 wide, bf16 experts every row",
+                ActivationPrecision::kBf16, true, 0.99, 1e-2, 0.01, /*fast_mhc=*/true, in,
+                /*expert_wgmma=*/false, /*dense_wgmma=*/false, /*attention_wgmma=*/true,
+                /*prompt_linears=*/false, /*experts_every_row=*/true);
+}
+
 // The routed experts' block sums on e4m3 wgmma (DeviceDecoderOptions::
 // expert_wgmma), on trained weights for the first time: the measurement
 // kernels/cuda/moe/README.md ("wgmma block sums") waits for to decide the
@@ -618,7 +638,8 @@ std::vector<std::vector<float>> Decode(const Model& model, const DeviceDecoderOp
   return out;
 }
 
-void CheckBatchInvariance(bool expert_wgmma, bool dense_wgmma = false) {
+void CheckBatchInvariance(bool expert_wgmma, bool dense_wgmma = false,
+                          bool experts_every_row = false) {
   const Checkpoint* small = SmallCheckpoint(3);
   ASSERT_NE(small, nullptr);
   const int64_t v = small->config().vocab_size;
@@ -628,6 +649,7 @@ void CheckBatchInvariance(bool expert_wgmma, bool dense_wgmma = false) {
                                .max_positions = 64, .max_batch = 16};
   options.expert_wgmma = expert_wgmma;
   options.dense_wgmma = dense_wgmma;
+  options.bf16_experts_every_row = experts_every_row;
   DeviceDecoderOptions eager = options;
   eager.use_graphs = false;
   const std::vector<int64_t> fed = RandomTokens(40, 5, v - 1);
@@ -653,6 +675,12 @@ void CheckBatchInvariance(bool expert_wgmma, bool dense_wgmma = false) {
 }
 
 TEST(DeviceDecoderFastTest, SmallBf16IsBatchInvariant) { CheckBatchInvariance(false); }
+// bf16_experts_every_row: decode steps' experts on the bf16 register route
+// (its narrow tiles picked from the step's rows): a row's logits still do
+// not depend on its company.
+TEST(DeviceDecoderFastTest, SmallBf16ExpertsEveryRowIsBatchInvariant) {
+  CheckBatchInvariance(false, false, /*experts_every_row=*/true);
+}
 
 // The fast numerics with room for `sequences` sequences of one `chunk`-row
 // prompt chunk and a few decode steps after it.

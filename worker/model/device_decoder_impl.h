@@ -834,6 +834,8 @@ struct DeviceDecoder::Impl {
   // experts get, which pick their tile form and tiles by it.
   int64_t generated_rows_ = 0;
   bool PromptLinears() const { return options.prompt_bf16_linears && fast(); }
+  // bf16_experts_every_row: every row's routed experts on the bf16 route.
+  bool RouteEveryRow() const { return options.bf16_experts_every_row && fast(); }
   // A step with both linear roles: the rows the FP8 products must reach (the
   // generated positions' and padding, meta role 0) as ranges of whole
   // kFp8SpanAlign rows, over span_rows_ rows (PrepareMeta), and whether this
@@ -1628,6 +1630,9 @@ struct DeviceDecoder::Impl {
   // this step's prompt rows (a step with prompt rows, no exchange, dims
   // multiples of 128, room for role-major groups).
   bool Bf16Experts(const LayerDev& L, bool ep) const;
+  // Whether layer L's experts can take the bf16 route at all (fast MXFP4
+  // experts, the rx16 scratch, dims of whole stages, role-major groups fit).
+  bool Bf16RouteFits(const LayerDev& L) const;
   // The routed experts of the rows of L.experts groups at `offsets` (fq /
   // fq_scales made; `rows` the capacity) on the bf16 route: X's codes
   // dequantized into rx16, gate and up by Mxfp4Bf16GroupedGemm, SwiGLU with

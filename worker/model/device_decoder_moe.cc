@@ -236,7 +236,11 @@ absl::Status DeviceDecoder::Impl::TileFormExperts(const LayerDev& L, int64_t row
 
 bool DeviceDecoder::Impl::Bf16Experts(const LayerDev& L, bool ep) const {
   return options.prompt_bf16_experts && PromptLinears() && linear_roles_ != 1 && !ep &&
-         FastExperts(L) && rx16 != nullptr && c.dim % 128 == 0 && L.inter % 128 == 0 &&
+         Bf16RouteFits(L);
+}
+
+bool DeviceDecoder::Impl::Bf16RouteFits(const LayerDev& L) const {
+  return FastExperts(L) && rx16 != nullptr && c.dim % 128 == 0 && L.inter % 128 == 0 &&
          2 * L.experts <= kc::kMoeGroupRowsMaxGroups;
 }
 
@@ -253,6 +257,17 @@ absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t ro
   // first group, a step's generated rows, go through the elementwise passes
   // too, after the FP8 experts are done with them).
   const int64_t* used_rows = offsets + L.experts;
+  // X rows a CTA: the option's; for a decode step on the route
+  // (bf16_experts_every_row, a step of generated rows only) the narrowest
+  // tile that holds a local expert's expected rows. Time only, never bits.
+  int route_x_rows = options.bf16_route_x_rows;
+  if (RouteEveryRow() && linear_roles_ == 1 && options.bf16_route_register_a) {
+    const int64_t per_expert = std::max<int64_t>(rows / std::max(L.experts, 1), 1);
+    route_x_rows = 128;
+    for (const int r : {64, 32, 16, 8}) {
+      if (per_expert <= r) route_x_rows = r;
+    }
+  }
   auto product = [&](const uint8_t* const* w, const uint8_t* const* ws, float* y, int64_t n,
                      int64_t k, dense::Fp8GemmOutput output) {
     return kc::Mxfp4Bf16GroupedGemm(
@@ -268,7 +283,7 @@ absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t ro
          .output = output,
          .widener_warps = options.bf16_route_widener_warps,
          .register_a = options.bf16_route_register_a,
-         .x_rows = options.bf16_route_x_rows,
+         .x_rows = route_x_rows,
          .deep_ring = options.bf16_route_deep_ring && options.bf16_route_register_a},
         stream);
   };
@@ -448,7 +463,11 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
   // takes the bf16 route for every row. A row's bits depend on its X row
   // and its expert alone in both maths, so where it lands does not matter.
   const bool bf16_experts = Bf16Experts(L, ep);
-  if (bf16_experts && linear_roles_ == 3) {
+  // bf16_experts_every_row: every row of every step on the bf16 route (the
+  // generated rows' too), so a row's experts take one maths whatever the
+  // step holds.
+  const bool route_every_row = RouteEveryRow() && !ep && Bf16RouteFits(L);
+  if (bf16_experts && linear_roles_ == 3 && !route_every_row) {
     group.token_role = meta_d.role;
     group.role_stride = L.experts;
     group.num_groups = 2 * L.experts;
@@ -512,9 +531,10 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
   // bf16 route for a step of prompt rows only, or the tile form with no route
   // beside it), w2 writes yg as bf16 bits and the combine widens them: the
   // same values (those forms round y to bf16 anyway), half of yg's bytes.
-  const bool route_only = bf16_experts && linear_roles_ == 2;
-  const bool yg_bf16 = options.expert_out_bf16 && bf16() && !ep &&
-                       (route_only || (tile_form && !(bf16_experts && linear_roles_ == 3)));
+  const bool route_only = route_every_row || (bf16_experts && linear_roles_ == 2);
+  const bool both_maths = bf16_experts && linear_roles_ == 3 && !route_every_row;
+  const bool yg_bf16 =
+      options.expert_out_bf16 && bf16() && !ep && (route_only || (tile_form && !both_maths));
   if (yg_bf16) ++expert_out_bf16_layers;
   if (route_only) {  // every row a prompt's
     RETURN_IF_ERROR(Bf16RouteExperts(L, rows, limit, group_offsets, yg_bf16));
@@ -566,7 +586,7 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
   }
   // Both roles: the prompt's groups on the bf16 route (the FP8 experts took
   // the generated rows' groups).
-  if (bf16_experts && linear_roles_ == 3) {
+  if (both_maths) {
     RETURN_IF_ERROR(Bf16RouteExperts(L, rows, limit, group_offsets + L.experts));
   }
   // The fast experts round y in their epilogue (round_bf16 above).

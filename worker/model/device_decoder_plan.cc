@@ -402,13 +402,16 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
     // steps of more than 256 rows take the warp-specialized bf16 tile, the
     // bf16 values of the largest FP8 weight (a grouped one's groups
     // together), the branch's own of each.
-    if (PromptLinears()) {
+    // (bf16_experts_every_row needs rx16 alone.)
+    if (PromptLinears() || RouteEveryRow()) {
       rx16_count = fq_count;
       rx16 = r.Alloc<uint16_t>(rx16_count);
       if (options.concurrent_branches) {
         side_rx16_count = side_fq_count;
         side_rx16 = r.Alloc<uint16_t>(side_rx16_count);
       }
+    }
+    if (PromptLinears()) {
       if (bc > kX16PanelMinRows) {
         int64_t largest = 0;
         // Every weight with FP8 activations (its codes are null in the

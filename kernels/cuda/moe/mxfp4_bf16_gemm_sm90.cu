@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/launch_status.h"
 #include "kernels/cuda/moe/mxfp4_bf16_gemm_sm90.cuh"
@@ -58,13 +59,27 @@ absl::Status Mxfp4Bf16GroupedGemm(const Mxfp4Bf16GroupedGemmParams& p, cudaStrea
   };
   constexpr int kSlack = dense::fp8_gemm::kWgmmaSmemSlack;
   if (p.register_a) {
-    const int rs_smem =
-        (x_rows == 80 ? mb::RsSlot<80>::kShared : mb::RsSlot<128>::kShared) + kSlack;
-    const auto kernel = x_rows == 80 ? (p.deep_ring ? mb::Mxfp4Bf16GroupedRsKernel<80, true>
-                                                    : mb::Mxfp4Bf16GroupedRsKernel<80, false>)
-                                     : (p.deep_ring ? mb::Mxfp4Bf16GroupedRsKernel<128, true>
-                                                    : mb::Mxfp4Bf16GroupedRsKernel<128, false>);
-    return launch(kernel, mb::kRsThreads, rs_smem);
+    const auto rs = [&](auto rows) -> absl::Status {
+      constexpr int kRows = decltype(rows)::value;
+      return p.deep_ring ? launch(mb::Mxfp4Bf16GroupedRsKernel<kRows, true>, mb::kRsThreads,
+                                  mb::RsSlot<kRows>::kShared + kSlack)
+                         : launch(mb::Mxfp4Bf16GroupedRsKernel<kRows, false>, mb::kRsThreads,
+                                  mb::RsSlot<kRows>::kShared + kSlack);
+    };
+    switch (x_rows) {
+      case 8:
+        return rs(std::integral_constant<int, 8>{});
+      case 16:
+        return rs(std::integral_constant<int, 16>{});
+      case 32:
+        return rs(std::integral_constant<int, 32>{});
+      case 64:
+        return rs(std::integral_constant<int, 64>{});
+      case 80:
+        return rs(std::integral_constant<int, 80>{});
+      default:
+        return rs(std::integral_constant<int, 128>{});
+    }
   }
   const int smem = mb::kSharedBytes + kSlack;
   if (Mxfp4Bf16WidenerWarps(p) == 8) {

@@ -153,6 +153,10 @@ const RouteForm kRouteForms[] = {
     {"register A over 80 X rows", 0, true, 80},
     {"register A, deep ring", 0, true, 0, true},
     {"register A over 80 X rows, deep ring", 0, true, 80, true},
+    {"register A over 8 X rows (decode), deep ring", 0, true, 8, true},
+    {"register A over 16 X rows, deep ring", 0, true, 16, true},
+    {"register A over 32 X rows", 0, true, 32},
+    {"register A over 64 X rows, deep ring", 0, true, 64, true},
 };
 
 std::vector<float> RunGrouped(const Problem& p, const DeviceProblem& d, dense::Fp8GemmOutput output,

@@ -32,22 +32,25 @@
 
 namespace weir::kernels::cuda::moe::mxfp4_bf16 {
 
-inline constexpr int kRsStages = 8;  // ring slots
+inline constexpr int kRsMaxStages = 16;  // ring slots at most (RsSlot::kStages)
 inline constexpr int kRsDepth = 4;   // the producer's stages in flight: kRsDepth - 1 ahead
 inline constexpr int kRsThreads = kConsumers + 32;
-static_assert(kRsDepth < kRsStages, "the producer waits for slots the consumers free");
 
-// A ring slot over kRows X rows (128 or 80, Mxfp4Bf16GroupedGemmParams::
-// x_rows): the X box (kRows x 128 bytes, 128-byte swizzle), the W tile's
-// codes (128 rows x 32 bytes), a scale word a W row; 1024-byte aligned.
+// A ring slot over kRows X rows (128, 80, or 8 - 64 for decode;
+// Mxfp4Bf16GroupedGemmParams::x_rows): the X box (kRows x 128 bytes,
+// 128-byte swizzle), the W tile's codes (128 rows x 32 bytes), a scale word a
+// W row; 1024-byte aligned. Narrow tiles get twice the slots: their stages
+// are short, so more of them must be in flight to cover a memory latency.
 template <int kRows>
 struct RsSlot {
   static_assert(kRows % 8 == 0 && kRows <= 128);
+  static constexpr int kStages = kRows >= 64 ? 8 : kRsMaxStages;
+  static_assert(kRsDepth < kStages, "the producer waits for slots the consumers free");
   static constexpr int kX = kRows * 128;
   static constexpr int kCodes = kX;
   static constexpr int kScales = kCodes + kBn * 32;
   static constexpr int kBytes = (kScales + kBn * 4 + 1023) / 1024 * 1024;
-  static constexpr int kShared = kRsStages * kBytes;
+  static constexpr int kShared = kStages * kBytes;
   static_assert(kShared + dense::fp8_gemm::kWgmmaSmemSlack <= 227 * 1024, "an SM's shared memory");
 };
 
@@ -79,6 +82,7 @@ __global__ void __launch_bounds__(kRsThreads, 1)
   GridDependencyPrologue();
   using Slot = RsSlot<kRows>;
   constexpr int kRsSlot = Slot::kBytes, kRsCodes = Slot::kCodes, kRsScales = Slot::kScales;
+  constexpr int kRsStages = Slot::kStages;
   using dense::fp8_gemm::AlignSharedTo1024;
   using dense::fp8_gemm::DescriptorOf;
   using dense::fp8_gemm::PinRegister;
@@ -151,19 +155,20 @@ __global__ void __launch_bounds__(kRsThreads, 1)
         issue(i);
         CpAsyncArriveOn(full0 + 8 * (i % kRsStages));
       }
-      return;
-    }
-    // One group committed an iteration (empty past the last stage), so
-    // wait_group kRsDepth - 1 means "stage i - (kRsDepth - 1) has landed".
-    for (int i = 0; i < stages + kRsDepth - 1; ++i) {
-      if (i < stages) {
-        issue(i);
-      } else {
-        CpAsyncCommit();
-      }
-      if (i >= kRsDepth - 1) {
-        CpAsyncWait<kRsDepth - 1>();
-        MbarrierArrive(full0 + 8 * ((i - (kRsDepth - 1)) % kRsStages));
+      CpAsyncWait<0>();  // the warp stays until its last copies have landed
+    } else {
+      // One group committed an iteration (empty past the last stage), so
+      // wait_group kRsDepth - 1 means "stage i - (kRsDepth - 1) has landed".
+      for (int i = 0; i < stages + kRsDepth - 1; ++i) {
+        if (i < stages) {
+          issue(i);
+        } else {
+          CpAsyncCommit();
+        }
+        if (i >= kRsDepth - 1) {
+          CpAsyncWait<kRsDepth - 1>();
+          MbarrierArrive(full0 + 8 * ((i - (kRsDepth - 1)) % kRsStages));
+        }
       }
     }
     return;

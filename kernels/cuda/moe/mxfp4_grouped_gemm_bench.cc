@@ -635,6 +635,60 @@ int Run(int experts, int ranks, int64_t prefill_tokens) {
                   Mxfp4GroupedTileName(t), us);
       if (us < dn_us) dn_us = us, best_dn = t;
     }
+    // The bf16 register route at this batch (prompt_bf16_experts' kernel over a
+    // decode step's rows, X and h widened to bf16 first, not timed): the tile
+    // of the fewest X rows that holds an expert's average, the deep ring.
+    {
+      const double per_expert = hit > 0 ? rows / hit : 1.0;
+      int x_rows = 128;
+      for (int r : {64, 32, 16, 8}) {
+        if (per_expert <= r) x_rows = r;
+      }
+      const int64_t cap = steps[0].rows;
+      uint16_t* x16 = DeviceAlloc<uint16_t>(cap * kDim);
+      uint16_t* h16 = DeviceAlloc<uint16_t>(cap * kInter);
+      float* g = DeviceAlloc<float>(cap * kInter);
+      WEIR_BENCH_CHECK(cudaMemset(x16, 0, cap * kDim * 2));
+      WEIR_BENCH_CHECK(cudaMemset(h16, 0, cap * kInter * 2));
+      const auto route = [&](int c, const uint16_t* x, bool down, cudaStream_t st) {
+        const LayerWeights& L = layers[c % kLayers];
+        const Step& st_ = steps[c % kLayers];
+        const auto one = [&](const uint8_t* const* w, const uint8_t* const* ws, void* y, int64_t n,
+                             int64_t k) {
+          Ok(Mxfp4Bf16GroupedGemm({.x = x,
+                                   .expert_offsets = st_.d_offsets,
+                                   .w = w,
+                                   .w_scales = ws,
+                                   .y = y,
+                                   .rows = st_.rows,
+                                   .n = n,
+                                   .k = k,
+                                   .num_experts = local,
+                                   .output = dense::Fp8GemmOutput::kF32,
+                                   .register_a = true,
+                                   .x_rows = x_rows,
+                                   .deep_ring = true},
+                                  st));
+        };
+        if (down) {
+          one(L.w2, L.w2s, st_.y, kDim, kInter);
+        } else {
+          one(L.w1, L.w1s, g, kInter, kDim);
+          one(L.w3, L.w3s, g, kInter, kDim);
+        }
+      };
+      const double r_gu =
+          GraphUs([&](int c, cudaStream_t st) { route(c, x16, false, st); }, stream);
+      const double r_dn = GraphUs([&](int c, cudaStream_t st) { route(c, h16, true, st); }, stream);
+      std::printf(
+          "  batch %lld bf16 route (register A over %d X rows, deep ring): gate/up %8.2f us "
+          "(/copy %.2f), down %8.2f us (/copy %.2f)\n",
+          static_cast<long long>(tokens), x_rows, r_gu, gu_bytes / r_gu / 1e3 / copy_gbps, r_dn,
+          dn_bytes / r_dn / 1e3 / copy_gbps);
+      for (void* q : {static_cast<void*>(x16), static_cast<void*>(h16), static_cast<void*>(g)}) {
+        cudaFree(q);
+      }
+    }
     const double ref = ReferenceUs(steps[0], local, stream);
     auto ratio = [&](double b, double us) { return b / us / 1e3 / copy_gbps; };
     std::printf(

@@ -207,9 +207,11 @@ absl::Status CheckMxfp4Bf16GroupedGemmParams(const Mxfp4Bf16GroupedGemmParams& p
     return absl::InvalidArgumentError(absl::StrCat(
         kWhat, ": x must be 16-byte aligned, y aligned to its element, row_role to 4 bytes"));
   }
-  if (p.x_rows != 0 && p.x_rows != 128 && !(p.x_rows == 80 && p.register_a)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kWhat, ": x_rows ", p.x_rows, " (0 or 128; 80 with register_a)"));
+  const bool narrow =
+      p.x_rows == 80 || p.x_rows == 64 || p.x_rows == 32 || p.x_rows == 16 || p.x_rows == 8;
+  if (p.x_rows != 0 && p.x_rows != 128 && !(narrow && p.register_a)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kWhat, ": x_rows ", p.x_rows, " (0 or 128; 80, 64, 32, 16 or 8 with register_a)"));
   }
   if (p.deep_ring && !p.register_a) {
     return absl::InvalidArgumentError(absl::StrCat(kWhat, ": deep_ring needs register_a"));

@@ -471,9 +471,10 @@ struct Mxfp4Bf16GroupedGemmParams {
   // codes in registers and issues wgmma with A from registers. A matter of
   // time only: the same bits (widener_warps is then ignored).
   bool register_a = false;
-  // X rows a CTA of the register form: 128 (0) or 80 (wgmma N = 80: experts
-  // of up to 80 rows fill one tile, the EP8 prefill chunk's ~65 rows an
-  // expert at 0.8 instead of 0.5). Only with register_a; the same bits.
+  // X rows a CTA of the register form: 128 (0), 80 (wgmma N = 80: experts
+  // of up to 80 rows fill one tile; slower than 128 on the EP8 prefill chunk,
+  // thirty-sixth session), or 64, 32, 16, 8 (decode: a step's few rows an
+  // expert, twice the ring's slots). Only with register_a; the same bits.
   int x_rows = 0;
   // The register form's producer: its copies complete on the ring slots'
   // barriers (every free slot in flight) instead of the producer waiting for
@@ -538,8 +539,8 @@ uint16_t Mxfp4WeightBf16Bits(uint8_t code, uint8_t scale);
 // multiple of 128; n, k above 2^30 or rows above 2^30; x not 16-byte or y not
 // element aligned; row_role not 4-byte aligned; more experts or row tiles
 // than the grid holds (ceil(rows / Mxfp4Bf16XRows) + num_experts <= 65535);
-// widener_warps other than 0, 4 or 8; x_rows other than 0, 128 or 80, or 80
-// without register_a; deep_ring without register_a.
+// widener_warps other than 0, 4 or 8; x_rows other than 0 or 128, or other
+// than 80, 64, 32, 16, 8 with register_a; deep_ring without register_a.
 absl::Status CheckMxfp4Bf16GroupedGemmParams(const Mxfp4Bf16GroupedGemmParams& params);
 
 // Returns OK or INVALID_ARGUMENT naming the problem: a null pointer, rows < 0,

@@ -147,7 +147,7 @@ TEST(Mxfp4Bf16GroupedGemmParamsTest, ChecksItsArguments) {
     EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(p).ok()) << warps;
     EXPECT_EQ(Mxfp4Bf16WidenerWarps(p), warps == 0 ? kMxfp4Bf16DefaultWidenerWarps : warps);
   }
-  for (int x_rows : {0, 128, 80}) {
+  for (int x_rows : {0, 128, 80, 64, 32, 16, 8}) {
     p = ValidBf16(), p.register_a = true, p.x_rows = x_rows;
     EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(p).ok()) << x_rows;
     p.deep_ring = true;
@@ -180,7 +180,7 @@ TEST(Mxfp4Bf16GroupedGemmParamsTest, ChecksItsArguments) {
           [](P& q) { q.deep_ring = true; },  // without register_a
           [](P& q) {
             q.register_a = true;
-            q.x_rows = 64;
+            q.x_rows = 48;
           },
           [](P& q) {  // at 80 rows a tile the grid fills sooner
             q.register_a = true;
