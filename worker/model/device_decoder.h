@@ -678,8 +678,8 @@ struct DeviceDecoderOptions {
   // changes decode's numerics (the FP8 experts' per-32 block sums give way
   // to bf16 sums over all of K), so it is held to the fidelity bars like any
   // fast-path change. Off until measured (thirty-sixth session, not yet run):
-  // at decode the register form needs about a third of the MXFP4 kernels'
-  // instructions a weight (no replicated A decode, no per-block promotion).
+  // at decode the register form issues about three quarters of the MXFP4
+  // kernels' instructions a weight, from twice the warps an SM.
   bool bf16_experts_every_row = false;
   // The bf16 products' warp-specialized prefill tile (above 256 rows: the
   // prompt's linears, the bf16 weights' products) over 256 X rows a CTA
