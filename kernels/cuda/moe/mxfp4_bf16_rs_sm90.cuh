@@ -5,23 +5,24 @@
 // included by mxfp4_bf16_gemm_sm90.cu after mxfp4_bf16_gemm_sm90.cuh.
 //
 //  * warps 0 - 7 (two consumer warpgroups; warpgroup c holds W rows 64 c ..
-//    64 c + 63 of the CTA's 128, the kRows X rows in all, 128 or 80: a
-//    narrower tile for experts of few rows, wgmma N = kRows): per stage of 64 of K
-//    a thread reads its two W rows' 32 code bytes each (lane / 4 and + 8 of
-//    its warp's 16, every lane of a quad the same bytes: a broadcast) and
-//    their two scale bytes from the ring slot, gathers byte lane % 4 of each
-//    code word (prmt), widens them to bf16 (E2m1x4ToBf16x2 and one bf16x2
-//    multiply a pair, as the widener warps do; through fp32 for the rare
-//    scales) into the wgmma A fragments of the stage's four K steps, and
-//    issues the four `wgmma m64n128k16` or `m64n80k16` (A registers, X by
-//    descriptor) of the stage. The fragments are double-buffered: stage i + 1's are widened while
-//    stage i's wgmma run, and written only after the group that read them
-//    has retired (wait_group 1).
+//    64 c + 63 of the CTA's 128, and the CTA's kRows X rows: 128, 80 for
+//    prefill experts of few rows, 64 - 8 for decode; wgmma N = kRows): per
+//    stage of 64 of K a thread reads its two W rows' 32 code bytes each
+//    (lane / 4 and + 8 of its warp's 16, every lane of a quad the same bytes:
+//    a broadcast) and their two scale bytes from the ring slot, gathers byte
+//    lane % 4 of each code word (prmt), widens them to bf16 (E2m1x4ToBf16x2
+//    and one bf16x2 multiply a pair, as the widener warps do; through fp32
+//    for the rare scales) into the wgmma A fragments of the stage's four K
+//    steps, and issues the stage's four `wgmma m64nNk16` (A registers, X by
+//    descriptor). The fragments are double-buffered: stage i + 1's are
+//    widened while stage i's wgmma run, and written only after the group
+//    that read them has retired (wait_group 1).
 //  * warp 8 (the producer): per stage, once the slot is free, lane 0 brings
 //    the X box by TMA (kRows rows x 128 bytes, 128-byte swizzle) and the 32
 //    lanes copy the W tile's codes (128 rows x 32 bytes) and each row's scale
-//    word (cp.async, kRsDepth - 1 stages ahead), then arrive on the slot's
-//    `full` once their copies have landed.
+//    word by cp.async; the lanes arrive on the slot's `full` once their copies
+//    have landed, waiting for them kRsDepth - 1 stages behind, or (kDeepRing)
+//    letting the copies arrive themselves.
 // The wgmma sum the same bf16 values in the same order as the widening tile
 // (mxfp4_bf16_gemm_sm90.cuh) and dense::Bf16Gemm's kN128M128Ws: only where A
 // comes from differs, so a row's bits are theirs.
@@ -33,7 +34,7 @@
 namespace weir::kernels::cuda::moe::mxfp4_bf16 {
 
 inline constexpr int kRsMaxStages = 16;  // ring slots at most (RsSlot::kStages)
-inline constexpr int kRsDepth = 4;   // the producer's stages in flight: kRsDepth - 1 ahead
+inline constexpr int kRsDepth = 4;  // without kDeepRing: the producer's copies kRsDepth - 1 ahead
 inline constexpr int kRsThreads = kConsumers + 32;
 
 // A ring slot over kRows X rows (128, 80, or 8 - 64 for decode;
