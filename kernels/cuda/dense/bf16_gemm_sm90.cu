@@ -136,7 +136,8 @@ absl::Status LaunchWs(const Bf16GemmParams& p, cudaStream_t stream) {
     grid = dim3(static_cast<unsigned>(std::min<int64_t>(tiles, sms)), 1, 1);
   }
   const int smem = Shape::kSharedBytes + fp8_gemm::kWgmmaSmemSlack;
-  auto kernel = bf16_gemm::Bf16GemmWsKernel<kWide>;
+  auto kernel = ws.fold_splits && ws.plain.k_splits > 1 ? bf16_gemm::Bf16GemmWsKernel<kWide, true>
+                                                        : bf16_gemm::Bf16GemmWsKernel<kWide, false>;
   if (absl::Status s = AllowSharedBytes(kernel, smem, "Bf16Gemm"); !s.ok()) return s;
   kernel<<<grid, bf16_gemm::kWsThreads, smem, stream>>>(ws);
   return LaunchStatus("Bf16Gemm");

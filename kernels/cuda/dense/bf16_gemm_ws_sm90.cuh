@@ -80,7 +80,11 @@ struct WsArgs {
   int groups;
 };
 
-template <bool kWide>
+// kFold: the CTA folds more than one split of K (fold_splits with k_splits
+// > 1) and keeps the splits' running sums beside the accumulators; without
+// it there is no such array (at 256 rows it spilled: 128 sums beside 128
+// accumulators, a stack the K loop touched every stage).
+template <bool kWide, bool kFold>
 __global__ void __launch_bounds__(kWsThreads, 1)
     Bf16GemmWsKernel(const __grid_constant__ WsArgs ws) {
   GridDependencyPrologue();
@@ -178,7 +182,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const int wg = (warp - 4) / 4;  // 0 or 1: W rows 64 wg .. 64 wg + 63
   const int lane = tid & 31;
   // fold_splits: the splits' sums so far, and the first stage of the next split.
-  const int folds = ws.fold_splits ? args.k_splits : 1;
+  const int folds = kFold ? args.k_splits : 1;
   int64_t it = 0;
   for (int64_t t = first_tile; t < tiles; t += tile_step) {
     const Tile tile = tile_at(t);
@@ -187,17 +191,19 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     float d[kAcc];
 #pragma unroll
     for (int r = 0; r < kAcc; ++r) d[r] = 0.0f;
-    float total[kAcc];
+    float total[kFold ? kAcc : 1];
     int next_split = 1;
     int boundary = folds > 1 ? num_kt / folds : stages;
     for (int i = 0; i < stages; ++i, ++it) {
-      if (i == boundary) {  // split next_split starts: its sum begins at +0
+      if (kFold && i == boundary) {  // split next_split starts: its sum begins at +0
         WgmmaWait(0);
+        if constexpr (kFold) {
 #pragma unroll
-        for (int r = 0; r < kAcc; ++r) {
-          PinRegister(d[r]);
-          total[r] = next_split == 1 ? d[r] : __fadd_rn(total[r], d[r]);
-          d[r] = 0.0f;
+          for (int r = 0; r < kAcc; ++r) {
+            PinRegister(d[r]);
+            total[r] = next_split == 1 ? d[r] : __fadd_rn(total[r], d[r]);
+            d[r] = 0.0f;
+          }
         }
         ++next_split;
         boundary =
@@ -235,7 +241,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 #pragma unroll
     for (int r = 0; r < kAcc; ++r) {
       PinRegister(d[r]);
-      if (folds > 1) d[r] = __fadd_rn(total[r], d[r]);
+      if constexpr (kFold) {
+        if (folds > 1) d[r] = __fadd_rn(total[r], d[r]);
+      }
     }
 
     // d[4 i + r] is element Fp8GemmAccumulatorCoord(lane, r) of X rows
