@@ -12,8 +12,8 @@
 #      device_decoder_fast_test's route forms, the decode route's fidelity and
 #      batch invariance (--bf16_experts_every_row) and the options the
 #      thirty-sixth session turned on; EP8 and small decode with and without
-#      the decode route; the chunk with the widening form and the deep ring
-#      over 80 X rows;
+#      the decode route; the chunk with the widening form, the deep ring
+#      over 80 X rows and the 256-row bf16 tile (its stack gone);
 #   3. fp8_gemm_bench prefill and mxfp4_grouped_gemm_bench's prefill table
 #      (every route form);
 #   4. the chunk's kernel timeline with the defaults, then the chunks again
@@ -63,6 +63,8 @@ chunks() {  # chunks SUFFIX: the option sets, the likeliest defaults first
     --bf16_route_register_a=false
   budget_step "chunk_deep_ring80${1}" 90 "${decode}" "${slice[@]}" --bf16_route_deep_ring=true \
     --bf16_route_x_rows=80
+  # The 256-row bf16 tile without its stack (Bf16GemmWsKernel<true, false>).
+  budget_step "chunk_m256${1}" 90 "${decode}" "${slice[@]}" --bf16_ws_m256=true
 }
 chunks ""
 budget_step fp8_bench_prefill 120 "${bundle}/tools/fp8_gemm_bench" prefill
