@@ -262,11 +262,7 @@ absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t ro
   // tile that holds a local expert's expected rows. Time only, never bits.
   int route_x_rows = options.bf16_route_x_rows;
   if (RouteEveryRow() && linear_roles_ == 1 && options.bf16_route_register_a) {
-    const int64_t per_expert = std::max<int64_t>(rows / std::max(L.experts, 1), 1);
-    route_x_rows = 128;
-    for (const int r : {64, 32, 16, 8}) {
-      if (per_expert <= r) route_x_rows = r;
-    }
+    route_x_rows = kc::Mxfp4Bf16NarrowestXRows(rows / std::max(L.experts, 1));
   }
   auto product = [&](const uint8_t* const* w, const uint8_t* const* ws, float* y, int64_t n,
                      int64_t k, dense::Fp8GemmOutput output) {

@@ -35,6 +35,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -305,6 +306,37 @@ double ReferenceUs(const Step& s, int local, cudaStream_t stream) {
 
 // The prefill table (see the top of the file): layer 0's weights, `tokens`
 // tokens routed as in decode.
+// One of Mxfp4Bf16GroupedGemm's forms, and a call of it (the bf16 route's
+// columns in the prefill table and the decode rows).
+struct Bf16RouteForm {
+  const char* name;
+  int widener_warps;
+  bool register_a;
+  int x_rows;
+  bool deep_ring;
+};
+
+absl::Status Bf16Route(const uint16_t* x, const int64_t* offsets, const uint8_t* const* w,
+                       const uint8_t* const* ws, void* y, int64_t rows, int64_t n, int64_t k,
+                       int experts, dense::Fp8GemmOutput output, const Bf16RouteForm& form,
+                       cudaStream_t stream) {
+  return Mxfp4Bf16GroupedGemm({.x = x,
+                               .expert_offsets = offsets,
+                               .w = w,
+                               .w_scales = ws,
+                               .y = y,
+                               .rows = rows,
+                               .n = n,
+                               .k = k,
+                               .num_experts = experts,
+                               .output = output,
+                               .widener_warps = form.widener_warps,
+                               .register_a = form.register_a,
+                               .x_rows = form.x_rows,
+                               .deep_ring = form.deep_ring},
+                              stream);
+}
+
 void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, double copy_gbps,
              std::mt19937& rng, const uint8_t* codes, const uint8_t* scales, cudaStream_t stream) {
   Step s = MakeStep(tokens, experts, local, rng, codes, scales, 7);
@@ -447,31 +479,10 @@ void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, 
           {.codes = s.h, .scales = s.hs, .out = h16, .rows = s.rows, .cols = kInter}, stream));
     };
     widen_x();
-    struct Form {
-      const char* name;
-      int widener_warps;
-      bool register_a;
-      int x_rows;
-      bool deep_ring;
-    };
-    Form form{};
+    Bf16RouteForm form{};
     const auto product = [&](const uint16_t* x, const uint8_t* const* w, const uint8_t* const* ws,
                              void* y, int64_t n, int64_t k, dense::Fp8GemmOutput output) {
-      Ok(Mxfp4Bf16GroupedGemm({.x = x,
-                               .expert_offsets = s.d_offsets,
-                               .w = w,
-                               .w_scales = ws,
-                               .y = y,
-                               .rows = s.rows,
-                               .n = n,
-                               .k = k,
-                               .num_experts = local,
-                               .output = output,
-                               .widener_warps = form.widener_warps,
-                               .register_a = form.register_a,
-                               .x_rows = form.x_rows,
-                               .deep_ring = form.deep_ring},
-                              stream));
+      Ok(Bf16Route(x, s.d_offsets, w, ws, y, s.rows, n, k, local, output, form, stream));
     };
     const double widen_ms = MedianMs(widen_x, stream, 5);
     // Four and eight warps widening the codes (Mxfp4Bf16GroupedGemmParams::
@@ -479,11 +490,13 @@ void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, 
     // fragments (register_a) over 128 or 80 X rows, with the producer waiting
     // for its copies or completing them on the ring's barriers (deep_ring);
     // the same bits.
-    for (const Form& f :
-         {Form{"4 widener warps", 4, false, 0, false}, Form{"8 widener warps", 8, false, 0, false},
-          Form{"register A", 0, true, 0, false}, Form{"register A, 80 X rows", 0, true, 80, false},
-          Form{"register A, deep ring", 0, true, 0, true},
-          Form{"register A, 80 X rows, deep ring", 0, true, 80, true}}) {
+    for (const Bf16RouteForm& f :
+         {Bf16RouteForm{"4 widener warps", 4, false, 0, false},
+          Bf16RouteForm{"8 widener warps", 8, false, 0, false},
+          Bf16RouteForm{"register A", 0, true, 0, false},
+          Bf16RouteForm{"register A, 80 X rows", 0, true, 80, false},
+          Bf16RouteForm{"register A, deep ring", 0, true, 0, true},
+          Bf16RouteForm{"register A, 80 X rows, deep ring", 0, true, 80, true}}) {
       form = f;
       const double gu_ms = MedianMs(
           [&] {
@@ -639,11 +652,10 @@ int Run(int experts, int ranks, int64_t prefill_tokens) {
     // decode step's rows, X and h widened to bf16 first, not timed): the tile
     // of the fewest X rows that holds an expert's average, the deep ring.
     {
-      const double per_expert = hit > 0 ? rows / hit : 1.0;
-      int x_rows = 128;
-      for (int r : {64, 32, 16, 8}) {
-        if (per_expert <= r) x_rows = r;
-      }
+      const Bf16RouteForm decode_form{
+          "decode", 0, true,
+          Mxfp4Bf16NarrowestXRows(static_cast<int64_t>(std::ceil(hit > 0 ? rows / hit : 1.0))),
+          true};
       const int64_t cap = steps[0].rows;
       uint16_t* x16 = DeviceAlloc<uint16_t>(cap * kDim);
       uint16_t* h16 = DeviceAlloc<uint16_t>(cap * kInter);
@@ -655,20 +667,8 @@ int Run(int experts, int ranks, int64_t prefill_tokens) {
         const Step& st_ = steps[c % kLayers];
         const auto one = [&](const uint8_t* const* w, const uint8_t* const* ws, void* y, int64_t n,
                              int64_t k) {
-          Ok(Mxfp4Bf16GroupedGemm({.x = x,
-                                   .expert_offsets = st_.d_offsets,
-                                   .w = w,
-                                   .w_scales = ws,
-                                   .y = y,
-                                   .rows = st_.rows,
-                                   .n = n,
-                                   .k = k,
-                                   .num_experts = local,
-                                   .output = dense::Fp8GemmOutput::kF32,
-                                   .register_a = true,
-                                   .x_rows = x_rows,
-                                   .deep_ring = true},
-                                  st));
+          Ok(Bf16Route(x, st_.d_offsets, w, ws, y, st_.rows, n, k, local,
+                       dense::Fp8GemmOutput::kF32, decode_form, st));
         };
         if (down) {
           one(L.w2, L.w2s, st_.y, kDim, kInter);
@@ -683,8 +683,8 @@ int Run(int experts, int ranks, int64_t prefill_tokens) {
       std::printf(
           "  batch %lld bf16 route (register A over %d X rows, deep ring): gate/up %8.2f us "
           "(/copy %.2f), down %8.2f us (/copy %.2f)\n",
-          static_cast<long long>(tokens), x_rows, r_gu, gu_bytes / r_gu / 1e3 / copy_gbps, r_dn,
-          dn_bytes / r_dn / 1e3 / copy_gbps);
+          static_cast<long long>(tokens), decode_form.x_rows, r_gu,
+          gu_bytes / r_gu / 1e3 / copy_gbps, r_dn, dn_bytes / r_dn / 1e3 / copy_gbps);
       for (void* q : {static_cast<void*>(x16), static_cast<void*>(h16), static_cast<void*>(g)}) {
         cudaFree(q);
       }

@@ -484,6 +484,15 @@ struct Mxfp4Bf16GroupedGemmParams {
   bool deep_ring = false;
 };
 
+// The register form's narrowest tile (x_rows) that holds `rows_per_expert`
+// rows: 8, 16, 32, 64, or 128 past 64 (decode steps' experts; time only).
+constexpr int Mxfp4Bf16NarrowestXRows(int64_t rows_per_expert) {
+  for (const int r : {8, 16, 32, 64}) {
+    if (rows_per_expert <= r) return r;
+  }
+  return 128;
+}
+
 // The X rows a CTA of a call of `params` holds (x_rows 0 resolved).
 inline int Mxfp4Bf16XRows(const Mxfp4Bf16GroupedGemmParams& params) {
   return params.x_rows == 0 ? 128 : params.x_rows;

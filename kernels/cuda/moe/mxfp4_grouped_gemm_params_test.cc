@@ -147,6 +147,9 @@ TEST(Mxfp4Bf16GroupedGemmParamsTest, ChecksItsArguments) {
     EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(p).ok()) << warps;
     EXPECT_EQ(Mxfp4Bf16WidenerWarps(p), warps == 0 ? kMxfp4Bf16DefaultWidenerWarps : warps);
   }
+  static_assert(Mxfp4Bf16NarrowestXRows(0) == 8 && Mxfp4Bf16NarrowestXRows(8) == 8 &&
+                Mxfp4Bf16NarrowestXRows(9) == 16 && Mxfp4Bf16NarrowestXRows(64) == 64 &&
+                Mxfp4Bf16NarrowestXRows(65) == 128);
   for (int x_rows : {0, 128, 80, 64, 32, 16, 8}) {
     p = ValidBf16(), p.register_a = true, p.x_rows = x_rows;
     EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(p).ok()) << x_rows;
