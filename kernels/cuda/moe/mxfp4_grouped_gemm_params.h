@@ -440,9 +440,12 @@ struct Mxfp4GroupedGateUpParams {
 // other rows or experts (batch-invariant), and nothing is converted or
 // written before the product: the FP8 tile form's per-chunk conversion and
 // its per-32 fold (about half the FP8 rate) are both gone, for the bf16 rate.
-// Four warps copy the packed codes and scales (cp.async) and widen them into
-// the ring's swizzled bf16 W tile (one thread also brings X by TMA); two
-// consumer warpgroups only issue wgmma (mxfp4_bf16_gemm_sm90.cuh).
+// Two forms: four or eight warps copy the packed codes and scales (cp.async)
+// and widen them into the ring's swizzled bf16 W tile (one thread also
+// brings X by TMA) for two consumer warpgroups that only issue wgmma
+// (mxfp4_bf16_gemm_sm90.cuh); or (register_a) a producer warp brings X and
+// the codes and the consumers widen their own wgmma A fragments
+// (mxfp4_bf16_rs_sm90.cuh).
 struct Mxfp4Bf16GroupedGemmParams {
   const uint16_t* x = nullptr;  // device [rows, k] bf16 bits, grouped by expert; 16-byte aligned
   const int64_t* expert_offsets = nullptr;  // as Mxfp4GroupedGemmParams (device, clamped)
