@@ -143,6 +143,12 @@ ABSL_FLAG(bool, bf16_ws_persistent, true,
 ABSL_FLAG(bool, expert_out_bf16, true,
           "With --numerics=fast: the experts' prefill forms hand their outputs to the combine as "
           "bf16 bits; the same bits (DeviceDecoderOptions::expert_out_bf16).");
+ABSL_FLAG(bool, bf16_route_deep_ring, false,
+          "With --numerics=fast: the experts' bf16 route's producer completes its copies on the "
+          "ring's barriers; the same bits (DeviceDecoderOptions::bf16_route_deep_ring).");
+ABSL_FLAG(bool, bf16_experts_every_row, false,
+          "With --numerics=fast: every row's routed experts on the bf16 route, decode's too; "
+          "changes decode's fast numerics (DeviceDecoderOptions::bf16_experts_every_row).");
 ABSL_FLAG(bool, dense_wgmma, false,
           "With --numerics=fast: the FP8 linears' block sums on FP8 wgmma (faster at small "
           "batches, slower at 32-64; the same precision trade as --expert_wgmma).");
@@ -249,6 +255,8 @@ int Run(int argc, char** argv) {
                     .bf16_ws_m256 = absl::GetFlag(FLAGS_bf16_ws_m256),
                     .bf16_ws_persistent = absl::GetFlag(FLAGS_bf16_ws_persistent),
                     .expert_out_bf16 = absl::GetFlag(FLAGS_expert_out_bf16),
+                    .bf16_route_deep_ring = absl::GetFlag(FLAGS_bf16_route_deep_ring),
+                    .bf16_experts_every_row = absl::GetFlag(FLAGS_bf16_experts_every_row),
                     .ep_lsa_exchange = absl::GetFlag(FLAGS_ep_lsa_exchange),
                     .fault_injection = absl::GetFlag(FLAGS_fault_injection)});
   if (absl::GetFlag(FLAGS_fault_injection)) InstallStallSignal();

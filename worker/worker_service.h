@@ -151,6 +151,11 @@ struct WorkerOptions {
   bool bf16_ws_m256 = false;
   bool bf16_ws_persistent = true;
   bool expert_out_bf16 = true;
+  // The experts' bf16 route's deep ring (DeviceDecoderOptions::
+  // bf16_route_deep_ring: time only) and every row's experts on the route,
+  // decode's too (bf16_experts_every_row: changes decode's fast numerics).
+  bool bf16_route_deep_ring = false;
+  bool bf16_experts_every_row = false;
   // With device_decode_ep on several GPUs of one node: the MoE exchange
   // written by the device into the peers' NCCL symmetric windows
   // (DeviceDecoderOptions::ep_lsa_exchange).
