@@ -74,41 +74,44 @@ __device__ __forceinline__ void WgmmaBf16N256(uint64_t a_desc, uint64_t b_desc, 
       : "memory");
 }
 
-// d += A B for one K step of 16 bf16 with A from registers: `a` is this
-// thread's fragment of the warpgroup's 64 W rows (mma.m16n8k16's A layout a
-// warp: a[0] row lane / 4, K 2 (lane % 4) .. + 1; a[1] that row + 8; a[2] and
-// a[3] the same rows at K + 8), B the 128 X rows K-major with the 128-byte
-// swizzle, by descriptor. The tensor core's sum of the same 16 products as
-// WgmmaBf16N128's over the same values. The caller keeps `a` unchanged until
-// the wgmma has retired (WgmmaWait).
-__device__ __forceinline__ void WgmmaBf16N128Rs(const uint32_t (&a)[4], uint64_t b_desc,
-                                                float (&d)[64]) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
-      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
-      "%56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-        "+f"(d[63])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "n"(1)
-      : "memory");
-}
-
-// WgmmaBf16N128Rs over N X rows (Mxfp4Bf16GroupedGemmParams::x_rows: 80 for
-// prefill experts of few rows, 8 - 64 for decode): the same 16 products a
-// sum, only the instruction's N extent differs.
+// d += A B for one K step of 16 bf16 with A from registers
+// (Mxfp4Bf16GroupedGemmParams::register_a): `a` is this thread's fragment of
+// the warpgroup's 64 W rows (mma.m16n8k16's A layout a warp: a[0] row
+// lane / 4, K 2 (lane % 4) .. + 1; a[1] that row + 8; a[2] and a[3] the same
+// rows at K + 8), B the N X rows K-major with the 128-byte swizzle, by
+// descriptor (N = Mxfp4Bf16GroupedGemmParams::x_rows: 128, 80 for prefill
+// experts of few rows, 64 - 8 for decode). The tensor core's sum of the same
+// 16 products as WgmmaBf16N128's over the same values; only N differs. The
+// caller keeps `a` unchanged until the wgmma has retired (WgmmaWait).
 template <int N>
 struct WgmmaBf16RsN;
+
+template <>
+struct WgmmaBf16RsN<128> {
+  static __device__ __forceinline__ void Run(const uint32_t (&a)[4], uint64_t b_desc,
+                                             float (&d)[64]) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
+        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
+        "%36, %37, "
+        "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
+        "%56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+          "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "n"(1)
+        : "memory");
+  }
+};
 
 template <>
 struct WgmmaBf16RsN<8> {
@@ -201,11 +204,7 @@ struct WgmmaBf16RsN<80> {
 template <int kRows>
 __device__ __forceinline__ void WgmmaBf16Rs(const uint32_t (&a)[4], uint64_t b_desc,
                                             float (&d)[kRows / 2]) {
-  if constexpr (kRows == 128) {
-    WgmmaBf16N128Rs(a, b_desc, d);
-  } else {
-    WgmmaBf16RsN<kRows>::Run(a, b_desc, d);
-  }
+  WgmmaBf16RsN<kRows>::Run(a, b_desc, d);
 }
 
 }  // namespace bf16_gemm

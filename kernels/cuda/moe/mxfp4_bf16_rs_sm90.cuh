@@ -86,7 +86,6 @@ __global__ void __launch_bounds__(kRsThreads, 1)
   constexpr int kRsStages = Slot::kStages;
   using dense::fp8_gemm::AlignSharedTo1024;
   using dense::fp8_gemm::DescriptorOf;
-  using dense::fp8_gemm::PinRegister;
   using dense::fp8_gemm::SwizzledKMajorDescriptorLo;
   using dense::fp8_gemm::WgmmaCommit;
   using dense::fp8_gemm::WgmmaFence;
