@@ -1,24 +1,24 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, after
-# `tar -xJf .gpu_pack/bundle.tar.xz`: the experts' bf16 route's untried
-# forms (thirty-sixth session), most telling first under BUDGET_S (default
-# 540; check_steps.sh):
+# `tar -xJf .gpu_pack/bundle.tar.xz`: the experts' bf16 route's register
+# form, what bounds its stage, and its one-test-a-stage widening (thirty-
+# seventh session), most telling first under BUDGET_S (default 540;
+# check_steps.sh):
 #   1. the kernel tests: Mxfp4Bf16GroupedGemm in every form (widener warps,
-#      the register form over 128 / 80 X rows, with and without the deep
-#      ring) against Bf16Gemm's bits, Bf16Gemm's warp-specialized forms, the
-#      combine of bf16 expert outputs;
-#   2. the EP8 prefill chunk with the defaults (the register form since the
-#      thirty-sixth session) and the deep ring (--bf16_route_deep_ring);
-#      device_decoder_fast_test's route forms, the decode route's fidelity and
-#      batch invariance (--bf16_experts_every_row) and the options the
-#      thirty-sixth session turned on; EP8 and small decode with and without
-#      the decode route; the chunk with the widening form, the deep ring
-#      over 80 X rows and the 256-row bf16 tile (its stack gone);
-#   3. fp8_gemm_bench prefill and mxfp4_grouped_gemm_bench's prefill table
-#      (every route form);
-#   4. the chunk's kernel timeline with the defaults, then the chunks again
-#      (drift).
-# Bundle (here, a minute or two with a warm cache):
+#      the register form over 128 / 80 / 64 - 8 X rows, the deep ring, one
+#      scale test a stage) against Bf16Gemm's bits; Bf16Gemm's
+#      warp-specialized forms;
+#   2. mxfp4_grouped_gemm_bench's prefill table (every route form: is the
+#      one-test stage faster?);
+#   3. ncu of the register form's kernel over 128 X rows, as it is and with
+#      one scale test a stage (the bench's launches; --set full, reduced here
+#      by ncu_stalls.py: the K loop's stall reasons and opcodes, and the
+#      tensor pipe's, issue's and eligible warps' figures), then of the
+#      persistent bf16 dense tile (fp8_gemm_bench prefill);
+#   4. the EP8 prefill chunk with the defaults and its kernel timeline,
+#      device_decoder_fast_test's route-form cases, fp8_gemm_bench prefill,
+#      the chunk again (drift).
+# Bundle (here, a few minutes with a warm cache):
 #   BUNDLE_TARGETS="//worker/model:device_decoder_fast_test //tools/bench:decode_gpu
 #     //kernels/cuda/moe:mxfp4_bf16_gemm_sm90_test //kernels/cuda/moe:mxfp4_grouped_gemm_bench
 #     //kernels/cuda/dense:bf16_gemm_sm90_test //kernels/cuda/dense:fp8_gemm_bench
@@ -32,66 +32,67 @@ results="${1:-${bundle}/results_route}"
 # shellcheck source=tools/gpu/check_steps.sh
 source "${here}/tools/gpu/check_steps.sh"
 decode="${bundle}/tools/decode_gpu"
+route_bench=("${bundle}/tools/mxfp4_grouped_gemm_bench" 384 8 wgmma 4096)
 slice=(--ep_slice=8 --numerics=fast --batches=1 --context=4096 --prefill_chunk=4096 --steps=2
        --warmup=1 --slice_profile=false)
+ncu_bin="$(command -v ncu || echo /usr/local/cuda/bin/ncu)"
+
+# profile NAME KERNEL_REGEX SKIP COMMAND...: one launch (after SKIP) of the
+# kernels whose demangled name matches, --set full, into RESULTS/NAME.ncu-rep;
+# then its source page reduced by ncu_stalls.py and the details page's lines
+# that say what bounds the kernel, into RESULTS/NAME.txt.
+profile() {
+  local name="$1" regex="$2" skip="$3"
+  shift 3
+  budget_step "ncu_${name}" 150 "${ncu_bin}" --set full --kernel-name-base demangled \
+    -k "regex:${regex}" --launch-skip "${skip}" --launch-count 1 -f \
+    -o "${results}/${name}" "$@" || return 0
+  {
+    "${ncu_bin}" -i "${results}/${name}.ncu-rep" --page details --csv 2>/dev/null |
+      grep -E '"(Duration|Grid Size|Registers Per Thread|Achieved Occupancy|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|DRAM Throughput|Issue Slots Busy|Issued Warp Per Scheduler|No Eligible|Eligible Warps Per Scheduler|Active Warps Per Scheduler|Warp Cycles Per Issued Instruction|Executed Ipc Active|SM Busy|Shared Memory Configuration Size)"' |
+      awk -F'","' '{printf "  %-45s %s %s\n", $(NF-2), $NF, $(NF-1)}' | tr -d '"' | sort -u
+    "${ncu_bin}" -i "${results}/${name}.ncu-rep" --page raw --csv \
+      --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_uniform.avg.pct_of_peak_sustained_active,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,smsp__inst_executed.sum,sm__cycles_elapsed.avg 2>/dev/null | head -n 3
+    "${ncu_bin}" -i "${results}/${name}.ncu-rep" --page source --csv --print-source sass \
+      > "${results}/${name}_source.csv" 2>/dev/null &&
+      python3 "${here}/tools/gpu/ncu_stalls.py" "${results}/${name}_source.csv" --top 24
+  } > "${results}/${name}.txt" 2>&1
+}
+
 budget_step mxfp4_bf16_gemm_test 60 "${bundle}/bin/kernels_cuda_moe_mxfp4_bf16_gemm_sm90_test" \
   || status=1
 budget_step bf16_gemm_test 60 "${bundle}/bin/kernels_cuda_dense_bf16_gemm_sm90_test" \
   --gtest_filter='*WarpSpecialized*:*RowRole*:*RowStride*' || status=1
-budget_step moe_permute_test 60 "${bundle}/bin/kernels_cuda_moe_moe_permute_test" \
-  --gtest_filter='*Combine*:*Refuses*' || status=1
-ep8_decode=(--ep_slice=8 --numerics=fast --batches=1,64 --context=64 --steps=6 --warmup=1
-            --slice_profile=false)
-small_decode=(--cuda_ops=false --numerics=fast --batches=1,64 --steps=6)
-chunks() {  # chunks SUFFIX: the option sets, the likeliest defaults first
-  budget_step "chunk_defaults${1}" 90 "${decode}" "${slice[@]}"
-  budget_step "chunk_deep_ring${1}" 90 "${decode}" "${slice[@]}" --bf16_route_deep_ring=true
-  if [[ -z "${1}" ]]; then
-    budget_step device_decoder_fast_test 240 \
-      "${bundle}/bin/worker_model_device_decoder_fast_test" \
-      --gtest_filter='*RouteForms*:*ExpertsEveryRow*:*FusedExpertSwiglu*:*WsForms*:*ExpertOutBf16*:*TileFormBeside*' \
-      || status=1
-    # Decode's experts on the bf16 register route (bf16_experts_every_row).
-    budget_step ep8_decode 90 "${decode}" "${ep8_decode[@]}"
-    budget_step ep8_decode_every_row 90 "${decode}" "${ep8_decode[@]}" \
-      --bf16_experts_every_row=true --bf16_route_deep_ring=true
-    budget_step small_decode 60 "${decode}" "${small_decode[@]}"
-    budget_step small_decode_every_row 60 "${decode}" "${small_decode[@]}" \
-      --bf16_experts_every_row=true --bf16_route_deep_ring=true
-  fi
-  budget_step "chunk_widening_form${1}" 90 "${decode}" "${slice[@]}" \
-    --bf16_route_register_a=false
-  budget_step "chunk_deep_ring80${1}" 90 "${decode}" "${slice[@]}" --bf16_route_deep_ring=true \
-    --bf16_route_x_rows=80
-  # The 256-row bf16 tile without its stack (Bf16GemmWsKernel<true, false>).
-  budget_step "chunk_m256${1}" 90 "${decode}" "${slice[@]}" --bf16_ws_m256=true
-}
-chunks ""
-budget_step fp8_bench_prefill 120 "${bundle}/tools/fp8_gemm_bench" prefill
-budget_step mxfp4_bench_prefill 120 "${bundle}/tools/mxfp4_grouped_gemm_bench" 384 8 wgmma 4096
-# Where the chunk's time goes now (the defaults' kernel timeline, CUPTI).
+budget_step mxfp4_bench_prefill 120 "${route_bench[@]}"
+# The register form's gate/up launch of w1 (the bench's third launch of each:
+# past a warm-up) as it is and with one scale test a stage.
+profile rs128 'GroupedRsKernel<128, false, false>' 2 "${route_bench[@]}"
+profile rs128_stage_test 'GroupedRsKernel<128, false, true>' 2 "${route_bench[@]}"
+budget_step chunk_defaults 90 "${decode}" "${slice[@]}"
+budget_step device_decoder_fast_test 180 "${bundle}/bin/worker_model_device_decoder_fast_test" \
+  --gtest_filter='*RouteForms*:*WsForms*:*ExpertOutBf16*' || status=1
+profile bf16_ws 'Bf16GemmWsKernel' 4 "${bundle}/tools/fp8_gemm_bench" prefill
 budget_step chunk_timeline 120 "${decode}" "${slice[@]}" --prefill_timeline
-chunks "_2"
+budget_step fp8_bench_prefill 120 "${bundle}/tools/fp8_gemm_bench" prefill
+budget_step chunk_defaults_2 90 "${decode}" "${slice[@]}"
 echo "== summary"
 cat "${results}/summary.txt"
 echo "== tests"
 grep -hE '^\[  (PASSED|FAILED)|FAILED  \]|Failure|of [0-9]+ rows|differing' \
-  "${results}"/*test*.log 2>/dev/null | head -n 60
+  "${results}"/*test*.log 2>/dev/null | head -n 40
+echo "== experts' bf16 route"
+sed -n '/^Prefill:/,$p' "${results}/mxfp4_bench_prefill.log" 2>/dev/null | grep -E 'bf16 route|cuBLASLt'
+for name in rs128 rs128_stage_test bf16_ws; do
+  echo "== ncu ${name}"
+  head -c 5000 "${results}/${name}.txt" 2>/dev/null
+done
 echo "== prefill"
 for log in "${results}"/chunk_*.log; do
   [[ -f "${log}" ]] || continue
   echo "${log##*/}: $(grep -h '^prefill:' "${log}")"
 done
-echo "== decode (graph rows)"
-for log in "${results}"/ep8_decode*.log "${results}"/small_decode*.log; do
-  [[ -f "${log}" ]] || continue
-  echo "${log##*/}:"
-  grep -E "^ +[0-9]+ +graph" "${log}"
-done
-echo "== the prompt's bf16 route (dense)"
-sed -n "/^The prompt's bf16 route/,/^\$/p" "${results}/fp8_bench_prefill.log" 2>/dev/null | head -12
 echo "== the chunk's kernel timeline (defaults)"
-sed -n '/prefill timeline/,/^prefill:/p' "${results}/chunk_timeline.log" 2>/dev/null | head -20
-echo "== experts' bf16 route"
-sed -n '/^Prefill:/,$p' "${results}/mxfp4_bench_prefill.log" 2>/dev/null | head -24
+sed -n '/prefill timeline/,/^prefill:/p' "${results}/chunk_timeline.log" 2>/dev/null | head -16
+echo "== the prompt's bf16 route (dense)"
+sed -n "/^The prompt's bf16 route/,/^\$/p" "${results}/fp8_bench_prefill.log" 2>/dev/null | head -10
 exit "${status}"

@@ -61,10 +61,14 @@ absl::Status Mxfp4Bf16GroupedGemm(const Mxfp4Bf16GroupedGemmParams& p, cudaStrea
   if (p.register_a) {
     const auto rs = [&](auto rows) -> absl::Status {
       constexpr int kRows = decltype(rows)::value;
-      return p.deep_ring ? launch(mb::Mxfp4Bf16GroupedRsKernel<kRows, true>, mb::kRsThreads,
-                                  mb::RsSlot<kRows>::kShared + kSlack)
-                         : launch(mb::Mxfp4Bf16GroupedRsKernel<kRows, false>, mb::kRsThreads,
-                                  mb::RsSlot<kRows>::kShared + kSlack);
+      constexpr int kShared = mb::RsSlot<kRows>::kShared + kSlack;
+      if (p.deep_ring) {
+        return launch(mb::Mxfp4Bf16GroupedRsKernel<kRows, true>, mb::kRsThreads, kShared);
+      }
+      if (p.stage_scale_test) {  // checked: never with the deep ring
+        return launch(mb::Mxfp4Bf16GroupedRsKernel<kRows, false, true>, mb::kRsThreads, kShared);
+      }
+      return launch(mb::Mxfp4Bf16GroupedRsKernel<kRows, false>, mb::kRsThreads, kShared);
     };
     switch (x_rows) {
       case 8:

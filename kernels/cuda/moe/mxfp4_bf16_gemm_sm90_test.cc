@@ -145,6 +145,7 @@ struct RouteForm {
   bool register_a = false;
   int x_rows = 0;
   bool deep_ring = false;
+  bool stage_scale_test = false;
 };
 const RouteForm kRouteForms[] = {
     {"4 widener warps", 4},
@@ -157,6 +158,9 @@ const RouteForm kRouteForms[] = {
     {"register A over 16 X rows, deep ring", 0, true, 16, true},
     {"register A over 32 X rows", 0, true, 32},
     {"register A over 64 X rows, deep ring", 0, true, 64, true},
+    {"register A, one scale test a stage", 0, true, 0, false, true},
+    {"register A over 80 X rows, one scale test a stage", 0, true, 80, false, true},
+    {"register A over 16 X rows, one scale test a stage", 0, true, 16, false, true},
 };
 
 std::vector<float> RunGrouped(const Problem& p, const DeviceProblem& d, dense::Fp8GemmOutput output,
@@ -177,6 +181,7 @@ std::vector<float> RunGrouped(const Problem& p, const DeviceProblem& d, dense::F
   params.register_a = form.register_a;
   params.x_rows = form.x_rows;
   params.deep_ring = form.deep_ring;
+  params.stage_scale_test = form.stage_scale_test;
   const absl::Status st = Mxfp4Bf16GroupedGemm(params, nullptr);
   EXPECT_TRUE(st.ok()) << st;
   EXPECT_TRUE(Synced());

@@ -77,7 +77,13 @@ __device__ __forceinline__ void WidenEight(uint32_t v, uint32_t scale_word, int 
 // Fp8BlockGemm's warp-specialized tile does) instead of the producer waiting
 // for them kRsDepth - 1 stages behind, so every free slot of the ring is in
 // flight at once and the producer never waits on global memory.
-template <int kRows, bool kDeepRing>
+//
+// kStageTest (Mxfp4Bf16GroupedGemmParams::stage_scale_test): a consumer tests
+// the four scale bytes of its stage (two rows, two K blocks) once and widens
+// the stage's four 8-code groups without a branch between them, by the bf16
+// multiply where all four are plain, else all four through fp32 (exact for
+// every scale, so the same bits as the per-group choice).
+template <int kRows, bool kDeepRing, bool kStageTest = false>
 __global__ void __launch_bounds__(kRsThreads, 1)
     Mxfp4Bf16GroupedRsKernel(const __grid_constant__ Args a) {
   GridDependencyPrologue();
@@ -183,6 +189,54 @@ __global__ void __launch_bounds__(kRsThreads, 1)
   // row0 + 8 lo, row0 hi, row0 + 8 hi; lo K 2c .. 2c + 1, hi K 2c + 8 ..).
   const auto widen = [&](int i, uint32_t(&f)[16]) {
     const uint32_t at = base + (i % kRsStages) * kRsSlot;
+    if constexpr (kStageTest) {
+      uint32_t words[2][8], scale_word[2];
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {  // row0, row0 + 8
+        const int row = row0 + 8 * q;
+        LoadRaw128(at + kRsCodes + row * 32, *reinterpret_cast<uint32_t(*)[4]>(&words[q][0]));
+        LoadRaw128(at + kRsCodes + row * 32 + 16, *reinterpret_cast<uint32_t(*)[4]>(&words[q][4]));
+        scale_word[q] = LoadRaw32(at + kRsScales + row * 4);
+      }
+      const int j0 = (2 * i) & 3;  // K block b's scale: byte j0 + b of a row's word
+      bool plain = !bad;
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+          plain = plain && Mxfp4ScaleMultipliesInBf16((scale_word[q] >> (8 * (j0 + b))) & 0xFFu);
+        }
+      }
+      if (plain) {
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+#pragma unroll
+          for (int b = 0; b < 2; ++b) {
+            const uint32_t v = Mxfp4Bf16GatherQuadByte(&words[q][4 * b], c, prmt);
+            const uint32_t scale = (scale_word[q] >> (8 * (j0 + b))) & 0xFFu;
+            uint32_t o[4];
+            Mxfp4ToBf16EightBf16Mul(v, (scale << 7) * 0x00010001u, tables, o);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) f[Mxfp4Bf16FragmentRegister(b, j, q)] = o[j];
+          }
+        }
+      } else {
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+#pragma unroll
+          for (int b = 0; b < 2; ++b) {
+            const uint32_t v = Mxfp4Bf16GatherQuadByte(&words[q][4 * b], c, prmt);
+            const float s = bad ? __uint_as_float(0x7FC00000u)
+                                : dense::fp8_gemm::ScaleOf(scale_word[q], j0 + b);
+            uint32_t o[4];
+            Mxfp4ToBf16Eight(v, s, o);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) f[Mxfp4Bf16FragmentRegister(b, j, q)] = o[j];
+          }
+        }
+      }
+      return;
+    }
 #pragma unroll
     for (int q = 0; q < 2; ++q) {  // row0, row0 + 8
       const int row = row0 + 8 * q;

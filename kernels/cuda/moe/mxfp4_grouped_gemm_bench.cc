@@ -314,6 +314,7 @@ struct Bf16RouteForm {
   bool register_a;
   int x_rows;
   bool deep_ring;
+  bool stage_scale_test = false;
 };
 
 absl::Status Bf16Route(const uint16_t* x, const int64_t* offsets, const uint8_t* const* w,
@@ -333,7 +334,8 @@ absl::Status Bf16Route(const uint16_t* x, const int64_t* offsets, const uint8_t*
                                .widener_warps = form.widener_warps,
                                .register_a = form.register_a,
                                .x_rows = form.x_rows,
-                               .deep_ring = form.deep_ring},
+                               .deep_ring = form.deep_ring,
+                               .stage_scale_test = form.stage_scale_test},
                               stream);
 }
 
@@ -488,15 +490,18 @@ void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, 
     // Four and eight warps widening the codes (Mxfp4Bf16GroupedGemmParams::
     // widener_warps), then the consumers widening their own register
     // fragments (register_a) over 128 or 80 X rows, with the producer waiting
-    // for its copies or completing them on the ring's barriers (deep_ring);
-    // the same bits.
+    // for its copies or completing them on the ring's barriers (deep_ring),
+    // or testing a stage's four scales once (stage_scale_test); the same bits.
     for (const Bf16RouteForm& f :
          {Bf16RouteForm{"4 widener warps", 4, false, 0, false},
           Bf16RouteForm{"8 widener warps", 8, false, 0, false},
           Bf16RouteForm{"register A", 0, true, 0, false},
           Bf16RouteForm{"register A, 80 X rows", 0, true, 80, false},
           Bf16RouteForm{"register A, deep ring", 0, true, 0, true},
-          Bf16RouteForm{"register A, 80 X rows, deep ring", 0, true, 80, true}}) {
+          Bf16RouteForm{"register A, 80 X rows, deep ring", 0, true, 80, true},
+          Bf16RouteForm{"register A, one scale test a stage", 0, true, 0, false, true},
+          Bf16RouteForm{"register A, 80 X rows, one scale test a stage", 0, true, 80, false,
+                        true}}) {
       form = f;
       const double gu_ms = MedianMs(
           [&] {

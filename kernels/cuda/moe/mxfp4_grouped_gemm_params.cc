@@ -216,6 +216,10 @@ absl::Status CheckMxfp4Bf16GroupedGemmParams(const Mxfp4Bf16GroupedGemmParams& p
   if (p.deep_ring && !p.register_a) {
     return absl::InvalidArgumentError(absl::StrCat(kWhat, ": deep_ring needs register_a"));
   }
+  if (p.stage_scale_test && (!p.register_a || p.deep_ring)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kWhat, ": stage_scale_test needs register_a and no deep_ring"));
+  }
   const int x_rows = Mxfp4Bf16XRows(p);
   if ((p.rows + x_rows - 1) / x_rows + p.num_experts > kMaxGridY) {
     return absl::InvalidArgumentError(

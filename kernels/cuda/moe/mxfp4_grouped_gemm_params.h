@@ -485,6 +485,15 @@ struct Mxfp4Bf16GroupedGemmParams {
   // (thirty-sixth session) after the register form measured about 1,700
   // cycles a stage at the EP8 chunk's shapes against 512 of tensor work.
   bool deep_ring = false;
+  // The register form's consumers test the four scale bytes a stage of
+  // theirs uses once (Mxfp4ScaleMultipliesInBf16 of all four and a readable
+  // weight) and widen the stage's four 8-code groups branch-free by the bf16
+  // multiply, or all four through fp32 when one of them is rare (the fp32
+  // path gives every scale's bits, so the same bits). Instead of a branch a
+  // group, which the compiler keeps apart, one chain after another (thirty-
+  // seventh session: the stage's 1,700 cycles are the consumers', the deep
+  // ring measured no faster). Only with register_a, not with deep_ring.
+  bool stage_scale_test = false;
 };
 
 // The register form's narrowest tile (x_rows) that holds `rows_per_expert`

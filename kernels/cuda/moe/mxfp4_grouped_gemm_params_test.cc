@@ -153,6 +153,9 @@ TEST(Mxfp4Bf16GroupedGemmParamsTest, ChecksItsArguments) {
   for (int x_rows : {0, 128, 80, 64, 32, 16, 8}) {
     p = ValidBf16(), p.register_a = true, p.x_rows = x_rows;
     EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(p).ok()) << x_rows;
+    p.stage_scale_test = true;
+    EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(p).ok()) << x_rows;
+    p.stage_scale_test = false;
     p.deep_ring = true;
     EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(p).ok()) << x_rows;
     EXPECT_EQ(Mxfp4Bf16XRows(p), x_rows == 0 ? 128 : x_rows);
@@ -179,8 +182,14 @@ TEST(Mxfp4Bf16GroupedGemmParamsTest, ChecksItsArguments) {
           [](P& q) { q.widener_warps = 2; },
           [](P& q) { q.widener_warps = 16; },
           [](P& q) { q.widener_warps = -4; },
-          [](P& q) { q.x_rows = 80; },       // 80 rows without register_a
-          [](P& q) { q.deep_ring = true; },  // without register_a
+          [](P& q) { q.x_rows = 80; },              // 80 rows without register_a
+          [](P& q) { q.deep_ring = true; },         // without register_a
+          [](P& q) { q.stage_scale_test = true; },  // without register_a
+          [](P& q) {                                // with the deep ring
+            q.register_a = true;
+            q.deep_ring = true;
+            q.stage_scale_test = true;
+          },
           [](P& q) {
             q.register_a = true;
             q.x_rows = 48;
