@@ -10,12 +10,14 @@
 #      warp-specialized forms;
 #   2. mxfp4_grouped_gemm_bench's prefill table (every route form: is the
 #      one-test stage faster?);
-#   3. ncu of the register form's kernel over 128 X rows, as it is and with
-#      one scale test a stage (the bench's launches; --set full, reduced here
+#   3. ncu of the register form's kernel over 128 X rows, as it is, with
+#      one scale test a stage and with its wgmma N fit to the tile's rows
+#      (fit_tile_rows; the bench's launches; --set full, reduced here
 #      by ncu_stalls.py: the K loop's stall reasons and opcodes, and the
 #      tensor pipe's, issue's and eligible warps' figures), then of the
 #      persistent bf16 dense tile (fp8_gemm_bench prefill);
-#   4. the EP8 prefill chunk with the defaults and its kernel timeline,
+#   4. the EP8 prefill chunk with the defaults, with the prompt's bf16
+#      products unsplit (--bf16_split_k=false) and its kernel timeline,
 #      device_decoder_fast_test's route-form cases, fp8_gemm_bench prefill,
 #      the chunk again (drift).
 # Bundle (here, a few minutes with a warm cache):
@@ -66,13 +68,20 @@ budget_step bf16_gemm_test 60 "${bundle}/bin/kernels_cuda_dense_bf16_gemm_sm90_t
 budget_step mxfp4_bench_prefill 120 "${route_bench[@]}"
 # The register form's gate/up launch of w1 (the bench's third launch of each:
 # past a warm-up) as it is and with one scale test a stage.
-profile rs128 'GroupedRsKernel<128, false, false>' 2 "${route_bench[@]}"
-profile rs128_stage_test 'GroupedRsKernel<128, false, true>' 2 "${route_bench[@]}"
+profile rs128 'GroupedRsKernel<128, false, false, false>' 2 "${route_bench[@]}"
+profile rs128_stage_test 'GroupedRsKernel<128, false, true, false>' 2 "${route_bench[@]}"
 budget_step chunk_defaults 90 "${decode}" "${slice[@]}"
+# The same with the wgmma N fit to each tile's rows (fit_tile_rows).
+profile rs128_fit_n 'GroupedRsKernel<128, false, true, true>' 2 "${route_bench[@]}"
+# The prompt's bf16 products unsplit (a prompt row's other fixed maths):
+# does the fold of the splits cost the chunk time?
+budget_step chunk_unsplit 90 "${decode}" "${slice[@]}" --bf16_split_k=false
 budget_step device_decoder_fast_test 180 "${bundle}/bin/worker_model_device_decoder_fast_test" \
   --gtest_filter='*RouteForms*:*WsForms*:*ExpertOutBf16*' || status=1
 profile bf16_ws 'Bf16GemmWsKernel' 4 "${bundle}/tools/fp8_gemm_bench" prefill
-budget_step chunk_timeline 120 "${decode}" "${slice[@]}" --prefill_timeline
+# Without programmatic edges, so each kernel's busy time is its own (with
+# them a kernel's time includes its wait for the one before).
+budget_step chunk_timeline 120 "${decode}" "${slice[@]}" --prefill_timeline --programmatic=false
 budget_step fp8_bench_prefill 120 "${bundle}/tools/fp8_gemm_bench" prefill
 budget_step chunk_defaults_2 90 "${decode}" "${slice[@]}"
 echo "== summary"
@@ -82,7 +91,7 @@ grep -hE '^\[  (PASSED|FAILED)|FAILED  \]|Failure|of [0-9]+ rows|differing' \
   "${results}"/*test*.log 2>/dev/null | head -n 40
 echo "== experts' bf16 route"
 sed -n '/^Prefill:/,$p' "${results}/mxfp4_bench_prefill.log" 2>/dev/null | grep -E 'bf16 route|cuBLASLt'
-for name in rs128 rs128_stage_test bf16_ws; do
+for name in rs128 rs128_stage_test rs128_fit_n bf16_ws; do
   echo "== ncu ${name}"
   head -c 5000 "${results}/${name}.txt" 2>/dev/null
 done
@@ -91,7 +100,7 @@ for log in "${results}"/chunk_*.log; do
   [[ -f "${log}" ]] || continue
   echo "${log##*/}: $(grep -h '^prefill:' "${log}")"
 done
-echo "== the chunk's kernel timeline (defaults)"
+echo "== the chunk's kernel timeline (defaults, no programmatic edges)"
 sed -n '/prefill timeline/,/^prefill:/p' "${results}/chunk_timeline.log" 2>/dev/null | head -16
 echo "== the prompt's bf16 route (dense)"
 sed -n "/^The prompt's bf16 route/,/^\$/p" "${results}/fp8_bench_prefill.log" 2>/dev/null | head -10

@@ -65,6 +65,12 @@ absl::Status Mxfp4Bf16GroupedGemm(const Mxfp4Bf16GroupedGemmParams& p, cudaStrea
       if (p.deep_ring) {
         return launch(mb::Mxfp4Bf16GroupedRsKernel<kRows, true>, mb::kRsThreads, kShared);
       }
+      if constexpr (kRows == 128) {
+        if (p.fit_tile_rows) {  // checked: with stage_scale_test, without the deep ring
+          return launch(mb::Mxfp4Bf16GroupedRsKernel<128, false, true, true>, mb::kRsThreads,
+                        kShared);
+        }
+      }
       if (p.stage_scale_test) {  // checked: never with the deep ring
         return launch(mb::Mxfp4Bf16GroupedRsKernel<kRows, false, true>, mb::kRsThreads, kShared);
       }

@@ -146,6 +146,7 @@ struct RouteForm {
   int x_rows = 0;
   bool deep_ring = false;
   bool stage_scale_test = false;
+  bool fit_tile_rows = false;
 };
 const RouteForm kRouteForms[] = {
     {"4 widener warps", 4},
@@ -161,6 +162,7 @@ const RouteForm kRouteForms[] = {
     {"register A, one scale test a stage", 0, true, 0, false, true},
     {"register A over 80 X rows, one scale test a stage", 0, true, 80, false, true},
     {"register A over 16 X rows, one scale test a stage", 0, true, 16, false, true},
+    {"register A, one scale test a stage, wgmma N fit to the rows", 0, true, 0, false, true, true},
 };
 
 std::vector<float> RunGrouped(const Problem& p, const DeviceProblem& d, dense::Fp8GemmOutput output,
@@ -182,6 +184,7 @@ std::vector<float> RunGrouped(const Problem& p, const DeviceProblem& d, dense::F
   params.x_rows = form.x_rows;
   params.deep_ring = form.deep_ring;
   params.stage_scale_test = form.stage_scale_test;
+  params.fit_tile_rows = form.fit_tile_rows;
   const absl::Status st = Mxfp4Bf16GroupedGemm(params, nullptr);
   EXPECT_TRUE(st.ok()) << st;
   EXPECT_TRUE(Synced());

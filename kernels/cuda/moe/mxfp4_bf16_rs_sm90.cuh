@@ -29,6 +29,8 @@
 #ifndef WEIR_KERNELS_CUDA_MOE_MXFP4_BF16_RS_SM90_CUH_
 #define WEIR_KERNELS_CUDA_MOE_MXFP4_BF16_RS_SM90_CUH_
 
+#include <type_traits>
+
 #include "kernels/cuda/moe/mxfp4_bf16_gemm_sm90.cuh"
 
 namespace weir::kernels::cuda::moe::mxfp4_bf16 {
@@ -83,7 +85,13 @@ __device__ __forceinline__ void WidenEight(uint32_t v, uint32_t scale_word, int 
 // the stage's four 8-code groups without a branch between them, by the bf16
 // multiply where all four are plain, else all four through fp32 (exact for
 // every scale, so the same bits as the per-group choice).
-template <int kRows, bool kDeepRing, bool kStageTest = false>
+//
+// kFitN (Mxfp4Bf16GroupedGemmParams::fit_tile_rows; kRows 128 only): the
+// consumers' wgmma N is the fewest of 16, 32, 64, 80 and 128 that holds the
+// CTA's rows of its expert (65 an expert at the EP8 chunk's shapes: N 80
+// instead of 128), the X box still kRows rows. Each row's sums are the same
+// 16 products in the same order, so the same bits.
+template <int kRows, bool kDeepRing, bool kStageTest = false, bool kFitN = false>
 __global__ void __launch_bounds__(kRsThreads, 1)
     Mxfp4Bf16GroupedRsKernel(const __grid_constant__ Args a) {
   GridDependencyPrologue();
@@ -235,23 +243,23 @@ __global__ void __launch_bounds__(kRsThreads, 1)
           }
         }
       }
-      return;
-    }
+    } else {
 #pragma unroll
-    for (int q = 0; q < 2; ++q) {  // row0, row0 + 8
-      const int row = row0 + 8 * q;
-      uint32_t words[8];
-      LoadRaw128(at + kRsCodes + row * 32, *reinterpret_cast<uint32_t(*)[4]>(&words[0]));
-      LoadRaw128(at + kRsCodes + row * 32 + 16, *reinterpret_cast<uint32_t(*)[4]>(&words[4]));
-      const uint32_t scale_word = LoadRaw32(at + kRsScales + row * 4);
+      for (int q = 0; q < 2; ++q) {  // row0, row0 + 8
+        const int row = row0 + 8 * q;
+        uint32_t words[8];
+        LoadRaw128(at + kRsCodes + row * 32, *reinterpret_cast<uint32_t(*)[4]>(&words[0]));
+        LoadRaw128(at + kRsCodes + row * 32 + 16, *reinterpret_cast<uint32_t(*)[4]>(&words[4]));
+        const uint32_t scale_word = LoadRaw32(at + kRsScales + row * 4);
 #pragma unroll
-      for (int b = 0; b < 2; ++b) {  // K blocks of 32: steps 2b, 2b + 1
-        // Byte j of v: byte c of word 4b + j, i.e. K 32 b + 8 j + 2c, + 1.
-        const uint32_t v = Mxfp4Bf16GatherQuadByte(&words[4 * b], c, prmt);
-        uint32_t o[4];  // pair j: nibbles 2j, 2j + 1 of v
-        WidenEight(v, scale_word, (2 * i + b) & 3, bad, tables, o);
+        for (int b = 0; b < 2; ++b) {  // K blocks of 32: steps 2b, 2b + 1
+          // Byte j of v: byte c of word 4b + j, i.e. K 32 b + 8 j + 2c, + 1.
+          const uint32_t v = Mxfp4Bf16GatherQuadByte(&words[4 * b], c, prmt);
+          uint32_t o[4];  // pair j: nibbles 2j, 2j + 1 of v
+          WidenEight(v, scale_word, (2 * i + b) & 3, bad, tables, o);
 #pragma unroll
-        for (int j = 0; j < 4; ++j) f[Mxfp4Bf16FragmentRegister(b, j, q)] = o[j];
+          for (int j = 0; j < 4; ++j) f[Mxfp4Bf16FragmentRegister(b, j, q)] = o[j];
+        }
       }
     }
   };
@@ -261,39 +269,60 @@ __global__ void __launch_bounds__(kRsThreads, 1)
 #pragma unroll
     for (int j = 0; j < 16; ++j) asm volatile("" : "+r"(f[j])::"memory");
   };
-  float d[kRows / 2];
+  // The K loop and the stores over kN X rows (wgmma N).
+  const auto consume = [&](auto n_rows) {
+    constexpr int kN = decltype(n_rows)::value;
+    float d[kN / 2];
 #pragma unroll
-  for (int r = 0; r < kRows / 2; ++r) d[r] = 0.0f;
-  uint32_t f0[16] = {}, f1[16] = {};
-  MbarrierWait(full0, 0);
-  widen(0, f0);
-  // Stage i from `cur` (widened), then stage i + 1 into `next`.
-  const auto step = [&](int i, uint32_t(&cur)[16], uint32_t(&next)[16]) {
-    const int slot = i % kRsStages;
-    const uint32_t x_lo = SwizzledKMajorDescriptorLo(base + slot * kRsSlot);
-    WgmmaFence();
+    for (int r = 0; r < kN / 2; ++r) d[r] = 0.0f;
+    uint32_t f0[16] = {}, f1[16] = {};
+    MbarrierWait(full0, 0);
+    widen(0, f0);
+    // Stage i from `cur` (widened), then stage i + 1 into `next`.
+    const auto step = [&](int i, uint32_t(&cur)[16], uint32_t(&next)[16]) {
+      const int slot = i % kRsStages;
+      const uint32_t x_lo = SwizzledKMajorDescriptorLo(base + slot * kRsSlot);
+      WgmmaFence();
 #pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      const uint32_t(&frag)[4] = *reinterpret_cast<const uint32_t(*)[4]>(&cur[4 * s]);
-      dense::bf16_gemm::WgmmaBf16Rs<kRows>(frag, DescriptorOf(x_lo + ((32 * s) >> 4)), d);
+      for (int s = 0; s < 4; ++s) {
+        const uint32_t(&frag)[4] = *reinterpret_cast<const uint32_t(*)[4]>(&cur[4 * s]);
+        dense::bf16_gemm::WgmmaBf16Rs<kN>(frag, DescriptorOf(x_lo + ((32 * s) >> 4)), d);
+      }
+      WgmmaCommit();
+      WgmmaWait(1);  // stage i - 1's group has retired: its slot and `next` are free
+      hold(next);
+      if (i > 0) MbarrierArrive(empty0 + 8 * ((i - 1) % kRsStages));
+      if (i + 1 < stages) {
+        MbarrierWait(full0 + 8 * ((i + 1) % kRsStages), ((i + 1) / kRsStages) & 1);
+        widen(i + 1, next);
+      }
+    };
+    for (int i = 0; i < stages; i += 2) {  // stages is even (k % 128 == 0)
+      step(i, f0, f1);
+      step(i + 1, f1, f0);
     }
-    WgmmaCommit();
-    WgmmaWait(1);  // stage i - 1's group has retired: its slot and `next` are free
-    hold(next);
-    if (i > 0) MbarrierArrive(empty0 + 8 * ((i - 1) % kRsStages));
-    if (i + 1 < stages) {
-      MbarrierWait(full0 + 8 * ((i + 1) % kRsStages), ((i + 1) / kRsStages) & 1);
-      widen(i + 1, next);
-    }
+    WgmmaWait(0);
+    hold(f0);
+    hold(f1);
+    StoreOutputs<kN / 8>(a, d, warp, lane, begin, m0, m, n0);
   };
-  for (int i = 0; i < stages; i += 2) {  // stages is even (k % 128 == 0)
-    step(i, f0, f1);
-    step(i + 1, f1, f0);
+  if constexpr (kFitN) {
+    static_assert(kRows == 128, "the fitted N are 16, 32, 64, 80 and 128");
+    const int64_t here = m - m0;  // >= 1: the tile holds a row of the group
+    if (here <= 16) {
+      consume(std::integral_constant<int, 16>{});
+    } else if (here <= 32) {
+      consume(std::integral_constant<int, 32>{});
+    } else if (here <= 64) {
+      consume(std::integral_constant<int, 64>{});
+    } else if (here <= 80) {
+      consume(std::integral_constant<int, 80>{});
+    } else {
+      consume(std::integral_constant<int, 128>{});
+    }
+  } else {
+    consume(std::integral_constant<int, kRows>{});
   }
-  WgmmaWait(0);
-  hold(f0);
-  hold(f1);
-  StoreOutputs<kRows / 8>(a, d, warp, lane, begin, m0, m, n0);
 }
 
 }  // namespace weir::kernels::cuda::moe::mxfp4_bf16

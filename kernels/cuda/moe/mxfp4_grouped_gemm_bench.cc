@@ -315,6 +315,7 @@ struct Bf16RouteForm {
   int x_rows;
   bool deep_ring;
   bool stage_scale_test = false;
+  bool fit_tile_rows = false;
 };
 
 absl::Status Bf16Route(const uint16_t* x, const int64_t* offsets, const uint8_t* const* w,
@@ -335,7 +336,8 @@ absl::Status Bf16Route(const uint16_t* x, const int64_t* offsets, const uint8_t*
                                .register_a = form.register_a,
                                .x_rows = form.x_rows,
                                .deep_ring = form.deep_ring,
-                               .stage_scale_test = form.stage_scale_test},
+                               .stage_scale_test = form.stage_scale_test,
+                               .fit_tile_rows = form.fit_tile_rows},
                               stream);
 }
 
@@ -491,7 +493,8 @@ void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, 
     // widener_warps), then the consumers widening their own register
     // fragments (register_a) over 128 or 80 X rows, with the producer waiting
     // for its copies or completing them on the ring's barriers (deep_ring),
-    // or testing a stage's four scales once (stage_scale_test); the same bits.
+    // or testing a stage's four scales once (stage_scale_test), and with it
+    // the wgmma N fit to each tile's rows (fit_tile_rows); the same bits.
     for (const Bf16RouteForm& f :
          {Bf16RouteForm{"4 widener warps", 4, false, 0, false},
           Bf16RouteForm{"8 widener warps", 8, false, 0, false},
@@ -500,8 +503,9 @@ void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, 
           Bf16RouteForm{"register A, deep ring", 0, true, 0, true},
           Bf16RouteForm{"register A, 80 X rows, deep ring", 0, true, 80, true},
           Bf16RouteForm{"register A, one scale test a stage", 0, true, 0, false, true},
-          Bf16RouteForm{"register A, 80 X rows, one scale test a stage", 0, true, 80, false,
-                        true}}) {
+          Bf16RouteForm{"register A, 80 X rows, one scale test a stage", 0, true, 80, false, true},
+          Bf16RouteForm{"register A, one scale test a stage, wgmma N fit to the rows", 0, true, 0,
+                        false, true, true}}) {
       form = f;
       const double gu_ms = MedianMs(
           [&] {

@@ -220,6 +220,10 @@ absl::Status CheckMxfp4Bf16GroupedGemmParams(const Mxfp4Bf16GroupedGemmParams& p
     return absl::InvalidArgumentError(
         absl::StrCat(kWhat, ": stage_scale_test needs register_a and no deep_ring"));
   }
+  if (p.fit_tile_rows && (!p.stage_scale_test || (p.x_rows != 0 && p.x_rows != 128))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kWhat, ": fit_tile_rows needs stage_scale_test and x_rows 0 or 128"));
+  }
   const int x_rows = Mxfp4Bf16XRows(p);
   if ((p.rows + x_rows - 1) / x_rows + p.num_experts > kMaxGridY) {
     return absl::InvalidArgumentError(

@@ -494,6 +494,11 @@ struct Mxfp4Bf16GroupedGemmParams {
   // seventh session: the stage's 1,700 cycles are the consumers', the deep
   // ring measured no faster). Only with register_a, not with deep_ring.
   bool stage_scale_test = false;
+  // The register form's wgmma N a CTA: the fewest of 16, 32, 64, 80 and 128
+  // that hold its rows of its expert (the X box stays 128 rows), so a tile
+  // of 65 rows does the tensor work of 80, not 128. Only with register_a,
+  // stage_scale_test and x_rows 0 / 128; the same bits.
+  bool fit_tile_rows = false;
 };
 
 // The register form's narrowest tile (x_rows) that holds `rows_per_expert`

@@ -155,6 +155,9 @@ TEST(Mxfp4Bf16GroupedGemmParamsTest, ChecksItsArguments) {
     EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(p).ok()) << x_rows;
     p.stage_scale_test = true;
     EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(p).ok()) << x_rows;
+    p.fit_tile_rows = true;
+    EXPECT_EQ(CheckMxfp4Bf16GroupedGemmParams(p).ok(), x_rows == 0 || x_rows == 128) << x_rows;
+    p.fit_tile_rows = false;
     p.stage_scale_test = false;
     p.deep_ring = true;
     EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(p).ok()) << x_rows;
@@ -189,6 +192,10 @@ TEST(Mxfp4Bf16GroupedGemmParamsTest, ChecksItsArguments) {
             q.register_a = true;
             q.deep_ring = true;
             q.stage_scale_test = true;
+          },
+          [](P& q) {  // without the one scale test a stage
+            q.register_a = true;
+            q.fit_tile_rows = true;
           },
           [](P& q) {
             q.register_a = true;
