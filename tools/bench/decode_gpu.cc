@@ -258,6 +258,9 @@ ABSL_FLAG(bool, bf16_experts_every_row, false,
 ABSL_FLAG(bool, bf16_ws_m256, false,
           "The bf16 products' warp-specialized prefill tile over 256 X rows a CTA "
           "(DeviceDecoderOptions::bf16_ws_m256; same bits).");
+ABSL_FLAG(bool, bf16_ws_m256_large, false,
+          "The same 256-row tile only for products of 2,048 rows and more over weights of 32 Mi "
+          "elements and more (DeviceDecoderOptions::bf16_ws_m256_large; same bits).");
 ABSL_FLAG(bool, bf16_ws_persistent, true,
           "The bf16 products' warp-specialized prefill tile persistent (a CTA an SM at most; "
           "DeviceDecoderOptions::bf16_ws_persistent; same bits).");
@@ -534,6 +537,7 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .bf16_route_deep_ring = absl::GetFlag(FLAGS_bf16_route_deep_ring),
           .bf16_experts_every_row = absl::GetFlag(FLAGS_bf16_experts_every_row),
           .bf16_ws_m256 = absl::GetFlag(FLAGS_bf16_ws_m256),
+          .bf16_ws_m256_large = absl::GetFlag(FLAGS_bf16_ws_m256_large),
           .bf16_ws_persistent = absl::GetFlag(FLAGS_bf16_ws_persistent),
           .expert_out_bf16 = absl::GetFlag(FLAGS_expert_out_bf16)};
 }

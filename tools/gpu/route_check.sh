@@ -17,7 +17,8 @@
 #      tensor pipe's, issue's and eligible warps' figures), then of the
 #      persistent bf16 dense tile (fp8_gemm_bench prefill);
 #   4. the EP8 prefill chunk with the defaults, with the prompt's bf16
-#      products unsplit (--bf16_split_k=false) and its kernel timeline,
+#      products unsplit (--bf16_split_k=false), with the 256-row bf16 tile
+#      for the large weights (--bf16_ws_m256_large) and its kernel timeline,
 #      device_decoder_fast_test's route-form cases, fp8_gemm_bench prefill,
 #      the chunk again (drift).
 # Bundle (here, a few minutes with a warm cache):
@@ -76,6 +77,8 @@ profile rs128_fit_n 'GroupedRsKernel<128, false, true, true>' 2 "${route_bench[@
 # The prompt's bf16 products unsplit (a prompt row's other fixed maths):
 # does the fold of the splits cost the chunk time?
 budget_step chunk_unsplit 90 "${decode}" "${slice[@]}" --bf16_split_k=false
+# The 256-row bf16 tile where its weight is large (wq_b, wo_b).
+budget_step chunk_m256_large 90 "${decode}" "${slice[@]}" --bf16_ws_m256_large=true
 budget_step device_decoder_fast_test 180 "${bundle}/bin/worker_model_device_decoder_fast_test" \
   --gtest_filter='*RouteForms*:*WsForms*:*ExpertOutBf16*' || status=1
 profile bf16_ws 'Bf16GemmWsKernel' 4 "${bundle}/tools/fp8_gemm_bench" prefill

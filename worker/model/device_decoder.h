@@ -677,16 +677,23 @@ struct DeviceDecoderOptions {
   // step holds, so batch invariance holds. Unlike the prompt options this
   // changes decode's numerics (the FP8 experts' per-32 block sums give way
   // to bf16 sums over all of K), so it is held to the fidelity bars like any
-  // fast-path change. Off until measured (thirty-sixth session, not yet run):
-  // at decode the register form issues about three quarters of the MXFP4
-  // kernels' instructions a weight, from twice the warps an SM.
+  // fast-path change. Off: within the bars and batch-invariant on an H100,
+  // but slower (small at batch 1 / 64: 1.197 / 2.074 -> 1.473 / 2.238 ms,
+  // thirty-seventh session).
   bool bf16_experts_every_row = false;
   // The bf16 products' warp-specialized prefill tile (above 256 rows: the
   // prompt's linears, the bf16 weights' products) over 256 X rows a CTA
   // (dense::Bf16GemmParams::ws_m256: wgmma m64n256k16) instead of 128. The
   // same bits; slower on the EP8 chunk (0.666 s against 0.635, H100,
-  // thirty-sixth session), so off.
+  // thirty-sixth session; 0.587 against 0.580 without its stack, thirty-
+  // seventh), so off.
   bool bf16_ws_m256 = false;
+  // The same tile only where dense::Bf16GemmWsM256Pays (2,048 rows and more,
+  // weights of 32 Mi elements and more: V4.1's wq_b and wo_b), where it
+  // measured faster in fp8_gemm_bench's prefill table (thirty-seventh
+  // session); elsewhere the 128-row tile. The same bits. Off until the EP8
+  // chunk times it (`decode_gpu --bf16_ws_m256_large`).
+  bool bf16_ws_m256_large = false;
   // The same tile persistent (dense::Bf16GemmParams::ws_persistent: a CTA
   // an SM at most, taking tiles in turn, the next tile's loads under the
   // last one's stores). The same bits; faster in every row of

@@ -927,7 +927,7 @@ struct DeviceDecoder::Impl {
                             .y_group_stride = y_group_stride,
                             .y_row_stride = y_row_stride,
                             .output = output,
-                            .ws_m256 = options.bf16_ws_m256,
+                            .ws_m256 = WsM256(rows, w.out, w.in),
                             .ws_persistent = options.bf16_ws_persistent};
     if (options.bf16_split_k) p.k_splits = dense::ChooseBf16GemmSplits(p.n, p.k, groups);
     if (p.k_splits > 1) {
@@ -1067,6 +1067,13 @@ struct DeviceDecoder::Impl {
     }
     return absl::OkStatus();
   }
+  // The bf16 warp-specialized tile's rows a CTA for a product of m rows and
+  // an n x k weight: 256 with bf16_ws_m256, or with bf16_ws_m256_large where
+  // dense::Bf16GemmWsM256Pays; else 128 (the same bits either way).
+  bool WsM256(int64_t m, int64_t n, int64_t k) const {
+    return options.bf16_ws_m256 ||
+           (options.bf16_ws_m256_large && dense::Bf16GemmWsM256Pays(m, n, k));
+  }
   // prompt_bf16_linears: `p` (an FP8 product without group offsets) as
   // Bf16Gemm over its operands' bf16 values: X's codes dequantized into
   // rx16 (Fp8ActBf16), the weight's codes widened in the product's stages
@@ -1119,7 +1126,7 @@ struct DeviceDecoder::Impl {
                               .w_scales_group_stride = groups > 1 ? s_stride : 0,
                               .row_role = row_role,
                               .role = 1,
-                              .ws_m256 = options.bf16_ws_m256,
+                              .ws_m256 = WsM256(p.m, p.n, p.k),
                               .ws_persistent = options.bf16_ws_persistent};
       if (options.bf16_split_k) {
         b.k_splits =

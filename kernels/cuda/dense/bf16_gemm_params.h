@@ -132,6 +132,21 @@ int64_t Bf16GemmSplitScratchFloats(const Bf16GemmParams& p);
 // 4,096) gets 4.
 int ChooseBf16GemmSplits(int64_t n, int64_t k, int groups = 1);
 
+// Whether the warp-specialized tile over 256 X rows (ws_m256) is the faster
+// form for a product of m rows and an n x k weight: at least
+// kBf16WsM256MinRows rows and kBf16WsM256MinWeight weight elements. From
+// fp8_gemm_bench prefill at m = 4,096 (H100, thirty-seventh session, both
+// persistent): faster for wq_b (32,768 x 1,280: 914 -> 798 us), wo_b (5,120
+// x 8,192: 753 -> 657) and 8,192 x 8,192 (1,195 -> 1,021); slower for
+// shared.w13 (4,608 x 5,120: 467 -> 499), shared.w2 (5,120 x 2,304: 273 ->
+// 353) and wq_a (1,280 x 5,120: 172 -> 218). The same bits either way, so
+// the choice may follow m.
+inline constexpr int64_t kBf16WsM256MinRows = 2048;
+inline constexpr int64_t kBf16WsM256MinWeight = int64_t{32} << 20;
+constexpr bool Bf16GemmWsM256Pays(int64_t m, int64_t n, int64_t k) {
+  return m >= kBf16WsM256MinRows && n * k >= kBf16WsM256MinWeight;
+}
+
 // Returns OK or INVALID_ARGUMENT naming the problem: w and w_codes both or
 // neither, w_codes without w_scales, with k % 32 != 0, unaligned, with a
 // group stride not a multiple of 16 or on the warp-specialized tile; row_role

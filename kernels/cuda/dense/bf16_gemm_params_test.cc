@@ -248,5 +248,18 @@ TEST(Bf16GemmParamsTest, SplitsComeFromTheWeightsShapeAndAreChecked) {
   EXPECT_EQ(Bf16GemmSplitScratchFloats(p), 0);
 }
 
+// The 256-row tile where it measured faster: V4.1's wq_b, wo_b and an 8k
+// square at 4,096 rows; not shared.w13, shared.w2, wq_a, nor under 2,048 rows.
+TEST(Bf16GemmParamsTest, The256RowTilePaysForLargeWeightsAndChunks) {
+  EXPECT_TRUE(Bf16GemmWsM256Pays(4096, 32768, 1280));
+  EXPECT_TRUE(Bf16GemmWsM256Pays(4096, 5120, 8192));
+  EXPECT_TRUE(Bf16GemmWsM256Pays(4096, 8192, 8192));
+  EXPECT_TRUE(Bf16GemmWsM256Pays(2048, 5120, 8192));
+  EXPECT_FALSE(Bf16GemmWsM256Pays(4096, 4608, 5120));
+  EXPECT_FALSE(Bf16GemmWsM256Pays(4096, 5120, 2304));
+  EXPECT_FALSE(Bf16GemmWsM256Pays(4096, 1280, 5120));
+  EXPECT_FALSE(Bf16GemmWsM256Pays(2047, 5120, 8192));
+}
+
 }  // namespace
 }  // namespace weir::kernels::cuda::dense
