@@ -261,6 +261,10 @@ ABSL_FLAG(bool, bf16_ws_m256, false,
 ABSL_FLAG(bool, bf16_ws_m256_large, false,
           "The same 256-row tile only for products of 2,048 rows and more over weights of 32 Mi "
           "elements and more (DeviceDecoderOptions::bf16_ws_m256_large; same bits).");
+ABSL_FLAG(bool, bf16_cutlass, false,
+          "The bf16 prefill products Bf16GemmCutlass takes (unsplit: pair with "
+          "--bf16_split_k=false) on CUTLASS's Hopper GEMM (DeviceDecoderOptions::bf16_cutlass; "
+          "the unsplit tile's bits).");
 ABSL_FLAG(bool, bf16_ws_persistent, true,
           "The bf16 products' warp-specialized prefill tile persistent (a CTA an SM at most; "
           "DeviceDecoderOptions::bf16_ws_persistent; same bits).");
@@ -538,6 +542,7 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .bf16_experts_every_row = absl::GetFlag(FLAGS_bf16_experts_every_row),
           .bf16_ws_m256 = absl::GetFlag(FLAGS_bf16_ws_m256),
           .bf16_ws_m256_large = absl::GetFlag(FLAGS_bf16_ws_m256_large),
+          .bf16_cutlass = absl::GetFlag(FLAGS_bf16_cutlass),
           .bf16_ws_persistent = absl::GetFlag(FLAGS_bf16_ws_persistent),
           .expert_out_bf16 = absl::GetFlag(FLAGS_expert_out_bf16)};
 }
@@ -863,6 +868,10 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       if ((*dd)->stats().prompt_bf16_products > 0) {
         std::printf("      prompt_bf16_linears: %lld FP8 products run as bf16 since start\n",
                     static_cast<long long>((*dd)->stats().prompt_bf16_products));
+      }
+      if ((*dd)->stats().cutlass_products > 0) {
+        std::printf("      bf16_cutlass: %lld bf16 products on CUTLASS since start\n",
+                    static_cast<long long>((*dd)->stats().cutlass_products));
       }
       if ((*dd)->stats().prompt_bf16_expert_layers > 0) {
         std::printf(

@@ -1,31 +1,32 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, after
-# `tar -xJf .gpu_pack/bundle.tar.xz`: the experts' bf16 route's register
-# form, what bounds its stage, and its one-test-a-stage widening (thirty-
-# seventh session), most telling first under BUDGET_S (default 540;
+# `tar -xJf .gpu_pack/bundle.tar.xz`: the thirty-seventh session's forms of
+# the prefill products, most telling first under BUDGET_S (default 540;
 # check_steps.sh):
 #   1. the kernel tests: Mxfp4Bf16GroupedGemm in every form (widener warps,
 #      the register form over 128 / 80 / 64 - 8 X rows, the deep ring, one
-#      scale test a stage) against Bf16Gemm's bits; Bf16Gemm's
-#      warp-specialized forms;
-#   2. mxfp4_grouped_gemm_bench's prefill table (every route form: is the
-#      one-test stage faster?);
-#   3. ncu of the register form's kernel over 128 X rows, as it is, with
-#      one scale test a stage and with its wgmma N fit to the tile's rows
-#      (fit_tile_rows; the bench's launches; --set full, reduced here
-#      by ncu_stalls.py: the K loop's stall reasons and opcodes, and the
-#      tensor pipe's, issue's and eligible warps' figures), then of the
-#      persistent bf16 dense tile (fp8_gemm_bench prefill);
-#   4. the EP8 prefill chunk with the defaults, with the prompt's bf16
-#      products unsplit (--bf16_split_k=false), with the 256-row bf16 tile
-#      for the large weights (--bf16_ws_m256_large) and its kernel timeline,
-#      device_decoder_fast_test's route-form cases, fp8_gemm_bench prefill,
-#      the chunk again (drift).
+#      scale test a stage, the wgmma N fit to the tile's rows) against
+#      Bf16Gemm's bits; Bf16GemmCutlass against Bf16Gemm's unsplit bits;
+#   2. the benches: mxfp4_grouped_gemm_bench's prefill table (every route
+#      form) and fp8_gemm_bench prefill (the bf16 tile's forms, CUTLASS's
+#      GEMM beside cuBLASLt's, the elements differing from ours);
+#   3. the EP8 prefill chunk with the defaults, with the prompt's bf16
+#      products unsplit (--bf16_split_k=false), unsplit on CUTLASS
+#      (--bf16_cutlass), with the 256-row bf16 tile for the large weights
+#      (--bf16_ws_m256_large);
+#   4. ncu (--set full, reduced here by ncu_stalls.py: the K loop's stall
+#      reasons and opcodes, the tensor pipe's, issue's and eligible warps'
+#      figures) of the register route's kernel over 128 X rows as it is and
+#      with one scale test a stage; device_decoder_fast_test's route-form,
+#      bf16-tile-form and CUTLASS cases; ncu of the route with the fitted N
+#      and of the persistent bf16 dense tile;
+#   5. Bf16Gemm's warp-specialized tests, the chunk's kernel timeline
+#      without programmatic edges, the chunk again (drift).
 # Bundle (here, a few minutes with a warm cache):
 #   BUNDLE_TARGETS="//worker/model:device_decoder_fast_test //tools/bench:decode_gpu
 #     //kernels/cuda/moe:mxfp4_bf16_gemm_sm90_test //kernels/cuda/moe:mxfp4_grouped_gemm_bench
 #     //kernels/cuda/dense:bf16_gemm_sm90_test //kernels/cuda/dense:fp8_gemm_bench
-#     //kernels/cuda/moe:moe_permute_test"
+#     //kernels/cuda/dense:bf16_gemm_cutlass_test"
 #     tools/gpu/bundle.sh
 #   tools/gpu/route_check.sh [RESULTS]
 set -uo pipefail
@@ -64,28 +65,32 @@ profile() {
 
 budget_step mxfp4_bf16_gemm_test 60 "${bundle}/bin/kernels_cuda_moe_mxfp4_bf16_gemm_sm90_test" \
   || status=1
-budget_step bf16_gemm_test 60 "${bundle}/bin/kernels_cuda_dense_bf16_gemm_sm90_test" \
-  --gtest_filter='*WarpSpecialized*:*RowRole*:*RowStride*' || status=1
+budget_step bf16_gemm_cutlass_test 90 "${bundle}/bin/kernels_cuda_dense_bf16_gemm_cutlass_test" \
+  || status=1
 budget_step mxfp4_bench_prefill 120 "${route_bench[@]}"
-# The register form's gate/up launch of w1 (the bench's third launch of each:
-# past a warm-up) as it is and with one scale test a stage.
-profile rs128 'GroupedRsKernel<128, false, false, false>' 2 "${route_bench[@]}"
-profile rs128_stage_test 'GroupedRsKernel<128, false, true, false>' 2 "${route_bench[@]}"
+budget_step fp8_bench_prefill 120 "${bundle}/tools/fp8_gemm_bench" prefill
 budget_step chunk_defaults 90 "${decode}" "${slice[@]}"
-# The same with the wgmma N fit to each tile's rows (fit_tile_rows).
-profile rs128_fit_n 'GroupedRsKernel<128, false, true, true>' 2 "${route_bench[@]}"
-# The prompt's bf16 products unsplit (a prompt row's other fixed maths):
-# does the fold of the splits cost the chunk time?
+# The prompt's bf16 products unsplit (a prompt row's other fixed maths): does
+# the fold of the splits cost the chunk time? Then the same on CUTLASS's GEMM
+# where it takes them (bf16_cutlass: the unsplit tile's bits).
 budget_step chunk_unsplit 90 "${decode}" "${slice[@]}" --bf16_split_k=false
+budget_step chunk_cutlass 90 "${decode}" "${slice[@]}" --bf16_split_k=false --bf16_cutlass=true
 # The 256-row bf16 tile where its weight is large (wq_b, wo_b).
 budget_step chunk_m256_large 90 "${decode}" "${slice[@]}" --bf16_ws_m256_large=true
+# The register form's gate/up launch of w1 (the bench's third launch of each:
+# past a warm-up) as it is, with one scale test a stage, and with the wgmma N
+# fit to the tile's rows.
+profile rs128 'GroupedRsKernel<128, false, false, false>' 2 "${route_bench[@]}"
+profile rs128_stage_test 'GroupedRsKernel<128, false, true, false>' 2 "${route_bench[@]}"
 budget_step device_decoder_fast_test 180 "${bundle}/bin/worker_model_device_decoder_fast_test" \
-  --gtest_filter='*RouteForms*:*WsForms*:*ExpertOutBf16*' || status=1
+  --gtest_filter='*RouteForms*:*WsForms*:*Cutlass*' || status=1
+profile rs128_fit_n 'GroupedRsKernel<128, false, true, true>' 2 "${route_bench[@]}"
 profile bf16_ws 'Bf16GemmWsKernel' 4 "${bundle}/tools/fp8_gemm_bench" prefill
+budget_step bf16_gemm_test 60 "${bundle}/bin/kernels_cuda_dense_bf16_gemm_sm90_test" \
+  --gtest_filter='*WarpSpecialized*:*RowRole*:*RowStride*' || status=1
 # Without programmatic edges, so each kernel's busy time is its own (with
 # them a kernel's time includes its wait for the one before).
 budget_step chunk_timeline 120 "${decode}" "${slice[@]}" --prefill_timeline --programmatic=false
-budget_step fp8_bench_prefill 120 "${bundle}/tools/fp8_gemm_bench" prefill
 budget_step chunk_defaults_2 90 "${decode}" "${slice[@]}"
 echo "== summary"
 cat "${results}/summary.txt"
@@ -107,4 +112,5 @@ echo "== the chunk's kernel timeline (defaults, no programmatic edges)"
 sed -n '/prefill timeline/,/^prefill:/p' "${results}/chunk_timeline.log" 2>/dev/null | head -16
 echo "== the prompt's bf16 route (dense)"
 sed -n "/^The prompt's bf16 route/,/^\$/p" "${results}/fp8_bench_prefill.log" 2>/dev/null | head -10
+sed -n "/^CUTLASS bf16/,/^\$/p" "${results}/fp8_bench_prefill.log" 2>/dev/null | head -8
 exit "${status}"

@@ -694,6 +694,15 @@ struct DeviceDecoderOptions {
   // session); elsewhere the 128-row tile. The same bits. Off until the EP8
   // chunk times it (`decode_gpu --bf16_ws_m256_large`).
   bool bf16_ws_m256_large = false;
+  // The bf16 products that would take the warp-specialized prefill tile (the
+  // prompt's linears, the bf16 weights' products above 256 rows) and that
+  // dense::Bf16GemmCutlassTakes (unsplit: with bf16_split_k off, or a weight
+  // that splits nothing; no row_role; fp32 or bf16 out) on CUTLASS's Hopper
+  // GEMM (dense::Bf16GemmCutlass: 128 x 256 tiles, two-CTA clusters). The
+  // unsplit tile's bits (bf16_gemm_cutlass_test). Off until the EP8 chunk
+  // times it (`decode_gpu --bf16_cutlass --bf16_split_k=false`; thirty-
+  // seventh session, not yet run).
+  bool bf16_cutlass = false;
   // The same tile persistent (dense::Bf16GemmParams::ws_persistent: a CTA
   // an SM at most, taking tiles in turn, the next tile's loads under the
   // last one's stores). The same bits; faster in every row of
@@ -742,6 +751,7 @@ struct DeviceDecoderStats {
   int64_t reduce_fp8_out = 0;     // reduce_fp8_out: wo_b inputs made by wo_a's reduce
   int64_t widened_wo_a = 0;       // stored_wo_a: products that widened wo_a to bf16 first (prefill)
   int64_t prompt_bf16_products = 0;  // prompt_bf16_linears: FP8 products run as bf16
+  int64_t cutlass_products = 0;      // bf16_cutlass: bf16 products run on Bf16GemmCutlass
   int64_t prompt_bf16_expert_layers = 0;  // prompt_bf16_experts: layers' experts on the bf16 route
   // prompt_bf16_linears, eager steps of both roles: FP8 calls over the
   // generated rows' ranges alone (a product may take several)

@@ -1348,6 +1348,25 @@ TEST(DeviceDecoderFastTest, SmallBf16WsFormsGiveTheSameBits) {
   }
 }
 
+// bf16_cutlass with bf16_split_k off: the prompt's 400-row chunk (its
+// linears on CUTLASS's GEMM where Bf16GemmCutlassTakes them) and decode
+// steps after it give the unsplit warp-specialized tile's bits.
+TEST(DeviceDecoderFastTest, SmallBf16CutlassGivesTheUnsplitTilesBits) {
+  const SmallLongChunkCase c = SmallLongChunk(71);
+  ASSERT_NE(c.cpu, nullptr);
+  std::vector<std::vector<float>> calls[2];
+  DeviceDecoderStats stats[2];
+  for (int form = 0; form < 2; ++form) {
+    DeviceDecoderOptions options = FastChunkOptions(kLongChunk);
+    options.bf16_split_k = false;
+    options.bf16_cutlass = form == 1;
+    calls[form] = c.Run(options, &stats[form], /*mark_prompt=*/true);
+  }
+  EXPECT_EQ(stats[0].cutlass_products, 0);
+  EXPECT_GT(stats[1].cutlass_products, 0);
+  EXPECT_EQ(DifferingCalls(calls[0], calls[1]), 0);
+}
+
 // prompt_bf16_linears: a 400-row prompt chunk (the FP8 linears as the
 // warp-specialized bf16 tile over each weight widened into the scratch
 // first) against the same prompt in four chunks of 100 rows (the bf16 mma

@@ -40,6 +40,7 @@
 #include "kernels/cuda/decode/rows.h"
 #include "kernels/cuda/decode/swiglu.h"
 #include "kernels/cuda/dense/act_quant_fp8.h"
+#include "kernels/cuda/dense/bf16_gemm_cutlass.h"
 #include "kernels/cuda/dense/bf16_gemm_sm90.h"
 #include "kernels/cuda/dense/fake_quant.h"
 #include "kernels/cuda/dense/fp8_block_gemm_sm90.h"
@@ -454,6 +455,7 @@ struct DeviceDecoder::Impl {
   uint16_t *rx16 = nullptr, *side_rx16 = nullptr, *w16 = nullptr, *side_w16 = nullptr;
   int64_t rx16_count = 0, side_rx16_count = 0, w16_count = 0, side_w16_count = 0;
   int64_t prompt_bf16_products = 0;  // DeviceDecoderStats::prompt_bf16_products
+  int64_t cutlass_products = 0;      // DeviceDecoderStats::cutlass_products
   int64_t prompt_bf16_expert_layers = 0;  // DeviceDecoderStats::prompt_bf16_expert_layers
   int64_t fp8_span_products = 0;     // DeviceDecoderStats::fp8_span_products
   int64_t x16_panels = 0;  // panels made (DeviceDecoderStats::x16_panels)
@@ -945,6 +947,18 @@ struct DeviceDecoder::Impl {
     }
     if (made_fp8 != nullptr) *made_fp8 = p.y_codes != nullptr;
     if (w.w8) RETURN_IF_ERROR(StoredBf16Weight(w, groups, w_stride, w_scale_stride, p));
+    return RunBf16Gemm(p);
+  }
+  // bf16_cutlass: a product on the warp-specialized prefill tile's shapes
+  // that Bf16GemmCutlass takes runs there (the unsplit Bf16Gemm's bits, by
+  // bf16_gemm_cutlass_test); every other on Bf16Gemm.
+  absl::Status RunBf16Gemm(const dense::Bf16GemmParams& p) {
+    if (options.bf16_cutlass && p.w != nullptr &&
+        dense::ResolveBf16GemmTile(p) == dense::Fp8GemmTile::kN128M128Ws &&
+        dense::Bf16GemmCutlassTakes(p)) {
+      ++cutlass_products;
+      return dense::Bf16GemmCutlass(p, stream);
+    }
     return dense::Bf16Gemm(p, stream);
   }
   // A w8 weight's operands for `p`: its codes and scales (the mma tiles widen
@@ -1144,7 +1158,7 @@ struct DeviceDecoder::Impl {
       // Above 256 rows: the weight's bf16 values in w16 and the
       // warp-specialized tile (the same bits as widening in the stages).
       RETURN_IF_ERROR(WidenForPrefillTile(b, w16, w16_count).status());
-      RETURN_IF_ERROR(dense::Bf16Gemm(b, stream));
+      RETURN_IF_ERROR(RunBf16Gemm(b));
       ++prompt_bf16_products;
     }
     return absl::OkStatus();

@@ -66,6 +66,23 @@ bool Bf16GemmGroupsApart(const Bf16GemmParams& p) {
   return stacked || side_by_side;
 }
 
+bool Bf16GemmCutlassTakes(const Bf16GemmParams& p) {
+  if (p.w == nullptr || p.w_codes != nullptr || p.k_splits > 1 || p.row_role != nullptr ||
+      p.y_codes != nullptr) {
+    return false;
+  }
+  if (p.output != Fp8GemmOutput::kF32 && p.output != Fp8GemmOutput::kBf16) return false;
+  const int64_t y_bytes = p.output == Fp8GemmOutput::kBf16 ? 2 : 4;
+  const int64_t ldy = p.y_row_stride != 0 ? p.y_row_stride : p.n;
+  const int64_t y_group = p.y_group_stride != 0 ? p.y_group_stride : p.m * ldy;
+  const int64_t x_group = p.x_group_stride != 0 ? p.x_group_stride : p.m * p.k;
+  const int64_t w_group = p.w_group_stride != 0 ? p.w_group_stride : p.n * p.k;
+  const bool grouped = p.groups > 1;
+  return p.k % 8 == 0 && (!grouped || (x_group % 8 == 0 && w_group % 8 == 0)) &&
+         (ldy * y_bytes) % 16 == 0 && (!grouped || (y_group * y_bytes) % 16 == 0) &&
+         reinterpret_cast<uintptr_t>(p.y) % 16 == 0;
+}
+
 absl::Status CheckBf16GemmParams(const Bf16GemmParams& p) {
   if (p.x == nullptr || (p.w == nullptr) == (p.w_codes == nullptr) || p.y == nullptr) {
     return absl::InvalidArgumentError("Bf16Gemm: null pointer (or both w and w_codes)");

@@ -261,5 +261,41 @@ TEST(Bf16GemmParamsTest, The256RowTilePaysForLargeWeightsAndChunks) {
   EXPECT_FALSE(Bf16GemmWsM256Pays(2047, 5120, 8192));
 }
 
+// What Bf16GemmCutlass takes: bf16 w, no split, row_role or y_codes, fp32 or
+// bf16 output, 16-byte rows and group strides.
+TEST(Bf16GemmParamsTest, TheCutlassProductsCalls) {
+  const auto* x = reinterpret_cast<const uint16_t*>(uintptr_t{4096});
+  const Bf16GemmParams ok{
+      .x = x, .w = x, .y = reinterpret_cast<void*>(uintptr_t{8192}), .m = 300, .n = 320, .k = 768};
+  EXPECT_TRUE(Bf16GemmCutlassTakes(ok));
+  Bf16GemmParams p = ok;
+  p.output = Fp8GemmOutput::kBf16;
+  EXPECT_TRUE(Bf16GemmCutlassTakes(p));
+  p.n = 100;  // 200-byte bf16 rows
+  EXPECT_FALSE(Bf16GemmCutlassTakes(p));
+  p = ok, p.n = 100;  // 400-byte fp32 rows
+  EXPECT_TRUE(Bf16GemmCutlassTakes(p));
+  p = ok, p.groups = 4, p.y_group_stride = 96, p.y_row_stride = 4 * 96 + 32;
+  EXPECT_TRUE(Bf16GemmCutlassTakes(p));
+  p.y_row_stride = 4 * 96 + 1;
+  EXPECT_FALSE(Bf16GemmCutlassTakes(p));
+  p = ok, p.groups = 2, p.x_group_stride = 300 * 768 + 4;  // 8-byte group offsets
+  EXPECT_FALSE(Bf16GemmCutlassTakes(p));
+  p = ok, p.output = Fp8GemmOutput::kF32RoundedBf16;
+  EXPECT_FALSE(Bf16GemmCutlassTakes(p));
+  p = ok, p.k_splits = 2;
+  EXPECT_FALSE(Bf16GemmCutlassTakes(p));
+  p = ok, p.row_role = reinterpret_cast<const int32_t*>(uintptr_t{4096});
+  EXPECT_FALSE(Bf16GemmCutlassTakes(p));
+  p = ok, p.y_codes = reinterpret_cast<uint8_t*>(uintptr_t{4096});
+  EXPECT_FALSE(Bf16GemmCutlassTakes(p));
+  p = ok, p.w = nullptr, p.w_codes = reinterpret_cast<const uint8_t*>(uintptr_t{4096});
+  EXPECT_FALSE(Bf16GemmCutlassTakes(p));
+  p = ok, p.k = 772;
+  EXPECT_FALSE(Bf16GemmCutlassTakes(p));
+  p = ok, p.y = reinterpret_cast<void*>(uintptr_t{8200});
+  EXPECT_FALSE(Bf16GemmCutlassTakes(p));
+}
+
 }  // namespace
 }  // namespace weir::kernels::cuda::dense

@@ -34,6 +34,7 @@
 #include "kernels/cuda/bench_util.h"
 #include "kernels/cuda/cublaslt_fp8.h"
 #include "kernels/cuda/dense/act_quant_fp8.h"
+#include "kernels/cuda/dense/bf16_gemm_cutlass.h"
 #include "kernels/cuda/dense/bf16_gemm_sm90.h"
 #include "kernels/cuda/dense/fp8_block_gemm_sm90.h"
 
@@ -403,6 +404,68 @@ void Prefill(cudaStream_t stream) {
     WEIR_BENCH_CHECK(cudaFree(xb));
     WEIR_BENCH_CHECK(cudaFree(wb));
     if (scratch != nullptr) WEIR_BENCH_CHECK(cudaFree(scratch));
+  }
+  // The same bf16 operands on CUTLASS's Hopper GEMM (Bf16GemmCutlass: 128 x
+  // 256 tiles, two-CTA clusters, never split) against Bf16Gemm unsplit and
+  // persistent (its bits: the elements that differ are counted) and
+  // cuBLASLt's bf16 GEMM, bf16 out.
+  std::printf(
+      "\nCUTLASS bf16 (Bf16GemmCutlass) at m = %lld: %-12s %-6s %-6s | %9s %7s | %9s %7s | %9s "
+      "%7s | %s | %s\n",
+      static_cast<long long>(kM), "linear", "n", "k", "cutlass us", "TF/s", "ours us", "TF/s",
+      "Lt us", "TF/s", "cutlass / Lt(bf16), ours / Lt(bf16)", "elements differing from ours");
+  for (const Linear& l : {Linear{"wq_a", 1280, 5120}, Linear{"wq_b", 32768, 1280},
+                          Linear{"wo_b", 5120, 8192}, Linear{"shared.w13", 4608, 5120},
+                          Linear{"shared.w2", 5120, 2304}, Linear{"square8k", 8192, 8192}}) {
+    const double flops = 2.0 * kM * l.n * l.k;
+    Problem p(kM, l.n, l.k, 1);  // the FP8 operands, widened to bf16 as the route does
+    uint16_t *xb = nullptr, *wb = nullptr, *y_ours = nullptr, *y_cut = nullptr;
+    WEIR_BENCH_CHECK(cudaMalloc(&xb, kM * l.k * sizeof(uint16_t)));
+    WEIR_BENCH_CHECK(cudaMalloc(&wb, l.n * l.k * sizeof(uint16_t)));
+    (void)Fp8ActBf16({.codes = p.x[0], .scales = p.xs[0], .out = xb, .rows = kM, .cols = l.k},
+                     stream);
+    (void)Fp8WeightBf16({.codes = p.w[0], .scales = p.ws[0], .out = wb, .rows = l.n, .cols = l.k},
+                        stream);
+    WEIR_BENCH_CHECK(cudaMalloc(&y_ours, kM * l.n * sizeof(uint16_t)));
+    WEIR_BENCH_CHECK(cudaMalloc(&y_cut, kM * l.n * sizeof(uint16_t)));
+    const Bf16GemmParams ours{.x = xb,
+                              .w = wb,
+                              .y = y_ours,
+                              .m = kM,
+                              .n = l.n,
+                              .k = l.k,
+                              .output = Fp8GemmOutput::kBf16,
+                              .ws_persistent = true};
+    Bf16GemmParams cut = ours;
+    cut.y = y_cut;
+    const absl::Status first = Bf16GemmCutlass(cut, stream);
+    if (!first.ok()) {
+      std::printf("%-12s %-6lld %-6lld | %s\n", l.name, static_cast<long long>(l.n),
+                  static_cast<long long>(l.k), first.ToString().c_str());
+    } else {
+      const double cut_ms = MedianMs([&] { (void)Bf16GemmCutlass(cut, stream); }, stream, 10);
+      const double ours_ms = MedianMs([&] { (void)Bf16Gemm(ours, stream); }, stream, 10);
+      const double lt_ms =
+          lt->Ms(wb, xb, y_cut, kM, l.n, l.k, CUDA_R_16BF, stream, 10, CUDA_R_16BF);
+      (void)Bf16Gemm(ours, stream);
+      (void)Bf16GemmCutlass(cut, stream);
+      WEIR_BENCH_CHECK(cudaStreamSynchronize(stream));
+      std::vector<uint16_t> a(kM * l.n), b(kM * l.n);
+      WEIR_BENCH_CHECK(cudaMemcpy(a.data(), y_ours, a.size() * 2, cudaMemcpyDeviceToHost));
+      WEIR_BENCH_CHECK(cudaMemcpy(b.data(), y_cut, b.size() * 2, cudaMemcpyDeviceToHost));
+      int64_t differ = 0;
+      for (size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i] && ((a[i] | b[i]) & 0x7FFF);
+      std::printf(
+          "%-12s %-6lld %-6lld | %9.1f %7.0f | %9.1f %7.0f | %9.1f %7.0f | %.2f %.2f | %lld\n",
+          l.name, static_cast<long long>(l.n), static_cast<long long>(l.k), cut_ms * 1e3,
+          flops / cut_ms / 1e9, ours_ms * 1e3, flops / ours_ms / 1e9, lt_ms * 1e3,
+          lt_ms > 0 ? flops / lt_ms / 1e9 : 0.0, lt_ms > 0 ? lt_ms / cut_ms : 0.0,
+          lt_ms > 0 ? lt_ms / ours_ms : 0.0, static_cast<long long>(differ));
+    }
+    WEIR_BENCH_CHECK(cudaFree(xb));
+    WEIR_BENCH_CHECK(cudaFree(wb));
+    WEIR_BENCH_CHECK(cudaFree(y_ours));
+    WEIR_BENCH_CHECK(cudaFree(y_cut));
   }
   // Bf16Gemm at V4.1's grouped wo_a (8 groups of 1,024 x 4,096 over the
   // attention output's 8 x 4,096 columns): the warp-specialized tile
