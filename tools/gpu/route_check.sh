@@ -7,6 +7,8 @@
 #      the register form over 128 / 80 / 64 - 8 X rows, the deep ring, one
 #      scale test a stage, the wgmma N fit to the tile's rows) against
 #      Bf16Gemm's bits; Bf16GemmCutlass against Bf16Gemm's unsplit bits;
+#      the combine over whole rows and the SwiGLU's 16-byte loads against
+#      the CPU's bits;
 #   2. the benches: mxfp4_grouped_gemm_bench's prefill table (every route
 #      form) and fp8_gemm_bench prefill (the bf16 tile's forms, CUTLASS's
 #      GEMM beside cuBLASLt's, the elements differing from ours);
@@ -26,7 +28,8 @@
 #   BUNDLE_TARGETS="//worker/model:device_decoder_fast_test //tools/bench:decode_gpu
 #     //kernels/cuda/moe:mxfp4_bf16_gemm_sm90_test //kernels/cuda/moe:mxfp4_grouped_gemm_bench
 #     //kernels/cuda/dense:bf16_gemm_sm90_test //kernels/cuda/dense:fp8_gemm_bench
-#     //kernels/cuda/dense:bf16_gemm_cutlass_test"
+#     //kernels/cuda/dense:bf16_gemm_cutlass_test //kernels/cuda/moe:moe_permute_test
+#     //kernels/cuda/decode:swiglu_test"
 #     tools/gpu/bundle.sh
 #   tools/gpu/route_check.sh [RESULTS]
 set -uo pipefail
@@ -67,6 +70,9 @@ budget_step mxfp4_bf16_gemm_test 60 "${bundle}/bin/kernels_cuda_moe_mxfp4_bf16_g
   || status=1
 budget_step bf16_gemm_cutlass_test 90 "${bundle}/bin/kernels_cuda_dense_bf16_gemm_cutlass_test" \
   || status=1
+budget_step moe_permute_test 60 "${bundle}/bin/kernels_cuda_moe_moe_permute_test" \
+  --gtest_filter='*Combine*' || status=1
+budget_step swiglu_test 60 "${bundle}/bin/kernels_cuda_decode_swiglu_test" || status=1
 budget_step mxfp4_bench_prefill 120 "${route_bench[@]}"
 budget_step fp8_bench_prefill 120 "${bundle}/tools/fp8_gemm_bench" prefill
 budget_step chunk_defaults 90 "${decode}" "${slice[@]}"

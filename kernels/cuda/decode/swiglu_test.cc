@@ -126,6 +126,18 @@ TEST(SwigluTest, IsBitIdenticalToTheExpertFfnLoop) {
                 EXPECT_TRUE(SameBits(d_out2.Download(), want, true)) << "out beside the FP8 form";
               }
             }
+            // gate 4 bytes past a 16-byte boundary: the kernel's scalar
+            // loads instead of its 16-byte ones, the same bits.
+            std::vector<float> shifted(n + 1, 0.0f);
+            std::copy(gate.begin(), gate.end(), shifted.begin() + 1);
+            DeviceBuffer<float> d_shifted(shifted);
+            d_out2.Poison();
+            d_codes.Poison();
+            p.gate = d_shifted.get() + 1;
+            p.out = d_out2.get();
+            ASSERT_TRUE(Swiglu(p, nullptr).ok());
+            EXPECT_EQ(d_codes.Download(), want_codes) << "unaligned gate " << s.rows;
+            EXPECT_TRUE(SameBits(d_out2.Download(), want, true)) << "unaligned gate";
             p.codes = p.scales = nullptr;
           }
           ++checked;

@@ -68,16 +68,21 @@ absl::Status MoeCombine(const MoeCombineParams& p, cudaStream_t stream) {
                                                    "; needs topk <= ", moe::kCombineMaxTopk,
                                                    ", non-null arrays)"));
   }
-  const unsigned chunks = static_cast<unsigned>((p.dim + moe::kRowChunk - 1) / moe::kRowChunk);
-  // A thread per column of a block's 1,024 (one pass: a decode step's
-  // combine is latency, not bandwidth).
+  // Decode's few tokens: a thread per column of a block's 1,024 (one pass: a
+  // decode step's combine is latency, not bandwidth). Prefill's many (at
+  // least kCombineWholeRowTokens): a block a token, its threads walking the
+  // row, so the token's ids are read and sorted once, not once a chunk (at
+  // 4,096 tokens of dim 5,120 that was 20,480 blocks of one column a thread).
+  const int64_t chunk = moe::CombineChunk(p.tokens, p.dim);
+  const unsigned chunks = static_cast<unsigned>((p.dim + chunk - 1) / chunk);
   const dim3 grid(static_cast<unsigned>(p.tokens), chunks);
   if (p.y_grouped_bf16 != nullptr) {
     moe::CombineKernel<<<grid, static_cast<unsigned>(moe::kRowChunk), 0, stream>>>(
-        p.y_grouped_bf16, p.pair_row, p.experts, p.shared, p.out, p.dim, p.topk, p.round_bf16);
+        p.y_grouped_bf16, p.pair_row, p.experts, p.shared, p.out, p.dim, p.topk, p.round_bf16,
+        chunk);
   } else {
     moe::CombineKernel<<<grid, static_cast<unsigned>(moe::kRowChunk), 0, stream>>>(
-        p.y_grouped, p.pair_row, p.experts, p.shared, p.out, p.dim, p.topk, p.round_bf16);
+        p.y_grouped, p.pair_row, p.experts, p.shared, p.out, p.dim, p.topk, p.round_bf16, chunk);
   }
   return LaunchStatus("MoeCombine");
 }

@@ -104,6 +104,14 @@ __global__ void __launch_bounds__(kGroupThreads)
 // row is spread over ceil(dim / kRowChunk) blocks (blockIdx.y), so a decode
 // step of a few tokens still fills the GPU. Per element nothing changes.
 constexpr int64_t kRowChunk = 1024;
+// The combine's columns a block: kRowChunk below kCombineWholeRowTokens
+// tokens (decode: more blocks for few tokens), else the whole row (prefill:
+// two waves of H100 SMs' blocks and more already).
+inline constexpr int64_t kCombineWholeRowTokens = 512;
+constexpr int64_t CombineChunk(int64_t tokens, int64_t dim) {
+  return tokens >= kCombineWholeRowTokens ? (dim + kRowChunk - 1) / kRowChunk * kRowChunk
+                                          : kRowChunk;
+}
 
 // One block per (pair, column chunk): copies its columns of x[t] to the
 // pair's grouped row.
@@ -161,10 +169,14 @@ __device__ __forceinline__ float CombineValue(uint16_t bits) {
 }
 
 // Y: float (y_grouped) or uint16_t (y_grouped_bf16's bits).
+// `chunk`: the columns a block sums (kRowChunk for decode's few tokens, the
+// whole row for prefill's many: the token's ids and their sort paid once a
+// row instead of once a 1,024 columns; the same sums).
 template <typename Y>
 __global__ void CombineKernel(const Y* __restrict__ y_grouped, const int32_t* __restrict__ pair_row,
                               const int32_t* __restrict__ experts, const float* __restrict__ shared,
-                              float* __restrict__ out, int64_t dim, int topk, bool round_bf16) {
+                              float* __restrict__ out, int64_t dim, int topk, bool round_bf16,
+                              int64_t chunk) {
   GridDependencyPrologue();
   __shared__ int32_t s_row[kCombineMaxTopk];
   __shared__ int32_t s_key[kCombineMaxTopk];
@@ -196,8 +208,8 @@ __global__ void CombineKernel(const Y* __restrict__ y_grouped, const int32_t* __
   }
   __syncthreads();
   const int n = s_n;
-  const int64_t end = min(dim, (static_cast<int64_t>(blockIdx.y) + 1) * kRowChunk);
-  for (int64_t c = blockIdx.y * kRowChunk + threadIdx.x; c < end; c += blockDim.x) {
+  const int64_t end = min(dim, (static_cast<int64_t>(blockIdx.y) + 1) * chunk);
+  for (int64_t c = blockIdx.y * chunk + threadIdx.x; c < end; c += blockDim.x) {
     // Up to 8 rows' loads in flight before their additions (in order: the
     // same sum).
     float acc = 0.0f;

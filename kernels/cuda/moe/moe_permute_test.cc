@@ -286,64 +286,66 @@ TEST(MoeGroupRowsCudaTest, GathersTheFp8FormActQuantWouldMake) {
 TEST(MoeCombineCudaTest, BitIdenticalToTheCpuSum) {
   for (bool bf16 : {false, true}) {
     for (bool with_shared : {false, true}) {
-      // 2500: a row over 3 column blocks of the kernel.
+      // 2500: a row over 3 column blocks of the kernel (77 tokens) or one
+      // block walking it (600: CombineChunk's whole rows).
       for (const int64_t dim : {int64_t{300}, int64_t{2500}}) {
-        const int64_t tokens = 77;
-        const int topk = 6, experts = 20;
-        std::mt19937 rng(bf16 * 2 + with_shared);
-        const std::vector<int32_t> ids = RandomRouting(tokens, topk, experts, 0.15, rng);
-        std::vector<int64_t> offsets;
-        std::vector<int32_t> pair_row;
-        ReferenceGrouping(ids, experts, &offsets, &pair_row);
-        const int64_t rows = offsets.back();
-        std::normal_distribution<float> normal(0.0f, 1.0f);
-        std::vector<float> yg(rows * dim), shared(tokens * dim);
-        for (float& v : yg) v = RoundToBf16(normal(rng));
-        for (float& v : shared) v = RoundToBf16(normal(rng));
-        // CPU Moe / LocalExpertExecutor: acc = 0, += each expert's rows in
-        // ascending expert id, += shared, then bf16.
-        std::vector<float> want(tokens * dim, 0.0f);
-        for (int e = 0; e < experts; ++e) {
-          for (int64_t i = 0; i < tokens * topk; ++i) {
-            if (ids[i] != e) continue;
-            for (int64_t c = 0; c < dim; ++c)
-              want[(i / topk) * dim + c] += yg[pair_row[i] * dim + c];
+        for (const int64_t tokens : {int64_t{77}, int64_t{600}}) {
+          const int topk = 6, experts = 20;
+          std::mt19937 rng(bf16 * 2 + with_shared);
+          const std::vector<int32_t> ids = RandomRouting(tokens, topk, experts, 0.15, rng);
+          std::vector<int64_t> offsets;
+          std::vector<int32_t> pair_row;
+          ReferenceGrouping(ids, experts, &offsets, &pair_row);
+          const int64_t rows = offsets.back();
+          std::normal_distribution<float> normal(0.0f, 1.0f);
+          std::vector<float> yg(rows * dim), shared(tokens * dim);
+          for (float& v : yg) v = RoundToBf16(normal(rng));
+          for (float& v : shared) v = RoundToBf16(normal(rng));
+          // CPU Moe / LocalExpertExecutor: acc = 0, += each expert's rows in
+          // ascending expert id, += shared, then bf16.
+          std::vector<float> want(tokens * dim, 0.0f);
+          for (int e = 0; e < experts; ++e) {
+            for (int64_t i = 0; i < tokens * topk; ++i) {
+              if (ids[i] != e) continue;
+              for (int64_t c = 0; c < dim; ++c)
+                want[(i / topk) * dim + c] += yg[pair_row[i] * dim + c];
+            }
           }
-        }
-        for (int64_t i = 0; i < tokens * dim; ++i) {
-          if (with_shared) want[i] += shared[i];
-          if (bf16) want[i] = RoundToBf16(want[i]);
-        }
-        // The outputs as held (fp32) and as bf16 bits (y_grouped_bf16): the
-        // same values, so the same sums.
-        std::vector<uint16_t> yg16(yg.size());
-        for (size_t i = 0; i < yg.size(); ++i) {
-          uint32_t bits = 0;
-          std::memcpy(&bits, &yg[i], sizeof(bits));
-          yg16[i] = static_cast<uint16_t>(bits >> 16);
-        }
-        DeviceBuffer<float> dyg(yg), dshared(shared), out(tokens * dim);
-        DeviceBuffer<uint16_t> dyg16(yg16);
-        DeviceBuffer<int32_t> drow(pair_row), dids(ids);
-        for (const bool from_bf16 : {false, true}) {
-          out.Poison();
-          ASSERT_TRUE(MoeCombine({.y_grouped = from_bf16 ? nullptr : dyg.get(),
-                                  .y_grouped_bf16 = from_bf16 ? dyg16.get() : nullptr,
-                                  .pair_row = drow.get(),
-                                  .experts = dids.get(),
-                                  .shared = with_shared ? dshared.get() : nullptr,
-                                  .out = out.get(),
-                                  .tokens = tokens,
-                                  .dim = dim,
-                                  .topk = topk,
-                                  .round_bf16 = bf16},
-                                 nullptr)
-                          .ok());
-          ASSERT_TRUE(Synced());
-          const std::vector<float> got = out.Download();
-          EXPECT_EQ(BitMismatches(got, want), 0)
-              << "bf16 " << bf16 << " shared " << with_shared << " dim " << dim
-              << " outputs from bf16 " << from_bf16 << ", max abs err " << MaxAbsError(got, want);
+          for (int64_t i = 0; i < tokens * dim; ++i) {
+            if (with_shared) want[i] += shared[i];
+            if (bf16) want[i] = RoundToBf16(want[i]);
+          }
+          // The outputs as held (fp32) and as bf16 bits (y_grouped_bf16): the
+          // same values, so the same sums.
+          std::vector<uint16_t> yg16(yg.size());
+          for (size_t i = 0; i < yg.size(); ++i) {
+            uint32_t bits = 0;
+            std::memcpy(&bits, &yg[i], sizeof(bits));
+            yg16[i] = static_cast<uint16_t>(bits >> 16);
+          }
+          DeviceBuffer<float> dyg(yg), dshared(shared), out(tokens * dim);
+          DeviceBuffer<uint16_t> dyg16(yg16);
+          DeviceBuffer<int32_t> drow(pair_row), dids(ids);
+          for (const bool from_bf16 : {false, true}) {
+            out.Poison();
+            ASSERT_TRUE(MoeCombine({.y_grouped = from_bf16 ? nullptr : dyg.get(),
+                                    .y_grouped_bf16 = from_bf16 ? dyg16.get() : nullptr,
+                                    .pair_row = drow.get(),
+                                    .experts = dids.get(),
+                                    .shared = with_shared ? dshared.get() : nullptr,
+                                    .out = out.get(),
+                                    .tokens = tokens,
+                                    .dim = dim,
+                                    .topk = topk,
+                                    .round_bf16 = bf16},
+                                   nullptr)
+                            .ok());
+            ASSERT_TRUE(Synced());
+            const std::vector<float> got = out.Download();
+            EXPECT_EQ(BitMismatches(got, want), 0)
+                << "bf16 " << bf16 << " shared " << with_shared << " dim " << dim
+                << " outputs from bf16 " << from_bf16 << ", max abs err " << MaxAbsError(got, want);
+          }
         }
       }
     }
