@@ -261,9 +261,13 @@ ABSL_FLAG(bool, bf16_ws_m256, false,
 ABSL_FLAG(bool, bf16_ws_m256_large, false,
           "The same 256-row tile only for products of 2,048 rows and more over weights of 32 Mi "
           "elements and more (DeviceDecoderOptions::bf16_ws_m256_large; same bits).");
+ABSL_FLAG(bool, prompt_bf16_unsplit, false,
+          "prompt_bf16_linears: the prompt's products unsplit whatever their weight "
+          "(DeviceDecoderOptions::prompt_bf16_unsplit; other bits for prompt rows, still "
+          "batch-invariant).");
 ABSL_FLAG(bool, bf16_cutlass, false,
           "The bf16 prefill products Bf16GemmCutlass takes (unsplit: pair with "
-          "--bf16_split_k=false) on CUTLASS's Hopper GEMM (DeviceDecoderOptions::bf16_cutlass; "
+          "--prompt_bf16_unsplit) on CUTLASS's Hopper GEMM (DeviceDecoderOptions::bf16_cutlass; "
           "the unsplit tile's bits).");
 ABSL_FLAG(bool, bf16_ws_persistent, true,
           "The bf16 products' warp-specialized prefill tile persistent (a CTA an SM at most; "
@@ -494,6 +498,7 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .fp8_split_target_ctas = absl::GetFlag(FLAGS_fp8_split_target),
           .fp8_split_min_stages = absl::GetFlag(FLAGS_fp8_split_min_stages),
           .bf16_split_k = absl::GetFlag(FLAGS_bf16_split_k),
+          .prompt_bf16_unsplit = absl::GetFlag(FLAGS_prompt_bf16_unsplit),
           .norm_cluster_ranks = absl::GetFlag(FLAGS_norm_cluster_ranks),
           .weight_prefetch = absl::GetFlag(FLAGS_weight_prefetch),
           .concurrent_branches = absl::GetFlag(FLAGS_concurrent_branches),

@@ -13,7 +13,7 @@
 #      form) and fp8_gemm_bench prefill (the bf16 tile's forms, CUTLASS's
 #      GEMM beside cuBLASLt's, the elements differing from ours);
 #   3. the EP8 prefill chunk with the defaults, with the prompt's bf16
-#      products unsplit (--bf16_split_k=false), unsplit on CUTLASS
+#      products unsplit (--prompt_bf16_unsplit), unsplit on CUTLASS
 #      (--bf16_cutlass), with the 256-row bf16 tile for the large weights
 #      (--bf16_ws_m256_large);
 #   4. ncu (--set full, reduced here by ncu_stalls.py: the K loop's stall
@@ -79,8 +79,8 @@ budget_step chunk_defaults 90 "${decode}" "${slice[@]}"
 # The prompt's bf16 products unsplit (a prompt row's other fixed maths): does
 # the fold of the splits cost the chunk time? Then the same on CUTLASS's GEMM
 # where it takes them (bf16_cutlass: the unsplit tile's bits).
-budget_step chunk_unsplit 90 "${decode}" "${slice[@]}" --bf16_split_k=false
-budget_step chunk_cutlass 90 "${decode}" "${slice[@]}" --bf16_split_k=false --bf16_cutlass=true
+budget_step chunk_unsplit 90 "${decode}" "${slice[@]}" --prompt_bf16_unsplit=true
+budget_step chunk_cutlass 90 "${decode}" "${slice[@]}" --prompt_bf16_unsplit=true --bf16_cutlass=true
 # The 256-row bf16 tile where its weight is large (wq_b, wo_b).
 budget_step chunk_m256_large 90 "${decode}" "${slice[@]}" --bf16_ws_m256_large=true
 # The register form's gate/up launch of w1 (the bench's third launch of each:
@@ -89,7 +89,7 @@ budget_step chunk_m256_large 90 "${decode}" "${slice[@]}" --bf16_ws_m256_large=t
 profile rs128 'GroupedRsKernel<128, false, false, false>' 2 "${route_bench[@]}"
 profile rs128_stage_test 'GroupedRsKernel<128, false, true, false>' 2 "${route_bench[@]}"
 budget_step device_decoder_fast_test 180 "${bundle}/bin/worker_model_device_decoder_fast_test" \
-  --gtest_filter='*RouteForms*:*WsForms*:*Cutlass*' || status=1
+  --gtest_filter='*RouteForms*:*WsForms*:*Cutlass*:*PromptUnsplit*' || status=1
 profile rs128_fit_n 'GroupedRsKernel<128, false, true, true>' 2 "${route_bench[@]}"
 profile bf16_ws 'Bf16GemmWsKernel' 4 "${bundle}/tools/fp8_gemm_bench" prefill
 budget_step bf16_gemm_test 60 "${bundle}/bin/kernels_cuda_dense_bf16_gemm_sm90_test" \

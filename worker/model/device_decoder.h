@@ -288,6 +288,14 @@ struct DeviceDecoderOptions {
   // (ChooseBf16GemmSplits) and a second kernel summing the partials in split
   // order; false: one CTA walks all of K (other bits, also batch-invariant).
   bool bf16_split_k = true;
+  // prompt_bf16_linears: the prompt's products unsplit whatever their weight
+  // (bf16_split_k then governs the bf16 weights' products only). Other bits
+  // for a prompt row, still its X row's and W's alone (no split at any
+  // chunk length), and the products CUTLASS can take (bf16_cutlass). Off
+  // until the EP8 chunk times it (`decode_gpu --prompt_bf16_unsplit`;
+  // thirty-seventh session, not yet run): at 4,096 rows the splits buy no
+  // parallelism and their fold costs.
+  bool prompt_bf16_unsplit = false;
   // The mHC collapse-norms (HcCollapseNorm, HcExpandCollapseNorm): CTAs a
   // token (HcCollapseNormParams::cluster_ranks; 1 = a block a token, 2 / 4 /
   // 8 = a cluster, 0 = by the step's token count). The same bits whatever it
@@ -696,11 +704,12 @@ struct DeviceDecoderOptions {
   bool bf16_ws_m256_large = false;
   // The bf16 products that would take the warp-specialized prefill tile (the
   // prompt's linears, the bf16 weights' products above 256 rows) and that
-  // dense::Bf16GemmCutlassTakes (unsplit: with bf16_split_k off, or a weight
-  // that splits nothing; no row_role; fp32 or bf16 out) on CUTLASS's Hopper
+  // dense::Bf16GemmCutlassTakes (unsplit: the prompt's with
+  // prompt_bf16_unsplit, or a weight that splits nothing; no row_role; fp32
+  // or bf16 out) on CUTLASS's Hopper
   // GEMM (dense::Bf16GemmCutlass: 128 x 256 tiles, two-CTA clusters). The
   // unsplit tile's bits (bf16_gemm_cutlass_test). Off until the EP8 chunk
-  // times it (`decode_gpu --bf16_cutlass --bf16_split_k=false`; thirty-
+  // times it (`decode_gpu --bf16_cutlass --prompt_bf16_unsplit`; thirty-
   // seventh session, not yet run).
   bool bf16_cutlass = false;
   // The same tile persistent (dense::Bf16GemmParams::ws_persistent: a CTA

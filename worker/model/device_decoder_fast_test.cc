@@ -1348,7 +1348,29 @@ TEST(DeviceDecoderFastTest, SmallBf16WsFormsGiveTheSameBits) {
   }
 }
 
-// bf16_cutlass with bf16_split_k off: the prompt's 400-row chunk (its
+// prompt_bf16_unsplit: the prompt's products unsplit at every chunk
+// length, so a 400-row chunk (the warp-specialized tile over the widened
+// weights) and four of 100 rows (the mma tiles) give every row the same bits
+// (LongChunkAgainstShortChunks), then the decode steps past it.
+TEST(DeviceDecoderFastTest, SmallBf16PromptUnsplitLongChunkGivesTheShortChunksBits) {
+  const Checkpoint* small = SmallCheckpoint(3);
+  ASSERT_NE(small, nullptr);
+  const int64_t v = small->config().vocab_size;
+  auto cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
+  ASSERT_NE(cpu, nullptr);
+  DeviceDecoderOptions options = FastChunkOptions(kLongChunk);
+  options.prompt_bf16_linears = true;
+  options.prompt_bf16_unsplit = true;
+  const std::vector<int64_t> prompt = RandomTokens(kLongChunk, 59, v - 1);
+  DeviceDecoderStats stats[2];
+  const auto whole =
+      LongChunkAgainstShortChunks(*cpu, options, prompt, /*mark_prompt=*/true, &stats);
+  ASSERT_EQ(whole.size(), 4u);
+  EXPECT_GT(stats[0].prompt_bf16_products, 0);
+  EXPECT_GT(stats[1].prompt_bf16_products, 0);
+}
+
+// bf16_cutlass with prompt_bf16_unsplit: the prompt's 400-row chunk (its
 // linears on CUTLASS's GEMM where Bf16GemmCutlassTakes them) and decode
 // steps after it give the unsplit warp-specialized tile's bits.
 TEST(DeviceDecoderFastTest, SmallBf16CutlassGivesTheUnsplitTilesBits) {
@@ -1358,7 +1380,7 @@ TEST(DeviceDecoderFastTest, SmallBf16CutlassGivesTheUnsplitTilesBits) {
   DeviceDecoderStats stats[2];
   for (int form = 0; form < 2; ++form) {
     DeviceDecoderOptions options = FastChunkOptions(kLongChunk);
-    options.bf16_split_k = false;
+    options.prompt_bf16_unsplit = true;
     options.bf16_cutlass = form == 1;
     calls[form] = c.Run(options, &stats[form], /*mark_prompt=*/true);
   }

@@ -1142,7 +1142,7 @@ struct DeviceDecoder::Impl {
                               .role = 1,
                               .ws_m256 = WsM256(p.m, p.n, p.k),
                               .ws_persistent = options.bf16_ws_persistent};
-      if (options.bf16_split_k) {
+      if (options.bf16_split_k && !options.prompt_bf16_unsplit) {
         b.k_splits =
             dense::ChooseBf16GemmSplits(p.n, p.k, split_groups > 0 ? split_groups : p.groups);
       }
