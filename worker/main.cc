@@ -137,6 +137,16 @@ ABSL_FLAG(int32_t, bf16_route_widener_warps, 0,
 ABSL_FLAG(bool, bf16_ws_m256, false,
           "With --numerics=fast: the bf16 products' warp-specialized prefill tile over 256 rows a "
           "CTA; the same bits (DeviceDecoderOptions::bf16_ws_m256).");
+ABSL_FLAG(bool, bf16_ws_m256_large, false,
+          "With --numerics=fast: the 256-row bf16 prefill tile only for large weights (2,048 rows "
+          "and more, 32 Mi elements and more); the same bits "
+          "(DeviceDecoderOptions::bf16_ws_m256_large).");
+ABSL_FLAG(bool, bf16_cutlass, false,
+          "With --numerics=fast: the unsplit bf16 prefill products on CUTLASS's Hopper GEMM; the "
+          "same bits (DeviceDecoderOptions::bf16_cutlass; pair with --prompt_bf16_unsplit).");
+ABSL_FLAG(bool, prompt_bf16_unsplit, false,
+          "With --numerics=fast: the prompt's bf16 products unsplit at every chunk length; other "
+          "bits for prompt rows, batch-invariant (DeviceDecoderOptions::prompt_bf16_unsplit).");
 ABSL_FLAG(bool, bf16_ws_persistent, true,
           "With --numerics=fast: the bf16 products' warp-specialized prefill tile persistent; the "
           "same bits (DeviceDecoderOptions::bf16_ws_persistent).");
@@ -257,6 +267,9 @@ int Run(int argc, char** argv) {
                     .expert_out_bf16 = absl::GetFlag(FLAGS_expert_out_bf16),
                     .bf16_route_deep_ring = absl::GetFlag(FLAGS_bf16_route_deep_ring),
                     .bf16_experts_every_row = absl::GetFlag(FLAGS_bf16_experts_every_row),
+                    .bf16_ws_m256_large = absl::GetFlag(FLAGS_bf16_ws_m256_large),
+                    .bf16_cutlass = absl::GetFlag(FLAGS_bf16_cutlass),
+                    .prompt_bf16_unsplit = absl::GetFlag(FLAGS_prompt_bf16_unsplit),
                     .ep_lsa_exchange = absl::GetFlag(FLAGS_ep_lsa_exchange),
                     .fault_injection = absl::GetFlag(FLAGS_fault_injection)});
   if (absl::GetFlag(FLAGS_fault_injection)) InstallStallSignal();

@@ -418,6 +418,9 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     dd_options.expert_out_bf16 = options_.expert_out_bf16;
     dd_options.bf16_route_deep_ring = options_.bf16_route_deep_ring;
     dd_options.bf16_experts_every_row = options_.bf16_experts_every_row;
+    dd_options.bf16_ws_m256_large = options_.bf16_ws_m256_large;
+    dd_options.bf16_cutlass = options_.bf16_cutlass;
+    dd_options.prompt_bf16_unsplit = options_.prompt_bf16_unsplit;
     // A world of one exchanges by device copies; the symmetric windows need peers.
     dd_options.ep_lsa_exchange = options_.ep_lsa_exchange && world > 1;
     if (options_.ep_lsa_exchange && world == 1) {

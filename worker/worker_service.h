@@ -156,6 +156,12 @@ struct WorkerOptions {
   // decode's too (bf16_experts_every_row: changes decode's fast numerics).
   bool bf16_route_deep_ring = false;
   bool bf16_experts_every_row = false;
+  // The bf16 prefill products' thirty-seventh-session forms
+  // (DeviceDecoderOptions::bf16_ws_m256_large, bf16_cutlass: the same bits;
+  // prompt_bf16_unsplit: other bits for prompt rows, batch-invariant).
+  bool bf16_ws_m256_large = false;
+  bool bf16_cutlass = false;
+  bool prompt_bf16_unsplit = false;
   // With device_decode_ep on several GPUs of one node: the MoE exchange
   // written by the device into the peers' NCCL symmetric windows
   // (DeviceDecoderOptions::ep_lsa_exchange).
