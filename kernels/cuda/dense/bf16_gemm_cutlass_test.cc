@@ -24,25 +24,6 @@
 namespace weir::kernels::cuda::dense {
 namespace {
 
-uint16_t Bits(float v) {
-  uint32_t b;
-  const float r = kernels::RoundToBf16(v);
-  std::memcpy(&b, &r, 4);
-  return static_cast<uint16_t>(b >> 16);
-}
-
-// Random bf16 rows whose magnitudes differ by row (2^-6 .. 2^6).
-std::vector<uint16_t> RandomRows(int64_t rows, int64_t k, std::mt19937& rng) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_int_distribution<int> exponent(-6, 6);
-  std::vector<uint16_t> v(rows * k);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float s = std::ldexp(1.0f, exponent(rng));
-    for (int64_t c = 0; c < k; ++c) v[r * k + c] = Bits(normal(rng) * s);
-  }
-  return v;
-}
-
 // Elements of `bytes` bytes (4: fp32, 2: bf16) that differ between a and b,
 // +0 and -0 counted equal; `zeros` counts those sign-of-zero pairs.
 int64_t Differing(const std::vector<float>& a, const std::vector<float>& b, int64_t count,
@@ -77,8 +58,8 @@ TEST(Bf16GemmCutlassTest, GivesTheUnsplitProductsBits) {
        {Shape{1, 256, 512, 1}, Shape{7, 72, 136, 1}, Shape{300, 320, 768, 1},
         Shape{1000, 1280, 5120, 1}, Shape{513, 5120, 2304, 1}, Shape{129, 1024, 4096, 3}}) {
     for (const Fp8GemmOutput output : {Fp8GemmOutput::kF32, Fp8GemmOutput::kBf16}) {
-      const std::vector<uint16_t> x = RandomRows(s.groups * s.m, s.k, rng),
-                                  w = RandomRows(s.groups * s.n, s.k, rng);
+      const std::vector<uint16_t> x = RandomBf16Rows(s.groups * s.m, s.k, rng),
+                                  w = RandomBf16Rows(s.groups * s.n, s.k, rng);
       DeviceBuffer<uint16_t> dx(x), dw(w);
       const int64_t count = s.groups * s.m * s.n;
       DeviceBuffer<float> want(count), got(count);
@@ -115,8 +96,8 @@ TEST(Bf16GemmCutlassTest, RowStrideWritesTheGroupsSideBySide) {
   constexpr int kGroups = 4;
   const int64_t m = 300, n = 96, k = 520, ldy = kGroups * n + 32;
   std::mt19937 rng(31);
-  const std::vector<uint16_t> x = RandomRows(kGroups * m, k, rng),
-                              w = RandomRows(kGroups * n, k, rng);
+  const std::vector<uint16_t> x = RandomBf16Rows(kGroups * m, k, rng),
+                              w = RandomBf16Rows(kGroups * n, k, rng);
   DeviceBuffer<uint16_t> dx(x), dw(w);
   DeviceBuffer<float> packed(kGroups * m * n), strided(m * ldy);
   ASSERT_TRUE(dx.ok() && dw.ok() && packed.ok() && strided.ok());
@@ -152,7 +133,7 @@ TEST(Bf16GemmCutlassTest, RowStrideWritesTheGroupsSideBySide) {
 TEST(Bf16GemmCutlassTest, RowsAreBatchInvariant) {
   const int64_t n = 1280, k = 5120;
   std::mt19937 rng(5);
-  const std::vector<uint16_t> x = RandomRows(4096, k, rng), w = RandomRows(n, k, rng);
+  const std::vector<uint16_t> x = RandomBf16Rows(4096, k, rng), w = RandomBf16Rows(n, k, rng);
   DeviceBuffer<uint16_t> dx(x), dw(w);
   DeviceBuffer<float> big(4096 * n), small(5 * n);
   ASSERT_TRUE(dx.ok() && dw.ok() && big.ok() && small.ok());

@@ -24,31 +24,6 @@
 namespace weir::kernels::cuda::dense {
 namespace {
 
-uint16_t Bits(float v) {
-  uint32_t b;
-  const float r = kernels::RoundToBf16(v);
-  std::memcpy(&b, &r, 4);
-  return static_cast<uint16_t>(b >> 16);
-}
-float Value(uint16_t bits) {
-  const uint32_t b = static_cast<uint32_t>(bits) << 16;
-  float v;
-  std::memcpy(&v, &b, 4);
-  return v;
-}
-
-// Random bf16 rows whose magnitudes differ by row (2^-6 .. 2^6).
-std::vector<uint16_t> RandomRows(int64_t rows, int64_t k, std::mt19937& rng) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_int_distribution<int> exponent(-6, 6);
-  std::vector<uint16_t> v(rows * k);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float s = std::ldexp(1.0f, exponent(rng));
-    for (int64_t c = 0; c < k; ++c) v[r * k + c] = Bits(normal(rng) * s);
-  }
-  return v;
-}
-
 // Runs Bf16Gemm on host operands (NaN-poisoned output); empty on failure.
 std::vector<float> RunGpu(const std::vector<uint16_t>& x, const std::vector<uint16_t>& w,
                           int64_t m, int64_t n, int64_t k, Fp8GemmTile tile,
@@ -79,7 +54,7 @@ std::vector<float> RunGpu(const std::vector<uint16_t>& x, const std::vector<uint
   if (output == Fp8GemmOutput::kBf16) {  // widen the packed bf16 results
     std::vector<uint16_t> raw(y_count);
     std::memcpy(raw.data(), out.data(), y_count * sizeof(uint16_t));
-    for (int64_t i = 0; i < y_count; ++i) out[i] = Value(raw[i]);
+    for (int64_t i = 0; i < y_count; ++i) out[i] = Bf16BitsToFloat(raw[i]);
   }
   return out;
 }
@@ -98,7 +73,8 @@ TEST(Bf16GemmTest, MatchesTheExactProduct) {
   for (const Shape s : {Shape{1, 1000, 4096}, Shape{37, 96, 200}, Shape{130, 300, 520},
                         Shape{8, 129, 8}}) {
     std::mt19937 rng(static_cast<uint32_t>(s.m * 31 + s.n * 7 + s.k));
-    const std::vector<uint16_t> x = RandomRows(s.m, s.k, rng), w = RandomRows(s.n, s.k, rng);
+    const std::vector<uint16_t> x = RandomBf16Rows(s.m, s.k, rng),
+                                w = RandomBf16Rows(s.n, s.k, rng);
     const std::vector<float> y = RunGpu(x, w, s.m, s.n, s.k, Fp8GemmTile::kAuto);
     ASSERT_EQ(y.size(), static_cast<size_t>(s.m * s.n));
     const double steps = std::ceil(s.k / 16.0);
@@ -107,7 +83,8 @@ TEST(Bf16GemmTest, MatchesTheExactProduct) {
       for (int64_t j = 0; j < s.n; ++j) {
         double exact = 0, abs_sum = 0;
         for (int64_t c = 0; c < s.k; ++c) {
-          const double p = static_cast<double>(Value(x[i * s.k + c])) * Value(w[j * s.k + c]);
+          const double p = static_cast<double>(Bf16BitsToFloat(x[i * s.k + c])) *
+                           Bf16BitsToFloat(w[j * s.k + c]);
           exact += p;
           abs_sum += std::fabs(p);
         }
@@ -129,7 +106,7 @@ TEST(Bf16GemmTest, MatchesTheExactProduct) {
 TEST(Bf16GemmTest, BitIdenticalAcrossTilesAndBatches) {
   const int64_t m = 70, n = 200, k = 1032;
   std::mt19937 rng(11);
-  const std::vector<uint16_t> x = RandomRows(m, k, rng), w = RandomRows(n, k, rng);
+  const std::vector<uint16_t> x = RandomBf16Rows(m, k, rng), w = RandomBf16Rows(n, k, rng);
   const std::vector<float> want = RunGpu(x, w, m, n, k, Fp8GemmTile::kAuto);
   ASSERT_EQ(want.size(), static_cast<size_t>(m * n));
   for (Fp8GemmTile tile : kAllFp8GemmTiles) {
@@ -152,8 +129,8 @@ TEST(Bf16GemmTest, GroupsAndBf16Output) {
   const int groups = 3;
   const int64_t m = 5, n = 64, k = 256, xs = m * k + 8, ws = n * k + 64, ys = m * n + 3;
   std::mt19937 rng(17);
-  const std::vector<uint16_t> x = RandomRows(groups * xs / k + 1, k, rng),
-                              w = RandomRows(groups * ws / k + 1, k, rng);
+  const std::vector<uint16_t> x = RandomBf16Rows(groups * xs / k + 1, k, rng),
+                              w = RandomBf16Rows(groups * ws / k + 1, k, rng);
   const std::vector<float> all =
       RunGpu(x, w, m, n, k, Fp8GemmTile::kAuto, Fp8GemmOutput::kF32, groups, xs, ws, ys);
   ASSERT_EQ(all.size(), static_cast<size_t>(groups * ys));
@@ -188,8 +165,8 @@ TEST(Bf16GemmTest, SplitKSumsTheSplitsProductsInOrder) {
   const int64_t m = 9, n = 96, k = 1000;  // 16 stages (the last one short)
   const int splits = 3;                   // stages [0, 5), [5, 10), [10, 16)
   std::mt19937 rng(23);
-  const std::vector<uint16_t> x = RandomRows(groups * m, k, rng),
-                              w = RandomRows(groups * n, k, rng);
+  const std::vector<uint16_t> x = RandomBf16Rows(groups * m, k, rng),
+                              w = RandomBf16Rows(groups * n, k, rng);
   const int64_t mn = m * n;
   DeviceBuffer<uint16_t> dx(x), dw(w);
   DeviceBuffer<float> y(groups * mn), scratch(groups * splits * mn);
@@ -239,8 +216,8 @@ TEST(Bf16GemmTest, SplitKSumsTheSplitsProductsInOrder) {
       for (int64_t j = 0; j < n; ++j) {
         double exact = 0, abs_sum = 0;
         for (int64_t c = 0; c < k; ++c) {
-          const double p =
-              static_cast<double>(Value(x[(g * m + i) * k + c])) * Value(w[(g * n + j) * k + c]);
+          const double p = static_cast<double>(Bf16BitsToFloat(x[(g * m + i) * k + c])) *
+                           Bf16BitsToFloat(w[(g * n + j) * k + c]);
           exact += p;
           abs_sum += std::fabs(p);
         }
@@ -282,7 +259,8 @@ TEST(Bf16GemmTest, WarpSpecializedTileGivesTheMmaBits) {
   std::mt19937 rng(29);
   for (const Shape& s :
        {Shape{1, 64, 64}, Shape{300, 200, 1032}, Shape{257, 130, 1000}, Shape{700, 1024, 4096}}) {
-    const std::vector<uint16_t> x = RandomRows(s.m, s.k, rng), w = RandomRows(s.n, s.k, rng);
+    const std::vector<uint16_t> x = RandomBf16Rows(s.m, s.k, rng),
+                                w = RandomBf16Rows(s.n, s.k, rng);
     for (Fp8GemmOutput output :
          {Fp8GemmOutput::kF32, Fp8GemmOutput::kBf16, Fp8GemmOutput::kF32RoundedBf16}) {
       const std::vector<float> want = RunGpu(x, w, s.m, s.n, s.k, Fp8GemmTile::kN128M128, output);
@@ -293,8 +271,8 @@ TEST(Bf16GemmTest, WarpSpecializedTileGivesTheMmaBits) {
   }
   const int groups = 3;
   const int64_t m = 260, n = 96, k = 520, xs = m * k + 8, ws = n * k + 64, ys = m * n + 3;
-  const std::vector<uint16_t> x = RandomRows(groups * xs / k + 1, k, rng),
-                              w = RandomRows(groups * ws / k + 1, k, rng);
+  const std::vector<uint16_t> x = RandomBf16Rows(groups * xs / k + 1, k, rng),
+                              w = RandomBf16Rows(groups * ws / k + 1, k, rng);
   const std::vector<float> want =
       RunGpu(x, w, m, n, k, Fp8GemmTile::kN128M128, Fp8GemmOutput::kF32, groups, xs, ws, ys);
   const std::vector<float> got =
@@ -340,8 +318,8 @@ TEST(Bf16GemmTest, WarpSpecializedFormsGiveTheNarrowBits) {
                  << c.m << "x" << c.n << "x" << c.k << " groups " << c.groups << " splits "
                  << c.splits << " output " << static_cast<int>(c.output) << " roles " << c.roles);
     const int64_t xs = c.m * c.k + 8, ws = c.n * c.k + 64, ys = c.m * c.n + 3;
-    const std::vector<uint16_t> x = RandomRows(c.groups * xs / c.k + 1, c.k, rng),
-                                w = RandomRows(c.groups * ws / c.k + 1, c.k, rng);
+    const std::vector<uint16_t> x = RandomBf16Rows(c.groups * xs / c.k + 1, c.k, rng),
+                                w = RandomBf16Rows(c.groups * ws / c.k + 1, c.k, rng);
     std::vector<int32_t> roles(c.m);
     for (int32_t& r : roles) r = static_cast<int32_t>(rng() % 2);
     DeviceBuffer<uint16_t> dx(x), dw(w);
@@ -404,8 +382,8 @@ TEST(Bf16GemmTest, RowStrideWritesTheGroupsSideBySide) {
   const int64_t n = 96, k = 520;
   std::mt19937 rng(31);
   for (const int64_t m : {int64_t{1}, int64_t{9}, int64_t{300}}) {
-    const std::vector<uint16_t> x = RandomRows(kGroups * m, k, rng),
-                                w = RandomRows(kGroups * n, k, rng);
+    const std::vector<uint16_t> x = RandomBf16Rows(kGroups * m, k, rng),
+                                w = RandomBf16Rows(kGroups * n, k, rng);
     DeviceBuffer<uint16_t> dx(x), dw(w);
     const int64_t ldy = kGroups * n + 32;  // a pad after each row's groups
     DeviceBuffer<float> packed(kGroups * m * n), strided(m * ldy),
@@ -533,7 +511,7 @@ TEST(Bf16GemmTest, Fp8WeightsGiveTheProductOverTheirBf16Values) {
                                    std::span<const uint8_t>(scales).subspan(g * ss, scale_count), n,
                                    k, 32, values)
               .ok());
-      for (int64_t i = 0; i < n * k; ++i) w[g * n * k + i] = Bits(values[i]);
+      for (int64_t i = 0; i < n * k; ++i) w[g * n * k + i] = FloatToBf16Bits(values[i]);
     }
     DeviceBuffer<uint8_t> dcodes(codes), dscales(scales);
     DeviceBuffer<uint16_t> dw(w), widened(w.size());
@@ -551,7 +529,7 @@ TEST(Bf16GemmTest, Fp8WeightsGiveTheProductOverTheirBf16Values) {
                     .ok());
     EXPECT_EQ(widened.Download(), w);
     for (const int64_t m : {int64_t{1}, int64_t{9}, int64_t{300}}) {
-      const std::vector<uint16_t> x = RandomRows(kGroups * m, k, rng);
+      const std::vector<uint16_t> x = RandomBf16Rows(kGroups * m, k, rng);
       DeviceBuffer<uint16_t> dx(x);
       const int64_t ldy = kGroups * n;
       DeviceBuffer<float> want(m * ldy), got(m * ldy), scratch(int64_t{kGroups} * 3 * m * n);
@@ -625,8 +603,8 @@ TEST(Bf16GemmTest, RowRoleWritesOnlyItsRows) {
   const int64_t n = 96, k = 520;  // 9 stages of 64
   std::mt19937 rng(41);
   for (const int64_t m : {int64_t{37}, int64_t{300}}) {
-    const std::vector<uint16_t> x = RandomRows(kGroups * m, k, rng),
-                                w = RandomRows(kGroups * n, k, rng);
+    const std::vector<uint16_t> x = RandomBf16Rows(kGroups * m, k, rng),
+                                w = RandomBf16Rows(kGroups * n, k, rng);
     std::vector<int32_t> roles(m);
     for (int32_t& r : roles) r = static_cast<int32_t>(rng() % 2);
     roles[0] = 1;  // both roles at the ends

@@ -26,6 +26,7 @@
 
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
+#include "kernels/common/numeric_formats.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/cuda/dense/fp8_block_gemm_params.h"
 #include "kernels/cuda/device_buffer.h"
@@ -41,6 +42,18 @@ inline constexpr Fp8GemmTile kAllFp8GemmTiles[] = {
     Fp8GemmTile::kN64M16, Fp8GemmTile::kN64M32,  Fp8GemmTile::kN64M8S4,  Fp8GemmTile::kN64M8S3};
 
 using ::weir::kernels::cuda::testing::DeviceBuffer;
+
+// Random bf16 rows [rows, k] whose magnitudes differ by row (2^-6 .. 2^6).
+inline std::vector<uint16_t> RandomBf16Rows(int64_t rows, int64_t k, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-6, 6);
+  std::vector<uint16_t> v(rows * k);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float s = std::ldexp(1.0f, exponent(rng));
+    for (int64_t c = 0; c < k; ++c) v[r * k + c] = kernels::FloatToBf16Bits(normal(rng) * s);
+  }
+  return v;
+}
 
 // `n` values drawn from N(0, stddev^2) with `rng`.
 inline std::vector<float> NormalValues(int64_t n, std::mt19937& rng, float stddev) {
