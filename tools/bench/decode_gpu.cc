@@ -252,6 +252,12 @@ ABSL_FLAG(bool, bf16_route_deep_ring, false,
           "--bf16_route_register_a: the route's producer completes its copies on the ring's "
           "barriers, every free slot in flight (DeviceDecoderOptions::bf16_route_deep_ring; "
           "same bits).");
+ABSL_FLAG(bool, bf16_route_stage_scale_test, false,
+          "--bf16_route_register_a: one scale test a stage, the widening branch-free "
+          "(DeviceDecoderOptions::bf16_route_stage_scale_test; same bits).");
+ABSL_FLAG(bool, bf16_route_fit_tile_rows, false,
+          "With --bf16_route_stage_scale_test: the route's wgmma N fit to each tile's rows "
+          "(DeviceDecoderOptions::bf16_route_fit_tile_rows; same bits).");
 ABSL_FLAG(bool, bf16_experts_every_row, false,
           "Every row's routed experts on the bf16 register route, decode's too "
           "(DeviceDecoderOptions::bf16_experts_every_row; changes decode's fast numerics).");
@@ -544,6 +550,8 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .bf16_route_register_a = absl::GetFlag(FLAGS_bf16_route_register_a),
           .bf16_route_x_rows = absl::GetFlag(FLAGS_bf16_route_x_rows),
           .bf16_route_deep_ring = absl::GetFlag(FLAGS_bf16_route_deep_ring),
+          .bf16_route_stage_scale_test = absl::GetFlag(FLAGS_bf16_route_stage_scale_test),
+          .bf16_route_fit_tile_rows = absl::GetFlag(FLAGS_bf16_route_fit_tile_rows),
           .bf16_experts_every_row = absl::GetFlag(FLAGS_bf16_experts_every_row),
           .bf16_ws_m256 = absl::GetFlag(FLAGS_bf16_ws_m256),
           .bf16_ws_m256_large = absl::GetFlag(FLAGS_bf16_ws_m256_large),

@@ -676,9 +676,17 @@ struct DeviceDecoderOptions {
   int bf16_route_x_rows = 0;
   // With bf16_route_register_a: the route's producer completes its copies on
   // the ring's barriers, every free slot in flight
-  // (Mxfp4Bf16GroupedGemmParams::deep_ring). The same bits; off until run
-  // on a GPU (thirty-sixth session).
+  // (Mxfp4Bf16GroupedGemmParams::deep_ring). The same bits; no faster on
+  // the EP8 chunk (0.580 -> 0.578 s, H100, thirty-seventh session), so off.
   bool bf16_route_deep_ring = false;
+  // With bf16_route_register_a (not with the deep ring): the consumers test
+  // a stage's four scale bytes once and widen its four 8-code groups
+  // branch-free (Mxfp4Bf16GroupedGemmParams::stage_scale_test), and with it
+  // the wgmma N fit to each 128-row tile's rows (fit_tile_rows: 80 for 65).
+  // The same bits; off until the EP8 chunk times them (thirty-seventh
+  // session, not yet run).
+  bool bf16_route_stage_scale_test = false;
+  bool bf16_route_fit_tile_rows = false;
   // Every row's routed experts on the bf16 route, the generated rows' too
   // (decode steps: the register form over 8 - 64 X rows a CTA, picked from
   // a step's rows an expert): one maths for a row's experts whatever the
