@@ -258,6 +258,9 @@ ABSL_FLAG(bool, bf16_route_stage_scale_test, false,
 ABSL_FLAG(bool, bf16_route_fit_tile_rows, false,
           "With --bf16_route_stage_scale_test: the route's wgmma N fit to each tile's rows "
           "(DeviceDecoderOptions::bf16_route_fit_tile_rows; same bits).");
+ABSL_FLAG(int, bf16_route_warpgroups, 0,
+          "With --bf16_route_stage_scale_test: the route's consumer warpgroups a CTA, 2 (0) or 3 "
+          "(DeviceDecoderOptions::bf16_route_warpgroups; same bits).");
 ABSL_FLAG(bool, bf16_experts_every_row, false,
           "Every row's routed experts on the bf16 register route, decode's too "
           "(DeviceDecoderOptions::bf16_experts_every_row; changes decode's fast numerics).");
@@ -552,6 +555,7 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .bf16_route_deep_ring = absl::GetFlag(FLAGS_bf16_route_deep_ring),
           .bf16_route_stage_scale_test = absl::GetFlag(FLAGS_bf16_route_stage_scale_test),
           .bf16_route_fit_tile_rows = absl::GetFlag(FLAGS_bf16_route_fit_tile_rows),
+          .bf16_route_warpgroups = absl::GetFlag(FLAGS_bf16_route_warpgroups),
           .bf16_experts_every_row = absl::GetFlag(FLAGS_bf16_experts_every_row),
           .bf16_ws_m256 = absl::GetFlag(FLAGS_bf16_ws_m256),
           .bf16_ws_m256_large = absl::GetFlag(FLAGS_bf16_ws_m256_large),

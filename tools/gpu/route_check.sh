@@ -13,7 +13,8 @@
 #      form) and fp8_gemm_bench prefill (the bf16 tile's forms, CUTLASS's
 #      GEMM beside cuBLASLt's, the elements differing from ours);
 #   3. the EP8 prefill chunk with the defaults, with the route's one scale
-#      test a stage and its fitted N, with the prompt's bf16
+#      test a stage, its fitted N and three consumer warpgroups, with the
+#      prompt's bf16
 #      products unsplit (--prompt_bf16_unsplit), unsplit on CUTLASS
 #      (--bf16_cutlass), with the 256-row bf16 tile for the large weights
 #      (--bf16_ws_m256_large);
@@ -87,6 +88,8 @@ budget_step chunk_cutlass 90 "${decode}" "${slice[@]}" --prompt_bf16_unsplit=tru
 budget_step chunk_stage_test 90 "${decode}" "${slice[@]}" --bf16_route_stage_scale_test=true
 budget_step chunk_fit_n 90 "${decode}" "${slice[@]}" --bf16_route_stage_scale_test=true \
   --bf16_route_fit_tile_rows=true
+budget_step chunk_3wg 90 "${decode}" "${slice[@]}" --bf16_route_stage_scale_test=true \
+  --bf16_route_warpgroups=3
 # The 256-row bf16 tile where its weight is large (wq_b, wo_b).
 budget_step chunk_m256_large 90 "${decode}" "${slice[@]}" --bf16_ws_m256_large=true
 # EP8 decode at the context (4,096): batch 1 and 64 against the

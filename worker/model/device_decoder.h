@@ -687,6 +687,10 @@ struct DeviceDecoderOptions {
   // session, not yet run).
   bool bf16_route_stage_scale_test = false;
   bool bf16_route_fit_tile_rows = false;
+  // With bf16_route_stage_scale_test: the route's consumer warpgroups a CTA,
+  // 2 (0) or 3 (192 W rows; Mxfp4Bf16GroupedGemmParams::consumer_
+  // warpgroups). The same bits; 2 until the EP8 chunk times 3.
+  int bf16_route_warpgroups = 0;
   // Every row's routed experts on the bf16 route, the generated rows' too
   // (decode steps: the register form over 8 - 64 X rows a CTA, picked from
   // a step's rows an expert): one maths for a row's experts whatever the

@@ -1303,14 +1303,16 @@ TEST(DeviceDecoderFastTest, SmallBf16ExpertOutBf16GivesTheSameBits) {
 // The experts' bf16 route in its forms (four widener warps, eight, the
 // consumers widening their own register fragments over 128 or 80 X rows a
 // CTA, the producer's copies on the ring's barriers, one scale test a
-// stage, with the wgmma N fit to the tile's rows): the prompt's 400-row
-// chunk and the decode steps after it give the same bits.
+// stage, with the wgmma N fit to the tile's rows, over three consumer
+// warpgroups): the prompt's 400-row chunk and the decode steps after it give
+// the same bits.
 TEST(DeviceDecoderFastTest, SmallBf16RouteFormsGiveTheSameBits) {
   const SmallLongChunkCase c = SmallLongChunk(79);
   ASSERT_NE(c.cpu, nullptr);
   // 4 wideners, 8, register A over 128 X rows, over 80, with the deep ring,
-  // with one scale test a stage, and with the fitted N too.
-  constexpr int kForms = 7;
+  // with one scale test a stage, with the fitted N too, and over three
+  // consumer warpgroups.
+  constexpr int kForms = 8;
   std::vector<std::vector<float>> calls[kForms];
   DeviceDecoderStats stats[kForms];
   for (int form = 0; form < kForms; ++form) {
@@ -1322,6 +1324,7 @@ TEST(DeviceDecoderFastTest, SmallBf16RouteFormsGiveTheSameBits) {
     options.bf16_route_deep_ring = form == 4;
     options.bf16_route_stage_scale_test = form >= 5;
     options.bf16_route_fit_tile_rows = form == 6;
+    options.bf16_route_warpgroups = form == 7 ? 3 : 0;
     calls[form] = c.Run(options, &stats[form], /*mark_prompt=*/true);
     EXPECT_GT(stats[form].prompt_bf16_expert_layers, 0) << "form " << form;
   }

@@ -272,23 +272,27 @@ absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t ro
       options.bf16_route_fit_tile_rows && stage_test && (route_x_rows == 0 || route_x_rows == 128);
   auto product = [&](const uint8_t* const* w, const uint8_t* const* ws, float* y, int64_t n,
                      int64_t k, dense::Fp8GemmOutput output) {
-    return kc::Mxfp4Bf16GroupedGemm({.x = rx16,
-                                     .expert_offsets = offsets,
-                                     .w = w,
-                                     .w_scales = ws,
-                                     .y = y,
-                                     .rows = rows,
-                                     .n = n,
-                                     .k = k,
-                                     .num_experts = L.experts,
-                                     .output = output,
-                                     .widener_warps = options.bf16_route_widener_warps,
-                                     .register_a = options.bf16_route_register_a,
-                                     .x_rows = route_x_rows,
-                                     .deep_ring = deep_ring,
-                                     .stage_scale_test = stage_test,
-                                     .fit_tile_rows = fit_rows},
-                                    stream);
+    return kc::Mxfp4Bf16GroupedGemm(
+        {.x = rx16,
+         .expert_offsets = offsets,
+         .w = w,
+         .w_scales = ws,
+         .y = y,
+         .rows = rows,
+         .n = n,
+         .k = k,
+         .num_experts = L.experts,
+         .output = output,
+         .widener_warps = options.bf16_route_widener_warps,
+         .register_a = options.bf16_route_register_a,
+         .x_rows = route_x_rows,
+         .deep_ring = deep_ring,
+         .stage_scale_test = stage_test,
+         .fit_tile_rows = fit_rows,
+         .consumer_warpgroups = stage_test && (route_x_rows == 0 || route_x_rows == 128)
+                                    ? options.bf16_route_warpgroups
+                                    : 0},
+        stream);
   };
   // An FP8 operand (X's or h's codes and scales) into rx16 as bf16.
   auto widen = [&](const uint8_t* codes, const uint8_t* scales, int64_t cols) {

@@ -50,7 +50,9 @@ absl::Status Mxfp4Bf16GroupedGemm(const Mxfp4Bf16GroupedGemmParams& p, cudaStrea
   a.groups = p.num_experts;
   a.bf16_out = p.output == dense::Fp8GemmOutput::kBf16;
   a.round_f32 = p.output == dense::Fp8GemmOutput::kF32RoundedBf16;
-  const dim3 grid(static_cast<unsigned>((p.n + mb::kBn - 1) / mb::kBn),
+  const int wgs = Mxfp4Bf16ConsumerWarpgroups(p);
+  const int tile_n = p.register_a ? mb::RsTileN(wgs) : mb::kBn;
+  const dim3 grid(static_cast<unsigned>((p.n + tile_n - 1) / tile_n),
                   static_cast<unsigned>((p.rows + x_rows - 1) / x_rows + p.num_experts));
   const auto launch = [&](auto kernel, int threads, int smem) -> absl::Status {
     if (absl::Status s = AllowSharedBytes(kernel, smem, kWhat); !s.ok()) return s;
@@ -66,6 +68,13 @@ absl::Status Mxfp4Bf16GroupedGemm(const Mxfp4Bf16GroupedGemmParams& p, cudaStrea
         return launch(mb::Mxfp4Bf16GroupedRsKernel<kRows, true>, mb::kRsThreads, kShared);
       }
       if constexpr (kRows == 128) {
+        if (wgs == 3) {  // checked: with stage_scale_test, without the deep ring
+          constexpr int kShared3 = mb::RsSlot<128, mb::RsTileN(3)>::kShared + kSlack;
+          return p.fit_tile_rows ? launch(mb::Mxfp4Bf16GroupedRsKernel<128, false, true, true, 3>,
+                                          mb::RsThreadsWith(3), kShared3)
+                                 : launch(mb::Mxfp4Bf16GroupedRsKernel<128, false, true, false, 3>,
+                                          mb::RsThreadsWith(3), kShared3);
+        }
         if (p.fit_tile_rows) {  // checked: with stage_scale_test, without the deep ring
           return launch(mb::Mxfp4Bf16GroupedRsKernel<128, false, true, true>, mb::kRsThreads,
                         kShared);

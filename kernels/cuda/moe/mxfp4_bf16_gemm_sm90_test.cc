@@ -147,6 +147,7 @@ struct RouteForm {
   bool deep_ring = false;
   bool stage_scale_test = false;
   bool fit_tile_rows = false;
+  int warpgroups = 0;
 };
 const RouteForm kRouteForms[] = {
     {"4 widener warps", 4},
@@ -163,6 +164,9 @@ const RouteForm kRouteForms[] = {
     {"register A over 80 X rows, one scale test a stage", 0, true, 80, false, true},
     {"register A over 16 X rows, one scale test a stage", 0, true, 16, false, true},
     {"register A, one scale test a stage, wgmma N fit to the rows", 0, true, 0, false, true, true},
+    {"register A, one scale test a stage, three warpgroups", 0, true, 0, false, true, false, 3},
+    {"register A, one scale test a stage, fitted N, three warpgroups", 0, true, 0, false, true,
+     true, 3},
 };
 
 std::vector<float> RunGrouped(const Problem& p, const DeviceProblem& d, dense::Fp8GemmOutput output,
@@ -185,6 +189,7 @@ std::vector<float> RunGrouped(const Problem& p, const DeviceProblem& d, dense::F
   params.deep_ring = form.deep_ring;
   params.stage_scale_test = form.stage_scale_test;
   params.fit_tile_rows = form.fit_tile_rows;
+  params.consumer_warpgroups = form.warpgroups;
   const absl::Status st = Mxfp4Bf16GroupedGemm(params, nullptr);
   EXPECT_TRUE(st.ok()) << st;
   EXPECT_TRUE(Synced());

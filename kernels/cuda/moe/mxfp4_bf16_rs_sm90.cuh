@@ -4,8 +4,9 @@
 // widened W tile is written to or read from shared memory. Device code only;
 // included by mxfp4_bf16_gemm_sm90.cu after mxfp4_bf16_gemm_sm90.cuh.
 //
-//  * warps 0 - 7 (two consumer warpgroups; warpgroup c holds W rows 64 c ..
-//    64 c + 63 of the CTA's 128, and the CTA's kRows X rows: 128, 80 for
+//  * warps 0 - 7 (two consumer warpgroups, or 0 - 11 with three: kWgs;
+//    warpgroup c holds W rows 64 c .. 64 c + 63 of the CTA's 128 (192), and
+//    the CTA's kRows X rows: 128, 80 for
 //    prefill experts of few rows, 64 - 8 for decode; wgmma N = kRows): per
 //    stage of 64 of K a thread reads its two W rows' 32 code bytes each
 //    (lane / 4 and + 8 of its warp's 16, every lane of a quad the same bytes:
@@ -17,7 +18,7 @@
 //    descriptor). The fragments are double-buffered: stage i + 1's are
 //    widened while stage i's wgmma run, and written only after the group
 //    that read them has retired (wait_group 1).
-//  * warp 8 (the producer): per stage, once the slot is free, lane 0 brings
+//  * warp 8 (12 with three; the producer): per stage, once the slot is free, lane 0 brings
 //    the X box by TMA (kRows rows x 128 bytes, 128-byte swizzle) and the 32
 //    lanes copy the W tile's codes (128 rows x 32 bytes) and each row's scale
 //    word by cp.async; the lanes arrive on the slot's `full` once their copies
@@ -38,21 +39,26 @@ namespace weir::kernels::cuda::moe::mxfp4_bf16 {
 inline constexpr int kRsMaxStages = 16;  // ring slots at most (RsSlot::kStages)
 inline constexpr int kRsDepth = 4;  // without kDeepRing: the producer's copies kRsDepth - 1 ahead
 inline constexpr int kRsThreads = kConsumers + 32;
+// Threads of a CTA with kWgs consumer warpgroups (2: kRsThreads; 3:
+// Mxfp4Bf16GroupedGemmParams::consumer_warpgroups), and its W rows.
+__host__ __device__ constexpr int RsThreadsWith(int wgs) { return 128 * wgs + 32; }
+__host__ __device__ constexpr int RsTileN(int wgs) { return 64 * wgs; }
 
 // A ring slot over kRows X rows (128, 80, or 8 - 64 for decode;
 // Mxfp4Bf16GroupedGemmParams::x_rows): the X box (kRows x 128 bytes,
-// 128-byte swizzle), the W tile's codes (128 rows x 32 bytes), a scale word a
-// W row; 1024-byte aligned. Narrow tiles get twice the slots: their stages
-// are short, so more of them must be in flight to cover a memory latency.
-template <int kRows>
+// 128-byte swizzle), the W tile's codes (kTileN rows x 32 bytes: 128, or 192
+// with three consumer warpgroups), a scale word a W row; 1024-byte aligned.
+// Narrow tiles get twice the slots: their stages are short, so more of them
+// must be in flight to cover a memory latency.
+template <int kRows, int kTileN = kBn>
 struct RsSlot {
   static_assert(kRows % 8 == 0 && kRows <= 128);
   static constexpr int kStages = kRows >= 64 ? 8 : kRsMaxStages;
   static_assert(kRsDepth < kStages, "the producer waits for slots the consumers free");
   static constexpr int kX = kRows * 128;
   static constexpr int kCodes = kX;
-  static constexpr int kScales = kCodes + kBn * 32;
-  static constexpr int kBytes = (kScales + kBn * 4 + 1023) / 1024 * 1024;
+  static constexpr int kScales = kCodes + kTileN * 32;
+  static constexpr int kBytes = (kScales + kTileN * 4 + 1023) / 1024 * 1024;
   static constexpr int kShared = kStages * kBytes;
   static_assert(kShared + dense::fp8_gemm::kWgmmaSmemSlack <= 227 * 1024, "an SM's shared memory");
 };
@@ -91,11 +97,18 @@ __device__ __forceinline__ void WidenEight(uint32_t v, uint32_t scale_word, int 
 // CTA's rows of its expert (65 an expert at the EP8 chunk's shapes: N 80
 // instead of 128), the X box still kRows rows. Each row's sums are the same
 // 16 products in the same order, so the same bits.
-template <int kRows, bool kDeepRing, bool kStageTest = false, bool kFitN = false>
-__global__ void __launch_bounds__(kRsThreads, 1)
+//
+// kWgs (Mxfp4Bf16GroupedGemmParams::consumer_warpgroups): consumer
+// warpgroups a CTA, each over 64 W rows: 2 (128 W rows), or 3 (192: a third
+// more warps an SM to cover the stage's latencies, each X stage serving 1.5x
+// the W rows). A row's sums do not change.
+template <int kRows, bool kDeepRing, bool kStageTest = false, bool kFitN = false, int kWgs = 2>
+__global__ void __launch_bounds__(RsThreadsWith(kWgs), 1)
     Mxfp4Bf16GroupedRsKernel(const __grid_constant__ Args a) {
   GridDependencyPrologue();
-  using Slot = RsSlot<kRows>;
+  static_assert(kWgs == 2 || kWgs == 3);
+  constexpr int kCons = 128 * kWgs, kTileN = RsTileN(kWgs);
+  using Slot = RsSlot<kRows, kTileN>;
   constexpr int kRsSlot = Slot::kBytes, kRsCodes = Slot::kCodes, kRsScales = Slot::kScales;
   constexpr int kRsStages = Slot::kStages;
   using dense::fp8_gemm::AlignSharedTo1024;
@@ -110,7 +123,7 @@ __global__ void __launch_bounds__(kRsThreads, 1)
   const int64_t begin = gt.begin;
   const int64_t m = gt.end - begin;  // the group's rows; this CTA's are m0 .. m0 + kRows - 1
   const int64_t m0 = gt.tile * kRows;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBn;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTileN;
   const int stages = static_cast<int>(a.k / kMxfp4Bf16StageK);
   const uint8_t* const w = a.w[gt.group];
   const uint8_t* const ws = a.w_scales[gt.group];
@@ -127,13 +140,13 @@ __global__ void __launch_bounds__(kRsThreads, 1)
   if (tid == 0) {
     for (int s = 0; s < kRsStages; ++s) {
       MbarrierInit(full0 + 8 * s, 1 + 32);  // lane 0's expect_tx + the producer's lanes
-      MbarrierInit(empty0 + 8 * s, kConsumers);
+      MbarrierInit(empty0 + 8 * s, kCons);
     }
     FenceMbarrierInit();
   }
   __syncthreads();
 
-  if (warp == kConsumers / 32) {  // ---- the producer ----
+  if (warp == kCons / 32) {  // ---- the producer ----
     const int64_t code_row = a.k / 2, scale_row = a.k / 32;
     const auto issue = [&](int i) {
       const int slot = i % kRsStages;
@@ -145,7 +158,7 @@ __global__ void __launch_bounds__(kRsThreads, 1)
                     static_cast<int>(begin + m0), 0);
       }
 #pragma unroll
-      for (int j = 0; j < kBn * 2 / 32; ++j) {  // 16-byte halves of the rows' codes
+      for (int j = 0; j < kTileN * 2 / 32; ++j) {  // 16-byte halves of the rows' codes
         const int u = lane + 32 * j, row = u >> 1, h = u & 1;
         const int64_t gn = n0 + row;
         const bool ok = !bad && gn < a.n;
@@ -154,7 +167,7 @@ __global__ void __launch_bounds__(kRsThreads, 1)
         CpAsync16(at + kRsCodes + row * 32 + h * 16, src, ok);
       }
 #pragma unroll
-      for (int j = 0; j < kBn / 32; ++j) {  // each row's scale word of this stage
+      for (int j = 0; j < kTileN / 32; ++j) {  // each row's scale word of this stage
         const int row = lane + 32 * j;
         const int64_t gn = n0 + row;
         const bool ok = !bad && gn < a.n;

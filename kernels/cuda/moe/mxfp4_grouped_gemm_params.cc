@@ -224,6 +224,12 @@ absl::Status CheckMxfp4Bf16GroupedGemmParams(const Mxfp4Bf16GroupedGemmParams& p
     return absl::InvalidArgumentError(
         absl::StrCat(kWhat, ": fit_tile_rows needs stage_scale_test and x_rows 0 or 128"));
   }
+  if (p.consumer_warpgroups != 0 && p.consumer_warpgroups != 2 &&
+      (p.consumer_warpgroups != 3 || !p.stage_scale_test || (p.x_rows != 0 && p.x_rows != 128))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kWhat, ": consumer_warpgroups ", p.consumer_warpgroups,
+                     " (0 or 2; 3 with stage_scale_test and x_rows 0 or 128)"));
+  }
   const int x_rows = Mxfp4Bf16XRows(p);
   if ((p.rows + x_rows - 1) / x_rows + p.num_experts > kMaxGridY) {
     return absl::InvalidArgumentError(

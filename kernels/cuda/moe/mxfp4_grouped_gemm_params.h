@@ -499,7 +499,17 @@ struct Mxfp4Bf16GroupedGemmParams {
   // of 65 rows does the tensor work of 80, not 128. Only with register_a,
   // stage_scale_test and x_rows 0 / 128; the same bits.
   bool fit_tile_rows = false;
+  // The register form's consumer warpgroups a CTA, each over 64 W rows: 0 or
+  // 2 (128 W rows a CTA), or 3 (192: a third more warps an SM to cover the
+  // stage's latencies, each X stage serving 1.5x the W rows). 3 only with
+  // register_a, stage_scale_test and x_rows 0 / 128; the same bits.
+  int consumer_warpgroups = 0;
 };
+
+// The register form's consumer warpgroups of a call (0 resolved to 2).
+inline int Mxfp4Bf16ConsumerWarpgroups(const Mxfp4Bf16GroupedGemmParams& params) {
+  return params.consumer_warpgroups == 0 ? 2 : params.consumer_warpgroups;
+}
 
 // The register form's narrowest tile (x_rows) that holds `rows_per_expert`
 // rows: 8, 16, 32, 64, or 128 past 64 (decode steps' experts; time only).

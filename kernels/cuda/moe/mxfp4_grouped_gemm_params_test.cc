@@ -158,6 +158,11 @@ TEST(Mxfp4Bf16GroupedGemmParamsTest, ChecksItsArguments) {
     p.fit_tile_rows = true;
     EXPECT_EQ(CheckMxfp4Bf16GroupedGemmParams(p).ok(), x_rows == 0 || x_rows == 128) << x_rows;
     p.fit_tile_rows = false;
+    p.consumer_warpgroups = 3;
+    EXPECT_EQ(CheckMxfp4Bf16GroupedGemmParams(p).ok(), x_rows == 0 || x_rows == 128) << x_rows;
+    EXPECT_EQ(Mxfp4Bf16ConsumerWarpgroups(p), 3);
+    p.consumer_warpgroups = 0;
+    EXPECT_EQ(Mxfp4Bf16ConsumerWarpgroups(p), 2);
     p.stage_scale_test = false;
     p.deep_ring = true;
     EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(p).ok()) << x_rows;
@@ -196,6 +201,15 @@ TEST(Mxfp4Bf16GroupedGemmParamsTest, ChecksItsArguments) {
           [](P& q) {  // without the one scale test a stage
             q.register_a = true;
             q.fit_tile_rows = true;
+          },
+          [](P& q) {  // three warpgroups without the one scale test a stage
+            q.register_a = true;
+            q.consumer_warpgroups = 3;
+          },
+          [](P& q) {
+            q.register_a = true;
+            q.stage_scale_test = true;
+            q.consumer_warpgroups = 4;
           },
           [](P& q) {
             q.register_a = true;
