@@ -8,8 +8,10 @@
 #      scale test a stage, the wgmma N fit to the tile's rows) against
 #      Bf16Gemm's bits; Bf16GemmCutlass against Bf16Gemm's unsplit bits;
 #      the combine over whole rows and the SwiGLU's 16-byte loads against
-#      the CPU's bits;
-#   2. the benches: mxfp4_grouped_gemm_bench's prefill table (every route
+#      the CPU's bits; Bf16Split's parts and its one-GEMM product's bound;
+#   2. the benches: moe_gate_bench (the gate's logits: fp32 against the
+#      hi/lo split's one bf16 GEMM, time and top-6 agreement),
+#      mxfp4_grouped_gemm_bench's prefill table (every route
 #      form) and fp8_gemm_bench prefill (the bf16 tile's forms, CUTLASS's
 #      GEMM beside cuBLASLt's, the elements differing from ours);
 #   3. the EP8 prefill chunk with the defaults, with the route's one scale
@@ -31,7 +33,8 @@
 #     //kernels/cuda/moe:mxfp4_bf16_gemm_sm90_test //kernels/cuda/moe:mxfp4_grouped_gemm_bench
 #     //kernels/cuda/dense:bf16_gemm_sm90_test //kernels/cuda/dense:fp8_gemm_bench
 #     //kernels/cuda/dense:bf16_gemm_cutlass_test //kernels/cuda/moe:moe_permute_test
-#     //kernels/cuda/decode:swiglu_test"
+#     //kernels/cuda/decode:swiglu_test //kernels/cuda/moe:bf16_split_test
+#     //kernels/cuda/moe:moe_gate_bench"
 #     tools/gpu/bundle.sh
 #   tools/gpu/route_check.sh [RESULTS]
 set -uo pipefail
@@ -75,6 +78,9 @@ budget_step bf16_gemm_cutlass_test 90 "${bundle}/bin/kernels_cuda_dense_bf16_gem
 budget_step moe_permute_test 60 "${bundle}/bin/kernels_cuda_moe_moe_permute_test" \
   --gtest_filter='*Combine*' || status=1
 budget_step swiglu_test 60 "${bundle}/bin/kernels_cuda_decode_swiglu_test" || status=1
+budget_step bf16_split_test 60 "${bundle}/bin/kernels_cuda_moe_bf16_split_test" || status=1
+# The gate's logits: MoeGateLogits against the bf16 hi/lo split's one GEMM.
+budget_step moe_gate_bench 60 "${bundle}/tools/moe_gate_bench"
 budget_step mxfp4_bench_prefill 120 "${route_bench[@]}"
 budget_step fp8_bench_prefill 120 "${bundle}/tools/fp8_gemm_bench" prefill
 budget_step chunk_defaults 90 "${decode}" "${slice[@]}"
@@ -116,6 +122,8 @@ cat "${results}/summary.txt"
 echo "== tests"
 grep -hE '^\[  (PASSED|FAILED)|FAILED  \]|Failure|of [0-9]+ rows|differing' \
   "${results}"/*test*.log 2>/dev/null | head -n 40
+echo "== the gate's logits"
+grep -A6 "^gate logits" "${results}/moe_gate_bench.log" 2>/dev/null
 echo "== experts' bf16 route"
 sed -n '/^Prefill:/,$p' "${results}/mxfp4_bench_prefill.log" 2>/dev/null | grep -E 'bf16 route|cuBLASLt'
 for name in rs128 rs128_stage_test rs128_fit_n bf16_ws; do
