@@ -717,9 +717,9 @@ struct DeviceDecoderOptions {
   // The bf16 products that would take the warp-specialized prefill tile (the
   // prompt's linears, the bf16 weights' products above 256 rows) and that
   // dense::Bf16GemmCutlassTakes (unsplit: the prompt's with
-  // prompt_bf16_unsplit, or a weight that splits nothing; no row_role; fp32
-  // or bf16 out) on CUTLASS's Hopper
-  // GEMM (dense::Bf16GemmCutlass: 128 x 256 tiles, two-CTA clusters). The
+  // prompt_bf16_unsplit, or a weight that splits nothing; no row_role) on
+  // CUTLASS's Hopper GEMM (dense::Bf16GemmCutlass: 128 x 256 tiles, two-CTA
+  // clusters). The
   // unsplit tile's bits (bf16_gemm_cutlass_test). Off until the EP8 chunk
   // times it (`decode_gpu --bf16_cutlass --prompt_bf16_unsplit`; thirty-
   // seventh session, not yet run).

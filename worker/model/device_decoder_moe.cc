@@ -268,8 +268,8 @@ absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t ro
   const bool deep_ring = options.bf16_route_deep_ring && options.bf16_route_register_a;
   const bool stage_test =
       options.bf16_route_stage_scale_test && options.bf16_route_register_a && !deep_ring;
-  const bool fit_rows =
-      options.bf16_route_fit_tile_rows && stage_test && (route_x_rows == 0 || route_x_rows == 128);
+  const bool wide_tile = route_x_rows == 0 || route_x_rows == 128;  // fit_rows', 3 groups' tile
+  const bool fit_rows = options.bf16_route_fit_tile_rows && stage_test && wide_tile;
   auto product = [&](const uint8_t* const* w, const uint8_t* const* ws, float* y, int64_t n,
                      int64_t k, dense::Fp8GemmOutput output) {
     return kc::Mxfp4Bf16GroupedGemm(
@@ -289,9 +289,7 @@ absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t ro
          .deep_ring = deep_ring,
          .stage_scale_test = stage_test,
          .fit_tile_rows = fit_rows,
-         .consumer_warpgroups = stage_test && (route_x_rows == 0 || route_x_rows == 128)
-                                    ? options.bf16_route_warpgroups
-                                    : 0},
+         .consumer_warpgroups = stage_test && wide_tile ? options.bf16_route_warpgroups : 0},
         stream);
   };
   // An FP8 operand (X's or h's codes and scales) into rx16 as bf16.

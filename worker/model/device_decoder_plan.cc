@@ -68,6 +68,10 @@ absl::StatusOr<LocalExperts> CheckDecodable(const ModelConfig& c, const LayerRol
     return absl::InvalidArgumentError(absl::StrCat("DeviceDecoder: bf16_route_x_rows ", r,
                                                    " (0 or 128; 80 with bf16_route_register_a)"));
   }
+  if (const int g = options.bf16_route_warpgroups; g != 0 && g != 2 && g != 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DeviceDecoder: bf16_route_warpgroups ", g, " (0, 2 or 3)"));
+  }
   if (options.max_rollback < 0 || options.max_rollback > 1024) {
     return absl::InvalidArgumentError(
         absl::StrCat("DeviceDecoder: max_rollback ", options.max_rollback, " (0 to 1024)"));

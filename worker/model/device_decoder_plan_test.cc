@@ -199,6 +199,14 @@ TEST(DeviceDecoderPlanTest, RefusesBudgetsAndOptionsItCannotMeet) {
     o.bf16_route_widener_warps = warps;
     EXPECT_TRUE(DeviceDecoder::MaxPositionsFor(*m, kBf16, o, SIZE_MAX).ok()) << warps;
   }
+  // Its consumer warpgroups: 0, 2 or 3.
+  for (int groups : {-1, 0, 1, 2, 3, 4}) {
+    DeviceDecoderOptions o{.max_sequences = 2};
+    o.bf16_route_warpgroups = groups;
+    EXPECT_EQ(DeviceDecoder::MaxPositionsFor(*m, kBf16, o, SIZE_MAX).ok(),
+              groups == 0 || groups == 2 || groups == 3)
+        << groups;
+  }
   // Its X rows a CTA: 0 or 128, 80 only in the register form.
   for (int form = 0; form < 6; ++form) {
     DeviceDecoderOptions o{.max_sequences = 2};

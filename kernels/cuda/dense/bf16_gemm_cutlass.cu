@@ -22,10 +22,29 @@ namespace {
 
 constexpr const char* kWhat = "Bf16GemmCutlass";
 
+// kF32RoundedBf16's epilogue: each fp32 sum rounded to bf16 (nearest even)
+// and kept as fp32, the value Bf16Gemm's RoundToBf16 writes.
+template <typename T>
+struct RoundedToBf16 {
+  CUTLASS_HOST_DEVICE T operator()(T const& v) const {
+    return static_cast<T>(cutlass::bfloat16_t(v));
+  }
+};
+template <typename T, int N>
+struct RoundedToBf16<cutlass::Array<T, N>> {
+  CUTLASS_HOST_DEVICE cutlass::Array<T, N> operator()(cutlass::Array<T, N> const& v) const {
+    cutlass::Array<T, N> r;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < N; ++i) r[i] = static_cast<T>(cutlass::bfloat16_t(v[i]));
+    return r;
+  }
+};
+
 // X [m, k] row-major (CUTLASS's A, K-major), W [n, k] row-major (CUTLASS's B
 // as a column-major k x n, K-major), Y [m, n] row-major with its own row
-// stride; groups as CUTLASS's batch mode L. No source C: y = 1 x the sums.
-template <typename ElementD>
+// stride; groups as CUTLASS's batch mode L. No source C: y = 1 x the sums,
+// or with kRound (fp32 y only) the sums rounded to bf16 values.
+template <typename ElementD, bool kRound = false>
 struct CutlassBf16 {
   using ElementA = cutlass::bfloat16_t;
   using ElementB = cutlass::bfloat16_t;
@@ -36,12 +55,18 @@ struct CutlassBf16 {
   static constexpr int kAlignD = 16 / static_cast<int>(sizeof(ElementD));
   using TileShape = cute::Shape<cute::_128, cute::_256, cute::_64>;
   using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
+  static constexpr auto kRn = cutlass::FloatRoundStyle::round_to_nearest;
+  using Fusion = cute::conditional_t<
+      kRound,
+      cutlass::epilogue::fusion::Sm90EVT<
+          cutlass::epilogue::fusion::Sm90Compute<RoundedToBf16, ElementD, float, kRn>,
+          cutlass::epilogue::fusion::Sm90AccFetch>,
+      cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float, kRn>>;
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignD,
       ElementD, LayoutD, kAlignD, cutlass::epilogue::TmaWarpSpecializedCooperative,
-      cutlass::epilogue::fusion::LinearCombination<
-          ElementD, float, void, float, cutlass::FloatRoundStyle::round_to_nearest>>::CollectiveOp;
+      Fusion>::CollectiveOp;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA, kAlignA, ElementB,
       LayoutB, kAlignB, float, TileShape, ClusterShape,
@@ -55,9 +80,9 @@ struct CutlassBf16 {
 
 std::string CutlassError(cutlass::Status s) { return cutlassGetStatusString(s); }
 
-template <typename ElementD>
+template <typename ElementD, bool kRound = false>
 absl::Status Run(const Bf16GemmParams& p, cudaStream_t stream) {
-  using G = CutlassBf16<ElementD>;
+  using G = CutlassBf16<ElementD, kRound>;
   using Gemm = typename G::Gemm;
   const int64_t ldy = p.y_row_stride != 0 ? p.y_row_stride : p.n;
   const int64_t x_group = p.x_group_stride != 0 ? p.x_group_stride : p.m * p.k;
@@ -80,8 +105,10 @@ absl::Status Run(const Bf16GemmParams& p, cudaStream_t stream) {
        reinterpret_cast<const cutlass::bfloat16_t*>(p.w), stride_w},
       {{}, nullptr, stride_y, static_cast<ElementD*>(p.y), stride_y},
       hw};
-  args.epilogue.thread.alpha = 1.0f;
-  args.epilogue.thread.beta = 0.0f;
+  if constexpr (!kRound) {
+    args.epilogue.thread.alpha = 1.0f;
+    args.epilogue.thread.beta = 0.0f;
+  }
   Gemm gemm;
   if (cutlass::Status s = gemm.can_implement(args); s != cutlass::Status::kSuccess) {
     return absl::InvalidArgumentError(absl::StrCat(kWhat, ": CUTLASS cannot run m ", p.m, " n ",
@@ -123,6 +150,7 @@ absl::Status Bf16GemmCutlass(const Bf16GemmParams& p, cudaStream_t stream) {
   }
   if (major != 9) return absl::UnimplementedError(absl::StrCat(kWhat, ": built for sm_90a only"));
   if (p.output == Fp8GemmOutput::kBf16) return Run<cutlass::bfloat16_t>(p, stream);
+  if (p.output == Fp8GemmOutput::kF32RoundedBf16) return Run<float, true>(p, stream);
   return Run<float>(p, stream);
 }
 

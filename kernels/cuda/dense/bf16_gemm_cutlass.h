@@ -10,9 +10,9 @@
 // Bf16Gemm's unsplit warp-specialized tile's (bf16_gemm_cutlass_test).
 //
 // Takes the calls Bf16GemmCutlassTakes accepts (the prompt's bf16 products
-// of the EP8 chunk: one X and W pair or groups of them, fp32 or bf16
-// output); the others stay with Bf16Gemm. A choice of speed where it takes
-// a call: against Bf16Gemm's 0.43 - 0.64 of cuBLASLt's bf16 GEMM on V4.1's
+// of the EP8 chunk: one X and W pair or groups of them, fp32, rounded fp32
+// (an epilogue rounding each sum to bf16) or bf16 output); the others stay with Bf16Gemm. A choice
+// of speed where it takes a call: against Bf16Gemm's 0.43 - 0.64 of cuBLASLt's bf16 GEMM on V4.1's
 // prefill shapes (H100, thirty-seventh session).
 //
 // Thread safety: stateless; any thread, any stream.

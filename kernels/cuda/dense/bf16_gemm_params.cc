@@ -71,7 +71,6 @@ bool Bf16GemmCutlassTakes(const Bf16GemmParams& p) {
       p.y_codes != nullptr) {
     return false;
   }
-  if (p.output != Fp8GemmOutput::kF32 && p.output != Fp8GemmOutput::kBf16) return false;
   const int64_t y_bytes = p.output == Fp8GemmOutput::kBf16 ? 2 : 4;
   const int64_t ldy = p.y_row_stride != 0 ? p.y_row_stride : p.n;
   const int64_t y_group = p.y_group_stride != 0 ? p.y_group_stride : p.m * ldy;

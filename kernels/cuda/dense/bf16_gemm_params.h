@@ -148,8 +148,8 @@ constexpr bool Bf16GemmWsM256Pays(int64_t m, int64_t n, int64_t k) {
 }
 
 // True when Bf16GemmCutlass (bf16_gemm_cutlass.h) runs `p`: bf16 w (not
-// w_codes), no split (k_splits 1), no row_role, no y_codes, fp32 or bf16
-// output (not kF32RoundedBf16), and rows TMA can address: k, x's and w's
+// w_codes), no split (k_splits 1), no row_role, no y_codes (any of the three
+// outputs), and rows TMA can address: k, x's and w's
 // group strides multiples of 8 elements, y's row stride (resolved) and
 // group stride multiples of 16 bytes, y 16-byte aligned. A matter of the
 // arguments only (CheckBf16GemmParams still applies).

@@ -261,8 +261,8 @@ TEST(Bf16GemmParamsTest, The256RowTilePaysForLargeWeightsAndChunks) {
   EXPECT_FALSE(Bf16GemmWsM256Pays(2047, 5120, 8192));
 }
 
-// What Bf16GemmCutlass takes: bf16 w, no split, row_role or y_codes, fp32 or
-// bf16 output, 16-byte rows and group strides.
+// What Bf16GemmCutlass takes: bf16 w, no split, row_role or y_codes, any
+// output, 16-byte rows and group strides.
 TEST(Bf16GemmParamsTest, TheCutlassProductsCalls) {
   const auto* x = reinterpret_cast<const uint16_t*>(uintptr_t{4096});
   const Bf16GemmParams ok{
@@ -282,7 +282,7 @@ TEST(Bf16GemmParamsTest, TheCutlassProductsCalls) {
   p = ok, p.groups = 2, p.x_group_stride = 300 * 768 + 4;  // 8-byte group offsets
   EXPECT_FALSE(Bf16GemmCutlassTakes(p));
   p = ok, p.output = Fp8GemmOutput::kF32RoundedBf16;
-  EXPECT_FALSE(Bf16GemmCutlassTakes(p));
+  EXPECT_TRUE(Bf16GemmCutlassTakes(p));
   p = ok, p.k_splits = 2;
   EXPECT_FALSE(Bf16GemmCutlassTakes(p));
   p = ok, p.row_role = reinterpret_cast<const int32_t*>(uintptr_t{4096});
