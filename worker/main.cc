@@ -141,10 +141,10 @@ ABSL_FLAG(bool, bf16_ws_m256_large, false,
           "With --numerics=fast: the 256-row bf16 prefill tile only for large weights (2,048 rows "
           "and more, 32 Mi elements and more); the same bits "
           "(DeviceDecoderOptions::bf16_ws_m256_large).");
-ABSL_FLAG(bool, bf16_cutlass, false,
+ABSL_FLAG(bool, bf16_cutlass, true,
           "With --numerics=fast: the unsplit bf16 prefill products on CUTLASS's Hopper GEMM; the "
           "same bits (DeviceDecoderOptions::bf16_cutlass; pair with --prompt_bf16_unsplit).");
-ABSL_FLAG(bool, prompt_bf16_unsplit, false,
+ABSL_FLAG(bool, prompt_bf16_unsplit, true,
           "With --numerics=fast: the prompt's bf16 products unsplit at every chunk length; other "
           "bits for prompt rows, batch-invariant (DeviceDecoderOptions::prompt_bf16_unsplit).");
 ABSL_FLAG(bool, bf16_ws_persistent, true,

@@ -160,8 +160,8 @@ struct WorkerOptions {
   // (DeviceDecoderOptions::bf16_ws_m256_large, bf16_cutlass: the same bits;
   // prompt_bf16_unsplit: other bits for prompt rows, batch-invariant).
   bool bf16_ws_m256_large = false;
-  bool bf16_cutlass = false;
-  bool prompt_bf16_unsplit = false;
+  bool bf16_cutlass = true;
+  bool prompt_bf16_unsplit = true;
   // With device_decode_ep on several GPUs of one node: the MoE exchange
   // written by the device into the peers' NCCL symmetric windows
   // (DeviceDecoderOptions::ep_lsa_exchange).

@@ -252,13 +252,13 @@ ABSL_FLAG(bool, bf16_route_deep_ring, false,
           "--bf16_route_register_a: the route's producer completes its copies on the ring's "
           "barriers, every free slot in flight (DeviceDecoderOptions::bf16_route_deep_ring; "
           "same bits).");
-ABSL_FLAG(bool, bf16_route_stage_scale_test, false,
+ABSL_FLAG(bool, bf16_route_stage_scale_test, true,
           "--bf16_route_register_a: one scale test a stage, the widening branch-free "
           "(DeviceDecoderOptions::bf16_route_stage_scale_test; same bits).");
 ABSL_FLAG(bool, bf16_route_fit_tile_rows, false,
           "With --bf16_route_stage_scale_test: the route's wgmma N fit to each tile's rows "
           "(DeviceDecoderOptions::bf16_route_fit_tile_rows; same bits).");
-ABSL_FLAG(int, bf16_route_warpgroups, 0,
+ABSL_FLAG(int, bf16_route_warpgroups, 3,
           "With --bf16_route_stage_scale_test: the route's consumer warpgroups a CTA, 2 (0) or 3 "
           "(DeviceDecoderOptions::bf16_route_warpgroups; same bits).");
 ABSL_FLAG(bool, bf16_experts_every_row, false,
@@ -270,11 +270,11 @@ ABSL_FLAG(bool, bf16_ws_m256, false,
 ABSL_FLAG(bool, bf16_ws_m256_large, false,
           "The same 256-row tile only for products of 2,048 rows and more over weights of 32 Mi "
           "elements and more (DeviceDecoderOptions::bf16_ws_m256_large; same bits).");
-ABSL_FLAG(bool, prompt_bf16_unsplit, false,
+ABSL_FLAG(bool, prompt_bf16_unsplit, true,
           "prompt_bf16_linears: the prompt's products unsplit whatever their weight "
           "(DeviceDecoderOptions::prompt_bf16_unsplit; other bits for prompt rows, still "
           "batch-invariant).");
-ABSL_FLAG(bool, bf16_cutlass, false,
+ABSL_FLAG(bool, bf16_cutlass, true,
           "The bf16 prefill products Bf16GemmCutlass takes (unsplit: pair with "
           "--prompt_bf16_unsplit) on CUTLASS's Hopper GEMM (DeviceDecoderOptions::bf16_cutlass; "
           "the unsplit tile's bits).");

@@ -105,11 +105,11 @@ budget_step ep8_decode_4096 120 "${decode}" --ep_slice=8 --numerics=fast --batch
 # The register form's gate/up launch of w1 (the bench's third launch of each:
 # past a warm-up) as it is, with one scale test a stage, and with the wgmma N
 # fit to the tile's rows.
-profile rs128 'GroupedRsKernel<128, false, false, false, 2>' 2 "${route_bench[@]}"
-profile rs128_stage_test 'GroupedRsKernel<128, false, true, false, 2>' 2 "${route_bench[@]}"
+profile rs128 'GroupedRsKernel<128, \(bool\)0, \(bool\)0, \(bool\)0, 2>' 2 "${route_bench[@]}"
+profile rs128_stage_test 'GroupedRsKernel<128, \(bool\)0, \(bool\)1, \(bool\)0, 3>' 2 "${route_bench[@]}"
 budget_step device_decoder_fast_test 180 "${bundle}/bin/worker_model_device_decoder_fast_test" \
   --gtest_filter='*RouteForms*:*WsForms*:*Cutlass*:*PromptUnsplit*' || status=1
-profile rs128_fit_n 'GroupedRsKernel<128, false, true, true, 2>' 2 "${route_bench[@]}"
+profile rs128_fit_n 'GroupedRsKernel<128, \(bool\)0, \(bool\)1, \(bool\)1, 2>' 2 "${route_bench[@]}"
 profile bf16_ws 'Bf16GemmWsKernel' 4 "${bundle}/tools/fp8_gemm_bench" prefill
 budget_step bf16_gemm_test 60 "${bundle}/bin/kernels_cuda_dense_bf16_gemm_sm90_test" \
   --gtest_filter='*WarpSpecialized*:*RowRole*:*RowStride*' || status=1

@@ -291,11 +291,11 @@ struct DeviceDecoderOptions {
   // prompt_bf16_linears: the prompt's products unsplit whatever their weight
   // (bf16_split_k then governs the bf16 weights' products only). Other bits
   // for a prompt row, still its X row's and W's alone (no split at any
-  // chunk length), and the products CUTLASS can take (bf16_cutlass). Off
-  // until the EP8 chunk times it (`decode_gpu --prompt_bf16_unsplit`;
-  // thirty-seventh session, not yet run): at 4,096 rows the splits buy no
-  // parallelism and their fold costs.
-  bool prompt_bf16_unsplit = false;
+  // chunk length), and the products CUTLASS can take (bf16_cutlass). On:
+  // at 4,096 rows the splits buy no parallelism and their fold costs (the
+  // EP8 chunk 0.576 -> 0.567 s alone, 0.535 s with bf16_cutlass; H100,
+  // thirty-eighth session).
+  bool prompt_bf16_unsplit = true;
   // The mHC collapse-norms (HcCollapseNorm, HcExpandCollapseNorm): CTAs a
   // token (HcCollapseNormParams::cluster_ranks; 1 = a block a token, 2 / 4 /
   // 8 = a cluster, 0 = by the step's token count). The same bits whatever it
@@ -683,14 +683,16 @@ struct DeviceDecoderOptions {
   // a stage's four scale bytes once and widen its four 8-code groups
   // branch-free (Mxfp4Bf16GroupedGemmParams::stage_scale_test), and with it
   // the wgmma N fit to each 128-row tile's rows (fit_tile_rows: 80 for 65).
-  // The same bits; off until the EP8 chunk times them (thirty-seventh
-  // session, not yet run).
-  bool bf16_route_stage_scale_test = false;
+  // The same bits. The one test a stage is on (the EP8 chunk 0.576 ->
+  // 0.569 s alone; H100, thirty-eighth session); the fitted N stays off
+  // (0.569 alone, and 0.517 -> 0.528 s beside three warpgroups and CUTLASS).
+  bool bf16_route_stage_scale_test = true;
   bool bf16_route_fit_tile_rows = false;
   // With bf16_route_stage_scale_test: the route's consumer warpgroups a CTA,
   // 2 (0) or 3 (192 W rows; Mxfp4Bf16GroupedGemmParams::consumer_
-  // warpgroups). The same bits; 2 until the EP8 chunk times 3.
-  int bf16_route_warpgroups = 0;
+  // warpgroups). The same bits; 3 (the EP8 chunk 0.569 -> 0.559 s over the
+  // one test a stage, 0.528 -> 0.517 s beside CUTLASS; thirty-eighth).
+  int bf16_route_warpgroups = 3;
   // Every row's routed experts on the bf16 route, the generated rows' too
   // (decode steps: the register form over 8 - 64 X rows a CTA, picked from
   // a step's rows an expert): one maths for a row's experts whatever the
@@ -720,10 +722,11 @@ struct DeviceDecoderOptions {
   // prompt_bf16_unsplit, or a weight that splits nothing; no row_role) on
   // CUTLASS's Hopper GEMM (dense::Bf16GemmCutlass: 128 x 256 tiles, two-CTA
   // clusters). The
-  // unsplit tile's bits (bf16_gemm_cutlass_test). Off until the EP8 chunk
-  // times it (`decode_gpu --bf16_cutlass --prompt_bf16_unsplit`; thirty-
-  // seventh session, not yet run).
-  bool bf16_cutlass = false;
+  // unsplit tile's bits (bf16_gemm_cutlass_test). On: 0.83 - 0.93 of
+  // cuBLASLt's bf16 GEMM on the prefill shapes against the tile's 0.48 -
+  // 0.66, the EP8 chunk 0.567 -> 0.535 s over the unsplit products (H100,
+  // thirty-eighth session).
+  bool bf16_cutlass = true;
   // The same tile persistent (dense::Bf16GemmParams::ws_persistent: a CTA
   // an SM at most, taking tiles in turn, the next tile's loads under the
   // last one's stores). The same bits; faster in every row of

@@ -1344,6 +1344,7 @@ TEST(DeviceDecoderFastTest, SmallBf16WsFormsGiveTheSameBits) {
   DeviceDecoderStats stats[4];
   for (int form = 0; form < 4; ++form) {  // bit 0: ws_m256, bit 1: ws_persistent
     DeviceDecoderOptions options = FastChunkOptions(kLongChunk);
+    options.bf16_cutlass = false;  // the warp-specialized tile's forms, not CUTLASS's
     options.bf16_ws_m256 = (form & 1) != 0;
     options.bf16_ws_persistent = (form & 2) != 0;
     calls[form] = c.Run(options, &stats[form], /*mark_prompt=*/true);
