@@ -144,6 +144,10 @@ ABSL_FLAG(bool, bf16_ws_m256_large, false,
 ABSL_FLAG(bool, bf16_cutlass, true,
           "With --numerics=fast: the unsplit bf16 prefill products on CUTLASS's Hopper GEMM; the "
           "same bits (DeviceDecoderOptions::bf16_cutlass; pair with --prompt_bf16_unsplit).");
+ABSL_FLAG(bool, prompt_bf16_gate, false,
+          "With --numerics=fast and --bf16: the prompt rows' gate logits as one bf16 GEMM over the "
+          "gate's bf16 bits; other bits for prompt rows' logits "
+          "(DeviceDecoderOptions::prompt_bf16_gate).");
 ABSL_FLAG(bool, prompt_bf16_unsplit, true,
           "With --numerics=fast: the prompt's bf16 products unsplit at every chunk length; other "
           "bits for prompt rows, batch-invariant (DeviceDecoderOptions::prompt_bf16_unsplit).");
@@ -270,6 +274,7 @@ int Run(int argc, char** argv) {
                     .bf16_ws_m256_large = absl::GetFlag(FLAGS_bf16_ws_m256_large),
                     .bf16_cutlass = absl::GetFlag(FLAGS_bf16_cutlass),
                     .prompt_bf16_unsplit = absl::GetFlag(FLAGS_prompt_bf16_unsplit),
+                    .prompt_bf16_gate = absl::GetFlag(FLAGS_prompt_bf16_gate),
                     .ep_lsa_exchange = absl::GetFlag(FLAGS_ep_lsa_exchange),
                     .fault_injection = absl::GetFlag(FLAGS_fault_injection)});
   if (absl::GetFlag(FLAGS_fault_injection)) InstallStallSignal();

@@ -162,6 +162,8 @@ struct WorkerOptions {
   bool bf16_ws_m256_large = false;
   bool bf16_cutlass = true;
   bool prompt_bf16_unsplit = true;
+  // DeviceDecoderOptions::prompt_bf16_gate (other bits for prompt rows' gate logits).
+  bool prompt_bf16_gate = false;
   // With device_decode_ep on several GPUs of one node: the MoE exchange
   // written by the device into the peers' NCCL symmetric windows
   // (DeviceDecoderOptions::ep_lsa_exchange).

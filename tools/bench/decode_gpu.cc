@@ -278,6 +278,10 @@ ABSL_FLAG(bool, bf16_cutlass, true,
           "The bf16 prefill products Bf16GemmCutlass takes (unsplit: pair with "
           "--prompt_bf16_unsplit) on CUTLASS's Hopper GEMM (DeviceDecoderOptions::bf16_cutlass; "
           "the unsplit tile's bits).");
+ABSL_FLAG(bool, prompt_bf16_gate, false,
+          "prompt_bf16_linears with bf16 activations: the prompt rows' gate logits as one bf16 "
+          "GEMM over the gate's bf16 bits (DeviceDecoderOptions::prompt_bf16_gate; other bits for "
+          "prompt rows' logits, the same products summed in another order).");
 ABSL_FLAG(bool, bf16_ws_persistent, true,
           "The bf16 products' warp-specialized prefill tile persistent (a CTA an SM at most; "
           "DeviceDecoderOptions::bf16_ws_persistent; same bits).");
@@ -560,6 +564,7 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .bf16_ws_m256 = absl::GetFlag(FLAGS_bf16_ws_m256),
           .bf16_ws_m256_large = absl::GetFlag(FLAGS_bf16_ws_m256_large),
           .bf16_cutlass = absl::GetFlag(FLAGS_bf16_cutlass),
+          .prompt_bf16_gate = absl::GetFlag(FLAGS_prompt_bf16_gate),
           .bf16_ws_persistent = absl::GetFlag(FLAGS_bf16_ws_persistent),
           .expert_out_bf16 = absl::GetFlag(FLAGS_expert_out_bf16)};
 }
@@ -885,6 +890,11 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       if ((*dd)->stats().prompt_bf16_products > 0) {
         std::printf("      prompt_bf16_linears: %lld FP8 products run as bf16 since start\n",
                     static_cast<long long>((*dd)->stats().prompt_bf16_products));
+      }
+      if ((*dd)->stats().prompt_gate_products > 0) {
+        std::printf(
+            "      prompt_bf16_gate: %lld layers' prompt gate logits as a bf16 GEMM since start\n",
+            static_cast<long long>((*dd)->stats().prompt_gate_products));
       }
       if ((*dd)->stats().cutlass_products > 0) {
         std::printf("      bf16_cutlass: %lld bf16 products on CUTLASS since start\n",

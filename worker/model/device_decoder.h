@@ -727,6 +727,21 @@ struct DeviceDecoderOptions {
   // 0.66, the EP8 chunk 0.567 -> 0.535 s over the unsplit products (H100,
   // thirty-eighth session).
   bool bf16_cutlass = true;
+  // With prompt_bf16_linears and bf16 activations: the prompt rows' gate
+  // logits as one bf16 GEMM (the unsplit Bf16Gemm, or CUTLASS's where
+  // bf16_cutlass takes it) instead of MoeGateLogits, for gates whose weight
+  // holds bf16 values (V4.1's and the trained models' checkpoints store it in
+  // bf16) over a normed input that the bf16 model rounds to bf16: every
+  // product x w is then exact in fp32 and only the order of the sum changes
+  // (the tensor core's over K against the CPU's lane-strided fp32 one), so a
+  // logit moves by about 1e-7 of its terms' size and expert choices only at
+  // near-ties, for prompt rows (generated rows keep MoeGateLogits). A prompt
+  // row's bits are its own at every chunk length (unsplit: batch-invariant).
+  // MoeGateLogits is at its fp32 issue bound on the EP8 chunk (about 0.55 ms
+  // a layer, 22 ms of the 0.52 s chunk; kernels/cuda/moe/README.md item 8);
+  // the GEMM has 16 GFLOP a layer there. Off until the EP8 chunk times it
+  // (`decode_gpu --prompt_bf16_gate`; thirty-eighth session, not yet run).
+  bool prompt_bf16_gate = false;
   // The same tile persistent (dense::Bf16GemmParams::ws_persistent: a CTA
   // an SM at most, taking tiles in turn, the next tile's loads under the
   // last one's stores). The same bits; faster in every row of
@@ -776,6 +791,7 @@ struct DeviceDecoderStats {
   int64_t widened_wo_a = 0;       // stored_wo_a: products that widened wo_a to bf16 first (prefill)
   int64_t prompt_bf16_products = 0;  // prompt_bf16_linears: FP8 products run as bf16
   int64_t cutlass_products = 0;      // bf16_cutlass: bf16 products run on Bf16GemmCutlass
+  int64_t prompt_gate_products = 0;  // prompt_bf16_gate: layers' prompt gate logits as a bf16 GEMM
   int64_t prompt_bf16_expert_layers = 0;  // prompt_bf16_experts: layers' experts on the bf16 route
   // prompt_bf16_linears, eager steps of both roles: FP8 calls over the
   // generated rows' ranges alone (a product may take several)

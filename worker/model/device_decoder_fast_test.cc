@@ -186,7 +186,8 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
                    double max_choices_differing = 0.01, bool fast_mhc = false,
                    const TrainedInputs* trained = nullptr, bool expert_wgmma = false,
                    bool dense_wgmma = false, bool attention_wgmma = true,
-                   bool prompt_linears = false, bool experts_every_row = false) {
+                   bool prompt_linears = false, bool experts_every_row = false,
+                   bool prompt_gate = false) {
   const ModelConfig& c = ckpt.config();
   auto cpu = RowStableCpuModel(ckpt, precision,
                                trained != nullptr ? trained->engram_token_map
@@ -208,6 +209,8 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
   options.prompt_bf16_linears = prompt_linears;
   // experts_every_row: every row's routed experts on the bf16 route, decode's too.
   options.bf16_experts_every_row = experts_every_row;
+  // prompt_gate: the prompt rows' gate logits as a bf16 GEMM (prompt_bf16_gate).
+  options.prompt_bf16_gate = prompt_gate;
   const int64_t prompt_end = prompt_linears ? options.max_positions : 0;
   auto fast = DeviceDecoder::Create(*cpu, precision, options);
   ASSERT_TRUE(fast.ok()) << fast.status();
@@ -272,6 +275,7 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
   if (experts_every_row) {
     EXPECT_GT((*fast)->stats().prompt_bf16_expert_layers, 0);
   }
+  EXPECT_EQ((*fast)->stats().prompt_gate_products > 0, prompt_gate && prompt_linears);
   ASSERT_GE(drift.positions, 512);
   Print(name, "tokens only (own KV)", drift);
   EXPECT_GE(static_cast<double>(drift.top1) / drift.positions, 0.5);
@@ -597,6 +601,19 @@ TEST(DeviceDecoderFastTest, TrainedTinyBf16WithPromptBf16LinearsAgreesWithRefere
   CheckFidelity(*ck, "trained tiny prompt bf16 linears", ActivationPrecision::kBf16, false, 0.99,
                 1e-2, 0.01, /*fast_mhc=*/true, in, /*expert_wgmma=*/false, /*dense_wgmma=*/false,
                 /*attention_wgmma=*/true, /*prompt_linears=*/true);
+}
+// ... with the prompt rows' gate logits as a bf16 GEMM too
+// (prompt_bf16_gate: the same exact products summed in another order, so a
+// choice moves only at a near-tie): the same bars.
+TEST(DeviceDecoderFastTest, TrainedTinyBf16WithPromptBf16GateAgreesWithReference) {
+  const Checkpoint* ck = TrainedTinyCheckpoint();
+  const TrainedInputs* in = TrainedTinyInputs();
+  ASSERT_NE(ck, nullptr);
+  ASSERT_NE(in, nullptr);
+  CheckFidelity(*ck, "trained tiny prompt bf16 linears and gate", ActivationPrecision::kBf16, false,
+                0.99, 1e-2, 0.01, /*fast_mhc=*/true, in, /*expert_wgmma=*/false,
+                /*dense_wgmma=*/false, /*attention_wgmma=*/true, /*prompt_linears=*/true,
+                /*experts_every_row=*/false, /*prompt_gate=*/true);
 }
 // ... and where no choice can flip (SmallContinuousCheckpoint): what the
 // maths alone moves, beside the mma pair's 9.4e-7 median row error.
@@ -1378,6 +1395,39 @@ TEST(DeviceDecoderFastTest, SmallBf16PromptUnsplitLongChunkGivesTheShortChunksBi
   EXPECT_GT(stats[1].prompt_bf16_products, 0);
 }
 
+// prompt_bf16_gate: the prompt rows' gate logits as one unsplit bf16 GEMM,
+// so a 400-row chunk (CUTLASS's GEMM or the warp-specialized tile) and four
+// of 100 rows (the mma tiles) give every row the same bits, then the decode
+// steps past it (MoeGateLogits for the generated rows); without the option
+// the chunk's rows take MoeGateLogits: other bits (the option is not a
+// no-op), close.
+TEST(DeviceDecoderFastTest, SmallBf16PromptGateLongChunkGivesTheShortChunksBits) {
+  const Checkpoint* small = SmallCheckpoint(3);
+  ASSERT_NE(small, nullptr);
+  const int64_t v = small->config().vocab_size;
+  auto cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
+  ASSERT_NE(cpu, nullptr);
+  DeviceDecoderOptions options = FastChunkOptions(kLongChunk);
+  options.prompt_bf16_linears = true;
+  options.prompt_bf16_gate = true;
+  const std::vector<int64_t> prompt = RandomTokens(kLongChunk, 61, v - 1);
+  DeviceDecoderStats stats[2], other_stats;
+  const auto whole =
+      LongChunkAgainstShortChunks(*cpu, options, prompt, /*mark_prompt=*/true, &stats);
+  ASSERT_EQ(whole.size(), 4u);
+  EXPECT_GT(stats[0].prompt_gate_products, 0);
+  EXPECT_GT(stats[1].prompt_gate_products, 0);
+  DeviceDecoderOptions other = options;
+  other.prompt_bf16_gate = false;
+  const auto other_rows = ChunkThenSteps(*cpu, other, {1}, prompt, {}, &other_stats,
+                                         ActivationPrecision::kBf16, /*mark_prompt=*/true);
+  ASSERT_EQ(other_rows.size(), 1u);
+  ASSERT_EQ(other_rows[0].size(), whole[0].size());
+  EXPECT_EQ(other_stats.prompt_gate_products, 0);
+  ExpectOtherBitsClose("the prompt's gate as a bf16 GEMM against MoeGateLogits", whole[0],
+                       other_rows[0], kLongChunk, v);
+}
+
 // bf16_cutlass with prompt_bf16_unsplit: the prompt's 400-row chunk (its
 // linears on CUTLASS's GEMM where Bf16GemmCutlassTakes them) and decode
 // steps after it give the unsplit warp-specialized tile's bits.
@@ -1467,6 +1517,7 @@ struct MixedCase {
   bool graphs = false;     // use_graphs (the steps of up to 64 rows in graphs)
   int part = 37;           // the prompt chunk's rows a step
   bool reference = false;  // the reference numerics (no role changes a product)
+  bool gate = false;       // prompt_bf16_gate (the prompt rows' gate logits as a bf16 GEMM)
 };
 void MixedStepsGiveEachRoleItsBits(const MixedCase& mc) {
   const bool experts = mc.experts, spans = mc.spans;
@@ -1485,6 +1536,7 @@ void MixedStepsGiveEachRoleItsBits(const MixedCase& mc) {
   options.prompt_bf16_experts = experts;
   options.fp8_span_products = spans;
   options.use_graphs = mc.graphs;
+  options.prompt_bf16_gate = mc.gate;
   constexpr int kLong = 150, kShort = 5;
   const int kPart = mc.part;
   const std::vector<int64_t> long_prompt = RandomTokens(kLong, 91, v - 1);
@@ -1553,6 +1605,7 @@ void MixedStepsGiveEachRoleItsBits(const MixedCase& mc) {
     EXPECT_EQ((*mixed)->stats().fp8_span_products, 0);
   }
   EXPECT_GT((*mixed)->stats().prompt_bf16_products, 0);
+  EXPECT_EQ((*mixed)->stats().prompt_gate_products > 0, mc.gate);
   EXPECT_EQ((*apart)->stats().fp8_span_products, 0);  // no step had both roles
   if (experts) {  // every mixed step's every MoE layer took the route
     EXPECT_GE((*mixed)->stats().prompt_bf16_expert_layers - routed_before,
@@ -1586,6 +1639,14 @@ TEST(DeviceDecoderFastTest, ReferenceMixedEagerStepsGiveEachSequenceItsBits) {
 // The same steps in graphs (no FP8 ranges: a graph runs them over every row).
 TEST(DeviceDecoderFastTest, PromptBf16LinearsMixedGraphStepsGiveEachRoleItsBits) {
   MixedStepsGiveEachRoleItsBits({.graphs = true});
+}
+
+// prompt_bf16_gate beside it: MoeGateLogits writes every row's logits of a
+// step of both roles, the bf16 GEMM (Bf16Gemm's row_role) the prompt's over
+// them, so each row still gets its role's bits; eager and in graphs.
+TEST(DeviceDecoderFastTest, PromptBf16GateMixedStepsGiveEachRoleItsBits) {
+  MixedStepsGiveEachRoleItsBits({.gate = true});
+  MixedStepsGiveEachRoleItsBits({.graphs = true, .gate = true});
 }
 
 // The same with the FP8 products over every row of the mixed steps

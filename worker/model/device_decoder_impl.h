@@ -185,6 +185,9 @@ struct LayerDev {
   const float* index_k_norm = nullptr;
   // MoE.
   const float* gate = nullptr;
+  // prompt_bf16_gate: the gate's bf16 bits [logical, dim] (null: the gate
+  // holds other values, or the option is off).
+  const uint16_t* gate16 = nullptr;
   const float* bias = nullptr;
   const float* bias_vl = nullptr;
   const float* const* w1s = nullptr;  // device [experts] of device pointers
@@ -362,6 +365,7 @@ struct DeviceDecoder::Impl {
   absl::flat_hash_map<const DenseWeight*, EncodedDense> fp8_dense;
   // kFast bf16 linears: whether each weight's values are all bf16 values.
   absl::flat_hash_map<const DenseWeight*, bool> bf16_exact;
+  absl::flat_hash_map<const float*, bool> gate_bf16_exact;  // prompt_bf16_gate, by the gate's data
   int fast_dense = 0, bf16_dense = 0, reference_dense = 0, fast_moe_layers = 0;
   int stored_wo_a = 0;    // DeviceDecoderStats::stored_wo_a
   int64_t batch_cap = 0;  // max_batch rounded up to batch_interval
@@ -456,6 +460,7 @@ struct DeviceDecoder::Impl {
   int64_t rx16_count = 0, side_rx16_count = 0, w16_count = 0, side_w16_count = 0;
   int64_t prompt_bf16_products = 0;  // DeviceDecoderStats::prompt_bf16_products
   int64_t cutlass_products = 0;      // DeviceDecoderStats::cutlass_products
+  int64_t prompt_gate_products = 0;  // DeviceDecoderStats::prompt_gate_products
   int64_t prompt_bf16_expert_layers = 0;  // DeviceDecoderStats::prompt_bf16_expert_layers
   int64_t fp8_span_products = 0;     // DeviceDecoderStats::fp8_span_products
   int64_t x16_panels = 0;  // panels made (DeviceDecoderStats::x16_panels)
@@ -1566,6 +1571,11 @@ struct DeviceDecoder::Impl {
   absl::Status UpdateCompressed(int layer, int64_t b);
   absl::Status SelectCompressed(int layer, int64_t b);
   absl::Status Moe(int layer, int64_t b);
+  // prompt_bf16_gate: the gate logits of the step's prompt rows (all b rows
+  // where every row is the prompt's, else the rows of meta role 1) as one
+  // unsplit bf16 GEMM of h's bf16 bits (exact: the bf16 model rounds the
+  // normed h to bf16) and L.gate16 into gate_logits.
+  absl::Status PromptGate(const LayerDev& L, int64_t b);
   // The shared expert of layer L over h_in into sy (Moe's last part before
   // the combine), on `stream` with fq and split as they are then bound.
   absl::Status SharedExpert(const LayerDev& L, int64_t b);

@@ -312,6 +312,32 @@ absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t ro
   return absl::OkStatus();
 }
 
+absl::Status DeviceDecoder::Impl::PromptGate(const LayerDev& L, int64_t b) {
+  const int64_t d = c.dim;
+  if (b * d > xb_count) {
+    return absl::InternalError(absl::StrCat("DeviceDecoder: the gate's bf16 input of ", b * d,
+                                            " elements exceeds its scratch of ", xb_count));
+  }
+  RETURN_IF_ERROR(dec::ToBf16({.x = h, .out = xb, .n = b * d}, stream));
+  // Never split (a row's bits its X row's and W's alone at every chunk
+  // length); with rows of both roles only the prompt's are written (Bf16Gemm's
+  // row_role), else CUTLASS's GEMM may take it (the same bits).
+  dense::Bf16GemmParams p{.x = xb,
+                          .w = L.gate16,
+                          .y = gate_logits,
+                          .m = b,
+                          .n = L.logical,
+                          .k = d,
+                          .output = dense::Fp8GemmOutput::kF32,
+                          .row_role = linear_roles_ == 3 ? meta_d.role : nullptr,
+                          .role = 1,
+                          .ws_m256 = WsM256(b, L.logical, d),
+                          .ws_persistent = options.bf16_ws_persistent};
+  RETURN_IF_ERROR(RunBf16Gemm(p));
+  ++prompt_gate_products;
+  return absl::OkStatus();
+}
+
 absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
   const LayerDev& L = layers[layer];
   // A DSpark stage has a gate of its own size (MoeExperts, MoeTopk).
@@ -337,8 +363,13 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
   // most gate_logits_in_block_macs multiply-adds a token (small's 16 x
   // 1,024) has MoeGate's block sum them, the same WarpLaneSum bits, one
   // launch fewer.
-  const bool logits_launch = fast() && int64_t{logical} * d > options.gate_logits_in_block_macs;
-  if (logits_launch) {
+  // prompt_bf16_gate: the prompt rows' logits as a bf16 GEMM (PromptGate),
+  // after MoeGateLogits wrote every row's where the step holds generated
+  // rows too; MoeGate then reads them all.
+  const bool prompt_gate = L.gate16 != nullptr && linear_roles_ != 1;
+  const bool logits_launch =
+      fast() && (prompt_gate || int64_t{logical} * d > options.gate_logits_in_block_macs);
+  if (logits_launch && (!prompt_gate || linear_roles_ == 3)) {
     RETURN_IF_ERROR(kc::MoeGateLogits({.x = h,
                                        .weight = L.gate,
                                        .logits = gate_logits,
@@ -347,6 +378,7 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
                                        .num_experts = logical},
                                       stream));
   }
+  if (prompt_gate) RETURN_IF_ERROR(PromptGate(L, b));
   RETURN_IF_ERROR(kc::MoeGate({.x = h,
                                .weight = L.gate,
                                .logits = logits_launch ? gate_logits : nullptr,

@@ -2,6 +2,7 @@
 // inputs laid out by one Region pass, measured by a dry run), the checks of
 // what a decoder can hold, and MaxPositionsFor.
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <numeric>
@@ -371,7 +372,7 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
       tile_inexact = r.Alloc<int32_t>(3 * experts);
     }
     gate_logits = r.Alloc<float>(bc * std::max<int64_t>(logical, 1));
-    xb_count = std::max(pairs * widest, bc * c.n_heads * hd);
+    xb_count = std::max({pairs * widest, bc * c.n_heads * hd, bc * d});  // d: prompt_bf16_gate's h
     xb = r.Alloc<uint16_t>(xb_count);
     using Shared = std::pair<SharedInput*, int64_t>;
     for (auto [in, cols] : {Shared{&h_in, d}, Shared{&qr_in, c.q_lora_rank}}) {

@@ -272,6 +272,36 @@ absl::Status DeviceDecoder::Impl::LayoutWeights(Region& r, int64_t& max_in) {
     }
     const MoeWeights& f = bw.ffn;
     L.gate = r.Put(f.gate);
+    // prompt_bf16_gate: the gate's bf16 bits beside its fp32 values (the
+    // generated rows' MoeGateLogits and MoeGate read those), where every
+    // value is a bf16 value (decided once per gate: both layout passes agree).
+    if (fast() && bf16() && options.prompt_bf16_gate && options.prompt_bf16_linears &&
+        !f.gate.empty() && d % 8 == 0) {
+      auto [it, fresh] = gate_bf16_exact.try_emplace(f.gate.data(), true);
+      if (fresh) {
+        for (float v : f.gate) {
+          uint32_t b;
+          std::memcpy(&b, &v, 4);
+          if ((b & 0xFFFFu) != 0) {
+            it->second = false;
+            break;
+          }
+        }
+      }
+      if (it->second) {
+        if (!live) {
+          L.gate16 = r.Alloc<uint16_t>(static_cast<int64_t>(f.gate.size()));
+        } else {
+          std::vector<uint16_t> bits(f.gate.size());
+          for (size_t i = 0; i < bits.size(); ++i) {
+            uint32_t b;
+            std::memcpy(&b, &f.gate[i], 4);
+            bits[i] = static_cast<uint16_t>(b >> 16);
+          }
+          L.gate16 = r.Put(bits);
+        }
+      }
+    }
     L.bias = r.Put(f.bias);
     L.bias_vl = r.Put(f.bias_vl);
     const std::vector<int>& local = ex.local[l];

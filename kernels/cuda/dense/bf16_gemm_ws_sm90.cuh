@@ -21,7 +21,7 @@
 // CTA with wgmma m64n256k16 and a 4-slot ring, the loader's warpgroup giving
 // its registers to the consumers; WsArgs::persistent (ws_persistent) runs at
 // most one CTA an SM over the tiles in turn, the ring's stages and phases
-// counted across them (`it`), each tile's last slot freed after its final
+// counted across them (slot and phase counters), each tile's last slot freed after its final
 // wait so the loader fetches the next tile while the consumers store.
 #ifndef WEIR_KERNELS_CUDA_DENSE_BF16_GEMM_WS_SM90_CUH_
 #define WEIR_KERNELS_CUDA_DENSE_BF16_GEMM_WS_SM90_CUH_
@@ -147,22 +147,24 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   }
   __syncthreads();
 
-  // The ring's stages are counted across the CTA's tiles (`it`), so a slot's
-  // phase continues from one tile to the next: the loader runs into the
-  // next tile's stages while the consumers store the last one.
+  // The ring's stages are counted across the CTA's tiles, so a slot's phase
+  // continues from one tile to the next: the loader runs into the next
+  // tile's stages while the consumers store the last one. Each side keeps
+  // its stage's slot and phase as counters (stage it: slot it % kStages,
+  // phase (it / kStages) & 1): a 64-bit division by a ring of 6 cost the
+  // K loop more integer instructions than wgmmas (ncu, thirty-eighth
+  // session).
   if (warp < 4) {
     if constexpr (kWide) {
       asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWsWideProducerRegs));
     }
     if (tid == 0) {
-      int64_t it = 0;
+      int slot = 0, phase = 0;
+      bool lapped = false;  // past the ring's first lap: a slot is free once the consumers say
       for (int64_t t = first_tile; t < tiles; t += tile_step) {
         const Tile tile = tile_at(t);
-        for (int i = 0; i < tile.stages; ++i, ++it) {
-          const int slot = static_cast<int>(it % kStages);
-          if (it >= kStages) {
-            MbarrierWait(empty0 + 8 * slot, static_cast<int>((it / kStages - 1) & 1));
-          }
+        for (int i = 0; i < tile.stages; ++i) {
+          if (lapped) MbarrierWait(empty0 + 8 * slot, phase ^ 1);
           const uint32_t full = full0 + 8 * slot;
           MbarrierArriveExpectTx(full, kSlot);
           const int k_byte = (tile.kt_begin + i) * kBf16GemmStageK * 2;
@@ -170,6 +172,11 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                       tile.group);
           TmaLoadRows(base + slot * kSlot + kWsTile, &ws.x_map, full, k_byte,
                       static_cast<int>(tile.m0), tile.group);
+          if (++slot == kStages) {
+            slot = 0;
+            phase ^= 1;
+            lapped = true;
+          }
         }
       }
     }
@@ -183,7 +190,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const int lane = tid & 31;
   // fold_splits: the splits' sums so far, and the first stage of the next split.
   const int folds = kFold ? args.k_splits : 1;
-  int64_t it = 0;
+  int slot = 0, phase = 0, last_slot = 0;  // the stage's slot and phase; the one before's slot
   for (int64_t t = first_tile; t < tiles; t += tile_step) {
     const Tile tile = tile_at(t);
     const int64_t n0 = tile.n0, m0 = tile.m0;
@@ -194,7 +201,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     float total[kFold ? kAcc : 1];
     int next_split = 1;
     int boundary = folds > 1 ? num_kt / folds : stages;
-    for (int i = 0; i < stages; ++i, ++it) {
+    for (int i = 0; i < stages; ++i) {
       if (kFold && i == boundary) {  // split next_split starts: its sum begins at +0
         WgmmaWait(0);
         if constexpr (kFold) {
@@ -209,8 +216,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         boundary =
             next_split < folds ? static_cast<int>(int64_t{next_split} * num_kt / folds) : stages;
       }
-      const int slot = static_cast<int>(it % kStages);
-      MbarrierWait(full0 + 8 * slot, static_cast<int>((it / kStages) & 1));
+      MbarrierWait(full0 + 8 * slot, phase);
       const uint32_t w_lo = SwizzledKMajorDescriptorLo(base + slot * kSlot + wg * 64 * 128);
       const uint32_t x_lo = SwizzledKMajorDescriptorLo(base + slot * kSlot + kWsTile);
       // All 4 K steps of every stage, also past k in the last one (a stage of
@@ -233,11 +239,16 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       // The previous stage's group has retired once at most this one is in
       // flight: its slot is free.
       WgmmaWait(1);
-      if (i > 0) MbarrierArrive(empty0 + 8 * static_cast<int>((it - 1) % kStages));
+      if (i > 0) MbarrierArrive(empty0 + 8 * last_slot);
+      last_slot = slot;
+      if (++slot == kStages) {
+        slot = 0;
+        phase ^= 1;
+      }
     }
     WgmmaWait(0);
     // The tile's last slot (the next tile's loads may take it).
-    if (stages > 0) MbarrierArrive(empty0 + 8 * static_cast<int>((it - 1) % kStages));
+    if (stages > 0) MbarrierArrive(empty0 + 8 * last_slot);
 #pragma unroll
     for (int r = 0; r < kAcc; ++r) {
       PinRegister(d[r]);
