@@ -278,6 +278,10 @@ ABSL_FLAG(bool, bf16_cutlass, true,
           "The bf16 prefill products Bf16GemmCutlass takes (unsplit: pair with "
           "--prompt_bf16_unsplit) on CUTLASS's Hopper GEMM (DeviceDecoderOptions::bf16_cutlass; "
           "the unsplit tile's bits).");
+ABSL_FLAG(bool, indexer_mma, false,
+          "The prefill chunks' IndexerScore dots on the tensor cores over q's MXFP4 form and the "
+          "MXFP4 index keys (DeviceDecoderOptions::indexer_mma; the same bits wherever a dot's "
+          "exact sum fits fp32).");
 ABSL_FLAG(bool, prompt_bf16_gate, false,
           "prompt_bf16_linears with bf16 activations: the prompt rows' gate logits as one bf16 "
           "GEMM over the gate's bf16 bits (DeviceDecoderOptions::prompt_bf16_gate; other bits for "
@@ -548,6 +552,7 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .fp8_ws_halves = absl::GetFlag(FLAGS_fp8_ws_halves),
           .used_rows_only = absl::GetFlag(FLAGS_used_rows_only),
           .indexer_shared_keys = absl::GetFlag(FLAGS_indexer_shared_keys),
+          .indexer_mma = absl::GetFlag(FLAGS_indexer_mma),
           .scaled_x16_panel = absl::GetFlag(FLAGS_scaled_x16_panel),
           .prompt_bf16_linears = absl::GetFlag(FLAGS_prompt_bf16_linears),
           .prompt_bf16_experts = absl::GetFlag(FLAGS_prompt_bf16_experts),
@@ -890,6 +895,11 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       if ((*dd)->stats().prompt_bf16_products > 0) {
         std::printf("      prompt_bf16_linears: %lld FP8 products run as bf16 since start\n",
                     static_cast<long long>((*dd)->stats().prompt_bf16_products));
+      }
+      if ((*dd)->stats().mma_key_scores > 0) {
+        std::printf(
+            "      indexer_mma: %lld IndexerScore launches on the tensor cores since start\n",
+            static_cast<long long>((*dd)->stats().mma_key_scores));
       }
       if ((*dd)->stats().prompt_gate_products > 0) {
         std::printf(

@@ -600,6 +600,15 @@ struct DeviceDecoderOptions {
   // indexer_score_bench; the EP8 slice's chunk 0.800 / 0.799 -> 0.769 /
   // 0.773 s).
   bool indexer_shared_keys = true;
+  // With indexer_shared_keys: those launches' heads' dots on the tensor
+  // cores where q's MXFP4 form and the MXFP4 index keys (the stored KV pools)
+  // are their inputs (IndexerScoreForm::kSharedKeysMma: mma.sync over the
+  // exact bf16 values, the terms and head sum as the CPU's): the same bits
+  // wherever a dot's exact sum fits fp32, which the MXFP4 blocks' narrow
+  // products make nearly everywhere. Off until a GPU runs it (thirty-eighth
+  // session, built; the 4,096-row chunk's IndexerScore is 3.2 ms a launch,
+  // 25.6 ms of the EP8 chunk, in the fp32 CPU order).
+  bool indexer_mma = false;
   // With prefill_x16_panel: the panel is made with X's scales
   // (dense::Fp8F16PanelParams::scales: each block whose UE8M0 scale is in
   // 2^-21 .. 2 written as code x 2^(e + 6)), and the product told so
@@ -799,6 +808,7 @@ struct DeviceDecoderStats {
   int64_t prompt_shape_rows = 0;  // rows stepped in the prompt's attention shape
   int64_t kv_mirrors = 0;         // prompt_kv_mirror: layers' mirror passes enqueued
   int64_t shared_key_scores = 0;  // indexer_shared_keys: IndexerScore launches in that form
+  int64_t mma_key_scores = 0;     // indexer_mma: of those, the launches on the tensor cores
   int64_t expert_out_bf16_layers = 0;  // expert_out_bf16: MoE layers whose outputs went as bf16
   int64_t drafts = 0;           // sequences drafted (DraftBatch)
   double draft_seconds = 0;     // wall time inside DraftBatch

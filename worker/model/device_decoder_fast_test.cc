@@ -1734,8 +1734,11 @@ TEST(DeviceDecoderFastTest, SmallBf16WithWgmmaLongChunkGivesTheShortChunksBits) 
 // the shared-keys form with indexer_shared_keys (kernels/cuda/attention,
 // IndexerScoreForm::kSharedKeys, the CPU's bits like every form): the
 // chunk's logits and the decode steps after it are the default decoder's.
-TEST(DeviceDecoderFastTest, SmallBf16SharedKeysIndexerGivesThePerQueryBits) {
-  const Checkpoint* small = SmallCheckpoint(3);
+// On `small` (its fast decoder's defaults): the chunk and steps with the
+// per-query form, with the shared-keys form, and with indexer_mma (the
+// shared-keys form's dots on the tensor cores where the keys are MXFP4:
+// `mma` says whether they must be) all give the same bits.
+void SharedKeysIndexerGivesThePerQueryBits(const Checkpoint* small, bool mma) {
   ASSERT_NE(small, nullptr);
   const int64_t v = small->config().vocab_size;
   auto cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
@@ -1744,10 +1747,11 @@ TEST(DeviceDecoderFastTest, SmallBf16SharedKeysIndexerGivesThePerQueryBits) {
   static_assert(kChunk >= kIndexerSharedKeysMinRows);
   DeviceDecoderOptions options = FastChunkOptions(kChunk);
   const std::vector<int64_t> prompt = RandomTokens(kChunk, 47, v - 1);
-  std::vector<float> got[2];
-  int64_t shared[2] = {0, 0};
-  for (int i = 0; i < 2; ++i) {
-    options.indexer_shared_keys = i == 1;
+  std::vector<float> got[3];
+  int64_t shared[3] = {0, 0, 0}, on_mma[3] = {0, 0, 0};
+  for (int i = 0; i < 3; ++i) {
+    options.indexer_shared_keys = i >= 1;
+    options.indexer_mma = i == 2;
     auto dd = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, options);
     ASSERT_TRUE(dd.ok()) << dd.status();
     ASSERT_TRUE((*dd)->Start(1).ok());
@@ -1760,17 +1764,32 @@ TEST(DeviceDecoderFastTest, SmallBf16SharedKeysIndexerGivesThePerQueryBits) {
       got[i].insert(got[i].end(), r->begin(), r->end());
     }
     shared[i] = (*dd)->stats().shared_key_scores;
+    on_mma[i] = (*dd)->stats().mma_key_scores;
   }
   EXPECT_EQ(shared[0], 0);
-  EXPECT_GT(shared[1], 0) << "small has no index-source layer the chunk scored";
+  EXPECT_GT(shared[1], 0) << "the model has no index-source layer the chunk scored";
+  EXPECT_EQ(on_mma[1], 0);
+  EXPECT_EQ(on_mma[2] > 0, mma);
   ASSERT_EQ(got[0].size(), static_cast<size_t>((kChunk + 3) * v));
-  ASSERT_EQ(got[1].size(), got[0].size());
-  int64_t differing_rows = 0;
-  for (int r = 0; r < kChunk + 3; ++r) {
-    differing_rows +=
-        std::memcmp(got[0].data() + r * v, got[1].data() + r * v, v * sizeof(float)) != 0;
+  for (int i = 1; i < 3; ++i) {
+    ASSERT_EQ(got[i].size(), got[0].size());
+    int64_t differing_rows = 0;
+    for (int r = 0; r < kChunk + 3; ++r) {
+      differing_rows +=
+          std::memcmp(got[0].data() + r * v, got[i].data() + r * v, v * sizeof(float)) != 0;
+    }
+    EXPECT_EQ(differing_rows, 0) << "form " << i << ": of " << kChunk << " chunk rows and 3 steps";
   }
-  EXPECT_EQ(differing_rows, 0) << "of " << kChunk << " chunk rows and 3 steps";
+}
+
+TEST(DeviceDecoderFastTest, SmallBf16SharedKeysIndexerGivesThePerQueryBits) {
+  SharedKeysIndexerGivesThePerQueryBits(SmallCheckpoint(3), /*mma=*/false);  // fp32 index keys
+}
+
+// The same on small with head_dim 512, whose fast decoder holds the KV and
+// index keys in stored form (MXFP4 keys: the tensor-core dots run).
+TEST(DeviceDecoderFastTest, StoredKvMmaIndexerGivesThePerQueryBits) {
+  SharedKeysIndexerGivesThePerQueryBits(Small512Checkpoint(), /*mma=*/true);
 }
 
 // The routed experts' f16 block sums on wgmma (expert_wgmma_f16) give the

@@ -348,8 +348,10 @@ absl::Status DeviceDecoder::Impl::SelectCompressed(int layer, int64_t b) {
   // A prefill chunk's rows read one sequence's keys: a block of 4 queries
   // stages each key tile once (the same bits).
   if (options.indexer_shared_keys && b >= kIndexerSharedKeysMinRows) {
-    sp.form = kc::IndexerScoreForm::kSharedKeys;
+    sp.form = options.indexer_mma ? kc::IndexerScoreForm::kSharedKeysMma
+                                  : kc::IndexerScoreForm::kSharedKeys;
     ++shared_key_scores;
+    if (kc::ResolveIndexerScoreForm(sp) == kc::IndexerScoreForm::kSharedKeysMma) ++mma_key_scores;
   }
   RETURN_IF_ERROR(kc::IndexerScore(sp, stream));
   if (role.produces_candidates) {

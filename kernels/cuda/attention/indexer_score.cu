@@ -71,9 +71,9 @@ bool SharedKeysApplies(const IndexerScoreParams& p) {
 // once), and small launches split their keys into more blocks.
 constexpr int64_t kSharedKeysTargetBlocks = 1024;
 
-template <int kDim, bool kRoundBf16>
+template <int kDim, bool kRoundBf16, bool kMma>
 absl::Status LaunchSharedKeysAs(const IndexerScoreParams& p, cudaStream_t stream) {
-  const auto kernel = IndexerScoreSharedKeysKernel<kDim, kRoundBf16>;
+  const auto kernel = IndexerScoreSharedKeysKernel<kDim, kRoundBf16, kMma>;
   const size_t shared = SharedKeysDynamicBytes(p.heads, p.dim);
   if (shared > kDefaultSharedBytes) {
     if (absl::Status s =
@@ -99,10 +99,16 @@ absl::Status LaunchSharedKeysAs(const IndexerScoreParams& p, cudaStream_t stream
 
 // V4.1's dim (128) with the shared-memory offsets as immediates; any other
 // dim % 4 == 0 through the runtime-dim instance.
-template <bool kRoundBf16>
+template <bool kRoundBf16, bool kMma = false>
 absl::Status LaunchSharedKeys(const IndexerScoreParams& p, cudaStream_t stream) {
-  return p.dim == 128 ? LaunchSharedKeysAs<128, kRoundBf16>(p, stream)
-                      : LaunchSharedKeysAs<0, kRoundBf16>(p, stream);
+  return p.dim == 128 ? LaunchSharedKeysAs<128, kRoundBf16, kMma>(p, stream)
+                      : LaunchSharedKeysAs<0, kRoundBf16, kMma>(p, stream);
+}
+
+// The tensor-core form takes q's MXFP4 form (made in its staging) and MXFP4
+// keys: both bf16 values.
+bool SharedKeysMmaApplies(const IndexerScoreParams& p) {
+  return SharedKeysApplies(p) && p.q_mxfp4 && p.k_codes != nullptr && p.dim % 32 == 0;
 }
 
 template <bool kRoundBf16>
@@ -112,6 +118,8 @@ absl::Status Launch(const IndexerScoreParams& p, cudaStream_t stream) {
       return LaunchGrouped<kRoundBf16>(p, stream);
     case IndexerScoreForm::kSharedKeys:
       return LaunchSharedKeys<kRoundBf16>(p, stream);
+    case IndexerScoreForm::kSharedKeysMma:
+      return LaunchSharedKeys<kRoundBf16, true>(p, stream);
     default:
       break;
   }
@@ -139,7 +147,11 @@ absl::Status Launch(const IndexerScoreParams& p, cudaStream_t stream) {
 
 IndexerScoreForm ResolveIndexerScoreForm(const IndexerScoreParams& p) {
   if (p.form == IndexerScoreForm::kGrouped && GroupedApplies(p)) return IndexerScoreForm::kGrouped;
-  if (p.form == IndexerScoreForm::kSharedKeys && SharedKeysApplies(p)) {
+  if (p.form == IndexerScoreForm::kSharedKeysMma && SharedKeysMmaApplies(p)) {
+    return IndexerScoreForm::kSharedKeysMma;
+  }
+  if ((p.form == IndexerScoreForm::kSharedKeys || p.form == IndexerScoreForm::kSharedKeysMma) &&
+      SharedKeysApplies(p)) {
     return IndexerScoreForm::kSharedKeys;
   }
   return IndexerScoreForm::kPerQuery;

@@ -58,6 +58,14 @@ enum class IndexerScoreForm {
   // against 20 / 23 / 85 / 299 us. So kAuto does not choose it; the decoder
   // does for prefill-sized steps (DeviceDecoderOptions::indexer_shared_keys).
   kSharedKeys,
+  // kSharedKeys with the heads' dots on the tensor cores (mma.sync over the
+  // bf16 values of q's MXFP4 form and the MXFP4 keys; the terms and the head
+  // sum as the CPU's). Where q_mxfp4 and MXFP4 keys (k_codes) are not both
+  // given, kSharedKeys runs. The same bits wherever a dot's exact sum and
+  // the CPU's partial sums fit fp32 (indexer_score_shared_keys.cuh says why
+  // that is nearly always), the tensor core's rounding elsewhere. Built in
+  // the thirty-eighth session, not yet run on a GPU.
+  kSharedKeysMma,
 };
 
 struct IndexerScoreParams {

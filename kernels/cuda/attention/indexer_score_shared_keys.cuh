@@ -19,8 +19,27 @@
 // multiply-add), each head's term is round(relu(round(dot)) * w) with relu as
 // d < 0 ? 0 : d, and the terms are added in head order from 0. Tiling moves
 // data only.
+//
+// kMma (IndexerScoreForm::kSharedKeysMma; MXFP4 keys and q made MXFP4 in the
+// staging, q_mxfp4): the heads' dots on the tensor cores instead, mma.sync
+// m16n8k16 over bf16 operands (every MXFP4 value, e2m1 times a power of two,
+// is a bf16 value, so the operands and their products are exact) into fp32.
+// A dot is then the exact sum of its products wherever that sum and the
+// CPU's partial sums fit fp32's 24 bits (products of e2m1 pairs under one
+// 32-channel scale pair are multiples of a quarter of it below 36 times it,
+// so a block's sum takes about 11 bits and the dot's four blocks more only
+// as far as their scales differ): there the CPU's rounded chain is exact
+// too and the bits are the same; elsewhere the tensor core's sum differs by
+// its rounding. The terms and the head sum are the CPU's as above. A warp
+// holds its query's 32-head pass x 64 keys as the mma's accumulators (64 a
+// lane: heads g and g + 8 of each 16, keys 2 t and 2 t + 1 of each 8, with
+// g = lane / 4 and t = lane % 4) and sums the terms in head order along the
+// lanes of equal t (each adds its heads' terms to the total the lane before
+// it handed on).
 #ifndef WEIR_KERNELS_CUDA_ATTENTION_INDEXER_SCORE_SHARED_KEYS_CUH_
 #define WEIR_KERNELS_CUDA_ATTENTION_INDEXER_SCORE_SHARED_KEYS_CUH_
+
+#include <cuda_bf16.h>
 
 #include <cstdint>
 
@@ -44,7 +63,30 @@ namespace weir::kernels::cuda {
 // length among the run's queries, and scored by the run's warps. A prefill
 // chunk's group is one run; a group of four sequences stages each tile four
 // times (correct, but the form is not meant for decode batches).
-template <int kDim, bool kRoundBf16>
+// kMma's operands: (lo, hi) as bf16x2 bits, lo in the low half (the lower
+// column of an mma fragment); exact for the bf16 values staged here.
+__device__ __forceinline__ uint32_t IndexerPackBf16(float2 v) {
+  const __nv_bfloat162 b = __floats2bfloat162_rn(v.x, v.y);
+  uint32_t r;
+  __builtin_memcpy(&r, &b, sizeof(r));
+  return r;
+}
+
+// d += A (16 x 16 bf16, row) * B (16 x 8 bf16, col), fp32 accumulators.
+__device__ __forceinline__ void IndexerMmaBf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                               uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  __trap();  // built for sm_90a only
+#endif
+}
+
+template <int kDim, bool kRoundBf16, bool kMma = false>
 __global__ void __launch_bounds__(IndexerSharedKeysLayout::kThreads, 2)
     IndexerScoreSharedKeysKernel(
         const float* __restrict__ q, const float* __restrict__ k,
@@ -184,6 +226,10 @@ __global__ void __launch_bounds__(IndexerSharedKeysLayout::kThreads, 2)
     float total[L::kLaneKeys];  // this lane's keys' scores once its warp's run has run
 #pragma unroll
     for (int i = 0; i < L::kLaneKeys; ++i) total[i] = 0.0f;
+    // kMma: keys 8 nt + 2 t + j of the tile, on every lane of its t.
+    float mma_total[8][2];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) mma_total[nt][0] = mma_total[nt][1] = 0.0f;
     for (int o = 0; o < nq; ++o) {  // block-uniform: the runs and their reaches are shared
       const int64_t in_tile = s_reach[o] - tile_start;
       if (in_tile <= 0) continue;  // not a run's owner, a bad run, or no key of it here
@@ -211,89 +257,207 @@ __global__ void __launch_bounds__(IndexerSharedKeysLayout::kThreads, 2)
       // Warp-uniform: this warp's query is of run o and sees a key of the
       // tile. Rows past `count` hold stale keys; their scores are not kept.
       if (my_bad || s_owner[warp] != o || my_visible <= tile_start) continue;
-      const float* q_lane = qs + (warp * head_rows + hg) * stride;  // + HeadRow(h) - hg rows
-      const float* k_lane = ks + kg * stride;
-      for (int pass = 0; pass < head_rows; pass += L::kHeadPass) {
-        float dot[L::kLaneHeads][L::kLaneKeys];
+      if constexpr (kMma) {
+        // Lane (g, t): A rows (heads) g and g + 8 of each 16, B columns
+        // (keys) g of each 8, channels 2 t, 2 t + 1 and + 8 of each 16.
+        const int g = lane >> 2, t4 = lane & 3;
+        const float* q_warp = qs + warp * head_rows * stride;
+        for (int pass = 0; pass < head_rows; pass += L::kHeadPass) {
+          float d[2][8][4];
 #pragma unroll
-        for (int j = 0; j < L::kLaneHeads; ++j) {
+          for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
-          for (int i = 0; i < L::kLaneKeys; ++i) dot[j][i] = 0.0f;
-        }
-        const float* q_pass = q_lane + pass * stride;
-#pragma unroll 1
-        for (int c = 0; c < dim; c += 4) {
-          float4 kv[L::kLaneKeys];
+            for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
-          for (int i = 0; i < L::kLaneKeys; ++i) {
-            kv[i] = *reinterpret_cast<const float4*>(k_lane + i * L::kLaneKeys * stride + c);
-          }
-#pragma unroll
-          for (int j = 0; j < L::kLaneHeads; ++j) {
-            // Head pass + 8 hg + j lives at row pass + 4 j + hg.
-            const float4 qv = *reinterpret_cast<const float4*>(q_pass + 4 * j * stride + c);
-            // Channel by channel, the 8 keys' products before their sums, so
-            // a product is 8 instructions ahead of its sum and a chain's
-            // sums 16 apart (two warps a scheduler hide the latencies).
-            float p[L::kLaneKeys];
-#pragma unroll
-            for (int i = 0; i < L::kLaneKeys; ++i) p[i] = __fmul_rn(qv.x, kv[i].x);
-#pragma unroll
-            for (int i = 0; i < L::kLaneKeys; ++i) dot[j][i] = __fadd_rn(dot[j][i], p[i]);
-#pragma unroll
-            for (int i = 0; i < L::kLaneKeys; ++i) p[i] = __fmul_rn(qv.y, kv[i].y);
-#pragma unroll
-            for (int i = 0; i < L::kLaneKeys; ++i) dot[j][i] = __fadd_rn(dot[j][i], p[i]);
-#pragma unroll
-            for (int i = 0; i < L::kLaneKeys; ++i) p[i] = __fmul_rn(qv.z, kv[i].z);
-#pragma unroll
-            for (int i = 0; i < L::kLaneKeys; ++i) dot[j][i] = __fadd_rn(dot[j][i], p[i]);
-#pragma unroll
-            for (int i = 0; i < L::kLaneKeys; ++i) p[i] = __fmul_rn(qv.w, kv[i].w);
-#pragma unroll
-            for (int i = 0; i < L::kLaneKeys; ++i) dot[j][i] = __fadd_rn(dot[j][i], p[i]);
-          }
-        }
-        // The terms, in place.
-#pragma unroll
-        for (int j = 0; j < L::kLaneHeads; ++j) {
-          const float w = ws[warp * head_rows + pass + hg * L::kLaneHeads + j];
-#pragma unroll
-          for (int i = 0; i < L::kLaneKeys; ++i) {
-            const float d = round(dot[j][i]);
-            const float relu = d < 0.0f ? 0.0f : d;  // std::max(d, 0.0f)
-            dot[j][i] = round(__fmul_rn(relu, w));
-          }
-        }
-        // The head sum in head order: lane g of the quad adds heads
-        // pass + 8 g .. + 7 to the total lane g - 1 handed it.
-#pragma unroll
-        for (int g = 0; g < 4; ++g) {
-          const int valid = hg == g ? heads - pass - g * L::kLaneHeads : 0;  // heads to add
-#pragma unroll
-          for (int j = 0; j < L::kLaneHeads; ++j) {
-            if (j < valid) {
-#pragma unroll
-              for (int i = 0; i < L::kLaneKeys; ++i) total[i] = __fadd_rn(total[i], dot[j][i]);
+              for (int e = 0; e < 4; ++e) d[mt][nt][e] = 0.0f;
             }
           }
-          if (g < 3) {
+          const float* q_rows[2][2];
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) {
+            q_rows[mt][0] = q_warp + L::HeadRow(pass + 16 * mt + g) * stride + 2 * t4;
+            q_rows[mt][1] = q_warp + L::HeadRow(pass + 16 * mt + g + 8) * stride + 2 * t4;
+          }
+          const float* k_row = ks + g * stride + 2 * t4;
+#pragma unroll 1
+          for (int c = 0; c < dim; c += 16) {
+            uint32_t a[2][4];
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) {
+              a[mt][0] = IndexerPackBf16(*reinterpret_cast<const float2*>(q_rows[mt][0] + c));
+              a[mt][1] = IndexerPackBf16(*reinterpret_cast<const float2*>(q_rows[mt][1] + c));
+              a[mt][2] = IndexerPackBf16(*reinterpret_cast<const float2*>(q_rows[mt][0] + c + 8));
+              a[mt][3] = IndexerPackBf16(*reinterpret_cast<const float2*>(q_rows[mt][1] + c + 8));
+            }
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt) {
+              const float* kp = k_row + nt * 8 * stride + c;
+              const uint32_t b0 = IndexerPackBf16(*reinterpret_cast<const float2*>(kp));
+              const uint32_t b1 = IndexerPackBf16(*reinterpret_cast<const float2*>(kp + 8));
+              IndexerMmaBf16(d[0][nt], a[0], b0, b1);
+              IndexerMmaBf16(d[1][nt], a[1], b0, b1);
+            }
+          }
+          // The terms, in place: d[mt][nt][2 h + j] is head pass + 16 mt + g
+          // + 8 h, key 8 nt + 2 t + j.
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const float w = ws[warp * head_rows + pass + 16 * mt + g + 8 * h];
+#pragma unroll
+              for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+                for (int j = 0; j < 2; ++j) {
+                  const float dd = round(d[mt][nt][2 * h + j]);
+                  const float relu = dd < 0.0f ? 0.0f : dd;  // std::max(d, 0.0f)
+                  d[mt][nt][2 * h + j] = round(__fmul_rn(relu, w));
+                }
+              }
+            }
+          }
+          // The head sum in head order: for each 8 heads (g = 0 .. 7 of a
+          // half of an m tile), lane g adds its term to the total lane g - 1
+          // handed on; lane 7's total goes back to the lanes of its t. Heads
+          // past `heads` hold +0 terms (zero q rows and weights), which leave
+          // a total (never -0) as it is; they are skipped all the same.
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int first = pass + 16 * mt + 8 * h;
+#pragma unroll
+              for (int gg = 0; gg < 8; ++gg) {
+                if (g == gg && first + gg < heads) {
+#pragma unroll
+                  for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+                    for (int j = 0; j < 2; ++j) {
+                      mma_total[nt][j] = __fadd_rn(mma_total[nt][j], d[mt][nt][2 * h + j]);
+                    }
+                  }
+                }
+                if (gg < 7) {
+#pragma unroll
+                  for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+                    for (int j = 0; j < 2; ++j) {
+                      mma_total[nt][j] = __shfl_up_sync(0xffffffffu, mma_total[nt][j], 4);
+                    }
+                  }
+                }
+              }
+#pragma unroll
+              for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+                for (int j = 0; j < 2; ++j) {
+                  mma_total[nt][j] = __shfl_sync(0xffffffffu, mma_total[nt][j], 28 | t4);
+                }
+              }
+            }
+          }
+        }
+      } else {
+        const float* q_lane = qs + (warp * head_rows + hg) * stride;  // + HeadRow(h) - hg rows
+        const float* k_lane = ks + kg * stride;
+        for (int pass = 0; pass < head_rows; pass += L::kHeadPass) {
+          float dot[L::kLaneHeads][L::kLaneKeys];
+#pragma unroll
+          for (int j = 0; j < L::kLaneHeads; ++j) {
+#pragma unroll
+            for (int i = 0; i < L::kLaneKeys; ++i) dot[j][i] = 0.0f;
+          }
+          const float* q_pass = q_lane + pass * stride;
+#pragma unroll 1
+          for (int c = 0; c < dim; c += 4) {
+            float4 kv[L::kLaneKeys];
 #pragma unroll
             for (int i = 0; i < L::kLaneKeys; ++i) {
-              total[i] = __shfl_up_sync(0xffffffffu, total[i], 1);
+              kv[i] = *reinterpret_cast<const float4*>(k_lane + i * L::kLaneKeys * stride + c);
+            }
+#pragma unroll
+            for (int j = 0; j < L::kLaneHeads; ++j) {
+              // Head pass + 8 hg + j lives at row pass + 4 j + hg.
+              const float4 qv = *reinterpret_cast<const float4*>(q_pass + 4 * j * stride + c);
+              // Channel by channel, the 8 keys' products before their sums, so
+              // a product is 8 instructions ahead of its sum and a chain's
+              // sums 16 apart (two warps a scheduler hide the latencies).
+              float p[L::kLaneKeys];
+#pragma unroll
+              for (int i = 0; i < L::kLaneKeys; ++i) p[i] = __fmul_rn(qv.x, kv[i].x);
+#pragma unroll
+              for (int i = 0; i < L::kLaneKeys; ++i) dot[j][i] = __fadd_rn(dot[j][i], p[i]);
+#pragma unroll
+              for (int i = 0; i < L::kLaneKeys; ++i) p[i] = __fmul_rn(qv.y, kv[i].y);
+#pragma unroll
+              for (int i = 0; i < L::kLaneKeys; ++i) dot[j][i] = __fadd_rn(dot[j][i], p[i]);
+#pragma unroll
+              for (int i = 0; i < L::kLaneKeys; ++i) p[i] = __fmul_rn(qv.z, kv[i].z);
+#pragma unroll
+              for (int i = 0; i < L::kLaneKeys; ++i) dot[j][i] = __fadd_rn(dot[j][i], p[i]);
+#pragma unroll
+              for (int i = 0; i < L::kLaneKeys; ++i) p[i] = __fmul_rn(qv.w, kv[i].w);
+#pragma unroll
+              for (int i = 0; i < L::kLaneKeys; ++i) dot[j][i] = __fadd_rn(dot[j][i], p[i]);
             }
           }
-        }
-        // The pass's totals (lane 3 of the quad) to the whole quad.
+          // The terms, in place.
 #pragma unroll
-        for (int i = 0; i < L::kLaneKeys; ++i) {
-          total[i] = __shfl_sync(0xffffffffu, total[i], lane | 3);
+          for (int j = 0; j < L::kLaneHeads; ++j) {
+            const float w = ws[warp * head_rows + pass + hg * L::kLaneHeads + j];
+#pragma unroll
+            for (int i = 0; i < L::kLaneKeys; ++i) {
+              const float d = round(dot[j][i]);
+              const float relu = d < 0.0f ? 0.0f : d;  // std::max(d, 0.0f)
+              dot[j][i] = round(__fmul_rn(relu, w));
+            }
+          }
+          // The head sum in head order: lane g of the quad adds heads
+          // pass + 8 g .. + 7 to the total lane g - 1 handed it.
+#pragma unroll
+          for (int g = 0; g < 4; ++g) {
+            const int valid = hg == g ? heads - pass - g * L::kLaneHeads : 0;  // heads to add
+#pragma unroll
+            for (int j = 0; j < L::kLaneHeads; ++j) {
+              if (j < valid) {
+#pragma unroll
+                for (int i = 0; i < L::kLaneKeys; ++i) total[i] = __fadd_rn(total[i], dot[j][i]);
+              }
+            }
+            if (g < 3) {
+#pragma unroll
+              for (int i = 0; i < L::kLaneKeys; ++i) {
+                total[i] = __shfl_up_sync(0xffffffffu, total[i], 1);
+              }
+            }
+          }
+          // The pass's totals (lane 3 of the quad) to the whole quad.
+#pragma unroll
+          for (int i = 0; i < L::kLaneKeys; ++i) {
+            total[i] = __shfl_sync(0xffffffffu, total[i], lane | 3);
+          }
         }
       }
     }
     // Each (query, key) of the tile: lane g of the quad writes keys
     // kg + 8 i for i % 4 == g.
-    if (warp < nq) {
+    if (kMma && warp < nq) {  // lane (g, t) writes keys 8 g + 2 t + j
+      float* row = out + (s0 + warp) * keys;
+      const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        if (nt != g) continue;
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int r = 8 * nt + 2 * t4 + j;
+          if (r >= rows) continue;
+          const int64_t tk = tile_start + r;
+          row[tk] = tk >= my_visible ? -INFINITY
+                    : my_bad         ? __int_as_float(0x7fffffff)
+                                     : round(mma_total[nt][j]);
+        }
+      }
+    } else if (warp < nq) {
       float* row = out + (s0 + warp) * keys;
 #pragma unroll
       for (int i = 0; i < L::kLaneKeys; ++i) {

@@ -21,8 +21,13 @@ namespace {
 
 using testing::DeviceBuffer;
 
+// kSharedKeysMma runs its tensor-core dots where q_mxfp4 and MXFP4 keys are
+// given (FusedInputs..., V41PrefillChunk..., Mxfp4Keys... with q_mxfp4) and
+// is kSharedKeys elsewhere; the cases' inputs keep every dot's sum exact in
+// fp32, so it must give the CPU's bits there too.
 constexpr IndexerScoreForm kForms[] = {IndexerScoreForm::kPerQuery, IndexerScoreForm::kGrouped,
-                                       IndexerScoreForm::kSharedKeys};
+                                       IndexerScoreForm::kSharedKeys,
+                                       IndexerScoreForm::kSharedKeysMma};
 
 struct Shape {
   int64_t queries;
@@ -688,6 +693,14 @@ TEST(IndexerScoreCudaTest, GroupedFormOnPrefillRunsIsBitIdenticalToTheCpu) {
   EXPECT_EQ(ResolveIndexerScoreForm(p), IndexerScoreForm::kPerQuery);
   p.dim = 36;  // the runtime-dim instance
   EXPECT_EQ(ResolveIndexerScoreForm(p), IndexerScoreForm::kSharedKeys);
+  p = prefill;
+  p.form = IndexerScoreForm::kSharedKeysMma;  // without q's MXFP4 form and MXFP4 keys: fp32
+  EXPECT_EQ(ResolveIndexerScoreForm(p), IndexerScoreForm::kSharedKeys);
+  p.q_mxfp4 = true;
+  p.k_codes = reinterpret_cast<const uint8_t*>(256);
+  EXPECT_EQ(ResolveIndexerScoreForm(p), IndexerScoreForm::kSharedKeysMma);
+  p.heads = 96;  // past 227 KiB
+  EXPECT_EQ(ResolveIndexerScoreForm(p), IndexerScoreForm::kPerQuery);
 }
 
 // A V4.1 prefill chunk as the device decoder launches it (SelectCompressed
