@@ -7,11 +7,15 @@
 #      now counters: the same bits); device_decoder_fast_test's
 #      prompt_bf16_gate cases (the prompt rows' gate logits as a bf16 GEMM:
 #      chunkings, steps of both roles, the trained tiny's bars) and the
-#      route-form and bf16-tile-form cases;
+#      route-form and bf16-tile-form cases; IndexerScore's tensor-core form
+#      (kSharedKeysMma) against the CPU's bits and the decoder's indexer_mma
+#      case;
 #   2. the EP8 prefill chunk with the defaults, with --prompt_bf16_gate, with
+#      --indexer_mma, with
 #      two consumer warpgroups on the route (the last default) and without
 #      CUTLASS (our tile after the counters);
-#   3. the benches: moe_gate_bench, fp8_gemm_bench prefill (our tile beside
+#   3. the benches: moe_gate_bench, indexer_score_bench (its four forms),
+#      fp8_gemm_bench prefill (our tile beside
 #      CUTLASS's and cuBLASLt's), mxfp4_grouped_gemm_bench's prefill table;
 #   4. ncu (--set full, reduced by ncu_stalls.py) of the route's kernel in
 #      its default form (one scale test a stage, three warpgroups) and of
@@ -23,7 +27,8 @@
 # Bundle (here, a few minutes with a warm cache):
 #   BUNDLE_TARGETS="//worker/model:device_decoder_fast_test //tools/bench:decode_gpu
 #     //kernels/cuda/moe:mxfp4_grouped_gemm_bench //kernels/cuda/dense:bf16_gemm_sm90_test
-#     //kernels/cuda/dense:fp8_gemm_bench //kernels/cuda/moe:moe_gate_bench"
+#     //kernels/cuda/dense:fp8_gemm_bench //kernels/cuda/moe:moe_gate_bench
+#     //kernels/cuda/attention:indexer_score_test //kernels/cuda/attention:indexer_score_bench"
 #     tools/gpu/bundle.sh
 #   tools/gpu/route_check.sh [RESULTS]
 set -uo pipefail
@@ -64,12 +69,16 @@ profile() {
 budget_step bf16_gemm_test 60 "${bundle}/bin/kernels_cuda_dense_bf16_gemm_sm90_test" \
   --gtest_filter='*WarpSpecialized*:*RowRole*:*RowStride*' || status=1
 budget_step device_decoder_fast_test 200 "${bundle}/bin/worker_model_device_decoder_fast_test" \
-  --gtest_filter='*PromptGate*:*PromptBf16Gate*:*RouteForms*:*WsForms*' || status=1
+  --gtest_filter='*PromptGate*:*PromptBf16Gate*:*MmaIndexer*:*RouteForms*:*WsForms*' || status=1
+budget_step indexer_score_test 120 "${bundle}/bin/kernels_cuda_attention_indexer_score_test" \
+  || status=1
 budget_step chunk_defaults 90 "${decode}" "${slice[@]}"
 budget_step chunk_gate 90 "${decode}" "${slice[@]}" --prompt_bf16_gate=true
+budget_step chunk_indexer_mma 90 "${decode}" "${slice[@]}" --indexer_mma=true
 budget_step chunk_2wg 90 "${decode}" "${slice[@]}" --bf16_route_warpgroups=2
 budget_step chunk_no_cutlass 90 "${decode}" "${slice[@]}" --bf16_cutlass=false
 budget_step moe_gate_bench 60 "${bundle}/tools/moe_gate_bench"
+budget_step indexer_bench 90 "${bundle}/tools/indexer_score_bench"
 budget_step fp8_bench_prefill 120 "${bundle}/tools/fp8_gemm_bench" prefill
 budget_step mxfp4_bench_prefill 120 "${route_bench[@]}"
 # The route's gate/up launch of w1 in its default form (the bench's third
@@ -95,6 +104,8 @@ sed -n "/^CUTLASS bf16/,/^\$/p" "${results}/fp8_bench_prefill.log" 2>/dev/null |
 echo "== experts' bf16 route"
 sed -n '/^Prefill:/,$p' "${results}/mxfp4_bench_prefill.log" 2>/dev/null |
   grep -E 'bf16 route|cuBLASLt' | tail -4
+echo "== IndexerScore's forms"
+grep -A12 "^case" "${results}/indexer_bench.log" 2>/dev/null
 echo "== the gate's logits"
 grep -A6 "^gate logits" "${results}/moe_gate_bench.log" 2>/dev/null
 echo "== summary"
