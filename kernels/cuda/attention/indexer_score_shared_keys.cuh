@@ -298,13 +298,13 @@ __global__ void __launch_bounds__(IndexerSharedKeysLayout::kThreads, 2)
               IndexerMmaBf16(d[1][nt], a[1], b0, b1);
             }
           }
-          // The terms, in place: d[mt][nt][2 h + j] is head pass + 16 mt + g
-          // + 8 h, key 8 nt + 2 t + j.
+          // The terms, in place: d[mt][nt][e] is head pass + MmaHead(lane,
+          // mt, e), key MmaKey(lane, nt, e).
 #pragma unroll
           for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-              const float w = ws[warp * head_rows + pass + 16 * mt + g + 8 * h];
+              const float w = ws[warp * head_rows + pass + L::MmaHead(lane, mt, 2 * h)];
 #pragma unroll
               for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
@@ -443,13 +443,12 @@ __global__ void __launch_bounds__(IndexerSharedKeysLayout::kThreads, 2)
     // kg + 8 i for i % 4 == g.
     if (kMma && warp < nq) {  // lane (g, t) writes keys 8 g + 2 t + j
       float* row = out + (s0 + warp) * keys;
-      const int g = lane >> 2, t4 = lane & 3;
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
-        if (nt != g) continue;
+        if (nt != L::MmaWriteTile(lane)) continue;
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
-          const int r = 8 * nt + 2 * t4 + j;
+          const int r = L::MmaKey(lane, nt, j);
           if (r >= rows) continue;
           const int64_t tk = tile_start + r;
           row[tk] = tk >= my_visible ? -INFINITY

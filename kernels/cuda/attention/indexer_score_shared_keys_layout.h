@@ -69,6 +69,23 @@ struct IndexerSharedKeysLayout {
   WEIR_SHARED_KEYS_HD static constexpr int LaneKey(int lane, int i) {
     return KeyGroup(lane) + kLaneKeys * i;
   }
+
+  // kMma (IndexerScoreForm::kSharedKeysMma): a warp's pass of 32 heads over
+  // the tile's 64 keys as mma.sync m16n8k16 accumulators, 2 m tiles (16
+  // heads) x 8 n tiles (8 keys) x 4 a lane. Lane (g = lane / 4, t = lane %
+  // 4) holds element e of tile (mt, nt) at head MmaHead (within the pass)
+  // and key MmaKey: rows g and g + 8, columns 2 t and 2 t + 1 (the mma's C
+  // layout). The head sum runs, for each 8 heads 16 mt + 8 h + (0 .. 7),
+  // along the lanes of one t (lane g adds head 16 mt + 8 h + g), and lane
+  // (g, t) writes the keys of n tile MmaWriteTile(lane).
+  static constexpr int kMmaTiles = 2, kMmaKeyTiles = kKeys / 8;
+  WEIR_SHARED_KEYS_HD static constexpr int MmaHead(int lane, int mt, int e) {
+    return 16 * mt + (lane >> 2) + 8 * (e >> 1);
+  }
+  WEIR_SHARED_KEYS_HD static constexpr int MmaKey(int lane, int nt, int e) {
+    return 8 * nt + 2 * (lane & 3) + (e & 1);
+  }
+  WEIR_SHARED_KEYS_HD static constexpr int MmaWriteTile(int lane) { return lane >> 2; }
 };
 
 // Which (group of queries, range of key tiles) block b takes: groups of

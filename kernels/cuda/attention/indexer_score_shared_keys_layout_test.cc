@@ -1,5 +1,6 @@
 #include "kernels/cuda/attention/indexer_score_shared_keys_layout.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <set>
 #include <vector>
@@ -137,6 +138,91 @@ TEST(IndexerSharedKeysLayoutTest, BlocksTakeEveryGroupAndRangeOnceLastGroupsFirs
   const IndexerSharedKeysGrid prefill = IndexerSharedKeysGrid::Make(4096, 1026, 1024);
   EXPECT_EQ(prefill.ranges, 1);
   EXPECT_EQ(prefill.Blocks(), 1024);
+}
+
+// kMma's accumulators: over a warp, every (head, key) of a pass and tile is
+// one lane's element exactly once, and every key is written by one lane.
+TEST(IndexerSharedKeysLayoutTest, MmaAccumulatorsCoverEveryHeadAndKeyOnce) {
+  std::vector<int> held(L::kHeadPass * L::kKeys, 0), writes(L::kKeys, 0);
+  for (int lane = 0; lane < 32; ++lane) {
+    for (int mt = 0; mt < L::kMmaTiles; ++mt) {
+      for (int nt = 0; nt < L::kMmaKeyTiles; ++nt) {
+        for (int e = 0; e < 4; ++e) {
+          const int h = L::MmaHead(lane, mt, e), k = L::MmaKey(lane, nt, e);
+          ASSERT_LT(h, L::kHeadPass);
+          ASSERT_LT(k, L::kKeys);
+          ++held[h * L::kKeys + k];
+          // The mma's C layout: rows g, g + 8; columns 2 t, 2 t + 1.
+          EXPECT_EQ(h % 16, lane / 4 + 8 * (e / 2));
+          EXPECT_EQ(k % 8, 2 * (lane % 4) + e % 2);
+        }
+      }
+    }
+    for (int j = 0; j < 2; ++j) ++writes[L::MmaKey(lane, L::MmaWriteTile(lane), j)];
+  }
+  for (int h : held) EXPECT_EQ(h, 1);
+  for (int w : writes) EXPECT_EQ(w, 1);
+}
+
+// The kernel's head sum emulated lane by lane (its segments of 8 heads, the
+// shuffle up by 4 lanes and lane 7's broadcast, the writers' keys) on
+// integer-valued terms of distinct magnitudes whose fp32 sum is order-
+// sensitive: every key's total must be the sum in head order from 0,
+// skipping heads past `heads`, as the CPU adds its terms.
+TEST(IndexerSharedKeysLayoutTest, MmaHeadSumRunsInHeadOrder) {
+  for (int heads : {32, 20, 8, 3}) {
+    // term(h, k): large and tiny values, so a wrong order changes the bits.
+    auto term = [](int h, int k) {
+      return (h + k) % 3 == 0 ? 1.0e8f : 1.0f + static_cast<float>((h * 7 + k) % 5);
+    };
+    float total[32][L::kMmaKeyTiles][2] = {};
+    for (int mt = 0; mt < L::kMmaTiles; ++mt) {
+      for (int half = 0; half < 2; ++half) {
+        const int first = 16 * mt + 8 * half;
+        for (int gg = 0; gg < 8; ++gg) {
+          for (int lane = 0; lane < 32; ++lane) {
+            if (lane / 4 != gg || first + gg >= heads) continue;
+            for (int nt = 0; nt < L::kMmaKeyTiles; ++nt) {
+              for (int j = 0; j < 2; ++j) {
+                const int e = 2 * half + j;
+                ASSERT_EQ(L::MmaHead(lane, mt, e), first + gg);
+                total[lane][nt][j] += term(first + gg, L::MmaKey(lane, nt, e));
+              }
+            }
+          }
+          if (gg < 7) {  // __shfl_up_sync by 4: lane l takes lane l - 4's (l >= 4)
+            float next[32][L::kMmaKeyTiles][2];
+            for (int lane = 0; lane < 32; ++lane) {
+              const int from = lane >= 4 ? lane - 4 : lane;
+              for (int nt = 0; nt < L::kMmaKeyTiles; ++nt) {
+                for (int j = 0; j < 2; ++j) next[lane][nt][j] = total[from][nt][j];
+              }
+            }
+            std::copy(&next[0][0][0], &next[0][0][0] + 32 * L::kMmaKeyTiles * 2, &total[0][0][0]);
+          }
+        }
+        float next[32][L::kMmaKeyTiles][2];  // lane 28 | t's totals to the lanes of t
+        for (int lane = 0; lane < 32; ++lane) {
+          for (int nt = 0; nt < L::kMmaKeyTiles; ++nt) {
+            for (int j = 0; j < 2; ++j) next[lane][nt][j] = total[28 | (lane & 3)][nt][j];
+          }
+        }
+        std::copy(&next[0][0][0], &next[0][0][0] + 32 * L::kMmaKeyTiles * 2, &total[0][0][0]);
+      }
+    }
+    std::vector<int> written(L::kKeys, 0);
+    for (int lane = 0; lane < 32; ++lane) {
+      const int nt = L::MmaWriteTile(lane);
+      for (int j = 0; j < 2; ++j) {
+        const int k = L::MmaKey(lane, nt, j);
+        ++written[k];
+        float want = 0.0f;
+        for (int h = 0; h < heads; ++h) want += term(h, k);
+        EXPECT_EQ(total[lane][nt][j], want) << "heads " << heads << " key " << k;
+      }
+    }
+    for (int w : written) EXPECT_EQ(w, 1);
+  }
 }
 
 }  // namespace
