@@ -39,14 +39,13 @@
 #ifndef WEIR_KERNELS_CUDA_ATTENTION_INDEXER_SCORE_SHARED_KEYS_CUH_
 #define WEIR_KERNELS_CUDA_ATTENTION_INDEXER_SCORE_SHARED_KEYS_CUH_
 
-#include <cuda_bf16.h>
-
 #include <cstdint>
 
 #include "kernels/cuda/attention/indexer_score.cuh"
 #include "kernels/cuda/attention/indexer_score_shared_keys_layout.h"
 #include "kernels/cuda/dense/fake_quant.cuh"
 #include "kernels/cuda/grid_dependency.cuh"
+#include "kernels/cuda/mma_bf16.cuh"
 #include "kernels/cuda/rounding.cuh"
 
 namespace weir::kernels::cuda {
@@ -63,29 +62,6 @@ namespace weir::kernels::cuda {
 // length among the run's queries, and scored by the run's warps. A prefill
 // chunk's group is one run; a group of four sequences stages each tile four
 // times (correct, but the form is not meant for decode batches).
-// kMma's operands: (lo, hi) as bf16x2 bits, lo in the low half (the lower
-// column of an mma fragment); exact for the bf16 values staged here.
-__device__ __forceinline__ uint32_t IndexerPackBf16(float2 v) {
-  const __nv_bfloat162 b = __floats2bfloat162_rn(v.x, v.y);
-  uint32_t r;
-  __builtin_memcpy(&r, &b, sizeof(r));
-  return r;
-}
-
-// d += A (16 x 16 bf16, row) * B (16 x 8 bf16, col), fp32 accumulators.
-__device__ __forceinline__ void IndexerMmaBf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                               uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-  __trap();  // built for sm_90a only
-#endif
-}
-
 template <int kDim, bool kRoundBf16, bool kMma = false>
 __global__ void __launch_bounds__(IndexerSharedKeysLayout::kThreads, 2)
     IndexerScoreSharedKeysKernel(
@@ -279,23 +255,28 @@ __global__ void __launch_bounds__(IndexerSharedKeysLayout::kThreads, 2)
             q_rows[mt][1] = q_warp + L::HeadRow(pass + 16 * mt + g + 8) * stride + 2 * t4;
           }
           const float* k_row = ks + g * stride + 2 * t4;
+          // Two staged floats as an operand register (exact: bf16 values).
+          auto Pack = [](const float* at) {
+            const float2 v = *reinterpret_cast<const float2*>(at);
+            return PackBf16x2(v.x, v.y);
+          };
 #pragma unroll 1
           for (int c = 0; c < dim; c += 16) {
             uint32_t a[2][4];
 #pragma unroll
             for (int mt = 0; mt < 2; ++mt) {
-              a[mt][0] = IndexerPackBf16(*reinterpret_cast<const float2*>(q_rows[mt][0] + c));
-              a[mt][1] = IndexerPackBf16(*reinterpret_cast<const float2*>(q_rows[mt][1] + c));
-              a[mt][2] = IndexerPackBf16(*reinterpret_cast<const float2*>(q_rows[mt][0] + c + 8));
-              a[mt][3] = IndexerPackBf16(*reinterpret_cast<const float2*>(q_rows[mt][1] + c + 8));
+              a[mt][0] = Pack(q_rows[mt][0] + c);
+              a[mt][1] = Pack(q_rows[mt][1] + c);
+              a[mt][2] = Pack(q_rows[mt][0] + c + 8);
+              a[mt][3] = Pack(q_rows[mt][1] + c + 8);
             }
 #pragma unroll
             for (int nt = 0; nt < 8; ++nt) {
               const float* kp = k_row + nt * 8 * stride + c;
-              const uint32_t b0 = IndexerPackBf16(*reinterpret_cast<const float2*>(kp));
-              const uint32_t b1 = IndexerPackBf16(*reinterpret_cast<const float2*>(kp + 8));
-              IndexerMmaBf16(d[0][nt], a[0], b0, b1);
-              IndexerMmaBf16(d[1][nt], a[1], b0, b1);
+              const uint32_t b0 = Pack(kp);
+              const uint32_t b1 = Pack(kp + 8);
+              MmaBf16M16N8K16(d[0][nt], a[0], b0, b1);
+              MmaBf16M16N8K16(d[1][nt], a[1], b0, b1);
             }
           }
           // The terms, in place: d[mt][nt][e] is head pass + MmaHead(lane,

@@ -29,6 +29,7 @@
 
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/grid_dependency.cuh"
+#include "kernels/cuda/mma_bf16.cuh"
 #include "kernels/cuda/rounding.cuh"
 
 namespace weir::kernels::cuda {
@@ -123,18 +124,11 @@ __device__ __forceinline__ void LdMatrixX4Trans(uint32_t addr, uint32_t& r0, uin
                : "memory");
 }
 
-// d += A (16 x 16 bf16, row) * B (16 x 8 bf16, col), fp32 accumulate.
+// d += A (16 x 16 bf16, row) * B (16 x 8 bf16, col), fp32 accumulate
+// (kernels/cuda/mma_bf16.cuh).
 __device__ __forceinline__ void MmaBf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                         uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-  __trap();  // built for sm_90a only
-#endif
+  MmaBf16M16N8K16(d, a, b0, b1);
 }
 
 __device__ __forceinline__ uint32_t Prmt(uint32_t a, uint32_t b, uint32_t selector) {
@@ -157,9 +151,7 @@ __device__ __forceinline__ __nv_bfloat162 Bf16x2(uint32_t bits) {
 
 // Rounds (lo, hi) to bf16 (nearest even); lo in the low half, as the mma
 // fragments want the lower column index there.
-__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
-  return Bf16x2Bits(__floats2bfloat162_rn(lo, hi));
-}
+__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) { return PackBf16x2(lo, hi); }
 
 // Two e4m3 codes (low byte = lower dim) times a power-of-two scale, as bf16x2.
 // Exact: e4m3 fits fp16 and bf16, the scale only moves the exponent.
