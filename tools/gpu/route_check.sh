@@ -20,7 +20,8 @@
 #   4. ncu (--set full, reduced by ncu_stalls.py) of the route's kernel in
 #      its default form (one scale test a stage, three warpgroups) and of
 #      our bf16 tile;
-#   5. EP8 decode at context 4,096 (batch 1 and 64 against the floor), the
+#   5. EP8 decode at context 4,096 (batch 1 and 64 against the floor, with
+#      the steps' kernel timelines), the
 #      chunk's kernel timeline without programmatic edges, the chunk again.
 # The summary prints the long parts first, so the call's output tail (its
 # last 12,000 characters) ends with the tests and the chunk's times.
@@ -89,7 +90,7 @@ profile bf16_ws 'Bf16GemmWsKernel' 4 "${bundle}/tools/fp8_gemm_bench" prefill
 # stored-form floor (the issue asks at most 3x and 1.5x); batch 64 takes
 # about three minutes to set up.
 budget_step ep8_decode_4096 240 "${decode}" --ep_slice=8 --numerics=fast --batches=1,64 \
-  --context=4096 --steps=3 --warmup=1 --slice_profile=false
+  --context=4096 --steps=3 --warmup=1 --slice_profile=false --kernel_timeline
 # Without programmatic edges, so each kernel's busy time is its own.
 budget_step chunk_timeline 120 "${decode}" "${slice[@]}" --prefill_timeline --programmatic=false
 budget_step chunk_defaults_2 90 "${decode}" "${slice[@]}"
@@ -97,6 +98,8 @@ for name in rs128_3wg bf16_ws; do
   echo "== ncu ${name}"
   head -c 3500 "${results}/${name}.txt" 2>/dev/null
 done
+echo "== EP8 decode's kernel timelines at context 4096 (programmatic edges: upper bounds)"
+grep -A12 "kernel timeline of batch" "${results}/ep8_decode_4096.log" 2>/dev/null | head -30
 echo "== the chunk's kernel timeline (defaults, no programmatic edges)"
 sed -n '/prefill timeline/,/^prefill:/p' "${results}/chunk_timeline.log" 2>/dev/null | head -18
 echo "== the prompt's bf16 products (dense)"
