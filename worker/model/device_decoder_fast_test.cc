@@ -1187,13 +1187,18 @@ void ExpectOtherBitsClose(const char* what, const std::vector<float>& a,
   EXPECT_LE(rel[rel.size() / 2], 0.3);
 }
 
+// The prompt's maths a case turns on: prompt_bf16_linears alone, or with
+// prompt_bf16_experts, or with prompt_bf16_gate.
+enum class PromptMaths { kLinears, kExperts, kGate };
+
 // A 400-row prompt chunk against the same prompt in chunks of 100 rows,
-// both with the prompt marked, with prompt_bf16_linears and, with `experts`,
-// prompt_bf16_experts (LongChunkAgainstShortChunks: every row the same bits,
-// then decode steps past the prompt); then the chunk without the last of
-// the two options: other bits, close (ExpectOtherBitsClose). The option's
-// stats count its products in both chunkings and none without it.
-void PromptMathsLongChunk(bool experts, uint32_t seed, const char* what) {
+// both with the prompt marked, with prompt_bf16_linears and `maths`'s
+// option (LongChunkAgainstShortChunks: every row the same bits, then decode
+// steps past the prompt); then the chunk without that option (the linears'
+// own for kLinears): other bits, close (ExpectOtherBitsClose). The option's
+// stats count its work in both chunkings and none without it.
+void PromptMathsLongChunk(PromptMaths maths, uint32_t seed, const char* what) {
+  const bool experts = maths == PromptMaths::kExperts;
   const Checkpoint* small = SmallCheckpoint(3);
   ASSERT_NE(small, nullptr);
   const int64_t v = small->config().vocab_size;
@@ -1203,8 +1208,11 @@ void PromptMathsLongChunk(bool experts, uint32_t seed, const char* what) {
   DeviceDecoderOptions options = FastChunkOptions(kChunk);
   options.prompt_bf16_linears = true;
   options.prompt_bf16_experts = experts;
-  const auto counted = [experts](const DeviceDecoderStats& s) {
-    return experts ? s.prompt_bf16_expert_layers : s.prompt_bf16_products;
+  options.prompt_bf16_gate = maths == PromptMaths::kGate;
+  const auto counted = [maths](const DeviceDecoderStats& s) {
+    return maths == PromptMaths::kExperts ? s.prompt_bf16_expert_layers
+           : maths == PromptMaths::kGate  ? s.prompt_gate_products
+                                          : s.prompt_bf16_products;
   };
   const std::vector<int64_t> prompt = RandomTokens(kChunk, seed, v - 1);
   DeviceDecoderStats stats[2], other_stats;
@@ -1214,7 +1222,9 @@ void PromptMathsLongChunk(bool experts, uint32_t seed, const char* what) {
   EXPECT_GT(counted(stats[0]), 0);
   EXPECT_GT(counted(stats[1]), 0);
   DeviceDecoderOptions other = options;
-  (experts ? other.prompt_bf16_experts : other.prompt_bf16_linears) = false;
+  (maths == PromptMaths::kExperts ? other.prompt_bf16_experts
+   : maths == PromptMaths::kGate  ? other.prompt_bf16_gate
+                                  : other.prompt_bf16_linears) = false;
   const auto other_rows = ChunkThenSteps(*cpu, other, {1}, prompt, {}, &other_stats,
                                          ActivationPrecision::kBf16, /*mark_prompt=*/true);
   ASSERT_EQ(other_rows.size(), 1u);
@@ -1224,8 +1234,11 @@ void PromptMathsLongChunk(bool experts, uint32_t seed, const char* what) {
   // 2026-12-07: 0 of 400 rows differ): both sum exact products in fp32, and
   // where no partial sum over small's K (1,024 and 512) needs rounding both
   // give the exact sum, whatever their order. That the route ran is in the
-  // stats above; its bits are Mxfp4Bf16GroupedGemm's kernel test's.
-  ExpectOtherBitsClose(what, whole[0], other_rows[0], kChunk, v, /*may_agree=*/experts);
+  // stats above; its bits are Mxfp4Bf16GroupedGemm's kernel test's. The
+  // gate's two sums of the same exact products may agree too where no
+  // partial sum needs rounding; its stats say the GEMM ran.
+  ExpectOtherBitsClose(what, whole[0], other_rows[0], kChunk, v,
+                       /*may_agree=*/maths != PromptMaths::kLinears);
 }
 
 // The small bf16 model, a prompt of kLongChunk tokens (from `seed`) fed as
@@ -1399,33 +1412,10 @@ TEST(DeviceDecoderFastTest, SmallBf16PromptUnsplitLongChunkGivesTheShortChunksBi
 // so a 400-row chunk (CUTLASS's GEMM or the warp-specialized tile) and four
 // of 100 rows (the mma tiles) give every row the same bits, then the decode
 // steps past it (MoeGateLogits for the generated rows); without the option
-// the chunk's rows take MoeGateLogits: other bits (the option is not a
-// no-op), close.
+// the chunk's rows take MoeGateLogits: close.
 TEST(DeviceDecoderFastTest, SmallBf16PromptGateLongChunkGivesTheShortChunksBits) {
-  const Checkpoint* small = SmallCheckpoint(3);
-  ASSERT_NE(small, nullptr);
-  const int64_t v = small->config().vocab_size;
-  auto cpu = RowStableCpuModel(*small, ActivationPrecision::kBf16);
-  ASSERT_NE(cpu, nullptr);
-  DeviceDecoderOptions options = FastChunkOptions(kLongChunk);
-  options.prompt_bf16_linears = true;
-  options.prompt_bf16_gate = true;
-  const std::vector<int64_t> prompt = RandomTokens(kLongChunk, 61, v - 1);
-  DeviceDecoderStats stats[2], other_stats;
-  const auto whole =
-      LongChunkAgainstShortChunks(*cpu, options, prompt, /*mark_prompt=*/true, &stats);
-  ASSERT_EQ(whole.size(), 4u);
-  EXPECT_GT(stats[0].prompt_gate_products, 0);
-  EXPECT_GT(stats[1].prompt_gate_products, 0);
-  DeviceDecoderOptions other = options;
-  other.prompt_bf16_gate = false;
-  const auto other_rows = ChunkThenSteps(*cpu, other, {1}, prompt, {}, &other_stats,
-                                         ActivationPrecision::kBf16, /*mark_prompt=*/true);
-  ASSERT_EQ(other_rows.size(), 1u);
-  ASSERT_EQ(other_rows[0].size(), whole[0].size());
-  EXPECT_EQ(other_stats.prompt_gate_products, 0);
-  ExpectOtherBitsClose("the prompt's gate as a bf16 GEMM against MoeGateLogits", whole[0],
-                       other_rows[0], kLongChunk, v);
+  PromptMathsLongChunk(PromptMaths::kGate, 61,
+                       "the prompt's gate as a bf16 GEMM against MoeGateLogits");
 }
 
 // bf16_cutlass with prompt_bf16_unsplit: the prompt's 400-row chunk (its
@@ -1456,7 +1446,7 @@ TEST(DeviceDecoderFastTest, SmallBf16CutlassGivesTheUnsplitTilesBits) {
 // chunk's rows take the FP8 maths: other bits (the option is not a no-op),
 // close.
 TEST(DeviceDecoderFastTest, SmallBf16PromptLinearsLongChunkGivesTheShortChunksBits) {
-  PromptMathsLongChunk(/*experts=*/false, 47, "prompt bf16 linears against the FP8 products");
+  PromptMathsLongChunk(PromptMaths::kLinears, 47, "prompt bf16 linears against the FP8 products");
 }
 
 // prompt_bf16_experts: a 400-row prompt chunk's routed experts on the bf16
@@ -1465,7 +1455,7 @@ TEST(DeviceDecoderFastTest, SmallBf16PromptLinearsLongChunkGivesTheShortChunksBi
 // Against prompt_bf16_linears alone (the FP8 experts for the prompt too):
 // other bits, close.
 TEST(DeviceDecoderFastTest, SmallBf16PromptExpertsLongChunkGivesTheShortChunksBits) {
-  PromptMathsLongChunk(/*experts=*/true, 53, "bf16 experts against the FP8 experts");
+  PromptMathsLongChunk(PromptMaths::kExperts, 53, "bf16 experts against the FP8 experts");
 }
 
 // prompt_bf16_linears with the prompts marked: steps mixing prompt rows (the
