@@ -364,8 +364,7 @@ struct DeviceDecoder::Impl {
   // the layout put where.
   absl::flat_hash_map<const DenseWeight*, EncodedDense> fp8_dense;
   // kFast bf16 linears: whether each weight's values are all bf16 values.
-  absl::flat_hash_map<const DenseWeight*, bool> bf16_exact;
-  absl::flat_hash_map<const float*, bool> gate_bf16_exact;  // prompt_bf16_gate, by the gate's data
+  absl::flat_hash_map<const float*, bool> bf16_exact;  // by a weight's values (LayoutWeights)
   int fast_dense = 0, bf16_dense = 0, reference_dense = 0, fast_moe_layers = 0;
   int stored_wo_a = 0;    // DeviceDecoderStats::stored_wo_a
   int64_t batch_cap = 0;  // max_batch rounded up to batch_interval

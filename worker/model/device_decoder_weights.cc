@@ -3,6 +3,7 @@
 // the RoPE tables.
 
 #include <optional>
+#include <span>
 
 #include "worker/model/device_decoder_impl.h"
 
@@ -125,11 +126,11 @@ absl::Status DeviceDecoder::Impl::LayoutWeights(Region& r, int64_t& max_in) {
     return d;
   };
   // Whether every value of a real weight is a bf16 value: decided once per
-  // weight (every layout pass must agree).
-  auto bf16_values = [&](const DenseWeight& dw) {
-    auto [it, fresh] = bf16_exact.try_emplace(&dw, true);
+  // weight, by its values' address (every layout pass must agree).
+  auto bf16_values = [&](std::span<const float> w) {
+    auto [it, fresh] = bf16_exact.try_emplace(w.data(), true);
     if (fresh) {
-      for (float v : dw.w) {
+      for (float v : w) {
         uint32_t b;
         std::memcpy(&b, &v, 4);
         if ((b & 0xFFFFu) != 0) {  // not a bf16 value
@@ -139,6 +140,17 @@ absl::Status DeviceDecoder::Impl::LayoutWeights(Region& r, int64_t& max_in) {
       }
     }
     return it->second;
+  };
+  // Room for bf16 values' bits (the measuring pass), or their bits uploaded.
+  auto put_bf16 = [&](std::span<const float> w) -> const uint16_t* {
+    if (!live) return r.Alloc<uint16_t>(static_cast<int64_t>(w.size()));
+    std::vector<uint16_t> bits(w.size());
+    for (size_t i = 0; i < bits.size(); ++i) {
+      uint32_t b;
+      std::memcpy(&b, &w[i], 4);
+      bits[i] = static_cast<uint16_t>(b >> 16);
+    }
+    return r.Put(bits);
   };
   // kFast with bf16 activations: a bf16 linear in bf16 (real weights: when
   // every value is a bf16 value; synthetic: drawn as bf16).
@@ -161,18 +173,8 @@ absl::Status DeviceDecoder::Impl::LayoutWeights(Region& r, int64_t& max_in) {
       d.bf16 = p;
       return d;
     }
-    if (!bf16_values(dw)) return std::nullopt;
-    if (!live) {
-      d.bf16 = r.Alloc<uint16_t>(dw.out * dw.in);
-      return d;
-    }
-    std::vector<uint16_t> bits(dw.w.size());
-    for (size_t i = 0; i < bits.size(); ++i) {
-      uint32_t b;
-      std::memcpy(&b, &dw.w[i], 4);
-      bits[i] = static_cast<uint16_t>(b >> 16);
-    }
-    d.bf16 = r.Put(bits);
+    if (!bf16_values(dw.w)) return std::nullopt;
+    d.bf16 = put_bf16(dw.w);
     return d;
   };
   // The fp32 form (the reference kernel's).
@@ -218,7 +220,7 @@ absl::Status DeviceDecoder::Impl::LayoutWeights(Region& r, int64_t& max_in) {
         ++stored_wo_a;
         return *f;
       }
-    } else if (eligible && !dw.w.empty() && bf16_values(dw)) {
+    } else if (eligible && !dw.w.empty() && bf16_values(dw.w)) {
       if (const EncodedDense* e = Fp8Form(dw, /*any_activation=*/true)) {
         ++fast_dense;
         ++bf16_dense;
@@ -276,31 +278,8 @@ absl::Status DeviceDecoder::Impl::LayoutWeights(Region& r, int64_t& max_in) {
     // generated rows' MoeGateLogits and MoeGate read those), where every
     // value is a bf16 value (decided once per gate: both layout passes agree).
     if (fast() && bf16() && options.prompt_bf16_gate && options.prompt_bf16_linears &&
-        !f.gate.empty() && d % 8 == 0) {
-      auto [it, fresh] = gate_bf16_exact.try_emplace(f.gate.data(), true);
-      if (fresh) {
-        for (float v : f.gate) {
-          uint32_t b;
-          std::memcpy(&b, &v, 4);
-          if ((b & 0xFFFFu) != 0) {
-            it->second = false;
-            break;
-          }
-        }
-      }
-      if (it->second) {
-        if (!live) {
-          L.gate16 = r.Alloc<uint16_t>(static_cast<int64_t>(f.gate.size()));
-        } else {
-          std::vector<uint16_t> bits(f.gate.size());
-          for (size_t i = 0; i < bits.size(); ++i) {
-            uint32_t b;
-            std::memcpy(&b, &f.gate[i], 4);
-            bits[i] = static_cast<uint16_t>(b >> 16);
-          }
-          L.gate16 = r.Put(bits);
-        }
-      }
+        !f.gate.empty() && d % 8 == 0 && bf16_values(f.gate)) {
+      L.gate16 = put_bf16(f.gate);
     }
     L.bias = r.Put(f.bias);
     L.bias_vl = r.Put(f.bias_vl);
