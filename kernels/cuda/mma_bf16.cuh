@@ -1,8 +1,8 @@
 // kernels/cuda/mma_bf16.cuh — mma.sync m16n8k16 over bf16 operands with fp32
 // accumulators, and the packing of its operand pairs: the one copy of that
 // PTX for the kernels that build their fragments in registers (the sparse
-// attention's staged form, the indexer's tensor-core form). No host
-// dependencies.
+// attention's staged form, the indexer's tensor-core form, dense's bf16 mma
+// tiles). No host dependencies.
 //
 // Fragments (g = lane / 4, t = lane % 4): A (16 x 16, row) a[0] rows g,
 // columns 2 t and 2 t + 1; a[1] row g + 8; a[2] row g, columns + 8; a[3]

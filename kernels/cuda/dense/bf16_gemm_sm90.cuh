@@ -20,6 +20,7 @@
 #include "kernels/cuda/dense/fp8_block_gemm_params.h"
 #include "kernels/cuda/dense/fp8_mma_sm90.cuh"
 #include "kernels/cuda/grid_dependency.cuh"
+#include "kernels/cuda/mma_bf16.cuh"
 #include "kernels/cuda/rounding.cuh"
 
 namespace weir::kernels::cuda::dense {
@@ -72,14 +73,11 @@ __device__ __forceinline__ bool RowHasRole(uint32_t rows, int64_t d) {
   return ((rows >> (2 * (i >> 3) + (i & 1))) & 1u) != 0;
 }
 
-// acc += A B over one 16-element K step (bf16 operands, fp32 accumulation).
+// acc += A B over one 16-element K step (bf16 operands, fp32 accumulation;
+// kernels/cuda/mma_bf16.cuh).
 __device__ __forceinline__ void MmaBf16(const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
                                         float (&d)[4]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  MmaBf16M16N8K16(d, a, b0, b1);
 }
 
 template <int kBn, int kBm, int kWarpsN, int kWarpsM, int kStages, bool kW8 = false>
