@@ -27,7 +27,7 @@
 // A dot is then the exact sum of its products wherever that sum and the
 // CPU's partial sums fit fp32's 24 bits (products of e2m1 pairs under one
 // 32-channel scale pair are multiples of a quarter of it below 36 times it,
-// so a block's sum takes about 11 bits and the dot's four blocks more only
+// so a block's sum takes at most 13 bits and the dot's four blocks more only
 // as far as their scales differ): there the CPU's rounded chain is exact
 // too and the bits are the same; elsewhere the tensor core's sum differs by
 // its rounding. The terms and the head sum are the CPU's as above. A warp
