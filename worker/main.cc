@@ -148,6 +148,9 @@ ABSL_FLAG(bool, prompt_bf16_gate, false,
           "With --numerics=fast and --bf16: the prompt rows' gate logits as one bf16 GEMM over the "
           "gate's bf16 bits; other bits for prompt rows' logits "
           "(DeviceDecoderOptions::prompt_bf16_gate).");
+ABSL_FLAG(bool, prompt_tf32_mhc, false,
+          "With --numerics=fast: the prompt rows' mHC coefficients on TF32 tensor cores (three "
+          "products a pair); other bits for prompt rows (DeviceDecoderOptions::prompt_tf32_mhc).");
 ABSL_FLAG(bool, prompt_bf16_unsplit, true,
           "With --numerics=fast: the prompt's bf16 products unsplit at every chunk length; other "
           "bits for prompt rows, batch-invariant (DeviceDecoderOptions::prompt_bf16_unsplit).");
@@ -275,6 +278,7 @@ int Run(int argc, char** argv) {
                     .bf16_cutlass = absl::GetFlag(FLAGS_bf16_cutlass),
                     .prompt_bf16_unsplit = absl::GetFlag(FLAGS_prompt_bf16_unsplit),
                     .prompt_bf16_gate = absl::GetFlag(FLAGS_prompt_bf16_gate),
+                    .prompt_tf32_mhc = absl::GetFlag(FLAGS_prompt_tf32_mhc),
                     .ep_lsa_exchange = absl::GetFlag(FLAGS_ep_lsa_exchange),
                     .fault_injection = absl::GetFlag(FLAGS_fault_injection)});
   if (absl::GetFlag(FLAGS_fault_injection)) InstallStallSignal();

@@ -422,6 +422,7 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     dd_options.bf16_cutlass = options_.bf16_cutlass;
     dd_options.prompt_bf16_unsplit = options_.prompt_bf16_unsplit;
     dd_options.prompt_bf16_gate = options_.prompt_bf16_gate;
+    dd_options.prompt_tf32_mhc = options_.prompt_tf32_mhc;
     // A world of one exchanges by device copies; the symmetric windows need peers.
     dd_options.ep_lsa_exchange = options_.ep_lsa_exchange && world > 1;
     if (options_.ep_lsa_exchange && world == 1) {

@@ -286,6 +286,9 @@ ABSL_FLAG(bool, prompt_bf16_gate, false,
           "prompt_bf16_linears with bf16 activations: the prompt rows' gate logits as one bf16 "
           "GEMM over the gate's bf16 bits (DeviceDecoderOptions::prompt_bf16_gate; other bits for "
           "prompt rows' logits, the same products summed in another order).");
+ABSL_FLAG(bool, prompt_tf32_mhc, false,
+          "prompt_bf16_linears: the prompt rows' mHC coefficients on TF32 tensor cores, three "
+          "products a pair (DeviceDecoderOptions::prompt_tf32_mhc; other bits for prompt rows).");
 ABSL_FLAG(bool, bf16_ws_persistent, true,
           "The bf16 products' warp-specialized prefill tile persistent (a CTA an SM at most; "
           "DeviceDecoderOptions::bf16_ws_persistent; same bits).");
@@ -570,6 +573,7 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .bf16_ws_m256_large = absl::GetFlag(FLAGS_bf16_ws_m256_large),
           .bf16_cutlass = absl::GetFlag(FLAGS_bf16_cutlass),
           .prompt_bf16_gate = absl::GetFlag(FLAGS_prompt_bf16_gate),
+          .prompt_tf32_mhc = absl::GetFlag(FLAGS_prompt_tf32_mhc),
           .bf16_ws_persistent = absl::GetFlag(FLAGS_bf16_ws_persistent),
           .expert_out_bf16 = absl::GetFlag(FLAGS_expert_out_bf16)};
 }
@@ -905,6 +909,10 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
         std::printf(
             "      prompt_bf16_gate: %lld layers' prompt gate logits as a bf16 GEMM since start\n",
             static_cast<long long>((*dd)->stats().prompt_gate_products));
+      }
+      if ((*dd)->stats().prompt_tf32_mixes > 0) {
+        std::printf("      prompt_tf32_mhc: %lld mHC calls on TF32 tensor cores since start\n",
+                    static_cast<long long>((*dd)->stats().prompt_tf32_mixes));
       }
       if ((*dd)->stats().cutlass_products > 0) {
         std::printf("      bf16_cutlass: %lld bf16 products on CUTLASS since start\n",

@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, after
 # `tar -xJf .gpu_pack/bundle.tar.xz`: the prefill's open questions after the
-# thirty-eighth session, most telling first under BUDGET_S (default 540;
-# check_steps.sh):
+# thirty-eighth session and the thirty-ninth's prompt_tf32_mhc, most
+# telling first under BUDGET_S (default 540; check_steps.sh):
 #   1. tests: Bf16Gemm's warp-specialized tile (its ring's slot and phase
 #      now counters: the same bits); device_decoder_fast_test's
 #      prompt_bf16_gate cases (the prompt rows' gate logits as a bf16 GEMM:
 #      chunkings, steps of both roles, the trained tiny's bars) and the
 #      route-form and bf16-tile-form cases; IndexerScore's tensor-core form
 #      (kSharedKeysMma) against the CPU's bits and the decoder's indexer_mma
-#      case;
+#      case; HcMixTf32 (the prompt's mHC on TF32 tensor cores: against the
+#      CPU, batch invariance, row roles) and the decoder's prompt_tf32_mhc
+#      cases;
 #   2. the EP8 prefill chunk with the defaults, with --prompt_bf16_gate, with
-#      --indexer_mma, with
-#      two consumer warpgroups on the route (the last default) and without
+#      --indexer_mma, with --prompt_tf32_mhc, with all three, and without
 #      CUTLASS (our tile after the counters);
 #   3. the benches: moe_gate_bench, indexer_score_bench (its four forms),
 #      fp8_gemm_bench prefill (our tile beside
@@ -29,7 +30,8 @@
 #   BUNDLE_TARGETS="//worker/model:device_decoder_fast_test //tools/bench:decode_gpu
 #     //kernels/cuda/moe:mxfp4_grouped_gemm_bench //kernels/cuda/dense:bf16_gemm_sm90_test
 #     //kernels/cuda/dense:fp8_gemm_bench //kernels/cuda/moe:moe_gate_bench
-#     //kernels/cuda/attention:indexer_score_test //kernels/cuda/attention:indexer_score_bench"
+#     //kernels/cuda/attention:indexer_score_test //kernels/cuda/attention:indexer_score_bench
+#     //kernels/cuda/moe:hc_mix_split_test"
 #     tools/gpu/bundle.sh
 #   tools/gpu/route_check.sh [RESULTS]
 set -uo pipefail
@@ -70,13 +72,17 @@ profile() {
 budget_step bf16_gemm_test 60 "${bundle}/bin/kernels_cuda_dense_bf16_gemm_sm90_test" \
   --gtest_filter='*WarpSpecialized*:*RowRole*:*RowStride*' || status=1
 budget_step device_decoder_fast_test 200 "${bundle}/bin/worker_model_device_decoder_fast_test" \
-  --gtest_filter='*PromptGate*:*PromptBf16Gate*:*MmaIndexer*:*RouteForms*:*WsForms*' || status=1
+  --gtest_filter='*PromptGate*:*PromptBf16Gate*:*PromptTf32Mhc*:*MmaIndexer*:*RouteForms*:*WsForms*' \
+  || status=1
 budget_step indexer_score_test 120 "${bundle}/bin/kernels_cuda_attention_indexer_score_test" \
   || status=1
+budget_step hc_mix_split_test 60 "${bundle}/bin/kernels_cuda_moe_hc_mix_split_test" || status=1
 budget_step chunk_defaults 90 "${decode}" "${slice[@]}"
 budget_step chunk_gate 90 "${decode}" "${slice[@]}" --prompt_bf16_gate=true
 budget_step chunk_indexer_mma 90 "${decode}" "${slice[@]}" --indexer_mma=true
-budget_step chunk_2wg 90 "${decode}" "${slice[@]}" --bf16_route_warpgroups=2
+budget_step chunk_tf32_mhc 90 "${decode}" "${slice[@]}" --prompt_tf32_mhc=true
+budget_step chunk_all3 90 "${decode}" "${slice[@]}" --prompt_bf16_gate=true --indexer_mma=true \
+  --prompt_tf32_mhc=true
 budget_step chunk_no_cutlass 90 "${decode}" "${slice[@]}" --bf16_cutlass=false
 budget_step moe_gate_bench 60 "${bundle}/tools/moe_gate_bench"
 budget_step indexer_bench 90 "${bundle}/tools/indexer_score_bench"
@@ -114,7 +120,7 @@ grep -A6 "^gate logits" "${results}/moe_gate_bench.log" 2>/dev/null
 echo "== summary"
 cat "${results}/summary.txt"
 echo "== tests"
-grep -hE '^\[  (PASSED|FAILED)|FAILED  \]|Failure|rows differ|agreement' \
+grep -hE '^\[  (PASSED|FAILED)|FAILED  \]|Failure|rows differ|agreement|^HcMixTf32' \
   "${results}"/*test*.log 2>/dev/null | cut -c1-200 | head -n 30
 echo "== EP8 decode at context 4096 (batch, context, step_ms, ..., floor_ms, ratio)"
 grep -E '^ +(1|64) +[0-9]+ +[0-9.]+ ' "${results}/ep8_decode_4096.log" 2>/dev/null | head -4

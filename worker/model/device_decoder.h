@@ -751,6 +751,17 @@ struct DeviceDecoderOptions {
   // the GEMM has 16 GFLOP a layer there. Off until the EP8 chunk times it
   // (`decode_gpu --prompt_bf16_gate`; thirty-eighth session, not yet run).
   bool prompt_bf16_gate = false;
+  // fast_mhc: the prompt rows' mHC coefficients on tensor cores
+  // (kernels::cuda::HcMixTf32: 64 tokens x one split a CTA, each fp32
+  // operand as two TF32 parts and three products a pair, so each product is
+  // v w to about 2^-21 relative and x is read once a call) instead of
+  // HcMixSplitK, which reads hc_fn again every four tokens (0.42 ms a call,
+  // 32.5 ms of the EP8 chunk against about 0.11 ms to read x once). Generated
+  // rows keep HcMixSplitK; in a step of both roles HcMixTf32 writes the prompt
+  // rows over it (row_role). A prompt row's bits are its own at every chunk
+  // length (batch-invariant). Needs prompt_bf16_linears (the rows' roles).
+  // Off until the EP8 chunk times it (thirty-ninth session, not yet run).
+  bool prompt_tf32_mhc = false;
   // The same tile persistent (dense::Bf16GemmParams::ws_persistent: a CTA
   // an SM at most, taking tiles in turn, the next tile's loads under the
   // last one's stores). The same bits; faster in every row of
@@ -801,6 +812,7 @@ struct DeviceDecoderStats {
   int64_t prompt_bf16_products = 0;  // prompt_bf16_linears: FP8 products run as bf16
   int64_t cutlass_products = 0;      // bf16_cutlass: bf16 products run on Bf16GemmCutlass
   int64_t prompt_gate_products = 0;  // prompt_bf16_gate: layers' prompt gate logits as a bf16 GEMM
+  int64_t prompt_tf32_mixes = 0;     // prompt_tf32_mhc: mHC coefficients made by HcMixTf32
   int64_t prompt_bf16_expert_layers = 0;  // prompt_bf16_experts: layers' experts on the bf16 route
   // prompt_bf16_linears, eager steps of both roles: FP8 calls over the
   // generated rows' ranges alone (a product may take several)

@@ -1188,8 +1188,8 @@ void ExpectOtherBitsClose(const char* what, const std::vector<float>& a,
 }
 
 // The prompt's maths a case turns on: prompt_bf16_linears alone, or with
-// prompt_bf16_experts, or with prompt_bf16_gate.
-enum class PromptMaths { kLinears, kExperts, kGate };
+// prompt_bf16_experts, or with prompt_bf16_gate, or with prompt_tf32_mhc.
+enum class PromptMaths { kLinears, kExperts, kGate, kMhc };
 
 // A 400-row prompt chunk against the same prompt in chunks of 100 rows,
 // both with the prompt marked, with prompt_bf16_linears and `maths`'s
@@ -1209,9 +1209,11 @@ void PromptMathsLongChunk(PromptMaths maths, uint32_t seed, const char* what) {
   options.prompt_bf16_linears = true;
   options.prompt_bf16_experts = experts;
   options.prompt_bf16_gate = maths == PromptMaths::kGate;
+  options.prompt_tf32_mhc = maths == PromptMaths::kMhc;
   const auto counted = [maths](const DeviceDecoderStats& s) {
     return maths == PromptMaths::kExperts ? s.prompt_bf16_expert_layers
            : maths == PromptMaths::kGate  ? s.prompt_gate_products
+           : maths == PromptMaths::kMhc   ? s.prompt_tf32_mixes
                                           : s.prompt_bf16_products;
   };
   const std::vector<int64_t> prompt = RandomTokens(kChunk, seed, v - 1);
@@ -1224,6 +1226,7 @@ void PromptMathsLongChunk(PromptMaths maths, uint32_t seed, const char* what) {
   DeviceDecoderOptions other = options;
   (maths == PromptMaths::kExperts ? other.prompt_bf16_experts
    : maths == PromptMaths::kGate  ? other.prompt_bf16_gate
+   : maths == PromptMaths::kMhc   ? other.prompt_tf32_mhc
                                   : other.prompt_bf16_linears) = false;
   const auto other_rows = ChunkThenSteps(*cpu, other, {1}, prompt, {}, &other_stats,
                                          ActivationPrecision::kBf16, /*mark_prompt=*/true);
@@ -1237,8 +1240,9 @@ void PromptMathsLongChunk(PromptMaths maths, uint32_t seed, const char* what) {
   // stats above; its bits are Mxfp4Bf16GroupedGemm's kernel test's. The
   // gate's two sums of the same exact products may agree too where no
   // partial sum needs rounding; its stats say the GEMM ran.
+  // The TF32 products are not exact: its sums differ.
   ExpectOtherBitsClose(what, whole[0], other_rows[0], kChunk, v,
-                       /*may_agree=*/maths != PromptMaths::kLinears);
+                       /*may_agree=*/maths == PromptMaths::kExperts || maths == PromptMaths::kGate);
 }
 
 // The small bf16 model, a prompt of kLongChunk tokens (from `seed`) fed as
@@ -1418,6 +1422,16 @@ TEST(DeviceDecoderFastTest, SmallBf16PromptGateLongChunkGivesTheShortChunksBits)
                        "the prompt's gate as a bf16 GEMM against MoeGateLogits");
 }
 
+// prompt_tf32_mhc: the prompt rows' mHC coefficients on HcMixTf32 (a row's
+// bits its own in any call), so a 400-row chunk and four of 100 rows give
+// every row the same bits, then the decode steps past it (HcMixSplitK for
+// the generated rows); without the option the chunk's rows take
+// HcMixSplitK: other bits, close.
+TEST(DeviceDecoderFastTest, SmallBf16PromptTf32MhcLongChunkGivesTheShortChunksBits) {
+  PromptMathsLongChunk(PromptMaths::kMhc, 67,
+                       "the prompt's mHC on TF32 tensor cores against HcMixSplitK");
+}
+
 // bf16_cutlass with prompt_bf16_unsplit: the prompt's 400-row chunk (its
 // linears on CUTLASS's GEMM where Bf16GemmCutlassTakes them) and decode
 // steps after it give the unsplit warp-specialized tile's bits.
@@ -1508,6 +1522,7 @@ struct MixedCase {
   int part = 37;           // the prompt chunk's rows a step
   bool reference = false;  // the reference numerics (no role changes a product)
   bool gate = false;       // prompt_bf16_gate (the prompt rows' gate logits as a bf16 GEMM)
+  bool mhc = false;        // prompt_tf32_mhc (the prompt rows' mHC on TF32 tensor cores)
 };
 void MixedStepsGiveEachRoleItsBits(const MixedCase& mc) {
   const bool experts = mc.experts, spans = mc.spans;
@@ -1527,6 +1542,7 @@ void MixedStepsGiveEachRoleItsBits(const MixedCase& mc) {
   options.fp8_span_products = spans;
   options.use_graphs = mc.graphs;
   options.prompt_bf16_gate = mc.gate;
+  options.prompt_tf32_mhc = mc.mhc;
   constexpr int kLong = 150, kShort = 5;
   const int kPart = mc.part;
   const std::vector<int64_t> long_prompt = RandomTokens(kLong, 91, v - 1);
@@ -1596,6 +1612,7 @@ void MixedStepsGiveEachRoleItsBits(const MixedCase& mc) {
   }
   EXPECT_GT((*mixed)->stats().prompt_bf16_products, 0);
   EXPECT_EQ((*mixed)->stats().prompt_gate_products > 0, mc.gate);
+  EXPECT_EQ((*mixed)->stats().prompt_tf32_mixes > 0, mc.mhc);
   EXPECT_EQ((*apart)->stats().fp8_span_products, 0);  // no step had both roles
   if (experts) {  // every mixed step's every MoE layer took the route
     EXPECT_GE((*mixed)->stats().prompt_bf16_expert_layers - routed_before,
@@ -1637,6 +1654,14 @@ TEST(DeviceDecoderFastTest, PromptBf16LinearsMixedGraphStepsGiveEachRoleItsBits)
 TEST(DeviceDecoderFastTest, PromptBf16GateMixedStepsGiveEachRoleItsBits) {
   MixedStepsGiveEachRoleItsBits({.gate = true});
   MixedStepsGiveEachRoleItsBits({.graphs = true, .gate = true});
+}
+
+// prompt_tf32_mhc beside it: HcMixSplitK writes every row's coefficients of
+// a step of both roles, HcMixTf32 (its row_role) the prompt's over them, so
+// each row still gets its role's bits; eager and in graphs.
+TEST(DeviceDecoderFastTest, PromptTf32MhcMixedStepsGiveEachRoleItsBits) {
+  MixedStepsGiveEachRoleItsBits({.mhc = true});
+  MixedStepsGiveEachRoleItsBits({.graphs = true, .mhc = true});
 }
 
 // The same with the FP8 products over every row of the mixed steps

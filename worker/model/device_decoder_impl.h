@@ -460,6 +460,7 @@ struct DeviceDecoder::Impl {
   int64_t prompt_bf16_products = 0;  // DeviceDecoderStats::prompt_bf16_products
   int64_t cutlass_products = 0;      // DeviceDecoderStats::cutlass_products
   int64_t prompt_gate_products = 0;  // DeviceDecoderStats::prompt_gate_products
+  int64_t prompt_tf32_mixes = 0;     // DeviceDecoderStats::prompt_tf32_mixes
   int64_t prompt_bf16_expert_layers = 0;  // DeviceDecoderStats::prompt_bf16_expert_layers
   int64_t fp8_span_products = 0;     // DeviceDecoderStats::fp8_span_products
   int64_t x16_panels = 0;  // panels made (DeviceDecoderStats::x16_panels)
@@ -1424,9 +1425,18 @@ struct DeviceDecoder::Impl {
                               .hc_eps = static_cast<float>(c.hc_eps),
                               .norm_eps = static_cast<float>(c.norm_eps)};
     if (hc_partials != nullptr && kc::SupportsHcMixSplitK(mix)) {  // kFast, fast_mhc
-      return kc::HcMixSplitK(mix, {.partials = hc_partials, .counters = hc_counters}, stream,
-                             options.hc_mix_prefill_grid ? kc::kHcMixSplitOnYTokens : 0,
-                             options.hc_mix_transposed, options.hc_mix_token_loop);
+      const kc::HcMixSplitScratch scratch{.partials = hc_partials, .counters = hc_counters};
+      // prompt_tf32_mhc: the prompt rows' on HcMixTf32, after HcMixSplitK
+      // wrote every row's where the step holds generated rows too.
+      const bool tf32 = options.prompt_tf32_mhc && linear_roles_ != 1;
+      if (!tf32 || linear_roles_ == 3) {
+        RETURN_IF_ERROR(kc::HcMixSplitK(mix, scratch, stream,
+                                        options.hc_mix_prefill_grid ? kc::kHcMixSplitOnYTokens : 0,
+                                        options.hc_mix_transposed, options.hc_mix_token_loop));
+      }
+      if (!tf32) return absl::OkStatus();
+      ++prompt_tf32_mixes;
+      return kc::HcMixTf32(mix, scratch, stream, linear_roles_ == 3 ? meta_d.role : nullptr, 1);
     }
     if (fast()) {  // the reference's bits, a thread quad per mix element
       RETURN_IF_ERROR(dec::RowStableDot(

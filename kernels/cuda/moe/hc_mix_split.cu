@@ -7,12 +7,14 @@
 #include "kernels/cuda/moe/hc_mix_args.cuh"
 #include "kernels/cuda/moe/hc_mix_split.cuh"
 #include "kernels/cuda/moe/hc_mix_split.h"
+#include "kernels/cuda/moe/hc_mix_tf32.cuh"
 
 namespace weir::kernels::cuda {
 
 static_assert(kHcMixChunk == moe::kHcSplitChunk);
 static_assert(kHcMixTokensPerCta == moe::kHcSplitTokens);
 static_assert(kHcMixLoopTokens % kHcMixTokensPerCta == 0, "the loop's groups fit the counters");
+static_assert(kHcMixTf32Tokens == moe::kHcTf32Tokens);
 
 namespace {
 
@@ -126,6 +128,39 @@ absl::Status HcMixSplitK(const HcMixParams& p, const HcMixSplitScratch& scratch,
       break;
   }
   return LaunchStatus("HcMixSplitK");
+}
+
+absl::Status HcMixTf32(const HcMixParams& p, const HcMixSplitScratch& scratch, cudaStream_t stream,
+                       const int32_t* row_role, int role) {
+  if (!SupportsHcMixSplitK(p) || scratch.partials == nullptr || scratch.counters == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "HcMixTf32: unsupported (tokens ", p.tokens, ", dim ", p.dim, ", hc_mult ", p.hc_mult,
+        ", iters ", p.sinkhorn_iters,
+        "; needs 1 <= hc_mult <= 4, hc_mult * dim % 4 == 0, 16-byte aligned x and hc_fn, "
+        "non-null arrays and scratch)"));
+  }
+  const moe::HcMixKernelArgs args = moe::HcMixArgsOf(p, nullptr);
+  const dim3 grid(static_cast<unsigned>(Splits(p.hc_mult, p.dim)),
+                  static_cast<unsigned>((p.tokens + kHcMixTf32Tokens - 1) / kHcMixTf32Tokens));
+  auto launch = [&](auto kernel) {
+    kernel<<<grid, moe::kHcTf32Threads, 0, stream>>>(args, p.tokens, scratch.partials,
+                                                     scratch.counters, row_role, role);
+  };
+  switch (p.hc_mult) {
+    case 1:
+      launch(moe::HcMixTf32Kernel<1>);
+      break;
+    case 2:
+      launch(moe::HcMixTf32Kernel<2>);
+      break;
+    case 3:
+      launch(moe::HcMixTf32Kernel<3>);
+      break;
+    default:
+      launch(moe::HcMixTf32Kernel<4>);
+      break;
+  }
+  return LaunchStatus("HcMixTf32");
 }
 
 }  // namespace weir::kernels::cuda

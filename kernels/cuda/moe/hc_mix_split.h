@@ -103,6 +103,32 @@ absl::Status HcMixSplitK(const HcMixParams& p, const HcMixSplitScratch& scratch,
                          cudaStream_t stream, int64_t split_on_y_tokens = kHcMixSplitOnYTokens,
                          bool transposed_sums = false, bool token_loop = false);
 
+// HcMixTf32: the prompt's form of the same coefficients (the decoder's
+// `prompt_tf32_mhc`). Grid (splits, groups of kHcMixTf32Tokens tokens): a CTA
+// takes 64 tokens x one kHcMixChunk split and makes its products on mma.sync
+// m16n8k8 TF32 tensor cores, each fp32 operand cut as hi = tf32(v) (nearest)
+// plus lo = tf32(v - hi) and three products a pair (lo hi, hi lo, hi hi, in
+// that order, into one fp32 accumulator a mix), so x is read once a call
+// instead of hc_fn once every kHcMixTokensPerCta tokens. Arithmetic, per
+// token: each product is v_k w_k to about 2^-21 relative (the lo lo term and
+// lo's own rounding left out), summed by the tensor core's fp32 accumulation
+// in 8-element steps, a split's two halves added in order, then the splits
+// in split order as HcMixSplitK does; sum v^2 as four fma chains a row
+// (elements 4 t .. 4 t + 3 of every 16, t the lane's quad index) added over
+// the quad (xor 1, 2) and the halves. The finish (scale, split + Sinkhorn)
+// is HcMixSplitK's. A token's bits depend on its own row alone: the same in
+// every call, at every place in it (batch-invariant), but not HcMixSplitK's
+// bits; |mix - exact| <= ~(nd / 8 + 40) 2^-24 sum |v_k w_k| before the scale.
+// `row_role` (optional, device [tokens]): only tokens whose row_role equals
+// `role` get pre/post/comb written. Scratch as HcMixSplitK's (the same
+// partial floats; counters for groups of 64 tokens, fewer than it needs).
+// No allocation, no host synchronization: graph-capturable.
+// INVALID_ARGUMENT when SupportsHcMixSplitK is false or a scratch pointer is
+// null; INTERNAL with the CUDA error if the launch fails.
+inline constexpr int64_t kHcMixTf32Tokens = 64;
+absl::Status HcMixTf32(const HcMixParams& p, const HcMixSplitScratch& scratch, cudaStream_t stream,
+                       const int32_t* row_role = nullptr, int role = 1);
+
 }  // namespace weir::kernels::cuda
 
 #endif  // WEIR_KERNELS_CUDA_MOE_HC_MIX_SPLIT_H_

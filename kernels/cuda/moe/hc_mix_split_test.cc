@@ -1,7 +1,9 @@
 #include "kernels/cuda/moe/hc_mix_split.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -41,8 +43,10 @@ struct Outputs {
 
 // HcMixSplitK over `p.x` rows [first, first + count), with a fresh scratch
 // whose counters start at zero; `repeats` launches on the same scratch.
+// `tf32`: HcMixTf32 instead (with `roles`, device row roles, role 1).
 Outputs RunSplit(const Problem& p, int64_t first, int64_t count, int repeats = 1,
-                 bool transposed = false, bool token_loop = false) {
+                 bool transposed = false, bool token_loop = false, bool tf32 = false,
+                 const std::vector<int32_t>* roles = nullptr) {
   const int64_t nd = p.n * p.dim;
   const std::vector<float> rows(p.x.begin() + first * nd, p.x.begin() + (first + count) * nd);
   DeviceBuffer<float> dx(rows), dfn(p.fn), dscale(p.scale), dbase(p.base);
@@ -50,26 +54,29 @@ Outputs RunSplit(const Problem& p, int64_t first, int64_t count, int repeats = 1
   DeviceBuffer<float> partials(HcMixSplitPartialFloats(count, p.n, p.dim));
   DeviceBuffer<uint32_t> counters(std::vector<uint32_t>(HcMixSplitCounters(count), 0u));
   partials.Poison();
+  DeviceBuffer<int32_t> droles(roles != nullptr ? *roles : std::vector<int32_t>(1, 0));
   Outputs out;
   for (int i = 0; i < repeats; ++i) {
     dpre.Poison();
     dpost.Poison();
     dcomb.Poison();
-    const absl::Status st = HcMixSplitK({.x = dx.get(),
-                                         .hc_fn = dfn.get(),
-                                         .scale = dscale.get(),
-                                         .base = dbase.get(),
-                                         .pre = dpre.get(),
-                                         .post = dpost.get(),
-                                         .comb = dcomb.get(),
-                                         .tokens = count,
-                                         .dim = p.dim,
-                                         .hc_mult = p.n,
-                                         .sinkhorn_iters = 20,
-                                         .hc_eps = 1e-6f,
-                                         .norm_eps = 1e-20f},
-                                        {.partials = partials.get(), .counters = counters.get()},
-                                        nullptr, kHcMixSplitOnYTokens, transposed, token_loop);
+    const HcMixParams params{.x = dx.get(),
+                             .hc_fn = dfn.get(),
+                             .scale = dscale.get(),
+                             .base = dbase.get(),
+                             .pre = dpre.get(),
+                             .post = dpost.get(),
+                             .comb = dcomb.get(),
+                             .tokens = count,
+                             .dim = p.dim,
+                             .hc_mult = p.n,
+                             .sinkhorn_iters = 20,
+                             .hc_eps = 1e-6f,
+                             .norm_eps = 1e-20f};
+    const HcMixSplitScratch scratch{.partials = partials.get(), .counters = counters.get()};
+    const absl::Status st =
+        tf32 ? HcMixTf32(params, scratch, nullptr, roles != nullptr ? droles.get() : nullptr, 1)
+             : HcMixSplitK(params, scratch, nullptr, kHcMixSplitOnYTokens, transposed, token_loop);
     EXPECT_TRUE(st.ok()) << st;
     EXPECT_TRUE(Synced());
     Outputs now{dpre.Download(), dpost.Download(), dcomb.Download()};
@@ -200,6 +207,97 @@ TEST(HcMixSplitKTest, TransposedSumsAndTheTokenLoopGiveTheButterflysBits) {
   }
 }
 
+// The prompt's TF32 form against the CPU reference: each product to about
+// 2^-21 relative (the lo lo term and lo's rounding left out) and the tensor
+// core's fp32 accumulation, so the mixes move by a few 1e-7 relative where
+// HcMixSplitK's moved by ~1e-7; the same 1e-5 margin on the coefficients
+// (sigmoid, softmax and Sinkhorn carry the mixes smoothly). Odd dims leave a
+// split's halves part-filled (quads past n * dim read as zero), 1 - 3
+// tokens leave m16 tiles empty, 130 tokens fill two groups and part of a third.
+TEST(HcMixTf32Test, MatchesTheCpuReference) {
+  struct Case {
+    int64_t tokens;
+    int n;
+    int64_t dim;
+  };
+  for (const Case& c : {Case{1, 4, 64}, Case{7, 4, 1000}, Case{33, 1, 256}, Case{3, 4, 4096},
+                        Case{9, 3, 700}, Case{5, 2, 2048}, Case{130, 4, 4096}, Case{64, 4, 5120}}) {
+    const Problem p(c.tokens, c.n, c.dim, static_cast<uint32_t>(c.tokens * 1000 + c.dim + c.n));
+    const cpu::HcParams params{
+        .hc_mult = c.n, .sinkhorn_iters = 20, .hc_eps = 1e-6f, .norm_eps = 1e-20f};
+    std::vector<float> pre(c.tokens * c.n), post(c.tokens * c.n), comb(c.tokens * c.n * c.n);
+    ASSERT_TRUE(cpu::HcMix(params, {.x = p.x,
+                                    .hc_fn = p.fn,
+                                    .scale = p.scale,
+                                    .base = p.base,
+                                    .pre = pre,
+                                    .post = post,
+                                    .comb = comb,
+                                    .tokens = c.tokens,
+                                    .dim = c.dim})
+                    .ok());
+    const Outputs got = RunSplit(p, 0, c.tokens, /*repeats=*/2, false, false, /*tf32=*/true);
+    const Outputs split = RunSplit(p, 0, c.tokens);
+    const double err = std::max(
+        {MaxAbsError(got.pre, pre), MaxAbsError(got.post, post), MaxAbsError(got.comb, comb)});
+    const double rel = std::max({RelativeError(got.pre, pre), RelativeError(got.post, post),
+                                 RelativeError(got.comb, comb)});
+    const double split_err = std::max({MaxAbsError(split.pre, pre), MaxAbsError(split.post, post),
+                                       MaxAbsError(split.comb, comb)});
+    EXPECT_LT(err, 1e-5) << c.tokens << "x" << c.n << "x" << c.dim;
+    EXPECT_LT(rel, 1e-5) << c.tokens << "x" << c.n << "x" << c.dim;
+    std::printf("HcMixTf32 %lldx%dx%lld: max abs err %.3g (HcMixSplitK %.3g), rel err %.3g\n",
+                static_cast<long long>(c.tokens), c.n, static_cast<long long>(c.dim), err,
+                split_err, rel);
+  }
+}
+
+// A token's TF32 coefficients are its row's alone: each of 150 tokens in
+// calls of 1, of 5 from an offset (another place in its m16 tile and group),
+// and of 70 from another offset give the bits it has in the call of 150.
+TEST(HcMixTf32Test, BatchInvariant) {
+  const int64_t tokens = 150;
+  const Problem p(tokens, 4, 2048, 13);
+  const Outputs all = RunSplit(p, 0, tokens, 1, false, false, /*tf32=*/true);
+  const int64_t n = p.n;
+  auto same = [&](int64_t first, int64_t count) {
+    const Outputs part = RunSplit(p, first, count, 1, false, false, /*tf32=*/true);
+    auto slice = [&](const std::vector<float>& v, int64_t width) {
+      return std::vector<float>(v.begin() + first * width, v.begin() + (first + count) * width);
+    };
+    EXPECT_EQ(BitMismatches(part.pre, slice(all.pre, n)), 0) << first << "+" << count;
+    EXPECT_EQ(BitMismatches(part.post, slice(all.post, n)), 0) << first << "+" << count;
+    EXPECT_EQ(BitMismatches(part.comb, slice(all.comb, n * n)), 0) << first << "+" << count;
+  };
+  for (int64_t t : {0, 1, 17, 63, 64, 149}) same(t, 1);
+  same(3, 5);
+  same(61, 70);
+}
+
+// With row roles only role-1 tokens are written: the others keep the
+// poison, the written ones have the bits of the call without roles.
+TEST(HcMixTf32Test, RowRoleWritesOnlyItsRows) {
+  const int64_t tokens = 80;
+  const Problem p(tokens, 4, 1024, 17);
+  std::vector<int32_t> roles(tokens);
+  for (int64_t i = 0; i < tokens; ++i) roles[i] = (i % 3 == 0 || i > 70) ? 1 : 0;
+  const Outputs all = RunSplit(p, 0, tokens, 1, false, false, /*tf32=*/true);
+  const Outputs part = RunSplit(p, 0, tokens, /*repeats=*/2, false, false, /*tf32=*/true, &roles);
+  int64_t written_differ = 0, others_written = 0;
+  for (int64_t i = 0; i < tokens; ++i) {
+    for (int64_t j = 0; j < p.n * p.n; ++j) {
+      const float got = part.comb[i * p.n * p.n + j], want = all.comb[i * p.n * p.n + j];
+      if (roles[i] == 1) {
+        written_differ += std::memcmp(&got, &want, sizeof(float)) != 0;
+      } else {
+        others_written += !std::isnan(got);  // the poison (0xFF bytes) is a NaN
+      }
+    }
+  }
+  EXPECT_EQ(written_differ, 0);
+  EXPECT_EQ(others_written, 0);
+}
+
 TEST(HcMixSplitKTest, RefusesWhatItCannotTake) {
   float* p = reinterpret_cast<float*>(256);
   uint32_t* w = reinterpret_cast<uint32_t*>(256);
@@ -222,6 +320,12 @@ TEST(HcMixSplitKTest, RefusesWhatItCannotTake) {
   mix.hc_fn = p;
   EXPECT_EQ(HcMixSplitK(mix, {.partials = nullptr, .counters = w}, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(HcMixTf32(mix, {.partials = nullptr, .counters = w}, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  mix.hc_mult = 8;
+  EXPECT_EQ(HcMixTf32(mix, {.partials = p, .counters = w}, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  mix.hc_mult = 1;
   EXPECT_EQ(HcMixSplitPartialFloats(5, 4, 4096), 5 * 16 * 25);
   EXPECT_EQ(HcMixSplitCounters(5), 5);  // one token a CTA up to 8 tokens
   EXPECT_GE(HcMixSplitCounters(37), 10);
