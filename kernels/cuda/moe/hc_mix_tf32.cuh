@@ -17,11 +17,12 @@ inline constexpr int kHcTf32Tokens = 64;  // tokens a CTA: 4 m16 tiles
 inline constexpr int kHcTf32Threads = 256;
 
 // v rounded to TF32 (nearest, ties away: cvt.rna), as an fp32 value with its
-// low 13 bits zero.
+// low 13 bits zero (cleared here too, so hi + lo below never counts on what
+// the conversion leaves there).
 __device__ __forceinline__ float Tf32Round(float v) {
   uint32_t r;
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
-  return __uint_as_float(r);
+  return __uint_as_float(r & 0xFFFFE000u);
 }
 
 // v = hi + lo with hi = tf32(v); lo = tf32(v - hi) (v - hi is exact in fp32:
