@@ -72,7 +72,7 @@ profile() {
 budget_step bf16_gemm_test 60 "${bundle}/bin/kernels_cuda_dense_bf16_gemm_sm90_test" \
   --gtest_filter='*WarpSpecialized*:*RowRole*:*RowStride*' || status=1
 budget_step device_decoder_fast_test 200 "${bundle}/bin/worker_model_device_decoder_fast_test" \
-  --gtest_filter='*PromptGate*:*PromptBf16Gate*:*PromptTf32Mhc*:*MmaIndexer*:*RouteForms*:*WsForms*' \
+  --gtest_filter='*PromptGate*:*PromptBf16Gate*:*PromptTf32Mhc*:*TrainedTinyBf16WithPrompt*:*MmaIndexer*:*RouteForms*:*WsForms*' \
   || status=1
 budget_step indexer_score_test 120 "${bundle}/bin/kernels_cuda_attention_indexer_score_test" \
   || status=1

@@ -187,7 +187,7 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
                    const TrainedInputs* trained = nullptr, bool expert_wgmma = false,
                    bool dense_wgmma = false, bool attention_wgmma = true,
                    bool prompt_linears = false, bool experts_every_row = false,
-                   bool prompt_gate = false) {
+                   bool prompt_gate = false, bool prompt_mhc = false) {
   const ModelConfig& c = ckpt.config();
   auto cpu = RowStableCpuModel(ckpt, precision,
                                trained != nullptr ? trained->engram_token_map
@@ -211,6 +211,8 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
   options.bf16_experts_every_row = experts_every_row;
   // prompt_gate: the prompt rows' gate logits as a bf16 GEMM (prompt_bf16_gate).
   options.prompt_bf16_gate = prompt_gate;
+  // prompt_mhc: the prompt rows' mHC coefficients on TF32 tensor cores.
+  options.prompt_tf32_mhc = prompt_mhc;
   const int64_t prompt_end = prompt_linears ? options.max_positions : 0;
   auto fast = DeviceDecoder::Create(*cpu, precision, options);
   ASSERT_TRUE(fast.ok()) << fast.status();
@@ -276,6 +278,7 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
     EXPECT_GT((*fast)->stats().prompt_bf16_expert_layers, 0);
   }
   EXPECT_EQ((*fast)->stats().prompt_gate_products > 0, prompt_gate && prompt_linears);
+  EXPECT_EQ((*fast)->stats().prompt_tf32_mixes > 0, prompt_mhc && prompt_linears && fast_mhc);
   ASSERT_GE(drift.positions, 512);
   Print(name, "tokens only (own KV)", drift);
   EXPECT_GE(static_cast<double>(drift.top1) / drift.positions, 0.5);
@@ -614,6 +617,19 @@ TEST(DeviceDecoderFastTest, TrainedTinyBf16WithPromptBf16GateAgreesWithReference
                 0.99, 1e-2, 0.01, /*fast_mhc=*/true, in, /*expert_wgmma=*/false,
                 /*dense_wgmma=*/false, /*attention_wgmma=*/true, /*prompt_linears=*/true,
                 /*experts_every_row=*/false, /*prompt_gate=*/true);
+}
+// ... with the prompt rows' mHC coefficients on TF32 tensor cores too
+// (prompt_tf32_mhc: each product to about 2^-21, the sums in the tensor
+// core's order, a mix moving by a few 1e-7 relative): the same bars.
+TEST(DeviceDecoderFastTest, TrainedTinyBf16WithPromptTf32MhcAgreesWithReference) {
+  const Checkpoint* ck = TrainedTinyCheckpoint();
+  const TrainedInputs* in = TrainedTinyInputs();
+  ASSERT_NE(ck, nullptr);
+  ASSERT_NE(in, nullptr);
+  CheckFidelity(*ck, "trained tiny prompt bf16 linears and TF32 mHC", ActivationPrecision::kBf16,
+                false, 0.99, 1e-2, 0.01, /*fast_mhc=*/true, in, /*expert_wgmma=*/false,
+                /*dense_wgmma=*/false, /*attention_wgmma=*/true, /*prompt_linears=*/true,
+                /*experts_every_row=*/false, /*prompt_gate=*/false, /*prompt_mhc=*/true);
 }
 // ... and where no choice can flip (SmallContinuousCheckpoint): what the
 // maths alone moves, beside the mma pair's 9.4e-7 median row error.
