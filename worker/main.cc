@@ -144,11 +144,11 @@ ABSL_FLAG(bool, bf16_ws_m256_large, false,
 ABSL_FLAG(bool, bf16_cutlass, true,
           "With --numerics=fast: the unsplit bf16 prefill products on CUTLASS's Hopper GEMM; the "
           "same bits (DeviceDecoderOptions::bf16_cutlass; pair with --prompt_bf16_unsplit).");
-ABSL_FLAG(bool, prompt_bf16_gate, false,
+ABSL_FLAG(bool, prompt_bf16_gate, true,
           "With --numerics=fast and --bf16: the prompt rows' gate logits as one bf16 GEMM over the "
           "gate's bf16 bits; other bits for prompt rows' logits "
           "(DeviceDecoderOptions::prompt_bf16_gate).");
-ABSL_FLAG(bool, prompt_tf32_mhc, false,
+ABSL_FLAG(bool, prompt_tf32_mhc, true,
           "With --numerics=fast: the prompt rows' mHC coefficients on TF32 tensor cores (three "
           "products a pair); other bits for prompt rows (DeviceDecoderOptions::prompt_tf32_mhc).");
 ABSL_FLAG(bool, prompt_bf16_unsplit, true,

@@ -163,9 +163,9 @@ struct WorkerOptions {
   bool bf16_cutlass = true;
   bool prompt_bf16_unsplit = true;
   // DeviceDecoderOptions::prompt_bf16_gate (other bits for prompt rows' gate logits).
-  bool prompt_bf16_gate = false;
+  bool prompt_bf16_gate = true;
   // DeviceDecoderOptions::prompt_tf32_mhc (other bits for prompt rows' mHC coefficients).
-  bool prompt_tf32_mhc = false;
+  bool prompt_tf32_mhc = true;
   // With device_decode_ep on several GPUs of one node: the MoE exchange
   // written by the device into the peers' NCCL symmetric windows
   // (DeviceDecoderOptions::ep_lsa_exchange).

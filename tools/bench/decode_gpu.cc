@@ -278,15 +278,15 @@ ABSL_FLAG(bool, bf16_cutlass, true,
           "The bf16 prefill products Bf16GemmCutlass takes (unsplit: pair with "
           "--prompt_bf16_unsplit) on CUTLASS's Hopper GEMM (DeviceDecoderOptions::bf16_cutlass; "
           "the unsplit tile's bits).");
-ABSL_FLAG(bool, indexer_mma, false,
+ABSL_FLAG(bool, indexer_mma, true,
           "The prefill chunks' IndexerScore dots on the tensor cores over q's MXFP4 form and the "
           "MXFP4 index keys (DeviceDecoderOptions::indexer_mma; the same bits wherever a dot's "
           "exact sum fits fp32).");
-ABSL_FLAG(bool, prompt_bf16_gate, false,
+ABSL_FLAG(bool, prompt_bf16_gate, true,
           "prompt_bf16_linears with bf16 activations: the prompt rows' gate logits as one bf16 "
           "GEMM over the gate's bf16 bits (DeviceDecoderOptions::prompt_bf16_gate; other bits for "
           "prompt rows' logits, the same products summed in another order).");
-ABSL_FLAG(bool, prompt_tf32_mhc, false,
+ABSL_FLAG(bool, prompt_tf32_mhc, true,
           "prompt_bf16_linears: the prompt rows' mHC coefficients on TF32 tensor cores, three "
           "products a pair (DeviceDecoderOptions::prompt_tf32_mhc; other bits for prompt rows).");
 ABSL_FLAG(bool, bf16_ws_persistent, true,

@@ -605,10 +605,11 @@ struct DeviceDecoderOptions {
   // are their inputs (IndexerScoreForm::kSharedKeysMma: mma.sync over the
   // exact bf16 values, the terms and head sum as the CPU's): the same bits
   // wherever a dot's exact sum fits fp32, which the MXFP4 blocks' narrow
-  // products make nearly everywhere. Off until a GPU runs it (thirty-eighth
-  // session, built; the 4,096-row chunk's IndexerScore is 3.2 ms a launch,
-  // 25.6 ms of the EP8 chunk, in the fp32 CPU order).
-  bool indexer_mma = false;
+  // products make nearly everywhere. On since the thirty-ninth session (H100:
+  // indexer_score_bench's 4,096-row launch 1.218 -> 1.076 ms; the EP8 chunk
+  // with the prompt's gate and TF32 mHC 0.481 / 0.481 -> 0.478 / 0.476 s;
+  // its tests pass).
+  bool indexer_mma = true;
   // With prefill_x16_panel: the panel is made with X's scales
   // (dense::Fp8F16PanelParams::scales: each block whose UE8M0 scale is in
   // 2^-21 .. 2 written as code x 2^(e + 6)), and the product told so
@@ -748,9 +749,11 @@ struct DeviceDecoderOptions {
   // row's bits are its own at every chunk length (unsplit: batch-invariant).
   // MoeGateLogits is at its fp32 issue bound on the EP8 chunk (about 0.55 ms
   // a layer, 22 ms of the 0.52 s chunk; kernels/cuda/moe/README.md item 8);
-  // the GEMM has 16 GFLOP a layer there. Off until the EP8 chunk times it
-  // (`decode_gpu --prompt_bf16_gate`; thirty-eighth session, not yet run).
-  bool prompt_bf16_gate = false;
+  // the GEMM has 16 GFLOP a layer there. On since the thirty-ninth session
+  // (H100: the EP8 chunk 0.514 -> 0.497 s alone; moe_gate_bench's 4,096
+  // tokens 4.67 ms -> 0.09 - 0.17 ms; its tests and the trained tiny's bars
+  // pass).
+  bool prompt_bf16_gate = true;
   // fast_mhc: the prompt rows' mHC coefficients on tensor cores
   // (kernels::cuda::HcMixTf32: 64 tokens x one split a CTA, each fp32
   // operand as two TF32 parts and three products a pair, so each product is
@@ -760,8 +763,11 @@ struct DeviceDecoderOptions {
   // rows keep HcMixSplitK; in a step of both roles HcMixTf32 writes the prompt
   // rows over it (row_role). A prompt row's bits are its own at every chunk
   // length (batch-invariant). Needs prompt_bf16_linears (the rows' roles).
-  // Off until the EP8 chunk times it (thirty-ninth session, not yet run).
-  bool prompt_tf32_mhc = false;
+  // On since the thirty-ninth session (H100: the EP8 chunk 0.514 -> 0.496 s
+  // alone, with the gate 0.481; the trained tiny's bars pass: one step on a
+  // shared history top-1 0.998, expert choices differing 17 of 12,288; the
+  // coefficients within 1.6e-5 of the CPU's against HcMixSplitK's 3.3e-6).
+  bool prompt_tf32_mhc = true;
   // The same tile persistent (dense::Bf16GemmParams::ws_persistent: a CTA
   // an SM at most, taking tiles in turn, the next tile's loads under the
   // last one's stores). The same bits; faster in every row of

@@ -209,9 +209,11 @@ TEST(HcMixSplitKTest, TransposedSumsAndTheTokenLoopGiveTheButterflysBits) {
 
 // The prompt's TF32 form against the CPU reference: each product to about
 // 2^-21 relative (the lo lo term and lo's rounding left out) and the tensor
-// core's fp32 accumulation, so the mixes move by a few 1e-7 relative where
-// HcMixSplitK's moved by ~1e-7; the same 1e-5 margin on the coefficients
-// (sigmoid, softmax and Sinkhorn carry the mixes smoothly). Odd dims leave a
+// core's fp32 accumulation, which does not round to nearest: over a split's
+// 192 accumulations a half its errors add up, so the coefficients measured
+// 1.6e-5 from the CPU's at 4,096 - 5,120 dims on an H100 (thirty-ninth
+// session) where HcMixSplitK's were 2.6 - 3.3e-6. Bound 3e-5 absolute
+// (values in [0, 2]) and 1e-5 relative (measured 3.8e-6). Odd dims leave a
 // split's halves part-filled (quads past n * dim read as zero), 1 - 3
 // tokens leave m16 tiles empty, 130 tokens fill two groups and part of a third.
 TEST(HcMixTf32Test, MatchesTheCpuReference) {
@@ -244,7 +246,7 @@ TEST(HcMixTf32Test, MatchesTheCpuReference) {
                                  RelativeError(got.comb, comb)});
     const double split_err = std::max({MaxAbsError(split.pre, pre), MaxAbsError(split.post, post),
                                        MaxAbsError(split.comb, comb)});
-    EXPECT_LT(err, 1e-5) << c.tokens << "x" << c.n << "x" << c.dim;
+    EXPECT_LT(err, 3e-5) << c.tokens << "x" << c.n << "x" << c.dim;
     EXPECT_LT(rel, 1e-5) << c.tokens << "x" << c.n << "x" << c.dim;
     std::printf("HcMixTf32 %lldx%dx%lld: max abs err %.3g (HcMixSplitK %.3g), rel err %.3g\n",
                 static_cast<long long>(c.tokens), c.n, static_cast<long long>(c.dim), err,
