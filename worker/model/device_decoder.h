@@ -703,6 +703,12 @@ struct DeviceDecoderOptions {
   // warpgroups). The same bits; 3 (the EP8 chunk 0.569 -> 0.559 s over the
   // one test a stage, 0.528 -> 0.517 s beside CUTLASS; thirty-eighth).
   int bf16_route_warpgroups = 3;
+  // The route's CTAs find their expert and row tile by a warp's ballot
+  // (Mxfp4Bf16GroupedGemmParams::ballot_group_search) instead of walking the
+  // experts in turn: the same bits. The route's ncu (H100, thirty-ninth
+  // session) put a fifth to a third of its warps' samples in that walk.
+  // Built after the session's last device call: off until a GPU runs it.
+  bool bf16_route_ballot_search = false;
   // Every row's routed experts on the bf16 route, the generated rows' too
   // (decode steps: the register form over 8 - 64 X rows a CTA, picked from
   // a step's rows an expert): one maths for a row's experts whatever the

@@ -289,7 +289,8 @@ absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t ro
          .deep_ring = deep_ring,
          .stage_scale_test = stage_test,
          .fit_tile_rows = fit_rows,
-         .consumer_warpgroups = stage_test && wide_tile ? options.bf16_route_warpgroups : 0},
+         .consumer_warpgroups = stage_test && wide_tile ? options.bf16_route_warpgroups : 0,
+         .ballot_group_search = options.bf16_route_ballot_search},
         stream);
   };
   // An FP8 operand (X's or h's codes and scales) into rx16 as bf16.

@@ -50,6 +50,7 @@ absl::Status Mxfp4Bf16GroupedGemm(const Mxfp4Bf16GroupedGemmParams& p, cudaStrea
   a.groups = p.num_experts;
   a.bf16_out = p.output == dense::Fp8GemmOutput::kBf16;
   a.round_f32 = p.output == dense::Fp8GemmOutput::kF32RoundedBf16;
+  a.ballot_search = p.ballot_group_search;
   const int wgs = Mxfp4Bf16ConsumerWarpgroups(p);
   const int tile_n = p.register_a ? mb::RsTileN(wgs) : mb::kBn;
   const dim3 grid(static_cast<unsigned>((p.n + tile_n - 1) / tile_n),

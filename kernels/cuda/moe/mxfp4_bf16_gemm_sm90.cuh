@@ -83,6 +83,7 @@ struct Args {
   int64_t rows, n, k;
   int groups;
   bool bf16_out, round_f32;
+  bool ballot_search;     // Mxfp4Bf16GroupedGemmParams::ballot_group_search
   E2m1Bf16Tables tables;  // E2m1x4ToBf16x2's (the launcher's defaults)
 };
 
@@ -158,16 +159,30 @@ struct GroupTile {
 };
 
 // `rows_per_tile`: the X rows of a CTA (kBm, or the register form's kRows).
-// Called by whole warps (every lane, converged; each gets the result): the
-// groups' tile counts 32 at a time, a lane a group, their running sum by
-// shuffles and the group holding the CTA's tile by a ballot, where a serial
-// walk over the groups waited on each group's offsets in turn (the route's
-// ncu, thirty-ninth session: a fifth to a third of its warps' samples were in
-// that walk). The same place as the walk: the first group whose running
-// count of tiles passes blockIdx.y. A group's count is capped at 2^16 tiles
-// (more than any grid.y holds, so no answer moves) to keep the sums in 32
-// bits.
+// A walk over the groups in turn, each waiting on its group's offsets.
+__device__ __forceinline__ GroupTile GroupTileWalk(const Args& a, int rows_per_tile) {
+  int64_t tile = blockIdx.y;
+  for (int g = 0; g < a.groups; ++g) {
+    const int64_t b = min(max(a.offsets[g], int64_t{0}), a.rows);
+    const int64_t e = min(max(a.offsets[g + 1], int64_t{0}), a.rows);
+    const int64_t tiles = (max(e - b, int64_t{0}) + rows_per_tile - 1) / rows_per_tile;
+    if (tile < tiles) return GroupTile{g, b, e, tile};
+    tile -= tiles;
+  }
+  return GroupTile{};
+}
+
+// The same place found by whole warps (every lane, converged; each gets the
+// result), with a.ballot_search: the groups' tile counts 32 at a time, a
+// lane a group, their running sum by shuffles and the group holding the
+// CTA's tile by a ballot (the route's ncu, thirty-ninth session: a fifth to
+// a third of its warps' samples were in the walk, its compact grid's empty
+// CTAs walking every group). The first group whose running count of tiles
+// passes blockIdx.y, as the walk finds it; a group's count is capped at 2^16
+// tiles (more than any grid.y holds, so no answer moves) to keep the sums in
+// 32 bits.
 __device__ __forceinline__ GroupTile GroupTileOf(const Args& a, int rows_per_tile = kBm) {
+  if (!a.ballot_search) return GroupTileWalk(a, rows_per_tile);  // uniform over the grid
   const int lane = static_cast<int>(threadIdx.x) % 32;
   int tile = static_cast<int>(blockIdx.y);
   for (int g0 = 0; g0 < a.groups; g0 += 32) {

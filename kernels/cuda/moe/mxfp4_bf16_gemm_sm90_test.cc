@@ -148,6 +148,7 @@ struct RouteForm {
   bool stage_scale_test = false;
   bool fit_tile_rows = false;
   int warpgroups = 0;
+  bool ballot_search = false;  // ballot_group_search
 };
 const RouteForm kRouteForms[] = {
     {"4 widener warps", 4},
@@ -167,6 +168,11 @@ const RouteForm kRouteForms[] = {
     {"register A, one scale test a stage, three warpgroups", 0, true, 0, false, true, false, 3},
     {"register A, one scale test a stage, fitted N, three warpgroups", 0, true, 0, false, true,
      true, 3},
+    {"8 widener warps, ballot group search", 8, false, 0, false, false, false, 0, true},
+    {"register A, one scale test a stage, three warpgroups, ballot group search", 0, true, 0, false,
+     true, false, 3, true},
+    {"register A over 16 X rows, one scale test a stage, ballot group search", 0, true, 16, false,
+     true, false, 0, true},
 };
 
 std::vector<float> RunGrouped(const Problem& p, const DeviceProblem& d, dense::Fp8GemmOutput output,
@@ -190,6 +196,7 @@ std::vector<float> RunGrouped(const Problem& p, const DeviceProblem& d, dense::F
   params.stage_scale_test = form.stage_scale_test;
   params.fit_tile_rows = form.fit_tile_rows;
   params.consumer_warpgroups = form.warpgroups;
+  params.ballot_group_search = form.ballot_search;
   const absl::Status st = Mxfp4Bf16GroupedGemm(params, nullptr);
   EXPECT_TRUE(st.ok()) << st;
   EXPECT_TRUE(Synced());
@@ -206,15 +213,19 @@ int64_t OutputBytes(const Problem& p, dense::Fp8GemmOutput output) {
 // and 300 rows (row tiles that straddle experts, a partial last tile), rows
 // past the last expert left as they were, n not a multiple of 128 (a partial
 // W tile) and k long enough that the ring and the copies wrap (12 stages), a
-// V4.1-sized K (4,096) beside it, and scales 0 - 2 on one row.
+// V4.1-sized K (4,096) beside it, and scales 0 - 2 on one row; and 70
+// experts of 0 - 40 rows (the ballot group search over three chunks of 32
+// groups, empty groups in each).
 TEST(Mxfp4Bf16GroupedGemmTest, EveryRowHasTheBf16GemmBitsOfItsExpert) {
   std::mt19937 rng(2026);
   struct Case {
     int64_t n, k;
     std::vector<int64_t> rows;
   };
+  std::vector<int64_t> many(70);
+  for (int e = 0; e < 70; ++e) many[e] = e % 7 == 3 ? 0 : (e * 13) % 41;
   for (const Case& c : {Case{320, 768, {0, 1, 130, 37, 300}}, Case{256, 4096, {129, 0, 64}},
-                        Case{72, 128, {5, 200}}}) {
+                        Case{72, 128, {5, 200}}, Case{136, 256, many}}) {
     SCOPED_TRACE(::testing::Message() << "n " << c.n << " k " << c.k);
     const Problem p = MakeProblem(c.n, c.k, c.rows, 11, rng, /*edge_scales=*/true);
     const DeviceProblem d(p);

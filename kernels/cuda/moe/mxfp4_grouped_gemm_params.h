@@ -504,6 +504,14 @@ struct Mxfp4Bf16GroupedGemmParams {
   // stage's latencies, each X stage serving 1.5x the W rows). 3 only with
   // register_a, stage_scale_test and x_rows 0 / 128; the same bits.
   int consumer_warpgroups = 0;
+  // Each CTA finds its group and row tile by a warp's ballot over 32
+  // groups' tile counts at a time instead of walking the groups one by one
+  // (the route's ncu, thirty-ninth session: a fifth to a third of its warps'
+  // samples were in that walk). Either form; the same bits (only which CTA
+  // computes which tile is found differently, and the same one is found).
+  // Built after the last device call of the thirty-ninth session: not yet
+  // run on a GPU, so off.
+  bool ballot_group_search = false;
 };
 
 // The register form's consumer warpgroups of a call (0 resolved to 2).
