@@ -1,36 +1,27 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, after
 # `tar -xJf .gpu_pack/bundle.tar.xz`: the prefill's open questions after the
-# thirty-eighth session and the thirty-ninth's prompt_tf32_mhc, most
-# telling first under BUDGET_S (default 540; check_steps.sh):
-#   1. tests: Bf16Gemm's warp-specialized tile (its ring's slot and phase
-#      now counters: the same bits); device_decoder_fast_test's
-#      prompt_bf16_gate cases (the prompt rows' gate logits as a bf16 GEMM:
-#      chunkings, steps of both roles, the trained tiny's bars) and the
-#      route-form and bf16-tile-form cases; IndexerScore's tensor-core form
-#      (kSharedKeysMma) against the CPU's bits and the decoder's indexer_mma
-#      case; HcMixTf32 (the prompt's mHC on TF32 tensor cores: against the
-#      CPU, batch invariance, row roles) and the decoder's prompt_tf32_mhc
-#      cases;
-#   2. the EP8 prefill chunk with the defaults, with --prompt_bf16_gate, with
-#      --indexer_mma, with --prompt_tf32_mhc, with all three, and without
-#      CUTLASS (our tile after the counters);
-#   3. the benches: moe_gate_bench, indexer_score_bench (its four forms),
-#      fp8_gemm_bench prefill (our tile beside
-#      CUTLASS's and cuBLASLt's), mxfp4_grouped_gemm_bench's prefill table;
-#   4. ncu (--set full, reduced by ncu_stalls.py) of the route's kernel in
-#      its default form (one scale test a stage, three warpgroups) and of
-#      our bf16 tile;
-#   5. EP8 decode at context 4,096 (batch 1 and 64 against the floor, with
-#      the steps' kernel timelines), the
-#      chunk's kernel timeline without programmatic edges, the chunk again.
+# thirty-ninth session, most telling first under BUDGET_S (default 540;
+# check_steps.sh):
+#   1. tests: the bf16 route's kernel test (its forms with the ballot group
+#      search, 70 experts), the decoder's route-form cases (the ballot
+#      search among them), its prompt gate / TF32 mHC / mma indexer cases
+#      (on by default since the thirty-ninth session), HcMixTf32's test (its
+#      bound set from that session's run);
+#   2. the EP8 prefill chunk with the defaults, with --bf16_route_ballot_search,
+#      and the defaults again;
+#   3. the route's bench (its ballot-search row) and ncu of the route's
+#      default form with and without the ballot search (how much of its
+#      samples the group walk took: a fifth to a third in the thirty-ninth
+#      session);
+#   4. EP8 decode at context 4,096 (batch 1 and 64 against the floor, with
+#      the steps' kernel timelines) and the chunk's kernel timeline without
+#      programmatic edges.
 # The summary prints the long parts first, so the call's output tail (its
 # last 12,000 characters) ends with the tests and the chunk's times.
 # Bundle (here, a few minutes with a warm cache):
 #   BUNDLE_TARGETS="//worker/model:device_decoder_fast_test //tools/bench:decode_gpu
-#     //kernels/cuda/moe:mxfp4_grouped_gemm_bench //kernels/cuda/dense:bf16_gemm_sm90_test
-#     //kernels/cuda/dense:fp8_gemm_bench //kernels/cuda/moe:moe_gate_bench
-#     //kernels/cuda/attention:indexer_score_test //kernels/cuda/attention:indexer_score_bench
+#     //kernels/cuda/moe:mxfp4_grouped_gemm_bench //kernels/cuda/moe:mxfp4_bf16_gemm_sm90_test
 #     //kernels/cuda/moe:hc_mix_split_test"
 #     tools/gpu/bundle.sh
 #   tools/gpu/route_check.sh [RESULTS]
@@ -69,29 +60,26 @@ profile() {
   } > "${results}/${name}.txt" 2>&1
 }
 
-budget_step bf16_gemm_test 60 "${bundle}/bin/kernels_cuda_dense_bf16_gemm_sm90_test" \
-  --gtest_filter='*WarpSpecialized*:*RowRole*:*RowStride*' || status=1
-budget_step device_decoder_fast_test 200 "${bundle}/bin/worker_model_device_decoder_fast_test" \
-  --gtest_filter='*PromptGate*:*PromptBf16Gate*:*PromptTf32Mhc*:*TrainedTinyBf16WithPrompt*:*MmaIndexer*:*RouteForms*:*WsForms*' \
+budget_step route_kernel_test 120 "${bundle}/bin/kernels_cuda_moe_mxfp4_bf16_gemm_sm90_test" \
   || status=1
-budget_step indexer_score_test 120 "${bundle}/bin/kernels_cuda_attention_indexer_score_test" \
+budget_step device_decoder_fast_test 200 "${bundle}/bin/worker_model_device_decoder_fast_test" \
+  --gtest_filter='*RouteForms*:*PromptTf32Mhc*:*PromptBf16Gate*:*MmaIndexer*:*TrainedTinyBf16WithPrompt*' \
   || status=1
 budget_step hc_mix_split_test 60 "${bundle}/bin/kernels_cuda_moe_hc_mix_split_test" || status=1
 budget_step chunk_defaults 90 "${decode}" "${slice[@]}"
-budget_step chunk_gate 90 "${decode}" "${slice[@]}" --prompt_bf16_gate=true
-budget_step chunk_indexer_mma 90 "${decode}" "${slice[@]}" --indexer_mma=true
-budget_step chunk_tf32_mhc 90 "${decode}" "${slice[@]}" --prompt_tf32_mhc=true
-budget_step chunk_all3 90 "${decode}" "${slice[@]}" --prompt_bf16_gate=true --indexer_mma=true \
-  --prompt_tf32_mhc=true
-budget_step chunk_no_cutlass 90 "${decode}" "${slice[@]}" --bf16_cutlass=false
-budget_step moe_gate_bench 60 "${bundle}/tools/moe_gate_bench"
-budget_step indexer_bench 90 "${bundle}/tools/indexer_score_bench"
-budget_step fp8_bench_prefill 120 "${bundle}/tools/fp8_gemm_bench" prefill
+budget_step chunk_ballot 90 "${decode}" "${slice[@]}" --bf16_route_ballot_search=true
+budget_step chunk_defaults_2 90 "${decode}" "${slice[@]}"
+budget_step chunk_ballot_2 90 "${decode}" "${slice[@]}" --bf16_route_ballot_search=true
 budget_step mxfp4_bench_prefill 120 "${route_bench[@]}"
 # The route's gate/up launch of w1 in its default form (the bench's third
-# launch of it: past a warm-up), and our bf16 tile.
-profile rs128_3wg 'GroupedRsKernel<128, \(bool\)0, \(bool\)1, \(bool\)0, 3>' 2 "${route_bench[@]}"
-profile bf16_ws 'Bf16GemmWsKernel' 4 "${bundle}/tools/fp8_gemm_bench" prefill
+# launch of it: past a warm-up), then the same template with the ballot
+# search (the bench's last prefill row: the "three warpgroups" row before it
+# launches the template 24 times, 3 + 5 gate/up pairs and 3 + 5 downs). ncu
+# spells the template's arguments `(int)128, (bool)0` (the thirty-ninth
+# session's run matched with this regex).
+rs_regex='GroupedRsKernel<\(int\)128, \(bool\)0, \(bool\)1, \(bool\)0, \(int\)3>'
+profile rs128_3wg "${rs_regex}" 2 "${route_bench[@]}"
+profile rs128_3wg_ballot "${rs_regex}" 26 "${route_bench[@]}"
 # EP8 decode at the issue's context (4,096): batch 1 and 64 against the
 # stored-form floor (the issue asks at most 3x and 1.5x); batch 64 takes
 # about three minutes to set up.
@@ -99,8 +87,7 @@ budget_step ep8_decode_4096 240 "${decode}" --ep_slice=8 --numerics=fast --batch
   --context=4096 --steps=3 --warmup=1 --slice_profile=false --kernel_timeline
 # Without programmatic edges, so each kernel's busy time is its own.
 budget_step chunk_timeline 120 "${decode}" "${slice[@]}" --prefill_timeline --programmatic=false
-budget_step chunk_defaults_2 90 "${decode}" "${slice[@]}"
-for name in rs128_3wg bf16_ws; do
+for name in rs128_3wg rs128_3wg_ballot; do
   echo "== ncu ${name}"
   head -c 3500 "${results}/${name}.txt" 2>/dev/null
 done
@@ -108,15 +95,9 @@ echo "== EP8 decode's kernel timelines at context 4096 (programmatic edges: uppe
 grep -A12 "kernel timeline of batch" "${results}/ep8_decode_4096.log" 2>/dev/null | head -30
 echo "== the chunk's kernel timeline (defaults, no programmatic edges)"
 sed -n '/prefill timeline/,/^prefill:/p' "${results}/chunk_timeline.log" 2>/dev/null | head -18
-echo "== the prompt's bf16 products (dense)"
-sed -n "/^CUTLASS bf16/,/^\$/p" "${results}/fp8_bench_prefill.log" 2>/dev/null | head -8
 echo "== experts' bf16 route"
 sed -n '/^Prefill:/,$p' "${results}/mxfp4_bench_prefill.log" 2>/dev/null |
   grep -E 'bf16 route|cuBLASLt' | tail -4
-echo "== IndexerScore's forms"
-grep -A12 "^case" "${results}/indexer_bench.log" 2>/dev/null
-echo "== the gate's logits"
-grep -A6 "^gate logits" "${results}/moe_gate_bench.log" 2>/dev/null
 echo "== summary"
 cat "${results}/summary.txt"
 echo "== tests"

@@ -317,6 +317,7 @@ struct Bf16RouteForm {
   bool stage_scale_test = false;
   bool fit_tile_rows = false;
   int warpgroups = 0;
+  bool ballot_search = false;
 };
 
 absl::Status Bf16Route(const uint16_t* x, const int64_t* offsets, const uint8_t* const* w,
@@ -339,7 +340,8 @@ absl::Status Bf16Route(const uint16_t* x, const int64_t* offsets, const uint8_t*
                                .deep_ring = form.deep_ring,
                                .stage_scale_test = form.stage_scale_test,
                                .fit_tile_rows = form.fit_tile_rows,
-                               .consumer_warpgroups = form.warpgroups},
+                               .consumer_warpgroups = form.warpgroups,
+                               .ballot_group_search = form.ballot_search},
                               stream);
 }
 
@@ -496,8 +498,9 @@ void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, 
     // fragments (register_a) over 128 or 80 X rows, with the producer waiting
     // for its copies or completing them on the ring's barriers (deep_ring),
     // or testing a stage's four scales once (stage_scale_test), and with it
-    // the wgmma N fit to each tile's rows (fit_tile_rows), and over three
-    // consumer warpgroups (consumer_warpgroups); the same bits.
+    // the wgmma N fit to each tile's rows (fit_tile_rows), over three
+    // consumer warpgroups (consumer_warpgroups), and the CTAs finding their
+    // expert by a ballot (ballot_group_search); the same bits.
     for (const Bf16RouteForm& f :
          {Bf16RouteForm{"4 widener warps", 4, false, 0, false},
           Bf16RouteForm{"8 widener warps", 8, false, 0, false},
@@ -512,7 +515,9 @@ void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, 
           Bf16RouteForm{"register A, one scale test a stage, three warpgroups", 0, true, 0, false,
                         true, false, 3},
           Bf16RouteForm{"register A, one scale test a stage, fitted N, three warpgroups", 0, true,
-                        0, false, true, true, 3}}) {
+                        0, false, true, true, 3},
+          Bf16RouteForm{"register A, one scale test a stage, three warpgroups, ballot search", 0,
+                        true, 0, false, true, false, 3, true}}) {
       form = f;
       const double gu_ms = MedianMs(
           [&] {
