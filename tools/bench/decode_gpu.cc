@@ -292,6 +292,9 @@ ABSL_FLAG(bool, prompt_bf16_gate, true,
 ABSL_FLAG(bool, prompt_tf32_mhc, true,
           "prompt_bf16_linears: the prompt rows' mHC coefficients on TF32 tensor cores, three "
           "products a pair (DeviceDecoderOptions::prompt_tf32_mhc; other bits for prompt rows).");
+ABSL_FLAG(bool, prompt_tf32_mhc_promote, false,
+          "With --prompt_tf32_mhc: its sums promoted to round-to-nearest fp32 adds every 16 "
+          "elements (DeviceDecoderOptions::prompt_tf32_mhc_promote; other bits for prompt rows).");
 ABSL_FLAG(bool, bf16_ws_persistent, true,
           "The bf16 products' warp-specialized prefill tile persistent (a CTA an SM at most; "
           "DeviceDecoderOptions::bf16_ws_persistent; same bits).");
@@ -578,6 +581,7 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .bf16_cutlass = absl::GetFlag(FLAGS_bf16_cutlass),
           .prompt_bf16_gate = absl::GetFlag(FLAGS_prompt_bf16_gate),
           .prompt_tf32_mhc = absl::GetFlag(FLAGS_prompt_tf32_mhc),
+          .prompt_tf32_mhc_promote = absl::GetFlag(FLAGS_prompt_tf32_mhc_promote),
           .bf16_ws_persistent = absl::GetFlag(FLAGS_bf16_ws_persistent),
           .expert_out_bf16 = absl::GetFlag(FLAGS_expert_out_bf16)};
 }

@@ -774,6 +774,15 @@ struct DeviceDecoderOptions {
   // shared history top-1 0.998, expert choices differing 17 of 12,288; the
   // coefficients within 1.6e-5 of the CPU's against HcMixSplitK's 3.3e-6).
   bool prompt_tf32_mhc = true;
+  // With prompt_tf32_mhc: HcMixTf32's promoted sums (each 16-element step's
+  // products summed from zero on the tensor core, then added to the running
+  // sums by FADD), so no long chain rides the tensor core's accumulation,
+  // which does not round to nearest (without it the coefficients measured
+  // 1.6e-5 from the CPU's, 5x HcMixSplitK's distance; the trained tiny's
+  // expert choices differing 17 of 12,288 against 6). Other bits for prompt
+  // rows; built after the thirty-ninth session's last device call: off until
+  // a GPU runs it.
+  bool prompt_tf32_mhc_promote = false;
   // The same tile persistent (dense::Bf16GemmParams::ws_persistent: a CTA
   // an SM at most, taking tiles in turn, the next tile's loads under the
   // last one's stores). The same bits; faster in every row of

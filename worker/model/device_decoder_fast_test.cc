@@ -187,7 +187,8 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
                    const TrainedInputs* trained = nullptr, bool expert_wgmma = false,
                    bool dense_wgmma = false, bool attention_wgmma = true,
                    bool prompt_linears = false, bool experts_every_row = false,
-                   bool prompt_gate = false, bool prompt_mhc = false) {
+                   bool prompt_gate = false, bool prompt_mhc = false,
+                   bool prompt_mhc_promote = false) {
   const ModelConfig& c = ckpt.config();
   auto cpu = RowStableCpuModel(ckpt, precision,
                                trained != nullptr ? trained->engram_token_map
@@ -213,6 +214,7 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
   options.prompt_bf16_gate = prompt_gate;
   // prompt_mhc: the prompt rows' mHC coefficients on TF32 tensor cores.
   options.prompt_tf32_mhc = prompt_mhc;
+  options.prompt_tf32_mhc_promote = prompt_mhc_promote;
   const int64_t prompt_end = prompt_linears ? options.max_positions : 0;
   auto fast = DeviceDecoder::Create(*cpu, precision, options);
   ASSERT_TRUE(fast.ok()) << fast.status();
@@ -630,6 +632,18 @@ TEST(DeviceDecoderFastTest, TrainedTinyBf16WithPromptTf32MhcAgreesWithReference)
                 false, 0.99, 1e-2, 0.01, /*fast_mhc=*/true, in, /*expert_wgmma=*/false,
                 /*dense_wgmma=*/false, /*attention_wgmma=*/true, /*prompt_linears=*/true,
                 /*experts_every_row=*/false, /*prompt_gate=*/false, /*prompt_mhc=*/true);
+}
+// ... with HcMixTf32's promoted sums (prompt_tf32_mhc_promote): the same bars.
+TEST(DeviceDecoderFastTest, TrainedTinyBf16WithPromptTf32MhcPromotedAgreesWithReference) {
+  const Checkpoint* ck = TrainedTinyCheckpoint();
+  const TrainedInputs* in = TrainedTinyInputs();
+  ASSERT_NE(ck, nullptr);
+  ASSERT_NE(in, nullptr);
+  CheckFidelity(*ck, "trained tiny prompt bf16 linears and promoted TF32 mHC",
+                ActivationPrecision::kBf16, false, 0.99, 1e-2, 0.01, /*fast_mhc=*/true, in,
+                /*expert_wgmma=*/false, /*dense_wgmma=*/false, /*attention_wgmma=*/true,
+                /*prompt_linears=*/true, /*experts_every_row=*/false, /*prompt_gate=*/false,
+                /*prompt_mhc=*/true, /*prompt_mhc_promote=*/true);
 }
 // ... and where no choice can flip (SmallContinuousCheckpoint): what the
 // maths alone moves, beside the mma pair's 9.4e-7 median row error.

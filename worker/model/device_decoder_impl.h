@@ -1436,7 +1436,8 @@ struct DeviceDecoder::Impl {
       }
       if (!tf32) return absl::OkStatus();
       ++prompt_tf32_mixes;
-      return kc::HcMixTf32(mix, scratch, stream, linear_roles_ == 3 ? meta_d.role : nullptr, 1);
+      return kc::HcMixTf32(mix, scratch, stream, linear_roles_ == 3 ? meta_d.role : nullptr, 1,
+                           options.prompt_tf32_mhc_promote);
     }
     if (fast()) {  // the reference's bits, a thread quad per mix element
       RETURN_IF_ERROR(dec::RowStableDot(

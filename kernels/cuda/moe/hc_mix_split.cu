@@ -131,7 +131,7 @@ absl::Status HcMixSplitK(const HcMixParams& p, const HcMixSplitScratch& scratch,
 }
 
 absl::Status HcMixTf32(const HcMixParams& p, const HcMixSplitScratch& scratch, cudaStream_t stream,
-                       const int32_t* row_role, int role) {
+                       const int32_t* row_role, int role, bool promote) {
   if (!SupportsHcMixSplitK(p) || scratch.partials == nullptr || scratch.counters == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         "HcMixTf32: unsupported (tokens ", p.tokens, ", dim ", p.dim, ", hc_mult ", p.hc_mult,
@@ -146,18 +146,25 @@ absl::Status HcMixTf32(const HcMixParams& p, const HcMixSplitScratch& scratch, c
     kernel<<<grid, moe::kHcTf32Threads, 0, stream>>>(args, p.tokens, scratch.partials,
                                                      scratch.counters, row_role, role);
   };
+  auto launch_n = [&]<int kN>() {
+    if (promote) {
+      launch(moe::HcMixTf32Kernel<kN, true>);
+    } else {
+      launch(moe::HcMixTf32Kernel<kN>);
+    }
+  };
   switch (p.hc_mult) {
     case 1:
-      launch(moe::HcMixTf32Kernel<1>);
+      launch_n.template operator()<1>();
       break;
     case 2:
-      launch(moe::HcMixTf32Kernel<2>);
+      launch_n.template operator()<2>();
       break;
     case 3:
-      launch(moe::HcMixTf32Kernel<3>);
+      launch_n.template operator()<3>();
       break;
     default:
-      launch(moe::HcMixTf32Kernel<4>);
+      launch_n.template operator()<4>();
       break;
   }
   return LaunchStatus("HcMixTf32");

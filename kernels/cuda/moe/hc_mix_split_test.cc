@@ -43,10 +43,11 @@ struct Outputs {
 
 // HcMixSplitK over `p.x` rows [first, first + count), with a fresh scratch
 // whose counters start at zero; `repeats` launches on the same scratch.
-// `tf32`: HcMixTf32 instead (with `roles`, device row roles, role 1).
+// `tf32`: HcMixTf32 instead (with `roles`, device row roles, role 1;
+// `promote`: its promoted sums).
 Outputs RunSplit(const Problem& p, int64_t first, int64_t count, int repeats = 1,
                  bool transposed = false, bool token_loop = false, bool tf32 = false,
-                 const std::vector<int32_t>* roles = nullptr) {
+                 const std::vector<int32_t>* roles = nullptr, bool promote = false) {
   const int64_t nd = p.n * p.dim;
   const std::vector<float> rows(p.x.begin() + first * nd, p.x.begin() + (first + count) * nd);
   DeviceBuffer<float> dx(rows), dfn(p.fn), dscale(p.scale), dbase(p.base);
@@ -75,7 +76,8 @@ Outputs RunSplit(const Problem& p, int64_t first, int64_t count, int repeats = 1
                              .norm_eps = 1e-20f};
     const HcMixSplitScratch scratch{.partials = partials.get(), .counters = counters.get()};
     const absl::Status st =
-        tf32 ? HcMixTf32(params, scratch, nullptr, roles != nullptr ? droles.get() : nullptr, 1)
+        tf32 ? HcMixTf32(params, scratch, nullptr, roles != nullptr ? droles.get() : nullptr, 1,
+                         promote)
              : HcMixSplitK(params, scratch, nullptr, kHcMixSplitOnYTokens, transposed, token_loop);
     EXPECT_TRUE(st.ok()) << st;
     EXPECT_TRUE(Synced());
@@ -240,6 +242,13 @@ TEST(HcMixTf32Test, MatchesTheCpuReference) {
                     .ok());
     const Outputs got = RunSplit(p, 0, c.tokens, /*repeats=*/2, false, false, /*tf32=*/true);
     const Outputs split = RunSplit(p, 0, c.tokens);
+    const Outputs promoted =
+        RunSplit(p, 0, c.tokens, /*repeats=*/2, false, false, /*tf32=*/true, nullptr, true);
+    const double promoted_err =
+        std::max({MaxAbsError(promoted.pre, pre), MaxAbsError(promoted.post, post),
+                  MaxAbsError(promoted.comb, comb)});
+    // Promoted sums round every step's sum to nearest: HcMixSplitK's bound.
+    EXPECT_LT(promoted_err, 1e-5) << c.tokens << "x" << c.n << "x" << c.dim;
     const double err = std::max(
         {MaxAbsError(got.pre, pre), MaxAbsError(got.post, post), MaxAbsError(got.comb, comb)});
     const double rel = std::max({RelativeError(got.pre, pre), RelativeError(got.post, post),
@@ -248,32 +257,39 @@ TEST(HcMixTf32Test, MatchesTheCpuReference) {
                                        MaxAbsError(split.comb, comb)});
     EXPECT_LT(err, 3e-5) << c.tokens << "x" << c.n << "x" << c.dim;
     EXPECT_LT(rel, 1e-5) << c.tokens << "x" << c.n << "x" << c.dim;
-    std::printf("HcMixTf32 %lldx%dx%lld: max abs err %.3g (HcMixSplitK %.3g), rel err %.3g\n",
-                static_cast<long long>(c.tokens), c.n, static_cast<long long>(c.dim), err,
-                split_err, rel);
+    std::printf(
+        "HcMixTf32 %lldx%dx%lld: max abs err %.3g (promoted %.3g, HcMixSplitK %.3g), rel err "
+        "%.3g\n",
+        static_cast<long long>(c.tokens), c.n, static_cast<long long>(c.dim), err, promoted_err,
+        split_err, rel);
   }
 }
 
 // A token's TF32 coefficients are its row's alone: each of 150 tokens in
 // calls of 1, of 5 from an offset (another place in its m16 tile and group),
-// and of 70 from another offset give the bits it has in the call of 150.
+// and of 70 from another offset give the bits it has in the call of 150;
+// with the promoted sums too.
 TEST(HcMixTf32Test, BatchInvariant) {
-  const int64_t tokens = 150;
-  const Problem p(tokens, 4, 2048, 13);
-  const Outputs all = RunSplit(p, 0, tokens, 1, false, false, /*tf32=*/true);
-  const int64_t n = p.n;
-  auto same = [&](int64_t first, int64_t count) {
-    const Outputs part = RunSplit(p, first, count, 1, false, false, /*tf32=*/true);
-    auto slice = [&](const std::vector<float>& v, int64_t width) {
-      return std::vector<float>(v.begin() + first * width, v.begin() + (first + count) * width);
+  for (const bool promote : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "promote " << promote);
+    const int64_t tokens = 150;
+    const Problem p(tokens, 4, 2048, 13);
+    const Outputs all = RunSplit(p, 0, tokens, 1, false, false, /*tf32=*/true, nullptr, promote);
+    const int64_t n = p.n;
+    auto same = [&](int64_t first, int64_t count) {
+      const Outputs part =
+          RunSplit(p, first, count, 1, false, false, /*tf32=*/true, nullptr, promote);
+      auto slice = [&](const std::vector<float>& v, int64_t width) {
+        return std::vector<float>(v.begin() + first * width, v.begin() + (first + count) * width);
+      };
+      EXPECT_EQ(BitMismatches(part.pre, slice(all.pre, n)), 0) << first << "+" << count;
+      EXPECT_EQ(BitMismatches(part.post, slice(all.post, n)), 0) << first << "+" << count;
+      EXPECT_EQ(BitMismatches(part.comb, slice(all.comb, n * n)), 0) << first << "+" << count;
     };
-    EXPECT_EQ(BitMismatches(part.pre, slice(all.pre, n)), 0) << first << "+" << count;
-    EXPECT_EQ(BitMismatches(part.post, slice(all.post, n)), 0) << first << "+" << count;
-    EXPECT_EQ(BitMismatches(part.comb, slice(all.comb, n * n)), 0) << first << "+" << count;
-  };
-  for (int64_t t : {0, 1, 17, 63, 64, 149}) same(t, 1);
-  same(3, 5);
-  same(61, 70);
+    for (int64_t t : {0, 1, 17, 63, 64, 149}) same(t, 1);
+    same(3, 5);
+    same(61, 70);
+  }
 }
 
 // With row roles only role-1 tokens are written: the others keep the

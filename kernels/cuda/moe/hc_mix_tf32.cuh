@@ -78,7 +78,13 @@ __device__ __forceinline__ void Mma3xTf32(float (&d)[4], const Tf32Pair (&a)[4],
 // meet), so its bits are the same in any call and at any place in it.
 // `row_role` (optional): only tokens with row_role[t] == role get their
 // coefficients written (the rest keep what another launch wrote).
-template <int kN>
+// kPromote: each 16-element step's six products go into zeroed
+// accumulators and are then added to the running fp32 sums by FADD (round
+// to nearest), so the tensor core's accumulation, which does not round to
+// nearest, never carries a sum longer than one step (the H100 run of the
+// thirty-ninth session measured the coefficients 1.6e-5 from the CPU's with
+// the long chains, 5x HcMixSplitK's distance).
+template <int kN, bool kPromote = false>
 __global__ void __launch_bounds__(kHcTf32Threads, 2)
     HcMixTf32Kernel(HcMixKernelArgs a, int64_t tokens, float* __restrict__ partials,
                     uint32_t* __restrict__ counters, const int32_t* __restrict__ row_role,
@@ -139,8 +145,16 @@ __global__ void __launch_bounds__(kHcTf32Threads, 2)
       const Tf32Pair s1[4] = {Tf32Split(xa.z), Tf32Split(xb.z), Tf32Split(xa.w), Tf32Split(xb.w)};
 #pragma unroll
       for (int j = 0; j < kTiles; ++j) {
-        Mma3xTf32(acc[j], s0, Tf32Split(wv[j].x), Tf32Split(wv[j].y));
-        Mma3xTf32(acc[j], s1, Tf32Split(wv[j].z), Tf32Split(wv[j].w));
+        if constexpr (kPromote) {
+          float step[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          Mma3xTf32(step, s0, Tf32Split(wv[j].x), Tf32Split(wv[j].y));
+          Mma3xTf32(step, s1, Tf32Split(wv[j].z), Tf32Split(wv[j].w));
+#pragma unroll
+          for (int c = 0; c < 4; ++c) acc[j][c] = __fadd_rn(acc[j][c], step[c]);
+        } else {
+          Mma3xTf32(acc[j], s0, Tf32Split(wv[j].x), Tf32Split(wv[j].y));
+          Mma3xTf32(acc[j], s1, Tf32Split(wv[j].z), Tf32Split(wv[j].w));
+        }
       }
     }
   }
