@@ -29,6 +29,25 @@ int64_t Groups(int64_t tokens) {
   return (tokens + per - 1) / per;
 }
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+// f.template operator()<kN>() for kN = hc_mult (1 - 4; SupportsHcMixSplitK
+// holds it there).
+template <typename F>
+void WithHcMult(int hc_mult, F&& f) {
+  switch (hc_mult) {
+    case 1:
+      f.template operator()<1>();
+      break;
+    case 2:
+      f.template operator()<2>();
+      break;
+    case 3:
+      f.template operator()<3>();
+      break;
+    default:
+      f.template operator()<4>();
+      break;
+  }
+}
 
 }  // namespace
 
@@ -67,20 +86,7 @@ absl::Status HcMixSplitK(const HcMixParams& p, const HcMixSplitScratch& scratch,
       moe::HcMixSplitLoopKernel<kN, kHcMixLoopTokens><<<grid, moe::kHcSplitThreads, 0, stream>>>(
           args, p.tokens, scratch.partials, scratch.counters);
     };
-    switch (p.hc_mult) {
-      case 1:
-        loop.template operator()<1>();
-        break;
-      case 2:
-        loop.template operator()<2>();
-        break;
-      case 3:
-        loop.template operator()<3>();
-        break;
-      default:
-        loop.template operator()<4>();
-        break;
-    }
+    WithHcMult(p.hc_mult, loop);
     return LaunchStatus("HcMixSplitK");
   }
   constexpr int kThreads = moe::kHcSplitThreads;
@@ -113,20 +119,7 @@ absl::Status HcMixSplitK(const HcMixParams& p, const HcMixSplitScratch& scratch,
       launch(moe::HcMixSplitKernel<kN>);
     }
   };
-  switch (p.hc_mult) {
-    case 1:
-      launch_n.template operator()<1>();
-      break;
-    case 2:
-      launch_n.template operator()<2>();
-      break;
-    case 3:
-      launch_n.template operator()<3>();
-      break;
-    default:
-      launch_n.template operator()<4>();
-      break;
-  }
+  WithHcMult(p.hc_mult, launch_n);
   return LaunchStatus("HcMixSplitK");
 }
 
@@ -153,20 +146,7 @@ absl::Status HcMixTf32(const HcMixParams& p, const HcMixSplitScratch& scratch, c
       launch(moe::HcMixTf32Kernel<kN>);
     }
   };
-  switch (p.hc_mult) {
-    case 1:
-      launch_n.template operator()<1>();
-      break;
-    case 2:
-      launch_n.template operator()<2>();
-      break;
-    case 3:
-      launch_n.template operator()<3>();
-      break;
-    default:
-      launch_n.template operator()<4>();
-      break;
-  }
+  WithHcMult(p.hc_mult, launch_n);
   return LaunchStatus("HcMixTf32");
 }
 

@@ -94,6 +94,36 @@ Outputs RunSplit(const Problem& p, int64_t first, int64_t count, int repeats = 1
   return out;
 }
 
+// The CPU reference's coefficients of all of `p`'s tokens.
+Outputs CpuCoefficients(const Problem& p) {
+  const cpu::HcParams params{
+      .hc_mult = p.n, .sinkhorn_iters = 20, .hc_eps = 1e-6f, .norm_eps = 1e-20f};
+  Outputs want{std::vector<float>(p.tokens * p.n), std::vector<float>(p.tokens * p.n),
+               std::vector<float>(p.tokens * p.n * p.n)};
+  EXPECT_TRUE(cpu::HcMix(params, {.x = p.x,
+                                  .hc_fn = p.fn,
+                                  .scale = p.scale,
+                                  .base = p.base,
+                                  .pre = want.pre,
+                                  .post = want.post,
+                                  .comb = want.comb,
+                                  .tokens = p.tokens,
+                                  .dim = p.dim})
+                  .ok());
+  return want;
+}
+
+// The largest absolute error over pre, post and comb, and the largest
+// relative one (||got - want|| / ||want|| an output).
+double MaxAbsError(const Outputs& got, const Outputs& want) {
+  return std::max({MaxAbsError(got.pre, want.pre), MaxAbsError(got.post, want.post),
+                   MaxAbsError(got.comb, want.comb)});
+}
+double RelativeError(const Outputs& got, const Outputs& want) {
+  return std::max({RelativeError(got.pre, want.pre), RelativeError(got.post, want.post),
+                   RelativeError(got.comb, want.comb)});
+}
+
 // Against the CPU reference (products in another order, v^2 in double): the
 // mixes move by ~1e-7 relative; sigmoid, softmax and Sinkhorn carry that
 // smoothly (values in [0, 2]), so 1e-5 is a wide margin, as for HcMix.
@@ -106,18 +136,9 @@ TEST(HcMixSplitKTest, MatchesTheCpuReference) {
   for (const Case& c : {Case{1, 4, 64}, Case{7, 4, 1000}, Case{33, 1, 256}, Case{3, 4, 4096},
                         Case{9, 3, 700}, Case{5, 2, 2048}, Case{64, 4, 4096}}) {
     const Problem p(c.tokens, c.n, c.dim, static_cast<uint32_t>(c.tokens * 1000 + c.dim + c.n));
-    const cpu::HcParams params{.hc_mult = c.n, .sinkhorn_iters = 20, .hc_eps = 1e-6f,
-                               .norm_eps = 1e-20f};
-    std::vector<float> pre(c.tokens * c.n), post(c.tokens * c.n), comb(c.tokens * c.n * c.n);
-    ASSERT_TRUE(cpu::HcMix(params, {.x = p.x, .hc_fn = p.fn, .scale = p.scale, .base = p.base,
-                                    .pre = pre, .post = post, .comb = comb,
-                                    .tokens = c.tokens, .dim = c.dim})
-                    .ok());
+    const Outputs want = CpuCoefficients(p);
     const Outputs got = RunSplit(p, 0, c.tokens, /*repeats=*/2);
-    const double err = std::max({MaxAbsError(got.pre, pre), MaxAbsError(got.post, post),
-                                 MaxAbsError(got.comb, comb)});
-    const double rel = std::max({RelativeError(got.pre, pre), RelativeError(got.post, post),
-                                 RelativeError(got.comb, comb)});
+    const double err = MaxAbsError(got, want), rel = RelativeError(got, want);
     EXPECT_LT(err, 1e-5) << c.tokens << "x" << c.n << "x" << c.dim;
     EXPECT_LT(rel, 1e-5) << c.tokens << "x" << c.n << "x" << c.dim;
     std::printf("HcMixSplitK %lldx%dx%lld: max abs err %.3g, rel err %.3g\n",
@@ -167,22 +188,7 @@ TEST(HcMixSplitKTest, PrefillGridGivesTheSmallCallsBits) {
               BitMismatches(part.comb, slice(all.comb, p.n * p.n));
   }
   EXPECT_EQ(differ, 0);
-  const cpu::HcParams params{
-      .hc_mult = p.n, .sinkhorn_iters = 20, .hc_eps = 1e-6f, .norm_eps = 1e-20f};
-  std::vector<float> pre(tokens * p.n), post(tokens * p.n), comb(tokens * p.n * p.n);
-  ASSERT_TRUE(cpu::HcMix(params, {.x = p.x,
-                                  .hc_fn = p.fn,
-                                  .scale = p.scale,
-                                  .base = p.base,
-                                  .pre = pre,
-                                  .post = post,
-                                  .comb = comb,
-                                  .tokens = tokens,
-                                  .dim = p.dim})
-                  .ok());
-  EXPECT_LT(std::max({MaxAbsError(all.pre, pre), MaxAbsError(all.post, post),
-                      MaxAbsError(all.comb, comb)}),
-            1e-5);
+  EXPECT_LT(MaxAbsError(all, CpuCoefficients(p)), 1e-5);
 }
 
 // transposed_sums: each warp's sums with the butterfly transposed (a lane
@@ -227,34 +233,16 @@ TEST(HcMixTf32Test, MatchesTheCpuReference) {
   for (const Case& c : {Case{1, 4, 64}, Case{7, 4, 1000}, Case{33, 1, 256}, Case{3, 4, 4096},
                         Case{9, 3, 700}, Case{5, 2, 2048}, Case{130, 4, 4096}, Case{64, 4, 5120}}) {
     const Problem p(c.tokens, c.n, c.dim, static_cast<uint32_t>(c.tokens * 1000 + c.dim + c.n));
-    const cpu::HcParams params{
-        .hc_mult = c.n, .sinkhorn_iters = 20, .hc_eps = 1e-6f, .norm_eps = 1e-20f};
-    std::vector<float> pre(c.tokens * c.n), post(c.tokens * c.n), comb(c.tokens * c.n * c.n);
-    ASSERT_TRUE(cpu::HcMix(params, {.x = p.x,
-                                    .hc_fn = p.fn,
-                                    .scale = p.scale,
-                                    .base = p.base,
-                                    .pre = pre,
-                                    .post = post,
-                                    .comb = comb,
-                                    .tokens = c.tokens,
-                                    .dim = c.dim})
-                    .ok());
+    const Outputs want = CpuCoefficients(p);
     const Outputs got = RunSplit(p, 0, c.tokens, /*repeats=*/2, false, false, /*tf32=*/true);
     const Outputs split = RunSplit(p, 0, c.tokens);
     const Outputs promoted =
         RunSplit(p, 0, c.tokens, /*repeats=*/2, false, false, /*tf32=*/true, nullptr, true);
-    const double promoted_err =
-        std::max({MaxAbsError(promoted.pre, pre), MaxAbsError(promoted.post, post),
-                  MaxAbsError(promoted.comb, comb)});
+    const double promoted_err = MaxAbsError(promoted, want);
     // Promoted sums round every step's sum to nearest: HcMixSplitK's bound.
     EXPECT_LT(promoted_err, 1e-5) << c.tokens << "x" << c.n << "x" << c.dim;
-    const double err = std::max(
-        {MaxAbsError(got.pre, pre), MaxAbsError(got.post, post), MaxAbsError(got.comb, comb)});
-    const double rel = std::max({RelativeError(got.pre, pre), RelativeError(got.post, post),
-                                 RelativeError(got.comb, comb)});
-    const double split_err = std::max({MaxAbsError(split.pre, pre), MaxAbsError(split.post, post),
-                                       MaxAbsError(split.comb, comb)});
+    const double err = MaxAbsError(got, want), rel = RelativeError(got, want);
+    const double split_err = MaxAbsError(split, want);
     EXPECT_LT(err, 3e-5) << c.tokens << "x" << c.n << "x" << c.dim;
     EXPECT_LT(rel, 1e-5) << c.tokens << "x" << c.n << "x" << c.dim;
     std::printf(
