@@ -118,16 +118,18 @@ absl::Status HcMixSplitK(const HcMixParams& p, const HcMixSplitScratch& scratch,
 // the quad (xor 1, 2) and the halves. The finish (scale, split + Sinkhorn)
 // is HcMixSplitK's. A token's bits depend on its own row alone: the same in
 // every call, at every place in it (batch-invariant), but not HcMixSplitK's
-// bits; |mix - exact| <= ~(nd / 8 + 40) 2^-24 sum |v_k w_k| before the scale.
+// bits. The tensor core's accumulation does not round to nearest, so over a
+// split half's 192 accumulations the errors add up: the coefficients
+// measured 1.6e-5 from the CPU's at 4,096 - 5,120 dims (H100, thirty-ninth
+// session) where HcMixSplitK's were 3.3e-6.
 // `row_role` (optional, device [tokens]): only tokens whose row_role equals
 // `role` get pre/post/comb written. `promote`: each 16-element step's six
 // products summed from zero by the tensor core, then added to the running
-// fp32 sums by FADD (round to nearest): the tensor core's accumulation does
-// not round to nearest, and over a split's long chains the coefficients
-// measured 1.6e-5 from the CPU's (H100, thirty-ninth session) where
-// HcMixSplitK's were 3.3e-6. Other bits than without it, batch-invariant
-// alike; built after that run, not yet run on a GPU. Scratch as HcMixSplitK's (the same
-// partial floats; counters for groups of 64 tokens, fewer than it needs).
+// fp32 sums by FADD (round to nearest), so no long chain rides the tensor
+// core's accumulation: other bits than without it, batch-invariant alike
+// (built after that run, not yet run on a GPU). Scratch as HcMixSplitK's
+// (the same partial floats; counters for groups of 64 tokens, fewer than
+// it needs).
 // No allocation, no host synchronization: graph-capturable.
 // INVALID_ARGUMENT when SupportsHcMixSplitK is false or a scratch pointer is
 // null; INTERNAL with the CUDA error if the launch fails.

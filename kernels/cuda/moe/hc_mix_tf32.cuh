@@ -62,13 +62,10 @@ __device__ __forceinline__ void Mma3xTf32(float (&d)[4], const Tf32Pair (&a)[4],
   MmaTf32M16N8K8(d, a[0].hi, a[1].hi, a[2].hi, a[3].hi, b0.hi, b1.hi);
 }
 
-// Where each lane's registers sit in a 16-element K step (shared with the
-// host emulation in hc_mix_tf32_layout_test.cc through these formulas):
-// lane (g, t) loads row g's and row g + 8's elements 4 t .. 4 t + 3 of x and
-// column (mix) 8 j + g's elements 4 t .. 4 t + 3 of hc_fn. The first k8 step
-// takes elements 4 t, 4 t + 1 as its k t, k t + 4; the second 4 t + 2,
-// 4 t + 3. A and B name each element by the same k, so every element of the
-// 16 meets its own hc_fn element once.
+// Where each lane's registers sit in a 16-element K step: lane (g, t) loads row g's and row g + 8's
+// elements 4 t .. 4 t + 3 of x and column (mix) 8 j + g's elements 4 t .. 4 t + 3 of hc_fn. The
+// first k8 step takes elements 4 t, 4 t + 1 as its k t, k t + 4; the second 4 t + 2, 4 t + 3. A and
+// B name each element by the same k, so every element of the 16 meets its own hc_fn element once.
 //
 // Grid (splits, groups of kHcTf32Tokens tokens), kHcTf32Threads threads.
 // Warp w takes m16 tile w % 4 of the group and half w / 4 of the split's
@@ -146,11 +143,11 @@ __global__ void __launch_bounds__(kHcTf32Threads, 2)
 #pragma unroll
       for (int j = 0; j < kTiles; ++j) {
         if constexpr (kPromote) {
-          float step[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-          Mma3xTf32(step, s0, Tf32Split(wv[j].x), Tf32Split(wv[j].y));
-          Mma3xTf32(step, s1, Tf32Split(wv[j].z), Tf32Split(wv[j].w));
+          float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          Mma3xTf32(part, s0, Tf32Split(wv[j].x), Tf32Split(wv[j].y));
+          Mma3xTf32(part, s1, Tf32Split(wv[j].z), Tf32Split(wv[j].w));
 #pragma unroll
-          for (int c = 0; c < 4; ++c) acc[j][c] = __fadd_rn(acc[j][c], step[c]);
+          for (int c = 0; c < 4; ++c) acc[j][c] = __fadd_rn(acc[j][c], part[c]);
         } else {
           Mma3xTf32(acc[j], s0, Tf32Split(wv[j].x), Tf32Split(wv[j].y));
           Mma3xTf32(acc[j], s1, Tf32Split(wv[j].z), Tf32Split(wv[j].w));
