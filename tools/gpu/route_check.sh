@@ -18,7 +18,9 @@
 #      session);
 #   4. EP8 decode at context 4,096 (batch 1 and 64 against the floor, with
 #      the steps' kernel timelines) and the chunk's kernel timeline without
-#      programmatic edges.
+#      programmatic edges;
+#   5. with the time left, the first third of device_decoder_fast_test's
+#      cases (GTEST_TOTAL_SHARDS=3).
 # The summary prints the long parts first, so the call's output tail (its
 # last 12,000 characters) ends with the tests and the chunk's times.
 # Bundle (here, a few minutes with a warm cache):
@@ -90,6 +92,10 @@ budget_step ep8_decode_4096 240 "${decode}" --ep_slice=8 --numerics=fast --batch
   --context=4096 --steps=3 --warmup=1 --slice_profile=false --kernel_timeline
 # Without programmatic edges, so each kernel's busy time is its own.
 budget_step chunk_timeline 120 "${decode}" "${slice[@]}" --prefill_timeline --programmatic=false
+# Whatever time is left: the first third of the decoder's cases under the
+# defaults (they have not run together since the thirty-seventh session).
+budget_step decoder_shard0 240 env GTEST_TOTAL_SHARDS=3 GTEST_SHARD_INDEX=0 \
+  "${bundle}/bin/worker_model_device_decoder_fast_test" || status=1
 for name in rs128_3wg rs128_3wg_ballot; do
   echo "== ncu ${name}"
   head -c 3500 "${results}/${name}.txt" 2>/dev/null
