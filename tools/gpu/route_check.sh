@@ -94,7 +94,7 @@ budget_step ep8_decode_4096 240 "${decode}" --ep_slice=8 --numerics=fast --batch
 budget_step chunk_timeline 120 "${decode}" "${slice[@]}" --prefill_timeline --programmatic=false
 # Whatever time is left: the first third of the decoder's cases under the
 # defaults (they have not run together since the thirty-seventh session).
-budget_step decoder_shard0 240 env GTEST_TOTAL_SHARDS=3 GTEST_SHARD_INDEX=0 \
+budget_step decoder_test_shard0 240 env GTEST_TOTAL_SHARDS=3 GTEST_SHARD_INDEX=0 \
   "${bundle}/bin/worker_model_device_decoder_fast_test" || status=1
 for name in rs128_3wg rs128_3wg_ballot; do
   echo "== ncu ${name}"
