@@ -11,7 +11,9 @@
 #   2. the EP8 prefill chunk with the defaults, with --bf16_route_ballot_search,
 #      and the defaults again; with HcMixTf32's promoted sums
 #      (--prompt_tf32_mhc_promote; its kernel test and the trained tiny's
-#      bars in 1.);
+#      bars in 1.); with the route's deep ring beside the one scale test a
+#      stage and three warpgroups (--bf16_route_deep_ring: its kernel and
+#      decoder forms in 1.);
 #   3. the route's bench (its ballot-search row) and ncu of the route's
 #      default form with and without the ballot search (how much of its
 #      samples the group walk took: a fifth to a third in the thirty-ninth
@@ -75,6 +77,7 @@ budget_step chunk_ballot 90 "${decode}" "${slice[@]}" --bf16_route_ballot_search
 budget_step chunk_defaults_2 90 "${decode}" "${slice[@]}"
 budget_step chunk_ballot_2 90 "${decode}" "${slice[@]}" --bf16_route_ballot_search=true
 budget_step chunk_mhc_promote 90 "${decode}" "${slice[@]}" --prompt_tf32_mhc_promote=true
+budget_step chunk_deep_ring 90 "${decode}" "${slice[@]}" --bf16_route_deep_ring=true
 budget_step mxfp4_bench_prefill 120 "${route_bench[@]}"
 # The route's gate/up launch of w1 in its default form (the bench's third
 # launch of it: past a warm-up), then the same template with the ballot

@@ -265,11 +265,15 @@ absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t ro
     route_x_rows = kc::Mxfp4Bf16NarrowestXRows(rows / std::max(L.experts, 1));
   }
   // The register form's options, in the combinations the kernel takes.
+  // (The deep ring takes the one scale test a stage only over three
+  // warpgroups, without the fitted N.)
   const bool deep_ring = options.bf16_route_deep_ring && options.bf16_route_register_a;
-  const bool stage_test =
-      options.bf16_route_stage_scale_test && options.bf16_route_register_a && !deep_ring;
   const bool wide_tile = route_x_rows == 0 || route_x_rows == 128;  // fit_rows', 3 groups' tile
-  const bool fit_rows = options.bf16_route_fit_tile_rows && stage_test && wide_tile;
+  const bool deep_three =
+      options.bf16_route_warpgroups == 3 && wide_tile && !options.bf16_route_fit_tile_rows;
+  const bool stage_test = options.bf16_route_stage_scale_test && options.bf16_route_register_a &&
+                          (!deep_ring || deep_three);
+  const bool fit_rows = options.bf16_route_fit_tile_rows && stage_test && wide_tile && !deep_ring;
   auto product = [&](const uint8_t* const* w, const uint8_t* const* ws, float* y, int64_t n,
                      int64_t k, dense::Fp8GemmOutput output) {
     return kc::Mxfp4Bf16GroupedGemm(

@@ -65,12 +65,13 @@ absl::Status Mxfp4Bf16GroupedGemm(const Mxfp4Bf16GroupedGemmParams& p, cudaStrea
     const auto rs = [&](auto rows) -> absl::Status {
       constexpr int kRows = decltype(rows)::value;
       constexpr int kShared = mb::RsSlot<kRows>::kShared + kSlack;
-      if (p.deep_ring) {
-        return launch(mb::Mxfp4Bf16GroupedRsKernel<kRows, true>, mb::kRsThreads, kShared);
-      }
       if constexpr (kRows == 128) {
-        if (wgs == 3) {  // checked: with stage_scale_test, without the deep ring
+        if (wgs == 3) {  // checked: with stage_scale_test; with the deep ring only without fit
           constexpr int kShared3 = mb::RsSlot<128, mb::RsTileN(3)>::kShared + kSlack;
+          if (p.deep_ring) {
+            return launch(mb::Mxfp4Bf16GroupedRsKernel<128, true, true, false, 3>,
+                          mb::RsThreadsWith(3), kShared3);
+          }
           return p.fit_tile_rows ? launch(mb::Mxfp4Bf16GroupedRsKernel<128, false, true, true, 3>,
                                           mb::RsThreadsWith(3), kShared3)
                                  : launch(mb::Mxfp4Bf16GroupedRsKernel<128, false, true, false, 3>,
@@ -81,7 +82,10 @@ absl::Status Mxfp4Bf16GroupedGemm(const Mxfp4Bf16GroupedGemmParams& p, cudaStrea
                         kShared);
         }
       }
-      if (p.stage_scale_test) {  // checked: never with the deep ring
+      if (p.deep_ring) {  // checked: the one scale test a stage only over three warpgroups
+        return launch(mb::Mxfp4Bf16GroupedRsKernel<kRows, true>, mb::kRsThreads, kShared);
+      }
+      if (p.stage_scale_test) {
         return launch(mb::Mxfp4Bf16GroupedRsKernel<kRows, false, true>, mb::kRsThreads, kShared);
       }
       return launch(mb::Mxfp4Bf16GroupedRsKernel<kRows, false>, mb::kRsThreads, kShared);

@@ -173,6 +173,8 @@ const RouteForm kRouteForms[] = {
      true, false, 3, true},
     {"register A over 16 X rows, one scale test a stage, ballot group search", 0, true, 16, false,
      true, false, 0, true},
+    {"register A, deep ring, one scale test a stage, three warpgroups", 0, true, 0, true, true,
+     false, 3},
 };
 
 std::vector<float> RunGrouped(const Problem& p, const DeviceProblem& d, dense::Fp8GemmOutput output,

@@ -517,7 +517,9 @@ void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, 
           Bf16RouteForm{"register A, one scale test a stage, fitted N, three warpgroups", 0, true,
                         0, false, true, true, 3},
           Bf16RouteForm{"register A, one scale test a stage, three warpgroups, ballot search", 0,
-                        true, 0, false, true, false, 3, true}}) {
+                        true, 0, false, true, false, 3, true},
+          Bf16RouteForm{"register A, deep ring, one scale test a stage, three warpgroups", 0, true,
+                        0, true, true, false, 3}}) {
       form = f;
       const double gu_ms = MedianMs(
           [&] {

@@ -216,9 +216,14 @@ absl::Status CheckMxfp4Bf16GroupedGemmParams(const Mxfp4Bf16GroupedGemmParams& p
   if (p.deep_ring && !p.register_a) {
     return absl::InvalidArgumentError(absl::StrCat(kWhat, ": deep_ring needs register_a"));
   }
-  if (p.stage_scale_test && (!p.register_a || p.deep_ring)) {
+  if (p.stage_scale_test && !p.register_a) {
+    return absl::InvalidArgumentError(absl::StrCat(kWhat, ": stage_scale_test needs register_a"));
+  }
+  if (p.stage_scale_test && p.deep_ring && (p.consumer_warpgroups != 3 || p.fit_tile_rows)) {
     return absl::InvalidArgumentError(
-        absl::StrCat(kWhat, ": stage_scale_test needs register_a and no deep_ring"));
+        absl::StrCat(kWhat,
+                     ": stage_scale_test with deep_ring needs three consumer warpgroups and no "
+                     "fit_tile_rows"));
   }
   if (p.fit_tile_rows && (!p.stage_scale_test || (p.x_rows != 0 && p.x_rows != 128))) {
     return absl::InvalidArgumentError(

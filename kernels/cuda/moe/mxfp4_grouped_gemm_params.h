@@ -492,7 +492,9 @@ struct Mxfp4Bf16GroupedGemmParams {
   // path gives every scale's bits, so the same bits). Instead of a branch a
   // group, which the compiler keeps apart, one chain after another (thirty-
   // seventh session: the stage's 1,700 cycles are the consumers', the deep
-  // ring measured no faster). Only with register_a, not with deep_ring.
+  // ring measured no faster). Only with register_a; with deep_ring only over
+  // three consumer warpgroups without fit_tile_rows (the one instance built:
+  // thirty-ninth session, not yet run).
   bool stage_scale_test = false;
   // The register form's wgmma N a CTA: the fewest of 16, 32, 64, 80 and 128
   // that hold its rows of its expert (the X box stays 128 rows), so a tile

@@ -161,6 +161,12 @@ TEST(Mxfp4Bf16GroupedGemmParamsTest, ChecksItsArguments) {
     p.consumer_warpgroups = 3;
     EXPECT_EQ(CheckMxfp4Bf16GroupedGemmParams(p).ok(), x_rows == 0 || x_rows == 128) << x_rows;
     EXPECT_EQ(Mxfp4Bf16ConsumerWarpgroups(p), 3);
+    p.deep_ring = true;  // with the one scale test a stage: over three warpgroups only
+    EXPECT_EQ(CheckMxfp4Bf16GroupedGemmParams(p).ok(), x_rows == 0 || x_rows == 128) << x_rows;
+    p.fit_tile_rows = true;
+    EXPECT_FALSE(CheckMxfp4Bf16GroupedGemmParams(p).ok()) << x_rows;
+    p.fit_tile_rows = false;
+    p.deep_ring = false;
     p.consumer_warpgroups = 0;
     EXPECT_EQ(Mxfp4Bf16ConsumerWarpgroups(p), 2);
     p.stage_scale_test = false;
@@ -193,7 +199,7 @@ TEST(Mxfp4Bf16GroupedGemmParamsTest, ChecksItsArguments) {
           [](P& q) { q.x_rows = 80; },              // 80 rows without register_a
           [](P& q) { q.deep_ring = true; },         // without register_a
           [](P& q) { q.stage_scale_test = true; },  // without register_a
-          [](P& q) {                                // with the deep ring
+          [](P& q) {                                // with the deep ring over two warpgroups
             q.register_a = true;
             q.deep_ring = true;
             q.stage_scale_test = true;
