@@ -688,6 +688,11 @@ struct DeviceDecoderOptions {
   // the ring's barriers, every free slot in flight
   // (Mxfp4Bf16GroupedGemmParams::deep_ring). The same bits; no faster on
   // the EP8 chunk (0.580 -> 0.578 s, H100, thirty-seventh session), so off.
+  // Beside bf16_route_stage_scale_test it takes the one scale test a stage
+  // only over three warpgroups without the fitted N (the defaults: that
+  // instance built in the thirty-ninth session, after the route's ncu found
+  // a third of its loop's samples waiting on the ring; not yet run); else
+  // the per-group tests.
   bool bf16_route_deep_ring = false;
   // With bf16_route_register_a (not with the deep ring): the consumers test
   // a stage's four scale bytes once and widen its four 8-code groups
