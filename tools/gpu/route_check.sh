@@ -81,8 +81,9 @@ budget_step chunk_deep_ring 90 "${decode}" "${slice[@]}" --bf16_route_deep_ring=
 budget_step mxfp4_bench_prefill 120 "${route_bench[@]}"
 # The route's gate/up launch of w1 in its default form (the bench's third
 # launch of it: past a warm-up), then the same template with the ballot
-# search (the bench's last prefill row: the "three warpgroups" row before it
-# launches the template 24 times, 3 + 5 gate/up pairs and 3 + 5 downs). ncu
+# search (the bench's row after the "three warpgroups" one, which launches
+# the template 24 times, 3 + 5 gate/up pairs and 3 + 5 downs; the deep-ring
+# row after it is another template). ncu
 # spells the template's arguments `(int)128, (bool)0` (the thirty-ninth
 # session's run matched with this regex).
 rs_regex='GroupedRsKernel<\(int\)128, \(bool\)0, \(bool\)1, \(bool\)0, \(int\)3>'
