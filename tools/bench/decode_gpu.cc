@@ -261,7 +261,7 @@ ABSL_FLAG(bool, bf16_route_fit_tile_rows, false,
 ABSL_FLAG(int, bf16_route_warpgroups, 3,
           "With --bf16_route_stage_scale_test: the route's consumer warpgroups a CTA, 2 (0) or 3 "
           "(DeviceDecoderOptions::bf16_route_warpgroups; same bits).");
-ABSL_FLAG(bool, bf16_route_ballot_search, false,
+ABSL_FLAG(bool, bf16_route_ballot_search, true,
           "The route's CTAs find their expert by a warp's ballot instead of a walk over the "
           "experts (DeviceDecoderOptions::bf16_route_ballot_search; same bits).");
 ABSL_FLAG(bool, bf16_experts_every_row, false,

@@ -1376,7 +1376,8 @@ TEST(DeviceDecoderFastTest, SmallBf16RouteFormsGiveTheSameBits) {
   ASSERT_NE(c.cpu, nullptr);
   // 4 wideners, 8, register A over 128 X rows, over 80, with the deep ring,
   // with one scale test a stage, with the fitted N too, over three consumer
-  // warpgroups, those with the ballot group search, and with the deep ring.
+  // warpgroups, those with the ballot group search, and with the deep ring
+  // too (the defaults' route with the deep ring).
   constexpr int kForms = 10;
   std::vector<std::vector<float>> calls[kForms];
   DeviceDecoderStats stats[kForms];
@@ -1390,7 +1391,7 @@ TEST(DeviceDecoderFastTest, SmallBf16RouteFormsGiveTheSameBits) {
     options.bf16_route_stage_scale_test = form >= 5;
     options.bf16_route_fit_tile_rows = form == 6;
     options.bf16_route_warpgroups = form >= 7 ? 3 : 0;
-    options.bf16_route_ballot_search = form == 8;  // form 9: the deep ring beside form 7
+    options.bf16_route_ballot_search = form >= 8;  // form 9: the deep ring beside form 8
     calls[form] = c.Run(options, &stats[form], /*mark_prompt=*/true);
     EXPECT_GT(stats[form].prompt_bf16_expert_layers, 0) << "form " << form;
   }

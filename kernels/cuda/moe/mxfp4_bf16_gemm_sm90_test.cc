@@ -175,6 +175,8 @@ const RouteForm kRouteForms[] = {
      true, false, 0, true},
     {"register A, deep ring, one scale test a stage, three warpgroups", 0, true, 0, true, true,
      false, 3},
+    {"register A, deep ring, one scale test a stage, three warpgroups, ballot group search", 0,
+     true, 0, true, true, false, 3, true},
 };
 
 std::vector<float> RunGrouped(const Problem& p, const DeviceProblem& d, dense::Fp8GemmOutput output,

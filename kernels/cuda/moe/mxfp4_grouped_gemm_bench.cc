@@ -519,7 +519,10 @@ void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, 
           Bf16RouteForm{"register A, one scale test a stage, three warpgroups, ballot search", 0,
                         true, 0, false, true, false, 3, true},
           Bf16RouteForm{"register A, deep ring, one scale test a stage, three warpgroups", 0, true,
-                        0, true, true, false, 3}}) {
+                        0, true, true, false, 3},
+          Bf16RouteForm{"register A, deep ring, one scale test a stage, three warpgroups, ballot "
+                        "search",
+                        0, true, 0, true, true, false, 3, true}}) {
       form = f;
       const double gu_ms = MedianMs(
           [&] {
