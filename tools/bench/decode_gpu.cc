@@ -359,6 +359,10 @@ ABSL_FLAG(bool, device_greedy, true,
 ABSL_FLAG(bool, profile_timed_steps, false,
           "--ep_slice: cudaProfilerStart / Stop around the timed graph steps only, for "
           "`ncu --profile-from-start off` (one step's kernels, none of the fill's).");
+ABSL_FLAG(bool, profile_prefill, false,
+          "--ep_slice with --prefill_chunk: cudaProfilerStart / Stop around the timed prefill "
+          "only, for `ncu --profile-from-start off` (the chunks' kernels, none of the setup's "
+          "or the untimed fill's).");
 ABSL_FLAG(bool, kernel_timeline, false,
           "--ep_slice: record the timed steps' kernels with CUPTI (graph nodes one by one) "
           "and print where the steps' time goes: the GPU's span and idle time, each "
@@ -876,10 +880,13 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
         const absl::Status started = weir::bench::StartKernelRecording();
         WEIR_CHECK(started.ok()) << started;
       }
+      const bool profile_prefill = absl::GetFlag(FLAGS_profile_prefill);
+      if (profile_prefill) WEIR_CHECK(cudaProfilerStart() == cudaSuccess);
       const double dev0 = (*dd)->stats().device_seconds;
       const auto f0 = Clock::now();
       for (int b = 0; b < batch; ++b) fill(b);
       const double wall = Seconds(f0), dev = (*dd)->stats().device_seconds - dev0;
+      if (profile_prefill) WEIR_CHECK(cudaProfilerStop() == cudaSuccess);
       if (prefill_timeline) {
         WEIR_CHECK(cudaDeviceSynchronize() == cudaSuccess);
         absl::StatusOr<std::vector<weir::bench::KernelRecord>> records =

@@ -5,8 +5,7 @@
 # check_steps.sh):
 #   1. tests: the bf16 route's kernel test (the deep ring beside the ballot
 #      search among its forms), the decoder's route-form cases (form 9: the
-#      defaults' route with the deep ring) and the nine cases the fortieth
-#      session's three shards left unrun under today's defaults;
+#      defaults' route with the deep ring);
 #   2. the EP8 prefill chunk with the defaults (the ballot search on since
 #      the fortieth session) and with the deep ring (--bf16_route_deep_ring),
 #      alternated, two rounds;
@@ -14,8 +13,13 @@
 #      of the deep ring beside it: where the route's warps wait once the
 #      expert walk is gone (the thirty-ninth session's ncu: 30 % of the
 #      samples before the loop, 36 % of the loop's on the ring's barriers);
-#   4. the chunk's kernel timeline without programmatic edges;
-#   5. with the time left, the decoder's first shard (GTEST_TOTAL_SHARDS=3).
+#   4. a census of three layers of the chunk's kernels under ncu (time, DRAM
+#      bytes and rate, throughputs, occupancy a kernel: ncu_census.py), to
+#      find the kernels far from the copy rate, and the chunk's kernel
+#      timeline without programmatic edges;
+#   5. the nine decoder cases the fortieth session's three shards left unrun
+#      under today's defaults, then with the time left the decoder's first
+#      shard (GTEST_TOTAL_SHARDS=3).
 # The summary prints the long parts first, so the call's output tail (its
 # last 12,000 characters) ends with the tests and the chunk's times; every
 # log and ncu page is packed into RESULTS/logs.tar.xz at the end (a call
@@ -68,8 +72,8 @@ unrun+=':*PromptBf16LinearsMixedEagerStepsGive*:*ReferenceMixedEagerSteps*'
 unrun+=':*PromptBf16ExpertsTileFormBeside*:*StoredKvRollbackIsBatchInvariant*'
 unrun+=':*StoredKvPromptShapeChunked*:*SmallBf16WithWgmmaChunkedSteps*'
 unrun+=':*SmallBf16WithWgmmaEverywhereIsBatchInvariant*'
-budget_step device_decoder_fast_test 300 "${bundle}/bin/worker_model_device_decoder_fast_test" \
-  --gtest_filter="*RouteForms*:${unrun}" || status=1
+budget_step device_decoder_fast_test 150 "${bundle}/bin/worker_model_device_decoder_fast_test" \
+  --gtest_filter='*RouteForms*' || status=1
 budget_step chunk_defaults 90 "${decode}" "${slice[@]}"
 budget_step chunk_deep_ring 90 "${decode}" "${slice[@]}" --bf16_route_deep_ring=true
 budget_step chunk_defaults_2 90 "${decode}" "${slice[@]}"
@@ -86,15 +90,34 @@ rs_regex='GroupedRsKernel<\(int\)128, \(bool\)0, \(bool\)1, \(bool\)0, \(int\)3>
 deep_regex='GroupedRsKernel<\(int\)128, \(bool\)1, \(bool\)1, \(bool\)0, \(int\)3>'
 profile rs128_3wg_ballot "${rs_regex}" 26 "${route_bench[@]}"
 profile rs128_3wg_deep_ballot "${deep_regex}" 26 "${route_bench[@]}"
+# Three layers of the timed chunk's kernels (past two: --profile_prefill
+# brackets the timed fill with cudaProfilerStart / Stop), light metrics.
+census_metrics="gpu__time_duration.sum,dram__bytes.sum"
+census_metrics+=",dram__throughput.avg.pct_of_peak_sustained_elapsed"
+census_metrics+=",sm__throughput.avg.pct_of_peak_sustained_elapsed"
+census_metrics+=",sm__warps_active.avg.pct_of_peak_sustained_active"
+if budget_step ncu_census 180 "${ncu_bin}" --profile-from-start off --metrics "${census_metrics}" \
+    --launch-skip 100 --launch-count 150 -f -o "${results}/census" \
+    "${decode}" "${slice[@]}" --profile_prefill; then
+  "${ncu_bin}" -i "${results}/census.ncu-rep" --page raw --csv --metrics "${census_metrics}" \
+    > "${results}/census_raw.csv" 2>&1
+  python3 "${here}/tools/gpu/ncu_census.py" "${results}/census_raw.csv" --top 30 \
+    > "${results}/census.txt" 2>&1
+fi
 # Without programmatic edges, so each kernel's busy time is its own.
 budget_step chunk_timeline 120 "${decode}" "${slice[@]}" --prefill_timeline --programmatic=false
-# Whatever time is left: the first shard of the decoder's cases.
+# The decoder's cases the fortieth session left unrun under today's defaults,
+# then, with whatever time is left, its first shard.
+budget_step decoder_test_unrun 300 "${bundle}/bin/worker_model_device_decoder_fast_test" \
+  --gtest_filter="${unrun}" || status=1
 budget_step decoder_test_shard0 240 env GTEST_TOTAL_SHARDS=3 GTEST_SHARD_INDEX=0 \
   "${bundle}/bin/worker_model_device_decoder_fast_test" || status=1
 for name in rs128_3wg_ballot rs128_3wg_deep_ballot; do
   echo "== ncu ${name}"
-  head -c 3500 "${results}/${name}.txt" 2>/dev/null
+  head -c 2500 "${results}/${name}.txt" 2>/dev/null
 done
+echo "== census of three layers of the chunk (ncu_census.py)"
+cut -c1-120 "${results}/census.txt" 2>/dev/null | head -32
 echo "== the chunk's kernel timeline (defaults, no programmatic edges; names cut)"
 sed -n '/prefill timeline/,/^prefill:/p' "${results}/chunk_timeline.log" 2>/dev/null | head -18 |
   cut -c1-110
@@ -105,7 +128,7 @@ echo "== summary"
 cat "${results}/summary.txt"
 echo "== tests"
 grep -hE '^\[  (PASSED|FAILED)|FAILED  \]|Failure|rows differ|agreement|^HcMixTf32' \
-  "${results}"/*test*.log 2>/dev/null | cut -c1-200 | head -n 30
+  "${results}"/*test*.log 2>/dev/null | cut -c1-160 | head -n 24
 echo "== prefill"
 for log in "${results}"/chunk_*.log; do
   [[ -f "${log}" ]] || continue
