@@ -344,6 +344,9 @@ ABSL_FLAG(bool, bf16_split_k, true,
 ABSL_FLAG(int32_t, norm_cluster_ranks, 0,
           "The mHC collapse-norms' CTAs a token (DeviceDecoderOptions::norm_cluster_ranks: "
           "1 one block, 2 / 4 / 8 a cluster, 0 by the token count; the same bits).");
+ABSL_FLAG(int32_t, norm_block_threads, 0,
+          "The mHC collapse-norms' threads with a block a token "
+          "(DeviceDecoderOptions::norm_block_threads: 0 = 1,024, or 256; the same bits).");
 ABSL_FLAG(bool, fast_mhc, true,
           "kFast: the mHC coefficients on HcMixSplitK (DeviceDecoderOptions::fast_mhc).");
 ABSL_FLAG(bool, weight_prefetch, true,
@@ -530,6 +533,7 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .bf16_split_k = absl::GetFlag(FLAGS_bf16_split_k),
           .prompt_bf16_unsplit = absl::GetFlag(FLAGS_prompt_bf16_unsplit),
           .norm_cluster_ranks = absl::GetFlag(FLAGS_norm_cluster_ranks),
+          .norm_block_threads = absl::GetFlag(FLAGS_norm_block_threads),
           .weight_prefetch = absl::GetFlag(FLAGS_weight_prefetch),
           .concurrent_branches = absl::GetFlag(FLAGS_concurrent_branches),
           .expert_tile = absl::GetFlag(FLAGS_expert_tile),

@@ -72,19 +72,25 @@ def read_launches(lines):
     """[(kernel name, {metric: value in us / bytes / %})] from the raw page."""
     rows = list(csv.reader(lines))
     header = None
+    name_column = None
     units = None
     launches = []
     for row in rows:
         if not row:
             continue
-        if header is None:
-            if "Kernel Name" in row:
-                header = {column: i for i, column in enumerate(row)}
+        if header is None:  # lines before the table (ncu's ==PROF== notes) are skipped
+            for column in ("Kernel Name", "Function Name"):
+                if column in row:
+                    header = {c: i for i, c in enumerate(row)}
+                    name_column = header[column]
+                    break
             continue
-        if units is None and row[header["Kernel Name"]] == "":  # the units row
+        if name_column >= len(row):
+            continue
+        if units is None and row[name_column] == "":  # the units row
             units = row
             continue
-        name = row[header["Kernel Name"]]
+        name = row[name_column]
         values = {}
         for metric in METRICS:
             i = header.get(metric)

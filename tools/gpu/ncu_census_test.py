@@ -25,6 +25,7 @@ def launch(i, name, mbytes, dram, us, sm, occ):
 
 
 PAGE = "\n".join([
+    "==PROF== Connected to process 1 (decode_gpu)",
     HEADER,
     UNITS,
     launch(0, "void weir::Swiglu<true>(const float *, int)", "60", "20", "200", "10", "50"),

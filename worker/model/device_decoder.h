@@ -301,6 +301,12 @@ struct DeviceDecoderOptions {
   // 8 = a cluster, 0 = by the step's token count). The same bits whatever it
   // is; for sweeps (decode_gpu --norm_cluster_ranks).
   int norm_cluster_ranks = 0;
+  // With a block a token (the steps of more than 64 rows, or ranks 1): its
+  // threads (HcCollapseNormParams::block_threads), 1,024 (0) or 256 (four
+  // blocks an SM overlap one token's loads with another's norm). The same
+  // bits. Off until a GPU times it (fortieth session: the prompt's
+  // HcExpandCollapseNorm runs at about 0.75 of copy, 30 ms of the EP8 chunk).
+  int norm_block_threads = 0;
   // kFast FP8 linears: the CTAs ask L2 for their weight rows before they
   // wait for the kernel before them (Fp8BlockGemmParams::prefetch_weights),
   // so with programmatic edges a decode step's weights stream during the

@@ -827,8 +827,9 @@ TEST(DeviceDecoderFastTest, SmallBf16ParallelBranchesGiveTheOneStreamBits) {
 }
 
 // The mHC collapse-norms with a block a token and with each cluster size
-// (norm_cluster_ranks; the default picks by the step's rows): the logits of
-// a 40-row chunk and of 4 decode steps of two sequences bit for bit.
+// (norm_cluster_ranks; the default picks by the step's rows), and with
+// blocks of 256 threads (norm_block_threads): the logits of a 40-row chunk
+// and of 4 decode steps of two sequences bit for bit.
 TEST(DeviceDecoderFastTest, SmallBf16NormClustersGiveTheOneBlockBits) {
   const SmallChunkCase c = SmallChunk(47, 5);
   ASSERT_NE(c.cpu, nullptr);
@@ -840,6 +841,12 @@ TEST(DeviceDecoderFastTest, SmallBf16NormClustersGiveTheOneBlockBits) {
     DeviceDecoderOptions clustered = c.options;
     clustered.norm_cluster_ranks = ranks;
     EXPECT_EQ(DifferingCalls(c.Run(clustered), want), 0) << "ranks " << ranks;
+  }
+  for (int ranks : {0, 1}) {
+    DeviceDecoderOptions narrow = c.options;
+    narrow.norm_cluster_ranks = ranks;
+    narrow.norm_block_threads = 256;
+    EXPECT_EQ(DifferingCalls(c.Run(narrow), want), 0) << "256 threads, ranks " << ranks;
   }
 }
 

@@ -1496,7 +1496,8 @@ struct DeviceDecoder::Impl {
             .eps = static_cast<float>(c.norm_eps),
             .round_collapse = bf16(),
             .round_out = bf16(),
-            .cluster_ranks = options.norm_cluster_ranks};
+            .cluster_ranks = options.norm_cluster_ranks,
+            .block_threads = options.norm_block_threads};
   }
   // Enqueues `launch`, a collapse-norm `p` into h, with h's FP8 form in the
   // same launch when `fp8` and the norm can make it, and its bf16 form when

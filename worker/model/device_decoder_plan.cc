@@ -81,6 +81,10 @@ absl::StatusOr<LocalExperts> CheckDecodable(const ModelConfig& c, const LayerRol
     return absl::InvalidArgumentError(absl::StrCat("DeviceDecoder: norm_cluster_ranks ", r,
                                                    " (0 = by the token count, 1, 2, 4 or 8)"));
   }
+  if (const int t = options.norm_block_threads; t != 0 && t != 256 && t != 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DeviceDecoder: norm_block_threads ", t, " (0 = 1,024, 256 or 1,024)"));
+  }
   if (options.kv_block_tokens < 0 || options.kv_block_tokens > (1 << 20) || options.kv_blocks < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("DeviceDecoder: kv_block_tokens ", options.kv_block_tokens,

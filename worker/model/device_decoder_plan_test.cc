@@ -231,6 +231,14 @@ TEST(DeviceDecoderPlanTest, RefusesBudgetsAndOptionsItCannotMeet) {
                     .ok())
         << ranks;
   }
+  // ... and a block a token's threads: 0, 256 or 1,024.
+  for (int threads : {0, 256, 1024, 128, 512, -1}) {
+    EXPECT_EQ(DeviceDecoder::MaxPositionsFor(
+                  *m, kBf16, {.max_sequences = 2, .norm_block_threads = threads}, SIZE_MAX)
+                  .ok(),
+              threads == 0 || threads == 256 || threads == 1024)
+        << threads;
+  }
   // The twenty-second session's sizes: tile rows a conversion CTA walks (at
   // least one), the in-block gate's and the parallel compressor's thresholds
   // (never negative).

@@ -32,14 +32,19 @@ int NormRanks(const HcCollapseNormParams& p) {
 
 bool NormRanksOk(const HcCollapseNormParams& p) {
   const int r = p.cluster_ranks;
-  return (r == 0 || r == 1 || r == 2 || r == 4 || r == 8) && p.tokens * NormRanks(p) <= 0x7fffffff;
+  return (r == 0 || r == 1 || r == 2 || r == 4 || r == 8) &&
+         (p.block_threads == 0 || p.block_threads == 256 || p.block_threads == 1024) &&
+         p.tokens * NormRanks(p) <= 0x7fffffff;
 }
 
 // The threads of a collapse-norm CTA: a token's row in two passes with one
 // block a token; a rank's share (at most a fifth of V4.1's 1,280 float4s
 // with two ranks) in a few with a cluster.
 constexpr int kNormThreads = 1024;
+constexpr int kNarrowNormThreads = 256;  // HcCollapseNormParams::block_threads
 constexpr int kClusterNormThreads = 256;
+
+bool NarrowBlocks(const HcCollapseNormParams& p) { return p.block_threads == kNarrowNormThreads; }
 
 // Launches a collapse-norm kernel with `ranks` CTAs a token: a plain launch
 // for one, a cluster launch (cudaLaunchKernelEx) for more.
@@ -48,7 +53,8 @@ void LaunchNorm(void (*kernel)(Params...), const HcCollapseNormParams& p, int ra
                 cudaStream_t stream, Args... args) {
   const size_t smem = static_cast<size_t>(p.dim * 4);
   if (ranks == 1) {
-    kernel<<<static_cast<unsigned>(p.tokens), kNormThreads, smem, stream>>>(args...);
+    kernel<<<static_cast<unsigned>(p.tokens), NarrowBlocks(p) ? kNarrowNormThreads : kNormThreads,
+             smem, stream>>>(args...);
     return;
   }
   cudaLaunchConfig_t config{};
@@ -113,9 +119,10 @@ bool SupportsHcCollapseNorm(const HcCollapseNormParams& p) {
 
 absl::Status HcCollapseNorm(const HcCollapseNormParams& p, cudaStream_t stream) {
   if (!SupportsHcCollapseNorm(p)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "HcCollapseNorm: unsupported (tokens ", p.tokens, ", dim ", p.dim, ", hc_mult ", p.hc_mult,
-        ", eps ", p.eps, ", cluster_ranks ", p.cluster_ranks, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("HcCollapseNorm: unsupported (tokens ", p.tokens, ", dim ", p.dim,
+                     ", hc_mult ", p.hc_mult, ", eps ", p.eps, ", cluster_ranks ", p.cluster_ranks,
+                     ", block_threads ", p.block_threads, ")"));
   }
   // With one block a token, 1,024 threads take a row of V4.1's 4 x 5,120
   // streams in two passes instead of five (each pass a round trip to
@@ -128,7 +135,11 @@ absl::Status HcCollapseNorm(const HcCollapseNormParams& p, cudaStream_t stream) 
   };
   switch (NormRanks(p)) {
     case 1:
-      launch(moe::HcCollapseNormKernel<kNormThreads, 1>, 1);
+      if (NarrowBlocks(p)) {
+        launch(moe::HcCollapseNormKernel<kNarrowNormThreads, 1>, 1);
+      } else {
+        launch(moe::HcCollapseNormKernel<kNormThreads, 1>, 1);
+      }
       break;
     case 2:
       launch(moe::HcCollapseNormKernel<kClusterNormThreads, 2>, 2);
@@ -186,7 +197,11 @@ absl::Status HcExpandCollapseNorm(const HcExpandParams& e, const HcCollapseNormP
   auto with_streams = [&]<int kN>() {
     switch (NormRanks(c)) {
       case 1:
-        launch(moe::HcExpandCollapseNormKernel<kNormThreads, kN, 1>, 1);
+        if (NarrowBlocks(c)) {
+          launch(moe::HcExpandCollapseNormKernel<kNarrowNormThreads, kN, 1>, 1);
+        } else {
+          launch(moe::HcExpandCollapseNormKernel<kNormThreads, kN, 1>, 1);
+        }
         break;
       case 2:
         launch(moe::HcExpandCollapseNormKernel<kClusterNormThreads, kN, 2>, 2);

@@ -107,6 +107,13 @@ struct HcCollapseNormParams {
   // cluster of that many, each collapsing and normalizing a share of the
   // columns; 0 = HcNormClusterRanks(tokens). The same bits whatever it is.
   int cluster_ranks = 0;
+  // With one block a token: its threads, 1,024 (0) or 256. 1,024 take a
+  // V4.1 row in two passes (a decode step's few tokens want that); 256 take
+  // five, but four blocks share an SM where one 1,024-thread block holds it
+  // alone, so a prompt chunk's tokens overlap one block's loads with
+  // another's norm. The same bits (the norm's sum is warp 0's, the FP8 form
+  // a quad's, whatever the threads).
+  int block_threads = 0;
 };
 
 // True for SupportsHcCollapse's shapes with dim a multiple of 4 and a row

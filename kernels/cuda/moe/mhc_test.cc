@@ -188,10 +188,11 @@ TEST(HcCollapseNormCudaTest, IsCollapseThenRmsNormBitForBit) {
                                   .eps = 1e-6f,
                                   .round_collapse = bf16,
                                   .round_out = bf16};
-      // One block a token, each cluster size, and the automatic choice: the
-      // same bits.
-      for (int ranks : {1, 2, 4, 8, 0}) {
-        params.cluster_ranks = ranks;
+      // One block a token (1,024 threads, then 256: ranks -1), each cluster
+      // size, and the automatic choice: the same bits.
+      for (int ranks : {1, -1, 2, 4, 8, 0}) {
+        params.cluster_ranks = ranks < 0 ? 1 : ranks;
+        params.block_threads = ranks < 0 ? 256 : 0;
         dout.Poison();
         ASSERT_TRUE(HcCollapseNorm(params, nullptr).ok());
         ASSERT_TRUE(Synced());
@@ -226,8 +227,9 @@ TEST(HcCollapseNormCudaTest, IsCollapseThenRmsNormBitForBit) {
       params.codes = codes.get();
       params.scales = scales.get();
       params.bf16 = bits16.get();
-      for (int ranks : {1, 2, 4, 8}) {
-        params.cluster_ranks = ranks;
+      for (int ranks : {1, -1, 2, 4, 8}) {  // -1: one block a token of 256 threads
+        params.cluster_ranks = ranks < 0 ? 1 : ranks;
+        params.block_threads = ranks < 0 ? 256 : 0;
         fused.Poison();
         codes.Poison();
         scales.Poison();
@@ -253,6 +255,10 @@ TEST(HcCollapseNormCudaTest, IsCollapseThenRmsNormBitForBit) {
                            nullptr)
                 .code(),
             absl::StatusCode::kInvalidArgument);  // not a cluster size the kernels have
+  EXPECT_EQ(HcCollapseNorm(
+                {.x = p, .pre = p, .out = o, .tokens = 1, .dim = 8, .block_threads = 512}, nullptr)
+                .code(),
+            absl::StatusCode::kInvalidArgument);  // not a block size the kernels have
   EXPECT_EQ(
       HcCollapseNorm(
           {.x = p, .pre = p, .out = o, .tokens = int64_t{1} << 30, .dim = 8, .cluster_ranks = 2},
@@ -276,11 +282,11 @@ TEST(HcExpandCollapseNormCudaTest, IsExpandThenCollapseNormBitForBit) {
       const std::vector<float> pre = NormalVector(c.tokens * c.n, 0.5f, rng);
       const std::vector<float> weight = NormalVector(c.dim, 1.0f, rng);
       DeviceBuffer<float> dx(x), dy(y), dpost(post), dcomb(comb), dpre(pre), dw(weight);
-      // Run 0: the two launches, one block a token; runs 1 - 5: the fused
-      // launch with one block a token, clusters of 2, 4 and 8, and the
-      // automatic choice.
-      constexpr int kRuns = 6;
-      constexpr int kRanks[kRuns] = {1, 1, 2, 4, 8, 0};
+      // Run 0: the two launches, one block a token; runs 1 - 6: the fused
+      // launch with one block a token, clusters of 2, 4 and 8, the
+      // automatic choice, and one block a token of 256 threads (ranks -1).
+      constexpr int kRuns = 7;
+      constexpr int kRanks[kRuns] = {1, 1, 2, 4, 8, 0, -1};
       std::vector<float> streams[kRuns], out[kRuns];
       std::vector<uint8_t> codes[kRuns], scales[kRuns];
       std::vector<uint16_t> bits16[kRuns];
@@ -313,7 +319,8 @@ TEST(HcExpandCollapseNormCudaTest, IsExpandThenCollapseNormBitForBit) {
                                      .codes = dcodes.get(),
                                      .scales = dscales.get(),
                                      .bf16 = dbf16.get(),
-                                     .cluster_ranks = kRanks[fused]};
+                                     .cluster_ranks = kRanks[fused] < 0 ? 1 : kRanks[fused],
+                                     .block_threads = kRanks[fused] < 0 ? 256 : 0};
         if (fused >= 1) {
           ASSERT_TRUE(SupportsHcExpandCollapseNorm(e, n));
           ASSERT_TRUE(HcExpandCollapseNorm(e, n, nullptr).ok());
