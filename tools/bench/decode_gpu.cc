@@ -261,6 +261,9 @@ ABSL_FLAG(bool, bf16_route_fit_tile_rows, false,
 ABSL_FLAG(int, bf16_route_warpgroups, 3,
           "With --bf16_route_stage_scale_test: the route's consumer warpgroups a CTA, 2 (0) or 3 "
           "(DeviceDecoderOptions::bf16_route_warpgroups; same bits).");
+ABSL_FLAG(bool, bf16_route_gate_up_bf16, false,
+          "The route's gate and up products write bf16 bits and the SwiGLU reads them "
+          "(DeviceDecoderOptions::bf16_route_gate_up_bf16; same bits).");
 ABSL_FLAG(bool, bf16_route_ballot_search, true,
           "The route's CTAs find their expert by a warp's ballot instead of a walk over the "
           "experts (DeviceDecoderOptions::bf16_route_ballot_search; same bits).");
@@ -583,6 +586,7 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .bf16_route_fit_tile_rows = absl::GetFlag(FLAGS_bf16_route_fit_tile_rows),
           .bf16_route_warpgroups = absl::GetFlag(FLAGS_bf16_route_warpgroups),
           .bf16_route_ballot_search = absl::GetFlag(FLAGS_bf16_route_ballot_search),
+          .bf16_route_gate_up_bf16 = absl::GetFlag(FLAGS_bf16_route_gate_up_bf16),
           .bf16_experts_every_row = absl::GetFlag(FLAGS_bf16_experts_every_row),
           .bf16_ws_m256 = absl::GetFlag(FLAGS_bf16_ws_m256),
           .bf16_ws_m256_large = absl::GetFlag(FLAGS_bf16_ws_m256_large),

@@ -5,12 +5,14 @@
 # check_steps.sh):
 #   1. tests: the bf16 route's kernel test (the deep ring beside the ballot
 #      search among its forms), the mHC kernels' test (the collapse-norms'
-#      blocks of 256 threads), the decoder's route-form and norm-block cases
-#      (form 9: the defaults' route with the deep ring);
+#      blocks of 256 threads), the SwiGLU's (bf16 gate / up), the decoder's
+#      route-form, norm-block and bf16 gate / up cases (route form 9: the
+#      defaults' route with the deep ring);
 #   2. the EP8 prefill chunk with the defaults (the ballot search on since
-#      the fortieth session), with the deep ring (--bf16_route_deep_ring)
-#      and with the collapse-norms' 256-thread blocks
-#      (--norm_block_threads=256), alternated, two rounds;
+#      the fortieth session), with the deep ring (--bf16_route_deep_ring),
+#      with the collapse-norms' 256-thread blocks (--norm_block_threads=256)
+#      and with the route's bf16 gate / up (--bf16_route_gate_up_bf16),
+#      alternated, two rounds;
 #   3. the route's bench and ncu of its default form (the ballot search) and
 #      of the deep ring beside it: where the route's warps wait once the
 #      expert walk is gone (the thirty-ninth session's ncu: 30 % of the
@@ -29,7 +31,8 @@
 # Bundle (here, a few minutes with a warm cache):
 #   BUNDLE_TARGETS="//worker/model:device_decoder_fast_test //tools/bench:decode_gpu
 #     //kernels/cuda/moe:mxfp4_grouped_gemm_bench //kernels/cuda/moe:mxfp4_bf16_gemm_sm90_test
-#     //kernels/cuda/moe:hc_mix_split_test //kernels/cuda/moe:mhc_test"
+#     //kernels/cuda/moe:hc_mix_split_test //kernels/cuda/moe:mhc_test
+#     //kernels/cuda/decode:swiglu_test"
 #     tools/gpu/bundle.sh
 #   tools/gpu/route_check.sh [RESULTS]
 set -uo pipefail
@@ -75,14 +78,17 @@ unrun+=':*PromptBf16ExpertsTileFormBeside*:*StoredKvRollbackIsBatchInvariant*'
 unrun+=':*StoredKvPromptShapeChunked*:*SmallBf16WithWgmmaChunkedSteps*'
 unrun+=':*SmallBf16WithWgmmaEverywhereIsBatchInvariant*'
 budget_step mhc_test 60 "${bundle}/bin/kernels_cuda_moe_mhc_test" || status=1
-budget_step device_decoder_fast_test 180 "${bundle}/bin/worker_model_device_decoder_fast_test" \
-  --gtest_filter='*RouteForms*:*NormClusters*' || status=1
+budget_step swiglu_test 60 "${bundle}/bin/kernels_cuda_decode_swiglu_test" || status=1
+budget_step device_decoder_fast_test 200 "${bundle}/bin/worker_model_device_decoder_fast_test" \
+  --gtest_filter='*RouteForms*:*NormClusters*:*RouteGateUpBf16*' || status=1
 budget_step chunk_defaults 90 "${decode}" "${slice[@]}"
 budget_step chunk_deep_ring 90 "${decode}" "${slice[@]}" --bf16_route_deep_ring=true
 budget_step chunk_norm256 90 "${decode}" "${slice[@]}" --norm_block_threads=256
+budget_step chunk_gate_up_bf16 90 "${decode}" "${slice[@]}" --bf16_route_gate_up_bf16=true
 budget_step chunk_defaults_2 90 "${decode}" "${slice[@]}"
 budget_step chunk_deep_ring_2 90 "${decode}" "${slice[@]}" --bf16_route_deep_ring=true
 budget_step chunk_norm256_2 90 "${decode}" "${slice[@]}" --norm_block_threads=256
+budget_step chunk_gate_up_bf16_2 90 "${decode}" "${slice[@]}" --bf16_route_gate_up_bf16=true
 budget_step mxfp4_bench_prefill 120 "${route_bench[@]}"
 # The route's gate/up launch of w1 in the bench's row of the default form
 # with the ballot search (the third launch of that row: past a warm-up),

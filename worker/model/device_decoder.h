@@ -725,6 +725,15 @@ struct DeviceDecoderOptions {
   // On since the fortieth session (H100: the EP8 chunk 0.481 -> 0.470 s,
   // two rounds each; the kernel's and the decoder's route-form tests pass).
   bool bf16_route_ballot_search = true;
+  // With fused_expert_swiglu_fp8 and the bf16 activations: the route's
+  // gate and up products write bf16 bits (dense::Fp8GemmOutput::kBf16)
+  // and the SwiGLU reads them (SwigluParams::gate_bf16): the SwiGLU rounds
+  // g and u to bf16 first, so the same bits, with half the bytes between
+  // the products and the SwiGLU (at a 4,096-row chunk of the EP8 slice,
+  // 24,576 rows x 2,304 x 2 products: about 450 MB a layer fewer written
+  // and read). Built in the fortieth session after the run: off until a GPU
+  // runs its tests.
+  bool bf16_route_gate_up_bf16 = false;
   // Every row's routed experts on the bf16 route, the generated rows' too
   // (decode steps: the register form over 8 - 64 X rows a CTA, picked from
   // a step's rows an expert): one maths for a row's experts whatever the
@@ -843,6 +852,7 @@ struct DeviceDecoderStats {
   int64_t direct_wo_a = 0;      // direct_wo_a: grouped wo_a products run in place (since start)
   int64_t fused_swiglu_fp8 = 0;   // fused_swiglu_fp8: SwiGLUs that made w2's FP8 input
   int64_t fused_expert_swiglus = 0;  // fused_expert_swiglu_fp8: the experts' prefill SwiGLUs so run
+  int64_t bf16_gate_up_layers = 0;   // bf16_route_gate_up_bf16: route layers with bf16 gate / up
   int64_t bf16_branches = 0;      // bf16_branches: KV branches with a bf16 product
   int64_t reduce_fp8_out = 0;     // reduce_fp8_out: wo_b inputs made by wo_a's reduce
   int64_t widened_wo_a = 0;       // stored_wo_a: products that widened wo_a to bf16 first (prefill)

@@ -1407,6 +1407,27 @@ TEST(DeviceDecoderFastTest, SmallBf16RouteFormsGiveTheSameBits) {
   }
 }
 
+// bf16_route_gate_up_bf16: the route's gate and up products as bf16 bits
+// and the SwiGLU reading them give the fp32 pair's bits (the SwiGLU rounds
+// them to bf16 first), for the prompt's 400-row chunk and the decode steps
+// after it.
+TEST(DeviceDecoderFastTest, SmallBf16RouteGateUpBf16GivesTheSameBits) {
+  const SmallLongChunkCase c = SmallLongChunk(83);
+  ASSERT_NE(c.cpu, nullptr);
+  std::vector<std::vector<float>> calls[2];
+  DeviceDecoderStats stats[2];
+  for (int form = 0; form < 2; ++form) {
+    DeviceDecoderOptions options = FastChunkOptions(kLongChunk);
+    options.prompt_bf16_experts = true;
+    options.bf16_route_gate_up_bf16 = form == 1;
+    calls[form] = c.Run(options, &stats[form], /*mark_prompt=*/true);
+    EXPECT_GT(stats[form].prompt_bf16_expert_layers, 0) << "form " << form;
+  }
+  EXPECT_EQ(stats[0].bf16_gate_up_layers, 0);
+  EXPECT_EQ(stats[1].bf16_gate_up_layers, stats[1].prompt_bf16_expert_layers);
+  EXPECT_EQ(DifferingCalls(calls[0], calls[1]), 0);
+}
+
 // bf16_ws_m256 and bf16_ws_persistent, alone and together: the prompt's
 // 400-row chunk (its linears on the bf16 warp-specialized tile: with 256 X
 // rows a CTA a whole tile and a partial one) and decode steps after it give

@@ -308,9 +308,32 @@ absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t ro
                              stream);
   };
   RETURN_IF_ERROR(widen(fq, fq_scales, d));
-  RETURN_IF_ERROR(product(L.w1c, L.w1q, gg, inter, d, dense::Fp8GemmOutput::kF32));
-  RETURN_IF_ERROR(product(L.w3c, L.w3q, upg, inter, d, dense::Fp8GemmOutput::kF32));
-  RETURN_IF_ERROR(SwigluToFp8(L, rows, limit, used_rows));
+  // bf16_route_gate_up_bf16: gate and up as bf16 bits (in gg's and upg's
+  // first halves), which the SwiGLU rounds them to anyway: the same bits,
+  // half the bytes written and read between the products and the SwiGLU.
+  dec::SwigluParams act{.route_weight = wg,
+                        .rows = rows,
+                        .inter = inter,
+                        .limit = limit,
+                        .round_bf16 = bf16(),
+                        .codes = fh,
+                        .scales = fh_scales,
+                        .row_count = used_rows,
+                        .gate_bf16 = reinterpret_cast<const uint16_t*>(gg),
+                        .up_bf16 = reinterpret_cast<const uint16_t*>(upg)};
+  const bool gate_up_bf16 = options.bf16_route_gate_up_bf16 && options.fused_expert_swiglu_fp8 &&
+                            dec::SupportsSwiglu(act);
+  const dense::Fp8GemmOutput gate_up =
+      gate_up_bf16 ? dense::Fp8GemmOutput::kBf16 : dense::Fp8GemmOutput::kF32;
+  RETURN_IF_ERROR(product(L.w1c, L.w1q, gg, inter, d, gate_up));
+  RETURN_IF_ERROR(product(L.w3c, L.w3q, upg, inter, d, gate_up));
+  if (gate_up_bf16) {
+    ++fused_expert_swiglus;
+    ++bf16_gate_up_layers;
+    RETURN_IF_ERROR(dec::Swiglu(act, stream));
+  } else {
+    RETURN_IF_ERROR(SwigluToFp8(L, rows, limit, used_rows));
+  }
   RETURN_IF_ERROR(widen(fh, fh_scales, inter));
   RETURN_IF_ERROR(product(L.w2c, L.w2q, yg, d, inter, ExpertsOutput(bf16_out)));
   ++prompt_bf16_expert_layers;

@@ -17,6 +17,14 @@ bool SupportsSwiglu(const SwigluParams& p) {
   if (p.codes != nullptr && (p.inter % 32 != 0 || reinterpret_cast<uintptr_t>(p.codes) % 8 != 0)) {
     return false;
   }
+  if (p.gate_bf16 != nullptr || p.up_bf16 != nullptr) {
+    // bf16 inputs: both, instead of gate and up, into the FP8 form only,
+    // with the bf16 rounding (SwigluParams::gate_bf16).
+    const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+    return p.gate_bf16 != nullptr && p.up_bf16 != nullptr && p.gate == nullptr && p.up == nullptr &&
+           p.out == nullptr && p.codes != nullptr && p.round_bf16 && aligned(p.gate_bf16) &&
+           aligned(p.up_bf16);
+  }
   return n == 0 ||
          (p.gate != nullptr && p.up != nullptr && (p.out != nullptr || p.codes != nullptr));
 }
@@ -33,7 +41,11 @@ absl::Status Swiglu(const SwigluParams& p, cudaStream_t stream) {
     const int64_t threads = n / 8;
     const unsigned grid =
         static_cast<unsigned>((threads + internal::kThreads - 1) / internal::kThreads);
-    if (p.round_bf16) {
+    if (p.gate_bf16 != nullptr) {
+      SwigluFp8Kernel<true, true><<<grid, internal::kThreads, 0, stream>>>(
+          p.gate_bf16, p.up_bf16, p.route_weight, nullptr, p.codes, p.scales, threads, p.inter,
+          p.limit, p.row_count);
+    } else if (p.round_bf16) {
       SwigluFp8Kernel<true><<<grid, internal::kThreads, 0, stream>>>(
           p.gate, p.up, p.route_weight, p.out, p.codes, p.scales, threads, p.inter, p.limit,
           p.row_count);

@@ -51,8 +51,11 @@ __global__ void SwigluKernel(const float* gate, const float* up,
 // 32-block is 4 consecutive lanes), each as SwigluKernel makes it, into out
 // when given, then their FP8 form by ActQuantFp8Kernel's ActQuantEight (the
 // same lanes, so the same bits). Every lane of a warp reaches the shuffles.
-template <bool kRoundBf16>
-__global__ void SwigluFp8Kernel(const float* gate, const float* up,
+// kBf16In: gate and up are bf16 bits (uint16_t, 16-byte aligned rows of
+// inter % 8 == 0), each widened exactly; with kRoundBf16 that is the value
+// the fp32 path's first rounding makes (SwigluParams::gate_bf16).
+template <bool kRoundBf16, bool kBf16In = false>
+__global__ void SwigluFp8Kernel(const void* gate_in, const void* up_in,
                                 const float* __restrict__ route_weight, float* out,
                                 uint8_t* __restrict__ codes, uint8_t* __restrict__ scales,
                                 int64_t num_threads, int64_t inter, float limit,
@@ -69,11 +72,16 @@ __global__ void SwigluFp8Kernel(const float* gate, const float* up,
   if (active) {
     const int64_t e0 = t * 8, row = e0 / inter;
     float g[8], u[8];
+    const float* gate = static_cast<const float*>(gate_in);
+    const float* up = static_cast<const float*>(up_in);
     // 16-byte loads where gate and up allow them (e0 is a multiple of 8): a
     // warp's eight scalar loads each touched 32 sectors for 1 KB.
     const bool vec =
         ((reinterpret_cast<uintptr_t>(gate) | reinterpret_cast<uintptr_t>(up)) & 15) == 0;
-    if (vec) {
+    if constexpr (kBf16In) {
+      ::weir::kernels::cuda::dense::LoadEight<true>(gate_in, e0, g);
+      ::weir::kernels::cuda::dense::LoadEight<true>(up_in, e0, u);
+    } else if (vec) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float4 gv = *reinterpret_cast<const float4*>(gate + e0 + 4 * h);

@@ -47,11 +47,20 @@ struct SwigluParams {
   // and past it (clamped to [0, rows]) are neither read nor written; the
   // rows before it get the same bits. Null: every row.
   const int64_t* row_count = nullptr;
+  // Optional, instead of gate and up (both null then): their bf16 bits
+  // [rows, inter] (a product's bf16 output, the fp32 sums rounded to nearest
+  // even), 16-byte aligned. Only with round_bf16, codes and no out: the
+  // activation rounds g and u to bf16 first, so a bf16 input gives the bits
+  // of the fp32 value it was rounded from, and the pair reads half the
+  // bytes (and the product before it writes half).
+  const uint16_t* gate_bf16 = nullptr;
+  const uint16_t* up_bf16 = nullptr;
 };
 
 // Returns true if Swiglu handles `p`: rows, inter >= 0 and, when rows * inter
 // > 0, non-null gate, up and out (or codes and scales: both or neither, with
-// inter % 32 == 0 and codes 8-byte aligned).
+// inter % 32 == 0 and codes 8-byte aligned); or gate_bf16 and up_bf16 as
+// above in place of gate and up.
 bool SupportsSwiglu(const SwigluParams& p);
 
 // Enqueues the activation on `stream` (one thread per element). Returns

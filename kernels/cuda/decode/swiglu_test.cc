@@ -224,6 +224,107 @@ TEST(SwigluTest, RowCountLeavesTheRowsPastItUntouched) {
   }
 }
 
+// gate_bf16 / up_bf16: the bf16 bits of gate and up (as a product's bf16
+// output rounds its fp32 sums) give the FP8 form the fp32 inputs give with
+// round_bf16, byte for byte, the specials included; with row_count the rows
+// at and past it stay untouched.
+TEST(SwigluTest, Bf16InputsGiveTheFp32InputsFp8Form) {
+  constexpr int64_t kRows = 37, kInter = 320;
+  constexpr int64_t n = kRows * kInter;
+  std::mt19937 rng(2024);
+  const std::vector<float> gate = Activations(n, rng);
+  const std::vector<float> up = Activations(n, rng);
+  std::vector<float> weight;
+  std::uniform_real_distribution<float> w(0.0f, 1.0f);
+  for (int64_t r = 0; r < kRows; ++r) weight.push_back(w(rng));
+  auto bits_of = [](const std::vector<float>& v) {
+    std::vector<uint16_t> bits(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      const float r = kernels::RoundToBf16(v[i]);
+      uint32_t u;
+      std::memcpy(&u, &r, 4);
+      bits[i] = static_cast<uint16_t>(u >> 16);
+    }
+    return bits;
+  };
+  DeviceBuffer<float> d_gate(gate), d_up(up), d_weight(weight);
+  DeviceBuffer<uint16_t> d_gate16(bits_of(gate)), d_up16(bits_of(up));
+  DeviceBuffer<uint8_t> want_codes(n), want_scales(n / 32), codes(n), scales(n / 32);
+  DeviceBuffer<int64_t> d_count(1);
+  ASSERT_TRUE(d_count.ok());
+  for (const float limit : {0.0f, 7.0f}) {
+    for (const int64_t used : {int64_t{-2}, int64_t{0}, int64_t{17}, kRows}) {
+      const int64_t kept = std::clamp<int64_t>(used, 0, kRows);
+      cudaMemcpy(d_count.get(), &used, sizeof(used), cudaMemcpyHostToDevice);
+      want_codes.Poison();
+      want_scales.Poison();
+      codes.Poison();
+      scales.Poison();
+      SwigluParams p{.gate = d_gate.get(),
+                     .up = d_up.get(),
+                     .route_weight = d_weight.get(),
+                     .rows = kRows,
+                     .inter = kInter,
+                     .limit = limit,
+                     .round_bf16 = true,
+                     .codes = want_codes.get(),
+                     .scales = want_scales.get(),
+                     .row_count = used == kRows ? nullptr : d_count.get()};
+      ASSERT_TRUE(Swiglu(p, nullptr).ok());
+      p.gate = p.up = nullptr;
+      p.gate_bf16 = d_gate16.get();
+      p.up_bf16 = d_up16.get();
+      p.codes = codes.get();
+      p.scales = scales.get();
+      ASSERT_TRUE(SupportsSwiglu(p));
+      ASSERT_TRUE(Swiglu(p, nullptr).ok());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::vector<uint8_t> c = codes.Download(), s = scales.Download();
+      const std::vector<uint8_t> wc = want_codes.Download(), ws = want_scales.Download();
+      EXPECT_TRUE(c == wc) << "limit " << limit << " row_count " << used;
+      EXPECT_TRUE(s == ws) << "limit " << limit << " row_count " << used;
+      int64_t written = 0, touched = 0;
+      for (int64_t i = 0; i < n; ++i) (i < kept * kInter ? written : touched) += c[i] != 0xFF;
+      // Every kept code written (a quantizer never writes 0xFF: finite codes
+      // saturate at 0x7E / 0xFE, a nonfinite block is 0x7F).
+      EXPECT_EQ(written, kept * kInter) << "row_count " << used;
+      EXPECT_EQ(touched, 0) << "row_count " << used;
+    }
+  }
+  // Refused: one of the pair, beside gate, with out, without the rounding or
+  // the FP8 form, misaligned.
+  uint16_t* const h = reinterpret_cast<uint16_t*>(256);
+  float* const f = reinterpret_cast<float*>(256);
+  uint8_t* const c = reinterpret_cast<uint8_t*>(256);
+  const SwigluParams ok{.rows = 1,
+                        .inter = 64,
+                        .round_bf16 = true,
+                        .codes = c,
+                        .scales = c,
+                        .gate_bf16 = h,
+                        .up_bf16 = h};
+  EXPECT_TRUE(SupportsSwiglu(ok));
+  SwigluParams bad = ok;
+  bad.up_bf16 = nullptr;
+  EXPECT_FALSE(SupportsSwiglu(bad));
+  bad = ok;
+  bad.gate = f;
+  EXPECT_FALSE(SupportsSwiglu(bad));
+  bad = ok;
+  bad.out = f;
+  EXPECT_FALSE(SupportsSwiglu(bad));
+  bad = ok;
+  bad.round_bf16 = false;
+  EXPECT_FALSE(SupportsSwiglu(bad));
+  bad = ok;
+  bad.codes = bad.scales = nullptr;
+  EXPECT_FALSE(SupportsSwiglu(bad));
+  bad = ok;
+  bad.gate_bf16 = h + 4;
+  EXPECT_FALSE(SupportsSwiglu(bad));
+  EXPECT_EQ(Swiglu(bad, nullptr).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(SwigluTest, RefusesBadParamsAndSkipsEmptyWork) {
   float* p = reinterpret_cast<float*>(256);
   constexpr auto kInvalid = absl::StatusCode::kInvalidArgument;
