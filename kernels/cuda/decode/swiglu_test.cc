@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <span>
@@ -304,25 +306,20 @@ TEST(SwigluTest, Bf16InputsGiveTheFp32InputsFp8Form) {
                         .gate_bf16 = h,
                         .up_bf16 = h};
   EXPECT_TRUE(SupportsSwiglu(ok));
-  SwigluParams bad = ok;
-  bad.up_bf16 = nullptr;
-  EXPECT_FALSE(SupportsSwiglu(bad));
-  bad = ok;
-  bad.gate = f;
-  EXPECT_FALSE(SupportsSwiglu(bad));
-  bad = ok;
-  bad.out = f;
-  EXPECT_FALSE(SupportsSwiglu(bad));
-  bad = ok;
-  bad.round_bf16 = false;
-  EXPECT_FALSE(SupportsSwiglu(bad));
-  bad = ok;
-  bad.codes = bad.scales = nullptr;
-  EXPECT_FALSE(SupportsSwiglu(bad));
-  bad = ok;
-  bad.gate_bf16 = h + 4;
-  EXPECT_FALSE(SupportsSwiglu(bad));
-  EXPECT_EQ(Swiglu(bad, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  const std::function<void(SwigluParams&)> breaks[] = {
+      [](SwigluParams& p) { p.up_bf16 = nullptr; },
+      [&](SwigluParams& p) { p.gate = f; },
+      [&](SwigluParams& p) { p.out = f; },
+      [](SwigluParams& p) { p.round_bf16 = false; },
+      [](SwigluParams& p) { p.codes = p.scales = nullptr; },
+      [&](SwigluParams& p) { p.gate_bf16 = h + 4; },
+  };
+  for (size_t i = 0; i < std::size(breaks); ++i) {
+    SwigluParams bad = ok;
+    breaks[i](bad);
+    EXPECT_FALSE(SupportsSwiglu(bad)) << "case " << i;
+    EXPECT_EQ(Swiglu(bad, nullptr).code(), absl::StatusCode::kInvalidArgument) << "case " << i;
+  }
 }
 
 TEST(SwigluTest, RefusesBadParamsAndSkipsEmptyWork) {
