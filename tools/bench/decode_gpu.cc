@@ -292,6 +292,10 @@ ABSL_FLAG(bool, prompt_bf16_gate, true,
           "prompt_bf16_linears with bf16 activations: the prompt rows' gate logits as one bf16 "
           "GEMM over the gate's bf16 bits (DeviceDecoderOptions::prompt_bf16_gate; other bits for "
           "prompt rows' logits, the same products summed in another order).");
+ABSL_FLAG(bool, prompt_gate_norm_bf16, false,
+          "With --prompt_bf16_gate: the FFN's collapse-norm writes h's bf16 bits for the prompt's "
+          "gate GEMM instead of a ToBf16 launch (DeviceDecoderOptions::prompt_gate_norm_bf16; "
+          "same bits).");
 ABSL_FLAG(bool, prompt_tf32_mhc, true,
           "prompt_bf16_linears: the prompt rows' mHC coefficients on TF32 tensor cores, three "
           "products a pair (DeviceDecoderOptions::prompt_tf32_mhc; other bits for prompt rows).");
@@ -592,6 +596,7 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .bf16_ws_m256_large = absl::GetFlag(FLAGS_bf16_ws_m256_large),
           .bf16_cutlass = absl::GetFlag(FLAGS_bf16_cutlass),
           .prompt_bf16_gate = absl::GetFlag(FLAGS_prompt_bf16_gate),
+          .prompt_gate_norm_bf16 = absl::GetFlag(FLAGS_prompt_gate_norm_bf16),
           .prompt_tf32_mhc = absl::GetFlag(FLAGS_prompt_tf32_mhc),
           .prompt_tf32_mhc_promote = absl::GetFlag(FLAGS_prompt_tf32_mhc_promote),
           .bf16_ws_persistent = absl::GetFlag(FLAGS_bf16_ws_persistent),

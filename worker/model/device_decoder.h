@@ -785,6 +785,13 @@ struct DeviceDecoderOptions {
   // tokens 4.67 ms -> 0.09 - 0.17 ms; its tests and the trained tiny's bars
   // pass).
   bool prompt_bf16_gate = true;
+  // With prompt_bf16_gate: the FFN's collapse-norm writes h's bf16 bits in
+  // its own launch (HcCollapseNormParams::bf16, ToBf16's bits) and the
+  // prompt's gate GEMM reads them, instead of a ToBf16 launch of h before it
+  // (80 us a layer at the EP8 slice's 4,096-row chunk, 3.2 ms of the chunk).
+  // The same bits. Built in the fortieth session after its device calls:
+  // off until a GPU runs its test.
+  bool prompt_gate_norm_bf16 = false;
   // fast_mhc: the prompt rows' mHC coefficients on tensor cores
   // (kernels::cuda::HcMixTf32: 64 tokens x one split a CTA, each fp32
   // operand as two TF32 parts and three products a pair, so each product is
@@ -859,6 +866,7 @@ struct DeviceDecoderStats {
   int64_t prompt_bf16_products = 0;  // prompt_bf16_linears: FP8 products run as bf16
   int64_t cutlass_products = 0;      // bf16_cutlass: bf16 products run on Bf16GemmCutlass
   int64_t prompt_gate_products = 0;  // prompt_bf16_gate: layers' prompt gate logits as a bf16 GEMM
+  int64_t prompt_gate_norm_inputs = 0;  // prompt_gate_norm_bf16: those reading the norm's bf16 form
   int64_t prompt_tf32_mixes = 0;     // prompt_tf32_mhc: mHC coefficients made by HcMixTf32
   int64_t prompt_bf16_expert_layers = 0;  // prompt_bf16_experts: layers' experts on the bf16 route
   // prompt_bf16_linears, eager steps of both roles: FP8 calls over the

@@ -1428,6 +1428,25 @@ TEST(DeviceDecoderFastTest, SmallBf16RouteGateUpBf16GivesTheSameBits) {
   EXPECT_EQ(DifferingCalls(calls[0], calls[1]), 0);
 }
 
+// prompt_gate_norm_bf16: the prompt's gate GEMM reading the FFN
+// collapse-norm's bf16 form of h instead of a ToBf16 launch gives the same
+// bits, for the prompt's 400-row chunk and the decode steps after it.
+TEST(DeviceDecoderFastTest, SmallBf16PromptGateNormBf16GivesTheSameBits) {
+  const SmallLongChunkCase c = SmallLongChunk(89);
+  ASSERT_NE(c.cpu, nullptr);
+  std::vector<std::vector<float>> calls[2];
+  DeviceDecoderStats stats[2];
+  for (int form = 0; form < 2; ++form) {
+    DeviceDecoderOptions options = FastChunkOptions(kLongChunk);
+    options.prompt_gate_norm_bf16 = form == 1;
+    calls[form] = c.Run(options, &stats[form], /*mark_prompt=*/true);
+    EXPECT_GT(stats[form].prompt_gate_products, 0) << "form " << form;
+  }
+  EXPECT_EQ(stats[0].prompt_gate_norm_inputs, 0);
+  EXPECT_EQ(stats[1].prompt_gate_norm_inputs, stats[1].prompt_gate_products);
+  EXPECT_EQ(DifferingCalls(calls[0], calls[1]), 0);
+}
+
 // bf16_ws_m256 and bf16_ws_persistent, alone and together: the prompt's
 // 400-row chunk (its linears on the bf16 warp-specialized tile: with 256 X
 // rows a CTA a whole tile and a partial one) and decode steps after it give

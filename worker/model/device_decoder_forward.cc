@@ -778,7 +778,8 @@ absl::Status DeviceDecoder::Impl::Enqueue(int64_t b, int64_t head_b, bool runs) 
       RETURN_IF_ERROR(MixBeside(L.hc_attn, b, ca));
       RETURN_IF_ERROR(Attention(l, b)) << "layer " << l;
       Mark("mhc");
-      RETURN_IF_ERROR(Collapse(ca.pre, b, L.ffn_norm, L.sw1.codes != nullptr, &ca));
+      RETURN_IF_ERROR(
+          Collapse(ca.pre, b, L.ffn_norm, L.sw1.codes != nullptr, &ca, FfnNormMakesGateBf16(L)));
       RETURN_IF_ERROR(MixBeside(L.hc_ffn, b, cf));
       RETURN_IF_ERROR(Moe(l, b)) << "layer " << l;
       expand = &cf;

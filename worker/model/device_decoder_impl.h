@@ -460,6 +460,7 @@ struct DeviceDecoder::Impl {
   int64_t prompt_bf16_products = 0;  // DeviceDecoderStats::prompt_bf16_products
   int64_t cutlass_products = 0;      // DeviceDecoderStats::cutlass_products
   int64_t prompt_gate_products = 0;  // DeviceDecoderStats::prompt_gate_products
+  int64_t prompt_gate_norm_inputs = 0;  // DeviceDecoderStats::prompt_gate_norm_inputs
   int64_t prompt_tf32_mixes = 0;     // DeviceDecoderStats::prompt_tf32_mixes
   int64_t prompt_bf16_expert_layers = 0;  // DeviceDecoderStats::prompt_bf16_expert_layers
   int64_t fp8_span_products = 0;     // DeviceDecoderStats::fp8_span_products
@@ -1588,7 +1589,14 @@ struct DeviceDecoder::Impl {
   // where every row is the prompt's, else the rows of meta role 1) as one
   // unsplit bf16 GEMM of h's bf16 bits (exact: the bf16 model rounds the
   // normed h to bf16) and L.gate16 into gate_logits.
-  absl::Status PromptGate(const LayerDev& L, int64_t b);
+  // `in`: h_in as the FFN's collapse bound it (its bf16 form, when made,
+  // is the gate GEMM's input).
+  absl::Status PromptGate(const LayerDev& L, int64_t b, const SharedInput& in);
+  // prompt_gate_norm_bf16: the FFN's collapse-norm makes h's bf16 form for
+  // the prompt's gate GEMM (PromptGate reads it).
+  bool FfnNormMakesGateBf16(const LayerDev& L) const {
+    return options.prompt_gate_norm_bf16 && fast() && L.gate16 != nullptr && linear_roles_ != 1;
+  }
   // The shared expert of layer L over h_in into sy (Moe's last part before
   // the combine), on `stream` with fq and split as they are then bound.
   absl::Status SharedExpert(const LayerDev& L, int64_t b);

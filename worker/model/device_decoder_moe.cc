@@ -340,17 +340,25 @@ absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t ro
   return absl::OkStatus();
 }
 
-absl::Status DeviceDecoder::Impl::PromptGate(const LayerDev& L, int64_t b) {
+absl::Status DeviceDecoder::Impl::PromptGate(const LayerDev& L, int64_t b, const SharedInput& in) {
   const int64_t d = c.dim;
-  if (b * d > xb_count) {
-    return absl::InternalError(absl::StrCat("DeviceDecoder: the gate's bf16 input of ", b * d,
-                                            " elements exceeds its scratch of ", xb_count));
+  // h's bf16 bits: the collapse-norm's (prompt_gate_norm_bf16), else a
+  // ToBf16 launch into xb; the same bits.
+  const uint16_t* x16 = xb;
+  if (in.has_bf16 && in.src == h && in.rows == b && in.cols == d) {
+    x16 = in.bf16;
+    ++prompt_gate_norm_inputs;
+  } else {
+    if (b * d > xb_count) {
+      return absl::InternalError(absl::StrCat("DeviceDecoder: the gate's bf16 input of ", b * d,
+                                              " elements exceeds its scratch of ", xb_count));
+    }
+    RETURN_IF_ERROR(dec::ToBf16({.x = h, .out = xb, .n = b * d}, stream));
   }
-  RETURN_IF_ERROR(dec::ToBf16({.x = h, .out = xb, .n = b * d}, stream));
   // Never split (a row's bits its X row's and W's alone at every chunk
   // length); with rows of both roles only the prompt's are written (Bf16Gemm's
   // row_role), else CUTLASS's GEMM may take it (the same bits).
-  dense::Bf16GemmParams p{.x = xb,
+  dense::Bf16GemmParams p{.x = x16,
                           .w = L.gate16,
                           .y = gate_logits,
                           .m = b,
@@ -406,7 +414,7 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
                                        .num_experts = logical},
                                       stream));
   }
-  if (prompt_gate) RETURN_IF_ERROR(PromptGate(L, b));
+  if (prompt_gate) RETURN_IF_ERROR(PromptGate(L, b, h_bound));
   RETURN_IF_ERROR(kc::MoeGate({.x = h,
                                .weight = L.gate,
                                .logits = logits_launch ? gate_logits : nullptr,
