@@ -18,6 +18,8 @@
 #      of the deep ring beside it: where the route's warps wait once the
 #      expert walk is gone (the thirty-ninth session's ncu: 30 % of the
 #      samples before the loop, 36 % of the loop's on the ring's barriers);
+#      then ncu of the route inside the chunk (512 rows an expert, full X
+#      tiles: the bench's shape has 65);
 #   4. a census of three layers of the chunk's kernels under ncu (time, DRAM
 #      bytes and rate, throughputs, occupancy a kernel: ncu_census.py), to
 #      find the kernels far from the copy rate, and the chunk's kernel
@@ -53,10 +55,13 @@ ncu_bin="$(command -v ncu || echo /usr/local/cuda/bin/ncu)"
 # `(bool)0`), --set full, into RESULTS/NAME.ncu-rep; then its source page
 # reduced by ncu_stalls.py and the details page's lines that say what bounds
 # the kernel, into RESULTS/NAME.txt.
+# With NCU_FROM_START=off, only the launches the program brackets with
+# cudaProfilerStart / Stop count (decode_gpu --profile_prefill: the chunk's).
 profile() {
   local name="$1" regex="$2" skip="$3"
   shift 3
   budget_step "ncu_${name}" 150 "${ncu_bin}" --set full --kernel-name-base demangled \
+    --profile-from-start "${NCU_FROM_START:-on}" \
     -k "regex:${regex}" --launch-skip "${skip}" --launch-count 1 -f \
     -o "${results}/${name}" "$@" || return 0
   {
@@ -104,6 +109,11 @@ rs_regex='GroupedRsKernel<\(int\)128, \(bool\)0, \(bool\)1, \(bool\)0, \(int\)3>
 deep_regex='GroupedRsKernel<\(int\)128, \(bool\)1, \(bool\)1, \(bool\)0, \(int\)3>'
 profile rs128_3wg_ballot "${rs_regex}" 26 "${route_bench[@]}"
 profile rs128_3wg_deep_ballot "${deep_regex}" 26 "${route_bench[@]}"
+# The route in the chunk itself (512 rows an expert, where the bench's rows
+# are 65: full X tiles), layer 1's gate product (the template's 4th launch
+# in the timed prefill).
+NCU_FROM_START=off profile rs128_chunk "${rs_regex}" 3 "${decode}" "${slice[@]}" \
+  --profile_prefill
 # Three layers of the timed chunk's kernels (past two: --profile_prefill
 # brackets the timed fill with cudaProfilerStart / Stop), light metrics.
 census_metrics="gpu__time_duration.sum,dram__bytes.sum"
@@ -126,9 +136,9 @@ budget_step decoder_test_unrun 300 "${bundle}/bin/worker_model_device_decoder_fa
   --gtest_filter="${unrun}" || status=1
 budget_step decoder_test_shard0 240 env GTEST_TOTAL_SHARDS=3 GTEST_SHARD_INDEX=0 \
   "${bundle}/bin/worker_model_device_decoder_fast_test" || status=1
-for name in rs128_3wg_ballot rs128_3wg_deep_ballot; do
+for name in rs128_3wg_ballot rs128_3wg_deep_ballot rs128_chunk; do
   echo "== ncu ${name}"
-  head -c 2500 "${results}/${name}.txt" 2>/dev/null
+  head -c 2000 "${results}/${name}.txt" 2>/dev/null
 done
 echo "== census of three layers of the chunk (ncu_census.py)"
 cut -c1-120 "${results}/census.txt" 2>/dev/null | head -32
