@@ -19,7 +19,8 @@
 #      expert walk is gone (the thirty-ninth session's ncu: 30 % of the
 #      samples before the loop, 36 % of the loop's on the ring's barriers);
 #      then ncu of the route inside the chunk (512 rows an expert, full X
-#      tiles: the bench's shape has 65);
+#      tiles: the bench's shape has 65), and the bench's forms at that shape
+#      (32,768 tokens);
 #   4. a census of three layers of the chunk's kernels under ncu (time, DRAM
 #      bytes and rate, throughputs, occupancy a kernel: ncu_census.py), to
 #      find the kernels far from the copy rate, and the chunk's kernel
@@ -128,6 +129,9 @@ if budget_step ncu_census 180 "${ncu_bin}" --profile-from-start off --metrics "$
   python3 "${here}/tools/gpu/ncu_census.py" "${results}/census_raw.csv" --top 30 \
     > "${results}/census.txt" 2>&1
 fi
+# The route's forms at the chunk's shape: 32,768 tokens' pairs over 384
+# experts, 512 rows a local expert (the default bench's 4,096 give 65).
+budget_step mxfp4_bench_chunk_shape 150 "${route_bench[@]:0:4}" 32768
 # Without programmatic edges, so each kernel's busy time is its own.
 budget_step chunk_timeline 120 "${decode}" "${slice[@]}" --prefill_timeline --programmatic=false
 # The decoder's cases the fortieth session left unrun under today's defaults,
@@ -148,6 +152,9 @@ sed -n '/prefill timeline/,/^prefill:/p' "${results}/chunk_timeline.log" 2>/dev/
 echo "== experts' bf16 route"
 sed -n '/^Prefill:/,$p' "${results}/mxfp4_bench_prefill.log" 2>/dev/null |
   grep -E 'bf16 route|cuBLASLt' | tail -4
+echo "== the route's forms at 512 rows an expert (32,768 tokens)"
+sed -n '/^Prefill:/,$p' "${results}/mxfp4_bench_chunk_shape.log" 2>/dev/null |
+  grep -E 'bf16 route|cuBLASLt|register A' | cut -c1-150 | head -20
 echo "== summary"
 cat "${results}/summary.txt"
 echo "== tests"
