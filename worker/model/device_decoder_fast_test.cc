@@ -19,10 +19,12 @@
 // another position of a batch of 5, and by an eager (no graph) decoder, are
 // identical bit for bit at every step.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -1407,44 +1409,48 @@ TEST(DeviceDecoderFastTest, SmallBf16RouteFormsGiveTheSameBits) {
   }
 }
 
+// The small long-chunk case (`seed`: the prompt's 400-row chunk and the
+// decode steps after it) with a same-bits option off, then on (`set`): the
+// same logits. Returns both runs' stats.
+std::array<DeviceDecoderStats, 2> SameBitsWithTheOption(
+    uint32_t seed, const std::function<void(DeviceDecoderOptions&, bool)>& set) {
+  std::array<DeviceDecoderStats, 2> stats;
+  const SmallLongChunkCase c = SmallLongChunk(seed);
+  EXPECT_NE(c.cpu, nullptr);
+  if (c.cpu == nullptr) return stats;
+  std::vector<std::vector<float>> calls[2];
+  for (int on = 0; on < 2; ++on) {
+    DeviceDecoderOptions options = FastChunkOptions(kLongChunk);
+    set(options, on == 1);
+    calls[on] = c.Run(options, &stats[on], /*mark_prompt=*/true);
+  }
+  EXPECT_EQ(DifferingCalls(calls[0], calls[1]), 0);
+  return stats;
+}
+
 // bf16_route_gate_up_bf16: the route's gate and up products as bf16 bits
 // and the SwiGLU reading them give the fp32 pair's bits (the SwiGLU rounds
-// them to bf16 first), for the prompt's 400-row chunk and the decode steps
-// after it.
+// them to bf16 first).
 TEST(DeviceDecoderFastTest, SmallBf16RouteGateUpBf16GivesTheSameBits) {
-  const SmallLongChunkCase c = SmallLongChunk(83);
-  ASSERT_NE(c.cpu, nullptr);
-  std::vector<std::vector<float>> calls[2];
-  DeviceDecoderStats stats[2];
-  for (int form = 0; form < 2; ++form) {
-    DeviceDecoderOptions options = FastChunkOptions(kLongChunk);
-    options.prompt_bf16_experts = true;
-    options.bf16_route_gate_up_bf16 = form == 1;
-    calls[form] = c.Run(options, &stats[form], /*mark_prompt=*/true);
-    EXPECT_GT(stats[form].prompt_bf16_expert_layers, 0) << "form " << form;
-  }
+  const auto stats = SameBitsWithTheOption(83, [](DeviceDecoderOptions& o, bool on) {
+    o.prompt_bf16_experts = true;
+    o.bf16_route_gate_up_bf16 = on;
+  });
+  EXPECT_GT(stats[0].prompt_bf16_expert_layers, 0);
   EXPECT_EQ(stats[0].bf16_gate_up_layers, 0);
+  EXPECT_GT(stats[1].prompt_bf16_expert_layers, 0);
   EXPECT_EQ(stats[1].bf16_gate_up_layers, stats[1].prompt_bf16_expert_layers);
-  EXPECT_EQ(DifferingCalls(calls[0], calls[1]), 0);
 }
 
 // prompt_gate_norm_bf16: the prompt's gate GEMM reading the FFN
-// collapse-norm's bf16 form of h instead of a ToBf16 launch gives the same
-// bits, for the prompt's 400-row chunk and the decode steps after it.
+// collapse-norm's bf16 form of h instead of a ToBf16 launch: the same bits.
 TEST(DeviceDecoderFastTest, SmallBf16PromptGateNormBf16GivesTheSameBits) {
-  const SmallLongChunkCase c = SmallLongChunk(89);
-  ASSERT_NE(c.cpu, nullptr);
-  std::vector<std::vector<float>> calls[2];
-  DeviceDecoderStats stats[2];
-  for (int form = 0; form < 2; ++form) {
-    DeviceDecoderOptions options = FastChunkOptions(kLongChunk);
-    options.prompt_gate_norm_bf16 = form == 1;
-    calls[form] = c.Run(options, &stats[form], /*mark_prompt=*/true);
-    EXPECT_GT(stats[form].prompt_gate_products, 0) << "form " << form;
-  }
+  const auto stats = SameBitsWithTheOption(
+      89, [](DeviceDecoderOptions& o, bool on) { o.prompt_gate_norm_bf16 = on; });
+  EXPECT_GT(stats[0].prompt_gate_products, 0);
   EXPECT_EQ(stats[0].prompt_gate_norm_inputs, 0);
+  EXPECT_GT(stats[1].prompt_gate_products, 0);
   EXPECT_EQ(stats[1].prompt_gate_norm_inputs, stats[1].prompt_gate_products);
-  EXPECT_EQ(DifferingCalls(calls[0], calls[1]), 0);
 }
 
 // bf16_ws_m256 and bf16_ws_persistent, alone and together: the prompt's
