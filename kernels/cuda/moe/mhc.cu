@@ -38,8 +38,9 @@ bool NormRanksOk(const HcCollapseNormParams& p) {
 }
 
 // The threads of a collapse-norm CTA: a token's row in two passes with one
-// block a token; a rank's share (at most a fifth of V4.1's 1,280 float4s
-// with two ranks) in a few with a cluster.
+// block a token (five with block_threads 256, four blocks an SM); a rank's
+// share (at most a fifth of V4.1's 1,280 float4s with two ranks) in a few
+// with a cluster.
 constexpr int kNormThreads = 1024;
 constexpr int kNarrowNormThreads = 256;  // HcCollapseNormParams::block_threads
 constexpr int kClusterNormThreads = 256;
