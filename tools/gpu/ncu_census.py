@@ -3,7 +3,7 @@
 
 Reads what `ncu -i REPORT --page raw --csv --metrics METRICS` prints for a
 report of many launches taken with a light metric list (route_check.sh's
-census: three layers of the EP8 prefill chunk's kernels, or any window of
+census: two layers of the EP8 prefill chunk's kernels, or any window of
 launches), groups the launches by kernel (the full demangled name; long
 template names are cut and told apart by a short hash), and prints one line a
 kernel, longest total time first:

@@ -21,7 +21,7 @@
 #      then ncu of the route inside the chunk (512 rows an expert, full X
 #      tiles: the bench's shape has 65), and the bench's forms at that shape
 #      (32,768 tokens);
-#   4. a census of three layers of the chunk's kernels under ncu (time, DRAM
+#   4. a census of two layers of the chunk's kernels under ncu (time, DRAM
 #      bytes and rate, throughputs, occupancy a kernel: ncu_census.py), to
 #      find the kernels far from the copy rate, and the chunk's kernel
 #      timeline without programmatic edges;
@@ -115,14 +115,15 @@ profile rs128_3wg_deep_ballot "${deep_regex}" 26 "${route_bench[@]}"
 # in the timed prefill).
 NCU_FROM_START=off profile rs128_chunk "${rs_regex}" 3 "${decode}" "${slice[@]}" \
   --profile_prefill
-# Three layers of the timed chunk's kernels (past two: --profile_prefill
-# brackets the timed fill with cudaProfilerStart / Stop), light metrics.
+# Two layers of the timed chunk's kernels (past two: --profile_prefill
+# brackets the timed fill with cudaProfilerStart / Stop), light metrics
+# (each launch replayed with its memory saved and restored: about a second).
 census_metrics="gpu__time_duration.sum,dram__bytes.sum"
 census_metrics+=",dram__throughput.avg.pct_of_peak_sustained_elapsed"
 census_metrics+=",sm__throughput.avg.pct_of_peak_sustained_elapsed"
 census_metrics+=",sm__warps_active.avg.pct_of_peak_sustained_active"
 if budget_step ncu_census 180 "${ncu_bin}" --profile-from-start off --metrics "${census_metrics}" \
-    --launch-skip 100 --launch-count 150 -f -o "${results}/census" \
+    --launch-skip 100 --launch-count 100 -f -o "${results}/census" \
     "${decode}" "${slice[@]}" --profile_prefill; then
   "${ncu_bin}" -i "${results}/census.ncu-rep" --page raw --csv --metrics "${census_metrics}" \
     > "${results}/census_raw.csv" 2>&1
@@ -144,7 +145,7 @@ for name in rs128_3wg_ballot rs128_3wg_deep_ballot rs128_chunk; do
   echo "== ncu ${name}"
   head -c 2000 "${results}/${name}.txt" 2>/dev/null
 done
-echo "== census of three layers of the chunk (ncu_census.py)"
+echo "== census of two layers of the chunk (ncu_census.py)"
 cut -c1-120 "${results}/census.txt" 2>/dev/null | head -32
 echo "== the chunk's kernel timeline (defaults, no programmatic edges; names cut)"
 sed -n '/prefill timeline/,/^prefill:/p' "${results}/chunk_timeline.log" 2>/dev/null | head -18 |
