@@ -54,7 +54,7 @@ template <int kThreads>
 __device__ __forceinline__ void NormalizeRowColumns(
     const float* src, const float* __restrict__ weight, float* out_row, int64_t dim, int64_t lo4,
     int64_t hi4, float eps, bool round_bf16, uint8_t* codes = nullptr, uint8_t* scales = nullptr,
-    uint16_t* bf16_row = nullptr) {
+    uint16_t* bf16_row = nullptr, uint16_t* dq16_row = nullptr) {
   namespace fm = ::weir::kernels::fmath;
   const float4* src4 = reinterpret_cast<const float4*>(src);
   __shared__ float inv_rms;
@@ -95,7 +95,8 @@ __device__ __forceinline__ void NormalizeRowColumns(
   }
   if (codes != nullptr) {
     dense::ActQuantRowAfterBarrier<kThreads>(out_row + lo4 * 4, (hi4 - lo4) * 4, codes + lo4 * 4,
-                                             scales + lo4 / 8);
+                                             scales + lo4 / 8,
+                                             dq16_row != nullptr ? dq16_row + lo4 * 4 : nullptr);
   }
 }
 

@@ -292,6 +292,10 @@ ABSL_FLAG(bool, prompt_bf16_gate, true,
           "prompt_bf16_linears with bf16 activations: the prompt rows' gate logits as one bf16 "
           "GEMM over the gate's bf16 bits (DeviceDecoderOptions::prompt_bf16_gate; other bits for "
           "prompt rows' logits, the same products summed in another order).");
+ABSL_FLAG(bool, prompt_norm_dequant_bf16, false,
+          "The prompt's products of h's FP8 form read the collapse-norm's bf16 values of it "
+          "instead of widening the codes each (DeviceDecoderOptions::prompt_norm_dequant_bf16; "
+          "same bits).");
 ABSL_FLAG(bool, prompt_gate_norm_bf16, false,
           "With --prompt_bf16_gate: the FFN's collapse-norm writes h's bf16 bits for the prompt's "
           "gate GEMM instead of a ToBf16 launch (DeviceDecoderOptions::prompt_gate_norm_bf16; "
@@ -597,6 +601,7 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .bf16_cutlass = absl::GetFlag(FLAGS_bf16_cutlass),
           .prompt_bf16_gate = absl::GetFlag(FLAGS_prompt_bf16_gate),
           .prompt_gate_norm_bf16 = absl::GetFlag(FLAGS_prompt_gate_norm_bf16),
+          .prompt_norm_dequant_bf16 = absl::GetFlag(FLAGS_prompt_norm_dequant_bf16),
           .prompt_tf32_mhc = absl::GetFlag(FLAGS_prompt_tf32_mhc),
           .prompt_tf32_mhc_promote = absl::GetFlag(FLAGS_prompt_tf32_mhc_promote),
           .bf16_ws_persistent = absl::GetFlag(FLAGS_bf16_ws_persistent),

@@ -13,7 +13,9 @@
 #      with the collapse-norms' 256-thread blocks (--norm_block_threads=256),
 #      with the route's bf16 gate / up (--bf16_route_gate_up_bf16) and with
 #      the prompt gate reading the norm's bf16 form
-#      (--prompt_gate_norm_bf16), alternated, two rounds;
+#      (--prompt_gate_norm_bf16) and with the prompt's products of h reading
+#      the norm's dequantized bf16 (--prompt_norm_dequant_bf16), alternated,
+#      two rounds;
 #   3. the route's bench and ncu of its default form (the ballot search) and
 #      of the deep ring beside it: where the route's warps wait once the
 #      expert walk is gone (the thirty-ninth session's ncu: 30 % of the
@@ -87,17 +89,20 @@ unrun+=':*SmallBf16WithWgmmaEverywhereIsBatchInvariant*'
 budget_step mhc_test 60 "${bundle}/bin/kernels_cuda_moe_mhc_test" || status=1
 budget_step swiglu_test 60 "${bundle}/bin/kernels_cuda_decode_swiglu_test" || status=1
 budget_step device_decoder_fast_test 200 "${bundle}/bin/worker_model_device_decoder_fast_test" \
-  --gtest_filter='*RouteForms*:*NormClusters*:*RouteGateUpBf16*:*PromptGateNormBf16*' || status=1
+  --gtest_filter='*RouteForms*:*NormClusters*:*RouteGateUpBf16*:*PromptGateNormBf16*:*PromptNormDequant*' \
+  || status=1
 budget_step chunk_defaults 90 "${decode}" "${slice[@]}"
 budget_step chunk_deep_ring 90 "${decode}" "${slice[@]}" --bf16_route_deep_ring=true
 budget_step chunk_norm256 90 "${decode}" "${slice[@]}" --norm_block_threads=256
 budget_step chunk_gate_up_bf16 90 "${decode}" "${slice[@]}" --bf16_route_gate_up_bf16=true
 budget_step chunk_gate_norm_bf16 90 "${decode}" "${slice[@]}" --prompt_gate_norm_bf16=true
+budget_step chunk_norm_dequant 90 "${decode}" "${slice[@]}" --prompt_norm_dequant_bf16=true
 budget_step chunk_defaults_2 90 "${decode}" "${slice[@]}"
 budget_step chunk_deep_ring_2 90 "${decode}" "${slice[@]}" --bf16_route_deep_ring=true
 budget_step chunk_norm256_2 90 "${decode}" "${slice[@]}" --norm_block_threads=256
 budget_step chunk_gate_up_bf16_2 90 "${decode}" "${slice[@]}" --bf16_route_gate_up_bf16=true
 budget_step chunk_gate_norm_bf16_2 90 "${decode}" "${slice[@]}" --prompt_gate_norm_bf16=true
+budget_step chunk_norm_dequant_2 90 "${decode}" "${slice[@]}" --prompt_norm_dequant_bf16=true
 budget_step mxfp4_bench_prefill 120 "${route_bench[@]}"
 # The route's gate/up launch of w1 in the bench's row of the default form
 # with the ballot search (the third launch of that row: past a warm-up),

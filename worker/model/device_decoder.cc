@@ -856,6 +856,7 @@ absl::StatusOr<int64_t> DeviceDecoder::StepInto(std::span<const int> slots,
     stats_.cutlass_products = m.cutlass_products;
     stats_.prompt_gate_products = m.prompt_gate_products;
     stats_.prompt_gate_norm_inputs = m.prompt_gate_norm_inputs;
+    stats_.prompt_norm_dequant_inputs = m.prompt_norm_dequant_inputs;
     stats_.prompt_tf32_mixes = m.prompt_tf32_mixes;
     stats_.prompt_bf16_expert_layers = m.prompt_bf16_expert_layers;
     stats_.fp8_span_products = m.fp8_span_products;

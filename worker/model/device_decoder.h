@@ -792,6 +792,15 @@ struct DeviceDecoderOptions {
   // The same bits. Built in the fortieth session after its device calls:
   // off until a GPU runs its test.
   bool prompt_gate_norm_bf16 = false;
+  // kFast prompt products of h's FP8 form (prompt_bf16_linears: wq_a, the
+  // KV and compressor products, the shared expert's): the collapse-norm
+  // writes the bf16 values the FP8 form stands for beside its codes
+  // (HcCollapseNormParams::dq16, Fp8ActBf16's bits) and each such product
+  // reads them instead of widening the codes into its own scratch first:
+  // one write a layer where there were five or six widenings of the same
+  // codes. The same bits; costs the arena h's bf16 copy. Built in the
+  // fortieth session after its device calls: off until a GPU runs its test.
+  bool prompt_norm_dequant_bf16 = false;
   // fast_mhc: the prompt rows' mHC coefficients on tensor cores
   // (kernels::cuda::HcMixTf32: 64 tokens x one split a CTA, each fp32
   // operand as two TF32 parts and three products a pair, so each product is
@@ -867,6 +876,7 @@ struct DeviceDecoderStats {
   int64_t cutlass_products = 0;      // bf16_cutlass: bf16 products run on Bf16GemmCutlass
   int64_t prompt_gate_products = 0;  // prompt_bf16_gate: layers' prompt gate logits as a bf16 GEMM
   int64_t prompt_gate_norm_inputs = 0;  // prompt_gate_norm_bf16: those reading the norm's bf16 form
+  int64_t prompt_norm_dequant_inputs = 0;  // prompt_norm_dequant_bf16: prompt products so fed
   int64_t prompt_tf32_mixes = 0;     // prompt_tf32_mhc: mHC coefficients made by HcMixTf32
   int64_t prompt_bf16_expert_layers = 0;  // prompt_bf16_experts: layers' experts on the bf16 route
   // prompt_bf16_linears, eager steps of both roles: FP8 calls over the

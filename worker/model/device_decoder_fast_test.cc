@@ -1453,6 +1453,17 @@ TEST(DeviceDecoderFastTest, SmallBf16PromptGateNormBf16GivesTheSameBits) {
   EXPECT_EQ(stats[1].prompt_gate_norm_inputs, stats[1].prompt_gate_products);
 }
 
+// prompt_norm_dequant_bf16: the prompt's products of h's FP8 form reading
+// the collapse-norm's bf16 values of it instead of widening the codes each:
+// the same bits.
+TEST(DeviceDecoderFastTest, SmallBf16PromptNormDequantBf16GivesTheSameBits) {
+  const auto stats = SameBitsWithTheOption(
+      97, [](DeviceDecoderOptions& o, bool on) { o.prompt_norm_dequant_bf16 = on; });
+  EXPECT_GT(stats[0].prompt_bf16_products, 0);
+  EXPECT_EQ(stats[0].prompt_norm_dequant_inputs, 0);
+  EXPECT_GT(stats[1].prompt_norm_dequant_inputs, 0);
+}
+
 // bf16_ws_m256 and bf16_ws_persistent, alone and together: the prompt's
 // 400-row chunk (its linears on the bf16 warp-specialized tile: with 256 X
 // rows a CTA a whole tile and a partial one) and decode steps after it give

@@ -461,6 +461,7 @@ struct DeviceDecoder::Impl {
   int64_t cutlass_products = 0;      // DeviceDecoderStats::cutlass_products
   int64_t prompt_gate_products = 0;  // DeviceDecoderStats::prompt_gate_products
   int64_t prompt_gate_norm_inputs = 0;  // DeviceDecoderStats::prompt_gate_norm_inputs
+  int64_t prompt_norm_dequant_inputs = 0;  // DeviceDecoderStats::prompt_norm_dequant_inputs
   int64_t prompt_tf32_mixes = 0;     // DeviceDecoderStats::prompt_tf32_mixes
   int64_t prompt_bf16_expert_layers = 0;  // DeviceDecoderStats::prompt_bf16_expert_layers
   int64_t fp8_span_products = 0;     // DeviceDecoderStats::fp8_span_products
@@ -502,8 +503,11 @@ struct DeviceDecoder::Impl {
     int64_t rows = 0, cols = 0;
     uint8_t *codes = nullptr, *scales = nullptr;  // [capacity], [capacity / 32 + rows]
     uint16_t* bf16 = nullptr;                     // [capacity]
-    int64_t capacity = 0;                         // elements of codes and of bf16
-    bool has_fp8 = false, has_bf16 = false;
+    // prompt_norm_dequant_bf16 (h_in only): the bf16 bits of the values the
+    // FP8 form stands for, made by the collapse-norm beside the codes.
+    uint16_t* dq16 = nullptr;  // [capacity]
+    int64_t capacity = 0;      // elements of codes and of bf16
+    bool has_fp8 = false, has_bf16 = false, has_dq16 = false;
   };
   SharedInput h_in, qr_in;
   // Binds `in` to src [rows, cols] with neither form made yet; call it when
@@ -512,7 +516,7 @@ struct DeviceDecoder::Impl {
     in.src = src;
     in.rows = rows;
     in.cols = cols;
-    in.has_fp8 = in.has_bf16 = false;
+    in.has_fp8 = in.has_bf16 = in.has_dq16 = false;
   }
   static void Unbind(SharedInput& in) { Bind(in, nullptr, 0, 0); }
   // True when a norm over [rows, cols] can write `in`'s FP8 form in its own
@@ -1115,16 +1119,26 @@ struct DeviceDecoder::Impl {
                                               x_groups, " x ", p.m, " x ", p.k,
                                               ") exceeds its scratch of ", rx16_count));
     }
-    RETURN_IF_ERROR(
-        dense::Fp8ActBf16({.codes = p.x,
-                           .scales = p.x_scales,
-                           .out = rx16,
-                           .rows = p.m,
-                           .cols = p.k,
-                           .groups = x_groups,
-                           .code_group_stride = x_grouped ? p.x_group_stride : 0,
-                           .scale_group_stride = x_grouped ? p.x_scales_group_stride : 0},
-                          stream));
+    // X's bf16 values: the collapse-norm's (prompt_norm_dequant_bf16, when X
+    // is h_in's FP8 form), else widened from the codes into rx16; the same
+    // bits.
+    const uint16_t* x16_in = rx16;
+    if (!x_grouped && h_in.has_dq16 && p.x == h_in.codes && p.x_scales == h_in.scales &&
+        p.m == h_in.rows && p.k == h_in.cols) {
+      x16_in = h_in.dq16;
+      ++prompt_norm_dequant_inputs;
+    } else {
+      RETURN_IF_ERROR(
+          dense::Fp8ActBf16({.codes = p.x,
+                             .scales = p.x_scales,
+                             .out = rx16,
+                             .rows = p.m,
+                             .cols = p.k,
+                             .groups = x_groups,
+                             .code_group_stride = x_grouped ? p.x_group_stride : 0,
+                             .scale_group_stride = x_grouped ? p.x_scales_group_stride : 0},
+                            stream));
+    }
     // x_shared (one X, several weights): a launch a group, each over rx16.
     const int launches = p.x_shared ? p.groups : 1;
     const int groups = p.x_shared ? 1 : p.groups;
@@ -1134,7 +1148,7 @@ struct DeviceDecoder::Impl {
     const int64_t y_stride = p.y_group_stride != 0 ? p.y_group_stride : p.m * p.n;
     const int y_bytes = dense::Fp8GemmOutputBytes(p.output);
     for (int g = 0; g < launches; ++g) {
-      dense::Bf16GemmParams b{.x = rx16,
+      dense::Bf16GemmParams b{.x = x16_in,
                               .y = static_cast<char*>(p.y) + int64_t{g} * y_stride * y_bytes,
                               .m = p.m,
                               .n = p.n,
@@ -1514,10 +1528,15 @@ struct DeviceDecoder::Impl {
     }
     const bool widen = bf16_form && fast() && h_in.bf16 != nullptr && b * c.dim <= h_in.capacity;
     if (widen) p.bf16 = h_in.bf16;
+    // prompt_norm_dequant_bf16: the FP8 form's values as bf16 too, for the
+    // prompt's products of it (PromptBf16Gemm), in a step with prompt rows.
+    const bool dequant = quantize && h_in.dq16 != nullptr && linear_roles_ != 1;
+    if (dequant) p.dq16 = h_in.dq16;
     RETURN_IF_ERROR(launch());
     Bind(h_in, h, b, c.dim);
     h_in.has_fp8 = quantize;
     h_in.has_bf16 = widen;
+    h_in.has_dq16 = dequant;
     return absl::OkStatus();
   }
   // bf16_branches: the attention's collapse-norm makes h's bf16 form too

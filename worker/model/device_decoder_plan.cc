@@ -385,6 +385,7 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
       in->scales = r.Alloc<uint8_t>(in->capacity / 32 + bc);
       in->bf16 = r.Alloc<uint16_t>(in->capacity);
     }
+    if (options.prompt_norm_dequant_bf16) h_in.dq16 = r.Alloc<uint16_t>(h_in.capacity);
     split_count = bc * SplitFloatsPerRow();
     split = r.Alloc<float>(split_count);
     if (options.concurrent_branches) {  // a parallel branch's own (ForkSide)

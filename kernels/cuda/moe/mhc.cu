@@ -115,7 +115,10 @@ bool SupportsHcCollapseNorm(const HcCollapseNormParams& p) {
   return ShapeOk(p.tokens, p.dim, p.hc_mult) && p.x != nullptr && p.pre != nullptr &&
          p.out != nullptr && p.dim % 4 == 0 && p.dim * 4 <= kStagedRowMaxBytes && p.eps >= 0.0f &&
          p.tokens <= 0x7fffffff && NormFp8OutputOk(p.out, p.codes, p.scales, p.dim) &&
-         reinterpret_cast<uintptr_t>(p.bf16) % 8 == 0 && NormRanksOk(p);
+         reinterpret_cast<uintptr_t>(p.bf16) % 8 == 0 &&
+         (p.dq16 == nullptr ||
+          (p.codes != nullptr && reinterpret_cast<uintptr_t>(p.dq16) % 16 == 0)) &&
+         NormRanksOk(p);
 }
 
 absl::Status HcCollapseNorm(const HcCollapseNormParams& p, cudaStream_t stream) {
@@ -132,7 +135,7 @@ absl::Status HcCollapseNorm(const HcCollapseNormParams& p, cudaStream_t stream) 
   // bits.
   auto launch = [&](auto kernel, int ranks) {
     LaunchNorm(kernel, p, ranks, stream, p.x, p.pre, p.weight, p.out, p.dim, p.hc_mult, p.eps,
-               p.round_collapse, p.round_out, p.codes, p.scales, p.bf16);
+               p.round_collapse, p.round_out, p.codes, p.scales, p.bf16, p.dq16);
   };
   switch (NormRanks(p)) {
     case 1:
@@ -191,7 +194,7 @@ absl::Status HcExpandCollapseNorm(const HcExpandParams& e, const HcCollapseNormP
   auto launch = [&](auto kernel, int ranks) {
     LaunchNorm(kernel, c, ranks, stream, e.x, e.y, e.post, e.comb, e.out, e.round_bf16, c.pre,
                c.weight, c.out, c.dim, c.eps, c.round_collapse, c.round_out, c.codes, c.scales,
-               c.bf16);
+               c.bf16, c.dq16);
   };
   // The kernel for n streams and `ranks` CTAs a token (threads as
   // HcCollapseNorm's).

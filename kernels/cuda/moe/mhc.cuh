@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(kThreads)
     HcCollapseNormKernel(const float* __restrict__ x, const float* __restrict__ pre,
                          const float* __restrict__ weight, float* __restrict__ out, int64_t dim,
                          int n, float eps, bool round_collapse, bool round_out, uint8_t* codes,
-                         uint8_t* scales, uint16_t* bf16) {
+                         uint8_t* scales, uint16_t* bf16, uint16_t* dq16) {
   GridDependencyPrologue(NormWeightRow(weight, dim));
   extern __shared__ float4 collapsed[];
   if constexpr (kRanks > 1) ClusterArriveRelaxed();
@@ -158,11 +158,11 @@ __global__ void __launch_bounds__(kThreads)
     collapsed[i] = make_float4(a[0], a[1], a[2], a[3]);
   }
   HcNormShareRow<kThreads, kRanks>(collapsed, own);
-  NormalizeRowColumns<kThreads>(reinterpret_cast<const float*>(collapsed), weight, out + t * dim,
-                                dim, own.lo, own.hi, eps, round_out,
-                                codes != nullptr ? codes + t * dim : nullptr,
-                                codes != nullptr ? scales + t * (dim / 32) : nullptr,
-                                bf16 != nullptr ? bf16 + t * dim : nullptr);
+  NormalizeRowColumns<kThreads>(
+      reinterpret_cast<const float*>(collapsed), weight, out + t * dim, dim, own.lo, own.hi, eps,
+      round_out, codes != nullptr ? codes + t * dim : nullptr,
+      codes != nullptr ? scales + t * (dim / 32) : nullptr,
+      bf16 != nullptr ? bf16 + t * dim : nullptr, dq16 != nullptr ? dq16 + t * dim : nullptr);
 }
 
 // HcExpandKernel's streams of one token, then HcCollapseNormKernel over
@@ -181,7 +181,8 @@ __global__ void __launch_bounds__(kThreads)
                                float* __restrict__ x_new, bool round_expand,
                                const float* __restrict__ pre, const float* __restrict__ weight,
                                float* __restrict__ out, int64_t dim, float eps, bool round_collapse,
-                               bool round_out, uint8_t* codes, uint8_t* scales, uint16_t* bf16) {
+                               bool round_out, uint8_t* codes, uint8_t* scales, uint16_t* bf16,
+                               uint16_t* dq16) {
   GridDependencyPrologue(NormWeightRow(weight, dim));
   extern __shared__ float4 collapsed[];
   if constexpr (kRanks > 1) ClusterArriveRelaxed();
@@ -224,11 +225,11 @@ __global__ void __launch_bounds__(kThreads)
     collapsed[i] = make_float4(a[0], a[1], a[2], a[3]);
   }
   HcNormShareRow<kThreads, kRanks>(collapsed, own);
-  NormalizeRowColumns<kThreads>(reinterpret_cast<const float*>(collapsed), weight, out + t * dim,
-                                dim, own.lo, own.hi, eps, round_out,
-                                codes != nullptr ? codes + t * dim : nullptr,
-                                codes != nullptr ? scales + t * (dim / 32) : nullptr,
-                                bf16 != nullptr ? bf16 + t * dim : nullptr);
+  NormalizeRowColumns<kThreads>(
+      reinterpret_cast<const float*>(collapsed), weight, out + t * dim, dim, own.lo, own.hi, eps,
+      round_out, codes != nullptr ? codes + t * dim : nullptr,
+      codes != nullptr ? scales + t * (dim / 32) : nullptr,
+      bf16 != nullptr ? bf16 + t * dim : nullptr, dq16 != nullptr ? dq16 + t * dim : nullptr);
 }
 
 // One thread per out[t, k, c].

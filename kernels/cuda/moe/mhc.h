@@ -103,6 +103,12 @@ struct HcCollapseNormParams {
   // (kernels/cuda/decode/rows.h) of each value: the input a bf16 product of
   // out reads, without a ToBf16 launch.
   uint16_t* bf16 = nullptr;
+  // Optional, with codes: the bf16 bits [tokens, dim] (16-byte aligned) of
+  // the values the FP8 form stands for, the bits Fp8ActBf16
+  // (kernels/cuda/dense/act_quant_fp8.h) writes from codes and scales: a
+  // bf16 product of the FP8 form (the prompt's) reads them without a
+  // widening launch of its own.
+  uint16_t* dq16 = nullptr;
   // CTAs a token (hc_norm_split.h): 1 = a block a token, 2, 4 or 8 = a
   // cluster of that many, each collapsing and normalizing a share of the
   // columns; 0 = HcNormClusterRanks(tokens). The same bits whatever it is.
@@ -119,7 +125,8 @@ struct HcCollapseNormParams {
 // True for SupportsHcCollapse's shapes with dim a multiple of 4 and a row
 // that fits the default shared memory (dim <= 12256; kStagedRowMaxBytes in
 // kernels/cuda/rms_norm.cuh), eps >= 0, codes as above, and cluster_ranks
-// 0, 1, 2, 4 or 8 with tokens x ranks below 2^31, and bf16 8-byte aligned.
+// 0, 1, 2, 4 or 8 with tokens x ranks below 2^31, bf16 8-byte aligned, and
+// dq16 only with codes, 16-byte aligned.
 bool SupportsHcCollapseNorm(const HcCollapseNormParams& params);
 
 // Enqueues the fused collapse and norm on `stream`. Errors as HcMix.

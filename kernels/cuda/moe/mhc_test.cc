@@ -223,10 +223,21 @@ TEST(HcCollapseNormCudaTest, IsCollapseThenRmsNormBitForBit) {
         want16[i] = static_cast<uint16_t>(u >> 16);
       }
       DeviceBuffer<uint16_t> bits16(want.size());
+      // And the bf16 bits of the values the FP8 form stands for (dq16):
+      // Fp8ActBf16's of ActQuantFp8's codes and scales.
+      DeviceBuffer<uint16_t> dq16(want.size()), want_dq16(want.size());
+      ASSERT_TRUE(dense::Fp8ActBf16({.codes = want_codes.get(),
+                                     .scales = want_scales.get(),
+                                     .out = want_dq16.get(),
+                                     .rows = c.tokens,
+                                     .cols = c.dim},
+                                    nullptr)
+                      .ok());
       params.out = fused.get();
       params.codes = codes.get();
       params.scales = scales.get();
       params.bf16 = bits16.get();
+      params.dq16 = dq16.get();
       for (int ranks : {1, -1, 2, 4, 8}) {  // -1: one block a token of 256 threads
         params.cluster_ranks = ranks < 0 ? 1 : ranks;
         params.block_threads = ranks < 0 ? 256 : 0;
@@ -234,6 +245,7 @@ TEST(HcCollapseNormCudaTest, IsCollapseThenRmsNormBitForBit) {
         codes.Poison();
         scales.Poison();
         bits16.Poison();
+        dq16.Poison();
         ASSERT_TRUE(HcCollapseNorm(params, nullptr).ok());
         const std::string what = std::to_string(c.tokens) + "x" + std::to_string(c.n) + "x" +
                                  std::to_string(c.dim) + " bf16 " + std::to_string(bf16) +
@@ -242,6 +254,7 @@ TEST(HcCollapseNormCudaTest, IsCollapseThenRmsNormBitForBit) {
         EXPECT_TRUE(codes.Download() == want_codes.Download()) << what;
         EXPECT_TRUE(scales.Download() == want_scales.Download()) << what;
         EXPECT_TRUE(bits16.Download() == want16) << "bf16 bits, " << what;
+        EXPECT_TRUE(dq16.Download() == want_dq16.Download()) << "dequantized bf16, " << what;
       }
     }
   }
@@ -289,14 +302,15 @@ TEST(HcExpandCollapseNormCudaTest, IsExpandThenCollapseNormBitForBit) {
       constexpr int kRanks[kRuns] = {1, 1, 2, 4, 8, 0, -1};
       std::vector<float> streams[kRuns], out[kRuns];
       std::vector<uint8_t> codes[kRuns], scales[kRuns];
-      std::vector<uint16_t> bits16[kRuns];
+      std::vector<uint16_t> bits16[kRuns], dequant16[kRuns];
       for (int fused = 0; fused < kRuns; ++fused) {
         DeviceBuffer<float> dnew(x.size()), dout(c.tokens * c.dim);
         DeviceBuffer<uint8_t> dcodes(c.tokens * c.dim), dscales(c.tokens * c.dim / 32);
-        DeviceBuffer<uint16_t> dbf16(c.tokens * c.dim);
+        DeviceBuffer<uint16_t> dbf16(c.tokens * c.dim), ddq16(c.tokens * c.dim);
         dnew.Poison();
         dout.Poison();
         dbf16.Poison();
+        ddq16.Poison();
         const HcExpandParams e{.x = dx.get(),
                                .y = dy.get(),
                                .post = dpost.get(),
@@ -319,6 +333,7 @@ TEST(HcExpandCollapseNormCudaTest, IsExpandThenCollapseNormBitForBit) {
                                      .codes = dcodes.get(),
                                      .scales = dscales.get(),
                                      .bf16 = dbf16.get(),
+                                     .dq16 = ddq16.get(),
                                      .cluster_ranks = kRanks[fused] < 0 ? 1 : kRanks[fused],
                                      .block_threads = kRanks[fused] < 0 ? 256 : 0};
         if (fused >= 1) {
@@ -334,6 +349,20 @@ TEST(HcExpandCollapseNormCudaTest, IsExpandThenCollapseNormBitForBit) {
         codes[fused] = dcodes.Download();
         scales[fused] = dscales.Download();
         bits16[fused] = dbf16.Download();
+        dequant16[fused] = ddq16.Download();
+      }
+      // The dequantized form: Fp8ActBf16's bits of the FP8 form.
+      {
+        DeviceBuffer<uint8_t> dcodes(codes[0]), dscales(scales[0]);
+        DeviceBuffer<uint16_t> want_dq(c.tokens * c.dim);
+        ASSERT_TRUE(dense::Fp8ActBf16({.codes = dcodes.get(),
+                                       .scales = dscales.get(),
+                                       .out = want_dq.get(),
+                                       .rows = c.tokens,
+                                       .cols = c.dim},
+                                      nullptr)
+                        .ok());
+        EXPECT_TRUE(dequant16[0] == want_dq.Download()) << c.tokens << "x" << c.n << "x" << c.dim;
       }
       // The bf16 form: ToBf16's bits of the output.
       int64_t bits_differ = 0;
@@ -353,6 +382,7 @@ TEST(HcExpandCollapseNormCudaTest, IsExpandThenCollapseNormBitForBit) {
         EXPECT_TRUE(codes[run] == codes[0]) << what;
         EXPECT_TRUE(scales[run] == scales[0]) << what;
         EXPECT_TRUE(bits16[run] == bits16[0]) << what;
+        EXPECT_TRUE(dequant16[run] == dequant16[0]) << what;
       }
     }
   }
