@@ -91,18 +91,16 @@ budget_step swiglu_test 60 "${bundle}/bin/kernels_cuda_decode_swiglu_test" || st
 budget_step device_decoder_fast_test 200 "${bundle}/bin/worker_model_device_decoder_fast_test" \
   --gtest_filter='*RouteForms*:*NormClusters*:*RouteGateUpBf16*:*PromptGateNormBf16*:*PromptNormDequant*' \
   || status=1
-budget_step chunk_defaults 90 "${decode}" "${slice[@]}"
-budget_step chunk_deep_ring 90 "${decode}" "${slice[@]}" --bf16_route_deep_ring=true
-budget_step chunk_norm256 90 "${decode}" "${slice[@]}" --norm_block_threads=256
-budget_step chunk_gate_up_bf16 90 "${decode}" "${slice[@]}" --bf16_route_gate_up_bf16=true
-budget_step chunk_gate_norm_bf16 90 "${decode}" "${slice[@]}" --prompt_gate_norm_bf16=true
-budget_step chunk_norm_dequant 90 "${decode}" "${slice[@]}" --prompt_norm_dequant_bf16=true
-budget_step chunk_defaults_2 90 "${decode}" "${slice[@]}"
-budget_step chunk_deep_ring_2 90 "${decode}" "${slice[@]}" --bf16_route_deep_ring=true
-budget_step chunk_norm256_2 90 "${decode}" "${slice[@]}" --norm_block_threads=256
-budget_step chunk_gate_up_bf16_2 90 "${decode}" "${slice[@]}" --bf16_route_gate_up_bf16=true
-budget_step chunk_gate_norm_bf16_2 90 "${decode}" "${slice[@]}" --prompt_gate_norm_bf16=true
-budget_step chunk_norm_dequant_2 90 "${decode}" "${slice[@]}" --prompt_norm_dequant_bf16=true
+# The chunk's forms, NAME:FLAG (the defaults' row names a default value), two
+# rounds in turn.
+chunk_forms=(defaults:--bf16_route_deep_ring=false deep_ring:--bf16_route_deep_ring=true
+  norm256:--norm_block_threads=256 gate_up_bf16:--bf16_route_gate_up_bf16=true
+  gate_norm_bf16:--prompt_gate_norm_bf16=true norm_dequant:--prompt_norm_dequant_bf16=true)
+for round in "" _2; do
+  for form in "${chunk_forms[@]}"; do
+    budget_step "chunk_${form%%:*}${round}" 90 "${decode}" "${slice[@]}" "${form#*:}"
+  done
+done
 budget_step mxfp4_bench_prefill 120 "${route_bench[@]}"
 # The route's gate/up launch of w1 in the bench's row of the default form
 # with the ballot search (the third launch of that row: past a warm-up),
