@@ -3,11 +3,10 @@
 #ifndef WEIR_KERNELS_CUDA_DENSE_ACT_QUANT_FP8_CUH_
 #define WEIR_KERNELS_CUDA_DENSE_ACT_QUANT_FP8_CUH_
 
-#include <cuda_bf16.h>
-
 #include <cstdint>
 
 #include "kernels/cuda/dense/fake_quant.cuh"
+#include "kernels/cuda/dense/fp8_bf16.cuh"
 #include "kernels/cuda/grid_dependency.cuh"
 
 namespace weir::kernels::cuda::dense {
@@ -26,29 +25,6 @@ __device__ __forceinline__ uint32_t Fp8ActScaleCode(float amax) {
 // e4m3(clamp(v / s, +-448)), nearest even.
 __device__ __forceinline__ uint32_t Fp8ActCode(float v, float s) {
   return FloatToE4m3(fminf(fmaxf(__fdiv_rn(v, s), -448.0f), 448.0f));
-}
-
-// The bf16 bits of the values a block's 8 codes (packed, element 2i in byte
-// 2i) stand for at its scale code: code x 2^(scale - 127), exact in bf16;
-// a nonfinite block's NaN codes give NaN. out[i] packs elements 2i (low
-// half) and 2i + 1. The same conversions as Fp8ToBf16Eight
-// (fp8_mma_sm90.cuh), so the bits Fp8ActBf16 writes from the codes.
-__device__ __forceinline__ void DequantBf16Eight(const uint32_t (&packed)[2], uint32_t scale_code,
-                                                 uint32_t (&out)[4]) {
-  // ScaleOf's value of the code: 2^(c - 127), 2^-127 for 0, NaN for 0xFF.
-  uint32_t bits = scale_code << 23;
-  bits = scale_code == 0u ? 0x00400000u : bits;
-  bits = scale_code == 0xFFu ? 0x7FC00000u : bits;
-  const float s = __uint_as_float(bits);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const __nv_fp8x2_storage_t pair =
-        static_cast<__nv_fp8x2_storage_t>((packed[i >> 1] >> (16 * (i & 1))) & 0xFFFFu);
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
-    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
-    const __nv_bfloat162 b = __floats2bfloat162_rn(__fmul_rn(f.x, s), __fmul_rn(f.y, s));
-    out[i] = *reinterpret_cast<const uint32_t*>(&b);
-  }
 }
 
 // Loads 8 consecutive elements (16 bytes of fp32 x2, or 16 bytes of bf16).
@@ -77,7 +53,7 @@ __device__ __forceinline__ void LoadEight(const void* x, int64_t first, float (&
 // active together). An active lane writes its 8 codes at codes8 (8-byte
 // aligned) and the block's first lane the scale code at *scale; with dq8
 // (16-byte aligned), also the bf16 bits of the values the codes stand for
-// (DequantBf16Eight: Fp8ActBf16's of these codes).
+// (Fp8ToBf16Eight: Fp8ActBf16's of these codes).
 __device__ __forceinline__ void ActQuantEight(const float (&v)[8], bool active, uint8_t* codes8,
                                               uint8_t* scale, uint16_t* dq8 = nullptr) {
   float amax = 0.0f;
@@ -110,7 +86,7 @@ __device__ __forceinline__ void ActQuantEight(const float (&v)[8], bool active, 
   if ((threadIdx.x & 3) == 0) *scale = static_cast<uint8_t>(scale_code);
   if (dq8 != nullptr) {
     uint32_t dq[4];
-    DequantBf16Eight(packed, scale_code, dq);
+    fp8_gemm::Fp8ToBf16Eight(packed[0], packed[1], scale_code, dq);
     *reinterpret_cast<uint4*>(dq8) = make_uint4(dq[0], dq[1], dq[2], dq[3]);
   }
 }

@@ -2,7 +2,7 @@
 // tensor-core GEMMs (Fp8BlockGemm here, Mxfp4GroupedGemm in kernels/cuda/moe):
 // cp.async copies, ldmatrix, e4m3 -> f16 fragment widening, the 32-element
 // block sum on the tensor cores, the E8M0 scale decode and e4m3 x scale to
-// bf16 (Fp8ToBf16Eight). No host dependencies. Fragment and shared-memory
+// bf16 (Fp8ToBf16Eight, from fp8_bf16.cuh). No host dependencies. Fragment and shared-memory
 // layouts are in fp8_block_gemm_params.h.
 //
 // Every kernel that folds block sums with BlockSum and ScaleOf in the order of
@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/cp_async.cuh"
+#include "kernels/cuda/dense/fp8_bf16.cuh"
 #include "kernels/cuda/dense/fp8_block_gemm_params.h"
 
 namespace weir::kernels::cuda::dense {
@@ -437,16 +438,6 @@ __device__ __forceinline__ void PromoteBlock(float (&acc)[4], const float (&p)[4
   acc[3] = __fmaf_rn(p[3], __fmul_rn(wf.y, xf.y), acc[3]);
 }
 
-// E8m0ToFloat of byte j of `word`, without branches: 2^(c - 127) from the
-// bits, c = 0 the subnormal 2^-127, c = 0xFF NaN.
-__device__ __forceinline__ float ScaleOf(uint32_t word, int j) {
-  const uint32_t c = (word >> (8 * j)) & 0xFFu;
-  uint32_t bits = c << 23;
-  bits = c == 0u ? 0x00400000u : bits;
-  bits = c == 0xFFu ? 0x7FC00000u : bits;
-  return __uint_as_float(bits);
-}
-
 // True when no byte of `word` is 0x00 or 0xFF: its four E8M0 scales are all
 // normal, 2^(c - 127) with bits c << 23 (NormalScaleOf gives ScaleOf's value).
 __device__ __forceinline__ bool NormalScales(uint32_t word) {
@@ -467,28 +458,6 @@ __device__ __forceinline__ void ScalesOf(uint32_t word, float (&s)[4]) {
   } else {
 #pragma unroll
     for (int j = 0; j < 4; ++j) s[j] = ScaleOf(word, j);
-  }
-}
-
-// The bf16 bits of eight e4m3 codes (lo: codes 0 - 3, hi: 4 - 7, byte order)
-// under one UE8M0 scale byte: each value is code x 2^(scale - 127) in fp32
-// (the e4m3 value is exact in f16 and fp32; one rounding in the multiply,
-// none for any scale a quantizer picks), then rounded to bf16 (nearest
-// even). out[i] packs values 2i (low half) and 2i + 1. Bf16Gemm's w_codes
-// path, Fp8WeightBf16 and Fp8ActBf16 (act_quant_fp8.h) share it, so all give
-// the same bits.
-__device__ __forceinline__ void Fp8ToBf16Eight(uint32_t lo, uint32_t hi, uint32_t scale_byte,
-                                               uint32_t (&out)[4]) {
-  const float s = ScaleOf(scale_byte, 0);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const uint32_t word = i < 2 ? lo : hi;
-    const __nv_fp8x2_storage_t pair =
-        static_cast<__nv_fp8x2_storage_t>((word >> (16 * (i & 1))) & 0xFFFFu);
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
-    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
-    const __nv_bfloat162 b = __floats2bfloat162_rn(__fmul_rn(f.x, s), __fmul_rn(f.y, s));
-    out[i] = *reinterpret_cast<const uint32_t*>(&b);
   }
 }
 
