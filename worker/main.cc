@@ -160,7 +160,7 @@ ABSL_FLAG(bool, bf16_ws_persistent, true,
 ABSL_FLAG(bool, expert_out_bf16, true,
           "With --numerics=fast: the experts' prefill forms hand their outputs to the combine as "
           "bf16 bits; the same bits (DeviceDecoderOptions::expert_out_bf16).");
-ABSL_FLAG(bool, bf16_route_deep_ring, false,
+ABSL_FLAG(bool, bf16_route_deep_ring, true,
           "With --numerics=fast: the experts' bf16 route's producer completes its copies on the "
           "ring's barriers; the same bits (DeviceDecoderOptions::bf16_route_deep_ring).");
 ABSL_FLAG(bool, bf16_experts_every_row, false,

@@ -154,7 +154,7 @@ struct WorkerOptions {
   // The experts' bf16 route's deep ring (DeviceDecoderOptions::
   // bf16_route_deep_ring: time only) and every row's experts on the route,
   // decode's too (bf16_experts_every_row: changes decode's fast numerics).
-  bool bf16_route_deep_ring = false;
+  bool bf16_route_deep_ring = true;
   bool bf16_experts_every_row = false;
   // The bf16 prefill products' thirty-seventh-session forms
   // (DeviceDecoderOptions::bf16_ws_m256_large, bf16_cutlass: the same bits;

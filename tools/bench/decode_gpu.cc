@@ -248,7 +248,7 @@ ABSL_FLAG(bool, bf16_route_register_a, true,
 ABSL_FLAG(int32_t, bf16_route_x_rows, 0,
           "--bf16_route_register_a: X rows a CTA of the experts' bf16 route, 128 (0) or 80 "
           "(DeviceDecoderOptions::bf16_route_x_rows; same bits).");
-ABSL_FLAG(bool, bf16_route_deep_ring, false,
+ABSL_FLAG(bool, bf16_route_deep_ring, true,
           "--bf16_route_register_a: the route's producer completes its copies on the ring's "
           "barriers, every free slot in flight (DeviceDecoderOptions::bf16_route_deep_ring; "
           "same bits).");
@@ -296,7 +296,7 @@ ABSL_FLAG(bool, prompt_norm_dequant_bf16, false,
           "The prompt's products of h's FP8 form read the collapse-norm's bf16 values of it "
           "instead of widening the codes each (DeviceDecoderOptions::prompt_norm_dequant_bf16; "
           "same bits).");
-ABSL_FLAG(bool, prompt_gate_norm_bf16, false,
+ABSL_FLAG(bool, prompt_gate_norm_bf16, true,
           "With --prompt_bf16_gate: the FFN's collapse-norm writes h's bf16 bits for the prompt's "
           "gate GEMM instead of a ToBf16 launch (DeviceDecoderOptions::prompt_gate_norm_bf16; "
           "same bits).");
@@ -355,9 +355,9 @@ ABSL_FLAG(bool, bf16_split_k, true,
 ABSL_FLAG(int32_t, norm_cluster_ranks, 0,
           "The mHC collapse-norms' CTAs a token (DeviceDecoderOptions::norm_cluster_ranks: "
           "1 one block, 2 / 4 / 8 a cluster, 0 by the token count; the same bits).");
-ABSL_FLAG(int32_t, norm_block_threads, 0,
+ABSL_FLAG(int32_t, norm_block_threads, 256,
           "The mHC collapse-norms' threads with a block a token "
-          "(DeviceDecoderOptions::norm_block_threads: 0 = 1,024, or 256; the same bits).");
+          "(DeviceDecoderOptions::norm_block_threads: 256, or 1,024 (0 = 1,024); the same bits).");
 ABSL_FLAG(bool, fast_mhc, true,
           "kFast: the mHC coefficients on HcMixSplitK (DeviceDecoderOptions::fast_mhc).");
 ABSL_FLAG(bool, weight_prefetch, true,

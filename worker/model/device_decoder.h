@@ -302,11 +302,12 @@ struct DeviceDecoderOptions {
   // is; for sweeps (decode_gpu --norm_cluster_ranks).
   int norm_cluster_ranks = 0;
   // With a block a token (the steps of more than 64 rows, or ranks 1): its
-  // threads (HcCollapseNormParams::block_threads), 1,024 (0) or 256 (four
-  // blocks an SM overlap one token's loads with another's norm). The same
-  // bits. Off until a GPU times it (fortieth session: the prompt's
-  // HcExpandCollapseNorm runs at about 0.75 of copy, 30 ms of the EP8 chunk).
-  int norm_block_threads = 0;
+  // threads (HcCollapseNormParams::block_threads), 256 (four blocks an SM
+  // overlap one token's loads with another's norm) or 1,024 (0 or 1,024).
+  // The same bits. 256 by default since the forty-first session (H100): the
+  // EP8 chunk 0.470 -> 0.462 / 0.463 s alone (the prompt's
+  // HcExpandCollapseNorm 30.0 -> 24.5 ms of it).
+  int norm_block_threads = 256;
   // kFast FP8 linears: the CTAs ask L2 for their weight rows before they
   // wait for the kernel before them (Fp8BlockGemmParams::prefetch_weights),
   // so with programmatic edges a decode step's weights stream during the
@@ -699,11 +700,11 @@ struct DeviceDecoderOptions {
   // instance built in the thirty-ninth session, after the route's ncu found
   // a third of its loop's samples waiting on the ring); else the per-group
   // tests. Fortieth session (H100): the EP8 chunk 0.481 -> 0.477 s beside
-  // the walk, 0.470 -> 0.465 / 0.465 s beside the ballot search; the same
-  // bits as the defaults of then in the kernel's and the decoder's form
-  // tests, but the pair with the ballot has not run a test yet: off until
-  // it has (route_check.sh runs it).
-  bool bf16_route_deep_ring = false;
+  // the walk, 0.470 -> 0.465 / 0.465 s beside the ballot search. On by
+  // default since the forty-first session, after the pair with the ballot
+  // search passed its kernel and decoder form tests (the chunk 0.470 ->
+  // 0.466 / 0.466 s alone).
+  bool bf16_route_deep_ring = true;
   // With bf16_route_register_a (not with the deep ring): the consumers test
   // a stage's four scale bytes once and widen its four 8-code groups
   // branch-free (Mxfp4Bf16GroupedGemmParams::stage_scale_test), and with it
@@ -789,9 +790,9 @@ struct DeviceDecoderOptions {
   // its own launch (HcCollapseNormParams::bf16, ToBf16's bits) and the
   // prompt's gate GEMM reads them, instead of a ToBf16 launch of h before it
   // (80 us a layer at the EP8 slice's 4,096-row chunk, 3.2 ms of the chunk).
-  // The same bits. Built in the fortieth session after its device calls:
-  // off until a GPU runs its test.
-  bool prompt_gate_norm_bf16 = false;
+  // The same bits. On by default since the forty-first session (H100: its
+  // test passed, the chunk 0.470 -> 0.468 / 0.468 s alone).
+  bool prompt_gate_norm_bf16 = true;
   // kFast prompt products of h's FP8 form (prompt_bf16_linears: wq_a, the
   // KV and compressor products, the shared expert's): the collapse-norm
   // writes the bf16 values the FP8 form stands for beside its codes

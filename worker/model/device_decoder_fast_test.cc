@@ -837,11 +837,13 @@ TEST(DeviceDecoderFastTest, SmallBf16NormClustersGiveTheOneBlockBits) {
   ASSERT_NE(c.cpu, nullptr);
   DeviceDecoderOptions one_block = c.options;
   one_block.norm_cluster_ranks = 1;
+  one_block.norm_block_threads = 1024;
   const auto want = c.Run(one_block);
   ASSERT_EQ(want.size(), 6u);
   for (int ranks : {0, 2, 4, 8}) {
     DeviceDecoderOptions clustered = c.options;
     clustered.norm_cluster_ranks = ranks;
+    clustered.norm_block_threads = 1024;
     EXPECT_EQ(DifferingCalls(c.Run(clustered), want), 0) << "ranks " << ranks;
   }
   for (int ranks : {0, 1}) {
@@ -1386,7 +1388,7 @@ TEST(DeviceDecoderFastTest, SmallBf16RouteFormsGiveTheSameBits) {
   // 4 wideners, 8, register A over 128 X rows, over 80, with the deep ring,
   // with one scale test a stage, with the fitted N too, over three consumer
   // warpgroups, those with the ballot group search, and with the deep ring
-  // too (the defaults' route with the deep ring).
+  // too (the defaults' route since the forty-first session).
   constexpr int kForms = 10;
   std::vector<std::vector<float>> calls[kForms];
   DeviceDecoderStats stats[kForms];

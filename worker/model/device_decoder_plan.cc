@@ -83,7 +83,7 @@ absl::StatusOr<LocalExperts> CheckDecodable(const ModelConfig& c, const LayerRol
   }
   if (const int t = options.norm_block_threads; t != 0 && t != 256 && t != 1024) {
     return absl::InvalidArgumentError(
-        absl::StrCat("DeviceDecoder: norm_block_threads ", t, " (0 = 1,024, 256 or 1,024)"));
+        absl::StrCat("DeviceDecoder: norm_block_threads ", t, " (256, or 1,024: 0 = 1,024)"));
   }
   if (options.kv_block_tokens < 0 || options.kv_block_tokens > (1 << 20) || options.kv_blocks < 0) {
     return absl::InvalidArgumentError(
