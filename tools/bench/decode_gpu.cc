@@ -246,7 +246,7 @@ ABSL_FLAG(bool, bf16_route_register_a, true,
           "wgmma A fragments in registers, no widener warps "
           "(DeviceDecoderOptions::bf16_route_register_a; same bits).");
 ABSL_FLAG(int32_t, bf16_route_x_rows, 0,
-          "--bf16_route_register_a: X rows a CTA of the experts' bf16 route, 128 (0) or 80 "
+          "--bf16_route_register_a: X rows a CTA of the experts' bf16 route, 128 (0), 80 or 256 "
           "(DeviceDecoderOptions::bf16_route_x_rows; same bits).");
 ABSL_FLAG(bool, bf16_route_deep_ring, true,
           "--bf16_route_register_a: the route's producer completes its copies on the ring's "

@@ -689,7 +689,13 @@ struct DeviceDecoderOptions {
   // With bf16_route_register_a: X rows a CTA of the route, 128 (0) or 80
   // (experts of up to 80 rows in one tile; Mxfp4Bf16GroupedGemmParams::
   // x_rows). The same bits; slower on the EP8 chunk (0.687 s against
-  // 0.596, thirty-sixth session), so 128.
+  // 0.596, thirty-sixth session), so 128. Or 256 (forty-first session, not
+  // yet run on a GPU): wgmma N 256 over two consumer warpgroups with the
+  // deep ring and the one scale test a stage, so each stage's widened
+  // fragments feed twice the products (the route's loop at the EP8 chunk's
+  // 512 rows an expert: tensor pipe 45 % busy, a third of the issue slots
+  // widening); taken where the step's rows give a local expert 64 or more
+  // on average, else 128.
   int bf16_route_x_rows = 0;
   // With bf16_route_register_a: the route's producer completes its copies on
   // the ring's barriers, every free slot in flight

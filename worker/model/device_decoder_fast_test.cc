@@ -1388,8 +1388,10 @@ TEST(DeviceDecoderFastTest, SmallBf16RouteFormsGiveTheSameBits) {
   // 4 wideners, 8, register A over 128 X rows, over 80, with the deep ring,
   // with one scale test a stage, with the fitted N too, over three consumer
   // warpgroups, those with the ballot group search, and with the deep ring
-  // too (the defaults' route since the forty-first session).
-  constexpr int kForms = 10;
+  // too (the defaults' route since the forty-first session), and over 256 X
+  // rows (two warpgroups, the deep ring, the one scale test; the chunk's 100
+  // rows an expert on average: tiles of N 256 and of N 128).
+  constexpr int kForms = 11;
   std::vector<std::vector<float>> calls[kForms];
   DeviceDecoderStats stats[kForms];
   for (int form = 0; form < kForms; ++form) {
@@ -1397,11 +1399,11 @@ TEST(DeviceDecoderFastTest, SmallBf16RouteFormsGiveTheSameBits) {
     options.prompt_bf16_experts = true;
     options.bf16_route_widener_warps = form == 1 ? 8 : 4;
     options.bf16_route_register_a = form >= 2;
-    options.bf16_route_x_rows = form == 3 ? 80 : 0;
+    options.bf16_route_x_rows = form == 3 ? 80 : form == 10 ? 256 : 0;
     options.bf16_route_deep_ring = form == 4 || form == 9;
     options.bf16_route_stage_scale_test = form >= 5;
     options.bf16_route_fit_tile_rows = form == 6;
-    options.bf16_route_warpgroups = form >= 7 ? 3 : 0;
+    options.bf16_route_warpgroups = form >= 7 && form < 10 ? 3 : 0;
     options.bf16_route_ballot_search = form >= 8;  // form 9: the deep ring beside form 8
     calls[form] = c.Run(options, &stats[form], /*mark_prompt=*/true);
     EXPECT_GT(stats[form].prompt_bf16_expert_layers, 0) << "form " << form;

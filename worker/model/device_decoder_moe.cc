@@ -264,15 +264,23 @@ absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t ro
   if (RouteEveryRow() && linear_roles_ == 1 && options.bf16_route_register_a) {
     route_x_rows = kc::Mxfp4Bf16NarrowestXRows(rows / std::max(L.experts, 1));
   }
+  // 256 X rows a CTA (bf16_route_x_rows 256) where the step's rows give a
+  // local expert at least 64 on average (its tiles of at most 128 rows of an
+  // expert run wgmma N 128), with the deep ring and the one scale test a
+  // stage over two warpgroups (the kernel's one such instance); else the
+  // 128-row tile.
+  const bool x256 = route_x_rows == 256 && options.bf16_route_register_a &&
+                    rows >= int64_t{64} * std::max(L.experts, 1);
+  if (route_x_rows == 256 && !x256) route_x_rows = 0;
   // The register form's options, in the combinations the kernel takes.
   // (The deep ring takes the one scale test a stage only over three
-  // warpgroups, without the fitted N.)
-  const bool deep_ring = options.bf16_route_deep_ring && options.bf16_route_register_a;
+  // warpgroups, without the fitted N, or over 256 X rows.)
+  const bool deep_ring = x256 || (options.bf16_route_deep_ring && options.bf16_route_register_a);
   const bool wide_tile = route_x_rows == 0 || route_x_rows == 128;  // fit_rows', 3 groups' tile
   const bool deep_three =
       options.bf16_route_warpgroups == 3 && wide_tile && !options.bf16_route_fit_tile_rows;
-  const bool stage_test = options.bf16_route_stage_scale_test && options.bf16_route_register_a &&
-                          (!deep_ring || deep_three);
+  const bool stage_test = x256 || (options.bf16_route_stage_scale_test &&
+                                   options.bf16_route_register_a && (!deep_ring || deep_three));
   const bool fit_rows = options.bf16_route_fit_tile_rows && stage_test && wide_tile && !deep_ring;
   auto product = [&](const uint8_t* const* w, const uint8_t* const* ws, float* y, int64_t n,
                      int64_t k, dense::Fp8GemmOutput output) {

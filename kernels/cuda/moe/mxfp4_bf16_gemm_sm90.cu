@@ -90,6 +90,11 @@ absl::Status Mxfp4Bf16GroupedGemm(const Mxfp4Bf16GroupedGemmParams& p, cudaStrea
       }
       return launch(mb::Mxfp4Bf16GroupedRsKernel<kRows, false>, mb::kRsThreads, kShared);
     };
+    if (x_rows == 256) {  // checked: with the deep ring and the one scale test, two warpgroups
+      constexpr int kShared256 = mb::RsSlot<256>::kShared + kSlack;
+      return launch(mb::Mxfp4Bf16GroupedRsKernel<256, true, true, false, 2>,
+                    mb::RsCtaThreads(256, 2), kShared256);
+    }
     switch (x_rows) {
       case 8:
         return rs(std::integral_constant<int, 8>{});

@@ -137,8 +137,10 @@ std::vector<float> BySeparateBf16Gemms(const Problem& p, dense::Fp8GemmOutput ou
 }
 
 // One of the kernel's forms (the same bits each): widener warps, or the
-// register form over 128 or 80 X rows a CTA, its producer waiting for its
-// copies or completing them on the ring's barriers.
+// register form over 128, 80 or 256 X rows a CTA (and the decode tiles),
+// its producer waiting for its copies or completing them on the ring's
+// barriers. The 256-row tile runs wgmma N 256 on the experts' tiles of more
+// than 128 rows (130, 200, 300 below) and N 128 on the rest.
 struct RouteForm {
   const char* name = "defaults";
   int widener_warps = 0;
@@ -177,6 +179,9 @@ const RouteForm kRouteForms[] = {
      false, 3},
     {"register A, deep ring, one scale test a stage, three warpgroups, ballot group search", 0,
      true, 0, true, true, false, 3, true},
+    {"register A over 256 X rows, deep ring, one scale test a stage", 0, true, 256, true, true},
+    {"register A over 256 X rows, deep ring, one scale test a stage, ballot group search", 0, true,
+     256, true, true, false, 0, true},
 };
 
 std::vector<float> RunGrouped(const Problem& p, const DeviceProblem& d, dense::Fp8GemmOutput output,

@@ -42,6 +42,18 @@ inline constexpr int kRsThreads = kConsumers + 32;
 // Threads of a CTA with kWgs consumer warpgroups (2: kRsThreads; 3:
 // Mxfp4Bf16GroupedGemmParams::consumer_warpgroups), and its W rows.
 __host__ __device__ constexpr int RsThreadsWith(int wgs) { return 128 * wgs + 32; }
+// The threads of a CTA over kRows X rows: the 256-row tile's producer is a
+// whole warpgroup (one warp copies, three leave), so the warpgroups can trade
+// registers (setmaxnreg: the producer's down to kRs256ProducerRegs, the
+// consumers' up to kRs256ConsumerRegs for N 256's 128 accumulators; at
+// launch ptxas gives 384 threads 168). With 168 a thread the compiler
+// serialized the wgmma (ptxas C7512); 40 / 232 and 56 / 224 spilled in the
+// producer, 88 / 208 spills nothing (ptxas -v, CUDA 13).
+__host__ __device__ constexpr int RsCtaThreads(int rows, int wgs) {
+  return rows == 256 ? 128 * (wgs + 1) : RsThreadsWith(wgs);
+}
+inline constexpr int kRs256ProducerRegs = 88;
+inline constexpr int kRs256ConsumerRegs = 208;  // 2 x 128 x 208 + 128 x 88 <= 65,536
 __host__ __device__ constexpr int RsTileN(int wgs) { return 64 * wgs; }
 
 // A ring slot over kRows X rows (128, 80, or 8 - 64 for decode;
@@ -49,11 +61,12 @@ __host__ __device__ constexpr int RsTileN(int wgs) { return 64 * wgs; }
 // 128-byte swizzle), the W tile's codes (kTileN rows x 32 bytes: 128, or 192
 // with three consumer warpgroups), a scale word a W row; 1024-byte aligned.
 // Narrow tiles get twice the slots: their stages are short, so more of them
-// must be in flight to cover a memory latency.
+// must be in flight to cover a memory latency; the 256-row tile (37 KB a
+// slot) five, its stages twice the 128-row tile's tensor work.
 template <int kRows, int kTileN = kBn>
 struct RsSlot {
-  static_assert(kRows % 8 == 0 && kRows <= 128);
-  static constexpr int kStages = kRows >= 64 ? 8 : kRsMaxStages;
+  static_assert(kRows % 8 == 0 && (kRows <= 128 || kRows == 256));
+  static constexpr int kStages = kRows == 256 ? 5 : kRows >= 64 ? 8 : kRsMaxStages;
   static_assert(kRsDepth < kStages, "the producer waits for slots the consumers free");
   static constexpr int kX = kRows * 128;
   static constexpr int kCodes = kX;
@@ -102,11 +115,22 @@ __device__ __forceinline__ void WidenEight(uint32_t v, uint32_t scale_word, int 
 // warpgroups a CTA, each over 64 W rows: 2 (128 W rows), or 3 (192: a third
 // more warps an SM to cover the stage's latencies, each X stage serving 1.5x
 // the W rows). A row's sums do not change.
+//
+// kRows 256 (Mxfp4Bf16GroupedGemmParams::x_rows 256; with the deep ring, the
+// one scale test a stage and two warpgroups): a CTA's 256 X rows, wgmma N
+// 256, so a stage's widened fragments feed twice the products of N 128 (the
+// route's loop at the EP8 chunk's 512 rows an expert spent about a third of
+// its issue slots widening, its tensor pipe 45 % busy). A tile holding at
+// most 128 rows of its expert runs N 128 (its accumulators and stores those
+// of the 128-row tile). The same 16 products a K step in the same order a
+// row, so the same bits.
 template <int kRows, bool kDeepRing, bool kStageTest = false, bool kFitN = false, int kWgs = 2>
-__global__ void __launch_bounds__(RsThreadsWith(kWgs), 1)
+__global__ void __launch_bounds__(RsCtaThreads(kRows, kWgs), 1)
     Mxfp4Bf16GroupedRsKernel(const __grid_constant__ Args a) {
   GridDependencyPrologue();
   static_assert(kWgs == 2 || kWgs == 3);
+  static_assert(kRows != 256 || (kDeepRing && kStageTest && !kFitN && kWgs == 2),
+                "the 256-row tile's one combination");
   constexpr int kCons = 128 * kWgs, kTileN = RsTileN(kWgs);
   using Slot = RsSlot<kRows, kTileN>;
   constexpr int kRsSlot = Slot::kBytes, kRsCodes = Slot::kCodes, kRsScales = Slot::kScales;
@@ -146,7 +170,11 @@ __global__ void __launch_bounds__(RsThreadsWith(kWgs), 1)
   }
   __syncthreads();
 
-  if (warp == kCons / 32) {  // ---- the producer ----
+  if (warp >= kCons / 32) {        // ---- the producer ----
+    if constexpr (kRows == 256) {  // its warpgroup gives registers to the consumers'
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRs256ProducerRegs));
+      if (warp > kCons / 32) return;
+    }
     const int64_t code_row = a.k / 2, scale_row = a.k / 32;
     const auto issue = [&](int i) {
       const int slot = i % kRsStages;
@@ -202,6 +230,9 @@ __global__ void __launch_bounds__(RsThreadsWith(kWgs), 1)
   }
 
   // ---- the consumers ----
+  if constexpr (kRows == 256) {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRs256ConsumerRegs));
+  }
   const E2m1Bf16Tables tables = a.tables;
   const uint32_t c = static_cast<uint32_t>(lane & 3);
   const auto prmt = [](uint32_t x, uint32_t y, uint32_t sel) { return PrmtB32(x, y, sel); };
@@ -317,9 +348,21 @@ __global__ void __launch_bounds__(RsThreadsWith(kWgs), 1)
     WgmmaWait(0);
     hold(f0);
     hold(f1);
-    StoreOutputs<kN / 8>(a, d, warp, lane, begin, m0, m, n0);
+    if constexpr (kN == 256) {  // two halves of 128 X rows, each in N 128's layout
+      StoreOutputs<16>(a, *reinterpret_cast<float(*)[64]>(&d[0]), warp, lane, begin, m0, m, n0);
+      StoreOutputs<16>(a, *reinterpret_cast<float(*)[64]>(&d[64]), warp, lane, begin, m0 + 128, m,
+                       n0);
+    } else {
+      StoreOutputs<kN / 8>(a, d, warp, lane, begin, m0, m, n0);
+    }
   };
-  if constexpr (kFitN) {
+  if constexpr (kRows == 256) {
+    if (m - m0 <= 128) {
+      consume(std::integral_constant<int, 128>{});
+    } else {
+      consume(std::integral_constant<int, 256>{});
+    }
+  } else if constexpr (kFitN) {
     static_assert(kRows == 128, "the fitted N are 16, 32, 64, 80 and 128");
     const int64_t here = m - m0;  // >= 1: the tile holds a row of the group
     if (here <= 16) {

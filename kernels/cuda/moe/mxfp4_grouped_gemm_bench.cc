@@ -500,7 +500,8 @@ void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, 
     // or testing a stage's four scales once (stage_scale_test), and with it
     // the wgmma N fit to each tile's rows (fit_tile_rows), over three
     // consumer warpgroups (consumer_warpgroups), and the CTAs finding their
-    // expert by a ballot (ballot_group_search); the same bits.
+    // expert by a ballot (ballot_group_search), and 256 X rows a CTA over two
+    // warpgroups (x_rows 256: wgmma N 256); the same bits.
     for (const Bf16RouteForm& f :
          {Bf16RouteForm{"4 widener warps", 4, false, 0, false},
           Bf16RouteForm{"8 widener warps", 8, false, 0, false},
@@ -522,7 +523,9 @@ void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, 
                         0, true, true, false, 3},
           Bf16RouteForm{"register A, deep ring, one scale test a stage, three warpgroups, ballot "
                         "search",
-                        0, true, 0, true, true, false, 3, true}}) {
+                        0, true, 0, true, true, false, 3, true},
+          Bf16RouteForm{"register A, 256 X rows, deep ring, one scale test a stage, ballot search",
+                        0, true, 256, true, true, false, 0, true}}) {
       form = f;
       const double gu_ms = MedianMs(
           [&] {

@@ -209,9 +209,18 @@ absl::Status CheckMxfp4Bf16GroupedGemmParams(const Mxfp4Bf16GroupedGemmParams& p
   }
   const bool narrow =
       p.x_rows == 80 || p.x_rows == 64 || p.x_rows == 32 || p.x_rows == 16 || p.x_rows == 8;
-  if (p.x_rows != 0 && p.x_rows != 128 && !(narrow && p.register_a)) {
+  if (p.x_rows != 0 && p.x_rows != 128 && !(narrow && p.register_a) && p.x_rows != 256) {
     return absl::InvalidArgumentError(absl::StrCat(
-        kWhat, ": x_rows ", p.x_rows, " (0 or 128; 80, 64, 32, 16 or 8 with register_a)"));
+        kWhat, ": x_rows ", p.x_rows,
+        " (0 or 128; 80, 64, 32, 16 or 8 with register_a; 256 with register_a, deep_ring and "
+        "stage_scale_test)"));
+  }
+  if (p.x_rows == 256 && (!p.register_a || !p.deep_ring || !p.stage_scale_test || p.fit_tile_rows ||
+                          (p.consumer_warpgroups != 0 && p.consumer_warpgroups != 2))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kWhat,
+        ": x_rows 256 needs register_a, deep_ring and stage_scale_test, two consumer warpgroups "
+        "and no fit_tile_rows"));
   }
   if (p.deep_ring && !p.register_a) {
     return absl::InvalidArgumentError(absl::StrCat(kWhat, ": deep_ring needs register_a"));
@@ -219,11 +228,12 @@ absl::Status CheckMxfp4Bf16GroupedGemmParams(const Mxfp4Bf16GroupedGemmParams& p
   if (p.stage_scale_test && !p.register_a) {
     return absl::InvalidArgumentError(absl::StrCat(kWhat, ": stage_scale_test needs register_a"));
   }
-  if (p.stage_scale_test && p.deep_ring && (p.consumer_warpgroups != 3 || p.fit_tile_rows)) {
+  if (p.stage_scale_test && p.deep_ring && p.x_rows != 256 &&
+      (p.consumer_warpgroups != 3 || p.fit_tile_rows)) {
     return absl::InvalidArgumentError(
         absl::StrCat(kWhat,
                      ": stage_scale_test with deep_ring needs three consumer warpgroups and no "
-                     "fit_tile_rows"));
+                     "fit_tile_rows (or x_rows 256)"));
   }
   if (p.fit_tile_rows && (!p.stage_scale_test || (p.x_rows != 0 && p.x_rows != 128))) {
     return absl::InvalidArgumentError(

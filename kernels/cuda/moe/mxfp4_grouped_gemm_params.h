@@ -477,7 +477,11 @@ struct Mxfp4Bf16GroupedGemmParams {
   // X rows a CTA of the register form: 128 (0), 80 (wgmma N = 80: experts
   // of up to 80 rows fill one tile; slower than 128 on the EP8 prefill chunk,
   // thirty-sixth session), or 64, 32, 16, 8 (decode: a step's few rows an
-  // expert, twice the ring's slots). Only with register_a; the same bits.
+  // expert, twice the ring's slots), or 256 (wgmma N 256 over two consumer
+  // warpgroups, with deep_ring and stage_scale_test: each stage's widened
+  // fragments feed twice the products, for prompts of hundreds of rows an
+  // expert; a tile of at most 128 rows of its expert runs N 128). Only with
+  // register_a; the same bits.
   int x_rows = 0;
   // The register form's producer: its copies complete on the ring slots'
   // barriers (every free slot in flight) instead of the producer waiting for
@@ -586,7 +590,9 @@ uint16_t Mxfp4WeightBf16Bits(uint8_t code, uint8_t scale);
 // element aligned; row_role not 4-byte aligned; more experts or row tiles
 // than the grid holds (ceil(rows / Mxfp4Bf16XRows) + num_experts <= 65535);
 // widener_warps other than 0, 4 or 8; x_rows other than 0 or 128, or other
-// than 80, 64, 32, 16, 8 with register_a; deep_ring without register_a.
+// than 80, 64, 32, 16, 8 with register_a, or 256 without register_a,
+// deep_ring and stage_scale_test over two warpgroups; deep_ring without
+// register_a.
 absl::Status CheckMxfp4Bf16GroupedGemmParams(const Mxfp4Bf16GroupedGemmParams& params);
 
 // Returns OK or INVALID_ARGUMENT naming the problem: a null pointer, rows < 0,

@@ -174,8 +174,22 @@ TEST(Mxfp4Bf16GroupedGemmParamsTest, ChecksItsArguments) {
     EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(p).ok()) << x_rows;
     EXPECT_EQ(Mxfp4Bf16XRows(p), x_rows == 0 ? 128 : x_rows);
   }
+  // 256 X rows a CTA: the deep ring and the one scale test a stage over two
+  // warpgroups (the one instance built).
+  p = ValidBf16(), p.register_a = true, p.x_rows = 256, p.deep_ring = true;
+  p.stage_scale_test = true;
+  EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(p).ok());
+  EXPECT_EQ(Mxfp4Bf16XRows(p), 256);
+  p.consumer_warpgroups = 2;
+  EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(p).ok());
 
   using P = Mxfp4Bf16GroupedGemmParams;
+  const auto x256 = [](P& q) {
+    q.register_a = true;
+    q.x_rows = 256;
+    q.deep_ring = true;
+    q.stage_scale_test = true;
+  };
   EXPECT_TRUE(EachIsInvalidArgument(
       ValidBf16(), [](const P& q) { return CheckMxfp4Bf16GroupedGemmParams(q).code(); },
       {
@@ -230,6 +244,23 @@ TEST(Mxfp4Bf16GroupedGemmParamsTest, ChecksItsArguments) {
           [](P& q) {  // the grid's row tiles: ceil(rows / 128) + experts
             q.rows = 128 * 65000;
             q.num_experts = 536;
+          },
+          [](P& q) { q.x_rows = 256; },  // 256 rows without register_a
+          [&](P& q) {                    // without the deep ring
+            x256(q);
+            q.deep_ring = false;
+          },
+          [&](P& q) {  // without the one scale test a stage
+            x256(q);
+            q.stage_scale_test = false;
+          },
+          [&](P& q) {  // over three warpgroups
+            x256(q);
+            q.consumer_warpgroups = 3;
+          },
+          [&](P& q) {  // with the fitted N
+            x256(q);
+            q.fit_tile_rows = true;
           },
       }));
 }
