@@ -245,7 +245,7 @@ ABSL_FLAG(bool, bf16_route_register_a, true,
           "--prompt_bf16_experts: the experts' bf16 route with the consumers widening their own "
           "wgmma A fragments in registers, no widener warps "
           "(DeviceDecoderOptions::bf16_route_register_a; same bits).");
-ABSL_FLAG(int32_t, bf16_route_x_rows, 0,
+ABSL_FLAG(int32_t, bf16_route_x_rows, 256,
           "--bf16_route_register_a: X rows a CTA of the experts' bf16 route, 128 (0), 80 or 256 "
           "(DeviceDecoderOptions::bf16_route_x_rows; same bits).");
 ABSL_FLAG(bool, bf16_route_deep_ring, true,

@@ -689,14 +689,16 @@ struct DeviceDecoderOptions {
   // With bf16_route_register_a: X rows a CTA of the route, 128 (0) or 80
   // (experts of up to 80 rows in one tile; Mxfp4Bf16GroupedGemmParams::
   // x_rows). The same bits; slower on the EP8 chunk (0.687 s against
-  // 0.596, thirty-sixth session), so 128. Or 256 (forty-first session, not
-  // yet run on a GPU): wgmma N 256 over two consumer warpgroups with the
+  // 0.596, thirty-sixth session), so 128. Or 256, the default since the
+  // forty-first session: wgmma N 256 over two consumer warpgroups with the
   // deep ring and the one scale test a stage, so each stage's widened
   // fragments feed twice the products (the route's loop at the EP8 chunk's
-  // 512 rows an expert: tensor pipe 45 % busy, a third of the issue slots
-  // widening); taken where the step's rows give a local expert 64 or more
-  // on average, else 128.
-  int bf16_route_x_rows = 0;
+  // 512 rows an expert had its tensor pipe 45 % busy, a third of its issue
+  // slots widening); taken where the step's rows give a local expert 64 or
+  // more on average and the register form is on, else 128. Its kernel and
+  // decoder form tests passed (H100); the EP8 chunk 0.457 / 0.459 ->
+  // 0.422 / 0.421 s, the route 214 -> 150 ms of it.
+  int bf16_route_x_rows = 256;
   // With bf16_route_register_a: the route's producer completes its copies on
   // the ring's barriers, every free slot in flight
   // (Mxfp4Bf16GroupedGemmParams::deep_ring). The same bits; no faster on

@@ -267,8 +267,8 @@ absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t ro
   // 256 X rows a CTA (bf16_route_x_rows 256) where the step's rows give a
   // local expert at least 64 on average (its tiles of at most 128 rows of an
   // expert run wgmma N 128), with the deep ring and the one scale test a
-  // stage over two warpgroups (the kernel's one such instance); else the
-  // 128-row tile.
+  // stage over two warpgroups (the kernel's one such instance); else (and
+  // outside the register form) the 128-row tile.
   const bool x256 = route_x_rows == 256 && options.bf16_route_register_a &&
                     rows >= int64_t{64} * std::max(L.experts, 1);
   if (route_x_rows == 256 && !x256) route_x_rows = 0;

@@ -65,10 +65,10 @@ absl::StatusOr<LocalExperts> CheckDecodable(const ModelConfig& c, const LayerRol
         absl::StrCat("DeviceDecoder: bf16_route_widener_warps ", w, " (0, 4 or 8)"));
   }
   if (const int r = options.bf16_route_x_rows;
-      r != 0 && r != 128 && !((r == 80 || r == 256) && options.bf16_route_register_a)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("DeviceDecoder: bf16_route_x_rows ", r,
-                     " (0 or 128; 80 or 256 with bf16_route_register_a)"));
+      r != 0 && r != 128 && r != 256 && !(r == 80 && options.bf16_route_register_a)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DeviceDecoder: bf16_route_x_rows ", r,
+        " (0, 128 or 256: 256 where the register form takes it; 80 with bf16_route_register_a)"));
   }
   if (const int g = options.bf16_route_warpgroups; g != 0 && g != 2 && g != 3) {
     return absl::InvalidArgumentError(

@@ -207,14 +207,14 @@ TEST(DeviceDecoderPlanTest, RefusesBudgetsAndOptionsItCannotMeet) {
               groups == 0 || groups == 2 || groups == 3)
         << groups;
   }
-  // Its X rows a CTA: 0 or 128, 80 and 256 only in the register form.
+  // Its X rows a CTA: 0, 128 or 256 (the 128-row tile outside the register
+  // form), 80 only in the register form.
   for (int form = 0; form < 8; ++form) {
     DeviceDecoderOptions o{.max_sequences = 2};
     o.bf16_route_register_a = form % 2 == 1;
     o.bf16_route_x_rows = std::array<int, 4>{0, 80, 64, 256}[form / 2];
-    const bool ok =
-        o.bf16_route_x_rows == 0 ||
-        ((o.bf16_route_x_rows == 80 || o.bf16_route_x_rows == 256) && o.bf16_route_register_a);
+    const bool ok = o.bf16_route_x_rows == 0 || o.bf16_route_x_rows == 256 ||
+                    (o.bf16_route_x_rows == 80 && o.bf16_route_register_a);
     EXPECT_EQ(DeviceDecoder::MaxPositionsFor(*m, kBf16, o, SIZE_MAX).ok(), ok) << form;
   }
   // The collapse-norms' CTAs a token: a cluster size the kernels have.
