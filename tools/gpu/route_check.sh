@@ -1,44 +1,26 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, after
 # `tar -xJf .gpu_pack/bundle.tar.xz`: the prefill's open questions after the
-# fortieth session, most telling first under BUDGET_S (default 540;
+# forty-first session, most telling first under BUDGET_S (default 540;
 # check_steps.sh):
-#   1. tests: the bf16 route's kernel test (the deep ring beside the ballot
-#      search among its forms), the mHC kernels' test (the collapse-norms'
-#      blocks of 256 threads), the SwiGLU's (bf16 gate / up), the decoder's
-#      route-form, norm-block, bf16 gate / up and gate-input cases (route
-#      form 9: the defaults' route with the deep ring);
-#   2. the EP8 prefill chunk with the defaults (the ballot search on since
-#      the fortieth session), with the deep ring (--bf16_route_deep_ring),
-#      with the collapse-norms' 256-thread blocks (--norm_block_threads=256),
-#      with the route's bf16 gate / up (--bf16_route_gate_up_bf16) and with
-#      the prompt gate reading the norm's bf16 form
-#      (--prompt_gate_norm_bf16) and with the prompt's products of h reading
-#      the norm's dequantized bf16 (--prompt_norm_dequant_bf16), alternated,
-#      two rounds;
-#   3. the route's bench and ncu of its default form (the ballot search) and
-#      of the deep ring beside it: where the route's warps wait once the
-#      expert walk is gone (the thirty-ninth session's ncu: 30 % of the
-#      samples before the loop, 36 % of the loop's on the ring's barriers);
-#      then ncu of the route inside the chunk (512 rows an expert, full X
-#      tiles: the bench's shape has 65), and the bench's forms at that shape
-#      (32,768 tokens);
-#   4. a census of two layers of the chunk's kernels under ncu (time, DRAM
-#      bytes and rate, throughputs, occupancy a kernel: ncu_census.py), to
-#      find the kernels far from the copy rate, and the chunk's kernel
-#      timeline without programmatic edges;
-#   5. the nine decoder cases the fortieth session's three shards left unrun
-#      under today's defaults, then with the time left the decoder's first
-#      shard (GTEST_TOTAL_SHARDS=3).
-# The summary prints the long parts first, so the call's output tail (its
-# last 12,000 characters) ends with the tests and the chunk's times; every
-# log and ncu page is packed into RESULTS/logs.tar.xz at the end (a call
-# brings back 8 files at most), the .ncu-rep reports left out.
+#   1. tests: the bf16 route's kernel test (the 256-row tile among its
+#      forms) and the decoder's route-form case (form 10 the 256-row tile);
+#   2. the EP8 prefill chunk with the defaults (the 256-row route tile, the
+#      deep ring, the collapse-norms' 256-thread blocks and the gate's norm
+#      input on since the forty-first session) and with the 128-row tile
+#      (--bf16_route_x_rows=0), two rounds;
+#   3. the route's bench at the chunk's shape (32,768 tokens: 513 rows an
+#      expert) and ncu of the 256-row tile inside the chunk (what bounds it
+#      now: at 128 rows the ring waits and the widening shared the loop);
+#   4. a census of the chunk's kernels under ncu (two cheap metrics, 60
+#      launches: ncu_census.py), to find the kernels far from the copy rate,
+#      and the chunk's kernel timeline without programmatic edges;
+#   5. EP8 decode at context 4,096 (batches 1 and 64), then the decoder
+#      test's first shard (GTEST_TOTAL_SHARDS=3) with the time left: the
+#      whole test has not run under the forty-first session's defaults.
 # Bundle (here, a few minutes with a warm cache):
 #   BUNDLE_TARGETS="//worker/model:device_decoder_fast_test //tools/bench:decode_gpu
-#     //kernels/cuda/moe:mxfp4_grouped_gemm_bench //kernels/cuda/moe:mxfp4_bf16_gemm_sm90_test
-#     //kernels/cuda/moe:hc_mix_split_test //kernels/cuda/moe:mhc_test
-#     //kernels/cuda/decode:swiglu_test"
+#     //kernels/cuda/moe:mxfp4_grouped_gemm_bench //kernels/cuda/moe:mxfp4_bf16_gemm_sm90_test"
 #     tools/gpu/bundle.sh
 #   tools/gpu/route_check.sh [RESULTS]
 set -uo pipefail
@@ -81,84 +63,57 @@ profile() {
 
 budget_step route_kernel_test 120 "${bundle}/bin/kernels_cuda_moe_mxfp4_bf16_gemm_sm90_test" \
   || status=1
-unrun='*SmallBf16PromptGateLongChunk*:*SmallBf16PromptLinearsLongChunk*'
-unrun+=':*PromptBf16LinearsMixedEagerStepsGive*:*ReferenceMixedEagerSteps*'
-unrun+=':*PromptBf16ExpertsTileFormBeside*:*StoredKvRollbackIsBatchInvariant*'
-unrun+=':*StoredKvPromptShapeChunked*:*SmallBf16WithWgmmaChunkedSteps*'
-unrun+=':*SmallBf16WithWgmmaEverywhereIsBatchInvariant*'
-budget_step mhc_test 60 "${bundle}/bin/kernels_cuda_moe_mhc_test" || status=1
-budget_step swiglu_test 60 "${bundle}/bin/kernels_cuda_decode_swiglu_test" || status=1
-budget_step device_decoder_fast_test 200 "${bundle}/bin/worker_model_device_decoder_fast_test" \
-  --gtest_filter='*RouteForms*:*NormClusters*:*RouteGateUpBf16*:*PromptGateNormBf16*:*PromptNormDequant*' \
-  || status=1
+budget_step device_decoder_fast_test 120 "${bundle}/bin/worker_model_device_decoder_fast_test" \
+  --gtest_filter='*RouteForms*' || status=1
 # The chunk's forms, NAME:FLAG (the defaults' row names a default value), two
 # rounds in turn.
-chunk_forms=(defaults:--bf16_route_deep_ring=false deep_ring:--bf16_route_deep_ring=true
-  norm256:--norm_block_threads=256 gate_up_bf16:--bf16_route_gate_up_bf16=true
-  gate_norm_bf16:--prompt_gate_norm_bf16=true norm_dequant:--prompt_norm_dequant_bf16=true)
+chunk_forms=(defaults:--bf16_route_x_rows=256 x128:--bf16_route_x_rows=0)
 for round in "" _2; do
   for form in "${chunk_forms[@]}"; do
     budget_step "chunk_${form%%:*}${round}" 90 "${decode}" "${slice[@]}" "${form#*:}"
   done
 done
-budget_step mxfp4_bench_prefill 120 "${route_bench[@]}"
-# The route's gate/up launch of w1 in the bench's row of the default form
-# with the ballot search (the third launch of that row: past a warm-up),
-# then the deep ring's with it. Each template runs two rows, the walk's
-# first; a row launches its template 24 times (3 + 5 gate/up pairs, 3 + 5
-# downs), so the ballot row's third launch is the template's 27th. ncu
-# spells the template's arguments `(int)128, (bool)0` (the thirty-ninth
-# session's run matched with this regex).
-rs_regex='GroupedRsKernel<\(int\)128, \(bool\)0, \(bool\)1, \(bool\)0, \(int\)3>'
-deep_regex='GroupedRsKernel<\(int\)128, \(bool\)1, \(bool\)1, \(bool\)0, \(int\)3>'
-profile rs128_3wg_ballot "${rs_regex}" 26 "${route_bench[@]}"
-profile rs128_3wg_deep_ballot "${deep_regex}" 26 "${route_bench[@]}"
-# The route in the chunk itself (512 rows an expert, where the bench's rows
-# are 65: full X tiles), layer 1's gate product (the template's 4th launch
-# in the timed prefill).
-NCU_FROM_START=off profile rs128_chunk "${rs_regex}" 3 "${decode}" "${slice[@]}" \
+# The route's forms at the chunk's shape: 32,768 tokens' pairs over 384
+# experts, 513 rows a local expert.
+budget_step mxfp4_bench_chunk_shape 150 "${route_bench[@]:0:4}" 32768
+# The 256-row tile inside the chunk: layer 1's gate product (the template's
+# 4th launch in the timed prefill; ncu spells the template's arguments
+# `(int)256, (bool)1, ...`).
+rs256_regex='GroupedRsKernel<\(int\)256, \(bool\)1, \(bool\)1, \(bool\)0, \(int\)2>'
+NCU_FROM_START=off profile rs256_chunk "${rs256_regex}" 3 "${decode}" "${slice[@]}" \
   --profile_prefill
-# Two layers of the timed chunk's kernels (past two: --profile_prefill
-# brackets the timed fill with cudaProfilerStart / Stop), light metrics
-# (each launch replayed with its memory saved and restored: about a second).
+# 60 of the timed chunk's kernels past its first 100 (--profile_prefill
+# brackets the timed fill), two metrics (the fortieth session's five over 100
+# launches ran past 169 s: each launch is replayed with its memory saved).
 census_metrics="gpu__time_duration.sum,dram__bytes.sum"
-census_metrics+=",dram__throughput.avg.pct_of_peak_sustained_elapsed"
-census_metrics+=",sm__throughput.avg.pct_of_peak_sustained_elapsed"
-census_metrics+=",sm__warps_active.avg.pct_of_peak_sustained_active"
-if budget_step ncu_census 180 "${ncu_bin}" --profile-from-start off --metrics "${census_metrics}" \
-    --launch-skip 100 --launch-count 100 -f -o "${results}/census" \
+if budget_step ncu_census 150 "${ncu_bin}" --profile-from-start off --metrics "${census_metrics}" \
+    --launch-skip 100 --launch-count 60 -f -o "${results}/census" \
     "${decode}" "${slice[@]}" --profile_prefill; then
   "${ncu_bin}" -i "${results}/census.ncu-rep" --page raw --csv --metrics "${census_metrics}" \
     > "${results}/census_raw.csv" 2>&1
   python3 "${here}/tools/gpu/ncu_census.py" "${results}/census_raw.csv" --top 30 \
     > "${results}/census.txt" 2>&1
 fi
-# The route's forms at the chunk's shape: 32,768 tokens' pairs over 384
-# experts, 512 rows a local expert (the default bench's 4,096 give 65).
-budget_step mxfp4_bench_chunk_shape 150 "${route_bench[@]:0:4}" 32768
 # Without programmatic edges, so each kernel's busy time is its own.
 budget_step chunk_timeline 120 "${decode}" "${slice[@]}" --prefill_timeline --programmatic=false
-# The decoder's cases the fortieth session left unrun under today's defaults,
-# then, with whatever time is left, its first shard.
-budget_step decoder_test_unrun 300 "${bundle}/bin/worker_model_device_decoder_fast_test" \
-  --gtest_filter="${unrun}" || status=1
-budget_step decoder_test_shard0 240 env GTEST_TOTAL_SHARDS=3 GTEST_SHARD_INDEX=0 \
+budget_step decode_ep8 150 "${decode}" --ep_slice=8 --numerics=fast --batches=1,64 \
+  --context=4096 --steps=3 --warmup=1 --slice_profile=false
+budget_step decoder_test_shard0 400 env GTEST_TOTAL_SHARDS=3 GTEST_SHARD_INDEX=0 \
   "${bundle}/bin/worker_model_device_decoder_fast_test" || status=1
-for name in rs128_3wg_ballot rs128_3wg_deep_ballot rs128_chunk; do
+for name in rs256_chunk; do
   echo "== ncu ${name}"
   head -c 2000 "${results}/${name}.txt" 2>/dev/null
 done
-echo "== census of two layers of the chunk (ncu_census.py)"
+echo "== census of 60 of the chunk's kernels (ncu_census.py)"
 cut -c1-120 "${results}/census.txt" 2>/dev/null | head -32
 echo "== the chunk's kernel timeline (defaults, no programmatic edges; names cut)"
 sed -n '/prefill timeline/,/^prefill:/p' "${results}/chunk_timeline.log" 2>/dev/null | head -18 |
   cut -c1-110
-echo "== experts' bf16 route"
-sed -n '/^Prefill:/,$p' "${results}/mxfp4_bench_prefill.log" 2>/dev/null |
-  grep -E 'bf16 route|cuBLASLt' | tail -4
-echo "== the route's forms at 512 rows an expert (32,768 tokens)"
+echo "== the route's forms at 513 rows an expert (32,768 tokens)"
 sed -n '/^Prefill:/,$p' "${results}/mxfp4_bench_chunk_shape.log" 2>/dev/null |
-  grep -E 'bf16 route|cuBLASLt|register A' | cut -c1-150 | head -20
+  grep -E 'ballot search|cuBLASLt' | cut -c1-200 | head -6
+echo "== EP8 decode at 4,096"
+grep -E '^ *(1|64) ' "${results}/decode_ep8.log" 2>/dev/null | cut -c1-150
 echo "== summary"
 cat "${results}/summary.txt"
 echo "== tests"
