@@ -956,6 +956,25 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
             "      prompt_bf16_experts: %lld layers' experts on the bf16 route since start\n",
             static_cast<long long>((*dd)->stats().prompt_bf16_expert_layers));
       }
+      // The same-bits options' reach (the forty-first session saw two of them
+      // move the chunk by nothing measurable: these say whether they ran).
+      if ((*dd)->stats().bf16_gate_up_layers > 0) {
+        std::printf(
+            "      bf16_route_gate_up_bf16: %lld route layers with bf16 gate / up since start\n",
+            static_cast<long long>((*dd)->stats().bf16_gate_up_layers));
+      }
+      if ((*dd)->stats().prompt_gate_norm_inputs > 0) {
+        std::printf(
+            "      prompt_gate_norm_bf16: %lld prompt gate products reading the norm's bf16 form "
+            "since start\n",
+            static_cast<long long>((*dd)->stats().prompt_gate_norm_inputs));
+      }
+      if ((*dd)->stats().prompt_norm_dequant_inputs > 0) {
+        std::printf(
+            "      prompt_norm_dequant_bf16: %lld prompt products reading the norm's dequantized "
+            "bf16 since start\n",
+            static_cast<long long>((*dd)->stats().prompt_norm_dequant_inputs));
+      }
       pos = context;
       for (int i = 0; i < warmup; ++i) step();
     } else {

@@ -96,6 +96,15 @@ if budget_step ncu_census 150 "${ncu_bin}" --profile-from-start off --metrics "$
 fi
 # Without programmatic edges, so each kernel's busy time is its own.
 budget_step chunk_timeline 120 "${decode}" "${slice[@]}" --prefill_timeline --programmatic=false
+# The two same-bits options that moved the chunk by nothing measurable in the
+# forty-first session (bf16 gate / up: the SwiGLU's inputs halved; the
+# norm's dequantized bf16: five or six widenings a layer fewer): their
+# timelines, to see whether the SwiGLU and the widenings shrank and what
+# grew instead (decode_gpu prints whether each option ran).
+budget_step chunk_timeline_gate_up_bf16 60 "${decode}" "${slice[@]}" --prefill_timeline \
+  --programmatic=false --bf16_route_gate_up_bf16=true
+budget_step chunk_timeline_norm_dequant 60 "${decode}" "${slice[@]}" --prefill_timeline \
+  --programmatic=false --prompt_norm_dequant_bf16=true
 budget_step decode_ep8 150 "${decode}" --ep_slice=8 --numerics=fast --batches=1,64 \
   --context=4096 --steps=3 --warmup=1 --slice_profile=false
 budget_step decoder_test_shard0 400 env GTEST_TOTAL_SHARDS=3 GTEST_SHARD_INDEX=0 \
