@@ -963,6 +963,11 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
             "      bf16_route_gate_up_bf16: %lld route layers with bf16 gate / up since start\n",
             static_cast<long long>((*dd)->stats().bf16_gate_up_layers));
       }
+      if ((*dd)->stats().route_x256_layers > 0) {
+        std::printf(
+            "      bf16_route_x_rows 256: %lld route layers on the 256-row tile since start\n",
+            static_cast<long long>((*dd)->stats().route_x256_layers));
+      }
       if ((*dd)->stats().prompt_gate_norm_inputs > 0) {
         std::printf(
             "      prompt_gate_norm_bf16: %lld prompt gate products reading the norm's bf16 form "

@@ -880,6 +880,7 @@ struct DeviceDecoderStats {
   int64_t fused_swiglu_fp8 = 0;   // fused_swiglu_fp8: SwiGLUs that made w2's FP8 input
   int64_t fused_expert_swiglus = 0;  // fused_expert_swiglu_fp8: the experts' prefill SwiGLUs so run
   int64_t bf16_gate_up_layers = 0;   // bf16_route_gate_up_bf16: route layers with bf16 gate / up
+  int64_t route_x256_layers = 0;     // bf16_route_x_rows 256: route layers on the 256-row tile
   int64_t bf16_branches = 0;      // bf16_branches: KV branches with a bf16 product
   int64_t reduce_fp8_out = 0;     // reduce_fp8_out: wo_b inputs made by wo_a's reduce
   int64_t widened_wo_a = 0;       // stored_wo_a: products that widened wo_a to bf16 first (prefill)

@@ -1407,6 +1407,10 @@ TEST(DeviceDecoderFastTest, SmallBf16RouteFormsGiveTheSameBits) {
     options.bf16_route_ballot_search = form >= 8;  // form 9: the deep ring beside form 8
     calls[form] = c.Run(options, &stats[form], /*mark_prompt=*/true);
     EXPECT_GT(stats[form].prompt_bf16_expert_layers, 0) << "form " << form;
+    // Form 10's every route layer on the 256-row tile (the chunk gives a
+    // local expert 100 rows on average), the others' none.
+    EXPECT_EQ(stats[form].route_x256_layers, form == 10 ? stats[form].prompt_bf16_expert_layers : 0)
+        << "form " << form;
   }
   for (int form = 1; form < kForms; ++form) {
     EXPECT_EQ(DifferingCalls(calls[0], calls[form]), 0) << "form " << form;

@@ -345,6 +345,7 @@ absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t ro
   RETURN_IF_ERROR(widen(fh, fh_scales, inter));
   RETURN_IF_ERROR(product(L.w2c, L.w2q, yg, d, inter, ExpertsOutput(bf16_out)));
   ++prompt_bf16_expert_layers;
+  if (x256) ++route_x256_layers;
   return absl::OkStatus();
 }
 
