@@ -248,6 +248,9 @@ ABSL_FLAG(bool, bf16_route_register_a, true,
 ABSL_FLAG(int32_t, bf16_route_x_rows, 256,
           "--bf16_route_register_a: X rows a CTA of the experts' bf16 route, 128 (0), 80 or 256 "
           "(DeviceDecoderOptions::bf16_route_x_rows; same bits).");
+ABSL_FLAG(bool, bf16_route_swiglu, false,
+          "With the route's 256-row tile: the gate and up products and the SwiGLU in one launch "
+          "(DeviceDecoderOptions::bf16_route_swiglu; same bits).");
 ABSL_FLAG(bool, bf16_route_deep_ring, true,
           "--bf16_route_register_a: the route's producer completes its copies on the ring's "
           "barriers, every free slot in flight (DeviceDecoderOptions::bf16_route_deep_ring; "
@@ -589,6 +592,7 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .bf16_route_widener_warps = absl::GetFlag(FLAGS_bf16_route_widener_warps),
           .bf16_route_register_a = absl::GetFlag(FLAGS_bf16_route_register_a),
           .bf16_route_x_rows = absl::GetFlag(FLAGS_bf16_route_x_rows),
+          .bf16_route_swiglu = absl::GetFlag(FLAGS_bf16_route_swiglu),
           .bf16_route_deep_ring = absl::GetFlag(FLAGS_bf16_route_deep_ring),
           .bf16_route_stage_scale_test = absl::GetFlag(FLAGS_bf16_route_stage_scale_test),
           .bf16_route_fit_tile_rows = absl::GetFlag(FLAGS_bf16_route_fit_tile_rows),
@@ -967,6 +971,11 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
         std::printf(
             "      bf16_route_x_rows 256: %lld route layers on the 256-row tile since start\n",
             static_cast<long long>((*dd)->stats().route_x256_layers));
+      }
+      if ((*dd)->stats().route_swiglu_layers > 0) {
+        std::printf(
+            "      bf16_route_swiglu: %lld route layers with the SwiGLU fused since start\n",
+            static_cast<long long>((*dd)->stats().route_swiglu_layers));
       }
       if ((*dd)->stats().prompt_gate_norm_inputs > 0) {
         std::printf(

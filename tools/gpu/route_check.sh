@@ -8,7 +8,8 @@
 #   2. the EP8 prefill chunk with the defaults (the 256-row route tile, the
 #      deep ring, the collapse-norms' 256-thread blocks and the gate's norm
 #      input on since the forty-first session) and with the 128-row tile
-#      (--bf16_route_x_rows=0), two rounds;
+#      (--bf16_route_x_rows=0) and (branch wip/route-swiglu) with the gate /
+#      up / SwiGLU launch (--bf16_route_swiglu), two rounds;
 #   3. the route's bench at the chunk's shape (32,768 tokens: 513 rows an
 #      expert) and ncu of the 256-row tile inside the chunk (what bounds it
 #      now: at 128 rows the ring waits and the widening shared the loop);
@@ -64,10 +65,11 @@ profile() {
 budget_step route_kernel_test 120 "${bundle}/bin/kernels_cuda_moe_mxfp4_bf16_gemm_sm90_test" \
   || status=1
 budget_step device_decoder_fast_test 120 "${bundle}/bin/worker_model_device_decoder_fast_test" \
-  --gtest_filter='*RouteForms*' || status=1
+  --gtest_filter='*RouteForms*:*RouteSwiglu*' || status=1
 # The chunk's forms, NAME:FLAG (the defaults' row names a default value), two
 # rounds in turn.
-chunk_forms=(defaults:--bf16_route_x_rows=256 x128:--bf16_route_x_rows=0)
+chunk_forms=(defaults:--bf16_route_x_rows=256 x128:--bf16_route_x_rows=0
+  swiglu:--bf16_route_swiglu=true)
 for round in "" _2; do
   for form in "${chunk_forms[@]}"; do
     budget_step "chunk_${form%%:*}${round}" 90 "${decode}" "${slice[@]}" "${form#*:}"
@@ -120,7 +122,7 @@ sed -n '/prefill timeline/,/^prefill:/p' "${results}/chunk_timeline.log" 2>/dev/
   cut -c1-110
 echo "== the route's forms at 513 rows an expert (32,768 tokens)"
 sed -n '/^Prefill:/,$p' "${results}/mxfp4_bench_chunk_shape.log" 2>/dev/null |
-  grep -E 'ballot search|cuBLASLt' | cut -c1-200 | head -6
+  grep -E 'ballot search|cuBLASLt' | cut -c1-200 | head -8
 echo "== EP8 decode at 4,096"
 grep -E '^ *(1|64) ' "${results}/decode_ep8.log" 2>/dev/null | cut -c1-150
 echo "== summary"

@@ -699,6 +699,14 @@ struct DeviceDecoderOptions {
   // decoder form tests passed (H100); the EP8 chunk 0.457 / 0.459 ->
   // 0.422 / 0.421 s, the route 214 -> 150 ms of it.
   int bf16_route_x_rows = 256;
+  // With the 256-row tile: the route's gate and up products and the SwiGLU
+  // in one launch (Mxfp4Bf16GroupedGemmParams::swiglu): each CTA's W tile
+  // is 64 rows of the gate over the same 64 of up, and h's FP8 form is made
+  // from their fp32 sums staged in the ring, instead of writing gate and up
+  // in fp32 for a SwiGLU launch (the EP8 chunk: 453 MB a layer, the SwiGLU
+  // 13.7 ms). The same bits. Built in the forty-first session after its
+  // device calls: off until a GPU runs its tests.
+  bool bf16_route_swiglu = false;
   // With bf16_route_register_a: the route's producer completes its copies on
   // the ring's barriers, every free slot in flight
   // (Mxfp4Bf16GroupedGemmParams::deep_ring). The same bits; no faster on
@@ -881,6 +889,7 @@ struct DeviceDecoderStats {
   int64_t fused_expert_swiglus = 0;  // fused_expert_swiglu_fp8: the experts' prefill SwiGLUs so run
   int64_t bf16_gate_up_layers = 0;   // bf16_route_gate_up_bf16: route layers with bf16 gate / up
   int64_t route_x256_layers = 0;     // bf16_route_x_rows 256: route layers on the 256-row tile
+  int64_t route_swiglu_layers = 0;   // bf16_route_swiglu: route layers with the SwiGLU fused
   int64_t bf16_branches = 0;      // bf16_branches: KV branches with a bf16 product
   int64_t reduce_fp8_out = 0;     // reduce_fp8_out: wo_b inputs made by wo_a's reduce
   int64_t widened_wo_a = 0;       // stored_wo_a: products that widened wo_a to bf16 first (prefill)

@@ -1450,6 +1450,20 @@ TEST(DeviceDecoderFastTest, SmallBf16RouteGateUpBf16GivesTheSameBits) {
   EXPECT_EQ(stats[1].bf16_gate_up_layers, stats[1].prompt_bf16_expert_layers);
 }
 
+// bf16_route_swiglu: the route's gate and up products and the SwiGLU in one
+// launch (the 256-row tile) give the separate launches' bits.
+TEST(DeviceDecoderFastTest, SmallBf16RouteSwigluGivesTheSameBits) {
+  const auto stats = SameBitsWithTheOption(101, [](DeviceDecoderOptions& o, bool on) {
+    o.prompt_bf16_experts = true;
+    o.bf16_route_x_rows = 256;
+    o.bf16_route_swiglu = on;
+  });
+  EXPECT_GT(stats[0].prompt_bf16_expert_layers, 0);
+  EXPECT_EQ(stats[0].route_swiglu_layers, 0);
+  EXPECT_GT(stats[1].prompt_bf16_expert_layers, 0);
+  EXPECT_EQ(stats[1].route_swiglu_layers, stats[1].prompt_bf16_expert_layers);
+}
+
 // prompt_gate_norm_bf16: the prompt's gate GEMM reading the FFN
 // collapse-norm's bf16 form of h instead of a ToBf16 launch: the same bits.
 TEST(DeviceDecoderFastTest, SmallBf16PromptGateNormBf16GivesTheSameBits) {

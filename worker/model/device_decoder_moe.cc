@@ -282,28 +282,31 @@ absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t ro
   const bool stage_test = x256 || (options.bf16_route_stage_scale_test &&
                                    options.bf16_route_register_a && (!deep_ring || deep_three));
   const bool fit_rows = options.bf16_route_fit_tile_rows && stage_test && wide_tile && !deep_ring;
+  auto params = [&](const uint8_t* const* w, const uint8_t* const* ws, float* y, int64_t n,
+                    int64_t k, dense::Fp8GemmOutput output) {
+    return kc::Mxfp4Bf16GroupedGemmParams{
+        .x = rx16,
+        .expert_offsets = offsets,
+        .w = w,
+        .w_scales = ws,
+        .y = y,
+        .rows = rows,
+        .n = n,
+        .k = k,
+        .num_experts = L.experts,
+        .output = output,
+        .widener_warps = options.bf16_route_widener_warps,
+        .register_a = options.bf16_route_register_a,
+        .x_rows = route_x_rows,
+        .deep_ring = deep_ring,
+        .stage_scale_test = stage_test,
+        .fit_tile_rows = fit_rows,
+        .consumer_warpgroups = stage_test && wide_tile ? options.bf16_route_warpgroups : 0,
+        .ballot_group_search = options.bf16_route_ballot_search};
+  };
   auto product = [&](const uint8_t* const* w, const uint8_t* const* ws, float* y, int64_t n,
                      int64_t k, dense::Fp8GemmOutput output) {
-    return kc::Mxfp4Bf16GroupedGemm(
-        {.x = rx16,
-         .expert_offsets = offsets,
-         .w = w,
-         .w_scales = ws,
-         .y = y,
-         .rows = rows,
-         .n = n,
-         .k = k,
-         .num_experts = L.experts,
-         .output = output,
-         .widener_warps = options.bf16_route_widener_warps,
-         .register_a = options.bf16_route_register_a,
-         .x_rows = route_x_rows,
-         .deep_ring = deep_ring,
-         .stage_scale_test = stage_test,
-         .fit_tile_rows = fit_rows,
-         .consumer_warpgroups = stage_test && wide_tile ? options.bf16_route_warpgroups : 0,
-         .ballot_group_search = options.bf16_route_ballot_search},
-        stream);
+    return kc::Mxfp4Bf16GroupedGemm(params(w, ws, y, n, k, output), stream);
   };
   // An FP8 operand (X's or h's codes and scales) into rx16 as bf16.
   auto widen = [&](const uint8_t* codes, const uint8_t* scales, int64_t cols) {
@@ -333,13 +336,35 @@ absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t ro
                             dec::SupportsSwiglu(act);
   const dense::Fp8GemmOutput gate_up =
       gate_up_bf16 ? dense::Fp8GemmOutput::kBf16 : dense::Fp8GemmOutput::kF32;
-  RETURN_IF_ERROR(product(L.w1c, L.w1q, gg, inter, d, gate_up));
-  RETURN_IF_ERROR(product(L.w3c, L.w3q, upg, inter, d, gate_up));
+  // bf16_route_swiglu: with the 256-row tile, the gate and up products and
+  // the SwiGLU in one launch, h's FP8 form of the groups' rows made from the
+  // products' fp32 sums in the ring (the bits of the launches below; rows
+  // before the first group, a mixed step's generated rows, keep fh as it
+  // was: only this route's groups read it after).
+  const bool fused = options.bf16_route_swiglu && x256 && !gate_up_bf16 &&
+                     options.fused_expert_swiglu_fp8 && inter % 32 == 0;
+  if (fused) {
+    kc::Mxfp4Bf16GroupedGemmParams p = params(L.w1c, L.w1q, nullptr, inter, d, gate_up);
+    p.swiglu = true;
+    p.w_up = L.w3c;
+    p.w_up_scales = L.w3q;
+    p.swiglu_route_weight = wg;
+    p.swiglu_limit = limit;
+    p.swiglu_round_bf16 = bf16();
+    p.h_codes = fh;
+    p.h_scales = fh_scales;
+    RETURN_IF_ERROR(kc::Mxfp4Bf16GroupedGemm(p, stream));
+    ++fused_expert_swiglus;
+    ++route_swiglu_layers;
+  } else {
+    RETURN_IF_ERROR(product(L.w1c, L.w1q, gg, inter, d, gate_up));
+    RETURN_IF_ERROR(product(L.w3c, L.w3q, upg, inter, d, gate_up));
+  }
   if (gate_up_bf16) {
     ++fused_expert_swiglus;
     ++bf16_gate_up_layers;
     RETURN_IF_ERROR(dec::Swiglu(act, stream));
-  } else {
+  } else if (!fused) {
     RETURN_IF_ERROR(SwigluToFp8(L, rows, limit, used_rows));
   }
   RETURN_IF_ERROR(widen(fh, fh_scales, inter));

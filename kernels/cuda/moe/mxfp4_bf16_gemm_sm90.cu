@@ -51,8 +51,16 @@ absl::Status Mxfp4Bf16GroupedGemm(const Mxfp4Bf16GroupedGemmParams& p, cudaStrea
   a.bf16_out = p.output == dense::Fp8GemmOutput::kBf16;
   a.round_f32 = p.output == dense::Fp8GemmOutput::kF32RoundedBf16;
   a.ballot_search = p.ballot_group_search;
+  a.w_up = p.w_up;
+  a.w_up_scales = p.w_up_scales;
+  a.route_weight = p.swiglu_route_weight;
+  a.h_codes = p.h_codes;
+  a.h_scales = p.h_scales;
+  a.limit = p.swiglu_limit;
+  a.round_bf16 = p.swiglu_round_bf16;
   const int wgs = Mxfp4Bf16ConsumerWarpgroups(p);
-  const int tile_n = p.register_a ? mb::RsTileN(wgs) : mb::kBn;
+  // The gate / up / SwiGLU form's CTA holds 64 rows of each product.
+  const int tile_n = p.swiglu ? mb::RsTileN(wgs) / 2 : p.register_a ? mb::RsTileN(wgs) : mb::kBn;
   const dim3 grid(static_cast<unsigned>((p.n + tile_n - 1) / tile_n),
                   static_cast<unsigned>((p.rows + x_rows - 1) / x_rows + p.num_experts));
   const auto launch = [&](auto kernel, int threads, int smem) -> absl::Status {
@@ -92,6 +100,10 @@ absl::Status Mxfp4Bf16GroupedGemm(const Mxfp4Bf16GroupedGemmParams& p, cudaStrea
     };
     if (x_rows == 256) {  // checked: with the deep ring and the one scale test, two warpgroups
       constexpr int kShared256 = mb::RsSlot<256>::kShared + kSlack;
+      if (p.swiglu) {
+        return launch(mb::Mxfp4Bf16GroupedRsKernel<256, true, true, false, 2, true>,
+                      mb::RsCtaThreads(256, 2), kShared256);
+      }
       return launch(mb::Mxfp4Bf16GroupedRsKernel<256, true, true, false, 2>,
                     mb::RsCtaThreads(256, 2), kShared256);
     }

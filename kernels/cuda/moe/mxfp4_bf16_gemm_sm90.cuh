@@ -85,6 +85,16 @@ struct Args {
   bool bf16_out, round_f32;
   bool ballot_search;     // Mxfp4Bf16GroupedGemmParams::ballot_group_search
   E2m1Bf16Tables tables;  // E2m1x4ToBf16x2's (the launcher's defaults)
+  // The gate / up / SwiGLU form (Mxfp4Bf16GroupedGemmParams::swiglu): w
+  // holds the gate's weights, w_up the up product's, n the intermediate
+  // size; h's FP8 form goes to h_codes / h_scales.
+  const uint8_t* const* w_up;
+  const uint8_t* const* w_up_scales;
+  const float* route_weight;
+  uint8_t* h_codes;
+  uint8_t* h_scales;
+  float limit;
+  bool round_bf16;
 };
 
 __device__ __forceinline__ uint32_t PrmtB32(uint32_t a, uint32_t b, uint32_t selector) {

@@ -16,6 +16,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/common/numeric_formats.h"
+#include "kernels/cuda/decode/swiglu.h"
 #include "kernels/cuda/dense/bf16_gemm_sm90.h"
 #include "kernels/cuda/moe/test_util.h"
 
@@ -252,6 +253,76 @@ TEST(Mxfp4Bf16GroupedGemmTest, EveryRowHasTheBf16GemmBitsOfItsExpert) {
           if (std::memcmp(&got[i], &want[i], 4) != 0) first = i;
         }
         EXPECT_EQ(first, -1) << "the first differing 4 bytes, " << form.name;
+      }
+    }
+  }
+}
+
+// The gate / up / SwiGLU form (swiglu): h's FP8 codes and scales are those
+// Swiglu's FP8 form makes of the two products' fp32 outputs (the 256-row
+// tile's own), with route weights, with and without the clamp, rounding to
+// bf16 or not; experts of 0, 300, 130 and 40 rows (tiles of N 256 and N 128),
+// rows past the last expert left as they were, n 320 and 288 (a part of a
+// 64-column tile), with and without the ballot search.
+TEST(Mxfp4Bf16GroupedGemmTest, FusedSwigluGivesTheSeparateLaunchesBits) {
+  std::mt19937 rng(53);
+  for (int64_t n : {320, 288}) {
+    SCOPED_TRACE(::testing::Message() << "n " << n);
+    const std::vector<int64_t> rows_of = {0, 300, 130, 40};
+    const Problem gate = MakeProblem(n, 512, rows_of, 3, rng, /*edge_scales=*/true);
+    Problem up = MakeProblem(n, 512, rows_of, 3, rng, /*edge_scales=*/false);
+    up.x = gate.x;  // the same rows
+    const DeviceProblem dg(gate), du(up);
+    const RouteForm x256{"register A over 256 X rows", 0, true, 256, true, true};
+    const dense::Fp8GemmOutput f32 = dense::Fp8GemmOutput::kF32;
+    DeviceBuffer<float> g(RunGrouped(gate, dg, f32, nullptr, 0, nullptr, x256));
+    DeviceBuffer<float> u(RunGrouped(up, du, f32, nullptr, 0, nullptr, x256));
+    std::vector<float> weights(gate.rows);
+    std::uniform_real_distribution<float> weight(0.05f, 1.0f);
+    for (float& v : weights) v = weight(rng);
+    const DeviceBuffer<float> route_weight(weights);
+    const int64_t* used = dg.offsets.get() + gate.experts();
+    for (bool round : {true, false}) {
+      for (float limit : {0.0f, 7.0f}) {
+        SCOPED_TRACE(::testing::Message() << "round " << round << " limit " << limit);
+        DeviceBuffer<uint8_t> want_codes(gate.rows * n), want_scales(gate.rows * n / 32);
+        want_codes.Poison(0xAB);
+        want_scales.Poison(0xAB);
+        const absl::Status ws = decode::Swiglu({.gate = g.get(),
+                                                .up = u.get(),
+                                                .route_weight = route_weight.get(),
+                                                .rows = gate.rows,
+                                                .inter = n,
+                                                .limit = limit,
+                                                .round_bf16 = round,
+                                                .codes = want_codes.get(),
+                                                .scales = want_scales.get(),
+                                                .row_count = used},
+                                               nullptr);
+        ASSERT_TRUE(ws.ok()) << ws;
+        for (bool ballot : {false, true}) {
+          DeviceBuffer<uint8_t> codes(gate.rows * n), scales(gate.rows * n / 32);
+          codes.Poison(0xAB);
+          scales.Poison(0xAB);
+          Mxfp4Bf16GroupedGemmParams p = dg.Params(gate, nullptr);
+          p.register_a = true;
+          p.x_rows = 256;
+          p.deep_ring = true;
+          p.stage_scale_test = true;
+          p.ballot_group_search = ballot;
+          p.swiglu = true;
+          p.w_up = du.ptrs.get();
+          p.w_up_scales = du.scale_ptrs.get();
+          p.swiglu_route_weight = route_weight.get();
+          p.swiglu_limit = limit;
+          p.swiglu_round_bf16 = round;
+          p.h_codes = codes.get();
+          p.h_scales = scales.get();
+          const absl::Status st = Mxfp4Bf16GroupedGemm(p, nullptr);
+          ASSERT_TRUE(st.ok()) << st;
+          EXPECT_EQ(codes.Download(), want_codes.Download()) << "codes, ballot " << ballot;
+          EXPECT_EQ(scales.Download(), want_scales.Download()) << "scales, ballot " << ballot;
+        }
       }
     }
   }

@@ -46,6 +46,7 @@
 
 #include "kernels/cuda/bench_util.h"
 #include "kernels/cuda/cublaslt_fp8.h"
+#include "kernels/cuda/decode/swiglu.h"
 #include "kernels/cuda/dense/act_quant_fp8.h"
 #include "kernels/cuda/dense/fp8_block_gemm_sm90.h"
 #include "kernels/cuda/moe/expert_ffn.h"
@@ -544,6 +545,55 @@ void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, 
           "ms, gate/up %.3f ms %.0f TF/s, down %.3f ms %.0f TF/s, all %.3f ms\n",
           f.name, widen_ms, gu_ms, tf(gu_flops, gu_ms), dn_ms, tf(dn_flops, dn_ms),
           widen_ms + gu_ms + dn_ms);
+    }
+    // The gate / up / SwiGLU form (Mxfp4Bf16GroupedGemmParams::swiglu) against
+    // the 256-row tile's gate and up launches and the SwiGLU's FP8 launch
+    // (both write h's FP8 form into the step's h).
+    {
+      form = Bf16RouteForm{"256 X rows", 0, true, 256, true, true, false, 0, true};
+      const double apart_ms = MedianMs(
+          [&] {
+            product(x16, layer.w1, layer.w1s, g, kInter, kDim, dense::Fp8GemmOutput::kF32);
+            product(x16, layer.w3, layer.w3s, u, kInter, kDim, dense::Fp8GemmOutput::kF32);
+            Ok(decode::Swiglu({.gate = g,
+                               .up = u,
+                               .rows = s.rows,
+                               .inter = kInter,
+                               .round_bf16 = true,
+                               .codes = s.h,
+                               .scales = s.hs,
+                               .row_count = s.d_offsets + local},
+                              stream));
+          },
+          stream, 5);
+      const double fused_ms = MedianMs(
+          [&] {
+            Ok(Mxfp4Bf16GroupedGemm({.x = x16,
+                                     .expert_offsets = s.d_offsets,
+                                     .w = layer.w1,
+                                     .w_scales = layer.w1s,
+                                     .rows = s.rows,
+                                     .n = kInter,
+                                     .k = kDim,
+                                     .num_experts = local,
+                                     .register_a = true,
+                                     .x_rows = 256,
+                                     .deep_ring = true,
+                                     .stage_scale_test = true,
+                                     .ballot_group_search = true,
+                                     .swiglu = true,
+                                     .w_up = layer.w3,
+                                     .w_up_scales = layer.w3s,
+                                     .swiglu_round_bf16 = true,
+                                     .h_codes = s.h,
+                                     .h_scales = s.hs},
+                                    stream));
+          },
+          stream, 5);
+      std::printf(
+          "  bf16 route, gate/up and the SwiGLU's FP8 form (256 X rows, ballot search): "
+          "apart %.3f ms, fused %.3f ms\n",
+          apart_ms, fused_ms);
     }
     for (void* q : {static_cast<void*>(x16), static_cast<void*>(h16), static_cast<void*>(g),
                     static_cast<void*>(u)}) {

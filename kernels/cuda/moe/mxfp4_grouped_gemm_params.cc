@@ -188,8 +188,16 @@ uint16_t Mxfp4WeightBf16Bits(uint8_t code, uint8_t scale) {
 absl::Status CheckMxfp4Bf16GroupedGemmParams(const Mxfp4Bf16GroupedGemmParams& p) {
   constexpr const char* kWhat = "Mxfp4Bf16GroupedGemm";
   if (p.x == nullptr || p.expert_offsets == nullptr || p.w == nullptr || p.w_scales == nullptr ||
-      p.y == nullptr) {
+      (p.y == nullptr && !p.swiglu)) {
     return absl::InvalidArgumentError(absl::StrCat(kWhat, ": null pointer"));
+  }
+  if (p.swiglu &&
+      (p.x_rows != 256 || p.w_up == nullptr || p.w_up_scales == nullptr || p.h_codes == nullptr ||
+       p.h_scales == nullptr || p.n % 32 != 0 || !AlignedTo(p.h_codes, 8))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kWhat,
+                     ": swiglu needs x_rows 256, w_up, w_up_scales, h_codes (8-byte aligned) and "
+                     "h_scales, and n a multiple of 32"));
   }
   if (p.rows < 0 || p.n <= 0 || p.k <= 0 || p.num_experts <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(kWhat, ": bad shape rows ", p.rows, " n ", p.n,

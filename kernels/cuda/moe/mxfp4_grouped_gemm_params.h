@@ -518,6 +518,24 @@ struct Mxfp4Bf16GroupedGemmParams {
   // Built after the last device call of the thirty-ninth session: not yet
   // run on a GPU, so off.
   bool ballot_group_search = false;
+  // The gate / up / SwiGLU form (x_rows 256 only; y unused, may be null):
+  // w and w_scales are the gate's weights, w_up and w_up_scales the up
+  // product's (the same shapes), n the intermediate size (a multiple of 32),
+  // and the launch writes h's FP8 form, e4m3 codes [rows, n] (8-byte
+  // aligned) and UE8M0 scales [rows, n / 32], of the rows in its groups: the
+  // bits Swiglu's FP8 form (kernels/cuda/decode/swiglu.h, with
+  // swiglu_route_weight, swiglu_limit and swiglu_round_bf16 as its
+  // route_weight, limit and round_bf16) gives of the two products' fp32
+  // outputs, without writing them. Built in the forty-first session after its
+  // device calls: not yet run on a GPU.
+  bool swiglu = false;
+  const uint8_t* const* w_up = nullptr;
+  const uint8_t* const* w_up_scales = nullptr;
+  const float* swiglu_route_weight = nullptr;  // device [rows] or null
+  float swiglu_limit = 0.0f;
+  bool swiglu_round_bf16 = false;
+  uint8_t* h_codes = nullptr;
+  uint8_t* h_scales = nullptr;
 };
 
 // The register form's consumer warpgroups of a call (0 resolved to 2).
@@ -592,7 +610,8 @@ uint16_t Mxfp4WeightBf16Bits(uint8_t code, uint8_t scale);
 // widener_warps other than 0, 4 or 8; x_rows other than 0 or 128, or other
 // than 80, 64, 32, 16, 8 with register_a, or 256 without register_a,
 // deep_ring and stage_scale_test over two warpgroups; deep_ring without
-// register_a.
+// register_a; swiglu without x_rows 256, w_up, w_up_scales, h_codes or
+// h_scales, with n not a multiple of 32 or h_codes not 8-byte aligned.
 absl::Status CheckMxfp4Bf16GroupedGemmParams(const Mxfp4Bf16GroupedGemmParams& params);
 
 // Returns OK or INVALID_ARGUMENT naming the problem: a null pointer, rows < 0,

@@ -182,6 +182,14 @@ TEST(Mxfp4Bf16GroupedGemmParamsTest, ChecksItsArguments) {
   EXPECT_EQ(Mxfp4Bf16XRows(p), 256);
   p.consumer_warpgroups = 2;
   EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(p).ok());
+  // The gate / up / SwiGLU form: y unused.
+  p.swiglu = true;
+  p.y = nullptr;
+  p.w_up = FakeArray(4096);
+  p.w_up_scales = FakeArray(8192);
+  p.h_codes = reinterpret_cast<uint8_t*>(16384);
+  p.h_scales = reinterpret_cast<uint8_t*>(20480);
+  EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(p).ok());
 
   using P = Mxfp4Bf16GroupedGemmParams;
   const auto x256 = [](P& q) {
@@ -261,6 +269,37 @@ TEST(Mxfp4Bf16GroupedGemmParamsTest, ChecksItsArguments) {
           [&](P& q) {  // with the fitted N
             x256(q);
             q.fit_tile_rows = true;
+          },
+          [&](P& q) {  // the SwiGLU form without the 256-row tile
+            q.swiglu = true;
+            q.w_up = q.w;
+            q.w_up_scales = q.w_scales;
+            q.h_codes = reinterpret_cast<uint8_t*>(16384);
+            q.h_scales = reinterpret_cast<uint8_t*>(20480);
+          },
+          [&](P& q) {  // without h's scales
+            x256(q);
+            q.swiglu = true;
+            q.w_up = q.w;
+            q.w_up_scales = q.w_scales;
+            q.h_codes = reinterpret_cast<uint8_t*>(16384);
+          },
+          [&](P& q) {  // h's codes 4-byte aligned only
+            x256(q);
+            q.swiglu = true;
+            q.w_up = q.w;
+            q.w_up_scales = q.w_scales;
+            q.h_codes = reinterpret_cast<uint8_t*>(16388);
+            q.h_scales = reinterpret_cast<uint8_t*>(20480);
+          },
+          [&](P& q) {  // n not a multiple of 32
+            x256(q);
+            q.swiglu = true;
+            q.n = 48;
+            q.w_up = q.w;
+            q.w_up_scales = q.w_scales;
+            q.h_codes = reinterpret_cast<uint8_t*>(16384);
+            q.h_scales = reinterpret_cast<uint8_t*>(20480);
           },
       }));
 }
