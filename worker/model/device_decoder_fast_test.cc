@@ -1803,8 +1803,10 @@ TEST(DeviceDecoderFastTest, PromptBf16ExpertsMixedEagerStepsGiveEachRoleItsBits)
 // role-major groups runs the tile form, 390 x topk / experts rows an expert,
 // and the prompt's the bf16 route), against the same rows as a 10-row
 // prompt step and a 390-row step of generated positions: every row the same
-// bits.
-TEST(DeviceDecoderFastTest, PromptBf16ExpertsTileFormBesideThePromptGivesEachRoleItsBits) {
+// bits. `route_swiglu`: the prompt's route with the gate / up / SwiGLU launch
+// (bf16_route_swiglu; its groups behind the generated rows' in the
+// role-major layout).
+void TileFormBesideThePrompt(bool route_swiglu) {
   const Checkpoint* small = SmallCheckpoint(3);
   ASSERT_NE(small, nullptr);
   const int64_t v = small->config().vocab_size;
@@ -1814,6 +1816,7 @@ TEST(DeviceDecoderFastTest, PromptBf16ExpertsTileFormBesideThePromptGivesEachRol
   DeviceDecoderOptions options = FastChunkOptions(kChunk);
   options.prompt_bf16_linears = true;
   options.prompt_bf16_experts = true;
+  options.bf16_route_swiglu = route_swiglu;
   const std::vector<int64_t> tokens = RandomTokens(kChunk, 61, v - 1);
   auto together = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, options);
   ASSERT_TRUE(together.ok()) << together.status();
@@ -1841,6 +1844,16 @@ TEST(DeviceDecoderFastTest, PromptBf16ExpertsTileFormBesideThePromptGivesEachRol
   EXPECT_EQ(differing, 0) << "of " << kChunk << " rows";
   EXPECT_GT((*together)->stats().prompt_bf16_expert_layers, 0);
   EXPECT_GT((*together)->stats().tile_form_layers, 0);  // small's experts convert exactly
+  if (route_swiglu) {
+    EXPECT_EQ((*together)->stats().route_swiglu_layers,
+              (*together)->stats().prompt_bf16_expert_layers);
+  }
+}
+TEST(DeviceDecoderFastTest, PromptBf16ExpertsTileFormBesideThePromptGivesEachRoleItsBits) {
+  TileFormBesideThePrompt(/*route_swiglu=*/false);
+}
+TEST(DeviceDecoderFastTest, PromptBf16RouteSwigluBesideThePromptGivesEachRoleItsBits) {
+  TileFormBesideThePrompt(/*route_swiglu=*/true);
 }
 
 // The same with the e4m3 wgmma maths (dense_wgmma, expert_wgmma): the 400-row
