@@ -156,6 +156,9 @@ struct WorkerOptions {
   // decode's too (bf16_experts_every_row: changes decode's fast numerics).
   bool bf16_route_deep_ring = true;
   bool bf16_experts_every_row = false;
+  // The route's gate / up / SwiGLU launch (DeviceDecoderOptions::
+  // bf16_route_swiglu: time only).
+  bool bf16_route_swiglu = true;
   // The bf16 prefill products' thirty-seventh-session forms
   // (DeviceDecoderOptions::bf16_ws_m256_large, bf16_cutlass: the same bits;
   // prompt_bf16_unsplit: other bits for prompt rows, batch-invariant).

@@ -248,7 +248,7 @@ ABSL_FLAG(bool, bf16_route_register_a, true,
 ABSL_FLAG(int32_t, bf16_route_x_rows, 256,
           "--bf16_route_register_a: X rows a CTA of the experts' bf16 route, 128 (0), 80 or 256 "
           "(DeviceDecoderOptions::bf16_route_x_rows; same bits).");
-ABSL_FLAG(bool, bf16_route_swiglu, false,
+ABSL_FLAG(bool, bf16_route_swiglu, true,
           "With the route's 256-row tile: the gate and up products and the SwiGLU in one launch "
           "(DeviceDecoderOptions::bf16_route_swiglu; same bits).");
 ABSL_FLAG(bool, bf16_route_deep_ring, true,
