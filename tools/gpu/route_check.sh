@@ -108,7 +108,7 @@ budget_step chunk_timeline_gate_up_bf16 60 "${decode}" "${slice[@]}" --prefill_t
 budget_step chunk_timeline_norm_dequant 60 "${decode}" "${slice[@]}" --prefill_timeline \
   --programmatic=false --prompt_norm_dequant_bf16=true
 budget_step decode_ep8 150 "${decode}" --ep_slice=8 --numerics=fast --batches=1,64 \
-  --context=4096 --steps=3 --warmup=1 --slice_profile=false
+  --context=4096 --prefill_chunk=4096 --steps=3 --warmup=1 --slice_profile=false
 budget_step decoder_test_shard0 400 env GTEST_TOTAL_SHARDS=3 GTEST_SHARD_INDEX=0 \
   "${bundle}/bin/worker_model_device_decoder_fast_test" || status=1
 for name in rs256_chunk; do
