@@ -709,6 +709,14 @@ struct DeviceDecoderOptions {
   // and timed the EP8 chunk 0.408 / 0.408 -> 0.403 / 0.403 s (the launch's
   // bench at the chunk's shape: 2.990 ms apart, 2.886 fused).
   bool bf16_route_swiglu = true;
+  // With the 256-row tile: an expert's last tile holds up to 32 rows past
+  // 256 (Mxfp4Bf16GroupedGemmParams::tail_rows), so an expert of 513 - 544
+  // rows takes two tiles instead of two and a tile of a few rows that
+  // widens its W as a full one does (the EP8 chunk's 512 rows an expert on
+  // average left about half its experts such a tile). The same bits. Built
+  // in the forty-second session after its device calls: off until a GPU
+  // runs its tests.
+  bool bf16_route_tail_rows = false;
   // With bf16_route_register_a: the route's producer completes its copies on
   // the ring's barriers, every free slot in flight
   // (Mxfp4Bf16GroupedGemmParams::deep_ring). The same bits; no faster on

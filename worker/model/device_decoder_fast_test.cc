@@ -1390,8 +1390,9 @@ TEST(DeviceDecoderFastTest, SmallBf16RouteFormsGiveTheSameBits) {
   // warpgroups, those with the ballot group search, and with the deep ring
   // too (the defaults' route since the forty-first session), and over 256 X
   // rows (two warpgroups, the deep ring, the one scale test; the chunk's 100
-  // rows an expert on average: tiles of N 256 and of N 128).
-  constexpr int kForms = 11;
+  // rows an expert on average: tiles of N 256 and of N 128), and that with
+  // the 32-row tail (its instance; the kernel test gives it tails to hold).
+  constexpr int kForms = 12;
   std::vector<std::vector<float>> calls[kForms];
   DeviceDecoderStats stats[kForms];
   for (int form = 0; form < kForms; ++form) {
@@ -1399,7 +1400,8 @@ TEST(DeviceDecoderFastTest, SmallBf16RouteFormsGiveTheSameBits) {
     options.prompt_bf16_experts = true;
     options.bf16_route_widener_warps = form == 1 ? 8 : 4;
     options.bf16_route_register_a = form >= 2;
-    options.bf16_route_x_rows = form == 3 ? 80 : form == 10 ? 256 : 0;
+    options.bf16_route_x_rows = form == 3 ? 80 : form >= 10 ? 256 : 0;
+    options.bf16_route_tail_rows = form == 11;
     options.bf16_route_deep_ring = form == 4 || form == 9;
     options.bf16_route_stage_scale_test = form >= 5;
     options.bf16_route_fit_tile_rows = form == 6;
@@ -1407,9 +1409,9 @@ TEST(DeviceDecoderFastTest, SmallBf16RouteFormsGiveTheSameBits) {
     options.bf16_route_ballot_search = form >= 8;  // form 9: the deep ring beside form 8
     calls[form] = c.Run(options, &stats[form], /*mark_prompt=*/true);
     EXPECT_GT(stats[form].prompt_bf16_expert_layers, 0) << "form " << form;
-    // Form 10's every route layer on the 256-row tile (the chunk gives a
-    // local expert 100 rows on average), the others' none.
-    EXPECT_EQ(stats[form].route_x256_layers, form == 10 ? stats[form].prompt_bf16_expert_layers : 0)
+    // Forms 10's and 11's every route layer on the 256-row tile (the chunk
+    // gives a local expert 100 rows on average), the others' none.
+    EXPECT_EQ(stats[form].route_x256_layers, form >= 10 ? stats[form].prompt_bf16_expert_layers : 0)
         << "form " << form;
   }
   for (int form = 1; form < kForms; ++form) {

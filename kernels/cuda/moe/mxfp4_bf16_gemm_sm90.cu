@@ -37,6 +37,14 @@ absl::Status Mxfp4Bf16GroupedGemm(const Mxfp4Bf16GroupedGemmParams& p, cudaStrea
       !s.ok()) {
     return s;
   }
+  if (p.tail_rows) {
+    if (absl::Status s =
+            EncodeTmaRowsMap(&a.x_tail_map, p.x, row, static_cast<uint64_t>(p.rows), 1, row,
+                             row * static_cast<uint64_t>(p.rows), kMxfp4Bf16TailRows);
+        !s.ok()) {
+      return s;
+    }
+  }
   a.x = p.x;
   a.offsets = p.expert_offsets;
   a.w = p.w;
@@ -100,6 +108,16 @@ absl::Status Mxfp4Bf16GroupedGemm(const Mxfp4Bf16GroupedGemmParams& p, cudaStrea
     };
     if (x_rows == 256) {  // checked: with the deep ring and the one scale test, two warpgroups
       constexpr int kShared256 = mb::RsSlot<256>::kShared + kSlack;
+      if (p.tail_rows) {  // checked: x_rows 256 only
+        constexpr int kTail = kMxfp4Bf16TailRows;
+        constexpr int kSharedTail = mb::RsSlot<256, mb::kBn, kTail>::kShared + kSlack;
+        if (p.swiglu) {
+          return launch(mb::Mxfp4Bf16GroupedRsKernel<256, true, true, false, 2, true, kTail>,
+                        mb::RsCtaThreads(256, 2), kSharedTail);
+        }
+        return launch(mb::Mxfp4Bf16GroupedRsKernel<256, true, true, false, 2, false, kTail>,
+                      mb::RsCtaThreads(256, 2), kSharedTail);
+      }
       if (p.swiglu) {
         return launch(mb::Mxfp4Bf16GroupedRsKernel<256, true, true, false, 2, true>,
                       mb::RsCtaThreads(256, 2), kShared256);

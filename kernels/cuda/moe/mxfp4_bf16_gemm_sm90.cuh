@@ -73,6 +73,9 @@ static_assert(kRawCodes % 1024 == 0 && kSlot % 1024 == 0, "swizzled slots");
 
 struct Args {
   CUtensorMap x_map;  // [1][rows][2 k] bytes, boxes of 128 rows x 128 bytes
+  // The same rows in boxes of kMxfp4Bf16TailRows rows (Mxfp4Bf16GroupedGemmParams::
+  // tail_rows: the 256-row tile's tail box; unused otherwise).
+  CUtensorMap x_tail_map;
   const uint16_t* x;  // a valid 16-byte aligned address for zero-filling copies
   const int64_t* offsets;
   const uint8_t* const* w;
@@ -168,14 +171,15 @@ struct GroupTile {
   int64_t tile = 0;            // the CTA's row tile within the group
 };
 
-// `rows_per_tile`: the X rows of a CTA (kBm, or the register form's kRows).
-// A walk over the groups in turn, each waiting on its group's offsets.
-__device__ __forceinline__ GroupTile GroupTileWalk(const Args& a, int rows_per_tile) {
+// `rows_per_tile`: the X rows of a CTA (kBm, or the register form's kRows);
+// `tail`: Mxfp4Bf16GroupTiles'. A walk over the groups in turn, each waiting on
+// its group's offsets.
+__device__ __forceinline__ GroupTile GroupTileWalk(const Args& a, int rows_per_tile, int tail) {
   int64_t tile = blockIdx.y;
   for (int g = 0; g < a.groups; ++g) {
     const int64_t b = min(max(a.offsets[g], int64_t{0}), a.rows);
     const int64_t e = min(max(a.offsets[g + 1], int64_t{0}), a.rows);
-    const int64_t tiles = (max(e - b, int64_t{0}) + rows_per_tile - 1) / rows_per_tile;
+    const int64_t tiles = Mxfp4Bf16GroupTiles(e - b, rows_per_tile, tail);
     if (tile < tiles) return GroupTile{g, b, e, tile};
     tile -= tiles;
   }
@@ -191,8 +195,9 @@ __device__ __forceinline__ GroupTile GroupTileWalk(const Args& a, int rows_per_t
 // passes blockIdx.y, as the walk finds it; a group's count is capped at 2^16
 // tiles (more than any grid.y holds, so no answer moves) to keep the sums in
 // 32 bits.
-__device__ __forceinline__ GroupTile GroupTileOf(const Args& a, int rows_per_tile = kBm) {
-  if (!a.ballot_search) return GroupTileWalk(a, rows_per_tile);  // uniform over the grid
+__device__ __forceinline__ GroupTile GroupTileOf(const Args& a, int rows_per_tile = kBm,
+                                                 int tail = 0) {
+  if (!a.ballot_search) return GroupTileWalk(a, rows_per_tile, tail);  // uniform over the grid
   const int lane = static_cast<int>(threadIdx.x) % 32;
   int tile = static_cast<int>(blockIdx.y);
   for (int g0 = 0; g0 < a.groups; g0 += 32) {
@@ -202,8 +207,8 @@ __device__ __forceinline__ GroupTile GroupTileOf(const Args& a, int rows_per_til
     if (g < a.groups) {
       b = min(max(a.offsets[g], int64_t{0}), a.rows);
       e = min(max(a.offsets[g + 1], int64_t{0}), a.rows);
-      tiles = static_cast<int>(
-          min((max(e - b, int64_t{0}) + rows_per_tile - 1) / rows_per_tile, int64_t{1} << 16));
+      tiles =
+          static_cast<int>(min(Mxfp4Bf16GroupTiles(e - b, rows_per_tile, tail), int64_t{1} << 16));
     }
     int through = tiles;  // the tiles of groups g0 .. g
 #pragma unroll

@@ -141,7 +141,10 @@ std::vector<float> BySeparateBf16Gemms(const Problem& p, dense::Fp8GemmOutput ou
 // register form over 128, 80 or 256 X rows a CTA (and the decode tiles),
 // its producer waiting for its copies or completing them on the ring's
 // barriers. The 256-row tile runs wgmma N 256 on the experts' tiles of more
-// than 128 rows (130, 200, 300 below) and N 128 on the rest.
+// than 128 rows (130, 200, 300 below) and N 128 on the rest; with its tail
+// (tail_rows) an expert's last tile takes up to 32 rows past 256 (270, 288
+// and 530 below: a tail of 14, 32 and 18 rows; 289 two tiles, the second
+// of 33 rows).
 struct RouteForm {
   const char* name = "defaults";
   int widener_warps = 0;
@@ -152,6 +155,7 @@ struct RouteForm {
   bool fit_tile_rows = false;
   int warpgroups = 0;
   bool ballot_search = false;  // ballot_group_search
+  bool tail_rows = false;
 };
 const RouteForm kRouteForms[] = {
     {"4 widener warps", 4},
@@ -183,6 +187,11 @@ const RouteForm kRouteForms[] = {
     {"register A over 256 X rows, deep ring, one scale test a stage", 0, true, 256, true, true},
     {"register A over 256 X rows, deep ring, one scale test a stage, ballot group search", 0, true,
      256, true, true, false, 0, true},
+    {"register A over 256 X rows and a 32-row tail, deep ring, one scale test a stage", 0, true,
+     256, true, true, false, 0, false, true},
+    {"register A over 256 X rows and a 32-row tail, deep ring, one scale test a stage, ballot "
+     "group search",
+     0, true, 256, true, true, false, 0, true, true},
 };
 
 std::vector<float> RunGrouped(const Problem& p, const DeviceProblem& d, dense::Fp8GemmOutput output,
@@ -207,6 +216,7 @@ std::vector<float> RunGrouped(const Problem& p, const DeviceProblem& d, dense::F
   params.fit_tile_rows = form.fit_tile_rows;
   params.consumer_warpgroups = form.warpgroups;
   params.ballot_group_search = form.ballot_search;
+  params.tail_rows = form.tail_rows;
   const absl::Status st = Mxfp4Bf16GroupedGemm(params, nullptr);
   EXPECT_TRUE(st.ok()) << st;
   EXPECT_TRUE(Synced());
@@ -225,7 +235,8 @@ int64_t OutputBytes(const Problem& p, dense::Fp8GemmOutput output) {
 // W tile) and k long enough that the ring and the copies wrap (12 stages), a
 // V4.1-sized K (4,096) beside it, and scales 0 - 2 on one row; and 70
 // experts of 0 - 40 rows (the ballot group search over three chunks of 32
-// groups, empty groups in each).
+// groups, empty groups in each); and experts of 270, 0, 288, 289, 530 and
+// 20 rows (the 256-row tile's tails).
 TEST(Mxfp4Bf16GroupedGemmTest, EveryRowHasTheBf16GemmBitsOfItsExpert) {
   std::mt19937 rng(2026);
   struct Case {
@@ -235,7 +246,8 @@ TEST(Mxfp4Bf16GroupedGemmTest, EveryRowHasTheBf16GemmBitsOfItsExpert) {
   std::vector<int64_t> many(70);
   for (int e = 0; e < 70; ++e) many[e] = e % 7 == 3 ? 0 : (e * 13) % 41;
   for (const Case& c : {Case{320, 768, {0, 1, 130, 37, 300}}, Case{256, 4096, {129, 0, 64}},
-                        Case{72, 128, {5, 200}}, Case{136, 256, many}}) {
+                        Case{72, 128, {5, 200}}, Case{136, 256, many},
+                        Case{192, 512, {270, 0, 288, 289, 530, 20}}}) {
     SCOPED_TRACE(::testing::Message() << "n " << c.n << " k " << c.k);
     const Problem p = MakeProblem(c.n, c.k, c.rows, 11, rng, /*edge_scales=*/true);
     const DeviceProblem d(p);
@@ -261,14 +273,15 @@ TEST(Mxfp4Bf16GroupedGemmTest, EveryRowHasTheBf16GemmBitsOfItsExpert) {
 // The gate / up / SwiGLU form (swiglu): h's FP8 codes and scales are those
 // Swiglu's FP8 form makes of the two products' fp32 outputs (the 256-row
 // tile's own), with route weights, with and without the clamp, rounding to
-// bf16 or not; experts of 0, 300, 130 and 40 rows (tiles of N 256 and N 128),
-// rows past the last expert left as they were, n 320 and 288 (a part of a
-// 64-column tile), with and without the ballot search.
+// bf16 or not; experts of 0, 300, 130, 40 and 280 rows (tiles of N 256 and
+// N 128, and with tail_rows 280's tail of 24), rows past the last expert
+// left as they were, n 320 and 288 (a part of a 64-column tile), with and
+// without the ballot search.
 TEST(Mxfp4Bf16GroupedGemmTest, FusedSwigluGivesTheSeparateLaunchesBits) {
   std::mt19937 rng(53);
   for (int64_t n : {320, 288}) {
     SCOPED_TRACE(::testing::Message() << "n " << n);
-    const std::vector<int64_t> rows_of = {0, 300, 130, 40};
+    const std::vector<int64_t> rows_of = {0, 300, 130, 40, 280};
     const Problem gate = MakeProblem(n, 512, rows_of, 3, rng, /*edge_scales=*/true);
     Problem up = MakeProblem(n, 512, rows_of, 3, rng, /*edge_scales=*/false);
     up.x = gate.x;  // the same rows
@@ -300,7 +313,8 @@ TEST(Mxfp4Bf16GroupedGemmTest, FusedSwigluGivesTheSeparateLaunchesBits) {
                                                 .row_count = used},
                                                nullptr);
         ASSERT_TRUE(ws.ok()) << ws;
-        for (bool ballot : {false, true}) {
+        for (int form = 0; form < 3; ++form) {
+          const bool ballot = form == 1, tail = form == 2;
           DeviceBuffer<uint8_t> codes(gate.rows * n), scales(gate.rows * n / 32);
           codes.Poison(0xAB);
           scales.Poison(0xAB);
@@ -310,6 +324,7 @@ TEST(Mxfp4Bf16GroupedGemmTest, FusedSwigluGivesTheSeparateLaunchesBits) {
           p.deep_ring = true;
           p.stage_scale_test = true;
           p.ballot_group_search = ballot;
+          p.tail_rows = tail;
           p.swiglu = true;
           p.w_up = du.ptrs.get();
           p.w_up_scales = du.scale_ptrs.get();
@@ -320,8 +335,10 @@ TEST(Mxfp4Bf16GroupedGemmTest, FusedSwigluGivesTheSeparateLaunchesBits) {
           p.h_scales = scales.get();
           const absl::Status st = Mxfp4Bf16GroupedGemm(p, nullptr);
           ASSERT_TRUE(st.ok()) << st;
-          EXPECT_EQ(codes.Download(), want_codes.Download()) << "codes, ballot " << ballot;
-          EXPECT_EQ(scales.Download(), want_scales.Download()) << "scales, ballot " << ballot;
+          EXPECT_EQ(codes.Download(), want_codes.Download())
+              << "codes, ballot " << ballot << " tail " << tail;
+          EXPECT_EQ(scales.Download(), want_scales.Download())
+              << "scales, ballot " << ballot << " tail " << tail;
         }
       }
     }

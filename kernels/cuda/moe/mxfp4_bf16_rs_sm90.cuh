@@ -56,6 +56,11 @@ __host__ __device__ constexpr int RsCtaThreads(int rows, int wgs) {
 }
 inline constexpr int kRs256ProducerRegs = 88;
 inline constexpr int kRs256ConsumerRegs = 208;  // 2 x 128 x 208 + 128 x 88 <= 65,536
+// With a tail (tail_rows) the consumers hold 16 accumulators more: 80 / 216
+// (2 x 128 x 216 + 128 x 80 = 65,536); at 88 / 208 the fused SwiGLU's
+// instance spilled 12 bytes.
+inline constexpr int kRs256TailProducerRegs = 80;
+inline constexpr int kRs256TailConsumerRegs = 216;
 __host__ __device__ constexpr int RsTileN(int wgs) { return 64 * wgs; }
 
 // A ring slot over kRows X rows (128, 80, or 8 - 64 for decode;
@@ -65,12 +70,18 @@ __host__ __device__ constexpr int RsTileN(int wgs) { return 64 * wgs; }
 // Narrow tiles get twice the slots: their stages are short, so more of them
 // must be in flight to cover a memory latency; the 256-row tile (37 KB a
 // slot) five, its stages twice the 128-row tile's tensor work.
-template <int kRows, int kTileN = kBn>
+//
+// kTail (Mxfp4Bf16GroupedGemmParams::tail_rows; kRows 256 only): the X box
+// is followed by the tail's kTail rows (their own box, 41 KB a slot with
+// 32), brought only for a tile whose expert has rows there.
+template <int kRows, int kTileN = kBn, int kTail = 0>
 struct RsSlot {
   static_assert(kRows % 8 == 0 && (kRows <= 128 || kRows == 256));
+  static_assert(kTail == 0 || (kRows == 256 && kTail % 8 == 0 && kTail <= 64));
   static constexpr int kStages = kRows == 256 ? 5 : kRows >= 64 ? 8 : kRsMaxStages;
   static_assert(kRsDepth < kStages, "the producer waits for slots the consumers free");
-  static constexpr int kX = kRows * 128;
+  static constexpr int kXMain = kRows * 128;  // the main box's bytes
+  static constexpr int kX = (kRows + kTail) * 128;
   static constexpr int kCodes = kX;
   static constexpr int kScales = kCodes + kTileN * 32;
   static constexpr int kBytes = (kScales + kTileN * 4 + 1023) / 1024 * 1024;
@@ -136,8 +147,15 @@ __device__ __forceinline__ void WidenEight(uint32_t v, uint32_t scale_word, int 
 // SwigluFp8Kernel makes it (SwigluOf, ActQuantEight: the same bits from the
 // same fp32 sums), instead of writing gate and up in fp32 for a SwiGLU
 // launch to read (the EP8 chunk: 453 MB a layer, the SwiGLU 13.7 ms).
+//
+// kTail (Mxfp4Bf16GroupedGemmParams::tail_rows; kRows 256 only): an
+// expert's last tile holds up to kTail rows past 256 (Mxfp4Bf16GroupTiles),
+// brought by a second TMA box behind the main one, and the consumers issue
+// a wgmma of N kTail over them beside each N 256 one (the same A
+// registers), so an expert of 513 - 544 rows takes two tiles, not three.
+// Each row's sums are the same 16 products in the same order.
 template <int kRows, bool kDeepRing, bool kStageTest = false, bool kFitN = false, int kWgs = 2,
-          bool kSwiglu = false>
+          bool kSwiglu = false, int kTail = 0>
 __global__ void __launch_bounds__(RsCtaThreads(kRows, kWgs), 1)
     Mxfp4Bf16GroupedRsKernel(const __grid_constant__ Args a) {
   GridDependencyPrologue();
@@ -145,8 +163,9 @@ __global__ void __launch_bounds__(RsCtaThreads(kRows, kWgs), 1)
   static_assert(kRows != 256 || (kDeepRing && kStageTest && !kFitN && kWgs == 2),
                 "the 256-row tile's one combination");
   static_assert(!kSwiglu || kRows == 256, "the fused SwiGLU is the 256-row tile's");
+  static_assert(kTail == 0 || kRows == 256, "the tail is the 256-row tile's");
   constexpr int kCons = 128 * kWgs, kTileN = RsTileN(kWgs);
-  using Slot = RsSlot<kRows, kTileN>;
+  using Slot = RsSlot<kRows, kTileN, kTail>;
   constexpr int kRsSlot = Slot::kBytes, kRsCodes = Slot::kCodes, kRsScales = Slot::kScales;
   constexpr int kRsStages = Slot::kStages;
   using dense::fp8_gemm::AlignSharedTo1024;
@@ -156,11 +175,14 @@ __global__ void __launch_bounds__(RsCtaThreads(kRows, kWgs), 1)
   using dense::fp8_gemm::WgmmaFence;
   using dense::fp8_gemm::WgmmaWait;
 
-  const GroupTile gt = GroupTileOf(a, kRows);
+  const GroupTile gt = GroupTileOf(a, kRows, kTail);
   if (gt.group < 0) return;
   const int64_t begin = gt.begin;
   const int64_t m = gt.end - begin;  // the group's rows; this CTA's are m0 .. m0 + kRows - 1
   const int64_t m0 = gt.tile * kRows;
+  // The expert's last tile with rows past kRows: they are the tail's (at
+  // most kTail: Mxfp4Bf16GroupTiles), so the tail box comes too. Uniform.
+  const bool tail = kTail > 0 && m - m0 > kRows;
   // kSwiglu: W rows 0 - 63 of the tile are the gate's n0 .., 64 - 127 the
   // up product's n0 .. (kSwiN rows of each).
   constexpr int kSwiN = kTileN / 2;
@@ -204,7 +226,8 @@ __global__ void __launch_bounds__(RsCtaThreads(kRows, kWgs), 1)
 
   if (warp >= kCons / 32) {        // ---- the producer ----
     if constexpr (kRows == 256) {  // its warpgroup gives registers to the consumers'
-      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRs256ProducerRegs));
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kTail > 0 ? kRs256TailProducerRegs
+                                                                           : kRs256ProducerRegs));
       if (warp > kCons / 32) return;
     }
     const int64_t code_row = a.k / 2, scale_row = a.k / 32;
@@ -213,9 +236,13 @@ __global__ void __launch_bounds__(RsCtaThreads(kRows, kWgs), 1)
       if (i >= kRsStages) MbarrierWait(empty0 + 8 * slot, ((i / kRsStages) - 1) & 1);
       const uint32_t at = base + slot * kRsSlot;
       if (lane == 0) {
-        MbarrierArriveExpectTx(full0 + 8 * slot, Slot::kX);
+        MbarrierArriveExpectTx(full0 + 8 * slot, tail ? Slot::kX : Slot::kXMain);
         TmaLoadRows(at, &a.x_map, full0 + 8 * slot, i * kMxfp4Bf16StageK * 2,
                     static_cast<int>(begin + m0), 0);
+        if (tail) {
+          TmaLoadRows(at + Slot::kXMain, &a.x_tail_map, full0 + 8 * slot, i * kMxfp4Bf16StageK * 2,
+                      static_cast<int>(begin + m0 + kRows), 0);
+        }
       }
 #pragma unroll
       for (int j = 0; j < kTileN * 2 / 32; ++j) {  // 16-byte halves of the rows' codes
@@ -261,7 +288,8 @@ __global__ void __launch_bounds__(RsCtaThreads(kRows, kWgs), 1)
 
   // ---- the consumers ----
   if constexpr (kRows == 256) {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRs256ConsumerRegs));
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kTail > 0 ? kRs256TailConsumerRegs
+                                                                         : kRs256ConsumerRegs));
   }
   const E2m1Bf16Tables tables = a.tables;
   const uint32_t c = static_cast<uint32_t>(lane & 3);
@@ -348,11 +376,16 @@ __global__ void __launch_bounds__(RsCtaThreads(kRows, kWgs), 1)
   // then h's FP8 form of the tile's kN tokens x 64 columns: unit u (8
   // columns) is token u / 8's columns 8 (u % 8) .., so four consecutive
   // lanes hold a 32-block, as ActQuantEight wants.
+  // With a tail (kT: its kTail tokens' sums in dt), the tail's tokens follow
+  // the tile's kN in the staging.
   uint8_t* const stage_mem = AlignSharedTo1024(smem_raw);
-  const auto swiglu_epilogue = [&](auto n_rows, const auto& d) {
+  const auto swiglu_epilogue = [&](auto n_rows, auto with_tail, const auto& d, const auto& dt) {
     constexpr int kN = decltype(n_rows)::value;
+    constexpr bool kT = decltype(with_tail)::value;
+    constexpr int kTokens = kN + (kT ? kTail : 0);
     constexpr int kStride = 2 * kSwiN + 4;  // floats a token's row
-    static_assert(kRows * kStride * 4 <= kRsStages * kRsSlot, "the staged sums fit the ring");
+    static_assert((kRows + kTail) * kStride * 4 <= kRsStages * kRsSlot,
+                  "the staged sums fit the ring");
     float* const staged = reinterpret_cast<float*>(stage_mem);
     // Both warpgroups' last stage read: the ring is free.
     asm volatile("bar.sync 1, %0;\n" ::"n"(kCons) : "memory");
@@ -364,9 +397,19 @@ __global__ void __launch_bounds__(RsCtaThreads(kRows, kWgs), 1)
         staged[(ni * 8 + at.m) * kStride + warp * 16 + at.n] = d[4 * ni + r];
       }
     }
+    if constexpr (kT) {
+#pragma unroll
+      for (int ni = 0; ni < kTail / 8; ++ni) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const dense::Fp8GemmAccCoord at = dense::Fp8GemmAccumulatorCoord(lane, r);
+          staged[(kN + ni * 8 + at.m) * kStride + warp * 16 + at.n] = dt[4 * ni + r];
+        }
+      }
+    }
     asm volatile("bar.sync 1, %0;\n" ::"n"(kCons) : "memory");
 #pragma unroll 1
-    for (int u = tid; u < kN * (kSwiN / 8); u += kCons) {
+    for (int u = tid; u < kTokens * (kSwiN / 8); u += kCons) {
       const int token = u / (kSwiN / 8), col0 = 8 * (u % (kSwiN / 8));
       const bool active = m0 + token < m && n0 + col0 < a.n;
       const int64_t row = begin + m0 + token;
@@ -384,12 +427,19 @@ __global__ void __launch_bounds__(RsCtaThreads(kRows, kWgs), 1)
       dense::ActQuantEight(v, active, a.h_codes + at, a.h_scales + at / 32);
     }
   };
-  // The K loop and the stores over kN X rows (wgmma N).
-  const auto consume = [&](auto n_rows) {
+  // The K loop and the stores over kN X rows (wgmma N), and with a tail
+  // (kT) its kTail rows past them (a second wgmma of N kTail a K step).
+  const auto consume = [&](auto n_rows, auto with_tail) {
     constexpr int kN = decltype(n_rows)::value;
+    constexpr bool kT = decltype(with_tail)::value;
+    static_assert(!kT || (kN == 256 && kTail > 0));
+    constexpr int kDt = kT ? kTail / 2 : 1;
     float d[kN / 2];
+    float dt[kDt];
 #pragma unroll
     for (int r = 0; r < kN / 2; ++r) d[r] = 0.0f;
+#pragma unroll
+    for (int r = 0; r < kDt; ++r) dt[r] = 0.0f;
     uint32_t f0[16] = {}, f1[16] = {};
     MbarrierWait(full0, 0);
     widen(0, f0);
@@ -402,6 +452,10 @@ __global__ void __launch_bounds__(RsCtaThreads(kRows, kWgs), 1)
       for (int s = 0; s < 4; ++s) {
         const uint32_t(&frag)[4] = *reinterpret_cast<const uint32_t(*)[4]>(&cur[4 * s]);
         dense::bf16_gemm::WgmmaBf16Rs<kN>(frag, DescriptorOf(x_lo + ((32 * s) >> 4)), d);
+        if constexpr (kT) {
+          const uint32_t t_lo = SwizzledKMajorDescriptorLo(base + slot * kRsSlot + Slot::kXMain);
+          dense::bf16_gemm::WgmmaBf16Rs<kTail>(frag, DescriptorOf(t_lo + ((32 * s) >> 4)), dt);
+        }
       }
       WgmmaCommit();
       WgmmaWait(1);  // stage i - 1's group has retired: its slot and `next` are free
@@ -420,37 +474,47 @@ __global__ void __launch_bounds__(RsCtaThreads(kRows, kWgs), 1)
     hold(f0);
     hold(f1);
     if constexpr (kSwiglu) {
-      swiglu_epilogue(n_rows, d);
+      swiglu_epilogue(n_rows, with_tail, d, dt);
     } else if constexpr (kN == 256) {  // two halves of 128 X rows, each in N 128's layout
       StoreOutputs<16>(a, *reinterpret_cast<float(*)[64]>(&d[0]), warp, lane, begin, m0, m, n0);
       StoreOutputs<16>(a, *reinterpret_cast<float(*)[64]>(&d[64]), warp, lane, begin, m0 + 128, m,
                        n0);
+      if constexpr (kT) {
+        StoreOutputs<kTail / 8>(a, dt, warp, lane, begin, m0 + kN, m, n0);
+      }
     } else {
       StoreOutputs<kN / 8>(a, d, warp, lane, begin, m0, m, n0);
     }
   };
+  using NoTail = std::false_type;
   if constexpr (kRows == 256) {
     if (m - m0 <= 128) {
-      consume(std::integral_constant<int, 128>{});
+      consume(std::integral_constant<int, 128>{}, NoTail{});
+    } else if constexpr (kTail > 0) {
+      if (tail) {
+        consume(std::integral_constant<int, 256>{}, std::true_type{});
+      } else {
+        consume(std::integral_constant<int, 256>{}, NoTail{});
+      }
     } else {
-      consume(std::integral_constant<int, 256>{});
+      consume(std::integral_constant<int, 256>{}, NoTail{});
     }
   } else if constexpr (kFitN) {
     static_assert(kRows == 128, "the fitted N are 16, 32, 64, 80 and 128");
     const int64_t here = m - m0;  // >= 1: the tile holds a row of the group
     if (here <= 16) {
-      consume(std::integral_constant<int, 16>{});
+      consume(std::integral_constant<int, 16>{}, NoTail{});
     } else if (here <= 32) {
-      consume(std::integral_constant<int, 32>{});
+      consume(std::integral_constant<int, 32>{}, NoTail{});
     } else if (here <= 64) {
-      consume(std::integral_constant<int, 64>{});
+      consume(std::integral_constant<int, 64>{}, NoTail{});
     } else if (here <= 80) {
-      consume(std::integral_constant<int, 80>{});
+      consume(std::integral_constant<int, 80>{}, NoTail{});
     } else {
-      consume(std::integral_constant<int, 128>{});
+      consume(std::integral_constant<int, 128>{}, NoTail{});
     }
   } else {
-    consume(std::integral_constant<int, kRows>{});
+    consume(std::integral_constant<int, kRows>{}, NoTail{});
   }
 }
 

@@ -319,6 +319,7 @@ struct Bf16RouteForm {
   bool fit_tile_rows = false;
   int warpgroups = 0;
   bool ballot_search = false;
+  bool tail_rows = false;
 };
 
 absl::Status Bf16Route(const uint16_t* x, const int64_t* offsets, const uint8_t* const* w,
@@ -342,7 +343,8 @@ absl::Status Bf16Route(const uint16_t* x, const int64_t* offsets, const uint8_t*
                                .stage_scale_test = form.stage_scale_test,
                                .fit_tile_rows = form.fit_tile_rows,
                                .consumer_warpgroups = form.warpgroups,
-                               .ballot_group_search = form.ballot_search},
+                               .ballot_group_search = form.ballot_search,
+                               .tail_rows = form.tail_rows},
                               stream);
 }
 
@@ -502,7 +504,9 @@ void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, 
     // the wgmma N fit to each tile's rows (fit_tile_rows), over three
     // consumer warpgroups (consumer_warpgroups), and the CTAs finding their
     // expert by a ballot (ballot_group_search), and 256 X rows a CTA over two
-    // warpgroups (x_rows 256: wgmma N 256); the same bits.
+    // warpgroups (x_rows 256: wgmma N 256), with an expert's last tile
+    // holding up to 32 rows past 256 (tail_rows: at 513 rows an expert two
+    // tiles, not three); the same bits.
     for (const Bf16RouteForm& f :
          {Bf16RouteForm{"4 widener warps", 4, false, 0, false},
           Bf16RouteForm{"8 widener warps", 8, false, 0, false},
@@ -526,7 +530,10 @@ void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, 
                         "search",
                         0, true, 0, true, true, false, 3, true},
           Bf16RouteForm{"register A, 256 X rows, deep ring, one scale test a stage, ballot search",
-                        0, true, 256, true, true, false, 0, true}}) {
+                        0, true, 256, true, true, false, 0, true},
+          Bf16RouteForm{"register A, 256 X rows and a 32-row tail, deep ring, one scale test a "
+                        "stage, ballot search",
+                        0, true, 256, true, true, false, 0, true, true}}) {
       form = f;
       const double gu_ms = MedianMs(
           [&] {
@@ -566,34 +573,38 @@ void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, 
                               stream));
           },
           stream, 5);
-      const double fused_ms = MedianMs(
-          [&] {
-            Ok(Mxfp4Bf16GroupedGemm({.x = x16,
-                                     .expert_offsets = s.d_offsets,
-                                     .w = layer.w1,
-                                     .w_scales = layer.w1s,
-                                     .rows = s.rows,
-                                     .n = kInter,
-                                     .k = kDim,
-                                     .num_experts = local,
-                                     .register_a = true,
-                                     .x_rows = 256,
-                                     .deep_ring = true,
-                                     .stage_scale_test = true,
-                                     .ballot_group_search = true,
-                                     .swiglu = true,
-                                     .w_up = layer.w3,
-                                     .w_up_scales = layer.w3s,
-                                     .swiglu_round_bf16 = true,
-                                     .h_codes = s.h,
-                                     .h_scales = s.hs},
-                                    stream));
-          },
-          stream, 5);
+      const auto fused = [&](bool tail) {
+        return MedianMs(
+            [&] {
+              Ok(Mxfp4Bf16GroupedGemm({.x = x16,
+                                       .expert_offsets = s.d_offsets,
+                                       .w = layer.w1,
+                                       .w_scales = layer.w1s,
+                                       .rows = s.rows,
+                                       .n = kInter,
+                                       .k = kDim,
+                                       .num_experts = local,
+                                       .register_a = true,
+                                       .x_rows = 256,
+                                       .deep_ring = true,
+                                       .stage_scale_test = true,
+                                       .ballot_group_search = true,
+                                       .swiglu = true,
+                                       .tail_rows = tail,
+                                       .w_up = layer.w3,
+                                       .w_up_scales = layer.w3s,
+                                       .swiglu_round_bf16 = true,
+                                       .h_codes = s.h,
+                                       .h_scales = s.hs},
+                                      stream));
+            },
+            stream, 5);
+      };
+      const double fused_ms = fused(false), tail_ms = fused(true);
       std::printf(
           "  bf16 route, gate/up and the SwiGLU's FP8 form (256 X rows, ballot search): "
-          "apart %.3f ms, fused %.3f ms\n",
-          apart_ms, fused_ms);
+          "apart %.3f ms, fused %.3f ms, fused with the 32-row tail %.3f ms\n",
+          apart_ms, fused_ms, tail_ms);
     }
     for (void* q : {static_cast<void*>(x16), static_cast<void*>(h16), static_cast<void*>(g),
                     static_cast<void*>(u)}) {

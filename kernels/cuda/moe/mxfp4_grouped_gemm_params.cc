@@ -230,6 +230,9 @@ absl::Status CheckMxfp4Bf16GroupedGemmParams(const Mxfp4Bf16GroupedGemmParams& p
         ": x_rows 256 needs register_a, deep_ring and stage_scale_test, two consumer warpgroups "
         "and no fit_tile_rows"));
   }
+  if (p.tail_rows && p.x_rows != 256) {
+    return absl::InvalidArgumentError(absl::StrCat(kWhat, ": tail_rows needs x_rows 256"));
+  }
   if (p.deep_ring && !p.register_a) {
     return absl::InvalidArgumentError(absl::StrCat(kWhat, ": deep_ring needs register_a"));
   }

@@ -529,6 +529,16 @@ struct Mxfp4Bf16GroupedGemmParams {
   // outputs, without writing them. Built in the forty-first session after its
   // device calls: not yet run on a GPU.
   bool swiglu = false;
+  // x_rows 256 only: an expert's last tile holds up to kMxfp4Bf16TailRows
+  // rows past 256 (Mxfp4Bf16GroupTiles' tail), its consumers issuing a
+  // second wgmma of N 32 over them beside each N 256 one, so an expert of
+  // 257 - 288 or 513 - 544 rows takes a tile fewer: the tile of a few rows
+  // it would otherwise take widens the expert's W as a full tile does (at the
+  // EP8 chunk, 512 rows an expert on average, about half the experts had
+  // one). The same 16 products a K step in the same order a row, so the same
+  // bits. Built in the forty-second session after its device calls: not yet
+  // run on a GPU.
+  bool tail_rows = false;
   const uint8_t* const* w_up = nullptr;
   const uint8_t* const* w_up_scales = nullptr;
   const float* swiglu_route_weight = nullptr;  // device [rows] or null
@@ -550,6 +560,28 @@ constexpr int Mxfp4Bf16NarrowestXRows(int64_t rows_per_expert) {
     if (rows_per_expert <= r) return r;
   }
   return 128;
+}
+
+// The rows past 256 the 256-row tile's last tile of an expert may hold
+// with tail_rows (a second wgmma of N 32 beside the N 256 one).
+inline constexpr int kMxfp4Bf16TailRows = 32;
+
+// The row tiles of a group of `rows` X rows: ceil(rows / rows_per_tile), or
+// with a tail (tail_rows) the last tile holding up to `tail` rows more, so a
+// group of rows_per_tile * t + tail rows or fewer takes t tiles (one at
+// least). A tile other than the last then has more than rows_per_tile +
+// tail rows from its first on, and the last at most that many: the rows it
+// holds past rows_per_tile are the tail's.
+WEIR_FP8_GEMM_HD constexpr int64_t Mxfp4Bf16GroupTiles(int64_t rows, int rows_per_tile, int tail) {
+  // Unsigned: the quotients of non-negative counts (a shift for a power of
+  // two, as the kernels' walks had before the tail).
+  const uint64_t per = static_cast<uint64_t>(rows_per_tile);
+  const uint64_t r = rows > 0 ? static_cast<uint64_t>(rows) : 0;
+  if (tail == 0) return static_cast<int64_t>((r + per - 1) / per);
+  if (r == 0) return 0;
+  const uint64_t t = static_cast<uint64_t>(tail);
+  const uint64_t past = r > t + 1 ? r - t : 1;
+  return static_cast<int64_t>((past + per - 1) / per);
 }
 
 // The X rows a CTA of a call of `params` holds (x_rows 0 resolved).
@@ -611,7 +643,8 @@ uint16_t Mxfp4WeightBf16Bits(uint8_t code, uint8_t scale);
 // than 80, 64, 32, 16, 8 with register_a, or 256 without register_a,
 // deep_ring and stage_scale_test over two warpgroups; deep_ring without
 // register_a; swiglu without x_rows 256, w_up, w_up_scales, h_codes or
-// h_scales, with n not a multiple of 32 or h_codes not 8-byte aligned.
+// h_scales, with n not a multiple of 32 or h_codes not 8-byte aligned;
+// tail_rows without x_rows 256.
 absl::Status CheckMxfp4Bf16GroupedGemmParams(const Mxfp4Bf16GroupedGemmParams& params);
 
 // Returns OK or INVALID_ARGUMENT naming the problem: a null pointer, rows < 0,

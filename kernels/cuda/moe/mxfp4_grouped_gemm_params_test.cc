@@ -190,6 +190,11 @@ TEST(Mxfp4Bf16GroupedGemmParamsTest, ChecksItsArguments) {
   p.h_codes = reinterpret_cast<uint8_t*>(16384);
   p.h_scales = reinterpret_cast<uint8_t*>(20480);
   EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(p).ok());
+  p.tail_rows = true;  // the 256-row tile's tail, with the SwiGLU form or not
+  EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(p).ok());
+  p.swiglu = false;
+  p.y = reinterpret_cast<void*>(8192);
+  EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(p).ok());
 
   using P = Mxfp4Bf16GroupedGemmParams;
   const auto x256 = [](P& q) {
@@ -270,6 +275,13 @@ TEST(Mxfp4Bf16GroupedGemmParamsTest, ChecksItsArguments) {
             x256(q);
             q.fit_tile_rows = true;
           },
+          [](P& q) { q.tail_rows = true; },  // the tail without the 256-row tile
+          [](P& q) {
+            q.register_a = true;
+            q.stage_scale_test = true;
+            q.fit_tile_rows = true;
+            q.tail_rows = true;
+          },
           [&](P& q) {  // the SwiGLU form without the 256-row tile
             q.swiglu = true;
             q.w_up = q.w;
@@ -302,6 +314,42 @@ TEST(Mxfp4Bf16GroupedGemmParamsTest, ChecksItsArguments) {
             q.h_scales = reinterpret_cast<uint8_t*>(20480);
           },
       }));
+}
+
+// The row tiles of a group (Mxfp4Bf16GroupTiles): ceil(rows / 256) without
+// a tail; with the 32-row tail a group takes a tile fewer where its rows
+// past the last full tile are 32 or fewer, and never more tiles; a tile
+// other than the last has more than 256 + 32 rows from its first on, the
+// last at most that many (what the kernel's tail test relies on).
+TEST(Mxfp4Bf16GroupedGemmParamsTest, TailTilesHoldEveryRowAndTheTailOnly) {
+  constexpr int kTail = kMxfp4Bf16TailRows;
+  EXPECT_EQ(Mxfp4Bf16GroupTiles(0, 256, kTail), 0);
+  EXPECT_EQ(Mxfp4Bf16GroupTiles(-3, 256, 0), 0);
+  EXPECT_EQ(Mxfp4Bf16GroupTiles(1, 256, kTail), 1);
+  EXPECT_EQ(Mxfp4Bf16GroupTiles(288, 256, kTail), 1);
+  EXPECT_EQ(Mxfp4Bf16GroupTiles(289, 256, kTail), 2);
+  EXPECT_EQ(Mxfp4Bf16GroupTiles(513, 256, 0), 3);
+  EXPECT_EQ(Mxfp4Bf16GroupTiles(513, 256, kTail), 2);
+  EXPECT_EQ(Mxfp4Bf16GroupTiles(544, 256, kTail), 2);
+  EXPECT_EQ(Mxfp4Bf16GroupTiles(545, 256, kTail), 3);
+  for (int64_t rows = 1; rows <= 2000; ++rows) {
+    SCOPED_TRACE(::testing::Message() << "rows " << rows);
+    const int64_t plain = Mxfp4Bf16GroupTiles(rows, 256, 0);
+    const int64_t tiles = Mxfp4Bf16GroupTiles(rows, 256, kTail);
+    EXPECT_EQ(plain, (rows + 255) / 256);
+    EXPECT_LE(tiles, plain);
+    EXPECT_GE(tiles, plain - 1);
+    EXPECT_EQ(tiles < plain, rows % 256 != 0 && rows % 256 <= kTail && rows > 256);
+    for (int64_t t = 0; t < tiles; ++t) {
+      const int64_t left = rows - 256 * t;  // the rows from tile t's first on
+      if (t + 1 < tiles) {
+        EXPECT_GT(left, 256 + kTail);
+      } else {
+        EXPECT_GE(left, 1);
+        EXPECT_LE(left, 256 + kTail);
+      }
+    }
+  }
 }
 
 TEST(Mxfp4GroupedGemmParamsTest, TileNamesRoundTrip) {
