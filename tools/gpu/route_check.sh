@@ -1,24 +1,23 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, after
 # `tar -xJf .gpu_pack/bundle.tar.xz`: the prefill's open questions after the
-# forty-first session, most telling first under BUDGET_S (default 540;
+# forty-second session, most telling first under BUDGET_S (default 540;
 # check_steps.sh):
-#   1. tests: the bf16 route's kernel test (the 256-row tile among its
-#      forms) and the decoder's route-form case (form 10 the 256-row tile);
-#   2. the EP8 prefill chunk with the defaults (the 256-row route tile, the
-#      deep ring, the collapse-norms' 256-thread blocks and the gate's norm
-#      input on since the forty-first session) and with the 128-row tile
-#      (--bf16_route_x_rows=0) and (branch wip/route-swiglu) with the gate /
-#      up / SwiGLU launch (--bf16_route_swiglu), two rounds;
+#   1. tests: the bf16 route's kernel test (the 256-row tile's 32-row tail,
+#      tail_rows, among its forms, and the gate / up / SwiGLU launch with
+#      it) and the decoder's route-form case (form 11 the tail);
+#   2. the EP8 prefill chunk with the defaults (the gate / up / SwiGLU
+#      launch on since the forty-second session) and with the tail
+#      (--bf16_route_tail_rows), two rounds;
 #   3. the route's bench at the chunk's shape (32,768 tokens: 513 rows an
-#      expert) and ncu of the 256-row tile inside the chunk (what bounds it
-#      now: at 128 rows the ring waits and the widening shared the loop);
-#   4. a census of the chunk's kernels under ncu (two cheap metrics, 60
-#      launches: ncu_census.py), to find the kernels far from the copy rate,
-#      and the chunk's kernel timeline without programmatic edges;
-#   5. EP8 decode at context 4,096 (batches 1 and 64), then the decoder
-#      test's first shard (GTEST_TOTAL_SHARDS=3) with the time left: the
-#      whole test has not run under the forty-first session's defaults.
+#      expert, so the tail takes every expert's third tile away);
+#   4. EP8 decode at context 4,096, batches 1 and 64, the context filled by
+#      prefill chunks, with the decode steps' kernel timeline (issue 20's
+#      batch-64 target, 2.7x against 1.5x, has no recent profile);
+#   5. the chunk's timeline with the tail, ncu of the tail's instance inside
+#      the chunk, then the decoder test's first shard (GTEST_TOTAL_SHARDS=3)
+#      with the time left (the forty-second session ran the second whole and
+#      21 of the third's cases under the forty-first session's defaults).
 # Bundle (here, a few minutes with a warm cache):
 #   BUNDLE_TARGETS="//worker/model:device_decoder_fast_test //tools/bench:decode_gpu
 #     //kernels/cuda/moe:mxfp4_grouped_gemm_bench //kernels/cuda/moe:mxfp4_bf16_gemm_sm90_test"
@@ -68,8 +67,7 @@ budget_step device_decoder_fast_test 120 "${bundle}/bin/worker_model_device_deco
   --gtest_filter='*RouteForms*:*RouteSwiglu*' || status=1
 # The chunk's forms, NAME:FLAG (the defaults' row names a default value), two
 # rounds in turn.
-chunk_forms=(defaults:--bf16_route_x_rows=256 x128:--bf16_route_x_rows=0
-  swiglu:--bf16_route_swiglu=true)
+chunk_forms=(defaults:--bf16_route_tail_rows=false tail:--bf16_route_tail_rows=true)
 for round in "" _2; do
   for form in "${chunk_forms[@]}"; do
     budget_step "chunk_${form%%:*}${round}" 90 "${decode}" "${slice[@]}" "${form#*:}"
@@ -78,51 +76,36 @@ done
 # The route's forms at the chunk's shape: 32,768 tokens' pairs over 384
 # experts, 513 rows a local expert.
 budget_step mxfp4_bench_chunk_shape 150 "${route_bench[@]:0:4}" 32768
-# The 256-row tile inside the chunk: layer 1's gate product (the template's
-# 4th launch in the timed prefill; ncu spells the template's arguments
-# `(int)256, (bool)1, ...`).
-rs256_regex='GroupedRsKernel<\(int\)256, \(bool\)1, \(bool\)1, \(bool\)0, \(int\)2>'
-NCU_FROM_START=off profile rs256_chunk "${rs256_regex}" 3 "${decode}" "${slice[@]}" \
-  --profile_prefill
-# 60 of the timed chunk's kernels past its first 100 (--profile_prefill
-# brackets the timed fill), two metrics (the fortieth session's five over 100
-# launches ran past 169 s: each launch is replayed with its memory saved).
-census_metrics="gpu__time_duration.sum,dram__bytes.sum"
-if budget_step ncu_census 150 "${ncu_bin}" --profile-from-start off --metrics "${census_metrics}" \
-    --launch-skip 100 --launch-count 60 -f -o "${results}/census" \
-    "${decode}" "${slice[@]}" --profile_prefill; then
-  "${ncu_bin}" -i "${results}/census.ncu-rep" --page raw --csv --metrics "${census_metrics}" \
-    > "${results}/census_raw.csv" 2>&1
-  python3 "${here}/tools/gpu/ncu_census.py" "${results}/census_raw.csv" --top 30 \
-    > "${results}/census.txt" 2>&1
-fi
-# Without programmatic edges, so each kernel's busy time is its own.
-budget_step chunk_timeline 120 "${decode}" "${slice[@]}" --prefill_timeline --programmatic=false
-# The two same-bits options that moved the chunk by nothing measurable in the
-# forty-first session (bf16 gate / up: the SwiGLU's inputs halved; the
-# norm's dequantized bf16: five or six widenings a layer fewer): their
-# timelines, to see whether the SwiGLU and the widenings shrank and what
-# grew instead (decode_gpu prints whether each option ran).
-budget_step chunk_timeline_gate_up_bf16 60 "${decode}" "${slice[@]}" --prefill_timeline \
-  --programmatic=false --bf16_route_gate_up_bf16=true
-budget_step chunk_timeline_norm_dequant 60 "${decode}" "${slice[@]}" --prefill_timeline \
-  --programmatic=false --prompt_norm_dequant_bf16=true
+# Decode with each step's kernels on CUPTI's timeline (the graph's nodes one
+# by one); the context by prefill chunks (a position a step would take
+# 4,096 steps).
 budget_step decode_ep8 150 "${decode}" --ep_slice=8 --numerics=fast --batches=1,64 \
-  --context=4096 --prefill_chunk=4096 --steps=3 --warmup=1 --slice_profile=false
+  --context=4096 --prefill_chunk=4096 --steps=3 --warmup=1 --slice_profile=false \
+  --kernel_timeline
+# Without programmatic edges, so each kernel's busy time is its own.
+budget_step chunk_timeline_tail 120 "${decode}" "${slice[@]}" --prefill_timeline \
+  --programmatic=false --bf16_route_tail_rows=true
+# The tail's instance inside the chunk: layer 1's gate / up / SwiGLU launch
+# (the instance's 2nd launch in the timed prefill; ncu spells the template's
+# arguments `(int)256, (bool)1, ...`).
+tail_regex='GroupedRsKernel<\(int\)256, \(bool\)1, \(bool\)1, \(bool\)0, \(int\)2, \(bool\)1, \(int\)32>'
+NCU_FROM_START=off profile tail_chunk "${tail_regex}" 1 "${decode}" "${slice[@]}" \
+  --profile_prefill --bf16_route_tail_rows=true
 budget_step decoder_test_shard0 400 env GTEST_TOTAL_SHARDS=3 GTEST_SHARD_INDEX=0 \
   "${bundle}/bin/worker_model_device_decoder_fast_test" || status=1
-for name in rs256_chunk; do
+for name in tail_chunk; do
   echo "== ncu ${name}"
   head -c 2000 "${results}/${name}.txt" 2>/dev/null
 done
-echo "== census of 60 of the chunk's kernels (ncu_census.py)"
-cut -c1-120 "${results}/census.txt" 2>/dev/null | head -32
-echo "== the chunk's kernel timeline (defaults, no programmatic edges; names cut)"
-sed -n '/prefill timeline/,/^prefill:/p' "${results}/chunk_timeline.log" 2>/dev/null | head -18 |
-  cut -c1-110
+echo "== the chunk's kernel timeline with the tail (no programmatic edges; names cut)"
+sed -n '/prefill timeline/,/^prefill:/p' "${results}/chunk_timeline_tail.log" 2>/dev/null |
+  head -18 | cut -c1-110
+echo "== EP8 decode's kernel timelines (names cut)"
+grep -A14 'kernel timeline of batch' "${results}/decode_ep8.log" 2>/dev/null | cut -c1-110 |
+  head -34
 echo "== the route's forms at 513 rows an expert (32,768 tokens)"
 sed -n '/^Prefill:/,$p' "${results}/mxfp4_bench_chunk_shape.log" 2>/dev/null |
-  grep -E 'ballot search|cuBLASLt' | cut -c1-200 | head -8
+  grep -E 'ballot search|cuBLASLt' | cut -c1-220 | head -8
 echo "== EP8 decode at 4,096"
 grep -E '^ *(1|64) ' "${results}/decode_ep8.log" 2>/dev/null | cut -c1-150
 echo "== summary"
