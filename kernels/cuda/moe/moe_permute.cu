@@ -38,9 +38,20 @@ absl::Status MoeGroupRows(const MoeGroupRowsParams& p, cudaStream_t stream) {
         "with token_role)"));
   }
   const int64_t pairs = p.tokens * p.topk;
-  moe::GroupRowsKernel<<<1, moe::kGroupThreads, 0, stream>>>(
-      p.groups, pairs, p.num_groups, p.valid_tokens, p.topk, p.group_offsets, p.pair_row,
-      p.token_role, p.role_stride);
+  if (pairs > moe::kGroupRowsWidePairs) {  // each warp numbering its own span
+    const int64_t smem = int64_t{moe::kGroupThreads / 32} * p.num_groups * 4;
+    if (absl::Status s = AllowSharedBytes(moe::GroupRowsWideKernel, smem, "MoeGroupRows");
+        !s.ok()) {
+      return s;
+    }
+    moe::GroupRowsWideKernel<<<1, moe::kGroupThreads, static_cast<size_t>(smem), stream>>>(
+        p.groups, pairs, p.num_groups, p.valid_tokens, p.topk, p.group_offsets, p.pair_row,
+        p.token_role, p.role_stride);
+  } else {
+    moe::GroupRowsKernel<<<1, moe::kGroupThreads, 0, stream>>>(
+        p.groups, pairs, p.num_groups, p.valid_tokens, p.topk, p.group_offsets, p.pair_row,
+        p.token_role, p.role_stride);
+  }
   if (absl::Status s = LaunchStatus("MoeGroupRows"); !s.ok()) return s;
   if (p.codes != nullptr) {  // the FP8 form: a block of 16-byte chunks per pair
     moe::GatherCodesKernel<<<static_cast<unsigned>(pairs), moe::kGatherCodesThreads, 0, stream>>>(

@@ -12,6 +12,54 @@ namespace weir::kernels::cuda::moe {
 
 inline constexpr int kGroupThreads = 1024;  // one thread per group
 inline constexpr int kCombineMaxTopk = 64;
+// Pairs past which MoeGroupRows numbers them by GroupRowsWideKernel (each
+// warp its own span, in parallel) instead of GroupRowsKernel (warp after
+// warp of each 1,024 pairs, a barrier between: 216 us a launch at the EP8
+// prefill chunk's 196,608 pairs, H200).
+inline constexpr int64_t kGroupRowsWidePairs = 4096;
+
+// The exclusive scan of one count a thread (kGroupThreads threads, every
+// one calling; `s_warp` kGroupThreads / 32 entries): the sum of the counts
+// of the threads below this one.
+__device__ __forceinline__ int32_t BlockExclusiveScan(int32_t count, int32_t* s_warp) {
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  int32_t inclusive = count;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int32_t v = __shfl_up_sync(0xFFFFFFFFu, inclusive, o);
+    if (lane >= o) inclusive += v;
+  }
+  if (lane == 31) s_warp[warp] = inclusive;
+  __syncthreads();
+  if (warp == 0) {
+    const int32_t total = s_warp[lane];
+    int32_t before = total;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int32_t v = __shfl_up_sync(0xFFFFFFFFu, before, o);
+      if (lane >= o) before += v;
+    }
+    s_warp[lane] = before - total;
+  }
+  __syncthreads();
+  return s_warp[warp] + inclusive - count;
+}
+
+// The group of pair i for the grouping kernels: -1 for a pair at or past
+// `live` (padding) or of a group not handled here; with token_role,
+// role-major (MoeGroupRowsParams::token_role).
+__device__ __forceinline__ int32_t GroupOfPair(const int32_t* __restrict__ groups, int64_t i,
+                                               int64_t live, int num_groups, int topk,
+                                               const int32_t* __restrict__ token_role,
+                                               int role_stride) {
+  if (i >= live) return -1;
+  const int32_t g = groups[i];
+  if (token_role != nullptr) {
+    if (g < 0 || g >= role_stride) return -1;
+    return token_role[i / topk] != 0 ? g + role_stride : g;
+  }
+  return g >= 0 && g < num_groups ? g : -1;
+}
 
 // One block of kGroupThreads (one thread per group for the scan). The pairs
 // of each group are counted by shared-memory atomics (a count has no order),
@@ -34,16 +82,8 @@ __global__ void __launch_bounds__(kGroupThreads)
   __shared__ int32_t s_next[kGroupThreads];  // counts, then each group's next row
   __shared__ int32_t s_warp[kGroupThreads / 32];
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
-  // The group of pair i, or -1 (padding, or a group not handled here);
-  // with token_role, role-major (MoeGroupRowsParams::token_role).
-  auto group_of = [&](int64_t i) -> int32_t {
-    if (i >= live) return -1;
-    const int32_t g = groups[i];
-    if (token_role != nullptr) {
-      if (g < 0 || g >= role_stride) return -1;
-      return token_role[i / topk] != 0 ? g + role_stride : g;
-    }
-    return g >= 0 && g < num_groups ? g : -1;
+  auto group_of = [&](int64_t i) {
+    return GroupOfPair(groups, i, live, num_groups, topk, token_role, role_stride);
   };
   s_next[tid] = 0;
   __syncthreads();
@@ -55,26 +95,7 @@ __global__ void __launch_bounds__(kGroupThreads)
   // Exclusive scan of the counts: within each warp by shuffles, then over
   // the warps' totals in warp 0.
   const int32_t count = tid < num_groups ? s_next[tid] : 0;
-  int32_t inclusive = count;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int32_t v = __shfl_up_sync(0xFFFFFFFFu, inclusive, o);
-    if (lane >= o) inclusive += v;
-  }
-  if (lane == 31) s_warp[warp] = inclusive;
-  __syncthreads();
-  if (warp == 0) {
-    const int32_t total = s_warp[lane];
-    int32_t before = total;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int32_t v = __shfl_up_sync(0xFFFFFFFFu, before, o);
-      if (lane >= o) before += v;
-    }
-    s_warp[lane] = before - total;
-  }
-  __syncthreads();
-  const int32_t start = s_warp[warp] + inclusive - count;
+  const int32_t start = BlockExclusiveScan(count, s_warp);
   if (tid < num_groups) {
     offsets[tid] = start;
     s_next[tid] = start;  // only this thread read entry tid above
@@ -97,6 +118,74 @@ __global__ void __launch_bounds__(kGroupThreads)
       }
       __syncthreads();
     }
+  }
+}
+
+// GroupRowsKernel's numbering (the same offsets and rows) for many pairs:
+// warp w of the one block takes its own span of the pairs (consecutive,
+// spans in warp order) and, in parallel with the other warps, counts its
+// pairs a group (dynamic shared memory: 32 x num_groups counts); thread g
+// then scans group g's counts over the warps into each warp's first row
+// of the group (after the groups' offsets, scanned as GroupRowsKernel
+// scans them); each warp walks its span again numbering its pairs from
+// there, 32 at a time in ascending order (match.any ranks the lanes of a
+// group). So rows within a group ascend with the pair index, as the CPU
+// executor numbers them, without a barrier between warps.
+__global__ void __launch_bounds__(kGroupThreads, 1)
+    GroupRowsWideKernel(const int32_t* __restrict__ groups, int64_t pairs, int num_groups,
+                        const int64_t* __restrict__ valid_tokens, int topk,
+                        int64_t* __restrict__ offsets, int32_t* __restrict__ pair_row,
+                        const int32_t* __restrict__ token_role, int role_stride) {
+  GridDependencyPrologue();
+  const int64_t live =
+      valid_tokens == nullptr ? pairs : min(max(*valid_tokens, int64_t{0}) * topk, pairs);
+  extern __shared__ int32_t s_next[];  // [warp][group]: counts, then next rows
+  __shared__ int32_t s_warp[kGroupThreads / 32];
+  constexpr int kWarps = kGroupThreads / 32;
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  auto group_of = [&](int64_t i) {
+    return GroupOfPair(groups, i, live, num_groups, topk, token_role, role_stride);
+  };
+  // Warp w's span: [w * span, min((w + 1) * span, pairs)), span a multiple of 32.
+  const int64_t span = (pairs + kWarps * 32 - 1) / (kWarps * 32) * 32;
+  const int64_t lo = warp * span, hi = min(lo + span, pairs);
+  for (int i = tid; i < kWarps * num_groups; i += kGroupThreads) s_next[i] = 0;
+  __syncthreads();
+  int32_t* const mine = s_next + warp * num_groups;
+  for (int64_t i0 = lo; i0 < hi; i0 += 32) {
+    const int64_t i = i0 + lane;
+    const int32_t g = i < hi ? group_of(i) : -1;
+    const unsigned same = __match_any_sync(0xFFFFFFFFu, g);
+    if (g >= 0 && (same & ((1u << lane) - 1u)) == 0) mine[g] += __popc(same);
+    __syncwarp();
+  }
+  __syncthreads();
+  int32_t count = 0;
+  if (tid < num_groups) {
+    for (int w = 0; w < kWarps; ++w) count += s_next[w * num_groups + tid];
+  }
+  const int32_t start = BlockExclusiveScan(count, s_warp);
+  if (tid < num_groups) {
+    offsets[tid] = start;
+    int32_t next = start;  // group tid's first row in each warp's span
+    for (int w = 0; w < kWarps; ++w) {
+      const int32_t c = s_next[w * num_groups + tid];
+      s_next[w * num_groups + tid] = next;
+      next += c;
+    }
+  }
+  if (tid == num_groups - 1) offsets[num_groups] = start + count;
+  __syncthreads();
+  for (int64_t i0 = lo; i0 < hi; i0 += 32) {
+    const int64_t i = i0 + lane;
+    const int32_t g = i < hi ? group_of(i) : -1;
+    const unsigned same = __match_any_sync(0xFFFFFFFFu, g);
+    const int rank = __popc(same & ((1u << lane) - 1u));
+    const int32_t row = g >= 0 ? mine[g] + rank : -1;
+    __syncwarp();
+    if (g >= 0 && rank == 0) mine[g] += __popc(same);
+    __syncwarp();
+    if (i < hi) pair_row[i] = row;
   }
 }
 

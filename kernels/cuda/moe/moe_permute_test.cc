@@ -71,7 +71,11 @@ TEST(MoeGroupRowsCudaTest, GroupsAsTheCpuExecutorDoes) {
         // A decode step of 1 row padded to 8, other partial steps, none, all, past the end.
         Case{8, 6, 48, 0.0, 64, 1}, Case{300, 8, 256, 0.0, 64, 299},
         Case{2000, 6, 37, 0.1, 33, 1500}, Case{5, 4, 1024, 0.0, 128, 0},
-        Case{5, 4, 16, 0.0, 128, 5}, Case{5, 4, 16, 0.0, 128, 9}}) {
+        Case{5, 4, 16, 0.0, 128, 5}, Case{5, 4, 16, 0.0, 128, 9},
+        // Past kGroupRowsWidePairs (the wide numbering; 2,000 x 6 above too):
+        // spans not a multiple of 32, 384 and 1,024 groups (128 KB of counts).
+        Case{6001, 6, 384, 0.05, 8}, Case{6001, 6, 384, 0.05, 8, 4321}, Case{4100, 8, 1024, 0.0, 8},
+        Case{4097, 1, 48, 0.0, 8}}) {
     std::mt19937 rng(c.tokens + c.topk + c.groups);
     const std::vector<int32_t> routed = RandomRouting(c.tokens, c.topk, c.groups, c.invalid, rng);
     const int64_t pairs = c.tokens * c.topk;
