@@ -254,6 +254,9 @@ ABSL_FLAG(bool, bf16_route_swiglu, true,
 ABSL_FLAG(bool, bf16_route_tail_rows, false,
           "With the route's 256-row tile: an expert's last tile holds up to 32 rows past 256 "
           "(DeviceDecoderOptions::bf16_route_tail_rows; same bits).");
+ABSL_FLAG(bool, wide_group_rows, false,
+          "MoeGroupRows past 4,096 pairs numbered by each warp of its block in parallel "
+          "(DeviceDecoderOptions::wide_group_rows; same bits).");
 ABSL_FLAG(bool, bf16_route_deep_ring, true,
           "--bf16_route_register_a: the route's producer completes its copies on the ring's "
           "barriers, every free slot in flight (DeviceDecoderOptions::bf16_route_deep_ring; "
@@ -597,6 +600,7 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .bf16_route_x_rows = absl::GetFlag(FLAGS_bf16_route_x_rows),
           .bf16_route_swiglu = absl::GetFlag(FLAGS_bf16_route_swiglu),
           .bf16_route_tail_rows = absl::GetFlag(FLAGS_bf16_route_tail_rows),
+          .wide_group_rows = absl::GetFlag(FLAGS_wide_group_rows),
           .bf16_route_deep_ring = absl::GetFlag(FLAGS_bf16_route_deep_ring),
           .bf16_route_stage_scale_test = absl::GetFlag(FLAGS_bf16_route_stage_scale_test),
           .bf16_route_fit_tile_rows = absl::GetFlag(FLAGS_bf16_route_fit_tile_rows),

@@ -717,6 +717,12 @@ struct DeviceDecoderOptions {
   // in the forty-second session after its device calls: off until a GPU
   // runs its tests.
   bool bf16_route_tail_rows = false;
+  // MoeGroupRows' numbering past 4,096 pairs by each warp of its block in
+  // parallel (MoeGroupRowsParams::wide): the same offsets and rows, so the
+  // same bits; prefill chunks only (a decode step has fewer pairs). Built in
+  // the forty-second session after its device calls: off until a GPU runs
+  // moe_permute_test.
+  bool wide_group_rows = false;
   // With bf16_route_register_a: the route's producer completes its copies on
   // the ring's barriers, every free slot in flight
   // (Mxfp4Bf16GroupedGemmParams::deep_ring). The same bits; no faster on

@@ -546,7 +546,8 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
                                .dim = d,
                                .topk = k,
                                .num_groups = L.experts,
-                               .valid_tokens = !ep && layer < c.n_layers ? meta_d.valid : nullptr};
+                               .valid_tokens = !ep && layer < c.n_layers ? meta_d.valid : nullptr,
+                               .wide = options.wide_group_rows};
   // The fast experts read the grouped rows' FP8 form only. Without an
   // exchange the rows are h's, whose FP8 form the FFN's Collapse made (the
   // same ActQuantFp8 bits, row by row): gather those codes and scales and

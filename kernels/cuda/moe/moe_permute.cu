@@ -38,7 +38,7 @@ absl::Status MoeGroupRows(const MoeGroupRowsParams& p, cudaStream_t stream) {
         "with token_role)"));
   }
   const int64_t pairs = p.tokens * p.topk;
-  if (pairs > moe::kGroupRowsWidePairs) {  // each warp numbering its own span
+  if (p.wide && pairs > moe::kGroupRowsWidePairs) {  // each warp numbering its own span
     const int64_t smem = int64_t{moe::kGroupThreads / 32} * p.num_groups * 4;
     if (absl::Status s = AllowSharedBytes(moe::GroupRowsWideKernel, smem, "MoeGroupRows");
         !s.ok()) {

@@ -12,7 +12,7 @@ namespace weir::kernels::cuda::moe {
 
 inline constexpr int kGroupThreads = 1024;  // one thread per group
 inline constexpr int kCombineMaxTopk = 64;
-// Pairs past which MoeGroupRows numbers them by GroupRowsWideKernel (each
+// Pairs past which MoeGroupRows (with `wide`) numbers them by GroupRowsWideKernel (each
 // warp its own span, in parallel) instead of GroupRowsKernel (warp after
 // warp of each 1,024 pairs, a barrier between: 216 us a launch at the EP8
 // prefill chunk's 196,608 pairs, H200).

@@ -70,6 +70,12 @@ struct MoeGroupRowsParams {
   // MoeCombine reads them through pair_row as before.
   const int32_t* token_role = nullptr;
   int role_stride = 0;
+  // Past 4,096 pairs, number them with each warp of the block taking its
+  // own span in parallel (GroupRowsWideKernel) instead of warp after warp of
+  // every 1,024 pairs: the same offsets and rows (forty-second session, for
+  // the EP8 prefill chunk's 196,608 pairs, where the walk took 216 us a
+  // layer on an H200; not yet run on a GPU, so the caller's choice).
+  bool wide = false;
 };
 
 // True for tokens, dim, topk > 0, dim <= 65535 x 1024 (a row is spread over

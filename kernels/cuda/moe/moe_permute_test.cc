@@ -65,112 +65,119 @@ TEST(MoeGroupRowsCudaTest, GroupsAsTheCpuExecutorDoes) {
     int64_t dim;
     int64_t valid = -1;  // >= 0: *valid_tokens (the rest are padding rows)
   };
-  for (const Case& c :
-       {Case{1, 1, 1, 0.0, 8}, Case{300, 8, 256, 0.0, 64}, Case{2000, 6, 37, 0.1, 33},
-        Case{5, 4, 1024, 0.0, 128}, Case{3, 6, 48, 0.0, 2500},  // a row over 3 column blocks
-        // A decode step of 1 row padded to 8, other partial steps, none, all, past the end.
-        Case{8, 6, 48, 0.0, 64, 1}, Case{300, 8, 256, 0.0, 64, 299},
-        Case{2000, 6, 37, 0.1, 33, 1500}, Case{5, 4, 1024, 0.0, 128, 0},
-        Case{5, 4, 16, 0.0, 128, 5}, Case{5, 4, 16, 0.0, 128, 9},
-        // Past kGroupRowsWidePairs (the wide numbering; 2,000 x 6 above too):
-        // spans not a multiple of 32, 384 and 1,024 groups (128 KB of counts).
-        Case{6001, 6, 384, 0.05, 8}, Case{6001, 6, 384, 0.05, 8, 4321}, Case{4100, 8, 1024, 0.0, 8},
-        Case{4097, 1, 48, 0.0, 8}}) {
-    std::mt19937 rng(c.tokens + c.topk + c.groups);
-    const std::vector<int32_t> routed = RandomRouting(c.tokens, c.topk, c.groups, c.invalid, rng);
-    const int64_t pairs = c.tokens * c.topk;
-    // The CPU's view of a padded step: the padding rows' pairs go nowhere.
-    std::vector<int32_t> groups = routed;
-    if (c.valid >= 0) {
-      for (int64_t i = std::min(c.valid, c.tokens) * c.topk; i < pairs; ++i) groups[i] = -1;
-    }
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> x(c.tokens * c.dim), rw(pairs);
-    for (float& v : x) v = normal(rng);
-    for (float& v : rw) v = normal(rng);
-    std::vector<int64_t> want_off;
-    std::vector<int32_t> want_row;
-    ReferenceGrouping(groups, c.groups, &want_off, &want_row);
+  // Every case numbered both ways: warp after warp, and (wide) each warp
+  // its own span where the pairs pass kGroupRowsWidePairs.
+  for (const bool wide : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "wide " << wide);
+    for (const Case& c :
+         {Case{1, 1, 1, 0.0, 8}, Case{300, 8, 256, 0.0, 64}, Case{2000, 6, 37, 0.1, 33},
+          Case{5, 4, 1024, 0.0, 128}, Case{3, 6, 48, 0.0, 2500},  // a row over 3 column blocks
+          // A decode step of 1 row padded to 8, other partial steps, none, all, past the end.
+          Case{8, 6, 48, 0.0, 64, 1}, Case{300, 8, 256, 0.0, 64, 299},
+          Case{2000, 6, 37, 0.1, 33, 1500}, Case{5, 4, 1024, 0.0, 128, 0},
+          Case{5, 4, 16, 0.0, 128, 5}, Case{5, 4, 16, 0.0, 128, 9},
+          // Past kGroupRowsWidePairs (the wide numbering; 2,000 x 6 above too):
+          // spans not a multiple of 32, 384 and 1,024 groups (128 KB of counts).
+          Case{6001, 6, 384, 0.05, 8}, Case{6001, 6, 384, 0.05, 8, 4321},
+          Case{4100, 8, 1024, 0.0, 8}, Case{4097, 1, 48, 0.0, 8}}) {
+      std::mt19937 rng(c.tokens + c.topk + c.groups);
+      const std::vector<int32_t> routed = RandomRouting(c.tokens, c.topk, c.groups, c.invalid, rng);
+      const int64_t pairs = c.tokens * c.topk;
+      // The CPU's view of a padded step: the padding rows' pairs go nowhere.
+      std::vector<int32_t> groups = routed;
+      if (c.valid >= 0) {
+        for (int64_t i = std::min(c.valid, c.tokens) * c.topk; i < pairs; ++i) groups[i] = -1;
+      }
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      std::vector<float> x(c.tokens * c.dim), rw(pairs);
+      for (float& v : x) v = normal(rng);
+      for (float& v : rw) v = normal(rng);
+      std::vector<int64_t> want_off;
+      std::vector<int32_t> want_row;
+      ReferenceGrouping(groups, c.groups, &want_off, &want_row);
 
-    DeviceBuffer<int32_t> dgroups(routed), drow(pairs);
-    DeviceBuffer<float> dx(x), drw(rw), dxg(pairs * c.dim), dwg(pairs);
-    DeviceBuffer<int64_t> doff(c.groups + 1), dvalid(std::vector<int64_t>{c.valid});
-    drow.Poison();
-    doff.Poison();
-    ASSERT_TRUE(MoeGroupRows({.groups = dgroups.get(),
-                              .x = dx.get(),
-                              .route_weight = drw.get(),
-                              .group_offsets = doff.get(),
-                              .pair_row = drow.get(),
-                              .x_grouped = dxg.get(),
-                              .weight_grouped = dwg.get(),
-                              .tokens = c.tokens,
-                              .dim = c.dim,
-                              .topk = c.topk,
-                              .num_groups = c.groups,
-                              .valid_tokens = c.valid >= 0 ? dvalid.get() : nullptr},
-                             nullptr)
-                    .ok());
-    ASSERT_TRUE(Synced());
-    EXPECT_EQ(doff.Download(), want_off) << c.tokens << "x" << c.topk << " groups " << c.groups;
-    EXPECT_EQ(drow.Download(), want_row) << c.tokens << "x" << c.topk << " groups " << c.groups;
-    const std::vector<float> xg = dxg.Download(), wg = dwg.Download();
-    for (int64_t i = 0; i < pairs; ++i) {
-      if (want_row[i] < 0) continue;
-      const int64_t r = want_row[i], t = i / c.topk;
-      ASSERT_TRUE(std::equal(x.begin() + t * c.dim, x.begin() + (t + 1) * c.dim,
-                             xg.begin() + r * c.dim))
-          << "pair " << i;
-      ASSERT_EQ(wg[r], rw[i]) << "pair " << i;
+      DeviceBuffer<int32_t> dgroups(routed), drow(pairs);
+      DeviceBuffer<float> dx(x), drw(rw), dxg(pairs * c.dim), dwg(pairs);
+      DeviceBuffer<int64_t> doff(c.groups + 1), dvalid(std::vector<int64_t>{c.valid});
+      drow.Poison();
+      doff.Poison();
+      ASSERT_TRUE(MoeGroupRows({.groups = dgroups.get(),
+                                .x = dx.get(),
+                                .route_weight = drw.get(),
+                                .group_offsets = doff.get(),
+                                .pair_row = drow.get(),
+                                .x_grouped = dxg.get(),
+                                .weight_grouped = dwg.get(),
+                                .tokens = c.tokens,
+                                .dim = c.dim,
+                                .topk = c.topk,
+                                .num_groups = c.groups,
+                                .valid_tokens = c.valid >= 0 ? dvalid.get() : nullptr,
+                                .wide = wide},
+                               nullptr)
+                      .ok());
+      ASSERT_TRUE(Synced());
+      EXPECT_EQ(doff.Download(), want_off) << c.tokens << "x" << c.topk << " groups " << c.groups;
+      EXPECT_EQ(drow.Download(), want_row) << c.tokens << "x" << c.topk << " groups " << c.groups;
+      const std::vector<float> xg = dxg.Download(), wg = dwg.Download();
+      for (int64_t i = 0; i < pairs; ++i) {
+        if (want_row[i] < 0) continue;
+        const int64_t r = want_row[i], t = i / c.topk;
+        ASSERT_TRUE(
+            std::equal(x.begin() + t * c.dim, x.begin() + (t + 1) * c.dim, xg.begin() + r * c.dim))
+            << "pair " << i;
+        ASSERT_EQ(wg[r], rw[i]) << "pair " << i;
+      }
+      // Role-major (token_role): the same pairs grouped by group + groups x
+      // role, so role 0's rows come first, then role 1's, each as the CPU
+      // executor numbers a group's rows; x and weights follow the rows.
+      if (2 * c.groups > kMoeGroupRowsMaxGroups) continue;
+      std::vector<int32_t> roles(c.tokens), by_role(pairs);
+      for (int32_t& r : roles) r = static_cast<int32_t>(rng() % 2);
+      for (int64_t i = 0; i < pairs; ++i) {
+        by_role[i] =
+            groups[i] >= 0 && groups[i] < c.groups ? groups[i] + c.groups * roles[i / c.topk] : -1;
+      }
+      std::vector<int64_t> role_off;
+      std::vector<int32_t> role_row;
+      ReferenceGrouping(by_role, 2 * c.groups, &role_off, &role_row);
+      DeviceBuffer<int32_t> droles(roles);
+      DeviceBuffer<int64_t> doff2(2 * c.groups + 1);
+      drow.Poison();
+      doff2.Poison();
+      dxg.Poison();
+      dwg.Poison();
+      MoeGroupRowsParams major{.groups = dgroups.get(),
+                               .x = dx.get(),
+                               .route_weight = drw.get(),
+                               .group_offsets = doff2.get(),
+                               .pair_row = drow.get(),
+                               .x_grouped = dxg.get(),
+                               .weight_grouped = dwg.get(),
+                               .tokens = c.tokens,
+                               .dim = c.dim,
+                               .topk = c.topk,
+                               .num_groups = 2 * c.groups,
+                               .valid_tokens = c.valid >= 0 ? dvalid.get() : nullptr,
+                               .token_role = droles.get(),
+                               .role_stride = c.groups,
+                               .wide = wide};
+      ASSERT_TRUE(MoeGroupRows(major, nullptr).ok());
+      ASSERT_TRUE(Synced());
+      EXPECT_EQ(doff2.Download(), role_off) << "role-major, " << c.tokens << "x" << c.topk;
+      EXPECT_EQ(drow.Download(), role_row) << "role-major, " << c.tokens << "x" << c.topk;
+      const std::vector<float> xg2 = dxg.Download(), wg2 = dwg.Download();
+      for (int64_t i = 0; i < pairs; ++i) {
+        if (role_row[i] < 0) continue;
+        const int64_t r = role_row[i], t = i / c.topk;
+        ASSERT_TRUE(
+            std::equal(x.begin() + t * c.dim, x.begin() + (t + 1) * c.dim, xg2.begin() + r * c.dim))
+            << "role-major pair " << i;
+        ASSERT_EQ(wg2[r], rw[i]) << "role-major pair " << i;
+      }
+      major.num_groups = c.groups;  // must be twice the stride
+      EXPECT_FALSE(SupportsMoeGroupRows(major));
     }
-    // Role-major (token_role): the same pairs grouped by group + groups x
-    // role, so role 0's rows come first, then role 1's, each as the CPU
-    // executor numbers a group's rows; x and weights follow the rows.
-    if (2 * c.groups > kMoeGroupRowsMaxGroups) continue;
-    std::vector<int32_t> roles(c.tokens), by_role(pairs);
-    for (int32_t& r : roles) r = static_cast<int32_t>(rng() % 2);
-    for (int64_t i = 0; i < pairs; ++i) {
-      by_role[i] =
-          groups[i] >= 0 && groups[i] < c.groups ? groups[i] + c.groups * roles[i / c.topk] : -1;
-    }
-    std::vector<int64_t> role_off;
-    std::vector<int32_t> role_row;
-    ReferenceGrouping(by_role, 2 * c.groups, &role_off, &role_row);
-    DeviceBuffer<int32_t> droles(roles);
-    DeviceBuffer<int64_t> doff2(2 * c.groups + 1);
-    drow.Poison();
-    doff2.Poison();
-    dxg.Poison();
-    dwg.Poison();
-    MoeGroupRowsParams major{.groups = dgroups.get(),
-                             .x = dx.get(),
-                             .route_weight = drw.get(),
-                             .group_offsets = doff2.get(),
-                             .pair_row = drow.get(),
-                             .x_grouped = dxg.get(),
-                             .weight_grouped = dwg.get(),
-                             .tokens = c.tokens,
-                             .dim = c.dim,
-                             .topk = c.topk,
-                             .num_groups = 2 * c.groups,
-                             .valid_tokens = c.valid >= 0 ? dvalid.get() : nullptr,
-                             .token_role = droles.get(),
-                             .role_stride = c.groups};
-    ASSERT_TRUE(MoeGroupRows(major, nullptr).ok());
-    ASSERT_TRUE(Synced());
-    EXPECT_EQ(doff2.Download(), role_off) << "role-major, " << c.tokens << "x" << c.topk;
-    EXPECT_EQ(drow.Download(), role_row) << "role-major, " << c.tokens << "x" << c.topk;
-    const std::vector<float> xg2 = dxg.Download(), wg2 = dwg.Download();
-    for (int64_t i = 0; i < pairs; ++i) {
-      if (role_row[i] < 0) continue;
-      const int64_t r = role_row[i], t = i / c.topk;
-      ASSERT_TRUE(
-          std::equal(x.begin() + t * c.dim, x.begin() + (t + 1) * c.dim, xg2.begin() + r * c.dim))
-          << "role-major pair " << i;
-      ASSERT_EQ(wg2[r], rw[i]) << "role-major pair " << i;
-    }
-    major.num_groups = c.groups;  // must be twice the stride
-    EXPECT_FALSE(SupportsMoeGroupRows(major));
   }
 }
 
