@@ -5,10 +5,12 @@
 # check_steps.sh):
 #   1. tests: the bf16 route's kernel test (the 256-row tile's 32-row tail,
 #      tail_rows, among its forms, and the gate / up / SwiGLU launch with
-#      it) and the decoder's route-form case (form 11 the tail);
+#      it), the decoder's route-form case (form 11 the tail) and
+#      moe_permute_test (MoeGroupRows' wide numbering, every case both ways);
 #   2. the EP8 prefill chunk with the defaults (the gate / up / SwiGLU
-#      launch on since the forty-second session) and with the tail
-#      (--bf16_route_tail_rows), two rounds;
+#      launch on since the forty-second session), with the tail
+#      (--bf16_route_tail_rows) and with the wide numbering
+#      (--wide_group_rows), two rounds;
 #   3. the route's bench at the chunk's shape (32,768 tokens: 513 rows an
 #      expert, so the tail takes every expert's third tile away);
 #   4. EP8 decode at context 4,096, batches 1 and 64, the context filled by
@@ -20,7 +22,8 @@
 #      21 of the third's cases under the forty-first session's defaults).
 # Bundle (here, a few minutes with a warm cache):
 #   BUNDLE_TARGETS="//worker/model:device_decoder_fast_test //tools/bench:decode_gpu
-#     //kernels/cuda/moe:mxfp4_grouped_gemm_bench //kernels/cuda/moe:mxfp4_bf16_gemm_sm90_test"
+#     //kernels/cuda/moe:mxfp4_grouped_gemm_bench //kernels/cuda/moe:mxfp4_bf16_gemm_sm90_test
+#     //kernels/cuda/moe:moe_permute_test"
 #     tools/gpu/bundle.sh
 #   tools/gpu/route_check.sh [RESULTS]
 set -uo pipefail
@@ -65,9 +68,11 @@ budget_step route_kernel_test 120 "${bundle}/bin/kernels_cuda_moe_mxfp4_bf16_gem
   || status=1
 budget_step device_decoder_fast_test 120 "${bundle}/bin/worker_model_device_decoder_fast_test" \
   --gtest_filter='*RouteForms*:*RouteSwiglu*' || status=1
+budget_step moe_permute_test 60 "${bundle}/bin/kernels_cuda_moe_moe_permute_test" || status=1
 # The chunk's forms, NAME:FLAG (the defaults' row names a default value), two
 # rounds in turn.
-chunk_forms=(defaults:--bf16_route_tail_rows=false tail:--bf16_route_tail_rows=true)
+chunk_forms=(defaults:--bf16_route_tail_rows=false tail:--bf16_route_tail_rows=true
+  wide:--wide_group_rows=true)
 for round in "" _2; do
   for form in "${chunk_forms[@]}"; do
     budget_step "chunk_${form%%:*}${round}" 90 "${decode}" "${slice[@]}" "${form#*:}"
