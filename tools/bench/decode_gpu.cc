@@ -257,6 +257,9 @@ ABSL_FLAG(bool, bf16_route_tail_rows, false,
 ABSL_FLAG(bool, wide_group_rows, false,
           "MoeGroupRows past 4,096 pairs numbered by each warp of its block in parallel "
           "(DeviceDecoderOptions::wide_group_rows; same bits).");
+ABSL_FLAG(bool, combine_vec16, false,
+          "MoeCombine over prefill's whole rows 16 bytes of columns a thread "
+          "(DeviceDecoderOptions::combine_vec16; same bits).");
 ABSL_FLAG(bool, bf16_route_deep_ring, true,
           "--bf16_route_register_a: the route's producer completes its copies on the ring's "
           "barriers, every free slot in flight (DeviceDecoderOptions::bf16_route_deep_ring; "
@@ -601,6 +604,7 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .bf16_route_swiglu = absl::GetFlag(FLAGS_bf16_route_swiglu),
           .bf16_route_tail_rows = absl::GetFlag(FLAGS_bf16_route_tail_rows),
           .wide_group_rows = absl::GetFlag(FLAGS_wide_group_rows),
+          .combine_vec16 = absl::GetFlag(FLAGS_combine_vec16),
           .bf16_route_deep_ring = absl::GetFlag(FLAGS_bf16_route_deep_ring),
           .bf16_route_stage_scale_test = absl::GetFlag(FLAGS_bf16_route_stage_scale_test),
           .bf16_route_fit_tile_rows = absl::GetFlag(FLAGS_bf16_route_fit_tile_rows),

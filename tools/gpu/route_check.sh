@@ -6,11 +6,12 @@
 #   1. tests: the bf16 route's kernel test (the 256-row tile's 32-row tail,
 #      tail_rows, among its forms, and the gate / up / SwiGLU launch with
 #      it), the decoder's route-form case (form 11 the tail) and
-#      moe_permute_test (MoeGroupRows' wide numbering, every case both ways);
+#      moe_permute_test (MoeGroupRows' wide numbering, every case both ways;
+#      MoeCombine's vec16 rows);
 #   2. the EP8 prefill chunk with the defaults (the gate / up / SwiGLU
 #      launch on since the forty-second session), with the tail
-#      (--bf16_route_tail_rows) and with the wide numbering
-#      (--wide_group_rows), two rounds;
+#      (--bf16_route_tail_rows), with the wide numbering (--wide_group_rows)
+#      and with the combine's 16-byte columns (--combine_vec16), two rounds;
 #   3. the route's bench at the chunk's shape (32,768 tokens: 513 rows an
 #      expert, so the tail takes every expert's third tile away);
 #   4. EP8 decode at context 4,096, batches 1 and 64, the context filled by
@@ -72,7 +73,7 @@ budget_step moe_permute_test 60 "${bundle}/bin/kernels_cuda_moe_moe_permute_test
 # The chunk's forms, NAME:FLAG (the defaults' row names a default value), two
 # rounds in turn.
 chunk_forms=(defaults:--bf16_route_tail_rows=false tail:--bf16_route_tail_rows=true
-  wide:--wide_group_rows=true)
+  wide:--wide_group_rows=true vec16:--combine_vec16=true)
 for round in "" _2; do
   for form in "${chunk_forms[@]}"; do
     budget_step "chunk_${form%%:*}${round}" 90 "${decode}" "${slice[@]}" "${form#*:}"

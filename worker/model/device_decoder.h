@@ -723,6 +723,10 @@ struct DeviceDecoderOptions {
   // the forty-second session after its device calls: off until a GPU runs
   // moe_permute_test.
   bool wide_group_rows = false;
+  // MoeCombine over prefill's whole rows 16 bytes of columns a thread
+  // (MoeCombineParams::vec16): the same sums; built in the forty-second
+  // session after its device calls, off until a GPU runs moe_permute_test.
+  bool combine_vec16 = false;
   // With bf16_route_register_a: the route's producer completes its copies on
   // the ring's barriers, every free slot in flight
   // (Mxfp4Bf16GroupedGemmParams::deep_ring). The same bits; no faster on

@@ -740,7 +740,8 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
        .tokens = b,
        .dim = d,
        .topk = k,
-       .round_bf16 = bf16()},
+       .round_bf16 = bf16(),
+       .vec16 = options.combine_vec16},
       stream);
 }
 

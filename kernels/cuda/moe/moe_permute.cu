@@ -1,11 +1,12 @@
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/launch_status.h"
 #include "kernels/cuda/moe/moe_permute.cuh"
 #include "kernels/cuda/moe/moe_permute.h"
-#include "kernels/cuda/launch_status.h"
 
 namespace weir::kernels::cuda {
 
@@ -87,6 +88,26 @@ absl::Status MoeCombine(const MoeCombineParams& p, cudaStream_t stream) {
   const int64_t chunk = moe::CombineChunk(p.tokens, p.dim);
   const unsigned chunks = static_cast<unsigned>((p.dim + chunk - 1) / chunk);
   const dim3 grid(static_cast<unsigned>(p.tokens), chunks);
+  // Prefill's whole rows: 16 bytes of columns a thread (the same sums), where
+  // the row and the arrays allow it; the block only as wide as a row needs.
+  const void* y = p.y_grouped_bf16 != nullptr ? static_cast<const void*>(p.y_grouped_bf16)
+                                              : static_cast<const void*>(p.y_grouped);
+  const int64_t per_load = p.y_grouped_bf16 != nullptr ? 8 : 4;
+  if (p.vec16 && chunk >= p.dim && p.dim % per_load == 0 && Aligned16(y) && Aligned16(p.out) &&
+      (p.shared == nullptr || Aligned16(p.shared))) {
+    const int64_t lanes = (p.dim / per_load + 31) / 32 * 32;
+    const unsigned threads = static_cast<unsigned>(
+        std::min<int64_t>(moe::kRowChunk, std::max<int64_t>(lanes, (p.topk + 31) / 32 * 32)));
+    if (p.y_grouped_bf16 != nullptr) {
+      moe::CombineKernel<uint16_t, true>
+          <<<grid, threads, 0, stream>>>(p.y_grouped_bf16, p.pair_row, p.experts, p.shared, p.out,
+                                         p.dim, p.topk, p.round_bf16, chunk);
+    } else {
+      moe::CombineKernel<float, true><<<grid, threads, 0, stream>>>(
+          p.y_grouped, p.pair_row, p.experts, p.shared, p.out, p.dim, p.topk, p.round_bf16, chunk);
+    }
+    return LaunchStatus("MoeCombine");
+  }
   if (p.y_grouped_bf16 != nullptr) {
     moe::CombineKernel<<<grid, static_cast<unsigned>(moe::kRowChunk), 0, stream>>>(
         p.y_grouped_bf16, p.pair_row, p.experts, p.shared, p.out, p.dim, p.topk, p.round_bf16,

@@ -257,11 +257,28 @@ __device__ __forceinline__ float CombineValue(uint16_t bits) {
   return __uint_as_float(static_cast<uint32_t>(bits) << 16);
 }
 
+// Element e (0 - 7 for bf16 bits, 0 - 3 for fp32) of a 16-byte load of
+// expert outputs, as the combine adds it (CombineValue's value).
+template <typename Y>
+__device__ __forceinline__ float CombineValueOf(const uint4& v, int e) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  if constexpr (sizeof(Y) == 2) {
+    const uint32_t word = w[e >> 1];
+    return __uint_as_float((e & 1) != 0 ? word & 0xFFFF0000u : word << 16);
+  } else {
+    return __uint_as_float(w[e]);
+  }
+}
+
 // Y: float (y_grouped) or uint16_t (y_grouped_bf16's bits).
 // `chunk`: the columns a block sums (kRowChunk for decode's few tokens, the
 // whole row for prefill's many: the token's ids and their sort paid once a
-// row instead of once a 1,024 columns; the same sums).
-template <typename Y>
+// row instead of once a 1,024 columns; the same sums). kVec16 (prefill's
+// whole rows; dim a multiple of a 16-byte load's elements, the arrays
+// 16-byte aligned): a thread sums 16 bytes of columns of each row at a time
+// (8 bf16 or 4 fp32: one load a row, four rows' loads in flight) instead of
+// one column, each column's additions in the same order, so the same sums.
+template <typename Y, bool kVec16 = false>
 __global__ void CombineKernel(const Y* __restrict__ y_grouped, const int32_t* __restrict__ pair_row,
                               const int32_t* __restrict__ experts, const float* __restrict__ shared,
                               float* __restrict__ out, int64_t dim, int topk, bool round_bf16,
@@ -298,6 +315,45 @@ __global__ void CombineKernel(const Y* __restrict__ y_grouped, const int32_t* __
   __syncthreads();
   const int n = s_n;
   const int64_t end = min(dim, (static_cast<int64_t>(blockIdx.y) + 1) * chunk);
+  if constexpr (kVec16) {
+    constexpr int kV = 16 / static_cast<int>(sizeof(Y));  // columns a load
+    for (int64_t c = blockIdx.y * chunk + threadIdx.x * kV; c < end;
+         c += static_cast<int64_t>(blockDim.x) * kV) {
+      float acc[kV];
+#pragma unroll
+      for (int e = 0; e < kV; ++e) acc[e] = 0.0f;
+      for (int j0 = 0; j0 < n; j0 += 4) {
+        uint4 v[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          v[j] = j0 + j < n ? *reinterpret_cast<const uint4*>(
+                                  y_grouped + static_cast<int64_t>(s_row[j0 + j]) * dim + c)
+                            : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          if (j0 + j < n) {
+#pragma unroll
+            for (int e = 0; e < kV; ++e) acc[e] = __fadd_rn(acc[e], CombineValueOf<Y>(v[j], e));
+          }
+        }
+      }
+#pragma unroll
+      for (int q = 0; q < kV / 4; ++q) {  // 4 fp32 outputs a store
+        float4 o = make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
+        if (shared != nullptr) {
+          const float4 sh = *reinterpret_cast<const float4*>(shared + t * dim + c + 4 * q);
+          o = make_float4(__fadd_rn(o.x, sh.x), __fadd_rn(o.y, sh.y), __fadd_rn(o.z, sh.z),
+                          __fadd_rn(o.w, sh.w));
+        }
+        if (round_bf16) {
+          o = make_float4(RoundToBf16(o.x), RoundToBf16(o.y), RoundToBf16(o.z), RoundToBf16(o.w));
+        }
+        *reinterpret_cast<float4*>(out + t * dim + c + 4 * q) = o;
+      }
+    }
+    return;
+  }
   for (int64_t c = blockIdx.y * chunk + threadIdx.x; c < end; c += blockDim.x) {
     // Up to 8 rows' loads in flight before their additions (in order: the
     // same sum).

@@ -298,8 +298,10 @@ TEST(MoeCombineCudaTest, BitIdenticalToTheCpuSum) {
   for (bool bf16 : {false, true}) {
     for (bool with_shared : {false, true}) {
       // 2500: a row over 3 column blocks of the kernel (77 tokens) or one
-      // block walking it (600: CombineChunk's whole rows).
-      for (const int64_t dim : {int64_t{300}, int64_t{2500}}) {
+      // block walking it (600: CombineChunk's whole rows); 2056 and 8200 at
+      // 600 tokens: the whole rows 16 bytes of columns a thread (8200: more
+      // than one pass of the block's 1,024 threads over a bf16 row).
+      for (const int64_t dim : {int64_t{300}, int64_t{2500}, int64_t{2056}, int64_t{8200}}) {
         for (const int64_t tokens : {int64_t{77}, int64_t{600}}) {
           const int topk = 6, experts = 20;
           std::mt19937 rng(bf16 * 2 + with_shared);
@@ -337,7 +339,11 @@ TEST(MoeCombineCudaTest, BitIdenticalToTheCpuSum) {
           DeviceBuffer<float> dyg(yg), dshared(shared), out(tokens * dim);
           DeviceBuffer<uint16_t> dyg16(yg16);
           DeviceBuffer<int32_t> drow(pair_row), dids(ids);
-          for (const bool from_bf16 : {false, true}) {
+          for (int form = 0; form < 4; ++form) {
+            // The outputs' two forms, each summed a column a thread and 16
+            // bytes of columns a thread (vec16: taken for the whole rows of
+            // 600 tokens where dim allows).
+            const bool from_bf16 = form % 2 == 1, vec16 = form >= 2;
             out.Poison();
             ASSERT_TRUE(MoeCombine({.y_grouped = from_bf16 ? nullptr : dyg.get(),
                                     .y_grouped_bf16 = from_bf16 ? dyg16.get() : nullptr,
@@ -348,14 +354,16 @@ TEST(MoeCombineCudaTest, BitIdenticalToTheCpuSum) {
                                     .tokens = tokens,
                                     .dim = dim,
                                     .topk = topk,
-                                    .round_bf16 = bf16},
+                                    .round_bf16 = bf16,
+                                    .vec16 = vec16},
                                    nullptr)
                             .ok());
             ASSERT_TRUE(Synced());
             const std::vector<float> got = out.Download();
             EXPECT_EQ(BitMismatches(got, want), 0)
                 << "bf16 " << bf16 << " shared " << with_shared << " dim " << dim
-                << " outputs from bf16 " << from_bf16 << ", max abs err " << MaxAbsError(got, want);
+                << " outputs from bf16 " << from_bf16 << " vec16 " << vec16 << ", max abs err "
+                << MaxAbsError(got, want);
           }
         }
       }
