@@ -257,6 +257,9 @@ ABSL_FLAG(bool, bf16_route_tail_rows, false,
 ABSL_FLAG(bool, wide_group_rows, false,
           "MoeGroupRows past 4,096 pairs numbered by each warp of its block in parallel "
           "(DeviceDecoderOptions::wide_group_rows; same bits).");
+ABSL_FLAG(bool, bf16_cutlass_fit_tile, false,
+          "With --bf16_cutlass: CUTLASS's tile over W rows chosen for each product's waves "
+          "(DeviceDecoderOptions::bf16_cutlass_fit_tile; same bits).");
 ABSL_FLAG(bool, combine_vec16, false,
           "MoeCombine over prefill's whole rows 16 bytes of columns a thread "
           "(DeviceDecoderOptions::combine_vec16; same bits).");
@@ -615,6 +618,7 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .bf16_ws_m256 = absl::GetFlag(FLAGS_bf16_ws_m256),
           .bf16_ws_m256_large = absl::GetFlag(FLAGS_bf16_ws_m256_large),
           .bf16_cutlass = absl::GetFlag(FLAGS_bf16_cutlass),
+          .bf16_cutlass_fit_tile = absl::GetFlag(FLAGS_bf16_cutlass_fit_tile),
           .prompt_bf16_gate = absl::GetFlag(FLAGS_prompt_bf16_gate),
           .prompt_gate_norm_bf16 = absl::GetFlag(FLAGS_prompt_gate_norm_bf16),
           .prompt_norm_dequant_bf16 = absl::GetFlag(FLAGS_prompt_norm_dequant_bf16),

@@ -806,6 +806,13 @@ struct DeviceDecoderOptions {
   // 0.66, the EP8 chunk 0.567 -> 0.535 s over the unsplit products (H100,
   // thirty-eighth session).
   bool bf16_cutlass = true;
+  // With bf16_cutlass: CUTLASS's CTA tile over W rows chosen for the
+  // product's waves (Bf16GemmParams::cutlass_tile_n -1: 128 x 128 where the
+  // 128 x 256 tiles leave a wave's SMs idle, e.g. wkv and wq_a at a 4,096-row
+  // chunk, most products at shorter chunks). The same bits. Built in the
+  // forty-second session after its device calls: off until a GPU runs
+  // bf16_gemm_cutlass_test.
+  bool bf16_cutlass_fit_tile = false;
   // With prompt_bf16_linears and bf16 activations: the prompt rows' gate
   // logits as one bf16 GEMM (the unsplit Bf16Gemm, or CUTLASS's where
   // bf16_cutlass takes it) instead of MoeGateLogits, for gates whose weight

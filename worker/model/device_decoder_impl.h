@@ -971,6 +971,11 @@ struct DeviceDecoder::Impl {
         dense::ResolveBf16GemmTile(p) == dense::Fp8GemmTile::kN128M128Ws &&
         dense::Bf16GemmCutlassTakes(p)) {
       ++cutlass_products;
+      if (options.bf16_cutlass_fit_tile) {  // the tile over W rows for the shape's waves
+        dense::Bf16GemmParams fit = p;
+        fit.cutlass_tile_n = -1;
+        return dense::Bf16GemmCutlass(fit, stream);
+      }
       return dense::Bf16GemmCutlass(p, stream);
     }
     return dense::Bf16Gemm(p, stream);

@@ -44,7 +44,7 @@ struct RoundedToBf16<cutlass::Array<T, N>> {
 // as a column-major k x n, K-major), Y [m, n] row-major with its own row
 // stride; groups as CUTLASS's batch mode L. No source C: y = 1 x the sums,
 // or with kRound (fp32 y only) the sums rounded to bf16 values.
-template <typename ElementD, bool kRound = false>
+template <typename ElementD, bool kRound = false, int kTileN = 256>
 struct CutlassBf16 {
   using ElementA = cutlass::bfloat16_t;
   using ElementB = cutlass::bfloat16_t;
@@ -53,7 +53,7 @@ struct CutlassBf16 {
   using LayoutD = cutlass::layout::RowMajor;
   static constexpr int kAlignA = 8, kAlignB = 8;
   static constexpr int kAlignD = 16 / static_cast<int>(sizeof(ElementD));
-  using TileShape = cute::Shape<cute::_128, cute::_256, cute::_64>;
+  using TileShape = cute::Shape<cute::_128, cute::Int<kTileN>, cute::_64>;
   using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
   static constexpr auto kRn = cutlass::FloatRoundStyle::round_to_nearest;
   using Fusion = cute::conditional_t<
@@ -80,9 +80,9 @@ struct CutlassBf16 {
 
 std::string CutlassError(cutlass::Status s) { return cutlassGetStatusString(s); }
 
-template <typename ElementD, bool kRound = false>
+template <typename ElementD, bool kRound = false, int kTileN = 256>
 absl::Status Run(const Bf16GemmParams& p, cudaStream_t stream) {
-  using G = CutlassBf16<ElementD, kRound>;
+  using G = CutlassBf16<ElementD, kRound, kTileN>;
   using Gemm = typename G::Gemm;
   const int64_t ldy = p.y_row_stride != 0 ? p.y_row_stride : p.n;
   const int64_t x_group = p.x_group_stride != 0 ? p.x_group_stride : p.m * p.k;
@@ -149,6 +149,19 @@ absl::Status Bf16GemmCutlass(const Bf16GemmParams& p, cudaStream_t stream) {
     return absl::InternalError(absl::StrCat(kWhat, ": no device"));
   }
   if (major != 9) return absl::UnimplementedError(absl::StrCat(kWhat, ": built for sm_90a only"));
+  int tile_n = p.cutlass_tile_n == 0 ? 256 : p.cutlass_tile_n;
+  if (tile_n == -1) {
+    int sms = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+      return absl::InternalError(absl::StrCat(kWhat, ": no SM count"));
+    }
+    tile_n = Bf16GemmCutlassTileN(p.m, p.n, p.groups, sms);
+  }
+  if (tile_n == 128) {
+    if (p.output == Fp8GemmOutput::kBf16) return Run<cutlass::bfloat16_t, false, 128>(p, stream);
+    if (p.output == Fp8GemmOutput::kF32RoundedBf16) return Run<float, true, 128>(p, stream);
+    return Run<float, false, 128>(p, stream);
+  }
   if (p.output == Fp8GemmOutput::kBf16) return Run<cutlass::bfloat16_t>(p, stream);
   if (p.output == Fp8GemmOutput::kF32RoundedBf16) return Run<float, true>(p, stream);
   return Run<float>(p, stream);

@@ -2,7 +2,8 @@
 //
 // Bf16GemmCutlass: Bf16Gemm's product (bf16_gemm_params.h: Y [m, n] =
 // X [m, k] * W [n, k]^T, X and W in bf16, fp32 sums) on CUTLASS's Hopper GEMM
-// (the pinned CUTLASS 4.2 headers): a 128 x 256 x 64 tile, TMA loads
+// (the pinned CUTLASS 4.2 headers): a 128 x 256 x 64 tile (or 128 x 128 x 64,
+// Bf16GemmParams::cutlass_tile_n), TMA loads
 // multicast over a cluster of two CTAs, two consumer warpgroups of
 // wgmma m64n256k16, persistent data-parallel tiles (never split-K or
 // stream-K). Each element is one fp32 chain over K in order, a wgmma of 16

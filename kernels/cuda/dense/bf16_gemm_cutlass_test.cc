@@ -51,7 +51,8 @@ struct Shape {
   int groups;
 };
 
-// CUTLASS against Bf16Gemm (k_splits 1) on the same device operands.
+// CUTLASS against Bf16Gemm (k_splits 1) on the same device operands, over
+// both CTA tiles (cutlass_tile_n 256 and 128) and the shape's own choice.
 TEST(Bf16GemmCutlassTest, GivesTheUnsplitProductsBits) {
   std::mt19937 rng(2027);
   for (const Shape& s :
@@ -78,15 +79,20 @@ TEST(Bf16GemmCutlassTest, GivesTheUnsplitProductsBits) {
       ASSERT_TRUE(Bf16Gemm(p, nullptr).ok());
       p.y = got.get();
       ASSERT_TRUE(Bf16GemmCutlassTakes(p));
-      const absl::Status st = Bf16GemmCutlass(p, nullptr);
-      ASSERT_TRUE(st.ok()) << st;
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      int64_t zeros = 0;
-      EXPECT_EQ(
-          Differing(want.Download(), got.Download(), count, Fp8GemmOutputBytes(output), &zeros), 0)
-          << "m " << s.m << " n " << s.n << " k " << s.k << " groups " << s.groups << " output "
-          << static_cast<int>(output);
-      EXPECT_LE(zeros, count / 1000) << "more signed zeros than chance gives";
+      for (const int tile_n : {0, 128, -1}) {
+        got.Poison(0xFF);
+        p.cutlass_tile_n = tile_n;
+        const absl::Status st = Bf16GemmCutlass(p, nullptr);
+        ASSERT_TRUE(st.ok()) << st;
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        int64_t zeros = 0;
+        EXPECT_EQ(
+            Differing(want.Download(), got.Download(), count, Fp8GemmOutputBytes(output), &zeros),
+            0)
+            << "m " << s.m << " n " << s.n << " k " << s.k << " groups " << s.groups << " output "
+            << static_cast<int>(output) << " tile n " << tile_n;
+        EXPECT_LE(zeros, count / 1000) << "more signed zeros than chance gives";
+      }
     }
   }
 }

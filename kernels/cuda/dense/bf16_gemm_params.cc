@@ -82,6 +82,17 @@ bool Bf16GemmCutlassTakes(const Bf16GemmParams& p) {
          reinterpret_cast<uintptr_t>(p.y) % 16 == 0;
 }
 
+int Bf16GemmCutlassTileN(int64_t m, int64_t n, int groups, int sms) {
+  if (m <= 0 || n <= 0 || groups <= 0 || sms <= 0) return 256;
+  const auto waves = [&](int64_t tile_n) {
+    const int64_t tiles = (m + 127) / 128 * ((n + tile_n - 1) / tile_n) * groups;
+    return (tiles + sms - 1) / sms;
+  };
+  return static_cast<double>(waves(128)) * kBf16CutlassTile128Cost < static_cast<double>(waves(256))
+             ? 128
+             : 256;
+}
+
 absl::Status CheckBf16GemmParams(const Bf16GemmParams& p) {
   if (p.x == nullptr || (p.w == nullptr) == (p.w_codes == nullptr) || p.y == nullptr) {
     return absl::InvalidArgumentError("Bf16Gemm: null pointer (or both w and w_codes)");
@@ -149,6 +160,11 @@ absl::Status CheckBf16GemmParams(const Bf16GemmParams& p) {
                                                    " outside [1, ", num_kt,
                                                    "] or groups x "
                                                    "k_splits above 65535"));
+  }
+  if (p.cutlass_tile_n != -1 && p.cutlass_tile_n != 0 && p.cutlass_tile_n != 128 &&
+      p.cutlass_tile_n != 256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Bf16Gemm: cutlass_tile_n ", p.cutlass_tile_n, " (-1, 0, 128 or 256)"));
   }
   if (p.k_splits > 1 && p.split_scratch == nullptr) {
     return absl::InvalidArgumentError("Bf16Gemm: k_splits > 1 needs split_scratch");

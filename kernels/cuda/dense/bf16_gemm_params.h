@@ -98,6 +98,12 @@ struct Bf16GemmParams {
   // tile's first stages while the consumers store the last tile and no CTA
   // pays a launch and an empty ring a tile. The same bits; a choice of speed.
   bool ws_persistent = false;
+  // Bf16GemmCutlass's CTA tile over W rows: 0 or 256 (the 128 x 256 tile),
+  // 128 (128 x 128: twice the tiles, for products whose 128 x 256 tiles
+  // leave most of a wave's SMs idle), or -1 (Bf16GemmCutlassTileN's choice
+  // for the call's shape). Each element is the same K chain of wgmma steps
+  // of 16 products in order either way, so the same bits; a choice of speed.
+  int cutlass_tile_n = 0;
 };
 
 // The tile a call runs: p.tile, or for kAuto ChooseFp8GemmTile(m, n) with
@@ -155,6 +161,19 @@ constexpr bool Bf16GemmWsM256Pays(int64_t m, int64_t n, int64_t k) {
 // arguments only (CheckBf16GemmParams still applies).
 bool Bf16GemmCutlassTakes(const Bf16GemmParams& p);
 
+// The tile over W rows (128 or 256) Bf16GemmCutlass takes for cutlass_tile_n
+// -1 on a device of `sms` SMs: the one whose waves of 128-row tiles (m / 128
+// x n / tile x groups tiles, a wave `sms` of them) take less time, a wave of
+// 128 x 128 tiles counted kBf16CutlassTile128Cost of one of 128 x 256 (half
+// the work at about 0.83 of the rate: a smaller tile reads more bytes a
+// product; a guess until a GPU times both). E.g. at m = 4,096 on 132 SMs
+// V4.1's wkv (n 512: 64 tiles, one wave, or 128 in one wave) and wq_a (n
+// 1,280: 160 tiles in two waves, or 320 in three) take 128, wo_b, wq_b and
+// the shared w1 + w3 (5 waves or 9) keep 256. A function of the shape and
+// the device only.
+inline constexpr double kBf16CutlassTile128Cost = 0.6;
+int Bf16GemmCutlassTileN(int64_t m, int64_t n, int groups, int sms);
+
 // Returns OK or INVALID_ARGUMENT naming the problem: w and w_codes both or
 // neither, w_codes without w_scales, with k % 32 != 0, unaligned, with a
 // group stride not a multiple of 16 or on the warp-specialized tile; row_role
@@ -164,7 +183,7 @@ bool Bf16GemmCutlassTakes(const Bf16GemmParams& p);
 // its packed size, x or w not 16-byte aligned, y not aligned to its element,
 // or m too large for the launch grid of the tile, or k_splits outside
 // [1, ceil(k / 64)] (groups x k_splits <= 65535) or above 1 without
-// split_scratch.
+// split_scratch, or cutlass_tile_n other than -1, 0, 128 or 256.
 absl::Status CheckBf16GemmParams(const Bf16GemmParams& params);
 
 // Dynamic shared memory of one Bf16Gemm CTA of `shape`: per stage the W and

@@ -166,6 +166,30 @@ TEST(Bf16GemmParamsTest, RefusesEachBadArgument) {
     p.y_group_stride = 3 * 40 - 1;  // packed rows: group 1 starts inside group 0's last row
   }));
   EXPECT_TRUE(refused([](Bf16GemmParams& p) { p.m = int64_t{65536} * 128; }));  // grid
+  EXPECT_TRUE(refused([](Bf16GemmParams& p) { p.cutlass_tile_n = 64; }));
+  EXPECT_TRUE(refused([](Bf16GemmParams& p) { p.cutlass_tile_n = -2; }));
+  for (const int tile_n : {-1, 0, 128, 256}) {
+    Bf16GemmParams p = Good();
+    p.cutlass_tile_n = tile_n;
+    EXPECT_TRUE(CheckBf16GemmParams(p).ok()) << tile_n;
+  }
+}
+
+// CUTLASS's tile over W rows for cutlass_tile_n -1: 128 where the 128 x 256
+// tiles leave a wave's SMs idle (V4.1's small-n products at a 4,096-row
+// chunk, most products at shorter chunks), 256 where they fill the waves.
+TEST(Bf16GemmParamsTest, CutlassTileFollowsTheWaves) {
+  constexpr int kSms = 132;
+  EXPECT_EQ(Bf16GemmCutlassTileN(4096, 512, 1, kSms), 128);    // wkv: 64 -> 128 tiles, a wave
+  EXPECT_EQ(Bf16GemmCutlassTileN(4096, 1280, 1, kSms), 128);   // wq_a: 2 waves -> 3
+  EXPECT_EQ(Bf16GemmCutlassTileN(4096, 384, 1, kSms), 128);    // the gate
+  EXPECT_EQ(Bf16GemmCutlassTileN(4096, 5120, 1, kSms), 256);   // wo_b, shared w2: 5 waves
+  EXPECT_EQ(Bf16GemmCutlassTileN(4096, 32768, 1, kSms), 256);  // wq_b: 32 waves
+  EXPECT_EQ(Bf16GemmCutlassTileN(4096, 4608, 1, kSms), 256);   // shared w1 + w3: 5 waves or 9
+  EXPECT_EQ(Bf16GemmCutlassTileN(1024, 5120, 1, kSms), 128);   // a 1,024-row chunk's wo_b
+  EXPECT_EQ(Bf16GemmCutlassTileN(4096, 1024, 8, kSms), 256);   // grouped wo_a: 8 groups
+  EXPECT_EQ(Bf16GemmCutlassTileN(0, 512, 1, kSms), 256);
+  EXPECT_EQ(Bf16GemmCutlassTileN(4096, 512, 1, 0), 256);
 }
 
 // The weight as FP8 codes + tile scales instead of bf16 (w_codes): exactly
