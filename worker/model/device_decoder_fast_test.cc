@@ -20,6 +20,7 @@
 // identical bit for bit at every step.
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -178,6 +179,25 @@ void Print(const char* name, const char* mode, const Agreement& g) {
 // expert choices differing, median row error 0 / 3e-7 — the rows without a
 // flipped choice are at the summation-order floor).
 // A trained model's Engram map and real prompts (CheckFidelity's `trained`).
+// Prints the seconds since the last mark of this clock (or its start) with
+// `what`: where a fidelity case's time goes on the GPU machine (the model on
+// the CPU, the decoders' creation, the two comparisons), so the test's
+// slowest parts can be found from a shard's log.
+class PhaseClock {
+ public:
+  explicit PhaseClock(const char* name) : name_(name), last_(std::chrono::steady_clock::now()) {}
+  void Mark(const char* what) {
+    const auto now = std::chrono::steady_clock::now();
+    std::printf("  [%s] %s: %.2f s\n", name_, what,
+                std::chrono::duration<double>(now - last_).count());
+    last_ = now;
+  }
+
+ private:
+  const char* name_;
+  std::chrono::steady_clock::time_point last_;
+};
+
 struct TrainedInputs {
   std::vector<int64_t> engram_token_map;
   std::vector<std::vector<int64_t>> prompts;  // eight
@@ -192,10 +212,12 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
                    bool prompt_gate = false, bool prompt_mhc = false,
                    bool prompt_mhc_promote = false) {
   const ModelConfig& c = ckpt.config();
+  PhaseClock clock(name);
   auto cpu = RowStableCpuModel(ckpt, precision,
                                trained != nullptr ? trained->engram_token_map
                                                   : std::vector<int64_t>{});
   ASSERT_NE(cpu, nullptr);
+  clock.Mark("the CPU model");
   DeviceDecoderOptions options{.max_sequences = 8, .max_positions = 128, .max_batch = 8};
   if (trained != nullptr) options.engram_token_map = trained->engram_token_map;
   const std::vector<std::vector<int64_t>>* text =
@@ -220,6 +242,7 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
   const int64_t prompt_end = prompt_linears ? options.max_positions : 0;
   auto fast = DeviceDecoder::Create(*cpu, precision, options);
   ASSERT_TRUE(fast.ok()) << fast.status();
+  clock.Mark("the two decoders");
   const DeviceDecoderStats& fs = (*fast)->stats();
   std::printf("%s %s: fast dense layers %d (bf16 %d), reference dense layers %d, fast MoE "
               "layers %d of %lld; weights %.1f MiB fast vs %.1f MiB reference; KV pools %.1f "
@@ -264,6 +287,7 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
   }
 
   const Agreement synced = Compare(*cpu, **ref, **fast, /*sync_state=*/true, text, prompt_end);
+  clock.Mark("one step on a shared history");
   ASSERT_GE(synced.positions, 512);
   Print(name, "one step on a shared history", synced);
   EXPECT_GE(static_cast<double>(synced.top1) / synced.positions, min_top1);
@@ -275,6 +299,7 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
   // a loose bound that still catches a broken kernel (unrelated logits give
   // errors near 1.4 and top-1 agreement near 1 / vocab).
   const Agreement drift = Compare(*cpu, **ref, **fast, /*sync_state=*/false, text, prompt_end);
+  clock.Mark("tokens only");
   if (prompt_linears) {
     EXPECT_GT((*fast)->stats().prompt_bf16_products, 0);
   }
