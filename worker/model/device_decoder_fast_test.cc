@@ -67,6 +67,25 @@ std::vector<int64_t> TopK(const float* row, int64_t n, int k) {
   return idx;
 }
 
+// Prints the seconds since the last mark of this clock (or its start) with
+// `what`: where a fidelity case's time goes on the GPU machine (the model on
+// the CPU, the decoders' creation, the two comparisons), so the test's
+// slowest parts can be found from a shard's log.
+class PhaseClock {
+ public:
+  explicit PhaseClock(const char* name) : name_(name), last_(std::chrono::steady_clock::now()) {}
+  void Mark(const char* what) {
+    const auto now = std::chrono::steady_clock::now();
+    std::printf("  [%s] %s: %.2f s\n", name_, what,
+                std::chrono::duration<double>(now - last_).count());
+    last_ = now;
+  }
+
+ private:
+  const char* name_;
+  std::chrono::steady_clock::time_point last_;
+};
+
 struct Agreement {
   int positions = 0, top1 = 0, top5 = 0;
   int64_t choices = 0, choices_differing = 0;  // routed (token, layer, expert) picks
@@ -118,9 +137,21 @@ Agreement Compare(Model& cpu, DeviceDecoder& ref, DeviceDecoder& fast, bool sync
   EXPECT_TRUE(ref.TakeExpertLoad(load_ref, served).ok());
   EXPECT_TRUE(fast.TakeExpertLoad(load_fast, served).ok());
   Agreement out;
+  // The seconds of the reference's steps, the fast decoder's and the state
+  // copies (sync_state), printed at the end: whether sharing the reference's
+  // run between the cases that use the same one would pay.
+  using Clock = std::chrono::steady_clock;
+  double ref_s = 0, fast_s = 0, sync_s = 0;
+  const auto since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
   for (int step = 0; step < kSteps; ++step) {
+    Clock::time_point t = Clock::now();
     auto a = ref.Step(slots, tokens);
+    ref_s += since(t);
+    t = Clock::now();
     auto b = fast.Step(slots, tokens);
+    fast_s += since(t);
     EXPECT_TRUE(a.ok()) << a.status();
     EXPECT_TRUE(b.ok()) << b.status();
     if (!a.ok() || !b.ok()) return out;
@@ -148,9 +179,11 @@ Agreement Compare(Model& cpu, DeviceDecoder& ref, DeviceDecoder& fast, bool sync
       ++out.positions;
       tokens[i] = ta;  // teacher forcing: both follow the reference
       if (sync_state) {
+        const Clock::time_point t = Clock::now();
         EXPECT_TRUE(ref.Export(i, *states[i]).ok());
         EXPECT_TRUE(fast.Import(i, *states[i]).ok());
         if (fast_prompt_end > 0) EXPECT_TRUE(fast.SetPromptEnd(i, fast_prompt_end).ok());
+        sync_s += since(t);
       }
     }
   }
@@ -158,6 +191,8 @@ Agreement Compare(Model& cpu, DeviceDecoder& ref, DeviceDecoder& fast, bool sync
     EXPECT_TRUE(ref.Release(i).ok());
     EXPECT_TRUE(fast.Release(i).ok());
   }
+  std::printf("  steps: reference %.2f s, fast %.2f s, state copies %.2f s\n", ref_s, fast_s,
+              sync_s);
   std::sort(out.rel.begin(), out.rel.end());
   return out;
 }
@@ -179,25 +214,6 @@ void Print(const char* name, const char* mode, const Agreement& g) {
 // expert choices differing, median row error 0 / 3e-7 — the rows without a
 // flipped choice are at the summation-order floor).
 // A trained model's Engram map and real prompts (CheckFidelity's `trained`).
-// Prints the seconds since the last mark of this clock (or its start) with
-// `what`: where a fidelity case's time goes on the GPU machine (the model on
-// the CPU, the decoders' creation, the two comparisons), so the test's
-// slowest parts can be found from a shard's log.
-class PhaseClock {
- public:
-  explicit PhaseClock(const char* name) : name_(name), last_(std::chrono::steady_clock::now()) {}
-  void Mark(const char* what) {
-    const auto now = std::chrono::steady_clock::now();
-    std::printf("  [%s] %s: %.2f s\n", name_, what,
-                std::chrono::duration<double>(now - last_).count());
-    last_ = now;
-  }
-
- private:
-  const char* name_;
-  std::chrono::steady_clock::time_point last_;
-};
-
 struct TrainedInputs {
   std::vector<int64_t> engram_token_map;
   std::vector<std::vector<int64_t>> prompts;  // eight
