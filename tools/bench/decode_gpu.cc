@@ -257,6 +257,9 @@ ABSL_FLAG(bool, bf16_route_tail_rows, false,
 ABSL_FLAG(bool, wide_group_rows, false,
           "MoeGroupRows past 4,096 pairs numbered by each warp of its block in parallel "
           "(DeviceDecoderOptions::wide_group_rows; same bits).");
+ABSL_FLAG(bool, indexer_mma_sum, false,
+          "With --indexer_mma: the prefill indexer's head sum through shared memory "
+          "(DeviceDecoderOptions::indexer_mma_sum; same bits).");
 ABSL_FLAG(bool, bf16_cutlass_fit_tile, false,
           "With --bf16_cutlass: CUTLASS's tile over W rows chosen for each product's waves "
           "(DeviceDecoderOptions::bf16_cutlass_fit_tile; same bits).");
@@ -596,6 +599,7 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .used_rows_only = absl::GetFlag(FLAGS_used_rows_only),
           .indexer_shared_keys = absl::GetFlag(FLAGS_indexer_shared_keys),
           .indexer_mma = absl::GetFlag(FLAGS_indexer_mma),
+          .indexer_mma_sum = absl::GetFlag(FLAGS_indexer_mma_sum),
           .scaled_x16_panel = absl::GetFlag(FLAGS_scaled_x16_panel),
           .prompt_bf16_linears = absl::GetFlag(FLAGS_prompt_bf16_linears),
           .prompt_bf16_experts = absl::GetFlag(FLAGS_prompt_bf16_experts),

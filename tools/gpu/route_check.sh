@@ -7,13 +7,15 @@
 #      tail_rows, among its forms, and the gate / up / SwiGLU launch with
 #      it), the decoder's route-form case (form 11 the tail) and
 #      moe_permute_test (MoeGroupRows' wide numbering, every case both ways;
-#      MoeCombine's vec16 rows) and bf16_gemm_cutlass_test (the 128 x 128
-#      tile, cutlass_tile_n);
+#      MoeCombine's vec16 rows), bf16_gemm_cutlass_test (the 128 x 128
+#      tile, cutlass_tile_n) and indexer_score_test (kSharedKeysMmaSum);
 #   2. the EP8 prefill chunk with the defaults (the gate / up / SwiGLU
 #      launch on since the forty-second session), with the tail
 #      (--bf16_route_tail_rows), with the wide numbering (--wide_group_rows)
-#      with the combine's 16-byte columns (--combine_vec16) and with CUTLASS's
-#      tile fit to each product's waves (--bf16_cutlass_fit_tile), two rounds;
+#      with the combine's 16-byte columns (--combine_vec16), with CUTLASS's
+#      tile fit to each product's waves (--bf16_cutlass_fit_tile) and with the
+#      indexer's head sum through shared memory (--indexer_mma_sum), two
+#      rounds;
 #   3. the route's bench at the chunk's shape (32,768 tokens: 513 rows an
 #      expert, so the tail takes every expert's third tile away);
 #   4. EP8 decode at context 4,096, batches 1 and 64, the context filled by
@@ -26,7 +28,8 @@
 # Bundle (here, a few minutes with a warm cache):
 #   BUNDLE_TARGETS="//worker/model:device_decoder_fast_test //tools/bench:decode_gpu
 #     //kernels/cuda/moe:mxfp4_grouped_gemm_bench //kernels/cuda/moe:mxfp4_bf16_gemm_sm90_test
-#     //kernels/cuda/moe:moe_permute_test //kernels/cuda/dense:bf16_gemm_cutlass_test"
+#     //kernels/cuda/moe:moe_permute_test //kernels/cuda/dense:bf16_gemm_cutlass_test
+#     //kernels/cuda/attention:indexer_score_test"
 #     tools/gpu/bundle.sh
 #   tools/gpu/route_check.sh [RESULTS]
 set -uo pipefail
@@ -73,11 +76,12 @@ budget_step device_decoder_fast_test 120 "${bundle}/bin/worker_model_device_deco
   --gtest_filter='*RouteForms*:*RouteSwiglu*' || status=1
 budget_step moe_permute_test 60 "${bundle}/bin/kernels_cuda_moe_moe_permute_test" || status=1
 budget_step cutlass_test 60 "${bundle}/bin/kernels_cuda_dense_bf16_gemm_cutlass_test" || status=1
+budget_step indexer_test 60 "${bundle}/bin/kernels_cuda_attention_indexer_score_test" || status=1
 # The chunk's forms, NAME:FLAG (the defaults' row names a default value), two
 # rounds in turn.
 chunk_forms=(defaults:--bf16_route_tail_rows=false tail:--bf16_route_tail_rows=true
   wide:--wide_group_rows=true vec16:--combine_vec16=true
-  fit_tile:--bf16_cutlass_fit_tile=true)
+  fit_tile:--bf16_cutlass_fit_tile=true indexer_sum:--indexer_mma_sum=true)
 for round in "" _2; do
   for form in "${chunk_forms[@]}"; do
     budget_step "chunk_${form%%:*}${round}" 90 "${decode}" "${slice[@]}" "${form#*:}"

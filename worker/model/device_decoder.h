@@ -617,6 +617,13 @@ struct DeviceDecoderOptions {
   // with the prompt's gate and TF32 mHC 0.481 / 0.481 -> 0.478 / 0.476 s;
   // its tests pass).
   bool indexer_mma = true;
+  // With indexer_mma: the head sum through each warp's shared scratch
+  // (IndexerScoreForm::kSharedKeysMmaSum) instead of the lanes' shuffle
+  // chain, which issued about 1,000 instructions a pass and lane against its
+  // 128 mma (the indexer took 21 ms of the EP8 chunk on an H200). The same
+  // bits. Built in the forty-second session after its device calls: off
+  // until a GPU runs indexer_score_test.
+  bool indexer_mma_sum = false;
   // With prefill_x16_panel: the panel is made with X's scales
   // (dense::Fp8F16PanelParams::scales: each block whose UE8M0 scale is in
   // 2^-21 .. 2 written as code x 2^(e + 6)), and the product told so

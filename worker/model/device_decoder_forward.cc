@@ -348,10 +348,15 @@ absl::Status DeviceDecoder::Impl::SelectCompressed(int layer, int64_t b) {
   // A prefill chunk's rows read one sequence's keys: a block of 4 queries
   // stages each key tile once (the same bits).
   if (options.indexer_shared_keys && b >= kIndexerSharedKeysMinRows) {
-    sp.form = options.indexer_mma ? kc::IndexerScoreForm::kSharedKeysMma
-                                  : kc::IndexerScoreForm::kSharedKeys;
+    sp.form = !options.indexer_mma      ? kc::IndexerScoreForm::kSharedKeys
+              : options.indexer_mma_sum ? kc::IndexerScoreForm::kSharedKeysMmaSum
+                                        : kc::IndexerScoreForm::kSharedKeysMma;
     ++shared_key_scores;
-    if (kc::ResolveIndexerScoreForm(sp) == kc::IndexerScoreForm::kSharedKeysMma) ++mma_key_scores;
+    const kc::IndexerScoreForm ran = kc::ResolveIndexerScoreForm(sp);
+    if (ran == kc::IndexerScoreForm::kSharedKeysMma ||
+        ran == kc::IndexerScoreForm::kSharedKeysMmaSum) {
+      ++mma_key_scores;
+    }
   }
   RETURN_IF_ERROR(kc::IndexerScore(sp, stream));
   if (role.produces_candidates) {

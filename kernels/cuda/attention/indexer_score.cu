@@ -56,8 +56,10 @@ absl::Status LaunchGrouped(const IndexerScoreParams& p, cudaStream_t stream) {
 }
 
 // The shared-keys kernel's dynamic shared memory plus its static arrays.
-size_t SharedKeysDynamicBytes(int heads, int dim) {
-  return static_cast<size_t>(IndexerSharedKeysLayout(heads, dim).Floats()) * sizeof(float);
+size_t SharedKeysDynamicBytes(int heads, int dim, bool smem_sum = false) {
+  return static_cast<size_t>(IndexerSharedKeysLayout(heads, dim).Floats() +
+                             (smem_sum ? IndexerSharedKeysLayout::SumFloats() : 0)) *
+         sizeof(float);
 }
 constexpr size_t kSharedKeysStaticBytes = 1024;  // the run table and 64 rows: 672 bytes
 
@@ -71,10 +73,10 @@ bool SharedKeysApplies(const IndexerScoreParams& p) {
 // once), and small launches split their keys into more blocks.
 constexpr int64_t kSharedKeysTargetBlocks = 1024;
 
-template <int kDim, bool kRoundBf16, bool kMma>
+template <int kDim, bool kRoundBf16, bool kMma, bool kSmemSum>
 absl::Status LaunchSharedKeysAs(const IndexerScoreParams& p, cudaStream_t stream) {
-  const auto kernel = IndexerScoreSharedKeysKernel<kDim, kRoundBf16, kMma>;
-  const size_t shared = SharedKeysDynamicBytes(p.heads, p.dim);
+  const auto kernel = IndexerScoreSharedKeysKernel<kDim, kRoundBf16, kMma, kSmemSum>;
+  const size_t shared = SharedKeysDynamicBytes(p.heads, p.dim, kSmemSum);
   if (shared > kDefaultSharedBytes) {
     if (absl::Status s =
             AllowSharedBytes(kernel, static_cast<int64_t>(shared), "IndexerScore shared keys");
@@ -99,16 +101,22 @@ absl::Status LaunchSharedKeysAs(const IndexerScoreParams& p, cudaStream_t stream
 
 // V4.1's dim (128) with the shared-memory offsets as immediates; any other
 // dim % 4 == 0 through the runtime-dim instance.
-template <bool kRoundBf16, bool kMma = false>
+template <bool kRoundBf16, bool kMma = false, bool kSmemSum = false>
 absl::Status LaunchSharedKeys(const IndexerScoreParams& p, cudaStream_t stream) {
-  return p.dim == 128 ? LaunchSharedKeysAs<128, kRoundBf16, kMma>(p, stream)
-                      : LaunchSharedKeysAs<0, kRoundBf16, kMma>(p, stream);
+  return p.dim == 128 ? LaunchSharedKeysAs<128, kRoundBf16, kMma, kSmemSum>(p, stream)
+                      : LaunchSharedKeysAs<0, kRoundBf16, kMma, kSmemSum>(p, stream);
 }
 
 // The tensor-core form takes q's MXFP4 form (made in its staging) and MXFP4
 // keys: both bf16 values.
 bool SharedKeysMmaApplies(const IndexerScoreParams& p) {
   return SharedKeysApplies(p) && p.q_mxfp4 && p.k_codes != nullptr && p.dim % 32 == 0;
+}
+// The mma form with the head sum through shared memory: its scratch fits too.
+bool SharedKeysMmaSumApplies(const IndexerScoreParams& p) {
+  return SharedKeysMmaApplies(p) &&
+         SharedKeysDynamicBytes(p.heads, p.dim, true) + kSharedKeysStaticBytes <=
+             kHopperMaxSharedBytes;
 }
 
 template <bool kRoundBf16>
@@ -120,6 +128,8 @@ absl::Status Launch(const IndexerScoreParams& p, cudaStream_t stream) {
       return LaunchSharedKeys<kRoundBf16>(p, stream);
     case IndexerScoreForm::kSharedKeysMma:
       return LaunchSharedKeys<kRoundBf16, true>(p, stream);
+    case IndexerScoreForm::kSharedKeysMmaSum:
+      return LaunchSharedKeys<kRoundBf16, true, true>(p, stream);
     default:
       break;
   }
@@ -147,10 +157,16 @@ absl::Status Launch(const IndexerScoreParams& p, cudaStream_t stream) {
 
 IndexerScoreForm ResolveIndexerScoreForm(const IndexerScoreParams& p) {
   if (p.form == IndexerScoreForm::kGrouped && GroupedApplies(p)) return IndexerScoreForm::kGrouped;
-  if (p.form == IndexerScoreForm::kSharedKeysMma && SharedKeysMmaApplies(p)) {
+  if (p.form == IndexerScoreForm::kSharedKeysMmaSum && SharedKeysMmaSumApplies(p)) {
+    return IndexerScoreForm::kSharedKeysMmaSum;
+  }
+  if ((p.form == IndexerScoreForm::kSharedKeysMma ||
+       p.form == IndexerScoreForm::kSharedKeysMmaSum) &&
+      SharedKeysMmaApplies(p)) {
     return IndexerScoreForm::kSharedKeysMma;
   }
-  if ((p.form == IndexerScoreForm::kSharedKeys || p.form == IndexerScoreForm::kSharedKeysMma) &&
+  if ((p.form == IndexerScoreForm::kSharedKeys || p.form == IndexerScoreForm::kSharedKeysMma ||
+       p.form == IndexerScoreForm::kSharedKeysMmaSum) &&
       SharedKeysApplies(p)) {
     return IndexerScoreForm::kSharedKeys;
   }

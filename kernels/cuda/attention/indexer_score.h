@@ -66,6 +66,13 @@ enum class IndexerScoreForm {
   // that is nearly always), the tensor core's rounding elsewhere. Built in
   // the thirty-eighth session, not yet run on a GPU.
   kSharedKeysMma,
+  // kSharedKeysMma with the head sum through each warp's shared scratch, 16
+  // keys at a time, instead of the lanes' shuffle chain (about 1,000
+  // shuffles and predicated adds a pass and lane against its 128 mma): the
+  // same additions in the same order, so kSharedKeysMma's bits; 9 KB more
+  // shared memory a block. Where kSharedKeysMma does not apply, as it.
+  // Built in the forty-second session: not yet run on a GPU.
+  kSharedKeysMmaSum,
 };
 
 struct IndexerScoreParams {

@@ -62,7 +62,14 @@ namespace weir::kernels::cuda {
 // length among the run's queries, and scored by the run's warps. A prefill
 // chunk's group is one run; a group of four sequences stages each tile four
 // times (correct, but the form is not meant for decode batches).
-template <int kDim, bool kRoundBf16, bool kMma = false>
+//
+// kSmemSum (with kMma; IndexerScoreForm::kSharedKeysMmaSum): the head sum
+// through the warp's own shared scratch instead of the lanes' shuffle chain
+// (about 1,000 shuffles and predicated adds a pass and lane against the
+// pass's 128 mma): a round of 16 keys at a time, each lane stores its terms
+// of the round's keys, then lane k < 16 adds key k's 32 terms in head order
+// (the same additions in the same order, so the same bits).
+template <int kDim, bool kRoundBf16, bool kMma = false, bool kSmemSum = false>
 __global__ void __launch_bounds__(IndexerSharedKeysLayout::kThreads, 2)
     IndexerScoreSharedKeysKernel(
         const float* __restrict__ q, const float* __restrict__ k,
@@ -85,6 +92,10 @@ __global__ void __launch_bounds__(IndexerSharedKeysLayout::kThreads, 2)
   float* qs = shared_keys_smem;      // [kQ][head_rows][stride], head h at row HeadRow(h)
   float* ws = qs + layout.q_floats;  // [kQ][head_rows]
   float* ks = ws + layout.w_floats;  // [kT][stride]
+  // kSmemSum: warp w's scratch after the key tile.
+  static_assert(!kSmemSum || kMma, "the shared-memory head sum is the mma form's");
+  float* const sum_scratch =
+      ks + layout.k_floats + static_cast<int>(threadIdx.x / 32) * L::kSumWarpFloats;
   __shared__ int64_t s_visible[kQ], s_offset[kQ], s_reach[kQ];
   __shared__ const int32_t* s_table[kQ];
   __shared__ int s_bad[kQ], s_owner[kQ];
@@ -206,6 +217,10 @@ __global__ void __launch_bounds__(IndexerSharedKeysLayout::kThreads, 2)
     float mma_total[8][2];
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) mma_total[nt][0] = mma_total[nt][1] = 0.0f;
+    // kSmemSum: lane k < 16's running sum of key 16 r + k, round r.
+    float sum_total[kT / L::kSumKeys];
+#pragma unroll
+    for (int r = 0; r < kT / L::kSumKeys; ++r) sum_total[r] = 0.0f;
     for (int o = 0; o < nq; ++o) {  // block-uniform: the runs and their reaches are shared
       const int64_t in_tile = s_reach[o] - tile_start;
       if (in_tile <= 0) continue;  // not a run's owner, a bad run, or no key of it here
@@ -296,6 +311,39 @@ __global__ void __launch_bounds__(IndexerSharedKeysLayout::kThreads, 2)
                 }
               }
             }
+          }
+          if constexpr (kSmemSum) {
+            // Round r: keys 16 r .. 16 r + 15 (n tiles 2 r, 2 r + 1). Lane
+            // (g, t) stores heads 16 mt + 8 h + g, keys 8 (nt - 2 r) + 2 t +
+            // (0, 1); lane k < 16 then adds key k's terms of the pass's
+            // heads in order (heads past `heads` skipped, as below).
+#pragma unroll
+            for (int r = 0; r < kT / L::kSumKeys; ++r) {
+#pragma unroll
+              for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+#pragma unroll
+                  for (int q = 0; q < 2; ++q) {
+                    const int nt = 2 * r + q;
+                    float2* at = reinterpret_cast<float2*>(
+                        sum_scratch + (16 * mt + 8 * h + g) * L::kSumStride + 8 * q + 2 * t4);
+                    *at = make_float2(d[mt][nt][2 * h], d[mt][nt][2 * h + 1]);
+                  }
+                }
+              }
+              __syncwarp();
+              if (lane < L::kSumKeys) {
+                float acc = sum_total[r];
+                const int valid = heads - pass < L::kHeadPass ? heads - pass : L::kHeadPass;
+                for (int hh = 0; hh < valid; ++hh) {
+                  acc = __fadd_rn(acc, sum_scratch[hh * L::kSumStride + lane]);
+                }
+                sum_total[r] = acc;
+              }
+              __syncwarp();
+            }
+            continue;  // the pass's sums are in sum_total
           }
           // The head sum in head order: for each 8 heads (g = 0 .. 7 of a
           // half of an m tile), lane g adds its term to the total lane g - 1
@@ -422,7 +470,20 @@ __global__ void __launch_bounds__(IndexerSharedKeysLayout::kThreads, 2)
     }
     // Each (query, key) of the tile: lane g of the quad writes keys
     // kg + 8 i for i % 4 == g.
-    if (kMma && warp < nq) {  // lane (g, t) writes keys 8 g + 2 t + j
+    if (kSmemSum && warp < nq) {  // lane k < 16 writes keys 16 r + k
+      float* row = out + (s0 + warp) * keys;
+      if (lane < L::kSumKeys) {
+#pragma unroll
+        for (int r = 0; r < kT / L::kSumKeys; ++r) {
+          const int key = L::kSumKeys * r + lane;
+          if (key >= rows) continue;
+          const int64_t tk = tile_start + key;
+          row[tk] = tk >= my_visible ? -INFINITY
+                    : my_bad         ? __int_as_float(0x7fffffff)
+                                     : round(sum_total[r]);
+        }
+      }
+    } else if (kMma && warp < nq) {  // lane (g, t) writes keys 8 g + 2 t + j
       float* row = out + (s0 + warp) * keys;
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {

@@ -86,6 +86,17 @@ struct IndexerSharedKeysLayout {
     return 8 * nt + 2 * (lane & 3) + (e & 1);
   }
   WEIR_SHARED_KEYS_HD static constexpr int MmaWriteTile(int lane) { return lane >> 2; }
+  // kMma with the head sum through shared memory
+  // (IndexerScoreForm::kSharedKeysMmaSum): a warp's terms of a pass, 16 keys
+  // at a time (a round: n tiles 2 r and 2 r + 1), go to its own scratch of
+  // kHeadPass rows (heads) of kSumStride floats (the round's keys, an even
+  // stride so a lane's two keys are one 8-byte store), and lane k < 16 then
+  // adds key 16 r + k's terms in head order. kSumKeys keys a round.
+  static constexpr int kSumKeys = 16, kSumStride = 18;
+  static constexpr int kSumWarpFloats = kHeadPass * kSumStride;
+  WEIR_SHARED_KEYS_HD static constexpr int64_t SumFloats() {
+    return int64_t{kQueries} * kSumWarpFloats;
+  }
 };
 
 // Which (group of queries, range of key tiles) block b takes: groups of

@@ -25,9 +25,10 @@ using testing::DeviceBuffer;
 // given (FusedInputs..., V41PrefillChunk..., Mxfp4Keys... with q_mxfp4) and
 // is kSharedKeys elsewhere; the cases' inputs keep every dot's sum exact in
 // fp32, so it must give the CPU's bits there too.
-constexpr IndexerScoreForm kForms[] = {IndexerScoreForm::kPerQuery, IndexerScoreForm::kGrouped,
-                                       IndexerScoreForm::kSharedKeys,
-                                       IndexerScoreForm::kSharedKeysMma};
+// kSharedKeysMmaSum (the head sum through shared memory) likewise.
+constexpr IndexerScoreForm kForms[] = {
+    IndexerScoreForm::kPerQuery, IndexerScoreForm::kGrouped, IndexerScoreForm::kSharedKeys,
+    IndexerScoreForm::kSharedKeysMma, IndexerScoreForm::kSharedKeysMmaSum};
 
 struct Shape {
   int64_t queries;
@@ -699,6 +700,12 @@ TEST(IndexerScoreCudaTest, GroupedFormOnPrefillRunsIsBitIdenticalToTheCpu) {
   p.q_mxfp4 = true;
   p.k_codes = reinterpret_cast<const uint8_t*>(256);
   EXPECT_EQ(ResolveIndexerScoreForm(p), IndexerScoreForm::kSharedKeysMma);
+  p.form = IndexerScoreForm::kSharedKeysMmaSum;
+  EXPECT_EQ(ResolveIndexerScoreForm(p), IndexerScoreForm::kSharedKeysMmaSum);
+  p.q_mxfp4 = false;  // the fp32 staging's form
+  EXPECT_EQ(ResolveIndexerScoreForm(p), IndexerScoreForm::kSharedKeys);
+  p.q_mxfp4 = true;
+  p.form = IndexerScoreForm::kSharedKeysMma;
   p.heads = 96;  // past 227 KiB
   EXPECT_EQ(ResolveIndexerScoreForm(p), IndexerScoreForm::kPerQuery);
 }
