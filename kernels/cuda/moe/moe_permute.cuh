@@ -45,6 +45,12 @@ __device__ __forceinline__ int32_t BlockExclusiveScan(int32_t count, int32_t* s_
   return s_warp[warp] + inclusive - count;
 }
 
+// The pairs of the step's real tokens (those before *valid_tokens, all
+// without it): the grouping kernels leave the rest out of every group.
+__device__ __forceinline__ int64_t LivePairs(const int64_t* valid_tokens, int topk, int64_t pairs) {
+  return valid_tokens == nullptr ? pairs : min(max(*valid_tokens, int64_t{0}) * topk, pairs);
+}
+
 // The group of pair i for the grouping kernels: -1 for a pair at or past
 // `live` (padding) or of a group not handled here; with token_role,
 // role-major (MoeGroupRowsParams::token_role).
@@ -77,8 +83,7 @@ __global__ void __launch_bounds__(kGroupThreads)
                     int64_t* __restrict__ offsets, int32_t* __restrict__ pair_row,
                     const int32_t* __restrict__ token_role, int role_stride) {
   GridDependencyPrologue();
-  const int64_t live =
-      valid_tokens == nullptr ? pairs : min(max(*valid_tokens, int64_t{0}) * topk, pairs);
+  const int64_t live = LivePairs(valid_tokens, topk, pairs);
   __shared__ int32_t s_next[kGroupThreads];  // counts, then each group's next row
   __shared__ int32_t s_warp[kGroupThreads / 32];
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
@@ -137,8 +142,7 @@ __global__ void __launch_bounds__(kGroupThreads, 1)
                         int64_t* __restrict__ offsets, int32_t* __restrict__ pair_row,
                         const int32_t* __restrict__ token_role, int role_stride) {
   GridDependencyPrologue();
-  const int64_t live =
-      valid_tokens == nullptr ? pairs : min(max(*valid_tokens, int64_t{0}) * topk, pairs);
+  const int64_t live = LivePairs(valid_tokens, topk, pairs);
   extern __shared__ int32_t s_next[];  // [warp][group]: counts, then next rows
   __shared__ int32_t s_warp[kGroupThreads / 32];
   constexpr int kWarps = kGroupThreads / 32;
