@@ -31,6 +31,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -105,31 +106,67 @@ struct Agreement {
 // `fast_prompt_end` > 0: after every Import the fast decoder's sequences
 // take that prompt end (SetPromptEnd), so its rows run the prompt's maths
 // (prompt_bf16_linears) on every step.
-Agreement Compare(Model& cpu, DeviceDecoder& ref, DeviceDecoder& fast, bool sync_state,
-                  const std::vector<std::vector<int64_t>>* text = nullptr,
-                  int64_t fast_prompt_end = 0) {
-  const ModelConfig& c = cpu.config();
-  const int64_t v = c.vocab_size;
-  constexpr int kSeqs = 8, kSteps = 64;
+constexpr int kCompareSeqs = 8;
+
+// Compare's eight sequences prefilled on the CPU model, and the reference's
+// first token of each (the argmax of its prompt's last row).
+struct Prefilled {
+  std::vector<std::unique_ptr<SequenceState>> states;
+  std::vector<int64_t> tokens;
+};
+
+// Prefills Compare's eight sequences: `text`'s prompts, else random ids of
+// 1 to 57 tokens. Empty (with a failure recorded) when the CPU model fails.
+Prefilled Prefill(Model& cpu, const std::vector<std::vector<int64_t>>* text) {
+  const int64_t v = cpu.config().vocab_size;
+  constexpr int kSeqs = kCompareSeqs;
   int prompts[kSeqs] = {1, 5, 9, 17, 30, 33, 41, 57};
   if (text != nullptr) {
     EXPECT_EQ(text->size(), size_t{kSeqs});
     if (text->size() != size_t{kSeqs}) return {};
     for (int i = 0; i < kSeqs; ++i) prompts[i] = static_cast<int>((*text)[i].size());
   }
-  std::vector<int> slots(kSeqs);
-  std::vector<std::unique_ptr<SequenceState>> states(kSeqs);
-  std::vector<int64_t> tokens(kSeqs);
+  Prefilled out;
   for (int i = 0; i < kSeqs; ++i) {
-    slots[i] = i;
-    states[i] = cpu.NewSequence();
+    out.states.push_back(cpu.NewSequence());
     auto logits = cpu.Forward(
-        *states[i], text != nullptr ? (*text)[i] : RandomTokens(prompts[i], 900 + i, v - 1), 0);
+        *out.states[i], text != nullptr ? (*text)[i] : RandomTokens(prompts[i], 900 + i, v - 1), 0);
     EXPECT_TRUE(logits.ok()) << logits.status();
     if (!logits.ok()) return {};
-    tokens[i] = ArgmaxRow(logits->data() + (prompts[i] - 1) * v, v);
-    EXPECT_TRUE(ref.Import(i, *states[i]).ok());
-    EXPECT_TRUE(fast.Import(i, *states[i]).ok());
+    out.tokens.push_back(ArgmaxRow(logits->data() + (prompts[i] - 1) * v, v));
+  }
+  return out;
+}
+
+// `prefilled`: the sequences Prefill made for `text` (shared between
+// comparisons; never written), else Compare prefills its own.
+Agreement Compare(Model& cpu, DeviceDecoder& ref, DeviceDecoder& fast, bool sync_state,
+                  const std::vector<std::vector<int64_t>>* text = nullptr,
+                  int64_t fast_prompt_end = 0, const Prefilled* prefilled = nullptr) {
+  const ModelConfig& c = cpu.config();
+  const int64_t v = c.vocab_size;
+  constexpr int kSeqs = kCompareSeqs, kSteps = 64;
+  Prefilled own;
+  if (prefilled == nullptr) {
+    own = Prefill(cpu, text);
+    prefilled = &own;
+  }
+  if (prefilled->states.size() != size_t{kSeqs}) return {};
+  std::vector<int> slots(kSeqs);
+  // sync_state: the reference's sequences after each step, exported into
+  // copies of the prefilled states (which stay as they were).
+  std::vector<std::unique_ptr<SequenceState>> states(kSeqs);
+  std::vector<int64_t> tokens = prefilled->tokens;
+  for (int i = 0; i < kSeqs; ++i) {
+    slots[i] = i;
+    if (sync_state) {
+      states[i] = cpu.NewSequence();
+      const absl::Status copied = states[i]->CopyFrom(*prefilled->states[i]);
+      EXPECT_TRUE(copied.ok()) << copied;
+      if (!copied.ok()) return {};
+    }
+    EXPECT_TRUE(ref.Import(i, *prefilled->states[i]).ok());
+    EXPECT_TRUE(fast.Import(i, *prefilled->states[i]).ok());
     if (fast_prompt_end > 0) EXPECT_TRUE(fast.SetPromptEnd(i, fast_prompt_end).ok());
   }
   const size_t n_load = static_cast<size_t>(c.n_layers * c.n_routed_experts);
@@ -219,6 +256,51 @@ struct TrainedInputs {
   std::vector<std::vector<int64_t>> prompts;  // eight
 };
 
+// The reference decoder's options in the fidelity cases.
+DeviceDecoderOptions ReferenceOptions(const TrainedInputs* trained) {
+  DeviceDecoderOptions options{.max_sequences = 8, .max_positions = 128, .max_batch = 8};
+  if (trained != nullptr) options.engram_token_map = trained->engram_token_map;
+  return options;
+}
+
+// What the fidelity cases of one (checkpoint, precision, inputs) share: the
+// row-stable CPU model, the reference decoder and Compare's prefilled
+// sequences, made by the first such case of the process and kept for the
+// others (one shard runs several cases on small and on the trained tiny).
+// The reference is deterministic and every comparison releases its slots,
+// so a later case sees the same reference as a fresh one would.
+struct SharedReference {
+  std::unique_ptr<Model> cpu;
+  std::unique_ptr<DeviceDecoder> ref;
+  Prefilled prefilled;
+  int uses = 0;
+};
+
+// nullptr (with the failure recorded) when the CPU model, the decoder or
+// the prefill fails.
+const SharedReference* ReferenceFor(const Checkpoint& ckpt, ActivationPrecision precision,
+                                    const TrainedInputs* trained) {
+  using Key = std::tuple<const Checkpoint*, ActivationPrecision, const TrainedInputs*>;
+  static auto* made = new std::map<Key, std::unique_ptr<SharedReference>>;
+  std::unique_ptr<SharedReference>& entry = (*made)[Key(&ckpt, precision, trained)];
+  if (entry == nullptr) {
+    auto setup = std::make_unique<SharedReference>();
+    setup->cpu = RowStableCpuModel(
+        ckpt, precision, trained != nullptr ? trained->engram_token_map : std::vector<int64_t>{});
+    EXPECT_NE(setup->cpu, nullptr);
+    if (setup->cpu == nullptr) return nullptr;
+    auto ref = DeviceDecoder::Create(*setup->cpu, precision, ReferenceOptions(trained));
+    EXPECT_TRUE(ref.ok()) << ref.status();
+    if (!ref.ok()) return nullptr;
+    setup->ref = std::move(*ref);
+    setup->prefilled = Prefill(*setup->cpu, trained != nullptr ? &trained->prompts : nullptr);
+    if (setup->prefilled.states.size() != size_t{kCompareSeqs}) return nullptr;
+    entry = std::move(setup);
+  }
+  ++entry->uses;
+  return entry.get();
+}
+
 void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision precision,
                    bool expect_fast_moe, double min_top1, double max_median = 1e-2,
                    double max_choices_differing = 0.01, bool fast_mhc = false,
@@ -229,17 +311,14 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
                    bool prompt_mhc_promote = false) {
   const ModelConfig& c = ckpt.config();
   PhaseClock clock(name);
-  auto cpu = RowStableCpuModel(ckpt, precision,
-                               trained != nullptr ? trained->engram_token_map
-                                                  : std::vector<int64_t>{});
-  ASSERT_NE(cpu, nullptr);
-  clock.Mark("the CPU model");
-  DeviceDecoderOptions options{.max_sequences = 8, .max_positions = 128, .max_batch = 8};
-  if (trained != nullptr) options.engram_token_map = trained->engram_token_map;
-  const std::vector<std::vector<int64_t>>* text =
-      trained != nullptr ? &trained->prompts : nullptr;
-  auto ref = DeviceDecoder::Create(*cpu, precision, options);
-  ASSERT_TRUE(ref.ok()) << ref.status();
+  const SharedReference* shared = ReferenceFor(ckpt, precision, trained);
+  ASSERT_NE(shared, nullptr);
+  clock.Mark(shared->uses > 1 ? "the CPU model, the reference and the prefill (shared)"
+                              : "the CPU model, the reference and the prefill");
+  Model* const cpu = shared->cpu.get();
+  DeviceDecoder* const ref = shared->ref.get();
+  DeviceDecoderOptions options = ReferenceOptions(trained);
+  const std::vector<std::vector<int64_t>>* text = trained != nullptr ? &trained->prompts : nullptr;
   options.numerics = DecodeNumerics::kFast;
   options.fast_mhc = fast_mhc;
   options.expert_wgmma = expert_wgmma;
@@ -258,21 +337,21 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
   const int64_t prompt_end = prompt_linears ? options.max_positions : 0;
   auto fast = DeviceDecoder::Create(*cpu, precision, options);
   ASSERT_TRUE(fast.ok()) << fast.status();
-  clock.Mark("the two decoders");
+  clock.Mark("the fast decoder");
   const DeviceDecoderStats& fs = (*fast)->stats();
-  std::printf("%s %s: fast dense layers %d (bf16 %d), reference dense layers %d, fast MoE "
-              "layers %d of %lld; weights %.1f MiB fast vs %.1f MiB reference; KV pools %.1f "
-              "MiB %s vs %.1f MiB\n",
-              name, precision == ActivationPrecision::kBf16 ? "bf16" : "fp32", fs.fast_dense,
-              fs.bf16_dense, fs.reference_dense, fs.fast_moe_layers,
-              static_cast<long long>(c.n_layers), fs.weight_bytes / 1048576.0,
-              (*ref)->stats().weight_bytes / 1048576.0, fs.pool_bytes / 1048576.0,
-              fs.stored_kv ? "stored form" : "fp32", (*ref)->stats().pool_bytes / 1048576.0);
+  std::printf(
+      "%s %s: fast dense layers %d (bf16 %d), reference dense layers %d, fast MoE "
+      "layers %d of %lld; weights %.1f MiB fast vs %.1f MiB reference; KV pools %.1f "
+      "MiB %s vs %.1f MiB\n",
+      name, precision == ActivationPrecision::kBf16 ? "bf16" : "fp32", fs.fast_dense, fs.bf16_dense,
+      fs.reference_dense, fs.fast_moe_layers, static_cast<long long>(c.n_layers),
+      fs.weight_bytes / 1048576.0, ref->stats().weight_bytes / 1048576.0, fs.pool_bytes / 1048576.0,
+      fs.stored_kv ? "stored form" : "fp32", ref->stats().pool_bytes / 1048576.0);
   EXPECT_GT(fs.fast_dense, 0);
   EXPECT_EQ(fs.stored_kv, c.head_dim == 512);
   EXPECT_EQ(fs.bf16_dense > 0, precision == ActivationPrecision::kBf16);
   if (fs.stored_kv) {
-    EXPECT_LT(fs.pool_bytes, (*ref)->stats().pool_bytes);
+    EXPECT_LT(fs.pool_bytes, ref->stats().pool_bytes);
   }
   // The KV pools by kind (bytes as carved from the arena, stored bytes from
   // the spec): the window, compressed and index-key entries in exactly the
@@ -296,13 +375,14 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
   }
   ASSERT_EQ(fs.kv_pools.size(), 4u);
   EXPECT_LE(kv_bytes, fs.pool_bytes);
-  EXPECT_LT(fs.weight_bytes, (*ref)->stats().weight_bytes);
-  EXPECT_EQ((*ref)->stats().fast_dense, 0);
+  EXPECT_LT(fs.weight_bytes, ref->stats().weight_bytes);
+  EXPECT_EQ(ref->stats().fast_dense, 0);
   if (expect_fast_moe) {
     EXPECT_EQ(fs.fast_moe_layers, c.n_layers);
   }
 
-  const Agreement synced = Compare(*cpu, **ref, **fast, /*sync_state=*/true, text, prompt_end);
+  const Agreement synced =
+      Compare(*cpu, *ref, **fast, /*sync_state=*/true, text, prompt_end, &shared->prefilled);
   clock.Mark("one step on a shared history");
   ASSERT_GE(synced.positions, 512);
   Print(name, "one step on a shared history", synced);
@@ -314,7 +394,8 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
   // history; with random weights that drift is large. Reported, and held to
   // a loose bound that still catches a broken kernel (unrelated logits give
   // errors near 1.4 and top-1 agreement near 1 / vocab).
-  const Agreement drift = Compare(*cpu, **ref, **fast, /*sync_state=*/false, text, prompt_end);
+  const Agreement drift =
+      Compare(*cpu, *ref, **fast, /*sync_state=*/false, text, prompt_end, &shared->prefilled);
   clock.Mark("tokens only");
   if (prompt_linears) {
     EXPECT_GT((*fast)->stats().prompt_bf16_products, 0);
