@@ -21,10 +21,10 @@
 #   4. EP8 decode at context 4,096, batches 1 and 64, the context filled by
 #      prefill chunks, with the decode steps' kernel timeline (issue 20's
 #      batch-64 target, 2.7x against 1.5x, has no recent profile);
-#   5. the chunk's timeline with the tail, ncu of the tail's instance inside
-#      the chunk, then the decoder test's first shard (GTEST_TOTAL_SHARDS=3)
-#      with the time left (the forty-second session ran the second whole and
-#      21 of the third's cases under the forty-first session's defaults).
+#   5. the chunk's timeline with the tail, the decoder test's first shard
+#      (GTEST_TOTAL_SHARDS=3; 300 s at most), then ncu of the tail's instance
+#      inside the chunk with the time left (the forty-second session ran the
+#      second shard whole and 21 of the third's cases).
 # Bundle (here, a few minutes with a warm cache):
 #   BUNDLE_TARGETS="//worker/model:device_decoder_fast_test //tools/bench:decode_gpu
 #     //kernels/cuda/moe:mxfp4_grouped_gemm_bench //kernels/cuda/moe:mxfp4_bf16_gemm_sm90_test
@@ -102,11 +102,13 @@ budget_step chunk_timeline_tail 120 "${decode}" "${slice[@]}" --prefill_timeline
 # The tail's instance inside the chunk: layer 1's gate / up / SwiGLU launch
 # (the instance's 2nd launch in the timed prefill; ncu spells the template's
 # arguments `(int)256, (bool)1, ...`).
+# The decoder test's first shard before the profile: a pass / fail counts
+# for more than a profile when device starts are scarce.
+budget_step decoder_test_shard0 300 env GTEST_TOTAL_SHARDS=3 GTEST_SHARD_INDEX=0 \
+  "${bundle}/bin/worker_model_device_decoder_fast_test" || status=1
 tail_regex='GroupedRsKernel<\(int\)256, \(bool\)1, \(bool\)1, \(bool\)0, \(int\)2, \(bool\)1, \(int\)32>'
 NCU_FROM_START=off profile tail_chunk "${tail_regex}" 1 "${decode}" "${slice[@]}" \
   --profile_prefill --bf16_route_tail_rows=true
-budget_step decoder_test_shard0 400 env GTEST_TOTAL_SHARDS=3 GTEST_SHARD_INDEX=0 \
-  "${bundle}/bin/worker_model_device_decoder_fast_test" || status=1
 for name in tail_chunk; do
   echo "== ncu ${name}"
   head -c 2000 "${results}/${name}.txt" 2>/dev/null
