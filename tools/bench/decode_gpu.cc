@@ -260,6 +260,9 @@ ABSL_FLAG(bool, wide_group_rows, false,
 ABSL_FLAG(bool, indexer_mma_sum, false,
           "With --indexer_mma: the prefill indexer's head sum through shared memory "
           "(DeviceDecoderOptions::indexer_mma_sum; same bits).");
+ABSL_FLAG(bool, indexer_mma_bf16, false,
+          "With --indexer_mma: the prefill indexer's operands staged once as bf16, its "
+          "fragments by ldmatrix (DeviceDecoderOptions::indexer_mma_bf16; same bits).");
 ABSL_FLAG(bool, bf16_cutlass_fit_tile, false,
           "With --bf16_cutlass: CUTLASS's tile over W rows chosen for each product's waves "
           "(DeviceDecoderOptions::bf16_cutlass_fit_tile; same bits).");
@@ -600,6 +603,7 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .indexer_shared_keys = absl::GetFlag(FLAGS_indexer_shared_keys),
           .indexer_mma = absl::GetFlag(FLAGS_indexer_mma),
           .indexer_mma_sum = absl::GetFlag(FLAGS_indexer_mma_sum),
+          .indexer_mma_bf16 = absl::GetFlag(FLAGS_indexer_mma_bf16),
           .scaled_x16_panel = absl::GetFlag(FLAGS_scaled_x16_panel),
           .prompt_bf16_linears = absl::GetFlag(FLAGS_prompt_bf16_linears),
           .prompt_bf16_experts = absl::GetFlag(FLAGS_prompt_bf16_experts),

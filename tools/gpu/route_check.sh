@@ -8,14 +8,15 @@
 #      it), the decoder's route-form case (form 11 the tail) and
 #      moe_permute_test (MoeGroupRows' wide numbering, every case both ways;
 #      MoeCombine's vec16 rows), bf16_gemm_cutlass_test (the 128 x 128
-#      tile, cutlass_tile_n) and indexer_score_test (kSharedKeysMmaSum);
+#      tile, cutlass_tile_n) and indexer_score_test (kSharedKeysMmaSum,
+#      kSharedKeysMmaBf16);
 #   2. the EP8 prefill chunk with the defaults (the gate / up / SwiGLU
 #      launch on since the forty-second session), with the tail
 #      (--bf16_route_tail_rows), with the wide numbering (--wide_group_rows)
 #      with the combine's 16-byte columns (--combine_vec16), with CUTLASS's
 #      tile fit to each product's waves (--bf16_cutlass_fit_tile) and with the
-#      indexer's head sum through shared memory (--indexer_mma_sum), two
-#      rounds;
+#      indexer's head sum through shared memory (--indexer_mma_sum) and with
+#      its operands staged once as bf16 (--indexer_mma_bf16), two rounds;
 #   3. the route's bench at the chunk's shape (32,768 tokens: 513 rows an
 #      expert, so the tail takes every expert's third tile away);
 #   4. EP8 decode at context 4,096, batches 1 and 64, the context filled by
@@ -81,7 +82,8 @@ budget_step indexer_test 60 "${bundle}/bin/kernels_cuda_attention_indexer_score_
 # rounds in turn.
 chunk_forms=(defaults:--bf16_route_tail_rows=false tail:--bf16_route_tail_rows=true
   wide:--wide_group_rows=true vec16:--combine_vec16=true
-  fit_tile:--bf16_cutlass_fit_tile=true indexer_sum:--indexer_mma_sum=true)
+  fit_tile:--bf16_cutlass_fit_tile=true indexer_sum:--indexer_mma_sum=true
+  indexer_bf16:--indexer_mma_bf16=true)
 for round in "" _2; do
   for form in "${chunk_forms[@]}"; do
     budget_step "chunk_${form%%:*}${round}" 90 "${decode}" "${slice[@]}" "${form#*:}"

@@ -624,6 +624,15 @@ struct DeviceDecoderOptions {
   // bits. Built in the forty-second session after its device calls: off
   // until a GPU runs indexer_score_test.
   bool indexer_mma_sum = false;
+  // With indexer_mma: kSharedKeysMmaSum with q's MXFP4 form and the key tiles
+  // staged once as bf16, the mma fragments loaded by ldmatrix, and a term's
+  // two bf16 roundings one conversion for two values
+  // (IndexerScoreForm::kSharedKeysMmaBf16; ptxas: 156 registers, no spills;
+  // the 16-channel step 79 -> 28 SASS instructions; 61 KB a block, three an
+  // SM). The same bits. Built in the forty-third session, which had no
+  // device: off until a GPU runs indexer_score_test. Takes precedence over
+  // indexer_mma_sum.
+  bool indexer_mma_bf16 = false;
   // With prefill_x16_panel: the panel is made with X's scales
   // (dense::Fp8F16PanelParams::scales: each block whose UE8M0 scale is in
   // 2^-21 .. 2 written as code x 2^(e + 6)), and the product told so

@@ -2008,7 +2008,8 @@ TEST(DeviceDecoderFastTest, SmallBf16WithWgmmaLongChunkGivesTheShortChunksBits) 
 // On `small` (its fast decoder's defaults): the chunk and steps with the
 // per-query form, with the shared-keys form, and with indexer_mma (the
 // shared-keys form's dots on the tensor cores where the keys are MXFP4:
-// `mma` says whether they must be) all give the same bits.
+// `mma` says whether they must be), alone, with indexer_mma_sum and with
+// indexer_mma_bf16, all give the same bits.
 void SharedKeysIndexerGivesThePerQueryBits(const Checkpoint* small, bool mma) {
   ASSERT_NE(small, nullptr);
   const int64_t v = small->config().vocab_size;
@@ -2018,11 +2019,14 @@ void SharedKeysIndexerGivesThePerQueryBits(const Checkpoint* small, bool mma) {
   static_assert(kChunk >= kIndexerSharedKeysMinRows);
   DeviceDecoderOptions options = FastChunkOptions(kChunk);
   const std::vector<int64_t> prompt = RandomTokens(kChunk, 47, v - 1);
-  std::vector<float> got[3];
-  int64_t shared[3] = {0, 0, 0}, on_mma[3] = {0, 0, 0};
-  for (int i = 0; i < 3; ++i) {
+  constexpr int kForms = 5;  // per query, shared keys, mma, mma_sum, mma_bf16
+  std::vector<float> got[kForms];
+  int64_t shared[kForms] = {}, on_mma[kForms] = {};
+  for (int i = 0; i < kForms; ++i) {
     options.indexer_shared_keys = i >= 1;
-    options.indexer_mma = i == 2;
+    options.indexer_mma = i >= 2;
+    options.indexer_mma_sum = i == 3;
+    options.indexer_mma_bf16 = i == 4;
     auto dd = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, options);
     ASSERT_TRUE(dd.ok()) << dd.status();
     ASSERT_TRUE((*dd)->Start(1).ok());
@@ -2040,9 +2044,9 @@ void SharedKeysIndexerGivesThePerQueryBits(const Checkpoint* small, bool mma) {
   EXPECT_EQ(shared[0], 0);
   EXPECT_GT(shared[1], 0) << "the model has no index-source layer the chunk scored";
   EXPECT_EQ(on_mma[1], 0);
-  EXPECT_EQ(on_mma[2] > 0, mma);
+  for (int i = 2; i < kForms; ++i) EXPECT_EQ(on_mma[i] > 0, mma) << "form " << i;
   ASSERT_EQ(got[0].size(), static_cast<size_t>((kChunk + 3) * v));
-  for (int i = 1; i < 3; ++i) {
+  for (int i = 1; i < kForms; ++i) {
     ASSERT_EQ(got[i].size(), got[0].size());
     int64_t differing_rows = 0;
     for (int r = 0; r < kChunk + 3; ++r) {

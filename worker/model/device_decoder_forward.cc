@@ -348,13 +348,15 @@ absl::Status DeviceDecoder::Impl::SelectCompressed(int layer, int64_t b) {
   // A prefill chunk's rows read one sequence's keys: a block of 4 queries
   // stages each key tile once (the same bits).
   if (options.indexer_shared_keys && b >= kIndexerSharedKeysMinRows) {
-    sp.form = !options.indexer_mma      ? kc::IndexerScoreForm::kSharedKeys
-              : options.indexer_mma_sum ? kc::IndexerScoreForm::kSharedKeysMmaSum
-                                        : kc::IndexerScoreForm::kSharedKeysMma;
+    sp.form = !options.indexer_mma       ? kc::IndexerScoreForm::kSharedKeys
+              : options.indexer_mma_bf16 ? kc::IndexerScoreForm::kSharedKeysMmaBf16
+              : options.indexer_mma_sum  ? kc::IndexerScoreForm::kSharedKeysMmaSum
+                                         : kc::IndexerScoreForm::kSharedKeysMma;
     ++shared_key_scores;
     const kc::IndexerScoreForm ran = kc::ResolveIndexerScoreForm(sp);
     if (ran == kc::IndexerScoreForm::kSharedKeysMma ||
-        ran == kc::IndexerScoreForm::kSharedKeysMmaSum) {
+        ran == kc::IndexerScoreForm::kSharedKeysMmaSum ||
+        ran == kc::IndexerScoreForm::kSharedKeysMmaBf16) {
       ++mma_key_scores;
     }
   }

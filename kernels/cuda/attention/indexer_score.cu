@@ -8,6 +8,7 @@
 #include "kernels/cuda/attention/indexer_score.h"
 #include "kernels/cuda/attention/indexer_score_grouped.cuh"
 #include "kernels/cuda/attention/indexer_score_shared_keys.cuh"
+#include "kernels/cuda/attention/indexer_score_shared_keys_bf16.cuh"
 #include "kernels/cuda/attention/indexer_score_shared_keys_layout.h"
 #include "kernels/cuda/launch_status.h"
 
@@ -119,6 +120,44 @@ bool SharedKeysMmaSumApplies(const IndexerScoreParams& p) {
              kHopperMaxSharedBytes;
 }
 
+// The bf16-staged form (kSharedKeysMmaBf16): its shared memory within the
+// SM's (its static run table and rows beside it).
+bool SharedKeysMmaBf16Applies(const IndexerScoreParams& p) {
+  return SharedKeysMmaApplies(p) &&
+         static_cast<size_t>(IndexerSharedKeysBf16Layout(p.heads, p.dim).bytes) +
+                 kSharedKeysStaticBytes <=
+             kHopperMaxSharedBytes;
+}
+
+template <int kDim, bool kRoundBf16>
+absl::Status LaunchSharedKeysBf16As(const IndexerScoreParams& p, cudaStream_t stream) {
+  const auto kernel = IndexerScoreSharedKeysBf16Kernel<kDim, kRoundBf16>;
+  const size_t shared = static_cast<size_t>(IndexerSharedKeysBf16Layout(p.heads, p.dim).bytes);
+  if (shared > kDefaultSharedBytes) {
+    if (absl::Status s =
+            AllowSharedBytes(kernel, static_cast<int64_t>(shared), "IndexerScore shared keys bf16");
+        !s.ok()) {
+      return s;
+    }
+  }
+  const IndexerSharedKeysGrid grid =
+      IndexerSharedKeysGrid::Make(p.queries, p.keys, kSharedKeysTargetBlocks);
+  if (grid.Blocks() > 0x7fffffff) {
+    return absl::InvalidArgumentError("IndexerScore shared keys bf16: too many blocks");
+  }
+  kernel<<<static_cast<unsigned>(grid.Blocks()), IndexerSharedKeysLayout::kThreads, shared,
+           stream>>>(p.q, p.k_codes, p.k_scales, p.weights, p.visible_len, p.key_offset,
+                     p.block_table, p.table_slot, p.table_width, p.entries_per_block, p.out,
+                     p.queries, p.heads, p.dim, p.keys, p.weights_factor, grid);
+  return LaunchStatus("IndexerScore shared keys bf16");
+}
+
+template <bool kRoundBf16>
+absl::Status LaunchSharedKeysBf16(const IndexerScoreParams& p, cudaStream_t stream) {
+  return p.dim == 128 ? LaunchSharedKeysBf16As<128, kRoundBf16>(p, stream)
+                      : LaunchSharedKeysBf16As<0, kRoundBf16>(p, stream);
+}
+
 template <bool kRoundBf16>
 absl::Status Launch(const IndexerScoreParams& p, cudaStream_t stream) {
   switch (ResolveIndexerScoreForm(p)) {
@@ -130,6 +169,8 @@ absl::Status Launch(const IndexerScoreParams& p, cudaStream_t stream) {
       return LaunchSharedKeys<kRoundBf16, true>(p, stream);
     case IndexerScoreForm::kSharedKeysMmaSum:
       return LaunchSharedKeys<kRoundBf16, true, true>(p, stream);
+    case IndexerScoreForm::kSharedKeysMmaBf16:
+      return LaunchSharedKeysBf16<kRoundBf16>(p, stream);
     default:
       break;
   }
@@ -157,16 +198,17 @@ absl::Status Launch(const IndexerScoreParams& p, cudaStream_t stream) {
 
 IndexerScoreForm ResolveIndexerScoreForm(const IndexerScoreParams& p) {
   if (p.form == IndexerScoreForm::kGrouped && GroupedApplies(p)) return IndexerScoreForm::kGrouped;
-  if (p.form == IndexerScoreForm::kSharedKeysMmaSum && SharedKeysMmaSumApplies(p)) {
-    return IndexerScoreForm::kSharedKeysMmaSum;
+  if (p.form == IndexerScoreForm::kSharedKeysMmaBf16 && SharedKeysMmaBf16Applies(p)) {
+    return IndexerScoreForm::kSharedKeysMmaBf16;
   }
-  if ((p.form == IndexerScoreForm::kSharedKeysMma ||
-       p.form == IndexerScoreForm::kSharedKeysMmaSum) &&
-      SharedKeysMmaApplies(p)) {
+  const bool mma_sum = p.form == IndexerScoreForm::kSharedKeysMmaSum ||
+                       p.form == IndexerScoreForm::kSharedKeysMmaBf16;
+  if (mma_sum && SharedKeysMmaSumApplies(p)) return IndexerScoreForm::kSharedKeysMmaSum;
+  if ((p.form == IndexerScoreForm::kSharedKeysMma || mma_sum) && SharedKeysMmaApplies(p)) {
     return IndexerScoreForm::kSharedKeysMma;
   }
   if ((p.form == IndexerScoreForm::kSharedKeys || p.form == IndexerScoreForm::kSharedKeysMma ||
-       p.form == IndexerScoreForm::kSharedKeysMmaSum) &&
+       mma_sum) &&
       SharedKeysApplies(p)) {
     return IndexerScoreForm::kSharedKeys;
   }

@@ -73,6 +73,13 @@ enum class IndexerScoreForm {
   // shared memory a block. Where kSharedKeysMma does not apply, as it.
   // Built in the forty-second session: not yet run on a GPU.
   kSharedKeysMmaSum,
+  // kSharedKeysMmaSum with q's MXFP4 form and the keys staged once as bf16
+  // (the mma fragments by ldmatrix instead of two floats packed at every
+  // use) and a term's bf16 roundings two values a conversion
+  // (indexer_score_shared_keys_bf16.cuh): the same bits; 61 KB a block at
+  // 32 x 128 (three an SM). Where it does not apply, as kSharedKeysMmaSum.
+  // Built in the forty-third session: not yet run on a GPU.
+  kSharedKeysMmaBf16,
 };
 
 struct IndexerScoreParams {

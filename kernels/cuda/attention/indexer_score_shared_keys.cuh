@@ -50,6 +50,76 @@
 
 namespace weir::kernels::cuda {
 
+// A group's key sources: per query of the group (kQ at most, nq real) its
+// visible length (clamped to keys), key_offset and table row, whether that
+// source is bad (a negative offset or, with block tables, no row), the first
+// query of its run of equal sources (owner) and, for a run's owner, the
+// largest visible length among the run's queries (reach; 0 for a bad run and
+// for queries that own none). Every shared-keys kernel stages a tile once a
+// run.
+template <int kQ>
+struct SharedKeysRuns {
+  int64_t visible[kQ], offset[kQ], reach[kQ];
+  const int32_t* table[kQ];
+  int bad[kQ], owner[kQ];
+};
+
+// Fills `runs` for the queries s0 .. s0 + nq - 1 (one thread; constant
+// indices only, so the working arrays stay in registers).
+template <int kQ>
+__device__ __forceinline__ void FindSharedKeysRuns(SharedKeysRuns<kQ>& runs, int64_t s0, int nq,
+                                                   const int64_t* __restrict__ visible_len,
+                                                   const int64_t* __restrict__ key_offset,
+                                                   const int32_t* __restrict__ block_table,
+                                                   const int32_t* __restrict__ table_slot,
+                                                   int table_width, int64_t keys) {
+  int64_t visible[kQ], offset[kQ];
+  const int32_t* table[kQ];
+  int bad[kQ], owner[kQ];
+#pragma unroll
+  for (int i = 0; i < kQ; ++i) {
+    visible[i] = 0;
+    offset[i] = 0;
+    table[i] = nullptr;
+    bad[i] = 1;
+    if (i < nq) {
+      const int64_t s = s0 + i;
+      const int64_t v = visible_len[s];
+      visible[i] = v < 0 ? 0 : (v > keys ? keys : v);
+      offset[i] = key_offset == nullptr ? 0 : key_offset[s];
+      table[i] = block_table == nullptr || table_slot[s] < 0
+                     ? nullptr
+                     : block_table + static_cast<int64_t>(table_slot[s]) * table_width;
+      bad[i] = offset[i] < 0 || (block_table != nullptr && table[i] == nullptr);
+    }
+  }
+  // owner[i]: the first query of i's run of equal sources.
+#pragma unroll
+  for (int i = 0; i < kQ; ++i) {
+    owner[i] = i;
+    bool linked = i < nq;
+#pragma unroll
+    for (int p = i - 1; p >= 0; --p) {
+      linked = linked && !bad[p] && offset[p] == offset[i] && table[p] == table[i];
+      if (linked) owner[i] = p;
+    }
+  }
+#pragma unroll
+  for (int o = 0; o < kQ; ++o) {
+    int64_t reach = 0;
+#pragma unroll
+    for (int i = o; i < kQ; ++i) {
+      if (i < nq && owner[i] == o && visible[i] > reach) reach = visible[i];
+    }
+    runs.visible[o] = visible[o];
+    runs.offset[o] = offset[o];
+    runs.table[o] = table[o];
+    runs.bad[o] = bad[o];
+    runs.owner[o] = owner[o];
+    runs.reach[o] = bad[o] || owner[o] != o ? 0 : reach;
+  }
+}
+
 // Grid: grid.Blocks() blocks of IndexerSharedKeysLayout::kThreads; block b
 // takes the queries of group grid.Group(b) and the key tiles of range
 // grid.Range(b). kDim > 0 fixes dim at compile time (shared-memory offsets
@@ -96,9 +166,13 @@ __global__ void __launch_bounds__(IndexerSharedKeysLayout::kThreads, 2)
   static_assert(!kSmemSum || kMma, "the shared-memory head sum is the mma form's");
   float* const sum_scratch =
       ks + layout.k_floats + static_cast<int>(threadIdx.x / 32) * L::kSumWarpFloats;
-  __shared__ int64_t s_visible[kQ], s_offset[kQ], s_reach[kQ];
-  __shared__ const int32_t* s_table[kQ];
-  __shared__ int s_bad[kQ], s_owner[kQ];
+  __shared__ SharedKeysRuns<kQ> runs;
+  int64_t(&s_visible)[kQ] = runs.visible;
+  int64_t(&s_offset)[kQ] = runs.offset;
+  int64_t(&s_reach)[kQ] = runs.reach;
+  const int32_t*(&s_table)[kQ] = runs.table;
+  int(&s_bad)[kQ] = runs.bad;
+  int(&s_owner)[kQ] = runs.owner;
   __shared__ int64_t s_rows[kT];  // paged keys: the pool row of each key of the tile
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid % 32, warp = tid / 32;
@@ -112,52 +186,8 @@ __global__ void __launch_bounds__(IndexerSharedKeysLayout::kThreads, 2)
 
   // The group's key sources and runs (thread 0; four queries at most).
   if (tid == 0) {
-    int64_t visible[kQ], offset[kQ];
-    const int32_t* table[kQ];
-    int bad[kQ], owner[kQ];
-#pragma unroll
-    for (int i = 0; i < kQ; ++i) {
-      visible[i] = 0;
-      offset[i] = 0;
-      table[i] = nullptr;
-      bad[i] = 1;
-      if (i < nq) {
-        const int64_t s = s0 + i;
-        const int64_t v = visible_len[s];
-        visible[i] = v < 0 ? 0 : (v > keys ? keys : v);
-        offset[i] = key_offset == nullptr ? 0 : key_offset[s];
-        table[i] = block_table == nullptr || table_slot[s] < 0
-                       ? nullptr
-                       : block_table + static_cast<int64_t>(table_slot[s]) * table_width;
-        bad[i] = offset[i] < 0 || (block_table != nullptr && table[i] == nullptr);
-      }
-    }
-    // owner[i]: the first query of i's run of equal sources (constant
-    // indices only, so the arrays stay in registers).
-#pragma unroll
-    for (int i = 0; i < kQ; ++i) {
-      owner[i] = i;
-      bool linked = i < nq;
-#pragma unroll
-      for (int p = i - 1; p >= 0; --p) {
-        linked = linked && !bad[p] && offset[p] == offset[i] && table[p] == table[i];
-        if (linked) owner[i] = p;
-      }
-    }
-#pragma unroll
-    for (int o = 0; o < kQ; ++o) {
-      int64_t reach = 0;
-#pragma unroll
-      for (int i = o; i < kQ; ++i) {
-        if (i < nq && owner[i] == o && visible[i] > reach) reach = visible[i];
-      }
-      s_visible[o] = visible[o];
-      s_offset[o] = offset[o];
-      s_table[o] = table[o];
-      s_bad[o] = bad[o];
-      s_owner[o] = owner[o];
-      s_reach[o] = bad[o] || owner[o] != o ? 0 : reach;
-    }
+    FindSharedKeysRuns<kQ>(runs, s0, nq, visible_len, key_offset, block_table, table_slot,
+                           table_width, keys);
   }
   __syncthreads();
   bool work = false;  // block-uniform: some run sees a key of the range

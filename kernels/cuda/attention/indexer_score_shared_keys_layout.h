@@ -99,6 +99,55 @@ struct IndexerSharedKeysLayout {
   }
 };
 
+// IndexerScoreForm::kSharedKeysMmaBf16 (indexer_score_shared_keys_bf16.cuh):
+// IndexerSharedKeysLayout's block (kQueries warps, tiles of kKeys keys, the
+// mma accumulators and the shared-memory head sum of kSharedKeysMmaSum) with
+// q's MXFP4 form and the keys staged once as bf16 values instead of fp32, so
+// the warps load mma fragments with ldmatrix instead of packing two floats
+// an operand register at every use. Shared memory, in bytes from the start:
+// the queries' heads as bf16 [kQueries][head_rows][stride] (head h at row h,
+// natural order; rows of heads >= heads are zero), their weights as floats
+// [kQueries][head_rows], the key tile as bf16 [kKeys][stride], then each
+// warp's head-sum scratch (IndexerSharedKeysLayout::SumFloats floats). The
+// row stride is dim + 8 bf16 values: with dim % 32 == 0 a row is an odd
+// number of 16-byte units, so the 8 rows an ldmatrix phase reads start in 8
+// distinct bank groups. About 61 KB at V4.1's 32 heads x 128: three blocks
+// an SM.
+struct IndexerSharedKeysBf16Layout {
+  using L = IndexerSharedKeysLayout;
+  int head_rows = 0;
+  int stride = 0;  // bf16 values a row
+  int64_t q_offset = 0, w_offset = 0, k_offset = 0, sum_offset = 0, bytes = 0;
+
+  WEIR_SHARED_KEYS_HD constexpr IndexerSharedKeysBf16Layout(int heads, int dim)
+      : head_rows((heads + L::kHeadPass - 1) / L::kHeadPass * L::kHeadPass),
+        stride(dim + 8),
+        q_offset(0),
+        w_offset(int64_t{L::kQueries} * ((heads + L::kHeadPass - 1) / L::kHeadPass * L::kHeadPass) *
+                 (dim + 8) * 2),
+        k_offset(RoundUp16(w_offset +
+                           int64_t{L::kQueries} *
+                               ((heads + L::kHeadPass - 1) / L::kHeadPass * L::kHeadPass) * 4)),
+        sum_offset(k_offset + int64_t{L::kKeys} * (dim + 8) * 2),
+        bytes(sum_offset + L::SumFloats() * 4) {}
+
+  WEIR_SHARED_KEYS_HD static constexpr int64_t RoundUp16(int64_t b) { return (b + 15) / 16 * 16; }
+
+  // ldmatrix .x4 row addresses, in bf16 values from the warp's first head
+  // row (A) or from the tile's first key (B). A: lane l gives row (l & 7) +
+  // 8 ((l >> 3) & 1) of a 16-head m tile at channel offset 8 (l >> 4), so
+  // the four matrices are the mma's a0 .. a3 (heads g / g + 8, channels
+  // 2 t / 2 t + 8). B: for the n tiles 2 p and 2 p + 1, lane l gives key
+  // 8 (2 p + (l >> 4)) + (l & 7) at channel offset 8 ((l >> 3) & 1), so the
+  // four matrices are b0, b1 of n tile 2 p, then of 2 p + 1.
+  WEIR_SHARED_KEYS_HD constexpr int ARowOffset(int lane) const {
+    return ((lane & 7) + 8 * ((lane >> 3) & 1)) * stride + 8 * (lane >> 4);
+  }
+  WEIR_SHARED_KEYS_HD constexpr int BRowOffset(int lane, int pair) const {
+    return (8 * (2 * pair + (lane >> 4)) + (lane & 7)) * stride + 8 * ((lane >> 3) & 1);
+  }
+};
+
 // Which (group of queries, range of key tiles) block b takes: groups of
 // kQueries queries, each split into `ranges` ranges of tiles_per_block tiles
 // of kKeys. Block b takes group groups - 1 - b / ranges, range b % ranges:

@@ -225,5 +225,67 @@ TEST(IndexerSharedKeysLayoutTest, MmaHeadSumRunsInHeadOrder) {
   }
 }
 
+// kSharedKeysMmaBf16's layout: the parts follow each other 16-byte aligned
+// (uint4 key stores, ldmatrix rows), V4.1's 32 x 128 takes about 61 KB (three
+// blocks an SM with the static table), and each ldmatrix phase's 8 row
+// addresses start in 8 distinct 16-byte bank groups.
+TEST(IndexerSharedKeysLayoutTest, Bf16LayoutIsAlignedAndFreeOfBankConflicts) {
+  using B = IndexerSharedKeysBf16Layout;
+  for (int heads : {1, 4, 32, 33, 64, 96}) {
+    for (int dim : {32, 64, 128, 256}) {
+      const B b(heads, dim);
+      EXPECT_EQ(b.head_rows, L(heads, dim).head_rows);
+      EXPECT_EQ(b.stride, dim + 8);
+      EXPECT_EQ(b.w_offset, int64_t{L::kQueries} * b.head_rows * b.stride * 2);
+      EXPECT_GE(b.k_offset, b.w_offset + int64_t{L::kQueries} * b.head_rows * 4);
+      EXPECT_EQ(b.sum_offset, b.k_offset + int64_t{L::kKeys} * b.stride * 2);
+      EXPECT_EQ(b.bytes, b.sum_offset + L::SumFloats() * 4);
+      for (int64_t offset : {b.q_offset, b.w_offset, b.k_offset, b.sum_offset}) {
+        EXPECT_EQ(offset % 16, 0) << heads << " " << dim;
+      }
+      EXPECT_EQ(b.stride * 2 % 16, 0);
+      // A phase of ldmatrix: lanes 8 m .. 8 m + 7 give matrix m's 8 rows.
+      for (int m = 0; m < 4; ++m) {
+        std::set<int> a_groups, b_groups;
+        for (int lane = 8 * m; lane < 8 * m + 8; ++lane) {
+          a_groups.insert(static_cast<int>(b.ARowOffset(lane) * 2 / 16 % 8));
+          b_groups.insert(static_cast<int>(b.BRowOffset(lane, 1) * 2 / 16 % 8));
+          EXPECT_EQ(b.ARowOffset(lane) * 2 % 16, 0);
+        }
+        EXPECT_EQ(a_groups.size(), 8u) << dim;
+        EXPECT_EQ(b_groups.size(), 8u) << dim;
+      }
+    }
+  }
+  const B v41(32, 128);
+  EXPECT_EQ(v41.bytes, 61952);
+  EXPECT_LE(3 * (v41.bytes + 1024 + 1024), 228 * 1024);  // + static table, + reserved
+}
+
+// ldmatrix .x4 gives lane (g = lane / 4, t = lane % 4) in register j the
+// values 2 t and 2 t + 1 of row g of matrix j, matrix j's rows being the
+// addresses lanes 8 j .. 8 j + 7 gave. With ARowOffset / BRowOffset those
+// are exactly the mma.sync m16n8k16 fragments the fp32 staging packed: A
+// register j = heads g + 8 (j & 1), channels 2 t + 8 (j >> 1) (+ 0, 1); B of
+// n tile 2 p + (j >> 1), register j & 1 = key g of that tile, channels 2 t +
+// 8 (j & 1) (+ 0, 1).
+TEST(IndexerSharedKeysLayoutTest, Bf16LdmatrixGivesTheMmaFragments) {
+  using B = IndexerSharedKeysBf16Layout;
+  const B b(32, 128);
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, t = lane % 4;
+    for (int j = 0; j < 4; ++j) {
+      // The element offset lane `lane` reads first in register j.
+      const int a_at = b.ARowOffset(8 * j + g) + 2 * t;
+      EXPECT_EQ(a_at, (g + 8 * (j & 1)) * b.stride + 2 * t + 8 * (j >> 1)) << lane << " " << j;
+      for (int p = 0; p < 4; ++p) {
+        const int b_at = b.BRowOffset(8 * j + g, p) + 2 * t;
+        const int nt = 2 * p + (j >> 1), key = 8 * nt + g;
+        EXPECT_EQ(b_at, key * b.stride + 2 * t + 8 * (j & 1)) << lane << " " << j << " " << p;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace weir::kernels::cuda

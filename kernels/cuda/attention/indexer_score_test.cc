@@ -6,6 +6,7 @@
 #include <cstring>
 #include <random>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -25,10 +26,13 @@ using testing::DeviceBuffer;
 // given (FusedInputs..., V41PrefillChunk..., Mxfp4Keys... with q_mxfp4) and
 // is kSharedKeys elsewhere; the cases' inputs keep every dot's sum exact in
 // fp32, so it must give the CPU's bits there too.
-// kSharedKeysMmaSum (the head sum through shared memory) likewise.
+// kSharedKeysMmaSum (the head sum through shared memory) and
+// kSharedKeysMmaBf16 (its operands staged once as bf16, a term's roundings
+// two values a conversion) likewise.
 constexpr IndexerScoreForm kForms[] = {
-    IndexerScoreForm::kPerQuery, IndexerScoreForm::kGrouped, IndexerScoreForm::kSharedKeys,
-    IndexerScoreForm::kSharedKeysMma, IndexerScoreForm::kSharedKeysMmaSum};
+    IndexerScoreForm::kPerQuery,         IndexerScoreForm::kGrouped,
+    IndexerScoreForm::kSharedKeys,       IndexerScoreForm::kSharedKeysMma,
+    IndexerScoreForm::kSharedKeysMmaSum, IndexerScoreForm::kSharedKeysMmaBf16};
 
 struct Shape {
   int64_t queries;
@@ -705,6 +709,17 @@ TEST(IndexerScoreCudaTest, GroupedFormOnPrefillRunsIsBitIdenticalToTheCpu) {
   p.q_mxfp4 = false;  // the fp32 staging's form
   EXPECT_EQ(ResolveIndexerScoreForm(p), IndexerScoreForm::kSharedKeys);
   p.q_mxfp4 = true;
+  p.form = IndexerScoreForm::kSharedKeysMmaBf16;
+  EXPECT_EQ(ResolveIndexerScoreForm(p), IndexerScoreForm::kSharedKeysMmaBf16);
+  p.q_mxfp4 = false;
+  EXPECT_EQ(ResolveIndexerScoreForm(p), IndexerScoreForm::kSharedKeys);
+  p.q_mxfp4 = true;
+  p.dim = 48;  // the mma forms need dim % 32 == 0
+  EXPECT_EQ(ResolveIndexerScoreForm(p), IndexerScoreForm::kSharedKeys);
+  p.dim = 128;
+  p.heads = 96;  // bf16 staging: 131 KB, where the fp32 forms pass 227 KiB
+  EXPECT_EQ(ResolveIndexerScoreForm(p), IndexerScoreForm::kSharedKeysMmaBf16);
+  p.heads = 32;
   p.form = IndexerScoreForm::kSharedKeysMma;
   p.heads = 96;  // past 227 KiB
   EXPECT_EQ(ResolveIndexerScoreForm(p), IndexerScoreForm::kPerQuery);
@@ -720,16 +735,20 @@ TEST(IndexerScoreCudaTest, GroupedFormOnPrefillRunsIsBitIdenticalToTheCpu) {
 // group of four short. Every form, bit for bit the CPU's on q fake-quantized
 // (FakeQuant kMxfp4), the weights scaled as decode's Scale and the keys
 // dequantized.
+// Also at 96 heads (three passes of 32; the bf16 staging's form runs where
+// the fp32 shared-keys forms pass 227 KiB and fall back), the first context.
 TEST(IndexerScoreCudaTest, V41PrefillChunkIsBitIdenticalToTheCpu) {
-  constexpr int kHeads = 32, kDim = 128, kEntries = 32, kRatio = 4;
+  constexpr int kDim = 128, kEntries = 32, kRatio = 4;
   constexpr int64_t kQueries = 602;
   const float factor = static_cast<float>(1.0 / std::sqrt(128.0) / std::sqrt(32.0));
   uint32_t seed = 1100;
-  for (int64_t context : {kQueries, int64_t{2000}}) {
+  for (const auto& [kHeads, context] :
+       {std::pair<int, int64_t>{32, kQueries}, std::pair<int, int64_t>{32, 2000},
+        std::pair<int, int64_t>{96, kQueries}}) {
     for (bool round_bf16 : {false, true}) {
       const int64_t keys = context / kRatio + 2;
-      SCOPED_TRACE(::testing::Message()
-                   << "context " << context << " keys " << keys << " bf16 " << round_bf16);
+      SCOPED_TRACE(::testing::Message() << "heads " << kHeads << " context " << context << " keys "
+                                        << keys << " bf16 " << round_bf16);
       ASSERT_NE(keys % 64, 0);
       std::mt19937 rng(seed++);
       std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -813,9 +832,9 @@ TEST(IndexerScoreCudaTest, V41PrefillChunkIsBitIdenticalToTheCpu) {
           }
         }
         std::printf(
-            "V4.1 prefill: context %lld keys %lld bf16 %d form %d: %lld finite scores, "
-            "%lld differ\n",
-            static_cast<long long>(context), static_cast<long long>(keys), round_bf16,
+            "V4.1 prefill: heads %d context %lld keys %lld bf16 %d form %d: %lld finite "
+            "scores, %lld differ\n",
+            kHeads, static_cast<long long>(context), static_cast<long long>(keys), round_bf16,
             static_cast<int>(form), static_cast<long long>(finite), static_cast<long long>(differ));
         EXPECT_GT(finite, 0);
         EXPECT_EQ(differ, 0) << "form " << static_cast<int>(form) << ", first at query "
