@@ -263,6 +263,9 @@ ABSL_FLAG(bool, indexer_mma_sum, false,
 ABSL_FLAG(bool, indexer_mma_bf16, false,
           "With --indexer_mma: the prefill indexer's operands staged once as bf16, its "
           "fragments by ldmatrix (DeviceDecoderOptions::indexer_mma_bf16; same bits).");
+ABSL_FLAG(bool, topk_in_registers, false,
+          "The sparse attention's top-k of rows up to 8,192 wide held in registers "
+          "(DeviceDecoderOptions::topk_in_registers; same positions).");
 ABSL_FLAG(bool, bf16_cutlass_fit_tile, false,
           "With --bf16_cutlass: CUTLASS's tile over W rows chosen for each product's waves "
           "(DeviceDecoderOptions::bf16_cutlass_fit_tile; same bits).");
@@ -604,6 +607,7 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .indexer_mma = absl::GetFlag(FLAGS_indexer_mma),
           .indexer_mma_sum = absl::GetFlag(FLAGS_indexer_mma_sum),
           .indexer_mma_bf16 = absl::GetFlag(FLAGS_indexer_mma_bf16),
+          .topk_in_registers = absl::GetFlag(FLAGS_topk_in_registers),
           .scaled_x16_panel = absl::GetFlag(FLAGS_scaled_x16_panel),
           .prompt_bf16_linears = absl::GetFlag(FLAGS_prompt_bf16_linears),
           .prompt_bf16_experts = absl::GetFlag(FLAGS_prompt_bf16_experts),

@@ -8,8 +8,8 @@
 #      it), the decoder's route-form case (form 11 the tail) and
 #      moe_permute_test (MoeGroupRows' wide numbering, every case both ways;
 #      MoeCombine's vec16 rows), bf16_gemm_cutlass_test (the 128 x 128
-#      tile, cutlass_tile_n) and indexer_score_test (kSharedKeysMmaSum,
-#      kSharedKeysMmaBf16);
+#      tile, cutlass_tile_n), indexer_score_test (kSharedKeysMmaSum,
+#      kSharedKeysMmaBf16) and topk_test (TopkParams::in_registers);
 #   2. the EP8 prefill chunk with the defaults (the gate / up / SwiGLU
 #      launch on since the forty-second session), with the tail
 #      (--bf16_route_tail_rows), with the wide numbering (--wide_group_rows)
@@ -21,7 +21,8 @@
 #      expert, so the tail takes every expert's third tile away);
 #   4. EP8 decode at context 4,096, batches 1 and 64, the context filled by
 #      prefill chunks, with the decode steps' kernel timeline (issue 20's
-#      batch-64 target, 2.7x against 1.5x, has no recent profile);
+#      batch-64 target, 2.7x against 1.5x, has no recent profile); batch 1
+#      with the top-k's rows in registers (--topk_in_registers), two rounds;
 #   5. the chunk's timeline with the tail, the decoder test's first shard
 #      (GTEST_TOTAL_SHARDS=3; 300 s at most), then ncu of the tail's instance
 #      inside the chunk with the time left (the forty-second session ran the
@@ -30,7 +31,7 @@
 #   BUNDLE_TARGETS="//worker/model:device_decoder_fast_test //tools/bench:decode_gpu
 #     //kernels/cuda/moe:mxfp4_grouped_gemm_bench //kernels/cuda/moe:mxfp4_bf16_gemm_sm90_test
 #     //kernels/cuda/moe:moe_permute_test //kernels/cuda/dense:bf16_gemm_cutlass_test
-#     //kernels/cuda/attention:indexer_score_test"
+#     //kernels/cuda/attention:indexer_score_test //kernels/cuda/attention:topk_test"
 #     tools/gpu/bundle.sh
 #   tools/gpu/route_check.sh [RESULTS]
 set -uo pipefail
@@ -78,6 +79,7 @@ budget_step device_decoder_fast_test 120 "${bundle}/bin/worker_model_device_deco
 budget_step moe_permute_test 60 "${bundle}/bin/kernels_cuda_moe_moe_permute_test" || status=1
 budget_step cutlass_test 60 "${bundle}/bin/kernels_cuda_dense_bf16_gemm_cutlass_test" || status=1
 budget_step indexer_test 60 "${bundle}/bin/kernels_cuda_attention_indexer_score_test" || status=1
+budget_step topk_test 60 "${bundle}/bin/kernels_cuda_attention_topk_test" || status=1
 # The chunk's forms, NAME:FLAG (the defaults' row names a default value), two
 # rounds in turn.
 chunk_forms=(defaults:--bf16_route_tail_rows=false tail:--bf16_route_tail_rows=true
@@ -98,6 +100,15 @@ budget_step mxfp4_bench_chunk_shape 150 "${route_bench[@]:0:4}" 32768
 budget_step decode_ep8 150 "${decode}" --ep_slice=8 --numerics=fast --batches=1,64 \
   --context=4096 --prefill_chunk=4096 --steps=3 --warmup=1 --slice_profile=false \
   --kernel_timeline
+# The top-k's rows in registers (--topk_in_registers) against the defaults
+# at batch 1, where the step's 8 selects run on one SM each; two rounds.
+for round in "" _2; do
+  for form in defaults:--topk_in_registers=false topk_reg:--topk_in_registers=true; do
+    budget_step "decode_b1_${form%%:*}${round}" 60 "${decode}" --ep_slice=8 --numerics=fast \
+      --batches=1 --context=4096 --prefill_chunk=4096 --steps=8 --warmup=2 \
+      --slice_profile=false "${form#*:}"
+  done
+done
 # Without programmatic edges, so each kernel's busy time is its own.
 budget_step chunk_timeline_tail 120 "${decode}" "${slice[@]}" --prefill_timeline \
   --programmatic=false --bf16_route_tail_rows=true
@@ -126,6 +137,10 @@ sed -n '/^Prefill:/,$p' "${results}/mxfp4_bench_chunk_shape.log" 2>/dev/null |
   grep -E 'ballot search|cuBLASLt' | cut -c1-220 | head -8
 echo "== EP8 decode at 4,096"
 grep -E '^ *(1|64) ' "${results}/decode_ep8.log" 2>/dev/null | cut -c1-150
+for log in "${results}"/decode_b1_*.log; do
+  [[ -f "${log}" ]] || continue
+  echo "${log##*/}: $(grep -E '^ *1 ' "${log}" | head -n 1 | cut -c1-120)"
+done
 echo "== summary"
 cat "${results}/summary.txt"
 echo "== tests"

@@ -633,6 +633,13 @@ struct DeviceDecoderOptions {
   // device: off until a GPU runs indexer_score_test. Takes precedence over
   // indexer_mma_sum.
   bool indexer_mma_bf16 = false;
+  // The sparse attention's top-k of rows up to 8,192 entries wide with each
+  // row held in registers (kernels/cuda/attention TopkParams::in_registers:
+  // read once instead of about six times, a tie and the output one prefix
+  // sum each). The same positions. At batch 1 a decode step's 8 selects took
+  // about 34 us each on one SM (H100, context 4,096). Built in the
+  // forty-third session, which had no device: off until topk_test passes.
+  bool topk_in_registers = false;
   // With prefill_x16_panel: the panel is made with X's scales
   // (dense::Fp8F16PanelParams::scales: each block whose UE8M0 scale is in
   // 2^-21 .. 2 written as code x 2^(e + 6)), and the product told so

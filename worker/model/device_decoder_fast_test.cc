@@ -2009,7 +2009,8 @@ TEST(DeviceDecoderFastTest, SmallBf16WithWgmmaLongChunkGivesTheShortChunksBits) 
 // per-query form, with the shared-keys form, and with indexer_mma (the
 // shared-keys form's dots on the tensor cores where the keys are MXFP4:
 // `mma` says whether they must be), alone, with indexer_mma_sum and with
-// indexer_mma_bf16, all give the same bits.
+// indexer_mma_bf16, all give the same bits; and so does the mma form with
+// the top-k's rows in registers (topk_in_registers).
 void SharedKeysIndexerGivesThePerQueryBits(const Checkpoint* small, bool mma) {
   ASSERT_NE(small, nullptr);
   const int64_t v = small->config().vocab_size;
@@ -2019,7 +2020,8 @@ void SharedKeysIndexerGivesThePerQueryBits(const Checkpoint* small, bool mma) {
   static_assert(kChunk >= kIndexerSharedKeysMinRows);
   DeviceDecoderOptions options = FastChunkOptions(kChunk);
   const std::vector<int64_t> prompt = RandomTokens(kChunk, 47, v - 1);
-  constexpr int kForms = 5;  // per query, shared keys, mma, mma_sum, mma_bf16
+  // per query, shared keys, mma, mma_sum, mma_bf16, mma with topk_in_registers
+  constexpr int kForms = 6;
   std::vector<float> got[kForms];
   int64_t shared[kForms] = {}, on_mma[kForms] = {};
   for (int i = 0; i < kForms; ++i) {
@@ -2027,6 +2029,7 @@ void SharedKeysIndexerGivesThePerQueryBits(const Checkpoint* small, bool mma) {
     options.indexer_mma = i >= 2;
     options.indexer_mma_sum = i == 3;
     options.indexer_mma_bf16 = i == 4;
+    options.topk_in_registers = i == 5;
     auto dd = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, options);
     ASSERT_TRUE(dd.ok()) << dd.status();
     ASSERT_TRUE((*dd)->Start(1).ok());

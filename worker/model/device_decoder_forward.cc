@@ -384,7 +384,8 @@ absl::Status DeviceDecoder::Impl::SelectCompressed(int layer, int64_t b) {
                             .rows = b,
                             .width = me,
                             .k = static_cast<int>(c.index_topk),
-                            .masked_past_visible = true},
+                            .masked_past_visible = true,
+                            .in_registers = options.topk_in_registers},
                            stream);
 }
 

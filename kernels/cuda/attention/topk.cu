@@ -7,6 +7,8 @@
 #include "kernels/cuda/launch_status.h"
 
 namespace weir::kernels::cuda {
+static_assert(int64_t{kTopkThreads} * kTopkRegItems == kTopkRegMaxWidth);
+
 bool SupportsTopkPositions(const TopkParams& p) {
   if (p.rows < 0 || p.rows > 0x7fffffff || p.width < 0 || p.width > 0x7fffffff || p.k < 0) {
     return false;
@@ -24,6 +26,12 @@ absl::Status TopkPositions(const TopkParams& p, cudaStream_t stream) {
         std::to_string(p.k));
   }
   if (p.rows == 0) return absl::OkStatus();
+  if (p.in_registers && p.width <= kTopkRegMaxWidth) {
+    TopkPositionsRegKernel<kTopkThreads, kTopkRegItems>
+        <<<static_cast<unsigned>(p.rows), kTopkThreads, 0, stream>>>(
+            p.scores, p.visible_len, p.out, p.width, p.k, p.offset, p.masked_past_visible);
+    return LaunchStatus("TopkPositions in registers");
+  }
   TopkPositionsKernel<kTopkThreads><<<static_cast<unsigned>(p.rows), kTopkThreads, 0, stream>>>(
       p.scores, p.visible_len, p.out, p.width, p.k, p.offset, p.masked_past_visible);
   return LaunchStatus("TopkPositions");

@@ -11,6 +11,9 @@
 namespace weir::kernels::cuda {
 
 inline constexpr int kTopkThreads = 512;
+// TopkPositionsRegKernel's items a thread: 512 threads of 16, rows of up to
+// 8,192 entries (topk.h's kTopkRegMaxWidth).
+inline constexpr int kTopkRegItems = 16;
 
 __device__ __forceinline__ int64_t ClampTo(int64_t v, int64_t lo, int64_t hi) {
   return v < lo ? lo : (v > hi ? hi : v);
@@ -202,6 +205,139 @@ __global__ void TopkPositionsKernel(const float* __restrict__ scores,
     written += total;
   }
   for (int64_t j = written + threadIdx.x; j < k; j += kThreads) o[j] = -1;
+}
+
+// TopkPositions with each row's keys held in registers
+// (TopkParams::in_registers): thread t holds items t * kItems .. + kItems - 1
+// of the row (width <= kThreads * kItems), read once. The same selection as
+// SelectBest, found with fewer passes over less: the count and each radix
+// pass read registers (each warp counts into its own histogram, the bins
+// summed by the thread that scans them), a tie at the threshold is resolved
+// by one prefix sum of each thread's equal items (its items are consecutive
+// indices, so the want-th lowest index among them is found directly), and
+// the kept positions are written after one prefix sum of each thread's kept
+// count instead of one a block-width of items.
+template <int kThreads, int kItems>
+struct TopkRegShared {
+  SelectShared<kThreads> select;
+  uint32_t warp_hist[kThreads / 32][256];
+  int64_t last_equal;
+};
+
+template <int kThreads, int kItems>
+__global__ void __launch_bounds__(kThreads)
+    TopkPositionsRegKernel(const float* __restrict__ scores,
+                           const int64_t* __restrict__ visible_len, int32_t* __restrict__ out,
+                           int64_t width, int k, int32_t offset, bool masked_past_visible) {
+  GridDependencyPrologue();
+  static_assert(kItems <= 32, "a thread's items are one bit mask");
+  constexpr int kWarps = kThreads / 32;
+  __shared__ TopkRegShared<kThreads, kItems> sh;
+  SelectShared<kThreads>& sm = sh.select;
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  const int64_t row = blockIdx.x;
+  const float* sc = scores + row * width;
+  int32_t* o = out + row * k;
+  const int64_t visible = ClampTo(visible_len[row], 0, width);
+  const int64_t n = masked_past_visible ? visible : width;
+  const int64_t first = static_cast<int64_t>(tid) * kItems;
+  uint32_t key[kItems];
+  uint32_t valid = 0;  // bit j: item first + j is a candidate (below n, above -inf, not NaN)
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    key[j] = 0;
+    if (first + j < n) {
+      const float v = sc[first + j];
+      if (v > -INFINITY) {
+        key[j] = OrderedKey(v);
+        valid |= 1u << j;
+      }
+    }
+  }
+  uint32_t total = 0;
+  BlockExclusiveScan<kThreads>(static_cast<uint32_t>(__popc(valid)), total, sm);
+  Selection selection;
+  if (k <= 0) {
+    selection.none = true;
+  } else if (total <= static_cast<uint32_t>(k)) {
+    selection.all = true;
+  } else {
+    // The radix select of RadixSelectLargest over the registers' keys.
+    uint32_t want = static_cast<uint32_t>(k), prefix = 0, mask = 0, equal = 0;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+      for (int b = lane; b < 256; b += 32) sh.warp_hist[warp][b] = 0;
+      __syncwarp();
+#pragma unroll
+      for (int j = 0; j < kItems; ++j) {
+        if (((valid >> j) & 1u) != 0u && (key[j] & mask) == prefix) {
+          atomicAdd(&sh.warp_hist[warp][(key[j] >> shift) & 0xFFu], 1u);
+        }
+      }
+      __syncthreads();
+      const int t = tid;
+      uint32_t count = 0;
+      if (t < 256) {
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) count += sh.warp_hist[w][255 - t];
+      }
+      uint32_t bins = 0;
+      const uint32_t above = BlockExclusiveScan<kThreads>(count, bins, sm);
+      if (t < 256) {
+        const bool reached = above + count >= want;
+        const bool before = above >= want;
+        if ((reached && (t == 0 || !before)) || (t == 255 && !reached)) {
+          sm.prefix = prefix | (static_cast<uint32_t>(255 - t) << shift);
+          sm.want = want - above;
+          sm.equal = count;
+        }
+      }
+      __syncthreads();
+      prefix = sm.prefix;
+      want = sm.want;
+      equal = sm.equal;
+      mask |= 0xFFu << shift;
+    }
+    selection.key = prefix;
+    selection.last_equal = n;
+    if (want < equal) {
+      // Ties at the threshold: the `want` lowest indices among them. A
+      // thread's equal items are consecutive in index order.
+      uint32_t mine = 0;
+#pragma unroll
+      for (int j = 0; j < kItems; ++j) {
+        mine += ((valid >> j) & 1u) != 0u && key[j] == prefix ? 1u : 0u;
+      }
+      uint32_t equal_total = 0;
+      const uint32_t before = BlockExclusiveScan<kThreads>(mine, equal_total, sm);
+      if (before < want && before + mine >= want) {
+        uint32_t seen = before;
+#pragma unroll
+        for (int j = 0; j < kItems; ++j) {
+          if (((valid >> j) & 1u) != 0u && key[j] == prefix && ++seen == want) {
+            sh.last_equal = first + j;
+          }
+        }
+      }
+      __syncthreads();
+      selection.last_equal = sh.last_equal;
+    }
+  }
+  // The kept positions below visible_len, ascending: one prefix sum of the
+  // threads' kept counts.
+  uint32_t keep = 0;
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    if (((valid >> j) & 1u) != 0u && first + j < visible && selection.Selected(first + j, key[j])) {
+      keep |= 1u << j;
+    }
+  }
+  uint32_t written = 0;
+  uint32_t at = BlockExclusiveScan<kThreads>(static_cast<uint32_t>(__popc(keep)), written, sm);
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    if (((keep >> j) & 1u) != 0u) o[at++] = static_cast<int32_t>(first + j) + offset;
+  }
+  for (int64_t j = written + tid; j < k; j += kThreads) o[j] = -1;
 }
 
 // One block per row; the block scores are recomputed from the row on each

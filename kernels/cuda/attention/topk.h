@@ -34,6 +34,10 @@ typedef struct CUstream_st* cudaStream_t;
 
 namespace weir::kernels::cuda {
 
+// The widest rows TopkParams::in_registers holds in registers (a decoder's
+// width at contexts up to 8,192 x its compression ratio).
+inline constexpr int64_t kTopkRegMaxWidth = 8192;
+
 struct TopkParams {
   const float* scores = nullptr;         // device [rows, width]; -inf = not selectable
   const int64_t* visible_len = nullptr;  // device [rows]: compress_len of each row, in [0, width]
@@ -48,6 +52,12 @@ struct TopkParams {
   // Its cost then follows the visible length, not the width (a decoder's
   // width is its longest context's entries).
   bool masked_past_visible = false;
+  // Rows of width <= 8,192 (kTopkRegMaxWidth) select with each row's entries
+  // held in registers (TopkPositionsRegKernel: read once, each tie and the
+  // output one prefix sum each) instead of rereading the row every pass;
+  // wider rows as before. The same positions (the selection is exact).
+  // Built in the forty-third session, not yet run on a GPU.
+  bool in_registers = false;
 };
 
 // Returns true if the launcher handles `params`: rows >= 0, 0 <= width <

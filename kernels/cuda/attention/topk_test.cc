@@ -70,26 +70,32 @@ void CompareTopk(int64_t rows, int64_t width, int k, int32_t offset, Draw draw, 
   DeviceBuffer<float> dscores(scores);
   DeviceBuffer<int64_t> dvisible(visible);
   DeviceBuffer<int32_t> dout(want.size());
-  dout.Poison(0x7F);
-  ASSERT_TRUE(TopkPositions({.scores = dscores.get(),
-                             .visible_len = dvisible.get(),
-                             .out = dout.get(),
-                             .rows = rows,
-                             .width = width,
-                             .k = k,
-                             .offset = offset,
-                             .masked_past_visible = masked},
-                            nullptr)
-                  .ok());
-  const std::vector<int32_t> got = dout.Download();
-  int64_t kept = 0;
-  for (int32_t v : want) kept += v >= 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t j = 0; j < k; ++j) {
-      ASSERT_EQ(got[r * k + j], want[r * k + j])
-          << "row " << r << " slot " << j << " (visible " << visible[r] << ")";
+  // Both kernels: rereading the row, and (in_registers; rows of width up to
+  // kTopkRegMaxWidth) holding it in registers.
+  for (bool in_registers : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "in_registers " << in_registers);
+    dout.Poison(0x7F);
+    ASSERT_TRUE(TopkPositions({.scores = dscores.get(),
+                               .visible_len = dvisible.get(),
+                               .out = dout.get(),
+                               .rows = rows,
+                               .width = width,
+                               .k = k,
+                               .offset = offset,
+                               .masked_past_visible = masked,
+                               .in_registers = in_registers},
+                              nullptr)
+                    .ok());
+    const std::vector<int32_t> got = dout.Download();
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < k; ++j) {
+        ASSERT_EQ(got[r * k + j], want[r * k + j])
+            << "row " << r << " slot " << j << " (visible " << visible[r] << ")";
+      }
     }
   }
+  int64_t kept = 0;
+  for (int32_t v : want) kept += v >= 0;
   std::printf("TopkPositions rows %lld width %lld k %d draw %d: identical, %lld positions kept\n",
               static_cast<long long>(rows), static_cast<long long>(width), k,
               static_cast<int>(draw), static_cast<long long>(kept));
@@ -156,6 +162,11 @@ TEST(TopkCudaTest, TopkPositionsIdenticalToTheCpuReference) {
     CompareTopk(4, 3000, 512, 0, draw, seed++, true);
     CompareTopk(9, 262144, 512, 0, draw, seed++, true);
     CompareTopk(5, 40, 64, 0, draw, seed++, true);
+    // The register kernel's widest rows and the first width past them.
+    CompareTopk(3, kTopkRegMaxWidth, 512, 0, draw, seed++);
+    CompareTopk(3, kTopkRegMaxWidth, 512, 0, draw, seed++, true);
+    CompareTopk(2, kTopkRegMaxWidth + 1, 512, 0, draw, seed++, true);
+    CompareTopk(4, 4100, 2048, 7, draw, seed++);  // k past half the row
   }
 }
 
