@@ -11,6 +11,7 @@
 #ifndef WEIR_KERNELS_CUDA_ROUNDING_CUH_
 #define WEIR_KERNELS_CUDA_ROUNDING_CUH_
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
@@ -27,6 +28,20 @@ __device__ __forceinline__ float RoundToBf16(float x) {
   // Adding 0x7FFF plus the lowest kept bit rounds to nearest, ties to even.
   const uint32_t rounding = 0x7FFFu + ((bits >> 16) & 1u);
   return __uint_as_float(((bits + rounding) >> 16) << 16);
+}
+
+// RoundToBf16 of a and b with one conversion for both (cvt.rn.bf16x2.f32:
+// ties to even, subnormals kept, overflow to +-inf). Equal to RoundToBf16 on
+// every value but NaN, which the conversion makes the canonical 0x7fff0000
+// whatever its sign and payload (RoundToBf16 keeps them): callers give it only
+// values whose NaNs are canonical already (a tensor core's or an fp32
+// multiply's). round_pair_probe_test compares the two on the device.
+__device__ __forceinline__ void RoundPairToBf16(float& a, float& b) {
+  const __nv_bfloat162 pair = __floats2bfloat162_rn(a, b);
+  uint32_t bits;
+  __builtin_memcpy(&bits, &pair, sizeof(bits));
+  a = __uint_as_float(bits << 16);
+  b = __uint_as_float(bits & 0xffff0000u);
 }
 
 // The bf16 bits of RoundToBf16(x) (its upper half): what a bf16 product

@@ -120,10 +120,11 @@ bool SharedKeysMmaSumApplies(const IndexerScoreParams& p) {
              kHopperMaxSharedBytes;
 }
 
-// The bf16-staged form (kSharedKeysMmaBf16): its shared memory within the
-// SM's (its static run table and rows beside it).
+// The bf16-staged form (kSharedKeysMmaBf16): the mma form's inputs and its
+// own shared memory within the SM's (its static run table and rows beside
+// it), whether or not the fp32 staging's would fit.
 bool SharedKeysMmaBf16Applies(const IndexerScoreParams& p) {
-  return SharedKeysMmaApplies(p) &&
+  return p.q_mxfp4 && p.k_codes != nullptr && p.dim % 32 == 0 &&
          static_cast<size_t>(IndexerSharedKeysBf16Layout(p.heads, p.dim).bytes) +
                  kSharedKeysStaticBytes <=
              kHopperMaxSharedBytes;

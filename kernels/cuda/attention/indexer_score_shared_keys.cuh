@@ -120,6 +120,141 @@ __device__ __forceinline__ void FindSharedKeysRuns(SharedKeysRuns<kQ>& runs, int
   }
 }
 
+// Stages a group's heads and weights (IndexerScoreSharedKeysKernel's and the
+// bf16 form's): a warp an item of 32 channels of a head row (q's MXFP4 form
+// made here with q_mxfp4: dim % 32 == 0, so a 32-block of q is one warp's 32
+// lanes), kQBatch items' loads in flight, each value handed to store(i, h, c,
+// v) (query i of the group, head h, channel c; rows of heads past `heads`
+// hand 0); then the weights into ws [kQ][head_rows] (decode's Scale with
+// weights_factor; 0 past `heads`). Every thread of the block calls it.
+template <int kQ, int kThreads, int kQBatch, typename Round, typename Store>
+__device__ __forceinline__ void StageSharedKeysHeads(const float* __restrict__ q,
+                                                     const float* __restrict__ weights, float* ws,
+                                                     int64_t s0, int nq, int heads, int head_rows,
+                                                     int dim, bool q_mxfp4, float weights_factor,
+                                                     Round round, int tid, Store store) {
+  const int lane = tid % 32, warp = tid / 32;
+  const int chunks = (dim + 31) / 32, items = nq * head_rows * chunks;
+  for (int base = warp; base < items; base += kQ * kQBatch) {
+    float v[kQBatch];
+#pragma unroll
+    for (int b = 0; b < kQBatch; ++b) {
+      const int item = base + b * kQ, row = item / chunks, c = (item - row * chunks) * 32 + lane;
+      const int i = row / head_rows, h = row - i * head_rows;
+      v[b] = item < items && h < heads && c < dim ? q[((s0 + i) * heads + h) * dim + c] : 0.0f;
+    }
+#pragma unroll
+    for (int b = 0; b < kQBatch; ++b) {
+      const int item = base + b * kQ, row = item / chunks, c = (item - row * chunks) * 32 + lane;
+      const int i = row / head_rows, h = row - i * head_rows;
+      if (item >= items) break;    // warp-uniform
+      if (q_mxfp4 && h < heads) {  // warp-uniform; every lane in (dim % 32 == 0)
+        float amax;
+        int nonfinite;
+        dense::BlockAmax<32>(v[b], amax, nonfinite);
+        v[b] = dense::FakeQuantValue<dense::DeviceFakeQuantFormat::kMxfp4>(v[b], amax, nonfinite);
+      }
+      if (c < dim) store(i, h, c, v[b]);
+    }
+  }
+  for (int e = tid; e < nq * head_rows; e += kThreads) {
+    const int i = e / head_rows, h = e - i * head_rows;
+    float w = 0.0f;
+    if (h < heads) {
+      w = weights[(s0 + i) * heads + h];
+      if (weights_factor != 0.0f) w = round(__fmul_rn(w, weights_factor));  // decode's Scale
+    }
+    ws[e] = w;
+  }
+}
+
+// Stages run `o`'s keys of the tile at tile_start (`count` of them): key t
+// is entry t % e of the run's block t / e through its table (the rows
+// written to s_rows first), else row offset + t; stage(row_of, count) does
+// the staging with row_of(r) the pool row of the tile's key r. Block-uniform
+// (a barrier inside with a table).
+template <typename Stage>
+__device__ __forceinline__ void StageRunKeys(const int32_t* table, int64_t offset,
+                                             int64_t tile_start, int count, int table_width,
+                                             int entries_per_block, int64_t* s_rows, int tid,
+                                             Stage stage) {
+  if (table != nullptr) {  // key t: entry t % e of the slot's block t / e
+    if (tid < count) {
+      const int64_t t = tile_start + tid, j = t / entries_per_block;
+      const int32_t b = j < table_width ? table[j] : -1;
+      s_rows[tid] =
+          b < 0 ? -1 : static_cast<int64_t>(b) * entries_per_block + t % entries_per_block;
+    }
+    __syncthreads();  // block-uniform: table is shared
+    auto row_of = [s_rows](int r) -> int64_t { return s_rows[r]; };
+    stage(row_of, count);
+  } else {
+    const int64_t first = offset + tile_start;  // offset 0 without key_offset
+    auto row_of = [first](int r) -> int64_t { return first + r; };
+    stage(row_of, count);
+  }
+}
+
+// The shared-memory head sum of a pass (kSharedKeysMmaSum, kSharedKeysMmaBf16)
+// over the terms d (the mma accumulators: d[mt][nt][e] head 16 mt + (lane >>
+// 2) + 8 (e >> 1) of the pass, key 8 nt + 2 (lane & 3) + (e & 1)). Round r:
+// keys 16 r .. 16 r + 15 (n tiles 2 r, 2 r + 1); lane (g, t) stores heads
+// 16 mt + 8 h + g, keys 8 (nt - 2 r) + 2 t + (0, 1) into the warp's scratch;
+// lane k < 16 then adds key 16 r + k's terms of the pass's real heads in
+// head order to sum_total[r]. The whole warp calls it.
+__device__ __forceinline__ void SmemHeadSum(
+    const float (&d)[2][8][4], float* sum_scratch,
+    float (&sum_total)[IndexerSharedKeysLayout::kKeys / IndexerSharedKeysLayout::kSumKeys],
+    int lane, int heads, int pass) {
+  using L = IndexerSharedKeysLayout;
+  const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+  for (int r = 0; r < L::kKeys / L::kSumKeys; ++r) {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          const int nt = 2 * r + q;
+          float2* at = reinterpret_cast<float2*>(
+              sum_scratch + (16 * mt + 8 * h + g) * L::kSumStride + 8 * q + 2 * t4);
+          *at = make_float2(d[mt][nt][2 * h], d[mt][nt][2 * h + 1]);
+        }
+      }
+    }
+    __syncwarp();
+    if (lane < L::kSumKeys) {
+      float acc = sum_total[r];
+      const int valid = heads - pass < L::kHeadPass ? heads - pass : L::kHeadPass;
+      for (int hh = 0; hh < valid; ++hh) {
+        acc = __fadd_rn(acc, sum_scratch[hh * L::kSumStride + lane]);
+      }
+      sum_total[r] = acc;
+    }
+    __syncwarp();
+  }
+}
+
+// Writes a tile's scores of one query from SmemHeadSum's totals: lane k < 16
+// writes keys 16 r + k below `rows`: -inf past the query's visible keys, NaN
+// for a bad source, else round(total).
+template <typename Round>
+__device__ __forceinline__ void WriteSmemSumScores(
+    float* row, int lane, int rows, int64_t tile_start, int64_t visible, bool bad,
+    const float (&sum_total)[IndexerSharedKeysLayout::kKeys / IndexerSharedKeysLayout::kSumKeys],
+    Round round) {
+  using L = IndexerSharedKeysLayout;
+  if (lane >= L::kSumKeys) return;
+#pragma unroll
+  for (int r = 0; r < L::kKeys / L::kSumKeys; ++r) {
+    const int key = L::kSumKeys * r + lane;
+    if (key >= rows) continue;
+    const int64_t tk = tile_start + key;
+    row[tk] = tk >= visible ? -INFINITY : bad ? __int_as_float(0x7fffffff) : round(sum_total[r]);
+  }
+}
+
 // Grid: grid.Blocks() blocks of IndexerSharedKeysLayout::kThreads; block b
 // takes the queries of group grid.Group(b) and the key tiles of range
 // grid.Range(b). kDim > 0 fixes dim at compile time (shared-memory offsets
@@ -195,43 +330,13 @@ __global__ void __launch_bounds__(IndexerSharedKeysLayout::kThreads, 2)
   for (int o = 0; o < kQ; ++o) work = work || s_reach[o] > tile_begin * kT;
 
   if (work) {
-    // The group's heads, a row a warp pass (q's MXFP4 form made here with
-    // q_mxfp4: dim % 32 == 0, so a 32-block of q is one warp's 32 lanes), and
-    // the weights (decode's Scale with weights_factor). No barrier here: the
-    // first run of the first tile begins with one.
-    // A warp an item (32 channels of a row), kQBatch items' loads in flight.
-    const int chunks = (dim + 31) / 32, items = nq * head_rows * chunks;
-    for (int base = warp; base < items; base += kQ * kQBatch) {
-      float v[kQBatch];
-#pragma unroll
-      for (int b = 0; b < kQBatch; ++b) {
-        const int item = base + b * kQ, row = item / chunks, c = (item - row * chunks) * 32 + lane;
-        const int i = row / head_rows, h = row - i * head_rows;
-        v[b] = item < items && h < heads && c < dim ? q[((s0 + i) * heads + h) * dim + c] : 0.0f;
-      }
-#pragma unroll
-      for (int b = 0; b < kQBatch; ++b) {
-        const int item = base + b * kQ, row = item / chunks, c = (item - row * chunks) * 32 + lane;
-        const int i = row / head_rows, h = row - i * head_rows;
-        if (item >= items) break;    // warp-uniform
-        if (q_mxfp4 && h < heads) {  // warp-uniform; every lane in (dim % 32 == 0)
-          float amax;
-          int nonfinite;
-          dense::BlockAmax<32>(v[b], amax, nonfinite);
-          v[b] = dense::FakeQuantValue<dense::DeviceFakeQuantFormat::kMxfp4>(v[b], amax, nonfinite);
-        }
-        if (c < dim) qs[(i * head_rows + L::HeadRow(h)) * stride + c] = v[b];
-      }
-    }
-    for (int e = tid; e < nq * head_rows; e += L::kThreads) {
-      const int i = e / head_rows, h = e - i * head_rows;
-      float w = 0.0f;
-      if (h < heads) {
-        w = weights[(s0 + i) * heads + h];
-        if (weights_factor != 0.0f) w = round(__fmul_rn(w, weights_factor));  // decode's Scale
-      }
-      ws[e] = w;
-    }
+    // The group's heads at rows HeadRow(h), and the weights. No barrier
+    // here: the first run of the first tile begins with one.
+    StageSharedKeysHeads<kQ, L::kThreads, kQBatch>(
+        q, weights, ws, s0, nq, heads, head_rows, dim, q_mxfp4, weights_factor, round, tid,
+        [&](int i, int h, int c, float v) {
+          qs[(i * head_rows + L::HeadRow(h)) * stride + c] = v;
+        });
   }
 
   const int hg = L::HeadGroup(lane), kg = L::KeyGroup(lane);
@@ -256,24 +361,11 @@ __global__ void __launch_bounds__(IndexerSharedKeysLayout::kThreads, 2)
       if (in_tile <= 0) continue;  // not a run's owner, a bad run, or no key of it here
       const int count = in_tile < rows ? static_cast<int>(in_tile) : rows;
       __syncthreads();  // the heads are staged; the last run's keys and rows are read
-      const int32_t* table = s_table[o];
-      if (table != nullptr) {  // key t: entry t % e of the slot's block t / e
-        if (tid < count) {
-          const int64_t t = tile_start + tid, j = t / entries_per_block;
-          const int32_t b = j < table_width ? table[j] : -1;
-          s_rows[tid] =
-              b < 0 ? -1 : static_cast<int64_t>(b) * entries_per_block + t % entries_per_block;
-        }
-        __syncthreads();  // block-uniform: table is shared
-        auto row_of = [&](int r) -> int64_t { return s_rows[r]; };
-        StageIndexerKeys<L::kThreads, decltype(row_of), kStageBatch>(ks, stride, row_of, count, dim,
-                                                                     k, k_codes, k_scales, tid);
-      } else {
-        const int64_t first = s_offset[o] + tile_start;  // offset 0 without key_offset
-        auto row_of = [&](int r) -> int64_t { return first + r; };
-        StageIndexerKeys<L::kThreads, decltype(row_of), kStageBatch>(ks, stride, row_of, count, dim,
-                                                                     k, k_codes, k_scales, tid);
-      }
+      StageRunKeys(s_table[o], s_offset[o], tile_start, count, table_width, entries_per_block,
+                   s_rows, tid, [&](auto row_of, int n) {
+                     StageIndexerKeys<L::kThreads, decltype(row_of), kStageBatch>(
+                         ks, stride, row_of, n, dim, k, k_codes, k_scales, tid);
+                   });
       __syncthreads();
       // Warp-uniform: this warp's query is of run o and sees a key of the
       // tile. Rows past `count` hold stale keys; their scores are not kept.
@@ -343,36 +435,7 @@ __global__ void __launch_bounds__(IndexerSharedKeysLayout::kThreads, 2)
             }
           }
           if constexpr (kSmemSum) {
-            // Round r: keys 16 r .. 16 r + 15 (n tiles 2 r, 2 r + 1). Lane
-            // (g, t) stores heads 16 mt + 8 h + g, keys 8 (nt - 2 r) + 2 t +
-            // (0, 1); lane k < 16 then adds key k's terms of the pass's
-            // heads in order (heads past `heads` skipped, as below).
-#pragma unroll
-            for (int r = 0; r < kT / L::kSumKeys; ++r) {
-#pragma unroll
-              for (int mt = 0; mt < 2; ++mt) {
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-#pragma unroll
-                  for (int q = 0; q < 2; ++q) {
-                    const int nt = 2 * r + q;
-                    float2* at = reinterpret_cast<float2*>(
-                        sum_scratch + (16 * mt + 8 * h + g) * L::kSumStride + 8 * q + 2 * t4);
-                    *at = make_float2(d[mt][nt][2 * h], d[mt][nt][2 * h + 1]);
-                  }
-                }
-              }
-              __syncwarp();
-              if (lane < L::kSumKeys) {
-                float acc = sum_total[r];
-                const int valid = heads - pass < L::kHeadPass ? heads - pass : L::kHeadPass;
-                for (int hh = 0; hh < valid; ++hh) {
-                  acc = __fadd_rn(acc, sum_scratch[hh * L::kSumStride + lane]);
-                }
-                sum_total[r] = acc;
-              }
-              __syncwarp();
-            }
+            SmemHeadSum(d, sum_scratch, sum_total, lane, heads, pass);
             continue;  // the pass's sums are in sum_total
           }
           // The head sum in head order: for each 8 heads (g = 0 .. 7 of a
@@ -501,18 +564,8 @@ __global__ void __launch_bounds__(IndexerSharedKeysLayout::kThreads, 2)
     // Each (query, key) of the tile: lane g of the quad writes keys
     // kg + 8 i for i % 4 == g.
     if (kSmemSum && warp < nq) {  // lane k < 16 writes keys 16 r + k
-      float* row = out + (s0 + warp) * keys;
-      if (lane < L::kSumKeys) {
-#pragma unroll
-        for (int r = 0; r < kT / L::kSumKeys; ++r) {
-          const int key = L::kSumKeys * r + lane;
-          if (key >= rows) continue;
-          const int64_t tk = tile_start + key;
-          row[tk] = tk >= my_visible ? -INFINITY
-                    : my_bad         ? __int_as_float(0x7fffffff)
-                                     : round(sum_total[r]);
-        }
-      }
+      WriteSmemSumScores(out + (s0 + warp) * keys, lane, rows, tile_start, my_visible, my_bad,
+                         sum_total, round);
     } else if (kMma && warp < nq) {  // lane (g, t) writes keys 8 g + 2 t + j
       float* row = out + (s0 + warp) * keys;
 #pragma unroll

@@ -15,8 +15,8 @@
 //    with ldmatrix (6 loads a 16-channel step instead of 24 float-pair loads
 //    and 24 conversions);
 //  * a term's two bf16 roundings (kRoundBf16) take one cvt.rn.bf16x2 for two
-//    values (RoundPairToBf16) instead of RoundToBf16's integer sequence a
-//    value. The two agree on every value that is not NaN and on the NaN the
+//    values (rounding.cuh's RoundPairToBf16) instead of RoundToBf16's integer
+//    sequence a value. The two agree on every value that is not NaN and on the NaN the
 //    tensor cores and multiplies make (0x7fffffff); they differ only for a NaN
 //    of another payload, which neither the mma nor __fmul_rn returns;
 //  * 61 KB a block at V4.1's 32 x 128 (three blocks an SM, not two).
@@ -36,14 +36,6 @@
 #include "kernels/cuda/rounding.cuh"
 
 namespace weir::kernels::cuda {
-
-// RoundToBf16 of a and b, one conversion for both (see the header comment for
-// the NaN payloads where the two differ).
-__device__ __forceinline__ void RoundPairToBf16(float& a, float& b) {
-  const uint32_t pair = PackBf16x2(a, b);
-  a = __uint_as_float(pair << 16);
-  b = __uint_as_float(pair & 0xffff0000u);
-}
 
 // The bf16 bits cvt.rn gives `x` (the half PackBf16x2 gives it).
 __device__ __forceinline__ uint16_t Bf16RnBits(float x) {
@@ -155,47 +147,18 @@ __global__ void __launch_bounds__(IndexerSharedKeysLayout::kThreads, 3)
   for (int o = 0; o < kQ; ++o) work = work || runs.reach[o] > tile_begin * kT;
 
   if (work) {
-    // The group's heads as the bf16 values of their MXFP4 form (a 32-block of
-    // q is one warp's 32 lanes), a row a warp item, kQBatch items' loads in
-    // flight; rows of heads past `heads` zero. No barrier here: the first run
-    // of the first tile begins with one.
-    const int chunks = dim / 32, items = nq * head_rows * chunks;
-    for (int base = warp; base < items; base += kQ * kQBatch) {
-      float v[kQBatch];
-#pragma unroll
-      for (int b = 0; b < kQBatch; ++b) {
-        const int item = base + b * kQ, row = item / chunks, c = (item - row * chunks) * 32 + lane;
-        const int i = row / head_rows, h = row - i * head_rows;
-        v[b] = item < items && h < heads ? q[((s0 + i) * heads + h) * dim + c] : 0.0f;
-      }
-#pragma unroll
-      for (int b = 0; b < kQBatch; ++b) {
-        const int item = base + b * kQ, row = item / chunks, c = (item - row * chunks) * 32 + lane;
-        const int i = row / head_rows, h = row - i * head_rows;
-        if (item >= items) break;  // warp-uniform
-        if (h < heads) {           // warp-uniform
-          float amax;
-          int nonfinite;
-          dense::BlockAmax<32>(v[b], amax, nonfinite);
-          v[b] = dense::FakeQuantValue<dense::DeviceFakeQuantFormat::kMxfp4>(v[b], amax, nonfinite);
-        }
-        qs[(i * head_rows + h) * stride + c] = Bf16RnBits(v[b]);
-      }
-    }
-    for (int e = tid; e < nq * head_rows; e += L::kThreads) {
-      const int i = e / head_rows, h = e - i * head_rows;
-      float w = 0.0f;
-      if (h < heads) {
-        w = weights[(s0 + i) * heads + h];
-        if (weights_factor != 0.0f) w = round(__fmul_rn(w, weights_factor));  // decode's Scale
-      }
-      ws[e] = w;
-    }
+    // The group's heads as the bf16 values of their MXFP4 form at rows h,
+    // and the weights. No barrier here: the first run of the first tile
+    // begins with one.
+    StageSharedKeysHeads<kQ, L::kThreads, kQBatch>(
+        q, weights, ws, s0, nq, heads, head_rows, dim, /*q_mxfp4=*/true, weights_factor, round, tid,
+        [&](int i, int h, int c, float v) {
+          qs[(i * head_rows + h) * stride + c] = Bf16RnBits(v);
+        });
   }
 
   const int64_t my_visible = warp < nq ? runs.visible[warp] : 0;
   const bool my_bad = warp >= nq || runs.bad[warp] != 0;
-  const int g = lane >> 2, t4 = lane & 3;
   const uint16_t* a_lane = qs + warp * head_rows * stride + layout.ARowOffset(lane);
   for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
     const int64_t tile_start = tile * kT;
@@ -209,24 +172,11 @@ __global__ void __launch_bounds__(IndexerSharedKeysLayout::kThreads, 3)
       if (in_tile <= 0) continue;  // not a run's owner, a bad run, or no key of it here
       const int count = in_tile < rows ? static_cast<int>(in_tile) : rows;
       __syncthreads();  // the heads are staged; the last run's keys and rows are read
-      const int32_t* table = runs.table[o];
-      if (table != nullptr) {  // key t: entry t % e of the slot's block t / e
-        if (tid < count) {
-          const int64_t t = tile_start + tid, j = t / entries_per_block;
-          const int32_t b = j < table_width ? table[j] : -1;
-          s_rows[tid] =
-              b < 0 ? -1 : static_cast<int64_t>(b) * entries_per_block + t % entries_per_block;
-        }
-        __syncthreads();  // block-uniform: table is shared
-        auto row_of = [&](int r) -> int64_t { return s_rows[r]; };
-        StageIndexerKeysBf16<L::kThreads, decltype(row_of), kStageBatch>(
-            ks, stride, row_of, count, dim, k_codes, k_scales, tid);
-      } else {
-        const int64_t first = runs.offset[o] + tile_start;  // offset 0 without key_offset
-        auto row_of = [&](int r) -> int64_t { return first + r; };
-        StageIndexerKeysBf16<L::kThreads, decltype(row_of), kStageBatch>(
-            ks, stride, row_of, count, dim, k_codes, k_scales, tid);
-      }
+      StageRunKeys(runs.table[o], runs.offset[o], tile_start, count, table_width, entries_per_block,
+                   s_rows, tid, [&](auto row_of, int n) {
+                     StageIndexerKeysBf16<L::kThreads, decltype(row_of), kStageBatch>(
+                         ks, stride, row_of, n, dim, k_codes, k_scales, tid);
+                   });
       __syncthreads();
       // Warp-uniform: this warp's query is of run o and sees a key of the
       // tile. Rows past `count` hold stale keys; their scores are not kept.
@@ -279,50 +229,13 @@ __global__ void __launch_bounds__(IndexerSharedKeysLayout::kThreads, 3)
             }
           }
         }
-        // The head sum, as kSharedKeysMmaSum: round r holds keys 16 r .. 16 r
-        // + 15 (n tiles 2 r, 2 r + 1); lane (g, t) stores heads 16 mt + 8 h +
-        // g, keys 8 (nt - 2 r) + 2 t + (0, 1); lane k < 16 then adds key k's
-        // terms of the pass's real heads in head order.
-#pragma unroll
-        for (int r = 0; r < kT / L::kSumKeys; ++r) {
-#pragma unroll
-          for (int mt = 0; mt < 2; ++mt) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-#pragma unroll
-              for (int qq = 0; qq < 2; ++qq) {
-                const int nt = 2 * r + qq;
-                float2* at = reinterpret_cast<float2*>(
-                    sum_scratch + (16 * mt + 8 * h + g) * L::kSumStride + 8 * qq + 2 * t4);
-                *at = make_float2(d[mt][nt][2 * h], d[mt][nt][2 * h + 1]);
-              }
-            }
-          }
-          __syncwarp();
-          if (lane < L::kSumKeys) {
-            float acc = sum_total[r];
-            const int valid = heads - pass < L::kHeadPass ? heads - pass : L::kHeadPass;
-            for (int hh = 0; hh < valid; ++hh) {
-              acc = __fadd_rn(acc, sum_scratch[hh * L::kSumStride + lane]);
-            }
-            sum_total[r] = acc;
-          }
-          __syncwarp();
-        }
+        SmemHeadSum(d, sum_scratch, sum_total, lane, heads, pass);
       }
     }
     // Lane k < 16 writes keys 16 r + k of its warp's query.
-    if (warp < nq && lane < L::kSumKeys) {
-      float* row = out + (s0 + warp) * keys;
-#pragma unroll
-      for (int r = 0; r < kT / L::kSumKeys; ++r) {
-        const int key = L::kSumKeys * r + lane;
-        if (key >= rows) continue;
-        const int64_t tk = tile_start + key;
-        row[tk] = tk >= my_visible ? -INFINITY
-                  : my_bad         ? __int_as_float(0x7fffffff)
-                                   : round(sum_total[r]);
-      }
+    if (warp < nq) {
+      WriteSmemSumScores(out + (s0 + warp) * keys, lane, rows, tile_start, my_visible, my_bad,
+                         sum_total, round);
     }
   }
 }

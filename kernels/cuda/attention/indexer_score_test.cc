@@ -568,7 +568,10 @@ namespace {
 // q_mxfp4 and weights_factor (the fast decoder's indexer inputs made in the
 // scoring launch) give the bits of FakeQuant kMxfp4 over q and Scale over the
 // weights, launched before: both modes, shapes of V4.1 and small, and a NaN
-// in one query's block.
+// in one query's block; with the keys as fp32 rows and as their MXFP4 codes
+// (the mma forms then run: 64 heads in two passes, 8 and 4 heads padded to
+// a pass, contiguous keys without a table, the NaN block through the tensor
+// cores).
 TEST(IndexerScoreCudaTest, FusedInputsGiveTheSeparateLaunchesBits) {
   const Shape shapes[] = {{.queries = 5, .heads = 64, .dim = 128, .keys = 200},
                           {.queries = 3, .heads = 8, .dim = 128, .keys = 70},
@@ -588,6 +591,12 @@ TEST(IndexerScoreCudaTest, FusedInputsGiveTheSeparateLaunchesBits) {
       visible[shape.queries - 1] = shape.keys / 2;
       std::vector<float> k(shape.keys * shape.dim);
       for (float& v : k) v = round_bf16 ? RoundToBf16(normal(rng)) : normal(rng);
+      // The keys' MXFP4 form, and k its exact values (both key forms score
+      // the same keys).
+      std::vector<uint8_t> codes(k.size() / 2), scales(k.size() / 32);
+      ASSERT_TRUE(cpu::QuantizeFp4(k, 32, cpu::Fp4Scale::kE8m0, codes, scales).ok());
+      ASSERT_TRUE(cpu::DequantizeFp4(codes, scales, 32, cpu::Fp4Scale::kE8m0, k).ok());
+      DeviceBuffer<uint8_t> dcodes(codes), dscales(scales);
       const float factor = 0.0625f * 1.0f / std::sqrt(3.0f);
       DeviceBuffer<float> dq(q), dk(k), dw(w), dq2(q.size()), dw2(w);
       DeviceBuffer<int64_t> dvisible(visible);
@@ -623,18 +632,25 @@ TEST(IndexerScoreCudaTest, FusedInputsGiveTheSeparateLaunchesBits) {
       p.out = got.get();
       p.q_mxfp4 = true;
       p.weights_factor = factor;
-      for (IndexerScoreForm form : kForms) {
-        p.form = form;
-        got.Poison();
-        ASSERT_TRUE(IndexerScore(p, nullptr).ok());
-        const std::vector<float> a = got.Download(), b = want.Download();
-        int64_t differ = 0, nan = 0;
-        for (size_t i = 0; i < a.size(); ++i) {
-          differ += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
-          nan += std::isnan(b[i]);
+      for (bool mxfp4_keys : {false, true}) {
+        p.k = mxfp4_keys ? nullptr : dk.get();
+        p.k_codes = mxfp4_keys ? dcodes.get() : nullptr;
+        p.k_scales = mxfp4_keys ? dscales.get() : nullptr;
+        for (IndexerScoreForm form : kForms) {
+          p.form = form;
+          got.Poison();
+          ASSERT_TRUE(IndexerScore(p, nullptr).ok());
+          const std::vector<float> a = got.Download(), b = want.Download();
+          int64_t differ = 0, nan = 0;
+          for (size_t i = 0; i < a.size(); ++i) {
+            differ += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+            nan += std::isnan(b[i]);
+          }
+          EXPECT_EQ(differ, 0) << "form " << static_cast<int>(form) << " ran "
+                               << static_cast<int>(ResolveIndexerScoreForm(p)) << " mxfp4 keys "
+                               << mxfp4_keys;
+          EXPECT_GT(nan, 0);  // the NaN block reached query 1's scores
         }
-        EXPECT_EQ(differ, 0) << "form " << static_cast<int>(form);
-        EXPECT_GT(nan, 0);  // the NaN block reached query 1's scores
       }
     }
   }

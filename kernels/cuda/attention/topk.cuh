@@ -83,6 +83,32 @@ __device__ uint32_t BlockExclusiveScan(uint32_t value, uint32_t& total, SelectSh
   return before;
 }
 
+// One radix pass's bin: thread t < 256 gives `count`, the items of the pass
+// in bin 255 - t. The bin holding the want-th largest key is, walking the
+// bins from the top, the first b whose count from the top (above(b) +
+// hist[b]) reaches want, else bin 0; a block scan gives each bin its count
+// from the top, so the walk is one scan instead of up to 256 dependent
+// steps on one thread. Sets sm.prefix (prefix with the bin's digit at
+// `shift`), sm.want (want less the items above the bin) and sm.equal (the
+// bin's items); every thread calls it and may read them on return.
+template <int kThreads>
+__device__ __forceinline__ void ChooseRadixBin(uint32_t count, uint32_t prefix, int shift,
+                                               uint32_t want, SelectShared<kThreads>& sm) {
+  const int t = static_cast<int>(threadIdx.x);
+  uint32_t total = 0;
+  const uint32_t above = BlockExclusiveScan<kThreads>(count, total, sm);
+  if (t < 256) {
+    const bool reached = above + count >= want;
+    const bool before = above >= want;  // bin 256 - t, the one walked first, reached already
+    if ((reached && (t == 0 || !before)) || (t == 255 && !reached)) {
+      sm.prefix = prefix | (static_cast<uint32_t>(255 - t) << shift);
+      sm.want = want - above;
+      sm.equal = count;
+    }
+  }
+  __syncthreads();
+}
+
 // Radix select, 8 bits per pass from the top: returns the want-th largest key
 // (1-based) among the i in [0, n) with key_of(i, key) true. On return `want`
 // is how many items holding exactly that key rank among the best (1 ..
@@ -103,25 +129,8 @@ __device__ uint32_t RadixSelectLargest(int64_t n, KeyOf key_of, uint32_t& want, 
       }
     }
     __syncthreads();
-    // The bin holding the want-th largest key: walking the bins from the top,
-    // the first b whose count from the top (above(b) + hist[b]) reaches
-    // want, else bin 0. Thread t < 256 takes bin 255 - t and a block scan
-    // gives its count from the top, so the walk is one scan instead of up to
-    // 256 dependent steps on one thread (the same bin, the same results).
     const int t = static_cast<int>(threadIdx.x);
-    const uint32_t count = t < 256 ? sm.hist[255 - t] : 0u;
-    uint32_t total = 0;
-    const uint32_t above = BlockExclusiveScan<kThreads>(count, total, sm);
-    if (t < 256) {
-      const bool reached = above + count >= want;
-      const bool before = above >= want;  // bin 256 - t, the one walked first, reached already
-      if ((reached && (t == 0 || !before)) || (t == 255 && !reached)) {
-        sm.prefix = prefix | (static_cast<uint32_t>(255 - t) << shift);
-        sm.want = want - above;
-        sm.equal = count;
-      }
-    }
-    __syncthreads();
+    ChooseRadixBin<kThreads>(t < 256 ? sm.hist[255 - t] : 0u, prefix, shift, want, sm);
     prefix = sm.prefix;
     want = sm.want;
     mask |= 0xFFu << shift;
@@ -274,24 +283,12 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
       __syncthreads();
-      const int t = tid;
       uint32_t count = 0;
-      if (t < 256) {
+      if (tid < 256) {
 #pragma unroll
-        for (int w = 0; w < kWarps; ++w) count += sh.warp_hist[w][255 - t];
+        for (int w = 0; w < kWarps; ++w) count += sh.warp_hist[w][255 - tid];
       }
-      uint32_t bins = 0;
-      const uint32_t above = BlockExclusiveScan<kThreads>(count, bins, sm);
-      if (t < 256) {
-        const bool reached = above + count >= want;
-        const bool before = above >= want;
-        if ((reached && (t == 0 || !before)) || (t == 255 && !reached)) {
-          sm.prefix = prefix | (static_cast<uint32_t>(255 - t) << shift);
-          sm.want = want - above;
-          sm.equal = count;
-        }
-      }
-      __syncthreads();
+      ChooseRadixBin<kThreads>(count, prefix, shift, want, sm);
       prefix = sm.prefix;
       want = sm.want;
       equal = sm.equal;
