@@ -9,7 +9,8 @@
 #      moe_permute_test (MoeGroupRows' wide numbering, every case both ways;
 #      MoeCombine's vec16 rows), bf16_gemm_cutlass_test (the 128 x 128
 #      tile, cutlass_tile_n), indexer_score_test (kSharedKeysMmaSum,
-#      kSharedKeysMmaBf16) and topk_test (TopkParams::in_registers);
+#      kSharedKeysMmaBf16), round_pair_probe_test (its term rounding) and
+#      topk_test (TopkParams::in_registers);
 #   2. the EP8 prefill chunk with the defaults (the gate / up / SwiGLU
 #      launch on since the forty-second session), with the tail
 #      (--bf16_route_tail_rows), with the wide numbering (--wide_group_rows)
@@ -31,7 +32,8 @@
 #   BUNDLE_TARGETS="//worker/model:device_decoder_fast_test //tools/bench:decode_gpu
 #     //kernels/cuda/moe:mxfp4_grouped_gemm_bench //kernels/cuda/moe:mxfp4_bf16_gemm_sm90_test
 #     //kernels/cuda/moe:moe_permute_test //kernels/cuda/dense:bf16_gemm_cutlass_test
-#     //kernels/cuda/attention:indexer_score_test //kernels/cuda/attention:topk_test"
+#     //kernels/cuda/attention:indexer_score_test //kernels/cuda/attention:topk_test
+#     //kernels/cuda:round_pair_probe_test"
 #     tools/gpu/bundle.sh
 #   tools/gpu/route_check.sh [RESULTS]
 set -uo pipefail
@@ -80,6 +82,7 @@ budget_step moe_permute_test 60 "${bundle}/bin/kernels_cuda_moe_moe_permute_test
 budget_step cutlass_test 60 "${bundle}/bin/kernels_cuda_dense_bf16_gemm_cutlass_test" || status=1
 budget_step indexer_test 60 "${bundle}/bin/kernels_cuda_attention_indexer_score_test" || status=1
 budget_step topk_test 60 "${bundle}/bin/kernels_cuda_attention_topk_test" || status=1
+budget_step round_pair_probe_test 30 "${bundle}/bin/kernels_cuda_round_pair_probe_test" || status=1
 # The chunk's forms, NAME:FLAG (the defaults' row names a default value), two
 # rounds in turn.
 chunk_forms=(defaults:--bf16_route_tail_rows=false tail:--bf16_route_tail_rows=true
