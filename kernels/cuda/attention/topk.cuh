@@ -220,12 +220,13 @@ __global__ void TopkPositionsKernel(const float* __restrict__ scores,
 // (TopkParams::in_registers): thread t holds items t * kItems .. + kItems - 1
 // of the row (width <= kThreads * kItems), read once. The same selection as
 // SelectBest, found with fewer passes over less: the count and each radix
-// pass read registers (each warp counts into its own histogram, the bins
-// summed by the thread that scans them), a tie at the threshold is resolved
-// by one prefix sum of each thread's equal items (its items are consecutive
-// indices, so the want-th lowest index among them is found directly), and
-// the kept positions are written after one prefix sum of each thread's kept
-// count instead of one a block-width of items.
+// pass read registers (each warp counts into its own histogram, one atomic
+// a digit its lanes share, the bins summed by the thread that scans them), a
+// tie at the threshold is resolved by one prefix sum of each thread's equal
+// items (its items are consecutive indices, so the want-th lowest index
+// among them is found directly), and the kept positions are written after
+// one prefix sum of each thread's kept count instead of one a block-width of
+// items.
 template <int kThreads, int kItems>
 struct TopkRegShared {
   SelectShared<kThreads> select;
@@ -276,10 +277,18 @@ __global__ void __launch_bounds__(kThreads)
     for (int shift = 24; shift >= 0; shift -= 8) {
       for (int b = lane; b < 256; b += 32) sh.warp_hist[warp][b] = 0;
       __syncwarp();
+      // A warp's lanes of one digit add once (scores crowd into a few top
+      // bytes, and same-address atomics of a warp serialize).
 #pragma unroll
       for (int j = 0; j < kItems; ++j) {
-        if (((valid >> j) & 1u) != 0u && (key[j] & mask) == prefix) {
-          atomicAdd(&sh.warp_hist[warp][(key[j] >> shift) & 0xFFu], 1u);
+        const bool active = ((valid >> j) & 1u) != 0u && (key[j] & mask) == prefix;
+        const unsigned lanes = __ballot_sync(0xffffffffu, active);
+        if (active) {
+          const uint32_t digit = (key[j] >> shift) & 0xFFu;
+          const unsigned peers = __match_any_sync(lanes, digit);
+          if (lane == __ffs(peers) - 1) {
+            atomicAdd(&sh.warp_hist[warp][digit], static_cast<uint32_t>(__popc(peers)));
+          }
         }
       }
       __syncthreads();
