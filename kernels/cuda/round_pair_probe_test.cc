@@ -58,7 +58,7 @@ TEST(RoundPairProbeTest, PairRoundingGivesRoundToBf16sBitsOnEveryValueButNaN) {
   for (size_t i = 0; i < in.size(); ++i) {
     const uint32_t s = BitsOf(scalar[i]), p = BitsOf(pair[i]);
     // The device's RoundToBf16 is the CPU's.
-    ASSERT_EQ(s, BitsOf(RoundToBf16(in[i]))) << std::hex << bits[i];
+    ASSERT_EQ(s, BitsOf(kernels::RoundToBf16(in[i]))) << std::hex << bits[i];
     if (!IsNan(bits[i]) || bits[i] == 0x7fffffffu) {
       ASSERT_EQ(p, s) << std::hex << "input " << bits[i];
       ++values;

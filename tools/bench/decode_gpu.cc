@@ -263,6 +263,9 @@ ABSL_FLAG(bool, indexer_mma_sum, false,
 ABSL_FLAG(bool, indexer_mma_bf16, false,
           "With --indexer_mma: the prefill indexer's operands staged once as bf16, its "
           "fragments by ldmatrix (DeviceDecoderOptions::indexer_mma_bf16; same bits).");
+ABSL_FLAG(bool, prompt_tf32_mhc_wide, false,
+          "With --prompt_tf32_mhc: HcMixTf32 with two m16 tiles a warp "
+          "(DeviceDecoderOptions::prompt_tf32_mhc_wide; same bits).");
 ABSL_FLAG(bool, topk_in_registers, false,
           "The sparse attention's top-k of rows up to 8,192 wide held in registers "
           "(DeviceDecoderOptions::topk_in_registers; same positions).");
@@ -636,6 +639,7 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .prompt_norm_dequant_bf16 = absl::GetFlag(FLAGS_prompt_norm_dequant_bf16),
           .prompt_tf32_mhc = absl::GetFlag(FLAGS_prompt_tf32_mhc),
           .prompt_tf32_mhc_promote = absl::GetFlag(FLAGS_prompt_tf32_mhc_promote),
+          .prompt_tf32_mhc_wide = absl::GetFlag(FLAGS_prompt_tf32_mhc_wide),
           .bf16_ws_persistent = absl::GetFlag(FLAGS_bf16_ws_persistent),
           .expert_out_bf16 = absl::GetFlag(FLAGS_expert_out_bf16)};
 }

@@ -9,15 +9,17 @@
 #      moe_permute_test (MoeGroupRows' wide numbering, every case both ways;
 #      MoeCombine's vec16 rows), bf16_gemm_cutlass_test (the 128 x 128
 #      tile, cutlass_tile_n), indexer_score_test (kSharedKeysMmaSum,
-#      kSharedKeysMmaBf16), round_pair_probe_test (its term rounding) and
-#      topk_test (TopkParams::in_registers);
+#      kSharedKeysMmaBf16), round_pair_probe_test (its term rounding),
+#      topk_test (TopkParams::in_registers) and hc_mix_split_test's HcMixTf32
+#      cases (tile_rows 2);
 #   2. the EP8 prefill chunk with the defaults (the gate / up / SwiGLU
 #      launch on since the forty-second session), with the tail
 #      (--bf16_route_tail_rows), with the wide numbering (--wide_group_rows)
 #      with the combine's 16-byte columns (--combine_vec16), with CUTLASS's
 #      tile fit to each product's waves (--bf16_cutlass_fit_tile) and with the
 #      indexer's head sum through shared memory (--indexer_mma_sum) and with
-#      its operands staged once as bf16 (--indexer_mma_bf16), two rounds;
+#      its operands staged once as bf16 (--indexer_mma_bf16) and with
+#      HcMixTf32's two tiles a warp (--prompt_tf32_mhc_wide), two rounds;
 #   3. the route's bench at the chunk's shape (32,768 tokens: 513 rows an
 #      expert, so the tail takes every expert's third tile away);
 #   4. EP8 decode at context 4,096, batches 1 and 64, the context filled by
@@ -33,7 +35,7 @@
 #     //kernels/cuda/moe:mxfp4_grouped_gemm_bench //kernels/cuda/moe:mxfp4_bf16_gemm_sm90_test
 #     //kernels/cuda/moe:moe_permute_test //kernels/cuda/dense:bf16_gemm_cutlass_test
 #     //kernels/cuda/attention:indexer_score_test //kernels/cuda/attention:topk_test
-#     //kernels/cuda:round_pair_probe_test"
+#     //kernels/cuda:round_pair_probe_test //kernels/cuda/moe:hc_mix_split_test"
 #     tools/gpu/bundle.sh
 #   tools/gpu/route_check.sh [RESULTS]
 set -uo pipefail
@@ -76,19 +78,22 @@ profile() {
 
 budget_step route_kernel_test 120 "${bundle}/bin/kernels_cuda_moe_mxfp4_bf16_gemm_sm90_test" \
   || status=1
-budget_step device_decoder_fast_test 120 "${bundle}/bin/worker_model_device_decoder_fast_test" \
-  --gtest_filter='*RouteForms*:*RouteSwiglu*' || status=1
+budget_step device_decoder_fast_test 150 "${bundle}/bin/worker_model_device_decoder_fast_test" \
+  --gtest_filter='*RouteForms*:*RouteSwiglu*:*SharedKeysIndexer*:*MmaIndexer*:*PromptTf32MhcWide*' \
+  || status=1
 budget_step moe_permute_test 60 "${bundle}/bin/kernels_cuda_moe_moe_permute_test" || status=1
 budget_step cutlass_test 60 "${bundle}/bin/kernels_cuda_dense_bf16_gemm_cutlass_test" || status=1
 budget_step indexer_test 60 "${bundle}/bin/kernels_cuda_attention_indexer_score_test" || status=1
 budget_step topk_test 60 "${bundle}/bin/kernels_cuda_attention_topk_test" || status=1
 budget_step round_pair_probe_test 30 "${bundle}/bin/kernels_cuda_round_pair_probe_test" || status=1
+budget_step hc_mix_test 60 "${bundle}/bin/kernels_cuda_moe_hc_mix_split_test" \
+  --gtest_filter='HcMixTf32Test.*' || status=1
 # The chunk's forms, NAME:FLAG (the defaults' row names a default value), two
 # rounds in turn.
 chunk_forms=(defaults:--bf16_route_tail_rows=false tail:--bf16_route_tail_rows=true
   wide:--wide_group_rows=true vec16:--combine_vec16=true
   fit_tile:--bf16_cutlass_fit_tile=true indexer_sum:--indexer_mma_sum=true
-  indexer_bf16:--indexer_mma_bf16=true)
+  indexer_bf16:--indexer_mma_bf16=true mhc_wide:--prompt_tf32_mhc_wide=true)
 for round in "" _2; do
   for form in "${chunk_forms[@]}"; do
     budget_step "chunk_${form%%:*}${round}" 90 "${decode}" "${slice[@]}" "${form#*:}"

@@ -893,6 +893,14 @@ struct DeviceDecoderOptions {
   // rows; built after the thirty-ninth session's last device call: off until
   // a GPU runs it.
   bool prompt_tf32_mhc_promote = false;
+  // With prompt_tf32_mhc: HcMixTf32 with two m16 tiles a warp (tile_rows 2:
+  // 128 tokens a CTA, one an SM), each step's hc_fn TF32 pairs made once for
+  // both tiles (they were 60 of a step's ~140 instructions a tile) and
+  // hc_fn's L2 reads halved. The same bits. HcMixTf32 took 16.5 ms of the
+  // H200's EP8 chunk (286 us a launch against ~80 us to read x once). Built
+  // in the forty-third session, which had no device: off until
+  // hc_mix_split_test passes on a GPU.
+  bool prompt_tf32_mhc_wide = false;
   // The same tile persistent (dense::Bf16GemmParams::ws_persistent: a CTA
   // an SM at most, taking tiles in turn, the next tile's loads under the
   // last one's stores). The same bits; faster in every row of

@@ -1610,6 +1610,15 @@ TEST(DeviceDecoderFastTest, SmallBf16PromptNormDequantBf16GivesTheSameBits) {
   EXPECT_GT(stats[1].prompt_norm_dequant_inputs, 0);
 }
 
+// prompt_tf32_mhc_wide: HcMixTf32 with two m16 tiles a warp gives the
+// prompt rows' mHC coefficients the one-tile form's bits.
+TEST(DeviceDecoderFastTest, SmallBf16PromptTf32MhcWideGivesTheSameBits) {
+  const auto stats = SameBitsWithTheOption(
+      89, [](DeviceDecoderOptions& o, bool on) { o.prompt_tf32_mhc_wide = on; });
+  EXPECT_GT(stats[0].prompt_tf32_mixes, 0);
+  EXPECT_GT(stats[1].prompt_tf32_mixes, 0);
+}
+
 // bf16_ws_m256 and bf16_ws_persistent, alone and together: the prompt's
 // 400-row chunk (its linears on the bf16 warp-specialized tile: with 256 X
 // rows a CTA a whole tile and a partial one) and decode steps after it give

@@ -1460,7 +1460,7 @@ struct DeviceDecoder::Impl {
       if (!tf32) return absl::OkStatus();
       ++prompt_tf32_mixes;
       return kc::HcMixTf32(mix, scratch, stream, linear_roles_ == 3 ? meta_d.role : nullptr, 1,
-                           options.prompt_tf32_mhc_promote);
+                           options.prompt_tf32_mhc_promote, options.prompt_tf32_mhc_wide ? 2 : 1);
     }
     if (fast()) {  // the reference's bits, a thread quad per mix element
       RETURN_IF_ERROR(dec::RowStableDot(

@@ -133,6 +133,7 @@ __device__ __forceinline__ void StageSharedKeysHeads(const float* __restrict__ q
                                                      int64_t s0, int nq, int heads, int head_rows,
                                                      int dim, bool q_mxfp4, float weights_factor,
                                                      Round round, int tid, Store store) {
+  static_assert(kThreads == 32 * kQ, "a warp a query of the group");
   const int lane = tid % 32, warp = tid / 32;
   const int chunks = (dim + 31) / 32, items = nq * head_rows * chunks;
   for (int base = warp; base < items; base += kQ * kQBatch) {

@@ -124,26 +124,30 @@ absl::Status HcMixSplitK(const HcMixParams& p, const HcMixSplitScratch& scratch,
 }
 
 absl::Status HcMixTf32(const HcMixParams& p, const HcMixSplitScratch& scratch, cudaStream_t stream,
-                       const int32_t* row_role, int role, bool promote) {
-  if (!SupportsHcMixSplitK(p) || scratch.partials == nullptr || scratch.counters == nullptr) {
+                       const int32_t* row_role, int role, bool promote, int tile_rows) {
+  if (!SupportsHcMixSplitK(p) || scratch.partials == nullptr || scratch.counters == nullptr ||
+      (tile_rows != 1 && tile_rows != 2)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "HcMixTf32: unsupported (tokens ", p.tokens, ", dim ", p.dim, ", hc_mult ", p.hc_mult,
-        ", iters ", p.sinkhorn_iters,
+        ", iters ", p.sinkhorn_iters, ", tile_rows ", tile_rows,
         "; needs 1 <= hc_mult <= 4, hc_mult * dim % 4 == 0, 16-byte aligned x and hc_fn, "
-        "non-null arrays and scratch)"));
+        "non-null arrays and scratch, tile_rows 1 or 2)"));
   }
   const moe::HcMixKernelArgs args = moe::HcMixArgsOf(p, nullptr);
+  const int64_t cta_tokens = kHcMixTf32Tokens * tile_rows;
   const dim3 grid(static_cast<unsigned>(Splits(p.hc_mult, p.dim)),
-                  static_cast<unsigned>((p.tokens + kHcMixTf32Tokens - 1) / kHcMixTf32Tokens));
+                  static_cast<unsigned>((p.tokens + cta_tokens - 1) / cta_tokens));
   auto launch = [&](auto kernel) {
     kernel<<<grid, moe::kHcTf32Threads, 0, stream>>>(args, p.tokens, scratch.partials,
                                                      scratch.counters, row_role, role);
   };
   auto launch_n = [&]<int kN>() {
     if (promote) {
-      launch(moe::HcMixTf32Kernel<kN, true>);
+      tile_rows == 2 ? launch(moe::HcMixTf32Kernel<kN, true, 2>)
+                     : launch(moe::HcMixTf32Kernel<kN, true>);
     } else {
-      launch(moe::HcMixTf32Kernel<kN>);
+      tile_rows == 2 ? launch(moe::HcMixTf32Kernel<kN, false, 2>)
+                     : launch(moe::HcMixTf32Kernel<kN>);
     }
   };
   WithHcMult(p.hc_mult, launch_n);

@@ -127,15 +127,20 @@ absl::Status HcMixSplitK(const HcMixParams& p, const HcMixSplitScratch& scratch,
 // products summed from zero by the tensor core, then added to the running
 // fp32 sums by FADD (round to nearest), so no long chain rides the tensor
 // core's accumulation: other bits than without it, batch-invariant alike
-// (built after that run, not yet run on a GPU). Scratch as HcMixSplitK's
-// (the same partial floats; counters for groups of 64 tokens, fewer than
-// it needs).
+// (built after that run, not yet run on a GPU). `tile_rows` 2: each warp
+// takes two m16 tiles (128 tokens a CTA) and makes each step's hc_fn TF32
+// pairs once for both (they were 60 of ~140 instructions a step and tile,
+// and hc_fn's loads 1.5x x's bytes): the same bits (a row's mma sequence is
+// unchanged); built in the forty-third session, not yet run on a GPU.
+// Scratch as HcMixSplitK's (the same partial floats; counters for groups of
+// 64 tokens, fewer than it needs).
 // No allocation, no host synchronization: graph-capturable.
 // INVALID_ARGUMENT when SupportsHcMixSplitK is false or a scratch pointer is
 // null; INTERNAL with the CUDA error if the launch fails.
 inline constexpr int64_t kHcMixTf32Tokens = 64;
 absl::Status HcMixTf32(const HcMixParams& p, const HcMixSplitScratch& scratch, cudaStream_t stream,
-                       const int32_t* row_role = nullptr, int role = 1, bool promote = false);
+                       const int32_t* row_role = nullptr, int role = 1, bool promote = false,
+                       int tile_rows = 1);
 
 }  // namespace weir::kernels::cuda
 

@@ -47,7 +47,8 @@ struct Outputs {
 // `promote`: its promoted sums).
 Outputs RunSplit(const Problem& p, int64_t first, int64_t count, int repeats = 1,
                  bool transposed = false, bool token_loop = false, bool tf32 = false,
-                 const std::vector<int32_t>* roles = nullptr, bool promote = false) {
+                 const std::vector<int32_t>* roles = nullptr, bool promote = false,
+                 int tile_rows = 1) {
   const int64_t nd = p.n * p.dim;
   const std::vector<float> rows(p.x.begin() + first * nd, p.x.begin() + (first + count) * nd);
   DeviceBuffer<float> dx(rows), dfn(p.fn), dscale(p.scale), dbase(p.base);
@@ -77,7 +78,7 @@ Outputs RunSplit(const Problem& p, int64_t first, int64_t count, int repeats = 1
     const HcMixSplitScratch scratch{.partials = partials.get(), .counters = counters.get()};
     const absl::Status st =
         tf32 ? HcMixTf32(params, scratch, nullptr, roles != nullptr ? droles.get() : nullptr, 1,
-                         promote)
+                         promote, tile_rows)
              : HcMixSplitK(params, scratch, nullptr, kHcMixSplitOnYTokens, transposed, token_loop);
     EXPECT_TRUE(st.ok()) << st;
     EXPECT_TRUE(Synced());
@@ -277,6 +278,38 @@ TEST(HcMixTf32Test, BatchInvariant) {
     for (int64_t t : {0, 1, 17, 63, 64, 149}) same(t, 1);
     same(3, 5);
     same(61, 70);
+  }
+}
+
+// Two m16 tiles a warp (tile_rows 2: 128 tokens a CTA, hc_fn's TF32 pairs
+// made once for both) give each token the bits of one tile a warp, with and
+// without the promoted sums and row roles, over calls that leave tiles,
+// groups and CTAs part-filled.
+TEST(HcMixTf32Test, TwoTilesAWarpGiveOneTilesBits) {
+  struct Case {
+    int64_t tokens;
+    int n;
+    int64_t dim;
+  };
+  for (const Case& c :
+       {Case{1, 4, 4096}, Case{17, 4, 1000}, Case{64, 4, 4096}, Case{65, 4, 4096},
+        Case{130, 3, 700}, Case{300, 4, 2048}, Case{129, 1, 256}, Case{200, 2, 2048}}) {
+    const Problem p(c.tokens, c.n, c.dim, static_cast<uint32_t>(c.tokens * 7 + c.dim));
+    std::vector<int32_t> roles(c.tokens);
+    for (int64_t i = 0; i < c.tokens; ++i) roles[i] = i % 5 == 0 ? 0 : 1;
+    for (const bool promote : {false, true}) {
+      for (const std::vector<int32_t>* r : {static_cast<const std::vector<int32_t>*>(nullptr),
+                                            static_cast<const std::vector<int32_t>*>(&roles)}) {
+        SCOPED_TRACE(::testing::Message() << c.tokens << "x" << c.n << "x" << c.dim << " promote "
+                                          << promote << " roles " << (r != nullptr));
+        const Outputs one = RunSplit(p, 0, c.tokens, 1, false, false, /*tf32=*/true, r, promote);
+        const Outputs two =
+            RunSplit(p, 0, c.tokens, /*repeats=*/2, false, false, /*tf32=*/true, r, promote, 2);
+        EXPECT_EQ(BitMismatches(two.pre, one.pre), 0);
+        EXPECT_EQ(BitMismatches(two.post, one.post), 0);
+        EXPECT_EQ(BitMismatches(two.comb, one.comb), 0);
+      }
+    }
   }
 }
 

@@ -67,12 +67,16 @@ __device__ __forceinline__ void Mma3xTf32(float (&d)[4], const Tf32Pair (&a)[4],
 // first k8 step takes elements 4 t, 4 t + 1 as its k t, k t + 4; the second 4 t + 2, 4 t + 3. A and
 // B name each element by the same k, so every element of the 16 meets its own hc_fn element once.
 //
-// Grid (splits, groups of kHcTf32Tokens tokens), kHcTf32Threads threads.
-// Warp w takes m16 tile w % 4 of the group and half w / 4 of the split's
-// kHcSplitChunk elements; the two halves' sums are added in half order, the
-// partials and the last-CTA finish are HcMixSplitKernel's (FinishToken). A
-// token's products depend on its own row of x alone (an mma's rows never
-// meet), so its bits are the same in any call and at any place in it.
+// Grid (splits, groups of kTileRows x kHcTf32Tokens tokens), kHcTf32Threads
+// threads. Warp w takes m16 tiles kTileRows (w % 4) .. + kTileRows - 1 of
+// the group and half w / 4 of the split's kHcSplitChunk elements; the two
+// halves' sums are added in half order, the partials and the last-CTA finish
+// are HcMixSplitKernel's (FinishToken). A token's products depend on its own
+// row of x alone (an mma's rows never meet), so its bits are the same in any
+// call, at any place in it and at any kTileRows: a warp of two tiles (128
+// tokens a CTA) makes each step's hc_fn TF32 pairs once for both (the splits
+// of hc_fn were 60 of a step's ~140 instructions a tile, and its loads 1.5x
+// the bytes of x's from L2), the same mma for each row.
 // `row_role` (optional): only tokens with row_role[t] == role get their
 // coefficients written (the rest keep what another launch wrote).
 // kPromote: each 16-element step's six products go into zeroed
@@ -81,8 +85,11 @@ __device__ __forceinline__ void Mma3xTf32(float (&d)[4], const Tf32Pair (&a)[4],
 // nearest, never carries a sum longer than one step (the H100 run of the
 // thirty-ninth session measured the coefficients 1.6e-5 from the CPU's with
 // the long chains, 5x HcMixSplitK's distance).
-template <int kN, bool kPromote = false>
-__global__ void __launch_bounds__(kHcTf32Threads, 2)
+// Two CTAs an SM with one m tile a warp; one with two (the registers of two
+// tiles' sums and operands: 128 a thread spilled), the same warps' loads in
+// flight an SM either way.
+template <int kN, bool kPromote = false, int kTileRows = 1>
+__global__ void __launch_bounds__(kHcTf32Threads, 2 / kTileRows)
     HcMixTf32Kernel(HcMixKernelArgs a, int64_t tokens, float* __restrict__ partials,
                     uint32_t* __restrict__ counters, const int32_t* __restrict__ row_role,
                     int role) {
@@ -91,23 +98,36 @@ __global__ void __launch_bounds__(kHcTf32Threads, 2)
   constexpr int kVals = kMix + 1;         // the mixes, then sum v^2
   constexpr int kTiles = (kMix + 7) / 8;  // n8 tiles of mixes
   constexpr int kHalf = kHcSplitChunk / 2;
+  constexpr int kCtaTokens = kTileRows * kHcTf32Tokens;
   static_assert(kVals <= 32, "one lane per value in the finish");
   static_assert(kHcTf32Threads == 8 * 32 && kHcTf32Tokens == 4 * 16, "4 m tiles x 2 halves");
   const int split = static_cast<int>(blockIdx.x), splits = static_cast<int>(gridDim.x);
   const int64_t nd = kN * a.dim;
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
   const int g = lane / 4, t = lane % 4;
-  const int tile = warp % 4, half = warp / 4;
-  const int64_t group = blockIdx.y, t0 = group * kHcTf32Tokens;
-  const int64_t r0 = t0 + 16 * tile + g, r1 = r0 + 8;
+  const int tile = kTileRows * (warp % 4), half = warp / 4;  // the warp's first m tile
+  const int64_t group = blockIdx.y, t0 = group * kCtaTokens;
+  // Rows g and g + 8 of the warp's m tile i.
+  auto row = [&](int i, int r) -> int64_t { return t0 + 16 * (tile + i) + g + 8 * r; };
 
-  float acc[kTiles][4];
+  float acc[kTileRows][kTiles][4];
 #pragma unroll
-  for (int j = 0; j < kTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-  float sq0 = 0.0f, sq1 = 0.0f;   // rows r0 and r1: the lane's elements' squares
-  if (t0 + 16 * tile < tokens) {  // warp-uniform: a tile with no token skips its products
-    const float* x0 = a.x + min(r0, tokens - 1) * nd;
-    const float* x1 = a.x + min(r1, tokens - 1) * nd;
+  for (int i = 0; i < kTileRows; ++i) {
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+    }
+  }
+  float sq[kTileRows][2];  // rows g, g + 8 of each m tile: the lane's elements' squares
+#pragma unroll
+  for (int i = 0; i < kTileRows; ++i) sq[i][0] = sq[i][1] = 0.0f;
+  if (t0 + 16 * tile < tokens) {  // warp-uniform: tiles with no token skip their products
+    const float* xr[kTileRows][2];
+#pragma unroll
+    for (int i = 0; i < kTileRows; ++i) {
+      xr[i][0] = a.x + min(row(i, 0), tokens - 1) * nd;
+      xr[i][1] = a.x + min(row(i, 1), tokens - 1) * nd;
+    }
     const float* w[kTiles];
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) w[j] = a.hc_fn + min(8 * j + g, kMix - 1) * nd;
@@ -122,64 +142,87 @@ __global__ void __launch_bounds__(kHcTf32Threads, 2)
       const int64_t e = e_begin + 16 * step + 4 * t;
       const bool in = e < nd;  // nd % 4 == 0: the lane's quad is in range or out
       const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      const float4 xa = in && r0 < tokens ? *reinterpret_cast<const float4*>(x0 + e) : zero;
-      const float4 xb = in && r1 < tokens ? *reinterpret_cast<const float4*>(x1 + e) : zero;
+      float4 xv[kTileRows][2];
+#pragma unroll
+      for (int i = 0; i < kTileRows; ++i) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          xv[i][r] =
+              in && row(i, r) < tokens ? *reinterpret_cast<const float4*>(xr[i][r] + e) : zero;
+        }
+      }
       float4 wv[kTiles];
 #pragma unroll
       for (int j = 0; j < kTiles; ++j) {
         wv[j] = in && 8 * j + g < kMix ? *reinterpret_cast<const float4*>(w[j] + e) : zero;
       }
-      sq0 = __fmaf_rn(xa.x, xa.x, sq0);
-      sq0 = __fmaf_rn(xa.y, xa.y, sq0);
-      sq0 = __fmaf_rn(xa.z, xa.z, sq0);
-      sq0 = __fmaf_rn(xa.w, xa.w, sq0);
-      sq1 = __fmaf_rn(xb.x, xb.x, sq1);
-      sq1 = __fmaf_rn(xb.y, xb.y, sq1);
-      sq1 = __fmaf_rn(xb.z, xb.z, sq1);
-      sq1 = __fmaf_rn(xb.w, xb.w, sq1);
-      // First k8 step: elements 4 t, 4 t + 1; second: 4 t + 2, 4 t + 3.
-      const Tf32Pair s0[4] = {Tf32Split(xa.x), Tf32Split(xb.x), Tf32Split(xa.y), Tf32Split(xb.y)};
-      const Tf32Pair s1[4] = {Tf32Split(xa.z), Tf32Split(xb.z), Tf32Split(xa.w), Tf32Split(xb.w)};
+      // hc_fn's pairs, once for the warp's m tiles: the first k8 step takes
+      // elements 4 t, 4 t + 1, the second 4 t + 2, 4 t + 3.
+      Tf32Pair ws[kTiles][4];
 #pragma unroll
       for (int j = 0; j < kTiles; ++j) {
-        if constexpr (kPromote) {
-          float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-          Mma3xTf32(part, s0, Tf32Split(wv[j].x), Tf32Split(wv[j].y));
-          Mma3xTf32(part, s1, Tf32Split(wv[j].z), Tf32Split(wv[j].w));
+        ws[j][0] = Tf32Split(wv[j].x);
+        ws[j][1] = Tf32Split(wv[j].y);
+        ws[j][2] = Tf32Split(wv[j].z);
+        ws[j][3] = Tf32Split(wv[j].w);
+      }
 #pragma unroll
-          for (int c = 0; c < 4; ++c) acc[j][c] = __fadd_rn(acc[j][c], part[c]);
-        } else {
-          Mma3xTf32(acc[j], s0, Tf32Split(wv[j].x), Tf32Split(wv[j].y));
-          Mma3xTf32(acc[j], s1, Tf32Split(wv[j].z), Tf32Split(wv[j].w));
+      for (int i = 0; i < kTileRows; ++i) {
+        const float4 xa = xv[i][0], xb = xv[i][1];
+        sq[i][0] = __fmaf_rn(xa.x, xa.x, sq[i][0]);
+        sq[i][0] = __fmaf_rn(xa.y, xa.y, sq[i][0]);
+        sq[i][0] = __fmaf_rn(xa.z, xa.z, sq[i][0]);
+        sq[i][0] = __fmaf_rn(xa.w, xa.w, sq[i][0]);
+        sq[i][1] = __fmaf_rn(xb.x, xb.x, sq[i][1]);
+        sq[i][1] = __fmaf_rn(xb.y, xb.y, sq[i][1]);
+        sq[i][1] = __fmaf_rn(xb.z, xb.z, sq[i][1]);
+        sq[i][1] = __fmaf_rn(xb.w, xb.w, sq[i][1]);
+        const Tf32Pair s0[4] = {Tf32Split(xa.x), Tf32Split(xb.x), Tf32Split(xa.y), Tf32Split(xb.y)};
+        const Tf32Pair s1[4] = {Tf32Split(xa.z), Tf32Split(xb.z), Tf32Split(xa.w), Tf32Split(xb.w)};
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j) {
+          if constexpr (kPromote) {
+            float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            Mma3xTf32(part, s0, ws[j][0], ws[j][1]);
+            Mma3xTf32(part, s1, ws[j][2], ws[j][3]);
+#pragma unroll
+            for (int c = 0; c < 4; ++c) acc[i][j][c] = __fadd_rn(acc[i][j][c], part[c]);
+          } else {
+            Mma3xTf32(acc[i][j], s0, ws[j][0], ws[j][1]);
+            Mma3xTf32(acc[i][j], s1, ws[j][2], ws[j][3]);
+          }
         }
       }
     }
   }
-  // A row's squares over the 4 lanes of its quad (fixed order: xor 1, 2).
-  sq0 = __fadd_rn(sq0, __shfl_xor_sync(0xffffffffu, sq0, 1));
-  sq0 = __fadd_rn(sq0, __shfl_xor_sync(0xffffffffu, sq0, 2));
-  sq1 = __fadd_rn(sq1, __shfl_xor_sync(0xffffffffu, sq1, 1));
-  sq1 = __fadd_rn(sq1, __shfl_xor_sync(0xffffffffu, sq1, 2));
-
-  __shared__ float s_half[2][kHcTf32Tokens][kVals];
-  const int row0 = 16 * tile + g, row1 = row0 + 8;
+  __shared__ float s_half[2][kCtaTokens][kVals];
 #pragma unroll
-  for (int j = 0; j < kTiles; ++j) {
+  for (int i = 0; i < kTileRows; ++i) {
+    // A row's squares over the 4 lanes of its quad (fixed order: xor 1, 2).
 #pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      const int m = 8 * j + 2 * t + c;
-      if (m < kMix) {
-        s_half[half][row0][m] = acc[j][c];
-        s_half[half][row1][m] = acc[j][2 + c];
+    for (int r = 0; r < 2; ++r) {
+      sq[i][r] = __fadd_rn(sq[i][r], __shfl_xor_sync(0xffffffffu, sq[i][r], 1));
+      sq[i][r] = __fadd_rn(sq[i][r], __shfl_xor_sync(0xffffffffu, sq[i][r], 2));
+    }
+    const int row0 = 16 * (tile + i) + g, row1 = row0 + 8;
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int m = 8 * j + 2 * t + c;
+        if (m < kMix) {
+          s_half[half][row0][m] = acc[i][j][c];
+          s_half[half][row1][m] = acc[i][j][2 + c];
+        }
       }
     }
-  }
-  if (t == 0) {
-    s_half[half][row0][kMix] = sq0;
-    s_half[half][row1][kMix] = sq1;
+    if (t == 0) {
+      s_half[half][row0][kMix] = sq[i][0];
+      s_half[half][row1][kMix] = sq[i][1];
+    }
   }
   __syncthreads();
-  for (int i = tid; i < kHcTf32Tokens * kVals; i += kHcTf32Threads) {
+  for (int i = tid; i < kCtaTokens * kVals; i += kHcTf32Threads) {
     const int r = i / kVals, v = i % kVals;
     if (t0 + r >= tokens) continue;
     partials[((t0 + r) * splits + split) * kVals + v] = __fadd_rn(s_half[0][r][v], s_half[1][r][v]);
@@ -194,7 +237,7 @@ __global__ void __launch_bounds__(kHcTf32Threads, 2)
   if (tid == 0) counters[group] = 0;
   __shared__ float s_mix[kHcTf32Threads / 32][kMix];
   __shared__ float s_total[kHcTf32Threads / 32];
-  for (int r = warp; r < kHcTf32Tokens; r += kHcTf32Threads / 32) {  // whole warps
+  for (int r = warp; r < kCtaTokens; r += kHcTf32Threads / 32) {  // whole warps
     const int64_t token = t0 + r;
     if (token >= tokens) break;
     if (row_role != nullptr && row_role[token] != role) continue;
