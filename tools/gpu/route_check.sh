@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, after
-# `tar -xJf .gpu_pack/bundle.tar.xz`: the prefill's open questions after the
-# forty-second session, most telling first under BUDGET_S (default 540;
-# check_steps.sh):
+# `tar -xJf .gpu_pack/bundle.tar.xz`: the open questions after the
+# forty-second and forty-third sessions, most telling first under BUDGET_S
+# (default 540; check_steps.sh; what does not fit is skipped and named in
+# summary.txt, for a second call):
 #   1. tests: the bf16 route's kernel test (the 256-row tile's 32-row tail,
 #      tail_rows, among its forms, and the gate / up / SwiGLU launch with
 #      it), the decoder's route-form case (form 11 the tail) and
@@ -20,12 +21,12 @@
 #      indexer's head sum through shared memory (--indexer_mma_sum) and with
 #      its operands staged once as bf16 (--indexer_mma_bf16) and with
 #      HcMixTf32's two tiles a warp (--prompt_tf32_mhc_wide), two rounds;
-#   3. the route's bench at the chunk's shape (32,768 tokens: 513 rows an
-#      expert, so the tail takes every expert's third tile away);
-#   4. EP8 decode at context 4,096, batches 1 and 64, the context filled by
+#   3. EP8 decode at context 4,096, batches 1 and 64, the context filled by
 #      prefill chunks, with the decode steps' kernel timeline (issue 20's
 #      batch-64 target, 2.7x against 1.5x, has no recent profile); batch 1
 #      with the top-k's rows in registers (--topk_in_registers), two rounds;
+#   4. the route's bench at the chunk's shape (32,768 tokens: 513 rows an
+#      expert, so the tail takes every expert's third tile away);
 #   5. the chunk's timeline with the tail, the decoder test's first shard
 #      (GTEST_TOTAL_SHARDS=3; 300 s at most), then ncu of the tail's instance
 #      inside the chunk with the time left (the forty-second session ran the
@@ -99,9 +100,6 @@ for round in "" _2; do
     budget_step "chunk_${form%%:*}${round}" 90 "${decode}" "${slice[@]}" "${form#*:}"
   done
 done
-# The route's forms at the chunk's shape: 32,768 tokens' pairs over 384
-# experts, 513 rows a local expert.
-budget_step mxfp4_bench_chunk_shape 150 "${route_bench[@]:0:4}" 32768
 # Decode with each step's kernels on CUPTI's timeline (the graph's nodes one
 # by one); the context by prefill chunks (a position a step would take
 # 4,096 steps).
@@ -117,6 +115,9 @@ for round in "" _2; do
       --slice_profile=false "${form#*:}"
   done
 done
+# The route's forms at the chunk's shape: 32,768 tokens' pairs over 384
+# experts, 513 rows a local expert.
+budget_step mxfp4_bench_chunk_shape 150 "${route_bench[@]:0:4}" 32768
 # Without programmatic edges, so each kernel's busy time is its own.
 budget_step chunk_timeline_tail 120 "${decode}" "${slice[@]}" --prefill_timeline \
   --programmatic=false --bf16_route_tail_rows=true
