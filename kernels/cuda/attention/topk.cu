@@ -26,7 +26,10 @@ absl::Status TopkPositions(const TopkParams& p, cudaStream_t stream) {
         std::to_string(p.k));
   }
   if (p.rows == 0) return absl::OkStatus();
-  if (p.in_registers && p.width <= kTopkRegMaxWidth) {
+  // Masked rows select among their visible entries only, so the register
+  // kernel takes any width and reads each row of up to kTopkRegMaxWidth
+  // visible entries into registers (longer ones from memory, in the block).
+  if (p.in_registers && (p.masked_past_visible || p.width <= kTopkRegMaxWidth)) {
     TopkPositionsRegKernel<kTopkThreads, kTopkRegItems>
         <<<static_cast<unsigned>(p.rows), kTopkThreads, 0, stream>>>(
             p.scores, p.visible_len, p.out, p.width, p.k, p.offset, p.masked_past_visible);

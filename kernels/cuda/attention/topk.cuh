@@ -183,18 +183,16 @@ __device__ Selection SelectBest(int64_t n, int64_t k, KeyOf key_of, SelectShared
   return s;
 }
 
-// One block per row.
+// One row's selection read from memory (TopkPositionsKernel's, and
+// TopkPositionsRegKernel's for rows past its registers): the select rereads
+// the row each pass, the kept positions go out a block-width at a time.
+// Every thread of the block calls it.
 template <int kThreads>
-__global__ void TopkPositionsKernel(const float* __restrict__ scores,
-                                    const int64_t* __restrict__ visible_len,
-                                    int32_t* __restrict__ out, int64_t width, int k, int32_t offset,
-                                    bool masked_past_visible) {
-  GridDependencyPrologue();
-  __shared__ SelectShared<kThreads> sm;
-  const int64_t row = blockIdx.x;
-  const float* sc = scores + row * width;
-  int32_t* o = out + row * k;
-  const int64_t visible = ClampTo(visible_len[row], 0, width);
+__device__ __forceinline__ void TopkRowFromMemory(const float* __restrict__ sc,
+                                                  int32_t* __restrict__ o, int64_t visible,
+                                                  int64_t width, int k, int32_t offset,
+                                                  bool masked_past_visible,
+                                                  SelectShared<kThreads>& sm) {
   auto key_of = [sc](int64_t i, uint32_t& key) {
     const float v = sc[i];
     if (!(v > -INFINITY)) return false;  // -inf and NaN
@@ -216,9 +214,24 @@ __global__ void TopkPositionsKernel(const float* __restrict__ scores,
   for (int64_t j = written + threadIdx.x; j < k; j += kThreads) o[j] = -1;
 }
 
+// One block per row.
+template <int kThreads>
+__global__ void TopkPositionsKernel(const float* __restrict__ scores,
+                                    const int64_t* __restrict__ visible_len,
+                                    int32_t* __restrict__ out, int64_t width, int k, int32_t offset,
+                                    bool masked_past_visible) {
+  GridDependencyPrologue();
+  __shared__ SelectShared<kThreads> sm;
+  const int64_t row = blockIdx.x;
+  TopkRowFromMemory<kThreads>(scores + row * width, out + row * k,
+                              ClampTo(visible_len[row], 0, width), width, k, offset,
+                              masked_past_visible, sm);
+}
+
 // TopkPositions with each row's keys held in registers
 // (TopkParams::in_registers): thread t holds items t * kItems .. + kItems - 1
-// of the row (width <= kThreads * kItems), read once. The same selection as
+// of the row's n selectable entries (n <= kThreads * kItems; a row with more
+// takes TopkRowFromMemory), read once. The same selection as
 // SelectBest, found with fewer passes over less: the count and each radix
 // pass read registers (each warp counts into its own histogram, one atomic
 // a digit its lanes share, the bins summed by the thread that scans them), a
@@ -250,6 +263,10 @@ __global__ void __launch_bounds__(kThreads)
   int32_t* o = out + row * k;
   const int64_t visible = ClampTo(visible_len[row], 0, width);
   const int64_t n = masked_past_visible ? visible : width;
+  if (n > int64_t{kThreads} * kItems) {  // block-uniform: past the registers, from memory
+    TopkRowFromMemory<kThreads>(sc, o, visible, width, k, offset, masked_past_visible, sm);
+    return;
+  }
   const int64_t first = static_cast<int64_t>(tid) * kItems;
   uint32_t key[kItems];
   uint32_t valid = 0;  // bit j: item first + j is a candidate (below n, above -inf, not NaN)

@@ -52,11 +52,13 @@ struct TopkParams {
   // Its cost then follows the visible length, not the width (a decoder's
   // width is its longest context's entries).
   bool masked_past_visible = false;
-  // Rows of width <= 8,192 (kTopkRegMaxWidth) select with each row's entries
-  // held in registers (TopkPositionsRegKernel: read once, each tie and the
-  // output one prefix sum each) instead of rereading the row every pass;
-  // wider rows as before. The same positions (the selection is exact).
-  // Built in the forty-third session, not yet run on a GPU.
+  // Rows of up to 8,192 (kTopkRegMaxWidth) selectable entries (the width, or
+  // with masked_past_visible the row's visible length, so a server's wide
+  // decoder rows qualify at short contexts) select with the entries held in
+  // registers (TopkPositionsRegKernel: read once, each tie and the output one
+  // prefix sum each) instead of rereading the row every pass; longer rows as
+  // before. The same positions (the selection is exact). Built in the
+  // forty-third session, not yet run on a GPU.
   bool in_registers = false;
 };
 

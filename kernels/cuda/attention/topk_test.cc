@@ -166,6 +166,9 @@ TEST(TopkCudaTest, TopkPositionsIdenticalToTheCpuReference) {
     CompareTopk(3, kTopkRegMaxWidth, 512, 0, draw, seed++);
     CompareTopk(3, kTopkRegMaxWidth, 512, 0, draw, seed++, true);
     CompareTopk(2, kTopkRegMaxWidth + 1, 512, 0, draw, seed++, true);
+    // Masked rows of a wider decoder: rows of up to 8,192 visible entries in
+    // registers, the longer ones from memory, in one launch.
+    CompareTopk(8, 20000, 512, 0, draw, seed++, true);
     CompareTopk(4, 4100, 2048, 7, draw, seed++);  // k past half the row
   }
 }
