@@ -267,7 +267,7 @@ ABSL_FLAG(bool, prompt_tf32_mhc_wide, false,
           "With --prompt_tf32_mhc: HcMixTf32 with two m16 tiles a warp "
           "(DeviceDecoderOptions::prompt_tf32_mhc_wide; same bits).");
 ABSL_FLAG(bool, topk_in_registers, false,
-          "The sparse attention's top-k of rows up to 8,192 wide held in registers "
+          "The sparse attention's top-k of rows of up to 8,192 visible entries in registers "
           "(DeviceDecoderOptions::topk_in_registers; same positions).");
 ABSL_FLAG(bool, bf16_cutlass_fit_tile, false,
           "With --bf16_cutlass: CUTLASS's tile over W rows chosen for each product's waves "

@@ -633,8 +633,8 @@ struct DeviceDecoderOptions {
   // device: off until a GPU runs indexer_score_test. Takes precedence over
   // indexer_mma_sum.
   bool indexer_mma_bf16 = false;
-  // The sparse attention's top-k of rows up to 8,192 entries wide with each
-  // row held in registers (kernels/cuda/attention TopkParams::in_registers:
+  // The sparse attention's top-k of rows of up to 8,192 visible entries with
+  // each row held in registers (kernels/cuda/attention TopkParams::in_registers:
   // read once instead of about six times, a tie and the output one prefix
   // sum each). The same positions. At batch 1 a decode step's 8 selects took
   // about 34 us each on one SM (H100, context 4,096). Built in the
