@@ -159,6 +159,9 @@ struct WorkerOptions {
   // The route's gate / up / SwiGLU launch (DeviceDecoderOptions::
   // bf16_route_swiglu: time only).
   bool bf16_route_swiglu = true;
+  // The prefill indexer's operands staged once as bf16
+  // (DeviceDecoderOptions::indexer_mma_bf16: time only).
+  bool indexer_mma_bf16 = true;
   // The bf16 prefill products' thirty-seventh-session forms
   // (DeviceDecoderOptions::bf16_ws_m256_large, bf16_cutlass: the same bits;
   // prompt_bf16_unsplit: other bits for prompt rows, batch-invariant).

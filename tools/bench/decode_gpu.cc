@@ -260,7 +260,7 @@ ABSL_FLAG(bool, wide_group_rows, false,
 ABSL_FLAG(bool, indexer_mma_sum, false,
           "With --indexer_mma: the prefill indexer's head sum through shared memory "
           "(DeviceDecoderOptions::indexer_mma_sum; same bits).");
-ABSL_FLAG(bool, indexer_mma_bf16, false,
+ABSL_FLAG(bool, indexer_mma_bf16, true,
           "With --indexer_mma: the prefill indexer's operands staged once as bf16, its "
           "fragments by ldmatrix (DeviceDecoderOptions::indexer_mma_bf16; same bits).");
 ABSL_FLAG(bool, prompt_tf32_mhc_wide, false,

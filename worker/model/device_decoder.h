@@ -627,18 +627,20 @@ struct DeviceDecoderOptions {
   // With indexer_mma: kSharedKeysMmaSum with q's MXFP4 form and the key tiles
   // staged once as bf16, the mma fragments loaded by ldmatrix, and a term's
   // two bf16 roundings one conversion for two values
-  // (IndexerScoreForm::kSharedKeysMmaBf16; ptxas: 156 registers, no spills;
+  // (IndexerScoreForm::kSharedKeysMmaBf16; ptxas: 157 registers, no spills;
   // the 16-channel step 79 -> 28 SASS instructions; 61 KB a block, three an
-  // SM). The same bits. Built in the forty-third session, which had no
-  // device: off until a GPU runs indexer_score_test. Takes precedence over
-  // indexer_mma_sum.
-  bool indexer_mma_bf16 = false;
+  // SM). The same bits. On since the forty-third session (H100:
+  // indexer_score_test passes every form against the CPU's bits; the EP8
+  // chunk 0.419 / 0.419 -> 0.404 / 0.405 s, two rounds, against 0.410 with
+  // indexer_mma_sum). Takes precedence over indexer_mma_sum.
+  bool indexer_mma_bf16 = true;
   // The sparse attention's top-k of rows of up to 8,192 visible entries with
   // each row held in registers (kernels/cuda/attention TopkParams::in_registers:
   // read once instead of about six times, a tie and the output one prefix
   // sum each). The same positions. At batch 1 a decode step's 8 selects took
   // about 34 us each on one SM (H100, context 4,096). Built in the
-  // forty-third session, which had no device: off until topk_test passes.
+  // forty-third session: topk_test passes (H100), but EP8 decode at batch 1
+  // measured 10.86 ms without and 10.93 with it (one round each): off.
   bool topk_in_registers = false;
   // With prefill_x16_panel: the panel is made with X's scales
   // (dense::Fp8F16PanelParams::scales: each block whose UE8M0 scale is in
@@ -736,9 +738,11 @@ struct DeviceDecoderOptions {
   // 256 (Mxfp4Bf16GroupedGemmParams::tail_rows), so an expert of 513 - 544
   // rows takes two tiles instead of two and a tile of a few rows that
   // widens its W as a full one does (the EP8 chunk's 512 rows an expert on
-  // average left about half its experts such a tile). The same bits. Built
-  // in the forty-second session after its device calls: off until a GPU
-  // runs its tests.
+  // average left about half its experts such a tile). The same bits by
+  // design. Built in the forty-second session; on an H100 in the
+  // forty-third it HANGS: mxfp4_bf16_gemm_sm90_test's first case and the
+  // EP8 chunk with it ran into their timeouts (the other forms' runs
+  // finished). Off; its barrier counts want a look before any other run.
   bool bf16_route_tail_rows = false;
   // MoeGroupRows' numbering past 4,096 pairs by each warp of its block in
   // parallel (MoeGroupRowsParams::wide): the same offsets and rows, so the
@@ -898,8 +902,9 @@ struct DeviceDecoderOptions {
   // both tiles (they were 60 of a step's ~140 instructions a tile) and
   // hc_fn's L2 reads halved. The same bits. HcMixTf32 took 16.5 ms of the
   // H200's EP8 chunk (286 us a launch against ~80 us to read x once). Built
-  // in the forty-third session, which had no device: off until
-  // hc_mix_split_test passes on a GPU.
+  // in the forty-third session: hc_mix_split_test passes (H100, the one-tile
+  // form's bits), but the EP8 chunk took 0.426 s with it against 0.419 /
+  // 0.420 (one round; one CTA an SM hides less): off.
   bool prompt_tf32_mhc_wide = false;
   // The same tile persistent (dense::Bf16GemmParams::ws_persistent: a CTA
   // an SM at most, taking tiles in turn, the next tile's loads under the
