@@ -55,12 +55,20 @@ __host__ __device__ constexpr int RsCtaThreads(int rows, int wgs) {
   return rows == 256 ? 128 * (wgs + 1) : RsThreadsWith(wgs);
 }
 inline constexpr int kRs256ProducerRegs = 88;
-inline constexpr int kRs256ConsumerRegs = 208;  // 2 x 128 x 208 + 128 x 88 <= 65,536
-// With a tail (tail_rows) the consumers hold 16 accumulators more: 80 / 216
-// (2 x 128 x 216 + 128 x 80 = 65,536); at 88 / 208 the fused SwiGLU's
-// instance spilled 12 bytes.
-inline constexpr int kRs256TailProducerRegs = 80;
+inline constexpr int kRs256ConsumerRegs = 208;  // 2 x 128 x 208 + 128 x 88 = 64,512 = 384 x 168
+static_assert(2 * 128 * kRs256ConsumerRegs + 128 * kRs256ProducerRegs <= 384 * 168,
+              "setmaxnreg trades only the registers the CTA got at launch");
+// With a tail (tail_rows) the consumers hold 16 accumulators more: 72 / 216
+// (2 x 128 x 216 + 128 x 72 = 64,512 = 384 x 168, the CTA's registers at
+// launch; at 88 / 208 the fused SwiGLU's instance spilled 12 bytes). The
+// pair must fit what the CTA was given at launch, not the SM's 65,536:
+// 80 / 216 (65,536) left the consumers' setmaxnreg.inc waiting for
+// registers no warp would free, and the kernel hung (H100, forty-third
+// session).
+inline constexpr int kRs256TailProducerRegs = 72;
 inline constexpr int kRs256TailConsumerRegs = 216;
+static_assert(2 * 128 * kRs256TailConsumerRegs + 128 * kRs256TailProducerRegs <= 384 * 168,
+              "setmaxnreg trades only the registers the CTA got at launch");
 __host__ __device__ constexpr int RsTileN(int wgs) { return 64 * wgs; }
 
 // A ring slot over kRows X rows (128, 80, or 8 - 64 for decode;
