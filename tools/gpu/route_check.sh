@@ -23,7 +23,9 @@
 #      HcMixTf32's two tiles a warp (--prompt_tf32_mhc_wide), two rounds;
 #   3. EP8 decode at context 4,096, batches 1 and 64, the context filled by
 #      prefill chunks, with the decode steps' kernel timeline (issue 20's
-#      batch-64 target, 2.7x against 1.5x, has no recent profile); batch 1
+#      batch-64 target, 2.7x against 1.5x, has no recent profile), batch 64
+#      with the experts on the bf16 route (--bf16_experts_every_row); the
+#      chunk's second round; batch 1
 #      with the top-k's rows in registers (--topk_in_registers), two rounds;
 #   4. the route's bench at the chunk's shape (32,768 tokens: 513 rows an
 #      expert, so the tail takes every expert's third tile away);
@@ -95,17 +97,27 @@ chunk_forms=(defaults:--bf16_route_tail_rows=false tail:--bf16_route_tail_rows=t
   wide:--wide_group_rows=true vec16:--combine_vec16=true
   fit_tile:--bf16_cutlass_fit_tile=true indexer_sum:--indexer_mma_sum=true
   indexer_bf16:--indexer_mma_bf16=true mhc_wide:--prompt_tf32_mhc_wide=true)
-for round in "" _2; do
+chunk_round() {  # chunk_round SUFFIX
   for form in "${chunk_forms[@]}"; do
-    budget_step "chunk_${form%%:*}${round}" 90 "${decode}" "${slice[@]}" "${form#*:}"
+    budget_step "chunk_${form%%:*}$1" 90 "${decode}" "${slice[@]}" "${form#*:}"
   done
-done
+}
+chunk_round ""
 # Decode with each step's kernels on CUPTI's timeline (the graph's nodes one
 # by one); the context by prefill chunks (a position a step would take
 # 4,096 steps).
 budget_step decode_ep8 150 "${decode}" --ep_slice=8 --numerics=fast --batches=1,64 \
   --context=4096 --prefill_chunk=4096 --steps=3 --warmup=1 --slice_profile=false \
   --kernel_timeline
+# Batch 64's routed experts on the bf16 route's register form
+# (--bf16_experts_every_row: 8 - 64 X rows a CTA; other fast numerics, held
+# to the bars by the decoder test): at 8 rows an expert the MXFP4 kernel is
+# issue-bound (kernels/cuda/moe/README.md, "The issue ceiling"); never timed
+# on the EP8 slice.
+budget_step decode_b64_every_row 150 "${decode}" --ep_slice=8 --numerics=fast --batches=64 \
+  --context=4096 --prefill_chunk=4096 --steps=3 --warmup=1 --slice_profile=false \
+  --kernel_timeline --bf16_experts_every_row=true
+chunk_round _2
 # The top-k's rows in registers (--topk_in_registers) against the defaults
 # at batch 1, where the step's 8 selects run on one SM each; two rounds.
 for round in "" _2; do
@@ -146,6 +158,10 @@ sed -n '/^Prefill:/,$p' "${results}/mxfp4_bench_chunk_shape.log" 2>/dev/null |
   grep -E 'ballot search|cuBLASLt' | cut -c1-220 | head -8
 echo "== EP8 decode at 4,096"
 grep -E '^ *(1|64) ' "${results}/decode_ep8.log" 2>/dev/null | cut -c1-150
+echo "== batch 64 with --bf16_experts_every_row"
+grep -E '^ *64 ' "${results}/decode_b64_every_row.log" 2>/dev/null | cut -c1-150
+grep -A14 'kernel timeline of batch' "${results}/decode_b64_every_row.log" 2>/dev/null |
+  cut -c1-110 | head -16
 for log in "${results}"/decode_b1_*.log; do
   [[ -f "${log}" ]] || continue
   echo "${log##*/}: $(grep -E '^ *1 ' "${log}" | head -n 1 | cut -c1-120)"
