@@ -57,6 +57,20 @@ __device__ __forceinline__ uint32_t ClusterSharedAddress(const void* local, unsi
   return out;
 }
 
+// The same for a shared-window address (SharedAddress, __cvta_generic_to_shared).
+__device__ __forceinline__ uint32_t ClusterSharedAddressOf(uint32_t addr, unsigned rank) {
+  uint32_t out;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(out) : "r"(addr), "r"(rank));
+  return out;
+}
+
+// One arrival on the mbarrier at ClusterSharedAddress `bar` (another CTA's),
+// releasing this thread's earlier memory accesses at cluster scope.
+__device__ __forceinline__ void MbarrierArriveCluster(uint32_t bar) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(bar)
+               : "memory");
+}
+
 // Stores v at a ClusterSharedAddress.
 __device__ __forceinline__ void StoreClusterF32x4(uint32_t addr, float4 v) {
   asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(v.x),

@@ -103,6 +103,20 @@ __device__ __forceinline__ void TmaLoadRows(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
+// TmaLoadRows into the same shared address `dst` of every CTA of the
+// cluster whose rank's bit is set in `ctas`, each copy counted on the
+// mbarrier at `bar` of its own CTA (a cluster launch; every receiving CTA
+// expects the box's bytes on its barrier).
+__device__ __forceinline__ void TmaLoadRowsMulticast(uint32_t dst, const CUtensorMap* map,
+                                                     uint32_t bar, int c0, int c1, int c2,
+                                                     uint16_t ctas) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::"
+      "cluster [%0], [%1, {%3, %4, %5}], [%2], %6;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "h"(ctas)
+      : "memory");
+}
+
 }  // namespace weir::kernels::cuda
 
 #endif  // WEIR_KERNELS_CUDA_TMA_CUH_

@@ -254,6 +254,9 @@ ABSL_FLAG(bool, bf16_route_swiglu, true,
 ABSL_FLAG(bool, bf16_route_tail_rows, false,
           "With the route's 256-row tile: an expert's last tile holds up to 32 rows past 256 "
           "(DeviceDecoderOptions::bf16_route_tail_rows; same bits).");
+ABSL_FLAG(bool, bf16_route_multicast, false,
+          "With the route's 256-row tile: pairs of CTAs share each X stage by a TMA multicast "
+          "(DeviceDecoderOptions::bf16_route_multicast; same bits).");
 ABSL_FLAG(bool, wide_group_rows, false,
           "MoeGroupRows past 4,096 pairs numbered by each warp of its block in parallel "
           "(DeviceDecoderOptions::wide_group_rows; same bits).");
@@ -621,6 +624,7 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .bf16_route_x_rows = absl::GetFlag(FLAGS_bf16_route_x_rows),
           .bf16_route_swiglu = absl::GetFlag(FLAGS_bf16_route_swiglu),
           .bf16_route_tail_rows = absl::GetFlag(FLAGS_bf16_route_tail_rows),
+          .bf16_route_multicast = absl::GetFlag(FLAGS_bf16_route_multicast),
           .wide_group_rows = absl::GetFlag(FLAGS_wide_group_rows),
           .combine_vec16 = absl::GetFlag(FLAGS_combine_vec16),
           .bf16_route_deep_ring = absl::GetFlag(FLAGS_bf16_route_deep_ring),

@@ -5,8 +5,9 @@
 # (default 540; check_steps.sh; what does not fit is skipped and named in
 # summary.txt, for a second call):
 #   1. tests: the bf16 route's kernel test (the 256-row tile's 32-row tail,
-#      tail_rows, among its forms, and the gate / up / SwiGLU launch with
-#      it), the decoder's route-form case (form 11 the tail) and
+#      tail_rows, and its X by CTA pairs, x_multicast, among its forms, and
+#      the gate / up / SwiGLU launch with them), the decoder's route-form
+#      case (form 11 the tail, 12 the CTA pairs) and
 #      moe_permute_test (MoeGroupRows' wide numbering, every case both ways;
 #      MoeCombine's vec16 rows), bf16_gemm_cutlass_test (the 128 x 128
 #      tile, cutlass_tile_n), indexer_score_test (kSharedKeysMmaSum,
@@ -15,7 +16,8 @@
 #      cases (tile_rows 2);
 #   2. the EP8 prefill chunk with the defaults (the gate / up / SwiGLU
 #      launch on since the forty-second session), with the tail
-#      (--bf16_route_tail_rows), with the wide numbering (--wide_group_rows)
+#      (--bf16_route_tail_rows), with X by CTA pairs (--bf16_route_multicast),
+#      with the wide numbering (--wide_group_rows)
 #      with the combine's 16-byte columns (--combine_vec16), with CUTLASS's
 #      tile fit to each product's waves (--bf16_cutlass_fit_tile) and with the
 #      indexer's head sum through shared memory (--indexer_mma_sum) and with
@@ -94,6 +96,7 @@ budget_step hc_mix_test 60 "${bundle}/bin/kernels_cuda_moe_hc_mix_split_test" \
 # The chunk's forms, NAME:FLAG (the defaults' row names a default value), two
 # rounds in turn.
 chunk_forms=(defaults:--bf16_route_tail_rows=false tail:--bf16_route_tail_rows=true
+  multicast:--bf16_route_multicast=true
   wide:--wide_group_rows=true vec16:--combine_vec16=true
   fit_tile:--bf16_cutlass_fit_tile=true indexer_sum:--indexer_mma_sum=true
   indexer_bf16:--indexer_mma_bf16=true mhc_wide:--prompt_tf32_mhc_wide=true)

@@ -747,6 +747,14 @@ struct DeviceDecoderOptions {
   // static_assert holds both pairs to the launch's registers; ptxas: 20 - 28
   // bytes of spills). Off until its tests pass on a GPU.
   bool bf16_route_tail_rows = false;
+  // With the 256-row tile: the route's grid in clusters of two CTAs over two
+  // W tiles of the same X tile, each bringing half of every X stage into both
+  // by a TMA multicast (Mxfp4Bf16GroupedGemmParams::x_multicast), so X comes
+  // from L2 once for two CTAs: the route's consumers wait on their ring at
+  // about 5 TB/s of L2 reads (forty-second session's ncu). The same bits by
+  // design. Built in the forty-fourth session; off until its tests pass on a
+  // GPU.
+  bool bf16_route_multicast = false;
   // MoeGroupRows' numbering past 4,096 pairs by each warp of its block in
   // parallel (MoeGroupRowsParams::wide): the same offsets and rows, so the
   // same bits; prefill chunks only (a decode step has fewer pairs). Built in

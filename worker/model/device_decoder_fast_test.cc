@@ -1513,8 +1513,9 @@ TEST(DeviceDecoderFastTest, SmallBf16RouteFormsGiveTheSameBits) {
   // too (the defaults' route since the forty-first session), and over 256 X
   // rows (two warpgroups, the deep ring, the one scale test; the chunk's 100
   // rows an expert on average: tiles of N 256 and of N 128), and that with
-  // the 32-row tail (its instance; the kernel test gives it tails to hold).
-  constexpr int kForms = 12;
+  // the 32-row tail (its instance; the kernel test gives it tails to hold),
+  // and the 256-row tile by CTA pairs (x_multicast).
+  constexpr int kForms = 13;
   std::vector<std::vector<float>> calls[kForms];
   DeviceDecoderStats stats[kForms];
   for (int form = 0; form < kForms; ++form) {
@@ -1524,6 +1525,7 @@ TEST(DeviceDecoderFastTest, SmallBf16RouteFormsGiveTheSameBits) {
     options.bf16_route_register_a = form >= 2;
     options.bf16_route_x_rows = form == 3 ? 80 : form >= 10 ? 256 : 0;
     options.bf16_route_tail_rows = form == 11;
+    options.bf16_route_multicast = form == 12;
     options.bf16_route_deep_ring = form == 4 || form == 9;
     options.bf16_route_stage_scale_test = form >= 5;
     options.bf16_route_fit_tile_rows = form == 6;
@@ -1531,7 +1533,7 @@ TEST(DeviceDecoderFastTest, SmallBf16RouteFormsGiveTheSameBits) {
     options.bf16_route_ballot_search = form >= 8;  // form 9: the deep ring beside form 8
     calls[form] = c.Run(options, &stats[form], /*mark_prompt=*/true);
     EXPECT_GT(stats[form].prompt_bf16_expert_layers, 0) << "form " << form;
-    // Forms 10's and 11's every route layer on the 256-row tile (the chunk
+    // Forms 10's - 12's every route layer on the 256-row tile (the chunk
     // gives a local expert 100 rows on average), the others' none.
     EXPECT_EQ(stats[form].route_x256_layers, form >= 10 ? stats[form].prompt_bf16_expert_layers : 0)
         << "form " << form;

@@ -303,7 +303,8 @@ absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t ro
         .fit_tile_rows = fit_rows,
         .consumer_warpgroups = stage_test && wide_tile ? options.bf16_route_warpgroups : 0,
         .ballot_group_search = options.bf16_route_ballot_search,
-        .tail_rows = x256 && options.bf16_route_tail_rows};
+        .tail_rows = x256 && options.bf16_route_tail_rows,
+        .x_multicast = x256 && options.bf16_route_multicast};
   };
   auto product = [&](const uint8_t* const* w, const uint8_t* const* ws, float* y, int64_t n,
                      int64_t k, dense::Fp8GemmOutput output) {

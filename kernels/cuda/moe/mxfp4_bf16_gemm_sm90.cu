@@ -32,8 +32,10 @@ absl::Status Mxfp4Bf16GroupedGemm(const Mxfp4Bf16GroupedGemmParams& p, cudaStrea
   mb::Args a{};
   const uint64_t row = static_cast<uint64_t>(p.k) * 2;
   const int x_rows = p.register_a ? Mxfp4Bf16XRows(p) : mb::kBm;
+  // x_multicast: each CTA of a pair brings half the box.
+  const int x_box_rows = p.x_multicast ? x_rows / 2 : x_rows;
   if (absl::Status s = EncodeTmaRowsMap(&a.x_map, p.x, row, static_cast<uint64_t>(p.rows), 1, row,
-                                        row * static_cast<uint64_t>(p.rows), x_rows);
+                                        row * static_cast<uint64_t>(p.rows), x_box_rows);
       !s.ok()) {
     return s;
   }
@@ -69,11 +71,31 @@ absl::Status Mxfp4Bf16GroupedGemm(const Mxfp4Bf16GroupedGemmParams& p, cudaStrea
   const int wgs = Mxfp4Bf16ConsumerWarpgroups(p);
   // The gate / up / SwiGLU form's CTA holds 64 rows of each product.
   const int tile_n = p.swiglu ? mb::RsTileN(wgs) / 2 : p.register_a ? mb::RsTileN(wgs) : mb::kBn;
-  const dim3 grid(static_cast<unsigned>((p.n + tile_n - 1) / tile_n),
+  // x_multicast: pairs of CTAs along x (an odd count gets one more, whose W
+  // rows are all past n: it brings its half of X and writes nothing).
+  const unsigned tiles_n = static_cast<unsigned>((p.n + tile_n - 1) / tile_n);
+  const dim3 grid(p.x_multicast ? (tiles_n + 1) / 2 * 2 : tiles_n,
                   static_cast<unsigned>((p.rows + x_rows - 1) / x_rows + p.num_experts));
   const auto launch = [&](auto kernel, int threads, int smem) -> absl::Status {
     if (absl::Status s = AllowSharedBytes(kernel, smem, kWhat); !s.ok()) return s;
     kernel<<<grid, threads, smem, stream>>>(a);
+    return LaunchStatus(kWhat);
+  };
+  const auto launch_pairs = [&](auto kernel, int threads, int smem) -> absl::Status {
+    if (absl::Status s = AllowSharedBytes(kernel, smem, kWhat); !s.ok()) return s;
+    cudaLaunchConfig_t config{};
+    config.gridDim = grid;
+    config.blockDim = dim3(static_cast<unsigned>(threads));
+    config.dynamicSmemBytes = static_cast<size_t>(smem);
+    config.stream = stream;
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = 2;
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = 1;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    (void)cudaLaunchKernelEx(&config, kernel, a);
     return LaunchStatus(kWhat);
   };
   constexpr int kSlack = dense::fp8_gemm::kWgmmaSmemSlack;
@@ -111,12 +133,31 @@ absl::Status Mxfp4Bf16GroupedGemm(const Mxfp4Bf16GroupedGemmParams& p, cudaStrea
       if (p.tail_rows) {  // checked: x_rows 256 only
         constexpr int kTail = kMxfp4Bf16TailRows;
         constexpr int kSharedTail = mb::RsSlot<256, mb::kBn, kTail>::kShared + kSlack;
+        if (p.x_multicast) {  // checked: x_rows 256 only
+          if (p.swiglu) {
+            return launch_pairs(
+                mb::Mxfp4Bf16GroupedRsKernel<256, true, true, false, 2, true, kTail, true>,
+                mb::RsCtaThreads(256, 2), kSharedTail);
+          }
+          return launch_pairs(
+              mb::Mxfp4Bf16GroupedRsKernel<256, true, true, false, 2, false, kTail, true>,
+              mb::RsCtaThreads(256, 2), kSharedTail);
+        }
         if (p.swiglu) {
           return launch(mb::Mxfp4Bf16GroupedRsKernel<256, true, true, false, 2, true, kTail>,
                         mb::RsCtaThreads(256, 2), kSharedTail);
         }
         return launch(mb::Mxfp4Bf16GroupedRsKernel<256, true, true, false, 2, false, kTail>,
                       mb::RsCtaThreads(256, 2), kSharedTail);
+      }
+      if (p.x_multicast) {
+        if (p.swiglu) {
+          return launch_pairs(
+              mb::Mxfp4Bf16GroupedRsKernel<256, true, true, false, 2, true, 0, true>,
+              mb::RsCtaThreads(256, 2), kShared256);
+        }
+        return launch_pairs(mb::Mxfp4Bf16GroupedRsKernel<256, true, true, false, 2, false, 0, true>,
+                            mb::RsCtaThreads(256, 2), kShared256);
       }
       if (p.swiglu) {
         return launch(mb::Mxfp4Bf16GroupedRsKernel<256, true, true, false, 2, true>,

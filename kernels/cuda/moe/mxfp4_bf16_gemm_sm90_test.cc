@@ -144,7 +144,8 @@ std::vector<float> BySeparateBf16Gemms(const Problem& p, dense::Fp8GemmOutput ou
 // than 128 rows (130, 200, 300 below) and N 128 on the rest; with its tail
 // (tail_rows) an expert's last tile takes up to 32 rows past 256 (270, 288
 // and 530 below: a tail of 14, 32 and 18 rows; 289 two tiles, the second
-// of 33 rows).
+// of 33 rows). With x_multicast pairs of CTAs share each X stage (n 320's
+// three W tiles get a fourth CTA past n).
 struct RouteForm {
   const char* name = "defaults";
   int widener_warps = 0;
@@ -156,6 +157,7 @@ struct RouteForm {
   int warpgroups = 0;
   bool ballot_search = false;  // ballot_group_search
   bool tail_rows = false;
+  bool x_multicast = false;
 };
 const RouteForm kRouteForms[] = {
     {"4 widener warps", 4},
@@ -192,6 +194,11 @@ const RouteForm kRouteForms[] = {
     {"register A over 256 X rows and a 32-row tail, deep ring, one scale test a stage, ballot "
      "group search",
      0, true, 256, true, true, false, 0, true, true},
+    {"register A over 256 X rows by CTA pairs, deep ring, one scale test a stage", 0, true, 256,
+     true, true, false, 0, false, false, true},
+    {"register A over 256 X rows and a 32-row tail by CTA pairs, deep ring, one scale test a "
+     "stage, ballot group search",
+     0, true, 256, true, true, false, 0, true, true, true},
 };
 
 std::vector<float> RunGrouped(const Problem& p, const DeviceProblem& d, dense::Fp8GemmOutput output,
@@ -217,6 +224,7 @@ std::vector<float> RunGrouped(const Problem& p, const DeviceProblem& d, dense::F
   params.consumer_warpgroups = form.warpgroups;
   params.ballot_group_search = form.ballot_search;
   params.tail_rows = form.tail_rows;
+  params.x_multicast = form.x_multicast;
   const absl::Status st = Mxfp4Bf16GroupedGemm(params, nullptr);
   EXPECT_TRUE(st.ok()) << st;
   EXPECT_TRUE(Synced());
@@ -275,11 +283,11 @@ TEST(Mxfp4Bf16GroupedGemmTest, EveryRowHasTheBf16GemmBitsOfItsExpert) {
 // tile's own), with route weights, with and without the clamp, rounding to
 // bf16 or not; experts of 0, 300, 130, 40 and 280 rows (tiles of N 256 and
 // N 128, and with tail_rows 280's tail of 24), rows past the last expert
-// left as they were, n 320 and 288 (a part of a 64-column tile), with and
-// without the ballot search.
+// left as they were, n 320 and 288 (a part of a 64-column tile) and 256,
+// with and without the ballot search, and X by CTA pairs (x_multicast).
 TEST(Mxfp4Bf16GroupedGemmTest, FusedSwigluGivesTheSeparateLaunchesBits) {
   std::mt19937 rng(53);
-  for (int64_t n : {320, 288}) {
+  for (int64_t n : {320, 288, 256}) {  // 256: CTA pairs with no CTA past n
     SCOPED_TRACE(::testing::Message() << "n " << n);
     const std::vector<int64_t> rows_of = {0, 300, 130, 40, 280};
     const Problem gate = MakeProblem(n, 512, rows_of, 3, rng, /*edge_scales=*/true);
@@ -313,8 +321,8 @@ TEST(Mxfp4Bf16GroupedGemmTest, FusedSwigluGivesTheSeparateLaunchesBits) {
                                                 .row_count = used},
                                                nullptr);
         ASSERT_TRUE(ws.ok()) << ws;
-        for (int form = 0; form < 3; ++form) {
-          const bool ballot = form == 1, tail = form == 2;
+        for (int form = 0; form < 5; ++form) {  // 3, 4: X by CTA pairs
+          const bool ballot = form == 1, tail = form == 2 || form == 4, pairs = form >= 3;
           DeviceBuffer<uint8_t> codes(gate.rows * n), scales(gate.rows * n / 32);
           codes.Poison(0xAB);
           scales.Poison(0xAB);
@@ -325,6 +333,7 @@ TEST(Mxfp4Bf16GroupedGemmTest, FusedSwigluGivesTheSeparateLaunchesBits) {
           p.stage_scale_test = true;
           p.ballot_group_search = ballot;
           p.tail_rows = tail;
+          p.x_multicast = pairs;
           p.swiglu = true;
           p.w_up = du.ptrs.get();
           p.w_up_scales = du.scale_ptrs.get();
@@ -336,9 +345,9 @@ TEST(Mxfp4Bf16GroupedGemmTest, FusedSwigluGivesTheSeparateLaunchesBits) {
           const absl::Status st = Mxfp4Bf16GroupedGemm(p, nullptr);
           ASSERT_TRUE(st.ok()) << st;
           EXPECT_EQ(codes.Download(), want_codes.Download())
-              << "codes, ballot " << ballot << " tail " << tail;
+              << "codes, ballot " << ballot << " tail " << tail << " pairs " << pairs;
           EXPECT_EQ(scales.Download(), want_scales.Download())
-              << "scales, ballot " << ballot << " tail " << tail;
+              << "scales, ballot " << ballot << " tail " << tail << " pairs " << pairs;
         }
       }
     }

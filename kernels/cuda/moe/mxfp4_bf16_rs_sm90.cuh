@@ -32,6 +32,7 @@
 
 #include <type_traits>
 
+#include "kernels/cuda/cluster.cuh"
 #include "kernels/cuda/decode/swiglu.cuh"
 #include "kernels/cuda/dense/act_quant_fp8.cuh"
 #include "kernels/cuda/moe/mxfp4_bf16_gemm_sm90.cuh"
@@ -162,8 +163,24 @@ __device__ __forceinline__ void WidenEight(uint32_t v, uint32_t scale_word, int 
 // a wgmma of N kTail over them beside each N 256 one (the same A
 // registers), so an expert of 513 - 544 rows takes two tiles, not three.
 // Each row's sums are the same 16 products in the same order.
+//
+// kMulticast (Mxfp4Bf16GroupedGemmParams::x_multicast; kRows 256 only): the
+// grid runs in clusters of two CTAs along x, the same X tile (blockIdx.y)
+// over two W tiles, and each CTA's producer brings half of the stage's X box
+// (128 rows, rank r the rows 128 r ..) into both CTAs' slots by one TMA
+// multicast, and CTA 0 the tail box so: the X tile, 8 of every 9 bytes a
+// stage reads, comes from L2 once for two CTAs instead of twice (the route's
+// ncu: consumers waiting on `full` with DRAM 11 % busy; at ~1,700 cycles a
+// stage 36 KB a CTA is about 5 TB/s of L2 reads over the GPU). A slot is
+// refilled only once both CTAs' consumers have released it: each consumer
+// warp also arrives on the peer's `empty` (one arrival a warp), but only for
+// stages the peer refills, so no arrival reaches a CTA that may have left;
+// a cluster barrier after the barriers' initialization and one at the end
+// (every thread that has not exited) keep each CTA's shared memory alive
+// while the other may write it. The same products in the same order, so the
+// same bits.
 template <int kRows, bool kDeepRing, bool kStageTest = false, bool kFitN = false, int kWgs = 2,
-          bool kSwiglu = false, int kTail = 0>
+          bool kSwiglu = false, int kTail = 0, bool kMulticast = false>
 __global__ void __launch_bounds__(RsCtaThreads(kRows, kWgs), 1)
     Mxfp4Bf16GroupedRsKernel(const __grid_constant__ Args a) {
   GridDependencyPrologue();
@@ -172,6 +189,7 @@ __global__ void __launch_bounds__(RsCtaThreads(kRows, kWgs), 1)
                 "the 256-row tile's one combination");
   static_assert(!kSwiglu || kRows == 256, "the fused SwiGLU is the 256-row tile's");
   static_assert(kTail == 0 || kRows == 256, "the tail is the 256-row tile's");
+  static_assert(!kMulticast || kRows == 256, "the multicast X is the 256-row tile's");
   constexpr int kCons = 128 * kWgs, kTileN = RsTileN(kWgs);
   using Slot = RsSlot<kRows, kTileN, kTail>;
   constexpr int kRsSlot = Slot::kBytes, kRsCodes = Slot::kCodes, kRsScales = Slot::kScales;
@@ -223,20 +241,31 @@ __global__ void __launch_bounds__(RsCtaThreads(kRows, kWgs), 1)
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid >> 5;
   const int lane = tid & 31;
+  // kMulticast: this CTA's rank in its pair; the peer's `empty` barriers.
+  const unsigned rank = kMulticast ? ClusterCtaRank() : 0u;
+  const uint32_t peer_empty0 = kMulticast ? ClusterSharedAddressOf(empty0, rank ^ 1u) : 0u;
   if (tid == 0) {
     for (int s = 0; s < kRsStages; ++s) {
       MbarrierInit(full0 + 8 * s, 1 + 32);  // lane 0's expect_tx + the producer's lanes
-      MbarrierInit(empty0 + 8 * s, kCons);
+      // This CTA's consumer threads, and with kMulticast one arrival a warp of the peer's.
+      MbarrierInit(empty0 + 8 * s, kCons + (kMulticast ? kCons / 32 : 0));
     }
     FenceMbarrierInit();
   }
-  __syncthreads();
+  if constexpr (kMulticast) {
+    ClusterSync();  // both CTAs' barriers are initialized before either's copies or arrivals
+  } else {
+    __syncthreads();
+  }
 
   if (warp >= kCons / 32) {        // ---- the producer ----
     if constexpr (kRows == 256) {  // its warpgroup gives registers to the consumers'
       asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kTail > 0 ? kRs256TailProducerRegs
                                                                            : kRs256ProducerRegs));
-      if (warp > kCons / 32) return;
+      if (warp > kCons / 32) {
+        if constexpr (kMulticast) ClusterSync();  // the closing phase (below)
+        return;
+      }
     }
     const int64_t code_row = a.k / 2, scale_row = a.k / 32;
     const auto issue = [&](int i) {
@@ -245,11 +274,23 @@ __global__ void __launch_bounds__(RsCtaThreads(kRows, kWgs), 1)
       const uint32_t at = base + slot * kRsSlot;
       if (lane == 0) {
         MbarrierArriveExpectTx(full0 + 8 * slot, tail ? Slot::kX : Slot::kXMain);
-        TmaLoadRows(at, &a.x_map, full0 + 8 * slot, i * kMxfp4Bf16StageK * 2,
-                    static_cast<int>(begin + m0), 0);
-        if (tail) {
-          TmaLoadRows(at + Slot::kXMain, &a.x_tail_map, full0 + 8 * slot, i * kMxfp4Bf16StageK * 2,
-                      static_cast<int>(begin + m0 + kRows), 0);
+        if constexpr (kMulticast) {  // half the box each, into both CTAs' slots
+          constexpr int kHalf = kRows / 2;
+          TmaLoadRowsMulticast(at + rank * kHalf * 128, &a.x_map, full0 + 8 * slot,
+                               i * kMxfp4Bf16StageK * 2,
+                               static_cast<int>(begin + m0 + kHalf * rank), 0, 0x3);
+          if (tail && rank == 0) {
+            TmaLoadRowsMulticast(at + Slot::kXMain, &a.x_tail_map, full0 + 8 * slot,
+                                 i * kMxfp4Bf16StageK * 2, static_cast<int>(begin + m0 + kRows), 0,
+                                 0x3);
+          }
+        } else {
+          TmaLoadRows(at, &a.x_map, full0 + 8 * slot, i * kMxfp4Bf16StageK * 2,
+                      static_cast<int>(begin + m0), 0);
+          if (tail) {
+            TmaLoadRows(at + Slot::kXMain, &a.x_tail_map, full0 + 8 * slot,
+                        i * kMxfp4Bf16StageK * 2, static_cast<int>(begin + m0 + kRows), 0);
+          }
         }
       }
 #pragma unroll
@@ -276,6 +317,7 @@ __global__ void __launch_bounds__(RsCtaThreads(kRows, kWgs), 1)
         CpAsyncArriveOn(full0 + 8 * (i % kRsStages));
       }
       CpAsyncWait<0>();  // the warp stays until its last copies have landed
+      if constexpr (kMulticast) ClusterSync();  // the closing phase (below)
     } else {
       // One group committed an iteration (empty past the last stage), so
       // wait_group kRsDepth - 1 means "stage i - (kRsDepth - 1) has landed".
@@ -468,7 +510,19 @@ __global__ void __launch_bounds__(RsCtaThreads(kRows, kWgs), 1)
       WgmmaCommit();
       WgmmaWait(1);  // stage i - 1's group has retired: its slot and `next` are free
       hold(next);
-      if (i > 0) MbarrierArrive(empty0 + 8 * ((i - 1) % kRsStages));
+      if (i > 0) {
+        const int released = i - 1, slot_free = released % kRsStages;
+        MbarrierArrive(empty0 + 8 * slot_free);
+        if constexpr (kMulticast) {
+          // The peer's producer refills this slot of ours too: one arrival a
+          // warp once every lane's wgmma reading it has retired; none for a
+          // stage no one refills (the peer may have left by then).
+          if (released + kRsStages < stages) {
+            __syncwarp();
+            if (lane == 0) MbarrierArriveCluster(peer_empty0 + 8 * slot_free);
+          }
+        }
+      }
       if (i + 1 < stages) {
         MbarrierWait(full0 + 8 * ((i + 1) % kRsStages), ((i + 1) / kRsStages) & 1);
         widen(i + 1, next);
@@ -524,6 +578,9 @@ __global__ void __launch_bounds__(RsCtaThreads(kRows, kWgs), 1)
   } else {
     consume(std::integral_constant<int, kRows>{}, NoTail{});
   }
+  // The closing phase: neither CTA leaves while the other may still copy
+  // into its slots (its multicast halves) or arrive on its barriers.
+  if constexpr (kMulticast) ClusterSync();
 }
 
 }  // namespace weir::kernels::cuda::moe::mxfp4_bf16

@@ -320,6 +320,7 @@ struct Bf16RouteForm {
   int warpgroups = 0;
   bool ballot_search = false;
   bool tail_rows = false;
+  bool x_multicast = false;
 };
 
 absl::Status Bf16Route(const uint16_t* x, const int64_t* offsets, const uint8_t* const* w,
@@ -344,7 +345,8 @@ absl::Status Bf16Route(const uint16_t* x, const int64_t* offsets, const uint8_t*
                                .fit_tile_rows = form.fit_tile_rows,
                                .consumer_warpgroups = form.warpgroups,
                                .ballot_group_search = form.ballot_search,
-                               .tail_rows = form.tail_rows},
+                               .tail_rows = form.tail_rows,
+                               .x_multicast = form.x_multicast},
                               stream);
 }
 
@@ -506,7 +508,8 @@ void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, 
     // expert by a ballot (ballot_group_search), and 256 X rows a CTA over two
     // warpgroups (x_rows 256: wgmma N 256), with an expert's last tile
     // holding up to 32 rows past 256 (tail_rows: at 513 rows an expert two
-    // tiles, not three); the same bits.
+    // tiles, not three), and by CTA pairs sharing each X stage (x_multicast);
+    // the same bits.
     for (const Bf16RouteForm& f :
          {Bf16RouteForm{"4 widener warps", 4, false, 0, false},
           Bf16RouteForm{"8 widener warps", 8, false, 0, false},
@@ -533,7 +536,10 @@ void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, 
                         0, true, 256, true, true, false, 0, true},
           Bf16RouteForm{"register A, 256 X rows and a 32-row tail, deep ring, one scale test a "
                         "stage, ballot search",
-                        0, true, 256, true, true, false, 0, true, true}}) {
+                        0, true, 256, true, true, false, 0, true, true},
+          Bf16RouteForm{"register A, 256 X rows by CTA pairs, deep ring, one scale test a stage, "
+                        "ballot search",
+                        0, true, 256, true, true, false, 0, true, false, true}}) {
       form = f;
       const double gu_ms = MedianMs(
           [&] {
@@ -573,7 +579,7 @@ void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, 
                               stream));
           },
           stream, 5);
-      const auto fused = [&](bool tail) {
+      const auto fused = [&](bool tail, bool pairs) {
         return MedianMs(
             [&] {
               Ok(Mxfp4Bf16GroupedGemm({.x = x16,
@@ -591,6 +597,7 @@ void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, 
                                        .ballot_group_search = true,
                                        .swiglu = true,
                                        .tail_rows = tail,
+                                       .x_multicast = pairs,
                                        .w_up = layer.w3,
                                        .w_up_scales = layer.w3s,
                                        .swiglu_round_bf16 = true,
@@ -600,11 +607,13 @@ void Prefill(const LayerWeights& layer, int64_t tokens, int experts, int local, 
             },
             stream, 5);
       };
-      const double fused_ms = fused(false), tail_ms = fused(true);
+      const double fused_ms = fused(false, false), tail_ms = fused(true, false);
+      const double pairs_ms = fused(false, true);
       std::printf(
           "  bf16 route, gate/up and the SwiGLU's FP8 form (256 X rows, ballot search): "
-          "apart %.3f ms, fused %.3f ms, fused with the 32-row tail %.3f ms\n",
-          apart_ms, fused_ms, tail_ms);
+          "apart %.3f ms, fused %.3f ms, fused with the 32-row tail %.3f ms, fused by CTA "
+          "pairs %.3f ms\n",
+          apart_ms, fused_ms, tail_ms, pairs_ms);
     }
     for (void* q : {static_cast<void*>(x16), static_cast<void*>(h16), static_cast<void*>(g),
                     static_cast<void*>(u)}) {

@@ -233,6 +233,9 @@ absl::Status CheckMxfp4Bf16GroupedGemmParams(const Mxfp4Bf16GroupedGemmParams& p
   if (p.tail_rows && p.x_rows != 256) {
     return absl::InvalidArgumentError(absl::StrCat(kWhat, ": tail_rows needs x_rows 256"));
   }
+  if (p.x_multicast && p.x_rows != 256) {
+    return absl::InvalidArgumentError(absl::StrCat(kWhat, ": x_multicast needs x_rows 256"));
+  }
   if (p.deep_ring && !p.register_a) {
     return absl::InvalidArgumentError(absl::StrCat(kWhat, ": deep_ring needs register_a"));
   }

@@ -539,6 +539,16 @@ struct Mxfp4Bf16GroupedGemmParams {
   // bits. Built in the forty-second session after its device calls: not yet
   // run on a GPU.
   bool tail_rows = false;
+  // x_rows 256 only: the grid in clusters of two CTAs along the W tiles, the
+  // same X tile over two W tiles, each CTA's producer bringing half of every
+  // stage's X box into both CTAs' shared memory by one TMA multicast: X, 8 of
+  // the 9 bytes a stage reads, comes from L2 once for two CTAs (the route's
+  // consumers wait on their ring with DRAM 11 % busy, ~5 TB/s of L2 reads at
+  // the EP8 chunk's shapes). An odd count of W tiles gets one CTA more, its
+  // rows past n. The same products in the same order, so the same bits.
+  // Built in the forty-fourth session before any device call: not yet run on
+  // a GPU.
+  bool x_multicast = false;
   const uint8_t* const* w_up = nullptr;
   const uint8_t* const* w_up_scales = nullptr;
   const float* swiglu_route_weight = nullptr;  // device [rows] or null
@@ -644,7 +654,7 @@ uint16_t Mxfp4WeightBf16Bits(uint8_t code, uint8_t scale);
 // deep_ring and stage_scale_test over two warpgroups; deep_ring without
 // register_a; swiglu without x_rows 256, w_up, w_up_scales, h_codes or
 // h_scales, with n not a multiple of 32 or h_codes not 8-byte aligned;
-// tail_rows without x_rows 256.
+// tail_rows or x_multicast without x_rows 256.
 absl::Status CheckMxfp4Bf16GroupedGemmParams(const Mxfp4Bf16GroupedGemmParams& params);
 
 // Returns OK or INVALID_ARGUMENT naming the problem: a null pointer, rows < 0,

@@ -195,6 +195,12 @@ TEST(Mxfp4Bf16GroupedGemmParamsTest, ChecksItsArguments) {
   p.swiglu = false;
   p.y = reinterpret_cast<void*>(8192);
   EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(p).ok());
+  p.x_multicast = true;  // X by pairs of CTAs, with the tail, then without
+  EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(p).ok());
+  p.tail_rows = false;
+  EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(p).ok());
+  p.tail_rows = true;
+  p.x_multicast = false;
 
   using P = Mxfp4Bf16GroupedGemmParams;
   const auto x256 = [](P& q) {
@@ -276,6 +282,12 @@ TEST(Mxfp4Bf16GroupedGemmParamsTest, ChecksItsArguments) {
             q.fit_tile_rows = true;
           },
           [](P& q) { q.tail_rows = true; },  // the tail without the 256-row tile
+          [](P& q) {                         // X by pairs of CTAs without the 256-row tile
+            q.register_a = true;
+            q.deep_ring = true;
+            q.x_rows = 128;
+            q.x_multicast = true;
+          },
           [](P& q) {
             q.register_a = true;
             q.stage_scale_test = true;
