@@ -71,6 +71,19 @@ __device__ __forceinline__ void MbarrierArriveCluster(uint32_t bar) {
                : "memory");
 }
 
+// Spins until the phase of parity `phase` of this CTA's mbarrier at `bar`
+// has completed, acquiring at cluster scope what the arrivals released
+// (arrivals from other CTAs of the cluster: MbarrierArriveCluster).
+__device__ __forceinline__ void MbarrierWaitCluster(uint32_t bar, uint32_t phase) {
+  asm volatile(
+      "{\n.reg .pred done;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n}\n" ::"r"(bar),
+      "r"(phase)
+      : "memory");
+}
+
 // Stores v at a ClusterSharedAddress.
 __device__ __forceinline__ void StoreClusterF32x4(uint32_t addr, float4 v) {
   asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(v.x),

@@ -95,7 +95,10 @@ absl::Status Mxfp4Bf16GroupedGemm(const Mxfp4Bf16GroupedGemmParams& p, cudaStrea
     cluster.val.clusterDim.z = 1;
     config.attrs = &cluster;
     config.numAttrs = 1;
-    (void)cudaLaunchKernelEx(&config, kernel, a);
+    if (cudaError_t err = cudaLaunchKernelEx(&config, kernel, a); err != cudaSuccess) {
+      return absl::InternalError(std::string(kWhat) +
+                                 ": cudaLaunchKernelEx: " + cudaGetErrorString(err));
+    }
     return LaunchStatus(kWhat);
   };
   constexpr int kSlack = dense::fp8_gemm::kWgmmaSmemSlack;

@@ -270,7 +270,14 @@ __global__ void __launch_bounds__(RsCtaThreads(kRows, kWgs), 1)
     const int64_t code_row = a.k / 2, scale_row = a.k / 32;
     const auto issue = [&](int i) {
       const int slot = i % kRsStages;
-      if (i >= kRsStages) MbarrierWait(empty0 + 8 * slot, ((i / kRsStages) - 1) & 1);
+      if (i >= kRsStages) {
+        // kMulticast: the peer's consumers arrived too (release at cluster scope).
+        if constexpr (kMulticast) {
+          MbarrierWaitCluster(empty0 + 8 * slot, ((i / kRsStages) - 1) & 1);
+        } else {
+          MbarrierWait(empty0 + 8 * slot, ((i / kRsStages) - 1) & 1);
+        }
+      }
       const uint32_t at = base + slot * kRsSlot;
       if (lane == 0) {
         MbarrierArriveExpectTx(full0 + 8 * slot, tail ? Slot::kX : Slot::kXMain);
@@ -317,7 +324,10 @@ __global__ void __launch_bounds__(RsCtaThreads(kRows, kWgs), 1)
         CpAsyncArriveOn(full0 + 8 * (i % kRsStages));
       }
       CpAsyncWait<0>();  // the warp stays until its last copies have landed
-      if constexpr (kMulticast) ClusterSync();  // the closing phase (below)
+      if constexpr (kMulticast) {
+        __syncwarp();   // converged for the .aligned barrier
+        ClusterSync();  // the closing phase (below)
+      }
     } else {
       // One group committed an iteration (empty past the last stage), so
       // wait_group kRsDepth - 1 means "stage i - (kRsDepth - 1) has landed".
@@ -580,7 +590,10 @@ __global__ void __launch_bounds__(RsCtaThreads(kRows, kWgs), 1)
   }
   // The closing phase: neither CTA leaves while the other may still copy
   // into its slots (its multicast halves) or arrive on its barriers.
-  if constexpr (kMulticast) ClusterSync();
+  if constexpr (kMulticast) {
+    __syncwarp();
+    ClusterSync();
+  }
 }
 
 }  // namespace weir::kernels::cuda::moe::mxfp4_bf16
