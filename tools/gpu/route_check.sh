@@ -84,22 +84,28 @@ profile() {
 budget_step route_kernel_test 120 "${bundle}/bin/kernels_cuda_moe_mxfp4_bf16_gemm_sm90_test" \
   || status=1
 budget_step device_decoder_fast_test 150 "${bundle}/bin/worker_model_device_decoder_fast_test" \
-  --gtest_filter='*RouteForms*:*RouteSwiglu*:*SharedKeysIndexer*:*MmaIndexer*:*PromptTf32MhcWide*' \
-  || status=1
-budget_step moe_permute_test 60 "${bundle}/bin/kernels_cuda_moe_moe_permute_test" || status=1
-budget_step cutlass_test 60 "${bundle}/bin/kernels_cuda_dense_bf16_gemm_cutlass_test" || status=1
-budget_step indexer_test 60 "${bundle}/bin/kernels_cuda_attention_indexer_score_test" || status=1
-budget_step topk_test 60 "${bundle}/bin/kernels_cuda_attention_topk_test" || status=1
-budget_step round_pair_probe_test 30 "${bundle}/bin/kernels_cuda_round_pair_probe_test" || status=1
-budget_step hc_mix_test 60 "${bundle}/bin/kernels_cuda_moe_hc_mix_split_test" \
-  --gtest_filter='HcMixTf32Test.*' || status=1
+  --gtest_filter='*RouteForms*:*RouteSwiglu*' || status=1
+# moe_permute_test, bf16_gemm_cutlass_test, indexer_score_test, topk_test,
+# round_pair_probe_test and hc_mix_split_test passed in the forty-third
+# session and their kernels have not moved since: with TESTS_ALL=1 only.
+if [[ -n "${TESTS_ALL:-}" ]]; then
+  budget_step moe_permute_test 60 "${bundle}/bin/kernels_cuda_moe_moe_permute_test" || status=1
+  budget_step cutlass_test 60 "${bundle}/bin/kernels_cuda_dense_bf16_gemm_cutlass_test" || status=1
+  budget_step indexer_test 60 "${bundle}/bin/kernels_cuda_attention_indexer_score_test" || status=1
+  budget_step topk_test 60 "${bundle}/bin/kernels_cuda_attention_topk_test" || status=1
+  budget_step round_pair_probe_test 30 "${bundle}/bin/kernels_cuda_round_pair_probe_test" ||
+    status=1
+  budget_step hc_mix_test 60 "${bundle}/bin/kernels_cuda_moe_hc_mix_split_test" \
+    --gtest_filter='HcMixTf32Test.*' || status=1
+fi
 # The chunk's forms, NAME:FLAG (the defaults' row names a default value), two
 # rounds in turn.
+# (The forty-third session's no-gain forms, --bf16_cutlass_fit_tile,
+# --indexer_mma_sum and --prompt_tf32_mhc_wide, are dropped; --indexer_mma_bf16
+# is the default now.)
 chunk_forms=(defaults:--bf16_route_tail_rows=false tail:--bf16_route_tail_rows=true
   multicast:--bf16_route_multicast=true
-  wide:--wide_group_rows=true vec16:--combine_vec16=true
-  fit_tile:--bf16_cutlass_fit_tile=true indexer_sum:--indexer_mma_sum=true
-  indexer_bf16:--indexer_mma_bf16=true mhc_wide:--prompt_tf32_mhc_wide=true)
+  wide:--wide_group_rows=true vec16:--combine_vec16=true)
 chunk_round() {  # chunk_round SUFFIX
   for form in "${chunk_forms[@]}"; do
     budget_step "chunk_${form%%:*}$1" 90 "${decode}" "${slice[@]}" "${form#*:}"
