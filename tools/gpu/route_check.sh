@@ -83,8 +83,6 @@ profile() {
 
 budget_step route_kernel_test 120 "${bundle}/bin/kernels_cuda_moe_mxfp4_bf16_gemm_sm90_test" \
   || status=1
-budget_step device_decoder_fast_test 150 "${bundle}/bin/worker_model_device_decoder_fast_test" \
-  --gtest_filter='*RouteForms*:*RouteSwiglu*' || status=1
 # moe_permute_test, bf16_gemm_cutlass_test, indexer_score_test, topk_test,
 # round_pair_probe_test and hc_mix_split_test passed in the forty-third
 # session and their kernels have not moved since: with TESTS_ALL=1 only.
@@ -112,6 +110,10 @@ chunk_round() {  # chunk_round SUFFIX
   done
 }
 chunk_round ""
+# The decoder's same-bits cases of the route's forms (after the chunk's
+# first round: a short call still learns whether the new forms pay).
+budget_step device_decoder_fast_test 150 "${bundle}/bin/worker_model_device_decoder_fast_test" \
+  --gtest_filter='*RouteForms*:*RouteSwiglu*' || status=1
 # Decode with each step's kernels on CUPTI's timeline (the graph's nodes one
 # by one); the context by prefill chunks (a position a step would take
 # 4,096 steps).
