@@ -75,13 +75,17 @@ __device__ __forceinline__ void MbarrierArriveCluster(uint32_t bar) {
 // has completed, acquiring at cluster scope what the arrivals released
 // (arrivals from other CTAs of the cluster: MbarrierArriveCluster).
 __device__ __forceinline__ void MbarrierWaitCluster(uint32_t bar, uint32_t phase) {
-  asm volatile(
-      "{\n.reg .pred done;\n"
-      "WAIT:\n"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT;\n}\n" ::"r"(bar),
-      "r"(phase)
-      : "memory");
+  for (;;) {
+    uint32_t done;
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(phase)
+        : "memory");
+    if (done != 0) return;
+  }
 }
 
 // Stores v at a ClusterSharedAddress.
