@@ -31,8 +31,9 @@
 #      with the top-k's rows in registers (--topk_in_registers), two rounds;
 #   4. the route's bench at the chunk's shape (32,768 tokens: 513 rows an
 #      expert, so the tail takes every expert's third tile away);
-#   5. the chunk's timeline with the tail, the decoder test's first shard
-#      (GTEST_TOTAL_SHARDS=3; 300 s at most), then ncu of the tail's instance
+#   5. the chunk's timeline with the CTA pairs, the decoder test's first shard
+#      (GTEST_TOTAL_SHARDS=3; 300 s at most), then ncu of the CTA pairs'
+#      gate / up / SwiGLU instance
 #      inside the chunk with the time left (the forty-second session ran the
 #      second shard whole and 21 of the third's cases).
 # Bundle (here, a few minutes with a warm cache):
@@ -142,24 +143,24 @@ done
 # experts, 513 rows a local expert.
 budget_step mxfp4_bench_chunk_shape 150 "${route_bench[@]:0:4}" 32768
 # Without programmatic edges, so each kernel's busy time is its own.
-budget_step chunk_timeline_tail 120 "${decode}" "${slice[@]}" --prefill_timeline \
-  --programmatic=false --bf16_route_tail_rows=true
-# The tail's instance inside the chunk: layer 1's gate / up / SwiGLU launch
+budget_step chunk_timeline_pairs 120 "${decode}" "${slice[@]}" --prefill_timeline \
+  --programmatic=false --bf16_route_multicast=true
+# The CTA pairs' instance inside the chunk: layer 1's gate / up / SwiGLU launch
 # (the instance's 2nd launch in the timed prefill; ncu spells the template's
 # arguments `(int)256, (bool)1, ...`).
 # The decoder test's first shard before the profile: a pass / fail counts
 # for more than a profile when device starts are scarce.
 budget_step decoder_test_shard0 300 env GTEST_TOTAL_SHARDS=3 GTEST_SHARD_INDEX=0 \
   "${bundle}/bin/worker_model_device_decoder_fast_test" || status=1
-tail_regex='GroupedRsKernel<\(int\)256, \(bool\)1, \(bool\)1, \(bool\)0, \(int\)2, \(bool\)1, \(int\)32>'
-NCU_FROM_START=off profile tail_chunk "${tail_regex}" 1 "${decode}" "${slice[@]}" \
-  --profile_prefill --bf16_route_tail_rows=true
-for name in tail_chunk; do
+pairs_regex='GroupedRsKernel<\(int\)256, \(bool\)1, \(bool\)1, \(bool\)0, \(int\)2, \(bool\)1, \(int\)0, \(bool\)1>'
+NCU_FROM_START=off profile pairs_chunk "${pairs_regex}" 1 "${decode}" "${slice[@]}" \
+  --profile_prefill --bf16_route_multicast=true
+for name in pairs_chunk; do
   echo "== ncu ${name}"
   head -c 2000 "${results}/${name}.txt" 2>/dev/null
 done
-echo "== the chunk's kernel timeline with the tail (no programmatic edges; names cut)"
-sed -n '/prefill timeline/,/^prefill:/p' "${results}/chunk_timeline_tail.log" 2>/dev/null |
+echo "== the chunk's kernel timeline with the CTA pairs (no programmatic edges; names cut)"
+sed -n '/prefill timeline/,/^prefill:/p' "${results}/chunk_timeline_pairs.log" 2>/dev/null |
   head -18 | cut -c1-110
 echo "== EP8 decode's kernel timelines (names cut)"
 grep -A14 'kernel timeline of batch' "${results}/decode_ep8.log" 2>/dev/null | cut -c1-110 |
