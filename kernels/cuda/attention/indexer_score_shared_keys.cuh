@@ -437,44 +437,44 @@ __global__ void __launch_bounds__(IndexerSharedKeysLayout::kThreads, 2)
           }
           if constexpr (kSmemSum) {
             SmemHeadSum(d, sum_scratch, sum_total, lane, heads, pass);
-            continue;  // the pass's sums are in sum_total
-          }
-          // The head sum in head order: for each 8 heads (g = 0 .. 7 of a
-          // half of an m tile), lane g adds its term to the total lane g - 1
-          // handed on; lane 7's total goes back to the lanes of its t. Heads
-          // past `heads` hold +0 terms (zero q rows and weights), which leave
-          // a total (never -0) as it is; they are skipped all the same.
+          } else {
+            // The head sum in head order: for each 8 heads (g = 0 .. 7 of a
+            // half of an m tile), lane g adds its term to the total lane g - 1
+            // handed on; lane 7's total goes back to the lanes of its t. Heads
+            // past `heads` hold +0 terms (zero q rows and weights), which leave
+            // a total (never -0) as it is; they are skipped all the same.
 #pragma unroll
-          for (int mt = 0; mt < 2; ++mt) {
+            for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const int first = pass + 16 * mt + 8 * h;
+              for (int h = 0; h < 2; ++h) {
+                const int first = pass + 16 * mt + 8 * h;
 #pragma unroll
-              for (int gg = 0; gg < 8; ++gg) {
-                if (g == gg && first + gg < heads) {
+                for (int gg = 0; gg < 8; ++gg) {
+                  if (g == gg && first + gg < heads) {
 #pragma unroll
-                  for (int nt = 0; nt < 8; ++nt) {
+                    for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
-                    for (int j = 0; j < 2; ++j) {
-                      mma_total[nt][j] = __fadd_rn(mma_total[nt][j], d[mt][nt][2 * h + j]);
+                      for (int j = 0; j < 2; ++j) {
+                        mma_total[nt][j] = __fadd_rn(mma_total[nt][j], d[mt][nt][2 * h + j]);
+                      }
+                    }
+                  }
+                  if (gg < 7) {
+#pragma unroll
+                    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+                      for (int j = 0; j < 2; ++j) {
+                        mma_total[nt][j] = __shfl_up_sync(0xffffffffu, mma_total[nt][j], 4);
+                      }
                     }
                   }
                 }
-                if (gg < 7) {
 #pragma unroll
-                  for (int nt = 0; nt < 8; ++nt) {
+                for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
-                    for (int j = 0; j < 2; ++j) {
-                      mma_total[nt][j] = __shfl_up_sync(0xffffffffu, mma_total[nt][j], 4);
-                    }
+                  for (int j = 0; j < 2; ++j) {
+                    mma_total[nt][j] = __shfl_sync(0xffffffffu, mma_total[nt][j], 28 | t4);
                   }
-                }
-              }
-#pragma unroll
-              for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-                for (int j = 0; j < 2; ++j) {
-                  mma_total[nt][j] = __shfl_sync(0xffffffffu, mma_total[nt][j], 28 | t4);
                 }
               }
             }
