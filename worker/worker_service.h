@@ -162,6 +162,10 @@ struct WorkerOptions {
   // The prefill indexer's operands staged once as bf16
   // (DeviceDecoderOptions::indexer_mma_bf16: time only).
   bool indexer_mma_bf16 = true;
+  // The route's 256-row tile by CTA pairs sharing each X stage
+  // (DeviceDecoderOptions::bf16_route_multicast: time only; off until a GPU
+  // runs its tests).
+  bool bf16_route_multicast = false;
   // The bf16 prefill products' thirty-seventh-session forms
   // (DeviceDecoderOptions::bf16_ws_m256_large, bf16_cutlass: the same bits;
   // prompt_bf16_unsplit: other bits for prompt rows, batch-invariant).
