@@ -155,7 +155,12 @@ budget_step decoder_test_shard0 300 env GTEST_TOTAL_SHARDS=3 GTEST_SHARD_INDEX=0
 pairs_regex='GroupedRsKernel<\(int\)256, \(bool\)1, \(bool\)1, \(bool\)0, \(int\)2, \(bool\)1, \(int\)0, \(bool\)1>'
 NCU_FROM_START=off profile pairs_chunk "${pairs_regex}" 1 "${decode}" "${slice[@]}" \
   --profile_prefill --bf16_route_multicast=true
-for name in pairs_chunk; do
+# The prompt attention's mirror form inside the chunk (66 ms of the 401 ms
+# chunk in the forty-second session's timeline): does the shared-memory pipe
+# bound it (kernels/cuda/attention/README.md, "Known limits")?
+NCU_FROM_START=off profile attention_chunk 'SparseDecodeAttentionWgKernel<\(bool\)1' 1 \
+  "${decode}" "${slice[@]}" --profile_prefill
+for name in pairs_chunk attention_chunk; do
   echo "== ncu ${name}"
   head -c 2000 "${results}/${name}.txt" 2>/dev/null
 done
