@@ -275,6 +275,12 @@ ABSL_FLAG(bool, topk_in_registers, false,
 ABSL_FLAG(bool, bf16_cutlass_fit_tile, false,
           "With --bf16_cutlass: CUTLASS's tile over W rows chosen for each product's waves "
           "(DeviceDecoderOptions::bf16_cutlass_fit_tile; same bits).");
+ABSL_FLAG(bool, prompt_fp8_lt, false,
+          "An all-prompt step's FP8 products on cuBLASLt's block-scaled FP8 GEMM over the "
+          "re-blocked stored forms (DeviceDecoderOptions::prompt_fp8_lt; other bits).");
+ABSL_FLAG(bool, prompt_fp8_lt_blocks, false,
+          "With --prompt_fp8_lt: W's scales per 128 x 128 block instead of per row and 128 of K "
+          "(DeviceDecoderOptions::prompt_fp8_lt_blocks).");
 ABSL_FLAG(bool, combine_vec16, false,
           "MoeCombine over prefill's whole rows 16 bytes of columns a thread "
           "(DeviceDecoderOptions::combine_vec16; same bits).");
@@ -638,6 +644,8 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .bf16_ws_m256_large = absl::GetFlag(FLAGS_bf16_ws_m256_large),
           .bf16_cutlass = absl::GetFlag(FLAGS_bf16_cutlass),
           .bf16_cutlass_fit_tile = absl::GetFlag(FLAGS_bf16_cutlass_fit_tile),
+          .prompt_fp8_lt = absl::GetFlag(FLAGS_prompt_fp8_lt),
+          .prompt_fp8_lt_blocks = absl::GetFlag(FLAGS_prompt_fp8_lt_blocks),
           .prompt_bf16_gate = absl::GetFlag(FLAGS_prompt_bf16_gate),
           .prompt_gate_norm_bf16 = absl::GetFlag(FLAGS_prompt_gate_norm_bf16),
           .prompt_norm_dequant_bf16 = absl::GetFlag(FLAGS_prompt_norm_dequant_bf16),
@@ -972,6 +980,10 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
       if ((*dd)->stats().prompt_bf16_products > 0) {
         std::printf("      prompt_bf16_linears: %lld FP8 products run as bf16 since start\n",
                     static_cast<long long>((*dd)->stats().prompt_bf16_products));
+      }
+      if ((*dd)->stats().fp8_lt_products > 0) {
+        std::printf("      prompt_fp8_lt: %lld FP8 products run on cuBLASLt since start\n",
+                    static_cast<long long>((*dd)->stats().fp8_lt_products));
       }
       if ((*dd)->stats().mma_key_scores > 0) {
         std::printf(

@@ -318,6 +318,9 @@ absl::StatusOr<std::unique_ptr<DeviceDecoder>> DeviceDecoder::Impl::Build(
   if (!options.row_stable_logits) {
     ASSIGN_OR_RETURN(m.gemm, dense::GemmHandle::Create());
   }
+  if (options.prompt_fp8_lt && m.PromptLinears()) {
+    ASSIGN_OR_RETURN(m.fp8_lt, dense::Fp8LtGemm::Create());
+  }
   m.slot_state.assign(m.slots, {});
   // Block tables: every block free but the padding slot's (the last).
   m.table_dirty.assign(m.slots, 0);
@@ -856,6 +859,7 @@ absl::StatusOr<int64_t> DeviceDecoder::StepInto(std::span<const int> slots,
     stats_.widened_wo_a = m.widened_wo_a;
     stats_.prompt_bf16_products = m.prompt_bf16_products;
     stats_.cutlass_products = m.cutlass_products;
+    stats_.fp8_lt_products = m.fp8_lt_products;
     stats_.prompt_gate_products = m.prompt_gate_products;
     stats_.prompt_gate_norm_inputs = m.prompt_gate_norm_inputs;
     stats_.prompt_norm_dequant_inputs = m.prompt_norm_dequant_inputs;

@@ -851,6 +851,25 @@ struct DeviceDecoderOptions {
   // forty-second session after its device calls: off until a GPU runs
   // bf16_gemm_cutlass_test.
   bool bf16_cutlass_fit_tile = false;
+  // With prompt_bf16_linears: a step's FP8 products whose rows are all a
+  // prompt's (no generated row beside them) on cuBLASLt's FP8 GEMM with
+  // DeepSeek-style block scales (dense::Fp8LtGemm: X by a scale per row and
+  // 128 of K, W per row and 128 of K or per 128 x 128 block) at the FP8
+  // tensor rate, twice the bf16 maths'. The operands are the stored forms
+  // re-blocked (dense::ReblockFp8Rows / ReblockFp8Tiles: each code moved to
+  // its block's largest power-of-two scale, exact unless it falls below
+  // e4m3's normal range there), X each product into rx16, W each product
+  // into w16. Other low bits than the bf16 maths (the library's sums, its
+  // accumulator promoted every 128 of K); batch-invariant (one algorithm a
+  // shape, chosen at 4,096 rows, no split-K). A step that mixes roles
+  // keeps the bf16 maths for its prompt rows (Fp8LtGemm cannot write a
+  // role's rows alone), so its prompt rows' bits differ from an all-prompt
+  // step's: off until that is closed and a GPU has timed it.
+  bool prompt_fp8_lt = false;
+  // With prompt_fp8_lt: W's scales per 128 x 128 block (true) or per row
+  // and 128 of K (false: four scales to a row's 128 span instead of
+  // sixteen, so fewer codes move far).
+  bool prompt_fp8_lt_blocks = false;
   // With prompt_bf16_linears and bf16 activations: the prompt rows' gate
   // logits as one bf16 GEMM (the unsplit Bf16Gemm, or CUTLASS's where
   // bf16_cutlass takes it) instead of MoeGateLogits, for gates whose weight
@@ -969,6 +988,7 @@ struct DeviceDecoderStats {
   int64_t widened_wo_a = 0;       // stored_wo_a: products that widened wo_a to bf16 first (prefill)
   int64_t prompt_bf16_products = 0;  // prompt_bf16_linears: FP8 products run as bf16
   int64_t cutlass_products = 0;      // bf16_cutlass: bf16 products run on Bf16GemmCutlass
+  int64_t fp8_lt_products = 0;       // prompt_fp8_lt: FP8 products run on Fp8LtGemm
   int64_t prompt_gate_products = 0;  // prompt_bf16_gate: layers' prompt gate logits as a bf16 GEMM
   int64_t prompt_gate_norm_inputs = 0;  // prompt_gate_norm_bf16: those reading the norm's bf16 form
   int64_t prompt_norm_dequant_inputs = 0;  // prompt_norm_dequant_bf16: prompt products so fed

@@ -308,7 +308,7 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
                    bool dense_wgmma = false, bool attention_wgmma = true,
                    bool prompt_linears = false, bool experts_every_row = false,
                    bool prompt_gate = false, bool prompt_mhc = false,
-                   bool prompt_mhc_promote = false) {
+                   bool prompt_mhc_promote = false, bool prompt_fp8_lt = false) {
   const ModelConfig& c = ckpt.config();
   PhaseClock clock(name);
   const SharedReference* shared = ReferenceFor(ckpt, precision, trained);
@@ -334,6 +334,8 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
   // prompt_mhc: the prompt rows' mHC coefficients on TF32 tensor cores.
   options.prompt_tf32_mhc = prompt_mhc;
   options.prompt_tf32_mhc_promote = prompt_mhc_promote;
+  // prompt_fp8_lt: those linears on cuBLASLt's block-scaled FP8 GEMM.
+  options.prompt_fp8_lt = prompt_fp8_lt;
   const int64_t prompt_end = prompt_linears ? options.max_positions : 0;
   auto fast = DeviceDecoder::Create(*cpu, precision, options);
   ASSERT_TRUE(fast.ok()) << fast.status();
@@ -398,7 +400,10 @@ void CheckFidelity(const Checkpoint& ckpt, const char* name, ActivationPrecision
       Compare(*cpu, *ref, **fast, /*sync_state=*/false, text, prompt_end, &shared->prefilled);
   clock.Mark("tokens only");
   if (prompt_linears) {
-    EXPECT_GT((*fast)->stats().prompt_bf16_products, 0);
+    EXPECT_GT((*fast)->stats().prompt_bf16_products + (*fast)->stats().fp8_lt_products, 0);
+  }
+  if (prompt_fp8_lt) {
+    EXPECT_GT((*fast)->stats().fp8_lt_products, 0);
   }
   if (experts_every_row) {
     EXPECT_GT((*fast)->stats().prompt_bf16_expert_layers, 0);
@@ -769,6 +774,21 @@ TEST(DeviceDecoderFastTest, TrainedTinyBf16WithPromptTf32MhcPromotedAgreesWithRe
                 /*expert_wgmma=*/false, /*dense_wgmma=*/false, /*attention_wgmma=*/true,
                 /*prompt_linears=*/true, /*experts_every_row=*/false, /*prompt_gate=*/false,
                 /*prompt_mhc=*/true, /*prompt_mhc_promote=*/true);
+}
+// ... with those linears on cuBLASLt's block-scaled FP8 GEMM over the
+// re-blocked stored forms (prompt_fp8_lt: the exact products of the FP8
+// operands but for codes re-blocked below e4m3's normal range, summed by
+// the library with its accumulator promoted every 128 of K): the same bars.
+TEST(DeviceDecoderFastTest, TrainedTinyBf16WithPromptFp8LtAgreesWithReference) {
+  const Checkpoint* ck = TrainedTinyCheckpoint();
+  const TrainedInputs* in = TrainedTinyInputs();
+  ASSERT_NE(ck, nullptr);
+  ASSERT_NE(in, nullptr);
+  CheckFidelity(*ck, "trained tiny prompt FP8 linears on cuBLASLt", ActivationPrecision::kBf16,
+                false, 0.99, 1e-2, 0.01, /*fast_mhc=*/true, in, /*expert_wgmma=*/false,
+                /*dense_wgmma=*/false, /*attention_wgmma=*/true, /*prompt_linears=*/true,
+                /*experts_every_row=*/false, /*prompt_gate=*/false, /*prompt_mhc=*/false,
+                /*prompt_mhc_promote=*/false, /*prompt_fp8_lt=*/true);
 }
 // ... and where no choice can flip (SmallContinuousCheckpoint): what the
 // maths alone moves, beside the mma pair's 9.4e-7 median row error.
@@ -1353,7 +1373,7 @@ void ExpectOtherBitsClose(const char* what, const std::vector<float>& a,
 
 // The prompt's maths a case turns on: prompt_bf16_linears alone, or with
 // prompt_bf16_experts, or with prompt_bf16_gate, or with prompt_tf32_mhc.
-enum class PromptMaths { kLinears, kExperts, kGate, kMhc };
+enum class PromptMaths { kLinears, kExperts, kGate, kMhc, kFp8Lt };
 
 // A 400-row prompt chunk against the same prompt in chunks of 100 rows,
 // both with the prompt marked, with prompt_bf16_linears and `maths`'s
@@ -1374,10 +1394,12 @@ void PromptMathsLongChunk(PromptMaths maths, uint32_t seed, const char* what) {
   options.prompt_bf16_experts = experts;
   options.prompt_bf16_gate = maths == PromptMaths::kGate;
   options.prompt_tf32_mhc = maths == PromptMaths::kMhc;
+  options.prompt_fp8_lt = maths == PromptMaths::kFp8Lt;
   const auto counted = [maths](const DeviceDecoderStats& s) {
     return maths == PromptMaths::kExperts ? s.prompt_bf16_expert_layers
            : maths == PromptMaths::kGate  ? s.prompt_gate_products
            : maths == PromptMaths::kMhc   ? s.prompt_tf32_mixes
+           : maths == PromptMaths::kFp8Lt ? s.fp8_lt_products
                                           : s.prompt_bf16_products;
   };
   const std::vector<int64_t> prompt = RandomTokens(kChunk, seed, v - 1);
@@ -1391,6 +1413,7 @@ void PromptMathsLongChunk(PromptMaths maths, uint32_t seed, const char* what) {
   (maths == PromptMaths::kExperts ? other.prompt_bf16_experts
    : maths == PromptMaths::kGate  ? other.prompt_bf16_gate
    : maths == PromptMaths::kMhc   ? other.prompt_tf32_mhc
+   : maths == PromptMaths::kFp8Lt ? other.prompt_fp8_lt
                                   : other.prompt_bf16_linears) = false;
   const auto other_rows = ChunkThenSteps(*cpu, other, {1}, prompt, {}, &other_stats,
                                          ActivationPrecision::kBf16, /*mark_prompt=*/true);
@@ -1404,9 +1427,12 @@ void PromptMathsLongChunk(PromptMaths maths, uint32_t seed, const char* what) {
   // stats above; its bits are Mxfp4Bf16GroupedGemm's kernel test's. The
   // gate's two sums of the same exact products may agree too where no
   // partial sum needs rounding; its stats say the GEMM ran.
-  // The TF32 products are not exact: its sums differ.
+  // The TF32 products are not exact: its sums differ. cuBLASLt's FP8 sums
+  // the bf16 maths' exact products (but for codes the re-blocking rounds
+  // below e4m3's normal range) in its own order: they may agree too.
   ExpectOtherBitsClose(what, whole[0], other_rows[0], kChunk, v,
-                       /*may_agree=*/maths == PromptMaths::kExperts || maths == PromptMaths::kGate);
+                       /*may_agree=*/maths == PromptMaths::kExperts ||
+                           maths == PromptMaths::kGate || maths == PromptMaths::kFp8Lt);
 }
 
 // The small bf16 model, a prompt of kLongChunk tokens (from `seed`) fed as
@@ -1724,6 +1750,15 @@ TEST(DeviceDecoderFastTest, SmallBf16PromptLinearsLongChunkGivesTheShortChunksBi
 // other bits, close.
 TEST(DeviceDecoderFastTest, SmallBf16PromptExpertsLongChunkGivesTheShortChunksBits) {
   PromptMathsLongChunk(PromptMaths::kExperts, 53, "bf16 experts against the FP8 experts");
+}
+
+// prompt_fp8_lt: a 400-row prompt chunk's FP8 products on cuBLASLt's
+// block-scaled FP8 GEMM (one algorithm a shape, chosen at 4,096 rows, no
+// split-K) against the same prompt in chunks of 100 rows: every row the
+// same bits; then decode steps (the FP8 products). Against the bf16 maths:
+// close.
+TEST(DeviceDecoderFastTest, SmallBf16PromptFp8LtLongChunkGivesTheShortChunksBits) {
+  PromptMathsLongChunk(PromptMaths::kFp8Lt, 59, "cuBLASLt FP8 against the bf16 maths");
 }
 
 // prompt_bf16_linears with the prompts marked: steps mixing prompt rows (the

@@ -44,6 +44,9 @@
 #include "kernels/cuda/dense/bf16_gemm_sm90.h"
 #include "kernels/cuda/dense/fake_quant.h"
 #include "kernels/cuda/dense/fp8_block_gemm_sm90.h"
+#include "kernels/cuda/dense/fp8_lt_gemm.h"
+#include "kernels/cuda/dense/fp8_reblock.h"
+#include "kernels/cuda/dense/fp8_reblock_ref.h"
 #include "kernels/cuda/dense/gemm_handle.h"
 #include "kernels/cuda/dense/grouped_row_stable_matmul.h"
 #include "kernels/cuda/dense/row_stable_matmul.h"
@@ -387,6 +390,9 @@ struct DeviceDecoder::Impl {
   size_t weight_bytes = 0, pool_bytes = 0, arena_bytes = 0;
   std::vector<DeviceKvPool> kv_pools;  // filled by Layout
   std::unique_ptr<dense::GemmHandle> gemm;
+  // prompt_fp8_lt: cuBLASLt's block-scaled FP8 GEMM (its algorithms chosen
+  // once a shape).
+  std::unique_ptr<dense::Fp8LtGemm> fp8_lt;
 
   // Weights.
   const float* embed = nullptr;
@@ -457,8 +463,13 @@ struct DeviceDecoder::Impl {
   // largest FP8 weight), and the branch's own of each (SwapSide).
   uint16_t *rx16 = nullptr, *side_rx16 = nullptr, *w16 = nullptr, *side_w16 = nullptr;
   int64_t rx16_count = 0, side_rx16_count = 0, w16_count = 0, side_w16_count = 0;
+  // prompt_fp8_lt: the last m % 4 rows of a product (4 x lt_tail_width
+  // floats), and the branch's.
+  float *lt_tail = nullptr, *side_lt_tail = nullptr;
+  int64_t lt_tail_width = 0;
   int64_t prompt_bf16_products = 0;  // DeviceDecoderStats::prompt_bf16_products
   int64_t cutlass_products = 0;      // DeviceDecoderStats::cutlass_products
+  int64_t fp8_lt_products = 0;       // DeviceDecoderStats::fp8_lt_products
   int64_t prompt_gate_products = 0;  // DeviceDecoderStats::prompt_gate_products
   int64_t prompt_gate_norm_inputs = 0;  // DeviceDecoderStats::prompt_gate_norm_inputs
   int64_t prompt_norm_dequant_inputs = 0;  // DeviceDecoderStats::prompt_norm_dequant_inputs
@@ -1119,6 +1130,10 @@ struct DeviceDecoder::Impl {
                               const int32_t* row_role) {
     product_rope = nullptr;  // never fused here: MmRoundRope rotates after it
     product_roped = false;
+    if (row_role == nullptr && fp8_lt != nullptr) {
+      ASSIGN_OR_RETURN(const bool ran, PromptFp8Lt(p));
+      if (ran) return absl::OkStatus();
+    }
     const bool x_grouped = p.groups > 1 && !p.x_shared;
     const int x_groups = x_grouped ? p.groups : 1;
     if (rx16 == nullptr || int64_t{x_groups} * p.m * p.k > rx16_count) {
@@ -1191,6 +1206,123 @@ struct DeviceDecoder::Impl {
       ++prompt_bf16_products;
     }
     return absl::OkStatus();
+  }
+  // prompt_fp8_lt: `p` (every row a prompt's) on Fp8LtGemm where it takes
+  // the shape and the re-blocked operands fit their scratch. cuBLASLt wants
+  // row counts in multiples of 4, so the rows below m rounded down to 4 are
+  // one product straight into y and the last m % 4 rows (padded to 4) a
+  // second one into lt_tail, copied into y after: the same algorithm, so a
+  // row's bits are the same either way. X's two parts are re-blocked into
+  // rx16, then a weight at a time (x_shared: one X, several weights) into
+  // w16 and multiplied; kF32RoundedBf16 as kF32, then RoundBf16 in place
+  // (the fused rounding's values). Returns whether it ran; false leaves `p`
+  // to the bf16 maths.
+  absl::StatusOr<bool> PromptFp8Lt(const dense::Fp8BlockGemmParams& p) {
+    const bool x_grouped = p.groups > 1 && !p.x_shared;
+    const dense::Fp8GemmOutput out = p.output == dense::Fp8GemmOutput::kBf16
+                                         ? dense::Fp8GemmOutput::kBf16
+                                         : dense::Fp8GemmOutput::kF32;
+    const dense::Fp8LtWeightScales form = options.prompt_fp8_lt_blocks
+                                              ? dense::Fp8LtWeightScales::kBlk128x128
+                                              : dense::Fp8LtWeightScales::kVec128;
+    if (x_grouped || p.group_offsets != nullptr || p.m < 1 || rx16 == nullptr || w16 == nullptr ||
+        lt_tail == nullptr || p.n > lt_tail_width || !dense::Fp8LtGemm::Takes(p.n, p.k, out)) {
+      return false;
+    }
+    const auto align16 = [](int64_t bytes) { return (bytes + 15) / 16 * 16; };
+    const int64_t head = p.m / 4 * 4, tail = p.m - head;
+    // rx16: the head's codes and scales, then the tail's (4 rows).
+    const int64_t head_codes = align16(head * p.k);
+    const int64_t head_scales = align16(dense::Fp8Vec128ScaleFloats(head, p.k) * 4);
+    const int64_t tail_codes = align16(4 * p.k);
+    const int64_t tail_scales = align16(dense::Fp8Vec128ScaleFloats(4, p.k) * 4);
+    const int64_t w_codes = align16(p.n * p.k);
+    const int64_t w_scales = form == dense::Fp8LtWeightScales::kBlk128x128
+                                 ? dense::Fp8Blk128ScaleFloats(p.n, p.k) * 4
+                                 : dense::Fp8Vec128ScaleFloats(p.n, p.k) * 4;
+    if (head_codes + head_scales + tail_codes + tail_scales > rx16_count * 2 ||
+        w_codes + w_scales > w16_count * 2) {
+      return false;
+    }
+    char* xr = reinterpret_cast<char*>(rx16);
+    uint8_t* x_head = reinterpret_cast<uint8_t*>(xr);
+    float* xs_head = reinterpret_cast<float*>(xr + head_codes);
+    uint8_t* x_tail = reinterpret_cast<uint8_t*>(xr + head_codes + head_scales);
+    float* xs_tail = reinterpret_cast<float*>(xr + head_codes + head_scales + tail_codes);
+    uint8_t* wr = reinterpret_cast<uint8_t*>(w16);
+    float* wrs = reinterpret_cast<float*>(reinterpret_cast<char*>(w16) + w_codes);
+    if (head > 0) {
+      RETURN_IF_ERROR(dense::ReblockFp8Rows({.codes = p.x,
+                                             .scales = p.x_scales,
+                                             .out_codes = x_head,
+                                             .out_scales = xs_head,
+                                             .rows = head,
+                                             .k = p.k,
+                                             .rows_per_scale = 1},
+                                            stream));
+    }
+    if (tail > 0) {
+      RETURN_IF_ERROR(dense::ReblockFp8Rows({.codes = p.x + head * p.k,
+                                             .scales = p.x_scales + head * (p.k / 32),
+                                             .out_codes = x_tail,
+                                             .out_scales = xs_tail,
+                                             .rows = tail,
+                                             .k = p.k,
+                                             .rows_per_scale = 1},
+                                            stream));
+    }
+    const int launches = p.x_shared ? p.groups : 1;
+    const int64_t w_stride = p.w_group_stride != 0 ? p.w_group_stride : p.n * p.k;
+    const int64_t s_stride =
+        p.w_scales_group_stride != 0 ? p.w_scales_group_stride : (p.n + 31) / 32 * (p.k / 32);
+    const int64_t y_stride = p.y_group_stride != 0 ? p.y_group_stride : p.m * p.n;
+    const int y_bytes = dense::Fp8GemmOutputBytes(out);
+    for (int g = 0; g < launches; ++g) {
+      const uint8_t* w = p.w + int64_t{g} * w_stride;
+      const uint8_t* ws = p.w_scales + int64_t{g} * s_stride;
+      if (form == dense::Fp8LtWeightScales::kBlk128x128) {
+        RETURN_IF_ERROR(dense::ReblockFp8Tiles(
+            {.codes = w, .scales = ws, .out_codes = wr, .out_scales = wrs, .n = p.n, .k = p.k},
+            stream));
+      } else {
+        RETURN_IF_ERROR(dense::ReblockFp8Rows({.codes = w,
+                                               .scales = ws,
+                                               .out_codes = wr,
+                                               .out_scales = wrs,
+                                               .rows = p.n,
+                                               .k = p.k,
+                                               .rows_per_scale = 32},
+                                              stream));
+      }
+      char* y = static_cast<char*>(p.y) + int64_t{g} * y_stride * y_bytes;
+      const dense::Fp8LtGemmParams lp{.x = x_head,
+                                      .x_scales = xs_head,
+                                      .w = wr,
+                                      .w_scales = wrs,
+                                      .w_scales_form = form,
+                                      .y = y,
+                                      .m = head,
+                                      .n = p.n,
+                                      .k = p.k,
+                                      .output = out};
+      if (head > 0) RETURN_IF_ERROR(fp8_lt->Run(lp, stream));
+      if (tail > 0) {
+        dense::Fp8LtGemmParams tp = lp;
+        tp.x = x_tail;
+        tp.x_scales = xs_tail;
+        tp.y = lt_tail;
+        tp.m = tail;
+        RETURN_IF_ERROR(fp8_lt->Run(tp, stream));
+        WEIR_DD_CUDA("the FP8 tail rows",
+                     cudaMemcpyAsync(y + head * p.n * y_bytes, lt_tail, tail * p.n * y_bytes,
+                                     cudaMemcpyDeviceToDevice, stream));
+      }
+      if (p.output == dense::Fp8GemmOutput::kF32RoundedBf16) {
+        RETURN_IF_ERROR(dec::RoundBf16({.x = reinterpret_cast<float*>(y), .n = p.m * p.n}, stream));
+      }
+      ++fp8_lt_products;
+    }
+    return true;
   }
   // Fp8Gemm's FP8 product over every row of `p`.
   absl::Status Fp8GemmAllRows(dense::Fp8BlockGemmParams p, int split_groups) {
@@ -1670,6 +1802,7 @@ struct DeviceDecoder::Impl {
     std::swap(rx16_count, side_rx16_count);
     std::swap(w16, side_w16);
     std::swap(w16_count, side_w16_count);
+    std::swap(lt_tail, side_lt_tail);
   }
   // expert_prefill_tiles: where layer L's tile form lives: its resident
   // buffers (expert_tiles_resident) or the shared scratch.

@@ -423,13 +423,17 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
       }
     }
     if (PromptLinears()) {
-      if (bc > kX16PanelMinRows) {
-        int64_t largest = 0;
+      // (prompt_fp8_lt re-blocks each weight into w16 at any row count.)
+      if (bc > kX16PanelMinRows || options.prompt_fp8_lt) {
+        int64_t largest = 0, widest = 0;
         // Every weight with FP8 activations (its codes are null in the
         // measuring pass, so the fp32 ones that stayed on the reference
         // kernel count too: an upper bound both passes agree on).
         auto weigh = [&](const DevDense& w, int64_t groups) {
-          if (w.fp8 && !w.w8) largest = std::max(largest, groups * w.out * w.in);
+          if (w.fp8 && !w.w8) {
+            largest = std::max(largest, groups * w.out * w.in);
+            widest = std::max(widest, w.out);
+          }
         };
         for (const LayerDev& L : layers) {
           for (const DevDense* w :
@@ -445,6 +449,11 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
         if (options.concurrent_branches) {
           side_w16_count = largest;
           side_w16 = r.Alloc<uint16_t>(side_w16_count);
+        }
+        if (options.prompt_fp8_lt) {  // a product's last m % 4 rows, as wide as its widest W
+          lt_tail_width = widest;
+          lt_tail = r.Alloc<float>(4 * widest);
+          if (options.concurrent_branches) side_lt_tail = r.Alloc<float>(4 * widest);
         }
       }
     }

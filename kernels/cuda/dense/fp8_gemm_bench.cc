@@ -13,6 +13,8 @@
 //     then the same shapes on the prompt's bf16 route (the decoder's
 //     prompt_bf16_linears: Fp8ActBf16 and Fp8WeightBf16, then Bf16Gemm), the
 //     product alone and with both conversions, against cuBLASLt's bf16-out time;
+//     and cuBLASLt's block-scaled FP8 GEMM (Fp8LtGemm) on re-blocked operands,
+//     both weight scale forms, with the re-blocking kernels' times;
 //   * ActQuantFp8 on the activation sizes.
 //
 //   fp8_gemm_bench                   (on the GPU machine)
@@ -37,6 +39,9 @@
 #include "kernels/cuda/dense/bf16_gemm_cutlass.h"
 #include "kernels/cuda/dense/bf16_gemm_sm90.h"
 #include "kernels/cuda/dense/fp8_block_gemm_sm90.h"
+#include "kernels/cuda/dense/fp8_lt_gemm.h"
+#include "kernels/cuda/dense/fp8_reblock.h"
+#include "kernels/cuda/dense/fp8_reblock_ref.h"
 
 namespace weir::kernels::cuda::dense {
 namespace {
@@ -265,6 +270,108 @@ void Decode(double copy_gbps, cudaStream_t stream) {
   std::printf("* head-sized: V4.1's head is bf16/fp32; the shape only stands for a large n.\n");
 }
 
+// cuBLASLt's block-scaled FP8 GEMM (Fp8LtGemm) on the prefill shapes at m =
+// 4,096: X re-blocked to 1x128 fp32 scales (ReblockFp8Rows, timed alone), W
+// in both forms (1x128: ReblockFp8Rows of its tiles; 128x128:
+// ReblockFp8Tiles; a load-time step, timed for reference), bf16 and fp32
+// out, against cuBLASLt's per-tensor FP8 GEMM on the same codes in the same
+// run (the prefill table's Lt columns).
+void LtBlockScaled(const CublasLtFp8& lt, cudaStream_t stream) {
+  constexpr int64_t kM = 4096;
+  absl::StatusOr<std::unique_ptr<Fp8LtGemm>> gemm = Fp8LtGemm::Create();
+  if (!gemm.ok()) {
+    std::printf("\nFp8LtGemm: %s\n", gemm.status().ToString().c_str());
+    return;
+  }
+  std::printf(
+      "\ncuBLASLt block-scaled FP8 (Fp8LtGemm, re-blocked operands) at m = %lld: %-12s %-6s %-6s | "
+      "%s | %s | %s | %s | %s\n",
+      static_cast<long long>(kM), "linear", "n", "k", "1x128 W, bf16 out: us, TF/s, /Lt(bf16)",
+      "128x128 W, bf16 out: us, TF/s, /Lt(bf16)", "1x128 W, f32 out: us, TF/s, /Lt(f32)",
+      "128x128 W, f32 out: us, TF/s, /Lt(f32)",
+      "Lt bf16 us, Lt f32 us | X re-block us | W re-block us (1x128, 128x128)");
+  for (const Linear& l : {Linear{"wq_a", 1280, 5120}, Linear{"wq_b", 32768, 1280},
+                          Linear{"wo_b", 5120, 8192}, Linear{"shared.w13", 4608, 5120},
+                          Linear{"shared.w2", 5120, 2304}, Linear{"square8k", 8192, 8192}}) {
+    Problem p(kM, l.n, l.k, 1);
+    const double flops = 2.0 * kM * l.n * l.k;
+    uint8_t *xr = nullptr, *w_vec = nullptr, *w_blk = nullptr;
+    float *xrs = nullptr, *w_vec_s = nullptr, *w_blk_s = nullptr;
+    void* y = nullptr;
+    WEIR_BENCH_CHECK(cudaMalloc(&xr, Fp8LtPaddedRows(kM) * l.k));
+    WEIR_BENCH_CHECK(cudaMalloc(&xrs, Fp8Vec128ScaleFloats(kM, l.k) * sizeof(float)));
+    WEIR_BENCH_CHECK(cudaMalloc(&w_vec, l.n * l.k));
+    WEIR_BENCH_CHECK(cudaMalloc(&w_vec_s, Fp8Vec128ScaleFloats(l.n, l.k) * sizeof(float)));
+    WEIR_BENCH_CHECK(cudaMalloc(&w_blk, l.n * l.k));
+    WEIR_BENCH_CHECK(cudaMalloc(&w_blk_s, Fp8Blk128ScaleFloats(l.n, l.k) * sizeof(float)));
+    WEIR_BENCH_CHECK(cudaMalloc(&y, Fp8LtPaddedRows(kM) * l.n * sizeof(float)));
+    const ReblockFp8RowsParams xp{.codes = p.x[0],
+                                  .scales = p.xs[0],
+                                  .out_codes = xr,
+                                  .out_scales = xrs,
+                                  .rows = kM,
+                                  .k = l.k};
+    const ReblockFp8RowsParams wvp{.codes = p.w[0],
+                                   .scales = p.ws[0],
+                                   .out_codes = w_vec,
+                                   .out_scales = w_vec_s,
+                                   .rows = l.n,
+                                   .k = l.k,
+                                   .rows_per_scale = 32};
+    const ReblockFp8TilesParams wbp{.codes = p.w[0],
+                                    .scales = p.ws[0],
+                                    .out_codes = w_blk,
+                                    .out_scales = w_blk_s,
+                                    .n = l.n,
+                                    .k = l.k};
+    const double x_ms = MedianMs([&] { (void)ReblockFp8Rows(xp, stream); }, stream, 10);
+    const double wv_ms = MedianMs([&] { (void)ReblockFp8Rows(wvp, stream); }, stream, 10);
+    const double wb_ms = MedianMs([&] { (void)ReblockFp8Tiles(wbp, stream); }, stream, 10);
+    double ms[2][2] = {};  // [form][output]
+    std::string error;
+    for (int f = 0; f < 2; ++f) {
+      for (int o = 0; o < 2; ++o) {
+        const Fp8LtGemmParams gp{
+            .x = xr,
+            .x_scales = xrs,
+            .w = f == 0 ? w_vec : w_blk,
+            .w_scales = f == 0 ? w_vec_s : w_blk_s,
+            .w_scales_form = f == 0 ? Fp8LtWeightScales::kVec128 : Fp8LtWeightScales::kBlk128x128,
+            .y = y,
+            .m = kM,
+            .n = l.n,
+            .k = l.k,
+            .output = o == 0 ? Fp8GemmOutput::kBf16 : Fp8GemmOutput::kF32};
+        if (absl::Status s = (*gemm)->Run(gp, stream); !s.ok()) {
+          error = s.ToString();
+          ms[f][o] = -1;
+          continue;
+        }
+        ms[f][o] = MedianMs([&] { (void)(*gemm)->Run(gp, stream); }, stream, 10);
+      }
+    }
+    const double lt_bf16 = lt.Ms(p.w[0], p.x[0], y, kM, l.n, l.k, CUDA_R_16BF, stream);
+    const double lt_f32 = lt.Ms(p.w[0], p.x[0], y, kM, l.n, l.k, CUDA_R_32F, stream);
+    auto cell = [&](double t, double lt_t) {
+      char buf[64];
+      std::snprintf(buf, sizeof(buf), "%8.1f %5.0f %.2f", t * 1e3, t > 0 ? flops / t / 1e9 : 0.0,
+                    t > 0 && lt_t > 0 ? lt_t / t : 0.0);
+      return std::string(buf);
+    };
+    std::printf("%-12s %-6lld %-6lld | %s | %s | %s | %s | %8.1f %8.1f | %7.1f | %7.1f %7.1f\n",
+                l.name, static_cast<long long>(l.n), static_cast<long long>(l.k),
+                cell(ms[0][0], lt_bf16).c_str(), cell(ms[1][0], lt_bf16).c_str(),
+                cell(ms[0][1], lt_f32).c_str(), cell(ms[1][1], lt_f32).c_str(), lt_bf16 * 1e3,
+                lt_f32 * 1e3, x_ms * 1e3, wv_ms * 1e3, wb_ms * 1e3);
+    if (!error.empty()) std::printf("  Fp8LtGemm: %s\n", error.c_str());
+    for (void* d :
+         {static_cast<void*>(xr), static_cast<void*>(xrs), static_cast<void*>(w_vec),
+          static_cast<void*>(w_vec_s), static_cast<void*>(w_blk), static_cast<void*>(w_blk_s), y}) {
+      WEIR_BENCH_CHECK(cudaFree(d));
+    }
+  }
+}
+
 void Prefill(cudaStream_t stream) {
   constexpr int64_t kM = 4096;
   std::string error;
@@ -344,6 +451,7 @@ void Prefill(cudaStream_t stream) {
         halves_ms > 0 ? lt_bf16 / (halves_ms + widen_ms) : 0.0, scaled_ms * 1e3, tf(scaled_ms),
         widen_scaled_ms * 1e3, scaled_ms > 0 ? lt_bf16 / (scaled_ms + widen_scaled_ms) : 0.0);
   }
+  LtBlockScaled(*lt, stream);
   // The prompt's bf16 route (the decoder's prompt_bf16_linears): X's codes
   // to bf16 (Fp8ActBf16), W's to bf16 (Fp8WeightBf16), then Bf16Gemm's
   // warp-specialized tile at the split the decoder gives the weight
