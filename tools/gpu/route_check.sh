@@ -41,7 +41,8 @@
 #     //kernels/cuda/moe:mxfp4_grouped_gemm_bench //kernels/cuda/moe:mxfp4_bf16_gemm_sm90_test
 #     //kernels/cuda/moe:moe_permute_test //kernels/cuda/dense:bf16_gemm_cutlass_test
 #     //kernels/cuda/attention:indexer_score_test //kernels/cuda/attention:topk_test
-#     //kernels/cuda:round_pair_probe_test //kernels/cuda/moe:hc_mix_split_test"
+#     //kernels/cuda:round_pair_probe_test //kernels/cuda/moe:hc_mix_split_test
+#     //kernels/cuda/dense:fp8_lt_gemm_test //kernels/cuda/dense:fp8_gemm_bench"
 #     tools/gpu/bundle.sh
 #   tools/gpu/route_check.sh [RESULTS]
 set -uo pipefail
@@ -84,6 +85,10 @@ profile() {
 
 budget_step route_kernel_test 120 "${bundle}/bin/kernels_cuda_moe_mxfp4_bf16_gemm_sm90_test" \
   || status=1
+# cuBLASLt's block-scaled FP8 over the re-blocked stored forms (forty-fifth
+# session, never run): the re-blocking's bytes, the product against the
+# exact one, the scale layouts, batch invariance.
+budget_step lt_gemm_test 90 "${bundle}/bin/kernels_cuda_dense_fp8_lt_gemm_test" || status=1
 # moe_permute_test, bf16_gemm_cutlass_test, indexer_score_test, topk_test,
 # round_pair_probe_test and hc_mix_split_test passed in the forty-third
 # session and their kernels have not moved since: with TESTS_ALL=1 only.
@@ -102,19 +107,26 @@ fi
 # (The forty-third session's no-gain forms, --bf16_cutlass_fit_tile,
 # --indexer_mma_sum and --prompt_tf32_mhc_wide, are dropped; --indexer_mma_bf16
 # is the default now.)
-chunk_forms=(defaults:--bf16_route_tail_rows=false tail:--bf16_route_tail_rows=true
+# (A form's flags are split at commas.)
+chunk_forms=(defaults:--bf16_route_tail_rows=false lt:--prompt_fp8_lt=true
   multicast:--bf16_route_multicast=true
-  wide:--wide_group_rows=true vec16:--combine_vec16=true)
+  lt_blocks:--prompt_fp8_lt=true,--prompt_fp8_lt_blocks=true
+  tail:--bf16_route_tail_rows=true wide:--wide_group_rows=true vec16:--combine_vec16=true)
 chunk_round() {  # chunk_round SUFFIX
+  local flags
   for form in "${chunk_forms[@]}"; do
-    budget_step "chunk_${form%%:*}$1" 90 "${decode}" "${slice[@]}" "${form#*:}"
+    IFS=, read -r -a flags <<< "${form#*:}"
+    budget_step "chunk_${form%%:*}$1" 90 "${decode}" "${slice[@]}" "${flags[@]}"
   done
 }
 chunk_round ""
 # The decoder's same-bits cases of the route's forms (after the chunk's
 # first round: a short call still learns whether the new forms pay).
 budget_step device_decoder_fast_test 150 "${bundle}/bin/worker_model_device_decoder_fast_test" \
-  --gtest_filter='*RouteForms*:*RouteSwiglu*' || status=1
+  --gtest_filter='*RouteForms*:*RouteSwiglu*:*PromptFp8Lt*' || status=1
+# The block-scaled FP8's rows in fp8_gemm_bench's prefill table (against
+# plain cuBLASLt FP8 on the same shapes, same run).
+budget_step fp8_gemm_bench_prefill 120 "${bundle}/tools/fp8_gemm_bench" prefill
 # Decode with each step's kernels on CUPTI's timeline (the graph's nodes one
 # by one); the context by prefill chunks (a position a step would take
 # 4,096 steps).
@@ -173,6 +185,9 @@ grep -A14 'kernel timeline of batch' "${results}/decode_ep8.log" 2>/dev/null | c
 echo "== the route's forms at 513 rows an expert (32,768 tokens)"
 sed -n '/^Prefill:/,$p' "${results}/mxfp4_bench_chunk_shape.log" 2>/dev/null |
   grep -E 'ballot search|cuBLASLt' | cut -c1-220 | head -8
+echo "== cuBLASLt's block-scaled FP8 (fp8_gemm_bench prefill)"
+sed -n '/Fp8LtGemm/,/^$/p' "${results}/fp8_gemm_bench_prefill.log" 2>/dev/null | cut -c1-220 |
+  head -14
 echo "== EP8 decode at 4,096"
 grep -E '^ *(1|64) ' "${results}/decode_ep8.log" 2>/dev/null | cut -c1-150
 echo "== batch 64 with --bf16_experts_every_row"
