@@ -851,20 +851,19 @@ struct DeviceDecoderOptions {
   // forty-second session after its device calls: off until a GPU runs
   // bf16_gemm_cutlass_test.
   bool bf16_cutlass_fit_tile = false;
-  // With prompt_bf16_linears: a step's FP8 products whose rows are all a
-  // prompt's (no generated row beside them) on cuBLASLt's FP8 GEMM with
-  // DeepSeek-style block scales (dense::Fp8LtGemm: X by a scale per row and
-  // 128 of K, W per row and 128 of K or per 128 x 128 block) at the FP8
-  // tensor rate, twice the bf16 maths'. The operands are the stored forms
-  // re-blocked (dense::ReblockFp8Rows / ReblockFp8Tiles: each code moved to
-  // its block's largest power-of-two scale, exact unless it falls below
-  // e4m3's normal range there), X each product into rx16, W each product
-  // into w16. Other low bits than the bf16 maths (the library's sums, its
-  // accumulator promoted every 128 of K); batch-invariant (one algorithm a
-  // shape, chosen at 4,096 rows, no split-K). A step that mixes roles
-  // keeps the bf16 maths for its prompt rows (Fp8LtGemm cannot write a
-  // role's rows alone), so its prompt rows' bits differ from an all-prompt
-  // step's: off until that is closed and a GPU has timed it.
+  // With prompt_bf16_linears: the prompt rows' FP8 products on cuBLASLt's
+  // FP8 GEMM with DeepSeek-style block scales (dense::Fp8LtGemm: X by a
+  // scale per row and 128 of K, W per row and 128 of K or per 128 x 128
+  // block) at the FP8 tensor rate, twice the bf16 maths'. The operands are
+  // the stored forms re-blocked (dense::ReblockFp8Rows / ReblockFp8Tiles:
+  // each code moved to its block's largest power-of-two scale, exact unless
+  // it falls below e4m3's normal range there), X into rx16, W in slices of
+  // 4,096 rows into w16. Other low bits than the bf16 maths (the library's
+  // sums, its accumulator promoted every 128 of K); batch-invariant (one
+  // algorithm a slice shape, chosen at 4,096 rows, no split-K; a step of
+  // both roles computes every row into lt_y and copies the prompt's).
+  // Costs the arena lt_y (the step's rows x 4,096 floats). Off until a GPU
+  // has run its tests and timed it.
   bool prompt_fp8_lt = false;
   // With prompt_fp8_lt: W's scales per 128 x 128 block (true) or per row
   // and 128 of K (false: four scales to a row's 128 span instead of

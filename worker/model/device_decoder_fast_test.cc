@@ -1812,6 +1812,7 @@ struct MixedCase {
   bool reference = false;  // the reference numerics (no role changes a product)
   bool gate = false;       // prompt_bf16_gate (the prompt rows' gate logits as a bf16 GEMM)
   bool mhc = false;        // prompt_tf32_mhc (the prompt rows' mHC on TF32 tensor cores)
+  bool fp8_lt = false;     // prompt_fp8_lt (the prompt rows' FP8 products on cuBLASLt)
 };
 void MixedStepsGiveEachRoleItsBits(const MixedCase& mc) {
   const bool experts = mc.experts, spans = mc.spans;
@@ -1832,6 +1833,7 @@ void MixedStepsGiveEachRoleItsBits(const MixedCase& mc) {
   options.use_graphs = mc.graphs;
   options.prompt_bf16_gate = mc.gate;
   options.prompt_tf32_mhc = mc.mhc;
+  options.prompt_fp8_lt = mc.fp8_lt;
   constexpr int kLong = 150, kShort = 5;
   const int kPart = mc.part;
   const std::vector<int64_t> long_prompt = RandomTokens(kLong, 91, v - 1);
@@ -1899,7 +1901,8 @@ void MixedStepsGiveEachRoleItsBits(const MixedCase& mc) {
   } else {
     EXPECT_EQ((*mixed)->stats().fp8_span_products, 0);
   }
-  EXPECT_GT((*mixed)->stats().prompt_bf16_products, 0);
+  EXPECT_GT((*mixed)->stats().prompt_bf16_products + (*mixed)->stats().fp8_lt_products, 0);
+  EXPECT_EQ((*mixed)->stats().fp8_lt_products > 0, mc.fp8_lt);
   EXPECT_EQ((*mixed)->stats().prompt_gate_products > 0, mc.gate);
   EXPECT_EQ((*mixed)->stats().prompt_tf32_mixes > 0, mc.mhc);
   EXPECT_EQ((*apart)->stats().fp8_span_products, 0);  // no step had both roles
@@ -1935,6 +1938,15 @@ TEST(DeviceDecoderFastTest, ReferenceMixedEagerStepsGiveEachSequenceItsBits) {
 // The same steps in graphs (no FP8 ranges: a graph runs them over every row).
 TEST(DeviceDecoderFastTest, PromptBf16LinearsMixedGraphStepsGiveEachRoleItsBits) {
   MixedStepsGiveEachRoleItsBits({.graphs = true});
+}
+
+// prompt_fp8_lt: a step of both roles runs cuBLASLt's FP8 over every row
+// into lt_y and copies the prompt's rows (CopyRowsOfRole) over the FP8
+// product's; the prompt rows alone (37 a step: 36 rows, then the last one
+// padded to 4) write y straight: the same bits, eager and in graphs.
+TEST(DeviceDecoderFastTest, PromptFp8LtMixedStepsGiveEachRoleItsBits) {
+  MixedStepsGiveEachRoleItsBits({.fp8_lt = true});
+  MixedStepsGiveEachRoleItsBits({.graphs = true, .fp8_lt = true});
 }
 
 // prompt_bf16_gate beside it: MoeGateLogits writes every row's logits of a

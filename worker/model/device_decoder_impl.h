@@ -463,10 +463,11 @@ struct DeviceDecoder::Impl {
   // largest FP8 weight), and the branch's own of each (SwapSide).
   uint16_t *rx16 = nullptr, *side_rx16 = nullptr, *w16 = nullptr, *side_w16 = nullptr;
   int64_t rx16_count = 0, side_rx16_count = 0, w16_count = 0, side_w16_count = 0;
-  // prompt_fp8_lt: the last m % 4 rows of a product (4 x lt_tail_width
-  // floats), and the branch's.
-  float *lt_tail = nullptr, *side_lt_tail = nullptr;
-  int64_t lt_tail_width = 0;
+  // prompt_fp8_lt: a weight slice's product of the last m % 4 rows
+  // (lt_tail, 4 x lt_slice_width floats) and of a mixed step's every row
+  // (lt_y, lt_y_rows x lt_slice_width floats), and the branch's.
+  float *lt_tail = nullptr, *side_lt_tail = nullptr, *lt_y = nullptr, *side_lt_y = nullptr;
+  int64_t lt_slice_width = 0, lt_y_rows = 0;
   int64_t prompt_bf16_products = 0;  // DeviceDecoderStats::prompt_bf16_products
   int64_t cutlass_products = 0;      // DeviceDecoderStats::cutlass_products
   int64_t fp8_lt_products = 0;       // DeviceDecoderStats::fp8_lt_products
@@ -1130,8 +1131,8 @@ struct DeviceDecoder::Impl {
                               const int32_t* row_role) {
     product_rope = nullptr;  // never fused here: MmRoundRope rotates after it
     product_roped = false;
-    if (row_role == nullptr && fp8_lt != nullptr) {
-      ASSIGN_OR_RETURN(const bool ran, PromptFp8Lt(p));
+    if (fp8_lt != nullptr) {
+      ASSIGN_OR_RETURN(const bool ran, PromptFp8Lt(p, row_role));
       if (ran) return absl::OkStatus();
     }
     const bool x_grouped = p.groups > 1 && !p.x_shared;
@@ -1207,39 +1208,49 @@ struct DeviceDecoder::Impl {
     }
     return absl::OkStatus();
   }
-  // prompt_fp8_lt: `p` (every row a prompt's) on Fp8LtGemm where it takes
-  // the shape and the re-blocked operands fit their scratch. cuBLASLt wants
-  // row counts in multiples of 4, so the rows below m rounded down to 4 are
-  // one product straight into y and the last m % 4 rows (padded to 4) a
-  // second one into lt_tail, copied into y after: the same algorithm, so a
-  // row's bits are the same either way. X's two parts are re-blocked into
-  // rx16, then a weight at a time (x_shared: one X, several weights) into
-  // w16 and multiplied; kF32RoundedBf16 as kF32, then RoundBf16 in place
-  // (the fused rounding's values). Returns whether it ran; false leaves `p`
-  // to the bf16 maths.
-  absl::StatusOr<bool> PromptFp8Lt(const dense::Fp8BlockGemmParams& p) {
+  // prompt_fp8_lt: the prompt rows of `p` on Fp8LtGemm where it takes the
+  // shape and the re-blocked operands fit their scratch. The weight's rows
+  // go in slices of kFp8LtSliceRows (the last one shorter): a slice is
+  // re-blocked into w16 and multiplied as a product of its own, so a
+  // slice's algorithm (one per slice shape) and a row's bits are the same
+  // in every step. Without row_role (every row a prompt's): the rows below
+  // m rounded down to 4 straight into y's columns of the slice (cuBLASLt
+  // wants row counts in multiples of 4), the last m % 4 (padded to 4) into
+  // lt_tail and copied over. With row_role (a step of both roles, after the
+  // FP8 product wrote the generated rows): every row into lt_y, then the
+  // prompt's rows copied into y (CopyRowsOfRole). X is re-blocked into rx16
+  // once. kF32RoundedBf16 as kF32, then RoundBf16 (the fused rounding's
+  // values). Returns whether it ran; false leaves `p` to the bf16 maths.
+  static constexpr int64_t kFp8LtSliceRows = 4096;
+  absl::StatusOr<bool> PromptFp8Lt(const dense::Fp8BlockGemmParams& p, const int32_t* row_role) {
     const bool x_grouped = p.groups > 1 && !p.x_shared;
     const dense::Fp8GemmOutput out = p.output == dense::Fp8GemmOutput::kBf16
                                          ? dense::Fp8GemmOutput::kBf16
                                          : dense::Fp8GemmOutput::kF32;
+    const bool round = p.output == dense::Fp8GemmOutput::kF32RoundedBf16;
     const dense::Fp8LtWeightScales form = options.prompt_fp8_lt_blocks
                                               ? dense::Fp8LtWeightScales::kBlk128x128
                                               : dense::Fp8LtWeightScales::kVec128;
+    const int64_t slice = std::min(p.n, kFp8LtSliceRows);
+    const int64_t last = p.n - (p.n - 1) / kFp8LtSliceRows * kFp8LtSliceRows;  // last slice's rows
     if (x_grouped || p.group_offsets != nullptr || p.m < 1 || rx16 == nullptr || w16 == nullptr ||
-        lt_tail == nullptr || p.n > lt_tail_width || !dense::Fp8LtGemm::Takes(p.n, p.k, out)) {
+        lt_tail == nullptr || lt_y == nullptr || slice > lt_slice_width ||
+        (row_role != nullptr && p.m > lt_y_rows) || !dense::Fp8LtGemm::Takes(slice, p.k, out) ||
+        !dense::Fp8LtGemm::Takes(last, p.k, out)) {
       return false;
     }
     const auto align16 = [](int64_t bytes) { return (bytes + 15) / 16 * 16; };
-    const int64_t head = p.m / 4 * 4, tail = p.m - head;
-    // rx16: the head's codes and scales, then the tail's (4 rows).
-    const int64_t head_codes = align16(head * p.k);
+    // X's rows in one or two parts (row_role: all of them, padded to 4).
+    const int64_t head = row_role != nullptr ? p.m : p.m / 4 * 4;
+    const int64_t tail = p.m - head;
+    const int64_t head_codes = align16(dense::Fp8LtPaddedRows(head) * p.k);
     const int64_t head_scales = align16(dense::Fp8Vec128ScaleFloats(head, p.k) * 4);
     const int64_t tail_codes = align16(4 * p.k);
     const int64_t tail_scales = align16(dense::Fp8Vec128ScaleFloats(4, p.k) * 4);
-    const int64_t w_codes = align16(p.n * p.k);
+    const int64_t w_codes = align16(slice * p.k);
     const int64_t w_scales = form == dense::Fp8LtWeightScales::kBlk128x128
-                                 ? dense::Fp8Blk128ScaleFloats(p.n, p.k) * 4
-                                 : dense::Fp8Vec128ScaleFloats(p.n, p.k) * 4;
+                                 ? dense::Fp8Blk128ScaleFloats(slice, p.k) * 4
+                                 : dense::Fp8Vec128ScaleFloats(slice, p.k) * 4;
     if (head_codes + head_scales + tail_codes + tail_scales > rx16_count * 2 ||
         w_codes + w_scales > w16_count * 2) {
       return false;
@@ -1278,46 +1289,73 @@ struct DeviceDecoder::Impl {
     const int64_t y_stride = p.y_group_stride != 0 ? p.y_group_stride : p.m * p.n;
     const int y_bytes = dense::Fp8GemmOutputBytes(out);
     for (int g = 0; g < launches; ++g) {
-      const uint8_t* w = p.w + int64_t{g} * w_stride;
-      const uint8_t* ws = p.w_scales + int64_t{g} * s_stride;
-      if (form == dense::Fp8LtWeightScales::kBlk128x128) {
-        RETURN_IF_ERROR(dense::ReblockFp8Tiles(
-            {.codes = w, .scales = ws, .out_codes = wr, .out_scales = wrs, .n = p.n, .k = p.k},
-            stream));
-      } else {
-        RETURN_IF_ERROR(dense::ReblockFp8Rows({.codes = w,
-                                               .scales = ws,
-                                               .out_codes = wr,
-                                               .out_scales = wrs,
-                                               .rows = p.n,
-                                               .k = p.k,
-                                               .rows_per_scale = 32},
-                                              stream));
-      }
       char* y = static_cast<char*>(p.y) + int64_t{g} * y_stride * y_bytes;
-      const dense::Fp8LtGemmParams lp{.x = x_head,
-                                      .x_scales = xs_head,
-                                      .w = wr,
-                                      .w_scales = wrs,
-                                      .w_scales_form = form,
-                                      .y = y,
-                                      .m = head,
-                                      .n = p.n,
-                                      .k = p.k,
-                                      .output = out};
-      if (head > 0) RETURN_IF_ERROR(fp8_lt->Run(lp, stream));
-      if (tail > 0) {
-        dense::Fp8LtGemmParams tp = lp;
-        tp.x = x_tail;
-        tp.x_scales = xs_tail;
-        tp.y = lt_tail;
-        tp.m = tail;
-        RETURN_IF_ERROR(fp8_lt->Run(tp, stream));
-        WEIR_DD_CUDA("the FP8 tail rows",
-                     cudaMemcpyAsync(y + head * p.n * y_bytes, lt_tail, tail * p.n * y_bytes,
-                                     cudaMemcpyDeviceToDevice, stream));
+      for (int64_t n0 = 0; n0 < p.n; n0 += kFp8LtSliceRows) {
+        const int64_t rows = std::min(kFp8LtSliceRows, p.n - n0);
+        const uint8_t* w = p.w + int64_t{g} * w_stride + n0 * p.k;
+        const uint8_t* ws = p.w_scales + int64_t{g} * s_stride + n0 / 32 * (p.k / 32);
+        if (form == dense::Fp8LtWeightScales::kBlk128x128) {
+          RETURN_IF_ERROR(dense::ReblockFp8Tiles(
+              {.codes = w, .scales = ws, .out_codes = wr, .out_scales = wrs, .n = rows, .k = p.k},
+              stream));
+        } else {
+          RETURN_IF_ERROR(dense::ReblockFp8Rows({.codes = w,
+                                                 .scales = ws,
+                                                 .out_codes = wr,
+                                                 .out_scales = wrs,
+                                                 .rows = rows,
+                                                 .k = p.k,
+                                                 .rows_per_scale = 32},
+                                                stream));
+        }
+        char* y_slice = y + n0 * y_bytes;
+        const dense::Fp8LtGemmParams lp{.x = x_head,
+                                        .x_scales = xs_head,
+                                        .w = wr,
+                                        .w_scales = wrs,
+                                        .w_scales_form = form,
+                                        .y = y_slice,
+                                        .y_ld = p.n,
+                                        .m = head,
+                                        .n = rows,
+                                        .k = p.k,
+                                        .output = out};
+        if (row_role != nullptr) {  // every row into lt_y, the prompt's into y
+          dense::Fp8LtGemmParams all = lp;
+          all.y = lt_y;
+          all.y_ld = rows;
+          RETURN_IF_ERROR(fp8_lt->Run(all, stream));
+          if (round) {
+            RETURN_IF_ERROR(dec::RoundBf16({.x = lt_y, .n = p.m * rows}, stream));
+          }
+          RETURN_IF_ERROR(dense::CopyRowsOfRole({.src = lt_y,
+                                                 .dst = y_slice,
+                                                 .row_role = row_role,
+                                                 .rows = p.m,
+                                                 .cols = rows,
+                                                 .src_ld = rows,
+                                                 .dst_ld = p.n,
+                                                 .elem_bytes = y_bytes,
+                                                 .role = 1},
+                                                stream));
+          continue;
+        }
+        if (head > 0) RETURN_IF_ERROR(fp8_lt->Run(lp, stream));
+        if (tail > 0) {
+          dense::Fp8LtGemmParams tp = lp;
+          tp.x = x_tail;
+          tp.x_scales = xs_tail;
+          tp.y = lt_tail;
+          tp.y_ld = rows;
+          tp.m = tail;
+          RETURN_IF_ERROR(fp8_lt->Run(tp, stream));
+          WEIR_DD_CUDA("the FP8 tail rows",
+                       cudaMemcpy2DAsync(y_slice + head * p.n * y_bytes, p.n * y_bytes, lt_tail,
+                                         rows * y_bytes, rows * y_bytes, tail,
+                                         cudaMemcpyDeviceToDevice, stream));
+        }
       }
-      if (p.output == dense::Fp8GemmOutput::kF32RoundedBf16) {
+      if (round && row_role == nullptr) {
         RETURN_IF_ERROR(dec::RoundBf16({.x = reinterpret_cast<float*>(y), .n = p.m * p.n}, stream));
       }
       ++fp8_lt_products;
@@ -1803,6 +1841,7 @@ struct DeviceDecoder::Impl {
     std::swap(w16, side_w16);
     std::swap(w16_count, side_w16_count);
     std::swap(lt_tail, side_lt_tail);
+    std::swap(lt_y, side_lt_y);
   }
   // expert_prefill_tiles: where layer L's tile form lives: its resident
   // buffers (expert_tiles_resident) or the shared scratch.

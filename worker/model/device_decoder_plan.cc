@@ -450,10 +450,15 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
           side_w16_count = largest;
           side_w16 = r.Alloc<uint16_t>(side_w16_count);
         }
-        if (options.prompt_fp8_lt) {  // a product's last m % 4 rows, as wide as its widest W
-          lt_tail_width = widest;
-          lt_tail = r.Alloc<float>(4 * widest);
-          if (options.concurrent_branches) side_lt_tail = r.Alloc<float>(4 * widest);
+        if (options.prompt_fp8_lt) {  // a weight slice's products: the m % 4 rows, mixed steps'
+          lt_slice_width = std::min(widest, kFp8LtSliceRows);
+          lt_y_rows = dense::Fp8LtPaddedRows(bc);
+          lt_tail = r.Alloc<float>(4 * lt_slice_width);
+          lt_y = r.Alloc<float>(lt_y_rows * lt_slice_width);
+          if (options.concurrent_branches) {
+            side_lt_tail = r.Alloc<float>(4 * lt_slice_width);
+            side_lt_y = r.Alloc<float>(lt_y_rows * lt_slice_width);
+          }
         }
       }
     }

@@ -91,6 +91,11 @@ absl::Status CheckFp8LtGemmParams(const Fp8LtGemmParams& p) {
     return absl::InvalidArgumentError(
         absl::StrCat("Fp8LtGemm: output ", static_cast<int>(p.output), " is not kF32 or kBf16"));
   }
+  if (p.y_ld != 0 &&
+      (p.y_ld < p.n || p.y_ld * (p.output == Fp8GemmOutput::kBf16 ? 2 : 4) % 16 != 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Fp8LtGemm: y_ld ", p.y_ld, " is below n ", p.n, " or not 16 bytes of rows"));
+  }
   if (p.w_scales_form != Fp8LtWeightScales::kVec128 &&
       p.w_scales_form != Fp8LtWeightScales::kBlk128x128) {
     return absl::InvalidArgumentError(
@@ -220,8 +225,8 @@ absl::Status Fp8LtGemm::Run(const Fp8LtGemmParams& p, cudaStream_t stream) {
   const int64_t rows = Fp8LtPaddedRows(p.m);
   cublasLtMatrixLayoutOpaque_t x_layout, y_layout;
   WEIR_FP8_LT_CALL("layout X", cublasLtMatrixLayoutInit(&x_layout, CUDA_R_8F_E4M3, p.k, rows, p.k));
-  WEIR_FP8_LT_CALL("layout y",
-                   cublasLtMatrixLayoutInit(&y_layout, OutputType(p.output), p.n, rows, p.n));
+  WEIR_FP8_LT_CALL("layout y", cublasLtMatrixLayoutInit(&y_layout, OutputType(p.output), p.n, rows,
+                                                        p.y_ld != 0 ? p.y_ld : p.n));
   cublasLtMatmulHeuristicResult_t check{};
   if (cublasStatus_t s = cublasLtMatmulAlgoCheck(lt_, desc, &plan.w_layout, &x_layout, &y_layout,
                                                  &y_layout, &plan.algo, &check);

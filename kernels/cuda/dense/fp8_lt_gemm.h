@@ -71,6 +71,10 @@ struct Fp8LtGemmParams {
   // Device [Fp8LtPaddedRows(m), n] of `output` (float, or bf16 bits rounded
   // to nearest even), row-major, 16-byte aligned. Rows past m are written.
   void* y = nullptr;
+  // Elements between y's rows: 0 for n; else at least n with y_ld x the
+  // output's bytes a multiple of 16 (a column slice of a wider y: y
+  // advanced to the slice's first column, y_ld the whole row).
+  int64_t y_ld = 0;
   int64_t m = 0;                               // >= 1
   int64_t n = 0;                               // a positive multiple of 16
   int64_t k = 0;                               // a positive multiple of 128

@@ -472,6 +472,102 @@ TEST(Fp8LtGemmTest, ReplaysFromACudaGraph) {
   cudaStreamDestroy(stream);
 }
 
+// y_ld: a product into a column slice of a wider y (the decoder's weight
+// slices) gives the bits of the same product into a y of its own, and
+// leaves the other columns alone.
+TEST(Fp8LtGemmTest, WritesAColumnSliceOfAWiderY) {
+  absl::StatusOr<std::unique_ptr<Fp8LtGemm>> gemm = Fp8LtGemm::Create();
+  ASSERT_TRUE(gemm.ok()) << gemm.status();
+  std::mt19937 rng(23);
+  const int64_t m = 40, n = 512, k = 1024, wide = 1536, at = 512;
+  const Stored x = RandomX(m, k, rng), w = RandomW(n, k, rng);
+  const DeviceOperand dw = ReblockWOnDevice(w, n, k, Fp8LtWeightScales::kVec128);
+  const DeviceOperand dx = ReblockRowsOnDevice(x, m, k, 1);
+  absl::Status status;
+  const std::vector<uint8_t> want =
+      RunLt(**gemm, dx, dw, Fp8LtWeightScales::kVec128, m, n, k, Fp8GemmOutput::kF32, &status);
+  ASSERT_TRUE(status.ok()) << status;
+  DeviceBuffer<float> y(m * wide);
+  y.Poison(0xFF);
+  const absl::Status ran = (*gemm)->Run({.x = dx.codes->get(),
+                                         .x_scales = dx.scales->get(),
+                                         .w = dw.codes->get(),
+                                         .w_scales = dw.scales->get(),
+                                         .w_scales_form = Fp8LtWeightScales::kVec128,
+                                         .y = y.get() + at,
+                                         .y_ld = wide,
+                                         .m = m,
+                                         .n = n,
+                                         .k = k},
+                                        nullptr);
+  ASSERT_TRUE(ran.ok()) << ran;
+  const std::vector<float> got = y.Download();
+  const float* want_f = reinterpret_cast<const float*>(want.data());
+  int64_t differing = 0, touched = 0;
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t c = 0; c < wide; ++c) {
+      uint32_t bits;
+      std::memcpy(&bits, &got[r * wide + c], 4);
+      if (c >= at && c < at + n) {
+        differing += std::memcmp(&got[r * wide + c], &want_f[r * n + c - at], 4) != 0;
+      } else {
+        touched += bits != 0xFFFFFFFFu;
+      }
+    }
+  }
+  EXPECT_EQ(differing, 0);
+  EXPECT_EQ(touched, 0);
+}
+
+// CopyRowsOfRole: the rows of one role copied, every other byte untouched,
+// for fp32 and bf16 elements and strided rows.
+TEST(CopyRowsOfRoleTest, CopiesOneRolesRowsOnly) {
+  std::mt19937 rng(29);
+  for (const int bytes : {4, 2}) {
+    const int64_t rows = 37, cols = 64, src_ld = 80, dst_ld = 96;
+    std::vector<uint8_t> src(rows * src_ld * bytes);
+    for (uint8_t& b : src) b = static_cast<uint8_t>(rng());
+    std::vector<int32_t> roles(rows);
+    for (int32_t& r : roles) r = static_cast<int32_t>(rng() % 2);
+    DeviceBuffer<uint8_t> dsrc(src), dst(rows * dst_ld * bytes);
+    DeviceBuffer<int32_t> droles(roles);
+    dst.Poison(0xAB);
+    const absl::Status s = CopyRowsOfRole({.src = dsrc.get(),
+                                           .dst = dst.get(),
+                                           .row_role = droles.get(),
+                                           .rows = rows,
+                                           .cols = cols,
+                                           .src_ld = src_ld,
+                                           .dst_ld = dst_ld,
+                                           .elem_bytes = bytes,
+                                           .role = 1},
+                                          nullptr);
+    ASSERT_TRUE(s.ok()) << s;
+    const std::vector<uint8_t> got = dst.Download();
+    int64_t wrong = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t b = 0; b < dst_ld * bytes; ++b) {
+        const bool copied = roles[r] == 1 && b < cols * bytes;
+        const uint8_t want = copied ? src[r * src_ld * bytes + b] : uint8_t{0xAB};
+        wrong += got[r * dst_ld * bytes + b] != want;
+      }
+    }
+    EXPECT_EQ(wrong, 0) << bytes << "-byte elements";
+  }
+  int32_t role = 1;
+  float buf[4];
+  EXPECT_EQ(CopyRowsOfRole({.src = buf,
+                            .dst = buf,
+                            .row_role = &role,
+                            .rows = 1,
+                            .cols = 3,
+                            .src_ld = 4,
+                            .dst_ld = 4},
+                           nullptr)
+                .code(),
+            absl::StatusCode::kInvalidArgument);  // 12 bytes of columns
+}
+
 TEST(Fp8LtGemmTest, RefusesBadArguments) {
   EXPECT_TRUE(Fp8LtGemm::Takes(512, 1024, Fp8GemmOutput::kF32));
   EXPECT_TRUE(Fp8LtGemm::Takes(1536, 4096, Fp8GemmOutput::kBf16));

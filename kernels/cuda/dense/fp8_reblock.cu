@@ -1,6 +1,8 @@
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/dense/fp8_reblock.cuh"
@@ -95,6 +97,20 @@ absl::Status CheckShape(const char* what, const char* rows_name, int64_t rows, i
   return absl::OkStatus();
 }
 
+// One thread a 16-byte chunk of a row: blockIdx.y the row (x 65,535 at
+// most per launch row block: see CopyRowsOfRole), x the chunks.
+__global__ void __launch_bounds__(256)
+    CopyRowsOfRoleKernel(const uint8_t* __restrict__ src, uint8_t* __restrict__ dst,
+                         const int32_t* __restrict__ row_role, int64_t row0, int64_t chunks,
+                         int64_t src_row_bytes, int64_t dst_row_bytes, int32_t role) {
+  GridDependencyPrologue();
+  const int64_t r = row0 + blockIdx.y;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= chunks || __ldg(row_role + r) != role) return;
+  *reinterpret_cast<uint4*>(dst + r * dst_row_bytes + 16 * c) =
+      __ldg(reinterpret_cast<const uint4*>(src + r * src_row_bytes + 16 * c));
+}
+
 }  // namespace
 
 absl::Status CheckReblockFp8RowsParams(const ReblockFp8RowsParams& p) {
@@ -161,6 +177,42 @@ absl::Status ReblockFp8Tiles(const ReblockFp8TilesParams& p, cudaStream_t stream
                        kThreads, 0, stream>>>(p.codes, p.scales, p.out_codes, p.out_scales, p.n,
                                               p.k);
   return LaunchStatus("ReblockFp8Tiles");
+}
+
+absl::Status CheckCopyRowsOfRoleParams(const CopyRowsOfRoleParams& p) {
+  const auto bad = [](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat("CopyRowsOfRole: ", what));
+  };
+  if (p.src == nullptr || p.dst == nullptr || p.row_role == nullptr) return bad("a null pointer");
+  if (reinterpret_cast<uintptr_t>(p.src) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(p.dst) % 16 != 0) {
+    return bad("src or dst not 16-byte aligned");
+  }
+  if (p.elem_bytes != 2 && p.elem_bytes != 4) return bad(absl::StrCat("elem_bytes ", p.elem_bytes));
+  if (p.rows < 1 || p.cols < 1) return bad(absl::StrCat("rows ", p.rows, " or cols ", p.cols));
+  if (p.cols * p.elem_bytes % 16 != 0) return bad(absl::StrCat("cols ", p.cols, " not 16 bytes"));
+  if (p.src_ld < p.cols || p.src_ld * p.elem_bytes % 16 != 0) {
+    return bad(absl::StrCat("src_ld ", p.src_ld));
+  }
+  if (p.dst_ld < p.cols || p.dst_ld * p.elem_bytes % 16 != 0) {
+    return bad(absl::StrCat("dst_ld ", p.dst_ld));
+  }
+  if (p.cols * p.elem_bytes / 16 > int64_t{256} * 65535) return bad("cols above a launch's reach");
+  return absl::OkStatus();
+}
+
+absl::Status CopyRowsOfRole(const CopyRowsOfRoleParams& p, cudaStream_t stream) {
+  if (absl::Status s = CheckCopyRowsOfRoleParams(p); !s.ok()) return s;
+  const int64_t chunks = p.cols * p.elem_bytes / 16;
+  const unsigned blocks_x = static_cast<unsigned>((chunks + 255) / 256);
+  for (int64_t row0 = 0; row0 < p.rows; row0 += 65535) {  // gridDim.y <= 65,535
+    const unsigned rows = static_cast<unsigned>(std::min<int64_t>(65535, p.rows - row0));
+    CopyRowsOfRoleKernel<<<dim3(blocks_x, rows), 256, 0, stream>>>(
+        static_cast<const uint8_t*>(p.src), static_cast<uint8_t*>(p.dst), p.row_role, row0, chunks,
+        p.src_ld * p.elem_bytes, p.dst_ld * p.elem_bytes, p.role);
+    if (absl::Status s = LaunchStatus("CopyRowsOfRole"); !s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace weir::kernels::cuda::dense

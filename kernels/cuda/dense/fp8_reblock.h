@@ -77,6 +77,30 @@ absl::Status CheckReblockFp8TilesParams(const ReblockFp8TilesParams& params);
 // INVALID_ARGUMENT as CheckReblockFp8TilesParams; INTERNAL on a failed launch.
 absl::Status ReblockFp8Tiles(const ReblockFp8TilesParams& params, cudaStream_t stream);
 
+// A product's rows of one role copied out of a scratch it was computed into
+// (the prompt rows of a step that mixes roles: cuBLASLt writes every row,
+// the step's generated rows keep their own maths'): dst[r, c] = src[r, c]
+// for r < rows with row_role[r] == role, c < cols; other rows untouched.
+struct CopyRowsOfRoleParams {
+  const void* src = nullptr;          // device [rows, src_ld] elements, 16-byte aligned
+  void* dst = nullptr;                // device [rows, dst_ld] elements, 16-byte aligned
+  const int32_t* row_role = nullptr;  // device [rows]
+  int64_t rows = 0;                   // >= 1
+  int64_t cols = 0;                   // >= 1; cols x elem_bytes a multiple of 16
+  int64_t src_ld = 0;                 // >= cols; src_ld x elem_bytes a multiple of 16
+  int64_t dst_ld = 0;                 // >= cols; dst_ld x elem_bytes a multiple of 16
+  int elem_bytes = 4;                 // 2 or 4
+  int32_t role = 1;
+};
+
+// Returns OK or INVALID_ARGUMENT naming the field.
+absl::Status CheckCopyRowsOfRoleParams(const CopyRowsOfRoleParams& params);
+
+// Enqueues the copy on `stream` (one launch, 16 bytes a thread,
+// graph-capturable). INVALID_ARGUMENT as CheckCopyRowsOfRoleParams;
+// INTERNAL on a failed launch.
+absl::Status CopyRowsOfRole(const CopyRowsOfRoleParams& params, cudaStream_t stream);
+
 }  // namespace weir::kernels::cuda::dense
 
 #endif  // WEIR_KERNELS_CUDA_DENSE_FP8_REBLOCK_H_
