@@ -163,8 +163,8 @@ struct WorkerOptions {
   // (DeviceDecoderOptions::indexer_mma_bf16: time only).
   bool indexer_mma_bf16 = true;
   // The route's 256-row tile by CTA pairs sharing each X stage
-  // (DeviceDecoderOptions::bf16_route_multicast: time only; off until a GPU
-  // runs its tests).
+  // (DeviceDecoderOptions::bf16_route_multicast: time only; its tests pass
+  // but the EP8 chunk is slower with it, forty-fifth session).
   bool bf16_route_multicast = false;
   // The bf16 prefill products' thirty-seventh-session forms
   // (DeviceDecoderOptions::bf16_ws_m256_large, bf16_cutlass: the same bits;

@@ -257,7 +257,7 @@ ABSL_FLAG(bool, bf16_route_tail_rows, false,
 ABSL_FLAG(bool, bf16_route_multicast, false,
           "With the route's 256-row tile: pairs of CTAs share each X stage by a TMA multicast "
           "(DeviceDecoderOptions::bf16_route_multicast; same bits).");
-ABSL_FLAG(bool, wide_group_rows, false,
+ABSL_FLAG(bool, wide_group_rows, true,
           "MoeGroupRows past 4,096 pairs numbered by each warp of its block in parallel "
           "(DeviceDecoderOptions::wide_group_rows; same bits).");
 ABSL_FLAG(bool, indexer_mma_sum, false,
@@ -281,7 +281,7 @@ ABSL_FLAG(bool, prompt_fp8_lt, false,
 ABSL_FLAG(bool, prompt_fp8_lt_blocks, false,
           "With --prompt_fp8_lt: W's scales per 128 x 128 block instead of per row and 128 of K "
           "(DeviceDecoderOptions::prompt_fp8_lt_blocks).");
-ABSL_FLAG(bool, combine_vec16, false,
+ABSL_FLAG(bool, combine_vec16, true,
           "MoeCombine over prefill's whole rows 16 bytes of columns a thread "
           "(DeviceDecoderOptions::combine_vec16; same bits).");
 ABSL_FLAG(bool, bf16_route_deep_ring, true,

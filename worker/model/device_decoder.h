@@ -745,26 +745,34 @@ struct DeviceDecoderOptions {
   // asked for 65,536 registers where the CTA got 384 x 168 = 64,512 at
   // launch, so the consumers' increase waited forever. Now 72 / 216 (a
   // static_assert holds both pairs to the launch's registers; ptxas: 20 - 28
-  // bytes of spills). Off until its tests pass on a GPU.
+  // bytes of spills). Its tests pass on an H100 (forty-fifth session), but
+  // the EP8 chunk is slower with it (0.433 / 0.433 s against 0.408 / 0.407):
+  // off.
   bool bf16_route_tail_rows = false;
   // With the 256-row tile: the route's grid in clusters of two CTAs over two
   // W tiles of the same X tile, each bringing half of every X stage into both
   // by a TMA multicast (Mxfp4Bf16GroupedGemmParams::x_multicast), so X comes
   // from L2 once for two CTAs: the route's consumers wait on their ring at
   // about 5 TB/s of L2 reads (forty-second session's ncu). The same bits by
-  // design. Built in the forty-fourth session; off until its tests pass on a
-  // GPU.
+  // design. Built in the forty-fourth session; its tests pass on an H100
+  // (forty-fifth: the kernel test's forms, the decoder's route form 12), but
+  // the EP8 chunk is much slower with it (0.464 / 0.466 s against 0.408 /
+  // 0.407): off.
   bool bf16_route_multicast = false;
   // MoeGroupRows' numbering past 4,096 pairs by each warp of its block in
   // parallel (MoeGroupRowsParams::wide): the same offsets and rows, so the
   // same bits; prefill chunks only (a decode step has fewer pairs). Built in
-  // the forty-second session after its device calls: off until a GPU runs
-  // moe_permute_test.
-  bool wide_group_rows = false;
+  // the forty-second session; moe_permute_test passed on an H100 in the
+  // forty-third; on since the forty-fifth (H100, the EP8 chunk 0.408 /
+  // 0.407 -> 0.405 / 0.405 s in two rounds, 0.419 -> 0.417 in the
+  // forty-third's one).
+  bool wide_group_rows = true;
   // MoeCombine over prefill's whole rows 16 bytes of columns a thread
   // (MoeCombineParams::vec16): the same sums; built in the forty-second
-  // session after its device calls, off until a GPU runs moe_permute_test.
-  bool combine_vec16 = false;
+  // session, moe_permute_test passed on an H100 in the forty-third; on since
+  // the forty-fifth (the EP8 chunk 0.408 / 0.407 -> 0.405 / 0.405 s, and
+  // 0.419 -> 0.417 in the forty-third).
+  bool combine_vec16 = true;
   // With bf16_route_register_a: the route's producer completes its copies on
   // the ring's barriers, every free slot in flight
   // (Mxfp4Bf16GroupedGemmParams::deep_ring). The same bits; no faster on
@@ -862,8 +870,12 @@ struct DeviceDecoderOptions {
   // sums, its accumulator promoted every 128 of K); batch-invariant (one
   // algorithm a slice shape, chosen at 4,096 rows, no split-K; a step of
   // both roles computes every row into lt_y and copies the prompt's).
-  // Costs the arena lt_y (the step's rows x 4,096 floats). Off until a GPU
-  // has run its tests and timed it.
+  // Costs the arena lt_y (the step's rows x 4,096 floats). Off: on an
+  // H100 (forty-fifth session) its rows were batch-invariant but the
+  // trained tiny missed the bars with it (top-1 0.973, median row
+  // error 0.032: the FP8 tensor core's sums), and its speed is not yet
+  // measured (cuBLASLt wanted 4 bytes of workspace the first version
+  // refused).
   bool prompt_fp8_lt = false;
   // With prompt_fp8_lt: W's scales per 128 x 128 block (true) or per row
   // and 128 of K (false: four scales to a row's 128 span instead of

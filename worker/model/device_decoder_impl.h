@@ -468,6 +468,9 @@ struct DeviceDecoder::Impl {
   // (lt_y, lt_y_rows x lt_slice_width floats), and the branch's.
   float *lt_tail = nullptr, *side_lt_tail = nullptr, *lt_y = nullptr, *side_lt_y = nullptr;
   int64_t lt_slice_width = 0, lt_y_rows = 0;
+  // ... and cuBLASLt's workspace (dense::Fp8LtGemm::kWorkspaceBytes), the
+  // branch's own.
+  uint8_t *lt_ws = nullptr, *side_lt_ws = nullptr;
   int64_t prompt_bf16_products = 0;  // DeviceDecoderStats::prompt_bf16_products
   int64_t cutlass_products = 0;      // DeviceDecoderStats::cutlass_products
   int64_t fp8_lt_products = 0;       // DeviceDecoderStats::fp8_lt_products
@@ -1234,7 +1237,7 @@ struct DeviceDecoder::Impl {
     const int64_t slice = std::min(p.n, kFp8LtSliceRows);
     const int64_t last = p.n - (p.n - 1) / kFp8LtSliceRows * kFp8LtSliceRows;  // last slice's rows
     if (x_grouped || p.group_offsets != nullptr || p.m < 1 || rx16 == nullptr || w16 == nullptr ||
-        lt_tail == nullptr || lt_y == nullptr || slice > lt_slice_width ||
+        lt_tail == nullptr || lt_y == nullptr || lt_ws == nullptr || slice > lt_slice_width ||
         (row_role != nullptr && p.m > lt_y_rows) || !dense::Fp8LtGemm::Takes(slice, p.k, out) ||
         !dense::Fp8LtGemm::Takes(last, p.k, out)) {
       return false;
@@ -1319,7 +1322,9 @@ struct DeviceDecoder::Impl {
                                         .m = head,
                                         .n = rows,
                                         .k = p.k,
-                                        .output = out};
+                                        .output = out,
+                                        .workspace = lt_ws,
+                                        .workspace_bytes = dense::Fp8LtGemm::kWorkspaceBytes};
         if (row_role != nullptr) {  // every row into lt_y, the prompt's into y
           dense::Fp8LtGemmParams all = lp;
           all.y = lt_y;
@@ -1842,6 +1847,7 @@ struct DeviceDecoder::Impl {
     std::swap(w16_count, side_w16_count);
     std::swap(lt_tail, side_lt_tail);
     std::swap(lt_y, side_lt_y);
+    std::swap(lt_ws, side_lt_ws);
   }
   // expert_prefill_tiles: where layer L's tile form lives: its resident
   // buffers (expert_tiles_resident) or the shared scratch.

@@ -455,9 +455,11 @@ absl::Status DeviceDecoder::Impl::Layout(Region& r) {
           lt_y_rows = dense::Fp8LtPaddedRows(bc);
           lt_tail = r.Alloc<float>(4 * lt_slice_width);
           lt_y = r.Alloc<float>(lt_y_rows * lt_slice_width);
+          lt_ws = r.Alloc<uint8_t>(dense::Fp8LtGemm::kWorkspaceBytes);
           if (options.concurrent_branches) {
             side_lt_tail = r.Alloc<float>(4 * lt_slice_width);
             side_lt_y = r.Alloc<float>(lt_y_rows * lt_slice_width);
+            side_lt_ws = r.Alloc<uint8_t>(dense::Fp8LtGemm::kWorkspaceBytes);
           }
         }
       }

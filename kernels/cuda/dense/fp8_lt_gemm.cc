@@ -78,6 +78,9 @@ absl::Status CheckFp8LtGemmParams(const Fp8LtGemmParams& p) {
       return absl::InvalidArgumentError(absl::StrCat("Fp8LtGemm: ", name, " not 16-byte aligned"));
     }
   }
+  if (p.workspace != nullptr && !Aligned16(p.workspace)) {
+    return absl::InvalidArgumentError("Fp8LtGemm: workspace not 16-byte aligned");
+  }
   if (p.m < 1) return absl::InvalidArgumentError(absl::StrCat("Fp8LtGemm: m ", p.m, " < 1"));
   if (p.n <= 0 || p.n % 16 != 0) {
     return absl::InvalidArgumentError(
@@ -130,12 +133,21 @@ absl::StatusOr<std::unique_ptr<Fp8LtGemm>> Fp8LtGemm::Create() {
   }
   cublasLtHandle_t lt = nullptr;
   WEIR_FP8_LT_CALL("cublasLtCreate", cublasLtCreate(&lt));
-  return std::unique_ptr<Fp8LtGemm>(new Fp8LtGemm(lt));
+  auto gemm = std::unique_ptr<Fp8LtGemm>(new Fp8LtGemm(lt));
+  if (cudaError_t e = cudaMalloc(&gemm->workspace_, kWorkspaceBytes); e != cudaSuccess) {
+    gemm->workspace_ = nullptr;
+    return absl::InternalError(
+        absl::StrCat("Fp8LtGemm: workspace cudaMalloc: ", cudaGetErrorString(e)));
+  }
+  return gemm;
 }
 
 Fp8LtGemm::Fp8LtGemm(cublasLtContext* lt) : lt_(lt) {}
 
-Fp8LtGemm::~Fp8LtGemm() { cublasLtDestroy(lt_); }
+Fp8LtGemm::~Fp8LtGemm() {
+  if (workspace_ != nullptr) cudaFree(workspace_);
+  cublasLtDestroy(lt_);
+}
 
 absl::StatusOr<std::unique_ptr<Fp8LtGemm::Plan>> Fp8LtGemm::MakePlan(const Key& key,
                                                                      const Fp8LtGemmParams& p) {
@@ -235,14 +247,19 @@ absl::Status Fp8LtGemm::Run(const Fp8LtGemmParams& p, cudaStream_t stream) {
                                 p.k, " does not take m ", p.m, " (cublasLtMatmulAlgoCheck)"),
                    s);
   }
-  if (check.workspaceSize != 0) {
+  // A few bytes of workspace (the block-scaled kernels' own; split-K is
+  // refused above) are given; more is an error.
+  void* workspace = p.workspace != nullptr ? p.workspace : workspace_;
+  const size_t workspace_bytes = p.workspace != nullptr ? p.workspace_bytes : kWorkspaceBytes;
+  if (check.workspaceSize > workspace_bytes) {
     return absl::InternalError(absl::StrCat("Fp8LtGemm: the algorithm would need ",
-                                            check.workspaceSize, " bytes of workspace at m ", p.m));
+                                            check.workspaceSize, " bytes of workspace at m ", p.m,
+                                            " (given ", workspace_bytes, ")"));
   }
   const float alpha = 1.0f, beta = 0.0f;
-  WEIR_FP8_LT_CALL(
-      "Matmul", cublasLtMatmul(lt_, desc, &alpha, p.w, &plan.w_layout, p.x, &x_layout, &beta, p.y,
-                               &y_layout, p.y, &y_layout, &plan.algo, nullptr, 0, stream));
+  WEIR_FP8_LT_CALL("Matmul", cublasLtMatmul(lt_, desc, &alpha, p.w, &plan.w_layout, p.x, &x_layout,
+                                            &beta, p.y, &y_layout, p.y, &y_layout, &plan.algo,
+                                            workspace, check.workspaceSize, stream));
   return absl::OkStatus();
 }
 

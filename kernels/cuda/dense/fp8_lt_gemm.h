@@ -79,6 +79,12 @@ struct Fp8LtGemmParams {
   int64_t n = 0;                               // a positive multiple of 16
   int64_t k = 0;                               // a positive multiple of 128
   Fp8GemmOutput output = Fp8GemmOutput::kF32;  // kF32 or kBf16
+  // cuBLASLt's workspace for this call (16-byte aligned), or null for the
+  // handle's own (kWorkspaceBytes; then only one stream at a time may use
+  // the handle). The H100 asked 4 bytes of it for every shape at 4,096
+  // rows (forty-fifth session), though the heuristic was asked for none.
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
 };
 
 // Returns OK or INVALID_ARGUMENT naming the field: a null pointer; m < 1; n
@@ -91,6 +97,8 @@ class Fp8LtGemm {
  public:
   // The row count the algorithm of a shape is chosen at.
   static constexpr int64_t kReferenceRows = 4096;
+  // The handle's own workspace, and what a call may be given at most use of.
+  static constexpr size_t kWorkspaceBytes = size_t{1} << 20;
 
   // Creates the cuBLASLt context on the current device. UNIMPLEMENTED when
   // the device is not compute capability 9.0 (cuBLAS documents the 1x128 /
@@ -144,6 +152,7 @@ class Fp8LtGemm {
   absl::StatusOr<std::unique_ptr<Plan>> MakePlan(const Key& key, const Fp8LtGemmParams& params);
 
   cublasLtContext* lt_;  // owned
+  void* workspace_ = nullptr;  // owned, kWorkspaceBytes
   // Plans by shape; node-based so a Plan never moves (cuBLASLt descriptors
   // are used in place).
   absl::flat_hash_map<Key, std::unique_ptr<Plan>> plans_;
