@@ -873,9 +873,9 @@ struct DeviceDecoderOptions {
   // Costs the arena lt_y (the step's rows x 4,096 floats). Off: on an
   // H100 (forty-fifth session) its rows were batch-invariant but the
   // trained tiny missed the bars with it (top-1 0.973, median row
-  // error 0.032: the FP8 tensor core's sums), and its speed is not yet
-  // measured (cuBLASLt wanted 4 bytes of workspace the first version
-  // refused).
+  // error 0.032: the FP8 tensor core's sums or the re-blocking), and its
+  // speed is not yet measured (cuBLASLt wanted 4 bytes of workspace the
+  // first version refused).
   bool prompt_fp8_lt = false;
   // With prompt_fp8_lt: W's scales per 128 x 128 block (true) or per row
   // and 128 of K (false: four scales to a row's 128 span instead of
