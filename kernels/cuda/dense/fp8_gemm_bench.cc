@@ -216,6 +216,10 @@ struct Linear {
   const char* name;
   int64_t n, k;
 };
+// The prefill tables' shapes: V4.1-Flash's dense products and a large square.
+constexpr Linear kPrefillLinears[] = {{"wq_a", 1280, 5120},      {"wq_b", 32768, 1280},
+                                      {"wo_b", 5120, 8192},      {"shared.w13", 4608, 5120},
+                                      {"shared.w2", 5120, 2304}, {"square8k", 8192, 8192}};
 
 // V4.1-Flash FP8 dense linears (spec §4.1, §4.3, §4.5, §4.7, §4.8, §4.9).
 constexpr Linear kDecodeShapes[] = {
@@ -290,9 +294,7 @@ void LtBlockScaled(const CublasLtFp8& lt, cudaStream_t stream) {
       "128x128 W, bf16 out: us, TF/s, /Lt(bf16)", "1x128 W, f32 out: us, TF/s, /Lt(f32)",
       "128x128 W, f32 out: us, TF/s, /Lt(f32)",
       "Lt bf16 us, Lt f32 us | X re-block us | W re-block us (1x128, 128x128)");
-  for (const Linear& l : {Linear{"wq_a", 1280, 5120}, Linear{"wq_b", 32768, 1280},
-                          Linear{"wo_b", 5120, 8192}, Linear{"shared.w13", 4608, 5120},
-                          Linear{"shared.w2", 5120, 2304}, Linear{"square8k", 8192, 8192}}) {
+  for (const Linear& l : kPrefillLinears) {
     Problem p(kM, l.n, l.k, 1);
     const double flops = 2.0 * kM * l.n * l.k;
     uint8_t *xr = nullptr, *w_vec = nullptr, *w_blk = nullptr;
@@ -391,9 +393,7 @@ void Prefill(cudaStream_t stream) {
       "x_f16 panel: us, TF/s, widen us, TF/s with it, with it/Lt(bf16)",
       "panel + ws_halves: us, TF/s, with widen/Lt(bf16)",
       "scaled panel: us, TF/s, widen us, with widen/Lt(bf16)");
-  for (const Linear& l : {Linear{"wq_a", 1280, 5120}, Linear{"wq_b", 32768, 1280},
-                          Linear{"wo_b", 5120, 8192}, Linear{"shared.w13", 4608, 5120},
-                          Linear{"shared.w2", 5120, 2304}, Linear{"square8k", 8192, 8192}}) {
+  for (const Linear& l : kPrefillLinears) {
     Problem p(kM, l.n, l.k, 1);
     const double flops = 2.0 * kM * l.n * l.k;
     auto ours = [&](Fp8GemmTile t) {
@@ -465,9 +465,7 @@ void Prefill(cudaStream_t stream) {
       "TF/s all", "gemm / Lt(bf16)", "all / Lt(bf16)", "ws_m256: us, TF/s, gemm / Lt(bf16)",
       "cuBLASLt bf16 x bf16: us, TF/s, ours / it, ws_m256 / it",
       "ws_persistent: us, TF/s; with ws_m256: us, TF/s");
-  for (const Linear& l : {Linear{"wq_a", 1280, 5120}, Linear{"wq_b", 32768, 1280},
-                          Linear{"wo_b", 5120, 8192}, Linear{"shared.w13", 4608, 5120},
-                          Linear{"shared.w2", 5120, 2304}, Linear{"square8k", 8192, 8192}}) {
+  for (const Linear& l : kPrefillLinears) {
     Problem p(kM, l.n, l.k, 1);
     const double flops = 2.0 * kM * l.n * l.k;
     uint16_t *xb = nullptr, *wb = nullptr;
@@ -522,9 +520,7 @@ void Prefill(cudaStream_t stream) {
       "%7s | %s | %s\n",
       static_cast<long long>(kM), "linear", "n", "k", "cutlass us", "TF/s", "ours us", "TF/s",
       "Lt us", "TF/s", "cutlass / Lt(bf16), ours / Lt(bf16)", "elements differing from ours");
-  for (const Linear& l : {Linear{"wq_a", 1280, 5120}, Linear{"wq_b", 32768, 1280},
-                          Linear{"wo_b", 5120, 8192}, Linear{"shared.w13", 4608, 5120},
-                          Linear{"shared.w2", 5120, 2304}, Linear{"square8k", 8192, 8192}}) {
+  for (const Linear& l : kPrefillLinears) {
     const double flops = 2.0 * kM * l.n * l.k;
     Problem p(kM, l.n, l.k, 1);  // the FP8 operands, widened to bf16 as the route does
     uint16_t *xb = nullptr, *wb = nullptr, *y_ours = nullptr, *y_cut = nullptr;
