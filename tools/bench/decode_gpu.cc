@@ -266,6 +266,9 @@ ABSL_FLAG(bool, indexer_mma_sum, false,
 ABSL_FLAG(bool, indexer_mma_bf16, true,
           "With --indexer_mma: the prefill indexer's operands staged once as bf16, its "
           "fragments by ldmatrix (DeviceDecoderOptions::indexer_mma_bf16; same bits).");
+ABSL_FLAG(bool, indexer_decode_mma, false,
+          "Decode steps' indexer on the tensor cores, a block a query "
+          "(DeviceDecoderOptions::indexer_decode_mma; same bits).");
 ABSL_FLAG(bool, prompt_tf32_mhc_wide, false,
           "With --prompt_tf32_mhc: HcMixTf32 with two m16 tiles a warp "
           "(DeviceDecoderOptions::prompt_tf32_mhc_wide; same bits).");
@@ -619,6 +622,7 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .indexer_mma = absl::GetFlag(FLAGS_indexer_mma),
           .indexer_mma_sum = absl::GetFlag(FLAGS_indexer_mma_sum),
           .indexer_mma_bf16 = absl::GetFlag(FLAGS_indexer_mma_bf16),
+          .indexer_decode_mma = absl::GetFlag(FLAGS_indexer_decode_mma),
           .topk_in_registers = absl::GetFlag(FLAGS_topk_in_registers),
           .scaled_x16_panel = absl::GetFlag(FLAGS_scaled_x16_panel),
           .prompt_bf16_linears = absl::GetFlag(FLAGS_prompt_bf16_linears),
@@ -1118,6 +1122,12 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
         static_cast<long long>((*dd)->stats().fused_ropes),
         static_cast<long long>((*dd)->stats().fused_kv_rows),
         static_cast<long long>((*dd)->stats().folded_row_ops));
+    if ((*dd)->stats().decode_mma_key_scores > 0) {
+      std::printf(
+          "      indexer_decode_mma: %lld decode IndexerScore launches on the tensor cores since "
+          "start\n",
+          static_cast<long long>((*dd)->stats().decode_mma_key_scores));
+    }
     if (device_greedy) {
       std::printf(
           "      greedy tokens picked on the device (ArgmaxRows over %lld logits a row, "

@@ -24,9 +24,15 @@ step() {  # step NAME TIMEOUT_S COMMAND...
 # step is skipped (a summary line, exit 0). For a script whose steps run most
 # telling first, so that a short call still answers the first questions.
 steps_began=$(date +%s)
+# With ONLY_STEPS set (an extended regular expression), a step whose name
+# does not match it is skipped too: a second call runs what the first left.
 budget_step() {
   local name="$1" limit="$2" left
   shift 2
+  if [[ -n "${ONLY_STEPS:-}" ]] && ! grep -qE "${ONLY_STEPS}" <<< "${name}"; then
+    printf '%-36s skipped (ONLY_STEPS)\n' "${name}" | tee -a "${results}/summary.txt"
+    return 0
+  fi
   left=$((${BUDGET_S:-540} - ($(date +%s) - steps_began)))
   if ((left < 15)); then
     printf '%-36s skipped (no time left)\n' "${name}" | tee -a "${results}/summary.txt"

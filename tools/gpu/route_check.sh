@@ -1,31 +1,29 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, after
 # `tar -xJf .gpu_pack/bundle.tar.xz`: the open questions after the
-# forty-fifth session, most telling first under BUDGET_S (default 540;
-# check_steps.sh; what does not fit is skipped and named in summary.txt, for
-# a second call):
-#   1. tests: cuBLASLt's block-scaled FP8 (fp8_lt_gemm_test: the workspace
-#      it asked for at 4,096 rows now given, the bound from the forty-fifth
-#      session's measurement) and the decoder's prompt_fp8_lt cases; the
-#      route's kernel test (cheap; its forms passed in the forty-fifth);
-#   2. the EP8 prefill chunk with the defaults (the wide numbering and the
-#      vec16 combine on since the forty-fifth session) and with
-#      --prompt_fp8_lt (both weight forms): its speed, never measured (its
-#      fidelity misses the bars, so it is a ceiling, not a candidate), two
-#      rounds; fp8_gemm_bench prefill's block-scaled rows against plain
-#      cuBLASLt FP8;
-#   3. the decoder test's three shards under the new defaults (300 s each:
-#      the suite has not run whole since the forty-second session);
-#   4. EP8 decode at context 4,096, batches 1 and 64, with the kernel
-#      timeline; the chunk's timeline (no programmatic edges); ncu of the
-#      prompt attention's mirror form with its whole report (bank conflicts:
-#      kernels/cuda/attention/README.md, "Known limits").
+# forty-sixth session's build, most telling first under BUDGET_S (default
+# 540; check_steps.sh; what does not fit is skipped and named in
+# summary.txt; a second call runs those with ONLY_STEPS='regex'):
+#   1. the decode indexer on the tensor cores (IndexerScoreForm::
+#      kDecodeMmaBf16, built in the forty-sixth session): indexer_score_test
+#      (every case, every form, against the CPU's bits), indexer_score_bench
+#      (the decode batches), the decoder's same-bits case, and EP8 decode at
+#      context 4,096, batches 1 and 64, with and without
+#      --indexer_decode_mma, two rounds;
+#   2. cuBLASLt's block-scaled FP8 (fp8_lt_gemm_test with its workspace;
+#      the decoder's prompt_fp8_lt cases at their measured levels) and the
+#      EP8 chunk with the defaults and with --prompt_fp8_lt (both weight
+#      forms; a ceiling, never timed); fp8_gemm_bench prefill's block-scaled
+#      rows;
+#   3. the decoder test's three shards under the defaults (the suite has not
+#      run whole since the forty-second session);
+#   4. EP8 decode with the kernel timeline (the decode indexer on), the
+#      chunk's timeline, ncu of the prompt attention's mirror form with its
+#      whole report.
 # Bundle (here, a few minutes with a warm cache):
 #   BUNDLE_TARGETS="//worker/model:device_decoder_fast_test //tools/bench:decode_gpu
-#     //kernels/cuda/moe:mxfp4_grouped_gemm_bench //kernels/cuda/moe:mxfp4_bf16_gemm_sm90_test
-#     //kernels/cuda/moe:moe_permute_test //kernels/cuda/dense:bf16_gemm_cutlass_test
-#     //kernels/cuda/attention:indexer_score_test //kernels/cuda/attention:topk_test
-#     //kernels/cuda:round_pair_probe_test //kernels/cuda/moe:hc_mix_split_test
+#     //kernels/cuda/attention:indexer_score_test //kernels/cuda/attention:indexer_score_bench
+#     //kernels/cuda/moe:mxfp4_bf16_gemm_sm90_test //kernels/cuda/attention:topk_test
 #     //kernels/cuda/dense:fp8_lt_gemm_test //kernels/cuda/dense:fp8_gemm_bench"
 #     tools/gpu/bundle.sh
 #   tools/gpu/route_check.sh [RESULTS]
@@ -67,6 +65,24 @@ profile() {
   } > "${results}/${name}.txt" 2>&1
 }
 
+# The decode indexer on the tensor cores: every case and form against the
+# CPU's bits; its bench; the decoder's case (chunk and decode steps with
+# every indexer option give the per-query form's bits).
+budget_step indexer_test 90 "${bundle}/bin/kernels_cuda_attention_indexer_score_test" || status=1
+budget_step indexer_bench 60 "${bundle}/tools/indexer_score_bench"
+budget_step decoder_indexer_test 150 "${bundle}/bin/worker_model_device_decoder_fast_test" \
+  --gtest_filter='*IndexerGivesThePerQueryBits*' || status=1
+# EP8 decode at 4,096, batches 1 and 64, the defaults and the decode
+# indexer, two rounds in turn.
+decode_round() {  # decode_round SUFFIX
+  budget_step "decode_defaults$1" 60 "${decode}" --ep_slice=8 --numerics=fast --batches=1,64 \
+    --context=4096 --prefill_chunk=4096 --steps=8 --warmup=2 --slice_profile=false
+  budget_step "decode_idx$1" 60 "${decode}" --ep_slice=8 --numerics=fast --batches=1,64 \
+    --context=4096 --prefill_chunk=4096 --steps=8 --warmup=2 --slice_profile=false \
+    --indexer_decode_mma
+}
+decode_round ""
+decode_round _2
 # cuBLASLt's block-scaled FP8 over the re-blocked stored forms: the
 # re-blocking's bytes, the product against the exact one, the scale layouts,
 # batch invariance; then the decoder's cases (the long chunk against short
@@ -74,24 +90,16 @@ profile() {
 budget_step lt_gemm_test 90 "${bundle}/bin/kernels_cuda_dense_fp8_lt_gemm_test" || status=1
 budget_step decoder_lt_test 150 "${bundle}/bin/worker_model_device_decoder_fast_test" \
   --gtest_filter='*PromptFp8Lt*' || status=1
-budget_step route_kernel_test 120 "${bundle}/bin/kernels_cuda_moe_mxfp4_bf16_gemm_sm90_test" \
-  || status=1
-# moe_permute_test, bf16_gemm_cutlass_test, indexer_score_test, topk_test,
-# round_pair_probe_test and hc_mix_split_test passed in the forty-third
-# session and their kernels have not moved since: with TESTS_ALL=1 only.
+# The route's kernel test and topk_test passed in the forty-fifth and
+# forty-third sessions and their kernels have not moved since: with
+# TESTS_ALL=1 only.
 if [[ -n "${TESTS_ALL:-}" ]]; then
-  budget_step moe_permute_test 60 "${bundle}/bin/kernels_cuda_moe_moe_permute_test" || status=1
-  budget_step cutlass_test 60 "${bundle}/bin/kernels_cuda_dense_bf16_gemm_cutlass_test" || status=1
-  budget_step indexer_test 60 "${bundle}/bin/kernels_cuda_attention_indexer_score_test" || status=1
+  budget_step route_kernel_test 120 "${bundle}/bin/kernels_cuda_moe_mxfp4_bf16_gemm_sm90_test" \
+    || status=1
   budget_step topk_test 60 "${bundle}/bin/kernels_cuda_attention_topk_test" || status=1
-  budget_step round_pair_probe_test 30 "${bundle}/bin/kernels_cuda_round_pair_probe_test" ||
-    status=1
-  budget_step hc_mix_test 60 "${bundle}/bin/kernels_cuda_moe_hc_mix_split_test" \
-    --gtest_filter='HcMixTf32Test.*' || status=1
 fi
-# The chunk's forms, NAME:FLAGS (split at commas), two rounds in turn. (The
-# forty-fifth session's: the route's tail and CTA pairs slower, off; the wide
-# numbering and the vec16 combine on; the top-k in registers no faster.)
+# The chunk with the defaults and on cuBLASLt's block-scaled FP8 (a
+# ceiling: its fidelity misses the bars), NAME:FLAGS (split at commas).
 chunk_forms=(defaults:--prompt_fp8_lt=false lt:--prompt_fp8_lt=true
   lt_blocks:--prompt_fp8_lt=true,--prompt_fp8_lt_blocks=true)
 chunk_round() {  # chunk_round SUFFIX
@@ -105,17 +113,16 @@ chunk_round ""
 # The block-scaled FP8's rows in fp8_gemm_bench's prefill table (against
 # plain cuBLASLt FP8 on the same shapes, same run).
 budget_step fp8_gemm_bench_prefill 120 "${bundle}/tools/fp8_gemm_bench" prefill
-chunk_round _2
 # The decoder test whole, in three shards.
 for shard in 0 1 2; do
   budget_step "decoder_test_shard${shard}" 300 env GTEST_TOTAL_SHARDS=3 \
     GTEST_SHARD_INDEX="${shard}" "${bundle}/bin/worker_model_device_decoder_fast_test" || status=1
 done
 # Decode with each step's kernels on CUPTI's timeline (the graph's nodes one
-# by one); the context by prefill chunks.
+# by one), the decode indexer on; the context by prefill chunks.
 budget_step decode_ep8 150 "${decode}" --ep_slice=8 --numerics=fast --batches=1,64 \
   --context=4096 --prefill_chunk=4096 --steps=3 --warmup=1 --slice_profile=false \
-  --kernel_timeline
+  --kernel_timeline --indexer_decode_mma
 # Without programmatic edges, so each kernel's busy time is its own.
 budget_step chunk_timeline 120 "${decode}" "${slice[@]}" --prefill_timeline --programmatic=false
 # The prompt attention's mirror form inside the chunk: the whole report's
@@ -139,8 +146,13 @@ grep -A14 'kernel timeline of batch' "${results}/decode_ep8.log" 2>/dev/null | c
 echo "== cuBLASLt's block-scaled FP8 (fp8_gemm_bench prefill)"
 sed -n '/Fp8LtGemm/,/^$/p' "${results}/fp8_gemm_bench_prefill.log" 2>/dev/null | cut -c1-220 |
   head -14
+echo "== the decode indexer (indexer_score_bench)"
+head -n 8 "${results}/indexer_bench.log" 2>/dev/null | cut -c1-220
 echo "== EP8 decode at 4,096"
-grep -E '^ *(1|64) ' "${results}/decode_ep8.log" 2>/dev/null | cut -c1-150
+for log in "${results}"/decode_*.log; do
+  [[ -f "${log}" ]] || continue
+  grep -E '^ *(1|64) ' "${log}" | sed "s|^|${log##*/}: |" | cut -c1-150
+done
 echo "== summary"
 cat "${results}/summary.txt"
 echo "== tests"

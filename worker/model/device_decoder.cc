@@ -843,6 +843,7 @@ absl::StatusOr<int64_t> DeviceDecoder::StepInto(std::span<const int> slots,
     stats_.x16_panels = m.x16_panels;
     stats_.shared_key_scores = m.shared_key_scores;
     stats_.mma_key_scores = m.mma_key_scores;
+    stats_.decode_mma_key_scores = m.decode_mma_key_scores;
     stats_.expert_out_bf16_layers = m.expert_out_bf16_layers;
     stats_.kv_mirrors = m.kv_mirrors;
     stats_.fused_ropes = m.fused_ropes;

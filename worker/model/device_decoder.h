@@ -634,6 +634,16 @@ struct DeviceDecoderOptions {
   // chunk 0.419 / 0.419 -> 0.404 / 0.405 s, two rounds, against 0.410 with
   // indexer_mma_sum). Takes precedence over indexer_mma_sum.
   bool indexer_mma_bf16 = true;
+  // IndexerScore launches of fewer than kIndexerSharedKeysMinRows rows (decode
+  // steps, each row over its own sequence's keys) on the tensor cores where
+  // q's MXFP4 form and the MXFP4 index keys are their inputs
+  // (IndexerScoreForm::kDecodeMmaBf16: a block a query and a range of 64-key
+  // tiles, its four warps 16 keys each over every head; the arithmetic of
+  // kSharedKeysMmaBf16, so the same bits). The per-query form runs its dots
+  // on the CUDA cores: 240 us a launch at the EP8 slice's batch 64 (1.8 ms
+  // of the step; H100, forty-fifth session). Built in the forty-sixth
+  // session: off until a GPU runs indexer_score_test.
+  bool indexer_decode_mma = false;
   // The sparse attention's top-k of rows of up to 8,192 visible entries with
   // each row held in registers (kernels/cuda/attention TopkParams::in_registers:
   // read once instead of about six times, a tie and the output one prefix
@@ -1012,6 +1022,8 @@ struct DeviceDecoderStats {
   int64_t kv_mirrors = 0;         // prompt_kv_mirror: layers' mirror passes enqueued
   int64_t shared_key_scores = 0;  // indexer_shared_keys: IndexerScore launches in that form
   int64_t mma_key_scores = 0;     // indexer_mma: of those, the launches on the tensor cores
+  // indexer_decode_mma: decode IndexerScore launches on the tensor cores
+  int64_t decode_mma_key_scores = 0;
   int64_t expert_out_bf16_layers = 0;  // expert_out_bf16: MoE layers whose outputs went as bf16
   int64_t drafts = 0;           // sequences drafted (DraftBatch)
   double draft_seconds = 0;     // wall time inside DraftBatch

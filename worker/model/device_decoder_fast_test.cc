@@ -2073,8 +2073,9 @@ TEST(DeviceDecoderFastTest, SmallBf16WithWgmmaLongChunkGivesTheShortChunksBits) 
 // per-query form, with the shared-keys form, and with indexer_mma (the
 // shared-keys form's dots on the tensor cores where the keys are MXFP4:
 // `mma` says whether they must be), alone, with indexer_mma_sum and with
-// indexer_mma_bf16, all give the same bits; and so does the mma form with
-// the top-k's rows in registers (topk_in_registers).
+// indexer_mma_bf16, all give the same bits; and so do the mma form with
+// the top-k's rows in registers (topk_in_registers) and the decode steps'
+// indexer on the tensor cores (indexer_decode_mma, beside the defaults).
 void SharedKeysIndexerGivesThePerQueryBits(const Checkpoint* small, bool mma) {
   ASSERT_NE(small, nullptr);
   const int64_t v = small->config().vocab_size;
@@ -2084,16 +2085,18 @@ void SharedKeysIndexerGivesThePerQueryBits(const Checkpoint* small, bool mma) {
   static_assert(kChunk >= kIndexerSharedKeysMinRows);
   DeviceDecoderOptions options = FastChunkOptions(kChunk);
   const std::vector<int64_t> prompt = RandomTokens(kChunk, 47, v - 1);
-  // per query, shared keys, mma, mma_sum, mma_bf16, mma with topk_in_registers
-  constexpr int kForms = 6;
+  // per query, shared keys, mma, mma_sum, mma_bf16, mma with
+  // topk_in_registers, mma_bf16 with indexer_decode_mma
+  constexpr int kForms = 7;
   std::vector<float> got[kForms];
-  int64_t shared[kForms] = {}, on_mma[kForms] = {};
+  int64_t shared[kForms] = {}, on_mma[kForms] = {}, decode_mma[kForms] = {};
   for (int i = 0; i < kForms; ++i) {
     options.indexer_shared_keys = i >= 1;
     options.indexer_mma = i >= 2;
     options.indexer_mma_sum = i == 3;
-    options.indexer_mma_bf16 = i == 4;
+    options.indexer_mma_bf16 = i == 4 || i == 6;
     options.topk_in_registers = i == 5;
+    options.indexer_decode_mma = i == 6;
     auto dd = DeviceDecoder::Create(*cpu, ActivationPrecision::kBf16, options);
     ASSERT_TRUE(dd.ok()) << dd.status();
     ASSERT_TRUE((*dd)->Start(1).ok());
@@ -2107,11 +2110,14 @@ void SharedKeysIndexerGivesThePerQueryBits(const Checkpoint* small, bool mma) {
     }
     shared[i] = (*dd)->stats().shared_key_scores;
     on_mma[i] = (*dd)->stats().mma_key_scores;
+    decode_mma[i] = (*dd)->stats().decode_mma_key_scores;
   }
   EXPECT_EQ(shared[0], 0);
   EXPECT_GT(shared[1], 0) << "the model has no index-source layer the chunk scored";
   EXPECT_EQ(on_mma[1], 0);
   for (int i = 2; i < kForms; ++i) EXPECT_EQ(on_mma[i] > 0, mma) << "form " << i;
+  for (int i = 0; i < kForms - 1; ++i) EXPECT_EQ(decode_mma[i], 0) << "form " << i;
+  EXPECT_EQ(decode_mma[kForms - 1] > 0, mma);
   ASSERT_EQ(got[0].size(), static_cast<size_t>((kChunk + 3) * v));
   for (int i = 1; i < kForms; ++i) {
     ASSERT_EQ(got[i].size(), got[0].size());

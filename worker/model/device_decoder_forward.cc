@@ -359,6 +359,13 @@ absl::Status DeviceDecoder::Impl::SelectCompressed(int layer, int64_t b) {
         ran == kc::IndexerScoreForm::kSharedKeysMmaBf16) {
       ++mma_key_scores;
     }
+  } else if (options.indexer_decode_mma && b < kIndexerSharedKeysMinRows) {
+    // A decode step's rows, each over its own sequence's keys: a block a
+    // query on the tensor cores (the same bits).
+    sp.form = kc::IndexerScoreForm::kDecodeMmaBf16;
+    if (kc::ResolveIndexerScoreForm(sp) == kc::IndexerScoreForm::kDecodeMmaBf16) {
+      ++decode_mma_key_scores;
+    }
   }
   RETURN_IF_ERROR(kc::IndexerScore(sp, stream));
   if (role.produces_candidates) {

@@ -483,6 +483,7 @@ struct DeviceDecoder::Impl {
   int64_t x16_panels = 0;  // panels made (DeviceDecoderStats::x16_panels)
   int64_t shared_key_scores = 0;  // DeviceDecoderStats::shared_key_scores
   int64_t mma_key_scores = 0;     // DeviceDecoderStats::mma_key_scores
+  int64_t decode_mma_key_scores = 0;   // DeviceDecoderStats::decode_mma_key_scores
   int64_t expert_out_bf16_layers = 0;  // DeviceDecoderStats::expert_out_bf16_layers
   int64_t fused_ropes = 0;  // DeviceDecoderStats::fused_ropes
   int64_t fused_kv_rows = 0;   // DeviceDecoderStats::fused_kv_rows

@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/attention/indexer_score.cuh"
 #include "kernels/cuda/attention/indexer_score.h"
+#include "kernels/cuda/attention/indexer_score_decode_bf16.cuh"
 #include "kernels/cuda/attention/indexer_score_grouped.cuh"
 #include "kernels/cuda/attention/indexer_score_shared_keys.cuh"
 #include "kernels/cuda/attention/indexer_score_shared_keys_bf16.cuh"
@@ -159,9 +160,53 @@ absl::Status LaunchSharedKeysBf16(const IndexerScoreParams& p, cudaStream_t stre
                       : LaunchSharedKeysBf16As<0, kRoundBf16>(p, stream);
 }
 
+// The decode form (kDecodeMmaBf16): the mma forms' inputs and its block's
+// shared memory within the SM's.
+bool DecodeMmaBf16Applies(const IndexerScoreParams& p) {
+  return p.q_mxfp4 && p.k_codes != nullptr && p.dim % 32 == 0 &&
+         static_cast<size_t>(IndexerDecodeBf16Layout(p.heads, p.dim).bytes) +
+                 kSharedKeysStaticBytes <=
+             kHopperMaxSharedBytes;
+}
+
+// About a wave of the decode form's blocks (~35 KB each at V4.1's 32 x 128,
+// several an SM): a batch of 64 rows at 1,026 keys takes two tiles a block,
+// a single row a tile a block.
+constexpr int64_t kDecodeTargetBlocks = 1024;
+
+template <int kDim, bool kRoundBf16>
+absl::Status LaunchDecodeBf16As(const IndexerScoreParams& p, cudaStream_t stream) {
+  const auto kernel = IndexerScoreDecodeBf16Kernel<kDim, kRoundBf16>;
+  const size_t shared = static_cast<size_t>(IndexerDecodeBf16Layout(p.heads, p.dim).bytes);
+  if (shared > kDefaultSharedBytes) {
+    if (absl::Status s =
+            AllowSharedBytes(kernel, static_cast<int64_t>(shared), "IndexerScore decode bf16");
+        !s.ok()) {
+      return s;
+    }
+  }
+  const IndexerDecodeGrid grid = IndexerDecodeGrid::Make(p.queries, p.keys, kDecodeTargetBlocks);
+  if (grid.Blocks() > 0x7fffffff) {
+    return absl::InvalidArgumentError("IndexerScore decode bf16: too many blocks");
+  }
+  kernel<<<static_cast<unsigned>(grid.Blocks()), IndexerSharedKeysLayout::kThreads, shared,
+           stream>>>(p.q, p.k_codes, p.k_scales, p.weights, p.visible_len, p.key_offset,
+                     p.block_table, p.table_slot, p.table_width, p.entries_per_block, p.out,
+                     p.heads, p.dim, p.keys, p.weights_factor, grid);
+  return LaunchStatus("IndexerScore decode bf16");
+}
+
+template <bool kRoundBf16>
+absl::Status LaunchDecodeBf16(const IndexerScoreParams& p, cudaStream_t stream) {
+  return p.dim == 128 ? LaunchDecodeBf16As<128, kRoundBf16>(p, stream)
+                      : LaunchDecodeBf16As<0, kRoundBf16>(p, stream);
+}
+
 template <bool kRoundBf16>
 absl::Status Launch(const IndexerScoreParams& p, cudaStream_t stream) {
   switch (ResolveIndexerScoreForm(p)) {
+    case IndexerScoreForm::kDecodeMmaBf16:
+      return LaunchDecodeBf16<kRoundBf16>(p, stream);
     case IndexerScoreForm::kGrouped:
       return LaunchGrouped<kRoundBf16>(p, stream);
     case IndexerScoreForm::kSharedKeys:
@@ -199,6 +244,9 @@ absl::Status Launch(const IndexerScoreParams& p, cudaStream_t stream) {
 
 IndexerScoreForm ResolveIndexerScoreForm(const IndexerScoreParams& p) {
   if (p.form == IndexerScoreForm::kGrouped && GroupedApplies(p)) return IndexerScoreForm::kGrouped;
+  if (p.form == IndexerScoreForm::kDecodeMmaBf16) {
+    return DecodeMmaBf16Applies(p) ? IndexerScoreForm::kDecodeMmaBf16 : IndexerScoreForm::kPerQuery;
+  }
   if (p.form == IndexerScoreForm::kSharedKeysMmaBf16 && SharedKeysMmaBf16Applies(p)) {
     return IndexerScoreForm::kSharedKeysMmaBf16;
   }

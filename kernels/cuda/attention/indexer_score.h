@@ -80,6 +80,14 @@ enum class IndexerScoreForm {
   // 32 x 128 (three an SM). Where it does not apply, as kSharedKeysMmaSum.
   // Built in the forty-third session: not yet run on a GPU.
   kSharedKeysMmaBf16,
+  // kSharedKeysMmaBf16's arithmetic laid out for decode steps, whose rows
+  // each read their own sequence's keys (indexer_score_decode_bf16.cuh): a
+  // block one query and a range of 64-key tiles, its heads staged once as
+  // bf16, each tile's keys once, the four warps 16 keys each over every
+  // head; ~35 KB a block at 32 x 128. The same bits as the mma forms. Needs
+  // q_mxfp4, MXFP4 keys and dim % 32 == 0; elsewhere kPerQuery runs. Built
+  // in the forty-sixth session: not yet run on a GPU.
+  kDecodeMmaBf16,
 };
 
 struct IndexerScoreParams {

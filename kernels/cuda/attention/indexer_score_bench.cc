@@ -1,15 +1,17 @@
-// indexer_score_bench: IndexerScore's four forms (per query, grouped, shared
-// keys, shared keys with the dots on mma.sync) timed on V4.1-Flash's indexer (32 heads x 128, MXFP4
-// keys through block tables, q's MXFP4 form and the weights' scale made in the launch, bf16
-// roundings): a prefill chunk (--queries rows of one sequence, visible lengths growing with the
+// indexer_score_bench: IndexerScore's forms (per query, grouped, shared
+// keys, shared keys with the dots on mma.sync and its two refinements, and
+// the decode form of those dots: IndexerScoreForm) timed on V4.1-Flash's
+// indexer (32 heads x 128, MXFP4 keys through block tables, q's MXFP4 form
+// and the weights' scale made in the launch, bf16 roundings): a prefill
+// chunk (--queries rows of one sequence, visible lengths growing with the
 // position at --ratio) and decode batches (each row its own sequence at
 // --context). Prints us a call of each form, the speedup of the grouped,
-// shared-keys and mma forms over the per-query one, and for the first two the
-// visible dots' fp32 operations a second over the device's rate of separate
-// multiplies and adds (SMs x 128 lanes x the SM clock: the data-sheet
-// ceiling of the CPU's order, which allows no fused multiply-add), and
-// whether all four forms wrote the same bits (the mma form's where every
-// dot's exact sum fits fp32, as on these inputs).
+// shared-keys, mma and decode forms over the per-query one, and for the
+// first two the visible dots' fp32 operations a second over the device's
+// rate of separate multiplies and adds (SMs x 128 lanes x the SM clock: the
+// data-sheet ceiling of the CPU's order, which allows no fused
+// multiply-add), and whether all forms wrote the same bits (the mma forms'
+// where every dot's exact sum fits fp32, as on these inputs).
 //
 //   indexer_score_bench [--queries=4096] [--context=4096] [--ratio=4]
 
@@ -93,13 +95,14 @@ void Run(const Case& c, int64_t context, int64_t ratio, double op_rate) {
                        .k_scales = dscales,
                        .q_mxfp4 = true,
                        .weights_factor = 0.0078125f};
-  constexpr int kForms = 6;
+  constexpr int kForms = 7;
   double ms[kForms];
   std::vector<float> out[kForms];
   const IndexerScoreForm forms[kForms] = {
       IndexerScoreForm::kPerQuery,         IndexerScoreForm::kGrouped,
       IndexerScoreForm::kSharedKeys,       IndexerScoreForm::kSharedKeysMma,
-      IndexerScoreForm::kSharedKeysMmaSum, IndexerScoreForm::kSharedKeysMmaBf16};
+      IndexerScoreForm::kSharedKeysMmaSum, IndexerScoreForm::kSharedKeysMmaBf16,
+      IndexerScoreForm::kDecodeMmaBf16};
   for (int f = 0; f < kForms; ++f) {
     p.form = forms[f];
     ms[f] = MedianMs(
@@ -120,12 +123,12 @@ void Run(const Case& c, int64_t context, int64_t ratio, double op_rate) {
   }
   const double ops = dots * kDim * 2;  // a multiply and an add a channel
   std::printf(
-      "%-9s %6lld %6lld %12.1f %12.1f %12.1f %12.1f %12.1f %12.1f %8.2f %8.2f %8.2f %8.3f %8.3f "
-      "%6s\n",
+      "%-9s %6lld %6lld %12.1f %12.1f %12.1f %12.1f %12.1f %12.1f %12.1f %8.2f %8.2f %8.2f %8.2f "
+      "%8.3f %8.3f %6s\n",
       c.name, static_cast<long long>(c.queries), static_cast<long long>(keys), ms[0] * 1e3,
-      ms[1] * 1e3, ms[2] * 1e3, ms[3] * 1e3, ms[4] * 1e3, ms[5] * 1e3, ms[0] / ms[1], ms[0] / ms[2],
-      ms[0] / ms[3], ops / (ms[1] * 1e-3) / op_rate, ops / (ms[2] * 1e-3) / op_rate,
-      same ? "yes" : "NO");
+      ms[1] * 1e3, ms[2] * 1e3, ms[3] * 1e3, ms[4] * 1e3, ms[5] * 1e3, ms[6] * 1e3, ms[0] / ms[1],
+      ms[0] / ms[2], ms[0] / ms[3], ms[0] / ms[6], ops / (ms[1] * 1e-3) / op_rate,
+      ops / (ms[2] * 1e-3) / op_rate, same ? "yes" : "NO");
   for (void* ptr : std::vector<void*>{dq, dw, dcodes, dscales, dtable, dslot, dvisible, dout}) {
     cudaFree(ptr);
   }
@@ -147,9 +150,10 @@ int main(int argc, char** argv) {
   const double op_rate = static_cast<double>(prop.multiProcessorCount) * 128 * clock_khz * 1e3;
   std::printf("%s: %d SMs at %d MHz, fp32 multiply/add rate %.1f T ops/s\n", prop.name,
               prop.multiProcessorCount, clock_khz / 1000, op_rate * 1e-12);
-  std::printf("%-9s %6s %6s %12s %12s %12s %12s %12s %12s %8s %8s %8s %8s %8s %6s\n", "case",
-              "rows", "keys", "per_query_us", "grouped_us", "shared_us", "mma_us", "mma_sum_us",
-              "mma_bf16_us", "x_grp", "x_shared", "x_mma", "fp32_grp", "fp32_shr", "same");
+  std::printf("%-9s %6s %6s %12s %12s %12s %12s %12s %12s %12s %8s %8s %8s %8s %8s %8s %6s\n",
+              "case", "rows", "keys", "per_query_us", "grouped_us", "shared_us", "mma_us",
+              "mma_sum_us", "mma_bf16_us", "decode_us", "x_grp", "x_shared", "x_mma", "x_decode",
+              "fp32_grp", "fp32_shr", "same");
   const weir::kernels::cuda::Case cases[] = {{"prefill", queries, true},
                                              {"decode", 1, false},
                                              {"decode", 8, false},

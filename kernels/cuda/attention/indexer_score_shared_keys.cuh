@@ -196,44 +196,55 @@ __device__ __forceinline__ void StageRunKeys(const int32_t* table, int64_t offse
   }
 }
 
+// One round of the shared-memory head sum (SmemHeadSum's, and the decode
+// form's whole pass): term(mt, q, e) is the term of head 16 mt + (lane >> 2)
+// + 8 (e >> 1) of the pass and key 8 q + 2 (lane & 3) + (e & 1) of the
+// round's 16; lane (g, t) stores heads 16 mt + 8 h + g, keys 8 q + 2 t + (0,
+// 1) into the warp's scratch, and lane k < 16 then adds key k's terms of the
+// pass's real heads in head order to `total`. The whole warp calls it.
+template <typename Term>
+__device__ __forceinline__ void SmemHeadSumRound(Term term, float* sum_scratch, float& total,
+                                                 int lane, int heads, int pass) {
+  using L = IndexerSharedKeysLayout;
+  const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        float2* at = reinterpret_cast<float2*>(sum_scratch + (16 * mt + 8 * h + g) * L::kSumStride +
+                                               8 * q + 2 * t4);
+        *at = make_float2(term(mt, q, 2 * h), term(mt, q, 2 * h + 1));
+      }
+    }
+  }
+  __syncwarp();
+  if (lane < L::kSumKeys) {
+    float acc = total;
+    const int valid = heads - pass < L::kHeadPass ? heads - pass : L::kHeadPass;
+    for (int hh = 0; hh < valid; ++hh) {
+      acc = __fadd_rn(acc, sum_scratch[hh * L::kSumStride + lane]);
+    }
+    total = acc;
+  }
+  __syncwarp();
+}
+
 // The shared-memory head sum of a pass (kSharedKeysMmaSum, kSharedKeysMmaBf16)
 // over the terms d (the mma accumulators: d[mt][nt][e] head 16 mt + (lane >>
 // 2) + 8 (e >> 1) of the pass, key 8 nt + 2 (lane & 3) + (e & 1)). Round r:
-// keys 16 r .. 16 r + 15 (n tiles 2 r, 2 r + 1); lane (g, t) stores heads
-// 16 mt + 8 h + g, keys 8 (nt - 2 r) + 2 t + (0, 1) into the warp's scratch;
-// lane k < 16 then adds key 16 r + k's terms of the pass's real heads in
-// head order to sum_total[r]. The whole warp calls it.
+// keys 16 r .. 16 r + 15 (n tiles 2 r, 2 r + 1) through SmemHeadSumRound
+// into sum_total[r]. The whole warp calls it.
 __device__ __forceinline__ void SmemHeadSum(
     const float (&d)[2][8][4], float* sum_scratch,
     float (&sum_total)[IndexerSharedKeysLayout::kKeys / IndexerSharedKeysLayout::kSumKeys],
     int lane, int heads, int pass) {
   using L = IndexerSharedKeysLayout;
-  const int g = lane >> 2, t4 = lane & 3;
 #pragma unroll
   for (int r = 0; r < L::kKeys / L::kSumKeys; ++r) {
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
-          const int nt = 2 * r + q;
-          float2* at = reinterpret_cast<float2*>(
-              sum_scratch + (16 * mt + 8 * h + g) * L::kSumStride + 8 * q + 2 * t4);
-          *at = make_float2(d[mt][nt][2 * h], d[mt][nt][2 * h + 1]);
-        }
-      }
-    }
-    __syncwarp();
-    if (lane < L::kSumKeys) {
-      float acc = sum_total[r];
-      const int valid = heads - pass < L::kHeadPass ? heads - pass : L::kHeadPass;
-      for (int hh = 0; hh < valid; ++hh) {
-        acc = __fadd_rn(acc, sum_scratch[hh * L::kSumStride + lane]);
-      }
-      sum_total[r] = acc;
-    }
-    __syncwarp();
+    SmemHeadSumRound([&](int mt, int q, int e) { return d[mt][2 * r + q][e]; }, sum_scratch,
+                     sum_total[r], lane, heads, pass);
   }
 }
 

@@ -140,12 +140,76 @@ struct IndexerSharedKeysBf16Layout {
   // 2 t / 2 t + 8). B: for the n tiles 2 p and 2 p + 1, lane l gives key
   // 8 (2 p + (l >> 4)) + (l & 7) at channel offset 8 ((l >> 3) & 1), so the
   // four matrices are b0, b1 of n tile 2 p, then of 2 p + 1.
-  WEIR_SHARED_KEYS_HD constexpr int ARowOffset(int lane) const {
+  WEIR_SHARED_KEYS_HD static constexpr int ARowOffsetAt(int stride, int lane) {
     return ((lane & 7) + 8 * ((lane >> 3) & 1)) * stride + 8 * (lane >> 4);
   }
-  WEIR_SHARED_KEYS_HD constexpr int BRowOffset(int lane, int pair) const {
+  WEIR_SHARED_KEYS_HD static constexpr int BRowOffsetAt(int stride, int lane, int pair) {
     return (8 * (2 * pair + (lane >> 4)) + (lane & 7)) * stride + 8 * ((lane >> 3) & 1);
   }
+  WEIR_SHARED_KEYS_HD constexpr int ARowOffset(int lane) const {
+    return ARowOffsetAt(stride, lane);
+  }
+  WEIR_SHARED_KEYS_HD constexpr int BRowOffset(int lane, int pair) const {
+    return BRowOffsetAt(stride, lane, pair);
+  }
+};
+
+// IndexerScoreForm::kDecodeMmaBf16 (indexer_score_decode_bf16.cuh): one
+// query a block, for decode steps whose rows each read their own sequence's
+// keys. The block's four warps split each tile of kKeys keys, warp w taking
+// keys 16 w .. 16 w + 15 (n tiles 2 w and 2 w + 1: ldmatrix pair w) over all
+// the query's heads; the mma arithmetic, terms and head sum are
+// kSharedKeysMmaBf16's. Shared memory, in bytes from the start: the query's
+// heads as bf16 [head_rows][stride] (head h at row h; rows past `heads`
+// zero), its weights as floats [head_rows], the key tile as bf16
+// [kKeys][stride], then each warp's head-sum scratch (kSumWarpFloats floats).
+// About 35 KB at V4.1's 32 heads x 128: six blocks an SM.
+struct IndexerDecodeBf16Layout {
+  using L = IndexerSharedKeysLayout;
+  static constexpr int kWarps = L::kThreads / 32;
+  static constexpr int kWarpKeys = L::kKeys / kWarps;  // 16: a head-sum round
+  static_assert(kWarpKeys == L::kSumKeys, "a warp's keys are one head-sum round");
+  int head_rows = 0;
+  int stride = 0;  // bf16 values a row
+  int64_t q_offset = 0, w_offset = 0, k_offset = 0, sum_offset = 0, bytes = 0;
+
+  WEIR_SHARED_KEYS_HD constexpr IndexerDecodeBf16Layout(int heads, int dim)
+      : head_rows((heads + L::kHeadPass - 1) / L::kHeadPass * L::kHeadPass),
+        stride(dim + 8),
+        q_offset(0),
+        w_offset(int64_t{(heads + L::kHeadPass - 1) / L::kHeadPass * L::kHeadPass} * (dim + 8) * 2),
+        k_offset(IndexerSharedKeysBf16Layout::RoundUp16(
+            w_offset + int64_t{(heads + L::kHeadPass - 1) / L::kHeadPass * L::kHeadPass} * 4)),
+        sum_offset(k_offset + int64_t{L::kKeys} * (dim + 8) * 2),
+        bytes(sum_offset + int64_t{kWarps} * L::kSumWarpFloats * 4) {}
+};
+
+// Which (query, range of key tiles) block b of the decode form takes: each
+// query's tiles of kKeys split into `ranges` ranges of tiles_per_block, block
+// b query b / ranges, range b % ranges. Host sizes alone fix it, so one
+// captured graph serves every step of those sizes, and a key's score never
+// depends on the split.
+struct IndexerDecodeGrid {
+  int64_t queries = 0;
+  int64_t tiles = 0;  // key tiles of kKeys over all keys
+  int64_t tiles_per_block = 1;
+  int64_t ranges = 0;
+
+  // About `target_blocks` blocks (at least one tile a block).
+  WEIR_SHARED_KEYS_HD static constexpr IndexerDecodeGrid Make(int64_t queries, int64_t keys,
+                                                              int64_t target_blocks) {
+    IndexerDecodeGrid g;
+    constexpr int64_t kk = IndexerSharedKeysLayout::kKeys;
+    g.queries = queries;
+    g.tiles = (keys + kk - 1) / kk;
+    const int64_t want = (g.tiles * queries + target_blocks - 1) / target_blocks;
+    g.tiles_per_block = want < 1 ? 1 : (want > g.tiles ? (g.tiles < 1 ? 1 : g.tiles) : want);
+    g.ranges = (g.tiles + g.tiles_per_block - 1) / g.tiles_per_block;
+    return g;
+  }
+  WEIR_SHARED_KEYS_HD constexpr int64_t Blocks() const { return queries * ranges; }
+  WEIR_SHARED_KEYS_HD constexpr int64_t Query(int64_t block) const { return block / ranges; }
+  WEIR_SHARED_KEYS_HD constexpr int64_t Range(int64_t block) const { return block % ranges; }
 };
 
 // Which (group of queries, range of key tiles) block b takes: groups of

@@ -262,6 +262,74 @@ TEST(IndexerSharedKeysLayoutTest, Bf16LayoutIsAlignedAndFreeOfBankConflicts) {
   EXPECT_LE(3 * (v41.bytes + 1024 + 1024), 228 * 1024);  // + static table, + reserved
 }
 
+// kDecodeMmaBf16's layout: one query's heads, weights, the key tile and four
+// warps' scratch, each part 16-byte aligned; V4.1's 32 x 128 takes about
+// 35 KB. Warp w's ldmatrix pair w reads keys 16 w .. 16 w + 15, so the four
+// warps split the tile.
+TEST(IndexerSharedKeysLayoutTest, DecodeLayoutIsAlignedAndSplitsTheTile) {
+  using B = IndexerSharedKeysBf16Layout;
+  using D = IndexerDecodeBf16Layout;
+  for (int heads : {1, 4, 32, 33, 64, 96}) {
+    for (int dim : {32, 64, 128, 256}) {
+      const D d(heads, dim);
+      EXPECT_EQ(d.head_rows, L(heads, dim).head_rows);
+      EXPECT_EQ(d.stride, dim + 8);
+      EXPECT_EQ(d.w_offset, int64_t{d.head_rows} * d.stride * 2);
+      EXPECT_GE(d.k_offset, d.w_offset + int64_t{d.head_rows} * 4);
+      EXPECT_EQ(d.sum_offset, d.k_offset + int64_t{L::kKeys} * d.stride * 2);
+      EXPECT_EQ(d.bytes, d.sum_offset + 4 * L::kSumWarpFloats * 4);
+      for (int64_t offset : {d.q_offset, d.w_offset, d.k_offset, d.sum_offset}) {
+        EXPECT_EQ(offset % 16, 0) << heads << " " << dim;
+      }
+    }
+  }
+  EXPECT_EQ(D::kWarpKeys * D::kWarps, L::kKeys);
+  const D v41(32, 128);
+  EXPECT_EQ(v41.bytes, 35456);
+  for (int warp = 0; warp < D::kWarps; ++warp) {
+    std::set<int> keys;
+    for (int lane = 0; lane < 32; ++lane) {
+      keys.insert(B::BRowOffsetAt(v41.stride, lane, warp) / v41.stride);
+    }
+    EXPECT_EQ(keys.size(), 16u);
+    EXPECT_EQ(*keys.begin(), D::kWarpKeys * warp);
+    EXPECT_EQ(*keys.rbegin(), D::kWarpKeys * warp + 15);
+  }
+}
+
+// The decode grid: every (query, range) pair one block's, the ranges
+// covering each query's tiles exactly; a batch of 64 rows at V4.1's 1,026
+// keys two tiles a block, one row a tile a block.
+TEST(IndexerSharedKeysLayoutTest, DecodeBlocksTakeEveryQueryAndRangeOnce) {
+  struct Case {
+    int64_t queries, keys, target;
+  };
+  const Case cases[] = {{64, 1026, 1024}, {1, 1026, 1024}, {1, 1, 1024}, {70000, 3, 1024},
+                        {300, 200, 1024}, {7, 64, 1},      {9, 65, 3}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << c.queries << " x " << c.keys);
+    const IndexerDecodeGrid grid = IndexerDecodeGrid::Make(c.queries, c.keys, c.target);
+    EXPECT_EQ(grid.tiles, (c.keys + 63) / 64);
+    EXPECT_GE(grid.tiles_per_block, 1);
+    EXPECT_LE(grid.tiles_per_block, grid.tiles);
+    EXPECT_LT((grid.ranges - 1) * grid.tiles_per_block, grid.tiles);
+    EXPECT_GE(grid.ranges * grid.tiles_per_block, grid.tiles);
+    std::vector<int> seen(c.queries * grid.ranges, 0);
+    for (int64_t b = 0; b < grid.Blocks(); ++b) {
+      const int64_t query = grid.Query(b), range = grid.Range(b);
+      ASSERT_GE(query, 0);
+      ASSERT_LT(query, c.queries);
+      ASSERT_GE(range, 0);
+      ASSERT_LT(range, grid.ranges);
+      ++seen[query * grid.ranges + range];
+    }
+    for (int s : seen) EXPECT_EQ(s, 1);
+  }
+  EXPECT_EQ(IndexerDecodeGrid::Make(64, 1026, 1024).tiles_per_block, 2);
+  EXPECT_EQ(IndexerDecodeGrid::Make(64, 1026, 1024).Blocks(), 576);
+  EXPECT_EQ(IndexerDecodeGrid::Make(1, 1026, 1024).Blocks(), 17);
+}
+
 // ldmatrix .x4 gives lane (g = lane / 4, t = lane % 4) in register j the
 // values 2 t and 2 t + 1 of row g of matrix j, matrix j's rows being the
 // addresses lanes 8 j .. 8 j + 7 gave. With ARowOffset / BRowOffset those

@@ -28,11 +28,13 @@ using testing::DeviceBuffer;
 // fp32, so it must give the CPU's bits there too.
 // kSharedKeysMmaSum (the head sum through shared memory) and
 // kSharedKeysMmaBf16 (its operands staged once as bf16, a term's roundings
-// two values a conversion) likewise.
+// two values a conversion) likewise; and kDecodeMmaBf16 (a block a query,
+// its four warps splitting each tile), kPerQuery where it does not apply.
 constexpr IndexerScoreForm kForms[] = {
     IndexerScoreForm::kPerQuery,         IndexerScoreForm::kGrouped,
     IndexerScoreForm::kSharedKeys,       IndexerScoreForm::kSharedKeysMma,
-    IndexerScoreForm::kSharedKeysMmaSum, IndexerScoreForm::kSharedKeysMmaBf16};
+    IndexerScoreForm::kSharedKeysMmaSum, IndexerScoreForm::kSharedKeysMmaBf16,
+    IndexerScoreForm::kDecodeMmaBf16};
 
 struct Shape {
   int64_t queries;
@@ -738,6 +740,19 @@ TEST(IndexerScoreCudaTest, GroupedFormOnPrefillRunsIsBitIdenticalToTheCpu) {
   p.heads = 32;
   p.form = IndexerScoreForm::kSharedKeysMma;
   p.heads = 96;  // past 227 KiB
+  EXPECT_EQ(ResolveIndexerScoreForm(p), IndexerScoreForm::kPerQuery);
+  p = prefill;
+  p.form = IndexerScoreForm::kDecodeMmaBf16;  // fp32 keys: the per-query form
+  EXPECT_EQ(ResolveIndexerScoreForm(p), IndexerScoreForm::kPerQuery);
+  p.q_mxfp4 = true;
+  p.k_codes = reinterpret_cast<const uint8_t*>(256);
+  EXPECT_EQ(ResolveIndexerScoreForm(p), IndexerScoreForm::kDecodeMmaBf16);
+  p.heads = 96;  // 41 KB
+  EXPECT_EQ(ResolveIndexerScoreForm(p), IndexerScoreForm::kDecodeMmaBf16);
+  p.dim = 48;
+  EXPECT_EQ(ResolveIndexerScoreForm(p), IndexerScoreForm::kPerQuery);
+  p.dim = 128;
+  p.q_mxfp4 = false;
   EXPECT_EQ(ResolveIndexerScoreForm(p), IndexerScoreForm::kPerQuery);
 }
 
