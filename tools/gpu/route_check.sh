@@ -9,7 +9,8 @@
 #      (every case, every form, against the CPU's bits), indexer_score_bench
 #      (the decode batches), the decoder's same-bits case, and EP8 decode at
 #      context 4,096, batches 1 and 64, with and without
-#      --indexer_decode_mma, two rounds;
+#      --indexer_decode_mma, two rounds; small's slice with each kernel's
+#      own time;
 #   2. cuBLASLt's block-scaled FP8 (fp8_lt_gemm_test with its workspace;
 #      the decoder's prompt_fp8_lt cases at their measured levels) and the
 #      EP8 chunk with the defaults and with --prompt_fp8_lt (both weight
@@ -83,6 +84,12 @@ decode_round() {  # decode_round SUFFIX
 }
 decode_round ""
 decode_round _2
+# small's slice with each kernel's own time (no programmatic edges), batches
+# 1 and 64, the decode indexer on: what small's step (1.18 / 1.89 ms against
+# the 1.0 / 1.5) is made of now (the thirtieth session's last).
+budget_step small_timeline 60 "${decode}" --ep_slice=1 --slice_config=models/small/config.json \
+  --numerics=fast --slice_profile=false --batches=1,64 --context=64 --steps=20 --warmup=2 \
+  --kernel_timeline --programmatic=false --indexer_decode_mma
 # cuBLASLt's block-scaled FP8 over the re-blocked stored forms: the
 # re-blocking's bytes, the product against the exact one, the scale layouts,
 # batch invariance; then the decoder's cases (the long chunk against short
@@ -143,6 +150,9 @@ sed -n '/prefill timeline/,/^prefill:/p' "${results}/chunk_timeline.log" 2>/dev/
 echo "== EP8 decode's kernel timelines (names cut)"
 grep -A14 'kernel timeline of batch' "${results}/decode_ep8.log" 2>/dev/null | cut -c1-110 |
   head -34
+echo "== small's slice, each kernel's own time (names cut)"
+grep -A12 'kernel timeline of batch' "${results}/small_timeline.log" 2>/dev/null | cut -c1-110 |
+  head -28
 echo "== cuBLASLt's block-scaled FP8 (fp8_gemm_bench prefill)"
 sed -n '/Fp8LtGemm/,/^$/p' "${results}/fp8_gemm_bench_prefill.log" 2>/dev/null | cut -c1-220 |
   head -14
