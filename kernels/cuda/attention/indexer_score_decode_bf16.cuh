@@ -132,25 +132,7 @@ __global__ void __launch_bounds__(IndexerSharedKeysLayout::kThreads) IndexerScor
           }
           // The terms, in place: d[mt][nt][e] is head pass + MmaHead(lane,
           // mt, e), key 16 warp + 8 nt + 2 (lane & 3) + (e & 1).
-#pragma unroll
-          for (int mt = 0; mt < 2; ++mt) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const float w = ws[pass + L::MmaHead(lane, mt, 2 * h)];
-#pragma unroll
-              for (int nt = 0; nt < 2; ++nt) {
-                float x0 = d[mt][nt][2 * h], x1 = d[mt][nt][2 * h + 1];
-                if constexpr (kRoundBf16) RoundPairToBf16(x0, x1);
-                x0 = x0 < 0.0f ? 0.0f : x0;  // std::max(d, 0.0f)
-                x1 = x1 < 0.0f ? 0.0f : x1;
-                x0 = __fmul_rn(x0, w);
-                x1 = __fmul_rn(x1, w);
-                if constexpr (kRoundBf16) RoundPairToBf16(x0, x1);
-                d[mt][nt][2 * h] = x0;
-                d[mt][nt][2 * h + 1] = x1;
-              }
-            }
-          }
+          MmaTermsInPlace<kRoundBf16>(d, ws + pass, lane);
           SmemHeadSumRound([&](int mt, int nt, int e) { return d[mt][nt][e]; }, sum_scratch, total,
                            lane, heads, pass);
         }

@@ -100,6 +100,35 @@ __device__ __forceinline__ void StageIndexerKeysBf16(uint16_t* tile, int stride,
   }
 }
 
+// The terms of a pass, in place (the bf16-staged mma forms'): d[mt][nt][e]
+// (head pass + MmaHead(lane, mt, e), whose weight is ws_pass[MmaHead(lane,
+// mt, e)]) becomes round(relu(round(d)) * w), relu as d < 0 ? 0 : d and a
+// term's two roundings (kRoundBf16) one cvt.rn.bf16x2 for the two values of
+// e = 2 h and 2 h + 1, which share the head.
+template <bool kRoundBf16, int kNt>
+__device__ __forceinline__ void MmaTermsInPlace(float (&d)[2][kNt][4], const float* ws_pass,
+                                                int lane) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float w = ws_pass[IndexerSharedKeysLayout::MmaHead(lane, mt, 2 * h)];
+#pragma unroll
+      for (int nt = 0; nt < kNt; ++nt) {
+        float x0 = d[mt][nt][2 * h], x1 = d[mt][nt][2 * h + 1];
+        if constexpr (kRoundBf16) RoundPairToBf16(x0, x1);
+        x0 = x0 < 0.0f ? 0.0f : x0;  // std::max(d, 0.0f)
+        x1 = x1 < 0.0f ? 0.0f : x1;
+        x0 = __fmul_rn(x0, w);
+        x1 = __fmul_rn(x1, w);
+        if constexpr (kRoundBf16) RoundPairToBf16(x0, x1);
+        d[mt][nt][2 * h] = x0;
+        d[mt][nt][2 * h + 1] = x1;
+      }
+    }
+  }
+}
+
 // Grid, arguments and runs as IndexerScoreSharedKeysKernel; needs q_mxfp4,
 // MXFP4 keys (k unused) and dim % 32 == 0. kDim > 0 fixes dim. Dynamic
 // shared memory: IndexerSharedKeysBf16Layout(heads, dim).bytes.
@@ -209,26 +238,8 @@ __global__ void __launch_bounds__(IndexerSharedKeysLayout::kThreads, 3)
           }
         }
         // The terms, in place: d[mt][nt][e] is head pass + MmaHead(lane, mt,
-        // e), key MmaKey(lane, nt, e); e = 2 h and 2 h + 1 share the head.
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const float w = ws[warp * head_rows + pass + L::MmaHead(lane, mt, 2 * h)];
-#pragma unroll
-            for (int nt = 0; nt < 8; ++nt) {
-              float x0 = d[mt][nt][2 * h], x1 = d[mt][nt][2 * h + 1];
-              if constexpr (kRoundBf16) RoundPairToBf16(x0, x1);
-              x0 = x0 < 0.0f ? 0.0f : x0;  // std::max(d, 0.0f)
-              x1 = x1 < 0.0f ? 0.0f : x1;
-              x0 = __fmul_rn(x0, w);
-              x1 = __fmul_rn(x1, w);
-              if constexpr (kRoundBf16) RoundPairToBf16(x0, x1);
-              d[mt][nt][2 * h] = x0;
-              d[mt][nt][2 * h + 1] = x1;
-            }
-          }
-        }
+        // e), key MmaKey(lane, nt, e).
+        MmaTermsInPlace<kRoundBf16>(d, ws + warp * head_rows + pass, lane);
         SmemHeadSum(d, sum_scratch, sum_total, lane, heads, pass);
       }
     }

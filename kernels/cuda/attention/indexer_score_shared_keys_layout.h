@@ -184,34 +184,6 @@ struct IndexerDecodeBf16Layout {
         bytes(sum_offset + int64_t{kWarps} * L::kSumWarpFloats * 4) {}
 };
 
-// Which (query, range of key tiles) block b of the decode form takes: each
-// query's tiles of kKeys split into `ranges` ranges of tiles_per_block, block
-// b query b / ranges, range b % ranges. Host sizes alone fix it, so one
-// captured graph serves every step of those sizes, and a key's score never
-// depends on the split.
-struct IndexerDecodeGrid {
-  int64_t queries = 0;
-  int64_t tiles = 0;  // key tiles of kKeys over all keys
-  int64_t tiles_per_block = 1;
-  int64_t ranges = 0;
-
-  // About `target_blocks` blocks (at least one tile a block).
-  WEIR_SHARED_KEYS_HD static constexpr IndexerDecodeGrid Make(int64_t queries, int64_t keys,
-                                                              int64_t target_blocks) {
-    IndexerDecodeGrid g;
-    constexpr int64_t kk = IndexerSharedKeysLayout::kKeys;
-    g.queries = queries;
-    g.tiles = (keys + kk - 1) / kk;
-    const int64_t want = (g.tiles * queries + target_blocks - 1) / target_blocks;
-    g.tiles_per_block = want < 1 ? 1 : (want > g.tiles ? (g.tiles < 1 ? 1 : g.tiles) : want);
-    g.ranges = (g.tiles + g.tiles_per_block - 1) / g.tiles_per_block;
-    return g;
-  }
-  WEIR_SHARED_KEYS_HD constexpr int64_t Blocks() const { return queries * ranges; }
-  WEIR_SHARED_KEYS_HD constexpr int64_t Query(int64_t block) const { return block / ranges; }
-  WEIR_SHARED_KEYS_HD constexpr int64_t Range(int64_t block) const { return block % ranges; }
-};
-
 // Which (group of queries, range of key tiles) block b takes: groups of
 // kQueries queries, each split into `ranges` ranges of tiles_per_block tiles
 // of kKeys. Block b takes group groups - 1 - b / ranges, range b % ranges:
@@ -232,15 +204,48 @@ struct IndexerSharedKeysGrid {
     constexpr int64_t kq = IndexerSharedKeysLayout::kQueries, kk = IndexerSharedKeysLayout::kKeys;
     g.groups = (queries + kq - 1) / kq;
     g.tiles = (keys + kk - 1) / kk;
-    const int64_t want = (g.tiles * g.groups + target_blocks - 1) / target_blocks;
-    g.tiles_per_block = want < 1 ? 1 : (want > g.tiles ? (g.tiles < 1 ? 1 : g.tiles) : want);
+    g.tiles_per_block = TilesPerBlock(g.tiles, g.groups, target_blocks);
     g.ranges = (g.tiles + g.tiles_per_block - 1) / g.tiles_per_block;
     return g;
+  }
+  // The tiles a block walks so that `items` rows of `tiles` tiles make about
+  // target_blocks blocks: at least 1, at most tiles (1 when there are none).
+  WEIR_SHARED_KEYS_HD static constexpr int64_t TilesPerBlock(int64_t tiles, int64_t items,
+                                                             int64_t target_blocks) {
+    const int64_t want = (tiles * items + target_blocks - 1) / target_blocks;
+    return want < 1 ? 1 : (want > tiles ? (tiles < 1 ? 1 : tiles) : want);
   }
   WEIR_SHARED_KEYS_HD constexpr int64_t Blocks() const { return groups * ranges; }
   WEIR_SHARED_KEYS_HD constexpr int64_t Group(int64_t block) const {
     return groups - 1 - block / ranges;
   }
+  WEIR_SHARED_KEYS_HD constexpr int64_t Range(int64_t block) const { return block % ranges; }
+};
+
+// Which (query, range of key tiles) block b of the decode form takes: each
+// query's tiles of kKeys split into `ranges` ranges of tiles_per_block, block
+// b query b / ranges, range b % ranges. Host sizes alone fix it, so one
+// captured graph serves every step of those sizes, and a key's score never
+// depends on the split.
+struct IndexerDecodeGrid {
+  int64_t queries = 0;
+  int64_t tiles = 0;  // key tiles of kKeys over all keys
+  int64_t tiles_per_block = 1;
+  int64_t ranges = 0;
+
+  // About `target_blocks` blocks (at least one tile a block).
+  WEIR_SHARED_KEYS_HD static constexpr IndexerDecodeGrid Make(int64_t queries, int64_t keys,
+                                                              int64_t target_blocks) {
+    IndexerDecodeGrid g;
+    constexpr int64_t kk = IndexerSharedKeysLayout::kKeys;
+    g.queries = queries;
+    g.tiles = (keys + kk - 1) / kk;
+    g.tiles_per_block = IndexerSharedKeysGrid::TilesPerBlock(g.tiles, queries, target_blocks);
+    g.ranges = (g.tiles + g.tiles_per_block - 1) / g.tiles_per_block;
+    return g;
+  }
+  WEIR_SHARED_KEYS_HD constexpr int64_t Blocks() const { return queries * ranges; }
+  WEIR_SHARED_KEYS_HD constexpr int64_t Query(int64_t block) const { return block / ranges; }
   WEIR_SHARED_KEYS_HD constexpr int64_t Range(int64_t block) const { return block % ranges; }
 };
 
