@@ -169,6 +169,9 @@ ABSL_FLAG(bool, bf16_route_swiglu, true,
 ABSL_FLAG(bool, indexer_mma_bf16, true,
           "With --numerics=fast: the prefill indexer's q and key tiles staged once as bf16 for "
           "its tensor-core form; the same bits (DeviceDecoderOptions::indexer_mma_bf16).");
+ABSL_FLAG(bool, indexer_decode_mma, false,
+          "With --numerics=fast: decode steps' indexer on the tensor cores, a block a query; "
+          "the same bits (DeviceDecoderOptions::indexer_decode_mma; not yet run on a GPU).");
 ABSL_FLAG(bool, bf16_route_multicast, false,
           "With --numerics=fast and the route's 256-row tile: the experts' route in clusters of "
           "two CTAs sharing each X stage by a TMA multicast; the same bits "
@@ -286,6 +289,7 @@ int Run(int argc, char** argv) {
                     .bf16_experts_every_row = absl::GetFlag(FLAGS_bf16_experts_every_row),
                     .bf16_route_swiglu = absl::GetFlag(FLAGS_bf16_route_swiglu),
                     .indexer_mma_bf16 = absl::GetFlag(FLAGS_indexer_mma_bf16),
+                    .indexer_decode_mma = absl::GetFlag(FLAGS_indexer_decode_mma),
                     .bf16_route_multicast = absl::GetFlag(FLAGS_bf16_route_multicast),
                     .bf16_ws_m256_large = absl::GetFlag(FLAGS_bf16_ws_m256_large),
                     .bf16_cutlass = absl::GetFlag(FLAGS_bf16_cutlass),

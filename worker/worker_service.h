@@ -162,6 +162,9 @@ struct WorkerOptions {
   // The prefill indexer's operands staged once as bf16
   // (DeviceDecoderOptions::indexer_mma_bf16: time only).
   bool indexer_mma_bf16 = true;
+  // Decode steps' indexer on the tensor cores, a block a query
+  // (DeviceDecoderOptions::indexer_decode_mma: time only; not yet run on a GPU).
+  bool indexer_decode_mma = false;
   // The route's 256-row tile by CTA pairs sharing each X stage
   // (DeviceDecoderOptions::bf16_route_multicast: time only; its tests pass
   // but the EP8 chunk is slower with it, forty-fifth session).
