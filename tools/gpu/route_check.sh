@@ -74,11 +74,12 @@ budget_step indexer_bench 60 "${bundle}/tools/indexer_score_bench"
 budget_step decoder_indexer_test 150 "${bundle}/bin/worker_model_device_decoder_fast_test" \
   --gtest_filter='*IndexerGivesThePerQueryBits*' || status=1
 # EP8 decode at 4,096, batches 1 and 64, the defaults and the decode
-# indexer, two rounds in turn.
+# indexer, two rounds in turn (about 45 s each: batch 64's context comes
+# from 64 prompts of 4,096 positions).
 decode_round() {  # decode_round SUFFIX
-  budget_step "decode_defaults$1" 60 "${decode}" --ep_slice=8 --numerics=fast --batches=1,64 \
+  budget_step "decode_defaults$1" 90 "${decode}" --ep_slice=8 --numerics=fast --batches=1,64 \
     --context=4096 --prefill_chunk=4096 --steps=8 --warmup=2 --slice_profile=false
-  budget_step "decode_idx$1" 60 "${decode}" --ep_slice=8 --numerics=fast --batches=1,64 \
+  budget_step "decode_idx$1" 90 "${decode}" --ep_slice=8 --numerics=fast --batches=1,64 \
     --context=4096 --prefill_chunk=4096 --steps=8 --warmup=2 --slice_profile=false \
     --indexer_decode_mma
 }
