@@ -179,6 +179,10 @@ ABSL_FLAG(bool, bf16_route_multicast, false,
 ABSL_FLAG(bool, bf16_experts_every_row, false,
           "With --numerics=fast: every row's routed experts on the bf16 route, decode's too; "
           "changes decode's fast numerics (DeviceDecoderOptions::bf16_experts_every_row).");
+ABSL_FLAG(bool, bf16_route_decode_mma, false,
+          "With --bf16_experts_every_row: decode steps' experts on the route's decode form "
+          "(mma.sync over 8 or 16 rows a CTA); the same bits "
+          "(DeviceDecoderOptions::bf16_route_decode_mma; not yet run on a GPU).");
 ABSL_FLAG(bool, dense_wgmma, false,
           "With --numerics=fast: the FP8 linears' block sums on FP8 wgmma (faster at small "
           "batches, slower at 32-64; the same precision trade as --expert_wgmma).");
@@ -287,6 +291,7 @@ int Run(int argc, char** argv) {
                     .expert_out_bf16 = absl::GetFlag(FLAGS_expert_out_bf16),
                     .bf16_route_deep_ring = absl::GetFlag(FLAGS_bf16_route_deep_ring),
                     .bf16_experts_every_row = absl::GetFlag(FLAGS_bf16_experts_every_row),
+                    .bf16_route_decode_mma = absl::GetFlag(FLAGS_bf16_route_decode_mma),
                     .bf16_route_swiglu = absl::GetFlag(FLAGS_bf16_route_swiglu),
                     .indexer_mma_bf16 = absl::GetFlag(FLAGS_indexer_mma_bf16),
                     .indexer_decode_mma = absl::GetFlag(FLAGS_indexer_decode_mma),

@@ -420,6 +420,7 @@ grpc::Status WorkerService::LoadWeights(grpc::ServerContext* context,
     dd_options.bf16_route_swiglu = options_.bf16_route_swiglu;
     dd_options.indexer_mma_bf16 = options_.indexer_mma_bf16;
     dd_options.indexer_decode_mma = options_.indexer_decode_mma;
+    dd_options.bf16_route_decode_mma = options_.bf16_route_decode_mma;
     dd_options.bf16_route_multicast = options_.bf16_route_multicast;
     dd_options.bf16_experts_every_row = options_.bf16_experts_every_row;
     dd_options.bf16_ws_m256_large = options_.bf16_ws_m256_large;

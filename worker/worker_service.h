@@ -156,6 +156,10 @@ struct WorkerOptions {
   // decode's too (bf16_experts_every_row: changes decode's fast numerics).
   bool bf16_route_deep_ring = true;
   bool bf16_experts_every_row = false;
+  // With it, decode steps' experts on the route's decode form
+  // (DeviceDecoderOptions::bf16_route_decode_mma: time only; not yet run on
+  // a GPU).
+  bool bf16_route_decode_mma = false;
   // The route's gate / up / SwiGLU launch (DeviceDecoderOptions::
   // bf16_route_swiglu: time only).
   bool bf16_route_swiglu = true;

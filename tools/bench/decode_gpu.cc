@@ -309,6 +309,10 @@ ABSL_FLAG(bool, bf16_route_ballot_search, true,
 ABSL_FLAG(bool, bf16_experts_every_row, false,
           "Every row's routed experts on the bf16 register route, decode's too "
           "(DeviceDecoderOptions::bf16_experts_every_row; changes decode's fast numerics).");
+ABSL_FLAG(bool, bf16_route_decode_mma, false,
+          "With --bf16_experts_every_row: decode steps' experts on the route's decode form "
+          "(mma.sync, each warp's W through its own ring; DeviceDecoderOptions::"
+          "bf16_route_decode_mma; same bits).");
 ABSL_FLAG(bool, bf16_ws_m256, false,
           "The bf16 products' warp-specialized prefill tile over 256 X rows a CTA "
           "(DeviceDecoderOptions::bf16_ws_m256; same bits).");
@@ -644,6 +648,7 @@ weir::model::DeviceDecoderOptions DecoderOptionsFromFlags(weir::model::DecodeNum
           .bf16_route_ballot_search = absl::GetFlag(FLAGS_bf16_route_ballot_search),
           .bf16_route_gate_up_bf16 = absl::GetFlag(FLAGS_bf16_route_gate_up_bf16),
           .bf16_experts_every_row = absl::GetFlag(FLAGS_bf16_experts_every_row),
+          .bf16_route_decode_mma = absl::GetFlag(FLAGS_bf16_route_decode_mma),
           .bf16_ws_m256 = absl::GetFlag(FLAGS_bf16_ws_m256),
           .bf16_ws_m256_large = absl::GetFlag(FLAGS_bf16_ws_m256_large),
           .bf16_cutlass = absl::GetFlag(FLAGS_bf16_cutlass),
@@ -1122,6 +1127,12 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
         static_cast<long long>((*dd)->stats().fused_ropes),
         static_cast<long long>((*dd)->stats().fused_kv_rows),
         static_cast<long long>((*dd)->stats().folded_row_ops));
+    if ((*dd)->stats().route_decode_mma_layers > 0) {
+      std::printf(
+          "      bf16_route_decode_mma: %lld route layers of decode steps on the decode form "
+          "since start\n",
+          static_cast<long long>((*dd)->stats().route_decode_mma_layers));
+    }
     if ((*dd)->stats().decode_mma_key_scores > 0) {
       std::printf(
           "      indexer_decode_mma: %lld decode IndexerScore launches on the tensor cores since "

@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, after
 # `tar -xJf .gpu_pack/bundle.tar.xz`: the open questions after the
-# forty-sixth session's build, most telling first under BUDGET_S (default
+# forty-seventh session's build, most telling first under BUDGET_S (default
 # 540; check_steps.sh; what does not fit is skipped and named in
 # summary.txt; a second call runs those with ONLY_STEPS='regex'):
+#   0. the experts' route in its decode form (Mxfp4Bf16GroupedGemmParams::
+#      decode_mma, built in the forty-seventh session): the route's kernel
+#      test (every form against Bf16Gemm's bits, the decode forms among
+#      them), the bench's decode rows (the FP8 decode kernel's tiles, the
+#      route's register form and the decode form, each against copy), the
+#      decoder's same-bits case, and EP8 decode at context 4,096, batches 1
+#      and 64, with every row's experts on the route in the decode form
+#      against the defaults;
 #   1. the decode indexer on the tensor cores (IndexerScoreForm::
 #      kDecodeMmaBf16, built in the forty-sixth session): indexer_score_test
 #      (every case, every form, against the CPU's bits), indexer_score_bench
@@ -25,7 +33,8 @@
 #   BUNDLE_TARGETS="//worker/model:device_decoder_fast_test //tools/bench:decode_gpu
 #     //kernels/cuda/attention:indexer_score_test //kernels/cuda/attention:indexer_score_bench
 #     //kernels/cuda/moe:mxfp4_bf16_gemm_sm90_test //kernels/cuda/attention:topk_test
-#     //kernels/cuda/dense:fp8_lt_gemm_test //kernels/cuda/dense:fp8_gemm_bench"
+#     //kernels/cuda/dense:fp8_lt_gemm_test //kernels/cuda/dense:fp8_gemm_bench
+#     //kernels/cuda/moe:mxfp4_grouped_gemm_bench"
 #     tools/gpu/bundle.sh
 #   tools/gpu/route_check.sh [RESULTS]
 set -uo pipefail
@@ -66,6 +75,18 @@ profile() {
   } > "${results}/${name}.txt" 2>&1
 }
 
+# The route's decode form: its kernel test (every form), the bench's decode
+# rows (PREFILL_TOKENS 0: the decode table only), the decoder's same-bits
+# case, then EP8 decode with every row's experts on the route's decode form
+# (the defaults follow in decode_round).
+budget_step route_kernel_test 150 "${bundle}/bin/kernels_cuda_moe_mxfp4_bf16_gemm_sm90_test" \
+  || status=1
+budget_step route_decode_bench 150 "${bundle}/tools/mxfp4_grouped_gemm_bench" 384 8 mma 0
+budget_step decoder_route_decode_test 150 "${bundle}/bin/worker_model_device_decoder_fast_test" \
+  --gtest_filter='*RouteDecodeForm*:*ExpertsEveryRow*' || status=1
+budget_step decode_route_mma 90 "${decode}" --ep_slice=8 --numerics=fast --batches=1,64 \
+  --context=4096 --prefill_chunk=4096 --steps=8 --warmup=2 --slice_profile=false \
+  --bf16_experts_every_row --bf16_route_decode_mma
 # The decode indexer on the tensor cores: every case and form against the
 # CPU's bits; its bench; the decoder's case (chunk and decode steps with
 # every indexer option give the per-query form's bits).
@@ -98,12 +119,9 @@ budget_step small_timeline 60 "${decode}" --ep_slice=1 --slice_config=models/sma
 budget_step lt_gemm_test 90 "${bundle}/bin/kernels_cuda_dense_fp8_lt_gemm_test" || status=1
 budget_step decoder_lt_test 150 "${bundle}/bin/worker_model_device_decoder_fast_test" \
   --gtest_filter='*PromptFp8Lt*' || status=1
-# The route's kernel test and topk_test passed in the forty-fifth and
-# forty-third sessions and their kernels have not moved since: with
-# TESTS_ALL=1 only.
+# topk_test passed in the forty-third session and its kernel has not moved
+# since: with TESTS_ALL=1 only.
 if [[ -n "${TESTS_ALL:-}" ]]; then
-  budget_step route_kernel_test 120 "${bundle}/bin/kernels_cuda_moe_mxfp4_bf16_gemm_sm90_test" \
-    || status=1
   budget_step topk_test 60 "${bundle}/bin/kernels_cuda_attention_topk_test" || status=1
 fi
 # The chunk with the defaults and on cuBLASLt's block-scaled FP8 (a
@@ -157,6 +175,9 @@ grep -A12 'kernel timeline of batch' "${results}/small_timeline.log" 2>/dev/null
 echo "== cuBLASLt's block-scaled FP8 (fp8_gemm_bench prefill)"
 sed -n '/Fp8LtGemm/,/^$/p' "${results}/fp8_gemm_bench_prefill.log" 2>/dev/null | cut -c1-220 |
   head -14
+echo "== the experts at decode (mxfp4_grouped_gemm_bench: the FP8 tiles, the route's forms)"
+grep -E '^[0-9]+ |bf16 route|^tokens|batch' "${results}/route_decode_bench.log" 2>/dev/null |
+  cut -c1-200 | head -n 40
 echo "== the decode indexer (indexer_score_bench)"
 head -n 8 "${results}/indexer_bench.log" 2>/dev/null | cut -c1-220
 echo "== EP8 decode at 4,096"

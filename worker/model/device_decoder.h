@@ -838,6 +838,15 @@ struct DeviceDecoderOptions {
   // but slower (small at batch 1 / 64: 1.197 / 2.074 -> 1.473 / 2.238 ms,
   // thirty-seventh session).
   bool bf16_experts_every_row = false;
+  // With bf16_experts_every_row: a decode step's experts (a step of
+  // generated rows only, at most 16 rows a local expert on average) on the
+  // route's decode form (kernels::cuda::Mxfp4Bf16GroupedGemmParams::
+  // decode_mma: mma.sync over 8 or 16 X rows a CTA, each warp's W through
+  // its own ring, widened in registers) instead of the register form's
+  // narrow wgmma tiles. The same bits (the route's sums in the same order);
+  // time only. Built in the forty-seventh session with no device time: not
+  // yet run on a GPU, so off.
+  bool bf16_route_decode_mma = false;
   // The bf16 products' warp-specialized prefill tile (above 256 rows: the
   // prompt's linears, the bf16 weights' products) over 256 X rows a CTA
   // (dense::Bf16GemmParams::ws_m256: wgmma m64n256k16) instead of 128. The
@@ -1024,6 +1033,8 @@ struct DeviceDecoderStats {
   int64_t mma_key_scores = 0;     // indexer_mma: of those, the launches on the tensor cores
   // indexer_decode_mma: decode IndexerScore launches on the tensor cores
   int64_t decode_mma_key_scores = 0;
+  // bf16_route_decode_mma: route layers of decode steps on the decode form
+  int64_t route_decode_mma_layers = 0;
   int64_t expert_out_bf16_layers = 0;  // expert_out_bf16: MoE layers whose outputs went as bf16
   int64_t drafts = 0;           // sequences drafted (DraftBatch)
   double draft_seconds = 0;     // wall time inside DraftBatch

@@ -1622,6 +1622,22 @@ TEST(DeviceDecoderFastTest, SmallBf16RouteSwigluGivesTheSameBits) {
   EXPECT_EQ(stats[1].route_swiglu_layers, stats[1].prompt_bf16_expert_layers);
 }
 
+// bf16_route_decode_mma: with every row's experts on the bf16 route, the
+// decode steps' products on the route's decode form (mma.sync over 8 or 16
+// X rows a CTA, each warp's W through its own ring) give the register
+// form's bits; the stats count the decode steps' route layers it took.
+TEST(DeviceDecoderFastTest, SmallBf16RouteDecodeFormGivesTheSameBits) {
+  const auto stats = SameBitsWithTheOption(107, [](DeviceDecoderOptions& o, bool on) {
+    o.bf16_experts_every_row = true;
+    o.bf16_route_decode_mma = on;
+  });
+  EXPECT_GT(stats[0].prompt_bf16_expert_layers, 0);
+  EXPECT_EQ(stats[0].route_decode_mma_layers, 0);
+  EXPECT_GT(stats[1].route_decode_mma_layers, 0);
+  EXPECT_LT(stats[1].route_decode_mma_layers, stats[1].prompt_bf16_expert_layers)
+      << "the prompt's chunk stays on the register form";
+}
+
 // prompt_gate_norm_bf16: the prompt's gate GEMM reading the FFN
 // collapse-norm's bf16 form of h instead of a ToBf16 launch: the same bits.
 TEST(DeviceDecoderFastTest, SmallBf16PromptGateNormBf16GivesTheSameBits) {

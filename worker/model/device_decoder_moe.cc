@@ -261,15 +261,21 @@ absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t ro
   // (bf16_experts_every_row, a step of generated rows only) the narrowest
   // tile that holds a local expert's expected rows. Time only, never bits.
   int route_x_rows = options.bf16_route_x_rows;
+  const int decode_x_rows = kc::Mxfp4Bf16NarrowestXRows(rows / std::max(L.experts, 1));
   if (RouteEveryRow() && linear_roles_ == 1 && options.bf16_route_register_a) {
-    route_x_rows = kc::Mxfp4Bf16NarrowestXRows(rows / std::max(L.experts, 1));
+    route_x_rows = decode_x_rows;
   }
+  // bf16_route_decode_mma: such a step's products on the decode form (8 or
+  // 16 X rows a CTA) where a local expert averages at most 16 rows. The
+  // same bits; time only.
+  const bool decode_mma =
+      options.bf16_route_decode_mma && RouteEveryRow() && linear_roles_ == 1 && decode_x_rows <= 16;
   // 256 X rows a CTA (bf16_route_x_rows 256) where the step's rows give a
   // local expert at least 64 on average (its tiles of at most 128 rows of an
   // expert run wgmma N 128), with the deep ring and the one scale test a
   // stage over two warpgroups (the kernel's one such instance); else (and
   // outside the register form) the 128-row tile.
-  const bool x256 = route_x_rows == 256 && options.bf16_route_register_a &&
+  const bool x256 = !decode_mma && route_x_rows == 256 && options.bf16_route_register_a &&
                     rows >= int64_t{64} * std::max(L.experts, 1);
   if (route_x_rows == 256 && !x256) route_x_rows = 0;
   // The register form's options, in the combinations the kernel takes.
@@ -284,6 +290,21 @@ absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t ro
   const bool fit_rows = options.bf16_route_fit_tile_rows && stage_test && wide_tile && !deep_ring;
   auto params = [&](const uint8_t* const* w, const uint8_t* const* ws, float* y, int64_t n,
                     int64_t k, dense::Fp8GemmOutput output) {
+    if (decode_mma) {
+      return kc::Mxfp4Bf16GroupedGemmParams{.x = rx16,
+                                            .expert_offsets = offsets,
+                                            .w = w,
+                                            .w_scales = ws,
+                                            .y = y,
+                                            .rows = rows,
+                                            .n = n,
+                                            .k = k,
+                                            .num_experts = L.experts,
+                                            .output = output,
+                                            .x_rows = decode_x_rows,
+                                            .ballot_group_search = options.bf16_route_ballot_search,
+                                            .decode_mma = true};
+    }
     return kc::Mxfp4Bf16GroupedGemmParams{
         .x = rx16,
         .expert_offsets = offsets,
@@ -373,6 +394,7 @@ absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t ro
   RETURN_IF_ERROR(product(L.w2c, L.w2q, yg, d, inter, ExpertsOutput(bf16_out)));
   ++prompt_bf16_expert_layers;
   if (x256) ++route_x256_layers;
+  if (decode_mma) ++route_decode_mma_layers;
   return absl::OkStatus();
 }
 

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/launch_status.h"
+#include "kernels/cuda/moe/mxfp4_bf16_decode_sm90.cuh"
 #include "kernels/cuda/moe/mxfp4_bf16_gemm_sm90.cuh"
 #include "kernels/cuda/moe/mxfp4_bf16_gemm_sm90.h"
 #include "kernels/cuda/moe/mxfp4_bf16_rs_sm90.cuh"
@@ -31,7 +32,7 @@ absl::Status Mxfp4Bf16GroupedGemm(const Mxfp4Bf16GroupedGemmParams& p, cudaStrea
   namespace mb = moe::mxfp4_bf16;
   mb::Args a{};
   const uint64_t row = static_cast<uint64_t>(p.k) * 2;
-  const int x_rows = p.register_a ? Mxfp4Bf16XRows(p) : mb::kBm;
+  const int x_rows = p.register_a || p.decode_mma ? Mxfp4Bf16XRows(p) : mb::kBm;
   // x_multicast: each CTA of a pair brings half the box.
   const int x_box_rows = p.x_multicast ? x_rows / 2 : x_rows;
   if (absl::Status s = EncodeTmaRowsMap(&a.x_map, p.x, row, static_cast<uint64_t>(p.rows), 1, row,
@@ -102,6 +103,14 @@ absl::Status Mxfp4Bf16GroupedGemm(const Mxfp4Bf16GroupedGemmParams& p, cudaStrea
     return LaunchStatus(kWhat);
   };
   constexpr int kSlack = dense::fp8_gemm::kWgmmaSmemSlack;
+  if (p.decode_mma) {  // checked: x_rows 8 or 16, none of the register form's options
+    if (x_rows == 8) {
+      return launch(mb::Mxfp4Bf16DecodeKernel<8>, mb::kDecodeThreads,
+                    Mxfp4Bf16DecodeLayoutOf(8).total);
+    }
+    return launch(mb::Mxfp4Bf16DecodeKernel<16>, mb::kDecodeThreads,
+                  Mxfp4Bf16DecodeLayoutOf(16).total);
+  }
   if (p.register_a) {
     const auto rs = [&](auto rows) -> absl::Status {
       constexpr int kRows = decltype(rows)::value;

@@ -145,7 +145,8 @@ std::vector<float> BySeparateBf16Gemms(const Problem& p, dense::Fp8GemmOutput ou
 // (tail_rows) an expert's last tile takes up to 32 rows past 256 (270, 288
 // and 530 below: a tail of 14, 32 and 18 rows; 289 two tiles, the second
 // of 33 rows). With x_multicast pairs of CTAs share each X stage (n 320's
-// three W tiles get a fourth CTA past n).
+// three W tiles get a fourth CTA past n). The decode form (decode_mma) runs
+// mma.sync over 8 or 16 X rows a CTA, its W through each warp's own ring.
 struct RouteForm {
   const char* name = "defaults";
   int widener_warps = 0;
@@ -158,6 +159,7 @@ struct RouteForm {
   bool ballot_search = false;  // ballot_group_search
   bool tail_rows = false;
   bool x_multicast = false;
+  bool decode_mma = false;
 };
 const RouteForm kRouteForms[] = {
     {"4 widener warps", 4},
@@ -199,6 +201,10 @@ const RouteForm kRouteForms[] = {
     {"register A over 256 X rows and a 32-row tail by CTA pairs, deep ring, one scale test a "
      "stage, ballot group search",
      0, true, 256, true, true, false, 0, true, true, true},
+    {"decode form over 8 X rows", 0, false, 8, false, false, false, 0, false, false, false, true},
+    {"decode form over 16 X rows", 0, false, 16, false, false, false, 0, false, false, false, true},
+    {"decode form over 16 X rows, ballot group search", 0, false, 0, false, false, false, 0, true,
+     false, false, true},
 };
 
 std::vector<float> RunGrouped(const Problem& p, const DeviceProblem& d, dense::Fp8GemmOutput output,
@@ -225,6 +231,7 @@ std::vector<float> RunGrouped(const Problem& p, const DeviceProblem& d, dense::F
   params.ballot_group_search = form.ballot_search;
   params.tail_rows = form.tail_rows;
   params.x_multicast = form.x_multicast;
+  params.decode_mma = form.decode_mma;
   const absl::Status st = Mxfp4Bf16GroupedGemm(params, nullptr);
   EXPECT_TRUE(st.ok()) << st;
   EXPECT_TRUE(Synced());
@@ -243,8 +250,10 @@ int64_t OutputBytes(const Problem& p, dense::Fp8GemmOutput output) {
 // W tile) and k long enough that the ring and the copies wrap (12 stages), a
 // V4.1-sized K (4,096) beside it, and scales 0 - 2 on one row; and 70
 // experts of 0 - 40 rows (the ballot group search over three chunks of 32
-// groups, empty groups in each); and experts of 270, 0, 288, 289, 530 and
-// 20 rows (the 256-row tile's tails).
+// groups, empty groups in each); experts of 270, 0, 288, 289, 530 and 20
+// rows (the 256-row tile's tails); and V4.1's down K (2,304: the decode
+// form's X in two whole chunks of 1,024 and a last of 256) over decode-sized
+// experts of 0 - 17 rows, n 144 (a W tile of one warp's rows).
 TEST(Mxfp4Bf16GroupedGemmTest, EveryRowHasTheBf16GemmBitsOfItsExpert) {
   std::mt19937 rng(2026);
   struct Case {
@@ -253,9 +262,10 @@ TEST(Mxfp4Bf16GroupedGemmTest, EveryRowHasTheBf16GemmBitsOfItsExpert) {
   };
   std::vector<int64_t> many(70);
   for (int e = 0; e < 70; ++e) many[e] = e % 7 == 3 ? 0 : (e * 13) % 41;
-  for (const Case& c : {Case{320, 768, {0, 1, 130, 37, 300}}, Case{256, 4096, {129, 0, 64}},
-                        Case{72, 128, {5, 200}}, Case{136, 256, many},
-                        Case{192, 512, {270, 0, 288, 289, 530, 20}}}) {
+  for (const Case& c :
+       {Case{320, 768, {0, 1, 130, 37, 300}}, Case{256, 4096, {129, 0, 64}},
+        Case{72, 128, {5, 200}}, Case{136, 256, many}, Case{192, 512, {270, 0, 288, 289, 530, 20}},
+        Case{144, 2304, {9, 17, 3, 0, 8, 16}}}) {
     SCOPED_TRACE(::testing::Message() << "n " << c.n << " k " << c.k);
     const Problem p = MakeProblem(c.n, c.k, c.rows, 11, rng, /*edge_scales=*/true);
     const DeviceProblem d(p);

@@ -321,6 +321,7 @@ struct Bf16RouteForm {
   bool ballot_search = false;
   bool tail_rows = false;
   bool x_multicast = false;
+  bool decode_mma = false;
 };
 
 absl::Status Bf16Route(const uint16_t* x, const int64_t* offsets, const uint8_t* const* w,
@@ -346,7 +347,8 @@ absl::Status Bf16Route(const uint16_t* x, const int64_t* offsets, const uint8_t*
                                .consumer_warpgroups = form.warpgroups,
                                .ballot_group_search = form.ballot_search,
                                .tail_rows = form.tail_rows,
-                               .x_multicast = form.x_multicast},
+                               .x_multicast = form.x_multicast,
+                               .decode_mma = form.decode_mma},
                               stream);
 }
 
@@ -761,13 +763,21 @@ int Run(int experts, int ranks, int64_t prefill_tokens) {
       float* g = DeviceAlloc<float>(cap * kInter);
       WEIR_BENCH_CHECK(cudaMemset(x16, 0, cap * kDim * 2));
       WEIR_BENCH_CHECK(cudaMemset(h16, 0, cap * kInter * 2));
-      const auto route = [&](int c, const uint16_t* x, bool down, cudaStream_t st) {
+      // The decode form (decode_mma: mma.sync, each warp's W through its own
+      // ring) over 8 or 16 X rows a CTA, the same bits.
+      const Bf16RouteForm mma_form = [&] {
+        Bf16RouteForm f{"decode mma", 0, false, decode_form.x_rows <= 8 ? 8 : 16, false};
+        f.decode_mma = true;
+        return f;
+      }();
+      const auto route = [&](int c, const uint16_t* x, bool down, cudaStream_t st,
+                             const Bf16RouteForm& form) {
         const LayerWeights& L = layers[c % kLayers];
         const Step& st_ = steps[c % kLayers];
         const auto one = [&](const uint8_t* const* w, const uint8_t* const* ws, void* y, int64_t n,
                              int64_t k) {
           Ok(Bf16Route(x, st_.d_offsets, w, ws, y, st_.rows, n, k, local,
-                       dense::Fp8GemmOutput::kF32, decode_form, st));
+                       dense::Fp8GemmOutput::kF32, form, st));
         };
         if (down) {
           one(L.w2, L.w2s, st_.y, kDim, kInter);
@@ -776,14 +786,18 @@ int Run(int experts, int ranks, int64_t prefill_tokens) {
           one(L.w3, L.w3s, g, kInter, kDim);
         }
       };
-      const double r_gu =
-          GraphUs([&](int c, cudaStream_t st) { route(c, x16, false, st); }, stream);
-      const double r_dn = GraphUs([&](int c, cudaStream_t st) { route(c, h16, true, st); }, stream);
-      std::printf(
-          "  batch %lld bf16 route (register A over %d X rows, deep ring): gate/up %8.2f us "
-          "(/copy %.2f), down %8.2f us (/copy %.2f)\n",
-          static_cast<long long>(tokens), decode_form.x_rows, r_gu,
-          gu_bytes / r_gu / 1e3 / copy_gbps, r_dn, dn_bytes / r_dn / 1e3 / copy_gbps);
+      for (const Bf16RouteForm* form : {&decode_form, &mma_form}) {
+        const double r_gu =
+            GraphUs([&](int c, cudaStream_t st) { route(c, x16, false, st, *form); }, stream);
+        const double r_dn =
+            GraphUs([&](int c, cudaStream_t st) { route(c, h16, true, st, *form); }, stream);
+        std::printf(
+            "  batch %lld bf16 route (%s over %d X rows): gate/up %8.2f us "
+            "(/copy %.2f), down %8.2f us (/copy %.2f)\n",
+            static_cast<long long>(tokens),
+            form->decode_mma ? "decode form, mma.sync" : "register A, deep ring", form->x_rows,
+            r_gu, gu_bytes / r_gu / 1e3 / copy_gbps, r_dn, dn_bytes / r_dn / 1e3 / copy_gbps);
+      }
       for (void* q : {static_cast<void*>(x16), static_cast<void*>(h16), static_cast<void*>(g)}) {
         cudaFree(q);
       }

@@ -215,9 +215,23 @@ absl::Status CheckMxfp4Bf16GroupedGemmParams(const Mxfp4Bf16GroupedGemmParams& p
     return absl::InvalidArgumentError(absl::StrCat(
         kWhat, ": x must be 16-byte aligned, y aligned to its element, row_role to 4 bytes"));
   }
+  if (p.decode_mma) {
+    if (p.x_rows != 0 && p.x_rows != 8 && p.x_rows != 16) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kWhat, ": decode_mma takes x_rows 0, 8 or 16, not ", p.x_rows));
+    }
+    if (p.register_a || p.deep_ring || p.stage_scale_test || p.fit_tile_rows ||
+        p.consumer_warpgroups != 0 || p.swiglu || p.tail_rows || p.x_multicast) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kWhat,
+          ": decode_mma takes none of register_a, deep_ring, stage_scale_test, fit_tile_rows, "
+          "consumer_warpgroups, swiglu, tail_rows and x_multicast"));
+    }
+  }
   const bool narrow =
       p.x_rows == 80 || p.x_rows == 64 || p.x_rows == 32 || p.x_rows == 16 || p.x_rows == 8;
-  if (p.x_rows != 0 && p.x_rows != 128 && !(narrow && p.register_a) && p.x_rows != 256) {
+  if (!p.decode_mma && p.x_rows != 0 && p.x_rows != 128 && !(narrow && p.register_a) &&
+      p.x_rows != 256) {
     return absl::InvalidArgumentError(absl::StrCat(
         kWhat, ": x_rows ", p.x_rows,
         " (0 or 128; 80, 64, 32, 16 or 8 with register_a; 256 with register_a, deep_ring and "

@@ -549,6 +549,21 @@ struct Mxfp4Bf16GroupedGemmParams {
   // Built in the forty-fourth session before any device call: not yet run on
   // a GPU.
   bool x_multicast = false;
+  // The decode form (mxfp4_bf16_decode_sm90.cuh; x_rows 8 or 16, 0 meaning
+  // 16, and none of the register form's options): a decode step's few rows
+  // an expert on mma.sync m16n8k16 with no widened tile and no CTA barrier a
+  // stage. Each warp owns 16 W rows over all of K and streams their codes
+  // and scale words through a ring of its own (cp.async), widening them in
+  // registers straight into the mma A fragments (the register form's
+  // widening); X's bf16 rows come by bulk copies in chunks of 1,024 of K
+  // into two shared buffers the CTA shares, read by ldmatrix. By count about
+  // 0.1 warp instructions a weight against the FP8 decode kernel's 0.21
+  // (kernels/cuda/moe/README.md, item R). Each row's fp32 sums are the same
+  // 16 products a K step in the same order as the other forms' (Hopper's
+  // bf16 mma.sync and wgmma chains give the same bits: dense::Bf16Gemm's
+  // mma and warp-specialized tiles do), so the same bits. Built in the
+  // forty-seventh session with no device time: not yet run on a GPU.
+  bool decode_mma = false;
   const uint8_t* const* w_up = nullptr;
   const uint8_t* const* w_up_scales = nullptr;
   const float* swiglu_route_weight = nullptr;  // device [rows] or null
@@ -596,7 +611,89 @@ WEIR_FP8_GEMM_HD constexpr int64_t Mxfp4Bf16GroupTiles(int64_t rows, int rows_pe
 
 // The X rows a CTA of a call of `params` holds (x_rows 0 resolved).
 inline int Mxfp4Bf16XRows(const Mxfp4Bf16GroupedGemmParams& params) {
-  return params.x_rows == 0 ? 128 : params.x_rows;
+  if (params.x_rows == 0) return params.decode_mma ? 16 : 128;
+  return params.x_rows;
+}
+
+// The decode form's geometry (decode_mma). A CTA is kMxfp4Bf16DecodeWarps
+// warps, warp w the tile's W rows 16 w .. 16 w + 15 (128 a CTA), over x_rows
+// X rows (8 or 16: one or two mma n tiles) of one expert.
+inline constexpr int kMxfp4Bf16DecodeWarps = 8;
+// A stage of a warp's ring: 128 of K, 64 code bytes a W row, and the row's
+// 4-byte scale word (its four K blocks of 32).
+inline constexpr int kMxfp4Bf16DecodeStageK = 128;
+inline constexpr int kMxfp4Bf16DecodeDepth = 4;  // ring slots a warp: 3 stages in flight
+// X comes in chunks of this much K (the last one may be shorter: k is a
+// multiple of 128), into two buffers, a chunk landing while the other is read.
+inline constexpr int kMxfp4Bf16DecodeChunkK = 1024;
+// Bytes between two X rows of a buffer: a chunk's 2,048 and 16 more, so the
+// 8 rows an ldmatrix phase reads at one K start 16 bytes apart modulo 128
+// (8 different bank quads: no conflict).
+inline constexpr int kMxfp4Bf16DecodeXPitch = 2 * kMxfp4Bf16DecodeChunkK + 16;
+
+// Dynamic shared memory of a decode-form CTA over `x_rows` X rows: the two X
+// buffers from byte 0, then each warp's ring (slots of 16 rows x 64 code
+// bytes, then the 16 rows' scale words).
+struct Mxfp4Bf16DecodeLayout {
+  int x_buffer = 0;  // bytes of one X buffer (x_rows x kMxfp4Bf16DecodeXPitch)
+  int ring = 0;      // warp 0's ring; warp w's at ring + w * ring_bytes
+  int ring_bytes = 0;
+  int slot_bytes = 0;  // a ring slot: codes [16][64], then scales [16][4]
+  int slot_scales = 0;
+  int total = 0;
+};
+
+WEIR_FP8_GEMM_HD constexpr Mxfp4Bf16DecodeLayout Mxfp4Bf16DecodeLayoutOf(int x_rows) {
+  Mxfp4Bf16DecodeLayout l;
+  l.x_buffer = x_rows * kMxfp4Bf16DecodeXPitch;
+  l.ring = 2 * l.x_buffer;
+  l.slot_scales = 16 * (kMxfp4Bf16DecodeStageK / 2);
+  l.slot_bytes = l.slot_scales + 16 * 4;
+  l.ring_bytes = kMxfp4Bf16DecodeDepth * l.slot_bytes;
+  l.total = l.ring + kMxfp4Bf16DecodeWarps * l.ring_bytes;
+  return l;
+}
+
+// Byte offset, inside an X buffer, of the 16 bytes `lane` names for an
+// ldmatrix.x4 of the mma n tile `ni` (X rows 8 ni ..) at K `k` (a multiple
+// of 32, inside the chunk): matrix lane / 8 is K k + 8 (lane / 8) .. + 7, its
+// row lane % 8. Register i then holds, in lane (g, t), X row 8 ni + g at K
+// k + 8 i + 2 t, + 1: the B fragment of K step k / 16 (i = 0, 1: b0, b1) and
+// of the step after it (i = 2, 3).
+WEIR_FP8_GEMM_HD constexpr int Mxfp4Bf16DecodeXOffset(int lane, int ni, int k) {
+  return (8 * ni + (lane & 7)) * kMxfp4Bf16DecodeXPitch + 2 * (k + 8 * (lane >> 3));
+}
+
+// True when every byte of the two scale words is a scale
+// Mxfp4ScaleMultipliesInBf16 takes (2 - 254): no byte of w & 0xFEFEFEFE is
+// zero (0 or 1) and no byte of ~w is (0xFF), by the zero-byte test
+// (x - 0x01010101) & ~x & 0x80808080, which is nonzero exactly when some byte
+// of x is zero. The decode form's one test a stage (8 scale bytes a lane).
+WEIR_FP8_GEMM_HD constexpr bool Mxfp4ScaleWordsMultiplyInBf16(uint32_t w0, uint32_t w1) {
+  uint32_t zero = 0;
+  for (const uint32_t w : {w0, w1}) {
+    const uint32_t lo = w & 0xFEFEFEFEu, hi = ~w;
+    zero |= ((lo - 0x01010101u) & ~lo) | ((hi - 0x01010101u) & ~hi);
+  }
+  return (zero & 0x80808080u) == 0;
+}
+
+// 2^(scale - 127) as a bf16x2 (both halves), for byte `b` of `word` (a
+// scale Mxfp4ScaleMultipliesInBf16 takes): prmt puts the byte in bytes 1
+// and 3 and zeros in 0 and 2, and a shift by one moves it into each half's
+// exponent field ((scale << 7) * 0x00010001).
+template <typename Prmt>
+WEIR_FP8_GEMM_HD inline uint32_t Mxfp4ScaleBf16x2(uint32_t word, int b, const Prmt& prmt) {
+  const uint32_t byte = static_cast<uint32_t>(b);
+  return prmt(word, 0u, 0x0404u | (byte << 4) | (byte << 12)) >> 1;
+}
+
+// The decode form's copy units of a warp's stage: lane `lane` copies units
+// lane and lane + 32, unit u the 16 code bytes u % 4 of the warp's W row
+// u / 4 (K 32 (u % 4) .. of the stage), to slot offset 64 (u / 4) + 16 (u % 4).
+WEIR_FP8_GEMM_HD constexpr int Mxfp4Bf16DecodeUnitRow(int unit) { return unit >> 2; }
+WEIR_FP8_GEMM_HD constexpr int Mxfp4Bf16DecodeUnitOffset(int unit) {
+  return 64 * (unit >> 2) + 16 * (unit & 3);
 }
 
 // The widener warps Mxfp4Bf16GroupedGemm takes for widener_warps 0: eight
@@ -654,7 +751,8 @@ uint16_t Mxfp4WeightBf16Bits(uint8_t code, uint8_t scale);
 // deep_ring and stage_scale_test over two warpgroups; deep_ring without
 // register_a; swiglu without x_rows 256, w_up, w_up_scales, h_codes or
 // h_scales, with n not a multiple of 32 or h_codes not 8-byte aligned;
-// tail_rows or x_multicast without x_rows 256.
+// tail_rows or x_multicast without x_rows 256; decode_mma with x_rows other
+// than 0, 8 or 16 or with any of the register form's options.
 absl::Status CheckMxfp4Bf16GroupedGemmParams(const Mxfp4Bf16GroupedGemmParams& params);
 
 // Returns OK or INVALID_ARGUMENT naming the problem: a null pointer, rows < 0,

@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/moe/mxfp4_grouped_gemm_params.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -201,6 +202,55 @@ TEST(Mxfp4Bf16GroupedGemmParamsTest, ChecksItsArguments) {
   EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(p).ok());
   p.tail_rows = true;
   p.x_multicast = false;
+  // The decode form: x_rows 0 (16), 8 or 16, none of the register form's
+  // options.
+  for (int x_rows : {0, 8, 16}) {
+    p = ValidBf16(), p.decode_mma = true, p.x_rows = x_rows;
+    EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(p).ok()) << x_rows;
+    EXPECT_EQ(Mxfp4Bf16XRows(p), x_rows == 0 ? 16 : x_rows);
+    p.ballot_group_search = true;
+    p.output = dense::Fp8GemmOutput::kF32RoundedBf16;
+    p.row_role = Fake<int32_t>(64);
+    EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(p).ok()) << x_rows;
+  }
+  for (int x_rows : {32, 64, 80, 128, 256}) {
+    p = ValidBf16(), p.decode_mma = true, p.x_rows = x_rows;
+    EXPECT_FALSE(CheckMxfp4Bf16GroupedGemmParams(p).ok()) << x_rows;
+  }
+  for (int option = 0; option < 8; ++option) {
+    p = ValidBf16(), p.decode_mma = true, p.x_rows = 8;
+    switch (option) {
+      case 0:
+        p.register_a = true;
+        break;
+      case 1:
+        p.deep_ring = true;
+        break;
+      case 2:
+        p.stage_scale_test = true;
+        break;
+      case 3:
+        p.fit_tile_rows = true;
+        break;
+      case 4:
+        p.consumer_warpgroups = 2;
+        break;
+      case 5:
+        p.tail_rows = true;
+        break;
+      case 6:
+        p.x_multicast = true;
+        break;
+      default:
+        p.swiglu = true;
+        p.w_up = FakeArray(4096);
+        p.w_up_scales = FakeArray(8192);
+        p.h_codes = reinterpret_cast<uint8_t*>(16384);
+        p.h_scales = reinterpret_cast<uint8_t*>(20480);
+    }
+    EXPECT_EQ(CheckMxfp4Bf16GroupedGemmParams(p).code(), absl::StatusCode::kInvalidArgument)
+        << option;
+  }
 
   using P = Mxfp4Bf16GroupedGemmParams;
   const auto x256 = [](P& q) {
@@ -839,6 +889,161 @@ TEST(Mxfp4GroupedGemmParamsTest, RegisterFormFragmentsHoldWgmmasKPairs) {
     }
     for (int n : seen) ASSERT_EQ(n, 1);
   }
+}
+
+// The decode form's shared memory: two CTAs an SM at 8 and 16 X rows (228
+// KB an SM, 1 KB of it reserved a CTA; 227 KB a CTA at most), the rings
+// after the X buffers, every ring slot's codes and scale words apart, and
+// each of a warp's 64 copy units a 16-byte piece of one W row of the slot's
+// codes, once.
+TEST(Mxfp4Bf16GroupedGemmParamsTest, DecodeLayoutFitsTwoCtasAnSmAndCopiesEachCodeOnce) {
+  for (int rows : {8, 16}) {
+    const Mxfp4Bf16DecodeLayout l = Mxfp4Bf16DecodeLayoutOf(rows);
+    EXPECT_EQ(l.x_buffer, rows * kMxfp4Bf16DecodeXPitch);
+    EXPECT_EQ(l.ring, 2 * l.x_buffer);
+    EXPECT_EQ(l.ring % 16, 0) << "cp.async's 16-byte destinations";
+    EXPECT_EQ(l.slot_bytes % 16, 0);
+    EXPECT_EQ(l.slot_scales, 16 * kMxfp4Bf16DecodeStageK / 2);
+    EXPECT_EQ(l.total, l.ring + kMxfp4Bf16DecodeWarps * kMxfp4Bf16DecodeDepth * l.slot_bytes);
+    EXPECT_LE(2 * (l.total + 1024), 228 * 1024) << rows;
+    EXPECT_LE(l.total, 227 * 1024);
+  }
+  std::vector<int> seen(16 * kMxfp4Bf16DecodeStageK / 2, 0);
+  for (int u = 0; u < 64; ++u) {
+    const int at = Mxfp4Bf16DecodeUnitOffset(u);
+    ASSERT_EQ(at % 16, 0);
+    ASSERT_GE(at, 0);
+    ASSERT_LE(at + 16, Mxfp4Bf16DecodeLayoutOf(8).slot_scales);
+    EXPECT_EQ(at / 64, Mxfp4Bf16DecodeUnitRow(u)) << "a row's 64 code bytes at 64 row";
+    for (int i = 0; i < 16; ++i) ++seen[at + i];
+  }
+  for (int n : seen) EXPECT_EQ(n, 1);
+  EXPECT_EQ(kMxfp4Bf16DecodeChunkK % kMxfp4Bf16DecodeStageK, 0);
+  EXPECT_EQ(kMxfp4Bf16DecodeStageK % 128, 0) << "k is a multiple of 128";
+}
+
+// The decode form's X fragments (ldmatrix emulated from the PTX ISA): in an
+// X buffer of padded rows holding value (row, k), the ldmatrix.x4 of n tile
+// ni at K k0 gives lane (g, t) X row 8 ni + g at K k0 + 8 i + 2t, + 1 in
+// register i (the mma B fragments of K steps k0 / 16 and k0 / 16 + 1), and
+// the 8 addresses of each of its phases fall in 8 different bank quads.
+TEST(Mxfp4Bf16GroupedGemmParamsTest, DecodeXFragmentsAreTheMmaBOperandsWithoutConflicts) {
+  for (int rows : {8, 16}) {
+    const Mxfp4Bf16DecodeLayout l = Mxfp4Bf16DecodeLayoutOf(rows);
+    std::vector<uint8_t> smem(l.x_buffer, 0);
+    // Element (row, k) holds the 16-bit tag row * 2048 + k (k < 1,024).
+    for (int r = 0; r < rows; ++r) {
+      for (int k = 0; k < kMxfp4Bf16DecodeChunkK; ++k) {
+        const uint16_t tag = static_cast<uint16_t>(r * 2048 + k);
+        std::memcpy(&smem[r * kMxfp4Bf16DecodeXPitch + 2 * k], &tag, 2);
+      }
+    }
+    for (int ni = 0; ni < rows / 8; ++ni) {
+      for (int k0 = 0; k0 < kMxfp4Bf16DecodeChunkK; k0 += 32) {
+        std::array<int, 32> address{};
+        for (int lane = 0; lane < 32; ++lane) {
+          address[lane] = Mxfp4Bf16DecodeXOffset(lane, ni, k0);
+          ASSERT_EQ(address[lane] % 16, 0);
+          ASSERT_LE(address[lane] + 16, l.x_buffer);
+        }
+        for (int matrix = 0; matrix < 4; ++matrix) {  // one phase a matrix
+          std::vector<int> quads;
+          for (int r = 0; r < 8; ++r) quads.push_back((address[8 * matrix + r] % 128) / 16);
+          std::sort(quads.begin(), quads.end());
+          EXPECT_EQ(std::unique(quads.begin(), quads.end()), quads.end())
+              << "a bank conflict, rows " << rows << " k " << k0 << " matrix " << matrix;
+        }
+        for (int lane = 0; lane < 32; ++lane) {
+          const auto regs = EmulatedLdMatrix(smem, address, lane, 4);
+          const int g = lane / 4, t = lane % 4;
+          for (int i = 0; i < 4; ++i) {
+            for (int e = 0; e < 2; ++e) {
+              const int want = (8 * ni + g) * 2048 + k0 + 8 * i + 2 * t + e;
+              ASSERT_EQ(static_cast<int>((regs[i] >> (16 * e)) & 0xFFFFu), want)
+                  << "rows " << rows << " ni " << ni << " k " << k0 << " lane " << lane
+                  << " register " << i;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The decode form's A fragments of a stage of 128 of K (the register
+// form's gather and register map, block b at registers 16 (b / 2) ..): the
+// two nibbles of register 4 s + r are the codes of the K indices mma's A
+// layout wants for K step s (row r % 2, K 16 s + 8 (r / 2) + 2c, + 1), and
+// the 32 registers x 4 lanes x 2 rows cover every code of the stage once.
+TEST(Mxfp4Bf16GroupedGemmParamsTest, DecodeFragmentsHoldTheMmaKPairsOfAStage) {
+  const auto prmt = [](uint32_t a, uint32_t b, uint32_t c) { return EmulatedPrmt(a, b, c); };
+  std::mt19937 rng(147);
+  constexpr int kWords =
+      kMxfp4Bf16DecodeStageK / 8;  // a row's stage: nibble i of word w is K 8w + i
+  for (int trial = 0; trial < 20; ++trial) {
+    uint32_t words[2][kWords];
+    for (auto& row : words) {
+      for (uint32_t& w : row) w = rng();
+    }
+    const auto code = [&](int q, int k) { return (words[q][k / 8] >> (4 * (k % 8))) & 0xFu; };
+    std::vector<int> seen(2 * kMxfp4Bf16DecodeStageK, 0);
+    for (uint32_t c = 0; c < 4; ++c) {
+      for (int q = 0; q < 2; ++q) {
+        for (int b = 0; b < kMxfp4Bf16DecodeStageK / 32; ++b) {
+          const uint32_t v = Mxfp4Bf16GatherQuadByte(&words[q][4 * b], c, prmt);
+          for (int j = 0; j < 4; ++j) {
+            const int reg = 16 * (b >> 1) + Mxfp4Bf16FragmentRegister(b & 1, j, q);
+            const int s = reg / 4, r = reg % 4;
+            ASSERT_EQ(r % 2, q);
+            const int k = 16 * s + 8 * (r / 2) + 2 * static_cast<int>(c);
+            for (int e = 0; e < 2; ++e) {
+              ASSERT_EQ((v >> (4 * (2 * j + e))) & 0xFu, code(q, k + e));
+              ++seen[q * kMxfp4Bf16DecodeStageK + k + e];
+            }
+          }
+        }
+      }
+    }
+    for (int n : seen) ASSERT_EQ(n, 1);
+  }
+}
+
+// The decode form's one scale test a stage and its bf16x2 scale (prmt
+// emulated): for every byte value in every position of either word (the
+// other bytes random quantizer scales), Mxfp4ScaleWordsMultiplyInBf16 is
+// true exactly when every byte is a scale Mxfp4ScaleMultipliesInBf16
+// takes, and Mxfp4ScaleBf16x2 is (byte << 7) in both halves.
+TEST(Mxfp4Bf16GroupedGemmParamsTest, DecodeScaleTestAndScalePairAreTheBytewiseOnes) {
+  const auto prmt = [](uint32_t a, uint32_t b, uint32_t c) { return EmulatedPrmt(a, b, c); };
+  std::mt19937 rng(47);
+  const auto plain_word = [&] {
+    uint32_t w = 0;
+    for (int i = 0; i < 4; ++i) w |= (2 + rng() % 253) << (8 * i);
+    return w;
+  };
+  const auto all_plain = [](uint32_t w) {
+    for (int i = 0; i < 4; ++i) {
+      if (!Mxfp4ScaleMultipliesInBf16((w >> (8 * i)) & 0xFFu)) return false;
+    }
+    return true;
+  };
+  for (int trial = 0; trial < 20; ++trial) {
+    for (int which = 0; which < 2; ++which) {
+      for (int pos = 0; pos < 4; ++pos) {
+        for (uint32_t v = 0; v < 256; ++v) {
+          uint32_t w[2] = {plain_word(), plain_word()};
+          w[which] = (w[which] & ~(0xFFu << (8 * pos))) | (v << (8 * pos));
+          ASSERT_EQ(Mxfp4ScaleWordsMultiplyInBf16(w[0], w[1]), all_plain(w[0]) && all_plain(w[1]))
+              << std::hex << w[0] << " " << w[1];
+          ASSERT_EQ(Mxfp4ScaleBf16x2(w[which], pos, prmt), (v << 7) * 0x00010001u)
+              << std::hex << w[which] << " byte " << pos;
+        }
+      }
+    }
+  }
+  // Two rare bytes at once, in both words.
+  EXPECT_FALSE(Mxfp4ScaleWordsMultiplyInBf16(0x01FF7F7Fu, 0x7F7F7F00u));
+  EXPECT_TRUE(Mxfp4ScaleWordsMultiplyInBf16(0x02FE7F80u, 0xFEFE0202u));
 }
 
 }  // namespace
