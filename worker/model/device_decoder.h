@@ -843,8 +843,10 @@ struct DeviceDecoderOptions {
   // route's decode form (kernels::cuda::Mxfp4Bf16GroupedGemmParams::
   // decode_mma: mma.sync over 8 or 16 X rows a CTA, each warp's W through
   // its own ring, widened in registers) instead of the register form's
-  // narrow wgmma tiles. The same bits (the route's sums in the same order);
-  // time only. Built in the forty-seventh session with no device time: not
+  // narrow wgmma tiles; with bf16_route_swiglu its gate / up / SwiGLU
+  // launch (h's FP8 form made in the product's epilogue) instead of two
+  // products and a SwiGLU. The same bits (the route's sums in the same
+  // order); time only. Built in the forty-seventh session with no device time: not
   // yet run on a GPU, so off.
   bool bf16_route_decode_mma = false;
   // The bf16 products' warp-specialized prefill tile (above 256 rows: the

@@ -1627,15 +1627,25 @@ TEST(DeviceDecoderFastTest, SmallBf16RouteSwigluGivesTheSameBits) {
 // X rows a CTA, each warp's W through its own ring) give the register
 // form's bits; the stats count the decode steps' route layers it took.
 TEST(DeviceDecoderFastTest, SmallBf16RouteDecodeFormGivesTheSameBits) {
-  const auto stats = SameBitsWithTheOption(107, [](DeviceDecoderOptions& o, bool on) {
-    o.bf16_experts_every_row = true;
-    o.bf16_route_decode_mma = on;
-  });
-  EXPECT_GT(stats[0].prompt_bf16_expert_layers, 0);
-  EXPECT_EQ(stats[0].route_decode_mma_layers, 0);
-  EXPECT_GT(stats[1].route_decode_mma_layers, 0);
-  EXPECT_LT(stats[1].route_decode_mma_layers, stats[1].prompt_bf16_expert_layers)
-      << "the prompt's chunk stays on the register form";
+  // With the route's SwiGLU launch (the default: the decode form's gate /
+  // up / SwiGLU launch) and without it (gate and up as two products).
+  for (const bool swiglu : {true, false}) {
+    SCOPED_TRACE(::testing::Message() << "bf16_route_swiglu " << swiglu);
+    const auto stats = SameBitsWithTheOption(107, [swiglu](DeviceDecoderOptions& o, bool on) {
+      o.bf16_experts_every_row = true;
+      o.bf16_route_swiglu = swiglu;
+      o.bf16_route_decode_mma = on;
+    });
+    EXPECT_GT(stats[0].prompt_bf16_expert_layers, 0);
+    EXPECT_EQ(stats[0].route_decode_mma_layers, 0);
+    EXPECT_GT(stats[1].route_decode_mma_layers, 0);
+    EXPECT_LT(stats[1].route_decode_mma_layers, stats[1].prompt_bf16_expert_layers)
+        << "the prompt's chunk stays on the register form";
+    // The decode steps' layers on the decode form's SwiGLU launch, the
+    // chunk's on the 256-row tile's where it took that tile.
+    EXPECT_EQ(stats[1].route_swiglu_layers - stats[0].route_swiglu_layers,
+              swiglu ? stats[1].route_decode_mma_layers : 0);
+  }
 }
 
 // prompt_gate_norm_bf16: the prompt's gate GEMM reading the FFN

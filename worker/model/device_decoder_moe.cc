@@ -364,7 +364,8 @@ absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t ro
   // products' fp32 sums in the ring (the bits of the launches below; rows
   // before the first group, a mixed step's generated rows, keep fh as it
   // was: only this route's groups read it after).
-  const bool fused = options.bf16_route_swiglu && x256 && !gate_up_bf16 &&
+  // (The decode form has such a launch too: bf16_route_decode_mma.)
+  const bool fused = options.bf16_route_swiglu && (x256 || decode_mma) && !gate_up_bf16 &&
                      options.fused_expert_swiglu_fp8 && inter % 32 == 0;
   if (fused) {
     kc::Mxfp4Bf16GroupedGemmParams p = params(L.w1c, L.w1q, nullptr, inter, d, gate_up);

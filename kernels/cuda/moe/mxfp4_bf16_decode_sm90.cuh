@@ -17,16 +17,17 @@
 //  * Grid and rows: the route's compact grid (GroupTileOf over kRows rows a
 //    tile); blockIdx.x the W tile of kMxfp4Bf16DecodeWarps x 16 rows.
 //  * X: thread 0 brings the tile's X rows (bf16, the route's rx16) chunk by
-//    chunk of kMxfp4Bf16DecodeChunkK of K, a bulk copy a row, into two
-//    buffers of padded rows (kMxfp4Bf16DecodeXPitch) counted on an mbarrier
+//    chunk of Mxfp4Bf16DecodeChunkK of K, a bulk copy a row, into two
+//    buffers of padded rows (Mxfp4Bf16DecodeXPitch) counted on an mbarrier
 //    each; chunk c + 1 lands while chunk c is read, and a CTA barrier at each
 //    chunk's start frees the buffer the next chunk refills. Rows past the
 //    tile's are never copied (their columns of the sums are never stored).
-//  * W: warp w streams its 16 rows (n0 + 16 w ..) through its own ring of
-//    kMxfp4Bf16DecodeDepth slots, a stage 128 of K: each lane copies two
-//    16-byte code units and lanes 0 - 15 a row's scale word (cp.async), the
-//    copies kMxfp4Bf16DecodeDepth - 1 stages ahead; a stage is consumed after
-//    the lane's wait_group and a __syncwarp.
+//  * W: warp w streams its 16 rows (n0 + 16 w ..; gated, those rows of the
+//    gate's W and of the up product's) through its own ring of
+//    kMxfp4Bf16DecodeDepth slots, a stage 128 of K: each lane copies two (or
+//    four) 16-byte code units and a row's scale word (cp.async), the copies
+//    kMxfp4Bf16DecodeDepth - 1 stages ahead; a stage is consumed after the
+//    lane's wait_group and a __syncwarp.
 //  * A stage's math, lane (g, t): its rows g and g + 8, 64 code bytes each
 //    (a quad the same bytes), byte t of each word gathered by prmt
 //    (Mxfp4Bf16GatherQuadByte) and widened with the row's UE8M0 scale to the
@@ -35,7 +36,11 @@
 //    unreadable: the register form's one test a stage), which are the mma A
 //    fragments of the stage's 8 K steps (Mxfp4Bf16FragmentRegister); X's B
 //    fragments by one ldmatrix.x4 a K block of 32 and n tile; two mma a block
-//    and n tile, in K order, into the same fp32 accumulators.
+//    and n tile (and matrix), in K order, into the same fp32 accumulators.
+//    A stage goes in two halves of 64 of K, so 16 A registers a matrix live.
+//  * The gated form (swiglu) stages its gate and up sums over the X buffers
+//    after the loop and makes h's FP8 form of the CTA's 128 columns as the
+//    256-row tile's SwiGLU form does; the plain form stores as the route.
 // The sums are those of every other form (acc from +0, each K step's 16
 // products added in ascending K order; bf16 mma.sync and wgmma chains give
 // the same bits on Hopper), and the epilogue is theirs (StoreOutputs), so a
@@ -47,6 +52,8 @@
 #include <type_traits>
 
 #include "kernels/cuda/cp_async.cuh"
+#include "kernels/cuda/decode/swiglu.cuh"
+#include "kernels/cuda/dense/act_quant_fp8.cuh"
 #include "kernels/cuda/dense/fp8_mma_sm90.cuh"
 #include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/cuda/mma_bf16.cuh"
@@ -70,20 +77,31 @@ __device__ __forceinline__ void BulkCopyToShared(uint32_t dst, const void* src, 
 }
 
 // kRows: X rows a CTA (8 or 16; kRows / 8 mma n tiles, of which those
-// holding rows run).
-template <int kRows>
+// holding rows run). kGated (Mxfp4Bf16GroupedGemmParams::swiglu): a warp's
+// ring holds the same 16 rows of the gate's and the up product's W, its two
+// sets of sums staged in shared memory after the loop, and the CTA makes
+// h's FP8 form of its 128 columns from them as the route's SwiGLU form does
+// (SwigluOf, ActQuantEight: the bits of Swiglu's FP8 form over the two
+// products' fp32 outputs).
+template <int kRows, bool kGated>
 __global__ void __launch_bounds__(kDecodeThreads, 2)
     Mxfp4Bf16DecodeKernel(const __grid_constant__ Args a) {
   GridDependencyPrologue();
   static_assert(kRows == 8 || kRows == 16);
   constexpr int kNi = kRows / 8;
-  constexpr Mxfp4Bf16DecodeLayout kL = Mxfp4Bf16DecodeLayoutOf(kRows);
+  constexpr int kMats = kGated ? 2 : 1;  // W matrices a warp multiplies
+  constexpr Mxfp4Bf16DecodeLayout kL = Mxfp4Bf16DecodeLayoutOf(kRows, kGated);
   constexpr int kDepth = kMxfp4Bf16DecodeDepth;
   constexpr int kStageK = kMxfp4Bf16DecodeStageK;
-  constexpr int kChunkK = kMxfp4Bf16DecodeChunkK;
+  constexpr int kChunkK = Mxfp4Bf16DecodeChunkK(kGated);
   constexpr int kChunkStages = kChunkK / kStageK;
-  constexpr int kPitch = kMxfp4Bf16DecodeXPitch;
-  static_assert(kChunkK % kStageK == 0 && kStageK % 32 == 0);
+  constexpr int kPitch = Mxfp4Bf16DecodeXPitch(kGated);
+  constexpr int kWRows = Mxfp4Bf16DecodeWRows(kGated);
+  constexpr int kUnits = kWRows * 4 / 32;  // 16-byte code units a lane a stage
+  static_assert(kChunkK % kStageK == 0 && kStageK == 128, "four K blocks a stage");
+  static_assert(kWRows <= 32, "a lane a scale word");
+  static_assert(!kGated || Mxfp4Bf16DecodeStagedFloats(kRows) * 4 <= 2 * kL.x_buffer,
+                "the gated form's staged sums fit the X buffers");
   using dense::fp8_gemm::CpAsync4;
   using dense::fp8_gemm::LdMatrixX4;
   using dense::fp8_gemm::ScaleOf;
@@ -108,8 +126,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   const int warp = tid >> 5;
   const int lane = tid & 31;
 
-  // X chunk c (K 1,024 c .. and at most 1,024 of it) of the tile's rows into
-  // buffer c % 2, counted on its barrier. Thread 0 only.
+  // X chunk c (K kChunkK c .. and at most kChunkK of it) of the tile's rows
+  // into buffer c % 2, counted on its barrier. Thread 0 only.
   const auto load_chunk = [&](int c) {
     const int64_t k0 = int64_t{c} * kChunkK;
     const uint32_t bytes = static_cast<uint32_t>(min(a.k - k0, int64_t{kChunkK}) * 2);
@@ -131,44 +149,51 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     if (chunks > 1) load_chunk(1);
   }
 
-  const uint8_t* const w = a.w[group];
-  const uint8_t* const ws = a.w_scales[group];
-  // A weight the kernel cannot read gives NaN rows (Mxfp4GroupedGemm's rule).
-  const bool bad = UnreadableWeight(w, ws);
+  const uint8_t* const w0 = a.w[group];
+  const uint8_t* const ws0 = a.w_scales[group];
+  const uint8_t* const w1 = kGated ? a.w_up[group] : nullptr;
+  const uint8_t* const ws1 = kGated ? a.w_up_scales[group] : nullptr;
+  // A weight the kernel cannot read gives NaN rows (Mxfp4GroupedGemm's rule);
+  // gated, either weight makes the whole expert's h NaN.
+  const bool bad = UnreadableWeight(w0, ws0) || (kGated && UnreadableWeight(w1, ws1));
   const int64_t code_row = a.k / 2, scale_row = a.k / 32;
-  const int64_t warp_n0 = n0 + 16 * warp;  // this warp's first W row
+  const int64_t warp_n0 = n0 + 16 * warp;  // this warp's first output column
   const uint32_t ring = base + kL.ring + warp * kL.ring_bytes;
 
-  // This lane's copies of a stage, their sources at K = 0 (a row past n, or
-  // an unreadable weight, zero-fills and never advances its source).
-  // A stage's source is one multiply-add of its index (step 0 where the copy
-  // only zero-fills).
-  const uint8_t* unit_src[2];
-  uint32_t unit_dst[2];
-  bool unit_ok[2];
-  int unit_step[2];
+  // This lane's copies of a stage, their sources at K = 0 and their advance
+  // a stage (0 where the copy only zero-fills: a row past n, an unreadable
+  // weight), so a stage's source is one multiply-add of its index.
+  const uint8_t* unit_src[kUnits];
+  uint32_t unit_dst[kUnits];
+  bool unit_ok[kUnits];
+  int unit_step[kUnits];
 #pragma unroll
-  for (int j = 0; j < 2; ++j) {
+  for (int j = 0; j < kUnits; ++j) {
     const int u = lane + 32 * j;
-    const int64_t gn = warp_n0 + Mxfp4Bf16DecodeUnitRow(u);
+    const int row = Mxfp4Bf16DecodeUnitRow(u);
+    const int64_t gn = warp_n0 + (row & 15);
     unit_ok[j] = !bad && gn < a.n;
-    unit_src[j] =
-        unit_ok[j] ? w + gn * code_row + 16 * (u & 3) : reinterpret_cast<const uint8_t*>(a.x);
+    unit_src[j] = unit_ok[j] ? (row >= 16 ? w1 : w0) + gn * code_row + 16 * (u & 3)
+                             : reinterpret_cast<const uint8_t*>(a.x);
     unit_step[j] = unit_ok[j] ? kStageK / 2 : 0;
     unit_dst[j] = static_cast<uint32_t>(Mxfp4Bf16DecodeUnitOffset(u));
   }
-  const int64_t scale_n = warp_n0 + (lane & 15);
-  const bool scale_ok = lane < 16 && !bad && scale_n < a.n;
-  const uint8_t* const scale_src =
-      scale_ok ? ws + scale_n * scale_row : reinterpret_cast<const uint8_t*>(a.x);
+  const int scale_row_of_lane = lane % kWRows;
+  const int64_t scale_n = warp_n0 + (scale_row_of_lane & 15);
+  const bool scale_ok = lane < kWRows && !bad && scale_n < a.n;
+  const uint8_t* const scale_src = scale_ok
+                                       ? (scale_row_of_lane >= 16 ? ws1 : ws0) + scale_n * scale_row
+                                       : reinterpret_cast<const uint8_t*>(a.x);
   const int scale_step = scale_ok ? 4 : 0;
-  const uint32_t scale_dst = kL.slot_scales + 4 * (lane & 15);
+  const uint32_t scale_dst = kL.slot_scales + 4 * scale_row_of_lane;
   const auto issue = [&](int s) {
     const uint32_t slot = ring + (s % kDepth) * kL.slot_bytes;
 #pragma unroll
-    for (int j = 0; j < 2; ++j)
+    for (int j = 0; j < kUnits; ++j) {
       CpAsync16(slot + unit_dst[j], unit_src[j] + s * unit_step[j], unit_ok[j]);
-    if (lane < 16) CpAsync4(slot + scale_dst, scale_src + s * scale_step, scale_ok);
+    }
+    if (kWRows == 32 || lane < kWRows)
+      CpAsync4(slot + scale_dst, scale_src + s * scale_step, scale_ok);
     CpAsyncCommit();
   };
 
@@ -176,12 +201,15 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   const uint32_t c = static_cast<uint32_t>(lane & 3);
   const int g = lane >> 2;
   const auto prmt = [](uint32_t x, uint32_t y, uint32_t sel) { return PrmtB32(x, y, sel); };
-  const uint32_t x_lane = static_cast<uint32_t>(Mxfp4Bf16DecodeXOffset(lane, 0, 0));
-  float acc[kNi][4];
+  const uint32_t x_lane = static_cast<uint32_t>(Mxfp4Bf16DecodeXOffset(lane, 0, 0, kGated));
+  float acc[kMats][kNi][4];
 #pragma unroll
-  for (int ni = 0; ni < kNi; ++ni) {
+  for (int mat = 0; mat < kMats; ++mat) {
 #pragma unroll
-    for (int r = 0; r < 4; ++r) acc[ni][r] = 0.0f;
+    for (int ni = 0; ni < kNi; ++ni) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[mat][ni][r] = 0.0f;
+    }
   }
 
   // One group committed a stage (empty past the last), so wait_group
@@ -211,66 +239,130 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       CpAsyncCommit();
     }
     const uint32_t slot = ring + (s % kDepth) * kL.slot_bytes;
-    uint32_t scale_word[2];
+    // The scale words of the lane's rows (g, g + 8 of each matrix): every
+    // scale byte of its stage multiplies in bf16, or the stage widens
+    // through fp32 (the register form's one test a stage).
+    uint32_t scale_word[kMats][2];
+    bool plain = !bad;
 #pragma unroll
-    for (int q = 0; q < 2; ++q) scale_word[q] = LoadRaw32(slot + kL.slot_scales + 4 * (g + 8 * q));
-    // Every scale byte of the lane's stage multiplies in bf16.
-    const bool plain = !bad && Mxfp4ScaleWordsMultiplyInBf16(scale_word[0], scale_word[1]);
-    // f[16 (b / 2) + Mxfp4Bf16FragmentRegister(b % 2, j, q)]: the A
-    // registers of the stage's K steps (step s': f[4 s' .. 4 s' + 3]).
-    uint32_t f[32];
-    const auto widen = [&](auto plain_scales) {
+    for (int mat = 0; mat < kMats; ++mat) {
 #pragma unroll
       for (int q = 0; q < 2; ++q) {
-        const uint32_t row = slot + 64 * (g + 8 * q);
-#pragma unroll
-        for (int b = 0; b < 4; ++b) {
-          uint32_t words[4];
-          LoadRaw128(row + 16 * b, words);
-          const uint32_t v = Mxfp4Bf16GatherQuadByte(words, c, prmt);
-          uint32_t o[4];
-          if constexpr (decltype(plain_scales)::value) {
-            Mxfp4ToBf16EightBf16Mul(v, Mxfp4ScaleBf16x2(scale_word[q], b, prmt), tables, o);
-          } else {
-            const float sf = bad ? __uint_as_float(0x7FC00000u) : ScaleOf(scale_word[q], b);
-            Mxfp4ToBf16Eight(v, sf, o);
-          }
-#pragma unroll
-          for (int j = 0; j < 4; ++j)
-            f[16 * (b >> 1) + Mxfp4Bf16FragmentRegister(b & 1, j, q)] = o[j];
-        }
+        scale_word[mat][q] = LoadRaw32(slot + kL.slot_scales + 4 * (16 * mat + g + 8 * q));
       }
-    };
-    if (plain) {
-      widen(std::true_type{});
-    } else {
-      widen(std::false_type{});
+      plain = plain && Mxfp4ScaleWordsMultiplyInBf16(scale_word[mat][0], scale_word[mat][1]);
     }
     const uint32_t x_stage =
         base + (chunk & 1) * kL.x_buffer + 2 * (s % kChunkStages) * kStageK + x_lane;
+    // The stage in two halves of 64 of K (K blocks 2 h, 2 h + 1): f[mat][4 s'
+    // + r] the A registers of the half's K step s' (Mxfp4Bf16FragmentRegister).
 #pragma unroll
-    for (int b = 0; b < 4; ++b) {
+    for (int h = 0; h < 2; ++h) {
+      uint32_t f[kMats][16];
+      const auto widen = [&](auto plain_scales) {
 #pragma unroll
-      for (int ni = 0; ni < kNi; ++ni) {
-        if (ni < active_ni) {
-          uint32_t r0, r1, r2, r3;
-          LdMatrixX4(x_stage + ni * 8 * kPitch + 64 * b, r0, r1, r2, r3);
-          const uint32_t lo[4] = {f[8 * b], f[8 * b + 1], f[8 * b + 2], f[8 * b + 3]};
-          const uint32_t hi[4] = {f[8 * b + 4], f[8 * b + 5], f[8 * b + 6], f[8 * b + 7]};
-          MmaBf16M16N8K16(acc[ni], lo, r0, r1);
-          MmaBf16M16N8K16(acc[ni], hi, r2, r3);
+        for (int mat = 0; mat < kMats; ++mat) {
+#pragma unroll
+          for (int q = 0; q < 2; ++q) {
+            const uint32_t row = slot + 64 * (16 * mat + g + 8 * q);
+#pragma unroll
+            for (int bb = 0; bb < 2; ++bb) {
+              const int b = 2 * h + bb;  // the K block of the stage
+              uint32_t words[4];
+              LoadRaw128(row + 16 * b, words);
+              const uint32_t v = Mxfp4Bf16GatherQuadByte(words, c, prmt);
+              uint32_t o[4];
+              if constexpr (decltype(plain_scales)::value) {
+                Mxfp4ToBf16EightBf16Mul(v, Mxfp4ScaleBf16x2(scale_word[mat][q], b, prmt), tables,
+                                        o);
+              } else {
+                const float sf =
+                    bad ? __uint_as_float(0x7FC00000u) : ScaleOf(scale_word[mat][q], b);
+                Mxfp4ToBf16Eight(v, sf, o);
+              }
+#pragma unroll
+              for (int j = 0; j < 4; ++j) f[mat][Mxfp4Bf16FragmentRegister(bb, j, q)] = o[j];
+            }
+          }
+        }
+      };
+      if (plain) {
+        widen(std::true_type{});
+      } else {
+        widen(std::false_type{});
+      }
+#pragma unroll
+      for (int bb = 0; bb < 2; ++bb) {
+        const int b = 2 * h + bb;
+#pragma unroll
+        for (int ni = 0; ni < kNi; ++ni) {
+          if (ni < active_ni) {
+            uint32_t r0, r1, r2, r3;
+            LdMatrixX4(x_stage + ni * 8 * kPitch + 64 * b, r0, r1, r2, r3);
+#pragma unroll
+            for (int mat = 0; mat < kMats; ++mat) {
+              const uint32_t lo[4] = {f[mat][8 * bb], f[mat][8 * bb + 1], f[mat][8 * bb + 2],
+                                      f[mat][8 * bb + 3]};
+              const uint32_t hi[4] = {f[mat][8 * bb + 4], f[mat][8 * bb + 5], f[mat][8 * bb + 6],
+                                      f[mat][8 * bb + 7]};
+              MmaBf16M16N8K16(acc[mat][ni], lo, r0, r1);
+              MmaBf16M16N8K16(acc[mat][ni], hi, r2, r3);
+            }
+          }
         }
       }
     }
   }
   CpAsyncWait<0>();
-  float d[4 * kNi];
+  if constexpr (!kGated) {
+    float d[4 * kNi];
 #pragma unroll
-  for (int ni = 0; ni < kNi; ++ni) {
+    for (int ni = 0; ni < kNi; ++ni) {
 #pragma unroll
-    for (int r = 0; r < 4; ++r) d[4 * ni + r] = acc[ni][r];
+      for (int r = 0; r < 4; ++r) d[4 * ni + r] = acc[0][ni][r];
+    }
+    StoreOutputs<kNi>(a, d, warp, lane, begin, m0, m, n0);
+  } else {
+    // Every warp is done with the X buffers: the CTA's gate and up sums go
+    // there as [X row][gate 0 - 127, up 0 - 127] (Mxfp4Bf16DecodeStagedFloats).
+    __syncthreads();
+    float* const staged = reinterpret_cast<float*>(smem_raw);
+    constexpr int kStride = kMxfp4Bf16DecodeStagedStride;
+#pragma unroll
+    for (int mat = 0; mat < 2; ++mat) {
+#pragma unroll
+      for (int ni = 0; ni < kNi; ++ni) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const dense::Fp8GemmAccCoord at = dense::Fp8GemmAccumulatorCoord(lane, r);
+          staged[(ni * 8 + at.m) * kStride + 128 * mat + 16 * warp + at.n] = acc[mat][ni][r];
+        }
+      }
+    }
+    __syncthreads();
+    // Unit u: X row u / 16's columns 8 (u % 16) .. + 7, so four consecutive
+    // lanes hold a 32-column block, as ActQuantEight wants (whole warps run
+    // each pass: kRows x 16 units is a multiple of 32).
+    constexpr int kUnitsOut = kRows * 16;
+#pragma unroll 1
+    for (int u = tid; u < kUnitsOut; u += kDecodeThreads) {
+      const int token = u >> 4, col0 = 8 * (u & 15);
+      const bool active = m0 + token < m && n0 + col0 < a.n;
+      const int64_t row = begin + m0 + token;
+      float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      if (active) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const float gate = staged[token * kStride + col0 + e];
+          const float up = staged[token * kStride + 128 + col0 + e];
+          v[e] = a.round_bf16 ? decode::SwigluOf<true>(gate, up, a.route_weight, row, a.limit)
+                              : decode::SwigluOf<false>(gate, up, a.route_weight, row, a.limit);
+        }
+      }
+      const int64_t at = row * a.n + n0 + col0;
+      dense::ActQuantEight(v, active, a.h_codes + at, a.h_scales + at / 32);
+    }
   }
-  StoreOutputs<kNi>(a, d, warp, lane, begin, m0, m, n0);
 }
 
 }  // namespace weir::kernels::cuda::moe::mxfp4_bf16

@@ -71,7 +71,11 @@ absl::Status Mxfp4Bf16GroupedGemm(const Mxfp4Bf16GroupedGemmParams& p, cudaStrea
   a.round_bf16 = p.swiglu_round_bf16;
   const int wgs = Mxfp4Bf16ConsumerWarpgroups(p);
   // The gate / up / SwiGLU form's CTA holds 64 rows of each product.
-  const int tile_n = p.swiglu ? mb::RsTileN(wgs) / 2 : p.register_a ? mb::RsTileN(wgs) : mb::kBn;
+  // (The decode form's CTA: 128 columns, gated or not.)
+  const int tile_n = p.decode_mma   ? 16 * kMxfp4Bf16DecodeWarps
+                     : p.swiglu     ? mb::RsTileN(wgs) / 2
+                     : p.register_a ? mb::RsTileN(wgs)
+                                    : mb::kBn;
   // x_multicast: pairs of CTAs along x (an odd count gets one more, whose W
   // rows are all past n: it brings its half of X and writes nothing).
   const unsigned tiles_n = static_cast<unsigned>((p.n + tile_n - 1) / tile_n);
@@ -104,12 +108,16 @@ absl::Status Mxfp4Bf16GroupedGemm(const Mxfp4Bf16GroupedGemmParams& p, cudaStrea
   };
   constexpr int kSlack = dense::fp8_gemm::kWgmmaSmemSlack;
   if (p.decode_mma) {  // checked: x_rows 8 or 16, none of the register form's options
-    if (x_rows == 8) {
-      return launch(mb::Mxfp4Bf16DecodeKernel<8>, mb::kDecodeThreads,
-                    Mxfp4Bf16DecodeLayoutOf(8).total);
+    if (p.swiglu) {
+      return x_rows == 8 ? launch(mb::Mxfp4Bf16DecodeKernel<8, true>, mb::kDecodeThreads,
+                                  Mxfp4Bf16DecodeLayoutOf(8, true).total)
+                         : launch(mb::Mxfp4Bf16DecodeKernel<16, true>, mb::kDecodeThreads,
+                                  Mxfp4Bf16DecodeLayoutOf(16, true).total);
     }
-    return launch(mb::Mxfp4Bf16DecodeKernel<16>, mb::kDecodeThreads,
-                  Mxfp4Bf16DecodeLayoutOf(16).total);
+    return x_rows == 8 ? launch(mb::Mxfp4Bf16DecodeKernel<8, false>, mb::kDecodeThreads,
+                                Mxfp4Bf16DecodeLayoutOf(8).total)
+                       : launch(mb::Mxfp4Bf16DecodeKernel<16, false>, mb::kDecodeThreads,
+                                Mxfp4Bf16DecodeLayoutOf(16).total);
   }
   if (p.register_a) {
     const auto rs = [&](auto rows) -> absl::Status {

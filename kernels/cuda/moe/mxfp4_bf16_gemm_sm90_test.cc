@@ -294,14 +294,25 @@ TEST(Mxfp4Bf16GroupedGemmTest, EveryRowHasTheBf16GemmBitsOfItsExpert) {
 // bf16 or not; experts of 0, 300, 130, 40 and 280 rows (tiles of N 256 and
 // N 128, and with tail_rows 280's tail of 24), rows past the last expert
 // left as they were, n 320 and 288 (a part of a 64-column tile) and 256,
-// with and without the ballot search, and X by CTA pairs (x_multicast).
+// with and without the ballot search, and X by CTA pairs (x_multicast); and
+// the decode form's gated launch (decode_mma with swiglu) over 8 and 16 X
+// rows a CTA, there and at k 1,152 over experts of 0 - 17 rows.
 TEST(Mxfp4Bf16GroupedGemmTest, FusedSwigluGivesTheSeparateLaunchesBits) {
   std::mt19937 rng(53);
-  for (int64_t n : {320, 288, 256}) {  // 256: CTA pairs with no CTA past n
-    SCOPED_TRACE(::testing::Message() << "n " << n);
-    const std::vector<int64_t> rows_of = {0, 300, 130, 40, 280};
-    const Problem gate = MakeProblem(n, 512, rows_of, 3, rng, /*edge_scales=*/true);
-    Problem up = MakeProblem(n, 512, rows_of, 3, rng, /*edge_scales=*/false);
+  struct Case {
+    int64_t n, k;
+    std::vector<int64_t> rows_of;
+  };
+  // 256: CTA pairs with no CTA past n; k 1,152: the decode form's gated X
+  // in chunks of 512, 512 and 128, over decode-sized experts.
+  for (const Case& c :
+       {Case{320, 512, {0, 300, 130, 40, 280}}, Case{288, 512, {0, 300, 130, 40, 280}},
+        Case{256, 512, {0, 300, 130, 40, 280}}, Case{256, 1152, {9, 17, 0, 3, 16}}}) {
+    const int64_t n = c.n;
+    const std::vector<int64_t>& rows_of = c.rows_of;
+    SCOPED_TRACE(::testing::Message() << "n " << n << " k " << c.k);
+    const Problem gate = MakeProblem(n, c.k, rows_of, 3, rng, /*edge_scales=*/true);
+    Problem up = MakeProblem(n, c.k, rows_of, 3, rng, /*edge_scales=*/false);
     up.x = gate.x;  // the same rows
     const DeviceProblem dg(gate), du(up);
     const RouteForm x256{"register A over 256 X rows", 0, true, 256, true, true};
@@ -331,16 +342,20 @@ TEST(Mxfp4Bf16GroupedGemmTest, FusedSwigluGivesTheSeparateLaunchesBits) {
                                                 .row_count = used},
                                                nullptr);
         ASSERT_TRUE(ws.ok()) << ws;
-        for (int form = 0; form < 5; ++form) {  // 3, 4: X by CTA pairs
-          const bool ballot = form == 1, tail = form == 2 || form == 4, pairs = form >= 3;
+        // 3, 4: X by CTA pairs; 5 - 7: the decode form over 8 and 16 X rows.
+        for (int form = 0; form < 8; ++form) {
+          const bool decode = form >= 5;
+          const bool ballot = form == 1 || form == 7, tail = form == 2 || form == 4;
+          const bool pairs = form == 3 || form == 4;
           DeviceBuffer<uint8_t> codes(gate.rows * n), scales(gate.rows * n / 32);
           codes.Poison(0xAB);
           scales.Poison(0xAB);
           Mxfp4Bf16GroupedGemmParams p = dg.Params(gate, nullptr);
-          p.register_a = true;
-          p.x_rows = 256;
-          p.deep_ring = true;
-          p.stage_scale_test = true;
+          p.register_a = !decode;
+          p.x_rows = decode ? (form == 5 ? 8 : 16) : 256;
+          p.deep_ring = !decode;
+          p.stage_scale_test = !decode;
+          p.decode_mma = decode;
           p.ballot_group_search = ballot;
           p.tail_rows = tail;
           p.x_multicast = pairs;
@@ -354,10 +369,8 @@ TEST(Mxfp4Bf16GroupedGemmTest, FusedSwigluGivesTheSeparateLaunchesBits) {
           p.h_scales = scales.get();
           const absl::Status st = Mxfp4Bf16GroupedGemm(p, nullptr);
           ASSERT_TRUE(st.ok()) << st;
-          EXPECT_EQ(codes.Download(), want_codes.Download())
-              << "codes, ballot " << ballot << " tail " << tail << " pairs " << pairs;
-          EXPECT_EQ(scales.Download(), want_scales.Download())
-              << "scales, ballot " << ballot << " tail " << tail << " pairs " << pairs;
+          EXPECT_EQ(codes.Download(), want_codes.Download()) << "codes, form " << form;
+          EXPECT_EQ(scales.Download(), want_scales.Download()) << "scales, form " << form;
         }
       }
     }

@@ -191,12 +191,13 @@ absl::Status CheckMxfp4Bf16GroupedGemmParams(const Mxfp4Bf16GroupedGemmParams& p
       (p.y == nullptr && !p.swiglu)) {
     return absl::InvalidArgumentError(absl::StrCat(kWhat, ": null pointer"));
   }
-  if (p.swiglu &&
-      (p.x_rows != 256 || p.w_up == nullptr || p.w_up_scales == nullptr || p.h_codes == nullptr ||
-       p.h_scales == nullptr || p.n % 32 != 0 || !AlignedTo(p.h_codes, 8))) {
+  if (p.swiglu && ((p.x_rows != 256 && !p.decode_mma) || p.w_up == nullptr ||
+                   p.w_up_scales == nullptr || p.h_codes == nullptr || p.h_scales == nullptr ||
+                   p.n % 32 != 0 || !AlignedTo(p.h_codes, 8))) {
     return absl::InvalidArgumentError(
         absl::StrCat(kWhat,
-                     ": swiglu needs x_rows 256, w_up, w_up_scales, h_codes (8-byte aligned) and "
+                     ": swiglu needs x_rows 256 or decode_mma, w_up, w_up_scales, h_codes (8-byte "
+                     "aligned) and "
                      "h_scales, and n a multiple of 32"));
   }
   if (p.rows < 0 || p.n <= 0 || p.k <= 0 || p.num_experts <= 0) {
@@ -221,11 +222,11 @@ absl::Status CheckMxfp4Bf16GroupedGemmParams(const Mxfp4Bf16GroupedGemmParams& p
           absl::StrCat(kWhat, ": decode_mma takes x_rows 0, 8 or 16, not ", p.x_rows));
     }
     if (p.register_a || p.deep_ring || p.stage_scale_test || p.fit_tile_rows ||
-        p.consumer_warpgroups != 0 || p.swiglu || p.tail_rows || p.x_multicast) {
+        p.consumer_warpgroups != 0 || p.tail_rows || p.x_multicast) {
       return absl::InvalidArgumentError(absl::StrCat(
           kWhat,
           ": decode_mma takes none of register_a, deep_ring, stage_scale_test, fit_tile_rows, "
-          "consumer_warpgroups, swiglu, tail_rows and x_multicast"));
+          "consumer_warpgroups, tail_rows and x_multicast"));
     }
   }
   const bool narrow =

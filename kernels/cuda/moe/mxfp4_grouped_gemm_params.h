@@ -518,7 +518,7 @@ struct Mxfp4Bf16GroupedGemmParams {
   // Built after the last device call of the thirty-ninth session: not yet
   // run on a GPU, so off.
   bool ballot_group_search = false;
-  // The gate / up / SwiGLU form (x_rows 256 only; y unused, may be null):
+  // The gate / up / SwiGLU form (x_rows 256 or decode_mma; y unused, may be null):
   // w and w_scales are the gate's weights, w_up and w_up_scales the up
   // product's (the same shapes), n the intermediate size (a multiple of 32),
   // and the launch writes h's FP8 form, e4m3 codes [rows, n] (8-byte
@@ -550,7 +550,8 @@ struct Mxfp4Bf16GroupedGemmParams {
   // a GPU.
   bool x_multicast = false;
   // The decode form (mxfp4_bf16_decode_sm90.cuh; x_rows 8 or 16, 0 meaning
-  // 16, and none of the register form's options): a decode step's few rows
+  // 16, and none of the register form's options but swiglu, which it takes
+  // as the 256-row tile does): a decode step's few rows
   // an expert on mma.sync m16n8k16 with no widened tile and no CTA barrier a
   // stage. Each warp owns 16 W rows over all of K and streams their codes
   // and scale words through a ring of its own (cp.async), widening them in
@@ -616,42 +617,64 @@ inline int Mxfp4Bf16XRows(const Mxfp4Bf16GroupedGemmParams& params) {
 }
 
 // The decode form's geometry (decode_mma). A CTA is kMxfp4Bf16DecodeWarps
-// warps, warp w the tile's W rows 16 w .. 16 w + 15 (128 a CTA), over x_rows
-// X rows (8 or 16: one or two mma n tiles) of one expert.
+// warps, warp w the tile's output columns 16 w .. 16 w + 15 (128 a CTA) over
+// x_rows X rows (8 or 16: one or two mma n tiles) of one expert; plain, a
+// warp's W rows are those 16 rows of W, gated (swiglu) the same 16 rows of
+// the gate's W and of the up product's.
 inline constexpr int kMxfp4Bf16DecodeWarps = 8;
 // A stage of a warp's ring: 128 of K, 64 code bytes a W row, and the row's
 // 4-byte scale word (its four K blocks of 32).
 inline constexpr int kMxfp4Bf16DecodeStageK = 128;
 inline constexpr int kMxfp4Bf16DecodeDepth = 4;  // ring slots a warp: 3 stages in flight
+
+// W rows of a warp's ring slot: 16, gated 32 (the gate's 16, then the up
+// product's).
+WEIR_FP8_GEMM_HD constexpr int Mxfp4Bf16DecodeWRows(bool gated) { return gated ? 32 : 16; }
+
 // X comes in chunks of this much K (the last one may be shorter: k is a
-// multiple of 128), into two buffers, a chunk landing while the other is read.
-inline constexpr int kMxfp4Bf16DecodeChunkK = 1024;
-// Bytes between two X rows of a buffer: a chunk's 2,048 and 16 more, so the
-// 8 rows an ldmatrix phase reads at one K start 16 bytes apart modulo 128
-// (8 different bank quads: no conflict).
-inline constexpr int kMxfp4Bf16DecodeXPitch = 2 * kMxfp4Bf16DecodeChunkK + 16;
+// multiple of 128), into two buffers, a chunk landing while the other is
+// read: 1,024, gated 512 (its rings are twice the plain form's, and two
+// CTAs an SM still fit).
+WEIR_FP8_GEMM_HD constexpr int Mxfp4Bf16DecodeChunkK(bool gated) { return gated ? 512 : 1024; }
+
+// Bytes between two X rows of a buffer: a chunk's and 16 more, so the 8 rows
+// an ldmatrix phase reads at one K start 16 bytes apart modulo 128 (8
+// different bank quads: no conflict).
+WEIR_FP8_GEMM_HD constexpr int Mxfp4Bf16DecodeXPitch(bool gated) {
+  return 2 * Mxfp4Bf16DecodeChunkK(gated) + 16;
+}
 
 // Dynamic shared memory of a decode-form CTA over `x_rows` X rows: the two X
-// buffers from byte 0, then each warp's ring (slots of 16 rows x 64 code
-// bytes, then the 16 rows' scale words).
+// buffers from byte 0, then each warp's ring (slots of W rows x 64 code
+// bytes, then the rows' scale words). After the K loop the gated form
+// stages its sums over the X buffers (Mxfp4Bf16DecodeStagedFloats).
 struct Mxfp4Bf16DecodeLayout {
-  int x_buffer = 0;  // bytes of one X buffer (x_rows x kMxfp4Bf16DecodeXPitch)
+  int x_buffer = 0;  // bytes of one X buffer (x_rows x Mxfp4Bf16DecodeXPitch)
   int ring = 0;      // warp 0's ring; warp w's at ring + w * ring_bytes
   int ring_bytes = 0;
-  int slot_bytes = 0;  // a ring slot: codes [16][64], then scales [16][4]
+  int slot_bytes = 0;  // a ring slot: codes [W rows][64], then scales [W rows][4]
   int slot_scales = 0;
   int total = 0;
 };
 
-WEIR_FP8_GEMM_HD constexpr Mxfp4Bf16DecodeLayout Mxfp4Bf16DecodeLayoutOf(int x_rows) {
+WEIR_FP8_GEMM_HD constexpr Mxfp4Bf16DecodeLayout Mxfp4Bf16DecodeLayoutOf(int x_rows,
+                                                                         bool gated = false) {
   Mxfp4Bf16DecodeLayout l;
-  l.x_buffer = x_rows * kMxfp4Bf16DecodeXPitch;
+  const int w_rows = Mxfp4Bf16DecodeWRows(gated);
+  l.x_buffer = x_rows * Mxfp4Bf16DecodeXPitch(gated);
   l.ring = 2 * l.x_buffer;
-  l.slot_scales = 16 * (kMxfp4Bf16DecodeStageK / 2);
-  l.slot_bytes = l.slot_scales + 16 * 4;
+  l.slot_scales = w_rows * (kMxfp4Bf16DecodeStageK / 2);
+  l.slot_bytes = l.slot_scales + w_rows * 4;
   l.ring_bytes = kMxfp4Bf16DecodeDepth * l.slot_bytes;
   l.total = l.ring + kMxfp4Bf16DecodeWarps * l.ring_bytes;
   return l;
+}
+
+// The gated form's staged sums: a row of floats an X row (the CTA's 128
+// gate columns, then its 128 up columns, then 4 of padding).
+inline constexpr int kMxfp4Bf16DecodeStagedStride = 2 * 16 * kMxfp4Bf16DecodeWarps + 4;
+WEIR_FP8_GEMM_HD constexpr int Mxfp4Bf16DecodeStagedFloats(int x_rows) {
+  return x_rows * kMxfp4Bf16DecodeStagedStride;
 }
 
 // Byte offset, inside an X buffer, of the 16 bytes `lane` names for an
@@ -660,8 +683,17 @@ WEIR_FP8_GEMM_HD constexpr Mxfp4Bf16DecodeLayout Mxfp4Bf16DecodeLayoutOf(int x_r
 // row lane % 8. Register i then holds, in lane (g, t), X row 8 ni + g at K
 // k + 8 i + 2 t, + 1: the B fragment of K step k / 16 (i = 0, 1: b0, b1) and
 // of the step after it (i = 2, 3).
-WEIR_FP8_GEMM_HD constexpr int Mxfp4Bf16DecodeXOffset(int lane, int ni, int k) {
-  return (8 * ni + (lane & 7)) * kMxfp4Bf16DecodeXPitch + 2 * (k + 8 * (lane >> 3));
+WEIR_FP8_GEMM_HD constexpr int Mxfp4Bf16DecodeXOffset(int lane, int ni, int k, bool gated = false) {
+  return (8 * ni + (lane & 7)) * Mxfp4Bf16DecodeXPitch(gated) + 2 * (k + 8 * (lane >> 3));
+}
+
+// The decode form's copy units of a warp's stage: lane `lane` copies units
+// lane + 32 j (j < W rows / 8), unit u the 16 code bytes u % 4 of the slot's
+// W row u / 4 (K 32 (u % 4) .. of the stage), to slot offset 64 (u / 4) +
+// 16 (u % 4); gated, rows 16 - 31 are the up product's.
+WEIR_FP8_GEMM_HD constexpr int Mxfp4Bf16DecodeUnitRow(int unit) { return unit >> 2; }
+WEIR_FP8_GEMM_HD constexpr int Mxfp4Bf16DecodeUnitOffset(int unit) {
+  return 64 * (unit >> 2) + 16 * (unit & 3);
 }
 
 // True when every byte of the two scale words is a scale
@@ -686,14 +718,6 @@ template <typename Prmt>
 WEIR_FP8_GEMM_HD inline uint32_t Mxfp4ScaleBf16x2(uint32_t word, int b, const Prmt& prmt) {
   const uint32_t byte = static_cast<uint32_t>(b);
   return prmt(word, 0u, 0x0404u | (byte << 4) | (byte << 12)) >> 1;
-}
-
-// The decode form's copy units of a warp's stage: lane `lane` copies units
-// lane and lane + 32, unit u the 16 code bytes u % 4 of the warp's W row
-// u / 4 (K 32 (u % 4) .. of the stage), to slot offset 64 (u / 4) + 16 (u % 4).
-WEIR_FP8_GEMM_HD constexpr int Mxfp4Bf16DecodeUnitRow(int unit) { return unit >> 2; }
-WEIR_FP8_GEMM_HD constexpr int Mxfp4Bf16DecodeUnitOffset(int unit) {
-  return 64 * (unit >> 2) + 16 * (unit & 3);
 }
 
 // The widener warps Mxfp4Bf16GroupedGemm takes for widener_warps 0: eight
@@ -752,7 +776,7 @@ uint16_t Mxfp4WeightBf16Bits(uint8_t code, uint8_t scale);
 // register_a; swiglu without x_rows 256, w_up, w_up_scales, h_codes or
 // h_scales, with n not a multiple of 32 or h_codes not 8-byte aligned;
 // tail_rows or x_multicast without x_rows 256; decode_mma with x_rows other
-// than 0, 8 or 16 or with any of the register form's options.
+// than 0, 8 or 16 or with any of the register form's options (swiglu aside).
 absl::Status CheckMxfp4Bf16GroupedGemmParams(const Mxfp4Bf16GroupedGemmParams& params);
 
 // Returns OK or INVALID_ARGUMENT naming the problem: a null pointer, rows < 0,

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <optional>
 #include <random>
 #include <vector>
@@ -109,8 +110,7 @@ TEST(Mxfp4GroupedGemmParamsTest, RefusesBadArguments) {
   EXPECT_TRUE(EachIsInvalidArgument(
       ValidGateUp(), [](const Q& q) { return CheckMxfp4GroupedGateUpParams(q).code(); },
       {
-          [](Q& q) { q.w3 = nullptr; },
-          [](Q& q) { q.h_scales = nullptr; },
+          [](Q& q) { q.w3 = nullptr; }, [](Q& q) { q.h_scales = nullptr; },
           [](Q& q) { q.inter = 80; },  // FP8 blocks of the output need multiples of 32
           [](Q& q) { q.dim = 288; },
           [](Q& q) { q.tile = Mxfp4GroupedTile::kW2M8; },  // 2 warps: half an FP8 block
@@ -217,39 +217,30 @@ TEST(Mxfp4Bf16GroupedGemmParamsTest, ChecksItsArguments) {
     p = ValidBf16(), p.decode_mma = true, p.x_rows = x_rows;
     EXPECT_FALSE(CheckMxfp4Bf16GroupedGemmParams(p).ok()) << x_rows;
   }
-  for (int option = 0; option < 8; ++option) {
+  using Set = void (*)(Mxfp4Bf16GroupedGemmParams&);
+  for (const Set set :
+       std::initializer_list<Set>{[](Mxfp4Bf16GroupedGemmParams& q) { q.register_a = true; },
+                                  [](Mxfp4Bf16GroupedGemmParams& q) { q.deep_ring = true; },
+                                  [](Mxfp4Bf16GroupedGemmParams& q) { q.stage_scale_test = true; },
+                                  [](Mxfp4Bf16GroupedGemmParams& q) { q.fit_tile_rows = true; },
+                                  [](Mxfp4Bf16GroupedGemmParams& q) { q.consumer_warpgroups = 2; },
+                                  [](Mxfp4Bf16GroupedGemmParams& q) { q.tail_rows = true; },
+                                  [](Mxfp4Bf16GroupedGemmParams& q) { q.x_multicast = true; }}) {
     p = ValidBf16(), p.decode_mma = true, p.x_rows = 8;
-    switch (option) {
-      case 0:
-        p.register_a = true;
-        break;
-      case 1:
-        p.deep_ring = true;
-        break;
-      case 2:
-        p.stage_scale_test = true;
-        break;
-      case 3:
-        p.fit_tile_rows = true;
-        break;
-      case 4:
-        p.consumer_warpgroups = 2;
-        break;
-      case 5:
-        p.tail_rows = true;
-        break;
-      case 6:
-        p.x_multicast = true;
-        break;
-      default:
-        p.swiglu = true;
-        p.w_up = FakeArray(4096);
-        p.w_up_scales = FakeArray(8192);
-        p.h_codes = reinterpret_cast<uint8_t*>(16384);
-        p.h_scales = reinterpret_cast<uint8_t*>(20480);
-    }
-    EXPECT_EQ(CheckMxfp4Bf16GroupedGemmParams(p).code(), absl::StatusCode::kInvalidArgument)
-        << option;
+    set(p);
+    EXPECT_EQ(CheckMxfp4Bf16GroupedGemmParams(p).code(), absl::StatusCode::kInvalidArgument);
+  }
+  // The decode form's gate / up / SwiGLU launch: swiglu's operands, n a
+  // multiple of 32.
+  for (int x_rows : {0, 8, 16}) {
+    p = ValidBf16(), p.decode_mma = true, p.x_rows = x_rows, p.swiglu = true, p.y = nullptr;
+    p.w_up = FakeArray(4096);
+    p.w_up_scales = FakeArray(8192);
+    p.h_codes = reinterpret_cast<uint8_t*>(16384);
+    p.h_scales = reinterpret_cast<uint8_t*>(20480);
+    EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(p).ok()) << x_rows;
+    p.h_codes = nullptr;
+    EXPECT_FALSE(CheckMxfp4Bf16GroupedGemmParams(p).ok()) << x_rows;
   }
 
   using P = Mxfp4Bf16GroupedGemmParams;
@@ -895,31 +886,41 @@ TEST(Mxfp4GroupedGemmParamsTest, RegisterFormFragmentsHoldWgmmasKPairs) {
 // KB an SM, 1 KB of it reserved a CTA; 227 KB a CTA at most), the rings
 // after the X buffers, every ring slot's codes and scale words apart, and
 // each of a warp's 64 copy units a 16-byte piece of one W row of the slot's
-// codes, once.
+// codes, once. (Gated: each warp's slots hold the gate's 16 rows and the up
+// product's, X comes in chunks of 512, and the staged sums fit the X
+// buffers.)
 TEST(Mxfp4Bf16GroupedGemmParamsTest, DecodeLayoutFitsTwoCtasAnSmAndCopiesEachCodeOnce) {
-  for (int rows : {8, 16}) {
-    const Mxfp4Bf16DecodeLayout l = Mxfp4Bf16DecodeLayoutOf(rows);
-    EXPECT_EQ(l.x_buffer, rows * kMxfp4Bf16DecodeXPitch);
-    EXPECT_EQ(l.ring, 2 * l.x_buffer);
-    EXPECT_EQ(l.ring % 16, 0) << "cp.async's 16-byte destinations";
-    EXPECT_EQ(l.slot_bytes % 16, 0);
-    EXPECT_EQ(l.slot_scales, 16 * kMxfp4Bf16DecodeStageK / 2);
-    EXPECT_EQ(l.total, l.ring + kMxfp4Bf16DecodeWarps * kMxfp4Bf16DecodeDepth * l.slot_bytes);
-    EXPECT_LE(2 * (l.total + 1024), 228 * 1024) << rows;
-    EXPECT_LE(l.total, 227 * 1024);
+  for (const bool gated : {false, true}) {
+    const int w_rows = Mxfp4Bf16DecodeWRows(gated);
+    EXPECT_EQ(w_rows, gated ? 32 : 16);
+    EXPECT_EQ(Mxfp4Bf16DecodeChunkK(gated) % kMxfp4Bf16DecodeStageK, 0);
+    EXPECT_EQ(Mxfp4Bf16DecodeXPitch(gated) % 128, 16) << "8 rows in 8 bank quads";
+    for (int rows : {8, 16}) {
+      SCOPED_TRACE(::testing::Message() << "gated " << gated << " rows " << rows);
+      const Mxfp4Bf16DecodeLayout l = Mxfp4Bf16DecodeLayoutOf(rows, gated);
+      EXPECT_EQ(l.x_buffer, rows * Mxfp4Bf16DecodeXPitch(gated));
+      EXPECT_EQ(l.ring, 2 * l.x_buffer);
+      EXPECT_EQ(l.ring % 16, 0) << "cp.async's 16-byte destinations";
+      EXPECT_EQ(l.slot_bytes % 16, 0);
+      EXPECT_EQ(l.slot_scales, w_rows * kMxfp4Bf16DecodeStageK / 2);
+      EXPECT_EQ(l.total, l.ring + kMxfp4Bf16DecodeWarps * kMxfp4Bf16DecodeDepth * l.slot_bytes);
+      EXPECT_LE(2 * (l.total + 1024), 228 * 1024);
+      EXPECT_LE(l.total, 227 * 1024);
+      if (gated) EXPECT_LE(Mxfp4Bf16DecodeStagedFloats(rows) * 4, 2 * l.x_buffer);
+    }
+    std::vector<int> seen(w_rows * kMxfp4Bf16DecodeStageK / 2, 0);
+    for (int u = 0; u < 4 * w_rows; ++u) {
+      const int at = Mxfp4Bf16DecodeUnitOffset(u);
+      ASSERT_EQ(at % 16, 0);
+      ASSERT_GE(at, 0);
+      ASSERT_LE(at + 16, Mxfp4Bf16DecodeLayoutOf(8, gated).slot_scales);
+      EXPECT_EQ(at / 64, Mxfp4Bf16DecodeUnitRow(u)) << "a row's 64 code bytes at 64 row";
+      for (int i = 0; i < 16; ++i) ++seen[at + i];
+    }
+    for (int n : seen) EXPECT_EQ(n, 1);
   }
-  std::vector<int> seen(16 * kMxfp4Bf16DecodeStageK / 2, 0);
-  for (int u = 0; u < 64; ++u) {
-    const int at = Mxfp4Bf16DecodeUnitOffset(u);
-    ASSERT_EQ(at % 16, 0);
-    ASSERT_GE(at, 0);
-    ASSERT_LE(at + 16, Mxfp4Bf16DecodeLayoutOf(8).slot_scales);
-    EXPECT_EQ(at / 64, Mxfp4Bf16DecodeUnitRow(u)) << "a row's 64 code bytes at 64 row";
-    for (int i = 0; i < 16; ++i) ++seen[at + i];
-  }
-  for (int n : seen) EXPECT_EQ(n, 1);
-  EXPECT_EQ(kMxfp4Bf16DecodeChunkK % kMxfp4Bf16DecodeStageK, 0);
-  EXPECT_EQ(kMxfp4Bf16DecodeStageK % 128, 0) << "k is a multiple of 128";
+  EXPECT_EQ(kMxfp4Bf16DecodeStageK, 128) << "k is a multiple of 128; four scale bytes a row";
+  EXPECT_EQ(kMxfp4Bf16DecodeStagedStride, 2 * 16 * kMxfp4Bf16DecodeWarps + 4);
 }
 
 // The decode form's X fragments (ldmatrix emulated from the PTX ISA): in an
@@ -928,40 +929,44 @@ TEST(Mxfp4Bf16GroupedGemmParamsTest, DecodeLayoutFitsTwoCtasAnSmAndCopiesEachCod
 // register i (the mma B fragments of K steps k0 / 16 and k0 / 16 + 1), and
 // the 8 addresses of each of its phases fall in 8 different bank quads.
 TEST(Mxfp4Bf16GroupedGemmParamsTest, DecodeXFragmentsAreTheMmaBOperandsWithoutConflicts) {
-  for (int rows : {8, 16}) {
-    const Mxfp4Bf16DecodeLayout l = Mxfp4Bf16DecodeLayoutOf(rows);
-    std::vector<uint8_t> smem(l.x_buffer, 0);
-    // Element (row, k) holds the 16-bit tag row * 2048 + k (k < 1,024).
-    for (int r = 0; r < rows; ++r) {
-      for (int k = 0; k < kMxfp4Bf16DecodeChunkK; ++k) {
-        const uint16_t tag = static_cast<uint16_t>(r * 2048 + k);
-        std::memcpy(&smem[r * kMxfp4Bf16DecodeXPitch + 2 * k], &tag, 2);
+  for (const bool gated : {false, true}) {
+    const int chunk = Mxfp4Bf16DecodeChunkK(gated), pitch = Mxfp4Bf16DecodeXPitch(gated);
+    for (int rows : {8, 16}) {
+      const Mxfp4Bf16DecodeLayout l = Mxfp4Bf16DecodeLayoutOf(rows, gated);
+      std::vector<uint8_t> smem(l.x_buffer, 0);
+      // Element (row, k) holds the 16-bit tag row * 2048 + k (k < 1,024).
+      for (int r = 0; r < rows; ++r) {
+        for (int k = 0; k < chunk; ++k) {
+          const uint16_t tag = static_cast<uint16_t>(r * 2048 + k);
+          std::memcpy(&smem[r * pitch + 2 * k], &tag, 2);
+        }
       }
-    }
-    for (int ni = 0; ni < rows / 8; ++ni) {
-      for (int k0 = 0; k0 < kMxfp4Bf16DecodeChunkK; k0 += 32) {
-        std::array<int, 32> address{};
-        for (int lane = 0; lane < 32; ++lane) {
-          address[lane] = Mxfp4Bf16DecodeXOffset(lane, ni, k0);
-          ASSERT_EQ(address[lane] % 16, 0);
-          ASSERT_LE(address[lane] + 16, l.x_buffer);
-        }
-        for (int matrix = 0; matrix < 4; ++matrix) {  // one phase a matrix
-          std::vector<int> quads;
-          for (int r = 0; r < 8; ++r) quads.push_back((address[8 * matrix + r] % 128) / 16);
-          std::sort(quads.begin(), quads.end());
-          EXPECT_EQ(std::unique(quads.begin(), quads.end()), quads.end())
-              << "a bank conflict, rows " << rows << " k " << k0 << " matrix " << matrix;
-        }
-        for (int lane = 0; lane < 32; ++lane) {
-          const auto regs = EmulatedLdMatrix(smem, address, lane, 4);
-          const int g = lane / 4, t = lane % 4;
-          for (int i = 0; i < 4; ++i) {
-            for (int e = 0; e < 2; ++e) {
-              const int want = (8 * ni + g) * 2048 + k0 + 8 * i + 2 * t + e;
-              ASSERT_EQ(static_cast<int>((regs[i] >> (16 * e)) & 0xFFFFu), want)
-                  << "rows " << rows << " ni " << ni << " k " << k0 << " lane " << lane
-                  << " register " << i;
+      for (int ni = 0; ni < rows / 8; ++ni) {
+        for (int k0 = 0; k0 < chunk; k0 += 32) {
+          std::array<int, 32> address{};
+          for (int lane = 0; lane < 32; ++lane) {
+            address[lane] = Mxfp4Bf16DecodeXOffset(lane, ni, k0, gated);
+            ASSERT_EQ(address[lane] % 16, 0);
+            ASSERT_LE(address[lane] + 16, l.x_buffer);
+          }
+          for (int matrix = 0; matrix < 4; ++matrix) {  // one phase a matrix
+            std::vector<int> quads;
+            for (int r = 0; r < 8; ++r) quads.push_back((address[8 * matrix + r] % 128) / 16);
+            std::sort(quads.begin(), quads.end());
+            EXPECT_EQ(std::unique(quads.begin(), quads.end()), quads.end())
+                << "a bank conflict, gated " << gated << " rows " << rows << " k " << k0
+                << " matrix " << matrix;
+          }
+          for (int lane = 0; lane < 32; ++lane) {
+            const auto regs = EmulatedLdMatrix(smem, address, lane, 4);
+            const int g = lane / 4, t = lane % 4;
+            for (int i = 0; i < 4; ++i) {
+              for (int e = 0; e < 2; ++e) {
+                const int want = (8 * ni + g) * 2048 + k0 + 8 * i + 2 * t + e;
+                ASSERT_EQ(static_cast<int>((regs[i] >> (16 * e)) & 0xFFFFu), want)
+                    << "gated " << gated << " rows " << rows << " ni " << ni << " k " << k0
+                    << " lane " << lane << " register " << i;
+              }
             }
           }
         }
