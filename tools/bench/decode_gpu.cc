@@ -1130,8 +1130,9 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
     if ((*dd)->stats().route_decode_mma_layers > 0) {
       std::printf(
           "      bf16_route_decode_mma: %lld route layers of decode steps on the decode form "
-          "since start\n",
-          static_cast<long long>((*dd)->stats().route_decode_mma_layers));
+          "since start (%lld with h's bf16 values from the SwiGLU launch)\n",
+          static_cast<long long>((*dd)->stats().route_decode_mma_layers),
+          static_cast<long long>((*dd)->stats().route_h_bf16_layers));
     }
     if ((*dd)->stats().decode_mma_key_scores > 0) {
       std::printf(

@@ -1037,6 +1037,9 @@ struct DeviceDecoderStats {
   int64_t decode_mma_key_scores = 0;
   // bf16_route_decode_mma: route layers of decode steps on the decode form
   int64_t route_decode_mma_layers = 0;
+  // ... of which the down product read h's bf16 values from the SwiGLU
+  // launch (no widening launch between)
+  int64_t route_h_bf16_layers = 0;
   int64_t expert_out_bf16_layers = 0;  // expert_out_bf16: MoE layers whose outputs went as bf16
   int64_t drafts = 0;           // sequences drafted (DraftBatch)
   double draft_seconds = 0;     // wall time inside DraftBatch

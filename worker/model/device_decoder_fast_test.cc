@@ -1645,6 +1645,8 @@ TEST(DeviceDecoderFastTest, SmallBf16RouteDecodeFormGivesTheSameBits) {
     // chunk's on the 256-row tile's where it took that tile.
     EXPECT_EQ(stats[1].route_swiglu_layers - stats[0].route_swiglu_layers,
               swiglu ? stats[1].route_decode_mma_layers : 0);
+    // Those launches wrote h's bf16 values for the down product too.
+    EXPECT_EQ(stats[1].route_h_bf16_layers, swiglu ? stats[1].route_decode_mma_layers : 0);
   }
 }
 

@@ -495,6 +495,7 @@ struct DeviceDecoder::Impl {
   int64_t bf16_gate_up_layers = 0;   // DeviceDecoderStats::bf16_gate_up_layers
   int64_t route_x256_layers = 0;     // DeviceDecoderStats::route_x256_layers
   int64_t route_decode_mma_layers = 0;  // DeviceDecoderStats::route_decode_mma_layers
+  int64_t route_h_bf16_layers = 0;      // DeviceDecoderStats::route_h_bf16_layers
   int64_t route_swiglu_layers = 0;   // DeviceDecoderStats::route_swiglu_layers
   int64_t reduce_fp8_out = 0;    // DeviceDecoderStats::reduce_fp8_out
   // MmRoundRope -> Fp8Gemm: the RoPE its next product may take, and whether

@@ -288,10 +288,13 @@ absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t ro
   const bool stage_test = x256 || (options.bf16_route_stage_scale_test &&
                                    options.bf16_route_register_a && (!deep_ring || deep_three));
   const bool fit_rows = options.bf16_route_fit_tile_rows && stage_test && wide_tile && !deep_ring;
+  // The products' X: rx16 (X's or h's widened codes), or h's bf16 values
+  // where the decode form's SwiGLU launch wrote them (h16 below).
+  const uint16_t* route_x = rx16;
   auto params = [&](const uint8_t* const* w, const uint8_t* const* ws, float* y, int64_t n,
                     int64_t k, dense::Fp8GemmOutput output) {
     if (decode_mma) {
-      return kc::Mxfp4Bf16GroupedGemmParams{.x = rx16,
+      return kc::Mxfp4Bf16GroupedGemmParams{.x = route_x,
                                             .expert_offsets = offsets,
                                             .w = w,
                                             .w_scales = ws,
@@ -306,7 +309,7 @@ absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t ro
                                             .decode_mma = true};
     }
     return kc::Mxfp4Bf16GroupedGemmParams{
-        .x = rx16,
+        .x = route_x,
         .expert_offsets = offsets,
         .w = w,
         .w_scales = ws,
@@ -367,6 +370,11 @@ absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t ro
   // (The decode form has such a launch too: bf16_route_decode_mma.)
   const bool fused = options.bf16_route_swiglu && (x256 || decode_mma) && !gate_up_bf16 &&
                      options.fused_expert_swiglu_fp8 && inter % 32 == 0;
+  // The decode form's SwiGLU launch also writes h's bf16 values (the bits
+  // the widening below would make), after X's in rx16 where they fit, so
+  // the down product reads them with no widening launch between.
+  uint16_t* const h16 =
+      fused && decode_mma && rows * (d + inter) <= rx16_count ? rx16 + rows * d : nullptr;
   if (fused) {
     kc::Mxfp4Bf16GroupedGemmParams p = params(L.w1c, L.w1q, nullptr, inter, d, gate_up);
     p.swiglu = true;
@@ -377,6 +385,7 @@ absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t ro
     p.swiglu_round_bf16 = bf16();
     p.h_codes = fh;
     p.h_scales = fh_scales;
+    p.h_bf16 = h16;
     RETURN_IF_ERROR(kc::Mxfp4Bf16GroupedGemm(p, stream));
     ++fused_expert_swiglus;
     ++route_swiglu_layers;
@@ -391,7 +400,12 @@ absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t ro
   } else if (!fused) {
     RETURN_IF_ERROR(SwigluToFp8(L, rows, limit, used_rows));
   }
-  RETURN_IF_ERROR(widen(fh, fh_scales, inter));
+  if (h16 != nullptr) {
+    route_x = h16;
+    ++route_h_bf16_layers;
+  } else {
+    RETURN_IF_ERROR(widen(fh, fh_scales, inter));
+  }
   RETURN_IF_ERROR(product(L.w2c, L.w2q, yg, d, inter, ExpertsOutput(bf16_out)));
   ++prompt_bf16_expert_layers;
   if (x256) ++route_x256_layers;

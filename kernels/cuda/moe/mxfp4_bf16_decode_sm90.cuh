@@ -82,7 +82,8 @@ __device__ __forceinline__ void BulkCopyToShared(uint32_t dst, const void* src, 
 // sets of sums staged in shared memory after the loop, and the CTA makes
 // h's FP8 form of its 128 columns from them as the route's SwiGLU form does
 // (SwigluOf, ActQuantEight: the bits of Swiglu's FP8 form over the two
-// products' fp32 outputs).
+// products' fp32 outputs), and with h_bf16 the bf16 values of those codes
+// (ActQuantEight's dq8, Fp8ActBf16's bits).
 template <int kRows, bool kGated>
 __global__ void __launch_bounds__(kDecodeThreads, 2)
     Mxfp4Bf16DecodeKernel(const __grid_constant__ Args a) {
@@ -360,7 +361,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
         }
       }
       const int64_t at = row * a.n + n0 + col0;
-      dense::ActQuantEight(v, active, a.h_codes + at, a.h_scales + at / 32);
+      dense::ActQuantEight(v, active, a.h_codes + at, a.h_scales + at / 32,
+                           a.h_bf16 != nullptr ? a.h_bf16 + at : nullptr);
     }
   }
 }

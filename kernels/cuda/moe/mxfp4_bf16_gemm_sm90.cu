@@ -67,6 +67,7 @@ absl::Status Mxfp4Bf16GroupedGemm(const Mxfp4Bf16GroupedGemmParams& p, cudaStrea
   a.route_weight = p.swiglu_route_weight;
   a.h_codes = p.h_codes;
   a.h_scales = p.h_scales;
+  a.h_bf16 = p.h_bf16;
   a.limit = p.swiglu_limit;
   a.round_bf16 = p.swiglu_round_bf16;
   const int wgs = Mxfp4Bf16ConsumerWarpgroups(p);

@@ -96,6 +96,7 @@ struct Args {
   const float* route_weight;
   uint8_t* h_codes;
   uint8_t* h_scales;
+  uint16_t* h_bf16;  // the decode form's SwiGLU launch: h's bf16 values too, or null
   float limit;
   bool round_bf16;
 };

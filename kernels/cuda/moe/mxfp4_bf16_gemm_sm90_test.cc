@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "kernels/common/numeric_formats.h"
 #include "kernels/cuda/decode/swiglu.h"
+#include "kernels/cuda/dense/act_quant_fp8.h"
 #include "kernels/cuda/dense/bf16_gemm_sm90.h"
 #include "kernels/cuda/moe/test_util.h"
 
@@ -367,10 +368,27 @@ TEST(Mxfp4Bf16GroupedGemmTest, FusedSwigluGivesTheSeparateLaunchesBits) {
           p.swiglu_round_bf16 = round;
           p.h_codes = codes.get();
           p.h_scales = scales.get();
+          // The decode form's launch: h's bf16 values too (form 6 without).
+          DeviceBuffer<uint16_t> h16(gate.rows * n);
+          h16.Poison(0xAB);
+          if (decode && form != 6) p.h_bf16 = h16.get();
           const absl::Status st = Mxfp4Bf16GroupedGemm(p, nullptr);
           ASSERT_TRUE(st.ok()) << st;
           EXPECT_EQ(codes.Download(), want_codes.Download()) << "codes, form " << form;
           EXPECT_EQ(scales.Download(), want_scales.Download()) << "scales, form " << form;
+          if (p.h_bf16 != nullptr) {  // Fp8ActBf16's bits of the codes, the groups' rows only
+            DeviceBuffer<uint16_t> want16(gate.rows * n);
+            want16.Poison(0xAB);
+            const absl::Status wb = dense::Fp8ActBf16({.codes = want_codes.get(),
+                                                       .scales = want_scales.get(),
+                                                       .out = want16.get(),
+                                                       .rows = gate.rows,
+                                                       .cols = n,
+                                                       .row_count = used},
+                                                      nullptr);
+            ASSERT_TRUE(wb.ok()) << wb;
+            EXPECT_EQ(h16.Download(), want16.Download()) << "h's bf16 values, form " << form;
+          }
         }
       }
     }

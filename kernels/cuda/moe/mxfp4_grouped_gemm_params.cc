@@ -216,6 +216,10 @@ absl::Status CheckMxfp4Bf16GroupedGemmParams(const Mxfp4Bf16GroupedGemmParams& p
     return absl::InvalidArgumentError(absl::StrCat(
         kWhat, ": x must be 16-byte aligned, y aligned to its element, row_role to 4 bytes"));
   }
+  if (p.h_bf16 != nullptr && (!p.decode_mma || !p.swiglu || !AlignedTo(p.h_bf16, 16))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kWhat, ": h_bf16 needs decode_mma and swiglu, and 16-byte alignment"));
+  }
   if (p.decode_mma) {
     if (p.x_rows != 0 && p.x_rows != 8 && p.x_rows != 16) {
       return absl::InvalidArgumentError(

@@ -572,6 +572,11 @@ struct Mxfp4Bf16GroupedGemmParams {
   bool swiglu_round_bf16 = false;
   uint8_t* h_codes = nullptr;
   uint8_t* h_scales = nullptr;
+  // The decode form's SwiGLU launch only (decode_mma with swiglu; optional):
+  // also the bf16 values h's codes stand for, [rows, n] (16-byte aligned),
+  // Fp8ActBf16's bits of h_codes / h_scales, so the down product reads them
+  // without a widening launch. Must not overlap x.
+  uint16_t* h_bf16 = nullptr;
 };
 
 // The register form's consumer warpgroups of a call (0 resolved to 2).
@@ -776,7 +781,8 @@ uint16_t Mxfp4WeightBf16Bits(uint8_t code, uint8_t scale);
 // register_a; swiglu without x_rows 256, w_up, w_up_scales, h_codes or
 // h_scales, with n not a multiple of 32 or h_codes not 8-byte aligned;
 // tail_rows or x_multicast without x_rows 256; decode_mma with x_rows other
-// than 0, 8 or 16 or with any of the register form's options (swiglu aside).
+// than 0, 8 or 16 or with any of the register form's options (swiglu aside);
+// h_bf16 without decode_mma and swiglu, or not 16-byte aligned.
 absl::Status CheckMxfp4Bf16GroupedGemmParams(const Mxfp4Bf16GroupedGemmParams& params);
 
 // Returns OK or INVALID_ARGUMENT naming the problem: a null pointer, rows < 0,

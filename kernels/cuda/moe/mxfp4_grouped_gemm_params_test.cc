@@ -239,9 +239,17 @@ TEST(Mxfp4Bf16GroupedGemmParamsTest, ChecksItsArguments) {
     p.h_codes = reinterpret_cast<uint8_t*>(16384);
     p.h_scales = reinterpret_cast<uint8_t*>(20480);
     EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(p).ok()) << x_rows;
+    p.h_bf16 = reinterpret_cast<uint16_t*>(32768);  // h's bf16 values too: 16-byte aligned
+    EXPECT_TRUE(CheckMxfp4Bf16GroupedGemmParams(p).ok()) << x_rows;
+    p.h_bf16 = reinterpret_cast<uint16_t*>(32776);
+    EXPECT_FALSE(CheckMxfp4Bf16GroupedGemmParams(p).ok()) << x_rows;
+    p.h_bf16 = nullptr;
     p.h_codes = nullptr;
     EXPECT_FALSE(CheckMxfp4Bf16GroupedGemmParams(p).ok()) << x_rows;
   }
+  // h_bf16 only on the decode form's SwiGLU launch.
+  p = ValidBf16(), p.decode_mma = true, p.h_bf16 = reinterpret_cast<uint16_t*>(32768);
+  EXPECT_FALSE(CheckMxfp4Bf16GroupedGemmParams(p).ok());
 
   using P = Mxfp4Bf16GroupedGemmParams;
   const auto x256 = [](P& q) {
