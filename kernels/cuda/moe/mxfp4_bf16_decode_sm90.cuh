@@ -253,6 +253,10 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       }
       plain = plain && Mxfp4ScaleWordsMultiplyInBf16(scale_word[mat][0], scale_word[mat][1]);
     }
+    // One path for the whole warp (the mma.sync and ldmatrix after the
+    // branch are warp-wide): the fp32 path gives every scale's bits, so a
+    // lane taking it for its neighbour's rare scale changes nothing.
+    plain = __all_sync(0xffffffffu, plain);
     const uint32_t x_stage =
         base + (chunk & 1) * kL.x_buffer + 2 * (s % kChunkStages) * kStageK + x_lane;
     // The stage in two halves of 64 of K (K blocks 2 h, 2 h + 1): f[mat][4 s'

@@ -707,11 +707,9 @@ WEIR_FP8_GEMM_HD constexpr int Mxfp4Bf16DecodeUnitOffset(int unit) {
 // (x - 0x01010101) & ~x & 0x80808080, which is nonzero exactly when some byte
 // of x is zero. The decode form's one test a stage (8 scale bytes a lane).
 WEIR_FP8_GEMM_HD constexpr bool Mxfp4ScaleWordsMultiplyInBf16(uint32_t w0, uint32_t w1) {
-  uint32_t zero = 0;
-  for (const uint32_t w : {w0, w1}) {
-    const uint32_t lo = w & 0xFEFEFEFEu, hi = ~w;
-    zero |= ((lo - 0x01010101u) & ~lo) | ((hi - 0x01010101u) & ~hi);
-  }
+  const uint32_t lo0 = w0 & 0xFEFEFEFEu, hi0 = ~w0, lo1 = w1 & 0xFEFEFEFEu, hi1 = ~w1;
+  const uint32_t zero = ((lo0 - 0x01010101u) & ~lo0) | ((hi0 - 0x01010101u) & ~hi0) |
+                        ((lo1 - 0x01010101u) & ~lo1) | ((hi1 - 0x01010101u) & ~hi1);
   return (zero & 0x80808080u) == 0;
 }
 
