@@ -1130,9 +1130,11 @@ int SliceBench(const std::vector<int>& batches, double bandwidth) {
     if ((*dd)->stats().route_decode_mma_layers > 0) {
       std::printf(
           "      bf16_route_decode_mma: %lld route layers of decode steps on the decode form "
-          "since start (%lld with h's bf16 values from the SwiGLU launch)\n",
+          "since start (%lld with h's bf16 values from the SwiGLU launch, %lld with X's from "
+          "the gather)\n",
           static_cast<long long>((*dd)->stats().route_decode_mma_layers),
-          static_cast<long long>((*dd)->stats().route_h_bf16_layers));
+          static_cast<long long>((*dd)->stats().route_h_bf16_layers),
+          static_cast<long long>((*dd)->stats().route_x_gathered_layers));
     }
     if ((*dd)->stats().decode_mma_key_scores > 0) {
       std::printf(

@@ -856,6 +856,7 @@ absl::StatusOr<int64_t> DeviceDecoder::StepInto(std::span<const int> slots,
     stats_.route_x256_layers = m.route_x256_layers;
     stats_.route_decode_mma_layers = m.route_decode_mma_layers;
     stats_.route_h_bf16_layers = m.route_h_bf16_layers;
+    stats_.route_x_gathered_layers = m.route_x_gathered_layers;
     stats_.route_swiglu_layers = m.route_swiglu_layers;
     stats_.bf16_branches = m.bf16_branches;
     stats_.reduce_fp8_out = m.reduce_fp8_out;

@@ -1040,6 +1040,9 @@ struct DeviceDecoderStats {
   // ... of which the down product read h's bf16 values from the SwiGLU
   // launch (no widening launch between)
   int64_t route_h_bf16_layers = 0;
+  // ... and route layers whose X's bf16 values the gather made (no
+  // widening launch before the products)
+  int64_t route_x_gathered_layers = 0;
   int64_t expert_out_bf16_layers = 0;  // expert_out_bf16: MoE layers whose outputs went as bf16
   int64_t drafts = 0;           // sequences drafted (DraftBatch)
   double draft_seconds = 0;     // wall time inside DraftBatch

@@ -1645,8 +1645,11 @@ TEST(DeviceDecoderFastTest, SmallBf16RouteDecodeFormGivesTheSameBits) {
     // chunk's on the 256-row tile's where it took that tile.
     EXPECT_EQ(stats[1].route_swiglu_layers - stats[0].route_swiglu_layers,
               swiglu ? stats[1].route_decode_mma_layers : 0);
-    // Those launches wrote h's bf16 values for the down product too.
+    // Those launches wrote h's bf16 values for the down product too, and
+    // the decode steps' gathers X's for the products.
     EXPECT_EQ(stats[1].route_h_bf16_layers, swiglu ? stats[1].route_decode_mma_layers : 0);
+    EXPECT_EQ(stats[0].route_x_gathered_layers, 0);
+    EXPECT_EQ(stats[1].route_x_gathered_layers, stats[1].route_decode_mma_layers);
   }
 }
 

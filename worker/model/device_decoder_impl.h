@@ -496,6 +496,7 @@ struct DeviceDecoder::Impl {
   int64_t route_x256_layers = 0;     // DeviceDecoderStats::route_x256_layers
   int64_t route_decode_mma_layers = 0;  // DeviceDecoderStats::route_decode_mma_layers
   int64_t route_h_bf16_layers = 0;      // DeviceDecoderStats::route_h_bf16_layers
+  int64_t route_x_gathered_layers = 0;  // DeviceDecoderStats::route_x_gathered_layers
   int64_t route_swiglu_layers = 0;   // DeviceDecoderStats::route_swiglu_layers
   int64_t reduce_fp8_out = 0;    // DeviceDecoderStats::reduce_fp8_out
   // MmRoundRope -> Fp8Gemm: the RoPE its next product may take, and whether
@@ -1899,9 +1900,12 @@ struct DeviceDecoder::Impl {
   // dequantized into rx16, w2 into yg. `offsets` is group_offsets for a step
   // of prompt rows only, its second half (the prompt's groups of the
   // role-major grouping) for a step of both roles. bf16_out
-  // (expert_out_bf16): w2's outputs into yg as bf16 bits.
+  // (expert_out_bf16): w2's outputs into yg as bf16 bits. x_bf16_ready: the
+  // gather wrote X's bf16 values into rx16 already (MoeGroupRowsParams::
+  // bf16_grouped), so no widening launch.
   absl::Status Bf16RouteExperts(const LayerDev& L, int64_t rows, float limit,
-                                const int64_t* offsets, bool bf16_out = false);
+                                const int64_t* offsets, bool bf16_out = false,
+                                bool x_bf16_ready = false);
   // Expert parallelism: the dispatch blocks (x rows, local slots, route
   // weights) to and from every rank, and the expert outputs back.
   absl::Status Dispatch(int64_t b);

@@ -245,7 +245,8 @@ bool DeviceDecoder::Impl::Bf16RouteFits(const LayerDev& L) const {
 }
 
 absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t rows, float limit,
-                                                   const int64_t* offsets, bool bf16_out) {
+                                                   const int64_t* offsets, bool bf16_out,
+                                                   bool x_bf16_ready) {
   const int64_t d = c.dim, inter = L.inter;
   if (rows * std::max(d, inter) > rx16_count) {
     return absl::InternalError(absl::StrCat("DeviceDecoder: the experts' bf16 rows (", rows, " x ",
@@ -344,7 +345,11 @@ absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t ro
                               .row_count = used_rows},
                              stream);
   };
-  RETURN_IF_ERROR(widen(fq, fq_scales, d));
+  if (x_bf16_ready) {
+    ++route_x_gathered_layers;
+  } else {
+    RETURN_IF_ERROR(widen(fq, fq_scales, d));
+  }
   // bf16_route_gate_up_bf16: gate and up as bf16 bits (in gg's and upg's
   // first halves), which the SwiGLU rounds them to anyway: the same bits,
   // half the bytes written and read between the products and the SwiGLU.
@@ -600,9 +605,18 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
     codes.scales = h_bound.scales;
     codes.codes_grouped = fq;
     codes.scales_grouped = fq_scales;
+    // bf16_route_decode_mma: a decode step with every row on the route also
+    // gathers X's bf16 values into rx16 (what the route's widening launch
+    // would make of the gathered codes), so the route starts with its
+    // products.
+    if (options.bf16_route_decode_mma && RouteEveryRow() && linear_roles_ == 1 &&
+        Bf16RouteFits(L) && rows * d <= rx16_count) {
+      codes.bf16_grouped = rx16;
+    }
     if (kc::SupportsMoeGroupRows(codes)) group = codes;
   }
   const bool by_codes = group.codes != nullptr;
+  const bool x_bf16_gathered = group.bf16_grouped != nullptr;
   // prompt_bf16_experts, a step of both roles: role-major groups, the
   // generated rows' L.experts groups first (the FP8 experts below read
   // group_offsets[0 .. experts] and so only them), then the prompt's (the
@@ -684,7 +698,7 @@ absl::Status DeviceDecoder::Impl::Moe(int layer, int64_t b) {
       options.expert_out_bf16 && bf16() && !ep && (route_only || (tile_form && !both_maths));
   if (yg_bf16) ++expert_out_bf16_layers;
   if (route_only) {  // every row a prompt's
-    RETURN_IF_ERROR(Bf16RouteExperts(L, rows, limit, group_offsets, yg_bf16));
+    RETURN_IF_ERROR(Bf16RouteExperts(L, rows, limit, group_offsets, yg_bf16, x_bf16_gathered));
   } else if (tile_form) {  // (FastExperts: tile_form implies it)
     // Resident tiles were converted at Create / SetPlacement.
     if (L.rt13 == nullptr) RETURN_IF_ERROR(ConvertExperts(L));

@@ -19,8 +19,10 @@ bool Aligned16(const void* p) { return p != nullptr && reinterpret_cast<uintptr_
 bool SupportsMoeGroupRows(const MoeGroupRowsParams& p) {
   const bool rows = p.codes != nullptr
                         ? p.dim % 512 == 0 && Aligned16(p.codes) && Aligned16(p.scales) &&
-                              Aligned16(p.codes_grouped) && Aligned16(p.scales_grouped)
+                              Aligned16(p.codes_grouped) && Aligned16(p.scales_grouped) &&
+                              (p.bf16_grouped == nullptr || Aligned16(p.bf16_grouped))
                         : p.x != nullptr && p.x_grouped != nullptr;
+  if (p.codes == nullptr && p.bf16_grouped != nullptr) return false;
   return p.tokens > 0 && p.dim > 0 && p.dim <= 65535 * moe::kRowChunk && p.topk > 0 &&
          p.num_groups >= 1 && p.num_groups <= kMoeGroupRowsMaxGroups &&
          p.tokens * p.topk < (int64_t{1} << 31) && p.groups != nullptr &&
@@ -57,7 +59,7 @@ absl::Status MoeGroupRows(const MoeGroupRowsParams& p, cudaStream_t stream) {
   if (p.codes != nullptr) {  // the FP8 form: a block of 16-byte chunks per pair
     moe::GatherCodesKernel<<<static_cast<unsigned>(pairs), moe::kGatherCodesThreads, 0, stream>>>(
         p.codes, p.scales, p.route_weight, p.pair_row, p.codes_grouped, p.scales_grouped,
-        p.weight_grouped, p.dim, p.topk);
+        p.weight_grouped, p.bf16_grouped, p.dim, p.topk);
     return LaunchStatus("MoeGroupRows gather codes");
   }
   const unsigned chunks = static_cast<unsigned>((p.dim + moe::kRowChunk - 1) / moe::kRowChunk);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/dense/fp8_bf16.cuh"
 #include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/cuda/moe/numerics.cuh"
 
@@ -229,13 +230,16 @@ __global__ void GatherRowsKernel(const float* __restrict__ x,
 // One block per pair: its token's FP8 codes row (dim bytes) and UE8M0
 // scales row (dim / 32 bytes) copied to its grouped row in 16-byte chunks
 // (dim % 512 == 0, rows 16-byte aligned: the launcher checks), and its route
-// weight. Pairs without a row (-1) copy nothing.
+// weight; with bf16_grouped also each chunk's 16 codes as bf16 under their
+// 32-block's scale (Fp8ToBf16Eight, as Fp8ActBf16's kernel widens a chunk).
+// Pairs without a row (-1) copy nothing.
 inline constexpr int kGatherCodesThreads = 128;
 __global__ void __launch_bounds__(kGatherCodesThreads)
     GatherCodesKernel(const uint8_t* __restrict__ codes, const uint8_t* __restrict__ scales,
                       const float* __restrict__ route_weight, const int32_t* __restrict__ pair_row,
                       uint8_t* __restrict__ codes_grouped, uint8_t* __restrict__ scales_grouped,
-                      float* __restrict__ weight_grouped, int64_t dim, int topk) {
+                      float* __restrict__ weight_grouped, uint16_t* __restrict__ bf16_grouped,
+                      int64_t dim, int topk) {
   GridDependencyPrologue();
   const int64_t pair = blockIdx.x;
   const int32_t row = pair_row[pair];
@@ -244,7 +248,20 @@ __global__ void __launch_bounds__(kGatherCodesThreads)
   const int64_t code_chunks = dim / 16, scale_chunks = dim / 512;
   const uint4* src = reinterpret_cast<const uint4*>(codes + token * dim);
   uint4* dst = reinterpret_cast<uint4*>(codes_grouped + static_cast<int64_t>(row) * dim);
-  for (int64_t c = threadIdx.x; c < code_chunks; c += blockDim.x) dst[c] = src[c];
+  const uint8_t* const token_scales = scales + token * (dim / 32);
+  for (int64_t c = threadIdx.x; c < code_chunks; c += blockDim.x) {
+    const uint4 v = src[c];
+    dst[c] = v;
+    if (bf16_grouped != nullptr) {
+      const uint32_t scale = token_scales[c >> 1];  // chunk c: K 16 c .., block c / 2
+      uint32_t lo[4], hi[4];
+      dense::fp8_gemm::Fp8ToBf16Eight(v.x, v.y, scale, lo);
+      dense::fp8_gemm::Fp8ToBf16Eight(v.z, v.w, scale, hi);
+      uint4* const out = reinterpret_cast<uint4*>(bf16_grouped + static_cast<int64_t>(row) * dim);
+      out[2 * c] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+      out[2 * c + 1] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    }
+  }
   const uint4* ssrc = reinterpret_cast<const uint4*>(scales + token * (dim / 32));
   uint4* sdst = reinterpret_cast<uint4*>(scales_grouped + static_cast<int64_t>(row) * (dim / 32));
   for (int64_t c = threadIdx.x; c < scale_chunks; c += blockDim.x) sdst[c] = ssrc[c];

@@ -59,6 +59,11 @@ struct MoeGroupRowsParams {
   const uint8_t* scales = nullptr;
   uint8_t* codes_grouped = nullptr;   // device out [tokens * topk, dim]
   uint8_t* scales_grouped = nullptr;  // device out [tokens * topk, dim / 32]
+  // Optional with `codes`: also the bf16 values the gathered codes stand
+  // for, [tokens * topk, dim] (16-byte aligned): dense::Fp8ActBf16's bits of
+  // codes_grouped / scales_grouped, so a product on bf16 X (the experts'
+  // bf16 route) needs no widening launch after the gather.
+  uint16_t* bf16_grouped = nullptr;
   // Optional: role-major groups. With token_role (device [tokens], 0 or
   // nonzero), pair i of a group g = groups[i] in [0, role_stride) joins group
   // g + role_stride (token_role[i / topk] != 0), and num_groups must be
@@ -82,7 +87,8 @@ struct MoeGroupRowsParams {
 // blocks of 1024 columns), 1 <= num_groups <= kMoeGroupRowsMaxGroups,
 // tokens * topk < 2^31, non-null groups/group_offsets/pair_row, x/x_grouped
 // non-null (or, with codes, the four FP8 arrays non-null and aligned as
-// listed, dim % 512 == 0), weight_grouped non-null when route_weight is, and
+// listed, dim % 512 == 0; bf16_grouped only with them, 16-byte aligned),
+// weight_grouped non-null when route_weight is, and
 // with token_role a role_stride >= 1 with num_groups == 2 x role_stride.
 bool SupportsMoeGroupRows(const MoeGroupRowsParams& params);
 

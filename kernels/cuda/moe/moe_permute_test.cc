@@ -184,7 +184,8 @@ TEST(MoeGroupRowsCudaTest, GroupsAsTheCpuExecutorDoes) {
 // With the FP8 form of x (the decoder's h, quantized by the norm before it):
 // the gathered codes and scales are byte for byte ActQuantFp8 of the fp32
 // gather, padding and foreign pairs included, and the route weights as
-// without codes.
+// without codes; with bf16_grouped the gathered rows' bf16 values are
+// Fp8ActBf16's of the gathered codes.
 TEST(MoeGroupRowsCudaTest, GathersTheFp8FormActQuantWouldMake) {
   struct Case {
     int64_t tokens;
@@ -248,9 +249,20 @@ TEST(MoeGroupRowsCudaTest, GathersTheFp8FormActQuantWouldMake) {
     by_codes.scales = scales.get();
     by_codes.codes_grouped = got_codes.get();
     by_codes.scales_grouped = got_scales.get();
+    DeviceBuffer<uint16_t> got16(pairs * c.dim), want16(pairs * c.dim);
+    got16.Poison(0xAB);
+    by_codes.bf16_grouped = got16.get();
     ASSERT_TRUE(SupportsMoeGroupRows(by_codes));
     ASSERT_TRUE(MoeGroupRows(by_codes, nullptr).ok());
+    ASSERT_TRUE(dense::Fp8ActBf16({.codes = got_codes.get(),
+                                   .scales = got_scales.get(),
+                                   .out = want16.get(),
+                                   .rows = pairs,
+                                   .cols = c.dim},
+                                  nullptr)
+                    .ok());
     ASSERT_TRUE(Synced());
+    const std::vector<uint16_t> w16 = want16.Download(), g16 = got16.Download();
     const std::vector<int32_t> rows = drow.Download();
     EXPECT_EQ(drow2.Download(), rows);
     EXPECT_EQ(doff2.Download(), doff.Download());
@@ -269,6 +281,9 @@ TEST(MoeGroupRowsCudaTest, GathersTheFp8FormActQuantWouldMake) {
                              gs.begin() + r * blocks))
           << "scales of pair " << i;
       ASSERT_EQ(wg2[r], wg[r]) << "pair " << i;
+      ASSERT_TRUE(std::equal(w16.begin() + r * c.dim, w16.begin() + (r + 1) * c.dim,
+                             g16.begin() + r * c.dim))
+          << "bf16 values of pair " << i;
     }
     EXPECT_GT(checked, 0);
   }
@@ -291,6 +306,14 @@ TEST(MoeGroupRowsCudaTest, GathersTheFp8FormActQuantWouldMake) {
   bad.dim = 512;
   EXPECT_TRUE(SupportsMoeGroupRows(bad));
   bad.scales = b.get() + 4;
+  EXPECT_FALSE(SupportsMoeGroupRows(bad));
+  bad.scales = b.get();
+  bad.bf16_grouped = reinterpret_cast<uint16_t*>(b.get() + 16);  // 16-byte aligned
+  EXPECT_TRUE(SupportsMoeGroupRows(bad));
+  bad.bf16_grouped = reinterpret_cast<uint16_t*>(b.get() + 8);
+  EXPECT_FALSE(SupportsMoeGroupRows(bad));
+  bad.bf16_grouped = reinterpret_cast<uint16_t*>(b.get() + 16);
+  bad.codes = nullptr;  // bf16 values only with the codes
   EXPECT_FALSE(SupportsMoeGroupRows(bad));
 }
 
