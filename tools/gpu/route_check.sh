@@ -7,7 +7,7 @@
 #   0. the experts' route in its decode form (Mxfp4Bf16GroupedGemmParams::
 #      decode_mma, built in the forty-seventh session): the route's kernel
 #      test (every form against Bf16Gemm's bits, the decode forms among
-#      them), the bench's decode rows (the FP8 decode kernel's tiles, the
+#      them), moe_permute_test (the gather's bf16 values of X), the bench's decode rows (the FP8 decode kernel's tiles, the
 #      route's register form and the decode form, each against copy), the
 #      decoder's same-bits case, and EP8 decode at context 4,096, batches 1
 #      and 64, with every row's experts on the route in the decode form
@@ -34,7 +34,7 @@
 #     //kernels/cuda/attention:indexer_score_test //kernels/cuda/attention:indexer_score_bench
 #     //kernels/cuda/moe:mxfp4_bf16_gemm_sm90_test //kernels/cuda/attention:topk_test
 #     //kernels/cuda/dense:fp8_lt_gemm_test //kernels/cuda/dense:fp8_gemm_bench
-#     //kernels/cuda/moe:mxfp4_grouped_gemm_bench"
+#     //kernels/cuda/moe:mxfp4_grouped_gemm_bench //kernels/cuda/moe:moe_permute_test"
 #     tools/gpu/bundle.sh
 #   tools/gpu/route_check.sh [RESULTS]
 set -uo pipefail
@@ -81,6 +81,8 @@ profile() {
 # (the defaults follow in decode_round).
 budget_step route_kernel_test 150 "${bundle}/bin/kernels_cuda_moe_mxfp4_bf16_gemm_sm90_test" \
   || status=1
+# (The gather's bf16 values of X, MoeGroupRowsParams::bf16_grouped.)
+budget_step permute_test 60 "${bundle}/bin/kernels_cuda_moe_moe_permute_test" || status=1
 budget_step route_decode_bench 150 "${bundle}/tools/mxfp4_grouped_gemm_bench" 384 8 mma 0
 budget_step decoder_route_decode_test 150 "${bundle}/bin/worker_model_device_decoder_fast_test" \
   --gtest_filter='*RouteDecodeForm*:*ExpertsEveryRow*' || status=1
