@@ -294,42 +294,32 @@ absl::Status DeviceDecoder::Impl::Bf16RouteExperts(const LayerDev& L, int64_t ro
   const uint16_t* route_x = rx16;
   auto params = [&](const uint8_t* const* w, const uint8_t* const* ws, float* y, int64_t n,
                     int64_t k, dense::Fp8GemmOutput output) {
-    if (decode_mma) {
-      return kc::Mxfp4Bf16GroupedGemmParams{.x = route_x,
-                                            .expert_offsets = offsets,
-                                            .w = w,
-                                            .w_scales = ws,
-                                            .y = y,
-                                            .rows = rows,
-                                            .n = n,
-                                            .k = k,
-                                            .num_experts = L.experts,
-                                            .output = output,
-                                            .x_rows = decode_x_rows,
-                                            .ballot_group_search = options.bf16_route_ballot_search,
-                                            .decode_mma = true};
+    kc::Mxfp4Bf16GroupedGemmParams p{.x = route_x,
+                                     .expert_offsets = offsets,
+                                     .w = w,
+                                     .w_scales = ws,
+                                     .y = y,
+                                     .rows = rows,
+                                     .n = n,
+                                     .k = k,
+                                     .num_experts = L.experts,
+                                     .output = output,
+                                     .ballot_group_search = options.bf16_route_ballot_search};
+    if (decode_mma) {  // none of the register form's options
+      p.x_rows = decode_x_rows;
+      p.decode_mma = true;
+      return p;
     }
-    return kc::Mxfp4Bf16GroupedGemmParams{
-        .x = route_x,
-        .expert_offsets = offsets,
-        .w = w,
-        .w_scales = ws,
-        .y = y,
-        .rows = rows,
-        .n = n,
-        .k = k,
-        .num_experts = L.experts,
-        .output = output,
-        .widener_warps = options.bf16_route_widener_warps,
-        .register_a = options.bf16_route_register_a,
-        .x_rows = route_x_rows,
-        .deep_ring = deep_ring,
-        .stage_scale_test = stage_test,
-        .fit_tile_rows = fit_rows,
-        .consumer_warpgroups = stage_test && wide_tile ? options.bf16_route_warpgroups : 0,
-        .ballot_group_search = options.bf16_route_ballot_search,
-        .tail_rows = x256 && options.bf16_route_tail_rows,
-        .x_multicast = x256 && options.bf16_route_multicast};
+    p.widener_warps = options.bf16_route_widener_warps;
+    p.register_a = options.bf16_route_register_a;
+    p.x_rows = route_x_rows;
+    p.deep_ring = deep_ring;
+    p.stage_scale_test = stage_test;
+    p.fit_tile_rows = fit_rows;
+    p.consumer_warpgroups = stage_test && wide_tile ? options.bf16_route_warpgroups : 0;
+    p.tail_rows = x256 && options.bf16_route_tail_rows;
+    p.x_multicast = x256 && options.bf16_route_multicast;
+    return p;
   };
   auto product = [&](const uint8_t* const* w, const uint8_t* const* ws, float* y, int64_t n,
                      int64_t k, dense::Fp8GemmOutput output) {

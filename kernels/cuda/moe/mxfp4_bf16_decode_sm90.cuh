@@ -1,8 +1,9 @@
 // kernels/cuda/moe/mxfp4_bf16_decode_sm90.cuh — Mxfp4Bf16GroupedGemm's
 // decode form (Mxfp4Bf16GroupedGemmParams::decode_mma): a decode step's few
 // rows an expert (8 or 16 a CTA) on mma.sync m16n8k16 bf16, with no widened
-// W tile and no CTA barrier a stage. Device code only; included by
-// mxfp4_bf16_gemm_sm90.cu after mxfp4_bf16_gemm_sm90.cuh.
+// W tile and no CTA barrier a stage. Device code only, on the other forms'
+// helpers (mxfp4_bf16_gemm_sm90.cuh, mxfp4_bf16_rs_sm90.cuh: SwigluFp8Unit);
+// included by mxfp4_bf16_gemm_sm90.cu.
 //
 // Why: at a decode step's 8 rows an expert every local expert's W is read
 // once and multiplied by a handful of X rows, so the product is a stream of
@@ -58,6 +59,7 @@
 #include "kernels/cuda/grid_dependency.cuh"
 #include "kernels/cuda/mma_bf16.cuh"
 #include "kernels/cuda/moe/mxfp4_bf16_gemm_sm90.cuh"
+#include "kernels/cuda/moe/mxfp4_bf16_rs_sm90.cuh"
 #include "kernels/cuda/moe/mxfp4_grouped_gemm_params.h"
 #include "kernels/cuda/tma.cuh"
 
@@ -352,21 +354,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
 #pragma unroll 1
     for (int u = tid; u < kUnitsOut; u += kDecodeThreads) {
       const int token = u >> 4, col0 = 8 * (u & 15);
-      const bool active = m0 + token < m && n0 + col0 < a.n;
-      const int64_t row = begin + m0 + token;
-      float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      if (active) {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const float gate = staged[token * kStride + col0 + e];
-          const float up = staged[token * kStride + 128 + col0 + e];
-          v[e] = a.round_bf16 ? decode::SwigluOf<true>(gate, up, a.route_weight, row, a.limit)
-                              : decode::SwigluOf<false>(gate, up, a.route_weight, row, a.limit);
-        }
-      }
-      const int64_t at = row * a.n + n0 + col0;
-      dense::ActQuantEight(v, active, a.h_codes + at, a.h_scales + at / 32,
-                           a.h_bf16 != nullptr ? a.h_bf16 + at : nullptr);
+      SwigluFp8Unit<true>(a, staged + token * kStride, 128, col0, m0 + token < m && n0 + col0 < a.n,
+                          begin + m0 + token, n0);
     }
   }
 }

@@ -115,6 +115,37 @@ __device__ __forceinline__ void WidenEight(uint32_t v, uint32_t scale_word, int 
   }
 }
 
+// One unit of the route's gated epilogues (this form's 256-row tile and
+// the decode form's): eight columns col0 .. col0 + 7 of one X row of a tile
+// whose sums are staged in shared memory, `sums` that row's gate sums and
+// sums + up_at its up sums, into h's FP8 form at h's columns n0 + col0 .. of
+// X row `row`, as Swiglu's FP8 kernel makes it from the same fp32 sums
+// (SwigluOf, ActQuantEight). Four consecutive lanes hold a 32-column block,
+// and every lane of the warp reaches ActQuantEight's shuffles (`active`
+// false for a unit past the rows or columns). kWithBf16: with a.h_bf16 also
+// the bf16 values of the codes (ActQuantEight's dq8).
+template <bool kWithBf16>
+__device__ __forceinline__ void SwigluFp8Unit(const Args& a, const float* sums, int up_at, int col0,
+                                              bool active, int64_t row, int64_t n0) {
+  float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  if (active) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float g = sums[col0 + e];
+      const float up = sums[up_at + col0 + e];
+      v[e] = a.round_bf16 ? decode::SwigluOf<true>(g, up, a.route_weight, row, a.limit)
+                          : decode::SwigluOf<false>(g, up, a.route_weight, row, a.limit);
+    }
+  }
+  const int64_t at = row * a.n + n0 + col0;
+  if constexpr (kWithBf16) {
+    dense::ActQuantEight(v, active, a.h_codes + at, a.h_scales + at / 32,
+                         a.h_bf16 != nullptr ? a.h_bf16 + at : nullptr);
+  } else {
+    dense::ActQuantEight(v, active, a.h_codes + at, a.h_scales + at / 32);
+  }
+}
+
 // kDeepRing (Mxfp4Bf16GroupedGemmParams::deep_ring): the producer's copies
 // complete on the slot's `full` barrier (cp.async.mbarrier.arrive.noinc, as
 // Fp8BlockGemm's warp-specialized tile does) instead of the producer waiting
@@ -471,20 +502,8 @@ __global__ void __launch_bounds__(RsCtaThreads(kRows, kWgs), 1)
 #pragma unroll 1
     for (int u = tid; u < kTokens * (kSwiN / 8); u += kCons) {
       const int token = u / (kSwiN / 8), col0 = 8 * (u % (kSwiN / 8));
-      const bool active = m0 + token < m && n0 + col0 < a.n;
-      const int64_t row = begin + m0 + token;
-      float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      if (active) {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const float g = staged[token * kStride + col0 + e];
-          const float up = staged[token * kStride + kSwiN + col0 + e];
-          v[e] = a.round_bf16 ? decode::SwigluOf<true>(g, up, a.route_weight, row, a.limit)
-                              : decode::SwigluOf<false>(g, up, a.route_weight, row, a.limit);
-        }
-      }
-      const int64_t at = row * a.n + n0 + col0;
-      dense::ActQuantEight(v, active, a.h_codes + at, a.h_scales + at / 32);
+      SwigluFp8Unit<false>(a, staged + token * kStride, kSwiN, col0,
+                           m0 + token < m && n0 + col0 < a.n, begin + m0 + token, n0);
     }
   };
   // The K loop and the stores over kN X rows (wgmma N), and with a tail
