@@ -205,6 +205,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   const int g = lane >> 2;
   const auto prmt = [](uint32_t x, uint32_t y, uint32_t sel) { return PrmtB32(x, y, sel); };
   const uint32_t x_lane = static_cast<uint32_t>(Mxfp4Bf16DecodeXOffset(lane, 0, 0, kGated));
+  const bool row_in[2] = {warp_n0 + g < a.n, warp_n0 + g + 8 < a.n};  // the lane's rows g, g + 8
   float acc[kMats][kNi][4];
 #pragma unroll
   for (int mat = 0; mat < kMats; ++mat) {
@@ -252,6 +253,10 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
 #pragma unroll
       for (int q = 0; q < 2; ++q) {
         scale_word[mat][q] = LoadRaw32(slot + kL.slot_scales + 4 * (16 * mat + g + 8 * q));
+        // A row past n (its codes and scale word zero-filled, its sums never
+        // stored) widens as scale 127 (1.0: zeros), so it keeps the warp on
+        // the bf16 multiply.
+        if (!row_in[q]) scale_word[mat][q] = 0x7F7F7F7Fu;
       }
       plain = plain && Mxfp4ScaleWordsMultiplyInBf16(scale_word[mat][0], scale_word[mat][1]);
     }
