@@ -798,6 +798,41 @@ int Run(int experts, int ranks, int64_t prefill_tokens) {
             form->decode_mma ? "decode form, mma.sync" : "register A, deep ring", form->x_rows,
             r_gu, gu_bytes / r_gu / 1e3 / copy_gbps, r_dn, dn_bytes / r_dn / 1e3 / copy_gbps);
       }
+      // The decode form's gated launch as the decoder runs it (swiglu: gate,
+      // up, the SwiGLU and h's FP8 form and bf16 values in one), against
+      // the gate's and up product's bytes.
+      {
+        uint16_t* hb = DeviceAlloc<uint16_t>(cap * kInter);
+        const double r_g = GraphUs(
+            [&](int c, cudaStream_t st) {
+              const LayerWeights& L = layers[c % kLayers];
+              const Step& st_ = steps[c % kLayers];
+              Ok(Mxfp4Bf16GroupedGemm({.x = x16,
+                                       .expert_offsets = st_.d_offsets,
+                                       .w = L.w1,
+                                       .w_scales = L.w1s,
+                                       .rows = st_.rows,
+                                       .n = kInter,
+                                       .k = kDim,
+                                       .num_experts = local,
+                                       .x_rows = mma_form.x_rows,
+                                       .swiglu = true,
+                                       .decode_mma = true,
+                                       .w_up = L.w3,
+                                       .w_up_scales = L.w3s,
+                                       .swiglu_route_weight = st_.rw,
+                                       .h_codes = st_.h,
+                                       .h_scales = st_.hs,
+                                       .h_bf16 = hb},
+                                      st));
+            },
+            stream);
+        std::printf(
+            "  batch %lld bf16 route (decode form, gated launch over %d X rows): gate/up + SwiGLU "
+            "%8.2f us (/copy %.2f)\n",
+            static_cast<long long>(tokens), mma_form.x_rows, r_g, gu_bytes / r_g / 1e3 / copy_gbps);
+        cudaFree(hb);
+      }
       for (void* q : {static_cast<void*>(x16), static_cast<void*>(h16), static_cast<void*>(g)}) {
         cudaFree(q);
       }
