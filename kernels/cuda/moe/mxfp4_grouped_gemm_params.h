@@ -551,15 +551,15 @@ struct Mxfp4Bf16GroupedGemmParams {
   bool x_multicast = false;
   // The decode form (mxfp4_bf16_decode_sm90.cuh; x_rows 8 or 16, 0 meaning
   // 16, and none of the register form's options but swiglu, which it takes
-  // as the 256-row tile does): a decode step's few rows
-  // an expert on mma.sync m16n8k16 with no widened tile and no CTA barrier a
-  // stage. Each warp owns 16 W rows over all of K and streams their codes
-  // and scale words through a ring of its own (cp.async), widening them in
-  // registers straight into the mma A fragments (the register form's
-  // widening); X's bf16 rows come by bulk copies in chunks of 1,024 of K
-  // into two shared buffers the CTA shares, read by ldmatrix. By count about
-  // 0.1 warp instructions a weight against the FP8 decode kernel's 0.21
-  // (kernels/cuda/moe/README.md, item R). Each row's fp32 sums are the same
+  // as the 256-row tile does): a decode step's few rows an expert on
+  // mma.sync m16n8k16 with no widened tile and no CTA barrier a stage. Each
+  // warp owns 16 W rows (gated: of both weights) over all of K and streams
+  // their codes and scale words through a ring of its own (cp.async),
+  // widening them in registers straight into the mma A fragments (the
+  // register form's widening); X's bf16 rows come by bulk copies in chunks
+  // (Mxfp4Bf16DecodeChunkK) into two shared buffers the CTA shares, read by
+  // ldmatrix. From its SASS about 0.16 warp instructions a weight against
+  // the FP8 decode kernel's 0.21 (kernels/cuda/moe/README.md, item R). Each row's fp32 sums are the same
   // 16 products a K step in the same order as the other forms' (Hopper's
   // bf16 mma.sync and wgmma chains give the same bits: dense::Bf16Gemm's
   // mma and warp-specialized tiles do), so the same bits. Built in the
